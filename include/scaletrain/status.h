@@ -1,0 +1,52 @@
+/* Status codes and the per-thread last-error message.
+ *
+ * Every library function that can fail returns an st_status; the message that
+ * explains it (with a hint on how to fix it) is kept per thread, like errno, and
+ * read with st_last_error(). The library never exits or aborts on bad input. */
+#ifndef SCALETRAIN_STATUS_H
+#define SCALETRAIN_STATUS_H
+
+#include <stdarg.h>
+
+typedef enum st_status {
+    ST_OK = 0,
+    ST_ERR_ARG,      /* a caller passed a bad argument (a bug in the caller) */
+    ST_ERR_CONFIG,   /* a configuration key or value is wrong */
+    ST_ERR_IO,       /* a file could not be opened, read or written */
+    ST_ERR_FORMAT,   /* a file's contents are malformed */
+    ST_ERR_SHAPE,    /* tensor shapes do not fit together */
+    ST_ERR_NOMEM,    /* an allocation failed */
+    ST_ERR_NUMERIC,  /* a NaN or Inf where a finite number was needed */
+    ST_ERR_INTERNAL, /* an invariant of ours broke */
+    ST_ERR_UNSUPPORTED,
+} st_status;
+
+const char *st_status_name(st_status s);
+
+/* Record a message for this thread and return `code`. The message is prefixed
+ * with nothing; callers write "file: what is wrong; how to fix it". */
+st_status st_fail(st_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+st_status st_vfail(st_status code, const char *fmt, va_list ap);
+
+/* Prepend context ("while loading model.safetensors: ") to the current message. */
+st_status st_fail_context(st_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The last message recorded on this thread ("" when none). */
+const char *st_last_error(void);
+void st_clear_error(void);
+
+/* Propagate a failing status from a call. */
+#define ST_TRY(expr)                                                                   \
+    do {                                                                               \
+        st_status st_try_s_ = (expr);                                                  \
+        if (st_try_s_ != ST_OK) return st_try_s_;                                      \
+    } while (0)
+
+/* Propagate to the function's cleanup label: needs `st_status s;` and `fail:`. */
+#define ST_GOTO(expr)                                                                  \
+    do {                                                                               \
+        s = (expr);                                                                    \
+        if (s != ST_OK) goto fail;                                                     \
+    } while (0)
+
+#endif

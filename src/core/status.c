@@ -1,0 +1,53 @@
+/* The per-thread last-error buffer behind st_fail / st_last_error. */
+#include "scaletrain/status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define ST_ERRMSG_MAX 2048
+
+static _Thread_local char st_errmsg[ST_ERRMSG_MAX];
+
+const char *st_status_name(st_status s) {
+    switch (s) {
+    case ST_OK: return "ok";
+    case ST_ERR_ARG: return "bad argument";
+    case ST_ERR_CONFIG: return "configuration error";
+    case ST_ERR_IO: return "I/O error";
+    case ST_ERR_FORMAT: return "format error";
+    case ST_ERR_SHAPE: return "shape error";
+    case ST_ERR_NOMEM: return "out of memory";
+    case ST_ERR_NUMERIC: return "numeric error";
+    case ST_ERR_INTERNAL: return "internal error";
+    case ST_ERR_UNSUPPORTED: return "unsupported";
+    }
+    return "unknown status";
+}
+
+st_status st_vfail(st_status code, const char *fmt, va_list ap) {
+    vsnprintf(st_errmsg, sizeof st_errmsg, fmt, ap);
+    return code;
+}
+
+st_status st_fail(st_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    st_vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+st_status st_fail_context(st_status code, const char *fmt, ...) {
+    char prefix[512], old[ST_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, st_errmsg, sizeof old);
+    snprintf(st_errmsg, sizeof st_errmsg, "%s%s", prefix, old);
+    return code;
+}
+
+const char *st_last_error(void) { return st_errmsg; }
+
+void st_clear_error(void) { st_errmsg[0] = '\0'; }

@@ -1,0 +1,73 @@
+/* Layer builders: each adds one node (and its parameters) to a graph.
+ *
+ * One file per layer under src/layers/, each holding the builder, the CPU
+ * forward and backward, and the CPU ops table. Shapes are validated here, at
+ * build time, so forward and backward never see a bad shape. Parameter names
+ * are "<name>.weight", "<name>.bias" etc., the names checkpoints use.
+ *
+ * Image tensors are NHWC: (B, H, W, C). Convolution weights keep PyTorch's
+ * (Cout, Cin, kH, kW) layout and flatten emits PyTorch's (C, H, W) order, so
+ * CNN checkpoints are interchangeable with PyTorch's. */
+#ifndef ST_LAYERS_H
+#define ST_LAYERS_H
+
+#include "../model/graph.h"
+
+/* PyTorch's default for cross-entropy's ignore_index. */
+#define ST_IGNORE_INDEX (-100)
+
+typedef struct st_linear_opts {
+    bool bias;
+    bool in_out;      /* weight stored (in, out), as GPT-2's Conv1D; default (out, in) as nn.Linear */
+    st_init init;     /* ST_INIT_UNIFORM with init_scale 0 means PyTorch's default U(+-1/sqrt(in)) */
+    float init_scale; /* weight scale; the bias is zero unless init is the PyTorch default */
+} st_linear_opts;
+
+/* x (..., K) -> y (..., N) = x W^T + b */
+st_status st_linear(st_graph *g, const char *name, st_tensor *x, int64_t out_features,
+                    const st_linear_opts *opts, st_tensor **y);
+/* x (..., K) -> y (..., N) = x W^T with an existing weight (N, K): tied embeddings. */
+st_status st_linear_tied(st_graph *g, const char *name, st_tensor *x, st_tensor *weight,
+                         st_tensor **y);
+/* idx (B, T) I32 -> y (B, T, C); weight (vocab, C) ~ N(0, init_std^2) */
+st_status st_embedding(st_graph *g, const char *name, st_tensor *idx, int64_t vocab, int64_t dim,
+                       float init_std, st_tensor **y, st_tensor **weight);
+/* x (B, T, C) -> y = x + weight[0:T]; weight (max_len, C) ~ N(0, init_std^2) */
+st_status st_pos_embedding(st_graph *g, const char *name, st_tensor *x, int64_t max_len,
+                           float init_std, st_tensor **y);
+/* x (..., C) -> y (..., C), normalised over C; weight=1, bias=0 */
+st_status st_layernorm(st_graph *g, const char *name, st_tensor *x, float eps, st_tensor **y);
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2) */
+st_status st_gelu(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
+st_status st_relu(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
+/* y = a + b, same shapes (residual connections) */
+st_status st_add(st_graph *g, const char *name, st_tensor *a, st_tensor *b, st_tensor **y);
+/* Inverted dropout with probability p in training, identity in eval. The mask
+ * is drawn from (g->dropout_seed, node id, element), so backward recomputes it. */
+st_status st_dropout(st_graph *g, const char *name, st_tensor *x, float p, st_tensor **y);
+/* Causal multi-head self-attention core: qkv (B, T, 3C) -> y (B, T, C), heads
+ * of C/n_head channels, q, k, v concatenated along the last dim as in GPT-2. */
+st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head,
+                       st_tensor **y);
+/* x (B, H, W, Cin) -> y (B, Ho, Wo, Cout); weight (Cout, Cin, k, k), bias (Cout) */
+st_status st_conv2d(st_graph *g, const char *name, st_tensor *x, int64_t out_channels,
+                    int64_t kernel, int64_t stride, int64_t pad, bool bias, st_tensor **y);
+/* x (B, H, W, C) -> y (B, Ho, Wo, C), max over k x k windows */
+st_status st_maxpool2d(st_graph *g, const char *name, st_tensor *x, int64_t kernel,
+                       int64_t stride, st_tensor **y);
+/* Batch norm over the last dim C of x (..., C) (NHWC images or (B, C)).
+ * Training: batch statistics, running stats updated with `momentum` (unbiased
+ * variance, as PyTorch). Eval (g->training false): running stats. */
+st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
+                       st_tensor **y);
+/* x (B, H, W, C) -> y (B, C*H*W) in (C, H, W) order; any other x (B, ...) -> (B, prod) */
+st_status st_flatten(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
+/* Fused log-softmax + negative log-likelihood: logits (..., V), targets I32 (...)
+ * -> loss (1), the mean over targets != ignore_index. Sets g->loss. */
+st_status st_softmax_ce(st_graph *g, const char *name, st_tensor *logits, st_tensor *targets,
+                        int32_t ignore_index, st_tensor **loss);
+/* Mean squared error: pred (...), target F32 (...) same shape -> loss (1). Sets g->loss. */
+st_status st_mse(st_graph *g, const char *name, st_tensor *pred, st_tensor *target,
+                 st_tensor **loss);
+
+#endif

@@ -1,0 +1,119 @@
+/* Linear layer: y = x W^T + b, through OpenBLAS sgemm.
+ * Weight layout (N, K) as nn.Linear, or (K, N) as GPT-2's Conv1D (in_out). */
+#include <math.h>
+#include <string.h>
+
+#include "core/blas.h"
+#include "layers.h"
+
+enum { A_M, A_K, A_N, A_IN_OUT, A_BIAS };
+
+static st_status linear_forward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[A_M], K = n->args.i[A_K], N = n->args.i[A_N];
+    const float *x = n->in[0]->data;      /* (M, K) */
+    const float *w = n->params[0]->data;  /* (N, K) or (K, N) */
+    float *y = n->out->data;              /* (M, N) */
+    float beta = 0.0f;
+    if (n->args.i[A_BIAS]) {
+        const float *b = n->params[1]->data; /* (N) */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M; i++) memcpy(y + i * N, b, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    if (n->args.i[A_IN_OUT])
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
+                    w, (int)N, beta, y, (int)N);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w,
+                    (int)K, beta, y, (int)N);
+    return ST_OK;
+}
+
+static st_status linear_backward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[A_M], K = n->args.i[A_K], N = n->args.i[A_N];
+    const float *x = n->in[0]->data;   /* (M, K) */
+    const float *w = n->params[0]->data;
+    const float *dy = n->out->grad;    /* (M, N) */
+    float *dw = n->params[0]->grad;
+    const bool io = n->args.i[A_IN_OUT];
+    if (dw) {
+        if (io) /* dW (K, N) += x^T dy */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K,
+                        dy, (int)N, 1.0f, dw, (int)N);
+        else /* dW (N, K) += dy^T x */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy,
+                        (int)N, x, (int)K, 1.0f, dw, (int)K);
+    }
+    if (n->args.i[A_BIAS] && n->params[1]->grad) {
+        float *db = n->params[1]->grad; /* (N) */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) db[j] += dy[i * N + j];
+    }
+    float *dx = n->in[0]->grad;
+    if (dx) {
+        float beta = n->in_acc[0] ? 1.0f : 0.0f;
+        if (io) /* dx (M, K) = dy W^T, W (K, N) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N,
+                        w, (int)N, beta, dx, (int)K);
+        else /* dx (M, K) = dy W, W (N, K) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy,
+                        (int)N, w, (int)K, beta, dx, (int)K);
+    }
+    return ST_OK;
+}
+
+static const st_layer_ops linear_cpu = {"linear", linear_forward, linear_backward};
+
+static st_status add_linear(st_graph *g, const char *name, st_tensor *x, st_tensor *w, st_tensor *b,
+                            int64_t N, bool in_out, st_tensor **y) {
+    const int64_t K = x->shape[x->ndim - 1];
+    int64_t shape[ST_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = N;
+    char oname[ST_NAME_MAX];
+    snprintf(oname, sizeof oname, "%s.out", name);
+    st_tensor *out;
+    ST_TRY(st_graph_act(g, oname, x->ndim, shape, &out));
+    st_tensor *params[2] = {w, b};
+    st_node *node;
+    ST_TRY(st_graph_node(g, &linear_cpu, &x, 1, params, b ? 2 : 1, out, &node));
+    node->args.i[A_M] = x->count / K;
+    node->args.i[A_K] = K;
+    node->args.i[A_N] = N;
+    node->args.i[A_IN_OUT] = in_out;
+    node->args.i[A_BIAS] = b != NULL;
+    *y = out;
+    return ST_OK;
+}
+
+st_status st_linear(st_graph *g, const char *name, st_tensor *x, int64_t out_features,
+                    const st_linear_opts *opts, st_tensor **y) {
+    if (x->dtype != ST_F32 || out_features <= 0)
+        return st_fail(ST_ERR_SHAPE, "linear %s: needs a float input and a positive output size", name);
+    const int64_t K = x->shape[x->ndim - 1], N = out_features;
+    char pname[ST_NAME_MAX];
+    st_init init = opts->init;
+    float scale = opts->init_scale;
+    bool torch_default = init == ST_INIT_UNIFORM && scale == 0.0f;
+    if (torch_default) scale = 1.0f / sqrtf((float)K);
+    int64_t wshape[2] = {opts->in_out ? K : N, opts->in_out ? N : K};
+    st_tensor *w, *b = NULL;
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    ST_TRY(st_graph_param(g, pname, 2, wshape, init, scale, true, &w));
+    w->transposed_store = opts->in_out;
+    if (opts->bias) {
+        snprintf(pname, sizeof pname, "%s.bias", name);
+        ST_TRY(st_graph_param(g, pname, 1, &N, torch_default ? ST_INIT_UNIFORM : ST_INIT_ZEROS,
+                              torch_default ? scale : 0.0f, false, &b));
+    }
+    return add_linear(g, name, x, w, b, N, opts->in_out, y);
+}
+
+st_status st_linear_tied(st_graph *g, const char *name, st_tensor *x, st_tensor *weight,
+                         st_tensor **y) {
+    if (weight->ndim != 2 || weight->shape[1] != x->shape[x->ndim - 1])
+        return st_fail(ST_ERR_SHAPE, "linear %s: tied weight %s has %lld columns, input has %lld", name,
+                       weight->name, (long long)weight->shape[weight->ndim - 1],
+                       (long long)x->shape[x->ndim - 1]);
+    return add_linear(g, name, x, weight, NULL, weight->shape[0], false, y);
+}

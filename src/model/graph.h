@@ -1,0 +1,181 @@
+/* The layer graph: tensors as views into arenas, nodes that run a layer's
+ * forward and backward, and the two-phase build that lays out memory.
+ *
+ * A model is built by calling layer builders (src/layers/layers.h) on a graph,
+ * in forward order. Builders declare parameters, activations and per-node saved
+ * state; st_graph_finalize() then allocates one arena for activations, one for
+ * activation gradients, one for integer inputs and one workspace, and points
+ * every tensor into them. Parameters and their gradients live in st_params,
+ * owned by the model and shared by every graph built for it (e.g. one graph per
+ * batch size), so the parameter and gradient arenas are each one contiguous
+ * allocation: zeroing gradients is one memset, all-reducing them one call.
+ *
+ * Backward semantics: a node's backward ADDS into parameter gradients (so
+ * micro-steps accumulate) and WRITES or ADDS into input-activation gradients as
+ * node->in_acc[i] says: the first consumer in backward order writes, later ones
+ * add. A layer skips an input's gradient when its `grad` is NULL (graph inputs,
+ * and everything upstream of the first parameter).
+ *
+ * What this is not: an autograd engine. There is no dynamic graph and no
+ * general broadcasting; each layer is a hand-written, tested pair. */
+#ifndef ST_MODEL_GRAPH_H
+#define ST_MODEL_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scaletrain/status.h"
+
+#define ST_MAX_DIMS 4
+#define ST_NAME_MAX 96
+#define ST_NODE_MAX_IN 3
+#define ST_NODE_MAX_PARAMS 4
+#define ST_ALIGN_FLOATS 16 /* 64-byte alignment for every tensor */
+
+typedef enum st_dtype { ST_F32 = 0, ST_I32 = 1 } st_dtype;
+
+/* How a parameter is initialised (see st_params_init). */
+typedef enum st_init {
+    ST_INIT_ZEROS = 0,
+    ST_INIT_ONES,
+    ST_INIT_NORMAL,  /* N(0, scale^2) */
+    ST_INIT_UNIFORM, /* U(-scale, scale); layers pass 1/sqrt(fan_in) as PyTorch does */
+} st_init;
+
+typedef enum st_tensor_kind {
+    ST_TENSOR_ACT = 0, /* per-batch activation (graph-owned arena) */
+    ST_TENSOR_INPUT,   /* per-batch graph input filled by the caller (no gradient) */
+    ST_TENSOR_PARAM,   /* trainable parameter (model-owned arena, has a gradient) */
+    ST_TENSOR_BUFFER,  /* non-trainable model state, e.g. batch-norm running stats */
+} st_tensor_kind;
+
+typedef struct st_tensor {
+    char name[ST_NAME_MAX]; /* params and buffers: the stable checkpoint name */
+    st_tensor_kind kind;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    int64_t count;  /* elements */
+    int64_t offset; /* elements into its arena, set at layout */
+    float *data;    /* F32 tensors */
+    int32_t *idata; /* I32 tensors */
+    float *grad;    /* same shape as data; NULL when no gradient flows here */
+    bool requires_grad;
+    /* parameters only */
+    int index; /* position in st_params; for activations, position in the graph */
+    st_init init;
+    float init_scale;
+    bool decay;            /* AdamW weight decay applies (matrices, not biases/norms) */
+    bool transposed_store; /* stored (in, out) as in GPT-2 checkpoints */
+} st_tensor;
+
+typedef struct st_node st_node;
+typedef struct st_graph st_graph;
+
+/* One backend's implementation of a layer. CPU and CUDA each provide a table;
+ * the graph picks one at build time, so hot paths never ask which. */
+typedef struct st_layer_ops {
+    const char *name;
+    st_status (*forward)(st_node *n, st_graph *g);
+    st_status (*backward)(st_node *n, st_graph *g);
+} st_layer_ops;
+
+/* Hyper-parameters of a node; each layer reads its own fields. */
+typedef struct st_node_args {
+    int64_t i[8];
+    float f[4];
+} st_node_args;
+
+struct st_node {
+    const st_layer_ops *ops;
+    int id;
+    st_tensor *in[ST_NODE_MAX_IN];
+    bool in_acc[ST_NODE_MAX_IN]; /* backward adds into in[i]->grad (set at finalize) */
+    int n_in;
+    st_tensor *params[ST_NODE_MAX_PARAMS]; /* trainable params and buffers */
+    int n_params;
+    st_tensor *out;
+    st_node_args args;
+    /* per-batch saved state for backward (e.g. mean/rstd, masks, argmax) */
+    int64_t saved_count; /* floats, declared by the builder */
+    float *saved;
+    int64_t work_count; /* floats of shared scratch this node needs */
+};
+
+/* The trainable parameters and buffers of a model: one data arena, one grad
+ * arena (same layout), one buffer arena. */
+typedef struct st_params {
+    st_tensor **t; /* params then buffers, in declaration order */
+    int n, cap;
+    int n_params; /* trainable ones */
+    int64_t count; /* elements of trainable params (arena size before padding) */
+    int64_t arena_count, buffer_count;
+    float *data, *grad, *buffers;
+    bool frozen; /* layout done: later builds must declare the same tensors */
+    int cursor;  /* next expected declaration during a rebuild */
+} st_params;
+
+struct st_graph {
+    st_params *params;
+    st_node *nodes;
+    int n_nodes, cap_nodes;
+    st_tensor **acts; /* activations and inputs, owned by the graph */
+    int n_acts, cap_acts;
+    float *act_arena, *grad_arena, *work;
+    int32_t *int_arena;
+    int64_t act_count, grad_count, int_count, work_count, saved_count;
+    bool finalized;
+    /* run state read by layers */
+    bool training;
+    uint64_t dropout_seed; /* set per micro-step by the caller */
+    st_tensor *loss;       /* the scalar the backward pass starts from */
+};
+
+/* --- parameters ---------------------------------------------------------- */
+void st_params_free(st_params *p);
+/* Fill every parameter and buffer from its init rule; the stream of each is
+ * derived from (seed, name), so the result is independent of build order. */
+void st_params_init(st_params *p, uint64_t seed);
+st_tensor *st_params_find(const st_params *p, const char *name);
+
+/* --- graph building ----------------------------------------------------- */
+st_status st_graph_init(st_graph *g, st_params *params);
+void st_graph_free(st_graph *g);
+
+/* Declare a trainable parameter (or, the first time, create it). On a graph
+ * built for an existing model, returns the already laid-out tensor after
+ * checking its shape. */
+st_status st_graph_param(st_graph *g, const char *name, int ndim, const int64_t *shape,
+                         st_init init, float init_scale, bool decay, st_tensor **out);
+/* A non-trainable buffer (saved with the weights, no gradient). */
+st_status st_graph_buffer(st_graph *g, const char *name, int ndim, const int64_t *shape,
+                          st_init init, st_tensor **out);
+/* A graph input the caller fills before forward. */
+st_status st_graph_input(st_graph *g, const char *name, st_dtype dtype, int ndim,
+                         const int64_t *shape, st_tensor **out);
+/* A new activation; requires_grad is decided by st_graph_node. */
+st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *shape,
+                       st_tensor **out);
+/* Append a node. `out` must be a fresh activation from st_graph_act. The node's
+ * output requires a gradient when any input or parameter does. */
+st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *in, int n_in,
+                        st_tensor *const *params, int n_params, st_tensor *out, st_node **node);
+
+/* Lay out memory. The first graph built on a st_params also lays out (and
+ * allocates) the parameter arenas. */
+st_status st_graph_finalize(st_graph *g);
+
+/* --- running ------------------------------------------------------------ */
+st_status st_graph_forward(st_graph *g);
+/* Backward from g->loss with d(loss) = seed (1/micro-steps, times a loss scale). */
+st_status st_graph_backward(st_graph *g, float seed);
+
+/* Elements of a shape. */
+static inline int64_t st_shape_count(int ndim, const int64_t *shape) {
+    int64_t c = 1;
+    for (int i = 0; i < ndim; i++) c *= shape[i];
+    return c;
+}
+
+#endif
