@@ -1,5 +1,6 @@
-# scaletrain build. `make` builds build/scaletrain; `make check` installs what is
-# missing, builds and runs the whole test suite; `make run` does the default run.
+# scaletrain build. `make` builds build/scaletrain and the tests; `make check`
+# (scripts/test.sh) installs what is missing, builds and runs the whole test
+# suite; `make run` (scripts/run-default.sh) does the default training run.
 # Other build folders: make BUILD=build-x; sanitizers: make asan.
 
 BUILD ?= build
@@ -52,16 +53,11 @@ deps:
 	@scripts/deps.sh
 
 # The README's two commands.
-run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/scaletrain
-	$(BUILD)/scaletrain train
+run:
+	scripts/run-default.sh
 
-check: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
-	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
-	tests/run.sh $(BUILD) build-asan
+check:
+	scripts/test.sh
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \

@@ -243,6 +243,10 @@ st_status st_graph_finalize(st_graph *g) {
     else if (g->params->cursor != g->params->n)
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
+    if (g->params_only) {
+        g->finalized = true;
+        return ST_OK;
+    }
 
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
     for (int i = 0; i < g->n_acts; i++) {
@@ -273,6 +277,7 @@ st_status st_graph_finalize(st_graph *g) {
                        "out of memory allocating %.1f MiB of activations; lower the micro-batch size",
                        (double)(ac + gc + wc) * 4.0 / (1 << 20));
     memset(g->act_arena, 0, (size_t)(ac ? ac : 1) * sizeof(float));
+    memset(g->grad_arena, 0, (size_t)(gc ? gc : 1) * sizeof(float));
     int64_t go = 0;
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
@@ -306,6 +311,10 @@ st_status st_graph_finalize(st_graph *g) {
         st_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {
             st_tensor *t = n->in[k];
+            if (t->kind == ST_TENSOR_PARAM) { /* parameter gradients always accumulate */
+                n->in_acc[k] = true;
+                continue;
+            }
             if (t->kind != ST_TENSOR_ACT) continue;
             n->in_acc[k] = written[t->index];
             written[t->index] = true;

@@ -122,10 +122,12 @@ struct st_graph {
     int n_nodes, cap_nodes;
     st_tensor **acts; /* activations and inputs, owned by the graph */
     int n_acts, cap_acts;
-    float *act_arena, *grad_arena, *work;
+    float *act_arena, *grad_arena;
+    float *work; /* shared scratch, 64-byte aligned: layers may use it as doubles or ints */
     int32_t *int_arena;
     int64_t act_count, grad_count, int_count, work_count, saved_count;
     bool finalized;
+    bool params_only; /* finalize lays out parameters but allocates no activations */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */

@@ -1,0 +1,37 @@
+/* Training and evaluation runs: the step loop that `scaletrain train` and
+ * `scaletrain eval` drive. Rank 0 prints; results come back in st_run_result. */
+#ifndef SCALETRAIN_TRAIN_H
+#define SCALETRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "scaletrain/config.h"
+#include "scaletrain/status.h"
+
+typedef struct st_run_opts {
+    const char *init; /* weights (safetensors) to start from, or NULL */
+    FILE *out;        /* where progress and the summary go (stdout when NULL) */
+    bool quiet;       /* no progress or summary (the JSON line is still printed when json) */
+    bool json;        /* end with one JSON object on its own line */
+    bool save;        /* write out_dir/model.safetensors at the end */
+} st_run_opts;
+
+typedef struct st_run_result {
+    int64_t steps, samples, tokens;
+    double seconds;        /* training loop wall time, evaluation excluded */
+    double samples_per_s, tokens_per_s;
+    double train_loss;     /* mean over the last log window */
+    double first_loss;     /* loss of the first step */
+    bool has_eval, has_accuracy;
+    double eval_loss, eval_accuracy;
+    double gflops_per_s;   /* model FLOPs (3x forward) per second of training */
+} st_run_result;
+
+/* Train as `cfg` says. The planner fills `auto` values in cfg. */
+st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res);
+/* Evaluate opts->init (required) on the validation data. */
+st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res);
+
+#endif

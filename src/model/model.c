@@ -1,0 +1,224 @@
+/* The three model families as layer graphs: mlp, cnn (conv/bn/relu/pool
+ * blocks and a classifier) and gpt (GPT-2: pre-norm blocks, learned
+ * positions, tied input/output embedding). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers/layers.h"
+
+#define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
+
+static st_status build_mlp(st_model *m, st_model_graph *mg) {
+    st_graph *g = &mg->g;
+    const st_config *c = &m->cfg;
+    int64_t B = mg->batch, D = m->in.height * m->in.width * m->in.channels;
+    int64_t xs[2] = {B, D};
+    ST_TRY(st_graph_input(g, "x", ST_F32, 2, xs, &mg->x));
+    ST_TRY(st_graph_input(g, "y", ST_I32, 1, &B, &mg->y));
+    st_tensor *h = mg->x;
+    char name[ST_NAME_MAX];
+    st_linear_opts lo = {.bias = true, .init = ST_INIT_UNIFORM};
+    for (int i = 0; i < c->model.hidden.n; i++) {
+        NAME(name, "fc.%d", i);
+        ST_TRY(st_linear(g, name, h, c->model.hidden.v[i], &lo, &h));
+        NAME(name, "fc.%d.relu", i);
+        ST_TRY(st_relu(g, name, h, &h));
+        if (c->model.dropout > 0) {
+            NAME(name, "fc.%d.drop", i);
+            ST_TRY(st_dropout(g, name, h, (float)c->model.dropout, &h));
+        }
+    }
+    ST_TRY(st_linear(g, "head", h, m->in.num_classes, &lo, &mg->logits));
+    return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
+}
+
+static st_status build_cnn(st_model *m, st_model_graph *mg) {
+    st_graph *g = &mg->g;
+    const st_config *c = &m->cfg;
+    int64_t B = mg->batch;
+    int64_t xs[4] = {B, m->in.height, m->in.width, m->in.channels};
+    ST_TRY(st_graph_input(g, "x", ST_F32, 4, xs, &mg->x));
+    ST_TRY(st_graph_input(g, "y", ST_I32, 1, &B, &mg->y));
+    st_tensor *h = mg->x;
+    char name[ST_NAME_MAX];
+    int64_t k = c->model.kernel;
+    for (int i = 0; i < c->model.channels.n; i++) {
+        NAME(name, "conv.%d", i);
+        ST_TRY(st_conv2d(g, name, h, c->model.channels.v[i], k, 1, k / 2, !c->model.batchnorm, &h));
+        if (c->model.batchnorm) {
+            NAME(name, "bn.%d", i);
+            ST_TRY(st_batchnorm(g, name, h, 1e-5f, 0.1f, &h));
+        }
+        NAME(name, "conv.%d.relu", i);
+        ST_TRY(st_relu(g, name, h, &h));
+        if (i < c->model.pool.n && c->model.pool.v[i]) {
+            NAME(name, "pool.%d", i);
+            ST_TRY(st_maxpool2d(g, name, h, 2, 2, &h));
+        }
+    }
+    ST_TRY(st_flatten(g, "flatten", h, &h));
+    if (c->model.dropout > 0) ST_TRY(st_dropout(g, "head.drop", h, (float)c->model.dropout, &h));
+    st_linear_opts lo = {.bias = true, .init = ST_INIT_UNIFORM};
+    ST_TRY(st_linear(g, "head", h, m->in.num_classes, &lo, &mg->logits));
+    return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
+}
+
+static st_status build_gpt(st_model *m, st_model_graph *mg) {
+    st_graph *g = &mg->g;
+    const st_config *c = &m->cfg;
+    const int64_t B = mg->batch, T = m->in.seq_len, C = c->model.n_embd, L = c->model.n_layer;
+    const int64_t V = m->in.vocab_size;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L); /* GPT-2 paper, sec. 2.3 */
+    const float p = (float)c->model.dropout;
+    int64_t xs[2] = {B, T};
+    ST_TRY(st_graph_input(g, "idx", ST_I32, 2, xs, &mg->x));
+    ST_TRY(st_graph_input(g, "targets", ST_I32, 2, xs, &mg->y));
+    st_tensor *wte, *h, *a;
+    ST_TRY(st_embedding(g, "wte", mg->x, V, C, std, &h, &wte));
+    ST_TRY(st_pos_embedding(g, "wpe", h, c->model.block_size, std, &h));
+    if (p > 0) ST_TRY(st_dropout(g, "drop", h, p, &h));
+    char name[ST_NAME_MAX];
+    st_linear_opts lin = {.bias = true, .in_out = true, .init = ST_INIT_NORMAL, .init_scale = std};
+    st_linear_opts proj = lin;
+    proj.init_scale = proj_std;
+    for (int64_t l = 0; l < L; l++) {
+        NAME(name, "h.%lld.ln_1", (long long)l);
+        ST_TRY(st_layernorm(g, name, h, 1e-5f, &a));
+        NAME(name, "h.%lld.attn.c_attn", (long long)l);
+        ST_TRY(st_linear(g, name, a, 3 * C, &lin, &a));
+        NAME(name, "h.%lld.attn", (long long)l);
+        ST_TRY(st_attention(g, name, a, c->model.n_head, &a));
+        NAME(name, "h.%lld.attn.c_proj", (long long)l);
+        ST_TRY(st_linear(g, name, a, C, &proj, &a));
+        if (p > 0) {
+            NAME(name, "h.%lld.attn.drop", (long long)l);
+            ST_TRY(st_dropout(g, name, a, p, &a));
+        }
+        NAME(name, "h.%lld.res_1", (long long)l);
+        ST_TRY(st_add(g, name, h, a, &h));
+        NAME(name, "h.%lld.ln_2", (long long)l);
+        ST_TRY(st_layernorm(g, name, h, 1e-5f, &a));
+        NAME(name, "h.%lld.mlp.c_fc", (long long)l);
+        ST_TRY(st_linear(g, name, a, 4 * C, &lin, &a));
+        NAME(name, "h.%lld.mlp.gelu", (long long)l);
+        ST_TRY(st_gelu(g, name, a, &a));
+        NAME(name, "h.%lld.mlp.c_proj", (long long)l);
+        ST_TRY(st_linear(g, name, a, C, &proj, &a));
+        if (p > 0) {
+            NAME(name, "h.%lld.mlp.drop", (long long)l);
+            ST_TRY(st_dropout(g, name, a, p, &a));
+        }
+        NAME(name, "h.%lld.res_2", (long long)l);
+        ST_TRY(st_add(g, name, h, a, &h));
+    }
+    ST_TRY(st_layernorm(g, "ln_f", h, 1e-5f, &h));
+    ST_TRY(st_linear_tied(g, "lm_head", h, wte, &mg->logits));
+    return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
+}
+
+static st_status graph_build(st_model *m, int64_t batch, bool params_only, st_model_graph *mg) {
+    memset(mg, 0, sizeof *mg);
+    if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
+    mg->batch = batch;
+    st_graph_init(&mg->g, &m->params);
+    mg->g.params_only = params_only;
+    st_status s;
+    switch (m->kind) {
+    case ST_MODEL_MLP: s = build_mlp(m, mg); break;
+    case ST_MODEL_CNN: s = build_cnn(m, mg); break;
+    default: s = build_gpt(m, mg); break;
+    }
+    if (s == ST_OK) s = st_graph_finalize(&mg->g);
+    if (s != ST_OK) {
+        st_graph_free(&mg->g);
+        memset(mg, 0, sizeof *mg);
+    }
+    return s;
+}
+
+st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
+    return graph_build(m, batch, false, mg);
+}
+
+void st_model_graph_free(st_model_graph *mg) {
+    if (!mg) return;
+    st_graph_free(&mg->g);
+    memset(mg, 0, sizeof *mg);
+}
+
+st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
+    *out = NULL;
+    st_model *m = calloc(1, sizeof *m);
+    if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->in = *in;
+    const char *t = cfg->model.type;
+    if (strcmp(t, "mlp") == 0) m->kind = ST_MODEL_MLP;
+    else if (strcmp(t, "cnn") == 0) m->kind = ST_MODEL_CNN;
+    else m->kind = ST_MODEL_GPT;
+    st_status s = ST_OK;
+    if (m->kind == ST_MODEL_GPT) {
+        if (in->seq_len > cfg->model.block_size)
+            s = st_fail(ST_ERR_CONFIG, "model.block_size %lld is shorter than the sequence length %lld",
+                        (long long)cfg->model.block_size, (long long)in->seq_len);
+    } else if (in->num_classes < 2 || in->height < 1 || in->width < 1 || in->channels < 1) {
+        s = st_fail(ST_ERR_CONFIG, "model.type %s needs image data with at least 2 classes", t);
+    }
+    /* Parameters are declared by building a one-sample graph, then laid out;
+     * the probe allocates no activations. */
+    st_model_graph probe;
+    if (s == ST_OK) s = graph_build(m, 1, true, &probe);
+    if (s != ST_OK) {
+        st_model_free(m);
+        return s;
+    }
+    st_model_graph_free(&probe);
+    m->n_params = m->params.count;
+    *out = m;
+    return ST_OK;
+}
+
+void st_model_free(st_model *m) {
+    if (!m) return;
+    st_params_free(&m->params);
+    free(m);
+}
+
+void st_model_init_weights(st_model *m, uint64_t seed) { st_params_init(&m->params, seed); }
+
+double st_model_flops_per_sample(const st_model *m) {
+    const st_config *c = &m->cfg;
+    double f = 0;
+    if (m->kind == ST_MODEL_MLP) {
+        double in = (double)(m->in.height * m->in.width * m->in.channels);
+        for (int i = 0; i < c->model.hidden.n; i++) {
+            f += 2 * in * (double)c->model.hidden.v[i];
+            in = (double)c->model.hidden.v[i];
+        }
+        f += 2 * in * (double)m->in.num_classes;
+    } else if (m->kind == ST_MODEL_CNN) {
+        double h = (double)m->in.height, w = (double)m->in.width, ch = (double)m->in.channels;
+        double k = (double)c->model.kernel;
+        for (int i = 0; i < c->model.channels.n; i++) {
+            double co = (double)c->model.channels.v[i];
+            f += 2 * h * w * co * ch * k * k; /* stride 1, "same" padding */
+            ch = co;
+            if (i < c->model.pool.n && c->model.pool.v[i]) {
+                h = floor(h / 2);
+                w = floor(w / 2);
+            }
+        }
+        f += 2 * h * w * ch * (double)m->in.num_classes;
+    } else {
+        double C = (double)c->model.n_embd, L = (double)c->model.n_layer, T = (double)m->in.seq_len;
+        double V = (double)m->in.vocab_size;
+        /* per token: 24 L C^2 in the blocks, 4 L T C in attention scores and
+         * values (full T x T, as computed), 2 C V in the output layer */
+        f = T * (24 * L * C * C + 4 * L * T * C + 2 * C * V);
+    }
+    return f;
+}

@@ -1,0 +1,59 @@
+/* Models: mlp, cnn and gpt built as layer graphs over one parameter arena.
+ *
+ * A st_model owns the parameters (st_params) and builds a graph per batch
+ * size on demand (training micro-batch, evaluation batch); all graphs share
+ * the parameters. Parameter names are stable and are the checkpoint names;
+ * GPT uses the Hugging Face GPT-2 layout (docs/formats.md). */
+#ifndef ST_MODEL_MODEL_H
+#define ST_MODEL_MODEL_H
+
+#include "scaletrain/config.h"
+#include "graph.h"
+
+typedef enum st_model_kind { ST_MODEL_MLP, ST_MODEL_CNN, ST_MODEL_GPT } st_model_kind;
+
+/* What the data looks like, as the model needs it. */
+typedef struct st_model_input {
+    int64_t height, width, channels; /* images (NHWC) */
+    int64_t num_classes;
+    int64_t vocab_size; /* tokens */
+    int64_t seq_len;    /* tokens per sample (GPT: block_size) */
+} st_model_input;
+
+/* One graph for one batch size, with its named endpoints. */
+typedef struct st_model_graph {
+    st_graph g;
+    int64_t batch;
+    st_tensor *x;      /* F32 (B, H, W, C) / (B, D), or I32 tokens (B, T) */
+    st_tensor *y;      /* I32 targets (B) or (B, T) */
+    st_tensor *logits; /* (B, classes) or (B, T, V) */
+    st_tensor *loss;   /* (1) */
+} st_model_graph;
+
+typedef struct st_model {
+    st_model_kind kind;
+    st_config cfg; /* the model section is what matters; kept whole for checkpoints */
+    st_model_input in;
+    st_params params;
+    int64_t n_params;
+} st_model;
+
+/* Create the model and lay out its parameters (not yet initialised: call
+ * st_model_init_weights or st_model_load). Frees with st_model_free. */
+st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out);
+void st_model_free(st_model *m);
+void st_model_init_weights(st_model *m, uint64_t seed);
+
+/* Build a graph for `batch` samples. */
+st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
+void st_model_graph_free(st_model_graph *mg);
+
+/* Forward FLOPs per sample (matrix products and convolutions, 2 per MAC). */
+double st_model_flops_per_sample(const st_model *m);
+
+/* Weights as safetensors: every parameter and buffer by name, F32. */
+st_status st_model_save(const st_model *m, const char *path);
+/* Load and check every name, shape and dtype; each mismatch is reported by name. */
+st_status st_model_load(st_model *m, const char *path);
+
+#endif

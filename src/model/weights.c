@@ -1,0 +1,125 @@
+/* Model weights as safetensors: save every parameter and buffer by name;
+ * load with every name, shape and dtype checked and each mismatch reported. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+#include "model.h"
+
+static const char *kind_name(st_model_kind k) {
+    return k == ST_MODEL_MLP ? "mlp" : k == ST_MODEL_CNN ? "cnn" : "gpt";
+}
+
+st_status st_model_save(const st_model *m, const char *path) {
+    const st_params *p = &m->params;
+    st_safetensors_tensor *t = calloc((size_t)(p->n ? p->n : 1), sizeof *t);
+    if (!t) return st_fail(ST_ERR_NOMEM, "out of memory saving %s", path);
+    for (int i = 0; i < p->n; i++) {
+        t[i].name = p->t[i]->name;
+        t[i].dtype = "F32";
+        t[i].ndim = p->t[i]->ndim;
+        t[i].shape = p->t[i]->shape;
+        t[i].data = p->t[i]->data;
+    }
+    const char *meta[] = {"format", "scaletrain", "model", kind_name(m->kind)};
+    st_status s = st_safetensors_write(path, t, p->n, meta, 2);
+    free(t);
+    return s;
+}
+
+/* Tensors a Hugging Face GPT-2 checkpoint holds that this model derives
+ * itself: the causal-mask buffers and the tied output layer. */
+static bool ignorable(const st_model *m, const char *name) {
+    if (m->kind != ST_MODEL_GPT) return false;
+    size_t n = strlen(name);
+    return strcmp(name, "lm_head.weight") == 0 ||
+           (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+           (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
+}
+
+static const char *strip_prefix(const char *name) {
+    return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+}
+
+static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < size) snprintf(buf + o, size - o, "]");
+}
+
+typedef struct problems {
+    char msg[3072];
+    size_t len;
+    int n;
+} problems;
+
+static void problem(problems *pr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(problems *pr, const char *fmt, ...) {
+    pr->n++;
+    if (pr->n > 12 || pr->len >= sizeof pr->msg) return;
+    va_list ap;
+    va_start(ap, fmt);
+    pr->len += (size_t)snprintf(pr->msg + pr->len, sizeof pr->msg - pr->len, "\n  ");
+    if (pr->len < sizeof pr->msg) pr->len += (size_t)vsnprintf(pr->msg + pr->len, sizeof pr->msg - pr->len, fmt, ap);
+    va_end(ap);
+}
+
+st_status st_model_load(st_model *m, const char *path) {
+    st_safetensors *f = NULL;
+    ST_TRY(st_safetensors_open(path, &f));
+    st_params *p = &m->params;
+    problems pr = {.len = 0};
+    const st_safetensors_entry **match = calloc((size_t)(p->n ? p->n : 1), sizeof *match);
+    if (!match) {
+        st_safetensors_close(f);
+        return st_fail(ST_ERR_NOMEM, "out of memory loading %s", path);
+    }
+    char a[96], b[96];
+    /* Check everything before changing anything: a failed load leaves the model as it was. */
+    for (int i = 0; i < p->n; i++) {
+        const st_tensor *t = p->t[i];
+        char alt[ST_NAME_MAX + 16];
+        snprintf(alt, sizeof alt, "transformer.%s", t->name);
+        const st_safetensors_entry *e = st_safetensors_find(f, t->name);
+        if (!e) e = st_safetensors_find(f, alt);
+        shape_str(b, sizeof b, t->ndim, t->shape);
+        if (!e) {
+            problem(&pr, "%s: missing (the model expects shape %s)", t->name, b);
+            continue;
+        }
+        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16") &&
+            strcmp(e->dtype, "F64")) {
+            problem(&pr, "%s: dtype %s cannot be loaded as float weights (F32, F16, BF16, F64 can)", t->name,
+                    e->dtype);
+            continue;
+        }
+        if (e->ndim != t->ndim || memcmp(e->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) != 0) {
+            shape_str(a, sizeof a, e->ndim, e->shape);
+            problem(&pr, "%s: shape %s in the file, %s in the model", t->name, a, b);
+            continue;
+        }
+        match[i] = e;
+    }
+    for (int i = 0; i < st_safetensors_count(f); i++) {
+        const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
+        const char *name = strip_prefix(e->name);
+        if (!st_params_find(p, name) && !ignorable(m, name))
+            problem(&pr, "%s: in the file but not in the model", e->name);
+    }
+    st_status s = ST_OK;
+    if (pr.n) {
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: %d mismatch%s with the %s model:%s%s\nhint: the weights must come from a model with "
+                    "the same model.* settings",
+                    path, pr.n, pr.n == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "");
+    }
+    for (int i = 0; i < p->n && s == ST_OK; i++)
+        s = st_safetensors_read_f32(f, match[i]->name, p->t[i]->data, p->t[i]->count);
+    if (s != ST_OK && !pr.n) st_fail_context(s, "%s: ", path);
+    free(match);
+    st_safetensors_close(f);
+    return s;
+}

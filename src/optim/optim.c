@@ -1,0 +1,106 @@
+/* AdamW, SGD, schedules and clipping (see optim.h). */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/mem.h"
+
+st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p) {
+    memset(o, 0, sizeof *o);
+    o->kind = strcmp(cfg->optim.type, "sgd") == 0 ? ST_OPTIM_SGD : ST_OPTIM_ADAMW;
+    o->weight_decay = cfg->optim.weight_decay;
+    o->beta1 = cfg->optim.beta1;
+    o->beta2 = cfg->optim.beta2;
+    o->eps = cfg->optim.eps;
+    o->momentum = cfg->optim.momentum;
+    o->nesterov = cfg->optim.nesterov;
+    o->count = p->arena_count;
+    size_t nbytes = (size_t)o->count * sizeof(float);
+    o->m = st_alloc_aligned(nbytes);
+    if (o->kind == ST_OPTIM_ADAMW) o->v = st_alloc_aligned(nbytes);
+    if (!o->m || (o->kind == ST_OPTIM_ADAMW && !o->v)) {
+        st_optim_free(o);
+        return st_fail(ST_ERR_NOMEM, "out of memory for optimizer state (%.1f MiB)",
+                       2.0 * (double)nbytes / (1 << 20));
+    }
+    memset(o->m, 0, nbytes);
+    if (o->v) memset(o->v, 0, nbytes);
+    return ST_OK;
+}
+
+void st_optim_free(st_optim *o) {
+    if (!o) return;
+    st_free_aligned(o->m);
+    st_free_aligned(o->v);
+    memset(o, 0, sizeof *o);
+}
+
+static void adamw_tensor(const st_optim *o, st_tensor *t, float *m, float *v, double lr) {
+    const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+    const double bc1 = 1.0 - pow(o->beta1, (double)o->t), bc2 = 1.0 - pow(o->beta2, (double)o->t);
+    const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
+    const float decay = t->decay ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
+    float *w = t->data;
+    const float *g = t->grad;
+#pragma omp parallel for schedule(static) if (t->count > 32768)
+    for (int64_t i = 0; i < t->count; i++) {
+        float gi = g[i];
+        w[i] *= decay;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] -= step * m[i] / (sqrtf(v[i]) * rbc2 + eps);
+    }
+}
+
+static void sgd_tensor(const st_optim *o, st_tensor *t, float *buf, double lr) {
+    const float mu = (float)o->momentum, wd = t->decay ? (float)o->weight_decay : 0.0f;
+    const float flr = (float)lr;
+    const bool first = o->t == 1, nesterov = o->nesterov;
+    float *w = t->data;
+    const float *g = t->grad;
+#pragma omp parallel for schedule(static) if (t->count > 32768)
+    for (int64_t i = 0; i < t->count; i++) {
+        float d = g[i] + wd * w[i];
+        if (mu != 0.0f) {
+            buf[i] = first ? d : mu * buf[i] + d;
+            d = nesterov ? d + mu * buf[i] : buf[i];
+        }
+        w[i] -= flr * d;
+    }
+}
+
+void st_optim_step(st_optim *o, st_params *p, double lr) {
+    o->t++;
+    for (int i = 0; i < p->n; i++) {
+        st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, o->m + t->offset, o->v + t->offset, lr);
+        else sgd_tensor(o, t, o->m + t->offset, lr);
+    }
+}
+
+double st_lr_at(const st_config *cfg, int64_t step, int64_t total) {
+    const double lr = cfg->optim.lr, min_lr = cfg->optim.lr * cfg->optim.min_lr;
+    const int64_t warm = cfg->optim.warmup_steps;
+    if (step < warm) return lr * (double)(step + 1) / (double)warm;
+    if (strcmp(cfg->optim.schedule, "constant") == 0 || total <= warm) return lr;
+    double progress = (double)(step - warm) / (double)(total - warm);
+    if (progress > 1.0) progress = 1.0;
+    if (strcmp(cfg->optim.schedule, "linear") == 0) return lr - (lr - min_lr) * progress;
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
+}
+
+double st_grad_norm(const st_params *p) {
+    double s = 0;
+    const float *g = p->grad;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < p->count; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+void st_grad_scale(st_params *p, float scale) {
+    float *g = p->grad;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p->count; i++) g[i] *= scale;
+}

@@ -1,0 +1,40 @@
+/* Optimizers over the flat parameter arena: AdamW and SGD (momentum,
+ * Nesterov), learning-rate schedules and global-norm gradient clipping.
+ *
+ * Each works tensor by tensor over st_params so that weight decay follows the
+ * parameter's `decay` flag (matrices yes; biases and norm weights no). The
+ * state is one arena the size of the parameter arena per moment, so a ZeRO
+ * shard is a contiguous slice of it. Formulas follow torch.optim exactly
+ * (AdamW: Loshchilov & Hutter 2019, Algorithm 2, with PyTorch's bias
+ * correction order), so trajectories can be compared step for step. */
+#ifndef ST_OPTIM_OPTIM_H
+#define ST_OPTIM_OPTIM_H
+
+#include "model/graph.h"
+#include "scaletrain/config.h"
+
+typedef enum st_optim_kind { ST_OPTIM_ADAMW, ST_OPTIM_SGD } st_optim_kind;
+
+typedef struct st_optim {
+    st_optim_kind kind;
+    double weight_decay, beta1, beta2, eps, momentum;
+    bool nesterov;
+    int64_t t;      /* steps taken */
+    int64_t count;  /* elements of each state arena */
+    float *m, *v;   /* AdamW moments / SGD momentum buffer (m) */
+} st_optim;
+
+st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
+void st_optim_free(st_optim *o);
+/* One update of every trainable parameter from its gradient, at rate lr. */
+void st_optim_step(st_optim *o, st_params *p, double lr);
+
+/* The learning rate for step `step` (0-based) of `total`. */
+double st_lr_at(const st_config *cfg, int64_t step, int64_t total);
+
+/* L2 norm of all gradients (accumulated in double). */
+double st_grad_norm(const st_params *p);
+/* Multiply every gradient by `scale`. */
+void st_grad_scale(st_params *p, float scale);
+
+#endif

@@ -1,0 +1,229 @@
+/* Run set-up shared by training and evaluation: threads, data, the values
+ * left `auto`, the model, and evaluation. */
+#include "session.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/blas.h"
+#include "layers/layers.h"
+
+double st_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void setup_threads(st_session *s) {
+    st_config *c = s->cfg;
+    if (c->train.threads == ST_AUTO) {
+        c->train.threads = omp_get_num_procs();
+        st_config_mark_auto(c, "train.threads", "the cores this process may use");
+    }
+    s->threads = (int)c->train.threads;
+    omp_set_num_threads(s->threads);
+    openblas_set_num_threads(s->threads);
+}
+
+static st_status open_data(st_session *s, bool eval_only) {
+    st_config *c = s->cfg;
+    const bool tokens = strcmp(c->data.type, "tokens") == 0;
+    if (tokens) {
+        if (!eval_only) {
+            ST_TRY(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train));
+            s->has_train = true;
+        }
+        if (c->data.val[0]) {
+            ST_TRY(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val));
+            s->has_val = true;
+        }
+        return ST_OK;
+    }
+    /* Images are normalised with the training set's statistics, so evaluation
+     * reads the training set's stats too (cheap next to a run). */
+    ST_TRY(st_dataset_open_images(c->data.train, c->data.train_labels, &s->train));
+    s->has_train = true;
+    st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
+    if (c->data.val[0]) {
+        ST_TRY(st_dataset_open_images(c->data.val, c->data.val_labels, &s->val));
+        s->has_val = true;
+        s->val.mean = s->train.mean;
+        s->val.std = s->train.std;
+        if (s->val.h != s->train.h || s->val.w != s->train.w || s->val.c != s->train.c)
+            return st_fail(ST_ERR_FORMAT, "%s holds %lldx%lldx%lld images but %s holds %lldx%lldx%lld",
+                           c->data.val, (long long)s->val.h, (long long)s->val.w, (long long)s->val.c,
+                           c->data.train, (long long)s->train.h, (long long)s->train.w,
+                           (long long)s->train.c);
+    }
+    return ST_OK;
+}
+
+static st_status plan(st_session *s, st_model_input *in) {
+    st_config *c = s->cfg;
+    char why[128];
+    const st_dataset *d = s->has_train ? &s->train : &s->val;
+    memset(in, 0, sizeof *in);
+    if (d->kind == ST_DATA_TOKENS) {
+        if (strcmp(c->model.type, "gpt") != 0)
+            return st_fail(ST_ERR_CONFIG, "data.type tokens needs model.type gpt (model.type is %s)",
+                           c->model.type);
+        if (c->model.vocab_size == ST_AUTO) {
+            c->model.vocab_size = d->vocab_size;
+            snprintf(why, sizeof why, "the vocabulary of %s", c->data.train);
+            st_config_mark_auto(c, "model.vocab_size", why);
+        } else if (c->model.vocab_size < d->vocab_size) {
+            return st_fail(ST_ERR_CONFIG, "model.vocab_size %lld is smaller than the data's vocabulary %lld",
+                           (long long)c->model.vocab_size, (long long)d->vocab_size);
+        }
+        in->vocab_size = c->model.vocab_size;
+        in->seq_len = c->model.block_size;
+    } else {
+        if (strcmp(c->model.type, "gpt") == 0)
+            return st_fail(ST_ERR_CONFIG, "model.type gpt needs data.type tokens");
+        int64_t classes = s->train.num_classes > s->val.num_classes ? s->train.num_classes
+                                                                    : s->val.num_classes;
+        if (c->model.num_classes == ST_AUTO) {
+            c->model.num_classes = classes;
+            snprintf(why, sizeof why, "labels 0..%lld in the data", (long long)classes - 1);
+            st_config_mark_auto(c, "model.num_classes", why);
+        } else if (c->model.num_classes < classes) {
+            return st_fail(ST_ERR_CONFIG, "model.num_classes %lld is too small: the labels go up to %lld",
+                           (long long)c->model.num_classes, (long long)classes - 1);
+        }
+        in->height = d->h;
+        in->width = d->w;
+        in->channels = d->c;
+        in->num_classes = c->model.num_classes;
+    }
+    if (c->train.micro_batch_size == ST_AUTO) {
+        c->train.micro_batch_size = c->train.batch_size;
+        st_config_mark_auto(c, "train.micro_batch_size", "the whole batch on one rank");
+    }
+    if (c->train.batch_size % c->train.micro_batch_size != 0)
+        return st_fail(ST_ERR_CONFIG, "train.batch_size %lld is not a multiple of train.micro_batch_size %lld",
+                       (long long)c->train.batch_size, (long long)c->train.micro_batch_size);
+    if (c->train.eval_batch_size == ST_AUTO) {
+        c->train.eval_batch_size = c->train.micro_batch_size;
+        st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");
+    }
+    if (s->has_train) {
+        if (s->train.n < c->train.batch_size)
+            return st_fail(ST_ERR_CONFIG, "%s has %lld samples, fewer than one batch (train.batch_size %lld)",
+                           c->data.train, (long long)s->train.n, (long long)c->train.batch_size);
+        if (c->train.steps == ST_AUTO) {
+            int64_t per_epoch = s->train.n / c->train.batch_size;
+            c->train.steps = (int64_t)ceil(c->train.epochs * (double)per_epoch);
+            if (c->train.steps < 1) c->train.steps = 1;
+            snprintf(why, sizeof why, "%g epoch(s) of %lld steps", c->train.epochs, (long long)per_epoch);
+            st_config_mark_auto(c, "train.steps", why);
+        }
+    }
+    if (strcmp(c->precision, "auto") == 0) {
+        snprintf(c->precision, sizeof c->precision, "fp32");
+        st_config_mark_auto(c, "precision", "fp32 on the CPU");
+    } else if (strcmp(c->precision, "fp32") != 0) {
+        return st_fail(ST_ERR_UNSUPPORTED, "precision %s is not available in this build yet; use fp32 or auto",
+                       c->precision);
+    }
+    return ST_OK;
+}
+
+st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->out = opts && opts->out ? opts->out : stdout;
+    setup_threads(s);
+    ST_TRY(open_data(s, eval_only));
+    st_model_input in;
+    ST_TRY(plan(s, &in));
+    ST_TRY(st_model_create(cfg, &in, &s->model));
+    if (s->has_val) ST_TRY(st_model_graph_build(s->model, cfg->train.eval_batch_size, &s->eval_graph));
+    return ST_OK;
+}
+
+void st_session_close(st_session *s) {
+    st_model_graph_free(&s->eval_graph);
+    st_model_free(s->model);
+    st_dataset_free(&s->train);
+    st_dataset_free(&s->val);
+    memset(s, 0, sizeof *s);
+}
+
+st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
+    st_model_graph *mg = &s->eval_graph;
+    const st_dataset *d = &s->val;
+    const int64_t B = mg->batch;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    if (!idx) return st_fail(ST_ERR_NOMEM, "out of memory");
+    int64_t n = d->n;
+    if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
+    double loss_sum = 0;
+    int64_t valid = 0, correct = 0;
+    st_status st = ST_OK;
+    mg->g.training = false;
+    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
+    const int64_t per = mg->y->count / B; /* targets per sample */
+    for (int64_t start = 0; start < n && st == ST_OK; start += B) {
+        int64_t cnt = n - start < B ? n - start : B;
+        for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
+        st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
+        if (st == ST_OK) st = st_graph_forward(&mg->g);
+        if (st != ST_OK) break;
+        int64_t v = 0;
+        for (int64_t r = 0; r < cnt * per; r++) {
+            int32_t t = mg->y->idata[r];
+            if (t == ST_IGNORE_INDEX) continue;
+            v++;
+            const float *row = mg->logits->data + r * classes;
+            int64_t best = 0;
+            for (int64_t k = 1; k < classes; k++)
+                if (row[k] > row[best]) best = k;
+            correct += best == t;
+        }
+        loss_sum += (double)mg->loss->data[0] * (double)v;
+        valid += v;
+    }
+    free(idx);
+    if (st != ST_OK) return st;
+    *loss = valid ? loss_sum / (double)valid : 0.0;
+    *accuracy = valid ? (double)correct / (double)valid : 0.0;
+    *has_accuracy = d->kind == ST_DATA_IMAGES;
+    return ST_OK;
+}
+
+void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total) {
+    p->out = out;
+    p->total = total;
+    p->t0 = st_now();
+    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
+}
+
+void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
+                      const char *unit, bool force_line) {
+    double el = st_now() - p->t0;
+    double eta = step > 0 ? el / (double)step * (double)(p->total - step) : 0;
+    int em = (int)(eta / 60), es = (int)eta % 60;
+    if (p->bar) {
+        const int width = 24;
+        int fill = p->total ? (int)((double)width * (double)step / (double)p->total) : width;
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(p->out, "\r[%s] %lld/%lld loss %.4f lr %.2e %.0f %s eta %d:%02d  ", bar, (long long)step,
+                (long long)p->total, loss, lr, rate, unit, em, es);
+        fflush(p->out);
+        return;
+    }
+    if (!force_line) return;
+    fprintf(p->out, "step %lld/%lld | loss %.4f | lr %.2e | %.0f %s | eta %d:%02d\n", (long long)step,
+            (long long)p->total, loss, lr, rate, unit, em, es);
+    fflush(p->out);
+}
+
+void st_progress_end(st_progress *p) {
+    if (p->bar) fputc('\n', p->out);
+}

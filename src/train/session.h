@@ -1,0 +1,43 @@
+/* What a run holds: data, model, graphs and the chosen sizes. Shared by the
+ * train and eval paths (train.c, eval.c). Internal to src/train. */
+#ifndef ST_TRAIN_SESSION_H
+#define ST_TRAIN_SESSION_H
+
+#include <stdio.h>
+
+#include "data/dataset.h"
+#include "model/model.h"
+#include "scaletrain/train.h"
+
+typedef struct st_session {
+    st_config *cfg;
+    st_dataset train, val;
+    bool has_train, has_val;
+    st_model *model;
+    st_model_graph eval_graph;
+    FILE *out;
+    int threads;
+} st_session;
+
+/* Open data (train unless eval_only), fill `auto` values, create the model. */
+st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
+void st_session_close(st_session *s);
+
+/* Evaluate on the validation set (or its first cfg->train.eval_steps batches). */
+st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
+
+/* Progress output on rank 0: a bar on a terminal, plain lines otherwise. */
+typedef struct st_progress {
+    FILE *out;
+    bool bar;
+    int64_t total;
+    double t0;
+} st_progress;
+void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total);
+void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
+                      const char *unit, bool force_line);
+void st_progress_end(st_progress *p);
+
+double st_now(void);
+
+#endif

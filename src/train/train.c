@@ -1,0 +1,222 @@
+/* The training step loop on one process: batches in epoch-seeded order,
+ * gradient accumulation over micro-batches, clipping, the optimizer and the
+ * schedule, progress, evaluation, the summary and the saved weights. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/rng.h"
+#include "layers/layers.h"
+#include "optim/optim.h"
+#include "session.h"
+
+static st_status mkdirs(const char *path) {
+    char buf[ST_CFG_STR];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", buf, strerror(errno));
+    return ST_OK;
+}
+
+static void print_json(FILE *out, const st_run_result *r, bool lm) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "loss", r->has_eval ? r->eval_loss : r->train_loss);
+    if (r->has_accuracy) cJSON_AddNumberToObject(o, "accuracy", r->eval_accuracy);
+    cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+    cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
+    if (lm) cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    if (r->steps) {
+        cJSON_AddNumberToObject(o, "train_loss", r->train_loss);
+        cJSON_AddNumberToObject(o, "first_loss", r->first_loss);
+        cJSON_AddNumberToObject(o, "seconds", r->seconds);
+        cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
+    }
+    if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) fprintf(out, "%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void print_header(st_session *ses, const st_run_opts *opts) {
+    if (opts->quiet) return;
+    fprintf(ses->out, "scaletrain: effective configuration\n");
+    st_config_print(ses->cfg, ses->out);
+    fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
+            (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
+    fflush(ses->out);
+}
+
+static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step) {
+    if (!ses->has_val) return ST_OK;
+    ST_TRY(st_session_evaluate(ses, &r->eval_loss, &r->eval_accuracy, &r->has_accuracy));
+    r->has_eval = true;
+    if (!opts->quiet) {
+        if (r->has_accuracy)
+            fprintf(ses->out, "eval at step %lld: loss %.4f, accuracy %.2f%%\n", (long long)step, r->eval_loss,
+                    100.0 * r->eval_accuracy);
+        else
+            fprintf(ses->out, "eval at step %lld: loss %.4f, perplexity %.2f\n", (long long)step, r->eval_loss,
+                    exp(r->eval_loss));
+        fflush(ses->out);
+    }
+    return ST_OK;
+}
+
+static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r) {
+    st_config *c = ses->cfg;
+    st_model *m = ses->model;
+    const int64_t mb = c->train.micro_batch_size, accum = c->train.batch_size / mb;
+    const int64_t steps = c->train.steps, n = ses->train.n;
+    const bool lm = ses->train.kind == ST_DATA_TOKENS;
+    const int64_t tokens_per_sample = lm ? ses->train.seq_len : 0;
+    const uint64_t seed = (uint64_t)c->train.seed;
+    st_model_graph mg = {0};
+    st_optim opt = {0};
+    int64_t *order = malloc((size_t)n * sizeof *order);
+    st_status s;
+    if (!order) return st_fail(ST_ERR_NOMEM, "out of memory for the sample order");
+    ST_GOTO(st_model_graph_build(m, mb, &mg));
+    ST_GOTO(st_optim_init(&opt, c, &m->params));
+    mg.g.training = true;
+
+    int64_t epoch = 0, pos = 0;
+    st_epoch_order(n, seed, epoch, c->data.shuffle, order);
+    st_progress prog;
+    st_progress_init(&prog, ses->out, opts->quiet ? "off" : c->log.progress, steps);
+    double window_loss = 0, t_train = 0;
+    int64_t window_n = 0;
+    const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
+    for (int64_t step = 0; step < steps; step++) {
+        double t0 = st_now();
+        if (pos + c->train.batch_size > n) { /* drop the last partial batch, start a new epoch */
+            epoch++;
+            pos = 0;
+            st_epoch_order(n, seed, epoch, c->data.shuffle, order);
+        }
+        memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
+        double step_loss = 0;
+        for (int64_t k = 0; k < accum; k++) {
+            ST_GOTO(st_dataset_batch(&ses->train, order + pos, mb, mb, ST_IGNORE_INDEX, mg.x->data, mg.x->idata,
+                                     mg.y->idata));
+            pos += mb;
+            mg.g.dropout_seed = st_mix64(seed ^ st_mix64((uint64_t)(step * accum + k)));
+            ST_GOTO(st_graph_forward(&mg.g));
+            step_loss += mg.loss->data[0] / (double)accum;
+            ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
+        }
+        if (!isfinite(step_loss)) {
+            s = st_fail(ST_ERR_NUMERIC, "the loss became %g at step %lld; lower optim.lr or set optim.grad_clip",
+                         step_loss, (long long)step + 1);
+            goto fail;
+        }
+        if (c->optim.grad_clip > 0) {
+            double norm = st_grad_norm(&m->params);
+            if (norm > c->optim.grad_clip) st_grad_scale(&m->params, (float)(c->optim.grad_clip / (norm + 1e-6)));
+        }
+        double lr = st_lr_at(c, step, steps);
+        st_optim_step(&opt, &m->params, lr);
+        t_train += st_now() - t0;
+        if (step == 0) r->first_loss = step_loss;
+        window_loss += step_loss;
+        window_n++;
+        r->steps = step + 1;
+        r->samples = r->steps * c->train.batch_size;
+        double rate = (double)r->samples / t_train;
+        bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
+        if (line) {
+            r->train_loss = window_loss / (double)window_n;
+            window_loss = 0;
+            window_n = 0;
+        }
+        st_progress_step(&prog, step + 1, line ? r->train_loss : step_loss, lr,
+                         lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);
+        if (c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps) {
+            st_progress_end(&prog);
+            ST_GOTO(eval_and_report(ses, opts, r, step + 1));
+        }
+    }
+    st_progress_end(&prog);
+    r->seconds = t_train;
+    r->samples_per_s = t_train > 0 ? (double)r->samples / t_train : 0;
+    r->tokens = r->samples * tokens_per_sample;
+    r->tokens_per_s = r->samples_per_s * (double)tokens_per_sample;
+    r->gflops_per_s = t_train > 0 ? flops_step * (double)r->steps / t_train / 1e9 : 0;
+    s = ST_OK;
+fail:
+    st_optim_free(&opt);
+    st_model_graph_free(&mg);
+    free(order);
+    return s;
+}
+
+st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
+    st_run_opts dflt = {0};
+    if (!opts) opts = &dflt;
+    memset(res, 0, sizeof *res);
+    st_session ses;
+    st_status s;
+    ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    st_model_init_weights(ses.model, (uint64_t)cfg->train.seed);
+    if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
+    print_header(&ses, opts);
+    ST_GOTO(train_loop(&ses, opts, res));
+    ST_GOTO(eval_and_report(&ses, opts, res, res->steps));
+    if (opts->save) {
+        char path[ST_CFG_STR + 32];
+        ST_GOTO(mkdirs(cfg->train.out_dir));
+        snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
+        ST_GOTO(st_model_save(ses.model, path));
+        if (!opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
+    }
+    if (!opts->quiet) {
+        const bool lm = ses.train.kind == ST_DATA_TOKENS;
+        fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
+                (long long)res->steps, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
+                lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
+        if (res->has_accuracy) fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
+        else if (res->has_eval) fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
+        fprintf(ses.out, "\n");
+    }
+    if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS);
+    s = ST_OK;
+fail:
+    st_session_close(&ses);
+    return s;
+}
+
+st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
+    memset(res, 0, sizeof *res);
+    if (!opts || !opts->init) return st_fail(ST_ERR_ARG, "evaluation needs weights: pass --init WEIGHTS");
+    st_session ses;
+    st_status s;
+    ST_GOTO(st_session_open(&ses, cfg, opts, true));
+    if (!ses.has_val) {
+        s = st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty");
+        goto fail;
+    }
+    ST_GOTO(st_model_load(ses.model, opts->init));
+    double t0 = st_now();
+    ST_GOTO(eval_and_report(&ses, opts, res, 0));
+    double dt = st_now() - t0;
+    res->samples = ses.val.n;
+    res->seconds = dt;
+    res->samples_per_s = dt > 0 ? (double)ses.val.n / dt : 0;
+    res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
+    if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS);
+    s = ST_OK;
+fail:
+    st_session_close(&ses);
+    return s;
+}

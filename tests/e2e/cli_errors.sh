@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bad input through the command line: each is exit status 1 (or 2 for usage)
+# with a message that names the file, line and key, and nothing is written.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+expect() { # exit-code needle command...
+    local code=$1 needle=$2; shift 2
+    local out; out=$("$@" 2>&1); local rc=$?
+    if [ $rc -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
+        echo "FAIL: $* -> exit $rc, wanted $code with '$needle'; got:"; echo "$out" | head -5
+        fails=$((fails + 1))
+    else
+        echo "ok: $* -> $(head -1 <<<"$out")"
+    fi
+}
+printf 'train:\n  steps: 5\n  batchsize: 3\n' >"$tmp/unknown.yaml"
+expect 1 "unknown.yaml:3" "$bin" train "$tmp/unknown.yaml"
+expect 1 "train.batchsize" "$bin" train "$tmp/unknown.yaml"
+printf 'optim:\n  lr: fast\n' >"$tmp/type.yaml"
+expect 1 "type.yaml:2" "$bin" train "$tmp/type.yaml"
+printf 'optim: { schedule: cosin }\n' >"$tmp/enum.yaml"
+expect 1 "constant" "$bin" train "$tmp/enum.yaml"
+expect 1 "optim.lr" "$bin" train --set optim.lr=-1
+expect 1 "no.such" "$bin" train --set no.such=1
+expect 1 "missing.yaml" "$bin" train "$tmp/missing.yaml"
+expect 1 "apt-get install" "$bin" train --set data.train=/usr/share/datasets/fashion-mnist/nope-idx3-ubyte.gz
+expect 2 "unknown option" "$bin" train --bogus
+expect 2 "unknown command" "$bin" nope
+expect 2 "--init" "$bin" eval
+printf 'not weights' >"$tmp/bad.safetensors"
+expect 1 "bad.safetensors" "$bin" eval --init "$tmp/bad.safetensors" --set train.eval_steps=1
+[ ! -e runs/default/unknown ] || fails=$((fails + 1))
+exit $((fails > 0))

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs every test program of one or more build folders and the end-to-end
+# tests, then prints one closing line: "N passed, N failed, N skipped".
+# A test program exits 0 (pass), 77 (skip, after printing why) or anything
+# else (fail). Usage: tests/run.sh BUILD [SANITIZER_BUILD]
+set -u
+cd "$(dirname "$0")/.."
+build=${1:-build}
+asan=${2:-}
+pass=0 fail=0 skip=0
+failed=()
+export OMP_WAIT_POLICY=PASSIVE
+run() { # name command...
+    local name=$1; shift
+    local log; log=$(mktemp)
+    local t0=$SECONDS
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local dt=$((SECONDS - t0))
+    if [ $rc -eq 0 ]; then
+        pass=$((pass + 1)); echo "PASS $name (${dt}s)"
+    elif [ $rc -eq 77 ]; then
+        skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$log" | sed 's/.*skipped: //')"
+    else
+        fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"; sed 's/^/    /' "$log" | tail -40
+    fi
+    rm -f "$log"
+}
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run "$(basename "$t")" "$t"
+done
+if [ -n "$asan" ]; then
+    # The sanitizer build runs the unit tests; the PyTorch parity test is the
+    # slow one and gains nothing from it.
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+    for t in "$asan"/tests/test_*; do
+        [ -x "$t" ] || continue
+        case "$(basename "$t")" in test_parity) continue ;; esac
+        run "asan/$(basename "$t")" "$t"
+    done
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+for t in tests/e2e/*.sh; do
+    [ -x "$t" ] || continue
+    run "e2e/$(basename "$t" .sh)" "$t" "$build"
+done
+((${#failed[@]})) && echo "failed: ${failed[*]}"
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]

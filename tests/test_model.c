@@ -1,0 +1,200 @@
+/* Models: parameter counts and names (GPT-2 124M's exact shape), weights
+ * round trip and every load mismatch reported by name, graphs for several
+ * batch sizes sharing one parameter arena, seeded initialisation, and a
+ * training step that gives the same bits twice. */
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/safetensors.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+static st_model *make(const char *type, void (*tweak)(st_config *)) {
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.model.type, sizeof c.model.type, "%s", type);
+    if (tweak) tweak(&c);
+    st_model_input in = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    if (strcmp(type, "gpt") == 0) {
+        in.vocab_size = c.model.vocab_size > 0 ? c.model.vocab_size : 256;
+        in.seq_len = c.model.block_size;
+    }
+    st_model *m = NULL;
+    CHECK_OK(st_model_create(&c, &in, &m));
+    return m;
+}
+
+static void gpt124(st_config *c) {
+    c->model.n_layer = 12;
+    c->model.n_head = 12;
+    c->model.n_embd = 768;
+    c->model.vocab_size = 50257;
+    c->model.block_size = 1024;
+}
+
+static void gpt_tiny(st_config *c) {
+    c->model.n_layer = 2;
+    c->model.n_head = 2;
+    c->model.n_embd = 32;
+    c->model.vocab_size = 64;
+    c->model.block_size = 16;
+}
+
+static void test_gpt2_124m_shape(void) {
+    st_model *m = make("gpt", gpt124);
+    if (!m) return;
+    /* GPT-2 small: 124,439,808 parameters with the output layer tied to wte. */
+    CHECK(m->n_params == 124439808LL, "gpt2-124m has %lld parameters", (long long)m->n_params);
+    const char *names[] = {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.attn.c_attn.weight",
+                           "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.11.mlp.c_fc.weight",
+                           "h.11.mlp.c_proj.bias", "ln_f.bias"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        CHECK(st_params_find(&m->params, names[i]) != NULL, "gpt2-124m has %s", names[i]);
+    st_tensor *t = st_params_find(&m->params, "h.0.attn.c_attn.weight");
+    CHECK(t && t->shape[0] == 768 && t->shape[1] == 2304, "c_attn.weight is (768, 2304) as in GPT-2 files");
+    t = st_params_find(&m->params, "h.3.mlp.c_proj.weight");
+    CHECK(t && t->shape[0] == 3072 && t->shape[1] == 768, "mlp.c_proj.weight is (3072, 768)");
+    CHECK(st_params_find(&m->params, "lm_head.weight") == NULL, "the output layer is tied, not a parameter");
+    st_model_free(m);
+}
+
+static void test_counts_and_names(void) {
+    st_model *m = make("mlp", NULL);
+    if (!m) return;
+    int64_t want = 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10;
+    CHECK(m->n_params == want, "mlp 784-1024-1024-10 has %lld parameters, want %lld", (long long)m->n_params,
+          (long long)want);
+    CHECK(st_params_find(&m->params, "fc.0.weight") && st_params_find(&m->params, "head.bias"), "mlp names");
+    st_model_free(m);
+    m = make("cnn", NULL);
+    if (!m) return;
+    CHECK(st_params_find(&m->params, "conv.0.weight") && st_params_find(&m->params, "bn.2.running_var") &&
+              st_params_find(&m->params, "head.weight"),
+          "cnn names");
+    st_tensor *h = st_params_find(&m->params, "head.weight");
+    CHECK(h && h->shape[1] == 128 * 7 * 7, "cnn head reads 128x7x7 features");
+    st_model_free(m);
+}
+
+static void test_init_and_batches(void) {
+    st_model *a = make("gpt", gpt_tiny), *b = make("gpt", gpt_tiny);
+    if (!a || !b) return;
+    st_model_init_weights(a, 5);
+    st_model_init_weights(b, 5);
+    CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "same seed, same bits");
+    st_model_init_weights(b, 6);
+    CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) != 0, "another seed differs");
+    st_model_graph g1, g3;
+    CHECK_OK(st_model_graph_build(a, 1, &g1));
+    CHECK_OK(st_model_graph_build(a, 3, &g3));
+    /* The same sample alone and inside a batch of 3 gives the same logits. */
+    for (int64_t i = 0; i < 16; i++) {
+        g1.x->idata[i] = (int32_t)(i * 7 % 64);
+        g1.y->idata[i] = (int32_t)(i % 64);
+        for (int r = 0; r < 3; r++) {
+            g3.x->idata[r * 16 + i] = r == 1 ? g1.x->idata[i] : (int32_t)(r * 5 + i) % 64;
+            g3.y->idata[r * 16 + i] = g1.y->idata[i];
+        }
+    }
+    CHECK_OK(st_graph_forward(&g1.g));
+    CHECK_OK(st_graph_forward(&g3.g));
+    double err = 0;
+    for (int64_t i = 0; i < 16 * 64; i++) err = fmax(err, fabs(g1.logits->data[i] - g3.logits->data[16 * 64 + i]));
+    CHECK(err <= 1e-5, "batch-of-1 and batch-of-3 logits differ by %g", err);
+    st_model_graph_free(&g1);
+    st_model_graph_free(&g3);
+    st_model_free(a);
+    st_model_free(b);
+}
+
+static double one_step(st_model *m, st_model_graph *g) {
+    st_config c;
+    st_config_defaults(&c);
+    st_optim o;
+    CHECK_OK(st_optim_init(&o, &c, &m->params));
+    memset(m->params.grad, 0, (size_t)m->params.arena_count * 4);
+    CHECK_OK(st_graph_forward(&g->g));
+    double loss = g->loss->data[0];
+    CHECK_OK(st_graph_backward(&g->g, 1.0f));
+    st_optim_step(&o, &m->params, 1e-3);
+    st_optim_free(&o);
+    return loss;
+}
+
+static void test_step_reproducible(void) {
+    float *w[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        st_model *m = make("cnn", NULL);
+        if (!m) return;
+        st_model_init_weights(m, 1);
+        st_model_graph g;
+        CHECK_OK(st_model_graph_build(m, 4, &g));
+        g.g.training = true;
+        for (int64_t i = 0; i < g.x->count; i++) g.x->data[i] = (float)((i * 31) % 17) / 17.0f - 0.5f;
+        for (int i = 0; i < 4; i++) g.y->idata[i] = i * 3;
+        double l1 = one_step(m, &g), l2 = one_step(m, &g);
+        CHECK(isfinite(l1) && l2 < l1, "a step lowers the loss on the same batch (%g -> %g)", l1, l2);
+        w[k] = malloc((size_t)m->params.count * 4);
+        memcpy(w[k], m->params.data, (size_t)m->params.count * 4);
+        st_model_graph_free(&g);
+        st_model_free(m);
+    }
+    CHECK(memcmp(w[0], w[1], 4 * 10000) == 0, "two identical runs give the same bits");
+    free(w[0]);
+    free(w[1]);
+}
+
+static void test_weights_round_trip(void) {
+    char dir[] = "/tmp/st_model_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[256], bad[256];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    snprintf(bad, sizeof bad, "%s/other.safetensors", dir);
+    st_model *a = make("cnn", NULL), *b = make("cnn", NULL);
+    if (!a || !b) return;
+    st_model_init_weights(a, 1);
+    st_params_find(&a->params, "bn.0.running_mean")->data[3] = 0.25f; /* buffers travel too */
+    st_model_init_weights(b, 2);
+    CHECK_OK(st_model_save(a, path));
+    CHECK_OK(st_model_load(b, path));
+    CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "params round trip");
+    CHECK(st_params_find(&b->params, "bn.0.running_mean")->data[3] == 0.25f, "buffers round trip");
+
+    /* A model of another shape: every mismatch is named, nothing is changed. */
+    st_model *c = make("cnn", NULL);
+    st_model_init_weights(c, 3);
+    float before = c->params.data[0];
+    int64_t s1[2] = {10, 99};
+    float junk[990] = {0};
+    int32_t ints[4] = {0};
+    int64_t s4 = 4;
+    st_safetensors_tensor ts[3] = {{"head.weight", "F32", 2, s1, junk},
+                                   {"extra.thing", "F32", 2, s1, junk},
+                                   {"conv.0.weight", "I32", 1, &s4, ints}};
+    CHECK_OK(st_safetensors_write(bad, ts, 3, NULL, 0));
+    st_clear_error();
+    CHECK(st_model_load(c, bad) == ST_ERR_FORMAT, "a mismatched file is a format error");
+    const char *msg = st_last_error();
+    CHECK(strstr(msg, "head.weight: shape [10, 99] in the file, [10, 6272] in the model"), "shape named: %s", msg);
+    CHECK(strstr(msg, "extra.thing: in the file but not in the model"), "extra named: %s", msg);
+    CHECK(strstr(msg, "conv.0.weight: dtype I32"), "dtype named: %s", msg);
+    CHECK(strstr(msg, "bn.1.weight: missing"), "missing named: %s", msg);
+    CHECK(strstr(msg, "other.safetensors"), "file named: %s", msg);
+    CHECK(c->params.data[0] == before, "a failed load changes nothing");
+    st_model_free(a);
+    st_model_free(b);
+    st_model_free(c);
+    unlink(path);
+    unlink(bad);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_gpt2_124m_shape();
+    test_counts_and_names();
+    test_init_and_batches();
+    test_step_reproducible();
+    test_weights_round_trip();
+    return st_test_finish("test_model");
+}

@@ -1,0 +1,52 @@
+/* Argument parsing shared by train and eval. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int st_cli_error(st_status s) {
+    fprintf(stderr, "scaletrain: error: %s\n", st_last_error()[0] ? st_last_error() : st_status_name(s));
+    return ST_EXIT_FAIL;
+}
+
+int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
+    st_config_defaults(cfg);
+    const char *path = NULL;
+    /* The file first, then every --set in order, whatever the argument order. */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--set") == 0 || strcmp(a, "--init") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "scaletrain %s: %s needs a value\n", cmd, a);
+                return ST_EXIT_USAGE;
+            }
+            if (strcmp(a, "--init") == 0) opts->init = argv[i + 1];
+            i++;
+        } else if (strcmp(a, "--json") == 0) {
+            opts->json = true;
+        } else if (strcmp(a, "--quiet") == 0) {
+            opts->quiet = true;
+        } else if (a[0] == '-' && a[1] == '-' && strchr(a, '=') && strncmp(a, "--set=", 6) == 0) {
+            continue;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "scaletrain %s: unknown option '%s'\n", cmd, a);
+            return ST_EXIT_USAGE;
+        } else if (!path) {
+            path = a;
+        } else {
+            fprintf(stderr, "scaletrain %s: more than one config file ('%s' and '%s')\n", cmd, path, a);
+            return ST_EXIT_USAGE;
+        }
+    }
+    st_status s;
+    if (path && (s = st_config_load(cfg, path)) != ST_OK) return st_cli_error(s);
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        if (strcmp(argv[i], "--set") == 0) v = argv[++i];
+        else if (strncmp(argv[i], "--set=", 6) == 0) v = argv[i] + 6;
+        else if (strcmp(argv[i], "--init") == 0) i++;
+        if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
+    }
+    if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
+    return -1;
+}

@@ -1,0 +1,32 @@
+/* `scaletrain`: dispatch to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\n"
+               "commands:\n"
+               "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--json]\n"
+               "                      train (default: a CNN on Fashion-MNIST, one epoch)\n"
+               "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
+               "                      evaluate saved weights on the validation data\n"
+               "  data tokenize OUT FILE...   byte-level token file from text files\n"
+               "  data inspect FILE           what a data or weights file holds\n\n"
+               "configuration keys: docs/config.md\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? ST_EXIT_USAGE : ST_EXIT_OK;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0) return st_cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
+    if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
+    fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return ST_EXIT_USAGE;
+}
