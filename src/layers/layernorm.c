@@ -1,0 +1,125 @@
+/* Layer normalisation over the last dim (Ba, Kiros, Hinton 2016):
+ * y = (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps), biased var as PyTorch. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layers.h"
+
+enum { A_ROWS, A_C };
+
+/* Columns of dweight/dbias one thread owns in backward. */
+#define LN_COL_BLOCK 32
+
+static st_status layernorm_forward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[A_ROWS], C = n->args.i[A_C];
+    const float eps = n->args.f[0];
+    const float *x = n->in[0]->data;              /* (R, C) */
+    const float *w = n->params[0]->data;          /* (C) */
+    const float *b = n->params[1]->data;          /* (C) */
+    float *y = n->out->data;                      /* (R, C) */
+    float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        /* Two passes: the variance of (x - mean) does not cancel catastrophically. */
+        float m = 0.0f;
+        for (int64_t c = 0; c < C; c++)
+            m += xr[c];
+        m /= (float)C;
+        float v = 0.0f;
+        for (int64_t c = 0; c < C; c++)
+            v += (xr[c] - m) * (xr[c] - m);
+        v /= (float)C;
+        const float s = 1.0f / sqrtf(v + eps);
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = (xr[c] - m) * s * w[c] + b[c];
+        mean[r] = m;
+        rstd[r] = s;
+    }
+    return ST_OK;
+}
+
+/* With xhat = (x - mean) * rstd and g = dy * weight (llm.c layernorm_backward):
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+ * dweight += sum_rows dy * xhat, dbias += sum_rows dy. */
+static st_status layernorm_backward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[A_ROWS], C = n->args.i[A_C];
+    const float *x = n->in[0]->data;     /* (R, C) */
+    const float *w = n->params[0]->data; /* (C) */
+    const float *dy = n->out->grad;      /* (R, C) */
+    const float *mean = n->saved, *rstd = n->saved + R;
+    float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
+    float *dx = n->in[0]->grad;                               /* (R, C) or NULL */
+    if (dx) {
+        const bool acc = n->in_acc[0];
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x + r * C, *gr = dy + r * C;
+            float *dr = dx + r * C;
+            const float m = mean[r], s = rstd[r];
+            float gm = 0.0f, gxm = 0.0f;
+            for (int64_t c = 0; c < C; c++) {
+                const float gc = gr[c] * w[c];
+                gm += gc;
+                gxm += gc * (xr[c] - m) * s;
+            }
+            gm /= (float)C;
+            gxm /= (float)C;
+            if (acc)
+                for (int64_t c = 0; c < C; c++)
+                    dr[c] += s * (gr[c] * w[c] - gm - (xr[c] - m) * s * gxm);
+            else
+                for (int64_t c = 0; c < C; c++)
+                    dr[c] = s * (gr[c] * w[c] - gm - (xr[c] - m) * s * gxm);
+        }
+    }
+    if (dw && db) {
+        /* A sum over rows per column: each thread owns a block of columns and
+         * walks the rows in order, so the result does not depend on threads. */
+        const int64_t nblk = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < nblk; k++) {
+            const int64_t c0 = k * LN_COL_BLOCK, c1 = c0 + LN_COL_BLOCK < C ? c0 + LN_COL_BLOCK : C;
+            for (int64_t r = 0; r < R; r++) {
+                const float *xr = x + r * C, *gr = dy + r * C;
+                const float m = mean[r], s = rstd[r];
+                for (int64_t c = c0; c < c1; c++) {
+                    dw[c] += gr[c] * (xr[c] - m) * s;
+                    db[c] += gr[c];
+                }
+            }
+        }
+    }
+    return ST_OK;
+}
+
+static const st_layer_ops layernorm_cpu = {"layernorm", layernorm_forward, layernorm_backward};
+
+st_status st_layernorm(st_graph *g, const char *name, st_tensor *x, float eps, st_tensor **y) {
+    if (x->dtype != ST_F32) return st_fail(ST_ERR_ARG, "layernorm %s: input %s must be float", name, x->name);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return st_fail(ST_ERR_ARG, "layernorm %s: eps %g must be finite and >= 0 (PyTorch uses 1e-5)", name,
+                       (double)eps);
+    const int64_t C = x->shape[x->ndim - 1];
+    char pname[ST_NAME_MAX];
+    st_tensor *w, *b;
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    ST_TRY(st_graph_param(g, pname, 1, &C, ST_INIT_ONES, 0.0f, false, &w));
+    snprintf(pname, sizeof pname, "%s.bias", name);
+    ST_TRY(st_graph_param(g, pname, 1, &C, ST_INIT_ZEROS, 0.0f, false, &b));
+    char oname[ST_NAME_MAX];
+    snprintf(oname, sizeof oname, "%s.out", name);
+    st_tensor *out;
+    ST_TRY(st_graph_act(g, oname, x->ndim, x->shape, &out));
+    st_tensor *params[2] = {w, b};
+    st_node *node;
+    ST_TRY(st_graph_node(g, &layernorm_cpu, &x, 1, params, 2, out, &node));
+    node->args.i[A_ROWS] = x->count / C;
+    node->args.i[A_C] = C;
+    node->args.f[0] = eps;
+    node->saved_count = 2 * (x->count / C); /* mean and rstd per row */
+    *y = out;
+    return ST_OK;
+}

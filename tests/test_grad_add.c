@@ -1,0 +1,72 @@
+/* Element-wise add: gradient check for both inputs, the same tensor on both
+ * sides (in_acc within one node), accumulation across nodes, shape errors. */
+#include "gradcheck.h"
+#include "layers/layers.h"
+
+/* mode 0: y = a + b (both parameters); 1: r = relu(a), y = r + r;
+ * 2: r = gelu(a), s = r + b, y = s + r (r consumed by two nodes). */
+static void check_add(int ndim, const int64_t *xs, int mode) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    st_tensor *a, *b, *r, *s, *y;
+    CHECK_OK(st_graph_param(&g, "a", ndim, xs, ST_INIT_UNIFORM, 1.0f, false, &a));
+    CHECK_OK(st_graph_param(&g, "b", ndim, xs, ST_INIT_UNIFORM, 1.0f, false, &b));
+    if (mode == 0) {
+        CHECK_OK(st_add(&g, "sum", a, b, &y));
+    } else if (mode == 1) {
+        CHECK_OK(st_relu(&g, "r", a, &r));
+        CHECK_OK(st_add(&g, "sum", r, r, &y));
+    } else {
+        CHECK_OK(st_gelu(&g, "r", a, &r));
+        CHECK_OK(st_add(&g, "s", r, b, &s));
+        CHECK_OK(st_add(&g, "sum", s, r, &y));
+    }
+    CHECK_OK(st_graph_finalize(&g));
+    st_params_init(&p, 8);
+    for (int64_t i = 0; i < a->count; i++) /* keep relu away from its kink */
+        a->data[i] = a->data[i] < 0 ? a->data[i] - 0.05f : a->data[i] + 0.05f;
+    if (mode < 2) { /* exact: a + b, or relu(a) + relu(a) */
+        CHECK_OK(st_graph_forward(&g));
+        int bad = 0;
+        for (int64_t i = 0; i < y->count; i++) {
+            float av = a->data[i], r_av = av > 0 ? av : 0.0f;
+            bad += y->data[i] != (mode == 0 ? av + b->data[i] : r_av + r_av);
+        }
+        CHECK(bad == 0, "%d outputs differ from the reference", bad);
+    }
+    char label[128];
+    snprintf(label, sizeof label, "add n%lld mode%d", (long long)y->count, mode);
+    gradcheck(label, &g, y, p.t, p.n, 29, 96, 1e-2, 1e-2, 1e-3);
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
+static void check_errors(void) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    int64_t s1[2] = {2, 3}, s2[2] = {3, 2}, s3[3] = {2, 3, 1};
+    st_tensor *a, *b, *c, *ia, *y;
+    CHECK_OK(st_graph_input(&g, "a", ST_F32, 2, s1, &a));
+    CHECK_OK(st_graph_input(&g, "b", ST_F32, 2, s2, &b));
+    CHECK_OK(st_graph_input(&g, "c", ST_F32, 3, s3, &c));
+    CHECK_OK(st_graph_input(&g, "ia", ST_I32, 2, s1, &ia));
+    CHECK_FAILS(st_add(&g, "res", a, b, &y), ST_ERR_SHAPE,
+                "add res: a has shape (2, 3) but b has shape (3, 2)");
+    CHECK_FAILS(st_add(&g, "res", a, c, &y), ST_ERR_SHAPE, "(2, 3, 1)");
+    CHECK_FAILS(st_add(&g, "res", a, ia, &y), ST_ERR_ARG, "must be float");
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
+int main(void) {
+    const int64_t a[3] = {2, 3, 5}, b[2] = {1, 13}, c[4] = {2, 3, 3, 5};
+    for (int mode = 0; mode < 3; mode++) {
+        check_add(3, a, mode);
+        check_add(2, b, mode);
+        check_add(4, c, mode);
+    }
+    check_errors();
+    return st_test_finish("test_grad_add");
+}
