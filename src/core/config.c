@@ -1,0 +1,447 @@
+/* Reading the run configuration: defaults, the YAML file, --set overrides and
+ * presets, recording where each value came from; and the cross-key checks.
+ *
+ * What a key is (type, default, range, accepted values) lives in the schema,
+ * config_schema.c: this file walks YAML documents and handles no key by name,
+ * except in st_config_validate. Printing, JSON and the docs: config_report.c. */
+#include "core/config_schema.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_MAX_BYTES (16u << 20)
+
+static void set_source(st_config *c, int row, st_cfg_source src, const char *note) {
+    c->src_[row] = (uint8_t)src;
+    snprintf(c->note_[row], ST_CFG_NOTE, "%s", note ? note : "");
+}
+
+const char *st_cfg_origin(const st_config *c, int row, char *buf, size_t n) {
+    const char *note = c->note_[row];
+    switch ((st_cfg_source)c->src_[row]) {
+    case ST_SRC_DEFAULT:
+        snprintf(buf, n, "%s", note[0] ? note : "default");
+        break; /* note: a preset */
+    case ST_SRC_FILE:
+        snprintf(buf, n, "%s", note[0] ? note : "file");
+        break;
+    case ST_SRC_SET:
+        snprintf(buf, n, "--set");
+        break;
+    case ST_SRC_AUTO:
+        snprintf(buf, n, "auto%s%s", note[0] ? ": " : "", note);
+        break;
+    default:
+        snprintf(buf, n, "?");
+        break;
+    }
+    return buf;
+}
+
+void st_config_defaults(st_config *c) {
+    memset(c, 0, sizeof *c);
+    /* Every default converts: st_cfg_schema_check proves it in tests/test_config. */
+    for (int i = 0; i < st_cfg_nkeys; i++)
+        st_cfg_assign_text(c, i, st_cfg_keys[i].def, st_cfg_keys[i].key);
+}
+
+st_status st_config_apply_preset(st_config *c) {
+    if (!c) return st_fail(ST_ERR_ARG, "st_config_apply_preset: NULL config");
+    int prow = st_cfg_find(ST_CFG_PRESET_KEY);
+    const char *name = (const char *)c + st_cfg_keys[prow].off;
+    char ctx[160], note[ST_CFG_NOTE];
+    /* A default with a note was filled by a preset: put the plain default back first. */
+    for (int i = 0; i < st_cfg_npresets; i++) {
+        int row = st_cfg_find(st_cfg_presets[i].key);
+        if (c->src_[row] != ST_SRC_DEFAULT || !c->note_[row][0]) continue;
+        snprintf(ctx, sizeof ctx, "default of %s", st_cfg_keys[row].key);
+        ST_TRY(st_cfg_assign_text(c, row, st_cfg_keys[row].def, ctx));
+        set_source(c, row, ST_SRC_DEFAULT, "");
+    }
+    snprintf(note, sizeof note, "preset %s", name);
+    for (int i = 0; i < st_cfg_npresets; i++) {
+        const st_cfg_preset *p = &st_cfg_presets[i];
+        int row = st_cfg_find(p->key);
+        if (strcmp(p->name, name) || c->src_[row] != ST_SRC_DEFAULT) continue;
+        snprintf(ctx, sizeof ctx, "preset %s: %s", p->name, p->key);
+        ST_TRY(st_cfg_assign_text(c, row, p->value, ctx));
+        set_source(c, row, ST_SRC_DEFAULT, note);
+    }
+    return ST_OK;
+}
+
+void st_config_mark_auto(st_config *c, const char *key, const char *why) {
+    int row = st_cfg_find(key);
+    assert(row >= 0 && "st_config_mark_auto: not a configuration key");
+    if (row >= 0) set_source(c, row, ST_SRC_AUTO, why);
+}
+
+st_cfg_source st_config_source(const st_config *c, const char *key) {
+    int row = st_cfg_find(key);
+    return row < 0 ? ST_SRC_DEFAULT : (st_cfg_source)c->src_[row];
+}
+
+/* ---- names for messages about unknown keys ---- */
+
+/* "type, lr, weight_decay, ..." for section "optim". */
+static void section_keys(const char *section, size_t seclen, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < st_cfg_nkeys && o < n; i++) {
+        const char *key = st_cfg_keys[i].key;
+        if (st_cfg_section_len(key) == seclen && !strncmp(key, section, seclen))
+            o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? ", " : "", st_cfg_leaf(key));
+    }
+}
+
+/* "model, data, train, optim, precision, dist, log" */
+static void section_names(char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < st_cfg_nkeys && o < n; i++) {
+        const char *key = st_cfg_keys[i].key;
+        size_t len = st_cfg_section_len(key);
+        if (len && st_cfg_section_first(key, len) != i) continue;
+        o += (size_t)snprintf(buf + o, n - o, "%s%.*s", o ? ", " : "", (int)(len ? len : strlen(key)), key);
+    }
+}
+
+/* "; did you mean optim.lr?" for an unknown `name` inside `section` (seclen 0:
+ * an unknown top-level name), or "; lr is a key of section optim (optim.lr)",
+ * or "" when nothing fits. */
+static void hint_for(const char *section, size_t seclen, const char *name, char *buf, size_t n) {
+    int best = -1, best_d = INT32_MAX;
+    buf[0] = '\0';
+    /* A near name in the same place: a section, or a top-level key, or a key of this section. */
+    for (int i = 0; i < st_cfg_nkeys; i++) {
+        const char *key = st_cfg_keys[i].key;
+        size_t len = st_cfg_section_len(key);
+        const char *cand = seclen ? st_cfg_leaf(key) : key;
+        size_t cand_len = seclen ? strlen(cand) : (len ? len : strlen(key));
+        if (seclen && (len != seclen || strncmp(key, section, seclen))) continue;
+        if (!seclen && len && st_cfg_section_first(key, len) != i) continue;
+        int d = st_cfg_near(name, strlen(name), cand, cand_len);
+        if (d >= 0 && d < best_d) best = i, best_d = d;
+    }
+    if (best >= 0) {
+        const char *key = st_cfg_keys[best].key;
+        size_t len = st_cfg_section_len(key);
+        snprintf(buf, n, "; did you mean %.*s?", (int)(seclen || !len ? strlen(key) : len), key);
+        return;
+    }
+    /* The same name elsewhere: a key put in the wrong section. */
+    for (int i = 0; i < st_cfg_nkeys; i++) {
+        const char *key = st_cfg_keys[i].key;
+        size_t len = st_cfg_section_len(key);
+        if (strcmp(st_cfg_leaf(key), name) || (len == seclen && !strncmp(key, section, seclen))) continue;
+        if (len)
+            snprintf(buf, n, "; %s is a key of section %.*s (%s)", name, (int)len, key, key);
+        else
+            snprintf(buf, n, "; %s is a top-level key, not inside a section", name);
+        return;
+    }
+}
+
+/* ---- the YAML file ---- */
+
+static st_status read_file(const char *path, char **text, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_fail(ST_ERR_IO, "%s: cannot open the config file: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    st_status s = ST_OK;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || cap >= CONFIG_MAX_BYTES) break;
+        char *grown = realloc(buf, cap *= 2);
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    if (!buf)
+        s = st_fail(ST_ERR_NOMEM, "%s: out of memory reading the config file", path);
+    else if (ferror(f))
+        s = st_fail(ST_ERR_IO, "%s: cannot read the config file: %s", path, strerror(errno));
+    else if (n == cap)
+        s = st_fail(ST_ERR_CONFIG, "%s: larger than %u MiB; not a config file", path, CONFIG_MAX_BYTES >> 20);
+    fclose(f);
+    if (s != ST_OK) {
+        free(buf);
+        return s;
+    }
+    *text = buf;
+    *len = n;
+    return ST_OK;
+}
+
+static st_status yaml_error(const yaml_parser_t *p, const char *path) {
+    const char *problem = p->problem ? p->problem : "syntax error";
+    if (p->error == YAML_MEMORY_ERROR) return st_fail(ST_ERR_NOMEM, "%s: out of memory parsing YAML", path);
+    if (p->error == YAML_READER_ERROR)
+        return st_fail(ST_ERR_CONFIG, "%s: byte %zu: %s; save the file as UTF-8 text", path,
+                       p->problem_offset, problem);
+    if (p->context)
+        return st_fail(ST_ERR_CONFIG,
+                       "%s:%zu:%zu: YAML syntax error: %s (%s on line %zu); check the indentation, "
+                       "colons, quotes and brackets there",
+                       path, p->problem_mark.line + 1, p->problem_mark.column + 1, problem, p->context,
+                       p->context_mark.line + 1);
+    return st_fail(ST_ERR_CONFIG,
+                   "%s:%zu:%zu: YAML syntax error: %s; check the indentation, colons, quotes and "
+                   "brackets there",
+                   path, p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
+}
+
+typedef struct loader {
+    st_config *c;
+    yaml_document_t *doc;
+    const char *path, *base;
+    int key_line[ST_CFG_KEYS_MAX]; /* where each row was set in this file; 0 = not yet */
+    int sec_line[ST_CFG_KEYS_MAX]; /* where each section, by its first row, began */
+} loader;
+
+static int line_of(const yaml_node_t *n) { return (int)n->start_mark.line + 1; }
+
+static const char *node_desc(const yaml_node_t *n, char *buf, size_t size) {
+    if (n->type == YAML_SCALAR_NODE)
+        snprintf(buf, size, "'%.60s'", (const char *)n->data.scalar.value);
+    else
+        snprintf(buf, size, "%s", n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping");
+    return buf;
+}
+
+static st_status load_key(loader *L, int row, yaml_node_t *key, yaml_node_t *value) {
+    const char *name = st_cfg_keys[row].key;
+    int line = line_of(key);
+    if (L->key_line[row])
+        return st_fail(ST_ERR_CONFIG, "%s:%d: %s: duplicate key (first set on line %d); keep one of them",
+                       L->path, line, name, L->key_line[row]);
+    L->key_line[row] = line;
+    char ctx[ST_CFG_STR + 128], note[ST_CFG_NOTE];
+    snprintf(ctx, sizeof ctx, "%s:%d: %s", L->path, line, name);
+    ST_TRY(st_cfg_assign(L->c, row, value, L->doc, ctx));
+    snprintf(note, sizeof note, "%s:%d", L->base, line);
+    set_source(L->c, row, ST_SRC_FILE, note);
+    return ST_OK;
+}
+
+static st_status load_section(loader *L, const char *sec, int first, yaml_node_t *key, yaml_node_t *value) {
+    int line = line_of(key);
+    char desc[80], full[160], keys[512], hint[160];
+    if (L->sec_line[first])
+        return st_fail(ST_ERR_CONFIG,
+                       "%s:%d: %s: duplicate section (first on line %d); merge the two into one", L->path,
+                       line, sec, L->sec_line[first]);
+    L->sec_line[first] = line;
+    if (st_cfg_is_null(value)) return ST_OK; /* "log:" with every key left out */
+    if (value->type != YAML_MAPPING_NODE)
+        return st_fail(ST_ERR_CONFIG, "%s:%d: %s: expected a mapping of keys, e.g. %s: { %s: ... }, got %s",
+                       L->path, line, sec, sec, st_cfg_leaf(st_cfg_keys[first].key),
+                       node_desc(value, desc, sizeof desc));
+    for (yaml_node_pair_t *p = value->data.mapping.pairs.start; p < value->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(L->doc, p->key),
+                    *v = yaml_document_get_node(L->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return st_fail(ST_ERR_CONFIG, "%s:%d: %s: a key must be a plain name, got %s", L->path,
+                           line_of(k), sec, node_desc(k, desc, sizeof desc));
+        const char *name = (const char *)k->data.scalar.value;
+        snprintf(full, sizeof full, "%s.%s", sec, name);
+        int row = st_cfg_find(full);
+        if (row < 0) {
+            section_keys(sec, strlen(sec), keys, sizeof keys);
+            hint_for(sec, strlen(sec), name, hint, sizeof hint);
+            return st_fail(ST_ERR_CONFIG, "%s:%d: %s: unknown key; known keys in %s: %s%s", L->path,
+                           line_of(k), full, sec, keys, hint);
+        }
+        ST_TRY(load_key(L, row, k, v));
+    }
+    return ST_OK;
+}
+
+static st_status load_root(loader *L) {
+    yaml_node_t *root = yaml_document_get_root_node(L->doc);
+    char desc[80], names[256], hint[160];
+    if (st_cfg_is_null(root)) return ST_OK; /* an empty file */
+    if (root->type != YAML_MAPPING_NODE)
+        return st_fail(ST_ERR_CONFIG,
+                       "%s:%d: expected a mapping of sections (model:, data:, train:, ...), got %s", L->path,
+                       line_of(root), node_desc(root, desc, sizeof desc));
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(L->doc, p->key),
+                    *v = yaml_document_get_node(L->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return st_fail(ST_ERR_CONFIG, "%s:%d: a section name must be a plain name, got %s", L->path,
+                           line_of(k), node_desc(k, desc, sizeof desc));
+        const char *name = (const char *)k->data.scalar.value;
+        int row = strchr(name, '.') ? -1 : st_cfg_find(name),
+            first = st_cfg_section_first(name, strlen(name));
+        if (row >= 0)
+            ST_TRY(load_key(L, row, k, v)); /* a top-level scalar: precision */
+        else if (first >= 0)
+            ST_TRY(load_section(L, name, first, k, v));
+        else if (st_cfg_find(name) >= 0)
+            return st_fail(ST_ERR_CONFIG, "%s:%d: %s: write it inside its section, e.g. %.*s: { %s: ... }",
+                           L->path, line_of(k), name, (int)st_cfg_section_len(name), name, st_cfg_leaf(name));
+        else {
+            section_names(names, sizeof names);
+            hint_for(NULL, 0, name, hint, sizeof hint);
+            return st_fail(ST_ERR_CONFIG, "%s:%d: %s: unknown section; the sections are %s%s", L->path,
+                           line_of(k), name, names, hint);
+        }
+    }
+    return ST_OK;
+}
+
+st_status st_config_load(st_config *c, const char *path) {
+    if (!c || !path) return st_fail(ST_ERR_ARG, "st_config_load: NULL argument");
+    st_status s;
+    char *text = NULL;
+    size_t len = 0;
+    st_config *tmp = NULL; /* loaded into a copy so that *c is untouched on error */
+    loader *L = NULL;
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    bool have_parser = false, have_doc = false;
+
+    ST_GOTO(read_file(path, &text, &len));
+    tmp = malloc(sizeof *tmp);
+    L = calloc(1, sizeof *L);
+    if (!tmp || !L || !yaml_parser_initialize(&parser)) {
+        s = st_fail(ST_ERR_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    have_parser = true;
+    *tmp = *c;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) ST_GOTO(yaml_error(&parser, path));
+    have_doc = true;
+    const char *slash = strrchr(path, '/');
+    *L = (loader){.c = tmp, .doc = &doc, .path = path, .base = slash ? slash + 1 : path};
+    ST_GOTO(load_root(L));
+    if (!yaml_parser_load(&parser, &extra)) ST_GOTO(yaml_error(&parser, path));
+    bool more = yaml_document_get_root_node(&extra) != NULL;
+    int more_line = (int)extra.start_mark.line + 1;
+    yaml_document_delete(&extra);
+    if (more)
+        ST_GOTO(st_fail(ST_ERR_CONFIG,
+                        "%s:%d: a second YAML document starts here; a run file holds one mapping of "
+                        "sections (remove the '---')",
+                        path, more_line));
+    snprintf(tmp->path, sizeof tmp->path, "%s", path);
+    ST_GOTO(st_config_apply_preset(tmp));
+    *c = *tmp;
+    s = ST_OK;
+fail:
+    if (have_doc) yaml_document_delete(&doc);
+    if (have_parser) yaml_parser_delete(&parser);
+    free(L);
+    free(tmp);
+    free(text);
+    return s;
+}
+
+/* ---- --set ---- */
+
+static st_status unknown_set_key(const char *ctx, const char *key) {
+    char keys[512], names[256], hint[160];
+    size_t seclen = st_cfg_section_len(key);
+    if (!seclen && st_cfg_section_first(key, strlen(key)) >= 0) {
+        int first = st_cfg_section_first(key, strlen(key));
+        return st_fail(ST_ERR_CONFIG, "%s: %s is a section; set one of its keys, e.g. --set %s=...", ctx, key,
+                       st_cfg_keys[first].key);
+    }
+    if (seclen && st_cfg_section_first(key, seclen) >= 0) {
+        section_keys(key, seclen, keys, sizeof keys);
+        hint_for(key, seclen, st_cfg_leaf(key), hint, sizeof hint);
+        return st_fail(ST_ERR_CONFIG, "%s: unknown key %s; known keys in %.*s: %s%s", ctx, key, (int)seclen,
+                       key, keys, hint);
+    }
+    section_names(names, sizeof names);
+    hint_for(NULL, 0, key, hint, sizeof hint);
+    return st_fail(ST_ERR_CONFIG, "%s: unknown key %s; keys are section.key with the sections %s%s", ctx, key,
+                   names, hint);
+}
+
+st_status st_config_set(st_config *c, const char *assignment) {
+    if (!c || !assignment) return st_fail(ST_ERR_ARG, "st_config_set: NULL argument");
+    char ctx[ST_CFG_STR + 64], key[128];
+    snprintf(ctx, sizeof ctx, "--set %s", assignment);
+    const char *eq = strchr(assignment, '=');
+    if (!eq) return st_fail(ST_ERR_CONFIG, "%s: expected key=value, e.g. --set optim.lr=3e-4", ctx);
+    const char *b = assignment, *e = eq;
+    while (b < e && (*b == ' ' || *b == '\t'))
+        b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    snprintf(key, sizeof key, "%.*s", (int)(e - b), b);
+    int row = st_cfg_find(key);
+    if (row < 0) return unknown_set_key(ctx, key);
+    ST_TRY(st_cfg_assign_text(c, row, eq + 1, ctx));
+    set_source(c, row, ST_SRC_SET, "");
+    return st_config_apply_preset(c);
+}
+
+/* ---- cross-key checks ---- */
+
+/* "model.n_embd (250, run.yaml:4)" */
+static const char *describe(const st_config *c, const char *key, char *buf, size_t n) {
+    int row = st_cfg_find(key);
+    char value[ST_CFG_STR + 8], from[ST_CFG_NOTE + 16];
+    st_cfg_format(c, row, value, sizeof value);
+    snprintf(buf, n, "%s (%s, %s)", key, value, st_cfg_origin(c, row, from, sizeof from));
+    return buf;
+}
+
+#define FAIL_IF(cond, fmt, ...)                                                                              \
+    do {                                                                                                     \
+        if (cond) return st_fail(ST_ERR_CONFIG, "%s" fmt, where, __VA_ARGS__);                               \
+    } while (0)
+
+st_status st_config_validate(const st_config *c) {
+    if (!c) return st_fail(ST_ERR_ARG, "st_config_validate: NULL config");
+    char a[512], b[512], where[ST_CFG_STR + 8] = "";
+    if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
+    bool gpt = !strcmp(c->model.type, "gpt"), cnn = !strcmp(c->model.type, "cnn");
+    bool tokens = !strcmp(c->data.type, "tokens");
+#define D1(key) describe(c, key, a, sizeof a)
+#define D2(key) describe(c, key, b, sizeof b)
+
+    FAIL_IF(!c->data.train[0], "data.train is empty; set it to the training %s",
+            tokens ? "token file" : "images");
+    FAIL_IF(c->model.preset[0] && !gpt, "%s is a gpt shape but %s; set model.type: gpt or remove the preset",
+            D1("model.preset"), D2("model.type"));
+    FAIL_IF(gpt && !tokens,
+            "%s trains on tokens but %s; set data.type: tokens and data.train to a token file",
+            D1("model.type"), D2("data.type"));
+    FAIL_IF(!gpt && tokens, "%s reads images and labels but %s; set data.type: idx, or model.type: gpt",
+            D1("model.type"), D2("data.type"));
+    FAIL_IF(gpt && c->model.n_embd % c->model.n_head,
+            "%s is not divisible by %s; make n_embd a multiple of n_head", D1("model.n_embd"),
+            D2("model.n_head"));
+    FAIL_IF(cnn && c->model.channels.n == 0, "%s is empty; a cnn needs at least one conv block",
+            D1("model.channels"));
+    FAIL_IF(cnn && c->model.pool.n != c->model.channels.n,
+            "%s has %d entries but %s has %d; give one pool entry per conv block", D1("model.pool"),
+            c->model.pool.n, D2("model.channels"), c->model.channels.n);
+    FAIL_IF(!tokens && !c->data.train_labels[0], "%s is empty; idx data needs a labels file",
+            D1("data.train_labels"));
+    FAIL_IF(!tokens && c->data.val[0] && !c->data.val_labels[0],
+            "%s is empty but data.val is set; give the validation labels, or set data.val: \"\" to skip "
+            "evaluation",
+            D1("data.val_labels"));
+    FAIL_IF(c->train.eval_every > 0 && !c->data.val[0],
+            "%s asks for evaluations but data.val is empty; set data.val or train.eval_every: 0",
+            D1("train.eval_every"));
+    FAIL_IF(c->train.micro_batch_size != ST_AUTO && c->train.batch_size % c->train.micro_batch_size,
+            "%s does not divide %s; the global batch is split into equal micro-batches",
+            D1("train.micro_batch_size"), D2("train.batch_size"));
+    FAIL_IF(c->train.steps != ST_AUTO && c->optim.warmup_steps > c->train.steps,
+            "%s is longer than %s; shorten the warmup or train longer", D1("optim.warmup_steps"),
+            D2("train.steps"));
+    FAIL_IF(!strcmp(c->optim.type, "sgd") && c->optim.nesterov && c->optim.momentum == 0,
+            "%s but %s; Nesterov needs momentum > 0", D1("optim.nesterov"), D2("optim.momentum"));
+#undef D1
+#undef D2
+    return ST_OK;
+}

@@ -1,0 +1,577 @@
+/* The configuration schema (one row per key) and the conversion of a YAML value
+ * into a field of st_config: type, range and accepted-value checks with errors
+ * that say what was expected. It knows nothing about files, --set or where a
+ * value came from; that is config.c. */
+#include "core/config_schema.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define FIELD(f) offsetof(st_config, f), sizeof(((st_config *)0)->f)
+#define VALUES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NOMAX INFINITY
+#define LO ST_CFG_OPEN_LO
+#define HI ST_CFG_OPEN_HI
+
+#define K_INT(k, f, def, lo, hi, doc)                                                                        \
+    { k, ST_CFG_INT, FIELD(f), def, lo, hi, 0, NULL, false, doc }
+#define K_AUTO(k, f, lo, hi, doc)                                                                            \
+    { k, ST_CFG_INT, FIELD(f), "auto", lo, hi, 0, NULL, true, doc }
+#define K_FLOAT(k, f, def, lo, hi, open, doc)                                                                \
+    { k, ST_CFG_FLOAT, FIELD(f), def, lo, hi, open, NULL, false, doc }
+#define K_BOOL(k, f, def, doc)                                                                               \
+    { k, ST_CFG_BOOL, FIELD(f), def, 0, 0, 0, NULL, false, doc }
+#define K_STR(k, f, def, doc)                                                                                \
+    { k, ST_CFG_STRING, FIELD(f), def, 0, 0, 0, NULL, false, doc }
+#define K_ENUM(k, f, def, vals, doc)                                                                         \
+    { k, ST_CFG_ENUM, FIELD(f), def, 0, 0, 0, vals, false, doc }
+#define K_LIST(k, f, def, lo, hi, doc)                                                                       \
+    { k, ST_CFG_INT_LIST, FIELD(f), def, lo, hi, 0, NULL, false, doc }
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+const st_cfg_key st_cfg_keys[] = {
+    K_ENUM("model.type", model.type, "cnn", VALUES("mlp", "cnn", "gpt"),
+           "network: mlp (fully connected), cnn (conv blocks) or gpt (decoder-only transformer)"),
+    K_ENUM("model.preset", model.preset, "\"\"", VALUES("", "gpt2-124m", "gpt-small"),
+           "gpt shape preset; fills model.type and the gpt shape keys not set explicitly (\"\" = none)"),
+    K_LIST("model.hidden", model.hidden, "[1024, 1024]", 1, 1 << 20, "mlp: hidden layer widths"),
+    K_LIST("model.channels", model.channels, "[32, 64, 128]", 1, 1 << 16,
+           "cnn: output channels of each conv block"),
+    K_LIST("model.pool", model.pool, "[0, 1, 1]", 0, 1,
+           "cnn: 1 = 2x2 max-pool after block i; one entry per model.channels entry"),
+    K_INT("model.kernel", model.kernel, "3", 1, 63, "cnn: square conv kernel size"),
+    K_BOOL("model.batchnorm", model.batchnorm, "true", "cnn: batch-norm after each conv"),
+    K_FLOAT("model.dropout", model.dropout, "0.0", 0, 1, HI, "dropout probability; 0 = off"),
+    K_INT("model.n_layer", model.n_layer, "4", 1, 1024, "gpt: transformer blocks"),
+    K_INT("model.n_head", model.n_head, "4", 1, 1024, "gpt: attention heads; must divide model.n_embd"),
+    K_INT("model.n_embd", model.n_embd, "256", 1, 1 << 16, "gpt: embedding width"),
+    K_AUTO("model.vocab_size", model.vocab_size, 2, INT32_MAX, "gpt: vocabulary size; auto = from the data"),
+    K_INT("model.block_size", model.block_size, "256", 1, 1 << 20, "gpt: context length in tokens"),
+    K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
+           "mlp/cnn: output classes; auto = from the training labels"),
+
+    K_ENUM("data.type", data.type, "idx", VALUES("idx", "tokens"),
+           "dataset format: idx (MNIST family, gzip or raw) or tokens (token shards)"),
+    K_STR("data.train", data.train, FMNIST "train-images-idx3-ubyte.gz",
+          "training images (idx) or token file"),
+    K_STR("data.train_labels", data.train_labels, FMNIST "train-labels-idx1-ubyte.gz",
+          "idx: training labels"),
+    K_STR("data.val", data.val, FMNIST "t10k-images-idx3-ubyte.gz",
+          "validation images (idx) or token file; \"\" = no evaluation"),
+    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx: validation labels"),
+    K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
+
+    K_AUTO("train.steps", train.steps, 1, NOMAX,
+           "optimizer steps; auto = train.epochs over the training set"),
+    K_FLOAT("train.epochs", train.epochs, "1", 0, 1e6, LO, "passes over the training set when steps is auto"),
+    K_INT("train.batch_size", train.batch_size, "128", 1, NOMAX,
+          "global batch: samples per optimizer step over all ranks"),
+    K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, NOMAX,
+           "samples per rank per forward/backward; must divide batch_size; auto = chosen by the planner"),
+    K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
+    K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
+          "steps between evaluations; 0 = only at the end"),
+    K_AUTO("train.eval_batch_size", train.eval_batch_size, 1, NOMAX,
+           "evaluation batch per rank; auto = micro_batch_size"),
+    K_INT("train.eval_steps", train.eval_steps, "0", 0, NOMAX, "batches per evaluation; 0 = the whole set"),
+    K_AUTO("train.threads", train.threads, 1, 4096, "CPU threads per rank; auto = the cores available"),
+    K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
+
+    K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
+    K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
+    K_FLOAT("optim.weight_decay", optim.weight_decay, "0.0", 0, 10, HI,
+            "decoupled weight decay (adamw) or L2 penalty (sgd)"),
+    K_FLOAT("optim.beta1", optim.beta1, "0.9", 0, 1, HI, "adamw: first-moment decay"),
+    K_FLOAT("optim.beta2", optim.beta2, "0.999", 0, 1, HI, "adamw: second-moment decay"),
+    K_FLOAT("optim.eps", optim.eps, "1e-8", 0, 1, LO | HI, "adamw: epsilon added to the denominator"),
+    K_FLOAT("optim.momentum", optim.momentum, "0.9", 0, 1, HI, "sgd: momentum; 0 = plain SGD"),
+    K_BOOL("optim.nesterov", optim.nesterov, "false", "sgd: Nesterov momentum"),
+    K_ENUM("optim.schedule", optim.schedule, "cosine", VALUES("constant", "cosine", "linear"),
+           "learning-rate decay after warmup"),
+    K_INT("optim.warmup_steps", optim.warmup_steps, "0", 0, NOMAX, "steps of linear warmup from 0 to lr"),
+    K_FLOAT("optim.min_lr", optim.min_lr, "0.0", 0, 1, 0,
+            "learning rate at the end of decay, as a fraction of lr"),
+    K_FLOAT("optim.grad_clip", optim.grad_clip, "0.0", 0, NOMAX, 0,
+            "clip the global gradient norm to this; 0 = off"),
+
+    K_ENUM("precision", precision, "auto", VALUES("auto", "fp32", "bf16", "fp16"),
+           "compute precision; auto = chosen by the planner from the hardware"),
+
+    K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
+           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
+    K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
+            "gradient bucket size in MiB for overlapped all-reduce"),
+    K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
+    K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
+          "seconds a collective may wait before every rank fails with a message"),
+
+    K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
+    K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
+           "progress bar; auto = on a terminal"),
+    K_BOOL("log.tensorboard", log.tensorboard, "false", "also write TensorBoard event files"),
+};
+const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
+_Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");
+
+const st_cfg_preset st_cfg_presets[] = {
+    {"gpt2-124m", "model.type", "gpt"},         {"gpt2-124m", "model.n_layer", "12"},
+    {"gpt2-124m", "model.n_head", "12"},        {"gpt2-124m", "model.n_embd", "768"},
+    {"gpt2-124m", "model.vocab_size", "50257"}, {"gpt2-124m", "model.block_size", "1024"},
+    {"gpt-small", "model.type", "gpt"},         {"gpt-small", "model.n_layer", "4"},
+    {"gpt-small", "model.n_head", "4"},         {"gpt-small", "model.n_embd", "256"},
+    {"gpt-small", "model.vocab_size", "256"},   {"gpt-small", "model.block_size", "256"},
+};
+const int st_cfg_npresets = (int)(sizeof st_cfg_presets / sizeof st_cfg_presets[0]);
+
+int st_cfg_find(const char *key) {
+    for (int i = 0; i < st_cfg_nkeys; i++)
+        if (!strcmp(st_cfg_keys[i].key, key)) return i;
+    return -1;
+}
+
+size_t st_cfg_section_len(const char *key) {
+    const char *dot = strchr(key, '.');
+    return dot ? (size_t)(dot - key) : 0;
+}
+
+const char *st_cfg_leaf(const char *key) {
+    return key + st_cfg_section_len(key) + (strchr(key, '.') != NULL);
+}
+
+int st_cfg_section_first(const char *name, size_t n) {
+    for (int i = 0; i < st_cfg_nkeys; i++)
+        if (st_cfg_section_len(st_cfg_keys[i].key) == n && n && !strncmp(st_cfg_keys[i].key, name, n))
+            return i;
+    return -1;
+}
+
+/* ---- converting a value ---- */
+
+typedef struct scalar {
+    const char *s;
+    size_t len;
+    bool plain; /* unquoted: may be null */
+} scalar;
+
+static bool as_scalar(const yaml_node_t *node, scalar *out) {
+    if (!node) {
+        *out = (scalar){"", 0, true};
+        return true;
+    }
+    if (node->type != YAML_SCALAR_NODE) return false;
+    *out = (scalar){(const char *)node->data.scalar.value, node->data.scalar.length,
+                    node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE};
+    return true;
+}
+
+static bool is_null(scalar v) {
+    return v.plain && (v.len == 0 || !strcmp(v.s, "~") || !strcmp(v.s, "null") || !strcmp(v.s, "Null") ||
+                       !strcmp(v.s, "NULL"));
+}
+
+bool st_cfg_is_null(const yaml_node_t *node) {
+    scalar v;
+    return !node || (as_scalar(node, &v) && is_null(v));
+}
+
+static const char *node_kind(const yaml_node_t *node) {
+    return node->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+}
+
+static st_status bad(const char *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static st_status bad(const char *ctx, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return st_fail(ST_ERR_CONFIG, "%s: %s", ctx, msg);
+}
+
+/* [+-]? (digits [. digits*] | . digits) ([eE] [+-]? digits)?  -- no hex, inf or nan. */
+static bool number_syntax(const char *s, bool *integral) {
+    static const char digits[] = "0123456789";
+    const char *p = s + (*s == '+' || *s == '-');
+    size_t nd = strspn(p, digits);
+    p += nd;
+    *integral = true;
+    if (*p == '.') {
+        size_t nf = strspn(++p, digits);
+        p += nf, nd += nf, *integral = false;
+    }
+    if (nd == 0) return false;
+    if (*p == 'e' || *p == 'E') {
+        p += 1 + (p[1] == '+' || p[1] == '-');
+        size_t ne = strspn(p, digits);
+        if (ne == 0) return false;
+        p += ne, *integral = false;
+    }
+    return *p == '\0';
+}
+
+#define INT_LIMIT 9007199254740992.0 /* 2^53: every integer survives JSON's doubles */
+
+typedef enum { NUM_OK, NUM_SYNTAX, NUM_FRACTION, NUM_HUGE } num_result;
+
+static num_result parse_float(const char *s, double *out) {
+    bool integral;
+    if (!number_syntax(s, &integral)) return NUM_SYNTAX;
+    *out = strtod(s, NULL);
+    return isfinite(*out) ? NUM_OK : NUM_HUGE;
+}
+
+/* Integers may be written with an exponent when they are whole (1e3 = 1000). */
+static num_result parse_int(const char *s, int64_t *out) {
+    double d;
+    num_result r = parse_float(s, &d);
+    if (r != NUM_OK) return r;
+    if (d != floor(d)) return NUM_FRACTION;
+    if (fabs(d) > INT_LIMIT) return NUM_HUGE;
+    bool integral;
+    number_syntax(s, &integral);
+    *out = integral ? (int64_t)strtoll(s, NULL, 10) : (int64_t)d;
+    return NUM_OK;
+}
+
+static bool in_range(const st_cfg_key *k, double v) {
+    bool lo_ok = (k->open & ST_CFG_OPEN_LO) ? v > k->lo : v >= k->lo;
+    bool hi_ok = (k->open & ST_CFG_OPEN_HI) ? v < k->hi : v <= k->hi;
+    return lo_ok && hi_ok;
+}
+
+/* The value as quoted text for a message, cut short if long. */
+#define SHOW(v) (int)((v).len > 60 ? 60 : (v).len), (v).s, (v).len > 60 ? "..." : ""
+
+static st_status convert_int(const st_cfg_key *k, scalar v, const char *what, const char *ctx, int64_t *out) {
+    if (k->auto_ok && !strcmp(v.s, "auto")) {
+        *out = ST_AUTO;
+        return ST_OK;
+    }
+    const char *alt = k->auto_ok ? " or auto" : "";
+    switch (parse_int(v.s, out)) {
+    case NUM_OK:
+        break;
+    case NUM_SYNTAX:
+        if (!strcmp(v.s, "auto")) return bad(ctx, "%sauto is not accepted here; give an integer", what);
+        return bad(ctx, "%sexpected an integer%s, got '%.*s%s'", what, alt, SHOW(v));
+    case NUM_FRACTION:
+        return bad(ctx, "%sexpected a whole number%s, got '%.*s%s'", what, alt, SHOW(v));
+    case NUM_HUGE:
+        return bad(ctx, "%s'%.*s%s' is too large; integers are limited to 2^53", what, SHOW(v));
+    }
+    if (!in_range(k, (double)*out)) {
+        char range[128];
+        st_cfg_range_text(k, range, sizeof range);
+        return bad(ctx, "%s%lld is out of range; it must be %s%s", what, (long long)*out, range, alt);
+    }
+    return ST_OK;
+}
+
+static st_status convert_list(const st_cfg_key *k, yaml_node_t *node, yaml_document_t *doc, const char *ctx,
+                              st_int_list *out) {
+    scalar v;
+    memset(out, 0, sizeof *out);
+    if (node && node->type == YAML_SCALAR_NODE && as_scalar(node, &v) && !is_null(v))
+        return convert_int(k, v, "", ctx, &out->v[out->n++]); /* one entry: 512 = [512] */
+    if (!node || node->type != YAML_SEQUENCE_NODE)
+        return bad(ctx, "expected a list of integers like [512, 256], got %s",
+                   node && node->type == YAML_MAPPING_NODE ? "a mapping" : "nothing");
+    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+        char what[48];
+        snprintf(what, sizeof what, "entry %d: ", out->n + 1);
+        if (out->n == ST_CFG_LIST) return bad(ctx, "too many entries; at most %d", ST_CFG_LIST);
+        yaml_node_t *e = yaml_document_get_node(doc, *it);
+        if (!as_scalar(e, &v)) return bad(ctx, "%sexpected an integer, got %s", what, node_kind(e));
+        ST_TRY(convert_int(k, v, what, ctx, &out->v[out->n++]));
+    }
+    return ST_OK;
+}
+
+/* Levenshtein distance ignoring case when the two names are near enough to
+ * suggest one for the other (or one starts the other), else -1. */
+int st_cfg_near(const char *a, size_t na, const char *b, size_t nb) {
+    enum { MAXN = 64 };
+    if (!na || !nb || na >= MAXN || nb >= MAXN) return -1;
+    int prev[MAXN + 1], cur[MAXN + 1];
+    for (size_t j = 0; j <= nb; j++)
+        prev[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof prev);
+    }
+    int d = prev[nb];
+    size_t shorter = na < nb ? na : nb;
+    if (d <= 2 && (size_t)d < shorter) return d;
+    if (shorter >= 3 && !strncasecmp(a, b, shorter)) return d;
+    return -1;
+}
+
+static const char *closest(const char *typed, const char *const *cands) {
+    const char *best = NULL;
+    int best_d = INT32_MAX;
+    for (; *cands; cands++) {
+        int d = st_cfg_near(typed, strlen(typed), *cands, strlen(*cands));
+        if (d >= 0 && d < best_d) best = *cands, best_d = d;
+    }
+    return best;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(s, yes[i])) return *out = true, true;
+        if (!strcasecmp(s, no[i])) return *out = false, true;
+    }
+    return false;
+}
+
+st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_t *doc, const char *ctx) {
+    const st_cfg_key *k = &st_cfg_keys[row];
+    void *field = (char *)c + k->off;
+    if (k->type == ST_CFG_INT_LIST) {
+        st_int_list list;
+        ST_TRY(convert_list(k, node, doc, ctx, &list));
+        memcpy(field, &list, sizeof list);
+        return ST_OK;
+    }
+    scalar v;
+    char values[512];
+    if (!as_scalar(node, &v)) {
+        static const char *const expect[] = {"an integer", "a number", "true or false", "a string"};
+        if (k->type == ST_CFG_ENUM) st_cfg_values_text(k, values, sizeof values);
+        return bad(ctx, "expected %s%s%s, got %s", k->type == ST_CFG_ENUM ? "one of " : expect[k->type],
+                   k->type == ST_CFG_ENUM ? values : "", k->auto_ok ? " or auto" : "", node_kind(node));
+    }
+    if (strlen(v.s) != v.len) return bad(ctx, "the value contains a NUL character");
+    switch (k->type) {
+    case ST_CFG_INT: {
+        int64_t x;
+        ST_TRY(convert_int(k, v, "", ctx, &x));
+        memcpy(field, &x, sizeof x);
+        return ST_OK;
+    }
+    case ST_CFG_FLOAT: {
+        double x = -1;
+        if (!(k->auto_ok && !strcmp(v.s, "auto"))) {
+            num_result r = parse_float(v.s, &x);
+            if (r == NUM_HUGE) return bad(ctx, "'%.*s%s' is too large", SHOW(v));
+            if (r != NUM_OK)
+                return bad(ctx, "expected a number%s, got '%.*s%s'", k->auto_ok ? " or auto" : "", SHOW(v));
+            if (!in_range(k, x)) {
+                char range[128], num[40];
+                st_cfg_range_text(k, range, sizeof range);
+                st_cfg_format_double(x, num, sizeof num);
+                return bad(ctx, "%s is out of range; it must be %s", num, range);
+            }
+        }
+        memcpy(field, &x, sizeof x);
+        return ST_OK;
+    }
+    case ST_CFG_BOOL: {
+        bool x;
+        if (!parse_bool(v.s, &x))
+            return bad(ctx, "expected true or false (or yes/no, on/off), got '%.*s%s'", SHOW(v));
+        memcpy(field, &x, sizeof x);
+        return ST_OK;
+    }
+    case ST_CFG_STRING:
+    case ST_CFG_ENUM: {
+        const char *s = is_null(v) ? "" : v.s;
+        if (strlen(s) > k->size - 1)
+            return bad(ctx, "the value is %zu characters long; at most %zu fit", strlen(s), k->size - 1);
+        if (k->type == ST_CFG_ENUM) {
+            bool found = false;
+            for (const char *const *e = k->values; *e && !found; e++)
+                found = !strcmp(*e, s);
+            if (!found) {
+                const char *guess = closest(s, k->values);
+                st_cfg_values_text(k, values, sizeof values);
+                return bad(ctx, "'%.*s%s' is not one of %s%s%s%s", SHOW(v), values,
+                           guess ? "; did you mean " : "", guess ? guess : "", guess ? "?" : "");
+            }
+        }
+        memcpy(field, s, strlen(s) + 1);
+        return ST_OK;
+    }
+    case ST_CFG_INT_LIST:
+        break;
+    }
+    return st_fail(ST_ERR_INTERNAL, "%s: bad schema type", ctx);
+}
+
+st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char *ctx) {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return st_fail(ST_ERR_NOMEM, "%s: out of memory", ctx);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+    st_status s;
+    if (!yaml_parser_load(&parser, &doc)) {
+        if (parser.error == YAML_MEMORY_ERROR)
+            s = st_fail(ST_ERR_NOMEM, "%s: out of memory", ctx);
+        else
+            s = bad(ctx, "'%.60s' is not a valid YAML value: %s (column %zu); quote it or fix the brackets",
+                    text, parser.problem ? parser.problem : "syntax error", parser.problem_mark.column + 1);
+    } else {
+        s = st_cfg_assign(c, row, yaml_document_get_root_node(&doc), &doc, ctx);
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    return s;
+}
+
+/* ---- showing a value ---- */
+
+void st_cfg_format_double(double v, char *buf, size_t n) {
+    snprintf(buf, n, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
+}
+
+/* Quote where a YAML reader would otherwise see null, a bool, a number, or syntax. */
+static bool needs_quotes(const char *s) {
+    bool b, integral;
+    size_t n = strlen(s);
+    if (n == 0 || strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) || s[n - 1] == ' ' || s[n - 1] == ':') return true;
+    if (strstr(s, ": ") || strstr(s, " #") || strpbrk(s, "\"\\\n\t\r")) return true;
+    return parse_bool(s, &b) || is_null((scalar){s, n, true}) || number_syntax(s, &integral);
+}
+
+static void quote(const char *s, char *buf, size_t n) {
+    if (!needs_quotes(s)) {
+        snprintf(buf, n, "%s", s);
+        return;
+    }
+    size_t o = 0;
+    if (n < 3) return;
+    buf[o++] = '"';
+    for (; *s && o + 4 < n; s++) {
+        if (*s == '"' || *s == '\\')
+            buf[o++] = '\\', buf[o++] = *s;
+        else if (*s == '\n')
+            buf[o++] = '\\', buf[o++] = 'n';
+        else if (*s == '\t')
+            buf[o++] = '\\', buf[o++] = 't';
+        else
+            buf[o++] = *s;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+void st_cfg_format(const st_config *c, int row, char *buf, size_t n) {
+    const st_cfg_key *k = &st_cfg_keys[row];
+    const void *field = (const char *)c + k->off;
+    switch (k->type) {
+    case ST_CFG_INT: {
+        int64_t x;
+        memcpy(&x, field, sizeof x);
+        if (k->auto_ok && x == ST_AUTO)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%lld", (long long)x);
+        return;
+    }
+    case ST_CFG_FLOAT: {
+        double x;
+        memcpy(&x, field, sizeof x);
+        if (k->auto_ok && x < 0)
+            snprintf(buf, n, "auto");
+        else
+            st_cfg_format_double(x, buf, n);
+        return;
+    }
+    case ST_CFG_BOOL:
+        snprintf(buf, n, "%s", *(const bool *)field ? "true" : "false");
+        return;
+    case ST_CFG_STRING:
+        quote((const char *)field, buf, n);
+        return;
+    case ST_CFG_ENUM:
+        snprintf(buf, n, "%s", *(const char *)field ? (const char *)field : "\"\"");
+        return;
+    case ST_CFG_INT_LIST: {
+        const st_int_list *l = field;
+        size_t o = (size_t)snprintf(buf, n, "[");
+        for (int i = 0; i < l->n && o < n; i++)
+            o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)l->v[i]);
+        if (o < n) snprintf(buf + o, n - o, "]");
+        return;
+    }
+    }
+}
+
+void st_cfg_range_text(const st_cfg_key *k, char *buf, size_t n) {
+    char lo[40], hi[40];
+    st_cfg_format_double(k->lo, lo, sizeof lo);
+    st_cfg_format_double(k->hi, hi, sizeof hi);
+    const char *lo_op = (k->open & ST_CFG_OPEN_LO) ? ">" : ">=",
+               *hi_op = (k->open & ST_CFG_OPEN_HI) ? "<" : "<=";
+    if (isfinite(k->lo) && isfinite(k->hi))
+        snprintf(buf, n, "%s %s and %s %s", lo_op, lo, hi_op, hi);
+    else if (isfinite(k->lo))
+        snprintf(buf, n, "%s %s", lo_op, lo);
+    else if (isfinite(k->hi))
+        snprintf(buf, n, "%s %s", hi_op, hi);
+    else
+        snprintf(buf, n, "any");
+}
+
+void st_cfg_values_text(const st_cfg_key *k, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; k->values && k->values[i] && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", k->values[i][0] ? k->values[i] : "\"\"");
+}
+
+/* ---- the table checks itself ---- */
+
+st_status st_cfg_schema_check(void) {
+    static const size_t sizes[] = {sizeof(int64_t), sizeof(double), sizeof(bool), 0, 0, sizeof(st_int_list)};
+    st_config *c = calloc(1, sizeof *c);
+    if (!c) return st_fail(ST_ERR_NOMEM, "schema check: out of memory");
+    st_status s = ST_OK;
+    char ctx[128];
+    for (int i = 0; i < st_cfg_nkeys && s == ST_OK; i++) {
+        const st_cfg_key *k = &st_cfg_keys[i];
+        size_t len = st_cfg_section_len(k->key);
+        bool text = k->type == ST_CFG_STRING || k->type == ST_CFG_ENUM;
+        snprintf(ctx, sizeof ctx, "schema: default of %s", k->key);
+        if (text ? k->size < 2 : k->size != sizes[k->type])
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s: a field of %zu bytes does not fit its type", k->key,
+                        k->size);
+        else if (st_cfg_find(k->key) != i)
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s appears twice", k->key);
+        else if (len && i > 0 && st_cfg_section_first(k->key, len) != i &&
+                 (st_cfg_section_len(st_cfg_keys[i - 1].key) != len ||
+                  strncmp(st_cfg_keys[i - 1].key, k->key, len)))
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s is apart from the rest of its section", k->key);
+        else if ((k->type == ST_CFG_ENUM) != (k->values != NULL) || !k->doc || !k->doc[0] ||
+                 !(k->lo <= k->hi))
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s: values, doc or range are wrong for its type", k->key);
+        else
+            s = st_cfg_assign_text(c, i, k->def, ctx);
+    }
+    int prow = st_cfg_find(ST_CFG_PRESET_KEY);
+    for (int i = 0; i < st_cfg_npresets && s == ST_OK; i++) {
+        const st_cfg_preset *p = &st_cfg_presets[i];
+        int row = st_cfg_find(p->key);
+        snprintf(ctx, sizeof ctx, "schema: preset %s", p->name);
+        if (row < 0 || row == prow)
+            s = st_fail(ST_ERR_INTERNAL, "%s: bad key %s", ctx, p->key);
+        else if ((s = st_cfg_assign_text(c, prow, p->name, ctx)) == ST_OK)
+            s = st_cfg_assign_text(c, row, p->value, ctx);
+    }
+    free(c);
+    return s;
+}
