@@ -41,6 +41,10 @@ if [ -n "$asan" ]; then
     done
     unset ASAN_OPTIONS UBSAN_OPTIONS
 fi
+for t in tests/py/test_*.py; do
+    [ -f "$t" ] || continue
+    run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
+done
 for t in tests/e2e/*.sh; do
     [ -x "$t" ] || continue
     run "e2e/$(basename "$t" .sh)" "$t" "$build"

@@ -1,0 +1,228 @@
+/* Token files: 2- and 4-byte round trips, the byte-level tokenizer against the
+ * bytes of its input, and malformed files (truncated, mid-token, wrong magic,
+ * bad version, out-of-vocabulary tokens), each a clean error naming the file. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "data/tokens.h"
+
+static char dir[64];
+
+static void put_file(const char *path, const void *buf, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(buf, 1, n, fp) != n || fclose(fp) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static size_t get_file(const char *path, uint8_t *buf, size_t cap) {
+    FILE *fp = fopen(path, "rb");
+    size_t n = fp ? fread(buf, 1, cap, fp) : 0;
+    if (fp) fclose(fp);
+    return n;
+}
+
+static void round_trip(uint64_t vocab, int want_bytes) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/rt%llu.bin", dir, (unsigned long long)vocab);
+    enum { N = 1000 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(((uint64_t)i * 2654435761u) % vocab);
+    tok[N - 1] = (uint32_t)(vocab - 1); /* the largest id survives */
+    CHECK_OK(st_tokens_write(path, tok, N, vocab));
+    uint8_t raw[64];
+    CHECK(get_file(path, raw, 64) == 64 && memcmp(raw, "STTOKENS", 8) == 0 && raw[8] == 1 &&
+              raw[12] == want_bytes && raw[16] == (N & 0xff) && raw[17] == (N >> 8),
+          "header layout for vocab %llu", (unsigned long long)vocab);
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(path, &t));
+    if (!t) return;
+    CHECK(st_tokens_count(t) == N && st_tokens_vocab_size(t) == vocab &&
+              st_tokens_token_bytes(t) == want_bytes,
+          "count %lld vocab %llu width %d", (long long)st_tokens_count(t),
+          (unsigned long long)st_tokens_vocab_size(t), st_tokens_token_bytes(t));
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += st_tokens_get(t, i) != tok[i];
+    CHECK(bad == 0, "%d tokens differ", bad);
+    CHECK(st_tokens_get(t, -1) == UINT32_MAX && st_tokens_get(t, N) == UINT32_MAX, "get out of range");
+    CHECK_OK(st_tokens_check_range(t));
+    int32_t buf[100];
+    if (vocab <= (uint64_t)INT32_MAX + 1) {
+        CHECK_OK(st_tokens_read_i32(t, 900, 100, buf));
+        for (int i = 0; i < 100; i++)
+            CHECK(buf[i] == (int32_t)tok[900 + i], "read_i32[%d]", i);
+    } else { /* the last token, vocab - 1, does not fit an int32 */
+        CHECK_FAILS(st_tokens_read_i32(t, 900, 100, buf), ST_ERR_FORMAT, "too large for int32");
+    }
+    CHECK_OK(st_tokens_read_i32(t, N, 0, buf));
+    CHECK_FAILS(st_tokens_read_i32(t, 950, 51, buf), ST_ERR_ARG, "outside the file's 1000");
+    CHECK_FAILS(st_tokens_read_i32(t, -1, 2, buf), ST_ERR_ARG, path);
+    st_tokens_close(t);
+    st_tokens_close(NULL);
+}
+
+static void tokenize(void) {
+    char a[256], b[256], e[256], out[256];
+    snprintf(a, sizeof a, "%s/a.txt", dir);
+    snprintf(b, sizeof b, "%s/b.txt", dir);
+    snprintf(e, sizeof e, "%s/empty.txt", dir);
+    snprintf(out, sizeof out, "%s/text.bin", dir);
+    const char *ta =
+        "Hello, world!\nZa\xc5\xbc\xc3\xb3\xc5\x82\xc4\x87 g\xc4\x99\xc5\x9bl\xc4\x85 ja\xc5\xba\xc5\x84\n";
+    uint8_t tb[300];
+    for (int i = 0; i < 300; i++)
+        tb[i] = (uint8_t)(i * 7); /* every byte value, zeros included */
+    put_file(a, ta, strlen(ta));
+    put_file(b, tb, sizeof tb);
+    put_file(e, "", 0);
+    const char *in[3] = {a, e, b};
+    int64_t n = 0;
+    CHECK_OK(st_tokens_from_text(in, 3, out, &n));
+    int64_t want = (int64_t)strlen(ta) + 300;
+    CHECK(n == want, "tokenized %lld bytes, expected %lld", (long long)n, (long long)want);
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(out, &t));
+    if (!t) return;
+    CHECK(st_tokens_count(t) == want && st_tokens_vocab_size(t) == 256 && st_tokens_token_bytes(t) == 2,
+          "tokenized header");
+    int bad = 0;
+    for (int64_t i = 0; i < want; i++) {
+        uint32_t v = i < (int64_t)strlen(ta) ? (uint8_t)ta[i] : tb[i - (int64_t)strlen(ta)];
+        bad += st_tokens_get(t, i) != v;
+    }
+    CHECK(bad == 0, "%d tokens differ from the input bytes", bad);
+    CHECK_OK(st_tokens_check_range(t));
+    st_tokens_close(t);
+
+    const char *empty[2] = {e, e};
+    CHECK_FAILS(st_tokens_from_text(empty, 2, out, &n), ST_ERR_FORMAT, "the input is empty");
+    char missing[256];
+    snprintf(missing, sizeof missing, "%s/missing.txt", dir);
+    const char *miss[2] = {a, missing};
+    CHECK_FAILS(st_tokens_from_text(miss, 2, out, &n), ST_ERR_IO, "missing.txt: cannot open");
+    CHECK_OK(st_tokens_open(out, &t)); /* a failed run leaves the old output in place */
+    CHECK(t && st_tokens_count(t) == want, "the old output survived");
+    st_tokens_close(t);
+}
+
+/* A file with these bytes must fail to open with `code`, naming it and `needle`. */
+static void bad(const char *label, const uint8_t *bytes, size_t n, st_status code, const char *needle) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, label);
+    put_file(path, bytes, n);
+    st_tokens *t = (st_tokens *)1;
+    st_clear_error();
+    st_status s = st_tokens_open(path, &t);
+    CHECK(s == code && t == NULL, "%s: got %s (%s)", label, st_status_name(s), st_last_error());
+    CHECK(strstr(st_last_error(), path) && strstr(st_last_error(), needle), "%s: message \"%s\" lacks '%s'",
+          label, st_last_error(), needle);
+}
+
+static void malformed(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/good.bin", dir);
+    uint32_t tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0};
+    CHECK_OK(st_tokens_write(path, tok, 10, 10));
+    uint8_t good[128], b[128];
+    size_t size = get_file(path, good, sizeof good);
+    CHECK(size == 64 + 20, "good file is %zu bytes", size);
+    const st_status F = ST_ERR_FORMAT;
+
+    bad("cut0", good, 0, F, "the file is 0 bytes, shorter than the 64-byte header");
+    bad("cut40", good, 40, F, "shorter than the 64-byte header");
+    bad("cut64", good, 64, F, "but the file is 64 bytes");
+    bad("midtoken", good, 83, F,
+        "the header says 10 tokens of 2 bytes (84 bytes with the header) but the file "
+        "is 83 bytes (it ends mid-token); it is truncated");
+    bad("cut80", good, 80, F, "but the file is 80 bytes; it is truncated");
+    memcpy(b, good, size);
+    b[84] = 0, b[85] = 0;
+    bad("long", b, 86, F, "longer than its header says");
+    memcpy(b, good, size);
+    memcpy(b, "GPT2TOKS", 8);
+    bad("magic", b, size, F, "not a scaletrain token file (magic 47 50 54 32");
+    bad("magic2", b, size, F, "make one with `scaletrain data tokenize`");
+    memcpy(b, good, size);
+    b[8] = 2;
+    bad("version", b, size, F, "version 2; this build reads version 1 (the file is from a newer scaletrain)");
+    memcpy(b, good, size);
+    b[12] = 3;
+    bad("width", b, size, F, "token width 3 bytes");
+    memcpy(b, good, size);
+    b[40] = 1;
+    bad("reserved", b, size, F, "reserved header byte 40 is not zero");
+    memcpy(b, good, size);
+    memset(b + 24, 0, 8);
+    bad("vocab0", b, size, F, "vocab_size 0 does not fit 2-byte tokens");
+    memcpy(b, good, size);
+    b[26] = 2; /* vocab 131082 in 2-byte tokens */
+    bad("vocabwide", b, size, F, "vocab_size 131082 does not fit 2-byte tokens");
+    memcpy(b, good, size);
+    memset(b + 16, 0, 8);
+    bad("count0", b, 64, F, "holds no tokens");
+    memcpy(b, good, size);
+    memset(b + 16, 0xff, 8);
+    bad("counthuge", b, size, F, "impossibly large");
+
+    /* a token outside the vocabulary: opens, but the scan names it */
+    memcpy(b, good, size);
+    b[64 + 2 * 7] = 10; /* token 7 becomes 10, vocab is 10 */
+    snprintf(path, sizeof path, "%s/oov.bin", dir);
+    put_file(path, b, size);
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(path, &t));
+    if (t) CHECK_FAILS(st_tokens_check_range(t), F, "oov.bin: token 7 is 10, not below vocab_size 10");
+    st_tokens_close(t);
+
+    snprintf(path, sizeof path, "%s/nope.bin", dir);
+    CHECK_FAILS(st_tokens_open(path, &t), ST_ERR_IO, "nope.bin: cannot open");
+    CHECK_FAILS(st_tokens_open(dir, &t), ST_ERR_IO, "not a regular file");
+    CHECK_FAILS(st_tokens_write(path, tok, 10, 9), ST_ERR_ARG, "token 8 is 9, not below vocab_size 9");
+    CHECK_FAILS(st_tokens_write(path, tok, 0, 9), ST_ERR_ARG, "count 0");
+    CHECK_FAILS(st_tokens_write(path, tok, 10, ((uint64_t)1 << 32) + 1), ST_ERR_ARG, "not in 1..2^32");
+    CHECK(access(path, F_OK) != 0, "a failed write created %s", path);
+    snprintf(path, sizeof path, "%s/no/dir/x.bin", dir);
+    CHECK_FAILS(st_tokens_write(path, tok, 10, 10), ST_ERR_IO, "no/dir/x.bin");
+
+    /* every cut of a valid file is refused; random header bytes never crash */
+    for (size_t len = 0; len < size; len++) {
+        snprintf(path, sizeof path, "%s/cut.bin", dir);
+        put_file(path, good, len);
+        CHECK(st_tokens_open(path, &t) == F && t == NULL && strstr(st_last_error(), path), "cut at %zu: %s",
+              len, st_last_error());
+    }
+    uint64_t seed = 7;
+    for (int iter = 0; iter < 500; iter++) {
+        memcpy(b, good, size);
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        b[(seed >> 33) % 64] ^= (uint8_t)(1 + (seed >> 20) % 255);
+        put_file(path, b, size);
+        st_status s = st_tokens_open(path, &t);
+        CHECK(s == ST_OK || (t == NULL && strstr(st_last_error(), path)), "flip %d: %s", iter,
+              st_last_error());
+        if (t) st_tokens_check_range(t); /* must stay in bounds whatever it says */
+        st_tokens_close(t);
+    }
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/st_tokens_XXXXXX");
+    if (!mkdtemp(dir)) return st_test_skip("test_tokens", "cannot make a temporary directory in /tmp");
+    round_trip(256, 2);
+    round_trip(50257, 2);
+    round_trip(65536, 2);
+    round_trip(65537, 4);
+    round_trip((uint64_t)1 << 32, 4);
+    tokenize();
+    malformed();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", dir);
+    return st_test_finish("test_tokens");
+}
