@@ -27,6 +27,7 @@ typedef struct st_run_result {
     bool has_eval, has_accuracy;
     double eval_loss, eval_accuracy;
     double gflops_per_s;   /* model FLOPs (3x forward) per second of training */
+    double step_ms_median; /* median wall time of one optimizer step */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

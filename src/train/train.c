@@ -29,6 +29,11 @@ static st_status mkdirs(const char *path) {
     return ST_OK;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static void print_json(FILE *out, const st_run_result *r, bool lm) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "loss", r->has_eval ? r->eval_loss : r->train_loss);
@@ -41,6 +46,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "first_loss", r->first_loss);
         cJSON_AddNumberToObject(o, "seconds", r->seconds);
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
+        cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     char *s = cJSON_PrintUnformatted(o);
@@ -85,8 +91,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_model_graph mg = {0};
     st_optim opt = {0};
     int64_t *order = malloc((size_t)n * sizeof *order);
+    double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
-    if (!order) return st_fail(ST_ERR_NOMEM, "out of memory for the sample order");
+    if (!order || !step_times) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory for the sample order");
+        goto fail;
+    }
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
@@ -127,7 +137,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         double lr = st_lr_at(c, step, steps);
         st_optim_step(&opt, &m->params, lr);
-        t_train += st_now() - t0;
+        step_times[step] = st_now() - t0;
+        t_train += step_times[step];
         if (step == 0) r->first_loss = step_loss;
         window_loss += step_loss;
         window_n++;
@@ -153,8 +164,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->tokens = r->samples * tokens_per_sample;
     r->tokens_per_s = r->samples_per_s * (double)tokens_per_sample;
     r->gflops_per_s = t_train > 0 ? flops_step * (double)r->steps / t_train / 1e9 : 0;
+    qsort(step_times, (size_t)r->steps, sizeof *step_times, cmp_double);
+    r->step_ms_median = r->steps ? 1e3 * step_times[r->steps / 2] : 0;
     s = ST_OK;
 fail:
+    free(step_times);
     st_optim_free(&opt);
     st_model_graph_free(&mg);
     free(order);
