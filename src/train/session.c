@@ -199,11 +199,13 @@ void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total
     p->out = out;
     p->total = total;
     p->t0 = st_now();
+    p->silent = strcmp(mode, "silent") == 0;
     p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
 }
 
 void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
                       const char *unit, bool force_line) {
+    if (p->silent) return;
     double el = st_now() - p->t0;
     double eta = step > 0 ? el / (double)step * (double)(p->total - step) : 0;
     int em = (int)(eta / 60), es = (int)eta % 60;

@@ -26,10 +26,11 @@ void st_session_close(st_session *s);
 /* Evaluate on the validation set (or its first cfg->train.eval_steps batches). */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
 
-/* Progress output on rank 0: a bar on a terminal, plain lines otherwise. */
+/* Progress output on rank 0: mode "on" (a bar), "off" (plain lines every
+ * log.every steps), "auto" (a bar on a terminal) or "silent". */
 typedef struct st_progress {
     FILE *out;
-    bool bar;
+    bool bar, silent;
     int64_t total;
     double t0;
 } st_progress;

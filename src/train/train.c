@@ -104,7 +104,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     int64_t epoch = 0, pos = 0;
     st_epoch_order(n, seed, epoch, c->data.shuffle, order);
     st_progress prog;
-    st_progress_init(&prog, ses->out, opts->quiet ? "off" : c->log.progress, steps);
+    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, steps);
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
