@@ -27,9 +27,10 @@ BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 .PHONY: all tests benches check run deps asan clean format
 all: $(BUILD)/scaletrain tests
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+# -MMD: each object depends on exactly the headers it includes.
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(BUILD)/libscaletrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -38,13 +39,13 @@ $(BUILD)/libscaletrain.a: $(LIB_OBJ)
 $(BUILD)/scaletrain: $(TOOL_OBJ) $(BUILD)/libscaletrain.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(TOOL_OBJ) $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libscaletrain.a $(HEADERS)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libscaletrain.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libscaletrain.a $(HEADERS)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libscaletrain.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
 
 tests: $(TESTS)
 benches: $(BENCHES)
@@ -63,6 +64,8 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:=.d) $(BENCHES:=.d)
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(BENCH_SRC) $(HEADERS)

@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader does not byte-swap"
 #endif
@@ -494,23 +496,6 @@ fail:
     return s;
 }
 
-/* Sync the directory holding `path`, so a rename into it survives a crash. */
-static st_status fsync_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open its directory to sync: %s", path, strerror(errno));
-    int r = fsync(fd), err = errno;
-    close(fd);
-    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
-        return st_fail(ST_ERR_IO, "%s: cannot sync its directory: %s", path, strerror(err));
-    return ST_OK;
-}
-
 st_status st_safetensors_write(const char *path, const st_safetensors_tensor *tensors, int n,
                                const char *const *meta_kv, int n_meta) {
     if (!path || n < 0 || (n > 0 && !tensors) || n_meta < 0 || (n_meta > 0 && !meta_kv))
@@ -518,8 +503,7 @@ st_status st_safetensors_write(const char *path, const st_safetensors_tensor *te
                        n_meta);
     st_status s = ST_OK;
     int64_t total = 0;
-    char tmp[4096];
-    FILE *fp = NULL;
+    st_atomic_file af = {0};
     char *json = NULL;
     ST_TRY(build_header(path, tensors, n, meta_kv, n_meta, &json, &total));
     size_t len = strlen(json), pad = (8 - len % 8) % 8;
@@ -527,8 +511,8 @@ st_status st_safetensors_write(const char *path, const st_safetensors_tensor *te
     uint8_t len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (uint8_t)(hlen >> (8 * i));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (!(fp = fopen(tmp, "wb"))) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno)));
+    ST_GOTO(st_atomic_open(&af, path));
+    FILE *fp = af.fp;
     bool ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
     for (size_t i = 0; ok && i < pad; i++)
         ok = fputc(' ', fp) != EOF;
@@ -537,18 +521,10 @@ st_status st_safetensors_write(const char *path, const st_safetensors_tensor *te
         check_tensor(path, &tensors[i], &nbytes); /* already passed in build_header */
         ok = nbytes == 0 || fwrite(tensors[i].data, 1, (size_t)nbytes, fp) == (size_t)nbytes;
     }
-    if (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno)));
-    int r = fclose(fp);
-    fp = NULL;
-    if (r != 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot close: %s", tmp, strerror(errno)));
-    if (rename(tmp, path) != 0)
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno)));
-    free(json);
-    return fsync_dir(path);
+    if (!ok) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot write: %s", af.tmp, strerror(errno)));
+    s = st_atomic_commit(&af);
 fail:
-    if (fp) fclose(fp);
-    unlink(tmp);
+    st_atomic_abort(&af);
     free(json);
     return s;
 }

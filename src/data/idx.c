@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/atomic_file.h"
 #include "core/mem.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -232,23 +233,6 @@ void st_idx_free(st_idx *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Sync the directory holding `path`, so a rename into it survives a crash. */
-static st_status fsync_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open its directory to sync: %s", path, strerror(errno));
-    int r = fsync(fd), err = errno;
-    close(fd);
-    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
-        return st_fail(ST_ERR_IO, "%s: cannot sync its directory: %s", path, strerror(err));
-    return ST_OK;
-}
-
 st_status st_idx_write(const char *path, int ndim, const int64_t *dims, const uint8_t *data, bool gzip) {
     if (!path || ndim < 1 || ndim > ST_IDX_MAX_NDIM || !dims || !data)
         return st_fail(ST_ERR_ARG, "st_idx_write: bad arguments (path, ndim %d, dims, data)", ndim);
@@ -261,16 +245,14 @@ st_status st_idx_write(const char *path, int ndim, const int64_t *dims, const ui
         for (int b = 0; b < 4; b++)
             hdr[4 + 4 * i + b] = (uint8_t)(dims[i] >> (24 - 8 * b));
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    st_atomic_file af;
+    ST_TRY(st_atomic_open(&af, path));
     st_status s = ST_OK;
-    int gzfd = dup(fd); /* gzclose closes its own; we keep fd to fsync */
+    int gzfd = dup(fileno(af.fp)); /* gzclose closes its own descriptor */
     gzFile gz = gzfd < 0 ? NULL : gzdopen(gzfd, gzip ? "wb6" : "wbT");
     if (!gz) {
         if (gzfd >= 0) close(gzfd);
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot start zlib: %s", tmp, strerror(errno)));
+        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot start zlib: %s", af.tmp, strerror(errno)));
     }
     int hlen = 4 + 4 * ndim;
     int ok = gzwrite(gz, hdr, (unsigned)hlen) == hlen;
@@ -279,15 +261,9 @@ st_status st_idx_write(const char *path, int ndim, const int64_t *dims, const ui
         ok = gzwrite(gz, data + off, n) == (int)n;
     }
     if (gzclose_w(gz) != Z_OK) ok = 0;
-    if (!ok || fsync(fd) != 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno)));
-    int r = close(fd);
-    fd = -1;
-    if (r != 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot close: %s", tmp, strerror(errno)));
-    if (rename(tmp, path) != 0)
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno)));
-    return fsync_dir(path);
+    if (!ok) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot write: %s", af.tmp, strerror(errno)));
+    s = st_atomic_commit(&af);
 fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
+    st_atomic_abort(&af);
     return s;
 }

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
+
 struct st_tokens {
     char *path;
     const uint8_t *map; /* the whole file, read-only */
@@ -173,8 +175,7 @@ st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32
 /* ---- writing: a temporary file, header filled in last, synced and renamed ---- */
 
 typedef struct tok_out {
-    const char *path;
-    char tmp[4096];
+    st_atomic_file af;
     FILE *fp;
     int token_bytes;
     int64_t count;
@@ -182,14 +183,12 @@ typedef struct tok_out {
 
 static st_status out_begin(tok_out *o, const char *path, int token_bytes) {
     static const uint8_t zero[ST_TOKENS_HEADER_BYTES];
-    o->path = path;
     o->token_bytes = token_bytes;
     o->count = 0;
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (!(o->fp = fopen(o->tmp, "wb")))
-        return st_fail(ST_ERR_IO, "%s: cannot create: %s", o->tmp, strerror(errno));
+    ST_TRY(st_atomic_open(&o->af, path));
+    o->fp = o->af.fp;
     if (fwrite(zero, 1, sizeof zero, o->fp) != sizeof zero)
-        return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->tmp, strerror(errno));
+        return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->af.tmp, strerror(errno));
     return ST_OK;
 }
 
@@ -206,26 +205,9 @@ static st_status out_put(tok_out *o, const uint32_t *tok, int64_t n) {
         }
         size_t nb = (size_t)(m * o->token_bytes);
         if (fwrite(buf, 1, nb, o->fp) != nb)
-            return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->tmp, strerror(errno));
+            return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->af.tmp, strerror(errno));
     }
     o->count += n;
-    return ST_OK;
-}
-
-/* Sync the directory holding `path`, so a rename into it survives a crash. */
-static st_status fsync_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open its directory to sync: %s", path, strerror(errno));
-    int r = fsync(fd), err = errno;
-    close(fd);
-    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
-        return st_fail(ST_ERR_IO, "%s: cannot sync its directory: %s", path, strerror(err));
     return ST_OK;
 }
 
@@ -236,22 +218,16 @@ static st_status out_finish(tok_out *o, uint64_t vocab_size) {
     put_u32(h + 12, (uint32_t)o->token_bytes);
     put_u64(h + 16, (uint64_t)o->count);
     put_u64(h + 24, vocab_size);
-    if (fseek(o->fp, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, o->fp) != sizeof h || fflush(o->fp) != 0 ||
-        fsync(fileno(o->fp)) != 0)
-        return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->tmp, strerror(errno));
-    int r = fclose(o->fp);
+    if (fseek(o->fp, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, o->fp) != sizeof h)
+        return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->af.tmp, strerror(errno));
     o->fp = NULL;
-    if (r != 0) return st_fail(ST_ERR_IO, "%s: cannot close: %s", o->tmp, strerror(errno));
-    if (rename(o->tmp, o->path) != 0)
-        return st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", o->path, o->tmp, strerror(errno));
-    return fsync_dir(o->path);
+    return st_atomic_commit(&o->af);
 }
 
 /* After a failure: drop the temporary file (the old file at path stays). */
 static void out_abort(tok_out *o) {
-    if (o->fp) fclose(o->fp);
     o->fp = NULL;
-    unlink(o->tmp);
+    st_atomic_abort(&o->af);
 }
 
 st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t count, uint64_t vocab_size) {

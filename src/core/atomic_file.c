@@ -1,0 +1,57 @@
+/* Temporary file, fsync, rename, directory fsync (see atomic_file.h). */
+#include "atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Sync the directory holding `path`, so a rename into it survives a crash. */
+static st_status fsync_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open its directory to sync: %s", path, strerror(errno));
+    int r = fsync(fd), err = errno;
+    close(fd);
+    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
+        return st_fail(ST_ERR_IO, "%s: cannot sync its directory: %s", path, strerror(err));
+    return ST_OK;
+}
+
+st_status st_atomic_open(st_atomic_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (!(f->fp = fopen(f->tmp, "wb")))
+        return st_fail(ST_ERR_IO, "%s: cannot create: %s", f->tmp, strerror(errno));
+    return ST_OK;
+}
+
+st_status st_atomic_commit(st_atomic_file *f) {
+    st_status s = ST_OK;
+    if (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)
+        s = st_fail(ST_ERR_IO, "%s: cannot write: %s", f->tmp, strerror(errno));
+    int r = fclose(f->fp);
+    f->fp = NULL;
+    if (s == ST_OK && r != 0) s = st_fail(ST_ERR_IO, "%s: cannot close: %s", f->tmp, strerror(errno));
+    if (s == ST_OK && rename(f->tmp, f->path) != 0)
+        s = st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", f->path, f->tmp, strerror(errno));
+    if (s != ST_OK) {
+        unlink(f->tmp);
+        return s;
+    }
+    f->tmp[0] = '\0';
+    return fsync_dir(f->path);
+}
+
+void st_atomic_abort(st_atomic_file *f) {
+    if (f->fp) fclose(f->fp);
+    f->fp = NULL;
+    if (f->tmp[0]) unlink(f->tmp);
+    f->tmp[0] = '\0';
+}

@@ -1,0 +1,26 @@
+/* Files written whole or not at all: write to "<path>.tmp.<pid>", then flush,
+ * fsync, rename over the path and fsync the directory, so a crash leaves either
+ * the old file or the new one. Every writer of weights, data and checkpoints
+ * goes through this. */
+#ifndef ST_CORE_ATOMIC_FILE_H
+#define ST_CORE_ATOMIC_FILE_H
+
+#include <stdio.h>
+
+#include "scaletrain/status.h"
+
+typedef struct st_atomic_file {
+    const char *path; /* borrowed: must outlive the file */
+    char tmp[4096];
+    FILE *fp; /* write here (or through fileno(fp)) */
+} st_atomic_file;
+
+/* Create the temporary file. On failure nothing is left behind. */
+st_status st_atomic_open(st_atomic_file *f, const char *path);
+/* Sync, close and rename over the path; on failure the temporary is removed. */
+st_status st_atomic_commit(st_atomic_file *f);
+/* Drop the temporary file; the file at path stays as it was. Accepts a file
+ * that was never opened or already committed. */
+void st_atomic_abort(st_atomic_file *f);
+
+#endif
