@@ -27,7 +27,7 @@ run() { # name command...
     rm -f "$log"
 }
 for t in "$build"/tests/test_*; do
-    [ -x "$t" ] || continue
+    [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
     run "$(basename "$t")" "$t"
 done
 if [ -n "$asan" ]; then
@@ -35,7 +35,7 @@ if [ -n "$asan" ]; then
     # slow one and gains nothing from it.
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
     for t in "$asan"/tests/test_*; do
-        [ -x "$t" ] || continue
+        [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
         case "$(basename "$t")" in test_parity) continue ;; esac
         run "asan/$(basename "$t")" "$t"
     done

@@ -1,0 +1,217 @@
+/* Causal multi-head self-attention core (Vaswani et al. 2017, eq. 1, with a
+ * causal mask as in GPT-2): qkv (B, T, 3C) -> y (B, T, C).
+ *
+ * Per (batch, head): S = Q K^T / sqrt(hs), P = softmax over positions 0..t of
+ * row t (later positions get probability 0), Y = P V. The heads are strided
+ * views of qkv (leading dimension 3C), so there is no copy or transpose. The
+ * (b, h) pairs run in an OpenMP loop and each calls sgemm, which OpenBLAS's
+ * OpenMP build runs single-threaded inside a parallel region. The products
+ * go by blocks of TB queries (or keys), each against only the keys (queries)
+ * the causal mask lets through, which skips most of the masked half. P is
+ * saved for backward (B, n_head, T, T), zeros above the diagonal; backward
+ * keeps dP in a per-thread (T, T) scratch from the workspace.
+ *
+ * Not here: flash-style tiling (P is materialised), dropout on P, a padding
+ * mask. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/blas.h"
+#include "layers.h"
+
+enum { A_NHEAD, A_NTHREADS };
+
+/* Query (and key) block: a block of queries needs only the keys up to its
+ * end, so the masked upper triangle is skipped in blocks of this size. */
+enum { TB = 64 };
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* exp for x <= 0 (the softmax's x - max): Cephes' expf (range reduction by
+ * ln 2, degree-6 polynomial), relative error < 1e-7, written so that the
+ * compiler vectorizes the loops that call it (libm's expf stays scalar).
+ * NaN stays NaN. */
+static inline float exp_nonpos(float x) {
+    x = x < -87.0f ? -87.0f : x; /* exp(-87) ~ 1.6e-38: still a normal float */
+    float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p * r, r, r) + 1.0f;
+    n = n > -126.0f ? n : -126.0f; /* a NaN n (p is NaN then) must not reach the int conversion */
+    n = n < 127.0f ? n : 127.0f;
+    const int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+/* sum of a[j] * b[j] (b NULL: of a[j]) in 16 interleaved partial sums, an
+ * order the compiler can vectorize without -ffast-math */
+static inline float dot16(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] += a[j + l] * (b ? b[j + l] : 1.0f);
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += a[j] * (b ? b[j] : 1.0f);
+    for (int l = 0; l < 16; l++)
+        s += acc[l];
+    return s;
+}
+
+/* max of a[0..n), n >= 1, in 16 interleaved lanes (vectorizable). A NaN
+ * may be skipped here; it still reaches the row through a[j] - max. */
+static inline float max16(const float *a, int64_t n) {
+    float acc[16];
+    for (int l = 0; l < 16; l++)
+        acc[l] = a[0];
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] = a[j + l] > acc[l] ? a[j + l] : acc[l];
+    float m = a[0];
+    for (; j < n; j++)
+        m = a[j] > m ? a[j] : m;
+    for (int l = 0; l < 16; l++)
+        m = acc[l] > m ? acc[l] : m;
+    return m;
+}
+
+/* Rows t0..t1 of P: softmax over columns 0..t of row t, zeros after. */
+static void softmax_rows(float *p, int64_t T, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+        float *row = p + t * T;
+        const float mx = max16(row, t + 1);
+        for (int64_t j = 0; j <= t; j++)
+            row[j] = exp_nonpos(row[j] - mx);
+        const float inv = 1.0f / dot16(row, NULL, t + 1);
+        for (int64_t j = 0; j <= t; j++)
+            row[j] *= inv;
+        for (int64_t j = t + 1; j < T; j++)
+            row[j] = 0.0f;
+    }
+}
+
+static st_status attention_forward(st_node *n, st_graph *g) {
+    const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C3 = n->in[0]->shape[2];
+    const int64_t C = C3 / 3, nh = n->args.i[A_NHEAD], hs = C / nh;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const float *qkv = n->in[0]->data; /* (B, T, 3C) */
+    float *y = n->out->data;           /* (B, T, C) */
+    float *P = n->saved;               /* (B, nh, T, T) */
+#pragma omp parallel for schedule(static) if (B * nh > 1)
+    for (int64_t bh = 0; bh < B * nh; bh++) {
+        const int64_t b = bh / nh, h = bh % nh;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C; /* (T, hs), ld 3C */
+        float *p = P + bh * T * T;                                              /* (T, T) */
+        float *yh = y + b * T * C + h * hs;                                     /* (T, hs), ld C */
+        for (int64_t t0 = 0; t0 < T; t0 += TB) {
+            const int64_t t1 = t0 + TB < T ? t0 + TB : T, m = t1 - t0;
+            /* S = Q K^T scale for queries t0..t1 against keys 0..t1 */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, scale, q + t0 * C3,
+                        (int)C3, k, (int)C3, 0.0f, p + t0 * T, (int)T);
+            softmax_rows(p, T, t0, t1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, 1.0f, p + t0 * T,
+                        (int)T, v, (int)C3, 0.0f, yh + t0 * C, (int)C);
+        }
+    }
+    return ST_OK;
+}
+
+static st_status attention_backward(st_node *n, st_graph *g) {
+    float *dqkv = n->in[0]->grad; /* (B, T, 3C) */
+    if (!dqkv) return ST_OK;
+    const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C3 = n->in[0]->shape[2];
+    const int64_t C = C3 / 3, nh = n->args.i[A_NHEAD], hs = C / nh;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const float *qkv = n->in[0]->data;
+    const float *dy = n->out->grad; /* (B, T, C) */
+    const float *P = n->saved;      /* (B, nh, T, T) */
+    /* Each (b, h) writes its own q, k and v slices of dqkv, each row once,
+     * so beta alone decides write or add. */
+    const float beta = n->in_acc[0] ? 1.0f : 0.0f;
+    /* per-thread dP scratch was sized for this many threads at build */
+    int nt = omp_get_max_threads();
+    if (nt > n->args.i[A_NTHREADS]) nt = (int)n->args.i[A_NTHREADS];
+    if (B * nh < nt) nt = (int)(B * nh);
+#pragma omp parallel num_threads(nt)
+    {
+        float *dp = g->work + omp_get_thread_num() * align16(T * T); /* (T, T) */
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * nh; bh++) {
+            const int64_t b = bh / nh, h = bh % nh;
+            const int64_t off = b * T * C3 + h * hs;
+            const float *q = qkv + off, *k = q + C, *v = q + 2 * C; /* (T, hs), ld 3C */
+            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+            const float *p = P + bh * T * T;
+            const float *dyh = dy + b * T * C + h * hs; /* (T, hs), ld C */
+            /* by query block: dP = dY V^T, dS = P * (dP - rowsum(dP P)), dQ = dS K scale */
+            for (int64_t t0 = 0; t0 < T; t0 += TB) {
+                const int64_t t1 = t0 + TB < T ? t0 + TB : T, m = t1 - t0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, 1.0f,
+                            dyh + t0 * C, (int)C, v, (int)C3, 0.0f, dp + t0 * T, (int)T);
+                for (int64_t t = t0; t < t1; t++) {
+                    const float *pr = p + t * T;
+                    float *dr = dp + t * T;
+                    const float dot = dot16(dr, pr, t + 1);
+                    for (int64_t j = 0; j <= t; j++)
+                        dr[j] = pr[j] * (dr[j] - dot);
+                    for (int64_t j = t + 1; j < T; j++)
+                        dr[j] = 0.0f; /* masked, and not computed past t1 */
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, scale,
+                            dp + t0 * T, (int)T, k, (int)C3, beta, dq + t0 * C3, (int)C3);
+            }
+            /* by key block: keys j0..j1 are seen by queries j0..T only.
+             * dV = P^T dY, dK = dS^T Q scale */
+            for (int64_t j0 = 0; j0 < T; j0 += TB) {
+                const int64_t j1 = j0 + TB < T ? j0 + TB : T, m = j1 - j0, rows = T - j0;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, 1.0f,
+                            p + j0 * T + j0, (int)T, dyh + j0 * C, (int)C, beta, dv + j0 * C3, (int)C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, scale,
+                            dp + j0 * T + j0, (int)T, q + j0 * C3, (int)C3, beta, dk + j0 * C3, (int)C3);
+            }
+        }
+    }
+    return ST_OK;
+}
+
+static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward};
+
+st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, st_tensor **y) {
+    if (qkv->dtype != ST_F32 || qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return st_fail(ST_ERR_SHAPE,
+                       "attention %s: needs a float qkv (B, T, 3C); got %d dimensions, last %lld", name,
+                       qkv->ndim, (long long)qkv->shape[qkv->ndim - 1]);
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    if (n_head <= 0 || C % n_head != 0)
+        return st_fail(ST_ERR_SHAPE, "attention %s: %lld heads do not divide the %lld channels", name,
+                       (long long)n_head, (long long)C);
+    if (T * T > INT32_MAX || qkv->shape[2] > INT32_MAX)
+        return st_fail(ST_ERR_SHAPE, "attention %s: sequence length %lld is too long for one T x T sgemm",
+                       name, (long long)T);
+    int64_t shape[3] = {B, T, C};
+    char oname[ST_NAME_MAX];
+    snprintf(oname, sizeof oname, "%s.out", name);
+    st_tensor *out;
+    ST_TRY(st_graph_act(g, oname, 3, shape, &out));
+    st_node *node;
+    ST_TRY(st_graph_node(g, &attention_cpu, &qkv, 1, NULL, 0, out, &node));
+    const int nt = omp_get_max_threads(); /* backward never runs more threads than this */
+    node->args.i[A_NHEAD] = n_head;
+    node->args.i[A_NTHREADS] = nt;
+    node->saved_count = B * n_head * T * T; /* P */
+    node->work_count = nt * align16(T * T); /* dP per thread */
+    *y = out;
+    return ST_OK;
+}

@@ -1,0 +1,199 @@
+/* Batch normalisation over the last dim C of x (..., C) (Ioffe & Szegedy
+ * 2015, Algorithm 1): statistics per channel over all other elements, so
+ * NHWC images and (B, C) matrices are both M rows of C channels.
+ *
+ * Training normalises with the batch mean and biased variance and moves the
+ * running statistics as PyTorch does: running = (1 - momentum) * running +
+ * momentum * batch, with the unbiased variance for running_var. Eval uses
+ * the running statistics. The node saves the mean and 1/sqrt(var + eps) it
+ * used, so backward recomputes xhat from x.
+ *
+ * The layer is memory-bound, so each direction makes two passes over its
+ * tensors: the statistics come from one pass of shifted sums in double,
+ * sum(x - s) and sum((x - s)^2) with s the channel's first value (shifting by
+ * a sample of the data keeps E[d^2] - E[d]^2 free of cancellation). The
+ * per-channel reductions run over a fixed set of row blocks whose partials
+ * are combined in block order, so the results are the same bits whatever the
+ * thread count. Not here: unbatched input, affine=False,
+ * track_running_stats=False. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layers.h"
+
+enum { A_M, A_C };
+enum { F_EPS, F_MOMENTUM };
+enum { NBLK = 64 };
+
+static int64_t n_blocks(int64_t M) { return M < NBLK ? M : NBLK; }
+
+static void block_range(int64_t M, int64_t j, int64_t *lo, int64_t *hi) {
+    const int64_t nb = n_blocks(M), rows = (M + nb - 1) / nb;
+    *lo = j * rows < M ? j * rows : M;
+    *hi = (j + 1) * rows < M ? (j + 1) * rows : M;
+}
+
+/* Workspace, in doubles: two sets of block partials (nb, C), then three
+ * float vectors of C. */
+static int64_t work_doubles(int64_t M, int64_t C) { return 2 * n_blocks(M) * C + (3 * C + 1) / 2; }
+
+/* Per channel: a = sum over rows of fa, b = sum of fb, from the block
+ * partials pa, pb (nb, C), combined in block order. */
+static void combine(const double *pa, const double *pb, int64_t nb, int64_t C, double *a, double *b) {
+    for (int64_t c = 0; c < C; c++) {
+        double sa = 0, sb = 0;
+        for (int64_t j = 0; j < nb; j++) {
+            sa += pa[j * C + c];
+            sb += pb[j * C + c];
+        }
+        a[c] = sa;
+        b[c] = sb;
+    }
+}
+
+static st_status batchnorm_forward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[A_M], C = n->args.i[A_C], nb = n_blocks(M);
+    const float eps = n->args.f[F_EPS], mom = n->args.f[F_MOMENTUM];
+    const float *x = n->in[0]->data;                                 /* (M, C) */
+    float *y = n->out->data;                                         /* (M, C) */
+    const float *w = n->params[0]->data, *bias = n->params[1]->data; /* (C) */
+    float *rmean = n->params[2]->data, *rvar = n->params[3]->data;   /* (C) */
+    float *mean = n->saved, *rstd = n->saved + C;                    /* (C) each */
+    double *p1 = (double *)g->work, *p2 = p1 + nb * C;               /* (nb, C) each */
+    float *scale = (float *)(p2 + nb * C);                           /* (C) */
+    if (g->training) {
+        if (M < 2)
+            return st_fail(ST_ERR_SHAPE,
+                           "batchnorm %s: training needs more than one value per channel, got 1 row; "
+                           "use a batch larger than 1",
+                           n->out->name);
+        const float *shift = x; /* row 0 */
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < nb; j++) {
+            int64_t lo, hi;
+            block_range(M, j, &lo, &hi);
+            double *a = p1 + j * C, *b = p2 + j * C;
+            memset(a, 0, (size_t)C * sizeof(double));
+            memset(b, 0, (size_t)C * sizeof(double));
+            for (int64_t i = lo; i < hi; i++)
+                for (int64_t c = 0; c < C; c++) {
+                    const double d = (double)x[i * C + c] - shift[c];
+                    a[c] += d;
+                    b[c] += d * d;
+                }
+        }
+        /* combine into the first block's slots */
+        combine(p1, p2, nb, C, p1, p2);
+        for (int64_t c = 0; c < C; c++) {
+            const double md = p1[c] / (double)M;
+            double var = p2[c] / (double)M - md * md;
+            if (var < 0) var = 0;
+            const double mu = shift[c] + md;
+            mean[c] = (float)mu;
+            rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+            rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
+            rvar[c] =
+                (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
+        }
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            mean[c] = rmean[c];
+            rstd[c] = 1.0f / sqrtf(rvar[c] + eps);
+        }
+    }
+    for (int64_t c = 0; c < C; c++)
+        scale[c] = rstd[c] * w[c];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t c = 0; c < C; c++)
+            y[i * C + c] = (x[i * C + c] - mean[c]) * scale[c] + bias[c];
+    return ST_OK;
+}
+
+static st_status batchnorm_backward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[A_M], C = n->args.i[A_C], nb = n_blocks(M);
+    const float *x = n->in[0]->data; /* (M, C) */
+    const float *dy = n->out->grad;  /* (M, C) */
+    float *dx = n->in[0]->grad;      /* (M, C) or NULL */
+    const float *w = n->params[0]->data;
+    float *dw = n->params[0]->grad, *db = n->params[1]->grad;
+    const float *mean = n->saved, *rstd = n->saved + C;
+    double *p1 = (double *)g->work, *p2 = p1 + nb * C; /* (nb, C) each */
+    float *k_scale = (float *)(p2 + nb * C), *k_mdy = k_scale + C, *k_mdyx = k_scale + 2 * C; /* (C) each */
+    /* sum dy and sum dy * xhat per channel */
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < nb; j++) {
+        int64_t lo, hi;
+        block_range(M, j, &lo, &hi);
+        double *a = p1 + j * C, *b = p2 + j * C;
+        memset(a, 0, (size_t)C * sizeof(double));
+        memset(b, 0, (size_t)C * sizeof(double));
+        for (int64_t i = lo; i < hi; i++)
+            for (int64_t c = 0; c < C; c++) {
+                const float d = dy[i * C + c];
+                a[c] += d;
+                b[c] += d * ((x[i * C + c] - mean[c]) * rstd[c]);
+            }
+    }
+    combine(p1, p2, nb, C, p1, p2); /* sum dy, sum dy xhat */
+    for (int64_t c = 0; c < C; c++) {
+        if (db) db[c] += (float)p1[c];
+        if (dw) dw[c] += (float)p2[c];
+    }
+    if (!dx) return ST_OK;
+    /* Training: dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)), since the
+     * batch statistics depend on x; eval: dx = w rstd dy. */
+    const bool train = g->training;
+    for (int64_t c = 0; c < C; c++) {
+        k_scale[c] = w[c] * rstd[c];
+        k_mdy[c] = train ? (float)(p1[c] / (double)M) : 0.0f;
+        k_mdyx[c] = train ? (float)(p2[c] / (double)M) : 0.0f;
+    }
+    const bool acc = n->in_acc[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t c = 0; c < C; c++) {
+            const float xhat = (x[i * C + c] - mean[c]) * rstd[c];
+            const float v = k_scale[c] * (dy[i * C + c] - k_mdy[c] - xhat * k_mdyx[c]);
+            dx[i * C + c] = acc ? dx[i * C + c] + v : v;
+        }
+    return ST_OK;
+}
+
+static const st_layer_ops batchnorm_cpu = {"batchnorm", batchnorm_forward, batchnorm_backward};
+
+st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
+                       st_tensor **y) {
+    if (x->dtype != ST_F32 || x->ndim < 2)
+        return st_fail(ST_ERR_SHAPE, "batchnorm %s: needs a float input (..., C) with at least 2 dimensions",
+                       name);
+    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return st_fail(ST_ERR_ARG, "batchnorm %s: eps %g must be positive and momentum %g in [0, 1]", name,
+                       (double)eps, (double)momentum);
+    const int64_t C = x->shape[x->ndim - 1];
+    char pname[ST_NAME_MAX];
+    st_tensor *params[4];
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    ST_TRY(st_graph_param(g, pname, 1, &C, ST_INIT_ONES, 0.0f, false, &params[0]));
+    snprintf(pname, sizeof pname, "%s.bias", name);
+    ST_TRY(st_graph_param(g, pname, 1, &C, ST_INIT_ZEROS, 0.0f, false, &params[1]));
+    snprintf(pname, sizeof pname, "%s.running_mean", name);
+    ST_TRY(st_graph_buffer(g, pname, 1, &C, ST_INIT_ZEROS, &params[2]));
+    snprintf(pname, sizeof pname, "%s.running_var", name);
+    ST_TRY(st_graph_buffer(g, pname, 1, &C, ST_INIT_ONES, &params[3]));
+    snprintf(pname, sizeof pname, "%s.out", name);
+    st_tensor *out;
+    ST_TRY(st_graph_act(g, pname, x->ndim, x->shape, &out));
+    st_node *node;
+    ST_TRY(st_graph_node(g, &batchnorm_cpu, &x, 1, params, 4, out, &node));
+    const int64_t M = x->count / C;
+    node->args.i[A_M] = M;
+    node->args.i[A_C] = C;
+    node->args.f[F_EPS] = eps;
+    node->args.f[F_MOMENTUM] = momentum;
+    node->saved_count = 2 * C; /* mean, rstd */
+    node->work_count = 2 * work_doubles(M, C);
+    *y = out;
+    return ST_OK;
+}

@@ -1,0 +1,190 @@
+/* Batchnorm: forward and the running-statistics update against a double
+ * reference, finite-difference gradients in training and eval mode for (B, C)
+ * and NHWC inputs, the write/add contract, the same bits with 1 and 2
+ * threads, the batch-of-one error in training, build errors. */
+#include <omp.h>
+
+#include "layercheck.h"
+#include "layers/layers.h"
+
+typedef struct bn_case {
+    int ndim;
+    int64_t shape[4];
+    bool training;
+    float eps, momentum;
+    float offset; /* added to x: a mean far from 0 relative to the spread */
+} bn_case;
+
+typedef struct bn_net {
+    st_params p;
+    st_graph g;
+    st_tensor *x, *y, *w, *b, *rm, *rv;
+} bn_net;
+
+static void bn_build(bn_net *n, const bn_case *c, uint64_t seed) {
+    memset(n, 0, sizeof *n);
+    st_graph_init(&n->g, &n->p);
+    CHECK_OK(st_graph_param(&n->g, "x", c->ndim, c->shape, ST_INIT_UNIFORM, 1.0f, false, &n->x));
+    CHECK_OK(st_batchnorm(&n->g, "bn", n->x, c->eps, c->momentum, &n->y));
+    CHECK_OK(st_graph_finalize(&n->g));
+    st_params_init(&n->p, seed);
+    n->w = st_params_find(&n->p, "bn.weight");
+    n->b = st_params_find(&n->p, "bn.bias");
+    n->rm = st_params_find(&n->p, "bn.running_mean");
+    n->rv = st_params_find(&n->p, "bn.running_var");
+    n->g.training = c->training;
+    const int64_t C = c->shape[c->ndim - 1];
+    st_rng r = st_rng_make(seed, 2);
+    /* per-channel offsets and spreads, so centring and scaling both matter */
+    for (int64_t i = 0; i < n->x->count; i++) {
+        int64_t ch = i % C;
+        n->x->data[i] = n->x->data[i] * (0.5f + 0.3f * (float)ch) + 0.4f * (float)ch - 0.5f;
+        if (c->offset != 0.0f) n->x->data[i] = c->offset + 1e-3f * c->offset * n->x->data[i];
+    }
+    for (int64_t ch = 0; ch < C; ch++) {
+        n->w->data[ch] = 1.0f + 0.5f * (2.0f * st_rng_uniform(&r) - 1.0f);
+        n->b->data[ch] = 0.3f * (2.0f * st_rng_uniform(&r) - 1.0f);
+        if (!c->training) {
+            n->rm->data[ch] = 0.4f * (float)ch - 0.3f;
+            n->rv->data[ch] = 0.5f + st_rng_uniform(&r);
+        }
+    }
+}
+
+static void bn_free(bn_net *n) {
+    st_graph_free(&n->g);
+    st_params_free(&n->p);
+}
+
+static void check_bn(bn_case c) {
+    char label[128];
+    int64_t C = c.shape[c.ndim - 1];
+    int64_t count = st_shape_count(c.ndim, c.shape), M = count / C;
+    snprintf(label, sizeof label, "batchnorm ndim%d M%lld C%lld %s eps%g mom%g offset%g", c.ndim,
+             (long long)M, (long long)C, c.training ? "train" : "eval", (double)c.eps, (double)c.momentum,
+             (double)c.offset);
+    bn_net n;
+    bn_build(&n, &c, 5);
+    CHECK(n.w && n.b && n.rm && n.rv, "%s: parameters and buffers declared", label);
+    CHECK(n.rm->kind == ST_TENSOR_BUFFER && n.rv->kind == ST_TENSOR_BUFFER && !n.w->decay && !n.b->decay,
+          "%s: kinds and decay", label);
+
+    /* one forward against double */
+    double *rm0 = malloc((size_t)C * sizeof(double)), *rv0 = malloc((size_t)C * sizeof(double));
+    for (int64_t ch = 0; ch < C; ch++) {
+        rm0[ch] = n.rm->data[ch];
+        rv0[ch] = n.rv->data[ch];
+    }
+    CHECK_OK(st_graph_forward(&n.g));
+    double *ref = malloc((size_t)count * sizeof(double));
+    double *want_rm = malloc((size_t)C * sizeof(double)), *want_rv = malloc((size_t)C * sizeof(double));
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < M; i++)
+            mean += n.x->data[i * C + ch];
+        mean /= (double)M;
+        for (int64_t i = 0; i < M; i++)
+            var += (n.x->data[i * C + ch] - mean) * (n.x->data[i * C + ch] - mean);
+        var /= (double)M;
+        const double m = c.momentum;
+        if (c.training) {
+            want_rm[ch] = (1 - m) * rm0[ch] + m * mean;
+            want_rv[ch] = (1 - m) * rv0[ch] + m * var * (double)M / (double)(M - 1);
+        } else {
+            mean = want_rm[ch] = rm0[ch];
+            var = want_rv[ch] = rv0[ch];
+        }
+        for (int64_t i = 0; i < M; i++)
+            ref[i * C + ch] =
+                (n.x->data[i * C + ch] - mean) / sqrt(var + c.eps) * n.w->data[ch] + n.b->data[ch];
+    }
+    /* with an offset, the float mean itself is off by ~6e-8 |offset| (spread ~1e-3 |offset|) */
+    lc_compare(label, "y", n.y->data, ref, count, 1e-5, c.offset != 0.0f ? 5e-4 : 2e-5);
+    lc_compare(label, "running_mean", n.rm->data, want_rm, C, 1e-6, 1e-7);
+    lc_compare(label, "running_var", n.rv->data, want_rv, C, 1e-6, 1e-7);
+    free(ref);
+    free(rm0);
+    free(rv0);
+    free(want_rm);
+    free(want_rv);
+
+    if (c.offset != 0.0f) { /* finite differences at this scale say nothing; forward only */
+        bn_free(&n);
+        return;
+    }
+    st_tensor *wrt[3] = {n.x, n.w, n.b};
+    gradcheck(label, &n.g, n.y, wrt, 3, 11, 64, 3e-3, 2e-2, 2e-3);
+    lc_acc_check(label, &n.g, &n.g.nodes[0], 31);
+    bn_free(&n);
+}
+
+/* Forward and backward give the same bits with 1 and 2 threads. */
+static void check_threads(void) {
+    bn_case c = {4, {4, 9, 7, 6}, true, 1e-5f, 0.1f, 0.0f};
+    float *out[2][4];
+    for (int run = 0; run < 2; run++) {
+        omp_set_num_threads(run + 1);
+        bn_net n;
+        bn_build(&n, &c, 9);
+        CHECK_OK(st_graph_forward(&n.g));
+        st_rng r = st_rng_make(4, 4);
+        gc_fill(n.y->grad, n.y->count, &r, 1.0f);
+        memset(n.p.grad, 0, (size_t)n.p.arena_count * sizeof(float));
+        CHECK_OK(n.g.nodes[0].ops->backward(&n.g.nodes[0], &n.g));
+        st_tensor *t[4] = {n.y, n.x, n.w, n.b};
+        for (int k = 0; k < 4; k++) {
+            const float *src = k == 0 ? t[k]->data : t[k]->grad;
+            out[run][k] = malloc((size_t)t[k]->count * sizeof(float));
+            memcpy(out[run][k], src, (size_t)t[k]->count * sizeof(float));
+        }
+        if (run == 1)
+            for (int k = 0; k < 4; k++) {
+                CHECK(memcmp(out[0][k], out[1][k], (size_t)t[k]->count * sizeof(float)) == 0,
+                      "batchnorm: result %d differs between 1 and 2 threads", k);
+                free(out[0][k]);
+                free(out[1][k]);
+            }
+        bn_free(&n);
+    }
+    omp_set_num_threads(omp_get_num_procs());
+}
+
+static void check_errors(void) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    int64_t s1[1] = {5}, s2[2] = {1, 4};
+    st_tensor *x1, *x2, *y;
+    CHECK_OK(st_graph_input(&g, "x1", ST_F32, 1, s1, &x1));
+    CHECK_OK(st_graph_input(&g, "x2", ST_F32, 2, s2, &x2));
+    CHECK_FAILS(st_batchnorm(&g, "bn", x1, 1e-5f, 0.1f, &y), ST_ERR_SHAPE, "at least 2");
+    CHECK_FAILS(st_batchnorm(&g, "bn", x2, 0.0f, 0.1f, &y), ST_ERR_ARG, "eps");
+    CHECK_FAILS(st_batchnorm(&g, "bn", x2, 1e-5f, 1.5f, &y), ST_ERR_ARG, "momentum");
+    /* one row per channel: fine in eval, an error in training (as PyTorch) */
+    CHECK_OK(st_batchnorm(&g, "bn", x2, 1e-5f, 0.1f, &y));
+    CHECK_OK(st_graph_finalize(&g));
+    st_params_init(&p, 1);
+    g.training = false;
+    CHECK_OK(st_graph_forward(&g));
+    g.training = true;
+    CHECK_FAILS(st_graph_forward(&g), ST_ERR_SHAPE, "more than one value");
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
+int main(void) {
+    check_bn((bn_case){2, {4, 5}, true, 1e-5f, 0.1f, 0.0f});
+    check_bn((bn_case){2, {2, 3}, true, 1e-3f, 0.3f, 0.0f});       /* two rows */
+    check_bn((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f}); /* NHWC */
+    check_bn((bn_case){4, {1, 2, 3, 3}, true, 1e-5f, 0.1f, 0.0f}); /* batch 1, odd C */
+    check_bn((bn_case){3, {3, 5, 7}, true, 1e-5f, 0.2f, 0.0f});
+    check_bn((bn_case){2, {4, 5}, false, 1e-5f, 0.1f, 0.0f});
+    check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f});
+    check_bn((bn_case){2, {1, 7}, false, 1e-5f, 0.1f, 0.0f});         /* eval with one row */
+    check_bn((bn_case){2, {200, 3}, true, 1e-5f, 0.1f, 0.0f});        /* more rows than blocks */
+    check_bn((bn_case){4, {8, 5, 5, 3}, true, 1e-5f, 0.1f, 1000.0f}); /* mean 1000, spread 1 */
+    check_bn((bn_case){2, {300, 4}, true, 1e-5f, 0.1f, -3e4f});
+    check_threads();
+    check_errors();
+    return st_test_finish("test_grad_batchnorm");
+}
