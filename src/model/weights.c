@@ -71,7 +71,9 @@ st_status st_model_load(st_model *m, const char *path) {
     st_safetensors *f = NULL;
     ST_TRY(st_safetensors_open(path, &f));
     st_params *p = &m->params;
-    problems pr = {.len = 0};
+    /* Shape and dtype mismatches and unexpected names say the most; list them
+     * before the (often long) list of missing names. */
+    problems pr = {.len = 0}, missing = {.len = 0};
     const st_safetensors_entry **match = calloc((size_t)(p->n ? p->n : 1), sizeof *match);
     if (!match) {
         st_safetensors_close(f);
@@ -87,7 +89,7 @@ st_status st_model_load(st_model *m, const char *path) {
         if (!e) e = st_safetensors_find(f, alt);
         shape_str(b, sizeof b, t->ndim, t->shape);
         if (!e) {
-            problem(&pr, "%s: missing (the model expects shape %s)", t->name, b);
+            problem(&missing, "%s: missing (the model expects shape %s)", t->name, b);
             continue;
         }
         if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16") &&
@@ -110,15 +112,17 @@ st_status st_model_load(st_model *m, const char *path) {
             problem(&pr, "%s: in the file but not in the model", e->name);
     }
     st_status s = ST_OK;
-    if (pr.n) {
+    if (pr.n || missing.n) {
+        int total = pr.n + missing.n;
         s = st_fail(ST_ERR_FORMAT,
-                    "%s: %d mismatch%s with the %s model:%s%s\nhint: the weights must come from a model with "
-                    "the same model.* settings",
-                    path, pr.n, pr.n == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "");
+                    "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: the weights must come from a model "
+                    "with the same model.* settings",
+                    path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
+                    missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
     }
     for (int i = 0; i < p->n && s == ST_OK; i++)
         s = st_safetensors_read_f32(f, match[i]->name, p->t[i]->data, p->t[i]->count);
-    if (s != ST_OK && !pr.n) st_fail_context(s, "%s: ", path);
+    if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     free(match);
     st_safetensors_close(f);
     return s;
