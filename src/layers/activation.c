@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/fastmath.h"
 #include "layers.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -18,26 +19,31 @@ static st_status gelu_forward(st_node *n, st_graph *g) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         const float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v)));
+        y[i] = 0.5f * v * (1.0f + st_tanh(GELU_K * (v + GELU_A * v * v * v)));
     }
     return ST_OK;
 }
 
 /* The exact derivative of the tanh form:
  * 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u). */
+static inline float gelu_grad(float v) {
+    const float t = st_tanh(GELU_K * (v + GELU_A * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+}
+
+/* Two loops rather than a select on in_acc, so each vectorizes (and a stale
+ * NaN in dx is overwritten, never multiplied by zero). */
 static st_status gelu_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float *x = n->in[0]->data, *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx) return ST_OK;
-    const bool acc = n->in_acc[0];
+    if (n->in_acc[0]) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-        const float v = x[i];
-        const float t = tanhf(GELU_K * (v + GELU_A * v * v * v));
-        const float d =
-            0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-        dx[i] = (acc ? dx[i] : 0.0f) + d * dy[i];
+        for (int64_t i = 0; i < N; i++) dx[i] += gelu_grad(x[i]) * dy[i];
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N; i++) dx[i] = gelu_grad(x[i]) * dy[i];
     }
     return ST_OK;
 }

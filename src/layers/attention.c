@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/blas.h"
+#include "core/fastmath.h"
 #include "layers.h"
 
 enum { A_NHEAD, A_NTHREADS };
@@ -28,30 +29,6 @@ enum { A_NHEAD, A_NTHREADS };
 enum { TB = 64 };
 
 static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
-/* exp for x <= 0 (the softmax's x - max): Cephes' expf (range reduction by
- * ln 2, degree-6 polynomial), relative error < 1e-7, written so that the
- * compiler vectorizes the loops that call it (libm's expf stays scalar).
- * NaN stays NaN. */
-static inline float exp_nonpos(float x) {
-    x = x < -87.0f ? -87.0f : x; /* exp(-87) ~ 1.6e-38: still a normal float */
-    float n = rintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p * r, r, r) + 1.0f;
-    n = n > -126.0f ? n : -126.0f; /* a NaN n (p is NaN then) must not reach the int conversion */
-    n = n < 127.0f ? n : 127.0f;
-    const int32_t e = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
-}
 
 /* sum of a[j] * b[j] (b NULL: of a[j]) in 16 interleaved partial sums, an
  * order the compiler can vectorize without -ffast-math */
@@ -93,7 +70,7 @@ static void softmax_rows(float *p, int64_t T, int64_t t0, int64_t t1) {
         float *row = p + t * T;
         const float mx = max16(row, t + 1);
         for (int64_t j = 0; j <= t; j++)
-            row[j] = exp_nonpos(row[j] - mx);
+            row[j] = st_exp_nonpos(row[j] - mx);
         const float inv = 1.0f / dot16(row, NULL, t + 1);
         for (int64_t j = 0; j <= t; j++)
             row[j] *= inv;
