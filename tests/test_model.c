@@ -190,7 +190,44 @@ static void test_weights_round_trip(void) {
     rmdir(dir);
 }
 
+/* A file laid out as a Hugging Face GPT-2 checkpoint: "transformer."
+ * prefixes, the causal-mask buffers and a tied lm_head.weight beside the
+ * weights. It loads, and the weights arrive. */
+static void test_gpt2_style_file(void) {
+    char dir[] = "/tmp/st_hf_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_model *a = make("gpt", gpt_tiny), *b = make("gpt", gpt_tiny);
+    if (!a || !b) return;
+    st_model_init_weights(a, 11);
+    st_model_init_weights(b, 12);
+    const st_params *p = &a->params;
+    st_safetensors_tensor *t = calloc((size_t)p->n + 3, sizeof *t);
+    char (*names)[128] = calloc((size_t)p->n, sizeof *names);
+    static float mask[16 * 16];
+    int64_t mshape[4] = {1, 1, 16, 16};
+    for (int i = 0; i < p->n; i++) {
+        snprintf(names[i], sizeof names[i], "transformer.%s", p->t[i]->name);
+        t[i] = (st_safetensors_tensor){names[i], "F32", p->t[i]->ndim, p->t[i]->shape, p->t[i]->data};
+    }
+    st_tensor *wte = st_params_find(p, "wte.weight");
+    t[p->n] = (st_safetensors_tensor){"transformer.h.0.attn.bias", "F32", 4, mshape, mask};
+    t[p->n + 1] = (st_safetensors_tensor){"transformer.h.1.attn.masked_bias", "F32", 0, NULL, mask};
+    t[p->n + 2] = (st_safetensors_tensor){"lm_head.weight", "F32", 2, wte->shape, wte->data};
+    CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
+    CHECK_OK(st_model_load(b, path));
+    CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "GPT-2-style file loads");
+    free(t);
+    free(names);
+    st_model_free(a);
+    st_model_free(b);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_gpt2_style_file();
     test_gpt2_124m_shape();
     test_counts_and_names();
     test_init_and_batches();
