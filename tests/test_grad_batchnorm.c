@@ -13,6 +13,7 @@ typedef struct bn_case {
     bool training;
     float eps, momentum;
     float offset; /* added to x: a mean far from 0 relative to the spread */
+    bool relu;    /* the fused st_batchnorm_relu */
 } bn_case;
 
 typedef struct bn_net {
@@ -25,7 +26,8 @@ static void bn_build(bn_net *n, const bn_case *c, uint64_t seed) {
     memset(n, 0, sizeof *n);
     st_graph_init(&n->g, &n->p);
     CHECK_OK(st_graph_param(&n->g, "x", c->ndim, c->shape, ST_INIT_UNIFORM, 1.0f, false, &n->x));
-    CHECK_OK(st_batchnorm(&n->g, "bn", n->x, c->eps, c->momentum, &n->y));
+    if (c->relu) CHECK_OK(st_batchnorm_relu(&n->g, "bn", n->x, c->eps, c->momentum, &n->y));
+    else CHECK_OK(st_batchnorm(&n->g, "bn", n->x, c->eps, c->momentum, &n->y));
     CHECK_OK(st_graph_finalize(&n->g));
     st_params_init(&n->p, seed);
     n->w = st_params_find(&n->p, "bn.weight");
@@ -60,9 +62,9 @@ static void check_bn(bn_case c) {
     char label[128];
     int64_t C = c.shape[c.ndim - 1];
     int64_t count = st_shape_count(c.ndim, c.shape), M = count / C;
-    snprintf(label, sizeof label, "batchnorm ndim%d M%lld C%lld %s eps%g mom%g offset%g", c.ndim,
-             (long long)M, (long long)C, c.training ? "train" : "eval", (double)c.eps, (double)c.momentum,
-             (double)c.offset);
+    snprintf(label, sizeof label, "batchnorm%s ndim%d M%lld C%lld %s eps%g mom%g offset%g", c.relu ? "_relu" : "",
+             c.ndim, (long long)M, (long long)C, c.training ? "train" : "eval", (double)c.eps,
+             (double)c.momentum, (double)c.offset);
     bn_net n;
     bn_build(&n, &c, 5);
     CHECK(n.w && n.b && n.rm && n.rv, "%s: parameters and buffers declared", label);
@@ -94,9 +96,11 @@ static void check_bn(bn_case c) {
             mean = want_rm[ch] = rm0[ch];
             var = want_rv[ch] = rv0[ch];
         }
-        for (int64_t i = 0; i < M; i++)
+        for (int64_t i = 0; i < M; i++) {
             ref[i * C + ch] =
                 (n.x->data[i * C + ch] - mean) / sqrt(var + c.eps) * n.w->data[ch] + n.b->data[ch];
+            if (c.relu && ref[i * C + ch] < 0) ref[i * C + ch] = 0;
+        }
     }
     /* with an offset, the float mean itself is off by ~6e-8 |offset| (spread ~1e-3 |offset|) */
     lc_compare(label, "y", n.y->data, ref, count, 1e-5, c.offset != 0.0f ? 5e-4 : 2e-5);
@@ -120,7 +124,7 @@ static void check_bn(bn_case c) {
 
 /* Forward and backward give the same bits with 1 and 2 threads. */
 static void check_threads(void) {
-    bn_case c = {4, {4, 9, 7, 6}, true, 1e-5f, 0.1f, 0.0f};
+    bn_case c = {4, {4, 9, 7, 6}, true, 1e-5f, 0.1f, 0.0f, false};
     float *out[2][4];
     for (int run = 0; run < 2; run++) {
         omp_set_num_threads(run + 1);
@@ -173,17 +177,20 @@ static void check_errors(void) {
 }
 
 int main(void) {
-    check_bn((bn_case){2, {4, 5}, true, 1e-5f, 0.1f, 0.0f});
-    check_bn((bn_case){2, {2, 3}, true, 1e-3f, 0.3f, 0.0f});       /* two rows */
-    check_bn((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f}); /* NHWC */
-    check_bn((bn_case){4, {1, 2, 3, 3}, true, 1e-5f, 0.1f, 0.0f}); /* batch 1, odd C */
-    check_bn((bn_case){3, {3, 5, 7}, true, 1e-5f, 0.2f, 0.0f});
-    check_bn((bn_case){2, {4, 5}, false, 1e-5f, 0.1f, 0.0f});
-    check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f});
-    check_bn((bn_case){2, {1, 7}, false, 1e-5f, 0.1f, 0.0f});         /* eval with one row */
-    check_bn((bn_case){2, {200, 3}, true, 1e-5f, 0.1f, 0.0f});        /* more rows than blocks */
-    check_bn((bn_case){4, {8, 5, 5, 3}, true, 1e-5f, 0.1f, 1000.0f}); /* mean 1000, spread 1 */
-    check_bn((bn_case){2, {300, 4}, true, 1e-5f, 0.1f, -3e4f});
+    check_bn((bn_case){2, {4, 5}, true, 1e-5f, 0.1f, 0.0f, false});
+    check_bn((bn_case){2, {2, 3}, true, 1e-3f, 0.3f, 0.0f, false});       /* two rows */
+    check_bn((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, false}); /* NHWC */
+    check_bn((bn_case){4, {1, 2, 3, 3}, true, 1e-5f, 0.1f, 0.0f, false}); /* batch 1, odd C */
+    check_bn((bn_case){3, {3, 5, 7}, true, 1e-5f, 0.2f, 0.0f, false});
+    check_bn((bn_case){2, {4, 5}, false, 1e-5f, 0.1f, 0.0f, false});
+    check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f, false});
+    check_bn((bn_case){2, {1, 7}, false, 1e-5f, 0.1f, 0.0f, false});         /* eval with one row */
+    check_bn((bn_case){2, {200, 3}, true, 1e-5f, 0.1f, 0.0f, false});        /* more rows than blocks */
+    check_bn((bn_case){4, {8, 5, 5, 3}, true, 1e-5f, 0.1f, 1000.0f, false}); /* mean 1000, spread 1 */
+    check_bn((bn_case){2, {300, 4}, true, 1e-5f, 0.1f, -3e4f, false});
+    check_bn((bn_case){2, {6, 5}, true, 1e-5f, 0.1f, 0.0f, true}); /* fused ReLU */
+    check_bn((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, true});
+    check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f, true});
     check_threads();
     check_errors();
     return st_test_finish("test_grad_batchnorm");

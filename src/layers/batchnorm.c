@@ -22,7 +22,7 @@
 
 #include "layers.h"
 
-enum { A_M, A_C };
+enum { A_M, A_C, A_RELU };
 enum { F_EPS, F_MOMENTUM };
 enum { NBLK = 64 };
 
@@ -104,6 +104,15 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     }
     for (int64_t c = 0; c < C; c++)
         scale[c] = rstd[c] * w[c];
+    if (n->args.i[A_RELU]) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t c = 0; c < C; c++) {
+                const float v = (x[i * C + c] - mean[c]) * scale[c] + bias[c];
+                y[i * C + c] = v > 0.0f ? v : 0.0f;
+            }
+        return ST_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < M; i++)
         for (int64_t c = 0; c < C; c++)
@@ -115,6 +124,8 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[A_M], C = n->args.i[A_C], nb = n_blocks(M);
     const float *x = n->in[0]->data; /* (M, C) */
     const float *dy = n->out->grad;  /* (M, C) */
+    /* fused ReLU: the gradient reaching the normalisation is dy where y > 0 */
+    const float *y = n->args.i[A_RELU] ? n->out->data : NULL; /* (M, C) */
     float *dx = n->in[0]->grad;      /* (M, C) or NULL */
     const float *w = n->params[0]->data;
     float *dw = n->params[0]->grad, *db = n->params[1]->grad;
@@ -131,7 +142,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
         memset(b, 0, (size_t)C * sizeof(double));
         for (int64_t i = lo; i < hi; i++)
             for (int64_t c = 0; c < C; c++) {
-                const float d = dy[i * C + c];
+                const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
                 a[c] += d;
                 b[c] += d * ((x[i * C + c] - mean[c]) * rstd[c]);
             }
@@ -155,7 +166,8 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t c = 0; c < C; c++) {
             const float xhat = (x[i * C + c] - mean[c]) * rstd[c];
-            const float v = k_scale[c] * (dy[i * C + c] - k_mdy[c] - xhat * k_mdyx[c]);
+            const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
+            const float v = k_scale[c] * (d - k_mdy[c] - xhat * k_mdyx[c]);
             dx[i * C + c] = acc ? dx[i * C + c] + v : v;
         }
     return ST_OK;
@@ -163,8 +175,8 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
 
 static const st_layer_ops batchnorm_cpu = {"batchnorm", batchnorm_forward, batchnorm_backward};
 
-st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
-                       st_tensor **y) {
+static st_status add_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum, bool relu,
+                               st_tensor **y) {
     if (x->dtype != ST_F32 || x->ndim < 2)
         return st_fail(ST_ERR_SHAPE, "batchnorm %s: needs a float input (..., C) with at least 2 dimensions",
                        name);
@@ -192,8 +204,19 @@ st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, f
     node->args.i[A_C] = C;
     node->args.f[F_EPS] = eps;
     node->args.f[F_MOMENTUM] = momentum;
+    node->args.i[A_RELU] = relu;
     node->saved_count = 2 * C; /* mean, rstd */
     node->work_count = 2 * work_doubles(M, C);
     *y = out;
     return ST_OK;
+}
+
+st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
+                       st_tensor **y) {
+    return add_batchnorm(g, name, x, eps, momentum, false, y);
+}
+
+st_status st_batchnorm_relu(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
+                            st_tensor **y) {
+    return add_batchnorm(g, name, x, eps, momentum, true, y);
 }

@@ -60,6 +60,10 @@ st_status st_maxpool2d(st_graph *g, const char *name, st_tensor *x, int64_t kern
  * variance, as PyTorch). Eval (g->training false): running stats. */
 st_status st_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
                        st_tensor **y);
+/* relu(batchnorm(x)) in one node: one pass over the activation instead of
+ * three in each direction. Same parameter names as st_batchnorm. */
+st_status st_batchnorm_relu(st_graph *g, const char *name, st_tensor *x, float eps, float momentum,
+                            st_tensor **y);
 /* x (B, H, W, C) -> y (B, C*H*W) in (C, H, W) order; any other x (B, ...) -> (B, prod) */
 st_status st_flatten(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
 /* Fused log-softmax + negative log-likelihood: logits (..., V), targets I32 (...)

@@ -51,10 +51,11 @@ static st_status build_cnn(st_model *m, st_model_graph *mg) {
         ST_TRY(st_conv2d(g, name, h, c->model.channels.v[i], k, 1, k / 2, !c->model.batchnorm, &h));
         if (c->model.batchnorm) {
             NAME(name, "bn.%d", i);
-            ST_TRY(st_batchnorm(g, name, h, 1e-5f, 0.1f, &h));
+            ST_TRY(st_batchnorm_relu(g, name, h, 1e-5f, 0.1f, &h));
+        } else {
+            NAME(name, "conv.%d.relu", i);
+            ST_TRY(st_relu(g, name, h, &h));
         }
-        NAME(name, "conv.%d.relu", i);
-        ST_TRY(st_relu(g, name, h, &h));
         if (i < c->model.pool.n && c->model.pool.v[i]) {
             NAME(name, "pool.%d", i);
             ST_TRY(st_maxpool2d(g, name, h, 2, 2, &h));
