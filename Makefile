@@ -9,13 +9,24 @@ OPENBLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPENBLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 
 OPT ?= -O3 -march=native
+# sqrtf and friends without errno, so loops that call them vectorize (no other
+# fast-math: NaN and Inf keep their meaning).
+MATHFLAGS = -fno-math-errno
 WARN = -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -fopenmp $(WARN) -Iinclude -Isrc -I$(OPENBLAS_INC) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lyaml -lcjson -lz -lm -fopenmp $(EXTRA_LDFLAGS)
+# MPI (src/comm/comm_mpi*.c) with the flags of OpenMPI's compiler wrapper;
+# where there is no mpicc the MPI backend is built as a stub that says so.
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+ifeq ($(strip $(MPI_LIBS)),)
+MPI_CFLAGS := -DST_NO_MPI
+endif
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(MATHFLAGS) -g -fopenmp $(WARN) -Iinclude -Isrc -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_ALL = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lyaml -lcjson -lz -lm -fopenmp $(MPI_LIBS) -lpthread $(EXTRA_LDFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
+# tests/mpi/*.c are multi-rank programs that tests/e2e scripts start with mpirun.
+TEST_SRC := $(sort $(wildcard tests/test_*.c tests/mpi/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 HEADERS := $(wildcard include/scaletrain/*.h src/*/*.h tests/*.h)
 
@@ -24,7 +35,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests benches check run deps asan clean format
+.PHONY: all tests benches check run deps asan fuzz clean format
 all: $(BUILD)/scaletrain tests
 
 # -MMD: each object depends on exactly the headers it includes.
@@ -64,6 +75,21 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+
+# libFuzzer targets for the file readers (clang; not part of `all`): build
+# with `make fuzz`, run each for a bounded time with tests/fuzz/run.sh SECONDS.
+FUZZ_CC ?= clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB := src/core/status.c src/core/atomic_file.c src/data/npy.c src/data/idx.c src/data/tokens.c
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc
+
+fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_LIB) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB) -lz
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:=.d) $(BENCHES:=.d)
 

@@ -1,0 +1,177 @@
+/* The communicator: collectives between the ranks of a data-parallel job,
+ * shaped like NCCL's (an opaque handle, asynchronous operations, an abort).
+ *
+ * Backends sit behind one table of function pointers (comm_impl.h): `local`
+ * (one rank, every operation a copy) and `mpi` (OpenMPI, MPICH); NCCL fits the
+ * same table. No MPI, CUDA or NCCL type appears here.
+ *
+ * Every collective gets a sequence number (per communicator, 1, 2, 3, ... on
+ * every call of every rank), carries the caller's name for it ("all-reduce of
+ * bucket 3") and the step set with st_comm_set_step; errors and the watchdog
+ * name all three. See "No silent hangs" below.
+ *
+ * Not here: buckets, overlap policy, ZeRO (src/dist/). */
+#ifndef SCALETRAIN_COMM_H
+#define SCALETRAIN_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scaletrain/status.h"
+
+typedef struct st_comm st_comm;
+typedef struct st_comm_req st_comm_req;
+
+typedef enum st_comm_backend {
+    ST_COMM_AUTO = 0, /* MPI when a launcher started us (mpirun, srun), else local */
+    ST_COMM_LOCAL,
+    ST_COMM_MPI,
+} st_comm_backend;
+
+typedef enum st_comm_dtype {
+    ST_COMM_F32 = 0,
+    ST_COMM_I64,
+    ST_COMM_U8,
+} st_comm_dtype;
+
+/* Reductions. AVG is SUM divided by the world size (in the element type, after
+ * the sum), float32 only. Integers: SUM, MIN, MAX; bytes: MIN, MAX. */
+typedef enum st_comm_redop {
+    ST_COMM_SUM = 0,
+    ST_COMM_AVG,
+    ST_COMM_MIN,
+    ST_COMM_MAX,
+} st_comm_redop;
+
+typedef struct st_comm_config {
+    st_comm_backend backend;
+    /* Seconds a collective may stay unfinished before the watchdog ends the job
+     * (dist.timeout_s); 0 turns the watchdog off. */
+    double timeout_s;
+    /* Before every Nth collective the ranks agree on (sequence number, kind,
+     * type, count, root, name) with a 16-byte all-reduce, and disagreement is
+     * an error that names both collectives and the ranks; 0 = never. The
+     * check runs on its own communicator and the collective starts when it
+     * has passed (a mismatched collective is never started: MPI would hang
+     * or overrun a buffer), so it costs about one small-message latency per
+     * collective and no overlap: measured with bench/bench_comm on 2 ranks
+     * here, a 64-byte all-reduce takes 9 us with it and 3 us without, noise
+     * beside a gradient bucket's milliseconds. Default 1: on. */
+    int check_every;
+} st_comm_config;
+
+#define ST_COMM_CONFIG_INIT                                                                                  \
+    { ST_COMM_AUTO, 600.0, 1 }
+
+/* Start the communicator. With ST_COMM_AUTO the MPI backend is used when a
+ * launcher's variables are present (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK,
+ * PMI_SIZE, or SLURM_STEP_ID with SLURM_NTASKS > 1) and local otherwise; a
+ * single process does not call MPI_Init (a singleton start costs ~0.3 s).
+ * ST_COMM_MPI forces MPI (a singleton works). Calls MPI_Init_thread unless MPI
+ * is already initialized, in which case the caller keeps ownership of MPI.
+ * Rank and world size come from MPI_COMM_WORLD, local rank and size from
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): nothing else has to be set.
+ * Starts the watchdog thread. Free with st_comm_free. One communicator per
+ * process: freeing the one that initialized MPI finalizes it. */
+st_status st_comm_init(const st_comm_config *cfg, st_comm **out);
+
+/* Waits for outstanding operations (under the watchdog), stops the watchdog,
+ * frees every request handle still held (they become invalid) and finalizes
+ * MPI when st_comm_init initialized it. Accepts NULL. */
+void st_comm_free(st_comm *c);
+
+int st_comm_rank(const st_comm *c);
+int st_comm_size(const st_comm *c);
+int st_comm_local_rank(const st_comm *c); /* among the ranks on this node */
+int st_comm_local_size(const st_comm *c);
+const char *st_comm_host(const st_comm *c);
+const char *st_comm_backend_name(const st_comm *c); /* "local" | "mpi" */
+uint64_t st_comm_seq(const st_comm *c); /* sequence number of the last collective started, 0 before any */
+
+/* The training step, recorded in every later collective and printed in errors. */
+void st_comm_set_step(st_comm *c, int64_t step);
+
+/* ---- Collectives ------------------------------------------------------------
+ * Each starts the operation and returns a request in *req; the buffers belong
+ * to the operation until st_comm_wait (or a st_comm_test that reports done)
+ * returns. `name` (may be NULL) is copied; it must be the same on every rank
+ * (the collective check compares it). Counts are elements, not bytes. Every
+ * rank must call the same collectives in the same order. */
+
+/* recv[i] = op over ranks of send[i], i < count. In place when send == recv. */
+st_status st_comm_all_reduce(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                             st_comm_redop op, const char *name, st_comm_req **req);
+
+/* Reduce send (recv_count * size elements, on every rank) and give rank r the
+ * shard [r * recv_count, (r+1) * recv_count) in recv (recv_count elements).
+ * Shards are contiguous and equal: a buffer whose length n is not a multiple
+ * of the world size is padded by the caller to st_comm_shard_count(n, size) *
+ * size elements (zeros, so sums and averages are unchanged); rank r's shard
+ * then holds elements [r*k, min((r+1)*k, n)) of the real data, k = the shard
+ * count, and the last ranks' shards are partly or wholly padding.
+ * In place when recv == send + rank * recv_count (elements); the rest of send
+ * is undefined afterwards. */
+st_status st_comm_reduce_scatter(st_comm *c, const void *send, void *recv, size_t recv_count,
+                                 st_comm_dtype dt, st_comm_redop op, const char *name, st_comm_req **req);
+
+/* recv (send_count * size elements) = the ranks' send buffers in rank order.
+ * In place when send == recv + rank * send_count (elements). */
+st_status st_comm_all_gather(st_comm *c, const void *send, void *recv, size_t send_count, st_comm_dtype dt,
+                             const char *name, st_comm_req **req);
+
+/* buf on every rank = buf on `root`. */
+st_status st_comm_broadcast(st_comm *c, void *buf, size_t count, st_comm_dtype dt, int root, const char *name,
+                            st_comm_req **req);
+
+st_status st_comm_barrier(st_comm *c, const char *name, st_comm_req **req);
+
+/* Elements per rank in a padded reduce-scatter or all-gather of `count`
+ * elements: ceil(count / size). */
+size_t st_comm_shard_count(size_t count, int size);
+
+/* ---- Completion and progress ------------------------------------------------
+ * st_comm_wait blocks until *req is done, releases it and sets *req = NULL
+ * (a NULL *req returns at once). st_comm_test does the same when the
+ * operation is done (and sets *done); otherwise it drives progress and
+ * returns with *done = false. A failed operation returns its error and is
+ * released as well. After a collective fails the communicator is broken: every
+ * later call returns the same error. */
+st_status st_comm_wait(st_comm_req **req);
+st_status st_comm_test(st_comm_req **req, bool *done);
+st_status st_comm_wait_all(st_comm *c); /* every outstanding operation; handles stay valid until waited */
+
+/* Asynchronous MPI advances only while some thread is inside MPI (OpenMPI has
+ * no progress thread for shared memory or TCP): a large all-reduce started
+ * before backward and not touched until after it makes almost no progress
+ * meanwhile. The backward pass calls st_comm_progress between layers (cheap:
+ * one MPI_Testsome over the outstanding requests); it also starts collectives
+ * whose collective check has passed. Returns the first error of any
+ * operation. */
+st_status st_comm_progress(st_comm *c);
+
+/* Blocking forms: start, then wait. */
+st_status st_comm_all_reduce_sync(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                                  st_comm_redop op, const char *name);
+st_status st_comm_broadcast_sync(st_comm *c, void *buf, size_t count, st_comm_dtype dt, int root,
+                                 const char *name);
+st_status st_comm_barrier_sync(st_comm *c, const char *name);
+
+/* ---- No silent hangs ----------------------------------------------------------
+ * A watchdog thread looks at the oldest unfinished collective. When it is
+ * older than timeout_s it prints, on stderr, this rank, the collective's name,
+ * sequence number and step, and the ranks on this node that have not called
+ * it yet (and whether their process is stopped or gone), then ends the whole
+ * job with MPI_Abort and a non-zero status. This is the one place where the
+ * library ends the process: a rank blocked inside MPI cannot return a status,
+ * and the other ranks cannot be released any other way. A rank that dies is
+ * usually noticed by mpirun first, which kills the job and names it.
+ *
+ * st_comm_abort is for a failure that only this rank has seen (an I/O error,
+ * a NaN): it prints `reason` with this rank's name and ends every rank with
+ * MPI_Abort instead of leaving the others to wait for the timeout; it does not
+ * return under MPI. With the local backend it marks the communicator broken
+ * and returns. */
+void st_comm_abort(st_comm *c, const char *reason);
+
+#endif

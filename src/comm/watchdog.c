@@ -1,0 +1,127 @@
+/* The watchdog: a thread that looks at the oldest unfinished collective of a
+ * communicator and, when it is older than the timeout, prints what is stuck
+ * and ends the job through the backend's abort (MPI_Abort).
+ *
+ * Why the library ends the process here and nowhere else: the main thread is
+ * blocked inside MPI (or will be at its next wait) and cannot return a
+ * status, and the other ranks are blocked the same way; only an abort through
+ * the runtime releases all of them. The thread calls nothing in MPI but
+ * MPI_Abort, and reads the communicator only under its lock. */
+#include "comm/comm_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct st_watchdog {
+    st_comm *c;
+    double timeout_s, period_s;
+    pthread_t thread;
+    pthread_mutex_t m;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    bool stop;
+};
+
+static void fire(st_watchdog *w, const st_comm_req *r, double age) {
+    st_comm *c = w->c;
+    char what[256], missing[2048] = "", msg[3072];
+    st_comm_describe(r, what, sizeof what);
+    if (r->kind != ST_COMM_KIND_INTERNAL) c->ops->describe_missing(c, r->seq, missing, sizeof missing);
+    snprintf(
+        msg, sizeof msg,
+        "scaletrain: rank %d of %d (host %s, pid %d): collective timed out: %s has not finished "
+        "after %.1f s (dist.timeout_s = %g)\n%s"
+        "scaletrain: rank %d: ending every rank (MPI_Abort) so that none waits forever (if the collective "
+        "can legitimately take longer, e.g. while rank 0 writes a checkpoint, raise dist.timeout_s)\n",
+        c->rank, c->size, c->host, (int)getpid(), what, age, w->timeout_s, missing, c->rank);
+    size_t len = strlen(msg), off = 0;
+    while (off < len) { /* one write, so ranks' lines do not interleave */
+        ssize_t n = write(2, msg + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += (size_t)n;
+    }
+    c->ops->abort(c, 1);
+    _exit(1); /* only if the abort returned */
+}
+
+static void check(st_watchdog *w) {
+    st_comm *c = w->c;
+    st_comm_req oldest;
+    bool found = false;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n_pending; i++) {
+        const st_comm_req *r = c->pending[i];
+        if (r->state == ST_COMM_REQ_DONE) continue;
+        if (!found || r->t_start < oldest.t_start) {
+            oldest = *r;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!found) return;
+    double age = st_comm_now() - oldest.t_start;
+    if (age >= w->timeout_s) fire(w, &oldest, age);
+}
+
+static void *run(void *arg) {
+    st_watchdog *w = arg;
+    pthread_mutex_lock(&w->m);
+    while (!w->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + w->period_s;
+        until.tv_sec = (time_t)t;
+        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&w->cv, &w->m, &until);
+        if (w->stop) break;
+        pthread_mutex_unlock(&w->m);
+        check(w);
+        pthread_mutex_lock(&w->m);
+    }
+    pthread_mutex_unlock(&w->m);
+    return NULL;
+}
+
+st_status st_watchdog_start(st_comm *c, double timeout_s, st_watchdog **out) {
+    *out = NULL;
+    st_watchdog *w = calloc(1, sizeof *w);
+    if (!w) return st_fail(ST_ERR_NOMEM, "rank %d: no memory for the watchdog", c->rank);
+    w->c = c;
+    w->timeout_s = timeout_s;
+    /* Checked 10 times per timeout, at most once a second: the job ends
+     * within timeout + period. */
+    w->period_s = timeout_s / 10 < 1.0 ? timeout_s / 10 : 1.0;
+    if (w->period_s < 0.01) w->period_s = 0.01;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->m, NULL);
+    int e = pthread_create(&w->thread, NULL, run, w);
+    if (e != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->m);
+        free(w);
+        return st_fail(ST_ERR_INTERNAL, "rank %d of %d (host %s): cannot start the watchdog thread: %s",
+                       c->rank, c->size, c->host, strerror(e));
+    }
+    *out = w;
+    return ST_OK;
+}
+
+void st_watchdog_stop(st_watchdog *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->m);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->m);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->m);
+    free(w);
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The communicator on 2, 3 and 4 ranks under real mpirun (tests/mpi/comm_check.c),
+# then the faults, each bounded by `timeout` so that a hang fails instead of
+# hanging: a rank killed mid-step (SIGKILL), with mpirun's own abort and with
+# it turned off so that the watchdog must end the job; a rank stopped
+# (SIGSTOP) before a collective; ranks that call different collectives or
+# counts (desync). After each fault every rank's process must be gone.
+set -uo pipefail
+build=${1:-build}
+bin=$build/tests/mpi/comm_check
+if ! command -v mpirun >/dev/null; then
+    echo "comm_mpi: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+[ -x "$bin" ] || { echo "FAIL: $bin is not built (make tests)"; exit 1; }
+tmp=$(mktemp -d)
+cleanup() { # kill what a failed fault test may have left behind: our own ranks, by pid
+    for f in "$tmp"/*/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+for n in 2 3 4; do
+    out=$(timeout 60 "${mpi[@]}" -np "$n" "$bin" ops 2>&1); rc=$?
+    echo "$out" | grep -v '^ *$' | sed "s/^/[np $n] /"
+    [ $rc -eq 0 ] && grep -q "comm_check: ok ($n rank(s), backend mpi)" <<<"$out" || fail "ops on $n ranks: exit $rc"
+done
+# One process without a launcher: the local backend; and MPI as a singleton.
+out=$(timeout 60 "$bin" ops 2>&1) && grep -q "backend local" <<<"$out" || fail "ops without mpirun: $out"
+out=$(timeout 60 "$bin" ops --backend mpi 2>&1) && grep -q "1 rank(s), backend mpi" <<<"$out" ||
+    fail "ops on an MPI singleton: $out"
+
+# srun without an MPI plugin starts singletons that would each train alone: an error.
+out=$(SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 timeout 60 "$bin" ops 2>&1)
+[ $? -ne 0 ] && grep -q "srun --mpi=pmix" <<<"$out" || fail "srun without PMI was not caught: $out"
+
+# fault NAME BOUND_S EXPECTED_NEEDLES... -- MPIRUN_ARGS...: runs under `timeout BOUND_S`,
+# wants a non-zero exit that is not timeout's, every needle in the output, no rank left.
+fault() {
+    local name=$1 bound=$2; shift 2
+    local needles=()
+    while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+    shift
+    mkdir -p "$tmp/$name"
+    local t0=$SECONDS
+    local out; out=$(timeout "$bound" "${mpi[@]}" "$@" --pids "$tmp/$name" 2>&1); local rc=$?
+    local dt=$((SECONDS - t0))
+    echo "--- $name: exit $rc after ${dt}s (bound ${bound}s); the messages:"
+    grep -E "scaletrain:|comm_check:|mpirun noticed|MPI_ABORT was invoked" <<<"$out" | sed 's/^/    /'
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "$name: exit $rc (0 = not stopped, 124 = hung past ${bound}s)"; fi
+    for needle in "${needles[@]}"; do grep -qF -- "$needle" <<<"$out" || fail "$name: no '$needle' in the output"; done
+    local n=0
+    for f in "$tmp/$name"/*.pid; do
+        [ -f "$f" ] || continue
+        n=$((n + 1))
+        if kill -0 "$(cat "$f")" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$(cat "$f")/status" 2>/dev/null; then
+            fail "$name: rank $(basename "$f" .pid) (pid $(cat "$f")) is still there"
+        fi
+    done
+    [ $n -gt 0 ] || fail "$name: no rank wrote its pid"
+}
+T=3 # the watchdog's timeout_s in these tests; the bound is T + 10 s
+# (a) SIGKILL mid-step: mpirun sees the death and ends the job, naming the rank.
+fault kill $((T + 10)) "process rank 1" "signal 9" -- -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
+# (a') the same with mpirun told not to end the job: the watchdog must.
+fault kill-watchdog $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+    "rank 1 (pid" "gone" -- --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
+# (b) SIGSTOP before the step's collectives: the others time out and name it.
+fault stop $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+    "rank 1 (pid" "has not called it" "number 7, at step 2" "stopped" -- \
+    -np 3 "$bin" stop --rank 1 --step 3 --timeout $T
+# (c) desync: a broadcast against an all-reduce, and a different count.
+fault desync $((T + 10)) "collectives out of step at collective number 9" \
+    "ranks 0,2 called all-reduce 'grad bucket 1' (seq 9, step 3, 1000 x float32, avg)" \
+    "rank 1 called broadcast 'params' (seq 9, step 3, 10 x float32 from rank 0)" -- \
+    -np 3 "$bin" desync --rank 1 --step 3 --timeout $T
+fault count $((T + 10)) "collectives out of step at collective number 5" \
+    "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
+    "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
+    -np 2 "$bin" count --rank 1 --step 1 --timeout $T
+exit $((fails > 0))
