@@ -1,12 +1,15 @@
-/* In-memory image and token datasets, batch assembly and epoch order. */
+/* In-memory image and token datasets (IDX, NPY, token files), batch and
+ * sample assembly, and the epoch order. */
 #include "dataset.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "core/rng.h"
 #include "idx.h"
+#include "npy.h"
 #include "tokens.h"
 
 st_status st_dataset_open_images(const char *images, const char *labels, st_dataset *out) {
@@ -65,6 +68,9 @@ fail:
 
 st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *out) {
     memset(out, 0, sizeof *out);
+    if (seq_len < 1)
+        return st_fail(ST_ERR_ARG, "%s: sequence length %lld; it must be at least 1", path,
+                       (long long)seq_len);
     st_status s;
     ST_GOTO(st_tokens_open(path, &out->tokens));
     ST_GOTO(st_tokens_check_range(out->tokens));
@@ -74,8 +80,10 @@ st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *
     int64_t count = st_tokens_count(out->tokens);
     out->n = count > seq_len ? (count - 1) / seq_len : 0;
     if (out->n < 1) {
-        s = st_fail(ST_ERR_FORMAT, "%s: %lld tokens is less than one sequence of %lld+1; use a larger file "
-                    "or a smaller model.block_size", path, (long long)count, (long long)seq_len);
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: %lld tokens is less than one sequence of %lld+1; use a larger file "
+                    "or a smaller model.block_size",
+                    path, (long long)count, (long long)seq_len);
         goto fail;
     }
     return ST_OK;
@@ -84,9 +92,122 @@ fail:
     return s;
 }
 
+/* Labels from an integer NPY array, each checked against the class count. */
+static st_status npy_labels(const char *path, const st_npy *lb, int64_t num_classes, st_dataset *out) {
+    out->labels = malloc((size_t)out->n * sizeof(int32_t));
+    if (!out->labels) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
+    const int64_t limit = num_classes > 0 ? num_classes : INT32_MAX;
+    int64_t maxl = 0;
+    for (int64_t i = 0; i < out->n; i++) {
+        int64_t v = lb->dtype == ST_NPY_U8    ? ((const uint8_t *)lb->data)[i]
+                    : lb->dtype == ST_NPY_I32 ? ((const int32_t *)lb->data)[i]
+                                              : ((const int64_t *)lb->data)[i];
+        if (v < 0 || v >= limit)
+            return st_fail(ST_ERR_FORMAT,
+                           "%s: label %lld at index %lld is outside [0, %lld)%s; labels are class "
+                           "numbers 0, 1, ...",
+                           path, (long long)v, (long long)i, (long long)limit,
+                           num_classes > 0 ? " (the class count)" : "");
+        out->labels[i] = (int32_t)v;
+        if (v > maxl) maxl = v;
+    }
+    out->num_classes = num_classes > 0 ? num_classes : maxl + 1;
+    return ST_OK;
+}
+
+/* Inputs: bytes are taken as they are; floats are checked to be finite. */
+static st_status npy_inputs(const char *path, st_npy *im, st_dataset *out) {
+    const int64_t count = im->count;
+    if (im->dtype == ST_NPY_U8) {
+        out->pixels = im->data; /* take ownership */
+        im->data = NULL;
+        return ST_OK;
+    }
+    if (im->dtype == ST_NPY_F32) {
+        out->values = im->data;
+        im->data = NULL;
+    } else {
+        out->values = st_alloc_aligned((size_t)count * sizeof(float));
+        if (!out->values) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
+        const double *src = im->data;
+        for (int64_t i = 0; i < count; i++)
+            out->values[i] = (float)src[i];
+    }
+    const int64_t per = count / out->n;
+    for (int64_t i = 0; i < count; i++)
+        if (!isfinite(out->values[i]))
+            return st_fail(ST_ERR_NUMERIC, "%s: sample %lld holds %g (element %lld); inputs must be finite%s",
+                           path, (long long)(i / per), (double)out->values[i], (long long)(i % per),
+                           im->dtype == ST_NPY_F64 ? " and fit a float32" : "");
+    return ST_OK;
+}
+
+st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t num_classes, st_dataset *out) {
+    memset(out, 0, sizeof *out);
+    st_npy im = {0}, lb = {0};
+    st_status s;
+    ST_GOTO(st_npy_read(inputs, &im));
+    ST_GOTO(st_npy_read(labels, &lb));
+    if (im.ndim < 2 || im.ndim > 4) {
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: inputs must be (n, d) features, (n, h, w) or (n, h, w, c) images; this "
+                    "array has %d dimension(s)",
+                    inputs, im.ndim);
+        goto fail;
+    }
+    if (im.dtype != ST_NPY_U8 && im.dtype != ST_NPY_F32 && im.dtype != ST_NPY_F64) {
+        s = st_fail(ST_ERR_FORMAT, "%s: inputs are %s; they must be uint8, float32 or float64", inputs,
+                    st_npy_dtype_name(im.dtype));
+        goto fail;
+    }
+    if (lb.ndim != 1) {
+        s = st_fail(ST_ERR_FORMAT, "%s: labels must have 1 dimension (n,), not %d", labels, lb.ndim);
+        goto fail;
+    }
+    if (lb.dtype != ST_NPY_U8 && lb.dtype != ST_NPY_I32 && lb.dtype != ST_NPY_I64) {
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: labels are %s; they must be integers (uint8, int32 or int64): class "
+                    "numbers",
+                    labels, st_npy_dtype_name(lb.dtype));
+        goto fail;
+    }
+    if (im.dims[0] != lb.dims[0]) {
+        s = st_fail(ST_ERR_FORMAT, "%s holds %lld samples but %s holds %lld labels; they must be a pair",
+                    inputs, (long long)im.dims[0], labels, (long long)lb.dims[0]);
+        goto fail;
+    }
+    if (im.dims[0] == 0) {
+        s = st_fail(ST_ERR_FORMAT, "%s: the dataset is empty", inputs);
+        goto fail;
+    }
+    if (im.count == 0) {
+        s = st_fail(ST_ERR_FORMAT, "%s: every sample is empty (a dimension is 0)", inputs);
+        goto fail;
+    }
+    out->kind = ST_DATA_IMAGES;
+    out->n = im.dims[0];
+    out->flat = im.ndim == 2;
+    out->h = im.ndim == 2 ? 1 : im.dims[1];
+    out->w = im.ndim == 2 ? im.dims[1] : im.dims[2];
+    out->c = im.ndim == 4 ? im.dims[3] : 1;
+    out->mean = 0.0f;
+    out->std = 1.0f;
+    ST_GOTO(npy_labels(labels, &lb, num_classes, out));
+    ST_GOTO(npy_inputs(inputs, &im, out));
+    st_npy_free(&im);
+    st_npy_free(&lb);
+    return ST_OK;
+fail:
+    st_npy_free(&im);
+    st_npy_free(&lb);
+    st_dataset_free(out);
+    return s;
+}
+
 void st_dataset_free(st_dataset *d) {
     if (!d) return;
     free(d->pixels);
+    free(d->values);
     free(d->labels);
     st_tokens_close(d->tokens);
     memset(d, 0, sizeof *d);
@@ -94,10 +215,12 @@ void st_dataset_free(st_dataset *d) {
 
 void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
     const int64_t n = d->n * d->h * d->w * d->c;
+    const uint8_t *px = d->pixels;
+    const float *fv = d->values;
     double s = 0, ss = 0;
 #pragma omp parallel for reduction(+ : s, ss) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        double v = d->pixels[i] / 255.0;
+        double v = px ? px[i] / 255.0 : (double)fv[i];
         s += v;
         ss += v * v;
     }
@@ -106,47 +229,100 @@ void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
     *std = (float)sqrt(var > 1e-12 ? var : 1e-12);
 }
 
+int64_t st_dataset_input_count(const st_dataset *d) {
+    return d->kind == ST_DATA_IMAGES ? d->h * d->w * d->c : d->seq_len;
+}
+
+int64_t st_dataset_target_count(const st_dataset *d) { return d->kind == ST_DATA_IMAGES ? 1 : d->seq_len; }
+
+/* One image, normalised: v * scale - shift, with scale = 1/(255 std) for bytes
+ * and 1/std for floats, shift = mean/std; crop and flip as st_image_aug says. */
+static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, float *dst) {
+    const int64_t H = d->h, W = d->w, C = d->c, per = H * W * C;
+    const uint8_t *px = d->pixels ? d->pixels + i * per : NULL;
+    const float *fv = d->values ? d->values + i * per : NULL;
+    const float scale = px ? 1.0f / (255.0f * d->std) : 1.0f / d->std, shift = d->mean / d->std;
+    if (!aug || (aug->dx == aug->pad && aug->dy == aug->pad && !aug->flip)) {
+        if (px)
+            for (int64_t k = 0; k < per; k++)
+                dst[k] = (float)px[k] * scale - shift;
+        else
+            for (int64_t k = 0; k < per; k++)
+                dst[k] = fv[k] * scale - shift;
+        return;
+    }
+    for (int64_t y = 0; y < H; y++) {
+        const int64_t sy = y + aug->dy - aug->pad;
+        for (int64_t x = 0; x < W; x++) {
+            const int64_t sx = (aug->flip ? W - 1 - x : x) + aug->dx - aug->pad;
+            float *o = dst + (y * W + x) * C;
+            if (sy < 0 || sy >= H || sx < 0 || sx >= W) {
+                for (int64_t c = 0; c < C; c++)
+                    o[c] = 0.0f * scale - shift;
+                continue;
+            }
+            const int64_t at = (sy * W + sx) * C;
+            if (px)
+                for (int64_t c = 0; c < C; c++)
+                    o[c] = (float)px[at + c] * scale - shift;
+            else
+                for (int64_t c = 0; c < C; c++)
+                    o[c] = fv[at + c] * scale - shift;
+        }
+    }
+}
+
+st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *aug, float *x, int32_t *xi,
+                            int32_t *y) {
+    if (i < 0 || i >= d->n)
+        return st_fail(ST_ERR_ARG, "sample %lld is outside the dataset's %lld", (long long)i,
+                       (long long)d->n);
+    if (d->kind == ST_DATA_IMAGES) {
+        image_row(d, i, aug, x);
+        y[0] = d->labels[i];
+        return ST_OK;
+    }
+    const int64_t T = d->seq_len; /* window i: tokens [i*T, i*T + T], inputs then shifted targets */
+    ST_TRY(st_tokens_read_i32(d->tokens, i * T, T, xi));
+    memcpy(y, xi + 1, (size_t)(T - 1) * sizeof(int32_t));
+    return st_tokens_read_i32(d->tokens, i * T + T, 1, y + T - 1);
+}
+
 st_status st_dataset_batch(const st_dataset *d, const int64_t *idx, int64_t n, int64_t pad_to,
                            int32_t ignore_index, float *x, int32_t *xi, int32_t *y) {
+    const int64_t in = st_dataset_input_count(d), tg = st_dataset_target_count(d);
+    for (int64_t b = 0; b < n; b++) /* checked here: a message set inside the parallel loop would be lost */
+        if (idx[b] < 0 || idx[b] >= d->n)
+            return st_fail(ST_ERR_ARG, "sample %lld is outside the dataset's %lld", (long long)idx[b],
+                           (long long)d->n);
     if (d->kind == ST_DATA_IMAGES) {
-        const int64_t per = d->h * d->w * d->c;
-        const float scale = 1.0f / (255.0f * d->std), shift = d->mean / d->std;
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < pad_to; b++) {
-            float *dst = x + b * per;
             if (b >= n) {
-                memset(dst, 0, (size_t)per * sizeof(float));
+                memset(x + b * in, 0, (size_t)in * sizeof(float));
                 y[b] = ignore_index;
                 continue;
             }
-            const uint8_t *src = d->pixels + idx[b] * per;
-            for (int64_t i = 0; i < per; i++) dst[i] = (float)src[i] * scale - shift;
+            image_row(d, idx[b], NULL, x + b * in);
             y[b] = d->labels[idx[b]];
         }
         return ST_OK;
     }
-    const int64_t T = d->seq_len;
-    int32_t *row = malloc((size_t)(T + 1) * sizeof(int32_t));
-    if (!row) return st_fail(ST_ERR_NOMEM, "out of memory assembling a batch");
-    st_status s = ST_OK;
-    for (int64_t b = 0; b < pad_to && s == ST_OK; b++) {
+    for (int64_t b = 0; b < pad_to; b++) {
         if (b >= n) {
-            for (int64_t t = 0; t < T; t++) {
-                xi[b * T + t] = 0;
-                y[b * T + t] = ignore_index;
-            }
+            memset(xi + b * in, 0, (size_t)in * sizeof(int32_t));
+            for (int64_t t = 0; t < tg; t++)
+                y[b * tg + t] = ignore_index;
             continue;
         }
-        s = st_tokens_read_i32(d->tokens, idx[b] * T, T + 1, row);
-        memcpy(xi + b * T, row, (size_t)T * sizeof(int32_t));
-        memcpy(y + b * T, row + 1, (size_t)T * sizeof(int32_t));
+        ST_TRY(st_dataset_sample(d, idx[b], NULL, NULL, xi + b * in, y + b * tg));
     }
-    free(row);
-    return s;
+    return ST_OK;
 }
 
 void st_epoch_order(int64_t n, uint64_t seed, int64_t epoch, int shuffle, int64_t *order) {
-    for (int64_t i = 0; i < n; i++) order[i] = i;
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
     if (!shuffle) return;
     st_rng r = st_rng_make(seed, 0x5a3b1e000000ULL + (uint64_t)epoch);
     for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */

@@ -1,13 +1,17 @@
 /* Datasets for training and evaluation, and the epoch-seeded sample order.
  *
- * Two kinds: labelled images (IDX image + label files, held in memory as
- * bytes and normalised when a batch is assembled) and token streams (a token
- * file cut into windows of seq_len+1 tokens: inputs and next-token targets).
- * Batch assembly writes straight into a graph's input tensors. This is the
- * simple in-memory path; the threaded loader builds on it. */
+ * Two kinds: labelled images (IDX image + label files, or an NPY pair of
+ * inputs and labels, held in memory as bytes or floats and normalised when a
+ * batch is assembled) and token streams (a token file cut into windows of
+ * seq_len+1 tokens: inputs and next-token targets). Batch assembly writes
+ * straight into a graph's input tensors (st_dataset_batch), or one sample at a
+ * time into a loader's buffers (st_dataset_sample, no OpenMP, safe from
+ * several threads at once). The distributed sampler (sampler.h) and the
+ * threaded loader (loader.h) build on this. */
 #ifndef ST_DATA_DATASET_H
 #define ST_DATA_DATASET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scaletrain/status.h"
@@ -19,11 +23,13 @@ typedef enum st_dataset_kind { ST_DATA_IMAGES, ST_DATA_TOKENS } st_dataset_kind;
 typedef struct st_dataset {
     st_dataset_kind kind;
     int64_t n; /* samples */
-    /* images: (n, h, w, c) bytes and n labels in [0, num_classes) */
+    /* images: (n, h, w, c) bytes or floats and n labels in [0, num_classes) */
     int64_t h, w, c, num_classes;
-    uint8_t *pixels;
+    uint8_t *pixels; /* (n, h, w, c) bytes (IDX, NPY uint8), or NULL */
+    float *values;   /* (n, h, w, c) floats (NPY float32/float64), or NULL */
+    bool flat;       /* NPY (n, d) features: h = 1, w = d, c = 1; no crop or flip */
     int32_t *labels;
-    float mean, std; /* of pixel/255 over the training set */
+    float mean, std; /* of pixel/255 (bytes) or of the values (floats) over the training set */
     /* tokens */
     st_tokens *tokens;
     int64_t seq_len, vocab_size;
@@ -34,9 +40,18 @@ st_status st_dataset_open_images(const char *images, const char *labels, st_data
 /* Windows of seq_len+1 tokens from a token file; every token is checked
  * against the file's vocabulary size. */
 st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *out);
+/* Inputs and labels from a pair of NPY files (npy.h). Inputs: (n, h, w) or
+ * (n, h, w, c) images, or (n, d) features, as uint8 (normalised like IDX
+ * pixels: /255, then mean and std), float32 or float64 (kept as floats,
+ * float64 rounded to nearest; normalised with mean and std, which start as
+ * 0 and 1). Labels: (n,) uint8, int32 or int64. Counts must agree and be at
+ * least 1; every label must be in [0, num_classes) (num_classes <= 0: from the
+ * data, the largest label + 1). Each error names the file (and the index). */
+st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t num_classes, st_dataset *out);
 void st_dataset_free(st_dataset *d);
 
-/* Mean and standard deviation of pixel/255 (for the training set). */
+/* Mean and standard deviation of pixel/255, or of the float values (for the
+ * training set). */
 void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std);
 
 /* Assemble samples idx[0..n) into x (F32 images, normalised with d->mean and
@@ -44,6 +59,28 @@ void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std);
  * inputs and ignore_index targets. */
 st_status st_dataset_batch(const st_dataset *d, const int64_t *idx, int64_t n, int64_t pad_to,
                            int32_t ignore_index, float *x, int32_t *xi, int32_t *y);
+
+/* Elements one sample takes in a batch: inputs (floats for images, int32s for
+ * tokens) and targets. */
+int64_t st_dataset_input_count(const st_dataset *d);
+int64_t st_dataset_target_count(const st_dataset *d);
+
+/* A random crop and horizontal flip of one image (torchvision's RandomCrop
+ * with zero padding `pad`, then RandomHorizontalFlip): the output pixel
+ * (y, x) is the input pixel (y + dy - pad, fx + dx - pad), fx = w-1-x when
+ * flip else x, and pixel value 0 outside the image; 0 <= dx, dy <= 2*pad. */
+typedef struct st_image_aug {
+    int pad, dx, dy;
+    bool flip;
+} st_image_aug;
+
+/* Assemble sample i into one row of a batch: x (input_count floats) for
+ * images, xi (input_count int32s) for tokens, y (target_count int32s). aug
+ * (may be NULL; images only) crops and flips. Serial and reentrant: loader
+ * threads call it at once on different rows. Bit-for-bit what
+ * st_dataset_batch writes for the same sample. */
+st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *aug, float *x, int32_t *xi,
+                            int32_t *y);
 
 /* The sample order of one epoch: a permutation of [0, n) from (seed, epoch),
  * or the identity when shuffle is false. */

@@ -6,7 +6,10 @@
  * back all the data of a gzip file whose 8-byte trailer (CRC-32 and length)
  * was cut off without a word, whereas inflate says whether each stream really
  * ended and checked its CRC. Files not starting with the gzip magic are read
- * raw. The writer uses gzwrite. */
+ * raw. Memory follows the data, not the header: a raw file's size is checked
+ * before its buffer is allocated, and a gzip stream's buffer grows as it
+ * inflates, so a corrupt header promising 4 GiB costs no more than the file
+ * holds (found by tests/fuzz/fuzz_idx.c). The writer uses gzwrite. */
 #include "data/idx.h"
 
 #include <errno.h>
@@ -27,6 +30,7 @@
 typedef struct idx_src {
     const char *path;
     int fd;
+    int64_t size;        /* of the file */
     bool gzip, z_live;   /* z_live: inflateInit2 succeeded */
     bool in_eof;         /* read() returned 0 */
     bool member_done;    /* inflate reached the end of a member (its CRC checked) */
@@ -123,6 +127,27 @@ static const char *idx_type_name(int t) {
     return NULL;
 }
 
+/* Read out->count bytes into out->data (*got says how many came). Raw: one
+ * buffer (the caller checked the file size). Gzip: a buffer that doubles, up
+ * to the count, only while the stream still gives data. */
+static st_status read_data(idx_src *src, st_idx *out, int64_t *got) {
+    const int64_t count = out->count;
+    int64_t cap = src->gzip && count > ((int64_t)1 << 24) ? (int64_t)1 << 24 : count;
+    *got = 0;
+    for (;;) {
+        uint8_t *buf = st_alloc_aligned((size_t)cap);
+        if (!buf) return st_fail(ST_ERR_NOMEM, "%s: out of memory for %lld bytes", src->path, (long long)cap);
+        if (*got) memcpy(buf, out->data, (size_t)*got);
+        st_free_aligned(out->data);
+        out->data = buf;
+        int64_t g;
+        ST_TRY(src_read(src, out->data + *got, cap - *got, &g));
+        *got += g;
+        if (*got < cap || cap == count) return ST_OK;
+        cap = cap > count / 2 ? count : 2 * cap;
+    }
+}
+
 static st_status parse(const char *path, idx_src *src, st_idx *out) {
     uint8_t hdr[4 + 4 * ST_IDX_MAX_NDIM];
     int64_t got;
@@ -167,10 +192,9 @@ static st_status parse(const char *path, idx_src *src, st_idx *out) {
     }
     out->ndim = ndim;
     out->count = count;
-    if (!(out->data = st_alloc_aligned((size_t)count)))
-        return st_fail(ST_ERR_NOMEM, "%s: out of memory for %lld bytes", path, (long long)count);
     int64_t hbytes = 4 + 4 * ndim;
-    ST_TRY(src_read(src, out->data, count, &got));
+    got = src->size - hbytes; /* raw: known before anything is allocated */
+    if (src->gzip || got >= count) ST_TRY(read_data(src, out, &got));
     if (got < count)
         return st_fail(
             ST_ERR_FORMAT,
@@ -218,6 +242,7 @@ st_status st_idx_read(const char *path, st_idx *out) {
     }
     src->path = path;
     src->fd = fd;
+    src->size = (int64_t)sb.st_size;
     st_status s = src_open(src);
     if (s == ST_OK) s = parse(path, src, out);
     if (src->z_live) inflateEnd(&src->z);

@@ -1,0 +1,106 @@
+/* The loader: worker threads that assemble micro-batches ahead of the step
+ * loop into a ring of batch buffers, and hand them out in order.
+ *
+ * The loader takes a sampler (sampler.h) and yields exactly its sequence of
+ * micro-batches: batch k (k = 0, 1, ... since st_loader_init) holds the
+ * samples of the sampler's k-th micro-batch, and its bits do not depend on the
+ * number of workers or on timing, because each batch is a pure function of its
+ * sample indices and (aug_seed, epoch, sample). Workers claim batch numbers in
+ * order under a lock, take the sampler's next indices, assemble outside the
+ * lock (gather, normalise, crop and flip, next-token shift: st_dataset_sample)
+ * and mark the buffer ready; the consumer waits on a condition variable for
+ * batch k, and only for batch k.
+ *
+ * The ring has prefetch + max_held buffers: up to `prefetch` batches are
+ * assembled ahead while the consumer holds up to `max_held`. With 0 workers
+ * st_loader_next assembles the batch itself, in the caller's thread. The time
+ * st_loader_next spends waiting (or assembling, with 0 workers) is measured
+ * per call and in total, for the data-wait figure of the run's metrics.
+ *
+ * Buffers come from an allocator hook (default: 64-byte aligned host memory),
+ * so a CUDA build can make the ring pinned (cudaHostAlloc) and copy a batch to
+ * the device on its own stream before releasing it. Not here: the device copy,
+ * the choice of `auto` workers (the caller's; st_loader_auto_workers is a
+ * default), evaluation batches with padding (st_dataset_batch does those). */
+#ifndef ST_DATA_LOADER_H
+#define ST_DATA_LOADER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "scaletrain/status.h"
+
+typedef struct st_loader st_loader;
+
+/* Where batch buffers come from. alloc returns nbytes aligned to at least 64
+ * bytes, or NULL; free gives them back. */
+typedef struct st_loader_allocator {
+    void *(*alloc)(void *ctx, size_t nbytes);
+    void (*free)(void *ctx, void *p);
+    void *ctx;
+} st_loader_allocator;
+
+typedef struct st_loader_opts {
+    int num_workers; /* threads; 0 = assemble in st_loader_next */
+    int prefetch;    /* batches assembled ahead, >= 1 */
+    int max_held;    /* batches the consumer may hold at once, >= 1 */
+    /* image augmentation, drawn per (aug_seed, epoch, sample) */
+    int crop_pad; /* random crop with this zero padding; 0 = none */
+    bool flip;    /* random horizontal flip with probability 1/2 */
+    uint64_t aug_seed;
+    const st_loader_allocator *allocator; /* NULL: aligned host memory */
+} st_loader_opts;
+
+#define ST_LOADER_OPTS_INIT                                                                                  \
+    { 0, 2, 1, 0, false, 0, NULL }
+
+/* One micro-batch in a ring buffer. The loader owns it; the consumer reads it
+ * between st_loader_next and st_loader_release. */
+typedef struct st_batch {
+    float *x;           /* (mb, h, w, c) or (mb, d) normalised inputs; NULL for tokens */
+    int32_t *xi;        /* (mb, T) token ids; NULL for images */
+    int32_t *y;         /* (mb) labels or (mb, T) next tokens */
+    int64_t *idx;       /* (mb) the sample indices */
+    int64_t size;       /* mb: samples (every batch is full) */
+    size_t x_nbytes;    /* bytes of x or xi */
+    size_t y_nbytes;    /* bytes of y */
+    int64_t seq;        /* k: the batch's number since st_loader_init */
+    st_sampler_pos pos; /* the sampler position it comes from */
+    double wait_s;      /* seconds st_loader_next waited for it */
+} st_batch;
+
+/* Workers for `auto`: none for a single core; else a quarter of the cores
+ * each rank has, between 1 and 8 (assembly is memory-bound and light). */
+int st_loader_auto_workers(int cores_per_rank);
+
+/* Start a loader over dataset d and sampler s, both borrowed: they must
+ * outlive the loader, and the sampler must not be used by anyone else while
+ * the loader lives (seek it before st_loader_init to resume). Crop and flip
+ * need an image dataset that is not flat. */
+st_status st_loader_init(const st_dataset *d, st_sampler *s, const st_loader_opts *opts, st_loader **out);
+
+/* The next batch, in order: *out points at a filled buffer until
+ * st_loader_release. Fails with the assembling worker's message if its
+ * batch could not be assembled (and keeps failing after that), and with
+ * ST_ERR_ARG when the consumer already holds max_held batches. */
+st_status st_loader_next(st_loader *l, st_batch **out);
+
+/* Give a batch back to the ring (any order). */
+void st_loader_release(st_loader *l, st_batch *b);
+
+/* The sampler position after the last batch st_loader_next handed out: what a
+ * checkpoint saves, so that a resumed run (st_sampler_seek, then
+ * st_loader_init) reads exactly the batches this run had not. */
+st_sampler_pos st_loader_position(const st_loader *l);
+
+/* Seconds spent waiting inside st_loader_next, over all calls. */
+double st_loader_wait_total(const st_loader *l);
+
+/* Stop the workers (they finish the batch in hand), join them and free every
+ * buffer; batches still held become invalid. Accepts NULL. */
+void st_loader_free(st_loader *l);
+
+#endif
