@@ -58,6 +58,8 @@ typedef struct st_config {
         char val[ST_CFG_STR];          /* "" = no evaluation              default Fashion-MNIST test images */
         char val_labels[ST_CFG_STR];   /*                                 default Fashion-MNIST test labels */
         bool shuffle;                  /*                                 default true */
+        bool drop_last;                /* drop the last partial batch     default true */
+        int64_t num_workers;           /* loader threads; auto = 1        default auto */
     } data;
     struct {
         int64_t steps;            /* optimizer steps; auto = epochs over the data  default auto */

@@ -28,6 +28,8 @@ typedef struct st_run_result {
     double eval_loss, eval_accuracy;
     double gflops_per_s;   /* model FLOPs (3x forward) per second of training */
     double step_ms_median; /* median wall time of one optimizer step */
+    double data_wait_s;        /* time the step loop waited for batches */
+    double data_wait_fraction; /* of the training time */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

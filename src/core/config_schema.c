@@ -67,6 +67,10 @@ const st_cfg_key st_cfg_keys[] = {
           "validation images (idx) or token file; \"\" = no evaluation"),
     K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
+    K_BOOL("data.drop_last", data.drop_last, "true",
+           "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
+    K_AUTO("data.num_workers", data.num_workers, 0, 256,
+           "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
 
     K_AUTO("train.steps", train.steps, 1, NOMAX,
            "optimizer steps; auto = train.epochs over the training set"),

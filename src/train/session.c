@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/blas.h"
+#include "data/loader.h"
 #include "layers/layers.h"
 
 double st_now(void) {
@@ -115,12 +116,17 @@ static st_status plan(st_session *s, st_model_input *in) {
             return st_fail(ST_ERR_CONFIG, "%s has %lld samples, fewer than one batch (train.batch_size %lld)",
                            c->data.train, (long long)s->train.n, (long long)c->train.batch_size);
         if (c->train.steps == ST_AUTO) {
-            int64_t per_epoch = s->train.n / c->train.batch_size;
+            int64_t B = c->train.batch_size;
+            int64_t per_epoch = c->data.drop_last ? s->train.n / B : (s->train.n + B - 1) / B;
             c->train.steps = (int64_t)ceil(c->train.epochs * (double)per_epoch);
             if (c->train.steps < 1) c->train.steps = 1;
             snprintf(why, sizeof why, "%g epoch(s) of %lld steps", c->train.epochs, (long long)per_epoch);
             st_config_mark_auto(c, "train.steps", why);
         }
+    }
+    if (c->data.num_workers == ST_AUTO) {
+        c->data.num_workers = st_loader_auto_workers(s->threads);
+        st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
     if (strcmp(c->precision, "auto") == 0) {
         snprintf(c->precision, sizeof c->precision, "fp32");

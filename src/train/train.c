@@ -10,6 +10,8 @@
 #include <cjson/cJSON.h>
 
 #include "core/rng.h"
+#include "data/loader.h"
+#include "data/sampler.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "session.h"
@@ -47,6 +49,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "seconds", r->seconds);
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
+        cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     char *s = cJSON_PrintUnformatted(o);
@@ -90,19 +93,32 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const uint64_t seed = (uint64_t)c->train.seed;
     st_model_graph mg = {0};
     st_optim opt = {0};
-    int64_t *order = malloc((size_t)n * sizeof *order);
+    st_sampler *smp = NULL;
+    st_loader *ld = NULL;
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
-    if (!order || !step_times) {
-        s = st_fail(ST_ERR_NOMEM, "out of memory for the sample order");
+    if (!step_times) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory for step timings");
         goto fail;
     }
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
 
-    int64_t epoch = 0, pos = 0;
-    st_epoch_order(n, seed, epoch, c->data.shuffle, order);
+    st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
+    so.n = n;
+    so.batch_size = c->train.batch_size;
+    so.micro_batch = mb;
+    so.seed = seed;
+    so.shuffle = c->data.shuffle;
+    so.drop_last = c->data.drop_last;
+    so.name = c->data.train;
+    ST_GOTO(st_sampler_init(&so, &smp));
+    st_loader_opts lo = ST_LOADER_OPTS_INIT;
+    lo.num_workers = (int)c->data.num_workers;
+    lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
+    ST_GOTO(st_loader_init(&ses->train, smp, &lo, &ld));
+    double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, steps);
     double window_loss = 0, t_train = 0;
@@ -110,17 +126,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
     for (int64_t step = 0; step < steps; step++) {
         double t0 = st_now();
-        if (pos + c->train.batch_size > n) { /* drop the last partial batch, start a new epoch */
-            epoch++;
-            pos = 0;
-            st_epoch_order(n, seed, epoch, c->data.shuffle, order);
-        }
         memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
-            ST_GOTO(st_dataset_batch(&ses->train, order + pos, mb, mb, ST_IGNORE_INDEX, mg.x->data, mg.x->idata,
-                                     mg.y->idata));
-            pos += mb;
+            st_batch *b;
+            ST_GOTO(st_loader_next(ld, &b));
+            wait_total += b->wait_s;
+            memcpy(lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x, b->x_nbytes);
+            memcpy(mg.y->idata, b->y, b->y_nbytes);
+            st_loader_release(ld, b);
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64((uint64_t)(step * accum + k)));
             ST_GOTO(st_graph_forward(&mg.g));
             step_loss += mg.loss->data[0] / (double)accum;
@@ -166,12 +180,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->gflops_per_s = t_train > 0 ? flops_step * (double)r->steps / t_train / 1e9 : 0;
     qsort(step_times, (size_t)r->steps, sizeof *step_times, cmp_double);
     r->step_ms_median = r->steps ? 1e3 * step_times[r->steps / 2] : 0;
+    r->data_wait_s = wait_total;
+    r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     s = ST_OK;
 fail:
+    st_loader_free(ld); /* the loader before its sampler */
+    st_sampler_free(smp);
     free(step_times);
     st_optim_free(&opt);
     st_model_graph_free(&mg);
-    free(order);
     return s;
 }
 
@@ -199,6 +216,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
                 (long long)res->steps, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
                 lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
+        fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
         if (res->has_accuracy) fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
         else if (res->has_eval) fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
         fprintf(ses.out, "\n");
