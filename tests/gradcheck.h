@@ -9,6 +9,7 @@
 #ifndef ST_TESTS_GRADCHECK_H
 #define ST_TESTS_GRADCHECK_H
 
+#include <omp.h>
 #include <string.h>
 
 #include "check.h"
@@ -88,6 +89,29 @@ static inline int gradcheck(const char *label, st_graph *g, st_tensor *y, st_ten
     free(R);
     st_test_failures += bad;
     return bad;
+}
+
+/* Forward and backward from y with a random dL/dy on 1, 2 and 3 threads: the
+ * `count` floats at `grad` must be the same bits every time (our reductions
+ * have a fixed order, whatever the thread count). */
+static inline void gc_same_bits_across_threads(const char *label, st_graph *g, st_tensor *y, const float *grad,
+                                               int64_t count, uint64_t seed) {
+    float *R = malloc((size_t)y->count * sizeof(float)), *ref = malloc((size_t)count * sizeof(float));
+    st_rng r = st_rng_make(seed, seed);
+    gc_fill(R, y->count, &r, 1.0f);
+    int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        CHECK_OK(st_graph_forward(g));
+        CHECK_OK(gc_backward(g, y, R));
+        if (threads == 1)
+            memcpy(ref, grad, (size_t)count * sizeof(float));
+        else
+            CHECK(memcmp(ref, grad, (size_t)count * sizeof(float)) == 0, "%s: %d threads differ", label, threads);
+    }
+    omp_set_num_threads(saved);
+    free(R);
+    free(ref);
 }
 
 #endif

@@ -56,22 +56,7 @@ static void check_deterministic(void) {
     CHECK_OK(st_graph_finalize(&g));
     st_params_init(&p, 1);
     fill_tokens(idx, 7, 9);
-    float *R = malloc((size_t)y->count * sizeof(float)), *ref = malloc((size_t)w->count * sizeof(float));
-    st_rng r = st_rng_make(2, 2);
-    gc_fill(R, y->count, &r, 1.0f);
-    int saved = omp_get_max_threads();
-    for (int threads = 1; threads <= 3; threads++) {
-        omp_set_num_threads(threads);
-        CHECK_OK(st_graph_forward(&g));
-        CHECK_OK(gc_backward(&g, y, R));
-        if (threads == 1)
-            memcpy(ref, w->grad, (size_t)w->count * sizeof(float));
-        else
-            CHECK(memcmp(ref, w->grad, (size_t)w->count * sizeof(float)) == 0, "%d threads differ", threads);
-    }
-    omp_set_num_threads(saved);
-    free(R);
-    free(ref);
+    gc_same_bits_across_threads("embedding", &g, y, w->grad, w->count, 2);
     st_graph_free(&g);
     st_params_free(&p);
 }

@@ -112,22 +112,7 @@ static void check_deterministic(void) {
     CHECK_OK(st_layernorm(&g, "ln", x, 1e-5f, &y));
     CHECK_OK(st_graph_finalize(&g));
     st_params_init(&p, 2);
-    float *R = malloc((size_t)y->count * sizeof(float)), *ref = malloc((size_t)p.count * sizeof(float));
-    st_rng r = st_rng_make(3, 3);
-    gc_fill(R, y->count, &r, 1.0f);
-    int saved = omp_get_max_threads();
-    for (int threads = 1; threads <= 3; threads++) {
-        omp_set_num_threads(threads);
-        CHECK_OK(st_graph_forward(&g));
-        CHECK_OK(gc_backward(&g, y, R));
-        if (threads == 1)
-            memcpy(ref, p.grad, (size_t)p.count * sizeof(float));
-        else
-            CHECK(memcmp(ref, p.grad, (size_t)p.count * sizeof(float)) == 0, "%d threads differ", threads);
-    }
-    omp_set_num_threads(saved);
-    free(R);
-    free(ref);
+    gc_same_bits_across_threads("layernorm", &g, y, p.grad, p.count, 3);
     st_graph_free(&g);
     st_params_free(&p);
 }
