@@ -1,11 +1,26 @@
 /* Argument parsing shared by train and eval. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
+/* The rank a launcher gave this process when it started several, else NULL. */
+static const char *launched_rank(void) {
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof size_vars / sizeof *size_vars; i++) {
+        const char *n = getenv(size_vars[i]), *r = getenv(rank_vars[i]);
+        if (n && r && atoi(n) > 1) return r;
+    }
+    return NULL;
+}
+
 int st_cli_error(st_status s) {
-    fprintf(stderr, "scaletrain: error: %s\n", st_last_error()[0] ? st_last_error() : st_status_name(s));
+    const char *rank = launched_rank();
+    const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
+    if (rank) fprintf(stderr, "scaletrain: error (rank %s): %s\n", rank, msg);
+    else fprintf(stderr, "scaletrain: error: %s\n", msg);
     return ST_EXIT_FAIL;
 }
 

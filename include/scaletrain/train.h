@@ -30,6 +30,12 @@ typedef struct st_run_result {
     double step_ms_median; /* median wall time of one optimizer step */
     double data_wait_s;        /* time the step loop waited for batches */
     double data_wait_fraction; /* of the training time */
+    /* data-parallel runs (ranks > 1) */
+    int ranks, grad_buckets;
+    double comm_ms;              /* mean per step: waiting for gradient all-reduces after backward */
+    double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
+                                    the part that lay behind backward */
+    double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

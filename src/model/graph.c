@@ -340,9 +340,14 @@ st_status st_graph_backward(st_graph *g, float seed) {
     for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         st_node *n = &g->nodes[i];
-        if (!n->out->requires_grad) continue;
-        st_status s = n->ops->backward(n, g);
-        if (s != ST_OK) return s;
+        if (n->out->requires_grad) {
+            st_status s = n->ops->backward(n, g);
+            if (s != ST_OK) return s;
+        }
+        if (g->backward_hook) {
+            st_status s = g->backward_hook(g->backward_hook_ctx, i);
+            if (s != ST_OK) return s;
+        }
     }
     return ST_OK;
 }

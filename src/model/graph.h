@@ -132,6 +132,13 @@ struct st_graph {
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */
     st_tensor *loss;       /* the scalar the backward pass starts from */
+    /* Called by st_graph_backward after node `node` (every node, last to
+     * first, also those with nothing to do), when set: the data-parallel
+     * trainer starts a gradient bucket's all-reduce there as soon as every
+     * parameter in it is final, and drives the communicator's progress. An
+     * error stops the walk. NULL (the default): nothing is called. */
+    st_status (*backward_hook)(void *ctx, int node);
+    void *backward_hook_ctx;
 };
 
 /* --- parameters ---------------------------------------------------------- */

@@ -22,8 +22,17 @@ double st_now(void) {
 static void setup_threads(st_session *s) {
     st_config *c = s->cfg;
     if (c->train.threads == ST_AUTO) {
-        c->train.threads = omp_get_num_procs();
-        st_config_mark_auto(c, "train.threads", "the cores this process may use");
+        /* A rank bound to some cores (mpirun --bind-to) uses those; an
+         * unbound one shares the node's cores with the node's other ranks. */
+        const int local = st_comm_local_size(s->comm), mine = omp_get_num_procs();
+        const long online = sysconf(_SC_NPROCESSORS_ONLN);
+        const bool bound = online > 0 && mine < online;
+        int64_t t = bound || local <= 1 ? mine : mine / local;
+        c->train.threads = t > 0 ? t : 1;
+        st_config_mark_auto(c, "train.threads",
+                            bound       ? "the cores this rank is bound to"
+                            : local > 1 ? "the node's cores over its ranks"
+                                        : "the cores this process may use");
     }
     s->threads = (int)c->train.threads;
     omp_set_num_threads(s->threads);
@@ -101,12 +110,18 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->num_classes = c->model.num_classes;
     }
     if (c->train.micro_batch_size == ST_AUTO) {
-        c->train.micro_batch_size = c->train.batch_size;
-        st_config_mark_auto(c, "train.micro_batch_size", "the whole batch on one rank");
+        if (c->train.batch_size % s->world != 0)
+            return st_fail(ST_ERR_CONFIG,
+                           "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
+                           (long long)c->train.batch_size, s->world, s->world);
+        c->train.micro_batch_size = c->train.batch_size / s->world;
+        st_config_mark_auto(c, "train.micro_batch_size",
+                            s->world > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
     }
-    if (c->train.batch_size % c->train.micro_batch_size != 0)
-        return st_fail(ST_ERR_CONFIG, "train.batch_size %lld is not a multiple of train.micro_batch_size %lld",
-                       (long long)c->train.batch_size, (long long)c->train.micro_batch_size);
+    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
+                       (long long)c->train.batch_size, (long long)c->train.micro_batch_size, s->world);
     if (c->train.eval_batch_size == ST_AUTO) {
         c->train.eval_batch_size = c->train.micro_batch_size;
         st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");
@@ -142,6 +157,11 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     memset(s, 0, sizeof *s);
     s->cfg = cfg;
     s->out = opts && opts->out ? opts->out : stdout;
+    st_comm_config cc = ST_COMM_CONFIG_INIT;
+    cc.timeout_s = (double)cfg->dist.timeout_s;
+    ST_TRY(st_comm_init(&cc, &s->comm));
+    s->rank = st_comm_rank(s->comm);
+    s->world = st_comm_size(s->comm);
     setup_threads(s);
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
@@ -156,6 +176,7 @@ void st_session_close(st_session *s) {
     st_model_free(s->model);
     st_dataset_free(&s->train);
     st_dataset_free(&s->val);
+    st_comm_free(s->comm);
     memset(s, 0, sizeof *s);
 }
 

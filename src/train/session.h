@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "scaletrain/train.h"
@@ -17,9 +18,13 @@ typedef struct st_session {
     st_model_graph eval_graph;
     FILE *out;
     int threads;
+    st_comm *comm; /* one per process; local (world 1) without a launcher */
+    int rank, world;
+    bool agreed_error; /* the failure is one every rank saw (no abort needed) */
 } st_session;
 
-/* Open data (train unless eval_only), fill `auto` values, create the model. */
+/* Start the communicator (rank and world), open data (train unless
+ * eval_only), fill `auto` values, create the model. */
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
 void st_session_close(st_session *s);
 

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "ddp.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "session.h"
@@ -50,6 +51,13 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
         cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
+        if (r->ranks > 1) {
+            cJSON_AddNumberToObject(o, "ranks", r->ranks);
+            cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
+            cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
+            cJSON_AddNumberToObject(o, "comm_overlap", r->comm_overlap);
+            cJSON_AddNumberToObject(o, "first_bucket_lead_ms", r->first_bucket_lead_ms);
+        }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     char *s = cJSON_PrintUnformatted(o);
@@ -86,7 +94,7 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
-    const int64_t mb = c->train.micro_batch_size, accum = c->train.batch_size / mb;
+    const int64_t mb = c->train.micro_batch_size, accum = c->train.batch_size / (mb * ses->world);
     const int64_t steps = c->train.steps, n = ses->train.n;
     const bool lm = ses->train.kind == ST_DATA_TOKENS;
     const int64_t tokens_per_sample = lm ? ses->train.seq_len : 0;
@@ -95,6 +103,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_optim opt = {0};
     st_sampler *smp = NULL;
     st_loader *ld = NULL;
+    st_ddp ddp = {0};
+    const bool dist = ses->world > 1;
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
     if (!step_times) {
@@ -104,11 +114,24 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
+    if (dist) {
+        st_comm_set_step(ses->comm, 0);
+        s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
+        if (s != ST_OK) {
+            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
+            goto fail;
+        }
+        ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
+        r->ranks = ses->world;
+        r->grad_buckets = ddp.n_buckets;
+    }
 
     st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
     so.n = n;
     so.batch_size = c->train.batch_size;
     so.micro_batch = mb;
+    so.rank = ses->rank;
+    so.world = ses->world;
     so.seed = seed;
     so.shuffle = c->data.shuffle;
     so.drop_last = c->data.drop_last;
@@ -126,6 +149,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
     for (int64_t step = 0; step < steps; step++) {
         double t0 = st_now();
+        if (dist) st_comm_set_step(ses->comm, step + 1);
         memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
@@ -135,12 +159,24 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             memcpy(lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x, b->x_nbytes);
             memcpy(mg.y->idata, b->y, b->y_nbytes);
             st_loader_release(ld, b);
-            mg.g.dropout_seed = st_mix64(seed ^ st_mix64((uint64_t)(step * accum + k)));
+            /* The global micro-batch index: rank r's k-th micro-batch is the
+             * (r * accum + k)-th of the step, as for 1 rank accumulating. */
+            const uint64_t j = (uint64_t)((step * ses->world + ses->rank) * accum + k);
+            mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
             ST_GOTO(st_graph_forward(&mg.g));
             step_loss += mg.loss->data[0] / (double)accum;
+            /* Gradients are all-reduced only after the last micro-step. */
+            if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
             ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
+            if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
+        }
+        if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
+            float l = (float)step_loss;
+            ST_GOTO(st_comm_all_reduce_sync(ses->comm, &l, &l, 1, ST_COMM_F32, ST_COMM_AVG, "loss"));
+            step_loss = l;
         }
         if (!isfinite(step_loss)) {
+            ses->agreed_error = dist;
             s = st_fail(ST_ERR_NUMERIC, "the loss became %g at step %lld; lower optim.lr or set optim.grad_clip",
                          step_loss, (long long)step + 1);
             goto fail;
@@ -167,7 +203,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         st_progress_step(&prog, step + 1, line ? r->train_loss : step_loss, lr,
                          lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);
-        if (c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps) {
+        if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
+            step + 1 < steps) {
             st_progress_end(&prog);
             ST_GOTO(eval_and_report(ses, opts, r, step + 1));
         }
@@ -182,8 +219,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->step_ms_median = r->steps ? 1e3 * step_times[r->steps / 2] : 0;
     r->data_wait_s = wait_total;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
+    if (dist && ddp.syncs) {
+        r->comm_ms = 1e3 * ddp.wait_s / (double)ddp.syncs;
+        r->comm_overlap = ddp.span_s > 0 ? ddp.hidden_s / ddp.span_s : 0;
+        r->first_bucket_lead_ms = 1e3 * ddp.hidden_s / (double)ddp.syncs;
+    }
     s = ST_OK;
 fail:
+    st_ddp_free(&ddp);
     st_loader_free(ld); /* the loader before its sampler */
     st_sampler_free(smp);
     free(step_times);
@@ -193,17 +236,24 @@ fail:
 }
 
 st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
-    st_run_opts dflt = {0};
+    st_run_opts dflt = {0}, mine;
     if (!opts) opts = &dflt;
     memset(res, 0, sizeof *res);
     st_session ses;
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
+        mine = *opts;
+        mine.quiet = true;
+        mine.json = false;
+        mine.save = false;
+        opts = &mine;
+    }
     st_model_init_weights(ses.model, (uint64_t)cfg->train.seed);
     if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
     print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res));
-    ST_GOTO(eval_and_report(&ses, opts, res, res->steps));
+    if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps));
     if (opts->save) {
         char path[ST_CFG_STR + 32];
         ST_GOTO(mkdirs(cfg->train.out_dir));
@@ -224,16 +274,27 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS);
     s = ST_OK;
 fail:
+    /* An error that only this rank has seen would leave the others waiting in
+     * a collective until the watchdog: end them all now, naming this rank. A
+     * configuration difference is seen by every rank: each returns it. */
+    if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
     st_session_close(&ses);
     return s;
 }
 
 st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
+    st_run_opts mine;
     memset(res, 0, sizeof *res);
     if (!opts || !opts->init) return st_fail(ST_ERR_ARG, "evaluation needs weights: pass --init WEIGHTS");
     st_session ses;
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, true));
+    if (ses.rank != 0) { /* every rank evaluates the same; rank 0 speaks */
+        mine = *opts;
+        mine.quiet = true;
+        mine.json = false;
+        opts = &mine;
+    }
     if (!ses.has_val) {
         s = st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty");
         goto fail;

@@ -1,0 +1,200 @@
+/* DDP: the start-of-run agreement and bucketed, overlapped gradient
+ * all-reduce (see ddp.h). */
+#include "ddp.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "session.h"
+
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb) {
+    memset(d, 0, sizeof *d);
+    d->comm = comm;
+    d->p = p;
+    int *first_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *first_use);
+    d->b = calloc((size_t)(p->n ? p->n : 1), sizeof *d->b);
+    if (!first_use || !d->b) {
+        free(first_use);
+        return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
+    }
+    /* A parameter nobody uses gets no gradient: it is final at once. */
+    for (int i = 0; i < p->n; i++)
+        first_use[i] = INT_MAX;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        const st_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_params; k++)
+            if (n->params[k]->kind == ST_TENSOR_PARAM) first_use[n->params[k]->index] = i;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->kind == ST_TENSOR_PARAM) first_use[n->in[k]->index] = i;
+    }
+    const int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    st_ddp_bucket *cur = NULL;
+    for (int i = p->n - 1; i >= 0; i--) {
+        const st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        if (!cur || cur->count >= cap) {
+            cur = &d->b[d->n_buckets];
+            snprintf(cur->name, sizeof cur->name, "grad bucket %d", d->n_buckets);
+            d->n_buckets++;
+            cur->offset = t->offset + t->count;
+            cur->ready_at = INT_MAX;
+        }
+        /* The arena is packed in declaration order: the bucket grows downwards. */
+        cur->count += cur->offset - t->offset;
+        cur->offset = t->offset;
+        if (first_use[i] < cur->ready_at) cur->ready_at = first_use[i];
+    }
+    free(first_use);
+    return ST_OK;
+}
+
+void st_ddp_free(st_ddp *d) {
+    if (!d) return;
+    free(d->b);
+    memset(d, 0, sizeof *d);
+}
+
+static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
+    if (d->t_first_start == 0) d->t_first_start = st_now();
+    b->started = true;
+    float *g = d->p->grad + b->offset;
+    return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
+}
+
+static st_status backward_hook(void *ctx, int node) {
+    st_ddp *d = ctx;
+    for (int i = 0; i < d->n_buckets; i++) {
+        st_ddp_bucket *b = &d->b[i];
+        if (!b->started && b->ready_at >= node) ST_TRY(start_bucket(d, b));
+    }
+    return st_comm_progress(d->comm);
+}
+
+void st_ddp_arm(st_ddp *d, st_graph *g) {
+    d->t_first_start = 0;
+    for (int i = 0; i < d->n_buckets; i++)
+        d->b[i].started = false;
+    g->backward_hook = backward_hook;
+    g->backward_hook_ctx = d;
+}
+
+st_status st_ddp_finish(st_ddp *d, st_graph *g) {
+    g->backward_hook = NULL;
+    g->backward_hook_ctx = NULL;
+    d->t_backward_end = st_now();
+    for (int i = 0; i < d->n_buckets; i++)
+        if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
+    for (int i = 0; i < d->n_buckets; i++)
+        ST_TRY(st_comm_wait(&d->b[i].req));
+    double t_done = st_now();
+    d->wait_s += t_done - d->t_backward_end;
+    d->span_s += t_done - d->t_first_start;
+    d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;
+    d->syncs++;
+    return ST_OK;
+}
+
+/* ---- the agreement before the first step ---------------------------------- */
+
+/* The counts first (the per-tensor comparison needs equal counts), then the
+ * tensors: a shape difference is named by tensor, not by a total. */
+enum { N_HEAD = 5, DESC_MAX = 160 };
+static const char *const head_names[N_HEAD] = {"parameter tensors", "buffers", "train.batch_size",
+                                               "train.micro_batch_size", "training samples"};
+
+static int64_t tensor_hash(const st_tensor *t) {
+    uint64_t h = st_hash_str(t->name) ^ (uint64_t)t->kind;
+    for (int i = 0; i < t->ndim; i++)
+        h = st_mix64(h ^ (uint64_t)t->shape[i]);
+    return (int64_t)(h >> 2); /* non-negative, so min and max never overflow */
+}
+
+static void describe_tensor(const st_tensor *t, char *buf, size_t n) {
+    int k = snprintf(buf, n, "%s %s [", t->kind == ST_TENSOR_PARAM ? "parameter" : "buffer", t->name);
+    for (int i = 0; i < t->ndim && k > 0 && (size_t)k < n; i++)
+        k += snprintf(buf + k, n - (size_t)k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
+}
+
+/* Index of the first item where the ranks' min and max differ, or -1. */
+static st_status first_difference(st_comm *c, const int64_t *v, int n, const char *name, int *diff) {
+    int64_t *lo = malloc((size_t)n * 2 * sizeof *lo);
+    if (!lo) return st_fail(ST_ERR_NOMEM, "out of memory");
+    int64_t *hi = lo + n;
+    memcpy(lo, v, (size_t)n * sizeof *lo);
+    memcpy(hi, v, (size_t)n * sizeof *hi);
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s (min)", name);
+    st_status s = st_comm_all_reduce_sync(c, lo, lo, (size_t)n, ST_COMM_I64, ST_COMM_MIN, nm);
+    snprintf(nm, sizeof nm, "%s (max)", name);
+    if (s == ST_OK) s = st_comm_all_reduce_sync(c, hi, hi, (size_t)n, ST_COMM_I64, ST_COMM_MAX, nm);
+    *diff = -1;
+    for (int i = 0; s == ST_OK && i < n && *diff < 0; i++)
+        if (lo[i] != hi[i]) *diff = i;
+    free(lo);
+    return s;
+}
+
+/* Gather every rank's description of the differing item and fail with all of
+ * them: the ranks that agree with rank 0 and those that do not. */
+static st_status report(st_comm *c, const char *item, const char *mine) {
+    const int world = st_comm_size(c);
+    char *all = calloc((size_t)world, DESC_MAX);
+    char *msg = calloc(1, 1024);
+    char buf[DESC_MAX] = {0};
+    st_status s;
+    if (!all || !msg) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(buf, sizeof buf, "%s", mine);
+    st_comm_req *req = NULL;
+    s = st_comm_all_gather(c, buf, all, DESC_MAX, ST_COMM_U8, "signature report", &req);
+    if (s == ST_OK) s = st_comm_wait(&req);
+    if (s != ST_OK) goto done;
+    size_t k = 0;
+    for (int r = 0; r < world && k < 1000; r++) {
+        const char *d = all + (size_t)r * DESC_MAX;
+        if (r > 0 && strcmp(d, all) == 0) continue; /* the same as rank 0: not listed */
+        k += (size_t)snprintf(msg + k, 1024 - k, "%srank %d has %s", r ? "; " : "", r, d);
+    }
+    s = st_fail(ST_ERR_CONFIG,
+                "the ranks built different models or data settings: the first difference is in %s: %s "
+                "(every rank must run the same config and data)",
+                item, msg);
+done:
+    free(all);
+    free(msg);
+    return s;
+}
+
+st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples) {
+    int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples};
+    int diff;
+    ST_TRY(first_difference(comm, head, N_HEAD, "signature", &diff));
+    char desc[DESC_MAX];
+    if (diff >= 0) {
+        snprintf(desc, sizeof desc, "%lld", (long long)head[diff]);
+        return report(comm, head_names[diff], desc);
+    }
+    int64_t *h = malloc((size_t)(p->n ? p->n : 1) * sizeof *h);
+    if (!h) return st_fail(ST_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->n; i++)
+        h[i] = tensor_hash(p->t[i]);
+    st_status s = p->n ? first_difference(comm, h, p->n, "signature of tensors", &diff) : ST_OK;
+    free(h);
+    ST_TRY(s);
+    if (diff >= 0) {
+        char item[64];
+        snprintf(item, sizeof item, "tensor %d (in declaration order)", diff);
+        describe_tensor(p->t[diff], desc, sizeof desc);
+        return report(comm, item, desc);
+    }
+    ST_TRY(st_comm_broadcast_sync(comm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
+    if (p->buffer_count)
+        ST_TRY(st_comm_broadcast_sync(comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+    return ST_OK;
+}

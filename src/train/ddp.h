@@ -1,0 +1,62 @@
+/* Data-parallel training over the communicator (DDP): the start-of-run
+ * agreement (parameters broadcast from rank 0, a check that every rank built
+ * the same model and batch settings) and the gradient all-reduce in buckets,
+ * each started from the backward walk as soon as its gradients are final.
+ *
+ * Buckets are contiguous ranges of the gradient arena of about
+ * dist.bucket_cap_mb, formed from the end of the arena (where backward
+ * produces gradients first) towards its start. A parameter's gradient is
+ * final once backward has run the earliest node (in forward order) that uses
+ * it; a tied weight used by the first and last nodes is final only at the end.
+ *
+ * Internal to src/train. Not here: ZeRO, deterministic reduction, sync
+ * batch-norm (issue 4, later parts). */
+#ifndef ST_TRAIN_DDP_H
+#define ST_TRAIN_DDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/graph.h"
+
+typedef struct st_ddp_bucket {
+    int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
+    int ready_at;          /* backward may start it after this node (the earliest user of its params) */
+    bool started;
+    st_comm_req *req;
+    char name[32]; /* "grad bucket 3": the same on every rank and every step */
+} st_ddp_bucket;
+
+typedef struct st_ddp {
+    st_comm *comm;
+    st_params *p;
+    st_ddp_bucket *b; /* b[0] holds the end of the arena: the first gradients backward produces */
+    int n_buckets;
+    st_status err; /* the first error of a collective started from the hook */
+    /* timings of the current step and their sums over the run */
+    double t_first_start, t_backward_end;
+    double wait_s, hidden_s, span_s;
+    int64_t syncs;
+} st_ddp;
+
+/* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb. */
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb);
+void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
+
+/* Before the first step, on every rank: compare a signature of the model
+ * (tensor count, each name + shape in order) and of the data settings (batch,
+ * micro-batch, dataset size) with int64 min/max all-reduces; a difference is
+ * ST_ERR_CONFIG naming the first differing item and what each rank has (every
+ * rank returns the same error). Then broadcast parameters and buffers from
+ * rank 0. */
+st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples);
+
+/* Arm g's backward hook for the next backward (the last micro-step of a step):
+ * buckets start as their gradients become final. */
+void st_ddp_arm(st_ddp *d, st_graph *g);
+/* After that backward: start what is left, wait for every bucket (gradients
+ * are then averaged over ranks), disarm the hook and record the timings. */
+st_status st_ddp_finish(st_ddp *d, st_graph *g);
+
+#endif

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Data-parallel training is exact (DESIGN invariant 1), under real mpirun: for
+# the mlp, a cnn and a tiny gpt, 1 rank with batch 4b, 2 ranks (micro-batch
+# 2b) and 4 ranks (micro-batch b) save the same weights after 20 steps, and 1
+# rank accumulating 4 micro-batches of b matches 1 rank with batch 4b.
+#
+# Tolerance: max|a - b| / max|a| <= 1e-4 per tensor. The runs differ only in
+# the order of float sums (per-rank means averaged by MPI instead of one mean,
+# micro-batch gradients added in turn); SGD with momentum keeps that rounding
+# at the 1e-6 level over 20 steps. AdamW divides by sqrt(v) and amplifies
+# rounding in near-zero gradients, hence the looser bound for the gpt (1e-3).
+#
+# The cnn runs without batch-norm (model.batchnorm=false): each rank normalises
+# with its own micro-batch's statistics, which legitimately differ from the
+# whole batch's (sync batch-norm is not implemented yet).
+#
+# `scaletrain launch -n 2` runs a short job. Then a mismatch: two ranks with different model.hidden (an MPMD mpirun) must
+# fail before training with a message that names the difference.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "ddp_equivalence: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "ddp_equivalence: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "ddp_equivalence: skipped: NumPy is not installed (apt-get install python3-numpy)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+common=(--set train.steps=20 --set train.threads=1 --set data.num_workers=0 --set data.val=
+        --set dist.bucket_cap_mb=0.01 --set dist.timeout_s=30 --json --quiet)
+
+# equiv NAME B TOL ARGS...: the four runs and their comparisons.
+equiv() {
+    local name=$1 b=$2 tol=$3; shift 3
+    local args=("${common[@]}" --set train.batch_size=$((4 * b)) "$@")
+    local d=$tmp/$name
+    timeout 60 "$bin" train "${args[@]}" --set train.out_dir="$d/n1" >"$d.n1.json" || fail "$name: 1 rank"
+    timeout 60 "$bin" train "${args[@]}" --set train.micro_batch_size="$b" --set train.out_dir="$d/acc" \
+        >"$d.acc.json" || fail "$name: 1 rank accumulating"
+    for n in 2 4; do
+        "${mpi[@]}" -np $n "$bin" train "${args[@]}" --set train.out_dir="$d/n$n" >"$d.n$n.json" ||
+            fail "$name: $n ranks: $(cat "$d.n$n.json")"
+    done
+    for r in acc n2 n4; do
+        echo -n "$name $r against 1 rank: "
+        /usr/bin/python3 tests/py/weights_diff.py "$d/n1/model.safetensors" "$d/$r/model.safetensors" "$tol" ||
+            fail "$name: $r differs"
+    done
+    echo "$name 4 ranks: $(tail -n 1 "$d.n4.json")"
+}
+
+sgd=(--set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant)
+equiv mlp 8 1e-4 --set model.type=mlp --set model.hidden=[64,32] "${sgd[@]}"
+equiv cnn 4 1e-4 --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1] \
+    --set model.batchnorm=false "${sgd[@]}"
+
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null
+equiv gpt 2 1e-3 --set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" \
+    --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32 \
+    --set optim.lr=1e-3 --set optim.grad_clip=1.0
+
+# The overlap figures are reported and sane on the 4-rank gpt run.
+/usr/bin/python3 - "$tmp/gpt.n4.json" <<'PY' || fail "gpt: overlap figures"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ok = r["ranks"] == 4 and r["grad_buckets"] > 1 and r["comm_ms"] >= 0 and 0 <= r["comm_overlap"] <= 1
+print("overlap:", "ok" if ok else "FAIL", {k: r[k] for k in ("grad_buckets", "comm_ms", "comm_overlap", "first_bucket_lead_ms")})
+sys.exit(0 if ok else 1)
+PY
+
+# `scaletrain launch` (mpirun bound to cores: needs 2 cores for 2 ranks) trains on 2 ranks; rank 0 alone speaks.
+if [ "$(nproc)" -ge 2 ]; then
+    out=$(timeout 60 "$bin" launch -n 2 train --set model.type=mlp \
+        --set model.hidden=[16] --set train.batch_size=16 "${common[@]}" --set train.steps=3 \
+        --set train.out_dir="$tmp/launch" 2>&1); rc=$?
+    echo "launch: exit $rc: $(tail -n 1 <<<"$out")"
+    [ $rc -eq 0 ] && [ "$(grep -c '"ranks":2' <<<"$out")" -eq 1 ] && [ -f "$tmp/launch/model.safetensors" ] ||
+        fail "launch -n 2: $out"
+fi
+
+# Ranks that built different models stop before training, naming the difference.
+m=(--set model.type=mlp --set train.batch_size=16 "${common[@]}" --set train.out_dir="$tmp/mm")
+out=$("${mpi[@]}" -np 1 "$bin" train "${m[@]}" --set model.hidden=[64] : -np 1 "$bin" train "${m[@]}" \
+    --set model.hidden=[32] 2>&1); rc=$?
+echo "mismatch: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mismatch: exit $rc"
+for needle in "tensor 0" "fc.0.weight [64, 784]" "fc.0.weight [32, 784]" "rank 1 has"; do
+    grep -qF -- "$needle" <<<"$out" || fail "mismatch: no '$needle' in: $out"
+done
+[ ! -e "$tmp/mm/model.safetensors" ] || fail "mismatch: weights were saved"
+exit $((fails > 0))
