@@ -30,12 +30,17 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
     /* The file first, then every --set in order, whatever the argument order. */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--set") == 0 || strcmp(a, "--init") == 0) {
+        if (strcmp(a, "--set") == 0 || strcmp(a, "--init") == 0 || strcmp(a, "--resume") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "scaletrain %s: %s needs a value\n", cmd, a);
                 return ST_EXIT_USAGE;
             }
+            if (strcmp(a, "--resume") == 0 && strcmp(cmd, "train") != 0) {
+                fprintf(stderr, "scaletrain %s: --resume is an option of scaletrain train\n", cmd);
+                return ST_EXIT_USAGE;
+            }
             if (strcmp(a, "--init") == 0) opts->init = argv[i + 1];
+            if (strcmp(a, "--resume") == 0) opts->resume = argv[i + 1];
             i++;
         } else if (strcmp(a, "--json") == 0) {
             opts->json = true;
@@ -59,7 +64,7 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         const char *v = NULL;
         if (strcmp(argv[i], "--set") == 0) v = argv[++i];
         else if (strncmp(argv[i], "--set=", 6) == 0) v = argv[i] + 6;
-        else if (strcmp(argv[i], "--init") == 0) i++;
+        else if (strcmp(argv[i], "--init") == 0 || strcmp(argv[i], "--resume") == 0) i++;
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
     }
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);

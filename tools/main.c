@@ -7,7 +7,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\n"
                "commands:\n"
-               "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--json]\n"
+               "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--resume auto|CKPT_DIR] [--json]\n"
                "                      train (default: a CNN on Fashion-MNIST, one epoch)\n"
                "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
                "                      evaluate saved weights on the validation data\n"

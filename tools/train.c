@@ -1,12 +1,38 @@
-/* `scaletrain train`: one training run. */
+/* `scaletrain train`: one training run. SIGTERM and SIGINT (SLURM
+ * pre-emption, Ctrl-C) ask the run to stop: it finishes the step, saves a
+ * checkpoint and exits with 128 + the signal (143 for SIGTERM, 130 for
+ * SIGINT); `--resume auto` continues it. A second signal of the same kind
+ * ends the process at once (the previous checkpoint stays whole). */
+#include <signal.h>
+#include <string.h>
+
 #include "cli.h"
+
+/* The one global: a signal handler can only reach a flag. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
 
 int st_cmd_train(int argc, char **argv) {
     st_config cfg;
     st_run_opts opts = {.save = true};
     int rc = st_cli_run_args("train", argc, argv, &cfg, &opts);
     if (rc >= 0) return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    /* Interrupted system calls resume (a save in progress is not cut short);
+     * a second signal of the same kind ends the process at once. */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    opts.stop = &stop_signal;
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
+    if (s == ST_ERR_INTERRUPTED) {
+        fprintf(stderr, "scaletrain: %s\n", st_last_error());
+        return 128 + (stop_signal ? (int)stop_signal : SIGTERM);
+    }
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
 }

@@ -72,6 +72,8 @@ typedef struct st_config {
         int64_t eval_steps;       /* batches per evaluation; 0 = the whole set      default 0 */
         int64_t threads;          /* auto = the cores available                     default auto */
         char out_dir[ST_CFG_STR]; /*                                                default runs/default */
+        int64_t checkpoint_every; /* steps; 0 = only at the end                     default 0 */
+        int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
     } train;
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */

@@ -19,6 +19,7 @@ typedef enum st_status {
     ST_ERR_NUMERIC,  /* a NaN or Inf where a finite number was needed */
     ST_ERR_INTERNAL, /* an invariant of ours broke */
     ST_ERR_UNSUPPORTED,
+    ST_ERR_INTERRUPTED, /* a stop was asked for (SIGTERM, SIGINT); a checkpoint was saved */
 } st_status;
 
 const char *st_status_name(st_status s);

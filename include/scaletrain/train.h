@@ -3,6 +3,7 @@
 #ifndef SCALETRAIN_TRAIN_H
 #define SCALETRAIN_TRAIN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,10 +17,16 @@ typedef struct st_run_opts {
     bool quiet;       /* no progress or summary (the JSON line is still printed when json) */
     bool json;        /* end with one JSON object on its own line */
     bool save;        /* write out_dir/model.safetensors at the end */
+    const char *resume; /* "auto" (latest good checkpoint in out_dir/ckpt, if any) or a checkpoint directory */
+    /* Set non-zero (from a signal handler) to stop: the step loop saves a
+     * checkpoint after the current step and returns ST_ERR_INTERRUPTED. May be NULL. */
+    volatile sig_atomic_t *stop;
 } st_run_opts;
 
 typedef struct st_run_result {
     int64_t steps, samples, tokens;
+    int64_t start_step;    /* the step a resumed run started from (0 otherwise) */
+    char checkpoint[4096]; /* the last checkpoint saved ("" when none) */
     double seconds;        /* training loop wall time, evaluation excluded */
     double samples_per_s, tokens_per_s;
     double train_loss;     /* mean over the last log window */

@@ -87,6 +87,10 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("train.eval_steps", train.eval_steps, "0", 0, NOMAX, "batches per evaluation; 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096, "CPU threads per rank; auto = the cores of the node / its ranks"),
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
+    K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
+          "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on SIGTERM/SIGINT)"),
+    K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
+          "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),

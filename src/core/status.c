@@ -20,6 +20,7 @@ const char *st_status_name(st_status s) {
     case ST_ERR_NUMERIC: return "numeric error";
     case ST_ERR_INTERNAL: return "internal error";
     case ST_ERR_UNSUPPORTED: return "unsupported";
+    case ST_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

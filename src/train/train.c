@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -114,6 +115,32 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
+    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size};
+    if (opts->resume) {
+        char dir[4096];
+        bool found;
+        FILE *log = opts->quiet ? NULL : ses->out;
+        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found));
+        if (found) {
+            ST_GOTO(st_ckpt_load(dir, m, &opt, &ck));
+            if (ck.batch_size != c->train.batch_size) {
+                s = st_fail(ST_ERR_CONFIG,
+                            "%s was written with train.batch_size %lld, this run has %lld; resume with the same "
+                            "batch size (the sampler position counts batches)",
+                            dir, (long long)ck.batch_size, (long long)c->train.batch_size);
+                goto fail;
+            }
+            if (ck.seed != seed && log)
+                fprintf(log, "resume: warning: the checkpoint was written with train.seed %llu; this run has "
+                             "%llu\n",
+                        (unsigned long long)ck.seed, (unsigned long long)seed);
+            if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
+        } else if (log) {
+            fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
+        }
+    }
+    const int64_t start = ck.step;
+    r->start_step = start;
     if (dist) {
         st_comm_set_step(ses->comm, 0);
         s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
@@ -137,6 +164,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     so.drop_last = c->data.drop_last;
     so.name = c->data.train;
     ST_GOTO(st_sampler_init(&so, &smp));
+    if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
@@ -147,7 +175,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
-    for (int64_t step = 0; step < steps; step++) {
+    bool stopped = false;
+    r->steps = start;
+    for (int64_t step = start; step < steps; step++) {
         double t0 = st_now();
         if (dist) st_comm_set_step(ses->comm, step + 1);
         memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
@@ -187,13 +217,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         double lr = st_lr_at(c, step, steps);
         st_optim_step(&opt, &m->params, lr);
-        step_times[step] = st_now() - t0;
-        t_train += step_times[step];
-        if (step == 0) r->first_loss = step_loss;
+        step_times[step - start] = st_now() - t0;
+        t_train += step_times[step - start];
+        if (step == start) r->first_loss = step_loss;
         window_loss += step_loss;
         window_n++;
         r->steps = step + 1;
-        r->samples = r->steps * c->train.batch_size;
+        r->samples = (r->steps - start) * c->train.batch_size;
         double rate = (double)r->samples / t_train;
         bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
         if (line) {
@@ -208,15 +238,31 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_progress_end(&prog);
             ST_GOTO(eval_and_report(ses, opts, r, step + 1));
         }
+        /* A stop asked of any rank stops every rank after the same step. */
+        float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
+        if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
+        stopped = stop > 0 && step + 1 < steps;
+        const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
+        if (ses->rank == 0 && opts->save && (stopped || every || step + 1 == steps)) {
+            ck.step = step + 1;
+            ck.pos = st_loader_position(ld);
+            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
+            if (!opts->quiet && !prog.bar) {
+                fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
+                fflush(ses->out);
+            }
+        }
+        if (stopped) break;
     }
     st_progress_end(&prog);
+    const int64_t ran = r->steps > start ? r->steps - start : 0;
     r->seconds = t_train;
     r->samples_per_s = t_train > 0 ? (double)r->samples / t_train : 0;
     r->tokens = r->samples * tokens_per_sample;
     r->tokens_per_s = r->samples_per_s * (double)tokens_per_sample;
-    r->gflops_per_s = t_train > 0 ? flops_step * (double)r->steps / t_train / 1e9 : 0;
-    qsort(step_times, (size_t)r->steps, sizeof *step_times, cmp_double);
-    r->step_ms_median = r->steps ? 1e3 * step_times[r->steps / 2] : 0;
+    r->gflops_per_s = t_train > 0 ? flops_step * (double)ran / t_train / 1e9 : 0;
+    qsort(step_times, (size_t)ran, sizeof *step_times, cmp_double);
+    r->step_ms_median = ran ? 1e3 * step_times[ran / 2] : 0;
     r->data_wait_s = wait_total;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     if (dist && ddp.syncs) {
@@ -225,6 +271,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->first_bucket_lead_ms = 1e3 * ddp.hidden_s / (double)ddp.syncs;
     }
     s = ST_OK;
+    if (stopped) {
+        ses->agreed_error = true; /* every rank stops after the same step */
+        s = st_fail(ST_ERR_INTERRUPTED,
+                    "stopped by a signal after step %lld of %lld%s%s; continue with --resume auto", (long long)r->steps, (long long)steps, r->checkpoint[0] ? ", checkpoint saved to " : "",
+                    r->checkpoint);
+    }
 fail:
     st_ddp_free(&ddp);
     st_loader_free(ld); /* the loader before its sampler */

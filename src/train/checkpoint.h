@@ -1,0 +1,51 @@
+/* Checkpoints: one directory per step under out_dir/ckpt (docs/formats.md),
+ * written under a temporary name, synced and renamed, then the `latest`
+ * pointer, then the oldest beyond train.keep_checkpoints are deleted; and the
+ * way back: find the latest good one, check every file's checksum, restore
+ * weights, buffers, optimizer state and the position in the run.
+ *
+ * Internal to src/train. Rank 0 saves; every rank loads. Not here: ZeRO
+ * shards (one optim-rank0 file holds the whole state), RNG streams other
+ * than the seed (dropout seeds depend on the step only), loss scale. */
+#ifndef ST_TRAIN_CHECKPOINT_H
+#define ST_TRAIN_CHECKPOINT_H
+
+#include <stdio.h>
+
+#include "data/sampler.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "scaletrain/config.h"
+
+#define ST_CKPT_VERSION 1
+
+/* Where a run stands after `step` optimizer steps. */
+typedef struct st_ckpt_state {
+    int64_t step;       /* optimizer steps done (the schedule position) */
+    st_sampler_pos pos; /* the next micro-batch to read */
+    uint64_t seed;      /* train.seed of the run that wrote it */
+    int64_t batch_size; /* train.batch_size of that run (read from its config) */
+} st_ckpt_state;
+
+/* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
+ * `latest` at it, and keep only the newest `keep` (0 = keep all). The
+ * directory's path goes to saved (size bytes). A failure leaves the previous
+ * checkpoints and `latest` as they were. */
+st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
+                       char *saved, size_t size);
+
+/* Check dir's state.json and the checksum and size of every file it lists;
+ * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
+st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
+
+/* Which checkpoint to resume from: spec "auto" is out_dir/ckpt/latest, or the
+ * newest older good one when that is missing or damaged (saying so on `log`,
+ * which may be NULL); *found is false when there is none at all. Any other
+ * spec is a directory that must be good. The directory goes to dir. */
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found);
+
+/* Verify dir, then restore the weights and buffers of m, the state of o
+ * (whose kind must match) and *state. */
+st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);
+
+#endif

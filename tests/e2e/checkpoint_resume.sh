@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Checkpoint and resume (DESIGN invariant 4), on one rank and on 2 (mpirun):
+# - N steps, then --resume auto for N more, saves the same bytes as 2N steps
+#   in one go, for the mlp (AdamW, dropout) and the cnn with batch-norm (SGD
+#   momentum, dropout, loader threads). The schedule is constant with warmup
+#   because a run of N steps has a different cosine schedule from one of 2N;
+#   the SIGTERM case below checks a cosine run stopped in the middle.
+# - train.keep_checkpoints deletes the older checkpoints; a leftover
+#   temporary directory (a crash while saving) is ignored.
+# - A damaged latest checkpoint (a truncated model.safetensors): --resume auto
+#   falls back to the one before and says so; --resume DIR fails naming the file.
+# - SIGTERM mid-run: the run saves a checkpoint and exits 143; --resume auto
+#   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
+#   SIGTERM to one rank stops both after the same step, with the same result.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "checkpoint_resume: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+common=(--set train.threads=1 --set data.val= --set log.every=1 --set log.progress=off)
+const=(--set optim.schedule=constant --set optim.warmup_steps=2)
+
+# same NAME N ARGS...: 2N steps against N + resume N.
+same() {
+    local name=$1 n=$2; shift 2
+    local d=$tmp/$name args=("${common[@]}" "${const[@]}" "$@" --quiet)
+    timeout 60 "$bin" train "${args[@]}" --set train.steps=$((2 * n)) --set train.out_dir="$d/full" ||
+        fail "$name: the 2N-step run"
+    timeout 60 "$bin" train "${args[@]}" --set train.steps="$n" --set train.out_dir="$d/half" ||
+        fail "$name: the N-step run"
+    timeout 60 "$bin" train "${args[@]}" --set train.steps=$((2 * n)) --set train.out_dir="$d/half" \
+        --resume auto || fail "$name: the resumed run"
+    if cmp "$d/full/model.safetensors" "$d/half/model.safetensors"; then
+        echo "$name: N + resume N saves the same bytes as 2N steps"
+    else
+        fail "$name: resumed weights differ from the uninterrupted run"
+    fi
+}
+same mlp 6 --set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1 --set train.batch_size=16 \
+    --set data.num_workers=0
+same cnn 4 --set model.type=cnn --set model.channels=[4,8] --set model.pool=[1,1] --set model.dropout=0.1 \
+    --set optim.type=sgd --set train.batch_size=8 --set data.num_workers=2
+
+# Under DDP (2 ranks, rank 0 saves, both load): the same bytes as well.
+if command -v mpirun >/dev/null; then
+    d=$tmp/ddp
+    mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+    args=("${common[@]}" "${const[@]}" --quiet --set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1
+        --set train.batch_size=16 --set data.num_workers=0 --set dist.timeout_s=30)
+    "${mpi[@]}" "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$d/full" || fail "ddp: 8 steps"
+    "${mpi[@]}" "$bin" train "${args[@]}" --set train.steps=4 --set train.out_dir="$d/half" || fail "ddp: 4 steps"
+    "${mpi[@]}" "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$d/half" --resume auto ||
+        fail "ddp: the resumed run"
+    cmp "$d/full/model.safetensors" "$d/half/model.safetensors" && echo "ddp: 4 + resume 4 = 8 steps, same bytes" ||
+        fail "ddp: resumed weights differ"
+    # SIGTERM to one rank only: both stop after the same step (the flag is
+    # all-reduced), rank 0 saves, and a 2-rank resume gives the same bytes.
+    big=("${common[@]}" --set model.type=mlp --set model.hidden=[256,256] --set train.batch_size=16
+        --set data.num_workers=0 --set model.dropout=0.1 --set train.steps=300 --set dist.timeout_s=30)
+    "${mpi[@]}" "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/tfull" || fail "ddp: the full cosine run"
+    "${mpi[@]}" "$bin" train "${big[@]}" --set train.out_dir="$d/term" >"$d.term.log" 2>&1 &
+    pid=$! # timeout, whose child is mpirun, whose children are the ranks
+    for _ in $(seq 1 600); do
+        grep -q "^step 5/" "$d.term.log" 2>/dev/null && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.05
+    done
+    one=$(pgrep -P "$(pgrep -P $pid | head -n 1)" | tail -n 1) # the last rank started
+    [ -n "$one" ] && kill -TERM "$one"
+    wait $pid; rc=$?
+    [ $rc -eq 143 ] || fail "ddp: SIGTERM to one rank: mpirun exit $rc, expected 143"
+    latest=$(cat "$d/term/ckpt/latest" 2>/dev/null)
+    [ -n "$latest" ] || fail "ddp: SIGTERM left no checkpoint"
+    "${mpi[@]}" "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/term" --resume auto ||
+        fail "ddp: resume after SIGTERM"
+    cmp "$d/tfull/model.safetensors" "$d/term/model.safetensors" &&
+        echo "ddp: SIGTERM to one rank at $latest + resume: same bytes" || fail "ddp: SIGTERM + resume differs"
+else
+    echo "ddp part skipped: mpirun is missing"
+fi
+
+# keep_checkpoints, and the fallback from a damaged latest checkpoint.
+d=$tmp/keep
+mlp=(--set model.type=mlp --set model.hidden=[32] --set train.batch_size=8 --set data.num_workers=0)
+timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --quiet --set train.steps=10 --set train.checkpoint_every=2 \
+    --set train.keep_checkpoints=2 --set train.out_dir="$d" || fail "keep: the run"
+got=$(cd "$d/ckpt" && ls -d step-* | sort | tr '\n' ' ')
+[ "$got" = "step-10 step-8 " ] || fail "keep_checkpoints=2 left: $got (expected step-10 step-8)"
+[ "$(cat "$d/ckpt/latest")" = "step-10" ] || fail "latest is '$(cat "$d/ckpt/latest")', expected step-10"
+mkdir "$d/ckpt/step-12.tmp.99999" # what a crash while saving leaves behind
+truncate -s 1000 "$d/ckpt/step-10/model.safetensors"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
+    --resume auto 2>&1); rc=$?
+echo "$out" | grep -E "resum|falling"
+[ $rc -eq 0 ] || fail "--resume auto with a damaged latest: exit $rc"
+grep -q "falling back to .*step-8" <<<"$out" || fail "--resume auto did not say it fell back to step-8"
+grep -q "model.safetensors" <<<"$out" || fail "--resume auto did not name the damaged file"
+grep -q "resumed from .*step-8 at step 8" <<<"$out" || fail "--resume auto did not resume from step 8"
+truncate -s 1000 "$d/ckpt/step-8/model.safetensors"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
+    --resume "$d/ckpt/step-8" 2>&1); rc=$?
+echo "$out" | tail -n 1
+[ $rc -eq 1 ] || fail "--resume of a damaged checkpoint: exit $rc, expected 1"
+grep -q "error: .*step-8/model.safetensors" <<<"$out" || fail "the error does not name the damaged file"
+
+# SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
+d=$tmp/term
+big=("${common[@]}" --set model.type=mlp --set model.hidden=[256,256] --set train.batch_size=16
+    --set data.num_workers=1 --set model.dropout=0.1 --set train.steps=300)
+timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/full" || fail "term: the full run"
+"$bin" train "${big[@]}" --set train.out_dir="$d/run" >"$d.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do # up to 30 s for step 5 to be logged
+    grep -q "^step 5/" "$d.log" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+done
+kill -TERM $pid
+wait $pid; rc=$?
+tail -n 2 "$d.log"
+[ $rc -eq 143 ] || fail "SIGTERM: exit $rc, expected 143"
+grep -q "stopped by a signal after step" "$d.log" || fail "SIGTERM: no message saying where it stopped"
+latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
+[ -n "$latest" ] && [ -f "$d/run/ckpt/$latest/state.json" ] || fail "SIGTERM left no checkpoint"
+[ -f "$d/run/model.safetensors" ] && fail "an interrupted run wrote the final weights"
+timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" --resume auto || fail "term: the resume"
+cmp "$d/full/model.safetensors" "$d/run/model.safetensors" && echo "SIGTERM at $latest + resume: same bytes" ||
+    fail "SIGTERM + resume differs from the uninterrupted run"
+
+[ $fails -eq 0 ] && echo "checkpoint_resume: all passed"
+[ $fails -eq 0 ]

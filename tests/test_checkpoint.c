@@ -1,0 +1,140 @@
+/* Checkpoint directories: a save and load round trip of weights, buffers,
+ * optimizer state and position (a cnn with batch-norm, whose buffers sit
+ * between its parameters); keep_checkpoints; the latest pointer; damaged
+ * files (bad JSON, a flipped byte, a truncated file) named in errors; the
+ * fallback of `auto`; an optimizer of another kind refused. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "train/checkpoint.h"
+
+static st_config cfg;
+
+static st_model *make(void) {
+    st_model_input in = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model *m = NULL;
+    CHECK_OK(st_model_create(&cfg, &in, &m));
+    return m;
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *fp = fopen(path, "r+b");
+    CHECK(fp != NULL, "open %s", path);
+    if (!fp) return;
+    fseek(fp, at, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, at, SEEK_SET);
+    fputc(c ^ 0x5a, fp);
+    fclose(fp);
+}
+
+int main(void) {
+    char root[] = "/tmp/test_checkpoint.XXXXXX";
+    if (!mkdtemp(root)) return st_test_skip("test_checkpoint", "cannot create a temporary directory");
+    st_config_defaults(&cfg);
+    snprintf(cfg.model.type, sizeof cfg.model.type, "cnn");
+    snprintf(cfg.train.out_dir, sizeof cfg.train.out_dir, "%s/run", root);
+    cfg.model.channels = (st_int_list){2, {4, 8}}; /* small and quick */
+    cfg.model.pool = (st_int_list){2, {1, 1}};
+    cfg.train.keep_checkpoints = 2;
+    st_model *a = make(), *b = make();
+    st_optim oa = {0}, ob = {0};
+    if (!a || !b) return st_test_finish("test_checkpoint");
+    CHECK_OK(st_optim_init(&oa, &cfg, &a->params));
+    CHECK_OK(st_optim_init(&ob, &cfg, &b->params));
+    st_model_init_weights(a, 7);
+    st_model_init_weights(b, 8);
+    for (int64_t i = 0; i < oa.count; i++) {
+        oa.m[i] = 0.001f * (float)(i % 97);
+        oa.v[i] = 0.002f * (float)(i % 89);
+    }
+    for (int i = 0; i < a->params.n; i++) /* running statistics as after some steps */
+        if (a->params.t[i]->kind != ST_TENSOR_PARAM)
+            for (int64_t k = 0; k < a->params.t[i]->count; k++)
+                a->params.t[i]->data[k] = 0.5f + (float)k;
+    oa.t = 42;
+    char saved[4096], path[4200];
+    for (int64_t step = 1; step <= 3; step++) {
+        st_ckpt_state st = {step, {1, step, 0}, 5, 128};
+        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+    }
+    snprintf(path, sizeof path, "%s/run/ckpt/step-1", root);
+    CHECK(!exists(path), "keep_checkpoints 2 should have deleted step-1");
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
+    CHECK(exists(path), "step-2 should be kept");
+    CHECK(strstr(saved, "step-3") != NULL, "saved %s", saved);
+
+    /* The round trip. */
+    char dir[4096];
+    bool found = false;
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK(found && strstr(dir, "step-3"), "auto found %s", dir);
+    st_ckpt_state got = {0};
+    CHECK_OK(st_ckpt_load(dir, b, &ob, &got));
+    CHECK(got.step == 3 && got.pos.epoch == 1 && got.pos.step == 3 && got.pos.micro == 0 && got.seed == 5 &&
+              got.batch_size == cfg.train.batch_size,
+          "state step %lld pos %lld/%lld/%lld seed %llu", (long long)got.step, (long long)got.pos.epoch,
+          (long long)got.pos.step, (long long)got.pos.micro, (unsigned long long)got.seed);
+    CHECK(ob.t == 42, "t %lld", (long long)ob.t);
+    for (int i = 0; i < a->params.n; i++) {
+        const st_tensor *ta = a->params.t[i], *tb = b->params.t[i];
+        const size_t nbytes = (size_t)ta->count * sizeof(float);
+        CHECK(memcmp(ta->data, tb->data, nbytes) == 0, "%s differs", ta->name);
+        if (ta->kind != ST_TENSOR_PARAM) continue;
+        CHECK(memcmp(oa.m + ta->offset, ob.m + tb->offset, nbytes) == 0, "m.%s differs", ta->name);
+        CHECK(memcmp(oa.v + ta->offset, ob.v + tb->offset, nbytes) == 0, "v.%s differs", ta->name);
+    }
+
+    /* Damage: a flipped byte in the optimizer file of step-3, bad JSON in step-2. */
+    snprintf(path, sizeof path, "%s/run/ckpt/step-3/optim-rank0.safetensors", root);
+    flip_byte(path, 200);
+    CHECK_FAILS(st_ckpt_verify(dir, &got), ST_ERR_FORMAT, "step-3/optim-rank0.safetensors: CRC32");
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK(found && strstr(dir, "step-2"), "auto should fall back to step-2, found %s", dir);
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("{ \"format_version\": 1, ", fp);
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
+    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, path, NULL, dir, sizeof dir, &found), ST_ERR_FORMAT,
+                "step-2/state.json: not valid JSON");
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK(!found, "no good checkpoint is left, found %s", dir);
+    CHECK_OK(st_ckpt_find("/nonexistent/run", "auto", NULL, dir, sizeof dir, &found));
+    CHECK(!found, "no checkpoint directory at all");
+
+    /* A truncated model file, and an optimizer of another kind. */
+    st_ckpt_state st = {4, {0, 4, 0}, 5, 128};
+    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+    st_optim sgd = {0};
+    st_config cs = cfg;
+    snprintf(cs.optim.type, sizeof cs.optim.type, "sgd");
+    CHECK_OK(st_optim_init(&sgd, &cs, &b->params));
+    CHECK_FAILS(st_ckpt_load(saved, b, &sgd, &got), ST_ERR_CONFIG, "optim.type");
+    snprintf(path, sizeof path, "%s/model.safetensors", saved);
+    CHECK(truncate(path, 100) == 0, "truncate");
+    CHECK_FAILS(st_ckpt_load(saved, b, &ob, &got), ST_ERR_FORMAT, "step-4/model.safetensors: 100 bytes");
+
+    st_optim_free(&sgd);
+    st_optim_free(&oa);
+    st_optim_free(&ob);
+    st_model_free(a);
+    st_model_free(b);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0, "cleanup");
+    return st_test_finish("test_checkpoint");
+}
