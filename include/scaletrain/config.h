@@ -98,6 +98,7 @@ typedef struct st_config {
         int64_t every;             /* steps between log lines          default 10 */
         char progress[ST_CFG_STR]; /* auto | on | off (auto: on a terminal) default auto */
         bool tensorboard;          /*                                  default false */
+        double peak_gflops;        /* per rank, for mfu; < 0 = auto (measured) default auto */
     } log;
 
     char path[ST_CFG_STR]; /* the file it was read from, "" for defaults only */

@@ -25,6 +25,8 @@
     { k, ST_CFG_INT, FIELD(f), "auto", lo, hi, 0, NULL, true, doc }
 #define K_FLOAT(k, f, def, lo, hi, open, doc)                                                                \
     { k, ST_CFG_FLOAT, FIELD(f), def, lo, hi, open, NULL, false, doc }
+#define K_FAUTO(k, f, lo, hi, open, doc)                                                                    \
+    { k, ST_CFG_FLOAT, FIELD(f), "auto", lo, hi, open, NULL, true, doc }
 #define K_BOOL(k, f, def, doc)                                                                               \
     { k, ST_CFG_BOOL, FIELD(f), def, 0, 0, 0, NULL, false, doc }
 #define K_STR(k, f, def, doc)                                                                                \
@@ -123,6 +125,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
            "progress bar; auto = on a terminal"),
+    K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
+            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
     K_BOOL("log.tensorboard", log.tensorboard, "false", "also write TensorBoard event files"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);

@@ -15,6 +15,7 @@
 #include "data/sampler.h"
 #include "ddp.h"
 #include "layers/layers.h"
+#include "metrics.h"
 #include "optim/optim.h"
 #include "session.h"
 
@@ -76,10 +77,12 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     fflush(ses->out);
 }
 
-static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step) {
+static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step,
+                                 st_metrics *met) {
     if (!ses->has_val) return ST_OK;
     ST_TRY(st_session_evaluate(ses, &r->eval_loss, &r->eval_accuracy, &r->has_accuracy));
     r->has_eval = true;
+    if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
     if (!opts->quiet) {
         if (r->has_accuracy)
             fprintf(ses->out, "eval at step %lld: loss %.4f, accuracy %.2f%%\n", (long long)step, r->eval_loss,
@@ -92,7 +95,7 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     return ST_OK;
 }
 
-static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r) {
+static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
     const int64_t mb = c->train.micro_batch_size, accum = c->train.batch_size / (mb * ses->world);
@@ -141,6 +144,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     const int64_t start = ck.step;
     r->start_step = start;
+    if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
+        ST_GOTO(mkdirs(c->train.out_dir));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start));
+    }
     if (dist) {
         st_comm_set_step(ses->comm, 0);
         s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
@@ -175,6 +182,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
+    /* The window since the last logged step, for metrics.jsonl. */
+    double win_t = 0, win_wait = 0, win_comm = 0, win_hidden = 0, win_span = 0, grad_norm = 0;
+    int64_t win_syncs = 0;
+    const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
     for (int64_t step = start; step < steps; step++) {
@@ -211,10 +222,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                          step_loss, (long long)step + 1);
             goto fail;
         }
-        if (c->optim.grad_clip > 0) {
-            double norm = st_grad_norm(&m->params);
-            if (norm > c->optim.grad_clip) st_grad_scale(&m->params, (float)(c->optim.grad_clip / (norm + 1e-6)));
-        }
+        const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
+        /* The norm before clipping: needed when clipping, else only for a logged line. */
+        if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
+        if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
+            st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
         double lr = st_lr_at(c, step, steps);
         st_optim_step(&opt, &m->params, lr);
         step_times[step - start] = st_now() - t0;
@@ -225,7 +237,38 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->steps = step + 1;
         r->samples = (r->steps - start) * c->train.batch_size;
         double rate = (double)r->samples / t_train;
-        bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
+        if (line && met->f) {
+            const double dt = t_train - win_t, wait = wait_total - win_wait;
+            st_metrics_step ms = {0};
+            ms.step = step + 1;
+            ms.epoch = steps_per_epoch > 0 ? step / steps_per_epoch : 0;
+            ms.loss = window_loss / (double)window_n;
+            ms.lr = lr;
+            ms.grad_norm = grad_norm;
+            ms.lm = lm;
+            ms.samples_per_s = dt > 0 ? (double)(window_n * c->train.batch_size) / dt : 0;
+            ms.tokens_per_s = ms.samples_per_s * (double)tokens_per_sample;
+            ms.step_ms = 1e3 * dt / (double)window_n;
+            /* Model FLOPs over every rank's peak (log.peak_gflops is per rank). */
+            const double peak = c->log.peak_gflops * 1e9 * (double)ses->world;
+            ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
+            ms.data_wait_ms = 1e3 * wait / (double)window_n;
+            ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+            if (dist) {
+                const int64_t syncs = ddp.syncs - win_syncs;
+                const double span = ddp.span_s - win_span;
+                ms.has_comm = true;
+                ms.comm_ms = syncs > 0 ? 1e3 * (ddp.wait_s - win_comm) / (double)syncs : 0;
+                ms.comm_overlap = span > 0 ? (ddp.hidden_s - win_hidden) / span : 0;
+                win_syncs = ddp.syncs;
+                win_comm = ddp.wait_s;
+                win_hidden = ddp.hidden_s;
+                win_span = ddp.span_s;
+            }
+            ST_GOTO(st_metrics_step_write(met, &ms));
+            win_t = t_train;
+            win_wait = wait_total;
+        }
         if (line) {
             r->train_loss = window_loss / (double)window_n;
             window_loss = 0;
@@ -236,7 +279,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
             step + 1 < steps) {
             st_progress_end(&prog);
-            ST_GOTO(eval_and_report(ses, opts, r, step + 1));
+            ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
         }
         /* A stop asked of any rank stops every rank after the same step. */
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
@@ -292,6 +335,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (!opts) opts = &dflt;
     memset(res, 0, sizeof *res);
     st_session ses;
+    st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
     if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
@@ -303,9 +347,18 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     st_model_init_weights(ses.model, (uint64_t)cfg->train.seed);
     if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
+    if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0) { /* only metrics.jsonl's mfu needs it */
+        char why[ST_CFG_NOTE];
+        double g;
+        ST_GOTO(st_metrics_measure_peak_gflops(&g));
+        cfg->log.peak_gflops = round(g * 10) / 10;
+        snprintf(why, sizeof why, "measured: 1024^3 sgemm on %d thread%s for 0.2 s", ses.threads,
+                 ses.threads == 1 ? "" : "s");
+        st_config_mark_auto(cfg, "log.peak_gflops", why);
+    }
     print_header(&ses, opts);
-    ST_GOTO(train_loop(&ses, opts, res));
-    if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps));
+    ST_GOTO(train_loop(&ses, opts, res, &met));
+    if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps, &met));
     if (opts->save) {
         char path[ST_CFG_STR + 32];
         ST_GOTO(mkdirs(cfg->train.out_dir));
@@ -330,6 +383,7 @@ fail:
      * a collective until the watchdog: end them all now, naming this rank. A
      * configuration difference is seen by every rank: each returns it. */
     if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
+    st_metrics_close(&met);
     st_session_close(&ses);
     return s;
 }
@@ -353,7 +407,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     }
     ST_GOTO(st_model_load(ses.model, opts->init));
     double t0 = st_now();
-    ST_GOTO(eval_and_report(&ses, opts, res, 0));
+    ST_GOTO(eval_and_report(&ses, opts, res, 0, NULL));
     double dt = st_now() - t0;
     res->samples = ses.val.n;
     res->seconds = dt;

@@ -1,0 +1,149 @@
+/* metrics.jsonl writer (rank 0) and the measured CPU peak behind mfu. Each
+ * line is formatted with cJSON, written with one fwrite and flushed, so a
+ * reader never sees half a line. Not a reader, and not TensorBoard. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+
+#include "session.h"
+
+/* A run that died after its last checkpoint logged steps past it: drop the
+ * lines after `step` so the resumed run's lines follow without repeats. */
+static st_status drop_after(const char *path, int64_t step) {
+    char tmp[4200];
+    FILE *in = fopen(path, "r");
+    if (!in) return ST_OK; /* nothing to keep */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", tmp, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    bool ok = true;
+    while (ok && getline(&line, &cap, in) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+        if (!cJSON_IsNumber(st) || st->valuedouble <= (double)step) ok = fputs(line, out) >= 0;
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(in);
+    if (fclose(out) != 0 || !ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return st_fail(ST_ERR_IO, "%s: cannot rewrite it for the resumed run: %s", path, strerror(errno));
+    }
+    return ST_OK;
+}
+
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step) {
+    char path[4096];
+    memset(m, 0, sizeof *m);
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", out_dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    if (resume_step > 0) ST_TRY(drop_after(path, resume_step));
+    m->f = fopen(path, resume_step > 0 ? "a" : "w");
+    if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    m->t0 = st_now();
+    return ST_OK;
+}
+
+/* Print o as one line, one write, flushed; takes o. */
+static st_status emit(st_metrics *m, cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!s) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
+    size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (!line) {
+        free(s);
+        return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    bool ok = fwrite(line, 1, n + 1, m->f) == n + 1 && fflush(m->f) == 0;
+    free(line);
+    if (!ok) return st_fail(ST_ERR_IO, "metrics.jsonl: write failed: %s", strerror(errno));
+    return ST_OK;
+}
+
+st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
+    if (!m->f) return ST_OK;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
+    cJSON_AddNumberToObject(o, "step", (double)s->step);
+    cJSON_AddNumberToObject(o, "epoch", (double)s->epoch);
+    cJSON_AddNumberToObject(o, "loss", s->loss);
+    cJSON_AddNumberToObject(o, "lr", s->lr);
+    cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
+    cJSON_AddNumberToObject(o, "samples_per_s", s->samples_per_s);
+    if (s->lm) cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
+    cJSON_AddNumberToObject(o, "step_ms", s->step_ms);
+    cJSON_AddNumberToObject(o, "mfu", s->mfu);
+    cJSON_AddNumberToObject(o, "data_wait_ms", s->data_wait_ms);
+    cJSON_AddNumberToObject(o, "data_wait_fraction", s->data_wait_fraction);
+    if (s->has_comm) {
+        cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms);
+        cJSON_AddNumberToObject(o, "comm_overlap", s->comm_overlap);
+    }
+    cJSON_AddNumberToObject(o, "peak_rss_mb", st_metrics_peak_rss_mb());
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
+    cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
+    return emit(m, o);
+}
+
+st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy) {
+    if (!m->f) return ST_OK;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
+    cJSON_AddTrueToObject(o, "eval");
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "loss", loss);
+    if (has_accuracy) cJSON_AddNumberToObject(o, "accuracy", accuracy);
+    cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
+    return emit(m, o);
+}
+
+void st_metrics_close(st_metrics *m) {
+    if (!m || !m->f) return;
+    fclose(m->f);
+    m->f = NULL;
+}
+
+double st_metrics_peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
+}
+
+st_status st_metrics_measure_peak_gflops(double *gflops) {
+    enum { N = 1024 };
+    const size_t count = (size_t)N * N;
+    float *a = malloc(3 * count * sizeof *a);
+    if (!a) return st_fail(ST_ERR_NOMEM, "out of memory for the sgemm that measures log.peak_gflops");
+    float *b = a + count, *c = b + count;
+    for (size_t i = 0; i < 2 * count; i++) a[i] = (float)((i * 7919u) % 17u) / 17.0f - 0.5f;
+    /* One product to warm the threads and caches, then time whole products. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+    int64_t reps = 0;
+    const double t0 = st_now();
+    double dt;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        reps++;
+        dt = st_now() - t0;
+    } while (dt < 0.2);
+    free(a);
+    *gflops = 2.0 * N * N * (double)N * (double)reps / dt / 1e9;
+    return ST_OK;
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# metrics.jsonl (docs/formats.md, "Metrics"): an mlp run of 7 steps with
+# log.every=2 and evaluation every 4 steps writes one JSON object per line:
+# step lines at 2, 4, 6 and 7 with finite losses, 0 < mfu < 1.5 and
+# peak_rss_mb > 0, and eval lines at 4 and 7. A run that stops at a checkpoint
+# and is resumed with --resume auto appends the remaining steps to the file;
+# lines past the checkpoint it resumes from are dropped first.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "metrics: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+base=(--set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=16 --set train.threads=1
+    --set log.every=2 --set log.progress=off --set train.eval_steps=4)
+common=("${base[@]}" --quiet)
+
+# check FILE EXPECTED_STEPS EXPECTED_EVALS: the lines of FILE against the lists.
+check() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, math, sys
+path, want_steps, want_evals = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("FAIL:", what); ok = False
+steps, evals = [], []
+for i, text in enumerate(open(path), 1):
+    try:
+        o = json.loads(text)
+    except ValueError as e:
+        check(False, f"line {i} is not JSON: {e}: {text!r}"); continue
+    if o.get("eval"):
+        evals.append(o["step"])
+        check(math.isfinite(o["loss"]) and 0 <= o["accuracy"] <= 1, f"line {i}: eval loss and accuracy")
+        continue
+    steps.append(o["step"])
+    for k in ("epoch", "loss", "lr", "grad_norm", "samples_per_s", "step_ms", "mfu", "data_wait_ms",
+              "data_wait_fraction", "peak_rss_mb", "skipped_steps", "time"):
+        check(k in o and math.isfinite(o[k]), f"line {i}: {k} present and finite")
+    check(0 < o.get("mfu", 0) < 1.5, f"line {i}: mfu {o.get('mfu')} in (0, 1.5)")
+    check(o.get("peak_rss_mb", 0) > 0, f"line {i}: peak_rss_mb > 0")
+    check(o.get("grad_norm", 0) > 0 and o.get("samples_per_s", 0) > 0, f"line {i}: grad_norm, samples_per_s > 0")
+    check(0 <= o.get("data_wait_fraction", -1) <= 1, f"line {i}: data_wait_fraction in [0, 1]")
+    check(o.get("skipped_steps") == 0, f"line {i}: skipped_steps 0")
+    check("comm_ms" not in o, f"line {i}: no comm_ms on one rank")
+check(steps == want_steps, f"step lines {steps}, expected {want_steps}")
+check(evals == want_evals, f"eval lines {evals}, expected {want_evals}")
+print(f"{path}: {len(steps)} step lines {steps}, eval lines {evals}" + ("" if ok else ": FAILED"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+timeout 60 "$bin" train "${common[@]}" --set train.steps=7 --set train.eval_every=4 \
+    --set train.out_dir="$tmp/a" || fail "the 7-step run"
+check "$tmp/a/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" || fail "metrics.jsonl of the 7-step run"
+
+# No data.val: no eval lines. A second run into the same directory starts afresh.
+timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.out_dir="$tmp/a" ||
+    fail "the run without data.val"
+check "$tmp/a/metrics.jsonl" "[2, 4]" "[]" || fail "metrics.jsonl without data.val (a new run truncates)"
+
+# Resume: 4 steps (checkpoint at 4), then --resume auto to 8 appends 6 and 8.
+timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.checkpoint_every=2 \
+    --set train.out_dir="$tmp/r" || fail "the run before resuming"
+timeout 60 "$bin" train "${common[@]}" --set train.steps=8 --set data.val= --set train.checkpoint_every=2 \
+    --set train.out_dir="$tmp/r" --resume auto || fail "the resumed run"
+check "$tmp/r/metrics.jsonl" "[2, 4, 6, 8]" "[]" || fail "metrics.jsonl of the resumed run appends"
+
+# A run that logged past its last good checkpoint (the one at 6 is damaged, so
+# --resume auto falls back to 4): the lines after 4 are dropped, not repeated.
+timeout 60 "$bin" train "${common[@]}" --set train.steps=6 --set data.val= --set train.checkpoint_every=4 \
+    --set train.out_dir="$tmp/d" || fail "the run before the damaged checkpoint"
+: >"$tmp/d/ckpt/step-6/model.safetensors"
+timeout 60 "$bin" train "${base[@]}" --set train.steps=8 --set data.val= --set train.checkpoint_every=4 \
+    --set train.out_dir="$tmp/d" --resume auto >"$tmp/d.out" 2>&1 || fail "the run resumed from the checkpoint before"
+grep -q "resumed from .*step-4 at step 4" "$tmp/d.out" || fail "did not resume from step 4: $(cat "$tmp/d.out")"
+check "$tmp/d/metrics.jsonl" "[2, 4, 6, 8]" "[]" || fail "metrics.jsonl drops the lines after the resumed step"
+
+# A datasheet peak instead of the measured one: mfu scales with it.
+timeout 60 "$bin" train "${common[@]}" --set train.steps=2 --set data.val= --set log.peak_gflops=1e9 \
+    --set train.out_dir="$tmp/p" || fail "the run with log.peak_gflops"
+/usr/bin/python3 -c 'import json,sys; m=json.loads(open(sys.argv[1]).readline())["mfu"]; sys.exit(0 if 0 < m < 1e-3 else 1)' \
+    "$tmp/p/metrics.jsonl" || fail "log.peak_gflops=1e9 gives a tiny mfu"
+
+if [ $fails -ne 0 ]; then
+    echo "metrics: $fails failure(s)"
+    exit 1
+fi
+echo "metrics: ok"
