@@ -4,23 +4,44 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-/* Sync the directory holding `path`, so a rename into it survives a crash. */
-static st_status fsync_dir(const char *path) {
+st_status st_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open the directory to sync it: %s", dir, strerror(errno));
+    int r = fsync(fd), err = errno;
+    close(fd);
+    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
+        return st_fail(ST_ERR_IO, "%s: cannot sync the directory: %s", dir, strerror(err));
+    return ST_OK;
+}
+
+st_status st_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return st_fail(ST_ERR_ARG, "%.64s...: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+    return ST_OK;
+}
+
+/* Sync the directory holding the file `path`. */
+static st_status fsync_parent(const char *path) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash)
         snprintf(dir, sizeof dir, ".");
     else
         snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open its directory to sync: %s", path, strerror(errno));
-    int r = fsync(fd), err = errno;
-    close(fd);
-    if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
-        return st_fail(ST_ERR_IO, "%s: cannot sync its directory: %s", path, strerror(err));
-    return ST_OK;
+    return st_fsync_dir(dir);
 }
 
 st_status st_atomic_open(st_atomic_file *f, const char *path) {
@@ -46,7 +67,7 @@ st_status st_atomic_commit(st_atomic_file *f) {
         return s;
     }
     f->tmp[0] = '\0';
-    return fsync_dir(f->path);
+    return fsync_parent(f->path);
 }
 
 void st_atomic_abort(st_atomic_file *f) {

@@ -23,4 +23,10 @@ st_status st_atomic_commit(st_atomic_file *f);
  * that was never opened or already committed. */
 void st_atomic_abort(st_atomic_file *f);
 
+/* fsync a directory, so renames into it survive a crash (file systems that
+ * cannot sync a directory are not an error). */
+st_status st_fsync_dir(const char *dir);
+/* mkdir -p: create `path` and any missing parents (0755). */
+st_status st_mkdirs(const char *path);
+
 #endif

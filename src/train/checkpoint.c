@@ -24,30 +24,6 @@
 static const char *const ckpt_files[] = {"model.safetensors", "optim-rank0.safetensors"};
 enum { N_FILES = 2 };
 
-static st_status mkdir_p(const char *path) {
-    char buf[PATH_CAP];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-    return ST_OK;
-}
-
-static st_status fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open directory to sync: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    close(fd);
-    if (rc != 0) return st_fail(ST_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    return ST_OK;
-}
-
 /* Remove a checkpoint directory: its plain files, then itself (no recursion:
  * a checkpoint holds no subdirectories). */
 static void remove_dir(const char *path) {
@@ -230,7 +206,7 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
                        char *saved, size_t size) {
     char ckdir[PATH_CAP], tmp[PATH_CAP], final[PATH_CAP], path[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->train.out_dir);
-    ST_TRY(mkdir_p(ckdir));
+    ST_TRY(st_mkdirs(ckdir));
     snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp.%ld", ckdir, (long long)state->step, (long)getpid());
     snprintf(final, sizeof final, "%s/step-%lld", ckdir, (long long)state->step);
     remove_dir(tmp);
@@ -242,14 +218,14 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
     snprintf(path, sizeof path, "%s/%s", tmp, ckpt_files[1]);
     ST_GOTO(save_optim(o, &m->params, path));
     ST_GOTO(write_state(tmp, cfg, state));
-    ST_GOTO(fsync_dir(tmp));
+    ST_GOTO(st_fsync_dir(tmp));
     /* A checkpoint of the same step (a resumed run saving again) is replaced. */
     remove_dir(final);
     if (rename(tmp, final) != 0) {
         s = st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
         goto fail;
     }
-    ST_TRY(fsync_dir(ckdir));
+    ST_TRY(st_fsync_dir(ckdir));
     snprintf(path, sizeof path, "%s/latest", ckdir);
     st_atomic_file af;
     ST_TRY(st_atomic_open(&af, path));

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoint.h"
+#include "core/atomic_file.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -18,21 +19,6 @@
 #include "metrics.h"
 #include "optim/optim.h"
 #include "session.h"
-
-static st_status mkdirs(const char *path) {
-    char buf[ST_CFG_STR];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", buf, strerror(errno));
-    return ST_OK;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -145,7 +131,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t start = ck.step;
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
-        ST_GOTO(mkdirs(c->train.out_dir));
+        if ((s = st_mkdirs(c->train.out_dir)) != ST_OK) {
+            st_fail_context(s, "train.out_dir: ");
+            goto fail;
+        }
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start));
     }
     if (dist) {
@@ -361,7 +350,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps, &met));
     if (opts->save) {
         char path[ST_CFG_STR + 32];
-        ST_GOTO(mkdirs(cfg->train.out_dir));
+        if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) {
+            st_fail_context(s, "train.out_dir: ");
+            goto fail;
+        }
         snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
         ST_GOTO(st_model_save(ses.model, path));
         if (!opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
