@@ -117,7 +117,7 @@ const st_cfg_key st_cfg_keys[] = {
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
            "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
-            "gradient bucket size in MiB: each bucket's all-reduce starts during backward as soon as its gradients are final"),
+            "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),

@@ -31,11 +31,15 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
             if (n->in[k]->kind == ST_TENSOR_PARAM) first_use[n->in[k]->index] = i;
     }
     const int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    /* The first bucket holds the gradients backward finishes first; capping it
+     * at 1 MiB (as PyTorch DDP does) starts communication early even when the
+     * whole model would fit in one bucket. */
+    const int64_t first_cap = cap < (1 << 20) / (int64_t)sizeof(float) ? cap : (1 << 20) / (int64_t)sizeof(float);
     st_ddp_bucket *cur = NULL;
     for (int i = p->n - 1; i >= 0; i--) {
         const st_tensor *t = p->t[i];
         if (t->kind != ST_TENSOR_PARAM) continue;
-        if (!cur || cur->count >= cap) {
+        if (!cur || cur->count >= (d->n_buckets == 1 ? first_cap : cap)) {
             cur = &d->b[d->n_buckets];
             snprintf(cur->name, sizeof cur->name, "grad bucket %d", d->n_buckets);
             d->n_buckets++;
