@@ -23,13 +23,7 @@ static st_status add_backward(st_node *n, st_graph *g) {
     for (int k = 0; k < 2; k++) {
         float *dx = n->in[k]->grad;
         if (!dx) continue;
-        if (n->in_acc[k]) {
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < N; i++)
-                dx[i] += dy[i];
-        } else {
-            memcpy(dx, dy, (size_t)N * sizeof(float));
-        }
+        st_grad_pass(dx, dy, N, n->in_acc[k]);
     }
     return ST_OK;
 }

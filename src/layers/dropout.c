@@ -40,13 +40,7 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
     if (!dx) return ST_OK;
     const bool acc = n->in_acc[0];
     if (!g->training || p == 0.0f) {
-        if (acc) {
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < N; i++)
-                dx[i] += dy[i];
-        } else {
-            memcpy(dx, dy, (size_t)N * sizeof(float));
-        }
+        st_grad_pass(dx, dy, N, acc);
         return ST_OK;
     }
     const float scale = 1.0f / (1.0f - p);

@@ -34,13 +34,7 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
     const bool acc = n->in_acc[0];
     const int64_t N = n->out->count;
     if (!n->args.i[A_IMAGE]) {
-        if (acc) {
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < N; i++)
-                dx[i] += dy[i];
-        } else {
-            memcpy(dx, dy, (size_t)N * sizeof(float));
-        }
+        st_grad_pass(dx, dy, N, acc);
         return ST_OK;
     }
     const int64_t B = n->args.i[A_B], HW = n->args.i[A_H] * n->args.i[A_W], C = n->args.i[A_C];

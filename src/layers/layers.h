@@ -11,7 +11,20 @@
 #ifndef ST_LAYERS_H
 #define ST_LAYERS_H
 
+#include <string.h>
+
 #include "../model/graph.h"
+
+/* The identity's backward: dx = dy, or dx += dy when the input's gradient
+ * accumulates (node->in_acc). Shared by add, dropout in eval and flatten. */
+static inline void st_grad_pass(float *dx, const float *dy, int64_t n, bool acc) {
+    if (!acc) {
+        memcpy(dx, dy, (size_t)n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+}
 
 /* PyTorch's default for cross-entropy's ignore_index. */
 #define ST_IGNORE_INDEX (-100)
