@@ -20,9 +20,9 @@
 
 #include "core/blas.h"
 #include "core/fastmath.h"
+#include "args.h"
 #include "layers.h"
 
-enum { A_NHEAD, A_NTHREADS };
 
 /* Query (and key) block: a block of queries needs only the keys up to its
  * end, so the masked upper triangle is skipped in blocks of this size. */
@@ -81,7 +81,7 @@ static void softmax_rows(float *p, int64_t T, int64_t t0, int64_t t1) {
 
 static st_status attention_forward(st_node *n, st_graph *g) {
     const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C3 = n->in[0]->shape[2];
-    const int64_t C = C3 / 3, nh = n->args.i[A_NHEAD], hs = C / nh;
+    const int64_t C = C3 / 3, nh = n->args.i[ST_ATTN_NHEAD], hs = C / nh;
     const float scale = 1.0f / sqrtf((float)hs);
     const float *qkv = n->in[0]->data; /* (B, T, 3C) */
     float *y = n->out->data;           /* (B, T, C) */
@@ -109,7 +109,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     float *dqkv = n->in[0]->grad; /* (B, T, 3C) */
     if (!dqkv) return ST_OK;
     const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C3 = n->in[0]->shape[2];
-    const int64_t C = C3 / 3, nh = n->args.i[A_NHEAD], hs = C / nh;
+    const int64_t C = C3 / 3, nh = n->args.i[ST_ATTN_NHEAD], hs = C / nh;
     const float scale = 1.0f / sqrtf((float)hs);
     const float *qkv = n->in[0]->data;
     const float *dy = n->out->grad; /* (B, T, C) */
@@ -119,7 +119,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     const float beta = n->in_acc[0] ? 1.0f : 0.0f;
     /* per-thread dP scratch was sized for this many threads at build */
     int nt = omp_get_max_threads();
-    if (nt > n->args.i[A_NTHREADS]) nt = (int)n->args.i[A_NTHREADS];
+    if (nt > n->args.i[ST_ATTN_NTHREADS]) nt = (int)n->args.i[ST_ATTN_NTHREADS];
     if (B * nh < nt) nt = (int)(B * nh);
 #pragma omp parallel num_threads(nt)
     {
@@ -185,8 +185,8 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
     st_node *node;
     ST_TRY(st_graph_node(g, &attention_cpu, &qkv, 1, NULL, 0, out, &node));
     const int nt = omp_get_max_threads(); /* backward never runs more threads than this */
-    node->args.i[A_NHEAD] = n_head;
-    node->args.i[A_NTHREADS] = nt;
+    node->args.i[ST_ATTN_NHEAD] = n_head;
+    node->args.i[ST_ATTN_NTHREADS] = nt;
     node->saved_count = B * n_head * T * T; /* P */
     node->work_count = nt * align16(T * T); /* dP per thread */
     *y = out;

@@ -20,10 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_M, A_C, A_RELU };
-enum { F_EPS, F_MOMENTUM };
 enum { NBLK = 64 };
 
 static int64_t n_blocks(int64_t M) { return M < NBLK ? M : NBLK; }
@@ -53,8 +52,8 @@ static void combine(const double *pa, const double *pb, int64_t nb, int64_t C, d
 }
 
 static st_status batchnorm_forward(st_node *n, st_graph *g) {
-    const int64_t M = n->args.i[A_M], C = n->args.i[A_C], nb = n_blocks(M);
-    const float eps = n->args.f[F_EPS], mom = n->args.f[F_MOMENTUM];
+    const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
+    const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
     const float *x = n->in[0]->data;                                 /* (M, C) */
     float *y = n->out->data;                                         /* (M, C) */
     const float *w = n->params[0]->data, *bias = n->params[1]->data; /* (C) */
@@ -104,7 +103,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     }
     for (int64_t c = 0; c < C; c++)
         scale[c] = rstd[c] * w[c];
-    if (n->args.i[A_RELU]) {
+    if (n->args.i[ST_BN_RELU]) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < M; i++)
             for (int64_t c = 0; c < C; c++) {
@@ -121,11 +120,11 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
 }
 
 static st_status batchnorm_backward(st_node *n, st_graph *g) {
-    const int64_t M = n->args.i[A_M], C = n->args.i[A_C], nb = n_blocks(M);
+    const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float *x = n->in[0]->data; /* (M, C) */
     const float *dy = n->out->grad;  /* (M, C) */
     /* fused ReLU: the gradient reaching the normalisation is dy where y > 0 */
-    const float *y = n->args.i[A_RELU] ? n->out->data : NULL; /* (M, C) */
+    const float *y = n->args.i[ST_BN_RELU] ? n->out->data : NULL; /* (M, C) */
     float *dx = n->in[0]->grad;      /* (M, C) or NULL */
     const float *w = n->params[0]->data;
     float *dw = n->params[0]->grad, *db = n->params[1]->grad;
@@ -200,11 +199,11 @@ static st_status add_batchnorm(st_graph *g, const char *name, st_tensor *x, floa
     st_node *node;
     ST_TRY(st_graph_node(g, &batchnorm_cpu, &x, 1, params, 4, out, &node));
     const int64_t M = x->count / C;
-    node->args.i[A_M] = M;
-    node->args.i[A_C] = C;
-    node->args.f[F_EPS] = eps;
-    node->args.f[F_MOMENTUM] = momentum;
-    node->args.i[A_RELU] = relu;
+    node->args.i[ST_BN_M] = M;
+    node->args.i[ST_BN_C] = C;
+    node->args.f[ST_BN_F_EPS] = eps;
+    node->args.f[ST_BN_F_MOMENTUM] = momentum;
+    node->args.i[ST_BN_RELU] = relu;
     node->saved_count = 2 * C; /* mean, rstd */
     node->work_count = 2 * work_doubles(M, C);
     *y = out;

@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "core/blas.h"
+#include "args.h"
 #include "layers.h"
 
-enum { A_K, A_STRIDE, A_PAD, A_BIAS, A_DIRECT, A_NT };
 
 /* Row blocks of the bias-gradient reduction: fixed, so the sum is the same
  * bits whatever the thread count. */
@@ -90,8 +90,8 @@ static conv_geom geom(const st_tensor *x, const st_tensor *y, int64_t k, int64_t
 }
 
 static conv_geom node_geom(const st_node *n) {
-    return geom(n->in[0], n->out, n->args.i[A_K], n->args.i[A_STRIDE], n->args.i[A_PAD], n->args.i[A_DIRECT],
-                (int)n->args.i[A_NT]);
+    return geom(n->in[0], n->out, n->args.i[ST_CONV_K], n->args.i[ST_CONV_STRIDE], n->args.i[ST_CONV_PAD], n->args.i[ST_CONV_DIRECT],
+                (int)n->args.i[ST_CONV_NT]);
 }
 
 /* Threads to use now: at most what the workspace was sized for. */
@@ -240,9 +240,9 @@ static st_status conv2d_forward(st_node *n, st_graph *g) {
     const float *w = n->params[0]->data;                               /* (Cout, Cin, k, k) */
     float *y = n->out->data;                                           /* (M, Cout) */
     float *wp = g->work + c.off_wp;                                    /* (Cout, K) */
-    const float *bias = n->args.i[A_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
+    const float *bias = n->args.i[ST_CONV_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
     permute_weight(&c, w, wp);
-    if (n->args.i[A_DIRECT]) {
+    if (n->args.i[ST_CONV_DIRECT]) {
         if (bias) fill_bias(bias, c.Cout, y, c.M, true);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.M, (int)c.Cout, (int)c.K, 1.0f, x,
                     (int)c.K, wp, (int)c.K, bias ? 1.0f : 0.0f, y, (int)c.Cout);
@@ -296,10 +296,10 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     float *wp = g->work + c.off_wp;   /* (Cout, K) */
     float *dwt = g->work + c.off_dwt; /* (groups, K, Cout): weight-gradient partials, permuted */
     const int64_t dstride = align16(c.Cout * c.K);
-    if (n->args.i[A_BIAS] && n->params[1]->grad)
+    if (n->args.i[ST_CONV_BIAS] && n->params[1]->grad)
         colsum_add(dy, c.M, c.Cout, g->work + c.off_part, n->params[1]->grad);
     if (dx) permute_weight(&c, n->params[0]->data, wp);
-    if (n->args.i[A_DIRECT]) {
+    if (n->args.i[ST_CONV_DIRECT]) {
         if (dw)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c.K, (int)c.Cout, (int)c.M, 1.0f, x,
                         (int)c.K, dy, (int)c.Cout, 0.0f, dwt, (int)c.Cout);
@@ -368,12 +368,12 @@ st_status st_conv2d(st_graph *g, const char *name, st_tensor *x, int64_t out_cha
     ST_TRY(st_graph_node(g, &conv2d_cpu, &x, 1, params, bias ? 2 : 1, out, &node));
     const bool direct = kernel == 1 && stride == 1 && pad == 0;
     const int nt = omp_get_max_threads(); /* the layer never runs more threads than this */
-    node->args.i[A_K] = kernel;
-    node->args.i[A_STRIDE] = stride;
-    node->args.i[A_PAD] = pad;
-    node->args.i[A_BIAS] = bias;
-    node->args.i[A_DIRECT] = direct;
-    node->args.i[A_NT] = nt;
+    node->args.i[ST_CONV_K] = kernel;
+    node->args.i[ST_CONV_STRIDE] = stride;
+    node->args.i[ST_CONV_PAD] = pad;
+    node->args.i[ST_CONV_BIAS] = bias;
+    node->args.i[ST_CONV_DIRECT] = direct;
+    node->args.i[ST_CONV_NT] = nt;
     node->work_count = geom(x, out, kernel, stride, pad, direct, nt).work;
     *y = out;
     return ST_OK;

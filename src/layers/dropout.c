@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "args.h"
 #include "layers.h"
 
 /* Element i is kept when its uniform draw from the stream (dropout_seed, node id)
@@ -16,7 +17,7 @@ static inline bool dropout_keep(uint64_t seed, int id, int64_t i, float p) {
 
 static st_status dropout_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    const float p = n->args.f[0];
+    const float p = n->args.f[ST_DROPOUT_F_P];
     const float *x = n->in[0]->data;
     float *y = n->out->data;
     if (!g->training || p == 0.0f) {
@@ -34,7 +35,7 @@ static st_status dropout_forward(st_node *n, st_graph *g) {
 
 static st_status dropout_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    const float p = n->args.f[0];
+    const float p = n->args.f[ST_DROPOUT_F_P];
     const float *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx) return ST_OK;
@@ -64,7 +65,7 @@ st_status st_dropout(st_graph *g, const char *name, st_tensor *x, float p, st_te
     ST_TRY(st_graph_act(g, oname, x->ndim, x->shape, &out));
     st_node *node;
     ST_TRY(st_graph_node(g, &dropout_cpu, &x, 1, NULL, 0, out, &node));
-    node->args.f[0] = p;
+    node->args.f[ST_DROPOUT_F_P] = p;
     *y = out;
     return ST_OK;
 }

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_N, A_C, A_VOCAB };
 
 /* Columns of the weight gradient one thread owns in backward. */
 #define EMB_COL_BLOCK 32
@@ -32,7 +32,7 @@ static st_status bad_token(const st_node *n, int64_t i, int32_t tok, int64_t voc
 }
 
 static st_status embedding_forward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[A_N], C = n->args.i[A_C], V = n->args.i[A_VOCAB];
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C], V = n->args.i[ST_EMBEDDING_VOCAB];
     const int32_t *idx = n->in[0]->idata; /* (N) = (B, T) */
     const float *w = n->params[0]->data;  /* (V, C) */
     float *y = n->out->data;              /* (N, C) */
@@ -47,7 +47,7 @@ static st_status embedding_forward(st_node *n, st_graph *g) {
 }
 
 static st_status embedding_backward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[A_N], C = n->args.i[A_C];
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C];
     const int32_t *idx = n->in[0]->idata; /* (N) */
     const float *dy = n->out->grad;       /* (N, C) */
     float *dw = n->params[0]->grad;       /* (V, C) */
@@ -95,9 +95,9 @@ st_status st_embedding(st_graph *g, const char *name, st_tensor *idx, int64_t vo
     ST_TRY(st_graph_act(g, oname, idx->ndim + 1, shape, &out));
     st_node *node;
     ST_TRY(st_graph_node(g, &embedding_cpu, &idx, 1, &w, 1, out, &node));
-    node->args.i[A_N] = idx->count;
-    node->args.i[A_C] = dim;
-    node->args.i[A_VOCAB] = vocab;
+    node->args.i[ST_EMBEDDING_N] = idx->count;
+    node->args.i[ST_EMBEDDING_C] = dim;
+    node->args.i[ST_EMBEDDING_VOCAB] = vocab;
     *y = out;
     if (weight) *weight = w;
     return ST_OK;

@@ -3,19 +3,19 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_B, A_H, A_W, A_C, A_IMAGE };
 
 /* y[b, c*H*W + h*W + w] = x[b, h, w, c]: a per-sample (HW, C) -> (C, HW) transpose. */
 static st_status flatten_forward(st_node *n, st_graph *g) {
     const float *x = n->in[0]->data;
     float *y = n->out->data;
-    if (!n->args.i[A_IMAGE]) {
+    if (!n->args.i[ST_FLATTEN_IMAGE]) {
         memcpy(y, x, (size_t)n->out->count * sizeof(float));
         return ST_OK;
     }
-    const int64_t B = n->args.i[A_B], HW = n->args.i[A_H] * n->args.i[A_W], C = n->args.i[A_C];
+    const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W], C = n->args.i[ST_FLATTEN_C];
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const float *xb = x + b * HW * C;
@@ -33,11 +33,11 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
     if (!dx) return ST_OK;
     const bool acc = n->in_acc[0];
     const int64_t N = n->out->count;
-    if (!n->args.i[A_IMAGE]) {
+    if (!n->args.i[ST_FLATTEN_IMAGE]) {
         st_grad_pass(dx, dy, N, acc);
         return ST_OK;
     }
-    const int64_t B = n->args.i[A_B], HW = n->args.i[A_H] * n->args.i[A_W], C = n->args.i[A_C];
+    const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W], C = n->args.i[ST_FLATTEN_C];
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const float *gb = dy + b * HW * C;
@@ -61,12 +61,12 @@ st_status st_flatten(st_graph *g, const char *name, st_tensor *x, st_tensor **y)
     ST_TRY(st_graph_act(g, oname, 2, shape, &out));
     st_node *node;
     ST_TRY(st_graph_node(g, &flatten_cpu, &x, 1, NULL, 0, out, &node));
-    node->args.i[A_IMAGE] = x->ndim == 4;
+    node->args.i[ST_FLATTEN_IMAGE] = x->ndim == 4;
     if (x->ndim == 4) {
-        node->args.i[A_B] = B;
-        node->args.i[A_H] = x->shape[1];
-        node->args.i[A_W] = x->shape[2];
-        node->args.i[A_C] = x->shape[3];
+        node->args.i[ST_FLATTEN_B] = B;
+        node->args.i[ST_FLATTEN_H] = x->shape[1];
+        node->args.i[ST_FLATTEN_W] = x->shape[2];
+        node->args.i[ST_FLATTEN_C] = x->shape[3];
     }
     *y = out;
     return ST_OK;

@@ -4,16 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_ROWS, A_C };
 
 /* Columns of dweight/dbias one thread owns in backward. */
 #define LN_COL_BLOCK 32
 
 static st_status layernorm_forward(st_node *n, st_graph *g) {
-    const int64_t R = n->args.i[A_ROWS], C = n->args.i[A_C];
-    const float eps = n->args.f[0];
+    const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
+    const float eps = n->args.f[ST_LAYERNORM_F_EPS];
     const float *x = n->in[0]->data;              /* (R, C) */
     const float *w = n->params[0]->data;          /* (C) */
     const float *b = n->params[1]->data;          /* (C) */
@@ -45,7 +45,7 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
  * dweight += sum_rows dy * xhat, dbias += sum_rows dy. */
 static st_status layernorm_backward(st_node *n, st_graph *g) {
-    const int64_t R = n->args.i[A_ROWS], C = n->args.i[A_C];
+    const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
     const float *x = n->in[0]->data;     /* (R, C) */
     const float *w = n->params[0]->data; /* (C) */
     const float *dy = n->out->grad;      /* (R, C) */
@@ -116,9 +116,9 @@ st_status st_layernorm(st_graph *g, const char *name, st_tensor *x, float eps, s
     st_tensor *params[2] = {w, b};
     st_node *node;
     ST_TRY(st_graph_node(g, &layernorm_cpu, &x, 1, params, 2, out, &node));
-    node->args.i[A_ROWS] = x->count / C;
-    node->args.i[A_C] = C;
-    node->args.f[0] = eps;
+    node->args.i[ST_LAYERNORM_ROWS] = x->count / C;
+    node->args.i[ST_LAYERNORM_C] = C;
+    node->args.f[ST_LAYERNORM_F_EPS] = eps;
     node->saved_count = 2 * (x->count / C); /* mean and rstd per row */
     *y = out;
     return ST_OK;

@@ -4,23 +4,23 @@
 #include <string.h>
 
 #include "core/blas.h"
+#include "args.h"
 #include "layers.h"
 
-enum { A_M, A_K, A_N, A_IN_OUT, A_BIAS };
 
 static st_status linear_forward(st_node *n, st_graph *g) {
-    const int64_t M = n->args.i[A_M], K = n->args.i[A_K], N = n->args.i[A_N];
+    const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const float *x = n->in[0]->data;      /* (M, K) */
     const float *w = n->params[0]->data;  /* (N, K) or (K, N) */
     float *y = n->out->data;              /* (M, N) */
     float beta = 0.0f;
-    if (n->args.i[A_BIAS]) {
+    if (n->args.i[ST_LINEAR_BIAS]) {
         const float *b = n->params[1]->data; /* (N) */
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < M; i++) memcpy(y + i * N, b, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    if (n->args.i[A_IN_OUT])
+    if (n->args.i[ST_LINEAR_IN_OUT])
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
                     w, (int)N, beta, y, (int)N);
     else
@@ -30,12 +30,12 @@ static st_status linear_forward(st_node *n, st_graph *g) {
 }
 
 static st_status linear_backward(st_node *n, st_graph *g) {
-    const int64_t M = n->args.i[A_M], K = n->args.i[A_K], N = n->args.i[A_N];
+    const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const float *x = n->in[0]->data;   /* (M, K) */
     const float *w = n->params[0]->data;
     const float *dy = n->out->grad;    /* (M, N) */
     float *dw = n->params[0]->grad;
-    const bool io = n->args.i[A_IN_OUT];
+    const bool io = n->args.i[ST_LINEAR_IN_OUT];
     if (dw) {
         if (io) /* dW (K, N) += x^T dy */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K,
@@ -44,7 +44,7 @@ static st_status linear_backward(st_node *n, st_graph *g) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy,
                         (int)N, x, (int)K, 1.0f, dw, (int)K);
     }
-    if (n->args.i[A_BIAS] && n->params[1]->grad) {
+    if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
         float *db = n->params[1]->grad; /* (N) */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) db[j] += dy[i * N + j];
@@ -77,11 +77,11 @@ static st_status add_linear(st_graph *g, const char *name, st_tensor *x, st_tens
     st_tensor *params[2] = {w, b};
     st_node *node;
     ST_TRY(st_graph_node(g, &linear_cpu, &x, 1, params, b ? 2 : 1, out, &node));
-    node->args.i[A_M] = x->count / K;
-    node->args.i[A_K] = K;
-    node->args.i[A_N] = N;
-    node->args.i[A_IN_OUT] = in_out;
-    node->args.i[A_BIAS] = b != NULL;
+    node->args.i[ST_LINEAR_M] = x->count / K;
+    node->args.i[ST_LINEAR_K] = K;
+    node->args.i[ST_LINEAR_N] = N;
+    node->args.i[ST_LINEAR_IN_OUT] = in_out;
+    node->args.i[ST_LINEAR_BIAS] = b != NULL;
     *y = out;
     return ST_OK;
 }

@@ -8,15 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_K, A_STRIDE };
 
 static st_status maxpool2d_forward(st_node *n, st_graph *g) {
     const st_tensor *xt = n->in[0];
     const int64_t H = xt->shape[1], W = xt->shape[2], C = xt->shape[3];
     const int64_t Ho = n->out->shape[1], Wo = n->out->shape[2];
-    const int64_t k = n->args.i[A_K], s = n->args.i[A_STRIDE];
+    const int64_t k = n->args.i[ST_POOL_K], s = n->args.i[ST_POOL_STRIDE];
     const float *x = xt->data;          /* (B, H, W, C) */
     float *y = n->out->data;            /* (B, Ho, Wo, C) */
     int32_t *arg = (int32_t *)n->saved; /* (B, Ho, Wo, C) flat indices into x */
@@ -94,8 +94,8 @@ st_status st_maxpool2d(st_graph *g, const char *name, st_tensor *x, int64_t kern
     ST_TRY(st_graph_act(g, oname, 4, shape, &out));
     st_node *node;
     ST_TRY(st_graph_node(g, &maxpool2d_cpu, &x, 1, NULL, 0, out, &node));
-    node->args.i[A_K] = kernel;
-    node->args.i[A_STRIDE] = stride;
+    node->args.i[ST_POOL_K] = kernel;
+    node->args.i[ST_POOL_STRIDE] = stride;
     node->saved_count = out->count; /* int32 argmax, one per output (same size as a float) */
     *y = out;
     return ST_OK;

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_N };
 
 /* Elements per partial sum. Fixed, so the loss does not depend on threads. */
 #define MSE_CHUNK 4096
@@ -13,7 +13,7 @@ enum { A_N };
 static int64_t n_chunks(int64_t N) { return (N + MSE_CHUNK - 1) / MSE_CHUNK; }
 
 static st_status mse_forward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[A_N], K = n_chunks(N);
+    const int64_t N = n->args.i[ST_MSE_N], K = n_chunks(N);
     const float *p = n->in[0]->data, *t = n->in[1]->data;
     double *part = (double *)g->work; /* (K) */
 #pragma omp parallel for schedule(static)
@@ -35,7 +35,7 @@ static st_status mse_forward(st_node *n, st_graph *g) {
 
 /* dpred = 2 (pred - target) dloss / N, dtarget = -dpred. */
 static st_status mse_backward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[A_N];
+    const int64_t N = n->args.i[ST_MSE_N];
     const float *p = n->in[0]->data, *t = n->in[1]->data;
     const float scale = 2.0f * n->out->grad[0] / (float)N;
     for (int k = 0; k < 2; k++) {
@@ -79,7 +79,7 @@ st_status st_mse(st_graph *g, const char *name, st_tensor *pred, st_tensor *targ
     st_tensor *in[2] = {pred, target};
     st_node *node;
     ST_TRY(st_graph_node(g, &mse_cpu, in, 2, NULL, 0, out, &node));
-    node->args.i[A_N] = pred->count;
+    node->args.i[ST_MSE_N] = pred->count;
     node->work_count = 2 * n_chunks(pred->count); /* partial sums, as doubles */
     g->loss = out;
     *loss = out;

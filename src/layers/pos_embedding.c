@@ -3,12 +3,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_B, A_T, A_C };
 
 static st_status pos_embedding_forward(st_node *n, st_graph *g) {
-    const int64_t B = n->args.i[A_B], T = n->args.i[A_T], C = n->args.i[A_C];
+    const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
     const float *x = n->in[0]->data;     /* (B, T, C) */
     const float *w = n->params[0]->data; /* (max_len, C), rows 0..T-1 used */
     float *y = n->out->data;             /* (B, T, C) */
@@ -23,7 +23,7 @@ static st_status pos_embedding_forward(st_node *n, st_graph *g) {
 }
 
 static st_status pos_embedding_backward(st_node *n, st_graph *g) {
-    const int64_t B = n->args.i[A_B], T = n->args.i[A_T], C = n->args.i[A_C];
+    const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
     const float *dy = n->out->grad; /* (B, T, C) */
     float *dw = n->params[0]->grad; /* (max_len, C) */
     float *dx = n->in[0]->grad;     /* (B, T, C) or NULL */
@@ -81,9 +81,9 @@ st_status st_pos_embedding(st_graph *g, const char *name, st_tensor *x, int64_t 
     ST_TRY(st_graph_act(g, oname, 3, x->shape, &out));
     st_node *node;
     ST_TRY(st_graph_node(g, &pos_embedding_cpu, &x, 1, &w, 1, out, &node));
-    node->args.i[A_B] = x->shape[0];
-    node->args.i[A_T] = T;
-    node->args.i[A_C] = C;
+    node->args.i[ST_POSEMB_B] = x->shape[0];
+    node->args.i[ST_POSEMB_T] = T;
+    node->args.i[ST_POSEMB_C] = C;
     *y = out;
     return ST_OK;
 }

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "layers.h"
 
-enum { A_ROWS, A_V, A_IGNORE };
 
 static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
     int k = snprintf(buf, nbytes, "(");
@@ -35,8 +35,8 @@ static st_status bad_target(const st_node *n, int64_t r, int32_t tgt, int64_t V,
 }
 
 static st_status softmax_ce_forward(st_node *n, st_graph *g) {
-    const int64_t R = n->args.i[A_ROWS], V = n->args.i[A_V];
-    const int32_t ign = (int32_t)n->args.i[A_IGNORE];
+    const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
+    const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
     const float *x = n->in[0]->data;      /* (R, V) */
     const int32_t *tg = n->in[1]->idata;  /* (R) */
     float *lse = n->saved;                /* (R): log-sum-exp per row, for backward */
@@ -77,8 +77,8 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
 
 /* dlogits = (softmax - onehot(target)) * dloss / n_valid; ignored rows get 0. */
 static st_status softmax_ce_backward(st_node *n, st_graph *g) {
-    const int64_t R = n->args.i[A_ROWS], V = n->args.i[A_V];
-    const int32_t ign = (int32_t)n->args.i[A_IGNORE];
+    const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
+    const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
     const float *x = n->in[0]->data;
     const int32_t *tg = n->in[1]->idata;
     const float *lse = n->saved;
@@ -138,9 +138,9 @@ st_status st_softmax_ce(st_graph *g, const char *name, st_tensor *logits, st_ten
     st_tensor *in[2] = {logits, targets};
     st_node *node;
     ST_TRY(st_graph_node(g, &softmax_ce_cpu, in, 2, NULL, 0, out, &node));
-    node->args.i[A_ROWS] = R;
-    node->args.i[A_V] = V;
-    node->args.i[A_IGNORE] = ignore_index;
+    node->args.i[ST_CE_ROWS] = R;
+    node->args.i[ST_CE_V] = V;
+    node->args.i[ST_CE_IGNORE] = ignore_index;
     node->saved_count = R;    /* log-sum-exp per row */
     node->work_count = 2 * R; /* per-row losses, as doubles */
     g->loss = out;

@@ -1,0 +1,35 @@
+/* Where each layer keeps its hyper-parameters in st_node_args (i[] and f[]).
+ *
+ * Shared by a layer's CPU reference (src/layers/) and its CUDA twin
+ * (src/cuda/), which read the same node built by the same builder. */
+#ifndef ST_LAYERS_ARGS_H
+#define ST_LAYERS_ARGS_H
+
+/* linear: x (M, K) -> y (M, N); weight stored (N, K), or (K, N) when in_out */
+enum { ST_LINEAR_M, ST_LINEAR_K, ST_LINEAR_N, ST_LINEAR_IN_OUT, ST_LINEAR_BIAS };
+/* embedding: N indices -> (N, C) rows of a (vocab, C) table */
+enum { ST_EMBEDDING_N, ST_EMBEDDING_C, ST_EMBEDDING_VOCAB };
+/* pos_embedding: x (B, T, C) + weight[0:T] */
+enum { ST_POSEMB_B, ST_POSEMB_T, ST_POSEMB_C };
+/* layernorm: (ROWS, C) rows; f[0] = eps */
+enum { ST_LAYERNORM_ROWS, ST_LAYERNORM_C };
+enum { ST_LAYERNORM_F_EPS };
+/* dropout: f[0] = p */
+enum { ST_DROPOUT_F_P };
+/* attention: heads; NTHREADS is the CPU's per-thread scratch count */
+enum { ST_ATTN_NHEAD, ST_ATTN_NTHREADS };
+/* batchnorm (and fused batchnorm + relu): x (M, C); f: eps, momentum */
+enum { ST_BN_M, ST_BN_C, ST_BN_RELU };
+enum { ST_BN_F_EPS, ST_BN_F_MOMENTUM };
+/* conv2d: square kernel; DIRECT and NT choose the CPU's algorithm and threads */
+enum { ST_CONV_K, ST_CONV_STRIDE, ST_CONV_PAD, ST_CONV_BIAS, ST_CONV_DIRECT, ST_CONV_NT };
+/* maxpool2d: square window */
+enum { ST_POOL_K, ST_POOL_STRIDE };
+/* flatten: IMAGE set for (B, H, W, C) input, emitted in (C, H, W) order */
+enum { ST_FLATTEN_B, ST_FLATTEN_H, ST_FLATTEN_W, ST_FLATTEN_C, ST_FLATTEN_IMAGE };
+/* softmax_ce: logits (ROWS, V), IGNORE = the ignored target index */
+enum { ST_CE_ROWS, ST_CE_V, ST_CE_IGNORE };
+/* mse: N elements */
+enum { ST_MSE_N };
+
+#endif
