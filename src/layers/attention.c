@@ -163,7 +163,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward};
+static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward, NULL};
 
 st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, st_tensor **y) {
     if (qkv->dtype != ST_F32 || qkv->ndim != 3 || qkv->shape[2] % 3 != 0)

@@ -172,7 +172,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops batchnorm_cpu = {"batchnorm", batchnorm_forward, batchnorm_backward};
+static const st_layer_ops batchnorm_cpu = {"batchnorm", batchnorm_forward, batchnorm_backward, NULL};
 
 static st_status add_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum, bool relu,
                                st_tensor **y) {

@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "../core/mem.h"
+#ifdef ST_HAVE_CUDA
+#include "../cuda/cuda.h"
+#endif
 #include "../core/rng.h"
 
 static int64_t align_up(int64_t n) { return (n + ST_ALIGN_FLOATS - 1) / ST_ALIGN_FLOATS * ST_ALIGN_FLOATS; }
@@ -14,9 +17,9 @@ void st_params_free(st_params *p) {
     if (!p) return;
     for (int i = 0; i < p->n; i++) free(p->t[i]);
     free(p->t);
-    st_free_aligned(p->data);
-    st_free_aligned(p->grad);
-    st_free_aligned(p->buffers);
+    st_device_release(p->dev, p->data);
+    st_device_release(p->dev, p->grad);
+    st_device_release(p->dev, p->buffers);
     memset(p, 0, sizeof *p);
 }
 
@@ -26,26 +29,44 @@ st_tensor *st_params_find(const st_params *p, const char *name) {
     return NULL;
 }
 
-void st_params_init(st_params *p, uint64_t seed) {
-    for (int i = 0; i < p->n; i++) {
-        st_tensor *t = p->t[i];
-        st_rng r = st_rng_make(seed, st_hash_str(t->name));
-        for (int64_t j = 0; j < t->count; j++) {
-            float v = 0.0f;
-            switch (t->init) {
-            case ST_INIT_ZEROS: v = 0.0f; break;
-            case ST_INIT_ONES: v = 1.0f; break;
-            case ST_INIT_NORMAL: v = t->init_scale * st_rng_normal(&r); break;
-            case ST_INIT_UNIFORM: v = t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f); break;
-            }
-            t->data[j] = v;
+static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
+    st_rng r = st_rng_make(seed, st_hash_str(t->name));
+    for (int64_t j = 0; j < t->count; j++) {
+        float v = 0.0f;
+        switch (t->init) {
+        case ST_INIT_ZEROS: v = 0.0f; break;
+        case ST_INIT_ONES: v = 1.0f; break;
+        case ST_INIT_NORMAL: v = t->init_scale * st_rng_normal(&r); break;
+        case ST_INIT_UNIFORM: v = t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f); break;
         }
+        data[j] = v;
     }
+}
+
+st_status st_params_init(st_params *p, uint64_t seed) {
+    if (!p->dev) {
+        for (int i = 0; i < p->n; i++) init_tensor(p->t[i], p->t[i]->data, seed);
+        return ST_OK;
+    }
+    /* On a device: make each tensor's values on the host, then copy them. */
+    int64_t most = 1;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->count > most) most = p->t[i]->count;
+    float *h = st_alloc_aligned((size_t)most * sizeof(float));
+    if (!h) return st_fail(ST_ERR_NOMEM, "out of memory initialising parameters");
+    st_status s = ST_OK;
+    for (int i = 0; i < p->n && s == ST_OK; i++) {
+        init_tensor(p->t[i], h, seed);
+        s = st_device_upload(p->dev, p->t[i]->data, h, (size_t)p->t[i]->count * sizeof(float));
+    }
+    st_free_aligned(h);
+    return s;
 }
 
 st_status st_graph_init(st_graph *g, st_params *params) {
     memset(g, 0, sizeof *g);
     g->params = params;
+    g->dev = params->dev;
     params->cursor = 0;
     return ST_OK;
 }
@@ -55,10 +76,10 @@ void st_graph_free(st_graph *g) {
     for (int i = 0; i < g->n_acts; i++) free(g->acts[i]);
     free(g->acts);
     free(g->nodes);
-    st_free_aligned(g->act_arena);
-    st_free_aligned(g->grad_arena);
-    st_free_aligned(g->work);
-    st_free_aligned(g->int_arena);
+    st_device_release(g->dev, g->act_arena);
+    st_device_release(g->dev, g->grad_arena);
+    st_device_release(g->dev, g->work);
+    st_device_release(g->dev, g->int_arena);
     memset(g, 0, sizeof *g);
 }
 
@@ -216,14 +237,13 @@ static st_status layout_params(st_params *p) {
     p->arena_count = align_up(pc);
     p->buffer_count = bc;
     p->n_params = n_params;
-    p->data = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
-    p->grad = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
-    p->buffers = bc ? st_alloc_aligned((size_t)bc * sizeof(float)) : NULL;
-    if (!p->data || !p->grad || (bc && !p->buffers))
-        return st_fail(ST_ERR_NOMEM, "out of memory allocating %lld parameters", (long long)pc);
-    memset(p->data, 0, (size_t)p->arena_count * sizeof(float));
-    memset(p->grad, 0, (size_t)p->arena_count * sizeof(float));
-    if (bc) memset(p->buffers, 0, (size_t)bc * sizeof(float));
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);
+    ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->data));
+    ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->grad));
+    if (bc) ST_TRY(st_device_alloc(p->dev, bbytes, (void **)&p->buffers));
+    ST_TRY(st_device_zero(p->dev, p->data, pbytes));
+    ST_TRY(st_device_zero(p->dev, p->grad, pbytes));
+    if (bc) ST_TRY(st_device_zero(p->dev, p->buffers, bbytes));
     for (int i = 0; i < p->n; i++) {
         st_tensor *t = p->t[i];
         if (t->kind == ST_TENSOR_PARAM) {
@@ -237,6 +257,24 @@ static st_status layout_params(st_params *p) {
     return ST_OK;
 }
 
+/* On a device, every node runs its layer's twin there (src/cuda/); a layer
+ * without one is an error that names it, at build time rather than mid-run. */
+static st_status use_device_ops(st_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        st_node *n = &g->nodes[i];
+        const st_layer_ops *ops = NULL;
+#ifdef ST_HAVE_CUDA
+        ops = st_cuda_layer_ops(n->ops->name);
+#endif
+        if (!ops)
+            return st_fail(ST_ERR_UNSUPPORTED, "layer %s (node %d, output %s) has no implementation on %s",
+                           n->ops->name, i, n->out->name, st_device_name(g->dev));
+        n->ops = ops;
+        if (ops->prepare) ST_TRY(ops->prepare(n, g));
+    }
+    return ST_OK;
+}
+
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
     if (!g->params->frozen) ST_TRY(layout_params(g->params));
@@ -247,6 +285,7 @@ st_status st_graph_finalize(st_graph *g) {
         g->finalized = true;
         return ST_OK;
     }
+    if (g->dev) ST_TRY(use_device_ops(g));
 
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
     for (int i = 0; i < g->n_acts; i++) {
@@ -268,22 +307,23 @@ st_status st_graph_finalize(st_graph *g) {
     g->grad_count = gc;
     g->int_count = ic;
     g->work_count = wc;
-    g->act_arena = st_alloc_aligned((size_t)(ac ? ac : 1) * sizeof(float));
-    g->grad_arena = st_alloc_aligned((size_t)(gc ? gc : 1) * sizeof(float));
-    g->int_arena = st_alloc_aligned((size_t)(ic ? ic : 1) * sizeof(int32_t));
-    g->work = st_alloc_aligned((size_t)(wc ? wc : 1) * sizeof(float));
-    if (!g->act_arena || !g->grad_arena || !g->int_arena || !g->work)
-        return st_fail(ST_ERR_NOMEM,
-                       "out of memory allocating %.1f MiB of activations; lower the micro-batch size",
-                       (double)(ac + gc + wc) * 4.0 / (1 << 20));
-    memset(g->act_arena, 0, (size_t)(ac ? ac : 1) * sizeof(float));
-    memset(g->grad_arena, 0, (size_t)(gc ? gc : 1) * sizeof(float));
+    const size_t abytes = (size_t)ac * sizeof(float), gbytes = (size_t)gc * sizeof(float);
+    const size_t ibytes = (size_t)ic * sizeof(int32_t), wbytes = (size_t)wc * sizeof(float);
+    st_status s = st_device_alloc(g->dev, abytes, (void **)&g->act_arena);
+    if (s == ST_OK) s = st_device_alloc(g->dev, gbytes, (void **)&g->grad_arena);
+    if (s == ST_OK) s = st_device_alloc(g->dev, ibytes, (void **)&g->int_arena);
+    if (s == ST_OK) s = st_device_alloc(g->dev, wbytes, (void **)&g->work);
+    if (s != ST_OK)
+        return st_fail_context(s, "allocating %.1f MiB of activations (lower the micro-batch size): ",
+                               (double)(abytes + gbytes + ibytes + wbytes) / (1 << 20));
+    ST_TRY(st_device_zero(g->dev, g->act_arena, abytes));
+    ST_TRY(st_device_zero(g->dev, g->grad_arena, gbytes));
+    ST_TRY(st_device_zero(g->dev, g->int_arena, ibytes));
     int64_t go = 0;
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->idata = g->int_arena + t->offset;
-            memset(t->idata, 0, (size_t)t->count * sizeof(int32_t));
             continue;
         }
         t->data = g->act_arena + t->offset;
@@ -337,7 +377,11 @@ st_status st_graph_forward(st_graph *g) {
 st_status st_graph_backward(st_graph *g, float seed) {
     if (!g->loss || !g->loss->grad)
         return st_fail(ST_ERR_INTERNAL, "backward: the graph has no loss that depends on parameters");
-    for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
+    if (g->dev) {
+        ST_TRY(st_device_fill_f32(g->dev, g->loss->grad, (size_t)g->loss->count, seed));
+    } else {
+        for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
+    }
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         st_node *n = &g->nodes[i];
         if (n->out->requires_grad) {

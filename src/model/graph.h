@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "scaletrain/status.h"
 
 #define ST_MAX_DIMS 4
@@ -74,11 +75,16 @@ typedef struct st_node st_node;
 typedef struct st_graph st_graph;
 
 /* One backend's implementation of a layer. CPU and CUDA each provide a table;
- * the graph picks one at build time, so hot paths never ask which. */
+ * builders name the CPU table, and a graph on a CUDA device swaps each node's
+ * table for the CUDA twin of the same name at st_graph_finalize, so hot paths
+ * never ask which. `prepare` (optional) runs then, before memory is laid out:
+ * a backend whose kernels keep different saved state or scratch than the CPU
+ * reference sets the node's saved_count and work_count there. */
 typedef struct st_layer_ops {
     const char *name;
     st_status (*forward)(st_node *n, st_graph *g);
     st_status (*backward)(st_node *n, st_graph *g);
+    st_status (*prepare)(st_node *n, st_graph *g);
 } st_layer_ops;
 
 /* Hyper-parameters of a node; each layer reads its own fields. */
@@ -106,6 +112,7 @@ struct st_node {
 /* The trainable parameters and buffers of a model: one data arena, one grad
  * arena (same layout), one buffer arena. */
 typedef struct st_params {
+    st_device *dev; /* where the arenas live: NULL = host; set before the first finalize */
     st_tensor **t; /* params then buffers, in declaration order */
     int n, cap;
     int n_params; /* trainable ones */
@@ -118,6 +125,7 @@ typedef struct st_params {
 
 struct st_graph {
     st_params *params;
+    st_device *dev; /* = params->dev: every arena and kernel of this graph is there */
     st_node *nodes;
     int n_nodes, cap_nodes;
     st_tensor **acts; /* activations and inputs, owned by the graph */
@@ -144,8 +152,9 @@ struct st_graph {
 /* --- parameters ---------------------------------------------------------- */
 void st_params_free(st_params *p);
 /* Fill every parameter and buffer from its init rule; the stream of each is
- * derived from (seed, name), so the result is independent of build order. */
-void st_params_init(st_params *p, uint64_t seed);
+ * derived from (seed, name), so the result is independent of build order (and
+ * of the device: on a CUDA device the values are made on the host and copied). */
+st_status st_params_init(st_params *p, uint64_t seed);
 st_tensor *st_params_find(const st_params *p, const char *name);
 
 /* --- graph building ----------------------------------------------------- */

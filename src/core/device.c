@@ -1,0 +1,95 @@
+/* The host side of src/core/device.h, and the dispatch to the CUDA backend
+ * (src/cuda/cuda.h) in builds that have one. */
+#include "device.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mem.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
+
+bool st_device_is_host(const st_device *d) { return d == NULL; }
+
+#ifdef ST_HAVE_CUDA
+bool st_device_cuda_built(void) { return true; }
+int st_device_cuda_count(char *why, size_t why_len) { return st_cuda_device_count(why, why_len); }
+st_status st_device_open_cuda(int ordinal, st_device **out) { return st_cuda_open(ordinal, out); }
+void st_device_free(st_device *d) { st_cuda_free(d); }
+const char *st_device_name(const st_device *d) { return d ? st_cuda_name(d) : "cpu"; }
+#else
+bool st_device_cuda_built(void) { return false; }
+int st_device_cuda_count(char *why, size_t why_len) {
+    if (why && why_len) snprintf(why, why_len, "this scaletrain was built without CUDA (rebuild with nvcc installed, or make CUDA=1)");
+    return 0;
+}
+st_status st_device_open_cuda(int ordinal, st_device **out) {
+    *out = NULL;
+    return st_fail(ST_ERR_UNSUPPORTED,
+                   "cuda:%d: this scaletrain was built without CUDA; rebuild with the CUDA toolkit "
+                   "installed (make CUDA=1) or run on the CPU",
+                   ordinal);
+}
+void st_device_free(st_device *d) { (void)d; }
+const char *st_device_name(const st_device *d) { return "cpu"; }
+#endif
+
+st_status st_device_alloc(st_device *d, size_t nbytes, void **out) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_alloc(d, nbytes, out);
+#endif
+    *out = st_alloc_aligned(nbytes);
+    if (!*out) return st_fail(ST_ERR_NOMEM, "out of host memory allocating %.1f MiB", (double)nbytes / (1 << 20));
+    return ST_OK;
+}
+
+void st_device_release(st_device *d, void *p) {
+#ifdef ST_HAVE_CUDA
+    if (d) {
+        st_cuda_release(d, p);
+        return;
+    }
+#endif
+    st_free_aligned(p);
+}
+
+st_status st_device_zero(st_device *d, void *p, size_t nbytes) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_zero(d, p, nbytes);
+#endif
+    memset(p, 0, nbytes);
+    return ST_OK;
+}
+
+st_status st_device_fill_f32(st_device *d, float *p, size_t count, float value) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_fill_f32(d, p, count, value);
+#endif
+    for (size_t i = 0; i < count; i++) p[i] = value;
+    return ST_OK;
+}
+
+st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbytes) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_upload(d, dst, src, nbytes);
+#endif
+    if (nbytes) memcpy(dst, src, nbytes);
+    return ST_OK;
+}
+
+st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_download(d, dst, src, nbytes);
+#endif
+    if (nbytes) memcpy(dst, src, nbytes);
+    return ST_OK;
+}
+
+st_status st_device_sync(st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_sync(d);
+#endif
+    return ST_OK;
+}

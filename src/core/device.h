@@ -1,0 +1,49 @@
+/* Where a model's tensors live and its layers run: the host CPU or one CUDA
+ * device.
+ *
+ * A NULL st_device* is the host: memory is 64-byte aligned host memory and the
+ * calls below are plain memset/memcpy. A CUDA device (src/cuda/) owns its
+ * streams (compute, communication, host-to-device copies), a cuBLASLt handle
+ * and workspace; every call here is ordered on its compute stream, and
+ * st_device_download waits for what it reads. Nothing here is called in a hot
+ * loop: layers use their backend's own kernels (the ops table a graph picks at
+ * build time). This header carries no CUDA type: a build without CUDA still
+ * compiles every caller, and st_device_open_cuda says why it cannot open one. */
+#ifndef ST_CORE_DEVICE_H
+#define ST_CORE_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "scaletrain/status.h"
+
+typedef struct st_device st_device;
+
+/* True when this binary was built with the CUDA backend. */
+bool st_device_cuda_built(void);
+/* Number of usable CUDA devices (0 without a GPU, a driver or a CUDA build);
+ * `why`, when not NULL, receives the reason when it is 0. */
+int st_device_cuda_count(char *why, size_t why_len);
+/* Open CUDA device `ordinal` (the local rank's GPU). ST_ERR_UNSUPPORTED with
+ * the reason when there is no such device or the build has no CUDA. */
+st_status st_device_open_cuda(int ordinal, st_device **out);
+void st_device_free(st_device *d); /* NULL is fine */
+
+bool st_device_is_host(const st_device *d); /* d == NULL */
+/* "cpu" or e.g. "cuda:0 (NVIDIA H100 80GB HBM3, sm_90)" */
+const char *st_device_name(const st_device *d);
+
+/* Memory on the device (host when d is NULL), at least 64-byte aligned.
+ * nbytes 0 allocates a minimal block so the pointer is never NULL. */
+st_status st_device_alloc(st_device *d, size_t nbytes, void **out);
+void st_device_release(st_device *d, void *p); /* NULL p is fine */
+st_status st_device_zero(st_device *d, void *p, size_t nbytes);
+/* Fill `count` floats with the bit pattern of `value` (e.g. NaN to poison). */
+st_status st_device_fill_f32(st_device *d, float *p, size_t count, float value);
+/* host -> device and device -> host; both return when the copy is done. */
+st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbytes);
+st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes);
+/* Wait for everything queued on the device. */
+st_status st_device_sync(st_device *d);
+
+#endif

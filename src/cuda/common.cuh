@@ -1,0 +1,87 @@
+/* What every CUDA file of the backend shares: the device object (streams,
+ * cuBLASLt handle and workspace), the check macros that turn CUDA and cuBLAS
+ * errors into statuses with file, line, host and device, and accessors for
+ * the graph's device from inside a layer's forward or backward.
+ *
+ * A layer's CUDA twin (src/cuda/<layer>.cu) follows four steps, as ggml's ops
+ * do: device helpers, the kernel, a launcher taking the stream, and the ops
+ * entry point (same signature as the CPU's) that reads the node's arguments
+ * (src/layers/args.h) and launches on st_cuda_stream(g), then ST_CUDA_LAUNCHED().
+ * Kernels never synchronise the device; the step loop is one stream of work.
+ * Tensors' data/grad/idata pointers are device pointers on a CUDA graph;
+ * n->saved and g->work are device scratch laid out from saved_count and
+ * work_count (a twin that needs different amounts sets them in `prepare`). */
+#ifndef ST_CUDA_COMMON_CUH
+#define ST_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "cuda/cuda.h"
+#include "layers/args.h"
+#include "model/graph.h"
+}
+
+struct st_device {
+    int ordinal;
+    int cc_major, cc_minor, sm_count;
+    char name[192];
+    char host[64];
+    cudaStream_t compute; /* every kernel of the step */
+    cudaStream_t comm;    /* collectives (NCCL), ordered with compute by events */
+    cudaStream_t copy;    /* host-to-device batch copies */
+    cublasLtHandle_t lt;
+    void *lt_ws; /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+};
+
+/* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
+extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
+                                  int line);
+extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what,
+                                    const char *file, int line);
+
+#define ST_CUDA_TRY_D(d, call)                                                                \
+    do {                                                                                      \
+        cudaError_t st_cu_e_ = (call);                                                        \
+        if (st_cu_e_ != cudaSuccess) return st_cuda_fail((d), st_cu_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define ST_CUBLAS_TRY_D(d, call)                                                                  \
+    do {                                                                                          \
+        cublasStatus_t st_cb_e_ = (call);                                                         \
+        if (st_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            return st_cublas_fail((d), st_cb_e_, #call, __FILE__, __LINE__);                      \
+    } while (0)
+/* Inside a layer's forward/backward, where `g` is the graph. */
+#define ST_CUDA_TRY(call) ST_CUDA_TRY_D(g->dev, call)
+#define ST_CUBLAS_TRY(call) ST_CUBLAS_TRY_D(g->dev, call)
+/* After every launch: a bad configuration or an earlier fault shows here. */
+#define ST_CUDA_LAUNCHED() ST_CUDA_TRY(cudaGetLastError())
+
+static inline cudaStream_t st_cuda_stream(const st_graph *g) { return g->dev->compute; }
+
+/* Blocks of `threads` covering n elements, capped for grid-stride loops. */
+static inline unsigned st_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535LL * 8) b = 65535LL * 8;
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+/* The same counter-based draw as src/core/rng.h (st_mix64, st_rng_at), so
+ * dropout masks on the GPU equal the CPU's element for element. Keep the two
+ * in step: a CUDA parity test compares the masks. */
+__device__ __forceinline__ uint64_t st_cuda_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+__device__ __forceinline__ float st_cuda_rng_at(uint64_t seed, uint64_t stream, uint64_t i) {
+    return (float)(st_cuda_mix64(st_cuda_mix64(seed ^ st_cuda_mix64(stream)) + i) >> 40) *
+           (1.0f / 16777216.0f);
+}
+
+#endif

@@ -1,0 +1,151 @@
+/* Opening a CUDA device and its memory (src/cuda/cuda.h, src/core/device.h).
+ * A binary built with CUDA runs on a machine without a GPU or driver: the
+ * count is 0 with the reason, and the caller stays on the CPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.cuh"
+
+enum { LT_WORKSPACE_BYTES = 32 << 20 }; /* cuBLASLt: 32 MiB covers Hopper's split-K/stream-K */
+
+extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
+                                  int line) {
+    char host[64] = "?";
+    if (d) snprintf(host, sizeof host, "%s", d->host);
+    else gethostname(host, sizeof host - 1);
+    return st_fail(e == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
+                   "%s:%d: %s failed: %s (%s) on host %s, cuda:%d", file, line, what, cudaGetErrorString(e),
+                   cudaGetErrorName(e), host, d ? d->ordinal : -1);
+}
+
+extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what, const char *file,
+                                    int line) {
+    return st_fail(e == CUBLAS_STATUS_ALLOC_FAILED ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
+                   "%s:%d: %s failed: cuBLAS status %d on host %s, cuda:%d", file, line, what, (int)e,
+                   d ? d->host : "?", d ? d->ordinal : -1);
+}
+
+extern "C" int st_cuda_device_count(char *why, size_t why_len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why && why_len) snprintf(why, why_len, "no CUDA device: %s", cudaGetErrorString(e));
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return 0;
+    }
+    if (n == 0 && why && why_len) snprintf(why, why_len, "no CUDA device found");
+    return n;
+}
+
+extern "C" void st_cuda_free(st_device *d) {
+    if (!d) return;
+    cudaSetDevice(d->ordinal);
+    if (d->lt) cublasLtDestroy(d->lt);
+    if (d->lt_ws) cudaFree(d->lt_ws);
+    if (d->copy) cudaStreamDestroy(d->copy);
+    if (d->comm) cudaStreamDestroy(d->comm);
+    if (d->compute) cudaStreamDestroy(d->compute);
+    free(d);
+}
+
+static st_status open_device(st_device *d, int ordinal) {
+    ST_CUDA_TRY_D(d, cudaSetDevice(ordinal));
+    cudaDeviceProp prop;
+    ST_CUDA_TRY_D(d, cudaGetDeviceProperties(&prop, ordinal));
+    d->cc_major = prop.major;
+    d->cc_minor = prop.minor;
+    d->sm_count = prop.multiProcessorCount;
+    snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.0f GiB)", ordinal, prop.name, prop.major,
+             prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+    ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
+    ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking));
+    ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));
+    ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
+    d->lt_ws_bytes = LT_WORKSPACE_BYTES;
+    ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_open(int ordinal, st_device **out) {
+    *out = NULL;
+    char why[256];
+    int n = st_cuda_device_count(why, sizeof why);
+    if (n == 0) return st_fail(ST_ERR_UNSUPPORTED, "cuda:%d: %s", ordinal, why);
+    if (ordinal < 0 || ordinal >= n)
+        return st_fail(ST_ERR_ARG, "cuda:%d: there are %d CUDA device(s) (0 to %d)", ordinal, n, n - 1);
+    st_device *d = (st_device *)calloc(1, sizeof *d);
+    if (!d) return st_fail(ST_ERR_NOMEM, "out of memory");
+    d->ordinal = ordinal;
+    gethostname(d->host, sizeof d->host - 1);
+    st_status s = open_device(d, ordinal);
+    if (s != ST_OK) {
+        st_cuda_free(d);
+        return s;
+    }
+    *out = d;
+    return ST_OK;
+}
+
+extern "C" const char *st_cuda_name(const st_device *d) { return d->name; }
+
+extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, nbytes ? nbytes : 256);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        return st_fail(ST_ERR_NOMEM, "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free)",
+                       d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20),
+                       (double)total_b / (1 << 20));
+    }
+    return ST_OK;
+}
+
+extern "C" void st_cuda_release(st_device *d, void *p) {
+    (void)d;
+    if (p) cudaFree(p);
+}
+
+extern "C" st_status st_cuda_zero(st_device *d, void *p, size_t nbytes) {
+    if (nbytes) ST_CUDA_TRY_D(d, cudaMemsetAsync(p, 0, nbytes, d->compute));
+    return ST_OK;
+}
+
+static __global__ void fill_kernel(float *p, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+
+extern "C" st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value) {
+    if (!count) return ST_OK;
+    fill_kernel<<<st_cuda_blocks((int64_t)count, 256), 256, 0, d->compute>>>(p, count, value);
+    ST_CUDA_TRY_D(d, cudaGetLastError());
+    return ST_OK;
+}
+
+/* Pageable host memory: the copy is staged by the driver and returns when the
+ * host buffer may be reused. The batch path uses pinned memory on the copy
+ * stream instead (src/data/ with a CUDA device). */
+extern "C" st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes) {
+    if (!nbytes) return ST_OK;
+    ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, d->compute));
+    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes) {
+    if (!nbytes) return ST_OK;
+    ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, d->compute));
+    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_sync(st_device *d) {
+    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->comm));
+    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->copy));
+    return ST_OK;
+}

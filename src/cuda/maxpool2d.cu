@@ -1,0 +1,9 @@
+/* CUDA twin of src/layers/maxpool2d.c: not written yet. Until it is, a graph on a
+ * CUDA device that uses this layer fails at its first forward with a clear error. */
+#include "common.cuh"
+
+static st_status maxpool2d_missing(st_node *n, st_graph *g) {
+    return st_fail(ST_ERR_UNSUPPORTED, "layer maxpool2d (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+}
+
+extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {"maxpool2d", maxpool2d_missing, maxpool2d_missing, NULL};

@@ -1,0 +1,9 @@
+/* CUDA twin of src/layers/softmax_ce.c: not written yet. Until it is, a graph on a
+ * CUDA device that uses this layer fails at its first forward with a clear error. */
+#include "common.cuh"
+
+static st_status softmax_ce_missing(st_node *n, st_graph *g) {
+    return st_fail(ST_ERR_UNSUPPORTED, "layer softmax_ce (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+}
+
+extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {"softmax_ce", softmax_ce_missing, softmax_ce_missing, NULL};

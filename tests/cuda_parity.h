@@ -1,0 +1,207 @@
+/* CUDA parity: the same graph built twice, once on the host (the CPU
+ * reference) and once on a CUDA device, with the same parameters and inputs;
+ * every output, activation, activation gradient, parameter gradient and
+ * buffer of the device graph must match the host's within a tolerance.
+ *
+ * The device graph's activation and gradient arenas are poisoned with NaN
+ * before the run, so an element a kernel forgot to write fails the check.
+ * Inputs are random each run (seeded from the clock unless CP_SEED is set in
+ * the environment; the seed is printed so a failure can be replayed).
+ *
+ * A test case is a builder (it adds layers to a graph and, optionally, a loss)
+ * and a filler (it writes valid inputs into the host graph's input tensors:
+ * indices below the vocabulary, targets below the class count). Without a
+ * loss the backward starts from a random gradient of the last node's output.
+ * Without a CUDA device (or in a build without CUDA) cp_open returns 77 after
+ * printing why, the suite's "skipped" code. */
+#ifndef ST_TESTS_CUDA_PARITY_H
+#define ST_TESTS_CUDA_PARITY_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "core/device.h"
+#include "core/rng.h"
+#include "model/graph.h"
+
+typedef st_status (*cp_build_fn)(st_graph *g, void *ctx);
+typedef void (*cp_fill_fn)(st_graph *host, st_rng *r, void *ctx);
+
+typedef struct cp_case {
+    const char *label;
+    cp_build_fn build;
+    cp_fill_fn fill; /* NULL: F32 inputs uniform in (-1, 1), I32 inputs 0 */
+    void *ctx;
+    double rtol, atol; /* |dev - host| <= atol + rtol * |host| */
+    bool eval;         /* run in eval mode (g->training false) */
+} cp_case;
+
+/* Returns 0 with *dev open, or 77 (skip) having printed why. */
+static inline int cp_open(st_device **dev) {
+    char why[256] = "";
+    if (st_device_cuda_count(why, sizeof why) == 0) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
+    if (st_device_open_cuda(0, dev) != ST_OK) {
+        fprintf(stderr, "FAIL: opening cuda:0: %s\n", st_last_error());
+        return 1;
+    }
+    printf("device: %s\n", st_device_name(*dev));
+    return 0;
+}
+
+static inline uint64_t cp_seed(void) {
+    const char *e = getenv("CP_SEED");
+    uint64_t s = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL);
+    printf("CP_SEED=%llu\n", (unsigned long long)s);
+    return s;
+}
+
+/* Compare n floats of the device copy `d` with the host's `h`. */
+static inline int cp_compare(const char *label, const char *what, const float *d, const float *h, int64_t n,
+                             double rtol, double atol) {
+    int bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)d[i] - (double)h[i]), tol = atol + rtol * fabs((double)h[i]);
+        if (!(err <= tol)) {
+            if (bad < 3)
+                fprintf(stderr, "FAIL %s: %s[%lld] = %.9g on the device, %.9g on the host\n", label, what,
+                        (long long)i, (double)d[i], (double)h[i]);
+            bad++;
+        } else if (err > worst) {
+            worst = err;
+        }
+    }
+    if (bad > 3) fprintf(stderr, "FAIL %s: %s: %d mismatches in all\n", label, what, bad);
+    st_test_failures += bad;
+    return bad;
+}
+
+/* Download a device tensor's n floats and compare them. */
+static inline int cp_check(const char *label, const char *what, st_device *dev, const float *dptr,
+                           const float *hptr, int64_t n, double rtol, double atol) {
+    float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
+        fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
+        free(buf);
+        st_test_failures++;
+        return 1;
+    }
+    int bad = cp_compare(label, what, buf, hptr, n, rtol, atol);
+    free(buf);
+    return bad;
+}
+
+static inline st_status cp_backward_from(st_graph *g, const float *dy) {
+    st_node *last = &g->nodes[g->n_nodes - 1];
+    ST_TRY(st_device_upload(g->dev, last->out->grad, dy, (size_t)last->out->count * sizeof(float)));
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        st_node *n = &g->nodes[i];
+        if (n->out->requires_grad) ST_TRY(n->ops->backward(n, g));
+    }
+    return ST_OK;
+}
+
+/* Run one case; returns the number of mismatches (0 = pass). */
+static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
+    int bad = 0;
+    st_params hp = {0}, dp = {0};
+    st_graph hg, dg;
+    float *dy = NULL;
+    dp.dev = dev;
+    st_graph_init(&hg, &hp);
+    st_graph_init(&dg, &dp);
+#define CP_TRY(expr)                                                                            \
+    do {                                                                                        \
+        if ((expr) != ST_OK) {                                                                  \
+            fprintf(stderr, "FAIL %s: %s: %s\n", c->label, #expr, st_last_error());             \
+            bad++;                                                                              \
+            goto done;                                                                          \
+        }                                                                                       \
+    } while (0)
+    CP_TRY(c->build(&hg, c->ctx));
+    CP_TRY(st_graph_finalize(&hg));
+    CP_TRY(c->build(&dg, c->ctx));
+    CP_TRY(st_graph_finalize(&dg));
+    st_params_init(&hp, seed);
+    st_rng r = st_rng_make(seed, 17);
+    for (int i = 0; i < hg.n_acts; i++) {
+        st_tensor *t = hg.acts[i];
+        if (t->kind != ST_TENSOR_INPUT) continue;
+        if (t->dtype == ST_F32)
+            for (int64_t j = 0; j < t->count; j++) t->data[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
+    }
+    if (c->fill) c->fill(&hg, &r, c->ctx);
+    /* Poison the device's activations and gradients, then give it the host's
+     * parameters, buffers and inputs. */
+    CP_TRY(st_device_fill_f32(dev, dg.act_arena, (size_t)dg.act_count, NAN));
+    CP_TRY(st_device_fill_f32(dev, dg.grad_arena, (size_t)dg.grad_count, NAN));
+    CP_TRY(st_device_upload(dev, dp.data, hp.data, (size_t)hp.arena_count * sizeof(float)));
+    if (hp.buffer_count)
+        CP_TRY(st_device_upload(dev, dp.buffers, hp.buffers, (size_t)hp.buffer_count * sizeof(float)));
+    for (int i = 0; i < hg.n_acts; i++) {
+        st_tensor *h = hg.acts[i], *d = dg.acts[i];
+        if (h->kind != ST_TENSOR_INPUT) continue;
+        if (h->dtype == ST_F32)
+            CP_TRY(st_device_upload(dev, d->data, h->data, (size_t)h->count * sizeof(float)));
+        else
+            CP_TRY(st_device_upload(dev, d->idata, h->idata, (size_t)h->count * sizeof(int32_t)));
+    }
+    hg.training = dg.training = !c->eval;
+    hg.dropout_seed = dg.dropout_seed = seed * 31 + 7;
+    CP_TRY(st_graph_forward(&hg));
+    CP_TRY(st_graph_forward(&dg));
+    if (!c->eval) {
+        if (hg.loss) {
+            CP_TRY(st_graph_backward(&hg, 1.0f));
+            CP_TRY(st_graph_backward(&dg, 1.0f));
+        } else {
+            st_tensor *y = hg.nodes[hg.n_nodes - 1].out;
+            dy = malloc((size_t)y->count * sizeof(float));
+            if (!dy) goto done;
+            for (int64_t j = 0; j < y->count; j++) dy[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
+            memcpy(y->grad, dy, (size_t)y->count * sizeof(float));
+            for (int i = hg.n_nodes - 1; i >= 0; i--) {
+                st_node *n = &hg.nodes[i];
+                if (n->out->requires_grad) CP_TRY(n->ops->backward(n, &hg));
+            }
+            CP_TRY(cp_backward_from(&dg, dy));
+        }
+    }
+    CP_TRY(st_device_sync(dev));
+    char what[ST_NAME_MAX + 16];
+    for (int i = 0; i < hg.n_acts; i++) {
+        st_tensor *h = hg.acts[i], *d = dg.acts[i];
+        if (h->kind != ST_TENSOR_ACT) continue;
+        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        if (!c->eval && h->grad && h->requires_grad) {
+            snprintf(what, sizeof what, "d %s", h->name);
+            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+        }
+    }
+    for (int i = 0; i < hp.n; i++) {
+        st_tensor *h = hp.t[i], *d = dp.t[i];
+        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        if (!c->eval && h->kind == ST_TENSOR_PARAM) {
+            snprintf(what, sizeof what, "d %s", h->name);
+            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+        }
+    }
+#undef CP_TRY
+done:
+    free(dy);
+    st_graph_free(&dg);
+    st_params_free(&dp);
+    st_graph_free(&hg);
+    st_params_free(&hp);
+    printf("%s %s\n", bad ? "FAIL" : "ok  ", c->label);
+    return bad;
+}
+
+#endif
