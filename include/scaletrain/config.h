@@ -74,6 +74,7 @@ typedef struct st_config {
         char out_dir[ST_CFG_STR]; /*                                                default runs/default */
         int64_t checkpoint_every; /* steps; 0 = only at the end                     default 0 */
         int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
+        char activation_checkpointing[ST_CFG_STR]; /* off | blocks | auto        default auto */
     } train;
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */

@@ -43,6 +43,7 @@ typedef struct st_run_result {
     double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
                                     the part that lay behind backward */
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
+    double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

@@ -93,6 +93,10 @@ const st_cfg_key st_cfg_keys[] = {
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on SIGTERM/SIGINT)"),
     K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
+    K_ENUM("train.activation_checkpointing", train.activation_checkpointing, "auto",
+           VALUES("auto", "off", "blocks"),
+           "drop the activations inside each transformer/conv block after forward and recompute them in "
+           "backward (same gradients, less memory); auto = only when the micro-batch would not fit otherwise"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),

@@ -67,6 +67,7 @@ st_status st_graph_init(st_graph *g, st_params *params) {
     memset(g, 0, sizeof *g);
     g->params = params;
     g->dev = params->dev;
+    g->cur_block = -1;
     params->cursor = 0;
     return ST_OK;
 }
@@ -202,6 +203,7 @@ st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *
     memset(n, 0, sizeof *n);
     n->ops = ops;
     n->id = g->n_nodes++;
+    n->block = g->cur_block;
     n->n_in = n_in;
     n->n_params = n_params;
     n->out = out;
@@ -275,6 +277,41 @@ static st_status use_device_ops(st_graph *g) {
     return ST_OK;
 }
 
+void st_graph_block_begin(st_graph *g) { g->cur_block = g->n_blocks++; }
+void st_graph_block_end(st_graph *g) { g->cur_block = -1; }
+
+/* Activation checkpointing: region[i] is the block whose shared region holds
+ * activation i (produced inside the block and read only inside it), or -1
+ * for a persistent one (graph inputs, block inputs and outputs, everything
+ * outside blocks, the loss). Without checkpointing every tensor persists. */
+static st_status find_regions(const st_graph *g, int **out) {
+    int *region = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *region);
+    bool *read = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
+    if (!region || !read) {
+        free(region), free(read);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < g->n_acts; i++) region[i] = -1;
+    if (g->checkpointing) {
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].block >= 0) region[g->nodes[i].out->index] = g->nodes[i].block;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const st_node *n = &g->nodes[i];
+            for (int k = 0; k < n->n_in; k++) {
+                const st_tensor *t = n->in[k];
+                if (t->kind != ST_TENSOR_ACT) continue;
+                read[t->index] = true;
+                if (region[t->index] != n->block) region[t->index] = -1;
+            }
+        }
+        for (int i = 0; i < g->n_acts; i++)
+            if (!read[i] || g->acts[i] == g->loss) region[i] = -1;
+    }
+    free(read);
+    *out = region;
+    return ST_OK;
+}
+
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
     if (!g->params->frozen) ST_TRY(layout_params(g->params));
@@ -287,62 +324,86 @@ st_status st_graph_finalize(st_graph *g) {
     }
     if (g->dev) ST_TRY(use_device_ops(g));
 
+    /* Which activations live in a block's shared region (checkpointing). */
+    int *region = NULL;
+    ST_TRY(find_regions(g, &region));
+    /* Offsets (floats) into the activation and gradient arenas: persistent
+     * tensors and saved state first, then one region per block, all blocks
+     * sharing the same addresses. */
+    int64_t *aoff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *aoff);
+    int64_t *goff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *goff);
+    int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
+    if (!aoff || !goff || !soff) {
+        free(region), free(aoff), free(goff), free(soff);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->offset = ic;
             ic += align_up(t->count);
-            continue;
+        } else if (region[i] < 0) {
+            aoff[i] = ac;
+            ac += align_up(t->count);
+            if (t->requires_grad) goff[i] = gc, gc += align_up(t->count);
         }
-        t->offset = ac;
-        ac += align_up(t->count);
-        if (t->requires_grad) gc += align_up(t->count);
     }
     for (int i = 0; i < g->n_nodes; i++) {
-        ac += align_up(g->nodes[i].saved_count);
-        if (g->nodes[i].work_count > wc) wc = g->nodes[i].work_count;
+        st_node *n = &g->nodes[i];
+        if (n->work_count > wc) wc = n->work_count;
+        if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += align_up(n->saved_count);
     }
+    int64_t a_region = 0, g_region = 0;
+    for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
+        int64_t ca = 0, cg = 0;
+        for (int i = 0; i < g->n_acts; i++) {
+            if (region[i] != b) continue;
+            aoff[i] = ac + ca;
+            ca += align_up(g->acts[i]->count);
+            if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += align_up(g->acts[i]->count);
+        }
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].block == b) soff[i] = ac + ca, ca += align_up(g->nodes[i].saved_count);
+        if (ca > a_region) a_region = ca;
+        if (cg > g_region) g_region = cg;
+    }
+    g->region_act_count = a_region;
+    g->region_grad_count = g_region;
+    ac += a_region;
+    gc += g_region;
     g->act_count = ac;
     g->grad_count = gc;
     g->int_count = ic;
     g->work_count = wc;
+    free(region);
     const size_t abytes = (size_t)ac * sizeof(float), gbytes = (size_t)gc * sizeof(float);
     const size_t ibytes = (size_t)ic * sizeof(int32_t), wbytes = (size_t)wc * sizeof(float);
     st_status s = st_device_alloc(g->dev, abytes, (void **)&g->act_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, gbytes, (void **)&g->grad_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, ibytes, (void **)&g->int_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, wbytes, (void **)&g->work);
-    if (s != ST_OK)
+    if (s == ST_OK) s = st_device_zero(g->dev, g->act_arena, abytes);
+    if (s == ST_OK) s = st_device_zero(g->dev, g->grad_arena, gbytes);
+    if (s == ST_OK) s = st_device_zero(g->dev, g->int_arena, ibytes);
+    if (s != ST_OK) {
+        free(aoff), free(goff), free(soff);
         return st_fail_context(s, "allocating %.1f MiB of activations (lower the micro-batch size): ",
                                (double)(abytes + gbytes + ibytes + wbytes) / (1 << 20));
-    ST_TRY(st_device_zero(g->dev, g->act_arena, abytes));
-    ST_TRY(st_device_zero(g->dev, g->grad_arena, gbytes));
-    ST_TRY(st_device_zero(g->dev, g->int_arena, ibytes));
-    int64_t go = 0;
+    }
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->idata = g->int_arena + t->offset;
             continue;
         }
-        t->data = g->act_arena + t->offset;
-        if (t->requires_grad) {
-            t->grad = g->grad_arena + go;
-            go += align_up(t->count);
-        }
+        t->offset = aoff[i];
+        t->data = g->act_arena + aoff[i];
+        if (t->requires_grad) t->grad = g->grad_arena + goff[i];
     }
-    int64_t so = 0;
-    for (int i = 0; i < g->n_acts; i++)
-        if (g->acts[i]->dtype == ST_F32) so = g->acts[i]->offset + align_up(g->acts[i]->count);
-    for (int i = 0; i < g->n_nodes; i++) {
-        st_node *n = &g->nodes[i];
-        if (n->saved_count) {
-            n->saved = g->act_arena + so;
-            so += align_up(n->saved_count);
-        }
-    }
-    g->saved_count = so;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].saved_count) g->nodes[i].saved = g->act_arena + soff[i];
+    free(aoff), free(goff), free(soff);
     /* In backward order, the first consumer of a tensor writes its gradient and
      * later consumers add. Walk nodes last to first; track what was written. */
     bool *written = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
@@ -374,6 +435,18 @@ st_status st_graph_forward(st_graph *g) {
     return ST_OK;
 }
 
+/* Backward reached the last node of a block: run the block's forward again
+ * from its (persistent) inputs, refilling the shared region. */
+static st_status recompute_block(st_graph *g, int last) {
+    int first = last;
+    while (first > 0 && g->nodes[first - 1].block == g->nodes[last].block) first--;
+    g->recomputing = true;
+    st_status s = ST_OK;
+    for (int i = first; i <= last && s == ST_OK; i++) s = g->nodes[i].ops->forward(&g->nodes[i], g);
+    g->recomputing = false;
+    return s;
+}
+
 st_status st_graph_backward(st_graph *g, float seed) {
     if (!g->loss || !g->loss->grad)
         return st_fail(ST_ERR_INTERNAL, "backward: the graph has no loss that depends on parameters");
@@ -384,6 +457,8 @@ st_status st_graph_backward(st_graph *g, float seed) {
     }
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         st_node *n = &g->nodes[i];
+        if (g->checkpointing && n->block >= 0 && (i == g->n_nodes - 1 || g->nodes[i + 1].block != n->block))
+            ST_TRY(recompute_block(g, i));
         if (n->out->requires_grad) {
             st_status s = n->ops->backward(n, g);
             if (s != ST_OK) return s;

@@ -107,6 +107,7 @@ struct st_node {
     int64_t saved_count; /* floats, declared by the builder */
     float *saved;
     int64_t work_count; /* floats of shared scratch this node needs */
+    int block;          /* the checkpointing block it belongs to, -1 for none */
 };
 
 /* The trainable parameters and buffers of a model: one data arena, one grad
@@ -133,7 +134,18 @@ struct st_graph {
     float *act_arena, *grad_arena;
     float *work; /* shared scratch, 64-byte aligned: layers may use it as doubles or ints */
     int32_t *int_arena;
-    int64_t act_count, grad_count, int_count, work_count, saved_count;
+    int64_t act_count, grad_count, int_count, work_count;
+    /* Activation checkpointing (train.activation_checkpointing): builders
+     * bracket each transformer or conv block with st_graph_block_begin/end;
+     * with `checkpointing` set before finalize, the activations and saved
+     * state a block keeps to itself share one region of the arenas with every
+     * other block's, so forward keeps only the blocks' inputs and outputs, and
+     * backward recomputes each block's forward just before its backward
+     * (`recomputing` is set then: a layer with side effects, batch-norm's
+     * running statistics, skips them). Gradients are the same bits. */
+    int cur_block, n_blocks;
+    bool checkpointing, recomputing;
+    int64_t region_act_count, region_grad_count; /* floats of the shared regions (0 without) */
     bool finalized;
     bool params_only; /* finalize lays out parameters but allocates no activations */
     /* run state read by layers */
@@ -179,6 +191,10 @@ st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *s
  * output requires a gradient when any input or parameter does. */
 st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *in, int n_in,
                         st_tensor *const *params, int n_params, st_tensor *out, st_node **node);
+
+/* Bracket the nodes of one block (see `checkpointing`). Blocks do not nest. */
+void st_graph_block_begin(st_graph *g);
+void st_graph_block_end(st_graph *g);
 
 /* Lay out memory. The first graph built on a st_params also lays out (and
  * allocates) the parameter arenas. */

@@ -143,6 +143,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->data.num_workers = st_loader_auto_workers(s->threads);
         st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
+    if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
+        snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "off");
+        st_config_mark_auto(c, "train.activation_checkpointing",
+                            "off: recomputing costs a forward pass and nothing here asks for the memory");
+    }
     if (strcmp(c->precision, "auto") == 0) {
         snprintf(c->precision, sizeof c->precision, "fp32");
         st_config_mark_auto(c, "precision", "fp32 on the CPU");

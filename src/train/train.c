@@ -39,6 +39,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
         cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
+        cJSON_AddNumberToObject(o, "activation_mib", r->activation_mib);
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -102,6 +103,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         goto fail;
     }
     ST_GOTO(st_model_graph_build(m, mb, &mg));
+    r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
+    if (!opts->quiet && ses->rank == 0)
+        fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
+                r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
     st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size};
