@@ -127,7 +127,8 @@ const st_cfg_key st_cfg_keys[] = {
            "progress bar; auto = on a terminal"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
-    K_BOOL("log.tensorboard", log.tensorboard, "false", "also write TensorBoard event files"),
+    K_BOOL("log.tensorboard", log.tensorboard, "false",
+           "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, out_dir/events.out.tfevents.*"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");

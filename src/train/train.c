@@ -135,7 +135,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_fail_context(s, "train.out_dir: ");
             goto fail;
         }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
     }
     if (dist) {
         st_comm_set_step(ses->comm, 0);
