@@ -221,38 +221,3 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     *has_accuracy = d->kind == ST_DATA_IMAGES;
     return ST_OK;
 }
-
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total) {
-    p->out = out;
-    p->total = total;
-    p->t0 = st_now();
-    p->silent = strcmp(mode, "silent") == 0;
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
-}
-
-void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
-                      const char *unit, bool force_line) {
-    if (p->silent) return;
-    double el = st_now() - p->t0;
-    double eta = step > 0 ? el / (double)step * (double)(p->total - step) : 0;
-    int em = (int)(eta / 60), es = (int)eta % 60;
-    if (p->bar) {
-        const int width = 24;
-        int fill = p->total ? (int)((double)width * (double)step / (double)p->total) : width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(p->out, "\r[%s] %lld/%lld loss %.4f lr %.2e %.0f %s eta %d:%02d  ", bar, (long long)step,
-                (long long)p->total, loss, lr, rate, unit, em, es);
-        fflush(p->out);
-        return;
-    }
-    if (!force_line) return;
-    fprintf(p->out, "step %lld/%lld | loss %.4f | lr %.2e | %.0f %s | eta %d:%02d\n", (long long)step,
-            (long long)p->total, loss, lr, rate, unit, em, es);
-    fflush(p->out);
-}
-
-void st_progress_end(st_progress *p) {
-    if (p->bar) fputc('\n', p->out);
-}

@@ -190,7 +190,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_loader_init(&ses->train, smp, &lo, &ld));
     double wait_total = 0;
     st_progress prog;
-    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, steps);
+    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
