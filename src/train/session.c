@@ -39,6 +39,18 @@ static void setup_threads(st_session *s) {
     openblas_set_num_threads(s->threads);
 }
 
+/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
+static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
+                             st_dataset *out) {
+    if (strcmp(c->data.type, "npy") != 0) return st_dataset_open_images(inputs, labels, out);
+    /* model.num_classes auto (-1): the labels' own range */
+    st_status s = st_dataset_open_npy(inputs, labels, c->model.num_classes, out);
+    if (s != ST_OK)
+        st_fail_context(s, "data.type npy (%s and %s_labels, a pair of .npy files written by numpy.save): ", key,
+                        key);
+    return s;
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0;
@@ -55,11 +67,11 @@ static st_status open_data(st_session *s, bool eval_only) {
     }
     /* Images are normalised with the training set's statistics, so evaluation
      * reads the training set's stats too (cheap next to a run). */
-    ST_TRY(st_dataset_open_images(c->data.train, c->data.train_labels, &s->train));
+    ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
     if (c->data.val[0]) {
-        ST_TRY(st_dataset_open_images(c->data.val, c->data.val_labels, &s->val));
+        ST_TRY(open_images(c, c->data.val, c->data.val_labels, "data.val", &s->val));
         s->has_val = true;
         s->val.mean = s->train.mean;
         s->val.std = s->train.std;

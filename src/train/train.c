@@ -187,7 +187,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
-    ST_GOTO(st_loader_init(&ses->train, smp, &lo, &ld));
+    lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
+    lo.flip = c->data.augment_flip;
+    lo.aug_seed = seed;
+    if ((s = st_loader_init(&ses->train, smp, &lo, &ld)) != ST_OK) {
+        if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
+        goto fail;
+    }
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
