@@ -52,7 +52,7 @@ typedef struct st_config {
         int64_t num_classes;     /* mlp/cnn; auto: from the data          default auto */
     } model;
     struct {
-        char type[ST_CFG_STR];         /* idx | tokens                    default idx */
+        char type[ST_CFG_STR];         /* idx | npy | tokens              default idx */
         char train[ST_CFG_STR];        /* images (idx) or token file      default Fashion-MNIST train images */
         char train_labels[ST_CFG_STR]; /* idx labels                      default Fashion-MNIST train labels */
         char val[ST_CFG_STR];          /* "" = no evaluation              default Fashion-MNIST test images */
@@ -60,6 +60,8 @@ typedef struct st_config {
         bool shuffle;                  /*                                 default true */
         bool drop_last;                /* drop the last partial batch     default true */
         int64_t num_workers;           /* loader threads; auto = 1        default auto */
+        int64_t augment_crop_pad;      /* random crop padding; 0 = off    default 0 */
+        bool augment_flip;             /* random horizontal flip          default false */
     } data;
     struct {
         int64_t steps;            /* optimizer steps; auto = epochs over the data  default auto */
@@ -100,6 +102,8 @@ typedef struct st_config {
         char progress[ST_CFG_STR]; /* auto | on | off (auto: on a terminal) default auto */
         bool tensorboard;          /*                                  default false */
         double peak_gflops;        /* per rank, for mfu; < 0 = auto (measured) default auto */
+        bool trace;                /* write out_dir/trace.json         default false */
+        st_int_list trace_steps;   /* [first, last] traced steps       default [2, 6] */
     } log;
 
     char path[ST_CFG_STR]; /* the file it was read from, "" for defaults only */

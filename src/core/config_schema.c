@@ -59,20 +59,26 @@ const st_cfg_key st_cfg_keys[] = {
     K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
            "mlp/cnn: output classes; auto = from the training labels"),
 
-    K_ENUM("data.type", data.type, "idx", VALUES("idx", "tokens"),
-           "dataset format: idx (MNIST family, gzip or raw) or tokens (token shards)"),
+    K_ENUM("data.type", data.type, "idx", VALUES("idx", "npy", "tokens"),
+           "dataset format: idx (MNIST family, gzip or raw), npy (a pair of NumPy .npy files: inputs (n, h, w[, c]) "
+           "or (n, d) as uint8, float32 or float64, and labels (n,) as uint8, int32 or int64) or tokens (token shards)"),
     K_STR("data.train", data.train, FMNIST "train-images-idx3-ubyte.gz",
-          "training images (idx) or token file"),
+          "training images (idx), inputs (npy) or token file"),
     K_STR("data.train_labels", data.train_labels, FMNIST "train-labels-idx1-ubyte.gz",
-          "idx: training labels"),
+          "idx, npy: training labels"),
     K_STR("data.val", data.val, FMNIST "t10k-images-idx3-ubyte.gz",
-          "validation images (idx) or token file; \"\" = no evaluation"),
-    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx: validation labels"),
+          "validation images (idx), inputs (npy) or token file; \"\" = no evaluation"),
+    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx, npy: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
     K_AUTO("data.num_workers", data.num_workers, 0, 256,
            "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
+    K_INT("data.augment_crop_pad", data.augment_crop_pad, "0", 0, 1024,
+          "images, training only: random crop to the same size after zero padding of this many pixels on each side "
+          "(torchvision RandomCrop(padding)); drawn from (train.seed, epoch, sample) in the loader threads; 0 = off"),
+    K_BOOL("data.augment_flip", data.augment_flip, "false",
+           "images, training only: random horizontal flip with probability 1/2, drawn like the crop"),
 
     K_AUTO("train.steps", train.steps, 1, NOMAX,
            "optimizer steps; auto = train.epochs over the training set"),
@@ -131,7 +137,14 @@ const st_cfg_key st_cfg_keys[] = {
            "progress bar; auto = on a terminal"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
-    K_BOOL("log.tensorboard", log.tensorboard, "false", "also write TensorBoard event files"),
+    K_BOOL("log.tensorboard", log.tensorboard, "false",
+           "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, out_dir/events.out.tfevents.*"),
+    K_BOOL("log.trace", log.trace, "false",
+           "profiler trace: rank 0 writes out_dir/trace.json (Chrome trace format, opens in Perfetto) for the steps of "
+           "log.trace_steps, one track per rank: step, data wait, forward and backward of each layer, bucket "
+           "all-reduces, optimizer, checkpoint"),
+    K_LIST("log.trace_steps", log.trace_steps, "[2, 6]", 1, NOMAX,
+           "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets both keys"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");

@@ -429,8 +429,10 @@ st_status st_graph_finalize(st_graph *g) {
 st_status st_graph_forward(st_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         st_node *n = &g->nodes[i];
+        if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
         st_status s = n->ops->forward(n, g);
         if (s != ST_OK) return s;
+        if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     }
     return ST_OK;
 }
@@ -460,8 +462,10 @@ st_status st_graph_backward(st_graph *g, float seed) {
         if (g->checkpointing && n->block >= 0 && (i == g->n_nodes - 1 || g->nodes[i + 1].block != n->block))
             ST_TRY(recompute_block(g, i));
         if (n->out->requires_grad) {
+            if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
             st_status s = n->ops->backward(n, g);
             if (s != ST_OK) return s;
+            if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }
         if (g->backward_hook) {
             st_status s = g->backward_hook(g->backward_hook_ctx, i);

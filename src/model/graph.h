@@ -159,6 +159,11 @@ struct st_graph {
      * error stops the walk. NULL (the default): nothing is called. */
     st_status (*backward_hook)(void *ctx, int node);
     void *backward_hook_ctx;
+    /* Called before (end false) and after (end true) each node's forward and
+     * backward, when set: the profiler trace times layers with it. NULL (the
+     * default): one untaken branch per node. */
+    void (*node_hook)(void *ctx, const st_node *n, bool backward, bool end);
+    void *node_hook_ctx;
 };
 
 /* --- parameters ---------------------------------------------------------- */

@@ -62,7 +62,8 @@ void st_ddp_free(st_ddp *d) {
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
-    if (d->t_first_start == 0) d->t_first_start = st_now();
+    b->t_start = st_now();
+    if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
     float *g = d->p->grad + b->offset;
     return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
@@ -91,9 +92,12 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     d->t_backward_end = st_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
-    for (int i = 0; i < d->n_buckets; i++)
+    for (int i = 0; i < d->n_buckets; i++) {
         ST_TRY(st_comm_wait(&d->b[i].req));
+        st_trace_add(d->trace, ST_TRACE_TID_BUCKET + i, "comm", d->b[i].name, d->b[i].t_start, st_now());
+    }
     double t_done = st_now();
+    st_trace_add(d->trace, ST_TRACE_TID_STEP, "comm", "all-reduce wait", d->t_backward_end, t_done);
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;
     d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;

@@ -19,11 +19,13 @@
 
 #include "comm/comm.h"
 #include "model/graph.h"
+#include "trace.h"
 
 typedef struct st_ddp_bucket {
     int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
     int ready_at;          /* backward may start it after this node (the earliest user of its params) */
     bool started;
+    double t_start; /* st_now() when its all-reduce started (for the trace) */
     st_comm_req *req;
     char name[32]; /* "grad bucket 3": the same on every rank and every step */
 } st_ddp_bucket;
@@ -38,6 +40,7 @@ typedef struct st_ddp {
     double t_first_start, t_backward_end;
     double wait_s, hidden_s, span_s;
     int64_t syncs;
+    st_trace *trace; /* NULL, or where bucket all-reduces and the wait are recorded */
 } st_ddp;
 
 /* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb. */

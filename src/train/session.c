@@ -39,6 +39,18 @@ static void setup_threads(st_session *s) {
     openblas_set_num_threads(s->threads);
 }
 
+/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
+static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
+                             st_dataset *out) {
+    if (strcmp(c->data.type, "npy") != 0) return st_dataset_open_images(inputs, labels, out);
+    /* model.num_classes auto (-1): the labels' own range */
+    st_status s = st_dataset_open_npy(inputs, labels, c->model.num_classes, out);
+    if (s != ST_OK)
+        st_fail_context(s, "data.type npy (%s and %s_labels, a pair of .npy files written by numpy.save): ", key,
+                        key);
+    return s;
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0;
@@ -55,11 +67,11 @@ static st_status open_data(st_session *s, bool eval_only) {
     }
     /* Images are normalised with the training set's statistics, so evaluation
      * reads the training set's stats too (cheap next to a run). */
-    ST_TRY(st_dataset_open_images(c->data.train, c->data.train_labels, &s->train));
+    ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
     if (c->data.val[0]) {
-        ST_TRY(st_dataset_open_images(c->data.val, c->data.val_labels, &s->val));
+        ST_TRY(open_images(c, c->data.val, c->data.val_labels, "data.val", &s->val));
         s->has_val = true;
         s->val.mean = s->train.mean;
         s->val.std = s->train.std;
@@ -225,39 +237,4 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     *accuracy = valid ? (double)correct / (double)valid : 0.0;
     *has_accuracy = d->kind == ST_DATA_IMAGES;
     return ST_OK;
-}
-
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total) {
-    p->out = out;
-    p->total = total;
-    p->t0 = st_now();
-    p->silent = strcmp(mode, "silent") == 0;
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
-}
-
-void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
-                      const char *unit, bool force_line) {
-    if (p->silent) return;
-    double el = st_now() - p->t0;
-    double eta = step > 0 ? el / (double)step * (double)(p->total - step) : 0;
-    int em = (int)(eta / 60), es = (int)eta % 60;
-    if (p->bar) {
-        const int width = 24;
-        int fill = p->total ? (int)((double)width * (double)step / (double)p->total) : width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(p->out, "\r[%s] %lld/%lld loss %.4f lr %.2e %.0f %s eta %d:%02d  ", bar, (long long)step,
-                (long long)p->total, loss, lr, rate, unit, em, es);
-        fflush(p->out);
-        return;
-    }
-    if (!force_line) return;
-    fprintf(p->out, "step %lld/%lld | loss %.4f | lr %.2e | %.0f %s | eta %d:%02d\n", (long long)step,
-            (long long)p->total, loss, lr, rate, unit, em, es);
-    fflush(p->out);
-}
-
-void st_progress_end(st_progress *p) {
-    if (p->bar) fputc('\n', p->out);
 }

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "optim/optim.h"
 #include "session.h"
+#include "trace.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -82,6 +83,19 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     return ST_OK;
 }
 
+/* Every rank, after the last traced step: gather the events; rank 0 writes trace.json. */
+static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog) {
+    const bool mine = ses->rank == 0 && opts->save;
+    ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
+    if (mine && !opts->quiet) {
+        st_progress_end(prog);
+        fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)tr->first,
+                (long long)tr->last, ses->cfg->train.out_dir);
+        fflush(ses->out);
+    }
+    return ST_OK;
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -95,6 +109,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_sampler *smp = NULL;
     st_loader *ld = NULL;
     st_ddp ddp = {0};
+    st_trace tr = {0}, *trace = NULL;
     const bool dist = ses->world > 1;
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
@@ -140,7 +155,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_fail_context(s, "train.out_dir: ");
             goto fail;
         }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
     }
     if (dist) {
         st_comm_set_step(ses->comm, 0);
@@ -152,6 +167,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
         r->ranks = ses->world;
         r->grad_buckets = ddp.n_buckets;
+    }
+    if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
+        if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
+        ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));
+        trace = &tr;
+        mg.g.node_hook = st_trace_node;
+        mg.g.node_hook_ctx = trace;
+        ddp.trace = trace;
     }
 
     st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
@@ -169,10 +192,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
-    ST_GOTO(st_loader_init(&ses->train, smp, &lo, &ld));
+    lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
+    lo.flip = c->data.augment_flip;
+    lo.aug_seed = seed;
+    if ((s = st_loader_init(&ses->train, smp, &lo, &ld)) != ST_OK) {
+        if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
+        goto fail;
+    }
     double wait_total = 0;
     st_progress prog;
-    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, steps);
+    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -183,13 +212,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     bool stopped = false;
     r->steps = start;
     for (int64_t step = start; step < steps; step++) {
-        double t0 = st_now();
+        double t0 = st_now(), tt;
+        st_trace_step(trace, step + 1);
         if (dist) st_comm_set_step(ses->comm, step + 1);
         memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
             st_batch *b;
+            tt = st_now();
             ST_GOTO(st_loader_next(ld, &b));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "data", "data wait", tt, st_now());
             wait_total += b->wait_s;
             memcpy(lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x, b->x_nbytes);
             memcpy(mg.y->idata, b->y, b->y_nbytes);
@@ -198,11 +230,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
              * (r * accum + k)-th of the step, as for 1 rank accumulating. */
             const uint64_t j = (uint64_t)((step * ses->world + ses->rank) * accum + k);
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
+            tt = st_now();
             ST_GOTO(st_graph_forward(&mg.g));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "forward", tt, st_now());
             step_loss += mg.loss->data[0] / (double)accum;
             /* Gradients are all-reduced only after the last micro-step. */
             if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
+            tt = st_now();
             ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
             if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
         }
         if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
@@ -217,12 +253,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
+        tt = st_now();
         /* The norm before clipping: needed when clipping, else only for a logged line. */
         if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
         if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
             st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
         double lr = st_lr_at(c, step, steps);
         st_optim_step(&opt, &m->params, lr);
+        st_trace_add(trace, ST_TRACE_TID_STEP, "optim", "optimizer", tt, st_now());
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
         if (step == start) r->first_loss = step_loss;
@@ -273,7 +311,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
             step + 1 < steps) {
             st_progress_end(&prog);
+            tt = st_now();
             ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "eval", "eval", tt, st_now());
         }
         /* A stop asked of any rank stops every rank after the same step. */
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
@@ -283,11 +323,20 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && opts->save && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
             ck.pos = st_loader_position(ld);
+            tt = st_now();
             ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint", tt, st_now());
             if (!opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                 fflush(ses->out);
             }
+        }
+        if (trace) {
+            char name[48];
+            snprintf(name, sizeof name, "step %lld", (long long)step + 1);
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", name, t0, st_now());
+            if (!tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
+                ST_GOTO(write_trace(ses, opts, &tr, &prog));
         }
         if (stopped) break;
     }
@@ -315,6 +364,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
+    mg.g.node_hook = NULL;
+    st_trace_free(&tr);
     st_ddp_free(&ddp);
     st_loader_free(ld); /* the loader before its sampler */
     st_sampler_free(smp);
