@@ -216,6 +216,10 @@ static st_status layout_params(st_params *p) {
     p->arena_count = align_up(pc);
     p->buffer_count = bc;
     p->n_params = n_params;
+    if (p->layout_only) { /* the planner's model: sizes without memory */
+        p->frozen = true;
+        return ST_OK;
+    }
     p->data = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
     p->grad = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
     p->buffers = bc ? st_alloc_aligned((size_t)bc * sizeof(float)) : NULL;
@@ -243,11 +247,6 @@ st_status st_graph_finalize(st_graph *g) {
     else if (g->params->cursor != g->params->n)
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
-    if (g->params_only) {
-        g->finalized = true;
-        return ST_OK;
-    }
-
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
@@ -268,6 +267,11 @@ st_status st_graph_finalize(st_graph *g) {
     g->grad_count = gc;
     g->int_count = ic;
     g->work_count = wc;
+    if (g->params_only) { /* sizes only: what the memory model reads */
+        g->saved_count = ac; /* as below: saved state ends the activation arena */
+        g->finalized = true;
+        return ST_OK;
+    }
     g->act_arena = st_alloc_aligned((size_t)(ac ? ac : 1) * sizeof(float));
     g->grad_arena = st_alloc_aligned((size_t)(gc ? gc : 1) * sizeof(float));
     g->int_arena = st_alloc_aligned((size_t)(ic ? ic : 1) * sizeof(int32_t));

@@ -113,6 +113,7 @@ typedef struct st_params {
     int64_t arena_count, buffer_count;
     float *data, *grad, *buffers;
     bool frozen; /* layout done: later builds must declare the same tensors */
+    bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
     int cursor;  /* next expected declaration during a rebuild */
 } st_params;
 
@@ -127,7 +128,8 @@ struct st_graph {
     int32_t *int_arena;
     int64_t act_count, grad_count, int_count, work_count, saved_count;
     bool finalized;
-    bool params_only; /* finalize lays out parameters but allocates no activations */
+    bool params_only; /* finalize lays out parameters and counts activations (act_count, grad_count,
+                         int_count, work_count, saved_count) but allocates none */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */

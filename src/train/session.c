@@ -11,6 +11,7 @@
 
 #include "core/blas.h"
 #include "data/loader.h"
+#include "hw/planner.h"
 #include "layers/layers.h"
 
 double st_now(void) {
@@ -72,6 +73,43 @@ static st_status open_data(st_session *s, bool eval_only) {
     return ST_OK;
 }
 
+/* The planner's choices for the values left `auto` (micro-batch, precision,
+ * strategy) on this machine: this build trains on the CPU, whose memory
+ * available is shared by the node's ranks. An explicit value that the memory
+ * model predicts will not fit is kept, with a warning from rank 0. */
+static st_status autoconfigure(st_session *s, const st_model_input *mi) {
+    st_config *c = s->cfg;
+    st_plan_input pi = {0};
+    pi.cfg = c;
+    pi.seq_len = mi->seq_len;
+    const st_dataset *d = s->has_train ? &s->train : &s->val;
+    pi.sample_in_bytes = 4 * st_dataset_input_count(d);
+    pi.sample_out_bytes = 4 * st_dataset_target_count(d);
+    pi.has_eval = s->has_val;
+    pi.cores_per_rank = s->threads;
+    /* the data is already loaded, so MemAvailable no longer counts it */
+    st_hw_info h;
+    ST_TRY(st_hw_probe_host(&h));
+    st_hw_config hw = {.per_node = st_comm_local_size(s->comm), .nodes = 1};
+    snprintf(hw.label, sizeof hw.label, "this machine");
+    st_device_local(&h, 0, &hw.dev);
+    if (hw.per_node < 1) hw.per_node = 1;
+    hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
+    ST_TRY(st_model_create_layout(c, mi, &pi.model));
+    st_plan *p = malloc(sizeof *p);
+    st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
+    st_model_free(pi.model);
+    if (st != ST_OK) {
+        free(p);
+        return st;
+    }
+    if (p->ok) st_plan_apply(p, c);
+    if (s->rank == 0 && p->ok && p->warning[0])
+        fprintf(stderr, "scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
+    free(p);
+    return ST_OK;
+}
+
 static st_status plan(st_session *s, st_model_input *in) {
     st_config *c = s->cfg;
     char why[128];
@@ -109,15 +147,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->channels = d->c;
         in->num_classes = c->model.num_classes;
     }
-    if (c->train.micro_batch_size == ST_AUTO) {
-        if (c->train.batch_size % s->world != 0)
-            return st_fail(ST_ERR_CONFIG,
-                           "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
-                           (long long)c->train.batch_size, s->world, s->world);
-        c->train.micro_batch_size = c->train.batch_size / s->world;
-        st_config_mark_auto(c, "train.micro_batch_size",
-                            s->world > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
-    }
+    if (c->train.batch_size % s->world != 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
+                       (long long)c->train.batch_size, s->world, s->world);
+    ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
@@ -143,10 +177,7 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->data.num_workers = st_loader_auto_workers(s->threads);
         st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
-    if (strcmp(c->precision, "auto") == 0) {
-        snprintf(c->precision, sizeof c->precision, "fp32");
-        st_config_mark_auto(c, "precision", "fp32 on the CPU");
-    } else if (strcmp(c->precision, "fp32") != 0) {
+    if (strcmp(c->precision, "fp32") != 0) {
         return st_fail(ST_ERR_UNSUPPORTED, "precision %s is not available in this build yet; use fp32 or auto",
                        c->precision);
     }
