@@ -190,7 +190,7 @@ int st_cmd_plan(int argc, char **argv) {
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
         if (strcmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
-        if (nodes > 0 && !strchr(strchr(item, 'x') ? strchr(item, 'x') + 1 : "", 'x')) hw.nodes = nodes;
+        if (nodes > 0 && !hw.nodes_given) hw.nodes = nodes;
         ST_GOTO(st_plan_make(&in, &hw, &plans[i]));
     }
     st_model_graph mg;

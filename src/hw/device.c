@@ -132,6 +132,7 @@ st_status st_hw_config_parse(const char *spec, const st_device *local, const st_
     if (sscanf(spec, "%ldx%ldx%n", &a, &b, &used) == 2 && used > 0) {
         out->nodes = (int)a;
         out->per_node = (int)b;
+        out->nodes_given = true;
         name = spec + used;
     } else if (sscanf(spec, "%ldx%n", &a, &used) == 1 && used > 0) {
         out->per_node = (int)a;

@@ -38,6 +38,7 @@ typedef struct st_hw_config {
     char label[64]; /* as written: "8xH100", "cpu" */
     st_device dev;
     int per_node, nodes;
+    bool nodes_given; /* the spec named the nodes ("2x8xH100") */
 } st_hw_config;
 
 /* The preset called `name` (case-insensitive; aliases such as "H100" for

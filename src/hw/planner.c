@@ -9,6 +9,13 @@
 
 #define GIB (1024.0 * 1024 * 1024)
 
+/* "1.5 GiB", "310 MiB" */
+static const char *human(double bytes, char *buf, size_t n) {
+    if (bytes >= GIB) snprintf(buf, n, "%.1f GiB", bytes / GIB);
+    else snprintf(buf, n, "%.0f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
 static int64_t mem_limit(const st_hw_config *hw) {
     const st_device *d = &hw->dev;
     if (d->gpu) return (int64_t)(0.9 * (double)d->mem_bytes - GIB);
@@ -72,16 +79,18 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     st_mem m;
     snprintf(p->strategy, sizeof p->strategy, "ddp");
     ST_TRY(mem_at(in, p, 1, &m));
+    char b1[32], b2[32];
     if (m.total <= p->mem_limit) {
-        snprintf(p->strategy_why, sizeof p->strategy_why, "ddp: model states %.2f GiB fit with a sample",
-                 (double)(m.params + m.grads + m.optim) / GIB);
+        snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and a sample fit in %s",
+                 human((double)(m.params + m.grads + m.optim), b1, sizeof b1), human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
     if (p->ranks > 1) {
         snprintf(p->strategy, sizeof p->strategy, "zero2");
         ST_TRY(mem_at(in, p, 1, &m));
         if (m.total <= p->mem_limit) {
-            snprintf(p->strategy_why, sizeof p->strategy_why, "zero2: DDP's model states do not fit");
+            snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and a sample do not fit in %s",
+                     human((double)p->mem_limit, b2, sizeof b2));
             return ST_OK;
         }
     }
@@ -127,11 +136,13 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
                 break;
             }
         }
+        char b[32];
         if (p->micro == per_rank)
-            snprintf(p->micro_why, sizeof p->micro_why, "%s", n > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
+            snprintf(p->micro_why, sizeof p->micro_why, "%s",
+                     n > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
         else
-            snprintf(p->micro_why, sizeof p->micro_why, "the largest divisor of %lld samples per rank that fits %.1f GiB",
-                     (long long)per_rank, (double)p->mem_limit / GIB);
+            snprintf(p->micro_why, sizeof p->micro_why, "the largest divisor of %lld samples per rank that fits %s",
+                     (long long)per_rank, human((double)p->mem_limit, b, sizeof b));
     }
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
