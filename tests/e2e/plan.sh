@@ -41,4 +41,13 @@ grep -q "does not fit" "$tmp/big.txt"
 # an unknown name: exit 1, the known ones listed
 if "$bin" plan --hw 4xV100 2>"$tmp/err.txt"; then echo "unknown hardware accepted"; exit 1; fi
 grep -q "known: L40S, A100-40GB" "$tmp/err.txt"
+# a run's auto values come from the planner, each with its reason
+head -c 20000 /dev/urandom | base64 >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/tok.bin" "$tmp/text.txt" >/dev/null
+"$bin" train --set model.type=gpt --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
+    --set model.block_size=32 --set data.type=tokens --set data.train="$tmp/tok.bin" --set data.val= \
+    --set train.batch_size=8 --set train.steps=2 --set train.out_dir="$tmp/run" --set log.progress=off >"$tmp/train.txt"
+grep -Eq "micro_batch_size: +8 +# auto: the whole batch on one rank" "$tmp/train.txt"
+grep -Eq "strategy: +ddp +# auto: model states \(.*\) and a sample fit in" "$tmp/train.txt"
+grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
 echo "plan e2e ok"
