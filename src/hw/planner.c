@@ -70,34 +70,40 @@ static st_status mem_at(const st_plan_input *in, st_plan *p, int64_t micro, st_m
     return st_mem_estimate(in->model, micro, &o, m);
 }
 
+/* DDP when the model states and the micro-batch (an explicit one, else a
+ * single sample) fit; else ZeRO-2 when there are ranks to shard over; else
+ * offload. */
 static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     const char *s = in->cfg->dist.strategy;
     if (strcmp(s, "auto") != 0) {
         snprintf(p->strategy, sizeof p->strategy, "%s", s);
         return ST_OK;
     }
+    const int64_t mb = in->cfg->train.micro_batch_size == ST_AUTO ? 1 : in->cfg->train.micro_batch_size;
+    const char *what = mb == 1 ? "a sample" : "the micro-batch";
+    char b1[32], b2[32];
     st_mem m;
     snprintf(p->strategy, sizeof p->strategy, "ddp");
-    ST_TRY(mem_at(in, p, 1, &m));
-    char b1[32], b2[32];
+    ST_TRY(mem_at(in, p, mb, &m));
     if (m.total <= p->mem_limit) {
-        snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and a sample fit in %s",
-                 human((double)(m.params + m.grads + m.optim), b1, sizeof b1), human((double)p->mem_limit, b2, sizeof b2));
+        snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and %s fit in %s",
+                 human((double)(m.params + m.grads + m.optim), b1, sizeof b1), what,
+                 human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
     if (p->ranks > 1) {
         snprintf(p->strategy, sizeof p->strategy, "zero2");
-        ST_TRY(mem_at(in, p, 1, &m));
+        ST_TRY(mem_at(in, p, mb, &m));
         if (m.total <= p->mem_limit) {
-            snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and a sample do not fit in %s",
+            snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and %s do not fit in %s", what,
                      human((double)p->mem_limit, b2, sizeof b2));
             return ST_OK;
         }
     }
     snprintf(p->strategy, sizeof p->strategy, p->ranks > 1 ? "zero2" : "ddp");
     p->offload = true;
-    snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states do not fit%s",
-             p->strategy, p->ranks > 1 ? " even sharded" : "");
+    snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
+             p->strategy, what, p->ranks > 1 ? " even sharded" : "");
     return ST_OK;
 }
 
