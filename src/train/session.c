@@ -103,11 +103,26 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
         free(p);
         return st;
     }
-    if (p->ok) st_plan_apply(p, c);
-    if (s->rank == 0 && p->ok && p->warning[0])
+    /* Ranks read the memory available at slightly different moments: they
+     * agree on the smallest micro-batch (a divisor of the per-rank batch
+     * whenever each one is) and the most sharded strategy. */
+    const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
+    if (p->ok && s->world > 1 && (auto_micro || auto_strategy)) {
+        const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
+        int64_t v[2] = {p->micro, -zero};
+        st = st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        if (st == ST_OK && v[0] != p->micro) {
+            p->micro = v[0];
+            p->accum = c->train.batch_size / (s->world * v[0]);
+            snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
+        }
+        if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+    }
+    if (st == ST_OK && p->ok) st_plan_apply(p, c);
+    if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
         fprintf(stderr, "scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
     free(p);
-    return ST_OK;
+    return st;
 }
 
 static st_status plan(st_session *s, st_model_input *in) {
