@@ -149,6 +149,45 @@ static void test_linear_in_batch(void) {
     st_model_free(m);
 }
 
+/* A layout-only graph counts the same arenas a real graph allocates (the
+ * counting in graph.c's count_arenas mirrors st_graph_finalize). */
+static void test_layout_matches_real(void) {
+    st_config c;
+    st_config_defaults(&c);
+    st_model_input img = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model_input tok = {.vocab_size = 64, .seq_len = 32};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {
+            snprintf(c.model.type, sizeof c.model.type, "gpt");
+            c.model.n_layer = 2;
+            c.model.n_head = 2;
+            c.model.n_embd = 32;
+            c.model.block_size = 32;
+            c.model.dropout = 0.1;
+        }
+        st_model *real = NULL, *plan = NULL;
+        CHECK_OK(st_model_create(&c, k ? &tok : &img, &real));
+        CHECK_OK(st_model_create_layout(&c, k ? &tok : &img, &plan));
+        if (!real || !plan) return;
+        CHECK(real->params.arena_count == plan->params.arena_count &&
+                  real->params.buffer_count == plan->params.buffer_count && plan->params.data == NULL,
+              "params %lld vs %lld", (long long)real->params.arena_count, (long long)plan->params.arena_count);
+        st_model_graph a, b;
+        CHECK_OK(st_model_graph_build(real, 5, &a));
+        CHECK_OK(st_model_graph_layout(plan, 5, &b));
+        CHECK(a.g.act_count == b.g.act_count && a.g.grad_count == b.g.grad_count && a.g.int_count == b.g.int_count &&
+                  a.g.work_count == b.g.work_count && b.g.act_arena == NULL,
+              "%s: act %lld/%lld grad %lld/%lld int %lld/%lld work %lld/%lld", c.model.type,
+              (long long)a.g.act_count, (long long)b.g.act_count, (long long)a.g.grad_count,
+              (long long)b.g.grad_count, (long long)a.g.int_count, (long long)b.g.int_count,
+              (long long)a.g.work_count, (long long)b.g.work_count);
+        st_model_graph_free(&a);
+        st_model_graph_free(&b);
+        st_model_free(real);
+        st_model_free(plan);
+    }
+}
+
 static st_plan plan_for(st_plan_input *in, const char *spec) {
     st_hw_config hw;
     st_plan p;
@@ -295,6 +334,7 @@ int main(void) {
     test_mlp_flops();
     test_zero_formulas();
     test_linear_in_batch();
+    test_layout_matches_real();
     test_table();
     test_too_big();
     test_auto_choices();
