@@ -192,7 +192,10 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->data.num_workers = st_loader_auto_workers(s->threads);
         st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
-    if (strcmp(c->precision, "fp32") != 0) {
+    if (strcmp(c->precision, "auto") == 0) {
+        snprintf(c->precision, sizeof c->precision, "fp32");
+        st_config_mark_auto(c, "precision", "fp32 on the CPU");
+    } else if (strcmp(c->precision, "fp32") != 0) {
         return st_fail(ST_ERR_UNSUPPORTED, "precision %s is not available in this build yet; use fp32 or auto",
                        c->precision);
     }
