@@ -220,7 +220,6 @@ static void count_arenas(st_graph *g) {
     g->grad_count = gc;
     g->int_count = ic;
     g->work_count = wc;
-    g->saved_count = ac; /* as in finalize: saved state ends the activation arena */
 }
 
 static st_status layout_params(st_params *p) {

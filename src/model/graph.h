@@ -128,8 +128,8 @@ struct st_graph {
     int32_t *int_arena;
     int64_t act_count, grad_count, int_count, work_count, saved_count;
     bool finalized;
-    bool params_only; /* finalize lays out parameters and counts activations (act_count, grad_count,
-                         int_count, work_count, saved_count) but allocates none */
+    bool params_only; /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
+                         int_count, work_count) but allocates none */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */
