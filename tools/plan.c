@@ -184,9 +184,11 @@ int st_cmd_plan(int argc, char **argv) {
     char item[64];
     const char *c = hw_list;
     for (int i = 0; i < n; i++) {
+        while (*c == ' ') c++;
         size_t len = strcspn(c, ",");
         snprintf(item, sizeof item, "%.*s", (int)len, c);
         c += len + (c[len] == ',');
+        for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';) item[--e] = '\0';
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
         if (strcmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
