@@ -12,6 +12,7 @@ int st_cmd_train(int argc, char **argv);
 int st_cmd_eval(int argc, char **argv);
 int st_cmd_data(int argc, char **argv);
 int st_cmd_launch(int argc, char **argv);
+int st_cmd_plan(int argc, char **argv);
 
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */

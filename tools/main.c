@@ -15,6 +15,8 @@ static void usage(FILE *f) {
                "                      evaluate saved weights on the validation data\n"
                "  launch -n N [--hosts H1:n1,...] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"
+               "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N] [--json] [--probe]\n"
+               "                      predicted micro-batch, memory and speed per hardware configuration\n"
                "  data tokenize OUT FILE...   byte-level token file from text files\n"
                "  data inspect FILE           what a data or weights file holds\n\n"
                "configuration keys: docs/config.md\n");
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return ST_EXIT_USAGE;

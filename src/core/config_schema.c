@@ -86,7 +86,7 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("train.batch_size", train.batch_size, "128", 1, NOMAX,
           "global batch: samples per optimizer step over all ranks"),
     K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, NOMAX,
-           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = batch_size / ranks"),
+           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = the largest divisor of batch_size / ranks that fits memory (docs/planner.md)"),
     K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
     K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
           "steps between evaluations; 0 = only at the end"),

@@ -221,6 +221,30 @@ st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *
     return ST_OK;
 }
 
+/* The arena sizes st_graph_finalize allocates, for a params-only graph
+ * (the planner's memory model reads them; tests/test_hw.c checks that they
+ * equal a finalised graph's). */
+static void count_arenas(st_graph *g) {
+    int64_t ac = 0, gc = 0, ic = 0, wc = 0;
+    for (int i = 0; i < g->n_acts; i++) {
+        const st_tensor *t = g->acts[i];
+        if (t->dtype == ST_I32) {
+            ic += align_up(t->count);
+            continue;
+        }
+        ac += align_up(t->count);
+        if (t->requires_grad) gc += align_up(t->count);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        ac += align_up(g->nodes[i].saved_count);
+        if (g->nodes[i].work_count > wc) wc = g->nodes[i].work_count;
+    }
+    g->act_count = ac;
+    g->grad_count = gc;
+    g->int_count = ic;
+    g->work_count = wc;
+}
+
 static st_status layout_params(st_params *p) {
     int64_t pc = 0, bc = 0;
     int n_params = 0;
@@ -236,6 +260,13 @@ static st_status layout_params(st_params *p) {
         }
     }
     p->count = pc;
+    if (p->layout_only) { /* the planner's model: sizes without memory */
+        p->arena_count = align_up(pc);
+        p->buffer_count = bc;
+        p->n_params = n_params;
+        p->frozen = true;
+        return ST_OK;
+    }
     p->arena_count = align_up(pc);
     p->buffer_count = bc;
     p->n_params = n_params;
@@ -319,6 +350,7 @@ st_status st_graph_finalize(st_graph *g) {
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
     if (g->params_only) {
+        count_arenas(g);
         g->finalized = true;
         return ST_OK;
     }

@@ -121,6 +121,7 @@ typedef struct st_params {
     int64_t arena_count, buffer_count;
     float *data, *grad, *buffers;
     bool frozen; /* layout done: later builds must declare the same tensors */
+    bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
     int cursor;  /* next expected declaration during a rebuild */
 } st_params;
 
@@ -147,7 +148,8 @@ struct st_graph {
     bool checkpointing, recomputing;
     int64_t region_act_count, region_grad_count; /* floats of the shared regions (0 without) */
     bool finalized;
-    bool params_only; /* finalize lays out parameters but allocates no activations */
+    bool params_only; /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
+                         int_count, work_count) but allocates none */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */

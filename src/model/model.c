@@ -159,10 +159,11 @@ void st_model_graph_free(st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
 }
 
-st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
+static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
+    m->params.layout_only = layout_only;
     m->cfg = *cfg;
     m->in = *in;
     const char *t = cfg->model.type;
@@ -189,6 +190,18 @@ st_status st_model_create(const st_config *cfg, const st_model_input *in, st_mod
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;
+}
+
+st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
+    return create(cfg, in, false, out);
+}
+
+st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out) {
+    return create(cfg, in, true, out);
+}
+
+st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {
+    return graph_build(m, batch, true, mg);
 }
 
 void st_model_free(st_model *m) {

@@ -11,6 +11,7 @@
 
 #include "core/blas.h"
 #include "data/loader.h"
+#include "hw/planner.h"
 #include "layers/layers.h"
 
 double st_now(void) {
@@ -84,6 +85,58 @@ static st_status open_data(st_session *s, bool eval_only) {
     return ST_OK;
 }
 
+/* The planner's choices for the values left `auto` (micro-batch, precision,
+ * strategy) on this machine: this build trains on the CPU, whose memory
+ * available is shared by the node's ranks. An explicit value that the memory
+ * model predicts will not fit is kept, with a warning from rank 0. */
+static st_status autoconfigure(st_session *s, const st_model_input *mi) {
+    st_config *c = s->cfg;
+    st_plan_input pi = {0};
+    pi.cfg = c;
+    pi.seq_len = mi->seq_len;
+    const st_dataset *d = s->has_train ? &s->train : &s->val;
+    pi.sample_in_bytes = 4 * st_dataset_input_count(d);
+    pi.sample_out_bytes = 4 * st_dataset_target_count(d);
+    pi.has_eval = s->has_val;
+    pi.cores_per_rank = s->threads;
+    /* the data is already loaded, so MemAvailable no longer counts it */
+    st_hw_info h;
+    ST_TRY(st_hw_probe_host(&h));
+    st_hw_config hw = {.per_node = st_comm_local_size(s->comm), .nodes = 1};
+    snprintf(hw.label, sizeof hw.label, "this machine");
+    st_device_local(&h, 0, &hw.dev);
+    if (hw.per_node < 1) hw.per_node = 1;
+    hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
+    ST_TRY(st_model_create_layout(c, mi, &pi.model));
+    st_plan *p = malloc(sizeof *p);
+    st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
+    st_model_free(pi.model);
+    if (st != ST_OK) {
+        free(p);
+        return st;
+    }
+    /* Ranks read the memory available at slightly different moments: they
+     * agree on the smallest micro-batch (a divisor of the per-rank batch
+     * whenever each one is) and the most sharded strategy. */
+    const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
+    if (p->ok && s->world > 1 && (auto_micro || auto_strategy)) {
+        const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
+        int64_t v[2] = {p->micro, -zero};
+        st = st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        if (st == ST_OK && v[0] != p->micro) {
+            p->micro = v[0];
+            p->accum = c->train.batch_size / (s->world * v[0]);
+            snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
+        }
+        if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+    }
+    if (st == ST_OK && p->ok) st_plan_apply(p, c);
+    if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
+        fprintf(stderr, "scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
+    free(p);
+    return st;
+}
+
 static st_status plan(st_session *s, st_model_input *in) {
     st_config *c = s->cfg;
     char why[128];
@@ -121,15 +174,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->channels = d->c;
         in->num_classes = c->model.num_classes;
     }
-    if (c->train.micro_batch_size == ST_AUTO) {
-        if (c->train.batch_size % s->world != 0)
-            return st_fail(ST_ERR_CONFIG,
-                           "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
-                           (long long)c->train.batch_size, s->world, s->world);
-        c->train.micro_batch_size = c->train.batch_size / s->world;
-        st_config_mark_auto(c, "train.micro_batch_size",
-                            s->world > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
-    }
+    if (c->train.batch_size % s->world != 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
+                       (long long)c->train.batch_size, s->world, s->world);
+    ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
