@@ -221,30 +221,6 @@ st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *
     return ST_OK;
 }
 
-/* The arena sizes st_graph_finalize allocates, for a params-only graph
- * (the planner's memory model reads them; tests/test_hw.c checks that they
- * equal a finalised graph's). */
-static void count_arenas(st_graph *g) {
-    int64_t ac = 0, gc = 0, ic = 0, wc = 0;
-    for (int i = 0; i < g->n_acts; i++) {
-        const st_tensor *t = g->acts[i];
-        if (t->dtype == ST_I32) {
-            ic += align_up(t->count);
-            continue;
-        }
-        ac += align_up(t->count);
-        if (t->requires_grad) gc += align_up(t->count);
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
-        ac += align_up(g->nodes[i].saved_count);
-        if (g->nodes[i].work_count > wc) wc = g->nodes[i].work_count;
-    }
-    g->act_count = ac;
-    g->grad_count = gc;
-    g->int_count = ic;
-    g->work_count = wc;
-}
-
 static st_status layout_params(st_params *p) {
     int64_t pc = 0, bc = 0;
     int n_params = 0;
@@ -349,12 +325,7 @@ st_status st_graph_finalize(st_graph *g) {
     else if (g->params->cursor != g->params->n)
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
-    if (g->params_only) {
-        count_arenas(g);
-        g->finalized = true;
-        return ST_OK;
-    }
-    if (g->dev) ST_TRY(use_device_ops(g));
+    if (g->dev && !g->params_only) ST_TRY(use_device_ops(g));
 
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;
@@ -409,6 +380,11 @@ st_status st_graph_finalize(st_graph *g) {
     g->int_count = ic;
     g->work_count = wc;
     free(region);
+    if (g->params_only) { /* sizes only: the planner's memory model reads them (tests/test_hw.c) */
+        free(aoff), free(goff), free(soff);
+        g->finalized = true;
+        return ST_OK;
+    }
     const size_t abytes = (size_t)ac * sizeof(float), gbytes = (size_t)gc * sizeof(float);
     const size_t ibytes = (size_t)ic * sizeof(int32_t), wbytes = (size_t)wc * sizeof(float);
     st_status s = st_device_alloc(g->dev, abytes, (void **)&g->act_arena);
