@@ -86,6 +86,10 @@ st_cost st_graph_cost(const st_graph *g) {
         t.bwd_flops += c.bwd_flops;
         t.fwd_elems += c.fwd_elems;
         t.bwd_elems += c.bwd_elems;
+        if (g->checkpointing && g->nodes[i].block >= 0) { /* its forward runs again in backward */
+            t.bwd_flops += c.fwd_flops;
+            t.bwd_elems += c.fwd_elems;
+        }
     }
     return t;
 }

@@ -26,7 +26,8 @@ typedef struct st_cost {
 /* The cost of one node (built on a graph, finalised or layout-only). */
 st_cost st_node_cost(const st_node *n);
 /* The sum over a graph's nodes; a node whose output needs no gradient has no
- * backward (st_graph_backward skips it). */
+ * backward (st_graph_backward skips it); with activation checkpointing, a
+ * node inside a block adds its forward to the backward (the recompute). */
 st_cost st_graph_cost(const st_graph *g);
 
 #endif
