@@ -178,6 +178,11 @@ st_status st_model_create(const st_config *cfg, const st_model_input *in, st_mod
         return s;
     }
     st_model_graph_free(&probe);
+    s = st_params_set_precision(&m->params, st_precision_from_name(cfg->precision));
+    if (s != ST_OK) {
+        st_model_free(m);
+        return s;
+    }
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;

@@ -200,5 +200,6 @@ st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro
     ST_TRY(st_comm_broadcast_sync(comm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
     if (p->buffer_count)
         ST_TRY(st_comm_broadcast_sync(comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+    st_params_touch(p);
     return ST_OK;
 }
