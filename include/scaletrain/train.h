@@ -43,6 +43,11 @@ typedef struct st_run_result {
     double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
                                     the part that lay behind backward */
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
+    /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
+     * skipped for an overflow (over the whole run, a resumed one included) */
+    bool has_loss_scale;
+    double loss_scale;
+    int64_t skipped_steps;
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

@@ -73,33 +73,62 @@ static inline float st_f16_to_f32(uint16_t h) {
     return st_bits_f32(sign | st_f32_bits((float)em * 0x1p-24f));                     /* subnormal, 0 */
 }
 
-static inline float st_round_bf16(float f) { return st_bf16_to_f32(st_f32_to_bf16(f)); }
-static inline float st_round_f16(float f) { return st_f16_to_f32(st_f32_to_f16(f)); }
+/* round(f) = from_16(to_16(f)), written without branches so that the array
+ * loops below vectorise (test_half checks them against the bit forms). */
+static inline float st_round_bf16(float f) {
+    const uint32_t u = st_f32_bits(f);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t q = (u | 0x00400000u) & 0xffff0000u; /* quiet NaN */
+    return st_bits_f32((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+static inline float st_round_f16(float f) {
+    const uint32_t u = st_f32_bits(f), sign = u & 0x80000000u, ax = u ^ sign;
+    /* (a + c) - c with c = 2^(E+13) for a in [2^E, 2^(E+1)) rounds a to the
+     * 10-bit fp16 mantissa, ties to even, in the FPU; below 2^-14 E is held at
+     * -14, which gives fp16's fixed subnormal step 2^-24. */
+    const uint32_t e = (ax & 0x7f800000u) < 0x38800000u ? 0x38800000u : (ax & 0x7f800000u);
+    const float c = st_bits_f32(e + (13u << 23));
+    uint32_t r = st_f32_bits((st_bits_f32(ax) + c) - c);
+    r = r > 0x477fe000u ? 0x7f800000u : r; /* above 65504 (a tie at 65520 rounds to 65536): Inf */
+    r = ax >= 0x47800000u ? (ax > 0x7f800000u ? 0x7fc00000u : 0x7f800000u) : r; /* >= 65536, Inf, NaN */
+    return st_bits_f32(r | sign);
+}
+
+/* Arrays: threads above ST_HALF_PAR elements, each over blocks whose inner
+ * loop the compiler vectorises (an `omp parallel for simd` over these bodies
+ * stays scalar with GCC 12). */
+#define ST_HALF_PAR (1 << 20)
+#define ST_HALF_BLOCK 8192
 
 /* Round x[0..n) in place to the precision's values (fp32: nothing). Large
  * arrays are split over the OpenMP threads. */
 static inline void st_round_array(st_precision p, float *x, int64_t n) {
     if (p == ST_PREC_BF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            x[i] = st_round_bf16(x[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                x[i] = st_round_bf16(x[i]);
     } else if (p == ST_PREC_FP16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            x[i] = st_round_f16(x[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                x[i] = st_round_f16(x[i]);
     }
 }
 
 /* dst[i] = round(src[i]) (the compute copy of the parameters). */
 static inline void st_round_copy(st_precision p, float *restrict dst, const float *restrict src, int64_t n) {
     if (p == ST_PREC_BF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_round_bf16(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_round_bf16(src[i]);
     } else if (p == ST_PREC_FP16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_round_f16(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_round_f16(src[i]);
     } else {
         memcpy(dst, src, (size_t)n * sizeof *dst);
     }
@@ -108,25 +137,29 @@ static inline void st_round_copy(st_precision p, float *restrict dst, const floa
 /* 16-bit storage of x[0..n) (bf16 or fp16 bits), and back to float. */
 static inline void st_to_half(st_precision p, uint16_t *restrict dst, const float *restrict src, int64_t n) {
     if (p == ST_PREC_BF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_f32_to_bf16(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_f32_to_bf16(src[i]);
     } else {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_f32_to_f16(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_f32_to_f16(src[i]);
     }
 }
 
 static inline void st_from_half(st_precision p, float *restrict dst, const uint16_t *restrict src, int64_t n) {
     if (p == ST_PREC_BF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_bf16_to_f32(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_bf16_to_f32(src[i]);
     } else {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_f16_to_f32(src[i]);
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+        for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+            for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+                dst[i] = st_f16_to_f32(src[i]);
     }
 }
 

@@ -18,6 +18,7 @@
 #include "layers/layers.h"
 #include "metrics.h"
 #include "optim/optim.h"
+#include "optim/scaler.h"
 #include "session.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -39,6 +40,10 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
         cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
+        if (r->has_loss_scale) {
+            cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
+            cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
+        }
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -94,7 +99,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_sampler *smp = NULL;
     st_loader *ld = NULL;
     st_ddp ddp = {0};
+    st_scaler sc;
     const bool dist = ses->world > 1;
+    st_scaler_init(&sc, strcmp(c->precision, "fp16") == 0, c->optim.loss_scale, c->optim.loss_scale_window);
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
     if (!step_times) {
@@ -104,7 +111,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
-    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size};
+    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size, 0, 0, 0};
     if (opts->resume) {
         char dir[4096];
         bool found;
@@ -123,6 +130,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 fprintf(log, "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                              "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
+                sc.scale = (float)ck.loss_scale;
+                sc.good_steps = ck.scale_good_steps;
+                sc.skipped = ck.skipped_steps;
+            }
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
@@ -197,7 +209,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             step_loss += mg.loss->data[0] / (double)accum;
             /* Gradients are all-reduced only after the last micro-step. */
             if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
-            ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
+            /* fp16: the loss gradient times the loss scale (1 otherwise). */
+            ST_GOTO(st_graph_backward(&mg.g, sc.scale / (float)accum));
             if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
         }
         if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
@@ -212,12 +225,22 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
-        /* The norm before clipping: needed when clipping, else only for a logged line. */
-        if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
-        if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-            st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+        bool skip = false;
+        if (sc.enabled) { /* fp16: an overflow on any rank skips the step on every rank */
+            float inf = st_grad_all_finite(&m->params) ? 0.0f : 1.0f;
+            if (dist)
+                ST_GOTO(st_comm_all_reduce_sync(ses->comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
+            if (inf == 0) st_scaler_unscale(&sc, &m->params); /* by the scale this step used, before the update */
+            skip = st_scaler_update(&sc, inf > 0);
+        }
         double lr = st_lr_at(c, step, steps);
-        st_optim_step(&opt, &m->params, lr);
+        if (!skip) {
+            /* The norm before clipping: needed when clipping, else only for a logged line. */
+            if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
+            if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
+                st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+            st_optim_step(&opt, &m->params, lr);
+        }
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
         if (step == start) r->first_loss = step_loss;
@@ -243,6 +266,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
             ms.data_wait_ms = 1e3 * wait / (double)window_n;
             ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+            ms.skipped_steps = sc.skipped;
+            ms.has_loss_scale = sc.enabled;
+            ms.loss_scale = sc.scale;
             if (dist) {
                 const int64_t syncs = ddp.syncs - win_syncs;
                 const double span = ddp.span_s - win_span;
@@ -278,6 +304,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && opts->save && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
             ck.pos = st_loader_position(ld);
+            ck.loss_scale = sc.enabled ? sc.scale : 0;
+            ck.scale_good_steps = sc.good_steps;
+            ck.skipped_steps = sc.skipped;
             ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
             if (!opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
@@ -296,6 +325,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     qsort(step_times, (size_t)ran, sizeof *step_times, cmp_double);
     r->step_ms_median = ran ? 1e3 * step_times[ran / 2] : 0;
     r->data_wait_s = wait_total;
+    r->has_loss_scale = sc.enabled;
+    r->loss_scale = sc.scale;
+    r->skipped_steps = sc.skipped;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     if (dist && ddp.syncs) {
         r->comm_ms = 1e3 * ddp.wait_s / (double)ddp.syncs;
