@@ -31,6 +31,17 @@ void st_scaler_unscale(const st_scaler *s, st_params *p) {
         g[i] *= inv;
 }
 
+st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip) {
+    *skip = false;
+    if (!s->enabled) return ST_OK;
+    float inf = st_grad_all_finite(p) ? 0.0f : 1.0f;
+    if (comm && st_comm_size(comm) > 1)
+        ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
+    if (inf == 0.0f) st_scaler_unscale(s, p); /* by the scale this step used, before the update */
+    *skip = st_scaler_update(s, inf != 0.0f);
+    return ST_OK;
+}
+
 bool st_scaler_update(st_scaler *s, bool found_inf) {
     if (!s->enabled) return false;
     if (found_inf) {

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "model/graph.h"
 
 typedef struct st_scaler {
@@ -39,5 +40,13 @@ void st_scaler_unscale(const st_scaler *s, st_params *p);
  * Otherwise the clean count grows, and at `window` the scale doubles (unless
  * that would overflow fp32) and the count restarts. */
 bool st_scaler_update(st_scaler *s, bool found_inf);
+
+/* The step's check, after the gradients are final (all-reduced): look for an
+ * Inf or NaN in this rank's gradients, reduce the flag over comm (a MAX
+ * all-reduce named "overflow check"; comm may be NULL or one rank) so every
+ * rank decides alike (ZeRO ranks each hold only a shard), unscale when clean,
+ * then st_scaler_update. *skip: skip the optimizer step. Disabled: *skip is
+ * false and nothing else happens. */
+st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip);
 
 #endif

@@ -225,14 +225,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
-        bool skip = false;
-        if (sc.enabled) { /* fp16: an overflow on any rank skips the step on every rank */
-            float inf = st_grad_all_finite(&m->params) ? 0.0f : 1.0f;
-            if (dist)
-                ST_GOTO(st_comm_all_reduce_sync(ses->comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
-            if (inf == 0) st_scaler_unscale(&sc, &m->params); /* by the scale this step used, before the update */
-            skip = st_scaler_update(&sc, inf > 0);
-        }
+        bool skip; /* fp16: an overflow on any rank skips the step on every rank */
+        ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a logged line. */
