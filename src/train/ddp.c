@@ -58,12 +58,36 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
 void st_ddp_free(st_ddp *d) {
     if (!d) return;
     free(d->b);
+    free(d->half);
     memset(d, 0, sizeof *d);
+}
+
+st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
+    d->grad_dtype = dt;
+    if (dt == ST_PREC_FP32 || d->half) return ST_OK;
+    d->half = malloc((size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half);
+    if (!d->half) return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
+    return ST_OK;
+}
+
+/* 16-bit buckets: the average's division first, in fp32 (a smaller range
+ * for fp16 to hold), one rounding to 16 bits, a 16-bit sum over the ranks. */
+static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
+    float *g = d->p->grad + b->offset; /* (count) */
+    uint16_t *h = d->half + b->offset; /* (count) */
+    const float n = (float)st_comm_size(d->comm);
+    for (int64_t i = 0; i < b->count; i++)
+        g[i] /= n;
+    st_to_half(d->grad_dtype, h, g, b->count);
+    return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
+                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM, b->name,
+                              &b->req);
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     if (d->t_first_start == 0) d->t_first_start = st_now();
     b->started = true;
+    if (d->grad_dtype != ST_PREC_FP32) return start_half(d, b);
     float *g = d->p->grad + b->offset;
     return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
 }
@@ -93,6 +117,9 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
     for (int i = 0; i < d->n_buckets; i++)
         ST_TRY(st_comm_wait(&d->b[i].req));
+    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
+        for (int i = 0; i < d->n_buckets; i++)
+            st_from_half(d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset, d->b[i].count);
     double t_done = st_now();
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;

@@ -157,6 +157,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
+        ST_GOTO(st_ddp_set_grad_dtype(&ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
         r->grad_buckets = ddp.n_buckets;
     }
