@@ -8,7 +8,11 @@
 #     for bit), while a run at the default scale changes them.
 #  3. Resume: 2 skipped steps, a checkpoint, then --resume auto to step 4 ends
 #     with the scale and skip count of the uninterrupted run (state.json
-#     carries the scaler).
+#     carries the scaler). And with clean steps (loss_scale_window 3, so the
+#     scale doubles at step 3, after the resume, only if the clean count was
+#     restored): 2 steps + 2 resumed give the weights and scale of 4 steps in
+#     one run, bit for bit (the fp16 compute copy is rebuilt from the loaded
+#     masters).
 set -uo pipefail
 build=${1:-build}
 bin=$build/scaletrain
@@ -51,6 +55,10 @@ run skip2 2 --set optim.loss_scale=$huge
 run clean2 2
 run resume 2 --set optim.loss_scale=$huge
 run resume 4 --set optim.loss_scale=$huge --resume auto
+steady=(--set optim.loss_scale_window=3 --set optim.schedule=constant)
+run whole4 4 "${steady[@]}"
+run half 2 "${steady[@]}"
+run half 4 "${steady[@]}" --resume auto
 /usr/bin/python3 - "$tmp" <<'PY' || fail "loss scale / skipped steps"
 import json, sys
 tmp = sys.argv[1]
@@ -66,6 +74,8 @@ want("skip4", 4, 2.0 ** 36)
 want("skip2", 2, 2.0 ** 38)
 want("clean2", 0, 65536)
 want("resume", 4, 2.0 ** 36)
+want("whole4", 0, 131072)
+want("half", 0, 131072)
 lines = [json.loads(l) for l in open(f"{tmp}/skip4/metrics.jsonl")]
 steps = [(l["step"], l["skipped_steps"], l["loss_scale"]) for l in lines if "eval" not in l]
 expect = [(s, s, 2.0 ** (40 - s)) for s in range(1, 5)]
@@ -76,6 +86,8 @@ sys.exit(0 if ok else 1)
 PY
 grep -q '"scale"' "$tmp"/resume/ckpt/step-2/state.json || fail "state.json of an fp16 run lacks loss_scale"
 w=tests/py/weights_diff.py
+/usr/bin/python3 $w "$tmp/whole4/model.safetensors" "$tmp/half/model.safetensors" 0 >/dev/null ||
+    fail "fp16: 2 steps + 2 resumed differ from 4 steps in one run"
 /usr/bin/python3 $w "$tmp/skip4/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null ||
     fail "skipped steps changed the weights (4 skipped steps differ from 2)"
 if /usr/bin/python3 $w "$tmp/clean2/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null; then
