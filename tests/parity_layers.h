@@ -142,6 +142,8 @@ fail:
     return s;
 }
 
-static st_status pd_layer_case(pd_ctx *c, pd_layer_fn build) { return pd_layer_case_prec(c, build, ST_PREC_FP32); }
+static st_status pd_layer_case(pd_ctx *c, pd_layer_fn build) {
+    return pd_layer_case_prec(c, build, ST_PREC_FP32);
+}
 
 #endif

@@ -43,17 +43,17 @@ static int unit(void) {
     check_f16(-0.0f, 0x8000);
     check_f16(1.0f, 0x3c00);
     check_f16(65504.0f, 0x7bff);
-    check_f16(65519.99f, 0x7bff);   /* below the midpoint to Inf */
-    check_f16(65520.0f, 0x7c00);    /* the midpoint: ties to even = Inf */
+    check_f16(65519.99f, 0x7bff); /* below the midpoint to Inf */
+    check_f16(65520.0f, 0x7c00);  /* the midpoint: ties to even = Inf */
     check_f16(-1e6f, 0xfc00);
     check_f16(INFINITY, 0x7c00);
-    check_f16(0x1p-24f, 0x0001);    /* the smallest subnormal */
-    check_f16(0x1p-25f, 0x0000);    /* half of it: tie to even 0 */
-    check_f16(0x1.8p-25f, 0x0001);  /* above the tie */
-    check_f16(0x1.8p-24f, 0x0002);  /* 1.5 ulp: tie to even 2 */
-    check_f16(0x1p-14f, 0x0400);    /* the smallest normal */
-    check_f16(0x1.ff8p-15f, 0x03ff); /* the largest subnormal */
-    check_f16(0x1.ffcp-15f, 0x0400); /* above it, a tie: to even, the smallest normal */
+    check_f16(0x1p-24f, 0x0001);        /* the smallest subnormal */
+    check_f16(0x1p-25f, 0x0000);        /* half of it: tie to even 0 */
+    check_f16(0x1.8p-25f, 0x0001);      /* above the tie */
+    check_f16(0x1.8p-24f, 0x0002);      /* 1.5 ulp: tie to even 2 */
+    check_f16(0x1p-14f, 0x0400);        /* the smallest normal */
+    check_f16(0x1.ff8p-15f, 0x03ff);    /* the largest subnormal */
+    check_f16(0x1.ffcp-15f, 0x0400);    /* above it, a tie: to even, the smallest normal */
     check_f16(1.0f + 0x1p-11f, 0x3c00); /* tie to even */
     check_f16(1.0f + 0x3p-11f, 0x3c02);
     CHECK(isnan(st_f16_to_f32(st_f32_to_f16(NAN))), "fp16 NaN");

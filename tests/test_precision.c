@@ -69,8 +69,10 @@ static void run(void (*tweak)(st_config *), const char *prec, float *loss, bool 
     float *masters = malloc((size_t)pa->count * sizeof *masters);
     memcpy(masters, pa->data, (size_t)pa->count * sizeof *masters);
     for (int64_t i = 0; i < mg.x->count; i++) {
-        if (gpt) mg.x->idata[i] = (int32_t)((i * 7) % 64);
-        else mg.x->data[i] = 0.3f * (float)((i * 37) % 11) - 1.1f + 1e-5f * (float)i;
+        if (gpt)
+            mg.x->idata[i] = (int32_t)((i * 7) % 64);
+        else
+            mg.x->data[i] = 0.3f * (float)((i * 37) % 11) - 1.1f + 1e-5f * (float)i;
     }
     for (int64_t i = 0; i < mg.y->count; i++)
         mg.y->idata[i] = (int32_t)((i * 5) % (gpt ? 64 : 10));
@@ -80,7 +82,8 @@ static void run(void (*tweak)(st_config *), const char *prec, float *loss, bool 
     CHECK_OK(st_graph_backward(&mg.g, 1.0f));
     *loss = mg.loss->data[0];
     if (check) {
-        CHECK(memcmp(masters, pa->data, (size_t)pa->count * sizeof *masters) == 0, "%s: masters changed", prec);
+        CHECK(memcmp(masters, pa->data, (size_t)pa->count * sizeof *masters) == 0, "%s: masters changed",
+              prec);
         CHECK(count_not16(p, pa->data, pa->count) > 0, "%s: the masters hold only 16-bit values", prec);
         int64_t bad = 0;
         for (int64_t i = 0; i < pa->count; i++)
@@ -89,17 +92,17 @@ static void run(void (*tweak)(st_config *), const char *prec, float *loss, bool 
         CHECK(bad == 0, "%s: %lld compute-copy values are not the rounded masters", prec, (long long)bad);
         for (int i = 0; i < pa->n; i++)
             if (pa->t[i]->kind == ST_TENSOR_PARAM)
-                CHECK(pa->t[i]->data == pa->data + pa->t[i]->offset, "%s: %s points at the compute copy", prec,
-                      pa->t[i]->name);
+                CHECK(pa->t[i]->data == pa->data + pa->t[i]->offset, "%s: %s points at the compute copy",
+                      prec, pa->t[i]->name);
         for (int i = 0; i < mg.g.n_acts; i++) {
             const st_tensor *t = mg.g.acts[i];
             if (t->dtype != ST_F32) continue;
             if (t != mg.loss)
-                CHECK(count_not16(p, t->data, t->count) == 0, "%s: activation %s holds non-16-bit values", prec,
-                      t->name);
-            if (t->grad && t != mg.loss)
-                CHECK(count_not16(p, t->grad, t->count) == 0, "%s: the gradient of %s holds non-16-bit values",
+                CHECK(count_not16(p, t->data, t->count) == 0, "%s: activation %s holds non-16-bit values",
                       prec, t->name);
+            if (t->grad && t != mg.loss)
+                CHECK(count_not16(p, t->grad, t->count) == 0,
+                      "%s: the gradient of %s holds non-16-bit values", prec, t->name);
         }
         CHECK(count_not16(p, pa->grad, pa->count) > 0, "%s: parameter gradients look rounded", prec);
         /* An optimizer step (here: a change and a touch) refreshes the copy. */

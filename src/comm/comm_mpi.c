@@ -127,14 +127,15 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     void *send = (void *)r->send;
     switch (r->kind) {
     case ST_COMM_KIND_ALL_REDUCE:
-        rc = MPI_Iallreduce(send == r->recv ? MPI_IN_PLACE : send, r->recv, n, t, mpi_op(m, r->op, r->dt), m->data,
-                            &q->data);
+        rc = MPI_Iallreduce(send == r->recv ? MPI_IN_PLACE : send, r->recv, n, t, mpi_op(m, r->op, r->dt),
+                            m->data, &q->data);
         break;
     case ST_COMM_KIND_REDUCE_SCATTER:
         /* MPI's in-place form leaves the shard at the start of the buffer;
          * finish() moves it to rank * count. */
         if (rs_in_place(c, r))
-            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, n, t, mpi_op(m, r->op, r->dt), m->data, &q->data);
+            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, n, t, mpi_op(m, r->op, r->dt), m->data,
+                                           &q->data);
         else
             rc = MPI_Ireduce_scatter_block(send, r->recv, n, t, mpi_op(m, r->op, r->dt), m->data, &q->data);
         break;

@@ -69,8 +69,8 @@ static inline float st_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t em = h & 0x7fffu;
     if (em >= 0x7c00u) return st_bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13)); /* Inf, NaN */
-    if (em >= 0x0400u) return st_bits_f32(sign | ((em << 13) + 0x38000000u));        /* normal */
-    return st_bits_f32(sign | st_f32_bits((float)em * 0x1p-24f));                     /* subnormal, 0 */
+    if (em >= 0x0400u) return st_bits_f32(sign | ((em << 13) + 0x38000000u));          /* normal */
+    return st_bits_f32(sign | st_f32_bits((float)em * 0x1p-24f));                      /* subnormal, 0 */
 }
 
 /* round(f) = from_16(to_16(f)), written without branches so that the array
@@ -149,7 +149,8 @@ static inline void st_to_half(st_precision p, uint16_t *restrict dst, const floa
     }
 }
 
-static inline void st_from_half(st_precision p, float *restrict dst, const uint16_t *restrict src, int64_t n) {
+static inline void st_from_half(st_precision p, float *restrict dst, const uint16_t *restrict src,
+                                int64_t n) {
     if (p == ST_PREC_BF16) {
 #pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
         for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)

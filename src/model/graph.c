@@ -46,7 +46,8 @@ void st_params_init(st_params *p, uint64_t seed) {
 }
 
 st_status st_params_set_precision(st_params *p, st_precision prec) {
-    if (!p->frozen) return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
+    if (!p->frozen)
+        return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
     if (p->on_compute) st_params_use_compute(p, false);
     p->precision = prec;
     if (prec != ST_PREC_FP32 && !p->compute) {

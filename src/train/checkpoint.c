@@ -319,7 +319,8 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
     if (ls) {
         const cJSON *sv = cJSON_GetObjectItemCaseSensitive(ls, "scale");
-        if (!cJSON_IsNumber(sv) || !(sv->valuedouble > 0) || !get_int(ls, "good_steps", &state->scale_good_steps) ||
+        if (!cJSON_IsNumber(sv) || !(sv->valuedouble > 0) ||
+            !get_int(ls, "good_steps", &state->scale_good_steps) ||
             !get_int(ls, "skipped_steps", &state->skipped_steps)) {
             s = st_fail(ST_ERR_FORMAT, "%s: loss_scale malformed (damaged checkpoint)", path);
             goto done;

@@ -66,7 +66,8 @@ st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
     d->grad_dtype = dt;
     if (dt == ST_PREC_FP32 || d->half) return ST_OK;
     d->half = malloc((size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half);
-    if (!d->half) return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
+    if (!d->half)
+        return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
     return ST_OK;
 }
 
@@ -80,8 +81,8 @@ static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
         g[i] /= n;
     st_to_half(d->grad_dtype, h, g, b->count);
     return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
-                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM, b->name,
-                              &b->req);
+                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM,
+                              b->name, &b->req);
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {

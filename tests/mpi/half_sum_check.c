@@ -13,7 +13,7 @@
 
 static float value(int rank, int64_t i) {
     const float base = (float)((i * 2654435761u) % 20001) / 1000.0f - 10.0f; /* [-10, 10] */
-    if (i % 97 == 0) return 40000.0f; /* two ranks' sum overflows fp16 */
+    if (i % 97 == 0) return 40000.0f;                  /* two ranks' sum overflows fp16 */
     if (i % 89 == 0) return 3e-6f * (float)(rank + 1); /* fp16 subnormals */
     return base * (rank ? 1.37f : 1.0f) + (float)rank * 0.001f;
 }
@@ -44,12 +44,12 @@ int main(void) {
         int64_t bad = 0, infs = 0;
         for (int64_t i = 0; i < n; i++) {
             const float a = value(0, i), b = value(1, i);
-            const uint16_t want = prec == ST_PREC_BF16
-                                      ? st_f32_to_bf16(st_round_bf16(a) + st_round_bf16(b))
-                                      : st_f32_to_f16(st_round_f16(a) + st_round_f16(b));
+            const uint16_t want = prec == ST_PREC_BF16 ? st_f32_to_bf16(st_round_bf16(a) + st_round_bf16(b))
+                                                       : st_f32_to_f16(st_round_f16(a) + st_round_f16(b));
             if (h[i] != want) {
-                if (bad < 5) fprintf(stderr, "rank %d %s [%lld]: 0x%04x, want 0x%04x\n", rank,
-                                     prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)i, h[i], want);
+                if (bad < 5)
+                    fprintf(stderr, "rank %d %s [%lld]: 0x%04x, want 0x%04x\n", rank,
+                            prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)i, h[i], want);
                 bad++;
             }
             infs += prec == ST_PREC_FP16 && (h[i] & 0x7fff) == 0x7c00;

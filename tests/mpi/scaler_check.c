@@ -47,15 +47,17 @@ int main(void) {
                 p.data[i] -= p.grad[i];
         const bool want_skip = step == 2;
         CHECK(skip == want_skip, "rank %d step %d: skip %d, want %d", rank, step, skip, want_skip);
-        CHECK(s.scale == (want_skip ? 0.5f * scale_before : scale_before), "rank %d step %d: scale %g after %g",
-              rank, step, (double)s.scale, (double)scale_before);
-        CHECK(s.skipped == (step >= 2 ? 1 : 0), "rank %d step %d: %lld skipped", rank, step, (long long)s.skipped);
+        CHECK(s.scale == (want_skip ? 0.5f * scale_before : scale_before),
+              "rank %d step %d: scale %g after %g", rank, step, (double)s.scale, (double)scale_before);
+        CHECK(s.skipped == (step >= 2 ? 1 : 0), "rank %d step %d: %lld skipped", rank, step,
+              (long long)s.skipped);
         const bool same = memcmp(before, p.data, (size_t)p.count * sizeof *before) == 0;
         CHECK(same == want_skip, "rank %d step %d: weights %s", rank, step, same ? "unchanged" : "changed");
         /* clean steps unscale exactly: 1 - 0.01 * (rank + 1) per step */
         if (!want_skip && !(fabsf(p.data[7] - before[7] + 0.01f * (float)(rank + 1)) <= 1e-7f))
             CHECK(0, "rank %d step %d: update %g", rank, step, (double)(p.data[7] - before[7]));
-        printf("rank %d step %d: %s, loss scale %g\n", rank, step, skip ? "skipped" : "updated", (double)s.scale);
+        printf("rank %d step %d: %s, loss scale %g\n", rank, step, skip ? "skipped" : "updated",
+               (double)s.scale);
     }
     free(before);
     st_graph_free(&g);
