@@ -89,11 +89,14 @@ typedef struct st_config {
         int64_t warmup_steps;      /*                                     default 0 */
         double min_lr;             /* fraction of lr at the end of decay  default 0.0 */
         double grad_clip;          /* global-norm clip; 0 = off           default 0.0 */
+        double loss_scale;         /* fp16: initial dynamic loss scale    default 65536 */
+        int64_t loss_scale_window; /* fp16: clean steps that double it    default 2000 */
     } optim;
     char precision[ST_CFG_STR]; /* auto | fp32 | bf16 | fp16          default auto */
     struct {
         char strategy[ST_CFG_STR]; /* auto | ddp | zero1 | zero2      default auto */
         double bucket_cap_mb;      /*                                  default 25 */
+        char grad_dtype[ST_CFG_STR]; /* fp32 | bf16 | fp16 (all-reduce)  default fp32 */
         bool deterministic;        /*                                  default false */
         int64_t timeout_s;         /*                                  default 600 */
     } dist;

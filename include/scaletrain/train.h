@@ -44,6 +44,11 @@ typedef struct st_run_result {
                                     the part that lay behind backward */
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
+    /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
+     * skipped for an overflow (over the whole run, a resumed one included) */
+    bool has_loss_scale;
+    double loss_scale;
+    int64_t skipped_steps;
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

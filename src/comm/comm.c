@@ -43,6 +43,10 @@ const char *st_comm_dtype_name(st_comm_dtype dt) {
         return "int64";
     case ST_COMM_U8:
         return "uint8";
+    case ST_COMM_BF16:
+        return "bfloat16";
+    case ST_COMM_F16:
+        return "float16";
     }
     return "unknown type";
 }
@@ -69,6 +73,9 @@ size_t st_comm_dtype_size(st_comm_dtype dt) {
         return 8;
     case ST_COMM_U8:
         return 1;
+    case ST_COMM_BF16:
+    case ST_COMM_F16:
+        return 2;
     }
     return 0;
 }
@@ -242,6 +249,8 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
         if (op == ST_COMM_AVG && dt != ST_COMM_F32)
             BAD("avg needs float32 elements, not %s", st_comm_dtype_name(dt));
         if (op == ST_COMM_SUM && dt == ST_COMM_U8) BAD("sum of uint8 elements would wrap; use min or max");
+        if ((dt == ST_COMM_BF16 || dt == ST_COMM_F16) && op != ST_COMM_SUM)
+            BAD("%s elements support only sum", st_comm_dtype_name(dt));
     }
     if (kind == ST_COMM_KIND_BROADCAST && (root < 0 || root >= c->size))
         BAD("root %d is not a rank (0..%d)", root, c->size - 1);

@@ -121,13 +121,20 @@ const st_cfg_key st_cfg_keys[] = {
     K_FLOAT("optim.grad_clip", optim.grad_clip, "0.0", 0, NOMAX, 0,
             "clip the global gradient norm to this; 0 = off"),
 
+    K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0, 3.4e38, LO,
+            "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 and bf16"),
+    K_INT("optim.loss_scale_window", optim.loss_scale_window, "2000", 1, NOMAX,
+          "fp16: clean steps in a row that double the loss scale"),
+
     K_ENUM("precision", precision, "auto", VALUES("auto", "fp32", "bf16", "fp16"),
-           "compute precision; auto = chosen by the planner from the hardware"),
+           "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
            "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
             "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
+    K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
+           "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
     K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/half.h"
 #include "../core/mem.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
@@ -20,6 +21,7 @@ void st_params_free(st_params *p) {
     st_device_release(p->dev, p->data);
     st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
+    st_free_aligned(p->compute);
     memset(p, 0, sizeof *p);
 }
 
@@ -43,7 +45,36 @@ static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
     }
 }
 
+st_status st_params_set_precision(st_params *p, st_precision prec) {
+    if (!p->frozen)
+        return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
+    if (p->on_compute) st_params_use_compute(p, false);
+    p->precision = prec;
+    if (prec != ST_PREC_FP32 && !p->compute) {
+        p->compute = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
+        if (!p->compute)
+            return st_fail(ST_ERR_NOMEM, "out of memory for the %s copy of %lld parameters",
+                           prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
+        memset(p->compute, 0, (size_t)p->arena_count * sizeof(float));
+    }
+    st_params_touch(p);
+    return ST_OK;
+}
+
+void st_params_use_compute(st_params *p, bool on) {
+    if (p->precision == ST_PREC_FP32 || !p->compute || on == p->on_compute) return;
+    if (on && p->compute_version != p->version) {
+        st_round_copy(p->precision, p->compute, p->data, p->count);
+        p->compute_version = p->version;
+    }
+    float *base = on ? p->compute : p->data;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data = base + p->t[i]->offset;
+    p->on_compute = on;
+}
+
 st_status st_params_init(st_params *p, uint64_t seed) {
+    st_params_touch(p);
     if (!p->dev) {
         for (int i = 0; i < p->n; i++) init_tensor(p->t[i], p->t[i]->data, seed);
         return ST_OK;
@@ -434,25 +465,45 @@ st_status st_graph_finalize(st_graph *g) {
     return ST_OK;
 }
 
-st_status st_graph_forward(st_graph *g) {
-    for (int i = 0; i < g->n_nodes; i++) {
-        st_node *n = &g->nodes[i];
-        if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
-        st_status s = n->ops->forward(n, g);
-        if (s != ST_OK) return s;
-        if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
-    }
+/* Mixed precision (docs/precision.md): in bf16 and fp16 the layers read the
+ * rounded parameter copy, float graph inputs and every node's output are
+ * rounded where the GPU stores them in 16 bits (the loss, a reduction, stays
+ * fp32), and so is every activation gradient after the node that wrote or
+ * added to it. Saved per-node state (normalisation statistics, log-sum-exp,
+ * attention probabilities, argmax) stays fp32. Parameter gradients
+ * accumulate in fp32. */
+/* One node's forward, as the forward pass and checkpointing's recompute run it. */
+static st_status node_forward(st_graph *g, st_node *n, st_precision prec) {
+    if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
+    st_status s = n->ops->forward(n, g);
+    if (s != ST_OK) return s;
+    if (prec != ST_PREC_FP32 && n->out != g->loss) st_round_array(prec, n->out->data, n->out->count);
+    if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     return ST_OK;
+}
+
+st_status st_graph_forward(st_graph *g) {
+    const st_precision prec = g->params->precision;
+    st_status s = ST_OK;
+    if (prec != ST_PREC_FP32) {
+        st_params_use_compute(g->params, true);
+        for (int i = 0; i < g->n_acts; i++)
+            if (g->acts[i]->kind == ST_TENSOR_INPUT && g->acts[i]->dtype == ST_F32)
+                st_round_array(prec, g->acts[i]->data, g->acts[i]->count);
+    }
+    for (int i = 0; i < g->n_nodes && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
+    st_params_use_compute(g->params, false);
+    return s;
 }
 
 /* Backward reached the last node of a block: run the block's forward again
  * from its (persistent) inputs, refilling the shared region. */
-static st_status recompute_block(st_graph *g, int last) {
+static st_status recompute_block(st_graph *g, int last, st_precision prec) {
     int first = last;
     while (first > 0 && g->nodes[first - 1].block == g->nodes[last].block) first--;
     g->recomputing = true;
     st_status s = ST_OK;
-    for (int i = first; i <= last && s == ST_OK; i++) s = g->nodes[i].ops->forward(&g->nodes[i], g);
+    for (int i = first; i <= last && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
     g->recomputing = false;
     return s;
 }
@@ -460,25 +511,28 @@ static st_status recompute_block(st_graph *g, int last) {
 st_status st_graph_backward(st_graph *g, float seed) {
     if (!g->loss || !g->loss->grad)
         return st_fail(ST_ERR_INTERNAL, "backward: the graph has no loss that depends on parameters");
+    const st_precision prec = g->params->precision;
     if (g->dev) {
         ST_TRY(st_device_fill_f32(g->dev, g->loss->grad, (size_t)g->loss->count, seed));
     } else {
         for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
     }
-    for (int i = g->n_nodes - 1; i >= 0; i--) {
+    st_params_use_compute(g->params, true);
+    st_status s = ST_OK;
+    for (int i = g->n_nodes - 1; i >= 0 && s == ST_OK; i--) {
         st_node *n = &g->nodes[i];
         if (g->checkpointing && n->block >= 0 && (i == g->n_nodes - 1 || g->nodes[i + 1].block != n->block))
-            ST_TRY(recompute_block(g, i));
-        if (n->out->requires_grad) {
+            s = recompute_block(g, i, prec);
+        if (s == ST_OK && n->out->requires_grad) {
             if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
-            st_status s = n->ops->backward(n, g);
-            if (s != ST_OK) return s;
-            if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
+            s = n->ops->backward(n, g);
+            for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)
+                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
+                    st_round_array(prec, n->in[k]->grad, n->in[k]->count);
+            if (s == ST_OK && g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }
-        if (g->backward_hook) {
-            st_status s = g->backward_hook(g->backward_hook_ctx, i);
-            if (s != ST_OK) return s;
-        }
+        if (s == ST_OK && g->backward_hook) s = g->backward_hook(g->backward_hook_ctx, i);
     }
-    return ST_OK;
+    st_params_use_compute(g->params, false);
+    return s;
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "scaletrain/status.h"
 
 #define ST_MAX_DIMS 4
@@ -123,6 +124,16 @@ typedef struct st_params {
     bool frozen; /* layout done: later builds must declare the same tensors */
     bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
     int cursor;  /* next expected declaration during a rebuild */
+    /* Mixed precision (docs/precision.md). `data` holds the fp32 master
+     * weights; in bf16 and fp16 `compute` holds them rounded to the low
+     * precision (the GPU's 16-bit copy), and forward and backward read it:
+     * st_graph_forward/backward point the parameter tensors at it while they
+     * run and back at `data` after. The copy is refreshed when `version` (bumped
+     * by st_params_touch after anything writes `data`) has moved on. */
+    st_precision precision;
+    float *compute;
+    uint64_t version, compute_version;
+    bool on_compute; /* parameter tensors point into `compute` now */
 } st_params;
 
 struct st_graph {
@@ -175,6 +186,16 @@ void st_params_free(st_params *p);
  * of the device: on a CUDA device the values are made on the host and copied). */
 st_status st_params_init(st_params *p, uint64_t seed);
 st_tensor *st_params_find(const st_params *p, const char *name);
+/* Set the compute precision (after layout; allocates the compute copy for
+ * bf16 and fp16). */
+st_status st_params_set_precision(st_params *p, st_precision prec);
+/* Say that the master weights changed (optimizer step, load, broadcast): the
+ * next forward refreshes the compute copy. */
+static inline void st_params_touch(st_params *p) { p->version++; }
+/* Point the parameter tensors at the rounded compute copy (refreshing it
+ * when stale) or back at the masters; no-op in fp32. Forward and backward do
+ * this themselves; code that calls a layer's ops directly (tests) uses it. */
+void st_params_use_compute(st_params *p, bool on);
 
 /* --- graph building ----------------------------------------------------- */
 st_status st_graph_init(st_graph *g, st_params *params);

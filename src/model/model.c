@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "layers/layers.h"
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
@@ -187,6 +188,11 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
         return s;
     }
     st_model_graph_free(&probe);
+    s = st_params_set_precision(&m->params, st_precision_from_name(cfg->precision));
+    if (s != ST_OK) {
+        st_model_free(m);
+        return s;
+    }
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;

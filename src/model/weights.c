@@ -123,6 +123,7 @@ st_status st_model_load(st_model *m, const char *path) {
     for (int i = 0; i < p->n && s == ST_OK; i++)
         s = st_safetensors_read_f32(f, match[i]->name, p->t[i]->data, p->t[i]->count);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
+    st_params_touch(p);
     free(match);
     st_safetensors_close(f);
     return s;

@@ -78,6 +78,7 @@ void st_optim_step(st_optim *o, st_params *p, double lr) {
         if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, o->m + t->offset, o->v + t->offset, lr);
         else sgd_tensor(o, t, o->m + t->offset, lr);
     }
+    st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
 }
 
 double st_lr_at(const st_config *cfg, int64_t step, int64_t total) {

@@ -113,6 +113,13 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(root, "seed", seed);
+    if (st->loss_scale > 0) { /* fp16 runs */
+        cJSON *ls = cJSON_AddObjectToObject(root, "loss_scale");
+        if (!ls) goto fail;
+        cJSON_AddNumberToObject(ls, "scale", st->loss_scale);
+        cJSON_AddNumberToObject(ls, "good_steps", (double)st->scale_good_steps);
+        cJSON_AddNumberToObject(ls, "skipped_steps", (double)st->skipped_steps);
+    }
     files = cJSON_AddObjectToObject(root, "files");
     if (!files) goto fail;
     for (int i = 0; i < N_FILES; i++) {
@@ -307,6 +314,19 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         goto done;
     }
     state->seed = strtoull(seed->valuestring, NULL, 10);
+    state->loss_scale = 0;
+    state->scale_good_steps = state->skipped_steps = 0;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    if (ls) {
+        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(ls, "scale");
+        if (!cJSON_IsNumber(sv) || !(sv->valuedouble > 0) ||
+            !get_int(ls, "good_steps", &state->scale_good_steps) ||
+            !get_int(ls, "skipped_steps", &state->skipped_steps)) {
+            s = st_fail(ST_ERR_FORMAT, "%s: loss_scale malformed (damaged checkpoint)", path);
+            goto done;
+        }
+        state->loss_scale = sv->valuedouble;
+    }
     const cJSON *tr =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "train");
     if (!get_int(tr, "batch_size", &state->batch_size)) {

@@ -6,7 +6,7 @@
  *
  * Internal to src/train. Rank 0 saves; every rank loads. Not here: ZeRO
  * shards (one optim-rank0 file holds the whole state), RNG streams other
- * than the seed (dropout seeds depend on the step only), loss scale. */
+ * than the seed (dropout seeds depend on the step only). */
 #ifndef ST_TRAIN_CHECKPOINT_H
 #define ST_TRAIN_CHECKPOINT_H
 
@@ -25,6 +25,9 @@ typedef struct st_ckpt_state {
     st_sampler_pos pos; /* the next micro-batch to read */
     uint64_t seed;      /* train.seed of the run that wrote it */
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
+    /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
+    double loss_scale;
+    int64_t scale_good_steps, skipped_steps;
 } st_ckpt_state;
 
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/rng.h"
 #include "session.h"
 
@@ -58,13 +59,38 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
 void st_ddp_free(st_ddp *d) {
     if (!d) return;
     free(d->b);
+    free(d->half);
     memset(d, 0, sizeof *d);
+}
+
+st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
+    d->grad_dtype = dt;
+    if (dt == ST_PREC_FP32 || d->half) return ST_OK;
+    d->half = malloc((size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half);
+    if (!d->half)
+        return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
+    return ST_OK;
+}
+
+/* 16-bit buckets: the average's division first, in fp32 (a smaller range
+ * for fp16 to hold), one rounding to 16 bits, a 16-bit sum over the ranks. */
+static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
+    float *g = d->p->grad + b->offset; /* (count) */
+    uint16_t *h = d->half + b->offset; /* (count) */
+    const float n = (float)st_comm_size(d->comm);
+    for (int64_t i = 0; i < b->count; i++)
+        g[i] /= n;
+    st_to_half(d->grad_dtype, h, g, b->count);
+    return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
+                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM,
+                              b->name, &b->req);
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     b->t_start = st_now();
     if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
+    if (d->grad_dtype != ST_PREC_FP32) return start_half(d, b);
     float *g = d->p->grad + b->offset;
     return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
 }
@@ -96,6 +122,9 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         ST_TRY(st_comm_wait(&d->b[i].req));
         st_trace_add(d->trace, ST_TRACE_TID_BUCKET + i, "comm", d->b[i].name, d->b[i].t_start, st_now());
     }
+    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
+        for (int i = 0; i < d->n_buckets; i++)
+            st_from_half(d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset, d->b[i].count);
     double t_done = st_now();
     st_trace_add(d->trace, ST_TRACE_TID_STEP, "comm", "all-reduce wait", d->t_backward_end, t_done);
     d->wait_s += t_done - d->t_backward_end;
@@ -204,5 +233,6 @@ st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro
     ST_TRY(st_comm_broadcast_sync(comm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
     if (p->buffer_count)
         ST_TRY(st_comm_broadcast_sync(comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+    st_params_touch(p);
     return ST_OK;
 }

@@ -36,6 +36,10 @@ typedef struct st_ddp {
     st_ddp_bucket *b; /* b[0] holds the end of the arena: the first gradients backward produces */
     int n_buckets;
     st_status err; /* the first error of a collective started from the hook */
+    /* dist.grad_dtype: bf16/fp16 buckets travel as 16-bit copies in `half`
+     * (same layout as p->grad); fp32 (the default): in place in p->grad */
+    st_precision grad_dtype;
+    uint16_t *half;
     /* timings of the current step and their sums over the run */
     double t_first_start, t_backward_end;
     double wait_s, hidden_s, span_s;
@@ -46,6 +50,11 @@ typedef struct st_ddp {
 /* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb. */
 st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb);
 void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
+
+/* dist.grad_dtype bf16 or fp16: each bucket is divided by the world size in
+ * fp32, rounded to 16 bits, summed over the ranks with fp32 additions
+ * (ST_COMM_BF16/F16 in comm.h) and widened back into p->grad. */
+st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt);
 
 /* Before the first step, on every rank: compare a signature of the model
  * (tensor count, each name + shape in order) and of the data settings (batch,

@@ -128,6 +128,7 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
     }
     cJSON_AddNumberToObject(o, "peak_rss_mb", st_metrics_peak_rss_mb());
     cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
+    if (s->has_loss_scale) cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
     return emit(m, o, "train", s->step);
 }

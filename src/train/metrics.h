@@ -27,7 +27,8 @@ typedef struct st_metrics_step {
     double samples_per_s, tokens_per_s; /* tokens_per_s only when lm */
     double step_ms, mfu, data_wait_ms, data_wait_fraction;
     double comm_ms, comm_overlap;
-    bool lm, has_comm;
+    double loss_scale; /* fp16 only (has_loss_scale) */
+    bool lm, has_comm, has_loss_scale;
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):

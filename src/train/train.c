@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoint.h"
+#include "core/half.h"
 #include "core/atomic_file.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -18,6 +19,7 @@
 #include "layers/layers.h"
 #include "metrics.h"
 #include "optim/optim.h"
+#include "optim/scaler.h"
 #include "session.h"
 #include "trace.h"
 
@@ -41,6 +43,10 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
         cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
         cJSON_AddNumberToObject(o, "activation_mib", r->activation_mib);
+        if (r->has_loss_scale) {
+            cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
+            cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
+        }
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -110,7 +116,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_loader *ld = NULL;
     st_ddp ddp = {0};
     st_trace tr = {0}, *trace = NULL;
+    st_scaler sc;
     const bool dist = ses->world > 1;
+    st_scaler_init(&sc, strcmp(c->precision, "fp16") == 0, c->optim.loss_scale, c->optim.loss_scale_window);
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
     if (!step_times) {
@@ -124,7 +132,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     ST_GOTO(st_optim_init(&opt, c, &m->params));
     mg.g.training = true;
-    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size};
+    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size, 0, 0, 0};
     if (opts->resume) {
         char dir[4096];
         bool found;
@@ -143,6 +151,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 fprintf(log, "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                              "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
+                sc.scale = (float)ck.loss_scale;
+                sc.good_steps = ck.scale_good_steps;
+                sc.skipped = ck.skipped_steps;
+            }
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
@@ -165,6 +178,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
+        ST_GOTO(st_ddp_set_grad_dtype(&ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
         r->grad_buckets = ddp.n_buckets;
     }
@@ -237,7 +251,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* Gradients are all-reduced only after the last micro-step. */
             if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
             tt = st_now();
-            ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
+            /* fp16: the loss gradient times the loss scale (1 otherwise). */
+            ST_GOTO(st_graph_backward(&mg.g, sc.scale / (float)accum));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
             if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
         }
@@ -254,12 +269,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
         tt = st_now();
-        /* The norm before clipping: needed when clipping, else only for a logged line. */
-        if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
-        if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-            st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+        bool skip; /* fp16: an overflow on any rank skips the step on every rank */
+        ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
-        st_optim_step(&opt, &m->params, lr);
+        if (!skip) {
+            /* The norm before clipping: needed when clipping, else only for a logged line. */
+            if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
+            if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
+                st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+            st_optim_step(&opt, &m->params, lr);
+        }
         st_trace_add(trace, ST_TRACE_TID_STEP, "optim", "optimizer", tt, st_now());
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
@@ -286,6 +305,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
             ms.data_wait_ms = 1e3 * wait / (double)window_n;
             ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+            ms.skipped_steps = sc.skipped;
+            ms.has_loss_scale = sc.enabled;
+            ms.loss_scale = sc.scale;
             if (dist) {
                 const int64_t syncs = ddp.syncs - win_syncs;
                 const double span = ddp.span_s - win_span;
@@ -324,6 +346,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ck.step = step + 1;
             ck.pos = st_loader_position(ld);
             tt = st_now();
+            ck.loss_scale = sc.enabled ? sc.scale : 0;
+            ck.scale_good_steps = sc.good_steps;
+            ck.skipped_steps = sc.skipped;
             ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
             st_trace_add(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint", tt, st_now());
             if (!opts->quiet && !prog.bar) {
@@ -350,6 +375,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     qsort(step_times, (size_t)ran, sizeof *step_times, cmp_double);
     r->step_ms_median = ran ? 1e3 * step_times[ran / 2] : 0;
     r->data_wait_s = wait_total;
+    r->has_loss_scale = sc.enabled;
+    r->loss_scale = sc.scale;
+    r->skipped_steps = sc.skipped;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     if (dist && ddp.syncs) {
         r->comm_ms = 1e3 * ddp.wait_s / (double)ddp.syncs;
