@@ -284,6 +284,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 fflush(ses->out);
             }
         }
+        /* Under mpirun, the first rank to exit non-zero gets the others
+         * killed: no rank leaves before rank 0's checkpoint is on disk. */
+        if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));
         if (stopped) break;
     }
     st_progress_end(&prog);
