@@ -11,8 +11,10 @@ static void usage(FILE *f) {
                "                      train (default: a CNN on Fashion-MNIST, one epoch)\n"
                "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
                "                      evaluate saved weights on the validation data\n"
-               "  launch -n N [--hosts H1:n1,...] COMMAND...\n"
+               "  launch -n N [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"
+               "  check [CONFIG.yaml] [--set key=value]...\n"
+               "                      is this machine ready? (cores, memory, MPI, a 2-rank self-test, data)\n"
                "  data tokenize OUT FILE...   byte-level token file from text files\n"
                "  data inspect FILE           what a data or weights file holds\n\n"
                "configuration keys: docs/config.md\n");
@@ -29,6 +31,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return ST_EXIT_USAGE;
