@@ -53,7 +53,7 @@ void st_cli_self_path(char *out, size_t n) {
 }
 
 static bool is_subcommand(const char *s) {
-    static const char *const cmds[] = {"train", "eval", "data", "check", "bench"};
+    static const char *const cmds[] = {"train", "eval", "data"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (strcmp(s, cmds[i]) == 0) return true;
     return false;
