@@ -114,23 +114,28 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     cJSON_AddNumberToObject(root, "steps", (double)steps);
     cJSON_AddNumberToObject(root, "warmup_steps", (double)warmup);
     cJSON_AddStringToObject(root, "unit", unit);
-    cJSON_AddStringToObject(root, "scaling", "weak: the same micro-batch per rank, global batch = ranks x micro-batch");
+    cJSON_AddStringToObject(root, "scaling",
+                            "weak: the same micro-batch per rank, global batch = ranks x micro-batch");
     cJSON_AddItemToObject(root, "runs", arr);
-    fprintf(md, "# scaletrain bench: %s\n\n%s model, %lld samples per rank per step (weak scaling), %ld steps, "
-                "the first %ld excluded; throughput from the median step time; one core per rank (scaletrain launch).\n\n",
+    fprintf(md,
+            "# scaletrain bench: %s\n\n%s model, %lld samples per rank per step (weak scaling), %ld steps, "
+            "the first %ld excluded; throughput from the median step time; one core per rank (scaletrain "
+            "launch).\n\n",
             cfg->path[0] ? cfg->path : "the default run", cfg->model.type, mb, steps, warmup);
     for (int pass = 0; pass < 2; pass++) {
         FILE *f = pass ? md : stdout;
-        fprintf(f, "| ranks | global batch | %s | per rank | speed-up | efficiency | step ms (median) | comm ms |\n",
-                unit);
+        fprintf(
+            f,
+            "| ranks | global batch | %s | per rank | speed-up | efficiency | step ms (median) | comm ms |\n",
+            unit);
         fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int k = 0; k < nr; k++) {
             const bench_run *r = &runs[k];
             const double tp = lm ? r->tokens_per_s : r->samples_per_s, per = tp / r->ranks;
             const double speedup = base_tp > 0 ? tp / base_tp : 0;
             const double eff = base_tp > 0 ? per / (base_tp / base->ranks) : 0;
-            fprintf(f, "| %d | %lld | %.1f | %.1f | %.3f | %.3f | %.2f | %.3f |\n", r->ranks, r->global_batch, tp, per,
-                    speedup, eff, r->step_ms_median, r->comm_ms);
+            fprintf(f, "| %d | %lld | %.1f | %.1f | %.3f | %.3f | %.2f | %.3f |\n", r->ranks, r->global_batch,
+                    tp, per, speedup, eff, r->step_ms_median, r->comm_ms);
             if (pass) continue;
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
@@ -147,9 +152,11 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             cJSON_AddItemToArray(arr, o);
         }
     }
-    fprintf(md, "\nEfficiency: per-rank throughput over the %d-rank run's. The runs' logs and metrics.jsonl are in "
-                "%s/n<ranks>/.\n",
-            base->ranks, out_dir);
+    fprintf(
+        md,
+        "\nEfficiency: per-rank throughput over the %d-rank run's. The runs' logs and metrics.jsonl are in "
+        "%s/n<ranks>/.\n",
+        base->ranks, out_dir);
     const bool md_ok = fclose(md) == 0;
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -157,7 +164,8 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     const bool js_ok = js && text && fprintf(js, "%s\n", text) > 0 && fclose(js) == 0;
     free(text);
     if (!md_ok || !js_ok) {
-        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_ok ? json_path : md_path, strerror(errno));
+        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_ok ? json_path : md_path,
+                strerror(errno));
         return ST_EXIT_FAIL;
     }
     printf("report: %s, %s\n", md_path, json_path);
@@ -165,12 +173,13 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain bench [-n 1,2,4] [CONFIG] [--set key=value]... [--steps S] [--warmup W] "
-               "[--out DIR]\n"
-               "  runs CONFIG on each rank count (scaletrain launch), the same micro-batch per rank, S steps\n"
-               "  (default 30), and reports throughput, per-rank throughput, speed-up and weak-scaling\n"
-               "  efficiency over the steps after the first W (default 5); writes DIR/bench.md and\n"
-               "  DIR/bench.json (default DIR: runs/bench).\n");
+    fprintf(f,
+            "usage: scaletrain bench [-n 1,2,4] [CONFIG] [--set key=value]... [--steps S] [--warmup W] "
+            "[--out DIR]\n"
+            "  runs CONFIG on each rank count (scaletrain launch), the same micro-batch per rank, S steps\n"
+            "  (default 30), and reports throughput, per-rank throughput, speed-up and weak-scaling\n"
+            "  efficiency over the steps after the first W (default 5); writes DIR/bench.md and\n"
+            "  DIR/bench.json (default DIR: runs/bench).\n");
 }
 
 int st_cmd_bench(int argc, char **argv) {
@@ -182,8 +191,8 @@ int st_cmd_bench(int argc, char **argv) {
     if (!rest) return ST_EXIT_FAIL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const bool takes = !strcmp(a, "-n") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") ||
-                           !strcmp(a, "--out");
+        const bool takes =
+            !strcmp(a, "-n") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") || !strcmp(a, "--out");
         if (takes && i + 1 >= argc) {
             fprintf(stderr, "scaletrain bench: %s needs a value\n", a);
             free(rest);
@@ -196,8 +205,8 @@ int st_cmd_bench(int argc, char **argv) {
             return ST_EXIT_OK;
         } else if (!strcmp(a, "-n")) {
             if (parse_ranks(argv[++i], ranks, &nr) != 0) {
-                fprintf(stderr, "scaletrain bench: -n %s: want rank counts like 1,2,4 (at most %d)\n", argv[i],
-                        MAX_RUNS);
+                fprintf(stderr, "scaletrain bench: -n %s: want rank counts like 1,2,4 (at most %d)\n",
+                        argv[i], MAX_RUNS);
                 free(rest);
                 return ST_EXIT_USAGE;
             }
@@ -208,8 +217,10 @@ int st_cmd_bench(int argc, char **argv) {
                 free(rest);
                 return ST_EXIT_USAGE;
             }
-            if (!strcmp(a, "--steps")) steps = v;
-            else warmup = v;
+            if (!strcmp(a, "--steps"))
+                steps = v;
+            else
+                warmup = v;
         } else if (!strcmp(a, "--out")) {
             out_dir = argv[++i];
         } else {
@@ -254,11 +265,20 @@ int st_cmd_bench(int argc, char **argv) {
         if (!av) break;
         int j = 0;
         av[j++] = self, av[j++] = "launch", av[j++] = "-n", av[j++] = np, av[j++] = "train";
-        for (int i = 0; i < nrest; i++) av[j++] = rest[i];
-        char *const fixed[] = {"--set", sb, "--set", smb, "--set", sst, "--set", sout, "--set", "log.every=1",
-                               "--set", "log.progress=off", "--set", "data.val=", "--set", "train.eval_every=0",
-                               "--set", "train.checkpoint_every=0", "--quiet", "--json"};
-        for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) av[j++] = fixed[i];
+        for (int i = 0; i < nrest; i++)
+            av[j++] = rest[i];
+        char *const fixed[] = {"--set",   sb,
+                               "--set",   smb,
+                               "--set",   sst,
+                               "--set",   sout,
+                               "--set",   "log.every=1",
+                               "--set",   "log.progress=off",
+                               "--set",   "data.val=",
+                               "--set",   "train.eval_every=0",
+                               "--set",   "train.checkpoint_every=0",
+                               "--quiet", "--json"};
+        for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+            av[j++] = fixed[i];
         av[j] = NULL;
         rc = st_cli_spawn(av, log, log, 3600);
         free(av);

@@ -67,7 +67,8 @@ static void check_cpu(report *r) {
     if (f) fclose(f);
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online < 1 || total_kb < 0 || avail_kb < 0) {
-        line(r, "FAIL", "cpu", "cannot read the core count or /proc/meminfo; fix: run on Linux with /proc mounted");
+        line(r, "FAIL", "cpu",
+             "cannot read the core count or /proc/meminfo; fix: run on Linux with /proc mounted");
         return;
     }
     line(r, "ok", "cpu", "%s, %ld core%s online, memory %.1f GiB, %.1f GiB available", model, online,
@@ -76,8 +77,9 @@ static void check_cpu(report *r) {
 
 static bool check_mpi(report *r, const char *tmp) {
 #ifdef ST_NO_MPI
-    line(r, "FAIL", "mpi", "this build has no MPI (no mpicc when it was built); fix: apt-get install "
-                            "libopenmpi-dev openmpi-bin, then make clean && make");
+    line(r, "FAIL", "mpi",
+         "this build has no MPI (no mpicc when it was built); fix: apt-get install "
+         "libopenmpi-dev openmpi-bin, then make clean && make");
     return false;
 #else
     char mpirun[PATH_MAX], out[PATH_MAX];
@@ -90,8 +92,10 @@ static bool check_mpi(report *r, const char *tmp) {
     int rc = st_cli_spawn(av, out, out, 30);
     char *text = st_cli_read_file(out);
     if (rc != 0 || !text) {
-        line(r, "FAIL", "mpi", "%s --version exited %d: %.200s; fix: reinstall OpenMPI (apt-get install --reinstall "
-                               "openmpi-bin)", mpirun, rc, text ? text : "");
+        line(r, "FAIL", "mpi",
+             "%s --version exited %d: %.200s; fix: reinstall OpenMPI (apt-get install --reinstall "
+             "openmpi-bin)",
+             mpirun, rc, text ? text : "");
         free(text);
         return false;
     }
@@ -114,17 +118,20 @@ static double weights_diff(const char *pa, const char *pb, char *why, size_t n) 
     }
     worst = 0;
     for (int i = 0; i < st_safetensors_count(a) && worst >= 0; i++) {
-        const st_safetensors_entry *ea = st_safetensors_entry_at(a, i), *eb = st_safetensors_find(b, ea->name);
+        const st_safetensors_entry *ea = st_safetensors_entry_at(a, i),
+                                   *eb = st_safetensors_find(b, ea->name);
         if (!eb || eb->count != ea->count) {
             snprintf(why, n, "%s: missing or of another size in %s", ea->name, pb);
             worst = -1;
             break;
         }
-        x = realloc(x, (size_t)ea->count * sizeof *x);
-        y = realloc(y, (size_t)ea->count * sizeof *y);
-        if (!x || !y || st_safetensors_read_f32(a, ea->name, x, ea->count) != ST_OK ||
+        float *nx = realloc(x, (size_t)ea->count * sizeof *x);
+        float *ny = nx ? realloc(y, (size_t)ea->count * sizeof *y) : NULL;
+        if (nx) x = nx;
+        if (ny) y = ny;
+        if (!nx || !ny || st_safetensors_read_f32(a, ea->name, x, ea->count) != ST_OK ||
             st_safetensors_read_f32(b, ea->name, y, ea->count) != ST_OK) {
-            snprintf(why, n, "%s: %s", ea->name, x && y ? st_last_error() : "out of memory");
+            snprintf(why, n, "%s: %s", ea->name, nx && ny ? st_last_error() : "out of memory");
             worst = -1;
             break;
         }
@@ -150,9 +157,11 @@ static void check_ddp(report *r, const char *tmp) {
     snprintf(text, sizeof text, "%s/text.txt", tmp);
     snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
     FILE *f = fopen(text, "w");
-    for (int i = 0; f && i < 200; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog %d\n", i, i * 7 % 13);
+    for (int i = 0; f && i < 200; i++)
+        fprintf(f, "the quick brown fox %d jumps over the lazy dog %d\n", i, i * 7 % 13);
     if (!f || fclose(f) != 0) {
-        line(r, "FAIL", "ddp", "cannot write %s: %s; fix: set TMPDIR to a writable directory", text, strerror(errno));
+        line(r, "FAIL", "ddp", "cannot write %s: %s; fix: set TMPDIR to a writable directory", text,
+             strerror(errno));
         return;
     }
     const char *paths[] = {text};
@@ -187,8 +196,9 @@ static void check_ddp(report *r, const char *tmp) {
     rc = st_cli_spawn(two, log2, log2, 120);
     char *t = st_cli_read_file(log2);
     if (rc != 0) {
-        line(r, "FAIL", "ddp", "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
-                               "OpenMPI needs --allow-run-as-root, which launch adds)",
+        line(r, "FAIL", "ddp",
+             "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
+             "OpenMPI needs --allow-run-as-root, which launch adds)",
              rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
         free(t);
         return;
@@ -206,12 +216,15 @@ static void check_ddp(report *r, const char *tmp) {
     const double d = weights_diff(w1, w2, why, sizeof why);
     const double tol = 1e-3; /* tests/e2e/ddp_equivalence.sh's for the gpt */
     if (d < 0 || !(d <= tol))
-        line(r, "FAIL", "ddp", "2 ranks and 1 rank disagree after 10 steps (%s%s%g, tolerance %g); fix: check that "
-                               "every node runs the same build and OpenMPI version",
+        line(r, "FAIL", "ddp",
+             "2 ranks and 1 rank disagree after 10 steps (%s%s%g, tolerance %g); fix: check that "
+             "every node runs the same build and OpenMPI version",
              why, why[0] ? "; " : "relative difference ", d, tol);
     else
-        line(r, "ok", "ddp", "2 ranks (scaletrain launch) x 10 steps of a tiny gpt: the weights equal 1 rank's "
-                             "(relative difference %.2g, tolerance %g)", d, tol);
+        line(r, "ok", "ddp",
+             "2 ranks (scaletrain launch) x 10 steps of a tiny gpt: the weights equal 1 rank's "
+             "(relative difference %.2g, tolerance %g)",
+             d, tol);
 }
 
 static void check_data(report *r, const st_config *c) {
@@ -227,7 +240,8 @@ static void check_data(report *r, const st_config *c) {
         if (s != ST_OK) {
             const bool fm = strstr(sets[k], "/usr/share/datasets/fashion-mnist/") != NULL;
             line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
-                 fm ? "apt-get install dataset-fashion-mnist" : "point data.train / data.val at readable files");
+                 fm ? "apt-get install dataset-fashion-mnist"
+                    : "point data.train / data.val at readable files");
         } else if (tokens) {
             line(r, "ok", what, "%s: %lld samples of %lld tokens, vocabulary %lld", sets[k], (long long)d.n,
                  (long long)d.seq_len, (long long)d.vocab_size);
@@ -251,13 +265,18 @@ static void check_out_dir(report *r, const char *out_dir) {
     }
     while (!exists) { /* the nearest ancestor that exists */
         char *slash = strrchr(dir, '/');
-        if (!slash) snprintf(dir, sizeof dir, ".");
-        else if (slash == dir) dir[1] = '\0';
-        else *slash = '\0';
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
         exists = stat(dir, &st) == 0;
         if (exists && !S_ISDIR(st.st_mode)) {
-            line(r, "FAIL", "out_dir", "train.out_dir %s cannot be created: %s is not a directory; fix: set "
-                                       "train.out_dir to a directory path", out_dir, dir);
+            line(r, "FAIL", "out_dir",
+                 "train.out_dir %s cannot be created: %s is not a directory; fix: set "
+                 "train.out_dir to a directory path",
+                 out_dir, dir);
             return;
         }
     }
@@ -268,8 +287,9 @@ static void check_out_dir(report *r, const char *out_dir) {
     const int err = errno;
     unlink(probe);
     if (!ok)
-        line(r, "FAIL", "out_dir", "cannot write in %s (train.out_dir %s): %s; fix: set train.out_dir to a "
-                                   "writable directory",
+        line(r, "FAIL", "out_dir",
+             "cannot write in %s (train.out_dir %s): %s; fix: set train.out_dir to a "
+             "writable directory",
              dir, out_dir, strerror(err));
     else if (!strcmp(dir, out_dir))
         line(r, "ok", "out_dir", "%s is writable", out_dir);
@@ -316,17 +336,22 @@ int st_cmd_check(int argc, char **argv) {
     fflush(stdout);
     check_cpu(&r);
     if (!mkdtemp(tmp)) {
-        line(&r, "FAIL", "tmp", "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
+        line(&r, "FAIL", "tmp",
+             "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
-        if (check_mpi(&r, tmp)) check_ddp(&r, tmp);
-        else line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
+        if (check_mpi(&r, tmp))
+            check_ddp(&r, tmp);
+        else
+            line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
         nftw(tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     }
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
     check_gpu(&r);
-    if (r.failed) printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
-    else printf("ready\n");
+    if (r.failed)
+        printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
+    else
+        printf("ready\n");
     return r.failed ? ST_EXIT_FAIL : ST_EXIT_OK;
 }

@@ -23,13 +23,12 @@
 #include "launch.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND [ARGS]...\n"
-            "  starts N ranks of COMMAND with mpirun (bound to cores); COMMAND is a scaletrain\n"
-            "  subcommand (train, eval, ...) or a program. Rank 0's output is printed as it is, every\n"
-            "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
-            "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
-            "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
+    fprintf(f, "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND [ARGS]...\n"
+               "  starts N ranks of COMMAND with mpirun (bound to cores); COMMAND is a scaletrain\n"
+               "  subcommand (train, eval, ...) or a program. Rank 0's output is printed as it is, every\n"
+               "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
+               "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
+               "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
 }
 
 /* name's path on PATH, or false. */
@@ -48,8 +47,10 @@ bool st_cli_find_on_path(const char *name, char *out, size_t n) {
 
 void st_cli_self_path(char *out, size_t n) {
     ssize_t len = readlink("/proc/self/exe", out, n - 1);
-    if (len <= 0) snprintf(out, n, "scaletrain");
-    else out[len] = '\0';
+    if (len <= 0)
+        snprintf(out, n, "scaletrain");
+    else
+        out[len] = '\0';
 }
 
 static bool is_subcommand(const char *s) {
@@ -95,8 +96,10 @@ int st_cmd_launch(int argc, char **argv) {
                         is_n ? "of ranks >= 1" : "of restarts >= 0");
                 return ST_EXIT_USAGE;
             }
-            if (is_n) n = v;
-            else max_restarts = v;
+            if (is_n)
+                n = v;
+            else
+                max_restarts = v;
         } else if (!strcmp(a, "--hosts")) {
             hosts = argv[++i];
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -145,7 +148,8 @@ int st_cmd_launch(int argc, char **argv) {
     }
     if (is_subcommand(argv[cmd_at])) av[k++] = self;
     const int args_at = k;
-    for (int j = cmd_at; j < argc; j++) av[k++] = argv[j];
+    for (int j = cmd_at; j < argc; j++)
+        av[k++] = argv[j];
     av[k] = NULL;
 
     int rc = ST_EXIT_FAIL;
@@ -167,7 +171,8 @@ int st_cmd_launch(int argc, char **argv) {
             break;
         }
         if (attempt >= max_restarts) {
-            fprintf(stderr, "scaletrain launch: the job failed again (exit %d: %s); %ld restart%s used, giving up\n",
+            fprintf(stderr,
+                    "scaletrain launch: the job failed again (exit %d: %s); %ld restart%s used, giving up\n",
                     rc, why, max_restarts, max_restarts == 1 ? "" : "s");
             break;
         }

@@ -45,11 +45,11 @@ typedef struct linebuf {
 } linebuf;
 
 typedef struct demux {
-    int fd_out;   /* where this pipe's untagged text goes (1 or 2) */
-    char *in;     /* bytes read and not yet parsed */
+    int fd_out; /* where this pipe's untagged text goes (1 or 2) */
+    char *in;   /* bytes read and not yet parsed */
     size_t n_in, cap_in;
-    int rank;     /* the segment being read: rank, or -1 = untagged */
-    int err;      /* the segment is the rank's stderr */
+    int rank; /* the segment being read: rank, or -1 = untagged */
+    int err;  /* the segment is the rank's stderr */
     linebuf untagged;
 } demux;
 
@@ -63,7 +63,8 @@ typedef struct job_io {
 static int grow(linebuf *b, size_t more) {
     if (b->n + more <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + more) cap *= 2;
+    while (cap < b->n + more)
+        cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) return -1;
     b->p = p, b->cap = cap;
@@ -83,10 +84,13 @@ static void write_all(int fd, const char *p, size_t n) {
  * rank that died, else the last error line a rank printed. */
 static void note_reason(st_launch_result *r, const char *line, size_t n, bool from_mpirun) {
     const bool mpirun_says = from_mpirun && memmem(line, n, "noticed that process rank", 25);
-    const bool rank_error = !from_mpirun && (memmem(line, n, "error", 5) || memmem(line, n, "scaletrain:", 11));
+    const bool rank_error =
+        !from_mpirun && (memmem(line, n, "error", 5) || memmem(line, n, "scaletrain:", 11));
     if (!mpirun_says && !(rank_error && !r->reason_from_mpirun)) return;
-    while (n && isspace((unsigned char)*line)) line++, n--;
-    while (n && isspace((unsigned char)line[n - 1])) n--;
+    while (n && isspace((unsigned char)*line))
+        line++, n--;
+    while (n && isspace((unsigned char)line[n - 1]))
+        n--;
     snprintf(r->reason, sizeof r->reason, "%.*s", (int)n, line);
     if (mpirun_says) r->reason_from_mpirun = true;
 }
@@ -120,7 +124,7 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const char *p,
 }
 
 static linebuf *current(job_io *io, demux *d) {
-    if (d->rank < 0 || d->rank >= io->ranks) return &d->untagged;
+    if (d->rank < 0 || d->rank >= io->ranks || !io->lines) return &d->untagged;
     return &io->lines[d->rank * 2 + d->err];
 }
 
@@ -178,7 +182,8 @@ static void parse(job_io *io, demux *d, bool at_eof) {
         }
         /* Text up to the next line end or possible tag. */
         size_t j = i + 1;
-        while (j < d->n_in && d->in[j - 1] != '\n' && d->in[j - 1] != '\r' && d->in[j] != '[') j++;
+        while (j < d->n_in && d->in[j - 1] != '\n' && d->in[j - 1] != '\r' && d->in[j] != '[')
+            j++;
         const char end = d->in[j - 1] == '\n' || d->in[j - 1] == '\r' ? d->in[j - 1] : 0;
         linebuf *b = current(io, d);
         const size_t len = j - i - (end ? 1 : 0);
@@ -310,16 +315,19 @@ int st_launch_run(char *const *argv, int ranks, st_launch_result *res) {
     for (int r = 0; r < ranks * 2 && io.lines; r++)
         if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, io.lines[r].p, io.lines[r].n, '\n');
     for (int k = 0; k < 2; k++)
-        if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, io.d[k].untagged.p, io.d[k].untagged.n, '\n');
+        if (io.d[k].untagged.n)
+            emit(&io, -1, false, io.d[k].fd_out, io.d[k].untagged.p, io.d[k].untagged.n, '\n');
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         if (got_signal) kill(pid, got_signal), res->signalled = got_signal, got_signal = 0;
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
-    for (int r = 0; r < ranks * 2 && io.lines; r++) free(io.lines[r].p);
+    for (int r = 0; r < ranks * 2 && io.lines; r++)
+        free(io.lines[r].p);
     free(io.lines);
-    for (int k = 0; k < 2; k++) free(io.d[k].in), free(io.d[k].untagged.p);
+    for (int k = 0; k < 2; k++)
+        free(io.d[k].in), free(io.d[k].untagged.p);
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -49,7 +49,8 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
         }
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double left = timeout_s - ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec));
+        double left =
+            timeout_s - ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec));
         if (left <= 0) {
             kill(-pid, SIGKILL);
             waitpid(pid, &status, 0);

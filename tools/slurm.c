@@ -27,12 +27,14 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain slurm CONFIG --nodes N --gpus-per-node G [--tasks-per-node T] [--cpus-per-task C]\n"
-               "                       [--time HH:MM:SS] [--partition P] [--job-name NAME] [--set key=value]...\n"
-               "  writes an sbatch script to stdout: one task per GPU (G > 0) or T tasks per node\n"
-               "  (G = 0, CPU nodes), srun --mpi=pmix scaletrain train CONFIG --resume auto, requeue\n"
-               "  after SIGTERM (pre-emption, the time limit). Example:\n"
-               "    scaletrain slurm run.yaml --nodes 2 --gpus-per-node 8 --time 24:00:00 > job.sbatch\n");
+    fprintf(
+        f, "usage: scaletrain slurm CONFIG --nodes N --gpus-per-node G [--tasks-per-node T] [--cpus-per-task "
+           "C]\n"
+           "                       [--time HH:MM:SS] [--partition P] [--job-name NAME] [--set key=value]...\n"
+           "  writes an sbatch script to stdout: one task per GPU (G > 0) or T tasks per node\n"
+           "  (G = 0, CPU nodes), srun --mpi=pmix scaletrain train CONFIG --resume auto, requeue\n"
+           "  after SIGTERM (pre-emption, the time limit). Example:\n"
+           "    scaletrain slurm run.yaml --nodes 2 --gpus-per-node 8 --time 24:00:00 > job.sbatch\n");
 }
 
 static bool valid_time(const char *t) {
@@ -59,8 +61,10 @@ static bool valid_word(const char *s) {
 static void put_quoted(const char *s) {
     putchar('\'');
     for (const char *p = s; *p; p++) {
-        if (*p == '\'') fputs("'\\''", stdout);
-        else putchar(*p);
+        if (*p == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*p);
     }
     putchar('\'');
 }
@@ -83,10 +87,12 @@ int st_cmd_slurm(int argc, char **argv) {
     bool ok = rest != NULL;
     for (int i = 0; ok && i < argc; i++) {
         const char *a = argv[i];
-        static const char *const valued[] = {"--nodes", "--gpus-per-node", "--tasks-per-node", "--cpus-per-task",
-                                             "--time", "--partition", "--job-name"};
+        static const char *const valued[] = {"--nodes",         "--gpus-per-node", "--tasks-per-node",
+                                             "--cpus-per-task", "--time",          "--partition",
+                                             "--job-name"};
         bool takes = false;
-        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
+        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+            takes |= !strcmp(a, valued[k]);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             free(rest);
@@ -97,22 +103,33 @@ int st_cmd_slurm(int argc, char **argv) {
             ok = false;
             break;
         }
-        if (!strcmp(a, "--nodes")) nodes = number(a, argv[++i], 1, 100000, &ok);
-        else if (!strcmp(a, "--gpus-per-node")) gpus = number(a, argv[++i], 0, 64, &ok);
-        else if (!strcmp(a, "--tasks-per-node")) tasks = number(a, argv[++i], 1, 4096, &ok);
-        else if (!strcmp(a, "--cpus-per-task")) cpus = number(a, argv[++i], 1, 4096, &ok);
-        else if (!strcmp(a, "--time")) time_limit = argv[++i];
-        else if (!strcmp(a, "--partition")) partition = argv[++i];
-        else if (!strcmp(a, "--job-name")) name = argv[++i];
-        else rest[nrest++] = argv[i];
+        if (!strcmp(a, "--nodes"))
+            nodes = number(a, argv[++i], 1, 100000, &ok);
+        else if (!strcmp(a, "--gpus-per-node"))
+            gpus = number(a, argv[++i], 0, 64, &ok);
+        else if (!strcmp(a, "--tasks-per-node"))
+            tasks = number(a, argv[++i], 1, 4096, &ok);
+        else if (!strcmp(a, "--cpus-per-task"))
+            cpus = number(a, argv[++i], 1, 4096, &ok);
+        else if (!strcmp(a, "--time"))
+            time_limit = argv[++i];
+        else if (!strcmp(a, "--partition"))
+            partition = argv[++i];
+        else if (!strcmp(a, "--job-name"))
+            name = argv[++i];
+        else
+            rest[nrest++] = argv[i];
     }
     if (ok && (nodes < 0 || gpus < 0)) {
-        fprintf(stderr, "scaletrain slurm: --nodes N and --gpus-per-node G are required (G = 0 for CPU nodes)\n");
+        fprintf(stderr,
+                "scaletrain slurm: --nodes N and --gpus-per-node G are required (G = 0 for CPU nodes)\n");
         ok = false;
     }
     if (ok && gpus > 0 && tasks > 0 && tasks != gpus) {
-        fprintf(stderr, "scaletrain slurm: --tasks-per-node %ld with --gpus-per-node %ld: GPU nodes run one task per "
-                        "GPU; leave --tasks-per-node out\n", tasks, gpus);
+        fprintf(stderr,
+                "scaletrain slurm: --tasks-per-node %ld with --gpus-per-node %ld: GPU nodes run one task per "
+                "GPU; leave --tasks-per-node out\n",
+                tasks, gpus);
         ok = false;
     }
     if (ok && time_limit && !valid_time(time_limit)) {
@@ -165,7 +182,8 @@ int st_cmd_slurm(int argc, char **argv) {
            "# the job, which continues with --resume auto. Exit: 0 done, 143 stopped and requeued,\n"
            "# 1 an error (not requeued; see the log).\n",
            nodes, per_node, gpus > 0 ? "GPU" : "core group", cfg.train.out_dir);
-    printf("#SBATCH --job-name=%s\n#SBATCH --nodes=%ld\n#SBATCH --ntasks-per-node=%ld\n", name, nodes, per_node);
+    printf("#SBATCH --job-name=%s\n#SBATCH --nodes=%ld\n#SBATCH --ntasks-per-node=%ld\n", name, nodes,
+           per_node);
     if (gpus > 0) printf("#SBATCH --gpus-per-node=%ld\n", gpus);
     if (cpus > 0) printf("#SBATCH --cpus-per-task=%ld\n", cpus);
     if (time_limit) printf("#SBATCH --time=%s\n", time_limit);
