@@ -1,17 +1,20 @@
 /* `scaletrain check [CONFIG] [--set key=value]...`: is this machine ready to
- * train? One line per check, "ok", "FAIL" (with the fix) or "skip" (not in
- * this build), and exit 0 only when nothing failed:
+ * train? One line per check, "ok", "FAIL" (with the fix), "warn" (works,
+ * but looks wrong; with a hint) or "skip" (not in this build), and exit 0
+ * only when nothing failed:
  *   cpu      cores and memory (from /proc)
  *   mpi      this build has MPI, mpirun is on PATH and says its version
  *   ddp      a 2-rank data-parallel self-test through `scaletrain launch`: a
  *            tiny gpt on a generated token file for 10 steps, whose weights
  *            must equal one rank's with the same global batch (the ranks
  *            agreed on the model and their all-reduces average right)
+ *   allreduce  a 16 MiB all-reduce on 2 ranks: every element right, and
+ *            the bus bandwidth, flagged (warn) when low (tools/check_comm.c)
  *   data     the config's training (and validation) data opens and is valid
  *   out_dir  the config's train.out_dir is writable (or can be created)
  *   cuda, nccl  what this build has (no device is probed here)
- * Not here: the hardware probe of src/hw (GPUs, NVML links), the all-reduce
- * bandwidth test. */
+ * Not here: the hardware probe of src/hw (GPUs, NVML links), link presets
+ * to compare the bandwidth with. */
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -37,7 +40,7 @@ static void line(report *r, const char *mark, const char *what, const char *fmt,
 static void line(report *r, const char *mark, const char *what, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    printf("%-5s %-8s ", mark, what);
+    printf("%-5s %-9s ", mark, what);
     vprintf(fmt, ap);
     printf("\n");
     fflush(stdout);
@@ -227,6 +230,38 @@ static void check_ddp(report *r, const char *tmp) {
              d, tol);
 }
 
+/* A 16 MiB all-reduce on 2 ranks (tools/check_comm.c): right results and
+ * the bus bandwidth, flagged when far below what one node's shared memory
+ * gives (several GB/s; about 7 GB/s on the 2-core machine this was written on). */
+static void check_allreduce(report *r, const char *tmp) {
+    char self[PATH_MAX], log[PATH_MAX];
+    st_cli_self_path(self, sizeof self);
+    snprintf(log, sizeof log, "%s/allreduce.log", tmp);
+    char *const av[] = {self, "launch", "-n", "2", "check", "--allreduce-worker", NULL};
+    const int rc = st_cli_spawn(av, log, log, 120);
+    char *t = st_cli_read_file(log);
+    const char *js = t ? st_cli_last_json_line(t) : NULL;
+    double ms = 0, bus = 0, wrong = -1;
+    if (js) {
+        const char *p;
+        if ((p = strstr(js, "\"ms\":"))) ms = atof(p + 5);
+        if ((p = strstr(js, "\"busbw_gbs\":"))) bus = atof(p + 12);
+        if ((p = strstr(js, "\"wrong\":"))) wrong = atof(p + 8);
+    }
+    if (rc != 0 || !js || wrong != 0)
+        line(r, "FAIL", "allreduce",
+             "2-rank all-reduce test %s %d: %.300s; fix: see the message, and run the same OpenMPI on every "
+             "node",
+             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+    else
+        line(r, bus >= 1.0 ? "ok" : "warn", "allreduce",
+             "2 ranks, 16 MiB: %.2f ms, bus bandwidth %.2f GB/s, every element right%s", ms, bus,
+             bus >= 1.0 ? ""
+                        : "; low for shared memory on one node: are other processes busy on these cores? "
+                          "(OMP_WAIT_POLICY=PASSIVE keeps idle OpenMP threads off them)");
+    free(t);
+}
+
 static void check_data(report *r, const st_config *c) {
     const bool tokens = !strcmp(c->data.type, "tokens");
     const char *sets[2] = {c->data.train, c->data.val};
@@ -324,6 +359,7 @@ int st_cmd_check(int argc, char **argv) {
                    "  the config's data and out_dir, CUDA/NCCL in this build. Exit 0 when nothing failed.\n");
             return ST_EXIT_OK;
         }
+    if (argc == 1 && !strcmp(argv[0], "--allreduce-worker")) return st_check_allreduce_worker();
     st_config cfg;
     st_run_opts opts = {0};
     int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);
@@ -340,10 +376,13 @@ int st_cmd_check(int argc, char **argv) {
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
-        if (check_mpi(&r, tmp))
+        if (check_mpi(&r, tmp)) {
             check_ddp(&r, tmp);
-        else
+            check_allreduce(&r, tmp);
+        } else {
             line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
+            line(&r, "skip", "allreduce", "the all-reduce test needs MPI (above)");
+        }
         nftw(tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     }
     check_data(&r, &cfg);

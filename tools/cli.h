@@ -15,6 +15,8 @@ int st_cmd_launch(int argc, char **argv);
 int st_cmd_check(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
 int st_cmd_slurm(int argc, char **argv);
+/* `check`'s all-reduce test, one rank of it (tools/check_comm.c). */
+int st_check_allreduce_worker(void);
 
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */

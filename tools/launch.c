@@ -54,7 +54,7 @@ void st_cli_self_path(char *out, size_t n) {
 }
 
 static bool is_subcommand(const char *s) {
-    static const char *const cmds[] = {"train", "eval", "data"};
+    static const char *const cmds[] = {"train", "eval", "data", "check"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (strcmp(s, cmds[i]) == 0) return true;
     return false;
