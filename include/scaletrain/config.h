@@ -81,6 +81,7 @@ typedef struct st_config {
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */
         double lr;                 /*                                     default 1e-3 */
+        char lr_scaling[ST_CFG_STR]; /* none | linear | sqrt: lr x ranks   default none */
         double weight_decay;       /* decoupled (AdamW), or L2 (SGD)      default 0.0 */
         double beta1, beta2, eps;  /* AdamW                               default 0.9, 0.999, 1e-8 */
         double momentum;           /* SGD                                 default 0.9 */

@@ -53,6 +53,10 @@ typedef struct st_run_result {
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */
 st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res);
+/* The checkpoint `train --resume auto` would continue from: the latest good
+ * one in cfg's train.out_dir/ckpt (the path goes to dir), *found false when
+ * there is none. Checks checksums; reports nothing. */
+st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found);
 /* Evaluate opts->init (required) on the validation data. */
 st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res);
 

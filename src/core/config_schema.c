@@ -120,6 +120,9 @@ const st_cfg_key st_cfg_keys[] = {
             "learning rate at the end of decay, as a fraction of lr"),
     K_FLOAT("optim.grad_clip", optim.grad_clip, "0.0", 0, NOMAX, 0,
             "clip the global gradient norm to this; 0 = off"),
+    K_ENUM("optim.lr_scaling", optim.lr_scaling, "none", VALUES("none", "linear", "sqrt"),
+           "scale optim.lr with the number of ranks: linear (lr x ranks) or sqrt (lr x sqrt(ranks)), for a "
+           "global batch that grows with the ranks; none = lr as given"),
 
     K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0, 3.4e38, LO,
             "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 and bf16"),

@@ -17,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "scaletrain/train.h"
 
 #define PATH_CAP 4096
 #define STATE_MAX_NBYTES (16 << 20)
@@ -467,4 +468,8 @@ st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state 
     ST_TRY(st_model_load(m, path));
     snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[1]);
     return load_optim(path, &m->params, o);
+}
+
+st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found) {
+    return st_ckpt_find(cfg->train.out_dir, "auto", NULL, dir, size, found);
 }

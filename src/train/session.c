@@ -183,6 +183,17 @@ static st_status plan(st_session *s, st_model_input *in) {
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
                        (long long)c->train.batch_size, (long long)c->train.micro_batch_size, s->world);
+    /* (once: a second session over the same cfg finds lr already scaled) */
+    if (strcmp(c->optim.lr_scaling, "none") != 0 && st_config_source(c, "optim.lr") != ST_SRC_AUTO) {
+        /* Goyal et al. 2017 (linear) or Krizhevsky 2014 (sqrt): the rate
+         * grows with the global batch when each rank keeps its micro-batch. */
+        const bool lin = strcmp(c->optim.lr_scaling, "linear") == 0;
+        const double base = c->optim.lr, f = lin ? (double)s->world : sqrt((double)s->world);
+        c->optim.lr = base * f;
+        snprintf(why, sizeof why, lin ? "lr %g x %d rank%s (linear)" : "lr %g x sqrt(%d rank%s)", base, s->world,
+                 s->world == 1 ? "" : "s");
+        st_config_mark_auto(c, "optim.lr", why);
+    }
     if (c->train.eval_batch_size == ST_AUTO) {
         c->train.eval_batch_size = c->train.micro_batch_size;
         st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");

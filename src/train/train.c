@@ -363,6 +363,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (!tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
                 ST_GOTO(write_trace(ses, opts, &tr, &prog));
         }
+        /* Under mpirun, the first rank to exit non-zero gets the others
+         * killed: no rank leaves before rank 0's checkpoint is on disk. */
+        if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));
         if (stopped) break;
     }
     st_progress_end(&prog);
