@@ -14,7 +14,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "ddp.h"
+#include "dist/ddp.h"
 #include "layers/layers.h"
 #include "metrics.h"
 #include "optim/optim.h"

@@ -6,9 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/rng.h"
-#include "session.h"
+
+double st_dist_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb) {
     memset(d, 0, sizeof *d);
@@ -62,7 +68,7 @@ void st_ddp_free(st_ddp *d) {
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
-    if (d->t_first_start == 0) d->t_first_start = st_now();
+    if (d->t_first_start == 0) d->t_first_start = st_dist_now();
     b->started = true;
     float *g = d->p->grad + b->offset;
     return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
@@ -88,12 +94,12 @@ void st_ddp_arm(st_ddp *d, st_graph *g) {
 st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     g->backward_hook = NULL;
     g->backward_hook_ctx = NULL;
-    d->t_backward_end = st_now();
+    d->t_backward_end = st_dist_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
     for (int i = 0; i < d->n_buckets; i++)
         ST_TRY(st_comm_wait(&d->b[i].req));
-    double t_done = st_now();
+    double t_done = st_dist_now();
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;
     d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;

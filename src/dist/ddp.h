@@ -9,10 +9,10 @@
  * final once backward has run the earliest node (in forward order) that uses
  * it; a tied weight used by the first and last nodes is final only at the end.
  *
- * Internal to src/train. Not here: ZeRO, deterministic reduction, sync
+ * Used by src/train. Not here: ZeRO, deterministic reduction, sync
  * batch-norm (issue 4, later parts). */
-#ifndef ST_TRAIN_DDP_H
-#define ST_TRAIN_DDP_H
+#ifndef ST_DIST_DDP_H
+#define ST_DIST_DDP_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,7 +35,7 @@ typedef struct st_ddp {
     int n_buckets;
     st_status err; /* the first error of a collective started from the hook */
     /* timings of the current step and their sums over the run */
-    double t_first_start, t_backward_end;
+    double t_first_start, t_backward_end; /* st_dist_now() */
     double wait_s, hidden_s, span_s;
     int64_t syncs;
 } st_ddp;
@@ -43,6 +43,9 @@ typedef struct st_ddp {
 /* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb. */
 st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb);
 void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
+
+/* Monotonic seconds (the clock of the timings above). */
+double st_dist_now(void);
 
 /* Before the first step, on every rank: compare a signature of the model
  * (tensor count, each name + shape in order) and of the data settings (batch,
