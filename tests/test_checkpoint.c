@@ -65,8 +65,8 @@ int main(void) {
     oa.t = 42;
     char saved[4096], path[4200];
     for (int64_t step = 1; step <= 3; step++) {
-        st_ckpt_state st = {step, {1, step, 0}, 5, 128};
-        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+        st_ckpt_state st = {step, {1, step, 0}, 5, 128, false, 1, 0, 0};
+        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     }
     snprintf(path, sizeof path, "%s/run/ckpt/step-1", root);
     CHECK(!exists(path), "keep_checkpoints 2 should have deleted step-1");
@@ -117,8 +117,8 @@ int main(void) {
     CHECK(!found, "no checkpoint directory at all");
 
     /* A truncated model file, and an optimizer of another kind. */
-    st_ckpt_state st = {4, {0, 4, 0}, 5, 128};
-    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+    st_ckpt_state st = {4, {0, 4, 0}, 5, 128, false, 1, 0, 0};
+    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     st_optim sgd = {0};
     st_config cs = cfg;
     snprintf(cs.optim.type, sizeof cs.optim.type, "sgd");

@@ -9,8 +9,17 @@
  * final once backward has run the earliest node (in forward order) that uses
  * it; a tied weight used by the first and last nodes is final only at the end.
  *
- * Used by src/train. Not here: ZeRO, deterministic reduction, sync
- * batch-norm (issue 4, later parts). */
+ * Under ZeRO (dist.h) the same buckets are reduced instead of all-reduced:
+ * the piece of a bucket that falls in rank r's shard goes to rank r (one
+ * MPI_Ireduce per piece, in place at the owner), so a bucket costs one
+ * collective per shard it touches and overlaps backward as DDP's does. With
+ * `release` (stage 2) the parts of a bucket outside this rank's shard are
+ * given back to the system as soon as its reductions have completed: they
+ * are not needed any more (their owners hold the sums), so between steps a
+ * rank holds only its shard of gradients, and during backward only its shard
+ * plus the buckets whose reductions are still in flight.
+ *
+ * Used by dist.c. Not here: sync batch-norm (issue 4, later part). */
 #ifndef ST_DIST_DDP_H
 #define ST_DIST_DDP_H
 
@@ -23,8 +32,10 @@
 typedef struct st_ddp_bucket {
     int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
     int ready_at;          /* backward may start it after this node (the earliest user of its params) */
-    bool started;
-    st_comm_req *req;
+    bool started, released;
+    int n_req;         /* collectives: 1 all-reduce, or one reduce per shard the bucket touches */
+    int first_owner;   /* ZeRO: the rank owning the bucket's first element */
+    st_comm_req **req; /* (n_req) */
     char name[32]; /* "grad bucket 3": the same on every rank and every step */
 } st_ddp_bucket;
 
@@ -33,6 +44,13 @@ typedef struct st_ddp {
     st_params *p;
     st_ddp_bucket *b; /* b[0] holds the end of the arena: the first gradients backward produces */
     int n_buckets;
+    /* ZeRO: shard > 0 elements per rank; each bucket's pieces are reduced
+     * with `op` to their owners, and with `release` the non-owned parts are
+     * given back once reduced. 0: all-reduce (average), DDP. */
+    int64_t shard;
+    st_comm_redop op;
+    bool release;
+    int64_t peak_resident; /* with release: the most gradient bytes resident at a backward hook */
     st_status err; /* the first error of a collective started from the hook */
     /* timings of the current step and their sums over the run */
     double t_first_start, t_backward_end; /* st_dist_now() */
@@ -40,8 +58,10 @@ typedef struct st_ddp {
     int64_t syncs;
 } st_ddp;
 
-/* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb. */
-st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb);
+/* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb.
+ * shard, op, release: see st_ddp (shard 0 for DDP). */
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
+                      st_comm_redop op, bool release);
 void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
 
 /* Monotonic seconds (the clock of the timings above). */
@@ -55,11 +75,13 @@ double st_dist_now(void);
  * rank 0. */
 st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples);
 
-/* Arm g's backward hook for the next backward (the last micro-step of a step):
- * buckets start as their gradients become final. */
+/* Arm g's backward hook for the next backward (DDP and ZeRO-1: the last
+ * micro-step of a step; ZeRO-2: every micro-step): buckets start as their
+ * gradients become final. */
 void st_ddp_arm(st_ddp *d, st_graph *g);
 /* After that backward: start what is left, wait for every bucket (gradients
- * are then averaged over ranks), disarm the hook and record the timings. */
+ * are then averaged over ranks, or reduced into their owners' shards),
+ * disarm the hook and record the timings. */
 st_status st_ddp_finish(st_ddp *d, st_graph *g);
 
 #endif

@@ -143,6 +143,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->data.num_workers = st_loader_auto_workers(s->threads);
         st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
+    if (strcmp(c->dist.strategy, "auto") == 0) {
+        snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
+        st_config_mark_auto(c, "dist.strategy",
+                            "ddp on the CPU: a rank holds the whole state; zero1/zero2 shard it");
+    }
     if (strcmp(c->precision, "auto") == 0) {
         snprintf(c->precision, sizeof c->precision, "fp32");
         st_config_mark_auto(c, "precision", "fp32 on the CPU");
