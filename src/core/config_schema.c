@@ -115,10 +115,11 @@ const st_cfg_key st_cfg_keys[] = {
            "compute precision; auto = chosen by the planner from the hardware"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
-           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
+           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = ddp on the CPU (docs/distributed.md)"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
             "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
-    K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
+    K_BOOL("dist.deterministic", dist.deterministic, "false",
+           "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
 
