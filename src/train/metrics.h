@@ -25,6 +25,7 @@ typedef struct st_metrics_step {
     double step_ms, mfu, data_wait_ms, data_wait_fraction;
     double comm_ms, comm_overlap;
     bool lm, has_comm;
+    int64_t optim_state_bytes, grad_bytes; /* rank 0's, measured (docs/distributed.md) */
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):

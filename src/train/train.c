@@ -288,6 +288,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
             ms.data_wait_ms = 1e3 * wait / (double)window_n;
             ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+            ms.optim_state_bytes = r->optim_state_bytes;
+            ms.grad_bytes = st_dist_grad_nbytes(&dd);
             if (dist) {
                 const int64_t syncs = ddp->syncs - win_syncs;
                 const double span = ddp->span_s - win_span;
