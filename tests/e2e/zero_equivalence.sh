@@ -8,6 +8,7 @@
 # - The memory each rank holds, measured (--json): optimizer state falls as
 #   1/N for zero1 and zero2, gradients as 1/N for zero2 (to within one
 #   shard's page padding), and each equals the printed formula's prediction.
+# - ZeRO's reductions overlap backward (the first starts before it ends).
 # - dist.deterministic: 2 and 4 ranks (ddp, zero1, zero2) save the same bits
 #   as 1 rank accumulating the 4 micro-batches (cmp of the weight files), for
 #   the mlp (dropout, clipping) and the gpt (AdamW, clipping).
@@ -94,6 +95,29 @@ for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $
 gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set model.n_layer=2
      --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32 --set optim.lr=1e-3 --set optim.grad_clip=1.0)
 equiv gpt 2 1e-3 "${gpt[@]}"
+# ZeRO keeps DDP's overlap: on the 4-rank gpt the first bucket's reductions
+# start before backward ends. zero2's gradient peak during backward is
+# reported (it depends on how soon each bucket's reductions finish, so only
+# its bounds are checked: at least the shard, at most the padded arena).
+/usr/bin/python3 - "$tmp" <<'PY' || fail "gpt: zero overlap and peak"
+import json, sys
+tmp = sys.argv[1]
+def last(n):
+    return json.loads(open(f"{tmp}/{n}.json").read().strip().splitlines()[-1])
+ok = True
+for st in ("zero1", "zero2"):
+    r = last(f"gpt-{st}-4")
+    good = r["grad_buckets"] > 1 and r["first_bucket_lead_ms"] > 0 and 0 <= r["comm_overlap"] <= 1
+    ok &= good
+    print(f"gpt {st} 4 ranks:", {k: r[k] for k in ("grad_buckets", "comm_ms", "comm_overlap", "first_bucket_lead_ms")},
+          "ok" if good else "FAIL")
+r = last("gpt-zero2-4")
+good = r["grad_bytes"] <= r["grad_peak_bytes"] <= 4 * r["grad_bytes"]
+ok &= good
+print(f"gpt zero2 4 ranks: gradient peak during backward {r['grad_peak_bytes']} B, between steps",
+      f"{r['grad_bytes']} B:", "ok" if good else "FAIL")
+sys.exit(0 if ok else 1)
+PY
 
 # Deterministic mode: the same bits whatever the number of ranks.
 det() {
