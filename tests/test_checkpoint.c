@@ -66,8 +66,10 @@ int main(void) {
     char saved[4096], path[4200];
     for (int64_t step = 1; step <= 3; step++) {
         /* an fp16 run's loss scaler state rides along (0x1p-3 * 2^step: not an integer) */
-        st_ckpt_state st = {step, {1, step, 0}, 5, 128, 0x1p20 * (double)step + 0.125, step + 10, step + 20};
-        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+        st_ckpt_state st = {.step = step, .pos = {1, step, 0}, .seed = 5, .batch_size = 128,
+                            .loss_scale = 0x1p20 * (double)step + 0.125, .scale_good_steps = step + 10,
+                            .skipped_steps = step + 20, .optim_world = 1};
+        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     }
     snprintf(path, sizeof path, "%s/run/ckpt/step-1", root);
     CHECK(!exists(path), "keep_checkpoints 2 should have deleted step-1");
@@ -121,8 +123,8 @@ int main(void) {
     CHECK(!found, "no checkpoint directory at all");
 
     /* A truncated model file, and an optimizer of another kind. */
-    st_ckpt_state st = {4, {0, 4, 0}, 5, 128, 0, 0, 0};
-    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+    st_ckpt_state st = {.step = 4, .pos = {0, 4, 0}, .seed = 5, .batch_size = 128, .optim_world = 1};
+    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     st_optim sgd = {0};
     st_config cs = cfg;
     snprintf(cs.optim.type, sizeof cs.optim.type, "sgd");

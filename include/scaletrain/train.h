@@ -49,6 +49,14 @@ typedef struct st_run_result {
     bool has_loss_scale;
     double loss_scale;
     int64_t skipped_steps;
+    /* memory this rank holds (every run; measured, with the formula's prediction: docs/distributed.md) */
+    char strategy[8];              /* ddp | zero1 | zero2 */
+    bool deterministic;
+    int64_t optim_state_bytes;     /* optimizer state allocated on this rank */
+    int64_t optim_state_bytes_predicted;
+    int64_t grad_bytes;            /* gradient bytes resident after the last step */
+    int64_t grad_peak_bytes;       /* the most seen resident at a backward hook or after a step */
+    int64_t grad_bytes_predicted;  /* between steps */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

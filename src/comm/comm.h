@@ -126,6 +126,19 @@ st_status st_comm_reduce_scatter(st_comm *c, const void *send, void *recv, size_
 st_status st_comm_all_gather(st_comm *c, const void *send, void *recv, size_t send_count, st_comm_dtype dt,
                              const char *name, st_comm_req **req);
 
+/* recv on `root` = op over ranks of send (count elements); recv is not used
+ * on the other ranks (may be NULL there). In place at the root when send ==
+ * recv. ZeRO reduces each gradient bucket's piece to the rank that owns it. */
+st_status st_comm_reduce(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                         st_comm_redop op, int root, const char *name, st_comm_req **req);
+
+/* Rank r's send holds `size` blocks of count elements; block j goes to rank j,
+ * which receives it as its block r: recv[r-th block on rank j] = send[j-th
+ * block on rank r]. Not in place. The deterministic reduction uses it to bring
+ * every rank's copy of a shard to the shard's owner. */
+st_status st_comm_all_to_all(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                             const char *name, st_comm_req **req);
+
 /* buf on every rank = buf on `root`. */
 st_status st_comm_broadcast(st_comm *c, void *buf, size_t count, st_comm_dtype dt, int root, const char *name,
                             st_comm_req **req);

@@ -108,6 +108,10 @@ static const char *mpi_call(st_comm_kind k) {
         return "MPI_Ibcast";
     case ST_COMM_KIND_BARRIER:
         return "MPI_Ibarrier";
+    case ST_COMM_KIND_REDUCE:
+        return "MPI_Ireduce";
+    case ST_COMM_KIND_ALL_TO_ALL:
+        return "MPI_Ialltoall";
     default:
         return "an internal step";
     }
@@ -151,6 +155,13 @@ static st_status post(st_comm *c, st_mpi_req *q) {
         break;
     case ST_COMM_KIND_BARRIER:
         rc = MPI_Ibarrier(m->data, &q->data);
+        break;
+    case ST_COMM_KIND_REDUCE:
+        rc = MPI_Ireduce(send == r->recv && r->root == c->rank ? MPI_IN_PLACE : send, r->recv, n, t,
+                         mpi_op(m, r->op, r->dt), r->root, m->data, &q->data);
+        break;
+    case ST_COMM_KIND_ALL_TO_ALL:
+        rc = MPI_Ialltoall(send, n, t, r->recv, n, t, m->data, &q->data);
         break;
     default:
         return st_comm_fail(c, r, ST_ERR_INTERNAL, "cannot post an internal step");

@@ -133,12 +133,13 @@ const st_cfg_key st_cfg_keys[] = {
            "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
-           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
+           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = ddp on the CPU (docs/distributed.md)"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
             "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
            "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
-    K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
+    K_BOOL("dist.deterministic", dist.deterministic, "false",
+           "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
 

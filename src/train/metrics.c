@@ -127,6 +127,8 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
         cJSON_AddNumberToObject(o, "comm_overlap", s->comm_overlap);
     }
     cJSON_AddNumberToObject(o, "peak_rss_mb", st_metrics_peak_rss_mb());
+    cJSON_AddNumberToObject(o, "optim_state_bytes", (double)s->optim_state_bytes);
+    cJSON_AddNumberToObject(o, "grad_bytes", (double)s->grad_bytes);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
     if (s->has_loss_scale) cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);

@@ -29,6 +29,7 @@ typedef struct st_metrics_step {
     double comm_ms, comm_overlap;
     double loss_scale; /* fp16 only (has_loss_scale) */
     bool lm, has_comm, has_loss_scale;
+    int64_t optim_state_bytes, grad_bytes; /* rank 0's, measured (docs/distributed.md) */
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):

@@ -220,6 +220,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "train.activation_checkpointing",
                             "off: recomputing costs a forward pass and nothing here asks for the memory");
     }
+    if (strcmp(c->dist.strategy, "auto") == 0) { /* when the planner could not choose */
+        snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
+        st_config_mark_auto(c, "dist.strategy",
+                            "ddp on the CPU: a rank holds the whole state; zero1/zero2 shard it");
+    }
     if (strcmp(c->precision, "auto") == 0) {
         /* The CPU backend computes in fp32 either way: bf16 and fp16 only add
          * the GPU's rounding (to test its numerics), which costs time and

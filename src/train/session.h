@@ -22,6 +22,7 @@ typedef struct st_session {
     st_comm *comm; /* one per process; local (world 1) without a launcher */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
+    bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
 } st_session;
 
 /* Start the communicator (rank and world), open data (train unless

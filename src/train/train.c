@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "ddp.h"
+#include "dist/dist.h"
 #include "layers/layers.h"
 #include "metrics.h"
 #include "optim/optim.h"
@@ -47,6 +47,13 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
             cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
         }
+        cJSON_AddStringToObject(o, "strategy", r->strategy);
+        cJSON_AddBoolToObject(o, "deterministic", r->deterministic);
+        cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
+        cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
+        cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
+        cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
+        cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -102,6 +109,32 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
     return ST_OK;
 }
 
+/* The memory this rank holds for optimizer state and gradients, measured and
+ * as the formulas predict (dist.h); rank 0 prints it at the start. */
+static void report_memory(st_session *ses, const st_run_opts *opts, const st_dist *dd, const st_optim *o,
+                          st_run_result *r) {
+    const int64_t k = o->v ? 2 : 1, S = dd->sh.shard;
+    snprintf(r->strategy, sizeof r->strategy, "%s", st_dist_mode_name(dd->mode));
+    r->deterministic = dd->deterministic;
+    r->optim_state_bytes = st_optim_state_nbytes(o);
+    r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
+    r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
+    if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
+    const double mib = 1.0 / (1 << 20);
+    fprintf(ses->out,
+            "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB "
+            "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
+            r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
+            (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib, (long long)k,
+            dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
+            (double)st_dist_grad_nbytes(dd) * mib,
+            dd->deterministic ? "4 B x (N*S grads + S folded + N*S received)"
+            : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
+                                        : "4 B x N*S",
+            (double)r->grad_bytes_predicted * mib);
+    fflush(ses->out);
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -114,7 +147,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_optim opt = {0};
     st_sampler *smp = NULL;
     st_loader *ld = NULL;
-    st_ddp ddp = {0};
+    st_dist dd = {0};
+    const st_ddp *ddp = &dd.ddp;
     st_trace tr = {0}, *trace = NULL;
     st_scaler sc;
     const bool dist = ses->world > 1;
@@ -130,9 +164,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (!opts->quiet && ses->rank == 0)
         fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
-    ST_GOTO(st_optim_init(&opt, c, &m->params));
+    /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
+    ST_GOTO(st_dist_init(&dd, ses->comm, c, &m->params, &mg.g, accum));
+    int64_t opt_lo, opt_hi;
+    st_dist_range(&dd, &opt_lo, &opt_hi);
+    ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
+    report_memory(ses, opts, &dd, &opt, r);
+    const st_ckpt_layout lay = {ses->comm, ses->rank, ses->world, dd.mode != ST_DIST_DDP && ses->world > 1,
+                                dd.sh.shard};
     mg.g.training = true;
-    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size, 0, 0, 0};
+    st_ckpt_state ck = {0};
+    ck.seed = seed;
+    ck.batch_size = c->train.batch_size;
     if (opts->resume) {
         char dir[4096];
         bool found;
@@ -177,10 +220,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
         }
-        ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
-        ST_GOTO(st_ddp_set_grad_dtype(&ddp, st_precision_from_name(c->dist.grad_dtype)));
+        if (strcmp(c->dist.grad_dtype, "fp32") != 0 && (dd.mode != ST_DIST_DDP || dd.deterministic)) {
+            ses->agreed_error = true; /* every rank has the same config */
+            s = st_fail(ST_ERR_CONFIG,
+                        "dist.grad_dtype %s works with dist.strategy ddp without dist.deterministic (ZeRO's "
+                        "reductions and the deterministic fold travel in fp32); set dist.grad_dtype: fp32",
+                        c->dist.grad_dtype);
+            goto fail;
+        }
+        ST_GOTO(st_ddp_set_grad_dtype(&dd.ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
-        r->grad_buckets = ddp.n_buckets;
+        r->grad_buckets = ddp->n_buckets;
     }
     if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
@@ -188,7 +238,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         trace = &tr;
         mg.g.node_hook = st_trace_node;
         mg.g.node_hook_ctx = trace;
-        ddp.trace = trace;
+        dd.ddp.trace = trace;
     }
 
     st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
@@ -201,6 +251,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     so.shuffle = c->data.shuffle;
     so.drop_last = c->data.drop_last;
     so.name = c->data.train;
+    so.interleave = c->dist.deterministic; /* the fold order (dist.h) */
     ST_GOTO(st_sampler_init(&so, &smp));
     if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
@@ -229,7 +280,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         double t0 = st_now(), tt;
         st_trace_step(trace, step + 1);
         if (dist) st_comm_set_step(ses->comm, step + 1);
-        memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
+        ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
             st_batch *b;
@@ -241,20 +292,20 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             memcpy(mg.y->idata, b->y, b->y_nbytes);
             st_loader_release(ld, b);
             /* The global micro-batch index: rank r's k-th micro-batch is the
-             * (r * accum + k)-th of the step, as for 1 rank accumulating. */
-            const uint64_t j = (uint64_t)((step * ses->world + ses->rank) * accum + k);
+             * (r * accum + k)-th of the step, as for 1 rank accumulating
+             * (k * world + r in deterministic mode: dist.h). */
+            const uint64_t j = (uint64_t)(step * ses->world * accum + st_dist_micro_index(&dd, k));
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
             tt = st_now();
             ST_GOTO(st_graph_forward(&mg.g));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "forward", tt, st_now());
             step_loss += mg.loss->data[0] / (double)accum;
-            /* Gradients are all-reduced only after the last micro-step. */
-            if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
+            ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
             tt = st_now();
             /* fp16: the loss gradient times the loss scale (1 otherwise). */
-            ST_GOTO(st_graph_backward(&mg.g, sc.scale / (float)accum));
+            ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
-            if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
+            ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
         }
         if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
             float l = (float)step_loss;
@@ -273,12 +324,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
         if (!skip) {
-            /* The norm before clipping: needed when clipping, else only for a logged line. */
-            if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
+            /* The norm before clipping: needed when clipping, else only for a
+             * logged line (on every rank: under ZeRO it is a collective). */
+            if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
             if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-                st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+                st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
             st_optim_step(&opt, &m->params, lr);
         }
+        ST_GOTO(st_dist_step_end(&dd));
+        st_params_touch(&m->params); /* ZeRO's all-gather wrote the weights too */
         st_trace_add(trace, ST_TRACE_TID_STEP, "optim", "optimizer", tt, st_now());
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
@@ -308,16 +362,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.skipped_steps = sc.skipped;
             ms.has_loss_scale = sc.enabled;
             ms.loss_scale = sc.scale;
+            ms.optim_state_bytes = r->optim_state_bytes;
+            ms.grad_bytes = st_dist_grad_nbytes(&dd);
             if (dist) {
-                const int64_t syncs = ddp.syncs - win_syncs;
-                const double span = ddp.span_s - win_span;
+                const int64_t syncs = ddp->syncs - win_syncs;
+                const double span = ddp->span_s - win_span;
                 ms.has_comm = true;
-                ms.comm_ms = syncs > 0 ? 1e3 * (ddp.wait_s - win_comm) / (double)syncs : 0;
-                ms.comm_overlap = span > 0 ? (ddp.hidden_s - win_hidden) / span : 0;
-                win_syncs = ddp.syncs;
-                win_comm = ddp.wait_s;
-                win_hidden = ddp.hidden_s;
-                win_span = ddp.span_s;
+                ms.comm_ms = syncs > 0 ? 1e3 * (ddp->wait_s - win_comm) / (double)syncs : 0;
+                ms.comm_overlap = span > 0 ? (ddp->hidden_s - win_hidden) / span : 0;
+                win_syncs = ddp->syncs;
+                win_comm = ddp->wait_s;
+                win_hidden = ddp->hidden_s;
+                win_span = ddp->span_s;
             }
             ST_GOTO(st_metrics_step_write(met, &ms));
             win_t = t_train;
@@ -342,14 +398,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
         stopped = stop > 0 && step + 1 < steps;
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
-        if (ses->rank == 0 && opts->save && (stopped || every || step + 1 == steps)) {
+        /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone. */
+        if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
             ck.pos = st_loader_position(ld);
             tt = st_now();
             ck.loss_scale = sc.enabled ? sc.scale : 0;
             ck.scale_good_steps = sc.good_steps;
             ck.skipped_steps = sc.skipped;
-            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
+            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
             st_trace_add(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint", tt, st_now());
             if (!opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
@@ -382,10 +439,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->loss_scale = sc.scale;
     r->skipped_steps = sc.skipped;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
-    if (dist && ddp.syncs) {
-        r->comm_ms = 1e3 * ddp.wait_s / (double)ddp.syncs;
-        r->comm_overlap = ddp.span_s > 0 ? ddp.hidden_s / ddp.span_s : 0;
-        r->first_bucket_lead_ms = 1e3 * ddp.hidden_s / (double)ddp.syncs;
+    r->grad_bytes = st_dist_grad_nbytes(&dd);
+    r->grad_peak_bytes = dd.grad_peak_nbytes > r->grad_bytes ? dd.grad_peak_nbytes : r->grad_bytes;
+    if (dist && ddp->syncs) {
+        r->comm_ms = 1e3 * ddp->wait_s / (double)ddp->syncs;
+        r->comm_overlap = ddp->span_s > 0 ? ddp->hidden_s / ddp->span_s : 0;
+        r->first_bucket_lead_ms = 1e3 * ddp->hidden_s / (double)ddp->syncs;
     }
     s = ST_OK;
     if (stopped) {
@@ -397,7 +456,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
 fail:
     mg.g.node_hook = NULL;
     st_trace_free(&tr);
-    st_ddp_free(&ddp);
+    st_dist_free(&dd);
     st_loader_free(ld); /* the loader before its sampler */
     st_sampler_free(smp);
     free(step_times);
@@ -414,6 +473,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    ses.save = opts->save;
     if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
         mine = *opts;
         mine.quiet = true;
