@@ -100,7 +100,7 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
         int found = 0;
         e = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
         if (e != CUBLAS_STATUS_SUCCESS || found == 0) {
-            s = st_fail(ST_ERR_INTERNAL,
+            s = st_fail(ST_ERR_UNSUPPORTED,
                         "%s: cuBLASLt offers no fp32 algorithm for the %s product (m %lld, n %lld, k %lld, "
                         "alignments %u/%u/%u bytes): cuBLAS status %d on %s",
                         __FILE__, what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e, d->name);
@@ -120,15 +120,27 @@ done:
     return s;
 }
 
+/* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */
+static __global__ void bias_rows_kernel(const float *b, float *y, int64_t M, int64_t N) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = b[i % N];
+}
+
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
+    const bool io = n->args.i[ST_LINEAR_IN_OUT];
     const float *x = n->in[0]->data;     /* (M, K) */
     const float *w = n->params[0]->data; /* (N, K), or (K, N) when in_out */
     const float *b = n->args.i[ST_LINEAR_BIAS] ? n->params[1]->data : NULL; /* (N) */
     float *y = n->out->data;             /* (M, N) */
-    if (n->args.i[ST_LINEAR_IN_OUT])
-        return lt_matmul(g, false, false, N, M, K, w, N, x, K, 0.0f, y, N, b, "forward");
-    return lt_matmul(g, true, false, N, M, K, w, K, x, K, 0.0f, y, N, b, "forward");
+    st_status s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "forward");
+    if (s != ST_ERR_UNSUPPORTED || !b) return s;
+    /* No algorithm takes this bias pointer (e.g. its alignment in the packed
+     * arena) in the epilogue: write the bias rows, then add the product. */
+    st_clear_error();
+    bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(b, y, M, N);
+    ST_CUDA_LAUNCHED();
+    return lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "forward");
 }
 
 static st_status linear_backward(st_node *n, st_graph *g) {
