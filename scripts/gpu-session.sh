@@ -3,7 +3,8 @@
 # checkout: probe the machine, unpack the build dependencies carried in
 # .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
 # that machine has no registry), build with CUDA, run every tests/test_cuda_*
-# and print a summary table last. Logs go to $OUT (the device tool brings
+# (then again under compute-sanitizer's memcheck, small cases only) and print
+# a summary table last. Logs go to $OUT (the device tool brings
 # back at most 8 files): session.log (everything, in order), summary.txt and
 # logs.tar.gz (one log per step).
 #
@@ -146,6 +147,17 @@ if [ -n "$built" ]; then
     for t in $(cuda_tests "$built"); do
         step "$(basename "$t")" 240 "$t"
     done
+    # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL):
+    # memcheck runs kernels many times slower.
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    if [ -n "$sanitizer" ]; then
+        for t in $(cuda_tests "$built"); do
+            step "memcheck-$(basename "$t")" 180 env CP_SMALL=1 "$sanitizer" --tool memcheck --leak-check no \
+                --error-exitcode 99 "$t"
+        done
+    else
+        say "   no compute-sanitizer: the memcheck runs are left out"
+    fi
     step build-rest 240 make "${make_args[@]}" BUILD="$built" all
 else
     say "   the build failed: no test was run (see the build logs above)"
@@ -161,6 +173,7 @@ fi
         printf '%-28s %-28s %6s\n' "$n" "$res" "$dt"
     done
     grep -h "^FAIL\|^ok  \|CP_SEED\|^device:\|elements differ" "$LOGDIR"/test_cuda_*.log 2>/dev/null | head -80
+    grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
     echo "$failed step(s) failed"
 } | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"
 tar -czf "$OUT/logs.tar.gz" -C "$LOGDIR" . 2>/dev/null || true

@@ -40,12 +40,13 @@ static st_status make_params(st_params *p, st_graph *g, st_device *dev) {
 }
 
 static void random_grads(float *gr, int64_t n, st_rng *r) {
-    for (int64_t i = 0; i < n; i++) gr[i] = 0.2f * (2.0f * st_rng_uniform(r) - 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        gr[i] = 0.2f * (2.0f * st_rng_uniform(r) - 1.0f);
 }
 
 /* Compare n device floats with the host's; counts bit differences too. */
-static void compare(const char *what, st_device *dev, const float *dptr, const float *h, int64_t n, double rtol,
-                    double atol) {
+static void compare(const char *what, st_device *dev, const float *dptr, const float *h, int64_t n,
+                    double rtol, double atol) {
     float *d = malloc((size_t)n * sizeof *d);
     if (!d) {
         CHECK(0, "out of memory");
@@ -63,8 +64,8 @@ static void compare(const char *what, st_device *dev, const float *dptr, const f
             bad++;
         }
     }
-    printf("%-28s %lld of %lld elements differ in bits, %lld beyond tolerance\n", what, (long long)bits, (long long)n,
-           (long long)bad);
+    printf("%-28s %lld of %lld elements differ in bits, %lld beyond tolerance\n", what, (long long)bits,
+           (long long)n, (long long)bad);
     st_test_failures += bad ? 1 : 0;
     free(d);
 }
@@ -165,8 +166,10 @@ static void test_slice(st_device *dev, uint64_t seed) {
     st_optim_step(&o, &r.hp, 0.1);
     st_cuda_sgd_hp hp = {0.1, o.momentum, o.weight_decay, o.nesterov, o.t};
     if (co && buf) CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, buf, &hp));
-    for (int64_t i = 0; i < lo; i++) r.hp.data[i] = w0[i]; /* outside the slice: the start */
-    for (int64_t i = hi; i < n; i++) r.hp.data[i] = w0[i];
+    for (int64_t i = 0; i < lo; i++)
+        r.hp.data[i] = w0[i]; /* outside the slice: the start */
+    for (int64_t i = hi; i < n; i++)
+        r.hp.data[i] = w0[i];
     compare("sgd slice weights", dev, r.dp.data, r.hp.data, n, 2e-6, 1e-9);
     compare("sgd slice momentum", dev, buf, o.m + lo, hi - lo, 2e-6, 1e-9);
     /* A slice outside the arena is refused. */

@@ -19,7 +19,8 @@ __device__ __forceinline__ float gelu_grad(float v) {
 
 /* RELU selects the activation: 0 GELU, 1 ReLU (derivative 0 at 0, as PyTorch). */
 template <int RELU> static __global__ void act_forward_kernel(const float *x, float *y, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float v = x[i];
         y[i] = RELU ? (v > 0.0f ? v : 0.0f) : gelu_fwd(v);
     }
@@ -28,7 +29,8 @@ template <int RELU> static __global__ void act_forward_kernel(const float *x, fl
 /* dx = f'(x) dy, written (never read: a stale NaN is overwritten) or added. */
 template <int RELU>
 static __global__ void act_backward_kernel(const float *x, const float *dy, float *dx, int64_t n, bool acc) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float v = x[i];
         const float d = RELU ? (v > 0.0f ? dy[i] : 0.0f) : gelu_grad(v) * dy[i];
         dx[i] = acc ? dx[i] + d : d;
@@ -37,7 +39,8 @@ static __global__ void act_backward_kernel(const float *x, const float *dy, floa
 
 template <int RELU> static st_status act_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    act_forward_kernel<RELU><<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->out->data, N);
+    act_forward_kernel<RELU>
+        <<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->out->data, N);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -46,8 +49,8 @@ template <int RELU> static st_status act_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     float *dx = n->in[0]->grad;
     if (!dx) return ST_OK;
-    act_backward_kernel<RELU><<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->out->grad,
-                                                                                    dx, N, n->in_acc[0]);
+    act_backward_kernel<RELU><<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->out->grad, dx, N, n->in_acc[0]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -4,20 +4,23 @@
 #include "kernels.cuh"
 
 static __global__ void add_kernel(const float *a, const float *b, float *y, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
 static st_status add_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    add_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->in[1]->data, n->out->data, N);
+    add_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->in[1]->data,
+                                                                      n->out->data, N);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
 
 static st_status add_backward(st_node *n, st_graph *g) {
     for (int k = 0; k < 2; k++)
-        if (n->in[k]->grad) ST_TRY(st_grad_pass_cuda(g, n->in[k]->grad, n->out->grad, n->out->count, n->in_acc[k]));
+        if (n->in[k]->grad)
+            ST_TRY(st_grad_pass_cuda(g, n->in[k]->grad, n->out->grad, n->out->count, n->in_acc[k]));
     return ST_OK;
 }
 

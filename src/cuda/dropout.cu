@@ -4,15 +4,17 @@
  * equal element for element and backward recomputes rather than stores them. */
 #include "kernels.cuh"
 
-static __global__ void dropout_forward_kernel(const float *x, float *y, int64_t n, uint64_t seed, uint64_t id, float p,
-                                       float scale) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+static __global__ void dropout_forward_kernel(const float *x, float *y, int64_t n, uint64_t seed, uint64_t id,
+                                              float p, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         y[i] = st_cuda_rng_at(seed, id, (uint64_t)i) >= p ? x[i] * scale : 0.0f;
 }
 
-static __global__ void dropout_backward_kernel(const float *dy, float *dx, int64_t n, uint64_t seed, uint64_t id, float p,
-                                        float scale, bool acc) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+static __global__ void dropout_backward_kernel(const float *dy, float *dx, int64_t n, uint64_t seed,
+                                               uint64_t id, float p, float scale, bool acc) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float d = st_cuda_rng_at(seed, id, (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
         dx[i] = acc ? dx[i] + d : d;
     }
@@ -22,8 +24,8 @@ static st_status dropout_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float p = n->args.f[ST_DROPOUT_F_P];
     if (!g->training || p == 0.0f) {
-        ST_CUDA_TRY(cudaMemcpyAsync(n->out->data, n->in[0]->data, (size_t)N * sizeof(float), cudaMemcpyDeviceToDevice,
-                                    st_cuda_stream(g)));
+        ST_CUDA_TRY(cudaMemcpyAsync(n->out->data, n->in[0]->data, (size_t)N * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
         return ST_OK;
     }
     const float scale = 1.0f / (1.0f - p);

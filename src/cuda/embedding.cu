@@ -20,22 +20,26 @@ static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 /* Bits the sort needs for keys 0..vocab (vocab marks a bad token). */
 static int key_bits(int64_t vocab) {
     int b = 1;
-    while (b < 32 && ((int64_t)1 << b) <= vocab) b++;
+    while (b < 32 && ((int64_t)1 << b) <= vocab)
+        b++;
     return b;
 }
 
 static __global__ void emb_forward_kernel(const int32_t *idx, const float *w, float *y, int64_t N, int64_t C,
                                           int64_t V) {
     const int64_t n = N * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / C, c = i % C;
         const int32_t t = idx[r];
         y[i] = (t >= 0 && t < V) ? w[(int64_t)t * C + c] : __int_as_float(0x7fc00000);
     }
 }
 
-static __global__ void emb_keys_kernel(const int32_t *idx, uint32_t *keys, int32_t *pos, int64_t N, int64_t V) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
+static __global__ void emb_keys_kernel(const int32_t *idx, uint32_t *keys, int32_t *pos, int64_t N,
+                                       int64_t V) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int32_t t = idx[i];
         keys[i] = (t >= 0 && t < V) ? (uint32_t)t : (uint32_t)V;
         pos[i] = (int32_t)i;
@@ -44,8 +48,8 @@ static __global__ void emb_keys_kernel(const int32_t *idx, uint32_t *keys, int32
 
 /* Block x: sorted position i; it works only where a run of equal keys starts.
  * Block y: a tile of EMB_COLS columns. */
-static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *pos, const float *dy, float *dw,
-                                           int64_t N, int64_t C, int64_t V) {
+static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *pos, const float *dy,
+                                           float *dw, int64_t N, int64_t C, int64_t V) {
     const int64_t i = blockIdx.x;
     const uint32_t k = keys[i];
     if ((i > 0 && keys[i - 1] == k) || k >= (uint32_t)V) return;
@@ -53,7 +57,8 @@ static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *
     if (c >= C) return;
     float *dr = dw + (int64_t)k * C + c;
     float acc = *dr;
-    for (int64_t j = i; j < N && keys[j] == k; j++) acc += dy[(int64_t)pos[j] * C + c];
+    for (int64_t j = i; j < N && keys[j] == k; j++)
+        acc += dy[(int64_t)pos[j] * C + c];
     *dr = acc;
 }
 
@@ -69,10 +74,11 @@ typedef struct emb_work {
 static st_status emb_sort_bytes(st_node *n, size_t *bytes) {
     const int64_t N = n->args.i[ST_EMBEDDING_N];
     *bytes = 0;
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, *bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr,
-                                                    (const int32_t *)nullptr, (int32_t *)nullptr, (int)N, 0,
-                                                    key_bits(n->args.i[ST_EMBEDDING_VOCAB]), (cudaStream_t)0);
-    if (e != cudaSuccess) return st_cuda_fail(NULL, e, "cub::DeviceRadixSort::SortPairs (size)", __FILE__, __LINE__);
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(
+        nullptr, *bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr, (const int32_t *)nullptr,
+        (int32_t *)nullptr, (int)N, 0, key_bits(n->args.i[ST_EMBEDDING_VOCAB]), (cudaStream_t)0);
+    if (e != cudaSuccess)
+        return st_cuda_fail(NULL, e, "cub::DeviceRadixSort::SortPairs (size)", __FILE__, __LINE__);
     return ST_OK;
 }
 
@@ -89,7 +95,8 @@ static emb_work emb_work_at(float *work, int64_t N, size_t tmp_bytes) {
 }
 
 static st_status embedding_forward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C], V = n->args.i[ST_EMBEDDING_VOCAB];
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
+                  V = n->args.i[ST_EMBEDDING_VOCAB];
     emb_forward_kernel<<<st_cuda_blocks(N * C, 256), 256, 0, st_cuda_stream(g)>>>(
         n->in[0]->idata, n->params[0]->data, n->out->data, N, C, V);
     ST_CUDA_LAUNCHED();
@@ -97,7 +104,8 @@ static st_status embedding_forward(st_node *n, st_graph *g) {
 }
 
 static st_status embedding_backward(st_node *n, st_graph *g) {
-    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C], V = n->args.i[ST_EMBEDDING_VOCAB];
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
+                  V = n->args.i[ST_EMBEDDING_VOCAB];
     float *dw = n->params[0]->grad; /* (V, C) */
     if (!dw) return ST_OK;
     size_t tmp_bytes;
@@ -106,8 +114,8 @@ static st_status embedding_backward(st_node *n, st_graph *g) {
     cudaStream_t st = st_cuda_stream(g);
     emb_keys_kernel<<<st_cuda_blocks(N, 256), 256, 0, st>>>(n->in[0]->idata, w.keys_in, w.pos_in, N, V);
     ST_CUDA_LAUNCHED();
-    ST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.tmp, w.tmp_bytes, w.keys_in, w.keys_out, w.pos_in, w.pos_out, (int)N,
-                                                0, key_bits(V), st));
+    ST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.tmp, w.tmp_bytes, w.keys_in, w.keys_out, w.pos_in,
+                                                w.pos_out, (int)N, 0, key_bits(V), st));
     dim3 grid((unsigned)N, (unsigned)((C + EMB_COLS - 1) / EMB_COLS));
     emb_backward_kernel<<<grid, EMB_COLS, 0, st>>>(w.keys_out, w.pos_out, n->out->grad, dw, N, C, V);
     ST_CUDA_LAUNCHED();

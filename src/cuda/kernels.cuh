@@ -15,7 +15,8 @@
 #include "common.cuh"
 
 template <typename T> __device__ __forceinline__ T st_warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
@@ -23,7 +24,8 @@ template <typename T> __device__ __forceinline__ T st_warp_sum(T v) {
 __device__ __forceinline__ float st_nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
 
 __device__ __forceinline__ float st_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = st_nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = st_nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -54,7 +56,8 @@ enum { ST_COLSUM_TX = 32, ST_COLSUM_TY = 8, ST_COLSUM_MAX_CHUNKS = 1024 };
 
 static inline int64_t st_colsum_rows_per_chunk(int64_t R) {
     int64_t per = 64;
-    if ((R + per - 1) / per > ST_COLSUM_MAX_CHUNKS) per = (R + ST_COLSUM_MAX_CHUNKS - 1) / ST_COLSUM_MAX_CHUNKS;
+    if ((R + per - 1) / per > ST_COLSUM_MAX_CHUNKS)
+        per = (R + ST_COLSUM_MAX_CHUNKS - 1) / ST_COLSUM_MAX_CHUNKS;
     return per;
 }
 static inline int64_t st_colsum_chunks(int64_t R) {
@@ -77,29 +80,35 @@ __global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *
     const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
     float acc = 0.0f;
     if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY) acc += f(r, c);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY)
+            acc += f(r, c);
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         float s = 0.0f;
-        for (int k = 0; k < ST_COLSUM_TY; k++) s += sh[k][threadIdx.x];
-        if (part) part[(int64_t)blockIdx.y * C + c] = s;
-        else out[c] += s;
+        for (int k = 0; k < ST_COLSUM_TY; k++)
+            s += sh[k][threadIdx.x];
+        if (part)
+            part[(int64_t)blockIdx.y * C + c] = s;
+        else
+            out[c] += s;
     }
 }
 
-template <typename T>
-__global__ void st_colsum_finish(const T *part, int64_t chunks, int64_t C, T *out) {
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+template <typename T> __global__ void st_colsum_finish(const T *part, int64_t chunks, int64_t C, T *out) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
+         c += (int64_t)gridDim.x * blockDim.x) {
         T s = 0;
-        for (int64_t k = 0; k < chunks; k++) s += part[k * C + c];
+        for (int64_t k = 0; k < chunks; k++)
+            s += part[k * C + c];
         out[c] += s;
     }
 }
 
 /* Queue out[c] += sum_r f(r, c) on the graph's stream; `work` holds at least
  * st_colsum_work(R, C) floats. */
-template <class F> static st_status st_colsum(st_graph *g, F f, int64_t R, int64_t C, float *work, float *out) {
+template <class F>
+static st_status st_colsum(st_graph *g, F f, int64_t R, int64_t C, float *work, float *out) {
     const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
     dim3 grid((unsigned)((C + ST_COLSUM_TX - 1) / ST_COLSUM_TX), (unsigned)chunks);
     dim3 block(ST_COLSUM_TX, ST_COLSUM_TY);
@@ -121,7 +130,8 @@ struct st_colsum_plain {
 
 /* --- the identity's backward --------------------------------------------- */
 template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         dx[i] += dy[i];
 }
 
@@ -129,7 +139,8 @@ template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n)
 static inline st_status st_grad_pass_cuda(st_graph *g, float *dx, const float *dy, int64_t n, bool acc) {
     if (n <= 0) return ST_OK;
     if (!acc) {
-        ST_CUDA_TRY(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
+        ST_CUDA_TRY(
+            cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
         return ST_OK;
     }
     st_add_into<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>(dx, dy, n);

@@ -12,29 +12,33 @@
 
 enum { LN_WARPS = 8 }; /* rows per block of forward and backward */
 
-static __global__ void ln_forward_kernel(const float *x, const float *w, const float *b, float *y, float *mean,
-                                         float *rstd, int64_t R, int64_t C, float eps) {
+static __global__ void ln_forward_kernel(const float *x, const float *w, const float *b, float *y,
+                                         float *mean, float *rstd, int64_t R, int64_t C, float eps) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= R) return; /* whole warps leave together: no block-wide sync below */
     const float *xr = x + r * C;
     float s = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) s += xr[c];
+    for (int64_t c = lane; c < C; c += 32)
+        s += xr[c];
     const float m = st_warp_sum(s) / (float)C;
     float v = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) v += (xr[c] - m) * (xr[c] - m);
+    for (int64_t c = lane; c < C; c += 32)
+        v += (xr[c] - m) * (xr[c] - m);
     v = st_warp_sum(v) / (float)C;
     const float rs = 1.0f / sqrtf(v + eps);
     float *yr = y + r * C;
-    for (int64_t c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    for (int64_t c = lane; c < C; c += 32)
+        yr[c] = (xr[c] - m) * rs * w[c] + b[c];
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;
     }
 }
 
-static __global__ void ln_backward_dx_kernel(const float *x, const float *w, const float *dy, const float *mean,
-                                             const float *rstd, float *dx, int64_t R, int64_t C, bool acc) {
+static __global__ void ln_backward_dx_kernel(const float *x, const float *w, const float *dy,
+                                             const float *mean, const float *rstd, float *dx, int64_t R,
+                                             int64_t C, bool acc) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= R) return;
@@ -80,8 +84,9 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
     const float *mean = n->saved, *rstd = n->saved + R;
     float *dx = n->in[0]->grad;
     if (dx) {
-        ln_backward_dx_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
-            x, n->params[0]->data, dy, mean, rstd, dx, R, C, n->in_acc[0]);
+        ln_backward_dx_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0,
+                                st_cuda_stream(g)>>>(x, n->params[0]->data, dy, mean, rstd, dx, R, C,
+                                                     n->in_acc[0]);
         ST_CUDA_LAUNCHED();
     }
     float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */

@@ -44,7 +44,8 @@ static const linear_math LINEAR_MATH = LINEAR_MATH_FP32; /* TF32 breaks fp32 par
 static uint32_t ptr_align(const void *p) {
     const uintptr_t a = (uintptr_t)p;
     uint32_t al = 256;
-    while (al > 4 && (a % al) != 0) al >>= 1;
+    while (al > 4 && (a % al) != 0)
+        al >>= 1;
     return al;
 }
 
@@ -60,13 +61,13 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
     cublasLtMatmulPreference_t pref = NULL;
     st_status s = ST_OK;
     cublasStatus_t e;
-#define LT_TRY(call)                                                     \
-    do {                                                                 \
-        e = (call);                                                      \
-        if (e != CUBLAS_STATUS_SUCCESS) {                                \
-            s = st_cublas_fail(d, e, #call, __FILE__, __LINE__);         \
-            goto done;                                                   \
-        }                                                                \
+#define LT_TRY(call)                                                                                         \
+    do {                                                                                                     \
+        e = (call);                                                                                          \
+        if (e != CUBLAS_STATUS_SUCCESS) {                                                                    \
+            s = st_cublas_fail(d, e, #call, __FILE__, __LINE__);                                             \
+            goto done;                                                                                       \
+        }                                                                                                    \
     } while (0)
     {
         const cublasComputeType_t ct =
@@ -80,13 +81,16 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
             LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
             LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
         }
-        LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
-        LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
+        LT_TRY(
+            cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
+        LT_TRY(
+            cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
         LT_TRY(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd));
         LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
         const uint64_t ws = d->lt_ws_bytes;
         const uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_d = ptr_align(D);
-        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                    sizeof ws));
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
                                                     sizeof al_a));
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
@@ -103,12 +107,13 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
             s = st_fail(ST_ERR_UNSUPPORTED,
                         "%s: cuBLASLt offers no fp32 algorithm for the %s product (m %lld, n %lld, k %lld, "
                         "alignments %u/%u/%u bytes): cuBLAS status %d on %s",
-                        __FILE__, what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e, d->name);
+                        __FILE__, what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e,
+                        d->name);
             goto done;
         }
         const float alpha = 1.0f;
-        LT_TRY(cublasLtMatmul(d->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &h.algo, d->lt_ws, d->lt_ws_bytes,
-                              st_cuda_stream(g)));
+        LT_TRY(cublasLtMatmul(d->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &h.algo, d->lt_ws,
+                              d->lt_ws_bytes, st_cuda_stream(g)));
     }
 #undef LT_TRY
 done:
@@ -122,7 +127,8 @@ done:
 
 /* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */
 static __global__ void bias_rows_kernel(const float *b, float *y, int64_t M, int64_t N) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N;
+         i += (int64_t)gridDim.x * blockDim.x)
         y[i] = b[i % N];
 }
 
@@ -132,7 +138,7 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     const float *x = n->in[0]->data;     /* (M, K) */
     const float *w = n->params[0]->data; /* (N, K), or (K, N) when in_out */
     const float *b = n->args.i[ST_LINEAR_BIAS] ? n->params[1]->data : NULL; /* (N) */
-    float *y = n->out->data;             /* (M, N) */
+    float *y = n->out->data;                                                /* (M, N) */
     st_status s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "forward");
     if (s != ST_ERR_UNSUPPORTED || !b) return s;
     /* No algorithm takes this bias pointer (e.g. its alignment in the packed
@@ -151,16 +157,20 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     const float *dy = n->out->grad;      /* (M, N) */
     float *dw = n->params[0]->grad;      /* like w */
     if (dw) {
-        if (io) ST_TRY(lt_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "weight-gradient"));
-        else ST_TRY(lt_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "weight-gradient"));
+        if (io)
+            ST_TRY(lt_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "weight-gradient"));
+        else
+            ST_TRY(lt_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "weight-gradient"));
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad)
         ST_TRY(st_colsum(g, st_colsum_plain{dy, N}, M, N, g->work, n->params[1]->grad));
     float *dx = n->in[0]->grad; /* (M, K) or NULL */
     if (dx) {
         const float beta = n->in_acc[0] ? 1.0f : 0.0f;
-        if (io) ST_TRY(lt_matmul(g, true, false, K, M, N, w, N, dy, N, beta, dx, K, NULL, "input-gradient"));
-        else ST_TRY(lt_matmul(g, false, false, K, M, N, w, K, dy, N, beta, dx, K, NULL, "input-gradient"));
+        if (io)
+            ST_TRY(lt_matmul(g, true, false, K, M, N, w, N, dy, N, beta, dx, K, NULL, "input-gradient"));
+        else
+            ST_TRY(lt_matmul(g, false, false, K, M, N, w, K, dy, N, beta, dx, K, NULL, "input-gradient"));
     }
     return ST_OK;
 }
@@ -171,4 +181,5 @@ static st_status linear_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_linear_ops = {"linear", linear_forward, linear_backward, linear_prepare};
+extern "C" const st_layer_ops st_cuda_linear_ops = {"linear", linear_forward, linear_backward,
+                                                    linear_prepare};

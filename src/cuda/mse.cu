@@ -22,17 +22,19 @@ static __global__ void mse_partial_kernel(const float *p, const float *t, int64_
 static __global__ void mse_total_kernel(const double *part, int64_t k, int64_t n, float *loss) {
     __shared__ double sh[32];
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) s += part[i];
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
+        s += part[i];
     s = st_block_sum(s, sh);
     if (threadIdx.x == 0) loss[0] = (float)(s / (double)n);
 }
 
 /* dpred = 2 (pred - target) dloss / N; dtarget = -dpred (sign -1). */
-static __global__ void mse_backward_kernel(const float *p, const float *t, const float *dloss, float *dx, int64_t n,
-                                           float sign, bool acc) {
+static __global__ void mse_backward_kernel(const float *p, const float *t, const float *dloss, float *dx,
+                                           int64_t n, float sign, bool acc) {
     const float scale = 2.0f * dloss[0] / (float)n;
     const float sk = sign > 0.0f ? scale : -scale;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float d = sk * (p[i] - t[i]);
         dx[i] = acc ? dx[i] + d : d;
     }

@@ -18,7 +18,7 @@
 #include "kernels.cuh"
 
 enum {
-    OPT_CHUNK = 4096,   /* elements per block of the update */
+    OPT_CHUNK = 4096, /* elements per block of the update */
     OPT_THREADS = 256,
     NORM_BLOCKS = 1024, /* fixed, so the partial sums do not depend on the device */
     NORM_THREADS = 256,
@@ -51,9 +51,11 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
                                           st_cuda_optim **out) {
     *out = NULL;
     if (!d || p->dev != d)
-        return st_fail(ST_ERR_ARG, "fused optimizer: the parameters are not on %s", d ? d->name : "a CUDA device");
+        return st_fail(ST_ERR_ARG, "fused optimizer: the parameters are not on %s",
+                       d ? d->name : "a CUDA device");
     if (lo < 0 || hi > p->count || lo > hi)
-        return st_fail(ST_ERR_ARG, "fused optimizer: slice [%lld, %lld) is outside the arena of %lld elements",
+        return st_fail(ST_ERR_ARG,
+                       "fused optimizer: slice [%lld, %lld) is outside the arena of %lld elements",
                        (long long)lo, (long long)hi, (long long)p->count);
     int64_t n = 0;
     for (int pass = 0; pass < 2; pass++) { /* count, then fill */
@@ -66,9 +68,12 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
         for (int i = 0; i < p->n; i++) {
             const st_tensor *t = p->t[i];
             if (t->kind != ST_TENSOR_PARAM) continue;
-            int64_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->count < hi ? t->offset + t->count : hi;
+            int64_t a = t->offset > lo ? t->offset : lo,
+                    b = t->offset + t->count < hi ? t->offset + t->count : hi;
             for (; a < b; a += OPT_CHUNK, k++)
-                if (h) h[k] = opt_chunk{a, (int32_t)(b - a < (int64_t)OPT_CHUNK ? b - a : (int64_t)OPT_CHUNK), t->decay ? 1 : 0};
+                if (h)
+                    h[k] = opt_chunk{a, (int32_t)(b - a < (int64_t)OPT_CHUNK ? b - a : (int64_t)OPT_CHUNK),
+                                     t->decay ? 1 : 0};
         }
         if (pass == 0) {
             n = k;
@@ -105,8 +110,9 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
 /* optim.c's adamw_tensor, per element:
  *   w *= decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
  *   w -= step m / (sqrt(v) rbc2 + eps) */
-static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *m, float *v,
-                                    float b1, float b2, float eps, float step, float rbc2, float decay) {
+static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *m,
+                                    float *v, float b1, float b2, float eps, float step, float rbc2,
+                                    float decay) {
     const opt_chunk c = chunks[blockIdx.x];
     const float dk = c.decay ? decay : 1.0f;
     const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
@@ -126,8 +132,8 @@ static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *
 /* optim.c's sgd_tensor, per element:
  *   d = g + wd w; with momentum: buf = first ? d : mu buf + d,
  *   d = nesterov ? d + mu buf : buf; w -= lr d */
-static __global__ void sgd_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *buf, float mu,
-                                  float wd, float lr, bool first, bool nesterov) {
+static __global__ void sgd_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *buf,
+                                  float mu, float wd, float lr, bool first, bool nesterov) {
     const opt_chunk c = chunks[blockIdx.x];
     const float wdk = c.decay ? wd : 0.0f;
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
@@ -170,7 +176,8 @@ extern "C" st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g
 static __global__ void sumsq_partial_kernel(const float *g, int64_t n, double *part) {
     __shared__ double sh[32];
     double s = 0.0;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         s += (double)g[i] * g[i];
     s = st_block_sum(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -180,7 +187,8 @@ static __global__ void sumsq_partial_kernel(const float *g, int64_t n, double *p
 static __global__ void sumsq_total_kernel(const double *part, int nparts, double *out) {
     __shared__ double sh[32];
     double s = 0.0;
-    for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        s += part[i];
     s = st_block_sum(s, sh);
     if (threadIdx.x == 0) *out = s;
 }
@@ -199,7 +207,8 @@ static __global__ void clip_kernel(float *g, int64_t n, const double *sumsq, dou
     const double norm = sqrt(*sumsq);
     if (!(norm > max_norm)) return; /* as train.c: clip only above the limit (a NaN norm is left alone) */
     const float scale = (float)(max_norm / (norm + 1e-6));
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         g[i] *= scale;
 }
 
@@ -219,7 +228,8 @@ extern "C" st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm) {
 }
 
 static __global__ void scale_kernel(float *g, int64_t n, float scale) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         g[i] *= scale;
 }
 

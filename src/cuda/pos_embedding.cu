@@ -3,8 +3,10 @@
  * column sum (kernels.cuh) of dy seen as (B, T*C); dx = dy (or += dy). */
 #include "kernels.cuh"
 
-static __global__ void posemb_forward_kernel(const float *x, const float *w, float *y, int64_t n, int64_t TC) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+static __global__ void posemb_forward_kernel(const float *x, const float *w, float *y, int64_t n,
+                                             int64_t TC) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         y[i] = x[i] + w[i % TC];
 }
 

@@ -17,8 +17,8 @@
 
 static unsigned ce_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
 
-static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *lse, double *row_loss, int64_t V,
-                                     int32_t ign) {
+static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *lse, double *row_loss,
+                                     int64_t V, int32_t ign) {
     __shared__ float shf[32];
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
@@ -31,10 +31,12 @@ static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *l
     }
     const float *xr = x + r * V;
     float m = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) m = st_nan_max(m, xr[v]);
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        m = st_nan_max(m, xr[v]);
     m = st_block_max(m, shf);
     float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(xr[v] - m);
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        s += expf(xr[v] - m);
     s = st_block_sum(s, shf);
     if (threadIdx.x == 0) {
         const double l = (double)m + log((double)s);
@@ -63,14 +65,16 @@ static __global__ void ce_total_kernel(const double *row_loss, const int32_t *tg
     }
 }
 
-static __global__ void ce_backward_kernel(const float *x, const int32_t *tg, const float *lse, const float *count_slot,
-                                          const float *dloss, float *dx, int64_t V, int32_t ign, bool acc) {
+static __global__ void ce_backward_kernel(const float *x, const int32_t *tg, const float *lse,
+                                          const float *count_slot, const float *dloss, float *dx, int64_t V,
+                                          int32_t ign, bool acc) {
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
     float *dr = dx + r * V;
     if (t == ign) {
         if (!acc)
-            for (int64_t v = threadIdx.x; v < V; v += blockDim.x) dr[v] = 0.0f;
+            for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+                dr[v] = 0.0f;
         return;
     }
     const int count = __float_as_int(*count_slot);
@@ -90,8 +94,8 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
     const int32_t *tg = n->in[1]->idata;  /* (R) */
     double *row_loss = (double *)g->work; /* (R): the CPU's work_count, 2 floats each */
-    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(n->in[0]->data, tg, n->saved, row_loss, V,
-                                                                       ign);
+    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(n->in[0]->data, tg, n->saved,
+                                                                        row_loss, V, ign);
     ST_CUDA_LAUNCHED();
     ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
     ST_CUDA_LAUNCHED();
