@@ -2,7 +2,7 @@
  * train? One line per check, "ok", "FAIL" (with the fix), "warn" (works,
  * but looks wrong; with a hint) or "skip" (not in this build), and exit 0
  * only when nothing failed:
- *   cpu      cores and memory (from /proc)
+ *   cpu      cores and memory (the hardware probe, src/hw/probe.h)
  *   mpi      this build has MPI, mpirun is on PATH and says its version
  *   ddp      a 2-rank data-parallel self-test through `scaletrain launch`: a
  *            tiny gpt on a generated token file for 10 steps, whose weights
@@ -12,7 +12,7 @@
  *            the bus bandwidth, flagged (warn) when low (tools/check_comm.c)
  *   data     the config's training (and validation) data opens and is valid
  *   out_dir  the config's train.out_dir is writable (or can be created)
- *   cuda, nccl  what this build has (no device is probed here)
+ *   cuda, nccl  what this build can use and what the probe found
  * Not here: the hardware probe of src/hw (GPUs, NVML links), link presets
  * to compare the bandwidth with. */
 #include <errno.h>
@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/device.h"
+#include "hw/probe.h"
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokens.h"
@@ -48,34 +50,15 @@ static void line(report *r, const char *mark, const char *what, const char *fmt,
     if (!strcmp(mark, "FAIL")) r->failed++;
 }
 
-/* CPU cores and memory as /proc and sysconf give them (the lead replaces this
- * with src/hw's probe). */
-static void check_cpu(report *r) {
-    char model[256] = "unknown CPU", buf[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(buf, sizeof buf, f)) {
-        if (strncmp(buf, "model name", 10) != 0) continue;
-        const char *v = strchr(buf, ':');
-        if (v) snprintf(model, sizeof model, "%s", v + 2 + (v[1] != ' ' ? -1 : 0));
-        model[strcspn(model, "\n")] = '\0';
-        break;
-    }
-    if (f) fclose(f);
-    long long total_kb = -1, avail_kb = -1;
-    f = fopen("/proc/meminfo", "r");
-    while (f && fgets(buf, sizeof buf, f)) {
-        sscanf(buf, "MemTotal: %lld kB", &total_kb);
-        sscanf(buf, "MemAvailable: %lld kB", &avail_kb);
-    }
-    if (f) fclose(f);
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online < 1 || total_kb < 0 || avail_kb < 0) {
-        line(r, "FAIL", "cpu",
-             "cannot read the core count or /proc/meminfo; fix: run on Linux with /proc mounted");
+/* CPU cores and memory from the hardware probe (src/hw/probe.h). */
+static void check_cpu(report *r, const st_hw_info *h, bool probed) {
+    if (!probed) {
+        line(r, "FAIL", "cpu", "cannot read /proc: %s; fix: run on Linux with /proc mounted", st_last_error());
         return;
     }
-    line(r, "ok", "cpu", "%s, %ld core%s online, memory %.1f GiB, %.1f GiB available", model, online,
-         online == 1 ? "" : "s", (double)total_kb / (1 << 20), (double)avail_kb / (1 << 20));
+    line(r, "ok", "cpu", "%s, %d core%s (%d threads, %d usable here), memory %.1f GiB, %.1f GiB available",
+         h->cpu_model, h->cores, h->cores == 1 ? "" : "s", h->threads, h->allowed,
+         (double)h->mem_total / (1 << 30), (double)h->mem_avail / (1 << 30));
 }
 
 static bool check_mpi(report *r, const char *tmp) {
@@ -332,17 +315,19 @@ static void check_out_dir(report *r, const char *out_dir) {
         line(r, "ok", "out_dir", "%s will be created in %s, which is writable", out_dir, dir);
 }
 
-static void check_gpu(report *r) {
-#ifdef ST_HAVE_CUDA
-    line(r, "ok", "cuda", "this build has CUDA (devices are listed by the hardware probe)");
-#else
-    line(r, "skip", "cuda", "not available in this build (the CPU engine): training runs on the CPU");
-#endif
-#ifdef ST_HAVE_NCCL
-    line(r, "ok", "nccl", "this build has NCCL");
-#else
-    line(r, "skip", "nccl", "not available in this build: collectives go through MPI");
-#endif
+/* What this build can use and what the probe found. */
+static void check_gpu(report *r, const st_hw_info *h, bool probed) {
+    if (!st_device_cuda_built())
+        line(r, "skip", "cuda", "not in this build (built without nvcc): training runs on the CPU");
+    else if (!probed || h->n_gpus == 0)
+        line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : "not probed");
+    else
+        line(r, "ok", "cuda", "%d device%s, the first %s (%.0f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
+             h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30));
+    if (probed && h->nccl)
+        line(r, "skip", "nccl", "NCCL %d found, not used yet: collectives go through MPI", h->nccl_version);
+    else
+        line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
 }
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -370,7 +355,9 @@ int st_cmd_check(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "%s/scaletrain-check-XXXXXX", base);
     printf("scaletrain check: is this machine ready to train%s%s?\n", cfg.path[0] ? " " : "", cfg.path);
     fflush(stdout);
-    check_cpu(&r);
+    st_hw_info hw;
+    const bool probed = st_hw_probe(&hw) == ST_OK;
+    check_cpu(&r, &hw, probed);
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
@@ -387,7 +374,7 @@ int st_cmd_check(int argc, char **argv) {
     }
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
-    check_gpu(&r);
+    check_gpu(&r, &hw, probed);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
     else
