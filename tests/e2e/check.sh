@@ -34,7 +34,7 @@ echo "$out"
 for what in cpu mpi ddp data out_dir; do
     grep -qE "^ok +$what " <<<"$out" || fail "no ok line for $what"
 done
-grep -qE "^ok +cpu +.*[0-9]+ cores? online, memory [0-9.]+ GiB, [0-9.]+ GiB available$" <<<"$out" ||
+grep -qE "^ok +cpu +.*[0-9]+ cores? \([0-9]+ threads, [0-9]+ usable here\), memory [0-9.]+ GiB, [0-9.]+ GiB available$" <<<"$out" ||
     fail "the cpu line does not give cores and memory"
 grep -qE "^ok +ddp +2 ranks .*relative difference [0-9.e+-]+, tolerance" <<<"$out" || fail "the ddp line"
 # ok, or warn when the shared machine is busy: the bandwidth is reported either way
