@@ -152,9 +152,14 @@ void st_model_graph_free(st_model_graph *mg) {
 }
 
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
+    return st_model_create_on(cfg, in, NULL, out);
+}
+
+st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
+    m->params.dev = dev; /* before the probe below lays out the arenas */
     m->cfg = *cfg;
     m->in = *in;
     const char *t = cfg->model.type;
