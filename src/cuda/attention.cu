@@ -127,7 +127,7 @@ static st_status attention_forward(st_node *n, st_graph *g) {
     float *P = n->saved;               /* (B, nh, T, T) */
     for (int64_t b = 0; b < a.B; b++) {
         const float *q = qkv + b * T * a.C3, *k = q + a.C; /* (T, hs) per head, ld 3C */
-        float *pb = P + b * a.nh * TT;                                        /* (nh, T, T) */
+        float *pb = P + b * a.nh * TT;                     /* (nh, T, T) */
         /* S = Q K^T scale */
         ST_TRY(heads(g, a, false, true, T, T, a.hs, a.scale, q, a.C3, a.hs, k, a.C3, a.hs, 0.0f, pb, T, TT));
     }

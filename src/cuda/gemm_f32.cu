@@ -8,8 +8,39 @@
  * The heuristic is told the real alignment of every pointer (the largest
  * power of two dividing the address, every batch offset and every leading
  * dimension, in bytes): by default it assumes 256 bytes, and a head's slice
- * of qkv or an odd-sized conv chunk is only 4-byte aligned. */
+ * of qkv or an odd-sized conv chunk is only 4-byte aligned.
+ *
+ * Should cuBLASLt offer no algorithm for a layout (or refuse the one it
+ * offered), a plain kernel computes the same product: one thread per output
+ * element, fp32 accumulation in k order. Slow, but the layer stays correct;
+ * the cuBLASLt path is the one meant to run (nsys shows which ran). */
 #include "gemm_f32.cuh"
+
+enum { FALLBACK_THREADS = 256 };
+
+/* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, beta 0 never reads C. */
+static __global__ void gemm_fallback_kernel(st_gemm_f32 p, int batch) {
+    const int64_t n = (int64_t)batch * p.M * p.N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t col = i % p.N, row = (i / p.N) % p.M, b = i / (p.M * p.N);
+        const float *a = p.A + b * p.sa, *bm = p.B + b * p.sb;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < p.K; k++) {
+            const float av = p.ta ? a[k * p.lda + row] : a[row * p.lda + k];
+            const float bv = p.tb ? bm[col * p.ldb + k] : bm[k * p.ldb + col];
+            sum = fmaf(av, bv, sum);
+        }
+        float *c = p.C + b * p.sc + row * p.ldc + col;
+        *c = p.beta != 0.0f ? p.alpha * sum + p.beta * *c : p.alpha * sum;
+    }
+}
+
+static st_status gemm_fallback(st_device *d, const st_gemm_f32 *p, int batch) {
+    gemm_fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->M * p->N, FALLBACK_THREADS), FALLBACK_THREADS, 0,
+                           d->compute>>>(*p, batch);
+    ST_CUDA_TRY_D(d, cudaGetLastError());
+    return ST_OK;
+}
 
 /* Largest power of two (at most 256) dividing the byte address and the byte
  * sizes of the leading dimension and batch stride. */
@@ -74,15 +105,21 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    LT(cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
-    if (found == 0) {
-        s = st_fail(ST_ERR_UNSUPPORTED,
-                    "cuBLASLt has no fp32 algorithm for a %lldx%lldx%lld product (batch %d, ta %d, tb %d) on %s",
-                    (long long)p->M, (long long)p->N, (long long)p->K, batch, p->ta, p->tb, d->name);
-        goto fail;
+    {
+        /* no algorithm for this layout: NOT_SUPPORTED, or success with none found */
+        const cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
+        if (e == CUBLAS_STATUS_NOT_SUPPORTED || (e == CUBLAS_STATUS_SUCCESS && found == 0)) {
+            s = gemm_fallback(d, p, batch);
+            goto fail;
+        }
+        LT(e);
     }
-    LT(cublasLtMatmul(d->lt, op, &p->alpha, p->B, la, p->A, lb, &p->beta, p->C, lc, p->C, lc, &heur.algo,
-                      d->lt_ws, ws, d->compute));
+    {
+        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, p->B, la, p->A, lb, &p->beta, p->C, lc, p->C,
+                                                lc, &heur.algo, d->lt_ws, ws, d->compute);
+        if (e == CUBLAS_STATUS_NOT_SUPPORTED) s = gemm_fallback(d, p, batch);
+        else LT(e);
+    }
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (lc) cublasLtMatrixLayoutDestroy(lc);

@@ -8,7 +8,7 @@
  * contract, which cuBLASLt keeps), so C may hold anything, NaN included.
  * Used by the layers whose CPU reference calls sgemm: conv2d and attention
  * (the linear layer has its own path). Not tuned: one heuristic query per
- * call, no plan cache. */
+ * call, no plan cache; a layout cuBLASLt declines runs a plain kernel. */
 #ifndef ST_CUDA_GEMM_F32_CUH
 #define ST_CUDA_GEMM_F32_CUH
 

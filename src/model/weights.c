@@ -50,7 +50,7 @@ fail:
     return s;
 }
 
-/* Read tensor i from the file into its arena (through `stage` on a device). */
+/* Read `name` from the file into t (through the host buffer `stage` on a device). */
 static st_status read_tensor(const st_params *p, st_safetensors *f, const char *name, const st_tensor *t,
                              float *stage) {
     if (!p->dev) return st_safetensors_read_f32(f, name, t->data, t->count);
