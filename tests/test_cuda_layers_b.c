@@ -22,7 +22,11 @@
  *   conv2d, attention    1e-4, 1e-4: fp32 products (cuBLASLt, no TF32,
  *                        against OpenBLAS) summing up to K = 2304 terms (conv)
  *                        or T = 64 keys of 64 channels (attention) in another
- *                        order; values are O(1), so atol covers cancellation. */
+ *                        order; values are O(1), so atol covers cancellation;
+ *   the big conv         1e-4, 1e-3: its weight gradient sums n = 12288
+ *                        products of size s ~ 0.3 per element, and a fp32
+ *                        sum in k order (a GEMM thread's) errs by about
+ *                        eps s sqrt(n^2 / 2) ~ 2e-4 (measured 1.6e-4). */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -208,7 +212,7 @@ int main(void) {
             snprintf(label, sizeof label, "conv2d B%lld %lldx%lldx%lld->%lld k%lld s%lld p%lld%s (%s)", (long long)c.B,
                      (long long)c.H, (long long)c.W, (long long)c.Cin, (long long)c.Cout, (long long)c.k,
                      (long long)c.stride, (long long)c.pad, c.bias ? " bias" : "", mode_name(c.mode));
-            run(label, build_conv, NULL, &c, 1e-4, 1e-4, false, dev, seed + k++);
+            run(label, build_conv, NULL, &c, 1e-4, i == 5 ? 1e-3 : 1e-4, false, dev, seed + k++);
         }
 
     /* maxpool2d: truncated windows, overlapping windows (stride < k), ties */
