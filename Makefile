@@ -5,8 +5,14 @@
 
 BUILD ?= build
 CC ?= cc
-OPENBLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
-OPENBLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+# DEPS_PREFIX: a folder holding build dependencies unpacked from .deb files
+# (scripts/gpu-session.sh on a machine where they are not installed): its
+# include and library folders are searched first, and OpenBLAS and OpenMPI
+# come from it. Empty (the default): the system's.
+DEPS_PREFIX ?=
+DEPS_LIBDIR = $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+OPENBLAS_DIR ?= $(DEPS_LIBDIR)/openblas-openmp
+OPENBLAS_INC ?= $(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-openmp
 
 OPT ?= -O3 -march=native
 # sqrtf and friends without errno, so loops that call them vectorize (no other
@@ -17,6 +23,14 @@ WARN = -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes 
 # where there is no mpicc the MPI backend is built as a stub that says so.
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+ifneq ($(DEPS_PREFIX),)
+DEPS_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
+DEPS_LIBS := -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR) -L$(DEPS_PREFIX)/lib/x86_64-linux-gnu
+ifneq ($(wildcard $(DEPS_LIBDIR)/openmpi/include/mpi.h),)
+MPI_CFLAGS := -I$(DEPS_LIBDIR)/openmpi/include -I$(DEPS_LIBDIR)/openmpi/include/openmpi
+MPI_LIBS := -L$(DEPS_LIBDIR)/openmpi/lib -Wl,-rpath,$(DEPS_LIBDIR)/openmpi/lib -lmpi
+endif
+endif
 ifeq ($(strip $(MPI_LIBS)),)
 MPI_CFLAGS := -DST_NO_MPI
 endif
@@ -35,8 +49,8 @@ endif
 NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA -D_GNU_SOURCE -Iinclude -Isrc \
 	-Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation,-Werror
 
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(MATHFLAGS) -g -fopenmp $(WARN) -Iinclude -Isrc -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lyaml -lcjson -lz -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS) -lpthread $(EXTRA_LDFLAGS)
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(MATHFLAGS) -g -fopenmp $(WARN) -Iinclude -Isrc $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(DEPS_LIBS) -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lyaml -lcjson -lz -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS) -lpthread $(EXTRA_LDFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))

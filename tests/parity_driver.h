@@ -162,7 +162,9 @@ static st_status pd_run_layer(pd_ctx *c, st_graph *g, st_tensor *y) {
         float *dy = malloc((size_t)y->count * sizeof(float));
         if (!dy) return st_fail(ST_ERR_NOMEM, "parity driver: out of memory");
         st_status s = st_safetensors_read_f32(c->in, "dy", dy, y->count);
+        st_params_use_compute(g->params, true); /* bf16/fp16: backward reads the rounded weights */
         if (s == ST_OK) s = gc_backward(g, y, dy);
+        st_params_use_compute(g->params, false);
         free(dy);
         ST_TRY(s);
     }

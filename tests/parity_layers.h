@@ -123,8 +123,10 @@ static st_status pl_mse(pd_ctx *c, st_graph *g, st_tensor **y) {
     return st_mse(g, "mse", pred, target, y);
 }
 
-/* Build one layer case on a fresh graph, run it and emit the results. */
-static st_status pd_layer_case(pd_ctx *c, pd_layer_fn build) {
+/* Build one layer case on a fresh graph in precision `prec` (bf16/fp16: the
+ * graph rounds parameters, inputs and outputs as in training), run it and
+ * emit the results. */
+static st_status pd_layer_case_prec(pd_ctx *c, pd_layer_fn build, st_precision prec) {
     st_params p = {0};
     st_graph g;
     st_graph_init(&g, &p);
@@ -132,11 +134,16 @@ static st_status pd_layer_case(pd_ctx *c, pd_layer_fn build) {
     st_status s;
     ST_GOTO(build(c, &g, &y));
     ST_GOTO(st_graph_finalize(&g));
+    ST_GOTO(st_params_set_precision(&p, prec));
     ST_GOTO(pd_run_layer(c, &g, y));
 fail:
     st_graph_free(&g);
     st_params_free(&p);
     return s;
+}
+
+static st_status pd_layer_case(pd_ctx *c, pd_layer_fn build) {
+    return pd_layer_case_prec(c, build, ST_PREC_FP32);
 }
 
 #endif

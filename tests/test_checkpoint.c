@@ -65,8 +65,11 @@ int main(void) {
     oa.t = 42;
     char saved[4096], path[4200];
     for (int64_t step = 1; step <= 3; step++) {
-        st_ckpt_state st = {step, {1, step, 0}, 5, 128};
-        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+        /* an fp16 run's loss scaler state rides along (0x1p-3 * 2^step: not an integer) */
+        st_ckpt_state st = {.step = step, .pos = {1, step, 0}, .seed = 5, .batch_size = 128,
+                            .loss_scale = 0x1p20 * (double)step + 0.125, .scale_good_steps = step + 10,
+                            .skipped_steps = step + 20, .optim_world = 1};
+        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     }
     snprintf(path, sizeof path, "%s/run/ckpt/step-1", root);
     CHECK(!exists(path), "keep_checkpoints 2 should have deleted step-1");
@@ -86,6 +89,9 @@ int main(void) {
           "state step %lld pos %lld/%lld/%lld seed %llu", (long long)got.step, (long long)got.pos.epoch,
           (long long)got.pos.step, (long long)got.pos.micro, (unsigned long long)got.seed);
     CHECK(ob.t == 42, "t %lld", (long long)ob.t);
+    CHECK(got.loss_scale == 0x1p20 * 3 + 0.125 && got.scale_good_steps == 13 && got.skipped_steps == 23,
+          "loss scale state %.17g %lld %lld", got.loss_scale, (long long)got.scale_good_steps,
+          (long long)got.skipped_steps);
     for (int i = 0; i < a->params.n; i++) {
         const st_tensor *ta = a->params.t[i], *tb = b->params.t[i];
         const size_t nbytes = (size_t)ta->count * sizeof(float);
@@ -117,8 +123,8 @@ int main(void) {
     CHECK(!found, "no checkpoint directory at all");
 
     /* A truncated model file, and an optimizer of another kind. */
-    st_ckpt_state st = {4, {0, 4, 0}, 5, 128};
-    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, saved, sizeof saved));
+    st_ckpt_state st = {.step = 4, .pos = {0, 4, 0}, .seed = 5, .batch_size = 128, .optim_world = 1};
+    CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     st_optim sgd = {0};
     st_config cs = cfg;
     snprintf(cs.optim.type, sizeof cs.optim.type, "sgd");

@@ -1,25 +1,194 @@
 /* CUDA parity of the matrix-product, embedding, normalisation, elementwise
  * and loss layers against the CPU reference (tests/cuda_parity.h). Skips
- * without a CUDA device. */
+ * without a CUDA device.
+ *
+ * Tolerances (fp32, |dev - host| <= atol + rtol |host|): rtol 1e-4 with atol
+ * 1e-5 for values of order one. The device sums in other orders than the CPU
+ * (cuBLASLt's k-split, warp and block trees, chunked column sums) and uses
+ * CUDA's expf/tanhf (2 ulp) where the CPU uses glibc and core/fastmath.h, so
+ * results agree to rounding (a few 1e-7 relative per sum of hundreds of
+ * terms), not bits; 1e-4 leaves room for cancellation in long sums. Where the
+ * values themselves are tiny (softmax gradients over 50257 classes, about
+ * 1e-6 each) atol shrinks so that it never hides an error. Sizes are odd on
+ * purpose (not multiples of a warp or block), and GPT-2's (C 768, V 50257)
+ * appear; graphs are shaped so that inputs' gradients are both written and
+ * added (in_acc), and a parameter in front of each layer makes its input
+ * gradient checked. */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
+/* A float input of `shape` plus a parameter of the same shape (so that the
+ * layer under test has an input gradient to compute). */
+static st_status input_plus(st_graph *g, const char *name, int ndim, const int64_t *shape, st_tensor **out) {
+    st_tensor *x, *s;
+    char n2[64];
+    ST_TRY(st_graph_input(g, name, ST_F32, ndim, shape, &x));
+    snprintf(n2, sizeof n2, "%s.shift", name);
+    ST_TRY(st_graph_param(g, n2, ndim, shape, ST_INIT_UNIFORM, 1.0f, false, &s));
+    snprintf(n2, sizeof n2, "%s.plus", name);
+    return st_add(g, n2, x, s, out);
+}
+
+/* --- linear ------------------------------------------------------------- */
 typedef struct linear_ctx {
     int64_t B, K, N;
-    bool bias, in_out;
+    bool bias, in_out, twice; /* twice: two linears read x, so dx is written then added */
 } linear_ctx;
 
 static st_status build_linear(st_graph *g, void *ctx) {
     const linear_ctx *c = ctx;
-    st_tensor *x, *y;
-    ST_TRY(st_graph_input(g, "x", ST_F32, 2, (int64_t[]){c->B, c->K}, &x));
-    /* a parameter in front, so the linear's input gradient is checked too */
-    st_tensor *s;
-    ST_TRY(st_graph_param(g, "x.scale", 2, (int64_t[]){c->B, c->K}, ST_INIT_UNIFORM, 1.0f, false, &s));
-    st_tensor *xs;
-    ST_TRY(st_add(g, "x.plus", x, s, &xs));
+    st_tensor *xs, *y, *y2;
+    ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->B, c->K}, &xs));
     st_linear_opts o = {.bias = c->bias, .in_out = c->in_out};
-    return st_linear(g, "fc", xs, c->N, &o, &y);
+    ST_TRY(st_linear(g, "fc", xs, c->N, &o, &y));
+    if (!c->twice) return ST_OK;
+    st_linear_opts o2 = {.bias = !c->bias, .in_out = !c->in_out};
+    ST_TRY(st_linear(g, "fc2", xs, c->N, &o2, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* --- embedding (+ tied head) ---------------------------------------------- */
+typedef struct emb_ctx {
+    int64_t V, B, T, C; /* V first: fill_tokens reads it */
+    bool head;          /* layernorm, tied linear and softmax_ce on top (a tiny GPT head) */
+} emb_ctx;
+
+static st_status build_embedding(st_graph *g, void *ctx) {
+    const emb_ctx *c = ctx;
+    st_tensor *idx, *y, *w;
+    ST_TRY(st_graph_input(g, "idx", ST_I32, 2, (int64_t[]){c->B, c->T}, &idx));
+    ST_TRY(st_embedding(g, "wte", idx, c->V, c->C, 0.5f, &y, &w));
+    if (!c->head) return ST_OK;
+    st_tensor *tg, *h, *logits, *loss;
+    ST_TRY(st_graph_input(g, "targets", ST_I32, 2, (int64_t[]){c->B, c->T}, &tg));
+    ST_TRY(st_layernorm(g, "ln_f", y, 1e-5f, &h));
+    ST_TRY(st_linear_tied(g, "lm_head", h, w, &logits));
+    return st_softmax_ce(g, "ce", logits, tg, ST_IGNORE_INDEX, &loss);
+}
+
+/* Token ids below V (with repeats when V is small), targets below V with
+ * about one in five ignored. */
+static void fill_tokens(st_graph *g, st_rng *r, void *ctx) {
+    const int64_t V = *(const int64_t *)ctx; /* every ctx below starts with its class count */
+    for (int i = 0; i < g->n_acts; i++) {
+        st_tensor *t = g->acts[i];
+        if (t->kind != ST_TENSOR_INPUT || t->dtype != ST_I32) continue;
+        const bool targets = strcmp(t->name, "targets") == 0;
+        for (int64_t j = 0; j < t->count; j++)
+            t->idata[j] =
+                targets && st_rng_uniform(r) < 0.2f ? ST_IGNORE_INDEX : (int32_t)st_rng_below(r, (uint64_t)V);
+    }
+}
+
+/* --- pos_embedding -------------------------------------------------------- */
+typedef struct posemb_ctx {
+    int64_t B, T, C, max_len;
+} posemb_ctx;
+
+static st_status build_posemb(st_graph *g, void *ctx) {
+    const posemb_ctx *c = ctx;
+    st_tensor *xs, *y;
+    ST_TRY(input_plus(g, "x", 3, (int64_t[]){c->B, c->T, c->C}, &xs));
+    return st_pos_embedding(g, "wpe", xs, c->max_len, 0.3f, &y);
+}
+
+/* --- one-input layers: layernorm, gelu, relu, dropout ---------------------- */
+typedef enum unary_kind { U_LAYERNORM, U_GELU, U_RELU, U_DROPOUT } unary_kind;
+typedef struct unary_ctx {
+    unary_kind kind;
+    int64_t R, C;
+    bool residual; /* y = f(xs) + xs: the layer's dx is added onto the residual's */
+    float p;       /* dropout */
+} unary_ctx;
+
+static st_status build_unary(st_graph *g, void *ctx) {
+    const unary_ctx *c = ctx;
+    st_tensor *xs, *y;
+    ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->R, c->C}, &xs));
+    switch (c->kind) {
+    case U_LAYERNORM:
+        ST_TRY(st_layernorm(g, "ln", xs, 1e-5f, &y));
+        break;
+    case U_GELU:
+        ST_TRY(st_gelu(g, "gelu", xs, &y));
+        break;
+    case U_RELU:
+        ST_TRY(st_relu(g, "relu", xs, &y));
+        break;
+    case U_DROPOUT:
+        ST_TRY(st_dropout(g, "drop", xs, c->p, &y));
+        break;
+    }
+    if (c->residual) ST_TRY(st_add(g, "res", y, xs, &y));
+    return ST_OK;
+}
+
+/* --- add ------------------------------------------------------------------ */
+typedef struct add_ctx {
+    int64_t n;
+    bool same; /* a + a: the second input's gradient adds onto the first's */
+} add_ctx;
+
+static st_status build_add(st_graph *g, void *ctx) {
+    const add_ctx *c = ctx;
+    st_tensor *a, *b, *y;
+    ST_TRY(input_plus(g, "a", 1, &c->n, &a));
+    if (c->same) return st_add(g, "twice", a, a, &y);
+    ST_TRY(input_plus(g, "b", 1, &c->n, &b));
+    return st_add(g, "sum", a, b, &y);
+}
+
+/* --- softmax_ce ------------------------------------------------------------- */
+typedef struct ce_ctx {
+    int64_t V, R; /* V first: fill_tokens reads it */
+    bool all_ignored;
+} ce_ctx;
+
+static st_status build_ce(st_graph *g, void *ctx) {
+    const ce_ctx *c = ctx;
+    st_tensor *xs, *tg, *loss;
+    ST_TRY(input_plus(g, "logits", 2, (int64_t[]){c->R, c->V}, &xs));
+    ST_TRY(st_graph_input(g, "targets", ST_I32, 1, &c->R, &tg));
+    return st_softmax_ce(g, "ce", xs, tg, ST_IGNORE_INDEX, &loss);
+}
+
+static void fill_ce(st_graph *g, st_rng *r, void *ctx) {
+    const ce_ctx *c = ctx;
+    fill_tokens(g, r, ctx);
+    if (!c->all_ignored) return;
+    for (int i = 0; i < g->n_acts; i++)
+        if (strcmp(g->acts[i]->name, "targets") == 0)
+            for (int64_t j = 0; j < g->acts[i]->count; j++)
+                g->acts[i]->idata[j] = ST_IGNORE_INDEX;
+}
+
+/* --- mse -------------------------------------------------------------------- */
+typedef struct mse_ctx {
+    int64_t n;
+    bool target_grad; /* the target depends on a parameter too */
+} mse_ctx;
+
+static st_status build_mse(st_graph *g, void *ctx) {
+    const mse_ctx *c = ctx;
+    st_tensor *p, *t, *loss;
+    ST_TRY(input_plus(g, "pred", 1, &c->n, &p));
+    if (c->target_grad)
+        ST_TRY(input_plus(g, "target", 1, &c->n, &t));
+    else
+        ST_TRY(st_graph_input(g, "target", ST_F32, 1, &c->n, &t));
+    return st_mse(g, "mse", p, t, &loss);
+}
+
+/* With CP_SMALL set (e.g. under compute-sanitizer, which runs kernels many
+ * times slower), cases whose largest tensor exceeds 2^16 elements are left out. */
+static int run(const char *label, int64_t largest, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol,
+               double atol, bool eval, st_device *dev, uint64_t seed) {
+    if (getenv("CP_SMALL") && largest > 65536) {
+        printf("left out (CP_SMALL) %s\n", label);
+        return 0;
+    }
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval};
+    return cp_run(&c, dev, seed);
 }
 
 int main(void) {
@@ -27,14 +196,77 @@ int main(void) {
     int rc = cp_open(&dev);
     if (rc) return rc;
     const uint64_t seed = cp_seed();
-    linear_ctx lin[] = {{8, 16, 24, true, false}, {37, 65, 33, false, true}, {128, 768, 2304, true, true}};
+    char label[128];
+    uint64_t k = 0;
+
+    const linear_ctx lin[] = {{8, 16, 24, true, false, false},     {37, 65, 33, false, true, false},
+                              {128, 768, 2304, true, true, false}, {31, 97, 50, true, false, true},
+                              {64, 768, 768, false, false, true},  {1, 3, 1, true, true, false}};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-        char label[64];
-        snprintf(label, sizeof label, "linear %lldx%lld->%lld%s%s", (long long)lin[i].B, (long long)lin[i].K,
-                 (long long)lin[i].N, lin[i].bias ? " bias" : "", lin[i].in_out ? " in_out" : "");
-        cp_case c = {label, build_linear, NULL, &lin[i], 1e-4, 1e-5, false};
-        cp_run(&c, dev, seed + i);
+        snprintf(label, sizeof label, "linear %lldx%lld->%lld%s%s%s", (long long)lin[i].B,
+                 (long long)lin[i].K, (long long)lin[i].N, lin[i].bias ? " bias" : "",
+                 lin[i].in_out ? " in_out" : "", lin[i].twice ? " +second reader" : "");
+        run(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear, NULL,
+            (void *)&lin[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
+
+    const emb_ctx emb[] = {{13, 4, 37, 45, false}, {50257, 2, 64, 768, false}, {301, 3, 29, 96, true}};
+    for (size_t i = 0; i < sizeof emb / sizeof emb[0]; i++) {
+        snprintf(label, sizeof label, "embedding %lldx%lld vocab %lld dim %lld%s", (long long)emb[i].B,
+                 (long long)emb[i].T, (long long)emb[i].V, (long long)emb[i].C,
+                 emb[i].head ? " +tied head" : "");
+        run(label, emb[i].V * emb[i].C, build_embedding, fill_tokens, (void *)&emb[i], 1e-4, 1e-5, false, dev,
+            seed + k++);
+    }
+
+    const posemb_ctx pe[] = {{3, 17, 40, 32}, {2, 64, 768, 64}};
+    for (size_t i = 0; i < sizeof pe / sizeof pe[0]; i++) {
+        snprintf(label, sizeof label, "pos_embedding %lldx%lldx%lld max_len %lld", (long long)pe[i].B,
+                 (long long)pe[i].T, (long long)pe[i].C, (long long)pe[i].max_len);
+        run(label, pe[i].B * pe[i].T * pe[i].C, build_posemb, NULL, (void *)&pe[i], 1e-4, 1e-5, false, dev,
+            seed + k++);
+    }
+
+    static const char *const uname[] = {"layernorm", "gelu", "relu", "dropout"};
+    const unary_ctx un[] = {
+        {U_LAYERNORM, 37, 67, false, 0},  {U_LAYERNORM, 64, 768, true, 0}, {U_LAYERNORM, 3, 3001, false, 0},
+        {U_LAYERNORM, 1000, 5, false, 0}, {U_GELU, 7, 333, false, 0},      {U_GELU, 64, 768, true, 0},
+        {U_RELU, 7, 333, false, 0},       {U_RELU, 13, 101, true, 0},      {U_DROPOUT, 7, 333, false, 0.1f},
+        {U_DROPOUT, 13, 101, true, 0.5f}, {U_DROPOUT, 5, 77, false, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
+        snprintf(label, sizeof label, "%s %lldx%lld%s", uname[un[i].kind], (long long)un[i].R,
+                 (long long)un[i].C, un[i].residual ? " +residual" : "");
+        if (un[i].kind == U_DROPOUT)
+            snprintf(label + strlen(label), sizeof label - strlen(label), " p %.2f", (double)un[i].p);
+        run(label, un[i].R * un[i].C, build_unary, NULL, (void *)&un[i], 1e-4, 1e-5, false, dev, seed + k++);
+    }
+    /* Eval mode: dropout is the identity (forward only). */
+    const unary_ctx drop_eval = {U_DROPOUT, 9, 55, false, 0.3f};
+    run("dropout 9x55 p 0.30 eval", 9 * 55, build_unary, NULL, (void *)&drop_eval, 0, 0, true, dev,
+        seed + k++);
+
+    const add_ctx ad[] = {{1001, false}, {4097, true}};
+    for (size_t i = 0; i < sizeof ad / sizeof ad[0]; i++) {
+        snprintf(label, sizeof label, "add %lld%s", (long long)ad[i].n, ad[i].same ? " a+a" : "");
+        run(label, ad[i].n, build_add, NULL, (void *)&ad[i], 1e-6, 0, false, dev, seed + k++);
+    }
+
+    /* Softmax gradients are about 1/(V R) each: atol well below that. */
+    const ce_ctx ce[] = {{10, 37, false}, {50257, 8, false}, {1000, 300, false}, {11, 3, true}};
+    for (size_t i = 0; i < sizeof ce / sizeof ce[0]; i++) {
+        snprintf(label, sizeof label, "softmax_ce %lld rows x %lld classes%s", (long long)ce[i].R,
+                 (long long)ce[i].V, ce[i].all_ignored ? " all ignored" : "");
+        run(label, ce[i].R * ce[i].V, build_ce, fill_ce, (void *)&ce[i], 1e-4, 1e-10, false, dev, seed + k++);
+    }
+
+    const mse_ctx ms[] = {{37, false}, {5000, true}, {4096 * 3 + 1, false}};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        snprintf(label, sizeof label, "mse %lld%s", (long long)ms[i].n,
+                 ms[i].target_grad ? " +target grad" : "");
+        run(label, ms[i].n, build_mse, NULL, (void *)&ms[i], 1e-4, 1e-8, false, dev, seed + k++);
+    }
+
     st_device_free(dev);
     return st_test_finish("cuda layers a");
 }

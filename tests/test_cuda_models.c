@@ -59,6 +59,11 @@ static void cnn_bias(st_config *c, st_model_input *in) {
     *in = (st_model_input){.height = 15, .width = 13, .channels = 3, .num_classes = 7};
 }
 
+static void cnn_ckpt(st_config *c, st_model_input *in) {
+    cnn_bn(c, in);
+    snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "blocks");
+}
+
 static void gpt(st_config *c, st_model_input *in) {
     c->model.n_layer = 2;
     c->model.n_head = 4;
@@ -219,6 +224,7 @@ int main(void) {
         {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp},
         {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn},
         {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias},
+        {"cnn checkpointed", "cnn", 8, cnn_ckpt},
         {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], dev, seed + i);

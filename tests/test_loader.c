@@ -199,6 +199,55 @@ static void augmentation(const st_dataset *d) {
     CHECK(bad == 0, "crop (pad 2, dx 1, dy 3) and flip: %d values wrong", bad);
 }
 
+/* The algebra of the augmentation: a crop with padding 0, or centred (dx = dy
+ * = pad), is the identity, and so is flipping a flipped image (checked by
+ * flipping st_dataset_sample's output again through a float dataset with
+ * mean 0 and std 1, which copies values exactly); the loader with
+ * crop_pad 0 and no flip gives the plain batches. */
+static void augmentation_algebra(const st_dataset *d) {
+    enum { HWC = 6 * 5 * 3 };
+    float plain[HWC], out[HWC], back[HWC];
+    int32_t y;
+    int bad_id = 0, bad_centre = 0, bad_twice = 0, moved = 0;
+    for (int64_t i = 0; i < 20; i++) {
+        CHECK_OK(st_dataset_sample(d, i, NULL, plain, NULL, &y));
+        const st_image_aug id = {0, 0, 0, false}, centre = {3, 3, 3, false}, flip = {0, 0, 0, true};
+        CHECK_OK(st_dataset_sample(d, i, &id, out, NULL, &y));
+        bad_id += memcmp(out, plain, sizeof out) != 0;
+        CHECK_OK(st_dataset_sample(d, i, &centre, out, NULL, &y));
+        bad_centre += memcmp(out, plain, sizeof out) != 0;
+        CHECK_OK(st_dataset_sample(d, i, &flip, out, NULL, &y));
+        moved += memcmp(out, plain, sizeof out) != 0;
+        st_dataset f = {0};
+        f.kind = ST_DATA_IMAGES;
+        f.n = 1;
+        f.h = d->h;
+        f.w = d->w;
+        f.c = d->c;
+        f.num_classes = d->num_classes;
+        f.values = out;
+        f.labels = &y;
+        f.mean = 0.0f;
+        f.std = 1.0f;
+        CHECK_OK(st_dataset_sample(&f, 0, &flip, back, NULL, &y));
+        bad_twice += memcmp(back, plain, sizeof back) != 0;
+    }
+    CHECK(bad_id == 0 && bad_centre == 0, "crop with pad 0 or centred is not the identity: %d, %d", bad_id,
+          bad_centre);
+    CHECK(bad_twice == 0 && moved == 20, "flip twice: %d differ from the image; flip once moved %d of 20", bad_twice,
+          moved);
+    st_loader_opts o = ST_LOADER_OPTS_INIT;
+    o.num_workers = 2;
+    o.aug_seed = 9; /* crop_pad 0, flip false: nothing to draw */
+    st_sampler *s = make_sampler(d, 8, 4, true);
+    run r = load(d, s, &o, 10);
+    st_sampler_free(s);
+    run plain_run = reference(d, 8, 4, true, 10);
+    CHECK(same(&r, &plain_run), "crop_pad 0 without flip changed the batches");
+    free(r.bytes);
+    free(plain_run.bytes);
+}
+
 /* Stop with workers busy and batches held; ASan reports any leak or race on
  * freed memory. Then resume from the saved position. */
 static void stop_and_resume(const st_dataset *d) {
@@ -367,6 +416,7 @@ int main(void) {
     workers_agree(&tk, "tokens", 12, 3, true);
     workers_agree(&tk, "tokens, wrap", 10, 5, false);
     augmentation(&img);
+    augmentation_algebra(&img);
     stop_and_resume(&img);
     stop_and_resume(&tk);
     allocator_and_errors(&img, &tk);

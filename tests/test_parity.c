@@ -45,6 +45,8 @@ static const struct {
 static st_status run_case(pd_ctx *c, const char *name) {
     for (size_t i = 0; i < sizeof layer_cases / sizeof layer_cases[0]; i++)
         if (strcmp(name, layer_cases[i].name) == 0) return pd_layer_case(c, layer_cases[i].build);
+    if (strcmp(name, "linear_bf16") == 0) return pd_layer_case_prec(c, pl_linear, ST_PREC_BF16);
+    if (strcmp(name, "linear_fp16") == 0) return pd_layer_case_prec(c, pl_linear, ST_PREC_FP16);
     if (strncmp(name, "model_", 6) == 0) return pm_model_case(c, name + 6);
     if (strncmp(name, "train_", 6) == 0) return pm_train_case(c, name + 6);
     return st_fail(ST_ERR_ARG, "unknown parity case '%s'", name);

@@ -231,6 +231,39 @@ static void errors(void) {
     st_sampler_free(NULL);
 }
 
+/* Interleaved (deterministic mode): rank r's micro-step k of world N reads
+ * what 1 rank reads at micro-step k*N + r, for every step of two epochs. */
+static void interleaved(int world, int64_t accum, int64_t n) {
+    const int64_t mb = 2, B = (int64_t)world * accum * mb;
+    st_sampler_opts o = ST_SAMPLER_OPTS_INIT;
+    o.n = n, o.batch_size = B, o.micro_batch = mb, o.seed = 4, o.world = 1;
+    st_sampler *one = NULL;
+    CHECK_OK(st_sampler_init(&o, &one));
+    if (!one) return;
+    int bad = 0;
+    for (int r = 0; r < world; r++) {
+        st_sampler_opts q = o;
+        q.world = world, q.rank = r, q.interleave = true;
+        st_sampler *s = NULL;
+        CHECK_OK(st_sampler_init(&q, &s));
+        if (!s) break;
+        const int64_t steps = 2 * st_sampler_steps_per_epoch(s);
+        int64_t a[2], b[2];
+        for (int64_t st = 0; st < steps; st++)
+            for (int64_t k = 0; k < accum; k++) {
+                st_sampler_pos p;
+                st_sampler_next(s, a, &p);
+                st_sampler_pos g = {p.epoch, p.step, k * world + r};
+                CHECK_OK(st_sampler_indices(one, 0, g, b));
+                bad += memcmp(a, b, sizeof a) != 0;
+            }
+        st_sampler_free(s);
+    }
+    CHECK(bad == 0, "interleaved world %d accum %lld: %d micro-batches differ from 1 rank's", world,
+          (long long)accum, bad);
+    st_sampler_free(one);
+}
+
 int main(void) {
     const int64_t sizes[] = {96, 97, 100, 131, 1000};
     for (int world = 1; world <= 8; world++)
@@ -243,6 +276,9 @@ int main(void) {
                     mapping(world, mb, accum, sizes[i], true);
                     mapping(world, mb, accum, sizes[i], false);
                 }
+    for (int world = 1; world <= 4; world++)
+        for (int64_t accum = 1; accum <= 3; accum++)
+            interleaved(world, accum, 61);
     matches_step_loop();
     epochs_and_seeds();
     for (int world = 1; world <= 8; world++) {

@@ -30,13 +30,14 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
     /* The file first, then every --set in order, whatever the argument order. */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--set") == 0 || strcmp(a, "--init") == 0 || strcmp(a, "--resume") == 0) {
+        if (strcmp(a, "--set") == 0 || strcmp(a, "--init") == 0 || strcmp(a, "--resume") == 0 ||
+            strcmp(a, "--profile") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "scaletrain %s: %s needs a value\n", cmd, a);
                 return ST_EXIT_USAGE;
             }
-            if (strcmp(a, "--resume") == 0 && strcmp(cmd, "train") != 0) {
-                fprintf(stderr, "scaletrain %s: --resume is an option of scaletrain train\n", cmd);
+            if ((strcmp(a, "--resume") == 0 || strcmp(a, "--profile") == 0) && strcmp(cmd, "train") != 0) {
+                fprintf(stderr, "scaletrain %s: %s is an option of scaletrain train\n", cmd, a);
                 return ST_EXIT_USAGE;
             }
             if (strcmp(a, "--init") == 0) opts->init = argv[i + 1];
@@ -65,6 +66,20 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         if (strcmp(argv[i], "--set") == 0) v = argv[++i];
         else if (strncmp(argv[i], "--set=", 6) == 0) v = argv[i] + 6;
         else if (strcmp(argv[i], "--init") == 0 || strcmp(argv[i], "--resume") == 0) i++;
+        else if (strcmp(argv[i], "--profile") == 0) { /* FIRST-LAST or STEP: log.trace and log.trace_steps */
+            char set[96], *end;
+            const char *r = argv[++i];
+            long long first = strtoll(r, &end, 10), last = first;
+            if (end != r && *end == '-') last = strtoll(end + 1, &end, 10);
+            if (end == r || *end || first < 1 || last < first) {
+                fprintf(stderr, "scaletrain %s: --profile '%s': expected FIRST-LAST steps, e.g. --profile 10-20\n",
+                        cmd, r);
+                return ST_EXIT_USAGE;
+            }
+            snprintf(set, sizeof set, "log.trace_steps=[%lld, %lld]", first, last);
+            if ((s = st_config_set(cfg, "log.trace=true")) != ST_OK || (s = st_config_set(cfg, set)) != ST_OK)
+                return st_cli_error(s);
+        }
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
     }
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);

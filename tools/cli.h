@@ -12,10 +12,29 @@ int st_cmd_train(int argc, char **argv);
 int st_cmd_eval(int argc, char **argv);
 int st_cmd_data(int argc, char **argv);
 int st_cmd_launch(int argc, char **argv);
+int st_cmd_plan(int argc, char **argv);
+int st_cmd_check(int argc, char **argv);
+int st_cmd_bench(int argc, char **argv);
+int st_cmd_slurm(int argc, char **argv);
+/* `check`'s all-reduce test, one rank of it (tools/check_comm.c). */
+int st_check_allreduce_worker(void);
 
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts);
+/* name's path on PATH (out, n bytes), or false. */
+bool st_cli_find_on_path(const char *name, char *out, size_t n);
+/* This executable's path (/proc/self/exe), or "scaletrain". */
+void st_cli_self_path(char *out, size_t n);
+/* Run argv (PATH searched) with stdout and stderr to the files (NULL: ours)
+ * and stdin from /dev/null, in a process group of its own that is killed
+ * after timeout_s. Returns its exit status (128 + N for signal N), -1 when it
+ * could not start, -2 when it ran out of time. (tools/proc.c) */
+int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s);
+/* A whole file as a string (caller frees), or NULL. */
+char *st_cli_read_file(const char *path);
+/* The last line of text that starts with '{' (text is cut into lines), or NULL. */
+const char *st_cli_last_json_line(char *text);
 /* Print "scaletrain: error: <last error>" and return ST_EXIT_FAIL. */
 int st_cli_error(st_status s);
 

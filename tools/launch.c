@@ -1,11 +1,17 @@
-/* `scaletrain launch -n N [--hosts H1:n1,H2:n2] COMMAND...`: start N ranks of
- * COMMAND with mpirun, one per core (bound), and become mpirun (exec), so its
- * exit status is the job's. COMMAND is a scaletrain subcommand (`train
- * run.yaml`: this executable runs it) or any program. The ranks find each
- * other through MPI alone (st_comm_init); under SLURM, `srun scaletrain train`
- * needs no launcher.
+/* `scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND...`:
+ * start N ranks of COMMAND with mpirun, one per core (bound), with their
+ * output sorted by rank (launch_io.c), and, with --max-restarts K, start the
+ * job again after a failure, up to K times. COMMAND is a scaletrain
+ * subcommand (`train run.yaml`: this executable runs it) or any program. The
+ * ranks find each other through MPI alone (st_comm_init); under SLURM,
+ * `srun scaletrain train` needs no launcher.
  *
- * Not here yet: --max-restarts, per-rank output prefixes (issue 4). */
+ * A restart of `train` adds `--resume auto` (replacing any --resume), so the
+ * job continues from its latest good checkpoint. What is not restarted: a
+ * clean exit (0), a usage error (2), and a stop asked for by a signal (exit
+ * 143 for SIGTERM, 130 for SIGINT: the ranks saved a checkpoint and stopped
+ * on purpose, as on SLURM pre-emption), nor a job whose launcher itself got
+ * such a signal. The exit status is the last run's. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,16 +20,19 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "launch.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] COMMAND [ARGS]...\n"
-            "  starts N ranks of COMMAND with mpirun (bound to cores); COMMAND is a scaletrain\n"
-            "  subcommand (train, eval, ...) or a program. Example: scaletrain launch -n 4 train run.yaml\n");
+    fprintf(f, "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND [ARGS]...\n"
+               "  starts N ranks of COMMAND with mpirun (bound to cores); COMMAND is a scaletrain\n"
+               "  subcommand (train, eval, ...) or a program. Rank 0's output is printed as it is, every\n"
+               "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
+               "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
+               "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
 }
 
-/* mpirun's path on PATH, or false. */
-static bool find_on_path(const char *name, char *out, size_t n) {
+/* name's path on PATH, or false. */
+bool st_cli_find_on_path(const char *name, char *out, size_t n) {
     const char *path = getenv("PATH");
     if (!path) path = "/usr/bin:/bin";
     while (*path) {
@@ -36,36 +45,68 @@ static bool find_on_path(const char *name, char *out, size_t n) {
     return false;
 }
 
+void st_cli_self_path(char *out, size_t n) {
+    ssize_t len = readlink("/proc/self/exe", out, n - 1);
+    if (len <= 0)
+        snprintf(out, n, "scaletrain");
+    else
+        out[len] = '\0';
+}
+
 static bool is_subcommand(const char *s) {
-    static const char *const cmds[] = {"train", "eval", "data"};
+    static const char *const cmds[] = {"train", "eval", "data", "check"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (strcmp(s, cmds[i]) == 0) return true;
     return false;
 }
 
+/* Where a restarted train job continues: its latest good checkpoint, named in
+ * `what` (size bytes). The train arguments are read as train reads them. */
+static void resume_point(int argc, char **argv, char *what, size_t size) {
+    st_config cfg;
+    st_run_opts opts = {0};
+    int rc = st_cli_run_args("train", argc, argv, &cfg, &opts);
+    char dir[4096];
+    bool found = false;
+    if (rc < 0 && st_train_latest_checkpoint(&cfg, dir, sizeof dir, &found) == ST_OK && found)
+        snprintf(what, size, "from checkpoint %s", dir);
+    else if (rc < 0)
+        snprintf(what, size, "from step 0: no checkpoint in %s/ckpt yet", cfg.train.out_dir);
+    else
+        snprintf(what, size, "(its arguments do not parse: it will say why)");
+}
+
 int st_cmd_launch(int argc, char **argv) {
     const char *hosts = NULL;
-    long n = 0;
+    long n = 0, max_restarts = 0;
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--hosts") == 0) && i + 1 >= argc) {
-            fprintf(stderr, "scaletrain launch: %s needs a value\n", argv[i]);
+        const char *a = argv[i];
+        const bool takes = !strcmp(a, "-n") || !strcmp(a, "--hosts") || !strcmp(a, "--max-restarts");
+        if (takes && i + 1 >= argc) {
+            fprintf(stderr, "scaletrain launch: %s needs a value\n", a);
             return ST_EXIT_USAGE;
         }
-        if (strcmp(argv[i], "-n") == 0) {
+        if (!strcmp(a, "-n") || !strcmp(a, "--max-restarts")) {
             char *end;
-            n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 1 << 20) {
-                fprintf(stderr, "scaletrain launch: -n %s: want a number of ranks >= 1\n", argv[i]);
+            long v = strtol(argv[++i], &end, 10);
+            const bool is_n = !strcmp(a, "-n");
+            if (*end || v < (is_n ? 1 : 0) || v > 1 << 20) {
+                fprintf(stderr, "scaletrain launch: %s %s: want a number %s\n", a, argv[i],
+                        is_n ? "of ranks >= 1" : "of restarts >= 0");
                 return ST_EXIT_USAGE;
             }
-        } else if (strcmp(argv[i], "--hosts") == 0) {
+            if (is_n)
+                n = v;
+            else
+                max_restarts = v;
+        } else if (!strcmp(a, "--hosts")) {
             hosts = argv[++i];
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return ST_EXIT_OK;
         } else {
-            fprintf(stderr, "scaletrain launch: unknown option '%s'\n", argv[i]);
+            fprintf(stderr, "scaletrain launch: unknown option '%s'\n", a);
             usage(stderr);
             return ST_EXIT_USAGE;
         }
@@ -75,23 +116,18 @@ int st_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return ST_EXIT_USAGE;
     }
-    char mpirun[PATH_MAX];
-    if (!find_on_path("mpirun", mpirun, sizeof mpirun)) {
+    char mpirun[PATH_MAX], self[PATH_MAX], np[32];
+    if (!st_cli_find_on_path("mpirun", mpirun, sizeof mpirun)) {
         fprintf(stderr,
                 "scaletrain launch: mpirun is not on PATH; install OpenMPI (apt-get install openmpi-bin) "
                 "or start the ranks another way (under SLURM: srun scaletrain train ...)\n");
         return ST_EXIT_FAIL;
     }
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0)
-        snprintf(self, sizeof self, "scaletrain");
-    else
-        self[len] = '\0';
-
-    char np[32];
+    st_cli_self_path(self, sizeof self);
     snprintf(np, sizeof np, "%ld", n);
-    char **av = calloc((size_t)(argc + 16), sizeof *av);
+    const int cmd_at = i;
+    const bool train = !strcmp(argv[cmd_at], "train");
+    char **av = calloc((size_t)(argc + 24), sizeof *av);
     if (!av) return ST_EXIT_FAIL;
     int k = 0;
     av[k++] = mpirun;
@@ -101,6 +137,7 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = "core";
     av[k++] = "--map-by";
     av[k++] = "core";
+    av[k++] = "--tag-output";
     if (geteuid() == 0) { /* OpenMPI refuses root without this (containers, CI) */
         av[k++] = "--allow-run-as-root";
         av[k++] = "--oversubscribe";
@@ -109,12 +146,55 @@ int st_cmd_launch(int argc, char **argv) {
         av[k++] = "--host";
         av[k++] = (char *)hosts;
     }
-    if (is_subcommand(argv[i])) av[k++] = self;
-    for (; i < argc; i++)
-        av[k++] = argv[i];
+    if (is_subcommand(argv[cmd_at])) av[k++] = self;
+    const int args_at = k;
+    for (int j = cmd_at; j < argc; j++)
+        av[k++] = argv[j];
     av[k] = NULL;
-    execv(mpirun, av);
-    fprintf(stderr, "scaletrain launch: cannot run %s: %s\n", mpirun, strerror(errno));
+
+    int rc = ST_EXIT_FAIL;
+    for (long attempt = 0;; attempt++) {
+        st_launch_result res;
+        rc = st_launch_run(av, (int)n, &res);
+        if (rc < 0) {
+            fprintf(stderr, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
+            rc = ST_EXIT_FAIL;
+            break;
+        }
+        if (rc == 0 || max_restarts == 0) break;
+        const char *why = res.reason[0] ? res.reason : "no rank said why";
+        if (res.signalled || rc == 128 + 15 || rc == 128 + 2 || rc == ST_EXIT_USAGE) {
+            fprintf(stderr, "scaletrain launch: the job exited %d (%s); not restarted: %s\n", rc, why,
+                    res.signalled || rc > 128 ? "it was stopped by a signal on purpose; continue it with "
+                                                "--resume auto"
+                                              : "a usage error does not go away");
+            break;
+        }
+        if (attempt >= max_restarts) {
+            fprintf(stderr,
+                    "scaletrain launch: the job failed again (exit %d: %s); %ld restart%s used, giving up\n",
+                    rc, why, max_restarts, max_restarts == 1 ? "" : "s");
+            break;
+        }
+        char where[4400] = "from the beginning (not a train job)";
+        if (train) {
+            /* train's own arguments: after "train", with any --resume dropped */
+            int m = args_at + 1;
+            for (int j = args_at + 1; av[j]; j++) {
+                if (!strcmp(av[j], "--resume") && av[j + 1]) {
+                    j++;
+                    continue;
+                }
+                av[m++] = av[j];
+            }
+            av[m++] = "--resume";
+            av[m++] = "auto";
+            av[m] = NULL;
+            resume_point(m - args_at - 1, av + args_at + 1, where, sizeof where);
+        }
+        fprintf(stderr, "scaletrain launch: the job failed (exit %d: %s); restart %ld of %ld %s\n", rc, why,
+                attempt + 1, max_restarts, where);
+    }
     free(av);
-    return ST_EXIT_FAIL;
+    return rc;
 }

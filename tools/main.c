@@ -8,11 +8,21 @@ static void usage(FILE *f) {
     fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\n"
                "commands:\n"
                "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--resume auto|CKPT_DIR] [--json]\n"
-               "                      train (default: a CNN on Fashion-MNIST, one epoch)\n"
+               "        [--profile FIRST-LAST]\n"
+               "                      train (default: a CNN on Fashion-MNIST, one epoch); --profile writes\n"
+               "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"
                "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
                "                      evaluate saved weights on the validation data\n"
-               "  launch -n N [--hosts H1:n1,...] COMMAND...\n"
+               "  launch -n N [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"
+               "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N] [--json] [--probe]\n"
+               "                      predicted micro-batch, memory and speed per hardware configuration\n"
+               "  check [CONFIG.yaml] [--set key=value]...\n"
+               "                      is this machine ready? (cores, memory, MPI, a 2-rank self-test, data)\n"
+               "  bench [-n 1,2,4] [CONFIG.yaml] [--set key=value]... [--steps S] [--out DIR]\n"
+               "                      throughput and weak-scaling efficiency at each rank count\n"
+               "  slurm CONFIG.yaml --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] ...\n"
+               "                      an sbatch script (srun, requeue on pre-emption) on stdout\n"
                "  data tokenize OUT FILE...   byte-level token file from text files\n"
                "  data inspect FILE           what a data or weights file holds\n\n"
                "configuration keys: docs/config.md\n");
@@ -29,6 +39,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) return st_cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "slurm") == 0) return st_cmd_slurm(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return ST_EXIT_USAGE;

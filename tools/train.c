@@ -1,8 +1,11 @@
 /* `scaletrain train`: one training run. SIGTERM and SIGINT (SLURM
- * pre-emption, Ctrl-C) ask the run to stop: it finishes the step, saves a
- * checkpoint and exits with 128 + the signal (143 for SIGTERM, 130 for
- * SIGINT); `--resume auto` continues it. A second signal of the same kind
- * ends the process at once (the previous checkpoint stays whole). */
+ * pre-emption or time limit, Ctrl-C) ask the run to stop: it finishes the
+ * step, saves a checkpoint and exits with 128 + the signal (143 for SIGTERM,
+ * 130 for SIGINT); `--resume auto` continues it. SIGTERM asks the same
+ * however often it comes: under SLURM a task may get it twice (from its own
+ * step, and forwarded by srun), and the hard stop is SLURM's SIGKILL after
+ * the grace time. A second SIGINT (Ctrl-C twice) ends the process at once
+ * (the previous checkpoint stays whole). */
 #include <signal.h>
 #include <string.h>
 
@@ -21,11 +24,11 @@ int st_cmd_train(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    /* Interrupted system calls resume (a save in progress is not cut short);
-     * a second signal of the same kind ends the process at once. */
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    /* Interrupted system calls resume (a save in progress is not cut short). */
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C ends the process */
     sigaction(SIGINT, &sa, NULL);
     opts.stop = &stop_signal;
     st_run_result res;

@@ -52,7 +52,7 @@ typedef struct st_config {
         int64_t num_classes;     /* mlp/cnn; auto: from the data          default auto */
     } model;
     struct {
-        char type[ST_CFG_STR];         /* idx | tokens                    default idx */
+        char type[ST_CFG_STR];         /* idx | npy | tokens              default idx */
         char train[ST_CFG_STR];        /* images (idx) or token file      default Fashion-MNIST train images */
         char train_labels[ST_CFG_STR]; /* idx labels                      default Fashion-MNIST train labels */
         char val[ST_CFG_STR];          /* "" = no evaluation              default Fashion-MNIST test images */
@@ -60,6 +60,8 @@ typedef struct st_config {
         bool shuffle;                  /*                                 default true */
         bool drop_last;                /* drop the last partial batch     default true */
         int64_t num_workers;           /* loader threads; auto = 1        default auto */
+        int64_t augment_crop_pad;      /* random crop padding; 0 = off    default 0 */
+        bool augment_flip;             /* random horizontal flip          default false */
     } data;
     struct {
         int64_t steps;            /* optimizer steps; auto = epochs over the data  default auto */
@@ -74,10 +76,12 @@ typedef struct st_config {
         char out_dir[ST_CFG_STR]; /*                                                default runs/default */
         int64_t checkpoint_every; /* steps; 0 = only at the end                     default 0 */
         int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
+        char activation_checkpointing[ST_CFG_STR]; /* off | blocks | auto        default auto */
     } train;
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */
         double lr;                 /*                                     default 1e-3 */
+        char lr_scaling[ST_CFG_STR]; /* none | linear | sqrt: lr x ranks   default none */
         double weight_decay;       /* decoupled (AdamW), or L2 (SGD)      default 0.0 */
         double beta1, beta2, eps;  /* AdamW                               default 0.9, 0.999, 1e-8 */
         double momentum;           /* SGD                                 default 0.9 */
@@ -86,11 +90,14 @@ typedef struct st_config {
         int64_t warmup_steps;      /*                                     default 0 */
         double min_lr;             /* fraction of lr at the end of decay  default 0.0 */
         double grad_clip;          /* global-norm clip; 0 = off           default 0.0 */
+        double loss_scale;         /* fp16: initial dynamic loss scale    default 65536 */
+        int64_t loss_scale_window; /* fp16: clean steps that double it    default 2000 */
     } optim;
     char precision[ST_CFG_STR]; /* auto | fp32 | bf16 | fp16          default auto */
     struct {
         char strategy[ST_CFG_STR]; /* auto | ddp | zero1 | zero2      default auto */
         double bucket_cap_mb;      /*                                  default 25 */
+        char grad_dtype[ST_CFG_STR]; /* fp32 | bf16 | fp16 (all-reduce)  default fp32 */
         bool deterministic;        /*                                  default false */
         int64_t timeout_s;         /*                                  default 600 */
     } dist;
@@ -99,6 +106,8 @@ typedef struct st_config {
         char progress[ST_CFG_STR]; /* auto | on | off (auto: on a terminal) default auto */
         bool tensorboard;          /*                                  default false */
         double peak_gflops;        /* per rank, for mfu; < 0 = auto (measured) default auto */
+        bool trace;                /* write out_dir/trace.json         default false */
+        st_int_list trace_steps;   /* [first, last] traced steps       default [2, 6] */
     } log;
 
     char path[ST_CFG_STR]; /* the file it was read from, "" for defaults only */

@@ -43,10 +43,28 @@ typedef struct st_run_result {
     double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
                                     the part that lay behind backward */
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
+    double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
+    /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
+     * skipped for an overflow (over the whole run, a resumed one included) */
+    bool has_loss_scale;
+    double loss_scale;
+    int64_t skipped_steps;
+    /* memory this rank holds (every run; measured, with the formula's prediction: docs/distributed.md) */
+    char strategy[8];              /* ddp | zero1 | zero2 */
+    bool deterministic;
+    int64_t optim_state_bytes;     /* optimizer state allocated on this rank */
+    int64_t optim_state_bytes_predicted;
+    int64_t grad_bytes;            /* gradient bytes resident after the last step */
+    int64_t grad_peak_bytes;       /* the most seen resident at a backward hook or after a step */
+    int64_t grad_bytes_predicted;  /* between steps */
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */
 st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res);
+/* The checkpoint `train --resume auto` would continue from: the latest good
+ * one in cfg's train.out_dir/ckpt (the path goes to dir), *found false when
+ * there is none. Checks checksums; reports nothing. */
+st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found);
 /* Evaluate opts->init (required) on the validation data. */
 st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res);
 

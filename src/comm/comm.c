@@ -29,6 +29,10 @@ const char *st_comm_kind_name(st_comm_kind k) {
         return "broadcast";
     case ST_COMM_KIND_BARRIER:
         return "barrier";
+    case ST_COMM_KIND_REDUCE:
+        return "reduce";
+    case ST_COMM_KIND_ALL_TO_ALL:
+        return "all-to-all";
     case ST_COMM_KIND_INTERNAL:
         return "internal step";
     }
@@ -43,6 +47,10 @@ const char *st_comm_dtype_name(st_comm_dtype dt) {
         return "int64";
     case ST_COMM_U8:
         return "uint8";
+    case ST_COMM_BF16:
+        return "bfloat16";
+    case ST_COMM_F16:
+        return "float16";
     }
     return "unknown type";
 }
@@ -69,6 +77,9 @@ size_t st_comm_dtype_size(st_comm_dtype dt) {
         return 8;
     case ST_COMM_U8:
         return 1;
+    case ST_COMM_BF16:
+    case ST_COMM_F16:
+        return 2;
     }
     return 0;
 }
@@ -83,6 +94,11 @@ void st_comm_describe(const st_comm_req *r, char *buf, size_t cap) {
         snprintf(buf + n, cap - n, ", %zu x %s, %s)", r->count, st_comm_dtype_name(r->dt),
                  st_comm_redop_name(r->op));
         break;
+    case ST_COMM_KIND_REDUCE:
+        snprintf(buf + n, cap - n, ", %zu x %s, %s to rank %d)", r->count, st_comm_dtype_name(r->dt),
+                 st_comm_redop_name(r->op), r->root);
+        break;
+    case ST_COMM_KIND_ALL_TO_ALL:
     case ST_COMM_KIND_ALL_GATHER:
         snprintf(buf + n, cap - n, ", %zu x %s per rank)", r->count, st_comm_dtype_name(r->dt));
         break;
@@ -136,7 +152,9 @@ static void pending_remove(st_comm *c, const st_comm_req *r) {
 
 void st_comm_req_done(st_comm *c, st_comm_req *r) {
     if (r->op == ST_COMM_AVG && r->dt == ST_COMM_F32 &&
-        (r->kind == ST_COMM_KIND_ALL_REDUCE || r->kind == ST_COMM_KIND_REDUCE_SCATTER) && c->size > 1) {
+        (r->kind == ST_COMM_KIND_ALL_REDUCE || r->kind == ST_COMM_KIND_REDUCE_SCATTER ||
+         (r->kind == ST_COMM_KIND_REDUCE && r->root == c->rank)) &&
+        c->size > 1) {
         float *y = r->recv; /* (count) */
         const float n = (float)c->size;
         for (size_t i = 0; i < r->count; i++)
@@ -233,17 +251,26 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
     case ST_COMM_KIND_BROADCAST:
         nrecv = count * es;
         break;
+    case ST_COMM_KIND_REDUCE: /* recv matters at the root only */
+        nsend = count * es;
+        nrecv = root == c->rank ? count * es : 0;
+        break;
+    case ST_COMM_KIND_ALL_TO_ALL:
+        nsend = nrecv = count * world * es;
+        break;
     default:
         break;
     }
-    if (kind == ST_COMM_KIND_ALL_REDUCE || kind == ST_COMM_KIND_REDUCE_SCATTER) {
+    if (kind == ST_COMM_KIND_ALL_REDUCE || kind == ST_COMM_KIND_REDUCE_SCATTER || kind == ST_COMM_KIND_REDUCE) {
         bool ok = (op == ST_COMM_SUM || op == ST_COMM_AVG || op == ST_COMM_MIN || op == ST_COMM_MAX);
         if (!ok) BAD("unknown reduction %d", (int)op);
         if (op == ST_COMM_AVG && dt != ST_COMM_F32)
             BAD("avg needs float32 elements, not %s", st_comm_dtype_name(dt));
         if (op == ST_COMM_SUM && dt == ST_COMM_U8) BAD("sum of uint8 elements would wrap; use min or max");
+        if ((dt == ST_COMM_BF16 || dt == ST_COMM_F16) && op != ST_COMM_SUM)
+            BAD("%s elements support only sum", st_comm_dtype_name(dt));
     }
-    if (kind == ST_COMM_KIND_BROADCAST && (root < 0 || root >= c->size))
+    if ((kind == ST_COMM_KIND_BROADCAST || kind == ST_COMM_KIND_REDUCE) && (root < 0 || root >= c->size))
         BAD("root %d is not a rank (0..%d)", root, c->size - 1);
     if (nsend && !send) BAD("the send buffer is NULL");
     if (nrecv && !recv) BAD("the receive buffer is NULL");
@@ -255,7 +282,10 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
             in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * es;
         if (!in_place && ranges_overlap(send, nsend, recv, nrecv))
             BAD("the send and receive buffers overlap without being in place (see comm.h)");
-    } else if (send == recv && kind != ST_COMM_KIND_ALL_REDUCE && nsend && nrecv && c->size > 1) {
+    } else if (send == recv && kind == ST_COMM_KIND_ALL_TO_ALL && nsend && c->size > 1) {
+        BAD("all-to-all cannot run in place; give it a separate receive buffer");
+    } else if (send == recv && kind != ST_COMM_KIND_ALL_REDUCE && kind != ST_COMM_KIND_REDUCE && nsend && nrecv &&
+               c->size > 1) {
         if (kind == ST_COMM_KIND_REDUCE_SCATTER && c->rank != 0)
             BAD("in place needs recv == send + rank * recv_count");
         if (kind == ST_COMM_KIND_ALL_GATHER && c->rank != 0)
@@ -307,6 +337,16 @@ st_status st_comm_all_gather(st_comm *c, const void *send, void *recv, size_t se
 st_status st_comm_broadcast(st_comm *c, void *buf, size_t count, st_comm_dtype dt, int root, const char *name,
                             st_comm_req **req) {
     return start(c, ST_COMM_KIND_BROADCAST, buf, buf, count, dt, ST_COMM_SUM, root, name, req);
+}
+
+st_status st_comm_reduce(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                         st_comm_redop op, int root, const char *name, st_comm_req **req) {
+    return start(c, ST_COMM_KIND_REDUCE, send, recv, count, dt, op, root, name, req);
+}
+
+st_status st_comm_all_to_all(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                             const char *name, st_comm_req **req) {
+    return start(c, ST_COMM_KIND_ALL_TO_ALL, send, recv, count, dt, ST_COMM_SUM, 0, name, req);
 }
 
 st_status st_comm_barrier(st_comm *c, const char *name, st_comm_req **req) {

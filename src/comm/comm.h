@@ -33,10 +33,16 @@ typedef enum st_comm_dtype {
     ST_COMM_F32 = 0,
     ST_COMM_I64,
     ST_COMM_U8,
+    ST_COMM_BF16, /* 16-bit floats held as their bits (uint16_t, src/core/half.h) */
+    ST_COMM_F16,
 } st_comm_dtype;
 
 /* Reductions. AVG is SUM divided by the world size (in the element type, after
- * the sum), float32 only. Integers: SUM, MIN, MAX; bytes: MIN, MAX. */
+ * the sum), float32 only. Integers: SUM, MIN, MAX; bytes: MIN, MAX. BF16 and
+ * F16: SUM only, where each addition widens both operands to fp32, adds in
+ * fp32 and rounds the partial sum back to 16 bits (it travels on in 16 bits):
+ * with 2 ranks the result is round(a + b) exactly; with N, N - 1 roundings of
+ * partial sums, in MPI's order (as NCCL's bf16 sum). */
 typedef enum st_comm_redop {
     ST_COMM_SUM = 0,
     ST_COMM_AVG,
@@ -118,6 +124,19 @@ st_status st_comm_reduce_scatter(st_comm *c, const void *send, void *recv, size_
 /* recv (send_count * size elements) = the ranks' send buffers in rank order.
  * In place when send == recv + rank * send_count (elements). */
 st_status st_comm_all_gather(st_comm *c, const void *send, void *recv, size_t send_count, st_comm_dtype dt,
+                             const char *name, st_comm_req **req);
+
+/* recv on `root` = op over ranks of send (count elements); recv is not used
+ * on the other ranks (may be NULL there). In place at the root when send ==
+ * recv. ZeRO reduces each gradient bucket's piece to the rank that owns it. */
+st_status st_comm_reduce(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
+                         st_comm_redop op, int root, const char *name, st_comm_req **req);
+
+/* Rank r's send holds `size` blocks of count elements; block j goes to rank j,
+ * which receives it as its block r: recv[r-th block on rank j] = send[j-th
+ * block on rank r]. Not in place. The deterministic reduction uses it to bring
+ * every rank's copy of a shard to the shard's owner. */
+st_status st_comm_all_to_all(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,
                              const char *name, st_comm_req **req);
 
 /* buf on every rank = buf on `root`. */

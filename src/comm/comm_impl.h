@@ -17,6 +17,8 @@ typedef enum st_comm_kind {
     ST_COMM_KIND_ALL_GATHER,
     ST_COMM_KIND_BROADCAST,
     ST_COMM_KIND_BARRIER,
+    ST_COMM_KIND_REDUCE,
+    ST_COMM_KIND_ALL_TO_ALL,
     ST_COMM_KIND_INTERNAL, /* start-up and shutdown steps the watchdog also covers */
 } st_comm_kind;
 
@@ -36,7 +38,8 @@ struct st_comm_req {
     st_comm_kind kind;
     st_comm_dtype dt;
     st_comm_redop op;
-    size_t count; /* all-reduce, broadcast: count; reduce-scatter: recv_count; all-gather: send_count */
+    size_t count; /* all-reduce, reduce, broadcast: count; reduce-scatter: recv_count; all-gather, all-to-all:
+                    per rank */
     int root;
     const void *send;
     void *recv;

@@ -13,6 +13,8 @@ static st_status local_start(st_comm *c, st_comm_req *r) {
     case ST_COMM_KIND_ALL_REDUCE:     /* one rank: sum, avg, min and max of one value are the value */
     case ST_COMM_KIND_REDUCE_SCATTER: /* the only shard is the whole buffer */
     case ST_COMM_KIND_ALL_GATHER:
+    case ST_COMM_KIND_REDUCE:
+    case ST_COMM_KIND_ALL_TO_ALL:
         if (nbytes && r->send != r->recv) memmove(r->recv, r->send, nbytes);
         break;
     default:

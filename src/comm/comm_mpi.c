@@ -23,6 +23,8 @@ st_status st_comm_mpi_init(st_comm *c) {
 #include "comm/comm_mpi.h"
 
 #include <stdio.h>
+
+#include "core/half.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,11 +52,32 @@ static MPI_Datatype mpi_type(st_comm_dtype dt) {
         return MPI_INT64_T;
     case ST_COMM_U8:
         return MPI_UINT8_T;
+    case ST_COMM_BF16:
+    case ST_COMM_F16:
+        return MPI_UINT16_T;
     }
     return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op mpi_op(st_comm_redop op) {
+/* MPI has no 16-bit float type or sum: these user-defined sums widen both
+ * operands to fp32, add, and round the partial sum back (comm.h). */
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = st_f32_to_bf16(st_bf16_to_f32(a[i]) + st_bf16_to_f32(b[i]));
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = st_f32_to_f16(st_f16_to_f32(a[i]) + st_f16_to_f32(b[i]));
+}
+
+static MPI_Op mpi_op(const st_mpi_comm *m, st_comm_redop op, st_comm_dtype dt) {
+    if (dt == ST_COMM_BF16) return m->sum_bf16; /* sum only (checked in comm.c) */
+    if (dt == ST_COMM_F16) return m->sum_f16;
     switch (op) {
     case ST_COMM_SUM:
     case ST_COMM_AVG:
@@ -85,6 +108,10 @@ static const char *mpi_call(st_comm_kind k) {
         return "MPI_Ibcast";
     case ST_COMM_KIND_BARRIER:
         return "MPI_Ibarrier";
+    case ST_COMM_KIND_REDUCE:
+        return "MPI_Ireduce";
+    case ST_COMM_KIND_ALL_TO_ALL:
+        return "MPI_Ialltoall";
     default:
         return "an internal step";
     }
@@ -104,16 +131,17 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     void *send = (void *)r->send;
     switch (r->kind) {
     case ST_COMM_KIND_ALL_REDUCE:
-        rc = MPI_Iallreduce(send == r->recv ? MPI_IN_PLACE : send, r->recv, n, t, mpi_op(r->op), m->data,
-                            &q->data);
+        rc = MPI_Iallreduce(send == r->recv ? MPI_IN_PLACE : send, r->recv, n, t, mpi_op(m, r->op, r->dt),
+                            m->data, &q->data);
         break;
     case ST_COMM_KIND_REDUCE_SCATTER:
         /* MPI's in-place form leaves the shard at the start of the buffer;
          * finish() moves it to rank * count. */
         if (rs_in_place(c, r))
-            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, n, t, mpi_op(r->op), m->data, &q->data);
+            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, n, t, mpi_op(m, r->op, r->dt), m->data,
+                                           &q->data);
         else
-            rc = MPI_Ireduce_scatter_block(send, r->recv, n, t, mpi_op(r->op), m->data, &q->data);
+            rc = MPI_Ireduce_scatter_block(send, r->recv, n, t, mpi_op(m, r->op, r->dt), m->data, &q->data);
         break;
     case ST_COMM_KIND_ALL_GATHER:
         if ((const char *)send ==
@@ -127,6 +155,13 @@ static st_status post(st_comm *c, st_mpi_req *q) {
         break;
     case ST_COMM_KIND_BARRIER:
         rc = MPI_Ibarrier(m->data, &q->data);
+        break;
+    case ST_COMM_KIND_REDUCE:
+        rc = MPI_Ireduce(send == r->recv && r->root == c->rank ? MPI_IN_PLACE : send, r->recv, n, t,
+                         mpi_op(m, r->op, r->dt), r->root, m->data, &q->data);
+        break;
+    case ST_COMM_KIND_ALL_TO_ALL:
+        rc = MPI_Ialltoall(send, n, t, r->recv, n, t, m->data, &q->data);
         break;
     default:
         return st_comm_fail(c, r, ST_ERR_INTERNAL, "cannot post an internal step");
@@ -236,6 +271,8 @@ static void mpi_free(st_comm *c) {
             free_comm(&m->data);
             free_comm(&m->node);
         }
+        if (m->sum_bf16 != MPI_OP_NULL) MPI_Op_free(&m->sum_bf16);
+        if (m->sum_f16 != MPI_OP_NULL) MPI_Op_free(&m->sum_f16);
         /* After a failure the communicators may hold collectives that will
          * never finish; MPI_Finalize cleans up without them. */
         if (m->own_mpi) MPI_Finalize();
@@ -284,6 +321,7 @@ st_status st_comm_mpi_init(st_comm *c) {
     c->ops = &mpi_ops;
     c->impl = m;
     m->data = m->check = m->diag = m->node = MPI_COMM_NULL;
+    m->sum_bf16 = m->sum_f16 = MPI_OP_NULL;
     m->win = MPI_WIN_NULL;
     size_t np = ST_COMM_MAX_PENDING;
     m->reqs = calloc(np, sizeof *m->reqs);
@@ -333,6 +371,11 @@ st_status st_comm_mpi_init(st_comm *c) {
         goto done;
     }
     MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+    if ((rc = MPI_Op_create(sum_bf16, 1, &m->sum_bf16)) != MPI_SUCCESS ||
+        (rc = MPI_Op_create(sum_f16, 1, &m->sum_f16)) != MPI_SUCCESS) {
+        s = st_mpi_fail(c, NULL, rc, "MPI_Op_create");
+        goto done;
+    }
     MPI_Comm_rank(m->node, &c->local_rank);
     MPI_Comm_size(m->node, &c->local_size);
     st_mpi_board_open(c);

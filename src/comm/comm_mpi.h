@@ -32,6 +32,7 @@ typedef struct st_mpi_comm {
     MPI_Comm check; /* the collective checks: their order may run ahead of data */
     MPI_Comm diag;  /* the desync report, after a check failed */
     MPI_Comm node;  /* the ranks on this node */
+    MPI_Op sum_bf16, sum_f16; /* user-defined sums of 16-bit floats (MPI has none) */
     bool own_mpi;   /* st_comm_init called MPI_Init_thread */
     MPI_Win win;
     st_mpi_slot *slots; /* (local_size) the node's board, NULL when unavailable */

@@ -6,7 +6,11 @@
  * blocked inside MPI (or will be at its next wait) and cannot return a
  * status, and the other ranks are blocked the same way; only an abort through
  * the runtime releases all of them. The thread calls nothing in MPI but
- * MPI_Abort, and reads the communicator only under its lock. */
+ * MPI_Abort, and reads the communicator only under its lock.
+ *
+ * A rank that was itself stopped (SIGSTOP, a debugger, a frozen VM) must not
+ * blame the others when it resumes: its thread notices that it woke far later
+ * than it asked to, and that time does not count towards a collective's age. */
 #include "comm/comm_impl.h"
 
 #include <errno.h>
@@ -16,9 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+enum { PAUSES_KEPT = 16 };
+
 struct st_watchdog {
     st_comm *c;
     double timeout_s, period_s;
+    /* This process's own recent stops: when each ended and how long it was. */
+    double pause_end[PAUSES_KEPT], pause_len[PAUSES_KEPT];
+    int n_pauses;
     pthread_t thread;
     pthread_mutex_t m;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC */
@@ -64,7 +73,19 @@ static void check(st_watchdog *w) {
     pthread_mutex_unlock(&c->lock);
     if (!found) return;
     double age = st_comm_now() - oldest.t_start;
+    for (int i = 0; i < w->n_pauses && i < PAUSES_KEPT; i++) /* our own stops since it started */
+        if (w->pause_end[i] > oldest.t_start) {
+            double inside = w->pause_end[i] - oldest.t_start;
+            age -= w->pause_len[i] < inside ? w->pause_len[i] : inside;
+        }
     if (age >= w->timeout_s) fire(w, &oldest, age);
+}
+
+/* Woke `late` seconds after the time asked for: this process did not run. */
+static void note_pause(st_watchdog *w, double now, double late) {
+    int i = w->n_pauses++ % PAUSES_KEPT;
+    w->pause_end[i] = now;
+    w->pause_len[i] = late;
 }
 
 static void *run(void *arg) {
@@ -78,6 +99,11 @@ static void *run(void *arg) {
         until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
         pthread_cond_timedwait(&w->cv, &w->m, &until);
         if (w->stop) break;
+        struct timespec woke;
+        clock_gettime(CLOCK_MONOTONIC, &woke);
+        double now = (double)woke.tv_sec + 1e-9 * (double)woke.tv_nsec;
+        /* A scheduler delay is milliseconds; a stop is seconds. */
+        if (now - t > 0.5 + w->period_s) note_pause(w, now, now - t);
         pthread_mutex_unlock(&w->m);
         check(w);
         pthread_mutex_lock(&w->m);

@@ -400,7 +400,7 @@ static const char *describe(const st_config *c, const char *key, char *buf, size
 
 st_status st_config_validate(const st_config *c) {
     if (!c) return st_fail(ST_ERR_ARG, "st_config_validate: NULL config");
-    char a[512], b[512], where[ST_CFG_STR + 8] = "";
+    char a[512], b[512], c3[512], where[ST_CFG_STR + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     bool gpt = !strcmp(c->model.type, "gpt"), cnn = !strcmp(c->model.type, "cnn");
     bool tokens = !strcmp(c->data.type, "tokens");
@@ -414,7 +414,7 @@ st_status st_config_validate(const st_config *c) {
     FAIL_IF(gpt && !tokens,
             "%s trains on tokens but %s; set data.type: tokens and data.train to a token file",
             D1("model.type"), D2("data.type"));
-    FAIL_IF(!gpt && tokens, "%s reads images and labels but %s; set data.type: idx, or model.type: gpt",
+    FAIL_IF(!gpt && tokens, "%s reads images and labels but %s; set data.type: idx or npy, or model.type: gpt",
             D1("model.type"), D2("data.type"));
     FAIL_IF(gpt && c->model.n_embd % c->model.n_head,
             "%s is not divisible by %s; make n_embd a multiple of n_head", D1("model.n_embd"),
@@ -424,8 +424,13 @@ st_status st_config_validate(const st_config *c) {
     FAIL_IF(cnn && c->model.pool.n != c->model.channels.n,
             "%s has %d entries but %s has %d; give one pool entry per conv block", D1("model.pool"),
             c->model.pool.n, D2("model.channels"), c->model.channels.n);
-    FAIL_IF(!tokens && !c->data.train_labels[0], "%s is empty; idx data needs a labels file",
-            D1("data.train_labels"));
+    FAIL_IF(!tokens && !c->data.train_labels[0], "%s is empty; %s data needs a labels file",
+            D1("data.train_labels"), c->data.type);
+    FAIL_IF(tokens && (c->data.augment_crop_pad > 0 || c->data.augment_flip),
+            "%s and %s are image augmentations but %s; set them to 0 and false", D1("data.augment_crop_pad"),
+            D2("data.augment_flip"), describe(c, "data.type", c3, sizeof c3));
+    FAIL_IF(c->log.trace_steps.n != 2 || c->log.trace_steps.v[0] > c->log.trace_steps.v[1],
+            "%s: expected [first, last] with first <= last, e.g. [10, 20]", D1("log.trace_steps"));
     FAIL_IF(!tokens && c->data.val[0] && !c->data.val_labels[0],
             "%s is empty but data.val is set; give the validation labels, or set data.val: \"\" to skip "
             "evaluation",

@@ -59,20 +59,26 @@ const st_cfg_key st_cfg_keys[] = {
     K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
            "mlp/cnn: output classes; auto = from the training labels"),
 
-    K_ENUM("data.type", data.type, "idx", VALUES("idx", "tokens"),
-           "dataset format: idx (MNIST family, gzip or raw) or tokens (token shards)"),
+    K_ENUM("data.type", data.type, "idx", VALUES("idx", "npy", "tokens"),
+           "dataset format: idx (MNIST family, gzip or raw), npy (a pair of NumPy .npy files: inputs (n, h, w[, c]) "
+           "or (n, d) as uint8, float32 or float64, and labels (n,) as uint8, int32 or int64) or tokens (token shards)"),
     K_STR("data.train", data.train, FMNIST "train-images-idx3-ubyte.gz",
-          "training images (idx) or token file"),
+          "training images (idx), inputs (npy) or token file"),
     K_STR("data.train_labels", data.train_labels, FMNIST "train-labels-idx1-ubyte.gz",
-          "idx: training labels"),
+          "idx, npy: training labels"),
     K_STR("data.val", data.val, FMNIST "t10k-images-idx3-ubyte.gz",
-          "validation images (idx) or token file; \"\" = no evaluation"),
-    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx: validation labels"),
+          "validation images (idx), inputs (npy) or token file; \"\" = no evaluation"),
+    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx, npy: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
     K_AUTO("data.num_workers", data.num_workers, 0, 256,
            "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
+    K_INT("data.augment_crop_pad", data.augment_crop_pad, "0", 0, 1024,
+          "images, training only: random crop to the same size after zero padding of this many pixels on each side "
+          "(torchvision RandomCrop(padding)); drawn from (train.seed, epoch, sample) in the loader threads; 0 = off"),
+    K_BOOL("data.augment_flip", data.augment_flip, "false",
+           "images, training only: random horizontal flip with probability 1/2, drawn like the crop"),
 
     K_AUTO("train.steps", train.steps, 1, NOMAX,
            "optimizer steps; auto = train.epochs over the training set"),
@@ -80,7 +86,7 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("train.batch_size", train.batch_size, "128", 1, NOMAX,
           "global batch: samples per optimizer step over all ranks"),
     K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, NOMAX,
-           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = batch_size / ranks"),
+           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = the largest divisor of batch_size / ranks that fits memory (docs/planner.md)"),
     K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
     K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
           "steps between evaluations; 0 = only at the end"),
@@ -93,6 +99,10 @@ const st_cfg_key st_cfg_keys[] = {
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on SIGTERM/SIGINT)"),
     K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
+    K_ENUM("train.activation_checkpointing", train.activation_checkpointing, "auto",
+           VALUES("auto", "off", "blocks"),
+           "drop the activations inside each transformer/conv block after forward and recompute them in "
+           "backward (same gradients, less memory); auto = only when the micro-batch would not fit otherwise"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
@@ -110,15 +120,26 @@ const st_cfg_key st_cfg_keys[] = {
             "learning rate at the end of decay, as a fraction of lr"),
     K_FLOAT("optim.grad_clip", optim.grad_clip, "0.0", 0, NOMAX, 0,
             "clip the global gradient norm to this; 0 = off"),
+    K_ENUM("optim.lr_scaling", optim.lr_scaling, "none", VALUES("none", "linear", "sqrt"),
+           "scale optim.lr with the number of ranks: linear (lr x ranks) or sqrt (lr x sqrt(ranks)), for a "
+           "global batch that grows with the ranks; none = lr as given"),
+
+    K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0, 3.4e38, LO,
+            "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 and bf16"),
+    K_INT("optim.loss_scale_window", optim.loss_scale_window, "2000", 1, NOMAX,
+          "fp16: clean steps in a row that double the loss scale"),
 
     K_ENUM("precision", precision, "auto", VALUES("auto", "fp32", "bf16", "fp16"),
-           "compute precision; auto = chosen by the planner from the hardware"),
+           "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
-           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = planner"),
+           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = ddp on the CPU (docs/distributed.md)"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
             "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
-    K_BOOL("dist.deterministic", dist.deterministic, "false", "reduce in rank order: bit-reproducible runs"),
+    K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
+           "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
+    K_BOOL("dist.deterministic", dist.deterministic, "false",
+           "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
 
@@ -127,7 +148,14 @@ const st_cfg_key st_cfg_keys[] = {
            "progress bar; auto = on a terminal"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
-    K_BOOL("log.tensorboard", log.tensorboard, "false", "also write TensorBoard event files"),
+    K_BOOL("log.tensorboard", log.tensorboard, "false",
+           "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, out_dir/events.out.tfevents.*"),
+    K_BOOL("log.trace", log.trace, "false",
+           "profiler trace: rank 0 writes out_dir/trace.json (Chrome trace format, opens in Perfetto) for the steps of "
+           "log.trace_steps, one track per rank: step, data wait, forward and backward of each layer, bucket "
+           "all-reduces, optimizer, checkpoint"),
+    K_LIST("log.trace_steps", log.trace_steps, "[2, 6]", 1, NOMAX,
+           "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets both keys"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");

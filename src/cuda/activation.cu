@@ -1,15 +1,59 @@
-/* CUDA twin of src/layers/activation.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/activation.c: GELU (tanh form) and ReLU, element
+ * by element; backward recomputes from the input, nothing is saved.
+ * GELU's tanh is CUDA's tanhf (2 ulp) where the CPU uses core/fastmath.h's
+ * (1e-7 absolute): the two agree to fp32 rounding, not bits. */
+#include "kernels.cuh"
 
-static st_status gelu_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer gelu (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+__device__ __forceinline__ float gelu_fwd(float v) {
+    return 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v)));
 }
 
-extern "C" const st_layer_ops st_cuda_gelu_ops = {"gelu", gelu_missing, gelu_missing, NULL};
-
-static st_status relu_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer relu (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+/* 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u) */
+__device__ __forceinline__ float gelu_grad(float v) {
+    const float t = tanhf(GELU_K * (v + GELU_A * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
 }
 
-extern "C" const st_layer_ops st_cuda_relu_ops = {"relu", relu_missing, relu_missing, NULL};
+/* RELU selects the activation: 0 GELU, 1 ReLU (derivative 0 at 0, as PyTorch). */
+template <int RELU> static __global__ void act_forward_kernel(const float *x, float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        y[i] = RELU ? (v > 0.0f ? v : 0.0f) : gelu_fwd(v);
+    }
+}
+
+/* dx = f'(x) dy, written (never read: a stale NaN is overwritten) or added. */
+template <int RELU>
+static __global__ void act_backward_kernel(const float *x, const float *dy, float *dx, int64_t n, bool acc) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const float d = RELU ? (v > 0.0f ? dy[i] : 0.0f) : gelu_grad(v) * dy[i];
+        dx[i] = acc ? dx[i] + d : d;
+    }
+}
+
+template <int RELU> static st_status act_forward(st_node *n, st_graph *g) {
+    const int64_t N = n->out->count;
+    act_forward_kernel<RELU>
+        <<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->out->data, N);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+template <int RELU> static st_status act_backward(st_node *n, st_graph *g) {
+    const int64_t N = n->out->count;
+    float *dx = n->in[0]->grad;
+    if (!dx) return ST_OK;
+    act_backward_kernel<RELU><<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->out->grad, dx, N, n->in_acc[0]);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_gelu_ops = {"gelu", act_forward<0>, act_backward<0>, NULL};
+extern "C" const st_layer_ops st_cuda_relu_ops = {"relu", act_forward<1>, act_backward<1>, NULL};

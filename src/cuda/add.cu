@@ -1,9 +1,27 @@
-/* CUDA twin of src/layers/add.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/add.c: y = a + b, same shapes. Backward passes dy
+ * to each input in order, so when a and b are one tensor the second pass
+ * (in_acc[1] set) adds onto what the first wrote, as on the CPU. */
+#include "kernels.cuh"
 
-static st_status add_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer add (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+static __global__ void add_kernel(const float *a, const float *b, float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
 }
 
-extern "C" const st_layer_ops st_cuda_add_ops = {"add", add_missing, add_missing, NULL};
+static st_status add_forward(st_node *n, st_graph *g) {
+    const int64_t N = n->out->count;
+    add_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->in[1]->data,
+                                                                      n->out->data, N);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status add_backward(st_node *n, st_graph *g) {
+    for (int k = 0; k < 2; k++)
+        if (n->in[k]->grad)
+            ST_TRY(st_grad_pass_cuda(g, n->in[k]->grad, n->out->grad, n->out->count, n->in_acc[k]));
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_add_ops = {"add", add_forward, add_backward, NULL};

@@ -76,7 +76,7 @@ static __global__ void partials_kernel(const float *x, const float *dy, const fl
 /* Training statistics, one thread per channel. */
 static __global__ void stats_kernel(const float *x, const double *p1, const double *p2, int64_t M, int64_t C,
                                     int64_t nb, float eps, float mom, float *mean, float *rstd, float *rmean,
-                                    float *rvar) {
+                                    float *rvar, bool update) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     double sa = 0.0, sb = 0.0;
@@ -90,6 +90,7 @@ static __global__ void stats_kernel(const float *x, const double *p1, const doub
     const double mu = x[c] + md;
     mean[c] = (float)mu;
     rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+    if (!update) return; /* checkpointing's second forward: updated once already */
     rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
     rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
 }
@@ -162,7 +163,8 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
         partials_kernel<true><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
             x, NULL, NULL, NULL, NULL, M, C, nb, p1, p2);
         ST_CUDA_LAUNCHED();
-        stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar);
+        stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar,
+                                         !g->recomputing);
     } else {
         eval_stats_kernel<<<cb, 128, 0, st>>>(rmean, rvar, C, eps, mean, rstd);
     }

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/device.h"
 #include "scaletrain/status.h"
@@ -18,6 +19,7 @@ extern "C" {
 #endif
 
 struct st_layer_ops;
+struct st_params;
 
 int st_cuda_device_count(char *why, size_t why_len);
 st_status st_cuda_open(int ordinal, st_device **out);
@@ -35,6 +37,55 @@ st_status st_cuda_sync(st_device *d);
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */
 const struct st_layer_ops *st_cuda_layer_ops(const char *name);
+
+/* --- fused optimizers (src/cuda/optim.cu) ---------------------------------
+ * torch.optim's AdamW and SGD (momentum, Nesterov) exactly as
+ * src/optim/optim.c computes them, element for element and in the same float
+ * operation order (no contraction into FMAs), over a slice [lo, hi) of the
+ * flat parameter arena in one launch: the whole model (0, p->count) or this
+ * rank's ZeRO shard. Weight decay follows each tensor's `decay` flag through
+ * a device table of chunks made once by st_cuda_optim_create. Every call is
+ * queued on the device's compute stream and returns without waiting, except
+ * st_cuda_grad_norm_read. */
+typedef struct st_cuda_optim st_cuda_optim;
+
+/* Plan updates of the trainable parameters of `p` (arenas on device d) whose
+ * arena elements fall in [lo, hi). */
+st_status st_cuda_optim_create(st_device *d, const struct st_params *p, int64_t lo, int64_t hi,
+                               st_cuda_optim **out);
+void st_cuda_optim_free(st_cuda_optim *o); /* NULL is fine */
+
+typedef struct st_cuda_adamw_hp {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t t; /* the step being taken, 1 for the first (optim.c's o->t after its increment) */
+} st_cuda_adamw_hp;
+
+typedef struct st_cuda_sgd_hp {
+    double lr, momentum, weight_decay;
+    bool nesterov;
+    int64_t t; /* as above: 1 initialises the momentum buffer */
+} st_cuda_sgd_hp;
+
+/* w, g: the arena's data and grad (element 0 of the arena, device memory);
+ * m, v (AdamW moments) and buf (SGD momentum): state for the planned slice,
+ * element lo of the arena at index 0. */
+st_status st_cuda_adamw_step(st_cuda_optim *o, float *w, const float *g, float *m, float *v,
+                             const st_cuda_adamw_hp *hp);
+st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g, float *buf, const st_cuda_sgd_hp *hp);
+
+/* Global gradient norm, deterministic: the sum of squares of g[0, count) in
+ * double, a fixed grid of partial sums then one block adding them in order
+ * (the same bits on every run and every device size). The result stays on
+ * the device (st_cuda_optim_sumsq: all-reduce it there under ZeRO). */
+st_status st_cuda_grad_sumsq(st_cuda_optim *o, const float *g, int64_t count);
+double *st_cuda_optim_sumsq(st_cuda_optim *o); /* device pointer to the sum of squares */
+/* Clip as src/train/train.c does, on the device: norm = sqrt(sum of squares);
+ * when norm > max_norm, g *= (float)(max_norm / (norm + 1e-6)). No host wait. */
+st_status st_cuda_grad_clip(st_cuda_optim *o, float *g, int64_t count, double max_norm);
+/* Wait for the stream and read sqrt(sum of squares) (for logging). */
+st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm);
+/* g[0, count) *= scale (loss-scale unscaling, or a clip factor known on the host). */
+st_status st_cuda_grad_scale(st_device *d, float *g, int64_t count, float scale);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,51 @@
-/* CUDA twin of src/layers/dropout.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/dropout.c: inverted dropout in training, identity
+ * in eval (or p = 0). Element i is kept when st_cuda_rng_at(dropout_seed,
+ * node id, i) >= p, the same draw as the CPU's st_rng_at, so the masks are
+ * equal element for element and backward recomputes rather than stores them. */
+#include "kernels.cuh"
 
-static st_status dropout_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer dropout (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+static __global__ void dropout_forward_kernel(const float *x, float *y, int64_t n, uint64_t seed, uint64_t id,
+                                              float p, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = st_cuda_rng_at(seed, id, (uint64_t)i) >= p ? x[i] * scale : 0.0f;
 }
 
-extern "C" const st_layer_ops st_cuda_dropout_ops = {"dropout", dropout_missing, dropout_missing, NULL};
+static __global__ void dropout_backward_kernel(const float *dy, float *dx, int64_t n, uint64_t seed,
+                                               uint64_t id, float p, float scale, bool acc) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float d = st_cuda_rng_at(seed, id, (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
+        dx[i] = acc ? dx[i] + d : d;
+    }
+}
+
+static st_status dropout_forward(st_node *n, st_graph *g) {
+    const int64_t N = n->out->count;
+    const float p = n->args.f[ST_DROPOUT_F_P];
+    if (!g->training || p == 0.0f) {
+        ST_CUDA_TRY(cudaMemcpyAsync(n->out->data, n->in[0]->data, (size_t)N * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
+        return ST_OK;
+    }
+    const float scale = 1.0f / (1.0f - p);
+    dropout_forward_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->out->data, N, g->dropout_seed, (uint64_t)n->id, p, scale);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status dropout_backward(st_node *n, st_graph *g) {
+    const int64_t N = n->out->count;
+    const float p = n->args.f[ST_DROPOUT_F_P];
+    float *dx = n->in[0]->grad;
+    if (!dx) return ST_OK;
+    if (!g->training || p == 0.0f) return st_grad_pass_cuda(g, dx, n->out->grad, N, n->in_acc[0]);
+    const float scale = 1.0f / (1.0f - p);
+    dropout_backward_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->out->grad, dx, N, g->dropout_seed, (uint64_t)n->id, p, scale, n->in_acc[0]);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_dropout_ops = {"dropout", dropout_forward, dropout_backward, NULL};

@@ -1,9 +1,138 @@
-/* CUDA twin of src/layers/embedding.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/embedding.c: y[i, :] = weight[idx[i], :].
+ *
+ * Backward is a scatter-add (repeated tokens hit one row), done
+ * deterministically without atomics: the positions are sorted by token with
+ * CUB's stable radix sort, then one block per run of equal tokens (and tile
+ * of columns) adds that token's dy rows in position order onto its dweight
+ * row. That is the CPU's order exactly, so dweight matches it bit for bit.
+ *
+ * A token outside [0, vocab) cannot be named from the device without a host
+ * round trip each step: its output row is NaN (so the loss turns NaN and the
+ * trainer stops), and backward skips it. The CPU path names the position. */
+#include <cub/device/device_radix_sort.cuh>
 
-static st_status embedding_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer embedding (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+#include "kernels.cuh"
+
+enum { EMB_COLS = 128 }; /* columns per block */
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Bits the sort needs for keys 0..vocab (vocab marks a bad token). */
+static int key_bits(int64_t vocab) {
+    int b = 1;
+    while (b < 32 && ((int64_t)1 << b) <= vocab)
+        b++;
+    return b;
 }
 
-extern "C" const st_layer_ops st_cuda_embedding_ops = {"embedding", embedding_missing, embedding_missing, NULL};
+static __global__ void emb_forward_kernel(const int32_t *idx, const float *w, float *y, int64_t N, int64_t C,
+                                          int64_t V) {
+    const int64_t n = N * C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / C, c = i % C;
+        const int32_t t = idx[r];
+        y[i] = (t >= 0 && t < V) ? w[(int64_t)t * C + c] : __int_as_float(0x7fc00000);
+    }
+}
+
+static __global__ void emb_keys_kernel(const int32_t *idx, uint32_t *keys, int32_t *pos, int64_t N,
+                                       int64_t V) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t t = idx[i];
+        keys[i] = (t >= 0 && t < V) ? (uint32_t)t : (uint32_t)V;
+        pos[i] = (int32_t)i;
+    }
+}
+
+/* Block x: sorted position i; it works only where a run of equal keys starts.
+ * Block y: a tile of EMB_COLS columns. */
+static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *pos, const float *dy,
+                                           float *dw, int64_t N, int64_t C, int64_t V) {
+    const int64_t i = blockIdx.x;
+    const uint32_t k = keys[i];
+    if ((i > 0 && keys[i - 1] == k) || k >= (uint32_t)V) return;
+    const int64_t c = (int64_t)blockIdx.y * EMB_COLS + threadIdx.x;
+    if (c >= C) return;
+    float *dr = dw + (int64_t)k * C + c;
+    float acc = *dr;
+    for (int64_t j = i; j < N && keys[j] == k; j++)
+        acc += dy[(int64_t)pos[j] * C + c];
+    *dr = acc;
+}
+
+/* The work scratch: keys in/out and positions in/out (N each, as 32-bit
+ * words), then CUB's temporary storage. */
+typedef struct emb_work {
+    uint32_t *keys_in, *keys_out;
+    int32_t *pos_in, *pos_out;
+    void *tmp;
+    size_t tmp_bytes;
+} emb_work;
+
+static st_status emb_sort_bytes(st_node *n, size_t *bytes) {
+    const int64_t N = n->args.i[ST_EMBEDDING_N];
+    *bytes = 0;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(
+        nullptr, *bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr, (const int32_t *)nullptr,
+        (int32_t *)nullptr, (int)N, 0, key_bits(n->args.i[ST_EMBEDDING_VOCAB]), (cudaStream_t)0);
+    if (e != cudaSuccess)
+        return st_cuda_fail(NULL, e, "cub::DeviceRadixSort::SortPairs (size)", __FILE__, __LINE__);
+    return ST_OK;
+}
+
+static emb_work emb_work_at(float *work, int64_t N, size_t tmp_bytes) {
+    emb_work w;
+    const int64_t a = align16(N);
+    w.keys_in = (uint32_t *)work;
+    w.keys_out = (uint32_t *)(work + a);
+    w.pos_in = (int32_t *)(work + 2 * a);
+    w.pos_out = (int32_t *)(work + 3 * a);
+    w.tmp = (void *)(((uintptr_t)(work + 4 * a) + 255) & ~(uintptr_t)255); /* 64 floats of slack below */
+    w.tmp_bytes = tmp_bytes;
+    return w;
+}
+
+static st_status embedding_forward(st_node *n, st_graph *g) {
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
+                  V = n->args.i[ST_EMBEDDING_VOCAB];
+    emb_forward_kernel<<<st_cuda_blocks(N * C, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->in[0]->idata, n->params[0]->data, n->out->data, N, C, V);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status embedding_backward(st_node *n, st_graph *g) {
+    const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
+                  V = n->args.i[ST_EMBEDDING_VOCAB];
+    float *dw = n->params[0]->grad; /* (V, C) */
+    if (!dw) return ST_OK;
+    size_t tmp_bytes;
+    ST_TRY(emb_sort_bytes(n, &tmp_bytes));
+    emb_work w = emb_work_at(g->work, N, tmp_bytes);
+    cudaStream_t st = st_cuda_stream(g);
+    emb_keys_kernel<<<st_cuda_blocks(N, 256), 256, 0, st>>>(n->in[0]->idata, w.keys_in, w.pos_in, N, V);
+    ST_CUDA_LAUNCHED();
+    ST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.tmp, w.tmp_bytes, w.keys_in, w.keys_out, w.pos_in,
+                                                w.pos_out, (int)N, 0, key_bits(V), st));
+    dim3 grid((unsigned)N, (unsigned)((C + EMB_COLS - 1) / EMB_COLS));
+    emb_backward_kernel<<<grid, EMB_COLS, 0, st>>>(w.keys_out, w.pos_out, n->out->grad, dw, N, C, V);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+/* Size the work scratch for the sort (CUB tells its temporary storage). */
+static st_status embedding_prepare(st_node *n, st_graph *g) {
+    const int64_t N = n->args.i[ST_EMBEDDING_N];
+    if (N > INT32_MAX)
+        return st_fail(ST_ERR_SHAPE, "embedding %s: %lld positions exceed the CUDA kernel's 2^31 limit",
+                       n->out->name, (long long)N);
+    size_t tmp_bytes;
+    ST_TRY(emb_sort_bytes(n, &tmp_bytes));
+    st_need_work(n, 4 * align16(N) + 64 + align16((int64_t)((tmp_bytes + 3) / 4)));
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_embedding_ops = {"embedding", embedding_forward, embedding_backward,
+                                                       embedding_prepare};

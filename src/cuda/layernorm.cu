@@ -1,9 +1,106 @@
-/* CUDA twin of src/layers/layernorm.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/layernorm.c: y = (x - mean) * rstd * weight + bias
+ * over the last dim, biased variance, rstd = 1/sqrt(var + eps).
+ *
+ * Forward: one warp per row, two passes over the row (mean, then the
+ * variance of x - mean, as the CPU), mean and rstd saved per row in the
+ * node's saved state in the CPU's layout: mean (R), then rstd (R).
+ * Backward: one warp per row for dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ * g = dy * weight; dweight and dbias are deterministic column sums
+ * (kernels.cuh) over the rows. Sums run in a different order than the CPU's
+ * loops: parity to fp32 rounding. */
+#include "kernels.cuh"
 
-static st_status layernorm_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer layernorm (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+enum { LN_WARPS = 8 }; /* rows per block of forward and backward */
+
+static __global__ void ln_forward_kernel(const float *x, const float *w, const float *b, float *y,
+                                         float *mean, float *rstd, int64_t R, int64_t C, float eps) {
+    const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= R) return; /* whole warps leave together: no block-wide sync below */
+    const float *xr = x + r * C;
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += 32)
+        s += xr[c];
+    const float m = st_warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int64_t c = lane; c < C; c += 32)
+        v += (xr[c] - m) * (xr[c] - m);
+    v = st_warp_sum(v) / (float)C;
+    const float rs = 1.0f / sqrtf(v + eps);
+    float *yr = y + r * C;
+    for (int64_t c = lane; c < C; c += 32)
+        yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (lane == 0) {
+        mean[r] = m;
+        rstd[r] = rs;
+    }
 }
 
-extern "C" const st_layer_ops st_cuda_layernorm_ops = {"layernorm", layernorm_missing, layernorm_missing, NULL};
+static __global__ void ln_backward_dx_kernel(const float *x, const float *w, const float *dy,
+                                             const float *mean, const float *rstd, float *dx, int64_t R,
+                                             int64_t C, bool acc) {
+    const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= R) return;
+    const float *xr = x + r * C, *gr = dy + r * C;
+    const float m = mean[r], s = rstd[r];
+    float gm = 0.0f, gxm = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) {
+        const float gc = gr[c] * w[c];
+        gm += gc;
+        gxm += gc * (xr[c] - m) * s;
+    }
+    gm = st_warp_sum(gm) / (float)C;
+    gxm = st_warp_sum(gxm) / (float)C;
+    float *dr = dx + r * C;
+    for (int64_t c = lane; c < C; c += 32) {
+        const float d = s * (gr[c] * w[c] - gm - (xr[c] - m) * s * gxm);
+        dr[c] = acc ? dr[c] + d : d;
+    }
+}
+
+/* dweight's terms: dy * xhat. */
+struct ln_dw_term {
+    const float *x, *dy, *mean, *rstd;
+    int64_t C;
+    __device__ float operator()(int64_t r, int64_t c) const {
+        return dy[r * C + c] * (x[r * C + c] - mean[r]) * rstd[r];
+    }
+};
+
+static st_status layernorm_forward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
+    float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
+    ln_forward_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->params[0]->data, n->params[1]->data, n->out->data, mean, rstd, R, C,
+        n->args.f[ST_LAYERNORM_F_EPS]);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status layernorm_backward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
+    const float *x = n->in[0]->data, *dy = n->out->grad; /* (R, C) */
+    const float *mean = n->saved, *rstd = n->saved + R;
+    float *dx = n->in[0]->grad;
+    if (dx) {
+        ln_backward_dx_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0,
+                                st_cuda_stream(g)>>>(x, n->params[0]->data, dy, mean, rstd, dx, R, C,
+                                                     n->in_acc[0]);
+        ST_CUDA_LAUNCHED();
+    }
+    float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
+    if (dw && db) {
+        ST_TRY(st_colsum(g, ln_dw_term{x, dy, mean, rstd, C}, R, C, g->work, dw));
+        ST_TRY(st_colsum(g, st_colsum_plain{dy, C}, R, C, g->work, db));
+    }
+    return ST_OK;
+}
+
+static st_status layernorm_prepare(st_node *n, st_graph *g) {
+    st_need_work(n, st_colsum_work(n->args.i[ST_LAYERNORM_ROWS], n->args.i[ST_LAYERNORM_C]));
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_layernorm_ops = {"layernorm", layernorm_forward, layernorm_backward,
+                                                       layernorm_prepare};

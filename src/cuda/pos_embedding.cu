@@ -1,9 +1,36 @@
-/* CUDA twin of src/layers/pos_embedding.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/pos_embedding.c: y[b, t, :] = x[b, t, :] + weight[t, :].
+ * Backward: dweight[t, c] += sum over b of dy[b, t, c], a deterministic
+ * column sum (kernels.cuh) of dy seen as (B, T*C); dx = dy (or += dy). */
+#include "kernels.cuh"
 
-static st_status pos_embedding_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer pos_embedding (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+static __global__ void posemb_forward_kernel(const float *x, const float *w, float *y, int64_t n,
+                                             int64_t TC) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[i] + w[i % TC];
 }
 
-extern "C" const st_layer_ops st_cuda_pos_embedding_ops = {"pos_embedding", pos_embedding_missing, pos_embedding_missing, NULL};
+static st_status pos_embedding_forward(st_node *n, st_graph *g) {
+    const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
+    posemb_forward_kernel<<<st_cuda_blocks(B * T * C, 256), 256, 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->params[0]->data, n->out->data, B * T * C, T * C);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status pos_embedding_backward(st_node *n, st_graph *g) {
+    const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
+    const float *dy = n->out->grad; /* (B, T, C) */
+    float *dw = n->params[0]->grad; /* (max_len, C): rows 0..T-1 */
+    if (dw) ST_TRY(st_colsum(g, st_colsum_plain{dy, T * C}, B, T * C, g->work, dw));
+    if (n->in[0]->grad) ST_TRY(st_grad_pass_cuda(g, n->in[0]->grad, dy, B * T * C, n->in_acc[0]));
+    return ST_OK;
+}
+
+static st_status pos_embedding_prepare(st_node *n, st_graph *g) {
+    st_need_work(n, st_colsum_work(n->args.i[ST_POSEMB_B], n->args.i[ST_POSEMB_T] * n->args.i[ST_POSEMB_C]));
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_pos_embedding_ops = {"pos_embedding", pos_embedding_forward,
+                                                           pos_embedding_backward, pos_embedding_prepare};

@@ -1,9 +1,123 @@
-/* CUDA twin of src/layers/softmax_ce.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/softmax_ce.c: fused log-softmax + negative
+ * log-likelihood, loss = mean over the targets that are not ignore_index.
+ *
+ * Forward, one block per row: the row's max, then sum(exp(x - max)) (fp32
+ * per thread, block sum in a fixed order), lse = max + log(sum) saved per row
+ * as on the CPU; the row's loss lse - x[target] in double in the work
+ * scratch (the CPU's layout); then one block adds the rows' losses in double,
+ * counts the valid targets and writes loss = sum / count (0 when none).
+ * The count is kept after the R lse values (prepare asks one more saved
+ * float), so backward needs no host round trip.
+ * Backward, one block per row: dlogits = (softmax - onehot) * dloss / count,
+ * written or added per in_acc; an ignored row gets 0 (or is left as is).
+ * A target outside [0, V) that is not ignore_index cannot be named from the
+ * device without a sync: its row's loss and gradient are NaN, so the loss
+ * shows it. The CPU path names the position. */
+#include "kernels.cuh"
 
-static st_status softmax_ce_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer softmax_ce (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+static unsigned ce_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
+
+static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *lse, double *row_loss,
+                                     int64_t V, int32_t ign) {
+    __shared__ float shf[32];
+    const int64_t r = blockIdx.x;
+    const int32_t t = tg[r];
+    if (t == ign) { /* uniform over the block: all threads leave together */
+        if (threadIdx.x == 0) {
+            lse[r] = 0.0f;
+            row_loss[r] = 0.0;
+        }
+        return;
+    }
+    const float *xr = x + r * V;
+    float m = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        m = st_nan_max(m, xr[v]);
+    m = st_block_max(m, shf);
+    float s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        s += expf(xr[v] - m);
+    s = st_block_sum(s, shf);
+    if (threadIdx.x == 0) {
+        const double l = (double)m + log((double)s);
+        const bool ok = t >= 0 && t < V;
+        lse[r] = ok ? (float)l : __int_as_float(0x7fc00000);
+        row_loss[r] = ok ? l - (double)xr[t] : __longlong_as_double(0x7ff8000000000000LL);
+    }
 }
 
-extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {"softmax_ce", softmax_ce_missing, softmax_ce_missing, NULL};
+/* One block: loss = sum(row_loss) / count, count kept in saved[R] (as int bits). */
+static __global__ void ce_total_kernel(const double *row_loss, const int32_t *tg, int64_t R, int32_t ign,
+                                       float *loss, float *count_slot) {
+    __shared__ double shd[32];
+    __shared__ long long shl[32];
+    double s = 0.0;
+    long long c = 0;
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        s += row_loss[r];
+        c += tg[r] != ign;
+    }
+    s = st_block_sum(s, shd);
+    c = st_block_sum(c, shl);
+    if (threadIdx.x == 0) {
+        loss[0] = c ? (float)(s / (double)c) : 0.0f;
+        *count_slot = __int_as_float((int)c);
+    }
+}
+
+static __global__ void ce_backward_kernel(const float *x, const int32_t *tg, const float *lse,
+                                          const float *count_slot, const float *dloss, float *dx, int64_t V,
+                                          int32_t ign, bool acc) {
+    const int64_t r = blockIdx.x;
+    const int32_t t = tg[r];
+    float *dr = dx + r * V;
+    if (t == ign) {
+        if (!acc)
+            for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+                dr[v] = 0.0f;
+        return;
+    }
+    const int count = __float_as_int(*count_slot);
+    const float scale = count ? dloss[0] / (float)count : 0.0f;
+    const float *xr = x + r * V;
+    const float l = lse[r];
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        float d = expf(xr[v] - l) * scale;
+        if (acc) d = dr[v] + d;
+        if (v == t) d -= scale; /* the CPU's order: add softmax, then subtract at the target */
+        dr[v] = d;
+    }
+}
+
+static st_status softmax_ce_forward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
+    const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
+    const int32_t *tg = n->in[1]->idata;  /* (R) */
+    double *row_loss = (double *)g->work; /* (R): the CPU's work_count, 2 floats each */
+    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(n->in[0]->data, tg, n->saved,
+                                                                        row_loss, V, ign);
+    ST_CUDA_LAUNCHED();
+    ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status softmax_ce_backward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
+    float *dx = n->in[0]->grad; /* (R, V) or NULL */
+    if (!dx) return ST_OK;
+    ce_backward_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(
+        n->in[0]->data, n->in[1]->idata, n->saved, n->saved + R, n->out->grad, dx, V,
+        (int32_t)n->args.i[ST_CE_IGNORE], n->in_acc[0]);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+/* Saved: lse (R) as the CPU, plus the count of valid targets. */
+static st_status softmax_ce_prepare(st_node *n, st_graph *g) {
+    n->saved_count = n->args.i[ST_CE_ROWS] + 1;
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {"softmax_ce", softmax_ce_forward, softmax_ce_backward,
+                                                        softmax_ce_prepare};

@@ -94,7 +94,8 @@ static void fill(st_sampler *s, int rank, st_sampler_pos p, int64_t *idx) {
         s->perm_epoch = p.epoch;
     }
     const int64_t n = s->o.n, mb = s->o.micro_batch;
-    int64_t i = p.step * s->o.batch_size + ((int64_t)rank * s->accum + p.micro) * mb;
+    const int64_t slice = s->o.interleave ? p.micro * s->o.world + rank : (int64_t)rank * s->accum + p.micro;
+    int64_t i = p.step * s->o.batch_size + slice * mb;
     if (i >= n) i -= n; /* the wrapped tail: i < steps * B <= n + B - 1 < 2n */
     for (int64_t j = 0; j < mb; j++) {
         idx[j] = s->perm[i];

@@ -15,7 +15,11 @@
  * j-th contiguous slice of mb samples of the global batch. N ranks with
  * micro-batch b therefore see exactly the samples that 1 rank with batch N*b
  * sees in the same step, and 1 rank accumulating N micro-batches reads them in
- * rank order (DESIGN invariant 1). The parts of the ranks are disjoint, and
+ * rank order (DESIGN invariant 1). With `interleave` (deterministic mode,
+ * src/dist/dist.h) rank r's micro-step k reads the j-th slice with
+ * j = k * world + r instead: the same samples per step, dealt round-robin, so
+ * that the micro-batches of micro-step k over all ranks are consecutive
+ * slices (the two orders agree when accum is 1). The parts of the ranks are disjoint, and
  * together cover the epoch.
  *
  * The tail: with drop_last, steps_per_epoch = floor(n / B) and the last
@@ -49,10 +53,11 @@ typedef struct st_sampler_opts {
     bool shuffle;     /* false: the identity order every epoch */
     bool drop_last;   /* true: drop the tail; false: wrap around to fill the last batch */
     const char *name; /* the dataset's file, for error messages (may be NULL) */
+    bool interleave;  /* micro-step k of rank r is slice k * world + r (see above) */
 } st_sampler_opts;
 
 #define ST_SAMPLER_OPTS_INIT                                                                                 \
-    { 0, 0, 0, 0, 1, 0, true, true, NULL }
+    { 0, 0, 0, 0, 1, 0, true, true, NULL, false }
 
 /* Where the sampler is: the next micro-batch is micro-step `micro` of step
  * `step` of epoch `epoch` (0 <= step < steps_per_epoch, 0 <= micro < accum). */

@@ -26,7 +26,7 @@
 
 /* Query (and key) block: a block of queries needs only the keys up to its
  * end, so the masked upper triangle is skipped in blocks of this size. */
-enum { TB = 64 };
+enum { TB = ST_ATTENTION_BLOCK };
 
 static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 

@@ -91,6 +91,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
             const double mu = shift[c] + md;
             mean[c] = (float)mu;
             rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+            if (g->recomputing) continue; /* checkpointing's second forward: updated once already */
             rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
             rvar[c] =
                 (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));

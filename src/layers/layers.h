@@ -26,6 +26,11 @@ static inline void st_grad_pass(float *dx, const float *dy, int64_t n, bool acc)
     for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
 }
 
+/* Attention's query/key block (attention.c): the causal products skip the
+ * masked half in blocks of this many positions; the cost model (src/hw)
+ * counts the same blocks. */
+#define ST_ATTENTION_BLOCK 64
+
 /* PyTorch's default for cross-entropy's ignore_index. */
 #define ST_IGNORE_INDEX (-100)
 

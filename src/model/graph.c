@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/half.h"
 #include "../core/mem.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
@@ -20,6 +21,7 @@ void st_params_free(st_params *p) {
     st_device_release(p->dev, p->data);
     st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
+    st_free_aligned(p->compute);
     memset(p, 0, sizeof *p);
 }
 
@@ -43,7 +45,36 @@ static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
     }
 }
 
+st_status st_params_set_precision(st_params *p, st_precision prec) {
+    if (!p->frozen)
+        return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
+    if (p->on_compute) st_params_use_compute(p, false);
+    p->precision = prec;
+    if (prec != ST_PREC_FP32 && !p->compute) {
+        p->compute = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
+        if (!p->compute)
+            return st_fail(ST_ERR_NOMEM, "out of memory for the %s copy of %lld parameters",
+                           prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
+        memset(p->compute, 0, (size_t)p->arena_count * sizeof(float));
+    }
+    st_params_touch(p);
+    return ST_OK;
+}
+
+void st_params_use_compute(st_params *p, bool on) {
+    if (p->precision == ST_PREC_FP32 || !p->compute || on == p->on_compute) return;
+    if (on && p->compute_version != p->version) {
+        st_round_copy(p->precision, p->compute, p->data, p->count);
+        p->compute_version = p->version;
+    }
+    float *base = on ? p->compute : p->data;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data = base + p->t[i]->offset;
+    p->on_compute = on;
+}
+
 st_status st_params_init(st_params *p, uint64_t seed) {
+    st_params_touch(p);
     if (!p->dev) {
         for (int i = 0; i < p->n; i++) init_tensor(p->t[i], p->t[i]->data, seed);
         return ST_OK;
@@ -67,6 +98,7 @@ st_status st_graph_init(st_graph *g, st_params *params) {
     memset(g, 0, sizeof *g);
     g->params = params;
     g->dev = params->dev;
+    g->cur_block = -1;
     params->cursor = 0;
     return ST_OK;
 }
@@ -202,6 +234,7 @@ st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *
     memset(n, 0, sizeof *n);
     n->ops = ops;
     n->id = g->n_nodes++;
+    n->block = g->cur_block;
     n->n_in = n_in;
     n->n_params = n_params;
     n->out = out;
@@ -234,6 +267,13 @@ static st_status layout_params(st_params *p) {
         }
     }
     p->count = pc;
+    if (p->layout_only) { /* the planner's model: sizes without memory */
+        p->arena_count = align_up(pc);
+        p->buffer_count = bc;
+        p->n_params = n_params;
+        p->frozen = true;
+        return ST_OK;
+    }
     p->arena_count = align_up(pc);
     p->buffer_count = bc;
     p->n_params = n_params;
@@ -275,74 +315,134 @@ static st_status use_device_ops(st_graph *g) {
     return ST_OK;
 }
 
+void st_graph_block_begin(st_graph *g) { g->cur_block = g->n_blocks++; }
+void st_graph_block_end(st_graph *g) { g->cur_block = -1; }
+
+/* Activation checkpointing: region[i] is the block whose shared region holds
+ * activation i (produced inside the block and read only inside it), or -1
+ * for a persistent one (graph inputs, block inputs and outputs, everything
+ * outside blocks, the loss). Without checkpointing every tensor persists. */
+static st_status find_regions(const st_graph *g, int **out) {
+    int *region = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *region);
+    bool *read = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
+    if (!region || !read) {
+        free(region), free(read);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < g->n_acts; i++) region[i] = -1;
+    if (g->checkpointing) {
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].block >= 0) region[g->nodes[i].out->index] = g->nodes[i].block;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const st_node *n = &g->nodes[i];
+            for (int k = 0; k < n->n_in; k++) {
+                const st_tensor *t = n->in[k];
+                if (t->kind != ST_TENSOR_ACT) continue;
+                read[t->index] = true;
+                if (region[t->index] != n->block) region[t->index] = -1;
+            }
+        }
+        for (int i = 0; i < g->n_acts; i++)
+            if (!read[i] || g->acts[i] == g->loss) region[i] = -1;
+    }
+    free(read);
+    *out = region;
+    return ST_OK;
+}
+
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
     if (!g->params->frozen) ST_TRY(layout_params(g->params));
     else if (g->params->cursor != g->params->n)
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
-    if (g->params_only) {
-        g->finalized = true;
-        return ST_OK;
-    }
-    if (g->dev) ST_TRY(use_device_ops(g));
+    if (g->dev && !g->params_only) ST_TRY(use_device_ops(g));
 
+    /* Which activations live in a block's shared region (checkpointing). */
+    int *region = NULL;
+    ST_TRY(find_regions(g, &region));
+    /* Offsets (floats) into the activation and gradient arenas: persistent
+     * tensors and saved state first, then one region per block, all blocks
+     * sharing the same addresses. */
+    int64_t *aoff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *aoff);
+    int64_t *goff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *goff);
+    int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
+    if (!aoff || !goff || !soff) {
+        free(region), free(aoff), free(goff), free(soff);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->offset = ic;
             ic += align_up(t->count);
-            continue;
+        } else if (region[i] < 0) {
+            aoff[i] = ac;
+            ac += align_up(t->count);
+            if (t->requires_grad) goff[i] = gc, gc += align_up(t->count);
         }
-        t->offset = ac;
-        ac += align_up(t->count);
-        if (t->requires_grad) gc += align_up(t->count);
     }
     for (int i = 0; i < g->n_nodes; i++) {
-        ac += align_up(g->nodes[i].saved_count);
-        if (g->nodes[i].work_count > wc) wc = g->nodes[i].work_count;
+        st_node *n = &g->nodes[i];
+        if (n->work_count > wc) wc = n->work_count;
+        if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += align_up(n->saved_count);
     }
+    int64_t a_region = 0, g_region = 0;
+    for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
+        int64_t ca = 0, cg = 0;
+        for (int i = 0; i < g->n_acts; i++) {
+            if (region[i] != b) continue;
+            aoff[i] = ac + ca;
+            ca += align_up(g->acts[i]->count);
+            if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += align_up(g->acts[i]->count);
+        }
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].block == b) soff[i] = ac + ca, ca += align_up(g->nodes[i].saved_count);
+        if (ca > a_region) a_region = ca;
+        if (cg > g_region) g_region = cg;
+    }
+    g->region_act_count = a_region;
+    g->region_grad_count = g_region;
+    ac += a_region;
+    gc += g_region;
     g->act_count = ac;
     g->grad_count = gc;
     g->int_count = ic;
     g->work_count = wc;
+    free(region);
+    if (g->params_only) { /* sizes only: the planner's memory model reads them (tests/test_hw.c) */
+        free(aoff), free(goff), free(soff);
+        g->finalized = true;
+        return ST_OK;
+    }
     const size_t abytes = (size_t)ac * sizeof(float), gbytes = (size_t)gc * sizeof(float);
     const size_t ibytes = (size_t)ic * sizeof(int32_t), wbytes = (size_t)wc * sizeof(float);
     st_status s = st_device_alloc(g->dev, abytes, (void **)&g->act_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, gbytes, (void **)&g->grad_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, ibytes, (void **)&g->int_arena);
     if (s == ST_OK) s = st_device_alloc(g->dev, wbytes, (void **)&g->work);
-    if (s != ST_OK)
+    if (s == ST_OK) s = st_device_zero(g->dev, g->act_arena, abytes);
+    if (s == ST_OK) s = st_device_zero(g->dev, g->grad_arena, gbytes);
+    if (s == ST_OK) s = st_device_zero(g->dev, g->int_arena, ibytes);
+    if (s != ST_OK) {
+        free(aoff), free(goff), free(soff);
         return st_fail_context(s, "allocating %.1f MiB of activations (lower the micro-batch size): ",
                                (double)(abytes + gbytes + ibytes + wbytes) / (1 << 20));
-    ST_TRY(st_device_zero(g->dev, g->act_arena, abytes));
-    ST_TRY(st_device_zero(g->dev, g->grad_arena, gbytes));
-    ST_TRY(st_device_zero(g->dev, g->int_arena, ibytes));
-    int64_t go = 0;
+    }
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->idata = g->int_arena + t->offset;
             continue;
         }
-        t->data = g->act_arena + t->offset;
-        if (t->requires_grad) {
-            t->grad = g->grad_arena + go;
-            go += align_up(t->count);
-        }
+        t->offset = aoff[i];
+        t->data = g->act_arena + aoff[i];
+        if (t->requires_grad) t->grad = g->grad_arena + goff[i];
     }
-    int64_t so = 0;
-    for (int i = 0; i < g->n_acts; i++)
-        if (g->acts[i]->dtype == ST_F32) so = g->acts[i]->offset + align_up(g->acts[i]->count);
-    for (int i = 0; i < g->n_nodes; i++) {
-        st_node *n = &g->nodes[i];
-        if (n->saved_count) {
-            n->saved = g->act_arena + so;
-            so += align_up(n->saved_count);
-        }
-    }
-    g->saved_count = so;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].saved_count) g->nodes[i].saved = g->act_arena + soff[i];
+    free(aoff), free(goff), free(soff);
     /* In backward order, the first consumer of a tensor writes its gradient and
      * later consumers add. Walk nodes last to first; track what was written. */
     bool *written = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
@@ -365,33 +465,74 @@ st_status st_graph_finalize(st_graph *g) {
     return ST_OK;
 }
 
-st_status st_graph_forward(st_graph *g) {
-    for (int i = 0; i < g->n_nodes; i++) {
-        st_node *n = &g->nodes[i];
-        st_status s = n->ops->forward(n, g);
-        if (s != ST_OK) return s;
-    }
+/* Mixed precision (docs/precision.md): in bf16 and fp16 the layers read the
+ * rounded parameter copy, float graph inputs and every node's output are
+ * rounded where the GPU stores them in 16 bits (the loss, a reduction, stays
+ * fp32), and so is every activation gradient after the node that wrote or
+ * added to it. Saved per-node state (normalisation statistics, log-sum-exp,
+ * attention probabilities, argmax) stays fp32. Parameter gradients
+ * accumulate in fp32. */
+/* One node's forward, as the forward pass and checkpointing's recompute run it. */
+static st_status node_forward(st_graph *g, st_node *n, st_precision prec) {
+    if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
+    st_status s = n->ops->forward(n, g);
+    if (s != ST_OK) return s;
+    if (prec != ST_PREC_FP32 && n->out != g->loss) st_round_array(prec, n->out->data, n->out->count);
+    if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     return ST_OK;
+}
+
+st_status st_graph_forward(st_graph *g) {
+    const st_precision prec = g->params->precision;
+    st_status s = ST_OK;
+    if (prec != ST_PREC_FP32) {
+        st_params_use_compute(g->params, true);
+        for (int i = 0; i < g->n_acts; i++)
+            if (g->acts[i]->kind == ST_TENSOR_INPUT && g->acts[i]->dtype == ST_F32)
+                st_round_array(prec, g->acts[i]->data, g->acts[i]->count);
+    }
+    for (int i = 0; i < g->n_nodes && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
+    st_params_use_compute(g->params, false);
+    return s;
+}
+
+/* Backward reached the last node of a block: run the block's forward again
+ * from its (persistent) inputs, refilling the shared region. */
+static st_status recompute_block(st_graph *g, int last, st_precision prec) {
+    int first = last;
+    while (first > 0 && g->nodes[first - 1].block == g->nodes[last].block) first--;
+    g->recomputing = true;
+    st_status s = ST_OK;
+    for (int i = first; i <= last && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
+    g->recomputing = false;
+    return s;
 }
 
 st_status st_graph_backward(st_graph *g, float seed) {
     if (!g->loss || !g->loss->grad)
         return st_fail(ST_ERR_INTERNAL, "backward: the graph has no loss that depends on parameters");
+    const st_precision prec = g->params->precision;
     if (g->dev) {
         ST_TRY(st_device_fill_f32(g->dev, g->loss->grad, (size_t)g->loss->count, seed));
     } else {
         for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
     }
-    for (int i = g->n_nodes - 1; i >= 0; i--) {
+    st_params_use_compute(g->params, true);
+    st_status s = ST_OK;
+    for (int i = g->n_nodes - 1; i >= 0 && s == ST_OK; i--) {
         st_node *n = &g->nodes[i];
-        if (n->out->requires_grad) {
-            st_status s = n->ops->backward(n, g);
-            if (s != ST_OK) return s;
+        if (g->checkpointing && n->block >= 0 && (i == g->n_nodes - 1 || g->nodes[i + 1].block != n->block))
+            s = recompute_block(g, i, prec);
+        if (s == ST_OK && n->out->requires_grad) {
+            if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
+            s = n->ops->backward(n, g);
+            for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)
+                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
+                    st_round_array(prec, n->in[k]->grad, n->in[k]->count);
+            if (s == ST_OK && g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }
-        if (g->backward_hook) {
-            st_status s = g->backward_hook(g->backward_hook_ctx, i);
-            if (s != ST_OK) return s;
-        }
+        if (s == ST_OK && g->backward_hook) s = g->backward_hook(g->backward_hook_ctx, i);
     }
-    return ST_OK;
+    st_params_use_compute(g->params, false);
+    return s;
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "scaletrain/status.h"
 
 #define ST_MAX_DIMS 4
@@ -107,6 +108,7 @@ struct st_node {
     int64_t saved_count; /* floats, declared by the builder */
     float *saved;
     int64_t work_count; /* floats of shared scratch this node needs */
+    int block;          /* the checkpointing block it belongs to, -1 for none */
 };
 
 /* The trainable parameters and buffers of a model: one data arena, one grad
@@ -120,7 +122,18 @@ typedef struct st_params {
     int64_t arena_count, buffer_count;
     float *data, *grad, *buffers;
     bool frozen; /* layout done: later builds must declare the same tensors */
+    bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
     int cursor;  /* next expected declaration during a rebuild */
+    /* Mixed precision (docs/precision.md). `data` holds the fp32 master
+     * weights; in bf16 and fp16 `compute` holds them rounded to the low
+     * precision (the GPU's 16-bit copy), and forward and backward read it:
+     * st_graph_forward/backward point the parameter tensors at it while they
+     * run and back at `data` after. The copy is refreshed when `version` (bumped
+     * by st_params_touch after anything writes `data`) has moved on. */
+    st_precision precision;
+    float *compute;
+    uint64_t version, compute_version;
+    bool on_compute; /* parameter tensors point into `compute` now */
 } st_params;
 
 struct st_graph {
@@ -133,9 +146,21 @@ struct st_graph {
     float *act_arena, *grad_arena;
     float *work; /* shared scratch, 64-byte aligned: layers may use it as doubles or ints */
     int32_t *int_arena;
-    int64_t act_count, grad_count, int_count, work_count, saved_count;
+    int64_t act_count, grad_count, int_count, work_count;
+    /* Activation checkpointing (train.activation_checkpointing): builders
+     * bracket each transformer or conv block with st_graph_block_begin/end;
+     * with `checkpointing` set before finalize, the activations and saved
+     * state a block keeps to itself share one region of the arenas with every
+     * other block's, so forward keeps only the blocks' inputs and outputs, and
+     * backward recomputes each block's forward just before its backward
+     * (`recomputing` is set then: a layer with side effects, batch-norm's
+     * running statistics, skips them). Gradients are the same bits. */
+    int cur_block, n_blocks;
+    bool checkpointing, recomputing;
+    int64_t region_act_count, region_grad_count; /* floats of the shared regions (0 without) */
     bool finalized;
-    bool params_only; /* finalize lays out parameters but allocates no activations */
+    bool params_only; /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
+                         int_count, work_count) but allocates none */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */
@@ -147,6 +172,11 @@ struct st_graph {
      * error stops the walk. NULL (the default): nothing is called. */
     st_status (*backward_hook)(void *ctx, int node);
     void *backward_hook_ctx;
+    /* Called before (end false) and after (end true) each node's forward and
+     * backward, when set: the profiler trace times layers with it. NULL (the
+     * default): one untaken branch per node. */
+    void (*node_hook)(void *ctx, const st_node *n, bool backward, bool end);
+    void *node_hook_ctx;
 };
 
 /* --- parameters ---------------------------------------------------------- */
@@ -156,6 +186,16 @@ void st_params_free(st_params *p);
  * of the device: on a CUDA device the values are made on the host and copied). */
 st_status st_params_init(st_params *p, uint64_t seed);
 st_tensor *st_params_find(const st_params *p, const char *name);
+/* Set the compute precision (after layout; allocates the compute copy for
+ * bf16 and fp16). */
+st_status st_params_set_precision(st_params *p, st_precision prec);
+/* Say that the master weights changed (optimizer step, load, broadcast): the
+ * next forward refreshes the compute copy. */
+static inline void st_params_touch(st_params *p) { p->version++; }
+/* Point the parameter tensors at the rounded compute copy (refreshing it
+ * when stale) or back at the masters; no-op in fp32. Forward and backward do
+ * this themselves; code that calls a layer's ops directly (tests) uses it. */
+void st_params_use_compute(st_params *p, bool on);
 
 /* --- graph building ----------------------------------------------------- */
 st_status st_graph_init(st_graph *g, st_params *params);
@@ -179,6 +219,10 @@ st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *s
  * output requires a gradient when any input or parameter does. */
 st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *in, int n_in,
                         st_tensor *const *params, int n_params, st_tensor *out, st_node **node);
+
+/* Bracket the nodes of one block (see `checkpointing`). Blocks do not nest. */
+void st_graph_block_begin(st_graph *g);
+void st_graph_block_end(st_graph *g);
 
 /* Lay out memory. The first graph built on a st_params also lays out (and
  * allocates) the parameter arenas. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "layers/layers.h"
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
@@ -23,6 +24,7 @@ static st_status build_mlp(st_model *m, st_model_graph *mg) {
     char name[ST_NAME_MAX];
     st_linear_opts lo = {.bias = true, .init = ST_INIT_UNIFORM};
     for (int i = 0; i < c->model.hidden.n; i++) {
+        st_graph_block_begin(g);
         NAME(name, "fc.%d", i);
         ST_TRY(st_linear(g, name, h, c->model.hidden.v[i], &lo, &h));
         NAME(name, "fc.%d.relu", i);
@@ -31,6 +33,7 @@ static st_status build_mlp(st_model *m, st_model_graph *mg) {
             NAME(name, "fc.%d.drop", i);
             ST_TRY(st_dropout(g, name, h, (float)c->model.dropout, &h));
         }
+        st_graph_block_end(g);
     }
     ST_TRY(st_linear(g, "head", h, m->in.num_classes, &lo, &mg->logits));
     return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
@@ -47,6 +50,7 @@ static st_status build_cnn(st_model *m, st_model_graph *mg) {
     char name[ST_NAME_MAX];
     int64_t k = c->model.kernel;
     for (int i = 0; i < c->model.channels.n; i++) {
+        st_graph_block_begin(g);
         NAME(name, "conv.%d", i);
         ST_TRY(st_conv2d(g, name, h, c->model.channels.v[i], k, 1, k / 2, !c->model.batchnorm, &h));
         if (c->model.batchnorm) {
@@ -60,6 +64,7 @@ static st_status build_cnn(st_model *m, st_model_graph *mg) {
             NAME(name, "pool.%d", i);
             ST_TRY(st_maxpool2d(g, name, h, 2, 2, &h));
         }
+        st_graph_block_end(g);
     }
     ST_TRY(st_flatten(g, "flatten", h, &h));
     if (c->model.dropout > 0) ST_TRY(st_dropout(g, "head.drop", h, (float)c->model.dropout, &h));
@@ -87,6 +92,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
     st_linear_opts proj = lin;
     proj.init_scale = proj_std;
     for (int64_t l = 0; l < L; l++) {
+        st_graph_block_begin(g);
         NAME(name, "h.%lld.ln_1", (long long)l);
         ST_TRY(st_layernorm(g, name, h, 1e-5f, &a));
         NAME(name, "h.%lld.attn.c_attn", (long long)l);
@@ -115,6 +121,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
         }
         NAME(name, "h.%lld.res_2", (long long)l);
         ST_TRY(st_add(g, name, h, a, &h));
+        st_graph_block_end(g);
     }
     ST_TRY(st_layernorm(g, "ln_f", h, 1e-5f, &h));
     ST_TRY(st_linear_tied(g, "lm_head", h, wte, &mg->logits));
@@ -127,6 +134,8 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, st_mo
     mg->batch = batch;
     st_graph_init(&mg->g, &m->params);
     mg->g.params_only = params_only;
+    /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
+    mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     st_status s;
     switch (m->kind) {
     case ST_MODEL_MLP: s = build_mlp(m, mg); break;
@@ -151,14 +160,12 @@ void st_model_graph_free(st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
 }
 
-st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return st_model_create_on(cfg, in, NULL, out);
-}
-
-st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
+static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, st_device *dev,
+                        st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
+    m->params.layout_only = layout_only;
     m->params.dev = dev; /* before the probe below lays out the arenas */
     m->cfg = *cfg;
     m->in = *in;
@@ -183,9 +190,30 @@ st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_
         return s;
     }
     st_model_graph_free(&probe);
+    s = st_params_set_precision(&m->params, st_precision_from_name(cfg->precision));
+    if (s != ST_OK) {
+        st_model_free(m);
+        return s;
+    }
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;
+}
+
+st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
+    return create(cfg, in, false, NULL, out);
+}
+
+st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
+    return create(cfg, in, false, dev, out);
+}
+
+st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out) {
+    return create(cfg, in, true, NULL, out);
+}
+
+st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {
+    return graph_build(m, batch, true, mg);
 }
 
 void st_model_free(st_model *m) {

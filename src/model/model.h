@@ -47,6 +47,13 @@ st_status st_model_create(const st_config *cfg, const st_model_input *in, st_mod
  * Initialisation, save and load copy through the host. */
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out);
 void st_model_free(st_model *m);
+/* The planner's model: parameters laid out (names, shapes, counts) but no
+ * memory allocated, so a 1.5B-parameter model can be planned on a laptop.
+ * Only st_model_graph_layout, n_params and the params table may be used. */
+st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out);
+/* A graph for `batch` samples with every node, shape and size (act_count,
+ * grad_count, int_count, work_count) but no activation memory. */
+st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg);
 void st_model_init_weights(st_model *m, uint64_t seed);
 
 /* Build a graph for `batch` samples. */

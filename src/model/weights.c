@@ -161,6 +161,7 @@ st_status st_model_load(st_model *m, const char *path) {
         s = read_tensor(p, f, match[i]->name, p->t[i], stage);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     st_free_aligned(stage);
+    st_params_touch(p);
     free(match);
     st_safetensors_close(f);
     return s;

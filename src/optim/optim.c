@@ -7,7 +7,20 @@
 #include "core/mem.h"
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p) {
+    return st_optim_init_range(o, cfg, p, 0, p->arena_count);
+}
+
+int64_t st_optim_state_nbytes(const st_optim *o) {
+    return (o->m ? o->count : 0) * 4 + (o->v ? o->count : 0) * 4;
+}
+
+st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params *p, int64_t lo, int64_t hi) {
     memset(o, 0, sizeof *o);
+    if (lo < 0 || hi < lo || hi > p->arena_count)
+        return st_fail(ST_ERR_INTERNAL, "optimizer range [%lld, %lld) is outside the arena of %lld", (long long)lo,
+                       (long long)hi, (long long)p->arena_count);
+    o->lo = lo;
+    o->hi = hi;
     o->kind = strcmp(cfg->optim.type, "sgd") == 0 ? ST_OPTIM_SGD : ST_OPTIM_ADAMW;
     o->weight_decay = cfg->optim.weight_decay;
     o->beta1 = cfg->optim.beta1;
@@ -15,8 +28,8 @@ st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p) {
     o->eps = cfg->optim.eps;
     o->momentum = cfg->optim.momentum;
     o->nesterov = cfg->optim.nesterov;
-    o->count = p->arena_count;
-    size_t nbytes = (size_t)o->count * sizeof(float);
+    o->count = hi - lo;
+    size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
     o->m = st_alloc_aligned(nbytes);
     if (o->kind == ST_OPTIM_ADAMW) o->v = st_alloc_aligned(nbytes);
     if (!o->m || (o->kind == ST_OPTIM_ADAMW && !o->v)) {
@@ -36,15 +49,15 @@ void st_optim_free(st_optim *o) {
     memset(o, 0, sizeof *o);
 }
 
-static void adamw_tensor(const st_optim *o, st_tensor *t, float *m, float *v, double lr) {
+/* w, g, m, v: (n) the elements of one tensor (or of its part in the range). */
+static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, int64_t n, float *m,
+                         float *v, double lr) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
     const double bc1 = 1.0 - pow(o->beta1, (double)o->t), bc2 = 1.0 - pow(o->beta2, (double)o->t);
     const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
     const float decay = t->decay ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
-    float *w = t->data;
-    const float *g = t->grad;
-#pragma omp parallel for schedule(static) if (t->count > 32768)
-    for (int64_t i = 0; i < t->count; i++) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         w[i] *= decay;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -53,14 +66,13 @@ static void adamw_tensor(const st_optim *o, st_tensor *t, float *m, float *v, do
     }
 }
 
-static void sgd_tensor(const st_optim *o, st_tensor *t, float *buf, double lr) {
+static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, int64_t n, float *buf,
+                       double lr) {
     const float mu = (float)o->momentum, wd = t->decay ? (float)o->weight_decay : 0.0f;
     const float flr = (float)lr;
     const bool first = o->t == 1, nesterov = o->nesterov;
-    float *w = t->data;
-    const float *g = t->grad;
-#pragma omp parallel for schedule(static) if (t->count > 32768)
-    for (int64_t i = 0; i < t->count; i++) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) {
         float d = g[i] + wd * w[i];
         if (mu != 0.0f) {
             buf[i] = first ? d : mu * buf[i] + d;
@@ -75,9 +87,15 @@ void st_optim_step(st_optim *o, st_params *p, double lr) {
     for (int i = 0; i < p->n; i++) {
         st_tensor *t = p->t[i];
         if (t->kind != ST_TENSOR_PARAM) continue;
-        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, o->m + t->offset, o->v + t->offset, lr);
-        else sgd_tensor(o, t, o->m + t->offset, lr);
+        const int64_t a = t->offset > o->lo ? t->offset : o->lo;
+        const int64_t b = t->offset + t->count < o->hi ? t->offset + t->count : o->hi;
+        if (a >= b) continue;
+        float *w = t->data + (a - t->offset);
+        const float *g = t->grad + (a - t->offset);
+        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, w, g, b - a, o->m + (a - o->lo), o->v + (a - o->lo), lr);
+        else sgd_tensor(o, t, w, g, b - a, o->m + (a - o->lo), lr);
     }
+    st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
 }
 
 double st_lr_at(const st_config *cfg, int64_t step, int64_t total) {

@@ -3,8 +3,11 @@
  *
  * Each works tensor by tensor over st_params so that weight decay follows the
  * parameter's `decay` flag (matrices yes; biases and norm weights no). The
- * state is one arena the size of the parameter arena per moment, so a ZeRO
- * shard is a contiguous slice of it. Formulas follow torch.optim exactly
+ * state is one arena per moment covering a contiguous range [lo, hi) of the
+ * parameter arena: all of it, or a ZeRO shard (src/dist/zero.h), in which
+ * case a step updates only the parameters in that range (a tensor cut by a
+ * shard boundary is updated piecewise; the formulas are elementwise, so the
+ * result is the same). Formulas follow torch.optim exactly
  * (AdamW: Loshchilov & Hutter 2019, Algorithm 2, with PyTorch's bias
  * correction order), so trajectories can be compared step for step. */
 #ifndef ST_OPTIM_OPTIM_H
@@ -20,13 +23,18 @@ typedef struct st_optim {
     double weight_decay, beta1, beta2, eps, momentum;
     bool nesterov;
     int64_t t;      /* steps taken */
-    int64_t count;  /* elements of each state arena */
-    float *m, *v;   /* AdamW moments / SGD momentum buffer (m) */
+    int64_t lo, hi; /* the arena range the state covers */
+    int64_t count;  /* elements of each state arena: hi - lo */
+    float *m, *v;   /* (count) AdamW moments / SGD momentum buffer (m); m[i] is element lo + i */
 } st_optim;
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
+/* State for arena elements [lo, hi) only (0 <= lo <= hi <= p->arena_count). */
+st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params *p, int64_t lo, int64_t hi);
+/* Bytes of optimizer state held (measured from the allocations). */
+int64_t st_optim_state_nbytes(const st_optim *o);
 void st_optim_free(st_optim *o);
-/* One update of every trainable parameter from its gradient, at rate lr. */
+/* One update of every trainable parameter in [lo, hi) from its gradient, at rate lr. */
 void st_optim_step(st_optim *o, st_params *p, double lr);
 
 /* The learning rate for step `step` (0-based) of `total`. */

@@ -1,7 +1,7 @@
 /* Checkpoint directories: save (temporary name, fsync, rename, `latest`
  * last, prune), verify (CRC32 and size of each file from state.json) and
- * load. The format is in docs/formats.md. Not here: deciding when to save
- * (train.c). */
+ * load. The format is in docs/formats.md; optimizer files are in
+ * ckpt_optim.c. Not here: deciding when to save (train.c). */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -16,13 +16,19 @@
 #include <cjson/cJSON.h>
 
 #include "core/atomic_file.h"
+#include "ckpt_optim.h"
 #include "core/safetensors.h"
+#include "scaletrain/train.h"
 
 #define PATH_CAP 4096
 #define STATE_MAX_NBYTES (16 << 20)
 
-static const char *const ckpt_files[] = {"model.safetensors", "optim-rank0.safetensors"};
-enum { N_FILES = 2 };
+/* The files of one checkpoint, with their checksums (state.json "files"). */
+typedef struct ckpt_file {
+    char name[64];
+    uint32_t crc;
+    int64_t nbytes;
+} ckpt_file;
 
 /* Remove a checkpoint directory: its plain files, then itself (no recursion:
  * a checkpoint holds no subdirectories). */
@@ -60,43 +66,10 @@ static st_status file_crc(const char *path, uint32_t *crc, int64_t *nbytes) {
     return ST_OK;
 }
 
-static const char *optim_kind_name(st_optim_kind k) { return k == ST_OPTIM_ADAMW ? "adamw" : "sgd"; }
-
-static st_status save_optim(const st_optim *o, const st_params *p, const char *path) {
-    const int per = o->v ? 2 : 1;
-    const int n = p->n_params * per;
-    st_safetensors_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
-    char(*names)[ST_NAME_MAX + 4] = calloc((size_t)(n ? n : 1), sizeof *names);
-    if (!t || !names) {
-        free(t);
-        free(names);
-        return st_fail(ST_ERR_NOMEM, "out of memory saving %s", path);
-    }
-    int j = 0;
-    for (int i = 0; i < p->n; i++) {
-        const st_tensor *pt = p->t[i];
-        if (pt->kind != ST_TENSOR_PARAM) continue;
-        for (int k = 0; k < per && j < n; k++, j++) {
-            snprintf(names[j], sizeof names[j], "%s.%s", k ? "v" : "m", pt->name);
-            t[j].name = names[j];
-            t[j].dtype = "F32";
-            t[j].ndim = pt->ndim;
-            t[j].shape = pt->shape;
-            t[j].data = (k ? o->v : o->m) + pt->offset;
-        }
-    }
-    char steps[32];
-    snprintf(steps, sizeof steps, "%lld", (long long)o->t);
-    const char *meta[] = {"format", "scaletrain-optim", "optimizer", optim_kind_name(o->kind), "t", steps};
-    st_status s =
-        j == n ? st_safetensors_write(path, t, n, meta, 3)
-               : st_fail(ST_ERR_INTERNAL, "%s: %d parameters, expected %d", path, j / per, p->n_params);
-    free(t);
-    free(names);
-    return s;
-}
-
-static st_status write_state(const char *dir, const st_config *cfg, const st_ckpt_state *st) {
+/* state.json: the position in the run, the optimizer layout, the files with
+ * their checksums, the effective config. */
+static st_status write_state(const char *dir, const st_config *cfg, const st_ckpt_state *st, const ckpt_file *fl,
+                             int nf) {
     char path[PATH_CAP];
     st_status s = ST_ERR_NOMEM;
     cJSON *root = cJSON_CreateObject(), *files = NULL, *cfgj = NULL;
@@ -113,34 +86,36 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(root, "seed", seed);
+    if (st->loss_scale > 0) { /* fp16 runs */
+        cJSON *ls = cJSON_AddObjectToObject(root, "loss_scale");
+        if (!ls) goto fail;
+        cJSON_AddNumberToObject(ls, "scale", st->loss_scale);
+        cJSON_AddNumberToObject(ls, "good_steps", (double)st->scale_good_steps);
+        cJSON_AddNumberToObject(ls, "skipped_steps", (double)st->skipped_steps);
+    }
+    cJSON *opt = cJSON_AddObjectToObject(root, "optim");
+    if (!opt) goto fail;
+    cJSON_AddStringToObject(opt, "layout", st->optim_sharded ? "shards" : "tensors");
+    cJSON_AddNumberToObject(opt, "world", st->optim_world);
+    cJSON_AddNumberToObject(opt, "shard", (double)st->optim_shard);
+    cJSON_AddNumberToObject(opt, "count", (double)st->optim_count);
     files = cJSON_AddObjectToObject(root, "files");
     if (!files) goto fail;
-    for (int i = 0; i < N_FILES; i++) {
-        uint32_t crc;
-        int64_t nbytes;
-        snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[i]);
-        if ((s = file_crc(path, &crc, &nbytes)) != ST_OK) goto fail;
-        cJSON *f = cJSON_AddObjectToObject(files, ckpt_files[i]);
-        if (!f) {
-            s = ST_ERR_NOMEM;
-            goto fail;
-        }
+    for (int i = 0; i < nf; i++) {
+        cJSON *f = cJSON_AddObjectToObject(files, fl[i].name);
+        if (!f) goto fail;
         char hex[16];
-        snprintf(hex, sizeof hex, "%08x", crc);
+        snprintf(hex, sizeof hex, "%08x", fl[i].crc);
         cJSON_AddStringToObject(f, "crc32", hex);
-        cJSON_AddNumberToObject(f, "nbytes", (double)nbytes);
+        cJSON_AddNumberToObject(f, "nbytes", (double)fl[i].nbytes);
     }
     cfgj = cJSON_Parse(cfg_text);
     if (!cfgj || !cJSON_AddItemToObject(root, "config", cfgj)) {
         cJSON_Delete(cfgj);
-        s = ST_ERR_NOMEM;
         goto fail;
     }
     text = cJSON_Print(root);
-    if (!text) {
-        s = ST_ERR_NOMEM;
-        goto fail;
-    }
+    if (!text) goto fail;
     snprintf(path, sizeof path, "%s/state.json", dir);
     st_atomic_file af;
     if ((s = st_atomic_open(&af, path)) != ST_OK) goto fail;
@@ -202,29 +177,21 @@ static st_status list_steps(const char *ckdir, int64_t **out, int *n) {
     return ST_OK;
 }
 
-st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
-                       char *saved, size_t size) {
-    char ckdir[PATH_CAP], tmp[PATH_CAP], final[PATH_CAP], path[PATH_CAP];
-    snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->train.out_dir);
-    ST_TRY(st_mkdirs(ckdir));
-    snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp.%ld", ckdir, (long long)state->step, (long)getpid());
+/* Rank 0's part: model, state.json (with every file's checksum), rename,
+ * `latest`, prune. tmp holds the optimizer files already. */
+static st_status finish_save(const st_config *cfg, const st_model *m, const st_ckpt_state *state, const char *ckdir,
+                             const char *tmp, ckpt_file *fl, int nf, char *saved, size_t size) {
+    char final[PATH_CAP], path[PATH_CAP];
     snprintf(final, sizeof final, "%s/step-%lld", ckdir, (long long)state->step);
-    remove_dir(tmp);
-    if (mkdir(tmp, 0755) != 0)
-        return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
-    st_status s;
-    snprintf(path, sizeof path, "%s/%s", tmp, ckpt_files[0]);
-    ST_GOTO(st_model_save(m, path));
-    snprintf(path, sizeof path, "%s/%s", tmp, ckpt_files[1]);
-    ST_GOTO(save_optim(o, &m->params, path));
-    ST_GOTO(write_state(tmp, cfg, state));
-    ST_GOTO(st_fsync_dir(tmp));
+    snprintf(fl[0].name, sizeof fl[0].name, "model.safetensors");
+    snprintf(path, sizeof path, "%s/%s", tmp, fl[0].name);
+    ST_TRY(st_model_save(m, path));
+    ST_TRY(file_crc(path, &fl[0].crc, &fl[0].nbytes));
+    ST_TRY(write_state(tmp, cfg, state, fl, nf));
+    ST_TRY(st_fsync_dir(tmp));
     /* A checkpoint of the same step (a resumed run saving again) is replaced. */
     remove_dir(final);
-    if (rename(tmp, final) != 0) {
-        s = st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-        goto fail;
-    }
+    if (rename(tmp, final) != 0) return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     ST_TRY(st_fsync_dir(ckdir));
     snprintf(path, sizeof path, "%s/latest", ckdir);
     st_atomic_file af;
@@ -244,8 +211,79 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
         free(steps);
     }
     return ST_OK;
-fail:
-    remove_dir(tmp);
+}
+
+/* Every rank's status: all ST_OK, or an error naming the first rank that
+ * failed (its own message where it is this rank's). */
+static st_status agree(st_comm *c, st_status mine, const char *what) {
+    int64_t v = mine, lo = mine;
+    ST_TRY(st_comm_all_reduce_sync(c, &v, &lo, 1, ST_COMM_I64, ST_COMM_MAX, what));
+    if (mine != ST_OK) return mine;
+    if (lo != ST_OK) return st_fail(ST_ERR_IO, "%s failed on another rank (its error is in its output)", what);
+    return ST_OK;
+}
+
+st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
+                       const st_ckpt_layout *lay, char *saved, size_t size) {
+    const bool sharded = lay && lay->sharded && lay->world > 1;
+    const int rank = lay ? lay->rank : 0, world = sharded ? lay->world : 1;
+    if (rank != 0 && !sharded) return ST_OK;
+    char ckdir[PATH_CAP], tmp[PATH_CAP], path[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->train.out_dir);
+    /* Sharded: every rank writes into the same temporary directory. */
+    if (sharded) snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp", ckdir, (long long)state->step);
+    else snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp.%ld", ckdir, (long long)state->step, (long)getpid());
+    st_status s = ST_OK;
+    if (rank == 0) {
+        s = st_mkdirs(ckdir);
+        if (s == ST_OK) {
+            remove_dir(tmp);
+            if (mkdir(tmp, 0755) != 0) s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
+        }
+    }
+    if (sharded) ST_TRY(agree(lay->comm, s, "checkpoint directory"));
+    ST_TRY(s);
+    st_ckpt_state st = *state;
+    st.optim_sharded = sharded;
+    st.optim_world = world;
+    st.optim_shard = sharded ? lay->shard : 0;
+    st.optim_count = m->params.count;
+    ckpt_file *fl = calloc((size_t)world + 1, sizeof *fl);
+    if (!fl) s = st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+    /* fl[0] is the model; fl[1 + k] rank k's optimizer file. */
+    ckpt_file *mine = fl ? &fl[1 + (sharded ? rank : 0)] : NULL;
+    if (s == ST_OK) {
+        st_ckpt_optim_name(sharded ? rank : 0, mine->name, sizeof mine->name);
+        snprintf(path, sizeof path, "%s/%s", tmp, mine->name);
+        s = sharded ? st_ckpt_optim_save_shard(o, path) : st_ckpt_optim_save_tensors(o, &m->params, path);
+        if (s == ST_OK) s = file_crc(path, &mine->crc, &mine->nbytes);
+    }
+    if (sharded) {
+        s = agree(lay->comm, s, "checkpoint optimizer shards");
+        if (s == ST_OK) { /* every rank's checksum to rank 0 (and the others) */
+            int64_t v[2] = {mine->crc, mine->nbytes};
+            int64_t *all = malloc((size_t)world * 2 * sizeof *all);
+            st_comm_req *req = NULL;
+            s = all ? st_comm_all_gather(lay->comm, v, all, 2, ST_COMM_I64, "checkpoint checksums", &req)
+                    : st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+            if (s == ST_OK) s = st_comm_wait(&req);
+            for (int k = 0; s == ST_OK && k < world; k++) {
+                st_ckpt_optim_name(k, fl[1 + k].name, sizeof fl[1 + k].name);
+                fl[1 + k].crc = (uint32_t)all[2 * k];
+                fl[1 + k].nbytes = all[2 * k + 1];
+            }
+            free(all);
+        }
+    }
+    if (s == ST_OK && rank == 0) s = finish_save(cfg, m, &st, ckdir, tmp, fl, world + 1, saved, size);
+    if (s != ST_OK && rank == 0) remove_dir(tmp);
+    free(fl);
+    /* The others learn whether the checkpoint exists (and its name). */
+    if (sharded) {
+        ST_TRY(agree(lay->comm, s, "checkpoint"));
+        if (saved && rank != 0)
+            snprintf(saved, size, "%s/step-%lld", ckdir, (long long)state->step);
+    }
     return s;
 }
 
@@ -290,6 +328,7 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
     const cJSON *smp = cJSON_GetObjectItemCaseSensitive(root, "sampler");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optim");
     if (!get_int(root, "format_version", &ver)) {
         s = st_fail(ST_ERR_FORMAT, "%s: no format_version (damaged checkpoint)", path);
         goto done;
@@ -307,6 +346,19 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         goto done;
     }
     state->seed = strtoull(seed->valuestring, NULL, 10);
+    state->loss_scale = 0;
+    state->scale_good_steps = state->skipped_steps = 0;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    if (ls) {
+        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(ls, "scale");
+        if (!cJSON_IsNumber(sv) || !(sv->valuedouble > 0) ||
+            !get_int(ls, "good_steps", &state->scale_good_steps) ||
+            !get_int(ls, "skipped_steps", &state->skipped_steps)) {
+            s = st_fail(ST_ERR_FORMAT, "%s: loss_scale malformed (damaged checkpoint)", path);
+            goto done;
+        }
+        state->loss_scale = sv->valuedouble;
+    }
     const cJSON *tr =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "train");
     if (!get_int(tr, "batch_size", &state->batch_size)) {
@@ -314,18 +366,44 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
                     path);
         goto done;
     }
-    for (int i = 0; i < N_FILES; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[i]);
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, ckpt_files[i]);
+    /* The optimizer layout; a checkpoint without one (written before ZeRO) has one file by tensor name. */
+    state->optim_sharded = false;
+    state->optim_world = 1;
+    state->optim_shard = state->optim_count = 0;
+    if (opt) {
+        const cJSON *lay = cJSON_GetObjectItemCaseSensitive(opt, "layout");
+        int64_t w;
+        if (!cJSON_IsString(lay) || !get_int(opt, "world", &w) || w < 1 || w > 1 << 20 ||
+            !get_int(opt, "shard", &state->optim_shard) || !get_int(opt, "count", &state->optim_count)) {
+            s = st_fail(ST_ERR_FORMAT, "%s: optim layout missing or malformed (damaged checkpoint)", path);
+            goto done;
+        }
+        state->optim_sharded = strcmp(lay->valuestring, "shards") == 0;
+        state->optim_world = state->optim_sharded ? (int)w : 1;
+        if (state->optim_sharded && (state->optim_shard < 1 || state->optim_shard * w < state->optim_count)) {
+            s = st_fail(ST_ERR_FORMAT, "%s: %lld shards of %lld do not hold %lld parameters (damaged checkpoint)",
+                        path, (long long)w, (long long)state->optim_shard, (long long)state->optim_count);
+            goto done;
+        }
+    }
+    /* Every file the checkpoint needs: the model and each optimizer file. */
+    for (int i = -1; i < state->optim_world; i++) {
+        char name[64];
+        if (i < 0) snprintf(name, sizeof name, "model.safetensors");
+        else st_ckpt_optim_name(i, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, name);
         const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
         int64_t want_nbytes, nbytes;
         if (!cJSON_IsObject(f) || !cJSON_IsString(crc) || !get_int(f, "nbytes", &want_nbytes)) {
-            s = st_fail(ST_ERR_FORMAT, "%s/state.json: no checksum for %s (damaged checkpoint)", dir,
-                        ckpt_files[i]);
+            s = st_fail(ST_ERR_FORMAT, "%s/state.json: no checksum for %s (damaged checkpoint)", dir, name);
             goto done;
         }
         uint32_t got;
-        if ((s = file_crc(path, &got, &nbytes)) != ST_OK) goto done;
+        if ((s = file_crc(path, &got, &nbytes)) != ST_OK) {
+            st_fail_context(s, "damaged checkpoint: ");
+            goto done;
+        }
         if (nbytes != want_nbytes) {
             s = st_fail(ST_ERR_FORMAT,
                         "%s: %lld bytes, state.json says %lld (truncated or damaged checkpoint)", path,
@@ -406,45 +484,14 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
     return ST_OK;
 }
 
-static st_status load_optim(const char *path, const st_params *p, st_optim *o) {
-    st_safetensors *f = NULL;
-    ST_TRY(st_safetensors_open(path, &f));
-    st_status s = ST_OK;
-    const char *kind = st_safetensors_metadata(f, "optimizer"), *t = st_safetensors_metadata(f, "t");
-    if (!kind || !t) {
-        s = st_fail(ST_ERR_FORMAT, "%s: no optimizer or t in the metadata", path);
-        goto done;
-    }
-    if (strcmp(kind, optim_kind_name(o->kind)) != 0) {
-        s = st_fail(ST_ERR_CONFIG, "%s: holds %s state but optim.type is %s; resume with the same optim.type",
-                    path, kind, optim_kind_name(o->kind));
-        goto done;
-    }
-    char name[ST_NAME_MAX + 4];
-    for (int i = 0; i < p->n && s == ST_OK; i++) {
-        const st_tensor *pt = p->t[i];
-        if (pt->kind != ST_TENSOR_PARAM) continue;
-        snprintf(name, sizeof name, "m.%s", pt->name);
-        s = st_safetensors_read_f32(f, name, o->m + pt->offset, pt->count);
-        if (s == ST_OK && o->v) {
-            snprintf(name, sizeof name, "v.%s", pt->name);
-            s = st_safetensors_read_f32(f, name, o->v + pt->offset, pt->count);
-        }
-    }
-    if (s != ST_OK)
-        st_fail_context(s, "%s: ", path);
-    else
-        o->t = strtoll(t, NULL, 10);
-done:
-    st_safetensors_close(f);
-    return s;
-}
-
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {
     char path[PATH_CAP];
     ST_TRY(st_ckpt_verify(dir, state));
-    snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[0]);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ST_TRY(st_model_load(m, path));
-    snprintf(path, sizeof path, "%s/%s", dir, ckpt_files[1]);
-    return load_optim(path, &m->params, o);
+    return st_ckpt_optim_load(dir, state, &m->params, o);
+}
+
+st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found) {
+    return st_ckpt_find(cfg->train.out_dir, "auto", NULL, dir, size, found);
 }

@@ -4,14 +4,24 @@
  * way back: find the latest good one, check every file's checksum, restore
  * weights, buffers, optimizer state and the position in the run.
  *
- * Internal to src/train. Rank 0 saves; every rank loads. Not here: ZeRO
- * shards (one optim-rank0 file holds the whole state), RNG streams other
- * than the seed (dropout seeds depend on the step only), loss scale. */
+ * Optimizer state: under DDP rank 0 writes optim-rank0.safetensors with the
+ * whole state by tensor name (m.NAME, v.NAME); under ZeRO every rank K writes
+ * optim-rank{K}.safetensors with its shard [lo, hi) of the flat arena as two
+ * flat tensors m and v (metadata lo, hi), and state.json's "optim" records
+ * the layout (world size, shard size, parameter count). Loading takes, for
+ * the range this run's rank updates, the overlapping parts of whichever files
+ * the checkpoint has: so a checkpoint resumes on any number of ranks, DDP or
+ * ZeRO (resharded on load). Every file's CRC32 and size are in state.json; a
+ * missing or damaged one is an error naming it.
+ *
+ * Internal to src/train. Not here: RNG streams other than the seed (dropout
+ * seeds depend on the step only). */
 #ifndef ST_TRAIN_CHECKPOINT_H
 #define ST_TRAIN_CHECKPOINT_H
 
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "data/sampler.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -25,14 +35,31 @@ typedef struct st_ckpt_state {
     st_sampler_pos pos; /* the next micro-batch to read */
     uint64_t seed;      /* train.seed of the run that wrote it */
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
+    /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
+    double loss_scale;
+    int64_t scale_good_steps, skipped_steps;
+    /* the optimizer files (filled by verify) */
+    bool optim_sharded; /* optim-rank0..world-1 hold flat shards; else optim-rank0 by tensor name */
+    int optim_world;
+    int64_t optim_shard, optim_count; /* S and P of the run that wrote it */
 } st_ckpt_state;
+
+/* How this run writes optimizer state. world 1 or sharded false: rank 0 alone
+ * writes (the others' calls return at once); sharded: every rank calls save
+ * (collectives over comm) and writes its own file. */
+typedef struct st_ckpt_layout {
+    st_comm *comm;
+    int rank, world;
+    bool sharded;
+    int64_t shard; /* S (elements), when sharded */
+} st_ckpt_layout;
 
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
  * `latest` at it, and keep only the newest `keep` (0 = keep all). The
  * directory's path goes to saved (size bytes). A failure leaves the previous
  * checkpoints and `latest` as they were. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
-                       char *saved, size_t size);
+                       const st_ckpt_layout *lay, char *saved, size_t size);
 
 /* Check dir's state.json and the checksum and size of every file it lists;
  * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
@@ -45,7 +72,7 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
 st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found);
 
 /* Verify dir, then restore the weights and buffers of m, the state of o
- * (whose kind must match) and *state. */
+ * for its range [o->lo, o->hi) (whose kind must match) and *state. */
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);
 
 #endif

@@ -1,6 +1,7 @@
 /* metrics.jsonl writer (rank 0) and the measured CPU peak behind mfu. Each
  * line is formatted with cJSON, written with one fwrite and flushed, so a
- * reader never sees half a line. Not a reader, and not TensorBoard. */
+ * reader never sees half a line; the same object's numbers become one
+ * TensorBoard event. Not a reader. */
 #include "metrics.h"
 
 #include <errno.h>
@@ -45,7 +46,7 @@ static st_status drop_after(const char *path, int64_t step) {
     return ST_OK;
 }
 
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step) {
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard) {
     char path[4096];
     memset(m, 0, sizeof *m);
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
@@ -55,13 +56,42 @@ st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_ste
     m->f = fopen(path, resume_step > 0 ? "a" : "w");
     if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     m->t0 = st_now();
+    if (tensorboard) {
+        st_status s = st_tb_open(&m->tb, out_dir, resume_step + 1);
+        if (s != ST_OK) {
+            st_metrics_close(m);
+            return s;
+        }
+    }
     return ST_OK;
 }
 
-/* Print o as one line, one write, flushed; takes o. */
-static st_status emit(st_metrics *m, cJSON *o) {
+/* o's numbers but step and time as one TensorBoard event at `step`. */
+static st_status emit_tb(st_metrics *m, const cJSON *o, const char *prefix, int64_t step) {
+    enum { MAX = 32 };
+    char tags[MAX][64];
+    st_tb_scalar v[MAX];
+    int n = 0;
+    for (const cJSON *it = o->child; it && n < MAX; it = it->next) {
+        if (!cJSON_IsNumber(it) || !strcmp(it->string, "step") || !strcmp(it->string, "time")) continue;
+        snprintf(tags[n], sizeof tags[n], "%s/%s", prefix, it->string);
+        v[n].tag = tags[n];
+        v[n].value = it->valuedouble;
+        n++;
+    }
+    return st_tb_write_scalars(&m->tb, step, v, n);
+}
+
+/* Print o as one line, one write, flushed, and as a TensorBoard event under
+ * prefix; takes o. */
+static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step) {
+    st_status tb = o && m->tb.f ? emit_tb(m, o, prefix, step) : ST_OK;
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
+    if (tb != ST_OK) {
+        free(s);
+        return tb;
+    }
     if (!s) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
     size_t n = strlen(s);
     char *line = realloc(s, n + 2);
@@ -97,9 +127,12 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
         cJSON_AddNumberToObject(o, "comm_overlap", s->comm_overlap);
     }
     cJSON_AddNumberToObject(o, "peak_rss_mb", st_metrics_peak_rss_mb());
+    cJSON_AddNumberToObject(o, "optim_state_bytes", (double)s->optim_state_bytes);
+    cJSON_AddNumberToObject(o, "grad_bytes", (double)s->grad_bytes);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
+    if (s->has_loss_scale) cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
-    return emit(m, o);
+    return emit(m, o, "train", s->step);
 }
 
 st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy) {
@@ -111,12 +144,13 @@ st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double
     cJSON_AddNumberToObject(o, "loss", loss);
     if (has_accuracy) cJSON_AddNumberToObject(o, "accuracy", accuracy);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
-    return emit(m, o);
+    return emit(m, o, "eval", step);
 }
 
 void st_metrics_close(st_metrics *m) {
-    if (!m || !m->f) return;
-    fclose(m->f);
+    if (!m) return;
+    st_tb_close(&m->tb);
+    if (m->f) fclose(m->f);
     m->f = NULL;
 }
 

@@ -1,7 +1,8 @@
 /* metrics.jsonl: one JSON object per logged step and per evaluation, written
  * by rank 0 into train.out_dir, one write per line and flushed, so `tail -f`
- * follows a run. Also the measured peak of the device that mfu divides by.
- * Not the progress bar (session.h) and not TensorBoard. */
+ * follows a run. The same numbers go to a TensorBoard event file when asked
+ * (tensorboard.h: tags "train/<field>" and "eval/<field>"). Also the measured
+ * peak of the device that mfu divides by. Not the progress bar (session.h). */
 #ifndef ST_TRAIN_METRICS_H
 #define ST_TRAIN_METRICS_H
 
@@ -10,10 +11,12 @@
 #include <stdio.h>
 
 #include "scaletrain/status.h"
+#include "tensorboard.h"
 
 typedef struct st_metrics {
     FILE *f;   /* NULL: not writing (other ranks, or no out_dir) */
     double t0; /* st_now() when opened; "time" counts from here */
+    st_tb tb;  /* tb.f NULL: no TensorBoard file */
 } st_metrics;
 
 /* One logged step; the *_ms, rates and fractions are over the window of steps
@@ -24,19 +27,25 @@ typedef struct st_metrics_step {
     double samples_per_s, tokens_per_s; /* tokens_per_s only when lm */
     double step_ms, mfu, data_wait_ms, data_wait_fraction;
     double comm_ms, comm_overlap;
-    bool lm, has_comm;
+    double loss_scale; /* fp16 only (has_loss_scale) */
+    bool lm, has_comm, has_loss_scale;
+    int64_t optim_state_bytes, grad_bytes; /* rank 0's, measured (docs/distributed.md) */
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):
  * truncated for a new run (resume_step 0); for a run resumed at resume_step,
  * kept up to that step (later lines, from a run that died after its last
- * checkpoint, are dropped) and appended to. */
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step);
+ * checkpoint, are dropped) and appended to. With tensorboard, also start a new
+ * event file whose SessionLog START at resume_step + 1 makes TensorBoard drop
+ * older files' events from that step on (the same lines dropped here). */
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard);
 
-/* Append one step line. */
+/* Append one step line; to TensorBoard every number but step and time, as
+ * "train/<field>". */
 st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s);
 
-/* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy}. */
+/* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy};
+ * to TensorBoard "eval/loss" and "eval/accuracy". */
 st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy);
 
 /* Close; accepts a zeroed or already closed st_metrics. */

@@ -11,6 +11,7 @@
 
 #include "core/blas.h"
 #include "data/loader.h"
+#include "hw/planner.h"
 #include "layers/layers.h"
 
 double st_now(void) {
@@ -39,6 +40,18 @@ static void setup_threads(st_session *s) {
     openblas_set_num_threads(s->threads);
 }
 
+/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
+static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
+                             st_dataset *out) {
+    if (strcmp(c->data.type, "npy") != 0) return st_dataset_open_images(inputs, labels, out);
+    /* model.num_classes auto (-1): the labels' own range */
+    st_status s = st_dataset_open_npy(inputs, labels, c->model.num_classes, out);
+    if (s != ST_OK)
+        st_fail_context(s, "data.type npy (%s and %s_labels, a pair of .npy files written by numpy.save): ", key,
+                        key);
+    return s;
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0;
@@ -55,11 +68,11 @@ static st_status open_data(st_session *s, bool eval_only) {
     }
     /* Images are normalised with the training set's statistics, so evaluation
      * reads the training set's stats too (cheap next to a run). */
-    ST_TRY(st_dataset_open_images(c->data.train, c->data.train_labels, &s->train));
+    ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
     if (c->data.val[0]) {
-        ST_TRY(st_dataset_open_images(c->data.val, c->data.val_labels, &s->val));
+        ST_TRY(open_images(c, c->data.val, c->data.val_labels, "data.val", &s->val));
         s->has_val = true;
         s->val.mean = s->train.mean;
         s->val.std = s->train.std;
@@ -70,6 +83,58 @@ static st_status open_data(st_session *s, bool eval_only) {
                            (long long)s->train.c);
     }
     return ST_OK;
+}
+
+/* The planner's choices for the values left `auto` (micro-batch, precision,
+ * strategy) on this machine: this build trains on the CPU, whose memory
+ * available is shared by the node's ranks. An explicit value that the memory
+ * model predicts will not fit is kept, with a warning from rank 0. */
+static st_status autoconfigure(st_session *s, const st_model_input *mi) {
+    st_config *c = s->cfg;
+    st_plan_input pi = {0};
+    pi.cfg = c;
+    pi.seq_len = mi->seq_len;
+    const st_dataset *d = s->has_train ? &s->train : &s->val;
+    pi.sample_in_bytes = 4 * st_dataset_input_count(d);
+    pi.sample_out_bytes = 4 * st_dataset_target_count(d);
+    pi.has_eval = s->has_val;
+    pi.cores_per_rank = s->threads;
+    /* the data is already loaded, so MemAvailable no longer counts it */
+    st_hw_info h;
+    ST_TRY(st_hw_probe_host(&h));
+    st_hw_config hw = {.per_node = st_comm_local_size(s->comm), .nodes = 1};
+    snprintf(hw.label, sizeof hw.label, "this machine");
+    st_device_local(&h, 0, &hw.dev);
+    if (hw.per_node < 1) hw.per_node = 1;
+    hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
+    ST_TRY(st_model_create_layout(c, mi, &pi.model));
+    st_plan *p = malloc(sizeof *p);
+    st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
+    st_model_free(pi.model);
+    if (st != ST_OK) {
+        free(p);
+        return st;
+    }
+    /* Ranks read the memory available at slightly different moments: they
+     * agree on the smallest micro-batch (a divisor of the per-rank batch
+     * whenever each one is) and the most sharded strategy. */
+    const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
+    if (p->ok && s->world > 1 && (auto_micro || auto_strategy)) {
+        const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
+        int64_t v[2] = {p->micro, -zero};
+        st = st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        if (st == ST_OK && v[0] != p->micro) {
+            p->micro = v[0];
+            p->accum = c->train.batch_size / (s->world * v[0]);
+            snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
+        }
+        if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+    }
+    if (st == ST_OK && p->ok) st_plan_apply(p, c);
+    if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
+        fprintf(stderr, "scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
+    free(p);
+    return st;
 }
 
 static st_status plan(st_session *s, st_model_input *in) {
@@ -109,19 +174,26 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->channels = d->c;
         in->num_classes = c->model.num_classes;
     }
-    if (c->train.micro_batch_size == ST_AUTO) {
-        if (c->train.batch_size % s->world != 0)
-            return st_fail(ST_ERR_CONFIG,
-                           "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
-                           (long long)c->train.batch_size, s->world, s->world);
-        c->train.micro_batch_size = c->train.batch_size / s->world;
-        st_config_mark_auto(c, "train.micro_batch_size",
-                            s->world > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
-    }
+    if (c->train.batch_size % s->world != 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
+                       (long long)c->train.batch_size, s->world, s->world);
+    ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
                        (long long)c->train.batch_size, (long long)c->train.micro_batch_size, s->world);
+    /* (once: a second session over the same cfg finds lr already scaled) */
+    if (strcmp(c->optim.lr_scaling, "none") != 0 && st_config_source(c, "optim.lr") != ST_SRC_AUTO) {
+        /* Goyal et al. 2017 (linear) or Krizhevsky 2014 (sqrt): the rate
+         * grows with the global batch when each rank keeps its micro-batch. */
+        const bool lin = strcmp(c->optim.lr_scaling, "linear") == 0;
+        const double base = c->optim.lr, f = lin ? (double)s->world : sqrt((double)s->world);
+        c->optim.lr = base * f;
+        snprintf(why, sizeof why, lin ? "lr %g x %d rank%s (linear)" : "lr %g x sqrt(%d rank%s)", base, s->world,
+                 s->world == 1 ? "" : "s");
+        st_config_mark_auto(c, "optim.lr", why);
+    }
     if (c->train.eval_batch_size == ST_AUTO) {
         c->train.eval_batch_size = c->train.micro_batch_size;
         st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");
@@ -143,12 +215,22 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->data.num_workers = st_loader_auto_workers(s->threads);
         st_config_mark_auto(c, "data.num_workers", "from the cores this rank has");
     }
+    if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
+        snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "off");
+        st_config_mark_auto(c, "train.activation_checkpointing",
+                            "off: recomputing costs a forward pass and nothing here asks for the memory");
+    }
+    if (strcmp(c->dist.strategy, "auto") == 0) { /* when the planner could not choose */
+        snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
+        st_config_mark_auto(c, "dist.strategy",
+                            "ddp on the CPU: a rank holds the whole state; zero1/zero2 shard it");
+    }
     if (strcmp(c->precision, "auto") == 0) {
+        /* The CPU backend computes in fp32 either way: bf16 and fp16 only add
+         * the GPU's rounding (to test its numerics), which costs time and
+         * accuracy and saves no memory here (docs/precision.md). */
         snprintf(c->precision, sizeof c->precision, "fp32");
-        st_config_mark_auto(c, "precision", "fp32 on the CPU");
-    } else if (strcmp(c->precision, "fp32") != 0) {
-        return st_fail(ST_ERR_UNSUPPORTED, "precision %s is not available in this build yet; use fp32 or auto",
-                       c->precision);
+        st_config_mark_auto(c, "precision", "fp32 on the CPU: bf16/fp16 here only emulate a GPU's rounding");
     }
     return ST_OK;
 }
@@ -220,39 +302,4 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     *accuracy = valid ? (double)correct / (double)valid : 0.0;
     *has_accuracy = d->kind == ST_DATA_IMAGES;
     return ST_OK;
-}
-
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total) {
-    p->out = out;
-    p->total = total;
-    p->t0 = st_now();
-    p->silent = strcmp(mode, "silent") == 0;
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
-}
-
-void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
-                      const char *unit, bool force_line) {
-    if (p->silent) return;
-    double el = st_now() - p->t0;
-    double eta = step > 0 ? el / (double)step * (double)(p->total - step) : 0;
-    int em = (int)(eta / 60), es = (int)eta % 60;
-    if (p->bar) {
-        const int width = 24;
-        int fill = p->total ? (int)((double)width * (double)step / (double)p->total) : width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(p->out, "\r[%s] %lld/%lld loss %.4f lr %.2e %.0f %s eta %d:%02d  ", bar, (long long)step,
-                (long long)p->total, loss, lr, rate, unit, em, es);
-        fflush(p->out);
-        return;
-    }
-    if (!force_line) return;
-    fprintf(p->out, "step %lld/%lld | loss %.4f | lr %.2e | %.0f %s | eta %d:%02d\n", (long long)step,
-            (long long)p->total, loss, lr, rate, unit, em, es);
-    fflush(p->out);
-}
-
-void st_progress_end(st_progress *p) {
-    if (p->bar) fputc('\n', p->out);
 }

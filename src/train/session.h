@@ -8,6 +8,7 @@
 #include "comm/comm.h"
 #include "data/dataset.h"
 #include "model/model.h"
+#include "progress.h"
 #include "scaletrain/train.h"
 
 typedef struct st_session {
@@ -21,6 +22,7 @@ typedef struct st_session {
     st_comm *comm; /* one per process; local (world 1) without a launcher */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
+    bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
 } st_session;
 
 /* Start the communicator (rank and world), open data (train unless
@@ -30,19 +32,6 @@ void st_session_close(st_session *s);
 
 /* Evaluate on the validation set (or its first cfg->train.eval_steps batches). */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
-
-/* Progress output on rank 0: mode "on" (a bar), "off" (plain lines every
- * log.every steps), "auto" (a bar on a terminal) or "silent". */
-typedef struct st_progress {
-    FILE *out;
-    bool bar, silent;
-    int64_t total;
-    double t0;
-} st_progress;
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t total);
-void st_progress_step(st_progress *p, int64_t step, double loss, double lr, double rate,
-                      const char *unit, bool force_line);
-void st_progress_end(st_progress *p);
 
 double st_now(void);
 

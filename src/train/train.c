@@ -10,15 +10,18 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoint.h"
+#include "core/half.h"
 #include "core/atomic_file.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "ddp.h"
+#include "dist/dist.h"
 #include "layers/layers.h"
 #include "metrics.h"
 #include "optim/optim.h"
+#include "optim/scaler.h"
 #include "session.h"
+#include "trace.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -39,6 +42,18 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
         cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
         cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
+        cJSON_AddNumberToObject(o, "activation_mib", r->activation_mib);
+        if (r->has_loss_scale) {
+            cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
+            cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
+        }
+        cJSON_AddStringToObject(o, "strategy", r->strategy);
+        cJSON_AddBoolToObject(o, "deterministic", r->deterministic);
+        cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
+        cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
+        cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
+        cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
+        cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -81,6 +96,45 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     return ST_OK;
 }
 
+/* Every rank, after the last traced step: gather the events; rank 0 writes trace.json. */
+static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog) {
+    const bool mine = ses->rank == 0 && opts->save;
+    ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
+    if (mine && !opts->quiet) {
+        st_progress_end(prog);
+        fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)tr->first,
+                (long long)tr->last, ses->cfg->train.out_dir);
+        fflush(ses->out);
+    }
+    return ST_OK;
+}
+
+/* The memory this rank holds for optimizer state and gradients, measured and
+ * as the formulas predict (dist.h); rank 0 prints it at the start. */
+static void report_memory(st_session *ses, const st_run_opts *opts, const st_dist *dd, const st_optim *o,
+                          st_run_result *r) {
+    const int64_t k = o->v ? 2 : 1, S = dd->sh.shard;
+    snprintf(r->strategy, sizeof r->strategy, "%s", st_dist_mode_name(dd->mode));
+    r->deterministic = dd->deterministic;
+    r->optim_state_bytes = st_optim_state_nbytes(o);
+    r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
+    r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
+    if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
+    const double mib = 1.0 / (1 << 20);
+    fprintf(ses->out,
+            "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB "
+            "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
+            r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
+            (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib, (long long)k,
+            dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
+            (double)st_dist_grad_nbytes(dd) * mib,
+            dd->deterministic ? "4 B x (N*S grads + S folded + N*S received)"
+            : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
+                                        : "4 B x N*S",
+            (double)r->grad_bytes_predicted * mib);
+    fflush(ses->out);
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -93,8 +147,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_optim opt = {0};
     st_sampler *smp = NULL;
     st_loader *ld = NULL;
-    st_ddp ddp = {0};
+    st_dist dd = {0};
+    const st_ddp *ddp = &dd.ddp;
+    st_trace tr = {0}, *trace = NULL;
+    st_scaler sc;
     const bool dist = ses->world > 1;
+    st_scaler_init(&sc, strcmp(c->precision, "fp16") == 0, c->optim.loss_scale, c->optim.loss_scale_window);
     double *step_times = malloc((size_t)steps * sizeof *step_times);
     st_status s;
     if (!step_times) {
@@ -102,9 +160,22 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         goto fail;
     }
     ST_GOTO(st_model_graph_build(m, mb, &mg));
-    ST_GOTO(st_optim_init(&opt, c, &m->params));
+    r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
+    if (!opts->quiet && ses->rank == 0)
+        fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
+                r->activation_mib, (long long)mb, c->train.activation_checkpointing);
+    /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
+    ST_GOTO(st_dist_init(&dd, ses->comm, c, &m->params, &mg.g, accum));
+    int64_t opt_lo, opt_hi;
+    st_dist_range(&dd, &opt_lo, &opt_hi);
+    ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
+    report_memory(ses, opts, &dd, &opt, r);
+    const st_ckpt_layout lay = {ses->comm, ses->rank, ses->world, dd.mode != ST_DIST_DDP && ses->world > 1,
+                                dd.sh.shard};
     mg.g.training = true;
-    st_ckpt_state ck = {0, {0, 0, 0}, seed, c->train.batch_size};
+    st_ckpt_state ck = {0};
+    ck.seed = seed;
+    ck.batch_size = c->train.batch_size;
     if (opts->resume) {
         char dir[4096];
         bool found;
@@ -123,6 +194,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 fprintf(log, "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                              "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
+                sc.scale = (float)ck.loss_scale;
+                sc.good_steps = ck.scale_good_steps;
+                sc.skipped = ck.skipped_steps;
+            }
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
@@ -135,7 +211,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_fail_context(s, "train.out_dir: ");
             goto fail;
         }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
     }
     if (dist) {
         st_comm_set_step(ses->comm, 0);
@@ -144,9 +220,25 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
         }
-        ST_GOTO(st_ddp_init(&ddp, ses->comm, &m->params, &mg.g, c->dist.bucket_cap_mb));
+        if (strcmp(c->dist.grad_dtype, "fp32") != 0 && (dd.mode != ST_DIST_DDP || dd.deterministic)) {
+            ses->agreed_error = true; /* every rank has the same config */
+            s = st_fail(ST_ERR_CONFIG,
+                        "dist.grad_dtype %s works with dist.strategy ddp without dist.deterministic (ZeRO's "
+                        "reductions and the deterministic fold travel in fp32); set dist.grad_dtype: fp32",
+                        c->dist.grad_dtype);
+            goto fail;
+        }
+        ST_GOTO(st_ddp_set_grad_dtype(&dd.ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
-        r->grad_buckets = ddp.n_buckets;
+        r->grad_buckets = ddp->n_buckets;
+    }
+    if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
+        if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
+        ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));
+        trace = &tr;
+        mg.g.node_hook = st_trace_node;
+        mg.g.node_hook_ctx = trace;
+        dd.ddp.trace = trace;
     }
 
     st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
@@ -159,15 +251,22 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     so.shuffle = c->data.shuffle;
     so.drop_last = c->data.drop_last;
     so.name = c->data.train;
+    so.interleave = c->dist.deterministic; /* the fold order (dist.h) */
     ST_GOTO(st_sampler_init(&so, &smp));
     if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
-    ST_GOTO(st_loader_init(&ses->train, smp, &lo, &ld));
+    lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
+    lo.flip = c->data.augment_flip;
+    lo.aug_seed = seed;
+    if ((s = st_loader_init(&ses->train, smp, &lo, &ld)) != ST_OK) {
+        if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
+        goto fail;
+    }
     double wait_total = 0;
     st_progress prog;
-    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, steps);
+    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -178,27 +277,35 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     bool stopped = false;
     r->steps = start;
     for (int64_t step = start; step < steps; step++) {
-        double t0 = st_now();
+        double t0 = st_now(), tt;
+        st_trace_step(trace, step + 1);
         if (dist) st_comm_set_step(ses->comm, step + 1);
-        memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
+        ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
             st_batch *b;
+            tt = st_now();
             ST_GOTO(st_loader_next(ld, &b));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "data", "data wait", tt, st_now());
             wait_total += b->wait_s;
             memcpy(lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x, b->x_nbytes);
             memcpy(mg.y->idata, b->y, b->y_nbytes);
             st_loader_release(ld, b);
             /* The global micro-batch index: rank r's k-th micro-batch is the
-             * (r * accum + k)-th of the step, as for 1 rank accumulating. */
-            const uint64_t j = (uint64_t)((step * ses->world + ses->rank) * accum + k);
+             * (r * accum + k)-th of the step, as for 1 rank accumulating
+             * (k * world + r in deterministic mode: dist.h). */
+            const uint64_t j = (uint64_t)(step * ses->world * accum + st_dist_micro_index(&dd, k));
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
+            tt = st_now();
             ST_GOTO(st_graph_forward(&mg.g));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "forward", tt, st_now());
             step_loss += mg.loss->data[0] / (double)accum;
-            /* Gradients are all-reduced only after the last micro-step. */
-            if (dist && k == accum - 1) st_ddp_arm(&ddp, &mg.g);
-            ST_GOTO(st_graph_backward(&mg.g, 1.0f / (float)accum));
-            if (dist && k == accum - 1) ST_GOTO(st_ddp_finish(&ddp, &mg.g));
+            ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
+            tt = st_now();
+            /* fp16: the loss gradient times the loss scale (1 otherwise). */
+            ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
+            ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
         }
         if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
             float l = (float)step_loss;
@@ -212,12 +319,21 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
-        /* The norm before clipping: needed when clipping, else only for a logged line. */
-        if (c->optim.grad_clip > 0 || (line && met->f)) grad_norm = st_grad_norm(&m->params);
-        if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-            st_grad_scale(&m->params, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+        tt = st_now();
+        bool skip; /* fp16: an overflow on any rank skips the step on every rank */
+        ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
-        st_optim_step(&opt, &m->params, lr);
+        if (!skip) {
+            /* The norm before clipping: needed when clipping, else only for a
+             * logged line (on every rank: under ZeRO it is a collective). */
+            if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
+            if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
+                st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+            st_optim_step(&opt, &m->params, lr);
+        }
+        ST_GOTO(st_dist_step_end(&dd));
+        st_params_touch(&m->params); /* ZeRO's all-gather wrote the weights too */
+        st_trace_add(trace, ST_TRACE_TID_STEP, "optim", "optimizer", tt, st_now());
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
         if (step == start) r->first_loss = step_loss;
@@ -243,16 +359,21 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
             ms.data_wait_ms = 1e3 * wait / (double)window_n;
             ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+            ms.skipped_steps = sc.skipped;
+            ms.has_loss_scale = sc.enabled;
+            ms.loss_scale = sc.scale;
+            ms.optim_state_bytes = r->optim_state_bytes;
+            ms.grad_bytes = st_dist_grad_nbytes(&dd);
             if (dist) {
-                const int64_t syncs = ddp.syncs - win_syncs;
-                const double span = ddp.span_s - win_span;
+                const int64_t syncs = ddp->syncs - win_syncs;
+                const double span = ddp->span_s - win_span;
                 ms.has_comm = true;
-                ms.comm_ms = syncs > 0 ? 1e3 * (ddp.wait_s - win_comm) / (double)syncs : 0;
-                ms.comm_overlap = span > 0 ? (ddp.hidden_s - win_hidden) / span : 0;
-                win_syncs = ddp.syncs;
-                win_comm = ddp.wait_s;
-                win_hidden = ddp.hidden_s;
-                win_span = ddp.span_s;
+                ms.comm_ms = syncs > 0 ? 1e3 * (ddp->wait_s - win_comm) / (double)syncs : 0;
+                ms.comm_overlap = span > 0 ? (ddp->hidden_s - win_hidden) / span : 0;
+                win_syncs = ddp->syncs;
+                win_comm = ddp->wait_s;
+                win_hidden = ddp->hidden_s;
+                win_span = ddp->span_s;
             }
             ST_GOTO(st_metrics_step_write(met, &ms));
             win_t = t_train;
@@ -268,22 +389,40 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
             step + 1 < steps) {
             st_progress_end(&prog);
+            tt = st_now();
             ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "eval", "eval", tt, st_now());
         }
         /* A stop asked of any rank stops every rank after the same step. */
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
         if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
         stopped = stop > 0 && step + 1 < steps;
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
-        if (ses->rank == 0 && opts->save && (stopped || every || step + 1 == steps)) {
+        /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone. */
+        if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
             ck.pos = st_loader_position(ld);
-            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, r->checkpoint, sizeof r->checkpoint));
+            tt = st_now();
+            ck.loss_scale = sc.enabled ? sc.scale : 0;
+            ck.scale_good_steps = sc.good_steps;
+            ck.skipped_steps = sc.skipped;
+            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
+            st_trace_add(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint", tt, st_now());
             if (!opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                 fflush(ses->out);
             }
         }
+        if (trace) {
+            char name[48];
+            snprintf(name, sizeof name, "step %lld", (long long)step + 1);
+            st_trace_add(trace, ST_TRACE_TID_STEP, "step", name, t0, st_now());
+            if (!tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
+                ST_GOTO(write_trace(ses, opts, &tr, &prog));
+        }
+        /* Under mpirun, the first rank to exit non-zero gets the others
+         * killed: no rank leaves before rank 0's checkpoint is on disk. */
+        if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));
         if (stopped) break;
     }
     st_progress_end(&prog);
@@ -296,11 +435,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     qsort(step_times, (size_t)ran, sizeof *step_times, cmp_double);
     r->step_ms_median = ran ? 1e3 * step_times[ran / 2] : 0;
     r->data_wait_s = wait_total;
+    r->has_loss_scale = sc.enabled;
+    r->loss_scale = sc.scale;
+    r->skipped_steps = sc.skipped;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
-    if (dist && ddp.syncs) {
-        r->comm_ms = 1e3 * ddp.wait_s / (double)ddp.syncs;
-        r->comm_overlap = ddp.span_s > 0 ? ddp.hidden_s / ddp.span_s : 0;
-        r->first_bucket_lead_ms = 1e3 * ddp.hidden_s / (double)ddp.syncs;
+    r->grad_bytes = st_dist_grad_nbytes(&dd);
+    r->grad_peak_bytes = dd.grad_peak_nbytes > r->grad_bytes ? dd.grad_peak_nbytes : r->grad_bytes;
+    if (dist && ddp->syncs) {
+        r->comm_ms = 1e3 * ddp->wait_s / (double)ddp->syncs;
+        r->comm_overlap = ddp->span_s > 0 ? ddp->hidden_s / ddp->span_s : 0;
+        r->first_bucket_lead_ms = 1e3 * ddp->hidden_s / (double)ddp->syncs;
     }
     s = ST_OK;
     if (stopped) {
@@ -310,7 +454,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
-    st_ddp_free(&ddp);
+    mg.g.node_hook = NULL;
+    st_trace_free(&tr);
+    st_dist_free(&dd);
     st_loader_free(ld); /* the loader before its sampler */
     st_sampler_free(smp);
     free(step_times);
@@ -327,6 +473,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    ses.save = opts->save;
     if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
         mine = *opts;
         mine.quiet = true;

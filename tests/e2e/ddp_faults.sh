@@ -95,8 +95,11 @@ finish() {
     grep -E "scaletrain:|mpirun noticed|MPI_ABORT was invoked|timed out" <<<"$out" | sed 's/^/    /'
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then fail "$name: exit $rc (0 = not stopped, 124 = hung)"; fi
     [ "$dt" -le $((T + 10)) ] || fail "$name: took ${dt}s after the fault"
-    local p
+    local p i
     for p in $r0 $r1; do
+        # mpirun may return while a killed rank is still being torn down:
+        # wait (bounded) for the process to go, then judge.
+        for i in $(seq 1 50); do alive "$p" || break; sleep 0.1; done
         if alive "$p"; then
             fail "$name: rank pid $p is still there"
             kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
@@ -129,6 +132,10 @@ if start stop; then
         "rank 1 \(pid $r1"; do
         grep -qE -- "$re" <<<"$out" || fail "stop: no /$re/ in: $out"
     done
+    # The stopped rank, resumed for its end, must not blame the others: its
+    # watchdog does not count its own stop.
+    ! grep -qE "rank 1 of [0-9]+ \(host [^)]*\): collective timed out" <<<"$out" ||
+        fail "stop: the stopped rank 1 reported a timeout of its own: $out"
 fi
 
 # (c) ranks that disagree on the batch size, then on the training set.

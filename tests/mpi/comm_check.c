@@ -2,7 +2,8 @@
  * mpirun. Every result is compared with values each rank computes on its own
  * (rank r contributes r * 1000 + i at index i).
  *
- *   comm_check ops      every collective, sums, averages, uneven counts padded
+ *   comm_check ops      every collective (reduce to each root and all-to-all too), sums,
+ *                       averages, uneven counts padded
  *                       per comm.h, in place, non-zero roots, async order, progress
  *   comm_check kill     --rank R --step S: rank R SIGKILLs itself mid-step
  *   comm_check stop     --rank R --step S: rank R SIGSTOPs itself before the step's collectives
@@ -130,6 +131,43 @@ static void test_all_gather(st_comm *c, size_t n, bool in_place) {
     free(mine);
 }
 
+/* Reduce to every root in turn (in place at the root), then all-to-all:
+ * rank j's block r must arrive as block j on rank r. */
+static void test_reduce_all_to_all(st_comm *c, size_t n) {
+    float *x = malloc((n + 1) * N * sizeof *x), *y = malloc((n + 1) * N * sizeof *y);
+    for (int root = 0; root < N; root++) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = val(R, i);
+        x[n] = -7.0f;
+        st_comm_req *req = NULL;
+        CHECK_OK(st_comm_reduce(c, x, R == root ? x : NULL, n, ST_COMM_F32, ST_COMM_SUM, root, "reduce", &req));
+        CHECK_OK(st_comm_wait(&req));
+        for (size_t i = 0; R == root && i < n; i++)
+            if (!(x[i] == (float)val_sum(i))) {
+                CHECK(0, "n %zu root %d: reduce[%zu] = %.9g, want %.9g", n, root, i, x[i], val_sum(i));
+                break;
+            }
+        CHECK(x[n] == -7.0f, "n %zu: reduce wrote past the end", n);
+    }
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < n; i++)
+            x[(size_t)r * n + i] = (float)(R * 100 + r) + (float)i * 1e-3f;
+    y[(size_t)N * n] = -7.0f;
+    st_comm_req *req = NULL;
+    CHECK_OK(st_comm_all_to_all(c, x, y, n, ST_COMM_F32, "all-to-all", &req));
+    CHECK_OK(st_comm_wait(&req));
+    for (int j = 0; j < N; j++)
+        for (size_t i = 0; i < n; i++)
+            if (!(y[(size_t)j * n + i] == (float)(j * 100 + R) + (float)i * 1e-3f)) {
+                CHECK(0, "n %zu: all-to-all block %d [%zu] = %.9g", n, j, i, y[(size_t)j * n + i]);
+                j = N;
+                break;
+            }
+    CHECK(y[(size_t)N * n] == -7.0f, "n %zu: all-to-all wrote past the end", n);
+    free(x);
+    free(y);
+}
+
 static void test_broadcast(st_comm *c) {
     int root = N - 1;
     float x[1000];
@@ -231,6 +269,7 @@ static int run_ops(st_comm *c) {
         test_reduce_scatter(c, counts[t], true);
         test_all_gather(c, counts[t], false);
         test_all_gather(c, counts[t], true);
+        test_reduce_all_to_all(c, counts[t]);
     }
     test_broadcast(c);
     test_async(c);

@@ -49,7 +49,15 @@ TOLERANCES = {
     # ~5e-5 typical, 2e-4 seen. Looser than the rest because Adam divides by
     # the gradient's RMS, which amplifies rounding in small gradients.
     "weights": 1e-2,
+    # bf16 / fp16 outputs (docs/precision.md): the reference rounds inputs and
+    # weights to 16 bits, multiplies in float64 and rounds the result to 16
+    # bits; ours sums in fp32, so a value next to a rounding boundary may land
+    # one 16-bit ulp away: at most 2^-7 (bf16) or 2^-10 (fp16) of the largest
+    # value, and at least LOWP_EXACT of the elements must match bit for bit.
+    "out_bf16": 2.0 ** -7,
+    "out_fp16": 2.0 ** -10,
 }
+LOWP_EXACT = 0.95
 
 
 # --- safetensors ------------------------------------------------------------
@@ -126,6 +134,12 @@ def compare(ours, ref, verbose):
         prev = worst.get(cls, 0.0)
         worst[cls] = err if not math.isnan(prev) and (math.isnan(err) or err > prev) else prev
         tol = TOLERANCES[cls]
+        if cls.startswith("out_") and r.size:
+            exact = float(np.mean(o == r))
+            if not (exact >= LOWP_EXACT):
+                ok = False
+                msgs.append(f"  {name} ({cls}): only {100 * exact:.1f}% of the values equal the 16-bit "
+                            f"reference (want {100 * LOWP_EXACT:.0f}%)")
         if not (err <= tol):
             ok = False
             bad = ~np.isfinite(o)
@@ -194,6 +208,27 @@ def case_linear(gen, shape, N, in_out=False, bias=True, tied=False):
         y = t["x"] @ t["lin.weight"] if in_out else F.linear(t["x"], t["lin.weight"])
         return y + t["lin.bias"] if bias else y
     return layer(gen, inputs, fn, ["x"], params, args=[N, int(in_out), int(bias), 0])
+
+
+def case_linear_lowp(gen, shape, N, dtype):
+    """A bf16/fp16 linear as the GPU runs it without autocast: x, weight and
+    bias rounded to 16 bits, an fp32-accumulated product (float64 here), the
+    output rounded to 16 bits. dy is given in 16 bits (as the GPU stores it);
+    the gradients are fp32 (parameter gradients accumulate in fp32)."""
+    K = shape[-1]
+    x = rand(gen, *shape)
+    inputs = {"x": x, "lin.weight": rand(gen, N, K, scale=0.5), "lin.bias": rand(gen, N, scale=0.5)}
+    r16 = {n: v.to(dtype).double() for n, v in inputs.items()}
+    dy = rand(gen, *shape[:-1], N).to(dtype).float()
+    t = {n: v.clone().requires_grad_(True) for n, v in r16.items()}
+    y = F.linear(t["x"], t["lin.weight"], t["lin.bias"])
+    y.backward(dy.double())
+    y16 = y.detach().float().to(dtype).float()
+    file = dict(inputs, dy=dy, args=torch.tensor([N, 0, 1, 0], dtype=torch.int32))
+    cls = "out_bf16" if dtype == torch.bfloat16 else "out_fp16"
+    ref = {"out": (cls, y16), "grad.x": ("dinput", t["x"].grad),
+           "grad.lin.weight": ("dparam", t["lin.weight"].grad), "grad.lin.bias": ("dparam", t["lin.bias"].grad)}
+    return file, ref
 
 
 def case_embedding(gen, B, T, vocab, dim):
@@ -399,6 +434,8 @@ CASES = [
     ("linear/conv1d", "linear", lambda g: case_linear(g, (2, 4, 8), 12, in_out=True)),
     ("linear/conv1d-nobias", "linear", lambda g: case_linear(g, (3, 6), 5, in_out=True, bias=False)),
     ("linear/tied", "linear", lambda g: case_linear(g, (2, 3, 6), 11, tied=True)),
+    ("linear/bf16", "linear_bf16", lambda g: case_linear_lowp(g, (4, 8, 64), 48, torch.bfloat16)),
+    ("linear/fp16", "linear_fp16", lambda g: case_linear_lowp(g, (4, 8, 64), 48, torch.float16)),
     ("embedding", "embedding", lambda g: case_embedding(g, 3, 5, 7, 4)),
     ("embedding/wide", "embedding", lambda g: case_embedding(g, 2, 9, 50, 13)),
     ("pos_embedding", "pos_embedding", lambda g: case_pos_embedding(g, 2, 5, 6, 8)),

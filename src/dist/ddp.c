@@ -6,14 +6,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/half.h"
 #include "core/rng.h"
-#include "session.h"
+#include "zero.h"
 
-st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb) {
+double st_dist_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
+                      st_comm_redop op, bool release) {
     memset(d, 0, sizeof *d);
     d->comm = comm;
     d->p = p;
+    d->shard = shard;
+    d->op = shard ? op : ST_COMM_AVG;
+    d->release = shard && release;
     int *first_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *first_use);
     d->b = calloc((size_t)(p->n ? p->n : 1), sizeof *d->b);
     if (!first_use || !d->b) {
@@ -52,20 +64,83 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
         if (first_use[i] < cur->ready_at) cur->ready_at = first_use[i];
     }
     free(first_use);
+    for (int i = 0; i < d->n_buckets; i++) {
+        st_ddp_bucket *b = &d->b[i];
+        b->n_req = 1;
+        if (shard) {
+            b->first_owner = (int)(b->offset / shard);
+            b->n_req = (int)((b->offset + b->count - 1) / shard) - b->first_owner + 1;
+        }
+        b->req = calloc((size_t)b->n_req, sizeof *b->req);
+        if (!b->req) {
+            st_ddp_free(d);
+            return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
+        }
+    }
     return ST_OK;
 }
 
 void st_ddp_free(st_ddp *d) {
     if (!d) return;
+    for (int i = 0; d->b && i < d->n_buckets; i++)
+        free(d->b[i].req);
     free(d->b);
+    free(d->half);
     memset(d, 0, sizeof *d);
 }
 
+st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
+    d->grad_dtype = dt;
+    if (dt == ST_PREC_FP32 || d->half) return ST_OK;
+    d->half = malloc((size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half);
+    if (!d->half)
+        return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
+    return ST_OK;
+}
+
+/* 16-bit buckets: the average's division first, in fp32 (a smaller range
+ * for fp16 to hold), one rounding to 16 bits, a 16-bit sum over the ranks. */
+static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
+    float *g = d->p->grad + b->offset; /* (count) */
+    uint16_t *h = d->half + b->offset; /* (count) */
+    const float n = (float)st_comm_size(d->comm);
+    for (int64_t i = 0; i < b->count; i++)
+        g[i] /= n;
+    st_to_half(d->grad_dtype, h, g, b->count);
+    return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
+                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM,
+                              b->name, &b->req[0]);
+}
+
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
-    if (d->t_first_start == 0) d->t_first_start = st_now();
+    b->t_start = st_dist_now();
+    if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
-    float *g = d->p->grad + b->offset;
-    return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name, &b->req);
+    b->released = false;
+    float *g = d->p->grad;
+    if (!d->shard) {
+        if (d->grad_dtype != ST_PREC_FP32) return start_half(d, b);
+        return st_comm_all_reduce(d->comm, g + b->offset, g + b->offset, (size_t)b->count, ST_COMM_F32,
+                                  ST_COMM_AVG, b->name, &b->req[0]);
+    }
+    for (int i = 0; i < b->n_req; i++) {
+        const int r = b->first_owner + i;
+        const int64_t lo = b->offset > r * d->shard ? b->offset : r * d->shard;
+        const int64_t hi = b->offset + b->count < (r + 1) * d->shard ? b->offset + b->count : (r + 1) * d->shard;
+        char name[48];
+        snprintf(name, sizeof name, "%s to rank %d", b->name, r);
+        ST_TRY(st_comm_reduce(d->comm, g + lo, g + lo, (size_t)(hi - lo), ST_COMM_F32, d->op, r, name, &b->req[i]));
+    }
+    return ST_OK;
+}
+
+/* Stage 2: the parts of b outside this rank's shard, once reduced. */
+static void release_bucket(st_ddp *d, st_ddp_bucket *b) {
+    const int64_t own_lo = (int64_t)st_comm_rank(d->comm) * d->shard, own_hi = own_lo + d->shard;
+    const int64_t lo = b->offset, hi = b->offset + b->count;
+    st_zero_release(d->p->grad, lo, hi < own_lo ? hi : own_lo);
+    st_zero_release(d->p->grad, lo > own_hi ? lo : own_hi, hi);
+    b->released = true;
 }
 
 static st_status backward_hook(void *ctx, int node) {
@@ -74,7 +149,22 @@ static st_status backward_hook(void *ctx, int node) {
         st_ddp_bucket *b = &d->b[i];
         if (!b->started && b->ready_at >= node) ST_TRY(start_bucket(d, b));
     }
-    return st_comm_progress(d->comm);
+    ST_TRY(st_comm_progress(d->comm));
+    if (!d->release) return ST_OK;
+    for (int i = 0; i < d->n_buckets; i++) {
+        st_ddp_bucket *b = &d->b[i];
+        if (!b->started || b->released) continue;
+        bool all = true;
+        for (int k = 0; k < b->n_req && all; k++) {
+            bool done = true;
+            if (b->req[k]) ST_TRY(st_comm_test(&b->req[k], &done));
+            all = done;
+        }
+        if (all) release_bucket(d, b);
+    }
+    int64_t res = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
+    if (res > d->peak_resident) d->peak_resident = res;
+    return ST_OK;
 }
 
 void st_ddp_arm(st_ddp *d, st_graph *g) {
@@ -88,12 +178,21 @@ void st_ddp_arm(st_ddp *d, st_graph *g) {
 st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     g->backward_hook = NULL;
     g->backward_hook_ctx = NULL;
-    d->t_backward_end = st_now();
+    d->t_backward_end = st_dist_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
-    for (int i = 0; i < d->n_buckets; i++)
-        ST_TRY(st_comm_wait(&d->b[i].req));
-    double t_done = st_now();
+    for (int i = 0; i < d->n_buckets; i++) {
+        st_ddp_bucket *b = &d->b[i];
+        for (int k = 0; k < b->n_req; k++)
+            ST_TRY(st_comm_wait(&b->req[k]));
+        st_trace_add(d->trace, ST_TRACE_TID_BUCKET + i, "comm", b->name, b->t_start, st_dist_now());
+        if (d->release && !b->released) release_bucket(d, b);
+    }
+    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
+        for (int i = 0; i < d->n_buckets; i++)
+            st_from_half(d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset, d->b[i].count);
+    double t_done = st_dist_now();
+    st_trace_add(d->trace, ST_TRACE_TID_STEP, "comm", "all-reduce wait", d->t_backward_end, t_done);
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;
     d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;
@@ -200,5 +299,6 @@ st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro
     ST_TRY(st_comm_broadcast_sync(comm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
     if (p->buffer_count)
         ST_TRY(st_comm_broadcast_sync(comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+    st_params_touch(p);
     return ST_OK;
 }

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# One GPU session on a lent machine (the device tool's `run`), from a fresh
+# checkout: probe the machine, unpack the build dependencies carried in
+# .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
+# that machine has no registry), build with CUDA, run every tests/test_cuda_*
+# (then again under compute-sanitizer's memcheck, small cases only) and print
+# a summary table last. Logs go to $OUT (the device tool brings
+# back at most 8 files): session.log (everything, in order), summary.txt and
+# logs.tar.gz (one log per step).
+#
+# Every step runs under `timeout`, its failure is reported and the session
+# goes on where that makes sense; the whole session keeps inside BUDGET_S so
+# that the device tool's 10-minute limit never cuts off the summary.
+#
+# On the development machine:  scripts/gpu-fetch-debs.sh
+# Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs"], timeout_s=600)
+# Locally (no GPU: the CUDA tests skip): JOBS=1 BUILD=build-gpu OUT=/tmp/gs scripts/gpu-session.sh
+# Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
+# (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
+# inputs of the parity tests; default: the clock, printed by each test).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-16}
+BUDGET_S=${BUDGET_S:-560}
+DEPS=${DEPS:-/tmp/st-deps}
+mkdir -p "$OUT"
+LOGDIR=$(mktemp -d /tmp/gpu-session.XXXXXX)
+SESSION_LOG=$OUT/session.log
+: >"$SESSION_LOG"
+START=$SECONDS
+rows=()   # summary rows: "name|result|seconds"
+failed=0
+
+say() { echo "$*" | tee -a "$SESSION_LOG"; }
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with a timeout clipped to the
+# budget left, logs to $LOGDIR/NAME.log and the session log; returns its status.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((BUDGET_S - (SECONDS - START) - 15))
+    ((limit > left)) && limit=$left
+    if ((limit < 5)); then
+        rows+=("$name|NOT RUN (out of time)|0")
+        say "== $name: not run, the session's budget of ${BUDGET_S}s is spent"
+        failed=$((failed + 1))
+        return 124
+    fi
+    say "== $name (timeout ${limit}s): $*"
+    local t0=$SECONDS rc
+    timeout --kill-after=10 "$limit" "$@" >"$LOGDIR/$name.log" 2>&1 </dev/null
+    rc=$?
+    local dt=$((SECONDS - t0)) result
+    case $rc in
+        0) result=ok ;;
+        77) result=SKIP ;;
+        124 | 137) result="TIMEOUT after ${limit}s"; failed=$((failed + 1)) ;;
+        *) result="FAIL (exit $rc)"; failed=$((failed + 1)) ;;
+    esac
+    cat "$LOGDIR/$name.log" >>"$SESSION_LOG"
+    tail -n 25 "$LOGDIR/$name.log" | sed 's/^/    /'
+    rows+=("$name|$result|$dt")
+    say "== $name: $result (${dt}s)"
+    return $rc
+}
+
+probe() {
+    echo "host $(hostname), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
+    uname -a
+    grep PRETTY_NAME /etc/os-release || true
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || echo "nvidia-smi failed"
+    command -v nvcc && nvcc --version | tail -2 || echo "no nvcc on PATH"
+    ls -d /usr/local/cuda* 2>/dev/null || echo "no /usr/local/cuda"
+    gcc --version | head -1
+    for h in cblas.h yaml.h cjson/cJSON.h zlib.h mpi.h; do
+        echo "#include <$h>" | gcc -E -x c - >/dev/null 2>&1 && echo "system has $h" || echo "system lacks $h"
+    done
+    command -v mpicc || echo "no mpicc on PATH"
+    git log -1 --format='commit %H %s' 2>/dev/null || true
+}
+
+# Unpack every carried .deb into $DEPS (never into /), then point absolute
+# symbolic links (e.g. libz.so -> /lib/...) into the prefix.
+unpack_debs() {
+    ls .debs/*.deb >/dev/null 2>&1 || {
+        echo "no .debs/*.deb: run scripts/gpu-fetch-debs.sh on the development machine and carry .debs"
+        return 1
+    }
+    rm -rf "$DEPS" && mkdir -p "$DEPS" || return 1
+    for f in .debs/*.deb; do
+        if command -v dpkg >/dev/null; then
+            dpkg -x "$f" "$DEPS" || { echo "dpkg -x $f failed"; return 1; }
+        else # a .deb is an ar archive holding data.tar.*
+            (d=$(mktemp -d) && cd "$d" && ar x "$OLDPWD/$f" && tar -xf data.tar.* -C "$DEPS" && rm -rf "$d") ||
+                { echo "unpacking $f with ar and tar failed"; return 1; }
+        fi
+    done
+    find "$DEPS" -type l | while read -r l; do
+        t=$(readlink "$l")
+        case $t in /*) ln -sfn "$DEPS$t" "$l" ;; esac
+    done
+    echo "unpacked $(ls .debs/*.deb | wc -l) packages into $DEPS"
+    ls "$DEPS/usr/lib/x86_64-linux-gnu/openblas-openmp" "$DEPS/usr/include" | head -30
+}
+
+export DEPS
+export -f probe unpack_debs # `timeout` runs programs: the steps below call these through bash -c
+
+say "scaletrain GPU session: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET_S}s, build $BUILD, -j$JOBS"
+step probe 60 bash -c probe
+make_args=(-j"$JOBS" BUILD="$BUILD" CUDA=1)
+# The toolkit: /usr/local/cuda, else wherever the nvcc on PATH lives.
+if [ ! -x /usr/local/cuda/bin/nvcc ] && command -v nvcc >/dev/null; then
+    cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    say "   nvcc is $(command -v nvcc): building with CUDA_HOME=$cuda_home"
+    make_args+=(CUDA_HOME="$cuda_home")
+fi
+# The parity tests compare fp32 with fp32: no environment-forced TF32.
+unset NVIDIA_TF32_OVERRIDE
+if step unpack-debs 120 bash -c unpack_debs; then
+    make_args+=(DEPS_PREFIX="$DEPS")
+    export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu:$DEPS/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export OPAL_PREFIX="$DEPS/usr" # OpenMPI's tools and plugins, relocated
+else
+    say "   building against the system's libraries instead"
+fi
+cuda_tests() { # the CUDA test programs of build folder $1
+    local t
+    for t in tests/test_cuda_*.c; do [ -f "$t" ] && echo "$1/tests/$(basename "$t" .c)"; done
+}
+# The library and the CUDA tests first (what this session is for), then the
+# rest of the build if time allows. If that build fails, try once more
+# without MPI (the CUDA tests do not need it) in a folder of its own, since
+# make does not track flags.
+built=
+if step build 420 make "${make_args[@]}" "$BUILD/libscaletrain.a" $(cuda_tests "$BUILD"); then
+    built=$BUILD
+elif step build-without-mpi 300 make "${make_args[@]}" BUILD="$BUILD-nompi" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
+    "$BUILD-nompi/libscaletrain.a" $(cuda_tests "$BUILD-nompi"); then
+    built=$BUILD-nompi
+    make_args+=(MPI_CFLAGS=-DST_NO_MPI MPI_LIBS=)
+fi
+if [ -n "$built" ]; then
+    export OMP_WAIT_POLICY=PASSIVE
+    for t in $(cuda_tests "$built"); do
+        step "$(basename "$t")" 240 "$t"
+    done
+    # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL):
+    # memcheck runs kernels many times slower.
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    if [ -n "$sanitizer" ]; then
+        for t in $(cuda_tests "$built"); do
+            step "memcheck-$(basename "$t")" 180 env CP_SMALL=1 "$sanitizer" --tool memcheck --leak-check no \
+                --error-exitcode 99 "$t"
+        done
+    else
+        say "   no compute-sanitizer: the memcheck runs are left out"
+    fi
+    step build-rest 240 make "${make_args[@]}" BUILD="$built" all
+else
+    say "   the build failed: no test was run (see the build logs above)"
+fi
+
+# Summary: the last thing printed (the device tool returns the output's tail).
+{
+    echo
+    echo "== summary ($(date -u '+%H:%M:%S UTC'), $((SECONDS - START))s of ${BUDGET_S}s)"
+    printf '%-28s %-28s %6s\n' step result seconds
+    for r in "${rows[@]}"; do
+        IFS='|' read -r n res dt <<<"$r"
+        printf '%-28s %-28s %6s\n' "$n" "$res" "$dt"
+    done
+    grep -h "^FAIL\|^ok  \|CP_SEED\|^device:\|elements differ" "$LOGDIR"/test_cuda_*.log 2>/dev/null | head -80
+    grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
+    echo "$failed step(s) failed"
+} | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"
+tar -czf "$OUT/logs.tar.gz" -C "$LOGDIR" . 2>/dev/null || true
+rm -rf "$LOGDIR"
+[ "$failed" -eq 0 ]

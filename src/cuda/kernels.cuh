@@ -1,0 +1,156 @@
+/* Helpers the layer kernels share: warp and block sums in a fixed order,
+ * column sums over rows (bias, norm and position-embedding gradients), and
+ * the identity's backward (write or add dy into dx).
+ *
+ * Every reduction here is deterministic: its order depends on the shapes
+ * only, never on timing or the device's size, and there are no atomics.
+ * Column sums run in two passes: fixed chunks of rows give per-chunk
+ * partials (in the graph's work scratch, sized by st_colsum_work in a twin's
+ * `prepare`), then one pass adds the chunks in order into the output. The
+ * summation order differs from the CPU's plain row loop, so results agree to
+ * rounding, not bits. Block sizes are multiples of 32 (full warps). */
+#ifndef ST_CUDA_KERNELS_CUH
+#define ST_CUDA_KERNELS_CUH
+
+#include "common.cuh"
+
+template <typename T> __device__ __forceinline__ T st_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* NaN-propagating max, so a NaN logit shows in the loss rather than vanishing. */
+__device__ __forceinline__ float st_nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+__device__ __forceinline__ float st_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = st_nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The sum over the block, returned to every thread. `sh` holds 32 values of
+ * shared memory; the call may be repeated with the same `sh`. */
+template <typename T> __device__ T st_block_sum(T v, T *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = st_warp_sum(v);
+    __syncthreads(); /* an earlier call's readers are done with sh */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : T(0);
+    return st_warp_sum(v);
+}
+
+__device__ __forceinline__ float st_block_max(float v, float *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = st_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return st_warp_max(v);
+}
+
+/* --- column sums: out[c] += sum over r < R of f(r, c), c < C -------------- */
+enum { ST_COLSUM_TX = 32, ST_COLSUM_TY = 8, ST_COLSUM_MAX_CHUNKS = 1024 };
+
+static inline int64_t st_colsum_rows_per_chunk(int64_t R) {
+    int64_t per = 64;
+    if ((R + per - 1) / per > ST_COLSUM_MAX_CHUNKS)
+        per = (R + ST_COLSUM_MAX_CHUNKS - 1) / ST_COLSUM_MAX_CHUNKS;
+    return per;
+}
+static inline int64_t st_colsum_chunks(int64_t R) {
+    const int64_t per = st_colsum_rows_per_chunk(R);
+    return (R + per - 1) / per;
+}
+/* Floats of work scratch a column sum of R rows and C columns needs. */
+static inline int64_t st_colsum_work(int64_t R, int64_t C) {
+    const int64_t k = st_colsum_chunks(R);
+    return k > 1 ? k * C : 0;
+}
+
+/* Block (TX, TY) covers TX columns of one chunk of rows; thread (x, y) sums
+ * rows y, y + TY, ... of its column, then row y = 0 adds the TY sums in order.
+ * With one chunk the block adds straight into out; else it writes part. */
+template <class F>
+__global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *part, float *out) {
+    __shared__ float sh[ST_COLSUM_TY][ST_COLSUM_TX + 1];
+    const int64_t c = (int64_t)blockIdx.x * ST_COLSUM_TX + threadIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
+    float acc = 0.0f;
+    if (c < C)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY)
+            acc += f(r, c);
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = 0.0f;
+        for (int k = 0; k < ST_COLSUM_TY; k++)
+            s += sh[k][threadIdx.x];
+        if (part)
+            part[(int64_t)blockIdx.y * C + c] = s;
+        else
+            out[c] += s;
+    }
+}
+
+template <typename T> __global__ void st_colsum_finish(const T *part, int64_t chunks, int64_t C, T *out) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        T s = 0;
+        for (int64_t k = 0; k < chunks; k++)
+            s += part[k * C + c];
+        out[c] += s;
+    }
+}
+
+/* Queue out[c] += sum_r f(r, c) on the graph's stream; `work` holds at least
+ * st_colsum_work(R, C) floats. */
+template <class F>
+static st_status st_colsum(st_graph *g, F f, int64_t R, int64_t C, float *work, float *out) {
+    const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
+    dim3 grid((unsigned)((C + ST_COLSUM_TX - 1) / ST_COLSUM_TX), (unsigned)chunks);
+    dim3 block(ST_COLSUM_TX, ST_COLSUM_TY);
+    st_colsum_kernel<<<grid, block, 0, st_cuda_stream(g)>>>(f, R, C, per, chunks > 1 ? work : nullptr, out);
+    ST_CUDA_LAUNCHED();
+    if (chunks > 1) {
+        st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(work, chunks, C, out);
+        ST_CUDA_LAUNCHED();
+    }
+    return ST_OK;
+}
+
+/* f(r, c) = m[r * C + c]: the plain column sum of a row-major (R, C) matrix. */
+struct st_colsum_plain {
+    const float *m;
+    int64_t C;
+    __device__ float operator()(int64_t r, int64_t c) const { return m[r * C + c]; }
+};
+
+/* --- the identity's backward --------------------------------------------- */
+template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dx[i] += dy[i];
+}
+
+/* dx = dy (a device copy), or dx += dy when acc. */
+static inline st_status st_grad_pass_cuda(st_graph *g, float *dx, const float *dy, int64_t n, bool acc) {
+    if (n <= 0) return ST_OK;
+    if (!acc) {
+        ST_CUDA_TRY(
+            cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
+        return ST_OK;
+    }
+    st_add_into<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>(dx, dy, n);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+/* Raise the node's work scratch to at least `count` floats (from prepare). */
+static inline void st_need_work(st_node *n, int64_t count) {
+    if (count > n->work_count) n->work_count = count;
+}
+
+#endif

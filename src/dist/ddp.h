@@ -1,0 +1,98 @@
+/* Data-parallel training over the communicator (DDP): the start-of-run
+ * agreement (parameters broadcast from rank 0, a check that every rank built
+ * the same model and batch settings) and the gradient all-reduce in buckets,
+ * each started from the backward walk as soon as its gradients are final.
+ *
+ * Buckets are contiguous ranges of the gradient arena of about
+ * dist.bucket_cap_mb, formed from the end of the arena (where backward
+ * produces gradients first) towards its start. A parameter's gradient is
+ * final once backward has run the earliest node (in forward order) that uses
+ * it; a tied weight used by the first and last nodes is final only at the end.
+ *
+ * Under ZeRO (dist.h) the same buckets are reduced instead of all-reduced:
+ * the piece of a bucket that falls in rank r's shard goes to rank r (one
+ * MPI_Ireduce per piece, in place at the owner), so a bucket costs one
+ * collective per shard it touches and overlaps backward as DDP's does. With
+ * `release` (stage 2) the parts of a bucket outside this rank's shard are
+ * given back to the system as soon as its reductions have completed: they
+ * are not needed any more (their owners hold the sums), so between steps a
+ * rank holds only its shard of gradients, and during backward only its shard
+ * plus the buckets whose reductions are still in flight.
+ *
+ * Used by dist.c. Not here: sync batch-norm (issue 4, later part). */
+#ifndef ST_DIST_DDP_H
+#define ST_DIST_DDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/graph.h"
+#include "train/trace.h"
+
+typedef struct st_ddp_bucket {
+    int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
+    int ready_at;          /* backward may start it after this node (the earliest user of its params) */
+    bool started, released;
+    double t_start;    /* st_now() when its first collective started (for the trace) */
+    int n_req;         /* collectives: 1 all-reduce, or one reduce per shard the bucket touches */
+    int first_owner;   /* ZeRO: the rank owning the bucket's first element */
+    st_comm_req **req; /* (n_req) */
+    char name[32]; /* "grad bucket 3": the same on every rank and every step */
+} st_ddp_bucket;
+
+typedef struct st_ddp {
+    st_comm *comm;
+    st_params *p;
+    st_ddp_bucket *b; /* b[0] holds the end of the arena: the first gradients backward produces */
+    int n_buckets;
+    /* ZeRO: shard > 0 elements per rank; each bucket's pieces are reduced
+     * with `op` to their owners, and with `release` the non-owned parts are
+     * given back once reduced. 0: all-reduce (average), DDP. */
+    int64_t shard;
+    st_comm_redop op;
+    bool release;
+    int64_t peak_resident; /* with release: the most gradient bytes resident at a backward hook */
+    st_status err; /* the first error of a collective started from the hook */
+    /* dist.grad_dtype: bf16/fp16 buckets travel as 16-bit copies in `half`
+     * (same layout as p->grad); fp32 (the default): in place in p->grad */
+    st_precision grad_dtype;
+    uint16_t *half;
+    /* timings of the current step and their sums over the run */
+    double t_first_start, t_backward_end; /* st_dist_now() */
+    double wait_s, hidden_s, span_s;
+    int64_t syncs;
+    st_trace *trace; /* NULL, or where bucket all-reduces and the wait are recorded */
+} st_ddp;
+
+/* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb.
+ * shard, op, release: see st_ddp (shard 0 for DDP). */
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
+                      st_comm_redop op, bool release);
+void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
+
+/* dist.grad_dtype bf16 or fp16: each bucket is divided by the world size in
+ * fp32, rounded to 16 bits, summed over the ranks with fp32 additions
+ * (ST_COMM_BF16/F16 in comm.h) and widened back into p->grad. */
+st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt);
+/* Monotonic seconds (the clock of the timings above). */
+double st_dist_now(void);
+
+/* Before the first step, on every rank: compare a signature of the model
+ * (tensor count, each name + shape in order) and of the data settings (batch,
+ * micro-batch, dataset size) with int64 min/max all-reduces; a difference is
+ * ST_ERR_CONFIG naming the first differing item and what each rank has (every
+ * rank returns the same error). Then broadcast parameters and buffers from
+ * rank 0. */
+st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples);
+
+/* Arm g's backward hook for the next backward (DDP and ZeRO-1: the last
+ * micro-step of a step; ZeRO-2: every micro-step): buckets start as their
+ * gradients become final. */
+void st_ddp_arm(st_ddp *d, st_graph *g);
+/* After that backward: start what is left, wait for every bucket (gradients
+ * are then averaged over ranks, or reduced into their owners' shards),
+ * disarm the hook and record the timings. */
+st_status st_ddp_finish(st_ddp *d, st_graph *g);
+
+#endif

@@ -1,0 +1,201 @@
+/* The data-parallel step: DDP, ZeRO-1, ZeRO-2 and the deterministic
+ * reduction (see dist.h). */
+#include "dist.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+
+st_status st_dist_mode_parse(const char *strategy, st_dist_mode *mode) {
+    if (strcmp(strategy, "ddp") == 0) *mode = ST_DIST_DDP;
+    else if (strcmp(strategy, "zero1") == 0) *mode = ST_DIST_ZERO1;
+    else if (strcmp(strategy, "zero2") == 0) *mode = ST_DIST_ZERO2;
+    else return st_fail(ST_ERR_CONFIG, "dist.strategy %s: expected ddp, zero1 or zero2", strategy);
+    return ST_OK;
+}
+
+const char *st_dist_mode_name(st_dist_mode mode) {
+    return mode == ST_DIST_ZERO1 ? "zero1" : mode == ST_DIST_ZERO2 ? "zero2" : "ddp";
+}
+
+st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,
+                       int64_t accum) {
+    memset(d, 0, sizeof *d);
+    d->comm = comm;
+    d->p = p;
+    d->rank = st_comm_rank(comm);
+    d->world = st_comm_size(comm);
+    d->accum = accum;
+    d->deterministic = cfg->dist.deterministic;
+    ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
+    st_shard_plan(&d->sh, p->count, d->rank, d->world);
+    /* Every mode pads: the norm's blocks need a whole number of them. */
+    ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
+    const int64_t S = d->sh.shard, nblocks = d->sh.padded / ST_SHARD_ALIGN;
+    d->blocks = malloc((size_t)nblocks * sizeof *d->blocks);
+    if (!d->blocks) return st_fail(ST_ERR_NOMEM, "out of memory for the gradient norm");
+    if (d->deterministic) {
+        d->acc = st_alloc_aligned((size_t)S * sizeof(float));
+        d->recv = st_alloc_aligned((size_t)d->sh.padded * sizeof(float));
+        if (!d->acc || !d->recv)
+            return st_fail(ST_ERR_NOMEM, "out of memory for the deterministic reduction (%.1f MiB)",
+                           (double)(S + d->sh.padded) * 4 / (1 << 20));
+    }
+    d->buckets = d->world > 1 && !d->deterministic;
+    if (d->buckets)
+        ST_TRY(st_ddp_init(&d->ddp, comm, p, g, cfg->dist.bucket_cap_mb, d->mode == ST_DIST_DDP ? 0 : S,
+                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, d->mode == ST_DIST_ZERO2));
+    /* ZeRO-2 holds only its shard of gradients from the start. */
+    if (d->mode == ST_DIST_ZERO2 && !d->deterministic) {
+        st_zero_release(p->grad, 0, d->rank * S);
+        st_zero_release(p->grad, (d->rank + 1) * S, d->sh.padded);
+    }
+    return ST_OK;
+}
+
+void st_dist_free(st_dist *d) {
+    if (!d) return;
+    st_ddp_free(&d->ddp);
+    st_free_aligned(d->acc);
+    st_free_aligned(d->recv);
+    free(d->blocks);
+    memset(d, 0, sizeof *d);
+}
+
+void st_dist_range(const st_dist *d, int64_t *lo, int64_t *hi) {
+    if (d->mode == ST_DIST_DDP) {
+        *lo = 0;
+        *hi = d->p->count;
+    } else {
+        *lo = d->sh.lo;
+        *hi = d->sh.hi;
+    }
+}
+
+int64_t st_dist_micro_index(const st_dist *d, int64_t k) {
+    return d->deterministic ? k * d->world + d->rank : d->rank * d->accum + k;
+}
+
+static float *own(const st_dist *d) { return d->p->grad + (int64_t)d->rank * d->sh.shard; }
+
+st_status st_dist_step_begin(st_dist *d) {
+    if (d->deterministic) memset(d->acc, 0, (size_t)d->sh.shard * sizeof(float));
+    else if (d->mode == ST_DIST_ZERO2) memset(own(d), 0, (size_t)d->sh.shard * sizeof(float));
+    else memset(d->p->grad, 0, (size_t)d->p->arena_count * sizeof(float));
+    return ST_OK;
+}
+
+float st_dist_backward_seed(const st_dist *d) {
+    return d->deterministic ? 1.0f / (float)(d->accum * d->world) : 1.0f / (float)d->accum;
+}
+
+static bool reduces_now(const st_dist *d, int64_t k) {
+    return d->buckets && (d->mode == ST_DIST_ZERO2 || k == d->accum - 1);
+}
+
+st_status st_dist_micro_begin(st_dist *d, st_graph *g, int64_t k) {
+    /* Deterministic: each micro-gradient alone, in a zeroed arena (adding
+     * into a non-zero one would round differently from adding afterwards). */
+    if (d->deterministic) memset(d->p->grad, 0, (size_t)d->p->arena_count * sizeof(float));
+    if (reduces_now(d, k)) st_ddp_arm(&d->ddp, g);
+    return ST_OK;
+}
+
+static st_status wait(st_status s, st_comm_req **req) {
+    ST_TRY(s);
+    return st_comm_wait(req);
+}
+
+/* Deterministic: bring every rank's gradient of this shard here, add them in
+ * rank order (global micro-batch order, as the sampler interleaves). */
+static st_status fold(st_dist *d, bool last) {
+    const int64_t S = d->sh.shard;
+    st_comm_req *req = NULL;
+    ST_TRY(wait(st_comm_all_to_all(d->comm, d->p->grad, d->recv, (size_t)S, ST_COMM_F32, "deterministic fold", &req),
+                &req));
+    float *acc = d->acc;
+    for (int j = 0; j < d->world; j++) {
+        const float *x = d->recv + (int64_t)j * S;
+#pragma omp parallel for schedule(static) if (S > 65536)
+        for (int64_t i = 0; i < S; i++)
+            acc[i] += x[i];
+    }
+    if (!last) return ST_OK;
+    memcpy(own(d), acc, (size_t)S * sizeof(float));
+    if (d->mode == ST_DIST_DDP)
+        ST_TRY(wait(st_comm_all_gather(d->comm, own(d), d->p->grad, (size_t)S, ST_COMM_F32, "deterministic gradients",
+                                       &req),
+                    &req));
+    return ST_OK;
+}
+
+st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
+    const bool last = k == d->accum - 1;
+    if (d->deterministic) return fold(d, last);
+    if (!reduces_now(d, k)) return ST_OK;
+    ST_TRY(st_ddp_finish(&d->ddp, g));
+    if (d->mode == ST_DIST_ZERO2) { /* the page-aligned complement: no partial page at a bucket's edge stays */
+        st_zero_release(d->p->grad, 0, (int64_t)d->rank * d->sh.shard);
+        st_zero_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
+    }
+    if (d->ddp.peak_resident > d->grad_peak_nbytes) d->grad_peak_nbytes = d->ddp.peak_resident;
+    if (d->mode == ST_DIST_ZERO2 && last) { /* the sums to averages, as DDP's all-reduce does */
+        float *y = own(d);
+        const float n = (float)d->world;
+        for (int64_t i = 0; i < d->sh.shard; i++)
+            y[i] /= n;
+    }
+    return ST_OK;
+}
+
+st_status st_dist_grad_norm(st_dist *d, double *norm) {
+    const int64_t per = d->sh.shard / ST_SHARD_ALIGN, nb = d->sh.padded / ST_SHARD_ALIGN;
+    if (d->mode == ST_DIST_DDP) {
+        st_block_sumsq(d->p->grad, d->sh.padded, d->blocks);
+    } else {
+        double *mine = d->blocks + (int64_t)d->rank * per;
+        st_block_sumsq(own(d), d->sh.shard, mine);
+        /* Doubles travel as their 8 bytes: an all-gather only moves them. */
+        st_comm_req *req = NULL;
+        ST_TRY(wait(st_comm_all_gather(d->comm, mine, d->blocks, (size_t)per, ST_COMM_I64, "gradient norm", &req),
+                    &req));
+    }
+    double s = 0;
+    for (int64_t b = 0; b < nb; b++)
+        s += d->blocks[b];
+    *norm = sqrt(s);
+    return ST_OK;
+}
+
+void st_dist_grad_scale(st_dist *d, float s) {
+    int64_t lo, hi;
+    st_dist_range(d, &lo, &hi);
+    float *g = d->p->grad;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = lo; i < hi; i++)
+        g[i] *= s;
+}
+
+st_status st_dist_step_end(st_dist *d) {
+    int64_t res = st_dist_grad_nbytes(d);
+    if (res > d->grad_peak_nbytes) d->grad_peak_nbytes = res;
+    if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK;
+    float *mine = d->p->data + (int64_t)d->rank * d->sh.shard;
+    st_comm_req *req = NULL;
+    return wait(st_comm_all_gather(d->comm, mine, d->p->data, (size_t)d->sh.shard, ST_COMM_F32, "parameters", &req),
+                &req);
+}
+
+int64_t st_dist_grad_nbytes(const st_dist *d) {
+    int64_t n = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
+    if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
+    return n;
+}
+
+int64_t st_dist_grad_nbytes_predicted(const st_dist *d) {
+    int64_t n = (d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard : d->sh.padded) * (int64_t)sizeof(float);
+    if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
+    return n;
+}

@@ -1,0 +1,96 @@
+/* ZeRO shards: plan, padded arenas, page release, resident bytes, block
+ * norms (see zero.h). */
+#include "zero.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/mem.h"
+
+#define PAGE 4096
+
+void st_shard_plan(st_shard *s, int64_t count, int rank, int world) {
+    memset(s, 0, sizeof *s);
+    s->rank = rank;
+    s->world = world;
+    s->count = count;
+    int64_t per = (count + world - 1) / world;
+    s->shard = (per + ST_SHARD_ALIGN - 1) / ST_SHARD_ALIGN * ST_SHARD_ALIGN;
+    if (s->shard == 0) s->shard = ST_SHARD_ALIGN;
+    s->padded = s->shard * world;
+    s->lo = s->shard * rank < count ? s->shard * rank : count;
+    s->hi = s->lo + s->shard < count ? s->lo + s->shard : count;
+}
+
+static float *alloc_pages(int64_t count) {
+    void *q = NULL;
+    size_t nbytes = ((size_t)count * sizeof(float) + PAGE - 1) / PAGE * PAGE;
+    if (posix_memalign(&q, PAGE, nbytes ? nbytes : PAGE) != 0) return NULL;
+    memset(q, 0, nbytes);
+    return q;
+}
+
+st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
+    if (padded < p->arena_count) padded = p->arena_count;
+    float *data = alloc_pages(padded), *grad = alloc_pages(padded);
+    if (!data || !grad) {
+        free(data);
+        free(grad);
+        return st_fail(ST_ERR_NOMEM, "out of memory padding the parameter arenas to %lld elements",
+                       (long long)padded);
+    }
+    memcpy(data, p->data, (size_t)p->arena_count * sizeof(float));
+    memcpy(grad, p->grad, (size_t)p->arena_count * sizeof(float));
+    st_free_aligned(p->data);
+    st_free_aligned(p->grad);
+    p->data = data;
+    p->grad = grad;
+    p->arena_count = padded;
+    for (int i = 0; i < p->n; i++) {
+        st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        t->data = data + t->offset;
+        t->grad = grad + t->offset;
+    }
+    return ST_OK;
+}
+
+void st_zero_release(float *base, int64_t a, int64_t e) {
+    if (e <= a) return;
+    char *lo = (char *)(base + a), *hi = (char *)(base + e);
+    char *plo = (char *)(((uintptr_t)lo + PAGE - 1) / PAGE * PAGE), *phi = (char *)((uintptr_t)hi / PAGE * PAGE);
+    if (plo >= phi || madvise(plo, (size_t)(phi - plo), MADV_DONTNEED) != 0) {
+        memset(lo, 0, (size_t)(hi - lo)); /* no whole page, or madvise refused: clear in place */
+        return;
+    }
+    memset(lo, 0, (size_t)(plo - lo));
+    memset(phi, 0, (size_t)(hi - phi));
+}
+
+int64_t st_resident_nbytes(const void *p, int64_t nbytes) {
+    const size_t pages = ((size_t)nbytes + PAGE - 1) / PAGE;
+    unsigned char *vec = malloc(pages ? pages : 1);
+    if (!vec || mincore((void *)p, (size_t)nbytes, vec) != 0) {
+        free(vec);
+        return nbytes; /* unknown: count it all */
+    }
+    int64_t n = 0;
+    for (size_t i = 0; i < pages; i++)
+        n += vec[i] & 1;
+    free(vec);
+    return n * PAGE < nbytes ? n * PAGE : nbytes;
+}
+
+void st_block_sumsq(const float *g, int64_t n, double *out) {
+    const int64_t nb = n / ST_SHARD_ALIGN;
+#pragma omp parallel for schedule(static) if (nb > 16)
+    for (int64_t b = 0; b < nb; b++) {
+        const float *x = g + b * ST_SHARD_ALIGN;
+        double s = 0;
+        for (int i = 0; i < ST_SHARD_ALIGN; i++)
+            s += (double)x[i] * x[i];
+        out[b] = s;
+    }
+}

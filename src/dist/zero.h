@@ -1,0 +1,57 @@
+/* ZeRO sharding of the flat parameter arena (Rajbhandari et al. 2020,
+ * "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"):
+ * the shard plan, the padded page-aligned arenas, giving gradient pages back,
+ * measuring resident bytes and the global gradient norm in a fixed order.
+ *
+ * Shards. The arena holds P = p->count elements. Each of the N ranks owns the
+ * contiguous range [r*S, (r+1)*S) with S = ceil(P / N) rounded up to
+ * ST_SHARD_ALIGN elements (4 KiB: a page, so shard boundaries are page
+ * boundaries). The parameter and gradient arenas are padded with zeros to
+ * N*S elements so that the parameter all-gather is one in-place collective of
+ * equal pieces; the real elements of rank r's shard are [r*S, min((r+1)*S, P)),
+ * so the last ranks' shards are shorter (partly or wholly padding), and the
+ * optimizer state of rank r covers only its real elements.
+ *
+ * The same shards serve the deterministic reduction (dist.h): each rank folds
+ * the gradients of its shard. Not here: the step sequence (dist.c), the
+ * bucket collectives (ddp.c). */
+#ifndef ST_DIST_ZERO_H
+#define ST_DIST_ZERO_H
+
+#include <stdint.h>
+
+#include "model/graph.h"
+
+#define ST_SHARD_ALIGN 1024 /* elements per page, and per block of the gradient norm */
+
+typedef struct st_shard {
+    int rank, world;
+    int64_t count;  /* P: real elements of the arena */
+    int64_t shard;  /* S: elements per shard, a multiple of ST_SHARD_ALIGN */
+    int64_t padded; /* N * S: elements of the padded arenas */
+    int64_t lo, hi; /* this rank's real elements: [lo, hi), hi - lo <= S (may be empty) */
+} st_shard;
+
+void st_shard_plan(st_shard *s, int64_t count, int rank, int world);
+
+/* Reallocate p's parameter and gradient arenas page-aligned with at least
+ * `padded` elements (the new tail zero), keeping their contents, and point
+ * every parameter tensor into them. */
+st_status st_zero_pad_arenas(st_params *p, int64_t padded);
+
+/* Zero elements [a, e) of base (page-aligned): the pages wholly inside are
+ * given back to the system (madvise MADV_DONTNEED: they read as zeros and
+ * hold no memory until written again), the partial pages at the ends are
+ * cleared. */
+void st_zero_release(float *base, int64_t a, int64_t e);
+
+/* Bytes of [p, p + nbytes) resident in memory (mincore; p page-aligned). */
+int64_t st_resident_nbytes(const void *p, int64_t nbytes);
+
+/* Sum of squares of g (n elements, a multiple of ST_SHARD_ALIGN) per block of
+ * ST_SHARD_ALIGN, each summed in order in double, into out[n / ALIGN]. The
+ * global norm is the in-order sum of every block of the arena, which gives
+ * the same bits whatever the number of ranks and threads. */
+void st_block_sumsq(const float *g, int64_t n, double *out);
+
+#endif

@@ -1,0 +1,157 @@
+/* Device presets and hardware configurations (see device.h).
+ *
+ * Peak figures are NVIDIA's datasheets, dense (the datasheets' starred
+ * figures are with 2:4 sparsity, twice these):
+ *   L40S (L40S datasheet, 2023): FP32 91.6 TFLOPS; BF16/FP16 tensor 362.05
+ *     TFLOPS; 48 GB GDDR6 at 864 GB/s; PCIe Gen4 x16 (64 GB/s both ways),
+ *     no NVLink; compute capability 8.9.
+ *   A100 SXM4 (A100 datasheet, 2021): FP32 19.5 TFLOPS; BF16/FP16 tensor 312
+ *     TFLOPS; 40 GB HBM2 at 1,555 GB/s or 80 GB HBM2e at 2,039 GB/s; NVLink 3
+ *     600 GB/s (both ways); compute capability 8.0.
+ *   H100 SXM5 (H100 datasheet, 2023): FP32 67 TFLOPS; BF16/FP16 tensor 989.4
+ *     TFLOPS (1,979 with sparsity); 80 GB HBM3 at 3.35 TB/s; NVLink 4 900 GB/s
+ *     (both ways); PCIe Gen5; compute capability 9.0.
+ *   H200 SXM (H200 datasheet, 2024): compute as H100 SXM; 141 GB HBM3e at
+ *     4.8 TB/s; NVLink 4 900 GB/s; compute capability 9.0.
+ * Link figures are the all-reduce bus bandwidth one can expect, which is not
+ * a datasheet number: 80% of the one-way link bandwidth (NVLink 3: 300 GB/s,
+ * NVLink 4: 450 GB/s, PCIe Gen4 x16: 32 GB/s less host-bridge hops, taken as
+ * 20 GB/s), in line with what nccl-tests report on DGX A100/H100 and on PCIe
+ * servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100
+ * (25 GB/s), one 400 Gb/s NDR NIC per GPU on DGX H100/H200 (50 GB/s), and two
+ * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU); 80% of it. */
+#include "device.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/blas.h"
+#include "core/mem.h"
+
+#define T 1e12
+#define G 1e9
+#define GIB (1024LL * 1024 * 1024)
+
+static const struct preset {
+    const char *name, *alias;
+    st_device d;
+} presets[] = {
+    {"L40S", "L40S-48GB",
+     {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 48 * GIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
+      "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G}},
+    {"A100-40GB", "A100",
+     {"A100-40GB", true, 312 * T, 19.5 * T, 1555 * G, 40 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G}},
+    {"A100-80GB", NULL,
+     {"A100-80GB", true, 312 * T, 19.5 * T, 2039 * G, 80 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G}},
+    {"H100-80GB", "H100",
+     {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 80 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G}},
+    {"H200", "H200-141GB",
+     {"H200", true, 989.4 * T, 67 * T, 4800 * G, 141 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G}},
+    /* The CPU: placeholders until measured (st_device_local). Memory
+     * bandwidth and the shared-memory MPI all-reduce are this machine kind's
+     * measured orders of magnitude (docs/planner.md), not a datasheet. */
+    {"cpu", NULL,
+     {"cpu", false, 50 * G, 50 * G, 20 * G, 8 * GIB, 0, 0, "shared memory", 2 * G, 20e-6, "10 GbE TCP",
+      1.1 * G, 50e-6, 20 * G}},
+};
+enum { N_PRESETS = sizeof presets / sizeof presets[0] };
+
+bool st_device_preset(const char *name, st_device *out) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcasecmp(name, presets[i].name) == 0 || (presets[i].alias && strcasecmp(name, presets[i].alias) == 0)) {
+            *out = presets[i].d;
+            return true;
+        }
+    return false;
+}
+
+const char *st_device_names(void) {
+    return "L40S, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, cpu, local";
+}
+
+st_status st_device_calibrate_cpu(double *flops_per_s) {
+    enum { N = 1024 };
+    const size_t count = (size_t)N * N;
+    float *a = st_alloc_aligned(3 * count * sizeof *a);
+    if (!a) return st_fail(ST_ERR_NOMEM, "out of memory for the CPU calibration sgemm");
+    float *b = a + count, *c = b + count;
+    for (size_t i = 0; i < 2 * count; i++) a[i] = (float)((i * 7919u) % 17u) / 17.0f - 0.5f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double dt;
+    int reps = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        reps++;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    } while (dt < 0.1);
+    st_free_aligned(a);
+    *flops_per_s = 2.0 * N * N * (double)N * reps / dt;
+    return ST_OK;
+}
+
+void st_device_local(const st_hw_info *h, double cpu_flops, st_device *out) {
+    if (h->n_gpus > 0) {
+        /* A known GPU by its name ("NVIDIA H100 80GB HBM3" holds "H100"). */
+        const char *keys[][2] = {{"H200", "H200"}, {"H100", "H100-80GB"}, {"L40S", "L40S"}, {"A100", NULL}};
+        bool found = false;
+        for (int i = 0; i < 4 && !found; i++)
+            if (strstr(h->gpu[0].name, keys[i][0])) {
+                const char *p = keys[i][1] ? keys[i][1] : h->gpu[0].mem_total > 48 * GIB ? "A100-80GB" : "A100-40GB";
+                found = st_device_preset(p, out);
+            }
+        if (!found) { /* an unknown GPU: A100-class rates, its own memory; say so */
+            st_device_preset("A100-40GB", out);
+        }
+        snprintf(out->name, sizeof out->name, "%s%s", found ? "" : "unknown: ", h->gpu[0].name);
+        out->mem_bytes = h->gpu[0].mem_total;
+        out->cc_major = h->gpu[0].cc_major;
+        out->cc_minor = h->gpu[0].cc_minor;
+        return;
+    }
+    st_device_preset("cpu", out);
+    if (cpu_flops > 0) out->peak_fp32 = out->peak_bf16 = cpu_flops;
+    out->mem_bytes = h->mem_avail;
+}
+
+st_status st_hw_config_parse(const char *spec, const st_device *local, const st_device *cpu, st_hw_config *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->label, sizeof out->label, "%s", spec);
+    long a = 0, b = 0;
+    int used = 0;
+    const char *name = spec;
+    out->nodes = out->per_node = 1;
+    if (sscanf(spec, "%ldx%ldx%n", &a, &b, &used) == 2 && used > 0) {
+        out->nodes = (int)a;
+        out->per_node = (int)b;
+        out->nodes_given = true;
+        name = spec + used;
+    } else if (sscanf(spec, "%ldx%n", &a, &used) == 1 && used > 0) {
+        out->per_node = (int)a;
+        name = spec + used;
+    }
+    if (out->nodes < 1 || out->per_node < 1 || out->nodes > 100000 || out->per_node > 1024)
+        return st_fail(ST_ERR_CONFIG, "--hw %s: counts must be positive (e.g. 8xH100, or 2x8xH100 for 2 nodes)",
+                       spec);
+    if (strcasecmp(name, "local") == 0) {
+        if (!local) return st_fail(ST_ERR_CONFIG, "--hw %s: the local machine was not probed", spec);
+        out->dev = *local;
+        return ST_OK;
+    }
+    if (strcasecmp(name, "cpu") == 0 && cpu) {
+        out->dev = *cpu;
+        return ST_OK;
+    }
+    if (!st_device_preset(name, &out->dev))
+        return st_fail(ST_ERR_CONFIG, "--hw %s: unknown hardware '%s'; known: %s (as N x NAME, e.g. 8xH100)", spec,
+                       name, st_device_names());
+    return ST_OK;
+}

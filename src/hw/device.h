@@ -1,0 +1,69 @@
+/* Device descriptions for the cost models: datasheet presets for the GPUs the
+ * planner compares (L40S, A100-40GB, A100-80GB, H100-80GB SXM, H200) and the
+ * CPU (peaks measured by a short calibration), and the hardware
+ * configurations `scaletrain plan --hw` names ("8xH100", "cpu", "2x4xL40S").
+ *
+ * Peaks are dense (no structured sparsity); the figures and their sources
+ * are in device.c. What a device reaches of its peak is an efficiency the
+ * time model applies (timing.h), not part of the preset. */
+#ifndef ST_HW_DEVICE_H
+#define ST_HW_DEVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "probe.h"
+#include "scaletrain/status.h"
+
+typedef struct st_device {
+    char name[48];
+    bool gpu;
+    double peak_bf16;  /* dense FLOP/s with low-precision (bf16/fp16) matrix products */
+    double peak_fp32;  /* dense FLOP/s in fp32 (no TF32) */
+    double mem_bw;     /* bytes/s of device memory */
+    int64_t mem_bytes; /* device memory (the CPU: what one node's ranks share) */
+    int cc_major, cc_minor; /* compute capability (0 for the CPU) */
+    /* the links inside a node, for the ring all-reduce */
+    char link[24];  /* "NVLink 4", "PCIe 4.0 x16", "shared memory" */
+    double link_bw; /* bytes/s of all-reduce bus bandwidth the link reaches */
+    double link_lat; /* seconds per ring step */
+    /* between nodes: the network share of one device */
+    char net[32];
+    double net_bw, net_lat;
+    double host_bw; /* bytes/s between host and device (offload), per device */
+} st_device;
+
+/* A hardware configuration: `per_node` devices of one kind on each of `nodes` nodes. */
+typedef struct st_hw_config {
+    char label[64]; /* as written: "8xH100", "cpu" */
+    st_device dev;
+    int per_node, nodes;
+    bool nodes_given; /* the spec named the nodes ("2x8xH100") */
+} st_hw_config;
+
+/* The preset called `name` (case-insensitive; aliases such as "H100" for
+ * "H100-80GB"); false when unknown. "cpu" gives the CPU preset with
+ * placeholder peaks: st_device_local fills measured ones. */
+bool st_device_preset(const char *name, st_device *out);
+/* Every preset name, comma-separated, for error messages. */
+const char *st_device_names(void);
+
+/* This machine as a device: the first CUDA device when there is one (its
+ * preset by name, with the probed memory), else the CPU with its memory
+ * available and peaks measured by st_device_calibrate_cpu (gflops > 0) or a
+ * conservative default when gflops <= 0. */
+void st_device_local(const st_hw_info *h, double cpu_gflops, st_device *out);
+
+/* Measure the CPU's fp32 matrix-product rate: a 512^3 sgemm repeated for
+ * about 0.1 s on the current thread pool. */
+st_status st_device_calibrate_cpu(double *flops_per_s);
+
+/* Parse "4xL40S", "8xA100-80GB", "2x8xH100" (nodes x per-node x device) or a
+ * bare device name (1 device). Unknown names are ST_ERR_CONFIG listing the
+ * known ones. `local` is what "local" means and `cpu` what "cpu" means (this
+ * machine's CPU, measured); either may be NULL: "local" is then an error and
+ * "cpu" the preset's placeholder peaks. For the CPU, N x cpu is N ranks
+ * sharing one node's cores and memory. */
+st_status st_hw_config_parse(const char *spec, const st_device *local, const st_device *cpu, st_hw_config *out);
+
+#endif

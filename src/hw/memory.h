@@ -1,0 +1,61 @@
+/* The memory model: bytes one device (one rank) holds for a training run,
+ * from the model's layer graph.
+ *
+ * Model states per parameter (Rajbhandari et al. 2020, "ZeRO", sec. 3 and 5):
+ * weights, gradients and optimizer state (AdamW: 2 moments; SGD: 1, which our
+ * SGD keeps even at momentum 0), plus with mixed precision (bf16/fp16) a
+ * 2-byte working copy of weights and gradients beside the fp32 master
+ * weights, which count as optimizer state: 16 bytes per parameter for Adam
+ * either way (2 + 2 + 12 mixed, 4 + 4 + 8 fp32). ZeRO-1 shards the optimizer
+ * state over N ranks (4 + 12/N mixed), ZeRO-2 the gradients too (2 + 14/N);
+ * offload moves the sharded optimizer state and gradients to host memory.
+ *
+ * Activations come from the graph built (layout only, nothing allocated) at
+ * the micro-batch itself: the activation arena (outputs and saved state), the
+ * activation-gradient arena, the integer arena (inputs, targets) and the
+ * shared workspace, exactly as st_graph_finalize allocates them. They are
+ * linear in the batch except the workspace (per-thread scratch); bf16/fp16
+ * store activations and their gradients in 2 bytes. Then the evaluation
+ * graph (the run keeps one at train.eval_batch_size), the loader's ring of
+ * batch buffers, the gradient buckets (DDP all-reduces in place: none; ZeRO
+ * stages two buckets), and on the CPU the dataset held in memory. */
+#ifndef ST_HW_MEMORY_H
+#define ST_HW_MEMORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct st_mem_opts {
+    bool mixed;        /* bf16/fp16: 2-byte weights, gradients and activations, fp32 master */
+    int optim_states;  /* fp32 values per parameter: 2 AdamW, 1 SGD */
+    int zero;          /* 0 DDP, 1, 2 */
+    bool offload;      /* optimizer state and gradient shards in host memory */
+    int ranks;         /* data-parallel ranks the shards spread over */
+    double bucket_cap_mb;
+    int loader_buffers;      /* prefetch + held batch buffers (0: no loader) */
+    int64_t sample_in_bytes;  /* one sample in a batch buffer: inputs */
+    int64_t sample_out_bytes; /* and targets */
+    int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */
+    int64_t data_bytes;       /* dataset held in this memory (the CPU); 0 on a GPU */
+} st_mem_opts;
+
+typedef struct st_mem {
+    int64_t params, grads, optim;          /* model states on the device */
+    int64_t acts, act_grads, ints, work;   /* the training graph */
+    int64_t eval, loader, buckets, data;   /* the rest */
+    int64_t total;                         /* on the device */
+    int64_t host;                          /* offloaded to host memory */
+    double act_per_sample;                 /* bytes of acts + act_grads + ints per sample */
+} st_mem;
+
+/* Bytes per device for micro-batch `micro` of model m (a layout model from
+ * st_model_create_layout, or a real one). */
+st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out);
+
+/* Model states alone (params + grads + optimizer on the device), the part
+ * ZeRO shards: what the strategy choice looks at. */
+int64_t st_mem_model_states(int64_t n_params, const st_mem_opts *o);
+
+#endif

@@ -1,0 +1,213 @@
+/* The planner (see planner.h). */
+#include "planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/loader.h"
+
+#define GIB (1024.0 * 1024 * 1024)
+
+/* "1.5 GiB", "310 MiB" */
+static const char *human(double bytes, char *buf, size_t n) {
+    if (bytes >= GIB) snprintf(buf, n, "%.1f GiB", bytes / GIB);
+    else snprintf(buf, n, "%.0f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
+static int64_t mem_limit(const st_hw_config *hw) {
+    const st_device *d = &hw->dev;
+    if (d->gpu) return (int64_t)(0.9 * (double)d->mem_bytes - GIB);
+    return (int64_t)(0.85 * (double)d->mem_bytes / hw->per_node);
+}
+
+static void choose_precision(const st_config *c, const st_device *d, st_plan *p) {
+    if (strcmp(c->precision, "auto") != 0) {
+        snprintf(p->precision, sizeof p->precision, "%s", c->precision);
+        return;
+    }
+    if (!d->gpu) {
+        snprintf(p->precision, sizeof p->precision, "fp32");
+        snprintf(p->precision_why, sizeof p->precision_why, "fp32 on the CPU");
+    } else if (d->cc_major >= 8) {
+        snprintf(p->precision, sizeof p->precision, "bf16");
+        snprintf(p->precision_why, sizeof p->precision_why, "bf16: compute capability %d.%d >= 8.0", d->cc_major,
+                 d->cc_minor);
+    } else {
+        snprintf(p->precision, sizeof p->precision, "fp16");
+        snprintf(p->precision_why, sizeof p->precision_why,
+                 "fp16 with loss scaling: compute capability %d.%d has no bf16", d->cc_major, d->cc_minor);
+    }
+}
+
+static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
+    const st_config *c = in->cfg;
+    st_mem_opts o = {0};
+    o.mixed = strcmp(p->precision, "fp32") != 0;
+    o.optim_states = strcmp(c->optim.type, "sgd") == 0 ? 1 : 2;
+    o.zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
+    o.offload = p->offload;
+    o.ranks = p->ranks;
+    o.bucket_cap_mb = c->dist.bucket_cap_mb;
+    if (!p->hw.dev.gpu) { /* on the CPU the loader ring and the data share the memory */
+        int workers = (int)c->data.num_workers;
+        if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
+        o.loader_buffers = (workers > 0 ? 2 * workers : 1) + 1; /* prefetch + one held (train.c) */
+        o.sample_in_bytes = in->sample_in_bytes;
+        o.sample_out_bytes = in->sample_out_bytes;
+        o.data_bytes = in->data_bytes;
+    }
+    return o;
+}
+
+static st_status mem_at(const st_plan_input *in, st_plan *p, int64_t micro, st_mem *m) {
+    st_mem_opts o = mem_opts(in, p);
+    if (in->has_eval) {
+        const int64_t e = in->cfg->train.eval_batch_size;
+        o.eval_batch = e == ST_AUTO ? micro : e;
+    }
+    return st_mem_estimate(in->model, micro, &o, m);
+}
+
+/* DDP when the model states and the micro-batch (an explicit one, else a
+ * single sample) fit; else ZeRO-2 when there are ranks to shard over; else
+ * offload. */
+static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
+    const char *s = in->cfg->dist.strategy;
+    if (strcmp(s, "auto") != 0) {
+        snprintf(p->strategy, sizeof p->strategy, "%s", s);
+        return ST_OK;
+    }
+    const int64_t mb = in->cfg->train.micro_batch_size == ST_AUTO ? 1 : in->cfg->train.micro_batch_size;
+    const char *what = mb == 1 ? "a sample" : "the micro-batch";
+    char b1[32], b2[32];
+    st_mem m;
+    snprintf(p->strategy, sizeof p->strategy, "ddp");
+    ST_TRY(mem_at(in, p, mb, &m));
+    if (m.total <= p->mem_limit) {
+        snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and %s fit in %s",
+                 human((double)(m.params + m.grads + m.optim), b1, sizeof b1), what,
+                 human((double)p->mem_limit, b2, sizeof b2));
+        return ST_OK;
+    }
+    if (p->ranks > 1) {
+        snprintf(p->strategy, sizeof p->strategy, "zero2");
+        ST_TRY(mem_at(in, p, mb, &m));
+        if (m.total <= p->mem_limit) {
+            snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and %s do not fit in %s", what,
+                     human((double)p->mem_limit, b2, sizeof b2));
+            return ST_OK;
+        }
+    }
+    snprintf(p->strategy, sizeof p->strategy, p->ranks > 1 ? "zero2" : "ddp");
+    p->offload = true;
+    snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
+             p->strategy, what, p->ranks > 1 ? " even sharded" : "");
+    return ST_OK;
+}
+
+/* One hardware configuration, without the one-device comparison. */
+static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
+    const st_config *c = in->cfg;
+    memset(p, 0, sizeof *p);
+    p->hw = *hw;
+    p->ranks = hw->per_node * hw->nodes;
+    p->mem_limit = mem_limit(hw);
+    const int64_t B = c->train.batch_size, n = p->ranks;
+    if (B % n != 0) {
+        snprintf(p->warning, sizeof p->warning, "train.batch_size %lld is not a multiple of %lld ranks",
+                 (long long)B, (long long)n);
+        return ST_OK;
+    }
+    choose_precision(c, &hw->dev, p);
+    ST_TRY(choose_strategy(in, p));
+    const int64_t per_rank = B / n;
+    st_mem m;
+    if (c->train.micro_batch_size != ST_AUTO) {
+        p->micro = c->train.micro_batch_size;
+        if (per_rank % p->micro != 0) {
+            snprintf(p->warning, sizeof p->warning,
+                     "train.micro_batch_size %lld does not divide the %lld samples per rank", (long long)p->micro,
+                     (long long)per_rank);
+            return ST_OK;
+        }
+    } else { /* the largest divisor of the per-rank batch that fits */
+        p->micro = 1;
+        for (int64_t d = per_rank; d >= 1; d--) {
+            if (per_rank % d != 0) continue;
+            ST_TRY(mem_at(in, p, d, &m));
+            if (m.total <= p->mem_limit) {
+                p->micro = d;
+                break;
+            }
+        }
+        char b[32];
+        if (p->micro == per_rank)
+            snprintf(p->micro_why, sizeof p->micro_why, "%s",
+                     n > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
+        else
+            snprintf(p->micro_why, sizeof p->micro_why, "the largest divisor of %lld samples per rank that fits %s",
+                     (long long)per_rank, human((double)p->mem_limit, b, sizeof b));
+    }
+    p->accum = per_rank / p->micro;
+    ST_TRY(mem_at(in, p, p->micro, &p->mem));
+    p->fits = p->mem.total <= p->mem_limit;
+    if (!p->fits)
+        snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per device, %.2f GiB usable%s",
+                 (double)p->mem.total / GIB, (double)p->mem_limit / GIB,
+                 p->offload ? " even with ZeRO-2 and offload at micro-batch 1" : "");
+    else if (p->offload)
+        snprintf(p->warning, sizeof p->warning, "needs optimizer offload (%.1f GiB of host memory per rank)",
+                 (double)p->mem.host / GIB);
+
+    st_model_graph mg;
+    ST_TRY(st_model_graph_layout(in->model, p->micro, &mg));
+    const st_cost cost = st_graph_cost(&mg.g);
+    st_model_graph_free(&mg);
+    st_mem_opts mo = mem_opts(in, p);
+    st_time_opts to = {hw, mo.mixed, in->efficiency, mo.zero, p->offload, mo.optim_states, c->dist.bucket_cap_mb,
+                       p->micro, p->accum};
+    st_time_estimate(&cost, in->model->params.count, &to, &p->time);
+    p->samples_per_s = (double)B / p->time.step_s;
+    p->tokens_per_s = p->samples_per_s * (double)in->seq_len;
+    p->ok = true;
+    return ST_OK;
+}
+
+st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out) {
+    ST_TRY(plan_one(in, hw, out));
+    out->scaling = 1.0;
+    if (out->ok && out->ranks > 1) {
+        st_hw_config one = *hw;
+        one.per_node = one.nodes = 1;
+        st_plan *single = malloc(sizeof *single);
+        if (!single) return st_fail(ST_ERR_NOMEM, "out of memory");
+        st_status s = plan_one(in, &one, single);
+        if (s == ST_OK && single->ok)
+            out->scaling = out->samples_per_s / ((double)out->ranks * single->samples_per_s);
+        free(single);
+        ST_TRY(s);
+    }
+    return ST_OK;
+}
+
+const char *st_plan_strategy_label(const st_plan *p, char *buf, int n) {
+    snprintf(buf, (size_t)n, "%s%s", p->strategy, p->offload ? "+offload" : "");
+    return buf;
+}
+
+void st_plan_apply(const st_plan *p, st_config *c) {
+    if (c->train.micro_batch_size == ST_AUTO) {
+        c->train.micro_batch_size = p->micro;
+        st_config_mark_auto(c, "train.micro_batch_size", p->micro_why);
+    }
+    if (strcmp(c->precision, "auto") == 0) {
+        snprintf(c->precision, sizeof c->precision, "%s", p->precision);
+        st_config_mark_auto(c, "precision", p->precision_why);
+    }
+    if (strcmp(c->dist.strategy, "auto") == 0) {
+        snprintf(c->dist.strategy, sizeof c->dist.strategy, "%s", p->strategy);
+        st_config_mark_auto(c, "dist.strategy", p->strategy_why);
+    }
+}

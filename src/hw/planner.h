@@ -1,0 +1,65 @@
+/* The planner: for a run configuration and a hardware configuration, the
+ * values a run would use (micro-batch, accumulation, precision, strategy),
+ * the memory each device would hold and the predicted step time, with the
+ * reason for each value chosen and a warning where it does not fit.
+ *
+ * Rules (each `auto` value; an explicit value always wins, with a warning
+ * when the model predicts it will not fit):
+ *   precision  fp32 on the CPU; bf16 from compute capability 8.0; fp16 with
+ *              loss scaling below.
+ *   strategy   DDP when the model states and one sample fit; else ZeRO-2
+ *              (more than one rank); else ZeRO-2 with offload.
+ *   micro      the largest divisor of batch_size / ranks that fits the
+ *              device's memory with headroom; accumulation makes up the rest
+ *              (micro x accum x ranks == batch_size).
+ * Memory available: a GPU's memory less 10% and 1 GiB (context, NCCL and
+ * allocator reserve); on the CPU, 85% of the memory available over the ranks
+ * on the node. */
+#ifndef ST_HW_PLANNER_H
+#define ST_HW_PLANNER_H
+
+#include "device.h"
+#include "memory.h"
+#include "model/model.h"
+#include "scaletrain/config.h"
+#include "timing.h"
+
+typedef struct st_plan_input {
+    const st_config *cfg; /* values still `auto` are chosen */
+    st_model *model;      /* st_model_create_layout (or a real model) */
+    int64_t seq_len;      /* tokens per sample; 0 for images */
+    int64_t sample_in_bytes, sample_out_bytes; /* one sample in a loader buffer */
+    int64_t data_bytes;   /* dataset held in host memory (counted on the CPU) */
+    bool has_eval;        /* the run keeps an evaluation graph */
+    int cores_per_rank;   /* for data.num_workers auto (the CPU) */
+    double efficiency;    /* <= 0: the device default (timing.h) */
+} st_plan_input;
+
+typedef struct st_plan {
+    st_hw_config hw;
+    int ranks;
+    bool ok; /* false: no plan (the warning says why) */
+    int64_t micro, accum;
+    char precision[8];
+    char strategy[8]; /* ddp | zero1 | zero2 */
+    bool offload;
+    char micro_why[96], precision_why[96], strategy_why[96];
+    st_mem mem;
+    int64_t mem_limit; /* bytes usable per device */
+    bool fits;
+    st_time time;
+    double samples_per_s, tokens_per_s;
+    double scaling; /* samples/s over ranks x one device's samples/s (same batch) */
+    char warning[256];
+} st_plan;
+
+st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);
+
+/* Write the plan's choices into every `auto` key of cfg (micro-batch,
+ * precision, strategy), each marked with its reason. */
+void st_plan_apply(const st_plan *p, st_config *cfg);
+
+/* "zero2+offload" etc. */
+const char *st_plan_strategy_label(const st_plan *p, char *buf, int n);
+
+#endif

@@ -1,0 +1,376 @@
+/* The hardware probe (see probe.h): /proc for the CPU and memory, the CUDA
+ * driver API and NVML through dlopen, the launcher's environment for MPI.
+ * The few driver and NVML prototypes are declared here (cuda.h is not needed
+ * to build, and there is no nvml.h): their signatures are the documented C
+ * ABI of libcuda.so.1 and libnvidia-ml.so.1. */
+#include "probe.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* --- CUDA driver API (cuda.h, CUDA Driver API reference) ----------------- */
+typedef int CUresult; /* CUDA_SUCCESS = 0 */
+typedef int CUdevice;
+enum {
+    CU_ATTR_MULTIPROCESSOR_COUNT = 16,
+    CU_ATTR_CC_MAJOR = 75,
+    CU_ATTR_CC_MINOR = 76,
+};
+typedef struct cuda_api {
+    CUresult (*init)(unsigned int);
+    CUresult (*driver_version)(int *);
+    CUresult (*count)(int *);
+    CUresult (*get)(CUdevice *, int);
+    CUresult (*name)(char *, int, CUdevice);
+    CUresult (*total_mem)(size_t *, CUdevice);
+    CUresult (*attr)(int *, int, CUdevice);
+    CUresult (*error_string)(CUresult, const char **);
+} cuda_api;
+
+/* --- NVML (nvml.h, NVML API reference) ------------------------------------ */
+typedef int nvmlReturn_t; /* NVML_SUCCESS = 0, NVML_ERROR_INSUFFICIENT_SIZE = 7 */
+typedef void *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_memory;
+typedef struct { /* nvmlProcessInfo_t (v2), filled by ..._v3 */
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance, compute_instance;
+} nvml_process;
+enum { NVML_NVLINK_MAX_LINKS = 18 };
+typedef struct nvml_api {
+    nvmlReturn_t (*init)(void);
+    nvmlReturn_t (*shutdown)(void);
+    nvmlReturn_t (*count)(unsigned int *);
+    nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t *);
+    nvmlReturn_t (*name)(nvmlDevice_t, char *, unsigned int);
+    nvmlReturn_t (*memory)(nvmlDevice_t, nvml_memory *);
+    nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, int *);
+    nvmlReturn_t (*common_ancestor)(nvmlDevice_t, nvmlDevice_t, int *);
+    nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvml_process *);
+    const char *(*error_string)(nvmlReturn_t);
+} nvml_api;
+
+static void *sym(void *lib, const char *name, bool *ok) {
+    void *p = dlsym(lib, name);
+    if (!p) *ok = false;
+    return p;
+}
+
+static void trim(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = '\0';
+    size_t i = 0;
+    while (s[i] == ' ' || s[i] == '\t') i++;
+    if (i) memmove(s, s + i, n - i + 1);
+}
+
+static void probe_cpu(st_hw_info *h) {
+    snprintf(h->cpu_model, sizeof h->cpu_model, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    int phys = -1, core = -1, n_pairs = 0;
+    long pairs[1024];
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        *colon = '\0';
+        char *key = line, *val = colon + 1;
+        trim(key);
+        trim(val);
+        if (strcmp(key, "model name") == 0) snprintf(h->cpu_model, sizeof h->cpu_model, "%s", val);
+        else if (strcmp(key, "physical id") == 0) phys = atoi(val);
+        else if (strcmp(key, "core id") == 0) core = atoi(val);
+        if (phys >= 0 && core >= 0) { /* one (socket, core) pair per logical CPU */
+            long pair = (long)phys * 100000 + core;
+            bool seen = false;
+            for (int i = 0; i < n_pairs && !seen; i++) seen = pairs[i] == pair;
+            if (!seen && n_pairs < 1024) pairs[n_pairs++] = pair;
+            phys = core = -1;
+        }
+    }
+    if (f) fclose(f);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    h->threads = online > 0 ? (int)online : 1;
+    h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology: count threads */
+    cpu_set_t set;
+    h->allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : h->threads;
+}
+
+static int64_t read_cgroup_limit(void) {
+    /* cgroup v2, then v1; "max" or a huge value means no limit */
+    const char *paths[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        if (!f) continue;
+        char buf[64] = {0};
+        bool got = fgets(buf, sizeof buf, f) != NULL;
+        fclose(f);
+        if (!got || strncmp(buf, "max", 3) == 0) return -1;
+        long long v = atoll(buf);
+        if (v > 0 && v < (1LL << 60)) return v;
+        return -1;
+    }
+    return -1;
+}
+
+static st_status probe_memory(st_hw_info *h) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return st_fail(ST_ERR_IO, "/proc/meminfo: cannot open; the probe needs Linux /proc");
+    char line[256];
+    long long kb;
+    h->mem_avail = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %lld kB", &kb) == 1) h->mem_total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) h->mem_avail = kb * 1024;
+    }
+    fclose(f);
+    if (h->mem_avail < 0) h->mem_avail = h->mem_total;
+    int64_t lim = read_cgroup_limit();
+    if (lim > 0 && lim < h->mem_total) {
+        h->mem_total = lim;
+        if (h->mem_avail > lim) h->mem_avail = lim;
+    }
+    return ST_OK;
+}
+
+static void probe_cuda(st_hw_info *h) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(h->cuda_why, sizeof h->cuda_why, "no NVIDIA driver: %s", dlerror());
+        return;
+    }
+    cuda_api c;
+    bool ok = true;
+    *(void **)&c.init = sym(lib, "cuInit", &ok);
+    *(void **)&c.driver_version = sym(lib, "cuDriverGetVersion", &ok);
+    *(void **)&c.count = sym(lib, "cuDeviceGetCount", &ok);
+    *(void **)&c.get = sym(lib, "cuDeviceGet", &ok);
+    *(void **)&c.name = sym(lib, "cuDeviceGetName", &ok);
+    *(void **)&c.total_mem = sym(lib, "cuDeviceTotalMem_v2", &ok);
+    *(void **)&c.attr = sym(lib, "cuDeviceGetAttribute", &ok);
+    *(void **)&c.error_string = sym(lib, "cuGetErrorString", &ok);
+    if (!ok) {
+        snprintf(h->cuda_why, sizeof h->cuda_why, "libcuda.so.1 lacks a driver API function (driver too old)");
+        dlclose(lib);
+        return;
+    }
+    CUresult r = c.init(0);
+    int n = 0;
+    if (r == 0) r = c.count(&n);
+    if (r != 0) {
+        const char *msg = NULL;
+        c.error_string(r, &msg);
+        snprintf(h->cuda_why, sizeof h->cuda_why, "cuInit: %s (error %d)", msg ? msg : "unknown", r);
+        dlclose(lib);
+        return;
+    }
+    c.driver_version(&h->cuda_driver);
+    if (n == 0) snprintf(h->cuda_why, sizeof h->cuda_why, "the driver sees no device (CUDA_VISIBLE_DEVICES?)");
+    if (n > ST_HW_MAX_GPUS) n = ST_HW_MAX_GPUS;
+    for (int i = 0; i < n; i++) {
+        st_hw_gpu *g = &h->gpu[i];
+        CUdevice d;
+        size_t total = 0;
+        if (c.get(&d, i) != 0) continue;
+        c.name(g->name, (int)sizeof g->name, d);
+        c.total_mem(&total, d);
+        g->mem_total = (int64_t)total;
+        g->mem_free = -1;
+        c.attr(&g->cc_major, CU_ATTR_CC_MAJOR, d);
+        c.attr(&g->cc_minor, CU_ATTR_CC_MINOR, d);
+        c.attr(&g->sms, CU_ATTR_MULTIPROCESSOR_COUNT, d);
+        g->nvlinks = g->procs = -1;
+    }
+    h->n_gpus = n;
+    /* The library stays loaded: unloading the driver after cuInit is unsafe. */
+}
+
+static st_hw_link link_from_ancestor(int level) {
+    switch (level) { /* nvmlGpuTopologyLevel_t */
+    case 0: return ST_LINK_SELF;
+    case 10: case 20: return ST_LINK_PCIE_SWITCH;
+    case 30: case 40: return ST_LINK_PCIE_HOST;
+    case 50: return ST_LINK_SYSTEM;
+    default: return ST_LINK_UNKNOWN;
+    }
+}
+
+static void probe_nvml(st_hw_info *h) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(h->nvml_why, sizeof h->nvml_why, "%s", dlerror());
+        return;
+    }
+    nvml_api v;
+    bool ok = true;
+    *(void **)&v.init = sym(lib, "nvmlInit_v2", &ok);
+    *(void **)&v.shutdown = sym(lib, "nvmlShutdown", &ok);
+    *(void **)&v.count = sym(lib, "nvmlDeviceGetCount_v2", &ok);
+    *(void **)&v.handle = sym(lib, "nvmlDeviceGetHandleByIndex_v2", &ok);
+    *(void **)&v.name = sym(lib, "nvmlDeviceGetName", &ok);
+    *(void **)&v.memory = sym(lib, "nvmlDeviceGetMemoryInfo", &ok);
+    *(void **)&v.nvlink_state = sym(lib, "nvmlDeviceGetNvLinkState", &ok);
+    *(void **)&v.common_ancestor = sym(lib, "nvmlDeviceGetTopologyCommonAncestor", &ok);
+    *(void **)&v.procs = sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3", &ok);
+    *(void **)&v.error_string = sym(lib, "nvmlErrorString", &ok);
+    nvmlReturn_t r = ok ? v.init() : -1;
+    if (!ok || r != 0) {
+        snprintf(h->nvml_why, sizeof h->nvml_why, "%s", ok ? v.error_string(r) : "NVML too old");
+        dlclose(lib);
+        return;
+    }
+    unsigned int n = 0;
+    v.count(&n);
+    if ((int)n > ST_HW_MAX_GPUS) n = ST_HW_MAX_GPUS;
+    nvmlDevice_t dev[ST_HW_MAX_GPUS];
+    for (unsigned int i = 0; i < n; i++) {
+        if (v.handle(i, &dev[i]) != 0) dev[i] = NULL;
+        if (!dev[i] || (int)i >= h->n_gpus) continue;
+        st_hw_gpu *g = &h->gpu[i];
+        nvml_memory m;
+        if (v.memory(dev[i], &m) == 0) g->mem_free = (int64_t)m.free;
+        g->nvlinks = 0;
+        for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+            int active = 0;
+            if (v.nvlink_state(dev[i], l, &active) == 0 && active) g->nvlinks++;
+        }
+        nvml_process procs[64];
+        unsigned int np = 64;
+        if (v.procs(dev[i], &np, procs) == 0) {
+            g->procs = (int)np;
+            g->procs_mem = 0;
+            for (unsigned int k = 0; k < np; k++) g->procs_mem += (int64_t)procs[k].used;
+        }
+    }
+    for (unsigned int i = 0; i < n; i++)
+        for (unsigned int j = 0; j < n; j++) {
+            int level = -1;
+            if (i == j) h->link[i][j] = ST_LINK_SELF;
+            else if (dev[i] && dev[j] && (int)i < h->n_gpus && (int)j < h->n_gpus && h->gpu[i].nvlinks > 0 &&
+                     h->gpu[j].nvlinks > 0)
+                h->link[i][j] = ST_LINK_NVLINK;
+            else if (dev[i] && dev[j] && v.common_ancestor(dev[i], dev[j], &level) == 0)
+                h->link[i][j] = link_from_ancestor(level);
+        }
+    h->nvml = true;
+    v.shutdown();
+    dlclose(lib);
+}
+
+static void probe_launcher(st_hw_info *h) {
+#ifdef ST_NO_MPI
+    h->mpi_built = false;
+#else
+    h->mpi_built = true;
+#endif
+    const char *ompi = getenv("OMPI_COMM_WORLD_SIZE"), *slurm = getenv("SLURM_NTASKS");
+    const char *slurm_step = getenv("SLURM_STEP_ID");
+    h->world = h->local_ranks = 1;
+    snprintf(h->launcher, sizeof h->launcher, "none");
+    if (ompi) {
+        snprintf(h->launcher, sizeof h->launcher, "mpirun");
+        h->world = atoi(ompi);
+        const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        h->local_ranks = l ? atoi(l) : 1;
+    } else if (slurm && slurm_step) { /* inside an srun step, not only an allocation */
+        snprintf(h->launcher, sizeof h->launcher, "srun");
+        h->world = atoi(slurm);
+        const char *l = getenv("SLURM_NTASKS_PER_NODE");
+        h->local_ranks = l ? atoi(l) : 1;
+    }
+    if (h->world < 1) h->world = 1;
+    if (h->local_ranks < 1) h->local_ranks = 1;
+}
+
+static void probe_nccl(st_hw_info *h) {
+    const char *names[] = {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"};
+    void *lib = NULL;
+    for (int i = 0; i < 2 && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(h->nccl_why, sizeof h->nccl_why, "%s", dlerror());
+        return;
+    }
+    int (*version)(int *);
+    *(void **)&version = dlsym(lib, "ncclGetVersion");
+    if (version && version(&h->nccl_version) == 0) h->nccl = true;
+    else snprintf(h->nccl_why, sizeof h->nccl_why, "libnccl.so.2 has no working ncclGetVersion");
+    dlclose(lib);
+}
+
+st_status st_hw_probe(st_hw_info *out) {
+    memset(out, 0, sizeof *out);
+    probe_cpu(out);
+    ST_TRY(probe_memory(out));
+    probe_cuda(out);
+    if (out->n_gpus > 0) probe_nvml(out);
+    else snprintf(out->nvml_why, sizeof out->nvml_why, "not probed: no CUDA device");
+    probe_launcher(out);
+    probe_nccl(out);
+    return ST_OK;
+}
+
+st_status st_hw_probe_host(st_hw_info *out) {
+    memset(out, 0, sizeof *out);
+    probe_cpu(out);
+    ST_TRY(probe_memory(out));
+    snprintf(out->cuda_why, sizeof out->cuda_why, "not probed");
+    probe_launcher(out);
+    return ST_OK;
+}
+
+const char *st_hw_link_name(st_hw_link l) {
+    switch (l) {
+    case ST_LINK_SELF: return "self";
+    case ST_LINK_NVLINK: return "NVLink";
+    case ST_LINK_PCIE_SWITCH: return "PCIe (same switch)";
+    case ST_LINK_PCIE_HOST: return "PCIe (through the host bridge)";
+    case ST_LINK_SYSTEM: return "PCIe (across CPU sockets)";
+    default: return "unknown";
+    }
+}
+
+void st_hw_print(const st_hw_info *h, FILE *out) {
+    const double gib = 1024.0 * 1024 * 1024;
+    fprintf(out, "cpu:    %s, %d physical cores, %d threads (%d usable by this process)\n", h->cpu_model,
+            h->cores, h->threads, h->allowed);
+    fprintf(out, "memory: %.1f GiB total, %.1f GiB available\n", (double)h->mem_total / gib,
+            (double)h->mem_avail / gib);
+    if (h->n_gpus == 0) {
+        fprintf(out, "cuda:   no CUDA device (%s)\n", h->cuda_why);
+    } else {
+        fprintf(out, "cuda:   %d device%s, driver %d.%d\n", h->n_gpus, h->n_gpus == 1 ? "" : "s",
+                h->cuda_driver / 1000, h->cuda_driver % 1000 / 10);
+        for (int i = 0; i < h->n_gpus; i++) {
+            const st_hw_gpu *g = &h->gpu[i];
+            fprintf(out, "  gpu %d: %s, %.1f GiB", i, g->name, (double)g->mem_total / gib);
+            if (g->mem_free >= 0) fprintf(out, " (%.1f GiB free)", (double)g->mem_free / gib);
+            fprintf(out, ", compute capability %d.%d, %d SMs", g->cc_major, g->cc_minor, g->sms);
+            if (g->nvlinks > 0) fprintf(out, ", %d NVLinks", g->nvlinks);
+            if (g->procs > 0)
+                fprintf(out, ", %d process%s already hold %.1f GiB", g->procs, g->procs == 1 ? "" : "es",
+                        (double)g->procs_mem / gib);
+            fputc('\n', out);
+        }
+        if (!h->nvml) fprintf(out, "nvml:   not available (%s): no free memory or links\n", h->nvml_why);
+        else if (h->n_gpus > 1) {
+            fprintf(out, "links:\n");
+            for (int i = 0; i < h->n_gpus; i++)
+                for (int j = i + 1; j < h->n_gpus; j++)
+                    fprintf(out, "  gpu %d - gpu %d: %s\n", i, j, st_hw_link_name(h->link[i][j]));
+        }
+    }
+    fprintf(out, "mpi:    %s; launcher: %s", h->mpi_built ? "built in" : "not built in (no mpicc at build time)",
+            h->launcher);
+    if (strcmp(h->launcher, "none") != 0)
+        fprintf(out, " (%d rank%s, %d on this node)", h->world, h->world == 1 ? "" : "s", h->local_ranks);
+    fputc('\n', out);
+    if (h->nccl)
+        fprintf(out, "nccl:   %d.%d.%d\n", h->nccl_version / 10000, h->nccl_version / 100 % 100,
+                h->nccl_version % 100);
+    else fprintf(out, "nccl:   not available (%s)\n", h->nccl_why);
+}

@@ -1,0 +1,84 @@
+/* The hardware probe: what this machine has for training, found at run time.
+ *
+ * CPU (model, physical cores, logical threads, the cores this process may
+ * use), memory (total and available, capped by a cgroup limit), CUDA devices
+ * through the driver API loaded with dlopen("libcuda.so.1") (count, name,
+ * memory, compute capability, multiprocessors), and through NVML loaded with
+ * dlopen("libnvidia-ml.so.1") when present: free memory, the links between
+ * GPUs (NVLink or PCIe) and processes already holding GPU memory. MPI (built
+ * in? launched by mpirun or srun?) and NCCL (dlopen("libnccl.so.2")).
+ *
+ * Nothing here links CUDA, NVML or NCCL, and nothing fails for what is
+ * missing: every absence is recorded with its reason ("no CUDA device
+ * (libcuda.so.1: cannot open shared object file)"). Not here: benchmarks
+ * (scaletrain check), the cost models (memory.h, timing.h). */
+#ifndef ST_HW_PROBE_H
+#define ST_HW_PROBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "scaletrain/status.h"
+
+#define ST_HW_MAX_GPUS 16
+#define ST_HW_REASON 192
+
+typedef enum st_hw_link {
+    ST_LINK_UNKNOWN = 0,
+    ST_LINK_SELF,
+    ST_LINK_NVLINK, /* both ends have active NVLinks (NVSwitch or direct) */
+    ST_LINK_PCIE_SWITCH, /* same PCIe switch (NVML SINGLE/MULTIPLE) */
+    ST_LINK_PCIE_HOST,   /* through a host bridge or CPU (NVML HOSTBRIDGE/NODE) */
+    ST_LINK_SYSTEM,      /* across CPU sockets (NVML SYSTEM) */
+} st_hw_link;
+
+typedef struct st_hw_gpu {
+    char name[96];
+    int64_t mem_total, mem_free; /* bytes; mem_free < 0 when unknown (no NVML) */
+    int cc_major, cc_minor;
+    int sms;         /* multiprocessors */
+    int nvlinks;     /* active NVLinks (NVML), -1 unknown */
+    int procs;       /* compute processes holding memory on it (NVML), -1 unknown */
+    int64_t procs_mem; /* bytes those processes hold */
+} st_hw_gpu;
+
+typedef struct st_hw_info {
+    /* CPU and memory */
+    char cpu_model[128];
+    int cores;   /* physical cores (distinct socket/core pairs) */
+    int threads; /* logical CPUs online */
+    int allowed; /* CPUs this process may run on (affinity) */
+    int64_t mem_total, mem_avail; /* bytes (MemTotal, MemAvailable; cgroup limit applied) */
+    /* CUDA */
+    int n_gpus;
+    st_hw_gpu gpu[ST_HW_MAX_GPUS];
+    int cuda_driver; /* e.g. 12040; 0 when none */
+    char cuda_why[ST_HW_REASON]; /* why there is no device ("" when there are) */
+    bool nvml;
+    char nvml_why[ST_HW_REASON];
+    st_hw_link link[ST_HW_MAX_GPUS][ST_HW_MAX_GPUS]; /* NVML index order */
+    /* MPI and NCCL */
+    bool mpi_built;      /* this build has the MPI backend */
+    char launcher[32];   /* "mpirun", "srun", or "none" (from the environment) */
+    int world, local_ranks; /* as the launcher says; 1 without one */
+    bool nccl;
+    int nccl_version; /* e.g. 22809 */
+    char nccl_why[ST_HW_REASON];
+} st_hw_info;
+
+/* Fill *out. Never fails for missing hardware or libraries (see the *_why
+ * fields); fails only if /proc cannot be read. */
+st_status st_hw_probe(st_hw_info *out);
+
+/* Only the CPU, memory and launcher (no libraries loaded): what a starting
+ * run needs to plan on the CPU. */
+st_status st_hw_probe_host(st_hw_info *out);
+
+/* A human-readable report (the `scaletrain plan --probe` output). */
+void st_hw_print(const st_hw_info *h, FILE *out);
+
+/* "NVLink", "PCIe (same switch)", ... */
+const char *st_hw_link_name(st_hw_link l);
+
+#endif

@@ -1,0 +1,66 @@
+/* The planner's view of a run from its configuration (see runspec.h). */
+#include "runspec.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data/dataset.h"
+#include "data/tokens.h"
+
+static int64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
+    memset(in, 0, sizeof *in);
+    in->cfg = cfg;
+    st_model_input mi;
+    memset(&mi, 0, sizeof mi);
+    in->has_eval = cfg->data.val[0] != '\0';
+    if (strcmp(cfg->model.type, "gpt") == 0) {
+        if (cfg->model.vocab_size == ST_AUTO) {
+            st_tokens *t;
+            st_status s = st_tokens_open(cfg->data.train, &t);
+            if (s != ST_OK)
+                return st_fail_context(s, "model.vocab_size is auto, so the planner reads it from data.train; set "
+                                          "model.vocab_size to plan without the data: ");
+            cfg->model.vocab_size = (int64_t)st_tokens_vocab_size(t);
+            st_tokens_close(t);
+            st_config_mark_auto(cfg, "model.vocab_size", "the vocabulary of data.train");
+        }
+        mi.vocab_size = cfg->model.vocab_size;
+        mi.seq_len = cfg->model.block_size;
+        in->seq_len = mi.seq_len;
+        in->sample_in_bytes = in->sample_out_bytes = 4 * mi.seq_len;
+        in->data_bytes = file_size(cfg->data.train) + (in->has_eval ? file_size(cfg->data.val) : 0);
+    } else {
+        st_dataset d;
+        ST_TRY(st_dataset_open_images(cfg->data.train, cfg->data.train_labels, &d));
+        mi.height = d.h;
+        mi.width = d.w;
+        mi.channels = d.c;
+        const int64_t n = d.n, px = d.h * d.w * d.c;
+        const int64_t classes = d.num_classes;
+        st_dataset_free(&d);
+        if (cfg->model.num_classes == ST_AUTO) {
+            cfg->model.num_classes = classes;
+            st_config_mark_auto(cfg, "model.num_classes", "the labels in data.train");
+        }
+        mi.num_classes = cfg->model.num_classes;
+        in->sample_in_bytes = 4 * px;
+        in->sample_out_bytes = 4;
+        in->data_bytes = n * (px + 4); /* pixels as bytes and int32 labels */
+        if (in->has_eval) {
+            ST_TRY(st_dataset_open_images(cfg->data.val, cfg->data.val_labels, &d));
+            in->data_bytes += d.n * (px + 4);
+            st_dataset_free(&d);
+        }
+    }
+    return st_model_create_layout(cfg, &mi, &in->model);
+}
+
+void st_runspec_close(st_plan_input *in) {
+    st_model_free(in->model);
+    in->model = NULL;
+}

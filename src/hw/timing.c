@@ -1,0 +1,86 @@
+/* The time model (see timing.h). */
+#include "timing.h"
+
+#include <math.h>
+
+/* A GPU server's host memory bandwidth for an offloaded optimizer step,
+ * shared by the node's GPUs: two sockets of 8-channel DDR4/DDR5 give a few
+ * hundred GB/s of which a streaming update reaches about this much. */
+#define HOST_MEM_BW 100e9
+
+double st_time_default_efficiency(const st_device *d, bool mixed) {
+    /* Large, well-shaped products reach 70-80% of the tensor-core peak;
+     * a whole model's products (small heads, attention blocks, the first
+     * and last layers) about 60%. fp32 without tensor cores sits closer to
+     * its (lower) peak. The CPU figure is against the measured sgemm rate. */
+    if (!d->gpu) return 0.8;
+    return mixed ? 0.6 : 0.7;
+}
+
+double st_time_allreduce(double bytes, int n, double busbw, double latency) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return 2.0 * (n - 1) / n * bytes / busbw + 2.0 * (n - 1) * latency;
+}
+
+/* reduce-scatter or all-gather: half an all-reduce */
+static double half_ring(double bytes, int n, double busbw, double latency) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return (double)(n - 1) / n * bytes / busbw + (double)(n - 1) * latency;
+}
+
+void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o, st_time *t) {
+    const st_device *d = &o->hw->dev;
+    const int n = o->hw->per_node * o->hw->nodes;
+    /* CPU ranks on a node share its cores and memory bandwidth */
+    const double share = d->gpu ? 1.0 : 1.0 / o->hw->per_node;
+    const double eff = o->efficiency > 0 ? o->efficiency : st_time_default_efficiency(d, o->mixed);
+    const double peak = (o->mixed ? d->peak_bf16 : d->peak_fp32) * share * eff;
+    const double bw = d->mem_bw * share * (d->gpu ? 0.8 : 0.6);
+    const double ab = o->mixed ? 2 : 4;
+    t->fwd_s = c->fwd_flops / peak + c->fwd_elems * ab / bw;
+    t->bwd_s = c->bwd_flops / peak + c->bwd_elems * ab / bw;
+    t->compute_s = (double)o->accum * (t->fwd_s + t->bwd_s);
+    t->flops_per_step = (double)o->accum * (c->fwd_flops + c->bwd_flops);
+
+    /* communication of the last micro-step's gradients, by bucket */
+    double busbw = d->link_bw, lat = d->link_lat;
+    if (o->hw->nodes > 1) {
+        busbw = fmin(busbw, d->net_bw);
+        lat = fmax(lat, d->net_lat);
+    }
+    const double P = (double)n_params, wb = o->mixed ? 2 : 4, gbytes = P * wb;
+    double cap = o->bucket_cap_mb * 1024 * 1024;
+    if (!(cap > 0)) cap = gbytes;
+    const double nb = ceil(gbytes / cap), last = gbytes - (nb - 1) * cap;
+    double comm = 0, t_last = 0;
+    if (n > 1) {
+        if (o->zero == 0) {
+            comm = (nb - 1) * st_time_allreduce(cap, n, busbw, lat) + st_time_allreduce(last, n, busbw, lat);
+            t_last = st_time_allreduce(last, n, busbw, lat);
+        } else {
+            comm = (nb - 1) * half_ring(cap, n, busbw, lat) + half_ring(last, n, busbw, lat);
+            t_last = half_ring(last, n, busbw, lat);
+        }
+    }
+    const double hidden = fmin(comm - t_last, t->bwd_s);
+    t->exposed_s = comm - (hidden > 0 ? hidden : 0);
+    if (n > 1 && o->zero >= 1) { /* updated weight shards all-gathered after the step */
+        const double ag = half_ring(P * wb, n, busbw, lat);
+        comm += ag;
+        t->exposed_s += ag;
+    }
+    t->comm_s = comm;
+
+    /* the optimizer: AdamW reads weights, gradients and 2 moments and writes
+     * weights and moments (4 (3 + 2 s) bytes for s moments), plus the 2-byte
+     * working copy with mixed precision */
+    const double shard = o->zero >= 1 && n > 1 ? P / n : P;
+    const double ob = 4.0 * (3 + 2 * o->optim_states) + (o->mixed ? 2 : 0);
+    if (o->offload) {
+        const double host_bw = HOST_MEM_BW / o->hw->per_node;
+        t->optim_s = shard * ob / host_bw + shard * 2 * wb / d->host_bw; /* update; gradients down, weights up */
+    } else {
+        t->optim_s = shard * ob / bw;
+    }
+    t->step_s = t->compute_s + t->exposed_s + t->optim_s;
+}

@@ -1,0 +1,58 @@
+/* Dynamic loss scaling (see scaler.h); the update follows PyTorch's
+ * _amp_update_scale_ (aten/src/ATen/native/cuda/AmpKernels.cu). */
+#include "scaler.h"
+
+#include <math.h>
+
+void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t window) {
+    s->enabled = enabled;
+    s->scale = enabled ? (float)init_scale : 1.0f;
+    s->window = window > 0 ? window : 1;
+    s->good_steps = 0;
+    s->skipped = 0;
+}
+
+bool st_grad_all_finite(const st_params *p) {
+    const float *g = p->grad;
+    int bad = 0;
+    /* x - x is 0 for finite x and NaN for Inf and NaN: no branch in the loop. */
+#pragma omp parallel for simd reduction(| : bad) schedule(static) if (p->count > (1 << 20))
+    for (int64_t i = 0; i < p->count; i++)
+        bad |= (g[i] - g[i]) != 0.0f;
+    return !bad;
+}
+
+void st_scaler_unscale(const st_scaler *s, st_params *p) {
+    if (!s->enabled) return;
+    const float inv = (float)(1.0 / (double)s->scale); /* PyTorch: scale.double().reciprocal().float() */
+    float *g = p->grad;
+#pragma omp parallel for simd schedule(static) if (p->count > (1 << 20))
+    for (int64_t i = 0; i < p->count; i++)
+        g[i] *= inv;
+}
+
+st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip) {
+    *skip = false;
+    if (!s->enabled) return ST_OK;
+    float inf = st_grad_all_finite(p) ? 0.0f : 1.0f;
+    if (comm && st_comm_size(comm) > 1)
+        ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
+    if (inf == 0.0f) st_scaler_unscale(s, p); /* by the scale this step used, before the update */
+    *skip = st_scaler_update(s, inf != 0.0f);
+    return ST_OK;
+}
+
+bool st_scaler_update(st_scaler *s, bool found_inf) {
+    if (!s->enabled) return false;
+    if (found_inf) {
+        s->scale *= 0.5f;
+        s->good_steps = 0;
+        s->skipped++;
+        return true;
+    }
+    if (++s->good_steps >= s->window) {
+        if (isfinite(s->scale * 2.0f)) s->scale *= 2.0f;
+        s->good_steps = 0;
+    }
+    return false;
+}

@@ -1,0 +1,186 @@
+/* Profiler trace events and the Chrome-trace writer (see trace.h). The
+ * format: https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
+ * ("Trace Event Format": complete events "ph": "X", metadata "ph": "M"). */
+#include "trace.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "session.h"
+
+st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
+    memset(t, 0, sizeof *t);
+    if (first < 1 || last < first)
+        return st_fail(ST_ERR_CONFIG, "log.trace_steps [%lld, %lld]: expected [first, last] with 1 <= first <= last",
+                       (long long)first, (long long)last);
+    t->first = first;
+    t->last = last;
+    t->rank = rank;
+    t->cap = 4096;
+    t->ev = malloc((size_t)t->cap * sizeof *t->ev);
+    if (!t->ev) return st_fail(ST_ERR_NOMEM, "out of memory for the profiler trace");
+    t->t0 = st_now();
+    return ST_OK;
+}
+
+void st_trace_free(st_trace *t) {
+    if (!t) return;
+    free(t->ev);
+    memset(t, 0, sizeof *t);
+}
+
+void st_trace_step(st_trace *t, int64_t step) {
+    if (t) t->on = !t->written && step >= t->first && step <= t->last;
+}
+
+void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end) {
+    if (!t || !t->on) return;
+    if (t->n == t->cap) {
+        st_trace_event *e = t->cap < ST_TRACE_MAX_EVENTS ? realloc(t->ev, 2 * (size_t)t->cap * sizeof *e) : NULL;
+        if (!e) {
+            t->dropped++;
+            return;
+        }
+        t->ev = e;
+        t->cap *= 2;
+    }
+    st_trace_event *e = &t->ev[t->n++];
+    memset(e, 0, sizeof *e);
+    e->ts = begin - t->t0;
+    e->dur = end > begin ? end - begin : 0;
+    e->tid = tid;
+    snprintf(e->cat, sizeof e->cat, "%s", cat);
+    snprintf(e->name, sizeof e->name, "%s", name);
+}
+
+void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {
+    st_trace *t = ctx;
+    if (!t->on) return;
+    const double now = st_now();
+    if (!end) {
+        t->node_t0 = now;
+        return;
+    }
+    /* the layer's name: its output tensor's without ".out" */
+    char name[ST_NAME_MAX + 32];
+    const char *o = n->out->name;
+    size_t len = strlen(o);
+    if (len > 4 && strcmp(o + len - 4, ".out") == 0) len -= 4;
+    snprintf(name, sizeof name, "%.*s (%s)", (int)len, o, n->ops->name);
+    st_trace_add(t, ST_TRACE_TID_STEP, backward ? "backward" : "forward", name, t->node_t0, now);
+}
+
+static void put_escaped(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void thread_name(FILE *f, int pid, int tid, const char *name, int sort) {
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", pid, tid);
+    put_escaped(f, name);
+    fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+            pid, tid, sort);
+}
+
+/* events: world blocks of `stride` events, block r holding counts[r]. */
+static st_status write_json(const char *out_dir, const st_trace *t, const st_trace_event *ev,
+                            const int64_t *counts, int64_t stride, int world, int64_t dropped) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/trace.json", out_dir);
+    st_atomic_file af;
+    ST_TRY(st_atomic_open(&af, path));
+    FILE *f = af.fp;
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"first_step\":%lld,\"last_step\":%lld,"
+               "\"ranks\":%d,\"dropped_events\":%lld},\n\"traceEvents\":[\n",
+            (long long)t->first, (long long)t->last, world, (long long)dropped);
+    bool first = true;
+    for (int r = 0; r < world; r++) {
+        fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
+                first ? "" : ",\n", r, r);
+        first = false;
+        fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+                r, r);
+        thread_name(f, r, ST_TRACE_TID_STEP, "step loop", 0);
+        int max_tid = -1;
+        for (int64_t i = 0; i < counts[r]; i++) {
+            const st_trace_event *e = &ev[r * stride + i];
+            if (e->tid >= ST_TRACE_TID_BUCKET && e->tid > max_tid) {
+                char nm[64];
+                for (int b = max_tid < ST_TRACE_TID_BUCKET ? ST_TRACE_TID_BUCKET : max_tid + 1; b <= e->tid; b++) {
+                    snprintf(nm, sizeof nm, "all-reduce: grad bucket %d", b - ST_TRACE_TID_BUCKET);
+                    thread_name(f, r, b, nm, b);
+                }
+                max_tid = e->tid;
+            }
+            fprintf(f, ",\n{\"name\":");
+            put_escaped(f, e->name);
+            fprintf(f, ",\"cat\":");
+            put_escaped(f, e->cat);
+            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}", 1e6 * e->ts, 1e6 * e->dur, r,
+                    (int)e->tid);
+        }
+    }
+    fprintf(f, "\n]}\n");
+    if (ferror(f)) {
+        st_atomic_abort(&af);
+        return st_fail(ST_ERR_IO, "%s: write failed", path);
+    }
+    return st_atomic_commit(&af);
+}
+
+st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool write) {
+    const int world = st_comm_size(comm);
+    int64_t *counts = malloc((size_t)world * 2 * sizeof *counts);
+    st_trace_event *all = NULL;
+    st_status s;
+    if (!counts) return st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+    int64_t mine[2] = {t->n, t->dropped};
+    st_comm_req *req = NULL;
+    ST_GOTO(st_comm_all_gather(comm, mine, counts, 2, ST_COMM_I64, "trace counts", &req));
+    ST_GOTO(st_comm_wait(&req));
+    int64_t stride = 0, dropped = 0;
+    for (int r = 0; r < world; r++) {
+        if (counts[2 * r] > stride) stride = counts[2 * r];
+        dropped += counts[2 * r + 1];
+        counts[r] = counts[2 * r];
+    }
+    /* every rank sends `stride` events (its own, then padding) */
+    if (stride > t->n) {
+        st_trace_event *e = realloc(t->ev, (size_t)stride * sizeof *e);
+        if (!e) {
+            s = st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+            goto fail;
+        }
+        memset(e + t->n, 0, (size_t)(stride - t->n) * sizeof *e);
+        t->ev = e;
+        t->cap = stride;
+    }
+    all = malloc((size_t)world * (size_t)(stride ? stride : 1) * sizeof *all);
+    if (!all) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace (%lld events per rank)",
+                    (long long)stride);
+        goto fail;
+    }
+    if (stride > 0) {
+        ST_GOTO(st_comm_all_gather(comm, t->ev, all, (size_t)stride * sizeof *all, ST_COMM_U8, "trace events",
+                                   &req));
+        ST_GOTO(st_comm_wait(&req));
+    }
+    if (write) ST_GOTO(write_json(out_dir, t, all, counts, stride, world, dropped));
+    s = ST_OK;
+fail:
+    t->written = true;
+    t->on = false;
+    t->n = 0;
+    free(all);
+    free(counts);
+    return s;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# train.activation_checkpointing: blocks trains the same weights, bit for bit,
+# as off (a small gpt with dropout and a cnn with batch-norm, 5 steps each),
+# reports less activation memory, and says which it used.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set data.val=
+     --set model.n_layer=3 --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32
+     --set model.dropout=0.1 --set train.batch_size=4)
+cnn=(--set model.type=cnn --set model.channels=[8,8] --set model.pool=[1,0] --set train.batch_size=16 --set data.val=)
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then models="gpt cnn"; else models=gpt; fi
+for name in $models; do
+    declare -n args=$name
+    for mode in off blocks; do
+        timeout 120 "$bin" train "${args[@]}" --set train.steps=5 --set train.threads=1 --set data.num_workers=0 \
+            --set train.activation_checkpointing=$mode --set train.out_dir="$tmp/$name-$mode" --json \
+            >"$tmp/$name-$mode.out" 2>&1 || fail "$name $mode: $(tail -n 3 "$tmp/$name-$mode.out")"
+        grep -q "checkpointing $mode" "$tmp/$name-$mode.out" || fail "$name $mode: not reported"
+    done
+    cmp -s "$tmp/$name-off/model.safetensors" "$tmp/$name-blocks/model.safetensors" &&
+        echo "$name: blocks and off saved the same weights, bit for bit" || fail "$name: weights differ"
+    /usr/bin/python3 - "$tmp/$name-off.out" "$tmp/$name-blocks.out" <<'PY' || fail "$name: activation memory"
+import json, sys
+a, b = (json.loads(open(p).read().strip().splitlines()[-1])["activation_mib"] for p in sys.argv[1:])
+print(f"activations with their gradients: {a:.3f} MiB off, {b:.3f} MiB with blocks")
+sys.exit(0 if 0 < b < a else 1)
+PY
+done
+[ $fails -eq 0 ] || exit 1
+echo "activation_checkpointing: ok"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `scaletrain bench -n 1,2` on a tiny gpt (issue 6): the table on stdout and
+# in bench.md has a header, a separator and one row per rank count with 8
+# columns; bench.json has the same runs with positive, finite figures that
+# agree with each other (per rank = throughput / ranks, the 1-rank efficiency
+# is 1, the global batch grows with the ranks); bad options are usage errors.
+# It checks the report's shape and sanity, not the speed (the machine is shared).
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "bench: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+cat >"$tmp/tiny.yaml" <<YAML
+model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16 }
+data:  { type: tokens, train: $tmp/t.tokens, val: "" }
+train: { batch_size: 4, threads: 1 }
+dist:  { timeout_s: 60 }
+log:   { peak_gflops: 10 }
+YAML
+
+out=$(timeout 300 "$bin" bench -n 1,2 "$tmp/tiny.yaml" --set optim.lr=1e-3 --steps 8 --warmup 2 --out "$tmp/rep" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "bench: exit $rc"
+table=$(grep '^|' <<<"$out")
+[ "$(wc -l <<<"$table")" -eq 4 ] || fail "the table has $(wc -l <<<"$table") lines, expected 4"
+head -n 1 <<<"$table" | grep -q '^| ranks | global batch | tokens/s | per rank | speed-up | efficiency |' ||
+    fail "the header: $(head -n 1 <<<"$table")"
+for r in 1 2; do
+    grep -qE "^\| $r \| $((4 * r)) \|( [0-9.]+ \|){6}$" <<<"$table" || fail "no well-formed row for $r rank(s)"
+done
+diff <(grep '^|' "$tmp/rep/bench.md") <(echo "$table") >/dev/null || fail "bench.md's table differs from stdout's"
+/usr/bin/python3 - "$tmp/rep/bench.json" <<'PY' || fail "bench.json"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+runs = r["runs"]
+assert [x["ranks"] for x in runs] == [1, 2], runs
+assert r["unit"] == "tokens/s" and r["micro_batch_per_rank"] == 4 and r["warmup_steps"] == 2
+for x in runs:
+    for k in ("throughput", "throughput_per_rank", "speedup", "efficiency", "samples_per_s", "tokens_per_s",
+              "step_ms_median"):
+        assert math.isfinite(x[k]) and x[k] > 0, (k, x)
+    assert math.isfinite(x["comm_ms"]) and x["comm_ms"] >= 0, x
+    assert x["measured_steps"] == 6, x
+    assert x["global_batch"] == 4 * x["ranks"], x
+    assert abs(x["throughput_per_rank"] * x["ranks"] - x["throughput"]) <= 1e-9 * x["throughput"], x
+    assert abs(x["tokens_per_s"] - 16 * x["samples_per_s"]) <= 1e-9 * x["tokens_per_s"], x
+assert runs[0]["efficiency"] == 1 and runs[0]["speedup"] == 1
+e = runs[1]["throughput_per_rank"] / runs[0]["throughput_per_rank"]
+assert abs(runs[1]["efficiency"] - e) <= 1e-9, runs
+print("bench.json: 2 runs, figures positive, finite and consistent; 2-rank efficiency %.3f" % e)
+PY
+[ -f "$tmp/rep/n2/metrics.jsonl" ] && [ -f "$tmp/rep/n2.log" ] || fail "the runs' metrics and logs are not kept"
+
+"$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
+"$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
+
+[ $fails -eq 0 ] && echo "bench: all passed"
+[ $fails -eq 0 ]

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `scaletrain check` on this machine (issue 6):
+# - with a config whose data and out_dir are good: every line ok (cpu, mpi,
+#   the 2-rank ddp self-test through the launcher, data, out_dir), the
+#   all-reduce test ok or warn (its bandwidth is low when the machine is
+#   busy) with every element right, cuda and nccl reported as not in this
+#   build, "ready", exit 0;
+# - a missing training file: its line FAILs naming the file with a fix, the
+#   others still run, "not ready: 1 check failed", exit 1;
+# - an out_dir under a regular file: FAIL;
+# - no mpirun on PATH: the mpi line FAILs with the package to install and the
+#   self-test is skipped, exit 1.
+set -uo pipefail
+build=${1:-build}
+bin=$(realpath "$build/scaletrain")
+if ! command -v mpirun >/dev/null; then
+    echo "check: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE TMPDIR=$tmp
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+for i in $(seq 1 100); do echo "line $i of a small text"; done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+cfg=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.block_size=16)
+
+out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/out" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "ready machine: exit $rc"
+for what in cpu mpi ddp data out_dir; do
+    grep -qE "^ok +$what " <<<"$out" || fail "no ok line for $what"
+done
+grep -qE "^ok +cpu +.*[0-9]+ cores? online, memory [0-9.]+ GiB, [0-9.]+ GiB available$" <<<"$out" ||
+    fail "the cpu line does not give cores and memory"
+grep -qE "^ok +ddp +2 ranks .*relative difference [0-9.e+-]+, tolerance" <<<"$out" || fail "the ddp line"
+# ok, or warn when the shared machine is busy: the bandwidth is reported either way
+grep -qE "^(ok|warn) +allreduce +2 ranks, 16 MiB: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right" \
+    <<<"$out" || fail "the allreduce line"
+grep -qE "^ok +data +$tmp/t.tokens: [0-9]+ samples of 16 tokens" <<<"$out" || fail "the data line"
+grep -qE "^ok +out_dir +$tmp/out will be created in $tmp, which is writable" <<<"$out" || fail "the out_dir line"
+grep -qE "^(skip|ok) +cuda " <<<"$out" && grep -qE "^(skip|ok) +nccl " <<<"$out" || fail "no cuda/nccl lines"
+[ "$(tail -n 1 <<<"$out")" = "ready" ] || fail "the last line is not 'ready'"
+[ -z "$(ls -A "$tmp" | grep scaletrain-check)" ] || fail "the self-test's temporary directory was left"
+
+out=$(timeout 300 "$bin" check "${cfg[@]}" --set data.train="$tmp/missing.tokens" --set train.out_dir="$tmp/out" 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "missing data: exit $rc"
+grep -qE "^FAIL +data +.*missing.tokens.*; fix: " <<<"$out" || fail "missing data: no FAIL line with a fix: $out"
+grep -qE "^ok +ddp " <<<"$out" || fail "missing data: the other checks did not run"
+[ "$(tail -n 1 <<<"$out")" = "not ready: 1 check failed" ] || fail "missing data: last line: $(tail -n 1 <<<"$out")"
+echo "missing data: $(grep FAIL <<<"$out")"
+
+touch "$tmp/plain"
+out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/plain/run" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +.*plain is not a directory; fix: " <<<"$out" ||
+    fail "out_dir under a file: exit $rc: $out"
+echo "out_dir under a file: $(grep FAIL <<<"$out")"
+
+mkdir "$tmp/nobin"
+out=$(timeout 300 env PATH="$tmp/nobin" "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/out" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "no mpirun: exit $rc"
+grep -qE "^FAIL +mpi +mpirun is not on PATH; fix: apt-get install openmpi-bin" <<<"$out" || fail "no mpirun: $out"
+grep -qE "^skip +ddp " <<<"$out" && grep -qE "^skip +allreduce " <<<"$out" ||
+    fail "no mpirun: the self-test and the all-reduce test were not skipped"
+echo "no mpirun: $(grep FAIL <<<"$out")"
+
+[ $fails -eq 0 ] && echo "check: all passed"
+[ $fails -eq 0 ]

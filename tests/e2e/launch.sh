@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# `scaletrain launch` under real mpirun (2 ranks):
+# (a) output: rank 0's stdout comes out as it is, every other line behind
+#     "[rank K] ", and lines stay whole even when the ranks write them in
+#     pieces at the same time;
+# (b) --max-restarts with a real fault: rank 1 of a tiny gpt run is SIGKILLed
+#     after the first checkpoint (found and killed as tests/e2e/ddp_faults.sh
+#     does); the launcher says why and from which checkpoint it restarts, the
+#     run finishes, and its final weights equal an uninterrupted run's
+#     (tests/py/weights_diff.py, tolerance 1e-6: resume is exact);
+# (c) a job that keeps failing: restarted K times, then given up, exit 1;
+# (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
+#     143, and that is not restarted.
+# Every run is bounded by `timeout`; the script waits only by polling files
+# in bounded loops and by `wait`.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "launch: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+[ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
+tmp=$(mktemp -d)
+[ -n "${KEEP_TMP:-}" ] && echo "tmp: $tmp"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# (a) 2 ranks each write 300 lines in three pieces (three write(2)s), and
+# one line on stderr.
+cat >"$tmp/talk.sh" <<'SH'
+r=$OMPI_COMM_WORLD_RANK
+i=0
+while [ $i -lt 300 ]; do printf 'r%s-' "$r"; printf 'line'; printf -- '-%s\n' "$i"; i=$((i + 1)); done
+echo "r$r-err" >&2
+SH
+timeout 60 "$bin" launch -n 2 sh "$tmp/talk.sh" >"$tmp/talk.out" 2>"$tmp/talk.err"; rc=$?
+[ $rc -eq 0 ] || fail "talk: exit $rc: $(cat "$tmp/talk.err")"
+bad=$(grep -vcE '^(r0-line-[0-9]+|\[rank 1\] r1-line-[0-9]+)$' "$tmp/talk.out")
+[ "$bad" -eq 0 ] || fail "talk: $bad stdout lines are mixed or wrongly prefixed: $(grep -vE '^(r0-|\[rank 1\] r1-)' "$tmp/talk.out" | head -3)"
+for r in 0 1; do
+    n=$(grep -cE "r$r-line-[0-9]+$" "$tmp/talk.out")
+    [ "$n" -eq 300 ] || fail "talk: rank $r has $n whole lines, expected 300"
+    grep -qx "\[rank $r\] r$r-err" "$tmp/talk.err" || fail "talk: rank $r's stderr line is not '[rank $r] r$r-err'"
+done
+echo "output: rank 0 plain, rank 1 and stderr prefixed, 600 whole lines"
+
+# A tiny gpt on a token file: enough steps for a kill to land mid-run.
+for i in $(seq 1 400); do printf 'line %010d\n' $((i * 7919 % 100003)); done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16
+     --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=200
+     --set train.checkpoint_every=3 --set dist.timeout_s=10 --set optim.lr=1e-3 --set log.peak_gflops=10
+     --set log.every=1 --set log.progress=off)
+
+# rank_pid ROOT RANK: the pid of a process under ROOT whose MPI rank is RANK.
+rank_pid() {
+    local p q
+    local queue=("$1")
+    while ((${#queue[@]})); do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        for q in $(pgrep -P "$p"); do
+            if tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+                echo "$q"
+                return 0
+            fi
+            queue+=("$q")
+        done
+    done
+    return 1
+}
+
+# wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest exists.
+wait_ckpt() {
+    local i
+    for i in $(seq 1 600); do
+        [ -s "$2/ckpt/latest" ] && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --quiet --set train.out_dir="$tmp/ref" || fail "the reference run"
+
+# (b) SIGKILL rank 1 after the first checkpoint; 2 restarts allowed.
+timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
+    >"$tmp/run.out" 2>"$tmp/run.err" &
+lpid=$!
+if wait_ckpt $lpid "$tmp/run" && r1=$(rank_pid $lpid 1); then
+    pids+=("$r1")
+    at=$(cat "$tmp/run/ckpt/latest")
+    kill -KILL "$r1"
+    echo "killed rank 1 (pid $r1) after $at"
+else
+    fail "restart: training did not start: $(cat "$tmp/run.err")"
+fi
+wait $lpid; rc=$?
+grep "scaletrain launch" "$tmp/run.err" | sed 's/^/    /'
+[ $rc -eq 0 ] || fail "restart: exit $rc: $(tail -n 20 "$tmp/run.err")"
+grep -qE "scaletrain launch: the job failed \(exit [0-9]+: .*rank 1.*signal 9.*\); restart 1 of 2 from checkpoint $tmp/run/ckpt/step-[0-9]+" \
+    "$tmp/run.err" || fail "restart: no message naming rank 1, signal 9 and the checkpoint"
+grep -q "^resumed from $tmp/run/ckpt/step-[0-9]* at step" "$tmp/run.out" || fail "restart: the run did not resume"
+grep -q "^step 200/200" "$tmp/run.out" || fail "restart: the run did not reach step 200"
+echo -n "restart: final weights against the uninterrupted run: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/run/model.safetensors" 1e-6 ||
+    fail "restart: the weights differ from the uninterrupted run"
+
+# (c) a job that fails every time (its training file is missing).
+timeout 60 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \
+    --set train.out_dir="$tmp/bad" >"$tmp/bad.out" 2>"$tmp/bad.err"; rc=$?
+[ $rc -eq 1 ] || fail "always failing: exit $rc, expected 1"
+grep -q "restart 1 of 1 from step 0: no checkpoint" "$tmp/bad.err" || fail "always failing: no restart message"
+grep -q "failed again .*missing.tokens.*1 restart used, giving up" "$tmp/bad.err" ||
+    fail "always failing: no give-up message naming the error: $(cat "$tmp/bad.err")"
+[ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad.err")" -eq 2 ] || fail "always failing: not run twice"
+echo "always failing: restarted once, then gave up"
+
+# (d) SIGTERM to the launcher: a checkpoint, exit 143, no restart.
+timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/term" >"$tmp/term.out" 2>"$tmp/term.err" &
+lpid=$!
+if wait_ckpt $lpid "$tmp/term"; then kill -TERM $lpid; else fail "term: training did not start"; fi
+wait $lpid; rc=$?
+[ $rc -eq 143 ] || fail "term: exit $rc, expected 143: $(tail -n 5 "$tmp/term.err")"
+grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "term: no 'not restarted' message"
+grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
+grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
+echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+
+[ $fails -eq 0 ] && echo "launch: all passed"
+[ $fails -eq 0 ]

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# optim.lr_scaling (issue 4): the learning rate scaled with the number of
+# ranks, printed in the effective configuration, and used. On 2 ranks under
+# real mpirun: linear gives the same bytes as lr x 2 given by hand, sqrt the
+# same weights as lr x sqrt(2) (to float rounding of the typed value); on one
+# rank it changes nothing; none (the default) leaves lr alone; a bad value is
+# an error naming the accepted ones.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "lr_scaling: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+args=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+      --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16
+      --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=10
+      --set optim.lr=1e-3 --set log.peak_gflops=10 --set log.progress=off --set dist.timeout_s=30)
+
+# run NAME NP ARGS...: train, keep the printed configuration in NAME.log.
+run() {
+    local name=$1 np=$2; shift 2
+    if [ "$np" -eq 1 ]; then
+        timeout 60 "$bin" train "${args[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1
+    else
+        "${mpi[@]}" "$bin" train "${args[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1
+    fi || fail "$name: exit $?: $(tail -n 3 "$tmp/$name.log")"
+}
+lr_line() { grep -m1 -E '^  lr: ' "$tmp/$1.log"; }
+
+run lin2 2 --set optim.lr_scaling=linear
+run hand2 2 --set optim.lr=2e-3
+run sqrt2 2 --set optim.lr_scaling=sqrt
+run hsqrt2 2 --set optim.lr=0.0014142135623730951
+run lin1 1 --set optim.lr_scaling=linear
+run none1 1
+run none2 2
+for r in lin2 sqrt2 lin1 none2; do echo "$r: $(lr_line $r)"; done
+
+lr_line lin2 | grep -qE '^  lr: +0\.002 +# auto: lr 0\.001 x 2 ranks \(linear\)$' || fail "linear: printed $(lr_line lin2)"
+lr_line sqrt2 | grep -qE '^  lr: +0\.00141421[0-9]* +# auto: lr 0\.001 x sqrt\(2 ranks\)$' ||
+    fail "sqrt: printed $(lr_line sqrt2)"
+lr_line lin1 | grep -qE '^  lr: +0\.001 +# auto: lr 0\.001 x 1 rank \(linear\)$' || fail "1 rank: printed $(lr_line lin1)"
+lr_line none2 | grep -qE '^  lr: +0\.001 +# --set$' || fail "none: printed $(lr_line none2)"
+grep -qE '^  lr_scaling: +none +# default$' "$tmp/none2.log" || fail "none: lr_scaling is not shown as the default"
+
+cmp "$tmp/lin2/model.safetensors" "$tmp/hand2/model.safetensors" &&
+    echo "linear on 2 ranks: the same bytes as optim.lr=2e-3" || fail "linear: weights differ from lr=2e-3"
+cmp -s "$tmp/lin2/model.safetensors" "$tmp/none2/model.safetensors" && fail "linear: same weights as unscaled"
+echo -n "sqrt on 2 ranks against optim.lr=1.41421e-3: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/sqrt2/model.safetensors" "$tmp/hsqrt2/model.safetensors" 1e-6 ||
+    fail "sqrt: weights differ"
+cmp "$tmp/lin1/model.safetensors" "$tmp/none1/model.safetensors" &&
+    echo "linear on 1 rank: the same bytes as no scaling" || fail "1 rank: scaling changed the weights"
+
+out=$("$bin" train "${args[@]}" --set optim.lr_scaling=cubic 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "optim.lr_scaling.*none.*linear.*sqrt" <<<"$out" || fail "bad value: exit $rc: $out"
+
+[ $fails -eq 0 ] && echo "lr_scaling: all passed"
+[ $fails -eq 0 ]

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Two nodes on one machine: two network namespaces joined by a veth pair, each
+# with its own address and host name, and mpirun starting one rank in each
+# over TCP (a launch agent stands in for ssh). The two-node run of a small
+# mlp must save the same weights as two ranks on one node and as one rank
+# with the same global batch (tolerance as in ddp_equivalence.sh: 1e-4).
+#
+# Needs root and network namespaces (`ip netns`); where the machine does not
+# allow them (an unprivileged container) the test skips and says so.
+set -uo pipefail
+build=${1:-build}
+bin=$(realpath "$build/scaletrain")
+skip() { echo "multinode_netns: skipped: $*"; exit 77; }
+command -v mpirun >/dev/null || skip "mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+command -v ip >/dev/null || skip "ip is missing (apt-get install iproute2)"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+    skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "NumPy is not installed (apt-get install python3-numpy)"
+
+# Names unique to this run, so two test runs on one machine do not collide.
+tag=st$$
+n0=${tag}n0 n1=${tag}n1 v0=${tag}a v1=${tag}b
+tmp=$(mktemp -d)
+cleanup() {
+    ip netns del "$n0" 2>/dev/null
+    ip netns del "$n1" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$n0" 2>"$tmp/err" || skip "cannot create network namespaces here: $(cat "$tmp/err")"
+ip netns add "$n1" || skip "cannot create a second network namespace"
+ip link add "$v0" type veth peer name "$v1" 2>"$tmp/err" || skip "cannot create a veth pair: $(cat "$tmp/err")"
+ip link set "$v0" netns "$n0" && ip link set "$v1" netns "$n1" &&
+    ip -n "$n0" addr add 10.77.0.1/24 dev "$v0" && ip -n "$n1" addr add 10.77.0.2/24 dev "$v1" &&
+    ip -n "$n0" link set "$v0" up && ip -n "$n1" link set "$v1" up &&
+    ip -n "$n0" link set lo up && ip -n "$n1" link set lo up || {
+    echo "FAIL: setting up the veth pair between $n0 and $n1"
+    exit 1
+}
+
+# The launch agent: mpirun calls it as `agent HOST COMMAND...` to start its
+# daemon on HOST; it runs the command inside that host's namespace with the
+# host's own name (a UTS namespace), as ssh would on a real node.
+cat >"$tmp/agent.sh" <<EOF
+#!/bin/sh
+host=\$1; shift
+case "\$host" in
+10.77.0.1) ns=$n0; name=node0 ;;
+10.77.0.2) ns=$n1; name=node1 ;;
+*) echo "agent: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name; \$*"
+EOF
+chmod +x "$tmp/agent.sh"
+printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$tmp/hosts"
+# on_nodes SECONDS COMMAND...: mpirun itself runs on node0 (and starts
+# node0's rank there), bounded by SECONDS.
+on_nodes() {
+    local secs=$1; shift
+    ip netns exec "$n0" unshare --uts sh -c 'hostname node0; exec "$@"' sh \
+        timeout "$secs" mpirun --allow-run-as-root -np 2 --hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent.sh" \
+        --bind-to none --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
+        --mca oob_tcp_if_include 10.77.0.0/24 "$@"
+}
+
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+args=(train --set model.type=mlp --set model.hidden=[64,32] --set train.steps=20 --set train.batch_size=32
+      --set train.threads=1 --set data.num_workers=0 --set data.val= --set dist.timeout_s=30
+      --set dist.bucket_cap_mb=0.01 --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9
+      --set optim.schedule=constant --json --quiet)
+
+timeout 60 "$bin" "${args[@]}" --set train.out_dir="$tmp/n1" >"$tmp/n1.json" || fail "1 rank: $(cat "$tmp/n1.json")"
+timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" "${args[@]}" \
+    --set train.out_dir="$tmp/local2" >"$tmp/local2.json" || fail "2 ranks on one node: $(cat "$tmp/local2.json")"
+on_nodes 90 "$bin" "${args[@]}" --set train.out_dir="$tmp/nodes2" >"$tmp/nodes2.json" 2>"$tmp/nodes2.err" ||
+    fail "2 ranks on two nodes: $(cat "$tmp/nodes2.json" "$tmp/nodes2.err")"
+
+# The run really spanned two hosts: the ranks' host names as the run saw them.
+/usr/bin/python3 - "$tmp/nodes2.json" <<'PY' || fail "the two-node run's --json line"
+import json, math, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ok = r["ranks"] == 2 and r["steps"] == 20 and math.isfinite(r["loss"])
+print("two nodes:", "ok" if ok else "FAIL", {k: r[k] for k in ("ranks", "steps", "loss")})
+sys.exit(0 if ok else 1)
+PY
+hosts=$(on_nodes 60 hostname 2>&1 | sort | tr '\n' ' ')
+[ "$hosts" = "node0 node1 " ] || fail "the ranks ran on '$hosts', expected node0 and node1"
+echo "ranks ran on: $hosts"
+
+for r in local2 nodes2; do
+    echo -n "$r against 1 rank: "
+    /usr/bin/python3 tests/py/weights_diff.py "$tmp/n1/model.safetensors" "$tmp/$r/model.safetensors" 1e-4 ||
+        fail "$r differs from 1 rank"
+done
+echo -n "two nodes against two ranks on one node: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/local2/model.safetensors" "$tmp/nodes2/model.safetensors" 1e-6 ||
+    fail "two nodes differ from two ranks on one node"
+[ $fails -eq 0 ] || exit 1
+echo "multinode_netns: ok"

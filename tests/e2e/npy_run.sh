@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# data.type npy end to end, on a tiny dataset NumPy writes: 8x8 uint8 images
+# (n, h, w) with a bright patch in the top or bottom half and int64 labels
+# 0/1 (which half), train and val pairs.
+#  1. An mlp learns it from the config (data.type npy, the four paths):
+#     validation accuracy above 0.9.
+#  2. Augmentation (data.augment_crop_pad 1, data.augment_flip true): the
+#     same weights, bit for bit, with 0 and 3 loader workers; different
+#     weights from the run without augmentation; a run stopped at step 6 and
+#     resumed to 12 (past an epoch) ends with the same weights as 12 straight.
+#  3. A cnn on (n, h, w, 3) float32 images runs.
+#  4. Clear errors: data.type npy left on the IDX defaults, image and label
+#     counts that disagree, a label past model.num_classes, augmentation of
+#     (n, d) features, augmentation of tokens.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "npy_run: skipped: NumPy is not installed (apt-get install python3-numpy)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import sys
+import numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+def make(n):
+    x = rng.integers(0, 60, size=(n, 8, 8), dtype=np.uint8)
+    y = rng.integers(0, 2, size=n).astype(np.int64)
+    for i in range(n):
+        r = rng.integers(0, 2) + (4 if y[i] else 0)
+        c = rng.integers(0, 6)
+        x[i, r:r + 2, c:c + 3] = 250
+    return x, y
+for name, n in (("train", 256), ("val", 128)):
+    x, y = make(n)
+    np.save(f"{d}/{name}_x.npy", x)
+    np.save(f"{d}/{name}_y.npy", y)
+np.save(f"{d}/rgb_x.npy", rng.standard_normal((64, 8, 8, 3)).astype(np.float32))
+np.save(f"{d}/rgb_y.npy", rng.integers(0, 3, size=64).astype(np.int32))
+np.save(f"{d}/short_y.npy", np.zeros(255, dtype=np.int64))
+bad = np.zeros(256, dtype=np.int64); bad[17] = 5
+np.save(f"{d}/bad_y.npy", bad)
+np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
+PY
+
+cat >"$tmp/run.yaml" <<EOF
+model: { type: mlp, hidden: [32] }
+data:
+  type: npy
+  train: $tmp/train_x.npy
+  train_labels: $tmp/train_y.npy
+  val: $tmp/val_x.npy
+  val_labels: $tmp/val_y.npy
+train: { steps: 40, batch_size: 32, threads: 1, seed: 3 }
+optim: { lr: 0.01 }
+log: { progress: off }
+EOF
+
+# 1. learns
+out=$(timeout 60 "$bin" train "$tmp/run.yaml" --set train.out_dir="$tmp/plain" --json --quiet 2>&1) ||
+    fail "the npy run: $out"
+acc=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1].splitlines()[-1])["accuracy"])' "$out" 2>/dev/null)
+echo "npy mlp: validation accuracy $acc"
+/usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.9 else 1)' "${acc:-0}" ||
+    fail "validation accuracy ${acc:-none} is not above 0.9: $out"
+
+# 2. augmentation: workers, effect, resume
+aug=(--set data.augment_crop_pad=1 --set data.augment_flip=true --set train.steps=12 --set data.val= --quiet
+     --set optim.schedule=constant)  # constant: a 6-step run has the same schedule as a 12-step one
+same() { /usr/bin/python3 tests/py/weights_diff.py "$1" "$2" 0 >/dev/null; }
+timeout 60 "$bin" train "$tmp/run.yaml" "${aug[@]}" --set data.num_workers=0 --set train.out_dir="$tmp/w0" ||
+    fail "augmented run, 0 workers"
+timeout 60 "$bin" train "$tmp/run.yaml" "${aug[@]}" --set data.num_workers=3 --set train.out_dir="$tmp/w3" ||
+    fail "augmented run, 3 workers"
+same "$tmp/w0/model.safetensors" "$tmp/w3/model.safetensors" || fail "augmented runs differ between 0 and 3 workers"
+timeout 60 "$bin" train "$tmp/run.yaml" --set train.steps=12 --set data.val= --quiet --set optim.schedule=constant --set data.num_workers=0 \
+    --set train.out_dir="$tmp/noaug" || fail "run without augmentation"
+same "$tmp/w0/model.safetensors" "$tmp/noaug/model.safetensors" && fail "augmentation changed nothing"
+timeout 60 "$bin" train "$tmp/run.yaml" "${aug[@]}" --set train.steps=6 --set data.num_workers=2 \
+    --set train.out_dir="$tmp/res" || fail "augmented run to step 6"
+timeout 60 "$bin" train "$tmp/run.yaml" "${aug[@]}" --set data.num_workers=1 --set train.out_dir="$tmp/res" \
+    --resume auto || fail "augmented run resumed to 12"
+same "$tmp/w0/model.safetensors" "$tmp/res/model.safetensors" ||
+    fail "the resumed augmented run ends with other weights than the straight one"
+
+# 3. a cnn on float32 RGB images
+timeout 60 "$bin" train --set model.type=cnn --set model.channels=[4] --set model.pool=[1] --set data.type=npy \
+    --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
+    --set train.steps=2 --set train.batch_size=16 --set train.threads=1 --set data.augment_flip=true \
+    --set train.out_dir="$tmp/cnn" --quiet || fail "cnn on float32 (n, h, w, 3) npy images"
+
+# 4. errors: exit 1 and a message naming the file or key
+err() { # NAME NEEDLE ARGS...
+    local name=$1 needle=$2; shift 2
+    local o
+    o=$(timeout 60 "$bin" train "$@" --set train.threads=1 --set train.steps=1 --set data.val= \
+        --set train.out_dir="$tmp/err" --quiet 2>&1)
+    local rc=$?
+    echo "$name: exit $rc: $o"
+    [ $rc -eq 1 ] && grep -qF -- "$needle" <<<"$o" || fail "$name: expected exit 1 mentioning '$needle'"
+}
+err "npy on the IDX defaults" "data.type npy (data.train and data.train_labels" --set data.type=npy
+err "counts disagree" "short_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/short_y.npy"
+err "label out of range" "bad_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" \
+    --set model.num_classes=2
+err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.train="$tmp/feat_x.npy" \
+    --set data.augment_flip=true
+err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
+    --set data.augment_crop_pad=2
+
+if [ $fails -ne 0 ]; then
+    echo "npy_run: $fails failure(s)"
+    exit 1
+fi
+echo "npy_run: ok"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# End to end: `scaletrain plan` on the local machine (probe included) and on
+# the GPU presets, as a table and as JSON; an unknown hardware name is an
+# error that lists the known ones.
+set -euo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# this machine: the probe report and one row for the default cnn
+"$bin" plan --probe >"$tmp/local.txt"
+cat "$tmp/local.txt"
+grep -q "^cpu: " "$tmp/local.txt"
+grep -q "^memory: " "$tmp/local.txt"
+grep -Eq "^cuda: +(no CUDA device \(|[0-9]+ device)" "$tmp/local.txt"
+grep -Eq "^local +1 +128 +1 +ddp +fp32" "$tmp/local.txt"
+# GPT-2 124M on the presets
+gpt=(--set model.preset=gpt2-124m --set data.type=tokens --set data.val= --set train.batch_size=512)
+"$bin" plan "${gpt[@]}" --hw 4xL40S,8xA100-40GB,8xA100-80GB,8xH100,8xH200 --nodes 1 | tee "$tmp/table.txt"
+[ "$(grep -Ec '^(4xL40S|8xA100-40GB|8xA100-80GB|8xH100|8xH200) ' "$tmp/table.txt")" -eq 5 ]
+"$bin" plan "${gpt[@]}" --hw 4xL40S,8xH100,2x8xH100 --json >"$tmp/plan.json"
+/usr/bin/python3 - "$tmp/plan.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["model"]["params"] == 124439808, r["model"]
+p = {q["hw"]: q for q in r["plans"]}
+for q in p.values():
+    assert q["ok"] and q["fits"] and q["precision"] == "bf16", q
+    assert q["micro_batch_size"] * q["accumulation"] * q["ranks"] == 512, q
+    assert 0 < q["memory"]["total"] <= q["memory"]["limit"], q
+    assert 0.5 < q["scaling_efficiency"] <= 1.0, q
+assert p["8xH100"]["tokens_per_s"] > 2 * p["4xL40S"]["tokens_per_s"]
+assert p["2x8xH100"]["ranks"] == 16 and p["2x8xH100"]["nodes"] == 2
+print("plan json ok")
+PY
+# a model that cannot fit on 4xL40S gets a warning
+"$bin" plan --set model.type=gpt --set model.n_layer=48 --set model.n_embd=6144 --set model.n_head=48 \
+    --set model.vocab_size=50257 --set model.block_size=1024 --set data.type=tokens --set data.val= \
+    --set train.batch_size=64 --hw 4xL40S | tee "$tmp/big.txt"
+grep -q "does not fit" "$tmp/big.txt"
+# an unknown name: exit 1, the known ones listed
+if "$bin" plan --hw 4xV100 2>"$tmp/err.txt"; then echo "unknown hardware accepted"; exit 1; fi
+grep -q "known: L40S, A100-40GB" "$tmp/err.txt"
+# a run's auto values come from the planner, each with its reason
+head -c 20000 /dev/urandom | base64 >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/tok.bin" "$tmp/text.txt" >/dev/null
+"$bin" train --set model.type=gpt --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
+    --set model.block_size=32 --set data.type=tokens --set data.train="$tmp/tok.bin" --set data.val= \
+    --set train.batch_size=8 --set train.steps=2 --set train.out_dir="$tmp/run" --set log.progress=off >"$tmp/train.txt"
+grep -Eq "micro_batch_size: +8 +# auto: the whole batch on one rank" "$tmp/train.txt"
+grep -Eq "strategy: +ddp +# auto: model states \(.*\) and a sample fit in" "$tmp/train.txt"
+grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
+echo "plan e2e ok"

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# fp16 dynamic loss scaling on 2 ranks under real mpirun (docs/precision.md):
+#  1. tests/mpi/scaler_check: an Inf injected into one rank's gradients skips
+#     that step on every rank and halves the scale; the weights are untouched.
+#  2. The trainer with a huge initial scale (2^40): every step overflows, is
+#     skipped on both ranks and halves the scale; metrics.jsonl and the --json
+#     line say so; the weights after 4 skipped steps equal those after 2 (bit
+#     for bit), while a run at the default scale changes them.
+#  3. Resume: 2 skipped steps, a checkpoint, then --resume auto to step 4 ends
+#     with the scale and skip count of the uninterrupted run (state.json
+#     carries the scaler). And with clean steps (loss_scale_window 3, so the
+#     scale doubles at step 3, after the resume, only if the clean count was
+#     restored): 2 steps + 2 resumed give the weights and scale of 4 steps in
+#     one run, bit for bit (the fp16 compute copy is rebuilt from the loaded
+#     masters).
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "precision_fp16: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "precision_fp16: skipped: NumPy is not installed (apt-get install python3-numpy)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+mpi=(timeout 90 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+"${mpi[@]}" "$build/tests/mpi/scaler_check" || fail "scaler_check on 2 ranks"
+
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null
+cat >"$tmp/gpt.yaml" <<YAML
+model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 32, block_size: 32 }
+data: { type: tokens, train: $tmp/train.tokens, val: "", num_workers: 0 }
+train: { batch_size: 8, threads: 1 }
+optim: { lr: 1e-2 }
+precision: fp16
+dist: { timeout_s: 60 }
+log: { every: 1, peak_gflops: 100 }
+YAML
+run() { # NAME STEPS ARGS...
+    local name=$1 steps=$2; shift 2
+    "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set train.steps="$steps" --set train.out_dir="$tmp/$name" \
+        --json --quiet "$@" | tail -n 1 >"$tmp/$name.json" || fail "$name: the run failed"
+}
+huge=1099511627776 # 2^40: the scaled loss gradient overflows fp16 at once
+run skip4 4 --set optim.loss_scale=$huge
+run skip2 2 --set optim.loss_scale=$huge
+run clean2 2
+run resume 2 --set optim.loss_scale=$huge
+run resume 4 --set optim.loss_scale=$huge --resume auto
+steady=(--set optim.loss_scale_window=3 --set optim.schedule=constant)
+run whole4 4 "${steady[@]}"
+run half 2 "${steady[@]}"
+run half 4 "${steady[@]}" --resume auto
+/usr/bin/python3 - "$tmp" <<'PY' || fail "loss scale / skipped steps"
+import json, sys
+tmp = sys.argv[1]
+ok = True
+def want(name, skipped, scale):
+    global ok
+    r = json.load(open(f"{tmp}/{name}.json"))
+    good = r.get("skipped_steps") == skipped and r.get("loss_scale") == scale and r.get("ranks") == 2
+    print(f"{name}: skipped_steps {r.get('skipped_steps')}, loss_scale {r.get('loss_scale')}, ranks {r.get('ranks')}"
+          f"{'' if good else f'  FAIL: want {skipped}, {scale}, 2'}")
+    ok &= good
+want("skip4", 4, 2.0 ** 36)
+want("skip2", 2, 2.0 ** 38)
+want("clean2", 0, 65536)
+want("resume", 4, 2.0 ** 36)
+want("whole4", 0, 131072)
+want("half", 0, 131072)
+lines = [json.loads(l) for l in open(f"{tmp}/skip4/metrics.jsonl")]
+steps = [(l["step"], l["skipped_steps"], l["loss_scale"]) for l in lines if "eval" not in l]
+expect = [(s, s, 2.0 ** (40 - s)) for s in range(1, 5)]
+if steps != expect:
+    print(f"skip4/metrics.jsonl: {steps}, want {expect}  FAIL")
+    ok = False
+sys.exit(0 if ok else 1)
+PY
+grep -q '"scale"' "$tmp"/resume/ckpt/step-2/state.json || fail "state.json of an fp16 run lacks loss_scale"
+w=tests/py/weights_diff.py
+/usr/bin/python3 $w "$tmp/whole4/model.safetensors" "$tmp/half/model.safetensors" 0 >/dev/null ||
+    fail "fp16: 2 steps + 2 resumed differ from 4 steps in one run"
+/usr/bin/python3 $w "$tmp/skip4/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null ||
+    fail "skipped steps changed the weights (4 skipped steps differ from 2)"
+if /usr/bin/python3 $w "$tmp/clean2/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null; then
+    fail "clean steps left the weights as they were: the comparison above proves nothing"
+fi
+[ $fails -eq 0 ] && echo "precision_fp16: ok"
+exit $((fails > 0))

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The profiler trace (docs/formats.md, "Profiler trace"): `--profile 2-4` on a
+# cnn (conv, batch-norm, pool layers) with a checkpoint and an evaluation
+# inside the window, and on 2 ranks under mpirun (an mlp with small gradient
+# buckets), writes out_dir/trace.json that parses as JSON in the Chrome trace
+# format: "X" events with ts >= 0 and dur >= 0, pid = rank, exactly the steps
+# 2, 3, 4 on every rank, each holding data wait, forward, backward and
+# optimizer events, every layer event inside a forward or backward of its
+# rank, the events of the step loop properly nested, one forward layer event
+# per node, the checkpoint and eval inside step 3, and on 2 ranks one
+# all-reduce track per gradient bucket and an all-reduce wait in every step.
+# Without log.trace there is no trace.json, and a bad --profile is a usage error.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "trace: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# check FILE RANKS NEED_COMM NEED_CKPT_EVAL
+check() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+path, ranks, need_comm, need_extra = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("FAIL:", what); ok = False
+try:
+    d = json.load(open(path))
+except ValueError as e:
+    print(f"FAIL: {path} is not JSON: {e}"); sys.exit(1)
+ev = d["traceEvents"]
+X = [e for e in ev if e.get("ph") == "X"]
+check(len(X) > 0, "complete events present")
+for e in X:
+    check(e["ts"] >= 0 and e["dur"] >= 0, f"ts and dur non-negative: {e}")
+    check(e["pid"] in range(ranks) and isinstance(e["tid"], int), f"pid is a rank: {e}")
+check(sorted({e["pid"] for e in X}) == list(range(ranks)), "every rank has events")
+names = {(e["pid"], e["tid"]) for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+check(all((e["pid"], e["tid"]) in names for e in X), "every track is named")
+EPS = 0.002  # microseconds: ts and dur are printed to 1 ns
+def inside(a, b):
+    return b["ts"] - EPS <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"] + EPS
+for r in range(ranks):
+    loop = sorted((e for e in X if e["pid"] == r and e["tid"] == 0), key=lambda e: (e["ts"], -e["dur"]))
+    steps = [e for e in loop if e["cat"] == "step" and e["name"].startswith("step ")]
+    check([e["name"] for e in steps] == ["step 2", "step 3", "step 4"], f"rank {r}: steps {[e['name'] for e in steps]}")
+    # proper nesting on the step loop's track
+    stack = []
+    for e in loop:
+        while stack and not inside(e, stack[-1]) and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - EPS:
+            stack.pop()
+        check(not stack or inside(e, stack[-1]), f"rank {r}: {e['name']} overlaps {stack[-1]['name'] if stack else ''}")
+        stack.append(e)
+    for s in steps:
+        kids = [e for e in loop if e is not s and inside(e, s)]
+        got = {e["name"] for e in kids}
+        for want in ("data wait", "forward", "backward", "optimizer"):
+            check(want in got, f"rank {r} {s['name']}: a {want} event")
+        if need_comm:
+            check("all-reduce wait" in got, f"rank {r} {s['name']}: an all-reduce wait")
+        fw = [e for e in kids if e["name"] == "forward"]
+        fl = [e for e in kids if e["cat"] == "forward"]
+        check(len(fw) == 1 and len(fl) >= 3 and all(inside(e, fw[0]) for e in fl),
+              f"rank {r} {s['name']}: {len(fl)} layer forwards inside the forward")
+        bw = [e for e in kids if e["name"] == "backward"]
+        bl = [e for e in kids if e["cat"] == "backward"]
+        check(len(bw) == 1 and len(bl) >= 3 and all(inside(e, bw[0]) for e in bl),
+              f"rank {r} {s['name']}: {len(bl)} layer backwards inside the backward")
+        if s is steps[0]:
+            nodes = len(fl)
+        check(len(fl) == nodes, f"rank {r} {s['name']}: the same layers every step")
+    layers = [e for e in loop if e["cat"] in ("forward", "backward")]
+    check(all(any(inside(e, s) for s in steps) for e in layers), f"rank {r}: every layer event inside a step")
+    if need_extra and r == 0:
+        s3 = [s for s in steps if s["name"] == "step 3"]
+        for want in ("checkpoint", "eval"):
+            check(any(e["name"] == want and inside(e, s3[0]) for e in loop), f"rank 0: {want} inside step 3")
+    if need_comm:
+        comm = [e for e in X if e["pid"] == r and e["tid"] >= 1000]
+        check(len({e["tid"] for e in comm}) >= 2, f"rank {r}: an all-reduce track per bucket ({len(comm)} events)")
+        check(all(e["cat"] == "comm" and e["name"].startswith("grad bucket") for e in comm), f"rank {r}: bucket events")
+        check(len(comm) == 3 * len({e["tid"] for e in comm}), f"rank {r}: each bucket once per step")
+print(f"{path}: {len(X)} events on {ranks} rank(s)" + ("" if ok else ": FAILED"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+common=(--set train.threads=1 --set train.batch_size=16 --set log.progress=off --set data.num_workers=1)
+timeout 120 "$bin" train "${common[@]}" --set model.type=cnn --set model.channels=[4,8] --set model.pool=[1,1] \
+    --set train.steps=5 --set train.checkpoint_every=3 --set train.eval_every=3 --set train.eval_steps=2 \
+    --set train.out_dir="$tmp/cnn" --profile 2-4 >"$tmp/cnn.out" 2>&1 || fail "cnn run: $(cat "$tmp/cnn.out")"
+grep -q "wrote the trace of steps 2-4 to $tmp/cnn/trace.json" "$tmp/cnn.out" || fail "no message about the trace"
+check "$tmp/cnn/trace.json" 1 0 1 || fail "the cnn trace"
+
+if command -v mpirun >/dev/null; then
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" train "${common[@]}" \
+        --set model.type=mlp --set model.hidden=[256,128] --set dist.bucket_cap_mb=0.05 --set train.steps=6 \
+        --set data.val= --set log.trace=true --set log.trace_steps=[2,4] --set dist.timeout_s=60 \
+        --set train.out_dir="$tmp/ddp" --quiet || fail "2-rank run"
+    check "$tmp/ddp/trace.json" 2 1 0 || fail "the 2-rank trace"
+else
+    echo "trace: no mpirun; the 2-rank part is skipped"
+fi
+
+timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=2 \
+    --set data.val= --set train.out_dir="$tmp/off" --quiet || fail "run without trace"
+[ ! -e "$tmp/off/trace.json" ] || fail "a trace.json without log.trace"
+"$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--profile 5-2 is not a usage error"
+
+if [ $fails -ne 0 ]; then
+    echo "trace: $fails failure(s)"
+    exit 1
+fi
+echo "trace: ok"

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Checkpoints under ZeRO (issue 5), under real mpirun:
+# - zero2 on 4 ranks writes one optim-rank{K} file per shard and the layout
+#   in state.json.
+# - Resharding: 4 steps saved on 4 ranks (zero2), resumed to 8 steps on 2
+#   ranks (zero1), on 1 rank (ddp) and on 4 (zero2); 4 steps of DDP on 2
+#   ranks resumed on 4 with zero2: each ends with the weights of the
+#   uninterrupted 8-step run, within ddp_equivalence.sh's 1e-4 (the same
+#   bits where the world size and strategy are those of the uninterrupted
+#   run). In deterministic mode a change of world size keeps the same bits.
+# - A damaged (truncated) or missing shard file: --resume DIR fails with the
+#   file named; --resume auto falls back to the previous checkpoint.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "zero_checkpoint: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "zero_checkpoint: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "zero_checkpoint: skipped: NumPy is not installed (apt-get install python3-numpy)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# AdamW (two moments per shard), constant schedule after warmup: 4 + 4 steps
+# follow the same schedule as 8.
+args=(--set train.threads=1 --set data.val= --set log.progress=off --quiet --set optim.schedule=constant
+      --set optim.warmup_steps=2 --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=16
+      --set data.num_workers=0 --set dist.timeout_s=30 --set dist.bucket_cap_mb=0.05 --set optim.grad_clip=0.5)
+
+# train N STRATEGY STEPS DIR [ARGS...]
+train() {
+    local n=$1 st=$2 steps=$3 dir=$4; shift 4
+    local cmd=("$bin" train "${args[@]}" --set dist.strategy="$st" --set train.steps="$steps"
+               --set train.out_dir="$dir" "$@")
+    if [ "$n" -eq 1 ]; then timeout 60 "${cmd[@]}"; else "${mpi[@]}" -np "$n" "${cmd[@]}"; fi
+}
+
+train 4 zero2 8 "$tmp/full" || fail "the uninterrupted zero2 run"
+train 4 zero2 4 "$tmp/half" || fail "the 4-step zero2 run"
+ck=$tmp/half/ckpt/step-4
+for k in 0 1 2 3; do [ -f "$ck/optim-rank$k.safetensors" ] || fail "no optim-rank$k.safetensors in $ck"; done
+/usr/bin/python3 - "$ck/state.json" <<'PY' || fail "state.json has no shard layout"
+import json, sys
+o = json.load(open(sys.argv[1]))["optim"]
+ok = o["layout"] == "shards" and o["world"] == 4 and o["shard"] % 1024 == 0 and o["shard"] * 4 >= o["count"]
+print("layout:", o, "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+
+# resume NAME FROM N STRATEGY: copy run FROM, resume to 8 steps, compare with $tmp/full.
+resume() {
+    local name=$1 from=$2 n=$3 st=$4 ref=${5:-$tmp/full}
+    rm -rf "$tmp/$name"
+    cp -r "$from" "$tmp/$name"
+    train "$n" "$st" 8 "$tmp/$name" --resume auto || fail "$name: the resumed run"
+    echo -n "$name: "
+    /usr/bin/python3 tests/py/weights_diff.py "$ref/model.safetensors" "$tmp/$name/model.safetensors" 1e-4 ||
+        fail "$name: differs from the uninterrupted run"
+}
+resume "4-zero2-to-2-zero1" "$tmp/half" 2 zero1
+resume "4-zero2-to-1-ddp" "$tmp/half" 1 ddp
+resume "4-zero2-to-4-zero2" "$tmp/half" 4 zero2
+cmp -s "$tmp/full/model.safetensors" "$tmp/4-zero2-to-4-zero2/model.safetensors" ||
+    fail "the same world size and strategy should resume to the same bits"
+train 2 ddp 4 "$tmp/ddp-half" || fail "the 4-step ddp run"
+resume "2-ddp-to-4-zero2" "$tmp/ddp-half" 4 zero2
+
+# Deterministic: saved on 4 ranks, resumed on 2 and on 1: the same bits as 8 steps on 1 rank.
+det=(--set dist.deterministic=true --set train.micro_batch_size=4)
+train 1 ddp 8 "$tmp/det-full" "${det[@]}" || fail "the deterministic 1-rank run"
+train 4 zero2 4 "$tmp/det-half" "${det[@]}" || fail "the deterministic 4-rank run"
+for n in 2 1; do
+    rm -rf "$tmp/det-$n"
+    cp -r "$tmp/det-half" "$tmp/det-$n"
+    train "$n" zero1 8 "$tmp/det-$n" "${det[@]}" --resume auto || fail "deterministic resume on $n ranks"
+    if cmp -s "$tmp/det-full/model.safetensors" "$tmp/det-$n/model.safetensors"; then
+        echo "deterministic: 4 steps on 4 ranks (zero2) + 4 on $n (zero1): the same bits as 8 on 1 rank"
+    else
+        fail "deterministic resume on $n ranks: not the same bits"
+    fi
+done
+
+# A damaged shard: --resume DIR names it; a missing one too; auto falls back.
+train 4 zero2 6 "$tmp/bad" --set train.checkpoint_every=2 || fail "the run with checkpoints"
+bad=$tmp/bad/ckpt/step-6
+truncate -s 100 "$bad/optim-rank2.safetensors"
+out=$(train 2 zero2 8 "$tmp/bad" --resume "$bad" 2>&1); rc=$?
+echo "truncated shard: exit $rc: $(grep -m1 'optim-rank2' <<<"$out")"
+[ $rc -ne 0 ] && grep -q "optim-rank2.safetensors" <<<"$out" || fail "a truncated shard: $out"
+rm "$bad/optim-rank2.safetensors"
+out=$(train 2 zero2 8 "$tmp/bad" --resume "$bad" 2>&1); rc=$?
+echo "missing shard: exit $rc: $(grep -m1 'optim-rank2' <<<"$out")"
+[ $rc -ne 0 ] && grep -q "optim-rank2.safetensors" <<<"$out" || fail "a missing shard: $out"
+out=$(train 2 zero2 8 "$tmp/bad" --resume auto --set log.progress=off 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "resume auto past a damaged shard: exit $rc: $out"
+exit $((fails > 0))

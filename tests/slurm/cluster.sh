@@ -1,0 +1,90 @@
+# A single-node SLURM cluster for tests, started by hand without systemd
+# (source this file; /work/shared/notes/INFRA.md has the recipe it follows).
+# Everything lives under one directory: munge's socket and key copy, the
+# daemons' state, spool, logs and pid files, and slurm.conf. Ports are picked
+# free so that two clusters (two test runs) do not meet.
+#   slurm_start DIR   start munged, slurmctld and slurmd; wait (bounded) until
+#                     the node is idle; export SLURM_CONF. Returns non-zero,
+#                     with the daemons' logs on stderr, if it does not come up.
+#   slurm_stop DIR    stop the three daemons by pid (and wait for them).
+# Needs root (SlurmUser root) and the packages slurm-wlm and munge.
+
+slurm_free_port() { # a TCP port nothing listens on
+    local p
+    for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 20000))
+        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+slurm_start() {
+    local d=$1 host cpus mem_mb p1 p2 i
+    # munged wants its socket's directory searchable by all and writable by
+    # nobody else, and its key private.
+    mkdir -p "$d/state" "$d/spool" "$d/munge" "$d/key"
+    chmod 0755 "$d" "$d/munge"
+    chmod 0700 "$d/key"
+    install -m 0600 /etc/munge/munge.key "$d/key/munge.key" || return 1
+    host=$(hostname -s)
+    cpus=$(nproc)
+    mem_mb=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.9 }' /proc/meminfo)
+    p1=$(slurm_free_port) && p2=$(slurm_free_port) || return 1
+    [ "$p1" != "$p2" ] || p2=$((p1 + 1))
+    cat >"$d/slurm.conf" <<CONF
+ClusterName=sttest
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$p1
+SlurmdPort=$p2
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$d/munge/munge.socket
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd.pid
+SlurmctldLogFile=$d/slurmctld.log
+SlurmdLogFile=$d/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+MailProg=/bin/true
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+    export SLURM_CONF=$d/slurm.conf
+    munged --socket="$d/munge/munge.socket" --key-file="$d/key/munge.key" --pid-file="$d/munged.pid" \
+        --log-file="$d/munged.log" --seed-file="$d/key/seed" || { cat "$d/munged.log" >&2; return 1; }
+    slurmctld -f "$d/slurm.conf" || { cat "$d/slurmctld.log" >&2; return 1; }
+    slurmd -f "$d/slurm.conf" || { cat "$d/slurmd.log" >&2; return 1; }
+    for i in $(seq 1 300); do # at most ~30 s for the node to register
+        [ "$(sinfo -h -o %T 2>/dev/null)" = "idle" ] && return 0
+        sleep 0.1
+    done
+    echo "slurm_start: the node did not become idle: $(sinfo 2>&1)" >&2
+    tail -n 20 "$d/slurmctld.log" "$d/slurmd.log" >&2
+    return 1
+}
+
+slurm_stop() {
+    local d=$1 f p i
+    for f in slurmd slurmctld munged; do
+        p=$(cat "$d/$f.pid" 2>/dev/null) || continue
+        [ -n "$p" ] || continue
+        kill "$p" 2>/dev/null || continue
+        for i in $(seq 1 100); do # at most ~10 s, then SIGKILL
+            kill -0 "$p" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$p" 2>/dev/null
+    done
+    return 0
+}

@@ -1,0 +1,144 @@
+/* Activation checkpointing (train.activation_checkpointing: blocks): the same
+ * model and batch with and without it give the same loss, the same parameter
+ * gradients and the same batch-norm running statistics, bit for bit (dropout
+ * on, so its masks must be redrawn identically), and the activation memory
+ * falls as the layout predicts: with L identical blocks each keeping I floats
+ * to itself, checkpointing keeps one block's I instead of L of them, so the
+ * arenas shrink by exactly (L - 1) * I, for activations and for gradients. */
+#include <string.h>
+
+#include "check.h"
+#include "core/rng.h"
+#include "model/model.h"
+
+typedef void (*tweak_fn)(st_config *);
+
+static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.model.type, sizeof c.model.type, "%s", type);
+    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "%s", ckpt);
+    if (tweak) tweak(&c);
+    st_model_input in = {.height = 12, .width = 12, .channels = 1, .num_classes = 10};
+    if (strcmp(type, "gpt") == 0) {
+        in.vocab_size = c.model.vocab_size;
+        in.seq_len = c.model.block_size;
+    }
+    st_model *m = NULL;
+    CHECK_OK(st_model_create(&c, &in, &m));
+    if (m) st_model_init_weights(m, 7);
+    return m;
+}
+
+static void gpt3(st_config *c) {
+    c->model.n_layer = 3;
+    c->model.n_head = 2;
+    c->model.n_embd = 32;
+    c->model.vocab_size = 50;
+    c->model.block_size = 16;
+    c->model.dropout = 0.1;
+}
+static void gpt2(st_config *c) {
+    gpt3(c);
+    c->model.n_layer = 2;
+}
+static void cnn3(st_config *c) {
+    c->model.channels.n = 3;
+    c->model.channels.v[0] = c->model.channels.v[1] = c->model.channels.v[2] = 8;
+    c->model.pool.n = 3;
+    c->model.pool.v[0] = c->model.pool.v[1] = c->model.pool.v[2] = 0;
+    c->model.dropout = 0.2;
+}
+static void mlp3(st_config *c) {
+    c->model.hidden.n = 3;
+    c->model.hidden.v[0] = c->model.hidden.v[1] = c->model.hidden.v[2] = 24;
+    c->model.dropout = 0.3;
+}
+
+/* Fill the batch, run one training forward and backward. */
+static void step(st_model *m, st_model_graph *mg, int64_t B) {
+    CHECK_OK(st_model_graph_build(m, B, mg));
+    st_rng r = st_rng_make(3, 1);
+    st_graph *g = &mg->g;
+    if (mg->x->dtype == ST_F32)
+        for (int64_t i = 0; i < mg->x->count; i++) mg->x->data[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
+    else
+        for (int64_t i = 0; i < mg->x->count; i++) mg->x->idata[i] = (int32_t)(st_rng_next(&r) % 50);
+    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
+    for (int64_t i = 0; i < mg->y->count; i++) mg->y->idata[i] = (int32_t)(st_rng_next(&r) % (uint64_t)classes);
+    g->training = true;
+    g->dropout_seed = 99;
+    CHECK_OK(st_graph_forward(g));
+    CHECK_OK(st_graph_backward(g, 1.0f));
+}
+
+static void same_bits(const char *label, tweak_fn tweak, const char *type, int L) {
+    st_model *a = make(type, tweak, "off"), *b = make(type, tweak, "blocks");
+    if (!a || !b) return;
+    st_model_graph ga, gb;
+    step(a, &ga, 6);
+    step(b, &gb, 6);
+    CHECK(gb.g.checkpointing && !ga.g.checkpointing, "%s: checkpointing is on only where asked", label);
+    CHECK(ga.g.n_blocks == L && gb.g.n_blocks == L, "%s: %d blocks (have %d)", label, L, gb.g.n_blocks);
+    CHECK(memcmp(ga.loss->data, gb.loss->data, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", label,
+          (double)ga.loss->data[0], (double)gb.loss->data[0]);
+    const st_params *pa = &a->params, *pb = &b->params;
+    CHECK(memcmp(pa->grad, pb->grad, (size_t)pa->count * sizeof(float)) == 0,
+          "%s: parameter gradients are the same bits", label);
+    CHECK(pa->buffer_count == pb->buffer_count &&
+              (!pa->buffer_count || memcmp(pa->buffers, pb->buffers, (size_t)pa->buffer_count * 4) == 0),
+          "%s: running statistics updated once, as without checkpointing", label);
+    /* Every gradient is finite and not all zero (the comparison above is not vacuous). */
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < pa->count; i++) nonzero += pa->grad[i] != 0.0f;
+    CHECK(nonzero > pa->count / 2, "%s: %lld of %lld gradients are non-zero", label, (long long)nonzero,
+          (long long)pa->count);
+    /* The memory model: (L - 1) blocks' private activations are gone. */
+    const int64_t ia = gb.g.region_act_count, ig = gb.g.region_grad_count;
+    CHECK(ia > 0 && ig > 0, "%s: blocks keep activations to themselves (%lld, %lld floats)", label,
+          (long long)ia, (long long)ig);
+    CHECK(ga.g.act_count - gb.g.act_count == (int64_t)(L - 1) * ia,
+          "%s: activations fall by (L-1) x %lld = %lld floats, measured %lld (of %lld)", label, (long long)ia,
+          (long long)((L - 1) * ia), (long long)(ga.g.act_count - gb.g.act_count), (long long)ga.g.act_count);
+    CHECK(ga.g.grad_count - gb.g.grad_count == (int64_t)(L - 1) * ig,
+          "%s: activation gradients fall by (L-1) x %lld floats, measured %lld", label, (long long)ig,
+          (long long)(ga.g.grad_count - gb.g.grad_count));
+    printf("%s: activations %lld -> %lld floats, their gradients %lld -> %lld\n", label,
+           (long long)ga.g.act_count, (long long)gb.g.act_count, (long long)ga.g.grad_count,
+           (long long)gb.g.grad_count);
+    st_model_graph_free(&ga);
+    st_model_graph_free(&gb);
+    st_model_free(a);
+    st_model_free(b);
+}
+
+/* The per-block cost is the same whatever the depth: a 2-layer and a 3-layer
+ * gpt without checkpointing differ by exactly one block (I + its output). */
+static void linear_in_depth(void) {
+    st_model *a = make("gpt", gpt2, "off"), *b = make("gpt", gpt3, "off"), *c = make("gpt", gpt3, "blocks");
+    if (!a || !b || !c) return;
+    st_model_graph ga, gb, gc;
+    CHECK_OK(st_model_graph_build(a, 4, &ga));
+    CHECK_OK(st_model_graph_build(b, 4, &gb));
+    CHECK_OK(st_model_graph_build(c, 4, &gc));
+    const int64_t per_block = gb.g.act_count - ga.g.act_count;
+    const int64_t out = per_block - gc.g.region_act_count; /* the block's output, kept */
+    CHECK(out > 0 && out < per_block, "gpt: a block's output (%lld floats) is part of its cost (%lld)",
+          (long long)out, (long long)per_block);
+    CHECK(gc.g.act_count == gb.g.act_count - 2 * gc.g.region_act_count,
+          "gpt: 3 blocks with checkpointing = without, less 2 blocks' private activations");
+    st_model_graph_free(&ga);
+    st_model_graph_free(&gb);
+    st_model_graph_free(&gc);
+    st_model_free(a);
+    st_model_free(b);
+    st_model_free(c);
+}
+
+int main(void) {
+    same_bits("gpt", gpt3, "gpt", 3);
+    same_bits("cnn", cnn3, "cnn", 3);
+    same_bits("mlp", mlp3, "mlp", 3);
+    linear_in_depth();
+    return st_test_finish("checkpointing");
+}

@@ -1,0 +1,248 @@
+/* The fused CUDA optimizers (src/cuda/optim.cu) against the CPU optimizer
+ * (src/optim/optim.c) on the same arena: AdamW, SGD with momentum and with
+ * Nesterov, weight decay only on tensors flagged for it, several steps with
+ * fresh gradients each; a ZeRO-like slice that must update only its own
+ * elements; the deterministic gradient norm, clipping and scaling.
+ *
+ * The update formulas are computed in the CPU's float operation order with
+ * no FMA contraction on either side, so weights and moments are expected to
+ * be bit-identical (the count of differing elements is printed); the check
+ * allows 2e-6 relative so a libm difference in pow() for the bias
+ * corrections cannot fail it. The norm is a double sum in another order:
+ * 1e-12 relative. Skips without a CUDA device. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "core/device.h"
+#include "core/rng.h"
+#include "model/graph.h"
+#include "optim/optim.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+
+/* Parameters of odd sizes, decayed and not, more than one chunk of 4096. */
+static st_status make_params(st_params *p, st_graph *g, st_device *dev) {
+    memset(p, 0, sizeof *p);
+    p->dev = dev;
+    st_graph_init(g, p);
+    st_tensor *t;
+    ST_TRY(st_graph_param(g, "w1", 2, (int64_t[]){37, 65}, ST_INIT_UNIFORM, 0.5f, true, &t));
+    ST_TRY(st_graph_param(g, "b1", 1, (int64_t[]){65}, ST_INIT_UNIFORM, 0.5f, false, &t));
+    ST_TRY(st_graph_param(g, "w2", 1, (int64_t[]){9001}, ST_INIT_UNIFORM, 0.5f, true, &t));
+    ST_TRY(st_graph_param(g, "ln", 1, (int64_t[]){3}, ST_INIT_ONES, 0, false, &t));
+    ST_TRY(st_graph_param(g, "w3", 2, (int64_t[]){5, 4096}, ST_INIT_UNIFORM, 0.5f, true, &t));
+    g->params_only = true;
+    ST_TRY(st_graph_finalize(g));
+    return st_params_init(p, 11);
+}
+
+static void random_grads(float *gr, int64_t n, st_rng *r) {
+    for (int64_t i = 0; i < n; i++)
+        gr[i] = 0.2f * (2.0f * st_rng_uniform(r) - 1.0f);
+}
+
+/* Compare n device floats with the host's; counts bit differences too. */
+static void compare(const char *what, st_device *dev, const float *dptr, const float *h, int64_t n,
+                    double rtol, double atol) {
+    float *d = malloc((size_t)n * sizeof *d);
+    if (!d) {
+        CHECK(0, "out of memory");
+        return;
+    }
+    CHECK_OK(st_device_download(dev, d, dptr, (size_t)n * sizeof *d));
+    int64_t bits = 0, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bits += memcmp(&d[i], &h[i], sizeof d[i]) != 0;
+        const double err = fabs((double)d[i] - h[i]);
+        if (!(err <= atol + rtol * fabs((double)h[i]))) {
+            if (bad < 3)
+                fprintf(stderr, "FAIL %s[%lld]: device %.9g, host %.9g\n", what, (long long)i, (double)d[i],
+                        (double)h[i]);
+            bad++;
+        }
+    }
+    printf("%-28s %lld of %lld elements differ in bits, %lld beyond tolerance\n", what, (long long)bits,
+           (long long)n, (long long)bad);
+    st_test_failures += bad ? 1 : 0;
+    free(d);
+}
+
+typedef struct rig {
+    st_params hp, dp;
+    st_graph hg, dg;
+} rig;
+
+static int rig_make(rig *r, st_device *dev) {
+    if (make_params(&r->hp, &r->hg, NULL) != ST_OK || make_params(&r->dp, &r->dg, dev) != ST_OK) {
+        fprintf(stderr, "FAIL: building parameters: %s\n", st_last_error());
+        st_test_failures++;
+        return 1;
+    }
+    return 0;
+}
+
+static void rig_free(rig *r) {
+    st_graph_free(&r->dg);
+    st_params_free(&r->dp);
+    st_graph_free(&r->hg);
+    st_params_free(&r->hp);
+}
+
+/* Several steps of the CPU optimizer and the fused one from the same start. */
+static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool nesterov) {
+    rig r;
+    if (rig_make(&r, dev)) return;
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.optim.type, sizeof c.optim.type, "%s", type);
+    c.optim.weight_decay = 0.1;
+    c.optim.momentum = 0.9;
+    c.optim.nesterov = nesterov;
+    st_optim o;
+    CHECK_OK(st_optim_init(&o, &c, &r.hp));
+    const int64_t n = r.hp.count;
+    float *m = NULL, *v = NULL;
+    st_cuda_optim *co = NULL;
+    CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&m));
+    CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&v));
+    CHECK_OK(st_device_zero(dev, m, (size_t)n * sizeof(float)));
+    CHECK_OK(st_device_zero(dev, v, (size_t)n * sizeof(float)));
+    CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
+    CHECK_OK(st_cuda_optim_create(dev, &r.dp, 0, n, &co));
+    st_rng rng = st_rng_make(seed, 3);
+    for (int step = 0; step < 5 && co && m && v; step++) {
+        const double lr = 1e-2 * (step + 1);
+        random_grads(r.hp.grad, n, &rng);
+        CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+        st_optim_step(&o, &r.hp, lr);
+        if (o.kind == ST_OPTIM_ADAMW) {
+            st_cuda_adamw_hp hp = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t};
+            CHECK_OK(st_cuda_adamw_step(co, r.dp.data, r.dp.grad, m, v, &hp));
+        } else {
+            st_cuda_sgd_hp hp = {lr, o.momentum, o.weight_decay, o.nesterov, o.t};
+            CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, m, &hp));
+        }
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s%s weights", type, nesterov ? " nesterov" : "");
+    compare(what, dev, r.dp.data, r.hp.data, n, 2e-6, 1e-9);
+    snprintf(what, sizeof what, "%s%s %s", type, nesterov ? " nesterov" : "",
+             o.kind == ST_OPTIM_ADAMW ? "first moment" : "momentum");
+    compare(what, dev, m, o.m, n, 2e-6, 1e-9);
+    if (o.kind == ST_OPTIM_ADAMW) compare("adamw second moment", dev, v, o.v, n, 2e-6, 1e-12);
+    st_cuda_optim_free(co);
+    st_device_release(dev, m);
+    st_device_release(dev, v);
+    st_optim_free(&o);
+    rig_free(&r);
+}
+
+/* A ZeRO-like slice [lo, hi) cutting through tensors: inside it the update is
+ * the CPU's, outside it the weights are untouched. */
+static void test_slice(st_device *dev, uint64_t seed) {
+    rig r;
+    if (rig_make(&r, dev)) return;
+    const int64_t n = r.hp.count, lo = 1000, hi = n - 777;
+    float *w0 = malloc((size_t)n * sizeof *w0), *buf = NULL;
+    st_cuda_optim *co = NULL;
+    if (!w0) return;
+    memcpy(w0, r.hp.data, (size_t)n * sizeof *w0);
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.optim.type, sizeof c.optim.type, "sgd");
+    c.optim.weight_decay = 0.05;
+    c.optim.momentum = 0.8;
+    st_optim o;
+    CHECK_OK(st_optim_init(&o, &c, &r.hp));
+    st_rng rng = st_rng_make(seed, 5);
+    random_grads(r.hp.grad, n, &rng);
+    CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
+    CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+    CHECK_OK(st_device_alloc(dev, (size_t)(hi - lo) * sizeof(float), (void **)&buf));
+    CHECK_OK(st_cuda_optim_create(dev, &r.dp, lo, hi, &co));
+    st_optim_step(&o, &r.hp, 0.1);
+    st_cuda_sgd_hp hp = {0.1, o.momentum, o.weight_decay, o.nesterov, o.t};
+    if (co && buf) CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, buf, &hp));
+    for (int64_t i = 0; i < lo; i++)
+        r.hp.data[i] = w0[i]; /* outside the slice: the start */
+    for (int64_t i = hi; i < n; i++)
+        r.hp.data[i] = w0[i];
+    compare("sgd slice weights", dev, r.dp.data, r.hp.data, n, 2e-6, 1e-9);
+    compare("sgd slice momentum", dev, buf, o.m + lo, hi - lo, 2e-6, 1e-9);
+    /* A slice outside the arena is refused. */
+    st_cuda_optim *bad = NULL;
+    CHECK_FAILS(st_cuda_optim_create(dev, &r.dp, 0, n + 1, &bad), ST_ERR_ARG, "outside the arena");
+    st_cuda_optim_free(co);
+    st_device_release(dev, buf);
+    st_optim_free(&o);
+    free(w0);
+    rig_free(&r);
+}
+
+static void test_norm_clip_scale(st_device *dev, uint64_t seed) {
+    rig r;
+    if (rig_make(&r, dev)) return;
+    const int64_t n = r.hp.count;
+    st_cuda_optim *co = NULL;
+    st_rng rng = st_rng_make(seed, 7);
+    random_grads(r.hp.grad, n, &rng);
+    CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+    CHECK_OK(st_cuda_optim_create(dev, &r.dp, 0, n, &co));
+    if (!co) {
+        rig_free(&r);
+        return;
+    }
+    /* Norm: close to the CPU's, and the same bits twice. */
+    double host = st_grad_norm(&r.hp), dn = -1, dn2 = -2;
+    CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
+    CHECK_OK(st_cuda_grad_norm_read(co, &dn));
+    CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
+    CHECK_OK(st_cuda_grad_norm_read(co, &dn2));
+    CHECK(fabs(dn - host) <= 1e-12 * host, "norm %.17g on the device, %.17g on the host", dn, host);
+    CHECK(memcmp(&dn, &dn2, sizeof dn) == 0, "norm not deterministic: %.17g then %.17g", dn, dn2);
+    /* Clip above the norm: nothing changes. */
+    CHECK_OK(st_cuda_grad_clip(co, r.dp.grad, n, 2.0 * host));
+    compare("clip above the norm", dev, r.dp.grad, r.hp.grad, n, 0, 0);
+    /* Clip to half the norm: as train.c does on the CPU. */
+    const double clip = 0.5 * host;
+    st_grad_scale(&r.hp, (float)(clip / (host + 1e-6)));
+    CHECK_OK(st_cuda_grad_clip(co, r.dp.grad, n, clip));
+    compare("clip to half the norm", dev, r.dp.grad, r.hp.grad, n, 1e-6, 0);
+    CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
+    CHECK_OK(st_cuda_grad_norm_read(co, &dn));
+    CHECK(fabs(dn - clip) <= 1e-5 * clip, "norm after clipping %.9g, expected %.9g", dn, clip);
+    /* Scale: the same float multiply on both sides. */
+    CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+    st_grad_scale(&r.hp, 0.37f);
+    CHECK_OK(st_cuda_grad_scale(dev, r.dp.grad, n, 0.37f));
+    compare("grad scale", dev, r.dp.grad, r.hp.grad, n, 0, 0);
+    st_cuda_optim_free(co);
+    rig_free(&r);
+}
+
+int main(void) {
+    char why[256] = "";
+    if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("cuda optim", why);
+    st_device *dev = NULL;
+    if (st_device_open_cuda(0, &dev) != ST_OK) {
+        fprintf(stderr, "FAIL: opening cuda:0: %s\n", st_last_error());
+        return 1;
+    }
+    printf("device: %s\n", st_device_name(dev));
+    const char *e = getenv("CP_SEED");
+    const uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL);
+    printf("CP_SEED=%llu\n", (unsigned long long)seed);
+    test_optimizer(dev, seed, "adamw", false);
+    test_optimizer(dev, seed, "sgd", false);
+    test_optimizer(dev, seed, "sgd", true);
+    test_slice(dev, seed);
+    test_norm_clip_scale(dev, seed);
+    st_device_free(dev);
+    return st_test_finish("cuda optim");
+}
+#else
+int main(void) { return st_test_skip("cuda optim", "built without CUDA (make CUDA=1)"); }
+#endif

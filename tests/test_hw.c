@@ -1,0 +1,343 @@
+/* src/hw: the probe on this machine (no GPU), FLOP counts against closed
+ * forms, the ZeRO memory formulas, activations linear in the batch, the
+ * planner's table for GPT-2 124M on the presets, and its auto choices for
+ * simulated hardware. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hw/planner.h"
+#include "hw/probe.h"
+
+#define GIB (1024.0 * 1024 * 1024)
+
+static void test_probe(void) {
+    st_hw_info h;
+    CHECK_OK(st_hw_probe(&h));
+    CHECK(h.cores >= 1 && h.threads >= h.cores && h.allowed >= 1, "cores %d threads %d allowed %d", h.cores,
+          h.threads, h.allowed);
+    CHECK(h.mem_total > 0 && h.mem_avail > 0 && h.mem_avail <= h.mem_total, "memory %lld / %lld",
+          (long long)h.mem_avail, (long long)h.mem_total);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    st_hw_print(&h, f);
+    fclose(f);
+    if (h.n_gpus == 0) {
+        CHECK(h.cuda_why[0] != '\0', "no device and no reason");
+        CHECK(strstr(buf, "no CUDA device (") != NULL, "report: %s", buf);
+    }
+    CHECK(strstr(buf, "cpu:") && strstr(buf, "memory:") && strstr(buf, "mpi:") && strstr(buf, "nccl:"), "report: %s",
+          buf);
+    free(buf);
+}
+
+static st_model *gpt_layout(st_config *c, const char *preset, int64_t layers, int64_t embd, int64_t heads) {
+    st_config_defaults(c);
+    if (preset) {
+        char s[64];
+        snprintf(s, sizeof s, "model.preset=%s", preset);
+        CHECK_OK(st_config_set(c, s));
+    } else {
+        c->model.n_layer = layers;
+        c->model.n_embd = embd;
+        c->model.n_head = heads;
+        c->model.vocab_size = 50257;
+        c->model.block_size = 1024;
+        snprintf(c->model.type, sizeof c->model.type, "gpt");
+    }
+    snprintf(c->data.type, sizeof c->data.type, "tokens");
+    c->data.val[0] = '\0';
+    st_model_input in = {0};
+    in.vocab_size = c->model.vocab_size;
+    in.seq_len = c->model.block_size;
+    st_model *m = NULL;
+    CHECK_OK(st_model_create_layout(c, &in, &m));
+    return m;
+}
+
+/* GPT-2 124M: 6 N T for the parameters' products plus the causal attention
+ * products. Kaplan et al. (2020) and PaLM (Chowdhery et al. 2022, app. B)
+ * count attention as 12 L T^2 C per sequence for full attention (QK^T and
+ * AV, forward and backward); causal attention that skips the masked half
+ * does half: 6 L T^2 C. N counts every parameter, though the position
+ * embedding, biases and norms do no matrix product: the margin is 1%. */
+static void test_gpt_flops(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    st_model_graph mg;
+    CHECK_OK(st_model_graph_layout(m, 1, &mg));
+    const st_cost k = st_graph_cost(&mg.g);
+    st_model_graph_free(&mg);
+    const double N = (double)m->params.count, T = 1024, L = 12, C = 768;
+    CHECK(m->params.count == 124439808, "gpt2-124m has %lld parameters", (long long)m->params.count);
+    const double closed = 6 * N * T + 6 * L * T * T * C;
+    const double ours = k.fwd_flops + k.bwd_flops;
+    printf("gpt2-124m: %.2f GFLOP per sample, closed form %.2f (%+.2f%%)\n", ours / 1e9, closed / 1e9,
+           100 * (ours - closed) / closed);
+    CHECK(fabs(ours - closed) / closed <= 0.01, "ours %.4g vs closed form %.4g", ours, closed);
+    CHECK_CLOSE(k.bwd_flops / k.fwd_flops, 2.0, 1e-9);
+    st_model_free(m);
+}
+
+/* The mlp exactly: 2 M N K per linear forward; backward the weight gradient
+ * of each, and input gradients except for the first layer (its input is data). */
+static void test_mlp_flops(void) {
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.model.type, sizeof c.model.type, "mlp");
+    st_model_input in = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model *m;
+    CHECK_OK(st_model_create_layout(&c, &in, &m));
+    st_model_graph mg;
+    CHECK_OK(st_model_graph_layout(m, 8, &mg));
+    const st_cost k = st_graph_cost(&mg.g);
+    st_model_graph_free(&mg);
+    const double fwd = 8 * 2.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10);
+    CHECK_CLOSE(k.fwd_flops, fwd, 0);
+    CHECK_CLOSE(k.bwd_flops, 2 * fwd - 8 * 2.0 * 784 * 1024, 0);
+    st_model_free(m);
+}
+
+/* ZeRO (Rajbhandari et al. 2020, fig. 1): mixed-precision Adam holds 16 Psi
+ * bytes under DDP, 4 Psi + 12 Psi / N under ZeRO-1, 2 Psi + 14 Psi / N under
+ * ZeRO-2. */
+static void test_zero_formulas(void) {
+    const int64_t psi = 1600000; /* a multiple of the arena's 16-float padding */
+    for (int n = 1; n <= 64; n *= 4) {
+        st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = n};
+        CHECK(st_mem_model_states(psi, &o) == 16 * psi, "ddp");
+        o.zero = 1;
+        CHECK(st_mem_model_states(psi, &o) == 4 * psi + 12 * psi / n, "zero1 N=%d: %lld", n,
+              (long long)st_mem_model_states(psi, &o));
+        o.zero = 2;
+        CHECK(st_mem_model_states(psi, &o) == 2 * psi + 14 * psi / n, "zero2 N=%d", n);
+        o.offload = true;
+        CHECK(st_mem_model_states(psi, &o) == 2 * psi, "zero2 + offload keeps the 2-byte weights");
+        st_mem_opts f = {.mixed = false, .optim_states = 2, .ranks = n};
+        CHECK(st_mem_model_states(psi, &f) == 16 * psi, "fp32 adam");
+        f.optim_states = 1;
+        CHECK(st_mem_model_states(psi, &f) == 12 * psi, "fp32 sgd with momentum");
+    }
+}
+
+/* Activations, their gradients and the integer inputs grow linearly in the
+ * batch: the graph at B equals the graph at 1 plus (B - 1) times the step
+ * from 1 to 2, up to each tensor's padding to 16 floats. */
+static void test_linear_in_batch(void) {
+    st_config c;
+    st_config_defaults(&c);
+    st_model_input in = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model *m;
+    CHECK_OK(st_model_create_layout(&c, &in, &m)); /* the default cnn */
+    int64_t a[3][3], pad = 0;
+    const int64_t B[3] = {1, 2, 37};
+    for (int i = 0; i < 3; i++) {
+        st_model_graph mg;
+        CHECK_OK(st_model_graph_layout(m, B[i], &mg));
+        a[i][0] = mg.g.act_count;
+        a[i][1] = mg.g.grad_count;
+        a[i][2] = mg.g.int_count;
+        pad = 16 * (mg.g.n_acts + mg.g.n_nodes);
+        st_model_graph_free(&mg);
+    }
+    for (int k = 0; k < 3; k++)
+        CHECK(llabs(a[2][k] - (a[0][k] + 36 * (a[1][k] - a[0][k]))) <= pad, "arena %d: %lld at 37 vs linear %lld", k,
+              (long long)a[2][k], (long long)(a[0][k] + 36 * (a[1][k] - a[0][k])));
+    st_model_free(m);
+}
+
+/* A layout-only graph counts the same arenas a real graph allocates (the
+ * counting in graph.c's count_arenas mirrors st_graph_finalize). */
+static void test_layout_matches_real(void) {
+    st_config c;
+    st_config_defaults(&c);
+    st_model_input img = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model_input tok = {.vocab_size = 64, .seq_len = 32};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {
+            snprintf(c.model.type, sizeof c.model.type, "gpt");
+            c.model.n_layer = 2;
+            c.model.n_head = 2;
+            c.model.n_embd = 32;
+            c.model.block_size = 32;
+            c.model.dropout = 0.1;
+        }
+        st_model *real = NULL, *plan = NULL;
+        CHECK_OK(st_model_create(&c, k ? &tok : &img, &real));
+        CHECK_OK(st_model_create_layout(&c, k ? &tok : &img, &plan));
+        if (!real || !plan) return;
+        CHECK(real->params.arena_count == plan->params.arena_count &&
+                  real->params.buffer_count == plan->params.buffer_count && plan->params.data == NULL,
+              "params %lld vs %lld", (long long)real->params.arena_count, (long long)plan->params.arena_count);
+        st_model_graph a, b;
+        CHECK_OK(st_model_graph_build(real, 5, &a));
+        CHECK_OK(st_model_graph_layout(plan, 5, &b));
+        CHECK(a.g.act_count == b.g.act_count && a.g.grad_count == b.g.grad_count && a.g.int_count == b.g.int_count &&
+                  a.g.work_count == b.g.work_count && b.g.act_arena == NULL,
+              "%s: act %lld/%lld grad %lld/%lld int %lld/%lld work %lld/%lld", c.model.type,
+              (long long)a.g.act_count, (long long)b.g.act_count, (long long)a.g.grad_count,
+              (long long)b.g.grad_count, (long long)a.g.int_count, (long long)b.g.int_count,
+              (long long)a.g.work_count, (long long)b.g.work_count);
+        st_model_graph_free(&a);
+        st_model_graph_free(&b);
+        st_model_free(real);
+        st_model_free(plan);
+    }
+}
+
+static st_plan plan_for(st_plan_input *in, const char *spec) {
+    st_hw_config hw;
+    st_plan p;
+    memset(&p, 0, sizeof p);
+    CHECK_OK(st_hw_config_parse(spec, NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(in, &hw, &p));
+    return p;
+}
+
+static void test_table(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 512;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    const char *hw[] = {"4xL40S", "8xA100-40GB", "8xA100-80GB", "8xH100", "8xH200"};
+    st_plan p[5];
+    for (int i = 0; i < 5; i++) {
+        p[i] = plan_for(&in, hw[i]);
+        CHECK(p[i].ok && p[i].fits && !p[i].warning[0], "%s: %s", hw[i], p[i].warning);
+        CHECK(p[i].micro * p[i].accum * p[i].ranks == 512, "%s: %lld x %lld x %d", hw[i], (long long)p[i].micro,
+              (long long)p[i].accum, p[i].ranks);
+        CHECK(strcmp(p[i].precision, "bf16") == 0 && strcmp(p[i].strategy, "ddp") == 0, "%s: %s %s", hw[i],
+              p[i].precision, p[i].strategy);
+        CHECK(p[i].mem.total <= p[i].mem_limit, "%s", hw[i]);
+        CHECK(p[i].scaling > 0.5 && p[i].scaling <= 1.0 + 1e-9, "%s: scaling %g", hw[i], p[i].scaling);
+        CHECK(p[i].tokens_per_s > 0 && p[i].time.step_s > 0, "%s", hw[i]);
+        printf("%-12s micro %3lld accum %2lld  %6.2f GiB  %7.1f ms  %9.0f tokens/s  scaling %.3f\n", hw[i],
+               (long long)p[i].micro, (long long)p[i].accum, (double)p[i].mem.total / GIB, 1e3 * p[i].time.step_s,
+               p[i].tokens_per_s, p[i].scaling);
+    }
+    CHECK(p[3].tokens_per_s > p[0].tokens_per_s * 2, "8xH100 %g vs 4xL40S %g tokens/s", p[3].tokens_per_s,
+          p[0].tokens_per_s);
+    CHECK(p[2].micro >= p[1].micro, "80 GB holds at least the 40 GB micro-batch");
+    CHECK(p[3].time.step_s < p[2].time.step_s, "H100 faster than A100");
+    /* the largest micro-batch that fits: the next divisor up would not */
+    if (p[1].micro < 64) {
+        c.train.micro_batch_size = 2 * p[1].micro;
+        st_plan q = plan_for(&in, "8xA100-40GB");
+        CHECK(!q.fits && q.warning[0], "micro %lld should not fit on A100-40GB", (long long)q.micro);
+        c.train.micro_batch_size = ST_AUTO;
+    }
+    /* memory rises with the micro-batch and falls with ZeRO-2 */
+    c.train.micro_batch_size = 4;
+    st_plan d4 = plan_for(&in, "8xA100-80GB");
+    c.train.micro_batch_size = 8;
+    st_plan d8 = plan_for(&in, "8xA100-80GB");
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
+    st_plan z8 = plan_for(&in, "8xA100-80GB");
+    CHECK(d8.mem.total > d4.mem.total, "micro 8 %lld vs 4 %lld", (long long)d8.mem.total, (long long)d4.mem.total);
+    const double psi = (double)m->params.count;
+    const double saved = (double)(d8.mem.grads + d8.mem.optim) - (double)(z8.mem.grads + z8.mem.optim);
+    CHECK(fabs(saved - (14 * psi - 14 * psi / 8)) <= 64, "zero2 saves %g bytes", saved);
+    CHECK(z8.mem.total < d8.mem.total && z8.time.comm_s > 0, "zero2 %lld vs ddp %lld", (long long)z8.mem.total,
+          (long long)d8.mem.total);
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "auto");
+    c.train.micro_batch_size = ST_AUTO;
+    /* more nodes: the network is slower than NVLink, so the scaling drops */
+    st_plan one = plan_for(&in, "8xH100"), two = plan_for(&in, "2x8xH100");
+    CHECK(two.ranks == 16 && two.hw.nodes == 2 && two.time.comm_s > one.time.comm_s, "2 nodes");
+    CHECK(two.tokens_per_s > one.tokens_per_s, "2 nodes faster than 1");
+    st_model_free(m);
+}
+
+static void test_too_big(void) {
+    /* about 21.7 B parameters: 2-byte weights alone exceed an L40S */
+    st_config c;
+    st_model *m = gpt_layout(&c, NULL, 48, 6144, 48);
+    if (!m) return;
+    c.train.batch_size = 64;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_plan p = plan_for(&in, "4xL40S");
+    CHECK(p.ok && !p.fits && p.offload && strstr(p.warning, "does not fit"), "huge model: %s", p.warning);
+    CHECK(strstr(p.strategy_why, "offload") != NULL, "why: %s", p.strategy_why);
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "ddp"); /* explicit: kept, with the warning */
+    p = plan_for(&in, "4xL40S");
+    CHECK(strcmp(p.strategy, "ddp") == 0 && !p.fits && strstr(p.warning, "does not fit"), "explicit ddp: %s",
+          p.warning);
+    st_model_free(m);
+}
+
+/* Auto choices on simulated hardware: precision by compute capability,
+ * ZeRO-2 when DDP's model states do not fit, offload when ZeRO-2's do not. */
+static void test_auto_choices(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 64;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    hw.dev.cc_major = 7;
+    st_plan p;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.precision, "fp16") == 0 && strstr(p.precision_why, "loss scaling"), "cc 7.0: %s (%s)",
+          p.precision, p.precision_why);
+    hw.dev.cc_major = 9;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.precision, "bf16") == 0, "cc 9.0: %s", p.precision);
+    CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.precision, "fp32") == 0 && strstr(p.precision_why, "CPU"), "cpu: %s", p.precision);
+    /* memory between ZeRO-2's and DDP's need at micro-batch 1 */
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = 8};
+    st_mem ddp, z2;
+    CHECK_OK(st_mem_estimate(m, 1, &o, &ddp));
+    o.zero = 2;
+    CHECK_OK(st_mem_estimate(m, 1, &o, &z2));
+    const double need = (double)(ddp.total + z2.total) / 2; /* usable = 0.9 mem - 1 GiB */
+    hw.dev.mem_bytes = (int64_t)((need + GIB) / 0.9);
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload && p.fits && p.micro == 1 && p.accum == 8,
+          "between: %s offload %d micro %lld", p.strategy, p.offload, (long long)p.micro);
+    hw.dev.mem_bytes = (int64_t)(((double)z2.total * 0.8 + GIB) / 0.9);
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "zero2") == 0 && p.offload && p.mem.host > 0, "below zero2: %s offload %d",
+          p.strategy, p.offload);
+    /* the applied config says why */
+    st_plan_apply(&p, &c);
+    CHECK(c.train.micro_batch_size == p.micro && st_config_source(&c, "train.micro_batch_size") == ST_SRC_AUTO,
+          "applied");
+    CHECK(strcmp(c.dist.strategy, "zero2") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
+          c.dist.strategy, c.precision);
+    st_model_free(m);
+}
+
+static void test_hw_names(void) {
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("2x8xH100", NULL, NULL, &hw));
+    CHECK(hw.nodes == 2 && hw.per_node == 8 && strcmp(hw.dev.name, "H100-80GB") == 0, "2x8xH100");
+    CHECK_OK(st_hw_config_parse("a100", NULL, NULL, &hw));
+    CHECK(hw.per_node == 1 && hw.dev.mem_bytes == 40LL << 30, "a100 alias");
+    CHECK_FAILS(st_hw_config_parse("4xV100", NULL, NULL, &hw), ST_ERR_CONFIG, "known: L40S, A100-40GB");
+    CHECK_FAILS(st_hw_config_parse("0xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "positive");
+    /* the ring: 2 (n-1)/n bytes over the bus bandwidth, 2 (n-1) latencies */
+    CHECK_CLOSE(st_time_allreduce(1e9, 8, 1e11, 1e-5), 2.0 * 7 / 8 * 1e-2 + 14e-5, 1e-12);
+    CHECK_CLOSE(st_time_allreduce(1e9, 1, 1e11, 1e-5), 0, 0);
+}
+
+int main(void) {
+    test_probe();
+    test_gpt_flops();
+    test_mlp_flops();
+    test_zero_formulas();
+    test_linear_in_batch();
+    test_layout_matches_real();
+    test_table();
+    test_too_big();
+    test_auto_choices();
+    test_hw_names();
+    return st_test_finish("test_hw");
+}

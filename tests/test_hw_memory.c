@@ -1,0 +1,186 @@
+/* The memory model against the measured peak of real training runs on this
+ * machine: mlp, cnn and a small gpt, each within 10%.
+ *
+ * Measured: the process's resident-set high-water mark (VmHWM) during the
+ * run minus its resident set (VmRSS) just before, after resetting the mark
+ * (writing 5 to /proc/self/clear_refs). That is what the operating system
+ * charges the run, so it also catches allocations the model does not know
+ * about (summing our own arena sizes would agree with the model by
+ * construction). Each run happens in its own forked child so that memory a
+ * previous run freed but the allocator kept cannot hide the next run's
+ * allocations; the child warms OpenMP and OpenBLAS (thread stacks, packing
+ * buffers) before the baseline, since those are fixed per process, not per
+ * run. The sanitizer build skips: ASan's shadow memory and redzones are
+ * not the run's. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/blas.h"
+#include "data/tokens.h"
+#include "hw/planner.h"
+#include "hw/runspec.h"
+#include "scaletrain/train.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ST_ASAN 1
+#endif
+#endif
+
+#ifdef ST_ASAN
+int main(void) { return st_test_skip("test_hw_memory", "the sanitizer's shadow memory is not the run's"); }
+#else
+static int64_t status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long v = -1;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0) v = atoll(line + n + 1);
+    if (f) fclose(f);
+    return v;
+}
+
+static void be32(FILE *f, uint32_t v) {
+    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
+    fwrite(b, 1, 4, f);
+}
+
+/* n raw IDX images 28x28 and labels 0..9 */
+static int write_idx(const char *dir, int n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/img.idx", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f) return -1;
+    be32(f, 0x803);
+    be32(f, (uint32_t)n);
+    be32(f, 28);
+    be32(f, 28);
+    for (int i = 0; i < n * 784; i++) fputc((i * 7919) % 251, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/lab.idx", dir);
+    f = fopen(p, "wb");
+    if (!f) return -1;
+    be32(f, 0x801);
+    be32(f, (uint32_t)n);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+    return 0;
+}
+
+static int write_tokens(const char *dir, int n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/tok.bin", dir);
+    uint32_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) return -1;
+    for (int i = 0; i < n; i++) t[i] = (uint32_t)((i * 31 + i / 7) % 256);
+    st_status s = st_tokens_write(p, t, n, 256);
+    free(t);
+    return s == ST_OK ? 0 : -1;
+}
+
+/* In a child: warm up, run, report measured and predicted bytes. */
+static void child(const char *name, const char *const *sets, int nsets, int fd) {
+    st_config cfg;
+    st_config_defaults(&cfg);
+    for (int i = 0; i < nsets; i++)
+        if (st_config_set(&cfg, sets[i]) != ST_OK) {
+            fprintf(stderr, "%s: %s\n", name, st_last_error());
+            _exit(3);
+        }
+    /* warm-up: both thread pools and OpenBLAS's packing buffers */
+    double gf;
+    st_device_calibrate_cpu(&gf);
+    FILE *cr = fopen("/proc/self/clear_refs", "w");
+    if (!cr || fputs("5", cr) < 0 || fclose(cr) != 0) _exit(77);
+    const int64_t base = status_kb("VmRSS:");
+    st_run_opts opts = {.quiet = true};
+    st_run_result res;
+    st_config run = cfg;
+    if (st_train(&run, &opts, &res) != ST_OK) {
+        fprintf(stderr, "%s: %s\n", name, st_last_error());
+        _exit(4);
+    }
+    const int64_t peak = status_kb("VmHWM:");
+    /* the prediction for the run as it was configured (its auto values filled) */
+    st_plan_input in;
+    if (st_runspec_open(&run, &in) != ST_OK) {
+        fprintf(stderr, "%s: %s\n", name, st_last_error());
+        _exit(5);
+    }
+    in.cores_per_rank = (int)run.train.threads;
+    st_hw_info h;
+    st_hw_probe_host(&h);
+    st_hw_config hw = {.per_node = 1, .nodes = 1};
+    st_device_local(&h, gf, &hw.dev);
+    st_plan p;
+    if (st_plan_make(&in, &hw, &p) != ST_OK || !p.ok) _exit(6);
+    st_runspec_close(&in);
+    double r[3] = {1024.0 * (double)(peak - base), (double)p.mem.total, (double)p.micro};
+    if (write(fd, r, sizeof r) != (ssize_t)sizeof r) _exit(7);
+    _exit(0);
+}
+
+static void check_run(const char *name, const char *const *sets, int nsets) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        child(name, sets, nsets, fds[1]);
+    }
+    close(fds[1]);
+    double r[3] = {0, 0, 0};
+    ssize_t got = read(fds[0], r, sizeof r);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        printf("%s: cannot reset the peak RSS here; not measured\n", name);
+        return;
+    }
+    CHECK(got == (ssize_t)sizeof r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child failed (status %d)", name,
+          st);
+    if (got != (ssize_t)sizeof r) return;
+    const double err = (r[1] - r[0]) / r[0];
+    printf("%-4s micro %3.0f: measured peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name, r[2],
+           r[0] / 1048576, r[1] / 1048576, 100 * err);
+    CHECK(fabs(err) <= 0.10, "%s: prediction %.1f MiB vs measured %.1f MiB", name, r[1] / 1048576, r[0] / 1048576);
+}
+
+int main(void) {
+    char dir[] = "/tmp/st_hwmem_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    if (write_idx(dir, 256) || write_tokens(dir, 40000)) return 1;
+    char img[600], lab[600], tok[600], out[600];
+    snprintf(img, sizeof img, "data.train=%s/img.idx", dir);
+    snprintf(lab, sizeof lab, "data.train_labels=%s/lab.idx", dir);
+    snprintf(tok, sizeof tok, "data.train=%s/tok.bin", dir);
+    snprintf(out, sizeof out, "train.out_dir=%s/run", dir);
+    char vimg[600], vlab[600];
+    snprintf(vimg, sizeof vimg, "data.val=%s/img.idx", dir);
+    snprintf(vlab, sizeof vlab, "data.val_labels=%s/lab.idx", dir);
+    const char *mlp[] = {"model.type=mlp", "model.hidden=[2048,2048]", img, lab, "data.val=", out,
+                         "train.batch_size=256", "train.steps=2"};
+    const char *cnn[] = {"model.type=cnn", img, lab, vimg, vlab, out, "train.batch_size=64", "train.steps=2",
+                         "train.eval_steps=1"};
+    const char *gpt[] = {"model.type=gpt", "model.n_layer=2", "model.n_head=4", "model.n_embd=128",
+                         "model.block_size=128", "data.type=tokens", tok, "data.val=", out,
+                         "train.batch_size=16", "train.steps=2"};
+    check_run("mlp", mlp, 8);
+    check_run("cnn", cnn, 9);
+    check_run("gpt", gpt, 11);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return st_test_finish("test_hw_memory");
+}
+#endif

@@ -1,0 +1,306 @@
+/* `scaletrain bench [-n 1,2,4] [CONFIG] [--set key=value]... [--steps S]
+ * [--warmup W] [--out DIR]`: weak scaling of a config. The config runs on
+ * each rank count through `scaletrain launch` (one core per rank) with the
+ * same micro-batch per rank (train.micro_batch_size, or train.batch_size when
+ * that is auto) and no accumulation, so the global batch grows with the
+ * ranks. Throughput is the global batch over the median step time in each
+ * run's metrics.jsonl (one line per step, log.every 1), over the steps after
+ * the first W (warm-up: first touches, thread start, caches). The report: throughput, per-rank throughput,
+ * speed-up and scaling efficiency against the smallest rank count
+ * (per-rank throughput over that run's), as a table on stdout and in
+ * DIR/bench.md, and as DIR/bench.json. Not here: the planner's prediction
+ * beside each row, plots. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "core/atomic_file.h"
+
+#define MAX_RUNS 16
+
+typedef struct bench_run {
+    int ranks;
+    long long global_batch;
+    double samples_per_s, tokens_per_s, step_ms_median, comm_ms;
+    int measured_steps;
+} bench_run;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Throughput over the steps after `warmup` in dir/metrics.jsonl. */
+static int read_metrics(const char *dir, int warmup, long long batch, bench_run *r, char *why, size_t n) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char *text = st_cli_read_file(path);
+    if (!text) {
+        snprintf(why, n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    double ms[4096], total_ms = 0, tokens_per_sample = 0, comm = 0;
+    int count = 0;
+    for (char *line = strtok(text, "\n"); line && count < 4096; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step"),
+                    *t = cJSON_GetObjectItemCaseSensitive(o, "step_ms"),
+                    *sps = cJSON_GetObjectItemCaseSensitive(o, "samples_per_s"),
+                    *tps = cJSON_GetObjectItemCaseSensitive(o, "tokens_per_s"),
+                    *cm = cJSON_GetObjectItemCaseSensitive(o, "comm_ms");
+        if (cJSON_IsNumber(step) && cJSON_IsNumber(t) && step->valuedouble > warmup) {
+            ms[count++] = t->valuedouble;
+            total_ms += t->valuedouble;
+            if (cJSON_IsNumber(cm)) comm += cm->valuedouble;
+            if (cJSON_IsNumber(tps) && cJSON_IsNumber(sps) && sps->valuedouble > 0)
+                tokens_per_sample = tps->valuedouble / sps->valuedouble;
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (count == 0 || !(total_ms > 0)) {
+        snprintf(why, n, "%s: no step after the %d warm-up steps", path, warmup);
+        return -1;
+    }
+    qsort(ms, (size_t)count, sizeof *ms, cmp_double);
+    r->measured_steps = count;
+    /* The median step: one descheduled step on a shared machine does not
+     * move it as it moves the mean. */
+    r->samples_per_s = (double)batch / (ms[count / 2] / 1e3);
+    r->tokens_per_s = r->samples_per_s * round(tokens_per_sample);
+    r->step_ms_median = ms[count / 2];
+    r->comm_ms = comm / count;
+    return 0;
+}
+
+static int parse_ranks(const char *s, int *out, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || *n >= MAX_RUNS || (*end && *end != ',')) return -1;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
+}
+
+/* The table (stdout and DIR/bench.md) and DIR/bench.json. */
+static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, long long mb, long steps,
+                  long warmup, const char *out_dir) {
+    const char *unit = lm ? "tokens/s" : "samples/s";
+    const bench_run *base = &runs[0];
+    for (int k = 1; k < nr; k++)
+        if (runs[k].ranks < base->ranks) base = &runs[k];
+    const double base_tp = lm ? base->tokens_per_s : base->samples_per_s;
+    char md_path[PATH_MAX], json_path[PATH_MAX];
+    snprintf(md_path, sizeof md_path, "%s/bench.md", out_dir);
+    snprintf(json_path, sizeof json_path, "%s/bench.json", out_dir);
+    FILE *md = fopen(md_path, "w");
+    if (!md) {
+        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_path, strerror(errno));
+        return ST_EXIT_FAIL;
+    }
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "config", cfg->path);
+    cJSON_AddStringToObject(root, "model", cfg->model.type);
+    cJSON_AddNumberToObject(root, "micro_batch_per_rank", (double)mb);
+    cJSON_AddNumberToObject(root, "steps", (double)steps);
+    cJSON_AddNumberToObject(root, "warmup_steps", (double)warmup);
+    cJSON_AddStringToObject(root, "unit", unit);
+    cJSON_AddStringToObject(root, "scaling",
+                            "weak: the same micro-batch per rank, global batch = ranks x micro-batch");
+    cJSON_AddItemToObject(root, "runs", arr);
+    fprintf(md,
+            "# scaletrain bench: %s\n\n%s model, %lld samples per rank per step (weak scaling), %ld steps, "
+            "the first %ld excluded; throughput from the median step time; one core per rank (scaletrain "
+            "launch).\n\n",
+            cfg->path[0] ? cfg->path : "the default run", cfg->model.type, mb, steps, warmup);
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *f = pass ? md : stdout;
+        fprintf(
+            f,
+            "| ranks | global batch | %s | per rank | speed-up | efficiency | step ms (median) | comm ms |\n",
+            unit);
+        fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int k = 0; k < nr; k++) {
+            const bench_run *r = &runs[k];
+            const double tp = lm ? r->tokens_per_s : r->samples_per_s, per = tp / r->ranks;
+            const double speedup = base_tp > 0 ? tp / base_tp : 0;
+            const double eff = base_tp > 0 ? per / (base_tp / base->ranks) : 0;
+            fprintf(f, "| %d | %lld | %.1f | %.1f | %.3f | %.3f | %.2f | %.3f |\n", r->ranks, r->global_batch,
+                    tp, per, speedup, eff, r->step_ms_median, r->comm_ms);
+            if (pass) continue;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "ranks", r->ranks);
+            cJSON_AddNumberToObject(o, "global_batch", (double)r->global_batch);
+            cJSON_AddNumberToObject(o, "throughput", tp);
+            cJSON_AddNumberToObject(o, "throughput_per_rank", per);
+            cJSON_AddNumberToObject(o, "speedup", speedup);
+            cJSON_AddNumberToObject(o, "efficiency", eff);
+            cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
+            if (lm) cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+            cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
+            cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
+            cJSON_AddNumberToObject(o, "measured_steps", r->measured_steps);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    fprintf(
+        md,
+        "\nEfficiency: per-rank throughput over the %d-rank run's. The runs' logs and metrics.jsonl are in "
+        "%s/n<ranks>/.\n",
+        base->ranks, out_dir);
+    const bool md_ok = fclose(md) == 0;
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *js = fopen(json_path, "w");
+    const bool js_ok = js && text && fprintf(js, "%s\n", text) > 0 && fclose(js) == 0;
+    free(text);
+    if (!md_ok || !js_ok) {
+        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_ok ? json_path : md_path,
+                strerror(errno));
+        return ST_EXIT_FAIL;
+    }
+    printf("report: %s, %s\n", md_path, json_path);
+    return ST_EXIT_OK;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: scaletrain bench [-n 1,2,4] [CONFIG] [--set key=value]... [--steps S] [--warmup W] "
+            "[--out DIR]\n"
+            "  runs CONFIG on each rank count (scaletrain launch), the same micro-batch per rank, S steps\n"
+            "  (default 30), and reports throughput, per-rank throughput, speed-up and weak-scaling\n"
+            "  efficiency over the steps after the first W (default 5); writes DIR/bench.md and\n"
+            "  DIR/bench.json (default DIR: runs/bench).\n");
+}
+
+int st_cmd_bench(int argc, char **argv) {
+    int ranks[MAX_RUNS] = {1, 2}, nr = 2;
+    long steps = 30, warmup = 5;
+    const char *out_dir = "runs/bench";
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    if (!rest) return ST_EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const bool takes =
+            !strcmp(a, "-n") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") || !strcmp(a, "--out");
+        if (takes && i + 1 >= argc) {
+            fprintf(stderr, "scaletrain bench: %s needs a value\n", a);
+            free(rest);
+            return ST_EXIT_USAGE;
+        }
+        char *end = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(rest);
+            return ST_EXIT_OK;
+        } else if (!strcmp(a, "-n")) {
+            if (parse_ranks(argv[++i], ranks, &nr) != 0) {
+                fprintf(stderr, "scaletrain bench: -n %s: want rank counts like 1,2,4 (at most %d)\n",
+                        argv[i], MAX_RUNS);
+                free(rest);
+                return ST_EXIT_USAGE;
+            }
+        } else if (!strcmp(a, "--steps") || !strcmp(a, "--warmup")) {
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > 4000) {
+                fprintf(stderr, "scaletrain bench: %s %s: want a number of steps (0..4000)\n", a, argv[i]);
+                free(rest);
+                return ST_EXIT_USAGE;
+            }
+            if (!strcmp(a, "--steps"))
+                steps = v;
+            else
+                warmup = v;
+        } else if (!strcmp(a, "--out")) {
+            out_dir = argv[++i];
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    if (steps <= warmup) {
+        fprintf(stderr, "scaletrain bench: --steps %ld must be more than --warmup %ld\n", steps, warmup);
+        free(rest);
+        return ST_EXIT_USAGE;
+    }
+    st_config cfg;
+    st_run_opts opts = {0};
+    int rc = st_cli_run_args("bench", nrest, rest, &cfg, &opts);
+    if (rc >= 0) {
+        free(rest);
+        return rc;
+    }
+    const long long mb = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : cfg.train.batch_size;
+    st_status s = st_mkdirs(out_dir);
+    if (s != ST_OK) {
+        free(rest);
+        return st_cli_error(s);
+    }
+    char self[PATH_MAX];
+    st_cli_self_path(self, sizeof self);
+    bench_run runs[MAX_RUNS] = {0};
+    bool lm = !strcmp(cfg.data.type, "tokens");
+    printf("scaletrain bench: %s (%s), %lld samples per rank per step, %ld steps (%ld warm-up) per run\n",
+           cfg.path[0] ? cfg.path : "the default run", cfg.model.type, mb, steps, warmup);
+    fflush(stdout);
+    for (int k = 0; k < nr; k++) {
+        char np[16], sb[64], smb[64], sst[64], sout[PATH_MAX + 32], dir[PATH_MAX], log[PATH_MAX + 8];
+        snprintf(np, sizeof np, "%d", ranks[k]);
+        snprintf(sb, sizeof sb, "train.batch_size=%lld", mb * ranks[k]);
+        snprintf(smb, sizeof smb, "train.micro_batch_size=%lld", mb);
+        snprintf(sst, sizeof sst, "train.steps=%ld", steps);
+        snprintf(dir, sizeof dir, "%s/n%d", out_dir, ranks[k]);
+        snprintf(sout, sizeof sout, "train.out_dir=%s", dir);
+        snprintf(log, sizeof log, "%s.log", dir);
+        char **av = calloc((size_t)nrest + 32, sizeof *av);
+        if (!av) break;
+        int j = 0;
+        av[j++] = self, av[j++] = "launch", av[j++] = "-n", av[j++] = np, av[j++] = "train";
+        for (int i = 0; i < nrest; i++)
+            av[j++] = rest[i];
+        char *const fixed[] = {"--set",   sb,
+                               "--set",   smb,
+                               "--set",   sst,
+                               "--set",   sout,
+                               "--set",   "log.every=1",
+                               "--set",   "log.progress=off",
+                               "--set",   "data.val=",
+                               "--set",   "train.eval_every=0",
+                               "--set",   "train.checkpoint_every=0",
+                               "--quiet", "--json"};
+        for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+            av[j++] = fixed[i];
+        av[j] = NULL;
+        rc = st_cli_spawn(av, log, log, 3600);
+        free(av);
+        char why[PATH_MAX + 128] = "";
+        runs[k].ranks = ranks[k];
+        runs[k].global_batch = mb * ranks[k];
+        if (rc != 0) {
+            char *t = st_cli_read_file(log);
+            const char *tail = t && strlen(t) > 600 ? t + strlen(t) - 600 : t;
+            fprintf(stderr, "scaletrain bench: the %d-rank run exited %d (log %s):\n%s\n", ranks[k], rc, log,
+                    tail ? tail : "");
+            free(t);
+            free(rest);
+            return ST_EXIT_FAIL;
+        }
+        if (read_metrics(dir, (int)warmup, mb * ranks[k], &runs[k], why, sizeof why) != 0) {
+            fprintf(stderr, "scaletrain bench: the %d-rank run: %s\n", ranks[k], why);
+            free(rest);
+            return ST_EXIT_FAIL;
+        }
+        lm = runs[k].tokens_per_s > 0;
+    }
+    free(rest);
+    return report(runs, nr, lm, &cfg, mb, steps, warmup, out_dir);
+}

@@ -1,0 +1,396 @@
+/* `scaletrain check [CONFIG] [--set key=value]...`: is this machine ready to
+ * train? One line per check, "ok", "FAIL" (with the fix), "warn" (works,
+ * but looks wrong; with a hint) or "skip" (not in this build), and exit 0
+ * only when nothing failed:
+ *   cpu      cores and memory (from /proc)
+ *   mpi      this build has MPI, mpirun is on PATH and says its version
+ *   ddp      a 2-rank data-parallel self-test through `scaletrain launch`: a
+ *            tiny gpt on a generated token file for 10 steps, whose weights
+ *            must equal one rank's with the same global batch (the ranks
+ *            agreed on the model and their all-reduces average right)
+ *   allreduce  a 16 MiB all-reduce on 2 ranks: every element right, and
+ *            the bus bandwidth, flagged (warn) when low (tools/check_comm.c)
+ *   data     the config's training (and validation) data opens and is valid
+ *   out_dir  the config's train.out_dir is writable (or can be created)
+ *   cuda, nccl  what this build has (no device is probed here)
+ * Not here: the hardware probe of src/hw (GPUs, NVML links), link presets
+ * to compare the bandwidth with. */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/safetensors.h"
+#include "data/dataset.h"
+#include "data/tokens.h"
+
+typedef struct report {
+    int failed;
+} report;
+
+static void line(report *r, const char *mark, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void line(report *r, const char *mark, const char *what, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%-5s %-9s ", mark, what);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    if (!strcmp(mark, "FAIL")) r->failed++;
+}
+
+/* CPU cores and memory as /proc and sysconf give them (the lead replaces this
+ * with src/hw's probe). */
+static void check_cpu(report *r) {
+    char model[256] = "unknown CPU", buf[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(buf, sizeof buf, f)) {
+        if (strncmp(buf, "model name", 10) != 0) continue;
+        const char *v = strchr(buf, ':');
+        if (v) snprintf(model, sizeof model, "%s", v + 2 + (v[1] != ' ' ? -1 : 0));
+        model[strcspn(model, "\n")] = '\0';
+        break;
+    }
+    if (f) fclose(f);
+    long long total_kb = -1, avail_kb = -1;
+    f = fopen("/proc/meminfo", "r");
+    while (f && fgets(buf, sizeof buf, f)) {
+        sscanf(buf, "MemTotal: %lld kB", &total_kb);
+        sscanf(buf, "MemAvailable: %lld kB", &avail_kb);
+    }
+    if (f) fclose(f);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online < 1 || total_kb < 0 || avail_kb < 0) {
+        line(r, "FAIL", "cpu",
+             "cannot read the core count or /proc/meminfo; fix: run on Linux with /proc mounted");
+        return;
+    }
+    line(r, "ok", "cpu", "%s, %ld core%s online, memory %.1f GiB, %.1f GiB available", model, online,
+         online == 1 ? "" : "s", (double)total_kb / (1 << 20), (double)avail_kb / (1 << 20));
+}
+
+static bool check_mpi(report *r, const char *tmp) {
+#ifdef ST_NO_MPI
+    line(r, "FAIL", "mpi",
+         "this build has no MPI (no mpicc when it was built); fix: apt-get install "
+         "libopenmpi-dev openmpi-bin, then make clean && make");
+    return false;
+#else
+    char mpirun[PATH_MAX], out[PATH_MAX];
+    if (!st_cli_find_on_path("mpirun", mpirun, sizeof mpirun)) {
+        line(r, "FAIL", "mpi", "mpirun is not on PATH; fix: apt-get install openmpi-bin (or put it on PATH)");
+        return false;
+    }
+    snprintf(out, sizeof out, "%s/mpirun-version", tmp);
+    char *const av[] = {mpirun, "--version", NULL};
+    int rc = st_cli_spawn(av, out, out, 30);
+    char *text = st_cli_read_file(out);
+    if (rc != 0 || !text) {
+        line(r, "FAIL", "mpi",
+             "%s --version exited %d: %.200s; fix: reinstall OpenMPI (apt-get install --reinstall "
+             "openmpi-bin)",
+             mpirun, rc, text ? text : "");
+        free(text);
+        return false;
+    }
+    text[strcspn(text, "\n")] = '\0';
+    line(r, "ok", "mpi", "%s (%s); this build has MPI", mpirun, text);
+    free(text);
+    return true;
+#endif
+}
+
+/* Largest relative difference of two weight files, max|a-b| / (max|a| + 1e-6)
+ * over tensors; -1 with a message in why when they cannot be compared. */
+static double weights_diff(const char *pa, const char *pb, char *why, size_t n) {
+    st_safetensors *a = NULL, *b = NULL;
+    double worst = -1;
+    float *x = NULL, *y = NULL;
+    if (st_safetensors_open(pa, &a) != ST_OK || st_safetensors_open(pb, &b) != ST_OK) {
+        snprintf(why, n, "%s", st_last_error());
+        goto done;
+    }
+    worst = 0;
+    for (int i = 0; i < st_safetensors_count(a) && worst >= 0; i++) {
+        const st_safetensors_entry *ea = st_safetensors_entry_at(a, i),
+                                   *eb = st_safetensors_find(b, ea->name);
+        if (!eb || eb->count != ea->count) {
+            snprintf(why, n, "%s: missing or of another size in %s", ea->name, pb);
+            worst = -1;
+            break;
+        }
+        float *nx = realloc(x, (size_t)ea->count * sizeof *x);
+        float *ny = nx ? realloc(y, (size_t)ea->count * sizeof *y) : NULL;
+        if (nx) x = nx;
+        if (ny) y = ny;
+        if (!nx || !ny || st_safetensors_read_f32(a, ea->name, x, ea->count) != ST_OK ||
+            st_safetensors_read_f32(b, ea->name, y, ea->count) != ST_OK) {
+            snprintf(why, n, "%s: %s", ea->name, nx && ny ? st_last_error() : "out of memory");
+            worst = -1;
+            break;
+        }
+        double d = 0, m = 0;
+        for (int64_t k = 0; k < ea->count; k++) {
+            d = fmax(d, fabs((double)x[k] - (double)y[k]));
+            m = fmax(m, fabs((double)x[k]));
+        }
+        const double rel = d / (m + 1e-6);
+        if (!(rel <= worst)) worst = rel; /* NaN stays */
+    }
+done:
+    free(x);
+    free(y);
+    st_safetensors_close(a);
+    st_safetensors_close(b);
+    return worst;
+}
+
+/* 10 steps of a tiny gpt on 1 rank, then on 2 through the launcher. */
+static void check_ddp(report *r, const char *tmp) {
+    char text[PATH_MAX], tokens[PATH_MAX], self[PATH_MAX];
+    snprintf(text, sizeof text, "%s/text.txt", tmp);
+    snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
+    FILE *f = fopen(text, "w");
+    for (int i = 0; f && i < 200; i++)
+        fprintf(f, "the quick brown fox %d jumps over the lazy dog %d\n", i, i * 7 % 13);
+    if (!f || fclose(f) != 0) {
+        line(r, "FAIL", "ddp", "cannot write %s: %s; fix: set TMPDIR to a writable directory", text,
+             strerror(errno));
+        return;
+    }
+    const char *paths[] = {text};
+    int64_t count;
+    if (st_tokens_from_text(paths, 1, tokens, &count) != ST_OK) {
+        line(r, "FAIL", "ddp", "%s; fix: set TMPDIR to a writable directory", st_last_error());
+        return;
+    }
+    st_cli_self_path(self, sizeof self);
+    char data[PATH_MAX + 16], out1[PATH_MAX + 32], out2[PATH_MAX + 32], log1[PATH_MAX], log2[PATH_MAX];
+    snprintf(data, sizeof data, "data.train=%s", tokens);
+    snprintf(out1, sizeof out1, "train.out_dir=%s/n1", tmp);
+    snprintf(out2, sizeof out2, "train.out_dir=%s/n2", tmp);
+    snprintf(log1, sizeof log1, "%s/n1.log", tmp);
+    snprintf(log2, sizeof log2, "%s/n2.log", tmp);
+#define SETS                                                                                                 \
+    "--set", "model.type=gpt", "--set", "data.type=tokens", "--set", data, "--set", "data.val=", "--set",    \
+        "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.n_embd=16", "--set",                   \
+        "model.block_size=16", "--set", "train.batch_size=8", "--set", "train.steps=10", "--set",            \
+        "train.threads=1", "--set", "data.num_workers=0", "--set", "log.peak_gflops=10", "--set",            \
+        "dist.timeout_s=60", "--set", "dist.bucket_cap_mb=0.01", "--quiet", "--json"
+    char *const one[] = {self, "train", SETS, "--set", out1, NULL};
+    char *const two[] = {self, "launch", "-n", "2", "train", SETS, "--set", out2, NULL};
+#undef SETS
+    int rc = st_cli_spawn(one, log1, log1, 120);
+    if (rc != 0) {
+        char *t = st_cli_read_file(log1);
+        line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %.300s", rc, t ? t : "");
+        free(t);
+        return;
+    }
+    rc = st_cli_spawn(two, log2, log2, 120);
+    char *t = st_cli_read_file(log2);
+    if (rc != 0) {
+        line(r, "FAIL", "ddp",
+             "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
+             "OpenMPI needs --allow-run-as-root, which launch adds)",
+             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
+        free(t);
+        return;
+    }
+    const char *js = t ? st_cli_last_json_line(t) : NULL;
+    if (!js || !strstr(js, "\"ranks\":2")) {
+        line(r, "FAIL", "ddp", "the 2-rank run did not report 2 ranks: %.300s", js ? js : "(no JSON line)");
+        free(t);
+        return;
+    }
+    free(t);
+    char w1[PATH_MAX + 32], w2[PATH_MAX + 32], why[512] = "";
+    snprintf(w1, sizeof w1, "%s/n1/model.safetensors", tmp);
+    snprintf(w2, sizeof w2, "%s/n2/model.safetensors", tmp);
+    const double d = weights_diff(w1, w2, why, sizeof why);
+    const double tol = 1e-3; /* tests/e2e/ddp_equivalence.sh's for the gpt */
+    if (d < 0 || !(d <= tol))
+        line(r, "FAIL", "ddp",
+             "2 ranks and 1 rank disagree after 10 steps (%s%s%g, tolerance %g); fix: check that "
+             "every node runs the same build and OpenMPI version",
+             why, why[0] ? "; " : "relative difference ", d, tol);
+    else
+        line(r, "ok", "ddp",
+             "2 ranks (scaletrain launch) x 10 steps of a tiny gpt: the weights equal 1 rank's "
+             "(relative difference %.2g, tolerance %g)",
+             d, tol);
+}
+
+/* A 16 MiB all-reduce on 2 ranks (tools/check_comm.c): right results and
+ * the bus bandwidth, flagged when far below what one node's shared memory
+ * gives (several GB/s; about 7 GB/s on the 2-core machine this was written on). */
+static void check_allreduce(report *r, const char *tmp) {
+    char self[PATH_MAX], log[PATH_MAX];
+    st_cli_self_path(self, sizeof self);
+    snprintf(log, sizeof log, "%s/allreduce.log", tmp);
+    char *const av[] = {self, "launch", "-n", "2", "check", "--allreduce-worker", NULL};
+    const int rc = st_cli_spawn(av, log, log, 120);
+    char *t = st_cli_read_file(log);
+    const char *js = t ? st_cli_last_json_line(t) : NULL;
+    double ms = 0, bus = 0, wrong = -1;
+    if (js) {
+        const char *p;
+        if ((p = strstr(js, "\"ms\":"))) ms = atof(p + 5);
+        if ((p = strstr(js, "\"busbw_gbs\":"))) bus = atof(p + 12);
+        if ((p = strstr(js, "\"wrong\":"))) wrong = atof(p + 8);
+    }
+    if (rc != 0 || !js || wrong != 0)
+        line(r, "FAIL", "allreduce",
+             "2-rank all-reduce test %s %d: %.300s; fix: see the message, and run the same OpenMPI on every "
+             "node",
+             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+    else
+        line(r, bus >= 1.0 ? "ok" : "warn", "allreduce",
+             "2 ranks, 16 MiB: %.2f ms, bus bandwidth %.2f GB/s, every element right%s", ms, bus,
+             bus >= 1.0 ? ""
+                        : "; low for shared memory on one node: are other processes busy on these cores? "
+                          "(OMP_WAIT_POLICY=PASSIVE keeps idle OpenMP threads off them)");
+    free(t);
+}
+
+static void check_data(report *r, const st_config *c) {
+    const bool tokens = !strcmp(c->data.type, "tokens");
+    const char *sets[2] = {c->data.train, c->data.val};
+    const char *labels[2] = {c->data.train_labels, c->data.val_labels};
+    for (int k = 0; k < 2; k++) {
+        if (!sets[k][0]) continue;
+        st_dataset d = {0};
+        st_status s = tokens ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
+                             : st_dataset_open_images(sets[k], labels[k], &d);
+        const char *what = k ? "val data" : "data";
+        if (s != ST_OK) {
+            const bool fm = strstr(sets[k], "/usr/share/datasets/fashion-mnist/") != NULL;
+            line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
+                 fm ? "apt-get install dataset-fashion-mnist"
+                    : "point data.train / data.val at readable files");
+        } else if (tokens) {
+            line(r, "ok", what, "%s: %lld samples of %lld tokens, vocabulary %lld", sets[k], (long long)d.n,
+                 (long long)d.seq_len, (long long)d.vocab_size);
+        } else {
+            line(r, "ok", what, "%s: %lld images %lldx%lldx%lld, %lld classes", sets[k], (long long)d.n,
+                 (long long)d.h, (long long)d.w, (long long)d.c, (long long)d.num_classes);
+        }
+        st_dataset_free(&d);
+    }
+}
+
+/* out_dir, or the nearest existing directory above it, takes a new file. */
+static void check_out_dir(report *r, const char *out_dir) {
+    char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64];
+    snprintf(dir, sizeof dir, "%s", out_dir[0] ? out_dir : ".");
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode)) {
+        line(r, "FAIL", "out_dir", "%s is not a directory; fix: set train.out_dir to a directory", dir);
+        return;
+    }
+    while (!exists) { /* the nearest ancestor that exists */
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+        exists = stat(dir, &st) == 0;
+        if (exists && !S_ISDIR(st.st_mode)) {
+            line(r, "FAIL", "out_dir",
+                 "train.out_dir %s cannot be created: %s is not a directory; fix: set "
+                 "train.out_dir to a directory path",
+                 out_dir, dir);
+            return;
+        }
+    }
+    snprintf(probe, sizeof probe, "%s/.scaletrain-check-%ld", dir, (long)getpid());
+    FILE *f = fopen(probe, "w");
+    bool ok = f && fputs("ok\n", f) >= 0;
+    if (f) ok &= fclose(f) == 0;
+    const int err = errno;
+    unlink(probe);
+    if (!ok)
+        line(r, "FAIL", "out_dir",
+             "cannot write in %s (train.out_dir %s): %s; fix: set train.out_dir to a "
+             "writable directory",
+             dir, out_dir, strerror(err));
+    else if (!strcmp(dir, out_dir))
+        line(r, "ok", "out_dir", "%s is writable", out_dir);
+    else
+        line(r, "ok", "out_dir", "%s will be created in %s, which is writable", out_dir, dir);
+}
+
+static void check_gpu(report *r) {
+#ifdef ST_HAVE_CUDA
+    line(r, "ok", "cuda", "this build has CUDA (devices are listed by the hardware probe)");
+#else
+    line(r, "skip", "cuda", "not available in this build (the CPU engine): training runs on the CPU");
+#endif
+#ifdef ST_HAVE_NCCL
+    line(r, "ok", "nccl", "this build has NCCL");
+#else
+    line(r, "skip", "nccl", "not available in this build: collectives go through MPI");
+#endif
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+int st_cmd_check(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: scaletrain check [CONFIG] [--set key=value]...\n"
+                   "  is this machine ready? cores and memory, MPI, a 2-rank data-parallel self-test,\n"
+                   "  the config's data and out_dir, CUDA/NCCL in this build. Exit 0 when nothing failed.\n");
+            return ST_EXIT_OK;
+        }
+    if (argc == 1 && !strcmp(argv[0], "--allreduce-worker")) return st_check_allreduce_worker();
+    st_config cfg;
+    st_run_opts opts = {0};
+    int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);
+    if (rc >= 0) return rc;
+    report r = {0};
+    const char *base = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/scaletrain-check-XXXXXX", base);
+    printf("scaletrain check: is this machine ready to train%s%s?\n", cfg.path[0] ? " " : "", cfg.path);
+    fflush(stdout);
+    check_cpu(&r);
+    if (!mkdtemp(tmp)) {
+        line(&r, "FAIL", "tmp",
+             "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
+             strerror(errno));
+    } else {
+        if (check_mpi(&r, tmp)) {
+            check_ddp(&r, tmp);
+            check_allreduce(&r, tmp);
+        } else {
+            line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
+            line(&r, "skip", "allreduce", "the all-reduce test needs MPI (above)");
+        }
+        nftw(tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    check_data(&r, &cfg);
+    check_out_dir(&r, cfg.train.out_dir);
+    check_gpu(&r);
+    if (r.failed)
+        printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
+    else
+        printf("ready\n");
+    return r.failed ? ST_EXIT_FAIL : ST_EXIT_OK;
+}

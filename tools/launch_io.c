@@ -1,0 +1,333 @@
+/* One run of mpirun for `scaletrain launch`, with its output sorted by rank.
+ *
+ * mpirun runs with --tag-output, so every piece of a rank's output reaches
+ * mpirun's stdout or stderr behind a tag "[job,rank]<stdout>:" (or
+ * <stderr>:). mpirun tags each chunk it reads from a rank, not each line: a
+ * rank that writes "a", waits, then "b\n" gives "[1,0]<stdout>:a" and later
+ * "[1,0]<stdout>:b\n", with other ranks' chunks possibly in between. So we
+ * read both of mpirun's pipes, cut them at the tags, keep one line buffer per
+ * rank and stream, and write each line only when it is complete, with one
+ * write(2): lines never mix, whatever the ranks do. Rank 0's stdout is the
+ * run's normal output and goes out as it is; every other rank's stdout and
+ * every rank's stderr is prefixed "[rank K] ". mpirun's own messages (not
+ * tagged) pass through.
+ *
+ * The first SIGTERM or SIGINT sent to the launcher is passed to the ranks
+ * themselves (mpirun's local children), not to mpirun, which would SIGKILL
+ * them a second later: each rank finishes its step, saves a checkpoint and
+ * exits 143 or 130 (tools/train.c; the stop is agreed over every rank, so
+ * ranks on other hosts stop too). A second signal, more than a second
+ * later, goes to mpirun. mpirun runs
+ * in a process group of its own so that a signal sent to the launcher's group
+ * (Ctrl-C, timeout(1)) does not reach it directly. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+/* The one global: a signal handler can only reach a flag. */
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) { got_signal = sig; }
+
+typedef struct linebuf {
+    char *p;
+    size_t n, cap;
+} linebuf;
+
+typedef struct demux {
+    int fd_out; /* where this pipe's untagged text goes (1 or 2) */
+    char *in;   /* bytes read and not yet parsed */
+    size_t n_in, cap_in;
+    int rank; /* the segment being read: rank, or -1 = untagged */
+    int err;  /* the segment is the rank's stderr */
+    linebuf untagged;
+} demux;
+
+typedef struct job_io {
+    int ranks;
+    linebuf *lines; /* [rank * 2 + (stderr ? 1 : 0)] */
+    demux d[2];     /* mpirun's stdout, stderr */
+    st_launch_result *res;
+} job_io;
+
+static int grow(linebuf *b, size_t more) {
+    if (b->n + more <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p, b->cap = cap;
+    return 0;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w, n -= (size_t)w;
+    }
+}
+
+/* What the failure message of a run will quote: mpirun's own line naming the
+ * rank that died, else the last error line a rank printed. */
+static void note_reason(st_launch_result *r, const char *line, size_t n, bool from_mpirun) {
+    const bool mpirun_says = from_mpirun && memmem(line, n, "noticed that process rank", 25);
+    const bool rank_error =
+        !from_mpirun && (memmem(line, n, "error", 5) || memmem(line, n, "scaletrain:", 11));
+    if (!mpirun_says && !(rank_error && !r->reason_from_mpirun)) return;
+    while (n && isspace((unsigned char)*line))
+        line++, n--;
+    while (n && isspace((unsigned char)line[n - 1]))
+        n--;
+    snprintf(r->reason, sizeof r->reason, "%.*s", (int)n, line);
+    if (mpirun_says) r->reason_from_mpirun = true;
+}
+
+/* One finished line of rank `rank` (or -1: mpirun's own), without its end;
+ * `end` is '\n', or '\r' for a progress bar's line redrawn in place. */
+static void emit(job_io *io, int rank, bool err, int untagged_fd, const char *p, size_t n, char end) {
+    char pre[32] = "";
+    int fd = untagged_fd;
+    if (rank >= 0) {
+        fd = err ? 2 : 1;
+        if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
+        if (err) note_reason(io->res, p, n, false);
+    } else {
+        note_reason(io->res, p, n, true);
+    }
+    const size_t np = strlen(pre);
+    char stackbuf[4096];
+    char *buf = np + n + 1 <= sizeof stackbuf ? stackbuf : malloc(np + n + 1);
+    if (!buf) { /* no memory for the joined line: two writes */
+        write_all(fd, pre, np);
+        write_all(fd, p, n);
+        write_all(fd, &end, 1);
+        return;
+    }
+    memcpy(buf, pre, np);
+    memcpy(buf + np, p, n);
+    buf[np + n] = end;
+    write_all(fd, buf, np + n + 1);
+    if (buf != stackbuf) free(buf);
+}
+
+static linebuf *current(job_io *io, demux *d) {
+    if (d->rank < 0 || d->rank >= io->ranks || !io->lines) return &d->untagged;
+    return &io->lines[d->rank * 2 + d->err];
+}
+
+static void flush_line(job_io *io, demux *d, char end) {
+    linebuf *b = current(io, d);
+    emit(io, d->rank < io->ranks ? d->rank : -1, d->err, d->fd_out, b->p ? b->p : "", b->n, end);
+    b->n = 0;
+}
+
+/* A tag "[J,K]<stdout>:" at p (n bytes available): its length, 0 if p holds
+ * no tag, -1 if p may be the start of one that has not all arrived. */
+static long parse_tag(const char *p, size_t n, int *rank, int *err) {
+    size_t i = 0;
+    if (n == 0 || p[0] != '[') return 0;
+    i = 1;
+    int field = 0;
+    long val = 0;
+    for (;; i++) {
+        if (i >= n) return -1;
+        if (isdigit((unsigned char)p[i])) {
+            val = val * 10 + (p[i] - '0');
+            if (val > 1L << 30) return 0;
+        } else if (p[i] == ',' && field == 0) {
+            field = 1, val = 0;
+        } else if (p[i] == ']' && field == 1) {
+            break;
+        } else {
+            return 0;
+        }
+    }
+    i++;
+    static const char *const kinds[] = {"<stdout>:", "<stderr>:", "<stddiag>:"};
+    for (int k = 0; k < 3; k++) {
+        size_t kl = strlen(kinds[k]), have = n - i < kl ? n - i : kl;
+        if (memcmp(p + i, kinds[k], have) != 0) continue;
+        if (have < kl) return -1;
+        *rank = (int)val;
+        *err = k != 0;
+        return (long)(i + kl);
+    }
+    return 0;
+}
+
+/* Parse what d->in holds; at_eof: nothing more will come. */
+static void parse(job_io *io, demux *d, bool at_eof) {
+    size_t i = 0;
+    while (i < d->n_in) {
+        int rank, err;
+        long t = parse_tag(d->in + i, d->n_in - i, &rank, &err);
+        if (t < 0 && !at_eof) break; /* wait for the rest of the tag */
+        if (t > 0) {
+            d->rank = rank, d->err = err;
+            i += (size_t)t;
+            continue;
+        }
+        /* Text up to the next line end or possible tag. */
+        size_t j = i + 1;
+        while (j < d->n_in && d->in[j - 1] != '\n' && d->in[j - 1] != '\r' && d->in[j] != '[')
+            j++;
+        const char end = d->in[j - 1] == '\n' || d->in[j - 1] == '\r' ? d->in[j - 1] : 0;
+        linebuf *b = current(io, d);
+        const size_t len = j - i - (end ? 1 : 0);
+        if (grow(b, len) == 0) {
+            memcpy(b->p + b->n, d->in + i, len);
+            b->n += len;
+        }
+        if (end) flush_line(io, d, end);
+        if (end == '\n') d->rank = -1; /* mpirun starts a new tag after a newline if the chunk goes on */
+        i = j;
+    }
+    memmove(d->in, d->in + i, d->n_in - i);
+    d->n_in -= i;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Send sig to mpirun's children (the ranks on this host); false if none. */
+static bool signal_ranks(pid_t mpirun, int sig) {
+    DIR *dir = opendir("/proc");
+    if (!dir) return false;
+    bool any = false;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
+        char state;
+        int ppid;
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == mpirun) {
+            kill((pid_t)atoi(e->d_name), sig);
+            any = true;
+        }
+    }
+    closedir(dir);
+    return any;
+}
+
+int st_launch_run(char *const *argv, int ranks, st_launch_result *res) {
+    memset(res, 0, sizeof *res);
+    int out[2], err[2];
+    if (pipe(out) != 0) return -1;
+    if (pipe(err) != 0) {
+        close(out[0]), close(out[1]);
+        return -1;
+    }
+    struct sigaction sa, old_term, old_int;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    got_signal = 0;
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+        /* Its own process group: a signal to ours (Ctrl-C, timeout(1),
+         * SLURM) reaches the launcher, which passes it on as said above. */
+        setpgid(0, 0);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+        execv(argv[0], argv);
+        fprintf(stderr, "scaletrain launch: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(out[1]), close(err[1]);
+    if (pid < 0) {
+        close(out[0]), close(err[0]);
+        return -1;
+    }
+    job_io io = {.ranks = ranks, .res = res};
+    io.lines = calloc((size_t)ranks * 2, sizeof *io.lines);
+    io.d[0] = (demux){.fd_out = 1, .rank = -1};
+    io.d[1] = (demux){.fd_out = 2, .rank = -1};
+    struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    double first_signal = -1;
+    while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+        if (got_signal) {
+            const int sig = got_signal;
+            got_signal = 0;
+            res->signalled = sig;
+            /* The same signal twice within a second is one request sent
+             * twice (timeout(1) signals its child, then its whole group). */
+            const double t = now_s();
+            if (first_signal < 0) {
+                first_signal = t;
+                if (!signal_ranks(pid, sig)) kill(pid, sig);
+            } else if (t - first_signal > 1.0) {
+                kill(pid, sig);
+            }
+        }
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            demux *d = &io.d[k];
+            if (d->n_in + 65536 > d->cap_in) {
+                char *p = realloc(d->in, d->n_in + 65536);
+                if (p) d->in = p, d->cap_in = d->n_in + 65536;
+            }
+            ssize_t r = d->cap_in > d->n_in ? read(pf[k].fd, d->in + d->n_in, d->cap_in - d->n_in) : 0;
+            if (r < 0 && errno == EINTR) continue;
+            if (r > 0) {
+                d->n_in += (size_t)r;
+                parse(&io, d, false);
+            } else {
+                parse(&io, d, true);
+                close(pf[k].fd);
+                pf[k].fd = -1;
+            }
+        }
+    }
+    /* Partial last lines, each rank's and mpirun's own. */
+    for (int r = 0; r < ranks * 2 && io.lines; r++)
+        if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, io.lines[r].p, io.lines[r].n, '\n');
+    for (int k = 0; k < 2; k++)
+        if (io.d[k].untagged.n)
+            emit(&io, -1, false, io.d[k].fd_out, io.d[k].untagged.p, io.d[k].untagged.n, '\n');
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        if (got_signal) kill(pid, got_signal), res->signalled = got_signal, got_signal = 0;
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    for (int r = 0; r < ranks * 2 && io.lines; r++)
+        free(io.lines[r].p);
+    free(io.lines);
+    for (int k = 0; k < 2; k++)
+        free(io.d[k].in), free(io.d[k].untagged.p);
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}

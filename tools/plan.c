@@ -1,0 +1,235 @@
+/* `scaletrain plan [CONFIG] [--set k=v]... [--hw LIST] [--nodes N] [--json]
+ * [--probe] [--efficiency E]`: what a run would choose and cost on each
+ * hardware configuration, before renting it (src/hw/planner.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "hw/probe.h"
+#include "hw/runspec.h"
+
+#define GIB (1024.0 * 1024 * 1024)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: scaletrain plan [CONFIG.yaml] [--set key=value]... [--hw LIST] [--nodes N]\n"
+               "                      [--efficiency E] [--json] [--probe]\n"
+               "  --hw LIST      comma-separated, e.g. 4xL40S,8xA100-40GB,8xA100-80GB,8xH100,cpu\n"
+               "                 (N x DEVICE, or NODES x N x DEVICE); default: local (this machine)\n"
+               "                 devices: %s\n"
+               "  --nodes N      nodes for every entry that does not name them\n"
+               "  --efficiency E fraction of the peak matrix rate to assume (default per device)\n"
+               "  --probe        print what the hardware probe found (with --json: as JSON)\n",
+            st_device_names());
+}
+
+static cJSON *probe_json(const st_hw_info *h) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "cpu", h->cpu_model);
+    cJSON_AddNumberToObject(o, "cores", h->cores);
+    cJSON_AddNumberToObject(o, "threads", h->threads);
+    cJSON_AddNumberToObject(o, "allowed", h->allowed);
+    cJSON_AddNumberToObject(o, "mem_total", (double)h->mem_total);
+    cJSON_AddNumberToObject(o, "mem_available", (double)h->mem_avail);
+    cJSON *g = cJSON_AddArrayToObject(o, "gpus");
+    for (int i = 0; i < h->n_gpus; i++) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "name", h->gpu[i].name);
+        cJSON_AddNumberToObject(d, "mem_total", (double)h->gpu[i].mem_total);
+        cJSON_AddNumberToObject(d, "mem_free", (double)h->gpu[i].mem_free);
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", h->gpu[i].cc_major, h->gpu[i].cc_minor);
+        cJSON_AddStringToObject(d, "compute_capability", cc);
+        cJSON_AddNumberToObject(d, "sms", h->gpu[i].sms);
+        cJSON_AddNumberToObject(d, "nvlinks", h->gpu[i].nvlinks);
+        cJSON_AddNumberToObject(d, "processes", h->gpu[i].procs);
+        cJSON_AddItemToArray(g, d);
+    }
+    if (!h->n_gpus) cJSON_AddStringToObject(o, "no_gpu_reason", h->cuda_why);
+    cJSON_AddBoolToObject(o, "nvml", h->nvml);
+    cJSON_AddBoolToObject(o, "mpi_built", h->mpi_built);
+    cJSON_AddStringToObject(o, "launcher", h->launcher);
+    cJSON_AddBoolToObject(o, "nccl", h->nccl);
+    if (h->nccl) cJSON_AddNumberToObject(o, "nccl_version", h->nccl_version);
+    else cJSON_AddStringToObject(o, "nccl_reason", h->nccl_why);
+    return o;
+}
+
+static cJSON *plan_json(const st_plan *p) {
+    cJSON *o = cJSON_CreateObject();
+    char buf[32];
+    cJSON_AddStringToObject(o, "hw", p->hw.label);
+    cJSON_AddStringToObject(o, "device", p->hw.dev.name);
+    cJSON_AddNumberToObject(o, "nodes", p->hw.nodes);
+    cJSON_AddNumberToObject(o, "ranks", p->ranks);
+    cJSON_AddBoolToObject(o, "ok", p->ok);
+    if (p->warning[0]) cJSON_AddStringToObject(o, "warning", p->warning);
+    if (!p->ok) return o;
+    cJSON_AddNumberToObject(o, "micro_batch_size", (double)p->micro);
+    cJSON_AddNumberToObject(o, "accumulation", (double)p->accum);
+    cJSON_AddStringToObject(o, "strategy", st_plan_strategy_label(p, buf, sizeof buf));
+    cJSON_AddStringToObject(o, "precision", p->precision);
+    cJSON *m = cJSON_AddObjectToObject(o, "memory");
+    const st_mem *e = &p->mem;
+    const char *names[] = {"params", "grads", "optim", "acts", "act_grads", "ints", "work", "eval", "loader", "buckets", "data", "total", "host"};
+    const int64_t vals[] = {e->params, e->grads, e->optim, e->acts, e->act_grads, e->ints, e->work, e->eval, e->loader, e->buckets, e->data, e->total, e->host};
+    for (int i = 0; i < 13; i++) cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
+    cJSON_AddNumberToObject(m, "per_sample", e->act_per_sample);
+    cJSON_AddNumberToObject(m, "limit", (double)p->mem_limit);
+    cJSON_AddBoolToObject(o, "fits", p->fits);
+    cJSON *t = cJSON_AddObjectToObject(o, "time");
+    cJSON_AddNumberToObject(t, "step_s", p->time.step_s);
+    cJSON_AddNumberToObject(t, "compute_s", p->time.compute_s);
+    cJSON_AddNumberToObject(t, "comm_s", p->time.comm_s);
+    cJSON_AddNumberToObject(t, "exposed_comm_s", p->time.exposed_s);
+    cJSON_AddNumberToObject(t, "optim_s", p->time.optim_s);
+    cJSON_AddNumberToObject(t, "flops_per_step_per_rank", p->time.flops_per_step);
+    cJSON_AddNumberToObject(o, "samples_per_s", p->samples_per_s);
+    if (p->tokens_per_s > 0) cJSON_AddNumberToObject(o, "tokens_per_s", p->tokens_per_s);
+    cJSON_AddNumberToObject(o, "scaling_efficiency", p->scaling);
+    cJSON *why = cJSON_AddObjectToObject(o, "why");
+    if (p->micro_why[0]) cJSON_AddStringToObject(why, "micro_batch_size", p->micro_why);
+    if (p->precision_why[0]) cJSON_AddStringToObject(why, "precision", p->precision_why);
+    if (p->strategy_why[0]) cJSON_AddStringToObject(why, "strategy", p->strategy_why);
+    return o;
+}
+
+static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *in) {
+    const bool lm = in->seq_len > 0;
+    fprintf(f, "%-16s %5s %6s %5s %-14s %-5s %-22s %10s %12s %7s\n", "hardware", "ranks", "micro", "accum",
+            "strategy", "prec", "memory/device (of)", "step ms", lm ? "tokens/s" : "samples/s", "scaling");
+    for (int i = 0; i < n; i++) {
+        const st_plan *q = &p[i];
+        if (!q->ok) {
+            fprintf(f, "%-16s %5d  -- %s\n", q->hw.label, q->ranks, q->warning);
+            continue;
+        }
+        char strat[32], mem[40];
+        snprintf(mem, sizeof mem, "%.2f GiB (%.1f)", (double)q->mem.total / GIB, (double)q->mem_limit / GIB);
+        fprintf(f, "%-16s %5d %6lld %5lld %-14s %-5s %-22s %10.1f %12.0f %6.0f%%%s%s\n", q->hw.label, q->ranks,
+                (long long)q->micro, (long long)q->accum, st_plan_strategy_label(q, strat, sizeof strat), q->precision,
+                mem, 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
+                q->warning[0] ? "  ! " : "", q->warning);
+    }
+}
+
+int st_cmd_plan(int argc, char **argv) {
+    const char *hw_list = "local";
+    int nodes = 0;
+    bool json = false, probe = false;
+    double eff = 0;
+    /* our own options out of the way; the rest is CONFIG and --set */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    if (!rest) return ST_EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            free(rest);
+            return ST_EXIT_OK;
+        }
+        if ((strcmp(a, "--hw") == 0 || strcmp(a, "--nodes") == 0 || strcmp(a, "--efficiency") == 0) && i + 1 >= argc) {
+            fprintf(stderr, "scaletrain plan: %s needs a value\n", a);
+            free(rest);
+            return ST_EXIT_USAGE;
+        }
+        if (strcmp(a, "--hw") == 0) hw_list = argv[++i];
+        else if (strcmp(a, "--nodes") == 0) nodes = atoi(argv[++i]);
+        else if (strcmp(a, "--efficiency") == 0) eff = atof(argv[++i]);
+        else if (strcmp(a, "--probe") == 0) probe = true;
+        else if (strcmp(a, "--json") == 0) json = true;
+        else rest[nrest++] = argv[i];
+    }
+    if ((nodes < 0 || nodes > 100000) || eff < 0 || eff > 1) {
+        fprintf(stderr, "scaletrain plan: --nodes must be positive and --efficiency in (0, 1]\n");
+        free(rest);
+        return ST_EXIT_USAGE;
+    }
+    st_config cfg;
+    st_run_opts ro = {0};
+    int rc = st_cli_run_args("plan", nrest, rest, &cfg, &ro);
+    free(rest);
+    if (rc >= 0) return rc;
+    st_hw_info *h = malloc(sizeof *h);
+    st_plan *plans = NULL;
+    st_plan_input in = {0};
+    cJSON *out = NULL;
+    st_status s;
+    if (!h) return ST_EXIT_FAIL;
+    ST_GOTO(st_hw_probe(h));
+    if (probe && !json) {
+        st_hw_print(h, stdout);
+        fputc('\n', stdout);
+    }
+    st_device local, cpu;
+    double gf = 0;
+    const bool need_cpu = strstr(hw_list, "local") || strstr(hw_list, "cpu") || strstr(hw_list, "CPU");
+    if (need_cpu) ST_GOTO(st_device_calibrate_cpu(&gf));
+    st_hw_info nogpu = *h;
+    nogpu.n_gpus = 0;
+    st_device_local(h, gf, &local);
+    st_device_local(&nogpu, gf, &cpu);
+    ST_GOTO(st_runspec_open(&cfg, &in));
+    in.efficiency = eff;
+    in.cores_per_rank = h->allowed;
+    int n = 1;
+    for (const char *c = hw_list; *c; c++) n += *c == ',';
+    plans = calloc((size_t)n, sizeof *plans);
+    if (!plans) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    char item[64];
+    const char *c = hw_list;
+    for (int i = 0; i < n; i++) {
+        while (*c == ' ') c++;
+        size_t len = strcspn(c, ",");
+        snprintf(item, sizeof item, "%.*s", (int)len, c);
+        c += len + (c[len] == ',');
+        for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';) item[--e] = '\0';
+        st_hw_config hw;
+        ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
+        if (strcmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
+        if (nodes > 0 && !hw.nodes_given) hw.nodes = nodes;
+        ST_GOTO(st_plan_make(&in, &hw, &plans[i]));
+    }
+    st_model_graph mg;
+    ST_GOTO(st_model_graph_layout(in.model, 1, &mg));
+    const st_cost cost = st_graph_cost(&mg.g);
+    st_model_graph_free(&mg);
+    if (json) {
+        out = cJSON_CreateObject();
+        if (probe) cJSON_AddItemToObject(out, "probe", probe_json(h));
+        cJSON *m = cJSON_AddObjectToObject(out, "model");
+        cJSON_AddStringToObject(m, "type", cfg.model.type);
+        cJSON_AddNumberToObject(m, "params", (double)in.model->params.count);
+        cJSON_AddNumberToObject(m, "fwd_flops_per_sample", cost.fwd_flops);
+        cJSON_AddNumberToObject(m, "bwd_flops_per_sample", cost.bwd_flops);
+        if (in.seq_len) cJSON_AddNumberToObject(m, "tokens_per_sample", (double)in.seq_len);
+        cJSON_AddNumberToObject(out, "batch_size", (double)cfg.train.batch_size);
+        if (gf > 0) cJSON_AddNumberToObject(out, "cpu_gflops_measured", gf / 1e9);
+        cJSON *arr = cJSON_AddArrayToObject(out, "plans");
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, plan_json(&plans[i]));
+        char *txt = cJSON_Print(out);
+        if (txt) printf("%s\n", txt);
+        free(txt);
+    } else {
+        printf("model: %s, %lld parameters, %.3g GFLOP per sample (forward %.3g + backward %.3g)\n",
+               cfg.model.type, (long long)in.model->params.count, (cost.fwd_flops + cost.bwd_flops) / 1e9,
+               cost.fwd_flops / 1e9, cost.bwd_flops / 1e9);
+        printf("batch: %lld samples per step%s", (long long)cfg.train.batch_size, in.seq_len ? "" : "\n");
+        if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
+        if (gf > 0) printf("cpu: %.1f GFLOP/s measured (1024^3 sgemm)\n", gf / 1e9);
+        printf("\n");
+        print_table(stdout, plans, n, &in);
+    }
+    s = ST_OK;
+fail:
+    cJSON_Delete(out);
+    st_runspec_close(&in);
+    free(plans);
+    free(h);
+    return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
+}

@@ -1,0 +1,96 @@
+/* Running another process from a subcommand (check, bench): this executable
+ * again (`launch`, `train`) or a tool (mpirun --version), with its stdout and
+ * stderr in files and a bound on its time. The wait is on the child's exit
+ * (SIGCHLD through sigtimedwait), not a sleep. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s) {
+    sigset_t chld, old;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &old);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        setpgid(0, 0); /* its own group: a timeout ends the whole job */
+        int fo = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+        int fe = err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+        if (fo >= 0) dup2(fo, 1);
+        if (fe >= 0) dup2(fe, 2);
+        int fi = open("/dev/null", O_RDONLY);
+        if (fi >= 0) dup2(fi, 0);
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return -1;
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int status = 0, rc = -2;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+            break;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double left =
+            timeout_s - ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec));
+        if (left <= 0) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            rc = -2;
+            break;
+        }
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        sigtimedwait(&chld, NULL, &ts); /* wakes on any child's exit, or at the deadline */
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+char *st_cli_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 4096 > cap) {
+            char *p = realloc(buf, cap *= 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+const char *st_cli_last_json_line(char *text) {
+    char *last = NULL;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (line[0] == '{') last = line;
+    return last;
+}

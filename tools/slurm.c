@@ -1,0 +1,230 @@
+/* `scaletrain slurm CONFIG --nodes N --gpus-per-node G [--tasks-per-node T]
+ * [--cpus-per-task C] [--time T] [--partition P] [--job-name J]
+ * [--set key=value]...`: an sbatch script on stdout that trains CONFIG on N
+ * nodes, one task per GPU (or T tasks, each a group of C cores, on CPU nodes).
+ *
+ * What the script relies on (checked by tests/e2e/slurm.sh on a real
+ * single-node SLURM 22.05 with Debian's OpenMPI 4.1):
+ * - `srun --mpi=pmix`: OpenMPI takes each task's rank and the world size
+ *   from SLURM's PMIx plugin, so no launcher runs in the job. Plain `srun`
+ *   works only where the cluster's MpiDefault is pmix; `--mpi=pmi2` does not
+ *   work with Debian's OpenMPI (no PMI2 support).
+ * - SIGTERM: `--signal=TERM@120` sends it to every task 120 s before the time
+ *   limit, and pre-emption or `scancel` sends it too. scaletrain finishes the
+ *   step, saves a checkpoint and exits 143 (tools/train.c); the batch shell
+ *   traps SIGTERM so that it outlives srun, then requeues the job
+ *   (`scontrol requeue`, with --requeue) and `--resume auto` continues from
+ *   the checkpoint. Exit codes: 0 done, 143 stopped by SIGTERM and requeued,
+ *   130 SIGINT, 1 an error (not requeued), 2 a usage error.
+ * - --kill-on-bad-exit: a rank that fails ends the step at once instead of
+ *   leaving the others in a collective until dist.timeout_s. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(
+        f, "usage: scaletrain slurm CONFIG --nodes N --gpus-per-node G [--tasks-per-node T] [--cpus-per-task "
+           "C]\n"
+           "                       [--time HH:MM:SS] [--partition P] [--job-name NAME] [--set key=value]...\n"
+           "  writes an sbatch script to stdout: one task per GPU (G > 0) or T tasks per node\n"
+           "  (G = 0, CPU nodes), srun --mpi=pmix scaletrain train CONFIG --resume auto, requeue\n"
+           "  after SIGTERM (pre-emption, the time limit). Example:\n"
+           "    scaletrain slurm run.yaml --nodes 2 --gpus-per-node 8 --time 24:00:00 > job.sbatch\n");
+}
+
+static bool valid_time(const char *t) {
+    /* SLURM's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. */
+    int fields = 0;
+    for (const char *p = t; *p; p++) {
+        if (*p >= '0' && *p <= '9') continue;
+        if (*p != ':' && *p != '-') return false;
+        if (p == t || p[1] == '\0') return false;
+        fields++;
+    }
+    return t[0] && fields <= 3;
+}
+
+static bool valid_word(const char *s) {
+    for (const char *p = s; *p; p++)
+        if (!(*p == '-' || *p == '_' || *p == '.' || *p == ',' || (*p >= '0' && *p <= '9') ||
+              (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            return false;
+    return s[0] != '\0';
+}
+
+/* s as one single-quoted shell word. */
+static void put_quoted(const char *s) {
+    putchar('\'');
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*p);
+    }
+    putchar('\'');
+}
+
+static long number(const char *opt, const char *v, long lo, long hi, bool *ok) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "scaletrain slurm: %s %s: want a whole number from %ld to %ld\n", opt, v, lo, hi);
+        *ok = false;
+    }
+    return x;
+}
+
+int st_cmd_slurm(int argc, char **argv) {
+    long nodes = -1, gpus = -1, tasks = -1, cpus = -1;
+    const char *time_limit = NULL, *partition = NULL, *name = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    bool ok = rest != NULL;
+    for (int i = 0; ok && i < argc; i++) {
+        const char *a = argv[i];
+        static const char *const valued[] = {"--nodes",         "--gpus-per-node", "--tasks-per-node",
+                                             "--cpus-per-task", "--time",          "--partition",
+                                             "--job-name"};
+        bool takes = false;
+        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+            takes |= !strcmp(a, valued[k]);
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(rest);
+            return ST_EXIT_OK;
+        }
+        if (takes && i + 1 >= argc) {
+            fprintf(stderr, "scaletrain slurm: %s needs a value\n", a);
+            ok = false;
+            break;
+        }
+        if (!strcmp(a, "--nodes"))
+            nodes = number(a, argv[++i], 1, 100000, &ok);
+        else if (!strcmp(a, "--gpus-per-node"))
+            gpus = number(a, argv[++i], 0, 64, &ok);
+        else if (!strcmp(a, "--tasks-per-node"))
+            tasks = number(a, argv[++i], 1, 4096, &ok);
+        else if (!strcmp(a, "--cpus-per-task"))
+            cpus = number(a, argv[++i], 1, 4096, &ok);
+        else if (!strcmp(a, "--time"))
+            time_limit = argv[++i];
+        else if (!strcmp(a, "--partition"))
+            partition = argv[++i];
+        else if (!strcmp(a, "--job-name"))
+            name = argv[++i];
+        else
+            rest[nrest++] = argv[i];
+    }
+    if (ok && (nodes < 0 || gpus < 0)) {
+        fprintf(stderr,
+                "scaletrain slurm: --nodes N and --gpus-per-node G are required (G = 0 for CPU nodes)\n");
+        ok = false;
+    }
+    if (ok && gpus > 0 && tasks > 0 && tasks != gpus) {
+        fprintf(stderr,
+                "scaletrain slurm: --tasks-per-node %ld with --gpus-per-node %ld: GPU nodes run one task per "
+                "GPU; leave --tasks-per-node out\n",
+                tasks, gpus);
+        ok = false;
+    }
+    if (ok && time_limit && !valid_time(time_limit)) {
+        fprintf(stderr, "scaletrain slurm: --time %s: want HH:MM:SS (or D-HH:MM:SS, MM)\n", time_limit);
+        ok = false;
+    }
+    if (ok && ((partition && !valid_word(partition)) || (name && !valid_word(name)))) {
+        fprintf(stderr, "scaletrain slurm: --partition and --job-name take letters, digits and -_.,\n");
+        ok = false;
+    }
+    if (!ok) {
+        usage(stderr);
+        free(rest);
+        return ST_EXIT_USAGE;
+    }
+    st_config cfg;
+    st_run_opts opts = {0};
+    int rc = st_cli_run_args("slurm", nrest, rest, &cfg, &opts);
+    if (rc >= 0) {
+        free(rest);
+        return rc;
+    }
+    if (!cfg.path[0]) {
+        fprintf(stderr, "scaletrain slurm: CONFIG is required (the run's YAML file)\n");
+        free(rest);
+        return ST_EXIT_USAGE;
+    }
+    char self[PATH_MAX], cwd[PATH_MAX], config[PATH_MAX], job[128];
+    st_cli_self_path(self, sizeof self);
+    if (!getcwd(cwd, sizeof cwd) || !realpath(cfg.path, config)) {
+        fprintf(stderr, "scaletrain slurm: cannot resolve %s or the current directory\n", cfg.path);
+        free(rest);
+        return ST_EXIT_FAIL;
+    }
+    if (!name) {
+        const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
+        snprintf(job, sizeof job, "scaletrain-%.*s", (int)strcspn(base, "."), base);
+        for (char *p = job; *p; p++)
+            if (!valid_word((char[]){*p, 0})) *p = '_';
+        name = job;
+    }
+    const long per_node = gpus > 0 ? gpus : tasks > 0 ? tasks : 1;
+
+    printf("#!/bin/bash\n"
+           "# A scaletrain job for SLURM, written by `scaletrain slurm` (docs/commands.md).\n"
+           "# %ld node(s) x %ld task(s): one rank per %s. Submit: sbatch THIS_FILE\n"
+           "# Ranks and world size come from SLURM's PMIx plugin (srun --mpi=pmix); no launcher.\n"
+           "# SIGTERM (pre-emption, scancel, or 120 s before --time): every rank finishes its step,\n"
+           "# saves a checkpoint in train.out_dir (%s) and exits 143; this script then requeues\n"
+           "# the job, which continues with --resume auto. Exit: 0 done, 143 stopped and requeued,\n"
+           "# 1 an error (not requeued; see the log).\n",
+           nodes, per_node, gpus > 0 ? "GPU" : "core group", cfg.train.out_dir);
+    printf("#SBATCH --job-name=%s\n#SBATCH --nodes=%ld\n#SBATCH --ntasks-per-node=%ld\n", name, nodes,
+           per_node);
+    if (gpus > 0) printf("#SBATCH --gpus-per-node=%ld\n", gpus);
+    if (cpus > 0) printf("#SBATCH --cpus-per-task=%ld\n", cpus);
+    if (time_limit) printf("#SBATCH --time=%s\n", time_limit);
+    if (partition) printf("#SBATCH --partition=%s\n", partition);
+    printf("#SBATCH --chdir=%s\n"
+           "#SBATCH --output=slurm-%%x-%%j.out\n"
+           "#SBATCH --open-mode=append\n"
+           "#SBATCH --signal=TERM@120\n"
+           "#SBATCH --requeue\n\n",
+           cwd);
+    if (gpus > 0)
+        printf("# NCCL: warnings into the log. On nodes with several networks, name the one\n"
+               "# between nodes; on nodes without InfiniBand, turn it off; on PCIe-only nodes\n"
+               "# where peer-to-peer is slow or broken, try NCCL_P2P_DISABLE=1.\n"
+               "export NCCL_DEBUG=${NCCL_DEBUG:-WARN}\n"
+               "# export NCCL_SOCKET_IFNAME=eth0\n"
+               "# export NCCL_IB_DISABLE=1\n\n");
+    if (cpus > 0) printf("export OMP_NUM_THREADS=%ld\n\n", cpus);
+    printf("echo \"scaletrain: job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}, $SLURM_NTASKS ranks on "
+           "$SLURM_JOB_NODELIST\"\n"
+           "# The shell outlives a SIGTERM sent to it (pre-emption) and waits for the ranks' checkpoint.\n"
+           "trap 'echo \"scaletrain: SIGTERM: the ranks checkpoint and stop\"' TERM\n"
+           "srun --mpi=pmix --kill-on-bad-exit=1 ");
+    put_quoted(self);
+    printf(" train ");
+    put_quoted(config);
+    for (int i = 0; i < nrest; i++) {
+        if (!strcmp(rest[i], cfg.path)) continue;
+        printf(" ");
+        put_quoted(rest[i]);
+    }
+    printf(" --resume auto &\n"
+           "pid=$!\n"
+           "wait $pid\n"
+           "rc=$?\n"
+           "while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done  # a trapped signal ends wait early\n"
+           "if [ $rc -eq 143 ]; then\n"
+           "    echo \"scaletrain: stopped by SIGTERM after a checkpoint; requeueing job $SLURM_JOB_ID\"\n"
+           "    scontrol requeue \"$SLURM_JOB_ID\"\n"
+           "fi\n"
+           "exit $rc\n");
+    free(rest);
+    return ST_EXIT_OK;
+}
