@@ -94,9 +94,11 @@ static int compare(const char *label, const char *what, st_device *dev, const fl
 static void fill_inputs(st_model_graph *mg, const st_model_input *in, st_rng *r) {
     st_tensor *x = mg->x, *y = mg->y;
     if (x->dtype == ST_F32)
-        for (int64_t j = 0; j < x->count; j++) x->data[j] = 2.0f * st_rng_uniform(r) - 1.0f;
+        for (int64_t j = 0; j < x->count; j++)
+            x->data[j] = 2.0f * st_rng_uniform(r) - 1.0f;
     else
-        for (int64_t j = 0; j < x->count; j++) x->idata[j] = (int32_t)(st_rng_uniform(r) * (float)in->vocab_size);
+        for (int64_t j = 0; j < x->count; j++)
+            x->idata[j] = (int32_t)(st_rng_uniform(r) * (float)in->vocab_size);
     const int64_t classes = x->dtype == ST_F32 ? in->num_classes : in->vocab_size;
     for (int64_t j = 0; j < y->count; j++) {
         int32_t v = (int32_t)(st_rng_uniform(r) * (float)classes);
@@ -125,13 +127,13 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     st_model_graph hg = {0}, dg = {0};
     char path[] = "/tmp/st_cuda_models_XXXXXX";
     int fd = -1;
-#define T_TRY(expr)                                                                                   \
-    do {                                                                                              \
-        if ((expr) != ST_OK) {                                                                        \
-            fprintf(stderr, "FAIL %s: %s: %s\n", mc->label, #expr, st_last_error());                  \
-            bad++;                                                                                    \
-            goto done;                                                                                \
-        }                                                                                             \
+#define T_TRY(expr)                                                                                          \
+    do {                                                                                                     \
+        if ((expr) != ST_OK) {                                                                               \
+            fprintf(stderr, "FAIL %s: %s: %s\n", mc->label, #expr, st_last_error());                         \
+            bad++;                                                                                           \
+            goto done;                                                                                       \
+        }                                                                                                    \
     } while (0)
     T_TRY(st_model_create(&c, &in, &hm));
     T_TRY(st_model_create_on(&c, &in, dev, &dm));
@@ -140,7 +142,8 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     st_model_init_weights(hm, seed);
     st_model_init_weights(dm, seed);
     for (int i = 0; i < hp->n; i++)
-        bad += cp_check(mc->label, hp->t[i]->name, dev, dp->t[i]->data, hp->t[i]->data, hp->t[i]->count, 0, 0);
+        bad +=
+            cp_check(mc->label, hp->t[i]->name, dev, dp->t[i]->data, hp->t[i]->data, hp->t[i]->count, 0, 0);
     T_TRY(st_model_graph_build(hm, mc->batch, &hg));
     T_TRY(st_model_graph_build(dm, mc->batch, &dg));
     st_rng r = st_rng_make(seed, 99);
@@ -172,7 +175,8 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
     bad += cp_check(mc->label, "eval loss", dev, dg.loss->data, hg.loss->data, 1, 1e-5, 0);
-    bad += compare(mc->label, "eval logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, RTOL, ATOL);
+    bad += compare(mc->label, "eval logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, RTOL,
+                   ATOL);
     /* weights saved from the device load into a fresh host model unchanged */
     fd = mkstemp(path);
     if (fd < 0) {
@@ -227,7 +231,8 @@ int main(void) {
         {"cnn checkpointed", "cnn", 8, cnn_ckpt},
         {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], dev, seed + i);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(&cases[i], dev, seed + i);
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {
         printf("the host against itself: ok (the kernels were not run)\n");

@@ -28,8 +28,7 @@ static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Reduce v over the block (blockDim.x a multiple of 32, at most 1024);
  * every thread gets the result. `max` picks max, else sum. */
-template <bool IS_MAX>
-__device__ float block_reduce(float v, float *sh) {
+template <bool IS_MAX> __device__ float block_reduce(float v, float *sh) {
     for (int o = 16; o > 0; o >>= 1) {
         const float u = __shfl_xor_sync(0xffffffffu, v, o);
         v = IS_MAX ? fmaxf(v, u) : v + u;
@@ -53,7 +52,8 @@ static __global__ void causal_softmax_kernel(float *p, int64_t T) {
     const int64_t r = blockIdx.x, t = r % T;
     float *row = p + r * T;
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
     mx = block_reduce<true>(mx, sh);
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
@@ -62,7 +62,8 @@ static __global__ void causal_softmax_kernel(float *p, int64_t T) {
         sum += e;
     }
     const float inv = 1.0f / block_reduce<false>(sum, sh);
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+        row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
 /* One block per row: dp <- P * (dp - sum_j<=t dp P), zeros after t. */
@@ -72,9 +73,11 @@ static __global__ void causal_softmax_backward_kernel(float *dp, const float *p,
     float *drow = dp + r * T;
     const float *prow = p + r * T;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) dot += drow[j] * prow[j];
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x)
+        dot += drow[j] * prow[j];
     dot = block_reduce<false>(dot, sh);
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+        drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
 }
 
 typedef struct attn_dims {
@@ -162,10 +165,12 @@ static st_status attention_backward(st_node *n, st_graph *g) {
         /* dP = dY V^T */
         ST_TRY(heads(g, a, false, true, T, T, a.hs, 1.0f, dyb, a.C, a.hs, v, a.C3, a.hs, 0.0f, dp, T, TT));
         /* dS = P * (dP - rowsum(dP * P)) */
-        causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(dp, pb, T);
+        causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(dp, pb,
+                                                                                                     T);
         ST_CUDA_LAUNCHED();
         /* dQ = dS K scale */
-        ST_TRY(heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs));
+        ST_TRY(
+            heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs));
         /* dK = dS^T Q scale */
         ST_TRY(heads(g, a, true, false, T, a.hs, T, a.scale, dp, T, TT, q, a.C3, a.hs, beta, dk, a.C3, a.hs));
         /* dV = P^T dY */

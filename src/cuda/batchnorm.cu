@@ -95,8 +95,8 @@ static __global__ void stats_kernel(const float *x, const double *p1, const doub
     rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
 }
 
-static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, int64_t C, float eps, float *mean,
-                                         float *rstd) {
+static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, int64_t C, float eps,
+                                         float *mean, float *rstd) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     mean[c] = rmean[c];
@@ -106,7 +106,8 @@ static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, 
 static __global__ void normalize_kernel(const float *x, const float *mean, const float *rstd, const float *w,
                                         const float *bias, float *y, int64_t M, int64_t C, bool relu) {
     const int64_t n = M * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
         const float v = (x[i] - mean[c]) * (rstd[c] * w[c]) + bias[c];
         y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
@@ -114,9 +115,9 @@ static __global__ void normalize_kernel(const float *x, const float *mean, const
 }
 
 /* Per channel: dbias += sum d, dweight += sum d xhat, and the dx coefficients. */
-static __global__ void grad_params_kernel(const double *p1, const double *p2, int64_t M, int64_t C, int64_t nb,
-                                          const float *w, const float *rstd, float *dw, float *db, bool train,
-                                          float *k_scale, float *k_mdy, float *k_mdyx) {
+static __global__ void grad_params_kernel(const double *p1, const double *p2, int64_t M, int64_t C,
+                                          int64_t nb, const float *w, const float *rstd, float *dw, float *db,
+                                          bool train, float *k_scale, float *k_mdy, float *k_mdyx) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     double sa = 0.0, sb = 0.0;
@@ -135,7 +136,8 @@ static __global__ void grad_input_kernel(const float *x, const float *dy, const 
                                          const float *rstd, const float *k_scale, const float *k_mdy,
                                          const float *k_mdyx, float *dx, int64_t M, int64_t C, bool acc) {
     const int64_t n = M * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
         const float xhat = (x[i] - mean[c]) * rstd[c];
         const float d = y && !(y[i] > 0.0f) ? 0.0f : dy[i];
@@ -169,8 +171,8 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
         eval_stats_kernel<<<cb, 128, 0, st>>>(rmean, rvar, C, eps, mean, rstd);
     }
     ST_CUDA_LAUNCHED();
-    normalize_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(x, mean, rstd, w, bias, n->out->data, M, C,
-                                                                         n->args.i[ST_BN_RELU] != 0);
+    normalize_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(x, mean, rstd, w, bias, n->out->data,
+                                                                         M, C, n->args.i[ST_BN_RELU] != 0);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -178,10 +180,10 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
 static st_status batchnorm_backward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data; /* (M, C) */
-    const float *dy = n->out->grad;  /* (M, C) */
+    const float *x = n->in[0]->data;                              /* (M, C) */
+    const float *dy = n->out->grad;                               /* (M, C) */
     const float *y = n->args.i[ST_BN_RELU] ? n->out->data : NULL; /* fused ReLU: mask by y > 0 */
-    float *dx = n->in[0]->grad;      /* (M, C) or NULL */
+    float *dx = n->in[0]->grad;                                   /* (M, C) or NULL */
     const float *w = n->params[0]->data;
     const float *mean = n->saved, *rstd = n->saved + C;
     double *p1 = (double *)g->work, *p2 = p1 + nb * C;
@@ -189,13 +191,13 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     partials_kernel<false><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
         x, dy, y, mean, rstd, M, C, nb, p1, p2);
     ST_CUDA_LAUNCHED();
-    grad_params_kernel<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(p1, p2, M, C, nb, w, rstd, n->params[0]->grad,
-                                                                    n->params[1]->grad, g->training, k_scale,
-                                                                    k_mdy, k_mdyx);
+    grad_params_kernel<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(p1, p2, M, C, nb, w, rstd,
+                                                                    n->params[0]->grad, n->params[1]->grad,
+                                                                    g->training, k_scale, k_mdy, k_mdyx);
     ST_CUDA_LAUNCHED();
     if (!dx) return ST_OK;
-    grad_input_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(x, dy, y, mean, rstd, k_scale, k_mdy,
-                                                                          k_mdyx, dx, M, C, n->in_acc[0]);
+    grad_input_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(
+        x, dy, y, mean, rstd, k_scale, k_mdy, k_mdyx, dx, M, C, n->in_acc[0]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -57,16 +57,19 @@ static geom node_geom(const st_node *n) {
 /* wp (Cout, kh, kw, cin) <- w (Cout, cin, kh, kw) */
 static __global__ void permute_kernel(const float *w, float *wp, int64_t Cout, int64_t Cin, int64_t kk) {
     const int64_t n = Cout * Cin * kk;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i % kk, ci = (i / kk) % Cin, co = i / (kk * Cin);
         wp[(co * kk + t) * Cin + ci] = w[i];
     }
 }
 
 /* dw (Cout, cin, kh, kw) += dwt (kh, kw, cin, Cout) */
-static __global__ void unpermute_add_kernel(const float *dwt, float *dw, int64_t Cout, int64_t Cin, int64_t kk) {
+static __global__ void unpermute_add_kernel(const float *dwt, float *dw, int64_t Cout, int64_t Cin,
+                                            int64_t kk) {
     const int64_t n = Cout * Cin * kk;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i % kk, ci = (i / kk) % Cin, co = i / (kk * Cin);
         dw[i] += dwt[(t * Cin + ci) * Cout + co];
     }
@@ -75,12 +78,14 @@ static __global__ void unpermute_add_kernel(const float *dwt, float *dw, int64_t
 /* col (nb*Ho*Wo, K) for images b0..b0+nb: columns (kh, kw, cin), zeros in the padding */
 static __global__ void im2col_kernel(const float *x, float *col, geom c, int64_t b0, int64_t nb) {
     const int64_t n = nb * c.P * c.K;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t kc = i % c.K, r = i / c.K;
         const int64_t ci = kc % c.Cin, kw = (kc / c.Cin) % c.k, kh = kc / (c.Cin * c.k);
         const int64_t ow = r % c.Wo, oh = (r / c.Wo) % c.Ho, b = b0 + r / c.P;
         const int64_t ih = oh * c.s - c.pad + kh, iw = ow * c.s - c.pad + kw;
-        col[i] = ih >= 0 && ih < c.H && iw >= 0 && iw < c.W ? x[((b * c.H + ih) * c.W + iw) * c.Cin + ci] : 0.0f;
+        col[i] =
+            ih >= 0 && ih < c.H && iw >= 0 && iw < c.W ? x[((b * c.H + ih) * c.W + iw) * c.Cin + ci] : 0.0f;
     }
 }
 
@@ -88,7 +93,8 @@ static __global__ void im2col_kernel(const float *x, float *col, geom c, int64_t
  * each element, in (kh, kw) order; dcol (nb*Ho*Wo, K) holds the chunk. */
 static __global__ void col2im_kernel(const float *dcol, float *dx, geom c, int64_t nb, bool acc) {
     const int64_t n = nb * c.H * c.W * c.Cin;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t ci = i % c.Cin, iw = (i / c.Cin) % c.W, ih = (i / (c.Cin * c.W)) % c.H;
         const int64_t bl = i / (c.Cin * c.W * c.H);
         float sum = acc ? dx[i] : 0.0f;
@@ -110,7 +116,8 @@ static __global__ void col2im_kernel(const float *dcol, float *dx, geom c, int64
 /* every row of y (rows, Cout) = bias */
 static __global__ void fill_bias_kernel(const float *bias, float *y, int64_t rows, int64_t Cout) {
     const int64_t n = rows * Cout;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         y[i] = bias[i % Cout];
 }
 
@@ -121,18 +128,20 @@ static __global__ void colsum_add_kernel(const float *a, int64_t M, int64_t C, f
     const int64_t c = blockIdx.x * 32 + threadIdx.x;
     double s = 0.0;
     if (c < C)
-        for (int64_t i = threadIdx.y; i < M; i += blockDim.y) s += a[i * C + c];
+        for (int64_t i = threadIdx.y; i < M; i += blockDim.y)
+            s += a[i * C + c];
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         double t = 0.0;
-        for (unsigned j = 0; j < blockDim.y; j++) t += sh[j][threadIdx.x];
+        for (unsigned j = 0; j < blockDim.y; j++)
+            t += sh[j][threadIdx.x];
         out[c] += (float)t;
     }
 }
 
-static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     st_gemm_f32 p = {};
     p.ta = ta;
     p.tb = tb;
@@ -153,13 +162,14 @@ static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64
 static st_status conv2d_forward(st_node *n, st_graph *g) {
     const geom c = node_geom(n);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;     /* (B, H, W, Cin) */
-    const float *w = n->params[0]->data; /* (Cout, Cin, k, k) */
-    float *y = n->out->data;             /* (M, Cout) */
-    float *wp = g->work + c.off_wp;      /* (Cout, K) */
-    float *col = g->work + c.off_col;    /* (nb*P, K) */
+    const float *x = n->in[0]->data;                                         /* (B, H, W, Cin) */
+    const float *w = n->params[0]->data;                                     /* (Cout, Cin, k, k) */
+    float *y = n->out->data;                                                 /* (M, Cout) */
+    float *wp = g->work + c.off_wp;                                          /* (Cout, K) */
+    float *col = g->work + c.off_col;                                        /* (nb*P, K) */
     const float *bias = n->args.i[ST_CONV_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
-    permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(w, wp, c.Cout, c.Cin, c.k * c.k);
+    permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(w, wp, c.Cout, c.Cin,
+                                                                              c.k * c.k);
     ST_CUDA_LAUNCHED();
     if (bias) {
         fill_bias_kernel<<<st_cuda_blocks(c.M * c.Cout, THREADS), THREADS, 0, st>>>(bias, y, c.M, c.Cout);
@@ -192,8 +202,8 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
         ST_CUDA_LAUNCHED();
     }
     if (dx) {
-        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(n->params[0]->data, wp, c.Cout,
-                                                                                 c.Cin, c.k * c.k);
+        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(n->params[0]->data, wp,
+                                                                                  c.Cout, c.Cin, c.k * c.k);
         ST_CUDA_LAUNCHED();
     }
     for (int64_t b0 = 0; b0 < c.B; b0 += c.nb) {
@@ -203,8 +213,8 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
             im2col_kernel<<<st_cuda_blocks(nb * c.P * c.K, THREADS), THREADS, 0, st>>>(x, col, c, b0, nb);
             ST_CUDA_LAUNCHED();
             /* dwt (K, Cout) (+)= col^T dy_c */
-            ST_TRY(gemm(g, true, false, c.K, c.Cout, nb * c.P, col, c.K, dyc, c.Cout, b0 > 0 ? 1.0f : 0.0f, dwt,
-                        c.Cout));
+            ST_TRY(gemm(g, true, false, c.K, c.Cout, nb * c.P, col, c.K, dyc, c.Cout, b0 > 0 ? 1.0f : 0.0f,
+                        dwt, c.Cout));
         }
         if (dx) {
             /* dcol (nb*P, K) = dy_c wp, over the im2col the product above has read */
@@ -215,8 +225,8 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
         }
     }
     if (dw) {
-        unpermute_add_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(dwt, dw, c.Cout, c.Cin,
-                                                                                       c.k * c.k);
+        unpermute_add_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(dwt, dw, c.Cout,
+                                                                                        c.Cin, c.k * c.k);
         ST_CUDA_LAUNCHED();
     }
     return ST_OK;
@@ -227,4 +237,5 @@ static st_status conv2d_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_conv2d_ops = {"conv2d", conv2d_forward, conv2d_backward, conv2d_prepare};
+extern "C" const st_layer_ops st_cuda_conv2d_ops = {"conv2d", conv2d_forward, conv2d_backward,
+                                                    conv2d_prepare};

@@ -10,16 +10,19 @@ enum { THREADS = 256 };
 /* y[b, c*HW + s] = x[b, s, c] */
 static __global__ void to_chw_kernel(const float *x, float *y, int64_t B, int64_t HW, int64_t C) {
     const int64_t n = B * HW * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t s = i % HW, c = (i / HW) % C, b = i / (HW * C);
         y[i] = x[(b * HW + s) * C + c];
     }
 }
 
 /* dx[b, s, c] (+)= dy[b, c*HW + s] */
-static __global__ void from_chw_kernel(const float *dy, float *dx, int64_t B, int64_t HW, int64_t C, bool acc) {
+static __global__ void from_chw_kernel(const float *dy, float *dx, int64_t B, int64_t HW, int64_t C,
+                                       bool acc) {
     const int64_t n = B * HW * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C, s = (i / C) % HW, b = i / (HW * C);
         const float v = dy[(b * C + c) * HW + s];
         dx[i] = acc ? dx[i] + v : v;
@@ -27,7 +30,8 @@ static __global__ void from_chw_kernel(const float *dy, float *dx, int64_t B, in
 }
 
 static __global__ void add_into_kernel(float *dx, const float *dy, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         dx[i] += dy[i];
 }
 
@@ -63,7 +67,8 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
         return ST_OK;
     }
     const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W];
-    from_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(dy, dx, B, HW, n->args.i[ST_FLATTEN_C], acc);
+    from_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(dy, dx, B, HW, n->args.i[ST_FLATTEN_C],
+                                                                    acc);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -21,7 +21,8 @@ enum { FALLBACK_THREADS = 256 };
 /* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, beta 0 never reads C. */
 static __global__ void gemm_fallback_kernel(st_gemm_f32 p, int batch) {
     const int64_t n = (int64_t)batch * p.M * p.N;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t col = i % p.N, row = (i / p.N) % p.M, b = i / (p.M * p.N);
         const float *a = p.A + b * p.sa, *bm = p.B + b * p.sb;
         float sum = 0.0f;
@@ -36,8 +37,8 @@ static __global__ void gemm_fallback_kernel(st_gemm_f32 p, int batch) {
 }
 
 static st_status gemm_fallback(st_device *d, const st_gemm_f32 *p, int batch) {
-    gemm_fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->M * p->N, FALLBACK_THREADS), FALLBACK_THREADS, 0,
-                           d->compute>>>(*p, batch);
+    gemm_fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->M * p->N, FALLBACK_THREADS), FALLBACK_THREADS,
+                           0, d->compute>>>(*p, batch);
     ST_CUDA_TRY_D(d, cudaGetLastError());
     return ST_OK;
 }
@@ -63,13 +64,13 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t co
     return e;
 }
 
-#define LT(call)                                                                                  \
-    do {                                                                                          \
-        cublasStatus_t st_e_ = (call);                                                            \
-        if (st_e_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            s = st_cublas_fail(d, st_e_, #call, __FILE__, __LINE__);                              \
-            goto fail;                                                                            \
-        }                                                                                         \
+#define LT(call)                                                                                             \
+    do {                                                                                                     \
+        cublasStatus_t st_e_ = (call);                                                                       \
+        if (st_e_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            s = st_cublas_fail(d, st_e_, #call, __FILE__, __LINE__);                                         \
+            goto fail;                                                                                       \
+        }                                                                                                    \
     } while (0)
 
 st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
@@ -101,13 +102,18 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
     LT(layout(&lc, p->M, p->N, p->ldc, batch, p->sc));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                            sizeof al_a));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                            sizeof al_b));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                            sizeof al_c));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                            sizeof al_c));
     {
         /* no algorithm for this layout: NOT_SUPPORTED, or success with none found */
-        const cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
+        const cublasStatus_t e =
+            cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
         if (e == CUBLAS_STATUS_NOT_SUPPORTED || (e == CUBLAS_STATUS_SUCCESS && found == 0)) {
             s = gemm_fallback(d, p, batch);
             goto fail;
@@ -115,10 +121,12 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
         LT(e);
     }
     {
-        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, p->B, la, p->A, lb, &p->beta, p->C, lc, p->C,
-                                                lc, &heur.algo, d->lt_ws, ws, d->compute);
-        if (e == CUBLAS_STATUS_NOT_SUPPORTED) s = gemm_fallback(d, p, batch);
-        else LT(e);
+        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, p->B, la, p->A, lb, &p->beta, p->C, lc,
+                                                p->C, lc, &heur.algo, d->lt_ws, ws, d->compute);
+        if (e == CUBLAS_STATUS_NOT_SUPPORTED)
+            s = gemm_fallback(d, p, batch);
+        else
+            LT(e);
     }
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

@@ -15,16 +15,16 @@
 #include "common.cuh"
 
 typedef struct st_gemm_f32 {
-    bool ta, tb;            /* op(A) = A^T, op(B) = B^T */
+    bool ta, tb; /* op(A) = A^T, op(B) = B^T */
     int64_t M, N, K;
     float alpha, beta;
-    const float *A;         /* (M, K), or (K, M) when ta */
-    int64_t lda, sa;        /* leading dimension, batch stride (elements) */
-    const float *B;         /* (K, N), or (N, K) when tb */
+    const float *A;  /* (M, K), or (K, M) when ta */
+    int64_t lda, sa; /* leading dimension, batch stride (elements) */
+    const float *B;  /* (K, N), or (N, K) when tb */
     int64_t ldb, sb;
-    float *C;               /* (M, N) */
+    float *C; /* (M, N) */
     int64_t ldc, sc;
-    int batch;              /* 0 or 1: one product */
+    int batch; /* 0 or 1: one product */
 } st_gemm_f32;
 
 /* Queue the product(s) on the device's compute stream. */

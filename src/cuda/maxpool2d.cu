@@ -33,7 +33,8 @@ static pool_dims dims(const st_node *n) {
 
 static __global__ void maxpool_forward_kernel(const float *x, float *y, int32_t *arg, pool_dims d) {
     const int64_t n = d.B * d.Ho * d.Wo * d.C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % d.C, ow = (i / d.C) % d.Wo, oh = (i / (d.C * d.Wo)) % d.Ho;
         const int64_t b = i / (d.C * d.Wo * d.Ho);
         float best = 0.0f;
@@ -55,7 +56,8 @@ static __global__ void maxpool_forward_kernel(const float *x, float *y, int32_t 
 static __global__ void maxpool_backward_kernel(const float *dy, const int32_t *arg, float *dx, pool_dims d,
                                                bool acc) {
     const int64_t n = d.B * d.H * d.W * d.C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % d.C, iw = (i / d.C) % d.W, ih = (i / (d.C * d.W)) % d.H;
         const int64_t b = i / (d.C * d.W * d.H);
         /* windows oh with oh*s <= ih <= oh*s + k - 1, within 0..Ho-1 (same for w) */
@@ -91,4 +93,5 @@ static st_status maxpool2d_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {"maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL};
+extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {"maxpool2d", maxpool2d_forward, maxpool2d_backward,
+                                                       NULL};
