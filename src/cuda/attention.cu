@@ -1,9 +1,190 @@
-/* CUDA twin of src/layers/attention.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
-#include "common.cuh"
+/* CUDA twin of src/layers/attention.c: causal multi-head self-attention,
+ * qkv (B, T, 3C) -> y (B, T, C), heads of hs = C / nh channels, scale
+ * 1/sqrt(hs), exactly the CPU's semantics in fp32.
+ *
+ * The straightforward, exact version (not the fast path): per batch row b,
+ * the nh heads are one strided batch of cuBLASLt fp32 products (a head's
+ * Q, K, V are (T, hs) views of qkv with leading dimension 3C, one head hs
+ * elements after the previous). Forward: S = Q K^T scale for the full T x T
+ * (the masked half is computed and discarded), a causal softmax kernel turns
+ * each row into P in place (max subtracted, zeros after the diagonal),
+ * Y = P V. P is kept in the node's saved state (B, nh, T, T), as on the CPU,
+ * so the saved_count is the CPU's. Backward, per b: dP = dY V^T into the
+ * workspace (nh, T, T), dS = P * (dP - rowsum(dP * P)) in place (zero above
+ * the diagonal, where P is 0), then dQ = dS K scale, dK = dS^T Q scale,
+ * dV = P^T dY written (beta 0) or added (beta 1) as in_acc says: every
+ * element of dqkv belongs to exactly one of those products.
+ *
+ * `prepare` sets the workspace to nh*T*T floats (the CPU asks for one T x T
+ * per thread). Not here: a flash-style kernel that keeps only the
+ * log-sum-exp, and cuDNN's fused attention (the bf16 fast path). */
+#include <math.h>
 
-static st_status attention_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer attention (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+#include "gemm_f32.cuh"
+
+enum { ATTN_THREADS = 128 };
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Reduce v over the block (blockDim.x a multiple of 32, at most 1024);
+ * every thread gets the result. `max` picks max, else sum. */
+template <bool IS_MAX> __device__ float block_reduce(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = IS_MAX ? fmaxf(v, u) : v + u;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (IS_MAX ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = IS_MAX ? fmaxf(v, u) : v + u;
+    }
+    return v;
 }
 
-extern "C" const st_layer_ops st_cuda_attention_ops = {"attention", attention_missing, attention_missing, NULL};
+/* One block per row r of P (rows, T), query t = r % T: softmax over
+ * columns 0..t in place, zeros after. */
+static __global__ void causal_softmax_kernel(float *p, int64_t T) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x, t = r % T;
+    float *row = p + r * T;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
+    mx = block_reduce<true>(mx, sh);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        const float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / block_reduce<false>(sum, sh);
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+        row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+/* One block per row: dp <- P * (dp - sum_j<=t dp P), zeros after t. */
+static __global__ void causal_softmax_backward_kernel(float *dp, const float *p, int64_t T) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x, t = r % T;
+    float *drow = dp + r * T;
+    const float *prow = p + r * T;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x)
+        dot += drow[j] * prow[j];
+    dot = block_reduce<false>(dot, sh);
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+        drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
+}
+
+typedef struct attn_dims {
+    int64_t B, T, C, C3, nh, hs;
+    float scale;
+} attn_dims;
+
+static attn_dims dims(const st_node *n) {
+    attn_dims a;
+    a.B = n->in[0]->shape[0];
+    a.T = n->in[0]->shape[1];
+    a.C3 = n->in[0]->shape[2];
+    a.C = a.C3 / 3;
+    a.nh = n->args.i[ST_ATTN_NHEAD];
+    a.hs = a.C / a.nh;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    return a;
+}
+
+/* One product per head of batch row b: C_h = alpha op(A_h) op(B_h) + beta C_h. */
+static st_status heads(st_graph *g, const attn_dims &a, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, int64_t sa, const float *Bm, int64_t ldb,
+                       int64_t sb, float beta, float *Cm, int64_t ldc, int64_t sc) {
+    st_gemm_f32 p = {};
+    p.ta = ta;
+    p.tb = tb;
+    p.M = M;
+    p.N = N;
+    p.K = K;
+    p.alpha = alpha;
+    p.beta = beta;
+    p.A = A;
+    p.lda = lda;
+    p.sa = sa;
+    p.B = Bm;
+    p.ldb = ldb;
+    p.sb = sb;
+    p.C = Cm;
+    p.ldc = ldc;
+    p.sc = sc;
+    p.batch = (int)a.nh;
+    return st_cuda_gemm_f32(g->dev, &p);
+}
+
+static st_status attention_forward(st_node *n, st_graph *g) {
+    const attn_dims a = dims(n);
+    const int64_t T = a.T, TT = T * T;
+    const float *qkv = n->in[0]->data; /* (B, T, 3C) */
+    float *y = n->out->data;           /* (B, T, C) */
+    float *P = n->saved;               /* (B, nh, T, T) */
+    for (int64_t b = 0; b < a.B; b++) {
+        const float *q = qkv + b * T * a.C3, *k = q + a.C; /* (T, hs) per head, ld 3C */
+        float *pb = P + b * a.nh * TT;                     /* (nh, T, T) */
+        /* S = Q K^T scale */
+        ST_TRY(heads(g, a, false, true, T, T, a.hs, a.scale, q, a.C3, a.hs, k, a.C3, a.hs, 0.0f, pb, T, TT));
+    }
+    const int64_t rows = a.B * a.nh * T;
+    causal_softmax_kernel<<<(unsigned)rows, ATTN_THREADS, 0, st_cuda_stream(g)>>>(P, T);
+    ST_CUDA_LAUNCHED();
+    for (int64_t b = 0; b < a.B; b++) {
+        const float *v = qkv + b * T * a.C3 + 2 * a.C;
+        /* Y = P V into y[b] (T, C), head h at column h*hs */
+        ST_TRY(heads(g, a, false, false, T, a.hs, T, 1.0f, P + b * a.nh * TT, T, TT, v, a.C3, a.hs, 0.0f,
+                     y + b * T * a.C, a.C, a.hs));
+    }
+    return ST_OK;
+}
+
+static st_status attention_backward(st_node *n, st_graph *g) {
+    float *dqkv = n->in[0]->grad; /* (B, T, 3C) */
+    if (!dqkv) return ST_OK;
+    const attn_dims a = dims(n);
+    const int64_t T = a.T, TT = T * T;
+    const float *qkv = n->in[0]->data;
+    const float *dy = n->out->grad; /* (B, T, C) */
+    const float *P = n->saved;      /* (B, nh, T, T) */
+    float *dp = g->work;            /* (nh, T, T) for one batch row at a time */
+    const float beta = n->in_acc[0] ? 1.0f : 0.0f;
+    for (int64_t b = 0; b < a.B; b++) {
+        const int64_t off = b * T * a.C3;
+        const float *q = qkv + off, *k = q + a.C, *v = q + 2 * a.C; /* (T, hs), ld 3C */
+        float *dq = dqkv + off, *dk = dq + a.C, *dv = dq + 2 * a.C;
+        const float *pb = P + b * a.nh * TT; /* (nh, T, T) */
+        const float *dyb = dy + b * T * a.C; /* (T, hs) per head, ld C */
+        /* dP = dY V^T */
+        ST_TRY(heads(g, a, false, true, T, T, a.hs, 1.0f, dyb, a.C, a.hs, v, a.C3, a.hs, 0.0f, dp, T, TT));
+        /* dS = P * (dP - rowsum(dP * P)) */
+        causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(dp, pb,
+                                                                                                     T);
+        ST_CUDA_LAUNCHED();
+        /* dQ = dS K scale */
+        ST_TRY(
+            heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs));
+        /* dK = dS^T Q scale */
+        ST_TRY(heads(g, a, true, false, T, a.hs, T, a.scale, dp, T, TT, q, a.C3, a.hs, beta, dk, a.C3, a.hs));
+        /* dV = P^T dY */
+        ST_TRY(heads(g, a, true, false, T, a.hs, T, 1.0f, pb, T, TT, dyb, a.C, a.hs, beta, dv, a.C3, a.hs));
+    }
+    return ST_OK;
+}
+
+/* Saved state as the CPU (P); workspace: one batch row's dP. */
+static st_status attention_prepare(st_node *n, st_graph *g) {
+    const attn_dims a = dims(n);
+    n->work_count = align16(a.nh * a.T * a.T);
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_attention_ops = {"attention", attention_forward, attention_backward,
+                                                       attention_prepare};

@@ -1,9 +1,212 @@
-/* CUDA twin of src/layers/batchnorm.c: not written yet. Until it is, a graph on a
- * CUDA device that uses this layer fails at its first forward with a clear error. */
+/* CUDA twin of src/layers/batchnorm.c (and the fused batchnorm + ReLU):
+ * per-channel statistics over the M rows of x (M, C), NHWC images or (B, C).
+ *
+ * Training: the statistics are shifted sums in double, sum(x - s) and
+ * sum((x - s)^2) with s = the channel's value in row 0, as on the CPU; the
+ * biased variance normalises, the unbiased one (times M / (M - 1)) moves
+ * running_var, both running stats with `momentum` in double. Eval: the
+ * running stats. mean and rstd are saved (the node's saved state, as on the
+ * CPU) and backward recomputes xhat from x.
+ *
+ * Every per-channel reduction is deterministic: a grid of (channel tiles of
+ * 32) x (NB row blocks) writes double partials into the workspace, and one
+ * thread per channel adds them in block order. Backward: sum dy and
+ * sum dy * xhat (dy masked by y > 0 when fused with ReLU), dbias and dweight
+ * added, then dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)) in training,
+ * w rstd dy in eval, written or added as in_acc says.
+ *
+ * Workspace (doubles, then floats; set in `prepare`): p1, p2 (NB, C) each,
+ * then three float vectors of C. */
+#include <math.h>
+
 #include "common.cuh"
 
-static st_status batchnorm_missing(st_node *n, st_graph *g) {
-    return st_fail(ST_ERR_UNSUPPORTED, "layer batchnorm (%s) has no CUDA kernel yet; run on the CPU", n->out->name);
+enum { NB_MAX = 256, ROWS_PER_BLOCK = 256, THREADS = 256, TY = 8 };
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static int64_t n_blocks(int64_t M) {
+    int64_t nb = (M + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    return nb < 1 ? 1 : nb > (int64_t)NB_MAX ? (int64_t)NB_MAX : nb;
 }
 
-extern "C" const st_layer_ops st_cuda_batchnorm_ops = {"batchnorm", batchnorm_missing, batchnorm_missing, NULL};
+/* Partials of block j (blockIdx.y) for channels of tile blockIdx.x:
+ * p1[j, c] = sum f1, p2[j, c] = sum f2 over the block's rows.
+ * STATS: f1 = x - s, f2 = (x - s)^2 (s = x[0, c]);
+ * else:  f1 = d, f2 = d * xhat with d = dy (masked by y > 0 when y). */
+template <bool STATS>
+static __global__ void partials_kernel(const float *x, const float *dy, const float *y, const float *mean,
+                                       const float *rstd, int64_t M, int64_t C, int64_t nb, double *p1,
+                                       double *p2) {
+    __shared__ double s1[TY][33], s2[TY][33];
+    const int64_t c = blockIdx.x * 32 + threadIdx.x, j = blockIdx.y;
+    const int64_t rows = (M + nb - 1) / nb;
+    const int64_t lo = j * rows < M ? j * rows : M, hi = (j + 1) * rows < M ? (j + 1) * rows : M;
+    double a = 0.0, b = 0.0;
+    if (c < C) {
+        if (STATS) {
+            const float shift = x[c];
+            for (int64_t i = lo + threadIdx.y; i < hi; i += TY) {
+                const double d = (double)x[i * C + c] - shift;
+                a += d;
+                b += d * d;
+            }
+        } else {
+            const float mu = mean[c], rs = rstd[c];
+            for (int64_t i = lo + threadIdx.y; i < hi; i += TY) {
+                const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
+                a += d;
+                b += d * ((x[i * C + c] - mu) * rs);
+            }
+        }
+    }
+    s1[threadIdx.y][threadIdx.x] = a;
+    s2[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int t = 1; t < TY; t++) {
+            a += s1[t][threadIdx.x];
+            b += s2[t][threadIdx.x];
+        }
+        p1[j * C + c] = a;
+        p2[j * C + c] = b;
+    }
+}
+
+/* Training statistics, one thread per channel. */
+static __global__ void stats_kernel(const float *x, const double *p1, const double *p2, int64_t M, int64_t C,
+                                    int64_t nb, float eps, float mom, float *mean, float *rstd, float *rmean,
+                                    float *rvar, bool update) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sa = 0.0, sb = 0.0;
+    for (int64_t j = 0; j < nb; j++) {
+        sa += p1[j * C + c];
+        sb += p2[j * C + c];
+    }
+    const double md = sa / (double)M;
+    double var = sb / (double)M - md * md;
+    if (var < 0) var = 0;
+    const double mu = x[c] + md;
+    mean[c] = (float)mu;
+    rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+    if (!update) return; /* checkpointing's second forward: updated once already */
+    rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
+    rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
+}
+
+static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, int64_t C, float eps,
+                                         float *mean, float *rstd) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    mean[c] = rmean[c];
+    rstd[c] = 1.0f / sqrtf(rvar[c] + eps);
+}
+
+static __global__ void normalize_kernel(const float *x, const float *mean, const float *rstd, const float *w,
+                                        const float *bias, float *y, int64_t M, int64_t C, bool relu) {
+    const int64_t n = M * C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % C;
+        const float v = (x[i] - mean[c]) * (rstd[c] * w[c]) + bias[c];
+        y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+}
+
+/* Per channel: dbias += sum d, dweight += sum d xhat, and the dx coefficients. */
+static __global__ void grad_params_kernel(const double *p1, const double *p2, int64_t M, int64_t C,
+                                          int64_t nb, const float *w, const float *rstd, float *dw, float *db,
+                                          bool train, float *k_scale, float *k_mdy, float *k_mdyx) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sa = 0.0, sb = 0.0;
+    for (int64_t j = 0; j < nb; j++) {
+        sa += p1[j * C + c];
+        sb += p2[j * C + c];
+    }
+    if (db) db[c] += (float)sa;
+    if (dw) dw[c] += (float)sb;
+    k_scale[c] = w[c] * rstd[c];
+    k_mdy[c] = train ? (float)(sa / (double)M) : 0.0f;
+    k_mdyx[c] = train ? (float)(sb / (double)M) : 0.0f;
+}
+
+static __global__ void grad_input_kernel(const float *x, const float *dy, const float *y, const float *mean,
+                                         const float *rstd, const float *k_scale, const float *k_mdy,
+                                         const float *k_mdyx, float *dx, int64_t M, int64_t C, bool acc) {
+    const int64_t n = M * C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % C;
+        const float xhat = (x[i] - mean[c]) * rstd[c];
+        const float d = y && !(y[i] > 0.0f) ? 0.0f : dy[i];
+        const float v = k_scale[c] * (d - k_mdy[c] - xhat * k_mdyx[c]);
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+static st_status batchnorm_forward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
+    const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
+    cudaStream_t st = st_cuda_stream(g);
+    const float *x = n->in[0]->data;                                 /* (M, C) */
+    const float *w = n->params[0]->data, *bias = n->params[1]->data; /* (C) */
+    float *rmean = n->params[2]->data, *rvar = n->params[3]->data;   /* (C) */
+    float *mean = n->saved, *rstd = n->saved + C;                    /* (C) each */
+    double *p1 = (double *)g->work, *p2 = p1 + nb * C;               /* (nb, C) each */
+    const unsigned cb = (unsigned)((C + 127) / 128);
+    if (g->training) {
+        if (M < 2)
+            return st_fail(ST_ERR_SHAPE,
+                           "batchnorm %s: training needs more than one value per channel, got 1 row; "
+                           "use a batch larger than 1",
+                           n->out->name);
+        partials_kernel<true><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
+            x, NULL, NULL, NULL, NULL, M, C, nb, p1, p2);
+        ST_CUDA_LAUNCHED();
+        stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar,
+                                         !g->recomputing);
+    } else {
+        eval_stats_kernel<<<cb, 128, 0, st>>>(rmean, rvar, C, eps, mean, rstd);
+    }
+    ST_CUDA_LAUNCHED();
+    normalize_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(x, mean, rstd, w, bias, n->out->data,
+                                                                         M, C, n->args.i[ST_BN_RELU] != 0);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status batchnorm_backward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
+    cudaStream_t st = st_cuda_stream(g);
+    const float *x = n->in[0]->data;                              /* (M, C) */
+    const float *dy = n->out->grad;                               /* (M, C) */
+    const float *y = n->args.i[ST_BN_RELU] ? n->out->data : NULL; /* fused ReLU: mask by y > 0 */
+    float *dx = n->in[0]->grad;                                   /* (M, C) or NULL */
+    const float *w = n->params[0]->data;
+    const float *mean = n->saved, *rstd = n->saved + C;
+    double *p1 = (double *)g->work, *p2 = p1 + nb * C;
+    float *k_scale = (float *)(p2 + nb * C), *k_mdy = k_scale + C, *k_mdyx = k_scale + 2 * C; /* (C) each */
+    partials_kernel<false><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
+        x, dy, y, mean, rstd, M, C, nb, p1, p2);
+    ST_CUDA_LAUNCHED();
+    grad_params_kernel<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(p1, p2, M, C, nb, w, rstd,
+                                                                    n->params[0]->grad, n->params[1]->grad,
+                                                                    g->training, k_scale, k_mdy, k_mdyx);
+    ST_CUDA_LAUNCHED();
+    if (!dx) return ST_OK;
+    grad_input_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(
+        x, dy, y, mean, rstd, k_scale, k_mdy, k_mdyx, dx, M, C, n->in_acc[0]);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status batchnorm_prepare(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C];
+    n->work_count = 2 * (2 * n_blocks(M) * C) + align16(3 * C);
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_batchnorm_ops = {"batchnorm", batchnorm_forward, batchnorm_backward,
+                                                       batchnorm_prepare};

@@ -41,6 +41,11 @@ typedef struct st_model {
 /* Create the model and lay out its parameters (not yet initialised: call
  * st_model_init_weights or st_model_load). Frees with st_model_free. */
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out);
+/* The same with every arena (parameters, gradients, buffers and the
+ * activations of each graph built later) on `dev` (NULL = host), and every
+ * layer running there. The caller keeps `dev` open until st_model_free.
+ * Initialisation, save and load copy through the host. */
+st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out);
 void st_model_free(st_model *m);
 /* The planner's model: parameters laid out (names, shapes, counts) but no
  * memory allocated, so a 1.5B-parameter model can be planned on a laptop.

@@ -1,10 +1,13 @@
 /* Model weights as safetensors: save every parameter and buffer by name;
- * load with every name, shape and dtype checked and each mismatch reported. */
+ * load with every name, shape and dtype checked and each mismatch reported.
+ * A model on a device is saved from a host copy of its arenas and loaded
+ * through a host staging buffer, one tensor at a time. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "core/safetensors.h"
 #include "model.h"
 
@@ -14,19 +17,45 @@ static const char *kind_name(st_model_kind k) {
 
 st_status st_model_save(const st_model *m, const char *path) {
     const st_params *p = &m->params;
+    float *hdata = NULL, *hbuf = NULL; /* host copies of a device's arenas */
+    st_status s = ST_OK;
     st_safetensors_tensor *t = calloc((size_t)(p->n ? p->n : 1), sizeof *t);
     if (!t) return st_fail(ST_ERR_NOMEM, "out of memory saving %s", path);
+    if (p->dev) {
+        const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)p->buffer_count * sizeof(float);
+        hdata = st_alloc_aligned(pbytes ? pbytes : 64);
+        hbuf = st_alloc_aligned(bbytes ? bbytes : 64);
+        if (!hdata || !hbuf) {
+            s = st_fail(ST_ERR_NOMEM, "out of memory copying the weights from %s to save %s", st_device_name(p->dev),
+                        path);
+            goto fail;
+        }
+        ST_GOTO(st_device_download(p->dev, hdata, p->data, pbytes));
+        if (bbytes) ST_GOTO(st_device_download(p->dev, hbuf, p->buffers, bbytes));
+    }
     for (int i = 0; i < p->n; i++) {
-        t[i].name = p->t[i]->name;
+        const st_tensor *x = p->t[i];
+        t[i].name = x->name;
         t[i].dtype = "F32";
-        t[i].ndim = p->t[i]->ndim;
-        t[i].shape = p->t[i]->shape;
-        t[i].data = p->t[i]->data;
+        t[i].ndim = x->ndim;
+        t[i].shape = x->shape;
+        t[i].data = !p->dev ? x->data : (x->kind == ST_TENSOR_PARAM ? hdata : hbuf) + x->offset;
     }
     const char *meta[] = {"format", "scaletrain", "model", kind_name(m->kind)};
-    st_status s = st_safetensors_write(path, t, p->n, meta, 2);
+    s = st_safetensors_write(path, t, p->n, meta, 2);
+fail:
+    st_free_aligned(hdata);
+    st_free_aligned(hbuf);
     free(t);
     return s;
+}
+
+/* Read `name` from the file into t (through the host buffer `stage` on a device). */
+static st_status read_tensor(const st_params *p, st_safetensors *f, const char *name, const st_tensor *t,
+                             float *stage) {
+    if (!p->dev) return st_safetensors_read_f32(f, name, t->data, t->count);
+    ST_TRY(st_safetensors_read_f32(f, name, stage, t->count));
+    return st_device_upload(p->dev, t->data, stage, (size_t)t->count * sizeof(float));
 }
 
 /* Tensors a Hugging Face GPT-2 checkpoint holds that this model derives
@@ -120,9 +149,18 @@ st_status st_model_load(st_model *m, const char *path) {
                     path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
                     missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
     }
+    float *stage = NULL;
+    if (s == ST_OK && p->dev) {
+        int64_t most = 1;
+        for (int i = 0; i < p->n; i++)
+            if (p->t[i]->count > most) most = p->t[i]->count;
+        stage = st_alloc_aligned((size_t)most * sizeof(float));
+        if (!stage) s = st_fail(ST_ERR_NOMEM, "out of memory staging %s for %s", path, st_device_name(p->dev));
+    }
     for (int i = 0; i < p->n && s == ST_OK; i++)
-        s = st_safetensors_read_f32(f, match[i]->name, p->t[i]->data, p->t[i]->count);
+        s = read_tensor(p, f, match[i]->name, p->t[i], stage);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
+    st_free_aligned(stage);
     st_params_touch(p);
     free(match);
     st_safetensors_close(f);

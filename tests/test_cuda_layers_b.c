@@ -1,0 +1,287 @@
+/* CUDA parity of attention, conv2d, maxpool2d, batchnorm (and the fused
+ * batchnorm + ReLU) and flatten against the CPU reference
+ * (tests/cuda_parity.h). Skips without a CUDA device, after running every
+ * case host against host (which checks the test itself).
+ *
+ * Each layer runs in up to three graphs: on a graph input (forward and
+ * parameter gradients only), after `x + s` with s a parameter (so the
+ * layer's input gradient is computed and WRITTEN: in_acc false), and as two
+ * instances on the same input whose outputs are added (so the second one in
+ * backward order ADDS into the input gradient: in_acc true). Sizes are odd
+ * on purpose: T not a multiple of 32, head sizes of 5 floats (unaligned
+ * heads), channels not multiples of a block, stride 2 with padding 1,
+ * kernels 1, 3 and 5, truncated pooling windows, a conv whose im2col needs
+ * several chunks. A layer without parameters on a plain input has no
+ * gradient to compare, so that graph runs forward only.
+ *
+ * Tolerances (|dev - host| <= atol + rtol |host|, fp32 on both sides):
+ *   flatten, maxpool2d   1e-6, 1e-7: the same arithmetic in the same order
+ *                        (the pooling gradient is a gather that adds in the
+ *                        CPU scatter's order), so the bits should agree;
+ *   batchnorm            1e-4, 1e-5: double statistics on both sides, the
+ *                        rest fp32 with a different summation order and FMA;
+ *   conv2d, attention    1e-4, 1e-4: fp32 products (cuBLASLt, no TF32,
+ *                        against OpenBLAS) summing up to K = 2304 terms (conv)
+ *                        or T = 64 keys of 64 channels (attention) in another
+ *                        order; values are O(1), so atol covers cancellation;
+ *   the big conv         1e-4, 1e-3: its weight gradient sums n = 12288
+ *                        products of size s ~ 0.3 per element, and a fp32
+ *                        sum in k order (a GEMM thread's) errs by about
+ *                        eps s sqrt(n^2 / 2) ~ 2e-4 (measured 1.6e-4). */
+#include "cuda_parity.h"
+#include "layers/layers.h"
+
+/* How the layer under test sees its input. */
+typedef enum { IN_PLAIN, IN_PARAM, IN_TWICE } in_mode;
+
+static const char *mode_name(in_mode m) {
+    return m == IN_PLAIN ? "input" : m == IN_PARAM ? "x+s" : "twice+add";
+}
+
+/* x (the graph input), or x + s with a parameter s of x's shape. */
+static st_status front(st_graph *g, in_mode mode, int ndim, const int64_t *shape, st_tensor **out) {
+    st_tensor *x, *s;
+    ST_TRY(st_graph_input(g, "x", ST_F32, ndim, shape, &x));
+    if (mode == IN_PLAIN) {
+        *out = x;
+        return ST_OK;
+    }
+    ST_TRY(st_graph_param(g, "x.shift", ndim, shape, ST_INIT_UNIFORM, 1.0f, false, &s));
+    return st_add(g, "x.plus", x, s, out);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+typedef struct attn_ctx {
+    int64_t B, T, C, nh;
+    in_mode mode;
+} attn_ctx;
+
+static st_status build_attn(st_graph *g, void *ctx) {
+    const attn_ctx *c = ctx;
+    st_tensor *x, *y, *y2;
+    ST_TRY(front(g, c->mode, 3, (int64_t[]){c->B, c->T, 3 * c->C}, &x));
+    ST_TRY(st_attention(g, "attn", x, c->nh, &y));
+    if (c->mode != IN_TWICE) return ST_OK;
+    ST_TRY(st_attention(g, "attn2", x, c->nh, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* ---- conv2d --------------------------------------------------------------- */
+typedef struct conv_ctx {
+    int64_t B, H, W, Cin, Cout, k, stride, pad;
+    bool bias;
+    in_mode mode;
+} conv_ctx;
+
+static st_status build_conv(st_graph *g, void *ctx) {
+    const conv_ctx *c = ctx;
+    st_tensor *x, *y, *y2;
+    ST_TRY(front(g, c->mode, 4, (int64_t[]){c->B, c->H, c->W, c->Cin}, &x));
+    ST_TRY(st_conv2d(g, "conv", x, c->Cout, c->k, c->stride, c->pad, c->bias, &y));
+    if (c->mode != IN_TWICE) return ST_OK;
+    ST_TRY(st_conv2d(g, "conv2", x, c->Cout, c->k, c->stride, c->pad, !c->bias, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* ---- maxpool2d ------------------------------------------------------------ */
+typedef struct pool_ctx {
+    int64_t B, H, W, C, k, stride;
+    in_mode mode;
+    bool ties; /* inputs on a coarse grid, so windows hold equal values */
+} pool_ctx;
+
+static st_status build_pool(st_graph *g, void *ctx) {
+    const pool_ctx *c = ctx;
+    st_tensor *x, *y, *y2;
+    ST_TRY(front(g, c->mode, 4, (int64_t[]){c->B, c->H, c->W, c->C}, &x));
+    ST_TRY(st_maxpool2d(g, "pool", x, c->k, c->stride, &y));
+    if (c->mode != IN_TWICE) return ST_OK;
+    ST_TRY(st_maxpool2d(g, "pool2", x, c->k, c->stride, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* Ties: x in {-1, -0.5, 0, 0.5, 1} and the shift parameter zero, so the
+ * pooled tensor is x itself and most windows hold a tie. */
+static void fill_pool(st_graph *host, st_rng *r, void *ctx) {
+    const pool_ctx *c = ctx;
+    if (!c->ties) return;
+    for (int i = 0; i < host->n_acts; i++) {
+        st_tensor *t = host->acts[i];
+        if (t->kind != ST_TENSOR_INPUT) continue;
+        for (int64_t j = 0; j < t->count; j++)
+            t->data[j] = 0.5f * (float)(int)(5.0f * st_rng_uniform(r)) - 1.0f;
+    }
+    st_tensor *s = st_params_find(host->params, "x.shift");
+    if (s) memset(s->data, 0, (size_t)s->count * sizeof(float));
+}
+
+/* ---- batchnorm ------------------------------------------------------------ */
+typedef struct bn_ctx {
+    int ndim;
+    int64_t shape[4];
+    bool relu;
+    in_mode mode;
+} bn_ctx;
+
+static st_status build_bn(st_graph *g, void *ctx) {
+    const bn_ctx *c = ctx;
+    st_tensor *x, *y, *y2;
+    ST_TRY(front(g, c->mode, c->ndim, c->shape, &x));
+    st_status (*bn)(st_graph *, const char *, st_tensor *, float, float, st_tensor **) =
+        c->relu ? st_batchnorm_relu : st_batchnorm;
+    ST_TRY(bn(g, "bn", x, 1e-5f, 0.1f, &y));
+    if (c->mode != IN_TWICE) return ST_OK;
+    ST_TRY(bn(g, "bn2", x, 1e-3f, 0.3f, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* Random affine parameters and running statistics (the defaults are 1 and 0),
+ * inputs with a channel-dependent offset (so the shifted sums matter). */
+static void fill_bn(st_graph *host, st_rng *r, void *ctx) {
+    (void)ctx;
+    st_params *p = host->params;
+    for (int i = 0; i < p->n; i++) {
+        st_tensor *t = p->t[i];
+        const char *dot = strrchr(t->name, '.');
+        if (!dot || strncmp(t->name, "bn", 2) != 0) continue;
+        for (int64_t j = 0; j < t->count; j++) {
+            const float u = st_rng_uniform(r);
+            t->data[j] = strcmp(dot, ".running_var") == 0 ? 0.5f + u
+                         : strcmp(dot, ".weight") == 0    ? 0.5f + u
+                                                          : 2.0f * u - 1.0f;
+        }
+    }
+    for (int i = 0; i < host->n_acts; i++) {
+        st_tensor *t = host->acts[i];
+        if (t->kind != ST_TENSOR_INPUT) continue;
+        const int64_t C = t->shape[t->ndim - 1];
+        for (int64_t j = 0; j < t->count; j++)
+            t->data[j] += 3.0f + (float)(j % C) * 0.25f;
+    }
+}
+
+/* ---- flatten -------------------------------------------------------------- */
+typedef struct flat_ctx {
+    int ndim;
+    int64_t shape[4];
+    in_mode mode;
+} flat_ctx;
+
+static st_status build_flat(st_graph *g, void *ctx) {
+    const flat_ctx *c = ctx;
+    st_tensor *x, *y, *y2;
+    ST_TRY(front(g, c->mode, c->ndim, c->shape, &x));
+    ST_TRY(st_flatten(g, "flat", x, &y));
+    if (c->mode != IN_TWICE) return ST_OK;
+    ST_TRY(st_flatten(g, "flat2", x, &y2));
+    return st_add(g, "sum", y, y2, &y);
+}
+
+/* With CP_SMALL set (compute-sanitizer runs kernels many times slower), a
+ * case whose largest tensor exceeds 2^16 elements is left out. */
+static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol, double atol,
+                bool eval, int64_t largest, st_device *dev, uint64_t seed) {
+    if (getenv("CP_SMALL") && largest > 65536) {
+        printf("left out (CP_SMALL) %s\n", label);
+        return;
+    }
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval};
+    cp_run(&c, dev, seed);
+}
+
+int main(void) {
+    st_device *dev = NULL;
+    /* Without a device (or with ST_CP_SELFTEST set) the cases run the host
+     * against itself: a check of the test's own graphs and fills, not of the
+     * kernels; the test still reports the skip when there is no device. */
+    const bool self = getenv("ST_CP_SELFTEST") != NULL;
+    const int rc = self ? 0 : cp_open(&dev);
+    if (rc && rc != 77) return rc;
+    const uint64_t seed = cp_seed();
+    uint64_t k = 0;
+    char label[160];
+    const in_mode modes[] = {IN_PLAIN, IN_PARAM, IN_TWICE};
+
+    /* attention: small and odd (hs = 5 floats: unaligned heads), T = 1, GPT-2-like */
+    const attn_ctx attn[] = {{3, 37, 20, 4, 0}, {2, 1, 12, 3, 0}, {2, 64, 768, 12, 0}};
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            attn_ctx c = attn[i];
+            c.mode = modes[m];
+            snprintf(label, sizeof label, "attention B%lld T%lld C%lld nh%lld (%s)", (long long)c.B,
+                     (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
+            const int64_t big =
+                c.B * c.T * 3 * c.C > c.B * c.nh * c.T * c.T ? c.B * c.T * 3 * c.C : c.B * c.nh * c.T * c.T;
+            run(label, build_attn, NULL, &c, 1e-4, 1e-4, c.mode == IN_PLAIN, big, dev, seed + k++);
+        }
+
+    /* conv2d: stride 2 pad 1 k3; 1x1; k5 pad 2; a cnn-like layer; several im2col chunks */
+    const conv_ctx conv[] = {{2, 9, 7, 3, 5, 3, 2, 1, true, 0},   {3, 5, 6, 17, 33, 1, 1, 0, false, 0},
+                             {2, 11, 11, 4, 6, 5, 1, 2, true, 0}, {4, 14, 14, 32, 64, 3, 1, 1, false, 0},
+                             {2, 8, 9, 6, 7, 3, 2, 0, true, 0},   {3, 64, 64, 256, 8, 3, 1, 1, true, 0}};
+    for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            conv_ctx c = conv[i];
+            c.mode = modes[m];
+            if (i == 5 && c.mode != IN_PARAM) continue; /* the big one once */
+            snprintf(label, sizeof label, "conv2d B%lld %lldx%lldx%lld->%lld k%lld s%lld p%lld%s (%s)",
+                     (long long)c.B, (long long)c.H, (long long)c.W, (long long)c.Cin, (long long)c.Cout,
+                     (long long)c.k, (long long)c.stride, (long long)c.pad, c.bias ? " bias" : "",
+                     mode_name(c.mode));
+            const int64_t xin = c.B * c.H * c.W * c.Cin, yout = c.B * c.H * c.W * c.Cout; /* stride 1 bound */
+            run(label, build_conv, NULL, &c, 1e-4, i == 5 ? 1e-3 : 1e-4, false, xin > yout ? xin : yout, dev,
+                seed + k++);
+        }
+
+    /* maxpool2d: truncated windows, overlapping windows (stride < k), ties */
+    const pool_ctx pool[] = {{2, 9, 7, 5, 2, 2, 0, false},
+                             {3, 10, 9, 33, 3, 2, 0, false},
+                             {2, 6, 7, 4, 3, 1, 0, false},
+                             {2, 8, 8, 3, 2, 2, 0, true},
+                             {2, 9, 9, 6, 3, 2, 0, true}};
+    for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            pool_ctx c = pool[i];
+            c.mode = modes[m];
+            snprintf(label, sizeof label, "maxpool2d B%lld %lldx%lldx%lld k%lld s%lld%s (%s)", (long long)c.B,
+                     (long long)c.H, (long long)c.W, (long long)c.C, (long long)c.k, (long long)c.stride,
+                     c.ties ? " ties" : "", mode_name(c.mode));
+            run(label, build_pool, fill_pool, &c, 1e-6, 1e-7, c.mode == IN_PLAIN, c.B * c.H * c.W * c.C, dev,
+                seed + k++);
+        }
+
+    /* batchnorm: NHWC and (B, C), with and without the fused ReLU, train and eval */
+    const bn_ctx bn[] = {{4, {4, 5, 3, 7}, false, 0},
+                         {2, {37, 45}, false, 0},
+                         {4, {3, 9, 7, 33}, true, 0},
+                         {2, {2, 130}, true, 0},
+                         {3, {5, 17, 300}, false, 0}};
+    for (size_t i = 0; i < sizeof bn / sizeof bn[0]; i++)
+        for (int m = 0; m < 4; m++) {
+            bn_ctx c = bn[i];
+            c.mode = modes[m < 3 ? m : 1];
+            const bool eval = m == 3;
+            snprintf(label, sizeof label, "batchnorm%s %dd C%lld (%s, %s)", c.relu ? "_relu" : "", c.ndim,
+                     (long long)c.shape[c.ndim - 1], mode_name(c.mode), eval ? "eval" : "train");
+            run(label, build_bn, fill_bn, &c, 1e-4, 1e-5, eval, st_shape_count(c.ndim, c.shape), dev,
+                seed + k++);
+        }
+
+    /* flatten: an NHWC image to (C, H, W) order, and a plain reshape */
+    const flat_ctx flat[] = {{4, {2, 5, 3, 7}, 0}, {4, {3, 1, 1, 33}, 0}, {3, {3, 4, 5}, 0}};
+    for (size_t i = 0; i < sizeof flat / sizeof flat[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            flat_ctx c = flat[i];
+            c.mode = modes[m];
+            snprintf(label, sizeof label, "flatten %dd (%s)", c.ndim, mode_name(c.mode));
+            run(label, build_flat, NULL, &c, 1e-6, 1e-7, c.mode == IN_PLAIN, st_shape_count(c.ndim, c.shape),
+                dev, seed + k++);
+        }
+
+    st_device_free(dev);
+    if (rc == 77 && st_test_failures == 0) {
+        printf("the host against itself: ok (the kernels were not run)\n");
+        return 77;
+    }
+    return st_test_finish("cuda layers b");
+}
