@@ -18,7 +18,7 @@
 #define ST_AUTO (-1)        /* integer keys set to `auto` */
 #define ST_CFG_STR 256      /* bytes of a string value */
 #define ST_CFG_LIST 16      /* entries of a list value */
-#define ST_CFG_KEYS_MAX 64  /* keys in the schema (src/core/config_schema.c checks it) */
+#define ST_CFG_KEYS_MAX 96  /* keys in the schema (src/core/config_schema.c checks it) */
 #define ST_CFG_NOTE 96      /* bytes of a source note */
 
 /* Where a value came from, for the printed effective configuration. */
@@ -77,6 +77,7 @@ typedef struct st_config {
         int64_t checkpoint_every; /* steps; 0 = only at the end                     default 0 */
         int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
         char activation_checkpointing[ST_CFG_STR]; /* off | blocks | auto        default auto */
+        char device[ST_CFG_STR];  /* auto | cpu | cuda: where the model trains     default auto */
     } train;
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */
