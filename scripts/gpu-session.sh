@@ -199,7 +199,7 @@ fi
     if [ -f "$LOGDIR/train-cuda.log" ]; then
         grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
         echo "train --set train.device=cuda --set train.steps=100 --json:"
-        grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1
+        grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda.log"
     fi
     echo "$failed step(s) failed"
 } | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"
