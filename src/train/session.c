@@ -315,14 +315,16 @@ void st_session_close(st_session *s) {
  * language model's (B, T, V) logits stay on the device (only its loss is
  * reported). On the host the graph's own tensors serve. */
 typedef struct eval_io {
-    float *x, *logits;
-    int32_t *xi, *y;
+    float *x;      /* (B, H, W, C) or (B, D) images and features */
+    int32_t *xi;   /* (B, T) tokens */
+    int32_t *y;    /* (B) or (B, T) targets */
+    float *logits; /* (B, classes); NULL for a language model on a device */
 } eval_io;
 
 static st_status eval_io_init(const st_session *s, const st_model_graph *mg, eval_io *io) {
     memset(io, 0, sizeof *io);
     if (!s->dev) {
-        *io = (eval_io){mg->x->data, mg->logits->data, mg->x->idata, mg->y->idata};
+        *io = (eval_io){.x = mg->x->data, .xi = mg->x->idata, .y = mg->y->idata, .logits = mg->logits->data};
         return ST_OK;
     }
     const bool images = s->val.kind == ST_DATA_IMAGES;
