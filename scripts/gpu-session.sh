@@ -3,17 +3,24 @@
 # checkout: probe the machine, unpack the build dependencies carried in
 # .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
 # that machine has no registry), build with CUDA, run every tests/test_cuda_*
-# (then again under compute-sanitizer's memcheck, small cases only) and print
-# a summary table last. Logs go to $OUT (the device tool brings
-# back at most 8 files): session.log (everything, in order), summary.txt and
+# and tests/test_train_device (then again under compute-sanitizer's memcheck,
+# small cases only) and print a summary table last. Logs go to $OUT (the
+# device tool brings back at most 8 files): session.log (everything, in order), summary.txt and
 # logs.tar.gz (one log per step).
 #
 # Every step runs under `timeout`, its failure is reported and the session
 # goes on where that makes sense; the whole session keeps inside BUDGET_S so
 # that the device tool's 10-minute limit never cuts off the summary.
 #
+# Last, when the build finished: the default training run on the GPU
+# (`train --set train.device=cuda --set train.steps=100 --json`), its JSON
+# line printed in the summary. It reads Fashion-MNIST from
+# /usr/share/datasets/fashion-mnist, or from .data/fashion-mnist when that
+# is carried (copy the four .gz files there, about 30 MiB).
+#
 # On the development machine:  scripts/gpu-fetch-debs.sh
-# Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs"], timeout_s=600)
+#   (and for the training run: mkdir -p .data && cp -r /usr/share/datasets/fashion-mnist .data/)
+# Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs", ".data"], timeout_s=600)
 # Locally (no GPU: the CUDA tests skip): JOBS=1 BUILD=build-gpu OUT=/tmp/gs scripts/gpu-session.sh
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
@@ -126,9 +133,9 @@ if step unpack-debs 120 bash -c unpack_debs; then
 else
     say "   building against the system's libraries instead"
 fi
-cuda_tests() { # the CUDA test programs of build folder $1
+cuda_tests() { # the CUDA test programs of build folder $1 (and train.device's choice, which passes anywhere)
     local t
-    for t in tests/test_cuda_*.c; do [ -f "$t" ] && echo "$1/tests/$(basename "$t" .c)"; done
+    for t in tests/test_cuda_*.c tests/test_train_device.c; do [ -f "$t" ] && echo "$1/tests/$(basename "$t" .c)"; done
 }
 # The library and the CUDA tests first (what this session is for), then the
 # rest of the build if time allows. If that build fails, try once more
@@ -158,7 +165,21 @@ if [ -n "$built" ]; then
     else
         say "   no compute-sanitizer: the memcheck runs are left out"
     fi
-    step build-rest 240 make "${make_args[@]}" BUILD="$built" all
+    if step build-rest 240 make "${make_args[@]}" BUILD="$built" all; then
+        train_args=(--set train.device=cuda --set train.steps=100 --set train.out_dir=/tmp/st-train-cuda --json)
+        fm=/usr/share/datasets/fashion-mnist
+        if [ ! -f $fm/train-images-idx3-ubyte.gz ] && [ -f .data/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+            fm=$PWD/.data/fashion-mnist
+            train_args+=(--set data.train=$fm/train-images-idx3-ubyte.gz --set data.train_labels=$fm/train-labels-idx1-ubyte.gz
+                         --set data.val=$fm/t10k-images-idx3-ubyte.gz --set data.val_labels=$fm/t10k-labels-idx1-ubyte.gz)
+        fi
+        if [ -f $fm/train-images-idx3-ubyte.gz ]; then
+            step train-cuda 150 "$built/scaletrain" train "${train_args[@]}"
+        else
+            rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
+            say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"
+        fi
+    fi
 else
     say "   the build failed: no test was run (see the build logs above)"
 fi
@@ -172,8 +193,14 @@ fi
         IFS='|' read -r n res dt <<<"$r"
         printf '%-28s %-28s %6s\n' "$n" "$res" "$dt"
     done
-    grep -h "^FAIL\|^ok  \|CP_SEED\|^device:\|elements differ" "$LOGDIR"/test_cuda_*.log 2>/dev/null | head -80
+    grep -h "^FAIL\|^ok  \|CP_SEED\|^device:\|elements differ\|weights differ\|on the device, \|^CUDA devices" \
+        "$LOGDIR"/test_cuda_*.log "$LOGDIR"/test_train_device.log 2>/dev/null | head -100
     grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
+    if [ -f "$LOGDIR/train-cuda.log" ]; then
+        grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
+        echo "train --set train.device=cuda --set train.steps=100 --json:"
+        grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda.log"
+    fi
     echo "$failed step(s) failed"
 } | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"
 tar -czf "$OUT/logs.tar.gz" -C "$LOGDIR" . 2>/dev/null || true

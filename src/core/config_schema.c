@@ -103,6 +103,9 @@ const st_cfg_key st_cfg_keys[] = {
            VALUES("auto", "off", "blocks"),
            "drop the activations inside each transformer/conv block after forward and recompute them in "
            "backward (same gradients, less memory); auto = only when the micro-batch would not fit otherwise"),
+    K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda"),
+           "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the optimizer "
+           "there; auto = cuda when this build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),

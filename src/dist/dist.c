@@ -20,6 +20,21 @@ const char *st_dist_mode_name(st_dist_mode mode) {
     return mode == ST_DIST_ZERO1 ? "zero1" : mode == ST_DIST_ZERO2 ? "zero2" : "ddp";
 }
 
+/* Parameters on a CUDA device: one rank (NCCL is not written yet), nothing
+ * padded or shared; the step zeroes the gradients there, and the trainer
+ * takes the norm and clips through the optimizer (st_optim_clip). */
+static st_status init_device(st_dist *d) {
+    if (d->world > 1)
+        return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs needs the NCCL communicator, not written "
+                                           "yet; use train.device: cpu");
+    if (d->deterministic)
+        return st_fail(ST_ERR_UNSUPPORTED,
+                       "dist.deterministic folds gradients on the host, which a CUDA device does not do yet; set "
+                       "dist.deterministic: false (one GPU's reductions are in a fixed order already) or "
+                       "train.device: cpu");
+    return ST_OK;
+}
+
 st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,
                        int64_t accum) {
     memset(d, 0, sizeof *d);
@@ -31,6 +46,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     d->deterministic = cfg->dist.deterministic;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
+    if (p->dev) return init_device(d);
     /* Every mode pads: the norm's blocks need a whole number of them. */
     ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
     const int64_t S = d->sh.shard, nblocks = d->sh.padded / ST_SHARD_ALIGN;
@@ -81,6 +97,7 @@ int64_t st_dist_micro_index(const st_dist *d, int64_t k) {
 static float *own(const st_dist *d) { return d->p->grad + (int64_t)d->rank * d->sh.shard; }
 
 st_status st_dist_step_begin(st_dist *d) {
+    if (d->p->dev) return st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float));
     if (d->deterministic) memset(d->acc, 0, (size_t)d->sh.shard * sizeof(float));
     else if (d->mode == ST_DIST_ZERO2) memset(own(d), 0, (size_t)d->sh.shard * sizeof(float));
     else memset(d->p->grad, 0, (size_t)d->p->arena_count * sizeof(float));
@@ -151,6 +168,7 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
 }
 
 st_status st_dist_grad_norm(st_dist *d, double *norm) {
+    if (d->p->dev) return st_fail(ST_ERR_INTERNAL, "st_dist_grad_norm: the gradients are on a device (st_optim_clip)");
     const int64_t per = d->sh.shard / ST_SHARD_ALIGN, nb = d->sh.padded / ST_SHARD_ALIGN;
     if (d->mode == ST_DIST_DDP) {
         st_block_sumsq(d->p->grad, d->sh.padded, d->blocks);
@@ -189,6 +207,7 @@ st_status st_dist_step_end(st_dist *d) {
 }
 
 int64_t st_dist_grad_nbytes(const st_dist *d) {
+    if (d->p->dev) return d->p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
     int64_t n = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;

@@ -40,6 +40,12 @@
  * of per-block sums in block order (zero.h), also independent of N. What
  * gives identical bits is stated in docs/distributed.md.
  *
+ * Parameters on a CUDA device (p->dev): one rank only for now (an error
+ * otherwise: the NCCL communicator is not written), no deterministic mode;
+ * the step zeroes the gradients there and the trainer takes the norm and
+ * clips through st_optim_clip (st_dist_grad_norm and st_dist_grad_scale
+ * take host arenas).
+ *
  * Not here: the bucket plan (ddp.c), sync batch-norm. */
 #ifndef ST_DIST_DIST_H
 #define ST_DIST_DIST_H

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "core/mem.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p) {
     return st_optim_init_range(o, cfg, p, 0, p->arena_count);
@@ -12,6 +15,32 @@ st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p) {
 
 int64_t st_optim_state_nbytes(const st_optim *o) {
     return (o->m ? o->count : 0) * 4 + (o->v ? o->count : 0) * 4;
+}
+
+/* The state on the parameters' device, zeroed, and the fused kernels' plan.
+ * The arena's tail past p->count is alignment padding, never trained: the
+ * range stops at p->count there. */
+static st_status init_device(st_optim *o, const st_params *p) {
+    o->dev = p->dev;
+    if (o->hi > p->count) o->hi = p->count;
+    if (o->lo > o->hi) o->lo = o->hi;
+    o->count = o->hi - o->lo;
+#ifdef ST_HAVE_CUDA
+    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
+    st_status s = st_device_alloc(o->dev, nbytes, (void **)&o->m);
+    if (s == ST_OK && o->kind == ST_OPTIM_ADAMW) s = st_device_alloc(o->dev, nbytes, (void **)&o->v);
+    if (s == ST_OK) s = st_device_zero(o->dev, o->m, nbytes);
+    if (s == ST_OK && o->v) s = st_device_zero(o->dev, o->v, nbytes);
+    if (s == ST_OK) s = st_cuda_optim_create(o->dev, p, o->lo, o->hi, &o->cu);
+    if (s != ST_OK) {
+        st_fail_context(s, "optimizer state on %s: ", st_device_name(o->dev));
+        st_optim_free(o);
+    }
+    return s;
+#else
+    st_optim_free(o);
+    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+#endif
 }
 
 st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params *p, int64_t lo, int64_t hi) {
@@ -28,6 +57,7 @@ st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params
     o->eps = cfg->optim.eps;
     o->momentum = cfg->optim.momentum;
     o->nesterov = cfg->optim.nesterov;
+    if (p->dev) return init_device(o, p);
     o->count = hi - lo;
     size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
     o->m = st_alloc_aligned(nbytes);
@@ -44,8 +74,16 @@ st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params
 
 void st_optim_free(st_optim *o) {
     if (!o) return;
-    st_free_aligned(o->m);
-    st_free_aligned(o->v);
+    if (o->dev) {
+        st_device_release(o->dev, o->m);
+        st_device_release(o->dev, o->v);
+#ifdef ST_HAVE_CUDA
+        st_cuda_optim_free(o->cu);
+#endif
+    } else {
+        st_free_aligned(o->m);
+        st_free_aligned(o->v);
+    }
     memset(o, 0, sizeof *o);
 }
 
@@ -96,6 +134,82 @@ void st_optim_step(st_optim *o, st_params *p, double lr) {
         else sgd_tensor(o, t, w, g, b - a, o->m + (a - o->lo), lr);
     }
     st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
+}
+
+st_status st_optim_update(st_optim *o, st_params *p, double lr) {
+    if (!o->dev) {
+        st_optim_step(o, p, lr);
+        return ST_OK;
+    }
+#ifdef ST_HAVE_CUDA
+    o->t++;
+    st_status s;
+    if (o->kind == ST_OPTIM_ADAMW) {
+        const st_cuda_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t};
+        s = st_cuda_adamw_step(o->cu, p->data, p->grad, o->m, o->v, &hp);
+    } else {
+        const st_cuda_sgd_hp hp = {lr, o->momentum, o->weight_decay, o->nesterov, o->t};
+        s = st_cuda_sgd_step(o->cu, p->data, p->grad, o->m, &hp);
+    }
+    st_params_touch(p);
+    return s;
+#else
+    (void)p;
+    (void)lr;
+    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+#endif
+}
+
+st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm) {
+    if (!o->dev) {
+        const double n = st_grad_norm(p);
+        if (max_norm > 0 && n > max_norm) st_grad_scale(p, (float)(max_norm / (n + 1e-6)));
+        if (norm) *norm = n;
+        return ST_OK;
+    }
+#ifdef ST_HAVE_CUDA
+    if (max_norm <= 0 && !norm) return ST_OK;
+    /* The sum of squares stays on the device; clipping reads it there, and
+     * only a logged norm comes back. */
+    ST_TRY(st_cuda_grad_sumsq(o->cu, p->grad, p->count));
+    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, p->grad, p->count, max_norm));
+    if (norm) ST_TRY(st_cuda_grad_norm_read(o->cu, norm));
+    return ST_OK;
+#else
+    (void)p;
+    (void)max_norm;
+    (void)norm;
+    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+#endif
+}
+
+st_status st_optim_copy_to_host(const st_optim *o, st_optim *host) {
+    *host = *o;
+    host->dev = NULL;
+    host->cu = NULL;
+    host->m = host->v = NULL;
+    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float), used = (size_t)o->count * sizeof(float);
+    host->m = st_alloc_aligned(nbytes);
+    if (o->v) host->v = st_alloc_aligned(nbytes);
+    st_status s = !host->m || (o->v && !host->v)
+                      ? st_fail(ST_ERR_NOMEM, "out of memory copying the optimizer state (%.1f MiB) to the host",
+                                2.0 * (double)nbytes / (1 << 20))
+                      : ST_OK;
+    if (s == ST_OK) s = st_device_download(o->dev, host->m, o->m, used);
+    if (s == ST_OK && o->v) s = st_device_download(o->dev, host->v, o->v, used);
+    if (s != ST_OK) st_optim_free(host);
+    return s;
+}
+
+st_status st_optim_copy_from_host(st_optim *o, const st_optim *host) {
+    if (host->kind != o->kind || host->lo != o->lo || host->hi != o->hi || (host->v == NULL) != (o->v == NULL))
+        return st_fail(ST_ERR_INTERNAL, "optimizer state of another kind or range: [%lld, %lld), this one [%lld, %lld)",
+                       (long long)host->lo, (long long)host->hi, (long long)o->lo, (long long)o->hi);
+    const size_t used = (size_t)o->count * sizeof(float);
+    ST_TRY(st_device_upload(o->dev, o->m, host->m, used));
+    if (o->v) ST_TRY(st_device_upload(o->dev, o->v, host->v, used));
+    o->t = host->t;
+    return ST_OK;
 }
 
 double st_lr_at(const st_config *cfg, int64_t step, int64_t total) {

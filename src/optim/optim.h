@@ -9,7 +9,13 @@
  * shard boundary is updated piecewise; the formulas are elementwise, so the
  * result is the same). Formulas follow torch.optim exactly
  * (AdamW: Loshchilov & Hutter 2019, Algorithm 2, with PyTorch's bias
- * correction order), so trajectories can be compared step for step. */
+ * correction order), so trajectories can be compared step for step.
+ *
+ * Parameters on a CUDA device (p->dev) keep the state there too, and
+ * st_optim_update and st_optim_clip run the fused kernels of
+ * src/cuda/optim.cu (the same float operations, so an update matches the
+ * host's bit for bit given the same gradients); st_optim_step, st_grad_norm
+ * and st_grad_scale are the host's loops and only take host arenas. */
 #ifndef ST_OPTIM_OPTIM_H
 #define ST_OPTIM_OPTIM_H
 
@@ -17,6 +23,8 @@
 #include "scaletrain/config.h"
 
 typedef enum st_optim_kind { ST_OPTIM_ADAMW, ST_OPTIM_SGD } st_optim_kind;
+
+struct st_cuda_optim;
 
 typedef struct st_optim {
     st_optim_kind kind;
@@ -26,6 +34,8 @@ typedef struct st_optim {
     int64_t lo, hi; /* the arena range the state covers */
     int64_t count;  /* elements of each state arena: hi - lo */
     float *m, *v;   /* (count) AdamW moments / SGD momentum buffer (m); m[i] is element lo + i */
+    st_device *dev; /* where m and v live: NULL = host, else the parameters' device */
+    struct st_cuda_optim *cu; /* the fused kernels' chunk table (on a device) */
 } st_optim;
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
@@ -34,8 +44,24 @@ st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params
 /* Bytes of optimizer state held (measured from the allocations). */
 int64_t st_optim_state_nbytes(const st_optim *o);
 void st_optim_free(st_optim *o);
-/* One update of every trainable parameter in [lo, hi) from its gradient, at rate lr. */
+/* One update of every trainable parameter in [lo, hi) from its gradient, at
+ * rate lr, on the host (o->dev NULL). */
 void st_optim_step(st_optim *o, st_params *p, double lr);
+/* The same wherever the parameters live: st_optim_step on the host, the
+ * fused AdamW/SGD launch on a device (queued, no wait). */
+st_status st_optim_update(st_optim *o, st_params *p, double lr);
+/* One rank's whole gradient (p->grad[0, p->count)), wherever it lives: when
+ * max_norm > 0, clip as the trainer does (norm > max_norm: times
+ * max_norm / (norm + 1e-6)); when norm is not NULL, the norm before clipping
+ * goes there (on a device this waits for the stream: pass NULL on steps that
+ * do not log it). */
+st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm);
+
+/* A host copy of o's state (kind, range, t, m and v) for checkpoints of a
+ * device's optimizer; free with st_optim_free. */
+st_status st_optim_copy_to_host(const st_optim *o, st_optim *host);
+/* Set o's state (t, m, v) from a host copy of the same kind and range. */
+st_status st_optim_copy_from_host(st_optim *o, const st_optim *host);
 
 /* The learning rate for step `step` (0-based) of `total`. */
 double st_lr_at(const st_config *cfg, int64_t step, int64_t total);

@@ -223,6 +223,18 @@ static st_status agree(st_comm *c, st_status mine, const char *what) {
     return ST_OK;
 }
 
+/* This rank's optimizer file; a device's state is written from a host copy. */
+static st_status save_optim(const st_optim *o, const st_params *p, bool sharded, const char *path) {
+    st_optim host;
+    if (o->dev) {
+        ST_TRY(st_optim_copy_to_host(o, &host));
+        o = &host;
+    }
+    st_status s = sharded ? st_ckpt_optim_save_shard(o, path) : st_ckpt_optim_save_tensors(o, p, path);
+    if (o == &host) st_optim_free(&host);
+    return s;
+}
+
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size) {
     const bool sharded = lay && lay->sharded && lay->world > 1;
@@ -255,7 +267,7 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
     if (s == ST_OK) {
         st_ckpt_optim_name(sharded ? rank : 0, mine->name, sizeof mine->name);
         snprintf(path, sizeof path, "%s/%s", tmp, mine->name);
-        s = sharded ? st_ckpt_optim_save_shard(o, path) : st_ckpt_optim_save_tensors(o, &m->params, path);
+        s = save_optim(o, &m->params, sharded, path);
         if (s == ST_OK) s = file_crc(path, &mine->crc, &mine->nbytes);
     }
     if (sharded) {
@@ -489,7 +501,13 @@ st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state 
     ST_TRY(st_ckpt_verify(dir, state));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ST_TRY(st_model_load(m, path));
-    return st_ckpt_optim_load(dir, state, &m->params, o);
+    if (!o->dev) return st_ckpt_optim_load(dir, state, &m->params, o);
+    st_optim host; /* a device's state is read into a host copy, then uploaded */
+    ST_TRY(st_optim_copy_to_host(o, &host));
+    st_status s = st_ckpt_optim_load(dir, state, &m->params, &host);
+    if (s == ST_OK) s = st_optim_copy_from_host(o, &host);
+    st_optim_free(&host);
+    return s;
 }
 
 st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found) {

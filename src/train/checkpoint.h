@@ -12,7 +12,8 @@
  * the range this run's rank updates, the overlapping parts of whichever files
  * the checkpoint has: so a checkpoint resumes on any number of ranks, DDP or
  * ZeRO (resharded on load). Every file's CRC32 and size are in state.json; a
- * missing or damaged one is an error naming it.
+ * missing or damaged one is an error naming it. A model and optimizer on a
+ * CUDA device are written from host copies and restored through them.
  *
  * Internal to src/train. Not here: RNG streams other than the seed (dropout
  * seeds depend on the step only). */

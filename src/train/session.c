@@ -40,6 +40,48 @@ static void setup_threads(st_session *s) {
     openblas_set_num_threads(s->threads);
 }
 
+/* What keeps this configuration off a CUDA device for now, or NULL. */
+static const char *device_blocker(const st_session *s) {
+    const st_config *c = s->cfg;
+    if (s->world > 1)
+        return "data-parallel training on GPUs needs the NCCL communicator, not written yet";
+    if (strcmp(c->precision, "bf16") == 0 || strcmp(c->precision, "fp16") == 0)
+        return "bf16/fp16 on a CUDA device is not written yet (the CPU only emulates its rounding)";
+    if (c->dist.deterministic) return "dist.deterministic folds gradients on the host, not on a CUDA device yet";
+    return NULL;
+}
+
+/* train.device: this rank's GPU (by its rank on the node) or the CPU. auto
+ * takes the GPU when there is one and the configuration can run there, and
+ * says why not otherwise; cuda insists, and an obstacle is an error. */
+static st_status setup_device(st_session *s) {
+    st_config *c = s->cfg;
+    const bool auto_ = strcmp(c->train.device, "auto") == 0;
+    char why[256], note[ST_CFG_NOTE];
+    if (strcmp(c->train.device, "cpu") == 0) return ST_OK;
+    const int n = st_device_cuda_count(why, sizeof why), local = st_comm_local_rank(s->comm);
+    const char *block = device_blocker(s);
+    if (n > 0 && block) {
+        snprintf(why, sizeof why, "%s", block);
+    } else if (n > 0 && local >= n) {
+        snprintf(why, sizeof why, "rank %d is rank %d on its node, which has %d CUDA device(s)", s->rank, local, n);
+    } else if (n > 0) {
+        ST_TRY(st_device_open_cuda(local, &s->dev));
+        if (auto_) {
+            snprintf(c->train.device, sizeof c->train.device, "cuda");
+            snprintf(note, sizeof note, "%s", st_device_name(s->dev));
+            st_config_mark_auto(c, "train.device", note);
+        }
+        return ST_OK;
+    }
+    if (!auto_)
+        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; use train.device: cpu (or auto)", why);
+    snprintf(c->train.device, sizeof c->train.device, "cpu");
+    snprintf(note, sizeof note, "%s", why);
+    st_config_mark_auto(c, "train.device", note);
+    return ST_OK;
+}
+
 /* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
 static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
                              st_dataset *out) {
@@ -178,6 +220,10 @@ static st_status plan(st_session *s, st_model_input *in) {
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
                        (long long)c->train.batch_size, s->world, s->world);
+    if (s->dev && strcmp(c->precision, "auto") == 0) { /* before the planner, which plans for the CPU */
+        snprintf(c->precision, sizeof c->precision, "fp32");
+        st_config_mark_auto(c, "precision", "fp32 on a CUDA device: its bf16 kernels are not written yet");
+    }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
         return st_fail(ST_ERR_CONFIG,
@@ -245,10 +291,11 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     s->rank = st_comm_rank(s->comm);
     s->world = st_comm_size(s->comm);
     setup_threads(s);
+    ST_TRY(setup_device(s));
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));
-    ST_TRY(st_model_create(cfg, &in, &s->model));
+    ST_TRY(st_model_create_on(cfg, &in, s->dev, &s->model));
     if (s->has_val) ST_TRY(st_model_graph_build(s->model, cfg->train.eval_batch_size, &s->eval_graph));
     return ST_OK;
 }
@@ -256,47 +303,102 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 void st_session_close(st_session *s) {
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
+    st_device_free(s->dev); /* after everything that lives there */
     st_dataset_free(&s->train);
     st_dataset_free(&s->val);
     st_comm_free(s->comm);
     memset(s, 0, sizeof *s);
 }
 
+/* Host buffers for evaluating on a device: the batch is assembled there and
+ * uploaded, and image logits (B, classes) come back for the accuracy; a
+ * language model's (B, T, V) logits stay on the device (only its loss is
+ * reported). On the host the graph's own tensors serve. */
+typedef struct eval_io {
+    float *x;      /* (B, H, W, C) or (B, D) images and features */
+    int32_t *xi;   /* (B, T) tokens */
+    int32_t *y;    /* (B) or (B, T) targets */
+    float *logits; /* (B, classes); NULL for a language model on a device */
+} eval_io;
+
+static st_status eval_io_init(const st_session *s, const st_model_graph *mg, eval_io *io) {
+    memset(io, 0, sizeof *io);
+    if (!s->dev) {
+        *io = (eval_io){.x = mg->x->data, .xi = mg->x->idata, .y = mg->y->idata, .logits = mg->logits->data};
+        return ST_OK;
+    }
+    const bool images = s->val.kind == ST_DATA_IMAGES;
+    if (mg->x->dtype == ST_F32) io->x = malloc((size_t)mg->x->count * sizeof *io->x);
+    else io->xi = malloc((size_t)mg->x->count * sizeof *io->xi);
+    io->y = malloc((size_t)mg->y->count * sizeof *io->y);
+    if (images) io->logits = malloc((size_t)mg->logits->count * sizeof *io->logits);
+    if ((!io->x && !io->xi) || !io->y || (images && !io->logits))
+        return st_fail(ST_ERR_NOMEM, "out of memory for the evaluation batch");
+    return ST_OK;
+}
+
+static void eval_io_free(const st_session *s, eval_io *io) {
+    if (!s->dev) return;
+    free(io->x);
+    free(io->xi);
+    free(io->y);
+    free(io->logits);
+}
+
+/* One batch on the device: inputs up, forward, logits (when kept) and the loss back. */
+static st_status eval_forward(st_session *s, st_model_graph *mg, const eval_io *io, float *loss) {
+    if (s->dev) {
+        const st_tensor *x = mg->x;
+        ST_TRY(st_device_upload(s->dev, x->dtype == ST_F32 ? (void *)x->data : (void *)x->idata,
+                                x->dtype == ST_F32 ? (const void *)io->x : (const void *)io->xi,
+                                (size_t)x->count * 4));
+        ST_TRY(st_device_upload(s->dev, mg->y->idata, io->y, (size_t)mg->y->count * sizeof(int32_t)));
+    }
+    ST_TRY(st_graph_forward(&mg->g));
+    if (s->dev && io->logits)
+        ST_TRY(st_device_download(s->dev, io->logits, mg->logits->data, (size_t)mg->logits->count * sizeof(float)));
+    return st_device_download(s->dev, loss, mg->loss->data, sizeof *loss);
+}
+
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
     st_model_graph *mg = &s->eval_graph;
     const st_dataset *d = &s->val;
     const int64_t B = mg->batch;
+    eval_io io;
+    st_status st = eval_io_init(s, mg, &io);
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    if (!idx) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (st == ST_OK && !idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
     int64_t n = d->n;
     if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
     double loss_sum = 0;
     int64_t valid = 0, correct = 0;
-    st_status st = ST_OK;
     mg->g.training = false;
     const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
     const int64_t per = mg->y->count / B; /* targets per sample */
     for (int64_t start = 0; start < n && st == ST_OK; start += B) {
         int64_t cnt = n - start < B ? n - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
-        st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
-        if (st == ST_OK) st = st_graph_forward(&mg->g);
+        st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, io.x, io.xi, io.y);
+        float batch_loss = 0;
+        if (st == ST_OK) st = eval_forward(s, mg, &io, &batch_loss);
         if (st != ST_OK) break;
         int64_t v = 0;
         for (int64_t r = 0; r < cnt * per; r++) {
-            int32_t t = mg->y->idata[r];
+            int32_t t = io.y[r];
             if (t == ST_IGNORE_INDEX) continue;
             v++;
-            const float *row = mg->logits->data + r * classes;
+            if (!io.logits) continue;
+            const float *row = io.logits + r * classes;
             int64_t best = 0;
             for (int64_t k = 1; k < classes; k++)
                 if (row[k] > row[best]) best = k;
             correct += best == t;
         }
-        loss_sum += (double)mg->loss->data[0] * (double)v;
+        loss_sum += (double)batch_loss * (double)v;
         valid += v;
     }
     free(idx);
+    eval_io_free(s, &io);
     if (st != ST_OK) return st;
     *loss = valid ? loss_sum / (double)valid : 0.0;
     *accuracy = valid ? (double)correct / (double)valid : 0.0;

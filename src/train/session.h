@@ -17,6 +17,7 @@ typedef struct st_session {
     bool has_train, has_val;
     st_model *model;
     st_model_graph eval_graph;
+    st_device *dev; /* train.device: NULL = the CPU, else this rank's GPU (model and graphs live there) */
     FILE *out;
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */
@@ -25,8 +26,9 @@ typedef struct st_session {
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
 } st_session;
 
-/* Start the communicator (rank and world), open data (train unless
- * eval_only), fill `auto` values, create the model. */
+/* Start the communicator (rank and world), open the device (train.device),
+ * open data (train unless eval_only), fill `auto` values, create the model
+ * (on the device). */
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
 void st_session_close(st_session *s);
 

@@ -1,6 +1,13 @@
 /* The training step loop on one process: batches in epoch-seeded order,
  * gradient accumulation over micro-batches, clipping, the optimizer and the
- * schedule, progress, evaluation, the summary and the saved weights. */
+ * schedule, progress, evaluation, the summary and the saved weights.
+ *
+ * On a CUDA device (ses->dev) the same loop runs with the model there: the
+ * loader still assembles batches on the host and each micro-step uploads its
+ * batch into the graph's inputs; the loss comes back (one float per
+ * micro-step) for logging and the NaN check; the gradient norm, clipping and
+ * the optimizer are the fused kernels (st_optim_clip, st_optim_update), and
+ * checkpoints go through the host. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -75,6 +82,7 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     st_config_print(ses->cfg, ses->out);
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
             (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
+    if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
     fflush(ses->out);
 }
 
@@ -138,6 +146,7 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
+    st_device *dev = ses->dev;
     const int64_t mb = c->train.micro_batch_size, accum = c->train.batch_size / (mb * ses->world);
     const int64_t steps = c->train.steps, n = ses->train.n;
     const bool lm = ses->train.kind == ST_DATA_TOKENS;
@@ -288,9 +297,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(st_loader_next(ld, &b));
             st_trace_add(trace, ST_TRACE_TID_STEP, "data", "data wait", tt, st_now());
             wait_total += b->wait_s;
-            memcpy(lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x, b->x_nbytes);
-            memcpy(mg.y->idata, b->y, b->y_nbytes);
+            /* (on the host: a memcpy; on a device: a copy there) */
+            s = st_device_upload(dev, lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x,
+                                 b->x_nbytes);
+            if (s == ST_OK) s = st_device_upload(dev, mg.y->idata, b->y, b->y_nbytes);
             st_loader_release(ld, b);
+            if (s != ST_OK) goto fail;
             /* The global micro-batch index: rank r's k-th micro-batch is the
              * (r * accum + k)-th of the step, as for 1 rank accumulating
              * (k * world + r in deterministic mode: dist.h). */
@@ -299,13 +311,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             tt = st_now();
             ST_GOTO(st_graph_forward(&mg.g));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "forward", tt, st_now());
-            step_loss += mg.loss->data[0] / (double)accum;
             ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
             tt = st_now();
             /* fp16: the loss gradient times the loss scale (1 otherwise). */
             ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
             ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
+            /* Read after backward (which leaves it as it is): on a device
+             * this waits for the micro-step, not for its forward alone. */
+            float loss;
+            ST_GOTO(st_device_download(dev, &loss, mg.loss->data, sizeof loss));
+            step_loss += loss / (double)accum;
         }
         if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
             float l = (float)step_loss;
@@ -326,10 +342,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a
              * logged line (on every rank: under ZeRO it is a collective). */
-            if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
-            if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-                st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
-            st_optim_step(&opt, &m->params, lr);
+            if (dev) { /* one rank: the norm and the clip stay on the device; a logged norm comes back */
+                ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL));
+            } else {
+                if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
+                if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
+                    st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+            }
+            ST_GOTO(st_optim_update(&opt, &m->params, lr));
         }
         ST_GOTO(st_dist_step_end(&dd));
         st_params_touch(&m->params); /* ZeRO's all-gather wrote the weights too */
@@ -481,9 +501,11 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         mine.save = false;
         opts = &mine;
     }
-    st_model_init_weights(ses.model, (uint64_t)cfg->train.seed);
+    ST_GOTO(st_params_init(&ses.model->params, (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
-    if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0) { /* only metrics.jsonl's mfu needs it */
+    /* Only metrics.jsonl's mfu needs it; a host sgemm says nothing of a
+     * GPU's peak (left auto there: no mfu unless log.peak_gflops is set). */
+    if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0 && !ses.dev) {
         char why[ST_CFG_NOTE];
         double g;
         ST_GOTO(st_metrics_measure_peak_gflops(&g));

@@ -31,6 +31,9 @@ expect 1 "apt-get install" "$bin" train --set data.train=/usr/share/datasets/fas
 expect 2 "unknown option" "$bin" train --bogus
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
+if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
+    expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"
+fi
 printf 'not weights' >"$tmp/bad.safetensors"
 expect 1 "bad.safetensors" "$bin" eval --init "$tmp/bad.safetensors" --set train.eval_steps=1
 [ ! -e runs/default/unknown ] || fails=$((fails + 1))

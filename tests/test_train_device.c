@@ -1,0 +1,112 @@
+/* train.device on whatever machine this runs on (docs/cuda.md):
+ *   - without a usable GPU (no device, no driver, or a build without CUDA):
+ *     train.device cuda fails naming the key and the reason, and auto trains
+ *     on the CPU with that reason in the effective configuration;
+ *   - with one: auto picks it (the note names it), and configurations the
+ *     device cannot run yet (bf16) fail under cuda and fall back to the CPU
+ *     under auto, saying why;
+ *   - everywhere: train.device cpu stays on the CPU, and a run stopped after
+ *     6 steps and resumed from its checkpoint ends with the weights of the
+ *     straight 12-step run, bit for bit (the check of tests/train_fixture.h
+ *     that test_cuda_train.c repeats on the device). */
+#include <unistd.h>
+
+#include "core/device.h"
+#include "train_fixture.h"
+
+static char root[] = "/tmp/test_train_device.XXXXXX";
+
+/* The effective configuration as st_config_print writes it. */
+static char *printed(const st_config *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    if (!fp) return NULL;
+    st_config_print(c, fp);
+    fclose(fp);
+    return buf;
+}
+
+static void no_gpu(const char *why) {
+    st_config c;
+    st_run_result r;
+    const char *cuda[] = {"train.device=cuda", "train.steps=4", NULL};
+    CHECK_OK(tf_config(&c, root, "cuda", cuda));
+    CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_UNSUPPORTED, "train.device cuda: ");
+    char head[40]; /* the start of the reason: the note keeps its first 95 bytes */
+    snprintf(head, sizeof head, "%s", why);
+    CHECK(strstr(st_last_error(), head) != NULL, "the error '%s' should give the reason '%s'", st_last_error(), why);
+    CHECK(strstr(st_last_error(), "train.device: cpu") != NULL, "the error '%s' should say what to do",
+          st_last_error());
+
+    const char *au[] = {"train.steps=8", NULL};
+    CHECK_OK(tf_config(&c, root, "auto", au));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK(strcmp(c.train.device, "cpu") == 0, "auto without a GPU: train.device %s, expected cpu", c.train.device);
+    CHECK(st_config_source(&c, "train.device") == ST_SRC_AUTO, "train.device should be marked auto");
+    char *text = printed(&c);
+    CHECK(text && strstr(text, head), "the effective configuration should give the reason '%s':\n%s", head,
+          text ? text : "(none)");
+    free(text);
+    CHECK(r.steps == 8 && r.train_loss < r.first_loss, "trained 8 steps on the CPU: %lld, loss %g -> %g",
+          (long long)r.steps, r.first_loss, r.train_loss);
+}
+
+static void gpu(void) {
+    st_config c;
+    st_run_result r;
+    const char *au[] = {"train.steps=4", NULL};
+    CHECK_OK(tf_config(&c, root, "auto", au));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK(strcmp(c.train.device, "cuda") == 0, "auto with a GPU: train.device %s, expected cuda", c.train.device);
+    char *text = printed(&c);
+    CHECK(text && strstr(text, "cuda:0"), "the effective configuration should name the GPU:\n%s",
+          text ? text : "(none)");
+    free(text);
+    const char *bf[] = {"train.steps=4", "train.device=cuda", "precision=bf16", NULL};
+    CHECK_OK(tf_config(&c, root, "bf16", bf));
+    CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_UNSUPPORTED, "bf16/fp16 on a CUDA device");
+    const char *bfa[] = {"train.steps=4", "precision=bf16", NULL};
+    CHECK_OK(tf_config(&c, root, "bf16-auto", bfa));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK(strcmp(c.train.device, "cpu") == 0, "auto with bf16: train.device %s, expected cpu", c.train.device);
+}
+
+/* 12 steps straight, and 6 then 6 more resumed from the checkpoint. */
+static void resume(void) {
+    st_config c;
+    st_run_result r;
+    const char *straight[] = {"train.device=cpu", "train.steps=12", "optim.schedule=constant", NULL};
+    const char *first[] = {"train.device=cpu", "train.steps=6", "optim.schedule=constant", NULL};
+    CHECK_OK(tf_config(&c, root, "straight", straight));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK(strcmp(c.train.device, "cpu") == 0 && st_config_source(&c, "train.device") == ST_SRC_SET,
+          "train.device cpu stays cpu: %s", c.train.device);
+    CHECK_OK(tf_config(&c, root, "resumed", first));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK_OK(tf_config(&c, root, "resumed", straight));
+    CHECK_OK(tf_train(&c, "auto", &r));
+    CHECK(r.start_step == 6 && r.steps == 12, "resumed at step %lld, ended at %lld", (long long)r.start_step,
+          (long long)r.steps);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/resumed/model.safetensors", root);
+    snprintf(b, sizeof b, "%s/straight/model.safetensors", root);
+    tf_compare_weights("cpu: resumed against straight", a, b, 0, 0);
+}
+
+int main(void) {
+    if (!mkdtemp(root)) return st_test_skip("test_train_device", "cannot create a temporary directory");
+    CHECK_OK(tf_make_data(root));
+    char why[256] = "";
+    const int n = st_device_cuda_count(why, sizeof why);
+    printf("CUDA devices: %d%s%s\n", n, n ? "" : ": ", why);
+    if (st_test_failures == 0) {
+        if (n == 0) no_gpu(why);
+        else gpu();
+        resume();
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    return st_test_finish("test_train_device");
+}
