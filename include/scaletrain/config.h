@@ -18,7 +18,7 @@
 #define ST_AUTO (-1)        /* integer keys set to `auto` */
 #define ST_CFG_STR 256      /* bytes of a string value */
 #define ST_CFG_LIST 16      /* entries of a list value */
-#define ST_CFG_KEYS_MAX 64  /* keys in the schema (src/core/config_schema.c checks it) */
+#define ST_CFG_KEYS_MAX 80  /* keys in the schema (src/core/config_schema.c checks it) */
 #define ST_CFG_NOTE 96      /* bytes of a source note */
 
 /* Where a value came from, for the printed effective configuration. */
@@ -99,6 +99,7 @@ typedef struct st_config {
         double bucket_cap_mb;      /*                                  default 25 */
         char grad_dtype[ST_CFG_STR]; /* fp32 | bf16 | fp16 (all-reduce)  default fp32 */
         bool deterministic;        /*                                  default false */
+        bool sync_batchnorm;       /* batch-norm statistics over all ranks default false */
         int64_t timeout_s;         /*                                  default 600 */
     } dist;
     struct {

@@ -40,7 +40,9 @@
  * of per-block sums in block order (zero.h), also independent of N. What
  * gives identical bits is stated in docs/distributed.md.
  *
- * Not here: the bucket plan (ddp.c), sync batch-norm. */
+ * Not here: the bucket plan (ddp.c); sync batch-norm (dist.sync_batchnorm:
+ * the layer reduces its statistics through the graph's allreduce_sum hook,
+ * which train.c points at the communicator; src/layers/batchnorm.c). */
 #ifndef ST_DIST_DIST_H
 #define ST_DIST_DIST_H
 
