@@ -1,7 +1,9 @@
 /* Batchnorm: forward and the running-statistics update against a double
  * reference, finite-difference gradients in training and eval mode for (B, C)
  * and NHWC inputs, the write/add contract, the same bits with 1 and 2
- * threads, the batch-of-one error in training, build errors. */
+ * threads, the batch-of-one error in training, build errors; sync batch-norm's
+ * reductions through a hook that doubles every sum, as if a second rank held
+ * the same rows (the real multi-rank check is tests/mpi/sync_bn_check.c). */
 #include <omp.h>
 
 #include "layercheck.h"
@@ -153,6 +155,102 @@ static void check_threads(void) {
     omp_set_num_threads(omp_get_num_procs());
 }
 
+/* The allreduce_sum hook of a two-rank job whose other rank has the same data. */
+static st_status twice(void *ctx, double *buf, int64_t n, const char *name) {
+    int *calls = ctx;
+    ++*calls;
+    CHECK(name && strstr(name, "sync batch-norm bn.out"), "the reduction's name '%s'", name ? name : "(null)");
+    for (int64_t i = 0; i < n; i++)
+        buf[i] *= 2;
+    return ST_OK;
+}
+
+static st_status lonely(void *ctx, double *buf, int64_t n, const char *name) { return ST_OK; }
+
+static st_status broken(void *ctx, double *buf, int64_t n, const char *name) {
+    return st_fail(ST_ERR_IO, "all-reduce '%s' failed", name);
+}
+
+/* Doubled sums: the same mean, variance and gradients as one rank alone,
+ * but running_var's unbiased correction uses the global count 2M. */
+static void check_sync_twice(bn_case c) {
+    const int64_t C = c.shape[c.ndim - 1], M = st_shape_count(c.ndim, c.shape) / C;
+    char label[96];
+    snprintf(label, sizeof label, "sync batchnorm%s M%lld C%lld, doubled sums", c.relu ? "_relu" : "",
+             (long long)M, (long long)C);
+    bn_net a, b; /* a: one rank; b: "two" */
+    bn_build(&a, &c, 3);
+    bn_build(&b, &c, 3);
+    int calls = 0;
+    b.g.allreduce_sum = twice;
+    b.g.allreduce_ctx = &calls;
+    float *rv0 = malloc((size_t)C * sizeof(float));
+    memcpy(rv0, a.rv->data, (size_t)C * sizeof(float));
+    CHECK_OK(st_graph_forward(&a.g));
+    CHECK_OK(st_graph_forward(&b.g));
+    CHECK(calls == 2, "%s: %d reductions in forward, expected 2", label, calls);
+    double *want = malloc((size_t)(a.y->count > 2 * C ? a.y->count : 2 * C) * sizeof(double));
+    for (int64_t i = 0; i < a.y->count; i++) want[i] = a.y->data[i];
+    lc_compare(label, "y", b.y->data, want, a.y->count, 1e-5, 1e-6);
+    for (int64_t i = 0; i < 2 * C; i++) want[i] = a.g.nodes[0].saved[i];
+    lc_compare(label, "mean, rstd", b.g.nodes[0].saved, want, 2 * C, 1e-6, 1e-7);
+    for (int64_t ch = 0; ch < C; ch++) want[ch] = a.rm->data[ch];
+    lc_compare(label, "running_mean", b.rm->data, want, C, 1e-6, 1e-7);
+    const double mom = c.momentum;
+    for (int64_t ch = 0; ch < C; ch++) { /* the biased variance from rstd, unbiased with 2M */
+        const double rs = a.g.nodes[0].saved[C + ch], var = 1.0 / (rs * rs) - (double)c.eps;
+        want[ch] = (1 - mom) * rv0[ch] + mom * var * (2.0 * (double)M) / (2.0 * (double)M - 1.0);
+    }
+    lc_compare(label, "running_var (global count)", b.rv->data, want, C, 1e-5, 1e-6);
+
+    st_rng r = st_rng_make(8, 4);
+    gc_fill(a.y->grad, a.y->count, &r, 1.0f);
+    memcpy(b.y->grad, a.y->grad, (size_t)a.y->count * sizeof(float));
+    memset(a.p.grad, 0, (size_t)a.p.arena_count * sizeof(float));
+    memset(b.p.grad, 0, (size_t)b.p.arena_count * sizeof(float));
+    calls = 0;
+    CHECK_OK(a.g.nodes[0].ops->backward(&a.g.nodes[0], &a.g));
+    CHECK_OK(b.g.nodes[0].ops->backward(&b.g.nodes[0], &b.g));
+    CHECK(calls == 1, "%s: %d reductions in backward, expected 1", label, calls);
+    st_tensor *ta[3] = {a.x, a.w, a.b}, *tb[3] = {b.x, b.w, b.b};
+    const char *what[3] = {"dx", "dweight", "dbias"};
+    for (int k = 0; k < 3; k++) {
+        double *ref = malloc((size_t)ta[k]->count * sizeof(double));
+        for (int64_t i = 0; i < ta[k]->count; i++) ref[i] = ta[k]->grad[i];
+        lc_compare(label, what[k], tb[k]->grad, ref, ta[k]->count, 1e-4, 1e-5);
+        free(ref);
+    }
+    /* eval: running statistics, no reduction */
+    a.g.training = b.g.training = false;
+    calls = 0;
+    CHECK_OK(st_graph_forward(&b.g));
+    CHECK_OK(b.g.nodes[0].ops->backward(&b.g.nodes[0], &b.g));
+    CHECK(calls == 0, "%s: eval made %d reductions", label, calls);
+    free(want);
+    free(rv0);
+    bn_free(&a);
+    bn_free(&b);
+}
+
+/* One row per rank is fine when the ranks together have more; alone it is
+ * the batch-of-one error; a failed reduction is returned. */
+static void check_sync_errors(void) {
+    bn_case c = {2, {1, 3}, true, 1e-5f, 0.1f, 0.0f, false};
+    bn_net n;
+    int calls = 0;
+    bn_build(&n, &c, 4);
+    n.g.allreduce_ctx = &calls;
+    n.g.allreduce_sum = twice;
+    CHECK_OK(st_graph_forward(&n.g));
+    for (int64_t ch = 0; ch < 3; ch++) /* two equal rows: variance 0 */
+        CHECK_CLOSE(n.g.nodes[0].saved[3 + ch], 1.0 / sqrt(1e-5), 1e-2);
+    n.g.allreduce_sum = lonely;
+    CHECK_FAILS(st_graph_forward(&n.g), ST_ERR_SHAPE, "over all ranks");
+    n.g.allreduce_sum = broken;
+    CHECK_FAILS(st_graph_forward(&n.g), ST_ERR_IO, "sync batch-norm bn.out");
+    bn_free(&n);
+}
+
 static void check_errors(void) {
     st_params p = {0};
     st_graph g;
@@ -193,5 +291,8 @@ int main(void) {
     check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f, true});
     check_threads();
     check_errors();
+    check_sync_twice((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, false});
+    check_sync_twice((bn_case){2, {200, 3}, true, 1e-5f, 0.2f, 0.0f, true});
+    check_sync_errors();
     return st_test_finish("test_grad_batchnorm");
 }

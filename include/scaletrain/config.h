@@ -100,6 +100,7 @@ typedef struct st_config {
         double bucket_cap_mb;      /*                                  default 25 */
         char grad_dtype[ST_CFG_STR]; /* fp32 | bf16 | fp16 (all-reduce)  default fp32 */
         bool deterministic;        /*                                  default false */
+        bool sync_batchnorm;       /* batch-norm statistics over all ranks default false */
         int64_t timeout_s;         /*                                  default 600 */
     } dist;
     struct {

@@ -51,6 +51,8 @@ const char *st_comm_dtype_name(st_comm_dtype dt) {
         return "bfloat16";
     case ST_COMM_F16:
         return "float16";
+    case ST_COMM_F64:
+        return "float64";
     }
     return "unknown type";
 }
@@ -74,6 +76,7 @@ size_t st_comm_dtype_size(st_comm_dtype dt) {
     case ST_COMM_F32:
         return 4;
     case ST_COMM_I64:
+    case ST_COMM_F64:
         return 8;
     case ST_COMM_U8:
         return 1;

@@ -35,14 +35,15 @@ typedef enum st_comm_dtype {
     ST_COMM_U8,
     ST_COMM_BF16, /* 16-bit floats held as their bits (uint16_t, src/core/half.h) */
     ST_COMM_F16,
+    ST_COMM_F64, /* double: small reductions that must not lose precision (sync batch-norm) */
 } st_comm_dtype;
 
 /* Reductions. AVG is SUM divided by the world size (in the element type, after
- * the sum), float32 only. Integers: SUM, MIN, MAX; bytes: MIN, MAX. BF16 and
- * F16: SUM only, where each addition widens both operands to fp32, adds in
- * fp32 and rounds the partial sum back to 16 bits (it travels on in 16 bits):
- * with 2 ranks the result is round(a + b) exactly; with N, N - 1 roundings of
- * partial sums, in MPI's order (as NCCL's bf16 sum). */
+ * the sum), float32 only. float64 and integers: SUM, MIN, MAX; bytes: MIN,
+ * MAX. BF16 and F16: SUM only, where each addition widens both operands to
+ * fp32, adds in fp32 and rounds the partial sum back to 16 bits (it travels on
+ * in 16 bits): with 2 ranks the result is round(a + b) exactly; with N, N - 1
+ * roundings of partial sums, in MPI's order (as NCCL's bf16 sum). */
 typedef enum st_comm_redop {
     ST_COMM_SUM = 0,
     ST_COMM_AVG,

@@ -48,6 +48,8 @@ static MPI_Datatype mpi_type(st_comm_dtype dt) {
     switch (dt) {
     case ST_COMM_F32:
         return MPI_FLOAT;
+    case ST_COMM_F64:
+        return MPI_DOUBLE;
     case ST_COMM_I64:
         return MPI_INT64_T;
     case ST_COMM_U8:

@@ -143,6 +143,8 @@ const st_cfg_key st_cfg_keys[] = {
            "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
     K_BOOL("dist.deterministic", dist.deterministic, "false",
            "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
+    K_BOOL("dist.sync_batchnorm", dist.sync_batchnorm, "false",
+           "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank (PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
 

@@ -16,7 +16,11 @@
  * w rstd dy in eval, written or added as in_acc says.
  *
  * Workspace (doubles, then floats; set in `prepare`): p1, p2 (NB, C) each,
- * then three float vectors of C. */
+ * then three float vectors of C.
+ *
+ * Not here: synchronised batch-norm (the graph's allreduce_sum hook,
+ * dist.sync_batchnorm); training with the hook set is an error that names
+ * the option (the trainer refuses it before training starts). */
 #include <math.h>
 
 #include "common.cuh"
@@ -146,7 +150,15 @@ static __global__ void grad_input_kernel(const float *x, const float *dy, const 
     }
 }
 
+static st_status no_sync(const st_node *n) {
+    return st_fail(ST_ERR_CONFIG,
+                   "batchnorm %s: dist.sync_batchnorm is not implemented on a CUDA device yet; set "
+                   "dist.sync_batchnorm: false",
+                   n->out->name);
+}
+
 static st_status batchnorm_forward(st_node *n, st_graph *g) {
+    if (g->training && g->allreduce_sum) return no_sync(n);
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
     cudaStream_t st = st_cuda_stream(g);
@@ -178,6 +190,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
 }
 
 static st_status batchnorm_backward(st_node *n, st_graph *g) {
+    if (g->training && g->allreduce_sum) return no_sync(n);
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     cudaStream_t st = st_cuda_stream(g);
     const float *x = n->in[0]->data;                              /* (M, C) */

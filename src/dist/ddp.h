@@ -19,7 +19,8 @@
  * rank holds only its shard of gradients, and during backward only its shard
  * plus the buckets whose reductions are still in flight.
  *
- * Used by dist.c. Not here: sync batch-norm (issue 4, later part). */
+ * Used by dist.c. Not here: sync batch-norm (src/layers/batchnorm.c, through
+ * the graph's allreduce_sum hook that train.c sets). */
 #ifndef ST_DIST_DDP_H
 #define ST_DIST_DDP_H
 

@@ -46,7 +46,9 @@
  * clips through st_optim_clip (st_dist_grad_norm and st_dist_grad_scale
  * take host arenas).
  *
- * Not here: the bucket plan (ddp.c), sync batch-norm. */
+ * Not here: the bucket plan (ddp.c); sync batch-norm (dist.sync_batchnorm:
+ * the layer reduces its statistics through the graph's allreduce_sum hook,
+ * which train.c points at the communicator; src/layers/batchnorm.c). */
 #ifndef ST_DIST_DIST_H
 #define ST_DIST_DIST_H
 

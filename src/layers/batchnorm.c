@@ -14,8 +14,26 @@
  * a sample of the data keeps E[d^2] - E[d]^2 free of cancellation). The
  * per-channel reductions run over a fixed set of row blocks whose partials
  * are combined in block order, so the results are the same bits whatever the
- * thread count. Not here: unbatched input, affine=False,
- * track_running_stats=False. */
+ * thread count.
+ *
+ * Synchronised batch-norm (dist.sync_batchnorm; PyTorch's SyncBatchNorm):
+ * with the graph's allreduce_sum hook set, training uses the statistics of
+ * the global micro-batch, every rank's rows together. Forward reduces in two
+ * rounds of doubles (sync_stats below): first (count, sum x) gives the global
+ * mean mu; then each rank sends its rows' sum of squared deviations from mu,
+ * computed from its own shifted sums as M2_r + M_r (m_r - mu)^2 (Chan, Golub
+ * and LeVeque 1979, the pairwise update), so no quantity is a difference of
+ * two large sums. One round with one shift agreed on beforehand would need
+ * a broadcast first (two collectives as well); one round with sums shifted
+ * by a value every rank already has (0, the running mean) is E[x^2] - E[x]^2
+ * again at the first step, which the shift exists to avoid. Backward reduces
+ * (count, sum dy, sum dy xhat) in one round, so dx is exact for the global
+ * statistics; dweight and dbias stay this rank's sums (the data-parallel
+ * all-reduce averages them with the other gradients). The running statistics
+ * move with the global mean and the unbiased global variance (n / (n - 1),
+ * n the global count), the same on every rank. Eval: no communication.
+ *
+ * Not here: unbatched input, affine=False, track_running_stats=False. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,9 +51,15 @@ static void block_range(int64_t M, int64_t j, int64_t *lo, int64_t *hi) {
     *hi = (j + 1) * rows < M ? (j + 1) * rows : M;
 }
 
-/* Workspace, in doubles: two sets of block partials (nb, C), then three
- * float vectors of C. */
-static int64_t work_doubles(int64_t M, int64_t C) { return 2 * n_blocks(M) * C + (3 * C + 1) / 2; }
+/* Workspace, in doubles: two sets of block partials (nb, C), three float
+ * vectors of C, then the buffer sync batch-norm reduces (2C + 1). */
+static int64_t work_doubles(int64_t M, int64_t C) {
+    return 2 * n_blocks(M) * C + (3 * C + 1) / 2 + 2 * C + 1;
+}
+
+static double *sync_buffer(const st_graph *g, int64_t M, int64_t C) {
+    return (double *)g->work + 2 * n_blocks(M) * C + (3 * C + 1) / 2;
+}
 
 /* Per channel: a = sum over rows of fa, b = sum of fb, from the block
  * partials pa, pb (nb, C), combined in block order. */
@@ -51,6 +75,39 @@ static void combine(const double *pa, const double *pb, int64_t nb, int64_t C, d
     }
 }
 
+/* Sync batch-norm's forward reduction. In: sa, sb (C) this rank's sums of
+ * d = x - shift and d^2 over its M rows. Out: sa = the global mean, sb = the
+ * global biased variance, *count = the global number of rows. */
+static st_status sync_stats(st_node *n, st_graph *g, const float *shift, int64_t M, int64_t C, double *sa,
+                            double *sb, double *count) {
+    double *buf = sync_buffer(g, M, C); /* (C + 1) */
+    char what[ST_NAME_MAX + 48];
+    buf[0] = (double)M;
+    for (int64_t c = 0; c < C; c++)
+        buf[1 + c] = (double)M * shift[c] + sa[c]; /* sum of x */
+    snprintf(what, sizeof what, "sync batch-norm %s: sums", n->out->name);
+    ST_TRY(g->allreduce_sum(g->allreduce_ctx, buf, C + 1, what));
+    const double N = buf[0];
+    if (N < 2)
+        return st_fail(ST_ERR_SHAPE,
+                       "batchnorm %s: training needs more than one value per channel over all ranks, got %g; "
+                       "use a larger micro-batch",
+                       n->out->name, N);
+    for (int64_t c = 0; c < C; c++) {
+        const double mu = buf[1 + c] / N, mr = shift[c] + sa[c] / (double)M; /* global, this rank's mean */
+        double m2 = sb[c] - sa[c] * sa[c] / (double)M;                       /* this rank's sum of (x - mr)^2 */
+        if (m2 < 0) m2 = 0;
+        sa[c] = mu;
+        buf[c] = m2 + (double)M * (mr - mu) * (mr - mu); /* this rank's sum of (x - mu)^2 */
+    }
+    snprintf(what, sizeof what, "sync batch-norm %s: squares", n->out->name);
+    ST_TRY(g->allreduce_sum(g->allreduce_ctx, buf, C, what));
+    for (int64_t c = 0; c < C; c++)
+        sb[c] = buf[c] / N;
+    *count = N;
+    return ST_OK;
+}
+
 static st_status batchnorm_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
@@ -62,7 +119,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     double *p1 = (double *)g->work, *p2 = p1 + nb * C;               /* (nb, C) each */
     float *scale = (float *)(p2 + nb * C);                           /* (C) */
     if (g->training) {
-        if (M < 2)
+        if (M < 2 && !g->allreduce_sum) /* synchronised: checked on the global count */
             return st_fail(ST_ERR_SHAPE,
                            "batchnorm %s: training needs more than one value per channel, got 1 row; "
                            "use a batch larger than 1",
@@ -82,19 +139,27 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
                     b[c] += d * d;
                 }
         }
-        /* combine into the first block's slots */
+        /* combine into the first block's slots, then p1 = mean, p2 = biased variance */
         combine(p1, p2, nb, C, p1, p2);
+        double count = (double)M;
+        if (g->allreduce_sum) {
+            ST_TRY(sync_stats(n, g, shift, M, C, p1, p2, &count));
+        } else {
+            for (int64_t c = 0; c < C; c++) {
+                const double md = p1[c] / (double)M;
+                double var = p2[c] / (double)M - md * md;
+                if (var < 0) var = 0;
+                p1[c] = shift[c] + md;
+                p2[c] = var;
+            }
+        }
         for (int64_t c = 0; c < C; c++) {
-            const double md = p1[c] / (double)M;
-            double var = p2[c] / (double)M - md * md;
-            if (var < 0) var = 0;
-            const double mu = shift[c] + md;
+            const double mu = p1[c], var = p2[c];
             mean[c] = (float)mu;
             rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
             if (g->recomputing) continue; /* checkpointing's second forward: updated once already */
             rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
-            rvar[c] =
-                (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
+            rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * count / (count - 1.0));
         }
     } else {
         for (int64_t c = 0; c < C; c++) {
@@ -154,12 +219,26 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     }
     if (!dx) return ST_OK;
     /* Training: dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)), since the
-     * batch statistics depend on x; eval: dx = w rstd dy. */
+     * batch statistics depend on x; eval: dx = w rstd dy. Synchronised, the
+     * means are over the global micro-batch (every rank's rows). */
     const bool train = g->training;
+    double count = (double)M;
+    if (train && g->allreduce_sum) {
+        double *buf = sync_buffer(g, M, C); /* (2C + 1): count, sum dy, sum dy xhat */
+        char what[ST_NAME_MAX + 48];
+        buf[0] = (double)M;
+        memcpy(buf + 1, p1, (size_t)C * sizeof(double));
+        memcpy(buf + 1 + C, p2, (size_t)C * sizeof(double));
+        snprintf(what, sizeof what, "sync batch-norm %s: gradient sums", n->out->name);
+        ST_TRY(g->allreduce_sum(g->allreduce_ctx, buf, 2 * C + 1, what));
+        count = buf[0];
+        p1 = buf + 1;
+        p2 = buf + 1 + C;
+    }
     for (int64_t c = 0; c < C; c++) {
         k_scale[c] = w[c] * rstd[c];
-        k_mdy[c] = train ? (float)(p1[c] / (double)M) : 0.0f;
-        k_mdyx[c] = train ? (float)(p2[c] / (double)M) : 0.0f;
+        k_mdy[c] = train ? (float)(p1[c] / count) : 0.0f;
+        k_mdyx[c] = train ? (float)(p2[c] / count) : 0.0f;
     }
     const bool acc = n->in_acc[0];
 #pragma omp parallel for schedule(static)

@@ -172,6 +172,16 @@ struct st_graph {
      * error stops the walk. NULL (the default): nothing is called. */
     st_status (*backward_hook)(void *ctx, int node);
     void *backward_hook_ctx;
+    /* Sums buf (n doubles) over the data-parallel ranks, in place, when set:
+     * synchronised batch-norm (dist.sync_batchnorm) reduces its per-channel
+     * sums with it in training forward and backward, so every rank must run
+     * the same nodes in the same order (they do: one model, and checkpointing
+     * recomputes the same blocks everywhere). `name` names the collective in
+     * errors and must be the same on every rank. The trainer sets it to an
+     * all-reduce over its communicator; layers know nothing of MPI. NULL (the
+     * default): one rank, nothing is reduced. */
+    st_status (*allreduce_sum)(void *ctx, double *buf, int64_t n, const char *name);
+    void *allreduce_ctx;
     /* Called before (end false) and after (end true) each node's forward and
      * backward, when set: the profiler trace times layers with it. NULL (the
      * default): one untaken branch per node. */

@@ -143,6 +143,36 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     fflush(ses->out);
 }
 
+/* The graph's allreduce_sum hook (graph.h) for sync batch-norm: a blocking
+ * sum of doubles over the job's communicator, under its watchdog. */
+static st_status sync_bn_sum(void *ctx, double *buf, int64_t n, const char *name) {
+    return st_comm_all_reduce_sync(ctx, buf, buf, (size_t)n, ST_COMM_F64, ST_COMM_SUM, name);
+}
+
+/* dist.sync_batchnorm: the training graph's batch-norm layers reduce their
+ * statistics over every rank (batchnorm.c). Refused with dist.deterministic,
+ * whose promise (the same bits on any number of ranks) it would break: the
+ * statistics of a global micro-batch depend on how many ranks share it. */
+static st_status setup_sync_bn(st_session *ses, st_graph *g) {
+    const st_config *c = ses->cfg;
+    if (!c->dist.sync_batchnorm) return ST_OK;
+    const char *why = NULL;
+    if (c->dist.deterministic)
+        why = "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the same "
+              "bits on any number of ranks, and batch-norm statistics over all ranks change with it; set one "
+              "of them to false";
+    else if (ses->world > 1 && g->dev)
+        why = "dist.sync_batchnorm is not implemented on a CUDA device yet; set dist.sync_batchnorm: false";
+    if (why) {
+        ses->agreed_error = true; /* every rank has the same config */
+        return st_fail(ST_ERR_CONFIG, "%s", why);
+    }
+    if (ses->world == 1) return ST_OK; /* one rank: its statistics are the global ones */
+    g->allreduce_sum = sync_bn_sum;
+    g->allreduce_ctx = ses->comm;
+    return ST_OK;
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -241,6 +271,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->ranks = ses->world;
         r->grad_buckets = ddp->n_buckets;
     }
+    ST_GOTO(setup_sync_bn(ses, &mg.g)); /* after the ranks agreed on the configuration */
     if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));

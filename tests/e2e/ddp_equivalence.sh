@@ -10,9 +10,10 @@
 # at the 1e-6 level over 20 steps. AdamW divides by sqrt(v) and amplifies
 # rounding in near-zero gradients, hence the looser bound for the gpt (1e-3).
 #
-# The cnn runs without batch-norm (model.batchnorm=false): each rank normalises
-# with its own micro-batch's statistics, which legitimately differ from the
-# whole batch's (sync batch-norm is not implemented yet).
+# The cnn runs without batch-norm (model.batchnorm=false): by default each rank
+# normalises with its own micro-batch's statistics, which legitimately differ
+# from the whole batch's. With dist.sync_batchnorm they do not: the cnn with
+# batch-norm is compared in tests/e2e/sync_batchnorm.sh.
 #
 # `scaletrain launch -n 2` runs a short job. Then a mismatch: two ranks with different model.hidden (an MPMD mpirun) must
 # fail before training with a message that names the difference.

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Synchronised batch-norm (dist.sync_batchnorm), under real mpirun:
+#  1. tests/mpi/sync_bn_check on 2 and 3 ranks: the layer with its statistics
+#     reduced over the ranks matches batch-norm over the whole batch (y, dx,
+#     the statistics, the running statistics, dweight and dbias).
+#  2. A cnn WITH batch-norm, 20 SGD steps: 1 rank with batch 4b, and 2 and 4
+#     ranks with sync batch-norm (micro-batch 2b and b), save the same weights
+#     and the same running_mean / running_var, max|a - b| / max|a| <= 1e-4 per
+#     tensor (ddp_equivalence.sh's tolerance); 2 ranks with activation
+#     checkpointing save the same bits as without (its recompute reduces
+#     again, the running statistics move once). Without sync batch-norm 4 ranks must differ by more than
+#     that, or the comparison would prove nothing.
+#  3. dist.sync_batchnorm with dist.deterministic is refused with a message.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+if ! command -v mpirun >/dev/null; then
+    echo "sync_batchnorm: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "sync_batchnorm: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "sync_batchnorm: skipped: NumPy is not installed (apt-get install python3-numpy)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+for n in 2 3; do
+    out=$("${mpi[@]}" -np $n "$build/tests/mpi/sync_bn_check" 2>&1) || fail "sync_bn_check on $n ranks: $out"
+    echo "sync_bn_check on $n ranks: $(grep -c 'sync batch-norm ok' <<<"$out") of $n ranks ok"
+done
+
+b=4
+args=(--set train.steps=20 --set train.threads=1 --set data.num_workers=0 --set data.val=
+      --set dist.bucket_cap_mb=0.01 --set dist.timeout_s=30 --json --quiet
+      --set train.batch_size=$((4 * b)) --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1]
+      --set model.batchnorm=true --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9
+      --set optim.schedule=constant)
+timeout 60 "$bin" train "${args[@]}" --set train.micro_batch_size=$((4 * b)) --set train.out_dir="$tmp/n1" \
+    >"$tmp/n1.json" 2>&1 || fail "1 rank: $(tail -n 3 "$tmp/n1.json")"
+run() { # NAME RANKS ARGS...: one micro-batch of 4b/RANKS per rank and step
+    local name=$1 n=$2; shift 2
+    "${mpi[@]}" -np "$n" "$bin" train "${args[@]}" --set train.micro_batch_size=$((4 * b / n)) \
+        --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.json" 2>&1 || fail "$name: $(tail -n 3 "$tmp/$name.json")"
+}
+run sync2 2 --set dist.sync_batchnorm=true
+run sync4 4 --set dist.sync_batchnorm=true
+run sync2ckpt 2 --set dist.sync_batchnorm=true --set train.activation_checkpointing=blocks
+run local4 4 --set dist.sync_batchnorm=false
+for r in sync2 sync4 sync2ckpt; do
+    echo -n "cnn with batch-norm, $r against 1 rank: "
+    /usr/bin/python3 tests/py/weights_diff.py "$tmp/n1/model.safetensors" "$tmp/$r/model.safetensors" 1e-4 ||
+        fail "$r differs from 1 rank"
+done
+# Checkpointing's recompute reduces the same sums again: the same bits, and the running statistics moved once.
+cmp -s "$tmp/sync2/model.safetensors" "$tmp/sync2ckpt/model.safetensors" &&
+    echo "sync2ckpt: the same bits as sync2" || fail "sync2ckpt: other weights than sync2"
+echo -n "cnn with batch-norm, local4 (each rank its own statistics) against 1 rank: "
+out=$(/usr/bin/python3 tests/py/weights_diff.py "$tmp/n1/model.safetensors" "$tmp/local4/model.safetensors" 1e-4)
+echo "$out"
+grep -q "^FAIL: worst relative difference" <<<"$out" || fail "local4 matches 1 rank: the comparison proves nothing"
+
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=1 --set train.out_dir="$tmp/det" \
+    --set dist.sync_batchnorm=true --set dist.deterministic=true 2>&1); rc=$?
+echo "sync_batchnorm with deterministic: exit $rc: $(grep -m1 'error' <<<"$out")"
+[ $rc -ne 0 ] && grep -q "dist.sync_batchnorm and dist.deterministic" <<<"$out" ||
+    fail "sync_batchnorm with deterministic: exit $rc: $out"
+exit $((fails > 0))
