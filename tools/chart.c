@@ -31,7 +31,8 @@ static bool drawn(const st_chart *c, double y) { return isfinite(y) && (!c->log_
 
 int st_chart_drawn_points(const st_chart *c, const st_chart_series *s) {
     int k = 0;
-    for (int i = 0; i < s->n; i++) k += isfinite(s->x[i]) && drawn(c, s->y[i]);
+    for (int i = 0; i < s->n; i++)
+        k += isfinite(s->x[i]) && drawn(c, s->y[i]);
     return k;
 }
 
@@ -57,8 +58,11 @@ static void linear_axis(axis *a, double lo, double hi, bool integer) {
     a->lo = floor(lo / step + 1e-9) * step;
     a->hi = ceil(hi / step - 1e-9) * step;
     a->n_ticks = 0;
-    for (double t = a->lo; t <= a->hi + step * 1e-6 && a->n_ticks < MAX_TICKS; t += step)
+    for (int i = 0; a->n_ticks < MAX_TICKS; i++) { /* lo + i*step: no drift from summing */
+        double t = a->lo + i * step;
+        if (t > a->hi + step * 1e-6) break;
         a->ticks[a->n_ticks++] = fabs(t) < step * 1e-9 ? 0 : t;
+    }
 }
 
 static void log_axis(axis *a, double lo, double hi) {
@@ -109,8 +113,10 @@ static void make_axes(const st_chart *c, axis *x, axis *y) {
 static void tick_label(char *out, size_t n, double v, const axis *a) {
     double mag = fmax(fabs(a->lo), fabs(a->hi));
     if (a->log) {
-        if (mag >= 1e4 || a->lo < 1e-3) snprintf(out, n, "%.0e", v);
-        else snprintf(out, n, "%g", v);
+        if (mag >= 1e4 || a->lo < 1e-3)
+            snprintf(out, n, "%.0e", v);
+        else
+            snprintf(out, n, "%g", v);
         return;
     }
     if (v == 0) {
@@ -123,9 +129,12 @@ static void tick_label(char *out, size_t n, double v, const axis *a) {
     }
     const char *suffix = "";
     double scale = 1;
-    if (mag >= 1e9) scale = 1e9, suffix = "G";
-    else if (mag >= 1e6) scale = 1e6, suffix = "M";
-    else if (mag >= 1e4) scale = 1e3, suffix = "k";
+    if (mag >= 1e9)
+        scale = 1e9, suffix = "G";
+    else if (mag >= 1e6)
+        scale = 1e6, suffix = "M";
+    else if (mag >= 1e4)
+        scale = 1e3, suffix = "k";
     double step = a->step / scale;
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     snprintf(out, n, "%.*f%s", dec, v / scale, suffix);
@@ -133,17 +142,23 @@ static void tick_label(char *out, size_t n, double v, const axis *a) {
 
 static double px_x(const axis *a, double v) { return ML + (v - a->lo) / (a->hi - a->lo) * (W - ML - MR); }
 static double px_y(const axis *a, double v) {
-    double f = a->log ? (log10(v) - log10(a->lo)) / (log10(a->hi) - log10(a->lo)) : (v - a->lo) / (a->hi - a->lo);
+    double f =
+        a->log ? (log10(v) - log10(a->lo)) / (log10(a->hi) - log10(a->lo)) : (v - a->lo) / (a->hi - a->lo);
     return H - MB - f * (H - MT - MB);
 }
 
 static void xml_text(FILE *f, const char *s) {
     for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
     }
 }
 
@@ -154,7 +169,9 @@ static void svg_series(FILE *f, const st_chart *c, const axis *ax, const axis *a
     if (n == 0) return;
     fprintf(f, "<path class=\"series\" data-name=\"");
     xml_text(f, s->name);
-    fprintf(f, "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" clip-path=\"url(#plot)\" d=\"",
+    fprintf(f,
+            "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" clip-path=\"url(#plot)\" "
+            "d=\"",
             n, color);
     bool pen = false;
     for (int i = 0; i < s->n; i++) {
@@ -180,14 +197,18 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     const int x0 = ML, x1 = W - MR, y0 = MT, y1 = H - MB;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
             W, H, W, H);
-    fprintf(f, "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/></clipPath></defs>\n",
+    fprintf(f,
+            "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" "
+            "height=\"%d\"/></clipPath></defs>\n",
             x0 - 4, y0 - 4, x1 - x0 + 8, y1 - y0 + 8);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">", W / 2);
+    fprintf(f, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
+            W / 2);
     xml_text(f, c->title);
     fprintf(f, "</text>\n<g class=\"grid\" stroke=\"#dddddd\" stroke-width=\"1\">");
     for (int i = 0; i < ax.n_ticks; i++)
@@ -196,15 +217,16 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
     for (int i = 0; i < ay.n_ticks; i++)
         fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\"/>", x0, px_y(&ay, ay.ticks[i]), x1,
                 px_y(&ay, ay.ticks[i]));
-    fprintf(f, "</g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n", x0,
-            y0, x1 - x0, y1 - y0);
+    fprintf(f, "</g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n",
+            x0, y0, x1 - x0, y1 - y0);
     /* Tick labels: x labels thinned so they never touch (about 7 px a character). */
     char lab[64];
     int every = 1;
     for (int i = 0; i < ax.n_ticks; i++) {
         tick_label(lab, sizeof lab, ax.ticks[i], &ax);
         double room = (double)(x1 - x0) / (ax.n_ticks > 1 ? ax.n_ticks - 1 : 1);
-        while (every < ax.n_ticks && room * every < 7.5 * (double)strlen(lab) + 10) every++;
+        while (every < ax.n_ticks && room * every < 7.5 * (double)strlen(lab) + 10)
+            every++;
     }
     fprintf(f, "<g class=\"xticks\" text-anchor=\"middle\">");
     for (int i = 0; i < ax.n_ticks; i += every) {
@@ -218,7 +240,8 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
     }
     fprintf(f, "</g>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (x0 + x1) / 2, H - 14);
     xml_text(f, c->xlabel);
-    fprintf(f, "</text>\n<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">", (y0 + y1) / 2);
+    fprintf(f, "</text>\n<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">",
+            (y0 + y1) / 2);
     xml_text(f, c->ylabel);
     fprintf(f, "%s</text>\n", c->log_y ? " (log scale)" : "");
     int total = 0;
@@ -227,16 +250,18 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         total += st_chart_drawn_points(c, &c->series[k]);
     }
     if (total == 0)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\">no finite values to draw</text>\n",
-                (x0 + x1) / 2, (y0 + y1) / 2);
+        fprintf(
+            f,
+            "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\">no finite values to draw</text>\n",
+            (x0 + x1) / 2, (y0 + y1) / 2);
     /* Legend: one row above the plot. */
     fprintf(f, "<g class=\"legend\">");
     double lx = x0;
     for (int k = 0; k < c->n_series; k++) {
         const st_chart_series *s = &c->series[k];
         const bool empty = st_chart_drawn_points(c, s) == 0;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>", lx, MT - 18,
-                lx + 22, MT - 18, COLORS[k % N_COLORS]);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>", lx,
+                MT - 18, lx + 22, MT - 18, COLORS[k % N_COLORS]);
         fprintf(f, "<text x=\"%.1f\" y=\"%d\">", lx + 28, MT - 14);
         xml_text(f, s->name);
         fprintf(f, "%s</text>", empty ? " (no finite values)" : "");
@@ -279,10 +304,14 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
     gp_string(fg, c->xlabel);
     fprintf(fg, "\nset ylabel ");
     gp_string(fg, c->ylabel);
-    fprintf(fg, "\nset grid\nset bmargin 6\nset key at screen 0.5, screen 0.02 center bottom horizontal\nset xtics %.17g\nset xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n",
+    fprintf(fg,
+            "\nset grid\nset bmargin 6\nset key at screen 0.5, screen 0.02 center bottom horizontal\nset "
+            "xtics %.17g\nset xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n",
             ax.step, ax.lo, ax.hi, ay.lo, ay.hi);
-    if (ay.log) fprintf(fg, "set logscale y\n");
-    else if (fmax(fabs(ay.lo), fabs(ay.hi)) < 1e-3) fprintf(fg, "set format y '%%.1e'\n");
+    if (ay.log)
+        fprintf(fg, "set logscale y\n");
+    else if (fmax(fabs(ay.lo), fabs(ay.hi)) < 1e-3)
+        fprintf(fg, "set format y '%%.1e'\n");
     int block = 0;
     for (int k = 0; k < c->n_series; k++) {
         const st_chart_series *s = &c->series[k];
@@ -301,12 +330,14 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         fprintf(fd, "\n");
         fprintf(fg, "%s", block ? ", \\\n    " : "plot ");
         gp_string(fg, dat);
-        fprintf(fg, " index %d using 1:2 with %s lw 2 lc rgb '%s' title ", block, st_chart_drawn_points(c, s) <= MARKER_MAX ? "linespoints pt 7 ps 0.6" : "lines",
+        fprintf(fg, " index %d using 1:2 with %s lw 2 lc rgb '%s' title ", block,
+                st_chart_drawn_points(c, s) <= MARKER_MAX ? "linespoints pt 7 ps 0.6" : "lines",
                 COLORS[k % N_COLORS]);
         gp_string(fg, s->name);
         block++;
     }
-    if (block == 0) fprintf(fg, "set label 1 'no finite values' at graph 0.5, graph 0.5 center\nplot NaN notitle");
+    if (block == 0)
+        fprintf(fg, "set label 1 'no finite values' at graph 0.5, graph 0.5 center\nplot NaN notitle");
     fprintf(fg, "\n");
     bool ok = fclose(fd) == 0;
     ok = fclose(fg) == 0 && ok;
@@ -320,7 +351,9 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
     if (rc != 0) {
         char *msg = st_cli_read_file(log);
         s = st_fail(ST_ERR_IO, "%s: gnuplot %s: %s", png_path,
-                    rc == -2 ? "ran out of time (60 s)" : rc == -1 ? "could not start" : "failed",
+                    rc == -2   ? "ran out of time (60 s)"
+                    : rc == -1 ? "could not start"
+                               : "failed",
                     msg && *msg ? msg : "(no message)");
         free(msg);
     }

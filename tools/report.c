@@ -56,7 +56,8 @@ static bool wide_positive(const st_chart_series *ser, int n_series) {
 /* bytes column -> MiB (NaN where 0 or missing: not held). */
 static double *mib(const double *b, int n) {
     double *o = malloc((size_t)(n ? n : 1) * sizeof *o);
-    for (int i = 0; o && i < n; i++) o[i] = b[i] > 0 ? b[i] / (1024.0 * 1024.0) : NAN;
+    for (int i = 0; o && i < n; i++)
+        o[i] = b[i] > 0 ? b[i] / (1024.0 * 1024.0) : NAN;
     return o;
 }
 
@@ -67,24 +68,40 @@ static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[2]) {
     int k = 0;
     c[k] = (chart_spec){.file = "loss"};
     c[k].series[c[k].chart.n_series++] = series("train loss", x, rp_col(s, RP_LOSS), s->n);
-    if (e->n > 0) c[k].series[c[k].chart.n_series++] = series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
-    c[k].chart = (st_chart){"Loss", "step", "loss", wide_positive(c[k].series, c[k].chart.n_series), false,
-                            c[k].series, c[k].chart.n_series};
+    if (e->n > 0)
+        c[k].series[c[k].chart.n_series++] =
+            series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
+    c[k].chart = (st_chart){"Loss",
+                            "step",
+                            "loss",
+                            wide_positive(c[k].series, c[k].chart.n_series),
+                            false,
+                            c[k].series,
+                            c[k].chart.n_series};
     k++;
     const bool tok = rp_has(s, RP_TOKENS_PER_S);
     c[k] = (chart_spec){.file = "throughput"};
-    c[k].series[0] = series(tok ? "tokens/s" : "samples/s", x, rp_col(s, tok ? RP_TOKENS_PER_S : RP_SAMPLES_PER_S), s->n);
-    c[k].chart = (st_chart){"Throughput", "step", tok ? "tokens per second (all ranks)" : "samples per second (all ranks)",
-                            false, true, c[k].series, 1};
+    c[k].series[0] =
+        series(tok ? "tokens/s" : "samples/s", x, rp_col(s, tok ? RP_TOKENS_PER_S : RP_SAMPLES_PER_S), s->n);
+    c[k].chart = (st_chart){"Throughput",
+                            "step",
+                            tok ? "tokens per second (all ranks)" : "samples per second (all ranks)",
+                            false,
+                            true,
+                            c[k].series,
+                            1};
     k++;
     int ns = 0;
     c[k] = (chart_spec){.file = "memory"};
     c[k].series[ns++] = series("peak RSS, rank 0", x, rp_col(s, RP_PEAK_RSS_MB), s->n);
     mem[0] = mib(rp_col(s, RP_OPTIM_STATE_BYTES), s->n);
     mem[1] = mib(rp_col(s, RP_GRAD_BYTES), s->n);
-    if (mem[0] && rp_has(s, RP_OPTIM_STATE_BYTES)) c[k].series[ns++] = series("optimizer state", x, mem[0], s->n);
-    if (mem[1] && rp_has(s, RP_GRAD_BYTES)) c[k].series[ns++] = series("gradients (resident)", x, mem[1], s->n);
-    c[k].chart = (st_chart){"Memory (rank 0)", "step", "MiB", wide_positive(c[k].series, ns), true, c[k].series, ns};
+    if (mem[0] && rp_has(s, RP_OPTIM_STATE_BYTES))
+        c[k].series[ns++] = series("optimizer state", x, mem[0], s->n);
+    if (mem[1] && rp_has(s, RP_GRAD_BYTES))
+        c[k].series[ns++] = series("gradients (resident)", x, mem[1], s->n);
+    c[k].chart =
+        (st_chart){"Memory (rank 0)", "step", "MiB", wide_positive(c[k].series, ns), true, c[k].series, ns};
     k++;
     c[k] = (chart_spec){.file = "lr"};
     c[k].series[0] = series("learning rate", x, rp_col(s, RP_LR), s->n);
@@ -145,7 +162,8 @@ int st_cmd_report(int argc, char **argv) {
     }
     struct stat sb;
     if (stat(run_dir, &sb) != 0)
-        return st_cli_error(st_fail(ST_ERR_IO, "%s: %s (give a run's train.out_dir)", run_dir, strerror(errno)));
+        return st_cli_error(
+            st_fail(ST_ERR_IO, "%s: %s (give a run's train.out_dir)", run_dir, strerror(errno)));
     if (!S_ISDIR(sb.st_mode))
         return st_cli_error(st_fail(ST_ERR_IO, "%s: not a directory (give a run's train.out_dir)", run_dir));
     char path[4200], out_dir[4096], gnuplot[4096] = "", why[256] = "";
@@ -153,14 +171,16 @@ int st_cmd_report(int argc, char **argv) {
     rp_metrics m;
     st_status s = rp_metrics_read(path, &m);
     if (s != ST_OK) return st_cli_error(s);
-    if (m.torn_last) fprintf(stderr, "scaletrain report: warning: %s: the last line is cut short; skipped it\n", path);
+    if (m.torn_last)
+        fprintf(stderr, "scaletrain report: warning: %s: the last line is cut short; skipped it\n", path);
     snprintf(out_dir, sizeof out_dir, "%s", out ? out : run_dir);
     if (!out) strncat(out_dir, "/report", sizeof out_dir - strlen(out_dir) - 1);
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
         rp_metrics_free(&m);
         return st_cli_error(st_fail(ST_ERR_IO, "%s: cannot create directory: %s", out_dir, strerror(errno)));
     }
-    if (!png) snprintf(why, sizeof why, "--no-png");
+    if (!png)
+        snprintf(why, sizeof why, "--no-png");
     else if (!st_cli_find_on_path("gnuplot", gnuplot, sizeof gnuplot))
         snprintf(why, sizeof why, "gnuplot is not on PATH (apt-get install gnuplot-nox)");
     chart_spec charts[8];
@@ -189,7 +209,8 @@ int st_cmd_report(int argc, char **argv) {
     free(mem[0]), free(mem[1]);
     rp_metrics_free(&m);
     if (s != ST_OK) return st_cli_error(s);
-    printf("report: %s/report.html and %d charts (%s)\n", out_dir, nc, why[0] || fails ? "SVG" : "SVG and PNG");
+    printf("report: %s/report.html and %d charts (%s)\n", out_dir, nc,
+           why[0] || fails ? "SVG" : "SVG and PNG");
     if (why[0]) printf("report: PNGs skipped: %s\n", why);
     return fails ? ST_EXIT_FAIL : ST_EXIT_OK;
 }

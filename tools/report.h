@@ -10,16 +10,33 @@
 /* Columns of the step lines (docs/formats.md "Metrics"); a field a line
  * lacks, or holds as null (NaN and Inf print as null), is NaN. */
 enum {
-    RP_STEP, RP_EPOCH, RP_LOSS, RP_LR, RP_GRAD_NORM, RP_SAMPLES_PER_S, RP_TOKENS_PER_S, RP_STEP_MS, RP_MFU,
-    RP_DATA_WAIT_MS, RP_DATA_WAIT_FRACTION, RP_COMM_MS, RP_COMM_OVERLAP, RP_PEAK_RSS_MB, RP_OPTIM_STATE_BYTES,
-    RP_GRAD_BYTES, RP_SKIPPED_STEPS, RP_LOSS_SCALE, RP_TIME, RP_N_STEP_FIELDS
+    RP_STEP,
+    RP_EPOCH,
+    RP_LOSS,
+    RP_LR,
+    RP_GRAD_NORM,
+    RP_SAMPLES_PER_S,
+    RP_TOKENS_PER_S,
+    RP_STEP_MS,
+    RP_MFU,
+    RP_DATA_WAIT_MS,
+    RP_DATA_WAIT_FRACTION,
+    RP_COMM_MS,
+    RP_COMM_OVERLAP,
+    RP_PEAK_RSS_MB,
+    RP_OPTIM_STATE_BYTES,
+    RP_GRAD_BYTES,
+    RP_SKIPPED_STEPS,
+    RP_LOSS_SCALE,
+    RP_TIME,
+    RP_N_STEP_FIELDS
 };
 /* Columns of the eval lines. */
 enum { RP_EVAL_STEP, RP_EVAL_LOSS, RP_EVAL_ACCURACY, RP_EVAL_TIME, RP_N_EVAL_FIELDS };
 
 typedef struct rp_table {
     int n, cap, n_fields;
-    const char *const *names; /* (n_fields,) JSON field names */
+    const char *const *names;      /* (n_fields,) JSON field names */
     double *col[RP_N_STEP_FIELDS]; /* n_fields columns of (n,) */
 } rp_table;
 

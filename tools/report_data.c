@@ -13,10 +13,25 @@
 #include "cli.h"
 #include "report.h"
 
-static const char *const STEP_NAMES[RP_N_STEP_FIELDS] = {
-    "step", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s", "step_ms", "mfu",
-    "data_wait_ms", "data_wait_fraction", "comm_ms", "comm_overlap", "peak_rss_mb", "optim_state_bytes",
-    "grad_bytes", "skipped_steps", "loss_scale", "time"};
+static const char *const STEP_NAMES[RP_N_STEP_FIELDS] = {"step",
+                                                         "epoch",
+                                                         "loss",
+                                                         "lr",
+                                                         "grad_norm",
+                                                         "samples_per_s",
+                                                         "tokens_per_s",
+                                                         "step_ms",
+                                                         "mfu",
+                                                         "data_wait_ms",
+                                                         "data_wait_fraction",
+                                                         "comm_ms",
+                                                         "comm_overlap",
+                                                         "peak_rss_mb",
+                                                         "optim_state_bytes",
+                                                         "grad_bytes",
+                                                         "skipped_steps",
+                                                         "loss_scale",
+                                                         "time"};
 static const char *const EVAL_NAMES[RP_N_EVAL_FIELDS] = {"step", "loss", "accuracy", "time"};
 
 const double *rp_col(const rp_table *t, int f) { return f < t->n_fields ? t->col[f] : NULL; }
@@ -47,12 +62,14 @@ static st_status push(rp_table *t, const cJSON *o) {
 
 /* Drop the rows of t at or after step (a resumed run logs them again). */
 static void cut_from(rp_table *t, double step) {
-    while (t->n > 0 && t->col[0][t->n - 1] >= step) t->n--;
+    while (t->n > 0 && t->col[0][t->n - 1] >= step)
+        t->n--;
 }
 
 void rp_metrics_free(rp_metrics *m) {
     if (!m) return;
-    for (int f = 0; f < RP_N_STEP_FIELDS; f++) free(m->steps.col[f]), free(m->evals.col[f]);
+    for (int f = 0; f < RP_N_STEP_FIELDS; f++)
+        free(m->steps.col[f]), free(m->evals.col[f]);
     memset(m, 0, sizeof *m);
 }
 
@@ -61,13 +78,14 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
     cJSON *o = cJSON_Parse(line);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
-        return st_fail(ST_ERR_FORMAT, "%s:%d: not a JSON object (%.60s%s); fix or delete that line", path, lineno,
-                       line, strlen(line) > 60 ? "..." : "");
+        return st_fail(ST_ERR_FORMAT, "%s:%d: not a JSON object (%.60s%s); fix or delete that line", path,
+                       lineno, line, strlen(line) > 60 ? "..." : "");
     }
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
     if (!cJSON_IsNumber(step) || !isfinite(step->valuedouble)) {
         cJSON_Delete(o);
-        return st_fail(ST_ERR_FORMAT, "%s:%d: no numeric \"step\" field; fix or delete that line", path, lineno);
+        return st_fail(ST_ERR_FORMAT, "%s:%d: no numeric \"step\" field; fix or delete that line", path,
+                       lineno);
     }
     const double s = step->valuedouble;
     st_status st;
@@ -114,7 +132,8 @@ st_status rp_metrics_read(const char *path, rp_metrics *m) {
     while (s == ST_OK && (len = getline(&line, &cap, f)) > 0) {
         lineno++;
         const bool whole = line[len - 1] == '\n';
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = 0;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+            line[--len] = 0;
         if (len == 0) continue;
         m->lines++;
         s = take_line(m, path, lineno, line, &last_time);

@@ -15,11 +15,16 @@
 
 static void esc(FILE *f, const char *s) {
     for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
     }
 }
 
@@ -75,8 +80,10 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     fprintf(f, "<table class=\"summary\">\n");
     row(f, "run directory", "%s", run_dir);
     stats ep = col_stats(t, RP_EPOCH);
-    if (ep.n) row(f, "steps", "%.0f (%d logged step lines, %.0f epoch(s) begun)", step[t->n - 1], t->n, ep.max + 1);
-    else row(f, "steps", "%.0f (%d logged step lines)", step[t->n - 1], t->n);
+    if (ep.n)
+        row(f, "steps", "%.0f (%d logged step lines, %.0f epoch(s) begun)", step[t->n - 1], t->n, ep.max + 1);
+    else
+        row(f, "steps", "%.0f (%d logged step lines)", step[t->n - 1], t->n);
     if (m->segments > 1 || m->restarts > 0)
         row(f, "resumed", "%d time(s)%s", m->segments - 1 > m->restarts ? m->segments - 1 : m->restarts,
             m->restarts ? "; lines a resumed run logged again replace the earlier ones" : "");
@@ -86,7 +93,8 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
         row(f, "train loss", "first %.4f, final %.4f, best %.4f at step %.0f", t->col[RP_LOSS][0], loss.last,
             loss.min, step[loss.argmin]);
     }
-    if (loss.n < t->n) row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);
+    if (loss.n < t->n)
+        row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);
     stats el = col_stats(e, RP_EVAL_LOSS), acc = col_stats(e, RP_EVAL_ACCURACY);
     if (el.n) {
         row(f, "eval loss", "final %.4f, best %.4f at step %.0f (%d evaluations)", el.last, el.min,
@@ -99,7 +107,8 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
         row(f, "eval accuracy", "final %.2f%%, best %.2f%% at step %.0f", 100 * acc.last, 100 * acc.max,
             e->col[RP_EVAL_STEP][best]);
     }
-    stats sps = col_stats(t, RP_SAMPLES_PER_S), tps = col_stats(t, RP_TOKENS_PER_S), ms = col_stats(t, RP_STEP_MS);
+    stats sps = col_stats(t, RP_SAMPLES_PER_S), tps = col_stats(t, RP_TOKENS_PER_S),
+          ms = col_stats(t, RP_STEP_MS);
     if (sps.n) row(f, "throughput", "%.1f samples/s median, %.1f last", sps.median, sps.last);
     if (tps.n) row(f, "tokens", "%.1f tokens/s median, %.1f last", tps.median, tps.last);
     if (ms.n) row(f, "step time", "%.3f ms median", ms.median);
@@ -109,10 +118,12 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     if (wf.n) row(f, "data wait", "%.1f%% of step time (mean), %.3f ms per step", 100 * wf.mean, wm.mean);
     stats cm = col_stats(t, RP_COMM_MS), co = col_stats(t, RP_COMM_OVERLAP);
     if (cm.n) {
-        row(f, "communication", "%.3f ms per step waiting (mean), %.1f%% of step time; %.1f%% of the all-reduce hidden",
-            cm.mean, ms.n && ms.mean > 0 ? 100 * cm.mean / ms.mean : NAN, 100 * co.mean);
+        row(f, "communication",
+            "%.3f ms per step waiting (mean), %.1f%% of step time; %.1f%% of the all-reduce hidden", cm.mean,
+            ms.n && ms.mean > 0 ? 100 * cm.mean / ms.mean : NAN, 100 * co.mean);
     }
-    stats rss = col_stats(t, RP_PEAK_RSS_MB), os = col_stats(t, RP_OPTIM_STATE_BYTES), gb = col_stats(t, RP_GRAD_BYTES);
+    stats rss = col_stats(t, RP_PEAK_RSS_MB), os = col_stats(t, RP_OPTIM_STATE_BYTES),
+          gb = col_stats(t, RP_GRAD_BYTES);
     if (rss.n) row(f, "peak memory", "%.1f MiB RSS (rank 0)", rss.max);
     if (os.n && os.max > 0) row(f, "optimizer state", "%.2f MiB (rank 0)", os.last / 1048576.0);
     if (gb.n && gb.max > 0) row(f, "gradients", "%.2f MiB resident (rank 0)", gb.last / 1048576.0);
@@ -151,7 +162,9 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
                         int n_charts, bool png, const cJSON *cfg, const char *cfg_from) {
     FILE *f = fopen(path, "w");
     if (!f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>scaletrain report: ");
+    fprintf(
+        f,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>scaletrain report: ");
     esc(f, run_dir);
     fprintf(f, "</title>\n<style>\n"
                "body{font-family:sans-serif;margin:1.5em auto;max-width:1560px;color:#222}\n"
@@ -168,8 +181,11 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
         fprintf(f, "%s\n", png ? "</a>" : "");
     }
     fprintf(f, "</div>\n");
-    if (cfg) config_table(f, cfg, cfg_from);
-    else fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint (ckpt/latest).</p>\n");
+    if (cfg)
+        config_table(f, cfg, cfg_from);
+    else
+        fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint "
+                   "(ckpt/latest).</p>\n");
     fprintf(f, "</body>\n</html>\n");
     if (fclose(f) != 0) return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return ST_OK;
