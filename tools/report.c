@@ -61,61 +61,56 @@ static double *mib(const double *b, int n) {
     return o;
 }
 
-/* The charts this run's columns allow; *n of them. mem holds two arrays the caller frees. */
+/* c's chart over its first n series. */
+static void finish(chart_spec *c, const char *file, const char *title, const char *ylabel, bool log_y,
+                   bool y_from_zero, int n) {
+    c->file = file;
+    c->chart = (st_chart){.title = title,
+                          .xlabel = "step",
+                          .ylabel = ylabel,
+                          .log_y = log_y,
+                          .y_from_zero = y_from_zero,
+                          .series = c->series,
+                          .n_series = n};
+}
+
+/* The charts this run's columns allow (at most 6) into c; returns how many.
+ * mem gets two arrays (MiB columns) that the caller frees. */
 static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[2]) {
     const rp_table *s = &m->steps, *e = &m->evals;
     const double *x = rp_col(s, RP_STEP);
-    int k = 0;
-    c[k] = (chart_spec){.file = "loss"};
-    c[k].series[c[k].chart.n_series++] = series("train loss", x, rp_col(s, RP_LOSS), s->n);
+    int k = 0, n = 0;
+    c[k].series[n++] = series("train loss", x, rp_col(s, RP_LOSS), s->n);
     if (e->n > 0)
-        c[k].series[c[k].chart.n_series++] =
-            series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
-    c[k].chart = (st_chart){"Loss",
-                            "step",
-                            "loss",
-                            wide_positive(c[k].series, c[k].chart.n_series),
-                            false,
-                            c[k].series,
-                            c[k].chart.n_series};
-    k++;
+        c[k].series[n++] = series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
+    finish(&c[k++], "loss", "Loss", "loss", wide_positive(c[0].series, n), false, n);
+
     const bool tok = rp_has(s, RP_TOKENS_PER_S);
-    c[k] = (chart_spec){.file = "throughput"};
     c[k].series[0] =
         series(tok ? "tokens/s" : "samples/s", x, rp_col(s, tok ? RP_TOKENS_PER_S : RP_SAMPLES_PER_S), s->n);
-    c[k].chart = (st_chart){"Throughput",
-                            "step",
-                            tok ? "tokens per second (all ranks)" : "samples per second (all ranks)",
-                            false,
-                            true,
-                            c[k].series,
-                            1};
-    k++;
-    int ns = 0;
-    c[k] = (chart_spec){.file = "memory"};
-    c[k].series[ns++] = series("peak RSS, rank 0", x, rp_col(s, RP_PEAK_RSS_MB), s->n);
+    finish(&c[k++], "throughput", "Throughput",
+           tok ? "tokens per second (all ranks)" : "samples per second (all ranks)", false, true, 1);
+
+    n = 0;
+    c[k].series[n++] = series("peak RSS, rank 0", x, rp_col(s, RP_PEAK_RSS_MB), s->n);
     mem[0] = mib(rp_col(s, RP_OPTIM_STATE_BYTES), s->n);
     mem[1] = mib(rp_col(s, RP_GRAD_BYTES), s->n);
     if (mem[0] && rp_has(s, RP_OPTIM_STATE_BYTES))
-        c[k].series[ns++] = series("optimizer state", x, mem[0], s->n);
+        c[k].series[n++] = series("optimizer state", x, mem[0], s->n);
     if (mem[1] && rp_has(s, RP_GRAD_BYTES))
-        c[k].series[ns++] = series("gradients (resident)", x, mem[1], s->n);
-    c[k].chart =
-        (st_chart){"Memory (rank 0)", "step", "MiB", wide_positive(c[k].series, ns), true, c[k].series, ns};
+        c[k].series[n++] = series("gradients (resident)", x, mem[1], s->n);
+    finish(&c[k], "memory", "Memory (rank 0)", "MiB", wide_positive(c[k].series, n), true, n);
     k++;
-    c[k] = (chart_spec){.file = "lr"};
+
     c[k].series[0] = series("learning rate", x, rp_col(s, RP_LR), s->n);
-    c[k].chart = (st_chart){"Learning rate", "step", "learning rate", false, true, c[k].series, 1};
-    k++;
-    c[k] = (chart_spec){.file = "grad_norm"};
+    finish(&c[k++], "lr", "Learning rate", "learning rate", false, true, 1);
+
     c[k].series[0] = series("gradient norm (before clipping)", x, rp_col(s, RP_GRAD_NORM), s->n);
-    c[k].chart = (st_chart){"Gradient norm", "step", "global L2 norm", false, true, c[k].series, 1};
-    k++;
+    finish(&c[k++], "grad_norm", "Gradient norm", "global L2 norm", false, true, 1);
+
     if (rp_has(e, RP_EVAL_ACCURACY)) {
-        c[k] = (chart_spec){.file = "accuracy"};
         c[k].series[0] = series("eval accuracy", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_ACCURACY), e->n);
-        c[k].chart = (st_chart){"Evaluation accuracy", "step", "accuracy", false, true, c[k].series, 1};
-        k++;
+        finish(&c[k++], "accuracy", "Evaluation accuracy", "accuracy", false, true, 1);
     }
     return k;
 }
