@@ -21,6 +21,9 @@ static void usage(FILE *f) {
                "                      is this machine ready? (cores, memory, MPI, a 2-rank self-test, data)\n"
                "  bench [-n 1,2,4] [CONFIG.yaml] [--set key=value]... [--steps S] [--out DIR]\n"
                "                      throughput and weak-scaling efficiency at each rank count\n"
+               "  report RUN_DIR [--out DIR] [--no-png]\n"
+               "                      loss, throughput, memory and lr charts (SVG, PNG through gnuplot) and\n"
+               "                      report.html, a one-page summary, from RUN_DIR/metrics.jsonl\n"
                "  slurm CONFIG.yaml --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] ...\n"
                "                      an sbatch script (srun, requeue on pre-emption) on stdout\n"
                "  data tokenize OUT FILE...   byte-level token file from text files\n"
@@ -42,6 +45,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) return st_cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0) return st_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "slurm") == 0) return st_cmd_slurm(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `scaletrain report RUN_DIR` (docs/commands.md): an mlp run of 8 steps with
+# log.every=1 and evaluation every 4 steps, resumed to 12, then the report:
+# every chart is well-formed SVG with one path per series and the right
+# number of points, report.html references every chart and says the run was
+# resumed, the PNGs (when gnuplot is installed) are PNG files of plausible
+# size, the output is the same bytes twice. Without gnuplot the SVGs are
+# written and the PNGs skipped with the reason. Edge cases from edited copies
+# of the file: lines a resumed run logged again replace the older ones, one
+# logged step, NaN losses (null), a torn last line. Errors: a missing
+# directory, a malformed line (named by number), no step lines.
+set -uo pipefail
+build=${1:-build}
+bin=$(realpath "$build/scaletrain")
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "report: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+common=(--set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=16 --set train.threads=1
+    --set log.every=1 --set log.progress=off --set train.eval_every=4 --set train.eval_steps=2
+    --set train.checkpoint_every=4 --set train.out_dir="$tmp/run" --quiet)
+timeout 60 "$bin" train "${common[@]}" --set train.steps=8 || fail "the 8-step run"
+timeout 60 "$bin" train "${common[@]}" --set train.steps=12 --resume auto || fail "the run resumed to 12"
+have_gnuplot=0
+command -v gnuplot >/dev/null && have_gnuplot=1
+
+# check DIR PNG(0/1) STEPS EVALS [HTML_TEXT]: the charts and the page in DIR.
+check() {
+    /usr/bin/python3 - "$@" <<'PY'
+import os, re, struct, sys
+import xml.etree.ElementTree as ET
+d, png, steps, evals = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
+html_text = sys.argv[5] if len(sys.argv) > 5 else None
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("FAIL:", what); ok = False
+ns = "{http://www.w3.org/2000/svg}"
+# chart -> [(series name, points)]
+want = {"loss": [("train loss", steps)] + ([("eval loss", evals)] if evals else []),
+        "throughput": [("samples/s", steps)],
+        "memory": [("peak RSS, rank 0", steps), ("optimizer state", steps), ("gradients (resident)", steps)],
+        "lr": [("learning rate", steps)],
+        "grad_norm": [("gradient norm (before clipping)", steps)]}
+if evals:
+    want["accuracy"] = [("eval accuracy", evals)]
+html = open(os.path.join(d, "report.html")).read()
+for name, series in want.items():
+    path = os.path.join(d, name + ".svg")
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        check(False, f"{path}: {e}"); continue
+    check(root.tag == ns + "svg", f"{path}: root is <{root.tag}>")
+    paths = [p for p in root.iter(ns + "path") if p.get("class") == "series"]
+    got = []
+    for p in paths:
+        coords = re.findall(r"[ML]\s*(-?[\d.]+) (-?[\d.]+)", p.get("d"))
+        check(len(coords) == int(p.get("data-points")), f"{path}: {p.get('data-name')}: d has {len(coords)} points, "
+              f"data-points says {p.get('data-points')}")
+        check(all(0 <= float(x) <= 760 and 0 <= float(y) <= 430 for x, y in coords), f"{path}: a point off the chart")
+        got.append((p.get("data-name"), len(coords)))
+    check(got == series, f"{path}: series {got}, expected {series}")
+    check(f'src="{name}.svg"' in html, f"report.html does not show {name}.svg")
+    pngp = os.path.join(d, name + ".png")
+    if png:
+        data = open(pngp, "rb").read() if os.path.exists(pngp) else b""
+        check(data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{pngp}: not a PNG file")
+        if len(data) > 24:
+            w, h = struct.unpack(">II", data[16:24])
+            check(w >= 600 and h >= 300 and 5000 < len(data) < 2_000_000, f"{pngp}: {w}x{h}, {len(data)} bytes")
+        check(f'href="{name}.png"' in html, f"report.html does not link {name}.png")
+    else:
+        check(not os.path.exists(pngp), f"{pngp} written without gnuplot")
+if html_text:
+    check(html_text in html, f"report.html lacks {html_text!r}")
+print(f"{d}: {len(want)} charts checked" + ("" if ok else ": FAILED"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+"$bin" report "$tmp/run" >"$tmp/out.txt" 2>&1 || fail "report: $(cat "$tmp/out.txt")"
+check "$tmp/run/report" $have_gnuplot 12 3 "resumed" || fail "the report of the resumed run"
+grep -q "model.type" "$tmp/run/report/report.html" || fail "report.html lacks the effective config"
+cp -r "$tmp/run/report" "$tmp/first"
+"$bin" report "$tmp/run" >/dev/null 2>&1 || fail "the second report"
+for f in "$tmp"/first/*.svg "$tmp/first/report.html"; do
+    cmp -s "$f" "$tmp/run/report/$(basename "$f")" || fail "$(basename "$f") differs between two reports"
+done
+
+# Without gnuplot on PATH: SVGs, and the PNGs skipped with the reason.
+PATH=/nonexistent "$bin" report "$tmp/run" --out "$tmp/nognuplot" >"$tmp/out.txt" 2>&1 ||
+    fail "report without gnuplot: $(cat "$tmp/out.txt")"
+grep -q "PNGs skipped: gnuplot is not on PATH" "$tmp/out.txt" || fail "no reason for skipping PNGs: $(cat "$tmp/out.txt")"
+check "$tmp/nognuplot" 0 12 3 || fail "the report without gnuplot"
+
+# Edited copies. m DIR: a run directory holding stdin as metrics.jsonl.
+m() { mkdir -p "$1" && cat >"$1/metrics.jsonl"; }
+lines=$tmp/run/metrics.jsonl
+# Steps 5..12 logged again after 12 (a resumed run whose older lines were kept): they replace, not add.
+{ cat "$lines"; grep -v eval "$lines" | sed -n '5,12p'; } | m "$tmp/again"
+"$bin" report "$tmp/again" --no-png >/dev/null 2>&1 || fail "report of a file with repeated steps"
+check "$tmp/again/report" 0 12 1 || fail "repeated steps replace the earlier lines"
+head -n 1 "$lines" | m "$tmp/one"
+"$bin" report "$tmp/one" --no-png >/dev/null 2>&1 || fail "report of one logged step"
+check "$tmp/one/report" 0 1 0 || fail "one logged step"
+grep -c '<circle' "$tmp/one/report/loss.svg" | grep -qx 1 || fail "one logged step: no marker on loss.svg"
+sed -e '3s/"loss":[-0-9.e]*/"loss":null/' -e '4s/"loss":[-0-9.e]*/"loss":null/' "$lines" | m "$tmp/nan"
+"$bin" report "$tmp/nan" --no-png >"$tmp/out.txt" 2>&1 || fail "report with NaN losses: $(cat "$tmp/out.txt")"
+grep -q 'data-name="train loss" data-points="10"' "$tmp/nan/report/loss.svg" || fail "NaN losses are not left out"
+grep -q "non-finite train loss" "$tmp/nan/report/report.html" || fail "report.html does not count NaN losses"
+{ cat "$lines"; printf '{"step":13,"loss":0.'; } | m "$tmp/torn"
+"$bin" report "$tmp/torn" --no-png >"$tmp/out.txt" 2>&1 || fail "report with a torn last line: $(cat "$tmp/out.txt")"
+grep -q "last line is cut short" "$tmp/out.txt" || fail "no warning for the torn last line"
+
+# Errors: exit 1 and a message that names the problem.
+expect_error() { # WANT ARGS...
+    local want=$1; shift
+    "$bin" report "$@" >"$tmp/err.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 1 ] || fail "report $*: exit $rc, expected 1"
+    grep -q -- "$want" "$tmp/err.txt" || fail "report $*: expected '$want' in: $(cat "$tmp/err.txt")"
+}
+expect_error "$tmp/missing: No such file or directory" "$tmp/missing"
+mkdir -p "$tmp/empty" && expect_error "metrics.jsonl: cannot open" "$tmp/empty"
+sed '3s/.*/{"step": 3, "loss": oops}/' "$lines" | m "$tmp/bad"
+expect_error "metrics.jsonl:3: not a JSON object" "$tmp/bad"
+grep eval "$lines" | m "$tmp/noeval"
+expect_error "no step lines" "$tmp/noeval"
+"$bin" report >/dev/null 2>&1
+[ $? -eq 2 ] || fail "report without RUN_DIR: expected exit 2"
+
+if [ $fails -ne 0 ]; then
+    echo "report: $fails failure(s)"
+    exit 1
+fi
+echo "report: ok"

@@ -1,0 +1,211 @@
+/* `scaletrain report RUN_DIR [--out DIR] [--no-png]`: a run's curves and a
+ * one-page summary from RUN_DIR/metrics.jsonl. Writes loss, throughput,
+ * memory, learning-rate and gradient-norm charts (and accuracy when the run
+ * evaluated a classifier) as SVG (tools/chart.c) and, when gnuplot is on
+ * PATH, PNG, and report.html (tools/report_html.c) with the summary, the
+ * effective config of the newest checkpoint and the charts. Default DIR:
+ * RUN_DIR/report. Not a live monitor: it reads what the run has written. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "chart.h"
+#include "cli.h"
+#include "report.h"
+
+#define MAX_SERIES 4
+
+typedef struct chart_spec {
+    const char *file; /* basename without extension */
+    st_chart chart;
+    st_chart_series series[MAX_SERIES];
+} chart_spec;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: scaletrain report RUN_DIR [--out DIR] [--no-png]\n"
+               "  reads RUN_DIR/metrics.jsonl (a run's train.out_dir) and writes into DIR (default\n"
+               "  RUN_DIR/report) loss, throughput, memory, lr and grad_norm charts (accuracy too when\n"
+               "  the run evaluated a classifier) as .svg and, when gnuplot is installed, .png, and\n"
+               "  report.html: the run's summary, its effective config and the charts.\n");
+}
+
+static st_chart_series series(const char *name, const double *x, const double *y, int n) {
+    return (st_chart_series){name, x, y, n};
+}
+
+/* Log y when the series' values span more than a factor of 30 and stay
+ * positive (a loss falling by decades; 200 MiB of RSS beside 0.4 MiB of
+ * optimizer state). */
+static bool wide_positive(const st_chart_series *ser, int n_series) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k < n_series; k++)
+        for (int i = 0; i < ser[k].n; i++) {
+            double v = ser[k].y[i];
+            if (!isfinite(v)) continue;
+            if (v <= 0) return false;
+            lo = fmin(lo, v), hi = fmax(hi, v);
+        }
+    return lo <= hi && hi > 30 * lo;
+}
+
+/* bytes column -> MiB (NaN where 0 or missing: not held). */
+static double *mib(const double *b, int n) {
+    double *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    for (int i = 0; o && i < n; i++)
+        o[i] = b[i] > 0 ? b[i] / (1024.0 * 1024.0) : NAN;
+    return o;
+}
+
+/* c's chart over its first n series. */
+static void finish(chart_spec *c, const char *file, const char *title, const char *ylabel, bool log_y,
+                   bool y_from_zero, int n) {
+    c->file = file;
+    c->chart = (st_chart){.title = title,
+                          .xlabel = "step",
+                          .ylabel = ylabel,
+                          .log_y = log_y,
+                          .y_from_zero = y_from_zero,
+                          .series = c->series,
+                          .n_series = n};
+}
+
+/* The charts this run's columns allow (at most 6) into c; returns how many.
+ * mem gets two arrays (MiB columns) that the caller frees. */
+static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[2]) {
+    const rp_table *s = &m->steps, *e = &m->evals;
+    const double *x = rp_col(s, RP_STEP);
+    int k = 0, n = 0;
+    c[k].series[n++] = series("train loss", x, rp_col(s, RP_LOSS), s->n);
+    if (e->n > 0)
+        c[k].series[n++] = series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
+    finish(&c[k++], "loss", "Loss", "loss", wide_positive(c[0].series, n), false, n);
+
+    const bool tok = rp_has(s, RP_TOKENS_PER_S);
+    c[k].series[0] =
+        series(tok ? "tokens/s" : "samples/s", x, rp_col(s, tok ? RP_TOKENS_PER_S : RP_SAMPLES_PER_S), s->n);
+    finish(&c[k++], "throughput", "Throughput",
+           tok ? "tokens per second (all ranks)" : "samples per second (all ranks)", false, true, 1);
+
+    n = 0;
+    c[k].series[n++] = series("peak RSS, rank 0", x, rp_col(s, RP_PEAK_RSS_MB), s->n);
+    mem[0] = mib(rp_col(s, RP_OPTIM_STATE_BYTES), s->n);
+    mem[1] = mib(rp_col(s, RP_GRAD_BYTES), s->n);
+    if (mem[0] && rp_has(s, RP_OPTIM_STATE_BYTES))
+        c[k].series[n++] = series("optimizer state", x, mem[0], s->n);
+    if (mem[1] && rp_has(s, RP_GRAD_BYTES))
+        c[k].series[n++] = series("gradients (resident)", x, mem[1], s->n);
+    finish(&c[k], "memory", "Memory (rank 0)", "MiB", wide_positive(c[k].series, n), true, n);
+    k++;
+
+    c[k].series[0] = series("learning rate", x, rp_col(s, RP_LR), s->n);
+    finish(&c[k++], "lr", "Learning rate", "learning rate", false, true, 1);
+
+    c[k].series[0] = series("gradient norm (before clipping)", x, rp_col(s, RP_GRAD_NORM), s->n);
+    finish(&c[k++], "grad_norm", "Gradient norm", "global L2 norm", false, true, 1);
+
+    if (rp_has(e, RP_EVAL_ACCURACY)) {
+        c[k].series[0] = series("eval accuracy", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_ACCURACY), e->n);
+        finish(&c[k++], "accuracy", "Evaluation accuracy", "accuracy", false, true, 1);
+    }
+    return k;
+}
+
+/* RUN_DIR/ckpt/latest's state.json "config", or NULL. */
+static cJSON *read_config(const char *run_dir, char *from, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ckpt/latest", run_dir);
+    char *name = st_cli_read_file(path);
+    if (!name) return NULL;
+    name[strcspn(name, "\r\n")] = 0;
+    snprintf(from, n, "%s/ckpt/%s/state.json", run_dir, name);
+    free(name);
+    char *text = st_cli_read_file(from);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *cfg = cJSON_DetachItemFromObjectCaseSensitive(root, "config");
+    cJSON_Delete(root);
+    return cJSON_IsObject(cfg) ? cfg : (cJSON_Delete(cfg), NULL);
+}
+
+int st_cmd_report(int argc, char **argv) {
+    const char *run_dir = NULL, *out = NULL;
+    bool png = true;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return ST_EXIT_OK;
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "--no-png")) {
+            png = false;
+        } else if (argv[i][0] != '-' && !run_dir) {
+            run_dir = argv[i];
+        } else {
+            fprintf(stderr, "scaletrain report: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return ST_EXIT_USAGE;
+        }
+    }
+    if (!run_dir) {
+        usage(stderr);
+        return ST_EXIT_USAGE;
+    }
+    struct stat sb;
+    if (stat(run_dir, &sb) != 0)
+        return st_cli_error(
+            st_fail(ST_ERR_IO, "%s: %s (give a run's train.out_dir)", run_dir, strerror(errno)));
+    if (!S_ISDIR(sb.st_mode))
+        return st_cli_error(st_fail(ST_ERR_IO, "%s: not a directory (give a run's train.out_dir)", run_dir));
+    char path[4200], out_dir[4096], gnuplot[4096] = "", why[256] = "";
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    rp_metrics m;
+    st_status s = rp_metrics_read(path, &m);
+    if (s != ST_OK) return st_cli_error(s);
+    if (m.torn_last)
+        fprintf(stderr, "scaletrain report: warning: %s: the last line is cut short; skipped it\n", path);
+    snprintf(out_dir, sizeof out_dir, "%s", out ? out : run_dir);
+    if (!out) strncat(out_dir, "/report", sizeof out_dir - strlen(out_dir) - 1);
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        rp_metrics_free(&m);
+        return st_cli_error(st_fail(ST_ERR_IO, "%s: cannot create directory: %s", out_dir, strerror(errno)));
+    }
+    if (!png)
+        snprintf(why, sizeof why, "--no-png");
+    else if (!st_cli_find_on_path("gnuplot", gnuplot, sizeof gnuplot))
+        snprintf(why, sizeof why, "gnuplot is not on PATH (apt-get install gnuplot-nox)");
+    chart_spec charts[8];
+    double *mem[2] = {NULL, NULL};
+    int nc = plan_charts(&m, charts, mem), fails = 0;
+    const char *names[8];
+    for (int i = 0; i < nc && s == ST_OK; i++) {
+        names[i] = charts[i].file;
+        snprintf(path, sizeof path, "%s/%s.svg", out_dir, charts[i].file);
+        s = st_chart_write_svg(&charts[i].chart, path);
+        if (s != ST_OK || why[0]) continue;
+        snprintf(path, sizeof path, "%s/%s.png", out_dir, charts[i].file);
+        if (st_chart_write_png(&charts[i].chart, path, gnuplot) != ST_OK) {
+            fprintf(stderr, "scaletrain report: error: %s\n", st_last_error());
+            st_clear_error();
+            fails++;
+        }
+    }
+    char cfg_from[4400] = "";
+    cJSON *cfg = s == ST_OK ? read_config(run_dir, cfg_from, sizeof cfg_from) : NULL;
+    if (s == ST_OK) {
+        snprintf(path, sizeof path, "%s/report.html", out_dir);
+        s = rp_write_html(path, run_dir, &m, names, nc, !why[0] && fails == 0, cfg, cfg_from);
+    }
+    cJSON_Delete(cfg);
+    free(mem[0]), free(mem[1]);
+    rp_metrics_free(&m);
+    if (s != ST_OK) return st_cli_error(s);
+    printf("report: %s/report.html and %d charts (%s)\n", out_dir, nc,
+           why[0] || fails ? "SVG" : "SVG and PNG");
+    if (why[0]) printf("report: PNGs skipped: %s\n", why);
+    return fails ? ST_EXIT_FAIL : ST_EXIT_OK;
+}

@@ -1,0 +1,192 @@
+/* report.html for `scaletrain report`: one self-contained page (inline CSS,
+ * charts by relative link) with the run's summary, the charts and the
+ * effective config. Figures come from metrics.jsonl only; a figure the run
+ * did not log is left out rather than shown as 0. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "report.h"
+
+static void esc(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static void row(FILE *f, const char *label, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void row(FILE *f, const char *label, const char *fmt, ...) {
+    char v[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof v, fmt, ap);
+    va_end(ap);
+    fprintf(f, "<tr><th>%s</th><td>", label);
+    esc(f, v);
+    fprintf(f, "</td></tr>\n");
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Statistics of a column's finite values. */
+typedef struct stats {
+    int n;
+    double last, min, max, mean, median;
+    int argmin; /* row of min */
+} stats;
+
+static stats col_stats(const rp_table *t, int f) {
+    stats s = {0, NAN, NAN, NAN, NAN, NAN, -1};
+    const double *c = rp_col(t, f);
+    double *v = c ? malloc((size_t)(t->n ? t->n : 1) * sizeof *v) : NULL;
+    double sum = 0;
+    for (int i = 0; v && i < t->n; i++) {
+        if (!isfinite(c[i])) continue;
+        if (s.n == 0 || c[i] < s.min) s.min = c[i], s.argmin = i;
+        if (s.n == 0 || c[i] > s.max) s.max = c[i];
+        s.last = c[i];
+        sum += c[i];
+        v[s.n++] = c[i];
+    }
+    if (s.n > 0) {
+        qsort(v, (size_t)s.n, sizeof *v, cmp_double);
+        s.mean = sum / s.n;
+        s.median = s.n % 2 ? v[s.n / 2] : 0.5 * (v[s.n / 2 - 1] + v[s.n / 2]);
+    }
+    free(v);
+    return s;
+}
+
+static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
+    const rp_table *t = &m->steps, *e = &m->evals;
+    const double *step = rp_col(t, RP_STEP);
+    fprintf(f, "<table class=\"summary\">\n");
+    row(f, "run directory", "%s", run_dir);
+    stats ep = col_stats(t, RP_EPOCH);
+    if (ep.n)
+        row(f, "steps", "%.0f (%d logged step lines, %.0f epoch(s) begun)", step[t->n - 1], t->n, ep.max + 1);
+    else
+        row(f, "steps", "%.0f (%d logged step lines)", step[t->n - 1], t->n);
+    if (m->segments > 1 || m->restarts > 0)
+        row(f, "resumed", "%d time(s)%s", m->segments - 1 > m->restarts ? m->segments - 1 : m->restarts,
+            m->restarts ? "; lines a resumed run logged again replace the earlier ones" : "");
+    if (m->run_seconds > 0) row(f, "training time", "%.3g s (step loops, all runs)", m->run_seconds);
+    stats loss = col_stats(t, RP_LOSS);
+    if (loss.n) {
+        row(f, "train loss", "first %.4f, final %.4f, best %.4f at step %.0f", t->col[RP_LOSS][0], loss.last,
+            loss.min, step[loss.argmin]);
+    }
+    if (loss.n < t->n)
+        row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);
+    stats el = col_stats(e, RP_EVAL_LOSS), acc = col_stats(e, RP_EVAL_ACCURACY);
+    if (el.n) {
+        row(f, "eval loss", "final %.4f, best %.4f at step %.0f (%d evaluations)", el.last, el.min,
+            e->col[RP_EVAL_STEP][el.argmin], e->n);
+    }
+    if (acc.n) {
+        int best = 0;
+        for (int i = 0; i < e->n; i++)
+            if (isfinite(e->col[RP_EVAL_ACCURACY][i]) && e->col[RP_EVAL_ACCURACY][i] == acc.max) best = i;
+        row(f, "eval accuracy", "final %.2f%%, best %.2f%% at step %.0f", 100 * acc.last, 100 * acc.max,
+            e->col[RP_EVAL_STEP][best]);
+    }
+    stats sps = col_stats(t, RP_SAMPLES_PER_S), tps = col_stats(t, RP_TOKENS_PER_S),
+          ms = col_stats(t, RP_STEP_MS);
+    if (sps.n) row(f, "throughput", "%.1f samples/s median, %.1f last", sps.median, sps.last);
+    if (tps.n) row(f, "tokens", "%.1f tokens/s median, %.1f last", tps.median, tps.last);
+    if (ms.n) row(f, "step time", "%.3f ms median", ms.median);
+    stats mfu = col_stats(t, RP_MFU);
+    if (mfu.n) row(f, "MFU", "%.2f%% median, %.2f%% max", 100 * mfu.median, 100 * mfu.max);
+    stats wf = col_stats(t, RP_DATA_WAIT_FRACTION), wm = col_stats(t, RP_DATA_WAIT_MS);
+    if (wf.n) row(f, "data wait", "%.1f%% of step time (mean), %.3f ms per step", 100 * wf.mean, wm.mean);
+    stats cm = col_stats(t, RP_COMM_MS), co = col_stats(t, RP_COMM_OVERLAP);
+    if (cm.n) {
+        row(f, "communication",
+            "%.3f ms per step waiting (mean), %.1f%% of step time; %.1f%% of the all-reduce hidden", cm.mean,
+            ms.n && ms.mean > 0 ? 100 * cm.mean / ms.mean : NAN, 100 * co.mean);
+    }
+    stats rss = col_stats(t, RP_PEAK_RSS_MB), os = col_stats(t, RP_OPTIM_STATE_BYTES),
+          gb = col_stats(t, RP_GRAD_BYTES);
+    if (rss.n) row(f, "peak memory", "%.1f MiB RSS (rank 0)", rss.max);
+    if (os.n && os.max > 0) row(f, "optimizer state", "%.2f MiB (rank 0)", os.last / 1048576.0);
+    if (gb.n && gb.max > 0) row(f, "gradients", "%.2f MiB resident (rank 0)", gb.last / 1048576.0);
+    stats sk = col_stats(t, RP_SKIPPED_STEPS), ls = col_stats(t, RP_LOSS_SCALE);
+    if (sk.n) row(f, "skipped steps", "%.0f (overflowing gradients)", sk.last);
+    if (ls.n) row(f, "loss scale", "%g final, %g min", ls.last, ls.min);
+    if (m->torn_last) row(f, "note", "%s", "the last line of metrics.jsonl was cut short and is left out");
+    fprintf(f, "</table>\n");
+}
+
+/* The config's sections as rows of section.key = value. */
+static void config_table(FILE *f, const cJSON *cfg, const char *from) {
+    fprintf(f, "<h2>Effective config</h2>\n<p class=\"from\">from ");
+    esc(f, from);
+    fprintf(f, "</p>\n<table class=\"config\">\n");
+    for (const cJSON *sec = cfg->child; sec; sec = sec->next) {
+        const cJSON *first = cJSON_IsObject(sec) ? sec->child : sec;
+        for (const cJSON *k = first; k; k = cJSON_IsObject(sec) ? k->next : NULL) {
+            char *v = cJSON_PrintUnformatted(k);
+            fprintf(f, "<tr><th>");
+            esc(f, sec->string ? sec->string : "");
+            if (cJSON_IsObject(sec)) {
+                fputc('.', f);
+                esc(f, k->string ? k->string : "");
+            }
+            fprintf(f, "</th><td>");
+            esc(f, v ? v : "?");
+            fprintf(f, "</td></tr>\n");
+            free(v);
+        }
+    }
+    fprintf(f, "</table>\n");
+}
+
+st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics *m, const char *const *names,
+                        int n_charts, bool png, const cJSON *cfg, const char *cfg_from) {
+    FILE *f = fopen(path, "w");
+    if (!f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    fprintf(
+        f,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>scaletrain report: ");
+    esc(f, run_dir);
+    fprintf(f, "</title>\n<style>\n"
+               "body{font-family:sans-serif;margin:1.5em auto;max-width:1560px;color:#222}\n"
+               "table{border-collapse:collapse;margin-bottom:1em}th,td{text-align:left;padding:2px 12px;"
+               "border-bottom:1px solid #eee;font-size:14px}th{font-weight:600;white-space:nowrap}\n"
+               ".charts{display:flex;flex-wrap:wrap;gap:8px}.charts img{width:760px;max-width:100%%;"
+               "border:1px solid #ddd}.from{color:#666;font-size:13px}\n"
+               "</style>\n</head>\n<body>\n<h1>scaletrain report</h1>\n");
+    summary(f, run_dir, m);
+    fprintf(f, "<h2>Charts</h2>\n<div class=\"charts\">\n");
+    for (int i = 0; i < n_charts; i++) {
+        if (png) fprintf(f, "<a href=\"%s.png\">", names[i]);
+        fprintf(f, "<img src=\"%s.svg\" alt=\"%s\">", names[i], names[i]);
+        fprintf(f, "%s\n", png ? "</a>" : "");
+    }
+    fprintf(f, "</div>\n");
+    if (cfg)
+        config_table(f, cfg, cfg_from);
+    else
+        fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint "
+                   "(ckpt/latest).</p>\n");
+    fprintf(f, "</body>\n</html>\n");
+    if (fclose(f) != 0) return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return ST_OK;
+}
