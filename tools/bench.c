@@ -8,8 +8,12 @@
  * the first W (warm-up: first touches, thread start, caches). The report: throughput, per-rank throughput,
  * speed-up and scaling efficiency against the smallest rank count
  * (per-rank throughput over that run's), as a table on stdout and in
- * DIR/bench.md, and as DIR/bench.json. Not here: the planner's prediction
- * beside each row, plots. */
+ * DIR/bench.md, and as DIR/bench.json. Beside each row, the planner's
+ * prediction for this machine's CPU with one core per rank (src/hw/planner.h:
+ * the same config, per_node = ranks, peak from a single-threaded sgemm
+ * calibration) and the measured/predicted throughput ratio; throughput and
+ * efficiency against ranks, measured and predicted, as DIR/bench_*.svg
+ * (tools/chart.c) and, when gnuplot is on PATH, .png, linked from bench.md. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,8 +23,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "chart.h"
 #include "cli.h"
 #include "core/atomic_file.h"
+#include "core/blas.h"
+#include "hw/device.h"
+#include "hw/planner.h"
+#include "hw/runspec.h"
 
 #define MAX_RUNS 16
 
@@ -29,6 +38,8 @@ typedef struct bench_run {
     long long global_batch;
     double samples_per_s, tokens_per_s, step_ms_median, comm_ms;
     int measured_steps;
+    double pred_step_ms, pred_samples_per_s, pred_tokens_per_s; /* the planner's; 0: no prediction */
+    char pred_device[48];                                        /* the device it planned for */
 } bench_run;
 
 static int cmp_double(const void *a, const void *b) {
@@ -91,17 +102,112 @@ static int parse_ranks(const char *s, int *out, int *n) {
     return *n ? 0 : -1;
 }
 
+/* The planner's step time and throughput for each run: this machine with
+ * per_node = ranks and the config as the runs had it (global batch = ranks x
+ * mb, micro-batch mb, no evaluation). The device is the one the runs train on:
+ * a GPU per rank when train.device is not cpu and there are GPUs enough for
+ * the ranks (the session's rule), else the CPU at one core per rank
+ * (scaletrain launch), its peak from a single-thread sgemm. */
+static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, double *gflops) {
+    st_plan_input in = {0};
+    st_plan *p = malloc(sizeof *p);
+    st_hw_info *h = malloc(sizeof *h);
+    st_status s;
+    if (!p || !h) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory planning the bench runs");
+        goto fail;
+    }
+    ST_GOTO(st_hw_probe(h));
+    openblas_set_num_threads(1);
+    double gf = 0;
+    ST_GOTO(st_device_calibrate_cpu(&gf));
+    *gflops = gf / 1e9;
+    st_hw_info nogpu = *h;
+    nogpu.n_gpus = 0;
+    cfg->data.val[0] = '\0';
+    ST_GOTO(st_runspec_open(cfg, &in));
+    in.has_eval = false;
+    in.cores_per_rank = 1;
+    for (int k = 0; k < nr; k++) {
+        st_hw_config hw = {.per_node = runs[k].ranks, .nodes = 1};
+        snprintf(hw.label, sizeof hw.label, "this machine");
+        const bool gpu = strcmp(cfg->train.device, "cpu") != 0 && h->n_gpus >= runs[k].ranks;
+        st_device_local(gpu ? h : &nogpu, gf, &hw.dev);
+        snprintf(runs[k].pred_device, sizeof runs[k].pred_device, "%s", hw.dev.name);
+        cfg->train.batch_size = mb * runs[k].ranks;
+        cfg->train.micro_batch_size = mb;
+        ST_GOTO(st_plan_make(&in, &hw, p));
+        if (!p->ok || !(p->time.step_s > 0)) {
+            s = st_fail(ST_ERR_CONFIG, "the planner has no plan for %d rank(s): %s", runs[k].ranks, p->warning);
+            goto fail;
+        }
+        runs[k].pred_step_ms = 1e3 * p->time.step_s;
+        runs[k].pred_samples_per_s = p->samples_per_s;
+        runs[k].pred_tokens_per_s = p->tokens_per_s;
+    }
+    s = ST_OK;
+fail:
+    st_runspec_close(&in);
+    free(p);
+    free(h);
+    return s;
+}
+
+/* DIR/bench_throughput and DIR/bench_efficiency: measured and predicted
+ * against ranks, as .svg and (gnuplot on PATH) .png. *pngs: how many PNGs
+ * were written; why says why none were. */
+static st_status plots(const double *x, const double *tp, const double *ptp, const double *eff,
+                       const double *peff, int nr, const char *unit, const char *out_dir, int *pngs, char *why,
+                       size_t nwhy) {
+    char gnuplot[PATH_MAX] = "", path[PATH_MAX + 32], ylabel[64];
+    snprintf(ylabel, sizeof ylabel, "throughput (%s)", unit);
+    if (!st_cli_find_on_path("gnuplot", gnuplot, sizeof gnuplot))
+        snprintf(why, nwhy, "gnuplot is not on PATH (apt-get install gnuplot-nox)");
+    const st_chart_series ts[2] = {{"measured", x, tp, nr}, {"predicted (planner)", x, ptp, nr}},
+                          es[2] = {{"measured", x, eff, nr}, {"predicted (planner)", x, peff, nr}};
+    const st_chart charts[2] = {
+        {.title = "Throughput against ranks", .xlabel = "ranks", .ylabel = ylabel, .y_from_zero = true,
+         .series = ts, .n_series = 2},
+        {.title = "Weak-scaling efficiency against ranks", .xlabel = "ranks", .ylabel = "efficiency",
+         .y_from_zero = true, .series = es, .n_series = 2}};
+    const char *files[2] = {"bench_throughput", "bench_efficiency"};
+    *pngs = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.svg", out_dir, files[i]);
+        ST_TRY(st_chart_write_svg(&charts[i], path));
+        if (why[0]) continue;
+        snprintf(path, sizeof path, "%s/%s.png", out_dir, files[i]);
+        ST_TRY(st_chart_write_png(&charts[i], path, gnuplot));
+        (*pngs)++;
+    }
+    return ST_OK;
+}
+
 /* The table (stdout and DIR/bench.md) and DIR/bench.json. */
 static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, long long mb, long steps,
-                  long warmup, const char *out_dir) {
+                  long warmup, double gflops, const char *out_dir) {
     const char *unit = lm ? "tokens/s" : "samples/s";
     const bench_run *base = &runs[0];
     for (int k = 1; k < nr; k++)
         if (runs[k].ranks < base->ranks) base = &runs[k];
     const double base_tp = lm ? base->tokens_per_s : base->samples_per_s;
-    char md_path[PATH_MAX], json_path[PATH_MAX];
+    const double base_ptp = lm ? base->pred_tokens_per_s : base->pred_samples_per_s;
+    char md_path[PATH_MAX], json_path[PATH_MAX], why[128] = "";
     snprintf(md_path, sizeof md_path, "%s/bench.md", out_dir);
     snprintf(json_path, sizeof json_path, "%s/bench.json", out_dir);
+    /* (nr,) series for the table, the JSON and the charts */
+    double x[MAX_RUNS], tp[MAX_RUNS], ptp[MAX_RUNS], eff[MAX_RUNS], peff[MAX_RUNS];
+    for (int k = 0; k < nr; k++) {
+        const bench_run *r = &runs[k];
+        x[k] = r->ranks;
+        tp[k] = lm ? r->tokens_per_s : r->samples_per_s;
+        ptp[k] = lm ? r->pred_tokens_per_s : r->pred_samples_per_s;
+        eff[k] = base_tp > 0 ? (tp[k] / r->ranks) / (base_tp / base->ranks) : 0;
+        peff[k] = base_ptp > 0 ? (ptp[k] / r->ranks) / (base_ptp / base->ranks) : 0;
+    }
+    int pngs = 0;
+    st_status s = plots(x, tp, ptp, eff, peff, nr, unit, out_dir, &pngs, why, sizeof why);
+    if (s != ST_OK) return st_cli_error(s);
     FILE *md = fopen(md_path, "w");
     if (!md) {
         fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_path, strerror(errno));
@@ -116,6 +222,17 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     cJSON_AddStringToObject(root, "unit", unit);
     cJSON_AddStringToObject(root, "scaling",
                             "weak: the same micro-batch per rank, global batch = ranks x micro-batch");
+    cJSON_AddStringToObject(root, "prediction",
+                            "the planner (src/hw/planner.h) for this machine, per node = ranks, on the device "
+                            "the runs train on (runs[].predicted.device)");
+    cJSON_AddNumberToObject(root, "cpu_gflops_per_core", gflops);
+    cJSON *plots_o = cJSON_AddObjectToObject(root, "plots");
+    cJSON_AddStringToObject(plots_o, "throughput", "bench_throughput.svg");
+    cJSON_AddStringToObject(plots_o, "efficiency", "bench_efficiency.svg");
+    if (pngs) {
+        cJSON_AddStringToObject(plots_o, "throughput_png", "bench_throughput.png");
+        cJSON_AddStringToObject(plots_o, "efficiency_png", "bench_efficiency.png");
+    }
     cJSON_AddItemToObject(root, "runs", arr);
     fprintf(md,
             "# scaletrain bench: %s\n\n%s model, %lld samples per rank per step (weak scaling), %ld steps, "
@@ -124,39 +241,51 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             cfg->path[0] ? cfg->path : "the default run", cfg->model.type, mb, steps, warmup);
     for (int pass = 0; pass < 2; pass++) {
         FILE *f = pass ? md : stdout;
-        fprintf(
-            f,
-            "| ranks | global batch | %s | per rank | speed-up | efficiency | step ms (median) | comm ms |\n",
-            unit);
-        fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        fprintf(f,
+                "| ranks | global batch | %s | per rank | speed-up | efficiency | step ms (median) | comm ms "
+                "| predicted %s | predicted efficiency | predicted step ms | measured/predicted |\n",
+                unit, unit);
+        fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int k = 0; k < nr; k++) {
             const bench_run *r = &runs[k];
-            const double tp = lm ? r->tokens_per_s : r->samples_per_s, per = tp / r->ranks;
-            const double speedup = base_tp > 0 ? tp / base_tp : 0;
-            const double eff = base_tp > 0 ? per / (base_tp / base->ranks) : 0;
-            fprintf(f, "| %d | %lld | %.1f | %.1f | %.3f | %.3f | %.2f | %.3f |\n", r->ranks, r->global_batch,
-                    tp, per, speedup, eff, r->step_ms_median, r->comm_ms);
+            const double per = tp[k] / r->ranks, speedup = base_tp > 0 ? tp[k] / base_tp : 0;
+            const double ratio = ptp[k] > 0 ? tp[k] / ptp[k] : 0;
+            fprintf(f, "| %d | %lld | %.1f | %.1f | %.3f | %.3f | %.2f | %.3f | %.1f | %.3f | %.2f | %.3f |\n",
+                    r->ranks, r->global_batch, tp[k], per, speedup, eff[k], r->step_ms_median, r->comm_ms, ptp[k],
+                    peff[k], r->pred_step_ms, ratio);
             if (pass) continue;
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "global_batch", (double)r->global_batch);
-            cJSON_AddNumberToObject(o, "throughput", tp);
+            cJSON_AddNumberToObject(o, "throughput", tp[k]);
             cJSON_AddNumberToObject(o, "throughput_per_rank", per);
             cJSON_AddNumberToObject(o, "speedup", speedup);
-            cJSON_AddNumberToObject(o, "efficiency", eff);
+            cJSON_AddNumberToObject(o, "efficiency", eff[k]);
             cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
             if (lm) cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
             cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
             cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
             cJSON_AddNumberToObject(o, "measured_steps", r->measured_steps);
+            cJSON *pr = cJSON_AddObjectToObject(o, "predicted");
+            cJSON_AddNumberToObject(pr, "throughput", ptp[k]);
+            cJSON_AddNumberToObject(pr, "speedup", base_ptp > 0 ? ptp[k] / base_ptp : 0);
+            cJSON_AddNumberToObject(pr, "efficiency", peff[k]);
+            cJSON_AddNumberToObject(pr, "step_ms", r->pred_step_ms);
+            cJSON_AddStringToObject(pr, "device", r->pred_device);
+            cJSON_AddNumberToObject(pr, "samples_per_s", r->pred_samples_per_s);
+            if (lm) cJSON_AddNumberToObject(pr, "tokens_per_s", r->pred_tokens_per_s);
+            cJSON_AddNumberToObject(o, "measured_over_predicted", ratio);
             cJSON_AddItemToArray(arr, o);
         }
     }
-    fprintf(
-        md,
-        "\nEfficiency: per-rank throughput over the %d-rank run's. The runs' logs and metrics.jsonl are in "
-        "%s/n<ranks>/.\n",
-        base->ranks, out_dir);
+    fprintf(md,
+            "\nEfficiency: per-rank throughput over the %d-rank run's. Predicted: the planner "
+            "(docs/planner.md) for this machine with the same config and batch, per node = ranks, on %s "
+            "(the CPU: one core per rank at %.1f GFLOP/s, a single-thread sgemm). The runs' logs and "
+            "metrics.jsonl are in %s/n<ranks>/.\n\n![throughput](bench_throughput.svg)\n\n"
+            "![efficiency](bench_efficiency.svg)\n",
+            base->ranks, base->pred_device, gflops, out_dir);
+    if (pngs) fprintf(md, "\nPNG: [throughput](bench_throughput.png), [efficiency](bench_efficiency.png)\n");
     const bool md_ok = fclose(md) == 0;
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -168,7 +297,9 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
                 strerror(errno));
         return ST_EXIT_FAIL;
     }
-    printf("report: %s, %s\n", md_path, json_path);
+    printf("report: %s, %s, plots %s/bench_{throughput,efficiency}.%s\n", md_path, json_path, out_dir,
+           pngs ? "{svg,png}" : "svg");
+    if (why[0]) printf("report: PNGs skipped: %s\n", why);
     return ST_EXIT_OK;
 }
 
@@ -178,8 +309,9 @@ static void usage(FILE *f) {
             "[--out DIR]\n"
             "  runs CONFIG on each rank count (scaletrain launch), the same micro-batch per rank, S steps\n"
             "  (default 30), and reports throughput, per-rank throughput, speed-up and weak-scaling\n"
-            "  efficiency over the steps after the first W (default 5); writes DIR/bench.md and\n"
-            "  DIR/bench.json (default DIR: runs/bench).\n");
+            "  efficiency over the steps after the first W (default 5), beside the planner's prediction\n"
+            "  for this machine; writes DIR/bench.md, DIR/bench.json and the plots\n"
+            "  DIR/bench_{throughput,efficiency}.svg (.png with gnuplot) (default DIR: runs/bench).\n");
 }
 
 int st_cmd_bench(int argc, char **argv) {
@@ -302,5 +434,8 @@ int st_cmd_bench(int argc, char **argv) {
         lm = runs[k].tokens_per_s > 0;
     }
     free(rest);
-    return report(runs, nr, lm, &cfg, mb, steps, warmup, out_dir);
+    double gflops = 0;
+    s = predict(&cfg, mb, runs, nr, &gflops);
+    if (s != ST_OK) return st_cli_error(s);
+    return report(runs, nr, lm, &cfg, mb, steps, warmup, gflops, out_dir);
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # `scaletrain bench -n 1,2` on a tiny gpt (issue 6): the table on stdout and
-# in bench.md has a header, a separator and one row per rank count with 8
-# columns; bench.json has the same runs with positive, finite figures that
-# agree with each other (per rank = throughput / ranks, the 1-rank efficiency
-# is 1, the global batch grows with the ranks); bad options are usage errors.
+# in bench.md has a header, a separator and one row per rank count with 12
+# columns (8 measured, 4 the planner's prediction); bench.json has the same
+# runs with positive, finite figures that agree with each other (per rank =
+# throughput / ranks, the 1-rank efficiency is 1, the global batch grows with
+# the ranks, measured/predicted = throughput / predicted throughput); the
+# throughput and efficiency SVGs parse and hold two series (measured,
+# predicted) of one point per rank count, and the PNGs exist when gnuplot is
+# installed; bad options are usage errors.
 # It checks the report's shape and sanity, not the speed (the machine is shared).
 set -uo pipefail
 build=${1:-build}
@@ -34,10 +38,10 @@ echo "$out"
 [ $rc -eq 0 ] || fail "bench: exit $rc"
 table=$(grep '^|' <<<"$out")
 [ "$(wc -l <<<"$table")" -eq 4 ] || fail "the table has $(wc -l <<<"$table") lines, expected 4"
-head -n 1 <<<"$table" | grep -q '^| ranks | global batch | tokens/s | per rank | speed-up | efficiency |' ||
+head -n 1 <<<"$table" | grep -q '^| ranks | global batch | tokens/s | per rank | speed-up | efficiency | step ms (median) | comm ms | predicted tokens/s | predicted efficiency | predicted step ms | measured/predicted |$' ||
     fail "the header: $(head -n 1 <<<"$table")"
 for r in 1 2; do
-    grep -qE "^\| $r \| $((4 * r)) \|( [0-9.]+ \|){6}$" <<<"$table" || fail "no well-formed row for $r rank(s)"
+    grep -qE "^\| $r \| $((4 * r)) \|( [0-9.]+ \|){10}$" <<<"$table" || fail "no well-formed row for $r rank(s)"
 done
 diff <(grep '^|' "$tmp/rep/bench.md") <(echo "$table") >/dev/null || fail "bench.md's table differs from stdout's"
 /usr/bin/python3 - "$tmp/rep/bench.json" <<'PY' || fail "bench.json"
@@ -55,11 +59,40 @@ for x in runs:
     assert x["global_batch"] == 4 * x["ranks"], x
     assert abs(x["throughput_per_rank"] * x["ranks"] - x["throughput"]) <= 1e-9 * x["throughput"], x
     assert abs(x["tokens_per_s"] - 16 * x["samples_per_s"]) <= 1e-9 * x["tokens_per_s"], x
+    p = x["predicted"]
+    for k in ("throughput", "speedup", "efficiency", "step_ms", "samples_per_s", "tokens_per_s"):
+        assert math.isfinite(p[k]) and p[k] > 0, (k, x)
+    assert abs(p["tokens_per_s"] - 16 * p["samples_per_s"]) <= 1e-9 * p["tokens_per_s"], x
+    assert abs(p["samples_per_s"] * p["step_ms"] / 1e3 - x["global_batch"]) <= 1e-6 * x["global_batch"], x
+    m = x["measured_over_predicted"]
+    assert math.isfinite(m) and m > 0 and abs(m - x["throughput"] / p["throughput"]) <= 1e-9 * m, x
 assert runs[0]["efficiency"] == 1 and runs[0]["speedup"] == 1
+assert runs[0]["predicted"]["efficiency"] == 1 and 0 < runs[1]["predicted"]["efficiency"] <= 1, runs
+assert math.isfinite(r["cpu_gflops_per_core"]) and r["cpu_gflops_per_core"] > 0, r
+assert r["plots"]["throughput"] == "bench_throughput.svg" and r["plots"]["efficiency"] == "bench_efficiency.svg"
 e = runs[1]["throughput_per_rank"] / runs[0]["throughput_per_rank"]
 assert abs(runs[1]["efficiency"] - e) <= 1e-9, runs
 print("bench.json: 2 runs, figures positive, finite and consistent; 2-rank efficiency %.3f" % e)
 PY
+/usr/bin/python3 - "$tmp/rep" <<'PY' || fail "the plots"
+import sys, xml.etree.ElementTree as ET
+d = sys.argv[1]
+md = open(d + "/bench.md").read()
+for name in ("bench_throughput", "bench_efficiency"):
+    assert "(%s.svg)" % name in md, ("bench.md does not link", name)
+    root = ET.parse("%s/%s.svg" % (d, name)).getroot()
+    series = [e for e in root.iter() if e.tag.endswith("path") and e.get("class") == "series"]
+    names = [e.get("data-name") for e in series]
+    assert names == ["measured", "predicted (planner)"], (name, names)
+    for e in series:
+        assert e.get("data-points") == "2" and e.get("d", "").count("L") == 1, (name, e.get("d"))
+print("plots: 2 SVGs, each with a measured and a predicted series")
+PY
+if command -v gnuplot >/dev/null; then
+    for name in bench_throughput bench_efficiency; do
+        [ "$(head -c 4 "$tmp/rep/$name.png" | tail -c 3)" = PNG ] || fail "$name.png is not a PNG"
+    done
+fi
 [ -f "$tmp/rep/n2/metrics.jsonl" ] && [ -f "$tmp/rep/n2.log" ] || fail "the runs' metrics and logs are not kept"
 
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
