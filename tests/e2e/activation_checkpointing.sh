@@ -2,14 +2,9 @@
 # train.activation_checkpointing: blocks trains the same weights, bit for bit,
 # as off (a small gpt with dropout and a cnn with batch-norm, 5 steps each),
 # reports less activation memory, and says which it used.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
 gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set data.val=
@@ -34,5 +29,4 @@ print(f"activations with their gradients: {a:.3f} MiB off, {b:.3f} MiB with bloc
 sys.exit(0 if 0 < b < a else 1)
 PY
 done
-[ $fails -eq 0 ] || exit 1
-echo "activation_checkpointing: ok"
+e2e_finish ok

@@ -9,18 +9,10 @@
 # predicted) of one point per rank count, and the PNGs exist when gnuplot is
 # installed; bad options are usage errors.
 # It checks the report's shape and sanity, not the speed (the machine is shared).
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "bench: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
@@ -98,5 +90,4 @@ fi
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
 
-[ $fails -eq 0 ] && echo "bench: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

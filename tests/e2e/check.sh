@@ -10,18 +10,11 @@
 # - an out_dir under a regular file: FAIL;
 # - no mpirun on PATH: the mpi line FAILs with the package to install and the
 #   self-test is skipped, exit 1.
-set -uo pipefail
-build=${1:-build}
+source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
-if ! command -v mpirun >/dev/null; then
-    echo "check: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+e2e_need_mpirun
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE TMPDIR=$tmp
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 for i in $(seq 1 100); do echo "line $i of a small text"; done >"$tmp/t.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
@@ -68,5 +61,4 @@ grep -qE "^skip +ddp " <<<"$out" && grep -qE "^skip +allreduce " <<<"$out" ||
     fail "no mpirun: the self-test and the all-reduce test were not skipped"
 echo "no mpirun: $(grep FAIL <<<"$out")"
 
-[ $fails -eq 0 ] && echo "check: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

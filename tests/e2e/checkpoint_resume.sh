@@ -12,18 +12,10 @@
 # - SIGTERM mid-run: the run saves a checkpoint and exits 143; --resume auto
 #   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
 #   SIGTERM to one rank stops both after the same step, with the same result.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "checkpoint_resume: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_fmnist
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common=(--set train.threads=1 --set data.val= --set log.every=1 --set log.progress=off)
 const=(--set optim.schedule=constant --set optim.warmup_steps=2)
 
@@ -51,7 +43,8 @@ same cnn 4 --set model.type=cnn --set model.channels=[4,8] --set model.pool=[1,1
 # Under DDP (2 ranks, rank 0 saves, both load): the same bytes as well.
 if command -v mpirun >/dev/null; then
     d=$tmp/ddp
-    mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+    e2e_mpi 60
+    mpi+=(-np 2)
     args=("${common[@]}" "${const[@]}" --quiet --set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1
         --set train.batch_size=16 --set data.num_workers=0 --set dist.timeout_s=30)
     "${mpi[@]}" "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$d/full" || fail "ddp: 8 steps"
@@ -134,5 +127,4 @@ timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" --resum
 cmp "$d/full/model.safetensors" "$d/run/model.safetensors" && echo "SIGTERM at $latest + resume: same bytes" ||
     fail "SIGTERM + resume differs from the uninterrupted run"
 
-[ $fails -eq 0 ] && echo "checkpoint_resume: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

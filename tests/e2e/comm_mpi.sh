@@ -5,23 +5,15 @@
 # it turned off so that the watchdog must end the job; a rank stopped
 # (SIGSTOP) before a collective; ranks that call different collectives or
 # counts (desync). After each fault every rank's process must be gone.
-set -uo pipefail
-build=${1:-build}
+source "$(dirname "$0")/../lib/e2e.sh"
 bin=$build/tests/mpi/comm_check
-if ! command -v mpirun >/dev/null; then
-    echo "comm_mpi: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
+e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built (make tests)"; exit 1; }
-tmp=$(mktemp -d)
-cleanup() { # kill what a failed fault test may have left behind: our own ranks, by pid
+e2e_tmpdir
+e2e_cleanup() { # kill what a failed fault test may have left behind: our own ranks, by pid
     for f in "$tmp"/*/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+e2e_mpi
 
 for n in 2 3 4; do
     out=$(timeout 60 "${mpi[@]}" -np "$n" "$bin" ops 2>&1); rc=$?
@@ -81,4 +73,4 @@ fault count $((T + 10)) "collectives out of step at collective number 5" \
     "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
     -np 2 "$bin" count --rank 1 --step 1 --timeout $T
-exit $((fails > 0))
+e2e_finish

@@ -17,27 +17,13 @@
 #
 # `scaletrain launch -n 2` runs a short job. Then a mismatch: two ranks with different model.hidden (an MPMD mpirun) must
 # fail before training with a message that names the difference.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "ddp_equivalence: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "ddp_equivalence: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "ddp_equivalence: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+e2e_tmpdir
+e2e_mpi 60
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common=(--set train.steps=20 --set train.threads=1 --set data.num_workers=0 --set data.val=
         --set dist.bucket_cap_mb=0.01 --set dist.timeout_s=30 --json --quiet)
 
@@ -101,4 +87,4 @@ for needle in "tensor 0" "fc.0.weight [64, 784]" "fc.0.weight [32, 784]" "rank 1
     grep -qF -- "$needle" <<<"$out" || fail "mismatch: no '$needle' in: $out"
 done
 [ ! -e "$tmp/mm/model.safetensors" ] || fail "mismatch: weights were saved"
-exit $((fails > 0))
+e2e_finish

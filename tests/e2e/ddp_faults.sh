@@ -16,25 +16,16 @@
 #     with data.drop_last true and false: both ranks finish the same steps
 #     (the job exits 0: a rank that ran fewer steps would leave the other in a
 #     collective until its watchdog fails the job).
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "ddp_faults: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
-tmp=$(mktemp -d)
+e2e_tmpdir
 pids=() # every rank pid seen, killed at the end if still there
-cleanup() {
+e2e_cleanup() {
     for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+e2e_mpi
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 T=5
 
 # A token file of N samples of block_size 16: (count - 1) / 16 samples.
@@ -181,4 +172,4 @@ done
 # The two runs saw different batches (4 or 5 steps an epoch), so they differ.
 [ "${loss[true]}" != "${loss[false]}" ] || fail "uneven: drop_last made no difference (${loss[true]})"
 
-exit $((fails > 0))
+e2e_finish

@@ -7,12 +7,9 @@
 # all-reduce window that lay behind backward (`comm_overlap`). With
 # dist.bucket_cap_mb at its default the first bucket is capped at 1 MiB (as
 # PyTorch DDP does), so even this small model gets more than one bucket.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-command -v mpirun >/dev/null || { echo "ddp_overlap: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
 for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null || { echo "FAIL: tokenize"; exit 1; }

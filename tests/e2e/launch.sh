@@ -13,25 +13,15 @@
 #     143, and that is not restarted.
 # Every run is bounded by `timeout`; the script waits only by polling files
 # in bounded loops and by `wait`.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "launch: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
-tmp=$(mktemp -d)
-[ -n "${KEEP_TMP:-}" ] && echo "tmp: $tmp"
+e2e_tmpdir
 pids=()
-cleanup() {
+e2e_cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
-trap cleanup EXIT
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # (a) 2 ranks each write 300 lines in three pieces (three write(2)s), and
 # one line on stderr.
@@ -137,5 +127,4 @@ grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
 grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
 
-[ $fails -eq 0 ] && echo "launch: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

@@ -5,19 +5,12 @@
 # same weights as lr x sqrt(2) (to float rounding of the typed value); on one
 # rank it changes nothing; none (the default) leaves lr alone; a bad value is
 # an error naming the accepted ones.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "lr_scaling: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+e2e_mpi 60
+mpi+=(-np 2)
 
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
@@ -65,5 +58,4 @@ cmp "$tmp/lin1/model.safetensors" "$tmp/none1/model.safetensors" &&
 out=$("$bin" train "${args[@]}" --set optim.lr_scaling=cubic 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "optim.lr_scaling.*none.*linear.*sqrt" <<<"$out" || fail "bad value: exit $rc: $out"
 
-[ $fails -eq 0 ] && echo "lr_scaling: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

@@ -5,18 +5,10 @@
 # peak_rss_mb > 0, and eval lines at 4 and 7. A run that stops at a checkpoint
 # and is resumed with --resume auto appends the remaining steps to the file;
 # lines past the checkpoint it resumes from are dropped first.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "metrics: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_fmnist
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 base=(--set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=16 --set train.threads=1
     --set log.every=2 --set log.progress=off --set train.eval_steps=4)
 common=("${base[@]}" --quiet)
@@ -93,8 +85,4 @@ timeout 60 "$bin" train "${common[@]}" --set train.steps=2 --set data.val= --set
 /usr/bin/python3 -c 'import json,sys; m=json.loads(open(sys.argv[1]).readline())["mfu"]; sys.exit(0 if 0 < m < 1e-3 else 1)' \
     "$tmp/p/metrics.jsonl" || fail "log.peak_gflops=1e9 gives a tiny mfu"
 
-if [ $fails -ne 0 ]; then
-    echo "metrics: $fails failure(s)"
-    exit 1
-fi
-echo "metrics: ok"
+e2e_finish ok

@@ -7,29 +7,24 @@
 #
 # Needs root and network namespaces (`ip netns`); where the machine does not
 # allow them (an unprivileged container) the test skips and says so.
-set -uo pipefail
-build=${1:-build}
+source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
-skip() { echo "multinode_netns: skipped: $*"; exit 77; }
-command -v mpirun >/dev/null || skip "mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-command -v ip >/dev/null || skip "ip is missing (apt-get install iproute2)"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
-    skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "NumPy is not installed (apt-get install python3-numpy)"
+e2e_need_mpirun
+command -v ip >/dev/null || e2e_skip "ip is missing (apt-get install iproute2)"
+e2e_need_fmnist
+e2e_need_numpy
 
 # Names unique to this run, so two test runs on one machine do not collide.
 tag=st$$
 n0=${tag}n0 n1=${tag}n1 v0=${tag}a v1=${tag}b
-tmp=$(mktemp -d)
-cleanup() {
+e2e_tmpdir
+e2e_cleanup() {
     ip netns del "$n0" 2>/dev/null
     ip netns del "$n1" 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-ip netns add "$n0" 2>"$tmp/err" || skip "cannot create network namespaces here: $(cat "$tmp/err")"
-ip netns add "$n1" || skip "cannot create a second network namespace"
-ip link add "$v0" type veth peer name "$v1" 2>"$tmp/err" || skip "cannot create a veth pair: $(cat "$tmp/err")"
+ip netns add "$n0" 2>"$tmp/err" || e2e_skip "cannot create network namespaces here: $(cat "$tmp/err")"
+ip netns add "$n1" || e2e_skip "cannot create a second network namespace"
+ip link add "$v0" type veth peer name "$v1" 2>"$tmp/err" || e2e_skip "cannot create a veth pair: $(cat "$tmp/err")"
 ip link set "$v0" netns "$n0" && ip link set "$v1" netns "$n1" &&
     ip -n "$n0" addr add 10.77.0.1/24 dev "$v0" && ip -n "$n1" addr add 10.77.0.2/24 dev "$v1" &&
     ip -n "$n0" link set "$v0" up && ip -n "$n1" link set "$v1" up &&
@@ -64,8 +59,6 @@ on_nodes() {
 }
 
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 args=(train --set model.type=mlp --set model.hidden=[64,32] --set train.steps=20 --set train.batch_size=32
       --set train.threads=1 --set data.num_workers=0 --set data.val= --set dist.timeout_s=30
       --set dist.bucket_cap_mb=0.01 --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9
@@ -97,5 +90,4 @@ done
 echo -n "two nodes against two ranks on one node: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/local2/model.safetensors" "$tmp/nodes2/model.safetensors" 1e-6 ||
     fail "two nodes differ from two ranks on one node"
-[ $fails -eq 0 ] || exit 1
-echo "multinode_netns: ok"
+e2e_finish ok

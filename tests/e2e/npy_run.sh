@@ -12,18 +12,10 @@
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
 #     (n, d) features, augmentation of tokens.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "npy_run: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_numpy
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 /usr/bin/python3 - "$tmp" <<'PY'
 import sys
@@ -115,8 +107,4 @@ err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.tra
 err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
     --set data.augment_crop_pad=2
 
-if [ $fails -ne 0 ]; then
-    echo "npy_run: $fails failure(s)"
-    exit 1
-fi
-echo "npy_run: ok"
+e2e_finish ok

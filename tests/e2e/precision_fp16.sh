@@ -13,23 +13,13 @@
 #     restored): 2 steps + 2 resumed give the weights and scale of 4 steps in
 #     one run, bit for bit (the fp16 compute copy is rebuilt from the loaded
 #     masters).
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "precision_fp16: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "precision_fp16: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_numpy
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-mpi=(timeout 90 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+e2e_mpi 90
+mpi+=(-n 2)
 
 "${mpi[@]}" "$build/tests/mpi/scaler_check" || fail "scaler_check on 2 ranks"
 
@@ -93,5 +83,4 @@ w=tests/py/weights_diff.py
 if /usr/bin/python3 $w "$tmp/clean2/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null; then
     fail "clean steps left the weights as they were: the comparison above proves nothing"
 fi
-[ $fails -eq 0 ] && echo "precision_fp16: ok"
-exit $((fails > 0))
+e2e_finish ok

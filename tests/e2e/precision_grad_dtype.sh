@@ -14,27 +14,14 @@
 #     near-cancelling sums into whole-lr differences (5e-2 seen). The weights
 #     must also not be bit-identical (the option is in effect), and the
 #     --json line still reports the buckets.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "precision_grad_dtype: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "precision_grad_dtype: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "precision_grad_dtype: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-mpi=(timeout 90 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+e2e_mpi 90
+mpi+=(-n 2)
 
 "${mpi[@]}" "$build/tests/mpi/half_sum_check" || fail "half_sum_check on 2 ranks"
 
@@ -64,5 +51,4 @@ for model in mlp gpt; do
         grep -q '"grad_buckets"' "$tmp/$model-$g.json" || fail "$model $g: no grad_buckets in the --json line"
     done
 done
-[ $fails -eq 0 ] && echo "precision_grad_dtype: ok"
-exit $((fails > 0))
+e2e_finish ok

@@ -9,18 +9,10 @@
 #   eval loss after 40 steps: |low - fp32| <= 0.02 + 2% of fp32's (measured:
 #     bf16 2e-4 gpt, 3e-4 mlp; fp16 1e-4, 2e-4; bf16 after 60 gpt steps 0.008)
 # fp16 at the default scale 65536 must skip no step on these models.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "precision_train: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_fmnist
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 for i in $(seq 1 400); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null
@@ -71,5 +63,4 @@ done
 # metrics.jsonl of an fp16 run carries the scale and the skipped steps.
 grep -q '"loss_scale":65536' "$tmp/gpt-fp16/metrics.jsonl" && grep -q '"skipped_steps":0' "$tmp/gpt-fp16/metrics.jsonl" ||
     fail "gpt-fp16/metrics.jsonl lacks loss_scale / skipped_steps"
-[ $fails -eq 0 ] && echo "precision_train: ok"
-exit $((fails > 0))
+e2e_finish ok

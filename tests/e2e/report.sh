@@ -9,18 +9,11 @@
 # of the file: lines a resumed run logged again replace the older ones, one
 # logged step, NaN losses (null), a torn last line. Errors: a missing
 # directory, a malformed line (named by number), no step lines.
-set -uo pipefail
-build=${1:-build}
+source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "report: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+e2e_need_fmnist
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common=(--set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=16 --set train.threads=1
     --set log.every=1 --set log.progress=off --set train.eval_every=4 --set train.eval_steps=2
     --set train.checkpoint_every=4 --set train.out_dir="$tmp/run" --quiet)
@@ -136,8 +129,4 @@ expect_error "no step lines" "$tmp/noeval"
 "$bin" report >/dev/null 2>&1
 [ $? -eq 2 ] || fail "report without RUN_DIR: expected exit 2"
 
-if [ $fails -ne 0 ]; then
-    echo "report: $fails failure(s)"
-    exit 1
-fi
-echo "report: ok"
+e2e_finish ok

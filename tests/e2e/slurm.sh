@@ -12,25 +12,19 @@
 #     checkpoint and exit 143, the script requeues the job, and the requeued
 #     job resumes from that checkpoint (made eligible at once with
 #     `scontrol update StartTime=now`: SLURM holds a requeued job ~2 minutes).
-set -uo pipefail
-build=${1:-build}
+source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 for c in slurmctld slurmd munged sbatch srun scontrol; do
-    if ! command -v $c >/dev/null; then
-        echo "slurm: skipped: $c is missing (apt-get install slurm-wlm munge; scripts/deps.sh installs them)"
-        exit 77
-    fi
+    command -v $c >/dev/null || e2e_skip "$c is missing (apt-get install slurm-wlm munge; scripts/deps.sh installs them)"
 done
-if [ "$(id -u)" -ne 0 ] || [ ! -r /etc/munge/munge.key ]; then
-    echo "slurm: skipped: the test cluster runs its daemons as root and needs /etc/munge/munge.key"
-    exit 77
-fi
-command -v mpirun >/dev/null || { echo "slurm: skipped: OpenMPI is missing (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d)
+[ "$(id -u)" -eq 0 ] && [ -r /etc/munge/munge.key ] ||
+    e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
+e2e_need_mpirun
+e2e_tmpdir
 chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all
 cd "$(dirname "$0")/../.." || exit 1
 source tests/slurm/cluster.sh
-cleanup() {
+e2e_cleanup() {
     if [ -n "${up:-}" ]; then # end every job of this cluster, then the daemons
         scancel --full --quiet --user=root 2>/dev/null
         for _ in $(seq 1 100); do
@@ -39,12 +33,8 @@ cleanup() {
         done
     fi
     slurm_stop "$tmp/cluster"
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 slurm_start "$tmp/cluster" || { echo "FAIL: the SLURM cluster did not start"; exit 1; }
 up=1
@@ -135,5 +125,4 @@ grep -q "^resumed from $ck at step ${ck##*-}$" "$log" && echo "pre-emption: requ
     fail "pre-emption: the requeued job did not resume from $ck: $(tail -n 5 "$log")"
 scancel "$jid"
 
-[ $fails -eq 0 ] && echo "slurm: all passed"
-[ $fails -eq 0 ]
+e2e_finish "all passed"

@@ -11,27 +11,13 @@
 #     again, the running statistics move once). Without sync batch-norm 4 ranks must differ by more than
 #     that, or the comparison would prove nothing.
 #  3. dist.sync_batchnorm with dist.deterministic is refused with a message.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "sync_batchnorm: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "sync_batchnorm: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "sync_batchnorm: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+e2e_tmpdir
+e2e_mpi 60
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 for n in 2 3; do
     out=$("${mpi[@]}" -np $n "$build/tests/mpi/sync_bn_check" 2>&1) || fail "sync_bn_check on $n ranks: $out"
@@ -73,4 +59,4 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=1 --set train.out_d
 echo "sync_batchnorm with deterministic: exit $rc: $(grep -m1 'error' <<<"$out")"
 [ $rc -ne 0 ] && grep -q "dist.sync_batchnorm and dist.deterministic" <<<"$out" ||
     fail "sync_batchnorm with deterministic: exit $rc: $out"
-exit $((fails > 0))
+e2e_finish

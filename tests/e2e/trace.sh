@@ -10,18 +10,10 @@
 # per node, the checkpoint and eval inside step 3, and on 2 ranks one
 # all-reduce track per gradient bucket and an all-reduce wait in every step.
 # Without log.trace there is no trace.json, and a bad --profile is a usage error.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "trace: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_fmnist
+e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # check FILE RANKS NEED_COMM NEED_CKPT_EVAL
 check() {
@@ -117,8 +109,4 @@ timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[
 "$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--profile 5-2 is not a usage error"
 
-if [ $fails -ne 0 ]; then
-    echo "trace: $fails failure(s)"
-    exit 1
-fi
-echo "trace: ok"
+e2e_finish ok

@@ -10,27 +10,13 @@
 #   run). In deterministic mode a change of world size keeps the same bits.
 # - A damaged (truncated) or missing shard file: --resume DIR fails with the
 #   file named; --resume auto falls back to the previous checkpoint.
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "zero_checkpoint: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "zero_checkpoint: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "zero_checkpoint: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+e2e_tmpdir
+e2e_mpi 60
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # AdamW (two moments per shard), constant schedule after warmup: 4 + 4 steps
 # follow the same schedule as 8.
 args=(--set train.threads=1 --set data.val= --set log.progress=off --quiet --set optim.schedule=constant
@@ -103,4 +89,4 @@ echo "missing shard: exit $rc: $(grep -m1 'optim-rank2' <<<"$out")"
 [ $rc -ne 0 ] && grep -q "optim-rank2.safetensors" <<<"$out" || fail "a missing shard: $out"
 out=$(train 2 zero2 8 "$tmp/bad" --resume auto --set log.progress=off 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "resume auto past a damaged shard: exit $rc: $out"
-exit $((fails > 0))
+e2e_finish

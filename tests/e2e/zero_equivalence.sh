@@ -12,27 +12,13 @@
 # - dist.deterministic: 2 and 4 ranks (ddp, zero1, zero2) save the same bits
 #   as 1 rank accumulating the 4 micro-batches (cmp of the weight files), for
 #   the mlp (dropout, clipping) and the gpt (AdamW, clipping).
-set -uo pipefail
-build=${1:-build}
-bin=$build/scaletrain
-if ! command -v mpirun >/dev/null; then
-    echo "zero_equivalence: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    echo "zero_equivalence: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-    echo "zero_equivalence: skipped: NumPy is not installed (apt-get install python3-numpy)"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+e2e_tmpdir
+e2e_mpi 60
 export OMP_WAIT_POLICY=PASSIVE
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common=(--set train.steps=10 --set train.threads=1 --set data.num_workers=0 --set data.val=
         --set dist.bucket_cap_mb=0.02 --set dist.timeout_s=30 --json --quiet)
 
@@ -140,4 +126,4 @@ det() {
 }
 det mlp 4 "${mlp[@]}" "${sgd[@]}" --set model.dropout=0.1
 det gpt 2 "${gpt[@]}"
-exit $((fails > 0))
+e2e_finish

@@ -1,0 +1,51 @@
+# The set-up every end-to-end test (tests/e2e/*.sh) shares, sourced first thing:
+#   source "$(dirname "$0")/../lib/e2e.sh"
+# It lives outside tests/e2e/ because tests/run.sh runs every tests/e2e/*.sh.
+# It sets `set -uo pipefail`, $build (the test's first argument, default
+# build), $bin ($build/scaletrain; a test may redefine it) and provides:
+#   e2e_need_mpirun, e2e_need_fmnist, e2e_need_numpy: skip the test (print
+#       "NAME: skipped: why (the apt-get command)", exit 77) without it;
+#   e2e_skip WHY: the same for any other reason;
+#   e2e_tmpdir: $tmp, a new directory removed at exit, after the test's own
+#       e2e_cleanup function if it defines one (the trap calls it by name);
+#       with KEEP_TMP set in the environment it is kept and named instead;
+#   e2e_mpi [SECONDS]: the array mpi=([timeout SECONDS] mpirun ... --bind-to
+#       none), for "${mpi[@]}" -np N PROGRAM;
+#   fail MESSAGE: print "FAIL: MESSAGE" and count it in $fails;
+#   e2e_finish [MESSAGE]: exit 1 after any fail, else print "NAME: MESSAGE"
+#       (when given) and exit 0.
+set -uo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+e2e_name=$(basename "$0" .sh)
+fails=0
+
+e2e_skip() { echo "$e2e_name: skipped: $*"; exit 77; }
+e2e_need_mpirun() {
+    command -v mpirun >/dev/null || e2e_skip "mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+}
+e2e_need_fmnist() {
+    [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+        e2e_skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+}
+e2e_need_numpy() {
+    /usr/bin/python3 -c 'import numpy' 2>/dev/null || e2e_skip "NumPy is not installed (apt-get install python3-numpy)"
+}
+e2e_tmpdir() {
+    tmp=$(mktemp -d)
+    [ -z "${KEEP_TMP:-}" ] || echo "tmp: $tmp"
+    trap 'if declare -F e2e_cleanup >/dev/null; then e2e_cleanup; fi; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+}
+e2e_mpi() {
+    mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+    [ $# -eq 0 ] || mpi=(timeout "$1" "${mpi[@]}")
+}
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+e2e_finish() {
+    if [ "$fails" -ne 0 ]; then
+        echo "$e2e_name: $fails failure(s)"
+        exit 1
+    fi
+    [ $# -eq 0 ] || echo "$e2e_name: $*"
+    exit 0
+}
