@@ -147,7 +147,7 @@ static double px_y(const axis *a, double v) {
     return H - MB - f * (H - MT - MB);
 }
 
-static void xml_text(FILE *f, const char *s) {
+void st_chart_xml_text(FILE *f, const char *s) {
     for (; *s; s++) {
         if (*s == '<')
             fputs("&lt;", f);
@@ -168,7 +168,7 @@ static void svg_series(FILE *f, const st_chart *c, const axis *ax, const axis *a
     const int n = st_chart_drawn_points(c, s);
     if (n == 0) return;
     fprintf(f, "<path class=\"series\" data-name=\"");
-    xml_text(f, s->name);
+    st_chart_xml_text(f, s->name);
     fprintf(f,
             "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" clip-path=\"url(#plot)\" "
             "d=\"",
@@ -209,7 +209,7 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
     fprintf(f, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
             W / 2);
-    xml_text(f, c->title);
+    st_chart_xml_text(f, c->title);
     fprintf(f, "</text>\n<g class=\"grid\" stroke=\"#dddddd\" stroke-width=\"1\">");
     for (int i = 0; i < ax.n_ticks; i++)
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>", px_x(&ax, ax.ticks[i]), y0,
@@ -239,10 +239,10 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         fprintf(f, "<text x=\"%d\" y=\"%.2f\">%s</text>", x0 - 6, px_y(&ay, ay.ticks[i]) + 4, lab);
     }
     fprintf(f, "</g>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (x0 + x1) / 2, H - 14);
-    xml_text(f, c->xlabel);
+    st_chart_xml_text(f, c->xlabel);
     fprintf(f, "</text>\n<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">",
             (y0 + y1) / 2);
-    xml_text(f, c->ylabel);
+    st_chart_xml_text(f, c->ylabel);
     fprintf(f, "%s</text>\n", c->log_y ? " (log scale)" : "");
     int total = 0;
     for (int k = 0; k < c->n_series; k++) {
@@ -263,7 +263,7 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>", lx,
                 MT - 18, lx + 22, MT - 18, COLORS[k % N_COLORS]);
         fprintf(f, "<text x=\"%.1f\" y=\"%d\">", lx + 28, MT - 14);
-        xml_text(f, s->name);
+        st_chart_xml_text(f, s->name);
         fprintf(f, "%s</text>", empty ? " (no finite values)" : "");
         lx += 28 + 7.0 * (double)(strlen(s->name) + (empty ? 19 : 0)) + 24;
     }

@@ -6,6 +6,7 @@
 #ifndef ST_TOOLS_CHART_H
 #define ST_TOOLS_CHART_H
 
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -31,6 +32,8 @@ int st_chart_drawn_points(const st_chart *c, const st_chart_series *s);
 /* The chart as an SVG file at path: one <path class="series"> per series
  * with points, one circle per point when a series has few. */
 st_status st_chart_write_svg(const st_chart *c, const char *path);
+/* Write s with XML's (and HTML's) special characters escaped. */
+void st_chart_xml_text(FILE *f, const char *s);
 /* The chart as a PNG at png_path through `gnuplot` (its data and script go
  * to png_path.dat and png_path.gp, removed afterwards). */
 st_status st_chart_write_png(const st_chart *c, const char *png_path, const char *gnuplot);

@@ -11,22 +11,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "chart.h"
 #include "report.h"
 
-static void esc(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<')
-            fputs("&lt;", f);
-        else if (*s == '>')
-            fputs("&gt;", f);
-        else if (*s == '&')
-            fputs("&amp;", f);
-        else if (*s == '"')
-            fputs("&quot;", f);
-        else
-            fputc(*s, f);
-    }
-}
 
 static void row(FILE *f, const char *label, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void row(FILE *f, const char *label, const char *fmt, ...) {
@@ -36,7 +23,7 @@ static void row(FILE *f, const char *label, const char *fmt, ...) {
     vsnprintf(v, sizeof v, fmt, ap);
     va_end(ap);
     fprintf(f, "<tr><th>%s</th><td>", label);
-    esc(f, v);
+    st_chart_xml_text(f, v);
     fprintf(f, "</td></tr>\n");
 }
 
@@ -137,20 +124,20 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
 /* The config's sections as rows of section.key = value. */
 static void config_table(FILE *f, const cJSON *cfg, const char *from) {
     fprintf(f, "<h2>Effective config</h2>\n<p class=\"from\">from ");
-    esc(f, from);
+    st_chart_xml_text(f, from);
     fprintf(f, "</p>\n<table class=\"config\">\n");
     for (const cJSON *sec = cfg->child; sec; sec = sec->next) {
         const cJSON *first = cJSON_IsObject(sec) ? sec->child : sec;
         for (const cJSON *k = first; k; k = cJSON_IsObject(sec) ? k->next : NULL) {
             char *v = cJSON_PrintUnformatted(k);
             fprintf(f, "<tr><th>");
-            esc(f, sec->string ? sec->string : "");
+            st_chart_xml_text(f, sec->string ? sec->string : "");
             if (cJSON_IsObject(sec)) {
                 fputc('.', f);
-                esc(f, k->string ? k->string : "");
+                st_chart_xml_text(f, k->string ? k->string : "");
             }
             fprintf(f, "</th><td>");
-            esc(f, v ? v : "?");
+            st_chart_xml_text(f, v ? v : "?");
             fprintf(f, "</td></tr>\n");
             free(v);
         }
@@ -165,7 +152,7 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
     fprintf(
         f,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>scaletrain report: ");
-    esc(f, run_dir);
+    st_chart_xml_text(f, run_dir);
     fprintf(f, "</title>\n<style>\n"
                "body{font-family:sans-serif;margin:1.5em auto;max-width:1560px;color:#222}\n"
                "table{border-collapse:collapse;margin-bottom:1em}th,td{text-align:left;padding:2px 12px;"
