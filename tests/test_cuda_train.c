@@ -89,24 +89,11 @@ static void evaluate(void) {
 }
 
 static void resume(void) {
-    st_config c;
-    st_run_result r;
     const char *straight[] = {on_device, "train.steps=12", "optim.schedule=constant",
                               "optim.weight_decay=0.1", NULL};
     const char *first[] = {on_device, "train.steps=6", "optim.schedule=constant",
                            "optim.weight_decay=0.1", NULL};
-    CHECK_OK(tf_config(&c, root, "straight", straight));
-    CHECK_OK(tf_train(&c, NULL, &r));
-    CHECK_OK(tf_config(&c, root, "resumed", first));
-    CHECK_OK(tf_train(&c, NULL, &r));
-    CHECK_OK(tf_config(&c, root, "resumed", straight));
-    CHECK_OK(tf_train(&c, "auto", &r));
-    CHECK(r.start_step == 6 && r.steps == 12, "resumed at step %lld, ended at %lld", (long long)r.start_step,
-          (long long)r.steps);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/resumed/model.safetensors", root);
-    snprintf(b, sizeof b, "%s/straight/model.safetensors", root);
-    tf_compare_weights("cuda: resumed against straight", a, b, 0, 0);
+    tf_check_resume("cuda", root, straight, first, NULL);
 }
 
 int main(void) {

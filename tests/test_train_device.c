@@ -75,23 +75,11 @@ static void gpu(void) {
 /* 12 steps straight, and 6 then 6 more resumed from the checkpoint. */
 static void resume(void) {
     st_config c;
-    st_run_result r;
     const char *straight[] = {"train.device=cpu", "train.steps=12", "optim.schedule=constant", NULL};
     const char *first[] = {"train.device=cpu", "train.steps=6", "optim.schedule=constant", NULL};
-    CHECK_OK(tf_config(&c, root, "straight", straight));
-    CHECK_OK(tf_train(&c, NULL, &r));
+    tf_check_resume("cpu", root, straight, first, &c);
     CHECK(strcmp(c.train.device, "cpu") == 0 && st_config_source(&c, "train.device") == ST_SRC_SET,
           "train.device cpu stays cpu: %s", c.train.device);
-    CHECK_OK(tf_config(&c, root, "resumed", first));
-    CHECK_OK(tf_train(&c, NULL, &r));
-    CHECK_OK(tf_config(&c, root, "resumed", straight));
-    CHECK_OK(tf_train(&c, "auto", &r));
-    CHECK(r.start_step == 6 && r.steps == 12, "resumed at step %lld, ended at %lld", (long long)r.start_step,
-          (long long)r.steps);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/resumed/model.safetensors", root);
-    snprintf(b, sizeof b, "%s/straight/model.safetensors", root);
-    tf_compare_weights("cpu: resumed against straight", a, b, 0, 0);
 }
 
 int main(void) {

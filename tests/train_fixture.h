@@ -151,4 +151,29 @@ static inline int tf_compare_weights(const char *label, const char *pa, const ch
     return bad;
 }
 
+/* A run stopped and resumed continues the same trajectory: `straight` (its
+ * keys with train.steps=12) run at once, then `first` (the same with
+ * train.steps=6) and `straight` again with --resume auto, which must start at
+ * step 6, end at 12 and save the same weights bit for bit. `straight_cfg`,
+ * when not NULL, receives the straight run's effective configuration. */
+static inline void tf_check_resume(const char *label, const char *root, const char *const *straight,
+                                   const char *const *first, st_config *straight_cfg) {
+    st_config c;
+    st_run_result r;
+    CHECK_OK(tf_config(&c, root, "straight", straight));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    if (straight_cfg) *straight_cfg = c;
+    CHECK_OK(tf_config(&c, root, "resumed", first));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK_OK(tf_config(&c, root, "resumed", straight));
+    CHECK_OK(tf_train(&c, "auto", &r));
+    CHECK(r.start_step == 6 && r.steps == 12, "%s: resumed at step %lld, ended at %lld", label,
+          (long long)r.start_step, (long long)r.steps);
+    char a[600], b[600], what[128];
+    snprintf(a, sizeof a, "%s/resumed/model.safetensors", root);
+    snprintf(b, sizeof b, "%s/straight/model.safetensors", root);
+    snprintf(what, sizeof what, "%s: resumed against straight", label);
+    tf_compare_weights(what, a, b, 0, 0);
+}
+
 #endif
