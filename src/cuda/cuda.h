@@ -34,6 +34,38 @@ st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
 
+/* --- pinned host memory, events and the copy stream (src/cuda/stream.cu) ---
+ * What the batch feed (src/train/feed.c) orders its host-to-device copies
+ * with; any other overlap of copies and compute can use them too. An event
+ * is a cudaEvent_t behind an opaque name. */
+typedef struct st_cuda_event st_cuda_event;
+typedef enum st_cuda_stream_id {
+    ST_CUDA_STREAM_COMPUTE = 0, /* every kernel of the step */
+    ST_CUDA_STREAM_COMM,        /* collectives */
+    ST_CUDA_STREAM_COPY,        /* host-to-device batch copies */
+} st_cuda_stream_id;
+
+/* Page-locked (pinned) host memory, so copies from it run asynchronously on
+ * the copy engine: cudaHostAlloc (portable: every device may use it). */
+st_status st_cuda_host_alloc(st_device *d, size_t nbytes, void **out);
+void st_cuda_host_free(void *p); /* NULL is fine */
+/* An event; `timing` makes st_cuda_event_elapsed work (it costs a little). */
+st_status st_cuda_event_create(st_device *d, bool timing, st_cuda_event **out);
+void st_cuda_event_free(st_cuda_event *e); /* NULL is fine */
+/* Mark the point reached by what is queued on `s` so far. */
+st_status st_cuda_event_record(st_device *d, st_cuda_event *e, st_cuda_stream_id s);
+/* Work queued on `s` from now on starts after `e` completes (no host wait). */
+st_status st_cuda_stream_wait_event(st_device *d, st_cuda_stream_id s, st_cuda_event *e);
+/* Whether e has completed, without waiting (true for one never recorded). */
+st_status st_cuda_event_query(st_device *d, st_cuda_event *e, bool *done);
+/* Wait on the host for e alone (not for the device). */
+st_status st_cuda_event_sync(st_device *d, st_cuda_event *e);
+/* Seconds between two completed timing events recorded on one stream. */
+st_status st_cuda_event_elapsed(st_device *d, st_cuda_event *start, st_cuda_event *end, double *seconds);
+/* Queue a copy on `s` and return (any direction: unified addressing tells);
+ * from pinned memory it overlaps the host and the other streams. */
+st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t nbytes, st_cuda_stream_id s);
+
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */
 const struct st_layer_ops *st_cuda_layer_ops(const char *name);

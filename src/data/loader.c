@@ -222,26 +222,8 @@ fail:
     return s;
 }
 
-st_status st_loader_next(st_loader *l, st_batch **out) {
-    *out = NULL;
-    if (l->failed) return st_fail(l->failed, "%s", l->failed_msg);
-    const double t0 = now_s();
-    pthread_mutex_lock(&l->mu);
-    slot *sl = &l->slots[l->next_out % l->ring];
-    if (l->held >= l->o.max_held || sl->state == SLOT_HELD) {
-        int held = l->held;
-        pthread_mutex_unlock(&l->mu);
-        return st_fail(ST_ERR_ARG,
-                       "data loader: batch %lld needs a buffer but %d batch(es) are held (at most %d, "
-                       "and not batch %lld); call st_loader_release first",
-                       (long long)l->next_out, held, l->o.max_held, (long long)(l->next_out - l->ring));
-    }
-    if (l->n_threads == 0) { /* assemble here: no worker can have claimed it */
-        fill(l, claim(l));
-    } else {
-        while (sl->state != SLOT_READY)
-            pthread_cond_wait(&l->cv_ready, &l->mu);
-    }
+/* Hand out batch next_out (under mu; its slot is READY). */
+static st_status take(st_loader *l, slot *sl, double t0, st_batch **out) {
     if (sl->status != ST_OK) {
         l->failed = sl->status;
         snprintf(l->failed_msg, sizeof l->failed_msg, "%s", sl->err);
@@ -257,6 +239,50 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
     l->wait_total += sl->b.wait_s;
     *out = &sl->b;
     return ST_OK;
+}
+
+/* The slot of batch next_out, locked, or an error (unlocked) when the
+ * consumer may not take another. */
+static st_status lock_next(st_loader *l, slot **out) {
+    if (l->failed) return st_fail(l->failed, "%s", l->failed_msg);
+    pthread_mutex_lock(&l->mu);
+    slot *sl = &l->slots[l->next_out % l->ring];
+    if (l->held >= l->o.max_held || sl->state == SLOT_HELD) {
+        int held = l->held;
+        pthread_mutex_unlock(&l->mu);
+        return st_fail(ST_ERR_ARG,
+                       "data loader: batch %lld needs a buffer but %d batch(es) are held (at most %d, "
+                       "and not batch %lld); call st_loader_release first",
+                       (long long)l->next_out, held, l->o.max_held, (long long)(l->next_out - l->ring));
+    }
+    *out = sl;
+    return ST_OK;
+}
+
+st_status st_loader_next(st_loader *l, st_batch **out) {
+    *out = NULL;
+    const double t0 = now_s();
+    slot *sl = NULL;
+    ST_TRY(lock_next(l, &sl));
+    if (l->n_threads == 0) { /* assemble here: no worker can have claimed it */
+        fill(l, claim(l));
+    } else {
+        while (sl->state != SLOT_READY)
+            pthread_cond_wait(&l->cv_ready, &l->mu);
+    }
+    return take(l, sl, t0, out);
+}
+
+st_status st_loader_try_next(st_loader *l, st_batch **out) {
+    *out = NULL;
+    const double t0 = now_s();
+    slot *sl = NULL;
+    ST_TRY(lock_next(l, &sl));
+    if (l->n_threads == 0 || sl->state != SLOT_READY) {
+        pthread_mutex_unlock(&l->mu);
+        return ST_OK;
+    }
+    return take(l, sl, t0, out);
 }
 
 void st_loader_release(st_loader *l, st_batch *b) {

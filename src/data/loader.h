@@ -19,7 +19,8 @@
  *
  * Buffers come from an allocator hook (default: 64-byte aligned host memory),
  * so a CUDA build can make the ring pinned (cudaHostAlloc) and copy a batch to
- * the device on its own stream before releasing it. Not here: the device copy,
+ * the device on its own stream before releasing it (src/train/feed.h does
+ * both). Not here: the device copy,
  * the choice of `auto` workers (the caller's; st_loader_auto_workers is a
  * default), evaluation batches with padding (st_dataset_batch does those). */
 #ifndef ST_DATA_LOADER_H
@@ -87,6 +88,12 @@ st_status st_loader_init(const st_dataset *d, st_sampler *s, const st_loader_opt
  * batch could not be assembled (and keeps failing after that), and with
  * ST_ERR_ARG when the consumer already holds max_held batches. */
 st_status st_loader_next(st_loader *l, st_batch **out);
+
+/* The same without waiting: *out is NULL when batch k is not assembled yet
+ * (always with 0 workers, which assemble only in st_loader_next). The
+ * device feed (src/train/feed.h) takes the next batch early with it, to start
+ * its copy while the step computes, without holding up the step. */
+st_status st_loader_try_next(st_loader *l, st_batch **out);
 
 /* Give a batch back to the ring (any order). */
 void st_loader_release(st_loader *l, st_batch *b);

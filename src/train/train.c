@@ -3,8 +3,8 @@
  * schedule, progress, evaluation, the summary and the saved weights.
  *
  * On a CUDA device (ses->dev) the same loop runs with the model there: the
- * loader still assembles batches on the host and each micro-step uploads its
- * batch into the graph's inputs; the loss comes back (one float per
+ * loader still assembles batches on the host (in pinned memory) and the feed
+ * copies each one into the graph's inputs on the copy stream (feed.h); the loss comes back (one float per
  * micro-step) for logging and the NaN check; the gradient norm, clipping and
  * the optimizer are the fused kernels (st_optim_clip, st_optim_update), and
  * checkpoints go through the host. */
@@ -21,6 +21,7 @@
 #include "core/atomic_file.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "feed.h"
 #include "data/sampler.h"
 #include "dist/dist.h"
 #include "layers/layers.h"
@@ -185,7 +186,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_model_graph mg = {0};
     st_optim opt = {0};
     st_sampler *smp = NULL;
-    st_loader *ld = NULL;
+    st_feed *feed = NULL; /* the loader, and its batches into mg.x and mg.y */
     st_dist dd = {0};
     const st_ddp *ddp = &dd.ddp;
     st_trace tr = {0}, *trace = NULL;
@@ -300,10 +301,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
     lo.flip = c->data.augment_flip;
     lo.aug_seed = seed;
-    if ((s = st_loader_init(&ses->train, smp, &lo, &ld)) != ST_OK) {
+    if ((s = st_feed_init(dev, &ses->train, smp, &lo, mg.x, mg.y, &feed)) != ST_OK) {
         if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
         goto fail;
     }
+    const char *unpinned;
+    if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
+        fprintf(ses->out, "data: the batch ring is pageable memory, so copies to the device do not overlap "
+                          "compute (%s)\n", unpinned);
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
@@ -323,17 +328,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
-            st_batch *b;
+            double wait;
             tt = st_now();
-            ST_GOTO(st_loader_next(ld, &b));
+            /* On the host mg.x and mg.y now are the ring slot; on a device the
+             * compute stream waits for the batch's copy. */
+            ST_GOTO(st_feed_next(feed, &wait));
             st_trace_add(trace, ST_TRACE_TID_STEP, "data", "data wait", tt, st_now());
-            wait_total += b->wait_s;
-            /* (on the host: a memcpy; on a device: a copy there) */
-            s = st_device_upload(dev, lm ? (void *)mg.x->idata : (void *)mg.x->data, lm ? (void *)b->xi : (void *)b->x,
-                                 b->x_nbytes);
-            if (s == ST_OK) s = st_device_upload(dev, mg.y->idata, b->y, b->y_nbytes);
-            st_loader_release(ld, b);
-            if (s != ST_OK) goto fail;
+            wait_total += wait;
             /* The global micro-batch index: rank r's k-th micro-batch is the
              * (r * accum + k)-th of the step, as for 1 rank accumulating
              * (k * world + r in deterministic mode: dist.h). */
@@ -348,6 +349,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
             st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
             ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
+            ST_GOTO(st_feed_done(feed)); /* after backward (checkpointing reads mg.x again) */
             /* Read after backward (which leaves it as it is): on a device
              * this waits for the micro-step, not for its forward alone. */
             float loss;
@@ -452,7 +454,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone. */
         if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
-            ck.pos = st_loader_position(ld);
+            ck.pos = st_feed_position(feed);
             tt = st_now();
             ck.loss_scale = sc.enabled ? sc.scale : 0;
             ck.scale_good_steps = sc.good_steps;
@@ -508,7 +510,7 @@ fail:
     mg.g.node_hook = NULL;
     st_trace_free(&tr);
     st_dist_free(&dd);
-    st_loader_free(ld); /* the loader before its sampler */
+    st_feed_free(feed); /* the loader before its sampler */
     st_sampler_free(smp);
     free(step_times);
     st_optim_free(&opt);

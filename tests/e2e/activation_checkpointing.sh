@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # train.activation_checkpointing: blocks trains the same weights, bit for bit,
 # as off (a small gpt with dropout and a cnn with batch-norm, 5 steps each),
-# reports less activation memory, and says which it used.
+# reports less activation memory, and says which it used. The blocks runs
+# take their batches from 2 loader workers: the graph's input is the loader's
+# ring slot (src/train/feed.h), and the recompute in backward reads it again,
+# so a slot given back before backward ends would be refilled under it.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -15,7 +18,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then mod
 for name in $models; do
     declare -n args=$name
     for mode in off blocks; do
-        timeout 120 "$bin" train "${args[@]}" --set train.steps=5 --set train.threads=1 --set data.num_workers=0 \
+        workers=0; [ $mode = blocks ] && workers=2
+        timeout 120 "$bin" train "${args[@]}" --set train.steps=5 --set train.threads=1 --set data.num_workers=$workers \
             --set train.activation_checkpointing=$mode --set train.out_dir="$tmp/$name-$mode" --json \
             >"$tmp/$name-$mode.out" 2>&1 || fail "$name $mode: $(tail -n 3 "$tmp/$name-$mode.out")"
         grep -q "checkpointing $mode" "$tmp/$name-$mode.out" || fail "$name $mode: not reported"

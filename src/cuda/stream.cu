@@ -1,0 +1,79 @@
+/* Pinned host memory, events and asynchronous copies on the device's streams
+ * (src/cuda/cuda.h). Thin: each call is one CUDA runtime call with its error
+ * turned into a status; the ordering they build is the caller's (the batch
+ * feed, src/train/feed.c). Not here: any synchronisation of the whole device. */
+#include "common.cuh"
+
+static cudaStream_t stream_of(const st_device *d, st_cuda_stream_id s) {
+    return s == ST_CUDA_STREAM_COPY ? d->copy : s == ST_CUDA_STREAM_COMM ? d->comm : d->compute;
+}
+
+static cudaEvent_t ev(st_cuda_event *e) { return (cudaEvent_t)(void *)e; }
+
+extern "C" st_status st_cuda_host_alloc(st_device *d, size_t nbytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, nbytes ? nbytes : 64, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller may fall back to pageable memory */
+        *out = NULL;
+        return st_cuda_fail(d, e, "cudaHostAlloc (pinned host memory)", __FILE__, __LINE__);
+    }
+    return ST_OK;
+}
+
+extern "C" void st_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" st_status st_cuda_event_create(st_device *d, bool timing, st_cuda_event **out) {
+    *out = NULL;
+    cudaEvent_t e;
+    ST_CUDA_TRY_D(d, cudaSetDevice(d->ordinal));
+    ST_CUDA_TRY_D(d, cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    *out = (st_cuda_event *)(void *)e;
+    return ST_OK;
+}
+
+extern "C" void st_cuda_event_free(st_cuda_event *e) {
+    if (e) cudaEventDestroy(ev(e));
+}
+
+extern "C" st_status st_cuda_event_record(st_device *d, st_cuda_event *e, st_cuda_stream_id s) {
+    ST_CUDA_TRY_D(d, cudaEventRecord(ev(e), stream_of(d, s)));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_stream_wait_event(st_device *d, st_cuda_stream_id s, st_cuda_event *e) {
+    ST_CUDA_TRY_D(d, cudaStreamWaitEvent(stream_of(d, s), ev(e), 0));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_event_query(st_device *d, st_cuda_event *e, bool *done) {
+    cudaError_t r = cudaEventQuery(ev(e));
+    *done = r == cudaSuccess;
+    if (r == cudaSuccess || r == cudaErrorNotReady) {
+        if (r == cudaErrorNotReady) cudaGetLastError(); /* "not ready" is an answer, not an error */
+        return ST_OK;
+    }
+    return st_cuda_fail(d, r, "cudaEventQuery", __FILE__, __LINE__);
+}
+
+extern "C" st_status st_cuda_event_sync(st_device *d, st_cuda_event *e) {
+    ST_CUDA_TRY_D(d, cudaEventSynchronize(ev(e)));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_event_elapsed(st_device *d, st_cuda_event *start, st_cuda_event *end,
+                                           double *seconds) {
+    float ms = 0;
+    ST_CUDA_TRY_D(d, cudaEventElapsedTime(&ms, ev(start), ev(end)));
+    *seconds = 1e-3 * (double)ms;
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t nbytes,
+                                          st_cuda_stream_id s) {
+    if (!nbytes) return ST_OK;
+    ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_of(d, s)));
+    return ST_OK;
+}
