@@ -5,7 +5,7 @@
  * count; stopping mid-epoch (workers busy, batches held) frees everything
  * (run under AddressSanitizer); a resumed loader continues exactly; a worker's
  * error reaches the consumer with its message; the wait counter is
- * non-negative and grows. */
+ * non-negative and grows; st_loader_try_next never waits and keeps the order. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -384,6 +384,47 @@ static void worker_error(void) {
     st_dataset_free(&d);
 }
 
+/* st_loader_try_next never waits: with 0 workers it gives nothing; with
+ * workers, taking each batch with it when it is ready and with
+ * st_loader_next otherwise (two held at once, as the device feed does) gives
+ * the same sequence as st_loader_next alone, whatever the timing; it refuses
+ * a third batch as st_loader_next does. */
+static void try_next(const st_dataset *d) {
+    const int64_t count = 30;
+    run ref = reference(d, 24, 4, true, count);
+    for (int workers = 0; workers <= 2; workers += 2) {
+        st_sampler *s = make_sampler(d, 24, 4, true);
+        st_loader_opts o = ST_LOADER_OPTS_INIT;
+        o.num_workers = workers;
+        o.max_held = 2;
+        st_loader *l = NULL;
+        CHECK_OK(st_loader_init(d, s, &o, &l));
+        st_batch *prev = NULL, *b = NULL;
+        int64_t tried = 0, bad = 0;
+        for (int64_t k = 0; l && ref.bytes && k < count; k++) {
+            CHECK_OK(st_loader_try_next(l, &b));
+            if (b) tried++;
+            else CHECK_OK(st_loader_next(l, &b));
+            if (!b) break;
+            uint8_t *want = ref.bytes + ref.per * (size_t)k;
+            bad += b->seq != k || memcmp(b->x, want, b->x_nbytes) != 0 ||
+                   memcmp(b->y, want + b->x_nbytes, b->y_nbytes) != 0;
+            if (k == 5) {
+                st_batch *third = NULL;
+                CHECK_FAILS(st_loader_try_next(l, &third), ST_ERR_ARG, "are held");
+            }
+            st_loader_release(l, prev);
+            prev = b;
+        }
+        CHECK(bad == 0, "try_next, %d workers: %lld batches out of order or with other bits", workers,
+              (long long)bad);
+        CHECK(workers > 0 || tried == 0, "try_next with 0 workers gave %lld batches", (long long)tried);
+        st_loader_free(l);
+        st_sampler_free(s);
+    }
+    free(ref.bytes);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/st_loader_XXXXXX");
     if (!mkdtemp(dir)) return st_test_skip("test_loader", "cannot create a directory in /tmp");
@@ -419,6 +460,7 @@ int main(void) {
     augmentation_algebra(&img);
     stop_and_resume(&img);
     stop_and_resume(&tk);
+    try_next(&img);
     allocator_and_errors(&img, &tk);
     worker_error();
 
