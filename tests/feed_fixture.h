@@ -30,7 +30,8 @@ static inline st_status fd_open(const char *dir, bool tokens, st_dataset *d) {
         const int64_t n = FD_N * FD_T + 1;
         uint32_t *t = malloc((size_t)n * sizeof *t);
         if (!t) return st_fail(ST_ERR_NOMEM, "out of memory");
-        for (int64_t i = 0; i < n; i++) t[i] = (uint32_t)st_rng_below(&r, 300);
+        for (int64_t i = 0; i < n; i++)
+            t[i] = (uint32_t)st_rng_below(&r, 300);
         snprintf(a, sizeof a, "%s/feed.tokens", dir);
         st_status s = st_tokens_write(a, t, n, 300);
         free(t);
@@ -40,8 +41,10 @@ static inline st_status fd_open(const char *dir, bool tokens, st_dataset *d) {
     float *x = malloc(FD_N * FD_D * sizeof *x);
     int32_t y[FD_N];
     if (!x) return st_fail(ST_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < FD_N * FD_D; i++) x[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
-    for (int i = 0; i < FD_N; i++) y[i] = (int32_t)st_rng_below(&r, FD_CLASSES);
+    for (int i = 0; i < FD_N * FD_D; i++)
+        x[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < FD_N; i++)
+        y[i] = (int32_t)st_rng_below(&r, FD_CLASSES);
     const int64_t xd[2] = {FD_N, FD_D}, yd[1] = {FD_N};
     snprintf(a, sizeof a, "%s/feed.npy", dir);
     snprintf(b, sizeof b, "%s/feed_labels.npy", dir);
@@ -66,7 +69,8 @@ static inline st_sampler *fd_sampler(const st_dataset *d) {
 /* The first `count` micro-batches, each x's bytes then y's (`per` bytes). */
 static inline uint8_t *fd_reference(const st_dataset *d, int64_t count, size_t *per) {
     st_sampler *s = fd_sampler(d);
-    const size_t xb = (size_t)(FD_MB * st_dataset_input_count(d)) * 4, yb = (size_t)(FD_MB * st_dataset_target_count(d)) * 4;
+    const size_t xb = (size_t)(FD_MB * st_dataset_input_count(d)) * 4,
+                 yb = (size_t)(FD_MB * st_dataset_target_count(d)) * 4;
     *per = xb + yb;
     uint8_t *out = calloc((size_t)count, *per);
     float *x = malloc(xb);
@@ -102,12 +106,16 @@ static inline st_status fd_tensors(st_device *dev, const st_dataset *d, st_tenso
     void *px, *py;
     ST_TRY(st_device_alloc(dev, (size_t)x->count * 4, &px));
     ST_TRY(st_device_alloc(dev, (size_t)y->count * 4, &py));
-    if (x->dtype == ST_F32) x->data = px;
-    else x->idata = px;
+    if (x->dtype == ST_F32)
+        x->data = px;
+    else
+        x->idata = px;
     y->idata = py;
     return ST_OK;
 }
 
-static inline void *fd_x(const st_tensor *x) { return x->dtype == ST_F32 ? (void *)x->data : (void *)x->idata; }
+static inline void *fd_x(const st_tensor *x) {
+    return x->dtype == ST_F32 ? (void *)x->data : (void *)x->idata;
+}
 
 #endif

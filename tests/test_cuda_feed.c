@@ -54,9 +54,12 @@ static void run(st_device *dev, float *busy, const st_dataset *d, const char *wh
         bad_wait += !(w >= 0 && w < 60);
         waited += w;
         void *px = fd_x(&x);
-        if (k < 2) bufs[k] = px; /* two device buffers, taken in turn */
-        else bad_buf += px != bufs[k % 2] || px == bufs[1 - k % 2];
-        for (int r = 0; r < 4; r++) CHECK_OK(st_device_fill_f32(dev, busy, BUSY_FLOATS, (float)k));
+        if (k < 2)
+            bufs[k] = px; /* two device buffers, taken in turn */
+        else
+            bad_buf += px != bufs[k % 2] || px == bufs[1 - k % 2];
+        for (int r = 0; r < 4; r++)
+            CHECK_OK(st_device_fill_f32(dev, busy, BUSY_FLOATS, (float)k));
         uint8_t *h = (uint8_t *)hist + per * (size_t)k;
         CHECK_OK(st_cuda_memcpy_async(dev, h, px, xb, ST_CUDA_STREAM_COMPUTE));
         CHECK_OK(st_cuda_memcpy_async(dev, h + xb, y.idata, yb, ST_CUDA_STREAM_COMPUTE));
@@ -69,13 +72,15 @@ static void run(st_device *dev, float *busy, const st_dataset *d, const char *wh
     int bad_bits = 0;
     for (int64_t k = 0; ref && got && k < count; k++) {
         const int differ = memcmp(got + per * (size_t)k, ref + per * (size_t)k, per) != 0;
-        if (differ && bad_bits < 4) fprintf(stderr, "%s, %d workers: micro-batch %lld differs\n", what, workers, (long long)k);
+        if (differ && bad_bits < 4)
+            fprintf(stderr, "%s, %d workers: micro-batch %lld differs\n", what, workers, (long long)k);
         bad_bits += differ;
     }
-    CHECK(bad_bits == 0, "%s, %d workers: %d of %lld micro-batches reached the device with other bits", what, workers,
-          bad_bits, (long long)count);
+    CHECK(bad_bits == 0, "%s, %d workers: %d of %lld micro-batches reached the device with other bits", what,
+          workers, bad_bits, (long long)count);
     CHECK(bad_order == 0, "%s, %d workers: %d micro-batches out of order", what, workers, bad_order);
-    CHECK(bad_buf == 0, "%s, %d workers: the device buffers did not alternate %d times", what, workers, bad_buf);
+    CHECK(bad_buf == 0, "%s, %d workers: the device buffers did not alternate %d times", what, workers,
+          bad_buf);
     CHECK(bad_wait == 0, "%s, %d workers: %d waits not in [0, 60) s", what, workers, bad_wait);
     printf("%s, %d workers: %lld micro-batches, same bits, data wait %.3f ms in all\n", what, workers,
            (long long)count, 1e3 * waited);
@@ -105,7 +110,8 @@ int main(void) {
         st_status s = fd_open(dir, tokens, &d);
         CHECK_OK(s);
         if (s != ST_OK) continue;
-        for (int w = 0; w <= 2; w += 2) run(dev, busy, &d, tokens ? "tokens" : "features", w);
+        for (int w = 0; w <= 2; w += 2)
+            run(dev, busy, &d, tokens ? "tokens" : "features", w);
         st_dataset_free(&d);
     }
     st_device_release(dev, busy);

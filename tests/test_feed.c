@@ -52,10 +52,13 @@ static void run(const st_dataset *d, const char *what, int workers) {
         CHECK_OK(st_feed_done(f));
         bad_back += fd_x(&x) != own_x || y.idata != own_y || st_feed_batch(f) != NULL;
     }
-    CHECK(bad_ptr == 0, "%s, %d workers: %d micro-batches where x, y were not the ring slot (or out of order)", what,
+    CHECK(bad_ptr == 0,
+          "%s, %d workers: %d micro-batches where x, y were not the ring slot (or out of order)", what,
           workers, bad_ptr);
-    CHECK(bad_bits == 0, "%s, %d workers: %d micro-batches differ from st_dataset_batch", what, workers, bad_bits);
-    CHECK(bad_pos == 0, "%s, %d workers: the position was not the sampler's %d times", what, workers, bad_pos);
+    CHECK(bad_bits == 0, "%s, %d workers: %d micro-batches differ from st_dataset_batch", what, workers,
+          bad_bits);
+    CHECK(bad_pos == 0, "%s, %d workers: the position was not the sampler's %d times", what, workers,
+          bad_pos);
     CHECK(bad_back == 0, "%s, %d workers: x, y did not point back after st_feed_done %d times", what, workers,
           bad_back);
     CHECK(bad_wait == 0, "%s, %d workers: %d waits not in [0, 60) s", what, workers, bad_wait);
@@ -94,7 +97,8 @@ int main(void) {
         st_status s = fd_open(dir, tokens, &d);
         CHECK_OK(s);
         if (s != ST_OK) continue;
-        for (int w = 0; w <= 2; w += 2) run(&d, tokens ? "tokens" : "features", w);
+        for (int w = 0; w <= 2; w += 2)
+            run(&d, tokens ? "tokens" : "features", w);
         if (!tokens) refused(&d);
         st_dataset_free(&d);
     }

@@ -44,9 +44,9 @@ struct st_feed {
     bool pinned;
     char why[256];
     /* device */
-    int64_t k;                /* micro-batches bound so far: the next one is number k */
-    st_batch *ahead;          /* batch k, taken and its copy queued into buffer k % NBUF */
-    st_batch *slot[NBUF];     /* the slot copied into buffer i and not given back yet */
+    int64_t k;                 /* micro-batches bound so far: the next one is number k */
+    st_batch *ahead;           /* batch k, taken and its copy queued into buffer k % NBUF */
+    st_batch *slot[NBUF];      /* the slot copied into buffer i and not given back yet */
     void *dx[NBUF], *dy[NBUF]; /* buffer 0 is the tensors' own memory */
     bool used_recorded[NBUF], stall_pending[NBUF];
 #ifdef ST_HAVE_CUDA
@@ -55,22 +55,26 @@ struct st_feed {
 };
 
 static void bind(st_feed *f, void *x, void *y) {
-    if (f->x->dtype == ST_F32) f->x->data = x;
-    else f->x->idata = x;
+    if (f->x->dtype == ST_F32)
+        f->x->data = x;
+    else
+        f->x->idata = x;
     f->y->idata = y;
 }
 
-static st_status check_tensors(const st_dataset *d, const st_sampler *s, const st_tensor *x, const st_tensor *y) {
+static st_status check_tensors(const st_dataset *d, const st_sampler *s, const st_tensor *x,
+                               const st_tensor *y) {
     const int64_t mb = st_sampler_micro_batch(s);
     const int64_t nx = mb * st_dataset_input_count(d), ny = mb * st_dataset_target_count(d);
     const st_dtype want = d->kind == ST_DATA_TOKENS ? ST_I32 : ST_F32;
     if (x->dtype != want || x->count != nx || y->dtype != ST_I32 || y->count != ny)
-        return st_fail(ST_ERR_ARG,
-                       "batch feed: the graph's inputs %s (%lld %s) and %s (%lld %s) do not hold a micro-batch of "
-                       "%lld samples (%lld %s inputs, %lld int32 targets)",
-                       x->name, (long long)x->count, x->dtype == ST_F32 ? "float" : "int32", y->name,
-                       (long long)y->count, y->dtype == ST_F32 ? "float" : "int32", (long long)mb, (long long)nx,
-                       want == ST_F32 ? "float" : "int32", (long long)ny);
+        return st_fail(
+            ST_ERR_ARG,
+            "batch feed: the graph's inputs %s (%lld %s) and %s (%lld %s) do not hold a micro-batch of "
+            "%lld samples (%lld %s inputs, %lld int32 targets)",
+            x->name, (long long)x->count, x->dtype == ST_F32 ? "float" : "int32", y->name,
+            (long long)y->count, y->dtype == ST_F32 ? "float" : "int32", (long long)mb, (long long)nx,
+            want == ST_F32 ? "float" : "int32", (long long)ny);
     return ST_OK;
 }
 
@@ -82,8 +86,10 @@ static void *ring_alloc(void *ctx, size_t nbytes) {
     void *p = NULL;
     bool pinned = false;
 #ifdef ST_HAVE_CUDA
-    if (st_cuda_host_alloc(f->dev, nbytes, &p) == ST_OK) pinned = true;
-    else if (!f->why[0]) snprintf(f->why, sizeof f->why, "%s", st_last_error());
+    if (st_cuda_host_alloc(f->dev, nbytes, &p) == ST_OK)
+        pinned = true;
+    else if (!f->why[0])
+        snprintf(f->why, sizeof f->why, "%s", st_last_error());
 #endif
     if (!p) p = st_alloc_aligned(nbytes);
     if (!p) return NULL;
@@ -97,7 +103,8 @@ static void ring_free(void *ctx, void *p) {
     for (int i = 0; i < f->n_pins; i++) {
         if (f->pins[i].p != p) continue;
 #ifdef ST_HAVE_CUDA
-        if (f->pins[i].pinned) st_cuda_host_free(p);
+        if (f->pins[i].pinned)
+            st_cuda_host_free(p);
         else
 #endif
             st_free_aligned(p);
@@ -128,8 +135,10 @@ static st_status dev_init(st_feed *f) {
 static st_status give_back(st_feed *f, int i, bool wait) {
     if (!f->slot[i]) return ST_OK;
     bool done = true;
-    if (wait) ST_TRY(st_cuda_event_sync(f->dev, f->copied[i]));
-    else ST_TRY(st_cuda_event_query(f->dev, f->copied[i], &done));
+    if (wait)
+        ST_TRY(st_cuda_event_sync(f->dev, f->copied[i]));
+    else
+        ST_TRY(st_cuda_event_query(f->dev, f->copied[i], &done));
     if (!done) return ST_OK;
     st_loader_release(f->ld, f->slot[i]);
     f->slot[i] = NULL;
@@ -141,8 +150,10 @@ static st_status give_back(st_feed *f, int i, bool wait) {
 static st_status collect_stall(st_feed *f, int i, bool wait, double *stall) {
     if (!f->stall_pending[i]) return ST_OK;
     bool done = true;
-    if (wait) ST_TRY(st_cuda_event_sync(f->dev, f->t1[i]));
-    else ST_TRY(st_cuda_event_query(f->dev, f->t1[i], &done));
+    if (wait)
+        ST_TRY(st_cuda_event_sync(f->dev, f->t1[i]));
+    else
+        ST_TRY(st_cuda_event_query(f->dev, f->t1[i], &done));
     if (!done) return ST_OK;
     double s = 0;
     ST_TRY(st_cuda_event_elapsed(f->dev, f->t0[i], f->t1[i], &s));
@@ -222,8 +233,8 @@ static void dev_free(st_feed *f) {
 
 /* --- the feed ----------------------------------------------------------------- */
 
-st_status st_feed_init(st_device *dev, const st_dataset *d, st_sampler *s, const st_loader_opts *lo, st_tensor *x,
-                       st_tensor *y, st_feed **out) {
+st_status st_feed_init(st_device *dev, const st_dataset *d, st_sampler *s, const st_loader_opts *lo,
+                       st_tensor *x, st_tensor *y, st_feed **out) {
     *out = NULL;
 #ifndef ST_HAVE_CUDA
     if (dev) return st_fail(ST_ERR_UNSUPPORTED, "batch feed: this scaletrain was built without CUDA");
@@ -269,8 +280,10 @@ fail:
 st_status st_feed_next(st_feed *f, double *wait_s) {
     if (wait_s) *wait_s = 0;
     if (f->in_step)
-        return st_fail(ST_ERR_INTERNAL, "batch feed: micro-batch %lld was not given back (st_feed_done) before "
-                                        "the next was asked for", (long long)f->k - 1);
+        return st_fail(ST_ERR_INTERNAL,
+                       "batch feed: micro-batch %lld was not given back (st_feed_done) before "
+                       "the next was asked for",
+                       (long long)f->k - 1);
 #ifdef ST_HAVE_CUDA
     if (f->dev) {
         double wait = 0;

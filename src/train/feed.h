@@ -41,8 +41,8 @@ typedef struct st_feed st_feed;
  * or (mb, T) I32, with the dataset's sizes for one micro-batch. The tensors
  * must outlive the feed, which points them back at their own memory when it
  * is freed. */
-st_status st_feed_init(st_device *dev, const st_dataset *d, st_sampler *s, const st_loader_opts *lo, st_tensor *x,
-                       st_tensor *y, st_feed **out);
+st_status st_feed_init(st_device *dev, const st_dataset *d, st_sampler *s, const st_loader_opts *lo,
+                       st_tensor *x, st_tensor *y, st_feed **out);
 
 /* Make the next micro-batch the graph's input (see above); *wait_s, when not
  * NULL, receives the seconds this micro-step waited for data. Fails with the
