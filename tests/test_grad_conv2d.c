@@ -1,5 +1,6 @@
 /* Conv2d: forward against a direct 7-loop convolution in double, finite-difference
- * gradients (kernels 1/3/5, stride 1/2, padding 0/1/2, odd sizes, batch 1), the
+ * gradients (kernels 1/3/5, stride 1/2, padding 0/1/2, odd sizes, batch 1; im2col
+ * and Winograd F(2x2,3x3) paths), the
  * write/add contract of backward, the path without an input gradient, build errors. */
 #include <omp.h>
 
@@ -214,12 +215,21 @@ int main(void) {
     check_conv((conv_cfg){1, 1, 4, 2, 3, 3, 1, 1, false, true});        /* one row */
     check_conv((conv_cfg){2, 6, 6, 3, 4, 3, 1, 1, true, false});        /* no input gradient */
     check_conv((conv_cfg){2, 5, 5, 3, 4, 3, 2, 1, false, false});       /* no input gradient, stride 2 */
+    /* 3x3, stride 1, pad 1 with >= 8 channels each side: Winograd F(2x2,3x3) */
+    check_conv((conv_cfg){2, 5, 5, 8, 8, 3, 1, 1, true, true});    /* odd sizes: half tiles */
+    check_conv((conv_cfg){1, 6, 7, 9, 10, 3, 1, 1, false, true});  /* channels not a vector width */
+    check_conv((conv_cfg){2, 4, 4, 8, 12, 3, 1, 1, true, false});  /* no input gradient */
+    check_conv((conv_cfg){1, 1, 4, 8, 8, 3, 1, 1, true, true});    /* one row */
+    check_conv((conv_cfg){2, 1, 1, 8, 9, 3, 1, 1, true, true});    /* one pixel: all taps but one padded */
+    check_conv_big((conv_cfg){12, 28, 28, 32, 16, 3, 1, 1, true, true}); /* Winograd: more chunks than groups */
+    check_conv_big((conv_cfg){3, 15, 13, 16, 24, 3, 1, 1, false, true}); /* Winograd: odd sizes, chunks */
     check_conv_big((conv_cfg){5, 48, 47, 20, 8, 5, 1, 2, true, true});  /* 1 image per chunk */
     check_conv_big((conv_cfg){5, 20, 20, 10, 6, 5, 1, 2, true, true});  /* 2 per chunk, last one partial */
     check_conv_big((conv_cfg){3, 41, 40, 16, 5, 3, 2, 1, false, true}); /* stride 2 */
     check_conv_big((conv_cfg){12, 20, 20, 15, 4, 5, 1, 2, true, true}); /* more chunks than dW groups */
     check_threads((conv_cfg){12, 20, 20, 10, 6, 5, 1, 2, true, true});
-    check_threads((conv_cfg){1, 40, 40, 16, 8, 3, 1, 1, true, true});
+    check_threads((conv_cfg){1, 40, 40, 16, 8, 3, 1, 1, true, true});  /* Winograd, one chunk */
+    check_threads((conv_cfg){12, 14, 13, 16, 24, 3, 1, 1, true, true}); /* Winograd, chunks over threads */
     check_errors();
     return st_test_finish("test_grad_conv2d");
 }

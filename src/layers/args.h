@@ -21,8 +21,8 @@ enum { ST_ATTN_NHEAD, ST_ATTN_NTHREADS };
 /* batchnorm (and fused batchnorm + relu): x (M, C); f: eps, momentum */
 enum { ST_BN_M, ST_BN_C, ST_BN_RELU };
 enum { ST_BN_F_EPS, ST_BN_F_MOMENTUM };
-/* conv2d: square kernel; DIRECT and NT choose the CPU's algorithm and threads */
-enum { ST_CONV_K, ST_CONV_STRIDE, ST_CONV_PAD, ST_CONV_BIAS, ST_CONV_DIRECT, ST_CONV_NT };
+/* conv2d: square kernel; DIRECT, WINO and NT choose the CPU's algorithm and threads */
+enum { ST_CONV_K, ST_CONV_STRIDE, ST_CONV_PAD, ST_CONV_BIAS, ST_CONV_DIRECT, ST_CONV_NT, ST_CONV_WINO };
 /* maxpool2d: square window */
 enum { ST_POOL_K, ST_POOL_STRIDE };
 /* flatten: IMAGE set for (B, H, W, C) input, emitted in (C, H, W) order */

@@ -61,6 +61,59 @@ static double *sync_buffer(const st_graph *g, int64_t M, int64_t C) {
     return (double *)g->work + 2 * n_blocks(M) * C + (3 * C + 1) / 2;
 }
 
+/* Rows summed in float before each addition into the double partials, and
+ * channels per pass (the float sums live in registers or L1). */
+enum { SUB = 16, CW = 128 };
+
+/* Block j's per-channel sums (a, b: C doubles each). Forward (dy NULL):
+ * a = sum d, b = sum d^2 with d = x - m. Backward: a = sum g, b = sum g xhat,
+ * with xhat = (x - m) r and g = dy, or 0 where the fused ReLU's y is not
+ * positive (y non-NULL). */
+static void stat_sums(const float *x, const float *dy, const float *y, const float *m, const float *r, int64_t M,
+                      int64_t C, int64_t j, double *a, double *b) {
+    int64_t lo, hi;
+    block_range(M, j, &lo, &hi);
+    memset(a, 0, (size_t)C * sizeof(double));
+    memset(b, 0, (size_t)C * sizeof(double));
+    for (int64_t c0 = 0; c0 < C; c0 += CW) {
+        const int64_t cw = C - c0 < CW ? C - c0 : CW;
+        for (int64_t i0 = lo; i0 < hi; i0 += SUB) {
+            const int64_t i1 = i0 + SUB < hi ? i0 + SUB : hi;
+            float fa[CW] = {0}, fb[CW] = {0};
+            for (int64_t i = i0; i < i1; i++) {
+                const float *xr = x + i * C + c0, *mr = m + c0;
+                if (!dy) {
+#pragma omp simd
+                    for (int64_t c = 0; c < cw; c++) {
+                        const float d = xr[c] - mr[c];
+                        fa[c] += d;
+                        fb[c] += d * d;
+                    }
+                } else if (y) {
+                    const float *gr = dy + i * C + c0, *rr = r + c0, *yr = y + i * C + c0;
+#pragma omp simd
+                    for (int64_t c = 0; c < cw; c++) {
+                        const float g = yr[c] > 0.0f ? gr[c] : 0.0f;
+                        fa[c] += g;
+                        fb[c] += g * ((xr[c] - mr[c]) * rr[c]);
+                    }
+                } else {
+                    const float *gr = dy + i * C + c0, *rr = r + c0;
+#pragma omp simd
+                    for (int64_t c = 0; c < cw; c++) {
+                        fa[c] += gr[c];
+                        fb[c] += gr[c] * ((xr[c] - mr[c]) * rr[c]);
+                    }
+                }
+            }
+            for (int64_t c = 0; c < cw; c++) {
+                a[c0 + c] += fa[c];
+                b[c0 + c] += fb[c];
+            }
+        }
+    }
+}
+
 /* Per channel: a = sum over rows of fa, b = sum of fb, from the block
  * partials pa, pb (nb, C), combined in block order. */
 static void combine(const double *pa, const double *pb, int64_t nb, int64_t C, double *a, double *b) {
@@ -126,19 +179,8 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
                            n->out->name);
         const float *shift = x; /* row 0 */
 #pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < nb; j++) {
-            int64_t lo, hi;
-            block_range(M, j, &lo, &hi);
-            double *a = p1 + j * C, *b = p2 + j * C;
-            memset(a, 0, (size_t)C * sizeof(double));
-            memset(b, 0, (size_t)C * sizeof(double));
-            for (int64_t i = lo; i < hi; i++)
-                for (int64_t c = 0; c < C; c++) {
-                    const double d = (double)x[i * C + c] - shift[c];
-                    a[c] += d;
-                    b[c] += d * d;
-                }
-        }
+        for (int64_t j = 0; j < nb; j++)
+            stat_sums(x, NULL, NULL, shift, NULL, M, C, j, p1 + j * C, p2 + j * C);
         /* combine into the first block's slots, then p1 = mean, p2 = biased variance */
         combine(p1, p2, nb, C, p1, p2);
         double count = (double)M;
@@ -199,19 +241,8 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     float *k_scale = (float *)(p2 + nb * C), *k_mdy = k_scale + C, *k_mdyx = k_scale + 2 * C; /* (C) each */
     /* sum dy and sum dy * xhat per channel */
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < nb; j++) {
-        int64_t lo, hi;
-        block_range(M, j, &lo, &hi);
-        double *a = p1 + j * C, *b = p2 + j * C;
-        memset(a, 0, (size_t)C * sizeof(double));
-        memset(b, 0, (size_t)C * sizeof(double));
-        for (int64_t i = lo; i < hi; i++)
-            for (int64_t c = 0; c < C; c++) {
-                const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
-                a[c] += d;
-                b[c] += d * ((x[i * C + c] - mean[c]) * rstd[c]);
-            }
-    }
+    for (int64_t j = 0; j < nb; j++)
+        stat_sums(x, dy, y, mean, rstd, M, C, j, p1 + j * C, p2 + j * C);
     combine(p1, p2, nb, C, p1, p2); /* sum dy, sum dy xhat */
     for (int64_t c = 0; c < C; c++) {
         if (db) db[c] += (float)p1[c];

@@ -17,6 +17,9 @@
  * keeping B*Ho*Wo*Cin*k*k floats per layer alive. A 1x1 convolution with
  * stride 1 and no padding uses x itself as the im2col matrix, in one sgemm.
  *
+ * 3x3 kernels with stride 1 and padding 1 (and enough channels) take the
+ * Winograd F(2x2, 3x3) path of winograd.c instead: 2.25x fewer multiply-adds.
+ *
  * Not here: groups, dilation, asymmetric kernels, strides or padding. */
 #include <limits.h>
 #include <math.h>
@@ -27,6 +30,7 @@
 #include "core/blas.h"
 #include "args.h"
 #include "layers.h"
+#include "winograd.h"
 
 
 /* Row blocks of the bias-gradient reduction: fixed, so the sum is the same
@@ -241,6 +245,11 @@ static st_status conv2d_forward(st_node *n, st_graph *g) {
     float *y = n->out->data;                                           /* (M, Cout) */
     float *wp = g->work + c.off_wp;                                    /* (Cout, K) */
     const float *bias = n->args.i[ST_CONV_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
+    if (n->args.i[ST_CONV_WINO]) {
+        const int64_t dims[5] = {c.B, c.H, c.W, c.Cin, c.Cout};
+        st_wino_forward(dims, c.nt, x, w, bias, y, g->work);
+        return ST_OK;
+    }
     permute_weight(&c, w, wp);
     if (n->args.i[ST_CONV_DIRECT]) {
         if (bias) fill_bias(bias, c.Cout, y, c.M, true);
@@ -298,6 +307,11 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     const int64_t dstride = align16(c.Cout * c.K);
     if (n->args.i[ST_CONV_BIAS] && n->params[1]->grad)
         colsum_add(dy, c.M, c.Cout, g->work + c.off_part, n->params[1]->grad);
+    if (n->args.i[ST_CONV_WINO]) {
+        const int64_t dims[5] = {c.B, c.H, c.W, c.Cin, c.Cout};
+        st_wino_backward(dims, c.nt, x, dy, n->params[0]->data, dw, dx, acc, g->work);
+        return ST_OK;
+    }
     if (dx) permute_weight(&c, n->params[0]->data, wp);
     if (n->args.i[ST_CONV_DIRECT]) {
         if (dw)
@@ -374,7 +388,12 @@ st_status st_conv2d(st_graph *g, const char *name, st_tensor *x, int64_t out_cha
     node->args.i[ST_CONV_BIAS] = bias;
     node->args.i[ST_CONV_DIRECT] = direct;
     node->args.i[ST_CONV_NT] = nt;
+    node->args.i[ST_CONV_WINO] = st_wino_applies(kernel, stride, pad, Cin, out_channels);
     node->work_count = geom(x, out, kernel, stride, pad, direct, nt).work;
+    if (node->args.i[ST_CONV_WINO]) {
+        const int64_t dims[5] = {shape[0], H, W, Cin, out_channels}, ww = st_wino_work(dims, nt);
+        if (ww > node->work_count) node->work_count = ww;
+    }
     *y = out;
     return ST_OK;
 }
