@@ -178,7 +178,7 @@ def run_st_once(a, model, s, batch, precision, data_sets, run_dir):
     out = {"cmd": cmd, "wall_s": time.time() - t0, "rc": r.returncode}
     if r.returncode != 0:
         err = last_error_line(r.stderr or r.stdout)
-        out["error"] = err
+        out["error"] = err if r.returncode > 0 else f"killed by signal {-r.returncode}; last line: {err}"
         out["oom"] = "out of device memory" in err or "out of memory" in err
         return out
     j = None
