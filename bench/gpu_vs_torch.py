@@ -367,8 +367,11 @@ def machine_lines(a):
         except (OSError, subprocess.TimeoutExpired) as e:
             gpu = f"nvidia-smi failed: {e}"
         lines.append(f"GPU: {gpu}")
-    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
-                         text=True).stdout.strip()
+    try:
+        git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        git = ""
     lines.append(f"scaletrain {a.binary}, commit {git or '?'}")
     return lines
 
