@@ -18,13 +18,24 @@
 # /usr/share/datasets/fashion-mnist, or from .data/fashion-mnist when that
 # is carried (copy the four .gz files there, about 30 MiB).
 #
+# Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
+# PyTorch on the same GPU; about 3 minutes, torch.compile included), with the
+# `python3` that imports torch; its table goes into summary.txt and
+# gpu_bench.md. GPU_BENCH says when: auto (the default) runs it after the
+# tests when at least BENCH_MIN_S (200) seconds of the budget are left, and
+# skips it saying so otherwise; only builds scaletrain and runs the benchmark
+# alone (no tests: a session for the figures); off never runs it.
+#
 # On the development machine:  scripts/gpu-fetch-debs.sh
 #   (and for the training run: mkdir -p .data && cp -r /usr/share/datasets/fashion-mnist .data/)
 # Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs", ".data"], timeout_s=600)
+#   the benchmark alone:  run(command="GPU_BENCH=only bash scripts/gpu-session.sh", carry=[".debs"], timeout_s=600)
 # Locally (no GPU: the CUDA tests skip): JOBS=1 BUILD=build-gpu OUT=/tmp/gs scripts/gpu-session.sh
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
-# inputs of the parity tests; default: the clock, printed by each test).
+# inputs of the parity tests; default: the clock, printed by each test),
+# GPU_BENCH (auto | only | off), BENCH_MIN_S (200), BENCH_ARGS (more
+# options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20").
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -32,6 +43,10 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-560}
 DEPS=${DEPS:-/tmp/st-deps}
+GPU_BENCH=${GPU_BENCH:-auto}
+BENCH_MIN_S=${BENCH_MIN_S:-200}
+BENCH_ARGS=${BENCH_ARGS:-}
+case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d /tmp/gpu-session.XXXXXX)
 SESSION_LOG=$OUT/session.log
@@ -141,15 +156,37 @@ cuda_tests() { # the CUDA test programs of build folder $1 (and train.device's c
 # rest of the build if time allows. If that build fails, try once more
 # without MPI (the CUDA tests do not need it) in a folder of its own, since
 # make does not track flags.
+# GPU_BENCH=only: scaletrain alone, for the benchmark.
+first_targets() { if [ "$GPU_BENCH" = only ]; then echo "$1/scaletrain"; else echo "$1/libscaletrain.a $(cuda_tests "$1")"; fi; }
+# The benchmark (bench/gpu_vs_torch.py) with the build in folder $1, inside
+# what is left of the budget; PyTorch must be importable by python3.
+gpu_bench() {
+    local left=$((BUDGET_S - (SECONDS - START) - 30))
+    if ! python3 -c 'import torch' >/dev/null 2>&1; then
+        rows+=("gpu-bench|SKIP (python3 has no torch)|0")
+        say "   python3 cannot import torch: the benchmark is left out"
+    elif [ "$GPU_BENCH" = auto ] && ((left < BENCH_MIN_S)); then
+        rows+=("gpu-bench|SKIP (${left}s left)|0")
+        say "   ${left}s of the budget left, the benchmark needs ${BENCH_MIN_S}s: left out (GPU_BENCH=only runs it alone)"
+    else
+        # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+        step gpu-bench "$left" python3 bench/gpu_vs_torch.py --build "$1" --budget $((left - 10)) \
+            --out "$OUT/gpu_bench.md" $BENCH_ARGS
+    fi
+}
 built=
-if step build 420 make "${make_args[@]}" "$BUILD/libscaletrain.a" $(cuda_tests "$BUILD"); then
+# shellcheck disable=SC2046 # first_targets is a list of targets
+if step build 420 make "${make_args[@]}" $(first_targets "$BUILD"); then
     built=$BUILD
 elif step build-without-mpi 300 make "${make_args[@]}" BUILD="$BUILD-nompi" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
-    "$BUILD-nompi/libscaletrain.a" $(cuda_tests "$BUILD-nompi"); then
+    $(first_targets "$BUILD-nompi"); then
     built=$BUILD-nompi
     make_args+=(MPI_CFLAGS=-DST_NO_MPI MPI_LIBS=)
 fi
-if [ -n "$built" ]; then
+if [ -n "$built" ] && [ "$GPU_BENCH" = only ]; then
+    export OMP_WAIT_POLICY=PASSIVE
+    gpu_bench "$built"
+elif [ -n "$built" ]; then
     export OMP_WAIT_POLICY=PASSIVE
     for t in $(cuda_tests "$built"); do
         step "$(basename "$t")" 240 "$t"
@@ -179,6 +216,7 @@ if [ -n "$built" ]; then
             rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
             say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"
         fi
+        [ "$GPU_BENCH" = auto ] && gpu_bench "$built"
     fi
 else
     say "   the build failed: no test was run (see the build logs above)"
@@ -200,6 +238,10 @@ fi
         grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
         echo "train --set train.device=cuda --set train.steps=100 --json:"
         grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda.log"
+    fi
+    if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
+        echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"
+        grep -h '^- [a-z0-9]*: \|^|' "$LOGDIR/gpu-bench.log" | grep . || tail -n 5 "$LOGDIR/gpu-bench.log"
     fi
     echo "$failed step(s) failed"
 } | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"

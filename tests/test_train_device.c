@@ -2,9 +2,10 @@
  *   - without a usable GPU (no device, no driver, or a build without CUDA):
  *     train.device cuda fails naming the key and the reason, and auto trains
  *     on the CPU with that reason in the effective configuration;
- *   - with one: auto picks it (the note names it), and configurations the
- *     device cannot run yet (bf16) fail under cuda and fall back to the CPU
- *     under auto, saying why;
+ *   - with one: auto picks it (the note names it) and reports the device
+ *     memory it held (at least parameters, gradients and moments), and
+ *     configurations the device cannot run yet (bf16) fail under cuda and
+ *     fall back to the CPU under auto, saying why;
  *   - everywhere: train.device cpu stays on the CPU, and a run stopped after
  *     6 steps and resumed from its checkpoint ends with the weights of the
  *     straight 12-step run, bit for bit (the check of tests/train_fixture.h
@@ -50,6 +51,8 @@ static void no_gpu(const char *why) {
     free(text);
     CHECK(r.steps == 8 && r.train_loss < r.first_loss, "trained 8 steps on the CPU: %lld, loss %g -> %g",
           (long long)r.steps, r.first_loss, r.train_loss);
+    CHECK(r.device_mem_peak_bytes == 0, "on the CPU the device memory peak is 0, not %lld",
+          (long long)r.device_mem_peak_bytes);
 }
 
 static void gpu(void) {
@@ -59,6 +62,10 @@ static void gpu(void) {
     CHECK_OK(tf_config(&c, root, "auto", au));
     CHECK_OK(tf_train(&c, NULL, &r));
     CHECK(strcmp(c.train.device, "cuda") == 0, "auto with a GPU: train.device %s, expected cuda", c.train.device);
+    /* parameters, gradients and the two AdamW moments at least, all on the device */
+    CHECK(r.optim_state_bytes > 0 && r.device_mem_peak_bytes >= 2 * r.optim_state_bytes,
+          "device memory peak %lld bytes, expected at least twice the optimizer state's %lld",
+          (long long)r.device_mem_peak_bytes, (long long)r.optim_state_bytes);
     char *text = printed(&c);
     CHECK(text && strstr(text, "cuda:0"), "the effective configuration should name the GPU:\n%s",
           text ? text : "(none)");

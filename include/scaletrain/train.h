@@ -57,6 +57,9 @@ typedef struct st_run_result {
     int64_t grad_bytes;            /* gradient bytes resident after the last step */
     int64_t grad_peak_bytes;       /* the most seen resident at a backward hook or after a step */
     int64_t grad_bytes_predicted;  /* between steps */
+    /* on a CUDA device: the most device memory the run held at once (the
+     * arenas and cuBLASLt's workspace, st_device_mem); 0 on the CPU */
+    int64_t device_mem_peak_bytes;
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

@@ -87,6 +87,15 @@ st_status st_device_download(st_device *d, void *dst, const void *src, size_t nb
     return ST_OK;
 }
 
+void st_device_mem(const st_device *d, size_t *now, size_t *peak) {
+    *now = *peak = 0;
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_mem(d, now, peak);
+#else
+    (void)d;
+#endif
+}
+
 st_status st_device_sync(st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_sync(d);

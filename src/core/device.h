@@ -45,5 +45,10 @@ st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbyt
 st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes);
 /* Wait for everything queued on the device. */
 st_status st_device_sync(st_device *d);
+/* Bytes of device memory held now and at the most since the device was
+ * opened: every st_device_alloc block (parameter, gradient, optimizer and
+ * activation arenas) and the backend's cuBLASLt workspace; not the CUDA
+ * context, nor the optimizer's few small tables. Both 0 on the host. */
+void st_device_mem(const st_device *d, size_t *now, size_t *peak);
 
 #endif

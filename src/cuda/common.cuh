@@ -25,6 +25,11 @@ extern "C" {
 #include "model/graph.h"
 }
 
+struct st_cuda_block { /* one st_cuda_alloc block, for st_device_mem's count */
+    void *p;
+    size_t nbytes;
+};
+
 struct st_device {
     int ordinal;
     int cc_major, cc_minor, sm_count;
@@ -36,6 +41,12 @@ struct st_device {
     cublasLtHandle_t lt;
     void *lt_ws; /* cuBLASLt workspace */
     size_t lt_ws_bytes;
+    /* Device memory held through st_cuda_alloc (the arenas) plus the
+     * workspace above, now and at the most since the device was opened
+     * (st_device_mem); `blocks` remembers each live block's size. */
+    size_t mem_now, mem_peak;
+    struct st_cuda_block *blocks;
+    int n_blocks, cap_blocks;
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */

@@ -33,6 +33,7 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
+void st_cuda_mem(const st_device *d, size_t *now, size_t *peak);
 
 /* --- pinned host memory, events and the copy stream (src/cuda/stream.cu) ---
  * What the batch feed (src/train/feed.c) orders its host-to-device copies

@@ -47,6 +47,7 @@ extern "C" void st_cuda_free(st_device *d) {
     if (d->copy) cudaStreamDestroy(d->copy);
     if (d->comm) cudaStreamDestroy(d->comm);
     if (d->compute) cudaStreamDestroy(d->compute);
+    free(d->blocks);
     free(d);
 }
 
@@ -65,6 +66,7 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = LT_WORKSPACE_BYTES;
     ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
+    d->mem_now = d->mem_peak = d->lt_ws_bytes;
     return ST_OK;
 }
 
@@ -92,7 +94,15 @@ extern "C" const char *st_cuda_name(const st_device *d) { return d->name; }
 
 extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     *out = NULL;
-    cudaError_t e = cudaMalloc(out, nbytes ? nbytes : 256);
+    if (nbytes == 0) nbytes = 256;
+    if (d->n_blocks == d->cap_blocks) { /* room to remember the block's size first */
+        int cap = d->cap_blocks ? 2 * d->cap_blocks : 32;
+        void *b = realloc(d->blocks, (size_t)cap * sizeof *d->blocks);
+        if (!b) return st_fail(ST_ERR_NOMEM, "%s: out of host memory", d->name);
+        d->blocks = (st_cuda_block *)b;
+        d->cap_blocks = cap;
+    }
+    cudaError_t e = cudaMalloc(out, nbytes);
     if (e != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
@@ -101,12 +111,27 @@ extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
                        d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20),
                        (double)total_b / (1 << 20));
     }
+    d->blocks[d->n_blocks].p = *out;
+    d->blocks[d->n_blocks++].nbytes = nbytes;
+    d->mem_now += nbytes;
+    if (d->mem_now > d->mem_peak) d->mem_peak = d->mem_now;
     return ST_OK;
 }
 
 extern "C" void st_cuda_release(st_device *d, void *p) {
-    (void)d;
-    if (p) cudaFree(p);
+    if (!p) return;
+    for (int i = d->n_blocks - 1; i >= 0; i--)
+        if (d->blocks[i].p == p) {
+            d->mem_now -= d->blocks[i].nbytes;
+            d->blocks[i] = d->blocks[--d->n_blocks];
+            break;
+        }
+    cudaFree(p);
+}
+
+extern "C" void st_cuda_mem(const st_device *d, size_t *now, size_t *peak) {
+    *now = d->mem_now;
+    *peak = d->mem_peak;
 }
 
 extern "C" st_status st_cuda_zero(st_device *d, void *p, size_t nbytes) {

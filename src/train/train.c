@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "core/half.h"
 #include "core/atomic_file.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "feed.h"
@@ -71,6 +72,8 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
+    if (r->device_mem_peak_bytes > 0)
+        cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
     char *s = cJSON_PrintUnformatted(o);
     if (s) fprintf(out, "%s\n", s);
     free(s);
@@ -550,6 +553,9 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res, &met));
     if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps, &met));
+    size_t dev_now, dev_peak;
+    st_device_mem(ses.dev, &dev_now, &dev_peak);
+    res->device_mem_peak_bytes = (int64_t)dev_peak;
     if (opts->save) {
         char path[ST_CFG_STR + 32];
         if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) {
@@ -568,6 +574,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
         if (res->has_accuracy) fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
         else if (res->has_eval) fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
+        if (res->device_mem_peak_bytes > 0)
+            fprintf(ses.out, ", device memory peak %.0f MiB", (double)res->device_mem_peak_bytes / (1 << 20));
         fprintf(ses.out, "\n");
     }
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS);

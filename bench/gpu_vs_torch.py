@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""scaletrain against PyTorch on one GPU: GPT-2 124M, cnn and mlp training.
+
+    python3 bench/gpu_vs_torch.py [--models gpt2,cnn,mlp] [--steps N] [--out FILE.md]
+    /usr/bin/python3 bench/gpu_vs_torch.py --tiny --device cpu    # the pipeline, in seconds, anywhere
+
+For each model it trains first with scaletrain (`scaletrain train CONFIG
+--set ... --json` on random data written as a token shard or a pair of .npy
+files), then with the same model written plainly in PyTorch (bf16 autocast,
+fused AdamW, torch.compile, scaled_dot_product_attention where the PyTorch at
+hand has them; bench/torch_gpu.py) in a child process, and prints a Markdown
+table last: ms/step, tokens/s or samples/s, the ratio, MFU, and the peak GPU
+memory of each side. bench/README.md says what each figure means.
+
+scaletrain runs in bf16 when the device accepts it; otherwise (bf16 refused,
+as before the bf16 kernels exist) in fp32, which the table says, with the
+reason in the notes. A batch that runs out of memory is halved. Nothing here
+crashes on a failed side: its row says "failed" and the exit status is 1.
+Not here: convergence (random data), more than one GPU, writing
+bench/RESULTS.md (copy the table there).
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H100_BF16_TFLOPS = 989.0  # H100 SXM dense bf16 (the H200 has the same tensor cores)
+MFU_TARGET = 0.45
+WARMUP = 5  # PyTorch steps before timing (torch.compile runs in the first); scaletrain runs as many extra
+
+# The models. bench/configs/<config> describes the same model (the shape keys
+# are also passed with --set, so --tiny shrinks both sides alike); the
+# harness checks that both sides train the same number of parameters.
+SPECS = {
+    "gpt2": dict(config="gpt2_124m.yaml", batch=16, steps=30, vocab=50257, block=1024, n_layer=12, n_head=12,
+                 n_embd=768),
+    "cnn": dict(config="cnn.yaml", batch=128, steps=50, image=(28, 28, 1), channels=(32, 64, 128),
+                pool=(0, 1, 1), kernel=3, classes=10),
+    "mlp": dict(config="mlp.yaml", batch=256, steps=100, image=(28, 28, 1), hidden=(1024, 1024), classes=10),
+}
+TINY = {
+    "gpt2": dict(batch=4, steps=3, vocab=512, block=64, n_layer=2, n_head=2, n_embd=64),
+    "cnn": dict(batch=16, steps=3, channels=(8, 16, 16)),
+    "mlp": dict(batch=32, steps=3, hidden=(64, 64)),
+}
+OPTIM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+
+def flops_per_step(model, s, batch):
+    """Training FLOPs of one step, counted the same way for both sides.
+
+    gpt2: tokens x (6 N + 12 L T C), N the parameters without the position
+    embedding (the tied token embedding counts once, as the output layer's
+    matrix product) and 12 L T C the attention scores and values forward and
+    backward over the full T x T (PaLM, appendix B; nanoGPT's estimate_mfu).
+    mlp, cnn: 3 x the forward matrix-product and convolution FLOPs (2 per
+    multiply-add), as st_model_flops_per_sample counts them."""
+    if model == "gpt2":
+        C, L, T, V = s["n_embd"], s["n_layer"], s["block"], s["vocab"]
+        n = V * C + L * (12 * C * C + 13 * C) + 2 * C  # wte, blocks, ln_f
+        return batch * T * (6.0 * n + 12.0 * L * T * C)
+    h, w, ch = s["image"]
+    if model == "mlp":
+        dims = [h * w * ch, *s["hidden"], s["classes"]]
+        return 3.0 * batch * sum(2.0 * a * b for a, b in zip(dims[:-1], dims[1:]))
+    k, f = s["kernel"], 0.0
+    for co, pool in zip(s["channels"], s["pool"]):
+        f += 2.0 * h * w * co * ch * k * k
+        ch = co
+        if pool:
+            h, w = h // 2, w // 2
+    return 3.0 * batch * (f + 2.0 * h * w * ch * s["classes"])
+
+
+def per_step_items(model, s, batch):
+    """Tokens (gpt2) or samples (cnn, mlp) per step."""
+    return batch * (s["block"] if model == "gpt2" else 1)
+
+
+# --- data: random, written in scaletrain's formats -----------------------------
+
+def write_tokens(path, count, vocab, seed):
+    """A token shard (docs/formats.md, src/data/tokens.c): 64-byte header
+    ("STTOKENS", u32 version 1, u32 width, u64 count, u64 vocab, zeros), then
+    little-endian tokens, uniformly random: throughput does not care."""
+    import array
+    width = 2 if vocab <= 65536 else 4
+    rng = random.Random(seed)
+    toks = array.array("H" if width == 2 else "I", (rng.randrange(vocab) for _ in range(count)))
+    if sys.byteorder != "little":
+        toks.byteswap()
+    with open(path, "wb") as f:
+        f.write(b"STTOKENS" + struct.pack("<IIQQ", 1, width, count, vocab) + bytes(32))
+        f.write(toks.tobytes())
+
+
+def write_npy_u8(path, shape, data):
+    """NPY 1.0, uint8, C order (what numpy.save writes)."""
+    hdr = "{'descr': '|u1', 'fortran_order': False, 'shape': (%s), }" % "".join(f"{d}, " for d in shape)
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode("latin1"))
+        f.write(data)
+
+
+def make_data(model, s, batch, steps, tmp):
+    """The scaletrain side's data: --set overrides naming the files."""
+    rng = random.Random(1)
+    if model == "gpt2":
+        path = os.path.join(tmp, f"{model}.tokens")
+        windows = max(batch * steps, 4 * batch)  # one pass without repeating a window
+        write_tokens(path, windows * s["block"] + 1, s["vocab"], 1)
+        return [f"data.train={path}"]
+    h, w, c = s["image"]
+    n = max(8 * batch, 1024)
+    x, y = os.path.join(tmp, f"{model}_x.npy"), os.path.join(tmp, f"{model}_y.npy")
+    write_npy_u8(x, (n, h, w) if c == 1 else (n, h, w, c), rng.randbytes(n * h * w * c))
+    write_npy_u8(y, (n,), bytes(i % s["classes"] for i in range(n)))  # every class present
+    return ["data.type=npy", f"data.train={x}", f"data.train_labels={y}"]
+
+
+# --- the scaletrain side -------------------------------------------------------
+
+def shape_sets(model, s):
+    if model == "gpt2":
+        return [f"model.vocab_size={s['vocab']}", f"model.block_size={s['block']}",
+                f"model.n_layer={s['n_layer']}", f"model.n_head={s['n_head']}", f"model.n_embd={s['n_embd']}"]
+    if model == "mlp":
+        return [f"model.hidden=[{','.join(map(str, s['hidden']))}]"]
+    return [f"model.channels=[{','.join(map(str, s['channels']))}]",
+            f"model.pool=[{','.join(map(str, s['pool']))}]", f"model.kernel={s['kernel']}"]
+
+
+def last_error_line(text):
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def child_env():
+    """Idle OpenMP workers sleep rather than spin (the project's OpenBLAS
+    thread trap; it matters only for the CPU mode)."""
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def side_timeout(a):
+    """Seconds the next process may take: --timeout, clipped to what is left of
+    --budget (a few seconds kept for the table); 0 when the budget is spent."""
+    left = a.deadline - time.time() - 5
+    return int(min(a.timeout, left)) if left >= 15 else 0
+
+
+def run_st_once(a, model, s, batch, precision, data_sets, run_dir):
+    sets = shape_sets(model, s) + data_sets + [
+        f"train.batch_size={batch}", f"train.micro_batch_size={batch}", f"train.steps={s['steps'] + WARMUP}",
+        f"train.device={a.device}", f"precision={precision}", "data.val=", f"train.out_dir={run_dir}",
+        "log.progress=off", "train.activation_checkpointing=off"]
+    cmd = [a.binary, "train", os.path.join(ROOT, "bench", "configs", s["config"])]
+    for kv in sets:
+        cmd += ["--set", kv]
+    cmd.append("--json")
+    t0, limit = time.time(), side_timeout(a)
+    if not limit:
+        return {"error": "not run: the --budget is spent", "cmd": cmd}
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {limit} s", "cmd": cmd}
+    out = {"cmd": cmd, "wall_s": time.time() - t0, "rc": r.returncode}
+    if r.returncode != 0:
+        err = last_error_line(r.stderr or r.stdout)
+        out["error"] = err if r.returncode > 0 else f"killed by signal {-r.returncode}; last line: {err}"
+        out["oom"] = "out of device memory" in err or "out of memory" in err
+        return out
+    j = None
+    for ln in reversed(r.stdout.splitlines()):
+        if ln.startswith("{"):
+            j = json.loads(ln)
+            break
+    m = re.search(r"^model: \w+, (\d+) parameters", r.stdout, re.M)
+    d = re.search(r"^device: (.*)$", r.stdout, re.M)
+    if j is None or not m:
+        out["error"] = "no JSON line or no 'model:' line in its output"
+        return out
+    out.update(j=j, params=int(m.group(1)), device_name=d.group(1) if d else "cpu")
+    return out
+
+
+def run_st(a, model, s, tmp):
+    """scaletrain at the spec's batch, halving it on out-of-memory, in each of
+    the precisions a.st_precision lists until one is accepted."""
+    notes, batch = [], s["batch"]
+    precisions = [p for p in a.st_precision.split(",") if p]
+    data_sets, data_batch = None, None
+    i = 0
+    while i < len(precisions) and batch >= 1:
+        if data_batch != batch:
+            data_sets, data_batch = make_data(model, s, batch, s["steps"] + WARMUP, tmp), batch
+        prec = precisions[i]
+        r = run_st_once(a, model, s, batch, prec, data_sets, os.path.join(tmp, f"run-{model}"))
+        if "error" not in r:
+            r.update(batch=batch, precision=prec, refused=precisions[:i], notes=notes)
+            return r
+        if "not run" in r["error"] or "timed out" in r["error"]:
+            notes.append(f"scaletrain {prec}: {r['error']}")
+            break
+        if r.get("oom") and batch > 1:
+            notes.append(f"scaletrain {prec} at batch {batch}: out of memory; batch halved")
+            batch //= 2
+            continue
+        notes.append(f"scaletrain {prec} refused or failed: {r['error']}")
+        i += 1
+    return {"error": notes[-1] if notes else "nothing tried", "notes": notes, "batch": s["batch"]}
+
+
+# --- the PyTorch side (bench/torch_gpu.py in a child process) --------------------
+
+def run_torch(a, model, s, batch, precision):
+    """The worker at `batch`, halving it on out-of-memory."""
+    notes = []
+    while batch >= 1:
+        w = dict(model=model, spec=s, batch=batch, steps=s["steps"], device=a.device, precision=precision,
+                 compile=a.compile)
+        w.update(warmup=WARMUP, optim=OPTIM)
+        cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_gpu.py"), json.dumps(w)]
+        limit = side_timeout(a)
+        if not limit:
+            return {"error": "not run: the --budget is spent", "notes": notes}
+        try:
+            r = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {limit} s", "notes": notes}
+        if r.returncode == 0:
+            for ln in reversed(r.stdout.splitlines()):
+                if ln.startswith("{"):
+                    j = json.loads(ln)
+                    j["notes"] = notes
+                    return j
+            return {"error": "it printed no JSON line", "notes": notes}
+        err = last_error_line(r.stderr)
+        if "out of memory" in r.stderr and batch > 1:
+            notes.append(f"PyTorch at batch {batch}: out of memory; batch halved")
+            batch //= 2
+            continue
+        return {"error": err, "notes": notes, "stderr": r.stderr[-2000:]}
+    return {"error": "out of memory at batch 1", "notes": notes}
+
+
+# --- the table -----------------------------------------------------------------
+
+def mib(b):
+    return f"{b / 2**20:,.0f}" if b else "n/a"
+
+
+def side_figures(model, s, batch, ms, peak_tflops):
+    per_s = 1e3 / ms
+    tflops = flops_per_step(model, s, batch) * per_s / 1e12
+    return per_step_items(model, s, batch) * per_s, tflops, tflops / peak_tflops
+
+
+def build_row(model, s, st, tc, peak_tflops):
+    row = {"model": model, "unit": "tok/s" if model == "gpt2" else "samples/s", "st": st, "tc": tc}
+    if "error" not in st:
+        row["st_rate"], row["st_tflops"], row["st_mfu"] = side_figures(model, s, st["batch"],
+                                                                       st["j"]["step_ms_median"], peak_tflops)
+    if "error" not in tc:
+        row["tc_rate"], row["tc_tflops"], row["tc_mfu"] = side_figures(model, s, tc["batch"],
+                                                                       tc["step_ms_median"], peak_tflops)
+    if "st_rate" in row and "tc_rate" in row:
+        row["ratio"] = row["st_rate"] / row["tc_rate"]
+    return row
+
+
+def table(rows):
+    head = ["model", "batch", "scaletrain precision", "scaletrain ms/step", "PyTorch ms/step",
+            "scaletrain throughput", "PyTorch throughput", "scaletrain/PyTorch", "scaletrain MFU", "PyTorch MFU",
+            "scaletrain peak GPU MiB", "PyTorch peak GPU MiB (reserved)", "target"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        st, tc = r["st"], r["tc"]
+        batch = st.get("batch", "?")
+        if "error" not in tc and tc["batch"] != batch:
+            batch = f"{batch} / {tc['batch']}"
+        if "error" in st:
+            prec, sms, srate, smfu, smem = "failed", "failed", "-", "-", "-"
+        else:
+            prec = st["precision"] + (f" ({', '.join(st['refused'])} refused)" if st["refused"] else "")
+            sms, srate = f"{st['j']['step_ms_median']:.1f}", f"{r['st_rate']:,.0f} {r['unit']}"
+            smfu, smem = f"{100 * r['st_mfu']:.1f}% ({r['st_tflops']:.3g} TFLOP/s)", mib(
+                st["j"].get("device_mem_peak_bytes", 0))
+        if "error" in tc:
+            tms, trate, tmfu, tmem = "failed", "-", "-", "-"
+        else:
+            tms, trate = f"{tc['step_ms_median']:.1f}", f"{r['tc_rate']:,.0f} {r['unit']}"
+            tmfu = f"{100 * r['tc_mfu']:.1f}% ({r['tc_tflops']:.3g} TFLOP/s)"
+            tmem = (f"{mib(tc['peak_alloc_bytes'])} ({mib(tc['peak_reserved_bytes'])})"
+                    if "peak_alloc_bytes" in tc else "n/a")
+        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+        target = "-"
+        if r["model"] == "gpt2" and "ratio" in r:
+            ok = r["ratio"] >= 1.0 and r["st_mfu"] >= MFU_TARGET
+            target = f">= 1.0x and MFU >= {100 * MFU_TARGET:.0f}%: {'yes' if ok else 'NO'}"
+        out.append(f"| {r['model']} | {batch} | {prec} | {sms} | {tms} | {srate} | {trate} | {ratio} | {smfu} | "
+                   f"{tmfu} | {smem} | {tmem} | {target} |")
+    return out
+
+
+def notes_of(rows, a):
+    n = [f"MFU = training FLOPs per second / {a.peak_tflops:g} TFLOP/s (H100 SXM dense bf16 peak, used for "
+         "every row and precision). gpt2 FLOPs per step = tokens x (6 N + 12 L T C), N the parameters "
+         "without the position embedding, 12 L T C the attention over the full T x T (PaLM appendix B, "
+         "nanoGPT); mlp and cnn: 3 x the forward matrix-product and convolution FLOPs.",
+         f"ms/step: scaletrain's step_ms_median (the --json line: median host wall time of its "
+         f"{WARMUP} + N steps, each ending with the loss read back); PyTorch's median of CUDA-event times "
+         f"over N steps after {WARMUP} warm-up steps (torch.compile runs in the first and is not timed). "
+         "Throughput = batch (x 1024 tokens for gpt2) / median. Peak GPU memory: scaletrain's "
+         "device_mem_peak_bytes (its arenas and cuBLASLt workspace), PyTorch's "
+         "torch.cuda.max_memory_allocated (max_memory_reserved in brackets); neither counts the CUDA context.",
+         "Both sides: AdamW lr 1e-3, betas 0.9/0.999, no weight decay, constant lr, no clipping, random data "
+         "(a token shard or .npy files for scaletrain, device tensors for PyTorch)."]
+    for r in rows:
+        st, tc, m = r["st"], r["tc"], r["model"]
+        for x in st.get("notes", []) + tc.get("notes", []):
+            n.append(f"{m}: {x}")
+        if "error" in st:
+            if st["error"] not in st.get("notes", []):
+                n.append(f"{m}: scaletrain failed: {st['error']}")
+        else:
+            j = st["j"]
+            n.append(f"{m}: scaletrain on {st['device_name']}, {st['params']:,} parameters, loss "
+                     f"{j['first_loss']:.3f} -> {j['train_loss']:.3f}, process {st['wall_s']:.0f} s")
+        if "error" in tc:
+            n.append(f"{m}: PyTorch failed: {tc['error']}")
+        else:
+            feats = [f"autocast {tc['precision']}" if tc["precision"] == "bf16" else "fp32",
+                     "torch.compile" if tc["compile"] else "no torch.compile",
+                     "fused AdamW" if tc["fused_adamw"] else "AdamW (not fused)"]
+            if tc.get("sdpa") is not None:
+                feats.append("scaled_dot_product_attention" if tc["sdpa"] else "attention by hand (no SDPA)")
+            if tc.get("tf32"):
+                feats.append("TF32")
+            n.append(f"{m}: PyTorch {tc['torch']} on {tc['device_name']}, {tc['params']:,} parameters, "
+                     f"{', '.join(feats)}; loss {tc['first_loss']:.3f} -> {tc['last_loss']:.3f}; first step "
+                     f"{tc['first_step_s']:.1f} s; mean wall {tc['step_ms_mean_wall']:.1f} ms/step"
+                     + (f"; {tc['compile_note']}" if tc.get("compile_note") else ""))
+        if "error" not in st and "error" not in tc and st["params"] != tc["params"]:
+            n.append(f"{m}: PARAMETER MISMATCH: scaletrain {st['params']:,}, PyTorch {tc['params']:,}")
+    return n
+
+
+def machine_lines(a):
+    lines = [f"host {os.uname().nodename}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"]
+    if a.device == "cuda":
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+            gpu = r.stdout.strip() or "nvidia-smi gave nothing"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            gpu = f"nvidia-smi failed: {e}"
+        lines.append(f"GPU: {gpu}")
+    try:
+        git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        git = ""
+    lines.append(f"scaletrain {a.binary}, commit {git or '?'}")
+    return lines
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="gpt2,cnn,mlp", help="comma-separated: gpt2, cnn, mlp")
+    p.add_argument("--steps", type=int, help="timed steps per side (default: gpt2 30, cnn 50, mlp 100; tiny 3)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="both sides (default cuda)")
+    p.add_argument("--tiny", action="store_true", help="small shapes and batches, 3 steps: checks the pipeline")
+    p.add_argument("--st-precision", default="bf16,fp32",
+                   help="precisions scaletrain tries in order until one is accepted (default bf16,fp32)")
+    p.add_argument("--torch-precision", default="bf16", choices=("bf16", "fp32", "match"),
+                   help="PyTorch: bf16 autocast (default), fp32, or match what scaletrain ran in")
+    p.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                   help="PyTorch torch.compile: auto = on CUDA when available (default)")
+    p.add_argument("--peak-tflops", type=float, default=H100_BF16_TFLOPS, help="peak for MFU (default 989)")
+    p.add_argument("--timeout", type=int, default=300, help="seconds each side's process may take (default 300)")
+    p.add_argument("--budget", type=int, default=3600,
+                   help="seconds for the whole benchmark: what does not fit is left out, and the table is "
+                        "still printed (default 3600)")
+    p.add_argument("--build", default="build", help="folder holding scaletrain (default build)")
+    p.add_argument("--out", help="also write the machine lines, the notes and the table as Markdown here")
+    a = p.parse_args()
+    models = [m for m in a.models.split(",") if m]
+    bad = [m for m in models if m not in SPECS]
+    if bad or not models:
+        p.error(f"unknown model(s) {', '.join(bad)}; known: {', '.join(SPECS)}")
+    if a.steps is not None and a.steps < 1:
+        p.error("--steps must be >= 1")
+    a.binary = os.path.join(ROOT, a.build, "scaletrain")
+    if not os.access(a.binary, os.X_OK):
+        raise SystemExit(f"{a.binary} not found: build scaletrain first (make, or make BUILD={a.build} CUDA=1)")
+    a.deadline = time.time() + a.budget
+    info = machine_lines(a)
+    print("\n".join(info), flush=True)
+    tmp = tempfile.mkdtemp(prefix="st-gpubench-")
+    rows, ok = [], True
+    try:
+        for m in models:
+            s = dict(SPECS[m], **(TINY[m] if a.tiny else {}))
+            if a.steps:
+                s["steps"] = a.steps
+            t0 = time.time()
+            st = run_st(a, m, s, tmp)
+            tprec = a.torch_precision
+            if tprec == "match":
+                tprec = st.get("precision", "bf16")
+            tc = run_torch(a, m, s, st.get("batch", s["batch"]), tprec)
+            row = build_row(m, s, st, tc, a.peak_tflops)
+            rows.append(row)
+            ok = ok and "error" not in st and "error" not in tc and st["params"] == tc["params"]
+            print(f"{m}: scaletrain " + (f"{st['j']['step_ms_median']:.1f} ms/step ({st['precision']})"
+                                        if "error" not in st else "failed")
+                  + ", PyTorch " + (f"{tc['step_ms_median']:.1f} ms/step" if "error" not in tc else "failed")
+                  + f" ({time.time() - t0:.0f} s)", flush=True)
+            if "stderr" in tc:
+                print(tc["stderr"], file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    notes = notes_of(rows, a)
+    tab = table(rows)
+    print("\n" + "\n".join(f"- {x}" for x in notes) + "\n\n" + "\n".join(tab))
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("# scaletrain vs PyTorch on one GPU\n\n" + "".join(f"- {x}\n" for x in info) + "\n")
+            f.write("".join(f"- {x}\n" for x in notes) + "\n" + "\n".join(tab) + "\n\n")
+            f.write(f"Command: `python3 bench/gpu_vs_torch.py {' '.join(sys.argv[1:])}`\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

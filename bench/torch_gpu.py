@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/gpu_vs_torch.py: one measurement in this process.
+
+    python3 bench/torch_gpu.py '{"model": "gpt2", "spec": {...}, "batch": 16, "steps": 30,
+        "warmup": 5, "device": "cuda", "precision": "bf16", "compile": "auto", "optim": {...}}'
+
+The models are written plainly, as PyTorch users write them, and match
+scaletrain's (src/model/model.c): the same shapes, initialisation scheme and
+parameter count. On CUDA: bf16 autocast, fused AdamW, torch.compile (of the
+model with its loss) and scaled_dot_product_attention when this PyTorch has
+them, each said in the JSON line printed last; random data held on the
+device; step times from CUDA events after the warm-up steps. On the CPU (the
+harness's --tiny check, PyTorch 1.13 there) whatever of that exists.
+"""
+import json
+import math
+import sys
+import time
+
+
+def last_error_line(text):
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def torch_modules():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+
+    class MLP(nn.Module):
+        def __init__(self, image, hidden, classes, **_):
+            super().__init__()
+            dims = [image[0] * image[1] * image[2], *hidden]
+            self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+            self.head = nn.Linear(dims[-1], classes)
+
+        def forward(self, x):  # x (B, 784)
+            for fc in self.fc:
+                x = F.relu(fc(x))
+            return self.head(x)
+
+    class CNN(nn.Module):  # 3x3 same convolutions without bias, batch-norm, ReLU, 2x2 max-pool
+        def __init__(self, image, channels, pool, kernel, classes, **_):
+            super().__init__()
+            H, W, cin = image
+            layers = []
+            for c, p in zip(channels, pool):
+                layers += [nn.Conv2d(cin, c, kernel, padding=kernel // 2, bias=False), nn.BatchNorm2d(c),
+                           nn.ReLU(inplace=True)]
+                if p:
+                    layers.append(nn.MaxPool2d(2, 2))
+                    H, W = H // 2, W // 2
+                cin = c
+            self.features = nn.Sequential(*layers)
+            self.head = nn.Linear(cin * H * W, classes)
+
+        def forward(self, x):  # x (B, 1, 28, 28), NCHW
+            return self.head(torch.flatten(self.features(x), 1))
+
+    # GPT-2 as src/model/model.c builds it (nanoGPT): pre-LN blocks, biases in
+    # every linear, learned positions, tanh GELU, tied wte/lm_head, no dropout.
+    class Attention(nn.Module):
+        def __init__(self, C, n_head, block):
+            super().__init__()
+            self.n_head = n_head
+            self.c_attn = nn.Linear(C, 3 * C)
+            self.c_proj = nn.Linear(C, C)
+            if not has_sdpa:
+                self.register_buffer("mask", torch.tril(torch.ones(block, block, dtype=torch.bool)),
+                                     persistent=False)
+
+        def forward(self, x):  # x (B, T, C)
+            B, T, C = x.size()
+            q, k, v = self.c_attn(x).split(C, dim=2)
+            q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+            k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            if has_sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = F.softmax(att.masked_fill(~self.mask[:T, :T], float("-inf")), dim=-1)
+                y = att @ v
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    class Block(nn.Module):
+        def __init__(self, C, n_head, block):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(C)
+            self.attn = Attention(C, n_head, block)
+            self.ln_2 = nn.LayerNorm(C)
+            self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(approximate="tanh"), nn.Linear(4 * C, C))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self, vocab, block, n_layer, n_head, n_embd, **_):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, n_embd)
+            self.wpe = nn.Embedding(block, n_embd)
+            self.h = nn.ModuleList(Block(n_embd, n_head, block) for _ in range(n_layer))
+            self.ln_f = nn.LayerNorm(n_embd)
+            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+            self.wte.weight = self.lm_head.weight  # tied
+            for mod in self.modules():
+                if isinstance(mod, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(mod.weight, mean=0.0, std=0.02)
+                if isinstance(mod, nn.Linear) and mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            for name, p in self.named_parameters():  # GPT-2's scaled residual projections
+                if name.endswith("attn.c_proj.weight") or name.endswith("mlp.2.weight"):
+                    nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+        def forward(self, idx):  # idx (B, T) -> logits (B, T, V)
+            pos = torch.arange(idx.size(1), device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.h:
+                x = block(x)
+            return self.lm_head(self.ln_f(x))
+
+    class WithLoss(nn.Module):  # the loss inside the compiled graph, as nanoGPT's forward(idx, targets)
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x, y):
+            logits = self.net(x)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+
+    return {"mlp": MLP, "cnn": CNN, "gpt2": GPT}, WithLoss, has_sdpa
+
+
+def torch_worker(w):
+    """One PyTorch measurement as the JSON `w` says; prints one JSON line."""
+    import torch
+    model, s, B, dev = w["model"], w["spec"], w["batch"], torch.device(w["device"])
+    cuda = dev.type == "cuda"
+    bf16 = w["precision"] == "bf16"
+    torch.manual_seed(1)
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        # nanoGPT's set-up: TF32 for what autocast leaves in fp32; none in an fp32 comparison
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bf16
+    classes, WithLoss, has_sdpa = torch_modules()
+    net = classes[model](**s).to(dev)
+    net.train()
+    params = sum(p.numel() for p in net.parameters())
+    lossmod = WithLoss(net)
+    info = {"torch": torch.__version__, "params": params, "batch": B, "precision": w["precision"],
+            "sdpa": has_sdpa if model == "gpt2" else None, "device_name": "cpu", "tf32": bool(cuda and bf16)}
+    if cuda:
+        info["device_name"] = torch.cuda.get_device_name(dev)
+    try:
+        opt = torch.optim.AdamW(net.parameters(), **w["optim"], fused=True) if cuda else None
+        info["fused_adamw"] = opt is not None
+    except (TypeError, RuntimeError):
+        opt = None
+        info["fused_adamw"] = False
+    if opt is None:
+        opt = torch.optim.AdamW(net.parameters(), **w["optim"])
+    want_compile = w["compile"] == "on" or (w["compile"] == "auto" and cuda)
+    step_fn = lossmod
+    info["compile"] = False
+    if want_compile and hasattr(torch, "compile"):
+        step_fn = torch.compile(lossmod)
+        info["compile"] = True
+    elif want_compile:
+        info["compile_note"] = f"torch {torch.__version__} has no torch.compile"
+
+    # Random data held on the device; each step gathers a random batch there.
+    n = max(8 * B, 256)
+    if model == "gpt2":
+        toks = torch.randint(s["vocab"], (n, s["block"] + 1), device=dev)
+    else:
+        h, wd, c = s["image"]
+        xs = torch.randn(n, h * wd * c, device=dev) if model == "mlp" else torch.randn(n, c, h, wd, device=dev)
+        ys = torch.randint(s["classes"], (n,), device=dev)
+
+    def step():
+        idx = torch.randint(n, (B,), device=dev)
+        if model == "gpt2":
+            x, y = toks[idx, :-1], toks[idx, 1:]
+        else:
+            x, y = xs[idx], ys[idx]
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = step_fn(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    losses, times = [], []
+    t0 = time.perf_counter()
+    try:
+        losses.append(step())
+    except Exception as e:  # noqa: BLE001 - a compile failure falls back to eager, said in the table
+        if not info["compile"] or "out of memory" in str(e):
+            raise
+        info["compile"] = False
+        info["compile_note"] = f"torch.compile failed, eager instead: {last_error_line(str(e))[:200]}"
+        step_fn = lossmod
+        opt.zero_grad(set_to_none=True)
+        losses.append(step())
+    sync()
+    info["first_step_s"] = time.perf_counter() - t0  # torch.compile's time is in here
+    for _ in range(w["warmup"] - 1):
+        losses.append(step())
+    sync()
+    if cuda:
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(w["steps"])]
+    t0 = time.perf_counter()
+    for i in range(w["steps"]):
+        if cuda:
+            ev[i][0].record()
+            losses.append(step())
+            ev[i][1].record()
+        else:
+            t1 = time.perf_counter()
+            losses.append(step())
+            times.append(1e3 * (time.perf_counter() - t1))
+    sync()
+    wall = time.perf_counter() - t0
+    if cuda:
+        times = [a.elapsed_time(b) for a, b in ev]
+        info["peak_alloc_bytes"] = torch.cuda.max_memory_allocated(dev)
+        info["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+    info.update(step_ms_median=sorted(times)[len(times) // 2], step_ms_mean_wall=1e3 * wall / w["steps"],
+                steps=w["steps"], first_loss=losses[0].item(), last_loss=losses[-1].item())
+    print(json.dumps(info))
+
+
+if __name__ == "__main__":
+    torch_worker(json.loads(sys.argv[1]))

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""bench/gpu_vs_torch.py end to end on the CPU (--tiny --device cpu), so that
+the GPU benchmark, which runs only when a GPU is lent, does not rot:
+
+  1. gpt2 and cnn, small shapes, 2 timed steps: both sides run (scaletrain in
+     bf16, PyTorch under bf16 autocast), train the same number of parameters
+     (the harness exits 1 otherwise), and the Markdown table printed last and
+     written by --out has one row per model with positive ms/step figures;
+  2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
+     run is refused (not a precision it knows) and the mlp row runs in fp32,
+     saying so in the table and giving the reason in the notes;
+  3. a missing scaletrain binary is an error that says to build it.
+
+Usage: /usr/bin/python3 tests/py/test_gpu_bench_tiny.py BUILD_DIR
+Exit status: 0 ok, 1 failure, 77 skipped (no PyTorch: Debian's python3-torch).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("test_gpu_bench_tiny: skipped: PyTorch is not installed (apt-get install python3-torch)")
+    sys.exit(77)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "bench", "gpu_vs_torch.py")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL {what}")
+
+
+def bench(build, *args):
+    r = subprocess.run([sys.executable, BENCH, "--tiny", "--device", "cpu", "--steps", "2", "--build", build,
+                        *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def rows_of(text):
+    """The table printed last: {model: {column: cell}}."""
+    lines = [ln for ln in text.strip().splitlines() if ln.startswith("|")]
+    if len(lines) < 3:
+        return {}
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    out = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        out[cells[0]] = dict(zip(head, cells))
+    return out
+
+
+def positive(cell):
+    try:
+        return float(cell.replace(",", "")) > 0
+    except ValueError:
+        return False
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    if os.path.basename(build).startswith("test_"):  # BUILD/tests/test_x given
+        build = os.path.dirname(os.path.dirname(build))
+    build = os.path.abspath(build)
+    if not os.access(os.path.join(build, "scaletrain"), os.X_OK):
+        print(f"test_gpu_bench_tiny: skipped: {build}/scaletrain is not built")
+        return 77
+
+    with tempfile.TemporaryDirectory() as tmp:
+        md = os.path.join(tmp, "bench.md")
+        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md)
+        check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
+        rows = rows_of(out)
+        check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
+        for m, r in rows.items():
+            check(r.get("scaletrain precision") == "bf16", f"{m}: scaletrain precision {r.get('scaletrain precision')}")
+            for col in ("scaletrain ms/step", "PyTorch ms/step", "scaletrain/PyTorch"):
+                check(positive(r.get(col, "").rstrip("x")), f"{m}: {col} is {r.get(col)!r}")
+        check("PARAMETER MISMATCH" not in out, "gpt2,cnn: parameter counts differ")
+        check("gpt2: PyTorch" in out and "autocast bf16" in out, "gpt2: the notes name PyTorch's set-up")
+        check(os.path.exists(md) and rows_of(open(md).read()) == rows, "--out holds the same table")
+
+        rc, out, err = bench(build, "--models", "mlp", "--st-precision", "fp8,fp32")
+        check(rc == 0, f"mlp fall-back: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
+        r = rows_of(out).get("mlp", {})
+        check(r.get("scaletrain precision") == "fp32 (fp8 refused)",
+              f"mlp fall-back: scaletrain precision {r.get('scaletrain precision')!r}")
+        check(positive(r.get("scaletrain ms/step", "")), f"mlp fall-back: ms/step {r.get('scaletrain ms/step')!r}")
+        check("scaletrain fp8 refused or failed" in out and "precision" in out,
+              "mlp fall-back: the notes give scaletrain's reason")
+
+    rc, out, err = bench(os.path.join(tmp, "no-such-build"), "--models", "mlp")
+    check(rc != 0 and "build scaletrain first" in err, f"missing binary: exit {rc}, stderr {err[-500:]!r}")
+
+    if failures:
+        print(f"test_gpu_bench_tiny: {len(failures)} failure(s)")
+        return 1
+    print("test_gpu_bench_tiny: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
