@@ -93,3 +93,18 @@ st_status st_device_sync(st_device *d) {
 #endif
     return ST_OK;
 }
+
+st_status st_device_memory(st_device *d, st_device_mem *out) {
+    memset(out, 0, sizeof *out);
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_memory(d, out);
+#endif
+    return st_fail(ST_ERR_UNSUPPORTED, "device memory: %s", d ? "this build has no CUDA" : "the host has no device memory");
+}
+
+const char *st_device_pci_bus_id(const st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_pci_bus_id(d);
+#endif
+    return "";
+}

@@ -36,6 +36,12 @@ struct st_device {
     cublasLtHandle_t lt;
     void *lt_ws; /* cuBLASLt workspace */
     size_t lt_ws_bytes;
+    char pci_bus_id[32]; /* "0000:65:00.0", for NVML */
+    /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
+     * live block is listed, a few dozen arenas at most) and the workspace. */
+    struct st_cuda_block { void *p; size_t nbytes; } *blocks;
+    int n_blocks, cap_blocks;
+    int64_t allocated, peak;
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */

@@ -33,6 +33,8 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
+st_status st_cuda_memory(st_device *d, st_device_mem *out);
+const char *st_cuda_pci_bus_id(const st_device *d);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

@@ -159,18 +159,24 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     /* Ranks read the memory available at slightly different moments: they
      * agree on the smallest micro-batch (a divisor of the per-rank batch
-     * whenever each one is) and the most sharded strategy. */
+     * whenever each one is), the most sharded strategy, and activation
+     * checkpointing when any rank needs it. */
     const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
-    if (p->ok && s->world > 1 && (auto_micro || auto_strategy)) {
+    const bool auto_ckpt = strcmp(c->train.activation_checkpointing, "auto") == 0;
+    if (p->ok && s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
         const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
-        int64_t v[2] = {p->micro, -zero};
-        st = st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        int64_t v[3] = {p->micro, -zero, -(int64_t)p->checkpointing}; /* checkpointing when any rank needs it */
+        st = st_comm_all_reduce_sync(s->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
         if (st == ST_OK && v[0] != p->micro) {
             p->micro = v[0];
             p->accum = c->train.batch_size / (s->world * v[0]);
             snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
         }
         if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+        if (st == ST_OK && -v[2] != (int64_t)p->checkpointing) {
+            p->checkpointing = true;
+            snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "blocks: another rank's memory needs it");
+        }
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
