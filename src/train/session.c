@@ -128,9 +128,11 @@ static st_status open_data(st_session *s, bool eval_only) {
 }
 
 /* The planner's choices for the values left `auto` (micro-batch, precision,
- * strategy) on this machine: this build trains on the CPU, whose memory
- * available is shared by the node's ranks. An explicit value that the memory
- * model predicts will not fit is kept, with a warning from rank 0. */
+ * strategy, activation checkpointing) on this machine: on the CPU, whose
+ * memory available is shared by the node's ranks, or on this rank's GPU,
+ * whose free memory (and what the run already holds there) is its own. An
+ * explicit value that the memory model predicts will not fit is kept, with a
+ * warning from rank 0. */
 static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     st_config *c = s->cfg;
     st_plan_input pi = {0};
@@ -147,6 +149,12 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     st_hw_config hw = {.per_node = st_comm_local_size(s->comm), .nodes = 1};
     snprintf(hw.label, sizeof hw.label, "this machine");
     st_device_local(&h, 0, &hw.dev);
+    st_device_mem dm; /* a GPU run plans against what its device can give it */
+    if (s->dev && st_device_memory(s->dev, &dm) == ST_OK) {
+        hw.dev.gpu = true;
+        hw.dev.mem_bytes = dm.total - dm.used + dm.allocated;
+        snprintf(hw.dev.name, sizeof hw.dev.name, "%s", st_device_name(s->dev));
+    }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
