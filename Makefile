@@ -42,7 +42,7 @@ NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA ?= $(if $(wildcard $(NVCC)),1,0)
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 ifeq ($(CUDA),1)
-CUDA_CFLAGS := -DST_HAVE_CUDA
+CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 endif

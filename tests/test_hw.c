@@ -226,8 +226,12 @@ static void test_table(void) {
     /* the largest micro-batch that fits: the next divisor up would not */
     if (p[1].micro < 64) {
         c.train.micro_batch_size = 2 * p[1].micro;
-        st_plan q = plan_for(&in, "8xA100-40GB");
+        st_plan q = plan_for(&in, "8xA100-40GB"); /* checkpointing auto: it fits by recomputing */
+        CHECK(q.checkpointing && q.fits, "micro %lld with checkpointing: %s", (long long)q.micro, q.checkpointing_why);
+        snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
+        q = plan_for(&in, "8xA100-40GB");
         CHECK(!q.fits && q.warning[0], "micro %lld should not fit on A100-40GB", (long long)q.micro);
+        snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "auto");
         c.train.micro_batch_size = ST_AUTO;
     }
     /* memory rises with the micro-batch and falls with ZeRO-2 */
@@ -270,11 +274,14 @@ static void test_too_big(void) {
 }
 
 /* Auto choices on simulated hardware: precision by compute capability,
- * ZeRO-2 when DDP's model states do not fit, offload when ZeRO-2's do not. */
+ * ZeRO-2 when DDP's model states do not fit, offload when ZeRO-2's do not
+ * (activation checkpointing off: auto would come before offload, which
+ * test_plan_checkpointing.c covers). */
 static void test_auto_choices(void) {
     st_config c;
     st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
     if (!m) return;
+    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
     c.train.batch_size = 64;
     st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
     st_hw_config hw;

@@ -70,6 +70,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddNumberToObject(o, "accumulation", (double)p->accum);
     cJSON_AddStringToObject(o, "strategy", st_plan_strategy_label(p, buf, sizeof buf));
     cJSON_AddStringToObject(o, "precision", p->precision);
+    cJSON_AddStringToObject(o, "activation_checkpointing", p->checkpointing ? "blocks" : "off");
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
     const char *names[] = {"params", "grads", "optim", "acts", "act_grads", "ints", "work", "eval", "loader", "buckets", "data", "total", "host"};
@@ -92,6 +93,7 @@ static cJSON *plan_json(const st_plan *p) {
     if (p->micro_why[0]) cJSON_AddStringToObject(why, "micro_batch_size", p->micro_why);
     if (p->precision_why[0]) cJSON_AddStringToObject(why, "precision", p->precision_why);
     if (p->strategy_why[0]) cJSON_AddStringToObject(why, "strategy", p->strategy_why);
+    if (p->checkpointing_why[0]) cJSON_AddStringToObject(why, "activation_checkpointing", p->checkpointing_why);
     return o;
 }
 
@@ -105,10 +107,12 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
             fprintf(f, "%-16s %5d  -- %s\n", q->hw.label, q->ranks, q->warning);
             continue;
         }
-        char strat[32], mem[40];
+        char strat[32], label[48], mem[40];
+        snprintf(label, sizeof label, "%s%s", st_plan_strategy_label(q, strat, sizeof strat),
+                 q->checkpointing ? "+ckpt" : ""); /* activation checkpointing */
         snprintf(mem, sizeof mem, "%.2f GiB (%.1f)", (double)q->mem.total / GIB, (double)q->mem_limit / GIB);
         fprintf(f, "%-16s %5d %6lld %5lld %-14s %-5s %-22s %10.1f %12.0f %6.0f%%%s%s\n", q->hw.label, q->ranks,
-                (long long)q->micro, (long long)q->accum, st_plan_strategy_label(q, strat, sizeof strat), q->precision,
+                (long long)q->micro, (long long)q->accum, label, q->precision,
                 mem, 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
     }

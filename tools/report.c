@@ -99,6 +99,8 @@ static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[2]) {
         c[k].series[n++] = series("optimizer state", x, mem[0], s->n);
     if (mem[1] && rp_has(s, RP_GRAD_BYTES))
         c[k].series[n++] = series("gradients (resident)", x, mem[1], s->n);
+    if (rp_has(s, RP_GPU_MEM_USED_MB)) /* a GPU run: the device's used memory as sampled */
+        c[k].series[n++] = series("GPU used, rank 0", x, rp_col(s, RP_GPU_MEM_USED_MB), s->n);
     finish(&c[k], "memory", "Memory (rank 0)", "MiB", wide_positive(c[k].series, n), true, n);
     k++;
 

@@ -28,6 +28,12 @@ enum {
     RP_GRAD_BYTES,
     RP_SKIPPED_STEPS,
     RP_LOSS_SCALE,
+    RP_GPU_MEM_PEAK_MB, /* GPU lines only (log.gpu_interval) */
+    RP_GPU_MEM_USED_MB,
+    RP_GPU_MEM_TOTAL_MB,
+    RP_GPU_UTIL,
+    RP_GPU_POWER_W,
+    RP_GPU_TEMP_C,
     RP_TIME,
     RP_N_STEP_FIELDS
 };

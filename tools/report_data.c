@@ -31,6 +31,12 @@ static const char *const STEP_NAMES[RP_N_STEP_FIELDS] = {"step",
                                                          "grad_bytes",
                                                          "skipped_steps",
                                                          "loss_scale",
+                                                         "gpu_mem_peak_mb",
+                                                         "gpu_mem_used_mb",
+                                                         "gpu_mem_total_mb",
+                                                         "gpu_util",
+                                                         "gpu_power_w",
+                                                         "gpu_temp_c",
                                                          "time"};
 static const char *const EVAL_NAMES[RP_N_EVAL_FIELDS] = {"step", "loss", "accuracy", "time"};
 

@@ -114,6 +114,15 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     if (rss.n) row(f, "peak memory", "%.1f MiB RSS (rank 0)", rss.max);
     if (os.n && os.max > 0) row(f, "optimizer state", "%.2f MiB (rank 0)", os.last / 1048576.0);
     if (gb.n && gb.max > 0) row(f, "gradients", "%.2f MiB resident (rank 0)", gb.last / 1048576.0);
+    stats gp = col_stats(t, RP_GPU_MEM_PEAK_MB), gu = col_stats(t, RP_GPU_MEM_USED_MB),
+          gt = col_stats(t, RP_GPU_MEM_TOTAL_MB), ut = col_stats(t, RP_GPU_UTIL), pw = col_stats(t, RP_GPU_POWER_W),
+          tc = col_stats(t, RP_GPU_TEMP_C);
+    if (gp.n)
+        row(f, "GPU memory", "%.2f GiB peak held by the run, %.2f GiB used at most of %.2f GiB (rank 0)",
+            gp.max / 1024, gu.max / 1024, gt.max / 1024);
+    if (ut.n)
+        row(f, "GPU", "%.0f%% utilisation (mean of %d samples), up to %.0f W and %.0f C (rank 0)", ut.mean, ut.n,
+            pw.max, tc.max);
     stats sk = col_stats(t, RP_SKIPPED_STEPS), ls = col_stats(t, RP_LOSS_SCALE);
     if (sk.n) row(f, "skipped steps", "%.0f (overflowing gradients)", sk.last);
     if (ls.n) row(f, "loss scale", "%g final, %g min", ls.last, ls.min);

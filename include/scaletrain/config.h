@@ -108,6 +108,7 @@ typedef struct st_config {
         char progress[ST_CFG_STR]; /* auto | on | off (auto: on a terminal) default auto */
         bool tensorboard;          /*                                  default false */
         double peak_gflops;        /* per rank, for mfu; < 0 = auto (measured) default auto */
+        int64_t gpu_interval;      /* steps between GPU samples; 0 = none default 10 */
         bool trace;                /* write out_dir/trace.json         default false */
         st_int_list trace_steps;   /* [first, last] traced steps       default [2, 6] */
     } log;

@@ -153,6 +153,11 @@ const st_cfg_key st_cfg_keys[] = {
            "progress bar; auto = on a terminal"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
+    K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,
+          "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many steps "
+          "after the last sample: memory (this run's allocated and peak, the device's used and total) and, when "
+          "the driver's NVML is present, utilisation, memory utilisation, power and temperature, into "
+          "metrics.jsonl, TensorBoard and the progress line; 0 = never; absent on the CPU"),
     K_BOOL("log.tensorboard", log.tensorboard, "false",
            "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, out_dir/events.out.tfevents.*"),
     K_BOOL("log.trace", log.trace, "false",

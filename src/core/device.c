@@ -87,18 +87,24 @@ st_status st_device_download(st_device *d, void *dst, const void *src, size_t nb
     return ST_OK;
 }
 
-void st_device_mem(const st_device *d, size_t *now, size_t *peak) {
-    *now = *peak = 0;
-#ifdef ST_HAVE_CUDA
-    if (d) st_cuda_mem(d, now, peak);
-#else
-    (void)d;
-#endif
-}
-
 st_status st_device_sync(st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_sync(d);
 #endif
     return ST_OK;
+}
+
+st_status st_device_memory(st_device *d, st_device_mem *out) {
+    memset(out, 0, sizeof *out);
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_memory(d, out);
+#endif
+    return st_fail(ST_ERR_UNSUPPORTED, "device memory: %s", d ? "this build has no CUDA" : "the host has no device memory");
+}
+
+const char *st_device_pci_bus_id(const st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_pci_bus_id(d);
+#endif
+    return "";
 }

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "scaletrain/status.h"
 
@@ -45,10 +46,19 @@ st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbyt
 st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes);
 /* Wait for everything queued on the device. */
 st_status st_device_sync(st_device *d);
-/* Bytes of device memory held now and at the most since the device was
- * opened: every st_device_alloc block (parameter, gradient, optimizer and
- * activation arenas) and the backend's cuBLASLt workspace; not the CUDA
- * context, nor the optimizer's few small tables. Both 0 on the host. */
-void st_device_mem(const st_device *d, size_t *now, size_t *peak);
+/* A CUDA device's memory, bytes: what this process holds through
+ * st_device_alloc (and the cuBLASLt workspace) now and at most since the
+ * device was opened, counted by the backend itself; and the whole device as
+ * the driver sees it (cudaMemGetInfo: total less free, every context and
+ * process included). */
+typedef struct st_device_mem {
+    int64_t allocated, peak;
+    int64_t used, total;
+} st_device_mem;
+/* ST_ERR_UNSUPPORTED for the host (d NULL) or a build without CUDA. */
+st_status st_device_memory(st_device *d, st_device_mem *out);
+/* The device's PCI address ("0000:65:00.0"), which names the same GPU to
+ * NVML whatever CUDA_VISIBLE_DEVICES says; "" for the host. */
+const char *st_device_pci_bus_id(const st_device *d);
 
 #endif

@@ -25,11 +25,6 @@ extern "C" {
 #include "model/graph.h"
 }
 
-struct st_cuda_block { /* one st_cuda_alloc block, for st_device_mem's count */
-    void *p;
-    size_t nbytes;
-};
-
 struct st_device {
     int ordinal;
     int cc_major, cc_minor, sm_count;
@@ -41,12 +36,12 @@ struct st_device {
     cublasLtHandle_t lt;
     void *lt_ws; /* cuBLASLt workspace */
     size_t lt_ws_bytes;
-    /* Device memory held through st_cuda_alloc (the arenas) plus the
-     * workspace above, now and at the most since the device was opened
-     * (st_device_mem); `blocks` remembers each live block's size. */
-    size_t mem_now, mem_peak;
-    struct st_cuda_block *blocks;
+    char pci_bus_id[32]; /* "0000:65:00.0", for NVML */
+    /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
+     * live block is listed, a few dozen arenas at most) and the workspace. */
+    struct st_cuda_block { void *p; size_t nbytes; } *blocks;
     int n_blocks, cap_blocks;
+    int64_t allocated, peak;
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */

@@ -33,7 +33,6 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
-void st_cuda_mem(const st_device *d, size_t *now, size_t *peak);
 
 /* --- pinned host memory, events and the copy stream (src/cuda/stream.cu) ---
  * What the batch feed (src/train/feed.c) orders its host-to-device copies
@@ -66,6 +65,8 @@ st_status st_cuda_event_elapsed(st_device *d, st_cuda_event *start, st_cuda_even
 /* Queue a copy on `s` and return (any direction: unified addressing tells);
  * from pinned memory it overlaps the host and the other streams. */
 st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t nbytes, st_cuda_stream_id s);
+st_status st_cuda_memory(st_device *d, st_device_mem *out);
+const char *st_cuda_pci_bus_id(const st_device *d);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

@@ -66,7 +66,11 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = LT_WORKSPACE_BYTES;
     ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
-    d->mem_now = d->mem_peak = d->lt_ws_bytes;
+    d->allocated = d->peak = (int64_t)d->lt_ws_bytes;
+    if (cudaDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, ordinal) != cudaSuccess) {
+        cudaGetLastError(); /* only NVML's lookup needs it */
+        d->pci_bus_id[0] = '\0';
+    }
     return ST_OK;
 }
 
@@ -94,45 +98,55 @@ extern "C" const char *st_cuda_name(const st_device *d) { return d->name; }
 
 extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     *out = NULL;
-    if (nbytes == 0) nbytes = 256;
-    if (d->n_blocks == d->cap_blocks) { /* room to remember the block's size first */
-        int cap = d->cap_blocks ? 2 * d->cap_blocks : 32;
+    if (d->n_blocks == d->cap_blocks) { /* room to list it first: a block is never lost to the count */
+        const int cap = d->cap_blocks ? 2 * d->cap_blocks : 32;
         void *b = realloc(d->blocks, (size_t)cap * sizeof *d->blocks);
-        if (!b) return st_fail(ST_ERR_NOMEM, "%s: out of host memory", d->name);
-        d->blocks = (st_cuda_block *)b;
+        if (!b) return st_fail(ST_ERR_NOMEM, "out of host memory listing device blocks");
+        d->blocks = (struct st_device::st_cuda_block *)b;
         d->cap_blocks = cap;
     }
+    if (!nbytes) nbytes = 256;
     cudaError_t e = cudaMalloc(out, nbytes);
     if (e != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
-        return st_fail(ST_ERR_NOMEM, "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free)",
-                       d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20),
-                       (double)total_b / (1 << 20));
+        return st_fail(ST_ERR_NOMEM,
+                       "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f MiB)",
+                       d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20), (double)total_b / (1 << 20),
+                       (double)d->allocated / (1 << 20));
     }
     d->blocks[d->n_blocks].p = *out;
-    d->blocks[d->n_blocks++].nbytes = nbytes;
-    d->mem_now += nbytes;
-    if (d->mem_now > d->mem_peak) d->mem_peak = d->mem_now;
+    d->blocks[d->n_blocks].nbytes = nbytes;
+    d->n_blocks++;
+    d->allocated += (int64_t)nbytes;
+    if (d->allocated > d->peak) d->peak = d->allocated;
     return ST_OK;
 }
 
 extern "C" void st_cuda_release(st_device *d, void *p) {
     if (!p) return;
-    for (int i = d->n_blocks - 1; i >= 0; i--)
+    for (int i = 0; i < d->n_blocks; i++)
         if (d->blocks[i].p == p) {
-            d->mem_now -= d->blocks[i].nbytes;
+            d->allocated -= (int64_t)d->blocks[i].nbytes;
             d->blocks[i] = d->blocks[--d->n_blocks];
             break;
         }
     cudaFree(p);
 }
 
-extern "C" void st_cuda_mem(const st_device *d, size_t *now, size_t *peak) {
-    *now = d->mem_now;
-    *peak = d->mem_peak;
+extern "C" st_status st_cuda_memory(st_device *d, st_device_mem *out) {
+    size_t free_b = 0, total_b = 0;
+    ST_CUDA_TRY_D(d, cudaSetDevice(d->ordinal));
+    ST_CUDA_TRY_D(d, cudaMemGetInfo(&free_b, &total_b));
+    out->allocated = d->allocated;
+    out->peak = d->peak;
+    out->used = (int64_t)(total_b - free_b);
+    out->total = (int64_t)total_b;
+    return ST_OK;
 }
+
+extern "C" const char *st_cuda_pci_bus_id(const st_device *d) { return d->pci_bus_id; }
 
 extern "C" st_status st_cuda_zero(st_device *d, void *p, size_t nbytes) {
     if (nbytes) ST_CUDA_TRY_D(d, cudaMemsetAsync(p, 0, nbytes, d->compute));

@@ -113,7 +113,8 @@ static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
-    b->t_start = st_dist_now();
+    b->mark = st_trace_begin_async(d->trace, ST_TRACE_TID_BUCKET + (int)(b - d->b), "comm", b->name);
+    b->t_start = b->mark.t0;
     if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
     b->released = false;
@@ -178,21 +179,21 @@ void st_ddp_arm(st_ddp *d, st_graph *g) {
 st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     g->backward_hook = NULL;
     g->backward_hook_ctx = NULL;
-    d->t_backward_end = st_dist_now();
+    const st_trace_mark wait = st_trace_begin(d->trace, ST_TRACE_TID_STEP, "comm", "all-reduce wait");
+    d->t_backward_end = wait.t0;
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) ST_TRY(start_bucket(d, &d->b[i]));
     for (int i = 0; i < d->n_buckets; i++) {
         st_ddp_bucket *b = &d->b[i];
         for (int k = 0; k < b->n_req; k++)
             ST_TRY(st_comm_wait(&b->req[k]));
-        st_trace_add(d->trace, ST_TRACE_TID_BUCKET + i, "comm", b->name, b->t_start, st_dist_now());
+        st_trace_end(d->trace, &b->mark);
         if (d->release && !b->released) release_bucket(d, b);
     }
     if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
         for (int i = 0; i < d->n_buckets; i++)
             st_from_half(d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset, d->b[i].count);
-    double t_done = st_dist_now();
-    st_trace_add(d->trace, ST_TRACE_TID_STEP, "comm", "all-reduce wait", d->t_backward_end, t_done);
+    const double t_done = st_trace_end(d->trace, &wait);
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;
     d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;

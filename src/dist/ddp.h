@@ -35,7 +35,8 @@ typedef struct st_ddp_bucket {
     int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
     int ready_at;          /* backward may start it after this node (the earliest user of its params) */
     bool started, released;
-    double t_start;    /* st_now() when its first collective started (for the trace) */
+    double t_start;    /* st_now() when its first collective started */
+    st_trace_mark mark; /* its phase in the trace and NVTX, from the start to the wait that finished it */
     int n_req;         /* collectives: 1 all-reduce, or one reduce per shard the bucket touches */
     int first_owner;   /* ZeRO: the rank owning the bucket's first element */
     st_comm_req **req; /* (n_req) */

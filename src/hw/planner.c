@@ -70,6 +70,30 @@ static st_status mem_at(const st_plan_input *in, st_plan *p, int64_t micro, st_m
     return st_mem_estimate(in->model, micro, &o, m);
 }
 
+/* The layout model's graphs (memory and cost) follow its configuration's
+ * train.activation_checkpointing, as a run's do (model.c). */
+static void set_checkpointing(const st_plan_input *in, bool on) {
+    char *v = in->model->cfg.train.activation_checkpointing;
+    snprintf(v, sizeof in->model->cfg.train.activation_checkpointing, "%s", on ? "blocks" : "off");
+}
+
+static bool auto_checkpointing(const st_plan_input *in) {
+    return strcmp(in->cfg->train.activation_checkpointing, "auto") == 0;
+}
+
+/* The memory at `micro` with the least activation memory the plan may use:
+ * with checkpointing auto, the smaller of off and blocks (left off after). */
+static st_status mem_least(const st_plan_input *in, st_plan *p, int64_t micro, st_mem *m) {
+    ST_TRY(mem_at(in, p, micro, m));
+    if (!auto_checkpointing(in) || m->total <= p->mem_limit) return ST_OK;
+    st_mem with;
+    set_checkpointing(in, true);
+    st_status s = mem_at(in, p, micro, &with);
+    set_checkpointing(in, false);
+    if (s == ST_OK && with.total < m->total) *m = with;
+    return s;
+}
+
 /* DDP when the model states and the micro-batch (an explicit one, else a
  * single sample) fit; else ZeRO-2 when there are ranks to shard over; else
  * offload. */
@@ -91,14 +115,19 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
                  human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
-    if (p->ranks > 1) {
-        snprintf(p->strategy, sizeof p->strategy, "zero2");
-        ST_TRY(mem_at(in, p, mb, &m));
-        if (m.total <= p->mem_limit) {
+    /* Sharding costs no more traffic than DDP's all-reduce, so it comes
+     * before recomputing; recomputing comes before offload's PCIe copies. */
+    if (p->ranks > 1) snprintf(p->strategy, sizeof p->strategy, "zero2");
+    ST_TRY(mem_least(in, p, mb, &m));
+    if (m.total <= p->mem_limit) {
+        if (p->ranks > 1)
             snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and %s do not fit in %s", what,
                      human((double)p->mem_limit, b2, sizeof b2));
-            return ST_OK;
-        }
+        else
+            snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and %s fit in %s when recomputed",
+                     human((double)(m.params + m.grads + m.optim), b1, sizeof b1), what,
+                     human((double)p->mem_limit, b2, sizeof b2));
+        return ST_OK;
     }
     snprintf(p->strategy, sizeof p->strategy, p->ranks > 1 ? "zero2" : "ddp");
     p->offload = true;
@@ -107,13 +136,58 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     return ST_OK;
 }
 
-/* One hardware configuration, without the one-device comparison. */
-static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
+/* The largest divisor of per_rank whose memory fits, or 0. */
+static st_status largest_fit(const st_plan_input *in, st_plan *p, int64_t per_rank, int64_t *micro) {
+    st_mem m;
+    *micro = 0;
+    for (int64_t d = per_rank; d >= 1; d--) {
+        if (per_rank % d != 0) continue;
+        ST_TRY(mem_at(in, p, d, &m));
+        if (m.total <= p->mem_limit) {
+            *micro = d;
+            break;
+        }
+    }
+    return ST_OK;
+}
+
+/* train.activation_checkpointing auto with an explicit micro-batch: blocks
+ * when it fits only with it. Leaves the layout model set to the choice. */
+static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
+    char b1[32], b2[32], b3[32];
+    st_mem off, on;
+    ST_TRY(mem_at(in, p, p->micro, &off));
+    human((double)p->mem_limit, b3, sizeof b3);
+    if (off.total <= p->mem_limit) {
+        snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "off: micro-batch %lld fits without it (%s of %s)",
+                 (long long)p->micro, human((double)off.total, b1, sizeof b1), b3);
+        return ST_OK;
+    }
+    set_checkpointing(in, true);
+    ST_TRY(mem_at(in, p, p->micro, &on));
+    if (on.total <= p->mem_limit) {
+        p->checkpointing = true;
+        snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                 "blocks: micro-batch %lld needs %s without it, %s with it (%s usable)", (long long)p->micro,
+                 human((double)off.total, b1, sizeof b1), human((double)on.total, b2, sizeof b2), b3);
+        return ST_OK;
+    }
+    set_checkpointing(in, false);
+    snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+             "off: micro-batch %lld does not fit even with it (%s, %s usable)", (long long)p->micro,
+             human((double)on.total, b2, sizeof b2), b3);
+    return ST_OK;
+}
+
+/* One hardware configuration, without the one-device comparison; the layout
+ * model is left set to the plan's checkpointing (plan_one restores it). */
+static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
     const st_config *c = in->cfg;
     memset(p, 0, sizeof *p);
     p->hw = *hw;
     p->ranks = hw->per_node * hw->nodes;
     p->mem_limit = mem_limit(hw);
+    p->checkpointing = strcmp(c->train.activation_checkpointing, "blocks") == 0;
     const int64_t B = c->train.batch_size, n = p->ranks;
     if (B % n != 0) {
         snprintf(p->warning, sizeof p->warning, "train.batch_size %lld is not a multiple of %lld ranks",
@@ -123,7 +197,7 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
     choose_precision(c, &hw->dev, p);
     ST_TRY(choose_strategy(in, p));
     const int64_t per_rank = B / n;
-    st_mem m;
+    char b1[32];
     if (c->train.micro_batch_size != ST_AUTO) {
         p->micro = c->train.micro_batch_size;
         if (per_rank % p->micro != 0) {
@@ -132,23 +206,32 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
                      (long long)per_rank);
             return ST_OK;
         }
+        if (auto_checkpointing(in)) ST_TRY(decide_checkpointing(in, p));
     } else { /* the largest divisor of the per-rank batch that fits */
-        p->micro = 1;
-        for (int64_t d = per_rank; d >= 1; d--) {
-            if (per_rank % d != 0) continue;
-            ST_TRY(mem_at(in, p, d, &m));
-            if (m.total <= p->mem_limit) {
-                p->micro = d;
-                break;
+        ST_TRY(largest_fit(in, p, per_rank, &p->micro));
+        if (auto_checkpointing(in)) {
+            if (p->micro) {
+                snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                         "off: micro-batch %lld fits without it; accumulation is cheaper than recomputing",
+                         (long long)p->micro);
+            } else {
+                set_checkpointing(in, true);
+                ST_TRY(largest_fit(in, p, per_rank, &p->micro));
+                p->checkpointing = p->micro > 0;
+                if (!p->checkpointing) set_checkpointing(in, false);
+                snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "%s",
+                         p->checkpointing ? "blocks: not even a micro-batch of 1 fits without it"
+                                          : "off: not even a micro-batch of 1 fits with it");
             }
         }
-        char b[32];
+        if (!p->micro) p->micro = 1;
         if (p->micro == per_rank)
-            snprintf(p->micro_why, sizeof p->micro_why, "%s",
-                     n > 1 ? "the batch split over the ranks" : "the whole batch on one rank");
+            snprintf(p->micro_why, sizeof p->micro_why, "%s%s",
+                     n > 1 ? "the batch split over the ranks" : "the whole batch on one rank",
+                     p->checkpointing && auto_checkpointing(in) ? ", with activation checkpointing" : "");
         else
             snprintf(p->micro_why, sizeof p->micro_why, "the largest divisor of %lld samples per rank that fits %s",
-                     (long long)per_rank, human((double)p->mem_limit, b, sizeof b));
+                     (long long)per_rank, human((double)p->mem_limit, b1, sizeof b1));
     }
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
@@ -173,6 +256,15 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
     p->tokens_per_s = p->samples_per_s * (double)in->seq_len;
     p->ok = true;
     return ST_OK;
+}
+
+static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
+    char *v = in->model->cfg.train.activation_checkpointing, saved[sizeof in->model->cfg.train.activation_checkpointing];
+    memcpy(saved, v, sizeof saved);
+    set_checkpointing(in, strcmp(in->cfg->train.activation_checkpointing, "blocks") == 0); /* auto: off first */
+    st_status s = plan_body(in, hw, p);
+    memcpy(v, saved, sizeof saved);
+    return s;
 }
 
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out) {
@@ -209,5 +301,10 @@ void st_plan_apply(const st_plan *p, st_config *c) {
     if (strcmp(c->dist.strategy, "auto") == 0) {
         snprintf(c->dist.strategy, sizeof c->dist.strategy, "%s", p->strategy);
         st_config_mark_auto(c, "dist.strategy", p->strategy_why);
+    }
+    if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
+        snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
+                 p->checkpointing ? "blocks" : "off");
+        st_config_mark_auto(c, "train.activation_checkpointing", p->checkpointing_why);
     }
 }

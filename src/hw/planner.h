@@ -8,10 +8,20 @@
  *   precision  fp32 on the CPU; bf16 from compute capability 8.0; fp16 with
  *              loss scaling below.
  *   strategy   DDP when the model states and one sample fit; else ZeRO-2
- *              (more than one rank); else ZeRO-2 with offload.
+ *              (more than one rank); else (with checkpointing auto) the
+ *              same recomputing activations; else ZeRO-2 with offload.
  *   micro      the largest divisor of batch_size / ranks that fits the
  *              device's memory with headroom; accumulation makes up the rest
  *              (micro x accum x ranks == batch_size).
+ *   train.activation_checkpointing
+ *              blocks only when the micro-batch does not fit without it and
+ *              does with it (recomputing costs a forward pass, which the
+ *              predicted step time includes); with micro auto, only when not
+ *              even a micro-batch of 1 fits without it (then the largest that
+ *              fits with it), since accumulation is the cheaper way to a
+ *              large batch. For the strategy, ZeRO-2 comes before
+ *              checkpointing (no more traffic than DDP) and checkpointing
+ *              before offload (PCIe copies every step).
  * Memory available: a GPU's memory less 10% and 1 GiB (context, NCCL and
  * allocator reserve); on the CPU, 85% of the memory available over the ranks
  * on the node. */
@@ -43,7 +53,8 @@ typedef struct st_plan {
     char precision[8];
     char strategy[8]; /* ddp | zero1 | zero2 */
     bool offload;
-    char micro_why[96], precision_why[96], strategy_why[96];
+    bool checkpointing; /* activation checkpointing of blocks, as chosen or given */
+    char micro_why[96], precision_why[96], strategy_why[96], checkpointing_why[96];
     st_mem mem;
     int64_t mem_limit; /* bytes usable per device */
     bool fits;
@@ -56,7 +67,7 @@ typedef struct st_plan {
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);
 
 /* Write the plan's choices into every `auto` key of cfg (micro-batch,
- * precision, strategy), each marked with its reason. */
+ * precision, strategy, activation checkpointing), each marked with its reason. */
 void st_plan_apply(const st_plan *p, st_config *cfg);
 
 /* "zero2+offload" etc. */

@@ -1,9 +1,10 @@
 /* The hardware probe (see probe.h): /proc for the CPU and memory, the CUDA
- * driver API and NVML through dlopen, the launcher's environment for MPI.
- * The few driver and NVML prototypes are declared here (cuda.h is not needed
- * to build, and there is no nvml.h): their signatures are the documented C
- * ABI of libcuda.so.1 and libnvidia-ml.so.1. */
+ * driver API and NVML (nvml.h) through dlopen, the launcher's environment
+ * for MPI. The few driver prototypes are declared here (cuda.h is not needed
+ * to build): their signatures are the documented C ABI of libcuda.so.1. */
 #include "probe.h"
+
+#include "nvml.h"
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -29,31 +30,6 @@ typedef struct cuda_api {
     CUresult (*attr)(int *, int, CUdevice);
     CUresult (*error_string)(CUresult, const char **);
 } cuda_api;
-
-/* --- NVML (nvml.h, NVML API reference) ------------------------------------ */
-typedef int nvmlReturn_t; /* NVML_SUCCESS = 0, NVML_ERROR_INSUFFICIENT_SIZE = 7 */
-typedef void *nvmlDevice_t;
-typedef struct {
-    unsigned long long total, free, used;
-} nvml_memory;
-typedef struct { /* nvmlProcessInfo_t (v2), filled by ..._v3 */
-    unsigned int pid;
-    unsigned long long used;
-    unsigned int gpu_instance, compute_instance;
-} nvml_process;
-enum { NVML_NVLINK_MAX_LINKS = 18 };
-typedef struct nvml_api {
-    nvmlReturn_t (*init)(void);
-    nvmlReturn_t (*shutdown)(void);
-    nvmlReturn_t (*count)(unsigned int *);
-    nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t *);
-    nvmlReturn_t (*name)(nvmlDevice_t, char *, unsigned int);
-    nvmlReturn_t (*memory)(nvmlDevice_t, nvml_memory *);
-    nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, int *);
-    nvmlReturn_t (*common_ancestor)(nvmlDevice_t, nvmlDevice_t, int *);
-    nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvml_process *);
-    const char *(*error_string)(nvmlReturn_t);
-} nvml_api;
 
 static void *sym(void *lib, const char *name, bool *ok) {
     void *p = dlsym(lib, name);
@@ -201,47 +177,26 @@ static st_hw_link link_from_ancestor(int level) {
 }
 
 static void probe_nvml(st_hw_info *h) {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(h->nvml_why, sizeof h->nvml_why, "%s", dlerror());
-        return;
-    }
-    nvml_api v;
-    bool ok = true;
-    *(void **)&v.init = sym(lib, "nvmlInit_v2", &ok);
-    *(void **)&v.shutdown = sym(lib, "nvmlShutdown", &ok);
-    *(void **)&v.count = sym(lib, "nvmlDeviceGetCount_v2", &ok);
-    *(void **)&v.handle = sym(lib, "nvmlDeviceGetHandleByIndex_v2", &ok);
-    *(void **)&v.name = sym(lib, "nvmlDeviceGetName", &ok);
-    *(void **)&v.memory = sym(lib, "nvmlDeviceGetMemoryInfo", &ok);
-    *(void **)&v.nvlink_state = sym(lib, "nvmlDeviceGetNvLinkState", &ok);
-    *(void **)&v.common_ancestor = sym(lib, "nvmlDeviceGetTopologyCommonAncestor", &ok);
-    *(void **)&v.procs = sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3", &ok);
-    *(void **)&v.error_string = sym(lib, "nvmlErrorString", &ok);
-    nvmlReturn_t r = ok ? v.init() : -1;
-    if (!ok || r != 0) {
-        snprintf(h->nvml_why, sizeof h->nvml_why, "%s", ok ? v.error_string(r) : "NVML too old");
-        dlclose(lib);
-        return;
-    }
+    st_nvml v;
+    if (!st_nvml_open(&v, NULL, h->nvml_why, sizeof h->nvml_why)) return;
     unsigned int n = 0;
     v.count(&n);
     if ((int)n > ST_HW_MAX_GPUS) n = ST_HW_MAX_GPUS;
-    nvmlDevice_t dev[ST_HW_MAX_GPUS];
+    st_nvml_dev dev[ST_HW_MAX_GPUS];
     for (unsigned int i = 0; i < n; i++) {
         if (v.handle(i, &dev[i]) != 0) dev[i] = NULL;
         if (!dev[i] || (int)i >= h->n_gpus) continue;
         st_hw_gpu *g = &h->gpu[i];
-        nvml_memory m;
+        st_nvml_memory m;
         if (v.memory(dev[i], &m) == 0) g->mem_free = (int64_t)m.free;
         g->nvlinks = 0;
-        for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+        for (unsigned int l = 0; l < ST_NVML_NVLINK_MAX_LINKS; l++) {
             int active = 0;
             if (v.nvlink_state(dev[i], l, &active) == 0 && active) g->nvlinks++;
         }
-        nvml_process procs[64];
+        st_nvml_process procs[64];
         unsigned int np = 64;
-        if (v.procs(dev[i], &np, procs) == 0) {
+        if (v.procs && v.procs(dev[i], &np, procs) == 0) {
             g->procs = (int)np;
             g->procs_mem = 0;
             for (unsigned int k = 0; k < np; k++) g->procs_mem += (int64_t)procs[k].used;
@@ -258,8 +213,7 @@ static void probe_nvml(st_hw_info *h) {
                 h->link[i][j] = link_from_ancestor(level);
         }
     h->nvml = true;
-    v.shutdown();
-    dlclose(lib);
+    st_nvml_close(&v);
 }
 
 static void probe_launcher(st_hw_info *h) {

@@ -107,6 +107,22 @@ static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step)
     return ST_OK;
 }
 
+static void add_gpu(cJSON *o, const st_gpu_sample *g) {
+    const double mib = 1.0 / (1 << 20);
+    if (g->has_mem) {
+        cJSON_AddNumberToObject(o, "gpu_mem_allocated_mb", (double)g->mem_allocated * mib);
+        cJSON_AddNumberToObject(o, "gpu_mem_peak_mb", (double)g->mem_peak * mib);
+        cJSON_AddNumberToObject(o, "gpu_mem_used_mb", (double)g->mem_used * mib);
+        cJSON_AddNumberToObject(o, "gpu_mem_total_mb", (double)g->mem_total * mib);
+    }
+    if (g->has_nvml) {
+        cJSON_AddNumberToObject(o, "gpu_util", g->util);
+        cJSON_AddNumberToObject(o, "gpu_mem_util", g->mem_util);
+        cJSON_AddNumberToObject(o, "gpu_power_w", g->power_w);
+        cJSON_AddNumberToObject(o, "gpu_temp_c", g->temp_c);
+    }
+}
+
 st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
     if (!m->f) return ST_OK;
     cJSON *o = cJSON_CreateObject();
@@ -131,6 +147,7 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
     cJSON_AddNumberToObject(o, "grad_bytes", (double)s->grad_bytes);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
     if (s->has_loss_scale) cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
+    add_gpu(o, &s->gpu);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
     return emit(m, o, "train", s->step);
 }

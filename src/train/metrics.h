@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gpumon.h"
 #include "scaletrain/status.h"
 #include "tensorboard.h"
 
@@ -30,6 +31,7 @@ typedef struct st_metrics_step {
     double loss_scale; /* fp16 only (has_loss_scale) */
     bool lm, has_comm, has_loss_scale;
     int64_t optim_state_bytes, grad_bytes; /* rank 0's, measured (docs/distributed.md) */
+    st_gpu_sample gpu; /* rank 0's device, on a line that takes a GPU sample (log.gpu_interval); else all absent */
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):
@@ -41,7 +43,9 @@ typedef struct st_metrics_step {
 st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard);
 
 /* Append one step line; to TensorBoard every number but step and time, as
- * "train/<field>". */
+ * "train/<field>". The GPU sample adds gpu_mem_allocated_mb, gpu_mem_peak_mb,
+ * gpu_mem_used_mb, gpu_mem_total_mb (MiB) when it has memory, and gpu_util,
+ * gpu_mem_util (percent), gpu_power_w, gpu_temp_c when it has NVML's. */
 st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s);
 
 /* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy};

@@ -37,6 +37,7 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
     st_format_duration(el, e, sizeof e);
     st_format_duration(st_progress_eta(el, step - p->start, p->total - step), left, sizeof left);
     const int pct = p->total > 0 ? (int)(100.0 * (double)step / (double)p->total) : 100;
+    const char *sep = p->gpu[0] ? " | " : "";
     if (p->bar) {
         enum { WIDTH = 24 };
         const int fill = p->total > 0 ? (int)((double)WIDTH * (double)step / (double)p->total) : WIDTH;
@@ -45,11 +46,11 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
             bar[i] = i < fill ? '#' : '.';
         bar[WIDTH] = '\0';
         /* \033[K clears what a longer previous line left */
-        fprintf(p->out, "\r[%s] %lld/%lld %3d%% | loss %.4f | lr %.2e | %.0f %s | %s<%s\033[K", bar,
-                (long long)step, (long long)p->total, pct, loss, lr, rate, unit, e, left);
+        fprintf(p->out, "\r[%s] %lld/%lld %3d%% | loss %.4f | lr %.2e | %.0f %s%s%s | %s<%s\033[K", bar,
+                (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     } else {
-        fprintf(p->out, "step %lld/%lld (%d%%) | loss %.4f | lr %.2e | %.0f %s | elapsed %s | eta %s\n",
-                (long long)step, (long long)p->total, pct, loss, lr, rate, unit, e, left);
+        fprintf(p->out, "step %lld/%lld (%d%%) | loss %.4f | lr %.2e | %.0f %s%s%s | elapsed %s | eta %s\n",
+                (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     }
     fflush(p->out);
 }

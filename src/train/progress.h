@@ -2,7 +2,8 @@
  * lines every log.every steps otherwise. Both show the step out of the total
  * and the percentage, the loss, the learning rate, samples/s or tokens/s, the
  * time elapsed and the ETA (from this process's steps only, so a resumed run
- * estimates from its own pace). Not metrics.jsonl (metrics.h). */
+ * estimates from its own pace), and on a GPU its memory and utilisation as
+ * last sampled (gpumon.h). Not metrics.jsonl (metrics.h). */
 #ifndef ST_TRAIN_PROGRESS_H
 #define ST_TRAIN_PROGRESS_H
 
@@ -15,6 +16,7 @@ typedef struct st_progress {
     bool bar, silent;
     int64_t start, total; /* steps: where this process began, and the run's last */
     double t0, last_draw; /* st_now() at init and at the last redraw of the bar */
+    char gpu[64]; /* the last GPU sample (st_gpu_sample_format), shown after the rate; "" = none */
 } st_progress;
 
 /* mode: "on" (a bar), "off" (plain lines), "auto" (a bar when out is a

@@ -128,9 +128,11 @@ static st_status open_data(st_session *s, bool eval_only) {
 }
 
 /* The planner's choices for the values left `auto` (micro-batch, precision,
- * strategy) on this machine: this build trains on the CPU, whose memory
- * available is shared by the node's ranks. An explicit value that the memory
- * model predicts will not fit is kept, with a warning from rank 0. */
+ * strategy, activation checkpointing) on this machine: on the CPU, whose
+ * memory available is shared by the node's ranks, or on this rank's GPU,
+ * whose free memory (and what the run already holds there) is its own. An
+ * explicit value that the memory model predicts will not fit is kept, with a
+ * warning from rank 0. */
 static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     st_config *c = s->cfg;
     st_plan_input pi = {0};
@@ -147,6 +149,12 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     st_hw_config hw = {.per_node = st_comm_local_size(s->comm), .nodes = 1};
     snprintf(hw.label, sizeof hw.label, "this machine");
     st_device_local(&h, 0, &hw.dev);
+    st_device_mem dm; /* a GPU run plans against what its device can give it */
+    if (s->dev && st_device_memory(s->dev, &dm) == ST_OK) {
+        hw.dev.gpu = true;
+        hw.dev.mem_bytes = dm.total - dm.used + dm.allocated;
+        snprintf(hw.dev.name, sizeof hw.dev.name, "%s", st_device_name(s->dev));
+    }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
@@ -159,18 +167,24 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     /* Ranks read the memory available at slightly different moments: they
      * agree on the smallest micro-batch (a divisor of the per-rank batch
-     * whenever each one is) and the most sharded strategy. */
+     * whenever each one is), the most sharded strategy, and activation
+     * checkpointing when any rank needs it. */
     const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
-    if (p->ok && s->world > 1 && (auto_micro || auto_strategy)) {
+    const bool auto_ckpt = strcmp(c->train.activation_checkpointing, "auto") == 0;
+    if (p->ok && s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
         const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
-        int64_t v[2] = {p->micro, -zero};
-        st = st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        int64_t v[3] = {p->micro, -zero, -(int64_t)p->checkpointing}; /* checkpointing when any rank needs it */
+        st = st_comm_all_reduce_sync(s->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
         if (st == ST_OK && v[0] != p->micro) {
             p->micro = v[0];
             p->accum = c->train.batch_size / (s->world * v[0]);
             snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
         }
         if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+        if (st == ST_OK && -v[2] != (int64_t)p->checkpointing) {
+            p->checkpointing = true;
+            snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "blocks: another rank's memory needs it");
+        }
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])

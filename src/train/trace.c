@@ -10,6 +10,67 @@
 #include "core/atomic_file.h"
 #include "session.h"
 
+#ifdef ST_HAVE_CUDA
+#include <nvtx3/nvToolsExt.h> /* header-only NVTX3: nothing to link */
+
+/* One colour per kind of phase, so Nsight Systems tells them apart. */
+static nvtxEventAttributes_t nvtx_attr(const char *cat, const char *name) {
+    static const struct {
+        const char *cat;
+        uint32_t argb;
+    } colours[] = {{"step", 0xff4c72b0u},   {"data", 0xffdd8452u},  {"forward", 0xff55a868u},
+                   {"backward", 0xffc44e52u}, {"comm", 0xff8172b3u}, {"optim", 0xff937860u},
+                   {"checkpoint", 0xffda8bc3u}, {"eval", 0xff8c8c8cu}};
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.colorType = NVTX_COLOR_ARGB;
+    a.color = 0xff999999u;
+    const size_t n = sizeof colours / sizeof colours[0];
+    for (size_t i = n; i-- > 0;) /* by name ("forward" of the step), else by category */
+        if (strcmp(cat, colours[i].cat) == 0) a.color = colours[i].argb;
+    for (size_t i = n; i-- > 0;)
+        if (strcmp(name, colours[i].cat) == 0) a.color = colours[i].argb;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = name;
+    return a;
+}
+#endif
+
+st_trace_mark st_trace_begin(st_trace *t, int tid, const char *cat, const char *name) {
+    (void)t;
+#ifdef ST_HAVE_CUDA
+    nvtxEventAttributes_t a = nvtx_attr(cat, name);
+    nvtxRangePushEx(&a);
+#endif
+    return (st_trace_mark){.t0 = st_now(), .tid = tid, .cat = cat, .name = name};
+}
+
+st_trace_mark st_trace_begin_async(st_trace *t, int tid, const char *cat, const char *name) {
+    st_trace_mark m = {.tid = tid, .cat = cat, .name = name};
+    (void)t;
+#ifdef ST_HAVE_CUDA
+    nvtxEventAttributes_t a = nvtx_attr(cat, name);
+    m.range = nvtxRangeStartEx(&a);
+    if (!m.range) m.range = 1; /* 0 means "not async" here; NVTX ignores an id it did not give */
+#else
+    m.range = 1;
+#endif
+    m.t0 = st_now();
+    return m;
+}
+
+double st_trace_end(st_trace *t, const st_trace_mark *m) {
+    const double end = st_now();
+#ifdef ST_HAVE_CUDA
+    if (m->range) nvtxRangeEnd(m->range);
+    else nvtxRangePop();
+#endif
+    st_trace_add(t, m->tid, m->cat, m->name, m->t0, end);
+    return end;
+}
+
 st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
     memset(t, 0, sizeof *t);
     if (first < 1 || last < first)
@@ -58,18 +119,19 @@ void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, doubl
 void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {
     st_trace *t = ctx;
     if (!t->on) return;
-    const double now = st_now();
-    if (!end) {
-        t->node_t0 = now;
-        return;
-    }
     /* the layer's name: its output tensor's without ".out" */
     char name[ST_NAME_MAX + 32];
     const char *o = n->out->name;
     size_t len = strlen(o);
     if (len > 4 && strcmp(o + len - 4, ".out") == 0) len -= 4;
     snprintf(name, sizeof name, "%.*s (%s)", (int)len, o, n->ops->name);
-    st_trace_add(t, ST_TRACE_TID_STEP, backward ? "backward" : "forward", name, t->node_t0, now);
+    st_trace_mark m = {.tid = ST_TRACE_TID_STEP, .cat = backward ? "backward" : "forward", .name = name};
+    if (!end) {
+        t->node_t0 = st_trace_begin(t, m.tid, m.cat, name).t0;
+        return;
+    }
+    m.t0 = t->node_t0;
+    st_trace_end(t, &m);
 }
 
 static void put_escaped(FILE *f, const char *s) {

@@ -10,8 +10,16 @@
  *
  * Times are seconds of st_now() since each rank's t0, taken right after a
  * barrier, so the ranks' tracks line up to the barrier's skew. Events past
- * ST_TRACE_MAX_EVENTS per rank are counted and dropped. Not here: loader
- * worker threads, CUDA streams and NVTX (a CUDA build adds those). */
+ * ST_TRACE_MAX_EVENTS per rank are counted and dropped.
+ *
+ * The step loop and the buckets mark their phases with st_trace_begin/end
+ * (and the layer hook), which in a CUDA build also open and close NVTX ranges
+ * of the same names: pushed and popped on the step loop's thread, start/end
+ * ranges for the bucket all-reduces that overlap backward, coloured by
+ * category. Those are emitted on every step, traced or not, so `nsys profile`
+ * of any run shows the phases; without a tool attached NVTX costs a branch.
+ * A CUDA=0 build compiles them out. Not here: loader worker threads and CUDA
+ * streams. */
 #ifndef ST_TRAIN_TRACE_H
 #define ST_TRAIN_TRACE_H
 
@@ -52,6 +60,25 @@ void st_trace_free(st_trace *t); /* accepts a zeroed st_trace */
 
 /* Enter `step` (1-based): recording is on inside the window. */
 void st_trace_step(st_trace *t, int64_t step);
+
+/* A phase begun and not yet ended; `name` must stay valid until the end. */
+typedef struct st_trace_mark {
+    double t0; /* st_now() at the beginning */
+    int tid;
+    const char *cat, *name;
+    uint64_t range; /* the NVTX start/end range of an async mark; 0 otherwise */
+} st_trace_mark;
+
+/* Begin a phase on track tid: note the time and (CUDA builds) push an NVTX
+ * range. t may be NULL or outside its window: NVTX still sees the phase. */
+st_trace_mark st_trace_begin(st_trace *t, int tid, const char *cat, const char *name);
+/* The same for a phase that overlaps others on this thread (a bucket's
+ * all-reduce during backward): an NVTX start/end range instead of a push. */
+st_trace_mark st_trace_begin_async(st_trace *t, int tid, const char *cat, const char *name);
+/* End it: pop (or end) the NVTX range and record the event when t is on.
+ * Returns the end time (st_now()). Marks end in the reverse order of their
+ * begins, async ones excepted. */
+double st_trace_end(st_trace *t, const st_trace_mark *m);
 
 /* Record [begin, end] (st_now() seconds) when t is not NULL and on. */
 void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end);

@@ -193,6 +193,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_dist dd = {0};
     const st_ddp *ddp = &dd.ddp;
     st_trace tr = {0}, *trace = NULL;
+    st_gpu_monitor gm = {0};
     st_scaler sc;
     const bool dist = ses->world > 1;
     st_scaler_init(&sc, strcmp(c->precision, "fp16") == 0, c->optim.loss_scale, c->optim.loss_scale_window);
@@ -315,6 +316,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
+    if (ses->rank == 0 && dev && c->log.gpu_interval > 0) { /* rank 0's GPU, on logged lines (gpumon.h) */
+        st_gpu_monitor_open(&gm, dev, NULL);
+        if (!gm.nvml.lib && !opts->quiet) fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
+    }
+    int64_t gpu_last = start; /* the step of the last GPU sample */
     double window_loss = 0, t_train = 0;
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -325,32 +331,36 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     bool stopped = false;
     r->steps = start;
     for (int64_t step = start; step < steps; step++) {
-        double t0 = st_now(), tt;
+        char step_name[48];
+        snprintf(step_name, sizeof step_name, "step %lld", (long long)step + 1);
         st_trace_step(trace, step + 1);
+        const st_trace_mark step_mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", step_name);
+        const double t0 = step_mark.t0;
+        st_trace_mark mark;
         if (dist) st_comm_set_step(ses->comm, step + 1);
         ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
             double wait;
-            tt = st_now();
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "data", "data wait");
             /* On the host mg.x and mg.y now are the ring slot; on a device the
              * compute stream waits for the batch's copy. */
             ST_GOTO(st_feed_next(feed, &wait));
-            st_trace_add(trace, ST_TRACE_TID_STEP, "data", "data wait", tt, st_now());
+            st_trace_end(trace, &mark);
             wait_total += wait;
             /* The global micro-batch index: rank r's k-th micro-batch is the
              * (r * accum + k)-th of the step, as for 1 rank accumulating
              * (k * world + r in deterministic mode: dist.h). */
             const uint64_t j = (uint64_t)(step * ses->world * accum + st_dist_micro_index(&dd, k));
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
-            tt = st_now();
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "forward");
             ST_GOTO(st_graph_forward(&mg.g));
-            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "forward", tt, st_now());
+            st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
-            tt = st_now();
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "backward");
             /* fp16: the loss gradient times the loss scale (1 otherwise). */
             ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
-            st_trace_add(trace, ST_TRACE_TID_STEP, "step", "backward", tt, st_now());
+            st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
             ST_GOTO(st_feed_done(feed)); /* after backward (checkpointing reads mg.x again) */
             /* Read after backward (which leaves it as it is): on a device
@@ -371,7 +381,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             goto fail;
         }
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
-        tt = st_now();
+        mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
         ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
@@ -389,7 +399,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         ST_GOTO(st_dist_step_end(&dd));
         st_params_touch(&m->params); /* ZeRO's all-gather wrote the weights too */
-        st_trace_add(trace, ST_TRACE_TID_STEP, "optim", "optimizer", tt, st_now());
+        st_trace_end(trace, &mark);
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
         if (step == start) r->first_loss = step_loss;
@@ -398,6 +408,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->steps = step + 1;
         r->samples = (r->steps - start) * c->train.batch_size;
         double rate = (double)r->samples / t_train;
+        st_gpu_sample gpu = {0};
+        if (line && gm.dev && step + 1 - gpu_last >= c->log.gpu_interval) {
+            st_gpu_monitor_sample(&gm, &gpu);
+            st_gpu_sample_format(&gpu, prog.gpu, sizeof prog.gpu);
+            gpu_last = step + 1;
+        }
         if (line && met->f) {
             const double dt = t_train - win_t, wait = wait_total - win_wait;
             st_metrics_step ms = {0};
@@ -420,6 +436,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.loss_scale = sc.scale;
             ms.optim_state_bytes = r->optim_state_bytes;
             ms.grad_bytes = st_dist_grad_nbytes(&dd);
+            ms.gpu = gpu;
             if (dist) {
                 const int64_t syncs = ddp->syncs - win_syncs;
                 const double span = ddp->span_s - win_span;
@@ -445,9 +462,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
             step + 1 < steps) {
             st_progress_end(&prog);
-            tt = st_now();
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
             ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
-            st_trace_add(trace, ST_TRACE_TID_STEP, "eval", "eval", tt, st_now());
+            st_trace_end(trace, &mark);
         }
         /* A stop asked of any rank stops every rank after the same step. */
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
@@ -458,24 +475,20 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
             ck.pos = st_feed_position(feed);
-            tt = st_now();
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
             ck.loss_scale = sc.enabled ? sc.scale : 0;
             ck.scale_good_steps = sc.good_steps;
             ck.skipped_steps = sc.skipped;
             ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
-            st_trace_add(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint", tt, st_now());
+            st_trace_end(trace, &mark);
             if (!opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                 fflush(ses->out);
             }
         }
-        if (trace) {
-            char name[48];
-            snprintf(name, sizeof name, "step %lld", (long long)step + 1);
-            st_trace_add(trace, ST_TRACE_TID_STEP, "step", name, t0, st_now());
-            if (!tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
-                ST_GOTO(write_trace(ses, opts, &tr, &prog));
-        }
+        st_trace_end(trace, &step_mark);
+        if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
+            ST_GOTO(write_trace(ses, opts, &tr, &prog));
         /* Under mpirun, the first rank to exit non-zero gets the others
          * killed: no rank leaves before rank 0's checkpoint is on disk. */
         if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));
@@ -511,6 +524,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
 fail:
     mg.g.node_hook = NULL;
+    st_gpu_monitor_close(&gm);
     st_trace_free(&tr);
     st_dist_free(&dd);
     st_feed_free(feed); /* the loader before its sampler */
@@ -553,9 +567,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res, &met));
     if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps, &met));
-    size_t dev_now, dev_peak;
-    st_device_mem(ses.dev, &dev_now, &dev_peak);
-    res->device_mem_peak_bytes = (int64_t)dev_peak;
+    /* every st_device_alloc block (the arenas) and the cuBLASLt workspace,
+     * at the most; 0 on the host */
+    st_device_mem dm;
+    if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
     if (opts->save) {
         char path[ST_CFG_STR + 32];
         if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) {

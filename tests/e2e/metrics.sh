@@ -2,7 +2,7 @@
 # metrics.jsonl (docs/formats.md, "Metrics"): an mlp run of 7 steps with
 # log.every=2 and evaluation every 4 steps writes one JSON object per line:
 # step lines at 2, 4, 6 and 7 with finite losses, 0 < mfu < 20 and
-# peak_rss_mb > 0, and eval lines at 4 and 7. A run that stops at a checkpoint
+# peak_rss_mb > 0, no gpu_* fields (the CPU), and eval lines at 4 and 7. A run that stops at a checkpoint
 # and is resumed with --resume auto appends the remaining steps to the file;
 # lines past the checkpoint it resumes from are dropped first.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -46,6 +46,8 @@ for i, text in enumerate(open(path), 1):
     check(0 <= o.get("data_wait_fraction", -1) <= 1, f"line {i}: data_wait_fraction in [0, 1]")
     check(o.get("skipped_steps") == 0, f"line {i}: skipped_steps 0")
     check("comm_ms" not in o, f"line {i}: no comm_ms on one rank")
+    # a CPU run has no GPU to sample (log.gpu_interval): those fields are absent
+    check(not [k for k in o if k.startswith("gpu_")], f"line {i}: GPU fields on a CPU run")
 check(steps == want_steps, f"step lines {steps}, expected {want_steps}")
 check(evals == want_evals, f"eval lines {evals}, expected {want_evals}")
 print(f"{path}: {len(steps)} step lines {steps}, eval lines {evals}" + ("" if ok else ": FAILED"))

@@ -111,6 +111,17 @@ grep -q "non-finite train loss" "$tmp/nan/report/report.html" || fail "report.ht
 { cat "$lines"; printf '{"step":13,"loss":0.'; } | m "$tmp/torn"
 "$bin" report "$tmp/torn" --no-png >"$tmp/out.txt" 2>&1 || fail "report with a torn last line: $(cat "$tmp/out.txt")"
 grep -q "last line is cut short" "$tmp/out.txt" || fail "no warning for the torn last line"
+# A GPU run's lines (docs/formats.md "Metrics"): the device's used memory on
+# the memory chart, and the GPU's figures in the summary.
+gpu='"gpu_mem_peak_mb":1024,"gpu_mem_used_mb":2048,"gpu_mem_total_mb":81920,"gpu_util":95,"gpu_power_w":300,"gpu_temp_c":60'
+sed -E "/\"eval\"/!s/\}\$/,$gpu}/" "$lines" | m "$tmp/gpu"
+"$bin" report "$tmp/gpu" --no-png >"$tmp/out.txt" 2>&1 || fail "report of a GPU run: $(cat "$tmp/out.txt")"
+grep -q 'data-name="GPU used, rank 0"' "$tmp/gpu/report/memory.svg" || fail "memory.svg lacks the GPU's memory"
+grep -q "1.00 GiB peak held by the run, 2.00 GiB used at most of 80.00 GiB" "$tmp/gpu/report/report.html" ||
+    fail "report.html lacks the GPU memory"
+grep -q "95% utilisation (mean of 12 samples), up to 300 W and 60 C" "$tmp/gpu/report/report.html" ||
+    fail "report.html lacks the GPU's utilisation"
+grep -q "GPU" "$tmp/one/report/report.html" && fail "a CPU run's report mentions a GPU"
 
 # Errors: exit 1 and a message that names the problem.
 expect_error() { # WANT ARGS...

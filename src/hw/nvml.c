@@ -1,0 +1,61 @@
+/* The NVML loader (see nvml.h). */
+#include "nvml.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+/* *slot = dlsym(lib, name); the first missing required name goes to *missing. */
+static void resolve(void *lib, const char *name, void **slot, bool required, const char **missing) {
+    *slot = dlsym(lib, name);
+    if (!*slot && required && !*missing) *missing = name;
+}
+
+bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len) {
+    memset(n, 0, sizeof *n);
+    if (!lib_name) lib_name = "libnvidia-ml.so.1";
+    void *lib = dlopen(lib_name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(why, why_len, "%s", e ? e : lib_name);
+        return false;
+    }
+    st_nvml v = {.lib = lib};
+    const char *missing = NULL;
+    resolve(lib, "nvmlInit_v2", (void **)&v.init, true, &missing);
+    resolve(lib, "nvmlShutdown", (void **)&v.shutdown, true, &missing);
+    resolve(lib, "nvmlDeviceGetCount_v2", (void **)&v.count, true, &missing);
+    resolve(lib, "nvmlDeviceGetHandleByIndex_v2", (void **)&v.handle, true, &missing);
+    resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", (void **)&v.handle_by_pci, true, &missing);
+    resolve(lib, "nvmlDeviceGetName", (void **)&v.name, true, &missing);
+    resolve(lib, "nvmlDeviceGetMemoryInfo", (void **)&v.memory, true, &missing);
+    resolve(lib, "nvmlDeviceGetNvLinkState", (void **)&v.nvlink_state, true, &missing);
+    resolve(lib, "nvmlDeviceGetTopologyCommonAncestor", (void **)&v.common_ancestor, true, &missing);
+    resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v3", (void **)&v.procs, false, &missing);
+    resolve(lib, "nvmlDeviceGetUtilizationRates", (void **)&v.utilization, true, &missing);
+    resolve(lib, "nvmlDeviceGetPowerUsage", (void **)&v.power, true, &missing);
+    resolve(lib, "nvmlDeviceGetTemperature", (void **)&v.temperature, true, &missing);
+    resolve(lib, "nvmlErrorString", (void **)&v.error_string, true, &missing);
+    if (missing) {
+        snprintf(why, why_len, "%s lacks %s (not NVML, or a driver too old)", lib_name, missing);
+        dlclose(lib);
+        return false;
+    }
+    st_nvml_ret r = v.init();
+    if (r != 0) {
+        const char *e = v.error_string(r);
+        snprintf(why, why_len, "nvmlInit: %s (error %d)", e ? e : "unknown", r);
+        dlclose(lib);
+        return false;
+    }
+    *n = v;
+    if (why_len) why[0] = '\0';
+    return true;
+}
+
+void st_nvml_close(st_nvml *n) {
+    if (!n || !n->lib) return;
+    n->shutdown();
+    dlclose(n->lib);
+    memset(n, 0, sizeof *n);
+}

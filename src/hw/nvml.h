@@ -1,0 +1,67 @@
+/* NVML, loaded at run time: one loader for the hardware probe (free memory,
+ * the links between GPUs, processes holding memory) and the training run's
+ * GPU monitor (utilisation, power, temperature; src/train/gpumon.h).
+ *
+ * libnvidia-ml.so.1 comes with the NVIDIA driver, not the toolkit, and there
+ * is no nvml.h here: the few functions used are declared below with the
+ * documented C ABI of the NVML API reference, and resolved with dlsym.
+ * Nothing links NVML and nothing fails without it: st_nvml_open says why it
+ * is absent. Not here: the CUDA driver API (probe.c) or runtime (src/cuda/). */
+#ifndef ST_HW_NVML_H
+#define ST_HW_NVML_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef int st_nvml_ret; /* nvmlReturn_t: NVML_SUCCESS = 0 */
+typedef void *st_nvml_dev; /* nvmlDevice_t */
+
+typedef struct st_nvml_memory { /* nvmlMemory_t, bytes */
+    unsigned long long total, free, used;
+} st_nvml_memory;
+
+typedef struct st_nvml_process { /* nvmlProcessInfo_t (v2), filled by ..._v3 */
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance, compute_instance;
+} st_nvml_process;
+
+typedef struct st_nvml_util { /* nvmlUtilization_t: percent of the last sample period */
+    unsigned int gpu, memory;
+} st_nvml_util;
+
+enum {
+    ST_NVML_NVLINK_MAX_LINKS = 18,
+    ST_NVML_TEMPERATURE_GPU = 0, /* nvmlTemperatureSensors_t */
+};
+
+/* The library and its functions; every pointer is set when st_nvml_open
+ * succeeds, except `procs` (drivers before 510 lack the _v3 call). */
+typedef struct st_nvml {
+    void *lib; /* NULL: not open */
+    st_nvml_ret (*init)(void);
+    st_nvml_ret (*shutdown)(void);
+    st_nvml_ret (*count)(unsigned int *);
+    st_nvml_ret (*handle)(unsigned int, st_nvml_dev *);
+    st_nvml_ret (*handle_by_pci)(const char *, st_nvml_dev *);
+    st_nvml_ret (*name)(st_nvml_dev, char *, unsigned int);
+    st_nvml_ret (*memory)(st_nvml_dev, st_nvml_memory *);
+    st_nvml_ret (*nvlink_state)(st_nvml_dev, unsigned int, int *);
+    st_nvml_ret (*common_ancestor)(st_nvml_dev, st_nvml_dev, int *);
+    st_nvml_ret (*procs)(st_nvml_dev, unsigned int *, st_nvml_process *);
+    st_nvml_ret (*utilization)(st_nvml_dev, st_nvml_util *);
+    st_nvml_ret (*power)(st_nvml_dev, unsigned int *);                    /* milliwatts */
+    st_nvml_ret (*temperature)(st_nvml_dev, int, unsigned int *);         /* degrees C */
+    const char *(*error_string)(st_nvml_ret);
+} st_nvml;
+
+/* Load `lib_name` (NULL: "libnvidia-ml.so.1"), resolve the functions and
+ * nvmlInit. False, with *n zeroed and the reason in why (e.g. "libnvidia-ml.so.1:
+ * cannot open shared object file", "... lacks nvmlInit_v2 (driver too old?)",
+ * "nvmlInit: Driver Not Loaded"), when NVML cannot be used. */
+bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len);
+
+/* nvmlShutdown and unload; accepts a zeroed or already closed st_nvml. */
+void st_nvml_close(st_nvml *n);
+
+#endif

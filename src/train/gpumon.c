@@ -1,0 +1,62 @@
+/* The GPU monitor (see gpumon.h). */
+#include "gpumon.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void st_gpu_monitor_open(st_gpu_monitor *m, st_device *dev, const char *nvml_lib) {
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+    if (!dev) {
+        snprintf(m->why, sizeof m->why, "no CUDA device");
+        return;
+    }
+    if (!st_nvml_open(&m->nvml, nvml_lib, m->why, sizeof m->why)) return;
+    const char *pci = st_device_pci_bus_id(dev);
+    if (!pci[0] || m->nvml.handle_by_pci(pci, &m->handle) != 0) {
+        snprintf(m->why, sizeof m->why, "NVML does not know the device at PCI address %s", pci[0] ? pci : "(unknown)");
+        st_nvml_close(&m->nvml);
+        m->handle = NULL;
+    }
+}
+
+void st_gpu_monitor_close(st_gpu_monitor *m) {
+    if (!m) return;
+    st_nvml_close(&m->nvml);
+    memset(m, 0, sizeof *m);
+}
+
+void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->dev) return;
+    st_device_mem dm;
+    if (st_device_memory(m->dev, &dm) == ST_OK) {
+        out->has_mem = true;
+        out->mem_allocated = dm.allocated;
+        out->mem_peak = dm.peak;
+        out->mem_used = dm.used;
+        out->mem_total = dm.total;
+    }
+    if (!m->nvml.lib) return;
+    st_nvml_util u;
+    unsigned int mw = 0, temp = 0;
+    if (m->nvml.utilization(m->handle, &u) != 0 || m->nvml.power(m->handle, &mw) != 0 ||
+        m->nvml.temperature(m->handle, ST_NVML_TEMPERATURE_GPU, &temp) != 0)
+        return; /* e.g. NVML_ERROR_NOT_SUPPORTED on some boards: all four or none */
+    out->has_nvml = true;
+    out->util = u.gpu;
+    out->mem_util = u.memory;
+    out->power_w = mw / 1000.0;
+    out->temp_c = temp;
+}
+
+const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n) {
+    const double gib = 1024.0 * 1024 * 1024;
+    size_t k = 0;
+    buf[0] = '\0';
+    if (s->has_mem)
+        k += (size_t)snprintf(buf, n, "gpu %.1f/%.1f GiB", (double)s->mem_used / gib, (double)s->mem_total / gib);
+    if (s->has_nvml && k < n)
+        snprintf(buf + k, n - k, "%s%.0f%% %.0f W %.0f C", k ? " " : "gpu ", s->util, s->power_w, s->temp_c);
+    return buf;
+}
