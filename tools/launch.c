@@ -62,7 +62,8 @@ int st_launch_local_cores(void) {
     if (st_hw_probe_host(&h) != ST_OK || h.cores < 1) return 1;
     /* an affinity mask narrower than the node (a cpuset, a SLURM allocation):
      * its share of the physical cores */
-    int cores = h.allowed < h.threads && h.threads > 0 ? (int)((long)h.cores * h.allowed / h.threads) : h.cores;
+    const int cores =
+        h.allowed < h.threads && h.threads > 0 ? (int)((long)h.cores * h.allowed / h.threads) : h.cores;
     return cores > 0 ? cores : 1;
 }
 

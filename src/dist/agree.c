@@ -11,9 +11,9 @@
 
 bool st_agree_per_rank_key(const char *key) {
     static const char *const keys[] = {
-        "data.train",    "data.train_labels", "data.val",     "data.val_labels",     "data.num_workers",
-        "train.threads", "train.device",      "train.out_dir", "log.progress",        "log.tensorboard",
-        "log.peak_gflops",
+        "data.train",       "data.train_labels", "data.val",        "data.val_labels",
+        "data.num_workers", "train.threads",     "train.device",    "train.out_dir",
+        "log.progress",     "log.tensorboard",   "log.peak_gflops",
     };
     if (strncmp(key, "model.", 6) == 0) return true;
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
@@ -48,7 +48,8 @@ static int rank_list(const char *all, int world, int from, const char *d, char *
     for (int r = from; r < world; r++) {
         if (listed[r] || strcmp(all + (size_t)r * ST_AGREE_DESC_MAX, d) != 0) continue;
         int end = r;
-        while (end + 1 < world && !listed[end + 1] && strcmp(all + (size_t)(end + 1) * ST_AGREE_DESC_MAX, d) == 0)
+        while (end + 1 < world && !listed[end + 1] &&
+               strcmp(all + (size_t)(end + 1) * ST_AGREE_DESC_MAX, d) == 0)
             end++;
         for (int q = r; q <= end; q++)
             listed[q] = 1;
@@ -61,7 +62,8 @@ static int rank_list(const char *all, int world, int from, const char *d, char *
     return count;
 }
 
-st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine, const char *hint) {
+st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine,
+                          const char *hint) {
     enum { MSG = 1024 };
     const int world = st_comm_size(c);
     char *all = calloc((size_t)world, ST_AGREE_DESC_MAX);
@@ -89,7 +91,8 @@ st_status st_agree_report(st_comm *c, const char *what, const char *item, const 
             continue;
         }
         const int n = rank_list(all, world, r, d, listed, ranks, sizeof ranks);
-        k += (size_t)snprintf(msg + k, MSG - k, "; rank%s %s ha%s %s", n > 1 ? "s" : "", ranks, n > 1 ? "ve" : "s", d);
+        k += (size_t)snprintf(msg + k, MSG - k, "; rank%s %s ha%s %s", n > 1 ? "s" : "", ranks,
+                              n > 1 ? "ve" : "s", d);
     }
     s = st_fail(ST_ERR_CONFIG, "%s: the first difference is in %s: %s (%s)", what, item, msg, hint);
 done:
@@ -129,8 +132,10 @@ static st_status config_items(const st_config *cfg, cfg_item *items, int *n) {
         const cJSON *first = leaf ? sec : sec->child;
         for (v = first; v && *n < ST_CFG_KEYS_MAX; v = leaf ? NULL : v->next) {
             cfg_item *it = &items[*n];
-            if (leaf) snprintf(it->key, sizeof it->key, "%s", sec->string);
-            else snprintf(it->key, sizeof it->key, "%s.%s", sec->string, v->string);
+            if (leaf)
+                snprintf(it->key, sizeof it->key, "%s", sec->string);
+            else
+                snprintf(it->key, sizeof it->key, "%s.%s", sec->string, v->string);
             if (st_agree_per_rank_key(it->key)) continue;
             value_text(v, it->value, sizeof it->value);
             (*n)++;
