@@ -40,8 +40,8 @@ st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const c
     return s;
 }
 
-/* Ranks r >= from whose text equals `d`, as "1-3, 7" (k bytes so far in msg);
- * marks them listed. Returns how many. */
+/* The ranks r >= from whose text equals `d`, written as "1-3, 7" into msg
+ * (n bytes); marks them listed. Returns how many. */
 static int rank_list(const char *all, int world, int from, const char *d, char *listed, char *msg, size_t n) {
     int count = 0;
     size_t k = 0;
