@@ -1,6 +1,7 @@
 /* `scaletrain bench [-n 1,2,4] [CONFIG] [--set key=value]... [--steps S]
  * [--warmup W] [--out DIR]`: weak scaling of a config. The config runs on
- * each rank count through `scaletrain launch` (one core per rank) with the
+ * each rank count through `scaletrain launch` (one core per rank; more ranks
+ * than cores share them, and the report says so) with the
  * same micro-batch per rank (train.micro_batch_size, or train.batch_size when
  * that is auto) and no accumulation, so the global batch grows with the
  * ranks. Throughput is the global batch over the median step time in each
@@ -25,6 +26,7 @@
 
 #include "chart.h"
 #include "cli.h"
+#include "launch.h"
 #include "core/atomic_file.h"
 #include "core/blas.h"
 #include "hw/device.h"
@@ -38,6 +40,7 @@ typedef struct bench_run {
     long long global_batch;
     double samples_per_s, tokens_per_s, step_ms_median, comm_ms;
     int measured_steps;
+    double cores_per_rank; /* 1, or cores / ranks when the ranks share this node's cores */
     double pred_step_ms, pred_samples_per_s, pred_tokens_per_s; /* the planner's; 0: no prediction */
     char pred_device[48];                                        /* the device it planned for */
 } bench_run;
@@ -107,7 +110,8 @@ static int parse_ranks(const char *s, int *out, int *n) {
  * mb, micro-batch mb, no evaluation). The device is the one the runs train on:
  * a GPU per rank when train.device is not cpu and there are GPUs enough for
  * the ranks (the session's rule), else the CPU at one core per rank
- * (scaletrain launch), its peak from a single-thread sgemm. */
+ * (scaletrain launch), its peak from a single-thread sgemm, times the share
+ * of a core each rank has when there are more ranks than cores. */
 static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, double *gflops) {
     st_plan_input in = {0};
     st_plan *p = malloc(sizeof *p);
@@ -133,6 +137,10 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
         snprintf(hw.label, sizeof hw.label, "this machine");
         const bool gpu = strcmp(cfg->train.device, "cpu") != 0 && h->n_gpus >= runs[k].ranks;
         st_device_local(gpu ? h : &nogpu, gf, &hw.dev);
+        if (!gpu) { /* ranks sharing cores are time-sliced */
+            hw.dev.peak_fp32 *= runs[k].cores_per_rank;
+            hw.dev.peak_bf16 *= runs[k].cores_per_rank;
+        }
         snprintf(runs[k].pred_device, sizeof runs[k].pred_device, "%s", hw.dev.name);
         cfg->train.batch_size = mb * runs[k].ranks;
         cfg->train.micro_batch_size = mb;
@@ -266,6 +274,7 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
             cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
             cJSON_AddNumberToObject(o, "measured_steps", r->measured_steps);
+            cJSON_AddNumberToObject(o, "cores_per_rank", r->cores_per_rank);
             cJSON *pr = cJSON_AddObjectToObject(o, "predicted");
             cJSON_AddNumberToObject(pr, "throughput", ptp[k]);
             cJSON_AddNumberToObject(pr, "speedup", base_ptp > 0 ? ptp[k] / base_ptp : 0);
@@ -285,6 +294,12 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             "metrics.jsonl are in %s/n<ranks>/.\n\n![throughput](bench_throughput.svg)\n\n"
             "![efficiency](bench_efficiency.svg)\n",
             base->ranks, base->pred_device, gflops, out_dir);
+    for (int k = 0; k < nr; k++)
+        if (runs[k].cores_per_rank < 1)
+            fprintf(md,
+                    "\n%d ranks had %.2g of a core each: more ranks than this machine's cores share them "
+                    "(scaletrain launch does not bind them), and the prediction counts that share.\n",
+                    runs[k].ranks, runs[k].cores_per_rank);
     if (pngs) fprintf(md, "\nPNG: [throughput](bench_throughput.png), [efficiency](bench_efficiency.png)\n");
     const bool md_ok = fclose(md) == 0;
     char *text = cJSON_Print(root);
@@ -384,8 +399,16 @@ int st_cmd_bench(int argc, char **argv) {
     printf("scaletrain bench: %s (%s), %lld samples per rank per step, %ld steps (%ld warm-up) per run\n",
            cfg.path[0] ? cfg.path : "the default run", cfg.model.type, mb, steps, warmup);
     fflush(stdout);
+    const int cores = st_launch_local_cores();
     for (int k = 0; k < nr; k++) {
         char np[16], sb[64], smb[64], sst[64], sout[PATH_MAX + 32], dir[PATH_MAX], log[PATH_MAX + 8];
+        runs[k].cores_per_rank = ranks[k] > cores ? (double)cores / ranks[k] : 1.0;
+        if (ranks[k] > cores) {
+            printf("scaletrain bench: %d ranks on %d core%s: the ranks share the cores (%.2g of a core each); "
+                   "the prediction counts that\n",
+                   ranks[k], cores, cores == 1 ? "" : "s", runs[k].cores_per_rank);
+            fflush(stdout);
+        }
         snprintf(np, sizeof np, "%d", ranks[k]);
         snprintf(sb, sizeof sb, "train.batch_size=%lld", mb * ranks[k]);
         snprintf(smb, sizeof smb, "train.micro_batch_size=%lld", mb);

@@ -1,10 +1,12 @@
 /* `scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND...`:
- * start N ranks of COMMAND with mpirun, one per core (bound), with their
+ * start N ranks of COMMAND with mpirun, one per core (bound) while this node
+ * has a core for each (more ranks than cores share them, unbound, and
+ * launch says so: mpirun refuses to bind two ranks to one core), with their
  * output sorted by rank (launch_io.c), and, with --max-restarts K, start the
  * job again after a failure, up to K times. COMMAND is a scaletrain
  * subcommand (`train run.yaml`: this executable runs it) or any program. The
  * ranks find each other through MPI alone (st_comm_init); under SLURM,
- * `srun scaletrain train` needs no launcher.
+ * `srun --mpi=pmix scaletrain train` needs no launcher.
  *
  * A restart of `train` adds `--resume auto` (replacing any --resume), so the
  * job continues from its latest good checkpoint. What is not restarted: a
@@ -20,12 +22,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "hw/probe.h"
 #include "launch.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND [ARGS]...\n"
-               "  starts N ranks of COMMAND with mpirun (bound to cores); COMMAND is a scaletrain\n"
-               "  subcommand (train, eval, ...) or a program. Rank 0's output is printed as it is, every\n"
+               "  starts N ranks of COMMAND with mpirun, bound to cores (more ranks than this node's\n"
+               "  cores share them, unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or\n"
+               "  a program. Rank 0's output is printed as it is, every\n"
                "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
                "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
                "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
@@ -51,6 +55,16 @@ void st_cli_self_path(char *out, size_t n) {
         snprintf(out, n, "scaletrain");
     else
         out[len] = '\0';
+}
+
+int st_launch_local_cores(void) {
+    st_hw_info h;
+    if (st_hw_probe_host(&h) != ST_OK || h.cores < 1) return 1;
+    /* an affinity mask narrower than the node (a cpuset, a SLURM allocation):
+     * its share of the physical cores */
+    const int cores =
+        h.allowed < h.threads && h.threads > 0 ? (int)((long)h.cores * h.allowed / h.threads) : h.cores;
+    return cores > 0 ? cores : 1;
 }
 
 static bool is_subcommand(const char *s) {
@@ -120,7 +134,7 @@ int st_cmd_launch(int argc, char **argv) {
     if (!st_cli_find_on_path("mpirun", mpirun, sizeof mpirun)) {
         fprintf(stderr,
                 "scaletrain launch: mpirun is not on PATH; install OpenMPI (apt-get install openmpi-bin) "
-                "or start the ranks another way (under SLURM: srun scaletrain train ...)\n");
+                "or start the ranks another way (under SLURM: srun --mpi=pmix scaletrain train ...)\n");
         return ST_EXIT_FAIL;
     }
     st_cli_self_path(self, sizeof self);
@@ -133,15 +147,25 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = mpirun;
     av[k++] = "-np";
     av[k++] = np;
+    /* One rank per core, bound, while this node has enough cores; with
+     * --hosts the other nodes' cores are not known here, and mpirun binds
+     * as its hosts' slots say. */
+    const int cores = hosts ? 0 : st_launch_local_cores();
+    const bool share = !hosts && n > cores;
+    if (share)
+        fprintf(stderr,
+                "scaletrain launch: %ld ranks on %d core%s: the ranks share the cores (not bound to cores, "
+                "about %.2g of a core each), so each rank runs slower than on a core of its own\n",
+                n, cores, cores == 1 ? "" : "s", (double)cores / (double)n);
     av[k++] = "--bind-to";
-    av[k++] = "core";
+    av[k++] = share ? "none" : "core";
     av[k++] = "--map-by";
     av[k++] = "core";
     av[k++] = "--tag-output";
-    if (geteuid() == 0) { /* OpenMPI refuses root without this (containers, CI) */
+    if (geteuid() == 0) /* OpenMPI refuses root without this (containers, CI) */
         av[k++] = "--allow-run-as-root";
+    if (geteuid() == 0 || share) /* more ranks than slots (cores) */
         av[k++] = "--oversubscribe";
-    }
     if (hosts) {
         av[k++] = "--host";
         av[k++] = (char *)hosts;

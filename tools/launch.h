@@ -17,4 +17,8 @@ typedef struct st_launch_result {
  * -1 when it could not be started. */
 int st_launch_run(char *const *argv, int ranks, st_launch_result *res);
 
+/* The physical cores this process may run on (its affinity mask's share of
+ * the node's cores), at least 1: how many ranks `launch` binds one per core. */
+int st_launch_local_cores(void);
+
 #endif

@@ -16,6 +16,19 @@
  *   (`scontrol requeue`, with --requeue) and `--resume auto` continues from
  *   the checkpoint. Exit codes: 0 done, 143 stopped by SIGTERM and requeued,
  *   130 SIGINT, 1 an error (not requeued), 2 a usage error.
+ * - A SIGTERM to the batch script (`scancel --signal=TERM --full`, which in
+ *   SLURM 22.05 signals the batch step's processes and not the other steps;
+ *   `--signal=B:TERM`) is passed on by the shell's trap to the ranks with
+ *   `scancel --signal=TERM JOB` (the steps only). srun runs in a session of
+ *   its own (setsid) so that such a signal does not reach it: srun turns a
+ *   SIGTERM of its own into SIGKILL of every task ("srun: forcing job
+ *   termination"), before they can save. setsid keeps srun out of the batch
+ *   script's process group, which is what SLURM signals where it tracks
+ *   processes by process group (ProctrackType=proctrack/pgid, as in the
+ *   test); with proctrack/cgroup a --full signal reaches srun anyway
+ *   (tests/e2e/slurm_preempt.sh, docs/commands.md). bash does not interrupt
+ *   `wait` on a child in another session for a trapped signal, so the shell
+ *   polls srun instead.
  * - --kill-on-bad-exit: a rank that fails ends the step at once instead of
  *   leaving the others in a collective until dist.timeout_s. */
 #include <limits.h>
@@ -204,9 +217,12 @@ int st_cmd_slurm(int argc, char **argv) {
     if (cpus > 0) printf("export OMP_NUM_THREADS=%ld\n\n", cpus);
     printf("echo \"scaletrain: job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}, $SLURM_NTASKS ranks on "
            "$SLURM_JOB_NODELIST\"\n"
-           "# The shell outlives a SIGTERM sent to it (pre-emption) and waits for the ranks' checkpoint.\n"
-           "trap 'echo \"scaletrain: SIGTERM: the ranks checkpoint and stop\"' TERM\n"
-           "srun --mpi=pmix --kill-on-bad-exit=1 ");
+           "# A SIGTERM to this shell (scancel --full, pre-emption) goes on to the ranks' step, and the\n"
+           "# shell waits for their checkpoint. srun runs in a session of its own so that the signal\n"
+           "# does not reach it: srun would turn it into SIGKILL of every rank.\n"
+           "trap 'echo \"scaletrain: SIGTERM: passing it on to the ranks, which checkpoint and stop\"; "
+           "scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM\n"
+           "setsid --wait srun --mpi=pmix --kill-on-bad-exit=1 ");
     put_quoted(self);
     printf(" train ");
     put_quoted(config);
@@ -217,9 +233,10 @@ int st_cmd_slurm(int argc, char **argv) {
     }
     printf(" --resume auto &\n"
            "pid=$!\n"
+           "# polled: bash does not interrupt `wait` on a child in another session for a trapped signal\n"
+           "while kill -0 $pid 2>/dev/null; do sleep 1 & wait $!; done\n"
            "wait $pid\n"
            "rc=$?\n"
-           "while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done  # a trapped signal ends wait early\n"
            "if [ $rc -eq 143 ]; then\n"
            "    echo \"scaletrain: stopped by SIGTERM after a checkpoint; requeueing job $SLURM_JOB_ID\"\n"
            "    scontrol requeue \"$SLURM_JOB_ID\"\n"

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/half.h"
+#include "agree.h"
 #include "core/rng.h"
 #include "zero.h"
 
@@ -205,7 +206,7 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
 
 /* The counts first (the per-tensor comparison needs equal counts), then the
  * tensors: a shape difference is named by tensor, not by a total. */
-enum { N_HEAD = 5, DESC_MAX = 160 };
+enum { N_HEAD = 5, DESC_MAX = ST_AGREE_DESC_MAX };
 static const char *const head_names[N_HEAD] = {"parameter tensors", "buffers", "train.batch_size",
                                                "train.micro_batch_size", "training samples"};
 
@@ -223,62 +224,15 @@ static void describe_tensor(const st_tensor *t, char *buf, size_t n) {
     if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
-/* Index of the first item where the ranks' min and max differ, or -1. */
-static st_status first_difference(st_comm *c, const int64_t *v, int n, const char *name, int *diff) {
-    int64_t *lo = malloc((size_t)n * 2 * sizeof *lo);
-    if (!lo) return st_fail(ST_ERR_NOMEM, "out of memory");
-    int64_t *hi = lo + n;
-    memcpy(lo, v, (size_t)n * sizeof *lo);
-    memcpy(hi, v, (size_t)n * sizeof *hi);
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s (min)", name);
-    st_status s = st_comm_all_reduce_sync(c, lo, lo, (size_t)n, ST_COMM_I64, ST_COMM_MIN, nm);
-    snprintf(nm, sizeof nm, "%s (max)", name);
-    if (s == ST_OK) s = st_comm_all_reduce_sync(c, hi, hi, (size_t)n, ST_COMM_I64, ST_COMM_MAX, nm);
-    *diff = -1;
-    for (int i = 0; s == ST_OK && i < n && *diff < 0; i++)
-        if (lo[i] != hi[i]) *diff = i;
-    free(lo);
-    return s;
-}
-
-/* Gather every rank's description of the differing item and fail with all of
- * them: the ranks that agree with rank 0 and those that do not. */
 static st_status report(st_comm *c, const char *item, const char *mine) {
-    const int world = st_comm_size(c);
-    char *all = calloc((size_t)world, DESC_MAX);
-    char *msg = calloc(1, 1024);
-    char buf[DESC_MAX] = {0};
-    st_status s;
-    if (!all || !msg) {
-        s = st_fail(ST_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    snprintf(buf, sizeof buf, "%s", mine);
-    st_comm_req *req = NULL;
-    s = st_comm_all_gather(c, buf, all, DESC_MAX, ST_COMM_U8, "signature report", &req);
-    if (s == ST_OK) s = st_comm_wait(&req);
-    if (s != ST_OK) goto done;
-    size_t k = 0;
-    for (int r = 0; r < world && k < 1000; r++) {
-        const char *d = all + (size_t)r * DESC_MAX;
-        if (r > 0 && strcmp(d, all) == 0) continue; /* the same as rank 0: not listed */
-        k += (size_t)snprintf(msg + k, 1024 - k, "%srank %d has %s", r ? "; " : "", r, d);
-    }
-    s = st_fail(ST_ERR_CONFIG,
-                "the ranks built different models or data settings: the first difference is in %s: %s "
-                "(every rank must run the same config and data)",
-                item, msg);
-done:
-    free(all);
-    free(msg);
-    return s;
+    return st_agree_report(c, "the ranks built different models or data settings", item, mine,
+                           "every rank must run the same config and data");
 }
 
 st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples) {
     int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples};
     int diff;
-    ST_TRY(first_difference(comm, head, N_HEAD, "signature", &diff));
+    ST_TRY(st_agree_first_difference(comm, head, N_HEAD, "signature", &diff));
     char desc[DESC_MAX];
     if (diff >= 0) {
         snprintf(desc, sizeof desc, "%lld", (long long)head[diff]);
@@ -288,7 +242,7 @@ st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro
     if (!h) return st_fail(ST_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p->n; i++)
         h[i] = tensor_hash(p->t[i]);
-    st_status s = p->n ? first_difference(comm, h, p->n, "signature of tensors", &diff) : ST_OK;
+    st_status s = st_agree_first_difference(comm, h, p->n, "signature of tensors", &diff);
     free(h);
     ST_TRY(s);
     if (diff >= 0) {

@@ -80,9 +80,10 @@ st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt);
 /* Monotonic seconds (the clock of the timings above). */
 double st_dist_now(void);
 
-/* Before the first step, on every rank: compare a signature of the model
- * (tensor count, each name + shape in order) and of the data settings (batch,
- * micro-batch, dataset size) with int64 min/max all-reduces; a difference is
+/* Before the first step and before the strategy is set up (st_dist_init),
+ * on every rank: compare a signature of the model (tensor count, each name +
+ * shape in order) and of the data settings (batch, micro-batch, dataset size)
+ * with int64 min/max all-reduces (agree.h); a difference is
  * ST_ERR_CONFIG naming the first differing item and what each rank has (every
  * rank returns the same error). Then broadcast parameters and buffers from
  * rank 0. */

@@ -11,6 +11,7 @@
 
 #include "core/blas.h"
 #include "data/loader.h"
+#include "dist/agree.h"
 #include "hw/planner.h"
 #include "layers/layers.h"
 
@@ -304,6 +305,11 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     ST_TRY(st_comm_init(&cc, &s->comm));
     s->rank = st_comm_rank(s->comm);
     s->world = st_comm_size(s->comm);
+    if (s->world > 1) { /* before anything else talks between ranks (dist/agree.h) */
+        st_status st = st_dist_agree_config(s->comm, cfg);
+        s->agreed_error = st == ST_ERR_CONFIG; /* a difference: every rank has it */
+        ST_TRY(st);
+    }
     setup_threads(s);
     ST_TRY(setup_device(s));
     ST_TRY(open_data(s, eval_only));

@@ -208,6 +208,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (!opts->quiet && ses->rank == 0)
         fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
+    if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
+        st_comm_set_step(ses->comm, 0);
+        s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
+        if (s != ST_OK) {
+            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
+            goto fail;
+        }
+    }
     /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
     ST_GOTO(st_dist_init(&dd, ses->comm, c, &m->params, &mg.g, accum));
     int64_t opt_lo, opt_hi;
@@ -258,12 +266,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
     }
     if (dist) {
-        st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
-        if (s != ST_OK) {
-            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
-            goto fail;
-        }
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 && (dd.mode != ST_DIST_DDP || dd.deterministic)) {
             ses->agreed_error = true; /* every rank has the same config */
             s = st_fail(ST_ERR_CONFIG,

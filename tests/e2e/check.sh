@@ -33,6 +33,9 @@ grep -qE "^ok +ddp +2 ranks .*relative difference [0-9.e+-]+, tolerance" <<<"$ou
 # ok, or warn when the shared machine is busy: the bandwidth is reported either way
 grep -qE "^(ok|warn) +allreduce +2 ranks, 16 MiB: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right" \
     <<<"$out" || fail "the allreduce line"
+# ... compared with what the planner assumes for the link (warn below 70% of it)
+grep -qE "^ok +allreduce .*; [0-9]+% of the [0-9.]+ GB/s the planner assumes for shared memory \(cpu preset\)$|^warn +allreduce .*; [0-9]+% of the [0-9.]+ GB/s the planner assumes for shared memory \(cpu preset\), below 70%: plans for this machine are optimistic" \
+    <<<"$out" || fail "the allreduce line does not compare with the planner's link"
 grep -qE "^ok +data +$tmp/t.tokens: [0-9]+ samples of 16 tokens" <<<"$out" || fail "the data line"
 grep -qE "^ok +out_dir +$tmp/out will be created in $tmp, which is writable" <<<"$out" || fail "the out_dir line"
 grep -qE "^(skip|ok) +cuda " <<<"$out" && grep -qE "^(skip|ok) +nccl " <<<"$out" || fail "no cuda/nccl lines"

@@ -116,6 +116,14 @@ grep -q "srun: error: .*Exited with exit code 143" "$log" || fail "pre-emption: 
 grep -q "requeueing job $jid" "$log" || fail "pre-emption: the script did not requeue"
 ck=${stopped##* }
 [ "$tmp/pre/ckpt/$(cat "$tmp/pre/ckpt/latest")" = "$ck" ] || fail "pre-emption: latest is not $ck"
+# The first run's step must be gone from the node before the job runs again:
+# a step that is still tearing down holds its PMIx socket, and the new step
+# of the same id fails to launch ("Cannot bind() UNIX socket"). SLURM's own
+# two-minute hold covers that; making it eligible at once does not.
+for _ in $(seq 1 300); do
+    pgrep -f "^slurmstepd: \[$jid\.0\]" >/dev/null || break
+    sleep 0.1
+done
 scontrol update JobId="$jid" StartTime=now || fail "pre-emption: cannot make the requeued job eligible"
 for _ in $(seq 1 600); do
     grep -q "^resumed from" "$log" && break

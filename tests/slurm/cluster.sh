@@ -1,8 +1,11 @@
 # A single-node SLURM cluster for tests, started by hand without systemd
 # (source this file; /work/shared/notes/INFRA.md has the recipe it follows).
 # Everything lives under one directory: munge's socket and key copy, the
-# daemons' state, spool, logs and pid files, and slurm.conf. Ports are picked
-# free so that two clusters (two test runs) do not meet.
+# daemons' state, spool, logs and pid files, TmpFS, and slurm.conf. Ports are
+# picked free so that two clusters (two test runs) do not meet; TmpFS keeps
+# srun --mpi=pmix's spmix_appdir_<uid>_<job>.<step> directories apart too
+# (every cluster's first job is job 1: a shared /tmp made the second
+# cluster's step fail with "Cannot create directory ... File exists").
 #   slurm_start DIR   start munged, slurmctld and slurmd; wait (bounded) until
 #                     the node is idle; export SLURM_CONF. Returns non-zero,
 #                     with the daemons' logs on stderr, if it does not come up.
@@ -22,7 +25,7 @@ slurm_start() {
     local d=$1 host cpus mem_mb p1 p2 i
     # munged wants its socket's directory searchable by all and writable by
     # nobody else, and its key private.
-    mkdir -p "$d/state" "$d/spool" "$d/munge" "$d/key"
+    mkdir -p "$d/state" "$d/spool" "$d/munge" "$d/key" "$d/tmp"
     chmod 0755 "$d" "$d/munge"
     chmod 0700 "$d/key"
     install -m 0600 /etc/munge/munge.key "$d/key/munge.key" || return 1
@@ -43,6 +46,7 @@ CredType=cred/munge
 AuthInfo=socket=$d/munge/munge.socket
 StateSaveLocation=$d/state
 SlurmdSpoolDir=$d/spool
+TmpFS=$d/tmp
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd.pid
 SlurmctldLogFile=$d/slurmctld.log

@@ -1,0 +1,169 @@
+/* The ranks' agreement before training (see agree.h): the configuration
+ * check and the two pieces the model check in ddp.c shares with it. */
+#include "agree.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+bool st_agree_per_rank_key(const char *key) {
+    static const char *const keys[] = {
+        "data.train",       "data.train_labels", "data.val",        "data.val_labels",
+        "data.num_workers", "train.threads",     "train.device",    "train.out_dir",
+        "log.progress",     "log.tensorboard",   "log.peak_gflops",
+    };
+    if (strncmp(key, "model.", 6) == 0) return true;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (strcmp(key, keys[i]) == 0) return true;
+    return false;
+}
+
+st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const char *name, int *diff) {
+    *diff = -1;
+    if (n <= 0) return ST_OK;
+    int64_t *lo = malloc((size_t)n * 2 * sizeof *lo);
+    if (!lo) return st_fail(ST_ERR_NOMEM, "out of memory");
+    int64_t *hi = lo + n;
+    memcpy(lo, v, (size_t)n * sizeof *lo);
+    memcpy(hi, v, (size_t)n * sizeof *hi);
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s (min)", name);
+    st_status s = st_comm_all_reduce_sync(c, lo, lo, (size_t)n, ST_COMM_I64, ST_COMM_MIN, nm);
+    snprintf(nm, sizeof nm, "%s (max)", name);
+    if (s == ST_OK) s = st_comm_all_reduce_sync(c, hi, hi, (size_t)n, ST_COMM_I64, ST_COMM_MAX, nm);
+    for (int i = 0; s == ST_OK && i < n && *diff < 0; i++)
+        if (lo[i] != hi[i]) *diff = i;
+    free(lo);
+    return s;
+}
+
+/* The ranks r >= from whose text equals `d`, written as "1-3, 7" into msg
+ * (n bytes); marks them listed. Returns how many. */
+static int rank_list(const char *all, int world, int from, const char *d, char *listed, char *msg, size_t n) {
+    int count = 0;
+    size_t k = 0;
+    for (int r = from; r < world; r++) {
+        if (listed[r] || strcmp(all + (size_t)r * ST_AGREE_DESC_MAX, d) != 0) continue;
+        int end = r;
+        while (end + 1 < world && !listed[end + 1] &&
+               strcmp(all + (size_t)(end + 1) * ST_AGREE_DESC_MAX, d) == 0)
+            end++;
+        for (int q = r; q <= end; q++)
+            listed[q] = 1;
+        count += end - r + 1;
+        if (k < n)
+            k += (size_t)(end == r ? snprintf(msg + k, n - k, "%s%d", k ? ", " : "", r)
+                                   : snprintf(msg + k, n - k, "%s%d-%d", k ? ", " : "", r, end));
+        r = end;
+    }
+    return count;
+}
+
+st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine,
+                          const char *hint) {
+    enum { MSG = 1024 };
+    const int world = st_comm_size(c);
+    char *all = calloc((size_t)world, ST_AGREE_DESC_MAX);
+    char *listed = calloc((size_t)world, 1);
+    char *msg = calloc(1, MSG), ranks[256];
+    char buf[ST_AGREE_DESC_MAX] = {0};
+    st_status s;
+    if (!all || !listed || !msg) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(buf, sizeof buf, "%s", mine);
+    st_comm_req *req = NULL;
+    s = st_comm_all_gather(c, buf, all, ST_AGREE_DESC_MAX, ST_COMM_U8, "agreement report", &req);
+    if (s == ST_OK) s = st_comm_wait(&req);
+    if (s != ST_OK) goto done;
+    /* rank 0's value, then each other value with the ranks that hold it */
+    size_t k = (size_t)snprintf(msg, MSG, "rank 0 has %s", all);
+    listed[0] = 1;
+    for (int r = 1; r < world && k < MSG - 1; r++) {
+        const char *d = all + (size_t)r * ST_AGREE_DESC_MAX;
+        if (listed[r]) continue;
+        if (strcmp(d, all) == 0) { /* the same as rank 0: not listed */
+            listed[r] = 1;
+            continue;
+        }
+        const int n = rank_list(all, world, r, d, listed, ranks, sizeof ranks);
+        k += (size_t)snprintf(msg + k, MSG - k, "; rank%s %s ha%s %s", n > 1 ? "s" : "", ranks,
+                              n > 1 ? "ve" : "s", d);
+    }
+    s = st_fail(ST_ERR_CONFIG, "%s: the first difference is in %s: %s (%s)", what, item, msg, hint);
+done:
+    free(all);
+    free(listed);
+    free(msg);
+    return s;
+}
+
+/* One key of the configuration: its name and its value as text. */
+typedef struct cfg_item {
+    char key[64];
+    char value[ST_AGREE_DESC_MAX];
+} cfg_item;
+
+static void value_text(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsString(v)) {
+        snprintf(buf, n, "%s", v->valuestring);
+        return;
+    }
+    char *t = cJSON_PrintUnformatted(v);
+    snprintf(buf, n, "%s", t ? t : "?");
+    free(t);
+}
+
+/* The keys compared, in schema order (st_config_to_json walks the schema). */
+static st_status config_items(const st_config *cfg, cfg_item *items, int *n) {
+    *n = 0;
+    char *json = st_config_to_json(cfg);
+    if (!json) return ST_ERR_NOMEM;
+    cJSON *root = cJSON_Parse(json);
+    free(json);
+    if (!root) return st_fail(ST_ERR_NOMEM, "out of memory reading the configuration back");
+    const cJSON *sec, *v;
+    cJSON_ArrayForEach(sec, root) {
+        const bool leaf = !cJSON_IsObject(sec);
+        const cJSON *first = leaf ? sec : sec->child;
+        for (v = first; v && *n < ST_CFG_KEYS_MAX; v = leaf ? NULL : v->next) {
+            cfg_item *it = &items[*n];
+            if (leaf)
+                snprintf(it->key, sizeof it->key, "%s", sec->string);
+            else
+                snprintf(it->key, sizeof it->key, "%s.%s", sec->string, v->string);
+            if (st_agree_per_rank_key(it->key)) continue;
+            value_text(v, it->value, sizeof it->value);
+            (*n)++;
+        }
+    }
+    cJSON_Delete(root);
+    return ST_OK;
+}
+
+st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
+    cfg_item *items = calloc(ST_CFG_KEYS_MAX, sizeof *items);
+    if (!items) return st_fail(ST_ERR_NOMEM, "out of memory");
+    int n = 0;
+    st_status s = config_items(cfg, items, &n);
+    /* Always ST_CFG_KEYS_MAX hashes (zeros past the last key), so that every
+     * rank's all-reduce has the same size whatever its build's schema. */
+    int64_t h[ST_CFG_KEYS_MAX] = {0};
+    for (int i = 0; i < n; i++) /* >> 2: non-negative, so min and max never overflow */
+        h[i] = (int64_t)(st_mix64(st_hash_str(items[i].key) ^ st_mix64(st_hash_str(items[i].value))) >> 2);
+    int diff = -1;
+    if (s == ST_OK) s = st_agree_first_difference(c, h, ST_CFG_KEYS_MAX, "config agreement", &diff);
+    if (s == ST_OK && diff >= 0) {
+        const bool mine = diff < n; /* else another rank's build has more keys */
+        s = st_agree_report(c, "the ranks were started with different settings",
+                            mine ? items[diff].key : "the configuration keys",
+                            mine ? items[diff].value : "fewer keys (another build)",
+                            "start every rank with the same config file and --set options");
+    }
+    free(items);
+    return s;
+}

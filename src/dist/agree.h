@@ -1,0 +1,51 @@
+/* The ranks' agreement before training: every rank must have been started
+ * with the same settings, or a job would diverge silently (different
+ * optimizer settings), or hang (ranks that call different collectives: a
+ * ZeRO rank reducing to its shard owner while the others all-reduce).
+ *
+ * Two checks, both made of a min and a max all-reduce over int64 hashes (the
+ * first item whose min and max differ is the first difference), then an
+ * all-gather of each rank's text for that item so that the error, the same
+ * on every rank, names the item, the values and the ranks:
+ *   st_dist_agree_config  the run's configuration as given (before any `auto`
+ *                         is resolved): called right after the communicator
+ *                         starts, before anything else talks between ranks.
+ *   st_ddp_agree (ddp.h)  the model built (tensor names, shapes, order) and
+ *                         the data and batch settings, before the strategy is
+ *                         set up.
+ *
+ * Not here: what a key means (src/core/config_schema.c). */
+#ifndef ST_DIST_AGREE_H
+#define ST_DIST_AGREE_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "scaletrain/config.h"
+
+enum { ST_AGREE_DESC_MAX = 160 }; /* bytes of one rank's text for an item */
+
+/* Every configuration key except those that may differ between ranks
+ * (st_agree_per_rank_key), compared by value. A difference is ST_ERR_CONFIG
+ * on every rank: "the ranks were started with different settings: the first
+ * difference is in dist.strategy: rank 0 has ddp; rank 1 has zero1 (...)". */
+st_status st_dist_agree_config(st_comm *c, const st_config *cfg);
+
+/* Keys that may differ between ranks: the model's (st_ddp_agree compares the
+ * tensors it built, which names them more precisely), file paths (node-local
+ * copies; the data's sizes are compared by st_ddp_agree), and per-process or
+ * rank-0-only choices (threads, loader workers, device, progress bar,
+ * TensorBoard, the peak for mfu). */
+bool st_agree_per_rank_key(const char *key);
+
+/* v (n items, the same n on every rank): *diff = the first index where the
+ * ranks' values differ, or -1. `name` names the two all-reduces. */
+st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const char *name, int *diff);
+
+/* Gather every rank's text `mine` for `item` and return ST_ERR_CONFIG (the
+ * same message on every rank): "<what>: the first difference is in <item>:
+ * rank 0 has A; ranks 1-3 have B (<hint>)". Ranks with rank 0's text are not
+ * listed. */
+st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine, const char *hint);
+
+#endif

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Ranks started with different settings (issue 4), under real mpirun (MPMD:
+# `mpirun -np 1 A : -np 1 B`), a tiny gpt on a token file:
+# (a) each dist.* key and precision set differently on rank 1 (ZeRO against
+#     DDP, deterministic against bucketed, ...): every run exits non-zero
+#     (not 124: no hang) well within dist.timeout_s, with one error on each
+#     rank naming the key, both values and both ranks; nothing was set up
+#     (no "memory per rank" line: the strategy's set-up comes after the
+#     agreement) and nothing saved;
+# (b) 3 ranks, two of them with another dist.timeout_s: "ranks 1-2 have 30";
+# (c) the same strategy but different models: the model check names the
+#     tensor, still before the strategy's set-up (no "memory per rank" line);
+# (d) the control: the same settings on both ranks train and exit 0.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+[ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
+e2e_tmpdir
+e2e_mpi 40
+export OMP_WAIT_POLICY=PASSIVE
+
+for i in $(seq 1 200); do printf 'line %010d\n' $((i * 7919 % 100003)); done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+T=20 # dist.timeout_s: a hang would take at least this long
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16
+     --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=3
+     --set dist.timeout_s=$T --set log.peak_gflops=10 --set log.progress=off)
+
+# differ NAME KEY V0 V1 [RANKS_TEXT]: rank 0 with KEY=V0, rank 1 with KEY=V1.
+differ() {
+    local name=$1 key=$2 v0=$3 v1=$4 d=$tmp/$1
+    local t0=$SECONDS
+    out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$d" --set "$key=$v0" : \
+        -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$d" --set "$key=$v1" 2>&1); rc=$?
+    local dt=$((SECONDS - t0))
+    echo "--- $name: exit $rc in ${dt}s: $(grep -m1 'scaletrain: error' <<<"$out")"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$name: exit $rc"
+    [ $dt -lt $T ] || fail "$name: ${dt}s, as long as the watchdog's timeout: it waited instead of failing"
+    local want="the ranks were started with different settings: the first difference is in $key: rank 0 has $v0; rank 1 has $v1 (start every rank"
+    [ "$(grep -cF -- "$want" <<<"$out")" -eq 2 ] || fail "$name: not one '$want' from each rank: $out"
+    ! grep -q "memory per rank\|collectives out of step\|timed out" <<<"$out" ||
+        fail "$name: the ranks got past the agreement: $out"
+    [ ! -e "$d/model.safetensors" ] && [ ! -e "$d/ckpt" ] || fail "$name: something was saved"
+}
+differ strategy dist.strategy ddp zero1
+differ zero2 dist.strategy zero2 zero1
+differ grad_dtype dist.grad_dtype fp32 bf16
+differ deterministic dist.deterministic false true
+differ sync_batchnorm dist.sync_batchnorm false true
+differ bucket_cap dist.bucket_cap_mb 25 0.001
+differ timeout dist.timeout_s $T 30
+differ precision precision fp32 bf16
+
+# (b) 3 ranks: the ranks that differ from rank 0 are grouped.
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.batch_size=6 --set train.out_dir="$tmp/three" : \
+    -np 2 "$bin" train "${gpt[@]}" --set train.batch_size=6 --set train.out_dir="$tmp/three" \
+    --set dist.timeout_s=30 2>&1); rc=$?
+echo "--- 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "3 ranks: exit $rc"
+[ "$(grep -cF "first difference is in dist.timeout_s: rank 0 has $T; ranks 1-2 have 30 (" <<<"$out")" -eq 3 ] ||
+    fail "3 ranks: not one error naming ranks 1-2 from each rank: $out"
+
+# (c) different models, the same (sharded) strategy.
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \
+    -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" \
+    --set model.n_embd=32 2>&1); rc=$?
+echo "--- model: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "model: exit $rc"
+grep -qE "different models or data settings: the first difference is in tensor 0 \(in declaration order\): rank 0 has parameter [^ ]+ \[[0-9]+, 16\]; rank 1 has parameter [^ ]+ \[[0-9]+, 32\]" <<<"$out" ||
+    fail "model: no error naming the tensor and both shapes: $out"
+! grep -q "memory per rank" <<<"$out" || fail "model: ZeRO was set up before the ranks agreed: $out"
+
+# (d) the control: the same settings (ZeRO-1, bf16 gradients are DDP-only) train.
+out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/same" \
+    --quiet --json 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q '"ranks":2' <<<"$out" && grep -q '"strategy":"zero1"' <<<"$out" ||
+    fail "the same settings on both ranks: exit $rc: $out"
+echo "--- the same settings: exit $rc, $(grep -o '"strategy":"zero1"' <<<"$out"), 2 ranks"
+
+e2e_finish "all passed"

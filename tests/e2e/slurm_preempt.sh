@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# SLURM pre-emption on a real single-node cluster (issues 4 and 6), started
+# by this test (tests/slurm/cluster.sh) and stopped at the end:
+# the job script `scaletrain slurm` writes (2 tasks, srun --mpi=pmix) trains
+# with no periodic checkpoint; once rank 0 has written its first metrics line
+# (polled, bounded), `scancel --signal=TERM --full` sends SIGTERM to the batch
+# step (SLURM 22.05 signals the batch script's processes, not the other steps),
+# as a pre-emption signal to the batch script does. Checked:
+# - the batch shell outlived the signal and passed it on to the ranks (its
+#   trap's line), srun did not turn it into SIGKILL ("forcing job
+#   termination"), and the shell requeued the job;
+# - the ranks finished their step and exited 143 (srun's line; docs/commands.md);
+# - the checkpoint the message names is the one `latest` points to, written
+#   by the stop (train.checkpoint_every is 0), with its files;
+# - `--resume auto` (srun --mpi=pmix -n 2) continues from it: "resumed from
+#   ... at step N", 3 more steps, exit 0, and metrics.jsonl goes on from N+1.
+# The requeued job itself is cancelled (SLURM holds it ~2 minutes;
+# tests/e2e/slurm.sh covers its restart).
+source "$(dirname "$0")/../lib/e2e.sh"
+bin=$(realpath "$build/scaletrain")
+for c in slurmctld slurmd munged sbatch srun scontrol scancel; do
+    command -v $c >/dev/null || e2e_skip "$c is missing (apt-get install slurm-wlm munge; scripts/deps.sh installs them)"
+done
+[ "$(id -u)" -eq 0 ] && [ -r /etc/munge/munge.key ] ||
+    e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
+e2e_need_mpirun
+e2e_tmpdir
+chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all
+cd "$(dirname "$0")/../.." || exit 1
+source tests/slurm/cluster.sh
+e2e_cleanup() {
+    if [ -n "${up:-}" ]; then
+        scancel --full --quiet --user=root 2>/dev/null
+        for _ in $(seq 1 100); do
+            [ -z "$(squeue -h 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+    fi
+    slurm_stop "$tmp/cluster"
+}
+export OMP_WAIT_POLICY=PASSIVE
+
+slurm_start "$tmp/cluster" || { echo "FAIL: the SLURM cluster did not start"; exit 1; }
+up=1
+
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+cat >"$tmp/tiny.yaml" <<YAML
+model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16 }
+data:  { type: tokens, train: $tmp/t.tokens, val: "" }
+train: { batch_size: 8, steps: 1000000, checkpoint_every: 0, threads: 1, out_dir: $tmp/run }
+dist:  { timeout_s: 60 }
+log:   { peak_gflops: 10, progress: "off", every: 1 }
+YAML
+job_state() { scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
+
+(cd "$tmp" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --job-name pre) \
+    >"$tmp/pre.sbatch" || fail "scaletrain slurm exited $?"
+jid=$(sbatch --parsable "$tmp/pre.sbatch") || fail "sbatch refused the script"
+log=$tmp/slurm-pre-$jid.out
+for _ in $(seq 1 600); do # until rank 0 has logged a step (at most ~60 s)
+    [ -s "$tmp/run/metrics.jsonl" ] && break
+    [ -z "$(job_state "$jid" | grep -E 'PENDING|RUNNING|CONFIGURING')" ] && break
+    sleep 0.1
+done
+[ -s "$tmp/run/metrics.jsonl" ] || fail "training did not start: $(job_state "$jid"): $(cat "$log" 2>/dev/null)"
+t0=$SECONDS
+scancel --signal=TERM --full "$jid" || fail "scancel --signal=TERM --full refused"
+for _ in $(seq 1 600); do # until the script has requeued the job, or the job ended (at most ~60 s)
+    grep -q "requeueing job $jid" "$log" 2>/dev/null && break
+    [ -z "$(job_state "$jid" | grep -E 'RUNNING|CONFIGURING|COMPLETING')" ] && break
+    sleep 0.1
+done
+dt=$((SECONDS - t0))
+stopped=$(grep -oE "stopped by a signal after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
+echo "SIGTERM (--full): after ${dt}s: $stopped"
+[ -n "$stopped" ] || fail "no checkpoint message: $(tail -n 20 "$log")"
+grep -q "^scaletrain: SIGTERM: passing it on to the ranks" "$log" ||
+    fail "the batch shell did not get SIGTERM, or did not trap it: $(tail -n 20 "$log")"
+grep -q "srun: error: .*Exited with exit code 143" "$log" || fail "the ranks did not exit 143: $(tail -n 20 "$log")"
+! grep -q "srun: error: .*Exited with exit code [^1]\|exit code 1$\|Killed\|forcing job termination" "$log" ||
+    fail "a rank ended otherwise: $(tail -n 20 "$log")"
+grep -q "requeueing job $jid" "$log" || fail "the script did not requeue the job: $(tail -n 20 "$log")"
+ck=${stopped##* }
+n=${ck##*-}
+[ "$(cat "$tmp/run/ckpt/latest" 2>/dev/null)" = "step-$n" ] || fail "latest is not step-$n"
+for f in model.safetensors state.json; do [ -s "$ck/$f" ] || fail "$ck/$f is missing"; done
+[ "$(ls "$tmp/run/ckpt" | grep -c '^step-[0-9]*$')" -eq 1 ] || fail "more than the stop's checkpoint: $(ls "$tmp/run/ckpt")"
+[ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq "$n" ] || fail "metrics.jsonl has $(wc -l <"$tmp/run/metrics.jsonl") lines, not $n"
+
+# The requeued job waits ~2 minutes; end it and continue by hand.
+scancel "$jid"
+for _ in $(seq 1 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
+out=$(cd "$tmp" && timeout 120 srun --mpi=pmix -n 2 "$bin" train tiny.yaml --set train.steps=$((n + 3)) \
+    --resume auto --json 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "--resume auto: exit $rc: $out"
+grep -q "^resumed from $ck at step $n$" <<<"$out" || fail "--resume auto did not continue from $ck: $out"
+grep -q "\"steps\":$((n + 3))," <<<"$out" && grep -q '"ranks":2' <<<"$out" || fail "--resume auto: not $((n + 3)) steps on 2 ranks: $out"
+last=$(tail -n 1 "$tmp/run/metrics.jsonl" | grep -oE '"step":[0-9]+' | cut -d: -f2)
+[ "$last" = "$((n + 3))" ] && [ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq $((n + 3)) ] ||
+    fail "metrics.jsonl does not go on from step $((n + 1)) to $((n + 3)): last step $last"
+echo "resume: $(grep '^resumed from' <<<"$out"), exit $rc, $((n + 3)) steps"
+
+e2e_finish "all passed"
