@@ -204,7 +204,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
-    ST_GOTO(st_dist_init(&dd, ses->comm, c, &m->params, &mg.g, accum));
+    /* (on CUDA devices the gradients travel through NCCL: ses->dcomm) */
+    ST_GOTO(st_dist_init(&dd, ses->dcomm ? ses->dcomm : ses->comm, c, &m->params, &mg.g, accum));
     int64_t opt_lo, opt_hi;
     st_dist_range(&dd, &opt_lo, &opt_hi);
     ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
@@ -254,7 +255,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     if (dist) {
         st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
+        s = st_ddp_agree(ses->comm, ses->dcomm ? ses->dcomm : ses->comm, &m->params, c->train.batch_size, mb, n);
         if (s != ST_OK) {
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
@@ -373,7 +374,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a
              * logged line (on every rank: under ZeRO it is a collective). */
-            if (dev) { /* one rank: the norm and the clip stay on the device; a logged norm comes back */
+            if (dev) { /* the norm (of the whole, averaged gradient) and the clip stay on the device */
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL));
             } else {
                 if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
