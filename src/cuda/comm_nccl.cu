@@ -377,8 +377,10 @@ static st_status nccl_init(st_comm *c, void *arg) {
     st_comm_watch_end(c, &watch);
     /* Every rank learns whether every rank got there. */
     int64_t ok = s == ST_OK;
-    ST_TRY(st_comm_all_reduce_sync(a->boot, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN, "NCCL start-up agreement"));
+    st_status sa = st_comm_all_reduce_sync(a->boot, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN, "NCCL start-up agreement");
     if (s != ST_OK) return s;
+    if (sa != ST_OK) /* (broken: the communicator is aborted, not finalized with ranks that may be gone) */
+        return st_comm_fail(c, NULL, sa, "the agreement after NCCL's start-up failed: %s", st_last_error());
     if (!ok)
         return st_comm_fail(c, NULL, ST_ERR_IO,
                             "NCCL could not start on another rank (its message says why; one GPU per rank)");
