@@ -22,14 +22,14 @@
  * collective check (MPI's: NCCL's own ordering is by stream), which ranks are
  * missing (only MPI's node board knows). */
 #ifdef ST_HAVE_NCCL
-#include <nccl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.cuh"
+#include "common.cuh" /* first: cuda_bf16.h, which older nccl.h need for ncclBfloat16 */
+#include <nccl.h>
 extern "C" {
 #include "comm/comm_impl.h"
 }
