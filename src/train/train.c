@@ -321,6 +321,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         double t0 = st_now(), tt;
         st_trace_step(trace, step + 1);
         if (dist) st_comm_set_step(ses->comm, step + 1);
+        st_comm_set_step(ses->dcomm, step + 1); /* (NCCL's errors name the step too; NULL: nothing) */
         ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
