@@ -13,7 +13,9 @@
  *     parameters broadcast through it) against the plain single-GPU run:
  *     the same losses and the same bits of every weight after 8 steps (one
  *     rank's average is the gradient itself, so nothing may differ).
- * Skips, saying why, without a GPU or in a build without NCCL (`--built`:
+ * On every machine first: a missing device, or dist.comm nccl on the CPU, is
+ * refused with the reason (and, in a build without NCCL, the communicator
+ * itself). Then skips, saying why, without a GPU or NCCL (`--built`:
  * exit 0 when the build has NCCL, for scripts). CP_SMALL set (the memcheck
  * run of scripts/gpu-session.sh) leaves out the training. Two or more
  * ranks need a GPU each (NCCL refuses two ranks on one GPU):
@@ -29,6 +31,12 @@
 enum { N = 4099 }; /* not a multiple of anything NCCL likes */
 
 static char root[] = "/tmp/test_cuda_nccl.XXXXXX";
+
+static void remove_root(void) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+}
 
 /* Device buffer of `nbytes` poisoned with NaN (0xff bytes for other types). */
 static void *dev_poisoned(st_device *d, size_t nbytes) {
@@ -187,13 +195,25 @@ static void training(void) {
     tf_compare_weights("nccl vs plain", a, b, 0, 0); /* exactly: every difference fails */
 }
 
+/* On any machine: what is refused, and why. */
+static void refused_anywhere(st_comm *boot) {
+    st_comm *nc = NULL;
+    if (!st_comm_nccl_built()) {
+        CHECK_FAILS(st_comm_nccl_init(boot, NULL, NULL, &nc), ST_ERR_UNSUPPORTED, "without");
+        CHECK(nc == NULL, "no communicator out of a refusal");
+    } else {
+        CHECK_FAILS(st_comm_nccl_init(boot, NULL, NULL, &nc), ST_ERR_ARG, "the device");
+    }
+    st_config c;
+    st_run_result r;
+    const char *on_cpu[] = {"train.steps=1", "train.device=cpu", "dist.comm=nccl", NULL};
+    CHECK_OK(tf_config(&c, root, "refused", on_cpu));
+    CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda");
+}
+
 int main(int argc, char **argv) {
     char why[256];
     if (argc > 1 && strcmp(argv[1], "--built") == 0) return st_comm_nccl_built() ? 0 : 1; /* (for tests/e2e) */
-    if (!st_comm_nccl_built())
-        return st_test_skip("test_cuda_nccl", "this build has no NCCL communicator (CUDA=0, or nccl.h not found "
-                                              "under NCCL_HOME)");
-    if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("test_cuda_nccl", why);
     st_comm_config cc = ST_COMM_CONFIG_INIT;
     cc.backend = ST_COMM_LOCAL;
     cc.timeout_s = 120;
@@ -201,6 +221,21 @@ int main(int argc, char **argv) {
     st_device *d = NULL;
     st_comm *nc = NULL;
     CHECK_OK(st_comm_init(&cc, &boot));
+    if (!mkdtemp(root)) return st_test_skip("test_cuda_nccl", "cannot create a temporary directory");
+    CHECK_OK(tf_make_data(root));
+    refused_anywhere(boot);
+    if (st_test_failures) return st_test_finish("test_cuda_nccl");
+    const char *skip = NULL;
+    if (!st_comm_nccl_built())
+        skip = "this build has no NCCL communicator (CUDA=0, or nccl.h not found under NCCL_HOME); its refusals "
+               "were checked";
+    else if (st_device_cuda_count(why, sizeof why) == 0)
+        skip = why;
+    if (skip) {
+        st_comm_free(boot);
+        remove_root();
+        return st_test_skip("test_cuda_nccl", skip);
+    }
     CHECK_OK(st_device_open_cuda(0, &d));
     if (boot && d) CHECK_OK(st_comm_nccl_init(boot, d, &cc, &nc));
     if (nc) {
@@ -212,15 +247,10 @@ int main(int argc, char **argv) {
     }
     st_device_free(d);
     st_comm_free(boot);
-    if (getenv("CP_SMALL")) { /* (compute-sanitizer's run: the trainer's kernels have their own tests) */
+    if (getenv("CP_SMALL")) /* (compute-sanitizer's run: the trainer's kernels have their own tests) */
         printf("CP_SMALL: the training comparison is left out\n");
-        return st_test_finish("test_cuda_nccl");
-    }
-    if (!mkdtemp(root)) return st_test_skip("test_cuda_nccl", "cannot create a temporary directory");
-    CHECK_OK(tf_make_data(root));
-    if (!st_test_failures) training();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    else if (!st_test_failures)
+        training();
+    remove_root();
     return st_test_finish("test_cuda_nccl");
 }
