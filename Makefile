@@ -41,12 +41,24 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA ?= $(if $(wildcard $(NVCC)),1,0)
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# NCCL (the communicator between GPUs, src/cuda/comm_nccl.cu): from
+# NCCL_HOME (include/nccl.h, lib64/ or lib/ holding libnccl.so or only
+# libnccl.so.2 as pip's nvidia-nccl packages have it); NCCL=0 when nccl.h is
+# not there, and the NCCL communicator then says it was left out.
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
+NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCCL_HOME)/lib/libnccl.so*)))
 ifeq ($(CUDA),1)
 CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
+ifeq ($(NCCL),1)
+NCCL_FLAGS := -DST_HAVE_NCCL -I$(NCCL_HOME)/include
+CUDA_CFLAGS += -DST_HAVE_NCCL
+CUDA_LIBS := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) $(if $(wildcard $(NCCL_LIBDIR)libnccl.so),-lnccl,-l:libnccl.so.2) $(CUDA_LIBS)
 endif
-NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA -D_GNU_SOURCE -Iinclude -Isrc \
+endif
+NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \
 	-Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation,-Werror
 
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(MATHFLAGS) -g -fopenmp $(WARN) -Iinclude -Isrc $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)

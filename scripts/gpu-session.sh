@@ -3,7 +3,9 @@
 # checkout: probe the machine, unpack the build dependencies carried in
 # .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
 # that machine has no registry), build with CUDA, run every tests/test_cuda_*
-# and tests/test_train_device (then again under compute-sanitizer's memcheck,
+# (test_cuda_nccl among them: NCCL from the toolkit or from pip's
+# nvidia-nccl package, NCCL_HOME below) and tests/test_train_device (then
+# again under compute-sanitizer's memcheck,
 # small cases only) and print a summary table last. Logs go to $OUT (the
 # device tool brings back at most 8 files): session.log (everything, in order), summary.txt and
 # logs.tar.gz (one log per step).
@@ -139,6 +141,19 @@ if [ ! -x /usr/local/cuda/bin/nvcc ] && command -v nvcc >/dev/null; then
     say "   nvcc is $(command -v nvcc): building with CUDA_HOME=$cuda_home"
     make_args+=(CUDA_HOME="$cuda_home")
 fi
+# NCCL: the toolkit's when it has nccl.h, else pip's nvidia-nccl package
+# (include/ and lib/libnccl.so.2), else none (NCCL=0: test_cuda_nccl skips).
+if [ ! -f "${cuda_home:-/usr/local/cuda}/include/nccl.h" ]; then
+    nccl_home=$(python3 -c 'import nvidia.nccl as n, os; print(os.path.dirname(n.__file__) if n.__file__ else list(n.__path__)[0])' 2>/dev/null)
+    if [ -n "$nccl_home" ] && [ -f "$nccl_home/include/nccl.h" ]; then
+        say "   no nccl.h in the toolkit: NCCL from pip, NCCL_HOME=$nccl_home"
+        make_args+=(NCCL_HOME="$nccl_home")
+        export LD_LIBRARY_PATH="$nccl_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    else
+        say "   no nccl.h (neither the toolkit nor pip's nvidia.nccl): building with NCCL=0"
+        make_args+=(NCCL=0)
+    fi
+fi
 # The parity tests compare fp32 with fp32: no environment-forced TF32.
 unset NVIDIA_TF32_OVERRIDE
 if step unpack-debs 120 bash -c unpack_debs; then
@@ -196,6 +211,8 @@ elif [ -n "$built" ]; then
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
     if [ -n "$sanitizer" ]; then
         for t in $(cuda_tests "$built"); do
+            # (NCCL's kernels are its own, and it runs badly under memcheck)
+            [ "$(basename "$t")" = test_cuda_nccl ] && continue
             step "memcheck-$(basename "$t")" 180 env CP_SMALL=1 "$sanitizer" --tool memcheck --leak-check no \
                 --error-exitcode 99 "$t"
         done
@@ -231,7 +248,7 @@ fi
         IFS='|' read -r n res dt <<<"$r"
         printf '%-28s %-28s %6s\n' "$n" "$res" "$dt"
     done
-    grep -h "^FAIL\|^ok  \|CP_SEED\|^device:\|elements differ\|weights differ\|on the device, \|^CUDA devices" \
+    grep -h "^FAIL\|^ok  \|CP_SEED\|^losses:\|^device:\|elements differ\|weights differ\|on the device, \|^CUDA devices" \
         "$LOGDIR"/test_cuda_*.log "$LOGDIR"/test_train_device.log 2>/dev/null | head -100
     grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
     if [ -f "$LOGDIR/train-cuda.log" ]; then

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "comm/comm.h"
 #include "core/device.h"
 #include "hw/linkcheck.h"
 #include "hw/probe.h"
@@ -350,8 +351,13 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed) {
     else
         line(r, "ok", "cuda", "%d device%s, the first %s (%.0f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
              h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30));
-    if (probed && h->nccl)
-        line(r, "skip", "nccl", "NCCL %d found, not used yet: collectives go through MPI", h->nccl_version);
+    if (!st_comm_nccl_built())
+        line(r, "skip", "nccl", "not in this build (NCCL=0, or no CUDA): collectives go through MPI");
+    else if (probed && h->nccl && h->n_gpus > 0)
+        line(r, "ok", "nccl", "NCCL %d: gradients between GPUs go through it (train.device cuda, several ranks)",
+             h->nccl_version);
+    else if (probed && h->nccl)
+        line(r, "skip", "nccl", "NCCL %d found, but no GPU: collectives go through MPI", h->nccl_version);
     else
         line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
 }

@@ -99,6 +99,7 @@ typedef struct st_config {
         char strategy[ST_CFG_STR]; /* auto | ddp | zero1 | zero2      default auto */
         double bucket_cap_mb;      /*                                  default 25 */
         char grad_dtype[ST_CFG_STR]; /* fp32 | bf16 | fp16 (all-reduce)  default fp32 */
+        char comm[ST_CFG_STR];     /* auto | nccl (gradients' communicator) default auto */
         bool deterministic;        /*                                  default false */
         bool sync_batchnorm;       /* batch-norm statistics over all ranks default false */
         int64_t timeout_s;         /*                                  default 600 */

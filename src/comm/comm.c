@@ -154,7 +154,7 @@ static void pending_remove(st_comm *c, const st_comm_req *r) {
 }
 
 void st_comm_req_done(st_comm *c, st_comm_req *r) {
-    if (r->op == ST_COMM_AVG && r->dt == ST_COMM_F32 &&
+    if (r->op == ST_COMM_AVG && r->dt == ST_COMM_F32 && !c->ops->native_avg &&
         (r->kind == ST_COMM_KIND_ALL_REDUCE || r->kind == ST_COMM_KIND_REDUCE_SCATTER ||
          (r->kind == ST_COMM_KIND_REDUCE && r->root == c->rank)) &&
         c->size > 1) {
@@ -452,7 +452,14 @@ bool st_comm_mpi_launched(void) {
     return env_set("SLURM_STEP_ID") && n && atoi(n) > 1;
 }
 
-st_status st_comm_init(const st_comm_config *cfg, st_comm **out) {
+static st_status init_default(st_comm *c, void *arg) {
+    (void)arg;
+    bool mpi = c->cfg.backend == ST_COMM_MPI || (c->cfg.backend == ST_COMM_AUTO && st_comm_mpi_launched());
+    return mpi ? st_comm_mpi_init(c) : st_comm_local_init(c);
+}
+
+st_status st_comm_create(const st_comm_config *cfg, st_status (*backend_init)(st_comm *c, void *arg), void *arg,
+                         st_comm **out) {
     if (!out) return st_fail(ST_ERR_ARG, "st_comm_init: out is NULL");
     *out = NULL;
     st_comm_config conf = ST_COMM_CONFIG_INIT;
@@ -471,8 +478,7 @@ st_status st_comm_init(const st_comm_config *cfg, st_comm **out) {
     c->size = c->local_size = 1;
     snprintf(c->host, sizeof c->host, "?");
     pthread_mutex_init(&c->lock, NULL);
-    bool mpi = conf.backend == ST_COMM_MPI || (conf.backend == ST_COMM_AUTO && st_comm_mpi_launched());
-    st_status s = mpi ? st_comm_mpi_init(c) : st_comm_local_init(c);
+    st_status s = backend_init(c, arg);
     if (s != ST_OK) {
         if (c->ops && c->ops->free) c->ops->free(c);
         st_watchdog_stop(c->watchdog);
@@ -482,6 +488,10 @@ st_status st_comm_init(const st_comm_config *cfg, st_comm **out) {
     }
     *out = c;
     return ST_OK;
+}
+
+st_status st_comm_init(const st_comm_config *cfg, st_comm **out) {
+    return st_comm_create(cfg, init_default, NULL, out);
 }
 
 void st_comm_free(st_comm *c) {

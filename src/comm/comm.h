@@ -2,8 +2,9 @@
  * shaped like NCCL's (an opaque handle, asynchronous operations, an abort).
  *
  * Backends sit behind one table of function pointers (comm_impl.h): `local`
- * (one rank, every operation a copy) and `mpi` (OpenMPI, MPICH); NCCL fits the
- * same table. No MPI, CUDA or NCCL type appears here.
+ * (one rank, every operation a copy), `mpi` (OpenMPI, MPICH; host memory) and
+ * `nccl` (CUDA device memory, src/cuda/comm_nccl.cu, started over one of the
+ * others: st_comm_nccl_init). No MPI, CUDA or NCCL type appears here.
  *
  * Every collective gets a sequence number (per communicator, 1, 2, 3, ... on
  * every call of every rank), carries the caller's name for it ("all-reduce of
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "scaletrain/status.h"
 
 typedef struct st_comm st_comm;
@@ -83,6 +85,24 @@ typedef struct st_comm_config {
  * process: freeing the one that initialized MPI finalizes it. */
 st_status st_comm_init(const st_comm_config *cfg, st_comm **out);
 
+/* The NCCL communicator between the CUDA devices of the job: one rank per
+ * GPU, each rank passing the device it opened (its local GPU) and the host
+ * communicator `boot` (MPI, or local for one rank), over which rank 0's
+ * ncclUniqueId is broadcast; the ranks, their number, the host names and the
+ * node-local ranks are boot's. cfg gives the watchdog's timeout (backend and
+ * check_every are ignored). Collectives take device pointers of d (an error
+ * otherwise) and are queued on d's communication stream after the work
+ * already queued on its compute stream (an event); st_comm_wait and
+ * st_comm_test watch the collective's end event and NCCL's asynchronous error
+ * (a peer that died is an error, not a hang), under the watchdog, which ends
+ * the job through boot (MPI_Abort). st_comm_abort calls ncclCommAbort, then
+ * boot's abort. AVG is ncclAvg; BF16 and F16 sums are NCCL's (fp32
+ * arithmetic inside its kernels). Two ranks on one GPU are refused by NCCL.
+ * Free it (st_comm_free) before boot and before the device.
+ * ST_ERR_UNSUPPORTED, saying so, in a build without CUDA or NCCL. */
+st_status st_comm_nccl_init(st_comm *boot, st_device *d, const st_comm_config *cfg, st_comm **out);
+bool st_comm_nccl_built(void); /* this build has the NCCL communicator */
+
 /* Waits for outstanding operations (under the watchdog), stops the watchdog,
  * frees every request handle still held (they become invalid) and finalizes
  * MPI when st_comm_init initialized it. Accepts NULL. */
@@ -93,7 +113,7 @@ int st_comm_size(const st_comm *c);
 int st_comm_local_rank(const st_comm *c); /* among the ranks on this node */
 int st_comm_local_size(const st_comm *c);
 const char *st_comm_host(const st_comm *c);
-const char *st_comm_backend_name(const st_comm *c); /* "local" | "mpi" */
+const char *st_comm_backend_name(const st_comm *c); /* "local" | "mpi" | "nccl" */
 uint64_t st_comm_seq(const st_comm *c); /* sequence number of the last collective started, 0 before any */
 
 /* The training step, recorded in every later collective and printed in errors. */

@@ -53,6 +53,9 @@ struct st_comm_req {
 typedef struct st_comm_ops {
     const char *name;
     size_t req_size;
+    /* The engine averages itself (NCCL's ncclAvg, on device memory): the
+     * front's division on the host (st_comm_req_done) is skipped. */
+    bool native_avg;
     /* Start r (already numbered and in the pending list); may complete it. */
     st_status (*start)(st_comm *c, st_comm_req *r);
     /* Complete what has finished; with `block`, wait until at least one
@@ -114,6 +117,13 @@ void st_comm_req_done(st_comm *c, st_comm_req *r);
 /* Put an internal step (start-up, shutdown) under the watchdog, and take it off. */
 void st_comm_watch_begin(st_comm *c, st_comm_req *r, const char *name);
 void st_comm_watch_end(st_comm *c, st_comm_req *r);
+
+/* Allocate a communicator with configuration cfg (validated), run
+ * backend_init(c, arg) on it and hand it out; on failure free what the
+ * backend set up. st_comm_init uses it, and so does a backend bootstrapped
+ * over another communicator (NCCL over MPI, src/cuda/comm_nccl.cu). */
+st_status st_comm_create(const st_comm_config *cfg, st_status (*backend_init)(st_comm *c, void *arg), void *arg,
+                         st_comm **out);
 
 /* Backends. */
 st_status st_comm_local_init(st_comm *c);

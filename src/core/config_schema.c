@@ -141,6 +141,8 @@ const st_cfg_key st_cfg_keys[] = {
             "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
            "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
+    K_ENUM("dist.comm", dist.comm, "auto", VALUES("auto", "nccl"),
+           "communicator for gradients and parameters: auto = NCCL between CUDA devices when there are several ranks, MPI on the CPU (the checks before training always use MPI); nccl = NCCL also for one rank on a GPU (docs/distributed.md)"),
     K_BOOL("dist.deterministic", dist.deterministic, "false",
            "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
     K_BOOL("dist.sync_batchnorm", dist.sync_batchnorm, "false",

@@ -229,7 +229,8 @@ static st_status report(st_comm *c, const char *item, const char *mine) {
                            "every rank must run the same config and data");
 }
 
-st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro, int64_t n_samples) {
+st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
+                       int64_t n_samples) {
     int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples};
     int diff;
     ST_TRY(st_agree_first_difference(comm, head, N_HEAD, "signature", &diff));
@@ -251,9 +252,9 @@ st_status st_ddp_agree(st_comm *comm, st_params *p, int64_t batch, int64_t micro
         describe_tensor(p->t[diff], desc, sizeof desc);
         return report(comm, item, desc);
     }
-    ST_TRY(st_comm_broadcast_sync(comm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
+    ST_TRY(st_comm_broadcast_sync(pcomm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
     if (p->buffer_count)
-        ST_TRY(st_comm_broadcast_sync(comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+        ST_TRY(st_comm_broadcast_sync(pcomm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
     st_params_touch(p);
     return ST_OK;
 }

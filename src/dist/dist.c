@@ -20,18 +20,30 @@ const char *st_dist_mode_name(st_dist_mode mode) {
     return mode == ST_DIST_ZERO1 ? "zero1" : mode == ST_DIST_ZERO2 ? "zero2" : "ddp";
 }
 
-/* Parameters on a CUDA device: one rank (NCCL is not written yet), nothing
- * padded or shared; the step zeroes the gradients there, and the trainer
- * takes the norm and clips through the optimizer (st_optim_clip). */
-static st_status init_device(st_dist *d) {
-    if (d->world > 1)
-        return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs needs the NCCL communicator, not written "
-                                           "yet; use train.device: cpu");
+/* Parameters on a CUDA device: nothing padded or sharded; the step zeroes
+ * the gradients there, and the trainer takes the norm and clips through the
+ * optimizer (st_optim_clip: after DDP's average every rank holds the whole
+ * gradient, so its norm is the global one). With an NCCL communicator (any
+ * world size, dist.comm nccl for one rank) the buckets are all-reduced on the
+ * device's communication stream as backward produces them. */
+static st_status init_device(st_dist *d, const st_config *cfg, const st_graph *g) {
+    const bool nccl = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
+    if (d->world > 1 && !nccl)
+        return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs exchanges gradients through the NCCL "
+                                           "communicator, and this one is %s; use train.device: cpu",
+                       st_comm_backend_name(d->comm));
+    if ((d->world > 1 || nccl) && d->mode != ST_DIST_DDP)
+        return st_fail(ST_ERR_UNSUPPORTED,
+                       "dist.strategy %s on CUDA devices is not written yet (its shards and norm are host code); set "
+                       "dist.strategy: ddp, or train.device: cpu",
+                       st_dist_mode_name(d->mode));
     if (d->deterministic)
         return st_fail(ST_ERR_UNSUPPORTED,
                        "dist.deterministic folds gradients on the host, which a CUDA device does not do yet; set "
                        "dist.deterministic: false (one GPU's reductions are in a fixed order already) or "
                        "train.device: cpu");
+    d->buckets = d->world > 1 || nccl;
+    if (d->buckets) ST_TRY(st_ddp_init(&d->ddp, d->comm, d->p, g, cfg->dist.bucket_cap_mb, 0, ST_COMM_AVG, false));
     return ST_OK;
 }
 
@@ -46,7 +58,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     d->deterministic = cfg->dist.deterministic;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
-    if (p->dev) return init_device(d);
+    if (p->dev) return init_device(d, cfg, g);
     /* Every mode pads: the norm's blocks need a whole number of them. */
     ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
     const int64_t S = d->sh.shard, nblocks = d->sh.padded / ST_SHARD_ALIGN;

@@ -40,11 +40,12 @@
  * of per-block sums in block order (zero.h), also independent of N. What
  * gives identical bits is stated in docs/distributed.md.
  *
- * Parameters on a CUDA device (p->dev): one rank only for now (an error
- * otherwise: the NCCL communicator is not written), no deterministic mode;
- * the step zeroes the gradients there and the trainer takes the norm and
- * clips through st_optim_clip (st_dist_grad_norm and st_dist_grad_scale
- * take host arenas).
+ * Parameters on a CUDA device (p->dev): `comm` is then the NCCL communicator
+ * (st_comm_nccl_init) when there are several ranks, and DDP's buckets are
+ * all-reduced on the device (ddp.h); ZeRO and deterministic mode are not
+ * written for a device (an error). The step zeroes the gradients there and
+ * the trainer takes the norm and clips through st_optim_clip
+ * (st_dist_grad_norm and st_dist_grad_scale take host arenas).
  *
  * Not here: the bucket plan (ddp.c); sync batch-norm (dist.sync_batchnorm:
  * the layer reduces its statistics through the graph's allreduce_sum hook,

@@ -41,11 +41,22 @@ static void setup_threads(st_session *s) {
     openblas_set_num_threads(s->threads);
 }
 
+bool st_session_uses_nccl(const st_session *s) {
+    return s->dev && (s->world > 1 || strcmp(s->cfg->dist.comm, "nccl") == 0);
+}
+
 /* What keeps this configuration off a CUDA device for now, or NULL. */
 static const char *device_blocker(const st_session *s) {
     const st_config *c = s->cfg;
-    if (s->world > 1)
-        return "data-parallel training on GPUs needs the NCCL communicator, not written yet";
+    if (s->world > 1 || strcmp(c->dist.comm, "nccl") == 0) { /* the gradients go through NCCL (dist.c) */
+        if (!st_comm_nccl_built())
+            return "data-parallel training on GPUs needs the NCCL communicator, which this build left out (nccl.h "
+                   "was not found under NCCL_HOME; see docs/cuda.md)";
+        if (strcmp(c->dist.strategy, "zero1") == 0 || strcmp(c->dist.strategy, "zero2") == 0)
+            return "dist.strategy zero1/zero2 on CUDA devices is not written yet (ddp is)";
+        if (strcmp(c->dist.grad_dtype, "fp32") != 0)
+            return "dist.grad_dtype bf16/fp16 on CUDA devices is not written yet (fp32 buckets are)";
+    }
     if (strcmp(c->precision, "bf16") == 0 || strcmp(c->precision, "fp16") == 0)
         return "bf16/fp16 on a CUDA device is not written yet (the CPU only emulates its rounding)";
     if (c->dist.deterministic) return "dist.deterministic folds gradients on the host, not on a CUDA device yet";
@@ -80,6 +91,24 @@ static st_status setup_device(st_session *s) {
     snprintf(c->train.device, sizeof c->train.device, "cpu");
     snprintf(note, sizeof note, "%s", why);
     st_config_mark_auto(c, "train.device", note);
+    return ST_OK;
+}
+
+/* Several ranks: every one on a GPU or none (NCCL needs them all, and the
+ * ranks of one run compute alike). With auto, a rank without a usable GPU
+ * (e.g. more ranks on a node than GPUs) sends every rank to the CPU. */
+static st_status agree_device(st_session *s, bool auto_) {
+    if (s->world == 1) return ST_OK;
+    int64_t all = s->dev != NULL;
+    ST_TRY(st_comm_all_reduce_sync(s->comm, &all, &all, 1, ST_COMM_I64, ST_COMM_MIN, "device agreement"));
+    if (all || !s->dev) return ST_OK;
+    if (!auto_)
+        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: another rank has no usable CUDA device (its message "
+                                           "says why); every rank needs a GPU of its own");
+    st_device_free(s->dev);
+    s->dev = NULL;
+    snprintf(s->cfg->train.device, sizeof s->cfg->train.device, "cpu");
+    st_config_mark_auto(s->cfg, "train.device", "another rank has no usable CUDA device: every rank trains on the CPU");
     return ST_OK;
 }
 
@@ -239,6 +268,10 @@ static st_status plan(st_session *s, st_model_input *in) {
         snprintf(c->precision, sizeof c->precision, "fp32");
         st_config_mark_auto(c, "precision", "fp32 on a CUDA device: its bf16 kernels are not written yet");
     }
+    if (s->dev && strcmp(c->dist.strategy, "auto") == 0) {
+        snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
+        st_config_mark_auto(c, "dist.strategy", "ddp on CUDA devices: ZeRO there is not written yet");
+    }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
         return st_fail(ST_ERR_CONFIG,
@@ -311,7 +344,13 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         ST_TRY(st);
     }
     setup_threads(s);
+    const bool dev_auto = strcmp(cfg->train.device, "auto") == 0, dev_cpu = strcmp(cfg->train.device, "cpu") == 0;
     ST_TRY(setup_device(s));
+    if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
+    if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0)
+        return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
+                                      "dist.comm: auto");
+    if (st_session_uses_nccl(s)) ST_TRY(st_comm_nccl_init(s->comm, s->dev, &cc, &s->dcomm));
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));
@@ -323,6 +362,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 void st_session_close(st_session *s) {
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
+    st_comm_free(s->dcomm); /* NCCL: before its device and its host communicator */
     st_device_free(s->dev); /* after everything that lives there */
     st_dataset_free(&s->train);
     st_dataset_free(&s->val);

@@ -21,6 +21,7 @@ typedef struct st_session {
     FILE *out;
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */
+    st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
@@ -36,5 +37,9 @@ void st_session_close(st_session *s);
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
 
 double st_now(void);
+
+/* The run's gradients go through NCCL: a CUDA device and several ranks (or
+ * dist.comm nccl). */
+bool st_session_uses_nccl(const st_session *s);
 
 #endif

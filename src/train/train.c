@@ -210,14 +210,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
         st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, &m->params, c->train.batch_size, mb, n);
+        s = st_ddp_agree(ses->comm, ses->dcomm ? ses->dcomm : ses->comm, &m->params, c->train.batch_size, mb, n);
         if (s != ST_OK) {
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
         }
     }
     /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
-    ST_GOTO(st_dist_init(&dd, ses->comm, c, &m->params, &mg.g, accum));
+    /* (on CUDA devices the gradients travel through NCCL: ses->dcomm) */
+    ST_GOTO(st_dist_init(&dd, ses->dcomm ? ses->dcomm : ses->comm, c, &m->params, &mg.g, accum));
     int64_t opt_lo, opt_hi;
     st_dist_range(&dd, &opt_lo, &opt_hi);
     ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
@@ -340,6 +341,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const double t0 = step_mark.t0;
         st_trace_mark mark;
         if (dist) st_comm_set_step(ses->comm, step + 1);
+        st_comm_set_step(ses->dcomm, step + 1); /* (NCCL's errors name the step too; NULL: nothing) */
         ST_GOTO(st_dist_step_begin(&dd));
         double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
@@ -390,7 +392,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a
              * logged line (on every rank: under ZeRO it is a collective). */
-            if (dev) { /* one rank: the norm and the clip stay on the device; a logged norm comes back */
+            if (dev) { /* the norm (of the whole, averaged gradient) and the clip stay on the device */
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL));
             } else {
                 if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
