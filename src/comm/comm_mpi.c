@@ -127,6 +127,14 @@ static bool rs_in_place(const st_comm *c, const st_comm_req *r) {
            (const char *)r->send + (size_t)c->rank * r->count * st_comm_dtype_size(r->dt);
 }
 
+static void finish(st_comm *c, st_mpi_req *q) {
+    st_comm_req *r = &q->base;
+    if (r->kind == ST_COMM_KIND_REDUCE_SCATTER && rs_in_place(c, r) && c->rank != 0)
+        memmove(r->recv, r->send, r->count * st_comm_dtype_size(r->dt));
+    r->status = ST_OK;
+    st_comm_req_done(c, r);
+}
+
 static st_status post(st_comm *c, st_mpi_req *q) {
     st_mpi_comm *m = c->impl;
     st_comm_req *r = &q->base;
@@ -134,10 +142,11 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     int n = (int)r->count;
     int rc = MPI_SUCCESS;
     void *send = (void *)r->send;
-    if (st_shm_takes(m->shm, r)) {
-        q->shm = true;
-        st_shm_post(m->shm, r);
-        set_state(c, r, ST_COMM_REQ_RUNNING);
+    if (q->shm) { /* posted to shared memory while its check ran, and the check passed */
+        if (q->shm_done)
+            finish(c, q);
+        else
+            set_state(c, r, ST_COMM_REQ_RUNNING);
         return ST_OK;
     }
     switch (r->kind) {
@@ -182,29 +191,35 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     return ST_OK;
 }
 
-/* Post every queued collective whose predecessors are all posted. */
+/* Post every queued collective whose predecessors are all posted. A
+ * shared-memory all-reduce is posted (its data copied in) while its check is
+ * still in flight: it cannot overrun a buffer or hang MPI, and it does not
+ * complete until the check has passed. */
 static st_status post_ready(st_comm *c) {
+    st_mpi_comm *m = c->impl;
     for (int i = 0; i < c->n_pending; i++) {
         st_comm_req *r = c->pending[i];
+        st_mpi_req *q = (st_mpi_req *)r;
         if (r->kind == ST_COMM_KIND_INTERNAL || r->state == ST_COMM_REQ_RUNNING) continue;
+        if (r->state == ST_COMM_REQ_CHECKING || (r->state == ST_COMM_REQ_QUEUED && !q->shm)) {
+            if (!q->shm && st_shm_takes(m->shm, r)) {
+                q->shm = true;
+                st_shm_post(m->shm, r);
+            }
+            if (q->shm && r->state == ST_COMM_REQ_CHECKING) continue;
+        }
         if (r->state != ST_COMM_REQ_QUEUED) break; /* still being checked: later ones wait */
-        ST_TRY(post(c, (st_mpi_req *)r));
+        ST_TRY(post(c, q));
+        if (r->state == ST_COMM_REQ_DONE) i--; /* finished at once and taken off the list */
     }
     return ST_OK;
-}
-
-static void finish(st_comm *c, st_mpi_req *q) {
-    st_comm_req *r = &q->base;
-    if (r->kind == ST_COMM_KIND_REDUCE_SCATTER && rs_in_place(c, r) && c->rank != 0)
-        memmove(r->recv, r->send, r->count * st_comm_dtype_size(r->dt));
-    r->status = ST_OK;
-    st_comm_req_done(c, r);
 }
 
 static st_status mpi_start(st_comm *c, st_comm_req *r) {
     st_mpi_comm *m = c->impl;
     st_mpi_req *q = (st_mpi_req *)r;
     q->check = q->data = MPI_REQUEST_NULL;
+    q->shm = q->shm_done = false;
     st_mpi_board_note(c, r->seq, r->step);
     int every = c->cfg.check_every;
     if (every > 0 && c->size > 1 && (r->seq - 1) % (uint64_t)every == 0) {

@@ -22,7 +22,8 @@ typedef struct st_mpi_slot {
 
 typedef struct st_mpi_req {
     st_comm_req base;
-    bool shm;                     /* goes through the node's shared segment (comm_shm.c), not MPI */
+    bool shm;      /* posted to the node's shared segment (comm_shm.c), not MPI */
+    bool shm_done; /* its data moved; it completes once its check has passed */
     MPI_Request check;            /* the collective check's all-reduce, or MPI_REQUEST_NULL */
     MPI_Request data;             /* the collective itself */
     uint64_t fp_in[2], fp_out[2]; /* (hash, ~hash) and its minimum over ranks */

@@ -243,9 +243,12 @@ int st_shm_progress(st_shm *s, st_comm *c, bool *moved) {
                 st_comm_req *r = p.o->r;
                 s->head = (s->head + 1) % ST_COMM_MAX_PENDING;
                 s->n_ops--;
-                r->status = ST_OK;
-                st_comm_req_done(c, r);
-                done++;
+                ((st_mpi_req *)r)->shm_done = true;
+                if (r->state == ST_COMM_REQ_RUNNING) { /* else its check has not passed yet */
+                    r->status = ST_OK;
+                    st_comm_req_done(c, r);
+                    done++;
+                }
             }
         }
         if (!any) break;

@@ -77,13 +77,19 @@ fault count $((T + 10)) "collectives out of step at collective number 5" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
     -np 2 "$bin" count --rank 1 --step 1 --timeout $T
 # The faults again with the gradient all-reduces (4000 bytes) going through the
-# shared-memory all-reduce (comm_shm.c): its waits spin under the same watchdog.
+# shared-memory all-reduce (comm_shm.c): its waits spin under the same watchdog,
+# and it moves data while its collective check is in flight but completes only
+# after the check has passed (a desync is reported, not hung on).
 export SCALETRAIN_SHM_MIN_BYTES=1024
 fault shm-kill-watchdog $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
     "rank 1 (pid" "gone" -- --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
 fault shm-stop $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
     "rank 1 (pid" "has not called it" "number 7, at step 2" "stopped" -- \
     -np 3 "$bin" stop --rank 1 --step 3 --timeout $T
+fault shm-desync $((T + 10)) "collectives out of step at collective number 9" \
+    "ranks 0,2 called all-reduce 'grad bucket 1' (seq 9, step 3, 1000 x float32, avg)" \
+    "rank 1 called broadcast 'params' (seq 9, step 3, 10 x float32 from rank 0)" -- \
+    -np 3 "$bin" desync --rank 1 --step 3 --timeout $T
 fault shm-count $((T + 10)) "collectives out of step at collective number 5" \
     "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
