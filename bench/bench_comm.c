@@ -37,8 +37,8 @@ static double now(void) {
     } while (0)
 
 /* The slowest rank's best mean time per all-reduce of `count` floats. */
-static st_status time_all_reduce(st_comm *c, const float *send, float *recv, size_t count, int iters, int reps,
-                                 float *out) {
+static st_status time_all_reduce(st_comm *c, const float *send, float *recv, size_t count, int iters,
+                                 int reps, float *out) {
     for (int w = 0; w < 2; w++)
         ST_TRY(st_comm_all_reduce_sync(c, send, recv, count, ST_COMM_F32, ST_COMM_SUM, "warm-up"));
     for (int rep = 0; rep < reps; rep++) {
@@ -103,8 +103,9 @@ int main(int argc, char **argv) {
         if (cm)
             printf("# time: through shared memory from %zu bytes on (or SCALETRAIN_SHM_MIN_BYTES); "
                    "mpi(us): MPI_Iallreduce alone\n",
-                   getenv("SCALETRAIN_SHM_MIN_BYTES") ? (size_t)strtoull(getenv("SCALETRAIN_SHM_MIN_BYTES"), NULL, 10)
-                                                      : cfg.shm_min_bytes);
+                   getenv("SCALETRAIN_SHM_MIN_BYTES")
+                       ? (size_t)strtoull(getenv("SCALETRAIN_SHM_MIN_BYTES"), NULL, 10)
+                       : cfg.shm_min_bytes);
         printf("# %12s %12s %6s %12s %12s %12s %12s %8s %7s\n", "size(B)", "count", "iters", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)", "mpi(us)", "mpi/shm", "#wrong");
     }
@@ -127,8 +128,8 @@ int main(int argc, char **argv) {
         wrong_total += wrong != 0;
         double algbw = (double)bytes / dt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0)
-            printf("  %12zu %12zu %6d %12.1f %12.3f %12.3f %12.1f %8.2f %7lld\n", bytes, count, iters, dt * 1e6,
-                   algbw, busbw, dt_mpi * 1e6, cm ? dt_mpi / dt : 0.0, (long long)wrong);
+            printf("  %12zu %12zu %6d %12.1f %12.3f %12.3f %12.1f %8.2f %7lld\n", bytes, count, iters,
+                   dt * 1e6, algbw, busbw, dt_mpi * 1e6, cm ? dt_mpi / dt : 0.0, (long long)wrong);
         if (bytes == max_bytes) break;
     }
     free(send);

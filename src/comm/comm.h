@@ -176,8 +176,9 @@ st_status st_comm_wait_all(st_comm *c); /* every outstanding operation; handles 
  * before backward and not touched until after it makes almost no progress
  * meanwhile. The backward pass calls st_comm_progress between layers (cheap:
  * one MPI_Testsome over the outstanding requests); it also starts collectives
- * whose collective check has passed. Returns the first error of any
- * operation. */
+ * whose collective check has passed, and does this rank's share of the
+ * shared-memory all-reduces (shm_min_bytes above) that the other ranks'
+ * progress has made possible. Returns the first error of any operation. */
 st_status st_comm_progress(st_comm *c);
 
 /* Blocking forms: start, then wait. */

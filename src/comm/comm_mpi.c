@@ -304,10 +304,11 @@ static void mpi_describe_missing(st_comm *c, uint64_t seq, char *buf, size_t cap
     if (!m || !m->shm || len + 200 >= cap) return;
     char where[1024];
     if (!st_shm_describe(m->shm, where, sizeof where)) return;
-    snprintf(buf + len, cap - len,
-             "scaletrain: rank %d: shared-memory all-reduce, the last piece each rank copied in/reduced/copied "
-             "out: %s\n",
-             c->rank, where);
+    snprintf(
+        buf + len, cap - len,
+        "scaletrain: rank %d: shared-memory all-reduce, the last piece each rank copied in/reduced/copied "
+        "out: %s\n",
+        c->rank, where);
 }
 
 static void mpi_abort(st_comm *c, int code) { MPI_Abort(MPI_COMM_WORLD, code); }

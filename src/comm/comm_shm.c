@@ -98,7 +98,8 @@ static uint64_t min_of(const shm_line *l, int n) {
 
 static void publish(shm_line *l, uint64_t k) { atomic_store_explicit(&l->v, k, memory_order_release); }
 
-static st_status shm_attach(void *base, int rank, int size, size_t min_bytes, size_t piece_bytes, st_shm **out) {
+static st_status shm_attach(void *base, int rank, int size, size_t min_bytes, size_t piece_bytes,
+                            st_shm **out) {
     *out = NULL;
     st_shm *s = calloc(1, sizeof *s);
     if (!s) return st_fail(ST_ERR_NOMEM, "rank %d: no memory for the shared-memory all-reduce", rank);
@@ -115,7 +116,6 @@ static st_status shm_attach(void *base, int rank, int size, size_t min_bytes, si
     *out = s;
     return ST_OK;
 }
-
 
 bool st_shm_takes(const st_shm *s, const st_comm_req *r) {
     return s && r->kind == ST_COMM_KIND_ALL_REDUCE && r->dt == ST_COMM_F32 &&
@@ -275,7 +275,8 @@ bool st_shm_describe(const st_shm *s, char *buf, size_t cap) {
     buf[0] = '\0';
     uint64_t first = atomic_load(&s->out[0].v);
     for (int j = 0; j < s->size && len < cap; j++) {
-        uint64_t in = atomic_load(&s->in[j].v), red = atomic_load(&s->red[j].v), out = atomic_load(&s->out[j].v);
+        uint64_t in = atomic_load(&s->in[j].v), red = atomic_load(&s->red[j].v),
+                 out = atomic_load(&s->out[j].v);
         differ = differ || in != first || red != first || out != first;
         int w = snprintf(buf + len, cap - len, "%srank %d %llu/%llu/%llu", j ? ", " : "", j,
                          (unsigned long long)in, (unsigned long long)red, (unsigned long long)out);
@@ -294,8 +295,10 @@ static st_status env_bytes(st_comm *c, const char *name, size_t *v) { /* rank 0 
     errno = 0;
     unsigned long long x = strtoull(e, &end, 10);
     if (errno || *end || *e == '-')
-        return st_comm_fail(c, NULL, ST_ERR_CONFIG, "%s=%s is not a number of bytes (0 turns the shared-memory "
-                            "all-reduce off)", name, e);
+        return st_comm_fail(c, NULL, ST_ERR_CONFIG,
+                            "%s=%s is not a number of bytes (0 turns the shared-memory "
+                            "all-reduce off)",
+                            name, e);
     *v = (size_t)x;
     return ST_OK;
 }
@@ -361,7 +364,8 @@ st_status st_mpi_shm_open(st_comm *c) {
     if (rc != MPI_SUCCESS) return st_mpi_fail(c, NULL, rc, "MPI_Bcast (shared-memory all-reduce settings)");
     if (bad) return bad;
     if (w[2])
-        return st_comm_fail(c, NULL, ST_ERR_CONFIG, "rank 0's SCALETRAIN_SHM_* settings are invalid (its "
+        return st_comm_fail(c, NULL, ST_ERR_CONFIG,
+                            "rank 0's SCALETRAIN_SHM_* settings are invalid (its "
                             "message says which)");
     if (w[0] == 0 || c->size < 2 || c->local_size != c->size) return ST_OK;
     size_t piece_bytes = (size_t)w[1];
@@ -373,7 +377,8 @@ st_status st_mpi_shm_open(st_comm *c) {
     void *base = map_segment(c, m->node, bytes, why, sizeof why);
     if (!base) {
         if (c->rank == 0)
-            fprintf(stderr, "scaletrain: warning: no shared-memory all-reduce (%s); all-reduces go through MPI\n",
+            fprintf(stderr,
+                    "scaletrain: warning: no shared-memory all-reduce (%s); all-reduces go through MPI\n",
                     why);
         return ST_OK;
     }

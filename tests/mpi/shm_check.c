@@ -10,7 +10,8 @@
  * counts, counts not divisible by the ranks, counts larger than the whole
  * segment (run with SCALETRAIN_SHM_PIECE_BYTES=4096 for many small pieces);
  * many collectives in flight, MPI ones among them, waited for out of order;
- * and that the segment is really mapped (/proc/self/maps).
+ * and that the segment is really mapped, by the first communicator only
+ * (/proc/self/maps).
  * Usage: shm_check [MAX_COUNT] (the counts up to MAX_COUNT only). */
 #include <stdint.h>
 #include <unistd.h>
@@ -41,21 +42,23 @@ static float want_sum(size_t i, unsigned salt) {
 
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
-static bool segment_mapped(void) {
+/* Mappings of a shared-memory all-reduce segment in this process. */
+static int segments_mapped(void) {
     FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) return false;
+    if (!f) return -1;
     char line[512];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, "/dev/shm/scaletrain-allreduce") != NULL;
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "/dev/shm/scaletrain-allreduce") != NULL;
     fclose(f);
-    return found;
+    return n;
 }
 
 /* One count through both communicators, sum out of place and avg in place. */
 static void test_count(st_comm *shm, st_comm *mpi, size_t n) {
     unsigned salt = (unsigned)n;
-    float *x = malloc((n + 1) * sizeof *x), *y = malloc((n + 1) * sizeof *y), *z = malloc((n + 1) * sizeof *z);
+    float *x = malloc((n + 1) * sizeof *x), *y = malloc((n + 1) * sizeof *y),
+          *z = malloc((n + 1) * sizeof *z);
     for (size_t i = 0; i < n; i++)
         x[i] = val(R, i, salt);
     y[n] = z[n] = x[n] = -7.0f;
@@ -68,9 +71,11 @@ static void test_count(st_comm *shm, st_comm *mpi, size_t n) {
         differ_mpi += !same_bits(y[i], z[i]);
     }
     CHECK(bad == 0, "n %zu: %zu element(s) of the shm sum differ from the rank-order sum", n, bad);
-    if (N == 2) CHECK(differ_mpi == 0, "n %zu: %zu element(s) of the shm sum differ from MPI's", n, differ_mpi);
+    if (N == 2)
+        CHECK(differ_mpi == 0, "n %zu: %zu element(s) of the shm sum differ from MPI's", n, differ_mpi);
     if (R == 0 && N > 2 && differ_mpi)
-        printf("n %zu: %zu of %zu elements differ from MPI's sum (MPI adds in its own order)\n", n, differ_mpi, n);
+        printf("n %zu: %zu of %zu elements differ from MPI's sum (MPI adds in its own order)\n", n,
+               differ_mpi, n);
     CHECK(x[n] == -7.0f && y[n] == -7.0f, "n %zu: wrote past the end", n);
     for (size_t i = 0; i < n; i++)
         if (!same_bits(x[i], val(R, i, salt))) {
@@ -154,8 +159,11 @@ int main(int argc, char **argv) {
         st_comm_free(shm);
         return 77;
     }
-    CHECK(segment_mapped(), "rank %d: no /dev/shm/scaletrain-allreduce segment is mapped", R);
-    const size_t counts[] = {1, 2, 7, 15, 16, 17, 1000, 1001, 4095, 4096, 4097, 65537, (1u << 20) + 3, 3u << 20};
+    int maps = segments_mapped();
+    CHECK(maps == 1, "rank %d: %d /dev/shm/scaletrain-allreduce segments are mapped, want 1 (the shm "
+          "communicator's)", R, maps);
+    const size_t counts[] = {1,       2, 7, 15, 16, 17, 1000, 1001, 4095, 4096, 4097, 65537, (1u << 20) + 3,
+                             3u << 20};
     for (size_t t = 0; t < sizeof counts / sizeof counts[0] && counts[t] <= max_count; t++)
         test_count(shm, mpi, counts[t]);
     test_in_flight(shm);
