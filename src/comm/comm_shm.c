@@ -1,9 +1,10 @@
 /* The node-local all-reduce of the MPI backend: when every rank of the job is
  * on one node, float32 sum and average all-reduces of at least
- * shm_min_bytes go through one shared segment (MPI_Win_allocate_shared on
- * the node communicator) instead of MPI_Iallreduce, whose copy-in/copy-out
- * FIFOs cost several ms of CPU for a gradient bucket and move only while a
- * rank is inside MPI.
+ * shm_min_bytes go through one shared segment (a /dev/shm file that rank 0
+ * creates and names to the others over MPI at start-up, unlinked once all
+ * have mapped it) instead of MPI_Iallreduce, whose copy-in/copy-out FIFOs
+ * cost several ms of CPU for a gradient bucket and move only while a rank is
+ * inside MPI.
  *
  * A buffer goes in pieces of at most piece_bytes; piece k (numbered 1, 2, ...
  * over the communicator's life, in the collectives' sequence order, so the
@@ -29,6 +30,9 @@
  * waits point only to earlier phases or pieces: no cycle, no deadlock while
  * every rank drives progress.
  *
+ * The MPI backend posts a collective here in sequence order as soon as its
+ * collective check is started (the data move while the check is in flight)
+ * and completes it only when the check has passed (comm_mpi.c, post_ready).
  * Nothing here blocks: st_shm_progress does what the counters allow and
  * returns; the MPI backend calls it from st_comm_progress and spins on it in
  * st_comm_wait (with a pause, then sched_yield), under the same watchdog as
@@ -331,7 +335,8 @@ static void *map_segment(st_comm *c, MPI_Comm node, size_t bytes, char *why, siz
         }
     }
     if (ok) {
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        /* Populated now: no page faults in the first training step. */
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) {
             snprintf(why, cap, "rank %d: mmap of %s (%zu bytes): %s", c->rank, name, bytes, strerror(errno));
             p = NULL;
