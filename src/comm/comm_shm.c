@@ -14,8 +14,9 @@
  *   1. copy-in: copies every slice but its own into its slot (no one else
  *      reads its own slice of its data);
  *   2. reduce: once every rank has copied in, sums slice r over ranks 0, 1,
- *      ..., N-1 in that order (its own data from its send buffer), and writes
- *      the sum to slice r of its own slot and of its receive buffer. The order
+ *      ..., N-1 in that order (its own data from its send buffer; an average
+ *      divided by N), and writes it to slice r of its own slot and of its
+ *      receive buffer. The order
  *      is fixed: every rank gets the same bits, run after run; with 2 ranks
  *      they are MPI's (a + b == b + a);
  *   3. copy-out: once every rank has reduced, copies slice j of rank j's slot
@@ -179,10 +180,14 @@ static void copy_in(st_shm *s, const piece *p) {
     }
 }
 
-/* Slice r of the sum, ranks added in order 0, 1, ..., N-1. */
+/* Slice r of the sum, ranks added in order 0, 1, ..., N-1; an average is
+ * divided here (the same division as comm.c's, one pass less over the
+ * buffer). */
 static void reduce(st_shm *s, const piece *p) {
     enum { BLOCK = 1024 };
     float acc[BLOCK];
+    const bool avg = p->o->r->op == ST_COMM_AVG;
+    const float n_ranks = (float)s->size;
     const float *x = (const float *)p->o->r->send + p->off;
     float *y = (float *)p->o->r->recv + p->off, *res = slot(s, p, s->rank);
     size_t lo, hi;
@@ -197,6 +202,9 @@ static void reduce(st_shm *s, const piece *p) {
                 for (size_t i = 0; i < n; i++)
                     acc[i] += src[i];
         }
+        if (avg)
+            for (size_t i = 0; i < n; i++)
+                acc[i] /= n_ranks;
         memcpy(res + b, acc, n * sizeof(float));
         memcpy(y + b, acc, n * sizeof(float));
     }
@@ -248,6 +256,7 @@ int st_shm_progress(st_shm *s, st_comm *c, bool *moved) {
                 s->head = (s->head + 1) % ST_COMM_MAX_PENDING;
                 s->n_ops--;
                 ((st_mpi_req *)r)->shm_done = true;
+                r->averaged = r->op == ST_COMM_AVG;
                 if (r->state == ST_COMM_REQ_RUNNING) { /* else its check has not passed yet */
                     r->status = ST_OK;
                     st_comm_req_done(c, r);
