@@ -7,6 +7,10 @@
  *   mpirun -np 2 build/bench/bench_comm [--min BYTES] [--max BYTES] [--check-every N] [--reps R]
  *
  * --check-every 0 turns the collective check off, to measure what it costs.
+ * With several ranks on one node it times each size twice, through the
+ * shared-memory all-reduce (src/comm/comm_shm.c, the default) and through MPI
+ * (a second communicator with it off), and prints MPI's time beside it with
+ * the ratio mpi/shm.
  * Each size is timed R times (default 3) and the best is reported: on a
  * shared machine the noise only ever adds time.
  * Not a test: it exits non-zero only when a result is wrong or a call fails. */
@@ -32,6 +36,23 @@ static double now(void) {
         }                                                                                                    \
     } while (0)
 
+/* The slowest rank's best mean time per all-reduce of `count` floats. */
+static st_status time_all_reduce(st_comm *c, const float *send, float *recv, size_t count, int iters,
+                                 int reps, float *out) {
+    for (int w = 0; w < 2; w++)
+        ST_TRY(st_comm_all_reduce_sync(c, send, recv, count, ST_COMM_F32, ST_COMM_SUM, "warm-up"));
+    for (int rep = 0; rep < reps; rep++) {
+        ST_TRY(st_comm_barrier_sync(c, "start"));
+        double t0 = now();
+        for (int it = 0; it < iters; it++)
+            ST_TRY(st_comm_all_reduce_sync(c, send, recv, count, ST_COMM_F32, ST_COMM_SUM, "timed"));
+        float t = (float)((now() - t0) / iters);
+        ST_TRY(st_comm_all_reduce_sync(c, &t, &t, 1, ST_COMM_F32, ST_COMM_MAX, "slowest time"));
+        if (rep == 0 || t < *out) *out = t;
+    }
+    return ST_OK;
+}
+
 int main(int argc, char **argv) {
     size_t min_bytes = 1024, max_bytes = 100u << 20;
     int reps = 3;
@@ -51,7 +72,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    st_comm *c = NULL;
+    st_comm *c = NULL, *cm = NULL;
     float *send = NULL, *recv = NULL;
     int wrong_total = 0;
     if (st_comm_init(&cfg, &c) != ST_OK) {
@@ -59,6 +80,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = st_comm_rank(c), n = st_comm_size(c);
+    if (n > 1 && st_comm_local_size(c) == n) {
+        st_comm_config cfg_mpi = cfg;
+        cfg_mpi.backend = ST_COMM_MPI;
+        cfg_mpi.shm_min_bytes = 0;
+        TRY(st_comm_init(&cfg_mpi, &cm));
+    }
     size_t max_count = max_bytes / sizeof(float);
     send = malloc(max_count * sizeof *send);
     recv = malloc(max_count * sizeof *recv);
@@ -73,8 +100,14 @@ int main(int argc, char **argv) {
         printf(
             "# all-reduce (sum, float32, out of place), %d rank(s), backend %s, collective check every %d\n",
             n, st_comm_backend_name(c), cfg.check_every);
-        printf("# %12s %12s %6s %12s %12s %12s %7s\n", "size(B)", "count", "iters", "time(us)", "algbw(GB/s)",
-               "busbw(GB/s)", "#wrong");
+        if (cm)
+            printf("# time: through shared memory from %zu bytes on (or SCALETRAIN_SHM_MIN_BYTES); "
+                   "mpi(us): MPI_Iallreduce alone\n",
+                   getenv("SCALETRAIN_SHM_MIN_BYTES")
+                       ? (size_t)strtoull(getenv("SCALETRAIN_SHM_MIN_BYTES"), NULL, 10)
+                       : cfg.shm_min_bytes);
+        printf("# %12s %12s %6s %12s %12s %12s %12s %8s %7s\n", "size(B)", "count", "iters", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)", "mpi(us)", "mpi/shm", "#wrong");
     }
     if (rank == 0 && reps > 1) printf("# best of %d repetitions per size\n", reps);
     for (size_t bytes = min_bytes;; bytes *= 4) { /* x4 steps, then max_bytes itself */
@@ -83,18 +116,9 @@ int main(int argc, char **argv) {
         /* About 0.2 s of transfers at 1 GB/s, between 5 and 1000 iterations. */
         int iters = (int)(200e6 / (double)bytes);
         iters = iters < 5 ? 5 : iters > 1000 ? 1000 : iters;
-        for (int w = 0; w < 2; w++)
-            TRY(st_comm_all_reduce_sync(c, send, recv, count, ST_COMM_F32, ST_COMM_SUM, "warm-up"));
-        float dt = 0;
-        for (int rep = 0; rep < reps; rep++) {
-            TRY(st_comm_barrier_sync(c, "start"));
-            double t0 = now();
-            for (int it = 0; it < iters; it++)
-                TRY(st_comm_all_reduce_sync(c, send, recv, count, ST_COMM_F32, ST_COMM_SUM, "timed"));
-            float t = (float)((now() - t0) / iters);
-            TRY(st_comm_all_reduce_sync(c, &t, &t, 1, ST_COMM_F32, ST_COMM_MAX, "slowest time"));
-            if (rep == 0 || t < dt) dt = t;
-        }
+        float dt = 0, dt_mpi = 0;
+        if (cm) TRY(time_all_reduce(cm, send, recv, count, iters, reps, &dt_mpi));
+        TRY(time_all_reduce(c, send, recv, count, iters, reps, &dt));
         int64_t wrong = 0;
         for (size_t i = 0; i < count; i++) {
             double want = (double)n * (n - 1) / 2.0 + (double)n * (double)(i % 7);
@@ -104,18 +128,20 @@ int main(int argc, char **argv) {
         wrong_total += wrong != 0;
         double algbw = (double)bytes / dt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0)
-            printf("  %12zu %12zu %6d %12.1f %12.3f %12.3f %7lld\n", bytes, count, iters, dt * 1e6, algbw,
-                   busbw, (long long)wrong);
+            printf("  %12zu %12zu %6d %12.1f %12.3f %12.3f %12.1f %8.2f %7lld\n", bytes, count, iters,
+                   dt * 1e6, algbw, busbw, dt_mpi * 1e6, cm ? dt_mpi / dt : 0.0, (long long)wrong);
         if (bytes == max_bytes) break;
     }
     free(send);
     free(recv);
+    st_comm_free(cm); /* the second one first: the first initialized MPI */
     st_comm_free(c);
     return wrong_total ? 1 : 0;
 fail:
     free(send);
     free(recv);
     st_comm_abort(c, "bench_comm failed");
+    st_comm_free(cm);
     st_comm_free(c);
     return 1;
 }

@@ -103,6 +103,7 @@ typedef struct st_config {
         bool deterministic;        /*                                  default false */
         bool sync_batchnorm;       /* batch-norm statistics over all ranks default false */
         int64_t timeout_s;         /*                                  default 600 */
+        bool shm_allreduce;        /* one node: all-reduce through shared memory default true */
     } dist;
     struct {
         int64_t every;             /* steps between log lines          default 10 */

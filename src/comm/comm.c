@@ -154,7 +154,7 @@ static void pending_remove(st_comm *c, const st_comm_req *r) {
 }
 
 void st_comm_req_done(st_comm *c, st_comm_req *r) {
-    if (r->op == ST_COMM_AVG && r->dt == ST_COMM_F32 && !c->ops->native_avg &&
+    if (r->op == ST_COMM_AVG && r->dt == ST_COMM_F32 && !c->ops->native_avg && !r->averaged &&
         (r->kind == ST_COMM_KIND_ALL_REDUCE || r->kind == ST_COMM_KIND_REDUCE_SCATTER ||
          (r->kind == ST_COMM_KIND_REDUCE && r->root == c->rank)) &&
         c->size > 1) {

@@ -68,10 +68,20 @@ typedef struct st_comm_config {
      * here, a 64-byte all-reduce takes 9 us with it and 3 us without, noise
      * beside a gradient bucket's milliseconds. Default 1: on. */
     int check_every;
+    /* When every rank is on one node, float32 sum and average all-reduces of
+     * at least shm_min_bytes bytes go through a shared-memory segment
+     * (comm_shm.c: each rank reduces its slice over the ranks in rank order,
+     * so every rank gets the same bits, and with 2 ranks MPI's) instead of
+     * MPI; 0 = always MPI. They move in pieces of shm_piece_bytes (the
+     * segment holds 8 pieces per rank). The environment variables
+     * SCALETRAIN_SHM_MIN_BYTES and SCALETRAIN_SHM_PIECE_BYTES override both
+     * (SCALETRAIN_SHM_MIN_BYTES=0 turns it off) unless shm_min_bytes is 0;
+     * rank 0's values hold for every rank. Default 16 KiB and 1 MiB. */
+    size_t shm_min_bytes, shm_piece_bytes;
 } st_comm_config;
 
 #define ST_COMM_CONFIG_INIT                                                                                  \
-    { ST_COMM_AUTO, 600.0, 1 }
+    { ST_COMM_AUTO, 600.0, 1, 16384, 1048576 }
 
 /* Start the communicator. With ST_COMM_AUTO the MPI backend is used when a
  * launcher's variables are present (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK,
@@ -186,8 +196,9 @@ st_status st_comm_wait_all(st_comm *c); /* every outstanding operation; handles 
  * before backward and not touched until after it makes almost no progress
  * meanwhile. The backward pass calls st_comm_progress between layers (cheap:
  * one MPI_Testsome over the outstanding requests); it also starts collectives
- * whose collective check has passed. Returns the first error of any
- * operation. */
+ * whose collective check has passed, and does this rank's share of the
+ * shared-memory all-reduces (shm_min_bytes above) that the other ranks'
+ * progress has made possible. Returns the first error of any operation. */
 st_status st_comm_progress(st_comm *c);
 
 /* Blocking forms: start, then wait. */

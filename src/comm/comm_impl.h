@@ -46,6 +46,7 @@ struct st_comm_req {
     char name[ST_COMM_NAME_MAX];
     double t_start; /* st_comm_now() when started */
     st_comm_state state;
+    bool averaged;    /* the backend already divided an AVG by the size (comm_shm.c) */
     st_status status; /* when DONE */
     bool released;    /* the caller let go of it; freed when DONE or at st_comm_free */
 };

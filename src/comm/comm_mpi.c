@@ -9,6 +9,9 @@
  * Posting strictly in sequence order keeps every rank's order on the data
  * communicator the same even when checks finish out of order. Progress
  * (MPI_Testsome or MPI_Waitsome over the active requests) moves them along.
+ * When all ranks are on one node, large float32 sum/avg all-reduces are
+ * "posted" to the shared-memory all-reduce (comm_shm.c) instead, in the same
+ * order, and progress drives both.
  *
  * Not here: a progress thread (the caller drives progress, comm.h says why),
  * NCCL. */
@@ -124,6 +127,14 @@ static bool rs_in_place(const st_comm *c, const st_comm_req *r) {
            (const char *)r->send + (size_t)c->rank * r->count * st_comm_dtype_size(r->dt);
 }
 
+static void finish(st_comm *c, st_mpi_req *q) {
+    st_comm_req *r = &q->base;
+    if (r->kind == ST_COMM_KIND_REDUCE_SCATTER && rs_in_place(c, r) && c->rank != 0)
+        memmove(r->recv, r->send, r->count * st_comm_dtype_size(r->dt));
+    r->status = ST_OK;
+    st_comm_req_done(c, r);
+}
+
 static st_status post(st_comm *c, st_mpi_req *q) {
     st_mpi_comm *m = c->impl;
     st_comm_req *r = &q->base;
@@ -131,6 +142,13 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     int n = (int)r->count;
     int rc = MPI_SUCCESS;
     void *send = (void *)r->send;
+    if (q->shm) { /* posted to shared memory while its check ran, and the check passed */
+        if (q->shm_done)
+            finish(c, q);
+        else
+            set_state(c, r, ST_COMM_REQ_RUNNING);
+        return ST_OK;
+    }
     switch (r->kind) {
     case ST_COMM_KIND_ALL_REDUCE:
         rc = MPI_Iallreduce(send == r->recv ? MPI_IN_PLACE : send, r->recv, n, t, mpi_op(m, r->op, r->dt),
@@ -173,29 +191,35 @@ static st_status post(st_comm *c, st_mpi_req *q) {
     return ST_OK;
 }
 
-/* Post every queued collective whose predecessors are all posted. */
+/* Post every queued collective whose predecessors are all posted. A
+ * shared-memory all-reduce is posted (its data copied in) while its check is
+ * still in flight: it cannot overrun a buffer or hang MPI, and it does not
+ * complete until the check has passed. */
 static st_status post_ready(st_comm *c) {
+    st_mpi_comm *m = c->impl;
     for (int i = 0; i < c->n_pending; i++) {
         st_comm_req *r = c->pending[i];
+        st_mpi_req *q = (st_mpi_req *)r;
         if (r->kind == ST_COMM_KIND_INTERNAL || r->state == ST_COMM_REQ_RUNNING) continue;
+        if (r->state == ST_COMM_REQ_CHECKING || (r->state == ST_COMM_REQ_QUEUED && !q->shm)) {
+            if (!q->shm && st_shm_takes(m->shm, r)) {
+                q->shm = true;
+                st_shm_post(m->shm, r);
+            }
+            if (q->shm && r->state == ST_COMM_REQ_CHECKING) continue;
+        }
         if (r->state != ST_COMM_REQ_QUEUED) break; /* still being checked: later ones wait */
-        ST_TRY(post(c, (st_mpi_req *)r));
+        ST_TRY(post(c, q));
+        if (r->state == ST_COMM_REQ_DONE) i--; /* finished at once and taken off the list */
     }
     return ST_OK;
-}
-
-static void finish(st_comm *c, st_mpi_req *q) {
-    st_comm_req *r = &q->base;
-    if (r->kind == ST_COMM_KIND_REDUCE_SCATTER && rs_in_place(c, r) && c->rank != 0)
-        memmove(r->recv, r->send, r->count * st_comm_dtype_size(r->dt));
-    r->status = ST_OK;
-    st_comm_req_done(c, r);
 }
 
 static st_status mpi_start(st_comm *c, st_comm_req *r) {
     st_mpi_comm *m = c->impl;
     st_mpi_req *q = (st_mpi_req *)r;
     q->check = q->data = MPI_REQUEST_NULL;
+    q->shm = q->shm_done = false;
     st_mpi_board_note(c, r->seq, r->step);
     int every = c->cfg.check_every;
     if (every > 0 && c->size > 1 && (r->seq - 1) % (uint64_t)every == 0) {
@@ -204,10 +228,17 @@ static st_status mpi_start(st_comm *c, st_comm_req *r) {
         if (rc != MPI_SUCCESS) return st_mpi_fail(c, r, rc, "MPI_Iallreduce (collective check)");
         set_state(c, r, ST_COMM_REQ_CHECKING);
     }
-    return post_ready(c);
+    ST_TRY(post_ready(c));
+    /* A shared-memory all-reduce copies this rank's data in now, so that the
+     * others can reduce their slices of it before this rank comes back. */
+    bool moved = false;
+    if (st_shm_busy(m->shm)) st_shm_progress(m->shm, c, &moved);
+    return ST_OK;
 }
 
-static st_status mpi_progress(st_comm *c, bool block) {
+/* MPI's side of progress: test (or with `block`, wait for) the checks and
+ * collectives in flight; *moved when one finished. */
+static st_status mpi_poll(st_comm *c, bool block, bool *moved) {
     st_mpi_comm *m = c->impl;
     int n = 0;
     for (int i = 0; i < c->n_pending; i++) {
@@ -217,7 +248,7 @@ static st_status mpi_progress(st_comm *c, bool block) {
         if (r->state == ST_COMM_REQ_CHECKING) {
             m->reqs[n] = q->check;
             m->is_check[n] = true;
-        } else if (r->state == ST_COMM_REQ_RUNNING) {
+        } else if (r->state == ST_COMM_REQ_RUNNING && !q->shm) {
             m->reqs[n] = q->data;
             m->is_check[n] = false;
         } else {
@@ -232,6 +263,7 @@ static st_status mpi_progress(st_comm *c, bool block) {
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
         return st_mpi_fail(c, &m->owner[0]->base, rc, block ? "MPI_Waitsome" : "MPI_Testsome");
     if (done == MPI_UNDEFINED) done = 0;
+    if (done > 0) *moved = true;
     for (int k = 0; k < done; k++) {
         int j = m->idx[k];
         st_mpi_req *q = m->owner[j];
@@ -248,6 +280,35 @@ static st_status mpi_progress(st_comm *c, bool block) {
         }
     }
     return post_ready(c);
+}
+
+/* With shared-memory all-reduces in flight a wait must not block inside MPI:
+ * a peer may need this rank's part of one before it can post the MPI
+ * collective this rank would wait for. It spins over both instead. */
+static st_status mpi_progress(st_comm *c, bool block) {
+    st_mpi_comm *m = c->impl;
+    for (int spins = 0;; spins++) {
+        bool moved = false;
+        if (!st_shm_busy(m->shm)) return mpi_poll(c, block, &moved);
+        ST_TRY(mpi_poll(c, false, &moved));
+        if (st_shm_busy(m->shm)) st_shm_progress(m->shm, c, &moved);
+        if (!block || moved) return ST_OK;
+        st_shm_relax(spins);
+    }
+}
+
+static void mpi_describe_missing(st_comm *c, uint64_t seq, char *buf, size_t cap) {
+    st_mpi_describe_missing(c, seq, buf, cap);
+    st_mpi_comm *m = c->impl;
+    size_t len = strlen(buf);
+    if (!m || !m->shm || len + 200 >= cap) return;
+    char where[1024];
+    if (!st_shm_describe(m->shm, where, sizeof where)) return;
+    snprintf(
+        buf + len, cap - len,
+        "scaletrain: rank %d: shared-memory all-reduce, the last piece each rank copied in/reduced/copied "
+        "out: %s\n",
+        c->rank, where);
 }
 
 static void mpi_abort(st_comm *c, int code) { MPI_Abort(MPI_COMM_WORLD, code); }
@@ -273,6 +334,7 @@ static void mpi_free(st_comm *c) {
             free_comm(&m->data);
             free_comm(&m->node);
         }
+        st_mpi_shm_close(c);
         if (m->sum_bf16 != MPI_OP_NULL) MPI_Op_free(&m->sum_bf16);
         if (m->sum_f16 != MPI_OP_NULL) MPI_Op_free(&m->sum_f16);
         /* After a failure the communicators may hold collectives that will
@@ -294,7 +356,7 @@ static const st_comm_ops mpi_ops = {
     .req_size = sizeof(st_mpi_req),
     .start = mpi_start,
     .progress = mpi_progress,
-    .describe_missing = st_mpi_describe_missing,
+    .describe_missing = mpi_describe_missing,
     .abort = mpi_abort,
     .free = mpi_free,
 };
@@ -362,7 +424,8 @@ st_status st_comm_mpi_init(st_comm *c) {
 
     if (c->cfg.timeout_s > 0) ST_TRY(st_watchdog_start(c, c->cfg.timeout_s, &c->watchdog));
     st_comm_req watch;
-    st_comm_watch_begin(c, &watch, "start-up (MPI_Comm_dup, MPI_Comm_split_type, MPI_Win_allocate_shared)");
+    st_comm_watch_begin(c, &watch,
+                        "start-up (MPI_Comm_dup, MPI_Comm_split_type, MPI_Win_allocate_shared, shm_open)");
     st_status s = ST_OK;
     if ((s = dup_world(c, &m->data)) != ST_OK || (s = dup_world(c, &m->check)) != ST_OK ||
         (s = dup_world(c, &m->diag)) != ST_OK)
@@ -381,6 +444,7 @@ st_status st_comm_mpi_init(st_comm *c) {
     MPI_Comm_rank(m->node, &c->local_rank);
     MPI_Comm_size(m->node, &c->local_size);
     st_mpi_board_open(c);
+    s = st_mpi_shm_open(c);
 done:
     st_comm_watch_end(c, &watch);
     return s;

@@ -22,10 +22,14 @@ typedef struct st_mpi_slot {
 
 typedef struct st_mpi_req {
     st_comm_req base;
+    bool shm;      /* posted to the node's shared segment (comm_shm.c), not MPI */
+    bool shm_done; /* its data moved; it completes once its check has passed */
     MPI_Request check;            /* the collective check's all-reduce, or MPI_REQUEST_NULL */
     MPI_Request data;             /* the collective itself */
     uint64_t fp_in[2], fp_out[2]; /* (hash, ~hash) and its minimum over ranks */
 } st_mpi_req;
+
+typedef struct st_shm st_shm; /* comm_shm.c */
 
 typedef struct st_mpi_comm {
     MPI_Comm data;  /* the callers' collectives, in sequence order */
@@ -36,6 +40,7 @@ typedef struct st_mpi_comm {
     bool own_mpi;   /* st_comm_init called MPI_Init_thread */
     MPI_Win win;
     st_mpi_slot *slots; /* (local_size) the node's board, NULL when unavailable */
+    st_shm *shm;        /* the shared-memory all-reduce, NULL when off or not on one node */
     /* Scratch for progress: one entry per active MPI request. */
     MPI_Request *reqs;
     st_mpi_req **owner;
@@ -54,5 +59,18 @@ void st_mpi_board_open(st_comm *c); /* collective over the node; failure leaves 
 void st_mpi_board_close(st_comm *c);
 void st_mpi_board_note(st_comm *c, uint64_t seq, int64_t step);
 void st_mpi_describe_missing(st_comm *c, uint64_t seq, char *buf, size_t cap);
+
+/* comm_shm.c: the shared-memory all-reduce for ranks on one node. */
+st_status st_mpi_shm_open(st_comm *c); /* collective over the node, after the board; off leaves m->shm NULL */
+void st_mpi_shm_close(st_comm *c);
+bool st_shm_takes(const st_shm *s, const st_comm_req *r); /* float32 sum/avg all-reduce, large enough */
+void st_shm_post(st_shm *s, st_comm_req *r);              /* in sequence order, after its check */
+bool st_shm_busy(const st_shm *s);
+/* Do what the segment's counters allow; completes finished requests
+ * (st_comm_req_done) and returns how many; *moved when anything advanced. */
+int st_shm_progress(st_shm *s, st_comm *c, bool *moved);
+void st_shm_relax(int spins); /* a pause, then sched_yield */
+/* "rank 0 3/3/2, rank 1 4/2/2": each rank's last piece copied in / reduced / copied out. */
+bool st_shm_describe(const st_shm *s, char *buf, size_t cap); /* false: no rank is behind another */
 
 #endif

@@ -149,6 +149,8 @@ const st_cfg_key st_cfg_keys[] = {
            "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank (PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
+    K_BOOL("dist.shm_allreduce", dist.shm_allreduce, "true",
+           "when every rank is on one node, float32 gradient all-reduces of 16 KiB or more go through a shared-memory segment (the same bits on every rank); false: through MPI, as SCALETRAIN_SHM_MIN_BYTES=0 (docs/distributed.md)"),
 
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),

@@ -335,6 +335,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     s->out = opts && opts->out ? opts->out : stdout;
     st_comm_config cc = ST_COMM_CONFIG_INIT;
     cc.timeout_s = (double)cfg->dist.timeout_s;
+    if (!cfg->dist.shm_allreduce) cc.shm_min_bytes = 0; /* MPI for every collective, whatever the environment */
     ST_TRY(st_comm_init(&cc, &s->comm));
     s->rank = st_comm_rank(s->comm);
     s->world = st_comm_size(s->comm);

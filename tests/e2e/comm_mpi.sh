@@ -20,6 +20,9 @@ for n in 2 3 4; do
     echo "$out" | grep -v '^ *$' | sed "s/^/[np $n] /"
     [ $rc -eq 0 ] && grep -q "comm_check: ok ($n rank(s), backend mpi)" <<<"$out" || fail "ops on $n ranks: exit $rc"
 done
+# The same with the shared-memory all-reduce off: large all-reduces through MPI too.
+out=$(SCALETRAIN_SHM_MIN_BYTES=0 timeout 60 "${mpi[@]}" -np 3 "$bin" ops 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "comm_check: ok (3 rank(s), backend mpi)" <<<"$out" || fail "ops on 3 ranks, shm off: exit $rc"
 # One process without a launcher: the local backend; and MPI as a singleton.
 out=$(timeout 60 "$bin" ops 2>&1) && grep -q "backend local" <<<"$out" || fail "ops without mpirun: $out"
 out=$(timeout 60 "$bin" ops --backend mpi 2>&1) && grep -q "1 rank(s), backend mpi" <<<"$out" ||
@@ -73,4 +76,23 @@ fault count $((T + 10)) "collectives out of step at collective number 5" \
     "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
     -np 2 "$bin" count --rank 1 --step 1 --timeout $T
+# The faults again with the gradient all-reduces (4000 bytes) going through the
+# shared-memory all-reduce (comm_shm.c): its waits spin under the same watchdog,
+# and it moves data while its collective check is in flight but completes only
+# after the check has passed (a desync is reported, not hung on).
+export SCALETRAIN_SHM_MIN_BYTES=1024
+fault shm-kill-watchdog $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+    "rank 1 (pid" "gone" -- --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
+fault shm-stop $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+    "rank 1 (pid" "has not called it" "number 7, at step 2" "stopped" -- \
+    -np 3 "$bin" stop --rank 1 --step 3 --timeout $T
+fault shm-desync $((T + 10)) "collectives out of step at collective number 9" \
+    "ranks 0,2 called all-reduce 'grad bucket 1' (seq 9, step 3, 1000 x float32, avg)" \
+    "rank 1 called broadcast 'params' (seq 9, step 3, 10 x float32 from rank 0)" -- \
+    -np 3 "$bin" desync --rank 1 --step 3 --timeout $T
+fault shm-count $((T + 10)) "collectives out of step at collective number 5" \
+    "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
+    "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
+    -np 2 "$bin" count --rank 1 --step 1 --timeout $T
+unset SCALETRAIN_SHM_MIN_BYTES
 e2e_finish
