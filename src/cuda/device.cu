@@ -44,6 +44,8 @@ extern "C" void st_cuda_free(st_device *d) {
     cudaSetDevice(d->ordinal);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->lt_ws) cudaFree(d->lt_ws);
+    if (d->flag) cudaFree(d->flag);
+    if (d->scratch) cudaFree(d->scratch);
     if (d->copy) cudaStreamDestroy(d->copy);
     if (d->comm) cudaStreamDestroy(d->comm);
     if (d->compute) cudaStreamDestroy(d->compute);
@@ -65,6 +67,7 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = LT_WORKSPACE_BYTES;
     ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
+    ST_CUDA_TRY_D(d, cudaMalloc((void **)&d->flag, sizeof *d->flag));
     return ST_OK;
 }
 
