@@ -185,7 +185,7 @@ static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx
         printf("left out (CP_SMALL) %s\n", label);
         return;
     }
-    cp_case c = {label, build, fill, ctx, rtol, atol, eval};
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval, ST_PREC_FP32};
     cp_run(&c, dev, seed);
 }
 

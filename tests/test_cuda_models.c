@@ -14,7 +14,20 @@
  * for logits, gradients and buffers (fp32 on both sides, different summation
  * orders through up to ~10 layers); the loss within 1e-5 relative. The
  * device's activation and gradient arenas are NaN before the run, so an
- * unwritten element fails. */
+ * unwritten element fails.
+ *
+ * bf16 and fp16 (docs/precision.md): the mlp, the batch-norm cnn and the GPT
+ * again with precision bf16 and fp16 on both sides, the host emulating the
+ * device's rounding. Every activation is rounded to 16 bits on both sides,
+ * so where the two fp32 sums before a rounding fall on either side of a
+ * 16-bit boundary the values differ by a unit in the last place (2^-8 to
+ * 2^-7 relative in bf16, 2^-11 to 2^-10 in fp16), and later layers carry
+ * that on: RTOL 3e-2 and ATOL 1e-2 (bf16), 4e-3 and 2e-3 (fp16), of the
+ * same scale-aware form; the loss within 5e-3 (bf16) and 1e-3 (fp16)
+ * relative. These bounds are loose next to a rounding error but not next to
+ * a missing rounding point, so the rounding itself is checked exactly: the
+ * device's logits are 16-bit values and its compute copy of the weights is
+ * the host's, bit for bit. */
 #include <unistd.h>
 
 #include "core/mem.h"
@@ -29,6 +42,7 @@ typedef struct model_case {
     const char *type;
     int64_t batch;
     void (*tweak)(st_config *c, st_model_input *in);
+    const char *precision; /* NULL: fp32 */
 } model_case;
 
 static void mlp(st_config *c, st_model_input *in) {
@@ -121,6 +135,11 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     st_config c;
     st_config_defaults(&c);
     snprintf(c.model.type, sizeof c.model.type, "%s", mc->type);
+    if (mc->precision) snprintf(c.precision, sizeof c.precision, "%s", mc->precision);
+    const st_precision prec = st_precision_from_name(c.precision);
+    const double rtol = prec == ST_PREC_BF16 ? 3e-2 : prec == ST_PREC_FP16 ? 4e-3 : RTOL;
+    const double atol = prec == ST_PREC_BF16 ? 1e-2 : prec == ST_PREC_FP16 ? 2e-3 : ATOL;
+    const double ltol = prec == ST_PREC_BF16 ? 5e-3 : prec == ST_PREC_FP16 ? 1e-3 : 1e-5;
     st_model_input in;
     mc->tweak(&c, &in);
     st_model *hm = NULL, *dm = NULL;
@@ -158,25 +177,29 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_graph_backward(&hg.g, 1.0f));
     T_TRY(st_graph_backward(&dg.g, 1.0f));
     T_TRY(st_device_sync(dev));
-    bad += cp_check(mc->label, "loss", dev, dg.loss->data, hg.loss->data, 1, 1e-5, 0);
-    bad += compare(mc->label, "logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, RTOL, ATOL);
+    bad += cp_check(mc->label, "loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
+    bad += compare(mc->label, "logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, rtol, atol);
+    if (prec != ST_PREC_FP32) {
+        bad += cp_check_16(mc->label, "logits", dev, dg.logits->data, hg.logits->count, prec);
+        bad += cp_check(mc->label, "compute copy", dev, dp->compute, hp->compute, hp->count, 0, 0);
+    }
     char what[ST_NAME_MAX + 8];
     for (int i = 0; i < hp->n; i++) {
         const st_tensor *h = hp->t[i], *d = dp->t[i];
         if (h->kind == ST_TENSOR_PARAM) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += compare(mc->label, what, dev, d->grad, h->grad, h->count, RTOL, ATOL);
+            bad += compare(mc->label, what, dev, d->grad, h->grad, h->count, rtol, atol);
         } else {
-            bad += compare(mc->label, h->name, dev, d->data, h->data, h->count, RTOL, ATOL);
+            bad += compare(mc->label, h->name, dev, d->data, h->data, h->count, rtol, atol);
         }
     }
     /* eval: running statistics, no dropout */
     hg.g.training = dg.g.training = false;
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
-    bad += cp_check(mc->label, "eval loss", dev, dg.loss->data, hg.loss->data, 1, 1e-5, 0);
-    bad += compare(mc->label, "eval logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, RTOL,
-                   ATOL);
+    bad += cp_check(mc->label, "eval loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
+    bad += compare(mc->label, "eval logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, rtol,
+                   atol);
     /* weights saved from the device load into a fresh host model unchanged */
     fd = mkstemp(path);
     if (fd < 0) {
@@ -225,11 +248,17 @@ int main(void) {
     if (rc && rc != 77) return rc;
     const uint64_t seed = cp_seed();
     const model_case cases[] = {
-        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp},
-        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn},
-        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias},
-        {"cnn checkpointed", "cnn", 8, cnn_ckpt},
-        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt},
+        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp, NULL},
+        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn, NULL},
+        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias, NULL},
+        {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL},
+        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL},
+        {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16"},
+        {"bf16 cnn 8-16-12 k3 batchnorm+relu, batch 8", "cnn", 8, cnn_bn, "bf16"},
+        {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16"},
+        {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16"},
+        {"fp16 cnn 8-16-12 k3 batchnorm+relu, batch 8", "cnn", 8, cnn_bn, "fp16"},
+        {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], dev, seed + i);
