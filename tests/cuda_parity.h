@@ -46,7 +46,7 @@ typedef struct cp_case {
     cp_build_fn build;
     cp_fill_fn fill; /* NULL: F32 inputs uniform in (-1, 1), I32 inputs 0 */
     void *ctx;
-    double rtol, atol; /* |dev - host| <= atol + rtol * |host| */
+    double rtol, atol; /* |dev - host| <= atol + rtol * |host|; bf16/fp16: atol times max|host| of the tensor */
     bool eval;         /* run in eval mode (g->training false) */
     st_precision prec; /* compute precision; 0 = fp32 */
 } cp_case;
@@ -94,9 +94,10 @@ static inline int cp_compare(const char *label, const char *what, const float *d
     return bad;
 }
 
-/* Download a device tensor's n floats and compare them. */
-static inline int cp_check(const char *label, const char *what, st_device *dev, const float *dptr,
-                           const float *hptr, int64_t n, double rtol, double atol) {
+/* Download a device tensor's n floats and compare them; `scaled`: atol is
+ * relative to the tensor's largest |host| value. */
+static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
+                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
     float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
         fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
@@ -104,9 +105,25 @@ static inline int cp_check(const char *label, const char *what, st_device *dev, 
         st_test_failures++;
         return 1;
     }
-    int bad = cp_compare(label, what, buf, hptr, n, rtol, atol);
+    double mx = 0;
+    for (int64_t i = 0; scaled && i < n; i++)
+        if (fabs((double)hptr[i]) > mx) mx = fabs((double)hptr[i]);
+    int bad = cp_compare(label, what, buf, hptr, n, rtol, scaled ? atol * mx : atol);
+    if (scaled && getenv("CP_REPORT")) { /* what the tolerance is measured against */
+        double w = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double e = fabs((double)buf[i] - (double)hptr[i]) - rtol * fabs((double)hptr[i]);
+            if (e > w) w = e;
+        }
+        printf("  %s: %s: largest (|dev - host| - rtol |host|) / max|host| = %.3g\n", label, what, mx > 0 ? w / mx : w);
+    }
     free(buf);
     return bad;
+}
+
+static inline int cp_check(const char *label, const char *what, st_device *dev, const float *dptr,
+                           const float *hptr, int64_t n, double rtol, double atol) {
+    return cp_check_as(label, what, dev, dptr, hptr, n, rtol, atol, false);
 }
 
 /* Count the elements of device memory that are not `p` values (NaN aside:
@@ -232,14 +249,15 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     }
     CP_TRY(st_device_sync(dev));
     char what[ST_NAME_MAX + 16];
+    const bool scaled = c->prec != ST_PREC_FP32;
     for (int i = 0; i < hg.n_acts; i++) {
         st_tensor *h = hg.acts[i], *d = dg.acts[i];
         if (h->kind != ST_TENSOR_ACT) continue;
-        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        bad += cp_check_as(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol, scaled);
         if (h != hg.loss) bad += cp_check_16(c->label, h->name, dev, d->data, h->count, c->prec);
         if (!c->eval && h->grad && h->requires_grad) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+            bad += cp_check_as(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol, scaled);
             /* the last node's output gradient is the seed: the loss's is not rounded */
             if (h != hg.loss) bad += cp_check_16(c->label, what, dev, d->grad, h->count, c->prec);
         }
@@ -254,10 +272,10 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     }
     for (int i = 0; i < hp.n; i++) {
         st_tensor *h = hp.t[i], *d = dp.t[i];
-        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        bad += cp_check_as(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol, scaled);
         if (!c->eval && h->kind == ST_TENSOR_PARAM) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+            bad += cp_check_as(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol, scaled);
         }
     }
 #undef CP_TRY

