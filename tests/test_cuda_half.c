@@ -38,11 +38,13 @@ static float *make_values(int64_t *n_out) {
         const float f = st_f16_to_f32((uint16_t)h), g = st_f16_to_f32((uint16_t)(h + 1));
         x[k++] = f;
         x[k++] = nextafterf(f, INFINITY);
-        x[k++] = isfinite(f) && isfinite(g) && (h & 0x7fffu) != 0x7fffu ? 0.5f * f + 0.5f * g : f; /* midpoint */
+        x[k++] =
+            isfinite(f) && isfinite(g) && (h & 0x7fffu) != 0x7fffu ? 0.5f * f + 0.5f * g : f; /* midpoint */
         x[k++] = nextafterf(f, -INFINITY);
     }
     st_rng r = st_rng_make(77, 1);
-    for (int64_t i = 0; i < (1 << 20); i++) x[k++] = st_bits_f32((uint32_t)(st_rng_next(&r) >> 32));
+    for (int64_t i = 0; i < (1 << 20); i++)
+        x[k++] = st_bits_f32((uint32_t)(st_rng_next(&r) >> 32));
     *n_out = k;
     return x;
 }
@@ -53,7 +55,8 @@ static int same_bits(const char *what, const float *got, const float *want, int6
     for (int64_t i = 0; i < n; i++) {
         const uint32_t a = st_f32_bits(got[i]), b = st_f32_bits(want[i]);
         if (a == b || (isnan(got[i]) && isnan(want[i]))) continue;
-        if (bad < 5) fprintf(stderr, "FAIL %s: element %lld: 0x%08x, want 0x%08x\n", what, (long long)i, a, b);
+        if (bad < 5)
+            fprintf(stderr, "FAIL %s: element %lld: 0x%08x, want 0x%08x\n", what, (long long)i, a, b);
         bad++;
     }
     if (bad) fprintf(stderr, "FAIL %s: %d of %lld differ\n", what, bad, (long long)n);
@@ -77,7 +80,8 @@ static void check_on(st_device *d, const char *where, const float *x, int64_t n)
     for (int pi = 0; pi < 2; pi++) {
         const st_precision p = precs[pi];
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
-        for (int64_t i = 0; i < n; i++) want[i] = p == ST_PREC_BF16 ? st_round_bf16(x[i]) : st_round_f16(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = p == ST_PREC_BF16 ? st_round_bf16(x[i]) : st_round_f16(x[i]);
         CHECK_OK(st_device_upload(d, dx, x, nb));
         CHECK_OK(st_device_round_f32(d, p, dx, (size_t)n));
         CHECK_OK(st_device_download(d, got, dx, nb));
@@ -102,7 +106,8 @@ static void check_on(st_device *d, const char *where, const float *x, int64_t n)
 
     /* all finite: a clean array, then one Inf or NaN at the start, middle, end */
     const int64_t m = n - 1;
-    for (int64_t i = 0; i < n; i++) want[i] = (float)((i % 2001) - 1000) * 0.25f;
+    for (int64_t i = 0; i < n; i++)
+        want[i] = (float)((i % 2001) - 1000) * 0.25f;
     CHECK_OK(st_device_upload(d, dx, want, nb));
     bool finite = false;
     CHECK_OK(st_device_all_finite(d, dx, (size_t)n, &finite));
@@ -131,7 +136,8 @@ static void check_on(st_device *d, const char *where, const float *x, int64_t n)
     CHECK_OK(st_device_upload(d, dx, x, nb));
     CHECK_OK(st_device_scale_f32(d, dx, (size_t)n, s));
     CHECK_OK(st_device_download(d, got, dx, nb));
-    for (int64_t i = 0; i < n; i++) want[i] = x[i] * s;
+    for (int64_t i = 0; i < n; i++)
+        want[i] = x[i] * s;
     snprintf(what, sizeof what, "%s: st_device_scale_f32", where);
     same_bits(what, got, want, n);
 done:

@@ -177,8 +177,8 @@ static st_status attention_backward(st_node *n, st_graph *g) {
                                                                                                      T);
         ST_CUDA_LAUNCHED();
         /* dQ = dS K scale */
-        ST_TRY(
-            heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs, ST_PREC_FP32));
+        ST_TRY(heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs,
+                     ST_PREC_FP32));
         /* dK = dS^T Q scale */
         ST_TRY(heads(g, a, true, false, T, a.hs, T, a.scale, dp, T, TT, q, a.C3, a.hs, beta, dk, a.C3, a.hs,
                      ST_PREC_FP32));

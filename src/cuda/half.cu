@@ -26,7 +26,8 @@ template <int P> __device__ __forceinline__ float round16(float v) {
 }
 
 template <int P> static __global__ void round_kernel(float *dst, const float *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = round16<P>(src[i]);
 }
 
@@ -36,7 +37,8 @@ extern "C" st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst,
     const int64_t n = (int64_t)count;
     if (p == ST_PREC_FP32) {
         if (dst != src)
-            ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, d->compute));
+            ST_CUDA_TRY_D(
+                d, cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, d->compute));
         return ST_OK;
     }
     if (p == ST_PREC_BF16)
@@ -48,12 +50,14 @@ extern "C" st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst,
 }
 
 static __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 static __global__ void to_f16_kernel(__half *dst, const float *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = __float2half_rn(src[i]);
 }
 
@@ -92,7 +96,8 @@ st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out) {
  * depend on timing. x - x is 0 exactly for finite x. */
 static __global__ void nonfinite_kernel(const float *x, int64_t n, int *flag) {
     bool bad = false;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         bad |= (x[i] - x[i]) != 0.0f;
     if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
 }
