@@ -46,7 +46,7 @@ typedef struct cp_case {
     cp_build_fn build;
     cp_fill_fn fill; /* NULL: F32 inputs uniform in (-1, 1), I32 inputs 0 */
     void *ctx;
-    double rtol, atol; /* |dev - host| <= atol + rtol * |host|; bf16/fp16: atol times max|host| of the tensor */
+    double rtol, atol; /* |dev - host| <= atol + rtol |host|; bf16/fp16: atol times the tensor's max|host| */
     bool eval;         /* run in eval mode (g->training false) */
     st_precision prec; /* compute precision; 0 = fp32 */
 } cp_case;
@@ -115,7 +115,8 @@ static inline int cp_check_as(const char *label, const char *what, st_device *de
             const double e = fabs((double)buf[i] - (double)hptr[i]) - rtol * fabs((double)hptr[i]);
             if (e > w) w = e;
         }
-        printf("  %s: %s: largest (|dev - host| - rtol |host|) / max|host| = %.3g\n", label, what, mx > 0 ? w / mx : w);
+        printf("  %s: %s: largest (|dev - host| - rtol |host|) / max|host| = %.3g\n", label, what,
+               mx > 0 ? w / mx : w);
     }
     free(buf);
     return bad;
@@ -128,8 +129,8 @@ static inline int cp_check(const char *label, const char *what, st_device *dev, 
 
 /* Count the elements of device memory that are not `p` values (NaN aside:
  * its rounding keeps it NaN), and fail the test for them. */
-static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr, int64_t n,
-                              st_precision p) {
+static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr,
+                              int64_t n, st_precision p) {
     if (p == ST_PREC_FP32) return 0;
     float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {

@@ -301,21 +301,22 @@ int main(void) {
             snprintf(label, sizeof label, "%s linear %lldx%lld->%lld%s%s%s", pn, (long long)lin[i].B,
                      (long long)lin[i].K, (long long)lin[i].N, lin[i].bias ? " bias" : "",
                      lin[i].in_out ? " in_out" : "", lin[i].twice ? " +second reader" : "");
-            run_prec(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear, NULL,
-                     (void *)&lin[i], rt, at, false, p, dev, seed + k++);
+            run_prec(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear,
+                     NULL, (void *)&lin[i], rt, at, false, p, dev, seed + k++);
         }
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
-        run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p, dev,
-                 seed + k++);
+        run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
+                 dev, seed + k++);
         const unary_ctx pun[] = {{U_LAYERNORM, 64, 768, true, 0}, {U_GELU, 64, 768, true, 0}};
         for (size_t i = 0; i < sizeof pun / sizeof pun[0]; i++) {
-            snprintf(label, sizeof label, "%s %s %lldx%lld +residual", pn, uname[pun[i].kind], (long long)pun[i].R,
-                     (long long)pun[i].C);
+            snprintf(label, sizeof label, "%s %s %lldx%lld +residual", pn, uname[pun[i].kind],
+                     (long long)pun[i].R, (long long)pun[i].C);
             run_prec(label, pun[i].R * pun[i].C, build_unary, NULL, (void *)&pun[i], rt, at, false, p, dev,
                      seed + k++);
         }
         snprintf(label, sizeof label, "%s softmax_ce 300 rows x 1000 classes", pn);
-        run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, at, false, p, dev, seed + k++);
+        run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, at, false, p, dev,
+                 seed + k++);
     }
 
     st_device_free(dev);

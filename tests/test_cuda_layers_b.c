@@ -190,8 +190,9 @@ static st_status build_flat(st_graph *g, void *ctx) {
 
 /* With CP_SMALL set (compute-sanitizer runs kernels many times slower), a
  * case whose largest tensor exceeds 2^16 elements is left out. */
-static void run_prec(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol, double atol,
-                     bool eval, int64_t largest, st_precision prec, st_device *dev, uint64_t seed) {
+static void run_prec(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol,
+                     double atol, bool eval, int64_t largest, st_precision prec, st_device *dev,
+                     uint64_t seed) {
     if (getenv("CP_SMALL") && largest > 65536) {
         printf("left out (CP_SMALL) %s\n", label);
         return;
@@ -304,9 +305,10 @@ int main(void) {
             for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i += 2) {
                 attn_ctx c = attn[i];
                 c.mode = modes[m];
-                snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn, (long long)c.B,
-                         (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
-                run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p, dev, seed + k++);
+                snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn,
+                         (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
+                run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p, dev,
+                         seed + k++);
             }
             const size_t ci[] = {0, 2, 3};
             for (size_t j = 0; j < 3; j++) {
@@ -315,17 +317,20 @@ int main(void) {
                 snprintf(label, sizeof label, "%s conv2d B%lld %lldx%lldx%lld->%lld k%lld s%lld (%s)", pn,
                          (long long)c.B, (long long)c.H, (long long)c.W, (long long)c.Cin, (long long)c.Cout,
                          (long long)c.k, (long long)c.stride, mode_name(c.mode));
-                run_prec(label, build_conv, NULL, &c, rt, at, false, c.B * c.H * c.W * c.Cout, p, dev, seed + k++);
+                run_prec(label, build_conv, NULL, &c, rt, at, false, c.B * c.H * c.W * c.Cout, p, dev,
+                         seed + k++);
             }
         }
         bn_ctx b = bn[2];
         b.mode = IN_PARAM;
         snprintf(label, sizeof label, "%s batchnorm_relu 4d C33 (x+s, train)", pn);
-        run_prec(label, build_bn, fill_bn, &b, rt, at, false, st_shape_count(b.ndim, b.shape), p, dev, seed + k++);
+        run_prec(label, build_bn, fill_bn, &b, rt, at, false, st_shape_count(b.ndim, b.shape), p, dev,
+                 seed + k++);
         pool_ctx pc = pool[1];
         pc.mode = IN_PARAM;
         snprintf(label, sizeof label, "%s maxpool2d B3 10x9x33 k3 s2 (x+s)", pn);
-        run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, dev, seed + k++);
+        run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, dev,
+                 seed + k++);
     }
 
     st_device_free(dev);

@@ -280,11 +280,13 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
         const st_tensor *h = hp->t[i], *d = dp->t[i];
         if (h->kind == ST_TENSOR_PARAM) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += prec == ST_PREC_FP32 ? compare(mc->label, what, dev, d->grad, h->grad, h->count, rtol, atol)
-                                        : compare_l2(mc->label, what, dev, d->grad, h->grad, h->count, l2tol);
+            bad += prec == ST_PREC_FP32
+                       ? compare(mc->label, what, dev, d->grad, h->grad, h->count, rtol, atol)
+                       : compare_l2(mc->label, what, dev, d->grad, h->grad, h->count, l2tol);
         } else {
-            bad += prec == ST_PREC_FP32 ? compare(mc->label, h->name, dev, d->data, h->data, h->count, rtol, atol)
-                                        : compare_l2(mc->label, h->name, dev, d->data, h->data, h->count, l2tol);
+            bad += prec == ST_PREC_FP32
+                       ? compare(mc->label, h->name, dev, d->data, h->data, h->count, rtol, atol)
+                       : compare_l2(mc->label, h->name, dev, d->data, h->data, h->count, l2tol);
         }
     }
     /* eval: running statistics, no dropout */
@@ -332,7 +334,8 @@ done:
         printf("%s %s (largest |dev - host| / max|host|: %.3g, %s)\n", bad ? "FAIL" : "ok  ", mc->label,
                worst_scaled, worst_what);
     else
-        printf("%s %s (logits: largest |dev - host| / max|host| %.3g; largest ||dev - host|| / ||host|| %.3g, %s)\n",
+        printf("%s %s (logits: largest |dev - host| / max|host| %.3g; largest ||dev - host|| / ||host|| "
+               "%.3g, %s)\n",
                bad ? "FAIL" : "ok  ", mc->label, worst_scaled, worst_l2, worst_l2_what);
     return bad;
 }
@@ -353,12 +356,16 @@ int main(void) {
         {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL, 0},
         {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL, 0},
         {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16", 0},
-        {"bf16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "bf16", L2_CNN_BF16},
-        {"bf16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "bf16", L2_BN_BF16},
+        {"bf16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "bf16",
+         L2_CNN_BF16},
+        {"bf16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "bf16",
+         L2_BN_BF16},
         {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0},
         {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0},
-        {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16", L2_CNN_FP16},
-        {"fp16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "fp16", L2_BN_FP16},
+        {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16",
+         L2_CNN_FP16},
+        {"fp16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "fp16",
+         L2_BN_FP16},
         {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -52,8 +52,8 @@ static uint32_t align_bytes(const void *p, int64_t ld, int64_t stride, int64_t e
 }
 
 /* Layout of a row-major stored (rows, cols) matrix of type t as cuBLASLt sees it. */
-static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
-                             int batch, int64_t stride) {
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
+                             int64_t ld, int batch, int64_t stride) {
     cublasStatus_t e = cublasLtMatrixLayoutCreate(l, t, (uint64_t)cols, (uint64_t)rows, ld);
     if (e != CUBLAS_STATUS_SUCCESS || batch <= 1) return e;
     int32_t bc = batch;
@@ -76,7 +76,8 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_
 /* The product with A and B of type ab at pA, pB (the same layouts as p's
  * A and B, in elements); ST_ERR_UNSUPPORTED, with no error recorded, when
  * cuBLASLt has no algorithm for it. */
-static st_status gemm_lt(st_device *d, const st_gemm_f32 *p, cudaDataType_t ab, const void *pA, const void *pB) {
+static st_status gemm_lt(st_device *d, const st_gemm_f32 *p, cudaDataType_t ab, const void *pA,
+                         const void *pB) {
     st_status s = ST_OK;
     const int batch = p->batch > 1 ? p->batch : 1;
     cublasLtMatmulDesc_t op = NULL;
@@ -120,8 +121,8 @@ static st_status gemm_lt(st_device *d, const st_gemm_f32 *p, cudaDataType_t ab, 
         LT(e);
     }
     {
-        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, pB, la, pA, lb, &p->beta, p->C, lc, p->C,
-                                                lc, &heur.algo, d->lt_ws, ws, d->compute);
+        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, pB, la, pA, lb, &p->beta, p->C, lc,
+                                                p->C, lc, &heur.algo, d->lt_ws, ws, d->compute);
         if (e == CUBLAS_STATUS_NOT_SUPPORTED)
             s = ST_ERR_UNSUPPORTED;
         else

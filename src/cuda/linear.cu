@@ -65,8 +65,8 @@ static uint32_t ptr_align(const void *p) {
  * compute. A is stored (k x m) when ta, else (m x k); B is stored (n x k)
  * when tb, else (k x n). ST_ERR_UNSUPPORTED when cuBLASLt has no algorithm. */
 static st_status lt_matmul_typed(st_graph *g, cudaDataType_t ab, bool ta, bool tb, int64_t m, int64_t n,
-                                 int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
-                                 float *D, int64_t ldd, const float *bias, const char *what) {
+                                 int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb,
+                                 float beta, float *D, int64_t ldd, const float *bias, const char *what) {
     st_device *d = g->dev;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -117,8 +117,11 @@ static st_status lt_matmul_typed(st_graph *g, cudaDataType_t ab, bool ta, bool t
             s = st_fail(ST_ERR_UNSUPPORTED,
                         "%s: cuBLASLt offers no %s algorithm for the %s product (m %lld, n %lld, k %lld, "
                         "alignments %u/%u/%u bytes): cuBLAS status %d on %s",
-                        __FILE__, ab == CUDA_R_32F ? "fp32" : ab == CUDA_R_16BF ? "bf16" : "fp16", what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e,
-                        d->name);
+                        __FILE__,
+                        ab == CUDA_R_32F    ? "fp32"
+                        : ab == CUDA_R_16BF ? "bf16"
+                                            : "fp16",
+                        what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e, d->name);
             goto done;
         }
         const float alpha = 1.0f;
@@ -151,8 +154,8 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
         void *a16 = ws, *b16 = (char *)ws + off;
         ST_TRY(st_cuda_to_16(g->dev, p, a16, A, ca));
         ST_TRY(st_cuda_to_16(g->dev, p, b16, B, cb));
-        const st_status s = lt_matmul_typed(g, p == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k, a16,
-                                            lda, b16, ldb, beta, D, ldd, bias, what);
+        const st_status s = lt_matmul_typed(g, p == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k,
+                                            a16, lda, b16, ldb, beta, D, ldd, bias, what);
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error(); /* no 16-bit algorithm for this layout: the same values in fp32 */
     }

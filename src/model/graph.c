@@ -54,8 +54,8 @@ st_status st_params_set_precision(st_params *p, st_precision prec) {
         st_status s = st_device_alloc(p->dev, nbytes, (void **)&p->compute);
         if (s == ST_OK) s = st_device_zero(p->dev, p->compute, nbytes);
         if (s != ST_OK)
-            return st_fail_context(s, "the %s copy of %lld parameters: ", prec == ST_PREC_BF16 ? "bf16" : "fp16",
-                                   (long long)p->count);
+            return st_fail_context(s, "the %s copy of %lld parameters: ",
+                                   prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
     }
     st_params_touch(p);
     return ST_OK;

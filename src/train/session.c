@@ -221,7 +221,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     if (s->dev && strcmp(c->precision, "auto") == 0) { /* before the planner, which plans for the CPU */
         snprintf(c->precision, sizeof c->precision, "fp32");
         st_config_mark_auto(c, "precision",
-                            "fp32 on a CUDA device until bf16's GPU parity is measured; set bf16 or fp16 to use them");
+                            "fp32 on a CUDA device until bf16's GPU parity is measured; set bf16 or fp16");
     }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
