@@ -15,8 +15,8 @@
 # that the device tool's 10-minute limit never cuts off the summary.
 #
 # Last, when the build finished: the default training run on the GPU
-# (`train --set train.device=cuda --set train.steps=100 --json`), its JSON
-# line printed in the summary. It reads Fashion-MNIST from
+# (`train --set train.device=cuda --set train.steps=100 --json`), then the
+# same in bf16, their JSON lines printed in the summary. It reads Fashion-MNIST from
 # /usr/share/datasets/fashion-mnist, or from .data/fashion-mnist when that
 # is carried (copy the four .gz files there, about 30 MiB).
 #
@@ -229,6 +229,8 @@ elif [ -n "$built" ]; then
         fi
         if [ -f $fm/train-images-idx3-ubyte.gz ]; then
             step train-cuda 150 "$built/scaletrain" train "${train_args[@]}"
+            step train-cuda-bf16 120 "$built/scaletrain" train "${train_args[@]}" --set precision=bf16 \
+                --set train.out_dir=/tmp/st-train-cuda-bf16
         else
             rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
             say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"
@@ -255,6 +257,10 @@ fi
         grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
         echo "train --set train.device=cuda --set train.steps=100 --json:"
         grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda.log"
+    fi
+    if [ -f "$LOGDIR/train-cuda-bf16.log" ]; then
+        echo "the same with --set precision=bf16:"
+        grep -h '^{' "$LOGDIR/train-cuda-bf16.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda-bf16.log"
     fi
     if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
         echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"

@@ -13,7 +13,16 @@
  * indices below the vocabulary, targets below the class count). Without a
  * loss the backward starts from a random gradient of the last node's output.
  * Without a CUDA device (or in a build without CUDA) cp_open returns 77 after
- * printing why, the suite's "skipped" code. */
+ * printing why, the suite's "skipped" code.
+ *
+ * Mixed precision (`prec` bf16 or fp16, docs/precision.md): both graphs run
+ * with that compute precision, the host's emulating the device's rounding.
+ * Without a loss the random output gradient is rounded to 16 bits first and
+ * the backward walk rounds every activation gradient a node wrote, as
+ * st_graph_backward does. On top of the tolerance, every activation and
+ * activation gradient the device holds must be a 16-bit value (round(v) is v)
+ * and the device's compute copy of the parameters must be the host's, bit
+ * for bit: the rounding points themselves are checked exactly. */
 #ifndef ST_TESTS_CUDA_PARITY_H
 #define ST_TESTS_CUDA_PARITY_H
 
@@ -25,6 +34,7 @@
 
 #include "check.h"
 #include "core/device.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "model/graph.h"
 
@@ -36,8 +46,9 @@ typedef struct cp_case {
     cp_build_fn build;
     cp_fill_fn fill; /* NULL: F32 inputs uniform in (-1, 1), I32 inputs 0 */
     void *ctx;
-    double rtol, atol; /* |dev - host| <= atol + rtol * |host| */
+    double rtol, atol; /* |dev - host| <= atol + rtol |host|; bf16/fp16: atol times the tensor's max|host| */
     bool eval;         /* run in eval mode (g->training false) */
+    st_precision prec; /* compute precision; 0 = fp32 */
 } cp_case;
 
 /* Returns 0 with *dev open, or 77 (skip) having printed why. */
@@ -83,9 +94,10 @@ static inline int cp_compare(const char *label, const char *what, const float *d
     return bad;
 }
 
-/* Download a device tensor's n floats and compare them. */
-static inline int cp_check(const char *label, const char *what, st_device *dev, const float *dptr,
-                           const float *hptr, int64_t n, double rtol, double atol) {
+/* Download a device tensor's n floats and compare them; `scaled`: atol is
+ * relative to the tensor's largest |host| value. */
+static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
+                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
     float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
         fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
@@ -93,19 +105,79 @@ static inline int cp_check(const char *label, const char *what, st_device *dev, 
         st_test_failures++;
         return 1;
     }
-    int bad = cp_compare(label, what, buf, hptr, n, rtol, atol);
+    double mx = 0;
+    for (int64_t i = 0; scaled && i < n; i++)
+        if (fabs((double)hptr[i]) > mx) mx = fabs((double)hptr[i]);
+    int bad = cp_compare(label, what, buf, hptr, n, rtol, scaled ? atol * mx : atol);
+    if (scaled && getenv("CP_REPORT")) { /* what the tolerance is measured against */
+        double w = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double e = fabs((double)buf[i] - (double)hptr[i]) - rtol * fabs((double)hptr[i]);
+            if (e > w) w = e;
+        }
+        printf("  %s: %s: largest (|dev - host| - rtol |host|) / max|host| = %.3g\n", label, what,
+               mx > 0 ? w / mx : w);
+    }
     free(buf);
     return bad;
+}
+
+static inline int cp_check(const char *label, const char *what, st_device *dev, const float *dptr,
+                           const float *hptr, int64_t n, double rtol, double atol) {
+    return cp_check_as(label, what, dev, dptr, hptr, n, rtol, atol, false);
+}
+
+/* Count the elements of device memory that are not `p` values (NaN aside:
+ * its rounding keeps it NaN), and fail the test for them. */
+static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr,
+                              int64_t n, st_precision p) {
+    if (p == ST_PREC_FP32) return 0;
+    float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
+        fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
+        free(buf);
+        st_test_failures++;
+        return 1;
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = buf[i], r = p == ST_PREC_BF16 ? st_round_bf16(v) : st_round_f16(v);
+        if (v == v && memcmp(&v, &r, sizeof v) != 0) {
+            if (bad < 3)
+                fprintf(stderr, "FAIL %s: %s[%lld] = %.9g on the device is not a %s value\n", label, what,
+                        (long long)i, (double)v, p == ST_PREC_BF16 ? "bf16" : "fp16");
+            bad++;
+        }
+    }
+    free(buf);
+    st_test_failures += bad;
+    return bad;
+}
+
+/* The backward walk from an output gradient already in place, as
+ * st_graph_backward does it but without a loss: the layers read the
+ * parameters' compute copy, and in bf16/fp16 each activation gradient a node
+ * wrote or added to is rounded after it. */
+static inline st_status cp_walk_backward(st_graph *g) {
+    const st_precision p = g->params->precision;
+    st_params_use_compute(g->params, true);
+    st_status s = ST_OK;
+    for (int i = g->n_nodes - 1; i >= 0 && s == ST_OK; i--) {
+        st_node *n = &g->nodes[i];
+        if (!n->out->requires_grad) continue;
+        s = n->ops->backward(n, g);
+        for (int k = 0; k < n->n_in && s == ST_OK; k++)
+            if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
+                s = st_device_round_f32(g->dev, p, n->in[k]->grad, (size_t)n->in[k]->count);
+    }
+    st_params_use_compute(g->params, false);
+    return s;
 }
 
 static inline st_status cp_backward_from(st_graph *g, const float *dy) {
     st_node *last = &g->nodes[g->n_nodes - 1];
     ST_TRY(st_device_upload(g->dev, last->out->grad, dy, (size_t)last->out->count * sizeof(float)));
-    for (int i = g->n_nodes - 1; i >= 0; i--) {
-        st_node *n = &g->nodes[i];
-        if (n->out->requires_grad) ST_TRY(n->ops->backward(n, g));
-    }
-    return ST_OK;
+    return cp_walk_backward(g);
 }
 
 /* Run one case; returns the number of mismatches (0 = pass). */
@@ -129,6 +201,10 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     CP_TRY(st_graph_finalize(&hg));
     CP_TRY(c->build(&dg, c->ctx));
     CP_TRY(st_graph_finalize(&dg));
+    if (c->prec != ST_PREC_FP32) {
+        CP_TRY(st_params_set_precision(&hp, c->prec));
+        CP_TRY(st_params_set_precision(&dp, c->prec));
+    }
     st_params_init(&hp, seed);
     st_rng r = st_rng_make(seed, 17);
     for (int i = 0; i < hg.n_acts; i++) {
@@ -166,31 +242,41 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
             dy = malloc((size_t)y->count * sizeof(float));
             if (!dy) goto done;
             for (int64_t j = 0; j < y->count; j++) dy[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
+            st_round_array(c->prec, dy, y->count);
             memcpy(y->grad, dy, (size_t)y->count * sizeof(float));
-            for (int i = hg.n_nodes - 1; i >= 0; i--) {
-                st_node *n = &hg.nodes[i];
-                if (n->out->requires_grad) CP_TRY(n->ops->backward(n, &hg));
-            }
+            CP_TRY(cp_walk_backward(&hg));
             CP_TRY(cp_backward_from(&dg, dy));
         }
     }
     CP_TRY(st_device_sync(dev));
     char what[ST_NAME_MAX + 16];
+    const bool scaled = c->prec != ST_PREC_FP32;
     for (int i = 0; i < hg.n_acts; i++) {
         st_tensor *h = hg.acts[i], *d = dg.acts[i];
         if (h->kind != ST_TENSOR_ACT) continue;
-        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        bad += cp_check_as(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol, scaled);
+        if (h != hg.loss) bad += cp_check_16(c->label, h->name, dev, d->data, h->count, c->prec);
         if (!c->eval && h->grad && h->requires_grad) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+            bad += cp_check_as(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol, scaled);
+            /* the last node's output gradient is the seed: the loss's is not rounded */
+            if (h != hg.loss) bad += cp_check_16(c->label, what, dev, d->grad, h->count, c->prec);
         }
+    }
+    if (c->prec != ST_PREC_FP32) { /* the compute copy: the masters rounded, the same bits */
+        st_params_use_compute(&hp, true);
+        st_params_use_compute(&dp, true);
+        CP_TRY(st_device_sync(dev));
+        bad += cp_check(c->label, "compute copy", dev, dp.compute, hp.compute, hp.count, 0, 0);
+        st_params_use_compute(&dp, false);
+        st_params_use_compute(&hp, false);
     }
     for (int i = 0; i < hp.n; i++) {
         st_tensor *h = hp.t[i], *d = dp.t[i];
-        bad += cp_check(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol);
+        bad += cp_check_as(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol, scaled);
         if (!c->eval && h->kind == ST_TENSOR_PARAM) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol);
+            bad += cp_check_as(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol, scaled);
         }
     }
 #undef CP_TRY

@@ -27,7 +27,18 @@
  *   the big conv         1e-4, 1e-3: its weight gradient sums n = 12288
  *                        products of size s ~ 0.3 per element, and a fp32
  *                        sum in k order (a GEMM thread's) errs by about
- *                        eps s sqrt(n^2 / 2) ~ 2e-4 (measured 1.6e-4). */
+ *                        eps s sqrt(n^2 / 2) ~ 2e-4 (measured 1.6e-4).
+ *
+ * bf16 and fp16 (docs/precision.md): attention, conv2d (their products take
+ * 16-bit operands on the device), batchnorm + ReLU and maxpool2d again with
+ * both graphs in that precision, the host emulating the device's rounding.
+ * The operands are the same 16-bit values on both sides and the sums fp32,
+ * so a stored value differs only where the two sums fall on either side of
+ * a 16-bit rounding boundary (one unit in the last place: at most 2^-7 of
+ * the value in bf16, 2^-10 in fp16) and later sums carry that on:
+ * |dev - host| <= rtol |host| + atol max|host| per tensor, rtol 1e-2 /
+ * 1.5e-3, atol 2e-2 / 3e-3 (as test_cuda_layers_a, which says how they were
+ * checked). The rounding points are checked exactly (cuda_parity.h). */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -179,14 +190,20 @@ static st_status build_flat(st_graph *g, void *ctx) {
 
 /* With CP_SMALL set (compute-sanitizer runs kernels many times slower), a
  * case whose largest tensor exceeds 2^16 elements is left out. */
-static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol, double atol,
-                bool eval, int64_t largest, st_device *dev, uint64_t seed) {
+static void run_prec(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol,
+                     double atol, bool eval, int64_t largest, st_precision prec, st_device *dev,
+                     uint64_t seed) {
     if (getenv("CP_SMALL") && largest > 65536) {
         printf("left out (CP_SMALL) %s\n", label);
         return;
     }
-    cp_case c = {label, build, fill, ctx, rtol, atol, eval};
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval, prec};
     cp_run(&c, dev, seed);
+}
+
+static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol, double atol,
+                bool eval, int64_t largest, st_device *dev, uint64_t seed) {
+    run_prec(label, build, fill, ctx, rtol, atol, eval, largest, ST_PREC_FP32, dev, seed);
 }
 
 int main(void) {
@@ -277,6 +294,44 @@ int main(void) {
             run(label, build_flat, NULL, &c, 1e-6, 1e-7, c.mode == IN_PLAIN, st_shape_count(c.ndim, c.shape),
                 dev, seed + k++);
         }
+
+    /* bf16 and fp16 (tolerances in the opening comment) */
+    const st_precision precs[] = {ST_PREC_BF16, ST_PREC_FP16};
+    for (int pi = 0; pi < 2; pi++) {
+        const st_precision p = precs[pi];
+        const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
+        const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
+        for (int m = 1; m < 3; m++) {
+            for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i += 2) {
+                attn_ctx c = attn[i];
+                c.mode = modes[m];
+                snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn,
+                         (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
+                run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p, dev,
+                         seed + k++);
+            }
+            const size_t ci[] = {0, 2, 3};
+            for (size_t j = 0; j < 3; j++) {
+                conv_ctx c = conv[ci[j]];
+                c.mode = modes[m];
+                snprintf(label, sizeof label, "%s conv2d B%lld %lldx%lldx%lld->%lld k%lld s%lld (%s)", pn,
+                         (long long)c.B, (long long)c.H, (long long)c.W, (long long)c.Cin, (long long)c.Cout,
+                         (long long)c.k, (long long)c.stride, mode_name(c.mode));
+                run_prec(label, build_conv, NULL, &c, rt, at, false, c.B * c.H * c.W * c.Cout, p, dev,
+                         seed + k++);
+            }
+        }
+        bn_ctx b = bn[2];
+        b.mode = IN_PARAM;
+        snprintf(label, sizeof label, "%s batchnorm_relu 4d C33 (x+s, train)", pn);
+        run_prec(label, build_bn, fill_bn, &b, rt, at, false, st_shape_count(b.ndim, b.shape), p, dev,
+                 seed + k++);
+        pool_ctx pc = pool[1];
+        pc.mode = IN_PARAM;
+        snprintf(label, sizeof label, "%s maxpool2d B3 10x9x33 k3 s2 (x+s)", pn);
+        run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, dev,
+                 seed + k++);
+    }
 
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {

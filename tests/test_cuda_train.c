@@ -20,7 +20,25 @@
  *     loss 1e-5 relative, the same accuracy;
  *   - on the device, 6 steps then 6 more resumed from the checkpoint (the
  *     AdamW moments through the host) against 12 straight: the same bits
- *     (the device's reductions are in fixed orders). */
+ *     (the device's reductions are in fixed orders);
+ *   - bf16 and fp16 (docs/precision.md), SGD as above on both sides, the
+ *     host emulating the device's rounding: every activation and gradient
+ *     is rounded to 16 bits, and where the two fp32 sums before a rounding
+ *     fall on either side of a 16-bit boundary they differ by a unit in the
+ *     last place (up to 2^-7 relative in bf16, 2^-10 in fp16), which
+ *     training then carries on. The device run learns; the first loss
+ *     within 1e-3 (bf16) / 5e-4 (fp16) relative, the last and eval losses
+ *     5e-3 / 2e-3, weights |dev - host| <= r |host| + a max|host| with
+ *     r, a = 1e-2, 5e-3 (bf16) / 5e-3, 2e-3 (fp16), the accuracy within one
+ *     sample, and in fp16 the same loss scale and skipped steps. (On the
+ *     CPU, two emulated runs whose non-elementwise outputs and gradients
+ *     were perturbed by up to 3e-6 relative before each rounding, standing
+ *     in for the device's other summation orders, differed by 2e-6 at most
+ *     in losses and weights);
+ *   - fp16 with an initial loss scale of 2^40: the scaled gradients
+ *     overflow fp16, so each of 4 steps is skipped on the device as on the
+ *     host (4 skipped, the scale halved to 2^36) and the weights stay the
+ *     initial ones, the host's bits. */
 #include <unistd.h>
 
 #include "core/device.h"
@@ -36,14 +54,22 @@ static void close_rel(const char *label, const char *what, double dev, double ho
     CHECK(d <= rtol * fabs(host), "%s: %s differs by %.3g > %.3g", label, what, d, rtol * fabs(host));
 }
 
+/* How closely a device run must follow the host's. */
+typedef struct tolerance {
+    double first;        /* the first step's loss, relative */
+    double loss;         /* the last step's and the evaluation's loss, relative */
+    double w_rtol, w_atol; /* weights (tf_compare_weights) */
+    int samples;         /* evaluation accuracy: within this many samples */
+} tolerance;
+
 /* The same run on both, then compare. extra: the optimizer's settings. */
-static void parity(const char *label, const char *const *opt, double loss_rtol, double w_rtol, double w_atol) {
+static void parity(const char *label, const char *const *opt, const tolerance *t) {
     st_config c;
     st_run_result rh, rd;
     const char *common[12];
     int n = 0;
     common[n++] = "train.steps=16";
-    for (int i = 0; opt[i] && n < 10; i++) common[n++] = opt[i];
+    for (int i = 0; opt[i] && n < 11; i++) common[n++] = opt[i];
     common[n] = NULL;
     char host[64], dev[64];
     snprintf(host, sizeof host, "%s-cpu", label);
@@ -57,15 +83,47 @@ static void parity(const char *label, const char *const *opt, double loss_rtol, 
     if (st_test_failures) return;
     CHECK(rd.steps == 16 && rd.train_loss < rd.first_loss, "%s: the device run learns: %g -> %g", label,
           rd.first_loss, rd.train_loss);
-    close_rel(label, "first loss", rd.first_loss, rh.first_loss, 1e-5);
-    close_rel(label, "last loss", rd.train_loss, rh.train_loss, loss_rtol);
-    close_rel(label, "eval loss", rd.eval_loss, rh.eval_loss, loss_rtol);
-    CHECK(fabs(rd.eval_accuracy - rh.eval_accuracy) <= 1.0 / TF_VAL + 1e-12, "%s: accuracy %g, host %g", label,
-          rd.eval_accuracy, rh.eval_accuracy);
+    close_rel(label, "first loss", rd.first_loss, rh.first_loss, t->first);
+    close_rel(label, "last loss", rd.train_loss, rh.train_loss, t->loss);
+    close_rel(label, "eval loss", rd.eval_loss, rh.eval_loss, t->loss);
+    CHECK(fabs(rd.eval_accuracy - rh.eval_accuracy) <= t->samples / (double)TF_VAL + 1e-12,
+          "%s: accuracy %g, host %g", label, rd.eval_accuracy, rh.eval_accuracy);
+    CHECK(rd.has_loss_scale == rh.has_loss_scale && rd.loss_scale == rh.loss_scale &&
+              rd.skipped_steps == rh.skipped_steps,
+          "%s: loss scale %g with %lld skipped on the device, %g with %lld on the host", label, rd.loss_scale,
+          (long long)rd.skipped_steps, rh.loss_scale, (long long)rh.skipped_steps);
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/%s/model.safetensors", root, dev);
     snprintf(b, sizeof b, "%s/%s/model.safetensors", root, host);
-    tf_compare_weights(label, a, b, w_rtol, w_atol);
+    tf_compare_weights(label, a, b, t->w_rtol, t->w_atol);
+}
+
+/* fp16 whose scaled gradients overflow: every step skipped, alike. */
+static void overflow(void) {
+    const char *o[] = {"precision=fp16", "optim.loss_scale=1099511627776", "train.steps=4", "optim.type=sgd",
+                       "optim.lr=0.05", NULL};
+    st_config c;
+    st_run_result rh, rd;
+    CHECK_OK(tf_config(&c, root, "overflow-cpu", o));
+    CHECK_OK(st_config_set(&c, "train.device=cpu"));
+    CHECK_OK(tf_train(&c, NULL, &rh));
+    CHECK_OK(tf_config(&c, root, "overflow-cuda", o));
+    CHECK_OK(st_config_set(&c, on_device));
+    CHECK_OK(tf_train(&c, NULL, &rd));
+    if (st_test_failures) return;
+    const double want = 68719476736.0; /* 2^36: halved 4 times */
+    printf("overflow: %lld steps skipped on the device (scale %g), %lld on the host (scale %g)\n",
+           (long long)rd.skipped_steps, rd.loss_scale, (long long)rh.skipped_steps, rh.loss_scale);
+    CHECK(rd.has_loss_scale && rd.skipped_steps == 4 && rd.loss_scale == want,
+          "the device run: %lld skipped, scale %g; expected 4 and %g", (long long)rd.skipped_steps, rd.loss_scale,
+          want);
+    CHECK(rh.has_loss_scale && rh.skipped_steps == 4 && rh.loss_scale == want,
+          "the host run: %lld skipped, scale %g; expected 4 and %g", (long long)rh.skipped_steps, rh.loss_scale,
+          want);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/overflow-cuda/model.safetensors", root);
+    snprintf(b, sizeof b, "%s/overflow-cpu/model.safetensors", root);
+    tf_compare_weights("fp16 overflow: untouched weights", a, b, 0, 0);
 }
 
 /* The device's saved weights evaluated on the device and on the host. */
@@ -110,11 +168,20 @@ int main(void) {
                          "optim.grad_clip=0.1", NULL};
     const char *adamw[] = {"optim.type=adamw", "optim.lr=3e-3", "optim.weight_decay=0.1", "optim.grad_clip=1.0",
                            NULL};
+    const char *sgd_bf16[] = {"optim.type=sgd", "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=1e-3",
+                              "optim.grad_clip=0.1", "precision=bf16", NULL};
+    const char *sgd_fp16[] = {"optim.type=sgd", "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=1e-3",
+                              "optim.grad_clip=0.1", "precision=fp16", NULL};
+    const tolerance t_sgd = {1e-5, 1e-4, 1e-3, 1e-4, 1}, t_adamw = {1e-5, 1e-3, 1e-3, 1e-2, 1};
+    const tolerance t_bf16 = {1e-3, 5e-3, 1e-2, 5e-3, 1}, t_fp16 = {5e-4, 2e-3, 5e-3, 2e-3, 1};
     if (st_test_failures == 0) {
-        parity("sgd", sgd, 1e-4, 1e-3, 1e-4);
+        parity("sgd", sgd, &t_sgd);
         evaluate();
-        parity("adamw", adamw, 1e-3, 1e-3, 1e-2);
+        parity("adamw", adamw, &t_adamw);
         resume();
+        parity("sgd-bf16", sgd_bf16, &t_bf16);
+        parity("sgd-fp16", sgd_fp16, &t_fp16);
+        overflow();
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "half.h"
 #include "mem.h"
 #ifdef ST_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -107,4 +108,45 @@ const char *st_device_pci_bus_id(const st_device *d) {
     if (d) return st_cuda_pci_bus_id(d);
 #endif
     return "";
+}
+
+st_status st_device_round_f32(st_device *d, st_precision p, float *x, size_t count) {
+    if (p == ST_PREC_FP32 || count == 0) return ST_OK;
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_round_f32(d, p, x, x, count);
+#endif
+    st_round_array(p, x, (int64_t)count);
+    return ST_OK;
+}
+
+st_status st_device_round_copy(st_device *d, st_precision p, float *dst, const float *src, size_t count) {
+    if (count == 0) return ST_OK;
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_round_f32(d, p, dst, src, count);
+#endif
+    st_round_copy(p, dst, src, (int64_t)count);
+    return ST_OK;
+}
+
+st_status st_device_all_finite(st_device *d, const float *x, size_t count, bool *finite) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_all_finite(d, x, count, finite);
+#endif
+    int bad = 0;
+    /* x - x is 0 for finite x and NaN for Inf and NaN: no branch in the loop. */
+#pragma omp parallel for simd reduction(| : bad) schedule(static) if (count > (1u << 20))
+    for (size_t i = 0; i < count; i++)
+        bad |= (x[i] - x[i]) != 0.0f;
+    *finite = !bad;
+    return ST_OK;
+}
+
+st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_grad_scale(d, x, (int64_t)count, scale);
+#endif
+#pragma omp parallel for simd schedule(static) if (count > (1u << 20))
+    for (size_t i = 0; i < count; i++)
+        x[i] *= scale;
+    return ST_OK;
 }

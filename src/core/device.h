@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/precision.h"
 #include "scaletrain/status.h"
 
 typedef struct st_device st_device;
@@ -60,5 +61,18 @@ st_status st_device_memory(st_device *d, st_device_mem *out);
 /* The device's PCI address ("0000:65:00.0"), which names the same GPU to
  * NVML whatever CUDA_VISIBLE_DEVICES says; "" for the host. */
 const char *st_device_pci_bus_id(const st_device *d);
+
+/* Mixed precision (docs/precision.md): round x[0, count) in place, or
+ * dst[i] = round(src[i]), to the values a bf16 or fp16 store keeps (round to
+ * nearest even, src/core/half.h on the host, cuda_bf16.h / cuda_fp16.h's _rn
+ * conversions on a device: the same values, NaN-ness kept). fp32: x is left
+ * as it is; the copy is a plain copy. Queued on a device, not waited for. */
+st_status st_device_round_f32(st_device *d, st_precision p, float *x, size_t count);
+st_status st_device_round_copy(st_device *d, st_precision p, float *dst, const float *src, size_t count);
+/* *finite = no Inf or NaN in x[0, count). On a device the flag is reduced
+ * there and read back once (this call waits for the stream). */
+st_status st_device_all_finite(st_device *d, const float *x, size_t count, bool *finite);
+/* x[0, count) *= scale (fp16 loss-scale unscaling). */
+st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale);
 
 #endif

@@ -17,7 +17,12 @@
  *
  * `prepare` sets the workspace to nh*T*T floats (the CPU asks for one T x T
  * per thread). Not here: a flash-style kernel that keeps only the
- * log-sum-exp, and cuDNN's fused attention (the bf16 fast path). */
+ * log-sum-exp, and cuDNN's fused attention (the bf16 fast path).
+ *
+ * bf16/fp16 runs: S = Q K^T and dP = dY V^T read only values the graph
+ * rounded to 16 bits (qkv, dy), so they take 16-bit operands
+ * (gemm_f32.cuh); the other three read P or dS, which are fp32 as on the
+ * CPU (docs/precision.md), and stay fp32 products. */
 #include <math.h>
 
 #include "gemm_f32.cuh"
@@ -100,8 +105,9 @@ static attn_dims dims(const st_node *n) {
 /* One product per head of batch row b: C_h = alpha op(A_h) op(B_h) + beta C_h. */
 static st_status heads(st_graph *g, const attn_dims &a, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                        float alpha, const float *A, int64_t lda, int64_t sa, const float *Bm, int64_t ldb,
-                       int64_t sb, float beta, float *Cm, int64_t ldc, int64_t sc) {
+                       int64_t sb, float beta, float *Cm, int64_t ldc, int64_t sc, st_precision operands) {
     st_gemm_f32 p = {};
+    p.operands = operands;
     p.ta = ta;
     p.tb = tb;
     p.M = M;
@@ -132,7 +138,8 @@ static st_status attention_forward(st_node *n, st_graph *g) {
         const float *q = qkv + b * T * a.C3, *k = q + a.C; /* (T, hs) per head, ld 3C */
         float *pb = P + b * a.nh * TT;                     /* (nh, T, T) */
         /* S = Q K^T scale */
-        ST_TRY(heads(g, a, false, true, T, T, a.hs, a.scale, q, a.C3, a.hs, k, a.C3, a.hs, 0.0f, pb, T, TT));
+        ST_TRY(heads(g, a, false, true, T, T, a.hs, a.scale, q, a.C3, a.hs, k, a.C3, a.hs, 0.0f, pb, T, TT,
+                     g->params->precision));
     }
     const int64_t rows = a.B * a.nh * T;
     causal_softmax_kernel<<<(unsigned)rows, ATTN_THREADS, 0, st_cuda_stream(g)>>>(P, T);
@@ -141,7 +148,7 @@ static st_status attention_forward(st_node *n, st_graph *g) {
         const float *v = qkv + b * T * a.C3 + 2 * a.C;
         /* Y = P V into y[b] (T, C), head h at column h*hs */
         ST_TRY(heads(g, a, false, false, T, a.hs, T, 1.0f, P + b * a.nh * TT, T, TT, v, a.C3, a.hs, 0.0f,
-                     y + b * T * a.C, a.C, a.hs));
+                     y + b * T * a.C, a.C, a.hs, ST_PREC_FP32));
     }
     return ST_OK;
 }
@@ -163,18 +170,21 @@ static st_status attention_backward(st_node *n, st_graph *g) {
         const float *pb = P + b * a.nh * TT; /* (nh, T, T) */
         const float *dyb = dy + b * T * a.C; /* (T, hs) per head, ld C */
         /* dP = dY V^T */
-        ST_TRY(heads(g, a, false, true, T, T, a.hs, 1.0f, dyb, a.C, a.hs, v, a.C3, a.hs, 0.0f, dp, T, TT));
+        ST_TRY(heads(g, a, false, true, T, T, a.hs, 1.0f, dyb, a.C, a.hs, v, a.C3, a.hs, 0.0f, dp, T, TT,
+                     g->params->precision));
         /* dS = P * (dP - rowsum(dP * P)) */
         causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(dp, pb,
                                                                                                      T);
         ST_CUDA_LAUNCHED();
         /* dQ = dS K scale */
-        ST_TRY(
-            heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs));
+        ST_TRY(heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs,
+                     ST_PREC_FP32));
         /* dK = dS^T Q scale */
-        ST_TRY(heads(g, a, true, false, T, a.hs, T, a.scale, dp, T, TT, q, a.C3, a.hs, beta, dk, a.C3, a.hs));
+        ST_TRY(heads(g, a, true, false, T, a.hs, T, a.scale, dp, T, TT, q, a.C3, a.hs, beta, dk, a.C3, a.hs,
+                     ST_PREC_FP32));
         /* dV = P^T dY */
-        ST_TRY(heads(g, a, true, false, T, a.hs, T, 1.0f, pb, T, TT, dyb, a.C, a.hs, beta, dv, a.C3, a.hs));
+        ST_TRY(heads(g, a, true, false, T, a.hs, T, 1.0f, pb, T, TT, dyb, a.C, a.hs, beta, dv, a.C3, a.hs,
+                     ST_PREC_FP32));
     }
     return ST_OK;
 }

@@ -42,6 +42,9 @@ struct st_device {
     struct st_cuda_block { void *p; size_t nbytes; } *blocks;
     int n_blocks, cap_blocks;
     int64_t allocated, peak;
+    int *flag;           /* one int: st_cuda_all_finite's result */
+    void *scratch;       /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
+    size_t scratch_bytes;
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
@@ -66,6 +69,15 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
 #define ST_CUBLAS_TRY(call) ST_CUBLAS_TRY_D(g->dev, call)
 /* After every launch: a bad configuration or an earlier fault shows here. */
 #define ST_CUDA_LAUNCHED() ST_CUDA_TRY(cudaGetLastError())
+
+/* At least nbytes of device scratch (256-byte aligned), for work queued on
+ * the compute stream until the next call; grown on demand (the first time a
+ * size is needed it waits for the stream, then never again). Contents are
+ * undefined. */
+st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out);
+/* dst[i] = src[i] as bf16 (p bf16) or fp16 (p fp16) bits, round to nearest
+ * even: exact when src already holds such values (the graph rounded them). */
+st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *src, int64_t count);
 
 static inline cudaStream_t st_cuda_stream(const st_graph *g) { return g->dev->compute; }
 

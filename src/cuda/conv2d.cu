@@ -13,7 +13,9 @@
  *             dy in double.
  * Workspace (set in `prepare`, since the CPU's is sized for its threads):
  * wp | dwt | col, in floats. A 1x1 stride-1 convolution takes the same path
- * (its im2col is a copy); not here: groups, dilation. */
+ * (its im2col is a copy); not here: groups, dilation. In bf16/fp16 runs
+ * every product's operands hold 16-bit values (the graph rounded x, dy and
+ * the weights), so they run with 16-bit operands (gemm_f32.cuh). */
 #include "gemm_f32.cuh"
 
 /* Floats of one im2col chunk on the device (64 MiB). */
@@ -156,6 +158,7 @@ static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64
     p.ldb = ldb;
     p.C = C;
     p.ldc = ldc;
+    p.operands = g->params->precision; /* im2col of x, the weights, dy: all hold 16-bit values in bf16/fp16 */
     return st_cuda_gemm_f32(g->dev, &p);
 }
 

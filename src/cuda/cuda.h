@@ -67,6 +67,11 @@ st_status st_cuda_event_elapsed(st_device *d, st_cuda_event *start, st_cuda_even
 st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t nbytes, st_cuda_stream_id s);
 st_status st_cuda_memory(st_device *d, st_device_mem *out);
 const char *st_cuda_pci_bus_id(const st_device *d);
+/* Mixed precision (src/cuda/half.cu): dst[i] = src[i] rounded to bf16 or
+ * fp16 values (dst == src allowed; fp32: a copy, nothing when dst == src),
+ * and the device-wide "all finite" check, read back once. */
+st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst, const float *src, size_t count);
+st_status st_cuda_all_finite(st_device *d, const float *x, size_t count, bool *finite);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

@@ -44,6 +44,8 @@ extern "C" void st_cuda_free(st_device *d) {
     cudaSetDevice(d->ordinal);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->lt_ws) cudaFree(d->lt_ws);
+    if (d->flag) cudaFree(d->flag);
+    if (d->scratch) cudaFree(d->scratch);
     if (d->copy) cudaStreamDestroy(d->copy);
     if (d->comm) cudaStreamDestroy(d->comm);
     if (d->compute) cudaStreamDestroy(d->compute);
@@ -71,6 +73,7 @@ static st_status open_device(st_device *d, int ordinal) {
         cudaGetLastError(); /* only NVML's lookup needs it */
         d->pci_bus_id[0] = '\0';
     }
+    ST_CUDA_TRY_D(d, cudaMalloc((void **)&d->flag, sizeof *d->flag));
     return ST_OK;
 }
 

@@ -44,17 +44,17 @@ static st_status gemm_fallback(st_device *d, const st_gemm_f32 *p, int batch) {
 }
 
 /* Largest power of two (at most 256) dividing the byte address and the byte
- * sizes of the leading dimension and batch stride. */
-static uint32_t align_bytes(const void *p, int64_t ld, int64_t stride) {
-    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)(ld * 4) | 256u;
-    if (stride) v |= (uint64_t)(stride * 4);
+ * sizes of the leading dimension and batch stride (elements of `es` bytes). */
+static uint32_t align_bytes(const void *p, int64_t ld, int64_t stride, int64_t es) {
+    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)(ld * es) | 256u;
+    if (stride) v |= (uint64_t)(stride * es);
     return (uint32_t)(v & (~v + 1)); /* lowest set bit */
 }
 
-/* Layout of a row-major stored (rows, cols) matrix as cuBLASLt sees it. */
-static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld, int batch,
-                             int64_t stride) {
-    cublasStatus_t e = cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows, ld);
+/* Layout of a row-major stored (rows, cols) matrix of type t as cuBLASLt sees it. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
+                             int64_t ld, int batch, int64_t stride) {
+    cublasStatus_t e = cublasLtMatrixLayoutCreate(l, t, (uint64_t)cols, (uint64_t)rows, ld);
     if (e != CUBLAS_STATUS_SUCCESS || batch <= 1) return e;
     int32_t bc = batch;
     e = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
@@ -73,8 +73,11 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t co
         }                                                                                                    \
     } while (0)
 
-st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
-    if (p->M <= 0 || p->N <= 0) return ST_OK;
+/* The product with A and B of type ab at pA, pB (the same layouts as p's
+ * A and B, in elements); ST_ERR_UNSUPPORTED, with no error recorded, when
+ * cuBLASLt has no algorithm for it. */
+static st_status gemm_lt(st_device *d, const st_gemm_f32 *p, cudaDataType_t ab, const void *pA,
+                         const void *pB) {
     st_status s = ST_OK;
     const int batch = p->batch > 1 ? p->batch : 1;
     cublasLtMatmulDesc_t op = NULL;
@@ -83,23 +86,20 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
     /* column-major view: C^T (N, M) = op(B)^T (N, K) op(A)^T (K, M) */
     const cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* applied to B */
     const cublasOperation_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* applied to A */
-    const uint32_t al_a = align_bytes(p->B, p->ldb, batch > 1 ? p->sb : 0);
-    const uint32_t al_b = align_bytes(p->A, p->lda, batch > 1 ? p->sa : 0);
-    const uint32_t al_c = align_bytes(p->C, p->ldc, batch > 1 ? p->sc : 0);
+    const int64_t es = ab == CUDA_R_32F ? 4 : 2;
+    const uint32_t al_a = align_bytes(pB, p->ldb, batch > 1 ? p->sb : 0, es);
+    const uint32_t al_b = align_bytes(pA, p->lda, batch > 1 ? p->sa : 0, es);
+    const uint32_t al_c = align_bytes(p->C, p->ldc, batch > 1 ? p->sc : 0, 4);
     const uint64_t ws = d->lt_ws_bytes;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    if (p->K <= 0) {
-        s = st_fail(ST_ERR_INTERNAL, "gemm with K = %lld", (long long)p->K);
-        goto fail;
-    }
     LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     /* stored row-major shapes: B is (N, K) when tb else (K, N); A is (K, M) when ta else (M, K) */
-    LT(layout(&la, p->tb ? p->N : p->K, p->tb ? p->K : p->N, p->ldb, batch, p->sb));
-    LT(layout(&lb, p->ta ? p->K : p->M, p->ta ? p->M : p->K, p->lda, batch, p->sa));
-    LT(layout(&lc, p->M, p->N, p->ldc, batch, p->sc));
+    LT(layout(&la, ab, p->tb ? p->N : p->K, p->tb ? p->K : p->N, p->ldb, batch, p->sb));
+    LT(layout(&lb, ab, p->ta ? p->K : p->M, p->ta ? p->M : p->K, p->lda, batch, p->sa));
+    LT(layout(&lc, CUDA_R_32F, p->M, p->N, p->ldc, batch, p->sc));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
@@ -115,16 +115,16 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
         const cublasStatus_t e =
             cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
         if (e == CUBLAS_STATUS_NOT_SUPPORTED || (e == CUBLAS_STATUS_SUCCESS && found == 0)) {
-            s = gemm_fallback(d, p, batch);
+            s = ST_ERR_UNSUPPORTED;
             goto fail;
         }
         LT(e);
     }
     {
-        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, p->B, la, p->A, lb, &p->beta, p->C, lc,
+        const cublasStatus_t e = cublasLtMatmul(d->lt, op, &p->alpha, pB, la, pA, lb, &p->beta, p->C, lc,
                                                 p->C, lc, &heur.algo, d->lt_ws, ws, d->compute);
         if (e == CUBLAS_STATUS_NOT_SUPPORTED)
-            s = gemm_fallback(d, p, batch);
+            s = ST_ERR_UNSUPPORTED;
         else
             LT(e);
     }
@@ -135,4 +135,34 @@ fail:
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (op) cublasLtMatmulDescDestroy(op);
     return s;
+}
+
+/* Elements from the first to the last of a row-major stored (rows, cols)
+ * matrix with leading dimension ld, over `batch` copies `stride` apart. */
+static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int batch, int64_t stride) {
+    return (int64_t)(batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
+    if (p->M <= 0 || p->N <= 0) return ST_OK;
+    if (p->K <= 0) return st_fail(ST_ERR_INTERNAL, "gemm with K = %lld", (long long)p->K);
+    const int batch = p->batch > 1 ? p->batch : 1;
+    st_status s;
+    if (p->operands == ST_PREC_BF16 || p->operands == ST_PREC_FP16) {
+        /* 16-bit copies of A and B (exact: they hold 16-bit values), B's at
+         * the next 256-byte boundary after A's */
+        const int64_t na = extent(p->ta ? p->K : p->M, p->ta ? p->M : p->K, p->lda, batch, p->sa);
+        const int64_t nb = extent(p->tb ? p->N : p->K, p->tb ? p->K : p->N, p->ldb, batch, p->sb);
+        const size_t off = ((size_t)na * 2 + 255) / 256 * 256;
+        void *ws = NULL;
+        ST_TRY(st_cuda_scratch(d, off + (size_t)nb * 2, &ws));
+        void *a16 = ws, *b16 = (char *)ws + off;
+        ST_TRY(st_cuda_to_16(d, p->operands, a16, p->A, na));
+        ST_TRY(st_cuda_to_16(d, p->operands, b16, p->B, nb));
+        s = gemm_lt(d, p, p->operands == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, a16, b16);
+        if (s != ST_ERR_UNSUPPORTED) return s;
+    }
+    s = gemm_lt(d, p, CUDA_R_32F, p->A, p->B);
+    if (s != ST_ERR_UNSUPPORTED) return s;
+    return gemm_fallback(d, p, batch);
 }

@@ -8,7 +8,14 @@
  * contract, which cuBLASLt keeps), so C may hold anything, NaN included.
  * Used by the layers whose CPU reference calls sgemm: conv2d and attention
  * (the linear layer has its own path). Not tuned: one heuristic query per
- * call, no plan cache; a layout cuBLASLt declines runs a plain kernel. */
+ * call, no plan cache; a layout cuBLASLt declines runs a plain kernel.
+ *
+ * `operands` bf16 or fp16 says that A and B hold values of that precision
+ * (the graph rounded them, docs/precision.md): they are then copied, exactly,
+ * into 16-bit buffers in the device's scratch and multiplied on tensor cores
+ * with fp32 accumulation and an fp32 C (the same result up to the order of
+ * the fp32 sums); a layout without a 16-bit algorithm takes the fp32 path.
+ * fp32 (0, the default): as above. */
 #ifndef ST_CUDA_GEMM_F32_CUH
 #define ST_CUDA_GEMM_F32_CUH
 
@@ -25,6 +32,7 @@ typedef struct st_gemm_f32 {
     float *C; /* (M, N) */
     int64_t ldc, sc;
     int batch; /* 0 or 1: one product */
+    st_precision operands; /* what A and B hold: fp32 (0), or bf16/fp16 values */
 } st_gemm_f32;
 
 /* Queue the product(s) on the device's compute stream. */

@@ -2,7 +2,18 @@
  *
  * Math mode: fp32 inputs with fp32 compute (CUBLAS_COMPUTE_32F), so parity
  * with the CPU holds to fp32 rounding. LINEAR_MATH below is the one switch for
- * TF32 (or, later, bf16 operands) when the precision config asks for speed.
+ * TF32 when the precision config asks for speed.
+ *
+ * bf16 and fp16 runs (g->params->precision, docs/precision.md): every operand
+ * of every product here already holds 16-bit values (the graph rounds node
+ * outputs, graph inputs, activation gradients and the parameters' compute
+ * copy), so the operands are converted, exactly, into 16-bit copies in the
+ * device's scratch and multiplied on tensor cores with fp32 accumulation and
+ * an fp32 output (A/B CUDA_R_16BF or CUDA_R_16F, C/D CUDA_R_32F,
+ * CUBLAS_COMPUTE_32F): products of 16-bit values are exact in fp32, so the
+ * result is the fp32 path's up to the order of the fp32 sums. Should
+ * cuBLASLt offer no 16-bit algorithm for a layout, the fp32 operands (the
+ * same values) go through the fp32 path. The graph then rounds the output.
  *
  * Row-major to column-major. cuBLASLt is column-major: a row-major (R, C)
  * matrix with leading dimension C is, in the same memory, a column-major
@@ -49,12 +60,13 @@ static uint32_t ptr_align(const void *p) {
     return al;
 }
 
-/* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], all fp32,
- * column-major. A is stored (k x m) when ta, else (m x k); B is stored
- * (n x k) when tb, else (k x n). */
-static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
-                           int64_t lda, const float *B, int64_t ldb, float beta, float *D, int64_t ldd,
-                           const float *bias, const char *what) {
+/* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major;
+ * A and B of type `ab` (fp32, bf16 or fp16), D and the bias fp32, fp32
+ * compute. A is stored (k x m) when ta, else (m x k); B is stored (n x k)
+ * when tb, else (k x n). ST_ERR_UNSUPPORTED when cuBLASLt has no algorithm. */
+static st_status lt_matmul_typed(st_graph *g, cudaDataType_t ab, bool ta, bool tb, int64_t m, int64_t n,
+                                 int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb,
+                                 float beta, float *D, int64_t ldd, const float *bias, const char *what) {
     st_device *d = g->dev;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -81,10 +93,8 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
             LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
             LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
         }
-        LT_TRY(
-            cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
-        LT_TRY(
-            cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
+        LT_TRY(cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
+        LT_TRY(cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
         LT_TRY(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd));
         LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
         const uint64_t ws = d->lt_ws_bytes;
@@ -105,10 +115,13 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
         e = cublasLtMatmulAlgoGetHeuristic(d->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
         if (e != CUBLAS_STATUS_SUCCESS || found == 0) {
             s = st_fail(ST_ERR_UNSUPPORTED,
-                        "%s: cuBLASLt offers no fp32 algorithm for the %s product (m %lld, n %lld, k %lld, "
+                        "%s: cuBLASLt offers no %s algorithm for the %s product (m %lld, n %lld, k %lld, "
                         "alignments %u/%u/%u bytes): cuBLAS status %d on %s",
-                        __FILE__, what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e,
-                        d->name);
+                        __FILE__,
+                        ab == CUDA_R_32F    ? "fp32"
+                        : ab == CUDA_R_16BF ? "bf16"
+                                            : "fp16",
+                        what, (long long)m, (long long)n, (long long)k, al_a, al_b, al_d, (int)e, d->name);
             goto done;
         }
         const float alpha = 1.0f;
@@ -123,6 +136,30 @@ done:
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (op) cublasLtMatmulDescDestroy(op);
     return s;
+}
+
+/* lt_matmul_typed with fp32 operands; in a bf16 or fp16 run, first with
+ * 16-bit copies of them (exact: they hold 16-bit values) in the device's
+ * scratch, A's copy first, B's at the next 256-byte boundary. Every caller
+ * passes packed operands (the leading dimension is the stored rows). */
+static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+                           int64_t lda, const float *B, int64_t ldb, float beta, float *D, int64_t ldd,
+                           const float *bias, const char *what) {
+    const st_precision p = g->params->precision;
+    if (p == ST_PREC_BF16 || p == ST_PREC_FP16) {
+        const int64_t ca = lda * (ta ? m : k), cb = ldb * (tb ? k : n); /* elements stored */
+        const size_t off = ((size_t)ca * 2 + 255) / 256 * 256;
+        void *ws = NULL;
+        ST_TRY(st_cuda_scratch(g->dev, off + (size_t)cb * 2, &ws));
+        void *a16 = ws, *b16 = (char *)ws + off;
+        ST_TRY(st_cuda_to_16(g->dev, p, a16, A, ca));
+        ST_TRY(st_cuda_to_16(g->dev, p, b16, B, cb));
+        const st_status s = lt_matmul_typed(g, p == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k,
+                                            a16, lda, b16, ldb, beta, D, ldd, bias, what);
+        if (s != ST_ERR_UNSUPPORTED) return s;
+        st_clear_error(); /* no 16-bit algorithm for this layout: the same values in fp32 */
+    }
+    return lt_matmul_typed(g, CUDA_R_32F, ta, tb, m, n, k, A, lda, B, ldb, beta, D, ldd, bias, what);
 }
 
 /* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/half.h"
 #include "../core/mem.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
@@ -21,7 +20,7 @@ void st_params_free(st_params *p) {
     st_device_release(p->dev, p->data);
     st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
-    st_free_aligned(p->compute);
+    st_device_release(p->dev, p->compute);
     memset(p, 0, sizeof *p);
 }
 
@@ -50,23 +49,29 @@ st_status st_params_set_precision(st_params *p, st_precision prec) {
         return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
     if (p->on_compute) st_params_use_compute(p, false);
     p->precision = prec;
-    if (prec != ST_PREC_FP32 && !p->compute) {
-        p->compute = st_alloc_aligned((size_t)p->arena_count * sizeof(float));
-        if (!p->compute)
-            return st_fail(ST_ERR_NOMEM, "out of memory for the %s copy of %lld parameters",
-                           prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
-        memset(p->compute, 0, (size_t)p->arena_count * sizeof(float));
+    if (prec != ST_PREC_FP32 && !p->compute) { /* on the device when the arenas are there */
+        const size_t nbytes = (size_t)p->arena_count * sizeof(float);
+        st_status s = st_device_alloc(p->dev, nbytes, (void **)&p->compute);
+        if (s == ST_OK) s = st_device_zero(p->dev, p->compute, nbytes);
+        if (s != ST_OK)
+            return st_fail_context(s, "the %s copy of %lld parameters: ",
+                                   prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
     }
     st_params_touch(p);
     return ST_OK;
 }
 
+/* Round the masters into the compute copy when they have changed since. */
+static st_status refresh_compute(st_params *p) {
+    if (p->precision == ST_PREC_FP32 || !p->compute || p->compute_version == p->version) return ST_OK;
+    ST_TRY(st_device_round_copy(p->dev, p->precision, p->compute, p->data, (size_t)p->count));
+    p->compute_version = p->version;
+    return ST_OK;
+}
+
 void st_params_use_compute(st_params *p, bool on) {
     if (p->precision == ST_PREC_FP32 || !p->compute || on == p->on_compute) return;
-    if (on && p->compute_version != p->version) {
-        st_round_copy(p->precision, p->compute, p->data, p->count);
-        p->compute_version = p->version;
-    }
+    if (on) (void)refresh_compute(p); /* a device error: forward and backward refresh first and report it */
     float *base = on ? p->compute : p->data;
     for (int i = 0; i < p->n; i++)
         if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data = base + p->t[i]->offset;
@@ -477,7 +482,8 @@ static st_status node_forward(st_graph *g, st_node *n, st_precision prec) {
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
     st_status s = n->ops->forward(n, g);
     if (s != ST_OK) return s;
-    if (prec != ST_PREC_FP32 && n->out != g->loss) st_round_array(prec, n->out->data, n->out->count);
+    if (prec != ST_PREC_FP32 && n->out != g->loss)
+        ST_TRY(st_device_round_f32(g->dev, prec, n->out->data, (size_t)n->out->count));
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     return ST_OK;
 }
@@ -486,10 +492,11 @@ st_status st_graph_forward(st_graph *g) {
     const st_precision prec = g->params->precision;
     st_status s = ST_OK;
     if (prec != ST_PREC_FP32) {
+        ST_TRY(refresh_compute(g->params));
         st_params_use_compute(g->params, true);
-        for (int i = 0; i < g->n_acts; i++)
+        for (int i = 0; i < g->n_acts && s == ST_OK; i++)
             if (g->acts[i]->kind == ST_TENSOR_INPUT && g->acts[i]->dtype == ST_F32)
-                st_round_array(prec, g->acts[i]->data, g->acts[i]->count);
+                s = st_device_round_f32(g->dev, prec, g->acts[i]->data, (size_t)g->acts[i]->count);
     }
     for (int i = 0; i < g->n_nodes && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
     st_params_use_compute(g->params, false);
@@ -517,6 +524,7 @@ st_status st_graph_backward(st_graph *g, float seed) {
     } else {
         for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
     }
+    ST_TRY(refresh_compute(g->params));
     st_params_use_compute(g->params, true);
     st_status s = ST_OK;
     for (int i = g->n_nodes - 1; i >= 0 && s == ST_OK; i--) {
@@ -528,7 +536,7 @@ st_status st_graph_backward(st_graph *g, float seed) {
             s = n->ops->backward(n, g);
             for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)
                 if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
-                    st_round_array(prec, n->in[k]->grad, n->in[k]->count);
+                    s = st_device_round_f32(g->dev, prec, n->in[k]->grad, (size_t)n->in[k]->count);
             if (s == ST_OK && g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }
         if (s == ST_OK && g->backward_hook) s = g->backward_hook(g->backward_hook_ctx, i);

@@ -126,7 +126,7 @@ typedef struct st_params {
     int cursor;  /* next expected declaration during a rebuild */
     /* Mixed precision (docs/precision.md). `data` holds the fp32 master
      * weights; in bf16 and fp16 `compute` holds them rounded to the low
-     * precision (the GPU's 16-bit copy), and forward and backward read it:
+     * precision (the GPU's 16-bit copy; on the arenas' device), and forward and backward read it:
      * st_graph_forward/backward point the parameter tensors at it while they
      * run and back at `data` after. The copy is refreshed when `version` (bumped
      * by st_params_touch after anything writes `data`) has moved on. */

@@ -22,9 +22,13 @@ bool st_grad_all_finite(const st_params *p) {
     return !bad;
 }
 
+float st_scaler_inverse(const st_scaler *s) {
+    return (float)(1.0 / (double)s->scale); /* PyTorch: scale.double().reciprocal().float() */
+}
+
 void st_scaler_unscale(const st_scaler *s, st_params *p) {
     if (!s->enabled) return;
-    const float inv = (float)(1.0 / (double)s->scale); /* PyTorch: scale.double().reciprocal().float() */
+    const float inv = st_scaler_inverse(s);
     float *g = p->grad;
 #pragma omp parallel for simd schedule(static) if (p->count > (1 << 20))
     for (int64_t i = 0; i < p->count; i++)
@@ -34,10 +38,21 @@ void st_scaler_unscale(const st_scaler *s, st_params *p) {
 st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip) {
     *skip = false;
     if (!s->enabled) return ST_OK;
-    float inf = st_grad_all_finite(p) ? 0.0f : 1.0f;
+    /* On a device the check runs there and one flag comes back. */
+    bool finite = true;
+    if (p->dev)
+        ST_TRY(st_device_all_finite(p->dev, p->grad, (size_t)p->count, &finite));
+    else
+        finite = st_grad_all_finite(p);
+    float inf = finite ? 0.0f : 1.0f;
     if (comm && st_comm_size(comm) > 1)
         ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
-    if (inf == 0.0f) st_scaler_unscale(s, p); /* by the scale this step used, before the update */
+    if (inf == 0.0f) { /* by the scale this step used, before the update */
+        if (p->dev)
+            ST_TRY(st_device_scale_f32(p->dev, p->grad, (size_t)p->count, st_scaler_inverse(s)));
+        else
+            st_scaler_unscale(s, p);
+    }
     *skip = st_scaler_update(s, inf != 0.0f);
     return ST_OK;
 }

@@ -31,7 +31,10 @@ void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t windo
 /* True when every gradient of p is finite (one pass, threaded). */
 bool st_grad_all_finite(const st_params *p);
 
-/* Multiply every gradient by 1/scale (a no-op when disabled). */
+/* 1/scale as the unscaling multiplies by it (fp32 of the double reciprocal). */
+float st_scaler_inverse(const st_scaler *s);
+
+/* Multiply every gradient by 1/scale (a no-op when disabled; host arenas). */
 void st_scaler_unscale(const st_scaler *s, st_params *p);
 
 /* Advance the state machine after a step whose gradients (over every rank)
@@ -46,7 +49,8 @@ bool st_scaler_update(st_scaler *s, bool found_inf);
  * all-reduce named "overflow check"; comm may be NULL or one rank) so every
  * rank decides alike (ZeRO ranks each hold only a shard), unscale when clean,
  * then st_scaler_update. *skip: skip the optimizer step. Disabled: *skip is
- * false and nothing else happens. */
+ * false and nothing else happens. Arenas on a CUDA device (p->dev): the check
+ * and the unscale run there, and one flag is read back. */
 st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip);
 
 #endif
