@@ -223,6 +223,7 @@ int main(void) {
     check_conv((conv_cfg){2, 1, 1, 8, 9, 3, 1, 1, true, true});    /* one pixel: all taps but one padded */
     check_conv_big((conv_cfg){12, 28, 28, 32, 16, 3, 1, 1, true, true}); /* Winograd: more chunks than groups */
     check_conv_big((conv_cfg){3, 15, 13, 16, 24, 3, 1, 1, false, true}); /* Winograd: odd sizes, chunks */
+    check_conv_big((conv_cfg){16, 14, 14, 8, 16, 3, 1, 1, false, true}); /* Winograd: 13 + a partial 3 */
     check_conv_big((conv_cfg){5, 48, 47, 20, 8, 5, 1, 2, true, true});  /* 1 image per chunk */
     check_conv_big((conv_cfg){5, 20, 20, 10, 6, 5, 1, 2, true, true});  /* 2 per chunk, last one partial */
     check_conv_big((conv_cfg){3, 41, 40, 16, 5, 3, 2, 1, false, true}); /* stride 2 */
