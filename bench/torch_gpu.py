@@ -14,8 +14,12 @@ harness's --tiny check, PyTorch 1.13 there) whatever of that exists.
 """
 import json
 import math
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_vs_torch as cvt  # noqa: E402  (stdlib at import; torch inside its functions)
 
 
 def last_error_line(text):
@@ -29,35 +33,9 @@ def torch_modules():
     import torch.nn.functional as F
     has_sdpa = hasattr(F, "scaled_dot_product_attention")
 
-    class MLP(nn.Module):
-        def __init__(self, image, hidden, classes, **_):
-            super().__init__()
-            dims = [image[0] * image[1] * image[2], *hidden]
-            self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
-            self.head = nn.Linear(dims[-1], classes)
-
-        def forward(self, x):  # x (B, 784)
-            for fc in self.fc:
-                x = F.relu(fc(x))
-            return self.head(x)
-
-    class CNN(nn.Module):  # 3x3 same convolutions without bias, batch-norm, ReLU, 2x2 max-pool
-        def __init__(self, image, channels, pool, kernel, classes, **_):
-            super().__init__()
-            H, W, cin = image
-            layers = []
-            for c, p in zip(channels, pool):
-                layers += [nn.Conv2d(cin, c, kernel, padding=kernel // 2, bias=False), nn.BatchNorm2d(c),
-                           nn.ReLU(inplace=True)]
-                if p:
-                    layers.append(nn.MaxPool2d(2, 2))
-                    H, W = H // 2, W // 2
-                cin = c
-            self.features = nn.Sequential(*layers)
-            self.head = nn.Linear(cin * H * W, classes)
-
-        def forward(self, x):  # x (B, 1, 28, 28), NCHW
-            return self.head(torch.flatten(self.features(x), 1))
+    # the mlp and the cnn are cpu_vs_torch.py's (the CPU benchmark's twins)
+    base = cvt.torch_models()
+    MLP, CNN = base["mlp"], base["cnn"]
 
     # GPT-2 as src/model/model.c builds it (nanoGPT): pre-LN blocks, biases in
     # every linear, learned positions, tanh GELU, tied wte/lm_head, no dropout.
