@@ -24,20 +24,10 @@ e2e_tmpdir
 chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all
 cd "$(dirname "$0")/../.." || exit 1
 source tests/slurm/cluster.sh
-e2e_cleanup() {
-    if [ -n "${up:-}" ]; then # end every job of this cluster, then the daemons
-        scancel --full --quiet --user=root 2>/dev/null
-        for _ in $(seq 1 100); do
-            [ -z "$(squeue -h 2>/dev/null)" ] && break
-            sleep 0.1
-        done
-    fi
-    slurm_stop "$tmp/cluster"
-}
+e2e_cleanup() { slurm_down "$tmp/cluster"; }
 export OMP_WAIT_POLICY=PASSIVE
 
-slurm_start "$tmp/cluster" || { echo "FAIL: the SLURM cluster did not start"; exit 1; }
-up=1
+slurm_up "$tmp/cluster"
 echo "cluster up: $(sinfo -h -o '%P %a %D %T %c cpus')"
 
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"

@@ -92,3 +92,23 @@ slurm_stop() {
     done
     return 0
 }
+
+# For the end-to-end tests: slurm_up DIR starts the cluster or fails the test;
+# slurm_down DIR (their e2e_cleanup) ends every job of it, waiting for the
+# queue to drain, then stops the daemons.
+slurm_up() {
+    slurm_start "$1" || { echo "FAIL: the SLURM cluster did not start"; exit 1; }
+    SLURM_UP=1
+}
+
+slurm_down() {
+    local i
+    if [ -n "${SLURM_UP:-}" ]; then
+        scancel --full --quiet --user=root 2>/dev/null
+        for i in $(seq 1 100); do
+            [ -z "$(squeue -h 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+    fi
+    slurm_stop "$1"
+}
