@@ -167,15 +167,20 @@ def torch_models():
         def forward(self, x):  # x (B, 1, 28, 28), NCHW
             return self.head(torch.flatten(self.features(x), 1))
 
-    # nanoGPT (Karpathy), without dropout modules (p = 0 on both sides) and
-    # with the attention PyTorch 1.13 has (no scaled_dot_product_attention).
+    # nanoGPT (Karpathy), without dropout modules (p = 0 on both sides): the
+    # fused scaled_dot_product_attention where this PyTorch has it (2.x, as
+    # bench/torch_gpu.py uses this model on a GPU), the plain masked softmax
+    # otherwise (Debian's 1.13, the CPU benchmark).
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+
     class CausalSelfAttention(nn.Module):
         def __init__(self, C, n_head, block):
             super().__init__()
             self.n_head = n_head
             self.c_attn = nn.Linear(C, 3 * C)
             self.c_proj = nn.Linear(C, C)
-            self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+            if not has_sdpa:
+                self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
 
         def forward(self, x):
             B, T, C = x.size()
@@ -183,11 +188,14 @@ def torch_models():
             k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-            att = F.softmax(att, dim=-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-            return self.c_proj(y)
+            if has_sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                att = F.softmax(att, dim=-1)
+                y = att @ v
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
     class Block(nn.Module):
         def __init__(self, C, n_head, block):
@@ -223,8 +231,7 @@ def torch_models():
                 nn.init.zeros_(m.bias)
 
         def forward(self, idx):  # idx (B, T) -> logits (B, T, V)
-            T = idx.size(1)
-            pos = torch.arange(0, T, dtype=torch.long)
+            pos = torch.arange(idx.size(1), dtype=torch.long, device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)

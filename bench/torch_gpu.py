@@ -13,7 +13,6 @@ device; step times from CUDA events after the warm-up steps. On the CPU (the
 harness's --tiny check, PyTorch 1.13 there) whatever of that exists.
 """
 import json
-import math
 import os
 import sys
 import time
@@ -28,77 +27,13 @@ def last_error_line(text):
 
 
 def torch_modules():
-    import torch
     import torch.nn as nn
     import torch.nn.functional as F
     has_sdpa = hasattr(F, "scaled_dot_product_attention")
 
-    # the mlp and the cnn are cpu_vs_torch.py's (the CPU benchmark's twins)
+    # the models are cpu_vs_torch.py's (the CPU benchmark's twins; its gpt
+    # uses scaled_dot_product_attention where this PyTorch has it)
     base = cvt.torch_models()
-    MLP, CNN = base["mlp"], base["cnn"]
-
-    # GPT-2 as src/model/model.c builds it (nanoGPT): pre-LN blocks, biases in
-    # every linear, learned positions, tanh GELU, tied wte/lm_head, no dropout.
-    class Attention(nn.Module):
-        def __init__(self, C, n_head, block):
-            super().__init__()
-            self.n_head = n_head
-            self.c_attn = nn.Linear(C, 3 * C)
-            self.c_proj = nn.Linear(C, C)
-            if not has_sdpa:
-                self.register_buffer("mask", torch.tril(torch.ones(block, block, dtype=torch.bool)),
-                                     persistent=False)
-
-        def forward(self, x):  # x (B, T, C)
-            B, T, C = x.size()
-            q, k, v = self.c_attn(x).split(C, dim=2)
-            q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-            k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            if has_sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-                att = F.softmax(att.masked_fill(~self.mask[:T, :T], float("-inf")), dim=-1)
-                y = att @ v
-            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-    class Block(nn.Module):
-        def __init__(self, C, n_head, block):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(C)
-            self.attn = Attention(C, n_head, block)
-            self.ln_2 = nn.LayerNorm(C)
-            self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(approximate="tanh"), nn.Linear(4 * C, C))
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT(nn.Module):
-        def __init__(self, vocab, block, n_layer, n_head, n_embd, **_):
-            super().__init__()
-            self.wte = nn.Embedding(vocab, n_embd)
-            self.wpe = nn.Embedding(block, n_embd)
-            self.h = nn.ModuleList(Block(n_embd, n_head, block) for _ in range(n_layer))
-            self.ln_f = nn.LayerNorm(n_embd)
-            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
-            self.wte.weight = self.lm_head.weight  # tied
-            for mod in self.modules():
-                if isinstance(mod, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(mod.weight, mean=0.0, std=0.02)
-                if isinstance(mod, nn.Linear) and mod.bias is not None:
-                    nn.init.zeros_(mod.bias)
-            for name, p in self.named_parameters():  # GPT-2's scaled residual projections
-                if name.endswith("attn.c_proj.weight") or name.endswith("mlp.2.weight"):
-                    nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
-
-        def forward(self, idx):  # idx (B, T) -> logits (B, T, V)
-            pos = torch.arange(idx.size(1), device=idx.device)
-            x = self.wte(idx) + self.wpe(pos)
-            for block in self.h:
-                x = block(x)
-            return self.lm_head(self.ln_f(x))
 
     class WithLoss(nn.Module):  # the loss inside the compiled graph, as nanoGPT's forward(idx, targets)
         def __init__(self, net):
@@ -109,7 +44,7 @@ def torch_modules():
             logits = self.net(x)
             return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
-    return {"mlp": MLP, "cnn": CNN, "gpt2": GPT}, WithLoss, has_sdpa
+    return {"mlp": base["mlp"], "cnn": base["cnn"], "gpt2": base["gpt"]}, WithLoss, has_sdpa
 
 
 def torch_worker(w):
