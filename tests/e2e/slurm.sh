@@ -14,11 +14,7 @@
 #     `scontrol update StartTime=now`: SLURM holds a requeued job ~2 minutes).
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
-for c in slurmctld slurmd munged sbatch srun scontrol; do
-    command -v $c >/dev/null || e2e_skip "$c is missing (apt-get install slurm-wlm munge; scripts/deps.sh installs them)"
-done
-[ "$(id -u)" -eq 0 ] && [ -r /etc/munge/munge.key ] ||
-    e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
+e2e_need_slurm
 e2e_need_mpirun
 e2e_tmpdir
 chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all

@@ -3,7 +3,8 @@
 # It lives outside tests/e2e/ because tests/run.sh runs every tests/e2e/*.sh.
 # It sets `set -uo pipefail`, $build (the test's first argument, default
 # build), $bin ($build/scaletrain; a test may redefine it) and provides:
-#   e2e_need_mpirun, e2e_need_fmnist, e2e_need_numpy: skip the test (print
+#   e2e_need_mpirun, e2e_need_fmnist, e2e_need_numpy, e2e_need_slurm [CMD...]:
+#       skip the test (print
 #       "NAME: skipped: why (the apt-get command)", exit 77) without it;
 #   e2e_skip WHY: the same for any other reason;
 #   e2e_tmpdir: $tmp, a new directory removed at exit, after the test's own
@@ -23,6 +24,16 @@ fails=0
 e2e_skip() { echo "$e2e_name: skipped: $*"; exit 77; }
 e2e_need_mpirun() {
     command -v mpirun >/dev/null || e2e_skip "mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+}
+# The local SLURM test cluster (tests/slurm/cluster.sh): its daemons and
+# commands (and any more named), run as root with munge's key.
+e2e_need_slurm() {
+    local c
+    for c in slurmctld slurmd munged sbatch srun scontrol "$@"; do
+        command -v "$c" >/dev/null || e2e_skip "$c is missing (apt-get install slurm-wlm munge; scripts/deps.sh installs them)"
+    done
+    [ "$(id -u)" -eq 0 ] && [ -r /etc/munge/munge.key ] ||
+        e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
 }
 e2e_need_fmnist() {
     [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
