@@ -10,6 +10,37 @@
 
 /* Columns of dweight/dbias one thread owns in backward. */
 #define LN_COL_BLOCK 32
+/* Row sums run in LANES independent partial sums (lane j takes elements j,
+ * j + LANES, ...; the tail goes to lane 0), added in lane order: a fixed
+ * order, so the same bits every run, and a loop gcc vectorizes without
+ * reassociating (a single running float sum stays scalar). */
+#define LANES 16
+
+static inline float lanes_total(const float *lane) {
+    float t = 0.0f;
+    for (int j = 0; j < LANES; j++) t += lane[j];
+    return t;
+}
+
+/* sum_c x[c] */
+static float row_sum(const float *x, int64_t C) {
+    float lane[LANES] = {0};
+    int64_t c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int j = 0; j < LANES; j++) lane[j] += x[c + j];
+    for (; c < C; c++) lane[0] += x[c];
+    return lanes_total(lane);
+}
+
+/* sum_c (x[c] - m)^2 */
+static float row_sq_dev(const float *x, float m, int64_t C) {
+    float lane[LANES] = {0};
+    int64_t c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int j = 0; j < LANES; j++) lane[j] += (x[c + j] - m) * (x[c + j] - m);
+    for (; c < C; c++) lane[0] += (x[c] - m) * (x[c] - m);
+    return lanes_total(lane);
+}
 
 static st_status layernorm_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
@@ -24,14 +55,8 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
         /* Two passes: the variance of (x - mean) does not cancel catastrophically. */
-        float m = 0.0f;
-        for (int64_t c = 0; c < C; c++)
-            m += xr[c];
-        m /= (float)C;
-        float v = 0.0f;
-        for (int64_t c = 0; c < C; c++)
-            v += (xr[c] - m) * (xr[c] - m);
-        v /= (float)C;
+        const float m = row_sum(xr, C) / (float)C;
+        const float v = row_sq_dev(xr, m, C) / (float)C;
         const float s = 1.0f / sqrtf(v + eps);
         for (int64_t c = 0; c < C; c++)
             yr[c] = (xr[c] - m) * s * w[c] + b[c];
@@ -59,19 +84,25 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
             const float *xr = x + r * C, *gr = dy + r * C;
             float *dr = dx + r * C;
             const float m = mean[r], s = rstd[r];
-            float gm = 0.0f, gxm = 0.0f;
-            for (int64_t c = 0; c < C; c++) {
+            float lg[LANES] = {0}, lgx[LANES] = {0};
+            int64_t c = 0;
+            for (; c + LANES <= C; c += LANES)
+                for (int j = 0; j < LANES; j++) {
+                    const float gc = gr[c + j] * w[c + j];
+                    lg[j] += gc;
+                    lgx[j] += gc * (xr[c + j] - m) * s;
+                }
+            for (; c < C; c++) {
                 const float gc = gr[c] * w[c];
-                gm += gc;
-                gxm += gc * (xr[c] - m) * s;
+                lg[0] += gc;
+                lgx[0] += gc * (xr[c] - m) * s;
             }
-            gm /= (float)C;
-            gxm /= (float)C;
+            const float gm = lanes_total(lg) / (float)C, gxm = lanes_total(lgx) / (float)C;
             if (acc)
-                for (int64_t c = 0; c < C; c++)
+                for (c = 0; c < C; c++)
                     dr[c] += s * (gr[c] * w[c] - gm - (xr[c] - m) * s * gxm);
             else
-                for (int64_t c = 0; c < C; c++)
+                for (c = 0; c < C; c++)
                     dr[c] = s * (gr[c] * w[c] - gm - (xr[c] - m) * s * gxm);
         }
     }

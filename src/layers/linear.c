@@ -7,6 +7,9 @@
 #include "args.h"
 #include "layers.h"
 
+/* Columns of the bias gradient one thread sums in backward. */
+#define LINEAR_DB_COLS 64
+
 
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
@@ -46,8 +49,15 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
         float *db = n->params[1]->grad; /* (N) */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) db[j] += dy[i * N + j];
+        /* Each thread owns a block of columns and walks the rows in order:
+         * the same sums whatever the thread count, vectorized along j. */
+        const int64_t nblk = (N + LINEAR_DB_COLS - 1) / LINEAR_DB_COLS;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < nblk; k++) {
+            const int64_t j0 = k * LINEAR_DB_COLS, j1 = j0 + LINEAR_DB_COLS < N ? j0 + LINEAR_DB_COLS : N;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = j0; j < j1; j++) db[j] += dy[i * N + j];
+        }
     }
     float *dx = n->in[0]->grad;
     if (dx) {
