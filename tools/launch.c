@@ -162,6 +162,11 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = "--map-by";
     av[k++] = "core";
     av[k++] = "--tag-output";
+    /* The ranks' stdout is a pseudo-terminal of mpirun's even when ours is a
+     * file: tell them which (log.progress auto draws a bar only on a terminal). */
+    setenv("SCALETRAIN_TERMINAL", isatty(STDOUT_FILENO) ? "1" : "0", 1);
+    av[k++] = "-x";
+    av[k++] = "SCALETRAIN_TERMINAL";
     if (geteuid() == 0) /* OpenMPI refuses root without this (containers, CI) */
         av[k++] = "--allow-run-as-root";
     if (geteuid() == 0 || share) /* more ranks than slots (cores) */

@@ -42,6 +42,20 @@ for r in 0 1; do
 done
 echo "output: rank 0 plain, rank 1 and stderr prefixed, 600 whole lines"
 
+# The ranks learn whether the launcher's stdout is a terminal (theirs is
+# mpirun's pseudo-terminal either way): a file gives 0, a terminal 1.
+timeout 60 "$bin" launch -n 1 sh -c 'echo "term=$SCALETRAIN_TERMINAL"' >"$tmp/term.out" 2>&1 ||
+    fail "terminal: launch failed: $(cat "$tmp/term.out")"
+grep -qx "term=0" "$tmp/term.out" || fail "terminal: into a file the ranks saw '$(cat "$tmp/term.out")', expected term=0"
+if command -v script >/dev/null; then
+    timeout 60 script -qec "$bin launch -n 1 sh -c 'echo term=\$SCALETRAIN_TERMINAL'" /dev/null >"$tmp/term.out" 2>&1 ||
+        fail "terminal: launch under script(1) failed: $(cat "$tmp/term.out")"
+    grep -q "term=1" "$tmp/term.out" || fail "terminal: on a terminal the ranks saw '$(cat "$tmp/term.out")', expected term=1"
+    echo "terminal: ranks told 0 into a file, 1 on a terminal"
+else
+    echo "terminal: ranks told 0 into a file (script(1) missing: the terminal case not checked)"
+fi
+
 # A tiny gpt on a token file: enough steps for a kill to land mid-run.
 for i in $(seq 1 400); do printf 'line %010d\n' $((i * 7919 % 100003)); done >"$tmp/t.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
