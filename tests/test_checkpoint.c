@@ -52,8 +52,8 @@ int main(void) {
     if (!a || !b) return st_test_finish("test_checkpoint");
     CHECK_OK(st_optim_init(&oa, &cfg, &a->params));
     CHECK_OK(st_optim_init(&ob, &cfg, &b->params));
-    st_model_init_weights(a, 7);
-    st_model_init_weights(b, 8);
+    CHECK_OK(st_model_init_weights(a, 7));
+    CHECK_OK(st_model_init_weights(b, 8));
     for (int64_t i = 0; i < oa.count; i++) {
         oa.m[i] = 0.001f * (float)(i % 97);
         oa.v[i] = 0.002f * (float)(i % 89);

@@ -26,7 +26,7 @@ static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
     }
     st_model *m = NULL;
     CHECK_OK(st_model_create(&c, &in, &m));
-    if (m) st_model_init_weights(m, 7);
+    if (m) CHECK_OK(st_model_init_weights(m, 7));
     return m;
 }
 

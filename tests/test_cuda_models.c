@@ -247,8 +247,8 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_model_create_on(&c, &in, dev, &dm));
     st_params *hp = &hm->params, *dp = &dm->params;
     /* seeded initialisation on the device makes the host's values */
-    st_model_init_weights(hm, seed);
-    st_model_init_weights(dm, seed);
+    CHECK_OK(st_model_init_weights(hm, seed));
+    CHECK_OK(st_model_init_weights(dm, seed));
     for (int i = 0; i < hp->n; i++)
         bad +=
             cp_check(mc->label, hp->t[i]->name, dev, dp->t[i]->data, hp->t[i]->data, hp->t[i]->count, 0, 0);

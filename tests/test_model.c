@@ -80,10 +80,10 @@ static void test_counts_and_names(void) {
 static void test_init_and_batches(void) {
     st_model *a = make("gpt", gpt_tiny), *b = make("gpt", gpt_tiny);
     if (!a || !b) return;
-    st_model_init_weights(a, 5);
-    st_model_init_weights(b, 5);
+    CHECK_OK(st_model_init_weights(a, 5));
+    CHECK_OK(st_model_init_weights(b, 5));
     CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "same seed, same bits");
-    st_model_init_weights(b, 6);
+    CHECK_OK(st_model_init_weights(b, 6));
     CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) != 0, "another seed differs");
     st_model_graph g1, g3;
     CHECK_OK(st_model_graph_build(a, 1, &g1));
@@ -127,7 +127,7 @@ static void test_step_reproducible(void) {
     for (int k = 0; k < 2; k++) {
         st_model *m = make("cnn", NULL);
         if (!m) return;
-        st_model_init_weights(m, 1);
+        CHECK_OK(st_model_init_weights(m, 1));
         st_model_graph g;
         CHECK_OK(st_model_graph_build(m, 4, &g));
         g.g.training = true;
@@ -153,9 +153,9 @@ static void test_weights_round_trip(void) {
     snprintf(bad, sizeof bad, "%s/other.safetensors", dir);
     st_model *a = make("cnn", NULL), *b = make("cnn", NULL);
     if (!a || !b) return;
-    st_model_init_weights(a, 1);
+    CHECK_OK(st_model_init_weights(a, 1));
     st_params_find(&a->params, "bn.0.running_mean")->data[3] = 0.25f; /* buffers travel too */
-    st_model_init_weights(b, 2);
+    CHECK_OK(st_model_init_weights(b, 2));
     CHECK_OK(st_model_save(a, path));
     CHECK_OK(st_model_load(b, path));
     CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "params round trip");
@@ -163,7 +163,7 @@ static void test_weights_round_trip(void) {
 
     /* A model of another shape: every mismatch is named, nothing is changed. */
     st_model *c = make("cnn", NULL);
-    st_model_init_weights(c, 3);
+    CHECK_OK(st_model_init_weights(c, 3));
     float before = c->params.data[0];
     int64_t s1[2] = {10, 99};
     float junk[990] = {0};
@@ -200,8 +200,8 @@ static void test_gpt2_style_file(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_model *a = make("gpt", gpt_tiny), *b = make("gpt", gpt_tiny);
     if (!a || !b) return;
-    st_model_init_weights(a, 11);
-    st_model_init_weights(b, 12);
+    CHECK_OK(st_model_init_weights(a, 11));
+    CHECK_OK(st_model_init_weights(b, 12));
     const st_params *p = &a->params;
     st_safetensors_tensor *t = calloc((size_t)p->n + 3, sizeof *t);
     char (*names)[128] = calloc((size_t)p->n, sizeof *names);

@@ -62,7 +62,7 @@ static void run(void (*tweak)(st_config *), const char *prec, float *loss, bool 
     st_model_graph mg = {0};
     CHECK_OK(st_model_create(&c, &in, &m));
     if (!m) return;
-    st_model_init_weights(m, 7);
+    CHECK_OK(st_model_init_weights(m, 7));
     CHECK_OK(st_model_graph_build(m, 3, &mg));
     st_params *pa = &m->params;
     /* masters with bits below 16-bit precision (init values already have them) */

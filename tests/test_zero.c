@@ -74,8 +74,8 @@ static void test_range_step(st_config *cfg) {
     st_model *a = make(cfg), *b = make(cfg);
     st_params *pa = &a->params, *pb = &b->params;
     const int64_t P = pa->count;
-    st_model_init_weights(a, 3);
-    st_model_init_weights(b, 3);
+    CHECK_OK(st_model_init_weights(a, 3));
+    CHECK_OK(st_model_init_weights(b, 3));
     for (int64_t i = 0; i < P; i++) pa->grad[i] = pb->grad[i] = (float)((i * 7919) % 1000) * 1e-4f - 0.05f;
     st_optim whole, part[3];
     CHECK_OK(st_optim_init(&whole, cfg, pa));

@@ -222,7 +222,7 @@ void st_model_free(st_model *m) {
     free(m);
 }
 
-void st_model_init_weights(st_model *m, uint64_t seed) { st_params_init(&m->params, seed); }
+st_status st_model_init_weights(st_model *m, uint64_t seed) { return st_params_init(&m->params, seed); }
 
 double st_model_flops_per_sample(const st_model *m) {
     const st_config *c = &m->cfg;

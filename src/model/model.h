@@ -54,7 +54,7 @@ st_status st_model_create_layout(const st_config *cfg, const st_model_input *in,
 /* A graph for `batch` samples with every node, shape and size (act_count,
  * grad_count, int_count, work_count) but no activation memory. */
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg);
-void st_model_init_weights(st_model *m, uint64_t seed);
+st_status st_model_init_weights(st_model *m, uint64_t seed);
 
 /* Build a graph for `batch` samples. */
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
