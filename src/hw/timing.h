@@ -45,8 +45,8 @@
 #define ST_TIME_CPU_FWD_EFF 0.9
 #define ST_TIME_CPU_BWD_EFF 0.75
 #define ST_TIME_CPU_MEM_EFF 0.6
-#define ST_TIME_CPU_PASS_S 5e-6
-#define ST_TIME_CPU_STEP_S 2e-4
+#define ST_TIME_CPU_PASS_S 3e-6
+#define ST_TIME_CPU_STEP_S 5e-5
 
 typedef struct st_time_opts {
     const st_hw_config *hw;
