@@ -42,8 +42,8 @@
  * OpenBLAS runs slower), the fraction of the memory bandwidth elementwise
  * loops reach, and the fixed costs of a layer pass (an OpenMP region, the
  * dispatch) and of a step (batch hand-over, loss read-back). */
-#define ST_TIME_CPU_FWD_EFF 0.9
-#define ST_TIME_CPU_BWD_EFF 0.75
+#define ST_TIME_CPU_FWD_EFF 0.95
+#define ST_TIME_CPU_BWD_EFF 0.85
 #define ST_TIME_CPU_MEM_EFF 0.6
 #define ST_TIME_CPU_PASS_S 3e-6
 #define ST_TIME_CPU_STEP_S 5e-5
