@@ -94,7 +94,8 @@ static void conv_cost(const st_node *n, bool dx, bool bwd, st_cost *c) {
     }
     c->cpu.bwd_flops = f * (dx ? 2 : 1);
     /* dx: dV written and read, and the += of each tile's 4x4 window into dx */
-    c->cpu.bwd_elems = (double)y->count + (double)x->count + CPU_IN_CACHE * (Mx + V) + (dx ? CPU_IN_CACHE * 4 * V : 0);
+    c->cpu.bwd_elems =
+        (double)y->count + (double)x->count + CPU_IN_CACHE * (Mx + V) + (dx ? CPU_IN_CACHE * 4 * V : 0);
 }
 
 st_cost st_node_cost(const st_node *n) {
