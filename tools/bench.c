@@ -137,9 +137,11 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
         snprintf(hw.label, sizeof hw.label, "this machine");
         const bool gpu = strcmp(cfg->train.device, "cpu") != 0 && h->n_gpus >= runs[k].ranks;
         st_device_local(gpu ? h : &nogpu, gf, &hw.dev);
-        if (!gpu) { /* ranks sharing cores are time-sliced */
-            hw.dev.peak_fp32 *= runs[k].cores_per_rank;
-            hw.dev.peak_bf16 *= runs[k].cores_per_rank;
+        if (!gpu) { /* the node's cores the ranks use; the time model gives each rank its share (1 / ranks),
+                     * so one core each, or less when ranks sharing cores are time-sliced */
+            const double cores_used = runs[k].ranks * runs[k].cores_per_rank;
+            hw.dev.peak_fp32 *= cores_used;
+            hw.dev.peak_bf16 *= cores_used;
         }
         snprintf(runs[k].pred_device, sizeof runs[k].pred_device, "%s", hw.dev.name);
         cfg->train.batch_size = mb * runs[k].ranks;

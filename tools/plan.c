@@ -211,6 +211,8 @@ int st_cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(m, "params", (double)in.model->params.count);
         cJSON_AddNumberToObject(m, "fwd_flops_per_sample", cost.fwd_flops);
         cJSON_AddNumberToObject(m, "bwd_flops_per_sample", cost.bwd_flops);
+        /* what the CPU kernels run (Winograd convolutions), which the CPU's step time is charged */
+        cJSON_AddNumberToObject(m, "cpu_kernel_flops_per_sample", cost.cpu.fwd_flops + cost.cpu.bwd_flops);
         if (in.seq_len) cJSON_AddNumberToObject(m, "tokens_per_sample", (double)in.seq_len);
         cJSON_AddNumberToObject(out, "batch_size", (double)cfg.train.batch_size);
         if (gf > 0) cJSON_AddNumberToObject(out, "cpu_gflops_measured", gf / 1e9);
@@ -223,9 +225,13 @@ int st_cmd_plan(int argc, char **argv) {
         printf("model: %s, %lld parameters, %.3g GFLOP per sample (forward %.3g + backward %.3g)\n",
                cfg.model.type, (long long)in.model->params.count, (cost.fwd_flops + cost.bwd_flops) / 1e9,
                cost.fwd_flops / 1e9, cost.bwd_flops / 1e9);
+        const double kf = cost.cpu.fwd_flops + cost.cpu.bwd_flops, mf = cost.fwd_flops + cost.bwd_flops;
+        if (kf < 0.999 * mf)
+            printf("       on the CPU our kernels run %.3g GFLOP per sample instead (Winograd convolutions), "
+                   "which the CPU's step time counts\n", kf / 1e9);
         printf("batch: %lld samples per step%s", (long long)cfg.train.batch_size, in.seq_len ? "" : "\n");
         if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
-        if (gf > 0) printf("cpu: %.1f GFLOP/s measured (1024^3 sgemm)\n", gf / 1e9);
+        if (gf > 0) printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm)\n", gf / 1e9);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

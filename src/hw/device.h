@@ -54,8 +54,9 @@ const char *st_device_names(void);
  * conservative default when gflops <= 0. */
 void st_device_local(const st_hw_info *h, double cpu_gflops, st_device *out);
 
-/* Measure the CPU's fp32 matrix-product rate: a 512^3 sgemm repeated for
- * about 0.1 s on the current thread pool. */
+/* Measure the CPU's fp32 matrix-product rate: the fastest of 1024^3 sgemms
+ * repeated for about 0.1 s on the current thread pool (load only slows a
+ * repetition down, so the fastest is the machine's own rate). */
 st_status st_device_calibrate_cpu(double *flops_per_s);
 
 /* Parse "4xL40S", "8xA100-80GB", "2x8xH100" (nodes x per-node x device) or a

@@ -12,8 +12,9 @@ double st_time_default_efficiency(const st_device *d, bool mixed) {
     /* Large, well-shaped products reach 70-80% of the tensor-core peak;
      * a whole model's products (small heads, attention blocks, the first
      * and last layers) about 60%. fp32 without tensor cores sits closer to
-     * its (lower) peak. The CPU figure is against the measured sgemm rate. */
-    if (!d->gpu) return 0.8;
+     * its (lower) peak. The CPU figure is forward's, against the calibrated
+     * sgemm rate (its best repetition); backward's is ST_TIME_CPU_BWD_EFF. */
+    if (!d->gpu) return ST_TIME_CPU_FWD_EFF;
     return mixed ? 0.6 : 0.7;
 }
 
@@ -35,10 +36,16 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double share = d->gpu ? 1.0 : 1.0 / o->hw->per_node;
     const double eff = o->efficiency > 0 ? o->efficiency : st_time_default_efficiency(d, o->mixed);
     const double peak = (o->mixed ? d->peak_bf16 : d->peak_fp32) * share * eff;
-    const double bw = d->mem_bw * share * (d->gpu ? 0.8 : 0.6);
     const double ab = o->mixed ? 2 : 4;
-    t->fwd_s = c->fwd_flops / peak + c->fwd_elems * ab / bw;
-    t->bwd_s = c->bwd_flops / peak + c->bwd_elems * ab / bw;
+    const double bw = d->mem_bw * share * (d->gpu ? 0.8 : ST_TIME_CPU_MEM_EFF);
+    if (d->gpu) { /* the model's products: cuDNN and cuBLAS run no Winograd of ours */
+        t->fwd_s = c->fwd_flops / peak + c->fwd_elems * ab / bw;
+        t->bwd_s = c->bwd_flops / peak + c->bwd_elems * ab / bw;
+    } else { /* what the CPU kernels run, plus a fixed cost per layer pass */
+        const double bpeak = o->efficiency > 0 ? peak : peak / eff * ST_TIME_CPU_BWD_EFF;
+        t->fwd_s = c->cpu.fwd_flops / peak + c->cpu.fwd_elems * ab / bw + c->fwd_passes * ST_TIME_CPU_PASS_S;
+        t->bwd_s = c->cpu.bwd_flops / bpeak + c->cpu.bwd_elems * ab / bw + c->bwd_passes * ST_TIME_CPU_PASS_S;
+    }
     t->compute_s = (double)o->accum * (t->fwd_s + t->bwd_s);
     t->flops_per_step = (double)o->accum * (c->fwd_flops + c->bwd_flops);
 
@@ -80,7 +87,7 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
         const double host_bw = HOST_MEM_BW / o->hw->per_node;
         t->optim_s = shard * ob / host_bw + shard * 2 * wb / d->host_bw; /* update; gradients down, weights up */
     } else {
-        t->optim_s = shard * ob / bw;
+        t->optim_s = shard * ob / (d->mem_bw * share * 0.8); /* one streaming pass */
     }
-    t->step_s = t->compute_s + t->exposed_s + t->optim_s;
+    t->step_s = t->compute_s + t->exposed_s + t->optim_s + (d->gpu ? 0 : ST_TIME_CPU_STEP_S);
 }

@@ -2,6 +2,13 @@
  *
  *   compute  = accum x (matrix FLOPs / (peak x efficiency)
  *                       + elementwise bytes / (memory bandwidth x mem_efficiency))
+ *              On a GPU preset the FLOPs and bytes are the model's (cost.h:
+ *              direct convolutions, as cuDNN and cuBLAS are charged). On the
+ *              CPU they are what our kernels run (Winograd's products and
+ *              transforms, weighted arithmetic-bound elements), forward's
+ *              products at ST_TIME_CPU_FWD_EFF and backward's at
+ *              ST_TIME_CPU_BWD_EFF of the calibrated sgemm rate, plus
+ *              ST_TIME_CPU_PASS_S per layer pass.
  *   comm     = ring collectives over the gradient buckets: an all-reduce of X
  *              bytes over n ranks moves 2(n-1)/n X per rank and takes 2(n-1)
  *              steps (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
@@ -15,9 +22,10 @@
  *              after the optimizer is exposed.
  *   optim    = the optimizer's bytes over memory bandwidth (host memory when
  *              offloaded, plus the PCIe copies).
- *   step     = compute + exposed + optim.
+ *   step     = compute + exposed + optim (+ ST_TIME_CPU_STEP_S on the CPU).
  * Efficiencies are assumptions (docs/planner.md): the fraction of the
- * datasheet peak a training step's matrix products reach. */
+ * datasheet peak a training step's matrix products reach; the CPU's are
+ * measured on this project's machine against its calibrated sgemm rate. */
 #ifndef ST_HW_TIMING_H
 #define ST_HW_TIMING_H
 
@@ -26,6 +34,19 @@
 
 #include "cost.h"
 #include "device.h"
+
+/* The CPU constants (docs/planner.md, "The CPU"), fitted to profiler traces
+ * of the mlp, cnn and gpt bench configs at 1 thread: the fraction of the
+ * calibrated sgemm rate that forward's and backward's products reach
+ * (backward's products have a transposed operand and a long reduction, which
+ * OpenBLAS runs slower), the fraction of the memory bandwidth elementwise
+ * loops reach, and the fixed costs of a layer pass (an OpenMP region, the
+ * dispatch) and of a step (batch hand-over, loss read-back). */
+#define ST_TIME_CPU_FWD_EFF 0.95
+#define ST_TIME_CPU_BWD_EFF 0.85
+#define ST_TIME_CPU_MEM_EFF 0.6
+#define ST_TIME_CPU_PASS_S 3e-6
+#define ST_TIME_CPU_STEP_S 5e-5
 
 typedef struct st_time_opts {
     const st_hw_config *hw;
