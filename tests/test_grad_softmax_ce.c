@@ -1,7 +1,8 @@
 /* Fused softmax cross-entropy: gradient check (ignored rows, 2-D and 3-D,
  * batch of 1, logits consumed twice), loss against a double reference
  * (including huge logits), the all-ignored case, the backward from
- * st_graph_backward, thread-independent loss, and target/shape errors. */
+ * st_graph_backward, thread-independent loss, a NaN logit giving a NaN loss,
+ * and target/shape errors. */
 #include <omp.h>
 
 #include "gradcheck.h"
@@ -139,6 +140,20 @@ static void check_edge_cases(void) {
               (double)first);
     }
     omp_set_num_threads(saved);
+    /* A NaN logit of a counted row, first in the row, in the lanes or in the
+     * tail past them, makes the loss NaN. */
+    int64_t r = 0;
+    while (t->idata[r] == ST_IGNORE_INDEX) r++;
+    const int64_t cols[3] = {0, 40, 96};
+    for (int k = 0; k < 3; k++) {
+        const int64_t at = r * 97 + cols[k];
+        const float keep = x->data[at];
+        x->data[at] = NAN;
+        CHECK_OK(st_graph_forward(&g));
+        CHECK(isnan(y->data[0]), "a NaN logit at column %lld gave loss %g", (long long)cols[k],
+              (double)y->data[0]);
+        x->data[at] = keep;
+    }
     for (int64_t i = 0; i < t->count; i++)
         t->idata[i] = ST_IGNORE_INDEX;
     CHECK_OK(st_graph_forward(&g));

@@ -5,7 +5,40 @@
 #include <string.h>
 
 #include "args.h"
+#include "core/fastmath.h"
 #include "layers.h"
+
+/* Row reductions run in LANES independent partial results (lane j takes
+ * elements j, j + LANES, ...; the tail goes to lane 0), combined in lane
+ * order: a fixed order, so the same bits every run, in loops gcc vectorizes
+ * (one running max or sum stays scalar). */
+#define LANES 16
+
+/* max_v x[v], V >= 1, NaNs passed over: a NaN in x still makes the row's
+ * sum of exponentials, and so the loss, NaN. */
+static float row_max(const float *x, int64_t V) {
+    float lane[LANES];
+    for (int j = 0; j < LANES; j++) lane[j] = x[0];
+    int64_t v = 0;
+    for (; v + LANES <= V; v += LANES)
+        for (int j = 0; j < LANES; j++) lane[j] = x[v + j] > lane[j] ? x[v + j] : lane[j];
+    for (; v < V; v++) lane[0] = x[v] > lane[0] ? x[v] : lane[0];
+    float m = lane[0];
+    for (int j = 1; j < LANES; j++) m = lane[j] > m ? lane[j] : m;
+    return m;
+}
+
+/* sum_v exp(x[v] - m), m = max x: in double lanes */
+static double row_sum_exp(const float *x, float m, int64_t V) {
+    double lane[LANES] = {0};
+    int64_t v = 0;
+    for (; v + LANES <= V; v += LANES)
+        for (int j = 0; j < LANES; j++) lane[j] += (double)st_exp_nonpos(x[v + j] - m);
+    for (; v < V; v++) lane[0] += (double)st_exp_nonpos(x[v] - m);
+    double s = 0.0;
+    for (int j = 0; j < LANES; j++) s += lane[j];
+    return s;
+}
 
 
 static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
@@ -57,13 +90,8 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
         }
         const float *xr = x + r * V;
         /* Subtract the max so exp never overflows. */
-        float m = xr[0];
-        for (int64_t v = 1; v < V; v++)
-            m = xr[v] > m ? xr[v] : m;
-        double s = 0.0;
-        for (int64_t v = 0; v < V; v++)
-            s += expf(xr[v] - m);
-        const double l = (double)m + log(s);
+        const float m = row_max(xr, V);
+        const double l = (double)m + log(row_sum_exp(xr, m, V));
         lse[r] = (float)l;
         row_loss[r] = l - xr[tg[r]];
     }
@@ -98,12 +126,14 @@ static st_status softmax_ce_backward(st_node *n, st_graph *g) {
         }
         const float *xr = x + r * V;
         const float l = lse[r];
+        /* x - lse <= 0 up to the rounding of lse to float (a few ulp above 0
+         * at most), where st_exp_nonpos is as accurate as below 0. */
         if (acc)
             for (int64_t v = 0; v < V; v++)
-                dr[v] += expf(xr[v] - l) * scale;
+                dr[v] += st_exp_nonpos(xr[v] - l) * scale;
         else
             for (int64_t v = 0; v < V; v++)
-                dr[v] = expf(xr[v] - l) * scale;
+                dr[v] = st_exp_nonpos(xr[v] - l) * scale;
         dr[tg[r]] -= scale;
     }
     return ST_OK;
