@@ -34,8 +34,9 @@ struct st_device {
     cudaStream_t comm;    /* collectives (NCCL), ordered with compute by events */
     cudaStream_t copy;    /* host-to-device batch copies */
     cublasLtHandle_t lt;
-    void *lt_ws; /* cuBLASLt workspace */
+    void *lt_ws; /* cuBLASLt workspace, allocated once when the device opens */
     size_t lt_ws_bytes;
+    struct st_lt_plans *plans; /* cuBLASLt plans by shape and layout (matmul.cu), made on first use */
     char pci_bus_id[32]; /* "0000:65:00.0", for NVML */
     /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
      * live block is listed, a few dozen arenas at most) and the workspace. */
@@ -69,6 +70,9 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
 #define ST_CUBLAS_TRY(call) ST_CUBLAS_TRY_D(g->dev, call)
 /* After every launch: a bad configuration or an earlier fault shows here. */
 #define ST_CUDA_LAUNCHED() ST_CUDA_TRY(cudaGetLastError())
+
+/* Destroy the cuBLASLt plans (matmul.cu); before the handle goes. */
+void st_cuda_plans_free(st_device *d);
 
 /* At least nbytes of device scratch (256-byte aligned), for work queued on
  * the compute stream until the next call; grown on demand (the first time a

@@ -73,6 +73,10 @@ const char *st_cuda_pci_bus_id(const st_device *d);
 st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst, const float *src, size_t count);
 st_status st_cuda_all_finite(st_device *d, const float *x, size_t count, bool *finite);
 
+/* The cuBLASLt plan cache (src/cuda/matmul.cu): plans made so far, and how
+ * many products found their plan there (hits) or made it (misses). */
+void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits, int64_t *misses);
+
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */
 const struct st_layer_ops *st_cuda_layer_ops(const char *name);

@@ -42,6 +42,7 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
 extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
     cudaSetDevice(d->ordinal);
+    st_cuda_plans_free(d);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->lt_ws) cudaFree(d->lt_ws);
     if (d->flag) cudaFree(d->flag);
