@@ -130,6 +130,21 @@ st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm);
 /* g[0, count) *= scale (loss-scale unscaling, or a clip factor known on the host). */
 st_status st_cuda_grad_scale(st_device *d, float *g, int64_t count, float scale);
 
+/* --- the training loss summed on the device (src/cuda/loss.cu) -----------
+ * For src/train/loss_sum.c: every call but st_cuda_loss_read is queued on
+ * the compute stream and returns without waiting. */
+typedef struct st_cuda_loss st_cuda_loss;
+st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out);
+void st_cuda_loss_free(st_cuda_loss *l); /* NULL is fine; waits for the compute stream */
+/* The open step's sum += (double)*loss / divisor (loss: one float, device memory). */
+st_status st_cuda_loss_add(st_cuda_loss *l, const float *loss, double divisor);
+/* Close the step: its sum joins the sum since the last read (`step` noted
+ * as the first bad one when its sum is not finite and none was before). */
+st_status st_cuda_loss_step_end(st_cuda_loss *l, int64_t step);
+/* Wait for the compute stream and read the closed steps' sum since the last
+ * read and the first bad step (-1: none); both start again. */
+st_status st_cuda_loss_read(st_cuda_loss *l, double *sum, int64_t *bad_step);
+
 #ifdef __cplusplus
 }
 #endif
