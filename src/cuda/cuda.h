@@ -131,13 +131,16 @@ st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm);
 st_status st_cuda_grad_scale(st_device *d, float *g, int64_t count, float scale);
 
 /* --- the training loss summed on the device (src/cuda/loss.cu) -----------
- * For src/train/loss_sum.c: every call but st_cuda_loss_read is queued on
- * the compute stream and returns without waiting. */
+ * For src/train/loss_sum.c and eval_device.c: every call but
+ * st_cuda_loss_read is queued on the compute stream and returns without
+ * waiting. */
 typedef struct st_cuda_loss st_cuda_loss;
 st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out);
 void st_cuda_loss_free(st_cuda_loss *l); /* NULL is fine; waits for the compute stream */
 /* The open step's sum += (double)*loss / divisor (loss: one float, device memory). */
 st_status st_cuda_loss_add(st_cuda_loss *l, const float *loss, double divisor);
+/* The open step's sum += (double)*loss * weight (evaluation: the batch's valid targets). */
+st_status st_cuda_loss_add_times(st_cuda_loss *l, const float *loss, double weight);
 /* Close the step: its sum joins the sum since the last read (`step` noted
  * as the first bad one when its sum is not finite and none was before). */
 st_status st_cuda_loss_step_end(st_cuda_loss *l, int64_t step);

@@ -6,8 +6,10 @@
  * since the last read, and the first of those steps whose sum was not
  * finite. Each update is one single-thread kernel on the compute stream,
  * after the backward that wrote the loss: the same double operations as the
- * host's sum (loss_sum.c), in the same order. Not here: averaging over ranks
- * and the NaN error (the caller's, on the host, once read). */
+ * host's sum (loss_sum.c), in the same order. Evaluation on a device
+ * (src/train/eval_device.c) sums each batch's loss times its valid targets
+ * the same way, read once at the end. Not here: averaging over ranks and
+ * the NaN error (the caller's, on the host, once read). */
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -24,8 +26,9 @@ struct st_cuda_loss {
     loss_acc *host; /* pinned, what the last read copied */
 };
 
-static __global__ void loss_add_kernel(loss_acc *a, const float *loss, double divisor) {
-    a->step += (double)*loss / divisor;
+/* step += loss / by (training: by the micro-steps), or loss * by (evaluation: by the valid targets) */
+static __global__ void loss_add_kernel(loss_acc *a, const float *loss, double by, bool times) {
+    a->step += times ? (double)*loss * by : (double)*loss / by;
 }
 
 static __global__ void loss_step_end_kernel(loss_acc *a, int64_t step) {
@@ -78,7 +81,13 @@ extern "C" st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out) {
 }
 
 extern "C" st_status st_cuda_loss_add(st_cuda_loss *l, const float *loss, double divisor) {
-    loss_add_kernel<<<1, 1, 0, l->d->compute>>>(l->acc, loss, divisor);
+    loss_add_kernel<<<1, 1, 0, l->d->compute>>>(l->acc, loss, divisor, false);
+    ST_CUDA_TRY_D(l->d, cudaGetLastError());
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_loss_add_times(st_cuda_loss *l, const float *loss, double weight) {
+    loss_add_kernel<<<1, 1, 0, l->d->compute>>>(l->acc, loss, weight, true);
     ST_CUDA_TRY_D(l->d, cudaGetLastError());
     return ST_OK;
 }
