@@ -46,6 +46,7 @@ struct st_device {
     int *flag;           /* one int: st_cuda_all_finite's result */
     void *scratch;       /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
     size_t scratch_bytes;
+    int64_t stream_waits; /* host waits for a whole stream (st_cuda_stream_sync), for tests */
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
@@ -65,6 +66,15 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
         if (st_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                    \
             return st_cublas_fail((d), st_cb_e_, #call, __FILE__, __LINE__);                      \
     } while (0)
+/* Wait on the host for everything queued on stream s (never the device):
+ * every such wait of the backend goes through here and is counted
+ * (st_cuda_stream_waits), so a test can tell the step loop makes none per
+ * micro-step. */
+static inline cudaError_t st_cuda_stream_sync(st_device *d, cudaStream_t s) {
+    d->stream_waits++;
+    return cudaStreamSynchronize(s);
+}
+
 /* Inside a layer's forward/backward, where `g` is the graph. */
 #define ST_CUDA_TRY(call) ST_CUDA_TRY_D(g->dev, call)
 #define ST_CUBLAS_TRY(call) ST_CUBLAS_TRY_D(g->dev, call)

@@ -25,6 +25,9 @@ int st_cuda_device_count(char *why, size_t why_len);
 st_status st_cuda_open(int ordinal, st_device **out);
 void st_cuda_free(st_device *d);
 const char *st_cuda_name(const st_device *d);
+/* How many times the host has waited for a whole stream of d (common.cuh's
+ * st_cuda_stream_sync: reads back, uploads, st_cuda_sync) since it opened. */
+int64_t st_cuda_stream_waits(const st_device *d);
 
 st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out);
 void st_cuda_release(st_device *d, void *p);

@@ -47,7 +47,7 @@ static __global__ void loss_reset_kernel(loss_acc *a, bool all) {
 extern "C" void st_cuda_loss_free(st_cuda_loss *l) {
     if (!l) return;
     if (l->acc) {
-        (void)cudaStreamSynchronize(l->d->compute); /* queued updates may still write it */
+        (void)st_cuda_stream_sync(l->d, l->d->compute); /* queued updates may still write it */
         st_cuda_release(l->d, l->acc);
     }
     if (l->host) cudaFreeHost(l->host);
@@ -104,7 +104,7 @@ extern "C" st_status st_cuda_loss_read(st_cuda_loss *l, double *sum, int64_t *ba
     loss_reset_kernel<<<1, 1, 0, d->compute>>>(l->acc, false); /* after the copy, in stream order */
     ST_CUDA_TRY_D(d, cudaGetLastError());
     /* the compute stream only (not the device): the copy and all the work before it */
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
     *sum = l->host->sum;
     *bad_step = l->host->bad;
     return ST_OK;

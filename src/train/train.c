@@ -76,8 +76,10 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
-    if (r->device_mem_peak_bytes > 0)
+    if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
+        if (r->steps) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
+    }
     char *s = cJSON_PrintUnformatted(o);
     if (s) fprintf(out, "%s\n", s);
     free(s);
@@ -365,6 +367,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
+    const int64_t waits0 = st_device_stream_waits(dev);
     for (int64_t step = start; step < steps; step++) {
         char step_name[48];
         snprintf(step_name, sizeof step_name, "step %lld", (long long)step + 1);
@@ -536,6 +539,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (stopped) break;
     }
     st_progress_end(&prog);
+    r->device_stream_waits = st_device_stream_waits(dev) - waits0;
     const int64_t ran = r->steps > start ? r->steps - start : 0;
     r->seconds = t_train;
     r->samples_per_s = t_train > 0 ? (double)r->samples / t_train : 0;
