@@ -46,12 +46,16 @@ typedef struct slot {
     int64_t rows;        /* target rows of its batch (count * targets per sample); -1: no batch */
 } slot;
 
-typedef struct eval_state {
+/* Kept in the session from the first evaluation to its end: freeing device
+ * or pinned memory (cudaFree, cudaFreeHost) would wait for the whole device
+ * at every evaluation during training. */
+struct st_eval_dev {
     st_device *dev;
     slot s[NSLOT];
     st_cuda_event *copied; /* copy stream: after the last batch's copy */
     st_cuda_loss *loss;
-} eval_state;
+};
+typedef struct st_eval_dev eval_state;
 
 /* Pinned host memory, or plain memory when pinning fails (the copies are
  * then staged by the driver, and a logits copy waits: slower, the same bits). */
@@ -88,9 +92,9 @@ static st_status state_init(eval_state *e, st_device *dev, const st_model_graph 
     return st_cuda_loss_create(dev, &e->loss);
 }
 
-static void state_free(eval_state *e, bool failed) {
-    if (!e->dev) return;
-    if (failed) (void)st_device_sync(e->dev); /* copies may still read or write the buffers */
+void st_eval_device_free(st_eval_dev *e) {
+    if (!e) return;
+    (void)st_device_sync(e->dev); /* after an error, copies may still read or write the buffers */
     st_cuda_loss_free(e->loss);
     st_cuda_event_free(e->copied);
     for (int i = 0; i < NSLOT; i++) {
@@ -100,6 +104,7 @@ static void state_free(eval_state *e, bool failed) {
         if (sl->y) host_free(sl->y, sl->y_pinned);
         if (sl->logits) host_free(sl->logits, sl->logits_pinned);
     }
+    free(e);
 }
 
 /* Wait for slot sl's batch and count its correct predictions (its valid
@@ -145,14 +150,25 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
     const int64_t per = mg->y->count / B; /* targets per sample */
     int64_t n = d->n;
     if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
-    eval_state e = {0};
+    st_status st = ST_OK;
+    if (!s->eval_dev) { /* the first evaluation of the session */
+        s->eval_dev = calloc(1, sizeof *s->eval_dev);
+        st = s->eval_dev ? state_init(s->eval_dev, s->dev, mg, images)
+                         : st_fail(ST_ERR_NOMEM, "out of memory for the evaluation's buffers");
+        if (st != ST_OK) {
+            st_eval_device_free(s->eval_dev);
+            s->eval_dev = NULL;
+            return st;
+        }
+    }
+    eval_state *e = s->eval_dev;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    st_status st = idx ? state_init(&e, s->dev, mg, images) : st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
     int64_t valid = 0, correct = 0, b = 0;
     mg->g.training = false;
     for (int64_t start = 0; start < n && st == ST_OK; start += B, b++) {
-        slot *sl = &e.s[b % NSLOT];
-        st = settle(&e, sl, classes, &correct); /* batch b - 2 */
+        slot *sl = &e->s[b % NSLOT];
+        st = settle(e, sl, classes, &correct); /* batch b - 2 */
         if (st != ST_OK) break;
         const int64_t cnt = n - start < B ? n - start : B;
         for (int64_t i = 0; i < cnt; i++)
@@ -162,20 +178,23 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
         if (st != ST_OK) break;
         int64_t v = 0, unused = 0;
         st_eval_count(sl->y, NULL, cnt * per, 0, &v, &unused);
-        st = queue_batch(&e, mg, sl, b > 0 ? &e.s[(b - 1) % NSLOT] : NULL, b, v);
+        st = queue_batch(e, mg, sl, b > 0 ? &e->s[(b - 1) % NSLOT] : NULL, b, v);
         if (st != ST_OK) break;
         sl->rows = cnt * per;
         valid += v;
     }
     /* the last two batches, in order; then the loss, read once */
     for (int64_t k = b - 2 < 0 ? 0 : b - 2; k < b && st == ST_OK; k++)
-        st = settle(&e, &e.s[k % NSLOT], classes, &correct);
+        st = settle(e, &e->s[k % NSLOT], classes, &correct);
     double loss_sum = 0;
     int64_t bad = -1; /* (evaluation reports a NaN loss as it is) */
-    if (st == ST_OK) st = st_cuda_loss_read(e.loss, &loss_sum, &bad);
+    if (st == ST_OK) st = st_cuda_loss_read(e->loss, &loss_sum, &bad);
     free(idx);
-    state_free(&e, st != ST_OK);
-    if (st != ST_OK) return st;
+    if (st != ST_OK) { /* the buffers may be mid-copy: made again by the next evaluation */
+        st_eval_device_free(s->eval_dev);
+        s->eval_dev = NULL;
+        return st;
+    }
     *loss = valid ? loss_sum / (double)valid : 0.0;
     *accuracy = valid ? (double)correct / (double)valid : 0.0;
     *has_accuracy = images;
@@ -183,6 +202,8 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
 }
 
 #else
+
+void st_eval_device_free(st_eval_dev *e) { (void)e; }
 
 st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
     (void)s;

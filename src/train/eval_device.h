@@ -9,7 +9,9 @@
  * logits come back asynchronously into the batch's pinned buffer and are
  * counted on the host a batch later, while the next one computes. Nothing
  * waits for the device but that count (the event of the batch two back,
- * whose buffer is about to be filled again) and the final read. */
+ * whose buffer is about to be filled again) and the final read. The buffers,
+ * events and the loss sum are made by the session's first evaluation and
+ * kept until it closes (s->eval_dev). */
 #ifndef ST_TRAIN_EVAL_DEVICE_H
 #define ST_TRAIN_EVAL_DEVICE_H
 
@@ -20,6 +22,8 @@
 /* Evaluate s->eval_graph, on s->dev, over the validation set (or its first
  * train.eval_steps batches): the same results as the host's path. */
 st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
+/* What st_eval_device kept in the session (NULL is fine); before the device goes. */
+void st_eval_device_free(st_eval_dev *e);
 
 /* The targets of y[0, rows) that are not ST_IGNORE_INDEX, added to *valid;
  * with logits (rows, classes), those the row's first largest logit names

@@ -361,6 +361,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 }
 
 void st_session_close(st_session *s) {
+    st_eval_device_free(s->eval_dev); /* before the device */
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
     st_comm_free(s->dcomm); /* NCCL: before its device and its host communicator */
