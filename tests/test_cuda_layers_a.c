@@ -33,6 +33,9 @@
  * weights the host's bits). */
 #include "cuda_parity.h"
 #include "layers/layers.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* A float input of `shape` plus a parameter of the same shape (so that the
  * layer under test has an input gradient to compute). */
@@ -233,6 +236,26 @@ int main(void) {
         run(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear, NULL,
             (void *)&lin[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
+#ifdef ST_HAVE_CUDA
+    /* The cuBLASLt plans are the device's (matmul.cu): the same case again
+     * (new graphs, the same shapes and alignments) makes no plan and finds
+     * each of its products' plans (a forward and three backward products per
+     * linear, two linears). */
+    if (dev) {
+        int64_t plans0, hits0, misses0, plans1, hits1, misses1;
+        st_cuda_matmul_plan_stats(dev, &plans0, &hits0, &misses0);
+        CHECK(plans0 > 0 && misses0 == plans0, "plan cache after the linear cases: %lld plans, %lld misses",
+              (long long)plans0, (long long)misses0);
+        run("linear 31x97->50 bias +second reader, again", 31 * 97 + 97 * 50 + 31 * 50, build_linear, NULL,
+            (void *)&lin[3], 1e-4, 1e-5, false, dev, seed + k++);
+        st_cuda_matmul_plan_stats(dev, &plans1, &hits1, &misses1);
+        CHECK(plans1 == plans0 && misses1 == misses0 && hits1 - hits0 >= 6,
+              "plan cache, the same linear case again: plans %lld -> %lld, misses %lld -> %lld, hits %lld -> "
+              "%lld (expected no new plan and at least 6 hits)",
+              (long long)plans0, (long long)plans1, (long long)misses0, (long long)misses1, (long long)hits0,
+              (long long)hits1);
+    }
+#endif
 
     const emb_ctx emb[] = {{13, 4, 37, 45, false}, {50257, 2, 64, 768, false}, {301, 3, 29, 96, true}};
     for (size_t i = 0; i < sizeof emb / sizeof emb[0]; i++) {

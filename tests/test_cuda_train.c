@@ -35,6 +35,10 @@
  *     were perturbed by up to 3e-6 relative before each rounding, standing
  *     in for the device's other summation orders, differed by 2e-6 at most
  *     in losses and weights);
+ *   - the host's waits for a device stream in the step loop do not grow
+ *     with the steps but for the logged lines (and fp16's per-step overflow
+ *     check), and the loss summed on the device over a logged window of 8
+ *     steps matches the host's (waits() below);
  *   - fp16 with an initial loss scale of 2^40: the scaled gradients
  *     overflow fp16, so each of 4 steps is skipped on the device as on the
  *     host (4 skipped, the scale halved to 2^36) and the weights stay the
@@ -146,6 +150,54 @@ static void evaluate(void) {
           rh.eval_accuracy);
 }
 
+/* The host's waits for a whole device stream inside the step loop
+ * (st_run_result.device_stream_waits) do not grow with the micro-steps: with
+ * log.every 8 the loss is read on the first step and each logged line (with
+ * the logged gradient norm: two waits a line), and the checkpoint at the
+ * last step is the same in both runs, so 24 steps (48 micro-steps) wait
+ * exactly 4 times more than 8. fp16 adds its overflow check, one wait a
+ * step by design (docs/cuda.md): 4 + 16. The windowed loss (the mean of
+ * steps 17-24, summed on the device) must match the host's. */
+static void waits(void) {
+    const bool self = strcmp(on_device, "train.device=cpu") == 0;
+    const char *base[] = {"optim.type=sgd", "optim.lr=0.05", "optim.momentum=0.9", "optim.grad_clip=0.1",
+                          "log.every=8", NULL, NULL, NULL};
+    const char *precs[] = {"precision=fp32", "precision=fp16"};
+    for (int pi = 0; pi < 2; pi++) {
+        base[5] = precs[pi];
+        base[6] = pi == 1 ? "optim.loss_scale=1024" : NULL; /* no overflow: every logged step reads its norm */
+        st_config c;
+        st_run_result r8, r24, rh;
+        char name[64];
+        snprintf(name, sizeof name, "waits-%d-8", pi);
+        CHECK_OK(tf_config(&c, root, name, base));
+        CHECK_OK(st_config_set(&c, on_device));
+        CHECK_OK(st_config_set(&c, "train.steps=8"));
+        CHECK_OK(tf_train(&c, NULL, &r8));
+        snprintf(name, sizeof name, "waits-%d-24", pi);
+        CHECK_OK(tf_config(&c, root, name, base));
+        CHECK_OK(st_config_set(&c, on_device));
+        CHECK_OK(st_config_set(&c, "train.steps=24"));
+        CHECK_OK(tf_train(&c, NULL, &r24));
+        snprintf(name, sizeof name, "waits-%d-cpu", pi);
+        CHECK_OK(tf_config(&c, root, name, base));
+        CHECK_OK(st_config_set(&c, "train.device=cpu"));
+        CHECK_OK(st_config_set(&c, "train.steps=24"));
+        CHECK_OK(tf_train(&c, NULL, &rh));
+        if (st_test_failures) return;
+        const int64_t want = self ? 0 : pi == 0 ? 4 : 4 + 16;
+        printf("%s: %lld stream waits in the step loop over 8 steps, %lld over 24 (difference %lld, expected "
+               "%lld)\n",
+               precs[pi], (long long)r8.device_stream_waits, (long long)r24.device_stream_waits,
+               (long long)(r24.device_stream_waits - r8.device_stream_waits), (long long)want);
+        CHECK(r24.device_stream_waits - r8.device_stream_waits == want,
+              "%s: the step loop waited %lld times over 24 steps and %lld over 8; expected %lld more", precs[pi],
+              (long long)r24.device_stream_waits, (long long)r8.device_stream_waits, (long long)want);
+        close_rel(precs[pi], "first loss (log.every 8)", r24.first_loss, rh.first_loss, pi == 0 ? 1e-5 : 5e-4);
+        close_rel(precs[pi], "loss of steps 17-24", r24.train_loss, rh.train_loss, pi == 0 ? 1e-4 : 2e-3);
+    }
+}
+
 static void resume(void) {
     const char *straight[] = {on_device, "train.steps=12", "optim.schedule=constant",
                               "optim.weight_decay=0.1", NULL};
@@ -182,6 +234,7 @@ int main(void) {
         parity("sgd-bf16", sgd_bf16, &t_bf16);
         parity("sgd-fp16", sgd_fp16, &t_fp16);
         overflow();
+        waits();
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -322,6 +322,41 @@ static void test_auto_choices(void) {
     st_model_free(m);
 }
 
+/* The batch ring in the memory model: on the CPU the loader's ring (prefetch
+ * + 1 held) in the run's memory; on a GPU the ring is pinned host memory
+ * (prefetch + 2 held: one in copy, one taken ahead, feed.c), outside the
+ * device's total, and the feed's second pair of device input buffers (one
+ * micro-batch of inputs and targets) is on the device. */
+static void test_batch_ring(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 8;
+    c.data.num_workers = 2; /* prefetch 4 */
+    const int64_t s_in = 4 * 1024, s_out = 4 * 1024;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    in.sample_in_bytes = s_in;
+    in.sample_out_bytes = s_out;
+    st_hw_config hw;
+    st_plan p;
+    CHECK_OK(st_hw_config_parse("H100", NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    const int64_t mb = p.micro, slot = (mb * s_in + 63) / 64 * 64 + (mb * s_out + 63) / 64 * 64 + mb * 8;
+    const st_mem *e = &p.mem;
+    CHECK(e->loader == mb * (s_in + s_out) && e->pinned == 6 * slot,
+          "gpu at micro-batch %lld: loader %lld (want %lld), pinned %lld (want %lld)", (long long)mb,
+          (long long)e->loader, (long long)(mb * (s_in + s_out)), (long long)e->pinned, (long long)(6 * slot));
+    CHECK(e->total == e->params + e->grads + e->optim + e->acts + e->act_grads + e->ints + e->work + e->eval +
+                          e->loader + e->buckets + e->data,
+          "gpu: the pinned ring is not device memory");
+    CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    const int64_t mc = p.micro, sc = (mc * s_in + 63) / 64 * 64 + (mc * s_out + 63) / 64 * 64 + mc * 8;
+    CHECK(p.mem.loader == 5 * sc && p.mem.pinned == 0,
+          "cpu at micro-batch %lld: loader %lld (want %lld), pinned %lld", (long long)mc, (long long)p.mem.loader, (long long)(5 * sc), (long long)p.mem.pinned);
+    st_model_free(m);
+}
+
 static void test_hw_names(void) {
     st_hw_config hw;
     CHECK_OK(st_hw_config_parse("2x8xH100", NULL, NULL, &hw));
@@ -345,6 +380,7 @@ int main(void) {
     test_table();
     test_too_big();
     test_auto_choices();
+    test_batch_ring();
     test_hw_names();
     return st_test_finish("test_hw");
 }

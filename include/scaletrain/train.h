@@ -60,6 +60,11 @@ typedef struct st_run_result {
     /* on a CUDA device: the most device memory the run held at once (the
      * arenas and cuBLASLt's workspace, st_device_mem); 0 on the CPU */
     int64_t device_mem_peak_bytes;
+    /* on a CUDA device: how many times the host waited for a whole device
+     * stream inside the step loop (reading the loss and a logged gradient
+     * norm, fp16's overflow check, checkpoints, evaluation: docs/cuda.md,
+     * "Synchronisation in the step loop"); 0 on the CPU */
+    int64_t device_stream_waits;
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

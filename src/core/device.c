@@ -95,6 +95,14 @@ st_status st_device_sync(st_device *d) {
     return ST_OK;
 }
 
+int64_t st_device_stream_waits(const st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_stream_waits(d);
+#endif
+    (void)d;
+    return 0;
+}
+
 st_status st_device_memory(st_device *d, st_device_mem *out) {
     memset(out, 0, sizeof *out);
 #ifdef ST_HAVE_CUDA

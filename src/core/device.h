@@ -47,6 +47,9 @@ st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbyt
 st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes);
 /* Wait for everything queued on the device. */
 st_status st_device_sync(st_device *d);
+/* How many times the host has waited for a whole stream of the device since
+ * it opened (every read-back and upload, st_device_sync); 0 for the host. */
+int64_t st_device_stream_waits(const st_device *d);
 /* A CUDA device's memory, bytes: what this process holds through
  * st_device_alloc (and the cuBLASLt workspace) now and at most since the
  * device was opened, counted by the backend itself; and the whole device as

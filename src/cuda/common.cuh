@@ -34,8 +34,9 @@ struct st_device {
     cudaStream_t comm;    /* collectives (NCCL), ordered with compute by events */
     cudaStream_t copy;    /* host-to-device batch copies */
     cublasLtHandle_t lt;
-    void *lt_ws; /* cuBLASLt workspace */
+    void *lt_ws; /* cuBLASLt workspace, allocated once when the device opens */
     size_t lt_ws_bytes;
+    struct st_lt_plans *plans; /* cuBLASLt plans by shape and layout (matmul.cu), made on first use */
     char pci_bus_id[32]; /* "0000:65:00.0", for NVML */
     /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
      * live block is listed, a few dozen arenas at most) and the workspace. */
@@ -45,6 +46,7 @@ struct st_device {
     int *flag;           /* one int: st_cuda_all_finite's result */
     void *scratch;       /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
     size_t scratch_bytes;
+    int64_t stream_waits; /* host waits for a whole stream (st_cuda_stream_sync), for tests */
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
@@ -64,11 +66,23 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
         if (st_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                    \
             return st_cublas_fail((d), st_cb_e_, #call, __FILE__, __LINE__);                      \
     } while (0)
+/* Wait on the host for everything queued on stream s (never the device):
+ * every such wait of the backend goes through here and is counted
+ * (st_cuda_stream_waits), so a test can tell the step loop makes none per
+ * micro-step. */
+static inline cudaError_t st_cuda_stream_sync(st_device *d, cudaStream_t s) {
+    d->stream_waits++;
+    return cudaStreamSynchronize(s);
+}
+
 /* Inside a layer's forward/backward, where `g` is the graph. */
 #define ST_CUDA_TRY(call) ST_CUDA_TRY_D(g->dev, call)
 #define ST_CUBLAS_TRY(call) ST_CUBLAS_TRY_D(g->dev, call)
 /* After every launch: a bad configuration or an earlier fault shows here. */
 #define ST_CUDA_LAUNCHED() ST_CUDA_TRY(cudaGetLastError())
+
+/* Destroy the cuBLASLt plans (matmul.cu); before the handle goes. */
+void st_cuda_plans_free(st_device *d);
 
 /* At least nbytes of device scratch (256-byte aligned), for work queued on
  * the compute stream until the next call; grown on demand (the first time a

@@ -25,6 +25,9 @@ int st_cuda_device_count(char *why, size_t why_len);
 st_status st_cuda_open(int ordinal, st_device **out);
 void st_cuda_free(st_device *d);
 const char *st_cuda_name(const st_device *d);
+/* How many times the host has waited for a whole stream of d (common.cuh's
+ * st_cuda_stream_sync: reads back, uploads, st_cuda_sync) since it opened. */
+int64_t st_cuda_stream_waits(const st_device *d);
 
 st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out);
 void st_cuda_release(st_device *d, void *p);
@@ -72,6 +75,10 @@ const char *st_cuda_pci_bus_id(const st_device *d);
  * and the device-wide "all finite" check, read back once. */
 st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst, const float *src, size_t count);
 st_status st_cuda_all_finite(st_device *d, const float *x, size_t count, bool *finite);
+
+/* The cuBLASLt plan cache (src/cuda/matmul.cu): plans made so far, and how
+ * many products found their plan there (hits) or made it (misses). */
+void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits, int64_t *misses);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */
@@ -125,6 +132,24 @@ st_status st_cuda_grad_clip(st_cuda_optim *o, float *g, int64_t count, double ma
 st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm);
 /* g[0, count) *= scale (loss-scale unscaling, or a clip factor known on the host). */
 st_status st_cuda_grad_scale(st_device *d, float *g, int64_t count, float scale);
+
+/* --- the training loss summed on the device (src/cuda/loss.cu) -----------
+ * For src/train/loss_sum.c and eval_device.c: every call but
+ * st_cuda_loss_read is queued on the compute stream and returns without
+ * waiting. */
+typedef struct st_cuda_loss st_cuda_loss;
+st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out);
+void st_cuda_loss_free(st_cuda_loss *l); /* NULL is fine; waits for the compute stream */
+/* The open step's sum += (double)*loss / divisor (loss: one float, device memory). */
+st_status st_cuda_loss_add(st_cuda_loss *l, const float *loss, double divisor);
+/* The open step's sum += (double)*loss * weight (evaluation: the batch's valid targets). */
+st_status st_cuda_loss_add_times(st_cuda_loss *l, const float *loss, double weight);
+/* Close the step: its sum joins the sum since the last read (`step` noted
+ * as the first bad one when its sum is not finite and none was before). */
+st_status st_cuda_loss_step_end(st_cuda_loss *l, int64_t step);
+/* Wait for the compute stream and read the closed steps' sum since the last
+ * read and the first bad step (-1: none); both start again. */
+st_status st_cuda_loss_read(st_cuda_loss *l, double *sum, int64_t *bad_step);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,7 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
 extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
     cudaSetDevice(d->ordinal);
+    st_cuda_plans_free(d);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->lt_ws) cudaFree(d->lt_ws);
     if (d->flag) cudaFree(d->flag);
@@ -98,6 +99,8 @@ extern "C" st_status st_cuda_open(int ordinal, st_device **out) {
 }
 
 extern "C" const char *st_cuda_name(const st_device *d) { return d->name; }
+
+extern "C" int64_t st_cuda_stream_waits(const st_device *d) { return d->stream_waits; }
 
 extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     *out = NULL;
@@ -174,20 +177,20 @@ extern "C" st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, floa
 extern "C" st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes) {
     if (!nbytes) return ST_OK;
     ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, d->compute));
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
     return ST_OK;
 }
 
 extern "C" st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes) {
     if (!nbytes) return ST_OK;
     ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, d->compute));
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
     return ST_OK;
 }
 
 extern "C" st_status st_cuda_sync(st_device *d) {
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->comm));
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->copy));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->comm));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->copy));
     return ST_OK;
 }

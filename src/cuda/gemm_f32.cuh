@@ -6,9 +6,10 @@
  * Compute type CUBLAS_COMPUTE_32F (full fp32, never TF32), so the products
  * match the CPU's sgemm to fp32 rounding. beta 0 never reads C (the BLAS
  * contract, which cuBLASLt keeps), so C may hold anything, NaN included.
- * Used by the layers whose CPU reference calls sgemm: conv2d and attention
- * (the linear layer has its own path). Not tuned: one heuristic query per
- * call, no plan cache; a layout cuBLASLt declines runs a plain kernel.
+ * Used by the layers whose CPU reference calls sgemm: conv2d and attention.
+ * A row-major view of st_cuda_matmul (matmul.cuh), the one cuBLASLt path
+ * that the linear layer calls too: plans cached in the device, and a plain
+ * kernel for a layout cuBLASLt declines.
  *
  * `operands` bf16 or fp16 says that A and B hold values of that precision
  * (the graph rounded them, docs/precision.md): they are then copied, exactly,

@@ -78,7 +78,7 @@ st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out) {
     *out = NULL;
     if (nbytes > d->scratch_bytes) {
         /* the old buffer may still be read by queued work */
-        ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+        ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
         if (d->scratch) ST_CUDA_TRY_D(d, cudaFree(d->scratch));
         d->scratch = NULL;
         d->scratch_bytes = 0;
@@ -111,7 +111,7 @@ extern "C" st_status st_cuda_all_finite(st_device *d, const float *x, size_t cou
     nonfinite_kernel<<<st_cuda_blocks(n, THREADS), THREADS, 0, d->compute>>>(x, n, d->flag);
     ST_CUDA_TRY_D(d, cudaGetLastError());
     ST_CUDA_TRY_D(d, cudaMemcpyAsync(&h, d->flag, sizeof h, cudaMemcpyDeviceToHost, d->compute));
-    ST_CUDA_TRY_D(d, cudaStreamSynchronize(d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
     *finite = h == 0;
     return ST_OK;
 }

@@ -95,7 +95,7 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
         if (e == cudaSuccess && n)
             e = cudaMemcpyAsync(o->chunks, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice, d->compute);
         if (e == cudaSuccess) e = cudaMemsetAsync(o->sumsq, 0, sizeof(double), d->compute);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute); /* h is freed next */
+        if (e == cudaSuccess) e = st_cuda_stream_sync(d, d->compute); /* h is freed next */
         free(h);
         if (e != cudaSuccess) {
             st_status s = st_cuda_fail(d, e, "allocating the fused optimizer's table", __FILE__, __LINE__);
@@ -222,7 +222,7 @@ extern "C" st_status st_cuda_grad_clip(st_cuda_optim *o, float *g, int64_t count
 extern "C" st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm) {
     double s = 0.0;
     ST_CUDA_TRY_D(o->d, cudaMemcpyAsync(&s, o->sumsq, sizeof s, cudaMemcpyDeviceToHost, o->d->compute));
-    ST_CUDA_TRY_D(o->d, cudaStreamSynchronize(o->d->compute));
+    ST_CUDA_TRY_D(o->d, st_cuda_stream_sync(o->d, o->d->compute));
     *norm = sqrt(s);
     return ST_OK;
 }

@@ -72,7 +72,13 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     }
     /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */
     const int64_t x = (micro * o->sample_in_bytes + 63) / 64 * 64, y = (micro * o->sample_out_bytes + 63) / 64 * 64;
-    out->loader = (int64_t)o->loader_buffers * (x + y + micro * 8);
+    const int64_t ring = (int64_t)o->loader_buffers * (x + y + micro * 8);
+    if (o->device_feed) { /* the ring on the host (pinned), the feed's second input buffers here */
+        out->pinned = ring;
+        out->loader = micro * (o->sample_in_bytes + o->sample_out_bytes);
+    } else {
+        out->loader = ring;
+    }
     if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
         out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
     out->data = o->data_bytes;

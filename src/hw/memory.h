@@ -18,7 +18,12 @@
  * store activations and their gradients in 2 bytes. Then the evaluation
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
  * batch buffers, the gradient buckets (DDP all-reduces in place: none; ZeRO
- * stages two buckets), and on the CPU the dataset held in memory. */
+ * stages two buckets), and on the CPU the dataset held in memory.
+ *
+ * On a GPU (`device_feed`) the loader's ring is pinned host memory (`pinned`,
+ * not on the device) and the batch feed (src/train/feed.c) copies each batch
+ * into one of two device buffers: the graph's own inputs (in `ints` and
+ * `acts`) and a second pair, which is `loader` there. */
 #ifndef ST_HW_MEMORY_H
 #define ST_HW_MEMORY_H
 
@@ -35,6 +40,7 @@ typedef struct st_mem_opts {
     int ranks;         /* data-parallel ranks the shards spread over */
     double bucket_cap_mb;
     int loader_buffers;      /* prefetch + held batch buffers (0: no loader) */
+    bool device_feed;        /* a GPU run: the ring pinned on the host, a second device input buffer */
     int64_t sample_in_bytes;  /* one sample in a batch buffer: inputs */
     int64_t sample_out_bytes; /* and targets */
     int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */
@@ -47,6 +53,7 @@ typedef struct st_mem {
     int64_t eval, loader, buckets, data;   /* the rest */
     int64_t total;                         /* on the device */
     int64_t host;                          /* offloaded to host memory */
+    int64_t pinned;                        /* a GPU run's pinned host ring of batch buffers */
     double act_per_sample;                 /* bytes of acts + act_grads + ints per sample */
 } st_mem;
 

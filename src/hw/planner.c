@@ -50,13 +50,17 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     o.offload = p->offload;
     o.ranks = p->ranks;
     o.bucket_cap_mb = c->dist.bucket_cap_mb;
+    int workers = (int)c->data.num_workers;
+    if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
+    const int prefetch = workers > 0 ? 2 * workers : 1; /* train.c */
+    o.sample_in_bytes = in->sample_in_bytes;
+    o.sample_out_bytes = in->sample_out_bytes;
     if (!p->hw.dev.gpu) { /* on the CPU the loader ring and the data share the memory */
-        int workers = (int)c->data.num_workers;
-        if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
-        o.loader_buffers = (workers > 0 ? 2 * workers : 1) + 1; /* prefetch + one held (train.c) */
-        o.sample_in_bytes = in->sample_in_bytes;
-        o.sample_out_bytes = in->sample_out_bytes;
+        o.loader_buffers = prefetch + 1; /* one held (feed.c) */
         o.data_bytes = in->data_bytes;
+    } else if (in->sample_in_bytes > 0) { /* the batch feed (feed.c): one in copy, one taken ahead */
+        o.loader_buffers = prefetch + 2;
+        o.device_feed = true;
     }
     return o;
 }

@@ -12,6 +12,7 @@
 #include "core/blas.h"
 #include "data/loader.h"
 #include "dist/agree.h"
+#include "eval_device.h"
 #include "hw/planner.h"
 #include "layers/layers.h"
 
@@ -360,6 +361,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 }
 
 void st_session_close(st_session *s) {
+    st_eval_device_free(s->eval_dev); /* before the device */
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
     st_comm_free(s->dcomm); /* NCCL: before its device and its host communicator */
@@ -370,64 +372,17 @@ void st_session_close(st_session *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Host buffers for evaluating on a device: the batch is assembled there and
- * uploaded, and image logits (B, classes) come back for the accuracy; a
- * language model's (B, T, V) logits stay on the device (only its loss is
- * reported). On the host the graph's own tensors serve. */
-typedef struct eval_io {
-    float *x;      /* (B, H, W, C) or (B, D) images and features */
-    int32_t *xi;   /* (B, T) tokens */
-    int32_t *y;    /* (B) or (B, T) targets */
-    float *logits; /* (B, classes); NULL for a language model on a device */
-} eval_io;
-
-static st_status eval_io_init(const st_session *s, const st_model_graph *mg, eval_io *io) {
-    memset(io, 0, sizeof *io);
-    if (!s->dev) {
-        *io = (eval_io){.x = mg->x->data, .xi = mg->x->idata, .y = mg->y->idata, .logits = mg->logits->data};
-        return ST_OK;
-    }
-    const bool images = s->val.kind == ST_DATA_IMAGES;
-    if (mg->x->dtype == ST_F32) io->x = malloc((size_t)mg->x->count * sizeof *io->x);
-    else io->xi = malloc((size_t)mg->x->count * sizeof *io->xi);
-    io->y = malloc((size_t)mg->y->count * sizeof *io->y);
-    if (images) io->logits = malloc((size_t)mg->logits->count * sizeof *io->logits);
-    if ((!io->x && !io->xi) || !io->y || (images && !io->logits))
-        return st_fail(ST_ERR_NOMEM, "out of memory for the evaluation batch");
-    return ST_OK;
-}
-
-static void eval_io_free(const st_session *s, eval_io *io) {
-    if (!s->dev) return;
-    free(io->x);
-    free(io->xi);
-    free(io->y);
-    free(io->logits);
-}
-
-/* One batch on the device: inputs up, forward, logits (when kept) and the loss back. */
-static st_status eval_forward(st_session *s, st_model_graph *mg, const eval_io *io, float *loss) {
-    if (s->dev) {
-        const st_tensor *x = mg->x;
-        ST_TRY(st_device_upload(s->dev, x->dtype == ST_F32 ? (void *)x->data : (void *)x->idata,
-                                x->dtype == ST_F32 ? (const void *)io->x : (const void *)io->xi,
-                                (size_t)x->count * 4));
-        ST_TRY(st_device_upload(s->dev, mg->y->idata, io->y, (size_t)mg->y->count * sizeof(int32_t)));
-    }
-    ST_TRY(st_graph_forward(&mg->g));
-    if (s->dev && io->logits)
-        ST_TRY(st_device_download(s->dev, io->logits, mg->logits->data, (size_t)mg->logits->count * sizeof(float)));
-    return st_device_download(s->dev, loss, mg->loss->data, sizeof *loss);
-}
-
+/* On a device: eval_device.c (batches up asynchronously, the loss summed
+ * there). On the host the graph's own tensors take the batch and the loss
+ * and logits are read where the graph left them. */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
+    if (s->dev) return st_eval_device(s, loss, accuracy, has_accuracy);
     st_model_graph *mg = &s->eval_graph;
     const st_dataset *d = &s->val;
     const int64_t B = mg->batch;
-    eval_io io;
-    st_status st = eval_io_init(s, mg, &io);
+    st_status st = ST_OK;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    if (st == ST_OK && !idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
     int64_t n = d->n;
     if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
     double loss_sum = 0;
@@ -438,27 +393,16 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     for (int64_t start = 0; start < n && st == ST_OK; start += B) {
         int64_t cnt = n - start < B ? n - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
-        st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, io.x, io.xi, io.y);
-        float batch_loss = 0;
-        if (st == ST_OK) st = eval_forward(s, mg, &io, &batch_loss);
+        st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
+        if (st == ST_OK) st = st_graph_forward(&mg->g);
         if (st != ST_OK) break;
+        const float batch_loss = *mg->loss->data;
         int64_t v = 0;
-        for (int64_t r = 0; r < cnt * per; r++) {
-            int32_t t = io.y[r];
-            if (t == ST_IGNORE_INDEX) continue;
-            v++;
-            if (!io.logits) continue;
-            const float *row = io.logits + r * classes;
-            int64_t best = 0;
-            for (int64_t k = 1; k < classes; k++)
-                if (row[k] > row[best]) best = k;
-            correct += best == t;
-        }
+        st_eval_count(mg->y->idata, mg->logits->data, cnt * per, classes, &v, &correct);
         loss_sum += (double)batch_loss * (double)v;
         valid += v;
     }
     free(idx);
-    eval_io_free(s, &io);
     if (st != ST_OK) return st;
     *loss = valid ? loss_sum / (double)valid : 0.0;
     *accuracy = valid ? (double)correct / (double)valid : 0.0;

@@ -11,12 +11,15 @@
 #include "progress.h"
 #include "scaletrain/train.h"
 
+typedef struct st_eval_dev st_eval_dev; /* eval_device.h */
+
 typedef struct st_session {
     st_config *cfg;
     st_dataset train, val;
     bool has_train, has_val;
     st_model *model;
     st_model_graph eval_graph;
+    st_eval_dev *eval_dev; /* device evaluation's pinned buffers, events and loss sum (eval_device.h) */
     st_device *dev; /* train.device: NULL = the CPU, else this rank's GPU (model and graphs live there) */
     FILE *out;
     int threads;

@@ -4,10 +4,13 @@
  *
  * On a CUDA device (ses->dev) the same loop runs with the model there: the
  * loader still assembles batches on the host (in pinned memory) and the feed
- * copies each one into the graph's inputs on the copy stream (feed.h); the loss comes back (one float per
- * micro-step) for logging and the NaN check; the gradient norm, clipping and
- * the optimizer are the fused kernels (st_optim_clip, st_optim_update), and
- * checkpoints go through the host. */
+ * copies each one into the graph's inputs on the copy stream (feed.h); the
+ * loss is summed on the device (loss_sum.h) and read back only on the steps
+ * that need it (see read_loss), so the host queues micro-steps without
+ * waiting for the GPU; the gradient norm, clipping and the optimizer are the
+ * fused kernels (st_optim_clip, st_optim_update), and checkpoints go through
+ * the host. docs/cuda.md, "Synchronisation in the step loop", lists every
+ * host wait left in the loop and why. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include "data/sampler.h"
 #include "dist/dist.h"
 #include "layers/layers.h"
+#include "loss_sum.h"
 #include "metrics.h"
 #include "optim/optim.h"
 #include "optim/scaler.h"
@@ -72,8 +76,10 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
-    if (r->device_mem_peak_bytes > 0)
+    if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
+        if (r->steps) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
+    }
     char *s = cJSON_PrintUnformatted(o);
     if (s) fprintf(out, "%s\n", s);
     free(s);
@@ -177,6 +183,32 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     return ST_OK;
 }
 
+/* The loss of the steps closed since the last read (loss_sum.h), averaged
+ * over the ranks (every rank reads at the same steps: the reads are
+ * collectives): *loss, their sum, *n how many. A loss that is not finite
+ * stops the run, naming the first step whose loss was not (on this rank;
+ * the range of steps since the last read when it was another rank's). */
+static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64_t *n) {
+    int64_t first, bad;
+    ST_TRY(st_loss_sum_read(ls, loss, n, &first, &bad));
+    if (ses->world > 1) { /* every rank logs, and stops on a NaN, alike */
+        float l = (float)*loss;
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, &l, &l, 1, ST_COMM_F32, ST_COMM_AVG, "loss"));
+        *loss = l;
+    }
+    if (isfinite(*loss)) return ST_OK;
+    ses->agreed_error = ses->world > 1;
+    const int64_t last = first + *n - 1;
+    if (bad > 0 || first == last)
+        return st_fail(ST_ERR_NUMERIC,
+                       "the loss became %g at step %lld; lower optim.lr or set optim.grad_clip", *loss,
+                       (long long)(bad > 0 ? bad : last));
+    return st_fail(ST_ERR_NUMERIC,
+                   "the loss became %g in steps %lld-%lld (on another rank); lower optim.lr or set "
+                   "optim.grad_clip",
+                   *loss, (long long)first, (long long)last);
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -190,6 +222,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_optim opt = {0};
     st_sampler *smp = NULL;
     st_feed *feed = NULL; /* the loader, and its batches into mg.x and mg.y */
+    st_loss_sum ls = {0}; /* the loss, summed where the model is */
     st_dist dd = {0};
     const st_ddp *ddp = &dd.ddp;
     st_trace tr = {0}, *trace = NULL;
@@ -312,6 +345,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
         goto fail;
     }
+    ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out, "data: the batch ring is pageable memory, so copies to the device do not overlap "
@@ -324,7 +358,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!gm.nvml.lib && !opts->quiet) fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
     }
     int64_t gpu_last = start; /* the step of the last GPU sample */
-    double window_loss = 0, t_train = 0;
+    double window_loss = 0, t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
     /* The window since the last logged step, for metrics.jsonl. */
@@ -333,6 +367,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
+    const int64_t waits0 = st_device_stream_waits(dev);
     for (int64_t step = start; step < steps; step++) {
         char step_name[48];
         snprintf(step_name, sizeof step_name, "step %lld", (long long)step + 1);
@@ -343,7 +378,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist) st_comm_set_step(ses->comm, step + 1);
         st_comm_set_step(ses->dcomm, step + 1); /* (NCCL's errors name the step too; NULL: nothing) */
         ST_GOTO(st_dist_step_begin(&dd));
-        double step_loss = 0;
         for (int64_t k = 0; k < accum; k++) {
             double wait;
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "data", "data wait");
@@ -367,24 +401,28 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
             ST_GOTO(st_feed_done(feed)); /* after backward (checkpointing reads mg.x again) */
-            /* Read after backward (which leaves it as it is): on a device
-             * this waits for the micro-step, not for its forward alone. */
-            float loss;
-            ST_GOTO(st_device_download(dev, &loss, mg.loss->data, sizeof loss));
-            step_loss += loss / (double)accum;
+            /* After backward (which leaves it as it is); on a device a
+             * kernel queued after it, no wait */
+            ST_GOTO(st_loss_sum_add(&ls, mg.loss->data));
         }
-        if (dist) { /* the loss over the whole batch: every rank logs, and stops on a NaN, alike */
-            float l = (float)step_loss;
-            ST_GOTO(st_comm_all_reduce_sync(ses->comm, &l, &l, 1, ST_COMM_F32, ST_COMM_AVG, "loss"));
-            step_loss = l;
-        }
-        if (!isfinite(step_loss)) {
-            ses->agreed_error = dist;
-            s = st_fail(ST_ERR_NUMERIC, "the loss became %g at step %lld; lower optim.lr or set optim.grad_clip",
-                         step_loss, (long long)step + 1);
-            goto fail;
-        }
+        ST_GOTO(st_loss_sum_step_end(&ls, step + 1));
         const bool line = (step + 1) % c->log.every == 0 || step + 1 == steps;
+        const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
+        const bool eval_due =
+            c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
+        /* The loss comes back every step on the host (it is there); on a
+         * device on the first step (first_loss), logged lines, checkpoint and
+         * evaluation steps, and the last: the same steps on every rank, and
+         * before the optimizer, so a NaN stops the run before a checkpoint
+         * or an evaluation sees its weights. A stop reads before its
+         * checkpoint (below). */
+        const bool read_now = !dev || step == start || line || every || eval_due || step + 1 == steps;
+        double step_loss = 0; /* the steps' loss since the last read, when read */
+        int64_t read_n = 0;
+        if (read_now) {
+            ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
+            last_loss = read_n > 0 ? step_loss / (double)read_n : last_loss;
+        }
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
         ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
@@ -406,8 +444,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         st_trace_end(trace, &mark);
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
-        if (step == start) r->first_loss = step_loss;
-        window_loss += step_loss;
+        if (step == start) r->first_loss = step_loss; /* (a read of this step alone) */
+        window_loss += step_loss;                     /* 0 when not read */
         window_n++;
         r->steps = step + 1;
         r->samples = (r->steps - start) * c->train.batch_size;
@@ -461,10 +499,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             window_loss = 0;
             window_n = 0;
         }
-        st_progress_step(&prog, step + 1, line ? r->train_loss : step_loss, lr,
+        st_progress_step(&prog, step + 1, line ? r->train_loss : last_loss, lr,
                          lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);
-        if (ses->rank == 0 && c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 &&
-            step + 1 < steps) {
+        if (ses->rank == 0 && eval_due) {
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
             ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
@@ -474,7 +511,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
         if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
         stopped = stop > 0 && step + 1 < steps;
-        const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
+        if (stopped && !read_now) { /* before the checkpoint (every rank agreed on the stop) */
+            ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
+            window_loss += step_loss;
+        }
         /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone. */
         if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
             ck.step = step + 1;
@@ -499,6 +539,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (stopped) break;
     }
     st_progress_end(&prog);
+    r->device_stream_waits = st_device_stream_waits(dev) - waits0;
     const int64_t ran = r->steps > start ? r->steps - start : 0;
     r->seconds = t_train;
     r->samples_per_s = t_train > 0 ? (double)r->samples / t_train : 0;
@@ -531,6 +572,7 @@ fail:
     st_gpu_monitor_close(&gm);
     st_trace_free(&tr);
     st_dist_free(&dd);
+    st_loss_sum_free(&ls);
     st_feed_free(feed); /* the loader before its sampler */
     st_sampler_free(smp);
     free(step_times);

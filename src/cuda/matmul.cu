@@ -1,0 +1,314 @@
+/* cuBLASLt products with cached plans (see matmul.cuh).
+ *
+ * The plan table is an open-addressing hash table (linear probing, at most
+ * half full) owned by the device: a key is the whole of what the descriptor,
+ * the layouts and the heuristic's answer depend on, so a hit reuses them as
+ * they are and only the pointers (and the bias pointer, an attribute of the
+ * descriptor, read when cublasLtMatmul is called) change from call to call.
+ * The alignments told to the heuristic (matmul.cuh) are part of the key. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.cuh"
+
+enum { FALLBACK_THREADS = 256, PLANS_MIN = 64 };
+
+/* Everything a plan depends on; memset to 0 first, compared with memcmp
+ * (no padding: ten 4-byte fields, then 8-byte ones). */
+typedef struct plan_key {
+    int32_t ab, compute, ep, ta, tb, batch;
+    uint32_t al_a, al_b, al_d, al_bias;
+    int64_t m, n, k, lda, ldb, ldd, sa, sb, sd;
+} plan_key;
+
+typedef struct plan {
+    plan_key key;
+    bool used; /* the slot holds a plan */
+    bool ok;   /* cuBLASLt has an algorithm for it (else only the key is kept) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} plan;
+
+struct st_lt_plans {
+    plan *slot;
+    size_t cap, n; /* cap: a power of two */
+    int64_t hits, misses;
+};
+
+static void plan_destroy(plan *p) {
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    p->ld = p->lb = p->la = NULL;
+    p->op = NULL;
+}
+
+void st_cuda_plans_free(st_device *d) {
+    st_lt_plans *t = d->plans;
+    if (!t) return;
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slot[i].used) plan_destroy(&t->slot[i]);
+    free(t->slot);
+    free(t);
+    d->plans = NULL;
+}
+
+extern "C" void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits,
+                                          int64_t *misses) {
+    const st_lt_plans *t = d->plans;
+    *plans = t ? (int64_t)t->n : 0;
+    *hits = t ? t->hits : 0;
+    *misses = t ? t->misses : 0;
+}
+
+static uint64_t key_hash(const plan_key *k) { /* FNV-1a */
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The slot holding k, or the empty slot where it would go. */
+static plan *find(plan *slot, size_t cap, const plan_key *k) {
+    size_t i = (size_t)key_hash(k) & (cap - 1);
+    while (slot[i].used && memcmp(&slot[i].key, k, sizeof *k) != 0)
+        i = (i + 1) & (cap - 1);
+    return &slot[i];
+}
+
+/* Room for one more plan (the table at most half full). */
+static st_status reserve(st_device *d) {
+    st_lt_plans *t = d->plans;
+    if (!t) {
+        t = (st_lt_plans *)calloc(1, sizeof *t);
+        if (!t) return st_fail(ST_ERR_NOMEM, "out of host memory for the cuBLASLt plan table");
+        d->plans = t;
+    }
+    if (2 * (t->n + 1) <= t->cap) return ST_OK;
+    const size_t cap = t->cap ? 2 * t->cap : (size_t)PLANS_MIN;
+    plan *slot = (plan *)calloc(cap, sizeof *slot);
+    if (!slot) return st_fail(ST_ERR_NOMEM, "out of host memory for the cuBLASLt plan table");
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slot[i].used) *find(slot, cap, &t->slot[i].key) = t->slot[i];
+    free(t->slot);
+    t->slot = slot;
+    t->cap = cap;
+    return ST_OK;
+}
+
+/* Largest power of two (at most 256) dividing the byte address and the byte
+ * sizes of the leading dimension and batch stride (elements of `es` bytes;
+ * 0: not counted). */
+static uint32_t align_bytes(const void *p, int64_t ld, int64_t stride, int64_t es) {
+    uint64_t v = (uint64_t)(uintptr_t)p | 256u;
+    if (ld) v |= (uint64_t)(ld * es);
+    if (stride) v |= (uint64_t)(stride * es);
+    return (uint32_t)(v & (~v + 1)); /* lowest set bit */
+}
+
+/* Elements from the first to the last of a column-major stored (rows, cols)
+ * matrix with leading dimension ld, over `batch` copies `stride` apart. */
+static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int batch, int64_t stride) {
+    return (int64_t)(batch - 1) * stride + (cols - 1) * ld + rows;
+}
+
+static int batch_of(const st_matmul *p) { return p->batch > 1 ? p->batch : 1; }
+
+static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, const void *A, const void *B) {
+    memset(k, 0, sizeof *k);
+    const int batch = batch_of(p);
+    const int64_t es = ab == CUDA_R_32F ? 4 : 2;
+    k->ab = (int32_t)ab;
+    k->compute = (int32_t)(p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    k->ep = (int32_t)p->ep;
+    k->ta = p->ta;
+    k->tb = p->tb;
+    k->batch = batch;
+    k->m = p->m, k->n = p->n, k->k = p->k;
+    k->lda = p->lda, k->ldb = p->ldb, k->ldd = p->ldd;
+    if (batch > 1) k->sa = p->sa, k->sb = p->sb, k->sd = p->sd;
+    k->al_a = align_bytes(A, p->ld_align ? p->lda : 0, k->sa, es);
+    k->al_b = align_bytes(B, p->ld_align ? p->ldb : 0, k->sb, es);
+    k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, 4);
+    k->al_bias = p->ep == ST_MATMUL_EP_BIAS ? align_bytes(p->bias, 0, 0, 4) : 0;
+}
+
+/* Layout of a column-major stored (rows, cols) matrix of type t. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
+                             int64_t ld, int batch, int64_t stride) {
+    cublasStatus_t e = cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
+    if (e != CUBLAS_STATUS_SUCCESS || batch <= 1) return e;
+    int32_t bc = batch;
+    e = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                             sizeof stride);
+    return e;
+}
+
+#define LT(call)                                                                                             \
+    do {                                                                                                     \
+        cublasStatus_t st_e_ = (call);                                                                       \
+        if (st_e_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            s = st_cublas_fail(d, st_e_, #call, __FILE__, __LINE__);                                         \
+            goto fail;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+/* Make the descriptor and layouts for key k into pl and ask the heuristic
+ * for an algorithm (pl->ok false when it has none). */
+static st_status plan_make(st_device *d, const plan_key *k, const float *bias, plan *pl) {
+    st_status s = ST_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    const cudaDataType_t ab = (cudaDataType_t)k->ab;
+    const cublasOperation_t opa = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint64_t ws = d->lt_ws_bytes;
+    memset(pl, 0, sizeof *pl);
+    pl->key = *k;
+    LT(cublasLtMatmulDescCreate(&pl->op, (cublasComputeType_t)k->compute, CUDA_R_32F));
+    LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (k->ep == ST_MATMUL_EP_BIAS) {
+        const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    LT(layout(&pl->la, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda, k->batch, k->sa));
+    LT(layout(&pl->lb, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb, k->batch, k->sb));
+    LT(layout(&pl->ld, CUDA_R_32F, k->m, k->n, k->ldd, k->batch, k->sd));
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a,
+                                            sizeof k->al_a));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b,
+                                            sizeof k->al_b));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_d,
+                                            sizeof k->al_d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
+                                            sizeof k->al_d));
+    {
+        /* no algorithm for this layout: NOT_SUPPORTED, or success with none found */
+        cublasLtMatmulHeuristicResult_t h;
+        memset(&h, 0, sizeof h);
+        int found = 0;
+        const cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(d->lt, pl->op, pl->la, pl->lb, pl->ld, pl->ld,
+                                                                pref, 1, &h, &found);
+        if (e != CUBLAS_STATUS_NOT_SUPPORTED) LT(e);
+        pl->ok = e == CUBLAS_STATUS_SUCCESS && found > 0;
+        if (pl->ok) pl->algo = h.algo;
+    }
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (s != ST_OK || !pl->ok) plan_destroy(pl); /* a key without an algorithm keeps no object */
+    return s;
+}
+
+/* The plan for key k: from the table, or made and added to it. */
+static st_status plan_get(st_device *d, const plan_key *k, const float *bias, plan **out) {
+    *out = NULL;
+    if (d->plans && d->plans->cap) {
+        plan *pl = find(d->plans->slot, d->plans->cap, k);
+        if (pl->used) {
+            d->plans->hits++;
+            *out = pl;
+            return ST_OK;
+        }
+    }
+    ST_TRY(reserve(d));
+    plan made;
+    ST_TRY(plan_make(d, k, bias, &made));
+    plan *pl = find(d->plans->slot, d->plans->cap, k);
+    *pl = made;
+    pl->used = true;
+    d->plans->n++;
+    d->plans->misses++;
+    *out = pl;
+    return ST_OK;
+}
+
+/* Queue plan pl's product with A and B at pA, pB (of pl's type);
+ * ST_ERR_UNSUPPORTED, with no error recorded, when cuBLASLt refuses the
+ * algorithm after all (the plan is then marked as having none). */
+static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void *pA, const void *pB) {
+    if (p->ep == ST_MATMUL_EP_BIAS)
+        ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
+                                                          sizeof p->bias));
+    const cublasStatus_t e =
+        cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->D, pl->ld, p->D, pl->ld,
+                       &pl->algo, d->lt_ws, d->lt_ws_bytes, d->compute);
+    if (e == CUBLAS_STATUS_NOT_SUPPORTED) {
+        plan_destroy(pl);
+        pl->ok = false;
+        return ST_ERR_UNSUPPORTED;
+    }
+    ST_CUBLAS_TRY_D(d, e);
+    return ST_OK;
+}
+
+/* D[b] = alpha op(A[b]) op(B[b]) + beta D[b], column-major, beta 0 never reads D. */
+static __global__ void fallback_kernel(st_matmul p, int batch) {
+    const int64_t total = (int64_t)batch * p.m * p.n;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t % p.m, j = (t / p.m) % p.n, b = t / (p.m * p.n);
+        const float *a = p.A + b * p.sa, *bm = p.B + b * p.sb;
+        float sum = 0.0f;
+        for (int64_t l = 0; l < p.k; l++) {
+            const float av = p.ta ? a[i * p.lda + l] : a[l * p.lda + i];
+            const float bv = p.tb ? bm[l * p.ldb + j] : bm[j * p.ldb + l];
+            sum = fmaf(av, bv, sum);
+        }
+        float *dd = p.D + b * p.sd + j * p.ldd + i;
+        *dd = p.beta != 0.0f ? p.alpha * sum + p.beta * *dd : p.alpha * sum;
+    }
+}
+
+st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
+    if (p->m <= 0 || p->n <= 0) return ST_OK;
+    if (p->k <= 0)
+        return st_fail(ST_ERR_INTERNAL, "%s: matrix product with k = %lld", p->what, (long long)p->k);
+    if (p->ep == ST_MATMUL_EP_BIAS && (!p->bias || p->batch > 1))
+        return st_fail(ST_ERR_INTERNAL, "%s: the bias epilogue needs a bias and one product", p->what);
+    const int batch = batch_of(p);
+    st_status s;
+    plan_key k;
+    plan *pl;
+    if (p->operands == ST_PREC_BF16 || p->operands == ST_PREC_FP16) {
+        /* 16-bit copies of A and B (exact: they hold 16-bit values), B's at
+         * the next 256-byte boundary after A's */
+        const int64_t na = extent(p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, batch, p->sa);
+        const int64_t nb = extent(p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, batch, p->sb);
+        const size_t off = ((size_t)na * 2 + 255) / 256 * 256;
+        const cudaDataType_t t16 = p->operands == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        void *ws = NULL;
+        ST_TRY(st_cuda_scratch(d, off + (size_t)nb * 2, &ws));
+        void *a16 = ws, *b16 = (char *)ws + off;
+        make_key(&k, p, t16, a16, b16);
+        ST_TRY(plan_get(d, &k, p->bias, &pl));
+        if (pl->ok) { /* converted only when a 16-bit algorithm will read the copies */
+            ST_TRY(st_cuda_to_16(d, p->operands, a16, p->A, na));
+            ST_TRY(st_cuda_to_16(d, p->operands, b16, p->B, nb));
+            s = lt_exec(d, p, pl, a16, b16);
+            if (s != ST_ERR_UNSUPPORTED) return s;
+        }
+    }
+    make_key(&k, p, CUDA_R_32F, p->A, p->B);
+    ST_TRY(plan_get(d, &k, p->bias, &pl));
+    if (pl->ok) {
+        s = lt_exec(d, p, pl, p->A, p->B);
+        if (s != ST_ERR_UNSUPPORTED) return s;
+    }
+    if (p->ep != ST_MATMUL_EP_NONE)
+        return st_fail(
+            ST_ERR_UNSUPPORTED,
+            "%s: cuBLASLt offers no algorithm with the bias epilogue for this product (m %lld, n %lld, "
+            "k %lld) on %s",
+            p->what, (long long)p->m, (long long)p->n, (long long)p->k, d->name);
+    fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->m * p->n, FALLBACK_THREADS), FALLBACK_THREADS, 0,
+                      d->compute>>>(*p, batch);
+    ST_CUDA_TRY_D(d, cudaGetLastError());
+    return ST_OK;
+}

@@ -1,0 +1,72 @@
+/* The one cuBLASLt matrix product of the backend, with cached plans: the
+ * linear layer calls it directly (column-major, bias epilogue), conv2d and
+ * attention through the row-major view of gemm_f32.cuh.
+ *
+ * Column-major, as cuBLASLt reads it:
+ *   D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias (m) on every column]
+ * op(A) (m x k): A stored (k x m) when ta, else (m x k), leading dimension
+ * lda; op(B) (k x n): B stored (n x k) when tb, else (k x n); optionally a
+ * batch of such products at fixed element strides sa, sb, sd. beta 0 never
+ * reads D (the BLAS contract, which cuBLASLt keeps), so D may hold NaN.
+ *
+ * Compute: CUBLAS_COMPUTE_32F (full fp32, never TF32 unless `tf32`), fp32 D
+ * and bias. `operands` bf16 or fp16 says A and B hold values of that
+ * precision (the graph rounded them, docs/precision.md): they are copied,
+ * exactly, into 16-bit buffers in the device's scratch and multiplied on
+ * tensor cores with fp32 accumulation; a layout without a 16-bit algorithm
+ * takes the fp32 path (the same values).
+ *
+ * Plans: the matmul descriptor, the three matrix layouts and the heuristic's
+ * algorithm are made once per key (types, transposes, m n k, leading
+ * dimensions, batch and strides, epilogue, compute type and the operands'
+ * alignments) and kept in the device (st_device.plans, freed with it), so a
+ * step makes no cuBLASLt object and asks no heuristic after its first
+ * micro-step. A key with no algorithm is remembered too. The workspace is
+ * the device's one (lt_ws, allocated when it opens).
+ *
+ * Alignment: the heuristic assumes 256-byte aligned operands unless told
+ * otherwise, and a tensor in the packed parameter arena, a head's slice of
+ * qkv or an odd-sized conv chunk is often only 4-byte aligned. It is told
+ * the largest power of two (at most 256) dividing each operand's address
+ * and, for a batch, its batch stride in bytes; with `ld_align` also its
+ * leading dimension in bytes (gemm_f32's rule for conv2d and attention;
+ * the linear layer tells the address alone, as it always has).
+ *
+ * No algorithm at all: without an epilogue a plain kernel computes the
+ * product (one thread per element, fp32 accumulation in k order: slow but
+ * correct; nsys shows which ran); with the bias epilogue the call fails with
+ * ST_ERR_UNSUPPORTED and a message, and the caller writes the bias itself
+ * (linear.cu). */
+#ifndef ST_CUDA_MATMUL_CUH
+#define ST_CUDA_MATMUL_CUH
+
+#include "common.cuh"
+
+typedef enum st_matmul_epilogue {
+    ST_MATMUL_EP_NONE = 0,
+    ST_MATMUL_EP_BIAS, /* D += bias[i] on row i: CUBLASLT_EPILOGUE_BIAS */
+} st_matmul_epilogue;
+
+typedef struct st_matmul {
+    bool ta, tb; /* op(A) = A^T, op(B) = B^T */
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *A;  /* (k x m) when ta, else (m x k) */
+    int64_t lda, sa; /* leading dimension, batch stride (elements) */
+    const float *B;  /* (n x k) when tb, else (k x n) */
+    int64_t ldb, sb;
+    float *D; /* (m x n) */
+    int64_t ldd, sd;
+    int batch;             /* 0 or 1: one product */
+    st_matmul_epilogue ep; /* NONE or BIAS (then batch must be 0 or 1) */
+    const float *bias;     /* (m), with ST_MATMUL_EP_BIAS */
+    st_precision operands; /* what A and B hold: fp32 (0), or bf16/fp16 values */
+    bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 (breaks fp32 parity) */
+    bool ld_align;         /* the alignment told also divides each leading dimension (below) */
+    const char *what;      /* for messages: "linear forward", ... */
+} st_matmul;
+
+/* Queue the product(s) on the device's compute stream. */
+st_status st_cuda_matmul(st_device *d, const st_matmul *p);
+
+#endif
