@@ -170,6 +170,11 @@ int st_cmd_launch(int argc, char **argv) {
         av[k++] = "--host";
         av[k++] = (char *)hosts;
     }
+    /* The ranks' stdout is mpirun's pseudo-terminal: tell them whether ours
+     * is a terminal, so that train draws its progress bar only there (args.c). */
+    setenv("SCALETRAIN_LAUNCH_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
+    av[k++] = "-x";
+    av[k++] = "SCALETRAIN_LAUNCH_TTY";
     if (is_subcommand(argv[cmd_at])) av[k++] = self;
     const int args_at = k;
     for (int j = cmd_at; j < argc; j++)

@@ -154,7 +154,7 @@ const st_cfg_key st_cfg_keys[] = {
 
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
-           "progress bar; auto = on a terminal"),
+           "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,

@@ -2,7 +2,8 @@
 # `scaletrain launch` under real mpirun (2 ranks):
 # (a) output: rank 0's stdout comes out as it is, every other line behind
 #     "[rank K] ", and lines stay whole even when the ranks write them in
-#     pieces at the same time;
+#     pieces at the same time; a train job's output to a file has plain step
+#     lines, not a progress bar (log.progress auto);
 # (b) --max-restarts with a real fault: rank 1 of a tiny gpt run is SIGKILLed
 #     after the first checkpoint (found and killed as tests/e2e/ddp_faults.sh
 #     does); the launcher says why and from which checkpoint it restarts, the
@@ -81,6 +82,15 @@ wait_ckpt() {
 }
 
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --quiet --set train.out_dir="$tmp/ref" || fail "the reference run"
+
+# (a') output to a file: the ranks' stdout is mpirun's pseudo-terminal, but
+# log.progress auto draws no bar (no \r) because the launcher's is a file.
+timeout 60 "$bin" launch -n 2 train "${gpt[@]}" --set log.progress=auto --set train.steps=3 \
+    --set train.out_dir="$tmp/plain" >"$tmp/plain.out" 2>&1 || fail "progress: exit $?: $(cat "$tmp/plain.out")"
+! grep -q $'\r' "$tmp/plain.out" || fail "progress: a bar (\\r) in the launcher's output to a file"
+grep -qE "^  progress: +off +# auto: scaletrain launch's output is not a terminal$" "$tmp/plain.out" &&
+    grep -q "^step 3/3 " "$tmp/plain.out" || fail "progress: no plain step lines: $(cat "$tmp/plain.out")"
+echo "output to a file: plain step lines, no progress bar"
 
 # (b) SIGKILL rank 1 after the first checkpoint; 2 restarts allowed.
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
