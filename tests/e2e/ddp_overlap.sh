@@ -4,7 +4,9 @@
 # several buckets; the trainer records when the first bucket's all-reduce
 # started and when backward ended, each synchronised step: the mean lead
 # (`first_bucket_lead_ms`) must be positive, and so must the part of the
-# all-reduce window that lay behind backward (`comm_overlap`). With
+# all-reduce window that lay behind backward (`comm_overlap`) and the
+# fraction of all-reduce time hidden behind backward (`comm_hidden`, at most
+# comm_overlap). With
 # dist.bucket_cap_mb at its default the first bucket is capped at 1 MiB (as
 # PyTorch DDP does), so even this small model gets more than one bucket.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -22,9 +24,14 @@ timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bi
 /usr/bin/python3 - "$tmp/out.json" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-keys = ("ranks", "grad_buckets", "first_bucket_lead_ms", "comm_overlap", "comm_ms")
+keys = ("ranks", "grad_buckets", "first_bucket_lead_ms", "comm_overlap", "comm_hidden", "comm_ms")
 print({k: r.get(k) for k in keys})
 ok = r["ranks"] == 2 and r["grad_buckets"] > 1 and r["first_bucket_lead_ms"] > 0 and 0 < r["comm_overlap"] <= 1
 print("ddp_overlap:", "ok" if ok else "FAIL: the first all-reduce did not start before backward ended")
-sys.exit(0 if ok else 1)
+# The hidden fraction of all-reduce time: positive (a bucket was in flight
+# before backward ended) and at most the window's (the time after backward is
+# all-reduce time, the time before it only partly).
+good = 0 < r["comm_hidden"] <= r["comm_overlap"] + 1e-9
+print("comm_hidden:", "ok" if good else "FAIL: not in (0, comm_overlap]")
+sys.exit(0 if ok and good else 1)
 PY
