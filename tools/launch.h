@@ -6,8 +6,10 @@
 #include <stdbool.h>
 
 typedef struct st_launch_result {
-    char reason[512]; /* why it failed: mpirun's line naming a dead rank, or a rank's last error line */
+    char reason[512]; /* why it failed: mpirun's line naming a dead rank, a watchdog's report, or a rank's
+                         last error line */
     bool reason_from_mpirun;
+    bool timeout_noted, timeout_named; /* reason is a watchdog's report (and names the rank it waited for) */
     int signalled; /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
 } st_launch_result;
 

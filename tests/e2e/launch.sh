@@ -9,6 +9,8 @@
 #     does); the launcher says why and from which checkpoint it restarts, the
 #     run finishes, and its final weights equal an uninterrupted run's
 #     (tests/py/weights_diff.py, tolerance 1e-6: resume is exact);
+# (b') the same with SIGSTOP: rank 0's watchdog ends the job, and the
+#     launcher's message quotes the collective and the stopped rank;
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted.
@@ -114,6 +116,28 @@ grep -q "^step 200/200" "$tmp/run.out" || fail "restart: the run did not reach s
 echo -n "restart: final weights against the uninterrupted run: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/run/model.safetensors" 1e-6 ||
     fail "restart: the weights differ from the uninterrupted run"
+
+# (b') SIGSTOP rank 1 after the first checkpoint: rank 0's watchdog ends the
+# job (dist.timeout_s 3), and the launcher quotes its report (the collective
+# and the stopped rank), restarts, and the run ends as the uninterrupted one.
+timeout 120 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set dist.timeout_s=3 \
+    --set train.out_dir="$tmp/stop" >"$tmp/stop.out" 2>"$tmp/stop.err" &
+lpid=$!
+if wait_ckpt $lpid "$tmp/stop" && r1=$(rank_pid $lpid 1); then
+    pids+=("$r1")
+    kill -STOP "$r1"
+    echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
+else
+    fail "stop: training did not start: $(cat "$tmp/stop.err")"
+fi
+wait $lpid; rc=$?
+grep "scaletrain launch" "$tmp/stop.err" | sed 's/^/    /'
+[ $rc -eq 0 ] || fail "stop: exit $rc: $(tail -n 20 "$tmp/stop.err")"
+grep -qE "scaletrain launch: the job failed \(exit [0-9]+: .*collective timed out: all-reduce '[^']+' \(seq [0-9]+, step [0-9]+.*; rank 1 \(pid ${r1:-x}, this node\) has (not )?called it.*stopped.*\); restart 1 of 1 from checkpoint $tmp/stop/ckpt/step-[0-9]+" \
+    "$tmp/stop.err" || fail "stop: the restart message does not quote the watchdog's report naming rank 1"
+echo -n "stop: final weights against the uninterrupted run: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/stop/model.safetensors" 1e-6 ||
+    fail "stop: the weights differ from the uninterrupted run"
 
 # (c) a job that fails every time (its training file is missing).
 timeout 60 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \
