@@ -49,6 +49,8 @@ differ deterministic dist.deterministic false true
 differ sync_batchnorm dist.sync_batchnorm false true
 differ bucket_cap dist.bucket_cap_mb 25 0.001
 differ timeout dist.timeout_s $T 30
+differ shm_allreduce dist.shm_allreduce true false
+differ comm dist.comm auto nccl
 differ precision precision fp32 bf16
 
 # (b) 3 ranks: the ranks that differ from rank 0 are grouped.
