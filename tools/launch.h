@@ -10,7 +10,7 @@ typedef struct st_launch_result {
                          last error line */
     bool reason_from_mpirun;
     bool timeout_noted, timeout_named; /* reason is a watchdog's report (and names the rank it waited for) */
-    int signalled; /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
+    int signalled;                     /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
 } st_launch_result;
 
 /* Run argv (argv[0] is mpirun's path, with --tag-output among its options)

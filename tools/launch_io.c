@@ -98,7 +98,8 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
         /* "scaletrain: rank 0: rank K (pid P, this node) has not called it: ..." */
         const char *who = memmem(line, n, ": rank ", 7);
         const char *next = who ? memmem(who + 2, n - (size_t)(who + 2 - line), ": rank ", 7) : NULL;
-        if (r->timeout_named || !next || !memmem(line, n, "(pid ", 5) || !memmem(line, n, "called it", 9)) return;
+        if (r->timeout_named || !next || !memmem(line, n, "(pid ", 5) || !memmem(line, n, "called it", 9))
+            return;
         who = next + 2;
         const size_t len = strlen(r->reason);
         snprintf(r->reason + len, sizeof r->reason - len, "; %.*s", (int)(n - (size_t)(who - line)), who);
@@ -106,8 +107,10 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
         return;
     }
     snprintf(r->reason, sizeof r->reason, "%.*s", (int)n, line);
-    if (mpirun_says) r->reason_from_mpirun = true;
-    else if (memmem(line, n, "collective timed out", 20)) r->timeout_noted = true;
+    if (mpirun_says)
+        r->reason_from_mpirun = true;
+    else if (memmem(line, n, "collective timed out", 20))
+        r->timeout_noted = true;
 }
 
 /* One finished line of rank `rank` (or -1: mpirun's own), without its end;
