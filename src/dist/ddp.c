@@ -43,7 +43,18 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k]->kind == ST_TENSOR_PARAM) first_use[n->in[k]->index] = i;
     }
-    const int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    /* A bucket holds at most an eighth of the model's gradients (but 64 KiB
+     * at least): the last bucket, with the first layers' gradients (and a
+     * tied embedding's), can only start when backward ends, so none of its
+     * all-reduce is hidden; a model under 8 x bucket_cap_mb would otherwise
+     * put most of its gradients there (the bench cnn, 0.6 MiB, all of them
+     * in one bucket). */
+    int64_t total = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) total += p->t[i]->count;
+    const int64_t eighth = total / 8 > 16384 ? total / 8 : 16384;
+    int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    if (cap > eighth) cap = eighth;
     /* The first bucket holds the gradients backward finishes first; capping it
      * at 1 MiB (as PyTorch DDP does) starts communication early even when the
      * whole model would fit in one bucket. */
