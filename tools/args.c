@@ -83,5 +83,13 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
     }
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
+    /* Under `scaletrain launch` a rank's stdout is mpirun's pseudo-terminal
+     * even when the launcher's own output goes to a file or a pipe: the
+     * launcher says which (launch.c), and a bar is drawn only on a terminal. */
+    const char *tty = getenv("SCALETRAIN_LAUNCH_TTY");
+    if (tty && strcmp(tty, "0") == 0 && strcmp(cfg->log.progress, "auto") == 0) {
+        snprintf(cfg->log.progress, sizeof cfg->log.progress, "off");
+        st_config_mark_auto(cfg, "log.progress", "scaletrain launch's output is not a terminal");
+    }
     return -1;
 }

@@ -162,11 +162,6 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = "--map-by";
     av[k++] = "core";
     av[k++] = "--tag-output";
-    /* The ranks' stdout is a pseudo-terminal of mpirun's even when ours is a
-     * file: tell them which (log.progress auto draws a bar only on a terminal). */
-    setenv("SCALETRAIN_TERMINAL", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-    av[k++] = "-x";
-    av[k++] = "SCALETRAIN_TERMINAL";
     if (geteuid() == 0) /* OpenMPI refuses root without this (containers, CI) */
         av[k++] = "--allow-run-as-root";
     if (geteuid() == 0 || share) /* more ranks than slots (cores) */
@@ -175,6 +170,11 @@ int st_cmd_launch(int argc, char **argv) {
         av[k++] = "--host";
         av[k++] = (char *)hosts;
     }
+    /* The ranks' stdout is mpirun's pseudo-terminal: tell them whether ours
+     * is a terminal, so that train draws its progress bar only there (args.c). */
+    setenv("SCALETRAIN_LAUNCH_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
+    av[k++] = "-x";
+    av[k++] = "SCALETRAIN_LAUNCH_TTY";
     if (is_subcommand(argv[cmd_at])) av[k++] = self;
     const int args_at = k;
     for (int j = cmd_at; j < argc; j++)

@@ -6,9 +6,11 @@
 #include <stdbool.h>
 
 typedef struct st_launch_result {
-    char reason[512]; /* why it failed: mpirun's line naming a dead rank, or a rank's last error line */
+    char reason[512]; /* why it failed: mpirun's line naming a dead rank, a watchdog's report, or a rank's
+                         last error line */
     bool reason_from_mpirun;
-    int signalled; /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
+    bool timeout_noted, timeout_named; /* reason is a watchdog's report (and names the rank it waited for) */
+    int signalled;                     /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
 } st_launch_result;
 
 /* Run argv (argv[0] is mpirun's path, with --tag-output among its options)

@@ -81,7 +81,10 @@ static void write_all(int fd, const char *p, size_t n) {
 }
 
 /* What the failure message of a run will quote: mpirun's own line naming the
- * rank that died, else the last error line a rank printed. */
+ * rank that died, else a watchdog's first report (the collective that timed
+ * out, then the line naming the rank it waited for: the lines after those
+ * only say that the job is being ended), else the last error line a rank
+ * printed. */
 static void note_reason(st_launch_result *r, const char *line, size_t n, bool from_mpirun) {
     const bool mpirun_says = from_mpirun && memmem(line, n, "noticed that process rank", 25);
     const bool rank_error =
@@ -91,8 +94,23 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
         line++, n--;
     while (n && isspace((unsigned char)line[n - 1]))
         n--;
+    if (!mpirun_says && r->timeout_noted) {
+        /* "scaletrain: rank 0: rank K (pid P, this node) has not called it: ..." */
+        const char *who = memmem(line, n, ": rank ", 7);
+        const char *next = who ? memmem(who + 2, n - (size_t)(who + 2 - line), ": rank ", 7) : NULL;
+        if (r->timeout_named || !next || !memmem(line, n, "(pid ", 5) || !memmem(line, n, "called it", 9))
+            return;
+        who = next + 2;
+        const size_t len = strlen(r->reason);
+        snprintf(r->reason + len, sizeof r->reason - len, "; %.*s", (int)(n - (size_t)(who - line)), who);
+        r->timeout_named = true;
+        return;
+    }
     snprintf(r->reason, sizeof r->reason, "%.*s", (int)n, line);
-    if (mpirun_says) r->reason_from_mpirun = true;
+    if (mpirun_says)
+        r->reason_from_mpirun = true;
+    else if (memmem(line, n, "collective timed out", 20))
+        r->timeout_noted = true;
 }
 
 /* One finished line of rank `rank` (or -1: mpirun's own), without its end;

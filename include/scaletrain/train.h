@@ -41,8 +41,13 @@ typedef struct st_run_result {
     int ranks, grad_buckets;
     double comm_ms;              /* mean per step: waiting for gradient all-reduces after backward */
     double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
-                                    the part that lay behind backward */
+                                    the part that lay behind backward (a long backward fills it whatever
+                                    the later buckets do: comm_hidden is the hidden share of the all-reduces) */
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
+    double comm_hidden;          /* of the time some bucket's collectives were in flight, the part before
+                                    backward ended: the fraction of all-reduce time hidden behind backward */
+    int64_t grad_syncs;          /* backward passes whose buckets were reduced across the ranks: one per step
+                                    (its last micro-step) for ddp and zero1, one per micro-step for zero2 */
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
      * skipped for an overflow (over the whole run, a resumed one included) */

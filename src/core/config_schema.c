@@ -138,7 +138,7 @@ const st_cfg_key st_cfg_keys[] = {
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
            "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = ddp on the CPU (docs/distributed.md)"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
-            "gradient bucket size in MiB (the first bucket at most 1 MiB): each bucket's all-reduce starts during backward as soon as its gradients are final"),
+            "gradient bucket size in MiB (the first bucket at most 1 MiB, and every bucket at most an eighth of the model's gradients, 64 KiB at least, so that the last one, which starts only when backward ends, is small): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
            "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
     K_ENUM("dist.comm", dist.comm, "auto", VALUES("auto", "nccl"),
@@ -154,7 +154,7 @@ const st_cfg_key st_cfg_keys[] = {
 
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
-           "progress bar; auto = on a terminal"),
+           "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,

@@ -43,7 +43,18 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k]->kind == ST_TENSOR_PARAM) first_use[n->in[k]->index] = i;
     }
-    const int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    /* A bucket holds at most an eighth of the model's gradients (but 64 KiB
+     * at least): the last bucket, with the first layers' gradients (and a
+     * tied embedding's), can only start when backward ends, so none of its
+     * all-reduce is hidden; a model under 8 x bucket_cap_mb would otherwise
+     * put most of its gradients there (the bench cnn, 0.6 MiB, all of them
+     * in one bucket). */
+    int64_t total = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) total += p->t[i]->count;
+    const int64_t eighth = total / 8 > 16384 ? total / 8 : 16384;
+    int64_t cap = cap_mb > 0 ? (int64_t)(cap_mb * 1024.0 * 1024.0 / sizeof(float)) : 1;
+    if (cap > eighth) cap = eighth;
     /* The first bucket holds the gradients backward finishes first; capping it
      * at 1 MiB (as PyTorch DDP does) starts communication early even when the
      * whole model would fit in one bucket. */
@@ -118,6 +129,7 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     b->t_start = b->mark.t0;
     if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
+    b->done = false;
     b->released = false;
     float *g = d->p->grad;
     if (!d->shard) {
@@ -152,21 +164,45 @@ static st_status backward_hook(void *ctx, int node) {
         if (!b->started && b->ready_at >= node) ST_TRY(start_bucket(d, b));
     }
     ST_TRY(st_comm_progress(d->comm));
-    if (!d->release) return ST_OK;
+    /* Which buckets have completed, and when (for the hidden fraction; a
+     * bucket completes only in some rank's progress call, so this rank sees
+     * it here, at the latest one layer late). */
     for (int i = 0; i < d->n_buckets; i++) {
         st_ddp_bucket *b = &d->b[i];
-        if (!b->started || b->released) continue;
+        if (!b->started || b->done) continue;
         bool all = true;
         for (int k = 0; k < b->n_req && all; k++) {
             bool done = true;
             if (b->req[k]) ST_TRY(st_comm_test(&b->req[k], &done));
             all = done;
         }
-        if (all) release_bucket(d, b);
+        if (!all) continue;
+        b->done = true;
+        b->t_done = st_dist_now();
+        if (d->release) release_bucket(d, b);
     }
+    if (!d->release) return ST_OK;
     int64_t res = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
     if (res > d->peak_resident) d->peak_resident = res;
     return ST_OK;
+}
+
+/* The union of the buckets' [t_start, t_done] (they start in about bucket
+ * order and may overlap): its length, and its part before backward ended. */
+static void busy_time(st_ddp *d) {
+    double end = -1.0;
+    for (int n = 0; n < d->n_buckets; n++) {
+        const st_ddp_bucket *b = NULL; /* the next to start at or after the last one taken */
+        for (int i = 0; i < d->n_buckets; i++) {
+            const st_ddp_bucket *c = &d->b[i];
+            if (c->t_done > end && (!b || c->t_start < b->t_start)) b = c;
+        }
+        if (!b) break;
+        const double lo = b->t_start > end ? b->t_start : end, hi = b->t_done;
+        d->busy_s += hi - lo;
+        if (d->t_backward_end > lo) d->busy_hidden_s += (d->t_backward_end < hi ? d->t_backward_end : hi) - lo;
+        end = hi;
+    }
 }
 
 void st_ddp_arm(st_ddp *d, st_graph *g) {
@@ -189,6 +225,10 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         for (int k = 0; k < b->n_req; k++)
             ST_TRY(st_comm_wait(&b->req[k]));
         st_trace_end(d->trace, &b->mark);
+        if (!b->done) {
+            b->done = true;
+            b->t_done = st_dist_now();
+        }
         if (d->release && !b->released) release_bucket(d, b);
     }
     if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
@@ -198,6 +238,7 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;
     d->hidden_s += d->t_backward_end > d->t_first_start ? d->t_backward_end - d->t_first_start : 0;
+    busy_time(d);
     d->syncs++;
     return ST_OK;
 }

@@ -34,8 +34,9 @@
 typedef struct st_ddp_bucket {
     int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
     int ready_at;          /* backward may start it after this node (the earliest user of its params) */
-    bool started, released;
+    bool started, done, released;
     double t_start;    /* st_now() when its first collective started */
+    double t_done;     /* when this rank saw its collectives complete (a backward hook's test, or the wait) */
     st_trace_mark mark; /* its phase in the trace and NVTX, from the start to the wait that finished it */
     int n_req;         /* collectives: 1 all-reduce, or one reduce per shard the bucket touches */
     int first_owner;   /* ZeRO: the rank owning the bucket's first element */
@@ -60,9 +61,16 @@ typedef struct st_ddp {
      * (same layout as p->grad); fp32 (the default): in place in p->grad */
     st_precision grad_dtype;
     uint16_t *half;
-    /* timings of the current step and their sums over the run */
+    /* timings of the current step and their sums over the run: wait_s after
+     * backward; hidden_s from the first bucket's start to the end of
+     * backward, span_s to the last bucket's end (their ratio is the part of
+     * that window behind backward, which a long backward fills whatever the
+     * buckets do); busy_s the time some bucket was in flight (the union of
+     * the buckets' [t_start, t_done]) and busy_hidden_s its part before the
+     * end of backward: their ratio is the fraction of all-reduce time hidden
+     * behind backward. */
     double t_first_start, t_backward_end; /* st_dist_now() */
-    double wait_s, hidden_s, span_s;
+    double wait_s, hidden_s, span_s, busy_s, busy_hidden_s;
     int64_t syncs;
     st_trace *trace; /* NULL, or where bucket all-reduces and the wait are recorded */
 } st_ddp;

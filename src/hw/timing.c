@@ -58,6 +58,9 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double P = (double)n_params, wb = o->mixed ? 2 : 4, gbytes = P * wb;
     double cap = o->bucket_cap_mb * 1024 * 1024;
     if (!(cap > 0)) cap = gbytes;
+    /* buckets of at most an eighth of the gradients, 16384 elements at least (src/dist/ddp.c) */
+    const double eighth = fmax(floor(P / 8) * wb, 16384 * wb);
+    if (cap > eighth) cap = eighth;
     const double nb = ceil(gbytes / cap), last = gbytes - (nb - 1) * cap;
     double comm = 0, t_last = 0;
     if (n > 1) {

@@ -1,7 +1,6 @@
 /* The progress bar and plain progress lines (see progress.h). */
 #include "progress.h"
 
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,12 +13,7 @@ void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t start
     p->total = total;
     p->t0 = st_now();
     p->silent = strcmp(mode, "silent") == 0;
-    /* Under `scaletrain launch` a rank's stdout is mpirun's pseudo-terminal
-     * whatever launch writes to; launch says in SCALETRAIN_TERMINAL whether
-     * its own stdout is a terminal. */
-    const char *term = getenv("SCALETRAIN_TERMINAL");
-    const bool tty = term && *term ? strcmp(term, "1") == 0 : isatty(fileno(out));
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && tty);
+    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
 }
 
 double st_progress_eta(double elapsed, int64_t done, int64_t todo) {

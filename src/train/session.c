@@ -259,10 +259,15 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->channels = d->c;
         in->num_classes = c->model.num_classes;
     }
-    if (c->train.batch_size % s->world != 0)
+    /* These two follow from settings every rank has agreed on (and, for the
+     * micro-batch, one given, not chosen from this node's memory): every rank
+     * fails the same way and returns, with no MPI_Abort (train.c). */
+    if (c->train.batch_size % s->world != 0) {
+        s->agreed_error = true;
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld cannot be split over %d ranks; make it a multiple of %d",
                        (long long)c->train.batch_size, s->world, s->world);
+    }
     if (s->dev && strcmp(c->precision, "auto") == 0) { /* before the planner, which plans for the CPU */
         snprintf(c->precision, sizeof c->precision, "fp32");
         st_config_mark_auto(c, "precision",
@@ -273,10 +278,12 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "dist.strategy", "ddp on CUDA devices: ZeRO there is not written yet");
     }
     ST_TRY(autoconfigure(s, in));
-    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0)
+    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0) {
+        s->agreed_error = st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
         return st_fail(ST_ERR_CONFIG,
                        "train.batch_size %lld is not a multiple of train.micro_batch_size %lld x %d rank(s)",
                        (long long)c->train.batch_size, (long long)c->train.micro_batch_size, s->world);
+    }
     /* (once: a second session over the same cfg finds lr already scaled) */
     if (strcmp(c->optim.lr_scaling, "none") != 0 && st_config_source(c, "optim.lr") != ST_SRC_AUTO) {
         /* Goyal et al. 2017 (linear) or Krizhevsky 2014 (sqrt): the rate

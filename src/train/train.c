@@ -73,6 +73,8 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
             cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
             cJSON_AddNumberToObject(o, "comm_overlap", r->comm_overlap);
             cJSON_AddNumberToObject(o, "first_bucket_lead_ms", r->first_bucket_lead_ms);
+            cJSON_AddNumberToObject(o, "comm_hidden", r->comm_hidden);
+            cJSON_AddNumberToObject(o, "grad_syncs", (double)r->grad_syncs);
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
@@ -555,10 +557,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     r->grad_bytes = st_dist_grad_nbytes(&dd);
     r->grad_peak_bytes = dd.grad_peak_nbytes > r->grad_bytes ? dd.grad_peak_nbytes : r->grad_bytes;
+    if (dist) r->grad_syncs = ddp->syncs;
     if (dist && ddp->syncs) {
         r->comm_ms = 1e3 * ddp->wait_s / (double)ddp->syncs;
         r->comm_overlap = ddp->span_s > 0 ? ddp->hidden_s / ddp->span_s : 0;
         r->first_bucket_lead_ms = 1e3 * ddp->hidden_s / (double)ddp->syncs;
+        r->comm_hidden = ddp->busy_s > 0 ? ddp->busy_hidden_s / ddp->busy_s : 0;
     }
     s = ST_OK;
     if (stopped) {

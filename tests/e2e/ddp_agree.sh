@@ -8,6 +8,7 @@
 #     (no "memory per rank" line: the strategy's set-up comes after the
 #     agreement) and nothing saved;
 # (b) 3 ranks, two of them with another dist.timeout_s: "ranks 1-2 have 30";
+# (b') a batch that 3 ranks cannot split: one error from each rank, no abort;
 # (c) the same strategy but different models: the model check names the
 #     tensor, still before the strategy's set-up (no "memory per rank" line);
 # (d) the control: the same settings on both ranks train and exit 0.
@@ -49,6 +50,8 @@ differ deterministic dist.deterministic false true
 differ sync_batchnorm dist.sync_batchnorm false true
 differ bucket_cap dist.bucket_cap_mb 25 0.001
 differ timeout dist.timeout_s $T 30
+differ shm_allreduce dist.shm_allreduce true false
+differ comm dist.comm auto nccl
 differ precision precision fp32 bf16
 
 # (b) 3 ranks: the ranks that differ from rank 0 are grouped.
@@ -59,6 +62,14 @@ echo "--- 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "3 ranks: exit $rc"
 [ "$(grep -cF "first difference is in dist.timeout_s: rank 0 has $T; ranks 1-2 have 30 (" <<<"$out")" -eq 3 ] ||
     fail "3 ranks: not one error naming ranks 1-2 from each rank: $out"
+
+# (b') the same settings, but a batch that 3 ranks cannot split: every rank
+# returns the error (no MPI_Abort: it follows from settings they agreed on).
+out=$("${mpi[@]}" -np 3 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/split" 2>&1); rc=$?
+echo "--- batch over 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "batch over 3 ranks: exit $rc"
+[ "$(grep -cF "train.batch_size 8 cannot be split over 3 ranks; make it a multiple of 3" <<<"$out")" -eq 3 ] &&
+    ! grep -q "MPI_ABORT" <<<"$out" || fail "batch over 3 ranks: not one error from each rank, or an abort: $out"
 
 # (c) different models, the same (sharded) strategy.
 out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \

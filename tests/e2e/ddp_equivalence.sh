@@ -15,6 +15,7 @@
 # from the whole batch's. With dist.sync_batchnorm they do not: the cnn with
 # batch-norm is compared in tests/e2e/sync_batchnorm.sh.
 #
+# Rank 0's parameters reach every rank (--init on rank 0 alone).
 # `scaletrain launch -n 2` runs a short job. Then a mismatch: two ranks with different model.hidden (an MPMD mpirun) must
 # fail before training with a message that names the difference.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -49,6 +50,21 @@ equiv() {
 
 sgd=(--set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant)
 equiv mlp 8 1e-4 --set model.type=mlp --set model.hidden=[64,32] "${sgd[@]}"
+# Parameters are broadcast from rank 0 at start: rank 0 alone starting from
+# weights (--init) trains the same bits as both ranks starting from them
+# (without the broadcast rank 1 would start from its own initialisation).
+bc=("${common[@]}" --set train.batch_size=32 --set model.type=mlp --set model.hidden=[64,32] "${sgd[@]}")
+w=$tmp/mlp/n1/model.safetensors
+"${mpi[@]}" -np 2 "$bin" train "${bc[@]}" --init "$w" --set train.out_dir="$tmp/bc-both" >/dev/null ||
+    fail "broadcast: both ranks with --init"
+"${mpi[@]}" -np 1 "$bin" train "${bc[@]}" --init "$w" --set train.out_dir="$tmp/bc-r0" : \
+    -np 1 "$bin" train "${bc[@]}" --set train.out_dir="$tmp/bc-r0" >/dev/null || fail "broadcast: rank 0 with --init"
+if cmp -s "$tmp/bc-both/model.safetensors" "$tmp/bc-r0/model.safetensors" &&
+    ! cmp -s "$tmp/bc-r0/model.safetensors" "$tmp/mlp/n2/model.safetensors"; then
+    echo "broadcast: rank 0's --init reached rank 1 (the same bits as both ranks with --init)"
+else
+    fail "broadcast: rank 0 alone with --init trains other weights than both ranks with it"
+fi
 equiv cnn 4 1e-4 --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1] \
     --set model.batchnorm=false "${sgd[@]}"
 

@@ -2,12 +2,15 @@
 # `scaletrain launch` under real mpirun (2 ranks):
 # (a) output: rank 0's stdout comes out as it is, every other line behind
 #     "[rank K] ", and lines stay whole even when the ranks write them in
-#     pieces at the same time;
+#     pieces at the same time; a train job's output to a file has plain step
+#     lines, not a progress bar (log.progress auto);
 # (b) --max-restarts with a real fault: rank 1 of a tiny gpt run is SIGKILLed
 #     after the first checkpoint (found and killed as tests/e2e/ddp_faults.sh
 #     does); the launcher says why and from which checkpoint it restarts, the
 #     run finishes, and its final weights equal an uninterrupted run's
 #     (tests/py/weights_diff.py, tolerance 1e-6: resume is exact);
+# (b') the same with SIGSTOP: rank 0's watchdog ends the job, and the
+#     launcher's message quotes the collective and the stopped rank;
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted.
@@ -44,11 +47,11 @@ echo "output: rank 0 plain, rank 1 and stderr prefixed, 600 whole lines"
 
 # The ranks learn whether the launcher's stdout is a terminal (theirs is
 # mpirun's pseudo-terminal either way): a file gives 0, a terminal 1.
-timeout 60 "$bin" launch -n 1 sh -c 'echo "term=$SCALETRAIN_TERMINAL"' >"$tmp/term.out" 2>&1 ||
+timeout 60 "$bin" launch -n 1 sh -c 'echo "term=$SCALETRAIN_LAUNCH_TTY"' >"$tmp/term.out" 2>&1 ||
     fail "terminal: launch failed: $(cat "$tmp/term.out")"
 grep -qx "term=0" "$tmp/term.out" || fail "terminal: into a file the ranks saw '$(cat "$tmp/term.out")', expected term=0"
 if command -v script >/dev/null; then
-    timeout 60 script -qec "$bin launch -n 1 sh -c 'echo term=\$SCALETRAIN_TERMINAL'" /dev/null >"$tmp/term.out" 2>&1 ||
+    timeout 60 script -qec "$bin launch -n 1 sh -c 'echo term=\$SCALETRAIN_LAUNCH_TTY'" /dev/null >"$tmp/term.out" 2>&1 ||
         fail "terminal: launch under script(1) failed: $(cat "$tmp/term.out")"
     grep -q "term=1" "$tmp/term.out" || fail "terminal: on a terminal the ranks saw '$(cat "$tmp/term.out")', expected term=1"
     echo "terminal: ranks told 0 into a file, 1 on a terminal"
@@ -96,6 +99,15 @@ wait_ckpt() {
 
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --quiet --set train.out_dir="$tmp/ref" || fail "the reference run"
 
+# (a') output to a file: the ranks' stdout is mpirun's pseudo-terminal, but
+# log.progress auto draws no bar (no \r) because the launcher's is a file.
+timeout 60 "$bin" launch -n 2 train "${gpt[@]}" --set log.progress=auto --set train.steps=3 \
+    --set train.out_dir="$tmp/plain" >"$tmp/plain.out" 2>&1 || fail "progress: exit $?: $(cat "$tmp/plain.out")"
+! grep -q $'\r' "$tmp/plain.out" || fail "progress: a bar (\\r) in the launcher's output to a file"
+grep -qE "^  progress: +off +# auto: scaletrain launch's output is not a terminal$" "$tmp/plain.out" &&
+    grep -q "^step 3/3 " "$tmp/plain.out" || fail "progress: no plain step lines: $(cat "$tmp/plain.out")"
+echo "output to a file: plain step lines, no progress bar"
+
 # (b) SIGKILL rank 1 after the first checkpoint; 2 restarts allowed.
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
     >"$tmp/run.out" 2>"$tmp/run.err" &
@@ -118,6 +130,28 @@ grep -q "^step 200/200" "$tmp/run.out" || fail "restart: the run did not reach s
 echo -n "restart: final weights against the uninterrupted run: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/run/model.safetensors" 1e-6 ||
     fail "restart: the weights differ from the uninterrupted run"
+
+# (b') SIGSTOP rank 1 after the first checkpoint: rank 0's watchdog ends the
+# job (dist.timeout_s 3), and the launcher quotes its report (the collective
+# and the stopped rank), restarts, and the run ends as the uninterrupted one.
+timeout 120 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set dist.timeout_s=3 \
+    --set train.out_dir="$tmp/stop" >"$tmp/stop.out" 2>"$tmp/stop.err" &
+lpid=$!
+if wait_ckpt $lpid "$tmp/stop" && r1=$(rank_pid $lpid 1); then
+    pids+=("$r1")
+    kill -STOP "$r1"
+    echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
+else
+    fail "stop: training did not start: $(cat "$tmp/stop.err")"
+fi
+wait $lpid; rc=$?
+grep "scaletrain launch" "$tmp/stop.err" | sed 's/^/    /'
+[ $rc -eq 0 ] || fail "stop: exit $rc: $(tail -n 20 "$tmp/stop.err")"
+grep -qE "scaletrain launch: the job failed \(exit [0-9]+: .*collective timed out: all-reduce '[^']+' \(seq [0-9]+, step [0-9]+.*; rank 1 \(pid ${r1:-x}, this node\) has (not )?called it.*stopped.*\); restart 1 of 1 from checkpoint $tmp/stop/ckpt/step-[0-9]+" \
+    "$tmp/stop.err" || fail "stop: the restart message does not quote the watchdog's report naming rank 1"
+echo -n "stop: final weights against the uninterrupted run: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/stop/model.safetensors" 1e-6 ||
+    fail "stop: the weights differ from the uninterrupted run"
 
 # (c) a job that fails every time (its training file is missing).
 timeout 60 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \

@@ -3,7 +3,8 @@
 # with its own address and host name, and mpirun starting one rank in each
 # over TCP (a launch agent stands in for ssh). The two-node run of a small
 # mlp must save the same weights as two ranks on one node and as one rank
-# with the same global batch (tolerance as in ddp_equivalence.sh: 1e-4).
+# with the same global batch (tolerance as in ddp_equivalence.sh: 1e-4), and
+# `scaletrain launch --hosts` across the two nodes must train the same.
 #
 # Needs root and network namespaces (`ip netns`); where the machine does not
 # allow them (an unprivileged container) the test skips and says so.
@@ -81,6 +82,26 @@ PY
 hosts=$(on_nodes 60 hostname 2>&1 | sort | tr '\n' ' ')
 [ "$hosts" = "node0 node1 " ] || fail "the ranks ran on '$hosts', expected node0 and node1"
 echo "ranks ran on: $hosts"
+
+# `scaletrain launch --hosts` across the two nodes, as a user would start it
+# on node0: the agent and the TCP settings come from the environment
+# (OMPI_MCA_*, as in a job script); the launcher adds --host and its own
+# options. Rank 1's output comes back from node1 behind "[rank 1] ".
+on_node0_env() {
+    local secs=$1; shift
+    ip netns exec "$n0" unshare --uts sh -c 'hostname node0; exec "$@"' sh env \
+        OMPI_MCA_plm_rsh_agent="$tmp/agent.sh" OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=10.77.0.0/24 \
+        OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 timeout "$secs" "$@"
+}
+out=$(on_node0_env 60 "$bin" launch -n 2 --hosts 10.77.0.1:1,10.77.0.2:1 hostname 2>&1)
+[ "$out" = "$(printf 'node0\n[rank 1] node1')" ] || fail "launch --hosts hostname: $out"
+echo "launch --hosts: $(tr '\n' ' ' <<<"$out")"
+on_node0_env 90 "$bin" launch -n 2 --hosts 10.77.0.1:1,10.77.0.2:1 "${args[@]}" --set train.out_dir="$tmp/launch2" \
+    >"$tmp/launch2.json" 2>"$tmp/launch2.err" || fail "launch --hosts: $(cat "$tmp/launch2.json" "$tmp/launch2.err")"
+grep -q '"ranks":2' "$tmp/launch2.json" || fail "launch --hosts: not 2 ranks: $(cat "$tmp/launch2.json")"
+echo -n "launch --hosts against mpirun on the two nodes: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/nodes2/model.safetensors" "$tmp/launch2/model.safetensors" 1e-6 ||
+    fail "launch --hosts differs from mpirun on the two nodes"
 
 for r in local2 nodes2; do
     echo -n "$r against 1 rank: "

@@ -4,14 +4,19 @@
 #   as DDP on 4 ranks after 10 steps, within ddp_equivalence.sh's tolerance
 #   (1e-4 relative for SGD momentum, 1e-3 for AdamW on the gpt), with
 #   gradient accumulation (the global batch is 4 micro-batches: 4 per rank on
-#   1 rank, 2 on 2, 1 on 4) and gradient clipping to the global norm.
+#   1 rank, 2 on 2, 1 on 4) and gradient clipping to the global norm; DDP
+#   on 2 ranks accumulating 2 micro-steps each matches too.
+# - Accumulation syncs only on the last micro-step: the buckets are reduced
+#   once per step under ddp and zero1 (grad_syncs in --json), every
+#   micro-step under zero2.
 # - The memory each rank holds, measured (--json): optimizer state falls as
 #   1/N for zero1 and zero2, gradients as 1/N for zero2 (to within one
 #   shard's page padding), and each equals the printed formula's prediction.
 # - ZeRO's reductions overlap backward (the first starts before it ends).
 # - dist.deterministic: 2 and 4 ranks (ddp, zero1, zero2) save the same bits
 #   as 1 rank accumulating the 4 micro-batches (cmp of the weight files), for
-#   the mlp (dropout, clipping) and the gpt (AdamW, clipping).
+#   the mlp (dropout, clipping), the cnn (no batch-norm) and the gpt (AdamW,
+#   clipping).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -38,6 +43,10 @@ equiv() {
     local args=("${common[@]}" --set train.batch_size=$((4 * b)) --set train.micro_batch_size="$b" "$@")
     run "$name-ref" 1 "${args[@]}"
     run "$name-ddp4" 4 "${args[@]}"
+    run "$name-ddp2" 2 "${args[@]}" # 2 micro-steps per rank
+    echo -n "$name ddp on 2 ranks, 2 micro-steps each, against ref: "
+    /usr/bin/python3 tests/py/weights_diff.py "$tmp/$name-ref/model.safetensors" "$tmp/$name-ddp2/model.safetensors" \
+        "$tol" || fail "$name: ddp on 2 ranks with accumulation differs from ref"
     for st in zero1 zero2; do
         for n in 1 2 4; do
             run "$name-$st-$n" "$n" "${args[@]}" --set dist.strategy=$st
@@ -67,6 +76,21 @@ for st in ("zero1", "zero2"):
             ok &= good
             print(f"{name} {st} {n} ranks: {key} {mine} (1 rank {one}, 1/N {want:.0f}, formula {pred}):",
                   "ok" if good else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+    # Accumulation syncs only on the last micro-step (ddp, zero1): one
+    # reduction of the buckets per step; zero2 reduces every micro-step.
+    /usr/bin/python3 - "$tmp" "$name" <<'PY' || fail "$name: gradient syncs per step"
+import json, sys
+tmp, name = sys.argv[1], sys.argv[2]
+ok = True
+for run, micro in (("ddp2", 2), ("ddp4", 1), ("zero1-2", 2), ("zero1-4", 1), ("zero2-2", 2), ("zero2-4", 1)):
+    r = json.loads(open(f"{tmp}/{name}-{run}.json").read().strip().splitlines()[-1])
+    want = r["steps"] * (micro if run.startswith("zero2") else 1)
+    good = r["grad_syncs"] == want
+    ok &= good
+    print(f"{name} {run}: {micro} micro-step(s) per rank, {r['steps']} steps, grad_syncs {r['grad_syncs']}",
+          f"(want {want}):", "ok" if good else "FAIL")
 sys.exit(0 if ok else 1)
 PY
 }
@@ -125,5 +149,8 @@ det() {
     done
 }
 det mlp 4 "${mlp[@]}" "${sgd[@]}" --set model.dropout=0.1
+# (without batch-norm: its running statistics are each rank's own, docs/distributed.md)
+det cnn 4 --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1] --set model.batchnorm=false \
+    "${sgd[@]}"
 det gpt 2 "${gpt[@]}"
 e2e_finish
