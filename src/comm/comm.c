@@ -494,6 +494,13 @@ st_status st_comm_init(const st_comm_config *cfg, st_comm **out) {
     return st_comm_create(cfg, init_default, NULL, out);
 }
 
+st_status st_comm_shared_arena(void *comm, size_t nbytes, void **out) {
+    st_comm *c = comm;
+    *out = NULL;
+    if (!c || !c->ops->shared_arena) return ST_OK;
+    return c->ops->shared_arena(c, nbytes, out);
+}
+
 void st_comm_free(st_comm *c) {
     if (!c) return;
     if (!c->failed) st_comm_wait_all(c);

@@ -129,6 +129,21 @@ uint64_t st_comm_seq(const st_comm *c); /* sequence number of the last collectiv
 /* The training step, recorded in every later collective and printed in errors. */
 void st_comm_set_step(st_comm *c, int64_t step);
 
+/* A buffer for in-place float32 sum/average all-reduces that need no copies:
+ * with the shared-memory all-reduce on (MPI, every rank on one node), the
+ * ranks map one segment holding each rank's nbytes in its own region, and an
+ * all-reduce with send == recv inside this rank's region reduces straight
+ * between the regions (comm_shm.c). Meant for the gradient arena: every rank
+ * must all-reduce the same offsets of it. Collective: every rank calls it
+ * once, in the same place, with the same nbytes. *out is NULL when there is
+ * none (one rank, several nodes, another backend, the shared-memory
+ * all-reduce off, sizes that differ, a segment that cannot be made: said
+ * once on rank 0 where it was expected to work); every rank gets the same
+ * answer. The memory is zeroed, 64-byte aligned, stays mapped until
+ * st_comm_free and is not freed by the caller. `comm` is an st_comm * (the
+ * signature of an allocator hook, graph.h st_arena_hook). */
+st_status st_comm_shared_arena(void *comm, size_t nbytes, void **out);
+
 /* ---- Collectives ------------------------------------------------------------
  * Each starts the operation and returns a request in *req; the buffers belong
  * to the operation until st_comm_wait (or a st_comm_test that reports done)

@@ -67,6 +67,8 @@ typedef struct st_comm_ops {
     void (*describe_missing)(st_comm *c, uint64_t seq, char *buf, size_t cap);
     /* End every rank (MPI_Abort); returns only where there are no other ranks. */
     void (*abort)(st_comm *c, int code);
+    /* Optional (NULL: none): comm.h st_comm_shared_arena. */
+    st_status (*shared_arena)(st_comm *c, size_t nbytes, void **out);
     /* Free the backend (finalize); outstanding requests are already finished. */
     void (*free)(st_comm *c);
 } st_comm_ops;

@@ -358,6 +358,7 @@ static const st_comm_ops mpi_ops = {
     .progress = mpi_progress,
     .describe_missing = mpi_describe_missing,
     .abort = mpi_abort,
+    .shared_arena = st_mpi_shm_arena,
     .free = mpi_free,
 };
 

@@ -63,6 +63,10 @@ void st_mpi_describe_missing(st_comm *c, uint64_t seq, char *buf, size_t cap);
 /* comm_shm.c: the shared-memory all-reduce for ranks on one node. */
 st_status st_mpi_shm_open(st_comm *c); /* collective over the node, after the board; off leaves m->shm NULL */
 void st_mpi_shm_close(st_comm *c);
+/* The zero-copy arena (comm.h st_comm_shared_arena): collective over the
+ * node; *out NULL without the shared-memory all-reduce or when it cannot be
+ * had (said once on rank 0). */
+st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out);
 bool st_shm_takes(const st_shm *s, const st_comm_req *r); /* float32 sum/avg all-reduce, large enough */
 void st_shm_post(st_shm *s, st_comm_req *r);              /* in sequence order, after its check */
 bool st_shm_busy(const st_shm *s);

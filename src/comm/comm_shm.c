@@ -39,6 +39,27 @@
  * st_comm_wait (with a pause, then sched_yield), under the same watchdog as
  * MPI's collectives, so a dead or stopped peer ends in the watchdog's error
  * naming the collective, its sequence number, step and the missing rank.
+ *
+ * Zero-copy (st_mpi_shm_arena): a second segment holds one region per rank,
+ * all of the same size (agreed over MPI; a mismatch or a segment that cannot
+ * be made leaves it off, said once by rank 0), and the session puts each
+ * rank's gradient arena in its own region (graph.h st_arena_hook). An
+ * all-reduce taken here whose buffer is in place (send == recv) and inside
+ * this rank's region is at the same offset of every rank's region (the ranks
+ * agreed on the model, so on the arena and its buckets), and its pieces skip
+ * the copies; the same counters and phases, per piece:
+ *   1. ready: publish "in" at once (the caller's data is final; no slot is
+ *      used, so no wait for an earlier piece's copy-out);
+ *   2. reduce: once every rank is ready, sum slice r reading every rank's
+ *      region directly, in rank order, with the same additions and division
+ *      as the copying reduce (the same bits, tests/mpi/shm_check.c compares
+ *      them), and write it to slice r of every rank's region;
+ *   3. done: once every rank has reduced, publish "out"; the op completes.
+ * Slices are disjoint, so no two ranks touch the same bytes in a phase, and
+ * no rank reads or writes another's region after publishing its reduce: the
+ * owner may reuse its buffer as soon as its request completes. At 2 ranks a
+ * rank moves about half the bytes of the copying path per piece (reads both
+ * halves of its slice, writes two) and no slot traffic.
  * Not here: other types or reductions, several nodes (MPI does those). */
 #ifndef ST_NO_MPI
 #include "comm/comm_mpi.h"
@@ -68,6 +89,8 @@ typedef struct shm_line {
 typedef struct shm_op {
     st_comm_req *r;
     uint64_t first, n; /* its pieces: first .. first + n - 1 */
+    size_t zc_off;     /* zero-copy: its buffer's offset (floats) in every rank's arena region */
+    bool zc;
 } shm_op;
 
 struct st_shm {
@@ -81,6 +104,10 @@ struct st_shm {
     int head, n_ops;
     void *map;
     size_t map_bytes;
+    /* The zero-copy arena (st_mpi_shm_arena): rank j's region at arena + j *
+     * region_count floats; NULL when none. */
+    float *arena;
+    size_t region_count, arena_bytes;
 };
 
 static size_t header_bytes(int size) {
@@ -130,9 +157,21 @@ bool st_shm_takes(const st_shm *s, const st_comm_req *r) {
 
 bool st_shm_busy(const st_shm *s) { return s && s->n_ops > 0; }
 
+/* In place, wholly inside this rank's arena region: every rank's buffer is
+ * at the same offset of its own region (the ranks agreed on the model, so
+ * the arenas and the gradient buckets are the same). */
+static bool zero_copy(const st_shm *s, const st_comm_req *r, size_t *off) {
+    if (!s->arena || r->send != r->recv) return false;
+    const float *mine = s->arena + (size_t)s->rank * s->region_count, *x = r->recv;
+    if (x < mine || x >= mine + s->region_count) return false;
+    *off = (size_t)(x - mine);
+    return r->count <= s->region_count - *off;
+}
+
 void st_shm_post(st_shm *s, st_comm_req *r) {
     shm_op *o = &s->ops[(s->head + s->n_ops++) % ST_COMM_MAX_PENDING];
     o->r = r;
+    o->zc = zero_copy(s, r, &o->zc_off);
     o->first = s->posted + 1;
     o->n = (r->count + s->piece_count - 1) / s->piece_count;
     s->posted += o->n;
@@ -210,6 +249,35 @@ static void reduce(st_shm *s, const piece *p) {
     }
 }
 
+/* Zero-copy: slice r of the sum, read from every rank's region in rank order
+ * (the same additions and division as reduce(), so the same bits), written to
+ * slice r of every rank's region. Only this rank touches these bytes now. */
+static void reduce_in_place(st_shm *s, const piece *p) {
+    enum { BLOCK = 1024 };
+    float acc[BLOCK];
+    const bool avg = p->o->r->op == ST_COMM_AVG;
+    const float n_ranks = (float)s->size;
+    const size_t at = p->o->zc_off + p->off;
+    size_t lo, hi;
+    slice(s, p->len, s->rank, &lo, &hi);
+    for (size_t b = lo; b < hi; b += BLOCK) {
+        size_t n = hi - b < BLOCK ? hi - b : BLOCK;
+        for (int j = 0; j < s->size; j++) {
+            const float *src = s->arena + (size_t)j * s->region_count + at + b;
+            if (j == 0)
+                memcpy(acc, src, n * sizeof(float));
+            else
+                for (size_t i = 0; i < n; i++)
+                    acc[i] += src[i];
+        }
+        if (avg)
+            for (size_t i = 0; i < n; i++)
+                acc[i] /= n_ranks;
+        for (int j = 0; j < s->size; j++)
+            memcpy(s->arena + (size_t)j * s->region_count + at + b, acc, n * sizeof(float));
+    }
+}
+
 static void copy_out(st_shm *s, const piece *p) {
     float *y = (float *)p->o->r->recv + p->off;
     for (int j = 0; j < s->size; j++) {
@@ -227,9 +295,11 @@ int st_shm_progress(st_shm *s, st_comm *c, bool *moved) {
         bool any = false;
         while (s->next_in <= s->posted) {
             uint64_t k = s->next_in;
-            if (k > NBUF && min_of(s->out, s->size) < k - NBUF) break;
             piece p = piece_of(s, k);
-            copy_in(s, &p);
+            if (!p.o->zc) { /* zero-copy: the data is final, "ready" is all there is to say */
+                if (k > NBUF && min_of(s->out, s->size) < k - NBUF) break;
+                copy_in(s, &p);
+            }
             publish(&s->in[me], k);
             s->next_in++;
             any = true;
@@ -238,7 +308,10 @@ int st_shm_progress(st_shm *s, st_comm *c, bool *moved) {
             uint64_t k = s->next_red;
             if (min_of(s->in, s->size) < k) break;
             piece p = piece_of(s, k);
-            reduce(s, &p);
+            if (p.o->zc)
+                reduce_in_place(s, &p);
+            else
+                reduce(s, &p);
             publish(&s->red[me], k);
             s->next_red++;
             any = true;
@@ -247,7 +320,7 @@ int st_shm_progress(st_shm *s, st_comm *c, bool *moved) {
             uint64_t k = s->next_out;
             if (min_of(s->red, s->size) < k) break;
             piece p = piece_of(s, k);
-            copy_out(s, &p);
+            if (!p.o->zc) copy_out(s, &p); /* zero-copy: every rank wrote its slice everywhere */
             publish(&s->out[me], k);
             s->next_out++;
             any = true;
@@ -406,9 +479,46 @@ st_status st_mpi_shm_open(st_comm *c) {
     return ST_OK;
 }
 
+st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
+    st_mpi_comm *m = c->impl;
+    *out = NULL;
+    /* Every rank decides the same way: m->shm is there on all or none, and
+     * the sizes and the mapping are agreed over MPI below. */
+    if (!m->shm || m->shm->arena || nbytes == 0) return ST_OK;
+    st_shm *s = m->shm;
+    uint64_t mine[2] = {nbytes, ~(uint64_t)nbytes}, all[2];
+    int rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, m->node);
+    if (rc != MPI_SUCCESS) return st_mpi_fail(c, NULL, rc, "MPI_Allreduce (zero-copy arena size)");
+    if (all[0] != ~all[1]) { /* min != max */
+        if (c->rank == 0)
+            fprintf(stderr,
+                    "scaletrain: warning: no zero-copy gradient all-reduce (the ranks' gradient arenas "
+                    "differ in size: %llu to %llu bytes); gradients are copied through the shared segment\n",
+                    (unsigned long long)all[0], (unsigned long long)~all[1]);
+        return ST_OK;
+    }
+    const size_t region = (nbytes + 4095) / 4096 * 4096, bytes = region * (size_t)c->size;
+    char why[256] = "";
+    void *base = map_segment(c, m->node, bytes, why, sizeof why);
+    if (!base) {
+        if (c->rank == 0)
+            fprintf(stderr,
+                    "scaletrain: warning: no zero-copy gradient all-reduce (%s); gradients are copied "
+                    "through the shared segment\n",
+                    why);
+        return ST_OK;
+    }
+    s->arena = base;
+    s->arena_bytes = bytes;
+    s->region_count = region / sizeof(float);
+    *out = s->arena + (size_t)c->rank * s->region_count;
+    return ST_OK;
+}
+
 void st_mpi_shm_close(st_comm *c) {
     st_mpi_comm *m = c->impl;
     if (!m->shm) return;
+    if (m->shm->arena) munmap(m->shm->arena, m->shm->arena_bytes);
     munmap(m->shm->map, m->shm->map_bytes);
     free(m->shm);
     m->shm = NULL;

@@ -34,17 +34,25 @@ static float *alloc_pages(int64_t count) {
 
 st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
     if (padded < p->arena_count) padded = p->arena_count;
-    float *data = alloc_pages(padded), *grad = alloc_pages(padded);
+    /* A gradient arena from the hook (the zero-copy shared arena) stays where
+     * it is when it has room: the all-reduce knows it by its address. */
+    const bool keep = p->grad_hooked && (size_t)padded * sizeof(float) <= p->grad_cap_bytes;
+    float *data = alloc_pages(padded), *grad = keep ? p->grad : alloc_pages(padded);
     if (!data || !grad) {
         free(data);
-        free(grad);
+        if (!keep) free(grad);
         return st_fail(ST_ERR_NOMEM, "out of memory padding the parameter arenas to %lld elements",
                        (long long)padded);
     }
     memcpy(data, p->data, (size_t)p->arena_count * sizeof(float));
-    memcpy(grad, p->grad, (size_t)p->arena_count * sizeof(float));
+    if (keep) {
+        memset(grad + p->arena_count, 0, (size_t)(padded - p->arena_count) * sizeof(float));
+    } else {
+        memcpy(grad, p->grad, (size_t)p->arena_count * sizeof(float));
+        if (!p->grad_hooked) st_free_aligned(p->grad);
+        p->grad_hooked = false; /* the shared arena, too small: left mapped, unused */
+    }
     st_free_aligned(p->data);
-    st_free_aligned(p->grad);
     p->data = data;
     p->grad = grad;
     p->arena_count = padded;

@@ -18,7 +18,7 @@ void st_params_free(st_params *p) {
     for (int i = 0; i < p->n; i++) free(p->t[i]);
     free(p->t);
     st_device_release(p->dev, p->data);
-    st_device_release(p->dev, p->grad);
+    if (!p->grad_hooked) st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
     st_device_release(p->dev, p->compute);
     memset(p, 0, sizeof *p);
@@ -283,8 +283,12 @@ static st_status layout_params(st_params *p) {
     p->buffer_count = bc;
     p->n_params = n_params;
     const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);
+    /* The hook first: it may be collective over ranks, which all get here. */
+    if (p->grad_hook.alloc)
+        ST_TRY(p->grad_hook.alloc(p->grad_hook.ctx, pbytes, (void **)&p->grad, &p->grad_cap_bytes));
+    p->grad_hooked = p->grad != NULL;
+    if (!p->grad) ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->grad));
     ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->data));
-    ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->grad));
     if (bc) ST_TRY(st_device_alloc(p->dev, bbytes, (void **)&p->buffers));
     ST_TRY(st_device_zero(p->dev, p->data, pbytes));
     ST_TRY(st_device_zero(p->dev, p->grad, pbytes));

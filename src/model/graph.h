@@ -111,6 +111,17 @@ struct st_node {
     int block;          /* the checkpointing block it belongs to, -1 for none */
 };
 
+/* Where an arena comes from instead of st_device_alloc: alloc gives at least
+ * nbytes (zeroed; *cap_bytes of them usable, so that padding it later, as
+ * dist/zero.c st_zero_pad_arenas does, can stay in place) owned by ctx's
+ * owner, or *out NULL to decline (the arena is then allocated as usual).
+ * The session passes the communicator's shared arena (comm.h
+ * st_comm_shared_arena) for the gradients of a CPU rank under ddp. */
+typedef struct st_arena_hook {
+    st_status (*alloc)(void *ctx, size_t nbytes, void **out, size_t *cap_bytes);
+    void *ctx;
+} st_arena_hook;
+
 /* The trainable parameters and buffers of a model: one data arena, one grad
  * arena (same layout), one buffer arena. */
 typedef struct st_params {
@@ -134,6 +145,9 @@ typedef struct st_params {
     float *compute;
     uint64_t version, compute_version;
     bool on_compute; /* parameter tensors point into `compute` now */
+    st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
+    bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
+    size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
 } st_params;
 
 struct st_graph {

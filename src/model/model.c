@@ -161,12 +161,13 @@ void st_model_graph_free(st_model_graph *mg) {
 }
 
 static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, st_device *dev,
-                        st_model **out) {
+                        const st_arena_hook *grad, st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
     m->params.layout_only = layout_only;
     m->params.dev = dev; /* before the probe below lays out the arenas */
+    if (grad) m->params.grad_hook = *grad;
     m->cfg = *cfg;
     m->in = *in;
     const char *t = cfg->model.type;
@@ -201,15 +202,20 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
 }
 
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, false, NULL, out);
+    return create(cfg, in, false, NULL, NULL, out);
 }
 
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
-    return create(cfg, in, false, dev, out);
+    return create(cfg, in, false, dev, NULL, out);
+}
+
+st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
+                                 const st_arena_hook *grad, st_model **out) {
+    return create(cfg, in, false, dev, grad, out);
 }
 
 st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, true, NULL, out);
+    return create(cfg, in, true, NULL, NULL, out);
 }
 
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {

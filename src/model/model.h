@@ -46,6 +46,10 @@ st_status st_model_create(const st_config *cfg, const st_model_input *in, st_mod
  * layer running there. The caller keeps `dev` open until st_model_free.
  * Initialisation, save and load copy through the host. */
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out);
+/* The same with the gradient arena from `grad` (graph.h st_arena_hook; NULL:
+ * none), e.g. the communicator's zero-copy arena. */
+st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
+                                 const st_arena_hook *grad, st_model **out);
 void st_model_free(st_model *m);
 /* The planner's model: parameters laid out (names, shapes, counts) but no
  * memory allocated, so a 1.5B-parameter model can be planned on a laptop.

@@ -12,6 +12,7 @@
 #include "core/blas.h"
 #include "data/loader.h"
 #include "dist/agree.h"
+#include "dist/zero.h"
 #include "eval_device.h"
 #include "hw/planner.h"
 #include "layers/layers.h"
@@ -336,6 +337,21 @@ static st_status plan(st_session *s, st_model_input *in) {
     return ST_OK;
 }
 
+/* The gradient arena's hook (graph.h st_arena_hook): the communicator's
+ * zero-copy arena, with room for the padding of dist/zero.c (the shard plan
+ * of the arena), so that the arena stays in place. Under ddp only: ZeRO-2
+ * releases gradient pages (madvise), which a shared mapping would not zero. */
+static st_status grad_arena(void *ctx, size_t nbytes, void **out, size_t *cap_bytes) {
+    st_session *s = ctx;
+    st_shard sh;
+    st_shard_plan(&sh, (int64_t)(nbytes / sizeof(float)), s->rank, s->world);
+    size_t want = (size_t)sh.padded * sizeof(float);
+    if (want < nbytes) want = nbytes;
+    ST_TRY(st_comm_shared_arena(s->comm, want, out));
+    *cap_bytes = *out ? want : 0;
+    return ST_OK;
+}
+
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only) {
     memset(s, 0, sizeof *s);
     s->cfg = cfg;
@@ -362,7 +378,13 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));
-    ST_TRY(st_model_create_on(cfg, &in, s->dev, &s->model));
+    /* A CPU rank under MPI on one node: the gradients in the shared segment,
+     * reduced between the ranks without copies (comm.h st_comm_shared_arena;
+     * every rank takes the same decision: the device and the settings are
+     * agreed, and the arena itself is agreed over MPI). */
+    const st_arena_hook grad = {grad_arena, s};
+    const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
+    ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
     if (s->has_val) ST_TRY(st_model_graph_build(s->model, cfg->train.eval_batch_size, &s->eval_graph));
     return ST_OK;
 }

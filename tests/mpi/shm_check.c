@@ -10,8 +10,8 @@
  * counts, counts not divisible by the ranks, counts larger than the whole
  * segment (run with SCALETRAIN_SHM_PIECE_BYTES=4096 for many small pieces);
  * many collectives in flight, MPI ones among them, waited for out of order;
- * and that the segment is really mapped, by the first communicator only
- * (/proc/self/maps).
+ * that the segment is really mapped, by the first communicator only
+ * (/proc/self/maps); and the zero-copy path (test_zero_copy).
  * Usage: shm_check [MAX_COUNT] (the counts up to MAX_COUNT only). */
 #include <stdint.h>
 #include <unistd.h>
@@ -139,6 +139,86 @@ static void test_in_flight(st_comm *c) {
     }
 }
 
+/* The zero-copy path (st_comm_shared_arena): in-place all-reduces of ranges
+ * of the shared arena, several in flight with copying ones among them, give
+ * the same bits as the copying path on the same data (and the rank-order
+ * sum), touch nothing outside their range, and leave the arena to the next. */
+static void test_zero_copy(st_comm *shm, st_comm *mpi, size_t max_count) {
+    const size_t cap = (3u << 20) + 409600; /* floats: the last range starts at 409600 */
+    float *a = NULL;
+    CHECK_OK(st_comm_shared_arena(shm, cap * sizeof(float), (void **)&a));
+    CHECK(a != NULL, "rank %d: no zero-copy arena from the shm communicator", R);
+    void *none = (void *)1;
+    CHECK_OK(st_comm_shared_arena(mpi, cap * sizeof(float), &none));
+    CHECK(none == NULL, "rank %d: a zero-copy arena with the shared-memory all-reduce off", R);
+    if (!a) return;
+    CHECK(((uintptr_t)a & 63) == 0, "the arena is not 64-byte aligned");
+    size_t nonzero = 0;
+    for (size_t i = 0; i < cap; i++)
+        nonzero += a[i] != 0.0f;
+    CHECK(nonzero == 0, "rank %d: %zu arena element(s) are not zero", R, nonzero);
+    /* (offset, count, op) in flight at once; offsets 16-float aligned like
+     * gradient buckets, the last ranges up to the arena's end. */
+    enum { K = 6 };
+    const size_t off[K] = {0, 4112, 70016, 140032, 400000, cap - (3u << 20)};
+    const size_t cnt[K] = {4097, 65537, 7, 16, 1001, 3u << 20};
+    const st_comm_redop op[K] = {ST_COMM_SUM, ST_COMM_AVG, ST_COMM_SUM, ST_COMM_AVG, ST_COMM_SUM, ST_COMM_AVG};
+    float *ref[K];
+    st_comm_req *r[K], *rc[K];
+    for (size_t i = 0; i < cap; i++)
+        a[i] = -5.0f; /* the guard between the ranges */
+    int k_max = K;
+    while (k_max > 0 && cnt[k_max - 1] > max_count)
+        k_max--;
+    for (int k = 0; k < k_max; k++) {
+        ref[k] = malloc(cnt[k] * sizeof(float));
+        for (size_t i = 0; i < cnt[k]; i++)
+            a[off[k] + i] = ref[k][i] = val(R, i, 2000u + (unsigned)k);
+    }
+    for (int k = 0; k < k_max; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "zero-copy %d", k);
+        CHECK_OK(st_comm_all_reduce(shm, a + off[k], a + off[k], cnt[k], ST_COMM_F32, op[k], name, &r[k]));
+        snprintf(name, sizeof name, "copying %d", k); /* the same data through the copying path */
+        CHECK_OK(st_comm_all_reduce(shm, ref[k], ref[k], cnt[k], ST_COMM_F32, op[k], name, &rc[k]));
+    }
+    for (int j = 0; j < k_max; j++) {
+        CHECK_OK(st_comm_wait(&rc[(j * 7 + 1) % k_max])); /* 7: prime to k_max, each once */
+        CHECK_OK(st_comm_wait(&r[(j * 7 + 3) % k_max]));
+    }
+    size_t guard = 0;
+    for (int k = 0; k < k_max; k++) {
+        size_t bad = 0, bad_ref = 0;
+        for (size_t i = 0; i < cnt[k]; i++) {
+            float want = want_sum(i, 2000u + (unsigned)k);
+            if (op[k] == ST_COMM_AVG) want /= (float)N;
+            bad += !same_bits(a[off[k] + i], ref[k][i]);
+            bad_ref += !same_bits(ref[k][i], want);
+        }
+        CHECK(bad == 0, "zero-copy %d (%zu floats): %zu element(s) differ from the copying path's bits", k, cnt[k],
+              bad);
+        CHECK(bad_ref == 0, "zero-copy %d (%zu floats): %zu element(s) of the two paths differ from the rank-order "
+              "sum", k, cnt[k], bad_ref);
+        const size_t end = k + 1 < k_max ? off[k + 1] : cap;
+        for (size_t i = off[k] + cnt[k]; i < end; i++)
+            guard += a[i] != -5.0f;
+        free(ref[k]);
+    }
+    CHECK(guard == 0, "rank %d: the zero-copy all-reduces wrote %zu float(s) outside their ranges", R, guard);
+    /* Reused at once, like gradients step after step. */
+    for (int rep = 0; rep < 3; rep++) {
+        for (size_t i = 0; i < 70001; i++)
+            a[i] = val(R, i, 3000u + (unsigned)rep);
+        CHECK_OK(st_comm_all_reduce_sync(shm, a, a, 70001, ST_COMM_F32, ST_COMM_SUM, "zero-copy again"));
+        size_t bad = 0;
+        for (size_t i = 0; i < 70001; i++)
+            bad += !same_bits(a[i], want_sum(i, 3000u + (unsigned)rep));
+        CHECK(bad == 0, "zero-copy reuse %d: %zu element(s) wrong", rep, bad);
+    }
+    int maps = segments_mapped();
+    CHECK(maps == 2, "rank %d: %d segments mapped with the arena, want 2", R, maps);
+}
+
 int main(int argc, char **argv) {
     size_t max_count = argc > 1 ? strtoull(argv[1], NULL, 10) : SIZE_MAX; /* leave out larger counts */
     st_comm_config cs = ST_COMM_CONFIG_INIT, cm = ST_COMM_CONFIG_INIT;
@@ -167,6 +247,7 @@ int main(int argc, char **argv) {
     for (size_t t = 0; t < sizeof counts / sizeof counts[0] && counts[t] <= max_count; t++)
         test_count(shm, mpi, counts[t]);
     test_in_flight(shm);
+    test_zero_copy(shm, mpi, max_count);
     CHECK_OK(st_comm_barrier_sync(shm, "end"));
     st_comm_free(mpi); /* the second one first: the first initialized MPI */
     st_comm_free(shm);
