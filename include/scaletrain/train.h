@@ -39,6 +39,8 @@ typedef struct st_run_result {
     double data_wait_fraction; /* of the training time */
     /* data-parallel runs (ranks > 1) */
     int ranks, grad_buckets;
+    bool grad_zero_copy;         /* the gradient arena is in the shared segment: buckets reduce without copies
+                                    (src/comm/comm_shm.c) */
     double comm_ms;              /* mean per step: waiting for gradient all-reduces after backward */
     double comm_overlap;         /* of the time from the first bucket's start to the last one's end,
                                     the part that lay behind backward (a long backward fills it whatever

@@ -70,6 +70,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
+            cJSON_AddBoolToObject(o, "grad_zero_copy", r->grad_zero_copy);
             cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
             cJSON_AddNumberToObject(o, "comm_overlap", r->comm_overlap);
             cJSON_AddNumberToObject(o, "first_bucket_lead_ms", r->first_bucket_lead_ms);
@@ -313,6 +314,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_ddp_set_grad_dtype(&dd.ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
         r->grad_buckets = ddp->n_buckets;
+        r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
     }
     ST_GOTO(setup_sync_bn(ses, &mg.g)); /* after the ranks agreed on the configuration */
     if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */

@@ -20,8 +20,9 @@ for run in "2 1048576 99999999" "4 1048576 65537" "2 4096 65537" "3 4096 65537" 
     [ $rc -eq 0 ] && grep -q "shm_check: ok ($n ranks)" <<<"$out" || fail "np $n, piece $piece: exit $rc"
 done
 # Training: 2 ranks give the same weights, to the bit, with the shared-memory
-# all-reduce (default: the buckets of 16 KiB and more; and every bucket) and
-# without it (dist.shm_allreduce=false).
+# all-reduce (default: the buckets of 16 KiB and more; and every bucket), both
+# zero-copy (the gradient arena in the segment), and without it
+# (dist.shm_allreduce=false).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     e2e_tmpdir
     train=(train --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.steps=10
@@ -33,6 +34,14 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         --set train.out_dir="$tmp/all" >"$tmp/all.json" 2>&1 || fail "training, all through shm: $(tail -3 "$tmp/all.json")"
     OMP_WAIT_POLICY=PASSIVE "${mpi[@]}" -np 2 "$build/scaletrain" "${train[@]}" --set dist.shm_allreduce=false \
         --set train.out_dir="$tmp/off" >"$tmp/off.json" 2>&1 || fail "training without shm: $(tail -3 "$tmp/off.json")"
+    # "on" and "all" reduce the gradient buckets without copies (the arena in
+    # the shared segment), "off" does not.
+    for r in on all off; do
+        want=true
+        [ $r = off ] && want=false
+        grep -q "\"grad_zero_copy\":$want" "$tmp/$r.json" && echo "training ($r): grad_zero_copy $want" ||
+            fail "training ($r): grad_zero_copy is not $want: $(grep -o '"grad_zero_copy":[a-z]*' "$tmp/$r.json")"
+    done
     for r in on all; do
         cmp -s "$tmp/$r/model.safetensors" "$tmp/off/model.safetensors" && echo "training ($r): the same bits as MPI" ||
             fail "training ($r): the weights differ from those trained through MPI"
