@@ -315,7 +315,8 @@ static void nccl_free(st_comm *c) {
 }
 
 static const st_comm_ops nccl_ops = {
-    "nccl", sizeof(nccl_req), true, nccl_start, nccl_progress, nccl_describe_missing, nccl_abort, nccl_free,
+    "nccl", sizeof(nccl_req), true, nccl_start, nccl_progress, nccl_describe_missing, nccl_abort,
+    NULL /* shared_arena: gradients live on the device */, nccl_free,
 };
 
 typedef struct boot_args {
