@@ -35,6 +35,24 @@ static void usage(FILE *f) {
                "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
 }
 
+/* The slots a --hosts list H1:n1,H2:n2 gives in all, or -1 when a host has
+ * no count (mpirun then decides). */
+static long hosts_slots(const char *hosts) {
+    long total = 0;
+    for (const char *h = hosts; *h;) {
+        const char *end = strchr(h, ',');
+        const size_t len = end ? (size_t)(end - h) : strlen(h);
+        const char *colon = memchr(h, ':', len);
+        if (!colon) return -1;
+        char *stop;
+        const long v = strtol(colon + 1, &stop, 10);
+        if (stop != h + len || v < 1) return -1;
+        total += v;
+        h += len + (end ? 1 : 0);
+    }
+    return total > 0 ? total : -1;
+}
+
 /* name's path on PATH, or false. */
 bool st_cli_find_on_path(const char *name, char *out, size_t n) {
     const char *path = getenv("PATH");
@@ -147,16 +165,19 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = mpirun;
     av[k++] = "-np";
     av[k++] = np;
-    /* One rank per core, bound, while this node has enough cores; with
-     * --hosts the other nodes' cores are not known here, and mpirun binds
-     * as its hosts' slots say. */
-    const int cores = hosts ? 0 : st_launch_local_cores();
-    const bool share = !hosts && n > cores;
+    /* One rank per core, bound, while there is a core (a slot of --hosts)
+     * for each; more ranks than that share them, unbound (mpirun refuses to
+     * bind two ranks to one core). With --hosts the nodes' cores are not
+     * known here: their slots (H:n) stand for them when every host gives
+     * a count. */
+    const long slots = hosts ? hosts_slots(hosts) : st_launch_local_cores();
+    const bool share = slots > 0 && n > slots;
+    const char *unit = hosts ? "slot" : "core";
     if (share)
         fprintf(stderr,
-                "scaletrain launch: %ld ranks on %d core%s: the ranks share the cores (not bound to cores, "
+                "scaletrain launch: %ld ranks on %ld %s%s: the ranks share the %ss (not bound to cores, "
                 "about %.2g of a core each), so each rank runs slower than on a core of its own\n",
-                n, cores, cores == 1 ? "" : "s", (double)cores / (double)n);
+                n, slots, unit, slots == 1 ? "" : "s", unit, (double)slots / (double)n);
     av[k++] = "--bind-to";
     av[k++] = share ? "none" : "core";
     av[k++] = "--map-by";

@@ -10,7 +10,9 @@
 #     a CPU set of its own;
 # (c) a tiny training run on N ranks: exit 0, N ranks;
 # (d) `scaletrain bench -n 1,N`: exit 0, a row for N ranks, the note on
-#     stdout, and bench.json's cores_per_rank = C / N for N ranks, 1 for one.
+#     stdout, and bench.json's cores_per_rank = C / N for N ranks, 1 for one;
+# (e) `launch -n 3 --hosts localhost:2`: the hosts' slots stand for cores:
+#     unbound, the note, 3 ranks.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
@@ -79,5 +81,14 @@ assert runs[0]["cores_per_rank"] == 1, runs[0]
 assert abs(runs[1]["cores_per_rank"] - c / n) <= 1e-12, runs[1]
 PY
 echo "bench -n 1,$n: exit $rc, $(grep "^| $n |" <<<"$out" | cut -c1-60)..."
+
+# (e) --hosts with fewer slots than ranks: unbound, said, and the job runs
+# (mpirun refused to bind 3 ranks to 2 slots).
+out=$(timeout 60 "$bin" launch -n 3 --hosts localhost:2 hostname 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "launch -n 3 --hosts localhost:2: exit $rc: $out"
+grep -q "^scaletrain launch: 3 ranks on 2 slots: the ranks share the slots" <<<"$out" ||
+    fail "launch -n 3 --hosts localhost:2: no note that the ranks share the slots: $out"
+[ "$(grep -c "$(hostname)\$" <<<"$out")" -eq 3 ] || fail "launch -n 3 --hosts localhost:2: not 3 ranks: $out"
+echo "launch -n 3 --hosts localhost:2: exit 0, 3 ranks sharing 2 slots"
 
 e2e_finish "all passed"
