@@ -635,10 +635,16 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     if (!opts->quiet) {
         const bool lm = ses.train.kind == ST_DATA_TOKENS;
-        fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
-                (long long)res->steps, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
-                lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
-        fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
+        if (res->steps > 0 && res->steps == res->start_step) /* resumed at its last step: no rates to show */
+            fprintf(ses.out, "done: nothing to train, the checkpoint is at step %lld of train.steps %lld "
+                             "(raise train.steps to train on)",
+                    (long long)res->steps, (long long)cfg->train.steps);
+        else {
+            fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
+                    (long long)res->steps, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
+                    lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
+            fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
+        }
         if (res->has_accuracy) fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
         else if (res->has_eval) fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
         if (res->device_mem_peak_bytes > 0)

@@ -9,6 +9,7 @@
 #   temporary directory (a crash while saving) is ignored.
 # - A damaged latest checkpoint (a truncated model.safetensors): --resume auto
 #   falls back to the one before and says so; --resume DIR fails naming the file.
+# - Resumed at its last step: "done: nothing to train", exit 0.
 # - SIGTERM mid-run: the run saves a checkpoint and exits 143; --resume auto
 #   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
 #   SIGTERM to one rank stops both after the same step, with the same result.
@@ -96,6 +97,13 @@ echo "$out" | grep -E "resum|falling"
 grep -q "falling back to .*step-8" <<<"$out" || fail "--resume auto did not say it fell back to step-8"
 grep -q "model.safetensors" <<<"$out" || fail "--resume auto did not name the damaged file"
 grep -q "resumed from .*step-8 at step 8" <<<"$out" || fail "--resume auto did not resume from step 8"
+# Resumed at its last step (the run above reached step 12): nothing to train, said so, exit 0.
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
+    --resume auto 2>&1); rc=$?
+echo "$out" | grep "^done"
+[ $rc -eq 0 ] || fail "--resume auto at the last step: exit $rc"
+grep -q "^done: nothing to train, the checkpoint is at step 12 of train.steps 12" <<<"$out" ||
+    fail "--resume auto at the last step did not say there was nothing to train"
 truncate -s 1000 "$d/ckpt/step-8/model.safetensors"
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
     --resume "$d/ckpt/step-8" 2>&1); rc=$?
