@@ -50,7 +50,7 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         } else if (a[0] == '-' && a[1] == '-' && strchr(a, '=') && strncmp(a, "--set=", 6) == 0) {
             continue;
         } else if (a[0] == '-') {
-            fprintf(stderr, "scaletrain %s: unknown option '%s'\n", cmd, a);
+            fprintf(stderr, "scaletrain %s: unknown option '%s' (scaletrain --help lists each command's options)\n", cmd, a);
             return ST_EXIT_USAGE;
         } else if (!path) {
             path = a;

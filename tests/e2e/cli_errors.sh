@@ -28,7 +28,7 @@ expect 1 "optim.lr" "$bin" train --set optim.lr=-1
 expect 1 "no.such" "$bin" train --set no.such=1
 expect 1 "missing.yaml" "$bin" train "$tmp/missing.yaml"
 expect 1 "apt-get install" "$bin" train --set data.train=/usr/share/datasets/fashion-mnist/nope-idx3-ubyte.gz
-expect 2 "unknown option" "$bin" train --bogus
+expect 2 "unknown option '--bogus' (scaletrain --help lists" "$bin" train --bogus
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
