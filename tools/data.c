@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "core/safetensors.h"
 #include "data/idx.h"
+#include "data/npy.h"
 #include "data/tokens.h"
 
 static int tokenize(int argc, char **argv) {
@@ -48,6 +49,30 @@ static int inspect_idx(const char *path) {
     return ST_EXIT_OK;
 }
 
+static int inspect_npy(const char *path) {
+    static const char *const names[] = {"uint8", "int32", "int64", "float32", "float64"};
+    st_npy a = {0};
+    st_status s = st_npy_read(path, &a);
+    if (s != ST_OK) return st_cli_error(s);
+    printf("%s: NPY %d.0, %s, shape [", path, a.major, names[a.dtype]);
+    for (int i = 0; i < a.ndim; i++) printf("%s%lld", i ? ", " : "", (long long)a.dims[i]);
+    printf("]");
+    double lo = 0, hi = 0; /* the value range: for labels, the classes */
+    for (int64_t i = 0; i < a.count; i++) {
+        double v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
+                   : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
+                   : a.dtype == ST_NPY_I64 ? (double)((const int64_t *)a.data)[i]
+                   : a.dtype == ST_NPY_F32 ? ((const float *)a.data)[i]
+                                           : ((const double *)a.data)[i];
+        if (i == 0 || v < lo) lo = v;
+        if (i == 0 || v > hi) hi = v;
+    }
+    if (a.count) printf(", values %g..%g", lo, hi);
+    printf("\n");
+    st_npy_free(&a);
+    return ST_EXIT_OK;
+}
+
 static int inspect_safetensors(const char *path) {
     st_safetensors *f = NULL;
     st_status s = st_safetensors_open(path, &f);
@@ -77,6 +102,7 @@ static int inspect(const char *path) {
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
     if (got == 8 && memcmp(magic, "STTOKENS", 8) == 0) return inspect_tokens(path);
+    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return inspect_npy(path);
     if (got >= 2 && ((magic[0] == 0x1f && magic[1] == 0x8b) || (magic[0] == 0 && magic[1] == 0)))
         return inspect_idx(path);
     return inspect_safetensors(path);

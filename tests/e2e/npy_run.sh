@@ -12,6 +12,7 @@
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
 #     (n, d) features, augmentation of tokens.
+#  5. scaletrain data inspect describes .npy files and names a truncated one.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
@@ -41,6 +42,16 @@ bad = np.zeros(256, dtype=np.int64); bad[17] = 5
 np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
 PY
+
+# data inspect reads NPY (it once took every file without another magic for safetensors).
+out=$("$bin" data inspect "$tmp/rgb_x.npy" 2>&1) || fail "data inspect rgb_x.npy: $out"
+[[ "$out" == *"NPY 1.0, float32, shape [64, 8, 8, 3]"* ]] || fail "data inspect rgb_x.npy: $out"
+out=$("$bin" data inspect "$tmp/bad_y.npy" 2>&1) || fail "data inspect bad_y.npy: $out"
+[[ "$out" == *"int64, shape [256], values 0..5"* ]] || fail "data inspect bad_y.npy: $out"
+echo "data inspect: $out"
+head -c 100 "$tmp/rgb_x.npy" >"$tmp/cut.npy"
+out=$("$bin" data inspect "$tmp/cut.npy" 2>&1) && fail "data inspect of a truncated .npy succeeded"
+[[ "$out" == *"cut.npy"*"truncated"* ]] || fail "data inspect cut.npy: $out"
 
 cat >"$tmp/run.yaml" <<EOF
 model: { type: mlp, hidden: [32] }
