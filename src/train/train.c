@@ -677,7 +677,8 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
         opts = &mine;
     }
     if (!ses.has_val) {
-        s = st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty");
+        s = st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
+                                   "(with data.val_labels for idx and npy)");
         goto fail;
     }
     ST_GOTO(st_model_load(ses.model, opts->init));

@@ -31,6 +31,7 @@ expect 1 "apt-get install" "$bin" train --set data.train=/usr/share/datasets/fas
 expect 2 "unknown option '--bogus' (scaletrain --help lists" "$bin" train --bogus
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
+expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors --set data.val=
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
     expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"
 fi
