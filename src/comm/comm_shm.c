@@ -222,60 +222,52 @@ static void copy_in(st_shm *s, const piece *p) {
 /* Slice r of the sum, ranks added in order 0, 1, ..., N-1; an average is
  * divided here (the same division as comm.c's, one pass less over the
  * buffer). */
-static void reduce(st_shm *s, const piece *p) {
+/* Elements [lo, hi) of the sum of src[0], src[1], ... (in that order, so
+ * every rank gets the same bits), divided by the rank count for an average,
+ * written to each of dst[0..ndst). */
+static void sum_slice(const float *const *src, int nsrc, float *const *dst, int ndst, size_t lo, size_t hi,
+                      bool avg) {
     enum { BLOCK = 1024 };
     float acc[BLOCK];
-    const bool avg = p->o->r->op == ST_COMM_AVG;
-    const float n_ranks = (float)s->size;
-    const float *x = (const float *)p->o->r->send + p->off;
-    float *y = (float *)p->o->r->recv + p->off, *res = slot(s, p, s->rank);
-    size_t lo, hi;
-    slice(s, p->len, s->rank, &lo, &hi);
+    const float n_ranks = (float)nsrc;
     for (size_t b = lo; b < hi; b += BLOCK) {
         size_t n = hi - b < BLOCK ? hi - b : BLOCK;
-        for (int j = 0; j < s->size; j++) {
-            const float *src = (j == s->rank ? x : slot(s, p, j)) + b;
-            if (j == 0)
-                memcpy(acc, src, n * sizeof(float));
-            else
-                for (size_t i = 0; i < n; i++)
-                    acc[i] += src[i];
-        }
+        memcpy(acc, src[0] + b, n * sizeof(float));
+        for (int j = 1; j < nsrc; j++)
+            for (size_t i = 0; i < n; i++)
+                acc[i] += src[j][b + i];
         if (avg)
             for (size_t i = 0; i < n; i++)
                 acc[i] /= n_ranks;
-        memcpy(res + b, acc, n * sizeof(float));
-        memcpy(y + b, acc, n * sizeof(float));
+        for (int j = 0; j < ndst; j++)
+            memcpy(dst[j] + b, acc, n * sizeof(float));
     }
+}
+
+/* Slice r of the sum over ranks (this rank's own data from its send buffer,
+ * the others' from their slots), written to slice r of this rank's slot
+ * (for the others' copy-out) and of its receive buffer. */
+static void reduce(st_shm *s, const piece *p) {
+    const float *src[s->size];
+    for (int j = 0; j < s->size; j++)
+        src[j] = j == s->rank ? (const float *)p->o->r->send + p->off : slot(s, p, j);
+    float *const dst[2] = {slot(s, p, s->rank), (float *)p->o->r->recv + p->off};
+    size_t lo, hi;
+    slice(s, p->len, s->rank, &lo, &hi);
+    sum_slice(src, s->size, dst, 2, lo, hi, p->o->r->op == ST_COMM_AVG);
 }
 
 /* Zero-copy: slice r of the sum, read from every rank's region in rank order
  * (the same additions and division as reduce(), so the same bits), written to
  * slice r of every rank's region. Only this rank touches these bytes now. */
 static void reduce_in_place(st_shm *s, const piece *p) {
-    enum { BLOCK = 1024 };
-    float acc[BLOCK];
-    const bool avg = p->o->r->op == ST_COMM_AVG;
-    const float n_ranks = (float)s->size;
     const size_t at = p->o->zc_off + p->off;
+    float *region[s->size];
+    for (int j = 0; j < s->size; j++)
+        region[j] = s->arena + (size_t)j * s->region_count + at;
     size_t lo, hi;
     slice(s, p->len, s->rank, &lo, &hi);
-    for (size_t b = lo; b < hi; b += BLOCK) {
-        size_t n = hi - b < BLOCK ? hi - b : BLOCK;
-        for (int j = 0; j < s->size; j++) {
-            const float *src = s->arena + (size_t)j * s->region_count + at + b;
-            if (j == 0)
-                memcpy(acc, src, n * sizeof(float));
-            else
-                for (size_t i = 0; i < n; i++)
-                    acc[i] += src[i];
-        }
-        if (avg)
-            for (size_t i = 0; i < n; i++)
-                acc[i] /= n_ranks;
-        for (int j = 0; j < s->size; j++)
-            memcpy(s->arena + (size_t)j * s->region_count + at + b, acc, n * sizeof(float));
-    }
+    sum_slice((const float *const *)region, s->size, region, s->size, lo, hi, p->o->r->op == ST_COMM_AVG);
 }
 
 static void copy_out(st_shm *s, const piece *p) {
