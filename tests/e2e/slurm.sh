@@ -26,18 +26,8 @@ export OMP_WAIT_POLICY=PASSIVE
 slurm_up "$tmp/cluster"
 echo "cluster up: $(sinfo -h -o '%P %a %D %T %c cpus')"
 
-for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
-cat >"$tmp/tiny.yaml" <<YAML
-model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16 }
-data:  { type: tokens, train: $tmp/t.tokens, val: "" }
-train: { batch_size: 8, steps: 20, checkpoint_every: 5, threads: 1, out_dir: $tmp/run }
-dist:  { timeout_s: 60 }
-log:   { peak_gflops: 10, progress: "off", every: 1 }
-YAML
+slurm_tiny_gpt "$tmp" 20 5 "$bin"
 
-# job_state JOB: its JobState (scontrol keeps ended jobs for MinJobAge, 300 s).
-job_state() { scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
 # wait_state JOB SECONDS STATE...: poll until the job is in one of the states.
 wait_state() {
     local j=$1 n=$(($2 * 10)) s; shift 2

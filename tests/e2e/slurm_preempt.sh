@@ -29,16 +29,7 @@ export OMP_WAIT_POLICY=PASSIVE
 
 slurm_up "$tmp/cluster"
 
-for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/t.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
-cat >"$tmp/tiny.yaml" <<YAML
-model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16 }
-data:  { type: tokens, train: $tmp/t.tokens, val: "" }
-train: { batch_size: 8, steps: 1000000, checkpoint_every: 0, threads: 1, out_dir: $tmp/run }
-dist:  { timeout_s: 60 }
-log:   { peak_gflops: 10, progress: "off", every: 1 }
-YAML
-job_state() { scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
+slurm_tiny_gpt "$tmp" 1000000 0 "$bin"
 
 (cd "$tmp" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --job-name pre) \
     >"$tmp/pre.sbatch" || fail "scaletrain slurm exited $?"
