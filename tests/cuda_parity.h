@@ -94,17 +94,26 @@ static inline int cp_compare(const char *label, const char *what, const float *d
     return bad;
 }
 
-/* Download a device tensor's n floats and compare them; `scaled`: atol is
- * relative to the tensor's largest |host| value. */
-static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
-                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
+/* A device tensor's n floats in a new host buffer (free it), or NULL with
+ * the test failed and the reason printed. */
+static inline float *cp_download(const char *label, const char *what, st_device *dev, const float *dptr,
+                                 int64_t n) {
     float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
         fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
         free(buf);
         st_test_failures++;
-        return 1;
+        return NULL;
     }
+    return buf;
+}
+
+/* Download a device tensor's n floats and compare them; `scaled`: atol is
+ * relative to the tensor's largest |host| value. */
+static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
+                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
+    float *buf = cp_download(label, what, dev, dptr, n);
+    if (!buf) return 1;
     double mx = 0;
     for (int64_t i = 0; scaled && i < n; i++)
         if (fabs((double)hptr[i]) > mx) mx = fabs((double)hptr[i]);
@@ -132,13 +141,8 @@ static inline int cp_check(const char *label, const char *what, st_device *dev, 
 static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr,
                               int64_t n, st_precision p) {
     if (p == ST_PREC_FP32) return 0;
-    float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
-        fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
-        free(buf);
-        st_test_failures++;
-        return 1;
-    }
+    float *buf = cp_download(label, what, dev, dptr, n);
+    if (!buf) return 1;
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const float v = buf[i], r = p == ST_PREC_BF16 ? st_round_bf16(v) : st_round_f16(v);

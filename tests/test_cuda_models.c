@@ -132,13 +132,8 @@ static char worst_what[ST_NAME_MAX + 16];
 /* Compare n floats of device memory with the host's, scale-aware. */
 static int compare(const char *label, const char *what, st_device *dev, const float *dptr, const float *h,
                    int64_t n, double rtol, double atol) {
-    float *d = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!d || st_device_download(dev, d, dptr, (size_t)n * sizeof(float)) != ST_OK) {
-        fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
-        free(d);
-        st_test_failures++;
-        return 1;
-    }
+    float *d = cp_download(label, what, dev, dptr, n);
+    if (!d) return 1;
     double mx = 0;
     for (int64_t i = 0; i < n; i++)
         if (fabs((double)h[i]) > mx) mx = fabs((double)h[i]);
@@ -164,13 +159,8 @@ static char worst_l2_what[ST_NAME_MAX + 16];
 
 static int compare_l2(const char *label, const char *what, st_device *dev, const float *dptr, const float *h,
                       int64_t n, double tol) {
-    float *d = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!d || st_device_download(dev, d, dptr, (size_t)n * sizeof(float)) != ST_OK) {
-        fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
-        free(d);
-        st_test_failures++;
-        return 1;
-    }
+    float *d = cp_download(label, what, dev, dptr, n);
+    if (!d) return 1;
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         const double e = (double)d[i] - (double)h[i];
