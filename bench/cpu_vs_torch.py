@@ -51,7 +51,12 @@ def flops_per_sample(model):
     """Forward matmul/conv FLOPs of one sample, as st_model_flops_per_sample
     counts them (2 per multiply-add; attention over the full T x T). A training
     step is counted as 3x this: forward, and backward to inputs and weights."""
-    s = SPECS[model]
+    return forward_flops(model, SPECS[model])
+
+
+def forward_flops(model, s):
+    """flops_per_sample for a model of spec s (SPECS' keys; bench/gpu_vs_torch.py
+    has specs of its own)."""
     if model == "mlp":
         dims = [s["image"][0] * s["image"][1] * s["image"][2], *s["hidden"], s["classes"]]
         return sum(2.0 * a * b for a, b in zip(dims[:-1], dims[1:]))

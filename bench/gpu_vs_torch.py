@@ -31,6 +31,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_vs_torch as cvt  # noqa: E402  (stdlib at import; torch inside its functions)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100_BF16_TFLOPS = 989.0  # H100 SXM dense bf16 (the H200 has the same tensor cores)
 MFU_TARGET = 0.45
@@ -67,17 +70,7 @@ def flops_per_step(model, s, batch):
         C, L, T, V = s["n_embd"], s["n_layer"], s["block"], s["vocab"]
         n = V * C + L * (12 * C * C + 13 * C) + 2 * C  # wte, blocks, ln_f
         return batch * T * (6.0 * n + 12.0 * L * T * C)
-    h, w, ch = s["image"]
-    if model == "mlp":
-        dims = [h * w * ch, *s["hidden"], s["classes"]]
-        return 3.0 * batch * sum(2.0 * a * b for a, b in zip(dims[:-1], dims[1:]))
-    k, f = s["kernel"], 0.0
-    for co, pool in zip(s["channels"], s["pool"]):
-        f += 2.0 * h * w * co * ch * k * k
-        ch = co
-        if pool:
-            h, w = h // 2, w // 2
-    return 3.0 * batch * (f + 2.0 * h * w * ch * s["classes"])
+    return 3.0 * batch * cvt.forward_flops(model, s)
 
 
 def per_step_items(model, s, batch):
