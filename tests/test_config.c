@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "config_string.h"
 #include "core/config_schema.h"
 #include "scaletrain/config.h"
 
@@ -361,16 +362,6 @@ static void test_validate(void) {
     unlink(path);
 }
 
-static char *print_to_string(const st_config *c) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return NULL;
-    st_config_print(c, f);
-    fclose(f);
-    return buf;
-}
-
 static void test_print(void) {
     char path[64], want[128];
     st_config c, back;
@@ -386,7 +377,7 @@ static void test_print(void) {
     c.model.num_classes = 10;
     st_config_mark_auto(&c, "model.num_classes", "10 classes in the training labels");
     CHECK(st_config_source(&c, "train.threads") == ST_SRC_AUTO, "marked auto");
-    char *out = print_to_string(&c);
+    char *out = st_test_config_string(&c);
     CHECK(out != NULL, "print");
     if (!out) return;
     snprintf(want, sizeof want, "# %s:4", base(path));

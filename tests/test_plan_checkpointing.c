@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "config_string.h"
 #include "hw/planner.h"
 
 #define GIB (1024.0 * 1024 * 1024)
@@ -59,19 +60,8 @@ static double need(st_config *c, st_model *m, const char *micro, const char *ckp
     return (double)p.mem.total;
 }
 
-/* The effective configuration as printed, in a string the caller frees. */
-static char *printed(const st_config *c) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return NULL;
-    st_config_print(c, f);
-    fclose(f);
-    return buf;
-}
-
 static void check_printed(const st_config *c, const char *needle) {
-    char *s = printed(c);
+    char *s = st_test_config_string(c);
     CHECK(s && strstr(s, needle), "the effective configuration lacks \"%s\"", needle);
     free(s);
 }

@@ -11,21 +11,11 @@
  *     that test_cuda_train.c repeats on the device). */
 #include <unistd.h>
 
+#include "config_string.h"
 #include "core/device.h"
 #include "train_fixture.h"
 
 static char root[] = "/tmp/test_train_device.XXXXXX";
-
-/* The effective configuration as st_config_print writes it. */
-static char *printed(const st_config *c) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *fp = open_memstream(&buf, &len);
-    if (!fp) return NULL;
-    st_config_print(c, fp);
-    fclose(fp);
-    return buf;
-}
 
 static void no_gpu(const char *why) {
     st_config c;
@@ -44,7 +34,7 @@ static void no_gpu(const char *why) {
     CHECK_OK(tf_train(&c, NULL, &r));
     CHECK(strcmp(c.train.device, "cpu") == 0, "auto without a GPU: train.device %s, expected cpu", c.train.device);
     CHECK(st_config_source(&c, "train.device") == ST_SRC_AUTO, "train.device should be marked auto");
-    char *text = printed(&c);
+    char *text = st_test_config_string(&c);
     CHECK(text && strstr(text, head), "the effective configuration should give the reason '%s':\n%s", head,
           text ? text : "(none)");
     free(text);
@@ -65,7 +55,7 @@ static void gpu(void) {
     CHECK(r.optim_state_bytes > 0 && r.device_mem_peak_bytes >= 2 * r.optim_state_bytes,
           "device memory peak %lld bytes, expected at least twice the optimizer state's %lld",
           (long long)r.device_mem_peak_bytes, (long long)r.optim_state_bytes);
-    char *text = printed(&c);
+    char *text = st_test_config_string(&c);
     CHECK(text && strstr(text, "cuda:0"), "the effective configuration should name the GPU:\n%s",
           text ? text : "(none)");
     free(text);
