@@ -130,15 +130,19 @@ static st_status dev_init(st_feed *f) {
     return ST_OK;
 }
 
+/* Whether event e has completed; `wait`: wait on the host for it (and only
+ * it) first, so it has. */
+static st_status event_done(st_feed *f, st_cuda_event *e, bool wait, bool *done) {
+    *done = true;
+    return wait ? st_cuda_event_sync(f->dev, e) : st_cuda_event_query(f->dev, e, done);
+}
+
 /* Give buffer i's slot back to the loader once its copy has completed;
  * `wait`: wait on the host for that copy (and only it) first. */
 static st_status give_back(st_feed *f, int i, bool wait) {
     if (!f->slot[i]) return ST_OK;
-    bool done = true;
-    if (wait)
-        ST_TRY(st_cuda_event_sync(f->dev, f->copied[i]));
-    else
-        ST_TRY(st_cuda_event_query(f->dev, f->copied[i], &done));
+    bool done;
+    ST_TRY(event_done(f, f->copied[i], wait, &done));
     if (!done) return ST_OK;
     st_loader_release(f->ld, f->slot[i]);
     f->slot[i] = NULL;
@@ -149,11 +153,8 @@ static st_status give_back(st_feed *f, int i, bool wait) {
  * once its timing events completed (`wait`: wait for them). */
 static st_status collect_stall(st_feed *f, int i, bool wait, double *stall) {
     if (!f->stall_pending[i]) return ST_OK;
-    bool done = true;
-    if (wait)
-        ST_TRY(st_cuda_event_sync(f->dev, f->t1[i]));
-    else
-        ST_TRY(st_cuda_event_query(f->dev, f->t1[i], &done));
+    bool done;
+    ST_TRY(event_done(f, f->t1[i], wait, &done));
     if (!done) return ST_OK;
     double s = 0;
     ST_TRY(st_cuda_event_elapsed(f->dev, f->t0[i], f->t1[i], &s));
