@@ -366,7 +366,7 @@ bool st_shm_describe(const st_shm *s, char *buf, size_t cap) {
 /* ---- Set-up over MPI ------------------------------------------------------------ */
 
 /* An environment variable that overrides a size setting: digits only. */
-static st_status env_bytes(st_comm *c, const char *name, size_t *v) { /* rank 0 only */
+static st_status env_bytes(st_comm *c, const char *name, size_t *v) {
     const char *e = getenv(name);
     if (!e || !*e) return ST_OK;
     char *end = NULL;
@@ -442,10 +442,17 @@ st_status st_mpi_shm_open(st_comm *c) {
     int rc = MPI_Bcast(w, 3, MPI_UINT64_T, 0, m->diag);
     if (rc != MPI_SUCCESS) return st_mpi_fail(c, NULL, rc, "MPI_Bcast (shared-memory all-reduce settings)");
     if (bad) return bad;
-    if (w[2])
+    if (w[2]) {
+        /* The same environment here (mpirun passes it on): name the bad value
+         * as rank 0 does, which mpirun may stop before it has printed. */
+        size_t own[2] = {v[0], v[1]};
+        st_status mine = env_bytes(c, "SCALETRAIN_SHM_MIN_BYTES", &own[0]);
+        if (mine == ST_OK) mine = env_bytes(c, "SCALETRAIN_SHM_PIECE_BYTES", &own[1]);
+        if (mine != ST_OK) return mine;
         return st_comm_fail(c, NULL, ST_ERR_CONFIG,
                             "rank 0's SCALETRAIN_SHM_* settings are invalid (its "
                             "message says which)");
+    }
     if (w[0] == 0 || c->size < 2 || c->local_size != c->size) return ST_OK;
     size_t piece_bytes = (size_t)w[1];
     piece_bytes = piece_bytes < 4096                ? 4096
