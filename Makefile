@@ -58,6 +58,23 @@ CUDA_CFLAGS += -DST_HAVE_NCCL
 CUDA_LIBS := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) $(if $(wildcard $(NCCL_LIBDIR)libnccl.so),-lnccl,-l:libnccl.so.2) $(CUDA_LIBS)
 endif
 endif
+# CUDA_EMU=1 (`make emu`, into build-emu): the same CUDA sources compiled
+# with g++ against tests/cudaemu/, which runs their kernels on the CPU and
+# stands in for the CUDA runtime and cuBLASLt (tests/cudaemu/README.md), so
+# the CUDA tests run where no GPU is. Never a user's build.
+CUDA_EMU ?= 0
+ifeq ($(CUDA_EMU),1)
+CUDA := 1
+NCCL := 0
+NCCL_FLAGS :=
+CUDA_CFLAGS := -DST_HAVE_CUDA -DST_CUDA_EMU -I$(CUDA_HOME)/include
+CUDA_LIBS := -lstdc++
+CU_SRC := $(sort $(wildcard src/cuda/*.cu))
+EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
+EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
+	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Iinclude -Isrc -Isrc/cuda \
+	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC)
+endif
 NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \
 	-Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation,-Werror
 
@@ -71,12 +88,12 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c tests/mpi/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 HEADERS := $(wildcard include/scaletrain/*.h src/*/*.h tests/*.h)
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(EMU_SRC:%.cpp=$(BUILD)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests benches check run deps asan fuzz clean format
+.PHONY: all tests benches check run deps asan emu fuzz clean format
 all: $(BUILD)/scaletrain tests
 
 # -MMD: each object depends on exactly the headers it includes.
@@ -84,9 +101,28 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
+ifeq ($(CUDA_EMU),1)
+$(BUILD)/emu/%.cpp: %.cu tests/cudaemu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 tests/cudaemu/rewrite.py $< $@
+
+CUH_EMU := $(patsubst %.cuh,$(BUILD)/emu/%.cuh,$(wildcard src/cuda/*.cuh))
+$(BUILD)/emu/%.cuh: %.cuh tests/cudaemu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 tests/cudaemu/rewrite.py $< $@
+
+$(BUILD)/obj/%.o: $(BUILD)/emu/%.cpp tests/cudaemu/emu.h $(CUH_EMU)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -include tests/cudaemu/emu.h -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+else
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+endif
 
 $(BUILD)/libscaletrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -122,6 +158,13 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+
+# The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
+# tests run there on the CPU.
+EMU_TESTS := $(patsubst tests/%.c,build-emu/tests/%,$(wildcard tests/test_cuda_*.c tests/test_cudaemu.c \
+	tests/test_train_device.c))
+emu:
+	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS)
 
 # libFuzzer targets for the file readers (clang; not part of `all`): build
 # with `make fuzz`, run each for a bounded time with tests/fuzz/run.sh SECONDS.

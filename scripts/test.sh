@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: install what is missing, build the
-# normal and the sanitizer (address + undefined) builds, run every test.
+# normal, the sanitizer (address + undefined) and the CUDA emulator's builds
+# (the last where the CUDA toolkit is installed), run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 make -j"$jobs" all
 make -j"$jobs" asan
-tests/run.sh build build-asan
+emu=
+if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
+    make -j"$jobs" emu
+    emu=build-emu
+else
+    echo "the CUDA emulator's build is left out: no CUDA toolkit headers (${CUDA_HOME:-/usr/local/cuda}/include)"
+fi
+tests/run.sh build build-asan $emu

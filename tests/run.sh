@@ -2,11 +2,14 @@
 # Runs every test program of one or more build folders and the end-to-end
 # tests, then prints one closing line: "N passed, N failed, N skipped".
 # A test program exits 0 (pass), 77 (skip, after printing why) or anything
-# else (fail). Usage: tests/run.sh BUILD [SANITIZER_BUILD]
+# else (fail). Usage: tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD]]
+# EMULATOR_BUILD: the CUDA emulator's build (`make emu`, tests/cudaemu/),
+# whose CUDA tests run their kernels on the CPU.
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build}
 asan=${2:-}
+emu=${3:-}
 pass=0 fail=0 skip=0
 failed=()
 export OMP_WAIT_POLICY=PASSIVE
@@ -40,6 +43,12 @@ if [ -n "$asan" ]; then
         run "asan/$(basename "$t")" "$t"
     done
     unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+if [ -n "$emu" ]; then
+    for t in "$emu"/tests/test_*; do
+        [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
+        run "emu/$(basename "$t")" "$t"
+    done
 fi
 for t in tests/py/test_*.py; do
     [ -f "$t" ] || continue

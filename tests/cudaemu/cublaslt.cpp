@@ -1,0 +1,272 @@
+/* The CUDA emulator's cuBLASLt (tests/cudaemu/README.md): the descriptor,
+ * layout, preference, heuristic and matmul calls the backend makes
+ * (src/cuda/matmul.cu), computed with OpenBLAS in fp32 after widening 16-bit
+ * operands, or rounding fp32 ones to TF32 for the TF32 compute type.
+ *
+ * It refuses what cuBLASLt refuses where the rule is documented: a leading
+ * dimension smaller than the stored rows, operands of different types, an
+ * output that is not fp32 (the backend only asks for fp32), and it checks at
+ * each matmul that the pointers are at least as aligned as the preference
+ * told the heuristic, which a real algorithm may silently rely on. */
+#include <cblas.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+void st_emu_device_window(bool open); /* runtime.cpp */
+
+struct lt_desc {
+    cublasComputeType_t compute;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = NULL;
+};
+struct lt_layout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld, stride = 0;
+    int32_t batch = 1;
+};
+struct lt_pref {
+    uint64_t ws = 0;
+    uint32_t al[4] = {256, 256, 256, 256}; /* A, B, C, D */
+};
+
+extern "C" cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = (cublasLtHandle_t)malloc(1);
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                                   cudaDataType_t scale) {
+    if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    lt_desc *x = new lt_desc;
+    x->compute = compute;
+    *d = (cublasLtMatmulDesc_t)x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete (lt_desc *)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                                         const void *buf, size_t n) {
+    lt_desc *x = (lt_desc *)d;
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        if (n != sizeof x->ta) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->ta, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        if (n != sizeof x->tb) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->tb, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (n != sizeof x->ep) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->ep, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (n != sizeof x->bias) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->bias, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        fprintf(stderr, "cudaemu: cuBLASLt descriptor attribute %d is not emulated\n", (int)a);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+extern "C" cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
+                                                     uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows || rows == 0 || cols == 0) return CUBLAS_STATUS_INVALID_VALUE;
+    lt_layout *x = new lt_layout;
+    x->type = type;
+    x->rows = rows;
+    x->cols = cols;
+    x->ld = ld;
+    *l = (cublasLtMatrixLayout_t)x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete (lt_layout *)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                           cublasLtMatrixLayoutAttribute_t a, const void *buf,
+                                                           size_t n) {
+    lt_layout *x = (lt_layout *)l;
+    if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof x->batch) {
+        memcpy(&x->batch, buf, n);
+        return x->batch >= 1 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof x->stride) {
+        memcpy(&x->stride, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    fprintf(stderr, "cudaemu: cuBLASLt layout attribute %d (size %zu) is not emulated\n", (int)a, n);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (cublasLtMatmulPreference_t) new lt_pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete (lt_pref *)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                               cublasLtMatmulPreferenceAttributes_t a,
+                                                               const void *buf, size_t n) {
+    lt_pref *x = (lt_pref *)p;
+    switch (a) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (n != sizeof x->ws) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->ws, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+        if (n != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        const int i = a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? 0
+                      : a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? 1
+                      : a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ? 2
+                                                                        : 3;
+        memcpy(&x->al[i], buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    default:
+        fprintf(stderr, "cudaemu: cuBLASLt preference attribute %d is not emulated\n", (int)a);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, const lt_layout *c,
+                      const lt_layout *o) {
+    if (a->type != b->type) return false;
+    if (a->type != CUDA_R_32F && a->type != CUDA_R_16BF && a->type != CUDA_R_16F) return false;
+    if (c->type != CUDA_R_32F || o->type != CUDA_R_32F) return false;
+    if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32) return false;
+    if (d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a->type != CUDA_R_32F) return false;
+    const uint64_t m = o->rows, n = o->cols;
+    const uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (am != m || bn != n || ak != bk || c->rows != m || c->cols != n) return false;
+    if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch) return false;
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && d->ep != CUBLASLT_EPILOGUE_BIAS && d->ep != CUBLASLT_EPILOGUE_GELU &&
+        d->ep != CUBLASLT_EPILOGUE_GELU_BIAS)
+        return false;
+    return true;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                                         cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                                         cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                                         cublasLtMatmulPreference_t pref, int want,
+                                                         cublasLtMatmulHeuristicResult_t res[], int *found) {
+    *found = 0;
+    if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    const lt_desc *d = (const lt_desc *)op;
+    if (!supported(d, (lt_layout *)A, (lt_layout *)B, (lt_layout *)C, (lt_layout *)D))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    const lt_pref *p = (const lt_pref *)pref;
+    memset(&res[0], 0, sizeof res[0]);
+    /* the algorithm remembers the alignments it was promised */
+    for (int i = 0; i < 4; i++) res[0].algo.data[i] = p ? p->al[i] : 256;
+    res[0].algo.data[4] = 0x5ca1e; /* made by this heuristic */
+    res[0].state = CUBLAS_STATUS_SUCCESS;
+    res[0].wavesCount = 1.0f;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static uint32_t lowest_bit(const void *p) {
+    const uint64_t v = (uint64_t)(uintptr_t)p | 256u;
+    return (uint32_t)(v & (~v + 1));
+}
+
+/* fp32 copy of the stored matrix: rows x cols per batch, ld apart, stride apart */
+static void widen(const lt_layout *l, const void *src, bool tf32, std::vector<float> &out) {
+    const int64_t n = (int64_t)(l->batch - 1) * l->stride + (int64_t)(l->cols - 1) * l->ld + (int64_t)l->rows;
+    out.resize((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        if (l->type == CUDA_R_16BF) v = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+        else if (l->type == CUDA_R_16F) v = __half2float(((const __half *)src)[i]);
+        else v = ((const float *)src)[i];
+        if (tf32) { /* round to nearest, 10 explicit mantissa bits */
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+            memcpy(&v, &u, 4);
+        }
+        out[(size_t)i] = v;
+    }
+}
+
+static float gelu(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
+                                         const void *A, cublasLtMatrixLayout_t Ad, const void *B,
+                                         cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
+                                         cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                                         const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
+                                         cudaStream_t stream) {
+    const lt_desc *d = (const lt_desc *)op;
+    const lt_layout *a = (lt_layout *)Ad, *b = (lt_layout *)Bd, *c = (lt_layout *)Cd, *o = (lt_layout *)Dd;
+    if (!supported(d, a, b, c, o)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!algo || algo->data[4] != 0x5ca1e) {
+        fprintf(stderr, "cudaemu: cublasLtMatmul with an algorithm no heuristic returned\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void *ptr[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if (lowest_bit(ptr[i]) < algo->data[i]) {
+            fprintf(stderr,
+                    "cudaemu: cublasLtMatmul: operand %c at %p is %u-byte aligned, but the heuristic was "
+                    "promised %u\n",
+                    "ABCD"[i], ptr[i], lowest_bit(ptr[i]), (unsigned)algo->data[i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    if ((d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS) && !d->bias)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    st_emu_device_window(true);
+    const bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    std::vector<float> wa, wb;
+    widen(a, A, tf32, wa);
+    widen(b, B, tf32, wb);
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const int m = (int)o->rows, n = (int)o->cols, k = (int)(d->ta == CUBLAS_OP_N ? a->cols : a->rows);
+    for (int32_t t = 0; t < o->batch; t++) {
+        float *dd = (float *)D + t * o->stride;
+        const float *cc = (const float *)C + t * c->stride;
+        if (be != 0.0f && cc != dd)
+            for (int j = 0; j < n; j++) memcpy(dd + (int64_t)j * o->ld, cc + (int64_t)j * c->ld, (size_t)m * 4);
+        cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    d->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * a->stride,
+                    (int)a->ld, wb.data() + t * b->stride, (int)b->ld, be, dd, (int)o->ld);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float &v = dd[(int64_t)j * o->ld + i];
+                if (d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS)
+                    v += ((const float *)d->bias)[i];
+                if (d->ep == CUBLASLT_EPILOGUE_GELU || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS) v = gelu(v);
+            }
+    }
+    st_emu_device_window(false);
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,154 @@
+/* The CUDA emulator's device side (tests/cudaemu/README.md): force-included
+ * (g++ -include) into every CUDA source of src/cuda after rewrite.py has turned its
+ * launches into st_emu_launch calls, so the backend's own kernels run on the
+ * CPU, thread by thread, against the real CUDA headers' types.
+ *
+ * A launch runs now, on the calling thread, in the order the host queued it
+ * (streams and events order nothing further: everything before has already
+ * run). Each block's threads run as fibers so that __syncthreads and the warp
+ * shuffles mean what they do on a GPU; a barrier some threads never reach is
+ * reported as a deadlock with the kernel's launch site. A launch whose
+ * configuration a GPU would refuse (no threads, more than 1024 per block, a
+ * grid dimension out of range) sets the error cudaGetLastError returns, as
+ * the GPU does. */
+#ifndef ST_CUDAEMU_EMU_H
+#define ST_CUDAEMU_EMU_H
+
+/* Defined before the CUDA headers, which then leave them alone. */
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+
+#ifdef __cplusplus
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <utility>
+
+extern uint3 threadIdx, blockIdx; /* of the thread running now (one launch runs at a time) */
+extern dim3 blockDim, gridDim;
+
+struct st_emu_cfg {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+};
+
+static inline st_emu_cfg st_emu_config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
+    st_emu_cfg c;
+    c.grid = grid;
+    c.block = block;
+    c.smem = smem;
+    c.stream = stream;
+    return c;
+}
+
+/* Runs body(ctx) for every thread of the grid; `site` is the launch site's
+ * own state (whether its kernel ever reached a barrier), `name` its kernel. */
+void st_emu_run(const st_emu_cfg &c, void (*body)(void *), void *ctx, int *site, const char *name);
+
+/* `name`: the kernel and where it is launched, for the emulator's messages. */
+template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const char *name, K kernel, A &&...args) {
+    static int site = 0; /* one per launch site: each has its own lambda type */
+    std::tuple<typename std::decay<A>::type...> copied(std::forward<A>(args)...);
+    struct call {
+        K *k;
+        std::tuple<typename std::decay<A>::type...> *args;
+        static void run(void *p) {
+            call *me = (call *)p;
+            std::apply(*me->k, *me->args);
+        }
+    } ctx = {&kernel, &copied};
+    st_emu_run(c, &call::run, &ctx, &site, name);
+}
+
+/* --- what kernels call ---------------------------------------------------- */
+void __syncthreads(void);
+int __syncthreads_or(int pred);
+int __syncthreads_and(int pred);
+int __syncthreads_count(int pred);
+void __syncwarp(unsigned mask = 0xffffffffu);
+void __threadfence(void);
+/* This warp's 32 exchange slots, with the calling thread's lane. */
+uint64_t *st_emu_warp_slots(int *lane);
+void st_emu_warp_barrier(void);
+
+template <typename T> static inline T st_emu_exchange(T v, int src) {
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    int lane = 0;
+    uint64_t *slot = st_emu_warp_slots(&lane);
+    memcpy(&slot[lane], &v, sizeof v);
+    st_emu_warp_barrier();
+    T r;
+    memcpy(&r, &slot[src & 31], sizeof r);
+    st_emu_warp_barrier(); /* every lane has read before the next exchange writes */
+    return r;
+}
+static inline int st_emu_lane(void) {
+    return (int)((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31);
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    const int lane = st_emu_lane();
+    return st_emu_exchange(v, (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1)));
+}
+template <typename T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    const int lane = st_emu_lane();
+    return st_emu_exchange(v, (lane & ~(width - 1)) | (src & (width - 1)));
+}
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = st_emu_lane(), seg = lane & (width - 1);
+    return st_emu_exchange(v, seg + (int)delta < width ? lane + (int)delta : lane);
+}
+template <typename T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = st_emu_lane(), seg = lane & (width - 1);
+    return st_emu_exchange(v, seg >= (int)delta ? lane - (int)delta : lane);
+}
+
+/* One thread runs at a time: the atomics are plain read-modify-writes. */
+template <typename T> static inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> static inline T atomicMax(T *p, T v) {
+    T old = *p;
+    *p = old > v ? old : v;
+    return old;
+}
+template <typename T> static inline T atomicExch(T *p, T v) {
+    T old = *p;
+    *p = v;
+    return old;
+}
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+/* __expf and __logf: glibc's own */
+static inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
+static inline int __float_as_int(float f) { int v; memcpy(&v, &f, 4); return v; }
+static inline float __uint_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned v; memcpy(&v, &f, 4); return v; }
+/* IEEE operations, round to nearest (the build never contracts to FMA) */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+static inline float __frcp_rn(float a) { return 1.0f / a; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
+static inline long long __double_as_longlong(double d) { long long v; memcpy(&v, &d, 8); return v; }
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+static inline int __clz(int v) { return v ? __builtin_clz((unsigned)v) : 32; }
+static inline int __ffs(int v) { return __builtin_ffs(v); }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+#endif /* __cplusplus */
+
+#endif

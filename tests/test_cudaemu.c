@@ -1,0 +1,93 @@
+/* The CUDA emulator's own checks (tests/cudaemu/README.md), each in a child
+ * process that must die of SIGSEGV with the emulator's message on stderr:
+ *   - host code writing through a device pointer;
+ *   - host code reading through one;
+ *   - a kernel (st_device_fill_f32's) writing past the end of an allocation
+ *     by more than the 256-byte rounding;
+ * and the same calls within bounds must run and leave the right values.
+ * Skips (77) in every build but the emulator's (`make emu`). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/device.h"
+
+#ifdef ST_CUDA_EMU
+enum { N = 1000 };
+
+/* Runs what(dev, p) in a child with stderr in a pipe; its signal and text. */
+static int in_child(st_device *dev, float *p, void (*what)(st_device *, float *), char *err, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        what(dev, p);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fd[0], err + n, cap - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+static void host_write(st_device *dev, float *p) { p[3] = 1.0f; }
+static void host_read(st_device *dev, float *p) {
+    volatile float v = p[3];
+    (void)v;
+}
+static void kernel_overrun(st_device *dev, float *p) {
+    st_device_fill_f32(dev, p, N + 128, 2.0f); /* 512 bytes past the end */
+    st_device_sync(dev);
+}
+static void kernel_in_bounds(st_device *dev, float *p) {
+    if (st_device_fill_f32(dev, p, N + 24, 2.0f) != ST_OK) _exit(3); /* within the 256-byte rounding */
+    if (st_device_sync(dev) != ST_OK) _exit(4);
+}
+
+static void expect(st_device *dev, float *p, void (*what)(st_device *, float *), const char *name,
+                   const char *text) {
+    char err[2048];
+    const int sig = in_child(dev, p, what, err, sizeof err);
+    CHECK(sig == SIGSEGV && strstr(err, text), "%s: want SIGSEGV and \"%s\", got signal %d and: %s", name, text,
+          sig, err);
+    if (sig == SIGSEGV) printf("%s: stopped: %s", name, err);
+}
+#endif
+
+int main(void) {
+#ifndef ST_CUDA_EMU
+    return st_test_skip("test_cudaemu", "this is not the CUDA emulator's build (make emu)");
+#else
+    st_device *dev = NULL;
+    CHECK_OK(st_device_open_cuda(0, &dev));
+    if (!dev) return st_test_finish("test_cudaemu");
+    float *p = NULL;
+    CHECK_OK(st_device_alloc(dev, N * sizeof(float), (void **)&p));
+    expect(dev, p, host_write, "host write", "host code touched device memory");
+    expect(dev, p, host_read, "host read", "host code touched device memory");
+    expect(dev, p, kernel_overrun, "kernel overrun", "fill_kernel");
+    char err[2048];
+    const int sig = in_child(dev, p, kernel_in_bounds, err, sizeof err);
+    CHECK(sig == 0, "a fill within the allocation's rounding died of signal %d: %s", sig, err);
+    float host[N];
+    CHECK_OK(st_device_fill_f32(dev, p, N, 5.0f));
+    CHECK_OK(st_device_download(dev, host, p, sizeof host));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += !(host[i] == 5.0f);
+    CHECK(bad == 0, "%d of %d values after a fill are not 5", bad, N);
+    st_device_release(dev, p);
+    st_device_free(dev);
+    return st_test_finish("test_cudaemu");
+#endif
+}
