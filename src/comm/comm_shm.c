@@ -383,7 +383,11 @@ static st_status env_bytes(st_comm *c, const char *name, size_t *v) {
 
 /* Rank 0 creates the segment in /dev/shm and names it to the others; each
  * maps it; once everyone has tried, rank 0 unlinks the name, so nothing is
- * left behind however the job ends. */
+ * left behind however the job ends. Rank 0 reserves the whole segment
+ * (posix_fallocate): a tmpfs extends a file past its free space without a
+ * word (ftruncate), MAP_POPULATE ignores pages it cannot get, and the first
+ * touch of one is a SIGBUS; a /dev/shm too small must be an error here, so
+ * that every rank takes the path without it. */
 static void *map_segment(st_comm *c, MPI_Comm node, size_t bytes, char *why, size_t cap) {
     char name[96] = "";
     void *p = NULL;
@@ -394,8 +398,10 @@ static void *map_segment(st_comm *c, MPI_Comm node, size_t bytes, char *why, siz
         clock_gettime(CLOCK_REALTIME, &ts);
         snprintf(name, sizeof name, "/scaletrain-allreduce-%d-%lld", (int)getpid(), (long long)ts.tv_nsec);
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
-            snprintf(why, cap, "rank 0: shm_open/ftruncate %s (%zu bytes): %s", name, bytes, strerror(errno));
+        const int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+        if (err != 0) {
+            snprintf(why, cap, "rank 0: cannot reserve %zu bytes for %s in /dev/shm: %s", bytes, name,
+                     strerror(err));
             ok = 0;
         }
     }
