@@ -487,13 +487,17 @@ st_status st_mpi_shm_open(st_comm *c) {
 st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
     st_mpi_comm *m = c->impl;
     *out = NULL;
-    /* Every rank decides the same way: m->shm is there on all or none, and
-     * the sizes and the mapping are agreed over MPI below. */
-    if (!m->shm || m->shm->arena || nbytes == 0) return ST_OK;
+    /* Every rank decides the same way: m->shm is there on all or none (rank
+     * 0's settings, and its segment mapped by all or none), and the one
+     * input of this rank's own, the size, goes through the agreement below
+     * (an empty arena too: a rank that returned before it would leave the
+     * others in MPI_Allreduce), then the mapping. */
+    if (!m->shm || m->shm->arena) return ST_OK;
     st_shm *s = m->shm;
     uint64_t mine[2] = {nbytes, ~(uint64_t)nbytes}, all[2];
     int rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, m->node);
     if (rc != MPI_SUCCESS) return st_mpi_fail(c, NULL, rc, "MPI_Allreduce (zero-copy arena size)");
+    if (all[0] == 0 && ~all[1] == 0) return ST_OK; /* no gradients anywhere */
     if (all[0] != ~all[1]) { /* min != max */
         if (c->rank == 0)
             fprintf(stderr,

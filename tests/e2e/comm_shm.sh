@@ -22,8 +22,9 @@ done
 # Training: 2 ranks give the same weights, to the bit, with the shared-memory
 # all-reduce (default: the buckets of 16 KiB and more; and every bucket), both
 # zero-copy (the gradient arena in the segment), and without it
-# (dist.shm_allreduce=false); the same when /dev/shm is too small for the
-# segment or the zero-copy arena (rank 0 says so once).
+# (dist.shm_allreduce=false); the same when one rank's environment turns it
+# off (rank 0's settings hold for every rank), and when /dev/shm is too small
+# for the segment or the zero-copy arena (rank 0 says so once).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     e2e_tmpdir
     train=(train --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.steps=10
@@ -46,6 +47,26 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     for r in on all; do
         cmp -s "$tmp/$r/model.safetensors" "$tmp/off/model.safetensors" && echo "training ($r): the same bits as MPI" ||
             fail "training ($r): the weights differ from those trained through MPI"
+    done
+    # One rank's environment differs (MPMD: `env VAR=... scaletrain` for that
+    # rank alone). Rank 0's SCALETRAIN_SHM_* hold for every rank, so all take
+    # one path: rank 1's "off" (and its other piece size) leaves the shared
+    # segment and the zero-copy arena on; rank 0's turns both off everywhere.
+    # A rank on another path would hang (the watchdog's 30 s) or sum wrongly.
+    off_env=(env SCALETRAIN_SHM_MIN_BYTES=0 SCALETRAIN_SHM_PIECE_BYTES=4096)
+    for who in 1 0; do
+        cmd=("$build/scaletrain" "${train[@]}" --set train.out_dir="$tmp/env$who")
+        if [ $who = 1 ]; then
+            m=(-np 1 "${cmd[@]}" : -np 1 "${off_env[@]}" "${cmd[@]}"); want=true
+        else
+            m=(-np 1 "${off_env[@]}" "${cmd[@]}" : -np 1 "${cmd[@]}"); want=false
+        fi
+        OMP_WAIT_POLICY=PASSIVE "${mpi[@]}" "${m[@]}" >"$tmp/env$who.json" 2>&1 ||
+            fail "training, shm off in rank $who's environment: $(tail -3 "$tmp/env$who.json")"
+        grep -q "\"grad_zero_copy\":$want" "$tmp/env$who.json" &&
+            cmp -s "$tmp/env$who/model.safetensors" "$tmp/off/model.safetensors" &&
+            echo "training, shm off in rank $who's environment only: trained, grad_zero_copy $want, the same bits" ||
+            fail "training, shm off in rank $who's environment: not grad_zero_copy $want with the same bits: $(tail -3 "$tmp/env$who.json")"
     done
     # A /dev/shm too small (a tmpfs of our size in a private mount namespace,
     # as in a container; OpenMPI's own shared memory kept in /tmp): rank 0
