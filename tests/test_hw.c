@@ -327,6 +327,50 @@ static void test_auto_choices(void) {
  * (prefetch + 2 held: one in copy, one taken ahead, feed.c), outside the
  * device's total, and the feed's second pair of device input buffers (one
  * micro-batch of inputs and targets) is on the device. */
+/* dist.strategy auto on the CPU (docs/distributed.md): the memory model
+ * decides there too. ddp when the model states and a sample (the micro-batch
+ * of 1 given here) fit in a rank's share of the node's usable memory; zero2
+ * on 2 ranks when only ZeRO-2's fit; on one rank ddp with offload (the plan's
+ * warning). Each with the reason the effective configuration prints. */
+static void test_auto_strategy_cpu(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
+    c.train.batch_size = 2;
+    c.train.micro_batch_size = 1;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    st_plan p;
+    CHECK_OK(st_hw_config_parse("2xcpu", NULL, NULL, &hw));
+    CHECK(!hw.dev.gpu, "2xcpu is a CPU node");
+    double need[2] = {0, 0}; /* per rank at micro-batch 1: ddp, zero2 */
+    const char *set[2] = {"ddp", "zero2"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(c.dist.strategy, sizeof c.dist.strategy, "%s", set[i]);
+        CHECK_OK(st_plan_make(&in, &hw, &p));
+        need[i] = (double)p.mem.total;
+    }
+    CHECK(need[1] < need[0], "zero2 needs less than ddp: %.0f, %.0f", need[1], need[0]);
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "auto");
+    hw.dev.mem_bytes = (int64_t)(1.1 * need[0] * 2 / 0.85); /* usable: 0.85 x memory / ranks on the node */
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "ddp") == 0 && !p.offload && strstr(p.strategy_why, "model states (") &&
+              strstr(p.strategy_why, ") and a sample fit in "),
+          "cpu, ddp fits: %s (%s)", p.strategy, p.strategy_why);
+    hw.dev.mem_bytes = (int64_t)((need[0] + need[1]) / 2 * 2 / 0.85);
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload && strstr(p.strategy_why, "DDP's model states and a sample do not fit in "),
+          "cpu, only zero2 fits: %s (%s)", p.strategy, p.strategy_why);
+    CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
+    c.train.batch_size = 1;
+    hw.dev.mem_bytes = (int64_t)((need[0] + need[1]) / 2 / 0.85);
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "ddp") == 0 && p.offload && strstr(p.strategy_why, "ddp with offload"),
+          "cpu, one rank, ddp does not fit: %s offload %d (%s)", p.strategy, p.offload, p.strategy_why);
+    st_model_free(m);
+}
+
 static void test_batch_ring(void) {
     st_config c;
     st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
@@ -380,6 +424,7 @@ int main(void) {
     test_table();
     test_too_big();
     test_auto_choices();
+    test_auto_strategy_cpu();
     test_batch_ring();
     test_hw_names();
     return st_test_finish("test_hw");

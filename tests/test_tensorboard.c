@@ -1,14 +1,18 @@
 /* TensorBoard event files: CRC-32C against published vectors (RFC 3720
  * B.4 and the usual check value), the TFRecord mask, and the framing of a
  * written file (every length and CRC checked, the version record first, the
- * START record, one scalar event decoded by hand). TensorBoard's own reader
- * reads whole runs in tests/py/test_tensorboard.py. */
+ * START record, one scalar event decoded by hand), and metrics.jsonl's
+ * numbers reading back as exactly the values the event file holds as float32.
+ * TensorBoard's own reader reads whole runs in tests/py/test_tensorboard.py. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
+#include "train/metrics.h"
 #include "train/tensorboard.h"
 
 static uint64_t le(const uint8_t *p, int n) {
@@ -126,8 +130,77 @@ static void file_format(void) {
     rmdir(dir);
 }
 
+/* The last scalar of path's last event (the file metrics.c wrote), or NAN. */
+static float last_scalar(const char *path, const char *tag) {
+    uint8_t *recs[8] = {0};
+    size_t lens[8];
+    int n = read_records(path, recs, lens, 8);
+    float found = NAN;
+    if (n > 0) { /* wall_time (9 bytes), step (10 xx), summary (2a len) */
+        const uint8_t *p = recs[n - 1] + 9, *end = recs[n - 1] + lens[n - 1];
+        p += 2;
+        CHECK(*p == 0x2a, "a summary");
+        p++;
+        varint(&p);
+        while (p < end) {
+            p++; /* Summary.value key */
+            const uint64_t vl = varint(&p);
+            const uint8_t *ve = p + vl;
+            p++; /* tag key */
+            const uint64_t tl = varint(&p);
+            if (tl == strlen(tag) && memcmp(p, tag, tl) == 0) memcpy(&found, p + tl + 1, 4);
+            p = ve;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        free(recs[i]);
+    return found;
+}
+
+/* A data wait of a few microseconds is a difference of two clock readings
+ * (few significant bits) and can sit exactly between two floats: this one,
+ * printed with cJSON's 15 digits, read back one double ulp off and rounded to
+ * the other float32 than the event file's. metrics.jsonl must read back as
+ * the same double, so float32 of it is the event's value exactly. */
+static void metrics_match_events(void) {
+    char dir[] = "/tmp/st_tb_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    st_metrics m;
+    CHECK_OK(st_metrics_open(&m, dir, 0, true));
+    const double wait_ms = 0.00082249971455894411, loss = 2.3025850929940459;
+    st_metrics_step ms = {.step = 2, .loss = loss, .data_wait_ms = wait_ms};
+    CHECK_OK(st_metrics_step_write(&m, &ms));
+    char tb[4096], path[4200];
+    snprintf(tb, sizeof tb, "%s", m.tb.path);
+    st_metrics_close(&m);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char line[4096] = "";
+    FILE *f = fopen(path, "r");
+    CHECK(f && fgets(line, sizeof line, f), "%s: one line", path);
+    if (f) fclose(f);
+    cJSON *o = cJSON_Parse(line);
+    const char *names[] = {"data_wait_ms", "loss"};
+    const double want[] = {wait_ms, loss};
+    for (int i = 0; i < 2; i++) {
+        /* cJSON's reader is strtod: the text as written, not re-rounded */
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, names[i]);
+        CHECK(cJSON_IsNumber(v) && v->valuedouble == want[i], "%s: metrics.jsonl %.17g, written %.17g (%s)",
+              names[i], v ? v->valuedouble : NAN, want[i], line);
+        char tag[64];
+        snprintf(tag, sizeof tag, "train/%s", names[i]);
+        const float ev = last_scalar(tb, tag);
+        CHECK(v && (float)v->valuedouble == ev, "%s: float32 of metrics.jsonl's %.9g, the event holds %.9g", tag,
+              v ? (double)(float)v->valuedouble : NAN, (double)ev);
+    }
+    cJSON_Delete(o);
+    remove(path);
+    remove(tb);
+    rmdir(dir);
+}
+
 int main(void) {
     crc_vectors();
     file_format();
+    metrics_match_events();
     return st_test_finish("test_tensorboard");
 }

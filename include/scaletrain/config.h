@@ -137,6 +137,11 @@ st_status st_config_set(st_config *c, const char *assignment);
 /* Cross-key checks after loading and overrides (e.g. n_embd divisible by n_head). */
 st_status st_config_validate(const st_config *c);
 
+/* "model.n_embd (250, run.yaml:4)": the key, its value and where the value
+ * came from, for error messages (which start with "<c->path>: " when a file
+ * was read). Returns buf. */
+const char *st_config_describe(const st_config *c, const char *key, char *buf, size_t n);
+
 /* Record that the planner chose `key`'s value (for st_config_print). */
 void st_config_mark_auto(st_config *c, const char *key, const char *why);
 

@@ -383,7 +383,11 @@ static st_status env_bytes(st_comm *c, const char *name, size_t *v) {
 
 /* Rank 0 creates the segment in /dev/shm and names it to the others; each
  * maps it; once everyone has tried, rank 0 unlinks the name, so nothing is
- * left behind however the job ends. */
+ * left behind however the job ends. Rank 0 reserves the whole segment
+ * (posix_fallocate): a tmpfs extends a file past its free space without a
+ * word (ftruncate), MAP_POPULATE ignores pages it cannot get, and the first
+ * touch of one is a SIGBUS; a /dev/shm too small must be an error here, so
+ * that every rank takes the path without it. */
 static void *map_segment(st_comm *c, MPI_Comm node, size_t bytes, char *why, size_t cap) {
     char name[96] = "";
     void *p = NULL;
@@ -394,8 +398,10 @@ static void *map_segment(st_comm *c, MPI_Comm node, size_t bytes, char *why, siz
         clock_gettime(CLOCK_REALTIME, &ts);
         snprintf(name, sizeof name, "/scaletrain-allreduce-%d-%lld", (int)getpid(), (long long)ts.tv_nsec);
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
-            snprintf(why, cap, "rank 0: shm_open/ftruncate %s (%zu bytes): %s", name, bytes, strerror(errno));
+        const int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+        if (err != 0) {
+            snprintf(why, cap, "rank 0: cannot reserve %zu bytes for %s in /dev/shm: %s", bytes, name,
+                     strerror(err));
             ok = 0;
         }
     }
@@ -481,13 +487,17 @@ st_status st_mpi_shm_open(st_comm *c) {
 st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
     st_mpi_comm *m = c->impl;
     *out = NULL;
-    /* Every rank decides the same way: m->shm is there on all or none, and
-     * the sizes and the mapping are agreed over MPI below. */
-    if (!m->shm || m->shm->arena || nbytes == 0) return ST_OK;
+    /* Every rank decides the same way: m->shm is there on all or none (rank
+     * 0's settings, and its segment mapped by all or none), and the one
+     * input of this rank's own, the size, goes through the agreement below
+     * (an empty arena too: a rank that returned before it would leave the
+     * others in MPI_Allreduce), then the mapping. */
+    if (!m->shm || m->shm->arena) return ST_OK;
     st_shm *s = m->shm;
     uint64_t mine[2] = {nbytes, ~(uint64_t)nbytes}, all[2];
     int rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, m->node);
     if (rc != MPI_SUCCESS) return st_mpi_fail(c, NULL, rc, "MPI_Allreduce (zero-copy arena size)");
+    if (all[0] == 0 && ~all[1] == 0) return ST_OK; /* no gradients anywhere */
     if (all[0] != ~all[1]) { /* min != max */
         if (c->rank == 0)
             fprintf(stderr,

@@ -384,10 +384,13 @@ st_status st_config_set(st_config *c, const char *assignment) {
 
 /* ---- cross-key checks ---- */
 
-/* "model.n_embd (250, run.yaml:4)" */
-static const char *describe(const st_config *c, const char *key, char *buf, size_t n) {
+const char *st_config_describe(const st_config *c, const char *key, char *buf, size_t n) {
     int row = st_cfg_find(key);
     char value[ST_CFG_STR + 8], from[ST_CFG_NOTE + 16];
+    if (row < 0) {
+        snprintf(buf, n, "%s", key);
+        return buf;
+    }
     st_cfg_format(c, row, value, sizeof value);
     snprintf(buf, n, "%s (%s, %s)", key, value, st_cfg_origin(c, row, from, sizeof from));
     return buf;
@@ -404,8 +407,8 @@ st_status st_config_validate(const st_config *c) {
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     bool gpt = !strcmp(c->model.type, "gpt"), cnn = !strcmp(c->model.type, "cnn");
     bool tokens = !strcmp(c->data.type, "tokens");
-#define D1(key) describe(c, key, a, sizeof a)
-#define D2(key) describe(c, key, b, sizeof b)
+#define D1(key) st_config_describe(c, key, a, sizeof a)
+#define D2(key) st_config_describe(c, key, b, sizeof b)
 
     FAIL_IF(!c->data.train[0], "data.train is empty; set it to the training %s",
             tokens ? "token file" : "images");
@@ -428,7 +431,7 @@ st_status st_config_validate(const st_config *c) {
             D1("data.train_labels"), c->data.type);
     FAIL_IF(tokens && (c->data.augment_crop_pad > 0 || c->data.augment_flip),
             "%s and %s are image augmentations but %s; set them to 0 and false", D1("data.augment_crop_pad"),
-            D2("data.augment_flip"), describe(c, "data.type", c3, sizeof c3));
+            D2("data.augment_flip"), st_config_describe(c, "data.type", c3, sizeof c3));
     FAIL_IF(c->log.trace_steps.n != 2 || c->log.trace_steps.v[0] > c->log.trace_steps.v[1],
             "%s: expected [first, last] with first <= last, e.g. [10, 20]", D1("log.trace_steps"));
     FAIL_IF(!tokens && c->data.val[0] && !c->data.val_labels[0],

@@ -5,6 +5,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 
+#include "core/config_schema.h"
 #include "session.h"
 
 /* A run that died after its last checkpoint logged steps past it: drop the
@@ -82,11 +84,33 @@ static st_status emit_tb(st_metrics *m, const cJSON *o, const char *prefix, int6
     return st_tb_write_scalars(&m->tb, step, v, n);
 }
 
+/* o's numbers as text that reads back as the same double. cJSON prints 15
+ * digits and keeps them when they read back within a unit or two of the last
+ * place, which can move a value (a clock difference often sits exactly between
+ * two floats) across a float32 rounding boundary: metrics.jsonl and the
+ * TensorBoard event (float32 of the exact value) then disagree by one ulp.
+ * Non-finite numbers stay null, as cJSON prints them. false: out of memory. */
+static bool exact_numbers(cJSON *o) {
+    for (cJSON *it = o->child; it; it = it->next) {
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) continue;
+        char num[32];
+        st_cfg_format_double(it->valuedouble, num, sizeof num);
+        cJSON *raw = cJSON_CreateRaw(num);
+        if (!raw) return false;
+        raw->string = it->string; /* the name moves to the replacement */
+        raw->type |= it->type & cJSON_StringIsConst;
+        it->string = NULL;
+        cJSON_ReplaceItemViaPointer(o, it, raw); /* (cannot fail: it is o's child) */
+        it = raw;
+    }
+    return true;
+}
+
 /* Print o as one line, one write, flushed, and as a TensorBoard event under
  * prefix; takes o. */
 static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step) {
     st_status tb = o && m->tb.f ? emit_tb(m, o, prefix, step) : ST_OK;
-    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    char *s = o && exact_numbers(o) ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (tb != ST_OK) {
         free(s);

@@ -41,20 +41,32 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void print_json(FILE *out, const st_run_result *r, bool lm) {
+/* v, or null where the run measured nothing (`has` false). */
+static void add_measured(cJSON *o, const char *name, double v, bool has) {
+    if (has) cJSON_AddNumberToObject(o, name, v);
+    else cJSON_AddNullToObject(o, name);
+}
+
+/* The --json summary of a training run (train) or an evaluation. A training
+ * run resumed at its last step ran no steps ("steps_run": 0): its losses,
+ * rates and times were not measured and are null, not 0. */
+static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
+    const int64_t run = train ? r->steps - r->start_step : 0;
+    const bool ran = !train || run > 0;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "loss", r->has_eval ? r->eval_loss : r->train_loss);
+    add_measured(o, "loss", r->has_eval ? r->eval_loss : r->train_loss, r->has_eval || ran);
     if (r->has_accuracy) cJSON_AddNumberToObject(o, "accuracy", r->eval_accuracy);
     cJSON_AddNumberToObject(o, "steps", (double)r->steps);
-    cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
-    if (lm) cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
-    if (r->steps) {
-        cJSON_AddNumberToObject(o, "train_loss", r->train_loss);
-        cJSON_AddNumberToObject(o, "first_loss", r->first_loss);
-        cJSON_AddNumberToObject(o, "seconds", r->seconds);
-        cJSON_AddNumberToObject(o, "gflops_per_s", r->gflops_per_s);
-        cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
-        cJSON_AddNumberToObject(o, "data_wait_fraction", r->data_wait_fraction);
+    if (train) cJSON_AddNumberToObject(o, "steps_run", (double)run);
+    add_measured(o, "samples_per_s", r->samples_per_s, ran);
+    if (lm) add_measured(o, "tokens_per_s", r->tokens_per_s, ran);
+    if (train) {
+        add_measured(o, "train_loss", r->train_loss, ran);
+        add_measured(o, "first_loss", r->first_loss, ran);
+        add_measured(o, "seconds", r->seconds, ran);
+        add_measured(o, "gflops_per_s", r->gflops_per_s, ran);
+        add_measured(o, "step_ms_median", r->step_ms_median, ran);
+        add_measured(o, "data_wait_fraction", r->data_wait_fraction, ran);
         cJSON_AddNumberToObject(o, "activation_mib", r->activation_mib);
         if (r->has_loss_scale) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
@@ -71,17 +83,17 @@ static void print_json(FILE *out, const st_run_result *r, bool lm) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
             cJSON_AddBoolToObject(o, "grad_zero_copy", r->grad_zero_copy);
-            cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
-            cJSON_AddNumberToObject(o, "comm_overlap", r->comm_overlap);
-            cJSON_AddNumberToObject(o, "first_bucket_lead_ms", r->first_bucket_lead_ms);
-            cJSON_AddNumberToObject(o, "comm_hidden", r->comm_hidden);
+            add_measured(o, "comm_ms", r->comm_ms, ran);
+            add_measured(o, "comm_overlap", r->comm_overlap, ran);
+            add_measured(o, "first_bucket_lead_ms", r->first_bucket_lead_ms, ran);
+            add_measured(o, "comm_hidden", r->comm_hidden, ran);
             cJSON_AddNumberToObject(o, "grad_syncs", (double)r->grad_syncs);
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
-        if (r->steps) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
+        if (train) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
     }
     char *s = cJSON_PrintUnformatted(o);
     if (s) fprintf(out, "%s\n", s);
@@ -651,7 +663,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             fprintf(ses.out, ", device memory peak %.0f MiB", (double)res->device_mem_peak_bytes / (1 << 20));
         fprintf(ses.out, "\n");
     }
-    if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS);
+    if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
     s = ST_OK;
 fail:
     /* An error that only this rank has seen would leave the others waiting in
@@ -689,7 +701,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     res->seconds = dt;
     res->samples_per_s = dt > 0 ? (double)ses.val.n / dt : 0;
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
-    if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS);
+    if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     s = ST_OK;
 fail:
     st_session_close(&ses);

@@ -9,7 +9,9 @@
 #   temporary directory (a crash while saving) is ignored.
 # - A damaged latest checkpoint (a truncated model.safetensors): --resume auto
 #   falls back to the one before and says so; --resume DIR fails naming the file.
-# - Resumed at its last step: "done: nothing to train", exit 0.
+# - Resumed at its last step: "done: nothing to train", exit 0, and --json
+#   says "steps_run": 0 with null losses, rates and times (a resumed run that
+#   trained says how many steps it ran).
 # - SIGTERM mid-run: the run saves a checkpoint and exits 143; --resume auto
 #   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
 #   SIGTERM to one rank stops both after the same step, with the same result.
@@ -91,19 +93,32 @@ got=$(cd "$d/ckpt" && ls -d step-* | sort | tr '\n' ' ')
 mkdir "$d/ckpt/step-12.tmp.99999" # what a crash while saving leaves behind
 truncate -s 1000 "$d/ckpt/step-10/model.safetensors"
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
-    --resume auto 2>&1); rc=$?
+    --resume auto --json 2>&1); rc=$?
 echo "$out" | grep -E "resum|falling"
+# its --json: 4 steps run from 8 to 12, measured
+/usr/bin/python3 -c 'import json, sys; o = json.loads(sys.argv[1])
+sys.exit(not (o["steps"] == 12 and o["steps_run"] == 4 and o["samples_per_s"] > 0 and o["seconds"] > 0
+              and o["train_loss"] > 0 and o["loss"] == o["train_loss"]))' "$(tail -n 1 <<<"$out")" ||
+    fail "--resume auto from step 8 to 12: --json is not 4 steps run, measured: $(tail -n 1 <<<"$out")"
 [ $rc -eq 0 ] || fail "--resume auto with a damaged latest: exit $rc"
 grep -q "falling back to .*step-8" <<<"$out" || fail "--resume auto did not say it fell back to step-8"
 grep -q "model.safetensors" <<<"$out" || fail "--resume auto did not name the damaged file"
 grep -q "resumed from .*step-8 at step 8" <<<"$out" || fail "--resume auto did not resume from step 8"
 # Resumed at its last step (the run above reached step 12): nothing to train, said so, exit 0.
+# Its --json says so too: steps 12, steps_run 0, and what was not measured
+# (losses, rates, times) is null, not 0.
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
-    --resume auto 2>&1); rc=$?
+    --resume auto --json 2>&1); rc=$?
 echo "$out" | grep "^done"
 [ $rc -eq 0 ] || fail "--resume auto at the last step: exit $rc"
 grep -q "^done: nothing to train, the checkpoint is at step 12 of train.steps 12" <<<"$out" ||
     fail "--resume auto at the last step did not say there was nothing to train"
+/usr/bin/python3 -c 'import json, sys; o = json.loads(sys.argv[1])
+unmeasured = ["loss", "samples_per_s", "train_loss", "first_loss", "seconds", "gflops_per_s",
+              "step_ms_median", "data_wait_fraction"]
+sys.exit(not (o["steps"] == 12 and o["steps_run"] == 0 and all(k in o and o[k] is None for k in unmeasured)
+              and o["strategy"] == "ddp" and o["optim_state_bytes"] > 0))' "$(tail -n 1 <<<"$out")" ||
+    fail "--resume auto at the last step: --json does not say that nothing was run: $(tail -n 1 <<<"$out")"
 truncate -s 1000 "$d/ckpt/step-8/model.safetensors"
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
     --resume "$d/ckpt/step-8" 2>&1); rc=$?

@@ -22,7 +22,9 @@ done
 # Training: 2 ranks give the same weights, to the bit, with the shared-memory
 # all-reduce (default: the buckets of 16 KiB and more; and every bucket), both
 # zero-copy (the gradient arena in the segment), and without it
-# (dist.shm_allreduce=false).
+# (dist.shm_allreduce=false); the same when one rank's environment turns it
+# off (rank 0's settings hold for every rank), and when /dev/shm is too small
+# for the segment or the zero-copy arena (rank 0 says so once).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     e2e_tmpdir
     train=(train --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.steps=10
@@ -46,6 +48,49 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         cmp -s "$tmp/$r/model.safetensors" "$tmp/off/model.safetensors" && echo "training ($r): the same bits as MPI" ||
             fail "training ($r): the weights differ from those trained through MPI"
     done
+    # One rank's environment differs (MPMD: `env VAR=... scaletrain` for that
+    # rank alone). Rank 0's SCALETRAIN_SHM_* hold for every rank, so all take
+    # one path: rank 1's "off" (and its other piece size) leaves the shared
+    # segment and the zero-copy arena on; rank 0's turns both off everywhere.
+    # A rank on another path would hang (the watchdog's 30 s) or sum wrongly.
+    off_env=(env SCALETRAIN_SHM_MIN_BYTES=0 SCALETRAIN_SHM_PIECE_BYTES=4096)
+    for who in 1 0; do
+        cmd=("$build/scaletrain" "${train[@]}" --set train.out_dir="$tmp/env$who")
+        if [ $who = 1 ]; then
+            m=(-np 1 "${cmd[@]}" : -np 1 "${off_env[@]}" "${cmd[@]}"); want=true
+        else
+            m=(-np 1 "${off_env[@]}" "${cmd[@]}" : -np 1 "${cmd[@]}"); want=false
+        fi
+        OMP_WAIT_POLICY=PASSIVE "${mpi[@]}" "${m[@]}" >"$tmp/env$who.json" 2>&1 ||
+            fail "training, shm off in rank $who's environment: $(tail -3 "$tmp/env$who.json")"
+        grep -q "\"grad_zero_copy\":$want" "$tmp/env$who.json" &&
+            cmp -s "$tmp/env$who/model.safetensors" "$tmp/off/model.safetensors" &&
+            echo "training, shm off in rank $who's environment only: trained, grad_zero_copy $want, the same bits" ||
+            fail "training, shm off in rank $who's environment: not grad_zero_copy $want with the same bits: $(tail -3 "$tmp/env$who.json")"
+    done
+    # A /dev/shm too small (a tmpfs of our size in a private mount namespace,
+    # as in a container; OpenMPI's own shared memory kept in /tmp): rank 0
+    # says so once and the run trains on, with the same bits. Too small for
+    # the all-reduce segment (16 MiB + 4 KiB at 2 ranks): everything through
+    # MPI. Room for that segment but not the zero-copy arena's (416 KiB):
+    # the gradients copied through the segment. (Before the segment was
+    # reserved with posix_fallocate, both died of SIGBUS at its first touch.)
+    if [ "$(id -u)" -eq 0 ] && unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null; then
+        small() { # NAME SIZE_BYTES WARNING
+            OMP_WAIT_POLICY=PASSIVE unshare -m sh -c 'mount -t tmpfs -o size=$0 tmpfs /dev/shm && exec "$@"' "$2" \
+                "${mpi[@]}" --mca btl_vader_backing_directory /tmp -np 2 "$build/scaletrain" "${train[@]}" \
+                --set train.out_dir="$tmp/$1" >"$tmp/$1.json" 2>&1 || fail "$1: exit $?: $(tail -3 "$tmp/$1.json")"
+            local n; n=$(grep -c "scaletrain: warning: $3 (rank 0: cannot reserve [0-9]* bytes for /scaletrain-allreduce-[0-9-]* in /dev/shm: No space left on device)" "$tmp/$1.json")
+            [ "$n" -eq 1 ] && grep -q '"grad_zero_copy":false' "$tmp/$1.json" &&
+                cmp -s "$tmp/$1/model.safetensors" "$tmp/off/model.safetensors" &&
+                echo "$1: said once, trained, the same bits as MPI" ||
+                fail "$1: not one warning '$3', grad_zero_copy false and the same bits ($n warnings): $(cat "$tmp/$1.json")"
+        }
+        small small_shm $((1 << 20)) "no shared-memory all-reduce"
+        small no_room_for_the_arena $((4096 + 16 * 1048576 + 131072)) "no zero-copy gradient all-reduce"
+    else
+        echo "small /dev/shm skipped: needs root and a private mount namespace (unshare -m)"
+    fi
 else
     echo "training comparison skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi

@@ -63,13 +63,20 @@ echo "--- 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 [ "$(grep -cF "first difference is in dist.timeout_s: rank 0 has $T; ranks 1-2 have 30 (" <<<"$out")" -eq 3 ] ||
     fail "3 ranks: not one error naming ranks 1-2 from each rank: $out"
 
-# (b') the same settings, but a batch that 3 ranks cannot split: every rank
-# returns the error (no MPI_Abort: it follows from settings they agreed on).
-out=$("${mpi[@]}" -np 3 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/split" 2>&1); rc=$?
+# (b') the same settings, but a batch (from a config file) that 3 ranks cannot
+# split: every rank returns the error (no MPI_Abort: it follows from settings
+# they agreed on), naming the file, the line and the key, and how to fix it.
+printf 'train:\n  batch_size: 8\n' >"$tmp/split.yaml"
+from_file=()
+for a in "${gpt[@]}"; do # the same settings but the batch size
+    if [ "$a" = train.batch_size=8 ]; then unset 'from_file[-1]'; else from_file+=("$a"); fi
+done
+out=$("${mpi[@]}" -np 3 "$bin" train "$tmp/split.yaml" "${from_file[@]}" --set train.out_dir="$tmp/split" 2>&1); rc=$?
 echo "--- batch over 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "batch over 3 ranks: exit $rc"
-[ "$(grep -cF "train.batch_size 8 cannot be split over 3 ranks; make it a multiple of 3" <<<"$out")" -eq 3 ] &&
-    ! grep -q "MPI_ABORT" <<<"$out" || fail "batch over 3 ranks: not one error from each rank, or an abort: $out"
+want="$tmp/split.yaml: train.batch_size (8, split.yaml:2) cannot be split over 3 ranks (the global batch is micro_batch_size x accumulation steps x ranks); set train.batch_size to a multiple of 3 (e.g. 6 or 9)"
+[ "$(grep -cF "$want" <<<"$out")" -eq 3 ] &&
+    ! grep -q "MPI_ABORT" <<<"$out" || fail "batch over 3 ranks: not one '$want' from each rank, or an abort: $out"
 
 # (c) different models, the same (sharded) strategy.
 out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \

@@ -49,5 +49,11 @@ head -c 20000 /dev/urandom | base64 >"$tmp/text.txt"
     --set train.batch_size=8 --set train.steps=2 --set train.out_dir="$tmp/run" --set log.progress=off >"$tmp/train.txt"
 grep -Eq "micro_batch_size: +8 +# auto: the whole batch on one rank" "$tmp/train.txt"
 grep -Eq "strategy: +ddp +# auto: model states \(.*\) and a sample fit in" "$tmp/train.txt"
+# docs/distributed.md explains dist.strategy auto with the reason as the run prints it
+# (any figures): "model states \([0-9.]+ [KMGT]?i?B\) and a sample fit in [0-9.]+ [KMGT]?i?B"
+why=$(sed -nE 's/^ *strategy: +ddp +# auto: (.*)$/\1/p' "$tmp/train.txt" |
+    sed -E 's/[()]/\\&/g; s/[0-9.]+ [KMGT]?i?B/[0-9.]+ [KMGT]?i?B/g')
+[ -n "$why" ]
+tr '\n' ' ' <"$(dirname "$0")/../../docs/distributed.md" | tr -s ' ' | grep -Eq "# auto: $why"
 grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
 echo "plan e2e ok"
