@@ -5,6 +5,11 @@
  *   - a kernel (st_device_fill_f32's) writing past the end of an allocation
  *     by more than the 256-byte rounding;
  * and the same calls within bounds must run and leave the right values.
+ * Then the streams' laziness (ST_CUDAEMU_LAZY, the default): a copy into
+ * pinned memory has not happened before the host waits for it; an event's
+ * first query says not ready and a second one runs the work; a read on the
+ * compute stream that does not wait for the copy stream's write sees the old
+ * value, and with the wait the new one.
  * Skips (77) in every build but the emulator's (`make emu`). */
 #include <signal.h>
 #include <stdlib.h>
@@ -14,6 +19,9 @@
 
 #include "check.h"
 #include "core/device.h"
+#ifdef ST_CUDA_EMU
+#include "cuda/cuda.h"
+#endif
 
 #ifdef ST_CUDA_EMU
 enum { N = 1000 };
@@ -63,6 +71,42 @@ static void expect(st_device *dev, float *p, void (*what)(st_device *, float *),
           sig, err);
     if (sig == SIGSEGV) printf("%s: stopped: %s", name, err);
 }
+
+static void lazy_streams(st_device *dev, float *p) {
+    float *h = NULL, *h2 = NULL;
+    st_cuda_event *e = NULL;
+    CHECK_OK(st_cuda_host_alloc(dev, N * sizeof(float), (void **)&h));
+    CHECK_OK(st_cuda_host_alloc(dev, N * sizeof(float), (void **)&h2));
+    CHECK_OK(st_cuda_event_create(dev, false, &e));
+    if (!h || !h2 || !e) return;
+    for (int i = 0; i < N; i++) h[i] = 7.0f, h2[i] = 9.0f;
+    CHECK_OK(st_device_fill_f32(dev, p, N, 5.0f));
+    CHECK_OK(st_cuda_memcpy_async(dev, h, p, N * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    CHECK(h[N - 1] == 7.0f, "a copy into pinned memory ran before anything waited for it (%g)", h[N - 1]);
+    bool done = true;
+    CHECK_OK(st_cuda_event_record(dev, e, ST_CUDA_STREAM_COMPUTE));
+    CHECK_OK(st_cuda_event_query(dev, e, &done));
+    CHECK(!done, "an event's first query found its work done");
+    CHECK_OK(st_cuda_event_query(dev, e, &done));
+    CHECK(done && h[N - 1] == 5.0f, "the second query: done %d, value %g (want 1, 5)", done, h[N - 1]);
+    /* the copy stream writes 9 into p; the compute stream reads p back */
+    CHECK_OK(st_cuda_memcpy_async(dev, p, h2, N * sizeof(float), ST_CUDA_STREAM_COPY));
+    CHECK_OK(st_cuda_memcpy_async(dev, h, p, N * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    CHECK_OK(st_device_sync(dev));
+    CHECK(h[0] == 5.0f, "a read that did not wait for the copy stream saw %g, not the old 5", h[0]);
+    CHECK_OK(st_cuda_sync(dev)); /* every stream: the copy has run */
+    CHECK_OK(st_device_fill_f32(dev, p, N, 5.0f));
+    CHECK_OK(st_cuda_memcpy_async(dev, p, h2, N * sizeof(float), ST_CUDA_STREAM_COPY));
+    CHECK_OK(st_cuda_event_record(dev, e, ST_CUDA_STREAM_COPY));
+    CHECK_OK(st_cuda_stream_wait_event(dev, ST_CUDA_STREAM_COMPUTE, e));
+    CHECK_OK(st_cuda_memcpy_async(dev, h, p, N * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    CHECK_OK(st_device_sync(dev));
+    CHECK(h[0] == 9.0f, "a read that waited for the copy stream's event saw %g, not 9", h[0]);
+    printf("lazy streams: a missing wait reads the old value, the event's wait the new one\n");
+    st_cuda_event_free(e);
+    st_cuda_host_free(h);
+    st_cuda_host_free(h2);
+}
 #endif
 
 int main(void) {
@@ -86,6 +130,8 @@ int main(void) {
     int bad = 0;
     for (int i = 0; i < N; i++) bad += !(host[i] == 5.0f);
     CHECK(bad == 0, "%d of %d values after a fill are not 5", bad, N);
+    const char *lz = getenv("ST_CUDAEMU_LAZY");
+    if (!lz || strcmp(lz, "0") != 0) lazy_streams(dev, p);
     st_device_release(dev, p);
     st_device_free(dev);
     return st_test_finish("test_cudaemu");

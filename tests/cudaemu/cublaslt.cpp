@@ -8,6 +8,8 @@
  * output that is not fp32 (the backend only asks for fp32), and it checks at
  * each matmul that the pointers are at least as aligned as the preference
  * told the heuristic, which a real algorithm may silently rely on. */
+#include "internal.h" /* first: emu.h defines what the CUDA headers then leave alone */
+
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -19,8 +21,6 @@
 #include <string.h>
 
 #include <vector>
-
-void st_emu_device_window(bool open); /* runtime.cpp */
 
 struct lt_desc {
     cublasComputeType_t compute;
@@ -244,29 +244,34 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
     if ((d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS) && !d->bias)
         return CUBLAS_STATUS_INVALID_VALUE;
-    st_emu_device_window(true);
-    const bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-    std::vector<float> wa, wb;
-    widen(a, A, tf32, wa);
-    widen(b, B, tf32, wb);
+    if (!st_emu_stream_ok(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    /* what the call reads now (descriptors, scalars), the rest when it runs */
+    const lt_desc dv = *d;
+    const lt_layout av = *a, bv = *b, cv = *c, ov = *o;
     const float al = *(const float *)alpha, be = *(const float *)beta;
-    const int m = (int)o->rows, n = (int)o->cols, k = (int)(d->ta == CUBLAS_OP_N ? a->cols : a->rows);
-    for (int32_t t = 0; t < o->batch; t++) {
-        float *dd = (float *)D + t * o->stride;
-        const float *cc = (const float *)C + t * c->stride;
-        if (be != 0.0f && cc != dd)
-            for (int j = 0; j < n; j++) memcpy(dd + (int64_t)j * o->ld, cc + (int64_t)j * c->ld, (size_t)m * 4);
-        cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    d->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * a->stride,
-                    (int)a->ld, wb.data() + t * b->stride, (int)b->ld, be, dd, (int)o->ld);
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                float &v = dd[(int64_t)j * o->ld + i];
-                if (d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS)
-                    v += ((const float *)d->bias)[i];
-                if (d->ep == CUBLASLT_EPILOGUE_GELU || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS) v = gelu(v);
-            }
-    }
-    st_emu_device_window(false);
+    st_emu_enqueue(stream, [=] {
+        const bool tf32 = dv.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+        std::vector<float> wa, wb;
+        widen(&av, A, tf32, wa);
+        widen(&bv, B, tf32, wb);
+        const int m = (int)ov.rows, n = (int)ov.cols, k = (int)(dv.ta == CUBLAS_OP_N ? av.cols : av.rows);
+        for (int32_t t = 0; t < ov.batch; t++) {
+            float *dd = (float *)D + t * ov.stride;
+            const float *cc = (const float *)C + t * cv.stride;
+            if (be != 0.0f && cc != dd)
+                for (int j = 0; j < n; j++)
+                    memcpy(dd + (int64_t)j * ov.ld, cc + (int64_t)j * cv.ld, (size_t)m * 4);
+            cblas_sgemm(CblasColMajor, dv.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                        dv.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * av.stride,
+                        (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be, dd, (int)ov.ld);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    float &v = dd[(int64_t)j * ov.ld + i];
+                    if (dv.ep == CUBLASLT_EPILOGUE_BIAS || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS)
+                        v += ((const float *)dv.bias)[i];
+                    if (dv.ep == CUBLASLT_EPILOGUE_GELU || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS) v = gelu(v);
+                }
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

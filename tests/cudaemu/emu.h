@@ -47,23 +47,24 @@ static inline st_emu_cfg st_emu_config(dim3 grid, dim3 block, size_t smem = 0, c
     return c;
 }
 
-/* Runs body(ctx) for every thread of the grid; `site` is the launch site's
- * own state (whether its kernel ever reached a barrier), `name` its kernel. */
-void st_emu_run(const st_emu_cfg &c, void (*body)(void *), void *ctx, int *site, const char *name);
+/* Queue a launch on c.stream: fn(ctx) runs for every thread of the grid,
+ * then drop(ctx); `site` is the launch site's own state (whether its kernel
+ * ever reached a barrier), `name` the kernel and where it is launched. */
+void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
+                   void *ctx);
 
-/* `name`: the kernel and where it is launched, for the emulator's messages. */
+/* The arguments are copied now, as CUDA copies a kernel's parameters at the
+ * launch; each thread's call copies them again into the kernel's own. */
 template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const char *name, K kernel, A &&...args) {
     static int site = 0; /* one per launch site: each has its own lambda type */
-    std::tuple<typename std::decay<A>::type...> copied(std::forward<A>(args)...);
-    struct call {
-        K *k;
-        std::tuple<typename std::decay<A>::type...> *args;
-        static void run(void *p) {
-            call *me = (call *)p;
-            std::apply(*me->k, *me->args);
-        }
-    } ctx = {&kernel, &copied};
-    st_emu_run(c, &call::run, &ctx, &site, name);
+    struct held {
+        K k;
+        std::tuple<typename std::decay<A>::type...> args;
+    };
+    held *h = new held{kernel, std::tuple<typename std::decay<A>::type...>(std::forward<A>(args)...)};
+    st_emu_submit(
+        c, name, &site, [](void *p) { std::apply(((held *)p)->k, ((held *)p)->args); },
+        [](void *p) { delete (held *)p; }, h);
 }
 
 /* --- what kernels call ---------------------------------------------------- */

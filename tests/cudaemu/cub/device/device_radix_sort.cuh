@@ -13,8 +13,7 @@
 #include <algorithm>
 #include <vector>
 
-bool st_emu_device_range(const void *p, size_t n); /* runtime.cpp */
-void st_emu_device_window(bool open);
+#include "internal.h"
 
 namespace cub {
 struct DeviceRadixSort {
@@ -31,19 +30,21 @@ struct DeviceRadixSort {
             !st_emu_device_range(keys_out, n * sizeof(K)) || !st_emu_device_range(vals_in, n * sizeof(V)) ||
             !st_emu_device_range(vals_out, n * sizeof(V)))
             return cudaErrorInvalidValue;
-        st_emu_device_window(true);
-        const K mask = (K)((end_bit - begin_bit >= (int)sizeof(K) * 8 ? ~(K)0 : (((K)1 << (end_bit - begin_bit)) - 1))
-                           << begin_bit);
-        std::vector<size_t> idx((size_t)n);
-        for (size_t i = 0; i < (size_t)n; i++) idx[i] = i;
-        std::stable_sort(idx.begin(), idx.end(),
-                         [&](size_t a, size_t b) { return (keys_in[a] & mask) < (keys_in[b] & mask); });
-        std::vector<K> k((size_t)n);
-        std::vector<V> v((size_t)n);
-        for (size_t i = 0; i < (size_t)n; i++) k[i] = keys_in[idx[i]], v[i] = vals_in[idx[i]];
-        std::copy(k.begin(), k.end(), keys_out);
-        std::copy(v.begin(), v.end(), vals_out);
-        st_emu_device_window(false);
+        if (!st_emu_stream_ok(stream)) return cudaErrorInvalidResourceHandle;
+        st_emu_enqueue(stream, [=] {
+            const K mask = (K)((end_bit - begin_bit >= (int)sizeof(K) * 8 ? ~(K)0
+                                                                           : (((K)1 << (end_bit - begin_bit)) - 1))
+                               << begin_bit);
+            std::vector<size_t> idx((size_t)n);
+            for (size_t i = 0; i < (size_t)n; i++) idx[i] = i;
+            std::stable_sort(idx.begin(), idx.end(),
+                             [&](size_t x, size_t y) { return (keys_in[x] & mask) < (keys_in[y] & mask); });
+            std::vector<K> k((size_t)n);
+            std::vector<V> v((size_t)n);
+            for (size_t i = 0; i < (size_t)n; i++) k[i] = keys_in[idx[i]], v[i] = vals_in[idx[i]];
+            std::copy(k.begin(), k.end(), keys_out);
+            std::copy(v.begin(), v.end(), vals_out);
+        });
         return cudaSuccess;
     }
 };

@@ -1,0 +1,103 @@
+/* The CUDA emulator's devices and errors (tests/cudaemu/README.md): one
+ * device, or ST_CUDAEMU_DEVICES of them (all in this process's memory, for
+ * several ranks on one machine), sm_90, named as the emulator. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t st_emu_ret(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+void st_emu_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cudaemu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+static int devices(void) {
+    const char *e = getenv("ST_CUDAEMU_DEVICES");
+    const int n = e ? atoi(e) : 1;
+    return n >= 0 && n <= 16 ? n : 1;
+}
+static thread_local int current;
+
+extern "C" cudaError_t cudaGetDeviceCount(int *n) {
+    *n = devices();
+    return *n ? cudaSuccess : st_emu_ret(cudaErrorNoDevice);
+}
+extern "C" cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
+    current = d;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGetDevice(int *d) {
+    *d = current;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "scaletrain CUDA emulator (CPU)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 4;
+    p->totalGlobalMem = st_emu_mem_total();
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->sharedMemPerBlock = 48 << 10;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
+    if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", d);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+    st_emu_run_all();
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+extern "C" cudaError_t cudaPeekAtLastError(void) { return last_error; }
+extern "C" const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return "unknown error";
+    }
+}
+extern "C" const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    default: return "cudaErrorUnknown";
+    }
+}
+

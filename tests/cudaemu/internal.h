@@ -1,0 +1,40 @@
+/* What the CUDA emulator's parts (tests/cudaemu/README.md) share: errors,
+ * device memory (memory.cpp), the streams' queues (streams.cpp) and running
+ * a kernel (kernels.cpp). */
+#ifndef ST_CUDAEMU_INTERNAL_H
+#define ST_CUDAEMU_INTERNAL_H
+
+#include "emu.h"
+
+#include <functional>
+
+/* cudaGetLastError's error, set when e is one (returns e). */
+cudaError_t st_emu_ret(cudaError_t e);
+/* Print "cudaemu: ..." and abort: a fault no CUDA call could report. */
+[[noreturn]] void st_emu_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --- memory.cpp --- */
+/* Device memory readable and writable while a window is open (nested). */
+void st_emu_device_window(bool open);
+struct st_emu_window {
+    st_emu_window() { st_emu_device_window(true); }
+    ~st_emu_window() { st_emu_device_window(false); }
+};
+bool st_emu_device_range(const void *p, size_t n); /* [p, p + n) inside one device allocation */
+bool st_emu_is_device(const void *p);              /* p inside a device allocation's mapping */
+bool st_emu_is_pinned(const void *p, size_t n);    /* [p, p + n) inside one cudaHostAlloc block */
+void st_emu_set_running(const char *kernel);       /* named in a fault's message (NULL: host code) */
+size_t st_emu_mem_total(void);                     /* the device's size in bytes */
+
+/* --- streams.cpp --- */
+bool st_emu_stream_ok(cudaStream_t s);
+/* Queue op on stream s (checked by the caller): it runs with the device
+ * window open, now (ST_CUDAEMU_LAZY=0) or when something waits for it. */
+void st_emu_enqueue(cudaStream_t s, std::function<void()> op);
+/* Run everything queued on every stream (a device-wide synchronisation). */
+void st_emu_run_all(void);
+
+/* --- kernels.cpp --- */
+void st_emu_kernel(const st_emu_cfg &c, void (*body)(void *), void *ctx, int *site, const char *name);
+
+#endif

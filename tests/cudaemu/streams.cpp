@@ -1,0 +1,303 @@
+/* The CUDA emulator's streams, events and copies (tests/cudaemu/README.md).
+ *
+ * Each stream is a queue. By default (ST_CUDAEMU_LAZY=1) nothing queued runs
+ * until the host waits for it: cudaStreamSynchronize, cudaEventSynchronize,
+ * a cudaEventQuery asked a second time about the same record (the first
+ * answer is cudaErrorNotReady), a copy into pageable host memory, freeing
+ * memory, cudaDeviceSynchronize. Work another stream waits on
+ * (cudaStreamWaitEvent) runs first. So work on different streams runs in an
+ * order of its own, as late as the program allows, and a missing event wait
+ * or a host read before its wait shows up as wrong values. Copies follow
+ * CUDA: from pageable host memory the bytes are taken when the copy is
+ * queued, from pinned memory when it runs. ST_CUDAEMU_LAZY=0 runs everything
+ * when it is queued. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+struct event;
+
+struct item {
+    enum { OP, RECORD, WAIT } kind;
+    std::function<void()> op;
+    event *rec = NULL;                 /* RECORD: of record number gen */
+    uint64_t gen = 0;
+    struct queue *wait_on = NULL;      /* WAIT: that queue up to wait_seq */
+    uint64_t wait_seq = 0;
+};
+
+struct queue {
+    std::deque<item> items;
+    uint64_t queued = 0, done = 0; /* items ever queued, ever run */
+};
+
+struct event {
+    bool timing = true, recorded = false;
+    queue *q = NULL;
+    uint64_t seq = 0; /* complete when q->done >= seq */
+    int queries = 0;  /* of this record */
+    uint64_t gen = 0; /* records so far */
+    double ms = 0;    /* host clock when it ran */
+};
+
+static std::recursive_mutex lock; /* every queue and event */
+static std::set<queue *> streams;
+static std::set<event *> events;
+static queue default_queue;
+static int lazy_mode = -1;
+
+static bool lazy(void) {
+    if (lazy_mode < 0) {
+        const char *e = getenv("ST_CUDAEMU_LAZY");
+        lazy_mode = !(e && strcmp(e, "0") == 0);
+    }
+    return lazy_mode;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static queue *queue_of(cudaStream_t s) {
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) return &default_queue;
+    return streams.count((queue *)s) ? (queue *)s : NULL;
+}
+
+bool st_emu_stream_ok(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    return queue_of(s) != NULL;
+}
+
+/* Run q's items until `seq` of them have run. */
+static void run_until(queue *q, uint64_t seq) {
+    while (q->done < seq) {
+        item it = std::move(q->items.front());
+        q->items.pop_front();
+        if (it.kind == item::WAIT) {
+            run_until(it.wait_on, it.wait_seq);
+        } else if (it.kind == item::RECORD) {
+            if (it.gen == it.rec->gen) it.rec->ms = now_ms(); /* a later record replaced this one */
+        } else {
+            st_emu_window w;
+            it.op();
+        }
+        q->done++;
+    }
+}
+
+static void push(queue *q, item &&it) {
+    q->items.push_back(std::move(it));
+    q->queued++;
+    if (!lazy()) run_until(q, q->queued);
+}
+
+void st_emu_enqueue(cudaStream_t s, std::function<void()> op) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) st_emu_die("work queued on a stream that does not exist");
+    item it;
+    it.kind = item::OP;
+    it.op = std::move(op);
+    push(q, std::move(it));
+}
+
+void st_emu_run_all(void) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    bool more = true;
+    while (more) { /* a queue's waits may run others: until all are empty */
+        more = false;
+        run_until(&default_queue, default_queue.queued);
+        for (queue *q : streams)
+            if (q->done < q->queued) {
+                run_until(q, q->queued);
+                more = true;
+            }
+    }
+}
+
+/* --- streams ------------------------------------------------------------------ */
+extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = new queue;
+    streams.insert(q);
+    *s = (cudaStream_t)q;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = (queue *)s;
+    if (!streams.count(q)) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    run_until(q, q->queued); /* CUDA lets queued work finish */
+    streams.erase(q);
+    delete q;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    run_until(q, q->queued);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (q->done < q->queued) {
+        run_until(q, q->queued);
+        return cudaErrorNotReady; /* done now, but not when asked */
+    }
+    return cudaSuccess;
+}
+
+/* --- events ------------------------------------------------------------------- */
+static event *event_of(cudaEvent_t e) { return events.count((event *)e) ? (event *)e : NULL; }
+
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = new event;
+    v->timing = !(flags & cudaEventDisableTiming);
+    events.insert(v);
+    *e = (cudaEvent_t)v;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = event_of(e);
+    if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    events.erase(v); /* kept in memory: queued record items may still point at it */
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = event_of(e);
+    queue *q = queue_of(s);
+    if (!v || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    v->recorded = true;
+    v->gen++;
+    v->q = q;
+    v->seq = q->queued + 1;
+    v->queries = 0;
+    item it;
+    it.kind = item::RECORD;
+    it.rec = v;
+    it.gen = v->gen;
+    push(q, std::move(it));
+    return cudaSuccess;
+}
+static bool complete(const event *v) { return !v->recorded || v->q->done >= v->seq; }
+
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = event_of(e);
+    if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (complete(v)) return cudaSuccess;
+    if (v->queries++ == 0) return cudaErrorNotReady; /* not an error: cudaGetLastError stays clean */
+    run_until(v->q, v->seq);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = event_of(e);
+    if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (v->recorded) run_until(v->q, v->seq);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *x = event_of(a), *y = event_of(b);
+    if (!x || !y || !x->timing || !y->timing || !x->recorded || !y->recorded)
+        return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (!complete(x) || !complete(y)) return cudaErrorNotReady;
+    *ms = (float)(y->ms - x->ms);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    event *v = event_of(e);
+    queue *q = queue_of(s);
+    if (!v || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (!v->recorded) return cudaSuccess; /* CUDA: waiting on a never-recorded event waits for nothing */
+    item it;
+    it.kind = item::WAIT;
+    it.wait_on = v->q;
+    it.wait_seq = v->seq;
+    push(q, std::move(it));
+    return cudaSuccess;
+}
+
+/* --- copies and memsets ------------------------------------------------------- */
+static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool sync) {
+    if (!st_emu_stream_ok(s)) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (n == 0) return cudaSuccess;
+    const bool dd = st_emu_device_range(dst, n), sd = st_emu_device_range(src, n);
+    const bool dst_dev = st_emu_is_device(dst), src_dev = st_emu_is_device(src);
+    bool ok;
+    switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dd && !src_dev; break;
+    case cudaMemcpyDeviceToHost: ok = sd && !dst_dev; break;
+    case cudaMemcpyDeviceToDevice: ok = dd && sd; break;
+    case cudaMemcpyHostToHost: ok = !dst_dev && !src_dev; break;
+    default: ok = (dd || !dst_dev) && (sd || !src_dev); break;
+    }
+    if (!ok) {
+        fprintf(stderr, "cudaemu: a copy of %zu bytes (kind %d) from %p to %p: %s\n", n, (int)kind, src, dst,
+                dst_dev && !dd   ? "runs past the end of the destination's device allocation"
+                : src_dev && !sd ? "runs past the end of the source's device allocation"
+                                 : "its pointers do not match its direction");
+        return st_emu_ret(cudaErrorInvalidValue);
+    }
+    if (!src_dev && !st_emu_is_pinned(src, n)) { /* pageable source: staged now, as CUDA does */
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        st_emu_enqueue(s, [dst, staged, n] { memcpy(dst, staged->data(), n); });
+    } else {
+        st_emu_enqueue(s, [dst, src, n] { memmove(dst, src, n); });
+    }
+    if (sync || (!dst_dev && !st_emu_is_pinned(dst, n))) { /* into pageable memory: returns when done */
+        std::lock_guard<std::recursive_mutex> l(lock);
+        if (sync) {
+            st_emu_run_all();
+        } else {
+            queue *q = queue_of(s);
+            run_until(q, q->queued);
+        }
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    return copy(dst, src, n, kind, s, false);
+}
+extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    st_emu_run_all(); /* the legacy default stream waits for the others */
+    return copy(dst, src, n, kind, 0, true);
+}
+
+static cudaError_t set(void *dst, int v, size_t n, cudaStream_t s, bool sync) {
+    if (!st_emu_stream_ok(s)) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (n == 0) return cudaSuccess;
+    if (!st_emu_device_range(dst, n)) {
+        fprintf(stderr, "cudaemu: a memset of %zu bytes at %p is not inside one device allocation\n", n, dst);
+        return st_emu_ret(cudaErrorInvalidValue);
+    }
+    st_emu_enqueue(s, [dst, v, n] { memset(dst, v, n); });
+    if (sync) st_emu_run_all();
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s) {
+    return set(dst, v, n, s, false);
+}
+extern "C" cudaError_t cudaMemset(void *dst, int v, size_t n) { return set(dst, v, n, 0, true); }
