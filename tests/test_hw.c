@@ -4,6 +4,7 @@
  * simulated hardware. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -414,7 +415,32 @@ static void test_hw_names(void) {
     CHECK_CLOSE(st_time_allreduce(1e9, 1, 1e11, 1e-5), 0, 0);
 }
 
+/* The peak behind a GPU run's mfu: datasheets for the presets' parts, else
+ * SMs x clock x the architecture's rate (checked against datasheets of parts
+ * without a preset: H100 PCIe at its boost clock, L4, RTX 4090). */
+static void test_gpu_peak(void) {
+    char why[256];
+    double f = st_gpu_peak("NVIDIA H100 80GB HBM3", 9, 0, 132, 1980000, true, why, sizeof why);
+    CHECK(f == 989.4e12 && strstr(why, "datasheet: H100 SXM"), "H100 SXM bf16: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA H100 80GB HBM3", 9, 0, 132, 1980000, false, why, sizeof why);
+    CHECK(f == 67e12 && strstr(why, "fp32"), "H100 SXM fp32: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA H200", 9, 0, 132, 1980000, true, why, sizeof why);
+    CHECK(f == 989.4e12, "H200: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA H100 PCIe", 9, 0, 114, 1755000, true, why, sizeof why);
+    CHECK_CLOSE(f, 114 * 1.755e9 * 4096, 1e3);
+    CHECK(strstr(why, "114 SMs x 1.75 GHz x 4096") != NULL, "H100 PCIe reason: %s", why);
+    f = st_gpu_peak("NVIDIA L4", 8, 9, 58, 2040000, true, why, sizeof why);
+    CHECK(fabs(f / 121e12 - 1) < 0.01, "L4: %g, datasheet 121 TFLOPS", f);
+    f = st_gpu_peak("NVIDIA GeForce RTX 4090", 8, 9, 128, 2520000, true, why, sizeof why);
+    CHECK(fabs(f / 165.2e12 - 1) < 0.01, "RTX 4090 with fp32 accumulation: %g, datasheet 165.2 TFLOPS", f);
+    f = st_gpu_peak("NVIDIA A100-SXM4-80GB", 8, 0, 108, 1410000, false, why, sizeof why);
+    CHECK(f == 19.5e12, "A100 fp32: %g (%s)", f, why);
+    f = st_gpu_peak("Some GPU", 6, 1, 20, 1500000, true, why, sizeof why);
+    CHECK(f == 0 && strstr(why, "set log.peak_gflops"), "unknown architecture: %g (%s)", f, why);
+}
+
 int main(void) {
+    test_gpu_peak();
     test_probe();
     test_gpt_flops();
     test_mlp_flops();

@@ -156,7 +156,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
            "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
-            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = measured once at start (sgemm)"),
+            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak for the "
+            "precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm)"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,
           "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many steps "
           "after the last sample: memory (this run's allocated and peak, the device's used and total) and, when "

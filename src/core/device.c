@@ -111,6 +111,14 @@ st_status st_device_memory(st_device *d, st_device_mem *out) {
     return st_fail(ST_ERR_UNSUPPORTED, "device memory: %s", d ? "this build has no CUDA" : "the host has no device memory");
 }
 
+st_status st_device_props_get(st_device *d, st_device_props *out) {
+    memset(out, 0, sizeof *out);
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_props(d, out);
+#endif
+    return st_fail(ST_ERR_UNSUPPORTED, "device properties: %s", d ? "this build has no CUDA" : "the host is no CUDA device");
+}
+
 const char *st_device_pci_bus_id(const st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_pci_bus_id(d);

@@ -61,6 +61,14 @@ typedef struct st_device_mem {
 } st_device_mem;
 /* ST_ERR_UNSUPPORTED for the host (d NULL) or a build without CUDA. */
 st_status st_device_memory(st_device *d, st_device_mem *out);
+/* What a CUDA device is: its name, compute capability, multiprocessors and
+ * their clock (kHz, the maximum the driver reports), for its peak rate
+ * (hw/device.h st_gpu_peak). ST_ERR_UNSUPPORTED for the host. */
+typedef struct st_device_props {
+    char name[96];
+    int cc_major, cc_minor, sms, clock_khz;
+} st_device_props;
+st_status st_device_props_get(st_device *d, st_device_props *out);
 /* The device's PCI address ("0000:65:00.0"), which names the same GPU to
  * NVML whatever CUDA_VISIBLE_DEVICES says; "" for the host. */
 const char *st_device_pci_bus_id(const st_device *d);

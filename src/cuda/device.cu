@@ -152,6 +152,17 @@ extern "C" st_status st_cuda_memory(st_device *d, st_device_mem *out) {
     return ST_OK;
 }
 
+extern "C" st_status st_cuda_props(st_device *d, st_device_props *out) {
+    cudaDeviceProp prop;
+    ST_CUDA_TRY_D(d, cudaGetDeviceProperties(&prop, d->ordinal));
+    snprintf(out->name, sizeof out->name, "%s", prop.name);
+    out->cc_major = d->cc_major;
+    out->cc_minor = d->cc_minor;
+    out->sms = d->sm_count;
+    ST_CUDA_TRY_D(d, cudaDeviceGetAttribute(&out->clock_khz, cudaDevAttrClockRate, d->ordinal));
+    return ST_OK;
+}
+
 extern "C" const char *st_cuda_pci_bus_id(const st_device *d) { return d->pci_bus_id; }
 
 extern "C" st_status st_cuda_zero(st_device *d, void *p, size_t nbytes) {

@@ -75,6 +75,51 @@ const char *st_device_names(void) {
     return "L40S, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, cpu, local";
 }
 
+/* Dense FLOP per clock per multiprocessor: 16-bit tensor-core products with
+ * fp32 accumulation, and fp32 FMA on the CUDA cores (2 x cores). From the
+ * architecture whitepapers (Volta, Ampere GA100/GA102, Ada, Hopper,
+ * Blackwell); GeForce parts of 8.6 and 8.9 accumulate fp32 at half rate. */
+static int per_sm_clock(int major, int minor, bool tensor16, bool geforce) {
+    const int v = major * 10 + minor;
+    if (!tensor16) return v >= 86 ? 256 : v >= 70 ? 128 : 0;
+    if (v >= 100 && v < 110) return 8192;
+    if (v == 90) return 4096;
+    if (v == 80) return 2048;
+    if (v == 86 || v == 87 || v == 89) return geforce ? 512 : 1024;
+    if (v == 70 || v == 72 || v == 75) return 1024;
+    return 0;
+}
+
+double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int clock_khz, bool tensor16, char *why,
+                   size_t why_len) {
+    static const struct {
+        const char *key, *preset, *what;
+        int sms;
+    } sheets[] = {{"H200", "H200", "H200 SXM", 132},
+                  {"H100", "H100-80GB", "H100 SXM", 132},
+                  {"A100", "A100-80GB", "A100", 108},
+                  {"L40S", "L40S", "L40S", 142}};
+    for (size_t i = 0; i < sizeof sheets / sizeof sheets[0]; i++) {
+        st_device d;
+        if (strstr(name, sheets[i].key) && sms == sheets[i].sms && st_device_preset(sheets[i].preset, &d)) {
+            const double f = tensor16 ? d.peak_bf16 : d.peak_fp32;
+            snprintf(why, why_len, "datasheet: %s, %.1f TFLOPS %s dense", sheets[i].what, f / T,
+                     tensor16 ? "bf16/fp16 tensor" : "fp32");
+            return f;
+        }
+    }
+    const int per = per_sm_clock(cc_major, cc_minor, tensor16, strstr(name, "GeForce") != NULL);
+    if (per == 0 || sms <= 0 || clock_khz <= 0) {
+        snprintf(why, why_len, "unknown for compute capability %d.%d (%d SMs at %d kHz): set log.peak_gflops",
+                 cc_major, cc_minor, sms, clock_khz);
+        return 0;
+    }
+    const double f = (double)sms * clock_khz * 1e3 * per;
+    snprintf(why, why_len, "%d SMs x %.2f GHz x %d FLOP/clock (sm_%d%d %s, dense)", sms, clock_khz / 1e6, per,
+             cc_major, cc_minor, tensor16 ? "bf16/fp16 tensor cores" : "fp32 cores");
+    return f;
+}
+
 st_status st_device_calibrate_cpu(double *flops_per_s) {
     enum { N = 1024 };
     const size_t count = (size_t)N * N;

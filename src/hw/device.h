@@ -54,6 +54,16 @@ const char *st_device_names(void);
  * conservative default when gflops <= 0. */
 void st_device_local(const st_hw_info *h, double cpu_gflops, st_device *out);
 
+/* A CUDA device's dense peak, FLOP/s, for mfu: 16-bit matrix products on
+ * tensor cores with fp32 accumulation (tensor16), or fp32 on the CUDA cores
+ * (no TF32). The datasheet figure when the name and multiprocessor count
+ * are a preset's (H100/H200 SXM, A100, L40S); otherwise multiprocessors x
+ * clock x the architecture's FLOP per clock per multiprocessor (compute
+ * capability 7.0 to 10.x). 0 when the architecture is unknown. `why` says
+ * which (at least 128 bytes). */
+double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int clock_khz, bool tensor16, char *why,
+                   size_t why_len);
+
 /* Measure the CPU's fp32 matrix-product rate: the fastest of 1024^3 sgemms
  * repeated for about 0.1 s on the current thread pool (load only slows a
  * repetition down, so the fastest is the machine's own rate). */

@@ -26,6 +26,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "feed.h"
+#include "hw/device.h"
 #include "data/sampler.h"
 #include "dist/dist.h"
 #include "layers/layers.h"
@@ -617,8 +618,17 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     ST_GOTO(st_params_init(&ses.model->params, (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
-    /* Only metrics.jsonl's mfu needs it; a host sgemm says nothing of a
-     * GPU's peak (left auto there: no mfu unless log.peak_gflops is set). */
+    /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
+     * architecture peak for the run's precision, on the CPU a short sgemm. */
+    st_device_props dp;
+    if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0 && ses.dev &&
+        st_device_props_get(ses.dev, &dp) == ST_OK) {
+        char why[ST_CFG_NOTE];
+        const double f = st_gpu_peak(dp.name, dp.cc_major, dp.cc_minor, dp.sms, dp.clock_khz,
+                                     strcmp(cfg->precision, "fp32") != 0, why, sizeof why);
+        if (f > 0) cfg->log.peak_gflops = round(f / 1e8) / 10;
+        st_config_mark_auto(cfg, "log.peak_gflops", why);
+    }
     if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0 && !ses.dev) {
         char why[ST_CFG_NOTE];
         double g;

@@ -59,6 +59,18 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->sharedMemPerBlock = 48 << 10;
     return cudaSuccess;
 }
+extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
+    switch (a) {
+    case cudaDevAttrClockRate: *v = 1000000; return cudaSuccess; /* kHz */
+    case cudaDevAttrMultiProcessorCount: *v = 4; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+    default: return st_emu_ret(cudaErrorInvalidValue);
+    }
+}
 extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     snprintf(id, (size_t)len, "0000:%02x:00.0", d);
