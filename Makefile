@@ -107,6 +107,7 @@ $(BUILD)/emu/%.cpp: %.cu tests/cudaemu/rewrite.py
 	python3 tests/cudaemu/rewrite.py $< $@
 
 CUH_EMU := $(patsubst %.cuh,$(BUILD)/emu/%.cuh,$(wildcard src/cuda/*.cuh))
+.PRECIOUS: $(BUILD)/emu/%.cpp $(BUILD)/emu/%.cuh # kept: the objects' dependency files name them
 $(BUILD)/emu/%.cuh: %.cuh tests/cudaemu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 tests/cudaemu/rewrite.py $< $@
