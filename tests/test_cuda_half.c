@@ -7,7 +7,9 @@
  * the 65520 tie that overflows, Inf), and random bit patterns;
  * st_device_all_finite must find one Inf or NaN anywhere in a long array
  * (first, last, middle) and nothing in a clean one; st_device_scale_f32
- * must multiply exactly as the host does.
+ * must multiply exactly as the host does; st_device_div_to_16 and
+ * st_device_from_16 (16-bit gradient buckets) must give the bits of
+ * st_to_half(x / 3) and st_from_half's floats.
  *
  * The host paths (device NULL) are checked first everywhere; without a CUDA
  * device the test then skips, saying why. */
@@ -140,6 +142,37 @@ static void check_on(st_device *d, const char *where, const float *x, int64_t n)
         want[i] = x[i] * s;
     snprintf(what, sizeof what, "%s: st_device_scale_f32", where);
     same_bits(what, got, want, n);
+
+    /* 16-bit buckets: x / 3 rounded to 16 bits, and back to floats */
+    for (int pi = 0; pi < 2; pi++) {
+        const st_precision p = pi ? ST_PREC_FP16 : ST_PREC_BF16;
+        uint16_t *h16 = malloc((size_t)n * 2), *w16 = malloc((size_t)n * 2), *d16 = NULL;
+        CHECK_OK(st_device_alloc(d, (size_t)n * 2, (void **)&d16));
+        if (h16 && w16 && d16) {
+            for (int64_t i = 0; i < n; i++)
+                want[i] = x[i] / 3.0f;
+            st_to_half(p, w16, want, n);
+            CHECK_OK(st_device_upload(d, dx, x, nb));
+            CHECK_OK(st_device_div_to_16(d, p, d16, dx, (size_t)n, 3.0f));
+            CHECK_OK(st_device_download(d, h16, d16, (size_t)n * 2));
+            int64_t differ = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const bool nan = p == ST_PREC_BF16 ? isnan(st_bf16_to_f32(w16[i])) : isnan(st_f16_to_f32(w16[i]));
+                const bool got_nan = p == ST_PREC_BF16 ? isnan(st_bf16_to_f32(h16[i])) : isnan(st_f16_to_f32(h16[i]));
+                differ += nan ? !got_nan : h16[i] != w16[i];
+            }
+            CHECK(differ == 0, "%s: st_device_div_to_16 %s: %lld of %lld values differ in bits", where,
+                  pi ? "fp16" : "bf16", (long long)differ, (long long)n);
+            CHECK_OK(st_device_from_16(d, p, dy, d16, (size_t)n));
+            CHECK_OK(st_device_download(d, got, dy, nb));
+            st_from_half(p, want, w16, n);
+            snprintf(what, sizeof what, "%s: st_device_from_16 %s", where, pi ? "fp16" : "bf16");
+            same_bits(what, got, want, n);
+        }
+        st_device_release(d, d16);
+        free(h16);
+        free(w16);
+    }
 done:
     st_device_release(d, dx);
     st_device_release(d, dy);

@@ -157,6 +157,31 @@ st_status st_device_all_finite(st_device *d, const float *x, size_t count, bool 
     return ST_OK;
 }
 
+st_status st_device_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count,
+                              float div) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_div_to_16(d, p, dst, src, count, div);
+#endif
+    if (p != ST_PREC_BF16 && p != ST_PREC_FP16)
+        return st_fail(ST_ERR_INTERNAL, "st_device_div_to_16 with precision fp32");
+    const int64_t n = (int64_t)count;
+#pragma omp parallel for schedule(static) if (n > ST_HALF_PAR)
+    for (int64_t b = 0; b < n; b += ST_HALF_BLOCK)
+        for (int64_t i = b; i < (n - b < ST_HALF_BLOCK ? n : b + ST_HALF_BLOCK); i++)
+            dst[i] = p == ST_PREC_BF16 ? st_f32_to_bf16(src[i] / div) : st_f32_to_f16(src[i] / div);
+    return ST_OK;
+}
+
+st_status st_device_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_from_16(d, p, dst, src, count);
+#endif
+    if (p != ST_PREC_BF16 && p != ST_PREC_FP16)
+        return st_fail(ST_ERR_INTERNAL, "st_device_from_16 with precision fp32");
+    st_from_half(p, dst, src, (int64_t)count);
+    return ST_OK;
+}
+
 st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_grad_scale(d, x, (int64_t)count, scale);

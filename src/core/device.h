@@ -83,6 +83,13 @@ st_status st_device_round_copy(st_device *d, st_precision p, float *dst, const f
 /* *finite = no Inf or NaN in x[0, count). On a device the flag is reduced
  * there and read back once (this call waits for the stream). */
 st_status st_device_all_finite(st_device *d, const float *x, size_t count, bool *finite);
+/* 16-bit gradient buckets (dist.grad_dtype bf16/fp16): dst[i] = the 16-bit
+ * bits of src[i] / div (divided in fp32, rounded to nearest even), and
+ * dst[i] = the float of src[i]'s bits. On the host now (src keeps its
+ * values), on a device queued on the compute stream. */
+st_status st_device_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count,
+                              float div);
+st_status st_device_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count);
 /* x[0, count) *= scale (fp16 loss-scale unscaling). */
 st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale);
 

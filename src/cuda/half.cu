@@ -74,6 +74,60 @@ st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *sr
     return ST_OK;
 }
 
+/* 16-bit gradient buckets (dist.grad_dtype): dst = round16(src / div), and
+ * back; the division in fp32, as the host's st_ddp does it. */
+template <st_precision P> static __global__ void div_to_16_kernel(uint16_t *dst, const float *src, int64_t n, float div) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = __fdiv_rn(src[i], div);
+        if (P == ST_PREC_BF16) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(v);
+            dst[i] = *(const uint16_t *)&h;
+        } else {
+            const __half h = __float2half_rn(v);
+            dst[i] = *(const uint16_t *)&h;
+        }
+    }
+}
+
+template <st_precision P> static __global__ void from_16_kernel(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const uint16_t b = src[i];
+        if (P == ST_PREC_BF16)
+            dst[i] = __bfloat162float(*(const __nv_bfloat16 *)&b);
+        else
+            dst[i] = __half2float(*(const __half *)&b);
+    }
+}
+
+extern "C" st_status st_cuda_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count,
+                                       float div) {
+    if (!count) return ST_OK;
+    const int64_t n = (int64_t)count;
+    if (p == ST_PREC_BF16)
+        div_to_16_kernel<ST_PREC_BF16><<<st_cuda_blocks(n, THREADS), THREADS, 0, d->compute>>>(dst, src, n, div);
+    else if (p == ST_PREC_FP16)
+        div_to_16_kernel<ST_PREC_FP16><<<st_cuda_blocks(n, THREADS), THREADS, 0, d->compute>>>(dst, src, n, div);
+    else
+        return st_fail(ST_ERR_INTERNAL, "st_cuda_div_to_16 with precision fp32");
+    ST_CUDA_TRY_D(d, cudaGetLastError());
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count) {
+    if (!count) return ST_OK;
+    const int64_t n = (int64_t)count;
+    if (p == ST_PREC_BF16)
+        from_16_kernel<ST_PREC_BF16><<<st_cuda_blocks(n, THREADS), THREADS, 0, d->compute>>>(dst, src, n);
+    else if (p == ST_PREC_FP16)
+        from_16_kernel<ST_PREC_FP16><<<st_cuda_blocks(n, THREADS), THREADS, 0, d->compute>>>(dst, src, n);
+    else
+        return st_fail(ST_ERR_INTERNAL, "st_cuda_from_16 with precision fp32");
+    ST_CUDA_TRY_D(d, cudaGetLastError());
+    return ST_OK;
+}
+
 st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out) {
     *out = NULL;
     if (nbytes > d->scratch_bytes) {

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/half.h"
 #include "agree.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "zero.h"
 
@@ -97,28 +97,28 @@ void st_ddp_free(st_ddp *d) {
     for (int i = 0; d->b && i < d->n_buckets; i++)
         free(d->b[i].req);
     free(d->b);
-    free(d->half);
+    st_device_release(d->p->dev, d->half);
     memset(d, 0, sizeof *d);
 }
 
 st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
     d->grad_dtype = dt;
     if (dt == ST_PREC_FP32 || d->half) return ST_OK;
-    d->half = malloc((size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half);
-    if (!d->half)
-        return st_fail(ST_ERR_NOMEM, "out of memory for the 16-bit gradient buckets (dist.grad_dtype)");
+    /* beside the gradients: host memory, or the device's */
+    void *h = NULL;
+    if (st_device_alloc(d->p->dev, (size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half, &h) != ST_OK)
+        return st_fail(ST_ERR_NOMEM, "out of %s memory for the 16-bit gradient buckets (dist.grad_dtype): %s",
+                       d->p->dev ? "device" : "host", st_last_error());
+    d->half = h;
     return ST_OK;
 }
 
 /* 16-bit buckets: the average's division first, in fp32 (a smaller range
  * for fp16 to hold), one rounding to 16 bits, a 16-bit sum over the ranks. */
 static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
-    float *g = d->p->grad + b->offset; /* (count) */
-    uint16_t *h = d->half + b->offset; /* (count) */
-    const float n = (float)st_comm_size(d->comm);
-    for (int64_t i = 0; i < b->count; i++)
-        g[i] /= n;
-    st_to_half(d->grad_dtype, h, g, b->count);
+    const float *g = d->p->grad + b->offset; /* (count) */
+    uint16_t *h = d->half + b->offset;        /* (count) */
+    ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, h, g, (size_t)b->count, (float)st_comm_size(d->comm)));
     return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
                               d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM,
                               b->name, &b->req[0]);
@@ -233,7 +233,8 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
     }
     if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
         for (int i = 0; i < d->n_buckets; i++)
-            st_from_half(d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset, d->b[i].count);
+            ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset,
+                                     (size_t)d->b[i].count));
     const double t_done = st_trace_end(d->trace, &wait);
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;

@@ -56,8 +56,6 @@ static const char *device_blocker(const st_session *s) {
                    "was not found under NCCL_HOME; see docs/cuda.md)";
         if (strcmp(c->dist.strategy, "zero1") == 0 || strcmp(c->dist.strategy, "zero2") == 0)
             return "dist.strategy zero1/zero2 on CUDA devices is not written yet (ddp is)";
-        if (strcmp(c->dist.grad_dtype, "fp32") != 0)
-            return "dist.grad_dtype bf16/fp16 on CUDA devices is not written yet (fp32 buckets are)";
     }
     if (c->dist.deterministic) return "dist.deterministic folds gradients on the host, not on a CUDA device yet";
     return NULL;
