@@ -97,7 +97,7 @@ void st_ddp_free(st_ddp *d) {
     for (int i = 0; d->b && i < d->n_buckets; i++)
         free(d->b[i].req);
     free(d->b);
-    st_device_release(d->p->dev, d->half);
+    if (d->half) st_device_release(d->p->dev, d->half);
     memset(d, 0, sizeof *d);
 }
 

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 extern uint3 threadIdx, blockIdx; /* of the thread running now (one launch runs at a time) */
@@ -53,10 +54,21 @@ static inline st_emu_cfg st_emu_config(dim3 grid, dim3 block, size_t smem = 0, c
 void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
                    void *ctx);
 
+/* A pointer argument must be device (or pinned host) memory: a GPU faults on
+ * a pageable host pointer, or on a freed block, when the kernel reads it. */
+void st_emu_check_pointer(const char *name, int index, const void *p);
+template <class T> static inline void st_emu_check_arg(const char *name, int index, const T &v) {
+    if constexpr (std::is_pointer<T>::value)
+        if (v) st_emu_check_pointer(name, index, (const void *)v);
+}
+
 /* The arguments are copied now, as CUDA copies a kernel's parameters at the
  * launch; each thread's call copies them again into the kernel's own. */
 template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const char *name, K kernel, A &&...args) {
     static int site = 0; /* one per launch site: each has its own lambda type */
+    int index = 0;
+    (st_emu_check_arg(name, index++, args), ...);
+    (void)index;
     struct held {
         K k;
         std::tuple<typename std::decay<A>::type...> args;

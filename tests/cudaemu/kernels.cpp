@@ -215,6 +215,13 @@ static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, c
     st_emu_set_running(NULL);
 }
 
+void st_emu_check_pointer(const char *name, int index, const void *p) {
+    if (!st_emu_is_device(p) && !st_emu_is_pinned(p, 1))
+        st_emu_die("%s: argument %d is %p, which is neither device memory nor pinned host memory (a host pointer, "
+                   "or a freed block, that a GPU would fault on)",
+                   name, index + 1, p);
+}
+
 void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
                    void *ctx) {
     const uint64_t nt = (uint64_t)c.block.x * c.block.y * c.block.z;
