@@ -162,9 +162,10 @@ asan:
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
 
 # The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
-# tests run there on the CPU.
+# tests run there on the CPU (tests/mpi/nccl_check: NCCL between ranks, run by
+# tests/e2e/emu_nccl.sh).
 EMU_TESTS := $(patsubst tests/%.c,build-emu/tests/%,$(wildcard tests/test_cuda_*.c tests/test_cudaemu.c \
-	tests/test_train_device.c))
+	tests/test_train_device.c tests/mpi/nccl_check.c))
 emu:
 	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS)
 
