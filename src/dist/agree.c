@@ -204,12 +204,17 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
         const st_tensor *t = p->t[diff];
         char item[ST_NAME_MAX + 64], mine[ST_AGREE_DESC_MAX];
         snprintf(item, sizeof item, "parameter %s after step %lld", t->name, (long long)step);
-        snprintf(mine, sizeof mine, "bits hashed to %016llx, first value %.9g", (unsigned long long)h[diff],
-                 t->count ? x[t->offset] : 0.0);
+        double sum = 0;
+        for (int64_t i = 0; i < t->count; i++) sum += x[t->offset + i];
+        snprintf(mine, sizeof mine, "bits hashed to %016llx, sum %.17g", (unsigned long long)h[diff], sum);
         s = st_agree_report(c, "the data-parallel replicas differ", item, mine,
                             "every rank must end a step with the same weights: a collective gave the ranks "
                             "different results, or a rank skipped an update; this is a bug to report");
-        if (s == ST_ERR_CONFIG) s = st_fail(ST_ERR_INTERNAL, "%s", st_last_error());
+        if (s == ST_ERR_CONFIG) { /* (the message, under the right code) */
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%s", st_last_error());
+            s = st_fail(ST_ERR_INTERNAL, "%s", msg);
+        }
     }
     free(copy);
     free(h);
