@@ -5,7 +5,9 @@
 # passes it the emulator's build folder (its third argument); given any other
 # build it skips.
 #  1. tests/mpi/nccl_check on 2 ranks: every collective of
-#     src/cuda/comm_nccl.cu between the ranks gives the expected values.
+#     src/cuda/comm_nccl.cu between the ranks gives the expected values; and
+#     with both ranks on one device the start-up fails on both with NCCL's
+#     reason (the emulator refuses it as NCCL does), neither left waiting.
 #  2. Training, the mlp on Fashion-MNIST, 8 steps of SGD with momentum, global
 #     batch 32, small gradient buckets (several per step, all-reduced through
 #     NCCL on the communication stream during backward): 2 ranks on 2
@@ -29,6 +31,8 @@ export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
 
 out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" 2>&1) || fail "nccl_check on 2 ranks: $out"
 grep -q "every collective gave the expected values" <<<"$out" || fail "nccl_check said: $out"
+out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" same-device 2>&1) || fail "nccl_check same-device: $out"
+grep -q "Duplicate GPU detected" <<<"$out" || fail "two ranks on one device refused without NCCL's reason: $out"
 
 common=(--set train.steps=8 --set train.threads=1 --set data.num_workers=0 --set data.val=
         --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32

@@ -9,6 +9,7 @@
  * and in place; broadcast and reduce from the last rank; all-to-all;
  * barrier; and an all-reduce queued right after a fill on the compute
  * stream, with no host wait between, must see the fill on every rank.
+ * `nccl_check same-device`: two ranks on one GPU are refused on every rank.
  * Skips (77, saying why) without a CUDA+NCCL build or a device per rank. */
 #include <math.h>
 #include <stdint.h>
@@ -165,7 +166,23 @@ static void ordering(st_comm *nc, st_device *d, float *h, float *dx, float *dy) 
     CHECK_OK(st_comm_barrier_sync(nc, "barrier"));
 }
 
-int main(void) {
+/* `nccl_check same-device`: every rank on device 0 of its node. NCCL refuses
+ * two ranks on one GPU (ncclInvalidUsage, "Duplicate GPU detected"): the
+ * start-up fails on every rank with the reason, and no rank waits for the
+ * others (the agreement after ncclCommInitRankConfig). */
+static int same_device(st_comm *boot, st_comm_config *cc) {
+    st_device *d = NULL;
+    st_comm *nc = NULL;
+    CHECK_OK(st_device_open_cuda(0, &d));
+    if (d) CHECK_FAILS(st_comm_nccl_init(boot, d, cc, &nc), ST_ERR_IO, "one GPU per rank");
+    CHECK(nc == NULL, "rank %d: a communicator came out of a refusal", R);
+    if (R == 0 && !st_test_failures) printf("nccl_check: %d ranks on one device refused: %s\n", W, st_last_error());
+    st_device_free(d);
+    st_comm_free(boot);
+    return st_test_finish("nccl_check same-device");
+}
+
+int main(int argc, char **argv) {
     st_comm_config cc = ST_COMM_CONFIG_INIT;
     cc.backend = ST_COMM_MPI;
     cc.timeout_s = 60;
@@ -183,6 +200,8 @@ int main(void) {
                            ? "fewer CUDA devices than ranks on this node (NCCL needs one each; the emulator: "
                              "ST_CUDAEMU_DEVICES)"
                            : NULL;
+    if (argc > 1 && strcmp(argv[1], "same-device") == 0 && st_comm_nccl_built() && n > 0)
+        return same_device(boot, &cc);
     if (skip) {
         st_comm_free(boot);
         return st_test_skip("nccl_check", skip);
