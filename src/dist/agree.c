@@ -205,7 +205,8 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
         char item[ST_NAME_MAX + 64], mine[ST_AGREE_DESC_MAX];
         snprintf(item, sizeof item, "parameter %s after step %lld", t->name, (long long)step);
         double sum = 0;
-        for (int64_t i = 0; i < t->count; i++) sum += x[t->offset + i];
+        for (int64_t i = 0; i < t->count; i++)
+            sum += x[t->offset + i];
         snprintf(mine, sizeof mine, "bits hashed to %016llx, sum %.17g", (unsigned long long)h[diff], sum);
         s = st_agree_report(c, "the data-parallel replicas differ", item, mine,
                             "every rank must end a step with the same weights: a collective gave the ranks "

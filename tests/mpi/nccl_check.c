@@ -36,13 +36,15 @@ static void *dev_poisoned(st_device *d, size_t nbytes) {
 /* Elements of got (n) that are not want(i) (NaN never equals). */
 static int wrong(const float *got, size_t n, float (*want)(size_t)) {
     int bad = 0;
-    for (size_t i = 0; i < n; i++) bad += !(got[i] == want(i));
+    for (size_t i = 0; i < n; i++)
+        bad += !(got[i] == want(i));
     return bad;
 }
 
 static float sum_at(size_t i) {
     float s = 0;
-    for (int r = 0; r < W; r++) s += val(r, i);
+    for (int r = 0; r < W; r++)
+        s += val(r, i);
     return s;
 }
 static float max_at(size_t i) { return val(W - 1, i); }
@@ -55,7 +57,8 @@ static float scattered_at(size_t i) { return sum_at((size_t)R * N + i); }
 static float swapped_at(size_t i) { return val((int)(i / N), (size_t)R * N + i % N); }
 
 static void reductions(st_comm *nc, st_device *d, float *h, float *dx, float *dy) {
-    for (size_t i = 0; i < N; i++) h[i] = val(R, i);
+    for (size_t i = 0; i < N; i++)
+        h[i] = val(R, i);
     CHECK_OK(st_device_upload(d, dx, h, N * 4));
     static const struct {
         st_comm_redop op;
@@ -72,7 +75,8 @@ static void reductions(st_comm *nc, st_device *d, float *h, float *dx, float *dy
     CHECK_OK(st_comm_all_reduce_sync(nc, dx, dy, N, ST_COMM_F32, ST_COMM_AVG, "avg"));
     CHECK_OK(st_device_download(d, h, dy, N * 4));
     int bad = 0;
-    for (size_t i = 0; i < N; i++) bad += !(fabs(h[i] - sum_at(i) / W) <= 1e-6 * fabs(sum_at(i) / W));
+    for (size_t i = 0; i < N; i++)
+        bad += !(fabs(h[i] - sum_at(i) / W) <= 1e-6 * fabs(sum_at(i) / W));
     CHECK(bad == 0, "rank %d: all-reduce avg: %d of %d wrong", R, bad, N);
 
     /* 16-bit floats: small integers and halves, exact in both and in their sums */
@@ -83,7 +87,8 @@ static void reductions(st_comm *nc, st_device *d, float *h, float *dx, float *dy
             b[i] = k ? st_f32_to_f16(v) : st_f32_to_bf16(v);
         }
         CHECK_OK(st_device_upload(d, dx, b, N * 2));
-        CHECK_OK(st_comm_all_reduce_sync(nc, dx, dy, N, k ? ST_COMM_F16 : ST_COMM_BF16, ST_COMM_SUM, "16-bit sum"));
+        CHECK_OK(st_comm_all_reduce_sync(nc, dx, dy, N, k ? ST_COMM_F16 : ST_COMM_BF16, ST_COMM_SUM,
+                                         "16-bit sum"));
         CHECK_OK(st_device_download(d, b, dy, N * 2));
         bad = 0;
         for (size_t i = 0; i < N; i++) {
@@ -94,33 +99,39 @@ static void reductions(st_comm *nc, st_device *d, float *h, float *dx, float *dy
     }
     free(b);
     int64_t iv[N / 2];
-    for (size_t i = 0; i < N / 2; i++) iv[i] = (int64_t)i * 1000000007LL + R;
+    for (size_t i = 0; i < N / 2; i++)
+        iv[i] = (int64_t)i * 1000000007LL + R;
     CHECK_OK(st_device_upload(d, dx, iv, sizeof iv));
     CHECK_OK(st_comm_all_reduce_sync(nc, dx, dy, N / 2, ST_COMM_I64, ST_COMM_SUM, "int64 sum"));
     CHECK_OK(st_device_download(d, iv, dy, sizeof iv));
     bad = 0;
-    for (size_t i = 0; i < N / 2; i++) bad += iv[i] != (int64_t)i * 1000000007LL * W + W * (W - 1) / 2;
+    for (size_t i = 0; i < N / 2; i++)
+        bad += iv[i] != (int64_t)i * 1000000007LL * W + W * (W - 1) / 2;
     CHECK(bad == 0, "rank %d: int64 all-reduce: %d of %d wrong", R, bad, N / 2);
 }
 
 static void movements(st_comm *nc, st_device *d, float *h, float *big_h, float *dx, float *big, float *big2) {
     st_comm_req *r = NULL;
     const size_t all = (size_t)W * N;
-    for (size_t i = 0; i < all; i++) big_h[i] = val(R, i);
+    for (size_t i = 0; i < all; i++)
+        big_h[i] = val(R, i);
     CHECK_OK(st_device_upload(d, big, big_h, all * 4));
     CHECK_OK(st_device_fill_f32(d, dx, N, NAN));
     CHECK_OK(st_comm_reduce_scatter(nc, big, dx, N, ST_COMM_F32, ST_COMM_SUM, "reduce-scatter", &r));
     CHECK_OK(st_comm_wait(&r));
     CHECK_OK(st_device_download(d, h, dx, N * 4));
-    CHECK(wrong(h, N, scattered_at) == 0, "rank %d: reduce-scatter: %d of %d wrong", R, wrong(h, N, scattered_at), N);
+    CHECK(wrong(h, N, scattered_at) == 0, "rank %d: reduce-scatter: %d of %d wrong", R,
+          wrong(h, N, scattered_at), N);
 
-    for (size_t i = 0; i < N; i++) h[i] = val(R, i);
+    for (size_t i = 0; i < N; i++)
+        h[i] = val(R, i);
     CHECK_OK(st_device_upload(d, dx, h, N * 4));
     CHECK_OK(st_device_fill_f32(d, big2, all, NAN));
     CHECK_OK(st_comm_all_gather(nc, dx, big2, N, ST_COMM_F32, "all-gather", &r));
     CHECK_OK(st_comm_wait(&r));
     CHECK_OK(st_device_download(d, big_h, big2, all * 4));
-    CHECK(wrong(big_h, all, gathered_at) == 0, "rank %d: all-gather: %d wrong", R, wrong(big_h, all, gathered_at));
+    CHECK(wrong(big_h, all, gathered_at) == 0, "rank %d: all-gather: %d wrong", R,
+          wrong(big_h, all, gathered_at));
     CHECK_OK(st_device_fill_f32(d, big2, all, NAN)); /* in place: this rank's block first */
     CHECK_OK(st_device_upload(d, big2 + (size_t)R * N, h, N * 4));
     CHECK_OK(st_comm_all_gather(nc, big2 + (size_t)R * N, big2, N, ST_COMM_F32, "all-gather in place", &r));
@@ -133,22 +144,27 @@ static void movements(st_comm *nc, st_device *d, float *h, float *big_h, float *
     CHECK_OK(st_device_download(d, h, dx, N * 4));
     CHECK(wrong(h, N, last_at) == 0, "rank %d: broadcast: %d of %d wrong", R, wrong(h, N, last_at), N);
 
-    for (size_t i = 0; i < N; i++) h[i] = val(R, i);
+    for (size_t i = 0; i < N; i++)
+        h[i] = val(R, i);
     CHECK_OK(st_device_upload(d, dx, h, N * 4));
     CHECK_OK(st_device_fill_f32(d, big2, N, NAN));
     CHECK_OK(st_comm_reduce(nc, dx, big2, N, ST_COMM_F32, ST_COMM_SUM, W - 1, "reduce to the last rank", &r));
     CHECK_OK(st_comm_wait(&r));
     CHECK_OK(st_device_download(d, h, big2, N * 4));
-    if (R == W - 1) CHECK(wrong(h, N, sum_at) == 0, "rank %d: reduce: %d of %d wrong", R, wrong(h, N, sum_at), N);
-    else CHECK(isnan(h[0]) && isnan(h[N - 1]), "rank %d: reduce wrote into a non-root's buffer", R);
+    if (R == W - 1)
+        CHECK(wrong(h, N, sum_at) == 0, "rank %d: reduce: %d of %d wrong", R, wrong(h, N, sum_at), N);
+    else
+        CHECK(isnan(h[0]) && isnan(h[N - 1]), "rank %d: reduce wrote into a non-root's buffer", R);
 
-    for (size_t i = 0; i < all; i++) big_h[i] = val(R, i);
+    for (size_t i = 0; i < all; i++)
+        big_h[i] = val(R, i);
     CHECK_OK(st_device_upload(d, big, big_h, all * 4));
     CHECK_OK(st_device_fill_f32(d, big2, all, NAN));
     CHECK_OK(st_comm_all_to_all(nc, big, big2, N, ST_COMM_F32, "all-to-all", &r));
     CHECK_OK(st_comm_wait(&r));
     CHECK_OK(st_device_download(d, big_h, big2, all * 4));
-    CHECK(wrong(big_h, all, swapped_at) == 0, "rank %d: all-to-all: %d wrong", R, wrong(big_h, all, swapped_at));
+    CHECK(wrong(big_h, all, swapped_at) == 0, "rank %d: all-to-all: %d wrong", R,
+          wrong(big_h, all, swapped_at));
 }
 
 /* A fill queued on the compute stream and not waited for: the all-reduce
@@ -159,10 +175,12 @@ static void ordering(st_comm *nc, st_device *d, float *h, float *dx, float *dy) 
     CHECK_OK(st_device_fill_f32(d, dx, N, 3.5f));
     CHECK_OK(st_comm_all_reduce(nc, dx, dy, N, ST_COMM_F32, ST_COMM_SUM, "after a fill", &r));
     bool done = false;
-    while (!done && st_test_failures == 0) CHECK_OK(st_comm_test(&r, &done));
+    while (!done && st_test_failures == 0)
+        CHECK_OK(st_comm_test(&r, &done));
     CHECK_OK(st_device_download(d, h, dy, N * 4));
-    CHECK(wrong(h, N, fill_sum) == 0, "rank %d: the all-reduce ran before the fill it follows: %d of %d wrong", R,
-          wrong(h, N, fill_sum), N);
+    CHECK(wrong(h, N, fill_sum) == 0,
+          "rank %d: the all-reduce ran before the fill it follows: %d of %d wrong", R, wrong(h, N, fill_sum),
+          N);
     CHECK_OK(st_comm_barrier_sync(nc, "barrier"));
 }
 
@@ -176,7 +194,8 @@ static int same_device(st_comm *boot, st_comm_config *cc) {
     CHECK_OK(st_device_open_cuda(0, &d));
     if (d) CHECK_FAILS(st_comm_nccl_init(boot, d, cc, &nc), ST_ERR_IO, "one GPU per rank");
     CHECK(nc == NULL, "rank %d: a communicator came out of a refusal", R);
-    if (R == 0 && !st_test_failures) printf("nccl_check: %d ranks on one device refused: %s\n", W, st_last_error());
+    if (R == 0 && !st_test_failures)
+        printf("nccl_check: %d ranks on one device refused: %s\n", W, st_last_error());
     st_device_free(d);
     st_comm_free(boot);
     return st_test_finish("nccl_check same-device");
@@ -232,6 +251,7 @@ int main(int argc, char **argv) {
     }
     st_device_free(d);
     st_comm_free(boot);
-    if (R == 0 && !st_test_failures) printf("nccl_check: %d ranks: every collective gave the expected values\n", W);
+    if (R == 0 && !st_test_failures)
+        printf("nccl_check: %d ranks: every collective gave the expected values\n", W);
     return st_test_finish("nccl_check");
 }

@@ -45,11 +45,13 @@ int main(void) {
     char want[64];
     snprintf(want, sizeof want, "rank %d has bits hashed to", world - 1);
     CHECK_FAILS(st_agree_replicas(c, &p, 7), ST_ERR_INTERNAL, "parameter layer.bias after step 7");
-    CHECK(strstr(st_last_error(), want) != NULL && strstr(st_last_error(), "the data-parallel replicas differ"),
+    CHECK(strstr(st_last_error(), want) != NULL &&
+              strstr(st_last_error(), "the data-parallel replicas differ"),
           "rank %d: the message names the replicas and rank %d: %s", rank, world - 1, st_last_error());
     st_graph_free(&g);
     st_params_free(&p);
     st_comm_free(c);
-    if (rank == 0 && !st_test_failures) printf("replica_check: %d ranks: an ulp on one rank is found\n", world);
+    if (rank == 0 && !st_test_failures)
+        printf("replica_check: %d ranks: an ulp on one rank is found\n", world);
     return st_test_finish("replica_check");
 }
