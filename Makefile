@@ -61,19 +61,21 @@ endif
 # CUDA_EMU=1 (`make emu`, into build-emu): the same CUDA sources compiled
 # with g++ against tests/cudaemu/, which runs their kernels on the CPU and
 # stands in for the CUDA runtime and cuBLASLt (tests/cudaemu/README.md), so
-# the CUDA tests run where no GPU is. Never a user's build.
+# the CUDA tests run where no GPU is. Never a user's build. NCCL is
+# tests/cudaemu/nccl.cpp: the real nccl.h's API done with MPI between the
+# ranks (no libnccl is linked), so src/cuda/comm_nccl.cu runs too.
 CUDA_EMU ?= 0
 ifeq ($(CUDA_EMU),1)
 CUDA := 1
-NCCL := 0
-NCCL_FLAGS :=
-CUDA_CFLAGS := -DST_HAVE_CUDA -DST_CUDA_EMU -I$(CUDA_HOME)/include
+NCCL := 1
+NCCL_FLAGS := -DST_HAVE_NCCL
+CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/include
 CUDA_LIBS := -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
 EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
 	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Iinclude -Isrc -Isrc/cuda \
-	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC)
+	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(NCCL_FLAGS) $(MPI_CFLAGS)
 endif
 NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \
 	-Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation,-Werror
@@ -161,9 +163,10 @@ asan:
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
 
 # The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
-# tests run there on the CPU.
+# tests run there on the CPU (tests/mpi/nccl_check: NCCL between ranks, run by
+# tests/e2e/emu_nccl.sh).
 EMU_TESTS := $(patsubst tests/%.c,build-emu/tests/%,$(wildcard tests/test_cuda_*.c tests/test_cudaemu.c \
-	tests/test_train_device.c))
+	tests/test_train_device.c tests/mpi/nccl_check.c))
 emu:
 	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS)
 

@@ -4,7 +4,8 @@
 # A test program exits 0 (pass), 77 (skip, after printing why) or anything
 # else (fail). Usage: tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD]]
 # EMULATOR_BUILD: the CUDA emulator's build (`make emu`, tests/cudaemu/),
-# whose CUDA tests run their kernels on the CPU.
+# whose CUDA tests run their kernels on the CPU; the end-to-end tests named
+# tests/e2e/emu_*.sh are given it instead of BUILD.
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -54,9 +55,13 @@ for t in tests/py/test_*.py; do
     [ -f "$t" ] || continue
     run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
 done
+# tests/e2e/emu_*.sh need the emulator's build (they skip, saying so, without one).
 for t in tests/e2e/*.sh; do
     [ -x "$t" ] || continue
-    run "e2e/$(basename "$t" .sh)" "$t" "$build"
+    case "$(basename "$t")" in
+    emu_*) run "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
+    *) run "e2e/$(basename "$t" .sh)" "$t" "$build" ;;
+    esac
 done
 ((${#failed[@]})) && echo "failed: ${failed[*]}"
 echo "$pass passed, $fail failed, $skip skipped"

@@ -19,7 +19,8 @@
  * exit 0 when the build has NCCL, for scripts). CP_SMALL set (the memcheck
  * run of scripts/gpu-session.sh) leaves out the training. Two or more
  * ranks need a GPU each (NCCL refuses two ranks on one GPU):
- * tests/e2e/nccl_ddp.sh runs them where there are enough. */
+ * tests/e2e/nccl_ddp.sh runs them where there are enough, and
+ * tests/e2e/emu_nccl.sh on two devices of the CUDA emulator. */
 #include <stdint.h>
 #include <unistd.h>
 

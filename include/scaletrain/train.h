@@ -48,6 +48,8 @@ typedef struct st_run_result {
     double first_bucket_lead_ms; /* mean per step: the first bucket started this long before backward ended */
     double comm_hidden;          /* of the time some bucket's collectives were in flight, the part before
                                     backward ended: the fraction of all-reduce time hidden behind backward */
+    bool replicas_identical;     /* after the last step every rank's parameters had the same bits (compared
+                                    by hash: st_agree_replicas; a difference fails the run) */
     int64_t grad_syncs;          /* backward passes whose buckets were reduced across the ranks: one per step
                                     (its last micro-step) for ddp and zero1, one per micro-step for zero2 */
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */

@@ -1,5 +1,6 @@
 /* The ranks' agreement before training (see agree.h): the configuration
- * check and the two pieces the model check in ddp.c shares with it. */
+ * check and the two pieces the model check in ddp.c shares with it; and the
+ * replicas' agreement after training. */
 #include "agree.h"
 
 #include <cjson/cJSON.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/device.h"
 #include "core/rng.h"
 
 bool st_agree_per_rank_key(const char *key) {
@@ -165,5 +167,57 @@ st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
                             "start every rank with the same config file and --set options");
     }
     free(items);
+    return s;
+}
+
+/* FNV-1a over 32-bit words (the bits of floats: -0 and 0 differ, as they would in the next step). */
+static int64_t bits_hash(const float *x, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w;
+        memcpy(&w, &x[i], sizeof w);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    return (int64_t)(h >> 2); /* non-negative, so min and max never overflow */
+}
+
+st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
+    const int n = p->n_params;
+    if (n <= 0) return ST_OK;
+    const size_t nbytes = (size_t)p->arena_count * sizeof(float);
+    float *copy = NULL;
+    const float *x = p->data;
+    int64_t *h = malloc((size_t)n * sizeof *h);
+    st_status s = h ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory comparing the replicas");
+    if (s == ST_OK && p->dev) {
+        copy = malloc(nbytes ? nbytes : 1);
+        s = copy ? st_device_download(p->dev, copy, p->data, nbytes)
+                 : st_fail(ST_ERR_NOMEM, "out of memory copying the weights from %s to compare the replicas",
+                           st_device_name(p->dev));
+        x = copy;
+    }
+    for (int i = 0; s == ST_OK && i < n; i++)
+        h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
+    int diff = -1;
+    if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
+    if (s == ST_OK && diff >= 0) {
+        const st_tensor *t = p->t[diff];
+        char item[ST_NAME_MAX + 64], mine[ST_AGREE_DESC_MAX];
+        snprintf(item, sizeof item, "parameter %s after step %lld", t->name, (long long)step);
+        double sum = 0;
+        for (int64_t i = 0; i < t->count; i++)
+            sum += x[t->offset + i];
+        snprintf(mine, sizeof mine, "bits hashed to %016llx, sum %.17g", (unsigned long long)h[diff], sum);
+        s = st_agree_report(c, "the data-parallel replicas differ", item, mine,
+                            "every rank must end a step with the same weights: a collective gave the ranks "
+                            "different results, or a rank skipped an update; this is a bug to report");
+        if (s == ST_ERR_CONFIG) { /* (the message, under the right code) */
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%s", st_last_error());
+            s = st_fail(ST_ERR_INTERNAL, "%s", msg);
+        }
+    }
+    free(copy);
+    free(h);
     return s;
 }

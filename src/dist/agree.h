@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "model/graph.h"
 #include "scaletrain/config.h"
 
 enum { ST_AGREE_DESC_MAX = 160 }; /* bytes of one rank's text for an item */
@@ -47,5 +48,14 @@ st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const c
  * rank 0 has A; ranks 1-3 have B (<hint>)". Ranks with rank 0's text are not
  * listed. */
 st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine, const char *hint);
+
+/* After training on several ranks (DESIGN invariant 1: the data-parallel
+ * replicas stay identical): every trainable tensor's bits hashed on each rank
+ * (downloaded first from a device) and compared. Buffers (batch-norm running
+ * statistics) are left out: each rank's own batches move them. A difference
+ * is ST_ERR_INTERNAL on every rank, naming the tensor, the step and what each
+ * rank holds; it means a collective gave the ranks different results or a
+ * rank skipped an update. */
+st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step);
 
 #endif

@@ -28,6 +28,7 @@
 #include "feed.h"
 #include "hw/device.h"
 #include "data/sampler.h"
+#include "dist/agree.h"
 #include "dist/dist.h"
 #include "layers/layers.h"
 #include "loss_sum.h"
@@ -89,6 +90,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
             add_measured(o, "first_bucket_lead_ms", r->first_bucket_lead_ms, ran);
             add_measured(o, "comm_hidden", r->comm_hidden, ran);
             cJSON_AddNumberToObject(o, "grad_syncs", (double)r->grad_syncs);
+            cJSON_AddBoolToObject(o, "replicas_identical", r->replicas_identical);
         }
     }
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
@@ -578,6 +580,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->comm_overlap = ddp->span_s > 0 ? ddp->hidden_s / ddp->span_s : 0;
         r->first_bucket_lead_ms = 1e3 * ddp->hidden_s / (double)ddp->syncs;
         r->comm_hidden = ddp->busy_s > 0 ? ddp->busy_hidden_s / ddp->busy_s : 0;
+    }
+    if (dist && !stopped) { /* the replicas are identical (every rank learns the same answer) */
+        s = st_agree_replicas(ses->comm, &m->params, r->steps);
+        ses->agreed_error = s == ST_ERR_INTERNAL;
+        ST_GOTO(s);
+        r->replicas_identical = true;
     }
     s = ST_OK;
     if (stopped) {

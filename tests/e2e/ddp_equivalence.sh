@@ -15,7 +15,10 @@
 # from the whole batch's. With dist.sync_batchnorm they do not: the cnn with
 # batch-norm is compared in tests/e2e/sync_batchnorm.sh.
 #
-# Rank 0's parameters reach every rank (--init on rank 0 alone).
+# Rank 0's parameters reach every rank (--init on rank 0 alone). Every
+# multi-rank run ends with the ranks' parameters compared, bit for bit
+# ("replicas_identical" in its JSON line; tests/mpi/replica_check.c shows a
+# difference failing).
 # `scaletrain launch -n 2` runs a short job. Then a mismatch: two ranks with different model.hidden (an MPMD mpirun) must
 # fail before training with a message that names the difference.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -39,6 +42,7 @@ equiv() {
     for n in 2 4; do
         "${mpi[@]}" -np $n "$bin" train "${args[@]}" --set train.out_dir="$d/n$n" >"$d.n$n.json" ||
             fail "$name: $n ranks: $(cat "$d.n$n.json")"
+        grep -q '"replicas_identical":true' "$d.n$n.json" || fail "$name: $n ranks: the replicas were not compared"
     done
     for r in acc n2 n4; do
         echo -n "$name $r against 1 rank: "
@@ -47,6 +51,9 @@ equiv() {
     done
     echo "$name 4 ranks: $(tail -n 1 "$d.n4.json")"
 }
+
+# The replicas' comparison after training finds one ulp on one rank (tests/mpi/replica_check.c).
+out=$("${mpi[@]}" -np 2 "$build/tests/mpi/replica_check" 2>&1) || fail "replica_check: $out"
 
 sgd=(--set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant)
 equiv mlp 8 1e-4 --set model.type=mlp --set model.hidden=[64,32] "${sgd[@]}"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# NCCL between (emulated) GPUs under real mpirun: the CUDA emulator's build
+# (make emu, tests/cudaemu/: kernels on the CPU, NCCL done with MPI) with two
+# devices (ST_CUDAEMU_DEVICES=2, one per rank, as NCCL wants). tests/run.sh
+# passes it the emulator's build folder (its third argument); given any other
+# build it skips.
+#  1. tests/mpi/nccl_check on 2 ranks: every collective of
+#     src/cuda/comm_nccl.cu between the ranks gives the expected values; and
+#     with both ranks on one device the start-up fails on both with NCCL's
+#     reason (the emulator refuses it as NCCL does), neither left waiting.
+#  2. Training, the mlp on Fashion-MNIST, 8 steps of SGD with momentum, global
+#     batch 32, small gradient buckets (several per step, all-reduced through
+#     NCCL on the communication stream during backward): 2 ranks on 2
+#     emulated GPUs against 1 emulated GPU and against 2 CPU ranks (MPI). The
+#     weights agree within 1e-4 of each tensor's largest, as
+#     tests/e2e/nccl_ddp.sh and ddp_equivalence.sh: the runs differ only in
+#     the order of float sums (measured: 2e-7). The 2-rank run reports
+#     "replicas_identical": true (every rank's parameters had the same bits
+#     after the last step, DESIGN invariant 1; a difference fails the run)
+#     and several gradient buckets.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+grep -qa "cudaemu: " "$bin" 2>/dev/null ||
+    e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+[ -x "$build/tests/mpi/nccl_check" ] || { echo "FAIL: $build/tests/mpi/nccl_check is not built (make emu)"; exit 1; }
+e2e_tmpdir
+e2e_mpi 120
+export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
+
+out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" 2>&1) || fail "nccl_check on 2 ranks: $out"
+grep -q "every collective gave the expected values" <<<"$out" || fail "nccl_check said: $out"
+out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" same-device 2>&1) || fail "nccl_check same-device: $out"
+grep -q "Duplicate GPU detected" <<<"$out" || fail "two ranks on one device refused without NCCL's reason: $out"
+
+common=(--set train.steps=8 --set train.threads=1 --set data.num_workers=0 --set data.val=
+        --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32
+        --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant
+        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet)
+d=$tmp
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cuda --set train.out_dir="$d/gpu2" \
+    >"$d/gpu2.json" 2>&1 || fail "2 ranks on 2 emulated GPUs: $(cat "$d/gpu2.json")"
+timeout 120 "$bin" train "${common[@]}" --set train.device=cuda --set train.out_dir="$d/gpu1" \
+    >"$d/gpu1.json" 2>&1 || fail "1 emulated GPU: $(cat "$d/gpu1.json")"
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cpu --set train.out_dir="$d/cpu2" \
+    >"$d/cpu2.json" 2>&1 || fail "2 CPU ranks: $(cat "$d/cpu2.json")"
+if [ "$fails" -eq 0 ]; then
+    for other in gpu1 cpu2; do
+        echo -n "2 emulated GPUs (NCCL) against $other: "
+        /usr/bin/python3 tests/py/weights_diff.py "$d/$other/model.safetensors" "$d/gpu2/model.safetensors" 1e-4 ||
+            fail "the 2-rank NCCL run's weights differ from $other's"
+    done
+    last=$(tail -n 1 "$d/gpu2.json")
+    grep -q '"replicas_identical":true' <<<"$last" || fail "the ranks' weights were not found identical: $last"
+    grep -q '"ranks":2' <<<"$last" || fail "not 2 ranks: $last"
+    grep -q '"grad_buckets":\([2-9]\|[1-9][0-9]\)' <<<"$last" || fail "fewer than 2 gradient buckets: $last"
+fi
+e2e_finish "2 ranks on 2 emulated GPUs through NCCL: every collective right, the same weights as 1 GPU and as 2 CPU ranks"
