@@ -18,6 +18,12 @@
 #     "replicas_identical": true (every rank's parameters had the same bits
 #     after the last step, DESIGN invariant 1; a difference fails the run)
 #     and several gradient buckets.
+#  3. The same with 16-bit gradient buckets (dist.grad_dtype bf16: divided
+#     and rounded on the device, summed in 16 bits by NCCL) against 2 CPU
+#     ranks with bf16 buckets (the host's rounding, MPI's sum): within 5e-4
+#     (measured 5.9e-5: the fp32 sums' other order, 2e-7 above, can move a
+#     value across a bf16 rounding boundary, 4e-3 apart), and not fp32's
+#     bits (the option did something).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -45,7 +51,18 @@ timeout 120 "$bin" train "${common[@]}" --set train.device=cuda --set train.out_
     >"$d/gpu1.json" 2>&1 || fail "1 emulated GPU: $(cat "$d/gpu1.json")"
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cpu --set train.out_dir="$d/cpu2" \
     >"$d/cpu2.json" 2>&1 || fail "2 CPU ranks: $(cat "$d/cpu2.json")"
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cuda --set dist.grad_dtype=bf16 \
+    --set train.out_dir="$d/gpu2-bf16" >"$d/gpu2-bf16.json" 2>&1 ||
+    fail "2 emulated GPUs, bf16 buckets: $(cat "$d/gpu2-bf16.json")"
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cpu --set dist.grad_dtype=bf16 \
+    --set train.out_dir="$d/cpu2-bf16" >"$d/cpu2-bf16.json" 2>&1 ||
+    fail "2 CPU ranks, bf16 buckets: $(cat "$d/cpu2-bf16.json")"
 if [ "$fails" -eq 0 ]; then
+    echo -n "bf16 buckets, 2 emulated GPUs against 2 CPU ranks: "
+    /usr/bin/python3 tests/py/weights_diff.py "$d/cpu2-bf16/model.safetensors" "$d/gpu2-bf16/model.safetensors" 5e-4 ||
+        fail "bf16 gradient buckets on the GPUs differ from the CPU's"
+    cmp -s "$d/gpu2-bf16/model.safetensors" "$d/gpu2/model.safetensors" &&
+        fail "dist.grad_dtype bf16 on the GPUs gave fp32's bits: the option did nothing"
     for other in gpu1 cpu2; do
         echo -n "2 emulated GPUs (NCCL) against $other: "
         /usr/bin/python3 tests/py/weights_diff.py "$d/$other/model.safetensors" "$d/gpu2/model.safetensors" 1e-4 ||
@@ -56,4 +73,4 @@ if [ "$fails" -eq 0 ]; then
     grep -q '"ranks":2' <<<"$last" || fail "not 2 ranks: $last"
     grep -q '"grad_buckets":\([2-9]\|[1-9][0-9]\)' <<<"$last" || fail "fewer than 2 gradient buckets: $last"
 fi
-e2e_finish "2 ranks on 2 emulated GPUs through NCCL: every collective right, the same weights as 1 GPU and as 2 CPU ranks"
+e2e_finish "2 ranks on 2 emulated GPUs through NCCL: every collective right, the same weights as 1 GPU and as 2 CPU ranks, bf16 buckets as the CPU's"
