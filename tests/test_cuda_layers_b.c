@@ -77,6 +77,35 @@ static st_status build_attn(st_graph *g, void *ctx) {
     return st_add(g, "sum", y, y2, &y);
 }
 
+/* The device's graph takes the flash path (saved state: one log-sum-exp per
+ * row) exactly for head sizes 16, 32, 64 and 128; the others keep P. */
+static void check_attn_paths(st_device *dev, const attn_ctx *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        attn_ctx c = cases[i];
+        c.mode = IN_PLAIN;
+        st_params p = {0};
+        p.dev = dev;
+        st_graph g;
+        st_graph_init(&g, &p);
+        if (build_attn(&g, &c) != ST_OK || st_graph_finalize(&g) != ST_OK) {
+            fprintf(stderr, "FAIL attention path: %s\n", st_last_error());
+            st_test_failures++;
+        } else {
+            const int64_t hs = c.C / c.nh, rows = c.B * c.nh * c.T;
+            const bool flash = hs == 16 || hs == 32 || hs == 64 || hs == 128;
+            const int64_t want = flash ? rows : rows * c.T, got = g.nodes[g.n_nodes - 1].saved_count;
+            if (got != want) {
+                fprintf(stderr, "FAIL attention hs %lld T %lld: saved %lld floats, want %lld (%s)\n",
+                        (long long)hs, (long long)c.T, (long long)got, (long long)want,
+                        flash ? "flash" : "materialised");
+                st_test_failures++;
+            }
+        }
+        st_graph_free(&g);
+        st_params_free(&p);
+    }
+}
+
 /* ---- conv2d --------------------------------------------------------------- */
 typedef struct conv_ctx {
     int64_t B, H, W, Cin, Cout, k, stride, pad;
@@ -219,9 +248,15 @@ int main(void) {
     char label[160];
     const in_mode modes[] = {IN_PLAIN, IN_PARAM, IN_TWICE};
 
-    /* attention: small and odd (hs = 5 floats: unaligned heads), T = 1, GPT-2-like */
-    const attn_ctx attn[] = {{3, 37, 20, 4, 0}, {2, 1, 12, 3, 0}, {2, 64, 768, 12, 0}};
-    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
+    /* attention: the materialised path (head sizes 5 and 4: unaligned heads, T = 1), then the
+     * flash path (head sizes 16, 32, 64, 128): T not a multiple of a tile or of 16, T = 1
+     * (rows of one key), GPT-2's heads, several query blocks and key tiles (64 keys a tile
+     * forward for hs <= 64, 32 for hs 128 and backward) */
+    const attn_ctx attn[] = {{3, 37, 20, 4, 0},  {2, 1, 12, 3, 0},   {2, 64, 768, 12, 0}, {2, 37, 64, 4, 0},
+                             {2, 1, 64, 2, 0},   {2, 130, 128, 2, 0}, {1, 100, 256, 2, 0}};
+    const size_t n_attn = sizeof attn / sizeof attn[0];
+    if (dev) check_attn_paths(dev, attn, n_attn);
+    for (size_t i = 0; i < n_attn; i++)
         for (int m = 0; m < 3; m++) {
             attn_ctx c = attn[i];
             c.mode = modes[m];
@@ -302,7 +337,8 @@ int main(void) {
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
         const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
         for (int m = 1; m < 3; m++) {
-            for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i += 2) {
+            for (size_t i = 0; i < n_attn; i++) {
+                if (i == 1) continue; /* one materialised case is enough */
                 attn_ctx c = attn[i];
                 c.mode = modes[m];
                 snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn,
