@@ -32,10 +32,12 @@
 
 #include "attention_flash.cuh"
 #include "gemm_f32.cuh"
+extern "C" {
+#include "layers/attention_layout.h"
+}
 
 enum { ATTN_THREADS = 128 };
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Reduce v over the block (blockDim.x a multiple of 32, at most 1024);
  * every thread gets the result. `max` picks max, else sum. */
@@ -134,7 +136,7 @@ static st_status heads(st_graph *g, const attn_dims &a, bool ta, bool tb, int64_
     return st_cuda_gemm_f32(g->dev, &p);
 }
 
-static bool flash(const attn_dims &a) { return st_cuda_flash_supports(a.B, a.T, a.nh, a.hs); }
+static bool flash(const attn_dims &a) { return st_attention_flash_fits(a.B, a.T, a.nh, a.hs); }
 
 static st_flash flash_args(st_node *n, st_graph *g, const attn_dims &a) {
     st_flash f = {};
@@ -223,17 +225,12 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-/* Flash: saved state the log-sum-exp per row (B, nh, T), workspace D (B,
- * nh, T). Materialised: saved state as the CPU (P, set by the builder),
- * workspace one batch row's dP. */
+/* Saved state and workspace as src/layers/attention_layout.h says (the
+ * planner counts them from there): flash, the log-sum-exp per row and D;
+ * materialised, P and one batch row's dP. */
 static st_status attention_prepare(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
-    if (flash(a)) {
-        n->saved_count = a.B * a.nh * a.T;
-        n->work_count = align16(a.B * a.nh * a.T);
-        return ST_OK;
-    }
-    n->work_count = align16(a.nh * a.T * a.T);
+    st_attention_device_counts(a.B, a.T, a.nh, a.hs, &n->saved_count, &n->work_count);
     return ST_OK;
 }
 

@@ -395,10 +395,6 @@ template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
     return ST_OK;
 }
 
-bool st_cuda_flash_supports(int64_t B, int64_t T, int64_t nh, int64_t hs) {
-    return (hs == 16 || hs == 32 || hs == 64 || hs == 128) && B * nh <= 65535 && T >= 1 && T <= (1 << 24);
-}
-
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f) {
     if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_forward_f32(g, f);
     switch (f->hs) {

@@ -20,9 +20,8 @@ typedef struct st_flash {
     bool acc; /* backward adds into dqkv */
 } st_flash;
 
-/* Whether the flash kernels take this shape (head sizes 16, 32, 64, 128 and
- * grids that fit); the others keep the materialised path. */
-bool st_cuda_flash_supports(int64_t B, int64_t T, int64_t nh, int64_t hs);
+/* Which shapes take these kernels (head sizes 16, 32, 64, 128, grids that
+ * fit): st_attention_flash_fits, src/layers/attention_layout.h. */
 /* y and lse from qkv; bf16 runs on tensor cores (wmma), others exact fp32. */
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f);
 /* dqkv from qkv, dy, lse (dsum is its scratch). */
