@@ -22,8 +22,10 @@
  *                        rest fp32 with a different summation order and FMA;
  *   conv2d, attention    1e-4, 1e-4: fp32 products (cuBLASLt, no TF32,
  *                        against OpenBLAS) summing up to K = 2304 terms (conv)
- *                        or T = 64 keys of 64 channels (attention) in another
+ *                        or T = 130 keys of 64 channels (attention) in another
  *                        order; values are O(1), so atol covers cancellation;
+ *                        the flash kernels (head sizes 16-128) add an online
+ *                        softmax (rescaled partial sums) and CUDA's expf;
  *   the big conv         1e-4, 1e-3: its weight gradient sums n = 12288
  *                        products of size s ~ 0.3 per element, and a fp32
  *                        sum in k order (a GEMM thread's) errs by about
@@ -38,7 +40,14 @@
  * the value in bf16, 2^-10 in fp16) and later sums carry that on:
  * |dev - host| <= rtol |host| + atol max|host| per tensor, rtol 1e-2 /
  * 1.5e-3, atol 2e-2 / 3e-3 (as test_cuda_layers_a, which says how they were
- * checked). The rounding points are checked exactly (cuda_parity.h). */
+ * checked). The rounding points are checked exactly (cuda_parity.h).
+ * Attention's flash kernels in bf16 multiply P and dS as bf16 hi + lo parts
+ * (2^-16 relative): in the emulator 0.1% of the outputs differ from the
+ * host's by more than 1e-5 of the tensor's largest value, all by one bf16
+ * unit; a single bf16 P and dS would make that 36% (y) and 57% (dqkv), still
+ * inside these tolerances, which therefore do not tell the two apart (the
+ * counts were measured once with rtol 0, atol 1e-5). fp16 attention runs the
+ * exact fp32 flash kernels. */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -253,7 +262,7 @@ int main(void) {
      * (rows of one key), GPT-2's heads, several query blocks and key tiles (64 keys a tile
      * forward for hs <= 64, 32 for hs 128 and backward) */
     const attn_ctx attn[] = {{3, 37, 20, 4, 0},  {2, 1, 12, 3, 0},   {2, 64, 768, 12, 0}, {2, 37, 64, 4, 0},
-                             {2, 1, 64, 2, 0},   {2, 130, 128, 2, 0}, {1, 100, 256, 2, 0}};
+                             {2, 1, 64, 2, 0},   {1, 130, 128, 2, 0}, {1, 70, 256, 2, 0}};
     const size_t n_attn = sizeof attn / sizeof attn[0];
     if (dev) check_attn_paths(dev, attn, n_attn);
     for (size_t i = 0; i < n_attn; i++)
