@@ -164,8 +164,8 @@ static void test_device_layout(void) {
         CHECK_OK(st_model_graph_layout(m, B, &host));
         CHECK_OK(st_model_graph_layout_device(m, B, &dev));
         const int64_t nh = heads[k], want = k == 0 ? L * B * nh * T * (T - 1) : 0;
-        CHECK(host.g.act_count - dev.g.act_count == want, "nh %lld: %lld floats fewer on the device, want %lld",
-              (long long)nh, (long long)(host.g.act_count - dev.g.act_count), (long long)want);
+        CHECK(host.g.act_count - dev.g.act_count == want,
+              "nh %lld: %lld floats fewer on the device, want %lld", (long long)nh, (long long)(host.g.act_count - dev.g.act_count), (long long)want);
         CHECK(host.g.grad_count == dev.g.grad_count, "gradients %lld vs %lld", (long long)host.g.grad_count,
               (long long)dev.g.grad_count);
         st_model_graph_free(&host);

@@ -55,7 +55,8 @@ template <int BK> union fa_strip {
 /* rows row0.. of a (T, ld) fp32 matrix, D columns, into bf16 dst (ld ldd);
  * rows at or past T are zeros */
 template <int D>
-static __device__ void load_bf16(bf16 *dst, int ldd, const float *src, int64_t ld, int row0, int rows, int T) {
+static __device__ void load_bf16(bf16 *dst, int ldd, const float *src, int64_t ld, int row0, int rows,
+                                 int T) {
     for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
         const int r = e / D, c = e % D;
         dst[r * ldd + c] = __float2bfloat16_rn(row0 + r < T ? src[(int64_t)(row0 + r) * ld + c] : 0.0f);
@@ -82,7 +83,8 @@ template <int ND> static __device__ void scale_rows(acc_t *o, const float *tile)
  * lds) to dst rows (row r at dst + r * ld), rows at or past `valid` left
  * out; add when acc. Lanes 2r, 2r + 1 take row r. */
 template <int ND>
-static __device__ void store_rows(const acc_t *o, float *strip, int lds, float *dst, int64_t ld, int valid, bool acc) {
+static __device__ void store_rows(const acc_t *o, float *strip, int lds, float *dst, int64_t ld, int valid,
+                                  bool acc) {
     const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     for (int d = 0; d < ND; d++) {
         __syncwarp(); /* the strip's last readers are done */
@@ -130,7 +132,7 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
         load_bf16<D>(ks, LDK, qg + C, C3, k0, BK, T);
         load_bf16<D>(vs, LDK, qg + 2 * C, C3, k0, BK, T);
         __syncthreads();
-        if (k0 > qw + 15) continue; /* every key after every query of this warp */
+        if (k0 > qw + 15) continue;         /* every key after every query of this warp */
         for (int n = 0; n < BK / 16; n++) { /* S = Q K^T */
             acc_t s;
             wmma::fill_fragment(s, 0.0f);
@@ -193,8 +195,8 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
 template <int D> static __global__ void flash_dq_mma(st_flash f) {
     enum { BK = 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
     __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's, then dY's 64 rows first */
-    __shared__ __align__(32) fa_strip<BK> sa[4];     /* S, then dS hi / lo */
-    __shared__ __align__(32) float sb[4][16 * LDS];  /* dP */
+    __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS hi / lo */
+    __shared__ __align__(32) float sb[4][16 * LDS]; /* dP */
     bf16 *ks = kv, *vs = kv + BK * LDK;
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
@@ -249,8 +251,10 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
             for (int c = 0; c < HC; c++) {
                 const int col = half * HC + c, j = k0 + col;
                 const float p = j <= qi && j < T ? expf(S[r * LDS + col] * f.scale - lse) : 0.0f;
-                if (pass == 0) dsum += p * dP[r * LDS + col];
-                else ds[c] = p * (dP[r * LDS + col] - dsum);
+                if (pass == 0)
+                    dsum += p * dP[r * LDS + col];
+                else
+                    ds[c] = p * (dP[r * LDS + col] - dsum);
             }
             if (pass == 0) continue;
             __syncwarp(); /* every score is read before dS overwrites the strip */
@@ -284,8 +288,8 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
 template <int D> static __global__ void flash_dkv_mma(st_flash f) {
     enum { BQ = 32, LDK = D + 8, LDS = BQ + 4, LDP = BQ + 8, ND = D / 16, HC = BQ / 2 };
     __shared__ __align__(32) bf16 qg_s[2 * BQ * LDK]; /* Q and dY tiles; K's, then V's 64 rows first */
-    __shared__ __align__(32) fa_strip<BQ> sa[4];       /* S^T, then P^T hi / lo */
-    __shared__ __align__(32) fa_strip<BQ> sb[4];       /* dP^T, then dS^T hi / lo */
+    __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T hi / lo */
+    __shared__ __align__(32) fa_strip<BQ> sb[4];      /* dP^T, then dS^T hi / lo */
     __shared__ float lse_s[BQ], dsum_s[BQ];
     bf16 *qs = qg_s, *gs = qg_s + BQ * LDK;
     const int T = f.T, C = f.C;
@@ -324,7 +328,7 @@ template <int D> static __global__ void flash_dkv_mma(st_flash f) {
             dsum_s[threadIdx.x] = i < T ? f.dsum[(int64_t)bh * T + i] : 0.0f;
         }
         __syncthreads();
-        if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
+        if (i0 + BQ - 1 < kw) continue;     /* every query before every key of this warp */
         for (int n = 0; n < BQ / 16; n++) { /* S^T = K Q^T, dP^T = V dY^T */
             acc_t s, g;
             wmma::fill_fragment(s, 0.0f);
@@ -398,21 +402,31 @@ template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f) {
     if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_forward_f32(g, f);
     switch (f->hs) {
-    case 16: return forward_mma<16>(g, f);
-    case 32: return forward_mma<32>(g, f);
-    case 64: return forward_mma<64>(g, f);
-    case 128: return forward_mma<128>(g, f);
-    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    case 16:
+        return forward_mma<16>(g, f);
+    case 32:
+        return forward_mma<32>(g, f);
+    case 64:
+        return forward_mma<64>(g, f);
+    case 128:
+        return forward_mma<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
     }
 }
 
 st_status st_cuda_flash_backward(st_graph *g, const st_flash *f) {
     if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_backward_f32(g, f);
     switch (f->hs) {
-    case 16: return backward_mma<16>(g, f);
-    case 32: return backward_mma<32>(g, f);
-    case 64: return backward_mma<64>(g, f);
-    case 128: return backward_mma<128>(g, f);
-    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    case 16:
+        return backward_mma<16>(g, f);
+    case 32:
+        return backward_mma<32>(g, f);
+    case 64:
+        return backward_mma<64>(g, f);
+    case 128:
+        return backward_mma<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
     }
 }

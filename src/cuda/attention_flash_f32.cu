@@ -33,20 +33,20 @@ template <int D> static __device__ void load_tile(float *dst, const float *src, 
 
 template <int D> static __device__ float dot(const float *a, const float *b) {
     float s = 0.0f;
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         s += a[d] * b[d];
     return s;
 }
 
 template <int D> static __device__ void load_row(float *dst, const float *src, bool ok) {
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         dst[d] = ok ? src[d] : 0.0f;
 }
 
 template <int D> static __device__ void store_row(float *dst, const float *v, float mul, bool acc) {
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         dst[d] = acc ? dst[d] + v[d] * mul : v[d] * mul;
 }
@@ -60,7 +60,7 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
     const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
     float q[D], o[D];
     load_row<D>(q, qg + (int64_t)qi * C3, qi < T);
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         o[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -72,7 +72,7 @@ ST_UNROLL
         __syncthreads();
         if (k0 > qi) continue;
         float s[F32_TILE], mx = -INFINITY;
-ST_UNROLL
+        ST_UNROLL
         for (int c = 0; c < F32_TILE; c++) {
             const int j = k0 + c;
             s[c] = j <= qi && j < T ? dot<D>(q, ks + c * D) * f.scale : -INFINITY;
@@ -80,14 +80,14 @@ ST_UNROLL
         }
         const float mn = fmaxf(m, mx), alpha = expf(m - mn); /* key 0: mn is finite */
         l *= alpha;
-ST_UNROLL
+        ST_UNROLL
         for (int d = 0; d < D; d++)
             o[d] *= alpha;
-ST_UNROLL
+        ST_UNROLL
         for (int c = 0; c < F32_TILE; c++) {
             const float p = expf(s[c] - mn);
             l += p;
-ST_UNROLL
+            ST_UNROLL
             for (int d = 0; d < D; d++)
                 o[d] += p * vs[c * D + d];
         }
@@ -108,7 +108,7 @@ template <int D> static __global__ void flash_dq_f32(st_flash f) {
     float q[D], g[D], dq[D];
     load_row<D>(q, qg + (int64_t)qi * C3, qi < T);
     load_row<D>(g, f.dy + ((int64_t)b * T + qi) * C + (int64_t)h * D, qi < T);
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         dq[d] = 0.0f;
     const float lse = qi < T ? f.lse[(int64_t)bh * T + qi] : 0.0f;
@@ -129,7 +129,7 @@ ST_UNROLL
                     continue;
                 }
                 const float ds = p * (dp - dsum);
-ST_UNROLL
+                ST_UNROLL
                 for (int d = 0; d < D; d++)
                     dq[d] += ds * ks[c * D + d];
             }
@@ -150,7 +150,7 @@ template <int D> static __global__ void flash_dkv_f32(st_flash f) {
     float k[D], v[D], dk[D], dv[D];
     load_row<D>(k, qg + C + (int64_t)kj * C3, kj < T);
     load_row<D>(v, qg + 2 * C + (int64_t)kj * C3, kj < T);
-ST_UNROLL
+    ST_UNROLL
     for (int d = 0; d < D; d++)
         dk[d] = dv[d] = 0.0f;
     for (int i0 = k0; i0 < T; i0 += F32_TILE) {
@@ -171,7 +171,7 @@ ST_UNROLL
             const float *qr = qs + c * D, *gr = gs + c * D;
             const float p = expf(dot<D>(qr, k) * f.scale - lse_s[c]);
             const float ds = p * (dot<D>(gr, v) - dsum_s[c]);
-ST_UNROLL
+            ST_UNROLL
             for (int d = 0; d < D; d++) {
                 dv[d] += p * gr[d];
                 dk[d] += ds * qr[d];
@@ -202,20 +202,30 @@ template <int D> static st_status backward(st_graph *g, const st_flash *f) {
 
 st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f) {
     switch (f->hs) {
-    case 16: return forward<16>(g, f);
-    case 32: return forward<32>(g, f);
-    case 64: return forward<64>(g, f);
-    case 128: return forward<128>(g, f);
-    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    case 16:
+        return forward<16>(g, f);
+    case 32:
+        return forward<32>(g, f);
+    case 64:
+        return forward<64>(g, f);
+    case 128:
+        return forward<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
     }
 }
 
 st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f) {
     switch (f->hs) {
-    case 16: return backward<16>(g, f);
-    case 32: return backward<32>(g, f);
-    case 64: return backward<64>(g, f);
-    case 128: return backward<128>(g, f);
-    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    case 16:
+        return backward<16>(g, f);
+    case 32:
+        return backward<32>(g, f);
+    case 64:
+        return backward<64>(g, f);
+    case 128:
+        return backward<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
     }
 }

@@ -50,9 +50,15 @@ namespace detail {
 template <class T> struct storage { typedef T type; };
 template <> struct storage<precision::tf32> { typedef float type; };
 template <class Use, int M, int N, int K> struct dims;
-template <int M, int N, int K> struct dims<matrix_a, M, N, K> { enum { rows = M, cols = K }; };
-template <int M, int N, int K> struct dims<matrix_b, M, N, K> { enum { rows = K, cols = N }; };
-template <int M, int N, int K> struct dims<accumulator, M, N, K> { enum { rows = M, cols = N }; };
+template <int M, int N, int K> struct dims<matrix_a, M, N, K> {
+    enum { rows = M, cols = K };
+};
+template <int M, int N, int K> struct dims<matrix_b, M, N, K> {
+    enum { rows = K, cols = N };
+};
+template <int M, int N, int K> struct dims<accumulator, M, N, K> {
+    enum { rows = M, cols = N };
+};
 /* where element (r, c) of a rows x cols tile lives in x[]: a fixed
  * permutation (7 is odd, the counts are powers of two) */
 template <int R, int C> static inline int slot(int r, int c) { return ((r * C + c) * 7 + 3) % (R * C); }
@@ -111,7 +117,8 @@ static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, co
     st_emu_warp_barrier();
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
-            f.x[detail::slot<M, N>(r, c)] = p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r];
+            f.x[detail::slot<M, N>(r, c)] =
+                p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r];
 }
 
 template <int M, int N, int K>
@@ -129,9 +136,9 @@ static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N,
 
 /* d = a b + c, fp32 sums in k order */
 template <int M, int N, int K, class T, class LA, class LB>
-static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
-                            const fragment<matrix_b, M, N, K, T, LB> &b,
-                            const fragment<accumulator, M, N, K, float> &c) {
+static inline void
+mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+         const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
     st_emu_warp_barrier();
     const bool tf = std::is_same<T, precision::tf32>::value;
     float out[M * N];
