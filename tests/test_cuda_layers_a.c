@@ -207,7 +207,7 @@ static int run_prec(const char *label, int64_t largest, cp_build_fn build, cp_fi
         printf("left out (CP_SMALL) %s\n", label);
         return 0;
     }
-    cp_case c = {label, build, fill, ctx, rtol, atol, eval, prec};
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval, prec, 0};
     return cp_run(&c, dev, seed);
 }
 

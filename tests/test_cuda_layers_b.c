@@ -22,8 +22,10 @@
  *                        rest fp32 with a different summation order and FMA;
  *   conv2d, attention    1e-4, 1e-4: fp32 products (cuBLASLt, no TF32,
  *                        against OpenBLAS) summing up to K = 2304 terms (conv)
- *                        or T = 64 keys of 64 channels (attention) in another
+ *                        or T = 130 keys of 64 channels (attention) in another
  *                        order; values are O(1), so atol covers cancellation;
+ *                        the flash kernels (head sizes 16-128) add an online
+ *                        softmax (rescaled partial sums) and CUDA's expf;
  *   the big conv         1e-4, 1e-3: its weight gradient sums n = 12288
  *                        products of size s ~ 0.3 per element, and a fp32
  *                        sum in k order (a GEMM thread's) errs by about
@@ -38,7 +40,14 @@
  * the value in bf16, 2^-10 in fp16) and later sums carry that on:
  * |dev - host| <= rtol |host| + atol max|host| per tensor, rtol 1e-2 /
  * 1.5e-3, atol 2e-2 / 3e-3 (as test_cuda_layers_a, which says how they were
- * checked). The rounding points are checked exactly (cuda_parity.h). */
+ * checked). The rounding points are checked exactly (cuda_parity.h).
+ * Attention's flash kernels in bf16 multiply P and dS as bf16 hi + lo parts
+ * (2^-16 relative): in the emulator 0.1% of the outputs differ from the
+ * host's by more than 1e-5 of the tensor's largest value, all by one bf16
+ * unit; a single bf16 P and dS would make that 36% (y) and 57% (dqkv), still
+ * inside these tolerances, so the bf16 attention cases also allow at most 2%
+ * of each tensor to differ by more than 1e-5 of its largest value (cp_case
+ * frac). fp16 attention runs the exact fp32 flash kernels. */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -75,6 +84,35 @@ static st_status build_attn(st_graph *g, void *ctx) {
     if (c->mode != IN_TWICE) return ST_OK;
     ST_TRY(st_attention(g, "attn2", x, c->nh, &y2));
     return st_add(g, "sum", y, y2, &y);
+}
+
+/* The device's graph takes the flash path (saved state: one log-sum-exp per
+ * row) exactly for head sizes 16, 32, 64 and 128; the others keep P. */
+static void check_attn_paths(st_device *dev, const attn_ctx *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        attn_ctx c = cases[i];
+        c.mode = IN_PLAIN;
+        st_params p = {0};
+        p.dev = dev;
+        st_graph g;
+        st_graph_init(&g, &p);
+        if (build_attn(&g, &c) != ST_OK || st_graph_finalize(&g) != ST_OK) {
+            fprintf(stderr, "FAIL attention path: %s\n", st_last_error());
+            st_test_failures++;
+        } else {
+            const int64_t hs = c.C / c.nh, rows = c.B * c.nh * c.T;
+            const bool flash = hs == 16 || hs == 32 || hs == 64 || hs == 128;
+            const int64_t want = flash ? rows : rows * c.T, got = g.nodes[g.n_nodes - 1].saved_count;
+            if (got != want) {
+                fprintf(stderr, "FAIL attention hs %lld T %lld: saved %lld floats, want %lld (%s)\n",
+                        (long long)hs, (long long)c.T, (long long)got, (long long)want,
+                        flash ? "flash" : "materialised");
+                st_test_failures++;
+            }
+        }
+        st_graph_free(&g);
+        st_params_free(&p);
+    }
 }
 
 /* ---- conv2d --------------------------------------------------------------- */
@@ -191,19 +229,19 @@ static st_status build_flat(st_graph *g, void *ctx) {
 /* With CP_SMALL set (compute-sanitizer runs kernels many times slower), a
  * case whose largest tensor exceeds 2^16 elements is left out. */
 static void run_prec(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol,
-                     double atol, bool eval, int64_t largest, st_precision prec, st_device *dev,
+                     double atol, bool eval, int64_t largest, st_precision prec, double frac, st_device *dev,
                      uint64_t seed) {
     if (getenv("CP_SMALL") && largest > 65536) {
         printf("left out (CP_SMALL) %s\n", label);
         return;
     }
-    cp_case c = {label, build, fill, ctx, rtol, atol, eval, prec};
+    cp_case c = {label, build, fill, ctx, rtol, atol, eval, prec, frac};
     cp_run(&c, dev, seed);
 }
 
 static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx, double rtol, double atol,
                 bool eval, int64_t largest, st_device *dev, uint64_t seed) {
-    run_prec(label, build, fill, ctx, rtol, atol, eval, largest, ST_PREC_FP32, dev, seed);
+    run_prec(label, build, fill, ctx, rtol, atol, eval, largest, ST_PREC_FP32, 0, dev, seed);
 }
 
 int main(void) {
@@ -219,9 +257,15 @@ int main(void) {
     char label[160];
     const in_mode modes[] = {IN_PLAIN, IN_PARAM, IN_TWICE};
 
-    /* attention: small and odd (hs = 5 floats: unaligned heads), T = 1, GPT-2-like */
-    const attn_ctx attn[] = {{3, 37, 20, 4, 0}, {2, 1, 12, 3, 0}, {2, 64, 768, 12, 0}};
-    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
+    /* attention: the materialised path (head sizes 5 and 4: unaligned heads, T = 1), then the
+     * flash path (head sizes 16, 32, 64, 128): T not a multiple of a tile or of 16, T = 1
+     * (rows of one key), GPT-2's heads, several query blocks and key tiles (64 keys a tile
+     * forward for hs <= 64, 32 for hs 128 and backward) */
+    const attn_ctx attn[] = {{3, 37, 20, 4, 0},  {2, 1, 12, 3, 0},   {2, 64, 768, 12, 0}, {2, 37, 64, 4, 0},
+                             {2, 1, 64, 2, 0},   {1, 130, 128, 2, 0}, {1, 70, 256, 2, 0}};
+    const size_t n_attn = sizeof attn / sizeof attn[0];
+    if (dev) check_attn_paths(dev, attn, n_attn);
+    for (size_t i = 0; i < n_attn; i++)
         for (int m = 0; m < 3; m++) {
             attn_ctx c = attn[i];
             c.mode = modes[m];
@@ -302,12 +346,14 @@ int main(void) {
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
         const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
         for (int m = 1; m < 3; m++) {
-            for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i += 2) {
+            for (size_t i = 0; i < n_attn; i++) {
+                if (i == 1) continue; /* one materialised case is enough */
                 attn_ctx c = attn[i];
                 c.mode = modes[m];
                 snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn,
                          (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
-                run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p, dev,
+                run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p,
+                         p == ST_PREC_BF16 ? 0.02 : 0, dev,
                          seed + k++);
             }
             const size_t ci[] = {0, 2, 3};
@@ -317,19 +363,19 @@ int main(void) {
                 snprintf(label, sizeof label, "%s conv2d B%lld %lldx%lldx%lld->%lld k%lld s%lld (%s)", pn,
                          (long long)c.B, (long long)c.H, (long long)c.W, (long long)c.Cin, (long long)c.Cout,
                          (long long)c.k, (long long)c.stride, mode_name(c.mode));
-                run_prec(label, build_conv, NULL, &c, rt, at, false, c.B * c.H * c.W * c.Cout, p, dev,
+                run_prec(label, build_conv, NULL, &c, rt, at, false, c.B * c.H * c.W * c.Cout, p, 0, dev,
                          seed + k++);
             }
         }
         bn_ctx b = bn[2];
         b.mode = IN_PARAM;
         snprintf(label, sizeof label, "%s batchnorm_relu 4d C33 (x+s, train)", pn);
-        run_prec(label, build_bn, fill_bn, &b, rt, at, false, st_shape_count(b.ndim, b.shape), p, dev,
+        run_prec(label, build_bn, fill_bn, &b, rt, at, false, st_shape_count(b.ndim, b.shape), p, 0, dev,
                  seed + k++);
         pool_ctx pc = pool[1];
         pc.mode = IN_PARAM;
         snprintf(label, sizeof label, "%s maxpool2d B3 10x9x33 k3 s2 (x+s)", pn);
-        run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, dev,
+        run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, 0, dev,
                  seed + k++);
     }
 

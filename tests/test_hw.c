@@ -150,6 +150,31 @@ static void test_linear_in_batch(void) {
     st_model_free(m);
 }
 
+/* On a GPU the planner counts the CUDA backend's layout: GPT-2 124M's
+ * attention (head size 64) saves one log-sum-exp per row (flash), not P, so
+ * the activation arena is 12 layers x B nh T (T - 1) floats smaller; a head
+ * size the flash kernels do not take (768 / 8 = 96)
+ * keeps P. */
+static void test_device_layout(void) {
+    const int64_t heads[2] = {12, 8}, B = 2, T = 1024, L = 12;
+    for (int k = 0; k < 2; k++) {
+        st_config c;
+        st_model *m = gpt_layout(&c, NULL, L, 768, heads[k]);
+        if (!m) return;
+        st_model_graph host, dev;
+        CHECK_OK(st_model_graph_layout(m, B, &host));
+        CHECK_OK(st_model_graph_layout_device(m, B, &dev));
+        const int64_t nh = heads[k], want = k == 0 ? L * B * nh * T * (T - 1) : 0;
+        CHECK(host.g.act_count - dev.g.act_count == want,
+              "nh %lld: %lld floats fewer on the device, want %lld", (long long)nh, (long long)(host.g.act_count - dev.g.act_count), (long long)want);
+        CHECK(host.g.grad_count == dev.g.grad_count, "gradients %lld vs %lld", (long long)host.g.grad_count,
+              (long long)dev.g.grad_count);
+        st_model_graph_free(&host);
+        st_model_graph_free(&dev);
+        st_model_free(m);
+    }
+}
+
 /* A layout-only graph counts the same arenas a real graph allocates (the
  * counting in graph.c's count_arenas mirrors st_graph_finalize). */
 static void test_layout_matches_real(void) {
@@ -300,7 +325,7 @@ static void test_auto_choices(void) {
     CHECK(strcmp(p.precision, "fp32") == 0 && strstr(p.precision_why, "CPU"), "cpu: %s", p.precision);
     /* memory between ZeRO-2's and DDP's need at micro-batch 1 */
     CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
-    st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = 8};
+    st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = 8, .device_layout = true}; /* as on a GPU */
     st_mem ddp, z2;
     CHECK_OK(st_mem_estimate(m, 1, &o, &ddp));
     o.zero = 2;
@@ -447,6 +472,7 @@ int main(void) {
     test_zero_formulas();
     test_linear_in_batch();
     test_layout_matches_real();
+    test_device_layout();
     test_table();
     test_too_big();
     test_auto_choices();

@@ -1,35 +1,43 @@
 /* CUDA twin of src/layers/attention.c: causal multi-head self-attention,
  * qkv (B, T, 3C) -> y (B, T, C), heads of hs = C / nh channels, scale
- * 1/sqrt(hs), exactly the CPU's semantics in fp32.
+ * 1/sqrt(hs), the CPU's semantics.
  *
- * The straightforward, exact version (not the fast path): per batch row b,
- * the nh heads are one strided batch of cuBLASLt fp32 products (a head's
- * Q, K, V are (T, hs) views of qkv with leading dimension 3C, one head hs
- * elements after the previous). Forward: S = Q K^T scale for the full T x T
- * (the masked half is computed and discarded), a causal softmax kernel turns
- * each row into P in place (max subtracted, zeros after the diagonal),
- * Y = P V. P is kept in the node's saved state (B, nh, T, T), as on the CPU,
- * so the saved_count is the CPU's. Backward, per b: dP = dY V^T into the
- * workspace (nh, T, T), dS = P * (dP - rowsum(dP * P)) in place (zero above
- * the diagonal, where P is 0), then dQ = dS K scale, dK = dS^T Q scale,
- * dV = P^T dY written (beta 0) or added (beta 1) as in_acc says: every
- * element of dqkv belongs to exactly one of those products.
+ * Two paths, chosen per node in `prepare` (the saved state differs):
  *
- * `prepare` sets the workspace to nh*T*T floats (the CPU asks for one T x T
- * per thread). Not here: a flash-style kernel that keeps only the
- * log-sum-exp, and cuDNN's fused attention (the bf16 fast path).
+ * - Flash (attention_flash.cuh), for head sizes 16, 32, 64 and 128: P is
+ *   never stored; the saved state is the log-sum-exp per row, (B, nh, T)
+ *   floats, and the workspace backward's row sums D = rowsum(dP * P), (B,
+ *   nh, T). bf16 runs on tensor cores (wmma, attention_flash.cu), fp32 and
+ *   fp16 runs in exact fp32 (attention_flash_f32.cu).
  *
- * bf16/fp16 runs: S = Q K^T and dP = dY V^T read only values the graph
- * rounded to 16 bits (qkv, dy), so they take 16-bit operands
- * (gemm_f32.cuh); the other three read P or dS, which are fp32 as on the
- * CPU (docs/precision.md), and stay fp32 products. */
+ * - Materialised (below), for every other head size: the straightforward,
+ *   exact version. Per batch row b, the nh heads are one strided batch of
+ *   cuBLASLt fp32 products (a head's Q, K, V are (T, hs) views of qkv with
+ *   leading dimension 3C, one head hs elements after the previous).
+ *   Forward: S = Q K^T scale for the full T x T (the masked half is
+ *   computed and discarded), a causal softmax kernel turns each row into P
+ *   in place (max subtracted, zeros after the diagonal), Y = P V. P is kept
+ *   in the node's saved state (B, nh, T, T), as on the CPU. Backward, per
+ *   b: dP = dY V^T into the workspace (nh, T, T), dS = P * (dP - rowsum(dP
+ *   * P)) in place (zero above the diagonal, where P is 0), then dQ = dS K
+ *   scale, dK = dS^T Q scale, dV = P^T dY written (beta 0) or added (beta
+ *   1) as in_acc says: every element of dqkv belongs to exactly one of
+ *   those products. bf16/fp16 runs: S = Q K^T and dP = dY V^T read only
+ *   values the graph rounded to 16 bits (qkv, dy), so they take 16-bit
+ *   operands (gemm_f32.cuh); the other three read P or dS, which are fp32
+ *   as on the CPU (docs/precision.md), and stay fp32 products.
+ *
+ * Not here: cuDNN's fused attention, dropout on P. */
 #include <math.h>
 
+#include "attention_flash.cuh"
 #include "gemm_f32.cuh"
+extern "C" {
+#include "layers/attention_layout.h"
+}
 
 enum { ATTN_THREADS = 128 };
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Reduce v over the block (blockDim.x a multiple of 32, at most 1024);
  * every thread gets the result. `max` picks max, else sum. */
@@ -128,8 +136,32 @@ static st_status heads(st_graph *g, const attn_dims &a, bool ta, bool tb, int64_
     return st_cuda_gemm_f32(g->dev, &p);
 }
 
+static bool flash(const attn_dims &a) { return st_attention_flash_fits(a.B, a.T, a.nh, a.hs); }
+
+static st_flash flash_args(st_node *n, st_graph *g, const attn_dims &a) {
+    st_flash f = {};
+    f.qkv = n->in[0]->data;
+    f.y = n->out->data;
+    f.dy = n->out->grad;
+    f.dqkv = n->in[0]->grad;
+    f.lse = n->saved;
+    f.dsum = g->work;
+    f.B = (int)a.B;
+    f.T = (int)a.T;
+    f.C = (int)a.C;
+    f.nh = (int)a.nh;
+    f.hs = (int)a.hs;
+    f.scale = a.scale;
+    f.acc = n->in_acc[0];
+    return f;
+}
+
 static st_status attention_forward(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
+    if (flash(a)) {
+        const st_flash f = flash_args(n, g, a);
+        return st_cuda_flash_forward(g, &f);
+    }
     const int64_t T = a.T, TT = T * T;
     const float *qkv = n->in[0]->data; /* (B, T, 3C) */
     float *y = n->out->data;           /* (B, T, C) */
@@ -157,6 +189,10 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     float *dqkv = n->in[0]->grad; /* (B, T, 3C) */
     if (!dqkv) return ST_OK;
     const attn_dims a = dims(n);
+    if (flash(a)) {
+        const st_flash f = flash_args(n, g, a);
+        return st_cuda_flash_backward(g, &f);
+    }
     const int64_t T = a.T, TT = T * T;
     const float *qkv = n->in[0]->data;
     const float *dy = n->out->grad; /* (B, T, C) */
@@ -189,10 +225,12 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-/* Saved state as the CPU (P); workspace: one batch row's dP. */
+/* Saved state and workspace as src/layers/attention_layout.h says (the
+ * planner counts them from there): flash, the log-sum-exp per row and D;
+ * materialised, P and one batch row's dP. */
 static st_status attention_prepare(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
-    n->work_count = align16(a.nh * a.T * a.T);
+    st_attention_device_counts(a.B, a.T, a.nh, a.hs, &n->saved_count, &n->work_count);
     return ST_OK;
 }
 

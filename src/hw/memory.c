@@ -37,9 +37,9 @@ typedef struct graph_bytes {
     int64_t acts, grads, ints, work;
 } graph_bytes;
 
-static st_status graph_size(st_model *m, int64_t batch, int ab, graph_bytes *b) {
+static st_status graph_size(st_model *m, int64_t batch, int ab, bool device, graph_bytes *b) {
     st_model_graph mg;
-    ST_TRY(st_model_graph_layout(m, batch, &mg));
+    ST_TRY(device ? st_model_graph_layout_device(m, batch, &mg) : st_model_graph_layout(m, batch, &mg));
     b->acts = ab * mg.g.act_count;
     b->grads = ab * mg.g.grad_count;
     b->ints = 4 * mg.g.int_count;
@@ -56,18 +56,18 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     /* buffers (batch-norm running statistics) stay fp32 beside the weights */
     out->params += 4 * m->params.buffer_count;
     graph_bytes g, g1, g2;
-    ST_TRY(graph_size(m, micro, ab, &g));
+    ST_TRY(graph_size(m, micro, ab, o->device_layout, &g));
     out->acts = g.acts;
     out->act_grads = g.grads;
     out->ints = g.ints;
     out->work = g.work;
     /* per sample: the difference of the graphs at 1 and 2 (all linear in B) */
-    ST_TRY(graph_size(m, 1, ab, &g1));
-    ST_TRY(graph_size(m, 2, ab, &g2));
+    ST_TRY(graph_size(m, 1, ab, o->device_layout, &g1));
+    ST_TRY(graph_size(m, 2, ab, o->device_layout, &g2));
     out->act_per_sample = (double)((g2.acts + g2.grads + g2.ints) - (g1.acts + g1.grads + g1.ints));
     if (o->eval_batch > 0) {
         graph_bytes e;
-        ST_TRY(graph_size(m, o->eval_batch, ab, &e));
+        ST_TRY(graph_size(m, o->eval_batch, ab, o->device_layout, &e));
         out->eval = e.acts + e.grads + e.ints + e.work;
     }
     /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */

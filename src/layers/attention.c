@@ -21,6 +21,7 @@
 #include "core/blas.h"
 #include "core/fastmath.h"
 #include "args.h"
+#include "attention_layout.h"
 #include "layers.h"
 
 
@@ -161,6 +162,26 @@ static st_status attention_backward(st_node *n, st_graph *g) {
         }
     }
     return ST_OK;
+}
+
+bool st_attention_flash_fits(int64_t B, int64_t T, int64_t nh, int64_t hs) {
+    return (hs == 16 || hs == 32 || hs == 64 || hs == 128) && B * nh <= 65535 && T >= 1 && T <= (1 << 24);
+}
+
+void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, int64_t *saved, int64_t *work) {
+    if (st_attention_flash_fits(B, T, nh, hs)) {
+        *saved = B * nh * T;
+        *work = align16(B * nh * T);
+    } else {
+        *saved = B * nh * T * T;
+        *work = align16(nh * T * T);
+    }
+}
+
+void st_attention_device_layout(st_node *n) {
+    const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C = n->in[0]->shape[2] / 3;
+    const int64_t nh = n->args.i[ST_ATTN_NHEAD];
+    st_attention_device_counts(B, T, nh, C / nh, &n->saved_count, &n->work_count);
 }
 
 static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward, NULL};

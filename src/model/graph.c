@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/mem.h"
+#include "../layers/attention_layout.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
 #endif
@@ -366,6 +367,9 @@ st_status st_graph_finalize(st_graph *g) {
         return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
                        g->params->cursor, g->params->n);
     if (g->dev && !g->params_only) ST_TRY(use_device_ops(g));
+    else if (g->device_layout)
+        for (int i = 0; i < g->n_nodes; i++)
+            if (strcmp(g->nodes[i].ops->name, "attention") == 0) st_attention_device_layout(&g->nodes[i]);
 
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;

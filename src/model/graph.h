@@ -175,6 +175,8 @@ struct st_graph {
     bool finalized;
     bool params_only; /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
                          int_count, work_count) but allocates none */
+    bool device_layout; /* with no device: size them as a CUDA device would (attention's saved state,
+                           src/layers/attention_layout.h; the other twins' scratch is not counted) */
     /* run state read by layers */
     bool training;
     uint64_t dropout_seed; /* set per micro-step by the caller */

@@ -128,12 +128,14 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
     return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
 }
 
-static st_status graph_build(st_model *m, int64_t batch, bool params_only, st_model_graph *mg) {
+static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
+                             st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
     st_graph_init(&mg->g, &m->params);
     mg->g.params_only = params_only;
+    mg->g.device_layout = device_layout;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     st_status s;
@@ -151,7 +153,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, st_mo
 }
 
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
-    return graph_build(m, batch, false, mg);
+    return graph_build(m, batch, false, false, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {
@@ -185,7 +187,7 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     /* Parameters are declared by building a one-sample graph, then laid out;
      * the probe allocates no activations. */
     st_model_graph probe;
-    if (s == ST_OK) s = graph_build(m, 1, true, &probe);
+    if (s == ST_OK) s = graph_build(m, 1, true, false, &probe);
     if (s != ST_OK) {
         st_model_free(m);
         return s;
@@ -219,7 +221,11 @@ st_status st_model_create_layout(const st_config *cfg, const st_model_input *in,
 }
 
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {
-    return graph_build(m, batch, true, mg);
+    return graph_build(m, batch, true, false, mg);
+}
+
+st_status st_model_graph_layout_device(st_model *m, int64_t batch, st_model_graph *mg) {
+    return graph_build(m, batch, true, true, mg);
 }
 
 void st_model_free(st_model *m) {

@@ -58,6 +58,9 @@ st_status st_model_create_layout(const st_config *cfg, const st_model_input *in,
 /* A graph for `batch` samples with every node, shape and size (act_count,
  * grad_count, int_count, work_count) but no activation memory. */
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg);
+/* The same, sized as the CUDA backend lays it out (st_layer_ops.device_layout:
+ * attention's flash kernels save one log-sum-exp per row, not P). */
+st_status st_model_graph_layout_device(st_model *m, int64_t batch, st_model_graph *mg);
 st_status st_model_init_weights(st_model *m, uint64_t seed);
 
 /* Build a graph for `batch` samples. */

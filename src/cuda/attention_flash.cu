@@ -1,0 +1,432 @@
+/* Flash attention on tensor cores (attention_flash.cuh): bf16 runs. fp32
+ * and fp16 runs take the exact fp32 kernels of attention_flash_f32.cu.
+ *
+ * Forward, one block per 64 queries of one (b, h), four warps of 16 query
+ * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
+ * bf16; causal: tiles after the block's last query are never loaded, a
+ * warp skips a tile whose keys all follow its queries. Per tile, per warp:
+ * S = Q K^T on wmma (fp32 accumulators) stored to the warp's strip, the
+ * online softmax (running max m and sum l per row, two lanes per row), the
+ * accumulator O rescaled by exp(m_old - m_new) and O += P V on wmma.
+ *
+ * Precision (docs/precision.md): Q, K, V and dY hold bf16 values (the graph
+ * rounded them), so their bf16 copies are exact and Q K^T and dY V^T are
+ * exact products summed in fp32, as the materialised path's. P and dS are
+ * fp32 there and on the CPU, so each is split here into two bf16 numbers,
+ * hi = bf16(x) and lo = bf16(x - hi), and multiplied twice: x = hi + lo to
+ * about 2^-16 relative, far below the bf16 rounding of the layer's outputs,
+ * at the cost of a second product (3 products forward instead of 2). No
+ * TF32 anywhere: fp32 runs are exact fp32 (the fp32 contract).
+ *
+ * Fragments are only touched element by element against fragments of the
+ * same type (a row factor is broadcast over a 16 x 16 tile in shared memory
+ * and loaded as an accumulator), so nothing depends on how a GPU maps a
+ * fragment's elements to rows.
+ *
+ * Backward (FlashAttention-2, algorithm 2, without atomics): the dQ kernel
+ * (per 64 queries, like forward) runs first; it makes two passes over the
+ * key tiles: the first sums D_i = sum_j P_ij dP_ij (exactly the CPU's
+ * rowsum(dP * P), not dY . Y, whose Y was rounded to bf16), the second
+ * forms dS = P (dP - D) and dQ = dS K scale. It writes D to dsum. The
+ * dK/dV kernel (per 64 keys, four warps of 16 keys) walks the query tiles
+ * from its first key on: S^T = K Q^T, dP^T = V dY^T, P^T from lse, dV +=
+ * P^T dY, dK += dS^T Q scale. Every element of dqkv is written by one
+ * thread in a fixed order: deterministic. */
+#include <math.h>
+#include <mma.h>
+
+#include "attention_flash.cuh"
+
+using namespace nvcuda;
+
+typedef __nv_bfloat16 bf16;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> arow_t;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> brow_t;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bcol_t;
+
+/* A warp's 16-row scratch: fp32 values (ld BK + 4), or the same rows as
+ * bf16 hi and lo parts (ld BK + 8 each). */
+template <int BK> union fa_strip {
+    float s[16 * (BK + 4)];
+    bf16 p[2 * 16 * (BK + 8)];
+};
+
+/* rows row0.. of a (T, ld) fp32 matrix, D columns, into bf16 dst (ld ldd);
+ * rows at or past T are zeros */
+template <int D>
+static __device__ void load_bf16(bf16 *dst, int ldd, const float *src, int64_t ld, int row0, int rows,
+                                 int T) {
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+        const int r = e / D, c = e % D;
+        dst[r * ldd + c] = __float2bfloat16_rn(row0 + r < T ? src[(int64_t)(row0 + r) * ld + c] : 0.0f);
+    }
+}
+
+/* x = hi + lo, both bf16 */
+static __device__ void split(float x, bf16 *hi, bf16 *lo) {
+    const bf16 h = __float2bfloat16_rn(x);
+    *hi = h;
+    *lo = __float2bfloat16_rn(x - __bfloat162float(h));
+}
+
+/* o[d] *= the row factors of a (16, 16) tile whose row r is f_r */
+template <int ND> static __device__ void scale_rows(acc_t *o, const float *tile) {
+    acc_t f;
+    wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
+    for (int d = 0; d < ND; d++)
+        for (int i = 0; i < f.num_elements; i++)
+            o[d].x[i] *= f.x[i];
+}
+
+/* Store the warp's 16 x (16 ND) accumulator rows through its strip (ld
+ * lds) to dst rows (row r at dst + r * ld), rows at or past `valid` left
+ * out; add when acc. Lanes 2r, 2r + 1 take row r. */
+template <int ND>
+static __device__ void store_rows(const acc_t *o, float *strip, int lds, float *dst, int64_t ld, int valid,
+                                  bool acc) {
+    const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    for (int d = 0; d < ND; d++) {
+        __syncwarp(); /* the strip's last readers are done */
+        wmma::store_matrix_sync(strip, o[d], lds, wmma::mem_row_major);
+        __syncwarp();
+        if (r < valid)
+            for (int c = 0; c < 8; c++) {
+                float *p = dst + (int64_t)r * ld + d * 16 + half * 8 + c;
+                const float v = strip[r * lds + half * 8 + c];
+                *p = acc ? *p + v : v;
+            }
+    }
+    __syncwarp();
+}
+
+/* ---- forward ------------------------------------------------------------- */
+template <int D> static __global__ void flash_fwd_mma(st_flash f) {
+    enum { BK = D <= 64 ? 64 : 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
+    __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's 64 rows first */
+    __shared__ __align__(32) fa_strip<BK> sw[4];
+    __shared__ __align__(32) float tile[4][256];
+    bf16 *ks = kv, *vs = kv + BK * LDK;
+    const int T = f.T, C = f.C;
+    const int64_t C3 = 3 * (int64_t)C;
+    const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64; /* the longest rows first */
+    const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
+    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const int qw = q0 + warp * 16, qi = qw + r;
+    float *S = sw[warp].s, *fw = tile[warp];
+    bf16 *ph = sw[warp].p, *pl = ph + 16 * LDP;
+
+    load_bf16<D>(kv, LDK, qg, C3, q0, 64, T);
+    __syncthreads();
+    arow_t qf[ND];
+    acc_t o[ND];
+    for (int d = 0; d < ND; d++) {
+        wmma::load_matrix_sync(qf[d], kv + warp * 16 * LDK + d * 16, LDK);
+        wmma::fill_fragment(o[d], 0.0f);
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int kend = q0 + 64 < T ? q0 + 64 : T;
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads(); /* the last tile (or Q) is read */
+        load_bf16<D>(ks, LDK, qg + C, C3, k0, BK, T);
+        load_bf16<D>(vs, LDK, qg + 2 * C, C3, k0, BK, T);
+        __syncthreads();
+        if (k0 > qw + 15) continue;         /* every key after every query of this warp */
+        for (int n = 0; n < BK / 16; n++) { /* S = Q K^T */
+            acc_t s;
+            wmma::fill_fragment(s, 0.0f);
+            for (int d = 0; d < ND; d++) {
+                bcol_t kb;
+                wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(s, qf[d], kb, s);
+            }
+            wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float p[HC], mx = -INFINITY;
+        for (int c = 0; c < HC; c++) {
+            const int col = half * HC + c, j = k0 + col;
+            p[c] = j <= qi && j < T ? S[r * LDS + col] * f.scale : -INFINITY;
+            mx = fmaxf(mx, p[c]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mn = fmaxf(m, mx); /* finite: key 0 is in every row's first tile */
+        const float alpha = expf(m - mn);
+        float sum = 0.0f;
+        for (int c = 0; c < HC; c++) {
+            p[c] = expf(p[c] - mn);
+            sum += p[c];
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l = l * alpha + sum;
+        m = mn;
+        __syncwarp(); /* every score is read before P overwrites the strip */
+        for (int c = 0; c < HC; c++) {
+            const int col = half * HC + c;
+            split(p[c], &ph[r * LDP + col], &pl[r * LDP + col]);
+        }
+        for (int c = 0; c < 8; c++)
+            fw[r * 16 + half * 8 + c] = alpha;
+        __syncwarp();
+        scale_rows<ND>(o, fw);
+        for (int kk = 0; kk < BK / 16; kk++) { /* O += P V */
+            arow_t a_hi, a_lo;
+            wmma::load_matrix_sync(a_hi, ph + kk * 16, LDP);
+            wmma::load_matrix_sync(a_lo, pl + kk * 16, LDP);
+            for (int d = 0; d < ND; d++) {
+                brow_t vb;
+                wmma::load_matrix_sync(vb, vs + kk * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(o[d], a_hi, vb, o[d]);
+                wmma::mma_sync(o[d], a_lo, vb, o[d]);
+            }
+        }
+    }
+    __syncwarp(); /* the factors' tile is read */
+    for (int c = 0; c < 8; c++)
+        fw[r * 16 + half * 8 + c] = 1.0f / l;
+    __syncwarp();
+    scale_rows<ND>(o, fw);
+    store_rows<ND>(o, S, LDS, f.y + ((int64_t)b * T + qw) * C + (int64_t)h * D, C, T - qw, false);
+    if (half == 0 && qi < T) f.lse[(int64_t)bh * T + qi] = m + logf(l);
+}
+
+/* ---- backward: dQ and D -------------------------------------------------- */
+template <int D> static __global__ void flash_dq_mma(st_flash f) {
+    enum { BK = 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
+    __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's, then dY's 64 rows first */
+    __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS hi / lo */
+    __shared__ __align__(32) float sb[4][16 * LDS]; /* dP */
+    bf16 *ks = kv, *vs = kv + BK * LDK;
+    const int T = f.T, C = f.C;
+    const int64_t C3 = 3 * (int64_t)C;
+    const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64;
+    const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
+    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const float *gg = f.dy + (int64_t)b * T * C + (int64_t)h * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const int qw = q0 + warp * 16, qi = qw + r;
+    float *S = sa[warp].s, *dP = sb[warp];
+    bf16 *dh = sa[warp].p, *dl = dh + 16 * LDP;
+    const float lse = qi < T ? f.lse[(int64_t)bh * T + qi] : 0.0f;
+
+    arow_t qf[ND], gf[ND];
+    load_bf16<D>(kv, LDK, qg, C3, q0, 64, T);
+    __syncthreads();
+    for (int d = 0; d < ND; d++)
+        wmma::load_matrix_sync(qf[d], kv + warp * 16 * LDK + d * 16, LDK);
+    __syncthreads();
+    load_bf16<D>(kv, LDK, gg, C, q0, 64, T);
+    __syncthreads();
+    for (int d = 0; d < ND; d++)
+        wmma::load_matrix_sync(gf[d], kv + warp * 16 * LDK + d * 16, LDK);
+    acc_t dq[ND];
+    for (int d = 0; d < ND; d++)
+        wmma::fill_fragment(dq[d], 0.0f);
+    const int kend = q0 + 64 < T ? q0 + 64 : T;
+    float dsum = 0.0f;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k0 = 0; k0 < kend; k0 += BK) {
+            __syncthreads();
+            load_bf16<D>(ks, LDK, qg + C, C3, k0, BK, T);
+            load_bf16<D>(vs, LDK, qg + 2 * C, C3, k0, BK, T);
+            __syncthreads();
+            if (k0 > qw + 15) continue;
+            for (int n = 0; n < BK / 16; n++) { /* S = Q K^T, dP = dY V^T */
+                acc_t s, g;
+                wmma::fill_fragment(s, 0.0f);
+                wmma::fill_fragment(g, 0.0f);
+                for (int d = 0; d < ND; d++) {
+                    bcol_t kb, vb;
+                    wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
+                    wmma::mma_sync(s, qf[d], kb, s);
+                    wmma::load_matrix_sync(vb, vs + n * 16 * LDK + d * 16, LDK);
+                    wmma::mma_sync(g, gf[d], vb, g);
+                }
+                wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
+                wmma::store_matrix_sync(dP + n * 16, g, LDS, wmma::mem_row_major);
+            }
+            __syncwarp();
+            float ds[HC] = {};
+            for (int c = 0; c < HC; c++) {
+                const int col = half * HC + c, j = k0 + col;
+                const float p = j <= qi && j < T ? expf(S[r * LDS + col] * f.scale - lse) : 0.0f;
+                if (pass == 0)
+                    dsum += p * dP[r * LDS + col];
+                else
+                    ds[c] = p * (dP[r * LDS + col] - dsum);
+            }
+            if (pass == 0) continue;
+            __syncwarp(); /* every score is read before dS overwrites the strip */
+            for (int c = 0; c < HC; c++) {
+                const int col = half * HC + c;
+                split(ds[c], &dh[r * LDP + col], &dl[r * LDP + col]);
+            }
+            __syncwarp();
+            for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K */
+                arow_t a_hi, a_lo;
+                wmma::load_matrix_sync(a_hi, dh + kk * 16, LDP);
+                wmma::load_matrix_sync(a_lo, dl + kk * 16, LDP);
+                for (int d = 0; d < ND; d++) {
+                    brow_t kb;
+                    wmma::load_matrix_sync(kb, ks + kk * 16 * LDK + d * 16, LDK);
+                    wmma::mma_sync(dq[d], a_hi, kb, dq[d]);
+                    wmma::mma_sync(dq[d], a_lo, kb, dq[d]);
+                }
+            }
+        }
+        if (pass == 0) dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+    }
+    for (int d = 0; d < ND; d++)
+        for (int i = 0; i < dq[d].num_elements; i++)
+            dq[d].x[i] *= f.scale;
+    store_rows<ND>(dq, S, LDS, f.dqkv + ((int64_t)b * T + qw) * C3 + (int64_t)h * D, C3, T - qw, f.acc);
+    if (half == 0 && qi < T) f.dsum[(int64_t)bh * T + qi] = dsum;
+}
+
+/* ---- backward: dK and dV ------------------------------------------------- */
+template <int D> static __global__ void flash_dkv_mma(st_flash f) {
+    enum { BQ = 32, LDK = D + 8, LDS = BQ + 4, LDP = BQ + 8, ND = D / 16, HC = BQ / 2 };
+    __shared__ __align__(32) bf16 qg_s[2 * BQ * LDK]; /* Q and dY tiles; K's, then V's 64 rows first */
+    __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T hi / lo */
+    __shared__ __align__(32) fa_strip<BQ> sb[4];      /* dP^T, then dS^T hi / lo */
+    __shared__ float lse_s[BQ], dsum_s[BQ];
+    bf16 *qs = qg_s, *gs = qg_s + BQ * LDK;
+    const int T = f.T, C = f.C;
+    const int64_t C3 = 3 * (int64_t)C;
+    const int k0 = (int)blockIdx.x * 64; /* the first keys see the most queries: first */
+    const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
+    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const float *gg = f.dy + (int64_t)b * T * C + (int64_t)h * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const int kw = k0 + warp * 16, kj = kw + r;
+    float *St = sa[warp].s, *dPt = sb[warp].s;
+    bf16 *ph = sa[warp].p, *pl = ph + 16 * LDP, *dh = sb[warp].p, *dl = dh + 16 * LDP;
+
+    arow_t kf[ND], vf[ND];
+    load_bf16<D>(qg_s, LDK, qg + C, C3, k0, 64, T);
+    __syncthreads();
+    for (int d = 0; d < ND; d++)
+        wmma::load_matrix_sync(kf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
+    __syncthreads();
+    load_bf16<D>(qg_s, LDK, qg + 2 * C, C3, k0, 64, T);
+    __syncthreads();
+    for (int d = 0; d < ND; d++)
+        wmma::load_matrix_sync(vf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
+    acc_t dk[ND], dv[ND];
+    for (int d = 0; d < ND; d++) {
+        wmma::fill_fragment(dk[d], 0.0f);
+        wmma::fill_fragment(dv[d], 0.0f);
+    }
+    for (int i0 = k0; i0 < T; i0 += BQ) { /* queries before k0 see none of these keys */
+        __syncthreads();
+        load_bf16<D>(qs, LDK, qg, C3, i0, BQ, T);
+        load_bf16<D>(gs, LDK, gg, C, i0, BQ, T);
+        if (threadIdx.x < BQ) {
+            const int i = i0 + threadIdx.x;
+            lse_s[threadIdx.x] = i < T ? f.lse[(int64_t)bh * T + i] : 0.0f;
+            dsum_s[threadIdx.x] = i < T ? f.dsum[(int64_t)bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        if (i0 + BQ - 1 < kw) continue;     /* every query before every key of this warp */
+        for (int n = 0; n < BQ / 16; n++) { /* S^T = K Q^T, dP^T = V dY^T */
+            acc_t s, g;
+            wmma::fill_fragment(s, 0.0f);
+            wmma::fill_fragment(g, 0.0f);
+            for (int d = 0; d < ND; d++) {
+                bcol_t qb, gb;
+                wmma::load_matrix_sync(qb, qs + n * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(s, kf[d], qb, s);
+                wmma::load_matrix_sync(gb, gs + n * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(g, vf[d], gb, g);
+            }
+            wmma::store_matrix_sync(St + n * 16, s, LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(dPt + n * 16, g, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float p[HC], ds[HC];
+        for (int c = 0; c < HC; c++) {
+            const int col = half * HC + c, i = i0 + col;
+            p[c] = i >= kj && i < T && kj < T ? expf(St[r * LDS + col] * f.scale - lse_s[col]) : 0.0f;
+            ds[c] = p[c] * (dPt[r * LDS + col] - dsum_s[col]);
+        }
+        __syncwarp();
+        for (int c = 0; c < HC; c++) {
+            const int col = half * HC + c;
+            split(p[c], &ph[r * LDP + col], &pl[r * LDP + col]);
+            split(ds[c], &dh[r * LDP + col], &dl[r * LDP + col]);
+        }
+        __syncwarp();
+        for (int kk = 0; kk < BQ / 16; kk++) { /* dV += P^T dY, dK += dS^T Q */
+            arow_t p_hi, p_lo, d_hi, d_lo;
+            wmma::load_matrix_sync(p_hi, ph + kk * 16, LDP);
+            wmma::load_matrix_sync(p_lo, pl + kk * 16, LDP);
+            wmma::load_matrix_sync(d_hi, dh + kk * 16, LDP);
+            wmma::load_matrix_sync(d_lo, dl + kk * 16, LDP);
+            for (int d = 0; d < ND; d++) {
+                brow_t gb, qb;
+                wmma::load_matrix_sync(gb, gs + kk * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(dv[d], p_hi, gb, dv[d]);
+                wmma::mma_sync(dv[d], p_lo, gb, dv[d]);
+                wmma::load_matrix_sync(qb, qs + kk * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(dk[d], d_hi, qb, dk[d]);
+                wmma::mma_sync(dk[d], d_lo, qb, dk[d]);
+            }
+        }
+    }
+    for (int d = 0; d < ND; d++)
+        for (int i = 0; i < dk[d].num_elements; i++)
+            dk[d].x[i] *= f.scale;
+    float *dst = f.dqkv + ((int64_t)b * T + kw) * C3 + (int64_t)h * D;
+    store_rows<ND>(dk, St, LDS, dst + C, C3, T - kw, f.acc);
+    store_rows<ND>(dv, St, LDS, dst + 2 * C, C3, T - kw, f.acc);
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+template <int D> static st_status forward_mma(st_graph *g, const st_flash *f) {
+    const dim3 grid((unsigned)((f->T + 63) / 64), (unsigned)(f->B * f->nh));
+    flash_fwd_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
+    const dim3 grid((unsigned)((f->T + 63) / 64), (unsigned)(f->B * f->nh));
+    flash_dq_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
+    ST_CUDA_LAUNCHED();
+    flash_dkv_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+st_status st_cuda_flash_forward(st_graph *g, const st_flash *f) {
+    if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_forward_f32(g, f);
+    switch (f->hs) {
+    case 16:
+        return forward_mma<16>(g, f);
+    case 32:
+        return forward_mma<32>(g, f);
+    case 64:
+        return forward_mma<64>(g, f);
+    case 128:
+        return forward_mma<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    }
+}
+
+st_status st_cuda_flash_backward(st_graph *g, const st_flash *f) {
+    if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_backward_f32(g, f);
+    switch (f->hs) {
+    case 16:
+        return backward_mma<16>(g, f);
+    case 32:
+        return backward_mma<32>(g, f);
+    case 64:
+        return backward_mma<64>(g, f);
+    case 128:
+        return backward_mma<128>(g, f);
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    }
+}

@@ -1,0 +1,34 @@
+/* Flash attention for the CUDA attention twin (src/cuda/attention.cu):
+ * causal softmax(Q K^T scale) V without the (T, T) matrix in memory, after
+ * FlashAttention-2 (Dao 2023, arXiv:2307.08691, algorithms 1 and 2). The
+ * saved state is one fp32 log-sum-exp per row, lse (B, nh, T); backward
+ * recomputes P from Q, K and lse. Kernels in attention_flash.cu. */
+#ifndef ST_CUDA_ATTENTION_FLASH_CUH
+#define ST_CUDA_ATTENTION_FLASH_CUH
+
+#include "common.cuh"
+
+typedef struct st_flash {
+    const float *qkv; /* (B, T, 3C): head h's Q, K, V at columns h hs, C + h hs, 2C + h hs */
+    float *y;         /* (B, T, C), forward's output */
+    const float *dy;  /* (B, T, C), backward's output gradient */
+    float *dqkv;      /* (B, T, 3C), backward writes (or adds, acc) every element */
+    float *lse;       /* (B, nh, T): log sum_j exp(s_ij), the saved state */
+    float *dsum;      /* (B, nh, T): rowsum(P * dP), backward's scratch */
+    int B, T, C, nh, hs;
+    float scale;
+    bool acc; /* backward adds into dqkv */
+} st_flash;
+
+/* Which shapes take these kernels (head sizes 16, 32, 64, 128, grids that
+ * fit): st_attention_flash_fits, src/layers/attention_layout.h. */
+/* y and lse from qkv; bf16 runs on tensor cores (wmma), others exact fp32. */
+st_status st_cuda_flash_forward(st_graph *g, const st_flash *f);
+/* dqkv from qkv, dy, lse (dsum is its scratch). */
+st_status st_cuda_flash_backward(st_graph *g, const st_flash *f);
+/* The exact fp32 kernels (attention_flash_f32.cu), which the two above call
+ * for fp32 and fp16 runs. */
+st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f);
+st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f);
+
+#endif

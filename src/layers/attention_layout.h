@@ -1,0 +1,24 @@
+/* How the CUDA attention twin (src/cuda/attention.cu) lays out its node, in
+ * C so that the planner (src/hw/memory.c) can count a GPU run's memory in a
+ * build without CUDA, from the same rule the twin's prepare follows. Head
+ * sizes 16, 32, 64 and 128 take the flash kernels: saved state one
+ * log-sum-exp per row, (B, nh, T) floats, and as much workspace (backward's
+ * row sums D). Other head sizes keep the materialised path: saved state P,
+ * (B, nh, T, T) as on the CPU, and one batch row's dP, (nh, T, T), as
+ * workspace. */
+#ifndef ST_LAYERS_ATTENTION_LAYOUT_H
+#define ST_LAYERS_ATTENTION_LAYOUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Whether the flash kernels take this shape. */
+bool st_attention_flash_fits(int64_t B, int64_t T, int64_t nh, int64_t hs);
+/* The twin's saved state and workspace (floats). */
+void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, int64_t *saved, int64_t *work);
+/* Set an attention node's saved_count and work_count to the twin's: a
+ * layout-only graph for a GPU (st_graph.device_layout) calls it. */
+struct st_node;
+void st_attention_device_layout(struct st_node *n);
+
+#endif
