@@ -74,7 +74,8 @@ CUDA_LIBS := -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
 EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
-	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Iinclude -Isrc -Isrc/cuda \
+	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Wno-unknown-pragmas \
+	-Iinclude -Isrc -Isrc/cuda \
 	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(NCCL_FLAGS) $(MPI_CFLAGS)
 endif
 NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \

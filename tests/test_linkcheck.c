@@ -17,7 +17,7 @@ static void close_to(double got, double want, const char *what) {
 }
 
 static void test_cpu_shared_memory(void) {
-    st_device cpu;
+    st_hw_device cpu;
     CHECK(st_device_preset("cpu", &cpu), "no cpu preset");
     CHECK(strcmp(cpu.link, "shared memory") == 0, "cpu link %s", cpu.link);
     /* 16 MiB over 2 ranks: predicted 16 MiB / 2 GB/s + 2 x 20 us */
@@ -49,7 +49,7 @@ static void test_cpu_shared_memory(void) {
 
 static void test_gpu_links(void) {
     /* 8 ranks on H100 NVLink 4 (360 GB/s assumed, 5 us a ring step): 1 GiB */
-    st_device h;
+    st_hw_device h;
     CHECK(st_device_preset("H100", &h), "no H100 preset");
     const double bytes = 1024 * MIB, ring = 2.0 * 7 / 8 * bytes, t_pred = ring / 360e9 + 14 * 5e-6;
     st_link_check lc;
@@ -59,7 +59,7 @@ static void test_gpu_links(void) {
     close_to(lc.ratio, t_pred / (ring / 300e9), "ratio");
     CHECK(strstr(lc.text, "for NVLink 4 (H100-80GB preset)") != NULL, "text: %s", lc.text);
     /* an L40S node's PCIe (20 GB/s assumed) at 10 GB/s: a warning */
-    st_device l;
+    st_hw_device l;
     CHECK(st_device_preset("L40S", &l), "no L40S preset");
     st_link_check_allreduce(&l, bytes, 4, 1.5 * bytes / 10e9, ST_LINK_OK_FRACTION, &lc);
     CHECK(!lc.ok && lc.ratio > 0.45 && lc.ratio < 0.55, "PCIe at half speed: ratio %g ok %d", lc.ratio, lc.ok);
@@ -67,7 +67,7 @@ static void test_gpu_links(void) {
 }
 
 static void test_no_measurement(void) {
-    st_device cpu;
+    st_hw_device cpu;
     st_device_preset("cpu", &cpu);
     const double times[] = {0, -1, NAN, INFINITY};
     for (int i = 0; i < 4; i++) {

@@ -246,13 +246,13 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
              "node",
              wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
     else {
-        st_device cpu;
+        st_hw_device cpu;
         st_device_preset("cpu", &cpu);
         st_link_check lc;
         st_link_check_allreduce(&cpu, bytes, (int)ranks, ms / 1e3, ST_LINK_OK_FRACTION, &lc);
         char gpus[256] = "";
         if (probed && h->n_gpus > 1) {
-            st_device g;
+            st_hw_device g;
             st_device_local(h, 0, &g);
             snprintf(gpus, sizeof gpus,
                      "; the planner assumes %.0f GB/s of %s between the GPUs, not measured here (collectives "

@@ -167,7 +167,7 @@ int st_cmd_plan(int argc, char **argv) {
         st_hw_print(h, stdout);
         fputc('\n', stdout);
     }
-    st_device local, cpu;
+    st_hw_device local, cpu;
     double gf = 0;
     const bool need_cpu = strstr(hw_list, "local") || strstr(hw_list, "cpu") || strstr(hw_list, "CPU");
     if (need_cpu) ST_GOTO(st_device_calibrate_cpu(&gf));

@@ -36,7 +36,7 @@
 
 static const struct preset {
     const char *name, *alias;
-    st_device d;
+    st_hw_device d;
 } presets[] = {
     {"L40S", "L40S-48GB",
      {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 48 * GIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
@@ -62,7 +62,7 @@ static const struct preset {
 };
 enum { N_PRESETS = sizeof presets / sizeof presets[0] };
 
-bool st_device_preset(const char *name, st_device *out) {
+bool st_device_preset(const char *name, st_hw_device *out) {
     for (int i = 0; i < N_PRESETS; i++)
         if (strcasecmp(name, presets[i].name) == 0 || (presets[i].alias && strcasecmp(name, presets[i].alias) == 0)) {
             *out = presets[i].d;
@@ -100,7 +100,7 @@ double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int cl
                   {"A100", "A100-80GB", "A100", 108},
                   {"L40S", "L40S", "L40S", 142}};
     for (size_t i = 0; i < sizeof sheets / sizeof sheets[0]; i++) {
-        st_device d;
+        st_hw_device d;
         if (strstr(name, sheets[i].key) && sms == sheets[i].sms && st_device_preset(sheets[i].preset, &d)) {
             const double f = tensor16 ? d.peak_bf16 : d.peak_fp32;
             snprintf(why, why_len, "datasheet: %s, %.1f TFLOPS %s dense", sheets[i].what, f / T,
@@ -146,7 +146,7 @@ st_status st_device_calibrate_cpu(double *flops_per_s) {
     return ST_OK;
 }
 
-void st_device_local(const st_hw_info *h, double cpu_flops, st_device *out) {
+void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
     if (h->n_gpus > 0) {
         /* A known GPU by its name ("NVIDIA H100 80GB HBM3" holds "H100"). */
         const char *keys[][2] = {{"H200", "H200"}, {"H100", "H100-80GB"}, {"L40S", "L40S"}, {"A100", NULL}};
@@ -170,7 +170,7 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_device *out) {
     out->mem_bytes = h->mem_avail;
 }
 
-st_status st_hw_config_parse(const char *spec, const st_device *local, const st_device *cpu, st_hw_config *out) {
+st_status st_hw_config_parse(const char *spec, const st_hw_device *local, const st_hw_device *cpu, st_hw_config *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->label, sizeof out->label, "%s", spec);
     long a = 0, b = 0;

@@ -15,7 +15,7 @@
 #include "probe.h"
 #include "scaletrain/status.h"
 
-typedef struct st_device {
+typedef struct st_hw_device {
     char name[48];
     bool gpu;
     double peak_bf16;  /* dense FLOP/s with low-precision (bf16/fp16) matrix products */
@@ -31,12 +31,12 @@ typedef struct st_device {
     char net[32];
     double net_bw, net_lat;
     double host_bw; /* bytes/s between host and device (offload), per device */
-} st_device;
+} st_hw_device;
 
 /* A hardware configuration: `per_node` devices of one kind on each of `nodes` nodes. */
 typedef struct st_hw_config {
     char label[64]; /* as written: "8xH100", "cpu" */
-    st_device dev;
+    st_hw_device dev;
     int per_node, nodes;
     bool nodes_given; /* the spec named the nodes ("2x8xH100") */
 } st_hw_config;
@@ -44,7 +44,7 @@ typedef struct st_hw_config {
 /* The preset called `name` (case-insensitive; aliases such as "H100" for
  * "H100-80GB"); false when unknown. "cpu" gives the CPU preset with
  * placeholder peaks: st_device_local fills measured ones. */
-bool st_device_preset(const char *name, st_device *out);
+bool st_device_preset(const char *name, st_hw_device *out);
 /* Every preset name, comma-separated, for error messages. */
 const char *st_device_names(void);
 
@@ -52,7 +52,7 @@ const char *st_device_names(void);
  * preset by name, with the probed memory), else the CPU with its memory
  * available and peaks measured by st_device_calibrate_cpu (gflops > 0) or a
  * conservative default when gflops <= 0. */
-void st_device_local(const st_hw_info *h, double cpu_gflops, st_device *out);
+void st_device_local(const st_hw_info *h, double cpu_gflops, st_hw_device *out);
 
 /* A CUDA device's dense peak, FLOP/s, for mfu: 16-bit matrix products on
  * tensor cores with fp32 accumulation (tensor16), or fp32 on the CUDA cores
@@ -75,6 +75,6 @@ st_status st_device_calibrate_cpu(double *flops_per_s);
  * machine's CPU, measured); either may be NULL: "local" is then an error and
  * "cpu" the preset's placeholder peaks. For the CPU, N x cpu is N ranks
  * sharing one node's cores and memory. */
-st_status st_hw_config_parse(const char *spec, const st_device *local, const st_device *cpu, st_hw_config *out);
+st_status st_hw_config_parse(const char *spec, const st_hw_device *local, const st_hw_device *cpu, st_hw_config *out);
 
 #endif

@@ -7,7 +7,7 @@
 
 #include "timing.h"
 
-void st_link_check_allreduce(const st_device *dev, double bytes, int n, double seconds, double fraction,
+void st_link_check_allreduce(const st_hw_device *dev, double bytes, int n, double seconds, double fraction,
                              st_link_check *out) {
     memset(out, 0, sizeof *out);
     const double ring = n > 1 ? 2.0 * (n - 1) / n * bytes : 0; /* bytes each link carries */

@@ -27,7 +27,7 @@ typedef struct st_link_check {
 /* `bytes` all-reduced over n >= 2 ranks in `seconds` (the slowest rank's
  * best), against dev's in-node link. A time that is not positive and finite
  * is not ok (ratio 0, text says so). */
-void st_link_check_allreduce(const st_device *dev, double bytes, int n, double seconds, double fraction,
+void st_link_check_allreduce(const st_hw_device *dev, double bytes, int n, double seconds, double fraction,
                              st_link_check *out);
 
 #endif

@@ -17,12 +17,12 @@ static const char *human(double bytes, char *buf, size_t n) {
 }
 
 static int64_t mem_limit(const st_hw_config *hw) {
-    const st_device *d = &hw->dev;
+    const st_hw_device *d = &hw->dev;
     if (d->gpu) return (int64_t)(0.9 * (double)d->mem_bytes - GIB);
     return (int64_t)(0.85 * (double)d->mem_bytes / hw->per_node);
 }
 
-static void choose_precision(const st_config *c, const st_device *d, st_plan *p) {
+static void choose_precision(const st_config *c, const st_hw_device *d, st_plan *p) {
     if (strcmp(c->precision, "auto") != 0) {
         snprintf(p->precision, sizeof p->precision, "%s", c->precision);
         return;

@@ -8,7 +8,7 @@
  * hundred GB/s of which a streaming update reaches about this much. */
 #define HOST_MEM_BW 100e9
 
-double st_time_default_efficiency(const st_device *d, bool mixed) {
+double st_time_default_efficiency(const st_hw_device *d, bool mixed) {
     /* Large, well-shaped products reach 70-80% of the tensor-core peak;
      * a whole model's products (small heads, attention blocks, the first
      * and last layers) about 60%. fp32 without tensor cores sits closer to
@@ -30,7 +30,7 @@ static double half_ring(double bytes, int n, double busbw, double latency) {
 }
 
 void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o, st_time *t) {
-    const st_device *d = &o->hw->dev;
+    const st_hw_device *d = &o->hw->dev;
     const int n = o->hw->per_node * o->hw->nodes;
     /* CPU ranks on a node share its cores and memory bandwidth */
     const double share = d->gpu ? 1.0 : 1.0 / o->hw->per_node;

@@ -70,7 +70,7 @@ typedef struct st_time {
 } st_time;
 
 /* The matrix-product efficiency the model assumes for a device. */
-double st_time_default_efficiency(const st_device *d, bool mixed);
+double st_time_default_efficiency(const st_hw_device *d, bool mixed);
 
 /* Time one step; `micro_cost` is the cost of the graph at the micro-batch,
  * n_params the model's trainable parameters. */

@@ -19,6 +19,7 @@
 #define __device__
 #define __host__
 #define __shared__ static
+#define __launch_bounds__(...) /* occupancy hints: nothing to bound here */
 
 #ifdef __cplusplus
 #include <cuda_runtime.h>
