@@ -401,32 +401,10 @@ template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
 
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f) {
     if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_forward_f32(g, f);
-    switch (f->hs) {
-    case 16:
-        return forward_mma<16>(g, f);
-    case 32:
-        return forward_mma<32>(g, f);
-    case 64:
-        return forward_mma<64>(g, f);
-    case 128:
-        return forward_mma<128>(g, f);
-    default:
-        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
-    }
+    return st_flash_by_head_size(f, [&](auto d) { return forward_mma<decltype(d)::value>(g, f); });
 }
 
 st_status st_cuda_flash_backward(st_graph *g, const st_flash *f) {
     if (g->params->precision != ST_PREC_BF16) return st_cuda_flash_backward_f32(g, f);
-    switch (f->hs) {
-    case 16:
-        return backward_mma<16>(g, f);
-    case 32:
-        return backward_mma<32>(g, f);
-    case 64:
-        return backward_mma<64>(g, f);
-    case 128:
-        return backward_mma<128>(g, f);
-    default:
-        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
-    }
+    return st_flash_by_head_size(f, [&](auto d) { return backward_mma<decltype(d)::value>(g, f); });
 }

@@ -6,6 +6,8 @@
 #ifndef ST_CUDA_ATTENTION_FLASH_CUH
 #define ST_CUDA_ATTENTION_FLASH_CUH
 
+#include <type_traits>
+
 #include "common.cuh"
 
 typedef struct st_flash {
@@ -30,5 +32,17 @@ st_status st_cuda_flash_backward(st_graph *g, const st_flash *f);
  * for fp32 and fp16 runs. */
 st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f);
 st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f);
+
+/* run(std::integral_constant<int, D>()) for the head size D = f->hs the
+ * kernels are instantiated for; an internal error for any other. */
+template <class F> static st_status st_flash_by_head_size(const st_flash *f, F &&run) {
+    switch (f->hs) {
+    case 16: return run(std::integral_constant<int, 16>());
+    case 32: return run(std::integral_constant<int, 32>());
+    case 64: return run(std::integral_constant<int, 64>());
+    case 128: return run(std::integral_constant<int, 128>());
+    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    }
+}
 
 #endif

@@ -201,31 +201,9 @@ template <int D> static st_status backward(st_graph *g, const st_flash *f) {
 }
 
 st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f) {
-    switch (f->hs) {
-    case 16:
-        return forward<16>(g, f);
-    case 32:
-        return forward<32>(g, f);
-    case 64:
-        return forward<64>(g, f);
-    case 128:
-        return forward<128>(g, f);
-    default:
-        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
-    }
+    return st_flash_by_head_size(f, [&](auto d) { return forward<decltype(d)::value>(g, f); });
 }
 
 st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f) {
-    switch (f->hs) {
-    case 16:
-        return backward<16>(g, f);
-    case 32:
-        return backward<32>(g, f);
-    case 64:
-        return backward<64>(g, f);
-    case 128:
-        return backward<128>(g, f);
-    default:
-        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
-    }
+    return st_flash_by_head_size(f, [&](auto d) { return backward<decltype(d)::value>(g, f); });
 }
