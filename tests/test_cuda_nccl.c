@@ -12,7 +12,9 @@
  *     through NCCL on the communication stream during backward, the
  *     parameters broadcast through it) against the plain single-GPU run:
  *     the same losses and the same bits of every weight after 8 steps (one
- *     rank's average is the gradient itself, so nothing may differ).
+ *     rank's average is the gradient itself, so nothing may differ); and
+ *     the same under dist.strategy zero1 and zero2 (one rank's shard is the
+ *     whole arena, padded on the device).
  * On every machine first: a missing device, or dist.comm nccl on the CPU, is
  * refused with the reason (and, in a build without NCCL, the communicator
  * itself). Then skips, saying why, without a GPU or NCCL (`--built`:
@@ -194,6 +196,26 @@ static void training(void) {
     snprintf(a, sizeof a, "%s/nccl/model.safetensors", root);
     snprintf(b, sizeof b, "%s/plain/model.safetensors", root);
     tf_compare_weights("nccl vs plain", a, b, 0, 0); /* exactly: every difference fails */
+    /* ZeRO through NCCL on one rank: the arenas padded to a whole shard on
+     * the device, each bucket reduced to its owner (itself), the norm over
+     * the shard, the update over the shard, the all-gather in place: one
+     * rank's shard is the whole arena, so again the same bits. */
+    const char *zero[] = {"zero1", "zero2"};
+    for (int i = 0; i < 2; i++) {
+        st_run_result z;
+        char name[16], set[32];
+        snprintf(name, sizeof name, "nccl-%s", zero[i]);
+        snprintf(set, sizeof set, "dist.strategy=%s", zero[i]);
+        CHECK_OK(tf_config(&c, root, name, extra));
+        CHECK_OK(st_config_set(&c, "dist.comm=nccl"));
+        CHECK_OK(st_config_set(&c, set));
+        CHECK_OK(tf_train(&c, NULL, &z));
+        if (st_test_failures) return;
+        CHECK(strcmp(z.strategy, zero[i]) == 0 && z.train_loss == plain.train_loss, "%s: %s, last loss %.9g vs %.9g",
+              zero[i], z.strategy, z.train_loss, plain.train_loss);
+        snprintf(a, sizeof a, "%s/%s/model.safetensors", root, name);
+        tf_compare_weights(name, a, b, 0, 0);
+    }
 }
 
 /* On any machine: what is refused, and why. */

@@ -260,7 +260,9 @@ static void test_table(void) {
         snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "auto");
         c.train.micro_batch_size = ST_AUTO;
     }
-    /* memory rises with the micro-batch and falls with ZeRO-2 */
+    /* memory rises with the micro-batch and falls with ZeRO; on GPUs ZeRO-2
+     * keeps the whole gradient arena (dist.h), so it saves ZeRO-1's: the
+     * optimizer state (12 bytes per parameter in bf16: 2 moments + master) */
     c.train.micro_batch_size = 4;
     st_plan d4 = plan_for(&in, "8xA100-80GB");
     c.train.micro_batch_size = 8;
@@ -270,7 +272,18 @@ static void test_table(void) {
     CHECK(d8.mem.total > d4.mem.total, "micro 8 %lld vs 4 %lld", (long long)d8.mem.total, (long long)d4.mem.total);
     const double psi = (double)m->params.count;
     const double saved = (double)(d8.mem.grads + d8.mem.optim) - (double)(z8.mem.grads + z8.mem.optim);
-    CHECK(fabs(saved - (14 * psi - 14 * psi / 8)) <= 64, "zero2 saves %g bytes", saved);
+    CHECK(fabs(saved - (12 * psi - 12 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
+    st_plan z1 = plan_for(&in, "8xA100-80GB");
+    CHECK(z1.mem.grads == z8.mem.grads && z1.mem.optim == z8.mem.optim, "zero1 %lld+%lld vs zero2 %lld+%lld on GPUs",
+          (long long)z1.mem.grads, (long long)z1.mem.optim, (long long)z8.mem.grads, (long long)z8.mem.optim);
+    c.train.micro_batch_size = 4;
+    st_plan c4 = plan_for(&in, "8xcpu"); /* the CPU gives zero2's other gradient pages back */
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
+    st_plan c4z = plan_for(&in, "8xcpu");
+    CHECK(c4z.mem.grads * 8 - c4.mem.grads <= 64 * 8 && c4z.mem.grads < c4.mem.grads,
+          "zero2 on the CPU: gradients %lld vs zero1's %lld", (long long)c4z.mem.grads, (long long)c4.mem.grads);
+    c.train.micro_batch_size = 8;
     CHECK(z8.mem.total < d8.mem.total && z8.time.comm_s > 0, "zero2 %lld vs ddp %lld", (long long)z8.mem.total,
           (long long)d8.mem.total);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "auto");
@@ -300,7 +313,8 @@ static void test_too_big(void) {
 }
 
 /* Auto choices on simulated hardware: precision by compute capability,
- * ZeRO-2 when DDP's model states do not fit, offload when ZeRO-2's do not
+ * ZeRO-1 (on GPUs, where ZeRO-2 saves no more) when DDP's model states do
+ * not fit, offload when ZeRO-1's do not
  * (activation checkpointing off: auto would come before offload, which
  * test_plan_checkpointing.c covers). */
 static void test_auto_choices(void) {
@@ -323,27 +337,27 @@ static void test_auto_choices(void) {
     CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
     CHECK_OK(st_plan_make(&in, &hw, &p));
     CHECK(strcmp(p.precision, "fp32") == 0 && strstr(p.precision_why, "CPU"), "cpu: %s", p.precision);
-    /* memory between ZeRO-2's and DDP's need at micro-batch 1 */
+    /* memory between ZeRO-1's and DDP's need at micro-batch 1 */
     CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
     st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = 8, .device_layout = true}; /* as on a GPU */
     st_mem ddp, z2;
     CHECK_OK(st_mem_estimate(m, 1, &o, &ddp));
-    o.zero = 2;
+    o.zero = 1;
     CHECK_OK(st_mem_estimate(m, 1, &o, &z2));
     const double need = (double)(ddp.total + z2.total) / 2; /* usable = 0.9 mem - 1 GiB */
     hw.dev.mem_bytes = (int64_t)((need + GIB) / 0.9);
     CHECK_OK(st_plan_make(&in, &hw, &p));
-    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload && p.fits && p.micro == 1 && p.accum == 8,
+    CHECK(strcmp(p.strategy, "zero1") == 0 && !p.offload && p.fits && p.micro == 1 && p.accum == 8,
           "between: %s offload %d micro %lld", p.strategy, p.offload, (long long)p.micro);
     hw.dev.mem_bytes = (int64_t)(((double)z2.total * 0.8 + GIB) / 0.9);
     CHECK_OK(st_plan_make(&in, &hw, &p));
-    CHECK(strcmp(p.strategy, "zero2") == 0 && p.offload && p.mem.host > 0, "below zero2: %s offload %d",
+    CHECK(strcmp(p.strategy, "zero1") == 0 && p.offload && p.mem.host > 0, "below zero1: %s offload %d",
           p.strategy, p.offload);
     /* the applied config says why */
     st_plan_apply(&p, &c);
     CHECK(c.train.micro_batch_size == p.micro && st_config_source(&c, "train.micro_batch_size") == ST_SRC_AUTO,
           "applied");
-    CHECK(strcmp(c.dist.strategy, "zero2") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
+    CHECK(strcmp(c.dist.strategy, "zero1") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
           c.dist.strategy, c.precision);
     st_model_free(m);
 }

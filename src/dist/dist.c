@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/device.h"
 #include "core/mem.h"
 
 st_status st_dist_mode_parse(const char *strategy, st_dist_mode *mode) {
@@ -20,30 +21,32 @@ const char *st_dist_mode_name(st_dist_mode mode) {
     return mode == ST_DIST_ZERO1 ? "zero1" : mode == ST_DIST_ZERO2 ? "zero2" : "ddp";
 }
 
-/* Parameters on a CUDA device: nothing padded or sharded; the step zeroes
- * the gradients there, and the trainer takes the norm and clips through the
- * optimizer (st_optim_clip: after DDP's average every rank holds the whole
- * gradient, so its norm is the global one). With an NCCL communicator (any
- * world size, dist.comm nccl for one rank) the buckets are all-reduced on the
- * device's communication stream as backward produces them. */
+/* Parameters on a CUDA device. With an NCCL communicator (any world size,
+ * dist.comm nccl for one rank) the buckets are all-reduced (DDP) or reduced
+ * to their owners (ZeRO) on the device's communication stream as backward
+ * produces them. ZeRO pads the arenas on the device (zero.c) and shards the
+ * optimizer state there; ZeRO-2 zeroes the non-owned gradients after each
+ * reduction instead of giving their pages back (device memory is held
+ * whole: its gradient arena stays allocated). The trainer takes the norm and
+ * clips through the optimizer (st_optim_clip over the optimizer's range,
+ * with the shards' sums of squares added by st_dist_sumsq_across). */
 static st_status init_device(st_dist *d, const st_config *cfg, const st_graph *g) {
     const bool nccl = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
     if (d->world > 1 && !nccl)
         return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs exchanges gradients through the NCCL "
                                            "communicator, and this one is %s; use train.device: cpu",
                        st_comm_backend_name(d->comm));
-    if ((d->world > 1 || nccl) && d->mode != ST_DIST_DDP)
-        return st_fail(ST_ERR_UNSUPPORTED,
-                       "dist.strategy %s on CUDA devices is not written yet (its shards and norm are host code); set "
-                       "dist.strategy: ddp, or train.device: cpu",
-                       st_dist_mode_name(d->mode));
     if (d->deterministic)
         return st_fail(ST_ERR_UNSUPPORTED,
                        "dist.deterministic folds gradients on the host, which a CUDA device does not do yet; set "
                        "dist.deterministic: false (one GPU's reductions are in a fixed order already) or "
                        "train.device: cpu");
+    if (d->mode != ST_DIST_DDP) ST_TRY(st_zero_pad_arenas(d->p, d->sh.padded));
     d->buckets = d->world > 1 || nccl;
-    if (d->buckets) ST_TRY(st_ddp_init(&d->ddp, d->comm, d->p, g, cfg->dist.bucket_cap_mb, 0, ST_COMM_AVG, false));
+    if (d->buckets)
+        ST_TRY(st_ddp_init(&d->ddp, d->comm, d->p, g, cfg->dist.bucket_cap_mb,
+                           d->mode == ST_DIST_DDP ? 0 : d->sh.shard,
+                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, false));
     return ST_OK;
 }
 
@@ -160,11 +163,26 @@ static st_status fold(st_dist *d, bool last) {
     return ST_OK;
 }
 
+/* ZeRO-2 on a device, after a micro-step's reductions: the gradients
+ * outside this rank's shard zeroed (their owners hold the sums, and the next
+ * backward adds into zeros, as the host's released pages); after the last,
+ * the shard's sums divided into averages. */
+static st_status device_micro_end(st_dist *d, bool last) {
+    if (d->mode != ST_DIST_ZERO2) return ST_OK;
+    const int64_t S = d->sh.shard, lo = (int64_t)d->rank * S;
+    float *g = d->p->grad;
+    ST_TRY(st_device_zero(d->p->dev, g, (size_t)lo * sizeof(float)));
+    ST_TRY(st_device_zero(d->p->dev, g + lo + S, (size_t)(d->sh.padded - lo - S) * sizeof(float)));
+    if (last) ST_TRY(st_device_scale_f32(d->p->dev, g + lo, (size_t)S, 1.0f / (float)d->world));
+    return ST_OK;
+}
+
 st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
     const bool last = k == d->accum - 1;
     if (d->deterministic) return fold(d, last);
     if (!reduces_now(d, k)) return ST_OK;
     ST_TRY(st_ddp_finish(&d->ddp, g));
+    if (d->p->dev) return device_micro_end(d, last);
     if (d->mode == ST_DIST_ZERO2) { /* the page-aligned complement: no partial page at a bucket's edge stays */
         st_zero_release(d->p->grad, 0, (int64_t)d->rank * d->sh.shard);
         st_zero_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
@@ -199,6 +217,13 @@ st_status st_dist_grad_norm(st_dist *d, double *norm) {
     return ST_OK;
 }
 
+st_status st_dist_sumsq_across(void *ctx, double *sumsq) {
+    st_dist *d = ctx;
+    if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK; /* every rank holds the whole gradient */
+    st_comm_req *req = NULL;
+    return wait(st_comm_all_reduce(d->comm, sumsq, sumsq, 1, ST_COMM_F64, ST_COMM_SUM, "gradient norm", &req), &req);
+}
+
 void st_dist_grad_scale(st_dist *d, float s) {
     int64_t lo, hi;
     st_dist_range(d, &lo, &hi);
@@ -226,6 +251,7 @@ int64_t st_dist_grad_nbytes(const st_dist *d) {
 }
 
 int64_t st_dist_grad_nbytes_predicted(const st_dist *d) {
+    if (d->p->dev) return d->p->arena_count * (int64_t)sizeof(float); /* ZeRO-2 zeroes, it does not release */
     int64_t n = (d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard : d->sh.padded) * (int64_t)sizeof(float);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;

@@ -41,10 +41,15 @@
  * gives identical bits is stated in docs/distributed.md.
  *
  * Parameters on a CUDA device (p->dev): `comm` is then the NCCL communicator
- * (st_comm_nccl_init) when there are several ranks, and DDP's buckets are
- * all-reduced on the device (ddp.h); ZeRO and deterministic mode are not
- * written for a device (an error). The step zeroes the gradients there and
- * the trainer takes the norm and clips through st_optim_clip
+ * (st_comm_nccl_init) when there are several ranks, and the buckets are
+ * all-reduced (DDP) or reduced to their owners (ZeRO) on the device (ddp.h);
+ * ZeRO's arenas are padded there and its parameters all-gathered there.
+ * ZeRO-2 zeroes the gradients outside the shard after each reduction: the
+ * arithmetic of the host's, not its memory (device memory is held whole,
+ * so the gradient arena stays allocated; docs/distributed.md). Deterministic
+ * mode is not written for a device (an error). The step zeroes the gradients
+ * there and the trainer takes the norm and clips through st_optim_clip over
+ * the optimizer's range, with st_dist_sumsq_across adding the shards' sums
  * (st_dist_grad_norm and st_dist_grad_scale take host arenas).
  *
  * Not here: the bucket plan (ddp.c); sync batch-norm (dist.sync_batchnorm:
@@ -99,6 +104,11 @@ st_status st_dist_micro_begin(st_dist *d, st_graph *g, int64_t k);
 st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k);
 /* The L2 norm of the whole step's gradient (every rank gets the same value). */
 st_status st_dist_grad_norm(st_dist *d, double *norm);
+/* st_optim_across for a device's st_optim_clip (ctx the st_dist): under
+ * ZeRO with several ranks, all-reduce the device double `sumsq` (this
+ * shard's sum of squares) over the communicator, so that it holds the whole
+ * gradient's; otherwise nothing (each rank holds the whole gradient). */
+st_status st_dist_sumsq_across(void *ctx, double *sumsq);
 /* Multiply the gradients this rank updates from by s. */
 void st_dist_grad_scale(st_dist *d, float s);
 st_status st_dist_step_end(st_dist *d);

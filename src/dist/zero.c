@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/device.h"
 #include "core/mem.h"
 
 #define PAGE 4096
@@ -32,8 +33,48 @@ static float *alloc_pages(int64_t count) {
     return q;
 }
 
+static void point_tensors(st_params *p) {
+    for (int i = 0; i < p->n; i++) {
+        st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        t->data = p->data + t->offset;
+        t->grad = p->grad + t->offset;
+    }
+}
+
+/* On a CUDA device: new arenas there, the contents copied on the device and
+ * the tails zeroed (the memory is the device's whole: nothing to release). */
+static st_status pad_device(st_params *p, int64_t padded) {
+    const size_t old = (size_t)p->arena_count * sizeof(float), nbytes = (size_t)padded * sizeof(float);
+    void *data = NULL, *grad = NULL;
+    st_status s = st_device_alloc(p->dev, nbytes, &data);
+    if (s == ST_OK) s = st_device_alloc(p->dev, nbytes, &grad);
+    if (s == ST_OK) s = st_device_round_copy(p->dev, ST_PREC_FP32, data, p->data, (size_t)p->arena_count);
+    if (s == ST_OK) s = st_device_round_copy(p->dev, ST_PREC_FP32, grad, p->grad, (size_t)p->arena_count);
+    if (s == ST_OK && nbytes > old) s = st_device_zero(p->dev, (char *)data + old, nbytes - old);
+    if (s == ST_OK && nbytes > old) s = st_device_zero(p->dev, (char *)grad + old, nbytes - old);
+    if (s != ST_OK) {
+        st_device_release(p->dev, data);
+        st_device_release(p->dev, grad);
+        return st_fail_context(s, "padding the parameter arenas to %lld elements on %s: ", (long long)padded,
+                               st_device_name(p->dev));
+    }
+    st_device_release(p->dev, p->data);
+    st_device_release(p->dev, p->grad);
+    p->data = data;
+    p->grad = grad;
+    return ST_OK;
+}
+
 st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
     if (padded < p->arena_count) padded = p->arena_count;
+    if (p->dev) {
+        if (padded == p->arena_count) return ST_OK;
+        ST_TRY(pad_device(p, padded));
+        p->arena_count = padded;
+        point_tensors(p);
+        return ST_OK;
+    }
     /* A gradient arena from the hook (the zero-copy shared arena) stays where
      * it is when it has room: the all-reduce knows it by its address. */
     const bool keep = p->grad_hooked && (size_t)padded * sizeof(float) <= p->grad_cap_bytes;
@@ -56,12 +97,7 @@ st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
     p->data = data;
     p->grad = grad;
     p->arena_count = padded;
-    for (int i = 0; i < p->n; i++) {
-        st_tensor *t = p->t[i];
-        if (t->kind != ST_TENSOR_PARAM) continue;
-        t->data = data + t->offset;
-        t->grad = grad + t->offset;
-    }
+    point_tensors(p);
     return ST_OK;
 }
 

@@ -14,7 +14,9 @@ static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     const int64_t ob = 4 * ((int64_t)o->optim_states + (o->mixed ? 1 : 0));
     int64_t grads = gb * pa, optim = ob * pa;
     if (o->zero >= 1) optim = (optim + N - 1) / N;
-    if (o->zero >= 2) grads = (grads + N - 1) / N;
+    /* ZeRO-2 gives the non-owned gradient pages back on the CPU; a GPU run
+     * zeroes them and keeps its whole gradient arena (dist.h) */
+    if (o->zero >= 2 && !o->device_layout) grads = (grads + N - 1) / N;
     m->params = wb * pa;
     m->grads = grads;
     m->optim = optim;

@@ -100,8 +100,9 @@ static st_status mem_least(const st_plan_input *in, st_plan *p, int64_t micro, s
 }
 
 /* DDP when the model states and the micro-batch (an explicit one, else a
- * single sample) fit; else ZeRO-2 when there are ranks to shard over; else
- * offload. */
+ * single sample) fit; else ZeRO when there are ranks to shard over (ZeRO-2
+ * on the CPU; ZeRO-1 on GPUs, where ZeRO-2 holds the same memory and
+ * reduces every micro-step); else offload. */
 static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     const char *s = in->cfg->dist.strategy;
     if (strcmp(s, "auto") != 0) {
@@ -122,7 +123,8 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     }
     /* Sharding costs no more traffic than DDP's all-reduce, so it comes
      * before recomputing; recomputing comes before offload's PCIe copies. */
-    if (p->ranks > 1) snprintf(p->strategy, sizeof p->strategy, "zero2");
+    const char *zero = p->hw.dev.gpu ? "zero1" : "zero2";
+    if (p->ranks > 1) snprintf(p->strategy, sizeof p->strategy, "%s", zero);
     ST_TRY(mem_least(in, p, mb, &m));
     if (m.total <= p->mem_limit) {
         if (p->ranks > 1)
@@ -134,7 +136,7 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
                      human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
-    snprintf(p->strategy, sizeof p->strategy, p->ranks > 1 ? "zero2" : "ddp");
+    snprintf(p->strategy, sizeof p->strategy, "%s", p->ranks > 1 ? zero : "ddp");
     p->offload = true;
     snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
              p->strategy, what, p->ranks > 1 ? " even sharded" : "");
@@ -244,7 +246,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     if (!p->fits)
         snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per device, %.2f GiB usable%s",
                  (double)p->mem.total / GIB, (double)p->mem_limit / GIB,
-                 p->offload ? " even with ZeRO-2 and offload at micro-batch 1" : "");
+                 p->offload ? " even sharded, offloaded and at micro-batch 1" : "");
     else if (p->offload)
         snprintf(p->warning, sizeof p->warning, "needs optimizer offload (%.1f GiB of host memory per rank)",
                  (double)p->mem.host / GIB);

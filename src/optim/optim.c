@@ -160,8 +160,11 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
 #endif
 }
 
-st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm) {
+st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
+                        void *ctx) {
     if (!o->dev) {
+        if (across || o->lo != 0 || o->hi != p->count)
+            return st_fail(ST_ERR_INTERNAL, "st_optim_clip: a host optimizer's shard (ZeRO clips through dist.h)");
         const double n = st_grad_norm(p);
         if (max_norm > 0 && n > max_norm) st_grad_scale(p, (float)(max_norm / (n + 1e-6)));
         if (norm) *norm = n;
@@ -171,14 +174,17 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
     if (max_norm <= 0 && !norm) return ST_OK;
     /* The sum of squares stays on the device; clipping reads it there, and
      * only a logged norm comes back. */
-    ST_TRY(st_cuda_grad_sumsq(o->cu, p->grad, p->count));
-    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, p->grad, p->count, max_norm));
+    ST_TRY(st_cuda_grad_sumsq(o->cu, p->grad + o->lo, o->count));
+    if (across) ST_TRY(across(ctx, st_cuda_optim_sumsq(o->cu)));
+    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, p->grad + o->lo, o->count, max_norm));
     if (norm) ST_TRY(st_cuda_grad_norm_read(o->cu, norm));
     return ST_OK;
 #else
     (void)p;
     (void)max_norm;
     (void)norm;
+    (void)across;
+    (void)ctx;
     return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
 #endif
 }

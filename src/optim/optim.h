@@ -50,12 +50,18 @@ void st_optim_step(st_optim *o, st_params *p, double lr);
 /* The same wherever the parameters live: st_optim_step on the host, the
  * fused AdamW/SGD launch on a device (queued, no wait). */
 st_status st_optim_update(st_optim *o, st_params *p, double lr);
-/* One rank's whole gradient (p->grad[0, p->count)), wherever it lives: when
- * max_norm > 0, clip as the trainer does (norm > max_norm: times
- * max_norm / (norm + 1e-6)); when norm is not NULL, the norm before clipping
- * goes there (on a device this waits for the stream: pass NULL on steps that
- * do not log it). */
-st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm);
+/* The gradient over o's range, wherever it lives: when max_norm > 0, clip as
+ * the trainer does (norm > max_norm: times max_norm / (norm + 1e-6)); when
+ * norm is not NULL, the norm before clipping goes there (on a device this
+ * waits for the stream: pass NULL on steps that do not log it). On a device
+ * the range may be a ZeRO shard: `across` (when not NULL) then adds the
+ * other ranks' sums of squares into the device double it is given (an
+ * all-reduce, dist.h st_dist_sumsq_across) before the norm is taken, so
+ * every rank clips by the global norm. On the host the range must be the
+ * whole arena and `across` NULL (the host's ZeRO clips through dist.h). */
+typedef st_status (*st_optim_across)(void *ctx, double *sumsq);
+st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
+                        void *ctx);
 
 /* A host copy of o's state (kind, range, t, m and v) for checkpoints of a
  * device's optimizer; free with st_optim_free. */

@@ -54,8 +54,6 @@ static const char *device_blocker(const st_session *s) {
         if (!st_comm_nccl_built())
             return "data-parallel training on GPUs needs the NCCL communicator, which this build left out (nccl.h "
                    "was not found under NCCL_HOME; see docs/cuda.md)";
-        if (strcmp(c->dist.strategy, "zero1") == 0 || strcmp(c->dist.strategy, "zero2") == 0)
-            return "dist.strategy zero1/zero2 on CUDA devices is not written yet (ddp is)";
     }
     if (c->dist.deterministic) return "dist.deterministic folds gradients on the host, not on a CUDA device yet";
     return NULL;
@@ -282,7 +280,8 @@ static st_status plan(st_session *s, st_model_input *in) {
     }
     if (s->dev && strcmp(c->dist.strategy, "auto") == 0) {
         snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
-        st_config_mark_auto(c, "dist.strategy", "ddp on CUDA devices: ZeRO there is not written yet");
+        st_config_mark_auto(c, "dist.strategy",
+                            "ddp on CUDA devices: the planner sizes a CPU run; set zero1 to shard the optimizer state");
     }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0) {

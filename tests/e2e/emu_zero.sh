@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# ZeRO-1 and ZeRO-2 between (emulated) GPUs under real mpirun: the CUDA
+# emulator's build (make emu, tests/cudaemu/) with two devices, one per rank,
+# the shards' reductions, the norm's all-reduce and the parameters' all-gather
+# all through NCCL on the devices (docs/distributed.md). tests/run.sh passes
+# it the emulator's build folder; given any other build it skips.
+#  1. The mlp, 8 steps of SGD with momentum, global batch 32 in micro-batches
+#     of 8 (2 micro-steps per rank), clipped to the global norm 0.5 (below the
+#     norm: the clip acts every step): zero1 and zero2 on 2 emulated GPUs save
+#     the weights of the same strategy on 2 CPU ranks and of DDP on 1
+#     emulated GPU, within 1e-4 of each tensor's largest (the runs differ only
+#     in the order of float sums), and log the CPU run's gradient norm at the
+#     last step within 1e-6 (a norm over one shard, or summed twice, is off by
+#     a factor near sqrt(2)).
+#  2. Each rank holds half the optimizer state of DDP's (to within one
+#     shard's page padding) and the run's prediction of it; the buckets are
+#     reduced once per step under zero1 and every micro-step under zero2
+#     (grad_syncs); the ranks end with identical weights (replicas_identical).
+#  3. Checkpoints: 4 steps of AdamW under zero1 on 2 emulated GPUs write one
+#     optimizer file per shard; resumed to 8 steps on 1 emulated GPU (ddp)
+#     and on 2 (zero2) they end with the weights of the uninterrupted 8-step
+#     run within 1e-4.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+grep -qa "cudaemu: " "$bin" 2>/dev/null ||
+    e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+e2e_tmpdir
+e2e_mpi 120
+export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
+
+common=(--set train.threads=1 --set data.num_workers=0 --set data.val= --set log.progress=off
+        --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.micro_batch_size=8
+        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet)
+sgd=(--set train.steps=8 --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9
+     --set optim.schedule=constant --set optim.grad_clip=0.5)
+
+# run NAME N DEVICE STRATEGY ARGS...: train on N ranks (1: no mpirun) into $tmp/NAME, JSON in $tmp/NAME.json.
+run() {
+    local name=$1 n=$2 dev=$3 st=$4; shift 4
+    local cmd=("$bin" train "${common[@]}" --set train.device="$dev" --set dist.strategy="$st"
+               --set train.out_dir="$tmp/$name" "$@")
+    if [ "$n" -eq 1 ]; then timeout 120 "${cmd[@]}"; else "${mpi[@]}" -np "$n" "${cmd[@]}"; fi \
+        >"$tmp/$name.json" 2>&1 || fail "$name: $(tail -n 3 "$tmp/$name.json")"
+}
+
+run gpu1-ddp 1 cuda ddp "${sgd[@]}"
+for st in zero1 zero2; do
+    run "gpu2-$st" 2 cuda "$st" "${sgd[@]}"
+    run "cpu2-$st" 2 cpu "$st" "${sgd[@]}"
+done
+[ "$fails" -eq 0 ] || e2e_finish ""
+for st in zero1 zero2; do
+    for other in "cpu2-$st" gpu1-ddp; do
+        echo -n "$st on 2 emulated GPUs against $other: "
+        /usr/bin/python3 tests/py/weights_diff.py "$tmp/$other/model.safetensors" "$tmp/gpu2-$st/model.safetensors" \
+            1e-4 || fail "$st on 2 emulated GPUs differs from $other"
+    done
+done
+/usr/bin/python3 - "$tmp" <<'PY' || fail "the norms, the memory or the syncs (above)"
+import json, sys
+tmp = sys.argv[1]
+last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+norm = lambda name: [json.loads(l) for l in open(f"{tmp}/{name}/metrics.jsonl")][-1]["grad_norm"]
+ok = True
+ddp = last("gpu1-ddp")
+for st, syncs in (("zero1", 8), ("zero2", 16)):
+    g, c = last(f"gpu2-{st}"), last(f"cpu2-{st}")
+    gn, cn = norm(f"gpu2-{st}"), norm(f"cpu2-{st}")
+    rel = abs(gn - cn) / cn
+    print(f"{st}: grad_norm {gn:.9g} (2 CPU ranks: {cn:.9g}, relative {rel:.2g}); optimizer state "
+          f"{g['optim_state_bytes']} B per rank (predicted {g['optim_state_bytes_predicted']}, DDP "
+          f"{ddp['optim_state_bytes']}); grad_syncs {g['grad_syncs']}; replicas_identical {g['replicas_identical']}")
+    half, pad = ddp["optim_state_bytes"] / 2, 4 * 1024  # one ST_SHARD_ALIGN of fp32 momentum
+    checks = {
+        "the norm": rel < 1e-6,
+        "the optimizer state is halved": half <= g["optim_state_bytes"] <= half + pad,
+        "the prediction": g["optim_state_bytes"] == g["optim_state_bytes_predicted"],
+        "the syncs": g["grad_syncs"] == syncs and g["ranks"] == 2 and g["strategy"] == st,
+        "identical replicas": g["replicas_identical"] is True,
+    }
+    for what, good in checks.items():
+        if not good:
+            print(f"FAIL: {st}: {what}")
+            ok = False
+sys.exit(0 if ok else 1)
+PY
+
+# Checkpoints: AdamW (two moments per shard), constant schedule after warmup.
+adam=(--set optim.type=adamw --set optim.lr=0.003 --set optim.schedule=constant --set optim.warmup_steps=2
+      --set optim.grad_clip=0.5)
+run full 2 cuda zero1 "${adam[@]}" --set train.steps=8
+run half 2 cuda zero1 "${adam[@]}" --set train.steps=4
+ck=$tmp/half/ckpt/step-4
+for k in 0 1; do [ -f "$ck/optim-rank$k.safetensors" ] || fail "no optim-rank$k.safetensors in $ck"; done
+for to in "1 ddp" "2 zero2"; do
+    set -- $to
+    name="resume-$1-$2"
+    rm -rf "${tmp:?}/$name"
+    cp -r "$tmp/half" "$tmp/$name"
+    run "$name" "$1" cuda "$2" "${adam[@]}" --set train.steps=8 --resume auto
+    echo -n "4 steps on 2 emulated GPUs (zero1) + 4 on $1 ($2): "
+    /usr/bin/python3 tests/py/weights_diff.py "$tmp/full/model.safetensors" "$tmp/$name/model.safetensors" 1e-4 ||
+        fail "resumed on $1 emulated GPU(s) under $2: differs from the uninterrupted run"
+done
+e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
+    "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs"
