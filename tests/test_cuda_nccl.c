@@ -14,7 +14,8 @@
  *     the same losses and the same bits of every weight after 8 steps (one
  *     rank's average is the gradient itself, so nothing may differ); and
  *     the same under dist.strategy zero1 and zero2 (one rank's shard is the
- *     whole arena, padded on the device).
+ *     whole arena, padded on the device), and under zero1 with the
+ *     optimizer offloaded to the host (optim.offload).
  * On every machine first: a missing device, or dist.comm nccl on the CPU, is
  * refused with the reason (and, in a build without NCCL, the communicator
  * itself). Then skips, saying why, without a GPU or NCCL (`--built`:
@@ -199,20 +200,25 @@ static void training(void) {
     /* ZeRO through NCCL on one rank: the arenas padded to a whole shard on
      * the device, each bucket reduced to its owner (itself), the norm over
      * the shard, the update over the shard, the all-gather in place: one
-     * rank's shard is the whole arena, so again the same bits. */
-    const char *zero[] = {"zero1", "zero2"};
-    for (int i = 0; i < 2; i++) {
+     * rank's shard is the whole arena, so again the same bits; and with the
+     * optimizer offloaded to the host (its AdamW is the fused kernel's float
+     * for float). */
+    const char *variants[][2] = {{"zero1", NULL}, {"zero2", NULL}, {"zero1", "optim.offload=true"}};
+    for (int i = 0; i < 3; i++) {
         st_run_result z;
-        char name[16], set[32];
-        snprintf(name, sizeof name, "nccl-%s", zero[i]);
-        snprintf(set, sizeof set, "dist.strategy=%s", zero[i]);
+        char name[32], set[32];
+        snprintf(name, sizeof name, "nccl-%s%s", variants[i][0], variants[i][1] ? "-offload" : "");
+        snprintf(set, sizeof set, "dist.strategy=%s", variants[i][0]);
         CHECK_OK(tf_config(&c, root, name, extra));
         CHECK_OK(st_config_set(&c, "dist.comm=nccl"));
         CHECK_OK(st_config_set(&c, set));
+        if (variants[i][1]) CHECK_OK(st_config_set(&c, variants[i][1]));
         CHECK_OK(tf_train(&c, NULL, &z));
         if (st_test_failures) return;
-        CHECK(strcmp(z.strategy, zero[i]) == 0 && z.train_loss == plain.train_loss, "%s: %s, last loss %.9g vs %.9g",
-              zero[i], z.strategy, z.train_loss, plain.train_loss);
+        CHECK(strcmp(z.strategy, variants[i][0]) == 0 && z.optim_offload == (variants[i][1] != NULL) &&
+                  z.train_loss == plain.train_loss,
+              "%s: %s, offload %d, last loss %.9g vs %.9g", name, z.strategy, z.optim_offload, z.train_loss,
+              plain.train_loss);
         snprintf(a, sizeof a, "%s/%s/model.safetensors", root, name);
         tf_compare_weights(name, a, b, 0, 0);
     }

@@ -87,6 +87,7 @@ typedef struct st_config {
         double beta1, beta2, eps;  /* AdamW                               default 0.9, 0.999, 1e-8 */
         double momentum;           /* SGD                                 default 0.9 */
         bool nesterov;             /* SGD                                 default false */
+        bool offload;              /* GPU: state and update on the host   default false */
         char schedule[ST_CFG_STR]; /* constant | cosine | linear          default cosine */
         int64_t warmup_steps;      /*                                     default 0 */
         double min_lr;             /* fraction of lr at the end of decay  default 0.0 */

@@ -116,6 +116,10 @@ const st_cfg_key st_cfg_keys[] = {
     K_FLOAT("optim.eps", optim.eps, "1e-8", 0, 1, LO | HI, "adamw: epsilon added to the denominator"),
     K_FLOAT("optim.momentum", optim.momentum, "0.9", 0, 1, HI, "sgd: momentum; 0 = plain SGD"),
     K_BOOL("optim.nesterov", optim.nesterov, "false", "sgd: Nesterov momentum"),
+    K_BOOL("optim.offload", optim.offload, "false",
+           "on a GPU: the optimizer state and its update on the host (ZeRO-Offload; with ZeRO each rank's shard), "
+           "the gradients copied down and the weights up in overlapped chunks; saves the state's device memory "
+           "(docs/distributed.md); no effect on the CPU"),
     K_ENUM("optim.schedule", optim.schedule, "cosine", VALUES("constant", "cosine", "linear"),
            "learning-rate decay after warmup"),
     K_INT("optim.warmup_steps", optim.warmup_steps, "0", 0, NOMAX, "steps of linear warmup from 0 to lr"),

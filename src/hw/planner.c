@@ -248,7 +248,8 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                  (double)p->mem.total / GIB, (double)p->mem_limit / GIB,
                  p->offload ? " even sharded, offloaded and at micro-batch 1" : "");
     else if (p->offload)
-        snprintf(p->warning, sizeof p->warning, "needs optimizer offload (%.1f GiB of host memory per rank)",
+        snprintf(p->warning, sizeof p->warning,
+                 "needs optimizer offload (optim.offload: true on GPUs; %.1f GiB of host memory per rank)",
                  (double)p->mem.host / GIB);
 
     st_model_graph mg;

@@ -2,6 +2,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
@@ -17,14 +18,108 @@ int64_t st_optim_state_nbytes(const st_optim *o) {
     return (o->m ? o->count : 0) * 4 + (o->v ? o->count : 0) * 4;
 }
 
-/* The state on the parameters' device, zeroed, and the fused kernels' plan.
- * The arena's tail past p->count is alignment padding, never trained: the
- * range stops at p->count there. */
-static st_status init_device(st_optim *o, const st_params *p) {
-    o->dev = p->dev;
+/* The range stops at p->count on a device: the arena's tail past it is
+ * alignment and shard padding, never trained. */
+static void clamp_range(st_optim *o, const st_params *p) {
     if (o->hi > p->count) o->hi = p->count;
     if (o->lo > o->hi) o->lo = o->hi;
     o->count = o->hi - o->lo;
+}
+
+/* m (and v for AdamW) in host memory, zeroed. */
+static st_status alloc_host_state(st_optim *o) {
+    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
+    o->m = st_alloc_aligned(nbytes);
+    if (o->kind == ST_OPTIM_ADAMW) o->v = st_alloc_aligned(nbytes);
+    if (!o->m || (o->kind == ST_OPTIM_ADAMW && !o->v))
+        return st_fail(ST_ERR_NOMEM, "out of memory for optimizer state (%.1f MiB)",
+                       2.0 * (double)nbytes / (1 << 20));
+    memset(o->m, 0, nbytes);
+    if (o->v) memset(o->v, 0, nbytes);
+    return ST_OK;
+}
+
+#ifdef ST_HAVE_CUDA
+
+struct st_optim_offload {
+    st_device *dev;       /* the parameters' */
+    float *w, *g;         /* (count) host: the range's master weights, its gradients */
+    bool pinned;          /* w and g from cudaHostAlloc (else pageable: the copies then wait) */
+    bool pull;            /* w is read from the device at the next update */
+    int64_t chunk;        /* elements per copy */
+    int n_chunks;
+    st_cuda_event *ready; /* the gradients final on the compute stream */
+    st_cuda_event **ev;   /* (n_chunks) chunk k's gradients (and weights, when pulling) are on the host */
+};
+
+static void free_offload(struct st_optim_offload *f) {
+    if (!f) return;
+    for (int k = 0; f->ev && k < f->n_chunks; k++)
+        st_cuda_event_free(f->ev[k]);
+    free(f->ev);
+    st_cuda_event_free(f->ready);
+    if (f->pinned) {
+        st_cuda_host_free(f->w);
+        st_cuda_host_free(f->g);
+    } else {
+        st_free_aligned(f->w);
+        st_free_aligned(f->g);
+    }
+    free(f);
+}
+
+/* The two copies' buffers: pinned, or pageable when pinned memory is refused
+ * (the copies then wait for the host). */
+static st_status alloc_copies(struct st_optim_offload *f, size_t nbytes) {
+    f->pinned = st_cuda_host_alloc(f->dev, nbytes, (void **)&f->w) == ST_OK &&
+                st_cuda_host_alloc(f->dev, nbytes, (void **)&f->g) == ST_OK;
+    if (f->pinned) return ST_OK;
+    st_cuda_host_free(f->w);
+    st_clear_error();
+    f->w = st_alloc_aligned(nbytes);
+    f->g = st_alloc_aligned(nbytes);
+    return f->w && f->g ? ST_OK
+                        : st_fail(ST_ERR_NOMEM, "out of host memory for the offloaded optimizer's copies (%.1f MiB)",
+                                  2.0 * (double)nbytes / (1 << 20));
+}
+
+/* optim.offload: the state on the host, the copies' buffers and events, and
+ * the device's norm kernels (o->cu) for st_optim_clip. */
+static st_status init_offload(st_optim *o, const st_params *p) {
+    clamp_range(o, p);
+    struct st_optim_offload *f = calloc(1, sizeof *f);
+    if (!f) return st_fail(ST_ERR_NOMEM, "out of memory for the offloaded optimizer");
+    o->off = f;
+    f->dev = p->dev;
+    f->pull = true;
+    /* An eighth of the range per chunk (so that copies and the host's work
+     * overlap even on a small model), whole KiBs of elements, from 4096
+     * elements (16 KiB) to 1 Mi (4 MiB: fewer, larger copies run at the
+     * link's speed). */
+    int64_t c = (o->count / 8 + 1023) / 1024 * 1024;
+    f->chunk = c < 4096 ? 4096 : c > ((int64_t)1 << 20) ? (int64_t)1 << 20 : c;
+    f->n_chunks = (int)((o->count + f->chunk - 1) / f->chunk);
+    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
+    st_status s = alloc_host_state(o);
+    if (s == ST_OK) s = alloc_copies(f, nbytes);
+    if (s == ST_OK && !(f->ev = calloc((size_t)(f->n_chunks ? f->n_chunks : 1), sizeof *f->ev)))
+        s = st_fail(ST_ERR_NOMEM, "out of memory for the offloaded optimizer");
+    if (s == ST_OK) s = st_cuda_event_create(f->dev, false, &f->ready);
+    for (int k = 0; s == ST_OK && k < f->n_chunks; k++)
+        s = st_cuda_event_create(f->dev, false, &f->ev[k]);
+    if (s == ST_OK) s = st_cuda_optim_create(f->dev, p, o->lo, o->hi, &o->cu);
+    if (s != ST_OK) {
+        st_fail_context(s, "the optimizer offloaded from %s: ", st_device_name(f->dev));
+        st_optim_free(o);
+    }
+    return s;
+}
+#endif
+
+/* The state on the parameters' device, zeroed, and the fused kernels' plan. */
+static st_status init_device(st_optim *o, const st_params *p) {
+    o->dev = p->dev;
+    clamp_range(o, p);
 #ifdef ST_HAVE_CUDA
     const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
     st_status s = st_device_alloc(o->dev, nbytes, (void **)&o->m);
@@ -57,19 +152,14 @@ st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params
     o->eps = cfg->optim.eps;
     o->momentum = cfg->optim.momentum;
     o->nesterov = cfg->optim.nesterov;
+#ifdef ST_HAVE_CUDA
+    if (p->dev && cfg->optim.offload) return init_offload(o, p);
+#endif
     if (p->dev) return init_device(o, p);
     o->count = hi - lo;
-    size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
-    o->m = st_alloc_aligned(nbytes);
-    if (o->kind == ST_OPTIM_ADAMW) o->v = st_alloc_aligned(nbytes);
-    if (!o->m || (o->kind == ST_OPTIM_ADAMW && !o->v)) {
-        st_optim_free(o);
-        return st_fail(ST_ERR_NOMEM, "out of memory for optimizer state (%.1f MiB)",
-                       2.0 * (double)nbytes / (1 << 20));
-    }
-    memset(o->m, 0, nbytes);
-    if (o->v) memset(o->v, 0, nbytes);
-    return ST_OK;
+    st_status s = alloc_host_state(o);
+    if (s != ST_OK) st_optim_free(o);
+    return s;
 }
 
 void st_optim_free(st_optim *o) {
@@ -77,14 +167,23 @@ void st_optim_free(st_optim *o) {
     if (o->dev) {
         st_device_release(o->dev, o->m);
         st_device_release(o->dev, o->v);
-#ifdef ST_HAVE_CUDA
-        st_cuda_optim_free(o->cu);
-#endif
     } else {
         st_free_aligned(o->m);
         st_free_aligned(o->v);
     }
+#ifdef ST_HAVE_CUDA
+    st_cuda_optim_free(o->cu);
+    free_offload(o->off);
+#endif
     memset(o, 0, sizeof *o);
+}
+
+void st_optim_params_written(st_optim *o) {
+#ifdef ST_HAVE_CUDA
+    if (o->off) o->off->pull = true;
+#else
+    (void)o;
+#endif
 }
 
 /* w, g, m, v: (n) the elements of one tensor (or of its part in the range). */
@@ -120,23 +219,65 @@ static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const fl
     }
 }
 
+/* Elements [a, b) of o's range from arrays whose [0] is element a: the
+ * weights w, gradients g and the state's m and v (v NULL for SGD). */
+static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t b, float *w, const float *g, float *m,
+                       float *v, double lr) {
+    for (int i = 0; i < p->n; i++) {
+        const st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        const int64_t x = t->offset > a ? t->offset : a;
+        const int64_t y = t->offset + t->count < b ? t->offset + t->count : b;
+        if (x >= y) continue;
+        const int64_t k = x - a;
+        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, w + k, g + k, y - x, m + k, v + k, lr);
+        else sgd_tensor(o, t, w + k, g + k, y - x, m + k, lr);
+    }
+}
+
 void st_optim_step(st_optim *o, st_params *p, double lr) {
     o->t++;
-    for (int i = 0; i < p->n; i++) {
-        st_tensor *t = p->t[i];
-        if (t->kind != ST_TENSOR_PARAM) continue;
-        const int64_t a = t->offset > o->lo ? t->offset : o->lo;
-        const int64_t b = t->offset + t->count < o->hi ? t->offset + t->count : o->hi;
-        if (a >= b) continue;
-        float *w = t->data + (a - t->offset);
-        const float *g = t->grad + (a - t->offset);
-        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, w, g, b - a, o->m + (a - o->lo), o->v + (a - o->lo), lr);
-        else sgd_tensor(o, t, w, g, b - a, o->m + (a - o->lo), lr);
-    }
+    step_slice(o, p, o->lo, o->hi, p->data + o->lo, p->grad + o->lo, o->m, o->v, lr);
     st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
 }
 
+#ifdef ST_HAVE_CUDA
+/* optim.offload's update (optim.h): gradients down in chunks on the copy
+ * stream, each chunk updated on the host as it arrives and its weights
+ * queued up on the compute stream (which the next forward and ZeRO's
+ * all-gather follow). The host writes chunk k of f->w only after chunk k's
+ * event, which follows (through `ready`) every kernel queued before, the
+ * previous step's upload of chunk k included. */
+static st_status offload_update(st_optim *o, st_params *p, double lr) {
+    struct st_optim_offload *f = o->off;
+    st_device *d = f->dev;
+    o->t++;
+    ST_TRY(st_cuda_event_record(d, f->ready, ST_CUDA_STREAM_COMPUTE));
+    ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COPY, f->ready));
+    for (int k = 0; k < f->n_chunks; k++) {
+        const int64_t a = o->lo + k * f->chunk, n = o->hi - a < f->chunk ? o->hi - a : f->chunk;
+        const size_t nb = (size_t)n * sizeof(float);
+        if (f->pull) ST_TRY(st_cuda_memcpy_async(d, f->w + (a - o->lo), p->data + a, nb, ST_CUDA_STREAM_COPY));
+        ST_TRY(st_cuda_memcpy_async(d, f->g + (a - o->lo), p->grad + a, nb, ST_CUDA_STREAM_COPY));
+        ST_TRY(st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY));
+    }
+    f->pull = false;
+    for (int k = 0; k < f->n_chunks; k++) {
+        const int64_t a = o->lo + k * f->chunk, n = o->hi - a < f->chunk ? o->hi - a : f->chunk;
+        const int64_t j = a - o->lo;
+        ST_TRY(st_cuda_event_sync(d, f->ev[k]));
+        step_slice(o, p, a, a + n, f->w + j, f->g + j, o->m + j, o->v ? o->v + j : NULL, lr);
+        ST_TRY(st_cuda_memcpy_async(d, p->data + a, f->w + j, (size_t)n * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    }
+    st_params_touch(p);
+    return ST_OK;
+}
+#endif
+
 st_status st_optim_update(st_optim *o, st_params *p, double lr) {
+#ifdef ST_HAVE_CUDA
+    if (o->off) return offload_update(o, p, lr);
+#endif
     if (!o->dev) {
         st_optim_step(o, p, lr);
         return ST_OK;
@@ -162,7 +303,7 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
 
 st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
                         void *ctx) {
-    if (!o->dev) {
+    if (!o->dev && !o->off) {
         if (across || o->lo != 0 || o->hi != p->count)
             return st_fail(ST_ERR_INTERNAL, "st_optim_clip: a host optimizer's shard (ZeRO clips through dist.h)");
         const double n = st_grad_norm(p);

@@ -15,7 +15,17 @@
  * st_optim_update and st_optim_clip run the fused kernels of
  * src/cuda/optim.cu (the same float operations, so an update matches the
  * host's bit for bit given the same gradients); st_optim_step, st_grad_norm
- * and st_grad_scale are the host's loops and only take host arenas. */
+ * and st_grad_scale are the host's loops and only take host arenas.
+ *
+ * Offload (optim.offload, parameters on a device; ZeRO-Offload, Ren et al.
+ * 2021): the state lives on the host (m, v host memory, `dev` NULL, so
+ * checkpoints read and write it as a host optimizer's) with a pinned host
+ * copy of the range's weights, the master of that range. An update records
+ * an event on the compute stream (the gradients final), copies the range's
+ * gradients down on the copy stream in chunks, and as each chunk arrives
+ * updates it on the host and queues its weights up on the compute stream:
+ * the host's arithmetic on one chunk overlaps the copies of the others.
+ * Norm and clip stay on the device (st_optim_clip). */
 #ifndef ST_OPTIM_OPTIM_H
 #define ST_OPTIM_OPTIM_H
 
@@ -25,6 +35,7 @@
 typedef enum st_optim_kind { ST_OPTIM_ADAMW, ST_OPTIM_SGD } st_optim_kind;
 
 struct st_cuda_optim;
+struct st_optim_offload;
 
 typedef struct st_optim {
     st_optim_kind kind;
@@ -35,7 +46,8 @@ typedef struct st_optim {
     int64_t count;  /* elements of each state arena: hi - lo */
     float *m, *v;   /* (count) AdamW moments / SGD momentum buffer (m); m[i] is element lo + i */
     st_device *dev; /* where m and v live: NULL = host, else the parameters' device */
-    struct st_cuda_optim *cu; /* the fused kernels' chunk table (on a device) */
+    struct st_cuda_optim *cu; /* the fused kernels' chunk table (on a device); the norm's (offload) */
+    struct st_optim_offload *off; /* optim.offload: the pinned copies and their events; NULL otherwise */
 } st_optim;
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
@@ -62,6 +74,11 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr);
 typedef st_status (*st_optim_across)(void *ctx, double *sumsq);
 st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
                         void *ctx);
+
+/* The parameters were written outside the optimizer (a checkpoint's weights
+ * loaded): an offloaded optimizer reads its range of them from the device
+ * again at its next update. Nothing for the others. */
+void st_optim_params_written(st_optim *o);
 
 /* A host copy of o's state (kind, range, t, m and v) for checkpoints of a
  * device's optimizer; free with st_optim_free. */

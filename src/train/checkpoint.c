@@ -501,6 +501,7 @@ st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state 
     ST_TRY(st_ckpt_verify(dir, state));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ST_TRY(st_model_load(m, path));
+    st_optim_params_written(o);
     if (!o->dev) return st_ckpt_optim_load(dir, state, &m->params, o);
     st_optim host; /* a device's state is read into a host copy, then uploaded */
     ST_TRY(st_optim_copy_to_host(o, &host));

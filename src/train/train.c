@@ -78,6 +78,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddBoolToObject(o, "deterministic", r->deterministic);
         cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
         cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
+        if (r->optim_offload) cJSON_AddBoolToObject(o, "optim_offload", true);
         cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
         cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
         cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
@@ -153,15 +154,17 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     snprintf(r->strategy, sizeof r->strategy, "%s", st_dist_mode_name(dd->mode));
     r->deterministic = dd->deterministic;
     r->optim_state_bytes = st_optim_state_nbytes(o);
+    r->optim_offload = o->off != NULL;
     r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
     r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
     if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
     const double mib = 1.0 / (1 << 20);
     fprintf(ses->out,
-            "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB "
+            "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB%s "
             "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
             r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
-            (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib, (long long)k,
+            (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib,
+            r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
             dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
             (double)st_dist_grad_nbytes(dd) * mib,
             dd->deterministic ? "4 B x (N*S grads + S folded + N*S received)"

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# optim.offload (ZeRO-Offload: the optimizer state and its update on the
+# host, the gradients copied down and the weights up in chunks that overlap
+# the host's arithmetic; src/optim/optim.h) on (emulated) GPUs: the CUDA
+# emulator's build (make emu, tests/cudaemu/), whose streams run only when
+# the host waits, so a chunk updated before its copy's event would read stale
+# gradients and change the weights. tests/run.sh passes it the emulator's
+# build folder; given any other build it skips.
+#  1. One emulated GPU, the mlp, 8 steps of AdamW clipped to the global norm
+#     (0.5, below the norm): with and without offload the same bits (the
+#     host's AdamW is the fused kernel's float for float); the offloaded run
+#     says so ("optim_offload") and its peak device memory is lower by at
+#     least its optimizer state.
+#  2. Two emulated GPUs under zero1 (each rank's shard offloaded; the norm on
+#     the devices, summed through NCCL): the same bits as zero1 without
+#     offload, with half the state per rank.
+#  3. Checkpoints: 4 steps offloaded on 2 GPUs write the same optimizer
+#     shards as without offload; resumed to 8 steps on 2 GPUs (offloaded) the
+#     same bits as the uninterrupted 8-step run, and on 1 GPU within 1e-4.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+e2e_need_numpy
+grep -qa "cudaemu: " "$bin" 2>/dev/null ||
+    e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+e2e_tmpdir
+e2e_mpi 120
+export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
+
+common=(--set train.threads=1 --set data.num_workers=0 --set data.val= --set log.progress=off
+        --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.device=cuda
+        --set optim.type=adamw --set optim.lr=0.003 --set optim.schedule=constant --set optim.warmup_steps=2
+        --set optim.grad_clip=0.5 --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet)
+off=(--set optim.offload=true)
+
+# run NAME N ARGS...: train on N ranks (1: no mpirun) into $tmp/NAME, JSON in $tmp/NAME.json.
+run() {
+    local name=$1 n=$2; shift 2
+    local cmd=("$bin" train "${common[@]}" --set train.out_dir="$tmp/$name" "$@")
+    if [ "$n" -eq 1 ]; then timeout 120 "${cmd[@]}"; else "${mpi[@]}" -np "$n" "${cmd[@]}"; fi \
+        >"$tmp/$name.json" 2>&1 || fail "$name: $(tail -n 3 "$tmp/$name.json")"
+}
+same() { # A B WHAT: the same weight bits
+    if cmp -s "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors"; then echo "$3: the same bits"
+    else fail "$3: the weights differ"; fi
+}
+
+run gpu1 1 --set train.steps=8
+run gpu1-off 1 --set train.steps=8 "${off[@]}"
+run gpu2-zero1 2 --set train.steps=8 --set dist.strategy=zero1
+run gpu2-zero1-off 2 --set train.steps=8 --set dist.strategy=zero1 "${off[@]}"
+[ "$fails" -eq 0 ] || e2e_finish
+same gpu1 gpu1-off "1 emulated GPU with and without offload"
+same gpu2-zero1 gpu2-zero1-off "zero1 on 2 emulated GPUs with and without offload"
+/usr/bin/python3 - "$tmp" <<'PY' || fail "the offloaded runs' memory (above)"
+import json, sys
+tmp = sys.argv[1]
+last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+plain, off, z, zoff = last("gpu1"), last("gpu1-off"), last("gpu2-zero1"), last("gpu2-zero1-off")
+saved = plain["device_mem_peak_bytes"] - off["device_mem_peak_bytes"]
+print(f"1 GPU: peak device memory {plain['device_mem_peak_bytes']} B, offloaded {off['device_mem_peak_bytes']} B "
+      f"(saved {saved} B; optimizer state {off['optim_state_bytes']} B on the host)")
+print(f"zero1 on 2 GPUs: optimizer state per rank {zoff['optim_state_bytes']} B offloaded, "
+      f"{z['optim_state_bytes']} B on the device")
+checks = {
+    "offload reported": off.get("optim_offload") is True and zoff.get("optim_offload") is True
+                        and "optim_offload" not in plain,
+    "device memory saved": saved >= off["optim_state_bytes"] > 0,
+    "the same state": off["optim_state_bytes"] == plain["optim_state_bytes"]
+                      and zoff["optim_state_bytes"] == z["optim_state_bytes"],
+    "sharded": 2 * zoff["optim_state_bytes"] <= off["optim_state_bytes"] + 2 * 4 * 2 * 1024,
+}
+bad = [k for k, v in checks.items() if not v]
+for k in bad:
+    print("FAIL:", k)
+sys.exit(1 if bad else 0)
+PY
+
+run half 2 --set train.steps=4 --set dist.strategy=zero1
+run half-off 2 --set train.steps=4 --set dist.strategy=zero1 "${off[@]}"
+for k in 0 1; do
+    f=ckpt/step-4/optim-rank$k.safetensors
+    cmp -s "$tmp/half/$f" "$tmp/half-off/$f" && echo "shard $k: the same file offloaded" ||
+        fail "optimizer shard $k: the offloaded run wrote another file"
+done
+for n in 2 1; do
+    rm -rf "${tmp:?}/resume-$n"
+    cp -r "$tmp/half-off" "$tmp/resume-$n"
+    run "resume-$n" "$n" --set train.steps=8 --set dist.strategy=zero1 "${off[@]}" --resume auto
+done
+same gpu2-zero1 resume-2 "4 + 4 steps offloaded on 2 emulated GPUs against 8 without"
+echo -n "4 steps on 2 emulated GPUs + 4 on 1, offloaded: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/gpu2-zero1/model.safetensors" "$tmp/resume-1/model.safetensors" 1e-4 ||
+    fail "resumed on 1 emulated GPU: differs from the uninterrupted run"
+e2e_finish "optim.offload on emulated GPUs: the device optimizer's bits, its state off the device, sharded" \
+    "checkpoints resumed"
