@@ -152,8 +152,8 @@ def side_timeout(a):
     return int(min(a.timeout, left)) if left >= 15 else 0
 
 
-def run_st_once(a, model, s, batch, precision, data_sets, run_dir):
-    sets = shape_sets(model, s) + data_sets + [
+def run_st_once(a, model, s, batch, precision, data_sets, run_dir, extra=()):
+    sets = list(extra) + shape_sets(model, s) + data_sets + [
         f"train.batch_size={batch}", f"train.micro_batch_size={batch}", f"train.steps={s['steps'] + WARMUP}",
         f"train.device={a.device}", f"precision={precision}", "data.val=", f"train.out_dir={run_dir}",
         "log.progress=off", "train.activation_checkpointing=off"]
@@ -213,6 +213,23 @@ def run_st(a, model, s, tmp):
         notes.append(f"scaletrain {prec} refused or failed: {r['error']}")
         i += 1
     return {"error": notes[-1] if notes else "nothing tried", "notes": notes, "batch": s["batch"]}
+
+
+def run_offload(a, model, s, st, tmp):
+    """--offload: scaletrain again at the batch and precision it ran in, with
+    optim.offload (the optimizer state and update on the host), against its
+    own run without: a note with both step times and peak GPU memories."""
+    data = make_data(model, s, st["batch"], s["steps"] + WARMUP, tmp)
+    r = run_st_once(a, model, s, st["batch"], st["precision"], data, os.path.join(tmp, f"run-{model}-offload"),
+                    extra=["optim.offload=true"])
+    if "error" in r:
+        return f"{model} with optim.offload: failed: {r['error']}"
+    ms, ms0 = r["j"]["step_ms_median"], st["j"]["step_ms_median"]
+    mem, mem0 = r["j"].get("device_mem_peak_bytes", 0), st["j"].get("device_mem_peak_bytes", 0)
+    return (f"{model} with optim.offload (optimizer state and update on the host): {ms:.1f} ms/step, "
+            f"{ms / ms0:.2f}x the step without ({ms0:.1f} ms); peak GPU memory {mib(mem)} MiB against "
+            f"{mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved; optimizer state {mib(r['j']['optim_state_bytes'])} "
+            "MiB on the host)")
 
 
 # --- the PyTorch side (bench/torch_gpu.py in a child process) --------------------
@@ -387,6 +404,8 @@ def main():
                    help="seconds for the whole benchmark: what does not fit is left out, and the table is "
                         "still printed (default 3600)")
     p.add_argument("--build", default="build", help="folder holding scaletrain (default build)")
+    p.add_argument("--offload", action="store_true",
+                   help="also run scaletrain's gpt2 with optim.offload and note its cost against the run without")
     p.add_argument("--out", help="also write the machine lines, the notes and the table as Markdown here")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]
@@ -402,7 +421,7 @@ def main():
     info = machine_lines(a)
     print("\n".join(info), flush=True)
     tmp = tempfile.mkdtemp(prefix="st-gpubench-")
-    rows, ok = [], True
+    rows, ok, extra_notes = [], True, []
     try:
         for m in models:
             s = dict(SPECS[m], **(TINY[m] if a.tiny else {}))
@@ -423,9 +442,12 @@ def main():
                   + f" ({time.time() - t0:.0f} s)", flush=True)
             if "stderr" in tc:
                 print(tc["stderr"], file=sys.stderr)
+            if a.offload and m == "gpt2" and "error" not in st:
+                extra_notes.append(run_offload(a, m, s, st, tmp))
+                print(extra_notes[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    notes = notes_of(rows, a)
+    notes = notes_of(rows, a) + extra_notes
     tab = table(rows)
     print("\n" + "\n".join(f"- {x}" for x in notes) + "\n\n" + "\n".join(tab))
     if a.out:

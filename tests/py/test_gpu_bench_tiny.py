@@ -73,7 +73,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "bench.md")
-        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md)
+        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload")
         check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
         rows = rows_of(out)
         check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
@@ -84,6 +84,9 @@ def main():
         check("PARAMETER MISMATCH" not in out, "gpt2,cnn: parameter counts differ")
         check("gpt2: PyTorch" in out and "autocast bf16" in out, "gpt2: the notes name PyTorch's set-up")
         check(os.path.exists(md) and rows_of(open(md).read()) == rows, "--out holds the same table")
+        check("gpt2 with optim.offload (optimizer state and update on the host): " in out and "x the step without"
+              in out and "gpt2 with optim.offload" in open(md).read(),
+              "--offload: the gpt2 note against the run without")
 
         rc, out, err = bench(build, "--models", "mlp", "--st-precision", "fp8,fp32")
         check(rc == 0, f"mlp fall-back: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
