@@ -2,7 +2,8 @@
  * (src/optim/optim.c) on the same arena: AdamW, SGD with momentum and with
  * Nesterov, weight decay only on tensors flagged for it, several steps with
  * fresh gradients each; a ZeRO-like slice that must update only its own
- * elements; the deterministic gradient norm, clipping and scaling.
+ * elements; the deterministic gradient norm, clipping and scaling; the
+ * deterministic reduction's fold and block norms against the host's bits.
  *
  * The update formulas are computed in the CPU's float operation order with
  * no FMA contraction on either side, so weights and moments are expected to
@@ -223,6 +224,45 @@ static void test_norm_clip_scale(st_device *dev, uint64_t seed) {
     rig_free(&r);
 }
 
+/* The deterministic reduction's kernels (src/cuda/fold.cu) against the
+ * host's loops, bit for bit: 3 ranks' slices folded in rank order into a
+ * non-zero accumulator, and the sums of squares of 1024-element blocks
+ * (the tail past the last whole block untouched). */
+static void test_fold(st_device *dev, uint64_t seed) {
+    const size_t n = 5000, k = 3, block = 1024, nb = n / block;
+    st_rng rng = st_rng_make(seed, 11);
+    float *acc = malloc(n * sizeof *acc), *x = malloc(n * k * sizeof *x), *back = malloc(n * sizeof *back);
+    double hb[8], db[8];
+    float *dacc = NULL, *dx = NULL;
+    double *dblk = NULL;
+    for (size_t i = 0; i < n; i++)
+        acc[i] = st_rng_normal(&rng);
+    for (size_t i = 0; i < n * k; i++)
+        x[i] = st_rng_normal(&rng) * (i % 7 == 0 ? 1e4f : 1e-3f); /* magnitudes whose order matters */
+    CHECK_OK(st_device_alloc(dev, n * sizeof(float), (void **)&dacc));
+    CHECK_OK(st_device_alloc(dev, n * k * sizeof(float), (void **)&dx));
+    CHECK_OK(st_device_alloc(dev, 8 * sizeof(double), (void **)&dblk));
+    CHECK_OK(st_device_upload(dev, dacc, acc, n * sizeof(float)));
+    CHECK_OK(st_device_upload(dev, dx, x, n * k * sizeof(float)));
+    CHECK_OK(st_device_fill_f32(dev, (float *)dblk, 16, NAN)); /* an unwritten block fails */
+    CHECK_OK(st_device_add_slices(NULL, acc, x, n, (int)k));
+    CHECK_OK(st_device_add_slices(dev, dacc, dx, n, (int)k));
+    CHECK_OK(st_device_download(dev, back, dacc, n * sizeof(float)));
+    CHECK(memcmp(back, acc, n * sizeof(float)) == 0, "the device's fold is not the host's bits");
+    CHECK_OK(st_device_block_sumsq(NULL, acc, n, block, hb));
+    CHECK_OK(st_device_block_sumsq(dev, dacc, n, block, dblk));
+    CHECK_OK(st_device_download(dev, db, dblk, nb * sizeof(double)));
+    for (size_t b = 0; b < nb; b++)
+        CHECK(memcmp(&hb[b], &db[b], sizeof(double)) == 0 && hb[b] > 0, "block %zu: %.17g on the device, %.17g on "
+              "the host", b, db[b], hb[b]);
+    st_device_release(dev, dacc);
+    st_device_release(dev, dx);
+    st_device_release(dev, dblk);
+    free(acc);
+    free(x);
+    free(back);
+}
+
 int main(void) {
     char why[256] = "";
     if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("cuda optim", why);
@@ -240,6 +280,7 @@ int main(void) {
     test_optimizer(dev, seed, "sgd", true);
     test_slice(dev, seed);
     test_norm_clip_scale(dev, seed);
+    test_fold(dev, seed);
     st_device_free(dev);
     return st_test_finish("cuda optim");
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/device.h"
 #include "dist/zero.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -53,7 +54,7 @@ static void test_norm_blocks(void) {
         g[i] = (float)((i % 97) - 48) * 0.01f;
         want += (double)g[i] * g[i];
     }
-    st_block_sumsq(g, n, b);
+    CHECK_OK(st_device_block_sumsq(NULL, g, (size_t)n, ST_SHARD_ALIGN, b));
     const double got = b[0] + b[1] + b[2] + b[3];
     CHECK(!(fabs(got - want) > 1e-9 * want), "block norm %.17g want %.17g", got, want);
     free(g);

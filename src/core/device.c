@@ -191,3 +191,32 @@ st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale)
         x[i] *= scale;
     return ST_OK;
 }
+
+st_status st_device_add_slices(st_device *d, float *acc, const float *x, size_t n, int k) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_add_slices(d, acc, x, n, k);
+#endif
+    for (int j = 0; j < k; j++) {
+        const float *xj = x + (size_t)j * n;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            acc[i] += xj[i];
+    }
+    return ST_OK;
+}
+
+st_status st_device_block_sumsq(st_device *d, const float *g, size_t n, size_t block, double *out) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_block_sumsq(d, g, n, block, out);
+#endif
+    const int64_t nb = (int64_t)(n / block);
+#pragma omp parallel for schedule(static) if (nb > 16)
+    for (int64_t b = 0; b < nb; b++) {
+        const float *x = g + b * (int64_t)block;
+        double s = 0;
+        for (size_t i = 0; i < block; i++)
+            s += (double)x[i] * x[i];
+        out[b] = s;
+    }
+    return ST_OK;
+}

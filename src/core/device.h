@@ -90,7 +90,16 @@ st_status st_device_all_finite(st_device *d, const float *x, size_t count, bool 
 st_status st_device_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count,
                               float div);
 st_status st_device_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count);
-/* x[0, count) *= scale (fp16 loss-scale unscaling). */
+/* x[0, count) *= scale (fp16 loss-scale unscaling, gradient clipping). */
 st_status st_device_scale_f32(st_device *d, float *x, size_t count, float scale);
+/* The deterministic reduction (dist.deterministic), the same bits on the
+ * host and on a device: acc[i] += x[j * n + i] for j = 0, 1, ..., k - 1 in
+ * that order (every rank's gradient of a shard folded in rank order); and
+ * out[b] = the sum of g[b * block + i]^2 for i = 0, 1, ..., block - 1 in
+ * that order, in double (n a multiple of block: the gradient norm's blocks,
+ * whose in-order sum does not depend on how the arena is sharded). Queued
+ * on a device. */
+st_status st_device_add_slices(st_device *d, float *acc, const float *x, size_t n, int k);
+st_status st_device_block_sumsq(st_device *d, const float *g, size_t n, size_t block, double *out);
 
 #endif

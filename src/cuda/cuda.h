@@ -136,6 +136,11 @@ st_status st_cuda_grad_norm_read(st_cuda_optim *o, double *norm);
 /* g[0, count) *= scale (loss-scale unscaling, or a clip factor known on the host). */
 st_status st_cuda_grad_scale(st_device *d, float *g, int64_t count, float scale);
 
+/* The deterministic reduction (src/cuda/fold.cu; core/device.h
+ * st_device_add_slices, st_device_block_sumsq). */
+st_status st_cuda_add_slices(st_device *d, float *acc, const float *x, size_t n, int k);
+st_status st_cuda_block_sumsq(st_device *d, const float *g, size_t n, size_t block, double *out);
+
 /* --- the training loss summed on the device (src/cuda/loss.cu) -----------
  * For src/train/loss_sum.c and eval_device.c: every call but
  * st_cuda_loss_read is queued on the compute stream and returns without

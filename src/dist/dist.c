@@ -24,29 +24,19 @@ const char *st_dist_mode_name(st_dist_mode mode) {
 /* Parameters on a CUDA device. With an NCCL communicator (any world size,
  * dist.comm nccl for one rank) the buckets are all-reduced (DDP) or reduced
  * to their owners (ZeRO) on the device's communication stream as backward
- * produces them. ZeRO pads the arenas on the device (zero.c) and shards the
- * optimizer state there; ZeRO-2 zeroes the non-owned gradients after each
- * reduction instead of giving their pages back (device memory is held
- * whole: its gradient arena stays allocated). The trainer takes the norm and
- * clips through the optimizer (st_optim_clip over the optimizer's range,
- * with the shards' sums of squares added by st_dist_sumsq_across). */
-static st_status init_device(st_dist *d, const st_config *cfg, const st_graph *g) {
-    const bool nccl = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
-    if (d->world > 1 && !nccl)
+ * produces them, and the deterministic fold's all-to-all and all-gathers go
+ * through it too. ZeRO and deterministic mode pad the arenas on the device
+ * (zero.c) and keep their buffers there; ZeRO-2 zeroes the non-owned
+ * gradients after each reduction instead of giving their pages back (device
+ * memory is held whole: its gradient arena stays allocated). Outside
+ * deterministic mode the trainer takes the norm and clips through the
+ * optimizer (st_optim_clip over the optimizer's range, with the shards'
+ * sums of squares added by st_dist_sumsq_across). */
+static st_status check_device(const st_dist *d) {
+    if (d->world > 1 && strcmp(st_comm_backend_name(d->comm), "nccl") != 0)
         return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs exchanges gradients through the NCCL "
                                            "communicator, and this one is %s; use train.device: cpu",
                        st_comm_backend_name(d->comm));
-    if (d->deterministic)
-        return st_fail(ST_ERR_UNSUPPORTED,
-                       "dist.deterministic folds gradients on the host, which a CUDA device does not do yet; set "
-                       "dist.deterministic: false (one GPU's reductions are in a fixed order already) or "
-                       "train.device: cpu");
-    if (d->mode != ST_DIST_DDP) ST_TRY(st_zero_pad_arenas(d->p, d->sh.padded));
-    d->buckets = d->world > 1 || nccl;
-    if (d->buckets)
-        ST_TRY(st_ddp_init(&d->ddp, d->comm, d->p, g, cfg->dist.bucket_cap_mb,
-                           d->mode == ST_DIST_DDP ? 0 : d->sh.shard,
-                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, false));
     return ST_OK;
 }
 
@@ -61,25 +51,31 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     d->deterministic = cfg->dist.deterministic;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
-    if (p->dev) return init_device(d, cfg, g);
-    /* Every mode pads: the norm's blocks need a whole number of them. */
-    ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
+    st_device *dev = p->dev;
+    if (dev) ST_TRY(check_device(d));
+    /* Padded to whole shards: on the host always (the norm's blocks need a
+     * whole number of them), on a device for ZeRO and the fold. */
+    if (!dev || d->mode != ST_DIST_DDP || d->deterministic) ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
     const int64_t S = d->sh.shard, nblocks = d->sh.padded / ST_SHARD_ALIGN;
     d->blocks = malloc((size_t)nblocks * sizeof *d->blocks);
     if (!d->blocks) return st_fail(ST_ERR_NOMEM, "out of memory for the gradient norm");
-    if (d->deterministic) {
-        d->acc = st_alloc_aligned((size_t)S * sizeof(float));
-        d->recv = st_alloc_aligned((size_t)d->sh.padded * sizeof(float));
-        if (!d->acc || !d->recv)
-            return st_fail(ST_ERR_NOMEM, "out of memory for the deterministic reduction (%.1f MiB)",
-                           (double)(S + d->sh.padded) * 4 / (1 << 20));
+    if (d->deterministic) { /* where the gradients are */
+        st_status s = st_device_alloc(dev, (size_t)S * sizeof(float), (void **)&d->acc);
+        if (s == ST_OK) s = st_device_alloc(dev, (size_t)d->sh.padded * sizeof(float), (void **)&d->recv);
+        if (s == ST_OK && dev) s = st_device_alloc(dev, (size_t)nblocks * sizeof(double), (void **)&d->dblocks);
+        if (s != ST_OK)
+            return st_fail_context(s, "the deterministic reduction (%.1f MiB): ",
+                                   (double)(S + d->sh.padded) * 4 / (1 << 20));
     }
-    d->buckets = d->world > 1 && !d->deterministic;
+    const bool nccl = strcmp(st_comm_backend_name(comm), "nccl") == 0;
+    d->buckets = (d->world > 1 || nccl) && !d->deterministic;
+    /* ZeRO-2 on the host gives the non-owned gradient pages back (release). */
+    const bool release = d->mode == ST_DIST_ZERO2 && !dev;
     if (d->buckets)
         ST_TRY(st_ddp_init(&d->ddp, comm, p, g, cfg->dist.bucket_cap_mb, d->mode == ST_DIST_DDP ? 0 : S,
-                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, d->mode == ST_DIST_ZERO2));
+                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, release));
     /* ZeRO-2 holds only its shard of gradients from the start. */
-    if (d->mode == ST_DIST_ZERO2 && !d->deterministic) {
+    if (release && !d->deterministic) {
         st_zero_release(p->grad, 0, d->rank * S);
         st_zero_release(p->grad, (d->rank + 1) * S, d->sh.padded);
     }
@@ -88,9 +84,11 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
 
 void st_dist_free(st_dist *d) {
     if (!d) return;
+    st_device *dev = d->p ? d->p->dev : NULL;
     st_ddp_free(&d->ddp);
-    st_free_aligned(d->acc);
-    st_free_aligned(d->recv);
+    st_device_release(dev, d->acc);
+    st_device_release(dev, d->recv);
+    st_device_release(dev, d->dblocks);
     free(d->blocks);
     memset(d, 0, sizeof *d);
 }
@@ -112,11 +110,10 @@ int64_t st_dist_micro_index(const st_dist *d, int64_t k) {
 static float *own(const st_dist *d) { return d->p->grad + (int64_t)d->rank * d->sh.shard; }
 
 st_status st_dist_step_begin(st_dist *d) {
-    if (d->p->dev) return st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float));
-    if (d->deterministic) memset(d->acc, 0, (size_t)d->sh.shard * sizeof(float));
-    else if (d->mode == ST_DIST_ZERO2) memset(own(d), 0, (size_t)d->sh.shard * sizeof(float));
-    else memset(d->p->grad, 0, (size_t)d->p->arena_count * sizeof(float));
-    return ST_OK;
+    st_device *dev = d->p->dev;
+    if (d->deterministic) return st_device_zero(dev, d->acc, (size_t)d->sh.shard * sizeof(float));
+    if (d->mode == ST_DIST_ZERO2 && !dev) return st_device_zero(dev, own(d), (size_t)d->sh.shard * sizeof(float));
+    return st_device_zero(dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float));
 }
 
 float st_dist_backward_seed(const st_dist *d) {
@@ -130,7 +127,7 @@ static bool reduces_now(const st_dist *d, int64_t k) {
 st_status st_dist_micro_begin(st_dist *d, st_graph *g, int64_t k) {
     /* Deterministic: each micro-gradient alone, in a zeroed arena (adding
      * into a non-zero one would round differently from adding afterwards). */
-    if (d->deterministic) memset(d->p->grad, 0, (size_t)d->p->arena_count * sizeof(float));
+    if (d->deterministic) ST_TRY(st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float)));
     if (reduces_now(d, k)) st_ddp_arm(&d->ddp, g);
     return ST_OK;
 }
@@ -141,22 +138,23 @@ static st_status wait(st_status s, st_comm_req **req) {
 }
 
 /* Deterministic: bring every rank's gradient of this shard here, add them in
- * rank order (global micro-batch order, as the sampler interleaves). */
+ * rank order (global micro-batch order, as the sampler interleaves). One
+ * rank's shard is its whole arena: nothing to exchange. */
 static st_status fold(st_dist *d, bool last) {
     const int64_t S = d->sh.shard;
+    st_device *dev = d->p->dev;
     st_comm_req *req = NULL;
-    ST_TRY(wait(st_comm_all_to_all(d->comm, d->p->grad, d->recv, (size_t)S, ST_COMM_F32, "deterministic fold", &req),
-                &req));
-    float *acc = d->acc;
-    for (int j = 0; j < d->world; j++) {
-        const float *x = d->recv + (int64_t)j * S;
-#pragma omp parallel for schedule(static) if (S > 65536)
-        for (int64_t i = 0; i < S; i++)
-            acc[i] += x[i];
+    const float *x = d->p->grad;
+    if (d->world > 1) {
+        ST_TRY(wait(st_comm_all_to_all(d->comm, d->p->grad, d->recv, (size_t)S, ST_COMM_F32, "deterministic fold",
+                                       &req),
+                    &req));
+        x = d->recv;
     }
+    ST_TRY(st_device_add_slices(dev, d->acc, x, (size_t)S, d->world));
     if (!last) return ST_OK;
-    memcpy(own(d), acc, (size_t)S * sizeof(float));
-    if (d->mode == ST_DIST_DDP)
+    ST_TRY(st_device_round_copy(dev, ST_PREC_FP32, own(d), d->acc, (size_t)S)); /* (a plain copy) */
+    if (d->mode == ST_DIST_DDP && d->world > 1)
         ST_TRY(wait(st_comm_all_gather(d->comm, own(d), d->p->grad, (size_t)S, ST_COMM_F32, "deterministic gradients",
                                        &req),
                     &req));
@@ -198,18 +196,23 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
 }
 
 st_status st_dist_grad_norm(st_dist *d, double *norm) {
-    if (d->p->dev) return st_fail(ST_ERR_INTERNAL, "st_dist_grad_norm: the gradients are on a device (st_optim_clip)");
+    st_device *dev = d->p->dev;
+    if (dev && !d->dblocks)
+        return st_fail(ST_ERR_INTERNAL, "st_dist_grad_norm on a device outside deterministic mode (st_optim_clip)");
     const int64_t per = d->sh.shard / ST_SHARD_ALIGN, nb = d->sh.padded / ST_SHARD_ALIGN;
+    double *blocks = dev ? d->dblocks : d->blocks; /* where the gradients are */
     if (d->mode == ST_DIST_DDP) {
-        st_block_sumsq(d->p->grad, d->sh.padded, d->blocks);
+        ST_TRY(st_device_block_sumsq(dev, d->p->grad, (size_t)d->sh.padded, ST_SHARD_ALIGN, blocks));
     } else {
-        double *mine = d->blocks + (int64_t)d->rank * per;
-        st_block_sumsq(own(d), d->sh.shard, mine);
+        double *mine = blocks + (int64_t)d->rank * per;
+        ST_TRY(st_device_block_sumsq(dev, own(d), (size_t)d->sh.shard, ST_SHARD_ALIGN, mine));
         /* Doubles travel as their 8 bytes: an all-gather only moves them. */
         st_comm_req *req = NULL;
-        ST_TRY(wait(st_comm_all_gather(d->comm, mine, d->blocks, (size_t)per, ST_COMM_I64, "gradient norm", &req),
-                    &req));
+        if (d->world > 1)
+            ST_TRY(wait(st_comm_all_gather(d->comm, mine, blocks, (size_t)per, ST_COMM_I64, "gradient norm", &req),
+                        &req));
     }
+    if (dev) ST_TRY(st_device_download(dev, d->blocks, d->dblocks, (size_t)nb * sizeof(double)));
     double s = 0;
     for (int64_t b = 0; b < nb; b++)
         s += d->blocks[b];
@@ -224,13 +227,10 @@ st_status st_dist_sumsq_across(void *ctx, double *sumsq) {
     return wait(st_comm_all_reduce(d->comm, sumsq, sumsq, 1, ST_COMM_F64, ST_COMM_SUM, "gradient norm", &req), &req);
 }
 
-void st_dist_grad_scale(st_dist *d, float s) {
+st_status st_dist_grad_scale(st_dist *d, float s) {
     int64_t lo, hi;
     st_dist_range(d, &lo, &hi);
-    float *g = d->p->grad;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = lo; i < hi; i++)
-        g[i] *= s;
+    return st_device_scale_f32(d->p->dev, d->p->grad + lo, (size_t)(hi - lo), s);
 }
 
 st_status st_dist_step_end(st_dist *d) {
@@ -244,15 +244,17 @@ st_status st_dist_step_end(st_dist *d) {
 }
 
 int64_t st_dist_grad_nbytes(const st_dist *d) {
-    if (d->p->dev) return d->p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
-    int64_t n = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
+    int64_t n = d->p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
+    if (!d->p->dev) n = st_resident_nbytes(d->p->grad, n);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;
 }
 
 int64_t st_dist_grad_nbytes_predicted(const st_dist *d) {
-    if (d->p->dev) return d->p->arena_count * (int64_t)sizeof(float); /* ZeRO-2 zeroes, it does not release */
-    int64_t n = (d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard : d->sh.padded) * (int64_t)sizeof(float);
+    /* a device's arena is padded only for ZeRO and the fold; its ZeRO-2 zeroes, it does not release */
+    const int64_t held = d->p->dev ? d->p->arena_count : d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard
+                                                                                                      : d->sh.padded;
+    int64_t n = held * (int64_t)sizeof(float);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;
 }

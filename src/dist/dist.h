@@ -78,7 +78,8 @@ typedef struct st_dist {
     bool buckets;
     float *acc;       /* deterministic: (S) this rank's folded shard */
     float *recv;      /* deterministic: (N * S) every rank's micro-gradient of this shard */
-    double *blocks;   /* (N * S / ST_SHARD_ALIGN) block sums of squares for the norm */
+    double *blocks;   /* (N * S / ST_SHARD_ALIGN) block sums of squares for the norm (host) */
+    double *dblocks;  /* deterministic mode on a device: the same there */
     int64_t grad_peak_nbytes; /* the most gradient bytes resident (measured) */
 } st_dist;
 
@@ -110,7 +111,7 @@ st_status st_dist_grad_norm(st_dist *d, double *norm);
  * gradient's; otherwise nothing (each rank holds the whole gradient). */
 st_status st_dist_sumsq_across(void *ctx, double *sumsq);
 /* Multiply the gradients this rank updates from by s. */
-void st_dist_grad_scale(st_dist *d, float s);
+st_status st_dist_grad_scale(st_dist *d, float s);
 st_status st_dist_step_end(st_dist *d);
 
 /* Bytes this rank holds for gradients now (resident pages of the gradient

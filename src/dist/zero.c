@@ -1,5 +1,5 @@
-/* ZeRO shards: plan, padded arenas, page release, resident bytes, block
- * norms (see zero.h). */
+/* ZeRO shards: plan, padded arenas, page release, resident bytes (see
+ * zero.h). */
 #include "zero.h"
 
 #include <stdlib.h>
@@ -125,16 +125,4 @@ int64_t st_resident_nbytes(const void *p, int64_t nbytes) {
         n += vec[i] & 1;
     free(vec);
     return n * PAGE < nbytes ? n * PAGE : nbytes;
-}
-
-void st_block_sumsq(const float *g, int64_t n, double *out) {
-    const int64_t nb = n / ST_SHARD_ALIGN;
-#pragma omp parallel for schedule(static) if (nb > 16)
-    for (int64_t b = 0; b < nb; b++) {
-        const float *x = g + b * ST_SHARD_ALIGN;
-        double s = 0;
-        for (int i = 0; i < ST_SHARD_ALIGN; i++)
-            s += (double)x[i] * x[i];
-        out[b] = s;
-    }
 }

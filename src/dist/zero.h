@@ -1,7 +1,7 @@
 /* ZeRO sharding of the flat parameter arena (Rajbhandari et al. 2020,
  * "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"):
- * the shard plan, the padded page-aligned arenas, giving gradient pages back,
- * measuring resident bytes and the global gradient norm in a fixed order.
+ * the shard plan, the padded page-aligned arenas, giving gradient pages back
+ * and measuring resident bytes.
  *
  * Shards. The arena holds P = p->count elements. Each of the N ranks owns the
  * contiguous range [r*S, (r+1)*S) with S = ceil(P / N) rounded up to
@@ -13,8 +13,11 @@
  * optimizer state of rank r covers only its real elements.
  *
  * The same shards serve the deterministic reduction (dist.h): each rank folds
- * the gradients of its shard. Not here: the step sequence (dist.c), the
- * bucket collectives (ddp.c). */
+ * the gradients of its shard, and the global gradient norm is the in-order
+ * sum of the sums of squares of every block of ST_SHARD_ALIGN elements
+ * (st_device_block_sumsq), which gives the same bits whatever the number of
+ * ranks and threads. Not here: the step sequence (dist.c), the bucket
+ * collectives (ddp.c). */
 #ifndef ST_DIST_ZERO_H
 #define ST_DIST_ZERO_H
 
@@ -47,11 +50,5 @@ void st_zero_release(float *base, int64_t a, int64_t e);
 
 /* Bytes of [p, p + nbytes) resident in memory (mincore; p page-aligned). */
 int64_t st_resident_nbytes(const void *p, int64_t nbytes);
-
-/* Sum of squares of g (n elements, a multiple of ST_SHARD_ALIGN) per block of
- * ST_SHARD_ALIGN, each summed in order in double, into out[n / ALIGN]. The
- * global norm is the in-order sum of every block of the arena, which gives
- * the same bits whatever the number of ranks and threads. */
-void st_block_sumsq(const float *g, int64_t n, double *out);
 
 #endif

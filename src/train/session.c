@@ -55,7 +55,6 @@ static const char *device_blocker(const st_session *s) {
             return "data-parallel training on GPUs needs the NCCL communicator, which this build left out (nccl.h "
                    "was not found under NCCL_HOME; see docs/cuda.md)";
     }
-    if (c->dist.deterministic) return "dist.deterministic folds gradients on the host, not on a CUDA device yet";
     return NULL;
 }
 

@@ -452,13 +452,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a
              * logged line (on every rank: under ZeRO it is a collective). */
-            if (dev) { /* the norm (of the whole averaged gradient, or the shards') and the clip stay on the device */
+            /* On a device the norm and the clip stay there (the whole
+             * gradient's, or the shards' summed), outside deterministic mode. */
+            if (dev && !dd.deterministic) {
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL,
                                       st_dist_sumsq_across, &dd));
             } else {
                 if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
                 if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
-                    st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6)));
+                    ST_GOTO(st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6))));
             }
             ST_GOTO(st_optim_update(&opt, &m->params, lr));
         }

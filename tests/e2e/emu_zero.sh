@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-1 and ZeRO-2 between (emulated) GPUs under real mpirun: the CUDA
+# ZeRO-1, ZeRO-2 and deterministic mode between (emulated) GPUs under real mpirun: the CUDA
 # emulator's build (make emu, tests/cudaemu/) with two devices, one per rank,
 # the shards' reductions, the norm's all-reduce and the parameters' all-gather
 # all through NCCL on the devices (docs/distributed.md). tests/run.sh passes
@@ -20,6 +20,13 @@
 #     optimizer file per shard; resumed to 8 steps on 1 emulated GPU (ddp)
 #     and on 2 (zero2) they end with the weights of the uninterrupted 8-step
 #     run within 1e-4.
+#  4. dist.deterministic on GPUs (the fold's all-to-all through NCCL, the
+#     rank-order sum and the norm's blocks on the devices, src/cuda/fold.cu):
+#     the mlp with dropout, AdamW, clipping, 4 micro-batches per step: ddp,
+#     zero1 and zero2 on 2 emulated GPUs save the same bits as 1 emulated GPU
+#     accumulating the 4 micro-batches (cmp), and the weights of the same run
+#     on 2 CPU ranks within 1e-4 (the kernels' float order differs from the
+#     host layers', not the fold's).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -104,5 +111,20 @@ for to in "1 ddp" "2 zero2"; do
     /usr/bin/python3 tests/py/weights_diff.py "$tmp/full/model.safetensors" "$tmp/$name/model.safetensors" 1e-4 ||
         fail "resumed on $1 emulated GPU(s) under $2: differs from the uninterrupted run"
 done
+det=(--set dist.deterministic=true --set train.steps=6 --set model.dropout=0.1 --set optim.type=adamw
+     --set optim.lr=0.003 --set optim.grad_clip=0.5)
+run det-gpu1 1 cuda ddp "${det[@]}"
+run det-cpu2 2 cpu zero1 "${det[@]}"
+for st in ddp zero1 zero2; do
+    run "det-gpu2-$st" 2 cuda "$st" "${det[@]}"
+    if cmp -s "$tmp/det-gpu1/model.safetensors" "$tmp/det-gpu2-$st/model.safetensors"; then
+        echo "deterministic $st on 2 emulated GPUs: the same bits as 1 GPU accumulating 4 micro-batches"
+    else
+        fail "deterministic $st on 2 emulated GPUs: the weights differ from 1 GPU's"
+    fi
+done
+echo -n "deterministic on 2 emulated GPUs against 2 CPU ranks: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/det-cpu2/model.safetensors" "$tmp/det-gpu2-zero1/model.safetensors" \
+    1e-4 || fail "deterministic on the GPUs differs from the CPU's"
 e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
-    "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs"
+    "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs"
