@@ -114,14 +114,15 @@ st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
 }
 
 /* 16-bit buckets: the average's division first, in fp32 (a smaller range
- * for fp16 to hold), one rounding to 16 bits, a 16-bit sum over the ranks. */
-static st_status start_half(st_ddp *d, st_ddp_bucket *b) {
-    const float *g = d->p->grad + b->offset; /* (count) */
-    uint16_t *h = d->half + b->offset;        /* (count) */
-    ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, h, g, (size_t)b->count, (float)st_comm_size(d->comm)));
-    return st_comm_all_reduce(d->comm, h, h, (size_t)b->count,
-                              d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16, ST_COMM_SUM,
-                              b->name, &b->req[0]);
+ * for fp16 to hold), one rounding to 16 bits, then 16-bit sums over the
+ * ranks: the bucket's all-reduce, or under ZeRO-1 each piece's reduction to
+ * its owner. */
+static st_comm_dtype half_dtype(const st_ddp *d) { return d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16; }
+
+/* Under ZeRO the piece of bucket b in rank r's shard: [*lo, *hi). */
+static void piece(const st_ddp *d, const st_ddp_bucket *b, int r, int64_t *lo, int64_t *hi) {
+    *lo = b->offset > r * d->shard ? b->offset : r * d->shard;
+    *hi = b->offset + b->count < (r + 1) * d->shard ? b->offset + b->count : (r + 1) * d->shard;
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
@@ -132,18 +133,29 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     b->done = false;
     b->released = false;
     float *g = d->p->grad;
+    const bool half = d->grad_dtype != ST_PREC_FP32;
+    if (half) /* (count): the bucket divided and rounded, beside the gradients */
+        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, g + b->offset, (size_t)b->count,
+                                   (float)st_comm_size(d->comm)));
     if (!d->shard) {
-        if (d->grad_dtype != ST_PREC_FP32) return start_half(d, b);
+        if (half)
+            return st_comm_all_reduce(d->comm, d->half + b->offset, d->half + b->offset, (size_t)b->count,
+                                      half_dtype(d), ST_COMM_SUM, b->name, &b->req[0]);
         return st_comm_all_reduce(d->comm, g + b->offset, g + b->offset, (size_t)b->count, ST_COMM_F32,
                                   ST_COMM_AVG, b->name, &b->req[0]);
     }
     for (int i = 0; i < b->n_req; i++) {
         const int r = b->first_owner + i;
-        const int64_t lo = b->offset > r * d->shard ? b->offset : r * d->shard;
-        const int64_t hi = b->offset + b->count < (r + 1) * d->shard ? b->offset + b->count : (r + 1) * d->shard;
+        int64_t lo, hi;
+        piece(d, b, r, &lo, &hi);
         char name[48];
         snprintf(name, sizeof name, "%s to rank %d", b->name, r);
-        ST_TRY(st_comm_reduce(d->comm, g + lo, g + lo, (size_t)(hi - lo), ST_COMM_F32, d->op, r, name, &b->req[i]));
+        if (half)
+            ST_TRY(st_comm_reduce(d->comm, d->half + lo, d->half + lo, (size_t)(hi - lo), half_dtype(d), ST_COMM_SUM,
+                                  r, name, &b->req[i]));
+        else
+            ST_TRY(st_comm_reduce(d->comm, g + lo, g + lo, (size_t)(hi - lo), ST_COMM_F32, d->op, r, name,
+                                  &b->req[i]));
     }
     return ST_OK;
 }
@@ -231,10 +243,13 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         }
         if (d->release && !b->released) release_bucket(d, b);
     }
-    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients */
-        for (int i = 0; i < d->n_buckets; i++)
-            ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, d->p->grad + d->b[i].offset, d->half + d->b[i].offset,
-                                     (size_t)d->b[i].count));
+    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's) */
+        for (int i = 0; i < d->n_buckets; i++) {
+            int64_t lo = d->b[i].offset, hi = lo + d->b[i].count;
+            if (d->shard) piece(d, &d->b[i], st_comm_rank(d->comm), &lo, &hi);
+            if (hi > lo)
+                ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, d->p->grad + lo, d->half + lo, (size_t)(hi - lo)));
+        }
     const double t_done = st_trace_end(d->trace, &wait);
     d->wait_s += t_done - d->t_backward_end;
     d->span_s += t_done - d->t_first_start;

@@ -23,7 +23,9 @@
 #     ranks with bf16 buckets (the host's rounding, MPI's sum): within 5e-4
 #     (measured 5.9e-5: the fp32 sums' other order, 2e-7 above, can move a
 #     value across a bf16 rounding boundary, 4e-3 apart), and not fp32's
-#     bits (the option did something).
+#     bits (the option did something). And under zero1 (the 16-bit pieces
+#     reduced to their owners through ncclReduce): the same against 2 CPU
+#     ranks under zero1.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -57,7 +59,15 @@ timeout 120 "$bin" train "${common[@]}" --set train.device=cuda --set train.out_
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cpu --set dist.grad_dtype=bf16 \
     --set train.out_dir="$d/cpu2-bf16" >"$d/cpu2-bf16.json" 2>&1 ||
     fail "2 CPU ranks, bf16 buckets: $(cat "$d/cpu2-bf16.json")"
+for dev in cuda cpu; do
+    "${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=$dev --set dist.grad_dtype=bf16 \
+        --set dist.strategy=zero1 --set train.out_dir="$d/$dev-bf16-zero1" >"$d/$dev-bf16-zero1.json" 2>&1 ||
+        fail "2 ranks on $dev, bf16 buckets under zero1: $(cat "$d/$dev-bf16-zero1.json")"
+done
 if [ "$fails" -eq 0 ]; then
+    echo -n "bf16 pieces under zero1, 2 emulated GPUs against 2 CPU ranks: "
+    /usr/bin/python3 tests/py/weights_diff.py "$d/cpu-bf16-zero1/model.safetensors" \
+        "$d/cuda-bf16-zero1/model.safetensors" 5e-4 || fail "bf16 pieces under zero1 on the GPUs differ from the CPU's"
     echo -n "bf16 buckets, 2 emulated GPUs against 2 CPU ranks: "
     /usr/bin/python3 tests/py/weights_diff.py "$d/cpu2-bf16/model.safetensors" "$d/gpu2-bf16/model.safetensors" 5e-4 ||
         fail "bf16 gradient buckets on the GPUs differ from the CPU's"

@@ -14,6 +14,10 @@
 #     near-cancelling sums into whole-lr differences (5e-2 seen). The weights
 #     must also not be bit-identical (the option is in effect), and the
 #     --json line still reports the buckets.
+#  3. Under dist.strategy zero1 the 16-bit pieces are reduced to their owners
+#     instead: on 2 ranks each element's sum is one 16-bit addition either
+#     way, so the mlp's weights are the bits of the bf16 all-reduce (cmp);
+#     zero2 (running sums across micro-steps) is refused with its reason.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -51,4 +55,17 @@ for model in mlp gpt; do
         grep -q '"grad_buckets"' "$tmp/$model-$g.json" || fail "$model $g: no grad_buckets in the --json line"
     done
 done
+# shellcheck disable=SC2086
+"${mpi[@]}" "$bin" train "${common[@]}" ${cfg[mlp]} --set dist.grad_dtype=bf16 --set dist.strategy=zero1 \
+    --set train.out_dir="$tmp/mlp-bf16-zero1" | tail -n 1 >"$tmp/mlp-bf16-zero1.json" || fail "mlp bf16 zero1: the run failed"
+if cmp -s "$tmp/mlp-bf16/model.safetensors" "$tmp/mlp-bf16-zero1/model.safetensors"; then
+    echo "mlp grad_dtype bf16 under zero1: the bits of the bf16 all-reduce"
+else
+    fail "mlp grad_dtype bf16 under zero1: the weights differ from the bf16 all-reduce's"
+fi
+# shellcheck disable=SC2086
+out=$("${mpi[@]}" "$bin" train "${common[@]}" ${cfg[mlp]} --set dist.grad_dtype=bf16 --set dist.strategy=zero2 \
+    --set train.out_dir="$tmp/mlp-bf16-zero2" 2>&1) && fail "grad_dtype bf16 under zero2 was accepted"
+grep -q "dist.grad_dtype bf16 works with dist.strategy ddp or zero1" <<<"$out" ||
+    fail "grad_dtype bf16 under zero2 refused without the reason: $out"
 e2e_finish ok
