@@ -30,12 +30,11 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
 e2e_need_numpy
-grep -qa "cudaemu: " "$bin" 2>/dev/null ||
-    e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+e2e_need_emu
 [ -x "$build/tests/mpi/nccl_check" ] || { echo "FAIL: $build/tests/mpi/nccl_check is not built (make emu)"; exit 1; }
 e2e_tmpdir
 e2e_mpi 120
-export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
+export OMP_WAIT_POLICY=PASSIVE
 
 out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" 2>&1) || fail "nccl_check on 2 ranks: $out"
 grep -q "every collective gave the expected values" <<<"$out" || fail "nccl_check said: $out"

@@ -21,11 +21,10 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
 e2e_need_numpy
-grep -qa "cudaemu: " "$bin" 2>/dev/null ||
-    e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+e2e_need_emu
 e2e_tmpdir
 e2e_mpi 120
-export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=2
+export OMP_WAIT_POLICY=PASSIVE
 
 common=(--set train.threads=1 --set data.num_workers=0 --set data.val= --set log.progress=off
         --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.device=cuda

@@ -57,7 +57,8 @@ for model in mlp gpt; do
 done
 # shellcheck disable=SC2086
 "${mpi[@]}" "$bin" train "${common[@]}" ${cfg[mlp]} --set dist.grad_dtype=bf16 --set dist.strategy=zero1 \
-    --set train.out_dir="$tmp/mlp-bf16-zero1" | tail -n 1 >"$tmp/mlp-bf16-zero1.json" || fail "mlp bf16 zero1: the run failed"
+    --set train.out_dir="$tmp/mlp-bf16-zero1" | tail -n 1 >"$tmp/mlp-bf16-zero1.json" ||
+    fail "mlp bf16 zero1: the run failed"
 if cmp -s "$tmp/mlp-bf16/model.safetensors" "$tmp/mlp-bf16-zero1/model.safetensors"; then
     echo "mlp grad_dtype bf16 under zero1: the bits of the bf16 all-reduce"
 else

@@ -7,6 +7,9 @@
 #       skip the test (print
 #       "NAME: skipped: why (the apt-get command)", exit 77) without it;
 #   e2e_skip WHY: the same for any other reason;
+#   e2e_need_emu: skip unless $bin is the CUDA emulator's build (make emu;
+#       tests/run.sh passes it to tests/e2e/emu_*.sh), and give the ranks two
+#       emulated GPUs (ST_CUDAEMU_DEVICES=2, one per rank as NCCL wants);
 #   e2e_tmpdir: $tmp, a new directory removed at exit, after the test's own
 #       e2e_cleanup function if it defines one (the trap calls it by name);
 #       with KEEP_TMP set in the environment it is kept and named instead;
@@ -38,6 +41,11 @@ e2e_need_slurm() {
 e2e_need_fmnist() {
     [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
         e2e_skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+}
+e2e_need_emu() {
+    grep -qa "cudaemu: " "$bin" 2>/dev/null ||
+        e2e_skip "$build is not the CUDA emulator's build (make emu; tests/run.sh BUILD ASAN build-emu)"
+    export ST_CUDAEMU_DEVICES=2
 }
 e2e_need_numpy() {
     /usr/bin/python3 -c 'import numpy' 2>/dev/null || e2e_skip "NumPy is not installed (apt-get install python3-numpy)"
