@@ -23,7 +23,8 @@ typedef struct loss_acc {
 struct st_cuda_loss {
     st_device *d;
     loss_acc *acc;  /* device */
-    loss_acc *host; /* pinned, what the last read copied */
+    loss_acc *host; /* what the last read copied: pinned, or pageable when pinned memory was refused */
+    bool host_pinned;
 };
 
 /* step += loss / by (training: by the micro-steps), or loss * by (evaluation: by the valid targets) */
@@ -50,7 +51,8 @@ extern "C" void st_cuda_loss_free(st_cuda_loss *l) {
         (void)st_cuda_stream_sync(l->d, l->d->compute); /* queued updates may still write it */
         st_cuda_release(l->d, l->acc);
     }
-    if (l->host) cudaFreeHost(l->host);
+    if (l->host_pinned) cudaFreeHost(l->host);
+    else free(l->host);
     free(l);
 }
 
@@ -60,11 +62,12 @@ extern "C" st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out) {
     if (!l) return st_fail(ST_ERR_NOMEM, "out of memory for the loss sum");
     l->d = d;
     st_status s = st_cuda_alloc(d, sizeof(loss_acc), (void **)&l->acc);
-    if (s == ST_OK) {
-        const cudaError_t e = cudaHostAlloc((void **)&l->host, sizeof(loss_acc), cudaHostAllocPortable);
-        if (e != cudaSuccess) {
-            l->host = NULL;
-            s = st_cuda_fail(d, e, "cudaHostAlloc (the loss read-back)", __FILE__, __LINE__);
+    if (s == ST_OK) { /* pinned, or pageable where pinned memory is refused (the read waits either way) */
+        l->host_pinned = cudaHostAlloc((void **)&l->host, sizeof(loss_acc), cudaHostAllocPortable) == cudaSuccess;
+        if (!l->host_pinned) {
+            cudaGetLastError(); /* not sticky: a refusal, not a device fault */
+            l->host = (loss_acc *)malloc(sizeof(loss_acc));
+            if (!l->host) s = st_fail(ST_ERR_NOMEM, "out of memory for the loss read-back");
         }
     }
     if (s == ST_OK) {

@@ -163,11 +163,29 @@ extern "C" cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 
+/* ST_CUDAEMU_PINNED_MB: how much host memory cudaHostAlloc may lock in all
+ * (unset: no limit), as a machine with a low locked-memory limit refuses
+ * more; 0 refuses every request, for the callers' pageable fallbacks. */
+static size_t pinned_used;
+
+static bool pinned_fits(size_t n) {
+    static long long limit_mb = -2;
+    if (limit_mb == -2) {
+        const char *e = getenv("ST_CUDAEMU_PINNED_MB");
+        limit_mb = e && *e ? atoll(e) : -1;
+    }
+    return limit_mb < 0 || pinned_used + n <= (size_t)limit_mb << 20;
+}
+
 extern "C" cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     *p = NULL;
-    if (posix_memalign(p, 4096, n ? n : 1) != 0) return st_emu_ret(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> l(mem_lock);
+    if (!pinned_fits(n) || posix_memalign(p, 4096, n ? n : 1) != 0) {
+        *p = NULL;
+        return st_emu_ret(cudaErrorMemoryAllocation);
+    }
     host_mem[(uintptr_t)*p] = n;
+    pinned_used += n;
     return cudaSuccess;
 }
 
@@ -178,7 +196,10 @@ extern "C" cudaError_t cudaFreeHost(void *p) {
     st_emu_run_all(); /* as CUDA: freeing waits for the device */
     {
         std::lock_guard<std::mutex> l(mem_lock);
-        if (!host_mem.erase((uintptr_t)p)) return st_emu_ret(cudaErrorInvalidValue);
+        auto it = host_mem.find((uintptr_t)p);
+        if (it == host_mem.end()) return st_emu_ret(cudaErrorInvalidValue);
+        pinned_used -= it->second;
+        host_mem.erase(it);
     }
     free(p);
     return cudaSuccess;

@@ -14,6 +14,8 @@
 #  2. Two emulated GPUs under zero1 (each rank's shard offloaded; the norm on
 #     the devices, summed through NCCL): the same bits as zero1 without
 #     offload, with half the state per rank.
+#     With pinned memory refused (ST_CUDAEMU_PINNED_MB=0: the copies' buffers
+#     fall back to pageable memory) still the same bits.
 #  3. Checkpoints: 4 steps offloaded on 2 GPUs write the same optimizer
 #     shards as without offload; resumed to 8 steps on 2 GPUs (offloaded) the
 #     same bits as the uninterrupted 8-step run, and on 1 GPU within 1e-4.
@@ -46,10 +48,12 @@ same() { # A B WHAT: the same weight bits
 
 run gpu1 1 --set train.steps=8
 run gpu1-off 1 --set train.steps=8 "${off[@]}"
+ST_CUDAEMU_PINNED_MB=0 run gpu1-off-pageable 1 --set train.steps=8 "${off[@]}"
 run gpu2-zero1 2 --set train.steps=8 --set dist.strategy=zero1
 run gpu2-zero1-off 2 --set train.steps=8 --set dist.strategy=zero1 "${off[@]}"
 [ "$fails" -eq 0 ] || e2e_finish
 same gpu1 gpu1-off "1 emulated GPU with and without offload"
+same gpu1 gpu1-off-pageable "1 emulated GPU offloaded through pageable memory"
 same gpu2-zero1 gpu2-zero1-off "zero1 on 2 emulated GPUs with and without offload"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the offloaded runs' memory (above)"
 import json, sys
