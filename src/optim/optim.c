@@ -248,23 +248,29 @@ void st_optim_step(st_optim *o, st_params *p, double lr) {
  * all-gather follow). The host writes chunk k of f->w only after chunk k's
  * event, which follows (through `ready`) every kernel queued before, the
  * previous step's upload of chunk k included. */
+/* Chunk k of the range: its length, and (*j) its first element's index
+ * within the range (the arena's element o->lo + *j). */
+static int64_t chunk_at(const st_optim *o, int k, int64_t *j) {
+    *j = k * o->off->chunk;
+    return o->count - *j < o->off->chunk ? o->count - *j : o->off->chunk;
+}
+
 static st_status offload_update(st_optim *o, st_params *p, double lr) {
     struct st_optim_offload *f = o->off;
     st_device *d = f->dev;
+    int64_t j;
     o->t++;
     ST_TRY(st_cuda_event_record(d, f->ready, ST_CUDA_STREAM_COMPUTE));
     ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COPY, f->ready));
     for (int k = 0; k < f->n_chunks; k++) {
-        const int64_t a = o->lo + k * f->chunk, n = o->hi - a < f->chunk ? o->hi - a : f->chunk;
-        const size_t nb = (size_t)n * sizeof(float);
-        if (f->pull) ST_TRY(st_cuda_memcpy_async(d, f->w + (a - o->lo), p->data + a, nb, ST_CUDA_STREAM_COPY));
-        ST_TRY(st_cuda_memcpy_async(d, f->g + (a - o->lo), p->grad + a, nb, ST_CUDA_STREAM_COPY));
+        const size_t nb = (size_t)chunk_at(o, k, &j) * sizeof(float);
+        if (f->pull) ST_TRY(st_cuda_memcpy_async(d, f->w + j, p->data + o->lo + j, nb, ST_CUDA_STREAM_COPY));
+        ST_TRY(st_cuda_memcpy_async(d, f->g + j, p->grad + o->lo + j, nb, ST_CUDA_STREAM_COPY));
         ST_TRY(st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY));
     }
     f->pull = false;
     for (int k = 0; k < f->n_chunks; k++) {
-        const int64_t a = o->lo + k * f->chunk, n = o->hi - a < f->chunk ? o->hi - a : f->chunk;
-        const int64_t j = a - o->lo;
+        const int64_t n = chunk_at(o, k, &j), a = o->lo + j;
         ST_TRY(st_cuda_event_sync(d, f->ev[k]));
         step_slice(o, p, a, a + n, f->w + j, f->g + j, o->m + j, o->v ? o->v + j : NULL, lr);
         ST_TRY(st_cuda_memcpy_async(d, p->data + a, f->w + j, (size_t)n * sizeof(float), ST_CUDA_STREAM_COMPUTE));
