@@ -176,6 +176,8 @@ void st_comm_watch_begin(st_comm *c, st_comm_req *r, const char *name) {
     r->step = c->step;
     snprintf(r->name, sizeof r->name, "%s", name);
     r->t_start = st_comm_now();
+    r->limit_s = c->limit_s;
+    r->knob = c->knob;
     r->state = ST_COMM_REQ_RUNNING;
     pthread_mutex_lock(&c->lock);
     if (c->n_pending < ST_COMM_MAX_PENDING) c->pending[c->n_pending++] = r;
@@ -183,6 +185,12 @@ void st_comm_watch_begin(st_comm *c, st_comm_req *r, const char *name) {
 }
 
 void st_comm_watch_end(st_comm *c, st_comm_req *r) { pending_remove(c, r); }
+
+void st_comm_set_timeout(st_comm *c, double timeout_s, const char *knob) {
+    if (!c) return;
+    c->limit_s = timeout_s > 0 ? timeout_s : 0;
+    c->knob = timeout_s > 0 ? knob : NULL;
+}
 
 /* ---- Requests ------------------------------------------------------------------ */
 
@@ -305,6 +313,8 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
     r->send = send;
     r->recv = recv;
     r->t_start = st_comm_now();
+    r->limit_s = c->limit_s;
+    r->knob = c->knob;
     r->live_next = c->live;
     if (c->live) c->live->live_prev = r;
     c->live = r;

@@ -238,6 +238,13 @@ st_status st_comm_barrier_sync(st_comm *c, const char *name);
  * MPI_Abort instead of leaving the others to wait for the timeout; it does not
  * return under MPI. With the local backend it marks the communicator broken
  * and returns. */
+
+/* Collectives started from now on may wait `timeout_s` seconds (> 0) before
+ * the watchdog ends the job, in place of timeout_s of the configuration;
+ * `knob` (a string that outlives them) names the setting the watchdog's message
+ * tells the user to raise. 0 returns to the configured timeout. For waits
+ * that are long on purpose: ranks waiting while others write a checkpoint. */
+void st_comm_set_timeout(st_comm *c, double timeout_s, const char *knob);
 void st_comm_abort(st_comm *c, const char *reason);
 
 #endif

@@ -45,6 +45,8 @@ struct st_comm_req {
     void *recv;
     char name[ST_COMM_NAME_MAX];
     double t_start; /* st_comm_now() when started */
+    double limit_s;    /* > 0: the watchdog's timeout for this one (st_comm_set_timeout) */
+    const char *knob;  /* with limit_s: the setting to raise */
     st_comm_state state;
     bool averaged;    /* the backend already divided an AVG by the size (comm_shm.c) */
     st_status status; /* when DONE */
@@ -95,6 +97,8 @@ struct st_comm {
     st_status failed; /* ST_OK until a collective fails; then every call returns it */
     char errmsg[ST_COMM_ERR_MAX];
     st_watchdog *watchdog;
+    double limit_s;   /* st_comm_set_timeout: given to requests as they start */
+    const char *knob;
 };
 
 double st_comm_now(void); /* monotonic seconds */

@@ -8,6 +8,9 @@
  * the runtime releases all of them. The thread calls nothing in MPI but
  * MPI_Abort, and reads the communicator only under its lock.
  *
+ * A request may carry its own, longer limit (st_comm_set_timeout: the waits
+ * for a checkpoint being written); the others have dist.timeout_s.
+ *
  * A rank that was itself stopped (SIGSTOP, a debugger, a frozen VM) must not
  * blame the others when it resumes: its thread notices that it woke far later
  * than it asked to, and that time does not count towards a collective's age. */
@@ -34,18 +37,18 @@ struct st_watchdog {
     bool stop;
 };
 
-static void fire(st_watchdog *w, const st_comm_req *r, double age) {
+static void fire(st_watchdog *w, const st_comm_req *r, double age, double limit) {
     st_comm *c = w->c;
     char what[256], missing[2048] = "", msg[3072];
     st_comm_describe(r, what, sizeof what);
     if (r->kind != ST_COMM_KIND_INTERNAL) c->ops->describe_missing(c, r->seq, missing, sizeof missing);
-    snprintf(
-        msg, sizeof msg,
-        "scaletrain: rank %d of %d (host %s, pid %d): collective timed out: %s has not finished "
-        "after %.1f s (dist.timeout_s = %g)\n%s"
-        "scaletrain: rank %d: ending every rank (MPI_Abort) so that none waits forever (if the collective "
-        "can legitimately take longer, e.g. while rank 0 writes a checkpoint, raise dist.timeout_s)\n",
-        c->rank, c->size, c->host, (int)getpid(), what, age, w->timeout_s, missing, c->rank);
+    const char *knob = r->limit_s > 0 && r->knob ? r->knob : "dist.timeout_s";
+    snprintf(msg, sizeof msg,
+             "scaletrain: rank %d of %d (host %s, pid %d): collective timed out: %s has not finished "
+             "after %.1f s (its limit: %g s, %s)\n%s"
+             "scaletrain: rank %d: ending every rank (MPI_Abort) so that none waits forever (if the collective "
+             "can legitimately take longer, raise %s)\n",
+             c->rank, c->size, c->host, (int)getpid(), what, age, limit, knob, missing, c->rank, knob);
     size_t len = strlen(msg), off = 0;
     while (off < len) { /* one write, so ranks' lines do not interleave */
         ssize_t n = write(2, msg + off, len - off);
@@ -57,28 +60,39 @@ static void fire(st_watchdog *w, const st_comm_req *r, double age) {
     _exit(1); /* only if the abort returned */
 }
 
+/* Seconds r has been waiting while this process ran. */
+static double age_of(const st_watchdog *w, const st_comm_req *r, double now) {
+    double age = now - r->t_start;
+    for (int i = 0; i < w->n_pauses && i < PAUSES_KEPT; i++) /* our own stops since it started */
+        if (w->pause_end[i] > r->t_start) {
+            double inside = w->pause_end[i] - r->t_start;
+            age -= w->pause_len[i] < inside ? w->pause_len[i] : inside;
+        }
+    return age;
+}
+
+/* Each unfinished request against its own limit (st_comm_set_timeout's, or
+ * the communicator's); the first found past it ends the job. */
 static void check(st_watchdog *w) {
     st_comm *c = w->c;
-    st_comm_req oldest;
+    st_comm_req late;
+    double late_age = 0, late_limit = 0;
     bool found = false;
+    const double now = st_comm_now();
     pthread_mutex_lock(&c->lock);
-    for (int i = 0; i < c->n_pending; i++) {
+    for (int i = 0; i < c->n_pending && !found; i++) {
         const st_comm_req *r = c->pending[i];
         if (r->state == ST_COMM_REQ_DONE) continue;
-        if (!found || r->t_start < oldest.t_start) {
-            oldest = *r;
+        const double limit = r->limit_s > 0 ? r->limit_s : w->timeout_s, age = age_of(w, r, now);
+        if (age >= limit) {
+            late = *r;
+            late_age = age;
+            late_limit = limit;
             found = true;
         }
     }
     pthread_mutex_unlock(&c->lock);
-    if (!found) return;
-    double age = st_comm_now() - oldest.t_start;
-    for (int i = 0; i < w->n_pauses && i < PAUSES_KEPT; i++) /* our own stops since it started */
-        if (w->pause_end[i] > oldest.t_start) {
-            double inside = w->pause_end[i] - oldest.t_start;
-            age -= w->pause_len[i] < inside ? w->pause_len[i] : inside;
-        }
-    if (age >= w->timeout_s) fire(w, &oldest, age);
+    if (found) fire(w, &late, late_age, late_limit);
 }
 
 /* Woke `late` seconds after the time asked for: this process did not run. */

@@ -99,6 +99,9 @@ const st_cfg_key st_cfg_keys[] = {
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on SIGTERM/SIGINT)"),
     K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
+    K_INT("train.checkpoint_timeout_s", train.checkpoint_timeout_s, "0", 0, 30 * 86400,
+          "seconds ranks wait for one another while a checkpoint is written or read before every rank fails "
+          "with a message (the watchdog); 0 = auto: dist.timeout_s plus 1 s per 10 MB of checkpoint"),
     K_ENUM("train.activation_checkpointing", train.activation_checkpointing, "auto",
            VALUES("auto", "off", "blocks"),
            "drop the activations inside each transformer/conv block after forward and recompute them in "

@@ -170,6 +170,14 @@ st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
     return s;
 }
 
+st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
+    int64_t v = mine;
+    ST_TRY(st_comm_all_reduce_sync(c, &v, &v, 1, ST_COMM_I64, ST_COMM_MAX, what));
+    if (mine != ST_OK) return mine;
+    if (v != ST_OK) return st_fail(ST_ERR_IO, "%s failed on another rank (its error is in its output)", what);
+    return ST_OK;
+}
+
 /* FNV-1a over 32-bit words (the bits of floats: -0 and 0 differ, as they would in the next step). */
 static int64_t bits_hash(const float *x, int64_t n) {
     uint64_t h = 1469598103934665603ull;

@@ -49,6 +49,11 @@ st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const c
  * listed. */
 st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine, const char *hint);
 
+/* Every rank's status for `what`: ST_OK everywhere, or this rank's error, or
+ * ST_ERR_IO "<what> failed on another rank (its error is in its output)". For
+ * work one rank (or each) does alone while the others wait on the outcome. */
+st_status st_agree_status(st_comm *c, st_status mine, const char *what);
+
 /* After training on several ranks (DESIGN invariant 1: the data-parallel
  * replicas stay identical): every trainable tensor's bits hashed on each rank
  * (downloaded first from a device) and compared. Buffers (batch-norm running

@@ -17,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "ckpt_optim.h"
+#include "dist/agree.h"
 #include "core/safetensors.h"
 #include "scaletrain/train.h"
 
@@ -213,16 +214,6 @@ static st_status finish_save(const st_config *cfg, const st_model *m, const st_c
     return ST_OK;
 }
 
-/* Every rank's status: all ST_OK, or an error naming the first rank that
- * failed (its own message where it is this rank's). */
-static st_status agree(st_comm *c, st_status mine, const char *what) {
-    int64_t v = mine, lo = mine;
-    ST_TRY(st_comm_all_reduce_sync(c, &v, &lo, 1, ST_COMM_I64, ST_COMM_MAX, what));
-    if (mine != ST_OK) return mine;
-    if (lo != ST_OK) return st_fail(ST_ERR_IO, "%s failed on another rank (its error is in its output)", what);
-    return ST_OK;
-}
-
 /* This rank's optimizer file; a device's state is written from a host copy. */
 static st_status save_optim(const st_optim *o, const st_params *p, bool sharded, const char *path) {
     st_optim host;
@@ -235,13 +226,42 @@ static st_status save_optim(const st_optim *o, const st_params *p, bool sharded,
     return s;
 }
 
+double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
+    if (cfg->train.checkpoint_timeout_s > 0) return (double)cfg->train.checkpoint_timeout_s;
+    const double bytes = 4.0 * (double)m->params.count + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
+    return (double)cfg->dist.timeout_s + bytes / 10e6;
+}
+
+static st_status save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
+                      const st_ckpt_layout *lay, char *saved, size_t size);
+
+/* Every rank of a distributed run takes part: the others wait (in the
+ * agreements) while rank 0, or every shard's rank, writes, under the
+ * checkpoint's limit rather than dist.timeout_s, and all learn the outcome. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size) {
-    const bool sharded = lay && lay->sharded && lay->world > 1;
+    const bool dist = lay && lay->comm && lay->world > 1;
+    if (!dist) return save(cfg, m, o, state, lay, saved, size);
+    const int optim_world = lay->sharded ? lay->world : 1;
+    st_comm_set_timeout(lay->comm, st_ckpt_wait_limit(cfg, m, o, optim_world), "train.checkpoint_timeout_s");
+    st_status s = save(cfg, m, o, state, lay, saved, size);
+    st_comm_set_timeout(lay->comm, 0, NULL);
+    return s;
+}
+
+static st_status save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
+                      const st_ckpt_layout *lay, char *saved, size_t size) {
+    const bool dist = lay && lay->comm && lay->world > 1;
+    const bool sharded = dist && lay->sharded;
     const int rank = lay ? lay->rank : 0, world = sharded ? lay->world : 1;
-    if (rank != 0 && !sharded) return ST_OK;
-    char ckdir[PATH_CAP], tmp[PATH_CAP], path[PATH_CAP];
+    char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->train.out_dir);
+    if (rank != 0 && !sharded) { /* rank 0 writes; this rank learns whether it did */
+        if (dist) ST_TRY(st_agree_status(lay->comm, ST_OK, "checkpoint"));
+        if (saved && dist) snprintf(saved, size, "%s/step-%lld", ckdir, (long long)state->step);
+        return ST_OK;
+    }
+    char tmp[PATH_CAP], path[PATH_CAP];
     /* Sharded: every rank writes into the same temporary directory. */
     if (sharded) snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp", ckdir, (long long)state->step);
     else snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp.%ld", ckdir, (long long)state->step, (long)getpid());
@@ -253,8 +273,11 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
             if (mkdir(tmp, 0755) != 0) s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
         }
     }
-    if (sharded) ST_TRY(agree(lay->comm, s, "checkpoint directory"));
-    ST_TRY(s);
+    if (sharded) ST_TRY(st_agree_status(lay->comm, s, "checkpoint directory"));
+    if (s != ST_OK) { /* unsharded: the others wait in the final agreement */
+        if (dist && !sharded) (void)st_agree_status(lay->comm, s, "checkpoint");
+        return s;
+    }
     st_ckpt_state st = *state;
     st.optim_sharded = sharded;
     st.optim_world = world;
@@ -271,7 +294,7 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
         if (s == ST_OK) s = file_crc(path, &mine->crc, &mine->nbytes);
     }
     if (sharded) {
-        s = agree(lay->comm, s, "checkpoint optimizer shards");
+        s = st_agree_status(lay->comm, s, "checkpoint optimizer shards");
         if (s == ST_OK) { /* every rank's checksum to rank 0 (and the others) */
             int64_t v[2] = {mine->crc, mine->nbytes};
             int64_t *all = malloc((size_t)world * 2 * sizeof *all);
@@ -291,8 +314,8 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
     if (s != ST_OK && rank == 0) remove_dir(tmp);
     free(fl);
     /* The others learn whether the checkpoint exists (and its name). */
-    if (sharded) {
-        ST_TRY(agree(lay->comm, s, "checkpoint"));
+    if (dist) {
+        ST_TRY(st_agree_status(lay->comm, s, "checkpoint"));
         if (saved && rank != 0)
             snprintf(saved, size, "%s/step-%lld", ckdir, (long long)state->step);
     }

@@ -55,10 +55,18 @@ typedef struct st_ckpt_layout {
     int64_t shard; /* S (elements), when sharded */
 } st_ckpt_layout;
 
+/* How long ranks wait for one another while a checkpoint is written or read:
+ * train.checkpoint_timeout_s, or (0, auto) dist.timeout_s plus 1 s per 10 MB
+ * of the checkpoint (the model and optim_world shards of o's state; o NULL:
+ * the weights alone). */
+double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world);
+
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
  * `latest` at it, and keep only the newest `keep` (0 = keep all). The
  * directory's path goes to saved (size bytes). A failure leaves the previous
- * checkpoints and `latest` as they were. */
+ * checkpoints and `latest` as they were. In a distributed run (lay->world > 1)
+ * every rank calls it: rank 0 (or, sharded, every rank) writes, and every rank
+ * returns the same outcome; their waits have st_ckpt_wait_limit. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size);
 

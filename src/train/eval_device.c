@@ -141,15 +141,14 @@ static st_status queue_batch(eval_state *e, st_model_graph *mg, slot *sl, const 
     return st_cuda_event_record(dev, sl->done, ST_CUDA_STREAM_COMPUTE);
 }
 
-st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
+st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *sums) {
     st_model_graph *mg = &s->eval_graph;
     const st_dataset *d = &s->val;
     const int64_t B = mg->batch;
     const bool images = d->kind == ST_DATA_IMAGES;
     const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
     const int64_t per = mg->y->count / B; /* targets per sample */
-    int64_t n = d->n;
-    if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
+    const int64_t n = hi;
     st_status st = ST_OK;
     if (!s->eval_dev) { /* the first evaluation of the session */
         s->eval_dev = calloc(1, sizeof *s->eval_dev);
@@ -166,7 +165,7 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
     if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
     int64_t valid = 0, correct = 0, b = 0;
     mg->g.training = false;
-    for (int64_t start = 0; start < n && st == ST_OK; start += B, b++) {
+    for (int64_t start = lo; start < n && st == ST_OK; start += B, b++) {
         slot *sl = &e->s[b % NSLOT];
         st = settle(e, sl, classes, &correct); /* batch b - 2 */
         if (st != ST_OK) break;
@@ -195,9 +194,9 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
         s->eval_dev = NULL;
         return st;
     }
-    *loss = valid ? loss_sum / (double)valid : 0.0;
-    *accuracy = valid ? (double)correct / (double)valid : 0.0;
-    *has_accuracy = images;
+    sums->loss_sum = loss_sum;
+    sums->valid = valid;
+    sums->correct = correct;
     return ST_OK;
 }
 
@@ -205,10 +204,11 @@ st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *ha
 
 void st_eval_device_free(st_eval_dev *e) { (void)e; }
 
-st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
+st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *sums) {
     (void)s;
-    *loss = *accuracy = 0;
-    *has_accuracy = false;
+    (void)lo;
+    (void)hi;
+    memset(sums, 0, sizeof *sums);
     return st_fail(ST_ERR_UNSUPPORTED, "evaluation on a device: this scaletrain was built without CUDA");
 }
 

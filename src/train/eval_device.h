@@ -19,9 +19,9 @@
 
 #include "session.h"
 
-/* Evaluate s->eval_graph, on s->dev, over the validation set (or its first
- * train.eval_steps batches): the same results as the host's path. */
-st_status st_eval_device(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
+/* Evaluate s->eval_graph, on s->dev, over the validation samples [lo, hi)
+ * (whole batches but the set's last): the same sums as the host's path. */
+st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *sums);
 /* What st_eval_device kept in the session (NULL is fine); before the device goes. */
 void st_eval_device_free(st_eval_dev *e);
 

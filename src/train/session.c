@@ -411,23 +411,32 @@ void st_session_close(st_session *s) {
 /* On a device: eval_device.c (batches up asynchronously, the loss summed
  * there). On the host the graph's own tensors take the batch and the loss
  * and logits are read where the graph left them. */
-st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
-    if (s->dev) return st_eval_device(s, loss, accuracy, has_accuracy);
+void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi) {
+    int64_t n = s->val.n;
+    if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
+    *lo = 0;
+    *hi = n;
+    if (!s->eval_shared || s->world <= 1) return;
+    const int64_t nb = (n + B - 1) / B; /* batches; rank k takes [k nb / W, (k + 1) nb / W) */
+    const int64_t b0 = (int64_t)s->rank * nb / s->world, b1 = ((int64_t)s->rank + 1) * nb / s->world;
+    *lo = b0 * B;
+    *hi = b1 * B < n ? b1 * B : n;
+}
+
+static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_sums *sums) {
     st_model_graph *mg = &s->eval_graph;
     const st_dataset *d = &s->val;
     const int64_t B = mg->batch;
     st_status st = ST_OK;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
     if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
-    int64_t n = d->n;
-    if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
     double loss_sum = 0;
     int64_t valid = 0, correct = 0;
     mg->g.training = false;
     const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
     const int64_t per = mg->y->count / B; /* targets per sample */
-    for (int64_t start = 0; start < n && st == ST_OK; start += B) {
-        int64_t cnt = n - start < B ? n - start : B;
+    for (int64_t start = lo; start < hi && st == ST_OK; start += B) {
+        int64_t cnt = hi - start < B ? hi - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
         st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
         if (st == ST_OK) st = st_graph_forward(&mg->g);
@@ -439,9 +448,38 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
         valid += v;
     }
     free(idx);
+    sums->loss_sum = loss_sum;
+    sums->valid = valid;
+    sums->correct = correct;
+    return st;
+}
+
+st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy) {
+    int64_t lo, hi;
+    st_session_eval_share(s, s->eval_graph.batch, &lo, &hi);
+    st_eval_sums e = {0};
+    const st_params *p = &s->model->params;
+    if (s->eval_shared && s->world > 1 && p->buffer_count > 0) { /* rank 0's batch-norm statistics */
+        if (s->dev)
+            return st_fail(ST_ERR_UNSUPPORTED, "a shared evaluation of a model with buffers on a device (not yet)");
+        ST_TRY(st_comm_broadcast_sync(s->comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0,
+                                      "evaluation: rank 0's buffers"));
+    }
+    st_status st = s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
+    if (s->eval_shared && s->world > 1) {
+        /* Every rank learns whether each evaluated its share; a failed one
+         * names itself, the others say that one failed. */
+        double v[4] = {e.loss_sum, (double)e.valid, (double)e.correct, st != ST_OK ? 1.0 : 0.0};
+        ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 4, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
+        if (st != ST_OK) return st;
+        if (v[3] > 0) return st_fail(ST_ERR_IO, "the evaluation failed on another rank (its error is in its output)");
+        e.loss_sum = v[0];
+        e.valid = (int64_t)v[1];
+        e.correct = (int64_t)v[2];
+    }
     if (st != ST_OK) return st;
-    *loss = valid ? loss_sum / (double)valid : 0.0;
-    *accuracy = valid ? (double)correct / (double)valid : 0.0;
-    *has_accuracy = d->kind == ST_DATA_IMAGES;
+    *loss = e.valid ? e.loss_sum / (double)e.valid : 0.0;
+    *accuracy = e.valid ? (double)e.correct / (double)e.valid : 0.0;
+    *has_accuracy = s->val.kind == ST_DATA_IMAGES;
     return ST_OK;
 }

@@ -28,7 +28,14 @@ typedef struct st_session {
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
+    bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
 } st_session;
+
+/* What one rank's evaluation adds up (st_session_evaluate combines the ranks'). */
+typedef struct st_eval_sums {
+    double loss_sum; /* each batch's mean loss times its valid targets */
+    int64_t valid, correct;
+} st_eval_sums;
 
 /* Start the communicator (rank and world), open the device (train.device),
  * open data (train unless eval_only), fill `auto` values, create the model
@@ -36,8 +43,15 @@ typedef struct st_session {
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
 void st_session_close(st_session *s);
 
-/* Evaluate on the validation set (or its first cfg->train.eval_steps batches). */
+/* Evaluate on the validation set (or its first cfg->train.eval_steps batches).
+ * With s->eval_shared (several ranks whose models are the same), every rank
+ * must call it: each evaluates a contiguous share of the batches and the sums
+ * are added up over the ranks (one all-reduce), so every rank returns the
+ * whole set's result; else this rank evaluates every batch. */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
+
+/* The samples [*lo, *hi) this rank evaluates, whole batches of B. */
+void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi);
 
 double st_now(void);
 

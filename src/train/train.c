@@ -115,11 +115,26 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     fflush(ses->out);
 }
 
+/* While rank 0 evaluates alone (or each rank its share, ses->eval_shared)
+ * the others wait in their next collective: that wait may last
+ * dist.timeout_s plus this estimate of the evaluation, rank 0's samples at
+ * its share of the training rate `rate` (every rank's samples per second; a
+ * training sample's forward and backward take about three times its forward
+ * alone). */
+static double eval_estimate_s(const st_session *ses, double rate) {
+    if (!ses->has_val) return 0;
+    int64_t lo, hi;
+    st_session_eval_share(ses, ses->cfg->train.eval_batch_size, &lo, &hi);
+    const double per_rank = rate / (double)(ses->world > 0 ? ses->world : 1);
+    return per_rank > 0 && ses->rank == 0 ? (double)(hi - lo) / per_rank : 0;
+}
+
 static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step,
                                  st_metrics *met) {
     if (!ses->has_val) return ST_OK;
     ST_TRY(st_session_evaluate(ses, &r->eval_loss, &r->eval_accuracy, &r->has_accuracy));
     r->has_eval = true;
+    if (ses->rank != 0) return ST_OK; /* (a share of the evaluation: rank 0 reports) */
     if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
     if (!opts->quiet) {
         if (r->has_accuracy)
@@ -283,6 +298,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_ckpt_state ck = {0};
     ck.seed = seed;
     ck.batch_size = c->train.batch_size;
+    /* Ranks read the checkpoint at their own pace: their waits for one
+     * another have the checkpoint's limit until they agree on the step. */
+    if (opts->resume && dist)
+        st_comm_set_timeout(ses->comm, st_ckpt_wait_limit(c, m, &opt, lay.sharded ? ses->world : 1),
+                            "train.checkpoint_timeout_s");
     if (opts->resume) {
         char dir[4096];
         bool found;
@@ -309,6 +329,19 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
+        }
+    }
+    if (opts->resume && dist) { /* every rank resumed from the same step */
+        int64_t v[2] = {ck.step, -ck.step};
+        ST_GOTO(st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint loaded"));
+        st_comm_set_timeout(ses->comm, 0, NULL);
+        if (v[0] != -v[1]) {
+            ses->agreed_error = true; /* every rank saw the same sums */
+            s = st_fail(ST_ERR_CONFIG,
+                        "rank %d resumed at step %lld, but the ranks resumed at steps %lld to %lld: every rank must "
+                        "see the same %s/ckpt (one directory shared by all nodes), unchanged while the run starts",
+                        ses->rank, (long long)ck.step, (long long)-v[1], (long long)v[0], c->train.out_dir);
+            goto fail;
         }
     }
     const int64_t start = ck.step;
@@ -527,22 +560,28 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         st_progress_step(&prog, step + 1, line ? r->train_loss : last_loss, lr,
                          lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);
-        if (ses->rank == 0 && eval_due) {
+        if (eval_due && (ses->rank == 0 || ses->eval_shared)) {
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
             ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
             st_trace_end(trace, &mark);
         }
-        /* A stop asked of any rank stops every rank after the same step. */
+        /* A stop asked of any rank stops every rank after the same step
+         * (the others wait here for rank 0's evaluation). */
         float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
+        if (dist && eval_due)
+            st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
+                                "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
         if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
+        if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
         stopped = stop > 0 && step + 1 < steps;
         if (stopped && !read_now) { /* before the checkpoint (every rank agreed on the stop) */
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
             window_loss += step_loss;
         }
-        /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone. */
-        if (ses->save && (ses->rank == 0 || lay.sharded) && (stopped || every || step + 1 == steps)) {
+        /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone
+         * while the others wait in st_ckpt_save. */
+        if (ses->save && (stopped || every || step + 1 == steps)) { /* every rank: st_ckpt_save */
             ck.step = step + 1;
             ck.pos = st_feed_position(feed);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
@@ -551,7 +590,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ck.skipped_steps = sc.skipped;
             ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
             st_trace_end(trace, &mark);
-            if (!opts->quiet && !prog.bar) {
+            if (ses->rank == 0 && !opts->quiet && !prog.bar) {
                 fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                 fflush(ses->out);
             }
@@ -623,6 +662,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    /* The ranks share each evaluation, where their models are the same: the
+     * weights are; batch-norm running statistics are rank 0's, sent to the
+     * others first on the host (st_session_evaluate); not yet from a GPU. */
+    ses.eval_shared = ses.world > 1 && (ses.model->params.buffer_count == 0 || !ses.dev);
     ses.save = opts->save;
     if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
         mine = *opts;
@@ -655,21 +698,34 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res, &met));
-    if (ses.rank == 0) ST_GOTO(eval_and_report(&ses, opts, res, res->steps, &met));
     /* every st_device_alloc block (the arenas) and the cuBLASLt workspace,
      * at the most; 0 on the host */
     st_device_mem dm;
     if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
-    if (opts->save) {
-        char path[ST_CFG_STR + 32];
-        if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) {
-            st_fail_context(s, "train.out_dir: ");
-            goto fail;
+    /* Rank 0 alone evaluates and writes the weights (the replicas are
+     * identical); the others wait for the outcome, as long as an evaluation
+     * and a write of the weights may take. */
+    if (ses.world > 1)
+        st_comm_set_timeout(ses.comm,
+                            st_ckpt_wait_limit(cfg, ses.model, NULL, 0) + eval_estimate_s(&ses, res->samples_per_s),
+                            "train.checkpoint_timeout_s or dist.timeout_s (the wait for rank 0's evaluation and "
+                            "weights adds an estimate of the evaluation)");
+    if (ses.rank == 0 || ses.eval_shared) s = eval_and_report(&ses, opts, res, res->steps, &met);
+    if (ses.rank == 0) {
+        if (s == ST_OK && opts->save) {
+            char path[ST_CFG_STR + 32];
+            if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) st_fail_context(s, "train.out_dir: ");
+            snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
+            if (s == ST_OK) s = st_model_save(ses.model, path);
+            if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
         }
-        snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
-        ST_GOTO(st_model_save(ses.model, path));
-        if (!opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
     }
+    if (ses.world > 1) {
+        s = st_agree_status(ses.comm, s, "the final evaluation and weights");
+        ses.agreed_error = s != ST_OK;
+        st_comm_set_timeout(ses.comm, 0, NULL);
+    }
+    ST_GOTO(s);
     if (!opts->quiet) {
         const bool lm = ses.train.kind == ST_DATA_TOKENS;
         if (res->steps > 0 && res->steps == res->start_step) /* resumed at its last step: no rates to show */
@@ -707,7 +763,9 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     st_session ses;
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, true));
-    if (ses.rank != 0) { /* every rank evaluates the same; rank 0 speaks */
+    /* the same weights everywhere: each rank its share (as in training) */
+    ses.eval_shared = ses.world > 1 && (ses.model->params.buffer_count == 0 || !ses.dev);
+    if (ses.rank != 0) { /* rank 0 speaks */
         mine = *opts;
         mine.quiet = true;
         mine.json = false;

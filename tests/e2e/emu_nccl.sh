@@ -26,6 +26,8 @@
 #     bits (the option did something). And under zero1 (the 16-bit pieces
 #     reduced to their owners through ncclReduce): the same against 2 CPU
 #     ranks under zero1.
+#  4. `eval` shared by 2 emulated GPUs (each its share of 7 batches) gives 1
+#     CPU rank's loss (1e-6 relative) and accuracy (exactly).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -81,5 +83,21 @@ if [ "$fails" -eq 0 ]; then
     grep -q '"replicas_identical":true' <<<"$last" || fail "the ranks' weights were not found identical: $last"
     grep -q '"ranks":2' <<<"$last" || fail "not 2 ranks: $last"
     grep -q '"grad_buckets":\([2-9]\|[1-9][0-9]\)' <<<"$last" || fail "fewer than 2 gradient buckets: $last"
+    # A shared evaluation on the devices (each rank its 3 of 7 batches, one
+    # short): the whole set's result, as 1 CPU rank evaluates it.
+    ev=("${common[@]/data.val=/data.val=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz}"
+        --set train.eval_steps=7 --set train.eval_batch_size=50 --init "$d/gpu2/model.safetensors")
+    "${mpi[@]}" -np 2 "$bin" eval "${ev[@]}" --set train.device=cuda >"$d/eval-gpu2.json" 2>&1 ||
+        fail "eval on 2 emulated GPUs: $(cat "$d/eval-gpu2.json")"
+    timeout 60 "$bin" eval "${ev[@]}" --set train.device=cpu >"$d/eval-cpu1.json" 2>&1 ||
+        fail "eval on 1 CPU rank: $(cat "$d/eval-cpu1.json")"
+    /usr/bin/python3 - "$d/eval-gpu2.json" "$d/eval-cpu1.json" <<'PY' || fail "the shared evaluation on the GPUs"
+import json, sys
+g, c = ([json.loads(l) for l in open(p) if l.startswith("{")][-1] for p in sys.argv[1:3])
+ok = abs(g["loss"] - c["loss"]) <= 1e-6 * abs(c["loss"]) and g["accuracy"] == c["accuracy"]
+print(f"eval on 2 emulated GPUs: loss {g['loss']!r}, accuracy {g['accuracy']!r}; 1 CPU rank: {c['loss']!r},",
+      f"{c['accuracy']!r}:", "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
 fi
 e2e_finish "2 ranks on 2 emulated GPUs through NCCL: every collective right, the same weights as 1 GPU and as 2 CPU ranks, bf16 buckets as the CPU's"

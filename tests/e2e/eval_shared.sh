@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Evaluation shared by the ranks (docs/distributed.md, "Evaluation"): each
+# rank evaluates a contiguous share of the validation batches and the sums
+# are added up, under real mpirun.
+# (a) mlp, 2 ranks, evaluating at step 10 and at the end: the run's final
+#     evaluation equals `scaletrain eval` of its weights on 1 rank (accuracy
+#     exactly, loss to 1e-12 relative: only the order of the sums differs),
+#     and `eval` on 2 and 3 ranks (an uneven split of the batches) equals it too.
+# (b) cnn (batch-norm, whose running statistics each rank moves with its own
+#     batches): the 2-rank run's final evaluation equals `eval` of the saved
+#     weights (rank 0's statistics) on 1 rank; without rank 0's statistics
+#     sent first, rank 1's share would be evaluated with its own.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_fmnist
+[ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
+e2e_tmpdir
+e2e_mpi 120
+export OMP_WAIT_POLICY=PASSIVE
+common=(--set train.threads=1 --set data.num_workers=0 --set log.progress=off --quiet --json
+        --set train.eval_batch_size=256)
+
+# last_json FILE KEY: the last JSON line's KEY
+# same NAME FILE_A FILE_B: loss within 1e-12 relative, accuracy exactly
+same() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+name, a, b = sys.argv[1:4]
+ra = [json.loads(l) for l in open(a) if l.startswith("{")][-1]
+rb = [json.loads(l) for l in open(b) if l.startswith("{")][-1]
+la, lb = ra["loss"], rb["loss"]
+ok = abs(la - lb) <= 1e-12 * abs(lb) and ra["accuracy"] == rb["accuracy"] and la == la
+print(f"{name}: loss {la!r} vs {lb!r}, accuracy {ra['accuracy']!r} vs {rb['accuracy']!r}", "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+}
+
+mlp=(--set model.type=mlp --set model.hidden=[64] --set train.batch_size=48 --set train.steps=20
+     --set train.eval_every=10)
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" "${mlp[@]}" --set train.out_dir="$tmp/mlp" >"$tmp/mlp.json" ||
+    fail "mlp: the 2-rank run"
+/usr/bin/python3 - "$tmp/mlp/metrics.jsonl" <<'PY' || fail "mlp: the evaluations in metrics.jsonl"
+import json, math, sys
+ev = [r for r in map(json.loads, open(sys.argv[1])) if r.get("eval")]
+print("evaluations at steps", [r["step"] for r in ev], "losses", [r["loss"] for r in ev])
+sys.exit(0 if [r["step"] for r in ev] == [10, 20] and all(math.isfinite(r["loss"]) for r in ev) else 1)
+PY
+for n in 1 2 3; do
+    if [ "$n" -eq 1 ]; then
+        timeout 60 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/model.safetensors" >"$tmp/eval1.json"
+    else
+        "${mpi[@]}" -np "$n" "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/model.safetensors" \
+            >"$tmp/eval$n.json"
+    fi || fail "mlp: eval on $n rank(s)"
+done
+same "mlp: the 2-rank run's final evaluation vs eval on 1 rank" "$tmp/mlp.json" "$tmp/eval1.json" || fail "mlp: run vs eval"
+same "mlp: eval on 2 ranks vs 1" "$tmp/eval2.json" "$tmp/eval1.json" || fail "mlp: eval on 2 ranks"
+same "mlp: eval on 3 ranks vs 1" "$tmp/eval3.json" "$tmp/eval1.json" || fail "mlp: eval on 3 ranks"
+
+cnn=(--set model.type=cnn --set train.batch_size=16 --set train.steps=6 --set train.eval_steps=8)
+"${mpi[@]}" -np 2 "$bin" train "${common[@]}" "${cnn[@]}" --set train.out_dir="$tmp/cnn" >"$tmp/cnn.json" ||
+    fail "cnn: the 2-rank run"
+timeout 60 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/model.safetensors" >"$tmp/cnn-eval1.json" ||
+    fail "cnn: eval on 1 rank"
+same "cnn (batch-norm): the 2-rank run's final evaluation vs eval on 1 rank" "$tmp/cnn.json" "$tmp/cnn-eval1.json" ||
+    fail "cnn: run vs eval"
+e2e_finish "every rank evaluates its share; the results equal one rank's"
