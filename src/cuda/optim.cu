@@ -20,7 +20,7 @@
 enum {
     OPT_CHUNK = 4096, /* elements per block of the update */
     OPT_THREADS = 256,
-    NORM_BLOCKS = 1024, /* fixed, so the partial sums do not depend on the device */
+    NORM_BLOCKS = 1024, /* at most; the count sets the grid, so the partial sums do not depend on the device */
     NORM_THREADS = 256,
 };
 
@@ -194,9 +194,14 @@ static __global__ void sumsq_total_kernel(const double *part, int nparts, double
 }
 
 extern "C" st_status st_cuda_grad_sumsq(st_cuda_optim *o, const float *g, int64_t count) {
-    sumsq_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, o->d->compute>>>(g, count, o->part);
+    /* One block per NORM_THREADS elements up to NORM_BLOCKS: the order of the
+     * sums depends on the count alone, never on the device; a small range
+     * does not start a thousand idle blocks. */
+    const int64_t want = (count + NORM_THREADS - 1) / NORM_THREADS;
+    const int blocks = want < 1 ? 1 : want > NORM_BLOCKS ? NORM_BLOCKS : (int)want;
+    sumsq_partial_kernel<<<blocks, NORM_THREADS, 0, o->d->compute>>>(g, count, o->part);
     ST_CUDA_TRY_D(o->d, cudaGetLastError());
-    sumsq_total_kernel<<<1, 1024, 0, o->d->compute>>>(o->part, NORM_BLOCKS, o->sumsq);
+    sumsq_total_kernel<<<1, 1024, 0, o->d->compute>>>(o->part, blocks, o->sumsq);
     ST_CUDA_TRY_D(o->d, cudaGetLastError());
     return ST_OK;
 }
