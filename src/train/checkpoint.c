@@ -184,6 +184,19 @@ static st_status finish_save(const st_config *cfg, const st_model *m, const st_c
                              const char *tmp, ckpt_file *fl, int nf, char *saved, size_t size) {
     char final[PATH_CAP], path[PATH_CAP];
     snprintf(final, sizeof final, "%s/step-%lld", ckdir, (long long)state->step);
+    /* The other ranks' shards, as this rank sees the directory: a train.out_dir
+     * that is not one directory shared by every node would otherwise give a
+     * checkpoint whose shards are elsewhere. */
+    for (int k = 2; k < nf; k++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", tmp, fl[k].name);
+        if (stat(path, &st) != 0 || (int64_t)st.st_size != fl[k].nbytes)
+            return st_fail(ST_ERR_IO,
+                           "%s: rank %d wrote it (%lld bytes), but rank 0 %s: train.out_dir (%s) must be one "
+                           "directory that every node sees (a shared filesystem)",
+                           path, k - 1, (long long)fl[k].nbytes,
+                           stat(path, &st) != 0 ? "does not see it" : "sees another size", cfg->train.out_dir);
+    }
     snprintf(fl[0].name, sizeof fl[0].name, "model.safetensors");
     snprintf(path, sizeof path, "%s/%s", tmp, fl[0].name);
     ST_TRY(st_model_save(m, path));
@@ -272,6 +285,14 @@ static st_status save(const st_config *cfg, const st_model *m, const st_optim *o
             remove_dir(tmp);
             if (mkdir(tmp, 0755) != 0) s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
         }
+    }
+    if (sharded && rank != 0) { /* the directory rank 0 made, as this rank sees it */
+        struct stat st;
+        if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+            s = st_fail(ST_ERR_IO,
+                        "%s: rank 0 created this directory, but rank %d does not see it: train.out_dir (%s) must be "
+                        "one directory that every node sees (a shared filesystem)",
+                        tmp, rank, cfg->train.out_dir);
     }
     if (sharded) ST_TRY(st_agree_status(lay->comm, s, "checkpoint directory"));
     if (s != ST_OK) { /* unsharded: the others wait in the final agreement */
