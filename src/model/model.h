@@ -70,8 +70,14 @@ void st_model_graph_free(st_model_graph *mg);
 /* Forward FLOPs per sample (matrix products and convolutions, 2 per MAC). */
 double st_model_flops_per_sample(const st_model *m);
 
-/* Weights as safetensors: every parameter and buffer by name, F32. */
+/* Weights as safetensors: every parameter and buffer by name, F32 (the
+ * master weights: p->data, downloaded first from a device). */
 st_status st_model_save(const st_model *m, const char *path);
+/* The same from host arrays laid out as m's parameter and buffer arenas. */
+st_status st_model_save_host(const st_model *m, const float *data, const float *buffers, const char *path);
+/* Host copies of m's parameter and buffer arenas (st_alloc_aligned; free
+ * both with st_free_aligned), downloaded from a device. */
+st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers);
 /* Load and check every name, shape and dtype; each mismatch is reported by name. */
 st_status st_model_load(st_model *m, const char *path);
 

@@ -15,38 +15,56 @@ static const char *kind_name(st_model_kind k) {
     return k == ST_MODEL_MLP ? "mlp" : k == ST_MODEL_CNN ? "cnn" : "gpt";
 }
 
-st_status st_model_save(const st_model *m, const char *path) {
+st_status st_model_save_host(const st_model *m, const float *data, const float *buffers, const char *path) {
     const st_params *p = &m->params;
-    float *hdata = NULL, *hbuf = NULL; /* host copies of a device's arenas */
-    st_status s = ST_OK;
     st_safetensors_tensor *t = calloc((size_t)(p->n ? p->n : 1), sizeof *t);
     if (!t) return st_fail(ST_ERR_NOMEM, "out of memory saving %s", path);
-    if (p->dev) {
-        const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)p->buffer_count * sizeof(float);
-        hdata = st_alloc_aligned(pbytes ? pbytes : 64);
-        hbuf = st_alloc_aligned(bbytes ? bbytes : 64);
-        if (!hdata || !hbuf) {
-            s = st_fail(ST_ERR_NOMEM, "out of memory copying the weights from %s to save %s", st_device_name(p->dev),
-                        path);
-            goto fail;
-        }
-        ST_GOTO(st_device_download(p->dev, hdata, p->data, pbytes));
-        if (bbytes) ST_GOTO(st_device_download(p->dev, hbuf, p->buffers, bbytes));
-    }
     for (int i = 0; i < p->n; i++) {
         const st_tensor *x = p->t[i];
         t[i].name = x->name;
         t[i].dtype = "F32";
         t[i].ndim = x->ndim;
         t[i].shape = x->shape;
-        t[i].data = !p->dev ? x->data : (x->kind == ST_TENSOR_PARAM ? hdata : hbuf) + x->offset;
+        t[i].data = (x->kind == ST_TENSOR_PARAM ? data : buffers) + x->offset;
     }
     const char *meta[] = {"format", "scaletrain", "model", kind_name(m->kind)};
-    s = st_safetensors_write(path, t, p->n, meta, 2);
-fail:
+    st_status s = st_safetensors_write(path, t, p->n, meta, 2);
+    free(t);
+    return s;
+}
+
+st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
+    const st_params *p = &m->params;
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)p->buffer_count * sizeof(float);
+    *data = st_alloc_aligned(pbytes ? pbytes : 64);
+    *buffers = st_alloc_aligned(bbytes ? bbytes : 64);
+    st_status s = ST_OK;
+    if (!*data || !*buffers)
+        s = st_fail(ST_ERR_NOMEM, "out of memory copying the weights (%.1f MiB) to the host",
+                    (double)(pbytes + bbytes) / (1 << 20));
+    else if (p->dev) {
+        s = st_device_download(p->dev, *data, p->data, pbytes);
+        if (s == ST_OK && bbytes) s = st_device_download(p->dev, *buffers, p->buffers, bbytes);
+    } else {
+        if (pbytes) memcpy(*data, p->data, pbytes);
+        if (bbytes) memcpy(*buffers, p->buffers, bbytes);
+    }
+    if (s != ST_OK) {
+        st_free_aligned(*data);
+        st_free_aligned(*buffers);
+        *data = *buffers = NULL;
+    }
+    return s;
+}
+
+st_status st_model_save(const st_model *m, const char *path) {
+    const st_params *p = &m->params;
+    if (!p->dev) return st_model_save_host(m, p->data, p->buffers, path);
+    float *hdata, *hbuf; /* host copies of a device's arenas */
+    ST_TRY(st_model_copy_arenas(m, &hdata, &hbuf));
+    st_status s = st_model_save_host(m, hdata, hbuf, path);
     st_free_aligned(hdata);
     st_free_aligned(hbuf);
-    free(t);
     return s;
 }
 

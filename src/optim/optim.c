@@ -340,6 +340,7 @@ st_status st_optim_copy_to_host(const st_optim *o, st_optim *host) {
     *host = *o;
     host->dev = NULL;
     host->cu = NULL;
+    host->off = NULL;
     host->m = host->v = NULL;
     const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float), used = (size_t)o->count * sizeof(float);
     host->m = st_alloc_aligned(nbytes);
@@ -348,8 +349,13 @@ st_status st_optim_copy_to_host(const st_optim *o, st_optim *host) {
                       ? st_fail(ST_ERR_NOMEM, "out of memory copying the optimizer state (%.1f MiB) to the host",
                                 2.0 * (double)nbytes / (1 << 20))
                       : ST_OK;
-    if (s == ST_OK) s = st_device_download(o->dev, host->m, o->m, used);
-    if (s == ST_OK && o->v) s = st_device_download(o->dev, host->v, o->v, used);
+    if (s == ST_OK && !o->dev) { /* a host state (offload's too): a copy */
+        if (used) memcpy(host->m, o->m, used);
+        if (used && o->v) memcpy(host->v, o->v, used);
+    } else if (s == ST_OK) {
+        s = st_device_download(o->dev, host->m, o->m, used);
+        if (s == ST_OK && o->v) s = st_device_download(o->dev, host->v, o->v, used);
+    }
     if (s != ST_OK) st_optim_free(host);
     return s;
 }

@@ -80,8 +80,9 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
  * again at its next update. Nothing for the others. */
 void st_optim_params_written(st_optim *o);
 
-/* A host copy of o's state (kind, range, t, m and v) for checkpoints of a
- * device's optimizer; free with st_optim_free. */
+/* A host copy of o's state (kind, range, t, m and v), from a device or from
+ * the host (a snapshot for an asynchronous checkpoint); free with
+ * st_optim_free. */
 st_status st_optim_copy_to_host(const st_optim *o, st_optim *host);
 /* Set o's state (t, m, v) from a host copy of the same kind and range. */
 st_status st_optim_copy_from_host(st_optim *o, const st_optim *host);

@@ -6,16 +6,20 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/atomic_file.h"
+#include "core/mem.h"
 #include "ckpt_optim.h"
 #include "dist/agree.h"
 #include "core/safetensors.h"
@@ -178,9 +182,9 @@ static st_status list_steps(const char *ckdir, int64_t **out, int *n) {
     return ST_OK;
 }
 
-/* Rank 0's part: model, state.json (with every file's checksum), rename,
- * `latest`, prune. tmp holds the optimizer files already. */
-static st_status finish_save(const st_config *cfg, const st_model *m, const st_ckpt_state *state, const char *ckdir,
+/* Rank 0's part: state.json (with every file's checksum), rename, `latest`,
+ * prune. tmp holds the model and the optimizer files already. */
+static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, const char *ckdir,
                              const char *tmp, ckpt_file *fl, int nf, char *saved, size_t size) {
     char final[PATH_CAP], path[PATH_CAP];
     snprintf(final, sizeof final, "%s/step-%lld", ckdir, (long long)state->step);
@@ -197,10 +201,6 @@ static st_status finish_save(const st_config *cfg, const st_model *m, const st_c
                            path, k - 1, (long long)fl[k].nbytes,
                            stat(path, &st) != 0 ? "does not see it" : "sees another size", cfg->train.out_dir);
     }
-    snprintf(fl[0].name, sizeof fl[0].name, "model.safetensors");
-    snprintf(path, sizeof path, "%s/%s", tmp, fl[0].name);
-    ST_TRY(st_model_save(m, path));
-    ST_TRY(file_crc(path, &fl[0].crc, &fl[0].nbytes));
     ST_TRY(write_state(tmp, cfg, state, fl, nf));
     ST_TRY(st_fsync_dir(tmp));
     /* A checkpoint of the same step (a resumed run saving again) is replaced. */
@@ -227,120 +227,268 @@ static st_status finish_save(const st_config *cfg, const st_model *m, const st_c
     return ST_OK;
 }
 
-/* This rank's optimizer file; a device's state is written from a host copy. */
-static st_status save_optim(const st_optim *o, const st_params *p, bool sharded, const char *path) {
-    st_optim host;
-    if (o->dev) {
-        ST_TRY(st_optim_copy_to_host(o, &host));
-        o = &host;
-    }
-    st_status s = sharded ? st_ckpt_optim_save_shard(o, path) : st_ckpt_optim_save_tensors(o, p, path);
-    if (o == &host) st_optim_free(&host);
-    return s;
-}
-
 double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
     if (cfg->train.checkpoint_timeout_s > 0) return (double)cfg->train.checkpoint_timeout_s;
     const double bytes = 4.0 * (double)m->params.count + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
     return (double)cfg->dist.timeout_s + bytes / 10e6;
 }
 
-static st_status save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
-                      const st_ckpt_layout *lay, char *saved, size_t size);
+/* One checkpoint being saved, in three phases: prepare (the temporary
+ * directory; collective when sharded), write (this rank's files and their
+ * checksums; no collective, so it can run on a thread of its own), commit
+ * (checksums to rank 0, state.json, rename, `latest`; collective). A
+ * synchronous save runs them in a row; an asynchronous one writes from
+ * copies of the weights and state while training goes on. */
+struct st_ckpt_async {
+    const st_config *cfg;
+    const st_model *m; /* names, shapes and offsets only (they do not change) */
+    st_comm *comm;
+    bool dist, sharded;
+    int rank, world;
+    double limit;
+    st_ckpt_state st;
+    char ckdir[PATH_CAP], tmp[PATH_CAP];
+    ckpt_file *fl; /* fl[0] the model; fl[1 + k] rank k's optimizer file */
+    /* What this rank writes: the weights as host arrays (rank 0), its
+     * optimizer state (rank 0, or every rank when sharded). */
+    const float *data, *buffers;
+    float *own_data, *own_buffers;
+    const st_optim *o;
+    st_optim own_o;
+    bool has_own_o;
+    /* The writer */
+    pthread_t thread;
+    bool started;
+    atomic_int done;
+    st_status status; /* of prepare and write; its message in err */
+    char err[2048];
+    double t0, write_s;
+};
+
+static void job_free(st_ckpt_async *j) {
+    if (!j) return;
+    st_free_aligned(j->own_data);
+    st_free_aligned(j->own_buffers);
+    if (j->has_own_o) st_optim_free(&j->own_o);
+    free(j->fl);
+    free(j);
+}
+
+static st_status job_new(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,
+                         const st_ckpt_state *state, const st_ckpt_layout *lay) {
+    st_ckpt_async *j = calloc(1, sizeof *j);
+    if (!j) return st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+    j->cfg = cfg;
+    j->m = m;
+    j->dist = lay && lay->comm && lay->world > 1;
+    j->comm = j->dist ? lay->comm : NULL;
+    j->sharded = j->dist && lay->sharded;
+    j->rank = lay ? lay->rank : 0;
+    j->world = j->sharded ? lay->world : 1;
+    j->limit = st_ckpt_wait_limit(cfg, m, o, j->world);
+    j->o = o;
+    j->st = *state;
+    j->st.optim_sharded = j->sharded;
+    j->st.optim_world = j->world;
+    j->st.optim_shard = j->sharded ? lay->shard : 0;
+    j->st.optim_count = m->params.count;
+    snprintf(j->ckdir, sizeof j->ckdir, "%s/ckpt", cfg->train.out_dir);
+    /* Sharded: every rank writes into the same temporary directory. */
+    if (j->sharded) snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp", j->ckdir, (long long)state->step);
+    else
+        snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp.%ld", j->ckdir, (long long)state->step, (long)getpid());
+    j->fl = calloc((size_t)j->world + 1, sizeof *j->fl);
+    if (!j->fl) {
+        free(j);
+        return st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+    }
+    atomic_init(&j->done, 0);
+    *out = j;
+    return ST_OK;
+}
+
+static bool writes(const st_ckpt_async *j) { return j->rank == 0 || j->sharded; }
+
+/* The temporary directory (rank 0), seen by every rank that writes into it. */
+static st_status prepare(st_ckpt_async *j) {
+    st_status s = ST_OK;
+    if (j->rank == 0) {
+        s = st_mkdirs(j->ckdir);
+        if (s == ST_OK) {
+            remove_dir(j->tmp);
+            if (mkdir(j->tmp, 0755) != 0)
+                s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", j->tmp, strerror(errno));
+        }
+    }
+    if (!j->sharded) return s;
+    ST_TRY(st_agree_status(j->comm, s, "checkpoint directory"));
+    if (j->rank != 0) { /* the directory rank 0 made, as this rank sees it */
+        struct stat st;
+        if (stat(j->tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+            s = st_fail(ST_ERR_IO,
+                        "%s: rank 0 created this directory, but rank %d does not see it: train.out_dir (%s) must be "
+                        "one directory that every node sees (a shared filesystem)",
+                        j->tmp, j->rank, j->cfg->train.out_dir);
+    }
+    return st_agree_status(j->comm, s, "checkpoint directory seen");
+}
+
+/* What write() reads: the live arenas where they are host memory (copy
+ * false), else host copies. */
+static st_status take(st_ckpt_async *j, bool copy) {
+    const st_params *p = &j->m->params;
+    if (j->rank == 0) {
+        if (p->dev || copy) {
+            ST_TRY(st_model_copy_arenas(j->m, &j->own_data, &j->own_buffers));
+            j->data = j->own_data;
+            j->buffers = j->own_buffers;
+        } else {
+            j->data = p->data;
+            j->buffers = p->buffers;
+        }
+    }
+    if (writes(j) && (j->o->dev || copy)) {
+        ST_TRY(st_optim_copy_to_host(j->o, &j->own_o));
+        j->has_own_o = true;
+        j->o = &j->own_o;
+    }
+    return ST_OK;
+}
+
+/* This rank's files and their checksums: its optimizer state; rank 0 the model. */
+static st_status write_files(st_ckpt_async *j) {
+    char path[PATH_CAP];
+    if (!writes(j)) return ST_OK;
+    ckpt_file *mine = &j->fl[1 + (j->sharded ? j->rank : 0)];
+    st_ckpt_optim_name(j->sharded ? j->rank : 0, mine->name, sizeof mine->name);
+    snprintf(path, sizeof path, "%s/%s", j->tmp, mine->name);
+    ST_TRY(j->sharded ? st_ckpt_optim_save_shard(j->o, path) : st_ckpt_optim_save_tensors(j->o, &j->m->params, path));
+    ST_TRY(file_crc(path, &mine->crc, &mine->nbytes));
+    if (j->rank != 0) return ST_OK;
+    snprintf(j->fl[0].name, sizeof j->fl[0].name, "model.safetensors");
+    snprintf(path, sizeof path, "%s/%s", j->tmp, j->fl[0].name);
+    ST_TRY(st_model_save_host(j->m, j->data, j->buffers, path));
+    return file_crc(path, &j->fl[0].crc, &j->fl[0].nbytes);
+}
+
+/* Every rank (a distributed run): the outcome s of this rank's part so far,
+ * the checksums to rank 0, rank 0's commit, and the outcome to all. */
+static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size) {
+    if (j->sharded) {
+        s = st_agree_status(j->comm, s, "checkpoint optimizer shards");
+        if (s == ST_OK) { /* every rank's checksum to rank 0 (and the others) */
+            const ckpt_file *mine = &j->fl[1 + j->rank];
+            int64_t v[2] = {mine->crc, mine->nbytes};
+            int64_t *all = malloc((size_t)j->world * 2 * sizeof *all);
+            st_comm_req *req = NULL;
+            s = all ? st_comm_all_gather(j->comm, v, all, 2, ST_COMM_I64, "checkpoint checksums", &req)
+                    : st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+            if (s == ST_OK) s = st_comm_wait(&req);
+            for (int k = 0; s == ST_OK && k < j->world; k++) {
+                st_ckpt_optim_name(k, j->fl[1 + k].name, sizeof j->fl[1 + k].name);
+                j->fl[1 + k].crc = (uint32_t)all[2 * k];
+                j->fl[1 + k].nbytes = all[2 * k + 1];
+            }
+            free(all);
+        }
+    }
+    if (s == ST_OK && j->rank == 0)
+        s = finish_save(j->cfg, &j->st, j->ckdir, j->tmp, j->fl, j->world + 1, saved, size);
+    if (s != ST_OK && j->rank == 0) remove_dir(j->tmp);
+    /* The others learn whether the checkpoint exists (and its name). */
+    if (j->dist) {
+        ST_TRY(st_agree_status(j->comm, s, "checkpoint"));
+        if (saved && j->rank != 0) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
+    }
+    return s;
+}
 
 /* Every rank of a distributed run takes part: the others wait (in the
  * agreements) while rank 0, or every shard's rank, writes, under the
  * checkpoint's limit rather than dist.timeout_s, and all learn the outcome. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size) {
-    const bool dist = lay && lay->comm && lay->world > 1;
-    if (!dist) return save(cfg, m, o, state, lay, saved, size);
-    const int optim_world = lay->sharded ? lay->world : 1;
-    st_comm_set_timeout(lay->comm, st_ckpt_wait_limit(cfg, m, o, optim_world), "train.checkpoint_timeout_s");
-    st_status s = save(cfg, m, o, state, lay, saved, size);
-    st_comm_set_timeout(lay->comm, 0, NULL);
+    st_ckpt_async *j;
+    ST_TRY(job_new(&j, cfg, m, o, state, lay));
+    st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
+    st_status s = prepare(j);
+    if (s == ST_OK) s = take(j, false);
+    if (s == ST_OK) s = write_files(j);
+    s = commit(j, s, saved, size); /* (tells the others of a failure only this rank saw) */
+    st_comm_set_timeout(j->comm, 0, NULL);
+    job_free(j);
     return s;
 }
 
-static st_status save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
-                      const st_ckpt_layout *lay, char *saved, size_t size) {
-    const bool dist = lay && lay->comm && lay->world > 1;
-    const bool sharded = dist && lay->sharded;
-    const int rank = lay ? lay->rank : 0, world = sharded ? lay->world : 1;
-    char ckdir[PATH_CAP];
-    snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->train.out_dir);
-    if (rank != 0 && !sharded) { /* rank 0 writes; this rank learns whether it did */
-        if (dist) ST_TRY(st_agree_status(lay->comm, ST_OK, "checkpoint"));
-        if (saved && dist) snprintf(saved, size, "%s/step-%lld", ckdir, (long long)state->step);
-        return ST_OK;
-    }
-    char tmp[PATH_CAP], path[PATH_CAP];
-    /* Sharded: every rank writes into the same temporary directory. */
-    if (sharded) snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp", ckdir, (long long)state->step);
-    else snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp.%ld", ckdir, (long long)state->step, (long)getpid());
-    st_status s = ST_OK;
-    if (rank == 0) {
-        s = st_mkdirs(ckdir);
-        if (s == ST_OK) {
-            remove_dir(tmp);
-            if (mkdir(tmp, 0755) != 0) s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
-        }
-    }
-    if (sharded && rank != 0) { /* the directory rank 0 made, as this rank sees it */
-        struct stat st;
-        if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
-            s = st_fail(ST_ERR_IO,
-                        "%s: rank 0 created this directory, but rank %d does not see it: train.out_dir (%s) must be "
-                        "one directory that every node sees (a shared filesystem)",
-                        tmp, rank, cfg->train.out_dir);
-    }
-    if (sharded) ST_TRY(st_agree_status(lay->comm, s, "checkpoint directory"));
-    if (s != ST_OK) { /* unsharded: the others wait in the final agreement */
-        if (dist && !sharded) (void)st_agree_status(lay->comm, s, "checkpoint");
-        return s;
-    }
-    st_ckpt_state st = *state;
-    st.optim_sharded = sharded;
-    st.optim_world = world;
-    st.optim_shard = sharded ? lay->shard : 0;
-    st.optim_count = m->params.count;
-    ckpt_file *fl = calloc((size_t)world + 1, sizeof *fl);
-    if (!fl) s = st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
-    /* fl[0] is the model; fl[1 + k] rank k's optimizer file. */
-    ckpt_file *mine = fl ? &fl[1 + (sharded ? rank : 0)] : NULL;
+static double st_ckpt_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *writer(void *arg) {
+    st_ckpt_async *j = arg;
+    const double t0 = st_ckpt_now();
+    j->status = write_files(j);
+    if (j->status != ST_OK) snprintf(j->err, sizeof j->err, "%s", st_last_error());
+    j->write_s = st_ckpt_now() - t0;
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,
+                             const st_ckpt_state *state, const st_ckpt_layout *lay) {
+    *out = NULL;
+    st_ckpt_async *j;
+    ST_TRY(job_new(&j, cfg, m, o, state, lay));
+    st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
+    st_status s = prepare(j);
+    st_comm_set_timeout(j->comm, 0, NULL);
+    if (s == ST_OK) s = take(j, true);
     if (s == ST_OK) {
-        st_ckpt_optim_name(sharded ? rank : 0, mine->name, sizeof mine->name);
-        snprintf(path, sizeof path, "%s/%s", tmp, mine->name);
-        s = save_optim(o, &m->params, sharded, path);
-        if (s == ST_OK) s = file_crc(path, &mine->crc, &mine->nbytes);
+        int e = pthread_create(&j->thread, NULL, writer, j);
+        j->started = e == 0;
+        if (e != 0) writer(j); /* no thread: written now */
+        s = ST_OK;
+    } else { /* the commit reports it on every rank */
+        j->status = s;
+        snprintf(j->err, sizeof j->err, "%s", st_last_error());
+        atomic_store(&j->done, 1);
     }
-    if (sharded) {
-        s = st_agree_status(lay->comm, s, "checkpoint optimizer shards");
-        if (s == ST_OK) { /* every rank's checksum to rank 0 (and the others) */
-            int64_t v[2] = {mine->crc, mine->nbytes};
-            int64_t *all = malloc((size_t)world * 2 * sizeof *all);
-            st_comm_req *req = NULL;
-            s = all ? st_comm_all_gather(lay->comm, v, all, 2, ST_COMM_I64, "checkpoint checksums", &req)
-                    : st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
-            if (s == ST_OK) s = st_comm_wait(&req);
-            for (int k = 0; s == ST_OK && k < world; k++) {
-                st_ckpt_optim_name(k, fl[1 + k].name, sizeof fl[1 + k].name);
-                fl[1 + k].crc = (uint32_t)all[2 * k];
-                fl[1 + k].nbytes = all[2 * k + 1];
-            }
-            free(all);
-        }
-    }
-    if (s == ST_OK && rank == 0) s = finish_save(cfg, m, &st, ckdir, tmp, fl, world + 1, saved, size);
-    if (s != ST_OK && rank == 0) remove_dir(tmp);
-    free(fl);
-    /* The others learn whether the checkpoint exists (and its name). */
-    if (dist) {
-        ST_TRY(st_agree_status(lay->comm, s, "checkpoint"));
-        if (saved && rank != 0)
-            snprintf(saved, size, "%s/step-%lld", ckdir, (long long)state->step);
-    }
+    *out = j;
+    return ST_OK;
+}
+
+bool st_ckpt_async_busy(const st_ckpt_async *j) { return j && !atomic_load(&j->done); }
+
+int64_t st_ckpt_async_step(const st_ckpt_async *j) { return j ? j->st.step : -1; }
+
+static void join(st_ckpt_async *j) {
+    if (j->started) pthread_join(j->thread, NULL);
+    j->started = false;
+}
+
+st_status st_ckpt_async_finish(st_ckpt_async **jp, char *saved, size_t size, double *write_s) {
+    st_ckpt_async *j = *jp;
+    if (!j) return ST_OK;
+    *jp = NULL;
+    join(j);
+    if (write_s) *write_s = j->write_s;
+    st_status s = j->status;
+    if (s != ST_OK) st_fail(s, "%s", j->err); /* the writer's message, on this thread */
+    st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
+    s = commit(j, s, saved, size);
+    st_comm_set_timeout(j->comm, 0, NULL);
+    job_free(j);
     return s;
+}
+
+void st_ckpt_async_abandon(st_ckpt_async **jp) {
+    st_ckpt_async *j = *jp;
+    if (!j) return;
+    *jp = NULL;
+    join(j); /* its temporary directory stays, as after a crash, and is replaced by the next save */
+    job_free(j);
 }
 
 static st_status read_text(const char *path, char **out) {

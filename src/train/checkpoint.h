@@ -70,6 +70,28 @@ double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_opti
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size);
 
+/* An asynchronous checkpoint (train.checkpoint_async): st_ckpt_save_async
+ * (every rank of a distributed run, at the same step) makes the temporary
+ * directory, copies the weights and the optimizer state to host memory, and
+ * starts a thread that writes this rank's files while training goes on.
+ * Nothing is committed until st_ckpt_async_finish (every rank, at the same
+ * step): it waits for the writer, then checksums to rank 0, state.json,
+ * rename and `latest` as st_ckpt_save. A failure of the writer is reported
+ * there, on every rank. A crash before it leaves the previous checkpoints
+ * and `latest` as they were. NULL is "none pending" throughout. */
+typedef struct st_ckpt_async st_ckpt_async;
+st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,
+                             const st_ckpt_state *state, const st_ckpt_layout *lay);
+/* This rank's writer has not finished (no wait). */
+bool st_ckpt_async_busy(const st_ckpt_async *a);
+/* The step being saved, or -1. */
+int64_t st_ckpt_async_step(const st_ckpt_async *a);
+/* Wait for the writer and commit; *a becomes NULL. saved: the directory;
+ * write_s (may be NULL): how long this rank's writer took. */
+st_status st_ckpt_async_finish(st_ckpt_async **a, char *saved, size_t size, double *write_s);
+/* On an error path (no collective): wait for the writer and drop it. */
+void st_ckpt_async_abandon(st_ckpt_async **a);
+
 /* Check dir's state.json and the checksum and size of every file it lists;
  * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
 st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
