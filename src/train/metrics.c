@@ -188,6 +188,21 @@ st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double
     return emit(m, o, "eval", step);
 }
 
+st_status st_metrics_checkpoint_write(st_metrics *m, int64_t step, int64_t committed_step, bool async,
+                                      double write_s, double stall_s) {
+    if (!m->f) return ST_OK;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
+    cJSON_AddTrueToObject(o, "checkpoint");
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "committed_step", (double)committed_step);
+    cJSON_AddBoolToObject(o, "async", async);
+    cJSON_AddNumberToObject(o, "write_s", write_s);
+    cJSON_AddNumberToObject(o, "stall_s", stall_s);
+    cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
+    return emit(m, o, "checkpoint", step);
+}
+
 void st_metrics_close(st_metrics *m) {
     if (!m) return;
     st_tb_close(&m->tb);

@@ -51,6 +51,12 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s);
 /* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy};
  * to TensorBoard "eval/loss" and "eval/accuracy". */
 st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy);
+/* A checkpoint of `step`, committed after step committed_step (later than
+ * `step` when it was written asynchronously while training went on):
+ * write_s, how long rank 0's files took to write; stall_s, how long the step
+ * loop stopped for it. */
+st_status st_metrics_checkpoint_write(st_metrics *m, int64_t step, int64_t committed_step, bool async,
+                                      double write_s, double stall_s);
 
 /* Close; accepts a zeroed or already closed st_metrics. */
 void st_metrics_close(st_metrics *m);

@@ -219,6 +219,29 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     return ST_OK;
 }
 
+/* Commit the pending asynchronous checkpoint after step `step` (every rank
+ * at the same step: the flags of the "stop" all-reduce, or a checkpoint or
+ * the end due). */
+static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckpt_async **pending, double *stall,
+                                st_run_result *r, int64_t step, st_metrics *met, const st_progress *prog,
+                                st_trace *trace) {
+    const int64_t saved = st_ckpt_async_step(*pending);
+    st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
+    const double t0 = st_now();
+    double write_s = 0;
+    ST_TRY(st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, &write_s));
+    *stall += st_now() - t0;
+    st_trace_end(trace, &mark);
+    if (ses->rank != 0) return ST_OK;
+    ST_TRY(st_metrics_checkpoint_write(met, saved, step, true, write_s, *stall));
+    if (!opts->quiet && !prog->bar) {
+        fprintf(ses->out, "saved checkpoint %s (written while steps %lld to %lld trained)\n", r->checkpoint,
+                (long long)saved + 1, (long long)step);
+        fflush(ses->out);
+    }
+    return ST_OK;
+}
+
 /* The loss of the steps closed since the last read (loss_sum.h), averaged
  * over the ranks (every rank reads at the same steps: the reads are
  * collectives): *loss, their sum, *n how many. A loss that is not finite
@@ -296,6 +319,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                                 dd.sh.shard};
     mg.g.training = true;
     st_ckpt_state ck = {0};
+    st_ckpt_async *pending = NULL; /* an asynchronous checkpoint being written */
+    double pending_stall = 0;      /* the step loop's time on it so far */
     ck.seed = seed;
     ck.batch_size = c->train.batch_size;
     /* Ranks read the checkpoint at their own pace: their waits for one
@@ -567,32 +592,50 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_trace_end(trace, &mark);
         }
         /* A stop asked of any rank stops every rank after the same step
-         * (the others wait here for rank 0's evaluation). */
-        float stop = opts->stop && *opts->stop ? 1.0f : 0.0f;
+         * (the others wait here for rank 0's evaluation). The same
+         * all-reduce says whether any rank is still writing a pending
+         * asynchronous checkpoint: when none is, every rank commits it now. */
+        float flags[2] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f};
         if (dist && eval_due)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
                                 "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
-        if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, &stop, &stop, 1, ST_COMM_F32, ST_COMM_MAX, "stop"));
+        if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 2, ST_COMM_F32, ST_COMM_MAX, "stop"));
         if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
+        if (pending && flags[1] == 0) ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met,
+                                                             &prog, trace));
+        const float stop = flags[0];
         stopped = stop > 0 && step + 1 < steps;
         if (stopped && !read_now) { /* before the checkpoint (every rank agreed on the stop) */
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
             window_loss += step_loss;
         }
         /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone
-         * while the others wait in st_ckpt_save. */
+         * while the others wait in st_ckpt_save. A periodic checkpoint with
+         * train.checkpoint_async is written while training goes on; one
+         * still pending is committed first (waiting for its writer). */
         if (ses->save && (stopped || every || step + 1 == steps)) { /* every rank: st_ckpt_save */
+            if (pending)
+                ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
             ck.step = step + 1;
             ck.pos = st_feed_position(feed);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
             ck.loss_scale = sc.enabled ? sc.scale : 0;
             ck.scale_good_steps = sc.good_steps;
             ck.skipped_steps = sc.skipped;
-            ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
-            st_trace_end(trace, &mark);
-            if (ses->rank == 0 && !opts->quiet && !prog.bar) {
-                fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
-                fflush(ses->out);
+            const double t_ck = st_now();
+            if (c->train.checkpoint_async && !stopped && step + 1 < steps) {
+                ST_GOTO(st_ckpt_save_async(&pending, c, m, &opt, &ck, &lay));
+                pending_stall = st_now() - t_ck;
+                st_trace_end(trace, &mark);
+            } else {
+                ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
+                st_trace_end(trace, &mark);
+                const double dt = st_now() - t_ck;
+                if (ses->rank == 0) ST_GOTO(st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt));
+                if (ses->rank == 0 && !opts->quiet && !prog.bar) {
+                    fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
+                    fflush(ses->out);
+                }
             }
         }
         st_trace_end(trace, &step_mark);
@@ -641,6 +684,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
+    st_ckpt_async_abandon(&pending); /* (committed before every normal exit) */
     mg.g.node_hook = NULL;
     st_gpu_monitor_close(&gm);
     st_trace_free(&tr);

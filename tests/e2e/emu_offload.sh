@@ -86,6 +86,17 @@ for k in 0 1; do
     cmp -s "$tmp/half/$f" "$tmp/half-off/$f" && echo "shard $k: the same file offloaded" ||
         fail "optimizer shard $k: the offloaded run wrote another file"
 done
+# Asynchronous checkpoints (train.checkpoint_async: host copies of the
+# device's weights and of the offloaded shard, written on a thread): a
+# checkpoint every 2 steps, the same files as the synchronous run's.
+run half-async 2 --set train.steps=4 --set dist.strategy=zero1 "${off[@]}" --set train.checkpoint_every=2 \
+    --set train.checkpoint_async=true --set train.keep_checkpoints=0
+for f in model.safetensors optim-rank0.safetensors optim-rank1.safetensors; do
+    cmp -s "$tmp/half-off/ckpt/step-4/$f" "$tmp/half-async/ckpt/step-4/$f" ||
+        fail "checkpoint_async: step-4/$f differs from the synchronous run's"
+done
+[ -f "$tmp/half-async/ckpt/step-2/optim-rank1.safetensors" ] || fail "checkpoint_async: no step-2 shard of rank 1"
+grep -q '"async":true' "$tmp/half-async/metrics.jsonl" || fail "checkpoint_async: no asynchronous checkpoint recorded"
 for n in 2 1; do
     rm -rf "${tmp:?}/resume-$n"
     cp -r "$tmp/half-off" "$tmp/resume-$n"
