@@ -95,6 +95,10 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
     }
     const double s = step->valuedouble;
     st_status st;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "checkpoint"))) { /* a checkpoint's record: not charted */
+        cJSON_Delete(o);
+        return ST_OK;
+    }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval"))) {
         cut_from(&m->evals, s); /* an evaluation at s again replaces the older ones from s on */
         st = push(&m->evals, o);

@@ -2,7 +2,8 @@
 # metrics.jsonl (docs/formats.md, "Metrics"): an mlp run of 7 steps with
 # log.every=2 and evaluation every 4 steps writes one JSON object per line:
 # step lines at 2, 4, 6 and 7 with finite losses, 0 < mfu < 20 and
-# peak_rss_mb > 0, no gpu_* fields (the CPU), and eval lines at 4 and 7. A run that stops at a checkpoint
+# peak_rss_mb > 0, no gpu_* fields (the CPU), eval lines at 4 and 7, and a
+# checkpoint line at 7 (synchronous, committed at its step). A run that stops at a checkpoint
 # and is resumed with --resume auto appends the remaining steps to the file;
 # lines past the checkpoint it resumes from are dropped first.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -18,17 +19,24 @@ check() {
     /usr/bin/python3 - "$@" <<'PY'
 import json, math, sys
 path, want_steps, want_evals = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+want_ckpts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
 ok = True
 def check(cond, what):
     global ok
     if not cond:
         print("FAIL:", what); ok = False
-steps, evals = [], []
+steps, evals, ckpts = [], [], []
 for i, text in enumerate(open(path), 1):
     try:
         o = json.loads(text)
     except ValueError as e:
         check(False, f"line {i} is not JSON: {e}: {text!r}"); continue
+    if o.get("checkpoint"):
+        ckpts.append(o["step"])
+        check(o.get("async") is False and o.get("committed_step") == o["step"], f"line {i}: a synchronous checkpoint")
+        check(all(math.isfinite(o.get(k, -1)) and o.get(k, -1) >= 0 for k in ("write_s", "stall_s", "time")),
+              f"line {i}: checkpoint write_s, stall_s, time")
+        continue
     if o.get("eval"):
         evals.append(o["step"])
         check(math.isfinite(o["loss"]) and 0 <= o["accuracy"] <= 1, f"line {i}: eval loss and accuracy")
@@ -50,26 +58,27 @@ for i, text in enumerate(open(path), 1):
     check(not [k for k in o if k.startswith("gpu_")], f"line {i}: GPU fields on a CPU run")
 check(steps == want_steps, f"step lines {steps}, expected {want_steps}")
 check(evals == want_evals, f"eval lines {evals}, expected {want_evals}")
-print(f"{path}: {len(steps)} step lines {steps}, eval lines {evals}" + ("" if ok else ": FAILED"))
+check(want_ckpts is None or ckpts == want_ckpts, f"checkpoint lines {ckpts}, expected {want_ckpts}")
+print(f"{path}: {len(steps)} step lines {steps}, eval lines {evals}, checkpoint lines {ckpts}" + ("" if ok else ": FAILED"))
 sys.exit(0 if ok else 1)
 PY
 }
 
 timeout 60 "$bin" train "${common[@]}" --set train.steps=7 --set train.eval_every=4 \
     --set train.out_dir="$tmp/a" || fail "the 7-step run"
-check "$tmp/a/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" || fail "metrics.jsonl of the 7-step run"
+check "$tmp/a/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" "[7]" || fail "metrics.jsonl of the 7-step run"
 
 # No data.val: no eval lines. A second run into the same directory starts afresh.
 timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.out_dir="$tmp/a" ||
     fail "the run without data.val"
-check "$tmp/a/metrics.jsonl" "[2, 4]" "[]" || fail "metrics.jsonl without data.val (a new run truncates)"
+check "$tmp/a/metrics.jsonl" "[2, 4]" "[]" "[4]" || fail "metrics.jsonl without data.val (a new run truncates)"
 
 # Resume: 4 steps (checkpoint at 4), then --resume auto to 8 appends 6 and 8.
 timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.checkpoint_every=2 \
     --set train.out_dir="$tmp/r" || fail "the run before resuming"
 timeout 60 "$bin" train "${common[@]}" --set train.steps=8 --set data.val= --set train.checkpoint_every=2 \
     --set train.out_dir="$tmp/r" --resume auto || fail "the resumed run"
-check "$tmp/r/metrics.jsonl" "[2, 4, 6, 8]" "[]" || fail "metrics.jsonl of the resumed run appends"
+check "$tmp/r/metrics.jsonl" "[2, 4, 6, 8]" "[]" "[2, 4, 6, 8]" || fail "metrics.jsonl of the resumed run appends"
 
 # A run that logged past its last good checkpoint (the one at 6 is damaged, so
 # --resume auto falls back to 4): the lines after 4 are dropped, not repeated.

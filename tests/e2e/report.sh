@@ -97,7 +97,7 @@ check "$tmp/nognuplot" 0 12 3 || fail "the report without gnuplot"
 m() { mkdir -p "$1" && cat >"$1/metrics.jsonl"; }
 lines=$tmp/run/metrics.jsonl
 # Steps 5..12 logged again after 12 (a resumed run whose older lines were kept): they replace, not add.
-{ cat "$lines"; grep -v eval "$lines" | sed -n '5,12p'; } | m "$tmp/again"
+{ cat "$lines"; grep -v '"eval"\|"checkpoint"' "$lines" | sed -n '5,12p'; } | m "$tmp/again"
 "$bin" report "$tmp/again" --no-png >/dev/null 2>&1 || fail "report of a file with repeated steps"
 check "$tmp/again/report" 0 12 1 || fail "repeated steps replace the earlier lines"
 head -n 1 "$lines" | m "$tmp/one"

@@ -63,7 +63,9 @@ n=${ck##*-}
 [ "$(cat "$tmp/run/ckpt/latest" 2>/dev/null)" = "step-$n" ] || fail "latest is not step-$n"
 for f in model.safetensors state.json; do [ -s "$ck/$f" ] || fail "$ck/$f is missing"; done
 [ "$(ls "$tmp/run/ckpt" | grep -c '^step-[0-9]*$')" -eq 1 ] || fail "more than the stop's checkpoint: $(ls "$tmp/run/ckpt")"
-[ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq "$n" ] || fail "metrics.jsonl has $(wc -l <"$tmp/run/metrics.jsonl") lines, not $n"
+# step lines (a checkpoint's record is a line of its own)
+steplines() { grep -vc '"checkpoint":true' "$tmp/run/metrics.jsonl"; }
+[ "$(steplines)" -eq "$n" ] || fail "metrics.jsonl has $(steplines) step lines, not $n"
 
 # The requeued job waits ~2 minutes; end it and continue by hand.
 scancel "$jid"
@@ -73,8 +75,8 @@ out=$(cd "$tmp" && timeout 120 srun --mpi=pmix -n 2 "$bin" train tiny.yaml --set
 [ $rc -eq 0 ] || fail "--resume auto: exit $rc: $out"
 grep -q "^resumed from $ck at step $n$" <<<"$out" || fail "--resume auto did not continue from $ck: $out"
 grep -q "\"steps\":$((n + 3))," <<<"$out" && grep -q '"ranks":2' <<<"$out" || fail "--resume auto: not $((n + 3)) steps on 2 ranks: $out"
-last=$(tail -n 1 "$tmp/run/metrics.jsonl" | grep -oE '"step":[0-9]+' | cut -d: -f2)
-[ "$last" = "$((n + 3))" ] && [ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq $((n + 3)) ] ||
+last=$(grep -v '"checkpoint":true' "$tmp/run/metrics.jsonl" | tail -n 1 | grep -oE '"step":[0-9]+' | cut -d: -f2)
+[ "$last" = "$((n + 3))" ] && [ "$(steplines)" -eq $((n + 3)) ] ||
     fail "metrics.jsonl does not go on from step $((n + 1)) to $((n + 3)): last step $last"
 echo "resume: $(grep '^resumed from' <<<"$out"), exit $rc, $((n + 3)) steps"
 
