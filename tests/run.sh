@@ -57,7 +57,11 @@ for t in tests/py/test_*.py; do
 done
 # tests/e2e/emu_*.sh need the emulator's build (they skip, saying so, without one).
 for t in tests/e2e/*.sh; do
-    [ -x "$t" ] || continue
+    if [ ! -x "$t" ]; then # a test that would silently never run
+        fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)")
+        echo "FAIL e2e/$(basename "$t" .sh): $t is not executable (chmod +x, and commit the mode)"
+        continue
+    fi
     case "$(basename "$t")" in
     emu_*) run "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
     *) run "e2e/$(basename "$t" .sh)" "$t" "$build" ;;

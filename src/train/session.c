@@ -460,10 +460,17 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     st_eval_sums e = {0};
     const st_params *p = &s->model->params;
     if (s->eval_shared && s->world > 1 && p->buffer_count > 0) { /* rank 0's batch-norm statistics */
-        if (s->dev)
-            return st_fail(ST_ERR_UNSUPPORTED, "a shared evaluation of a model with buffers on a device (not yet)");
-        ST_TRY(st_comm_broadcast_sync(s->comm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0,
-                                      "evaluation: rank 0's buffers"));
+        const size_t nbytes = (size_t)p->buffer_count * sizeof(float);
+        float *h = s->dev ? malloc(nbytes) : p->buffers; /* a device's through the host */
+        if (!h) return st_fail(ST_ERR_NOMEM, "out of memory for the evaluation's buffers");
+        st_status b = s->dev && s->rank == 0 ? st_device_download(s->dev, h, p->buffers, nbytes) : ST_OK;
+        /* (every rank joins the broadcast: a failed download is a failed collective) */
+        st_status bc = st_comm_broadcast_sync(s->comm, h, (size_t)p->buffer_count, ST_COMM_F32, 0,
+                                              "evaluation: rank 0's buffers");
+        if (b == ST_OK) b = bc;
+        if (b == ST_OK && s->dev && s->rank != 0) b = st_device_upload(s->dev, p->buffers, h, nbytes);
+        if (s->dev) free(h);
+        ST_TRY(b);
     }
     st_status st = s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
     if (s->eval_shared && s->world > 1) {

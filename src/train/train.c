@@ -706,10 +706,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
-    /* The ranks share each evaluation, where their models are the same: the
-     * weights are; batch-norm running statistics are rank 0's, sent to the
-     * others first on the host (st_session_evaluate); not yet from a GPU. */
-    ses.eval_shared = ses.world > 1 && (ses.model->params.buffer_count == 0 || !ses.dev);
+    /* The ranks share each evaluation: the weights are the same everywhere;
+     * batch-norm running statistics are rank 0's, sent to the others first
+     * (st_session_evaluate). */
+    ses.eval_shared = ses.world > 1;
     ses.save = opts->save;
     if (ses.rank != 0) { /* rank 0 speaks and saves; the others only report errors */
         mine = *opts;
@@ -807,8 +807,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     st_session ses;
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, true));
-    /* the same weights everywhere: each rank its share (as in training) */
-    ses.eval_shared = ses.world > 1 && (ses.model->params.buffer_count == 0 || !ses.dev);
+    ses.eval_shared = ses.world > 1; /* the same weights everywhere: each rank its share (as in training) */
     if (ses.rank != 0) { /* rank 0 speaks */
         mine = *opts;
         mine.quiet = true;

@@ -68,7 +68,7 @@ done
 import json, sys
 tmp = sys.argv[1]
 last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
-norm = lambda name: [json.loads(l) for l in open(f"{tmp}/{name}/metrics.jsonl")][-1]["grad_norm"]
+norm = lambda name: [o for o in map(json.loads, open(f"{tmp}/{name}/metrics.jsonl")) if "grad_norm" in o][-1]["grad_norm"]
 ok = True
 ddp = last("gpu1-ddp")
 for st, syncs in (("zero1", 8), ("zero2", 16)):

@@ -8,7 +8,8 @@ the same run.
      reader (length and data CRC-32C) and parses as an Event; the first holds
      file_version "brain.Event:2"; EventAccumulator finds exactly the tags
      train/<field> for every number of a step line of metrics.jsonl but step
-     and time, and eval/loss, eval/accuracy, each with the same steps and the
+     and time, checkpoint/<field> for a checkpoint line's, and eval/loss,
+     eval/accuracy, each with the same steps and the
      same values (as float32, exactly).
   2. Resume: 4 steps with checkpoints, then --resume auto to 8 writes a second
      file; the accumulator over the directory gives steps 2, 4, 6, 8.
@@ -87,7 +88,7 @@ def expected(out_dir):
     want = {}
     for line in open(os.path.join(out_dir, "metrics.jsonl")):
         o = json.loads(line)
-        prefix = "eval" if o.get("eval") else "train"
+        prefix = "eval" if o.get("eval") else "checkpoint" if o.get("checkpoint") else "train"
         for k, v in o.items():
             if k in ("step", "time") or isinstance(v, bool):
                 continue
