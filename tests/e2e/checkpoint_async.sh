@@ -14,6 +14,8 @@
 #     are committed at their own step; the last (step 9) is synchronous.
 # (c) SIGKILL while the step-6 checkpoint is being written (3 s per fsync):
 #     `latest` names step-3, which verifies and resumes; no step-6 directory.
+# (d) SIGTERM while the step-3 checkpoint is being written: step-3 is
+#     committed, the stop's checkpoint saved and latest, exit 143.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
@@ -122,4 +124,28 @@ done
 timeout 60 "$bin" train "${gpt[@]}" --set train.out_dir="$d" --set train.steps=5 --resume auto --json \
     >"$d-resume.log" 2>&1 || fail "kill: resume: $(tail -n 3 "$d-resume.log")"
 grep -q '"steps":5,"steps_run":2,' "$d-resume.log" || fail "kill: did not resume from step 3: $(tail -n 1 "$d-resume.log")"
+# (d) SIGTERM while the step-3 checkpoint is being written: the run commits
+#     it (waiting for its writer), saves the stop's checkpoint, exits 143.
+d=$tmp/term
+mkdir -p "$d"
+env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=model.safetensors ST_SLOWFS_MS=1500 \
+    timeout 60 "$bin" train "${gpt[@]}" --set train.out_dir="$d" --set train.checkpoint_async=true \
+    --set train.steps=1000000 >"$d.log" 2>&1 &
+pid=$!
+seen=
+for i in $(seq 1 300); do # at most ~30 s
+    if compgen -G "$d/ckpt/step-3.tmp.*/model.safetensors*" >/dev/null; then seen=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+pkill -TERM -f "train.out_dir=$d "
+wait "$pid"
+rc=$?
+[ -n "$seen" ] || fail "term: the step-3 checkpoint was never seen being written: $(tail -n 3 "$d.log")"
+[ "$rc" -eq 143 ] || fail "term: exit $rc, not 143: $(tail -n 3 "$d.log")"
+stop=$(cat "$d/ckpt/latest" 2>/dev/null)
+[ -f "$d/ckpt/step-3/state.json" ] || fail "term: the pending step-3 checkpoint was not committed"
+[ -n "$stop" ] && [ "${stop#step-}" -gt 3 ] && [ -f "$d/ckpt/$stop/state.json" ] ||
+    fail "term: latest is '$stop', not the stop's checkpoint after step 3"
+echo "SIGTERM while step 3 was written: exit $rc, step-3 committed, latest $stop"
 e2e_finish "asynchronous checkpoints: the same bits as synchronous ones, committed later, and a kill mid-write loses only that one"
