@@ -441,6 +441,31 @@ static void test_batch_ring(void) {
     st_model_free(m);
 }
 
+/* train.checkpoint_async: the host copies of a pending checkpoint, the
+ * weights (4 B, padded arena) and the rank's AdamW moments (its ZeRO shard),
+ * counted in the run's memory on the CPU and in host memory on a GPU. */
+static void test_async_ckpt_copy(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    const int64_t pa = (m->params.count + 15) / 16 * 16, n = 8;
+    for (int gpu = 0; gpu < 2; gpu++)
+        for (int zero = 0; zero < 2; zero++) {
+            st_mem_opts o = {.mixed = gpu, .optim_states = 2, .ranks = n, .zero = zero, .device_layout = gpu};
+            st_mem off, on;
+            CHECK_OK(st_mem_estimate(m, 1, &o, &off));
+            o.async_ckpt = true;
+            CHECK_OK(st_mem_estimate(m, 1, &o, &on));
+            const int64_t want = 4 * pa + 8 * (zero ? (pa + n - 1) / n : pa);
+            CHECK(off.ckpt_copy == 0 && on.ckpt_copy == want, "gpu %d zero %d: copy %lld, want %lld", gpu, zero,
+                  (long long)on.ckpt_copy, (long long)want);
+            CHECK(on.total - off.total == (gpu ? 0 : want) && on.host - off.host == (gpu ? want : 0),
+                  "gpu %d zero %d: total +%lld, host +%lld", gpu, zero, (long long)(on.total - off.total),
+                  (long long)(on.host - off.host));
+        }
+    st_model_free(m);
+}
+
 static void test_hw_names(void) {
     st_hw_config hw;
     CHECK_OK(st_hw_config_parse("2x8xH100", NULL, NULL, &hw));
@@ -492,6 +517,7 @@ int main(void) {
     test_auto_choices();
     test_auto_strategy_cpu();
     test_batch_ring();
+    test_async_ckpt_copy();
     test_hw_names();
     return st_test_finish("test_hw");
 }

@@ -73,9 +73,9 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddStringToObject(o, "activation_checkpointing", p->checkpointing ? "blocks" : "off");
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
-    const char *names[] = {"params", "grads", "optim", "acts", "act_grads", "ints", "work", "eval", "loader", "buckets", "data", "total", "host", "pinned"};
-    const int64_t vals[] = {e->params, e->grads, e->optim, e->acts, e->act_grads, e->ints, e->work, e->eval, e->loader, e->buckets, e->data, e->total, e->host, e->pinned};
-    for (int i = 0; i < 14; i++) cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
+    const char *names[] = {"params", "grads", "optim", "acts", "act_grads", "ints", "work", "eval", "loader", "buckets", "data", "total", "host", "pinned", "ckpt_copy"};
+    const int64_t vals[] = {e->params, e->grads, e->optim, e->acts, e->act_grads, e->ints, e->work, e->eval, e->loader, e->buckets, e->data, e->total, e->host, e->pinned, e->ckpt_copy};
+    for (int i = 0; i < 15; i++) cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
     cJSON_AddNumberToObject(m, "per_sample", e->act_per_sample);
     cJSON_AddNumberToObject(m, "limit", (double)p->mem_limit);
     cJSON_AddBoolToObject(o, "fits", p->fits);

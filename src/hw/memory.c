@@ -84,7 +84,13 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
         out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
     out->data = o->data_bytes;
+    if (o->async_ckpt) { /* checkpoint.c take(): rank 0's weights and buffers, each rank's state (fp32) */
+        const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(m->params.count);
+        const int64_t state = 4 * (int64_t)o->optim_states * (o->zero >= 1 ? (pa + N - 1) / N : pa);
+        out->ckpt_copy = 4 * pa + 4 * m->params.buffer_count + state;
+    }
     out->total = out->params + out->grads + out->optim + out->acts + out->act_grads + out->ints + out->work +
-                 out->eval + out->loader + out->buckets + out->data;
+                 out->eval + out->loader + out->buckets + out->data + (o->device_layout ? 0 : out->ckpt_copy);
+    if (o->device_layout) out->host += out->ckpt_copy;
     return ST_OK;
 }

@@ -46,6 +46,7 @@ typedef struct st_mem_opts {
     int64_t sample_out_bytes; /* and targets */
     int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */
     int64_t data_bytes;       /* dataset held in this memory (the CPU); 0 on a GPU */
+    bool async_ckpt;          /* train.checkpoint_async: host copies while a checkpoint is written */
 } st_mem_opts;
 
 typedef struct st_mem {
@@ -55,6 +56,8 @@ typedef struct st_mem {
     int64_t total;                         /* on the device */
     int64_t host;                          /* offloaded to host memory */
     int64_t pinned;                        /* a GPU run's pinned host ring of batch buffers */
+    int64_t ckpt_copy; /* async_ckpt: the weights and this rank's optimizer state copied while a checkpoint
+                          is written (fp32); in total on the CPU, in host on a GPU */
     double act_per_sample;                 /* bytes of acts + act_grads + ints per sample */
 } st_mem;
 

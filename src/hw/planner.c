@@ -51,6 +51,7 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     o.ranks = p->ranks;
     o.bucket_cap_mb = c->dist.bucket_cap_mb;
     o.device_layout = p->hw.dev.gpu;
+    o.async_ckpt = c->train.checkpoint_async;
     int workers = (int)c->data.num_workers;
     if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
     const int prefetch = workers > 0 ? 2 * workers : 1; /* train.c */
