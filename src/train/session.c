@@ -261,7 +261,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     char where[ST_CFG_STR + 8] = "", b1[512], b2[512];
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const int64_t batch = c->train.batch_size, lo = batch / s->world * s->world;
-    if (batch % s->world != 0) {
+    if (batch % s->world != 0 && !s->eval_only) { /* (an evaluation alone does not split it) */
         char eg[64];
         if (lo > 0) snprintf(eg, sizeof eg, "%lld or %lld", (long long)lo, (long long)(lo + s->world));
         else snprintf(eg, sizeof eg, "%d", s->world);
@@ -283,7 +283,7 @@ static st_status plan(st_session *s, st_model_input *in) {
                             "ddp on CUDA devices: the planner sizes a CPU run; set zero1 to shard the optimizer state");
     }
     ST_TRY(autoconfigure(s, in));
-    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0) {
+    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0 && !s->eval_only) {
         s->agreed_error = st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
         return st_fail(ST_ERR_CONFIG,
                        "%s%s is not a multiple of %s x %d rank(s); set train.batch_size to a multiple of %lld, "
@@ -382,6 +382,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
                                       "dist.comm: auto");
     if (st_session_uses_nccl(s)) ST_TRY(st_comm_nccl_init(s->comm, s->dev, &cc, &s->dcomm));
+    s->eval_only = eval_only;
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));

@@ -29,6 +29,7 @@ typedef struct st_session {
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
+    bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
 } st_session;
 
 /* What one rank's evaluation adds up (st_session_evaluate combines the ranks'). */
