@@ -98,11 +98,16 @@ static inline int cp_compare(const char *label, const char *what, const float *d
 }
 
 /* A device tensor's n floats in a new host buffer (free it), or NULL with
- * the test failed and the reason printed. */
-static inline float *cp_download(const char *label, const char *what, st_device *dev, const float *dptr,
-                                 int64_t n) {
+ * the test failed and the reason printed. With `t` (an activation), its data
+ * (or, with `grad`, its gradient) as floats whatever its storage (16-bit
+ * storage, src/layers/half_io.h); dptr is then not read. */
+static inline float *cp_download_as(const char *label, const char *what, st_device *dev, const float *dptr,
+                                    int64_t n, const st_tensor *t, bool grad) {
     float *buf = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!buf || st_device_download(dev, buf, dptr, (size_t)n * sizeof(float)) != ST_OK) {
+    st_status s = !buf ? ST_ERR_NOMEM
+                  : t  ? st_tensor_read(dev, t, grad, buf)
+                       : st_device_download(dev, buf, dptr, (size_t)n * sizeof(float));
+    if (s != ST_OK) {
         fprintf(stderr, "FAIL %s: reading %s back: %s\n", label, what, st_last_error());
         free(buf);
         st_test_failures++;
@@ -110,12 +115,26 @@ static inline float *cp_download(const char *label, const char *what, st_device 
     }
     return buf;
 }
+static inline float *cp_download(const char *label, const char *what, st_device *dev, const float *dptr,
+                                 int64_t n) {
+    return cp_download_as(label, what, dev, dptr, n, NULL, false);
+}
+
+/* Fill device memory with all-ones bits: a NaN read as a float, as bf16 and
+ * as fp16, so an element no kernel wrote fails a comparison in any storage. */
+static inline st_status cp_poison(st_device *dev, float *p, int64_t nfloats) {
+    const uint32_t ones = 0xffffffffu;
+    float v;
+    memcpy(&v, &ones, sizeof v);
+    return st_device_fill_f32(dev, p, (size_t)nfloats, v);
+}
 
 /* Download a device tensor's n floats and compare them; `scaled`: atol is
  * relative to the tensor's largest |host| value. */
-static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
-                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
-    float *buf = cp_download(label, what, dev, dptr, n);
+static inline int cp_check_src(const char *label, const char *what, st_device *dev, const float *dptr,
+                               const st_tensor *t, bool grad, const float *hptr, int64_t n, double rtol,
+                               double atol, bool scaled) {
+    float *buf = cp_download_as(label, what, dev, dptr, n, t, grad);
     if (!buf) return 1;
     double mx = 0;
     for (int64_t i = 0; scaled && i < n; i++)
@@ -134,10 +153,15 @@ static inline int cp_check_as(const char *label, const char *what, st_device *de
     return bad;
 }
 
-/* The `frac` check of cp_case. */
-static inline int cp_check_frac(const char *label, const char *what, st_device *dev, const float *dptr,
-                                const float *hptr, int64_t n, double frac) {
-    float *buf = cp_download(label, what, dev, dptr, n);
+static inline int cp_check_as(const char *label, const char *what, st_device *dev, const float *dptr,
+                              const float *hptr, int64_t n, double rtol, double atol, bool scaled) {
+    return cp_check_src(label, what, dev, dptr, NULL, false, hptr, n, rtol, atol, scaled);
+}
+
+/* The `frac` check of cp_case, of activation t's data or gradient. */
+static inline int cp_check_frac(const char *label, const char *what, st_device *dev, const st_tensor *t,
+                                bool grad, const float *hptr, int64_t n, double frac) {
+    float *buf = cp_download_as(label, what, dev, NULL, n, t, grad);
     if (!buf) return 1;
     double mx = 0;
     for (int64_t i = 0; i < n; i++)
@@ -165,10 +189,10 @@ static inline int cp_check(const char *label, const char *what, st_device *dev, 
 
 /* Count the elements of device memory that are not `p` values (NaN aside:
  * its rounding keeps it NaN), and fail the test for them. */
-static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr,
-                              int64_t n, st_precision p) {
+static inline int cp_check_16_src(const char *label, const char *what, st_device *dev, const float *dptr,
+                                  const st_tensor *t, bool grad, int64_t n, st_precision p) {
     if (p == ST_PREC_FP32) return 0;
-    float *buf = cp_download(label, what, dev, dptr, n);
+    float *buf = cp_download_as(label, what, dev, dptr, n, t, grad);
     if (!buf) return 1;
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -184,6 +208,10 @@ static inline int cp_check_16(const char *label, const char *what, st_device *de
     st_test_failures += bad;
     return bad;
 }
+static inline int cp_check_16(const char *label, const char *what, st_device *dev, const float *dptr,
+                              int64_t n, st_precision p) {
+    return cp_check_16_src(label, what, dev, dptr, NULL, false, n, p);
+}
 
 /* The backward walk from an output gradient already in place, as
  * st_graph_backward does it but without a loss: the layers read the
@@ -198,7 +226,7 @@ static inline st_status cp_walk_backward(st_graph *g) {
         if (!n->out->requires_grad) continue;
         s = n->ops->backward(n, g);
         for (int k = 0; k < n->n_in && s == ST_OK; k++)
-            if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
+            if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad && n->in[k]->store == ST_PREC_FP32)
                 s = st_device_round_f32(g->dev, p, n->in[k]->grad, (size_t)n->in[k]->count);
     }
     st_params_use_compute(g->params, false);
@@ -206,14 +234,13 @@ static inline st_status cp_walk_backward(st_graph *g) {
 }
 
 static inline st_status cp_backward_from(st_graph *g, const float *dy) {
-    st_node *last = &g->nodes[g->n_nodes - 1];
-    ST_TRY(st_device_upload(g->dev, last->out->grad, dy, (size_t)last->out->count * sizeof(float)));
+    ST_TRY(st_tensor_write(g->dev, g->nodes[g->n_nodes - 1].out, true, dy));
     return cp_walk_backward(g);
 }
 
 /* Run one case; returns the number of mismatches (0 = pass). */
 static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
-    int bad = 0;
+    int bad = 0, n16 = 0; /* n16: activations the device stores in 16 bits */
     st_params hp = {0}, dp = {0};
     st_graph hg, dg;
     float *dy = NULL;
@@ -228,14 +255,16 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
             goto done;                                                                          \
         }                                                                                       \
     } while (0)
-    CP_TRY(c->build(&hg, c->ctx));
-    CP_TRY(st_graph_finalize(&hg));
-    CP_TRY(c->build(&dg, c->ctx));
-    CP_TRY(st_graph_finalize(&dg));
+    /* the precision first: the device graph stores activations in 16 bits
+     * where its layers can (src/layers/half_io.h) */
     if (c->prec != ST_PREC_FP32) {
         CP_TRY(st_params_set_precision(&hp, c->prec));
         CP_TRY(st_params_set_precision(&dp, c->prec));
     }
+    CP_TRY(c->build(&hg, c->ctx));
+    CP_TRY(st_graph_finalize(&hg));
+    CP_TRY(c->build(&dg, c->ctx));
+    CP_TRY(st_graph_finalize(&dg));
     st_params_init(&hp, seed);
     st_rng r = st_rng_make(seed, 17);
     for (int i = 0; i < hg.n_acts; i++) {
@@ -247,8 +276,8 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     if (c->fill) c->fill(&hg, &r, c->ctx);
     /* Poison the device's activations and gradients, then give it the host's
      * parameters, buffers and inputs. */
-    CP_TRY(st_device_fill_f32(dev, dg.act_arena, (size_t)dg.act_count, NAN));
-    CP_TRY(st_device_fill_f32(dev, dg.grad_arena, (size_t)dg.grad_count, NAN));
+    CP_TRY(cp_poison(dev, dg.act_arena, dg.act_count));
+    CP_TRY(cp_poison(dev, dg.grad_arena, dg.grad_count));
     CP_TRY(st_device_upload(dev, dp.data, hp.data, (size_t)hp.arena_count * sizeof(float)));
     if (hp.buffer_count)
         CP_TRY(st_device_upload(dev, dp.buffers, hp.buffers, (size_t)hp.buffer_count * sizeof(float)));
@@ -285,17 +314,16 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     for (int i = 0; i < hg.n_acts; i++) {
         st_tensor *h = hg.acts[i], *d = dg.acts[i];
         if (h->kind != ST_TENSOR_ACT) continue;
-        bad += cp_check_as(c->label, h->name, dev, d->data, h->data, h->count, c->rtol, c->atol, scaled);
-        if (scaled && c->frac > 0)
-            bad += cp_check_frac(c->label, h->name, dev, d->data, h->data, h->count, c->frac);
-        if (h != hg.loss) bad += cp_check_16(c->label, h->name, dev, d->data, h->count, c->prec);
+        if (d->store != ST_PREC_FP32) n16++;
+        bad += cp_check_src(c->label, h->name, dev, NULL, d, false, h->data, h->count, c->rtol, c->atol, scaled);
+        if (scaled && c->frac > 0) bad += cp_check_frac(c->label, h->name, dev, d, false, h->data, h->count, c->frac);
+        if (h != hg.loss) bad += cp_check_16_src(c->label, h->name, dev, NULL, d, false, h->count, c->prec);
         if (!c->eval && h->grad && h->requires_grad) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check_as(c->label, what, dev, d->grad, h->grad, h->count, c->rtol, c->atol, scaled);
-            if (scaled && c->frac > 0)
-                bad += cp_check_frac(c->label, what, dev, d->grad, h->grad, h->count, c->frac);
+            bad += cp_check_src(c->label, what, dev, NULL, d, true, h->grad, h->count, c->rtol, c->atol, scaled);
+            if (scaled && c->frac > 0) bad += cp_check_frac(c->label, what, dev, d, true, h->grad, h->count, c->frac);
             /* the last node's output gradient is the seed: the loss's is not rounded */
-            if (h != hg.loss) bad += cp_check_16(c->label, what, dev, d->grad, h->count, c->prec);
+            if (h != hg.loss) bad += cp_check_16_src(c->label, what, dev, NULL, d, true, h->count, c->prec);
         }
     }
     if (c->prec != ST_PREC_FP32) { /* the compute copy: the masters rounded, the same bits */
@@ -321,7 +349,7 @@ done:
     st_params_free(&dp);
     st_graph_free(&hg);
     st_params_free(&hp);
-    printf("%s %s\n", bad ? "FAIL" : "ok  ", c->label);
+    printf("%s %s%s\n", bad ? "FAIL" : "ok  ", c->label, n16 ? " (16-bit storage)" : "");
     return bad;
 }
 

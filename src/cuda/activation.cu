@@ -1,7 +1,8 @@
 /* CUDA twin of src/layers/activation.c: GELU (tanh form) and ReLU, element
  * by element; backward recomputes from the input, nothing is saved.
  * GELU's tanh is CUDA's tanhf (2 ulp) where the CPU uses core/fastmath.h's
- * (1e-7 absolute): the two agree to fp32 rounding, not bits. */
+ * (1e-7 absolute): the two agree to fp32 rounding, not bits. Either storage
+ * for input and output (src/layers/half_io.h). */
 #include "kernels.cuh"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -18,39 +19,38 @@ __device__ __forceinline__ float gelu_grad(float v) {
 }
 
 /* RELU selects the activation: 0 GELU, 1 ReLU (derivative 0 at 0, as PyTorch). */
-template <int RELU> static __global__ void act_forward_kernel(const float *x, float *y, int64_t n) {
+template <int RELU> static __global__ void act_forward_kernel(st_fbuf x, st_fbuf y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float v = x[i];
-        y[i] = RELU ? (v > 0.0f ? v : 0.0f) : gelu_fwd(v);
+        const float v = st_ld(x, i);
+        st_st(y, i, RELU ? (v > 0.0f ? v : 0.0f) : gelu_fwd(v));
     }
 }
 
 /* dx = f'(x) dy, written (never read: a stale NaN is overwritten) or added. */
 template <int RELU>
-static __global__ void act_backward_kernel(const float *x, const float *dy, float *dx, int64_t n, bool acc) {
+static __global__ void act_backward_kernel(st_fbuf x, st_fbuf dy, st_fbuf dx, int64_t n, bool acc) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float v = x[i];
-        const float d = RELU ? (v > 0.0f ? dy[i] : 0.0f) : gelu_grad(v) * dy[i];
-        dx[i] = acc ? dx[i] + d : d;
+        const float v = st_ld(x, i), g = st_ld(dy, i);
+        const float d = RELU ? (v > 0.0f ? g : 0.0f) : gelu_grad(v) * g;
+        st_st(dx, i, acc ? st_ld(dx, i) + d : d);
     }
 }
 
 template <int RELU> static st_status act_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     act_forward_kernel<RELU>
-        <<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->out->data, N);
+        <<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(st_data(n->in[0]), st_data(n->out), N);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
 
 template <int RELU> static st_status act_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    float *dx = n->in[0]->grad;
-    if (!dx) return ST_OK;
+    if (!n->in[0]->grad) return ST_OK;
     act_backward_kernel<RELU><<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(
-        n->in[0]->data, n->out->grad, dx, N, n->in_acc[0]);
+        st_data(n->in[0]), st_grad(n->out), st_grad(n->in[0]), N, n->in_acc[0]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -1,18 +1,19 @@
 /* CUDA twin of src/layers/add.c: y = a + b, same shapes. Backward passes dy
  * to each input in order, so when a and b are one tensor the second pass
- * (in_acc[1] set) adds onto what the first wrote, as on the CPU. */
+ * (in_acc[1] set) adds onto what the first wrote, as on the CPU. Either
+ * storage for each tensor (src/layers/half_io.h). */
 #include "kernels.cuh"
 
-static __global__ void add_kernel(const float *a, const float *b, float *y, int64_t n) {
+static __global__ void add_kernel(st_fbuf a, st_fbuf b, st_fbuf y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = a[i] + b[i];
+        st_st(y, i, st_ld(a, i) + st_ld(b, i));
 }
 
 static st_status add_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    add_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(n->in[0]->data, n->in[1]->data,
-                                                                      n->out->data, N);
+    add_kernel<<<st_cuda_blocks(N, 256), 256, 0, st_cuda_stream(g)>>>(st_data(n->in[0]), st_data(n->in[1]),
+                                                                      st_data(n->out), N);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -20,7 +21,7 @@ static st_status add_forward(st_node *n, st_graph *g) {
 static st_status add_backward(st_node *n, st_graph *g) {
     for (int k = 0; k < 2; k++)
         if (n->in[k]->grad)
-            ST_TRY(st_grad_pass_cuda(g, n->in[k]->grad, n->out->grad, n->out->count, n->in_acc[k]));
+            ST_TRY(st_grad_pass_cuda(g, st_grad(n->in[k]), st_grad(n->out), n->out->count, n->in_acc[k]));
     return ST_OK;
 }
 

@@ -95,6 +95,33 @@ st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *sr
 
 static inline cudaStream_t st_cuda_stream(const st_graph *g) { return g->dev->compute; }
 
+/* A float activation, or its gradient, as a kernel takes it: the array and
+ * how it is stored (st_tensor.store, src/layers/half_io.h). st_ld reads an
+ * element as a float; st_st stores one, rounded to nearest even into a 16-bit
+ * array (the rounding the graph applies to an fp32 array in a 16-bit run,
+ * so the values are the same either way). The storage is the same for every
+ * thread: the branch costs no divergence. */
+struct st_fbuf {
+    void *p;
+    st_precision t;
+};
+static inline st_fbuf st_data(const st_tensor *t) { return st_fbuf{(void *)t->data, t->store}; }
+static inline st_fbuf st_grad(const st_tensor *t) { return st_fbuf{(void *)t->grad, t->store}; }
+static inline size_t st_fbuf_elem(st_fbuf b) { return b.t == ST_PREC_FP32 ? 4 : 2; }
+__device__ __forceinline__ float st_ld(st_fbuf b, int64_t i) {
+    if (b.t == ST_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)b.p)[i]);
+    if (b.t == ST_PREC_FP16) return __half2float(((const __half *)b.p)[i]);
+    return ((const float *)b.p)[i];
+}
+__device__ __forceinline__ void st_st(st_fbuf b, int64_t i, float v) {
+    if (b.t == ST_PREC_BF16)
+        ((__nv_bfloat16 *)b.p)[i] = __float2bfloat16_rn(v);
+    else if (b.t == ST_PREC_FP16)
+        ((__half *)b.p)[i] = __float2half_rn(v);
+    else
+        ((float *)b.p)[i] = v;
+}
+
 /* Blocks of `threads` covering n elements, capped for grid-stride loops. */
 static inline unsigned st_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

@@ -128,6 +128,13 @@ struct st_colsum_plain {
     __device__ float operator()(int64_t r, int64_t c) const { return m[r * C + c]; }
 };
 
+/* The same over an activation in either storage. */
+struct st_colsum_act {
+    st_fbuf m;
+    int64_t C;
+    __device__ float operator()(int64_t r, int64_t c) const { return st_ld(m, r * C + c); }
+};
+
 /* --- the identity's backward --------------------------------------------- */
 template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -135,15 +142,28 @@ template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n)
         dx[i] += dy[i];
 }
 
-/* dx = dy (a device copy), or dx += dy when acc. */
-static inline st_status st_grad_pass_cuda(st_graph *g, float *dx, const float *dy, int64_t n, bool acc) {
+/* (a template only so that each file including this has its own copy) */
+template <typename T> __global__ void st_pass_kernel(st_fbuf dx, st_fbuf dy, int64_t n, bool acc) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        st_st(dx, i, acc ? st_ld(dx, i) + st_ld(dy, i) : st_ld(dy, i));
+}
+
+/* dx = dy (a device copy when both are stored alike), or dx += dy when acc;
+ * either storage for each. */
+static inline st_status st_grad_pass_cuda(st_graph *g, st_fbuf dx, st_fbuf dy, int64_t n, bool acc) {
     if (n <= 0) return ST_OK;
-    if (!acc) {
-        ST_CUDA_TRY(
-            cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
+    if (!acc && dx.t == dy.t) {
+        ST_CUDA_TRY(cudaMemcpyAsync(dx.p, dy.p, (size_t)n * st_fbuf_elem(dx), cudaMemcpyDeviceToDevice,
+                                    st_cuda_stream(g)));
         return ST_OK;
     }
-    st_add_into<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>(dx, dy, n);
+    if (dx.t == ST_PREC_FP32 && dy.t == ST_PREC_FP32) {
+        st_add_into<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>((float *)dx.p, (const float *)dy.p, n);
+        ST_CUDA_LAUNCHED();
+        return ST_OK;
+    }
+    st_pass_kernel<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>(dx, dy, n, acc);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -5,16 +5,19 @@
  * TF32 when the precision config asks for speed.
  *
  * bf16 and fp16 runs (g->params->precision, docs/precision.md): every operand
- * of every product here already holds 16-bit values (the graph rounds node
- * outputs, graph inputs, activation gradients and the parameters' compute
- * copy), so the operands are converted, exactly, into 16-bit copies in the
- * device's scratch and multiplied on tensor cores with fp32 accumulation and
- * an fp32 output (A/B CUDA_R_16BF or CUDA_R_16F, C/D CUDA_R_32F,
- * CUBLAS_COMPUTE_32F): products of 16-bit values are exact in fp32, so the
- * result is the fp32 path's up to the order of the fp32 sums. Should
- * cuBLASLt offer no 16-bit algorithm for a layout, the fp32 operands (the
- * same values) go through the fp32 path (and with no fp32 algorithm either,
- * matmul.cu's plain kernel). The graph then rounds the output.
+ * of every product here holds 16-bit values (the graph rounds node outputs,
+ * graph inputs, activation gradients and the parameters' compute copy), and
+ * the products run on tensor cores with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F, A/B CUDA_R_16BF or CUDA_R_16F): products of 16-bit
+ * values are exact in fp32, so the result is the fp32 path's up to the order
+ * of the fp32 sums. The weights come from the parameters' 16-bit compute copy;
+ * an activation or gradient stored in 16 bits (src/layers/half_io.h) is read
+ * as it is, one stored as floats is converted exactly into the scratch. The
+ * output y and the input gradient dx, when stored in 16 bits, get the fp32 result
+ * (bias and, for an accumulated dx, the old value added in fp32) rounded
+ * once, as the graph would round a float one. Should cuBLASLt offer no
+ * 16-bit algorithm for a layout, matmul.cu takes the fp32 path or its plain
+ * kernel (the same values).
  *
  * Row-major to column-major. cuBLASLt is column-major: a row-major (R, C)
  * matrix with leading dimension C is, in the same memory, a column-major
@@ -52,13 +55,14 @@ static const linear_math LINEAR_MATH = LINEAR_MATH_FP32; /* TF32 breaks fp32 par
 
 /* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major
  * (A stored (k x m) when ta, else (m x k); B stored (n x k) when tb, else
- * (k x n)), through st_cuda_matmul: in a bf16 or fp16 run with 16-bit
- * copies of A and B (exact: they hold 16-bit values), else fp32. With a
- * bias, ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the
- * bias epilogue. */
-static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
-                           int64_t lda, const float *B, int64_t ldb, float beta, float *D, int64_t ldd,
-                           const float *bias, const char *what) {
+ * (k x n)), through st_cuda_matmul: in a bf16 or fp16 run on tensor cores
+ * with 16-bit operands (read directly where they are stored in 16 bits,
+ * else exact copies), else fp32. The bias is of D's storage. With a bias,
+ * ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the bias
+ * epilogue. */
+static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A, int64_t lda,
+                           st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd, const void *bias,
+                           const char *what) {
     st_matmul p = {};
     p.ta = ta;
     p.tb = tb;
@@ -67,11 +71,14 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
     p.k = k;
     p.alpha = 1.0f;
     p.beta = beta;
-    p.A = A;
+    p.A = A.p;
+    p.a_store = A.t;
     p.lda = lda;
-    p.B = B;
+    p.B = B.p;
+    p.b_store = B.t;
     p.ldb = ldb;
-    p.D = D;
+    p.D = D.p;
+    p.d_store = D.t;
     p.ldd = ldd;
     p.ep = bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE;
     p.bias = bias;
@@ -81,26 +88,37 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
     return st_cuda_matmul(g->dev, &p);
 }
 
+/* A parameter as a product reads it: the 16-bit compute copy where there is
+ * one (a bf16 or fp16 run on the device), else the floats `data` points at. */
+static st_fbuf param_operand(const st_graph *g, const st_tensor *t) {
+    if (t->data16 && g->params->on_compute) return st_fbuf{t->data16, g->params->precision};
+    return st_fbuf{(void *)t->data, ST_PREC_FP32};
+}
+
 /* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */
-static __global__ void bias_rows_kernel(const float *b, float *y, int64_t M, int64_t N) {
+static __global__ void bias_rows_kernel(const float *b, st_fbuf y, int64_t M, int64_t N) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = b[i % N];
+        st_st(y, i, b[i % N]);
 }
 
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
-    const float *x = n->in[0]->data;     /* (M, K) */
-    const float *w = n->params[0]->data; /* (N, K), or (K, N) when in_out */
-    const float *b = n->args.i[ST_LINEAR_BIAS] ? n->params[1]->data : NULL; /* (N) */
-    float *y = n->out->data;                                                /* (M, N) */
-    st_status s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
-    if (s != ST_ERR_UNSUPPORTED || !b) return s;
+    const st_fbuf x = st_data(n->in[0]);              /* (M, K) */
+    const st_fbuf w = param_operand(g, n->params[0]); /* (N, K), or (K, N) when in_out */
+    const st_fbuf y = st_data(n->out);                /* (M, N) */
+    const st_tensor *bt = n->args.i[ST_LINEAR_BIAS] ? n->params[1] : NULL;
+    /* the epilogue's bias is of y's storage: the 16-bit copy for a 16-bit y */
+    const void *b = !bt ? NULL : y.t == ST_PREC_FP32 ? (const void *)bt->data : (const void *)bt->data16;
+    st_status s = ST_ERR_UNSUPPORTED;
+    if (b || !bt) s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
+    if (s != ST_ERR_UNSUPPORTED || !bt) return s;
     /* No algorithm takes this bias pointer (e.g. its alignment in the packed
-     * arena) in the epilogue: write the bias rows, then add the product. */
+     * arena) in the epilogue: write the bias rows, then add the product (one
+     * rounding of a 16-bit y still: the bias is a 16-bit value). */
     st_clear_error();
-    bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(b, y, M, N);
+    bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(bt->data, y, M, N);
     ST_CUDA_LAUNCHED();
     return lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "linear forward");
 }
@@ -108,20 +126,20 @@ static st_status linear_forward(st_node *n, st_graph *g) {
 static st_status linear_backward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
-    const float *x = n->in[0]->data;     /* (M, K) */
-    const float *w = n->params[0]->data; /* (N, K) or (K, N) */
-    const float *dy = n->out->grad;      /* (M, N) */
-    float *dw = n->params[0]->grad;      /* like w */
-    if (dw) {
+    const st_fbuf x = st_data(n->in[0]);              /* (M, K) */
+    const st_fbuf w = param_operand(g, n->params[0]); /* (N, K) or (K, N) */
+    const st_fbuf dy = st_grad(n->out);               /* (M, N) */
+    const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
+    if (dw.p) {
         if (io)
             ST_TRY(lt_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "linear dW"));
         else
             ST_TRY(lt_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad)
-        ST_TRY(st_colsum(g, st_colsum_plain{dy, N}, M, N, g->work, n->params[1]->grad));
-    float *dx = n->in[0]->grad; /* (M, K) or NULL */
-    if (dx) {
+        ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
+    if (n->in[0]->grad) { /* (M, K) */
+        const st_fbuf dx = st_grad(n->in[0]);
         const float beta = n->in_acc[0] ? 1.0f : 0.0f;
         if (io)
             ST_TRY(lt_matmul(g, true, false, K, M, N, w, N, dy, N, beta, dx, K, NULL, "linear dx"));

@@ -14,9 +14,9 @@
 enum { FALLBACK_THREADS = 256, PLANS_MIN = 64 };
 
 /* Everything a plan depends on; memset to 0 first, compared with memcmp
- * (no padding: ten 4-byte fields, then 8-byte ones). */
+ * (no padding: twelve 4-byte fields, then 8-byte ones). */
 typedef struct plan_key {
-    int32_t ab, compute, ep, ta, tb, batch;
+    int32_t ab, cd, compute, ep, ta, tb, batch, unused;
     uint32_t al_a, al_b, al_d, al_bias;
     int64_t m, n, k, lda, ldb, ldd, sa, sb, sd;
 } plan_key;
@@ -117,11 +117,13 @@ static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int batch, int64_t
 
 static int batch_of(const st_matmul *p) { return p->batch > 1 ? p->batch : 1; }
 
-static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, const void *A, const void *B) {
+static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDataType_t cd, const void *A,
+                     const void *B) {
     memset(k, 0, sizeof *k);
     const int batch = batch_of(p);
-    const int64_t es = ab == CUDA_R_32F ? 4 : 2;
+    const int64_t es = ab == CUDA_R_32F ? 4 : 2, ed = cd == CUDA_R_32F ? 4 : 2;
     k->ab = (int32_t)ab;
+    k->cd = (int32_t)cd;
     k->compute = (int32_t)(p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
     k->ep = (int32_t)p->ep;
     k->ta = p->ta;
@@ -132,8 +134,8 @@ static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, const v
     if (batch > 1) k->sa = p->sa, k->sb = p->sb, k->sd = p->sd;
     k->al_a = align_bytes(A, p->ld_align ? p->lda : 0, k->sa, es);
     k->al_b = align_bytes(B, p->ld_align ? p->ldb : 0, k->sb, es);
-    k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, 4);
-    k->al_bias = p->ep == ST_MATMUL_EP_BIAS ? align_bytes(p->bias, 0, 0, 4) : 0;
+    k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, ed);
+    k->al_bias = p->ep == ST_MATMUL_EP_BIAS ? align_bytes(p->bias, 0, 0, ed) : 0;
 }
 
 /* Layout of a column-major stored (rows, cols) matrix of type t. */
@@ -160,7 +162,7 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_
 
 /* Make the descriptor and layouts for key k into pl and ask the heuristic
  * for an algorithm (pl->ok false when it has none). */
-static st_status plan_make(st_device *d, const plan_key *k, const float *bias, plan *pl) {
+static st_status plan_make(st_device *d, const plan_key *k, const void *bias, plan *pl) {
     st_status s = ST_OK;
     cublasLtMatmulPreference_t pref = NULL;
     const cudaDataType_t ab = (cudaDataType_t)k->ab;
@@ -178,7 +180,7 @@ static st_status plan_make(st_device *d, const plan_key *k, const float *bias, p
     }
     LT(layout(&pl->la, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda, k->batch, k->sa));
     LT(layout(&pl->lb, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb, k->batch, k->sb));
-    LT(layout(&pl->ld, CUDA_R_32F, k->m, k->n, k->ldd, k->batch, k->sd));
+    LT(layout(&pl->ld, (cudaDataType_t)k->cd, k->m, k->n, k->ldd, k->batch, k->sd));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a,
@@ -207,7 +209,7 @@ fail:
 }
 
 /* The plan for key k: from the table, or made and added to it. */
-static st_status plan_get(st_device *d, const plan_key *k, const float *bias, plan **out) {
+static st_status plan_get(st_device *d, const plan_key *k, const void *bias, plan **out) {
     *out = NULL;
     if (d->plans && d->plans->cap) {
         plan *pl = find(d->plans->slot, d->plans->cap, k);
@@ -248,21 +250,23 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
     return ST_OK;
 }
 
-/* D[b] = alpha op(A[b]) op(B[b]) + beta D[b], column-major, beta 0 never reads D. */
+/* D[b] = alpha op(A[b]) op(B[b]) + beta D[b], column-major, beta 0 never reads D;
+ * each of A, B, D in its storage. */
 static __global__ void fallback_kernel(st_matmul p, int batch) {
     const int64_t total = (int64_t)batch * p.m * p.n;
+    const st_fbuf A = {(void *)p.A, p.a_store}, B = {(void *)p.B, p.b_store}, D = {p.D, p.d_store};
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t % p.m, j = (t / p.m) % p.n, b = t / (p.m * p.n);
-        const float *a = p.A + b * p.sa, *bm = p.B + b * p.sb;
+        const int64_t a0 = b * p.sa, b0 = b * p.sb;
         float sum = 0.0f;
         for (int64_t l = 0; l < p.k; l++) {
-            const float av = p.ta ? a[i * p.lda + l] : a[l * p.lda + i];
-            const float bv = p.tb ? bm[l * p.ldb + j] : bm[j * p.ldb + l];
+            const float av = st_ld(A, a0 + (p.ta ? i * p.lda + l : l * p.lda + i));
+            const float bv = st_ld(B, b0 + (p.tb ? l * p.ldb + j : j * p.ldb + l));
             sum = fmaf(av, bv, sum);
         }
-        float *dd = p.D + b * p.sd + j * p.ldd + i;
-        *dd = p.beta != 0.0f ? p.alpha * sum + p.beta * *dd : p.alpha * sum;
+        const int64_t at = b * p.sd + j * p.ldd + i;
+        st_st(D, at, p.beta != 0.0f ? p.alpha * sum + p.beta * st_ld(D, at) : p.alpha * sum);
     }
 }
 
@@ -276,30 +280,40 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     st_status s;
     plan_key k;
     plan *pl;
-    if (p->operands == ST_PREC_BF16 || p->operands == ST_PREC_FP16) {
-        /* 16-bit copies of A and B (exact: they hold 16-bit values), B's at
-         * the next 256-byte boundary after A's */
+    const bool stored16 = p->a_store != ST_PREC_FP32 || p->b_store != ST_PREC_FP32 || p->d_store != ST_PREC_FP32;
+    const bool ops16 = p->operands == ST_PREC_BF16 || p->operands == ST_PREC_FP16;
+    if (stored16 && (!ops16 || (p->a_store != ST_PREC_FP32 && p->a_store != p->operands) ||
+                     (p->b_store != ST_PREC_FP32 && p->b_store != p->operands) ||
+                     (p->d_store != ST_PREC_FP32 && p->d_store != p->operands)))
+        return st_fail(ST_ERR_INTERNAL, "%s: an operand stored in 16 bits of another precision than the product's",
+                       p->what);
+    if (ops16) {
+        /* A and B stored as floats get 16-bit copies (exact: they hold 16-bit
+         * values) in the scratch, B's at the next 256-byte boundary after A's */
+        const bool cva = p->a_store == ST_PREC_FP32, cvb = p->b_store == ST_PREC_FP32;
         const int64_t na = extent(p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, batch, p->sa);
         const int64_t nb = extent(p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, batch, p->sb);
-        const size_t off = ((size_t)na * 2 + 255) / 256 * 256;
+        const size_t off = cva ? ((size_t)na * 2 + 255) / 256 * 256 : 0, total = off + (cvb ? (size_t)nb * 2 : 0);
         const cudaDataType_t t16 = p->operands == ST_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         void *ws = NULL;
-        ST_TRY(st_cuda_scratch(d, off + (size_t)nb * 2, &ws));
-        void *a16 = ws, *b16 = (char *)ws + off;
-        make_key(&k, p, t16, a16, b16);
+        if (total) ST_TRY(st_cuda_scratch(d, total, &ws));
+        const void *pa = cva ? ws : p->A, *pb = cvb ? (const void *)((char *)ws + off) : p->B;
+        make_key(&k, p, t16, p->d_store == ST_PREC_FP32 ? CUDA_R_32F : t16, pa, pb);
         ST_TRY(plan_get(d, &k, p->bias, &pl));
         if (pl->ok) { /* converted only when a 16-bit algorithm will read the copies */
-            ST_TRY(st_cuda_to_16(d, p->operands, a16, p->A, na));
-            ST_TRY(st_cuda_to_16(d, p->operands, b16, p->B, nb));
-            s = lt_exec(d, p, pl, a16, b16);
+            if (cva) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pa, (const float *)p->A, na));
+            if (cvb) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pb, (const float *)p->B, nb));
+            s = lt_exec(d, p, pl, pa, pb);
             if (s != ST_ERR_UNSUPPORTED) return s;
         }
     }
-    make_key(&k, p, CUDA_R_32F, p->A, p->B);
-    ST_TRY(plan_get(d, &k, p->bias, &pl));
-    if (pl->ok) {
-        s = lt_exec(d, p, pl, p->A, p->B);
-        if (s != ST_ERR_UNSUPPORTED) return s;
+    if (!stored16) {
+        make_key(&k, p, CUDA_R_32F, CUDA_R_32F, p->A, p->B);
+        ST_TRY(plan_get(d, &k, p->bias, &pl));
+        if (pl->ok) {
+            s = lt_exec(d, p, pl, p->A, p->B);
+            if (s != ST_ERR_UNSUPPORTED) return s;
+        }
     }
     if (p->ep != ST_MATMUL_EP_NONE)
         return st_fail(

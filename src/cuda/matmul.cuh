@@ -9,12 +9,17 @@
  * batch of such products at fixed element strides sa, sb, sd. beta 0 never
  * reads D (the BLAS contract, which cuBLASLt keeps), so D may hold NaN.
  *
- * Compute: CUBLAS_COMPUTE_32F (full fp32, never TF32 unless `tf32`), fp32 D
- * and bias. `operands` bf16 or fp16 says A and B hold values of that
- * precision (the graph rounded them, docs/precision.md): they are copied,
- * exactly, into 16-bit buffers in the device's scratch and multiplied on
- * tensor cores with fp32 accumulation; a layout without a 16-bit algorithm
- * takes the fp32 path (the same values).
+ * Compute: CUBLAS_COMPUTE_32F (full fp32, never TF32 unless `tf32`).
+ * `operands` bf16 or fp16 says A and B hold values of that precision (the
+ * graph rounded them, docs/precision.md). Each of A, B and D is stored as
+ * floats or, when its `*_store` says so, as 16-bit values of that precision
+ * (src/layers/half_io.h). A and B stored as floats are copied, exactly, into
+ * 16-bit buffers in the device's scratch; the product runs on tensor cores
+ * with fp32 accumulation, and a 16-bit D gets the fp32 result (beta D and
+ * the bias added in fp32) rounded to nearest even, once. The bias is of D's
+ * type (cuBLASLt's rule): fp32 for a float D, 16-bit for a 16-bit D. A layout
+ * without a 16-bit algorithm takes the fp32 path when everything is stored
+ * as floats (the same values), else the plain kernel below.
  *
  * Plans: the matmul descriptor, the three matrix layouts and the heuristic's
  * algorithm are made once per key (types, transposes, m n k, leading
@@ -33,10 +38,11 @@
  * the linear layer tells the address alone, as it always has).
  *
  * No algorithm at all: without an epilogue a plain kernel computes the
- * product (one thread per element, fp32 accumulation in k order: slow but
- * correct; nsys shows which ran); with the bias epilogue the call fails with
- * ST_ERR_UNSUPPORTED and a message, and the caller writes the bias itself
- * (linear.cu). */
+ * product (one thread per element, fp32 accumulation in k order, either
+ * storage: slow but correct; nsys shows which ran); with the bias epilogue
+ * the call fails with ST_ERR_UNSUPPORTED and a message, and the caller writes
+ * the bias into D itself and adds the product with beta 1 (linear.cu: the
+ * same single rounding, as the bias is a 16-bit value in a 16-bit D). */
 #ifndef ST_CUDA_MATMUL_CUH
 #define ST_CUDA_MATMUL_CUH
 
@@ -51,16 +57,17 @@ typedef struct st_matmul {
     bool ta, tb; /* op(A) = A^T, op(B) = B^T */
     int64_t m, n, k;
     float alpha, beta;
-    const float *A;  /* (k x m) when ta, else (m x k) */
+    const void *A;   /* (k x m) when ta, else (m x k) */
     int64_t lda, sa; /* leading dimension, batch stride (elements) */
-    const float *B;  /* (n x k) when tb, else (k x n) */
+    const void *B;   /* (n x k) when tb, else (k x n) */
     int64_t ldb, sb;
-    float *D; /* (m x n) */
+    void *D; /* (m x n) */
     int64_t ldd, sd;
     int batch;             /* 0 or 1: one product */
     st_matmul_epilogue ep; /* NONE or BIAS (then batch must be 0 or 1) */
-    const float *bias;     /* (m), with ST_MATMUL_EP_BIAS */
+    const void *bias;      /* (m), with ST_MATMUL_EP_BIAS; of D's storage */
     st_precision operands; /* what A and B hold: fp32 (0), or bf16/fp16 values */
+    st_precision a_store, b_store, d_store; /* fp32 (0): float arrays; else 16-bit arrays of `operands` */
     bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 (breaks fp32 parity) */
     bool ld_align;         /* the alignment told also divides each leading dimension (below) */
     const char *what;      /* for messages: "linear forward", ... */

@@ -23,7 +23,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
     const float *dy = n->out->grad; /* (B, T, C) */
     float *dw = n->params[0]->grad; /* (max_len, C): rows 0..T-1 */
     if (dw) ST_TRY(st_colsum(g, st_colsum_plain{dy, T * C}, B, T * C, g->work, dw));
-    if (n->in[0]->grad) ST_TRY(st_grad_pass_cuda(g, n->in[0]->grad, dy, B * T * C, n->in_acc[0]));
+    if (n->in[0]->grad) ST_TRY(st_grad_pass_cuda(g, st_grad(n->in[0]), st_grad(n->out), B * T * C, n->in_acc[0]));
     return ST_OK;
 }
 

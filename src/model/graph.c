@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/half.h"
 #include "../core/mem.h"
 #include "../layers/attention_layout.h"
+#include "../layers/half_io.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
 #endif
@@ -22,6 +24,7 @@ void st_params_free(st_params *p) {
     if (!p->grad_hooked) st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
     st_device_release(p->dev, p->compute);
+    st_device_release(p->dev, p->compute16);
     memset(p, 0, sizeof *p);
 }
 
@@ -45,19 +48,33 @@ static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
     }
 }
 
+/* The compute copy of a bf16 or fp16 run (after the layout): the rounded
+ * masters as floats, and on a device also as 16-bit values, which the
+ * parameters' data16 point into. A layout-only model (the planner's) has none. */
+static st_status alloc_compute(st_params *p) {
+    if (p->precision == ST_PREC_FP32 || p->layout_only) return ST_OK;
+    const char *name = p->precision == ST_PREC_BF16 ? "bf16" : "fp16";
+    st_status s = ST_OK;
+    if (!p->compute) {
+        const size_t nbytes = (size_t)p->arena_count * sizeof(float);
+        s = st_device_alloc(p->dev, nbytes, (void **)&p->compute);
+        if (s == ST_OK) s = st_device_zero(p->dev, p->compute, nbytes);
+    }
+    if (s == ST_OK && p->dev && !p->compute16) {
+        const size_t nbytes = (size_t)p->arena_count * sizeof(uint16_t);
+        s = st_device_alloc(p->dev, nbytes, (void **)&p->compute16);
+        if (s == ST_OK) s = st_device_zero(p->dev, p->compute16, nbytes);
+    }
+    if (s != ST_OK) return st_fail_context(s, "the %s copy of %lld parameters: ", name, (long long)p->count);
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data16 = p->compute16 ? p->compute16 + p->t[i]->offset : NULL;
+    return ST_OK;
+}
+
 st_status st_params_set_precision(st_params *p, st_precision prec) {
-    if (!p->frozen)
-        return st_fail(ST_ERR_INTERNAL, "st_params_set_precision before the parameters are laid out");
     if (p->on_compute) st_params_use_compute(p, false);
     p->precision = prec;
-    if (prec != ST_PREC_FP32 && !p->compute) { /* on the device when the arenas are there */
-        const size_t nbytes = (size_t)p->arena_count * sizeof(float);
-        st_status s = st_device_alloc(p->dev, nbytes, (void **)&p->compute);
-        if (s == ST_OK) s = st_device_zero(p->dev, p->compute, nbytes);
-        if (s != ST_OK)
-            return st_fail_context(s, "the %s copy of %lld parameters: ",
-                                   prec == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->count);
-    }
+    if (p->frozen) ST_TRY(alloc_compute(p)); /* else the layout allocates it */
     st_params_touch(p);
     return ST_OK;
 }
@@ -66,6 +83,7 @@ st_status st_params_set_precision(st_params *p, st_precision prec) {
 static st_status refresh_compute(st_params *p) {
     if (p->precision == ST_PREC_FP32 || !p->compute || p->compute_version == p->version) return ST_OK;
     ST_TRY(st_device_round_copy(p->dev, p->precision, p->compute, p->data, (size_t)p->count));
+    if (p->compute16) ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16, p->data, (size_t)p->count, 1.0f));
     p->compute_version = p->version;
     return ST_OK;
 }
@@ -304,7 +322,7 @@ static st_status layout_params(st_params *p) {
         }
     }
     p->frozen = true;
-    return ST_OK;
+    return alloc_compute(p);
 }
 
 /* On a device, every node runs its layer's twin there (src/cuda/); a layer
@@ -360,6 +378,37 @@ static st_status find_regions(const st_graph *g, int **out) {
     return ST_OK;
 }
 
+/* 16-bit storage (half_io.h): in a bf16 or fp16 run on a device (or laid
+ * out for one), a float activation is stored in 16 bits when the layer that
+ * writes it and every layer that reads it handle that; never the loss (an
+ * fp32 reduction), graph inputs (rounded in place at the start of forward)
+ * or what the host reads as floats (host_f32: logits). */
+static st_status choose_storage(st_graph *g) {
+    const st_precision prec = g->params->precision;
+    for (int i = 0; i < g->n_acts; i++) g->acts[i]->store = ST_PREC_FP32;
+    if (prec == ST_PREC_FP32 || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
+    bool *ok = malloc((size_t)(g->n_acts ? g->n_acts : 1));
+    if (!ok) return st_fail(ST_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < g->n_acts; i++) {
+        const st_tensor *t = g->acts[i];
+        ok[i] = t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss && !t->host_f32;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        if (st_layer_half_io(n->ops->name)) continue;
+        ok[n->out->index] = false;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->kind == ST_TENSOR_ACT) ok[n->in[k]->index] = false;
+    }
+    for (int i = 0; i < g->n_acts; i++)
+        if (ok[i]) g->acts[i]->store = prec;
+    free(ok);
+    return ST_OK;
+}
+
+/* Floats of arena an activation's data (or its gradient) takes. */
+static int64_t act_floats(const st_tensor *t) { return align_up(st_store_floats(t->count, t->store)); }
+
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
     if (!g->params->frozen) ST_TRY(layout_params(g->params));
@@ -371,6 +420,7 @@ st_status st_graph_finalize(st_graph *g) {
         for (int i = 0; i < g->n_nodes; i++)
             if (strcmp(g->nodes[i].ops->name, "attention") == 0) st_attention_device_layout(&g->nodes[i]);
 
+    ST_TRY(choose_storage(g));
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;
     ST_TRY(find_regions(g, &region));
@@ -392,8 +442,8 @@ st_status st_graph_finalize(st_graph *g) {
             ic += align_up(t->count);
         } else if (region[i] < 0) {
             aoff[i] = ac;
-            ac += align_up(t->count);
-            if (t->requires_grad) goff[i] = gc, gc += align_up(t->count);
+            ac += act_floats(t);
+            if (t->requires_grad) goff[i] = gc, gc += act_floats(t);
         }
     }
     for (int i = 0; i < g->n_nodes; i++) {
@@ -407,8 +457,8 @@ st_status st_graph_finalize(st_graph *g) {
         for (int i = 0; i < g->n_acts; i++) {
             if (region[i] != b) continue;
             aoff[i] = ac + ca;
-            ca += align_up(g->acts[i]->count);
-            if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += align_up(g->acts[i]->count);
+            ca += act_floats(g->acts[i]);
+            if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += act_floats(g->acts[i]);
         }
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i].block == b) soff[i] = ac + ca, ca += align_up(g->nodes[i].saved_count);
@@ -490,7 +540,7 @@ static st_status node_forward(st_graph *g, st_node *n, st_precision prec) {
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
     st_status s = n->ops->forward(n, g);
     if (s != ST_OK) return s;
-    if (prec != ST_PREC_FP32 && n->out != g->loss)
+    if (prec != ST_PREC_FP32 && n->out != g->loss && n->out->store == ST_PREC_FP32) /* (16-bit: the layer rounded) */
         ST_TRY(st_device_round_f32(g->dev, prec, n->out->data, (size_t)n->out->count));
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     return ST_OK;
@@ -543,12 +593,36 @@ st_status st_graph_backward(st_graph *g, float seed) {
             if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
             s = n->ops->backward(n, g);
             for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)
-                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad)
+                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad && n->in[k]->store == ST_PREC_FP32)
                     s = st_device_round_f32(g->dev, prec, n->in[k]->grad, (size_t)n->in[k]->count);
             if (s == ST_OK && g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }
         if (s == ST_OK && g->backward_hook) s = g->backward_hook(g->backward_hook_ctx, i);
     }
     st_params_use_compute(g->params, false);
+    return s;
+}
+
+st_status st_tensor_read(st_device *dev, const st_tensor *t, bool grad, float *host) {
+    const void *src = grad ? (const void *)t->grad : (const void *)t->data;
+    if (!src) return st_fail(ST_ERR_INTERNAL, "tensor %s has no %s", t->name, grad ? "gradient" : "data");
+    if (t->store == ST_PREC_FP32) return st_device_download(dev, host, src, (size_t)t->count * sizeof(float));
+    uint16_t *h = malloc((size_t)(t->count ? t->count : 1) * sizeof *h);
+    if (!h) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", t->name);
+    st_status s = st_device_download(dev, h, src, (size_t)t->count * sizeof *h);
+    if (s == ST_OK) st_from_half(t->store, host, h, t->count);
+    free(h);
+    return s;
+}
+
+st_status st_tensor_write(st_device *dev, st_tensor *t, bool grad, const float *host) {
+    void *dst = grad ? (void *)t->grad : (void *)t->data;
+    if (!dst) return st_fail(ST_ERR_INTERNAL, "tensor %s has no %s", t->name, grad ? "gradient" : "data");
+    if (t->store == ST_PREC_FP32) return st_device_upload(dev, dst, host, (size_t)t->count * sizeof(float));
+    uint16_t *h = malloc((size_t)(t->count ? t->count : 1) * sizeof *h);
+    if (!h) return st_fail(ST_ERR_NOMEM, "out of memory writing %s", t->name);
+    st_to_half(t->store, h, host, t->count);
+    st_status s = st_device_upload(dev, dst, h, (size_t)t->count * sizeof *h);
+    free(h);
     return s;
 }

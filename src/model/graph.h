@@ -70,6 +70,16 @@ typedef struct st_tensor {
     float init_scale;
     bool decay;            /* AdamW weight decay applies (matrices, not biases/norms) */
     bool transposed_store; /* stored (in, out) as in GPT-2 checkpoints */
+    /* 16-bit storage (docs/precision.md, "16-bit storage on a CUDA device").
+     * `store` says what `data` and `grad` of a float activation hold: FP32,
+     * float arrays; BF16 or FP16, arrays of 16-bit values (uint16_t), which
+     * only the layers of st_layer_half_io read and write. st_graph_finalize
+     * decides it; st_tensor_read/st_tensor_write convert for the host. */
+    st_precision store;
+    bool host_f32; /* read as floats by the host (logits): never stored in 16 bits */
+    /* parameters of a 16-bit run on a device: the compute copy in 16 bits
+     * (st_params.compute16), which products read directly */
+    void *data16;
 } st_tensor;
 
 typedef struct st_node st_node;
@@ -143,6 +153,7 @@ typedef struct st_params {
      * by st_params_touch after anything writes `data`) has moved on. */
     st_precision precision;
     float *compute;
+    uint16_t *compute16; /* on a device in bf16/fp16: the same values in 16 bits (refreshed with compute) */
     uint64_t version, compute_version;
     bool on_compute; /* parameter tensors point into `compute` now */
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
@@ -212,8 +223,9 @@ void st_params_free(st_params *p);
  * of the device: on a CUDA device the values are made on the host and copied). */
 st_status st_params_init(st_params *p, uint64_t seed);
 st_tensor *st_params_find(const st_params *p, const char *name);
-/* Set the compute precision (after layout; allocates the compute copy for
- * bf16 and fp16). */
+/* Set the compute precision (allocates the compute copy for bf16 and fp16;
+ * before the layout, which then allocates it: graphs finalized after it
+ * know the precision and store activations in 16 bits where they can). */
 st_status st_params_set_precision(st_params *p, st_precision prec);
 /* Say that the master weights changed (optimizer step, load, broadcast): the
  * next forward refreshes the compute copy. */
@@ -258,6 +270,16 @@ st_status st_graph_finalize(st_graph *g);
 st_status st_graph_forward(st_graph *g);
 /* Backward from g->loss with d(loss) = seed (1/micro-steps, times a loss scale). */
 st_status st_graph_backward(st_graph *g, float seed);
+
+/* A float tensor's values (its gradient with `grad`) as count floats on the
+ * host, whatever its storage; and the other way, rounding to 16 bits when it
+ * is stored so. For tests and tools, not the step loop. */
+st_status st_tensor_read(st_device *dev, const st_tensor *t, bool grad, float *host);
+st_status st_tensor_write(st_device *dev, st_tensor *t, bool grad, const float *host);
+/* Floats of arena a float activation of `count` elements takes in `store`. */
+static inline int64_t st_store_floats(int64_t count, st_precision store) {
+    return store == ST_PREC_FP32 ? count : (count + 1) / 2;
+}
 
 /* Elements of a shape. */
 static inline int64_t st_shape_count(int ndim, const int64_t *shape) {

@@ -144,6 +144,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     case ST_MODEL_CNN: s = build_cnn(m, mg); break;
     default: s = build_gpt(m, mg); break;
     }
+    if (s == ST_OK && mg->logits) mg->logits->host_f32 = true; /* evaluation reads them (accuracy) */
     if (s == ST_OK) s = st_graph_finalize(&mg->g);
     if (s != ST_OK) {
         st_graph_free(&mg->g);

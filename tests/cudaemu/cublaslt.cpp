@@ -156,7 +156,8 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
                       const lt_layout *o) {
     if (a->type != b->type) return false;
     if (a->type != CUDA_R_32F && a->type != CUDA_R_16BF && a->type != CUDA_R_16F) return false;
-    if (c->type != CUDA_R_32F || o->type != CUDA_R_32F) return false;
+    /* C and D alike: fp32, or the 16-bit type of A and B */
+    if (c->type != o->type || (o->type != CUDA_R_32F && o->type != a->type)) return false;
     if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32) return false;
     if (d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a->type != CUDA_R_32F) return false;
     const uint64_t m = o->rows, n = o->cols;
@@ -251,25 +252,34 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     const float al = *(const float *)alpha, be = *(const float *)beta;
     st_emu_enqueue(stream, [=] {
         const bool tf32 = dv.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-        std::vector<float> wa, wb;
+        std::vector<float> wa, wb, wc, acc;
         widen(&av, A, tf32, wa);
         widen(&bv, B, tf32, wb);
+        if (be != 0.0f) widen(&cv, C, false, wc); /* read whole before D (which may be C) is written */
         const int m = (int)ov.rows, n = (int)ov.cols, k = (int)(dv.ta == CUBLAS_OP_N ? av.cols : av.rows);
+        acc.resize((size_t)m * (size_t)n);
         for (int32_t t = 0; t < ov.batch; t++) {
-            float *dd = (float *)D + t * ov.stride;
-            const float *cc = (const float *)C + t * cv.stride;
-            if (be != 0.0f && cc != dd)
-                for (int j = 0; j < n; j++)
-                    memcpy(dd + (int64_t)j * ov.ld, cc + (int64_t)j * cv.ld, (size_t)m * 4);
+            /* fp32 accumulation into a packed m x n buffer, C added with beta, the
+             * epilogue in fp32 (the bias is of D's type), then stored as D's type,
+             * rounded to nearest even */
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++)
+                    acc[(size_t)j * m + i] = be != 0.0f ? wc[(size_t)(t * cv.stride + (int64_t)j * cv.ld + i)] : 0.0f;
             cblas_sgemm(CblasColMajor, dv.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                         dv.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * av.stride,
-                        (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be, dd, (int)ov.ld);
+                        (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be, acc.data(), m);
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++) {
-                    float &v = dd[(int64_t)j * ov.ld + i];
+                    float v = acc[(size_t)j * m + i];
                     if (dv.ep == CUBLASLT_EPILOGUE_BIAS || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS)
-                        v += ((const float *)dv.bias)[i];
+                        v += ov.type == CUDA_R_16BF  ? __bfloat162float(((const __nv_bfloat16 *)dv.bias)[i])
+                             : ov.type == CUDA_R_16F ? __half2float(((const __half *)dv.bias)[i])
+                                                     : ((const float *)dv.bias)[i];
                     if (dv.ep == CUBLASLT_EPILOGUE_GELU || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS) v = gelu(v);
+                    const int64_t at = t * ov.stride + (int64_t)j * ov.ld + i;
+                    if (ov.type == CUDA_R_16BF) ((__nv_bfloat16 *)D)[at] = __float2bfloat16_rn(v);
+                    else if (ov.type == CUDA_R_16F) ((__half *)D)[at] = __float2half_rn(v);
+                    else ((float *)D)[at] = v;
                 }
         }
     });
