@@ -8,7 +8,8 @@
  *
  * A token outside [0, vocab) cannot be named from the device without a host
  * round trip each step: its output row is NaN (so the loss turns NaN and the
- * trainer stops), and backward skips it. The CPU path names the position. */
+ * trainer stops), and backward skips it. The CPU path names the position.
+ * The output and its gradient in either storage (src/layers/half_io.h). */
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels.cuh"
@@ -25,14 +26,14 @@ static int key_bits(int64_t vocab) {
     return b;
 }
 
-static __global__ void emb_forward_kernel(const int32_t *idx, const float *w, float *y, int64_t N, int64_t C,
+static __global__ void emb_forward_kernel(const int32_t *idx, const float *w, st_fbuf y, int64_t N, int64_t C,
                                           int64_t V) {
     const int64_t n = N * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / C, c = i % C;
         const int32_t t = idx[r];
-        y[i] = (t >= 0 && t < V) ? w[(int64_t)t * C + c] : __int_as_float(0x7fc00000);
+        st_st(y, i, (t >= 0 && t < V) ? w[(int64_t)t * C + c] : __int_as_float(0x7fc00000));
     }
 }
 
@@ -48,8 +49,8 @@ static __global__ void emb_keys_kernel(const int32_t *idx, uint32_t *keys, int32
 
 /* Block x: sorted position i; it works only where a run of equal keys starts.
  * Block y: a tile of EMB_COLS columns. */
-static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *pos, const float *dy,
-                                           float *dw, int64_t N, int64_t C, int64_t V) {
+static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *pos, st_fbuf dy, float *dw,
+                                           int64_t N, int64_t C, int64_t V) {
     const int64_t i = blockIdx.x;
     const uint32_t k = keys[i];
     if ((i > 0 && keys[i - 1] == k) || k >= (uint32_t)V) return;
@@ -58,7 +59,7 @@ static __global__ void emb_backward_kernel(const uint32_t *keys, const int32_t *
     float *dr = dw + (int64_t)k * C + c;
     float acc = *dr;
     for (int64_t j = i; j < N && keys[j] == k; j++)
-        acc += dy[(int64_t)pos[j] * C + c];
+        acc += st_ld(dy, (int64_t)pos[j] * C + c);
     *dr = acc;
 }
 
@@ -98,7 +99,7 @@ static st_status embedding_forward(st_node *n, st_graph *g) {
     const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
                   V = n->args.i[ST_EMBEDDING_VOCAB];
     emb_forward_kernel<<<st_cuda_blocks(N * C, 256), 256, 0, st_cuda_stream(g)>>>(
-        n->in[0]->idata, n->params[0]->data, n->out->data, N, C, V);
+        n->in[0]->idata, n->params[0]->data, st_data(n->out), N, C, V);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -117,7 +118,7 @@ static st_status embedding_backward(st_node *n, st_graph *g) {
     ST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.tmp, w.tmp_bytes, w.keys_in, w.keys_out, w.pos_in,
                                                 w.pos_out, (int)N, 0, key_bits(V), st));
     dim3 grid((unsigned)N, (unsigned)((C + EMB_COLS - 1) / EMB_COLS));
-    emb_backward_kernel<<<grid, EMB_COLS, 0, st>>>(w.keys_out, w.pos_out, n->out->grad, dw, N, C, V);
+    emb_backward_kernel<<<grid, EMB_COLS, 0, st>>>(w.keys_out, w.pos_out, st_grad(n->out), dw, N, C, V);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
