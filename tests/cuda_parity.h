@@ -213,6 +213,42 @@ static inline int cp_check_16(const char *label, const char *what, st_device *de
     return cp_check_16_src(label, what, dev, dptr, NULL, false, n, p);
 }
 
+/* The device's compute copy of the parameters (16-bit values only: no
+ * float copy beside it) against the host's (floats holding the rounded
+ * masters): the same values, bit for bit. */
+static inline int cp_check_compute(const char *label, st_device *dev, const st_params *dp,
+                                   const st_params *hp) {
+    if (hp->precision == ST_PREC_FP32) return 0;
+    if (!dp->compute16 || dp->compute) {
+        fprintf(stderr, "FAIL %s: the device's compute copy is not 16-bit only (compute16 %p, compute %p)\n",
+                label, (void *)dp->compute16, (void *)dp->compute);
+        st_test_failures++;
+        return 1;
+    }
+    const int64_t n = hp->count;
+    uint16_t *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
+    if (!buf || st_device_download(dev, buf, dp->compute16, (size_t)n * sizeof *buf) != ST_OK) {
+        fprintf(stderr, "FAIL %s: reading the compute copy back: %s\n", label, st_last_error());
+        free(buf);
+        st_test_failures++;
+        return 1;
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float h = hp->compute[i];
+        const uint16_t want = hp->precision == ST_PREC_BF16 ? st_f32_to_bf16(h) : st_f32_to_f16(h);
+        if (buf[i] != want) {
+            if (bad < 3)
+                fprintf(stderr, "FAIL %s: compute copy[%lld] = 0x%04x on the device, host %.9g (0x%04x)\n",
+                        label, (long long)i, buf[i], (double)h, want);
+            bad++;
+        }
+    }
+    free(buf);
+    st_test_failures += bad;
+    return bad;
+}
+
 /* The backward walk from an output gradient already in place, as
  * st_graph_backward does it but without a loss: the layers read the
  * parameters' compute copy, and in bf16/fp16 each activation gradient a node
@@ -247,13 +283,13 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     dp.dev = dev;
     st_graph_init(&hg, &hp);
     st_graph_init(&dg, &dp);
-#define CP_TRY(expr)                                                                            \
-    do {                                                                                        \
-        if ((expr) != ST_OK) {                                                                  \
-            fprintf(stderr, "FAIL %s: %s: %s\n", c->label, #expr, st_last_error());             \
-            bad++;                                                                              \
-            goto done;                                                                          \
-        }                                                                                       \
+#define CP_TRY(expr)                                                                                         \
+    do {                                                                                                     \
+        if ((expr) != ST_OK) {                                                                               \
+            fprintf(stderr, "FAIL %s: %s: %s\n", c->label, #expr, st_last_error());                          \
+            bad++;                                                                                           \
+            goto done;                                                                                       \
+        }                                                                                                    \
     } while (0)
     /* the precision first: the device graph stores activations in 16 bits
      * where its layers can (src/layers/half_io.h) */
@@ -271,7 +307,8 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
         st_tensor *t = hg.acts[i];
         if (t->kind != ST_TENSOR_INPUT) continue;
         if (t->dtype == ST_F32)
-            for (int64_t j = 0; j < t->count; j++) t->data[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
+            for (int64_t j = 0; j < t->count; j++)
+                t->data[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
     }
     if (c->fill) c->fill(&hg, &r, c->ctx);
     /* Poison the device's activations and gradients, then give it the host's
@@ -301,7 +338,8 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
             st_tensor *y = hg.nodes[hg.n_nodes - 1].out;
             dy = malloc((size_t)y->count * sizeof(float));
             if (!dy) goto done;
-            for (int64_t j = 0; j < y->count; j++) dy[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
+            for (int64_t j = 0; j < y->count; j++)
+                dy[j] = 2.0f * st_rng_uniform(&r) - 1.0f;
             st_round_array(c->prec, dy, y->count);
             memcpy(y->grad, dy, (size_t)y->count * sizeof(float));
             CP_TRY(cp_walk_backward(&hg));
@@ -315,13 +353,17 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
         st_tensor *h = hg.acts[i], *d = dg.acts[i];
         if (h->kind != ST_TENSOR_ACT) continue;
         if (d->store != ST_PREC_FP32) n16++;
-        bad += cp_check_src(c->label, h->name, dev, NULL, d, false, h->data, h->count, c->rtol, c->atol, scaled);
-        if (scaled && c->frac > 0) bad += cp_check_frac(c->label, h->name, dev, d, false, h->data, h->count, c->frac);
+        bad +=
+            cp_check_src(c->label, h->name, dev, NULL, d, false, h->data, h->count, c->rtol, c->atol, scaled);
+        if (scaled && c->frac > 0)
+            bad += cp_check_frac(c->label, h->name, dev, d, false, h->data, h->count, c->frac);
         if (h != hg.loss) bad += cp_check_16_src(c->label, h->name, dev, NULL, d, false, h->count, c->prec);
         if (!c->eval && h->grad && h->requires_grad) {
             snprintf(what, sizeof what, "d %s", h->name);
-            bad += cp_check_src(c->label, what, dev, NULL, d, true, h->grad, h->count, c->rtol, c->atol, scaled);
-            if (scaled && c->frac > 0) bad += cp_check_frac(c->label, what, dev, d, true, h->grad, h->count, c->frac);
+            bad +=
+                cp_check_src(c->label, what, dev, NULL, d, true, h->grad, h->count, c->rtol, c->atol, scaled);
+            if (scaled && c->frac > 0)
+                bad += cp_check_frac(c->label, what, dev, d, true, h->grad, h->count, c->frac);
             /* the last node's output gradient is the seed: the loss's is not rounded */
             if (h != hg.loss) bad += cp_check_16_src(c->label, what, dev, NULL, d, true, h->count, c->prec);
         }
@@ -330,7 +372,7 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
         st_params_use_compute(&hp, true);
         st_params_use_compute(&dp, true);
         CP_TRY(st_device_sync(dev));
-        bad += cp_check(c->label, "compute copy", dev, dp.compute, hp.compute, hp.count, 0, 0);
+        bad += cp_check_compute(c->label, dev, &dp, &hp);
         st_params_use_compute(&dp, false);
         st_params_use_compute(&hp, false);
     }

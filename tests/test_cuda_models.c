@@ -249,14 +249,16 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
          * stored in 16 bits on the device (src/layers/half_io.h): a smaller
          * activation arena than the host's fp32 one */
         int n16 = 0;
-        for (int i = 0; i < dg.g.n_acts; i++) n16 += dg.g.acts[i]->store == prec;
+        for (int i = 0; i < dg.g.n_acts; i++)
+            n16 += dg.g.acts[i]->store == prec;
         if (n16 == 0 || dg.g.act_count >= hg.g.act_count) {
-            fprintf(stderr, "FAIL %s: %d activations stored in 16 bits, activation arena %lld floats (host %lld)\n",
+            fprintf(stderr,
+                    "FAIL %s: %d activations stored in 16 bits, activation arena %lld floats (host %lld)\n",
                     mc->label, n16, (long long)dg.g.act_count, (long long)hg.g.act_count);
             bad++;
         } else {
-            printf("     %s: %d of %d activations stored in 16 bits; activation arena %.2f of the host's\n", mc->label,
-                   n16, dg.g.n_acts, (double)dg.g.act_count / (double)hg.g.act_count);
+            printf("     %s: %d of %d activations stored in 16 bits; activation arena %.2f of the host's\n",
+                   mc->label, n16, dg.g.n_acts, (double)dg.g.act_count / (double)hg.g.act_count);
         }
     }
     st_rng r = st_rng_make(seed, 99);
@@ -278,7 +280,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     bad += compare(mc->label, "logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, rtol, atol);
     if (prec != ST_PREC_FP32) {
         bad += cp_check_16(mc->label, "logits", dev, dg.logits->data, hg.logits->count, prec);
-        bad += cp_check(mc->label, "compute copy", dev, dp->compute, hp->compute, hp->count, 0, 0);
+        bad += cp_check_compute(mc->label, dev, dp, hp);
     }
     char what[ST_NAME_MAX + 8];
     for (int i = 0; i < hp->n; i++) {

@@ -107,20 +107,20 @@ static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, 
     rstd[c] = 1.0f / sqrtf(rvar[c] + eps);
 }
 
-static __global__ void normalize_kernel(const float *x, const float *mean, const float *rstd, const float *w,
-                                        const float *bias, float *y, int64_t M, int64_t C, bool relu) {
+static __global__ void normalize_kernel(const float *x, const float *mean, const float *rstd, st_fbuf w,
+                                        st_fbuf bias, float *y, int64_t M, int64_t C, bool relu) {
     const int64_t n = M * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
-        const float v = (x[i] - mean[c]) * (rstd[c] * w[c]) + bias[c];
+        const float v = (x[i] - mean[c]) * (rstd[c] * st_ld(w, c)) + st_ld(bias, c);
         y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
     }
 }
 
 /* Per channel: dbias += sum d, dweight += sum d xhat, and the dx coefficients. */
 static __global__ void grad_params_kernel(const double *p1, const double *p2, int64_t M, int64_t C,
-                                          int64_t nb, const float *w, const float *rstd, float *dw, float *db,
+                                          int64_t nb, st_fbuf w, const float *rstd, float *dw, float *db,
                                           bool train, float *k_scale, float *k_mdy, float *k_mdyx) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -131,7 +131,7 @@ static __global__ void grad_params_kernel(const double *p1, const double *p2, in
     }
     if (db) db[c] += (float)sa;
     if (dw) dw[c] += (float)sb;
-    k_scale[c] = w[c] * rstd[c];
+    k_scale[c] = st_ld(w, c) * rstd[c];
     k_mdy[c] = train ? (float)(sa / (double)M) : 0.0f;
     k_mdyx[c] = train ? (float)(sb / (double)M) : 0.0f;
 }
@@ -162,11 +162,11 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;                                 /* (M, C) */
-    const float *w = n->params[0]->data, *bias = n->params[1]->data; /* (C) */
-    float *rmean = n->params[2]->data, *rvar = n->params[3]->data;   /* (C) */
-    float *mean = n->saved, *rstd = n->saved + C;                    /* (C) each */
-    double *p1 = (double *)g->work, *p2 = p1 + nb * C;               /* (nb, C) each */
+    const float *x = n->in[0]->data;                                       /* (M, C) */
+    const st_fbuf w = st_data(n->params[0]), bias = st_data(n->params[1]); /* (C): 16-bit in bf16/fp16 */
+    float *rmean = n->params[2]->data, *rvar = n->params[3]->data;         /* (C) */
+    float *mean = n->saved, *rstd = n->saved + C;                          /* (C) each */
+    double *p1 = (double *)g->work, *p2 = p1 + nb * C;                     /* (nb, C) each */
     const unsigned cb = (unsigned)((C + 127) / 128);
     if (g->training) {
         if (M < 2)
@@ -197,7 +197,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     const float *dy = n->out->grad;                               /* (M, C) */
     const float *y = n->args.i[ST_BN_RELU] ? n->out->data : NULL; /* fused ReLU: mask by y > 0 */
     float *dx = n->in[0]->grad;                                   /* (M, C) or NULL */
-    const float *w = n->params[0]->data;
+    const st_fbuf w = st_data(n->params[0]);
     const float *mean = n->saved, *rstd = n->saved + C;
     double *p1 = (double *)g->work, *p2 = p1 + nb * C;
     float *k_scale = (float *)(p2 + nb * C), *k_mdy = k_scale + C, *k_mdyx = k_scale + 2 * C; /* (C) each */

@@ -37,14 +37,17 @@ struct st_device {
     void *lt_ws; /* cuBLASLt workspace, allocated once when the device opens */
     size_t lt_ws_bytes;
     struct st_lt_plans *plans; /* cuBLASLt plans by shape and layout (matmul.cu), made on first use */
-    char pci_bus_id[32]; /* "0000:65:00.0", for NVML */
+    char pci_bus_id[32];       /* "0000:65:00.0", for NVML */
     /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
      * live block is listed, a few dozen arenas at most) and the workspace. */
-    struct st_cuda_block { void *p; size_t nbytes; } *blocks;
+    struct st_cuda_block {
+        void *p;
+        size_t nbytes;
+    } * blocks;
     int n_blocks, cap_blocks;
     int64_t allocated, peak;
-    int *flag;           /* one int: st_cuda_all_finite's result */
-    void *scratch;       /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
+    int *flag;     /* one int: st_cuda_all_finite's result */
+    void *scratch; /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
     size_t scratch_bytes;
     int64_t stream_waits; /* host waits for a whole stream (st_cuda_stream_sync), for tests */
 };
@@ -52,19 +55,19 @@ struct st_device {
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
                                   int line);
-extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what,
-                                    const char *file, int line);
+extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what, const char *file,
+                                    int line);
 
-#define ST_CUDA_TRY_D(d, call)                                                                \
-    do {                                                                                      \
-        cudaError_t st_cu_e_ = (call);                                                        \
-        if (st_cu_e_ != cudaSuccess) return st_cuda_fail((d), st_cu_e_, #call, __FILE__, __LINE__); \
+#define ST_CUDA_TRY_D(d, call)                                                                               \
+    do {                                                                                                     \
+        cudaError_t st_cu_e_ = (call);                                                                       \
+        if (st_cu_e_ != cudaSuccess) return st_cuda_fail((d), st_cu_e_, #call, __FILE__, __LINE__);          \
     } while (0)
-#define ST_CUBLAS_TRY_D(d, call)                                                                  \
-    do {                                                                                          \
-        cublasStatus_t st_cb_e_ = (call);                                                         \
-        if (st_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                    \
-            return st_cublas_fail((d), st_cb_e_, #call, __FILE__, __LINE__);                      \
+#define ST_CUBLAS_TRY_D(d, call)                                                                             \
+    do {                                                                                                     \
+        cublasStatus_t st_cb_e_ = (call);                                                                    \
+        if (st_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                               \
+            return st_cublas_fail((d), st_cb_e_, #call, __FILE__, __LINE__);                                 \
     } while (0)
 /* Wait on the host for everything queued on stream s (never the device):
  * every such wait of the backend goes through here and is counted
@@ -95,8 +98,9 @@ st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *sr
 
 static inline cudaStream_t st_cuda_stream(const st_graph *g) { return g->dev->compute; }
 
-/* A float activation, or its gradient, as a kernel takes it: the array and
- * how it is stored (st_tensor.store, src/layers/half_io.h). st_ld reads an
+/* A float activation or parameter, or its gradient, as a kernel takes it:
+ * the array and how it is stored (st_tensor.store, src/layers/half_io.h; a
+ * parameter of a bf16/fp16 run reads the 16-bit compute copy). st_ld reads an
  * element as a float; st_st stores one, rounded to nearest even into a 16-bit
  * array (the rounding the graph applies to an fp32 array in a 16-bit run,
  * so the values are the same either way). The storage is the same for every
@@ -106,7 +110,9 @@ struct st_fbuf {
     st_precision t;
 };
 static inline st_fbuf st_data(const st_tensor *t) { return st_fbuf{(void *)t->data, t->store}; }
-static inline st_fbuf st_grad(const st_tensor *t) { return st_fbuf{(void *)t->grad, t->store}; }
+static inline st_fbuf st_grad(const st_tensor *t) {
+    return st_fbuf{(void *)t->grad, st_tensor_store(t, true)};
+}
 static inline size_t st_fbuf_elem(st_fbuf b) { return b.t == ST_PREC_FP32 ? 4 : 2; }
 __device__ __forceinline__ float st_ld(st_fbuf b, int64_t i) {
     if (b.t == ST_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)b.p)[i]);

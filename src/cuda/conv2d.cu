@@ -57,12 +57,12 @@ static geom node_geom(const st_node *n) {
 }
 
 /* wp (Cout, kh, kw, cin) <- w (Cout, cin, kh, kw) */
-static __global__ void permute_kernel(const float *w, float *wp, int64_t Cout, int64_t Cin, int64_t kk) {
+static __global__ void permute_kernel(st_fbuf w, float *wp, int64_t Cout, int64_t Cin, int64_t kk) {
     const int64_t n = Cout * Cin * kk;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i % kk, ci = (i / kk) % Cin, co = i / (kk * Cin);
-        wp[(co * kk + t) * Cin + ci] = w[i];
+        wp[(co * kk + t) * Cin + ci] = st_ld(w, i);
     }
 }
 
@@ -116,11 +116,11 @@ static __global__ void col2im_kernel(const float *dcol, float *dx, geom c, int64
 }
 
 /* every row of y (rows, Cout) = bias */
-static __global__ void fill_bias_kernel(const float *bias, float *y, int64_t rows, int64_t Cout) {
+static __global__ void fill_bias_kernel(st_fbuf bias, float *y, int64_t rows, int64_t Cout) {
     const int64_t n = rows * Cout;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = bias[i % Cout];
+        y[i] = st_ld(bias, i % Cout);
 }
 
 /* out (C) += column sums of a (M, C), in double: block (32, 32), 32 channels
@@ -165,17 +165,18 @@ static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64
 static st_status conv2d_forward(st_node *n, st_graph *g) {
     const geom c = node_geom(n);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;                                         /* (B, H, W, Cin) */
-    const float *w = n->params[0]->data;                                     /* (Cout, Cin, k, k) */
-    float *y = n->out->data;                                                 /* (M, Cout) */
-    float *wp = g->work + c.off_wp;                                          /* (Cout, K) */
-    float *col = g->work + c.off_col;                                        /* (nb*P, K) */
-    const float *bias = n->args.i[ST_CONV_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
+    const float *x = n->in[0]->data;         /* (B, H, W, Cin) */
+    const st_fbuf w = st_data(n->params[0]); /* (Cout, Cin, k, k): 16-bit in bf16/fp16 */
+    float *y = n->out->data;                 /* (M, Cout) */
+    float *wp = g->work + c.off_wp;          /* (Cout, K) */
+    float *col = g->work + c.off_col;        /* (nb*P, K) */
+    const st_tensor *bias = n->args.i[ST_CONV_BIAS] ? n->params[1] : NULL; /* (Cout) */
     permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(w, wp, c.Cout, c.Cin,
                                                                               c.k * c.k);
     ST_CUDA_LAUNCHED();
     if (bias) {
-        fill_bias_kernel<<<st_cuda_blocks(c.M * c.Cout, THREADS), THREADS, 0, st>>>(bias, y, c.M, c.Cout);
+        fill_bias_kernel<<<st_cuda_blocks(c.M * c.Cout, THREADS), THREADS, 0, st>>>(st_data(bias), y, c.M,
+                                                                                    c.Cout);
         ST_CUDA_LAUNCHED();
     }
     for (int64_t b0 = 0; b0 < c.B; b0 += c.nb) {
@@ -205,7 +206,7 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
         ST_CUDA_LAUNCHED();
     }
     if (dx) {
-        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(n->params[0]->data, wp,
+        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(st_data(n->params[0]), wp,
                                                                                   c.Cout, c.Cin, c.k * c.k);
         ST_CUDA_LAUNCHED();
     }

@@ -26,14 +26,14 @@ static int key_bits(int64_t vocab) {
     return b;
 }
 
-static __global__ void emb_forward_kernel(const int32_t *idx, const float *w, st_fbuf y, int64_t N, int64_t C,
+static __global__ void emb_forward_kernel(const int32_t *idx, st_fbuf w, st_fbuf y, int64_t N, int64_t C,
                                           int64_t V) {
     const int64_t n = N * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / C, c = i % C;
         const int32_t t = idx[r];
-        st_st(y, i, (t >= 0 && t < V) ? w[(int64_t)t * C + c] : __int_as_float(0x7fc00000));
+        st_st(y, i, (t >= 0 && t < V) ? st_ld(w, (int64_t)t * C + c) : __int_as_float(0x7fc00000));
     }
 }
 
@@ -99,7 +99,7 @@ static st_status embedding_forward(st_node *n, st_graph *g) {
     const int64_t N = n->args.i[ST_EMBEDDING_N], C = n->args.i[ST_EMBEDDING_C],
                   V = n->args.i[ST_EMBEDDING_VOCAB];
     emb_forward_kernel<<<st_cuda_blocks(N * C, 256), 256, 0, st_cuda_stream(g)>>>(
-        n->in[0]->idata, n->params[0]->data, st_data(n->out), N, C, V);
+        n->in[0]->idata, st_data(n->params[0]), st_data(n->out), N, C, V);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

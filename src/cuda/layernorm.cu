@@ -8,13 +8,14 @@
  * g = dy * weight; dweight and dbias are deterministic column sums
  * (kernels.cuh) over the rows. Sums run in a different order than the CPU's
  * loops: parity to fp32 rounding. Input, output and their gradients in
- * either storage (src/layers/half_io.h); weight, bias and statistics fp32. */
+ * either storage (src/layers/half_io.h); weight and bias as the run's compute
+ * copy holds them (16-bit in bf16/fp16); statistics fp32. */
 #include "kernels.cuh"
 
 enum { LN_WARPS = 8 }; /* rows per block of forward and backward */
 
-static __global__ void ln_forward_kernel(st_fbuf x, const float *w, const float *b, st_fbuf y, float *mean,
-                                         float *rstd, int64_t R, int64_t C, float eps) {
+static __global__ void ln_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbuf y, float *mean, float *rstd,
+                                         int64_t R, int64_t C, float eps) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= R) return; /* whole warps leave together: no block-wide sync below */
@@ -31,14 +32,14 @@ static __global__ void ln_forward_kernel(st_fbuf x, const float *w, const float 
     v = st_warp_sum(v) / (float)C;
     const float rs = 1.0f / sqrtf(v + eps);
     for (int64_t c = lane; c < C; c += 32)
-        st_st(y, o + c, (st_ld(x, o + c) - m) * rs * w[c] + b[c]);
+        st_st(y, o + c, (st_ld(x, o + c) - m) * rs * st_ld(w, c) + st_ld(b, c));
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;
     }
 }
 
-static __global__ void ln_backward_dx_kernel(st_fbuf x, const float *w, st_fbuf dy, const float *mean,
+static __global__ void ln_backward_dx_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean,
                                              const float *rstd, st_fbuf dx, int64_t R, int64_t C, bool acc) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -47,14 +48,14 @@ static __global__ void ln_backward_dx_kernel(st_fbuf x, const float *w, st_fbuf 
     const float m = mean[r], s = rstd[r];
     float gm = 0.0f, gxm = 0.0f;
     for (int64_t c = lane; c < C; c += 32) {
-        const float gc = st_ld(dy, o + c) * w[c];
+        const float gc = st_ld(dy, o + c) * st_ld(w, c);
         gm += gc;
         gxm += gc * (st_ld(x, o + c) - m) * s;
     }
     gm = st_warp_sum(gm) / (float)C;
     gxm = st_warp_sum(gxm) / (float)C;
     for (int64_t c = lane; c < C; c += 32) {
-        const float d = s * (st_ld(dy, o + c) * w[c] - gm - (st_ld(x, o + c) - m) * s * gxm);
+        const float d = s * (st_ld(dy, o + c) * st_ld(w, c) - gm - (st_ld(x, o + c) - m) * s * gxm);
         st_st(dx, o + c, acc ? st_ld(dx, o + c) + d : d);
     }
 }
@@ -73,7 +74,7 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
     float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
     ln_forward_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
-        st_data(n->in[0]), n->params[0]->data, n->params[1]->data, st_data(n->out), mean, rstd, R, C,
+        st_data(n->in[0]), st_data(n->params[0]), st_data(n->params[1]), st_data(n->out), mean, rstd, R, C,
         n->args.f[ST_LAYERNORM_F_EPS]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
@@ -85,8 +86,8 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
     const float *mean = n->saved, *rstd = n->saved + R;
     if (n->in[0]->grad) {
         ln_backward_dx_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0,
-                                st_cuda_stream(g)>>>(x, n->params[0]->data, dy, mean, rstd, st_grad(n->in[0]), R,
-                                                     C, n->in_acc[0]);
+                                st_cuda_stream(g)>>>(x, st_data(n->params[0]), dy, mean, rstd,
+                                                     st_grad(n->in[0]), R, C, n->in_acc[0]);
         ST_CUDA_LAUNCHED();
     }
     float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */

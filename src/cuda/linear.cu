@@ -60,9 +60,9 @@ static const linear_math LINEAR_MATH = LINEAR_MATH_FP32; /* TF32 breaks fp32 par
  * else exact copies), else fp32. The bias is of D's storage. With a bias,
  * ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the bias
  * epilogue. */
-static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A, int64_t lda,
-                           st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd, const void *bias,
-                           const char *what) {
+static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A,
+                           int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd,
+                           const void *bias, const char *what) {
     st_matmul p = {};
     p.ta = ta;
     p.tb = tb;
@@ -88,37 +88,33 @@ static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, 
     return st_cuda_matmul(g->dev, &p);
 }
 
-/* A parameter as a product reads it: the 16-bit compute copy where there is
- * one (a bf16 or fp16 run on the device), else the floats `data` points at. */
-static st_fbuf param_operand(const st_graph *g, const st_tensor *t) {
-    if (t->data16 && g->params->on_compute) return st_fbuf{t->data16, g->params->precision};
-    return st_fbuf{(void *)t->data, ST_PREC_FP32};
-}
-
 /* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */
-static __global__ void bias_rows_kernel(const float *b, st_fbuf y, int64_t M, int64_t N) {
+static __global__ void bias_rows_kernel(st_fbuf b, st_fbuf y, int64_t M, int64_t N) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N;
          i += (int64_t)gridDim.x * blockDim.x)
-        st_st(y, i, b[i % N]);
+        st_st(y, i, st_ld(b, i % N));
 }
 
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
-    const st_fbuf x = st_data(n->in[0]);              /* (M, K) */
-    const st_fbuf w = param_operand(g, n->params[0]); /* (N, K), or (K, N) when in_out */
-    const st_fbuf y = st_data(n->out);                /* (M, N) */
+    const st_fbuf x = st_data(n->in[0]);     /* (M, K) */
+    const st_fbuf w = st_data(n->params[0]); /* (N, K), or (K, N) when in_out: 16-bit in bf16/fp16 */
+    const st_fbuf y = st_data(n->out);       /* (M, N) */
     const st_tensor *bt = n->args.i[ST_LINEAR_BIAS] ? n->params[1] : NULL;
-    /* the epilogue's bias is of y's storage: the 16-bit copy for a 16-bit y */
-    const void *b = !bt ? NULL : y.t == ST_PREC_FP32 ? (const void *)bt->data : (const void *)bt->data16;
+    /* the epilogue's bias is of y's storage: a 16-bit bias (a bf16 or fp16
+     * run) with a float y (the logits) takes the bias-rows way below */
+    const st_fbuf bb = bt ? st_data(bt) : st_fbuf{NULL, ST_PREC_FP32};
+    const void *b = bt && bb.t == y.t ? bb.p : NULL;
     st_status s = ST_ERR_UNSUPPORTED;
     if (b || !bt) s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
     if (s != ST_ERR_UNSUPPORTED || !bt) return s;
     /* No algorithm takes this bias pointer (e.g. its alignment in the packed
-     * arena) in the epilogue: write the bias rows, then add the product (one
-     * rounding of a 16-bit y still: the bias is a 16-bit value). */
-    st_clear_error();
-    bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(bt->data, y, M, N);
+     * arena) in the epilogue, or the bias is 16-bit and y fp32: write the
+     * bias rows, then add the product (one rounding of a 16-bit y still: the
+     * bias is a 16-bit value). */
+    if (s != ST_OK) st_clear_error();
+    bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(bb, y, M, N);
     ST_CUDA_LAUNCHED();
     return lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "linear forward");
 }
@@ -126,9 +122,9 @@ static st_status linear_forward(st_node *n, st_graph *g) {
 static st_status linear_backward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
-    const st_fbuf x = st_data(n->in[0]);              /* (M, K) */
-    const st_fbuf w = param_operand(g, n->params[0]); /* (N, K) or (K, N) */
-    const st_fbuf dy = st_grad(n->out);               /* (M, N) */
+    const st_fbuf x = st_data(n->in[0]);                   /* (M, K) */
+    const st_fbuf w = st_data(n->params[0]);               /* (N, K) or (K, N) */
+    const st_fbuf dy = st_grad(n->out);                    /* (M, N) */
     const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
     if (dw.p) {
         if (io)

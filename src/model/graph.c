@@ -18,7 +18,8 @@ static int64_t align_up(int64_t n) { return (n + ST_ALIGN_FLOATS - 1) / ST_ALIGN
 
 void st_params_free(st_params *p) {
     if (!p) return;
-    for (int i = 0; i < p->n; i++) free(p->t[i]);
+    for (int i = 0; i < p->n; i++)
+        free(p->t[i]);
     free(p->t);
     st_device_release(p->dev, p->data);
     if (!p->grad_hooked) st_device_release(p->dev, p->grad);
@@ -39,23 +40,32 @@ static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
     for (int64_t j = 0; j < t->count; j++) {
         float v = 0.0f;
         switch (t->init) {
-        case ST_INIT_ZEROS: v = 0.0f; break;
-        case ST_INIT_ONES: v = 1.0f; break;
-        case ST_INIT_NORMAL: v = t->init_scale * st_rng_normal(&r); break;
-        case ST_INIT_UNIFORM: v = t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f); break;
+        case ST_INIT_ZEROS:
+            v = 0.0f;
+            break;
+        case ST_INIT_ONES:
+            v = 1.0f;
+            break;
+        case ST_INIT_NORMAL:
+            v = t->init_scale * st_rng_normal(&r);
+            break;
+        case ST_INIT_UNIFORM:
+            v = t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f);
+            break;
         }
         data[j] = v;
     }
 }
 
 /* The compute copy of a bf16 or fp16 run (after the layout): the rounded
- * masters as floats, and on a device also as 16-bit values, which the
- * parameters' data16 point into. A layout-only model (the planner's) has none. */
+ * masters, as floats on the host, as 16-bit values on a device (which the
+ * CUDA layers read through st_data). A layout-only model (the planner's) has
+ * none. */
 static st_status alloc_compute(st_params *p) {
     if (p->precision == ST_PREC_FP32 || p->layout_only) return ST_OK;
     const char *name = p->precision == ST_PREC_BF16 ? "bf16" : "fp16";
     st_status s = ST_OK;
-    if (!p->compute) {
+    if (!p->dev && !p->compute) {
         const size_t nbytes = (size_t)p->arena_count * sizeof(float);
         s = st_device_alloc(p->dev, nbytes, (void **)&p->compute);
         if (s == ST_OK) s = st_device_zero(p->dev, p->compute, nbytes);
@@ -66,8 +76,6 @@ static st_status alloc_compute(st_params *p) {
         if (s == ST_OK) s = st_device_zero(p->dev, p->compute16, nbytes);
     }
     if (s != ST_OK) return st_fail_context(s, "the %s copy of %lld parameters: ", name, (long long)p->count);
-    for (int i = 0; i < p->n; i++)
-        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data16 = p->compute16 ? p->compute16 + p->t[i]->offset : NULL;
     return ST_OK;
 }
 
@@ -81,26 +89,38 @@ st_status st_params_set_precision(st_params *p, st_precision prec) {
 
 /* Round the masters into the compute copy when they have changed since. */
 static st_status refresh_compute(st_params *p) {
-    if (p->precision == ST_PREC_FP32 || !p->compute || p->compute_version == p->version) return ST_OK;
-    ST_TRY(st_device_round_copy(p->dev, p->precision, p->compute, p->data, (size_t)p->count));
-    if (p->compute16) ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16, p->data, (size_t)p->count, 1.0f));
+    if (p->precision == ST_PREC_FP32 || p->compute_version == p->version) return ST_OK;
+    if (p->compute) ST_TRY(st_device_round_copy(p->dev, p->precision, p->compute, p->data, (size_t)p->count));
+    if (p->compute16)
+        ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16, p->data, (size_t)p->count, 1.0f));
     p->compute_version = p->version;
     return ST_OK;
 }
 
 void st_params_use_compute(st_params *p, bool on) {
-    if (p->precision == ST_PREC_FP32 || !p->compute || on == p->on_compute) return;
+    if (p->precision == ST_PREC_FP32 || (!p->compute && !p->compute16) || on == p->on_compute) return;
     if (on) (void)refresh_compute(p); /* a device error: forward and backward refresh first and report it */
-    float *base = on ? p->compute : p->data;
-    for (int i = 0; i < p->n; i++)
-        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->data = base + p->t[i]->offset;
+    for (int i = 0; i < p->n; i++) {
+        st_tensor *t = p->t[i];
+        if (t->kind != ST_TENSOR_PARAM) continue;
+        if (!on) {
+            t->data = p->data + t->offset;
+            t->store = ST_PREC_FP32;
+        } else if (p->compute16) { /* a device: 16-bit values, the gradient stays fp32 */
+            t->data = (float *)(void *)(p->compute16 + t->offset);
+            t->store = p->precision;
+        } else {
+            t->data = p->compute + t->offset;
+        }
+    }
     p->on_compute = on;
 }
 
 st_status st_params_init(st_params *p, uint64_t seed) {
     st_params_touch(p);
     if (!p->dev) {
-        for (int i = 0; i < p->n; i++) init_tensor(p->t[i], p->t[i]->data, seed);
+        for (int i = 0; i < p->n; i++)
+            init_tensor(p->t[i], p->t[i]->data, seed);
         return ST_OK;
     }
     /* On a device: make each tensor's values on the host, then copy them. */
@@ -129,7 +149,8 @@ st_status st_graph_init(st_graph *g, st_params *params) {
 
 void st_graph_free(st_graph *g) {
     if (!g) return;
-    for (int i = 0; i < g->n_acts; i++) free(g->acts[i]);
+    for (int i = 0; i < g->n_acts; i++)
+        free(g->acts[i]);
     free(g->acts);
     free(g->nodes);
     st_device_release(g->dev, g->act_arena);
@@ -165,9 +186,8 @@ static st_tensor *tensor_new(const char *name, st_tensor_kind kind, st_dtype dty
     return t;
 }
 
-static st_status declare(st_graph *g, const char *name, st_tensor_kind kind, int ndim,
-                         const int64_t *shape, st_init init, float scale, bool decay,
-                         st_tensor **out) {
+static st_status declare(st_graph *g, const char *name, st_tensor_kind kind, int ndim, const int64_t *shape,
+                         st_init init, float scale, bool decay, st_tensor **out) {
     st_params *p = g->params;
     ST_TRY(check_shape(name, ndim, shape));
     if (p->frozen) {
@@ -178,13 +198,11 @@ static st_status declare(st_graph *g, const char *name, st_tensor_kind kind, int
         st_tensor *t = p->t[p->cursor++];
         if (strcmp(t->name, name) != 0 || t->ndim != ndim ||
             memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) != 0)
-            return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %s where %s was expected", name,
-                           t->name);
+            return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %s where %s was expected", name, t->name);
         *out = t;
         return ST_OK;
     }
-    if (st_params_find(p, name))
-        return st_fail(ST_ERR_INTERNAL, "parameter %s declared twice", name);
+    if (st_params_find(p, name)) return st_fail(ST_ERR_INTERNAL, "parameter %s declared twice", name);
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 64;
         st_tensor **nt = realloc(p->t, (size_t)cap * sizeof *nt);
@@ -204,18 +222,18 @@ static st_status declare(st_graph *g, const char *name, st_tensor_kind kind, int
     return ST_OK;
 }
 
-st_status st_graph_param(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                         st_init init, float init_scale, bool decay, st_tensor **out) {
+st_status st_graph_param(st_graph *g, const char *name, int ndim, const int64_t *shape, st_init init,
+                         float init_scale, bool decay, st_tensor **out) {
     return declare(g, name, ST_TENSOR_PARAM, ndim, shape, init, init_scale, decay, out);
 }
 
-st_status st_graph_buffer(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                          st_init init, st_tensor **out) {
+st_status st_graph_buffer(st_graph *g, const char *name, int ndim, const int64_t *shape, st_init init,
+                          st_tensor **out) {
     return declare(g, name, ST_TENSOR_BUFFER, ndim, shape, init, 0.0f, false, out);
 }
 
-static st_status add_act(st_graph *g, const char *name, st_tensor_kind kind, st_dtype dtype,
-                         int ndim, const int64_t *shape, st_tensor **out) {
+static st_status add_act(st_graph *g, const char *name, st_tensor_kind kind, st_dtype dtype, int ndim,
+                         const int64_t *shape, st_tensor **out) {
     ST_TRY(check_shape(name, ndim, shape));
     if (g->finalized) return st_fail(ST_ERR_INTERNAL, "graph is finalized; cannot add %s", name);
     if (g->n_acts == g->cap_acts) {
@@ -233,13 +251,12 @@ static st_status add_act(st_graph *g, const char *name, st_tensor_kind kind, st_
     return ST_OK;
 }
 
-st_status st_graph_input(st_graph *g, const char *name, st_dtype dtype, int ndim,
-                         const int64_t *shape, st_tensor **out) {
+st_status st_graph_input(st_graph *g, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                         st_tensor **out) {
     return add_act(g, name, ST_TENSOR_INPUT, dtype, ndim, shape, out);
 }
 
-st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                       st_tensor **out) {
+st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *shape, st_tensor **out) {
     return add_act(g, name, ST_TENSOR_ACT, ST_F32, ndim, shape, out);
 }
 
@@ -357,7 +374,8 @@ static st_status find_regions(const st_graph *g, int **out) {
         free(region), free(read);
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < g->n_acts; i++) region[i] = -1;
+    for (int i = 0; i < g->n_acts; i++)
+        region[i] = -1;
     if (g->checkpointing) {
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i].block >= 0) region[g->nodes[i].out->index] = g->nodes[i].block;
@@ -385,7 +403,8 @@ static st_status find_regions(const st_graph *g, int **out) {
  * or what the host reads as floats (host_f32: logits). */
 static st_status choose_storage(st_graph *g) {
     const st_precision prec = g->params->precision;
-    for (int i = 0; i < g->n_acts; i++) g->acts[i]->store = ST_PREC_FP32;
+    for (int i = 0; i < g->n_acts; i++)
+        g->acts[i]->store = ST_PREC_FP32;
     if (prec == ST_PREC_FP32 || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
     bool *ok = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     if (!ok) return st_fail(ST_ERR_NOMEM, "out of memory");
@@ -411,11 +430,13 @@ static int64_t act_floats(const st_tensor *t) { return align_up(st_store_floats(
 
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
-    if (!g->params->frozen) ST_TRY(layout_params(g->params));
+    if (!g->params->frozen)
+        ST_TRY(layout_params(g->params));
     else if (g->params->cursor != g->params->n)
-        return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters",
-                       g->params->cursor, g->params->n);
-    if (g->dev && !g->params_only) ST_TRY(use_device_ops(g));
+        return st_fail(ST_ERR_INTERNAL, "graph rebuild declared %d of %d parameters", g->params->cursor,
+                       g->params->n);
+    if (g->dev && !g->params_only)
+        ST_TRY(use_device_ops(g));
     else if (g->device_layout)
         for (int i = 0; i < g->n_nodes; i++)
             if (strcmp(g->nodes[i].ops->name, "attention") == 0) st_attention_device_layout(&g->nodes[i]);
@@ -540,7 +561,8 @@ static st_status node_forward(st_graph *g, st_node *n, st_precision prec) {
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, false);
     st_status s = n->ops->forward(n, g);
     if (s != ST_OK) return s;
-    if (prec != ST_PREC_FP32 && n->out != g->loss && n->out->store == ST_PREC_FP32) /* (16-bit: the layer rounded) */
+    if (prec != ST_PREC_FP32 && n->out != g->loss &&
+        n->out->store == ST_PREC_FP32) /* (16-bit: the layer rounded) */
         ST_TRY(st_device_round_f32(g->dev, prec, n->out->data, (size_t)n->out->count));
     if (g->node_hook) g->node_hook(g->node_hook_ctx, n, false, true);
     return ST_OK;
@@ -556,7 +578,8 @@ st_status st_graph_forward(st_graph *g) {
             if (g->acts[i]->kind == ST_TENSOR_INPUT && g->acts[i]->dtype == ST_F32)
                 s = st_device_round_f32(g->dev, prec, g->acts[i]->data, (size_t)g->acts[i]->count);
     }
-    for (int i = 0; i < g->n_nodes && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
+    for (int i = 0; i < g->n_nodes && s == ST_OK; i++)
+        s = node_forward(g, &g->nodes[i], prec);
     st_params_use_compute(g->params, false);
     return s;
 }
@@ -565,10 +588,12 @@ st_status st_graph_forward(st_graph *g) {
  * from its (persistent) inputs, refilling the shared region. */
 static st_status recompute_block(st_graph *g, int last, st_precision prec) {
     int first = last;
-    while (first > 0 && g->nodes[first - 1].block == g->nodes[last].block) first--;
+    while (first > 0 && g->nodes[first - 1].block == g->nodes[last].block)
+        first--;
     g->recomputing = true;
     st_status s = ST_OK;
-    for (int i = first; i <= last && s == ST_OK; i++) s = node_forward(g, &g->nodes[i], prec);
+    for (int i = first; i <= last && s == ST_OK; i++)
+        s = node_forward(g, &g->nodes[i], prec);
     g->recomputing = false;
     return s;
 }
@@ -580,7 +605,8 @@ st_status st_graph_backward(st_graph *g, float seed) {
     if (g->dev) {
         ST_TRY(st_device_fill_f32(g->dev, g->loss->grad, (size_t)g->loss->count, seed));
     } else {
-        for (int64_t i = 0; i < g->loss->count; i++) g->loss->grad[i] = seed;
+        for (int64_t i = 0; i < g->loss->count; i++)
+            g->loss->grad[i] = seed;
     }
     ST_TRY(refresh_compute(g->params));
     st_params_use_compute(g->params, true);
@@ -606,11 +632,12 @@ st_status st_graph_backward(st_graph *g, float seed) {
 st_status st_tensor_read(st_device *dev, const st_tensor *t, bool grad, float *host) {
     const void *src = grad ? (const void *)t->grad : (const void *)t->data;
     if (!src) return st_fail(ST_ERR_INTERNAL, "tensor %s has no %s", t->name, grad ? "gradient" : "data");
-    if (t->store == ST_PREC_FP32) return st_device_download(dev, host, src, (size_t)t->count * sizeof(float));
+    const st_precision store = st_tensor_store(t, grad);
+    if (store == ST_PREC_FP32) return st_device_download(dev, host, src, (size_t)t->count * sizeof(float));
     uint16_t *h = malloc((size_t)(t->count ? t->count : 1) * sizeof *h);
     if (!h) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", t->name);
     st_status s = st_device_download(dev, h, src, (size_t)t->count * sizeof *h);
-    if (s == ST_OK) st_from_half(t->store, host, h, t->count);
+    if (s == ST_OK) st_from_half(store, host, h, t->count);
     free(h);
     return s;
 }
@@ -618,10 +645,11 @@ st_status st_tensor_read(st_device *dev, const st_tensor *t, bool grad, float *h
 st_status st_tensor_write(st_device *dev, st_tensor *t, bool grad, const float *host) {
     void *dst = grad ? (void *)t->grad : (void *)t->data;
     if (!dst) return st_fail(ST_ERR_INTERNAL, "tensor %s has no %s", t->name, grad ? "gradient" : "data");
-    if (t->store == ST_PREC_FP32) return st_device_upload(dev, dst, host, (size_t)t->count * sizeof(float));
+    const st_precision store = st_tensor_store(t, grad);
+    if (store == ST_PREC_FP32) return st_device_upload(dev, dst, host, (size_t)t->count * sizeof(float));
     uint16_t *h = malloc((size_t)(t->count ? t->count : 1) * sizeof *h);
     if (!h) return st_fail(ST_ERR_NOMEM, "out of memory writing %s", t->name);
-    st_to_half(t->store, h, host, t->count);
+    st_to_half(store, h, host, t->count);
     st_status s = st_device_upload(dev, dst, h, (size_t)t->count * sizeof *h);
     free(h);
     return s;

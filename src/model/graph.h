@@ -70,16 +70,16 @@ typedef struct st_tensor {
     float init_scale;
     bool decay;            /* AdamW weight decay applies (matrices, not biases/norms) */
     bool transposed_store; /* stored (in, out) as in GPT-2 checkpoints */
-    /* 16-bit storage (docs/precision.md, "16-bit storage on a CUDA device").
-     * `store` says what `data` and `grad` of a float activation hold: FP32,
-     * float arrays; BF16 or FP16, arrays of 16-bit values (uint16_t), which
-     * only the layers of st_layer_half_io read and write. st_graph_finalize
-     * decides it; st_tensor_read/st_tensor_write convert for the host. */
+    /* 16-bit storage (docs/precision.md, "On a CUDA device").
+     * `store` says what `data` of a float tensor holds: FP32, a float array;
+     * BF16 or FP16, an array of 16-bit values (uint16_t). An activation's
+     * `grad` is stored as its `data` (only the layers of st_layer_half_io
+     * read and write 16-bit activations; st_graph_finalize decides;
+     * st_tensor_read/st_tensor_write convert for the host). A parameter of a
+     * 16-bit run on a device points at the 16-bit compute copy while forward
+     * and backward run (st_params_use_compute), its `grad` always fp32. */
     st_precision store;
     bool host_f32; /* read as floats by the host (logits): never stored in 16 bits */
-    /* parameters of a 16-bit run on a device: the compute copy in 16 bits
-     * (st_params.compute16), which products read directly */
-    void *data16;
 } st_tensor;
 
 typedef struct st_node st_node;
@@ -136,26 +136,28 @@ typedef struct st_arena_hook {
  * arena (same layout), one buffer arena. */
 typedef struct st_params {
     st_device *dev; /* where the arenas live: NULL = host; set before the first finalize */
-    st_tensor **t; /* params then buffers, in declaration order */
+    st_tensor **t;  /* params then buffers, in declaration order */
     int n, cap;
-    int n_params; /* trainable ones */
+    int n_params;  /* trainable ones */
     int64_t count; /* elements of trainable params (arena size before padding) */
     int64_t arena_count, buffer_count;
     float *data, *grad, *buffers;
-    bool frozen; /* layout done: later builds must declare the same tensors */
+    bool frozen;      /* layout done: later builds must declare the same tensors */
     bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
-    int cursor;  /* next expected declaration during a rebuild */
+    int cursor;       /* next expected declaration during a rebuild */
     /* Mixed precision (docs/precision.md). `data` holds the fp32 master
-     * weights; in bf16 and fp16 `compute` holds them rounded to the low
-     * precision (the GPU's 16-bit copy; on the arenas' device), and forward and backward read it:
+     * weights; in bf16 and fp16 the compute copy holds them rounded to the
+     * low precision, and forward and backward read it: on the host `compute`
+     * (floats holding 16-bit values, as the CPU emulates), on a device
+     * `compute16` (16-bit values, half the bytes; `compute` is NULL).
      * st_graph_forward/backward point the parameter tensors at it while they
-     * run and back at `data` after. The copy is refreshed when `version` (bumped
-     * by st_params_touch after anything writes `data`) has moved on. */
+     * run and back at `data` after. The copy is refreshed when `version`
+     * (bumped by st_params_touch after anything writes `data`) has moved on. */
     st_precision precision;
     float *compute;
-    uint16_t *compute16; /* on a device in bf16/fp16: the same values in 16 bits (refreshed with compute) */
+    uint16_t *compute16;
     uint64_t version, compute_version;
-    bool on_compute; /* parameter tensors point into `compute` now */
+    bool on_compute;         /* parameter tensors point into the compute copy now */
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
@@ -184,8 +186,8 @@ struct st_graph {
     bool checkpointing, recomputing;
     int64_t region_act_count, region_grad_count; /* floats of the shared regions (0 without) */
     bool finalized;
-    bool params_only; /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
-                         int_count, work_count) but allocates none */
+    bool params_only;   /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
+                           int_count, work_count) but allocates none */
     bool device_layout; /* with no device: size them as a CUDA device would (attention's saved state,
                            src/layers/attention_layout.h; the other twins' scratch is not counted) */
     /* run state read by layers */
@@ -242,17 +244,16 @@ void st_graph_free(st_graph *g);
 /* Declare a trainable parameter (or, the first time, create it). On a graph
  * built for an existing model, returns the already laid-out tensor after
  * checking its shape. */
-st_status st_graph_param(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                         st_init init, float init_scale, bool decay, st_tensor **out);
+st_status st_graph_param(st_graph *g, const char *name, int ndim, const int64_t *shape, st_init init,
+                         float init_scale, bool decay, st_tensor **out);
 /* A non-trainable buffer (saved with the weights, no gradient). */
-st_status st_graph_buffer(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                          st_init init, st_tensor **out);
+st_status st_graph_buffer(st_graph *g, const char *name, int ndim, const int64_t *shape, st_init init,
+                          st_tensor **out);
 /* A graph input the caller fills before forward. */
-st_status st_graph_input(st_graph *g, const char *name, st_dtype dtype, int ndim,
-                         const int64_t *shape, st_tensor **out);
+st_status st_graph_input(st_graph *g, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                         st_tensor **out);
 /* A new activation; requires_grad is decided by st_graph_node. */
-st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *shape,
-                       st_tensor **out);
+st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *shape, st_tensor **out);
 /* Append a node. `out` must be a fresh activation from st_graph_act. The node's
  * output requires a gradient when any input or parameter does. */
 st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *in, int n_in,
@@ -276,6 +277,11 @@ st_status st_graph_backward(st_graph *g, float seed);
  * is stored so. For tests and tools, not the step loop. */
 st_status st_tensor_read(st_device *dev, const st_tensor *t, bool grad, float *host);
 st_status st_tensor_write(st_device *dev, st_tensor *t, bool grad, const float *host);
+/* How a float tensor's data, or gradient, is stored: a parameter's gradient
+ * is always fp32, everything else as st_tensor.store says. */
+static inline st_precision st_tensor_store(const st_tensor *t, bool grad) {
+    return grad && t->kind == ST_TENSOR_PARAM ? ST_PREC_FP32 : t->store;
+}
 /* Floats of arena a float activation of `count` elements takes in `store`. */
 static inline int64_t st_store_floats(int64_t count, st_precision store) {
     return store == ST_PREC_FP32 ? count : (count + 1) / 2;
@@ -284,7 +290,8 @@ static inline int64_t st_store_floats(int64_t count, st_precision store) {
 /* Elements of a shape. */
 static inline int64_t st_shape_count(int ndim, const int64_t *shape) {
     int64_t c = 1;
-    for (int i = 0; i < ndim; i++) c *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        c *= shape[i];
     return c;
 }
 
