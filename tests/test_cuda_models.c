@@ -130,9 +130,10 @@ static double worst_scaled;
 static char worst_what[ST_NAME_MAX + 16];
 
 /* Compare n floats of device memory with the host's, scale-aware. */
-static int compare(const char *label, const char *what, st_device *dev, const float *dptr, const float *h,
-                   int64_t n, double rtol, double atol) {
-    float *d = cp_download(label, what, dev, dptr, n);
+/* dptr's n floats, or with t the tensor's data in whatever storage it has */
+static int compare(const char *label, const char *what, st_device *dev, const st_tensor *t, const float *dptr,
+                   const float *h, int64_t n, double rtol, double atol) {
+    float *d = cp_download_as(label, what, dev, dptr, n, t, false);
     if (!d) return 1;
     double mx = 0;
     for (int64_t i = 0; i < n; i++)
@@ -277,9 +278,9 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_graph_backward(&dg.g, seed_grad));
     T_TRY(st_device_sync(dev));
     bad += cp_check(mc->label, "loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
-    bad += compare(mc->label, "logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, rtol, atol);
+    bad += compare(mc->label, "logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count, rtol, atol);
     if (prec != ST_PREC_FP32) {
-        bad += cp_check_16(mc->label, "logits", dev, dg.logits->data, hg.logits->count, prec);
+        bad += cp_check_16_src(mc->label, "logits", dev, NULL, dg.logits, false, hg.logits->count, prec);
         bad += cp_check_compute(mc->label, dev, dp, hp);
     }
     char what[ST_NAME_MAX + 8];
@@ -288,11 +289,11 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
         if (h->kind == ST_TENSOR_PARAM) {
             snprintf(what, sizeof what, "d %s", h->name);
             bad += prec == ST_PREC_FP32
-                       ? compare(mc->label, what, dev, d->grad, h->grad, h->count, rtol, atol)
+                       ? compare(mc->label, what, dev, NULL, d->grad, h->grad, h->count, rtol, atol)
                        : compare_l2(mc->label, what, dev, d->grad, h->grad, h->count, l2tol);
         } else {
             bad += prec == ST_PREC_FP32
-                       ? compare(mc->label, h->name, dev, d->data, h->data, h->count, rtol, atol)
+                       ? compare(mc->label, h->name, dev, NULL, d->data, h->data, h->count, rtol, atol)
                        : compare_l2(mc->label, h->name, dev, d->data, h->data, h->count, l2tol);
         }
     }
@@ -301,7 +302,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
     bad += cp_check(mc->label, "eval loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
-    bad += compare(mc->label, "eval logits", dev, dg.logits->data, hg.logits->data, hg.logits->count, rtol,
+    bad += compare(mc->label, "eval logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count, rtol,
                    atol);
     /* weights saved from the device load into a fresh host model unchanged */
     fd = mkstemp(path);

@@ -12,13 +12,14 @@
  * written or added per in_acc; an ignored row gets 0 (or is left as is).
  * A target outside [0, V) that is not ignore_index cannot be named from the
  * device without a sync: its row's loss and gradient are NaN, so the loss
- * shows it. The CPU path names the position. */
+ * shows it. The CPU path names the position. Logits and their gradient in
+ * either storage (src/layers/half_io.h); the loss, lse and sums fp32. */
 #include "kernels.cuh"
 
 static unsigned ce_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
 
-static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *lse, double *row_loss,
-                                     int64_t V, int32_t ign) {
+static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, double *row_loss, int64_t V,
+                                     int32_t ign) {
     __shared__ float shf[32];
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
@@ -29,20 +30,20 @@ static __global__ void ce_row_kernel(const float *x, const int32_t *tg, float *l
         }
         return;
     }
-    const float *xr = x + r * V;
+    const int64_t o = r * V;
     float m = -INFINITY;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        m = st_nan_max(m, xr[v]);
+        m = st_nan_max(m, st_ld(x, o + v));
     m = st_block_max(m, shf);
     float s = 0.0f;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        s += expf(xr[v] - m);
+        s += expf(st_ld(x, o + v) - m);
     s = st_block_sum(s, shf);
     if (threadIdx.x == 0) {
         const double l = (double)m + log((double)s);
         const bool ok = t >= 0 && t < V;
         lse[r] = ok ? (float)l : __int_as_float(0x7fc00000);
-        row_loss[r] = ok ? l - (double)xr[t] : __longlong_as_double(0x7ff8000000000000LL);
+        row_loss[r] = ok ? l - (double)st_ld(x, o + t) : __longlong_as_double(0x7ff8000000000000LL);
     }
 }
 
@@ -65,27 +66,26 @@ static __global__ void ce_total_kernel(const double *row_loss, const int32_t *tg
     }
 }
 
-static __global__ void ce_backward_kernel(const float *x, const int32_t *tg, const float *lse,
-                                          const float *count_slot, const float *dloss, float *dx, int64_t V,
+static __global__ void ce_backward_kernel(st_fbuf x, const int32_t *tg, const float *lse,
+                                          const float *count_slot, const float *dloss, st_fbuf dx, int64_t V,
                                           int32_t ign, bool acc) {
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
-    float *dr = dx + r * V;
     if (t == ign) {
         if (!acc)
             for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-                dr[v] = 0.0f;
+                st_st(dx, r * V + v, 0.0f);
         return;
     }
     const int count = __float_as_int(*count_slot);
     const float scale = count ? dloss[0] / (float)count : 0.0f;
-    const float *xr = x + r * V;
+    const int64_t o = r * V;
     const float l = lse[r];
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float d = expf(xr[v] - l) * scale;
-        if (acc) d = dr[v] + d;
+        float d = expf(st_ld(x, o + v) - l) * scale;
+        if (acc) d = st_ld(dx, o + v) + d;
         if (v == t) d -= scale; /* the CPU's order: add softmax, then subtract at the target */
-        dr[v] = d;
+        st_st(dx, o + v, d);
     }
 }
 
@@ -94,7 +94,7 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
     const int32_t *tg = n->in[1]->idata;  /* (R) */
     double *row_loss = (double *)g->work; /* (R): the CPU's work_count, 2 floats each */
-    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(n->in[0]->data, tg, n->saved,
+    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(st_data(n->in[0]), tg, n->saved,
                                                                         row_loss, V, ign);
     ST_CUDA_LAUNCHED();
     ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
@@ -104,10 +104,9 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
 
 static st_status softmax_ce_backward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
-    float *dx = n->in[0]->grad; /* (R, V) or NULL */
-    if (!dx) return ST_OK;
+    if (!n->in[0]->grad) return ST_OK; /* dlogits (R, V) */
     ce_backward_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(
-        n->in[0]->data, n->in[1]->idata, n->saved, n->saved + R, n->out->grad, dx, V,
+        st_data(n->in[0]), n->in[1]->idata, n->saved, n->saved + R, n->out->grad, st_grad(n->in[0]), V,
         (int32_t)n->args.i[ST_CE_IGNORE], n->in_acc[0]);
     ST_CUDA_LAUNCHED();
     return ST_OK;

@@ -140,11 +140,19 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     st_status s;
     switch (m->kind) {
-    case ST_MODEL_MLP: s = build_mlp(m, mg); break;
-    case ST_MODEL_CNN: s = build_cnn(m, mg); break;
-    default: s = build_gpt(m, mg); break;
+    case ST_MODEL_MLP:
+        s = build_mlp(m, mg);
+        break;
+    case ST_MODEL_CNN:
+        s = build_cnn(m, mg);
+        break;
+    default:
+        s = build_gpt(m, mg);
+        break;
     }
-    if (s == ST_OK && mg->logits) mg->logits->host_f32 = true; /* evaluation reads them (accuracy) */
+    /* evaluation reads an image model's logits (accuracy); a token model's
+     * stay on the device and may be stored in 16 bits */
+    if (s == ST_OK && mg->logits && m->kind != ST_MODEL_GPT) mg->logits->host_f32 = true;
     if (s == ST_OK) s = st_graph_finalize(&mg->g);
     if (s != ST_OK) {
         st_graph_free(&mg->g);
@@ -174,9 +182,12 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     m->cfg = *cfg;
     m->in = *in;
     const char *t = cfg->model.type;
-    if (strcmp(t, "mlp") == 0) m->kind = ST_MODEL_MLP;
-    else if (strcmp(t, "cnn") == 0) m->kind = ST_MODEL_CNN;
-    else m->kind = ST_MODEL_GPT;
+    if (strcmp(t, "mlp") == 0)
+        m->kind = ST_MODEL_MLP;
+    else if (strcmp(t, "cnn") == 0)
+        m->kind = ST_MODEL_CNN;
+    else
+        m->kind = ST_MODEL_GPT;
     st_status s = ST_OK;
     if (m->kind == ST_MODEL_GPT) {
         if (in->seq_len > cfg->model.block_size)
