@@ -2,9 +2,9 @@
  * forms, the ZeRO memory formulas, activations linear in the batch, the
  * planner's table for GPT-2 124M on the presets, and its auto choices for
  * simulated hardware. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -29,8 +29,8 @@ static void test_probe(void) {
         CHECK(h.cuda_why[0] != '\0', "no device and no reason");
         CHECK(strstr(buf, "no CUDA device (") != NULL, "report: %s", buf);
     }
-    CHECK(strstr(buf, "cpu:") && strstr(buf, "memory:") && strstr(buf, "mpi:") && strstr(buf, "nccl:"), "report: %s",
-          buf);
+    CHECK(strstr(buf, "cpu:") && strstr(buf, "memory:") && strstr(buf, "mpi:") && strstr(buf, "nccl:"),
+          "report: %s", buf);
     free(buf);
 }
 
@@ -102,23 +102,41 @@ static void test_mlp_flops(void) {
     st_model_free(m);
 }
 
-/* ZeRO (Rajbhandari et al. 2020, fig. 1): mixed-precision Adam holds 16 Psi
- * bytes under DDP, 4 Psi + 12 Psi / N under ZeRO-1, 2 Psi + 14 Psi / N under
- * ZeRO-2. */
+/* Model states as the engine holds them (src/hw/memory.h): the fp32 masters
+ * and fp32 gradients whole on every rank, with bf16/fp16 the compute copy
+ * (2 bytes on a GPU, 4 on the CPU), AdamW's moments sharded by ZeRO-1, the
+ * gradients by ZeRO-2 on the CPU only; offload moves the rank's moments to
+ * the host with pinned copies of its range's masters and gradients. Mixed
+ * AdamW on a GPU: 18 Psi bytes under DDP, 10 Psi + 8 Psi / N under ZeRO-1
+ * (the ZeRO paper's 16 Psi and 4 Psi + 12 Psi / N count 2-byte gradients and
+ * shard the masters). */
 static void test_zero_formulas(void) {
     const int64_t psi = 1600000; /* a multiple of the arena's 16-float padding */
     for (int n = 1; n <= 64; n *= 4) {
-        st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = n};
-        CHECK(st_mem_model_states(psi, &o) == 16 * psi, "ddp");
-        o.zero = 1;
-        CHECK(st_mem_model_states(psi, &o) == 4 * psi + 12 * psi / n, "zero1 N=%d: %lld", n,
+        st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = n, .device_layout = true};
+        CHECK(st_mem_model_states(psi, &o) == 18 * psi, "gpu ddp: %lld",
               (long long)st_mem_model_states(psi, &o));
-        o.zero = 2;
-        CHECK(st_mem_model_states(psi, &o) == 2 * psi + 14 * psi / n, "zero2 N=%d", n);
+        o.zero = 1;
+        CHECK(st_mem_model_states(psi, &o) == 10 * psi + 8 * psi / n, "gpu zero1 N=%d: %lld", n,
+              (long long)st_mem_model_states(psi, &o));
+        o.zero = 2; /* a GPU run keeps its whole gradient arena */
+        CHECK(st_mem_model_states(psi, &o) == 10 * psi + 8 * psi / n, "gpu zero2 N=%d", n);
         o.offload = true;
-        CHECK(st_mem_model_states(psi, &o) == 2 * psi, "zero2 + offload keeps the 2-byte weights");
+        CHECK(st_mem_model_states(psi, &o) == 10 * psi, "gpu zero2 + offload keeps weights and gradients");
+        st_mem m;
+        CHECK_OK(st_mem_estimate_states(psi, &o, &m));
+        CHECK(m.host == 8 * psi / n + 8 * psi / n, "offload's host bytes %lld", (long long)m.host);
+        o.zero = 0;
+        CHECK_OK(st_mem_estimate_states(psi, &o, &m));
+        CHECK(m.host == 16 * psi && m.params + m.grads + m.optim == 10 * psi, "ddp + offload: host %lld",
+              (long long)m.host);
+        st_mem_opts c = {.mixed = true, .optim_states = 2, .ranks = n, .zero = 2}; /* the CPU */
+        CHECK(st_mem_model_states(psi, &c) == 8 * psi + 12 * psi / n, "cpu mixed zero2 N=%d", n);
         st_mem_opts f = {.mixed = false, .optim_states = 2, .ranks = n};
         CHECK(st_mem_model_states(psi, &f) == 16 * psi, "fp32 adam");
+        f.zero = 2;
+        CHECK(st_mem_model_states(psi, &f) == 4 * psi + 12 * psi / n, "fp32 zero2 on the CPU N=%d", n);
+        f.zero = 0;
         f.optim_states = 1;
         CHECK(st_mem_model_states(psi, &f) == 12 * psi, "fp32 sgd with momentum");
     }
@@ -145,8 +163,9 @@ static void test_linear_in_batch(void) {
         st_model_graph_free(&mg);
     }
     for (int k = 0; k < 3; k++)
-        CHECK(llabs(a[2][k] - (a[0][k] + 36 * (a[1][k] - a[0][k]))) <= pad, "arena %d: %lld at 37 vs linear %lld", k,
-              (long long)a[2][k], (long long)(a[0][k] + 36 * (a[1][k] - a[0][k])));
+        CHECK(llabs(a[2][k] - (a[0][k] + 36 * (a[1][k] - a[0][k]))) <= pad,
+              "arena %d: %lld at 37 vs linear %lld", k, (long long)a[2][k],
+              (long long)(a[0][k] + 36 * (a[1][k] - a[0][k])));
     st_model_free(m);
 }
 
@@ -166,7 +185,8 @@ static void test_device_layout(void) {
         CHECK_OK(st_model_graph_layout_device(m, B, &dev));
         const int64_t nh = heads[k], want = k == 0 ? L * B * nh * T * (T - 1) : 0;
         CHECK(host.g.act_count - dev.g.act_count == want,
-              "nh %lld: %lld floats fewer on the device, want %lld", (long long)nh, (long long)(host.g.act_count - dev.g.act_count), (long long)want);
+              "nh %lld: %lld floats fewer on the device, want %lld", (long long)nh,
+              (long long)(host.g.act_count - dev.g.act_count), (long long)want);
         CHECK(host.g.grad_count == dev.g.grad_count, "gradients %lld vs %lld", (long long)host.g.grad_count,
               (long long)dev.g.grad_count);
         st_model_graph_free(&host);
@@ -197,12 +217,13 @@ static void test_layout_matches_real(void) {
         if (!real || !plan) return;
         CHECK(real->params.arena_count == plan->params.arena_count &&
                   real->params.buffer_count == plan->params.buffer_count && plan->params.data == NULL,
-              "params %lld vs %lld", (long long)real->params.arena_count, (long long)plan->params.arena_count);
+              "params %lld vs %lld", (long long)real->params.arena_count,
+              (long long)plan->params.arena_count);
         st_model_graph a, b;
         CHECK_OK(st_model_graph_build(real, 5, &a));
         CHECK_OK(st_model_graph_layout(plan, 5, &b));
-        CHECK(a.g.act_count == b.g.act_count && a.g.grad_count == b.g.grad_count && a.g.int_count == b.g.int_count &&
-                  a.g.work_count == b.g.work_count && b.g.act_arena == NULL,
+        CHECK(a.g.act_count == b.g.act_count && a.g.grad_count == b.g.grad_count &&
+                  a.g.int_count == b.g.int_count && a.g.work_count == b.g.work_count && b.g.act_arena == NULL,
               "%s: act %lld/%lld grad %lld/%lld int %lld/%lld work %lld/%lld", c.model.type,
               (long long)a.g.act_count, (long long)b.g.act_count, (long long)a.g.grad_count,
               (long long)b.g.grad_count, (long long)a.g.int_count, (long long)b.g.int_count,
@@ -234,16 +255,16 @@ static void test_table(void) {
     for (int i = 0; i < 5; i++) {
         p[i] = plan_for(&in, hw[i]);
         CHECK(p[i].ok && p[i].fits && !p[i].warning[0], "%s: %s", hw[i], p[i].warning);
-        CHECK(p[i].micro * p[i].accum * p[i].ranks == 512, "%s: %lld x %lld x %d", hw[i], (long long)p[i].micro,
-              (long long)p[i].accum, p[i].ranks);
+        CHECK(p[i].micro * p[i].accum * p[i].ranks == 512, "%s: %lld x %lld x %d", hw[i],
+              (long long)p[i].micro, (long long)p[i].accum, p[i].ranks);
         CHECK(strcmp(p[i].precision, "bf16") == 0 && strcmp(p[i].strategy, "ddp") == 0, "%s: %s %s", hw[i],
               p[i].precision, p[i].strategy);
         CHECK(p[i].mem.total <= p[i].mem_limit, "%s", hw[i]);
         CHECK(p[i].scaling > 0.5 && p[i].scaling <= 1.0 + 1e-9, "%s: scaling %g", hw[i], p[i].scaling);
         CHECK(p[i].tokens_per_s > 0 && p[i].time.step_s > 0, "%s", hw[i]);
         printf("%-12s micro %3lld accum %2lld  %6.2f GiB  %7.1f ms  %9.0f tokens/s  scaling %.3f\n", hw[i],
-               (long long)p[i].micro, (long long)p[i].accum, (double)p[i].mem.total / GIB, 1e3 * p[i].time.step_s,
-               p[i].tokens_per_s, p[i].scaling);
+               (long long)p[i].micro, (long long)p[i].accum, (double)p[i].mem.total / GIB,
+               1e3 * p[i].time.step_s, p[i].tokens_per_s, p[i].scaling);
     }
     CHECK(p[3].tokens_per_s > p[0].tokens_per_s * 2, "8xH100 %g vs 4xL40S %g tokens/s", p[3].tokens_per_s,
           p[0].tokens_per_s);
@@ -253,7 +274,8 @@ static void test_table(void) {
     if (p[1].micro < 64) {
         c.train.micro_batch_size = 2 * p[1].micro;
         st_plan q = plan_for(&in, "8xA100-40GB"); /* checkpointing auto: it fits by recomputing */
-        CHECK(q.checkpointing && q.fits, "micro %lld with checkpointing: %s", (long long)q.micro, q.checkpointing_why);
+        CHECK(q.checkpointing && q.fits, "micro %lld with checkpointing: %s", (long long)q.micro,
+              q.checkpointing_why);
         snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
         q = plan_for(&in, "8xA100-40GB");
         CHECK(!q.fits && q.warning[0], "micro %lld should not fit on A100-40GB", (long long)q.micro);
@@ -262,30 +284,33 @@ static void test_table(void) {
     }
     /* memory rises with the micro-batch and falls with ZeRO; on GPUs ZeRO-2
      * keeps the whole gradient arena (dist.h), so it saves ZeRO-1's: the
-     * optimizer state (12 bytes per parameter in bf16: 2 moments + master) */
+     * optimizer state (AdamW's 2 moments, 8 bytes per parameter) */
     c.train.micro_batch_size = 4;
     st_plan d4 = plan_for(&in, "8xA100-80GB");
     c.train.micro_batch_size = 8;
     st_plan d8 = plan_for(&in, "8xA100-80GB");
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
     st_plan z8 = plan_for(&in, "8xA100-80GB");
-    CHECK(d8.mem.total > d4.mem.total, "micro 8 %lld vs 4 %lld", (long long)d8.mem.total, (long long)d4.mem.total);
+    CHECK(d8.mem.total > d4.mem.total, "micro 8 %lld vs 4 %lld", (long long)d8.mem.total,
+          (long long)d4.mem.total);
     const double psi = (double)m->params.count;
     const double saved = (double)(d8.mem.grads + d8.mem.optim) - (double)(z8.mem.grads + z8.mem.optim);
-    CHECK(fabs(saved - (12 * psi - 12 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
+    CHECK(fabs(saved - (8 * psi - 8 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
     st_plan z1 = plan_for(&in, "8xA100-80GB");
-    CHECK(z1.mem.grads == z8.mem.grads && z1.mem.optim == z8.mem.optim, "zero1 %lld+%lld vs zero2 %lld+%lld on GPUs",
-          (long long)z1.mem.grads, (long long)z1.mem.optim, (long long)z8.mem.grads, (long long)z8.mem.optim);
+    CHECK(z1.mem.grads == z8.mem.grads && z1.mem.optim == z8.mem.optim,
+          "zero1 %lld+%lld vs zero2 %lld+%lld on GPUs", (long long)z1.mem.grads, (long long)z1.mem.optim,
+          (long long)z8.mem.grads, (long long)z8.mem.optim);
     c.train.micro_batch_size = 4;
     st_plan c4 = plan_for(&in, "8xcpu"); /* the CPU gives zero2's other gradient pages back */
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
     st_plan c4z = plan_for(&in, "8xcpu");
     CHECK(c4z.mem.grads * 8 - c4.mem.grads <= 64 * 8 && c4z.mem.grads < c4.mem.grads,
-          "zero2 on the CPU: gradients %lld vs zero1's %lld", (long long)c4z.mem.grads, (long long)c4.mem.grads);
+          "zero2 on the CPU: gradients %lld vs zero1's %lld", (long long)c4z.mem.grads,
+          (long long)c4.mem.grads);
     c.train.micro_batch_size = 8;
-    CHECK(z8.mem.total < d8.mem.total && z8.time.comm_s > 0, "zero2 %lld vs ddp %lld", (long long)z8.mem.total,
-          (long long)d8.mem.total);
+    CHECK(z8.mem.total < d8.mem.total && z8.time.comm_s > 0, "zero2 %lld vs ddp %lld",
+          (long long)z8.mem.total, (long long)d8.mem.total);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "auto");
     c.train.micro_batch_size = ST_AUTO;
     /* more nodes: the network is slower than NVLink, so the scaling drops */
@@ -355,7 +380,8 @@ static void test_auto_choices(void) {
           p.strategy, p.offload);
     /* the applied config says why */
     st_plan_apply(&p, &c);
-    CHECK(c.train.micro_batch_size == p.micro && st_config_source(&c, "train.micro_batch_size") == ST_SRC_AUTO,
+    CHECK(c.train.micro_batch_size == p.micro &&
+              st_config_source(&c, "train.micro_batch_size") == ST_SRC_AUTO,
           "applied");
     CHECK(strcmp(c.dist.strategy, "zero1") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
           c.dist.strategy, c.precision);
@@ -400,7 +426,8 @@ static void test_auto_strategy_cpu(void) {
           "cpu, ddp fits: %s (%s)", p.strategy, p.strategy_why);
     hw.dev.mem_bytes = (int64_t)((need[0] + need[1]) / 2 * 2 / 0.85);
     CHECK_OK(st_plan_make(&in, &hw, &p));
-    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload && strstr(p.strategy_why, "DDP's model states and a sample do not fit in "),
+    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload &&
+              strstr(p.strategy_why, "DDP's model states and a sample do not fit in "),
           "cpu, only zero2 fits: %s (%s)", p.strategy, p.strategy_why);
     CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
     c.train.batch_size = 1;
@@ -429,7 +456,8 @@ static void test_batch_ring(void) {
     const st_mem *e = &p.mem;
     CHECK(e->loader == mb * (s_in + s_out) && e->pinned == 6 * slot,
           "gpu at micro-batch %lld: loader %lld (want %lld), pinned %lld (want %lld)", (long long)mb,
-          (long long)e->loader, (long long)(mb * (s_in + s_out)), (long long)e->pinned, (long long)(6 * slot));
+          (long long)e->loader, (long long)(mb * (s_in + s_out)), (long long)e->pinned,
+          (long long)(6 * slot));
     CHECK(e->total == e->params + e->grads + e->optim + e->acts + e->act_grads + e->ints + e->work + e->eval +
                           e->loader + e->buckets + e->data,
           "gpu: the pinned ring is not device memory");
@@ -437,7 +465,8 @@ static void test_batch_ring(void) {
     CHECK_OK(st_plan_make(&in, &hw, &p));
     const int64_t mc = p.micro, sc = (mc * s_in + 63) / 64 * 64 + (mc * s_out + 63) / 64 * 64 + mc * 8;
     CHECK(p.mem.loader == 5 * sc && p.mem.pinned == 0,
-          "cpu at micro-batch %lld: loader %lld (want %lld), pinned %lld", (long long)mc, (long long)p.mem.loader, (long long)(5 * sc), (long long)p.mem.pinned);
+          "cpu at micro-batch %lld: loader %lld (want %lld), pinned %lld", (long long)mc,
+          (long long)p.mem.loader, (long long)(5 * sc), (long long)p.mem.pinned);
     st_model_free(m);
 }
 
@@ -457,8 +486,8 @@ static void test_async_ckpt_copy(void) {
             o.async_ckpt = true;
             CHECK_OK(st_mem_estimate(m, 1, &o, &on));
             const int64_t want = 4 * pa + 8 * (zero ? (pa + n - 1) / n : pa);
-            CHECK(off.ckpt_copy == 0 && on.ckpt_copy == want, "gpu %d zero %d: copy %lld, want %lld", gpu, zero,
-                  (long long)on.ckpt_copy, (long long)want);
+            CHECK(off.ckpt_copy == 0 && on.ckpt_copy == want, "gpu %d zero %d: copy %lld, want %lld", gpu,
+                  zero, (long long)on.ckpt_copy, (long long)want);
             CHECK(on.total - off.total == (gpu ? 0 : want) && on.host - off.host == (gpu ? want : 0),
                   "gpu %d zero %d: total +%lld, host +%lld", gpu, zero, (long long)(on.total - off.total),
                   (long long)(on.host - off.host));

@@ -8,11 +8,10 @@ static int64_t arena(int64_t count) { return (count + 15) / 16 * 16; }
 
 static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(P);
-    const int64_t wb = o->mixed ? 2 : 4, gb = o->mixed ? 2 : 4;
-    /* fp32 values per parameter kept by the optimizer: its moments, and the
-     * master weights when the working copy is 2 bytes */
-    const int64_t ob = 4 * ((int64_t)o->optim_states + (o->mixed ? 1 : 0));
-    int64_t grads = gb * pa, optim = ob * pa;
+    /* the fp32 masters, whole on every rank, and with bf16/fp16 the compute
+     * copy beside them: 16-bit values on a GPU, floats holding them on the CPU */
+    const int64_t wb = 4 + (o->mixed ? (o->device_layout ? 2 : 4) : 0);
+    int64_t grads = 4 * pa, optim = 4 * (int64_t)o->optim_states * pa;
     if (o->zero >= 1) optim = (optim + N - 1) / N;
     /* ZeRO-2 gives the non-owned gradient pages back on the CPU; a GPU run
      * zeroes them and keeps its whole gradient arena (dist.h) */
@@ -21,17 +20,23 @@ static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     m->grads = grads;
     m->optim = optim;
     m->host = 0;
-    if (o->offload) { /* ZeRO-Offload: the shards live in host memory */
-        m->host = grads + optim;
-        m->grads = 0;
+    if (o->offload) { /* ZeRO-Offload: this rank's range of the optimizer state on the host, with
+                         pinned copies of the range's masters and gradients (docs/distributed.md) */
+        const int64_t range = o->zero >= 1 ? (pa + N - 1) / N : pa;
+        m->host = optim + 8 * range;
         m->optim = 0;
     }
 }
 
+st_status st_mem_estimate_states(int64_t n_params, const st_mem_opts *o, st_mem *out) {
+    memset(out, 0, sizeof *out);
+    states(n_params, o, out);
+    return ST_OK;
+}
+
 int64_t st_mem_model_states(int64_t n_params, const st_mem_opts *o) {
     st_mem m;
-    memset(&m, 0, sizeof m);
-    states(n_params, o, &m);
+    (void)st_mem_estimate_states(n_params, o, &m);
     return m.params + m.grads + m.optim;
 }
 
@@ -39,11 +44,18 @@ typedef struct graph_bytes {
     int64_t acts, grads, ints, work;
 } graph_bytes;
 
-static st_status graph_size(st_model *m, int64_t batch, int ab, bool device, graph_bytes *b) {
+/* The graph as the run lays it out: with bf16/fp16 on a GPU the activations
+ * of the layers that take 16-bit storage (src/layers/half_io.h) take 2 bytes,
+ * the rest 4; the CPU stores floats whatever the precision. */
+static st_status graph_size(st_model *m, int64_t batch, bool mixed, bool device, graph_bytes *b) {
+    const st_precision was = m->params.precision;
+    ST_TRY(st_params_set_precision(&m->params, mixed ? ST_PREC_BF16 : ST_PREC_FP32));
     st_model_graph mg;
-    ST_TRY(device ? st_model_graph_layout_device(m, batch, &mg) : st_model_graph_layout(m, batch, &mg));
-    b->acts = ab * mg.g.act_count;
-    b->grads = ab * mg.g.grad_count;
+    st_status s = device ? st_model_graph_layout_device(m, batch, &mg) : st_model_graph_layout(m, batch, &mg);
+    (void)st_params_set_precision(&m->params, was);
+    ST_TRY(s);
+    b->acts = 4 * mg.g.act_count;
+    b->grads = 4 * mg.g.grad_count;
     b->ints = 4 * mg.g.int_count;
     b->work = 4 * mg.g.work_count;
     st_model_graph_free(&mg);
@@ -53,27 +65,27 @@ static st_status graph_size(st_model *m, int64_t batch, int ab, bool device, gra
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {
     memset(out, 0, sizeof *out);
     if (micro < 1) return st_fail(ST_ERR_ARG, "memory model: micro-batch %lld", (long long)micro);
-    const int ab = o->mixed ? 2 : 4;
     states(m->params.count, o, out);
     /* buffers (batch-norm running statistics) stay fp32 beside the weights */
     out->params += 4 * m->params.buffer_count;
     graph_bytes g, g1, g2;
-    ST_TRY(graph_size(m, micro, ab, o->device_layout, &g));
+    ST_TRY(graph_size(m, micro, o->mixed, o->device_layout, &g));
     out->acts = g.acts;
     out->act_grads = g.grads;
     out->ints = g.ints;
     out->work = g.work;
     /* per sample: the difference of the graphs at 1 and 2 (all linear in B) */
-    ST_TRY(graph_size(m, 1, ab, o->device_layout, &g1));
-    ST_TRY(graph_size(m, 2, ab, o->device_layout, &g2));
+    ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, &g1));
+    ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, &g2));
     out->act_per_sample = (double)((g2.acts + g2.grads + g2.ints) - (g1.acts + g1.grads + g1.ints));
     if (o->eval_batch > 0) {
         graph_bytes e;
-        ST_TRY(graph_size(m, o->eval_batch, ab, o->device_layout, &e));
+        ST_TRY(graph_size(m, o->eval_batch, o->mixed, o->device_layout, &e));
         out->eval = e.acts + e.grads + e.ints + e.work;
     }
     /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */
-    const int64_t x = (micro * o->sample_in_bytes + 63) / 64 * 64, y = (micro * o->sample_out_bytes + 63) / 64 * 64;
+    const int64_t x = (micro * o->sample_in_bytes + 63) / 64 * 64,
+                  y = (micro * o->sample_out_bytes + 63) / 64 * 64;
     const int64_t ring = (int64_t)o->loader_buffers * (x + y + micro * 8);
     if (o->device_feed) { /* the ring on the host (pinned), the feed's second input buffers here */
         out->pinned = ring;

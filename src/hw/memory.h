@@ -1,21 +1,28 @@
 /* The memory model: bytes one device (one rank) holds for a training run,
  * from the model's layer graph.
  *
- * Model states per parameter (Rajbhandari et al. 2020, "ZeRO", sec. 3 and 5):
- * weights, gradients and optimizer state (AdamW: 2 moments; SGD: 1, which our
- * SGD keeps even at momentum 0), plus with mixed precision (bf16/fp16) a
- * 2-byte working copy of weights and gradients beside the fp32 master
- * weights, which count as optimizer state: 16 bytes per parameter for Adam
- * either way (2 + 2 + 12 mixed, 4 + 4 + 8 fp32). ZeRO-1 shards the optimizer
- * state over N ranks (4 + 12/N mixed), ZeRO-2 the gradients too (2 + 14/N);
- * offload moves the sharded optimizer state and gradients to host memory.
+ * Model states per parameter, as the engine holds them: the fp32 master
+ * weights, whole on every rank (ZeRO's parameter all-gather is in place into
+ * them), fp32 gradients, and the optimizer's fp32 state (AdamW: 2 moments;
+ * SGD: 1, which our SGD keeps even at momentum 0); with mixed precision
+ * (bf16/fp16) the compute copy of the weights beside the masters: 2 bytes
+ * on a GPU, 4 on the CPU (floats holding 16-bit values). ZeRO-1 shards the
+ * optimizer state over N ranks, ZeRO-2 the gradients too on the CPU (a GPU
+ * run keeps its whole gradient arena, dist.h). Mixed AdamW on a GPU: 4 + 2 +
+ * 4 + 8 = 18 bytes under DDP, 10 + 8/N under ZeRO-1 (Rajbhandari et al.
+ * 2020 count 16 and 4 + 12/N: 2-byte gradients, and the masters sharded as
+ * optimizer state; not so here yet). Offload moves the rank's range of the
+ * optimizer state to host memory, with pinned copies of the range's masters
+ * and gradients (docs/distributed.md).
  *
  * Activations come from the graph built (layout only, nothing allocated) at
  * the micro-batch itself: the activation arena (outputs and saved state), the
  * activation-gradient arena, the integer arena (inputs, targets) and the
  * shared workspace, exactly as st_graph_finalize allocates them. They are
- * linear in the batch except the workspace (per-thread scratch); bf16/fp16
- * store activations and their gradients in 2 bytes. Then the evaluation
+ * linear in the batch except the workspace (per-thread scratch); with
+ * bf16/fp16 on a GPU the activations of the layers that take 16-bit storage
+ * (src/layers/half_io.h) and their gradients take 2 bytes, as the CUDA
+ * backend stores them; the CPU stores floats. Then the evaluation
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
  * batch buffers, the gradient buckets (DDP all-reduces in place: none; ZeRO
  * stages two buckets), and on the CPU the dataset held in memory.
@@ -33,15 +40,15 @@
 #include "model/model.h"
 
 typedef struct st_mem_opts {
-    bool mixed;        /* bf16/fp16: 2-byte weights, gradients and activations, fp32 master */
-    int optim_states;  /* fp32 values per parameter: 2 AdamW, 1 SGD */
-    int zero;          /* 0 DDP, 1, 2 */
-    bool offload;      /* optimizer state and gradient shards in host memory */
-    int ranks;         /* data-parallel ranks the shards spread over */
+    bool mixed;       /* bf16/fp16: a compute copy of the weights, 16-bit activations on a GPU */
+    int optim_states; /* fp32 values per parameter: 2 AdamW, 1 SGD */
+    int zero;         /* 0 DDP, 1, 2 */
+    bool offload;     /* optimizer state and gradient shards in host memory */
+    int ranks;        /* data-parallel ranks the shards spread over */
     double bucket_cap_mb;
-    int loader_buffers;      /* prefetch + held batch buffers (0: no loader) */
-    bool device_feed;        /* a GPU run: the ring pinned on the host, a second device input buffer */
-    bool device_layout;      /* a GPU run: the graphs as the CUDA backend lays them out */
+    int loader_buffers;       /* prefetch + held batch buffers (0: no loader) */
+    bool device_feed;         /* a GPU run: the ring pinned on the host, a second device input buffer */
+    bool device_layout;       /* a GPU run: the graphs as the CUDA backend lays them out */
     int64_t sample_in_bytes;  /* one sample in a batch buffer: inputs */
     int64_t sample_out_bytes; /* and targets */
     int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */
@@ -50,15 +57,15 @@ typedef struct st_mem_opts {
 } st_mem_opts;
 
 typedef struct st_mem {
-    int64_t params, grads, optim;          /* model states on the device */
-    int64_t acts, act_grads, ints, work;   /* the training graph */
-    int64_t eval, loader, buckets, data;   /* the rest */
-    int64_t total;                         /* on the device */
-    int64_t host;                          /* offloaded to host memory */
-    int64_t pinned;                        /* a GPU run's pinned host ring of batch buffers */
+    int64_t params, grads, optim;        /* model states on the device */
+    int64_t acts, act_grads, ints, work; /* the training graph */
+    int64_t eval, loader, buckets, data; /* the rest */
+    int64_t total;                       /* on the device */
+    int64_t host;                        /* offloaded to host memory */
+    int64_t pinned;                      /* a GPU run's pinned host ring of batch buffers */
     int64_t ckpt_copy; /* async_ckpt: the weights and this rank's optimizer state copied while a checkpoint
                           is written (fp32); in total on the CPU, in host on a GPU */
-    double act_per_sample;                 /* bytes of acts + act_grads + ints per sample */
+    double act_per_sample; /* bytes of acts + act_grads + ints per sample */
 } st_mem;
 
 /* Bytes per device for micro-batch `micro` of model m (a layout model from
@@ -68,5 +75,8 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
 /* Model states alone (params + grads + optimizer on the device), the part
  * ZeRO shards: what the strategy choice looks at. */
 int64_t st_mem_model_states(int64_t n_params, const st_mem_opts *o);
+/* The same as st_mem fields: params, grads, optim and (offload) host; the
+ * rest zero. */
+st_status st_mem_estimate_states(int64_t n_params, const st_mem_opts *o, st_mem *out);
 
 #endif
