@@ -191,6 +191,24 @@ static void test_device_layout(void) {
               (long long)dev.g.grad_count);
         st_model_graph_free(&host);
         st_model_graph_free(&dev);
+        /* bf16 on the device: the layers of src/layers/half_io.h store 16
+         * bits; attention only on its flash path, so a head size of 96 keeps
+         * its qkv and output fp32 */
+        CHECK_OK(st_params_set_precision(&m->params, ST_PREC_BF16));
+        CHECK_OK(st_model_graph_layout_device(m, B, &dev));
+        int found = 0;
+        for (int i = 0; i < dev.g.n_acts; i++) {
+            const st_tensor *t = dev.g.acts[i];
+            const bool attn =
+                strcmp(t->name, "h.0.attn.c_attn.out") == 0 || strcmp(t->name, "h.0.attn.out") == 0;
+            const bool mlp = strcmp(t->name, "h.0.mlp.c_fc.out") == 0 || strcmp(t->name, "lm_head.out") == 0;
+            found += attn || mlp;
+            if (attn || mlp)
+                CHECK(t->store == (mlp || k == 0 ? ST_PREC_BF16 : ST_PREC_FP32), "nh %lld: %s stored as %d",
+                      (long long)nh, t->name, (int)t->store);
+        }
+        CHECK(found == 4, "found %d of the 4 activations", found);
+        st_model_graph_free(&dev);
         st_model_free(m);
     }
 }

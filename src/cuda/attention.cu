@@ -25,7 +25,9 @@
  *   those products. bf16/fp16 runs: S = Q K^T and dP = dY V^T read only
  *   values the graph rounded to 16 bits (qkv, dy), so they take 16-bit
  *   operands (gemm_f32.cuh); the other three read P or dS, which are fp32
- *   as on the CPU (docs/precision.md), and stay fp32 products.
+ *   as on the CPU (docs/precision.md), and stay fp32 products. qkv and y
+ *   stay fp32 arrays on this path; the flash kernels read and write either
+ *   storage (src/layers/half_io.h).
  *
  * Not here: cuDNN's fused attention, dropout on P. */
 #include <math.h>
@@ -37,7 +39,6 @@ extern "C" {
 }
 
 enum { ATTN_THREADS = 128 };
-
 
 /* Reduce v over the block (blockDim.x a multiple of 32, at most 1024);
  * every thread gets the result. `max` picks max, else sum. */
@@ -138,12 +139,19 @@ static st_status heads(st_graph *g, const attn_dims &a, bool ta, bool tb, int64_
 
 static bool flash(const attn_dims &a) { return st_attention_flash_fits(a.B, a.T, a.nh, a.hs); }
 
+/* The materialised path's products read and write fp32 arrays: the graph
+ * stores a 16-bit qkv or y only for the flash path (src/layers/half_io.h). */
+static st_status fp32_io(const st_node *n) {
+    if (n->in[0]->store == ST_PREC_FP32 && n->out->store == ST_PREC_FP32) return ST_OK;
+    return st_fail(ST_ERR_INTERNAL, "attention %s: 16-bit storage on the materialised path", n->out->name);
+}
+
 static st_flash flash_args(st_node *n, st_graph *g, const attn_dims &a) {
     st_flash f = {};
-    f.qkv = n->in[0]->data;
-    f.y = n->out->data;
-    f.dy = n->out->grad;
-    f.dqkv = n->in[0]->grad;
+    f.qkv = st_data(n->in[0]);
+    f.y = st_data(n->out);
+    f.dy = st_grad(n->out);
+    f.dqkv = st_grad(n->in[0]);
     f.lse = n->saved;
     f.dsum = g->work;
     f.B = (int)a.B;
@@ -162,6 +170,7 @@ static st_status attention_forward(st_node *n, st_graph *g) {
         const st_flash f = flash_args(n, g, a);
         return st_cuda_flash_forward(g, &f);
     }
+    ST_TRY(fp32_io(n));
     const int64_t T = a.T, TT = T * T;
     const float *qkv = n->in[0]->data; /* (B, T, 3C) */
     float *y = n->out->data;           /* (B, T, C) */
@@ -193,6 +202,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
         const st_flash f = flash_args(n, g, a);
         return st_cuda_flash_backward(g, &f);
     }
+    ST_TRY(fp32_io(n));
     const int64_t T = a.T, TT = T * T;
     const float *qkv = n->in[0]->data;
     const float *dy = n->out->grad; /* (B, T, C) */

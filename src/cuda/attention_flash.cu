@@ -55,11 +55,11 @@ template <int BK> union fa_strip {
 /* rows row0.. of a (T, ld) fp32 matrix, D columns, into bf16 dst (ld ldd);
  * rows at or past T are zeros */
 template <int D>
-static __device__ void load_bf16(bf16 *dst, int ldd, const float *src, int64_t ld, int row0, int rows,
-                                 int T) {
+static __device__ void load_bf16(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
     for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
         const int r = e / D, c = e % D;
-        dst[r * ldd + c] = __float2bfloat16_rn(row0 + r < T ? src[(int64_t)(row0 + r) * ld + c] : 0.0f);
+        dst[r * ldd + c] =
+            __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
     }
 }
 
@@ -83,7 +83,7 @@ template <int ND> static __device__ void scale_rows(acc_t *o, const float *tile)
  * lds) to dst rows (row r at dst + r * ld), rows at or past `valid` left
  * out; add when acc. Lanes 2r, 2r + 1 take row r. */
 template <int ND>
-static __device__ void store_rows(const acc_t *o, float *strip, int lds, float *dst, int64_t ld, int valid,
+static __device__ void store_rows(const acc_t *o, float *strip, int lds, st_fbuf dst, int64_t ld, int valid,
                                   bool acc) {
     const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     for (int d = 0; d < ND; d++) {
@@ -92,9 +92,9 @@ static __device__ void store_rows(const acc_t *o, float *strip, int lds, float *
         __syncwarp();
         if (r < valid)
             for (int c = 0; c < 8; c++) {
-                float *p = dst + (int64_t)r * ld + d * 16 + half * 8 + c;
+                const int64_t i = (int64_t)r * ld + d * 16 + half * 8 + c;
                 const float v = strip[r * lds + half * 8 + c];
-                *p = acc ? *p + v : v;
+                st_st(dst, i, acc ? st_ld(dst, i) + v : v);
             }
     }
     __syncwarp();
@@ -111,7 +111,7 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64; /* the longest rows first */
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const int qw = q0 + warp * 16, qi = qw + r;
     float *S = sw[warp].s, *fw = tile[warp];
@@ -129,8 +129,8 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or Q) is read */
-        load_bf16<D>(ks, LDK, qg + C, C3, k0, BK, T);
-        load_bf16<D>(vs, LDK, qg + 2 * C, C3, k0, BK, T);
+        load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
+        load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
         __syncthreads();
         if (k0 > qw + 15) continue;         /* every key after every query of this warp */
         for (int n = 0; n < BK / 16; n++) { /* S = Q K^T */
@@ -187,7 +187,7 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
         fw[r * 16 + half * 8 + c] = 1.0f / l;
     __syncwarp();
     scale_rows<ND>(o, fw);
-    store_rows<ND>(o, S, LDS, f.y + ((int64_t)b * T + qw) * C + (int64_t)h * D, C, T - qw, false);
+    store_rows<ND>(o, S, LDS, st_fbuf_at(f.y, ((int64_t)b * T + qw) * C + (int64_t)h * D), C, T - qw, false);
     if (half == 0 && qi < T) f.lse[(int64_t)bh * T + qi] = m + logf(l);
 }
 
@@ -202,8 +202,8 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64;
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
-    const float *gg = f.dy + (int64_t)b * T * C + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
+    const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const int qw = q0 + warp * 16, qi = qw + r;
     float *S = sa[warp].s, *dP = sb[warp];
@@ -228,8 +228,8 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
     for (int pass = 0; pass < 2; pass++) {
         for (int k0 = 0; k0 < kend; k0 += BK) {
             __syncthreads();
-            load_bf16<D>(ks, LDK, qg + C, C3, k0, BK, T);
-            load_bf16<D>(vs, LDK, qg + 2 * C, C3, k0, BK, T);
+            load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
+            load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
             __syncthreads();
             if (k0 > qw + 15) continue;
             for (int n = 0; n < BK / 16; n++) { /* S = Q K^T, dP = dY V^T */
@@ -280,7 +280,8 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
     for (int d = 0; d < ND; d++)
         for (int i = 0; i < dq[d].num_elements; i++)
             dq[d].x[i] *= f.scale;
-    store_rows<ND>(dq, S, LDS, f.dqkv + ((int64_t)b * T + qw) * C3 + (int64_t)h * D, C3, T - qw, f.acc);
+    store_rows<ND>(dq, S, LDS, st_fbuf_at(f.dqkv, ((int64_t)b * T + qw) * C3 + (int64_t)h * D), C3, T - qw,
+                   f.acc);
     if (half == 0 && qi < T) f.dsum[(int64_t)bh * T + qi] = dsum;
 }
 
@@ -296,20 +297,20 @@ template <int D> static __global__ void flash_dkv_mma(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int k0 = (int)blockIdx.x * 64; /* the first keys see the most queries: first */
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
-    const float *gg = f.dy + (int64_t)b * T * C + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
+    const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const int kw = k0 + warp * 16, kj = kw + r;
     float *St = sa[warp].s, *dPt = sb[warp].s;
     bf16 *ph = sa[warp].p, *pl = ph + 16 * LDP, *dh = sb[warp].p, *dl = dh + 16 * LDP;
 
     arow_t kf[ND], vf[ND];
-    load_bf16<D>(qg_s, LDK, qg + C, C3, k0, 64, T);
+    load_bf16<D>(qg_s, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
     __syncthreads();
     for (int d = 0; d < ND; d++)
         wmma::load_matrix_sync(kf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
     __syncthreads();
-    load_bf16<D>(qg_s, LDK, qg + 2 * C, C3, k0, 64, T);
+    load_bf16<D>(qg_s, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
     __syncthreads();
     for (int d = 0; d < ND; d++)
         wmma::load_matrix_sync(vf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
@@ -377,9 +378,9 @@ template <int D> static __global__ void flash_dkv_mma(st_flash f) {
     for (int d = 0; d < ND; d++)
         for (int i = 0; i < dk[d].num_elements; i++)
             dk[d].x[i] *= f.scale;
-    float *dst = f.dqkv + ((int64_t)b * T + kw) * C3 + (int64_t)h * D;
-    store_rows<ND>(dk, St, LDS, dst + C, C3, T - kw, f.acc);
-    store_rows<ND>(dv, St, LDS, dst + 2 * C, C3, T - kw, f.acc);
+    const st_fbuf dst = st_fbuf_at(f.dqkv, ((int64_t)b * T + kw) * C3 + (int64_t)h * D);
+    store_rows<ND>(dk, St, LDS, st_fbuf_at(dst, C), C3, T - kw, f.acc);
+    store_rows<ND>(dv, St, LDS, st_fbuf_at(dst, 2 * C), C3, T - kw, f.acc);
 }
 
 /* ---- launchers ----------------------------------------------------------- */

@@ -11,12 +11,13 @@
 #include "common.cuh"
 
 typedef struct st_flash {
-    const float *qkv; /* (B, T, 3C): head h's Q, K, V at columns h hs, C + h hs, 2C + h hs */
-    float *y;         /* (B, T, C), forward's output */
-    const float *dy;  /* (B, T, C), backward's output gradient */
-    float *dqkv;      /* (B, T, 3C), backward writes (or adds, acc) every element */
-    float *lse;       /* (B, nh, T): log sum_j exp(s_ij), the saved state */
-    float *dsum;      /* (B, nh, T): rowsum(P * dP), backward's scratch */
+    /* in either storage (src/layers/half_io.h) */
+    st_fbuf qkv;  /* (B, T, 3C): head h's Q, K, V at columns h hs, C + h hs, 2C + h hs */
+    st_fbuf y;    /* (B, T, C), forward's output */
+    st_fbuf dy;   /* (B, T, C), backward's output gradient */
+    st_fbuf dqkv; /* (B, T, 3C), backward writes (or adds, acc) every element */
+    float *lse;   /* (B, nh, T): log sum_j exp(s_ij), the saved state */
+    float *dsum;  /* (B, nh, T): rowsum(P * dP), backward's scratch */
     int B, T, C, nh, hs;
     float scale;
     bool acc; /* backward adds into dqkv */
@@ -37,11 +38,16 @@ st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f);
  * kernels are instantiated for; an internal error for any other. */
 template <class F> static st_status st_flash_by_head_size(const st_flash *f, F &&run) {
     switch (f->hs) {
-    case 16: return run(std::integral_constant<int, 16>());
-    case 32: return run(std::integral_constant<int, 32>());
-    case 64: return run(std::integral_constant<int, 64>());
-    case 128: return run(std::integral_constant<int, 128>());
-    default: return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+    case 16:
+        return run(std::integral_constant<int, 16>());
+    case 32:
+        return run(std::integral_constant<int, 32>());
+    case 64:
+        return run(std::integral_constant<int, 64>());
+    case 128:
+        return run(std::integral_constant<int, 128>());
+    default:
+        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
     }
 }
 

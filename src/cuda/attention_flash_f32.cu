@@ -24,10 +24,10 @@ enum { F32_ROWS = 64, F32_TILE = 32 };
 #endif
 
 /* rows row0.. of a (T, ld) matrix, D columns, into dst (F32_TILE, D); zeros at or past T */
-template <int D> static __device__ void load_tile(float *dst, const float *src, int64_t ld, int row0, int T) {
+template <int D> static __device__ void load_tile(float *dst, st_fbuf src, int64_t ld, int row0, int T) {
     for (int e = threadIdx.x; e < F32_TILE * D; e += blockDim.x) {
         const int r = e / D, c = e % D;
-        dst[e] = row0 + r < T ? src[(int64_t)(row0 + r) * ld + c] : 0.0f;
+        dst[e] = row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f;
     }
 }
 
@@ -39,16 +39,16 @@ template <int D> static __device__ float dot(const float *a, const float *b) {
     return s;
 }
 
-template <int D> static __device__ void load_row(float *dst, const float *src, bool ok) {
+template <int D> static __device__ void load_row(float *dst, st_fbuf src, bool ok) {
     ST_UNROLL
     for (int d = 0; d < D; d++)
-        dst[d] = ok ? src[d] : 0.0f;
+        dst[d] = ok ? st_ld(src, d) : 0.0f;
 }
 
-template <int D> static __device__ void store_row(float *dst, const float *v, float mul, bool acc) {
+template <int D> static __device__ void store_row(st_fbuf dst, const float *v, float mul, bool acc) {
     ST_UNROLL
     for (int d = 0; d < D; d++)
-        dst[d] = acc ? dst[d] + v[d] * mul : v[d] * mul;
+        st_st(dst, d, acc ? st_ld(dst, d) + v[d] * mul : v[d] * mul);
 }
 
 template <int D> static __global__ void flash_fwd_f32(st_flash f) {
@@ -57,9 +57,9 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + F32_ROWS - 1) / F32_ROWS, q0 = (nqt - 1 - (int)blockIdx.x) * F32_ROWS;
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh, qi = q0 + (int)threadIdx.x;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
     float q[D], o[D];
-    load_row<D>(q, qg + (int64_t)qi * C3, qi < T);
+    load_row<D>(q, st_fbuf_at(qg, (int64_t)qi * C3), qi < T);
     ST_UNROLL
     for (int d = 0; d < D; d++)
         o[d] = 0.0f;
@@ -67,8 +67,8 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
     const int kend = q0 + F32_ROWS < T ? q0 + F32_ROWS : T;
     for (int k0 = 0; k0 < kend; k0 += F32_TILE) {
         __syncthreads();
-        load_tile<D>(ks, qg + C, C3, k0, T);
-        load_tile<D>(vs, qg + 2 * C, C3, k0, T);
+        load_tile<D>(ks, st_fbuf_at(qg, C), C3, k0, T);
+        load_tile<D>(vs, st_fbuf_at(qg, 2 * C), C3, k0, T);
         __syncthreads();
         if (k0 > qi) continue;
         float s[F32_TILE], mx = -INFINITY;
@@ -94,7 +94,7 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
         m = mn;
     }
     if (qi >= T) return;
-    store_row<D>(f.y + ((int64_t)b * T + qi) * C + (int64_t)h * D, o, 1.0f / l, false);
+    store_row<D>(st_fbuf_at(f.y, ((int64_t)b * T + qi) * C + (int64_t)h * D), o, 1.0f / l, false);
     f.lse[(int64_t)bh * T + qi] = m + logf(l);
 }
 
@@ -104,10 +104,10 @@ template <int D> static __global__ void flash_dq_f32(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + F32_ROWS - 1) / F32_ROWS, q0 = (nqt - 1 - (int)blockIdx.x) * F32_ROWS;
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh, qi = q0 + (int)threadIdx.x;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
     float q[D], g[D], dq[D];
-    load_row<D>(q, qg + (int64_t)qi * C3, qi < T);
-    load_row<D>(g, f.dy + ((int64_t)b * T + qi) * C + (int64_t)h * D, qi < T);
+    load_row<D>(q, st_fbuf_at(qg, (int64_t)qi * C3), qi < T);
+    load_row<D>(g, st_fbuf_at(f.dy, ((int64_t)b * T + qi) * C + (int64_t)h * D), qi < T);
     ST_UNROLL
     for (int d = 0; d < D; d++)
         dq[d] = 0.0f;
@@ -117,8 +117,8 @@ template <int D> static __global__ void flash_dq_f32(st_flash f) {
     for (int pass = 0; pass < 2; pass++)
         for (int k0 = 0; k0 < kend; k0 += F32_TILE) {
             __syncthreads();
-            load_tile<D>(ks, qg + C, C3, k0, T);
-            load_tile<D>(vs, qg + 2 * C, C3, k0, T);
+            load_tile<D>(ks, st_fbuf_at(qg, C), C3, k0, T);
+            load_tile<D>(vs, st_fbuf_at(qg, 2 * C), C3, k0, T);
             __syncthreads();
             for (int c = 0; c < F32_TILE; c++) {
                 const int j = k0 + c;
@@ -135,7 +135,7 @@ template <int D> static __global__ void flash_dq_f32(st_flash f) {
             }
         }
     if (qi >= T) return;
-    store_row<D>(f.dqkv + ((int64_t)b * T + qi) * C3 + (int64_t)h * D, dq, f.scale, f.acc);
+    store_row<D>(st_fbuf_at(f.dqkv, ((int64_t)b * T + qi) * C3 + (int64_t)h * D), dq, f.scale, f.acc);
     f.dsum[(int64_t)bh * T + qi] = dsum;
 }
 
@@ -145,11 +145,11 @@ template <int D> static __global__ void flash_dkv_f32(st_flash f) {
     const int64_t C3 = 3 * (int64_t)C;
     const int k0 = (int)blockIdx.x * F32_ROWS, bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
     const int kj = k0 + (int)threadIdx.x;
-    const float *qg = f.qkv + (int64_t)b * T * C3 + (int64_t)h * D;
-    const float *gg = f.dy + (int64_t)b * T * C + (int64_t)h * D;
+    const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
+    const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
     float k[D], v[D], dk[D], dv[D];
-    load_row<D>(k, qg + C + (int64_t)kj * C3, kj < T);
-    load_row<D>(v, qg + 2 * C + (int64_t)kj * C3, kj < T);
+    load_row<D>(k, st_fbuf_at(qg, C + (int64_t)kj * C3), kj < T);
+    load_row<D>(v, st_fbuf_at(qg, 2 * C + (int64_t)kj * C3), kj < T);
     ST_UNROLL
     for (int d = 0; d < D; d++)
         dk[d] = dv[d] = 0.0f;
@@ -179,9 +179,9 @@ template <int D> static __global__ void flash_dkv_f32(st_flash f) {
         }
     }
     if (kj >= T) return;
-    float *dst = f.dqkv + ((int64_t)b * T + kj) * C3 + (int64_t)h * D;
-    store_row<D>(dst + C, dk, f.scale, f.acc);
-    store_row<D>(dst + 2 * C, dv, 1.0f, f.acc);
+    const st_fbuf dst = st_fbuf_at(f.dqkv, ((int64_t)b * T + kj) * C3 + (int64_t)h * D);
+    store_row<D>(st_fbuf_at(dst, C), dk, f.scale, f.acc);
+    store_row<D>(st_fbuf_at(dst, 2 * C), dv, 1.0f, f.acc);
 }
 
 template <int D> static st_status forward(st_graph *g, const st_flash *f) {

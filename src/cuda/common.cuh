@@ -114,6 +114,10 @@ static inline st_fbuf st_grad(const st_tensor *t) {
     return st_fbuf{(void *)t->grad, st_tensor_store(t, true)};
 }
 static inline size_t st_fbuf_elem(st_fbuf b) { return b.t == ST_PREC_FP32 ? 4 : 2; }
+/* b advanced by i elements */
+__host__ __device__ __forceinline__ st_fbuf st_fbuf_at(st_fbuf b, int64_t i) {
+    return st_fbuf{(char *)b.p + i * (b.t == ST_PREC_FP32 ? 4 : 2), b.t};
+}
 __device__ __forceinline__ float st_ld(st_fbuf b, int64_t i) {
     if (b.t == ST_PREC_BF16) return __bfloat162float(((const __nv_bfloat16 *)b.p)[i]);
     if (b.t == ST_PREC_FP16) return __half2float(((const __half *)b.p)[i]);

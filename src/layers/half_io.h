@@ -15,12 +15,28 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "../model/graph.h"
+#include "args.h"
+#include "attention_layout.h"
+
 static inline bool st_layer_half_io(const char *name) {
     static const char *const list[] = {"add",       "gelu",      "relu",          "dropout",   "linear",
                                        "layernorm", "embedding", "pos_embedding", "softmax_ce"};
     for (size_t i = 0; i < sizeof list / sizeof *list; i++)
         if (strcmp(list[i], name) == 0) return true;
     return false;
+}
+
+/* The rule per node: the layers above, and attention on its flash path
+ * (head sizes 16, 32, 64, 128: attention_layout.h), whose kernels read and
+ * write either storage; the materialised path's products take fp32. */
+static inline bool st_node_half_io(const st_node *n) {
+    if (strcmp(n->ops->name, "attention") == 0) {
+        const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C = n->in[0]->shape[2] / 3;
+        const int64_t nh = n->args.i[ST_ATTN_NHEAD];
+        return st_attention_flash_fits(B, T, nh, C / nh);
+    }
+    return st_layer_half_io(n->ops->name);
 }
 
 #endif

@@ -414,7 +414,7 @@ static st_status choose_storage(st_graph *g) {
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const st_node *n = &g->nodes[i];
-        if (st_layer_half_io(n->ops->name)) continue;
+        if (st_node_half_io(n)) continue;
         ok[n->out->index] = false;
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k]->kind == ST_TENSOR_ACT) ok[n->in[k]->index] = false;
