@@ -18,6 +18,8 @@
  * Workspace (doubles, then floats; set in `prepare`): p1, p2 (NB, C) each,
  * then three float vectors of C.
  *
+ * x, y and their gradients in either storage (src/layers/half_io.h).
+ *
  * Not here: synchronised batch-norm (the graph's allreduce_sum hook,
  * dist.sync_batchnorm); training with the hook set is an error that names
  * the option (the trainer refuses it before training starts). */
@@ -39,9 +41,8 @@ static int64_t n_blocks(int64_t M) {
  * STATS: f1 = x - s, f2 = (x - s)^2 (s = x[0, c]);
  * else:  f1 = d, f2 = d * xhat with d = dy (masked by y > 0 when y). */
 template <bool STATS>
-static __global__ void partials_kernel(const float *x, const float *dy, const float *y, const float *mean,
-                                       const float *rstd, int64_t M, int64_t C, int64_t nb, double *p1,
-                                       double *p2) {
+static __global__ void partials_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const float *mean, const float *rstd,
+                                       int64_t M, int64_t C, int64_t nb, double *p1, double *p2) {
     __shared__ double s1[TY][33], s2[TY][33];
     const int64_t c = blockIdx.x * 32 + threadIdx.x, j = blockIdx.y;
     const int64_t rows = (M + nb - 1) / nb;
@@ -49,18 +50,18 @@ static __global__ void partials_kernel(const float *x, const float *dy, const fl
     double a = 0.0, b = 0.0;
     if (c < C) {
         if (STATS) {
-            const float shift = x[c];
+            const float shift = st_ld(x, c);
             for (int64_t i = lo + threadIdx.y; i < hi; i += TY) {
-                const double d = (double)x[i * C + c] - shift;
+                const double d = (double)st_ld(x, i * C + c) - shift;
                 a += d;
                 b += d * d;
             }
         } else {
             const float mu = mean[c], rs = rstd[c];
             for (int64_t i = lo + threadIdx.y; i < hi; i += TY) {
-                const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
+                const float d = y.p && !(st_ld(y, i * C + c) > 0.0f) ? 0.0f : st_ld(dy, i * C + c);
                 a += d;
-                b += d * ((x[i * C + c] - mu) * rs);
+                b += d * ((st_ld(x, i * C + c) - mu) * rs);
             }
         }
     }
@@ -78,7 +79,7 @@ static __global__ void partials_kernel(const float *x, const float *dy, const fl
 }
 
 /* Training statistics, one thread per channel. */
-static __global__ void stats_kernel(const float *x, const double *p1, const double *p2, int64_t M, int64_t C,
+static __global__ void stats_kernel(st_fbuf x, const double *p1, const double *p2, int64_t M, int64_t C,
                                     int64_t nb, float eps, float mom, float *mean, float *rstd, float *rmean,
                                     float *rvar, bool update) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -91,7 +92,7 @@ static __global__ void stats_kernel(const float *x, const double *p1, const doub
     const double md = sa / (double)M;
     double var = sb / (double)M - md * md;
     if (var < 0) var = 0;
-    const double mu = x[c] + md;
+    const double mu = st_ld(x, c) + md;
     mean[c] = (float)mu;
     rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
     if (!update) return; /* checkpointing's second forward: updated once already */
@@ -107,14 +108,14 @@ static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, 
     rstd[c] = 1.0f / sqrtf(rvar[c] + eps);
 }
 
-static __global__ void normalize_kernel(const float *x, const float *mean, const float *rstd, st_fbuf w,
-                                        st_fbuf bias, float *y, int64_t M, int64_t C, bool relu) {
+static __global__ void normalize_kernel(st_fbuf x, const float *mean, const float *rstd, st_fbuf w,
+                                        st_fbuf bias, st_fbuf y, int64_t M, int64_t C, bool relu) {
     const int64_t n = M * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
-        const float v = (x[i] - mean[c]) * (rstd[c] * st_ld(w, c)) + st_ld(bias, c);
-        y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        const float v = (st_ld(x, i) - mean[c]) * (rstd[c] * st_ld(w, c)) + st_ld(bias, c);
+        st_st(y, i, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
 
@@ -136,17 +137,17 @@ static __global__ void grad_params_kernel(const double *p1, const double *p2, in
     k_mdyx[c] = train ? (float)(sb / (double)M) : 0.0f;
 }
 
-static __global__ void grad_input_kernel(const float *x, const float *dy, const float *y, const float *mean,
+static __global__ void grad_input_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const float *mean,
                                          const float *rstd, const float *k_scale, const float *k_mdy,
-                                         const float *k_mdyx, float *dx, int64_t M, int64_t C, bool acc) {
+                                         const float *k_mdyx, st_fbuf dx, int64_t M, int64_t C, bool acc) {
     const int64_t n = M * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
-        const float xhat = (x[i] - mean[c]) * rstd[c];
-        const float d = y && !(y[i] > 0.0f) ? 0.0f : dy[i];
+        const float xhat = (st_ld(x, i) - mean[c]) * rstd[c];
+        const float d = y.p && !(st_ld(y, i) > 0.0f) ? 0.0f : st_ld(dy, i);
         const float v = k_scale[c] * (d - k_mdy[c] - xhat * k_mdyx[c]);
-        dx[i] = acc ? dx[i] + v : v;
+        st_st(dx, i, acc ? st_ld(dx, i) + v : v);
     }
 }
 
@@ -162,7 +163,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;                                       /* (M, C) */
+    const st_fbuf x = st_data(n->in[0]);                                   /* (M, C) */
     const st_fbuf w = st_data(n->params[0]), bias = st_data(n->params[1]); /* (C): 16-bit in bf16/fp16 */
     float *rmean = n->params[2]->data, *rvar = n->params[3]->data;         /* (C) */
     float *mean = n->saved, *rstd = n->saved + C;                          /* (C) each */
@@ -175,7 +176,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
                            "use a batch larger than 1",
                            n->out->name);
         partials_kernel<true><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
-            x, NULL, NULL, NULL, NULL, M, C, nb, p1, p2);
+            x, st_fbuf{NULL, ST_PREC_FP32}, st_fbuf{NULL, ST_PREC_FP32}, NULL, NULL, M, C, nb, p1, p2);
         ST_CUDA_LAUNCHED();
         stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar,
                                          !g->recomputing);
@@ -183,8 +184,8 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
         eval_stats_kernel<<<cb, 128, 0, st>>>(rmean, rvar, C, eps, mean, rstd);
     }
     ST_CUDA_LAUNCHED();
-    normalize_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(x, mean, rstd, w, bias, n->out->data,
-                                                                         M, C, n->args.i[ST_BN_RELU] != 0);
+    normalize_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(
+        x, mean, rstd, w, bias, st_data(n->out), M, C, n->args.i[ST_BN_RELU] != 0);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -193,10 +194,10 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     if (g->training && g->allreduce_sum) return no_sync(n);
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;                              /* (M, C) */
-    const float *dy = n->out->grad;                               /* (M, C) */
-    const float *y = n->args.i[ST_BN_RELU] ? n->out->data : NULL; /* fused ReLU: mask by y > 0 */
-    float *dx = n->in[0]->grad;                                   /* (M, C) or NULL */
+    const st_fbuf x = st_data(n->in[0]), dy = st_grad(n->out); /* (M, C) */
+    /* fused ReLU: mask by y > 0 */
+    const st_fbuf y = n->args.i[ST_BN_RELU] ? st_data(n->out) : st_fbuf{NULL, ST_PREC_FP32};
+    const st_fbuf dx = st_grad(n->in[0]); /* (M, C); p NULL: none */
     const st_fbuf w = st_data(n->params[0]);
     const float *mean = n->saved, *rstd = n->saved + C;
     double *p1 = (double *)g->work, *p2 = p1 + nb * C;
@@ -208,7 +209,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
                                                                     n->params[0]->grad, n->params[1]->grad,
                                                                     g->training, k_scale, k_mdy, k_mdyx);
     ST_CUDA_LAUNCHED();
-    if (!dx) return ST_OK;
+    if (!dx.p) return ST_OK;
     grad_input_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(
         x, dy, y, mean, rstd, k_scale, k_mdy, k_mdyx, dx, M, C, n->in_acc[0]);
     ST_CUDA_LAUNCHED();

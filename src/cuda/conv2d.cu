@@ -15,7 +15,11 @@
  * wp | dwt | col, in floats. A 1x1 stride-1 convolution takes the same path
  * (its im2col is a copy); not here: groups, dilation. In bf16/fp16 runs
  * every product's operands hold 16-bit values (the graph rounded x, dy and
- * the weights), so they run with 16-bit operands (gemm_f32.cuh). */
+ * the weights), so they run with 16-bit operands (gemm_f32.cuh); x, y and
+ * their gradients in either storage (src/layers/half_io.h): im2col and
+ * col2im convert, the forward product stores y in 16 bits (the bias
+ * prefilled in y, added in fp32 with beta 1 and rounded once), dy is read
+ * as it is stored. */
 #include "gemm_f32.cuh"
 
 /* Floats of one im2col chunk on the device (64 MiB). */
@@ -78,7 +82,7 @@ static __global__ void unpermute_add_kernel(const float *dwt, float *dw, int64_t
 }
 
 /* col (nb*Ho*Wo, K) for images b0..b0+nb: columns (kh, kw, cin), zeros in the padding */
-static __global__ void im2col_kernel(const float *x, float *col, geom c, int64_t b0, int64_t nb) {
+static __global__ void im2col_kernel(st_fbuf x, float *col, geom c, int64_t b0, int64_t nb) {
     const int64_t n = nb * c.P * c.K;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -86,20 +90,21 @@ static __global__ void im2col_kernel(const float *x, float *col, geom c, int64_t
         const int64_t ci = kc % c.Cin, kw = (kc / c.Cin) % c.k, kh = kc / (c.Cin * c.k);
         const int64_t ow = r % c.Wo, oh = (r / c.Wo) % c.Ho, b = b0 + r / c.P;
         const int64_t ih = oh * c.s - c.pad + kh, iw = ow * c.s - c.pad + kw;
-        col[i] =
-            ih >= 0 && ih < c.H && iw >= 0 && iw < c.W ? x[((b * c.H + ih) * c.W + iw) * c.Cin + ci] : 0.0f;
+        col[i] = ih >= 0 && ih < c.H && iw >= 0 && iw < c.W
+                     ? st_ld(x, ((b * c.H + ih) * c.W + iw) * c.Cin + ci)
+                     : 0.0f;
     }
 }
 
 /* dx (nb, H, W, Cin) of images b0.. = (or +=) the sum over the taps that read
  * each element, in (kh, kw) order; dcol (nb*Ho*Wo, K) holds the chunk. */
-static __global__ void col2im_kernel(const float *dcol, float *dx, geom c, int64_t nb, bool acc) {
+static __global__ void col2im_kernel(const float *dcol, st_fbuf dx, geom c, int64_t nb, bool acc) {
     const int64_t n = nb * c.H * c.W * c.Cin;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t ci = i % c.Cin, iw = (i / c.Cin) % c.W, ih = (i / (c.Cin * c.W)) % c.H;
         const int64_t bl = i / (c.Cin * c.W * c.H);
-        float sum = acc ? dx[i] : 0.0f;
+        float sum = acc ? st_ld(dx, i) : 0.0f;
         for (int64_t kh = 0; kh < c.k; kh++) {
             const int64_t th = ih + c.pad - kh; /* = oh * s */
             if (th < 0 || th % c.s != 0 || th / c.s >= c.Ho) continue;
@@ -111,27 +116,27 @@ static __global__ void col2im_kernel(const float *dcol, float *dx, geom c, int64
                 sum += dcol[((bl * c.Ho + oh) * c.Wo + ow) * c.K + (kh * c.k + kw) * c.Cin + ci];
             }
         }
-        dx[i] = sum;
+        st_st(dx, i, sum);
     }
 }
 
 /* every row of y (rows, Cout) = bias */
-static __global__ void fill_bias_kernel(st_fbuf bias, float *y, int64_t rows, int64_t Cout) {
+static __global__ void fill_bias_kernel(st_fbuf bias, st_fbuf y, int64_t rows, int64_t Cout) {
     const int64_t n = rows * Cout;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = st_ld(bias, i % Cout);
+        st_st(y, i, st_ld(bias, i % Cout));
 }
 
 /* out (C) += column sums of a (M, C), in double: block (32, 32), 32 channels
  * per block, rows strided over threadIdx.y. */
-static __global__ void colsum_add_kernel(const float *a, int64_t M, int64_t C, float *out) {
+static __global__ void colsum_add_kernel(st_fbuf a, int64_t M, int64_t C, float *out) {
     __shared__ double sh[32][33];
     const int64_t c = blockIdx.x * 32 + threadIdx.x;
     double s = 0.0;
     if (c < C)
         for (int64_t i = threadIdx.y; i < M; i += blockDim.y)
-            s += a[i * C + c];
+            s += st_ld(a, i * C + c);
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -142,8 +147,9 @@ static __global__ void colsum_add_kernel(const float *a, int64_t M, int64_t C, f
     }
 }
 
-static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+/* A, B and C each a float array or an activation stored in 16 bits */
+static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, st_fbuf A, int64_t lda,
+                      st_fbuf B, int64_t ldb, float beta, st_fbuf C, int64_t ldc) {
     st_gemm_f32 p = {};
     p.ta = ta;
     p.tb = tb;
@@ -152,12 +158,15 @@ static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64
     p.K = K;
     p.alpha = 1.0f;
     p.beta = beta;
-    p.A = A;
+    p.A = A.p;
     p.lda = lda;
-    p.B = B;
+    p.B = B.p;
     p.ldb = ldb;
-    p.C = C;
+    p.C = C.p;
     p.ldc = ldc;
+    p.a_store = A.t;
+    p.b_store = B.t;
+    p.c_store = C.t;
     p.operands = g->params->precision; /* im2col of x, the weights, dy: all hold 16-bit values in bf16/fp16 */
     return st_cuda_gemm_f32(g->dev, &p);
 }
@@ -165,13 +174,13 @@ static st_status gemm(st_graph *g, bool ta, bool tb, int64_t M, int64_t N, int64
 static st_status conv2d_forward(st_node *n, st_graph *g) {
     const geom c = node_geom(n);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;         /* (B, H, W, Cin) */
-    const st_fbuf w = st_data(n->params[0]); /* (Cout, Cin, k, k): 16-bit in bf16/fp16 */
-    float *y = n->out->data;                 /* (M, Cout) */
-    float *wp = g->work + c.off_wp;          /* (Cout, K) */
-    float *col = g->work + c.off_col;        /* (nb*P, K) */
+    const st_fbuf x = st_data(n->in[0]);                     /* (B, H, W, Cin) */
+    const st_fbuf w = st_data(n->params[0]);                 /* (Cout, Cin, k, k): 16-bit in bf16/fp16 */
+    const st_fbuf y = st_data(n->out);                       /* (M, Cout) */
+    const st_fbuf wp = {g->work + c.off_wp, ST_PREC_FP32};   /* (Cout, K) */
+    const st_fbuf col = {g->work + c.off_col, ST_PREC_FP32}; /* (nb*P, K) */
     const st_tensor *bias = n->args.i[ST_CONV_BIAS] ? n->params[1] : NULL; /* (Cout) */
-    permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(w, wp, c.Cout, c.Cin,
+    permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(w, (float *)wp.p, c.Cout, c.Cin,
                                                                               c.k * c.k);
     ST_CUDA_LAUNCHED();
     if (bias) {
@@ -181,10 +190,11 @@ static st_status conv2d_forward(st_node *n, st_graph *g) {
     }
     for (int64_t b0 = 0; b0 < c.B; b0 += c.nb) {
         const int64_t nb = c.B - b0 < c.nb ? c.B - b0 : c.nb;
-        im2col_kernel<<<st_cuda_blocks(nb * c.P * c.K, THREADS), THREADS, 0, st>>>(x, col, c, b0, nb);
+        im2col_kernel<<<st_cuda_blocks(nb * c.P * c.K, THREADS), THREADS, 0, st>>>(x, (float *)col.p, c, b0,
+                                                                                   nb);
         ST_CUDA_LAUNCHED();
         ST_TRY(gemm(g, false, true, nb * c.P, c.Cout, c.K, col, c.K, wp, c.K, bias ? 1.0f : 0.0f,
-                    y + b0 * c.P * c.Cout, c.Cout));
+                    st_fbuf_at(y, b0 * c.P * c.Cout), c.Cout));
     }
     return ST_OK;
 }
@@ -192,45 +202,46 @@ static st_status conv2d_forward(st_node *n, st_graph *g) {
 static st_status conv2d_backward(st_node *n, st_graph *g) {
     const geom c = node_geom(n);
     cudaStream_t st = st_cuda_stream(g);
-    const float *x = n->in[0]->data;
-    const float *dy = n->out->grad; /* (M, Cout) */
-    float *dw = n->params[0]->grad; /* (Cout, Cin, k, k) */
-    float *dx = n->in[0]->grad;     /* (B, H, W, Cin) or NULL */
+    const st_fbuf x = st_data(n->in[0]);
+    const st_fbuf dy = st_grad(n->out);   /* (M, Cout) */
+    float *dw = n->params[0]->grad;       /* (Cout, Cin, k, k) */
+    const st_fbuf dx = st_grad(n->in[0]); /* (B, H, W, Cin); p NULL: none */
     const bool acc = n->in_acc[0];
-    float *wp = g->work + c.off_wp;   /* (Cout, K) */
-    float *dwt = g->work + c.off_dwt; /* (K, Cout) */
-    float *col = g->work + c.off_col; /* (nb*P, K) */
+    const st_fbuf wp = {g->work + c.off_wp, ST_PREC_FP32};   /* (Cout, K) */
+    const st_fbuf dwt = {g->work + c.off_dwt, ST_PREC_FP32}; /* (K, Cout) */
+    const st_fbuf col = {g->work + c.off_col, ST_PREC_FP32}; /* (nb*P, K) */
     if (n->args.i[ST_CONV_BIAS] && n->params[1]->grad) {
         colsum_add_kernel<<<(unsigned)((c.Cout + 31) / 32), dim3(32, 32), 0, st>>>(dy, c.M, c.Cout,
                                                                                    n->params[1]->grad);
         ST_CUDA_LAUNCHED();
     }
-    if (dx) {
-        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(st_data(n->params[0]), wp,
-                                                                                  c.Cout, c.Cin, c.k * c.k);
+    if (dx.p) {
+        permute_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(
+            st_data(n->params[0]), (float *)wp.p, c.Cout, c.Cin, c.k * c.k);
         ST_CUDA_LAUNCHED();
     }
     for (int64_t b0 = 0; b0 < c.B; b0 += c.nb) {
         const int64_t nb = c.B - b0 < c.nb ? c.B - b0 : c.nb;
-        const float *dyc = dy + b0 * c.P * c.Cout; /* (nb*P, Cout) */
+        const st_fbuf dyc = st_fbuf_at(dy, b0 * c.P * c.Cout); /* (nb*P, Cout) */
         if (dw) {
-            im2col_kernel<<<st_cuda_blocks(nb * c.P * c.K, THREADS), THREADS, 0, st>>>(x, col, c, b0, nb);
+            im2col_kernel<<<st_cuda_blocks(nb * c.P * c.K, THREADS), THREADS, 0, st>>>(x, (float *)col.p, c,
+                                                                                       b0, nb);
             ST_CUDA_LAUNCHED();
             /* dwt (K, Cout) (+)= col^T dy_c */
             ST_TRY(gemm(g, true, false, c.K, c.Cout, nb * c.P, col, c.K, dyc, c.Cout, b0 > 0 ? 1.0f : 0.0f,
                         dwt, c.Cout));
         }
-        if (dx) {
+        if (dx.p) {
             /* dcol (nb*P, K) = dy_c wp, over the im2col the product above has read */
             ST_TRY(gemm(g, false, false, nb * c.P, c.K, c.Cout, dyc, c.Cout, wp, c.K, 0.0f, col, c.K));
             col2im_kernel<<<st_cuda_blocks(nb * c.H * c.W * c.Cin, THREADS), THREADS, 0, st>>>(
-                col, dx + b0 * c.H * c.W * c.Cin, c, nb, acc);
+                (const float *)col.p, st_fbuf_at(dx, b0 * c.H * c.W * c.Cin), c, nb, acc);
             ST_CUDA_LAUNCHED();
         }
     }
     if (dw) {
-        unpermute_add_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(dwt, dw, c.Cout,
-                                                                                        c.Cin, c.k * c.k);
+        unpermute_add_kernel<<<st_cuda_blocks(c.Cout * c.K, THREADS), THREADS, 0, st>>>(
+            (const float *)dwt.p, dw, c.Cout, c.Cin, c.k * c.k);
         ST_CUDA_LAUNCHED();
     }
     return ST_OK;

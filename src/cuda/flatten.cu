@@ -2,70 +2,70 @@
  * (C, H, W) order (a per-sample (HW, C) -> (C, HW) transpose), or a plain
  * reshape (a device copy) for any other input. Backward is the inverse
  * transpose (or the identity), written or added as in_acc says. Not tuned:
- * one thread per element, no shared-memory tiles. */
+ * one thread per element, no shared-memory tiles. Either storage on each
+ * side (src/layers/half_io.h). */
 #include "common.cuh"
 
 enum { THREADS = 256 };
 
 /* y[b, c*HW + s] = x[b, s, c] */
-static __global__ void to_chw_kernel(const float *x, float *y, int64_t B, int64_t HW, int64_t C) {
+static __global__ void to_chw_kernel(st_fbuf x, st_fbuf y, int64_t B, int64_t HW, int64_t C) {
     const int64_t n = B * HW * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t s = i % HW, c = (i / HW) % C, b = i / (HW * C);
-        y[i] = x[(b * HW + s) * C + c];
+        st_st(y, i, st_ld(x, (b * HW + s) * C + c));
     }
 }
 
 /* dx[b, s, c] (+)= dy[b, c*HW + s] */
-static __global__ void from_chw_kernel(const float *dy, float *dx, int64_t B, int64_t HW, int64_t C,
-                                       bool acc) {
+static __global__ void from_chw_kernel(st_fbuf dy, st_fbuf dx, int64_t B, int64_t HW, int64_t C, bool acc) {
     const int64_t n = B * HW * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C, s = (i / C) % HW, b = i / (HW * C);
-        const float v = dy[(b * C + c) * HW + s];
-        dx[i] = acc ? dx[i] + v : v;
+        const float v = st_ld(dy, (b * C + c) * HW + s);
+        st_st(dx, i, acc ? st_ld(dx, i) + v : v);
     }
 }
 
-static __global__ void add_into_kernel(float *dx, const float *dy, int64_t n) {
+/* y (+)= x, element by element, either storage on each side */
+static __global__ void copy_kernel(st_fbuf x, st_fbuf y, int64_t n, bool acc) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dx[i] += dy[i];
+        st_st(y, i, acc ? st_ld(y, i) + st_ld(x, i) : st_ld(x, i));
+}
+
+/* y (+)= x: a device copy when both are stored alike */
+static st_status copy(st_graph *g, st_fbuf x, st_fbuf y, int64_t n, bool acc) {
+    cudaStream_t st = st_cuda_stream(g);
+    if (!acc && x.t == y.t) {
+        ST_CUDA_TRY(cudaMemcpyAsync(y.p, x.p, (size_t)n * st_fbuf_elem(x), cudaMemcpyDeviceToDevice, st));
+        return ST_OK;
+    }
+    copy_kernel<<<st_cuda_blocks(n, THREADS), THREADS, 0, st>>>(x, y, n, acc);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
 }
 
 static st_status flatten_forward(st_node *n, st_graph *g) {
     cudaStream_t st = st_cuda_stream(g);
     const int64_t N = n->out->count;
-    if (!n->args.i[ST_FLATTEN_IMAGE]) {
-        ST_CUDA_TRY(cudaMemcpyAsync(n->out->data, n->in[0]->data, (size_t)N * sizeof(float),
-                                    cudaMemcpyDeviceToDevice, st));
-        return ST_OK;
-    }
+    if (!n->args.i[ST_FLATTEN_IMAGE]) return copy(g, st_data(n->in[0]), st_data(n->out), N, false);
     const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W];
-    to_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(n->in[0]->data, n->out->data, B, HW,
+    to_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(st_data(n->in[0]), st_data(n->out), B, HW,
                                                                   n->args.i[ST_FLATTEN_C]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
 
 static st_status flatten_backward(st_node *n, st_graph *g) {
-    float *dx = n->in[0]->grad;
-    if (!dx) return ST_OK;
+    if (!n->in[0]->grad) return ST_OK;
     cudaStream_t st = st_cuda_stream(g);
-    const float *dy = n->out->grad;
+    const st_fbuf dx = st_grad(n->in[0]), dy = st_grad(n->out);
     const bool acc = n->in_acc[0];
     const int64_t N = n->out->count;
-    if (!n->args.i[ST_FLATTEN_IMAGE]) {
-        if (!acc) {
-            ST_CUDA_TRY(cudaMemcpyAsync(dx, dy, (size_t)N * sizeof(float), cudaMemcpyDeviceToDevice, st));
-            return ST_OK;
-        }
-        add_into_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(dx, dy, N);
-        ST_CUDA_LAUNCHED();
-        return ST_OK;
-    }
+    if (!n->args.i[ST_FLATTEN_IMAGE]) return copy(g, dy, dx, N, acc);
     const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W];
     from_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(dy, dx, B, HW, n->args.i[ST_FLATTEN_C],
                                                                     acc);

@@ -27,6 +27,9 @@ st_status st_cuda_gemm_f32(st_device *d, const st_gemm_f32 *p) {
     q.ldd = p->ldc;
     q.sd = p->sc;
     q.batch = p->batch;
+    q.a_store = p->b_store; /* the operands swap (above) */
+    q.b_store = p->a_store;
+    q.d_store = p->c_store;
     q.operands = p->operands;
     q.ld_align = true; /* a head's slice of qkv, a conv chunk: rows start at odd offsets */
     q.what = "gemm";

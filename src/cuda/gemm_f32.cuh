@@ -26,14 +26,17 @@ typedef struct st_gemm_f32 {
     bool ta, tb; /* op(A) = A^T, op(B) = B^T */
     int64_t M, N, K;
     float alpha, beta;
-    const float *A;  /* (M, K), or (K, M) when ta */
+    const void *A;   /* (M, K), or (K, M) when ta */
     int64_t lda, sa; /* leading dimension, batch stride (elements) */
-    const float *B;  /* (K, N), or (N, K) when tb */
+    const void *B;   /* (K, N), or (N, K) when tb */
     int64_t ldb, sb;
-    float *C; /* (M, N) */
+    void *C; /* (M, N) */
     int64_t ldc, sc;
-    int batch; /* 0 or 1: one product */
+    int batch;             /* 0 or 1: one product */
     st_precision operands; /* what A and B hold: fp32 (0), or bf16/fp16 values */
+    /* how each is stored: fp32 (0) float arrays, else 16-bit arrays of
+     * `operands` (an activation stored in 16 bits, src/layers/half_io.h) */
+    st_precision a_store, b_store, c_store;
 } st_gemm_f32;
 
 /* Queue the product(s) on the device's compute stream. */

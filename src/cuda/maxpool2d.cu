@@ -31,7 +31,7 @@ static pool_dims dims(const st_node *n) {
     return d;
 }
 
-static __global__ void maxpool_forward_kernel(const float *x, float *y, int32_t *arg, pool_dims d) {
+static __global__ void maxpool_forward_kernel(st_fbuf x, st_fbuf y, int32_t *arg, pool_dims d) {
     const int64_t n = d.B * d.Ho * d.Wo * d.C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -42,18 +42,18 @@ static __global__ void maxpool_forward_kernel(const float *x, float *y, int32_t 
         for (int64_t kh = 0; kh < d.k; kh++)
             for (int64_t kw = 0; kw < d.k; kw++) {
                 const int64_t j = ((b * d.H + oh * d.s + kh) * d.W + ow * d.s + kw) * d.C + c;
-                const float v = x[j];
+                const float v = st_ld(x, j);
                 if ((kh == 0 && kw == 0) || v > best || v != v) {
                     best = v;
                     at = j;
                 }
             }
-        y[i] = best;
+        st_st(y, i, best);
         arg[i] = (int32_t)at;
     }
 }
 
-static __global__ void maxpool_backward_kernel(const float *dy, const int32_t *arg, float *dx, pool_dims d,
+static __global__ void maxpool_backward_kernel(st_fbuf dy, const int32_t *arg, st_fbuf dx, pool_dims d,
                                                bool acc) {
     const int64_t n = d.B * d.H * d.W * d.C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -65,30 +65,29 @@ static __global__ void maxpool_backward_kernel(const float *dy, const int32_t *a
         const int64_t oh0 = lh <= 0 ? 0 : (lh + d.s - 1) / d.s, ow0 = lw <= 0 ? 0 : (lw + d.s - 1) / d.s;
         const int64_t oh1 = ih / d.s < d.Ho - 1 ? ih / d.s : d.Ho - 1;
         const int64_t ow1 = iw / d.s < d.Wo - 1 ? iw / d.s : d.Wo - 1;
-        float sum = acc ? dx[i] : 0.0f;
+        float sum = acc ? st_ld(dx, i) : 0.0f;
         for (int64_t oh = oh0; oh <= oh1; oh++)
             for (int64_t ow = ow0; ow <= ow1; ow++) {
                 const int64_t o = ((b * d.Ho + oh) * d.Wo + ow) * d.C + c;
-                if (arg[o] == (int32_t)i) sum += dy[o];
+                if (arg[o] == (int32_t)i) sum += st_ld(dy, o);
             }
-        dx[i] = sum;
+        st_st(dx, i, sum);
     }
 }
 
 static st_status maxpool2d_forward(st_node *n, st_graph *g) {
     const pool_dims d = dims(n);
     maxpool_forward_kernel<<<st_cuda_blocks(n->out->count, THREADS), THREADS, 0, st_cuda_stream(g)>>>(
-        n->in[0]->data, n->out->data, (int32_t *)n->saved, d);
+        st_data(n->in[0]), st_data(n->out), (int32_t *)n->saved, d);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
 
 static st_status maxpool2d_backward(st_node *n, st_graph *g) {
-    float *dx = n->in[0]->grad; /* (B, H, W, C) */
-    if (!dx) return ST_OK;
+    if (!n->in[0]->grad) return ST_OK; /* dx (B, H, W, C) */
     const pool_dims d = dims(n);
     maxpool_backward_kernel<<<st_cuda_blocks(n->in[0]->count, THREADS), THREADS, 0, st_cuda_stream(g)>>>(
-        n->out->grad, (const int32_t *)n->saved, dx, d, n->in_acc[0]);
+        st_grad(n->out), (const int32_t *)n->saved, st_grad(n->in[0]), d, n->in_acc[0]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -20,8 +20,9 @@
 #include "attention_layout.h"
 
 static inline bool st_layer_half_io(const char *name) {
-    static const char *const list[] = {"add",       "gelu",      "relu",          "dropout",   "linear",
-                                       "layernorm", "embedding", "pos_embedding", "softmax_ce"};
+    static const char *const list[] = {"add",       "gelu",      "relu",          "dropout",    "linear",
+                                       "layernorm", "embedding", "pos_embedding", "softmax_ce", "conv2d",
+                                       "batchnorm", "maxpool2d", "flatten"};
     for (size_t i = 0; i < sizeof list / sizeof *list; i++)
         if (strcmp(list[i], name) == 0) return true;
     return false;
