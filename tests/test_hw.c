@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/device.h"
 #include "hw/planner.h"
 #include "hw/probe.h"
 
@@ -477,8 +478,10 @@ static void test_batch_ring(void) {
           (long long)e->loader, (long long)(mb * (s_in + s_out)), (long long)e->pinned,
           (long long)(6 * slot));
     CHECK(e->total == e->params + e->grads + e->optim + e->acts + e->act_grads + e->ints + e->work + e->eval +
-                          e->loader + e->buckets + e->data,
+                          e->loader + e->buckets + e->data + e->backend,
           "gpu: the pinned ring is not device memory");
+    CHECK(e->backend >= ST_CUDA_LT_WORKSPACE_BYTES, "gpu: cuBLASLt's workspace counted (%lld)",
+          (long long)e->backend);
     CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
     CHECK_OK(st_plan_make(&in, &hw, &p));
     const int64_t mc = p.micro, sc = (mc * s_in + 63) / 64 * 64 + (mc * s_out + 63) / 64 * 64 + mc * 8;

@@ -13,14 +13,15 @@
 #define GIB (1024.0 * 1024 * 1024)
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain plan [CONFIG.yaml] [--set key=value]... [--hw LIST] [--nodes N]\n"
-               "                      [--efficiency E] [--json] [--probe]\n"
-               "  --hw LIST      comma-separated, e.g. 4xL40S,8xA100-40GB,8xA100-80GB,8xH100,cpu\n"
-               "                 (N x DEVICE, or NODES x N x DEVICE); default: local (this machine)\n"
-               "                 devices: %s\n"
-               "  --nodes N      nodes for every entry that does not name them\n"
-               "  --efficiency E fraction of the peak matrix rate to assume (default per device)\n"
-               "  --probe        print what the hardware probe found (with --json: as JSON)\n",
+    fprintf(f,
+            "usage: scaletrain plan [CONFIG.yaml] [--set key=value]... [--hw LIST] [--nodes N]\n"
+            "                      [--efficiency E] [--json] [--probe]\n"
+            "  --hw LIST      comma-separated, e.g. 4xL40S,8xA100-40GB,8xA100-80GB,8xH100,cpu\n"
+            "                 (N x DEVICE, or NODES x N x DEVICE); default: local (this machine)\n"
+            "                 devices: %s\n"
+            "  --nodes N      nodes for every entry that does not name them\n"
+            "  --efficiency E fraction of the peak matrix rate to assume (default per device)\n"
+            "  --probe        print what the hardware probe found (with --json: as JSON)\n",
             st_device_names());
 }
 
@@ -51,8 +52,10 @@ static cJSON *probe_json(const st_hw_info *h) {
     cJSON_AddBoolToObject(o, "mpi_built", h->mpi_built);
     cJSON_AddStringToObject(o, "launcher", h->launcher);
     cJSON_AddBoolToObject(o, "nccl", h->nccl);
-    if (h->nccl) cJSON_AddNumberToObject(o, "nccl_version", h->nccl_version);
-    else cJSON_AddStringToObject(o, "nccl_reason", h->nccl_why);
+    if (h->nccl)
+        cJSON_AddNumberToObject(o, "nccl_version", h->nccl_version);
+    else
+        cJSON_AddStringToObject(o, "nccl_reason", h->nccl_why);
     return o;
 }
 
@@ -73,9 +76,14 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddStringToObject(o, "activation_checkpointing", p->checkpointing ? "blocks" : "off");
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
-    const char *names[] = {"params", "grads", "optim", "acts", "act_grads", "ints", "work", "eval", "loader", "buckets", "data", "total", "host", "pinned", "ckpt_copy"};
-    const int64_t vals[] = {e->params, e->grads, e->optim, e->acts, e->act_grads, e->ints, e->work, e->eval, e->loader, e->buckets, e->data, e->total, e->host, e->pinned, e->ckpt_copy};
-    for (int i = 0; i < 15; i++) cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
+    const char *names[] = {"params", "grads", "optim",  "acts",     "act_grads", "ints",
+                           "work",   "eval",  "loader", "buckets",  "data",      "backend",
+                           "total",  "host",  "pinned", "ckpt_copy"};
+    const int64_t vals[] = {e->params, e->grads, e->optim,  e->acts,     e->act_grads, e->ints,
+                            e->work,   e->eval,  e->loader, e->buckets,  e->data,      e->backend,
+                            e->total,  e->host,  e->pinned, e->ckpt_copy};
+    for (int i = 0; i < 15; i++)
+        cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
     cJSON_AddNumberToObject(m, "per_sample", e->act_per_sample);
     cJSON_AddNumberToObject(m, "limit", (double)p->mem_limit);
     cJSON_AddBoolToObject(o, "fits", p->fits);
@@ -93,7 +101,8 @@ static cJSON *plan_json(const st_plan *p) {
     if (p->micro_why[0]) cJSON_AddStringToObject(why, "micro_batch_size", p->micro_why);
     if (p->precision_why[0]) cJSON_AddStringToObject(why, "precision", p->precision_why);
     if (p->strategy_why[0]) cJSON_AddStringToObject(why, "strategy", p->strategy_why);
-    if (p->checkpointing_why[0]) cJSON_AddStringToObject(why, "activation_checkpointing", p->checkpointing_why);
+    if (p->checkpointing_why[0])
+        cJSON_AddStringToObject(why, "activation_checkpointing", p->checkpointing_why);
     return o;
 }
 
@@ -111,9 +120,9 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
         snprintf(label, sizeof label, "%s%s", st_plan_strategy_label(q, strat, sizeof strat),
                  q->checkpointing ? "+ckpt" : ""); /* activation checkpointing */
         snprintf(mem, sizeof mem, "%.2f GiB (%.1f)", (double)q->mem.total / GIB, (double)q->mem_limit / GIB);
-        fprintf(f, "%-16s %5d %6lld %5lld %-14s %-5s %-22s %10.1f %12.0f %6.0f%%%s%s\n", q->hw.label, q->ranks,
-                (long long)q->micro, (long long)q->accum, label, q->precision,
-                mem, 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
+        fprintf(f, "%-16s %5d %6lld %5lld %-14s %-5s %-22s %10.1f %12.0f %6.0f%%%s%s\n", q->hw.label,
+                q->ranks, (long long)q->micro, (long long)q->accum, label, q->precision, mem,
+                1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
     }
 }
@@ -134,17 +143,24 @@ int st_cmd_plan(int argc, char **argv) {
             free(rest);
             return ST_EXIT_OK;
         }
-        if ((strcmp(a, "--hw") == 0 || strcmp(a, "--nodes") == 0 || strcmp(a, "--efficiency") == 0) && i + 1 >= argc) {
+        if ((strcmp(a, "--hw") == 0 || strcmp(a, "--nodes") == 0 || strcmp(a, "--efficiency") == 0) &&
+            i + 1 >= argc) {
             fprintf(stderr, "scaletrain plan: %s needs a value\n", a);
             free(rest);
             return ST_EXIT_USAGE;
         }
-        if (strcmp(a, "--hw") == 0) hw_list = argv[++i];
-        else if (strcmp(a, "--nodes") == 0) nodes = atoi(argv[++i]);
-        else if (strcmp(a, "--efficiency") == 0) eff = atof(argv[++i]);
-        else if (strcmp(a, "--probe") == 0) probe = true;
-        else if (strcmp(a, "--json") == 0) json = true;
-        else rest[nrest++] = argv[i];
+        if (strcmp(a, "--hw") == 0)
+            hw_list = argv[++i];
+        else if (strcmp(a, "--nodes") == 0)
+            nodes = atoi(argv[++i]);
+        else if (strcmp(a, "--efficiency") == 0)
+            eff = atof(argv[++i]);
+        else if (strcmp(a, "--probe") == 0)
+            probe = true;
+        else if (strcmp(a, "--json") == 0)
+            json = true;
+        else
+            rest[nrest++] = argv[i];
     }
     if ((nodes < 0 || nodes > 100000) || eff < 0 || eff > 1) {
         fprintf(stderr, "scaletrain plan: --nodes must be positive and --efficiency in (0, 1]\n");
@@ -179,7 +195,8 @@ int st_cmd_plan(int argc, char **argv) {
     in.efficiency = eff;
     in.cores_per_rank = h->allowed;
     int n = 1;
-    for (const char *c = hw_list; *c; c++) n += *c == ',';
+    for (const char *c = hw_list; *c; c++)
+        n += *c == ',';
     plans = calloc((size_t)n, sizeof *plans);
     if (!plans) {
         s = st_fail(ST_ERR_NOMEM, "out of memory");
@@ -188,11 +205,13 @@ int st_cmd_plan(int argc, char **argv) {
     char item[64];
     const char *c = hw_list;
     for (int i = 0; i < n; i++) {
-        while (*c == ' ') c++;
+        while (*c == ' ')
+            c++;
         size_t len = strcspn(c, ",");
         snprintf(item, sizeof item, "%.*s", (int)len, c);
         c += len + (c[len] == ',');
-        for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';) item[--e] = '\0';
+        for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';)
+            item[--e] = '\0';
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
         if (strcmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
@@ -217,7 +236,8 @@ int st_cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(out, "batch_size", (double)cfg.train.batch_size);
         if (gf > 0) cJSON_AddNumberToObject(out, "cpu_gflops_measured", gf / 1e9);
         cJSON *arr = cJSON_AddArrayToObject(out, "plans");
-        for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, plan_json(&plans[i]));
+        for (int i = 0; i < n; i++)
+            cJSON_AddItemToArray(arr, plan_json(&plans[i]));
         char *txt = cJSON_Print(out);
         if (txt) printf("%s\n", txt);
         free(txt);
@@ -228,7 +248,8 @@ int st_cmd_plan(int argc, char **argv) {
         const double kf = cost.cpu.fwd_flops + cost.cpu.bwd_flops, mf = cost.fwd_flops + cost.bwd_flops;
         if (kf < 0.999 * mf)
             printf("       on the CPU our kernels run %.3g GFLOP per sample instead (Winograd convolutions), "
-                   "which the CPU's step time counts\n", kf / 1e9);
+                   "which the CPU's step time counts\n",
+                   kf / 1e9);
         printf("batch: %lld samples per step%s", (long long)cfg.train.batch_size, in.seq_len ? "" : "\n");
         if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
         if (gf > 0) printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm)\n", gf / 1e9);

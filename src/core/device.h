@@ -21,6 +21,10 @@
 
 typedef struct st_device st_device;
 
+/* The cuBLASLt workspace a CUDA device allocates when it opens (32 MiB
+ * covers Hopper's split-K and stream-K); the memory model counts it. */
+#define ST_CUDA_LT_WORKSPACE_BYTES ((int64_t)32 << 20)
+
 /* True when this binary was built with the CUDA backend. */
 bool st_device_cuda_built(void);
 /* Number of usable CUDA devices (0 without a GPU, a driver or a CUDA build);

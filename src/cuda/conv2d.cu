@@ -21,9 +21,10 @@
  * prefilled in y, added in fp32 with beta 1 and rounded once), dy is read
  * as it is stored. */
 #include "gemm_f32.cuh"
+extern "C" {
+#include "layers/conv2d_layout.h"
+}
 
-/* Floats of one im2col chunk on the device (64 MiB). */
-#define CHUNK ((int64_t)1 << 24)
 enum { THREADS = 256 };
 
 static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -50,9 +51,7 @@ static geom node_geom(const st_node *n) {
     c.K = c.Cin * c.k * c.k;
     c.P = c.Ho * c.Wo;
     c.M = c.B * c.P;
-    c.nb = CHUNK / (c.P * c.K);
-    if (c.nb < 1) c.nb = 1;
-    if (c.nb > c.B) c.nb = c.B;
+    c.nb = st_conv2d_device_images(c.B, c.P, c.K); /* the planner's rule too (conv2d_layout.h) */
     c.off_wp = 0;
     c.off_dwt = align16(c.Cout * c.K);
     c.off_col = c.off_dwt + align16(c.K * c.Cout);
@@ -248,7 +247,7 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
 }
 
 static st_status conv2d_prepare(st_node *n, st_graph *g) {
-    n->work_count = node_geom(n).work;
+    st_conv2d_device_layout(n); /* = node_geom(n).work */
     return ST_OK;
 }
 

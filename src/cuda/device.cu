@@ -8,13 +8,13 @@
 
 #include "common.cuh"
 
-enum { LT_WORKSPACE_BYTES = 32 << 20 }; /* cuBLASLt: 32 MiB covers Hopper's split-K/stream-K */
-
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
                                   int line) {
     char host[64] = "?";
-    if (d) snprintf(host, sizeof host, "%s", d->host);
-    else gethostname(host, sizeof host - 1);
+    if (d)
+        snprintf(host, sizeof host, "%s", d->host);
+    else
+        gethostname(host, sizeof host - 1);
     return st_fail(e == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
                    "%s:%d: %s failed: %s (%s) on host %s, cuda:%d", file, line, what, cudaGetErrorString(e),
                    cudaGetErrorName(e), host, d ? d->ordinal : -1);
@@ -67,7 +67,7 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
-    d->lt_ws_bytes = LT_WORKSPACE_BYTES;
+    d->lt_ws_bytes = (size_t)ST_CUDA_LT_WORKSPACE_BYTES;
     ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
     d->allocated = d->peak = (int64_t)d->lt_ws_bytes;
     if (cudaDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, ordinal) != cudaSuccess) {
@@ -117,10 +117,11 @@ extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
-        return st_fail(ST_ERR_NOMEM,
-                       "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f MiB)",
-                       d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20), (double)total_b / (1 << 20),
-                       (double)d->allocated / (1 << 20));
+        return st_fail(
+            ST_ERR_NOMEM,
+            "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f MiB)",
+            d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20), (double)total_b / (1 << 20),
+            (double)d->allocated / (1 << 20));
     }
     d->blocks[d->n_blocks].p = *out;
     d->blocks[d->n_blocks].nbytes = nbytes;

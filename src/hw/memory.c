@@ -3,6 +3,10 @@
 
 #include <string.h>
 
+#include "core/device.h"
+#include "layers/args.h"
+#include "layers/conv2d_layout.h"
+
 /* The parameter arena is padded to 64 bytes as graph.c lays it out. */
 static int64_t arena(int64_t count) { return (count + 15) / 16 * 16; }
 
@@ -41,8 +45,39 @@ int64_t st_mem_model_states(int64_t n_params, const st_mem_opts *o) {
 }
 
 typedef struct graph_bytes {
-    int64_t acts, grads, ints, work;
+    int64_t acts, grads, ints, work, scratch;
 } graph_bytes;
+
+/* Bytes of the 16-bit copies one product makes of its operands stored as
+ * floats (src/cuda/matmul.cu: the first rounded up to 256 bytes). */
+static int64_t copies(int64_t a, int64_t b) { return (2 * a + 255) / 256 * 256 + 2 * b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The CUDA backend's 16-bit operand scratch in a bf16/fp16 run: the device
+ * keeps one buffer as large as the largest product's copies. Linear: the
+ * weights are the 16-bit compute copy, x and dy are copied where they are
+ * stored as floats (a graph input, the logits); conv2d: the im2col chunk and
+ * the permuted weight are float workspace, dy as stored. Not counted:
+ * attention's materialised path (head sizes the flash kernels do not take). */
+static int64_t operand_scratch(const st_graph *g) {
+    int64_t most = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        const bool x32 = n->in[0]->store == ST_PREC_FP32, dy32 = n->out->store == ST_PREC_FP32;
+        if (strcmp(n->ops->name, "linear") == 0) {
+            const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
+            const int64_t x = x32 ? M * K : 0, dy = dy32 ? M * N : 0;
+            most = max64(most, max64(copies(x, 0), copies(dy, x)));
+        } else if (strcmp(n->ops->name, "conv2d") == 0) {
+            const int64_t B = n->in[0]->shape[0], Cin = n->in[0]->shape[3], k = n->args.i[ST_CONV_K];
+            const int64_t P = n->out->shape[1] * n->out->shape[2], Cout = n->out->shape[3], K = k * k * Cin;
+            const int64_t col = st_conv2d_device_images(B, P, K) * P * K, wp = Cout * K;
+            const int64_t dy = dy32 ? st_conv2d_device_images(B, P, K) * P * Cout : 0;
+            most = max64(most, max64(copies(wp, col), max64(copies(dy, col), copies(wp, dy))));
+        }
+    }
+    return most;
+}
 
 /* The graph as the run lays it out: with bf16/fp16 on a GPU the activations
  * of the layers that take 16-bit storage (src/layers/half_io.h) take 2 bytes,
@@ -58,6 +93,7 @@ static st_status graph_size(st_model *m, int64_t batch, bool mixed, bool device,
     b->grads = 4 * mg.g.grad_count;
     b->ints = 4 * mg.g.int_count;
     b->work = 4 * mg.g.work_count;
+    b->scratch = device && mixed ? operand_scratch(&mg.g) : 0;
     st_model_graph_free(&mg);
     return ST_OK;
 }
@@ -96,13 +132,16 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
         out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
     out->data = o->data_bytes;
+    /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */
+    if (o->device_layout) out->backend = ST_CUDA_LT_WORKSPACE_BYTES + g.scratch;
     if (o->async_ckpt) { /* checkpoint.c take(): rank 0's weights and buffers, each rank's state (fp32) */
         const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(m->params.count);
         const int64_t state = 4 * (int64_t)o->optim_states * (o->zero >= 1 ? (pa + N - 1) / N : pa);
         out->ckpt_copy = 4 * pa + 4 * m->params.buffer_count + state;
     }
     out->total = out->params + out->grads + out->optim + out->acts + out->act_grads + out->ints + out->work +
-                 out->eval + out->loader + out->buckets + out->data + (o->device_layout ? 0 : out->ckpt_copy);
+                 out->eval + out->loader + out->buckets + out->data + out->backend +
+                 (o->device_layout ? 0 : out->ckpt_copy);
     if (o->device_layout) out->host += out->ckpt_copy;
     return ST_OK;
 }

@@ -25,7 +25,12 @@
  * backend stores them; the CPU stores floats. Then the evaluation
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
  * batch buffers, the gradient buckets (DDP all-reduces in place: none; ZeRO
- * stages two buckets), and on the CPU the dataset held in memory.
+ * stages two buckets), on the CPU the dataset held in memory, and on a GPU
+ * the CUDA backend's own buffers (`backend`: cuBLASLt's workspace,
+ * ST_CUDA_LT_WORKSPACE_BYTES, and the scratch for 16-bit copies of operands
+ * stored as floats, as large as the largest product's). The CUDA twins'
+ * workspace is the graph's (conv2d's by src/layers/conv2d_layout.h,
+ * attention's by attention_layout.h).
  *
  * On a GPU (`device_feed`) the loader's ring is pinned host memory (`pinned`,
  * not on the device) and the batch feed (src/train/feed.c) copies each batch
@@ -60,6 +65,7 @@ typedef struct st_mem {
     int64_t params, grads, optim;        /* model states on the device */
     int64_t acts, act_grads, ints, work; /* the training graph */
     int64_t eval, loader, buckets, data; /* the rest */
+    int64_t backend;                     /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */
     int64_t total;                       /* on the device */
     int64_t host;                        /* offloaded to host memory */
     int64_t pinned;                      /* a GPU run's pinned host ring of batch buffers */

@@ -8,6 +8,7 @@
 #include "../core/half.h"
 #include "../core/mem.h"
 #include "../layers/attention_layout.h"
+#include "../layers/conv2d_layout.h"
 #include "../layers/half_io.h"
 #ifdef ST_HAVE_CUDA
 #include "../cuda/cuda.h"
@@ -438,8 +439,12 @@ st_status st_graph_finalize(st_graph *g) {
     if (g->dev && !g->params_only)
         ST_TRY(use_device_ops(g));
     else if (g->device_layout)
-        for (int i = 0; i < g->n_nodes; i++)
-            if (strcmp(g->nodes[i].ops->name, "attention") == 0) st_attention_device_layout(&g->nodes[i]);
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (strcmp(g->nodes[i].ops->name, "attention") == 0)
+                st_attention_device_layout(&g->nodes[i]);
+            else if (strcmp(g->nodes[i].ops->name, "conv2d") == 0)
+                st_conv2d_device_layout(&g->nodes[i]);
+        }
 
     ST_TRY(choose_storage(g));
     /* Which activations live in a block's shared region (checkpointing). */

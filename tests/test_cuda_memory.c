@@ -1,0 +1,151 @@
+/* The memory model against what a training run on a CUDA device allocates:
+ * mlp, cnn and gpt, in fp32 and bf16, each within 10%.
+ *
+ * Measured: the device's allocation peak over the run (st_device_memory,
+ * the run result's device_mem_peak_bytes): every arena, the compute copy,
+ * the optimizer state, the batch feed's buffers, the evaluation graph, the
+ * 16-bit operand scratch and cuBLASLt's workspace, as cudaMalloc was asked
+ * for them. Predicted: the planner's device total (src/hw/memory.c) for the
+ * run as it was configured, on the local device (st_device_local), laid
+ * out as the CUDA backend lays it out (16-bit storage by
+ * src/layers/half_io.h). The CUDA context and the libraries' own
+ * allocations are neither's: nvidia-smi shows more on a real GPU.
+ *
+ * Skips without a CUDA device; runs on the emulator (make emu) and on the
+ * GPU machine. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/device.h"
+#include "data/tokens.h"
+#include "hw/planner.h"
+#include "hw/probe.h"
+#include "hw/runspec.h"
+#include "scaletrain/train.h"
+
+static void be32(FILE *f, uint32_t v) {
+    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
+    fwrite(b, 1, 4, f);
+}
+
+/* n raw IDX images 28x28 and labels 0..9 */
+static int write_idx(const char *dir, int n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/img.idx", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f) return -1;
+    be32(f, 0x803);
+    be32(f, (uint32_t)n);
+    be32(f, 28);
+    be32(f, 28);
+    for (int i = 0; i < n * 784; i++)
+        fputc((i * 7919) % 251, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/lab.idx", dir);
+    f = fopen(p, "wb");
+    if (!f) return -1;
+    be32(f, 0x801);
+    be32(f, (uint32_t)n);
+    for (int i = 0; i < n; i++)
+        fputc(i % 10, f);
+    fclose(f);
+    return 0;
+}
+
+static int write_tokens(const char *dir, int n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/tok.bin", dir);
+    uint32_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) return -1;
+    for (int i = 0; i < n; i++)
+        t[i] = (uint32_t)((i * 31 + i / 7) % 256);
+    st_status s = st_tokens_write(p, t, n, 256);
+    free(t);
+    return s == ST_OK ? 0 : -1;
+}
+
+static void check_run(const char *name, const char *const *sets, int nsets) {
+    st_config cfg;
+    st_config_defaults(&cfg);
+    for (int i = 0; i < nsets; i++)
+        CHECK_OK(st_config_set(&cfg, sets[i]));
+    CHECK_OK(st_config_set(&cfg, "train.device=cuda"));
+    st_run_opts opts = {.quiet = true};
+    st_run_result res;
+    st_config run = cfg;
+    if (st_train(&run, &opts, &res) != ST_OK) {
+        CHECK(0, "%s: %s", name, st_last_error());
+        return;
+    }
+    /* the prediction for the run as it was configured (its auto values filled) */
+    st_plan_input in;
+    CHECK_OK(st_runspec_open(&run, &in));
+    st_hw_info h;
+    CHECK_OK(st_hw_probe(&h));
+    st_hw_config hw = {.per_node = 1, .nodes = 1};
+    if (h.n_gpus > 0)
+        st_device_local(&h, 0, &hw.dev);
+    else /* the emulator: the probe looks for the driver and NVML, which it is not */
+        CHECK(st_device_preset("H100-80GB", &hw.dev), "the H100-80GB preset");
+    st_plan p;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    st_runspec_close(&in);
+    const double got = (double)res.device_mem_peak_bytes, want = (double)p.mem.total;
+    const double err = got > 0 ? (want - got) / got : 1;
+    printf("%-9s micro %3lld %s: device peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name,
+           (long long)p.micro, run.precision, got / 1048576, want / 1048576, 100 * err);
+    CHECK(got > 0 && fabs(err) <= 0.10, "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name,
+          want / 1048576, got / 1048576);
+}
+
+int main(void) {
+    char why[256] = "";
+    if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("test_cuda_memory", why);
+    char dir[] = "/tmp/st_cudamem_XXXXXX";
+    if (!mkdtemp(dir)) return st_test_skip("test_cuda_memory", "cannot create a temporary directory");
+    if (write_idx(dir, 256) || write_tokens(dir, 40000)) return 1;
+    char img[600], lab[600], tok[600], out[600], vimg[600], vlab[600];
+    snprintf(img, sizeof img, "data.train=%s/img.idx", dir);
+    snprintf(lab, sizeof lab, "data.train_labels=%s/lab.idx", dir);
+    snprintf(tok, sizeof tok, "data.train=%s/tok.bin", dir);
+    snprintf(out, sizeof out, "train.out_dir=%s/run", dir);
+    snprintf(vimg, sizeof vimg, "data.val=%s/img.idx", dir);
+    snprintf(vlab, sizeof vlab, "data.val_labels=%s/lab.idx", dir);
+    for (int k = 0; k < 2; k++) {
+        const char *prec = k ? "precision=bf16" : "precision=fp32";
+        const char *mlp[] = {"model.type=mlp",
+                             "model.hidden=[2048,2048]",
+                             img,
+                             lab,
+                             "data.val=",
+                             out,
+                             "train.batch_size=256",
+                             "train.steps=1",
+                             prec};
+        const char *cnn[] = {
+            "model.type=cnn",     img, lab, vimg, vlab, out, "train.batch_size=64", "train.steps=1",
+            "train.eval_steps=1", prec};
+        const char *gpt[] = {"model.type=gpt",
+                             "model.n_layer=2",
+                             "model.n_head=2",
+                             "model.n_embd=128",
+                             "model.block_size=128",
+                             "data.type=tokens",
+                             tok,
+                             "data.val=",
+                             out,
+                             "train.batch_size=16",
+                             "train.steps=1",
+                             prec};
+        check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9);
+        check_run(k ? "cnn bf16" : "cnn fp32", cnn, 10);
+        check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return st_test_finish("test_cuda_memory");
+}
