@@ -245,7 +245,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
             cp_check(mc->label, hp->t[i]->name, dev, dp->t[i]->data, hp->t[i]->data, hp->t[i]->count, 0, 0);
     T_TRY(st_model_graph_build(hm, mc->batch, &hg));
     T_TRY(st_model_graph_build(dm, mc->batch, &dg));
-    if (prec != ST_PREC_FP32) {
+    if (prec != ST_PREC_FP32 && dg.g.dev) { /* not the host against itself (no device) */
         /* the activations between layers are stored in 16 bits on the device
          * (src/layers/half_io.h; not an image model's logits, which the host
          * reads): a smaller activation arena than the host's fp32 one */

@@ -24,7 +24,7 @@ int main(void) {
         st_comm_free(c);
         return st_test_skip("replica_check", "needs 2 or more ranks (mpirun -n 2)");
     }
-    st_params p;
+    st_params p = {0};
     st_graph g;
     st_graph_init(&g, &p);
     st_tensor *a = NULL, *b = NULL, *buf = NULL;
