@@ -20,52 +20,11 @@
 
 #include "check.h"
 #include "core/device.h"
-#include "data/tokens.h"
 #include "hw/planner.h"
 #include "hw/probe.h"
 #include "hw/runspec.h"
+#include "mem_fixture.h"
 #include "scaletrain/train.h"
-
-static void be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
-    fwrite(b, 1, 4, f);
-}
-
-/* n raw IDX images 28x28 and labels 0..9 */
-static int write_idx(const char *dir, int n) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/img.idx", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f) return -1;
-    be32(f, 0x803);
-    be32(f, (uint32_t)n);
-    be32(f, 28);
-    be32(f, 28);
-    for (int i = 0; i < n * 784; i++)
-        fputc((i * 7919) % 251, f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/lab.idx", dir);
-    f = fopen(p, "wb");
-    if (!f) return -1;
-    be32(f, 0x801);
-    be32(f, (uint32_t)n);
-    for (int i = 0; i < n; i++)
-        fputc(i % 10, f);
-    fclose(f);
-    return 0;
-}
-
-static int write_tokens(const char *dir, int n) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/tok.bin", dir);
-    uint32_t *t = malloc((size_t)n * sizeof *t);
-    if (!t) return -1;
-    for (int i = 0; i < n; i++)
-        t[i] = (uint32_t)((i * 31 + i / 7) % 256);
-    st_status s = st_tokens_write(p, t, n, 256);
-    free(t);
-    return s == ST_OK ? 0 : -1;
-}
 
 static void check_run(const char *name, const char *const *sets, int nsets) {
     st_config cfg;

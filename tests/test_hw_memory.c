@@ -21,9 +21,9 @@
 
 #include "check.h"
 #include "core/blas.h"
-#include "data/tokens.h"
 #include "hw/planner.h"
 #include "hw/runspec.h"
+#include "mem_fixture.h"
 #include "scaletrain/train.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -46,44 +46,6 @@ static int64_t status_kb(const char *key) {
         if (strncmp(line, key, n) == 0) v = atoll(line + n + 1);
     if (f) fclose(f);
     return v;
-}
-
-static void be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
-    fwrite(b, 1, 4, f);
-}
-
-/* n raw IDX images 28x28 and labels 0..9 */
-static int write_idx(const char *dir, int n) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/img.idx", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f) return -1;
-    be32(f, 0x803);
-    be32(f, (uint32_t)n);
-    be32(f, 28);
-    be32(f, 28);
-    for (int i = 0; i < n * 784; i++) fputc((i * 7919) % 251, f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/lab.idx", dir);
-    f = fopen(p, "wb");
-    if (!f) return -1;
-    be32(f, 0x801);
-    be32(f, (uint32_t)n);
-    for (int i = 0; i < n; i++) fputc(i % 10, f);
-    fclose(f);
-    return 0;
-}
-
-static int write_tokens(const char *dir, int n) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/tok.bin", dir);
-    uint32_t *t = malloc((size_t)n * sizeof *t);
-    if (!t) return -1;
-    for (int i = 0; i < n; i++) t[i] = (uint32_t)((i * 31 + i / 7) % 256);
-    st_status s = st_tokens_write(p, t, n, 256);
-    free(t);
-    return s == ST_OK ? 0 : -1;
 }
 
 /* In a child: warm up, run, report measured and predicted bytes. */
@@ -147,13 +109,14 @@ static void check_run(const char *name, const char *const *sets, int nsets) {
         printf("%s: cannot reset the peak RSS here; not measured\n", name);
         return;
     }
-    CHECK(got == (ssize_t)sizeof r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child failed (status %d)", name,
-          st);
+    CHECK(got == (ssize_t)sizeof r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child failed (status %d)",
+          name, st);
     if (got != (ssize_t)sizeof r) return;
     const double err = (r[1] - r[0]) / r[0];
     printf("%-4s micro %3.0f: measured peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name, r[2],
            r[0] / 1048576, r[1] / 1048576, 100 * err);
-    CHECK(fabs(err) <= 0.10, "%s: prediction %.1f MiB vs measured %.1f MiB", name, r[1] / 1048576, r[0] / 1048576);
+    CHECK(fabs(err) <= 0.10, "%s: prediction %.1f MiB vs measured %.1f MiB", name, r[1] / 1048576,
+          r[0] / 1048576);
 }
 
 int main(void) {
@@ -168,13 +131,23 @@ int main(void) {
     char vimg[600], vlab[600];
     snprintf(vimg, sizeof vimg, "data.val=%s/img.idx", dir);
     snprintf(vlab, sizeof vlab, "data.val_labels=%s/lab.idx", dir);
-    const char *mlp[] = {"model.type=mlp", "model.hidden=[2048,2048]", img, lab, "data.val=", out,
-                         "train.batch_size=256", "train.steps=2"};
-    const char *cnn[] = {"model.type=cnn", img, lab, vimg, vlab, out, "train.batch_size=64", "train.steps=2",
-                         "train.eval_steps=1"};
-    const char *gpt[] = {"model.type=gpt", "model.n_layer=2", "model.n_head=4", "model.n_embd=128",
-                         "model.block_size=128", "data.type=tokens", tok, "data.val=", out,
-                         "train.batch_size=16", "train.steps=2"};
+    const char *mlp[] = {
+        "model.type=mlp", "model.hidden=[2048,2048]", img, lab, "data.val=", out, "train.batch_size=256",
+        "train.steps=2"};
+    const char *cnn[] = {
+        "model.type=cnn",    img, lab, vimg, vlab, out, "train.batch_size=64", "train.steps=2",
+        "train.eval_steps=1"};
+    const char *gpt[] = {"model.type=gpt",
+                         "model.n_layer=2",
+                         "model.n_head=4",
+                         "model.n_embd=128",
+                         "model.block_size=128",
+                         "data.type=tokens",
+                         tok,
+                         "data.val=",
+                         out,
+                         "train.batch_size=16",
+                         "train.steps=2"};
     check_run("mlp", mlp, 8);
     check_run("cnn", cnn, 9);
     check_run("gpt", gpt, 11);
