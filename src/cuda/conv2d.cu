@@ -27,13 +27,10 @@ extern "C" {
 
 enum { THREADS = 256 };
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 typedef struct geom {
     int64_t B, H, W, Cin, Ho, Wo, Cout, k, s, pad, K, P, M;
     int64_t nb;                       /* images per chunk */
     int64_t off_wp, off_dwt, off_col; /* workspace offsets (floats) */
-    int64_t work;
 } geom;
 
 static geom node_geom(const st_node *n) {
@@ -53,9 +50,8 @@ static geom node_geom(const st_node *n) {
     c.M = c.B * c.P;
     c.nb = st_conv2d_device_images(c.B, c.P, c.K); /* the planner's rule too (conv2d_layout.h) */
     c.off_wp = 0;
-    c.off_dwt = align16(c.Cout * c.K);
-    c.off_col = c.off_dwt + align16(c.K * c.Cout);
-    c.work = c.off_col + align16(c.nb * c.P * c.K);
+    c.off_dwt = st_conv2d_align16(c.Cout * c.K); /* the layout of st_conv2d_device_work */
+    c.off_col = c.off_dwt + st_conv2d_align16(c.K * c.Cout);
     return c;
 }
 
@@ -247,7 +243,7 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
 }
 
 static st_status conv2d_prepare(st_node *n, st_graph *g) {
-    st_conv2d_device_layout(n); /* = node_geom(n).work */
+    st_conv2d_device_layout(n); /* wp | dwt | col, as node_geom lays them out */
     return ST_OK;
 }
 
