@@ -4,7 +4,7 @@
  * transpose (or the identity), written or added as in_acc says. Not tuned:
  * one thread per element, no shared-memory tiles. Either storage on each
  * side (src/layers/half_io.h). */
-#include "common.cuh"
+#include "kernels.cuh"
 
 enum { THREADS = 256 };
 
@@ -29,29 +29,11 @@ static __global__ void from_chw_kernel(st_fbuf dy, st_fbuf dx, int64_t B, int64_
     }
 }
 
-/* y (+)= x, element by element, either storage on each side */
-static __global__ void copy_kernel(st_fbuf x, st_fbuf y, int64_t n, bool acc) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        st_st(y, i, acc ? st_ld(y, i) + st_ld(x, i) : st_ld(x, i));
-}
-
-/* y (+)= x: a device copy when both are stored alike */
-static st_status copy(st_graph *g, st_fbuf x, st_fbuf y, int64_t n, bool acc) {
-    cudaStream_t st = st_cuda_stream(g);
-    if (!acc && x.t == y.t) {
-        ST_CUDA_TRY(cudaMemcpyAsync(y.p, x.p, (size_t)n * st_fbuf_elem(x), cudaMemcpyDeviceToDevice, st));
-        return ST_OK;
-    }
-    copy_kernel<<<st_cuda_blocks(n, THREADS), THREADS, 0, st>>>(x, y, n, acc);
-    ST_CUDA_LAUNCHED();
-    return ST_OK;
-}
-
 static st_status flatten_forward(st_node *n, st_graph *g) {
     cudaStream_t st = st_cuda_stream(g);
     const int64_t N = n->out->count;
-    if (!n->args.i[ST_FLATTEN_IMAGE]) return copy(g, st_data(n->in[0]), st_data(n->out), N, false);
+    if (!n->args.i[ST_FLATTEN_IMAGE])
+        return st_grad_pass_cuda(g, st_data(n->out), st_data(n->in[0]), N, false);
     const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W];
     to_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(st_data(n->in[0]), st_data(n->out), B, HW,
                                                                   n->args.i[ST_FLATTEN_C]);
@@ -65,7 +47,7 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
     const st_fbuf dx = st_grad(n->in[0]), dy = st_grad(n->out);
     const bool acc = n->in_acc[0];
     const int64_t N = n->out->count;
-    if (!n->args.i[ST_FLATTEN_IMAGE]) return copy(g, dy, dx, N, acc);
+    if (!n->args.i[ST_FLATTEN_IMAGE]) return st_grad_pass_cuda(g, dx, dy, N, acc);
     const int64_t B = n->args.i[ST_FLATTEN_B], HW = n->args.i[ST_FLATTEN_H] * n->args.i[ST_FLATTEN_W];
     from_chw_kernel<<<st_cuda_blocks(N, THREADS), THREADS, 0, st>>>(dy, dx, B, HW, n->args.i[ST_FLATTEN_C],
                                                                     acc);
