@@ -18,12 +18,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/blas.h"
-#include "core/fastmath.h"
 #include "args.h"
 #include "attention_layout.h"
+#include "core/blas.h"
+#include "core/fastmath.h"
 #include "layers.h"
-
 
 /* Query (and key) block: a block of queries needs only the keys up to its
  * end, so the masked upper triangle is skipped in blocks of this size. */
@@ -178,10 +177,24 @@ void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, in
     }
 }
 
+/* B, T, heads and head size of an attention node */
+static void node_dims(const st_node *n, int64_t *B, int64_t *T, int64_t *nh, int64_t *hs) {
+    *B = n->in[0]->shape[0];
+    *T = n->in[0]->shape[1];
+    *nh = n->args.i[ST_ATTN_NHEAD];
+    *hs = n->in[0]->shape[2] / 3 / *nh;
+}
+
 void st_attention_device_layout(st_node *n) {
-    const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C = n->in[0]->shape[2] / 3;
-    const int64_t nh = n->args.i[ST_ATTN_NHEAD];
-    st_attention_device_counts(B, T, nh, C / nh, &n->saved_count, &n->work_count);
+    int64_t B, T, nh, hs;
+    node_dims(n, &B, &T, &nh, &hs);
+    st_attention_device_counts(B, T, nh, hs, &n->saved_count, &n->work_count);
+}
+
+bool st_attention_node_flash(const st_node *n) {
+    int64_t B, T, nh, hs;
+    node_dims(n, &B, &T, &nh, &hs);
+    return st_attention_flash_fits(B, T, nh, hs);
 }
 
 static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward, NULL};

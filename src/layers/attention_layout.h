@@ -20,5 +20,7 @@ void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, in
  * layout-only graph for a GPU (st_graph.device_layout) calls it. */
 struct st_node;
 void st_attention_device_layout(struct st_node *n);
+/* Whether an attention node takes the flash kernels on a device. */
+bool st_attention_node_flash(const struct st_node *n);
 
 #endif

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "../model/graph.h"
-#include "args.h"
 #include "attention_layout.h"
 
 static inline bool st_layer_half_io(const char *name) {
@@ -32,11 +31,7 @@ static inline bool st_layer_half_io(const char *name) {
  * (head sizes 16, 32, 64, 128: attention_layout.h), whose kernels read and
  * write either storage; the materialised path's products take fp32. */
 static inline bool st_node_half_io(const st_node *n) {
-    if (strcmp(n->ops->name, "attention") == 0) {
-        const int64_t B = n->in[0]->shape[0], T = n->in[0]->shape[1], C = n->in[0]->shape[2] / 3;
-        const int64_t nh = n->args.i[ST_ATTN_NHEAD];
-        return st_attention_flash_fits(B, T, nh, C / nh);
-    }
+    if (strcmp(n->ops->name, "attention") == 0) return st_attention_node_flash(n);
     return st_layer_half_io(n->ops->name);
 }
 
