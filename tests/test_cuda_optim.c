@@ -253,8 +253,10 @@ static void test_fold(st_device *dev, uint64_t seed) {
     CHECK_OK(st_device_block_sumsq(dev, dacc, n, block, dblk));
     CHECK_OK(st_device_download(dev, db, dblk, nb * sizeof(double)));
     for (size_t b = 0; b < nb; b++)
-        CHECK(memcmp(&hb[b], &db[b], sizeof(double)) == 0 && hb[b] > 0, "block %zu: %.17g on the device, %.17g on "
-              "the host", b, db[b], hb[b]);
+        CHECK(memcmp(&hb[b], &db[b], sizeof(double)) == 0 && hb[b] > 0,
+              "block %zu: %.17g on the device, %.17g on "
+              "the host",
+              b, db[b], hb[b]);
     st_device_release(dev, dacc);
     st_device_release(dev, dx);
     st_device_release(dev, dblk);

@@ -17,7 +17,8 @@ typedef struct st_run_opts {
     bool quiet;       /* no progress or summary (the JSON line is still printed when json) */
     bool json;        /* end with one JSON object on its own line */
     bool save;        /* write out_dir/model.safetensors at the end */
-    const char *resume; /* "auto" (latest good checkpoint in out_dir/ckpt, if any) or a checkpoint directory */
+    const char
+        *resume; /* "auto" (latest good checkpoint in out_dir/ckpt, if any) or a checkpoint directory */
     /* Set non-zero (from a signal handler) to stop: the step loop saves a
      * checkpoint after the current step and returns ST_ERR_INTERRUPTED. May be NULL. */
     volatile sig_atomic_t *stop;
@@ -29,12 +30,12 @@ typedef struct st_run_result {
     char checkpoint[4096]; /* the last checkpoint saved ("" when none) */
     double seconds;        /* training loop wall time, evaluation excluded */
     double samples_per_s, tokens_per_s;
-    double train_loss;     /* mean over the last log window */
-    double first_loss;     /* loss of the first step */
+    double train_loss; /* mean over the last log window */
+    double first_loss; /* loss of the first step */
     bool has_eval, has_accuracy;
     double eval_loss, eval_accuracy;
-    double gflops_per_s;   /* model FLOPs (3x forward) per second of training */
-    double step_ms_median; /* median wall time of one optimizer step */
+    double gflops_per_s;       /* model FLOPs (3x forward) per second of training */
+    double step_ms_median;     /* median wall time of one optimizer step */
     double data_wait_s;        /* time the step loop waited for batches */
     double data_wait_fraction; /* of the training time */
     /* data-parallel runs (ranks > 1) */
@@ -59,14 +60,14 @@ typedef struct st_run_result {
     double loss_scale;
     int64_t skipped_steps;
     /* memory this rank holds (every run; measured, with the formula's prediction: docs/distributed.md) */
-    char strategy[8];              /* ddp | zero1 | zero2 */
+    char strategy[8]; /* ddp | zero1 | zero2 */
     bool deterministic;
-    int64_t optim_state_bytes;     /* optimizer state allocated on this rank */
-    bool optim_offload;            /* ... in host memory, the parameters on a GPU (optim.offload) */
+    int64_t optim_state_bytes; /* optimizer state allocated on this rank */
+    bool optim_offload;        /* ... in host memory, the parameters on a GPU (optim.offload) */
     int64_t optim_state_bytes_predicted;
-    int64_t grad_bytes;            /* gradient bytes resident after the last step */
-    int64_t grad_peak_bytes;       /* the most seen resident at a backward hook or after a step */
-    int64_t grad_bytes_predicted;  /* between steps */
+    int64_t grad_bytes;           /* gradient bytes resident after the last step */
+    int64_t grad_peak_bytes;      /* the most seen resident at a backward hook or after a step */
+    int64_t grad_bytes_predicted; /* between steps */
     /* on a CUDA device: the most device memory the run held at once (the
      * arenas and cuBLASLt's workspace, st_device_mem); 0 on the CPU */
     int64_t device_mem_peak_bytes;

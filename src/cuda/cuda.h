@@ -75,7 +75,8 @@ const char *st_cuda_pci_bus_id(const st_device *d);
  * fp16 values (dst == src allowed; fp32: a copy, nothing when dst == src),
  * and the device-wide "all finite" check, read back once. */
 st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst, const float *src, size_t count);
-st_status st_cuda_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count, float div);
+st_status st_cuda_div_to_16(st_device *d, st_precision p, uint16_t *dst, const float *src, size_t count,
+                            float div);
 st_status st_cuda_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count);
 st_status st_cuda_all_finite(st_device *d, const float *x, size_t count, bool *finite);
 

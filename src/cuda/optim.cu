@@ -20,7 +20,8 @@
 enum {
     OPT_CHUNK = 4096, /* elements per block of the update */
     OPT_THREADS = 256,
-    NORM_BLOCKS = 1024, /* at most; the count sets the grid, so the partial sums do not depend on the device */
+    NORM_BLOCKS =
+        1024, /* at most; the count sets the grid, so the partial sums do not depend on the device */
     NORM_THREADS = 256,
 };
 

@@ -10,10 +10,14 @@
 #include "core/mem.h"
 
 st_status st_dist_mode_parse(const char *strategy, st_dist_mode *mode) {
-    if (strcmp(strategy, "ddp") == 0) *mode = ST_DIST_DDP;
-    else if (strcmp(strategy, "zero1") == 0) *mode = ST_DIST_ZERO1;
-    else if (strcmp(strategy, "zero2") == 0) *mode = ST_DIST_ZERO2;
-    else return st_fail(ST_ERR_CONFIG, "dist.strategy %s: expected ddp, zero1 or zero2", strategy);
+    if (strcmp(strategy, "ddp") == 0)
+        *mode = ST_DIST_DDP;
+    else if (strcmp(strategy, "zero1") == 0)
+        *mode = ST_DIST_ZERO1;
+    else if (strcmp(strategy, "zero2") == 0)
+        *mode = ST_DIST_ZERO2;
+    else
+        return st_fail(ST_ERR_CONFIG, "dist.strategy %s: expected ddp, zero1 or zero2", strategy);
     return ST_OK;
 }
 
@@ -34,8 +38,9 @@ const char *st_dist_mode_name(st_dist_mode mode) {
  * sums of squares added by st_dist_sumsq_across). */
 static st_status check_device(const st_dist *d) {
     if (d->world > 1 && strcmp(st_comm_backend_name(d->comm), "nccl") != 0)
-        return st_fail(ST_ERR_UNSUPPORTED, "data-parallel training on GPUs exchanges gradients through the NCCL "
-                                           "communicator, and this one is %s; use train.device: cpu",
+        return st_fail(ST_ERR_UNSUPPORTED,
+                       "data-parallel training on GPUs exchanges gradients through the NCCL "
+                       "communicator, and this one is %s; use train.device: cpu",
                        st_comm_backend_name(d->comm));
     return ST_OK;
 }
@@ -62,10 +67,11 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     if (d->deterministic) { /* where the gradients are */
         st_status s = st_device_alloc(dev, (size_t)S * sizeof(float), (void **)&d->acc);
         if (s == ST_OK) s = st_device_alloc(dev, (size_t)d->sh.padded * sizeof(float), (void **)&d->recv);
-        if (s == ST_OK && dev) s = st_device_alloc(dev, (size_t)nblocks * sizeof(double), (void **)&d->dblocks);
+        if (s == ST_OK && dev)
+            s = st_device_alloc(dev, (size_t)nblocks * sizeof(double), (void **)&d->dblocks);
         if (s != ST_OK)
-            return st_fail_context(s, "the deterministic reduction (%.1f MiB): ",
-                                   (double)(S + d->sh.padded) * 4 / (1 << 20));
+            return st_fail_context(
+                s, "the deterministic reduction (%.1f MiB): ", (double)(S + d->sh.padded) * 4 / (1 << 20));
     }
     const bool nccl = strcmp(st_comm_backend_name(comm), "nccl") == 0;
     d->buckets = (d->world > 1 || nccl) && !d->deterministic;
@@ -112,7 +118,8 @@ static float *own(const st_dist *d) { return d->p->grad + (int64_t)d->rank * d->
 st_status st_dist_step_begin(st_dist *d) {
     st_device *dev = d->p->dev;
     if (d->deterministic) return st_device_zero(dev, d->acc, (size_t)d->sh.shard * sizeof(float));
-    if (d->mode == ST_DIST_ZERO2 && !dev) return st_device_zero(dev, own(d), (size_t)d->sh.shard * sizeof(float));
+    if (d->mode == ST_DIST_ZERO2 && !dev)
+        return st_device_zero(dev, own(d), (size_t)d->sh.shard * sizeof(float));
     return st_device_zero(dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float));
 }
 
@@ -127,7 +134,8 @@ static bool reduces_now(const st_dist *d, int64_t k) {
 st_status st_dist_micro_begin(st_dist *d, st_graph *g, int64_t k) {
     /* Deterministic: each micro-gradient alone, in a zeroed arena (adding
      * into a non-zero one would round differently from adding afterwards). */
-    if (d->deterministic) ST_TRY(st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float)));
+    if (d->deterministic)
+        ST_TRY(st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float)));
     if (reduces_now(d, k)) st_ddp_arm(&d->ddp, g);
     return ST_OK;
 }
@@ -146,8 +154,8 @@ static st_status fold(st_dist *d, bool last) {
     st_comm_req *req = NULL;
     const float *x = d->p->grad;
     if (d->world > 1) {
-        ST_TRY(wait(st_comm_all_to_all(d->comm, d->p->grad, d->recv, (size_t)S, ST_COMM_F32, "deterministic fold",
-                                       &req),
+        ST_TRY(wait(st_comm_all_to_all(d->comm, d->p->grad, d->recv, (size_t)S, ST_COMM_F32,
+                                       "deterministic fold", &req),
                     &req));
         x = d->recv;
     }
@@ -155,8 +163,8 @@ static st_status fold(st_dist *d, bool last) {
     if (!last) return ST_OK;
     ST_TRY(st_device_round_copy(dev, ST_PREC_FP32, own(d), d->acc, (size_t)S)); /* (a plain copy) */
     if (d->mode == ST_DIST_DDP && d->world > 1)
-        ST_TRY(wait(st_comm_all_gather(d->comm, own(d), d->p->grad, (size_t)S, ST_COMM_F32, "deterministic gradients",
-                                       &req),
+        ST_TRY(wait(st_comm_all_gather(d->comm, own(d), d->p->grad, (size_t)S, ST_COMM_F32,
+                                       "deterministic gradients", &req),
                     &req));
     return ST_OK;
 }
@@ -181,7 +189,8 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
     if (!reduces_now(d, k)) return ST_OK;
     ST_TRY(st_ddp_finish(&d->ddp, g));
     if (d->p->dev) return device_micro_end(d, last);
-    if (d->mode == ST_DIST_ZERO2) { /* the page-aligned complement: no partial page at a bucket's edge stays */
+    if (d->mode ==
+        ST_DIST_ZERO2) { /* the page-aligned complement: no partial page at a bucket's edge stays */
         st_zero_release(d->p->grad, 0, (int64_t)d->rank * d->sh.shard);
         st_zero_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
     }
@@ -198,7 +207,8 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
 st_status st_dist_grad_norm(st_dist *d, double *norm) {
     st_device *dev = d->p->dev;
     if (dev && !d->dblocks)
-        return st_fail(ST_ERR_INTERNAL, "st_dist_grad_norm on a device outside deterministic mode (st_optim_clip)");
+        return st_fail(ST_ERR_INTERNAL,
+                       "st_dist_grad_norm on a device outside deterministic mode (st_optim_clip)");
     const int64_t per = d->sh.shard / ST_SHARD_ALIGN, nb = d->sh.padded / ST_SHARD_ALIGN;
     double *blocks = dev ? d->dblocks : d->blocks; /* where the gradients are */
     if (d->mode == ST_DIST_DDP) {
@@ -209,8 +219,9 @@ st_status st_dist_grad_norm(st_dist *d, double *norm) {
         /* Doubles travel as their 8 bytes: an all-gather only moves them. */
         st_comm_req *req = NULL;
         if (d->world > 1)
-            ST_TRY(wait(st_comm_all_gather(d->comm, mine, blocks, (size_t)per, ST_COMM_I64, "gradient norm", &req),
-                        &req));
+            ST_TRY(wait(
+                st_comm_all_gather(d->comm, mine, blocks, (size_t)per, ST_COMM_I64, "gradient norm", &req),
+                &req));
     }
     if (dev) ST_TRY(st_device_download(dev, d->blocks, d->dblocks, (size_t)nb * sizeof(double)));
     double s = 0;
@@ -224,7 +235,8 @@ st_status st_dist_sumsq_across(void *ctx, double *sumsq) {
     st_dist *d = ctx;
     if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK; /* every rank holds the whole gradient */
     st_comm_req *req = NULL;
-    return wait(st_comm_all_reduce(d->comm, sumsq, sumsq, 1, ST_COMM_F64, ST_COMM_SUM, "gradient norm", &req), &req);
+    return wait(st_comm_all_reduce(d->comm, sumsq, sumsq, 1, ST_COMM_F64, ST_COMM_SUM, "gradient norm", &req),
+                &req);
 }
 
 st_status st_dist_grad_scale(st_dist *d, float s) {
@@ -239,8 +251,9 @@ st_status st_dist_step_end(st_dist *d) {
     if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK;
     float *mine = d->p->data + (int64_t)d->rank * d->sh.shard;
     st_comm_req *req = NULL;
-    return wait(st_comm_all_gather(d->comm, mine, d->p->data, (size_t)d->sh.shard, ST_COMM_F32, "parameters", &req),
-                &req);
+    return wait(
+        st_comm_all_gather(d->comm, mine, d->p->data, (size_t)d->sh.shard, ST_COMM_F32, "parameters", &req),
+        &req);
 }
 
 int64_t st_dist_grad_nbytes(const st_dist *d) {
@@ -252,8 +265,9 @@ int64_t st_dist_grad_nbytes(const st_dist *d) {
 
 int64_t st_dist_grad_nbytes_predicted(const st_dist *d) {
     /* a device's arena is padded only for ZeRO and the fold; its ZeRO-2 zeroes, it does not release */
-    const int64_t held = d->p->dev ? d->p->arena_count : d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard
-                                                                                                      : d->sh.padded;
+    const int64_t held = d->p->dev                                       ? d->p->arena_count
+                         : d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard
+                                                                         : d->sh.padded;
     int64_t n = held * (int64_t)sizeof(float);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;

@@ -72,14 +72,14 @@ typedef struct st_dist {
     int rank, world;
     st_dist_mode mode;
     bool deterministic;
-    int64_t accum;    /* micro-steps per step on each rank */
-    st_shard sh;      /* ZeRO and deterministic: the shards */
-    st_ddp ddp;       /* the buckets (world > 1, not deterministic) */
+    int64_t accum; /* micro-steps per step on each rank */
+    st_shard sh;   /* ZeRO and deterministic: the shards */
+    st_ddp ddp;    /* the buckets (world > 1, not deterministic) */
     bool buckets;
-    float *acc;       /* deterministic: (S) this rank's folded shard */
-    float *recv;      /* deterministic: (N * S) every rank's micro-gradient of this shard */
-    double *blocks;   /* (N * S / ST_SHARD_ALIGN) block sums of squares for the norm (host) */
-    double *dblocks;  /* deterministic mode on a device: the same there */
+    float *acc;               /* deterministic: (S) this rank's folded shard */
+    float *recv;              /* deterministic: (N * S) every rank's micro-gradient of this shard */
+    double *blocks;           /* (N * S / ST_SHARD_ALIGN) block sums of squares for the norm (host) */
+    double *dblocks;          /* deterministic mode on a device: the same there */
     int64_t grad_peak_nbytes; /* the most gradient bytes resident (measured) */
 } st_dist;
 

@@ -104,7 +104,8 @@ st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
 void st_zero_release(float *base, int64_t a, int64_t e) {
     if (e <= a) return;
     char *lo = (char *)(base + a), *hi = (char *)(base + e);
-    char *plo = (char *)(((uintptr_t)lo + PAGE - 1) / PAGE * PAGE), *phi = (char *)((uintptr_t)hi / PAGE * PAGE);
+    char *plo = (char *)(((uintptr_t)lo + PAGE - 1) / PAGE * PAGE),
+         *phi = (char *)((uintptr_t)hi / PAGE * PAGE);
     if (plo >= phi || madvise(plo, (size_t)(phi - plo), MADV_DONTNEED) != 0) {
         memset(lo, 0, (size_t)(hi - lo)); /* no whole page, or madvise refused: clear in place */
         return;

@@ -35,7 +35,8 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
 
 st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
     const st_params *p = &m->params;
-    const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)p->buffer_count * sizeof(float);
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
+                 bbytes = (size_t)p->buffer_count * sizeof(float);
     *data = st_alloc_aligned(pbytes ? pbytes : 64);
     *buffers = st_alloc_aligned(bbytes ? bbytes : 64);
     st_status s = ST_OK;
@@ -81,8 +82,7 @@ static st_status read_tensor(const st_params *p, st_safetensors *f, const char *
 static bool ignorable(const st_model *m, const char *name) {
     if (m->kind != ST_MODEL_GPT) return false;
     size_t n = strlen(name);
-    return strcmp(name, "lm_head.weight") == 0 ||
-           (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+    return strcmp(name, "lm_head.weight") == 0 || (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
            (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
 }
 
@@ -110,7 +110,8 @@ static void problem(problems *pr, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     pr->len += (size_t)snprintf(pr->msg + pr->len, sizeof pr->msg - pr->len, "\n  ");
-    if (pr->len < sizeof pr->msg) pr->len += (size_t)vsnprintf(pr->msg + pr->len, sizeof pr->msg - pr->len, fmt, ap);
+    if (pr->len < sizeof pr->msg)
+        pr->len += (size_t)vsnprintf(pr->msg + pr->len, sizeof pr->msg - pr->len, fmt, ap);
     va_end(ap);
 }
 
@@ -164,8 +165,8 @@ st_status st_model_load(st_model *m, const char *path) {
         s = st_fail(ST_ERR_FORMAT,
                     "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: the weights must come from a model "
                     "with the same model.* settings",
-                    path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
-                    missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
+                    path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg,
+                    pr.n > 12 ? "\n  ..." : "", missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
     }
     float *stage = NULL;
     if (s == ST_OK && p->dev) {
@@ -173,7 +174,8 @@ st_status st_model_load(st_model *m, const char *path) {
         for (int i = 0; i < p->n; i++)
             if (p->t[i]->count > most) most = p->t[i]->count;
         stage = st_alloc_aligned((size_t)most * sizeof(float));
-        if (!stage) s = st_fail(ST_ERR_NOMEM, "out of memory staging %s for %s", path, st_device_name(p->dev));
+        if (!stage)
+            s = st_fail(ST_ERR_NOMEM, "out of memory staging %s for %s", path, st_device_name(p->dev));
     }
     for (int i = 0; i < p->n && s == ST_OK; i++)
         s = read_tensor(p, f, match[i]->name, p->t[i], stage);

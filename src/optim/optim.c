@@ -42,11 +42,11 @@ static st_status alloc_host_state(st_optim *o) {
 #ifdef ST_HAVE_CUDA
 
 struct st_optim_offload {
-    st_device *dev;       /* the parameters' */
-    float *w, *g;         /* (count) host: the range's master weights, its gradients */
-    bool pinned;          /* w and g from cudaHostAlloc (else pageable: the copies then wait) */
-    bool pull;            /* w is read from the device at the next update */
-    int64_t chunk;        /* elements per copy */
+    st_device *dev; /* the parameters' */
+    float *w, *g;   /* (count) host: the range's master weights, its gradients */
+    bool pinned;    /* w and g from cudaHostAlloc (else pageable: the copies then wait) */
+    bool pull;      /* w is read from the device at the next update */
+    int64_t chunk;  /* elements per copy */
     int n_chunks;
     st_cuda_event *ready; /* the gradients final on the compute stream */
     st_cuda_event **ev;   /* (n_chunks) chunk k's gradients (and weights, when pulling) are on the host */
@@ -78,9 +78,10 @@ static st_status alloc_copies(struct st_optim_offload *f, size_t nbytes) {
     st_clear_error();
     f->w = st_alloc_aligned(nbytes);
     f->g = st_alloc_aligned(nbytes);
-    return f->w && f->g ? ST_OK
-                        : st_fail(ST_ERR_NOMEM, "out of host memory for the offloaded optimizer's copies (%.1f MiB)",
-                                  2.0 * (double)nbytes / (1 << 20));
+    return f->w && f->g
+               ? ST_OK
+               : st_fail(ST_ERR_NOMEM, "out of host memory for the offloaded optimizer's copies (%.1f MiB)",
+                         2.0 * (double)nbytes / (1 << 20));
 }
 
 /* optim.offload: the state on the host, the copies' buffers and events, and
@@ -134,15 +135,16 @@ static st_status init_device(st_optim *o, const st_params *p) {
     return s;
 #else
     st_optim_free(o);
-    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+    return st_fail(ST_ERR_UNSUPPORTED,
+                   "optimizer: the parameters are on a device but this build has no CUDA");
 #endif
 }
 
 st_status st_optim_init_range(st_optim *o, const st_config *cfg, const st_params *p, int64_t lo, int64_t hi) {
     memset(o, 0, sizeof *o);
     if (lo < 0 || hi < lo || hi > p->arena_count)
-        return st_fail(ST_ERR_INTERNAL, "optimizer range [%lld, %lld) is outside the arena of %lld", (long long)lo,
-                       (long long)hi, (long long)p->arena_count);
+        return st_fail(ST_ERR_INTERNAL, "optimizer range [%lld, %lld) is outside the arena of %lld",
+                       (long long)lo, (long long)hi, (long long)p->arena_count);
     o->lo = lo;
     o->hi = hi;
     o->kind = strcmp(cfg->optim.type, "sgd") == 0 ? ST_OPTIM_SGD : ST_OPTIM_ADAMW;
@@ -221,8 +223,8 @@ static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const fl
 
 /* Elements [a, b) of o's range from arrays whose [0] is element a: the
  * weights w, gradients g and the state's m and v (v NULL for SGD). */
-static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t b, float *w, const float *g, float *m,
-                       float *v, double lr) {
+static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t b, float *w, const float *g,
+                       float *m, float *v, double lr) {
     for (int i = 0; i < p->n; i++) {
         const st_tensor *t = p->t[i];
         if (t->kind != ST_TENSOR_PARAM) continue;
@@ -230,8 +232,10 @@ static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t
         const int64_t y = t->offset + t->count < b ? t->offset + t->count : b;
         if (x >= y) continue;
         const int64_t k = x - a;
-        if (o->kind == ST_OPTIM_ADAMW) adamw_tensor(o, t, w + k, g + k, y - x, m + k, v + k, lr);
-        else sgd_tensor(o, t, w + k, g + k, y - x, m + k, lr);
+        if (o->kind == ST_OPTIM_ADAMW)
+            adamw_tensor(o, t, w + k, g + k, y - x, m + k, v + k, lr);
+        else
+            sgd_tensor(o, t, w + k, g + k, y - x, m + k, lr);
     }
 }
 
@@ -273,7 +277,8 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
         const int64_t n = chunk_at(o, k, &j), a = o->lo + j;
         ST_TRY(st_cuda_event_sync(d, f->ev[k]));
         step_slice(o, p, a, a + n, f->w + j, f->g + j, o->m + j, o->v ? o->v + j : NULL, lr);
-        ST_TRY(st_cuda_memcpy_async(d, p->data + a, f->w + j, (size_t)n * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+        ST_TRY(st_cuda_memcpy_async(d, p->data + a, f->w + j, (size_t)n * sizeof(float),
+                                    ST_CUDA_STREAM_COMPUTE));
     }
     st_params_touch(p);
     return ST_OK;
@@ -303,7 +308,8 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
 #else
     (void)p;
     (void)lr;
-    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+    return st_fail(ST_ERR_UNSUPPORTED,
+                   "optimizer: the parameters are on a device but this build has no CUDA");
 #endif
 }
 
@@ -311,7 +317,8 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
                         void *ctx) {
     if (!o->dev && !o->off) {
         if (across || o->lo != 0 || o->hi != p->count)
-            return st_fail(ST_ERR_INTERNAL, "st_optim_clip: a host optimizer's shard (ZeRO clips through dist.h)");
+            return st_fail(ST_ERR_INTERNAL,
+                           "st_optim_clip: a host optimizer's shard (ZeRO clips through dist.h)");
         const double n = st_grad_norm(p);
         if (max_norm > 0 && n > max_norm) st_grad_scale(p, (float)(max_norm / (n + 1e-6)));
         if (norm) *norm = n;
@@ -332,7 +339,8 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
     (void)norm;
     (void)across;
     (void)ctx;
-    return st_fail(ST_ERR_UNSUPPORTED, "optimizer: the parameters are on a device but this build has no CUDA");
+    return st_fail(ST_ERR_UNSUPPORTED,
+                   "optimizer: the parameters are on a device but this build has no CUDA");
 #endif
 }
 
@@ -342,13 +350,15 @@ st_status st_optim_copy_to_host(const st_optim *o, st_optim *host) {
     host->cu = NULL;
     host->off = NULL;
     host->m = host->v = NULL;
-    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float), used = (size_t)o->count * sizeof(float);
+    const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float),
+                 used = (size_t)o->count * sizeof(float);
     host->m = st_alloc_aligned(nbytes);
     if (o->v) host->v = st_alloc_aligned(nbytes);
-    st_status s = !host->m || (o->v && !host->v)
-                      ? st_fail(ST_ERR_NOMEM, "out of memory copying the optimizer state (%.1f MiB) to the host",
-                                2.0 * (double)nbytes / (1 << 20))
-                      : ST_OK;
+    st_status s =
+        !host->m || (o->v && !host->v)
+            ? st_fail(ST_ERR_NOMEM, "out of memory copying the optimizer state (%.1f MiB) to the host",
+                      2.0 * (double)nbytes / (1 << 20))
+            : ST_OK;
     if (s == ST_OK && !o->dev) { /* a host state (offload's too): a copy */
         if (used) memcpy(host->m, o->m, used);
         if (used && o->v) memcpy(host->v, o->v, used);
@@ -361,8 +371,10 @@ st_status st_optim_copy_to_host(const st_optim *o, st_optim *host) {
 }
 
 st_status st_optim_copy_from_host(st_optim *o, const st_optim *host) {
-    if (host->kind != o->kind || host->lo != o->lo || host->hi != o->hi || (host->v == NULL) != (o->v == NULL))
-        return st_fail(ST_ERR_INTERNAL, "optimizer state of another kind or range: [%lld, %lld), this one [%lld, %lld)",
+    if (host->kind != o->kind || host->lo != o->lo || host->hi != o->hi ||
+        (host->v == NULL) != (o->v == NULL))
+        return st_fail(ST_ERR_INTERNAL,
+                       "optimizer state of another kind or range: [%lld, %lld), this one [%lld, %lld)",
                        (long long)host->lo, (long long)host->hi, (long long)o->lo, (long long)o->hi);
     const size_t used = (size_t)o->count * sizeof(float);
     ST_TRY(st_device_upload(o->dev, o->m, host->m, used));
@@ -386,12 +398,14 @@ double st_grad_norm(const st_params *p) {
     double s = 0;
     const float *g = p->grad;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (int64_t i = 0; i < p->count; i++) s += (double)g[i] * g[i];
+    for (int64_t i = 0; i < p->count; i++)
+        s += (double)g[i] * g[i];
     return sqrt(s);
 }
 
 void st_grad_scale(st_params *p, float scale) {
     float *g = p->grad;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < p->count; i++) g[i] *= scale;
+    for (int64_t i = 0; i < p->count; i++)
+        g[i] *= scale;
 }

@@ -6,9 +6,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,11 +18,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "ckpt_optim.h"
 #include "core/atomic_file.h"
 #include "core/mem.h"
-#include "ckpt_optim.h"
-#include "dist/agree.h"
 #include "core/safetensors.h"
+#include "dist/agree.h"
 #include "scaletrain/train.h"
 
 #define PATH_CAP 4096
@@ -73,8 +73,8 @@ static st_status file_crc(const char *path, uint32_t *crc, int64_t *nbytes) {
 
 /* state.json: the position in the run, the optimizer layout, the files with
  * their checksums, the effective config. */
-static st_status write_state(const char *dir, const st_config *cfg, const st_ckpt_state *st, const ckpt_file *fl,
-                             int nf) {
+static st_status write_state(const char *dir, const st_config *cfg, const st_ckpt_state *st,
+                             const ckpt_file *fl, int nf) {
     char path[PATH_CAP];
     st_status s = ST_ERR_NOMEM;
     cJSON *root = cJSON_CreateObject(), *files = NULL, *cfgj = NULL;
@@ -199,13 +199,15 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
                            "%s: rank %d wrote it (%lld bytes), but rank 0 %s: train.out_dir (%s) must be one "
                            "directory that every node sees (a shared filesystem)",
                            path, k - 1, (long long)fl[k].nbytes,
-                           stat(path, &st) != 0 ? "does not see it" : "sees another size", cfg->train.out_dir);
+                           stat(path, &st) != 0 ? "does not see it" : "sees another size",
+                           cfg->train.out_dir);
     }
     ST_TRY(write_state(tmp, cfg, state, fl, nf));
     ST_TRY(st_fsync_dir(tmp));
     /* A checkpoint of the same step (a resumed run saving again) is replaced. */
     remove_dir(final);
-    if (rename(tmp, final) != 0) return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (rename(tmp, final) != 0)
+        return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     ST_TRY(st_fsync_dir(ckdir));
     snprintf(path, sizeof path, "%s/latest", ckdir);
     st_atomic_file af;
@@ -229,7 +231,8 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
 
 double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
     if (cfg->train.checkpoint_timeout_s > 0) return (double)cfg->train.checkpoint_timeout_s;
-    const double bytes = 4.0 * (double)m->params.count + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
+    const double bytes =
+        4.0 * (double)m->params.count + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
     return (double)cfg->dist.timeout_s + bytes / 10e6;
 }
 
@@ -294,9 +297,11 @@ static st_status job_new(st_ckpt_async **out, const st_config *cfg, const st_mod
     j->st.optim_count = m->params.count;
     snprintf(j->ckdir, sizeof j->ckdir, "%s/ckpt", cfg->train.out_dir);
     /* Sharded: every rank writes into the same temporary directory. */
-    if (j->sharded) snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp", j->ckdir, (long long)state->step);
+    if (j->sharded)
+        snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp", j->ckdir, (long long)state->step);
     else
-        snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp.%ld", j->ckdir, (long long)state->step, (long)getpid());
+        snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp.%ld", j->ckdir, (long long)state->step,
+                 (long)getpid());
     j->fl = calloc((size_t)j->world + 1, sizeof *j->fl);
     if (!j->fl) {
         free(j);
@@ -325,10 +330,11 @@ static st_status prepare(st_ckpt_async *j) {
     if (j->rank != 0) { /* the directory rank 0 made, as this rank sees it */
         struct stat st;
         if (stat(j->tmp, &st) != 0 || !S_ISDIR(st.st_mode))
-            s = st_fail(ST_ERR_IO,
-                        "%s: rank 0 created this directory, but rank %d does not see it: train.out_dir (%s) must be "
-                        "one directory that every node sees (a shared filesystem)",
-                        j->tmp, j->rank, j->cfg->train.out_dir);
+            s = st_fail(
+                ST_ERR_IO,
+                "%s: rank 0 created this directory, but rank %d does not see it: train.out_dir (%s) must be "
+                "one directory that every node sees (a shared filesystem)",
+                j->tmp, j->rank, j->cfg->train.out_dir);
     }
     return st_agree_status(j->comm, s, "checkpoint directory seen");
 }
@@ -362,7 +368,8 @@ static st_status write_files(st_ckpt_async *j) {
     ckpt_file *mine = &j->fl[1 + (j->sharded ? j->rank : 0)];
     st_ckpt_optim_name(j->sharded ? j->rank : 0, mine->name, sizeof mine->name);
     snprintf(path, sizeof path, "%s/%s", j->tmp, mine->name);
-    ST_TRY(j->sharded ? st_ckpt_optim_save_shard(j->o, path) : st_ckpt_optim_save_tensors(j->o, &j->m->params, path));
+    ST_TRY(j->sharded ? st_ckpt_optim_save_shard(j->o, path)
+                      : st_ckpt_optim_save_tensors(j->o, &j->m->params, path));
     ST_TRY(file_crc(path, &mine->crc, &mine->nbytes));
     if (j->rank != 0) return ST_OK;
     snprintf(j->fl[0].name, sizeof j->fl[0].name, "model.safetensors");
@@ -585,16 +592,19 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         state->optim_sharded = strcmp(lay->valuestring, "shards") == 0;
         state->optim_world = state->optim_sharded ? (int)w : 1;
         if (state->optim_sharded && (state->optim_shard < 1 || state->optim_shard * w < state->optim_count)) {
-            s = st_fail(ST_ERR_FORMAT, "%s: %lld shards of %lld do not hold %lld parameters (damaged checkpoint)",
-                        path, (long long)w, (long long)state->optim_shard, (long long)state->optim_count);
+            s = st_fail(ST_ERR_FORMAT,
+                        "%s: %lld shards of %lld do not hold %lld parameters (damaged checkpoint)", path,
+                        (long long)w, (long long)state->optim_shard, (long long)state->optim_count);
             goto done;
         }
     }
     /* Every file the checkpoint needs: the model and each optimizer file. */
     for (int i = -1; i < state->optim_world; i++) {
         char name[64];
-        if (i < 0) snprintf(name, sizeof name, "model.safetensors");
-        else st_ckpt_optim_name(i, name, sizeof name);
+        if (i < 0)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            st_ckpt_optim_name(i, name, sizeof name);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, name);
         const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");

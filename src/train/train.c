@@ -20,16 +20,16 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoint.h"
-#include "core/half.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "data/loader.h"
-#include "feed.h"
-#include "hw/device.h"
 #include "data/sampler.h"
 #include "dist/agree.h"
 #include "dist/dist.h"
+#include "feed.h"
+#include "hw/device.h"
 #include "layers/layers.h"
 #include "loss_sum.h"
 #include "metrics.h"
@@ -45,8 +45,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* v, or null where the run measured nothing (`has` false). */
 static void add_measured(cJSON *o, const char *name, double v, bool has) {
-    if (has) cJSON_AddNumberToObject(o, name, v);
-    else cJSON_AddNullToObject(o, name);
+    if (has)
+        cJSON_AddNumberToObject(o, name, v);
+    else
+        cJSON_AddNullToObject(o, name);
 }
 
 /* The --json summary of a training run (train) or an evaluation. A training
@@ -138,11 +140,11 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
     if (!opts->quiet) {
         if (r->has_accuracy)
-            fprintf(ses->out, "eval at step %lld: loss %.4f, accuracy %.2f%%\n", (long long)step, r->eval_loss,
-                    100.0 * r->eval_accuracy);
+            fprintf(ses->out, "eval at step %lld: loss %.4f, accuracy %.2f%%\n", (long long)step,
+                    r->eval_loss, 100.0 * r->eval_accuracy);
         else
-            fprintf(ses->out, "eval at step %lld: loss %.4f, perplexity %.2f\n", (long long)step, r->eval_loss,
-                    exp(r->eval_loss));
+            fprintf(ses->out, "eval at step %lld: loss %.4f, perplexity %.2f\n", (long long)step,
+                    r->eval_loss, exp(r->eval_loss));
         fflush(ses->out);
     }
     return ST_OK;
@@ -174,18 +176,19 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
     if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
     const double mib = 1.0 / (1 << 20);
-    fprintf(ses->out,
-            "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB%s "
-            "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
-            r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
-            (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib,
-            r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
-            dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
-            (double)st_dist_grad_nbytes(dd) * mib,
-            dd->deterministic ? "4 B x (N*S grads + S folded + N*S received)"
-            : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
-                                        : "4 B x N*S",
-            (double)r->grad_bytes_predicted * mib);
+    fprintf(
+        ses->out,
+        "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB%s "
+        "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
+        r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
+        (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib,
+        r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
+        dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
+        (double)st_dist_grad_nbytes(dd) * mib,
+        dd->deterministic           ? "4 B x (N*S grads + S folded + N*S received)"
+        : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
+                                    : "4 B x N*S",
+        (double)r->grad_bytes_predicted * mib);
     fflush(ses->out);
 }
 
@@ -204,7 +207,8 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     if (!c->dist.sync_batchnorm) return ST_OK;
     const char *why = NULL;
     if (c->dist.deterministic)
-        why = "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the same "
+        why = "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the "
+              "same "
               "bits on any number of ranks, and batch-norm statistics over all ranks change with it; set one "
               "of them to false";
     else if (ses->world > 1 && g->dev)
@@ -222,9 +226,9 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
 /* Commit the pending asynchronous checkpoint after step `step` (every rank
  * at the same step: the flags of the "stop" all-reduce, or a checkpoint or
  * the end due). */
-static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckpt_async **pending, double *stall,
-                                st_run_result *r, int64_t step, st_metrics *met, const st_progress *prog,
-                                st_trace *trace) {
+static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckpt_async **pending,
+                                double *stall, st_run_result *r, int64_t step, st_metrics *met,
+                                const st_progress *prog, st_trace *trace) {
     const int64_t saved = st_ckpt_async_step(*pending);
     st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
     const double t0 = st_now();
@@ -298,11 +302,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
     if (!opts->quiet && ses->rank == 0)
-        fprintf(ses->out, "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
+        fprintf(ses->out,
+                "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
         st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, ses->dcomm ? ses->dcomm : ses->comm, &m->params, c->train.batch_size, mb, n);
+        s = st_ddp_agree(ses->comm, ses->dcomm ? ses->dcomm : ses->comm, &m->params, c->train.batch_size, mb,
+                         n);
         if (s != ST_OK) {
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
@@ -336,15 +342,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (found) {
             ST_GOTO(st_ckpt_load(dir, m, &opt, &ck));
             if (ck.batch_size != c->train.batch_size) {
-                s = st_fail(ST_ERR_CONFIG,
-                            "%s was written with train.batch_size %lld, this run has %lld; resume with the same "
-                            "batch size (the sampler position counts batches)",
-                            dir, (long long)ck.batch_size, (long long)c->train.batch_size);
+                s = st_fail(
+                    ST_ERR_CONFIG,
+                    "%s was written with train.batch_size %lld, this run has %lld; resume with the same "
+                    "batch size (the sampler position counts batches)",
+                    dir, (long long)ck.batch_size, (long long)c->train.batch_size);
                 goto fail;
             }
             if (ck.seed != seed && log)
-                fprintf(log, "resume: warning: the checkpoint was written with train.seed %llu; this run has "
-                             "%llu\n",
+                fprintf(log,
+                        "resume: warning: the checkpoint was written with train.seed %llu; this run has "
+                        "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
                 sc.scale = (float)ck.loss_scale;
@@ -362,10 +370,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         st_comm_set_timeout(ses->comm, 0, NULL);
         if (v[0] != -v[1]) {
             ses->agreed_error = true; /* every rank saw the same sums */
-            s = st_fail(ST_ERR_CONFIG,
-                        "rank %d resumed at step %lld, but the ranks resumed at steps %lld to %lld: every rank must "
-                        "see the same %s/ckpt (one directory shared by all nodes), unchanged while the run starts",
-                        ses->rank, (long long)ck.step, (long long)-v[1], (long long)v[0], c->train.out_dir);
+            s = st_fail(
+                ST_ERR_CONFIG,
+                "rank %d resumed at step %lld, but the ranks resumed at steps %lld to %lld: every rank must "
+                "see the same %s/ckpt (one directory shared by all nodes), unchanged while the run starts",
+                ses->rank, (long long)ck.step, (long long)-v[1], (long long)v[0], c->train.out_dir);
             goto fail;
         }
     }
@@ -381,11 +390,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (dist) {
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 && (dd.mode == ST_DIST_ZERO2 || dd.deterministic)) {
             ses->agreed_error = true; /* every rank has the same config */
-            s = st_fail(ST_ERR_CONFIG,
-                        "dist.grad_dtype %s works with dist.strategy ddp or zero1 without dist.deterministic "
-                        "(zero2's running sums and the deterministic fold travel in fp32); set dist.grad_dtype: "
-                        "fp32, or dist.strategy: zero1",
-                        c->dist.grad_dtype);
+            s = st_fail(
+                ST_ERR_CONFIG,
+                "dist.grad_dtype %s works with dist.strategy ddp or zero1 without dist.deterministic "
+                "(zero2's running sums and the deterministic fold travel in fp32); set dist.grad_dtype: "
+                "fp32, or dist.strategy: zero1",
+                c->dist.grad_dtype);
             goto fail;
         }
         ST_GOTO(st_ddp_set_grad_dtype(&dd.ddp, st_precision_from_name(c->dist.grad_dtype)));
@@ -393,7 +403,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->grad_buckets = ddp->n_buckets;
         r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
     }
-    ST_GOTO(setup_sync_bn(ses, &mg.g)); /* after the ranks agreed on the configuration */
+    ST_GOTO(setup_sync_bn(ses, &mg.g));                    /* after the ranks agreed on the configuration */
     if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));
@@ -429,16 +439,19 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
-        fprintf(ses->out, "data: the batch ring is pageable memory, so copies to the device do not overlap "
-                          "compute (%s)\n", unpinned);
+        fprintf(ses->out,
+                "data: the batch ring is pageable memory, so copies to the device do not overlap "
+                "compute (%s)\n",
+                unpinned);
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
     if (ses->rank == 0 && dev && c->log.gpu_interval > 0) { /* rank 0's GPU, on logged lines (gpumon.h) */
         st_gpu_monitor_open(&gm, dev, NULL);
-        if (!gm.nvml.lib && !opts->quiet) fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
+        if (!gm.nvml.lib && !opts->quiet)
+            fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
     }
-    int64_t gpu_last = start; /* the step of the last GPU sample */
+    int64_t gpu_last = start;                           /* the step of the last GPU sample */
     double window_loss = 0, t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -599,10 +612,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist && eval_due)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
                                 "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
-        if (dist) ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 2, ST_COMM_F32, ST_COMM_MAX, "stop"));
+        if (dist)
+            ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 2, ST_COMM_F32, ST_COMM_MAX, "stop"));
         if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
-        if (pending && flags[1] == 0) ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met,
-                                                             &prog, trace));
+        if (pending && flags[1] == 0)
+            ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
         const float stop = flags[0];
         stopped = stop > 0 && step + 1 < steps;
         if (stopped && !read_now) { /* before the checkpoint (every rank agreed on the stop) */
@@ -631,7 +645,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
                 st_trace_end(trace, &mark);
                 const double dt = st_now() - t_ck;
-                if (ses->rank == 0) ST_GOTO(st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt));
+                if (ses->rank == 0)
+                    ST_GOTO(st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt));
                 if (ses->rank == 0 && !opts->quiet && !prog.bar) {
                     fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                     fflush(ses->out);
@@ -680,7 +695,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (stopped) {
         ses->agreed_error = true; /* every rank stops after the same step */
         s = st_fail(ST_ERR_INTERRUPTED,
-                    "stopped by a signal after step %lld of %lld%s%s; continue with --resume auto", (long long)r->steps, (long long)steps, r->checkpoint[0] ? ", checkpoint saved to " : "",
+                    "stopped by a signal after step %lld of %lld%s%s; continue with --resume auto",
+                    (long long)r->steps, (long long)steps, r->checkpoint[0] ? ", checkpoint saved to " : "",
                     r->checkpoint);
     }
 fail:
@@ -718,7 +734,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         mine.save = false;
         opts = &mine;
     }
-    ST_GOTO(st_params_init(&ses.model->params, (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
+    ST_GOTO(st_params_init(&ses.model->params,
+                           (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
      * architecture peak for the run's precision, on the CPU a short sgemm. */
@@ -750,10 +767,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
      * identical); the others wait for the outcome, as long as an evaluation
      * and a write of the weights may take. */
     if (ses.world > 1)
-        st_comm_set_timeout(ses.comm,
-                            st_ckpt_wait_limit(cfg, ses.model, NULL, 0) + eval_estimate_s(&ses, res->samples_per_s),
-                            "train.checkpoint_timeout_s or dist.timeout_s (the wait for rank 0's evaluation and "
-                            "weights adds an estimate of the evaluation)");
+        st_comm_set_timeout(
+            ses.comm, st_ckpt_wait_limit(cfg, ses.model, NULL, 0) + eval_estimate_s(&ses, res->samples_per_s),
+            "train.checkpoint_timeout_s or dist.timeout_s (the wait for rank 0's evaluation and "
+            "weights adds an estimate of the evaluation)");
     if (ses.rank == 0 || ses.eval_shared) s = eval_and_report(&ses, opts, res, res->steps, &met);
     if (ses.rank == 0) {
         if (s == ST_OK && opts->save) {
@@ -773,8 +790,9 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (!opts->quiet) {
         const bool lm = ses.train.kind == ST_DATA_TOKENS;
         if (res->steps > 0 && res->steps == res->start_step) /* resumed at its last step: no rates to show */
-            fprintf(ses.out, "done: nothing to train, the checkpoint is at step %lld of train.steps %lld "
-                             "(raise train.steps to train on)",
+            fprintf(ses.out,
+                    "done: nothing to train, the checkpoint is at step %lld of train.steps %lld "
+                    "(raise train.steps to train on)",
                     (long long)res->steps, (long long)cfg->train.steps);
         else {
             fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
@@ -782,8 +800,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                     lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
             fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
         }
-        if (res->has_accuracy) fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
-        else if (res->has_eval) fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
+        if (res->has_accuracy)
+            fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
+        else if (res->has_eval)
+            fprintf(ses.out, ", eval loss %.4f", res->eval_loss);
         if (res->device_mem_peak_bytes > 0)
             fprintf(ses.out, ", device memory peak %.0f MiB", (double)res->device_mem_peak_bytes / (1 << 20));
         fprintf(ses.out, "\n");
@@ -808,7 +828,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, true));
     ses.eval_shared = ses.world > 1; /* the same weights everywhere: each rank its share (as in training) */
-    if (ses.rank != 0) { /* rank 0 speaks */
+    if (ses.rank != 0) {             /* rank 0 speaks */
         mine = *opts;
         mine.quiet = true;
         mine.json = false;
