@@ -15,12 +15,18 @@
 
 enum { F32_ROWS = 64, F32_TILE = 32 };
 
-/* Fully unrolled, so that the row arrays stay in registers (g++ under the
- * emulator has no such pragma). */
+/* Loops over a row's D elements are fully unrolled, so that the row arrays
+ * stay in registers; the forward's loops over a tile's keys are kept rolled
+ * (ST_ROLLED): unrolling them too (32 x D bodies, per head size and
+ * architecture) tripled this file's compile time, and the scores s[] they
+ * index then sit in local memory, 32 floats a row against 2 x 32 x D FMAs.
+ * g++ under the emulator has no such pragmas. */
 #ifdef ST_CUDA_EMU
 #define ST_UNROLL
+#define ST_ROLLED
 #else
 #define ST_UNROLL _Pragma("unroll")
+#define ST_ROLLED _Pragma("unroll 1")
 #endif
 
 /* rows row0.. of a (T, ld) matrix, D columns, into dst (F32_TILE, D); zeros at or past T */
@@ -72,7 +78,7 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
         __syncthreads();
         if (k0 > qi) continue;
         float s[F32_TILE], mx = -INFINITY;
-        ST_UNROLL
+        ST_ROLLED
         for (int c = 0; c < F32_TILE; c++) {
             const int j = k0 + c;
             s[c] = j <= qi && j < T ? dot<D>(q, ks + c * D) * f.scale : -INFINITY;
@@ -83,7 +89,7 @@ template <int D> static __global__ void flash_fwd_f32(st_flash f) {
         ST_UNROLL
         for (int d = 0; d < D; d++)
             o[d] *= alpha;
-        ST_UNROLL
+        ST_ROLLED
         for (int c = 0; c < F32_TILE; c++) {
             const float p = expf(s[c] - mn);
             l += p;
