@@ -166,7 +166,8 @@ static void test_slice(st_device *dev, uint64_t seed) {
     CHECK_OK(st_cuda_optim_create(dev, &r.dp, lo, hi, &co));
     st_optim_step(&o, &r.hp, 0.1);
     st_cuda_sgd_hp hp = {0.1, o.momentum, o.weight_decay, o.nesterov, o.t};
-    if (co && buf) CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, buf, &hp));
+    if (co && buf)
+        CHECK_OK(st_cuda_sgd_step(co, r.dp.data + lo, r.dp.grad + lo, buf, &hp)); /* the slice's start */
     for (int64_t i = 0; i < lo; i++)
         r.hp.data[i] = w0[i]; /* outside the slice: the start */
     for (int64_t i = hi; i < n; i++)

@@ -103,27 +103,34 @@ static void test_mlp_flops(void) {
     st_model_free(m);
 }
 
-/* Model states as the engine holds them (src/hw/memory.h): the fp32 masters
- * and fp32 gradients whole on every rank, with bf16/fp16 the compute copy
- * (2 bytes on a GPU, 4 on the CPU), AdamW's moments sharded by ZeRO-1, the
- * gradients by ZeRO-2 on the CPU only; offload moves the rank's moments to
- * the host with pinned copies of its range's masters and gradients. Mixed
- * AdamW on a GPU: 18 Psi bytes under DDP, 10 Psi + 8 Psi / N under ZeRO-1
- * (the ZeRO paper's 16 Psi and 4 Psi + 12 Psi / N count 2-byte gradients and
- * shard the masters). */
+/* Model states as the engine holds them (src/hw/memory.h), against the ZeRO
+ * paper's formulas for mixed-precision Adam (Rajbhandari et al. 2020, sec.
+ * 3 and 5: 16 Psi under DDP, 4 Psi + 12 Psi / N under ZeRO-1, 2 Psi + 14 Psi
+ * / N under ZeRO-2, with 2-byte weights and gradients and the fp32 masters
+ * and moments, 12 bytes, sharded by ZeRO). The engine's gradients are fp32:
+ * 2 Psi more in every stage on a GPU, and its ZeRO-2 keeps a GPU's whole
+ * gradient arena (4 Psi where the paper has 2 Psi / N); on the CPU the
+ * compute copy is floats (4 bytes, not 2). Offload moves the rank's moments
+ * to the host with pinned copies of its range's masters and gradients. */
 static void test_zero_formulas(void) {
-    const int64_t psi = 1600000; /* a multiple of the arena's 16-float padding */
+    const int64_t psi = 1600000 * 64; /* a multiple of the arena's padding and of every N below */
     for (int n = 1; n <= 64; n *= 4) {
+        const int64_t paper_ddp = 16 * psi, paper_z1 = 4 * psi + 12 * psi / n,
+                      paper_z2 = 2 * psi + 14 * psi / n;
         st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = n, .device_layout = true};
-        CHECK(st_mem_model_states(psi, &o) == 18 * psi, "gpu ddp: %lld",
+        CHECK(st_mem_model_states(psi, &o) == paper_ddp + 2 * psi, "gpu ddp: %lld",
               (long long)st_mem_model_states(psi, &o));
-        o.zero = 1;
-        CHECK(st_mem_model_states(psi, &o) == 10 * psi + 8 * psi / n, "gpu zero1 N=%d: %lld", n,
-              (long long)st_mem_model_states(psi, &o));
+        o.zero = 1; /* N = 1: nothing to shard, DDP's figure */
+        const int64_t z1 = n > 1 ? paper_z1 + 2 * psi : paper_ddp + 2 * psi;
+        CHECK(st_mem_model_states(psi, &o) == z1, "gpu zero1 N=%d: %lld, paper %lld", n,
+              (long long)st_mem_model_states(psi, &o), (long long)paper_z1);
         o.zero = 2; /* a GPU run keeps its whole gradient arena */
-        CHECK(st_mem_model_states(psi, &o) == 10 * psi + 8 * psi / n, "gpu zero2 N=%d", n);
+        CHECK(st_mem_model_states(psi, &o) == (n > 1 ? paper_z2 + 4 * psi - 2 * psi / n : z1),
+              "gpu zero2 N=%d", n);
         o.offload = true;
-        CHECK(st_mem_model_states(psi, &o) == 10 * psi, "gpu zero2 + offload keeps weights and gradients");
+        CHECK(st_mem_model_states(psi, &o) == 2 * psi + 4 * psi / n + 4 * psi,
+              "gpu zero2 + offload keeps the copy, its masters and the gradients: %lld",
+              (long long)st_mem_model_states(psi, &o));
         st_mem m;
         CHECK_OK(st_mem_estimate_states(psi, &o, &m));
         CHECK(m.host == 8 * psi / n + 8 * psi / n, "offload's host bytes %lld", (long long)m.host);
@@ -132,9 +139,12 @@ static void test_zero_formulas(void) {
         CHECK(m.host == 16 * psi && m.params + m.grads + m.optim == 10 * psi, "ddp + offload: host %lld",
               (long long)m.host);
         st_mem_opts c = {.mixed = true, .optim_states = 2, .ranks = n, .zero = 2}; /* the CPU */
-        CHECK(st_mem_model_states(psi, &c) == 8 * psi + 12 * psi / n, "cpu mixed zero2 N=%d", n);
+        CHECK(st_mem_model_states(psi, &c) == (n > 1 ? paper_z2 + 2 * psi + 2 * psi / n : 20 * psi),
+              "cpu mixed zero2 N=%d: %lld", n, (long long)st_mem_model_states(psi, &c));
         st_mem_opts f = {.mixed = false, .optim_states = 2, .ranks = n};
         CHECK(st_mem_model_states(psi, &f) == 16 * psi, "fp32 adam");
+        f.zero = 1; /* fp32: the masters are the weights forward reads, kept whole */
+        CHECK(st_mem_model_states(psi, &f) == 8 * psi + 8 * psi / n, "fp32 zero1 N=%d", n);
         f.zero = 2;
         CHECK(st_mem_model_states(psi, &f) == 4 * psi + 12 * psi / n, "fp32 zero2 on the CPU N=%d", n);
         f.zero = 0;

@@ -23,8 +23,8 @@ static void test_plan(void) {
     CHECK(s.shard == 13312 && s.padded == 53248 && s.lo == 39936 && s.hi == 52650, "S %lld lo %lld hi %lld",
           (long long)s.shard, (long long)s.lo, (long long)s.hi);
     st_shard_plan(&s, 10, 1, 4); /* a tiny arena: rank 0 holds it all, the others padding */
-    CHECK(s.shard == ST_SHARD_ALIGN && s.lo == 10 && s.hi == 10, "tiny: S %lld lo %lld hi %lld",
-          (long long)s.shard, (long long)s.lo, (long long)s.hi);
+    CHECK(s.shard == ST_SHARD_ALIGN && s.lo == 10 && s.hi == 10, "tiny: S %lld lo %lld hi %lld", (long long)s.shard,
+          (long long)s.lo, (long long)s.hi);
     st_shard_plan(&s, 4096, 0, 1);
     CHECK(s.shard == 4096 && s.lo == 0 && s.hi == 4096, "one rank: S %lld", (long long)s.shard);
 }
@@ -33,12 +33,11 @@ static void test_release(void) {
     const int64_t n = 64 * 1024; /* 64 pages of floats */
     float *g = NULL;
     CHECK(posix_memalign((void **)&g, 4096, (size_t)n * sizeof *g) == 0, "alloc");
-    for (int64_t i = 0; i < n; i++)
-        g[i] = 1.0f;
-    const int64_t full = st_resident_nbytes(g, n * 4);
+    for (int64_t i = 0; i < n; i++) g[i] = 1.0f;
+    const int64_t full = st_pages_resident(g, n * 4);
     CHECK(full == n * 4, "resident %lld of %lld", (long long)full, (long long)(n * 4));
-    st_zero_release(g, 1000, n - 5000); /* partial pages at both ends */
-    const int64_t after = st_resident_nbytes(g, n * 4);
+    st_pages_release(g, 1000, n - 5000); /* partial pages at both ends */
+    const int64_t after = st_pages_resident(g, n * 4);
     CHECK(after <= n * 4 - 58 * 4096, "resident after release %lld", (long long)after);
     bool ok = true;
     for (int64_t i = 0; i < n; i++)
@@ -78,8 +77,7 @@ static void test_range_step(st_config *cfg) {
     const int64_t P = pa->count;
     CHECK_OK(st_model_init_weights(a, 3));
     CHECK_OK(st_model_init_weights(b, 3));
-    for (int64_t i = 0; i < P; i++)
-        pa->grad[i] = pb->grad[i] = (float)((i * 7919) % 1000) * 1e-4f - 0.05f;
+    for (int64_t i = 0; i < P; i++) pa->grad[i] = pb->grad[i] = (float)((i * 7919) % 1000) * 1e-4f - 0.05f;
     st_optim whole, part[3];
     CHECK_OK(st_optim_init(&whole, cfg, pa));
     st_shard sh[3];
@@ -89,15 +87,13 @@ static void test_range_step(st_config *cfg) {
     }
     for (int step = 0; step < 3; step++) {
         st_optim_step(&whole, pa, 0.01);
-        for (int r = 0; r < 3; r++)
-            st_optim_step(&part[r], pb, 0.01);
+        for (int r = 0; r < 3; r++) st_optim_step(&part[r], pb, 0.01);
     }
     CHECK(memcmp(pa->data, pb->data, (size_t)P * sizeof(float)) == 0, "sharded steps differ from the whole");
     CHECK(st_optim_state_nbytes(&part[1]) == 2 * 4 * (sh[1].hi - sh[1].lo), "state bytes %lld",
           (long long)st_optim_state_nbytes(&part[1]));
     st_optim_free(&whole);
-    for (int r = 0; r < 3; r++)
-        st_optim_free(&part[r]);
+    for (int r = 0; r < 3; r++) st_optim_free(&part[r]);
     st_model_free(a);
     st_model_free(b);
 }

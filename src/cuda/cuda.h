@@ -116,9 +116,9 @@ typedef struct st_cuda_sgd_hp {
     int64_t t; /* as above: 1 initialises the momentum buffer */
 } st_cuda_sgd_hp;
 
-/* w, g: the arena's data and grad (element 0 of the arena, device memory);
- * m, v (AdamW moments) and buf (SGD momentum): state for the planned slice,
- * element lo of the arena at index 0. */
+/* All for the planned slice, element lo of the arena at index 0 (device
+ * memory): w its fp32 masters (st_params_master: a shard of sharded
+ * masters), g its gradients, m, v (AdamW moments) and buf (SGD momentum). */
 st_status st_cuda_adamw_step(st_cuda_optim *o, float *w, const float *g, float *m, float *v,
                              const st_cuda_adamw_hp *hp);
 st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g, float *buf, const st_cuda_sgd_hp *hp);

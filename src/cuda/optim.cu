@@ -119,14 +119,14 @@ static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *
     const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const int64_t s = i - lo;
-        const float gi = g[i];
-        float wi = __fmul_rn(w[i], dk);
+        const float gi = g[s];
+        float wi = __fmul_rn(w[s], dk);
         const float mi = __fadd_rn(__fmul_rn(b1, m[s]), __fmul_rn(omb1, gi));
         const float vi = __fadd_rn(__fmul_rn(b2, v[s]), __fmul_rn(__fmul_rn(omb2, gi), gi));
         wi = __fsub_rn(wi, __fdiv_rn(__fmul_rn(step, mi), __fadd_rn(__fmul_rn(__fsqrt_rn(vi), rbc2), eps)));
         m[s] = mi;
         v[s] = vi;
-        w[i] = wi;
+        w[s] = wi;
     }
 }
 
@@ -139,14 +139,14 @@ static __global__ void sgd_kernel(const opt_chunk *chunks, int64_t lo, float *w,
     const float wdk = c.decay ? wd : 0.0f;
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const int64_t s = i - lo;
-        const float wi = w[i];
-        float d = __fadd_rn(g[i], __fmul_rn(wdk, wi));
+        const float wi = w[s];
+        float d = __fadd_rn(g[s], __fmul_rn(wdk, wi));
         if (mu != 0.0f) {
             const float b = first ? d : __fadd_rn(__fmul_rn(mu, buf[s]), d);
             buf[s] = b;
             d = nesterov ? __fadd_rn(d, __fmul_rn(mu, b)) : b;
         }
-        w[i] = __fsub_rn(wi, __fmul_rn(lr, d));
+        w[s] = __fsub_rn(wi, __fmul_rn(lr, d));
     }
 }
 

@@ -189,9 +189,49 @@ static int64_t bits_hash(const float *x, int64_t n) {
     return (int64_t)(h >> 2); /* non-negative, so min and max never overflow */
 }
 
+/* FNV-1a over 16-bit words: a device's compute copy (bf16/fp16 bits). */
+static int64_t bits_hash16(const uint16_t *x, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++)
+        h = (h ^ x[i]) * 1099511628211ull;
+    return (int64_t)(h >> 2);
+}
+
+/* Sharded masters (graph.h): each rank holds different masters, and the
+ * replicas are the compute copy, which every rank must hold alike. */
+static st_status hash_compute(const st_params *p, int64_t *h) {
+    if (p->compute) {
+        for (int i = 0; i < p->n_params; i++)
+            h[i] = bits_hash(p->compute + p->t[i]->offset, p->t[i]->count);
+        return ST_OK;
+    }
+    uint16_t *copy = malloc((size_t)(p->arena_count ? p->arena_count : 1) * sizeof *copy);
+    if (!copy) return st_fail(ST_ERR_NOMEM, "out of memory copying the weights to compare the replicas");
+    st_status s = st_device_download(p->dev, copy, p->compute16, (size_t)p->arena_count * sizeof *copy);
+    for (int i = 0; s == ST_OK && i < p->n_params; i++)
+        h[i] = bits_hash16(copy + p->t[i]->offset, p->t[i]->count);
+    free(copy);
+    return s;
+}
+
 st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
     const int n = p->n_params;
     if (n <= 0) return ST_OK;
+    if (p->masters_sharded) {
+        int64_t *h = malloc((size_t)n * sizeof *h);
+        st_status s = h ? hash_compute(p, h) : st_fail(ST_ERR_NOMEM, "out of memory comparing the replicas");
+        int diff = -1;
+        if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
+        free(h);
+        if (s == ST_OK && diff >= 0)
+            s = st_fail(
+                ST_ERR_INTERNAL,
+                "the data-parallel replicas differ: the %s copy of parameter %s after step %lld is not the "
+                "same on every rank; a collective gave the ranks different results, or a rank skipped an "
+                "update; this is a bug to report",
+                p->precision == ST_PREC_BF16 ? "bf16" : "fp16", p->t[diff]->name, (long long)step);
+        return s;
+    }
     const size_t nbytes = (size_t)p->arena_count * sizeof(float);
     float *copy = NULL;
     const float *x = p->data;

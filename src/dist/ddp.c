@@ -58,8 +58,7 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
     /* The first bucket holds the gradients backward finishes first; capping it
      * at 1 MiB (as PyTorch DDP does) starts communication early even when the
      * whole model would fit in one bucket. */
-    const int64_t first_cap =
-        cap < (1 << 20) / (int64_t)sizeof(float) ? cap : (1 << 20) / (int64_t)sizeof(float);
+    const int64_t first_cap = cap < (1 << 20) / (int64_t)sizeof(float) ? cap : (1 << 20) / (int64_t)sizeof(float);
     st_ddp_bucket *cur = NULL;
     for (int i = p->n - 1; i >= 0; i--) {
         const st_tensor *t = p->t[i];
@@ -118,9 +117,7 @@ st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
  * for fp16 to hold), one rounding to 16 bits, then 16-bit sums over the
  * ranks: the bucket's all-reduce, or under ZeRO-1 each piece's reduction to
  * its owner. */
-static st_comm_dtype half_dtype(const st_ddp *d) {
-    return d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16;
-}
+static st_comm_dtype half_dtype(const st_ddp *d) { return d->grad_dtype == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16; }
 
 /* Under ZeRO the piece of bucket b in rank r's shard: [*lo, *hi). */
 static void piece(const st_ddp *d, const st_ddp_bucket *b, int r, int64_t *lo, int64_t *hi) {
@@ -138,8 +135,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     float *g = d->p->grad;
     const bool half = d->grad_dtype != ST_PREC_FP32;
     if (half) /* (count): the bucket divided and rounded, beside the gradients */
-        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, g + b->offset,
-                                   (size_t)b->count, (float)st_comm_size(d->comm)));
+        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, g + b->offset, (size_t)b->count,
+                                   (float)st_comm_size(d->comm)));
     if (!d->shard) {
         if (half)
             return st_comm_all_reduce(d->comm, d->half + b->offset, d->half + b->offset, (size_t)b->count,
@@ -154,8 +151,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
         char name[48];
         snprintf(name, sizeof name, "%s to rank %d", b->name, r);
         if (half)
-            ST_TRY(st_comm_reduce(d->comm, d->half + lo, d->half + lo, (size_t)(hi - lo), half_dtype(d),
-                                  ST_COMM_SUM, r, name, &b->req[i]));
+            ST_TRY(st_comm_reduce(d->comm, d->half + lo, d->half + lo, (size_t)(hi - lo), half_dtype(d), ST_COMM_SUM,
+                                  r, name, &b->req[i]));
         else
             ST_TRY(st_comm_reduce(d->comm, g + lo, g + lo, (size_t)(hi - lo), ST_COMM_F32, d->op, r, name,
                                   &b->req[i]));
@@ -167,8 +164,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
 static void release_bucket(st_ddp *d, st_ddp_bucket *b) {
     const int64_t own_lo = (int64_t)st_comm_rank(d->comm) * d->shard, own_hi = own_lo + d->shard;
     const int64_t lo = b->offset, hi = b->offset + b->count;
-    st_zero_release(d->p->grad, lo, hi < own_lo ? hi : own_lo);
-    st_zero_release(d->p->grad, lo > own_hi ? lo : own_hi, hi);
+    st_pages_release(d->p->grad, lo, hi < own_lo ? hi : own_lo);
+    st_pages_release(d->p->grad, lo > own_hi ? lo : own_hi, hi);
     b->released = true;
 }
 
@@ -197,7 +194,7 @@ static st_status backward_hook(void *ctx, int node) {
         if (d->release) release_bucket(d, b);
     }
     if (!d->release) return ST_OK;
-    int64_t res = st_resident_nbytes(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
+    int64_t res = st_pages_resident(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
     if (res > d->peak_resident) d->peak_resident = res;
     return ST_OK;
 }
@@ -215,8 +212,7 @@ static void busy_time(st_ddp *d) {
         if (!b) break;
         const double lo = b->t_start > end ? b->t_start : end, hi = b->t_done;
         d->busy_s += hi - lo;
-        if (d->t_backward_end > lo)
-            d->busy_hidden_s += (d->t_backward_end < hi ? d->t_backward_end : hi) - lo;
+        if (d->t_backward_end > lo) d->busy_hidden_s += (d->t_backward_end < hi ? d->t_backward_end : hi) - lo;
         end = hi;
     }
 }
@@ -247,14 +243,12 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         }
         if (d->release && !b->released) release_bucket(d, b);
     }
-    if (d->grad_dtype !=
-        ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's) */
+    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's) */
         for (int i = 0; i < d->n_buckets; i++) {
             int64_t lo = d->b[i].offset, hi = lo + d->b[i].count;
             if (d->shard) piece(d, &d->b[i], st_comm_rank(d->comm), &lo, &hi);
             if (hi > lo)
-                ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, d->p->grad + lo, d->half + lo,
-                                         (size_t)(hi - lo)));
+                ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, d->p->grad + lo, d->half + lo, (size_t)(hi - lo)));
         }
     const double t_done = st_trace_end(d->trace, &wait);
     d->wait_s += t_done - d->t_backward_end;

@@ -45,6 +45,23 @@ static st_status check_device(const st_dist *d) {
     return ST_OK;
 }
 
+/* Masters sharded: ZeRO with a compute copy, on several ranks. */
+static bool shards_masters(st_dist_mode mode, int world, const st_params *p) {
+    return mode != ST_DIST_DDP && world > 1 && p->precision != ST_PREC_FP32;
+}
+
+st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p) {
+    st_dist_mode mode;
+    ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &mode));
+    st_shard sh;
+    st_shard_plan(&sh, p->count, st_comm_rank(comm), st_comm_size(comm));
+    /* Padded to whole shards: on the host always (the norm's blocks need a
+     * whole number of them), on a device for ZeRO and the fold. */
+    if (!p->dev || mode != ST_DIST_DDP || cfg->dist.deterministic) ST_TRY(st_zero_pad_arenas(p, sh.padded));
+    if (!shards_masters(mode, sh.world, p)) return ST_OK;
+    return st_params_shard_masters(p, (int64_t)sh.rank * sh.shard, (int64_t)(sh.rank + 1) * sh.shard);
+}
+
 st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,
                        int64_t accum) {
     memset(d, 0, sizeof *d);
@@ -58,9 +75,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
     st_device *dev = p->dev;
     if (dev) ST_TRY(check_device(d));
-    /* Padded to whole shards: on the host always (the norm's blocks need a
-     * whole number of them), on a device for ZeRO and the fold. */
-    if (!dev || d->mode != ST_DIST_DDP || d->deterministic) ST_TRY(st_zero_pad_arenas(p, d->sh.padded));
+    ST_TRY(st_dist_shard_params(comm, cfg, p)); /* (done already when the trainer called it first) */
     const int64_t S = d->sh.shard, nblocks = d->sh.padded / ST_SHARD_ALIGN;
     d->blocks = malloc((size_t)nblocks * sizeof *d->blocks);
     if (!d->blocks) return st_fail(ST_ERR_NOMEM, "out of memory for the gradient norm");
@@ -82,8 +97,8 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
                            d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, release));
     /* ZeRO-2 holds only its shard of gradients from the start. */
     if (release && !d->deterministic) {
-        st_zero_release(p->grad, 0, d->rank * S);
-        st_zero_release(p->grad, (d->rank + 1) * S, d->sh.padded);
+        st_pages_release(p->grad, 0, d->rank * S);
+        st_pages_release(p->grad, (d->rank + 1) * S, d->sh.padded);
     }
     return ST_OK;
 }
@@ -191,8 +206,8 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
     if (d->p->dev) return device_micro_end(d, last);
     if (d->mode ==
         ST_DIST_ZERO2) { /* the page-aligned complement: no partial page at a bucket's edge stays */
-        st_zero_release(d->p->grad, 0, (int64_t)d->rank * d->sh.shard);
-        st_zero_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
+        st_pages_release(d->p->grad, 0, (int64_t)d->rank * d->sh.shard);
+        st_pages_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
     }
     if (d->ddp.peak_resident > d->grad_peak_nbytes) d->grad_peak_nbytes = d->ddp.peak_resident;
     if (d->mode == ST_DIST_ZERO2 && last) { /* the sums to averages, as DDP's all-reduce does */
@@ -248,17 +263,38 @@ st_status st_dist_grad_scale(st_dist *d, float s) {
 st_status st_dist_step_end(st_dist *d) {
     int64_t res = st_dist_grad_nbytes(d);
     if (res > d->grad_peak_nbytes) d->grad_peak_nbytes = res;
+    st_params *p = d->p;
+    st_params_touch(p); /* the optimizer, and the all-gather, wrote the weights */
     if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK;
-    float *mine = d->p->data + (int64_t)d->rank * d->sh.shard;
+    const int64_t S = d->sh.shard, lo = (int64_t)d->rank * S;
     st_comm_req *req = NULL;
-    return wait(
-        st_comm_all_gather(d->comm, mine, d->p->data, (size_t)d->sh.shard, ST_COMM_F32, "parameters", &req),
-        &req);
+    if (!p->masters_sharded) /* fp32: the masters are the weights */
+        return wait(
+            st_comm_all_gather(d->comm, p->data + lo, p->data, (size_t)S, ST_COMM_F32, "parameters", &req),
+            &req);
+    /* Each rank rounds its masters into its range of the compute copy, and
+     * the copies are all-gathered: 2 bytes a parameter on a device. */
+    if (p->compute16) {
+        ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16 + lo, st_params_master(p, lo),
+                                   (size_t)S, 1.0f));
+        ST_TRY(wait(st_comm_all_gather(d->comm, p->compute16 + lo, p->compute16, (size_t)S,
+                                       p->precision == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16,
+                                       "parameters", &req),
+                    &req));
+    } else {
+        ST_TRY(
+            st_device_round_copy(p->dev, p->precision, p->compute + lo, st_params_master(p, lo), (size_t)S));
+        ST_TRY(wait(st_comm_all_gather(d->comm, p->compute + lo, p->compute, (size_t)S, ST_COMM_F32,
+                                       "parameters", &req),
+                    &req));
+    }
+    p->compute_version = p->version; /* current: refreshed here, not from the masters */
+    return ST_OK;
 }
 
 int64_t st_dist_grad_nbytes(const st_dist *d) {
     int64_t n = d->p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
-    if (!d->p->dev) n = st_resident_nbytes(d->p->grad, n);
+    if (!d->p->dev) n = st_pages_resident(d->p->grad, n);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;
 }

@@ -87,8 +87,16 @@ typedef struct st_dist {
 st_status st_dist_mode_parse(const char *strategy, st_dist_mode *mode);
 const char *st_dist_mode_name(st_dist_mode mode);
 
-/* Set up for model parameters p and the training graph g: for ZeRO and
- * deterministic mode pad p's arenas to N*S elements (zero.h). */
+/* Pad p's arenas to N*S elements (zero.h; on a device only for ZeRO and
+ * deterministic mode) and, for ZeRO with bf16/fp16 on several ranks, shard
+ * the fp32 masters (st_params_shard_masters: rank r keeps [r*S, (r+1)*S)).
+ * The trainer calls it before it builds the training graph, so that the
+ * whole masters are given back before the activations take their memory;
+ * st_dist_init calls it too (a no-op the second time). */
+st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p);
+
+/* Set up for model parameters p and the training graph g:
+ * st_dist_shard_params, the buckets, the deterministic buffers. */
 st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,
                        int64_t accum);
 void st_dist_free(st_dist *d); /* accepts a zeroed st_dist */

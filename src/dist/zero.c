@@ -1,5 +1,4 @@
-/* ZeRO shards: plan, padded arenas, page release, resident bytes (see
- * zero.h). */
+/* ZeRO shards: plan, padded arenas, gathered weights (see zero.h). */
 #include "zero.h"
 
 #include <stdlib.h>
@@ -7,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "core/device.h"
 #include "core/mem.h"
 
@@ -66,10 +66,8 @@ static st_status pad_device(st_params *p, int64_t padded) {
     return ST_OK;
 }
 
-st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
-    if (padded < p->arena_count) padded = p->arena_count;
+static st_status pad_arenas(st_params *p, int64_t padded) {
     if (p->dev) {
-        if (padded == p->arena_count) return ST_OK;
         ST_TRY(pad_device(p, padded));
         p->arena_count = padded;
         point_tensors(p);
@@ -101,29 +99,64 @@ st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
     return ST_OK;
 }
 
-void st_zero_release(float *base, int64_t a, int64_t e) {
-    if (e <= a) return;
-    char *lo = (char *)(base + a), *hi = (char *)(base + e);
-    char *plo = (char *)(((uintptr_t)lo + PAGE - 1) / PAGE * PAGE),
-         *phi = (char *)((uintptr_t)hi / PAGE * PAGE);
-    if (plo >= phi || madvise(plo, (size_t)(phi - plo), MADV_DONTNEED) != 0) {
-        memset(lo, 0, (size_t)(hi - lo)); /* no whole page, or madvise refused: clear in place */
-        return;
-    }
-    memset(lo, 0, (size_t)(plo - lo));
-    memset(phi, 0, (size_t)(hi - phi));
+st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
+    if (padded <= p->arena_count) return ST_OK;
+    if (p->masters_sharded)
+        return st_fail(ST_ERR_INTERNAL, "padding the parameter arenas after their masters were sharded");
+    const bool on = p->on_compute;
+    if (on) st_params_use_compute(p, false);
+    ST_TRY(pad_arenas(p, padded));
+    ST_TRY(st_params_resize_compute(p)); /* the copy at the new size (bf16/fp16) */
+    if (on) st_params_use_compute(p, true);
+    return ST_OK;
 }
 
-int64_t st_resident_nbytes(const void *p, int64_t nbytes) {
-    const size_t pages = ((size_t)nbytes + PAGE - 1) / PAGE;
-    unsigned char *vec = malloc(pages ? pages : 1);
-    if (!vec || mincore((void *)p, (size_t)nbytes, vec) != 0) {
-        free(vec);
-        return nbytes; /* unknown: count it all */
+st_status st_zero_gather_weights(const st_params *p, st_comm *comm, float *w) {
+    const size_t nbytes = (size_t)p->arena_count * sizeof(float);
+    if (!p->masters_sharded) {
+        if (p->dev) return st_device_download(p->dev, w, p->data, nbytes);
+        memcpy(w, p->data, nbytes);
+        return ST_OK;
     }
-    int64_t n = 0;
-    for (size_t i = 0; i < pages; i++)
-        n += vec[i] & 1;
-    free(vec);
-    return n * PAGE < nbytes ? n * PAGE : nbytes;
+    const int64_t lo = p->master_lo, n = p->master_hi - p->master_lo;
+    if (n * st_comm_size(comm) != p->arena_count || lo != n * st_comm_rank(comm))
+        return st_fail(ST_ERR_INTERNAL,
+                       "gathering the weights: rank %d holds [%lld, %lld) of %lld over %d ranks",
+                       st_comm_rank(comm), (long long)lo, (long long)p->master_hi, (long long)p->arena_count,
+                       st_comm_size(comm));
+    if (p->dev)
+        ST_TRY(st_device_download(p->dev, w + lo, st_params_master(p, lo), (size_t)n * sizeof(float)));
+    else
+        memcpy(w + lo, st_params_master(p, lo), (size_t)n * sizeof(float));
+    st_comm_req *req = NULL;
+    ST_TRY(st_comm_all_gather(comm, w + lo, w, (size_t)n, ST_COMM_F32, "weights", &req));
+    return st_comm_wait(&req);
+}
+
+st_status st_zero_copy_arenas(const st_model *m, st_comm *comm, float **data, float **buffers) {
+    const st_params *p = &m->params;
+    if (!p->masters_sharded) return st_model_copy_arenas(m, data, buffers);
+    *data = *buffers = NULL;
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
+                 bbytes = (size_t)p->buffer_count * sizeof(float);
+    float *w = st_alloc_aligned(pbytes), *b = st_alloc_aligned(bbytes);
+    st_status s = w && b ? ST_OK
+                         : st_fail(ST_ERR_NOMEM, "out of memory gathering the weights (%.1f MiB) on the host",
+                                   (double)(pbytes + bbytes) / (1 << 20));
+    s = st_agree_status(comm, s, "host memory for the weights"); /* no rank left alone in the gather */
+    if (s == ST_OK) s = st_zero_gather_weights(p, comm, w);
+    if (s == ST_OK && bbytes) {
+        if (p->dev)
+            s = st_device_download(p->dev, b, p->buffers, bbytes);
+        else
+            memcpy(b, p->buffers, bbytes);
+    }
+    if (s != ST_OK) {
+        st_free_aligned(w);
+        st_free_aligned(b);
+        return s;
+    }
+    *data = w;
+    *buffers = b;
+    return ST_OK;
 }

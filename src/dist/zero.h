@@ -1,7 +1,7 @@
 /* ZeRO sharding of the flat parameter arena (Rajbhandari et al. 2020,
  * "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"):
- * the shard plan, the padded page-aligned arenas, giving gradient pages back
- * and measuring resident bytes.
+ * the shard plan, the padded page-aligned arenas, the whole weights from
+ * sharded masters (pages given back and counted: src/core/pages.h).
  *
  * Shards. The arena holds P = p->count elements. Each of the N ranks owns the
  * contiguous range [r*S, (r+1)*S) with S = ceil(P / N) rounded up to
@@ -23,7 +23,10 @@
 
 #include <stdint.h>
 
+#include "comm/comm.h"
+#include "core/pages.h"
 #include "model/graph.h"
+#include "model/model.h"
 
 #define ST_SHARD_ALIGN 1024 /* elements per page, and per block of the gradient norm */
 
@@ -42,13 +45,16 @@ void st_shard_plan(st_shard *s, int64_t count, int rank, int world);
  * every parameter tensor into them. */
 st_status st_zero_pad_arenas(st_params *p, int64_t padded);
 
-/* Zero elements [a, e) of base (page-aligned): the pages wholly inside are
- * given back to the system (madvise MADV_DONTNEED: they read as zeros and
- * hold no memory until written again), the partial pages at the ends are
- * cleared. */
-void st_zero_release(float *base, int64_t a, int64_t e);
+/* All-gather the whole fp32 masters of p, sharded over comm's ranks
+ * (st_params_shard_masters, each rank's range the same length), into the
+ * host array w (p->arena_count floats) on every rank; collective. Without
+ * sharded masters: a copy of p->data (comm unused). */
+st_status st_zero_gather_weights(const st_params *p, st_comm *comm, float *w);
 
-/* Bytes of [p, p + nbytes) resident in memory (mincore; p page-aligned). */
-int64_t st_resident_nbytes(const void *p, int64_t nbytes);
+/* st_model_copy_arenas (src/model/model.h) for every rank, whether or not
+ * the masters are sharded: host copies of the whole fp32 weights and the
+ * buffers; collective when they are (through comm: host buffers, so the
+ * MPI or local communicator, never NCCL's). Free both with st_free_aligned. */
+st_status st_zero_copy_arenas(const st_model *m, st_comm *comm, float **data, float **buffers);
 
 #endif

@@ -12,21 +12,25 @@ static int64_t arena(int64_t count) { return (count + 15) / 16 * 16; }
 
 static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(P);
-    /* the fp32 masters, whole on every rank, and with bf16/fp16 the compute
-     * copy beside them: 16-bit values on a GPU, floats holding them on the CPU */
-    const int64_t wb = 4 + (o->mixed ? (o->device_layout ? 2 : 4) : 0);
+    /* the fp32 masters, and with bf16/fp16 the compute copy beside them
+     * (16-bit values on a GPU, floats holding them on the CPU); ZeRO on
+     * several ranks shards the masters of a bf16/fp16 run (graph.h
+     * masters_sharded), whose whole weights are the compute copy */
+    const int64_t shard = (pa + N - 1) / N;
+    const int64_t masters = o->mixed && o->zero >= 1 && N > 1 ? 4 * shard : 4 * pa;
+    const int64_t copy = o->mixed ? (o->device_layout ? 2 : 4) * pa : 0;
     int64_t grads = 4 * pa, optim = 4 * (int64_t)o->optim_states * pa;
     if (o->zero >= 1) optim = (optim + N - 1) / N;
     /* ZeRO-2 gives the non-owned gradient pages back on the CPU; a GPU run
      * zeroes them and keeps its whole gradient arena (dist.h) */
     if (o->zero >= 2 && !o->device_layout) grads = (grads + N - 1) / N;
-    m->params = wb * pa;
+    m->params = masters + copy;
     m->grads = grads;
     m->optim = optim;
     m->host = 0;
     if (o->offload) { /* ZeRO-Offload: this rank's range of the optimizer state on the host, with
                          pinned copies of the range's masters and gradients (docs/distributed.md) */
-        const int64_t range = o->zero >= 1 ? (pa + N - 1) / N : pa;
+        const int64_t range = o->zero >= 1 ? shard : pa;
         m->host = optim + 8 * range;
         m->optim = 0;
     }

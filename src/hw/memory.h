@@ -2,18 +2,21 @@
  * from the model's layer graph.
  *
  * Model states per parameter, as the engine holds them: the fp32 master
- * weights, whole on every rank (ZeRO's parameter all-gather is in place into
- * them), fp32 gradients, and the optimizer's fp32 state (AdamW: 2 moments;
- * SGD: 1, which our SGD keeps even at momentum 0); with mixed precision
- * (bf16/fp16) the compute copy of the weights beside the masters: 2 bytes
- * on a GPU, 4 on the CPU (floats holding 16-bit values). ZeRO-1 shards the
- * optimizer state over N ranks, ZeRO-2 the gradients too on the CPU (a GPU
- * run keeps its whole gradient arena, dist.h). Mixed AdamW on a GPU: 4 + 2 +
- * 4 + 8 = 18 bytes under DDP, 10 + 8/N under ZeRO-1 (Rajbhandari et al.
- * 2020 count 16 and 4 + 12/N: 2-byte gradients, and the masters sharded as
- * optimizer state; not so here yet). Offload moves the rank's range of the
- * optimizer state to host memory, with pinned copies of the range's masters
- * and gradients (docs/distributed.md).
+ * weights, fp32 gradients, and the optimizer's fp32 state (AdamW: 2
+ * moments; SGD: 1, which our SGD keeps even at momentum 0); with mixed
+ * precision (bf16/fp16) the compute copy of the weights beside the masters:
+ * 2 bytes on a GPU, 4 on the CPU (floats holding 16-bit values). ZeRO-1
+ * shards the optimizer state over N ranks, and with bf16/fp16 the masters
+ * with it (the compute copy is all-gathered: src/model/graph.h
+ * masters_sharded); ZeRO-2 shards the gradients too on the CPU (a GPU run
+ * keeps its whole gradient arena, dist.h). fp32 ZeRO keeps the masters
+ * whole: they are the weights forward reads. Mixed AdamW on a GPU: 4 + 2 +
+ * 4 + 8 = 18 bytes under DDP, 6 + 12/N under ZeRO-1 and ZeRO-2
+ * (Rajbhandari et al. 2020 count 16, 4 + 12/N and 2 + 14/N: the same
+ * but for 2-byte gradients where ours are fp32, and ZeRO-2's gradients
+ * sharded on a GPU too). Offload moves the rank's range of the optimizer state to host
+ * memory, with pinned copies of the range's masters and gradients
+ * (docs/distributed.md).
  *
  * Activations come from the graph built (layout only, nothing allocated) at
  * the micro-batch itself: the activation arena (outputs and saved state), the

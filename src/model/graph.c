@@ -7,6 +7,7 @@
 
 #include "../core/half.h"
 #include "../core/mem.h"
+#include "../core/pages.h"
 #include "../layers/attention_layout.h"
 #include "../layers/conv2d_layout.h"
 #include "../layers/half_io.h"
@@ -22,7 +23,7 @@ void st_params_free(st_params *p) {
     for (int i = 0; i < p->n; i++)
         free(p->t[i]);
     free(p->t);
-    st_device_release(p->dev, p->data);
+    st_device_release(p->dev, p->masters_sharded && p->dev ? p->master_alloc : p->data);
     if (!p->grad_hooked) st_device_release(p->dev, p->grad);
     st_device_release(p->dev, p->buffers);
     st_device_release(p->dev, p->compute);
@@ -88,9 +89,25 @@ st_status st_params_set_precision(st_params *p, st_precision prec) {
     return ST_OK;
 }
 
+st_status st_params_resize_compute(st_params *p) {
+    if (p->on_compute) st_params_use_compute(p, false);
+    st_device_release(p->dev, p->compute);
+    st_device_release(p->dev, p->compute16);
+    p->compute = NULL;
+    p->compute16 = NULL;
+    st_params_touch(p);
+    return alloc_compute(p);
+}
+
 /* Round the masters into the compute copy when they have changed since. */
 static st_status refresh_compute(st_params *p) {
     if (p->precision == ST_PREC_FP32 || p->compute_version == p->version) return ST_OK;
+    if (p->masters_sharded)
+        return st_fail(
+            ST_ERR_INTERNAL,
+            "the %s copy of the weights is stale and this rank holds only the masters of [%lld, %lld): "
+            "whatever wrote them must refresh the copy (st_dist_step_end, st_params_set_weights)",
+            p->precision == ST_PREC_BF16 ? "bf16" : "fp16", (long long)p->master_lo, (long long)p->master_hi);
     if (p->compute) ST_TRY(st_device_round_copy(p->dev, p->precision, p->compute, p->data, (size_t)p->count));
     if (p->compute16)
         ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16, p->data, (size_t)p->count, 1.0f));
@@ -100,6 +117,7 @@ static st_status refresh_compute(st_params *p) {
 
 void st_params_use_compute(st_params *p, bool on) {
     if (p->precision == ST_PREC_FP32 || (!p->compute && !p->compute16) || on == p->on_compute) return;
+    if (!on && p->masters_sharded) return; /* the copy is the only whole weights */
     if (on) (void)refresh_compute(p); /* a device error: forward and backward refresh first and report it */
     for (int i = 0; i < p->n; i++) {
         st_tensor *t = p->t[i];
@@ -117,25 +135,102 @@ void st_params_use_compute(st_params *p, bool on) {
     p->on_compute = on;
 }
 
+st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi) {
+    if (p->masters_sharded || p->precision == ST_PREC_FP32 || p->layout_only) return ST_OK;
+    if (lo < 0 || hi < lo || hi > p->arena_count)
+        return st_fail(ST_ERR_INTERNAL, "sharding the masters: [%lld, %lld) of %lld", (long long)lo,
+                       (long long)hi, (long long)p->arena_count);
+    ST_TRY(refresh_compute(p));
+    if (p->dev) { /* a new allocation of the range; `data` is its start, less lo */
+        float *keep = NULL;
+        const size_t n = (size_t)(hi - lo);
+        st_status s = st_device_alloc(p->dev, (n ? n : 1) * sizeof(float), (void **)&keep);
+        if (s == ST_OK && n) s = st_device_round_copy(p->dev, ST_PREC_FP32, keep, p->data + lo, n);
+        if (s != ST_OK) {
+            st_device_release(p->dev, keep);
+            return st_fail_context(s, "keeping the masters of [%lld, %lld) on %s: ", (long long)lo,
+                                   (long long)hi, st_device_name(p->dev));
+        }
+        st_device_release(p->dev, p->data);
+        p->master_alloc = keep;
+        p->data = NULL; /* (st_params_master) */
+    } else {
+        st_pages_release(p->data, 0, lo);
+        st_pages_release(p->data, hi, p->arena_count);
+    }
+    st_params_use_compute(p, true);
+    p->master_lo = lo;
+    p->master_hi = hi;
+    p->masters_sharded = true;
+    return ST_OK;
+}
+
+int64_t st_params_master_nbytes(const st_params *p) {
+    const int64_t n = p->masters_sharded && p->dev ? p->master_hi - p->master_lo : p->arena_count;
+    return p->dev ? 4 * n : st_pages_resident(p->data, 4 * n);
+}
+
+st_status st_params_set_weights(st_params *p, const float *w) {
+    const int64_t lo = p->masters_sharded ? p->master_lo : 0,
+                  hi = p->masters_sharded ? (p->master_hi < p->count ? p->master_hi : p->count) : p->count;
+    if (hi > lo) {
+        float *dst = st_params_master(p, lo);
+        if (p->dev)
+            ST_TRY(st_device_upload(p->dev, dst, w + lo, (size_t)(hi - lo) * sizeof(float)));
+        else
+            memcpy(dst, w + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+    st_params_touch(p);
+    if (!p->masters_sharded) return ST_OK; /* the next forward rounds the copy */
+    /* The copy from every value: rounded on the host as the device rounds. */
+    if (p->compute) {
+        st_round_copy(p->precision, p->compute, w, p->count);
+    } else {
+        uint16_t *h = malloc((size_t)(p->count ? p->count : 1) * sizeof *h);
+        if (!h)
+            return st_fail(ST_ERR_NOMEM, "out of memory rounding the weights to %s",
+                           p->precision == ST_PREC_BF16 ? "bf16" : "fp16");
+        st_to_half(p->precision, h, w, p->count);
+        st_status s = st_device_upload(p->dev, p->compute16, h, (size_t)p->count * sizeof *h);
+        free(h);
+        ST_TRY(s);
+    }
+    p->compute_version = p->version;
+    return ST_OK;
+}
+
 st_status st_params_init(st_params *p, uint64_t seed) {
     st_params_touch(p);
+    /* Sharded masters: the parameters' whole arena made on the host, then
+     * set (what this rank keeps, and the compute copy); buffers as usual. */
+    float *w = NULL;
+    if (p->masters_sharded &&
+        !(w = st_alloc_aligned((size_t)(p->arena_count ? p->arena_count : 1) * sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "out of memory initialising parameters");
     if (!p->dev) {
-        for (int i = 0; i < p->n; i++)
-            init_tensor(p->t[i], p->t[i]->data, seed);
-        return ST_OK;
+        for (int i = 0; i < p->n; i++) {
+            const st_tensor *t = p->t[i];
+            init_tensor(t, w && t->kind == ST_TENSOR_PARAM ? w + t->offset : t->data, seed);
+        }
     }
     /* On a device: make each tensor's values on the host, then copy them. */
     int64_t most = 1;
     for (int i = 0; i < p->n; i++)
         if (p->t[i]->count > most) most = p->t[i]->count;
-    float *h = st_alloc_aligned((size_t)most * sizeof(float));
-    if (!h) return st_fail(ST_ERR_NOMEM, "out of memory initialising parameters");
-    st_status s = ST_OK;
-    for (int i = 0; i < p->n && s == ST_OK; i++) {
-        init_tensor(p->t[i], h, seed);
-        s = st_device_upload(p->dev, p->t[i]->data, h, (size_t)p->t[i]->count * sizeof(float));
+    float *h = p->dev ? st_alloc_aligned((size_t)most * sizeof(float)) : NULL;
+    st_status s = p->dev && !h ? st_fail(ST_ERR_NOMEM, "out of memory initialising parameters") : ST_OK;
+    for (int i = 0; p->dev && i < p->n && s == ST_OK; i++) {
+        const st_tensor *t = p->t[i];
+        if (w && t->kind == ST_TENSOR_PARAM) {
+            init_tensor(t, w + t->offset, seed);
+            continue;
+        }
+        init_tensor(t, h, seed);
+        s = st_device_upload(p->dev, t->data, h, (size_t)t->count * sizeof(float));
     }
+    if (s == ST_OK && w) s = st_params_set_weights(p, w);
     st_free_aligned(h);
+    st_free_aligned(w);
     return s;
 }
 

@@ -157,7 +157,21 @@ typedef struct st_params {
     float *compute;
     uint16_t *compute16;
     uint64_t version, compute_version;
-    bool on_compute;         /* parameter tensors point into the compute copy now */
+    bool on_compute; /* parameter tensors point into the compute copy now */
+    /* Sharded masters (ZeRO with bf16/fp16 on several ranks, src/dist/dist.h;
+     * st_params_shard_masters): `data` holds this rank's fp32 masters of
+     * [master_lo, master_hi) only (on the host the other pages are given back
+     * and read as zeros; on a device they are `master_alloc`, an allocation
+     * of master_hi - master_lo floats, and `data` is NULL: st_params_master
+     * finds element i wherever it is), and the
+     * compute copy is the whole model: the parameter tensors point into it
+     * always. The copy is refreshed by its owner (dist.h st_dist_step_end:
+     * each rank rounds its range and the copies are all-gathered), never from
+     * `data` alone: a stale copy is an error. Whole weights go in through
+     * st_params_set_weights and come out through st_zero_gather_weights. */
+    bool masters_sharded;
+    int64_t master_lo, master_hi;
+    float *master_alloc;
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
@@ -232,10 +246,31 @@ st_status st_params_set_precision(st_params *p, st_precision prec);
 /* Say that the master weights changed (optimizer step, load, broadcast): the
  * next forward refreshes the compute copy. */
 static inline void st_params_touch(st_params *p) { p->version++; }
+/* The fp32 master of arena element i (in [master_lo, master_hi] when the
+ * masters are sharded): &data[i], or its place in a device's shard. */
+static inline float *st_params_master(const st_params *p, int64_t i) {
+    return p->masters_sharded && p->dev ? p->master_alloc + (i - p->master_lo) : p->data + i;
+}
 /* Point the parameter tensors at the rounded compute copy (refreshing it
  * when stale) or back at the masters; no-op in fp32. Forward and backward do
  * this themselves; code that calls a layer's ops directly (tests) uses it. */
 void st_params_use_compute(st_params *p, bool on);
+/* Keep only the fp32 masters of [lo, hi) (0 <= lo <= hi <= arena_count; on
+ * the host the pages outside are given back, so page-aligned bounds free the
+ * most): bf16/fp16 only; the compute copy is made current from the whole masters
+ * first and the tensors point into it from now on. See `masters_sharded`. */
+st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi);
+/* Bytes of fp32 masters held: on the host the arena's resident pages, on a
+ * device the allocation (the shard's when sharded). */
+int64_t st_params_master_nbytes(const st_params *p);
+/* Set every parameter from the whole fp32 arena w (arena order, host
+ * memory, p->count values): the masters this rank holds and, with bf16 or
+ * fp16, the compute copy rounded from all of w, so that it is current even
+ * when the masters are sharded. */
+st_status st_params_set_weights(st_params *p, const float *w);
+/* Lay the compute copy out again at the arena's size (after the arenas were
+ * padded, src/dist/zero.h): its contents are remade from the masters. */
+st_status st_params_resize_compute(st_params *p);
 
 /* --- graph building ----------------------------------------------------- */
 st_status st_graph_init(st_graph *g, st_params *params);

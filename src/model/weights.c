@@ -35,6 +35,9 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
 
 st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
     const st_params *p = &m->params;
+    *data = *buffers = NULL;
+    if (p->masters_sharded) /* this rank holds a shard of them: a collective gathers them */
+        return st_fail(ST_ERR_INTERNAL, "copying the weights: the masters are sharded (st_zero_copy_arenas)");
     const size_t pbytes = (size_t)p->arena_count * sizeof(float),
                  bbytes = (size_t)p->buffer_count * sizeof(float);
     *data = st_alloc_aligned(pbytes ? pbytes : 64);
@@ -60,7 +63,7 @@ st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers)
 
 st_status st_model_save(const st_model *m, const char *path) {
     const st_params *p = &m->params;
-    if (!p->dev) return st_model_save_host(m, p->data, p->buffers, path);
+    if (!p->dev && !p->masters_sharded) return st_model_save_host(m, p->data, p->buffers, path);
     float *hdata, *hbuf; /* host copies of a device's arenas */
     ST_TRY(st_model_copy_arenas(m, &hdata, &hbuf));
     st_status s = st_model_save_host(m, hdata, hbuf, path);
@@ -168,7 +171,7 @@ st_status st_model_load(st_model *m, const char *path) {
                     path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg,
                     pr.n > 12 ? "\n  ..." : "", missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
     }
-    float *stage = NULL;
+    float *stage = NULL, *whole = NULL;
     if (s == ST_OK && p->dev) {
         int64_t most = 1;
         for (int i = 0; i < p->n; i++)
@@ -177,11 +180,23 @@ st_status st_model_load(st_model *m, const char *path) {
         if (!stage)
             s = st_fail(ST_ERR_NOMEM, "out of memory staging %s for %s", path, st_device_name(p->dev));
     }
-    for (int i = 0; i < p->n && s == ST_OK; i++)
-        s = read_tensor(p, f, match[i]->name, p->t[i], stage);
+    /* Sharded masters (graph.h): the parameters are read whole on the host
+     * and set through st_params_set_weights (this rank's masters and the
+     * compute copy); buffers as usual. */
+    if (s == ST_OK && p->masters_sharded &&
+        !(whole = st_alloc_aligned((size_t)(p->arena_count ? p->arena_count : 1) * sizeof(float))))
+        s = st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
+    for (int i = 0; i < p->n && s == ST_OK; i++) {
+        const st_tensor *t = p->t[i];
+        s = whole && t->kind == ST_TENSOR_PARAM
+                ? st_safetensors_read_f32(f, match[i]->name, whole + t->offset, t->count)
+                : read_tensor(p, f, match[i]->name, t, stage);
+    }
+    if (s == ST_OK && whole) s = st_params_set_weights(p, whole);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     st_free_aligned(stage);
-    st_params_touch(p);
+    if (!p->masters_sharded) st_params_touch(p); /* (sharded: st_params_set_weights refreshed the copy) */
+    st_free_aligned(whole);
     free(match);
     st_safetensors_close(f);
     return s;

@@ -268,7 +268,9 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
     ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COPY, f->ready));
     for (int k = 0; k < f->n_chunks; k++) {
         const size_t nb = (size_t)chunk_at(o, k, &j) * sizeof(float);
-        if (f->pull) ST_TRY(st_cuda_memcpy_async(d, f->w + j, p->data + o->lo + j, nb, ST_CUDA_STREAM_COPY));
+        if (f->pull)
+            ST_TRY(
+                st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
         ST_TRY(st_cuda_memcpy_async(d, f->g + j, p->grad + o->lo + j, nb, ST_CUDA_STREAM_COPY));
         ST_TRY(st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY));
     }
@@ -277,7 +279,7 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
         const int64_t n = chunk_at(o, k, &j), a = o->lo + j;
         ST_TRY(st_cuda_event_sync(d, f->ev[k]));
         step_slice(o, p, a, a + n, f->w + j, f->g + j, o->m + j, o->v ? o->v + j : NULL, lr);
-        ST_TRY(st_cuda_memcpy_async(d, p->data + a, f->w + j, (size_t)n * sizeof(float),
+        ST_TRY(st_cuda_memcpy_async(d, st_params_master(p, a), f->w + j, (size_t)n * sizeof(float),
                                     ST_CUDA_STREAM_COMPUTE));
     }
     st_params_touch(p);
@@ -298,10 +300,10 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
     st_status s;
     if (o->kind == ST_OPTIM_ADAMW) {
         const st_cuda_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t};
-        s = st_cuda_adamw_step(o->cu, p->data, p->grad, o->m, o->v, &hp);
+        s = st_cuda_adamw_step(o->cu, st_params_master(p, o->lo), p->grad + o->lo, o->m, o->v, &hp);
     } else {
         const st_cuda_sgd_hp hp = {lr, o->momentum, o->weight_decay, o->nesterov, o->t};
-        s = st_cuda_sgd_step(o->cu, p->data, p->grad, o->m, &hp);
+        s = st_cuda_sgd_step(o->cu, st_params_master(p, o->lo), p->grad + o->lo, o->m, &hp);
     }
     st_params_touch(p);
     return s;

@@ -23,6 +23,7 @@
 #include "core/mem.h"
 #include "core/safetensors.h"
 #include "dist/agree.h"
+#include "dist/zero.h"
 #include "scaletrain/train.h"
 
 #define PATH_CAP 4096
@@ -343,7 +344,11 @@ static st_status prepare(st_ckpt_async *j) {
  * false), else host copies. */
 static st_status take(st_ckpt_async *j, bool copy) {
     const st_params *p = &j->m->params;
-    if (j->rank == 0) {
+    if (p->masters_sharded) { /* every rank gives its masters; rank 0 keeps the whole */
+        ST_TRY(st_zero_copy_arenas(j->m, j->comm, &j->own_data, &j->own_buffers));
+        j->data = j->own_data;
+        j->buffers = j->own_buffers;
+    } else if (j->rank == 0) {
         if (p->dev || copy) {
             ST_TRY(st_model_copy_arenas(j->m, &j->own_data, &j->own_buffers));
             j->data = j->own_data;

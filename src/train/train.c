@@ -23,6 +23,7 @@
 #include "core/atomic_file.h"
 #include "core/device.h"
 #include "core/half.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -84,6 +85,9 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
         cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
         cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
+        cJSON_AddBoolToObject(o, "masters_sharded", r->masters_sharded);
+        cJSON_AddNumberToObject(o, "master_bytes", (double)r->master_bytes);
+        cJSON_AddNumberToObject(o, "master_bytes_predicted", (double)r->master_bytes_predicted);
         if (r->ranks > 1) {
             cJSON_AddNumberToObject(o, "ranks", r->ranks);
             cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
@@ -174,12 +178,17 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     r->optim_offload = o->off != NULL;
     r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
     r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
+    const st_params *p = dd->p;
+    r->masters_sharded = p->masters_sharded;
+    r->master_bytes = st_params_master_nbytes(p);
+    r->master_bytes_predicted = 4 * (p->masters_sharded ? S : p->arena_count);
     if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
     const double mib = 1.0 / (1 << 20);
     fprintf(
         ses->out,
         "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB%s "
-        "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB)\n",
+        "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB), fp32 "
+        "masters %.3f MiB%s (formula 4 B x %s = %.3f MiB)\n",
         r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
         (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib,
         r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
@@ -188,7 +197,8 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
         dd->deterministic           ? "4 B x (N*S grads + S folded + N*S received)"
         : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
                                     : "4 B x N*S",
-        (double)r->grad_bytes_predicted * mib);
+        (double)r->grad_bytes_predicted * mib, (double)r->master_bytes * mib, p->dev ? "" : " resident",
+        p->masters_sharded ? "S" : "N*S", (double)r->master_bytes_predicted * mib);
     fflush(ses->out);
 }
 
@@ -299,24 +309,26 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         s = st_fail(ST_ERR_NOMEM, "out of memory for step timings");
         goto fail;
     }
+    st_comm *gcomm = ses->dcomm ? ses->dcomm : ses->comm; /* the gradients' (NCCL between CUDA devices) */
+    if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
+        st_comm_set_step(ses->comm, 0);
+        s = st_ddp_agree(ses->comm, gcomm, &m->params, c->train.batch_size, mb, n);
+        if (s != ST_OK) {
+            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
+            goto fail;
+        }
+    }
+    /* Padded arenas, and under ZeRO with bf16/fp16 the masters sharded,
+     * before the activations take their memory. */
+    ST_GOTO(st_dist_shard_params(gcomm, c, &m->params));
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
     if (!opts->quiet && ses->rank == 0)
         fprintf(ses->out,
                 "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
-    if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
-        st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, ses->dcomm ? ses->dcomm : ses->comm, &m->params, c->train.batch_size, mb,
-                         n);
-        if (s != ST_OK) {
-            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
-            goto fail;
-        }
-    }
-    /* Before the optimizer: ZeRO gives it this rank's shard (and pads the arenas). */
-    /* (on CUDA devices the gradients travel through NCCL: ses->dcomm) */
-    ST_GOTO(st_dist_init(&dd, ses->dcomm ? ses->dcomm : ses->comm, c, &m->params, &mg.g, accum));
+    /* Before the optimizer: ZeRO gives it this rank's shard. */
+    ST_GOTO(st_dist_init(&dd, gcomm, c, &m->params, &mg.g, accum));
     int64_t opt_lo, opt_hi;
     st_dist_range(&dd, &opt_lo, &opt_hi);
     ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
@@ -536,8 +548,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             }
             ST_GOTO(st_optim_update(&opt, &m->params, lr));
         }
-        ST_GOTO(st_dist_step_end(&dd));
-        st_params_touch(&m->params); /* ZeRO's all-gather wrote the weights too */
+        ST_GOTO(st_dist_step_end(&dd)); /* (ZeRO: the weights all-gathered) */
         st_trace_end(trace, &mark);
         step_times[step - start] = st_now() - t0;
         t_train += step_times[step - start];
@@ -772,15 +783,23 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             "train.checkpoint_timeout_s or dist.timeout_s (the wait for rank 0's evaluation and "
             "weights adds an estimate of the evaluation)");
     if (ses.rank == 0 || ses.eval_shared) s = eval_and_report(&ses, opts, res, res->steps, &met);
+    float *wdata = NULL, *wbuf = NULL; /* sharded masters: every rank gathers the whole weights */
+    if (ses.save && ses.model->params.masters_sharded) { /* (ses.save: every rank's) */
+        st_status g = st_zero_copy_arenas(ses.model, ses.comm, &wdata, &wbuf);
+        if (s == ST_OK) s = g;
+    }
     if (ses.rank == 0) {
         if (s == ST_OK && opts->save) {
             char path[ST_CFG_STR + 32];
             if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) st_fail_context(s, "train.out_dir: ");
             snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
-            if (s == ST_OK) s = st_model_save(ses.model, path);
+            if (s == ST_OK)
+                s = wdata ? st_model_save_host(ses.model, wdata, wbuf, path) : st_model_save(ses.model, path);
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
         }
     }
+    st_free_aligned(wdata);
+    st_free_aligned(wbuf);
     if (ses.world > 1) {
         s = st_agree_status(ses.comm, s, "the final evaluation and weights");
         ses.agreed_error = s != ST_OK;

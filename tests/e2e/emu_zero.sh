@@ -27,6 +27,9 @@
 #     accumulating the 4 micro-batches (cmp), and the weights of the same run
 #     on 2 CPU ranks within 1e-4 (the kernels' float order differs from the
 #     host layers', not the fold's).
+#  5. bf16 under ZeRO shards the fp32 masters: zero1 and zero2 on 2 emulated
+#     GPUs, deterministic, save the same bits as 1 GPU, each holding half the
+#     masters; a checkpoint of 2 GPUs resumes on 1 to the same bits.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -125,5 +128,41 @@ done
 echo -n "deterministic on 2 emulated GPUs against 2 CPU ranks: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/det-cpu2/model.safetensors" "$tmp/det-gpu2-zero1/model.safetensors" \
     1e-4 || fail "deterministic on the GPUs differs from the CPU's"
+# Sharded masters (bf16): each emulated GPU keeps its shard's fp32 masters
+# and the bf16 copies are all-gathered; deterministic, so the same bits as 1
+# GPU, and a checkpoint written from the gathered masters resumes on 1 GPU
+# to the same bits too.
+bf=(--set dist.deterministic=true --set precision=bf16 --set optim.type=adamw --set optim.lr=0.003
+    --set optim.schedule=constant --set optim.warmup_steps=2 --set optim.grad_clip=0.5)
+run bf-gpu1 1 cuda ddp "${bf[@]}" --set train.steps=6
+for st in zero1 zero2; do
+    run "bf-gpu2-$st" 2 cuda "$st" "${bf[@]}" --set train.steps=6
+    cmp -s "$tmp/bf-gpu1/model.safetensors" "$tmp/bf-gpu2-$st/model.safetensors" &&
+        echo "bf16 $st on 2 emulated GPUs (sharded masters): the same bits as 1 GPU" ||
+        fail "bf16 $st on 2 emulated GPUs: the weights differ from 1 GPU's"
+done
+run bf-half 2 cuda zero1 "${bf[@]}" --set train.steps=3
+rm -rf "${tmp:?}/bf-resume"
+cp -r "$tmp/bf-half" "$tmp/bf-resume"
+run bf-resume 1 cuda ddp "${bf[@]}" --set train.steps=6 --resume auto
+cmp -s "$tmp/bf-gpu1/model.safetensors" "$tmp/bf-resume/model.safetensors" &&
+    echo "bf16: 3 steps on 2 emulated GPUs (zero1) + 3 on 1: the same bits as 6 on 1" ||
+    fail "bf16: resumed from sharded masters on 1 emulated GPU: the weights differ"
+/usr/bin/python3 - "$tmp" <<'PY' || fail "the sharded masters' memory (above)"
+import json, sys
+tmp = sys.argv[1]
+last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+one, ok = last("bf-gpu1"), True
+for st in ("zero1", "zero2"):
+    r = last(f"bf-gpu2-{st}")
+    # the shard's allocation: half the padded arena; the device peak falls by at least the other half
+    good = (r["masters_sharded"] and not one["masters_sharded"] and r["master_bytes"] == r["master_bytes_predicted"]
+            and abs(r["master_bytes"] - one["master_bytes"] / 2) <= 4 * 1024 and r["replicas_identical"])
+    print(f"bf16 {st}: {r['master_bytes']} B of masters per emulated GPU (1 GPU {one['master_bytes']}), device peak",
+          f"{r['device_mem_peak_bytes']} B (1 GPU {one['device_mem_peak_bytes']}):", "ok" if good else "FAIL")
+    ok &= good
+sys.exit(0 if ok else 1)
+PY
 e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
-    "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs"
+    "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs;" \
+    "bf16's sharded masters"
