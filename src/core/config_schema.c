@@ -147,7 +147,7 @@ const st_cfg_key st_cfg_keys[] = {
            "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
-           "data parallelism: ddp, zero1 (shard optimizer state), zero2 (and gradients); auto = ddp when the model states and a sample fit in memory, else zero2 on several ranks; ddp on CUDA devices (docs/distributed.md)"),
+           "data parallelism: ddp, zero1 (shard optimizer state, and in bf16/fp16 the fp32 masters), zero2 (and gradients); auto = ddp when the model states and a sample fit in memory, else zero2 on several ranks (zero1 on CUDA devices; docs/distributed.md)"),
     K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
             "gradient bucket size in MiB (the first bucket at most 1 MiB, and every bucket at most an eighth of the model's gradients, 64 KiB at least, so that the last one, which starts only when backward ends, is small): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),

@@ -277,11 +277,6 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "precision",
                             "fp32 on a CUDA device until bf16's GPU parity is measured; set bf16 or fp16");
     }
-    if (s->dev && strcmp(c->dist.strategy, "auto") == 0) {
-        snprintf(c->dist.strategy, sizeof c->dist.strategy, "ddp");
-        st_config_mark_auto(c, "dist.strategy",
-                            "ddp on CUDA devices: the planner sizes a CPU run; set zero1 to shard the optimizer state");
-    }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0 && !s->eval_only) {
         s->agreed_error = st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
