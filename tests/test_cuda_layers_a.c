@@ -340,6 +340,12 @@ int main(void) {
         snprintf(label, sizeof label, "%s softmax_ce 300 rows x 1000 classes", pn);
         run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, at, false, p, dev,
                  seed + k++);
+        /* pred (and the target that depends on a parameter) in 16 bits */
+        for (size_t i = 0; i < 2; i++) {
+            snprintf(label, sizeof label, "%s mse %lld%s", pn, (long long)ms[i].n,
+                     ms[i].target_grad ? " +target grad" : "");
+            run_prec(label, ms[i].n, build_mse, NULL, (void *)&ms[i], rt, at, false, p, dev, seed + k++);
+        }
     }
 
     st_device_free(dev);
