@@ -29,8 +29,6 @@
 
 enum { NB_MAX = 256, ROWS_PER_BLOCK = 256, THREADS = 256, TY = 8 };
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 static int64_t n_blocks(int64_t M) {
     int64_t nb = (M + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     return nb < 1 ? 1 : nb > (int64_t)NB_MAX ? (int64_t)NB_MAX : nb;
@@ -218,7 +216,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
 
 static st_status batchnorm_prepare(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C];
-    n->work_count = 2 * (2 * n_blocks(M) * C) + align16(3 * C);
+    n->work_count = 2 * (2 * n_blocks(M) * C) + st_align_floats(3 * C);
     return ST_OK;
 }
 

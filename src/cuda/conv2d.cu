@@ -50,8 +50,8 @@ static geom node_geom(const st_node *n) {
     c.M = c.B * c.P;
     c.nb = st_conv2d_device_images(c.B, c.P, c.K); /* the planner's rule too (conv2d_layout.h) */
     c.off_wp = 0;
-    c.off_dwt = st_conv2d_align16(c.Cout * c.K); /* the layout of st_conv2d_device_work */
-    c.off_col = c.off_dwt + st_conv2d_align16(c.K * c.Cout);
+    c.off_dwt = st_align_floats(c.Cout * c.K); /* the layout of st_conv2d_device_work */
+    c.off_col = c.off_dwt + st_align_floats(c.K * c.Cout);
     return c;
 }
 

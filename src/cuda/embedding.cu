@@ -16,8 +16,6 @@
 
 enum { EMB_COLS = 128 }; /* columns per block */
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 /* Bits the sort needs for keys 0..vocab (vocab marks a bad token). */
 static int key_bits(int64_t vocab) {
     int b = 1;
@@ -85,7 +83,7 @@ static st_status emb_sort_bytes(st_node *n, size_t *bytes) {
 
 static emb_work emb_work_at(float *work, int64_t N, size_t tmp_bytes) {
     emb_work w;
-    const int64_t a = align16(N);
+    const int64_t a = st_align_floats(N);
     w.keys_in = (uint32_t *)work;
     w.keys_out = (uint32_t *)(work + a);
     w.pos_in = (int32_t *)(work + 2 * a);
@@ -131,7 +129,7 @@ static st_status embedding_prepare(st_node *n, st_graph *g) {
                        n->out->name, (long long)N);
     size_t tmp_bytes;
     ST_TRY(emb_sort_bytes(n, &tmp_bytes));
-    st_need_work(n, 4 * align16(N) + 64 + align16((int64_t)((tmp_bytes + 3) / 4)));
+    st_need_work(n, 4 * st_align_floats(N) + 64 + st_align_floats((int64_t)((tmp_bytes + 3) / 4)));
     return ST_OK;
 }
 

@@ -8,7 +8,7 @@
 #include "layers/conv2d_layout.h"
 
 /* The parameter arena is padded to 64 bytes as graph.c lays it out. */
-static int64_t arena(int64_t count) { return (count + 15) / 16 * 16; }
+static int64_t arena(int64_t count) { return st_align_floats(count); }
 
 static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(P);

@@ -28,8 +28,6 @@
  * end, so the masked upper triangle is skipped in blocks of this size. */
 enum { TB = ST_ATTENTION_BLOCK };
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 /* sum of a[j] * b[j] (b NULL: of a[j]) in 16 interleaved partial sums, an
  * order the compiler can vectorize without -ffast-math */
 static inline float dot16(const float *a, const float *b, int64_t n) {
@@ -123,7 +121,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     if (B * nh < nt) nt = (int)(B * nh);
 #pragma omp parallel num_threads(nt)
     {
-        float *dp = g->work + omp_get_thread_num() * align16(T * T); /* (T, T) */
+        float *dp = g->work + omp_get_thread_num() * st_align_floats(T * T); /* (T, T) */
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * nh; bh++) {
             const int64_t b = bh / nh, h = bh % nh;
@@ -170,10 +168,10 @@ bool st_attention_flash_fits(int64_t B, int64_t T, int64_t nh, int64_t hs) {
 void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, int64_t *saved, int64_t *work) {
     if (st_attention_flash_fits(B, T, nh, hs)) {
         *saved = B * nh * T;
-        *work = align16(B * nh * T);
+        *work = st_align_floats(B * nh * T);
     } else {
         *saved = B * nh * T * T;
-        *work = align16(nh * T * T);
+        *work = st_align_floats(nh * T * T);
     }
 }
 
@@ -221,8 +219,8 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
     const int nt = omp_get_max_threads(); /* backward never runs more threads than this */
     node->args.i[ST_ATTN_NHEAD] = n_head;
     node->args.i[ST_ATTN_NTHREADS] = nt;
-    node->saved_count = B * n_head * T * T; /* P */
-    node->work_count = nt * align16(T * T); /* dP per thread */
+    node->saved_count = B * n_head * T * T;         /* P */
+    node->work_count = nt * st_align_floats(T * T); /* dP per thread */
     *y = out;
     return ST_OK;
 }

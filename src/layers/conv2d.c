@@ -27,11 +27,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/blas.h"
 #include "args.h"
+#include "core/blas.h"
 #include "layers.h"
 #include "winograd.h"
-
 
 /* Row blocks of the bias-gradient reduction: fixed, so the sum is the same
  * bits whatever the thread count. */
@@ -60,8 +59,6 @@ typedef struct conv_geom {
     int64_t off_wp, off_dwt, off_part, off_col, work;
 } conv_geom;
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 static conv_geom geom(const st_tensor *x, const st_tensor *y, int64_t k, int64_t stride, int64_t pad,
                       bool direct, int nt) {
     conv_geom c = {.B = x->shape[0],
@@ -84,18 +81,18 @@ static conv_geom geom(const st_tensor *x, const st_tensor *y, int64_t k, int64_t
     c.nchunks = (c.B + c.nb - 1) / c.nb;
     c.groups = nt > MIN_GROUPS ? nt : MIN_GROUPS;
     if (direct || c.groups > c.nchunks) c.groups = direct ? 1 : c.nchunks;
-    c.chunk = align16(c.nb * per_image);
+    c.chunk = st_align_floats(c.nb * per_image);
     c.off_wp = 0;
-    c.off_dwt = c.off_wp + align16(c.Cout * c.K);
-    c.off_part = c.off_dwt + c.groups * align16(c.Cout * c.K);
-    c.off_col = c.off_part + align16(NBLK * c.Cout);
+    c.off_dwt = c.off_wp + st_align_floats(c.Cout * c.K);
+    c.off_part = c.off_dwt + c.groups * st_align_floats(c.Cout * c.K);
+    c.off_col = c.off_part + st_align_floats(NBLK * c.Cout);
     c.work = c.off_col + (direct ? 0 : nt * c.chunk);
     return c;
 }
 
 static conv_geom node_geom(const st_node *n) {
-    return geom(n->in[0], n->out, n->args.i[ST_CONV_K], n->args.i[ST_CONV_STRIDE], n->args.i[ST_CONV_PAD], n->args.i[ST_CONV_DIRECT],
-                (int)n->args.i[ST_CONV_NT]);
+    return geom(n->in[0], n->out, n->args.i[ST_CONV_K], n->args.i[ST_CONV_STRIDE], n->args.i[ST_CONV_PAD],
+                n->args.i[ST_CONV_DIRECT], (int)n->args.i[ST_CONV_NT]);
 }
 
 /* Threads to use now: at most what the workspace was sized for. */
@@ -115,9 +112,9 @@ static void permute_weight(const conv_geom *c, const float *w, float *wp) {
 }
 
 /* dw (Cout, cin, kh, kw) += the sum, in group order, of the partials
- * dwt[g] (kh, kw, cin, Cout), each g at a stride of align16(K*Cout). */
+ * dwt[g] (kh, kw, cin, Cout), each g at a stride of st_align_floats(K*Cout). */
 static void add_unpermuted(const conv_geom *c, const float *dwt, int64_t groups, float *dw) {
-    const int64_t kk = c->k * c->k, stride = align16(c->Cout * c->K);
+    const int64_t kk = c->k * c->k, stride = st_align_floats(c->Cout * c->K);
 #pragma omp parallel for schedule(static)
     for (int64_t co = 0; co < c->Cout; co++)
         for (int64_t ci = 0; ci < c->Cin; ci++)
@@ -240,10 +237,10 @@ static void forward_chunk(const conv_geom *c, const float *x, const float *wp, c
 
 static st_status conv2d_forward(st_node *n, st_graph *g) {
     const conv_geom c = node_geom(n);
-    const float *x = n->in[0]->data;                                   /* (B, H, W, Cin) */
-    const float *w = n->params[0]->data;                               /* (Cout, Cin, k, k) */
-    float *y = n->out->data;                                           /* (M, Cout) */
-    float *wp = g->work + c.off_wp;                                    /* (Cout, K) */
+    const float *x = n->in[0]->data;                                         /* (B, H, W, Cin) */
+    const float *w = n->params[0]->data;                                     /* (Cout, Cin, k, k) */
+    float *y = n->out->data;                                                 /* (M, Cout) */
+    float *wp = g->work + c.off_wp;                                          /* (Cout, K) */
     const float *bias = n->args.i[ST_CONV_BIAS] ? n->params[1]->data : NULL; /* (Cout) */
     if (n->args.i[ST_CONV_WINO]) {
         const int64_t dims[5] = {c.B, c.H, c.W, c.Cin, c.Cout};
@@ -304,7 +301,7 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     const bool acc = n->in_acc[0];
     float *wp = g->work + c.off_wp;   /* (Cout, K) */
     float *dwt = g->work + c.off_dwt; /* (groups, K, Cout): weight-gradient partials, permuted */
-    const int64_t dstride = align16(c.Cout * c.K);
+    const int64_t dstride = st_align_floats(c.Cout * c.K);
     if (n->args.i[ST_CONV_BIAS] && n->params[1]->grad)
         colsum_add(dy, c.M, c.Cout, g->work + c.off_part, n->params[1]->grad);
     if (n->args.i[ST_CONV_WINO]) {

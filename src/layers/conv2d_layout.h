@@ -23,11 +23,9 @@ static inline int64_t st_conv2d_device_images(int64_t B, int64_t P, int64_t K) {
     return nb;
 }
 
-static inline int64_t st_conv2d_align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 /* The twin's workspace in floats: wp | dwt | col. */
 static inline int64_t st_conv2d_device_work(int64_t B, int64_t P, int64_t K, int64_t Cout) {
-    return 2 * st_conv2d_align16(Cout * K) + st_conv2d_align16(st_conv2d_device_images(B, P, K) * P * K);
+    return 2 * st_align_floats(Cout * K) + st_align_floats(st_conv2d_device_images(B, P, K) * P * K);
 }
 
 /* Set a conv2d node's work_count to the twin's (a layout-only graph for a

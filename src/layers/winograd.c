@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/blas.h"
+#include "model/graph.h" /* st_align_floats */
 #include "winograd.h"
 
 /* floats of V and M per chunk (whole images, at least one) */
@@ -36,13 +37,11 @@ enum { MIN_GROUPS = 8, NXI = 16 };
 
 typedef struct wgeom {
     int64_t B, H, W, Cin, Cout, maxc;
-    int64_t tw, tpi;          /* tiles per row, per image */
+    int64_t tw, tpi; /* tiles per row, per image */
     int64_t nb, nchunks, groups;
-    int nt;                   /* threads the workspace was sized for */
+    int nt;                                                  /* threads the workspace was sized for */
     int64_t off_u, off_du, off_zero, off_thr, per_thr, work; /* floats */
 } wgeom;
-
-static int64_t a16(int64_t n) { return (n + 15) / 16 * 16; }
 
 static wgeom make_geom(const int64_t d[5], int nt) {
     wgeom g = {.B = d[0], .H = d[1], .W = d[2], .Cin = d[3], .Cout = d[4], .nt = nt};
@@ -56,12 +55,13 @@ static wgeom make_geom(const int64_t d[5], int nt) {
     g.nchunks = (g.B + g.nb - 1) / g.nb;
     g.groups = nt > MIN_GROUPS ? nt : MIN_GROUPS;
     if (g.groups > g.nchunks) g.groups = g.nchunks;
-    const int64_t T = g.nb * g.tpi, u = a16(NXI * g.Cin * g.Cout);
+    const int64_t T = g.nb * g.tpi, u = st_align_floats(NXI * g.Cin * g.Cout);
     g.off_u = 0;
     g.off_du = u;
     g.off_zero = g.off_du + g.groups * u;
-    g.off_thr = g.off_zero + a16(g.maxc);
-    g.per_thr = a16(NXI * T * g.Cin) + a16(NXI * T * g.Cout) + a16(g.maxc);
+    g.off_thr = g.off_zero + st_align_floats(g.maxc);
+    g.per_thr =
+        st_align_floats(NXI * T * g.Cin) + st_align_floats(NXI * T * g.Cout) + st_align_floats(g.maxc);
     g.work = g.off_thr + nt * g.per_thr;
     return g;
 }
@@ -257,8 +257,8 @@ void st_wino_forward(const int64_t dims[5], int nt_built, const float *x, const 
 #pragma omp parallel num_threads(run_threads(&g))
     {
         float *V = work + g.off_thr + omp_get_thread_num() * g.per_thr; /* (16, T, Cin) */
-        float *M = V + a16(NXI * g.nb * g.tpi * Cin);                   /* (16, T, Cout) */
-        float *trash = M + a16(NXI * g.nb * g.tpi * Cout);
+        float *M = V + st_align_floats(NXI * g.nb * g.tpi * Cin);       /* (16, T, Cout) */
+        float *trash = M + st_align_floats(NXI * g.nb * g.tpi * Cout);
 #pragma omp for schedule(static)
         for (int64_t ch = 0; ch < g.nchunks; ch++) {
             const int64_t b0 = ch * g.nb, Tn = (g.B - b0 < g.nb ? g.B - b0 : g.nb) * g.tpi;
@@ -276,14 +276,14 @@ void st_wino_backward(const int64_t dims[5], int nt_built, const float *x, const
                       float *dw, float *dx, bool acc, float *work) {
     const wgeom g = make_geom(dims, nt_built);
     float *U = work + g.off_u, *dU = work + g.off_du, *zero = work + g.off_zero;
-    const int64_t Cin = g.Cin, Cout = g.Cout, us = a16(NXI * Cin * Cout);
+    const int64_t Cin = g.Cin, Cout = g.Cout, us = st_align_floats(NXI * Cin * Cout);
     memset(zero, 0, (size_t)g.maxc * sizeof(float));
     if (dx) weight_transform(&g, w, U);
 #pragma omp parallel num_threads(run_threads(&g))
     {
         float *V = work + g.off_thr + omp_get_thread_num() * g.per_thr;
-        float *M = V + a16(NXI * g.nb * g.tpi * Cin);
-        float *trash = M + a16(NXI * g.nb * g.tpi * Cout);
+        float *M = V + st_align_floats(NXI * g.nb * g.tpi * Cin);
+        float *trash = M + st_align_floats(NXI * g.nb * g.tpi * Cout);
 #pragma omp for schedule(static)
         for (int64_t gi = 0; gi < g.groups; gi++) {
             const int64_t ch0 = gi * g.nchunks / g.groups, ch1 = (gi + 1) * g.nchunks / g.groups;
@@ -293,14 +293,14 @@ void st_wino_backward(const int64_t dims[5], int nt_built, const float *x, const
                 if (dw) {
                     input_transform(&g, x, b0, Tn, V, zero);
                     for (int xi = 0; xi < NXI; xi++)
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Cin, (int)Cout, (int)Tn, 1.0f,
-                                    V + xi * Tn * Cin, (int)Cin, M + xi * Tn * Cout, (int)Cout,
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Cin, (int)Cout, (int)Tn,
+                                    1.0f, V + xi * Tn * Cin, (int)Cin, M + xi * Tn * Cout, (int)Cout,
                                     ch > ch0 ? 1.0f : 0.0f, dU + gi * us + xi * Cin * Cout, (int)Cout);
                 }
                 if (dx) {
                     for (int xi = 0; xi < NXI; xi++) /* dV overwrites V */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Tn, (int)Cin, (int)Cout, 1.0f,
-                                    M + xi * Tn * Cout, (int)Cout, U + xi * Cin * Cout, (int)Cout, 0.0f,
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Tn, (int)Cin, (int)Cout,
+                                    1.0f, M + xi * Tn * Cout, (int)Cout, U + xi * Cin * Cout, (int)Cout, 0.0f,
                                     V + xi * Tn * Cin, (int)Cin);
                     float *dxc = dx + b0 * g.H * g.W * Cin;
                     if (!acc) memset(dxc, 0, (size_t)(n * g.H * g.W * Cin) * sizeof(float));

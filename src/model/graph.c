@@ -16,8 +16,6 @@
 #endif
 #include "../core/rng.h"
 
-static int64_t align_up(int64_t n) { return (n + ST_ALIGN_FLOATS - 1) / ST_ALIGN_FLOATS * ST_ALIGN_FLOATS; }
-
 void st_params_free(st_params *p) {
     if (!p) return;
     for (int i = 0; i < p->n; i++)
@@ -400,18 +398,18 @@ static st_status layout_params(st_params *p) {
             n_params++;
         } else {
             t->offset = bc;
-            bc += align_up(t->count);
+            bc += st_align_floats(t->count);
         }
     }
     p->count = pc;
     if (p->layout_only) { /* the planner's model: sizes without memory */
-        p->arena_count = align_up(pc);
+        p->arena_count = st_align_floats(pc);
         p->buffer_count = bc;
         p->n_params = n_params;
         p->frozen = true;
         return ST_OK;
     }
-    p->arena_count = align_up(pc);
+    p->arena_count = st_align_floats(pc);
     p->buffer_count = bc;
     p->n_params = n_params;
     const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);
@@ -522,7 +520,7 @@ static st_status choose_storage(st_graph *g) {
 }
 
 /* Floats of arena an activation's data (or its gradient) takes. */
-static int64_t act_floats(const st_tensor *t) { return align_up(st_store_floats(t->count, t->store)); }
+static int64_t act_floats(const st_tensor *t) { return st_align_floats(st_store_floats(t->count, t->store)); }
 
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
@@ -560,7 +558,7 @@ st_status st_graph_finalize(st_graph *g) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->offset = ic;
-            ic += align_up(t->count);
+            ic += st_align_floats(t->count);
         } else if (region[i] < 0) {
             aoff[i] = ac;
             ac += act_floats(t);
@@ -570,7 +568,7 @@ st_status st_graph_finalize(st_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         st_node *n = &g->nodes[i];
         if (n->work_count > wc) wc = n->work_count;
-        if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += align_up(n->saved_count);
+        if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += st_align_floats(n->saved_count);
     }
     int64_t a_region = 0, g_region = 0;
     for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
@@ -582,7 +580,7 @@ st_status st_graph_finalize(st_graph *g) {
             if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += act_floats(g->acts[i]);
         }
         for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i].block == b) soff[i] = ac + ca, ca += align_up(g->nodes[i].saved_count);
+            if (g->nodes[i].block == b) soff[i] = ac + ca, ca += st_align_floats(g->nodes[i].saved_count);
         if (ca > a_region) a_region = ca;
         if (cg > g_region) g_region = cg;
     }

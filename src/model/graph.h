@@ -34,6 +34,11 @@
 #define ST_NODE_MAX_IN 3
 #define ST_NODE_MAX_PARAMS 4
 #define ST_ALIGN_FLOATS 16 /* 64-byte alignment for every tensor */
+/* n floats rounded up to ST_ALIGN_FLOATS: what the arenas give a tensor, and
+ * how the layers lay out their saved state and workspace. */
+static inline int64_t st_align_floats(int64_t n) {
+    return (n + ST_ALIGN_FLOATS - 1) / ST_ALIGN_FLOATS * ST_ALIGN_FLOATS;
+}
 
 typedef enum st_dtype { ST_F32 = 0, ST_I32 = 1 } st_dtype;
 
