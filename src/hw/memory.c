@@ -61,8 +61,14 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * keeps one buffer as large as the largest product's copies. Linear: the
  * weights are the 16-bit compute copy, x and dy are copied where they are
  * stored as floats (a graph input, the logits); conv2d: the im2col chunk and
- * the permuted weight are float workspace, dy as stored. Not counted:
- * attention's materialised path (head sizes the flash kernels do not take). */
+ * the permuted weight are float workspace, dy as stored. Attention's
+ * materialised path (head sizes the flash kernels do not take) copies one
+ * batch row's Q and K (or V and dY) views, about 4 x T x 3C bytes; the
+ * linear layer before it copies its float output gradient dqkv for all B
+ * rows (2 x B x T x 3C bytes, fp32 because attention reads qkv as floats on
+ * that path), as large from a micro-batch of 2 on, so no term is kept for it
+ * (at a micro-batch of 1 the model is short by at most 2 x T x 3C bytes;
+ * tests/test_cuda_memory.c runs such a model at 16). */
 static int64_t operand_scratch(const st_graph *g) {
     int64_t most = 0;
     for (int i = 0; i < g->n_nodes; i++) {
