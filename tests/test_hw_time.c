@@ -140,7 +140,40 @@ static void test_bench_configs(void) {
     CHECK(gpt >= 530 * 0.7 && gpt <= 530 * 1.3, "gpt %.1f ms", gpt);
 }
 
+/* Bytes on the wire: gradients travel as the engine holds them (fp32, 4
+ * bytes, unless dist.grad_dtype makes them 16-bit) whatever the compute
+ * precision, and ZeRO's all-gather after the step moves 2 bytes a parameter
+ * where a GPU's bf16/fp16 run shards the masters (the 16-bit copy), 4
+ * otherwise. The ring (2 (n-1)/n bytes / busbw + latency, half that for an
+ * all-gather): with the same buckets, 2 bytes fewer a parameter take
+ * 2 (n-1)/n 2P / busbw off DDP's step and (n-1)/n 2P / busbw off the
+ * all-gather. */
+static void test_wire_bytes(void) {
+    st_cost c;
+    memset(&c, 0, sizeof c);
+    c.fwd_flops = 1e12, c.bwd_flops = 2e12;
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    const double n = 8, P = 1e9, bw = hw.dev.link_bw;
+    st_time_opts o = {
+        .hw = &hw, .mixed = true, .optim_states = 2, .bucket_cap_mb = 25, .micro = 1, .accum = 1};
+    st_time t4, t2, z4, z2;
+    st_time_estimate(&c, (int64_t)P, &o, &t4); /* grad_bytes 0: fp32 */
+    o.grad_bytes = 2;
+    st_time_estimate(&c, (int64_t)P, &o, &t2);
+    CHECK_CLOSE(t4.comm_s - t2.comm_s, 2 * (n - 1) / n * 2 * P / bw, 1e-9);
+    o.grad_bytes = 4;
+    o.zero = 1;
+    o.gather_bytes = 4;
+    st_time_estimate(&c, (int64_t)P, &o, &z4);
+    o.gather_bytes = 2;
+    st_time_estimate(&c, (int64_t)P, &o, &z2);
+    CHECK_CLOSE(z4.comm_s - z2.comm_s, (n - 1) / n * 2 * P / bw, 1e-9);
+    CHECK_CLOSE(z4.exposed_s - z2.exposed_s, (n - 1) / n * 2 * P / bw, 1e-9); /* after the step: not hidden */
+}
+
 int main(void) {
+    test_wire_bytes();
     test_cnn_work();
     test_device_charges();
     test_bench_configs();

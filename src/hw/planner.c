@@ -258,8 +258,18 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     const st_cost cost = st_graph_cost(&mg.g);
     st_model_graph_free(&mg);
     st_mem_opts mo = mem_opts(in, p);
-    st_time_opts to = {hw, mo.mixed, in->efficiency, mo.zero, p->offload, mo.optim_states, c->dist.bucket_cap_mb,
-                       p->micro, p->accum};
+    st_time_opts to = {.hw = hw,
+                       .mixed = mo.mixed,
+                       .efficiency = in->efficiency,
+                       .zero = mo.zero,
+                       .offload = p->offload,
+                       .optim_states = mo.optim_states,
+                       .bucket_cap_mb = c->dist.bucket_cap_mb,
+                       .micro = p->micro,
+                       .accum = p->accum,
+                       .grad_bytes = strcmp(c->dist.grad_dtype, "fp32") == 0 ? 4 : 2,
+                       /* a GPU's sharded masters gather the 16-bit copy */
+                       .gather_bytes = mo.mixed && mo.zero >= 1 && p->ranks > 1 && hw->dev.gpu ? 2 : 4};
     st_time_estimate(&cost, in->model->params.count, &to, &p->time);
     p->samples_per_s = (double)B / p->time.step_s;
     p->tokens_per_s = p->samples_per_s * (double)in->seq_len;

@@ -55,10 +55,12 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
         busbw = fmin(busbw, d->net_bw);
         lat = fmax(lat, d->net_lat);
     }
-    const double P = (double)n_params, wb = o->mixed ? 2 : 4, gbytes = P * wb;
-    double cap = o->bucket_cap_mb * 1024 * 1024;
+    /* buckets of fp32 gradients (src/dist/ddp.c): bucket_cap_mb of them, at
+     * most an eighth of the gradients, 16384 elements at least; each moves
+     * grad_bytes an element */
+    const double P = (double)n_params, wb = o->grad_bytes > 0 ? o->grad_bytes : 4, gbytes = P * wb;
+    double cap = o->bucket_cap_mb * 1024 * 1024 / 4 * wb;
     if (!(cap > 0)) cap = gbytes;
-    /* buckets of at most an eighth of the gradients, 16384 elements at least (src/dist/ddp.c) */
     const double eighth = fmax(floor(P / 8) * wb, 16384 * wb);
     if (cap > eighth) cap = eighth;
     const double nb = ceil(gbytes / cap), last = gbytes - (nb - 1) * cap;
@@ -75,7 +77,7 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double hidden = fmin(comm - t_last, t->bwd_s);
     t->exposed_s = comm - (hidden > 0 ? hidden : 0);
     if (n > 1 && o->zero >= 1) { /* updated weight shards all-gathered after the step */
-        const double ag = half_ring(P * wb, n, busbw, lat);
+        const double ag = half_ring(P * (o->gather_bytes > 0 ? o->gather_bytes : 4), n, busbw, lat);
         comm += ag;
         t->exposed_s += ag;
     }
@@ -88,7 +90,8 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double ob = 4.0 * (3 + 2 * o->optim_states) + (o->mixed ? 2 : 0);
     if (o->offload) {
         const double host_bw = HOST_MEM_BW / o->hw->per_node;
-        t->optim_s = shard * ob / host_bw + shard * 2 * wb / d->host_bw; /* update; gradients down, weights up */
+        t->optim_s =
+            shard * ob / host_bw + shard * 8 / d->host_bw; /* update; fp32 gradients down, weights up */
     } else {
         t->optim_s = shard * ob / (d->mem_bw * share * 0.8); /* one streaming pass */
     }

@@ -50,23 +50,29 @@
 
 typedef struct st_time_opts {
     const st_hw_config *hw;
-    bool mixed;         /* bf16/fp16 products at peak_bf16 */
-    double efficiency;  /* of the matrix peak; <= 0: the device default */
-    int zero;           /* 0 DDP, 1, 2 */
+    bool mixed;        /* bf16/fp16 products at peak_bf16 */
+    double efficiency; /* of the matrix peak; <= 0: the device default */
+    int zero;          /* 0 DDP, 1, 2 */
     bool offload;
     int optim_states;
     double bucket_cap_mb;
     int64_t micro, accum;
+    /* bytes a parameter takes on the wire (0: 4, fp32): the gradient buckets
+     * (dist.grad_dtype: 4, or 2 when they travel in bf16/fp16), and ZeRO's
+     * all-gather after the step (2 where bf16/fp16 shard the masters on a
+     * GPU and the 16-bit copy is gathered; 4 otherwise: fp32 weights, or the
+     * CPU's copy, floats holding 16-bit values) */
+    int grad_bytes, gather_bytes;
 } st_time_opts;
 
 typedef struct st_time {
-    double fwd_s, bwd_s;      /* one micro-step */
-    double compute_s;         /* all micro-steps of a step */
-    double comm_s;            /* every collective of a step */
-    double exposed_s;         /* the part not hidden behind backward */
+    double fwd_s, bwd_s; /* one micro-step */
+    double compute_s;    /* all micro-steps of a step */
+    double comm_s;       /* every collective of a step */
+    double exposed_s;    /* the part not hidden behind backward */
     double optim_s;
     double step_s;
-    double flops_per_step;    /* per rank */
+    double flops_per_step; /* per rank */
 } st_time;
 
 /* The matrix-product efficiency the model assumes for a device. */
