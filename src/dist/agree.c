@@ -178,24 +178,22 @@ st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
     return ST_OK;
 }
 
-/* FNV-1a over 32-bit words (the bits of floats: -0 and 0 differ, as they would in the next step). */
-static int64_t bits_hash(const float *x, int64_t n) {
+/* FNV-1a over n words of `width` bytes, 4 (the bits of floats: -0 and 0
+ * differ, as they would in the next step) or 2 (a device's bf16/fp16
+ * compute copy). */
+static int64_t words_hash(const void *x, int64_t n, int width) {
     uint64_t h = 1469598103934665603ull;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t w;
-        memcpy(&w, &x[i], sizeof w);
+        uint32_t w = 0;
+        if (width == 4)
+            memcpy(&w, (const char *)x + 4 * i, 4);
+        else
+            w = ((const uint16_t *)x)[i];
         h = (h ^ w) * 1099511628211ull;
     }
     return (int64_t)(h >> 2); /* non-negative, so min and max never overflow */
 }
-
-/* FNV-1a over 16-bit words: a device's compute copy (bf16/fp16 bits). */
-static int64_t bits_hash16(const uint16_t *x, int64_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < n; i++)
-        h = (h ^ x[i]) * 1099511628211ull;
-    return (int64_t)(h >> 2);
-}
+static int64_t bits_hash(const float *x, int64_t n) { return words_hash(x, n, 4); }
 
 /* Sharded masters (graph.h): each rank holds different masters, and the
  * replicas are the compute copy, which every rank must hold alike. */
@@ -209,7 +207,7 @@ static st_status hash_compute(const st_params *p, int64_t *h) {
     if (!copy) return st_fail(ST_ERR_NOMEM, "out of memory copying the weights to compare the replicas");
     st_status s = st_device_download(p->dev, copy, p->compute16, (size_t)p->arena_count * sizeof *copy);
     for (int i = 0; s == ST_OK && i < p->n_params; i++)
-        h[i] = bits_hash16(copy + p->t[i]->offset, p->t[i]->count);
+        h[i] = words_hash(copy + p->t[i]->offset, p->t[i]->count, 2);
     free(copy);
     return s;
 }

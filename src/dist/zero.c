@@ -111,13 +111,10 @@ st_status st_zero_pad_arenas(st_params *p, int64_t padded) {
     return ST_OK;
 }
 
-st_status st_zero_gather_weights(const st_params *p, st_comm *comm, float *w) {
-    const size_t nbytes = (size_t)p->arena_count * sizeof(float);
-    if (!p->masters_sharded) {
-        if (p->dev) return st_device_download(p->dev, w, p->data, nbytes);
-        memcpy(w, p->data, nbytes);
-        return ST_OK;
-    }
+/* All-gather the whole fp32 masters of p, sharded over comm's ranks
+ * (st_params_shard_masters, each rank's range the same length), into the
+ * host array w (p->arena_count floats) on every rank; collective. */
+static st_status gather_masters(const st_params *p, st_comm *comm, float *w) {
     const int64_t lo = p->master_lo, n = p->master_hi - p->master_lo;
     if (n * st_comm_size(comm) != p->arena_count || lo != n * st_comm_rank(comm))
         return st_fail(ST_ERR_INTERNAL,
@@ -144,7 +141,7 @@ st_status st_zero_copy_arenas(const st_model *m, st_comm *comm, float **data, fl
                          : st_fail(ST_ERR_NOMEM, "out of memory gathering the weights (%.1f MiB) on the host",
                                    (double)(pbytes + bbytes) / (1 << 20));
     s = st_agree_status(comm, s, "host memory for the weights"); /* no rank left alone in the gather */
-    if (s == ST_OK) s = st_zero_gather_weights(p, comm, w);
+    if (s == ST_OK) s = gather_masters(p, comm, w);
     if (s == ST_OK && bbytes) {
         if (p->dev)
             s = st_device_download(p->dev, b, p->buffers, bbytes);

@@ -45,12 +45,6 @@ void st_shard_plan(st_shard *s, int64_t count, int rank, int world);
  * every parameter tensor into them. */
 st_status st_zero_pad_arenas(st_params *p, int64_t padded);
 
-/* All-gather the whole fp32 masters of p, sharded over comm's ranks
- * (st_params_shard_masters, each rank's range the same length), into the
- * host array w (p->arena_count floats) on every rank; collective. Without
- * sharded masters: a copy of p->data (comm unused). */
-st_status st_zero_gather_weights(const st_params *p, st_comm *comm, float *w);
-
 /* st_model_copy_arenas (src/model/model.h) for every rank, whether or not
  * the masters are sharded: host copies of the whole fp32 weights and the
  * buffers; collective when they are (through comm: host buffers, so the

@@ -139,7 +139,7 @@ st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi) {
         return st_fail(ST_ERR_INTERNAL, "sharding the masters: [%lld, %lld) of %lld", (long long)lo,
                        (long long)hi, (long long)p->arena_count);
     ST_TRY(refresh_compute(p));
-    if (p->dev) { /* a new allocation of the range; `data` is its start, less lo */
+    if (p->dev) { /* a new allocation of the range, found through st_params_master */
         float *keep = NULL;
         const size_t n = (size_t)(hi - lo);
         st_status s = st_device_alloc(p->dev, (n ? n : 1) * sizeof(float), (void **)&keep);

@@ -173,7 +173,7 @@ typedef struct st_params {
      * always. The copy is refreshed by its owner (dist.h st_dist_step_end:
      * each rank rounds its range and the copies are all-gathered), never from
      * `data` alone: a stale copy is an error. Whole weights go in through
-     * st_params_set_weights and come out through st_zero_gather_weights. */
+     * st_params_set_weights and come out through st_zero_copy_arenas. */
     bool masters_sharded;
     int64_t master_lo, master_hi;
     float *master_alloc;

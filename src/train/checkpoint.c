@@ -346,6 +346,11 @@ static st_status take(st_ckpt_async *j, bool copy) {
     const st_params *p = &j->m->params;
     if (p->masters_sharded) { /* every rank gives its masters; rank 0 keeps the whole */
         ST_TRY(st_zero_copy_arenas(j->m, j->comm, &j->own_data, &j->own_buffers));
+        if (j->rank != 0) { /* not held while an asynchronous checkpoint is written */
+            st_free_aligned(j->own_data);
+            st_free_aligned(j->own_buffers);
+            j->own_data = j->own_buffers = NULL;
+        }
         j->data = j->own_data;
         j->buffers = j->own_buffers;
     } else if (j->rank == 0) {
