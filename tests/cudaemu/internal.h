@@ -31,6 +31,10 @@ bool st_emu_stream_ok(cudaStream_t s);
 /* Queue op on stream s (checked by the caller): it runs with the device
  * window open, now (ST_CUDAEMU_LAZY=0) or when something waits for it. */
 void st_emu_enqueue(cudaStream_t s, std::function<void()> op);
+/* The same; `collective`: op ends a collective (nccl.cpp), which
+ * ST_CUDAEMU_LAZY=2 runs as late as it may, and the stream is marked so. */
+void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective);
+int st_emu_lazy_mode(void); /* ST_CUDAEMU_LAZY: 0, 1 (the default) or 2 */
 /* Run everything queued on every stream (a device-wide synchronisation). */
 void st_emu_run_all(void);
 

@@ -181,6 +181,41 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
             if (p.stream == o.stream && p.c != o.c)
                 return fail(o.c, ncclInvalidUsage, "a group with two communicators on one stream is not emulated");
     }
+    if (st_emu_lazy_mode() == 2 &&
+        streams.size() == 1) { /* collectives late: all of it when its stream gets there */
+        cudaStream_t s = streams[0];
+        ncclComm *c = ops[0].c;
+        const char *name = ops[0].name;
+        {
+            std::lock_guard<std::recursive_mutex> l(lock);
+            c->queued[s]++;
+        }
+        auto held = std::make_shared<std::vector<nccl_op>>(ops);
+        st_emu_enqueue_on(
+            s,
+            [held, c, s, name] {
+                batch_t batch = std::make_shared<std::vector<std::unique_ptr<nccl_xfer>>>();
+                ncclResult_t rc = ncclSuccess;
+                {
+                    st_emu_window w;
+                    for (nccl_op &o : *held) {
+                        batch->emplace_back(new nccl_xfer);
+                        st_emu_set_running(o.name);
+                        rc = o.start(*batch->back());
+                        st_emu_set_running(NULL);
+                        if (rc != ncclSuccess) break;
+                    }
+                    if (rc == ncclSuccess) rc = pair_local(*held, *batch);
+                }
+                if (rc != ncclSuccess) { /* finish drops it */
+                    std::lock_guard<std::recursive_mutex> l(lock);
+                    if (c->error == ncclSuccess) c->error = rc;
+                }
+                finish(c, s, batch, name);
+            },
+            true);
+        return ncclSuccess;
+    }
     for (cudaStream_t s : streams) cudaStreamSynchronize(s); /* what comes before: the inputs' writers */
     std::vector<std::unique_ptr<nccl_xfer>> xs;
     ncclResult_t rc = ncclSuccess;
@@ -216,7 +251,8 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
             std::lock_guard<std::recursive_mutex> l(lock);
             c->queued[s]++;
         }
-        st_emu_enqueue(s, [c, s, batch, name] { finish(c, s, batch, name); });
+        st_emu_enqueue_on(
+            s, [c, s, batch, name] { finish(c, s, batch, name); }, true);
     }
     return ncclSuccess;
 }
