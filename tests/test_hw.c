@@ -108,10 +108,11 @@ static void test_mlp_flops(void) {
  * 3 and 5: 16 Psi under DDP, 4 Psi + 12 Psi / N under ZeRO-1, 2 Psi + 14 Psi
  * / N under ZeRO-2, with 2-byte weights and gradients and the fp32 masters
  * and moments, 12 bytes, sharded by ZeRO). The engine's gradients are fp32:
- * 2 Psi more in every stage on a GPU, and its ZeRO-2 keeps a GPU's whole
- * gradient arena (4 Psi where the paper has 2 Psi / N); on the CPU the
- * compute copy is floats (4 bytes, not 2). Offload moves the rank's moments
- * to the host with pinned copies of its range's masters and gradients. */
+ * 2 Psi more under DDP and ZeRO-1 on a GPU, 2 Psi / N more under ZeRO-2
+ * (whose staging buffer is counted with the buckets, not here); on the CPU
+ * the compute copy is floats (4 bytes, not 2). Offload moves the rank's
+ * moments to the host with pinned copies of its range's masters and
+ * gradients. */
 static void test_zero_formulas(void) {
     const int64_t psi = 1600000 * 64; /* a multiple of the arena's padding and of every N below */
     for (int n = 1; n <= 64; n *= 4) {
@@ -124,12 +125,12 @@ static void test_zero_formulas(void) {
         const int64_t z1 = n > 1 ? paper_z1 + 2 * psi : paper_ddp + 2 * psi;
         CHECK(st_mem_model_states(psi, &o) == z1, "gpu zero1 N=%d: %lld, paper %lld", n,
               (long long)st_mem_model_states(psi, &o), (long long)paper_z1);
-        o.zero = 2; /* a GPU run keeps its whole gradient arena */
-        CHECK(st_mem_model_states(psi, &o) == (n > 1 ? paper_z2 + 4 * psi - 2 * psi / n : z1),
-              "gpu zero2 N=%d", n);
+        o.zero = 2; /* the gradients sharded too, in fp32 */
+        CHECK(st_mem_model_states(psi, &o) == (n > 1 ? paper_z2 + 2 * psi / n : z1), "gpu zero2 N=%d: %lld",
+              n, (long long)st_mem_model_states(psi, &o));
         o.offload = true;
-        CHECK(st_mem_model_states(psi, &o) == 2 * psi + 4 * psi / n + 4 * psi,
-              "gpu zero2 + offload keeps the copy, its masters and the gradients: %lld",
+        CHECK(st_mem_model_states(psi, &o) == 2 * psi + 4 * psi / n + (n > 1 ? 4 * psi / n : 4 * psi),
+              "gpu zero2 + offload keeps the copy, its masters and its gradients: %lld",
               (long long)st_mem_model_states(psi, &o));
         st_mem m;
         CHECK_OK(st_mem_estimate_states(psi, &o, &m));
@@ -311,9 +312,11 @@ static void test_table(void) {
         snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "auto");
         c.train.micro_batch_size = ST_AUTO;
     }
-    /* memory rises with the micro-batch and falls with ZeRO; on GPUs ZeRO-2
-     * keeps the whole gradient arena (dist.h), so it saves ZeRO-1's: the
-     * optimizer state (AdamW's 2 moments, 8 bytes per parameter) */
+    /* memory rises with the micro-batch and falls with ZeRO: on GPUs ZeRO-2
+     * shards the optimizer state (AdamW's 2 moments, 8 bytes per parameter)
+     * and the gradients (4 bytes), and stages its buckets (src/dist/ddp.h:
+     * less than the whole gradients, more than the two buckets ZeRO-1 is
+     * given) */
     c.train.micro_batch_size = 4;
     st_plan d4 = plan_for(&in, "8xA100-80GB");
     c.train.micro_batch_size = 8;
@@ -324,10 +327,12 @@ static void test_table(void) {
           (long long)d4.mem.total);
     const double psi = (double)m->params.count;
     const double saved = (double)(d8.mem.grads + d8.mem.optim) - (double)(z8.mem.grads + z8.mem.optim);
-    CHECK(fabs(saved - (8 * psi - 8 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
+    CHECK(fabs(saved - (12 * psi - 12 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
+    CHECK(z8.mem.buckets > 2 * 25 * 1024 * 1024 && z8.mem.buckets < 4 * psi, "zero2's staging %lld bytes",
+          (long long)z8.mem.buckets);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
     st_plan z1 = plan_for(&in, "8xA100-80GB");
-    CHECK(z1.mem.grads == z8.mem.grads && z1.mem.optim == z8.mem.optim,
+    CHECK(z1.mem.grads == d8.mem.grads && z1.mem.optim == z8.mem.optim && z1.mem.total > z8.mem.total,
           "zero1 %lld+%lld vs zero2 %lld+%lld on GPUs", (long long)z1.mem.grads, (long long)z1.mem.optim,
           (long long)z8.mem.grads, (long long)z8.mem.optim);
     c.train.micro_batch_size = 4;
@@ -393,26 +398,37 @@ static void test_auto_choices(void) {
     CHECK(strcmp(p.precision, "fp32") == 0 && strstr(p.precision_why, "CPU"), "cpu: %s", p.precision);
     /* memory between ZeRO-1's and DDP's need at micro-batch 1 */
     CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
-    st_mem_opts o = {.mixed = true, .optim_states = 2, .ranks = 8, .device_layout = true}; /* as on a GPU */
-    st_mem ddp, z2;
+    st_mem_opts o = {.mixed = true,
+                     .optim_states = 2,
+                     .ranks = 8,
+                     .device_layout = true,
+                     .bucket_cap_mb = 25}; /* as on a GPU */
+    st_mem ddp, z1, z2;
     CHECK_OK(st_mem_estimate(m, 1, &o, &ddp));
     o.zero = 1;
+    CHECK_OK(st_mem_estimate(m, 1, &o, &z1));
+    o.zero = 2;
     CHECK_OK(st_mem_estimate(m, 1, &o, &z2));
-    const double need = (double)(ddp.total + z2.total) / 2; /* usable = 0.9 mem - 1 GiB */
+    CHECK(z2.total < z1.total, "zero2 %lld, zero1 %lld", (long long)z2.total, (long long)z1.total);
+    const double need = (double)(ddp.total + z1.total) / 2; /* usable = 0.9 mem - 1 GiB */
     hw.dev.mem_bytes = (int64_t)((need + GIB) / 0.9);
     CHECK_OK(st_plan_make(&in, &hw, &p));
     CHECK(strcmp(p.strategy, "zero1") == 0 && !p.offload && p.fits && p.micro == 1 && p.accum == 8,
           "between: %s offload %d micro %lld", p.strategy, p.offload, (long long)p.micro);
+    hw.dev.mem_bytes = (int64_t)(((double)(z1.total + z2.total) / 2 + GIB) / 0.9);
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload && p.fits && strstr(p.strategy_why, "ZeRO-1's"),
+          "between zero1 and zero2: %s offload %d (%s)", p.strategy, p.offload, p.strategy_why);
     hw.dev.mem_bytes = (int64_t)(((double)z2.total * 0.8 + GIB) / 0.9);
     CHECK_OK(st_plan_make(&in, &hw, &p));
-    CHECK(strcmp(p.strategy, "zero1") == 0 && p.offload && p.mem.host > 0, "below zero1: %s offload %d",
+    CHECK(strcmp(p.strategy, "zero2") == 0 && p.offload && p.mem.host > 0, "below zero2: %s offload %d",
           p.strategy, p.offload);
     /* the applied config says why */
     st_plan_apply(&p, &c);
     CHECK(c.train.micro_batch_size == p.micro &&
               st_config_source(&c, "train.micro_batch_size") == ST_SRC_AUTO,
           "applied");
-    CHECK(strcmp(c.dist.strategy, "zero1") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
+    CHECK(strcmp(c.dist.strategy, "zero2") == 0 && strcmp(c.precision, "bf16") == 0, "applied %s %s",
           c.dist.strategy, c.precision);
     st_model_free(m);
 }

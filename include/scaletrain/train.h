@@ -68,6 +68,7 @@ typedef struct st_run_result {
     int64_t grad_bytes;           /* gradient bytes resident after the last step */
     int64_t grad_peak_bytes;      /* the most seen resident at a backward hook or after a step */
     int64_t grad_bytes_predicted; /* between steps */
+    int64_t grad_stage_bytes; /* of grad_bytes: ZeRO-2's staging of its buckets on a device (0 elsewhere) */
     bool masters_sharded; /* ZeRO with bf16/fp16 on several ranks: each holds its shard's fp32 masters */
     int64_t master_bytes; /* fp32 master weights held (resident pages on the host) */
     int64_t master_bytes_predicted;

@@ -418,6 +418,16 @@ st_status st_comm_wait(st_comm_req **req) {
     return ST_OK;
 }
 
+st_status st_comm_device_wait(st_comm_req *r) {
+    if (!r || r->state == ST_COMM_REQ_DONE) return ST_OK;
+    st_comm *c = r->comm;
+    if (c->failed) return broken(c);
+    if (!c->ops->device_wait)
+        return st_fail(ST_ERR_INTERNAL, "st_comm_device_wait: the %s communicator has no device stream",
+                       c->ops->name);
+    return c->ops->device_wait(c, r);
+}
+
 st_status st_comm_wait_all(st_comm *c) {
     if (!c) return st_fail(ST_ERR_ARG, "st_comm_wait_all: the communicator is NULL");
     while (!c->failed && c->n_pending > 0)

@@ -205,6 +205,13 @@ size_t st_comm_shard_count(size_t count, int size);
 st_status st_comm_wait(st_comm_req **req);
 st_status st_comm_test(st_comm_req **req, bool *done);
 st_status st_comm_wait_all(st_comm *c); /* every outstanding operation; handles stay valid until waited */
+/* A device communicator's (NCCL's) collective: make the device's compute
+ * stream wait for its end without blocking the host, so that kernels queued
+ * there from now on run after it (a buffer it reads or writes can then be
+ * reused by them). The request stays the caller's to wait or test. A NULL or
+ * completed req returns at once; a host communicator's request is an error
+ * (its collectives end only under st_comm_wait). */
+st_status st_comm_device_wait(st_comm_req *req);
 
 /* Asynchronous MPI advances only while some thread is inside MPI (OpenMPI has
  * no progress thread for shared memory or TCP): a large all-reduce started

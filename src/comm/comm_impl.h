@@ -73,6 +73,9 @@ typedef struct st_comm_ops {
     st_status (*shared_arena)(st_comm *c, size_t nbytes, void **out);
     /* Free the backend (finalize); outstanding requests are already finished. */
     void (*free)(st_comm *c);
+    /* Optional (NULL: a host communicator): comm.h st_comm_device_wait for a
+     * running request. */
+    st_status (*device_wait)(st_comm *c, st_comm_req *r);
 } st_comm_ops;
 
 typedef struct st_watchdog st_watchdog;

@@ -314,9 +314,18 @@ static void nccl_free(st_comm *c) {
     c->impl = NULL;
 }
 
+/* The compute stream after the collective's end event (NULL once the host
+ * saw it pass: nothing to wait for). */
+static st_status nccl_device_wait(st_comm *c, st_comm_req *r) {
+    nccl_req *q = (nccl_req *)r;
+    if (q->done) CU_TRY(cudaStreamWaitEvent(impl(c)->dev->compute, q->done, 0));
+    return ST_OK;
+}
+
 static const st_comm_ops nccl_ops = {
-    "nccl", sizeof(nccl_req), true, nccl_start, nccl_progress, nccl_describe_missing, nccl_abort,
-    NULL /* shared_arena: gradients live on the device */, nccl_free,
+    "nccl",        sizeof(nccl_req),      true,       nccl_start,
+    nccl_progress, nccl_describe_missing, nccl_abort, NULL /* shared_arena: gradients live on the device */,
+    nccl_free,     nccl_device_wait,
 };
 
 typedef struct boot_args {

@@ -19,29 +19,33 @@ double st_dist_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
-                      st_comm_redop op, bool release) {
-    memset(d, 0, sizeof *d);
-    d->comm = comm;
-    d->p = p;
-    d->shard = shard;
-    d->op = shard ? op : ST_COMM_AVG;
-    d->release = shard && release;
+/* The buckets of graph g over p (d->b, d->n_buckets; d->shard set): each
+ * with its range, the nodes that first write and finally complete it, and
+ * its collectives' handles. bucket_of (p->n, may be NULL): each parameter
+ * tensor's bucket. */
+static st_status plan_buckets(st_ddp *d, const st_params *p, const st_graph *g, double cap_mb,
+                              int *bucket_of) {
     int *first_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *first_use);
+    int *last_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *last_use);
     d->b = calloc((size_t)(p->n ? p->n : 1), sizeof *d->b);
-    if (!first_use || !d->b) {
+    if (!first_use || !last_use || !d->b) {
         free(first_use);
+        free(last_use);
         return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
     }
     /* A parameter nobody uses gets no gradient: it is final at once. */
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n; i++) {
         first_use[i] = INT_MAX;
+        last_use[i] = -1;
+    }
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         const st_node *n = &g->nodes[i];
-        for (int k = 0; k < n->n_params; k++)
-            if (n->params[k]->kind == ST_TENSOR_PARAM) first_use[n->params[k]->index] = i;
-        for (int k = 0; k < n->n_in; k++)
-            if (n->in[k]->kind == ST_TENSOR_PARAM) first_use[n->in[k]->index] = i;
+        for (int k = 0; k < n->n_params + n->n_in; k++) {
+            const st_tensor *t = k < n->n_params ? n->params[k] : n->in[k - n->n_params];
+            if (t->kind != ST_TENSOR_PARAM) continue;
+            first_use[t->index] = i;
+            if (last_use[t->index] < i) last_use[t->index] = i;
+        }
     }
     /* A bucket holds at most an eighth of the model's gradients (but 64 KiB
      * at least): the last bucket, with the first layers' gradients (and a
@@ -69,39 +73,191 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
             d->n_buckets++;
             cur->offset = t->offset + t->count;
             cur->ready_at = INT_MAX;
+            cur->written_from = -1;
         }
         /* The arena is packed in declaration order: the bucket grows downwards. */
         cur->count += cur->offset - t->offset;
         cur->offset = t->offset;
         if (first_use[i] < cur->ready_at) cur->ready_at = first_use[i];
+        if (last_use[i] > cur->written_from) cur->written_from = last_use[i];
+        if (bucket_of) bucket_of[i] = d->n_buckets - 1;
     }
     free(first_use);
+    free(last_use);
     for (int i = 0; i < d->n_buckets; i++) {
         st_ddp_bucket *b = &d->b[i];
+        /* unused parameters alone: staged before backward (it starts at once) */
+        if (b->written_from < 0) b->written_from = g->n_nodes - 1;
         b->n_req = 1;
-        if (shard) {
-            b->first_owner = (int)(b->offset / shard);
-            b->n_req = (int)((b->offset + b->count - 1) / shard) - b->first_owner + 1;
+        if (d->shard) {
+            b->first_owner = (int)(b->offset / d->shard);
+            b->n_req = (int)((b->offset + b->count - 1) / d->shard) - b->first_owner + 1;
         }
         b->req = calloc((size_t)b->n_req, sizeof *b->req);
-        if (!b->req) {
-            st_ddp_free(d);
-            return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
-        }
+        if (!b->req) return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
     }
     return ST_OK;
 }
 
+/* Staging regions are 256-byte aligned. A region is reused once the
+ * bucket STAGE_SLACK places after its bucket in start order has started: its
+ * reduction then had the backward of that bucket's layers to end in (a
+ * layer's backward takes longer than reducing its gradients from a
+ * micro-batch of a few thousand tokens on). */
+#define STAGE_ALIGN 64
+#define STAGE_SLACK 1
+
+/* The staging plan (ddp.h): each bucket's region and the earlier buckets
+ * whose regions it takes over. Time runs in backward order, t = the number
+ * of nodes already done; bucket b holds its region from t(written_from)
+ * (its zeroing) to t(ready_at) of the bucket STAGE_SLACK places after it in
+ * the order the buckets start, or to the end of backward. Regions are placed
+ * first fit, in the order the buckets are first written, among those of the
+ * buckets live at the same time. */
+static st_status plan_stage(st_ddp *d, int n_nodes) {
+    const int nb = d->n_buckets;
+    int *order = malloc((size_t)(nb ? nb : 1) * sizeof *order),
+        *pos = malloc((size_t)(nb ? nb : 1) * sizeof *pos);
+    int64_t *from = malloc((size_t)(nb ? nb : 1) * sizeof *from),
+            *until = malloc((size_t)(nb ? nb : 1) * sizeof *until);
+    if (!order || !pos || !from || !until) {
+        free(order);
+        free(pos);
+        free(from);
+        free(until);
+        return st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+    }
+    /* the start order: ready_at descending (the hook starts the buckets at or above each node), then index */
+    for (int i = 0; i < nb; i++)
+        order[i] = i;
+    for (int i = 1; i < nb; i++)
+        for (int j = i; j > 0 && d->b[order[j]].ready_at > d->b[order[j - 1]].ready_at; j--) {
+            const int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    for (int i = 0; i < nb; i++)
+        pos[order[i]] = i;
+    for (int i = 0; i < nb; i++) {
+        const st_ddp_bucket *b = &d->b[i];
+        from[i] = n_nodes - 1 - b->written_from;
+        const int k = pos[i] + STAGE_SLACK;
+        if (k < nb) {
+            const int r = d->b[order[k]].ready_at < n_nodes ? d->b[order[k]].ready_at : n_nodes - 1;
+            until[i] = n_nodes - 1 - r;
+        } else {
+            until[i] = INT64_MAX; /* to the end of backward */
+        }
+    }
+    /* placement in first-write order (then start order) */
+    for (int i = 1; i < nb; i++)
+        for (int j = i; j > 0 && (from[order[j]] < from[order[j - 1]]); j--) {
+            const int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    d->stage_count = 0;
+    for (int i = 0; i < nb; i++) {
+        st_ddp_bucket *c = &d->b[order[i]];
+        const int64_t size = (c->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+        /* the lowest offset clear of every placed bucket live at the same time */
+        int64_t off = 0;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (int j = 0; j < i; j++) {
+                const int a = order[j];
+                const st_ddp_bucket *ba = &d->b[a];
+                const int64_t asize = (ba->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+                const bool live = from[a] <= until[order[i]] && from[order[i]] <= until[a];
+                if (live && off < ba->stage + asize && ba->stage < off + size) {
+                    off = ba->stage + asize;
+                    moved = true;
+                }
+            }
+        }
+        c->stage = off;
+        if (off + size > d->stage_count) d->stage_count = off + size;
+        /* the earlier buckets whose regions this one takes over */
+        c->prev = malloc((size_t)(i ? i : 1) * sizeof *c->prev);
+        if (!c->prev) {
+            free(order);
+            free(pos);
+            free(from);
+            free(until);
+            return st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+        }
+        for (int j = 0; j < i; j++) {
+            const st_ddp_bucket *ba = &d->b[order[j]];
+            const int64_t asize = (ba->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+            if (off < ba->stage + asize && ba->stage < off + size) c->prev[c->n_prev++] = order[j];
+        }
+    }
+    free(order);
+    free(pos);
+    free(from);
+    free(until);
+    return ST_OK;
+}
+
+st_status st_ddp_stage_count(const st_params *p, const st_graph *g, double cap_mb, int64_t *count) {
+    st_ddp d;
+    memset(&d, 0, sizeof d);
+    st_status s = plan_buckets(&d, p, g, cap_mb, NULL);
+    if (s == ST_OK) s = plan_stage(&d, g->n_nodes);
+    *count = s == ST_OK ? d.stage_count : 0;
+    st_ddp_free(&d);
+    return s;
+}
+
+st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
+                      st_comm_redop op, st_ddp_grads grads) {
+    memset(d, 0, sizeof *d);
+    d->comm = comm;
+    d->p = p;
+    d->shard = shard;
+    d->op = shard ? op : ST_COMM_AVG;
+    d->grads = shard ? grads : ST_DDP_GRADS_WHOLE;
+    const bool staged = d->grads == ST_DDP_GRADS_STAGED;
+    if (staged && (!p->dev || !p->grads_sharded))
+        return st_fail(ST_ERR_INTERNAL, "staged gradient buckets need sharded gradients on a device");
+    int *bucket_of = staged ? malloc((size_t)(p->n ? p->n : 1) * sizeof *bucket_of) : NULL;
+    if (staged && !bucket_of) return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
+    st_status s = plan_buckets(d, p, g, cap_mb, bucket_of);
+    if (s == ST_OK && staged) s = plan_stage(d, g->n_nodes);
+    if (s == ST_OK && staged) {
+        s = st_device_alloc(p->dev, (size_t)(d->stage_count ? d->stage_count : 1) * sizeof(float),
+                            (void **)&d->stage);
+        if (s != ST_OK)
+            st_fail_context(s, "the gradient buckets' staging (%.1f MiB, dist.bucket_cap_mb): ",
+                            (double)d->stage_count * 4 / (1 << 20));
+    }
+    if (s == ST_OK && staged) /* backward writes the buckets' regions */
+        for (int i = 0; i < p->n; i++) {
+            st_tensor *t = p->t[i];
+            if (t->kind != ST_TENSOR_PARAM) continue;
+            const st_ddp_bucket *b = &d->b[bucket_of[i]];
+            t->grad = d->stage + b->stage + (t->offset - b->offset);
+        }
+    free(bucket_of);
+    if (s != ST_OK) st_ddp_free(d);
+    return s;
+}
+
 void st_ddp_free(st_ddp *d) {
     if (!d) return;
-    for (int i = 0; d->b && i < d->n_buckets; i++)
+    for (int i = 0; d->b && i < d->n_buckets; i++) {
         free(d->b[i].req);
+        free(d->b[i].prev);
+    }
     free(d->b);
     if (d->half) st_device_release(d->p->dev, d->half);
+    if (d->stage) st_device_release(d->p->dev, d->stage);
     memset(d, 0, sizeof *d);
 }
 
 st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
+    if (dt != ST_PREC_FP32 && d->grads != ST_DDP_GRADS_WHOLE)
+        return st_fail(ST_ERR_INTERNAL, "16-bit gradient buckets under ZeRO-2 (its running sums are fp32)");
     d->grad_dtype = dt;
     if (dt == ST_PREC_FP32 || d->half) return ST_OK;
     /* beside the gradients: host memory, or the device's */
@@ -125,24 +281,32 @@ static void piece(const st_ddp *d, const st_ddp_bucket *b, int r, int64_t *lo, i
     *hi = b->offset + b->count < (r + 1) * d->shard ? b->offset + b->count : (r + 1) * d->shard;
 }
 
+/* Gradient element i of bucket b, where backward wrote it: the arena, or
+ * the bucket's staging region. */
+static float *grad_at(const st_ddp *d, const st_ddp_bucket *b, int64_t i) {
+    return d->grads == ST_DDP_GRADS_STAGED ? d->stage + b->stage + (i - b->offset) : d->p->grad + i;
+}
+
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
+    if (d->grads == ST_DDP_GRADS_STAGED && !b->prepared)
+        return st_fail(ST_ERR_INTERNAL, "%s started before its staging was zeroed", b->name);
     b->mark = st_trace_begin_async(d->trace, ST_TRACE_TID_BUCKET + (int)(b - d->b), "comm", b->name);
     b->t_start = b->mark.t0;
     if (d->t_first_start == 0) d->t_first_start = b->t_start;
     b->started = true;
     b->done = false;
     b->released = false;
-    float *g = d->p->grad;
     const bool half = d->grad_dtype != ST_PREC_FP32;
     if (half) /* (count): the bucket divided and rounded, beside the gradients */
-        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, g + b->offset, (size_t)b->count,
-                                   (float)st_comm_size(d->comm)));
+        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, grad_at(d, b, b->offset),
+                                   (size_t)b->count, (float)st_comm_size(d->comm)));
     if (!d->shard) {
+        float *g = grad_at(d, b, b->offset);
         if (half)
             return st_comm_all_reduce(d->comm, d->half + b->offset, d->half + b->offset, (size_t)b->count,
                                       half_dtype(d), ST_COMM_SUM, b->name, &b->req[0]);
-        return st_comm_all_reduce(d->comm, g + b->offset, g + b->offset, (size_t)b->count, ST_COMM_F32,
-                                  ST_COMM_AVG, b->name, &b->req[0]);
+        return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name,
+                                  &b->req[0]);
     }
     for (int i = 0; i < b->n_req; i++) {
         const int r = b->first_owner + i;
@@ -154,8 +318,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
             ST_TRY(st_comm_reduce(d->comm, d->half + lo, d->half + lo, (size_t)(hi - lo), half_dtype(d), ST_COMM_SUM,
                                   r, name, &b->req[i]));
         else
-            ST_TRY(st_comm_reduce(d->comm, g + lo, g + lo, (size_t)(hi - lo), ST_COMM_F32, d->op, r, name,
-                                  &b->req[i]));
+            ST_TRY(st_comm_reduce(d->comm, grad_at(d, b, lo), grad_at(d, b, lo), (size_t)(hi - lo),
+                                  ST_COMM_F32, d->op, r, name, &b->req[i]));
     }
     return ST_OK;
 }
@@ -169,12 +333,45 @@ static void release_bucket(st_ddp *d, st_ddp_bucket *b) {
     b->released = true;
 }
 
+/* Staged: this rank's piece of b's sums added into its shard of
+ * gradients, after b's reductions (waited for on the device, if the host
+ * has not seen them end). */
+static st_status fold_bucket(st_ddp *d, st_ddp_bucket *b) {
+    if (b->folded) return ST_OK;
+    if (!b->started) return st_fail(ST_ERR_INTERNAL, "%s's staging reused before it was reduced", b->name);
+    for (int k = 0; k < b->n_req; k++)
+        ST_TRY(st_comm_device_wait(b->req[k]));
+    int64_t lo, hi;
+    piece(d, b, st_comm_rank(d->comm), &lo, &hi);
+    if (hi > lo)
+        ST_TRY(st_device_add_slices(d->p->dev, st_params_grad(d->p, lo), grad_at(d, b, lo), (size_t)(hi - lo),
+                                    1));
+    b->folded = true;
+    return ST_OK;
+}
+
+/* Staged: before backward runs node `node`, every bucket it (or a later
+ * node) writes first gets its region: the buckets there before folded, the
+ * region zeroed (parameter gradients accumulate). */
+static st_status prepare_buckets(st_ddp *d, int node) {
+    for (int i = 0; i < d->n_buckets; i++) {
+        st_ddp_bucket *b = &d->b[i];
+        if (b->prepared || b->written_from < node) continue;
+        for (int k = 0; k < b->n_prev; k++)
+            ST_TRY(fold_bucket(d, &d->b[b->prev[k]]));
+        ST_TRY(st_device_zero(d->p->dev, grad_at(d, b, b->offset), (size_t)b->count * sizeof(float)));
+        b->prepared = true;
+    }
+    return ST_OK;
+}
+
 static st_status backward_hook(void *ctx, int node) {
     st_ddp *d = ctx;
     for (int i = 0; i < d->n_buckets; i++) {
         st_ddp_bucket *b = &d->b[i];
         if (!b->started && b->ready_at >= node) ST_TRY(start_bucket(d, b));
     }
+    if (d->grads == ST_DDP_GRADS_STAGED) ST_TRY(prepare_buckets(d, node - 1));
     ST_TRY(st_comm_progress(d->comm));
     /* Which buckets have completed, and when (for the hidden fraction; a
      * bucket completes only in some rank's progress call, so this rank sees
@@ -191,9 +388,9 @@ static st_status backward_hook(void *ctx, int node) {
         if (!all) continue;
         b->done = true;
         b->t_done = st_dist_now();
-        if (d->release) release_bucket(d, b);
+        if (d->grads == ST_DDP_GRADS_RELEASE) release_bucket(d, b);
     }
-    if (!d->release) return ST_OK;
+    if (d->grads != ST_DDP_GRADS_RELEASE) return ST_OK;
     int64_t res = st_pages_resident(d->p->grad, d->p->arena_count * (int64_t)sizeof(float));
     if (res > d->peak_resident) d->peak_resident = res;
     return ST_OK;
@@ -217,12 +414,14 @@ static void busy_time(st_ddp *d) {
     }
 }
 
-void st_ddp_arm(st_ddp *d, st_graph *g) {
+st_status st_ddp_arm(st_ddp *d, st_graph *g) {
     d->t_first_start = 0;
     for (int i = 0; i < d->n_buckets; i++)
-        d->b[i].started = false;
+        d->b[i].started = d->b[i].prepared = d->b[i].folded = false;
     g->backward_hook = backward_hook;
     g->backward_hook_ctx = d;
+    /* the buckets the last node writes: before backward */
+    return d->grads == ST_DDP_GRADS_STAGED ? prepare_buckets(d, g->n_nodes - 1) : ST_OK;
 }
 
 st_status st_ddp_finish(st_ddp *d, st_graph *g) {
@@ -241,7 +440,8 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
             b->done = true;
             b->t_done = st_dist_now();
         }
-        if (d->release && !b->released) release_bucket(d, b);
+        if (d->grads == ST_DDP_GRADS_RELEASE && !b->released) release_bucket(d, b);
+        if (d->grads == ST_DDP_GRADS_STAGED) ST_TRY(fold_bucket(d, b));
     }
     if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's) */
         for (int i = 0; i < d->n_buckets; i++) {

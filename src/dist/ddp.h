@@ -19,6 +19,21 @@
  * rank holds only its shard of gradients, and during backward only its shard
  * plus the buckets whose reductions are still in flight.
  *
+ * A device cannot give pages back, so ZeRO-2 there stages instead
+ * (ST_DDP_GRADS_STAGED): the rank keeps only its shard of gradients
+ * (graph.h grads_sharded), and backward writes each bucket into a region of
+ * one staging buffer, zeroed just before the bucket's first gradient is
+ * written. The bucket is reduced there, in place, and this rank's piece of
+ * the sums is added into the shard (the running sum over micro-steps) once
+ * the reduction has ended. Regions are reused within a backward: a bucket
+ * whose writes begin after another's reduction has started, and the next
+ * bucket's after it (slack for it to finish), may take its place; the
+ * compute stream then waits for that reduction on the device (comm.h
+ * st_comm_device_wait), never the host, before it adds the piece and zeroes
+ * the region. The buffer is as large as the buckets live at once need: on
+ * a transformer with tied embeddings, the embedding's bucket (written first
+ * by the head, last by the embedding) plus a few others.
+ *
  * Used by dist.c. Not here: sync batch-norm (src/layers/batchnorm.c, through
  * the graph's allreduce_sum hook that train.c sets). */
 #ifndef ST_DIST_DDP_H
@@ -31,10 +46,25 @@
 #include "model/graph.h"
 #include "train/trace.h"
 
+/* Where gradients live under the buckets (see above). */
+typedef enum st_ddp_grads {
+    ST_DDP_GRADS_WHOLE = 0, /* every rank's whole arena: DDP, ZeRO-1 */
+    ST_DDP_GRADS_RELEASE,   /* ZeRO-2 on the host: non-owned pages given back once reduced */
+    ST_DDP_GRADS_STAGED,    /* ZeRO-2 on a device: buckets staged, the shard kept */
+} st_ddp_grads;
+
 typedef struct st_ddp_bucket {
-    int64_t offset, count; /* elements of p->grad: [offset, offset + count) */
+    int64_t offset, count; /* elements of the gradient arena: [offset, offset + count) */
     int ready_at;          /* backward may start it after this node (the earliest user of its params) */
+    int written_from;      /* backward writes it first at this node (the latest user of its params) */
     bool started, done, released;
+    /* staged: its region of the staging buffer, the earlier buckets whose
+     * regions it overlaps (folded before it is zeroed), and this
+     * micro-step's progress */
+    int64_t stage;
+    int n_prev;
+    int *prev;
+    bool prepared, folded;
     double t_start;    /* st_now() when its first collective started */
     double t_done;     /* when this rank saw its collectives complete (a backward hook's test, or the wait) */
     st_trace_mark mark; /* its phase in the trace and NVTX, from the start to the wait that finished it */
@@ -54,8 +84,10 @@ typedef struct st_ddp {
      * given back once reduced. 0: all-reduce (average), DDP. */
     int64_t shard;
     st_comm_redop op;
-    bool release;
+    st_ddp_grads grads;
     int64_t peak_resident; /* with release: the most gradient bytes resident at a backward hook */
+    float *stage;          /* staged: the staging buffer (stage_count floats) on the device */
+    int64_t stage_count;
     st_status err; /* the first error of a collective started from the hook */
     /* dist.grad_dtype: bf16/fp16 buckets travel as 16-bit copies in `half`
      * (same layout as p->grad); fp32 (the default): in place in p->grad */
@@ -76,9 +108,14 @@ typedef struct st_ddp {
 } st_ddp;
 
 /* Plan the buckets for graph g (built on p); cap_mb is dist.bucket_cap_mb.
- * shard, op, release: see st_ddp (shard 0 for DDP). */
+ * shard, op, grads: see st_ddp (shard 0 for DDP). Staged: p's gradients
+ * must be sharded (st_params_shard_grads) and the parameter tensors' `grad`
+ * are pointed into the staging buffer. */
 st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g, double cap_mb, int64_t shard,
-                      st_comm_redop op, bool release);
+                      st_comm_redop op, st_ddp_grads grads);
+/* Floats of the staging buffer ST_DDP_GRADS_STAGED would allocate for graph
+ * g over p (a layout is enough: the memory model's). */
+st_status st_ddp_stage_count(const st_params *p, const st_graph *g, double cap_mb, int64_t *count);
 void st_ddp_free(st_ddp *d); /* accepts a zeroed st_ddp */
 
 /* dist.grad_dtype bf16 or fp16: each bucket is divided by the world size in
@@ -102,7 +139,7 @@ st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batc
 /* Arm g's backward hook for the next backward (DDP and ZeRO-1: the last
  * micro-step of a step; ZeRO-2: every micro-step): buckets start as their
  * gradients become final. */
-void st_ddp_arm(st_ddp *d, st_graph *g);
+st_status st_ddp_arm(st_ddp *d, st_graph *g);
 /* After that backward: start what is left, wait for every bucket (gradients
  * are then averaged over ranks, or reduced into their owners' shards),
  * disarm the hook and record the timings. */

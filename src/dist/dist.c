@@ -30,9 +30,8 @@ const char *st_dist_mode_name(st_dist_mode mode) {
  * to their owners (ZeRO) on the device's communication stream as backward
  * produces them, and the deterministic fold's all-to-all and all-gathers go
  * through it too. ZeRO and deterministic mode pad the arenas on the device
- * (zero.c) and keep their buffers there; ZeRO-2 zeroes the non-owned
- * gradients after each reduction instead of giving their pages back (device
- * memory is held whole: its gradient arena stays allocated). Outside
+ * (zero.c) and keep their buffers there; ZeRO-2 keeps its shard of
+ * gradients and stages the buckets instead of giving pages back (ddp.h). Outside
  * deterministic mode the trainer takes the norm and clips through the
  * optimizer (st_optim_clip over the optimizer's range, with the shards'
  * sums of squares added by st_dist_sumsq_across). */
@@ -50,6 +49,13 @@ static bool shards_masters(st_dist_mode mode, int world, const st_params *p) {
     return mode != ST_DIST_DDP && world > 1 && p->precision != ST_PREC_FP32;
 }
 
+/* Gradients sharded, their buckets staged (ddp.h): ZeRO-2 on a device, on
+ * several ranks, outside deterministic mode (whose fold takes each
+ * micro-step's whole gradient). */
+static bool shards_grads(st_dist_mode mode, int world, const st_params *p, bool deterministic) {
+    return mode == ST_DIST_ZERO2 && world > 1 && p->dev && !deterministic;
+}
+
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p) {
     st_dist_mode mode;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &mode));
@@ -58,8 +64,10 @@ st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p
     /* Padded to whole shards: on the host always (the norm's blocks need a
      * whole number of them), on a device for ZeRO and the fold. */
     if (!p->dev || mode != ST_DIST_DDP || cfg->dist.deterministic) ST_TRY(st_zero_pad_arenas(p, sh.padded));
+    const int64_t lo = (int64_t)sh.rank * sh.shard, hi = lo + sh.shard;
+    if (shards_grads(mode, sh.world, p, cfg->dist.deterministic)) ST_TRY(st_params_shard_grads(p, lo, hi));
     if (!shards_masters(mode, sh.world, p)) return ST_OK;
-    return st_params_shard_masters(p, (int64_t)sh.rank * sh.shard, (int64_t)(sh.rank + 1) * sh.shard);
+    return st_params_shard_masters(p, lo, hi);
 }
 
 st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,
@@ -90,11 +98,18 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     }
     const bool nccl = strcmp(st_comm_backend_name(comm), "nccl") == 0;
     d->buckets = (d->world > 1 || nccl) && !d->deterministic;
-    /* ZeRO-2 on the host gives the non-owned gradient pages back (release). */
+    /* ZeRO-2 on the host gives the non-owned gradient pages back (release);
+     * on a device it stages its buckets (ddp.h). */
     const bool release = d->mode == ST_DIST_ZERO2 && !dev;
+    if (d->buckets && p->grads_sharded != shards_grads(d->mode, d->world, p, d->deterministic))
+        return st_fail(ST_ERR_INTERNAL, "the gradients were %ssharded for %s on %d ranks",
+                       p->grads_sharded ? "" : "not ", st_dist_mode_name(d->mode), d->world);
     if (d->buckets)
         ST_TRY(st_ddp_init(&d->ddp, comm, p, g, cfg->dist.bucket_cap_mb, d->mode == ST_DIST_DDP ? 0 : S,
-                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG, release));
+                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG,
+                           release            ? ST_DDP_GRADS_RELEASE
+                           : p->grads_sharded ? ST_DDP_GRADS_STAGED
+                                              : ST_DDP_GRADS_WHOLE));
     /* ZeRO-2 holds only its shard of gradients from the start. */
     if (release && !d->deterministic) {
         st_pages_release(p->grad, 0, d->rank * S);
@@ -128,12 +143,13 @@ int64_t st_dist_micro_index(const st_dist *d, int64_t k) {
     return d->deterministic ? k * d->world + d->rank : d->rank * d->accum + k;
 }
 
-static float *own(const st_dist *d) { return d->p->grad + (int64_t)d->rank * d->sh.shard; }
+static float *own(const st_dist *d) { return st_params_grad(d->p, (int64_t)d->rank * d->sh.shard); }
 
 st_status st_dist_step_begin(st_dist *d) {
     st_device *dev = d->p->dev;
     if (d->deterministic) return st_device_zero(dev, d->acc, (size_t)d->sh.shard * sizeof(float));
-    if (d->mode == ST_DIST_ZERO2 && !dev)
+    if (d->mode == ST_DIST_ZERO2 &&
+        (!dev || d->p->grads_sharded)) /* (staged: each bucket zeroed before use) */
         return st_device_zero(dev, own(d), (size_t)d->sh.shard * sizeof(float));
     return st_device_zero(dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float));
 }
@@ -151,7 +167,7 @@ st_status st_dist_micro_begin(st_dist *d, st_graph *g, int64_t k) {
      * into a non-zero one would round differently from adding afterwards). */
     if (d->deterministic)
         ST_TRY(st_device_zero(d->p->dev, d->p->grad, (size_t)d->p->arena_count * sizeof(float)));
-    if (reduces_now(d, k)) st_ddp_arm(&d->ddp, g);
+    if (reduces_now(d, k)) ST_TRY(st_ddp_arm(&d->ddp, g));
     return ST_OK;
 }
 
@@ -184,18 +200,12 @@ static st_status fold(st_dist *d, bool last) {
     return ST_OK;
 }
 
-/* ZeRO-2 on a device, after a micro-step's reductions: the gradients
- * outside this rank's shard zeroed (their owners hold the sums, and the next
- * backward adds into zeros, as the host's released pages); after the last,
- * the shard's sums divided into averages. */
+/* ZeRO-2 on a device, after a micro-step's reductions (the buckets' pieces
+ * folded into the shard, ddp.h): after the last, the shard's sums divided
+ * into averages. */
 static st_status device_micro_end(st_dist *d, bool last) {
-    if (d->mode != ST_DIST_ZERO2) return ST_OK;
-    const int64_t S = d->sh.shard, lo = (int64_t)d->rank * S;
-    float *g = d->p->grad;
-    ST_TRY(st_device_zero(d->p->dev, g, (size_t)lo * sizeof(float)));
-    ST_TRY(st_device_zero(d->p->dev, g + lo + S, (size_t)(d->sh.padded - lo - S) * sizeof(float)));
-    if (last) ST_TRY(st_device_scale_f32(d->p->dev, g + lo, (size_t)S, 1.0f / (float)d->world));
-    return ST_OK;
+    if (d->mode != ST_DIST_ZERO2 || !last) return ST_OK;
+    return st_device_scale_f32(d->p->dev, own(d), (size_t)d->sh.shard, 1.0f / (float)d->world);
 }
 
 st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
@@ -257,7 +267,7 @@ st_status st_dist_sumsq_across(void *ctx, double *sumsq) {
 st_status st_dist_grad_scale(st_dist *d, float s) {
     int64_t lo, hi;
     st_dist_range(d, &lo, &hi);
-    return st_device_scale_f32(d->p->dev, d->p->grad + lo, (size_t)(hi - lo), s);
+    return st_device_scale_f32(d->p->dev, st_params_grad(d->p, lo), (size_t)(hi - lo), s);
 }
 
 st_status st_dist_step_end(st_dist *d) {
@@ -293,15 +303,19 @@ st_status st_dist_step_end(st_dist *d) {
 }
 
 int64_t st_dist_grad_nbytes(const st_dist *d) {
-    int64_t n = d->p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
-    if (!d->p->dev) n = st_pages_resident(d->p->grad, n);
+    const st_params *p = d->p;
+    int64_t n = p->arena_count * (int64_t)sizeof(float); /* device memory: all of it held */
+    if (p->grads_sharded) n = (p->grad_hi - p->grad_lo + d->ddp.stage_count) * (int64_t)sizeof(float);
+    if (!p->dev) n = st_pages_resident(p->grad, n);
     if (d->deterministic) n += (d->sh.shard + d->sh.padded) * (int64_t)sizeof(float);
     return n;
 }
 
 int64_t st_dist_grad_nbytes_predicted(const st_dist *d) {
-    /* a device's arena is padded only for ZeRO and the fold; its ZeRO-2 zeroes, it does not release */
-    const int64_t held = d->p->dev                                       ? d->p->arena_count
+    /* a device's arena is padded only for ZeRO and the fold; its ZeRO-2 on
+     * several ranks keeps the shard and the buckets' staging (ddp.h) */
+    const int64_t held = d->p->dev && d->p->grads_sharded                ? d->sh.shard + d->ddp.stage_count
+                         : d->p->dev                                     ? d->p->arena_count
                          : d->mode == ST_DIST_ZERO2 && !d->deterministic ? d->sh.shard
                                                                          : d->sh.padded;
     int64_t n = held * (int64_t)sizeof(float);

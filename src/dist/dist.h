@@ -44,9 +44,10 @@
  * (st_comm_nccl_init) when there are several ranks, and the buckets are
  * all-reduced (DDP) or reduced to their owners (ZeRO) on the device (ddp.h);
  * ZeRO's arenas are padded there and its parameters all-gathered there.
- * ZeRO-2 zeroes the gradients outside the shard after each reduction: the
- * arithmetic of the host's, not its memory (device memory is held whole,
- * so the gradient arena stays allocated; docs/distributed.md). Deterministic
+ * ZeRO-2 on several devices keeps only its shard of gradients (graph.h
+ * grads_sharded) and stages its buckets (ddp.h ST_DDP_GRADS_STAGED): the
+ * host's arithmetic, the running sum in the shard, without its page
+ * release (docs/distributed.md). Deterministic
  * mode is not written for a device (an error). The step zeroes the gradients
  * there and the trainer takes the norm and clips through st_optim_clip over
  * the optimizer's range, with st_dist_sumsq_across adding the shards' sums

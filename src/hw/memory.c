@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "dist/ddp.h"
 #include "layers/args.h"
 #include "layers/conv2d_layout.h"
 
@@ -22,8 +23,9 @@ static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     int64_t grads = 4 * pa, optim = 4 * (int64_t)o->optim_states * pa;
     if (o->zero >= 1) optim = (optim + N - 1) / N;
     /* ZeRO-2 gives the non-owned gradient pages back on the CPU; a GPU run
-     * zeroes them and keeps its whole gradient arena (dist.h) */
-    if (o->zero >= 2 && !o->device_layout) grads = (grads + N - 1) / N;
+     * on several ranks keeps its shard, and stages its buckets (`buckets`
+     * in st_mem_estimate, src/dist/ddp.h) */
+    if (o->zero >= 2 && (!o->device_layout || N > 1)) grads = (grads + N - 1) / N;
     m->params = masters + copy;
     m->grads = grads;
     m->optim = optim;
@@ -108,6 +110,16 @@ static st_status graph_size(st_model *m, int64_t batch, bool mixed, bool device,
     return ST_OK;
 }
 
+/* The staging ZeRO-2's buckets take on a GPU (floats), planned on the
+ * training graph's layout as the run plans it (src/dist/ddp.h). */
+static st_status stage_count(st_model *m, int64_t micro, const st_mem_opts *o, int64_t *count) {
+    st_model_graph mg;
+    ST_TRY(st_model_graph_layout_device(m, micro, &mg));
+    st_status s = st_ddp_stage_count(&m->params, &mg.g, o->bucket_cap_mb, count);
+    st_model_graph_free(&mg);
+    return s;
+}
+
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {
     memset(out, 0, sizeof *out);
     if (micro < 1) return st_fail(ST_ERR_ARG, "memory model: micro-batch %lld", (long long)micro);
@@ -139,8 +151,14 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     } else {
         out->loader = ring;
     }
-    if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
+    if (o->zero >= 2 && o->ranks > 1 && o->device_layout) { /* ZeRO-2 on a GPU: the buckets' staging */
+        int64_t stage;
+        ST_TRY(stage_count(m, micro, o, &stage));
+        out->buckets = 4 * stage;
+    } else if (o->zero >= 1 &&
+               o->ranks > 1) { /* a reduce-scatter or all-gather bucket in flight and the next */
         out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
+    }
     out->data = o->data_bytes;
     /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */
     if (o->device_layout) out->backend = ST_CUDA_LT_WORKSPACE_BYTES + g.scratch;

@@ -8,13 +8,13 @@
  * 2 bytes on a GPU, 4 on the CPU (floats holding 16-bit values). ZeRO-1
  * shards the optimizer state over N ranks, and with bf16/fp16 the masters
  * with it (the compute copy is all-gathered: src/model/graph.h
- * masters_sharded); ZeRO-2 shards the gradients too on the CPU (a GPU run
- * keeps its whole gradient arena, dist.h). fp32 ZeRO keeps the masters
- * whole: they are the weights forward reads. Mixed AdamW on a GPU: 4 + 2 +
- * 4 + 8 = 18 bytes under DDP, 6 + 12/N under ZeRO-1 and ZeRO-2
- * (Rajbhandari et al. 2020 count 16, 4 + 12/N and 2 + 14/N: the same
- * but for 2-byte gradients where ours are fp32, and ZeRO-2's gradients
- * sharded on a GPU too). Offload moves the rank's range of the optimizer state to host
+ * masters_sharded); ZeRO-2 shards the gradients too (on a GPU beside the
+ * staging its buckets are written in: `buckets` below, src/dist/ddp.h).
+ * fp32 ZeRO keeps the masters whole: they are the weights forward reads.
+ * Mixed AdamW on a GPU: 4 + 2 + 4 + 8 = 18 bytes under DDP, 6 + 12/N under
+ * ZeRO-1, 2 + 16/N under ZeRO-2 (Rajbhandari et al. 2020 count 16, 4 +
+ * 12/N and 2 + 14/N: the same but for 4-byte gradients where theirs have
+ * 2). Offload moves the rank's range of the optimizer state to host
  * memory, with pinned copies of the range's masters and gradients
  * (docs/distributed.md).
  *
@@ -27,8 +27,9 @@
  * (src/layers/half_io.h) and their gradients take 2 bytes, as the CUDA
  * backend stores them; the CPU stores floats. Then the evaluation
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
- * batch buffers, the gradient buckets (DDP all-reduces in place: none; ZeRO
- * stages two buckets), on the CPU the dataset held in memory, and on a GPU
+ * batch buffers, the gradient buckets (DDP all-reduces in place: none;
+ * ZeRO-2 on a GPU its staging buffer as the run plans it, on the graph;
+ * otherwise ZeRO is given two buckets' worth), on the CPU the dataset held in memory, and on a GPU
  * the CUDA backend's own buffers (`backend`: cuBLASLt's workspace,
  * ST_CUDA_LT_WORKSPACE_BYTES, and the scratch for 16-bit copies of operands
  * stored as floats, as large as the largest product's). The CUDA twins'

@@ -102,8 +102,9 @@ static st_status mem_least(const st_plan_input *in, st_plan *p, int64_t micro, s
 
 /* DDP when the model states and the micro-batch (an explicit one, else a
  * single sample) fit; else ZeRO when there are ranks to shard over (ZeRO-2
- * on the CPU; ZeRO-1 on GPUs, where ZeRO-2 holds the same memory and
- * reduces every micro-step); else offload. */
+ * on the CPU; on GPUs ZeRO-1 first, which reduces once a step where ZeRO-2
+ * reduces every micro-step, then ZeRO-2 with its sharded gradients); else
+ * offload. */
 static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     const char *s = in->cfg->dist.strategy;
     if (strcmp(s, "auto") != 0) {
@@ -124,21 +125,27 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     }
     /* Sharding costs no more traffic than DDP's all-reduce, so it comes
      * before recomputing; recomputing comes before offload's PCIe copies. */
-    const char *zero = p->hw.dev.gpu ? "zero1" : "zero2";
-    if (p->ranks > 1) snprintf(p->strategy, sizeof p->strategy, "%s", zero);
+    if (p->ranks > 1) snprintf(p->strategy, sizeof p->strategy, "%s", p->hw.dev.gpu ? "zero1" : "zero2");
+    const char *before = "DDP's";
+    if (p->ranks > 1 && p->hw.dev.gpu) {
+        ST_TRY(mem_at(in, p, mb, &m));
+        if (m.total > p->mem_limit) {
+            snprintf(p->strategy, sizeof p->strategy, "zero2");
+            before = "ZeRO-1's";
+        }
+    }
     ST_TRY(mem_least(in, p, mb, &m));
     if (m.total <= p->mem_limit) {
         if (p->ranks > 1)
-            snprintf(p->strategy_why, sizeof p->strategy_why, "DDP's model states and %s do not fit in %s", what,
-                     human((double)p->mem_limit, b2, sizeof b2));
+            snprintf(p->strategy_why, sizeof p->strategy_why, "%s model states and %s do not fit in %s",
+                     before, what, human((double)p->mem_limit, b2, sizeof b2));
         else
             snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and %s fit in %s when recomputed",
                      human((double)(m.params + m.grads + m.optim), b1, sizeof b1), what,
                      human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
-    snprintf(p->strategy, sizeof p->strategy, "%s", p->ranks > 1 ? zero : "ddp");
-    p->offload = true;
+    p->offload = true; /* (the strategy: ddp on one rank, else the ZeRO stage tried last) */
     snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
              p->strategy, what, p->ranks > 1 ? " even sharded" : "");
     return ST_OK;

@@ -22,7 +22,7 @@ void st_params_free(st_params *p) {
         free(p->t[i]);
     free(p->t);
     st_device_release(p->dev, p->masters_sharded && p->dev ? p->master_alloc : p->data);
-    if (!p->grad_hooked) st_device_release(p->dev, p->grad);
+    if (!p->grad_hooked) st_device_release(p->dev, p->grads_sharded ? p->grad_alloc : p->grad);
     st_device_release(p->dev, p->buffers);
     st_device_release(p->dev, p->compute);
     st_device_release(p->dev, p->compute16);
@@ -160,6 +160,31 @@ st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi) {
     p->master_lo = lo;
     p->master_hi = hi;
     p->masters_sharded = true;
+    return ST_OK;
+}
+
+st_status st_params_shard_grads(st_params *p, int64_t lo, int64_t hi) {
+    if (p->grads_sharded || p->layout_only) return ST_OK;
+    if (!p->dev || p->grad_hooked || lo < 0 || hi < lo || hi > p->arena_count)
+        return st_fail(ST_ERR_INTERNAL, "sharding the gradients: [%lld, %lld) of %lld%s", (long long)lo,
+                       (long long)hi, (long long)p->arena_count, p->dev ? "" : " on the host");
+    float *keep = NULL;
+    const size_t nbytes = (size_t)(hi > lo ? hi - lo : 1) * sizeof(float);
+    st_status s = st_device_alloc(p->dev, nbytes, (void **)&keep);
+    if (s == ST_OK) s = st_device_zero(p->dev, keep, nbytes);
+    if (s != ST_OK) {
+        st_device_release(p->dev, keep);
+        return st_fail_context(s, "keeping the gradients of [%lld, %lld) on %s: ", (long long)lo,
+                               (long long)hi, st_device_name(p->dev));
+    }
+    st_device_release(p->dev, p->grad);
+    p->grad = NULL; /* (st_params_grad) */
+    p->grad_alloc = keep;
+    p->grad_lo = lo;
+    p->grad_hi = hi;
+    p->grads_sharded = true;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM) p->t[i]->grad = NULL;
     return ST_OK;
 }
 

@@ -177,6 +177,15 @@ typedef struct st_params {
     bool masters_sharded;
     int64_t master_lo, master_hi;
     float *master_alloc;
+    /* Sharded gradients (ZeRO-2 on a CUDA device with several ranks,
+     * src/dist/ddp.h; st_params_shard_grads): this rank keeps the summed
+     * gradients of [grad_lo, grad_hi) only, in `grad_alloc` (grad_hi -
+     * grad_lo floats), and `grad` is NULL: st_params_grad finds element i.
+     * The parameter tensors' `grad` point into the gradient buckets' staging
+     * buffers (set by the bucket plan), where backward writes. */
+    bool grads_sharded;
+    int64_t grad_lo, grad_hi;
+    float *grad_alloc;
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
@@ -256,6 +265,17 @@ static inline void st_params_touch(st_params *p) { p->version++; }
 static inline float *st_params_master(const st_params *p, int64_t i) {
     return p->masters_sharded && p->dev ? p->master_alloc + (i - p->master_lo) : p->data + i;
 }
+/* The gradient of arena element i (in [grad_lo, grad_hi) when the
+ * gradients are sharded): &grad[i], or its place in the shard. */
+static inline float *st_params_grad(const st_params *p, int64_t i) {
+    return p->grads_sharded ? p->grad_alloc + (i - p->grad_lo) : p->grad + i;
+}
+/* The arena range whose gradients this rank holds: [0, count), or the
+ * shard's [grad_lo, grad_hi) (which may reach into the padding). */
+static inline void st_params_grad_range(const st_params *p, int64_t *lo, int64_t *hi) {
+    *lo = p->grads_sharded ? p->grad_lo : 0;
+    *hi = p->grads_sharded ? p->grad_hi : p->count;
+}
 /* Point the parameter tensors at the rounded compute copy (refreshing it
  * when stale) or back at the masters; no-op in fp32. Forward and backward do
  * this themselves; code that calls a layer's ops directly (tests) uses it. */
@@ -265,6 +285,11 @@ void st_params_use_compute(st_params *p, bool on);
  * most): bf16/fp16 only; the compute copy is made current from the whole masters
  * first and the tensors point into it from now on. See `masters_sharded`. */
 st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi);
+/* Keep only the gradients of [lo, hi) (a CUDA device: a new zeroed
+ * allocation, the whole arena given back); the parameter tensors' `grad`
+ * are NULL until the caller points them at its staging buffers. See
+ * `grads_sharded`. */
+st_status st_params_shard_grads(st_params *p, int64_t lo, int64_t hi);
 /* Bytes of fp32 masters held: on the host the arena's resident pages, on a
  * device the allocation (the shard's when sharded). */
 int64_t st_params_master_nbytes(const st_params *p);

@@ -241,7 +241,7 @@ static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t
 
 void st_optim_step(st_optim *o, st_params *p, double lr) {
     o->t++;
-    step_slice(o, p, o->lo, o->hi, p->data + o->lo, p->grad + o->lo, o->m, o->v, lr);
+    step_slice(o, p, o->lo, o->hi, p->data + o->lo, st_params_grad(p, o->lo), o->m, o->v, lr);
     st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
 }
 
@@ -271,7 +271,7 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
         if (f->pull)
             ST_TRY(
                 st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
-        ST_TRY(st_cuda_memcpy_async(d, f->g + j, p->grad + o->lo + j, nb, ST_CUDA_STREAM_COPY));
+        ST_TRY(st_cuda_memcpy_async(d, f->g + j, st_params_grad(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
         ST_TRY(st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY));
     }
     f->pull = false;
@@ -300,10 +300,10 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
     st_status s;
     if (o->kind == ST_OPTIM_ADAMW) {
         const st_cuda_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t};
-        s = st_cuda_adamw_step(o->cu, st_params_master(p, o->lo), p->grad + o->lo, o->m, o->v, &hp);
+        s = st_cuda_adamw_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, o->v, &hp);
     } else {
         const st_cuda_sgd_hp hp = {lr, o->momentum, o->weight_decay, o->nesterov, o->t};
-        s = st_cuda_sgd_step(o->cu, st_params_master(p, o->lo), p->grad + o->lo, o->m, &hp);
+        s = st_cuda_sgd_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, &hp);
     }
     st_params_touch(p);
     return s;
@@ -330,9 +330,9 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
     if (max_norm <= 0 && !norm) return ST_OK;
     /* The sum of squares stays on the device; clipping reads it there, and
      * only a logged norm comes back. */
-    ST_TRY(st_cuda_grad_sumsq(o->cu, p->grad + o->lo, o->count));
+    ST_TRY(st_cuda_grad_sumsq(o->cu, st_params_grad(p, o->lo), o->count));
     if (across) ST_TRY(across(ctx, st_cuda_optim_sumsq(o->cu)));
-    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, p->grad + o->lo, o->count, max_norm));
+    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, st_params_grad(p, o->lo), o->count, max_norm));
     if (norm) ST_TRY(st_cuda_grad_norm_read(o->cu, norm));
     return ST_OK;
 #else

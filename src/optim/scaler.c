@@ -40,8 +40,10 @@ st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip)
     if (!s->enabled) return ST_OK;
     /* On a device the check runs there and one flag comes back. */
     bool finite = true;
+    int64_t lo, hi; /* a device's sharded gradients: this rank's shard (the flag is reduced below) */
+    st_params_grad_range(p, &lo, &hi);
     if (p->dev)
-        ST_TRY(st_device_all_finite(p->dev, p->grad, (size_t)p->count, &finite));
+        ST_TRY(st_device_all_finite(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), &finite));
     else
         finite = st_grad_all_finite(p);
     float inf = finite ? 0.0f : 1.0f;
@@ -49,7 +51,8 @@ st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip)
         ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
     if (inf == 0.0f) { /* by the scale this step used, before the update */
         if (p->dev)
-            ST_TRY(st_device_scale_f32(p->dev, p->grad, (size_t)p->count, st_scaler_inverse(s)));
+            ST_TRY(
+                st_device_scale_f32(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), st_scaler_inverse(s)));
         else
             st_scaler_unscale(s, p);
     }

@@ -85,6 +85,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
         cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
         cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
+        cJSON_AddNumberToObject(o, "grad_stage_bytes", (double)r->grad_stage_bytes);
         cJSON_AddBoolToObject(o, "masters_sharded", r->masters_sharded);
         cJSON_AddNumberToObject(o, "master_bytes", (double)r->master_bytes);
         cJSON_AddNumberToObject(o, "master_bytes_predicted", (double)r->master_bytes_predicted);
@@ -178,6 +179,7 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     r->optim_offload = o->off != NULL;
     r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
     r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
+    r->grad_stage_bytes = 4 * dd->ddp.stage_count;
     const st_params *p = dd->p;
     r->masters_sharded = p->masters_sharded;
     r->master_bytes = st_params_master_nbytes(p);
@@ -194,9 +196,10 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
         r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
         dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
         (double)st_dist_grad_nbytes(dd) * mib,
-        dd->deterministic           ? "4 B x (N*S grads + S folded + N*S received)"
-        : dd->mode == ST_DIST_ZERO2 ? "4 B x S"
-                                    : "4 B x N*S",
+        dd->deterministic                            ? "4 B x (N*S grads + S folded + N*S received)"
+        : dd->mode == ST_DIST_ZERO2 && dd->ddp.stage ? "4 B x (S + the buckets' staging)"
+        : dd->mode == ST_DIST_ZERO2                  ? "4 B x S"
+                                                     : "4 B x N*S",
         (double)r->grad_bytes_predicted * mib, (double)r->master_bytes * mib, p->dev ? "" : " resident",
         p->masters_sharded ? "S" : "N*S", (double)r->master_bytes_predicted * mib);
     fflush(ses->out);

@@ -30,6 +30,18 @@
 #  5. bf16 under ZeRO shards the fp32 masters: zero1 and zero2 on 2 emulated
 #     GPUs, deterministic, save the same bits as 1 GPU, each holding half the
 #     masters; a checkpoint of 2 GPUs resumes on 1 to the same bits.
+#  6. ZeRO-2 on GPUs shards the gradients and stages its buckets
+#     (src/dist/ddp.h), under ST_CUDAEMU_LAZY=2 (collectives end as late as
+#     they may, everything else runs at once): the gpt (tied embeddings) with buckets of about one
+#     tensor, 2 micro-steps per rank, in fp32 and bf16, and the mlp in fp16
+#     with a loss scale that overflows once: zero2 on 2 emulated GPUs saves
+#     the weights of zero1 there (and the fp32 gpt those of zero2 on 2 CPU
+#     ranks) within 1e-4, skipping the same steps; each rank holds its shard
+#     of gradients and the staging buffer, as predicted; the gpt's staging
+#     is smaller than the other ranks' half of the gradients (regions reused
+#     within backward), and its device peak is below zero1's by exactly the
+#     difference in gradient bytes (the whole arena is given back before
+#     anything else is allocated).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -163,6 +175,66 @@ for st in ("zero1", "zero2"):
     ok &= good
 sys.exit(0 if ok else 1)
 PY
+# 6. ZeRO-2's sharded gradients on GPUs, with the emulator as the adversary of
+# communication (tests/cudaemu/README.md): collectives run as late as the
+# program allows and everything else as early, so a bucket's region reused
+# or folded before its reduction ended would change the weights.
+export ST_CUDAEMU_LAZY=2
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null || fail "tokenize"
+gsgd=(--set train.steps=6 --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.grad_clip=1.0)
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set model.n_layer=2
+     --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32 --set train.batch_size=8
+     --set train.micro_batch_size=2 --set dist.bucket_cap_mb=0.002 "${gsgd[@]}")
+run g2-gpt-zero1 2 cuda zero1 "${gpt[@]}"
+run g2-gpt-zero2 2 cuda zero2 "${gpt[@]}"
+run c2-gpt-zero2 2 cpu zero2 "${gpt[@]}"
+run g2-bf-zero1 2 cuda zero1 "${gpt[@]}" --set precision=bf16
+run g2-bf-zero2 2 cuda zero2 "${gpt[@]}" --set precision=bf16
+f16=(--set precision=fp16 --set optim.loss_scale=2e6 "${sgd[@]}")
+run g2-f16-zero1 2 cuda zero1 "${f16[@]}"
+run g2-f16-zero2 2 cuda zero2 "${f16[@]}"
+[ "$fails" -eq 0 ] || e2e_finish ""
+for pair in "g2-gpt-zero1 g2-gpt-zero2" "c2-gpt-zero2 g2-gpt-zero2" "g2-bf-zero1 g2-bf-zero2" \
+    "g2-f16-zero1 g2-f16-zero2"; do
+    set -- $pair
+    echo -n "$2 against $1: "
+    /usr/bin/python3 tests/py/weights_diff.py "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" 1e-4 ||
+        fail "$2 differs from $1"
+done
+/usr/bin/python3 - "$tmp" <<'PY' || fail "ZeRO-2's gradient memory (above)"
+import json, sys
+tmp = sys.argv[1]
+last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+ok = True
+for model in ("gpt", "bf", "f16"):
+    z1, z2 = last(f"g2-{model}-zero1"), last(f"g2-{model}-zero2")
+    whole = z1["grad_bytes"]  # zero1 holds every gradient (padded to whole shards)
+    shard = whole // 2
+    peak = z2["device_mem_peak_bytes"] - z1["device_mem_peak_bytes"]
+    print(f"{model}: zero2 holds {z2['grad_bytes']} B of gradients (shard {shard} + staging "
+          f"{z2['grad_stage_bytes']}; predicted {z2['grad_bytes_predicted']}), zero1 {whole}; device peak "
+          f"{z2['device_mem_peak_bytes']} against {z1['device_mem_peak_bytes']} ({peak:+d}); skipped steps "
+          f"{z2.get('skipped_steps', 0)} and {z1.get('skipped_steps', 0)}")
+    checks = {
+        "shard + staging": z2["grad_bytes"] == shard + z2["grad_stage_bytes"],
+        "the prediction": z2["grad_bytes"] == z2["grad_bytes_predicted"] == z2["grad_peak_bytes"],
+        "zero1 stages nothing": z1["grad_stage_bytes"] == 0,
+        "the same skipped steps": z2.get("skipped_steps") == z1.get("skipped_steps"),
+        "the syncs": z2["grad_syncs"] == 2 * z1["grad_syncs"],
+    }
+    if model == "f16":  # one bucket of 3 holds nearly every gradient: nothing to reuse
+        checks["one overflow"] = z2["skipped_steps"] == 1
+    else:  # buckets of about a tensor
+        checks["staging reused within backward"] = 0 < z2["grad_stage_bytes"] < whole - shard
+        checks["fewer gradient bytes than zero1"] = z2["grad_bytes"] < whole
+        checks["the device's peak"] = peak == z2["grad_bytes"] - whole
+    for what, good in checks.items():
+        if not good:
+            print(f"FAIL: {model}: {what}")
+            ok = False
+sys.exit(0 if ok else 1)
+PY
 e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
     "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs;" \
-    "bf16's sharded masters"
+    "bf16's sharded masters; ZeRO-2's sharded gradients and staged buckets"
