@@ -37,7 +37,8 @@
 #     with a loss scale that overflows once: zero2 on 2 emulated GPUs saves
 #     the weights of zero1 there (and the fp32 gpt those of zero2 on 2 CPU
 #     ranks) within 1e-4, skipping the same steps; each rank holds its shard
-#     of gradients and the staging buffer, as predicted; the gpt's staging
+#     of gradients and the staging buffer, as predicted (and as `scaletrain
+#     plan` predicts: the same staging, the shard to its alignment); the gpt's staging
 #     is smaller than the other ranks' half of the gradients (regions reused
 #     within backward), and its device peak is below zero1's by exactly the
 #     difference in gradient bytes (the whole arena is given back before
@@ -194,6 +195,11 @@ run g2-bf-zero2 2 cuda zero2 "${gpt[@]}" --set precision=bf16
 f16=(--set precision=fp16 --set optim.loss_scale=2e6 "${sgd[@]}")
 run g2-f16-zero1 2 cuda zero1 "${f16[@]}"
 run g2-f16-zero2 2 cuda zero2 "${f16[@]}"
+# the planner's memory model for the same runs (its buckets: the staging, as the run plans it)
+"$bin" plan "${gpt[@]}" --set data.val= --set dist.strategy=zero2 --hw 2xH100 --json >"$tmp/plan-gpt.json" ||
+    fail "plan: $(tail -n 3 "$tmp/plan-gpt.json")"
+"$bin" plan "${common[@]:0:${#common[@]}-2}" "${f16[@]}" --set dist.strategy=zero2 --hw 2xH100 --json >"$tmp/plan-f16.json" ||
+    fail "plan: $(tail -n 3 "$tmp/plan-f16.json")"
 [ "$fails" -eq 0 ] || e2e_finish ""
 for pair in "g2-gpt-zero1 g2-gpt-zero2" "c2-gpt-zero2 g2-gpt-zero2" "g2-bf-zero1 g2-bf-zero2" \
     "g2-f16-zero1 g2-f16-zero2"; do
@@ -216,6 +222,8 @@ for model in ("gpt", "bf", "f16"):
           f"{z2['grad_stage_bytes']}; predicted {z2['grad_bytes_predicted']}), zero1 {whole}; device peak "
           f"{z2['device_mem_peak_bytes']} against {z1['device_mem_peak_bytes']} ({peak:+d}); skipped steps "
           f"{z2.get('skipped_steps', 0)} and {z1.get('skipped_steps', 0)}")
+    plan = json.load(open(f"{tmp}/plan-{'f16' if model == 'f16' else 'gpt'}.json"))["plans"][0]["memory"]
+    print(f"  the planner: staging {plan['buckets']}, gradients {plan['grads']}")
     checks = {
         "shard + staging": z2["grad_bytes"] == shard + z2["grad_stage_bytes"],
         "the prediction": z2["grad_bytes"] == z2["grad_bytes_predicted"] == z2["grad_peak_bytes"],
@@ -223,6 +231,9 @@ for model in ("gpt", "bf", "f16"):
         "the same skipped steps": z2.get("skipped_steps") == z1.get("skipped_steps"),
         "the syncs": z2["grad_syncs"] == 2 * z1["grad_syncs"],
     }
+    plan = json.load(open(f"{tmp}/plan-{'f16' if model == 'f16' else 'gpt'}.json"))["plans"][0]["memory"]
+    checks["the planner's staging"] = plan["buckets"] == z2["grad_stage_bytes"]
+    checks["the planner's shard"] = abs(plan["grads"] - shard) <= 4 * 1024  # (a shard's alignment)
     if model == "f16":  # one bucket of 3 holds nearly every gradient: nothing to reuse
         checks["one overflow"] = z2["skipped_steps"] == 1
     else:  # buckets of about a tensor
