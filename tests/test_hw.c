@@ -335,6 +335,18 @@ static void test_table(void) {
     CHECK(z1.mem.grads == d8.mem.grads && z1.mem.optim == z8.mem.optim && z1.mem.total > z8.mem.total,
           "zero1 %lld+%lld vs zero2 %lld+%lld on GPUs", (long long)z1.mem.grads, (long long)z1.mem.optim,
           (long long)z8.mem.grads, (long long)z8.mem.optim);
+    /* 16-bit buckets (dist.grad_dtype bf16): a 16-bit copy beside the
+     * gradients, 2 bytes a parameter; ZeRO-2's beside its staging */
+    snprintf(c.dist.grad_dtype, sizeof c.dist.grad_dtype, "bf16");
+    st_plan z1w = plan_for(&in, "8xA100-80GB");
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
+    st_plan z8w = plan_for(&in, "8xA100-80GB");
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
+    snprintf(c.dist.grad_dtype, sizeof c.dist.grad_dtype, "fp32");
+    CHECK(z1w.mem.buckets - z1.mem.buckets == 2 * m->params.count, "zero1's 16-bit buckets: %lld more bytes",
+          (long long)(z1w.mem.buckets - z1.mem.buckets));
+    CHECK(2 * z8w.mem.buckets == 3 * z8.mem.buckets, "zero2's 16-bit staging: %lld bytes, fp32's %lld",
+          (long long)z8w.mem.buckets, (long long)z8.mem.buckets);
     c.train.micro_batch_size = 4;
     st_plan c4 = plan_for(&in, "8xcpu"); /* the CPU gives zero2's other gradient pages back */
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");

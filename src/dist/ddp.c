@@ -256,13 +256,16 @@ void st_ddp_free(st_ddp *d) {
 }
 
 st_status st_ddp_set_grad_dtype(st_ddp *d, st_precision dt) {
-    if (dt != ST_PREC_FP32 && d->grads != ST_DDP_GRADS_WHOLE)
-        return st_fail(ST_ERR_INTERNAL, "16-bit gradient buckets under ZeRO-2 (its running sums are fp32)");
+    if (dt != ST_PREC_FP32 && d->grads == ST_DDP_GRADS_RELEASE)
+        return st_fail(ST_ERR_INTERNAL,
+                       "16-bit gradient buckets under the host's ZeRO-2 (its running sums are fp32)");
     d->grad_dtype = dt;
     if (dt == ST_PREC_FP32 || d->half) return ST_OK;
-    /* beside the gradients: host memory, or the device's */
+    /* beside the gradients (staged: beside the staging, region for region):
+     * host memory, or the device's */
+    const int64_t n = d->grads == ST_DDP_GRADS_STAGED ? d->stage_count : d->p->count;
     void *h = NULL;
-    if (st_device_alloc(d->p->dev, (size_t)(d->p->count ? d->p->count : 1) * sizeof *d->half, &h) != ST_OK)
+    if (st_device_alloc(d->p->dev, (size_t)(n ? n : 1) * sizeof *d->half, &h) != ST_OK)
         return st_fail(ST_ERR_NOMEM, "out of %s memory for the 16-bit gradient buckets (dist.grad_dtype): %s",
                        d->p->dev ? "device" : "host", st_last_error());
     d->half = h;
@@ -282,9 +285,12 @@ static void piece(const st_ddp *d, const st_ddp_bucket *b, int r, int64_t *lo, i
 }
 
 /* Gradient element i of bucket b, where backward wrote it: the arena, or
- * the bucket's staging region. */
+ * the bucket's staging region; and its 16-bit copy's place. */
 static float *grad_at(const st_ddp *d, const st_ddp_bucket *b, int64_t i) {
     return d->grads == ST_DDP_GRADS_STAGED ? d->stage + b->stage + (i - b->offset) : d->p->grad + i;
+}
+static uint16_t *half_at(const st_ddp *d, const st_ddp_bucket *b, int64_t i) {
+    return d->grads == ST_DDP_GRADS_STAGED ? d->half + b->stage + (i - b->offset) : d->half + i;
 }
 
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
@@ -298,8 +304,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
     b->released = false;
     const bool half = d->grad_dtype != ST_PREC_FP32;
     if (half) /* (count): the bucket divided and rounded, beside the gradients */
-        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, d->half + b->offset, grad_at(d, b, b->offset),
-                                   (size_t)b->count, (float)st_comm_size(d->comm)));
+        ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, half_at(d, b, b->offset),
+                                   grad_at(d, b, b->offset), (size_t)b->count, (float)st_comm_size(d->comm)));
     if (!d->shard) {
         float *g = grad_at(d, b, b->offset);
         if (half)
@@ -315,8 +321,8 @@ static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
         char name[48];
         snprintf(name, sizeof name, "%s to rank %d", b->name, r);
         if (half)
-            ST_TRY(st_comm_reduce(d->comm, d->half + lo, d->half + lo, (size_t)(hi - lo), half_dtype(d), ST_COMM_SUM,
-                                  r, name, &b->req[i]));
+            ST_TRY(st_comm_reduce(d->comm, half_at(d, b, lo), half_at(d, b, lo), (size_t)(hi - lo),
+                                  half_dtype(d), ST_COMM_SUM, r, name, &b->req[i]));
         else
             ST_TRY(st_comm_reduce(d->comm, grad_at(d, b, lo), grad_at(d, b, lo), (size_t)(hi - lo),
                                   ST_COMM_F32, d->op, r, name, &b->req[i]));
@@ -343,9 +349,10 @@ static st_status fold_bucket(st_ddp *d, st_ddp_bucket *b) {
         ST_TRY(st_comm_device_wait(b->req[k]));
     int64_t lo, hi;
     piece(d, b, st_comm_rank(d->comm), &lo, &hi);
-    if (hi > lo)
-        ST_TRY(st_device_add_slices(d->p->dev, st_params_grad(d->p, lo), grad_at(d, b, lo), (size_t)(hi - lo),
-                                    1));
+    const size_t n = (size_t)(hi > lo ? hi - lo : 0);
+    if (n && d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums widened in their staging region first */
+        ST_TRY(st_device_from_16(d->p->dev, d->grad_dtype, grad_at(d, b, lo), half_at(d, b, lo), n));
+    if (n) ST_TRY(st_device_add_slices(d->p->dev, st_params_grad(d->p, lo), grad_at(d, b, lo), n, 1));
     b->folded = true;
     return ST_OK;
 }
@@ -443,7 +450,8 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
         if (d->grads == ST_DDP_GRADS_RELEASE && !b->released) release_bucket(d, b);
         if (d->grads == ST_DDP_GRADS_STAGED) ST_TRY(fold_bucket(d, b));
     }
-    if (d->grad_dtype != ST_PREC_FP32) /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's) */
+    /* the 16-bit sums back into the fp32 gradients (under ZeRO, this shard's; staged: folded above) */
+    if (d->grad_dtype != ST_PREC_FP32 && d->grads != ST_DDP_GRADS_STAGED)
         for (int i = 0; i < d->n_buckets; i++) {
             int64_t lo = d->b[i].offset, hi = lo + d->b[i].count;
             if (d->shard) piece(d, &d->b[i], st_comm_rank(d->comm), &lo, &hi);

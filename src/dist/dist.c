@@ -202,9 +202,9 @@ static st_status fold(st_dist *d, bool last) {
 
 /* ZeRO-2 on a device, after a micro-step's reductions (the buckets' pieces
  * folded into the shard, ddp.h): after the last, the shard's sums divided
- * into averages. */
+ * into averages (16-bit buckets were divided before they were rounded). */
 static st_status device_micro_end(st_dist *d, bool last) {
-    if (d->mode != ST_DIST_ZERO2 || !last) return ST_OK;
+    if (d->mode != ST_DIST_ZERO2 || !last || d->ddp.grad_dtype != ST_PREC_FP32) return ST_OK;
     return st_device_scale_f32(d->p->dev, own(d), (size_t)d->sh.shard, 1.0f / (float)d->world);
 }
 

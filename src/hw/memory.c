@@ -151,13 +151,16 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     } else {
         out->loader = ring;
     }
+    /* 16-bit buckets (dist.grad_dtype): their copies beside the gradients (ddp.c st_ddp_set_grad_dtype) */
+    const int64_t wire = o->ranks > 1 && o->grad_wire_bytes == 2 ? 2 : 0;
     if (o->zero >= 2 && o->ranks > 1 && o->device_layout) { /* ZeRO-2 on a GPU: the buckets' staging */
         int64_t stage;
         ST_TRY(stage_count(m, micro, o, &stage));
-        out->buckets = 4 * stage;
-    } else if (o->zero >= 1 &&
-               o->ranks > 1) { /* a reduce-scatter or all-gather bucket in flight and the next */
-        out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
+        out->buckets = (4 + wire) * stage;
+    } else {
+        if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
+            out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
+        out->buckets += wire * m->params.count;
     }
     out->data = o->data_bytes;
     /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */

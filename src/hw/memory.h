@@ -29,8 +29,9 @@
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
  * batch buffers, the gradient buckets (DDP all-reduces in place: none;
  * ZeRO-2 on a GPU its staging buffer as the run plans it, on the graph;
- * otherwise ZeRO is given two buckets' worth), on the CPU the dataset held in memory, and on a GPU
- * the CUDA backend's own buffers (`backend`: cuBLASLt's workspace,
+ * otherwise ZeRO is given two buckets' worth; with dist.grad_dtype bf16 or
+ * fp16 the buckets' 16-bit copies, 2 bytes a parameter or a staged float), on the CPU the dataset held in
+ * memory, and on a GPU the CUDA backend's own buffers (`backend`: cuBLASLt's workspace,
  * ST_CUDA_LT_WORKSPACE_BYTES, and the scratch for 16-bit copies of operands
  * stored as floats, as large as the largest product's). The CUDA twins'
  * workspace is the graph's (conv2d's by src/layers/conv2d_layout.h,
@@ -55,6 +56,7 @@ typedef struct st_mem_opts {
     bool offload;     /* optimizer state and gradient shards in host memory */
     int ranks;        /* data-parallel ranks the shards spread over */
     double bucket_cap_mb;
+    int grad_wire_bytes; /* dist.grad_dtype: 2 for bf16/fp16 (a 16-bit copy of the buckets), else 4 or 0 */
     int loader_buffers;       /* prefetch + held batch buffers (0: no loader) */
     bool device_feed;         /* a GPU run: the ring pinned on the host, a second device input buffer */
     bool device_layout;       /* a GPU run: the graphs as the CUDA backend lays them out */

@@ -50,6 +50,7 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     o.offload = p->offload;
     o.ranks = p->ranks;
     o.bucket_cap_mb = c->dist.bucket_cap_mb;
+    o.grad_wire_bytes = strcmp(c->dist.grad_dtype, "fp32") == 0 ? 4 : 2;
     o.device_layout = p->hw.dev.gpu;
     o.async_ckpt = c->train.checkpoint_async;
     int workers = (int)c->data.num_workers;

@@ -403,13 +403,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
     }
     if (dist) {
-        if (strcmp(c->dist.grad_dtype, "fp32") != 0 && (dd.mode == ST_DIST_ZERO2 || dd.deterministic)) {
+        if (strcmp(c->dist.grad_dtype, "fp32") != 0 &&
+            ((dd.mode == ST_DIST_ZERO2 && !m->params.grads_sharded) || dd.deterministic)) {
             ses->agreed_error = true; /* every rank has the same config */
             s = st_fail(
                 ST_ERR_CONFIG,
-                "dist.grad_dtype %s works with dist.strategy ddp or zero1 without dist.deterministic "
-                "(zero2's running sums and the deterministic fold travel in fp32); set dist.grad_dtype: "
-                "fp32, or dist.strategy: zero1",
+                "dist.grad_dtype %s works with dist.strategy ddp or zero1, and zero2 on GPUs, without "
+                "dist.deterministic (zero2's running sums on the CPU and the deterministic fold travel in "
+                "fp32); set dist.grad_dtype: fp32, or dist.strategy: zero1",
                 c->dist.grad_dtype);
             goto fail;
         }

@@ -42,7 +42,10 @@
 #     is smaller than the other ranks' half of the gradients (regions reused
 #     within backward), and its device peak is below zero1's by exactly the
 #     difference in gradient bytes (the whole arena is given back before
-#     anything else is allocated).
+#     anything else is allocated). With 16-bit buckets (dist.grad_dtype
+#     bf16, each micro-step's buckets divided, rounded, summed in 16 bits
+#     and widened into the shard) one micro-step per rank gives zero1's
+#     bits, and two stay within 3e-2 of fp32's (docs/precision.md).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -192,6 +195,10 @@ run g2-gpt-zero2 2 cuda zero2 "${gpt[@]}"
 run c2-gpt-zero2 2 cpu zero2 "${gpt[@]}"
 run g2-bf-zero1 2 cuda zero1 "${gpt[@]}" --set precision=bf16
 run g2-bf-zero2 2 cuda zero2 "${gpt[@]}" --set precision=bf16
+# 16-bit buckets (dist.grad_dtype bf16): one micro-step per rank gives zero1's bits; two stay near fp32's
+run g2-w4-zero1 2 cuda zero1 "${gpt[@]}" --set dist.grad_dtype=bf16 --set train.batch_size=4
+run g2-w4-zero2 2 cuda zero2 "${gpt[@]}" --set dist.grad_dtype=bf16 --set train.batch_size=4
+run g2-w8-zero2 2 cuda zero2 "${gpt[@]}" --set dist.grad_dtype=bf16
 f16=(--set precision=fp16 --set optim.loss_scale=2e6 "${sgd[@]}")
 run g2-f16-zero1 2 cuda zero1 "${f16[@]}"
 run g2-f16-zero2 2 cuda zero2 "${f16[@]}"
@@ -208,6 +215,14 @@ for pair in "g2-gpt-zero1 g2-gpt-zero2" "c2-gpt-zero2 g2-gpt-zero2" "g2-bf-zero1
     /usr/bin/python3 tests/py/weights_diff.py "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" 1e-4 ||
         fail "$2 differs from $1"
 done
+cmp -s "$tmp/g2-w4-zero1/model.safetensors" "$tmp/g2-w4-zero2/model.safetensors" &&
+    echo "bf16 buckets, one micro-step per rank: zero2 on 2 emulated GPUs has zero1's bits" ||
+    fail "bf16 buckets, one micro-step per rank: zero2's weights differ from zero1's"
+echo -n "bf16 buckets, two micro-steps per rank, against fp32's: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/g2-gpt-zero2/model.safetensors" "$tmp/g2-w8-zero2/model.safetensors" \
+    3e-2 || fail "zero2 with bf16 buckets strays from fp32's"
+cmp -s "$tmp/g2-gpt-zero2/model.safetensors" "$tmp/g2-w8-zero2/model.safetensors" &&
+    fail "zero2 with bf16 buckets gave fp32's bits: the option did nothing"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "ZeRO-2's gradient memory (above)"
 import json, sys
 tmp = sys.argv[1]
