@@ -172,8 +172,38 @@ static void test_wire_bytes(void) {
     CHECK_CLOSE(z4.exposed_s - z2.exposed_s, (n - 1) / n * 2 * P / bw, 1e-9); /* after the step: not hidden */
 }
 
+/* ZeRO-2 reduces every micro-step's gradients (dist.h): with 4 micro-steps
+ * its reductions and their exposed part are 4 times ZeRO-1's, which reduces
+ * once a step; the weights' all-gather is once a step for both; with one
+ * micro-step they are the same. */
+static void test_zero2_every_micro_step(void) {
+    st_cost c;
+    memset(&c, 0, sizeof c);
+    c.fwd_flops = 1e12, c.bwd_flops = 2e12;
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    const double n = 8, P = 1e9, bw = hw.dev.link_bw, lat = hw.dev.link_lat;
+    st_time_opts o = {.hw = &hw, .mixed = true, .optim_states = 2, .bucket_cap_mb = 25, .micro = 1, .accum = 4,
+                      .zero = 1, .gather_bytes = 2};
+    st_time z1, z2, z2a1, z1a1;
+    st_time_estimate(&c, (int64_t)P, &o, &z1);
+    o.zero = 2;
+    st_time_estimate(&c, (int64_t)P, &o, &z2);
+    o.accum = 1;
+    st_time_estimate(&c, (int64_t)P, &o, &z2a1);
+    o.zero = 1;
+    st_time_estimate(&c, (int64_t)P, &o, &z1a1);
+    const double ag = (n - 1) / n * 2 * P / bw + (n - 1) * lat; /* the all-gather, once a step */
+    CHECK_CLOSE(z2.comm_s - ag, 4 * (z1.comm_s - ag), 1e-9);
+    CHECK_CLOSE(z2.exposed_s - ag, 4 * (z1.exposed_s - ag), 1e-9);
+    CHECK(z2.exposed_s > z1.exposed_s, "zero2 %g s exposed, zero1 %g s", z2.exposed_s, z1.exposed_s);
+    CHECK_CLOSE(z2a1.comm_s, z1a1.comm_s, 1e-12);
+    CHECK_CLOSE(z2a1.step_s, z1a1.step_s, 1e-12);
+}
+
 int main(void) {
     test_wire_bytes();
+    test_zero2_every_micro_step();
     test_cnn_work();
     test_device_charges();
     test_bench_configs();

@@ -76,6 +76,10 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     }
     const double hidden = fmin(comm - t_last, t->bwd_s);
     t->exposed_s = comm - (hidden > 0 ? hidden : 0);
+    if (o->zero >= 2 && o->accum > 1) { /* ZeRO-2 reduces every micro-step's buckets, each behind its backward */
+        comm *= (double)o->accum;
+        t->exposed_s *= (double)o->accum;
+    }
     if (n > 1 && o->zero >= 1) { /* updated weight shards all-gathered after the step */
         const double ag = half_ring(P * (o->gather_bytes > 0 ? o->gather_bytes : 4), n, busbw, lat);
         comm += ag;

@@ -19,7 +19,9 @@
  *   exposed  = the last bucket (the first layers' gradients, ready only when
  *              backward ends) plus whatever of the other buckets backward of
  *              the last micro-step cannot hide; ZeRO's weight all-gather
- *              after the optimizer is exposed.
+ *              after the optimizer is exposed. ZeRO-2 reduces every
+ *              micro-step's buckets: accum times the reductions and what
+ *              each backward leaves exposed of them.
  *   optim    = the optimizer's bytes over memory bandwidth (host memory when
  *              offloaded, plus the PCIe copies).
  *   step     = compute + exposed + optim (+ ST_TIME_CPU_STEP_S on the CPU).
