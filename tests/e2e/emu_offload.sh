@@ -58,7 +58,9 @@ same gpu2-zero1 gpu2-zero1-off "zero1 on 2 emulated GPUs with and without offloa
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the offloaded runs' memory (above)"
 import json, sys
 tmp = sys.argv[1]
-last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+sys.path.insert(0, "tests/py")
+from runs import last as last_of
+last = lambda name: last_of(f"{tmp}/{name}.json")
 plain, off, z, zoff = last("gpu1"), last("gpu1-off"), last("gpu2-zero1"), last("gpu2-zero1-off")
 saved = plain["device_mem_peak_bytes"] - off["device_mem_peak_bytes"]
 print(f"1 GPU: peak device memory {plain['device_mem_peak_bytes']} B, offloaded {off['device_mem_peak_bytes']} B "

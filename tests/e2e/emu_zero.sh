@@ -86,8 +86,10 @@ done
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the norms, the memory or the syncs (above)"
 import json, sys
 tmp = sys.argv[1]
-last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
-norm = lambda name: [o for o in map(json.loads, open(f"{tmp}/{name}/metrics.jsonl")) if "grad_norm" in o][-1]["grad_norm"]
+sys.path.insert(0, "tests/py")
+from runs import last as last_of, records
+last = lambda name: last_of(f"{tmp}/{name}.json")
+norm = lambda name: [o for o in records(f"{tmp}/{name}/metrics.jsonl") if "grad_norm" in o][-1]["grad_norm"]
 ok = True
 ddp = last("gpu1-ddp")
 for st, syncs in (("zero1", 8), ("zero2", 16)):
@@ -167,7 +169,9 @@ cmp -s "$tmp/bf-gpu1/model.safetensors" "$tmp/bf-resume/model.safetensors" &&
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the sharded masters' memory (above)"
 import json, sys
 tmp = sys.argv[1]
-last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+sys.path.insert(0, "tests/py")
+from runs import last as last_of, records
+last = lambda name: last_of(f"{tmp}/{name}.json")
 one, ok = last("bf-gpu1"), True
 for st in ("zero1", "zero2"):
     r = last(f"bf-gpu2-{st}")
@@ -226,7 +230,9 @@ cmp -s "$tmp/g2-gpt-zero2/model.safetensors" "$tmp/g2-w8-zero2/model.safetensors
 /usr/bin/python3 - "$tmp" <<'PY' || fail "ZeRO-2's gradient memory (above)"
 import json, sys
 tmp = sys.argv[1]
-last = lambda name: json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+sys.path.insert(0, "tests/py")
+from runs import last as last_of, records
+last = lambda name: last_of(f"{tmp}/{name}.json")
 ok = True
 for model in ("gpt", "bf", "f16"):
     z1, z2 = last(f"g2-{model}-zero1"), last(f"g2-{model}-zero2")

@@ -60,8 +60,12 @@ equiv() {
     /usr/bin/python3 - "$tmp" "$name" <<'PY' || fail "$name: memory figures"
 import json, sys
 tmp, name = sys.argv[1], sys.argv[2]
+sys.path.insert(0, "tests/py")
+from runs import last as last_of
+
+
 def last(n):
-    return json.loads(open(f"{tmp}/{n}.json").read().strip().splitlines()[-1])
+    return last_of(f"{tmp}/{n}.json")
 ok = True
 for st in ("zero1", "zero2"):
     r = {n: last(f"{name}-{st}-{n}") for n in (1, 2, 4)}
@@ -81,11 +85,13 @@ PY
     # Accumulation syncs only on the last micro-step (ddp, zero1): one
     # reduction of the buckets per step; zero2 reduces every micro-step.
     /usr/bin/python3 - "$tmp" "$name" <<'PY' || fail "$name: gradient syncs per step"
-import json, sys
+import sys
+sys.path.insert(0, "tests/py")
+from runs import last as last_of
 tmp, name = sys.argv[1], sys.argv[2]
 ok = True
 for run, micro in (("ddp2", 2), ("ddp4", 1), ("zero1-2", 2), ("zero1-4", 1), ("zero2-2", 2), ("zero2-4", 1)):
-    r = json.loads(open(f"{tmp}/{name}-{run}.json").read().strip().splitlines()[-1])
+    r = last_of(f"{tmp}/{name}-{run}.json")
     want = r["steps"] * (micro if run.startswith("zero2") else 1)
     good = r["grad_syncs"] == want
     ok &= good
@@ -112,8 +118,12 @@ equiv gpt 2 1e-3 "${gpt[@]}"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "gpt: zero overlap and peak"
 import json, sys
 tmp = sys.argv[1]
+sys.path.insert(0, "tests/py")
+from runs import last as last_of
+
+
 def last(n):
-    return json.loads(open(f"{tmp}/{n}.json").read().strip().splitlines()[-1])
+    return last_of(f"{tmp}/{n}.json")
 ok = True
 for st in ("zero1", "zero2"):
     r = last(f"gpt-{st}-4")

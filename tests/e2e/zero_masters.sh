@@ -63,8 +63,12 @@ run gpt-fp32-zero1-2 2 zero1 --set train.steps=8 "${gpt[@]}" --set precision=fp3
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the masters' memory"
 import json, sys
 tmp = sys.argv[1]
+sys.path.insert(0, "tests/py")
+from runs import last as last_of
+
+
 def last(n):
-    return json.loads(open(f"{tmp}/{n}.json").read().strip().splitlines()[-1])
+    return last_of(f"{tmp}/{n}.json")
 ok = True
 for model in ("gpt", "mlp"):
     one = last(f"{model}-1")
