@@ -42,7 +42,8 @@
 #     is smaller than the other ranks' half of the gradients (regions reused
 #     within backward), and its device peak is below zero1's by exactly the
 #     difference in gradient bytes (the whole arena is given back before
-#     anything else is allocated). With 16-bit buckets (dist.grad_dtype
+#     anything else is allocated). With the optimizer offloaded and the
+#     blocks recomputed (bf16, AdamW) zero2 still matches zero1. With 16-bit buckets (dist.grad_dtype
 #     bf16, each micro-step's buckets divided, rounded, summed in 16 bits
 #     and widened into the shard) one micro-step per rank gives zero1's
 #     bits, and two stay within 3e-2 of fp32's (docs/precision.md).
@@ -199,6 +200,11 @@ run g2-gpt-zero2 2 cuda zero2 "${gpt[@]}"
 run c2-gpt-zero2 2 cpu zero2 "${gpt[@]}"
 run g2-bf-zero1 2 cuda zero1 "${gpt[@]}" --set precision=bf16
 run g2-bf-zero2 2 cuda zero2 "${gpt[@]}" --set precision=bf16
+# with the optimizer offloaded and the blocks recomputed, AdamW in bf16
+oc=(--set precision=bf16 --set optim.offload=true --set train.activation_checkpointing=blocks --set optim.type=adamw
+    --set optim.lr=1e-3)
+run g2-oc-zero1 2 cuda zero1 "${gpt[@]}" "${oc[@]}"
+run g2-oc-zero2 2 cuda zero2 "${gpt[@]}" "${oc[@]}"
 # 16-bit buckets (dist.grad_dtype bf16): one micro-step per rank gives zero1's bits; two stay near fp32's
 run g2-w4-zero1 2 cuda zero1 "${gpt[@]}" --set dist.grad_dtype=bf16 --set train.batch_size=4
 run g2-w4-zero2 2 cuda zero2 "${gpt[@]}" --set dist.grad_dtype=bf16 --set train.batch_size=4
@@ -213,7 +219,7 @@ run g2-f16-zero2 2 cuda zero2 "${f16[@]}"
     fail "plan: $(tail -n 3 "$tmp/plan-f16.json")"
 [ "$fails" -eq 0 ] || e2e_finish ""
 for pair in "g2-gpt-zero1 g2-gpt-zero2" "c2-gpt-zero2 g2-gpt-zero2" "g2-bf-zero1 g2-bf-zero2" \
-    "g2-f16-zero1 g2-f16-zero2"; do
+    "g2-f16-zero1 g2-f16-zero2" "g2-oc-zero1 g2-oc-zero2"; do
     set -- $pair
     echo -n "$2 against $1: "
     /usr/bin/python3 tests/py/weights_diff.py "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" 1e-4 ||
