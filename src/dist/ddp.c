@@ -107,30 +107,33 @@ static st_status plan_buckets(st_ddp *d, const st_params *p, const st_graph *g, 
 #define STAGE_ALIGN 64
 #define STAGE_SLACK 1
 
-/* The staging plan (ddp.h): each bucket's region and the earlier buckets
- * whose regions it takes over. Time runs in backward order, t = the number
- * of nodes already done; bucket b holds its region from t(written_from)
- * (its zeroing) to t(ready_at) of the bucket STAGE_SLACK places after it in
- * the order the buckets start, or to the end of backward. Regions are placed
- * first fit, in the order the buckets are first written, among those of the
- * buckets live at the same time. */
+/* The staging plan (ddp.h): each bucket's region, the earlier buckets
+ * whose regions it takes over, and the order the buckets are prepared in.
+ * Time runs in backward order, t = the number of nodes already done; bucket
+ * b holds its region from t(written_from) (its zeroing) to t(ready_at) of
+ * the bucket STAGE_SLACK places after it in the order the buckets start, or
+ * to the end of backward. Regions are placed first fit, in the order the
+ * buckets are first written (the order they are prepared in), clear of the
+ * buckets live at the same time (`active`: placed, not yet expired). A
+ * bucket lists as `prev` only the latest occupants of the memory it takes
+ * (`front`: placed buckets no later one has overlapped): an occupant
+ * overlapped before was folded when the bucket that overlapped it was
+ * prepared, which is earlier. So the lists stay short and planning is
+ * linear in the buckets times the few live at once. */
 static st_status plan_stage(st_ddp *d, int n_nodes) {
-    const int nb = d->n_buckets;
-    int *order = malloc((size_t)(nb ? nb : 1) * sizeof *order),
-        *pos = malloc((size_t)(nb ? nb : 1) * sizeof *pos);
-    int64_t *from = malloc((size_t)(nb ? nb : 1) * sizeof *from),
-            *until = malloc((size_t)(nb ? nb : 1) * sizeof *until);
-    if (!order || !pos || !from || !until) {
-        free(order);
-        free(pos);
-        free(from);
-        free(until);
-        return st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+    const int nb = d->n_buckets, cap = nb ? nb : 1;
+    int *order = malloc((size_t)cap * sizeof *order), *pos = malloc((size_t)cap * sizeof *pos);
+    int *active = malloc((size_t)cap * sizeof *active), *front = malloc((size_t)cap * sizeof *front);
+    int64_t *from = malloc((size_t)cap * sizeof *from), *until = malloc((size_t)cap * sizeof *until);
+    st_status s = ST_OK;
+    if (!order || !pos || !active || !front || !from || !until) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+        goto done;
     }
     /* the start order: ready_at descending (the hook starts the buckets at or above each node), then index */
     for (int i = 0; i < nb; i++)
         order[i] = i;
-    for (int i = 1; i < nb; i++)
+    for (int i = 1; i < nb; i++) /* (nearly sorted already: the buckets are numbered from the arena's end) */
         for (int j = i; j > 0 && d->b[order[j]].ready_at > d->b[order[j - 1]].ready_at; j--) {
             const int x = order[j];
             order[j] = order[j - 1];
@@ -139,8 +142,7 @@ static st_status plan_stage(st_ddp *d, int n_nodes) {
     for (int i = 0; i < nb; i++)
         pos[order[i]] = i;
     for (int i = 0; i < nb; i++) {
-        const st_ddp_bucket *b = &d->b[i];
-        from[i] = n_nodes - 1 - b->written_from;
+        from[i] = n_nodes - 1 - d->b[i].written_from;
         const int k = pos[i] + STAGE_SLACK;
         if (k < nb) {
             const int r = d->b[order[k]].ready_at < n_nodes ? d->b[order[k]].ready_at : n_nodes - 1;
@@ -149,54 +151,71 @@ static st_status plan_stage(st_ddp *d, int n_nodes) {
             until[i] = INT64_MAX; /* to the end of backward */
         }
     }
-    /* placement in first-write order (then start order) */
+    /* placement (and preparation) in first-write order, then start order */
     for (int i = 1; i < nb; i++)
-        for (int j = i; j > 0 && (from[order[j]] < from[order[j - 1]]); j--) {
+        for (int j = i; j > 0 && from[order[j]] < from[order[j - 1]]; j--) {
             const int x = order[j];
             order[j] = order[j - 1];
             order[j - 1] = x;
         }
     d->stage_count = 0;
+    int n_active = 0, n_front = 0;
     for (int i = 0; i < nb; i++) {
-        st_ddp_bucket *c = &d->b[order[i]];
+        const int ci = order[i];
+        st_ddp_bucket *c = &d->b[ci];
         const int64_t size = (c->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
-        /* the lowest offset clear of every placed bucket live at the same time */
+        int n = 0; /* the buckets still live when c's writes begin */
+        for (int j = 0; j < n_active; j++)
+            if (until[active[j]] >= from[ci]) active[n++] = active[j];
+        n_active = n;
+        /* the lowest offset clear of them */
         int64_t off = 0;
         for (bool moved = true; moved;) {
             moved = false;
-            for (int j = 0; j < i; j++) {
-                const int a = order[j];
-                const st_ddp_bucket *ba = &d->b[a];
-                const int64_t asize = (ba->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
-                const bool live = from[a] <= until[order[i]] && from[order[i]] <= until[a];
-                if (live && off < ba->stage + asize && ba->stage < off + size) {
-                    off = ba->stage + asize;
+            for (int j = 0; j < n_active; j++) {
+                const st_ddp_bucket *a = &d->b[active[j]];
+                const int64_t end = a->stage + (a->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+                if (off < end && a->stage < off + size) {
+                    off = end;
                     moved = true;
                 }
             }
         }
         c->stage = off;
         if (off + size > d->stage_count) d->stage_count = off + size;
-        /* the earlier buckets whose regions this one takes over */
-        c->prev = malloc((size_t)(i ? i : 1) * sizeof *c->prev);
+        /* the latest occupants of its memory (none is live: placed clear of those) */
+        int n_prev = 0;
+        for (int j = 0; j < n_front; j++) {
+            const st_ddp_bucket *a = &d->b[front[j]];
+            n_prev += off < a->stage + a->count && a->stage < off + size;
+        }
+        c->prev = malloc((size_t)(n_prev ? n_prev : 1) * sizeof *c->prev);
         if (!c->prev) {
-            free(order);
-            free(pos);
-            free(from);
-            free(until);
-            return st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+            s = st_fail(ST_ERR_NOMEM, "out of memory planning the gradient staging");
+            goto done;
         }
-        for (int j = 0; j < i; j++) {
-            const st_ddp_bucket *ba = &d->b[order[j]];
-            const int64_t asize = (ba->count + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
-            if (off < ba->stage + asize && ba->stage < off + size) c->prev[c->n_prev++] = order[j];
+        n = 0;
+        for (int j = 0; j < n_front; j++) {
+            const st_ddp_bucket *a = &d->b[front[j]];
+            if (off < a->stage + a->count && a->stage < off + size)
+                c->prev[c->n_prev++] = front[j];
+            else
+                front[n++] = front[j];
         }
+        n_front = n;
+        front[n_front++] = ci;
+        active[n_active++] = ci;
     }
+    d->prep = order; /* the order prepare_buckets takes */
+    order = NULL;
+done:
     free(order);
     free(pos);
+    free(active);
+    free(front);
     free(from);
     free(until);
-    return ST_OK;
+    return s;
 }
 
 st_status st_ddp_stage_count(const st_params *p, const st_graph *g, double cap_mb, int64_t *count) {
@@ -250,6 +269,7 @@ void st_ddp_free(st_ddp *d) {
         free(d->b[i].prev);
     }
     free(d->b);
+    free(d->prep);
     if (d->half) st_device_release(d->p->dev, d->half);
     if (d->stage) st_device_release(d->p->dev, d->stage);
     memset(d, 0, sizeof *d);
@@ -361,9 +381,8 @@ static st_status fold_bucket(st_ddp *d, st_ddp_bucket *b) {
  * node) writes first gets its region: the buckets there before folded, the
  * region zeroed (parameter gradients accumulate). */
 static st_status prepare_buckets(st_ddp *d, int node) {
-    for (int i = 0; i < d->n_buckets; i++) {
-        st_ddp_bucket *b = &d->b[i];
-        if (b->prepared || b->written_from < node) continue;
+    for (; d->next_prep < d->n_buckets && d->b[d->prep[d->next_prep]].written_from >= node; d->next_prep++) {
+        st_ddp_bucket *b = &d->b[d->prep[d->next_prep]];
         for (int k = 0; k < b->n_prev; k++)
             ST_TRY(fold_bucket(d, &d->b[b->prev[k]]));
         ST_TRY(st_device_zero(d->p->dev, grad_at(d, b, b->offset), (size_t)b->count * sizeof(float)));
@@ -425,6 +444,7 @@ st_status st_ddp_arm(st_ddp *d, st_graph *g) {
     d->t_first_start = 0;
     for (int i = 0; i < d->n_buckets; i++)
         d->b[i].started = d->b[i].prepared = d->b[i].folded = false;
+    d->next_prep = 0;
     g->backward_hook = backward_hook;
     g->backward_hook_ctx = d;
     /* the buckets the last node writes: before backward */
