@@ -495,6 +495,40 @@ static void test_auto_strategy_cpu(void) {
     st_model_free(m);
 }
 
+/* An mlp of two 16384-wide hidden layers: its gradients fall in two
+ * buckets (the middle weight, 1 GiB, alone in one), both live through
+ * backward, so ZeRO-2 on GPUs stages them all and holds more than ZeRO-1:
+ * where ZeRO-1 does not fit, the planner keeps it (with offload) rather
+ * than take ZeRO-2 (src/hw/planner.c choose_strategy). */
+static void test_zero2_when_it_pays(void) {
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.model.type, sizeof c.model.type, "mlp");
+    CHECK_OK(st_config_set(&c, "model.hidden=[16384,16384]"));
+    c.train.batch_size = 64;
+    c.train.micro_batch_size = 8;
+    st_model_input mi = {.height = 28, .width = 28, .channels = 1, .num_classes = 10};
+    st_model *m;
+    CHECK_OK(st_model_create_layout(&c, &mi, &m));
+    st_plan_input in = {.cfg = &c, .model = m};
+    st_plan z1, z2, p;
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
+    z1 = plan_for(&in, "8xA100-80GB");
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
+    z2 = plan_for(&in, "8xA100-80GB");
+    CHECK(z2.mem.buckets >= 4 * m->params.count && z2.mem.total > z1.mem.total,
+          "the mlp's zero2 stages every gradient (%lld bytes) and holds %lld bytes, zero1 %lld",
+          (long long)z2.mem.buckets, (long long)z2.mem.total, (long long)z1.mem.total);
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "auto");
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    hw.dev.mem_bytes = (int64_t)(((double)z1.mem.total * 0.9 + GIB) / 0.9); /* usable = 0.9 mem - 1 GiB */
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(strcmp(p.strategy, "zero1") == 0 && p.offload, "zero1 does not fit: %s offload %d (%s)", p.strategy,
+          p.offload, p.strategy_why);
+    st_model_free(m);
+}
+
 static void test_batch_ring(void) {
     st_config c;
     st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
@@ -604,6 +638,7 @@ int main(void) {
     test_too_big();
     test_auto_choices();
     test_auto_strategy_cpu();
+    test_zero2_when_it_pays();
     test_batch_ring();
     test_async_ckpt_copy();
     test_hw_names();

@@ -131,8 +131,14 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     if (p->ranks > 1 && p->hw.dev.gpu) {
         ST_TRY(mem_at(in, p, mb, &m));
         if (m.total > p->mem_limit) {
+            const int64_t zero1 = m.total;
             snprintf(p->strategy, sizeof p->strategy, "zero2");
             before = "ZeRO-1's";
+            ST_TRY(mem_at(in, p, mb, &m));
+            if (m.total >= zero1) { /* buckets too few for its staging to be reused (ddp.h) */
+                snprintf(p->strategy, sizeof p->strategy, "zero1");
+                before = "DDP's";
+            }
         }
     }
     ST_TRY(mem_least(in, p, mb, &m));

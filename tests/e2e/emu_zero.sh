@@ -43,7 +43,9 @@
 #     within backward), and its device peak is below zero1's by exactly the
 #     difference in gradient bytes (the whole arena is given back before
 #     anything else is allocated). With the optimizer offloaded and the
-#     blocks recomputed (bf16, AdamW) zero2 still matches zero1. With 16-bit buckets (dist.grad_dtype
+#     blocks recomputed (bf16, AdamW) zero2 still matches zero1. The mlp,
+#     whose staging is its whole gradients (one bucket holds nearly all),
+#     warns that zero2 holds more than zero1 there; the gpt does not. With 16-bit buckets (dist.grad_dtype
 #     bf16, each micro-step's buckets divided, rounded, summed in 16 bits
 #     and widened into the shard) one micro-step per rank gives zero1's
 #     bits, and two stay within 3e-2 of fp32's (docs/precision.md).
@@ -225,6 +227,11 @@ for pair in "g2-gpt-zero1 g2-gpt-zero2" "c2-gpt-zero2 g2-gpt-zero2" "g2-bf-zero1
     /usr/bin/python3 tests/py/weights_diff.py "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" 1e-4 ||
         fail "$2 differs from $1"
 done
+# the mlp's staging (one bucket holds nearly every gradient) exceeds the whole gradients: rank 0 says so
+grep -q "warning: dist.strategy zero2 holds" "$tmp/g2-f16-zero2.json" ||
+    fail "zero2 on the mlp holds more gradient memory than zero1 and did not warn"
+grep -q "warning: dist.strategy zero2 holds" "$tmp/g2-gpt-zero2.json" &&
+    fail "zero2 on the gpt holds less gradient memory than zero1 and warned"
 cmp -s "$tmp/g2-w4-zero1/model.safetensors" "$tmp/g2-w4-zero2/model.safetensors" &&
     echo "bf16 buckets, one micro-step per rank: zero2 on 2 emulated GPUs has zero1's bits" ||
     fail "bf16 buckets, one micro-step per rank: zero2's weights differ from zero1's"
