@@ -281,7 +281,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                        .bucket_cap_mb = c->dist.bucket_cap_mb,
                        .micro = p->micro,
                        .accum = p->accum,
-                       .grad_bytes = strcmp(c->dist.grad_dtype, "fp32") == 0 ? 4 : 2,
+                       .grad_bytes = mo.grad_wire_bytes, /* dist.grad_dtype, as the memory model has it */
                        /* a GPU's sharded masters gather the 16-bit copy */
                        .gather_bytes = mo.mixed && mo.zero >= 1 && p->ranks > 1 && hw->dev.gpu ? 2 : 4};
     st_time_estimate(&cost, in->model->params.count, &to, &p->time);

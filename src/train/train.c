@@ -191,8 +191,7 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     if (dd->ddp.stage && staged > whole && ses->rank == 0)
         fprintf(
             stderr,
-            "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f "
-            "MiB "
+            "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f MiB "
             "of staging for the buckets live at once), more than the %.1f MiB of the whole gradients that "
             "zero1 holds: its gradients fall in too few buckets (or one tensor fills most of them) for the "
             "staging to be reused; dist.strategy zero1 holds less on this model (docs/distributed.md)\n",
