@@ -172,6 +172,20 @@ static ncclResult_t pair_local(std::vector<nccl_op> &ops, std::vector<std::uniqu
     return ncclSuccess;
 }
 
+/* Start each of ops in call order (reading its inputs, posting its
+ * exchange) into xs, then pair a lone rank's sends with its receives. */
+static ncclResult_t start_all(std::vector<nccl_op> &ops, std::vector<std::unique_ptr<nccl_xfer>> &xs) {
+    st_emu_window w;
+    for (nccl_op &o : ops) {
+        xs.emplace_back(new nccl_xfer);
+        st_emu_set_running(o.name);
+        const ncclResult_t rc = o.start(*xs.back());
+        st_emu_set_running(NULL);
+        if (rc != ncclSuccess) return rc;
+    }
+    return pair_local(ops, xs);
+}
+
 /* Start ops (one call, or a group, in call order), then queue each stream's end. */
 static ncclResult_t launch(std::vector<nccl_op> &ops) {
     std::vector<cudaStream_t> streams;
@@ -195,18 +209,7 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
             s,
             [held, c, s, name] {
                 batch_t batch = std::make_shared<std::vector<std::unique_ptr<nccl_xfer>>>();
-                ncclResult_t rc = ncclSuccess;
-                {
-                    st_emu_window w;
-                    for (nccl_op &o : *held) {
-                        batch->emplace_back(new nccl_xfer);
-                        st_emu_set_running(o.name);
-                        rc = o.start(*batch->back());
-                        st_emu_set_running(NULL);
-                        if (rc != ncclSuccess) break;
-                    }
-                    if (rc == ncclSuccess) rc = pair_local(*held, *batch);
-                }
+                const ncclResult_t rc = start_all(*held, *batch);
                 if (rc != ncclSuccess) { /* finish drops it */
                     std::lock_guard<std::recursive_mutex> l(lock);
                     if (c->error == ncclSuccess) c->error = rc;
@@ -218,18 +221,7 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
     }
     for (cudaStream_t s : streams) cudaStreamSynchronize(s); /* what comes before: the inputs' writers */
     std::vector<std::unique_ptr<nccl_xfer>> xs;
-    ncclResult_t rc = ncclSuccess;
-    {
-        st_emu_window w;
-        for (nccl_op &o : ops) {
-            xs.emplace_back(new nccl_xfer);
-            st_emu_set_running(o.name);
-            rc = o.start(*xs.back());
-            st_emu_set_running(NULL);
-            if (rc != ncclSuccess) break;
-        }
-        if (rc == ncclSuccess) rc = pair_local(ops, xs);
-    }
+    const ncclResult_t rc = start_all(ops, xs);
     if (rc != ncclSuccess) { /* requests already posted are left to MPI: the communicator is broken */
         for (auto &x : xs) (void)x.release();
         std::lock_guard<std::recursive_mutex> l(lock);
