@@ -97,7 +97,7 @@ int main(void) {
                              tok,
                              "data.val=",
                              out,
-                             "train.batch_size=16",
+                             "train.batch_size=8",
                              "train.steps=1",
                              prec};
         check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9);

@@ -134,25 +134,32 @@ static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N,
                     f.x[detail::slot<M, N>(r, c)];
 }
 
-/* d = a b + c, fp32 sums in k order */
+/* d = a b + c, fp32 sums in k order (the operands widened once, then each
+ * row's sums run side by side: the same order, and the emulator's dearest loop) */
 template <int M, int N, int K, class T, class LA, class LB>
 static inline void
 mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
          const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
     st_emu_warp_barrier();
     const bool tf = std::is_same<T, precision::tf32>::value;
-    float out[M * N];
+    float av[M * K], bv[K * N], out[M * N];
     for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float s = c.x[detail::slot<M, N>(i, j)];
-            for (int k = 0; k < K; k++) {
-                float av = detail::widen(a.x[detail::slot<M, K>(i, k)]);
-                float bv = detail::widen(b.x[detail::slot<K, N>(k, j)]);
-                if (tf) av = detail::tf32_operand(av), bv = detail::tf32_operand(bv);
-                s += av * bv;
-            }
-            out[i * N + j] = s;
+        for (int k = 0; k < K; k++) {
+            const float v = detail::widen(a.x[detail::slot<M, K>(i, k)]);
+            av[i * K + k] = tf ? detail::tf32_operand(v) : v;
         }
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) {
+            const float v = detail::widen(b.x[detail::slot<K, N>(k, j)]);
+            bv[k * N + j] = tf ? detail::tf32_operand(v) : v;
+        }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            out[i * N + j] = c.x[detail::slot<M, N>(i, j)];
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++)
+                out[i * N + j] += av[i * K + k] * bv[k * N + j];
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
             d.x[detail::slot<M, N>(i, j)] = out[i * N + j];

@@ -90,6 +90,8 @@ bool st_emu_stream_ok(cudaStream_t s) {
 
 /* Run q's items until `seq` of them have run. */
 static void run_until(queue *q, uint64_t seq) {
+    if (q->done >= seq) return;
+    st_emu_window w; /* one window for the run, not one per item: mprotect is the emulator's dearest call */
     while (q->done < seq) {
         item it = std::move(q->items.front());
         q->items.pop_front();
@@ -98,7 +100,6 @@ static void run_until(queue *q, uint64_t seq) {
         } else if (it.kind == item::RECORD) {
             if (it.gen == it.rec->gen) it.rec->ms = now_ms(); /* a later record replaced this one */
         } else {
-            st_emu_window w;
             it.op();
         }
         q->done++;
