@@ -315,8 +315,7 @@ static void test_table(void) {
     /* memory rises with the micro-batch and falls with ZeRO: on GPUs ZeRO-2
      * shards the optimizer state (AdamW's 2 moments, 8 bytes per parameter)
      * and the gradients (4 bytes), and stages its buckets (src/dist/ddp.h:
-     * less than the whole gradients, more than the two buckets ZeRO-1 is
-     * given) */
+     * less than the whole gradients; ZeRO-1 reduces in place) */
     c.train.micro_batch_size = 4;
     st_plan d4 = plan_for(&in, "8xA100-80GB");
     c.train.micro_batch_size = 8;
@@ -328,7 +327,7 @@ static void test_table(void) {
     const double psi = (double)m->params.count;
     const double saved = (double)(d8.mem.grads + d8.mem.optim) - (double)(z8.mem.grads + z8.mem.optim);
     CHECK(fabs(saved - (12 * psi - 12 * psi / 8)) <= 64, "zero2 on GPUs saves %g bytes", saved);
-    CHECK(z8.mem.buckets > 2 * 25 * 1024 * 1024 && z8.mem.buckets < 4 * psi, "zero2's staging %lld bytes",
+    CHECK(z8.mem.buckets > 25 * 1024 * 1024 && z8.mem.buckets < 4 * psi, "zero2's staging %lld bytes",
           (long long)z8.mem.buckets);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero1");
     st_plan z1 = plan_for(&in, "8xA100-80GB");

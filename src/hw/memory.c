@@ -157,10 +157,8 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
         int64_t stage;
         ST_TRY(stage_count(m, micro, o, &stage));
         out->buckets = (4 + wire) * stage;
-    } else {
-        if (o->zero >= 1 && o->ranks > 1) /* a reduce-scatter or all-gather bucket in flight and the next */
-            out->buckets = 2 * (int64_t)(o->bucket_cap_mb * 1024 * 1024);
-        out->buckets += wire * m->params.count;
+    } else { /* the reductions and gathers work in place on the arenas */
+        out->buckets = wire * m->params.count;
     }
     out->data = o->data_bytes;
     /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */

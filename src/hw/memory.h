@@ -27,9 +27,9 @@
  * (src/layers/half_io.h) and their gradients take 2 bytes, as the CUDA
  * backend stores them; the CPU stores floats. Then the evaluation
  * graph (the run keeps one at train.eval_batch_size), the loader's ring of
- * batch buffers, the gradient buckets (DDP all-reduces in place: none;
- * ZeRO-2 on a GPU its staging buffer as the run plans it, on the graph;
- * otherwise ZeRO is given two buckets' worth; with dist.grad_dtype bf16 or
+ * batch buffers, the gradient buckets (DDP, ZeRO-1 and the CPU's ZeRO-2
+ * reduce and gather in place on the arenas: none; ZeRO-2 on a GPU its
+ * staging buffer as the run plans it, on the graph; with dist.grad_dtype bf16 or
  * fp16 the buckets' 16-bit copies, 2 bytes a parameter or a staged float), on the CPU the dataset held in
  * memory, and on a GPU the CUDA backend's own buffers (`backend`: cuBLASLt's workspace,
  * ST_CUDA_LT_WORKSPACE_BYTES, and the scratch for 16-bit copies of operands
