@@ -88,10 +88,9 @@ static bool auto_checkpointing(const st_plan_input *in) {
     return strcmp(in->cfg->train.activation_checkpointing, "auto") == 0;
 }
 
-/* The memory at `micro` with the least activation memory the plan may use:
- * with checkpointing auto, the smaller of off and blocks (left off after). */
-static st_status mem_least(const st_plan_input *in, st_plan *p, int64_t micro, st_mem *m) {
-    ST_TRY(mem_at(in, p, micro, m));
+/* *m, the memory at `micro` as configured, becomes the least the plan may
+ * use: with checkpointing auto, the smaller of off and blocks (left off after). */
+static st_status recompute_if_less(const st_plan_input *in, st_plan *p, int64_t micro, st_mem *m) {
     if (!auto_checkpointing(in) || m->total <= p->mem_limit) return ST_OK;
     st_mem with;
     set_checkpointing(in, true);
@@ -131,17 +130,20 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     if (p->ranks > 1 && p->hw.dev.gpu) {
         ST_TRY(mem_at(in, p, mb, &m));
         if (m.total > p->mem_limit) {
-            const int64_t zero1 = m.total;
+            const st_mem zero1 = m;
             snprintf(p->strategy, sizeof p->strategy, "zero2");
             before = "ZeRO-1's";
             ST_TRY(mem_at(in, p, mb, &m));
-            if (m.total >= zero1) { /* buckets too few for its staging to be reused (ddp.h) */
+            if (m.total >= zero1.total) { /* buckets too few for its staging to be reused (ddp.h) */
                 snprintf(p->strategy, sizeof p->strategy, "zero1");
                 before = "DDP's";
+                m = zero1;
             }
         }
+    } else if (p->ranks > 1) {
+        ST_TRY(mem_at(in, p, mb, &m)); /* ZeRO-2's (m was DDP's) */
     }
-    ST_TRY(mem_least(in, p, mb, &m));
+    ST_TRY(recompute_if_less(in, p, mb, &m));
     if (m.total <= p->mem_limit) {
         if (p->ranks > 1)
             snprintf(p->strategy_why, sizeof p->strategy_why, "%s model states and %s do not fit in %s",
