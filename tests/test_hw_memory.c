@@ -146,7 +146,7 @@ int main(void) {
                          tok,
                          "data.val=",
                          out,
-                         "train.batch_size=16",
+                         "train.batch_size=32",
                          "train.steps=2"};
     check_run("mlp", mlp, 8);
     check_run("cnn", cnn, 9);

@@ -20,7 +20,8 @@
  *
  * Activations come from the graph built (layout only, nothing allocated) at
  * the micro-batch itself: the activation arena (outputs and saved state), the
- * activation-gradient arena, the integer arena (inputs, targets) and the
+ * activation-gradient arena (shared by lives in backward, graph.c
+ * place_grads), the integer arena (inputs, targets) and the
  * shared workspace, exactly as st_graph_finalize allocates them. They are
  * linear in the batch except the workspace (per-thread scratch); with
  * bf16/fp16 on a GPU the activations of the layers that take 16-bit storage

@@ -547,6 +547,80 @@ static st_status choose_storage(st_graph *g) {
 /* Floats of arena an activation's data (or its gradient) takes. */
 static int64_t act_floats(const st_tensor *t) { return st_align_floats(st_store_floats(t->count, t->store)); }
 
+/* The activation gradients' offsets (floats) in their arena, and its size.
+ * Backward runs node n-1 first; at step s = n-1-i it runs node i. A
+ * tensor's gradient is first written at the step of its last consumer (in
+ * forward order; the first writer, in_acc false) and last read at its
+ * producer's step (its dy); a tensor without a consumer (the loss, seeded
+ * before step 0) is born at step 0, one without a producer (a graph input)
+ * is read to the end. Gradients whose lives overlap get disjoint memory,
+ * the others may share it: placed largest first, each at the lowest offset
+ * clear of every placed gradient alive at the same time. Backward then
+ * holds the gradients of a few layers at once, not of the whole model
+ * (with checkpointing as without: recomputing writes activations only).
+ * Stale values in shared memory are harmless: the first writer overwrites
+ * (the reason a gradient arena need not be zeroed at all). */
+typedef struct grad_life {
+    int64_t size, off;
+    int birth, death, act;
+} grad_life;
+
+static int by_size_then_birth(const void *a, const void *b) {
+    const grad_life *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->birth != y->birth) return x->birth < y->birth ? -1 : 1;
+    return x->act - y->act;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const grad_life *x = *(const grad_life *const *)a, *y = *(const grad_life *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static st_status place_grads(const st_graph *g, int64_t *goff, int64_t *count) {
+    const int na = g->n_acts, nn = g->n_nodes;
+    int *birth = malloc((size_t)(na ? na : 1) * sizeof *birth),
+        *death = malloc((size_t)(na ? na : 1) * sizeof *death);
+    grad_life *life = malloc((size_t)(na ? na : 1) * sizeof *life);
+    const grad_life **near = malloc((size_t)(na ? na : 1) * sizeof *near);
+    if (!birth || !death || !life || !near) {
+        free(birth), free(death), free(life), free(near);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < na; i++)
+        birth[i] = 0, death[i] = nn;
+    for (int i = 0; i < nn && !g->keep_act_grads; i++) {
+        const st_node *n = &g->nodes[i];
+        const int step = nn - 1 - i;
+        if (n->out->kind != ST_TENSOR_PARAM) death[n->out->index] = step;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->kind != ST_TENSOR_PARAM && n->in[k]->dtype != ST_I32) birth[n->in[k]->index] = step;
+    }
+    int m = 0;
+    for (int i = 0; i < na; i++) {
+        const st_tensor *t = g->acts[i];
+        if (t->dtype == ST_I32 || !t->requires_grad) continue;
+        life[m++] = (grad_life){act_floats(t), 0, birth[i], death[i] > birth[i] ? death[i] : birth[i], i};
+    }
+    qsort(life, (size_t)m, sizeof *life, by_size_then_birth);
+    int64_t top = 0;
+    for (int i = 0; i < m; i++) {
+        int nb = 0;
+        for (int j = 0; j < i; j++) /* placed, and alive at some step with life[i] */
+            if (life[j].birth <= life[i].death && life[i].birth <= life[j].death) near[nb++] = &life[j];
+        qsort(near, (size_t)nb, sizeof *near, by_offset);
+        int64_t at = 0;
+        for (int j = 0; j < nb && near[j]->off < at + life[i].size; j++)
+            if (near[j]->off + near[j]->size > at) at = near[j]->off + near[j]->size;
+        life[i].off = at;
+        goff[life[i].act] = at;
+        if (at + life[i].size > top) top = at + life[i].size;
+    }
+    *count = top;
+    free(birth), free(death), free(life), free(near);
+    return ST_OK;
+}
+
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
     if (!g->params->frozen)
@@ -568,9 +642,9 @@ st_status st_graph_finalize(st_graph *g) {
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;
     ST_TRY(find_regions(g, &region));
-    /* Offsets (floats) into the activation and gradient arenas: persistent
-     * tensors and saved state first, then one region per block, all blocks
-     * sharing the same addresses. */
+    /* Offsets (floats) into the activation arena: persistent tensors and
+     * saved state first, then one region per block, all blocks sharing the
+     * same addresses; the gradients' by their lives in backward (place_grads). */
     int64_t *aoff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *aoff);
     int64_t *goff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *goff);
     int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
@@ -579,6 +653,11 @@ st_status st_graph_finalize(st_graph *g) {
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
     int64_t ac = 0, gc = 0, ic = 0, wc = 0;
+    st_status ps = place_grads(g, goff, &gc);
+    if (ps != ST_OK) {
+        free(region), free(aoff), free(goff), free(soff);
+        return ps;
+    }
     for (int i = 0; i < g->n_acts; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
@@ -587,7 +666,6 @@ st_status st_graph_finalize(st_graph *g) {
         } else if (region[i] < 0) {
             aoff[i] = ac;
             ac += act_floats(t);
-            if (t->requires_grad) goff[i] = gc, gc += act_floats(t);
         }
     }
     for (int i = 0; i < g->n_nodes; i++) {
@@ -595,24 +673,20 @@ st_status st_graph_finalize(st_graph *g) {
         if (n->work_count > wc) wc = n->work_count;
         if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += st_align_floats(n->saved_count);
     }
-    int64_t a_region = 0, g_region = 0;
+    int64_t a_region = 0;
     for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
-        int64_t ca = 0, cg = 0;
+        int64_t ca = 0;
         for (int i = 0; i < g->n_acts; i++) {
             if (region[i] != b) continue;
             aoff[i] = ac + ca;
             ca += act_floats(g->acts[i]);
-            if (g->acts[i]->requires_grad) goff[i] = gc + cg, cg += act_floats(g->acts[i]);
         }
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i].block == b) soff[i] = ac + ca, ca += st_align_floats(g->nodes[i].saved_count);
         if (ca > a_region) a_region = ca;
-        if (cg > g_region) g_region = cg;
     }
     g->region_act_count = a_region;
-    g->region_grad_count = g_region;
     ac += a_region;
-    gc += g_region;
     g->act_count = ac;
     g->grad_count = gc;
     g->int_count = ic;

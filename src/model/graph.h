@@ -205,14 +205,18 @@ struct st_graph {
     /* Activation checkpointing (train.activation_checkpointing): builders
      * bracket each transformer or conv block with st_graph_block_begin/end;
      * with `checkpointing` set before finalize, the activations and saved
-     * state a block keeps to itself share one region of the arenas with every
-     * other block's, so forward keeps only the blocks' inputs and outputs, and
-     * backward recomputes each block's forward just before its backward
-     * (`recomputing` is set then: a layer with side effects, batch-norm's
-     * running statistics, skips them). Gradients are the same bits. */
+     * state a block keeps to itself share one region of the activation arena
+     * with every other block's, so forward keeps only the blocks' inputs and
+     * outputs, and backward recomputes each block's forward just before its
+     * backward (`recomputing` is set then: a layer with side effects,
+     * batch-norm's running statistics, skips them). Gradients are the same
+     * bits. (Activation gradients share memory by their lives in backward,
+     * with checkpointing or without: graph.c place_grads.) */
     int cur_block, n_blocks;
     bool checkpointing, recomputing;
-    int64_t region_act_count, region_grad_count; /* floats of the shared regions (0 without) */
+    int64_t region_act_count; /* floats of the shared region (0 without) */
+    bool keep_act_grads;      /* set before finalize: every activation gradient kept to the end of
+                                 backward, none sharing memory (a test that reads them all) */
     bool finalized;
     bool params_only;   /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
                            int_count, work_count) but allocates none */

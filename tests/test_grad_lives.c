@@ -1,0 +1,160 @@
+/* Activation gradients share memory by their lives in backward (graph.c
+ * place_grads): for the mlp, the cnn and the gpt, with and without
+ * checkpointing, no two gradients alive at the same backward step overlap in
+ * memory (their lives recomputed here from the nodes, independently of the
+ * placement), every gradient lies inside the arena, the arena is smaller
+ * than the gradients laid end to end, and a training step gives the same
+ * loss and parameter gradients, bit for bit, as the same graph keeping
+ * every gradient apart (st_model keep_act_grads). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/rng.h"
+#include "model/model.h"
+
+typedef void (*tweak_fn)(st_config *);
+
+static st_model *make(const char *type, tweak_fn tweak, const char *ckpt, bool keep) {
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.model.type, sizeof c.model.type, "%s", type);
+    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "%s", ckpt);
+    if (tweak) tweak(&c);
+    st_model_input in = {.height = 12, .width = 12, .channels = 1, .num_classes = 10};
+    if (strcmp(type, "gpt") == 0) {
+        in.vocab_size = c.model.vocab_size;
+        in.seq_len = c.model.block_size;
+    }
+    st_model *m = NULL;
+    CHECK_OK(st_model_create(&c, &in, &m));
+    if (m) {
+        m->keep_act_grads = keep;
+        CHECK_OK(st_model_init_weights(m, 7));
+    }
+    return m;
+}
+
+static void gpt3(st_config *c) {
+    c->model.n_layer = 3;
+    c->model.n_head = 2;
+    c->model.n_embd = 32;
+    c->model.vocab_size = 50;
+    c->model.block_size = 16;
+    c->model.dropout = 0.1;
+}
+static void cnn3(st_config *c) {
+    c->model.channels.n = 3;
+    c->model.channels.v[0] = c->model.channels.v[1] = c->model.channels.v[2] = 8;
+    c->model.pool.n = 3;
+    c->model.pool.v[0] = c->model.pool.v[1] = c->model.pool.v[2] = 0;
+    c->model.dropout = 0.2;
+}
+static void mlp3(st_config *c) {
+    c->model.hidden.n = 3;
+    c->model.hidden.v[0] = c->model.hidden.v[1] = c->model.hidden.v[2] = 24;
+    c->model.dropout = 0.3;
+}
+
+/* Fill the batch, run one training forward and backward. */
+static void step(st_model *m, st_model_graph *mg, int64_t B) {
+    CHECK_OK(st_model_graph_build(m, B, mg));
+    st_rng r = st_rng_make(3, 1);
+    if (mg->x->dtype == ST_F32)
+        for (int64_t i = 0; i < mg->x->count; i++)
+            mg->x->data[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
+    else
+        for (int64_t i = 0; i < mg->x->count; i++)
+            mg->x->idata[i] = (int32_t)(st_rng_next(&r) % 50);
+    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
+    for (int64_t i = 0; i < mg->y->count; i++)
+        mg->y->idata[i] = (int32_t)(st_rng_next(&r) % (uint64_t)classes);
+    mg->g.training = true;
+    mg->g.dropout_seed = 99;
+    CHECK_OK(st_graph_forward(&mg->g));
+    CHECK_OK(st_graph_backward(&mg->g, 1.0f));
+}
+
+/* Checks the placement of g's activation gradients; returns the floats
+ * they take laid end to end. */
+static int64_t check_lives(const char *label, const st_graph *g) {
+    const int na = g->n_acts, nn = g->n_nodes;
+    int *first = malloc((size_t)na * sizeof *first), *last = malloc((size_t)na * sizeof *last);
+    for (int i = 0; i < na; i++)
+        first[i] = -1, last[i] = nn; /* no producer: read to the end */
+    for (int s = 0; s < nn; s++) {   /* backward step s runs node nn - 1 - s */
+        const st_node *n = &g->nodes[nn - 1 - s];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->grad && n->in[k]->kind != ST_TENSOR_PARAM && first[n->in[k]->index] < 0)
+                first[n->in[k]->index] = s;                                           /* its first writer */
+        if (n->out->grad && n->out->kind != ST_TENSOR_PARAM) last[n->out->index] = s; /* its last reader */
+    }
+    for (int i = 0; i < na; i++)
+        if (first[i] < 0) first[i] = 0; /* no consumer (the loss): seeded before step 0 */
+    int64_t sum = 0;
+    int clashes = 0, outside = 0;
+    for (int i = 0; i < na; i++) {
+        const st_tensor *a = g->acts[i];
+        if (!a->grad) continue;
+        const int64_t na_ = st_store_floats(a->count, a->store);
+        sum += na_;
+        const float *lo = a->grad, *hi = a->grad + na_;
+        if (lo < g->grad_arena || hi > g->grad_arena + g->grad_count) outside++;
+        for (int j = i + 1; j < na; j++) {
+            const st_tensor *b = g->acts[j];
+            if (!b->grad || first[i] > last[j] || first[j] > last[i]) continue;
+            const float *blo = b->grad, *bhi = b->grad + st_store_floats(b->count, b->store);
+            if (lo < bhi && blo < hi) {
+                if (clashes < 3)
+                    fprintf(stderr, "%s: %s (steps %d-%d) and %s (steps %d-%d) share gradient memory\n",
+                            label, a->name, first[i], last[i], b->name, first[j], last[j]);
+                clashes++;
+            }
+        }
+    }
+    CHECK(clashes == 0, "%s: %d pairs of live gradients overlap", label, clashes);
+    CHECK(outside == 0, "%s: %d gradients outside the arena", label, outside);
+    free(first), free(last);
+    return sum;
+}
+
+static void check_model(const char *type, tweak_fn tweak) {
+    for (int k = 0; k < 2; k++) {
+        const char *ckpt = k ? "blocks" : "off";
+        char label[64];
+        snprintf(label, sizeof label, "%s, checkpointing %s", type, ckpt);
+        st_model *a = make(type, tweak, ckpt, false), *b = make(type, tweak, ckpt, true);
+        if (!a || !b) return;
+        st_model_graph ga, gb;
+        step(a, &ga, 6);
+        step(b, &gb, 6);
+        const int64_t sum = check_lives(label, &ga.g);
+        const int64_t kept = check_lives(label, &gb.g);
+        CHECK(ga.g.grad_count < sum / 2, "%s: the gradients take %lld floats, %lld laid end to end", label,
+              (long long)ga.g.grad_count, (long long)sum);
+        CHECK(gb.g.grad_count >= kept, "%s: kept apart, %lld floats for %lld", label,
+              (long long)gb.g.grad_count, (long long)kept);
+        CHECK(memcmp(ga.loss->data, gb.loss->data, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", label,
+              (double)ga.loss->data[0], (double)gb.loss->data[0]);
+        CHECK(memcmp(a->params.grad, b->params.grad, (size_t)a->params.count * sizeof(float)) == 0,
+              "%s: parameter gradients differ from the graph keeping every gradient", label);
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < a->params.count; i++)
+            nonzero += a->params.grad[i] != 0.0f;
+        CHECK(nonzero > a->params.count / 2, "%s: %lld of %lld gradients are non-zero", label,
+              (long long)nonzero, (long long)a->params.count);
+        printf("%s: activation gradients %lld floats (%lld kept apart)\n", label, (long long)ga.g.grad_count,
+               (long long)gb.g.grad_count);
+        st_model_graph_free(&ga);
+        st_model_graph_free(&gb);
+        st_model_free(a);
+        st_model_free(b);
+    }
+}
+
+int main(void) {
+    check_model("gpt", gpt3);
+    check_model("cnn", cnn3);
+    check_model("mlp", mlp3);
+    return st_test_finish("test_grad_lives");
+}
