@@ -48,8 +48,10 @@ static void pm_config(const char *type, st_config *cfg, st_model_input *in) {
 }
 
 /* Create the model and a training-mode graph whose batch size is dimension
- * `axis` of input tensor `x`. */
-static st_status pm_setup(const pd_ctx *c, const char *type, const char *x, int axis, st_model **m,
+ * `axis` of input tensor `x`; `keep`: every activation gradient apart from
+ * the others and from the data (st_model keep_act_grads), so the logits can
+ * be compared after backward. */
+static st_status pm_setup(const pd_ctx *c, const char *type, const char *x, int axis, bool keep, st_model **m,
                           st_model_graph *mg, st_config *cfg) {
     st_model_input in;
     pm_config(type, cfg, &in);
@@ -58,6 +60,7 @@ static st_status pm_setup(const pd_ctx *c, const char *type, const char *x, int 
     memset(mg, 0, sizeof *mg);
     ST_TRY(pd_shape(c, x, &ndim, shape));
     ST_TRY(st_model_create(cfg, &in, m));
+    (*m)->keep_act_grads = keep;
     if (axis >= ndim) return st_fail(ST_ERR_FORMAT, "parity input %s has %d dimensions", x, ndim);
     ST_TRY(st_model_graph_build(*m, shape[axis], mg));
     mg->g.training = true;
@@ -71,7 +74,7 @@ static st_status pm_model_case(pd_ctx *c, const char *type) {
     st_model_graph mg;
     st_config cfg;
     st_status s;
-    ST_GOTO(pm_setup(c, type, strcmp(type, "gpt") == 0 ? "idx" : "x", 0, &m, &mg, &cfg));
+    ST_GOTO(pm_setup(c, type, strcmp(type, "gpt") == 0 ? "idx" : "x", 0, true, &m, &mg, &cfg));
     ST_GOTO(pd_load(c, &mg.g));
     ST_GOTO(st_graph_forward(&mg.g));
     memset(m->params.grad, 0, (size_t)m->params.arena_count * sizeof(float));
@@ -114,7 +117,7 @@ static st_status pm_train_case(pd_ctx *c, const char *type) {
     float losses[PM_MAX_STEPS];
     int64_t steps = 0;
     st_status s;
-    ST_GOTO(pm_setup(c, type, "steps.x", 1, &m, &mg, &cfg));
+    ST_GOTO(pm_setup(c, type, "steps.x", 1, false, &m, &mg, &cfg));
     ST_GOTO(pd_load_params(c, &m->params));
     ST_GOTO(st_optim_init(&opt, &cfg, &m->params));
     steps = st_safetensors_find(c->in, "steps.x")->shape[0];

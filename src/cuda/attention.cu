@@ -244,5 +244,5 @@ static st_status attention_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_attention_ops = {"attention", attention_forward, attention_backward,
-                                                       attention_prepare};
+extern "C" const st_layer_ops st_cuda_attention_ops = {
+    "attention", attention_forward, attention_backward, attention_prepare, false, false};

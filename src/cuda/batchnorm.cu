@@ -220,5 +220,5 @@ static st_status batchnorm_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_batchnorm_ops = {"batchnorm", batchnorm_forward, batchnorm_backward,
-                                                       batchnorm_prepare};
+extern "C" const st_layer_ops st_cuda_batchnorm_ops = {
+    "batchnorm", batchnorm_forward, batchnorm_backward, batchnorm_prepare, false, false};

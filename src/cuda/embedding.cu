@@ -133,5 +133,5 @@ static st_status embedding_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_embedding_ops = {"embedding", embedding_forward, embedding_backward,
-                                                       embedding_prepare};
+extern "C" const st_layer_ops st_cuda_embedding_ops = {
+    "embedding", embedding_forward, embedding_backward, embedding_prepare, false, false};

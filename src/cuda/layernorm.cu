@@ -103,5 +103,5 @@ static st_status layernorm_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_layernorm_ops = {"layernorm", layernorm_forward, layernorm_backward,
-                                                       layernorm_prepare};
+extern "C" const st_layer_ops st_cuda_layernorm_ops = {
+    "layernorm", layernorm_forward, layernorm_backward, layernorm_prepare, false, false};

@@ -92,5 +92,5 @@ static st_status maxpool2d_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {"maxpool2d", maxpool2d_forward, maxpool2d_backward,
-                                                       NULL};
+extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {
+    "maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL, false, false};

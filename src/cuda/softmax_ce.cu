@@ -10,6 +10,8 @@
  * float), so backward needs no host round trip.
  * Backward, one block per row: dlogits = (softmax - onehot) * dloss / count,
  * written or added per in_acc; an ignored row gets 0 (or is left as is).
+ * Each thread reads a logit before writing its gradient, so dlogits may be
+ * the logits' own memory (grad_in_place, graph.c grads_over_data).
  * A target outside [0, V) that is not ignore_index cannot be named from the
  * device without a sync: its row's loss and gradient are NaN, so the loss
  * shows it. The CPU path names the position. Logits and their gradient in
@@ -118,5 +120,5 @@ static st_status softmax_ce_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {"softmax_ce", softmax_ce_forward, softmax_ce_backward,
-                                                        softmax_ce_prepare};
+extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {
+    "softmax_ce", softmax_ce_forward, softmax_ce_backward, softmax_ce_prepare, true, false};

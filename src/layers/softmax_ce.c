@@ -103,7 +103,9 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-/* dlogits = (softmax - onehot(target)) * dloss / n_valid; ignored rows get 0. */
+/* dlogits = (softmax - onehot(target)) * dloss / n_valid; ignored rows get 0.
+ * dlogits may be the logits' own memory (grad_in_place, graph.c
+ * grads_over_data): each element is read before its gradient is written. */
 static st_status softmax_ce_backward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
     const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
@@ -139,7 +141,8 @@ static st_status softmax_ce_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops softmax_ce_cpu = {"softmax_ce", softmax_ce_forward, softmax_ce_backward, NULL};
+static const st_layer_ops softmax_ce_cpu = {"softmax_ce", softmax_ce_forward, softmax_ce_backward, NULL, true,
+                                            false};
 
 st_status st_softmax_ce(st_graph *g, const char *name, st_tensor *logits, st_tensor *targets,
                         int32_t ignore_index, st_tensor **loss) {

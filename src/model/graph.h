@@ -95,12 +95,17 @@ typedef struct st_graph st_graph;
  * table for the CUDA twin of the same name at st_graph_finalize, so hot paths
  * never ask which. `prepare` (optional) runs then, before memory is laid out:
  * a backend whose kernels keep different saved state or scratch than the CPU
- * reference sets the node's saved_count and work_count there. */
+ * reference sets the node's saved_count and work_count there. The two flags
+ * let a gradient take its tensor's memory (graph.c grads_over_data), and
+ * must hold for the CPU table and its CUDA twin alike. */
 typedef struct st_layer_ops {
     const char *name;
     st_status (*forward)(st_node *n, st_graph *g);
     st_status (*backward)(st_node *n, st_graph *g);
     st_status (*prepare)(st_node *n, st_graph *g);
+    bool grad_in_place;        /* backward may write in[0]'s gradient over in[0]'s data: it reads each
+                                  element of in[0] only before writing that element's gradient */
+    bool backward_ignores_out; /* backward never reads out's data (its gradient, yes) */
 } st_layer_ops;
 
 /* Hyper-parameters of a node; each layer reads its own fields. */
@@ -216,7 +221,8 @@ struct st_graph {
     bool checkpointing, recomputing;
     int64_t region_act_count; /* floats of the shared region (0 without) */
     bool keep_act_grads;      /* set before finalize: every activation gradient kept to the end of
-                                 backward, none sharing memory (a test that reads them all) */
+                                 backward, none sharing memory nor over its tensor's data (a test that
+                                 reads them all) */
     bool finalized;
     bool params_only;   /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
                            int_count, work_count) but allocates none */

@@ -40,7 +40,7 @@
 #     of gradients and the staging buffer, as predicted (and as `scaletrain
 #     plan` predicts: the same staging, the shard to its alignment); the gpt's staging
 #     is smaller than the other ranks' half of the gradients (regions reused
-#     within backward), and its device peak is below zero1's by exactly the
+#     within backward), and its device peak (fp32) is below zero1's by exactly the
 #     difference in gradient bytes (the whole arena is given back before
 #     anything else is allocated). With the optimizer offloaded and the
 #     blocks recomputed (bf16, AdamW) zero2 still matches zero1. The mlp,
@@ -273,7 +273,10 @@ for model in ("gpt", "bf", "f16"):
     else:  # buckets of about a tensor
         checks["staging reused within backward"] = 0 < z2["grad_stage_bytes"] < whole - shard
         checks["fewer gradient bytes than zero1"] = z2["grad_bytes"] < whole
-        checks["the device's peak"] = peak == z2["grad_bytes"] - whole
+        # fp32: the peak is training's, lower by the gradient bytes saved; in
+        # bf16 this small model's peak comes outside the steps (the same bytes
+        # for both runs, where training holds fewer under zero2): not above
+        checks["the device's peak"] = peak == z2["grad_bytes"] - whole if model == "gpt" else peak <= 0
     for what, good in checks.items():
         if not good:
             print(f"FAIL: {model}: {what}")
