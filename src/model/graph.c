@@ -586,6 +586,9 @@ static int by_offset(const void *a, const void *b) {
  * 1024 tokens: 1.5 GiB in bf16). Not for a tensor in a block's shared
  * region (recomputing writes it), the loss, or a graph keeping its
  * gradients (keep_act_grads). */
+/* A tensor of the graph's acts table (activations and graph inputs). */
+static bool in_acts(const st_tensor *t) { return t->kind == ST_TENSOR_ACT || t->kind == ST_TENSOR_INPUT; }
+
 static st_status grads_over_data(const st_graph *g, const int *region, bool *over) {
     const int na = g->n_acts;
     int *uses = calloc((size_t)(na ? na : 1), sizeof *uses);
@@ -598,7 +601,7 @@ static st_status grads_over_data(const st_graph *g, const int *region, bool *ove
         const st_node *n = &g->nodes[i];
         if (n->out->kind == ST_TENSOR_ACT) producer[n->out->index] = n;
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k]->kind != ST_TENSOR_PARAM) uses[n->in[k]->index]++;
+            if (in_acts(n->in[k])) uses[n->in[k]->index]++;
     }
     for (int i = 0; i < na; i++)
         over[i] = false;
@@ -630,9 +633,9 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     for (int i = 0; i < nn && !g->keep_act_grads; i++) {
         const st_node *n = &g->nodes[i];
         const int step = nn - 1 - i;
-        if (n->out->kind != ST_TENSOR_PARAM) death[n->out->index] = step;
+        if (in_acts(n->out)) death[n->out->index] = step;
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k]->kind != ST_TENSOR_PARAM && n->in[k]->dtype != ST_I32) birth[n->in[k]->index] = step;
+            if (in_acts(n->in[k])) birth[n->in[k]->index] = step;
     }
     int m = 0;
     for (int i = 0; i < na; i++) {
