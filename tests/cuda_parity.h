@@ -285,7 +285,7 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
     dp.dev = dev;
     st_graph_init(&hg, &hp);
     st_graph_init(&dg, &dp);
-    hg.keep_act_grads = dg.keep_act_grads = true; /* every gradient is compared after backward */
+    hg.keep_acts = dg.keep_acts = true; /* every gradient is compared after backward */
 #define CP_TRY(expr)                                                                                         \
     do {                                                                                                     \
         if ((expr) != ST_OK) {                                                                               \

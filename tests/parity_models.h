@@ -49,7 +49,7 @@ static void pm_config(const char *type, st_config *cfg, st_model_input *in) {
 
 /* Create the model and a training-mode graph whose batch size is dimension
  * `axis` of input tensor `x`; `keep`: every activation gradient apart from
- * the others and from the data (st_model keep_act_grads), so the logits can
+ * the others and from the data (st_model keep_acts), so the logits can
  * be compared after backward. */
 static st_status pm_setup(const pd_ctx *c, const char *type, const char *x, int axis, bool keep, st_model **m,
                           st_model_graph *mg, st_config *cfg) {
@@ -60,7 +60,7 @@ static st_status pm_setup(const pd_ctx *c, const char *type, const char *x, int 
     memset(mg, 0, sizeof *mg);
     ST_TRY(pd_shape(c, x, &ndim, shape));
     ST_TRY(st_model_create(cfg, &in, m));
-    (*m)->keep_act_grads = keep;
+    (*m)->keep_acts = keep;
     if (axis >= ndim) return st_fail(ST_ERR_FORMAT, "parity input %s has %d dimensions", x, ndim);
     ST_TRY(st_model_graph_build(*m, shape[axis], mg));
     mg->g.training = true;

@@ -4,8 +4,12 @@
  * on, so its masks must be redrawn identically), and the activation memory
  * falls as the layout predicts: with L identical blocks each keeping I floats
  * to itself, checkpointing keeps one block's I instead of L of them, so the
- * activation arena shrinks by exactly (L - 1) * I; the activation gradients,
- * which share memory by their lives in backward either way, take the same. */
+ * activation arena shrinks by exactly (L - 1) * I (counted on graphs keeping
+ * every activation apart, keep_acts: without checkpointing the activations
+ * no backward reads share memory by their lives in forward, which takes
+ * part of some blocks' I away, test_grad_lives.c); the activation
+ * gradients, which share memory by their lives in backward either way, take
+ * the same. */
 #include <string.h>
 
 #include "check.h"
@@ -14,7 +18,7 @@
 
 typedef void (*tweak_fn)(st_config *);
 
-static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
+static st_model *make_keep(const char *type, tweak_fn tweak, const char *ckpt, bool keep) {
     st_config c;
     st_config_defaults(&c);
     snprintf(c.model.type, sizeof c.model.type, "%s", type);
@@ -27,8 +31,15 @@ static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
     }
     st_model *m = NULL;
     CHECK_OK(st_model_create(&c, &in, &m));
-    if (m) CHECK_OK(st_model_init_weights(m, 7));
+    if (m) {
+        m->keep_acts = keep;
+        CHECK_OK(st_model_init_weights(m, 7));
+    }
     return m;
+}
+
+static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
+    return make_keep(type, tweak, ckpt, false);
 }
 
 static void gpt3(st_config *c) {
@@ -97,13 +108,26 @@ static void same_bits(const char *label, tweak_fn tweak, const char *type, int L
     /* The memory model: (L - 1) blocks' private activations are gone; the
      * activation gradients share memory by their lives in backward, which
      * recomputing does not change (graph.c place_grads) */
-    const int64_t ia = gb.g.region_act_count;
-    CHECK(ia > 0, "%s: blocks keep activations to themselves (%lld floats)", label, (long long)ia);
-    CHECK(ga.g.act_count - gb.g.act_count == (int64_t)(L - 1) * ia,
+    st_model *ka = make_keep(type, tweak, "off", true), *kb = make_keep(type, tweak, "blocks", true);
+    st_model_graph gka, gkb;
+    if (!ka || !kb) return;
+    CHECK_OK(st_model_graph_build(ka, 6, &gka));
+    CHECK_OK(st_model_graph_build(kb, 6, &gkb));
+    const int64_t ia = gkb.g.region_act_count;
+    CHECK(ia > 0 && ia == gb.g.region_act_count, "%s: blocks keep activations to themselves (%lld floats)",
+          label, (long long)ia);
+    CHECK(gka.g.act_count - gkb.g.act_count == (int64_t)(L - 1) * ia,
           "%s: activations fall by (L-1) x %lld = %lld floats, measured %lld (of %lld)", label, (long long)ia,
-          (long long)((L - 1) * ia), (long long)(ga.g.act_count - gb.g.act_count), (long long)ga.g.act_count);
+          (long long)((L - 1) * ia), (long long)(gka.g.act_count - gkb.g.act_count),
+          (long long)gka.g.act_count);
+    CHECK(ga.g.act_count <= gka.g.act_count && gb.g.act_count <= gkb.g.act_count,
+          "%s: sharing never takes more than keeping apart", label);
     CHECK(ga.g.grad_count == gb.g.grad_count, "%s: activation gradients %lld floats, with checkpointing %lld",
           label, (long long)ga.g.grad_count, (long long)gb.g.grad_count);
+    st_model_graph_free(&gka);
+    st_model_graph_free(&gkb);
+    st_model_free(ka);
+    st_model_free(kb);
     printf("%s: activations %lld -> %lld floats, their gradients %lld -> %lld\n", label,
            (long long)ga.g.act_count, (long long)gb.g.act_count, (long long)ga.g.grad_count,
            (long long)gb.g.grad_count);
@@ -114,9 +138,11 @@ static void same_bits(const char *label, tweak_fn tweak, const char *type, int L
 }
 
 /* The per-block cost is the same whatever the depth: a 2-layer and a 3-layer
- * gpt without checkpointing differ by exactly one block (I + its output). */
+ * gpt without checkpointing differ by exactly one block (I + its output),
+ * every activation kept apart. */
 static void linear_in_depth(void) {
-    st_model *a = make("gpt", gpt2, "off"), *b = make("gpt", gpt3, "off"), *c = make("gpt", gpt3, "blocks");
+    st_model *a = make_keep("gpt", gpt2, "off", true), *b = make_keep("gpt", gpt3, "off", true),
+             *c = make_keep("gpt", gpt3, "blocks", true);
     if (!a || !b || !c) return;
     st_model_graph ga, gb, gc;
     CHECK_OK(st_model_graph_build(a, 4, &ga));

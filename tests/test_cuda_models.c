@@ -14,7 +14,9 @@
  * for logits, gradients and buffers (fp32 on both sides, different summation
  * orders through up to ~10 layers); the loss within 1e-5 relative. The
  * device's activation and gradient arenas are NaN before the run, so an
- * unwritten element fails.
+ * unwritten element fails, and the activations no backward reads (the
+ * arena's transient section) are NaN again between forward and backward,
+ * on both sides, so a backward reading one fails.
  *
  * bf16 and fp16 (docs/precision.md): the mlp, two cnns (conv bias + ReLU,
  * and batch norm + ReLU, both without max-pooling: see cnn_nopool) and the
@@ -271,6 +273,18 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     hg.g.training = dg.g.training = true;
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
+    /* NaN over the activations no backward reads (graph.c place_transients),
+     * on both sides: a backward that reads one (a wrong st_layer_ops flag)
+     * fails the gradients' comparison */
+    T_TRY(cp_poison(dev, dg.g.act_arena + (dg.g.act_count - dg.g.transient_act_count),
+                    dg.g.transient_act_count));
+    for (int64_t i = hg.g.act_count - hg.g.transient_act_count; i < hg.g.act_count; i++)
+        hg.g.act_arena[i] = NAN;
+    if (strcmp(mc->type, "cnn") != 0 && !(dg.g.transient_act_count > 0 && hg.g.transient_act_count > 0)) {
+        fprintf(stderr, "FAIL %s: no transient activations (%lld floats on the device, %lld on the host)\n",
+                mc->label, (long long)dg.g.transient_act_count, (long long)hg.g.transient_act_count);
+        bad++;
+    }
     /* fp16 backward starts from a loss scale, as training does (below 2^-14
      * fp16 keeps only a few significant bits) */
     const float seed_grad = prec == ST_PREC_FP16 ? 1024.0f : 1.0f;

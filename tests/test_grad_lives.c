@@ -5,10 +5,18 @@
  * placement), every gradient lies inside the arena, the arena is smaller
  * than the gradients laid end to end, and a training step gives the same
  * loss and parameter gradients, bit for bit, as the same graph keeping
- * every gradient apart (st_model keep_act_grads). The logits' gradient
- * takes the logits' own memory (graph.c grads_over_data: softmax_ce writes
- * it in place, the linear before it never reads its output), in every
- * model, and in none when the gradients are kept. */
+ * every activation and gradient apart (st_model keep_acts). The logits'
+ * gradient takes the logits' own memory (graph.c grads_over_data: softmax_ce
+ * writes it in place, the linear before it never reads its output), in
+ * every model, and in none when the gradients are kept.
+ *
+ * Activations no backward reads share the arena's transient section by
+ * their lives in forward (graph.c place_transients): no two alive at the
+ * same forward step overlap; without checkpointing, the gpt's and the
+ * mlp's activation arenas are smaller than when kept; and the section is filled with NaN between
+ * forward and backward, so that a backward reading any of them (a wrong
+ * st_layer_ops flag) changes the gradients the bit-identity check reads. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +40,7 @@ static st_model *make(const char *type, tweak_fn tweak, const char *ckpt, bool k
     st_model *m = NULL;
     CHECK_OK(st_model_create(&c, &in, &m));
     if (m) {
-        m->keep_act_grads = keep;
+        m->keep_acts = keep;
         CHECK_OK(st_model_init_weights(m, 7));
     }
     return m;
@@ -59,7 +67,8 @@ static void mlp3(st_config *c) {
     c->model.dropout = 0.3;
 }
 
-/* Fill the batch, run one training forward and backward. */
+/* Fill the batch, run one training forward and backward; between them,
+ * NaN over the transient section (activations no backward reads). */
 static void step(st_model *m, st_model_graph *mg, int64_t B) {
     CHECK_OK(st_model_graph_build(m, B, mg));
     st_rng r = st_rng_make(3, 1);
@@ -75,6 +84,8 @@ static void step(st_model *m, st_model_graph *mg, int64_t B) {
     mg->g.training = true;
     mg->g.dropout_seed = 99;
     CHECK_OK(st_graph_forward(&mg->g));
+    for (int64_t i = mg->g.act_count - mg->g.transient_act_count; i < mg->g.act_count; i++)
+        mg->g.act_arena[i] = NAN;
     CHECK_OK(st_graph_backward(&mg->g, 1.0f));
 }
 
@@ -127,6 +138,53 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
     return sum;
 }
 
+/* Checks the placement of g's transient activations (their data in the
+ * arena's last transient_act_count floats): no two whose lives in forward,
+ * from their producer's step to their last consumer's, meet share memory,
+ * and none is read by backward in a way the graph can see (a gradient over
+ * it). Returns how many there are. */
+static int check_transients(const char *label, const st_graph *g) {
+    const int na = g->n_acts;
+    const float *lo_t = g->act_arena + (g->act_count - g->transient_act_count),
+                *hi_t = g->act_arena + g->act_count;
+    int *birth = malloc((size_t)na * sizeof *birth), *death = malloc((size_t)na * sizeof *death);
+    for (int i = 0; i < na; i++)
+        birth[i] = death[i] = -1;
+    for (int s = 0; s < g->n_nodes; s++) {
+        const st_node *n = &g->nodes[s];
+        if (n->out->kind == ST_TENSOR_ACT) birth[n->out->index] = s;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->kind == ST_TENSOR_ACT) death[n->in[k]->index] = s;
+    }
+    int count = 0, clashes = 0;
+    for (int i = 0; i < na; i++) {
+        const st_tensor *a = g->acts[i];
+        if (a->dtype != ST_F32 || a->data < lo_t || a->data >= hi_t) continue;
+        count++;
+        const float *hi = a->data + st_store_floats(a->count, a->store);
+        CHECK(hi <= hi_t, "%s: transient %s runs past the arena", label, a->name);
+        CHECK(birth[i] >= 0 && death[i] >= birth[i], "%s: transient %s has no producer or no consumer", label,
+              a->name);
+        CHECK(a->grad != a->data, "%s: transient %s has its gradient over its data", label, a->name);
+        CHECK(a != g->loss, "%s: the loss is transient", label);
+        for (int j = i + 1; j < na; j++) {
+            const st_tensor *b = g->acts[j];
+            if (b->dtype != ST_F32 || b->data < lo_t || b->data >= hi_t || birth[i] > death[j] ||
+                birth[j] > death[i])
+                continue;
+            if (a->data < b->data + st_store_floats(b->count, b->store) && b->data < hi) {
+                if (clashes < 3)
+                    fprintf(stderr, "%s: %s (steps %d-%d) and %s (steps %d-%d) share memory\n", label,
+                            a->name, birth[i], death[i], b->name, birth[j], death[j]);
+                clashes++;
+            }
+        }
+    }
+    CHECK(clashes == 0, "%s: %d pairs of live transient activations overlap", label, clashes);
+    free(birth), free(death);
+    return count;
+}
+
 static void check_model(const char *type, tweak_fn tweak) {
     for (int k = 0; k < 2; k++) {
         const char *ckpt = k ? "blocks" : "off";
@@ -143,6 +201,13 @@ static void check_model(const char *type, tweak_fn tweak) {
               (long long)ga.g.grad_count, (long long)sum);
         CHECK(gb.g.grad_count >= kept, "%s: kept apart, %lld floats for %lld", label,
               (long long)gb.g.grad_count, (long long)kept);
+        const int nt = check_transients(label, &ga.g);
+        CHECK(check_transients(label, &gb.g) == 0 && gb.g.transient_act_count == 0,
+              "%s: kept apart, yet transient activations", label);
+        if (strcmp(type, "cnn") != 0 && k == 0) /* (in blocks, the projections' outputs are the region's) */
+            CHECK(nt > 0 && ga.g.act_count < gb.g.act_count,
+                  "%s: %d transient activations, arena %lld floats (%lld kept apart)", label, nt,
+                  (long long)ga.g.act_count, (long long)gb.g.act_count);
         CHECK(memcmp(ga.loss->data, gb.loss->data, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", label,
               (double)ga.loss->data[0], (double)gb.loss->data[0]);
         CHECK(memcmp(a->params.grad, b->params.grad, (size_t)a->params.count * sizeof(float)) == 0,
@@ -152,8 +217,10 @@ static void check_model(const char *type, tweak_fn tweak) {
             nonzero += a->params.grad[i] != 0.0f;
         CHECK(nonzero > a->params.count / 2, "%s: %lld of %lld gradients are non-zero", label,
               (long long)nonzero, (long long)a->params.count);
-        printf("%s: activation gradients %lld floats (%lld kept apart)\n", label, (long long)ga.g.grad_count,
-               (long long)gb.g.grad_count);
+        printf("%s: activation gradients %lld floats (%lld kept apart); activations %lld floats, %d "
+               "transient in %lld (%lld kept apart)\n",
+               label, (long long)ga.g.grad_count, (long long)gb.g.grad_count, (long long)ga.g.act_count, nt,
+               (long long)ga.g.transient_act_count, (long long)gb.g.act_count);
         st_model_graph_free(&ga);
         st_model_graph_free(&gb);
         st_model_free(a);

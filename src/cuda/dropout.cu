@@ -45,5 +45,5 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_dropout_ops = {"dropout", dropout_forward, dropout_backward,
-                                                     NULL,      false,           false};
+extern "C" const st_layer_ops st_cuda_dropout_ops = {
+    "dropout", dropout_forward, dropout_backward, NULL, false, true, true};

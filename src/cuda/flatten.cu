@@ -55,5 +55,5 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_flatten_ops = {"flatten", flatten_forward, flatten_backward,
-                                                     NULL,      false,           false};
+extern "C" const st_layer_ops st_cuda_flatten_ops = {
+    "flatten", flatten_forward, flatten_backward, NULL, false, true, true};

@@ -1,5 +1,6 @@
-/* Element-wise activations: GELU (tanh form, as GPT-2) and ReLU.
- * Backward recomputes from the input; nothing is saved. */
+/* Element-wise activations: GELU (tanh form, as GPT-2) and ReLU. Nothing
+ * is saved: GELU's backward recomputes from the input, ReLU's reads the
+ * output. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,21 +59,24 @@ static st_status relu_forward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-/* The derivative at 0 is taken as 0, as PyTorch does. */
+/* The derivative at 0 is taken as 0, as PyTorch does. It reads the output
+ * (y > 0 exactly where x > 0, NaN included), not the input, so the input
+ * need not outlive forward (backward_ignores_in: the linear or convolution
+ * before a ReLU keeps no copy of its output for backward). */
 static st_status relu_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
-    const float *x = n->in[0]->data, *dy = n->out->grad;
+    const float *y = n->out->data, *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx) return ST_OK;
     const bool acc = n->in_acc[0];
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        dx[i] = (acc ? dx[i] : 0.0f) + (x[i] > 0.0f ? dy[i] : 0.0f);
+        dx[i] = (acc ? dx[i] : 0.0f) + (y[i] > 0.0f ? dy[i] : 0.0f);
     return ST_OK;
 }
 
-static const st_layer_ops gelu_cpu = {"gelu", gelu_forward, gelu_backward, NULL, false, false};
-static const st_layer_ops relu_cpu = {"relu", relu_forward, relu_backward, NULL, false, false};
+static const st_layer_ops gelu_cpu = {"gelu", gelu_forward, gelu_backward, NULL, false, true, false};
+static const st_layer_ops relu_cpu = {"relu", relu_forward, relu_backward, NULL, false, false, true};
 
 static st_status add_activation(st_graph *g, const st_layer_ops *ops, const char *name, st_tensor *x,
                                 st_tensor **y) {

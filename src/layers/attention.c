@@ -195,8 +195,8 @@ bool st_attention_node_flash(const st_node *n) {
     return st_attention_flash_fits(B, T, nh, hs);
 }
 
-static const st_layer_ops attention_cpu = {"attention", attention_forward, attention_backward, NULL, false,
-                                           false};
+static const st_layer_ops attention_cpu = {
+    "attention", attention_forward, attention_backward, NULL, false, false, false};
 
 st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, st_tensor **y) {
     if (qkv->dtype != ST_F32 || qkv->ndim != 3 || qkv->shape[2] % 3 != 0)

@@ -69,8 +69,8 @@ static st_status embedding_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops embedding_cpu = {"embedding", embedding_forward, embedding_backward, NULL, false,
-                                           false};
+static const st_layer_ops embedding_cpu = {
+    "embedding", embedding_forward, embedding_backward, NULL, false, true, false};
 
 st_status st_embedding(st_graph *g, const char *name, st_tensor *idx, int64_t vocab, int64_t dim,
                        float init_std, st_tensor **y, st_tensor **weight) {

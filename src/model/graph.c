@@ -473,6 +473,13 @@ static st_status use_device_ops(st_graph *g) {
         if (!ops)
             return st_fail(ST_ERR_UNSUPPORTED, "layer %s (node %d, output %s) has no implementation on %s",
                            n->ops->name, i, n->out->name, st_device_name(g->dev));
+        if (ops->grad_in_place != n->ops->grad_in_place ||
+            ops->backward_ignores_out != n->ops->backward_ignores_out ||
+            ops->backward_ignores_in != n->ops->backward_ignores_in)
+            return st_fail(ST_ERR_INTERNAL,
+                           "layer %s: its implementation on %s states other backward reads (st_layer_ops "
+                           "flags) than the CPU reference; the planner's memory model needs them equal",
+                           n->ops->name, st_device_name(g->dev));
         n->ops = ops;
         if (ops->prepare) ST_TRY(ops->prepare(n, g));
     }
@@ -585,7 +592,7 @@ static int by_offset(const void *a, const void *b) {
  * softmax_ce, the largest gradient of a language model (GPT-2 124M at 16 x
  * 1024 tokens: 1.5 GiB in bf16). Not for a tensor in a block's shared
  * region (recomputing writes it), the loss, or a graph keeping its
- * gradients (keep_act_grads). */
+ * gradients (keep_acts). */
 /* A tensor of the graph's acts table (activations and graph inputs). */
 static bool in_acts(const st_tensor *t) { return t->kind == ST_TENSOR_ACT || t->kind == ST_TENSOR_INPUT; }
 
@@ -605,7 +612,7 @@ static st_status grads_over_data(const st_graph *g, const int *region, bool *ove
     }
     for (int i = 0; i < na; i++)
         over[i] = false;
-    for (int i = 0; i < g->n_nodes && !g->keep_act_grads; i++) {
+    for (int i = 0; i < g->n_nodes && !g->keep_acts; i++) {
         const st_node *n = &g->nodes[i];
         const st_tensor *t = n->in[0];
         if (!n->ops->grad_in_place || n->n_in < 1 || t->kind != ST_TENSOR_ACT || t->dtype != ST_F32 ||
@@ -616,6 +623,26 @@ static st_status grads_over_data(const st_graph *g, const int *region, bool *ove
     }
     free(uses), free(producer);
     return ST_OK;
+}
+
+/* Place m lives largest first, each at the lowest offset clear of every
+ * placed life that overlaps it in time (near: scratch for m pointers).
+ * Returns the floats spanned. */
+static int64_t pack_lives(grad_life *life, int m, const grad_life **near) {
+    qsort(life, (size_t)m, sizeof *life, by_size_then_birth);
+    int64_t top = 0;
+    for (int i = 0; i < m; i++) {
+        int nb = 0;
+        for (int j = 0; j < i; j++) /* placed, and alive at some step with life[i] */
+            if (life[j].birth <= life[i].death && life[i].birth <= life[j].death) near[nb++] = &life[j];
+        qsort(near, (size_t)nb, sizeof *near, by_offset);
+        int64_t at = 0;
+        for (int j = 0; j < nb && near[j]->off < at + life[i].size; j++)
+            if (near[j]->off + near[j]->size > at) at = near[j]->off + near[j]->size;
+        life[i].off = at;
+        if (at + life[i].size > top) top = at + life[i].size;
+    }
+    return top;
 }
 
 static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff, int64_t *count) {
@@ -630,7 +657,7 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     }
     for (int i = 0; i < na; i++)
         birth[i] = 0, death[i] = nn;
-    for (int i = 0; i < nn && !g->keep_act_grads; i++) {
+    for (int i = 0; i < nn && !g->keep_acts; i++) {
         const st_node *n = &g->nodes[i];
         const int step = nn - 1 - i;
         if (in_acts(n->out)) death[n->out->index] = step;
@@ -643,21 +670,65 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
         if (t->dtype == ST_I32 || !t->requires_grad || over[i]) continue;
         life[m++] = (grad_life){act_floats(t), 0, birth[i], death[i] > birth[i] ? death[i] : birth[i], i};
     }
-    qsort(life, (size_t)m, sizeof *life, by_size_then_birth);
-    int64_t top = 0;
-    for (int i = 0; i < m; i++) {
-        int nb = 0;
-        for (int j = 0; j < i; j++) /* placed, and alive at some step with life[i] */
-            if (life[j].birth <= life[i].death && life[i].birth <= life[j].death) near[nb++] = &life[j];
-        qsort(near, (size_t)nb, sizeof *near, by_offset);
-        int64_t at = 0;
-        for (int j = 0; j < nb && near[j]->off < at + life[i].size; j++)
-            if (near[j]->off + near[j]->size > at) at = near[j]->off + near[j]->size;
-        life[i].off = at;
-        goff[life[i].act] = at;
-        if (at + life[i].size > top) top = at + life[i].size;
+    *count = pack_lives(life, m, near);
+    for (int i = 0; i < m; i++)
+        goff[life[i].act] = life[i].off;
+    free(birth), free(death), free(life), free(near);
+    return ST_OK;
+}
+
+/* Activations no backward reads (transient[i]): the producer's backward
+ * ignores its output and every consumer's backward its inputs (the
+ * st_layer_ops flags), so the tensor is dead once its last consumer has
+ * run forward: the output of the projection before a residual add (two per
+ * transformer block), of a linear or convolution before a ReLU (ReLU's
+ * backward reads its output), of a pooling before a flatten. Their data
+ * share the arena's last floats by their lives in forward, [producer's
+ * step, last consumer's step], as the gradients do in backward: a few at a
+ * time instead of one each per layer. Not a graph input, the loss, what
+ * the host reads (host_f32), a tensor without a consumer (an output), one
+ * a gradient lies over (over[i]), one in a block's shared region, one read
+ * by a checkpointed block (recomputing reads it in backward), nor any in a
+ * graph keeping its activations (keep_acts). Returns in *count the floats
+ * of the section and, for each transient i, toff[i] its offset there. */
+static st_status place_transients(const st_graph *g, const int *region, const bool *over, bool *transient,
+                                  int64_t *toff, int64_t *count) {
+    const int na = g->n_acts, nn = g->n_nodes;
+    int *birth = malloc((size_t)(na ? na : 1) * sizeof *birth),
+        *death = malloc((size_t)(na ? na : 1) * sizeof *death);
+    grad_life *life = malloc((size_t)(na ? na : 1) * sizeof *life);
+    const grad_life **near = malloc((size_t)(na ? na : 1) * sizeof *near);
+    if (!birth || !death || !life || !near) {
+        free(birth), free(death), free(life), free(near);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
     }
-    *count = top;
+    for (int i = 0; i < na; i++) {
+        const st_tensor *t = g->acts[i];
+        transient[i] = !g->keep_acts && t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss &&
+                       !t->host_f32 && !over[i] && region[i] < 0;
+        birth[i] = -1, death[i] = -1;
+    }
+    for (int i = 0; i < nn; i++) {
+        const st_node *n = &g->nodes[i];
+        if (in_acts(n->out)) {
+            birth[n->out->index] = i;
+            if (!n->ops->backward_ignores_out) transient[n->out->index] = false;
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            if (!in_acts(n->in[k])) continue;
+            const int a = n->in[k]->index;
+            death[a] = i;
+            if (!n->ops->backward_ignores_in || (g->checkpointing && n->block >= 0)) transient[a] = false;
+        }
+    }
+    int m = 0;
+    for (int i = 0; i < na; i++) {
+        if (transient[i] && (birth[i] < 0 || death[i] < 0)) transient[i] = false; /* no producer or output */
+        if (transient[i]) life[m++] = (grad_life){act_floats(g->acts[i]), 0, birth[i], death[i], i};
+    }
+    *count = pack_lives(life, m, near);
+    for (int i = 0; i < m; i++)
+        toff[life[i].act] = life[i].off;
     free(birth), free(death), free(life), free(near);
     return ST_OK;
 }
@@ -685,7 +756,9 @@ st_status st_graph_finalize(st_graph *g) {
     ST_TRY(find_regions(g, &region));
     /* Offsets (floats) into the activation arena: persistent tensors and
      * saved state first, then one region per block, all blocks sharing the
-     * same addresses; the gradients' by their lives in backward (place_grads). */
+     * same addresses, then the transients by their lives in forward
+     * (place_transients); the gradients' by their lives in backward
+     * (place_grads). */
     int64_t *aoff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *aoff);
     int64_t *goff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *goff);
     int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
@@ -693,12 +766,16 @@ st_status st_graph_finalize(st_graph *g) {
         free(region), free(aoff), free(goff), free(soff);
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
-    int64_t ac = 0, gc = 0, ic = 0, wc = 0;
+    int64_t ac = 0, gc = 0, ic = 0, wc = 0, tc = 0;
     bool *over = malloc((size_t)(g->n_acts ? g->n_acts : 1));
-    st_status ps = over ? grads_over_data(g, region, over) : st_fail(ST_ERR_NOMEM, "out of memory");
+    bool *transient = malloc((size_t)(g->n_acts ? g->n_acts : 1));
+    int64_t *toff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *toff);
+    st_status ps =
+        over && transient && toff ? grads_over_data(g, region, over) : st_fail(ST_ERR_NOMEM, "out of memory");
     if (ps == ST_OK) ps = place_grads(g, over, goff, &gc);
+    if (ps == ST_OK) ps = place_transients(g, region, over, transient, toff, &tc);
     if (ps != ST_OK) {
-        free(region), free(aoff), free(goff), free(soff), free(over);
+        free(region), free(aoff), free(goff), free(soff), free(over), free(transient), free(toff);
         return ps;
     }
     for (int i = 0; i < g->n_acts; i++) {
@@ -706,7 +783,7 @@ st_status st_graph_finalize(st_graph *g) {
         if (t->dtype == ST_I32) {
             t->offset = ic;
             ic += st_align_floats(t->count);
-        } else if (region[i] < 0) {
+        } else if (region[i] < 0 && !transient[i]) {
             aoff[i] = ac;
             ac += act_floats(t);
         }
@@ -730,6 +807,11 @@ st_status st_graph_finalize(st_graph *g) {
     }
     g->region_act_count = a_region;
     ac += a_region;
+    for (int i = 0; i < g->n_acts; i++)
+        if (transient[i]) aoff[i] = ac + toff[i];
+    g->transient_act_count = tc;
+    ac += tc;
+    free(transient), free(toff);
     g->act_count = ac;
     g->grad_count = gc;
     g->int_count = ic;

@@ -95,9 +95,12 @@ typedef struct st_graph st_graph;
  * table for the CUDA twin of the same name at st_graph_finalize, so hot paths
  * never ask which. `prepare` (optional) runs then, before memory is laid out:
  * a backend whose kernels keep different saved state or scratch than the CPU
- * reference sets the node's saved_count and work_count there. The two flags
- * let a gradient take its tensor's memory (graph.c grads_over_data), and
- * must hold for the CPU table and its CUDA twin alike. */
+ * reference sets the node's saved_count and work_count there. The three
+ * flags say what backward reads: they let a gradient take its tensor's
+ * memory (graph.c grads_over_data) and an activation no backward reads
+ * share memory with others in forward (graph.c place_transients). They must
+ * hold for the CPU table and its CUDA twin alike (the planner sizes a GPU
+ * run from the CPU tables; use_device_ops refuses a twin that differs). */
 typedef struct st_layer_ops {
     const char *name;
     st_status (*forward)(st_node *n, st_graph *g);
@@ -106,6 +109,7 @@ typedef struct st_layer_ops {
     bool grad_in_place;        /* backward may write in[0]'s gradient over in[0]'s data: it reads each
                                   element of in[0] only before writing that element's gradient */
     bool backward_ignores_out; /* backward never reads out's data (its gradient, yes) */
+    bool backward_ignores_in;  /* backward never reads any input's data (their gradients, yes) */
 } st_layer_ops;
 
 /* Hyper-parameters of a node; each layer reads its own fields. */
@@ -220,9 +224,12 @@ struct st_graph {
     int cur_block, n_blocks;
     bool checkpointing, recomputing;
     int64_t region_act_count; /* floats of the shared region (0 without) */
-    bool keep_act_grads;      /* set before finalize: every activation gradient kept to the end of
-                                 backward, none sharing memory nor over its tensor's data (a test that
-                                 reads them all) */
+    int64_t transient_act_count; /* floats at the end of the activation arena holding the activations
+                                    no backward reads, shared by their lives in forward (0 with none;
+                                    graph.c place_transients) */
+    bool keep_acts;              /* set before finalize: every activation and activation gradient kept to the
+                                    end of backward, none sharing memory nor a gradient over its tensor's data
+                                    (a test that reads them all) */
     bool finalized;
     bool params_only;   /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
                            int_count, work_count) but allocates none */

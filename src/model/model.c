@@ -136,7 +136,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     st_graph_init(&mg->g, &m->params);
     mg->g.params_only = params_only;
     mg->g.device_layout = device_layout;
-    mg->g.keep_act_grads = m->keep_act_grads;
+    mg->g.keep_acts = m->keep_acts;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     st_status s;

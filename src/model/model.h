@@ -36,7 +36,7 @@ typedef struct st_model {
     st_model_input in;
     st_params params;
     int64_t n_params;
-    bool keep_act_grads; /* graphs built keep every activation gradient (graph.h; tests) */
+    bool keep_acts; /* graphs built keep every activation and its gradient (graph.h; tests) */
 } st_model;
 
 /* Create the model and lay out its parameters (not yet initialised: call
