@@ -126,6 +126,13 @@ static void gpt(st_config *c, st_model_input *in) {
     c->model.vocab_size = in->vocab_size;
 }
 
+/* Selective checkpointing: the norms' and GELUs' outputs recomputed in
+ * backward (graph.c place_transients), on both sides. */
+static void gpt_selective(st_config *c, st_model_input *in) {
+    gpt(c, in);
+    snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "selective");
+}
+
 /* The case's largest |dev - host| / max|host| over the tensors compared,
  * printed after each case (what the tolerances are measured against). */
 static double worst_scaled;
@@ -382,7 +389,9 @@ int main(void) {
          L2_CNN_BF16},
         {"bf16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "bf16",
          L2_BN_BF16},
+        {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0},
         {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0},
+        {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0},
         {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0},
         {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16",
          L2_CNN_FP16},

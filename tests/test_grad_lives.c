@@ -15,7 +15,11 @@
  * same forward step overlap; without checkpointing, the gpt's and the
  * mlp's activation arenas are smaller than when kept; and the section is filled with NaN between
  * forward and backward, so that a backward reading any of them (a wrong
- * st_layer_ops flag) changes the gradients the bit-identity check reads. */
+ * st_layer_ops flag) changes the gradients the bit-identity check reads.
+ * With selective checkpointing the gpt's norms and GELUs' outputs join the
+ * section, living again in backward from their recompute (remat_before) to
+ * their last reader: the NaN between forward and backward then also checks
+ * that backward recomputes each before reading it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +142,8 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
     return sum;
 }
 
+static bool meet(int b1, int d1, int b2, int d2) { return b1 >= 0 && b2 >= 0 && b1 <= d2 && b2 <= d1; }
+
 /* Checks the placement of g's transient activations (their data in the
  * arena's last transient_act_count floats): no two whose lives in forward,
  * from their producer's step to their last consumer's, meet share memory,
@@ -147,14 +153,32 @@ static int check_transients(const char *label, const st_graph *g) {
     const int na = g->n_acts;
     const float *lo_t = g->act_arena + (g->act_count - g->transient_act_count),
                 *hi_t = g->act_arena + g->act_count;
+    const int nn = g->n_nodes;
     int *birth = malloc((size_t)na * sizeof *birth), *death = malloc((size_t)na * sizeof *death);
+    int *b2 = malloc((size_t)na * sizeof *b2), *d2 = malloc((size_t)na * sizeof *d2);
     for (int i = 0; i < na; i++)
-        birth[i] = death[i] = -1;
-    for (int s = 0; s < g->n_nodes; s++) {
+        birth[i] = death[i] = b2[i] = d2[i] = -1;
+    for (int s = 0; s < nn; s++) {
         const st_node *n = &g->nodes[s];
         if (n->out->kind == ST_TENSOR_ACT) birth[n->out->index] = s;
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k]->kind == ST_TENSOR_ACT) death[n->in[k]->index] = s;
+    }
+    /* a recomputed output (selective) lives again in backward (node i's
+     * backward at step 2n-1-i), from the recompute to its last reader */
+    for (int s = 0; s < nn; s++) {
+        const st_node *p = &g->nodes[s];
+        if (p->remat_before < 0) continue;
+        const int a = p->out->index;
+        int last = p->ops->backward_ignores_out ? nn : s;
+        for (int j = s + 1; j < nn; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in[k] == p->out && !g->nodes[j].ops->backward_ignores_in && j < last)
+                    last = j;
+        CHECK(last < nn && p->remat_before >= last, "%s: %s recomputed before node %d, read from node %d",
+              label, p->out->name, p->remat_before, last);
+        b2[a] = 2 * nn - 1 - p->remat_before;
+        d2[a] = 2 * nn - 1 - last;
     }
     int count = 0, clashes = 0;
     for (int i = 0; i < na; i++) {
@@ -169,8 +193,9 @@ static int check_transients(const char *label, const st_graph *g) {
         CHECK(a != g->loss, "%s: the loss is transient", label);
         for (int j = i + 1; j < na; j++) {
             const st_tensor *b = g->acts[j];
-            if (b->dtype != ST_F32 || b->data < lo_t || b->data >= hi_t || birth[i] > death[j] ||
-                birth[j] > death[i])
+            if (b->dtype != ST_F32 || b->data < lo_t || b->data >= hi_t ||
+                !(meet(birth[i], death[i], birth[j], death[j]) || meet(birth[i], death[i], b2[j], d2[j]) ||
+                  meet(b2[i], d2[i], birth[j], death[j]) || meet(b2[i], d2[i], b2[j], d2[j])))
                 continue;
             if (a->data < b->data + st_store_floats(b->count, b->store) && b->data < hi) {
                 if (clashes < 3)
@@ -181,13 +206,15 @@ static int check_transients(const char *label, const st_graph *g) {
         }
     }
     CHECK(clashes == 0, "%s: %d pairs of live transient activations overlap", label, clashes);
-    free(birth), free(death);
+    free(birth), free(death), free(b2), free(d2);
     return count;
 }
 
 static void check_model(const char *type, tweak_fn tweak) {
-    for (int k = 0; k < 2; k++) {
-        const char *ckpt = k ? "blocks" : "off";
+    static const char *const modes[] = {"off", "blocks", "selective"};
+    int64_t off_acts = 0;
+    for (int k = 0; k < 3; k++) {
+        const char *ckpt = modes[k];
         char label[64];
         snprintf(label, sizeof label, "%s, checkpointing %s", type, ckpt);
         st_model *a = make(type, tweak, ckpt, false), *b = make(type, tweak, ckpt, true);
@@ -208,6 +235,17 @@ static void check_model(const char *type, tweak_fn tweak) {
             CHECK(nt > 0 && ga.g.act_count < gb.g.act_count,
                   "%s: %d transient activations, arena %lld floats (%lld kept apart)", label, nt,
                   (long long)ga.g.act_count, (long long)gb.g.act_count);
+        int remat = 0;
+        for (int i = 0; i < ga.g.n_nodes; i++)
+            remat += ga.g.nodes[i].remat_before >= 0;
+        CHECK(remat == ga.g.n_remat, "%s: %d recomputed nodes, %d listed", label, remat, ga.g.n_remat);
+        if (k == 0) off_acts = ga.g.act_count;
+        if (k == 2 && strcmp(type, "gpt") == 0) /* 2 layer norms and a GELU per block, and ln_f */
+            CHECK(remat == 3 * 3 + 1 && ga.g.act_count < off_acts,
+                  "%s: %d recomputed outputs, arena %lld floats (%lld without)", label, remat,
+                  (long long)ga.g.act_count, (long long)off_acts);
+        else if (k != 2 || strcmp(type, "mlp") == 0) /* (the mlp's ReLU reads a transient input) */
+            CHECK(remat == 0, "%s: %d recomputed outputs", label, remat);
         CHECK(memcmp(ga.loss->data, gb.loss->data, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", label,
               (double)ga.loss->data[0], (double)gb.loss->data[0]);
         CHECK(memcmp(a->params.grad, b->params.grad, (size_t)a->params.count * sizeof(float)) == 0,
@@ -218,9 +256,9 @@ static void check_model(const char *type, tweak_fn tweak) {
         CHECK(nonzero > a->params.count / 2, "%s: %lld of %lld gradients are non-zero", label,
               (long long)nonzero, (long long)a->params.count);
         printf("%s: activation gradients %lld floats (%lld kept apart); activations %lld floats, %d "
-               "transient in %lld (%lld kept apart)\n",
+               "transient (%d recomputed) in %lld (%lld kept apart)\n",
                label, (long long)ga.g.grad_count, (long long)gb.g.grad_count, (long long)ga.g.act_count, nt,
-               (long long)ga.g.transient_act_count, (long long)gb.g.act_count);
+               remat, (long long)ga.g.transient_act_count, (long long)gb.g.act_count);
         st_model_graph_free(&ga);
         st_model_graph_free(&gb);
         st_model_free(a);

@@ -1,5 +1,5 @@
 /* train.activation_checkpointing: auto decided by memory (src/hw/planner.h):
- * blocks only when the micro-batch does not fit without it and does with it,
+ * the first of off, selective and blocks with which the micro-batch fits,
  * and the effective configuration says why. The device is the A100-40GB
  * preset with its memory set between the two footprints the memory model
  * predicts (the planner's own numbers with the value given explicitly), for
@@ -66,25 +66,43 @@ static void check_printed(const st_config *c, const char *needle) {
     free(s);
 }
 
-/* An explicit micro-batch of 8: blocks exactly when it fits only with it. */
+/* An explicit micro-batch of 8: selective exactly when it fits only with
+ * it, blocks when only with that. */
 static void test_explicit_micro(void) {
     st_config c;
     st_model *m = small_gpt(&c);
     if (!m) return;
     set(&c, "train.micro_batch_size=8");
-    const double off = need(&c, m, "8", "off"), on = need(&c, m, "8", "blocks");
-    printf("micro-batch 8: %.3f GiB without checkpointing, %.3f GiB with it\n", off / GIB, on / GIB);
+    const double off = need(&c, m, "8", "off"), on = need(&c, m, "8", "blocks"),
+                 sel = need(&c, m, "8", "selective");
+    printf("micro-batch 8: %.3f GiB without checkpointing, %.3f GiB selective, %.3f GiB blocks\n", off / GIB,
+           sel / GIB, on / GIB);
     CHECK(on < 0.8 * off, "checkpointing saves little: %g of %g bytes", on, off);
+    CHECK(on < sel && sel < 0.9 * off, "selective: %g bytes, between %g and %g", sel, on, off);
 
-    /* between the two: blocks, and the prediction is the checkpointed one */
-    st_plan p = plan(&c, m, (off + on) / 2);
-    CHECK(p.checkpointing && p.fits && (double)p.mem.total == on, "between: ckpt %d fits %d mem %lld (on %g)",
-          p.checkpointing, p.fits, (long long)p.mem.total, on);
+    /* between off and selective: selective, predicted as such, and no
+     * slower (its recompute is element-wise, no FLOPs) */
+    st_plan ps = plan(&c, m, (off + sel) / 2);
+    CHECK(ps.checkpointing == ST_CKPT_SELECTIVE && ps.fits && (double)ps.mem.total == sel,
+          "between off and selective: ckpt %d fits %d mem %lld (selective %g)", ps.checkpointing, ps.fits,
+          (long long)ps.mem.total, sel);
+    CHECK(strstr(ps.checkpointing_why, "selective: micro-batch 8 needs") != NULL, "why: %s",
+          ps.checkpointing_why);
+    st_config applied_sel = c;
+    st_plan_apply(&ps, &applied_sel);
+    check_printed(&applied_sel, "activation_checkpointing: selective");
+
+    /* between selective and blocks: blocks, and the prediction is the checkpointed one */
+    st_plan p = plan(&c, m, (sel + on) / 2);
+    CHECK(p.checkpointing == ST_CKPT_BLOCKS && p.fits && (double)p.mem.total == on,
+          "between: ckpt %d fits %d mem %lld (on %g)", p.checkpointing, p.fits, (long long)p.mem.total, on);
     CHECK(strstr(p.checkpointing_why, "blocks: micro-batch 8 needs") != NULL, "why: %s", p.checkpointing_why);
     st_plan fast = plan(&c, m, 0); /* the recompute costs time: a forward pass more */
     CHECK(!fast.checkpointing && strstr(fast.checkpointing_why, "off: micro-batch 8 fits without it"),
           "ample memory: %d %s", fast.checkpointing, fast.checkpointing_why);
     CHECK(p.time.step_s > 1.2 * fast.time.step_s, "recompute time %g vs %g s", p.time.step_s, fast.time.step_s);
+    CHECK(ps.time.step_s < 1.01 * fast.time.step_s, "selective time %g vs %g s", ps.time.step_s,
+          fast.time.step_s);
     st_config applied = c;
     st_plan_apply(&p, &applied);
     CHECK(strcmp(applied.train.activation_checkpointing, "blocks") == 0 &&
@@ -136,18 +154,29 @@ static void test_auto_micro(void) {
           "some samples: ckpt %d micro %lld", p.checkpointing, (long long)p.micro);
     CHECK(strstr(p.checkpointing_why, "off: micro-batch") && strstr(p.checkpointing_why, "accumulation"), "why: %s",
           p.checkpointing_why);
-    /* not one sample without it: blocks, DDP without offload, the largest micro-batch that fits */
-    p = plan(&c, m, (off1 + on1) / 2);
-    CHECK(p.checkpointing && p.fits && !p.offload && strcmp(p.strategy, "ddp") == 0 && p.micro >= 1,
-          "one sample only with it: ckpt %d fits %d offload %d %s micro %lld", p.checkpointing, p.fits, p.offload,
-          p.strategy, (long long)p.micro);
+    /* not one sample without it, but with selective: selective, the largest micro-batch that fits */
+    const double sel1 = need(&c, m, "1", "selective");
+    CHECK(on1 < sel1 && sel1 < off1, "one sample: %g blocks, %g selective, %g off", on1, sel1, off1);
+    p = plan(&c, m, (off1 + sel1) / 2);
+    CHECK(p.checkpointing == ST_CKPT_SELECTIVE && p.fits && !p.offload && p.micro >= 1,
+          "one sample only with selective: ckpt %d fits %d offload %d micro %lld", p.checkpointing, p.fits,
+          p.offload, (long long)p.micro);
+    CHECK(strstr(p.checkpointing_why, "selective: not even a micro-batch of 1 fits without it") != NULL,
+          "why: %s", p.checkpointing_why);
+    /* not one sample even with selective: blocks, DDP without offload, the largest micro-batch that fits */
+    p = plan(&c, m, (sel1 + on1) / 2);
+    CHECK(p.checkpointing == ST_CKPT_BLOCKS && p.fits && !p.offload && strcmp(p.strategy, "ddp") == 0 &&
+              p.micro >= 1,
+          "one sample only with it: ckpt %d fits %d offload %d %s micro %lld", p.checkpointing, p.fits,
+          p.offload, p.strategy, (long long)p.micro);
     CHECK(strstr(p.checkpointing_why, "not even a micro-batch of 1 fits without it") != NULL, "why: %s",
           p.checkpointing_why);
     CHECK(strstr(p.strategy_why, "when recomputed") != NULL, "strategy why: %s", p.strategy_why);
     if (p.micro < 8) {
         char kv[64];
         snprintf(kv, sizeof kv, "%lld", (long long)(2 * p.micro));
-        CHECK(need(&c, m, kv, "blocks") > (off1 + on1) / 2, "micro %lld is not the largest", (long long)p.micro);
+        CHECK(need(&c, m, kv, "blocks") > (sel1 + on1) / 2, "micro %lld is not the largest",
+              (long long)p.micro);
     }
     st_config applied = c;
     st_plan_apply(&p, &applied);

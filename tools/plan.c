@@ -73,7 +73,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddNumberToObject(o, "accumulation", (double)p->accum);
     cJSON_AddStringToObject(o, "strategy", st_plan_strategy_label(p, buf, sizeof buf));
     cJSON_AddStringToObject(o, "precision", p->precision);
-    cJSON_AddStringToObject(o, "activation_checkpointing", p->checkpointing ? "blocks" : "off");
+    cJSON_AddStringToObject(o, "activation_checkpointing", st_ckpt_name(p->checkpointing));
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
     const char *names[] = {"params", "grads", "optim",  "acts",     "act_grads", "ints",
@@ -118,7 +118,9 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
         }
         char strat[32], label[48], mem[40];
         snprintf(label, sizeof label, "%s%s", st_plan_strategy_label(q, strat, sizeof strat),
-                 q->checkpointing ? "+ckpt" : ""); /* activation checkpointing */
+                 q->checkpointing == ST_CKPT_BLOCKS      ? "+ckpt"
+                 : q->checkpointing == ST_CKPT_SELECTIVE ? "+sel"
+                                                         : ""); /* activation checkpointing */
         snprintf(mem, sizeof mem, "%.2f GiB (%.1f)", (double)q->mem.total / GIB, (double)q->mem_limit / GIB);
         fprintf(f, "%-16s %5d %6lld %5lld %-14s %-5s %-22s %10.1f %12.0f %6.0f%%%s%s\n", q->hw.label,
                 q->ranks, (long long)q->micro, (long long)q->accum, label, q->precision, mem,

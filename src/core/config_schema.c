@@ -60,23 +60,28 @@ const st_cfg_key st_cfg_keys[] = {
            "mlp/cnn: output classes; auto = from the training labels"),
 
     K_ENUM("data.type", data.type, "idx", VALUES("idx", "npy", "tokens"),
-           "dataset format: idx (MNIST family, gzip or raw), npy (a pair of NumPy .npy files: inputs (n, h, w[, c]) "
-           "or (n, d) as uint8, float32 or float64, and labels (n,) as uint8, int32 or int64) or tokens (token shards)"),
+           "dataset format: idx (MNIST family, gzip or raw), npy (a pair of NumPy .npy files: inputs (n, h, "
+           "w[, c]) "
+           "or (n, d) as uint8, float32 or float64, and labels (n,) as uint8, int32 or int64) or tokens "
+           "(token shards)"),
     K_STR("data.train", data.train, FMNIST "train-images-idx3-ubyte.gz",
           "training images (idx), inputs (npy) or token file"),
     K_STR("data.train_labels", data.train_labels, FMNIST "train-labels-idx1-ubyte.gz",
           "idx, npy: training labels"),
     K_STR("data.val", data.val, FMNIST "t10k-images-idx3-ubyte.gz",
           "validation images (idx), inputs (npy) or token file; \"\" = no evaluation"),
-    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz", "idx, npy: validation labels"),
+    K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz",
+          "idx, npy: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
     K_AUTO("data.num_workers", data.num_workers, 0, 256,
            "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
     K_INT("data.augment_crop_pad", data.augment_crop_pad, "0", 0, 1024,
-          "images, training only: random crop to the same size after zero padding of this many pixels on each side "
-          "(torchvision RandomCrop(padding)); drawn from (train.seed, epoch, sample) in the loader threads; 0 = off"),
+          "images, training only: random crop to the same size after zero padding of this many pixels on "
+          "each side "
+          "(torchvision RandomCrop(padding)); drawn from (train.seed, epoch, sample) in the loader threads; "
+          "0 = off"),
     K_BOOL("data.augment_flip", data.augment_flip, "false",
            "images, training only: random horizontal flip with probability 1/2, drawn like the crop"),
 
@@ -86,32 +91,41 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("train.batch_size", train.batch_size, "128", 1, NOMAX,
           "global batch: samples per optimizer step over all ranks"),
     K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, NOMAX,
-           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = the largest divisor of batch_size / ranks that fits memory (docs/planner.md)"),
+           "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = "
+           "the largest divisor of batch_size / ranks that fits memory (docs/planner.md)"),
     K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
     K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
           "steps between evaluations; 0 = only at the end"),
     K_AUTO("train.eval_batch_size", train.eval_batch_size, 1, NOMAX,
            "evaluation batch per rank; auto = micro_batch_size"),
     K_INT("train.eval_steps", train.eval_steps, "0", 0, NOMAX, "batches per evaluation; 0 = the whole set"),
-    K_AUTO("train.threads", train.threads, 1, 4096, "CPU threads per rank; auto = the cores of the node / its ranks"),
+    K_AUTO("train.threads", train.threads, 1, 4096,
+           "CPU threads per rank; auto = the cores of the node / its ranks"),
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
     K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
-          "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on SIGTERM/SIGINT)"),
+          "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on "
+          "SIGTERM/SIGINT)"),
     K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
-    K_BOOL("train.checkpoint_async", train.checkpoint_async, "false",
-           "write periodic checkpoints (train.checkpoint_every) from a copy of the weights and optimizer state in "
-           "host memory on a thread of their own while training goes on; committed once every rank's files are "
-           "written; the last and a stop's checkpoint stay synchronous"),
+    K_BOOL(
+        "train.checkpoint_async", train.checkpoint_async, "false",
+        "write periodic checkpoints (train.checkpoint_every) from a copy of the weights and optimizer state "
+        "in "
+        "host memory on a thread of their own while training goes on; committed once every rank's files are "
+        "written; the last and a stop's checkpoint stay synchronous"),
     K_INT("train.checkpoint_timeout_s", train.checkpoint_timeout_s, "0", 0, 30 * 86400,
           "seconds ranks wait for one another while a checkpoint is written or read before every rank fails "
           "with a message (the watchdog); 0 = auto: dist.timeout_s plus 1 s per 10 MB of checkpoint"),
-    K_ENUM("train.activation_checkpointing", train.activation_checkpointing, "auto",
-           VALUES("auto", "off", "blocks"),
-           "drop the activations inside each transformer/conv block after forward and recompute them in "
-           "backward (same gradients, less memory); auto = only when the micro-batch would not fit otherwise"),
+    K_ENUM(
+        "train.activation_checkpointing", train.activation_checkpointing, "auto",
+        VALUES("auto", "off", "selective", "blocks"),
+        "recompute activations in backward instead of keeping them (same gradients, less memory): blocks = "
+        "every activation inside each transformer/conv block; selective = only the outputs of norms and "
+        "GELUs (a GPT keeps 10 of its 16 activations per token and layer, for a few element-wise passes); "
+        "auto = the cheapest of off, selective, blocks that lets the micro-batch fit"),
     K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda"),
-           "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the optimizer "
+           "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the "
+           "optimizer "
            "there; auto = cuda when this build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
@@ -123,10 +137,12 @@ const st_cfg_key st_cfg_keys[] = {
     K_FLOAT("optim.eps", optim.eps, "1e-8", 0, 1, LO | HI, "adamw: epsilon added to the denominator"),
     K_FLOAT("optim.momentum", optim.momentum, "0.9", 0, 1, HI, "sgd: momentum; 0 = plain SGD"),
     K_BOOL("optim.nesterov", optim.nesterov, "false", "sgd: Nesterov momentum"),
-    K_BOOL("optim.offload", optim.offload, "false",
-           "on a GPU: the optimizer state and its update on the host (ZeRO-Offload; with ZeRO each rank's shard), "
-           "the gradients copied down and the weights up in overlapped chunks; saves the state's device memory "
-           "(docs/distributed.md); no effect on the CPU"),
+    K_BOOL(
+        "optim.offload", optim.offload, "false",
+        "on a GPU: the optimizer state and its update on the host (ZeRO-Offload; with ZeRO each rank's "
+        "shard), "
+        "the gradients copied down and the weights up in overlapped chunks; saves the state's device memory "
+        "(docs/distributed.md); no effect on the CPU"),
     K_ENUM("optim.schedule", optim.schedule, "cosine", VALUES("constant", "cosine", "linear"),
            "learning-rate decay after warmup"),
     K_INT("optim.warmup_steps", optim.warmup_steps, "0", 0, NOMAX, "steps of linear warmup from 0 to lr"),
@@ -139,49 +155,68 @@ const st_cfg_key st_cfg_keys[] = {
            "global batch that grows with the ranks; none = lr as given"),
 
     K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0, 3.4e38, LO,
-            "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 and bf16"),
+            "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 "
+            "and bf16"),
     K_INT("optim.loss_scale_window", optim.loss_scale_window, "2000", 1, NOMAX,
           "fp16: clean steps in a row that double the loss scale"),
 
     K_ENUM("precision", precision, "auto", VALUES("auto", "fp32", "bf16", "fp16"),
-           "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
+           "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their "
+           "gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
-           "data parallelism: ddp, zero1 (shard optimizer state, and in bf16/fp16 the fp32 masters), zero2 (and gradients); auto = ddp when the model states and a sample fit in memory, else zero2 on several ranks (zero1 on CUDA devices; docs/distributed.md)"),
-    K_FLOAT("dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
-            "gradient bucket size in MiB (the first bucket at most 1 MiB, and every bucket at most an eighth of the model's gradients, 64 KiB at least, so that the last one, which starts only when backward ends, is small): each bucket's all-reduce starts during backward as soon as its gradients are final"),
+           "data parallelism: ddp, zero1 (shard optimizer state, and in bf16/fp16 the fp32 masters), zero2 "
+           "(and gradients); auto = ddp when the model states and a sample fit in memory, else zero2 on "
+           "several ranks (zero1 on CUDA devices; docs/distributed.md)"),
+    K_FLOAT(
+        "dist.bucket_cap_mb", dist.bucket_cap_mb, "25", 0, 4096, LO,
+        "gradient bucket size in MiB (the first bucket at most 1 MiB, and every bucket at most an eighth of "
+        "the model's gradients, 64 KiB at least, so that the last one, which starts only when backward ends, "
+        "is small): each bucket's all-reduce starts during backward as soon as its gradients are final"),
     K_ENUM("dist.grad_dtype", dist.grad_dtype, "fp32", VALUES("fp32", "bf16", "fp16"),
            "type gradients travel in during the all-reduce (each add in fp32; docs/precision.md)"),
     K_ENUM("dist.comm", dist.comm, "auto", VALUES("auto", "nccl"),
-           "communicator for gradients and parameters: auto = NCCL between CUDA devices when there are several ranks, MPI on the CPU (the checks before training always use MPI); nccl = NCCL also for one rank on a GPU (docs/distributed.md)"),
+           "communicator for gradients and parameters: auto = NCCL between CUDA devices when there are "
+           "several ranks, MPI on the CPU (the checks before training always use MPI); nccl = NCCL also for "
+           "one rank on a GPU (docs/distributed.md)"),
     K_BOOL("dist.deterministic", dist.deterministic, "false",
-           "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks (docs/distributed.md)"),
+           "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks "
+           "(docs/distributed.md)"),
     K_BOOL("dist.sync_batchnorm", dist.sync_batchnorm, "false",
-           "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank (PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md)"),
+           "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank "
+           "(PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md)"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
     K_BOOL("dist.shm_allreduce", dist.shm_allreduce, "true",
-           "when every rank is on one node, float32 gradient all-reduces of 16 KiB or more go through a shared-memory segment (the same bits on every rank); false: through MPI, as SCALETRAIN_SHM_MIN_BYTES=0 (docs/distributed.md)"),
+           "when every rank is on one node, float32 gradient all-reduces of 16 KiB or more go through a "
+           "shared-memory segment (the same bits on every rank); false: through MPI, as "
+           "SCALETRAIN_SHM_MIN_BYTES=0 (docs/distributed.md)"),
 
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
            "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
-            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak for the "
+            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak "
+            "for the "
             "precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm)"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,
-          "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many steps "
-          "after the last sample: memory (this run's allocated and peak, the device's used and total) and, when "
+          "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many "
+          "steps "
+          "after the last sample: memory (this run's allocated and peak, the device's used and total) and, "
+          "when "
           "the driver's NVML is present, utilisation, memory utilisation, power and temperature, into "
           "metrics.jsonl, TensorBoard and the progress line; 0 = never; absent on the CPU"),
     K_BOOL("log.tensorboard", log.tensorboard, "false",
-           "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, out_dir/events.out.tfevents.*"),
+           "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, "
+           "out_dir/events.out.tfevents.*"),
     K_BOOL("log.trace", log.trace, "false",
-           "profiler trace: rank 0 writes out_dir/trace.json (Chrome trace format, opens in Perfetto) for the steps of "
+           "profiler trace: rank 0 writes out_dir/trace.json (Chrome trace format, opens in Perfetto) for "
+           "the steps of "
            "log.trace_steps, one track per rank: step, data wait, forward and backward of each layer, bucket "
            "all-reduces, optimizer, checkpoint"),
     K_LIST("log.trace_steps", log.trace_steps, "[2, 6]", 1, NOMAX,
-           "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets both keys"),
+           "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets "
+           "both keys"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");

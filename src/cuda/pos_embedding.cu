@@ -33,5 +33,11 @@ static st_status pos_embedding_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_pos_embedding_ops = {
-    "pos_embedding", pos_embedding_forward, pos_embedding_backward, pos_embedding_prepare, false, true, true};
+extern "C" const st_layer_ops st_cuda_pos_embedding_ops = {"pos_embedding",
+                                                           pos_embedding_forward,
+                                                           pos_embedding_backward,
+                                                           pos_embedding_prepare,
+                                                           false,
+                                                           true,
+                                                           true,
+                                                           false};

@@ -121,4 +121,4 @@ static st_status softmax_ce_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {
-    "softmax_ce", softmax_ce_forward, softmax_ce_backward, softmax_ce_prepare, true, true, false};
+    "softmax_ce", softmax_ce_forward, softmax_ce_backward, softmax_ce_prepare, true, true, false, false};

@@ -77,11 +77,21 @@ static st_status mem_at(const st_plan_input *in, st_plan *p, int64_t micro, st_m
     return st_mem_estimate(in->model, micro, &o, m);
 }
 
+const char *st_ckpt_name(int level) {
+    return level == ST_CKPT_BLOCKS ? "blocks" : level == ST_CKPT_SELECTIVE ? "selective" : "off";
+}
+
+int st_ckpt_level(const char *name) {
+    return strcmp(name, "blocks") == 0      ? ST_CKPT_BLOCKS
+           : strcmp(name, "selective") == 0 ? ST_CKPT_SELECTIVE
+                                            : ST_CKPT_OFF;
+}
+
 /* The layout model's graphs (memory and cost) follow its configuration's
  * train.activation_checkpointing, as a run's do (model.c). */
-static void set_checkpointing(const st_plan_input *in, bool on) {
+static void set_checkpointing(const st_plan_input *in, int level) {
     char *v = in->model->cfg.train.activation_checkpointing;
-    snprintf(v, sizeof in->model->cfg.train.activation_checkpointing, "%s", on ? "blocks" : "off");
+    snprintf(v, sizeof in->model->cfg.train.activation_checkpointing, "%s", st_ckpt_name(level));
 }
 
 static bool auto_checkpointing(const st_plan_input *in) {
@@ -93,9 +103,9 @@ static bool auto_checkpointing(const st_plan_input *in) {
 static st_status recompute_if_less(const st_plan_input *in, st_plan *p, int64_t micro, st_mem *m) {
     if (!auto_checkpointing(in) || m->total <= p->mem_limit) return ST_OK;
     st_mem with;
-    set_checkpointing(in, true);
+    set_checkpointing(in, ST_CKPT_BLOCKS);
     st_status s = mem_at(in, p, micro, &with);
-    set_checkpointing(in, false);
+    set_checkpointing(in, ST_CKPT_OFF);
     if (s == ST_OK && with.total < m->total) *m = with;
     return s;
 }
@@ -175,8 +185,9 @@ static st_status largest_fit(const st_plan_input *in, st_plan *p, int64_t per_ra
     return ST_OK;
 }
 
-/* train.activation_checkpointing auto with an explicit micro-batch: blocks
- * when it fits only with it. Leaves the layout model set to the choice. */
+/* train.activation_checkpointing auto with an explicit micro-batch: the
+ * first of selective and blocks with which it fits, when it does not
+ * without. Leaves the layout model set to the choice. */
 static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
     char b1[32], b2[32], b3[32];
     st_mem off, on;
@@ -187,16 +198,19 @@ static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
                  (long long)p->micro, human((double)off.total, b1, sizeof b1), b3);
         return ST_OK;
     }
-    set_checkpointing(in, true);
-    ST_TRY(mem_at(in, p, p->micro, &on));
-    if (on.total <= p->mem_limit) {
-        p->checkpointing = true;
-        snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
-                 "blocks: micro-batch %lld needs %s without it, %s with it (%s usable)", (long long)p->micro,
-                 human((double)off.total, b1, sizeof b1), human((double)on.total, b2, sizeof b2), b3);
-        return ST_OK;
+    for (int level = ST_CKPT_SELECTIVE; level <= ST_CKPT_BLOCKS; level++) {
+        set_checkpointing(in, level);
+        ST_TRY(mem_at(in, p, p->micro, &on));
+        if (on.total <= p->mem_limit) {
+            p->checkpointing = level;
+            snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                     "%s: micro-batch %lld needs %s without it, %s with it (%s usable)", st_ckpt_name(level),
+                     (long long)p->micro, human((double)off.total, b1, sizeof b1),
+                     human((double)on.total, b2, sizeof b2), b3);
+            return ST_OK;
+        }
     }
-    set_checkpointing(in, false);
+    set_checkpointing(in, ST_CKPT_OFF);
     snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
              "off: micro-batch %lld does not fit even with it (%s, %s usable)", (long long)p->micro,
              human((double)on.total, b2, sizeof b2), b3);
@@ -211,7 +225,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     p->hw = *hw;
     p->ranks = hw->per_node * hw->nodes;
     p->mem_limit = mem_limit(hw);
-    p->checkpointing = strcmp(c->train.activation_checkpointing, "blocks") == 0;
+    p->checkpointing = st_ckpt_level(c->train.activation_checkpointing);
     const int64_t B = c->train.batch_size, n = p->ranks;
     if (B % n != 0) {
         snprintf(p->warning, sizeof p->warning, "train.batch_size %lld is not a multiple of %lld ranks",
@@ -239,13 +253,19 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                          "off: micro-batch %lld fits without it; accumulation is cheaper than recomputing",
                          (long long)p->micro);
             } else {
-                set_checkpointing(in, true);
-                ST_TRY(largest_fit(in, p, per_rank, &p->micro));
-                p->checkpointing = p->micro > 0;
-                if (!p->checkpointing) set_checkpointing(in, false);
-                snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "%s",
-                         p->checkpointing ? "blocks: not even a micro-batch of 1 fits without it"
-                                          : "off: not even a micro-batch of 1 fits with it");
+                for (int level = ST_CKPT_SELECTIVE; level <= ST_CKPT_BLOCKS && !p->micro; level++) {
+                    set_checkpointing(in, level);
+                    ST_TRY(largest_fit(in, p, per_rank, &p->micro));
+                    if (p->micro) p->checkpointing = level;
+                }
+                if (!p->checkpointing) set_checkpointing(in, ST_CKPT_OFF);
+                if (p->checkpointing)
+                    snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                             "%s: not even a micro-batch of 1 fits without it",
+                             st_ckpt_name(p->checkpointing));
+                else
+                    snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                             "off: not even a micro-batch of 1 fits with it");
             }
         }
         if (!p->micro) p->micro = 1;
@@ -296,7 +316,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
 static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
     char *v = in->model->cfg.train.activation_checkpointing, saved[sizeof in->model->cfg.train.activation_checkpointing];
     memcpy(saved, v, sizeof saved);
-    set_checkpointing(in, strcmp(in->cfg->train.activation_checkpointing, "blocks") == 0); /* auto: off first */
+    set_checkpointing(in, st_ckpt_level(in->cfg->train.activation_checkpointing)); /* auto: off first */
     st_status s = plan_body(in, hw, p);
     memcpy(v, saved, sizeof saved);
     return s;
@@ -339,7 +359,7 @@ void st_plan_apply(const st_plan *p, st_config *c) {
     }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
-                 p->checkpointing ? "blocks" : "off");
+                 st_ckpt_name(p->checkpointing));
         st_config_mark_auto(c, "train.activation_checkpointing", p->checkpointing_why);
     }
 }

@@ -14,14 +14,16 @@
  *              device's memory with headroom; accumulation makes up the rest
  *              (micro x accum x ranks == batch_size).
  *   train.activation_checkpointing
- *              blocks only when the micro-batch does not fit without it and
- *              does with it (recomputing costs a forward pass, which the
- *              predicted step time includes); with micro auto, only when not
- *              even a micro-batch of 1 fits without it (then the largest that
- *              fits with it), since accumulation is the cheaper way to a
- *              large batch. For the strategy, ZeRO-2 comes before
- *              checkpointing (no more traffic than DDP) and checkpointing
- *              before offload (PCIe copies every step).
+ *              the first of off, selective (norms' and GELUs' outputs
+ *              recomputed: a few element-wise passes) and blocks (a forward
+ *              pass more, which the predicted step time includes) with which
+ *              the micro-batch fits; with micro auto, recomputing only when
+ *              not even a micro-batch of 1 fits without it (then the largest
+ *              that fits with the first level that lets one fit), since
+ *              accumulation is the cheaper way to a large batch. For the
+ *              strategy, ZeRO-2 comes before checkpointing (no more traffic
+ *              than DDP) and checkpointing before offload (PCIe copies every
+ *              step).
  * Memory available: a GPU's memory less 10% and 1 GiB (context, NCCL and
  * allocator reserve); on the CPU, 85% of the memory available over the ranks
  * on the node. */
@@ -45,6 +47,11 @@ typedef struct st_plan_input {
     double efficiency;    /* <= 0: the device default (timing.h) */
 } st_plan_input;
 
+/* train.activation_checkpointing, from least memory saved to most */
+enum { ST_CKPT_OFF, ST_CKPT_SELECTIVE, ST_CKPT_BLOCKS };
+const char *st_ckpt_name(int level); /* "off", "selective", "blocks" */
+int st_ckpt_level(const char *name); /* ST_CKPT_OFF for anything else ("auto") */
+
 typedef struct st_plan {
     st_hw_config hw;
     int ranks;
@@ -53,7 +60,7 @@ typedef struct st_plan {
     char precision[8];
     char strategy[8]; /* ddp | zero1 | zero2 */
     bool offload;
-    bool checkpointing; /* activation checkpointing of blocks, as chosen or given */
+    int checkpointing; /* activation checkpointing, as chosen or given: ST_CKPT_* */
     char micro_why[96], precision_why[96], strategy_why[96], checkpointing_why[96];
     st_mem mem;
     int64_t mem_limit; /* bytes usable per device */

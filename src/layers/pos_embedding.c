@@ -57,7 +57,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops pos_embedding_cpu = {
-    "pos_embedding", pos_embedding_forward, pos_embedding_backward, NULL, false, true, true};
+    "pos_embedding", pos_embedding_forward, pos_embedding_backward, NULL, false, true, true, false};
 
 st_status st_pos_embedding(st_graph *g, const char *name, st_tensor *x, int64_t max_len, float init_std,
                            st_tensor **y) {

@@ -272,6 +272,7 @@ void st_graph_free(st_graph *g) {
         free(g->acts[i]);
     free(g->acts);
     free(g->nodes);
+    free(g->remat);
     st_device_release(g->dev, g->act_arena);
     st_device_release(g->dev, g->grad_arena);
     st_device_release(g->dev, g->work);
@@ -395,6 +396,7 @@ st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *
     n->ops = ops;
     n->id = g->n_nodes++;
     n->block = g->cur_block;
+    n->remat_before = -1;
     n->n_in = n_in;
     n->n_params = n_params;
     n->out = out;
@@ -571,7 +573,18 @@ static int64_t act_floats(const st_tensor *t) { return st_align_floats(st_store_
 typedef struct grad_life {
     int64_t size, off;
     int birth, death, act;
+    int birth2, death2; /* a second span, or -1 (a recomputed activation: forward, then backward) */
 } grad_life;
+
+static bool spans_meet(int b1, int d1, int b2, int d2) { return b1 >= 0 && b2 >= 0 && b1 <= d2 && b2 <= d1; }
+
+/* Two lives share a step. */
+static bool lives_meet(const grad_life *x, const grad_life *y) {
+    return spans_meet(x->birth, x->death, y->birth, y->death) ||
+           spans_meet(x->birth, x->death, y->birth2, y->death2) ||
+           spans_meet(x->birth2, x->death2, y->birth, y->death) ||
+           spans_meet(x->birth2, x->death2, y->birth2, y->death2);
+}
 
 static int by_size_then_birth(const void *a, const void *b) {
     const grad_life *x = a, *y = b;
@@ -634,7 +647,7 @@ static int64_t pack_lives(grad_life *life, int m, const grad_life **near) {
     for (int i = 0; i < m; i++) {
         int nb = 0;
         for (int j = 0; j < i; j++) /* placed, and alive at some step with life[i] */
-            if (life[j].birth <= life[i].death && life[i].birth <= life[j].death) near[nb++] = &life[j];
+            if (lives_meet(&life[j], &life[i])) near[nb++] = &life[j];
         qsort(near, (size_t)nb, sizeof *near, by_offset);
         int64_t at = 0;
         for (int j = 0; j < nb && near[j]->off < at + life[i].size; j++)
@@ -668,7 +681,8 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     for (int i = 0; i < na; i++) {
         const st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32 || !t->requires_grad || over[i]) continue;
-        life[m++] = (grad_life){act_floats(t), 0, birth[i], death[i] > birth[i] ? death[i] : birth[i], i};
+        life[m++] =
+            (grad_life){act_floats(t), 0, birth[i], death[i] > birth[i] ? death[i] : birth[i], i, -1, -1};
     }
     *count = pack_lives(life, m, near);
     for (int i = 0; i < m; i++)
@@ -682,54 +696,118 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
  * st_layer_ops flags), so the tensor is dead once its last consumer has
  * run forward: the output of the projection before a residual add (two per
  * transformer block), of a linear or convolution before a ReLU (ReLU's
- * backward reads its output), of a pooling before a flatten. Their data
- * share the arena's last floats by their lives in forward, [producer's
- * step, last consumer's step], as the gradients do in backward: a few at a
- * time instead of one each per layer. Not a graph input, the loss, what
- * the host reads (host_f32), a tensor without a consumer (an output), one
- * a gradient lies over (over[i]), one in a block's shared region, one read
- * by a checkpointed block (recomputing reads it in backward), nor any in a
- * graph keeping its activations (keep_acts). Returns in *count the floats
- * of the section and, for each transient i, toff[i] its offset there. */
-static st_status place_transients(const st_graph *g, const int *region, const bool *over, bool *transient,
+ * backward reads its output), of a pooling before a flatten. Not a graph
+ * input, the loss, what the host reads (host_f32), a tensor without a
+ * consumer (an output), one a gradient lies over (over[i]), one in a
+ * block's shared region, one read by a checkpointed block (recomputing
+ * reads it in backward), nor any in a graph keeping its activations
+ * (keep_acts).
+ *
+ * With selective checkpointing, also the recomputed activations: the output
+ * of a recomputable layer (norms, GELU) whose inputs all outlive backward
+ * (neither transient nor recomputed themselves), read by some backward; the
+ * layer's forward runs again just before the first of those backwards
+ * (remat_before), so the tensor lives in forward from its producer to its
+ * last consumer, and again in backward from that recompute to its last
+ * reader there. GPT-2's two layer norms and GELU per block: 6 of its 16
+ * activations of C floats a token.
+ *
+ * Both kinds share the arena's last floats by their lives (steps: forward
+ * node i at i, backward node i at 2n-1-i), as the gradients do in
+ * backward. Returns in *count the floats of the section and, for each i
+ * there (transient[i]), toff[i] its offset. */
+static st_status place_transients(st_graph *g, const int *region, const bool *over, bool *transient,
                                   int64_t *toff, int64_t *count) {
     const int na = g->n_acts, nn = g->n_nodes;
     int *birth = malloc((size_t)(na ? na : 1) * sizeof *birth),
         *death = malloc((size_t)(na ? na : 1) * sizeof *death);
+    int *first_read = malloc((size_t)(na ? na : 1) * sizeof *first_read),
+        *last_read = malloc((size_t)(na ? na : 1) * sizeof *last_read);
+    bool *remat = calloc((size_t)(na ? na : 1), 1), *keepable = malloc((size_t)(na ? na : 1));
     grad_life *life = malloc((size_t)(na ? na : 1) * sizeof *life);
     const grad_life **near = malloc((size_t)(na ? na : 1) * sizeof *near);
-    if (!birth || !death || !life || !near) {
-        free(birth), free(death), free(life), free(near);
+    if (!birth || !death || !first_read || !last_read || !remat || !keepable || !life || !near) {
+        free(birth), free(death), free(first_read), free(last_read), free(remat), free(keepable), free(life),
+            free(near);
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < na; i++) {
         const st_tensor *t = g->acts[i];
-        transient[i] = !g->keep_acts && t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss &&
-                       !t->host_f32 && !over[i] && region[i] < 0;
-        birth[i] = -1, death[i] = -1;
+        keepable[i] = !g->keep_acts && t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss &&
+                      !t->host_f32 && !over[i] && region[i] < 0;
+        birth[i] = death[i] = first_read[i] = last_read[i] = -1;
     }
+    /* backward readers by forward index: the first to run in backward is
+     * the highest index (first_read), the last the lowest (last_read) */
     for (int i = 0; i < nn; i++) {
-        const st_node *n = &g->nodes[i];
+        st_node *n = &g->nodes[i];
+        n->remat_before = -1;
         if (in_acts(n->out)) {
-            birth[n->out->index] = i;
-            if (!n->ops->backward_ignores_out) transient[n->out->index] = false;
+            const int a = n->out->index;
+            birth[a] = i;
+            if (!n->ops->backward_ignores_out) {
+                if (last_read[a] < 0) last_read[a] = i;
+                first_read[a] = i;
+            }
         }
         for (int k = 0; k < n->n_in; k++) {
             if (!in_acts(n->in[k])) continue;
             const int a = n->in[k]->index;
             death[a] = i;
-            if (!n->ops->backward_ignores_in || (g->checkpointing && n->block >= 0)) transient[a] = false;
+            if (!n->ops->backward_ignores_in) {
+                if (last_read[a] < 0) last_read[a] = i;
+                first_read[a] = i;
+            }
+            if (g->checkpointing && n->block >= 0) keepable[a] = false;
         }
+    }
+    for (int i = 0; i < na; i++) /* no producer (an input) or no consumer (an output) */
+        if (birth[i] < 0 || death[i] < 0) keepable[i] = false;
+    /* transient: no backward reads it; recomputed: forward order, so that
+     * an input's fate is known before its consumer's */
+    for (int i = 0; i < na; i++)
+        transient[i] = keepable[i] && first_read[i] < 0;
+    for (int i = 0; i < nn && g->selective && !g->checkpointing; i++) {
+        st_node *n = &g->nodes[i];
+        const int a = n->out->index;
+        if (!n->ops->recomputable || !in_acts(n->out) || !keepable[a] || transient[a] || first_read[a] < 0)
+            continue;
+        bool inputs_kept = true;
+        for (int k = 0; k < n->n_in; k++)
+            if (in_acts(n->in[k]) && (transient[n->in[k]->index] || remat[n->in[k]->index]))
+                inputs_kept = false;
+        if (!inputs_kept) continue;
+        remat[a] = true;
+        n->remat_before = first_read[a];
     }
     int m = 0;
     for (int i = 0; i < na; i++) {
-        if (transient[i] && (birth[i] < 0 || death[i] < 0)) transient[i] = false; /* no producer or output */
-        if (transient[i]) life[m++] = (grad_life){act_floats(g->acts[i]), 0, birth[i], death[i], i};
+        if (remat[i]) {
+            life[m++] =
+                (grad_life){act_floats(g->acts[i]),   0, birth[i], death[i], i, 2 * nn - 1 - first_read[i],
+                            2 * nn - 1 - last_read[i]};
+            transient[i] = true;
+        } else if (transient[i]) {
+            life[m++] = (grad_life){act_floats(g->acts[i]), 0, birth[i], death[i], i, -1, -1};
+        }
     }
     *count = pack_lives(life, m, near);
     for (int i = 0; i < m; i++)
         toff[life[i].act] = life[i].off;
-    free(birth), free(death), free(life), free(near);
+    free(birth), free(death), free(first_read), free(last_read), free(remat), free(keepable), free(life),
+        free(near);
+    /* the recomputed nodes in the order backward meets them */
+    g->n_remat = 0;
+    for (int i = nn - 1; i >= 0; i--)
+        for (int j = 0; j < nn; j++)
+            if (g->nodes[j].remat_before == i) g->n_remat++;
+    free(g->remat);
+    g->remat = malloc((size_t)(g->n_remat ? g->n_remat : 1) * sizeof *g->remat);
+    if (!g->remat) return st_fail(ST_ERR_NOMEM, "out of memory");
+    int r = 0;
+    for (int i = nn - 1; i >= 0 && g->n_remat; i--)
+        for (int j = 0; j < nn; j++)
+            if (g->nodes[j].remat_before == i) g->remat[r++] = j;
     return ST_OK;
 }
 
@@ -933,10 +1011,16 @@ st_status st_graph_backward(st_graph *g, float seed) {
     ST_TRY(refresh_compute(g->params));
     st_params_use_compute(g->params, true);
     st_status s = ST_OK;
+    int r = 0; /* the next of g->remat */
     for (int i = g->n_nodes - 1; i >= 0 && s == ST_OK; i--) {
         st_node *n = &g->nodes[i];
         if (g->checkpointing && n->block >= 0 && (i == g->n_nodes - 1 || g->nodes[i + 1].block != n->block))
             s = recompute_block(g, i, prec);
+        for (; s == ST_OK && r < g->n_remat && g->nodes[g->remat[r]].remat_before == i; r++) {
+            g->recomputing = true; /* selective checkpointing: an output backward reads next */
+            s = node_forward(g, &g->nodes[g->remat[r]], prec);
+            g->recomputing = false;
+        }
         if (s == ST_OK && n->out->requires_grad) {
             if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
             s = n->ops->backward(n, g);

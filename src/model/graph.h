@@ -110,6 +110,9 @@ typedef struct st_layer_ops {
                                   element of in[0] only before writing that element's gradient */
     bool backward_ignores_out; /* backward never reads out's data (its gradient, yes) */
     bool backward_ignores_in;  /* backward never reads any input's data (their gradients, yes) */
+    bool recomputable;         /* forward is cheap (element- or row-wise), the same bits when run again,
+                                  and writes only out and saved: selective checkpointing runs it again
+                                  in backward instead of keeping out (graph.c place_transients) */
 } st_layer_ops;
 
 /* Hyper-parameters of a node; each layer reads its own fields. */
@@ -133,6 +136,8 @@ struct st_node {
     float *saved;
     int64_t work_count; /* floats of shared scratch this node needs */
     int block;          /* the checkpointing block it belongs to, -1 for none */
+    int remat_before;   /* selective checkpointing: its forward runs again just before the backward
+                           of node remat_before (its output's first reader there); -1: never */
 };
 
 /* Where an arena comes from instead of st_device_alloc: alloc gives at least
@@ -225,8 +230,17 @@ struct st_graph {
     bool checkpointing, recomputing;
     int64_t region_act_count; /* floats of the shared region (0 without) */
     int64_t transient_act_count; /* floats at the end of the activation arena holding the activations
-                                    no backward reads, shared by their lives in forward (0 with none;
-                                    graph.c place_transients) */
+                                    no backward reads and, with `selective`, those recomputed in
+                                    backward, shared by their lives (0 with none; graph.c
+                                    place_transients) */
+    /* Selective checkpointing (train.activation_checkpointing: selective),
+     * set before finalize, without `checkpointing`: the output of a
+     * recomputable layer (norms, GELU) whose inputs outlive backward is not
+     * kept; backward runs the layer's forward again just before the first
+     * backward that reads it (remat_before, -1 for none: node i's forward
+     * runs again before node remat_before's backward). */
+    bool selective;
+    int *remat, n_remat;         /* the nodes whose forward backward runs again, in the order it does */
     bool keep_acts;              /* set before finalize: every activation and activation gradient kept to the
                                     end of backward, none sharing memory nor a gradient over its tensor's data
                                     (a test that reads them all) */

@@ -139,6 +139,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     mg->g.keep_acts = m->keep_acts;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
+    mg->g.selective = strcmp(m->cfg.train.activation_checkpointing, "selective") == 0;
     st_status s;
     switch (m->kind) {
     case ST_MODEL_MLP:

@@ -192,8 +192,8 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     /* Ranks read the memory available at slightly different moments: they
      * agree on the smallest micro-batch (a divisor of the per-rank batch
-     * whenever each one is), the most sharded strategy, and activation
-     * checkpointing when any rank needs it. */
+     * whenever each one is), the most sharded strategy, and the most
+     * activation checkpointing any rank needs. */
     const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
     const bool auto_ckpt = strcmp(c->train.activation_checkpointing, "auto") == 0;
     if (p->ok && s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
@@ -207,8 +207,9 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
         }
         if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
         if (st == ST_OK && -v[2] != (int64_t)p->checkpointing) {
-            p->checkpointing = true;
-            snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "blocks: another rank's memory needs it");
+            p->checkpointing = (int)-v[2];
+            snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "%s: another rank's memory needs it",
+                     st_ckpt_name(p->checkpointing));
         }
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
