@@ -343,6 +343,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         fprintf(ses->out,
                 "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
+    if (ses->rank == 0 && mg.g.selective && mg.g.n_remat == 0)
+        fprintf(
+            stderr,
+            "scaletrain: warning: train.activation_checkpointing: selective recomputes nothing in this %s "
+            "(it keeps no output of a norm, GELU or ReLU for backward that it could recompute); blocks is "
+            "the setting that saves memory here\n",
+            c->model.type);
     /* Before the optimizer: ZeRO gives it this rank's shard. */
     ST_GOTO(st_dist_init(&dd, gcomm, c, &m->params, &mg.g, accum));
     int64_t opt_lo, opt_hi;

@@ -2,10 +2,11 @@
 # train.activation_checkpointing: blocks (and, for the gpt, selective)
 # trains the same weights, bit for bit, as off (a small gpt with dropout and
 # a cnn with batch-norm, 5 steps each), reports less activation memory, and
-# says which it used. The blocks runs
-# take their batches from 2 loader workers: the graph's input is the loader's
-# ring slot (src/train/feed.h), and the recompute in backward reads it again,
-# so a slot given back before backward ends would be refilled under it.
+# says which it used; selective on a cnn warns that it recomputes nothing.
+# The blocks runs take their batches from 2 loader workers: the graph's
+# input is the loader's ring slot (src/train/feed.h), and the recompute in
+# backward reads it again, so a slot given back before backward ends would
+# be refilled under it.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -38,4 +39,14 @@ sys.exit(0 if 0 < b < a else 1)
 PY
     done
 done
+# selective on a model with nothing to recompute (the cnn's norms are
+# batch norms): it trains, and says that blocks is the setting that helps
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    timeout 120 "$bin" train "${cnn[@]}" --set train.steps=1 --set train.threads=1 \
+        --set train.activation_checkpointing=selective --set train.out_dir="$tmp/cnn-selective" \
+        >"$tmp/cnn-selective.out" 2>&1 || fail "cnn selective: $(tail -n 3 "$tmp/cnn-selective.out")"
+    grep -q "warning: train.activation_checkpointing: selective recomputes nothing in this cnn" \
+        "$tmp/cnn-selective.out" || fail "cnn selective: no warning"
+    echo "cnn: selective trains and warns that it recomputes nothing"
+fi
 e2e_finish ok
