@@ -80,8 +80,9 @@ static void test_explicit_micro(void) {
     CHECK(on < 0.8 * off, "checkpointing saves little: %g of %g bytes", on, off);
     CHECK(on < sel && sel < 0.9 * off, "selective: %g bytes, between %g and %g", sel, on, off);
 
-    /* between off and selective: selective, predicted as such, and no
-     * slower (its recompute is element-wise, no FLOPs) */
+    /* between off and selective: selective, predicted as such, slower than
+     * off by its element-wise recompute (no FLOPs) and faster than blocks
+     * (checked below) */
     st_plan ps = plan(&c, m, (off + sel) / 2);
     CHECK(ps.checkpointing == ST_CKPT_SELECTIVE && ps.fits && (double)ps.mem.total == sel,
           "between off and selective: ckpt %d fits %d mem %lld (selective %g)", ps.checkpointing, ps.fits,
@@ -101,8 +102,8 @@ static void test_explicit_micro(void) {
     CHECK(!fast.checkpointing && strstr(fast.checkpointing_why, "off: micro-batch 8 fits without it"),
           "ample memory: %d %s", fast.checkpointing, fast.checkpointing_why);
     CHECK(p.time.step_s > 1.2 * fast.time.step_s, "recompute time %g vs %g s", p.time.step_s, fast.time.step_s);
-    CHECK(ps.time.step_s < 1.01 * fast.time.step_s, "selective time %g vs %g s", ps.time.step_s,
-          fast.time.step_s);
+    CHECK(ps.time.step_s > fast.time.step_s && ps.time.step_s < p.time.step_s,
+          "selective time %g s, off %g s, blocks %g s", ps.time.step_s, fast.time.step_s, p.time.step_s);
     st_config applied = c;
     st_plan_apply(&p, &applied);
     CHECK(strcmp(applied.train.activation_checkpointing, "blocks") == 0 &&

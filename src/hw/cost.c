@@ -154,7 +154,9 @@ st_cost st_graph_cost(const st_graph *g) {
     memset(&t, 0, sizeof t);
     for (int i = 0; i < g->n_nodes; i++) {
         const st_cost c = st_node_cost(&g->nodes[i]);
-        const bool again = g->checkpointing && g->nodes[i].block >= 0; /* its forward runs again in backward */
+        /* its forward runs again in backward: a checkpointed block's node, or
+         * one selective checkpointing recomputes (remat_before) */
+        const bool again = (g->checkpointing && g->nodes[i].block >= 0) || g->nodes[i].remat_before >= 0;
         t.fwd_flops += c.fwd_flops;
         t.bwd_flops += c.bwd_flops + (again ? c.fwd_flops : 0);
         t.fwd_elems += c.fwd_elems;

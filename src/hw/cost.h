@@ -50,7 +50,8 @@ typedef struct st_cost {
 st_cost st_node_cost(const st_node *n);
 /* The sum over a graph's nodes; a node whose output needs no gradient has no
  * backward (st_graph_backward skips it); with activation checkpointing, a
- * node inside a block adds its forward to the backward (the recompute). */
+ * node inside a block adds its forward to the backward (the recompute), and
+ * so does a node selective checkpointing recomputes (st_node.remat_before). */
 st_cost st_graph_cost(const st_graph *g);
 
 /* The multiply-add FLOPs of a Winograd F(2x2, 3x3) pass over a (B, H, W, Cin)
