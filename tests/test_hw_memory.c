@@ -1,5 +1,6 @@
 /* The memory model against the measured peak of real training runs on this
- * machine: mlp, cnn and a small gpt, each within 10%.
+ * machine: mlp, cnn and a small gpt (also with selective checkpointing),
+ * each within 10%.
  *
  * Measured: the process's resident-set high-water mark (VmHWM) during the
  * run minus its resident set (VmRSS) just before, after resetting the mark
@@ -148,9 +149,13 @@ int main(void) {
                          out,
                          "train.batch_size=32",
                          "train.steps=2"};
+    const char *gpt_sel[12];
+    memcpy(gpt_sel, gpt, sizeof gpt);
+    gpt_sel[11] = "train.activation_checkpointing=selective"; /* recomputed outputs share memory */
     check_run("mlp", mlp, 8);
     check_run("cnn", cnn, 9);
     check_run("gpt", gpt, 11);
+    check_run("gpt selective", gpt_sel, 12);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
