@@ -12,84 +12,23 @@
  * the same. */
 #include <string.h>
 
-#include "check.h"
-#include "core/rng.h"
-#include "model/model.h"
-
-typedef void (*tweak_fn)(st_config *);
-
-static st_model *make_keep(const char *type, tweak_fn tweak, const char *ckpt, bool keep) {
-    st_config c;
-    st_config_defaults(&c);
-    snprintf(c.model.type, sizeof c.model.type, "%s", type);
-    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "%s", ckpt);
-    if (tweak) tweak(&c);
-    st_model_input in = {.height = 12, .width = 12, .channels = 1, .num_classes = 10};
-    if (strcmp(type, "gpt") == 0) {
-        in.vocab_size = c.model.vocab_size;
-        in.seq_len = c.model.block_size;
-    }
-    st_model *m = NULL;
-    CHECK_OK(st_model_create(&c, &in, &m));
-    if (m) {
-        m->keep_acts = keep;
-        CHECK_OK(st_model_init_weights(m, 7));
-    }
-    return m;
-}
+#include "small_models.h"
 
 static st_model *make(const char *type, tweak_fn tweak, const char *ckpt) {
-    return make_keep(type, tweak, ckpt, false);
+    return sm_make(type, tweak, ckpt, false);
 }
 
-static void gpt3(st_config *c) {
-    c->model.n_layer = 3;
-    c->model.n_head = 2;
-    c->model.n_embd = 32;
-    c->model.vocab_size = 50;
-    c->model.block_size = 16;
-    c->model.dropout = 0.1;
-}
 static void gpt2(st_config *c) {
-    gpt3(c);
+    sm_gpt3(c);
     c->model.n_layer = 2;
-}
-static void cnn3(st_config *c) {
-    c->model.channels.n = 3;
-    c->model.channels.v[0] = c->model.channels.v[1] = c->model.channels.v[2] = 8;
-    c->model.pool.n = 3;
-    c->model.pool.v[0] = c->model.pool.v[1] = c->model.pool.v[2] = 0;
-    c->model.dropout = 0.2;
-}
-static void mlp3(st_config *c) {
-    c->model.hidden.n = 3;
-    c->model.hidden.v[0] = c->model.hidden.v[1] = c->model.hidden.v[2] = 24;
-    c->model.dropout = 0.3;
-}
-
-/* Fill the batch, run one training forward and backward. */
-static void step(st_model *m, st_model_graph *mg, int64_t B) {
-    CHECK_OK(st_model_graph_build(m, B, mg));
-    st_rng r = st_rng_make(3, 1);
-    st_graph *g = &mg->g;
-    if (mg->x->dtype == ST_F32)
-        for (int64_t i = 0; i < mg->x->count; i++) mg->x->data[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
-    else
-        for (int64_t i = 0; i < mg->x->count; i++) mg->x->idata[i] = (int32_t)(st_rng_next(&r) % 50);
-    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
-    for (int64_t i = 0; i < mg->y->count; i++) mg->y->idata[i] = (int32_t)(st_rng_next(&r) % (uint64_t)classes);
-    g->training = true;
-    g->dropout_seed = 99;
-    CHECK_OK(st_graph_forward(g));
-    CHECK_OK(st_graph_backward(g, 1.0f));
 }
 
 static void same_bits(const char *label, tweak_fn tweak, const char *type, int L) {
     st_model *a = make(type, tweak, "off"), *b = make(type, tweak, "blocks");
     if (!a || !b) return;
     st_model_graph ga, gb;
-    step(a, &ga, 6);
-    step(b, &gb, 6);
+    sm_step(a, &ga, 6);
+    sm_step(b, &gb, 6);
     CHECK(gb.g.checkpointing && !ga.g.checkpointing, "%s: checkpointing is on only where asked", label);
     CHECK(ga.g.n_blocks == L && gb.g.n_blocks == L, "%s: %d blocks (have %d)", label, L, gb.g.n_blocks);
     CHECK(memcmp(ga.loss->data, gb.loss->data, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", label,
@@ -108,7 +47,7 @@ static void same_bits(const char *label, tweak_fn tweak, const char *type, int L
     /* The memory model: (L - 1) blocks' private activations are gone; the
      * activation gradients share memory by their lives in backward, which
      * recomputing does not change (graph.c place_grads) */
-    st_model *ka = make_keep(type, tweak, "off", true), *kb = make_keep(type, tweak, "blocks", true);
+    st_model *ka = sm_make(type, tweak, "off", true), *kb = sm_make(type, tweak, "blocks", true);
     st_model_graph gka, gkb;
     if (!ka || !kb) return;
     CHECK_OK(st_model_graph_build(ka, 6, &gka));
@@ -141,8 +80,8 @@ static void same_bits(const char *label, tweak_fn tweak, const char *type, int L
  * gpt without checkpointing differ by exactly one block (I + its output),
  * every activation kept apart. */
 static void linear_in_depth(void) {
-    st_model *a = make_keep("gpt", gpt2, "off", true), *b = make_keep("gpt", gpt3, "off", true),
-             *c = make_keep("gpt", gpt3, "blocks", true);
+    st_model *a = sm_make("gpt", gpt2, "off", true), *b = sm_make("gpt", sm_gpt3, "off", true),
+             *c = sm_make("gpt", sm_gpt3, "blocks", true);
     if (!a || !b || !c) return;
     st_model_graph ga, gb, gc;
     CHECK_OK(st_model_graph_build(a, 4, &ga));
@@ -163,9 +102,9 @@ static void linear_in_depth(void) {
 }
 
 int main(void) {
-    same_bits("gpt", gpt3, "gpt", 3);
-    same_bits("cnn", cnn3, "cnn", 3);
-    same_bits("mlp", mlp3, "mlp", 3);
+    same_bits("gpt", sm_gpt3, "gpt", 3);
+    same_bits("cnn", sm_cnn3, "cnn", 3);
+    same_bits("mlp", sm_mlp3, "mlp", 3);
     linear_in_depth();
     return st_test_finish("checkpointing");
 }

@@ -20,78 +20,10 @@
  * section, living again in backward from their recompute (remat_before) to
  * their last reader: the NaN between forward and backward then also checks
  * that backward recomputes each before reading it. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "core/rng.h"
-#include "model/model.h"
-
-typedef void (*tweak_fn)(st_config *);
-
-static st_model *make(const char *type, tweak_fn tweak, const char *ckpt, bool keep) {
-    st_config c;
-    st_config_defaults(&c);
-    snprintf(c.model.type, sizeof c.model.type, "%s", type);
-    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "%s", ckpt);
-    if (tweak) tweak(&c);
-    st_model_input in = {.height = 12, .width = 12, .channels = 1, .num_classes = 10};
-    if (strcmp(type, "gpt") == 0) {
-        in.vocab_size = c.model.vocab_size;
-        in.seq_len = c.model.block_size;
-    }
-    st_model *m = NULL;
-    CHECK_OK(st_model_create(&c, &in, &m));
-    if (m) {
-        m->keep_acts = keep;
-        CHECK_OK(st_model_init_weights(m, 7));
-    }
-    return m;
-}
-
-static void gpt3(st_config *c) {
-    c->model.n_layer = 3;
-    c->model.n_head = 2;
-    c->model.n_embd = 32;
-    c->model.vocab_size = 50;
-    c->model.block_size = 16;
-    c->model.dropout = 0.1;
-}
-static void cnn3(st_config *c) {
-    c->model.channels.n = 3;
-    c->model.channels.v[0] = c->model.channels.v[1] = c->model.channels.v[2] = 8;
-    c->model.pool.n = 3;
-    c->model.pool.v[0] = c->model.pool.v[1] = c->model.pool.v[2] = 0;
-    c->model.dropout = 0.2;
-}
-static void mlp3(st_config *c) {
-    c->model.hidden.n = 3;
-    c->model.hidden.v[0] = c->model.hidden.v[1] = c->model.hidden.v[2] = 24;
-    c->model.dropout = 0.3;
-}
-
-/* Fill the batch, run one training forward and backward; between them,
- * NaN over the transient section (activations no backward reads). */
-static void step(st_model *m, st_model_graph *mg, int64_t B) {
-    CHECK_OK(st_model_graph_build(m, B, mg));
-    st_rng r = st_rng_make(3, 1);
-    if (mg->x->dtype == ST_F32)
-        for (int64_t i = 0; i < mg->x->count; i++)
-            mg->x->data[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
-    else
-        for (int64_t i = 0; i < mg->x->count; i++)
-            mg->x->idata[i] = (int32_t)(st_rng_next(&r) % 50);
-    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
-    for (int64_t i = 0; i < mg->y->count; i++)
-        mg->y->idata[i] = (int32_t)(st_rng_next(&r) % (uint64_t)classes);
-    mg->g.training = true;
-    mg->g.dropout_seed = 99;
-    CHECK_OK(st_graph_forward(&mg->g));
-    for (int64_t i = mg->g.act_count - mg->g.transient_act_count; i < mg->g.act_count; i++)
-        mg->g.act_arena[i] = NAN;
-    CHECK_OK(st_graph_backward(&mg->g, 1.0f));
-}
+#include "small_models.h"
 
 /* Checks the placement of g's activation gradients; returns the floats
  * they take laid end to end. */
@@ -217,11 +149,11 @@ static void check_model(const char *type, tweak_fn tweak) {
         const char *ckpt = modes[k];
         char label[64];
         snprintf(label, sizeof label, "%s, checkpointing %s", type, ckpt);
-        st_model *a = make(type, tweak, ckpt, false), *b = make(type, tweak, ckpt, true);
+        st_model *a = sm_make(type, tweak, ckpt, false), *b = sm_make(type, tweak, ckpt, true);
         if (!a || !b) return;
         st_model_graph ga, gb;
-        step(a, &ga, 6);
-        step(b, &gb, 6);
+        sm_step(a, &ga, 6);
+        sm_step(b, &gb, 6);
         const int64_t sum = check_lives(label, &ga.g, ga.logits, false);
         const int64_t kept = check_lives(label, &gb.g, gb.logits, true);
         CHECK(ga.g.grad_count < sum / 2, "%s: the gradients take %lld floats, %lld laid end to end", label,
@@ -267,8 +199,8 @@ static void check_model(const char *type, tweak_fn tweak) {
 }
 
 int main(void) {
-    check_model("gpt", gpt3);
-    check_model("cnn", cnn3);
-    check_model("mlp", mlp3);
+    check_model("gpt", sm_gpt3);
+    check_model("cnn", sm_cnn3);
+    check_model("mlp", sm_mlp3);
     return st_test_finish("test_grad_lives");
 }
