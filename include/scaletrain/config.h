@@ -78,7 +78,7 @@ typedef struct st_config {
         int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
         int64_t checkpoint_timeout_s; /* ranks' wait for a checkpoint's writes; 0 = auto  default 0 */
         bool checkpoint_async;        /* periodic checkpoints written while training goes on  default false */
-        char activation_checkpointing[ST_CFG_STR]; /* off | blocks | auto        default auto */
+        char activation_checkpointing[ST_CFG_STR]; /* off | selective | blocks | auto  default auto */
         char device[ST_CFG_STR];  /* auto | cpu | cuda: where the model trains     default auto */
     } train;
     struct {
