@@ -15,9 +15,13 @@ OPENBLAS_DIR ?= $(DEPS_LIBDIR)/openblas-openmp
 OPENBLAS_INC ?= $(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-openmp
 
 OPT ?= -O3 -march=native
-# sqrtf and friends without errno, so loops that call them vectorize (no other
-# fast-math: NaN and Inf keep their meaning).
-MATHFLAGS = -fno-math-errno
+# sqrtf and friends without errno, and floating-point operations that never
+# trap (no program here enables FP exceptions), so that loops calling them or
+# clamping with a comparison vectorize: without -fno-trapping-math gcc 12
+# leaves core/fastmath.h's exp (and so GELU's tanh and the softmaxes)
+# scalar. No other fast-math: every result is the same IEEE value, NaN and
+# Inf keep their meaning, sums keep their order.
+MATHFLAGS = -fno-math-errno -fno-trapping-math
 WARN = -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation
 # MPI (src/comm/comm_mpi*.c) with the flags of OpenMPI's compiler wrapper;
 # where there is no mpicc the MPI backend is built as a stub that says so.
