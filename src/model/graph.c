@@ -477,11 +477,14 @@ static st_status use_device_ops(st_graph *g) {
                            n->ops->name, i, n->out->name, st_device_name(g->dev));
         if (ops->grad_in_place != n->ops->grad_in_place ||
             ops->backward_ignores_out != n->ops->backward_ignores_out ||
-            ops->backward_ignores_in != n->ops->backward_ignores_in)
-            return st_fail(ST_ERR_INTERNAL,
-                           "layer %s: its implementation on %s states other backward reads (st_layer_ops "
-                           "flags) than the CPU reference; the planner's memory model needs them equal",
-                           n->ops->name, st_device_name(g->dev));
+            ops->backward_ignores_in != n->ops->backward_ignores_in ||
+            ops->recomputable != n->ops->recomputable)
+            return st_fail(
+                ST_ERR_INTERNAL,
+                "layer %s: its implementation on %s states other memory flags (what backward reads, "
+                "whether it recomputes; st_layer_ops) than the CPU reference; the planner's memory model "
+                "needs them equal",
+                n->ops->name, st_device_name(g->dev));
         n->ops = ops;
         if (ops->prepare) ST_TRY(ops->prepare(n, g));
     }
@@ -797,17 +800,13 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
     free(birth), free(death), free(first_read), free(last_read), free(remat), free(keepable), free(life),
         free(near);
     /* the recomputed nodes in the order backward meets them */
-    g->n_remat = 0;
-    for (int i = nn - 1; i >= 0; i--)
-        for (int j = 0; j < nn; j++)
-            if (g->nodes[j].remat_before == i) g->n_remat++;
     free(g->remat);
-    g->remat = malloc((size_t)(g->n_remat ? g->n_remat : 1) * sizeof *g->remat);
+    g->remat = malloc((size_t)(nn ? nn : 1) * sizeof *g->remat);
     if (!g->remat) return st_fail(ST_ERR_NOMEM, "out of memory");
-    int r = 0;
-    for (int i = nn - 1; i >= 0 && g->n_remat; i--)
+    g->n_remat = 0;
+    for (int i = nn - 1; i >= 0 && g->selective; i--)
         for (int j = 0; j < nn; j++)
-            if (g->nodes[j].remat_before == i) g->remat[r++] = j;
+            if (g->nodes[j].remat_before == i) g->remat[g->n_remat++] = j;
     return ST_OK;
 }
 
