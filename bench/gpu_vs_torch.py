@@ -16,6 +16,10 @@ scaletrain runs in bf16 when the device accepts it; otherwise (bf16 refused,
 as before the bf16 kernels exist) in fp32, which the table says, with the
 reason in the notes. A batch that runs out of memory is halved. Nothing here
 crashes on a failed side: its row says "failed" and the exit status is 1.
+With --offload and --selective, scaletrain's gpt2 runs again with
+optim.offload, and again with selective activation checkpointing, and a
+note gives each one's step time and peak GPU memory against the run
+without (and, for selective, whether the final loss is the same).
 Not here: convergence (random data), more than one GPU, writing
 bench/RESULTS.md (copy the table there).
 """
@@ -153,10 +157,10 @@ def side_timeout(a):
 
 
 def run_st_once(a, model, s, batch, precision, data_sets, run_dir, extra=()):
-    sets = list(extra) + shape_sets(model, s) + data_sets + [
+    sets = shape_sets(model, s) + data_sets + [
         f"train.batch_size={batch}", f"train.micro_batch_size={batch}", f"train.steps={s['steps'] + WARMUP}",
         f"train.device={a.device}", f"precision={precision}", "data.val=", f"train.out_dir={run_dir}",
-        "log.progress=off", "train.activation_checkpointing=off"]
+        "log.progress=off", "train.activation_checkpointing=off"] + list(extra)  # (the last --set wins)
     cmd = [a.binary, "train", os.path.join(ROOT, "bench", "configs", s["config"])]
     for kv in sets:
         cmd += ["--set", kv]
@@ -215,21 +219,31 @@ def run_st(a, model, s, tmp):
     return {"error": notes[-1] if notes else "nothing tried", "notes": notes, "batch": s["batch"]}
 
 
-def run_offload(a, model, s, st, tmp):
-    """--offload: scaletrain again at the batch and precision it ran in, with
-    optim.offload (the optimizer state and update on the host), against its
-    own run without: a note with both step times and peak GPU memories."""
+def run_variant(a, model, s, st, tmp, key, extra, what):
+    """--offload, --selective: scaletrain again at the batch and precision it
+    ran in with `extra` set, against its own run without: a note with both
+    step times and peak GPU memories (and whether the loss is the same)."""
     data = make_data(model, s, st["batch"], s["steps"] + WARMUP, tmp)
-    r = run_st_once(a, model, s, st["batch"], st["precision"], data, os.path.join(tmp, f"run-{model}-offload"),
-                    extra=["optim.offload=true"])
+    r = run_st_once(a, model, s, st["batch"], st["precision"], data, os.path.join(tmp, f"run-{model}-{key}"),
+                    extra=extra)
     if "error" in r:
-        return f"{model} with optim.offload: failed: {r['error']}"
+        return f"{model} with {what}: failed: {r['error']}"
     ms, ms0 = r["j"]["step_ms_median"], st["j"]["step_ms_median"]
     mem, mem0 = r["j"].get("device_mem_peak_bytes", 0), st["j"].get("device_mem_peak_bytes", 0)
-    return (f"{model} with optim.offload (optimizer state and update on the host): {ms:.1f} ms/step, "
-            f"{ms / ms0:.2f}x the step without ({ms0:.1f} ms); peak GPU memory {mib(mem)} MiB against "
-            f"{mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved; optimizer state {mib(r['j']['optim_state_bytes'])} "
-            "MiB on the host)")
+    note = (f"{model} with {what}: {ms:.1f} ms/step, {ms / ms0:.2f}x the step without ({ms0:.1f} ms); peak GPU "
+            f"memory {mib(mem)} MiB against {mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved")
+    if key == "offload":
+        return note + f"; optimizer state {mib(r['j']['optim_state_bytes'])} MiB on the host)"
+    same = r["j"].get("loss") == st["j"].get("loss")
+    return note + f"; final loss {r['j'].get('loss')} against {st['j'].get('loss')}: " + \
+        ("the same" if same else "DIFFERENT") + ")"
+
+
+VARIANTS = {  # flag: (--set values, what the note calls it)
+    "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
+    "selective": (["train.activation_checkpointing=selective"],
+                  "selective activation checkpointing (norms and GELUs recomputed in backward)"),
+}
 
 
 # --- the PyTorch side (bench/torch_gpu.py in a child process) --------------------
@@ -406,6 +420,9 @@ def main():
     p.add_argument("--build", default="build", help="folder holding scaletrain (default build)")
     p.add_argument("--offload", action="store_true",
                    help="also run scaletrain's gpt2 with optim.offload and note its cost against the run without")
+    p.add_argument("--selective", action="store_true",
+                   help="also run scaletrain's gpt2 with train.activation_checkpointing=selective and note its "
+                        "cost, memory and loss against the run without")
     p.add_argument("--out", help="also write the machine lines, the notes and the table as Markdown here")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]
@@ -442,9 +459,10 @@ def main():
                   + f" ({time.time() - t0:.0f} s)", flush=True)
             if "stderr" in tc:
                 print(tc["stderr"], file=sys.stderr)
-            if a.offload and m == "gpt2" and "error" not in st:
-                extra_notes.append(run_offload(a, m, s, st, tmp))
-                print(extra_notes[-1], flush=True)
+            for key, (extra, what) in VARIANTS.items():
+                if getattr(a, key) and m == "gpt2" and "error" not in st:
+                    extra_notes.append(run_variant(a, m, s, st, tmp, key, extra, what))
+                    print(extra_notes[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     notes = notes_of(rows, a) + extra_notes

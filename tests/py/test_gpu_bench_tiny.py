@@ -6,6 +6,8 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
      bf16, PyTorch under bf16 autocast), train the same number of parameters
      (the harness exits 1 otherwise), and the Markdown table printed last and
      written by --out has one row per model with positive ms/step figures;
+     --offload and --selective add their gpt2 notes (selective: the same
+     final loss as the run without);
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
      run is refused (not a precision it knows) and the mlp row runs in fp32,
      saying so in the table and giving the reason in the notes;
@@ -73,7 +75,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "bench.md")
-        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload")
+        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload", "--selective")
         check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
         rows = rows_of(out)
         check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
@@ -87,6 +89,8 @@ def main():
         check("gpt2 with optim.offload (optimizer state and update on the host): " in out and "x the step without"
               in out and "gpt2 with optim.offload" in open(md).read(),
               "--offload: the gpt2 note against the run without")
+        check("gpt2 with selective activation checkpointing" in out and ": the same)" in out,
+              "--selective: the gpt2 note, the same final loss as the run without")
 
         rc, out, err = bench(build, "--models", "mlp", "--st-precision", "fp8,fp32")
         check(rc == 0, f"mlp fall-back: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
