@@ -116,6 +116,17 @@ static st_status pl_softmax_ce(pd_ctx *c, st_graph *g, st_tensor **y) {
     return st_softmax_ce(g, "ce", logits, targets, ST_IGNORE_INDEX, y);
 }
 
+/* h (..., C), w (V, C), targets I32 (...) with some ST_IGNORE_INDEX: the
+ * fused output layer and loss, in training (its forward makes the gradients) */
+static st_status pl_linear_ce(pd_ctx *c, st_graph *g, st_tensor **y) {
+    st_tensor *h, *w, *targets;
+    ST_TRY(pd_param_like(c, g, "h", &h));
+    ST_TRY(pd_param_like(c, g, "w", &w));
+    ST_TRY(pd_input_like(c, g, "targets", ST_I32, &targets));
+    g->training = true;
+    return st_linear_ce(g, "lce", h, w, targets, ST_IGNORE_INDEX, y);
+}
+
 static st_status pl_mse(pd_ctx *c, st_graph *g, st_tensor **y) {
     st_tensor *pred, *target;
     ST_TRY(pd_param_like(c, g, "pred", &pred));

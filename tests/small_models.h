@@ -45,6 +45,11 @@ static inline void sm_gpt3(st_config *c) {
     c->model.block_size = 16;
     c->model.dropout = 0.1;
 }
+/* the same gpt with its output layer and loss fused (linear_ce, no logits kept) */
+static inline void sm_gpt3_fused(st_config *c) {
+    sm_gpt3(c);
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
+}
 static inline void sm_cnn3(st_config *c) {
     c->model.channels.n = 3;
     c->model.channels.v[0] = c->model.channels.v[1] = c->model.channels.v[2] = 8;
@@ -69,7 +74,7 @@ static inline void sm_step(st_model *m, st_model_graph *mg, int64_t B) {
     else
         for (int64_t i = 0; i < mg->x->count; i++)
             mg->x->idata[i] = (int32_t)(st_rng_next(&r) % 50);
-    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
+    const int64_t classes = mg->logits ? mg->logits->shape[mg->logits->ndim - 1] : m->in.vocab_size;
     for (int64_t i = 0; i < mg->y->count; i++)
         mg->y->idata[i] = (int32_t)(st_rng_next(&r) % (uint64_t)classes);
     mg->g.training = true;

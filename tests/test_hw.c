@@ -213,7 +213,7 @@ static void test_device_layout(void) {
             const st_tensor *t = dev.g.acts[i];
             const bool attn =
                 strcmp(t->name, "h.0.attn.c_attn.out") == 0 || strcmp(t->name, "h.0.attn.out") == 0;
-            const bool mlp = strcmp(t->name, "h.0.mlp.c_fc.out") == 0 || strcmp(t->name, "lm_head.out") == 0;
+            const bool mlp = strcmp(t->name, "h.0.mlp.c_fc.out") == 0 || strcmp(t->name, "ln_f.out") == 0;
             found += attn || mlp;
             if (attn || mlp)
                 CHECK(t->store == (mlp || k == 0 ? ST_PREC_BF16 : ST_PREC_FP32), "nh %lld: %s stored as %d",

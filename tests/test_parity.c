@@ -39,6 +39,7 @@ static const struct {
     {"batchnorm", pl_batchnorm},
     {"flatten", pl_flatten},
     {"softmax_ce", pl_softmax_ce},
+    {"linear_ce", pl_linear_ce},
     {"mse", pl_mse},
 };
 

@@ -56,6 +56,10 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("model.n_embd", model.n_embd, "256", 1, 1 << 16, "gpt: embedding width"),
     K_AUTO("model.vocab_size", model.vocab_size, 2, INT32_MAX, "gpt: vocabulary size; auto = from the data"),
     K_INT("model.block_size", model.block_size, "256", 1, 1 << 20, "gpt: context length in tokens"),
+    K_ENUM("model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
+           "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
+           "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "
+           "keep the logits; auto = on when that holds less memory (a large vocabulary)"),
     K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
            "mlp/cnn: output classes; auto = from the training labels"),
 

@@ -168,6 +168,28 @@ static inline st_status st_grad_pass_cuda(st_graph *g, st_fbuf dx, st_fbuf dy, i
     return ST_OK;
 }
 
+/* The cross-entropy layers' mean (softmax_ce.cu, linear_ce.cu), one block:
+ * loss = sum(row_loss) / count of targets that are not ign (0 when none),
+ * the count kept in *count_slot as int bits for backward. */
+template <typename T> /* double: a template so that each file including this has its own copy */
+__global__ void st_ce_total_kernel(const T *row_loss, const int32_t *tg, int64_t R, int32_t ign, float *loss,
+                                   float *count_slot) {
+    __shared__ T shd[32];
+    __shared__ long long shl[32];
+    T s = 0.0;
+    long long c = 0;
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        s += row_loss[r];
+        c += tg[r] != ign;
+    }
+    s = st_block_sum(s, shd);
+    c = st_block_sum(c, shl);
+    if (threadIdx.x == 0) {
+        loss[0] = c ? (float)(s / (double)c) : 0.0f;
+        *count_slot = __int_as_float((int)c);
+    }
+}
+
 /* Raise the node's work scratch to at least `count` floats (from prepare). */
 static inline void st_need_work(st_node *n, int64_t count) {
     if (count > n->work_count) n->work_count = count;

@@ -1,8 +1,7 @@
 /* CUDA twin of src/layers/linear.c: y = x W^T + b through cuBLASLt.
  *
  * Math mode: fp32 inputs with fp32 compute (CUBLAS_COMPUTE_32F), so parity
- * with the CPU holds to fp32 rounding. LINEAR_MATH below is the one switch for
- * TF32 when the precision config asks for speed.
+ * with the CPU holds to fp32 rounding (matmul.cuh st_graph_matmul).
  *
  * bf16 and fp16 runs (g->params->precision, docs/precision.md): every operand
  * of every product here holds 16-bit values (the graph rounds node outputs,
@@ -50,44 +49,6 @@
 #include "kernels.cuh"
 #include "matmul.cuh"
 
-typedef enum linear_math { LINEAR_MATH_FP32, LINEAR_MATH_TF32 } linear_math;
-static const linear_math LINEAR_MATH = LINEAR_MATH_FP32; /* TF32 breaks fp32 parity: opt-in later */
-
-/* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major
- * (A stored (k x m) when ta, else (m x k); B stored (n x k) when tb, else
- * (k x n)), through st_cuda_matmul: in a bf16 or fp16 run on tensor cores
- * with 16-bit operands (read directly where they are stored in 16 bits,
- * else exact copies), else fp32. The bias is of D's storage. With a bias,
- * ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the bias
- * epilogue. */
-static st_status lt_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A,
-                           int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd,
-                           const void *bias, const char *what) {
-    st_matmul p = {};
-    p.ta = ta;
-    p.tb = tb;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.alpha = 1.0f;
-    p.beta = beta;
-    p.A = A.p;
-    p.a_store = A.t;
-    p.lda = lda;
-    p.B = B.p;
-    p.b_store = B.t;
-    p.ldb = ldb;
-    p.D = D.p;
-    p.d_store = D.t;
-    p.ldd = ldd;
-    p.ep = bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE;
-    p.bias = bias;
-    p.operands = g->params->precision;
-    p.tf32 = LINEAR_MATH == LINEAR_MATH_TF32;
-    p.what = what;
-    return st_cuda_matmul(g->dev, &p);
-}
-
 /* y[i, :] = b: the bias for a product with beta 1 (the CPU's way). */
 static __global__ void bias_rows_kernel(st_fbuf b, st_fbuf y, int64_t M, int64_t N) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N;
@@ -107,7 +68,7 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     const st_fbuf bb = bt ? st_data(bt) : st_fbuf{NULL, ST_PREC_FP32};
     const void *b = bt && bb.t == y.t ? bb.p : NULL;
     st_status s = ST_ERR_UNSUPPORTED;
-    if (b || !bt) s = lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
+    if (b || !bt) s = st_graph_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
     if (s != ST_ERR_UNSUPPORTED || !bt) return s;
     /* No algorithm takes this bias pointer (e.g. its alignment in the packed
      * arena) in the epilogue, or the bias is 16-bit and y fp32: write the
@@ -116,7 +77,7 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     if (s != ST_OK) st_clear_error();
     bias_rows_kernel<<<st_cuda_blocks(M * N, 256), 256, 0, st_cuda_stream(g)>>>(bb, y, M, N);
     ST_CUDA_LAUNCHED();
-    return lt_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "linear forward");
+    return st_graph_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "linear forward");
 }
 
 static st_status linear_backward(st_node *n, st_graph *g) {
@@ -128,9 +89,9 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
     if (dw.p) {
         if (io)
-            ST_TRY(lt_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "linear dW"));
+            ST_TRY(st_graph_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "linear dW"));
         else
-            ST_TRY(lt_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
+            ST_TRY(st_graph_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad)
         ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
@@ -138,9 +99,9 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         const st_fbuf dx = st_grad(n->in[0]);
         const float beta = n->in_acc[0] ? 1.0f : 0.0f;
         if (io)
-            ST_TRY(lt_matmul(g, true, false, K, M, N, w, N, dy, N, beta, dx, K, NULL, "linear dx"));
+            ST_TRY(st_graph_matmul(g, true, false, K, M, N, w, N, dy, N, beta, dx, K, NULL, "linear dx"));
         else
-            ST_TRY(lt_matmul(g, false, false, K, M, N, w, K, dy, N, beta, dx, K, NULL, "linear dx"));
+            ST_TRY(st_graph_matmul(g, false, false, K, M, N, w, K, dy, N, beta, dx, K, NULL, "linear dx"));
     }
     return ST_OK;
 }

@@ -18,6 +18,7 @@ extern "C" const st_layer_ops st_cuda_batchnorm_ops;
 extern "C" const st_layer_ops st_cuda_flatten_ops;
 extern "C" const st_layer_ops st_cuda_softmax_ce_ops;
 extern "C" const st_layer_ops st_cuda_mse_ops;
+extern "C" const st_layer_ops st_cuda_linear_ce_ops;
 
 extern "C" const st_layer_ops *st_cuda_layer_ops(const char *name) {
     static const st_layer_ops *const table[] = {
@@ -36,6 +37,7 @@ extern "C" const st_layer_ops *st_cuda_layer_ops(const char *name) {
         &st_cuda_flatten_ops,
         &st_cuda_softmax_ce_ops,
         &st_cuda_mse_ops,
+        &st_cuda_linear_ce_ops,
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i]->name, name) == 0) return table[i];

@@ -49,25 +49,6 @@ static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, d
     }
 }
 
-/* One block: loss = sum(row_loss) / count, count kept in saved[R] (as int bits). */
-static __global__ void ce_total_kernel(const double *row_loss, const int32_t *tg, int64_t R, int32_t ign,
-                                       float *loss, float *count_slot) {
-    __shared__ double shd[32];
-    __shared__ long long shl[32];
-    double s = 0.0;
-    long long c = 0;
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-        s += row_loss[r];
-        c += tg[r] != ign;
-    }
-    s = st_block_sum(s, shd);
-    c = st_block_sum(c, shl);
-    if (threadIdx.x == 0) {
-        loss[0] = c ? (float)(s / (double)c) : 0.0f;
-        *count_slot = __int_as_float((int)c);
-    }
-}
-
 static __global__ void ce_backward_kernel(st_fbuf x, const int32_t *tg, const float *lse,
                                           const float *count_slot, const float *dloss, st_fbuf dx, int64_t V,
                                           int32_t ign, bool acc) {
@@ -99,7 +80,7 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(st_data(n->in[0]), tg, n->saved,
                                                                         row_loss, V, ign);
     ST_CUDA_LAUNCHED();
-    ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
+    st_ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

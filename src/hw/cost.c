@@ -98,6 +98,25 @@ static void conv_cost(const st_node *n, bool dx, bool bwd, st_cost *c) {
         (double)y->count + (double)x->count + CPU_IN_CACHE * (Mx + V) + (dx ? CPU_IN_CACHE * 4 * V : 0);
 }
 
+/* linear_ce, counted as the plain pair is (linear + softmax_ce: a product's
+ * own reads and writes are in its efficiency): the logits' product in
+ * forward, dh's and dW's in backward (though a training forward runs them);
+ * the chunk read for the max and the sum, then read and rewritten as its
+ * gradient; dW read and written per chunk after the first; backward's
+ * scaling of dh and dW. */
+static void linear_ce_cost(const st_node *n, bool bwd, st_cost *c) {
+    const double R = (double)n->args.i[ST_LCE_ROWS], C = (double)n->args.i[ST_LCE_C];
+    const double V = (double)n->args.i[ST_LCE_V], Rc = (double)n->args.i[ST_LCE_CHUNK];
+    const double chunks = (double)(int64_t)((R + Rc - 1) / Rc), mm = 2 * R * C * V;
+    c->fwd_flops = mm;
+    c->bwd_flops = bwd ? 2 * mm : 0;
+    c->fwd_elems = 2 * R * V;
+    c->bwd_elems = bwd ? 2 * R * V + 2 * (chunks - 1) * V * C + 3 * (R * C + V * C) : 0;
+    c->cpu = (st_work){c->fwd_flops, c->bwd_flops, c->fwd_elems, c->bwd_elems};
+    c->cpu.fwd_elems += CPU_CE_EXP_FWD * R * V;
+    if (bwd) c->cpu.bwd_elems += CPU_CE_EXP_BWD * R * V;
+}
+
 st_cost st_node_cost(const st_node *n) {
     st_cost c;
     memset(&c, 0, sizeof c);
@@ -126,6 +145,10 @@ st_cost st_node_cost(const st_node *n) {
     }
     if (strcmp(op, "attention") == 0) {
         attention_cost(n, &c);
+        return c;
+    }
+    if (strcmp(op, "linear_ce") == 0) {
+        linear_ce_cost(n, bwd, &c);
         return c;
     }
     /* elementwise: forward reads its inputs and writes its output; backward

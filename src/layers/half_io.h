@@ -21,7 +21,7 @@
 static inline bool st_layer_half_io(const char *name) {
     static const char *const list[] = {"add",       "gelu",      "relu",          "dropout",    "linear",
                                        "layernorm", "embedding", "pos_embedding", "softmax_ce", "conv2d",
-                                       "batchnorm", "maxpool2d", "flatten",       "mse"};
+                                       "batchnorm", "maxpool2d", "flatten",       "mse",        "linear_ce"};
     for (size_t i = 0; i < sizeof list / sizeof *list; i++)
         if (strcmp(list[i], name) == 0) return true;
     return false;

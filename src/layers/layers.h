@@ -88,6 +88,20 @@ st_status st_flatten(st_graph *g, const char *name, st_tensor *x, st_tensor **y)
  * -> loss (1), the mean over targets != ignore_index. Sets g->loss. */
 st_status st_softmax_ce(st_graph *g, const char *name, st_tensor *logits, st_tensor *targets,
                         int32_t ignore_index, st_tensor **loss);
+/* A language model's output layer and cross-entropy in one (linear_ce.c):
+ * h (..., C), weight (V, C) (the tied embedding, no bias), targets I32 (...)
+ * -> loss (1), the mean over targets != ignore_index of the cross-entropy
+ * of h W^T; the logits are made a chunk of rows at a time and never kept.
+ * Sets g->loss. */
+st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *weight, st_tensor *targets,
+                       int32_t ignore_index, st_tensor **loss);
+/* ST_OK when n's last forward made its gradients (g->training was set),
+ * else an error saying so: linear_ce's backward, CPU and CUDA, checks it. */
+st_status st_linear_ce_check_grads(const st_node *n);
+/* Whether st_linear_ce on R rows of C into V classes holds less memory in g
+ * (its dh, dW and one chunk) than st_linear_tied + st_softmax_ce (the
+ * logits, with their gradient over them). */
+bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t V);
 /* Mean squared error: pred (...), target F32 (...) same shape -> loss (1). Sets g->loss. */
 st_status st_mse(st_graph *g, const char *name, st_tensor *pred, st_tensor *target,
                  st_tensor **loss);

@@ -5,41 +5,9 @@
 #include <string.h>
 
 #include "args.h"
+#include "ce_rows.h"
 #include "core/fastmath.h"
 #include "layers.h"
-
-/* Row reductions run in LANES independent partial results (lane j takes
- * elements j, j + LANES, ...; the tail goes to lane 0), combined in lane
- * order: a fixed order, so the same bits every run, in loops gcc vectorizes
- * (one running max or sum stays scalar). */
-#define LANES 16
-
-/* max_v x[v], V >= 1, NaNs passed over: a NaN in x still makes the row's
- * sum of exponentials, and so the loss, NaN. */
-static float row_max(const float *x, int64_t V) {
-    float lane[LANES];
-    for (int j = 0; j < LANES; j++) lane[j] = x[0];
-    int64_t v = 0;
-    for (; v + LANES <= V; v += LANES)
-        for (int j = 0; j < LANES; j++) lane[j] = x[v + j] > lane[j] ? x[v + j] : lane[j];
-    for (; v < V; v++) lane[0] = x[v] > lane[0] ? x[v] : lane[0];
-    float m = lane[0];
-    for (int j = 1; j < LANES; j++) m = lane[j] > m ? lane[j] : m;
-    return m;
-}
-
-/* sum_v exp(x[v] - m), m = max x: in double lanes */
-static double row_sum_exp(const float *x, float m, int64_t V) {
-    double lane[LANES] = {0};
-    int64_t v = 0;
-    for (; v + LANES <= V; v += LANES)
-        for (int j = 0; j < LANES; j++) lane[j] += (double)st_exp_nonpos(x[v + j] - m);
-    for (; v < V; v++) lane[0] += (double)st_exp_nonpos(x[v] - m);
-    double s = 0.0;
-    for (int j = 0; j < LANES; j++) s += lane[j];
-    return s;
-}
-
 
 static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
     int k = snprintf(buf, nbytes, "(");
@@ -48,8 +16,8 @@ static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
     snprintf(buf + k, nbytes - (size_t)k, ")");
 }
 
-/* Names the node, the position as coordinates of the targets, and the value. */
-static st_status bad_target(const st_node *n, int64_t r, int32_t tgt, int64_t V, int32_t ignore) {
+/* Names the node, the position as coordinates of the targets (in[1]), and the value. */
+st_status st_ce_bad_target(const st_node *n, const char *op, int64_t r, int32_t tgt, int64_t V, int32_t ignore) {
     const st_tensor *t = n->in[1];
     char pos[128];
     int k = snprintf(pos, sizeof pos, "[");
@@ -62,9 +30,9 @@ static st_status bad_target(const st_node *n, int64_t r, int32_t tgt, int64_t V,
     snprintf(pos + k, sizeof pos - (size_t)k, "]");
     int len = (int)strlen(n->out->name) - 4; /* "<name>.out" */
     return st_fail(ST_ERR_ARG,
-                   "softmax_ce %.*s: target %d at position %s of %s is outside [0, %lld) and is not "
+                   "%s %.*s: target %d at position %s of %s is outside [0, %lld) and is not "
                    "ignore_index %d; check the labels and num_classes / vocab_size",
-                   len, n->out->name, tgt, pos, t->name, (long long)V, ignore);
+                   op, len, n->out->name, tgt, pos, t->name, (long long)V, ignore);
 }
 
 static st_status softmax_ce_forward(st_node *n, st_graph *g) {
@@ -78,7 +46,7 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     /* Validate serially first, so the error names the first bad position. */
     for (int64_t r = 0; r < R; r++) {
         if (tg[r] == ign) continue;
-        if (tg[r] < 0 || tg[r] >= V) return bad_target(n, r, tg[r], V, ign);
+        if (tg[r] < 0 || tg[r] >= V) return st_ce_bad_target(n, "softmax_ce", r, tg[r], V, ign);
         n_valid++;
     }
 #pragma omp parallel for schedule(static)
@@ -90,8 +58,8 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
         }
         const float *xr = x + r * V;
         /* Subtract the max so exp never overflows. */
-        const float m = row_max(xr, V);
-        const double l = (double)m + log(row_sum_exp(xr, m, V));
+        const float m = st_ce_row_max(xr, V);
+        const double l = (double)m + log(st_ce_row_sum_exp(xr, m, V));
         lse[r] = (float)l;
         row_loss[r] = l - xr[tg[r]];
     }

@@ -124,6 +124,9 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
         st_graph_block_end(g);
     }
     ST_TRY(st_layernorm(g, "ln_f", h, 1e-5f, &h));
+    const char *fh = c->model.fused_head;
+    if (strcmp(fh, "on") == 0 || (strcmp(fh, "off") != 0 && st_linear_ce_saves_memory(g, B * T, C, V)))
+        return st_linear_ce(g, "lm_head", h, wte, mg->y, ST_IGNORE_INDEX, &mg->loss); /* no logits kept */
     ST_TRY(st_linear_tied(g, "lm_head", h, wte, &mg->logits));
     return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
 }

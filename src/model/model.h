@@ -26,7 +26,7 @@ typedef struct st_model_graph {
     int64_t batch;
     st_tensor *x;      /* F32 (B, H, W, C) / (B, D), or I32 tokens (B, T) */
     st_tensor *y;      /* I32 targets (B) or (B, T) */
-    st_tensor *logits; /* (B, classes) or (B, T, V) */
+    st_tensor *logits; /* (B, classes) or (B, T, V); NULL for a gpt with model.fused_head (linear_ce) */
     st_tensor *loss;   /* (1) */
 } st_model_graph;
 

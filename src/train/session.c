@@ -430,7 +430,7 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     double loss_sum = 0;
     int64_t valid = 0, correct = 0;
     mg->g.training = false;
-    const int64_t classes = mg->logits->shape[mg->logits->ndim - 1];
+    const int64_t classes = mg->logits ? mg->logits->shape[mg->logits->ndim - 1] : 0;
     const int64_t per = mg->y->count / B; /* targets per sample */
     for (int64_t start = lo; start < hi && st == ST_OK; start += B) {
         int64_t cnt = hi - start < B ? hi - start : B;
@@ -440,7 +440,7 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
         if (st != ST_OK) break;
         const float batch_loss = *mg->loss->data;
         int64_t v = 0;
-        st_eval_count(mg->y->idata, mg->logits->data, cnt * per, classes, &v, &correct);
+        st_eval_count(mg->y->idata, mg->logits ? mg->logits->data : NULL, cnt * per, classes, &v, &correct);
         loss_sum += (double)batch_loss * (double)v;
         valid += v;
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The element-wise hot loops that call core/fastmath.h (GELU's tanh, the
-# softmax cross-entropy's and attention's exp) compile to packed
+# cross-entropy layers' and attention's exp) compile to packed
 # (vectorized) arithmetic in the built binary. A performance property
 # checked without timing anything: gcc leaves such a loop scalar when one
 # of its operations stops being if-convertible (as the clamps before rintf
@@ -15,7 +15,8 @@ command -v objdump >/dev/null || e2e_skip "objdump is missing (apt-get install b
 e2e_tmpdir
 objdump -d --no-show-raw-insn "$bin" >"$tmp/dis.txt" || fail "objdump $bin"
 for fn in gelu_forward._omp_fn.0 gelu_backward._omp_fn.0 gelu_backward._omp_fn.1 \
-    softmax_ce_forward._omp_fn.0 softmax_ce_backward._omp_fn.0 attention_forward._omp_fn.0; do
+    softmax_ce_forward._omp_fn.0 softmax_ce_backward._omp_fn.0 attention_forward._omp_fn.0 \
+    linear_ce_forward._omp_fn.0; do
     body=$(awk -v f="<$fn>:" '$2 == f {p = 1; next} p && /^$/ {p = 0} p' "$tmp/dis.txt")
     [ -n "$body" ] || { fail "$fn: not in $bin (renamed, inlined or stripped?)"; continue; }
     packed=$(grep -cE '\s(v?(add|sub|mul|div)ps|vfn?m(add|sub)[0-9]+ps)\s' <<<"$body")

@@ -334,6 +334,20 @@ def case_softmax_ce(gen, shape):
     return layer(gen, inputs, fn, ["logits"], loss=True)
 
 
+def case_linear_ce(gen, shape, V):
+    """The fused output layer and loss: cross_entropy(h W^T) (rows in 8
+    chunks on our side)."""
+    targets = torch.randint(0, V, shape[:-1], generator=gen, dtype=torch.int32)
+    ignore = torch.rand(shape[:-1], generator=gen) < 0.25
+    ignore.view(-1)[-1] = False
+    targets[ignore] = -100
+    inputs = {"h": rand(gen, *shape, scale=2.0), "w": rand(gen, V, shape[-1], scale=0.5), "targets": targets}
+
+    def fn(t):
+        return F.cross_entropy((t["h"] @ t["w"].t()).reshape(-1, V), t["targets"].reshape(-1), ignore_index=-100)
+    return layer(gen, inputs, fn, ["h", "w"], loss=True)
+
+
 def case_mse(gen, shape):
     inputs = {"pred": rand(gen, *shape), "target": rand(gen, *shape)}
     return layer(gen, inputs, lambda t: F.mse_loss(t["pred"], t["target"]), ["pred"], loss=True)
@@ -465,6 +479,7 @@ CASES = [
     ("flatten/3d", "flatten", lambda g: case_flatten(g, (3, 4, 5))),
     ("softmax_ce", "softmax_ce", lambda g: case_softmax_ce(g, (6, 10))),
     ("softmax_ce/3d", "softmax_ce", lambda g: case_softmax_ce(g, (2, 4, 7))),
+    ("linear_ce", "linear_ce", lambda g: case_linear_ce(g, (2, 13, 12), 53)),
     ("mse", "mse", lambda g: case_mse(g, (3, 4))),
     ("mse/3d", "mse", lambda g: case_mse(g, (2, 3, 5))),
     ("model_mlp", "model_mlp", lambda g: case_model(g, "mlp", 4)),

@@ -1,0 +1,129 @@
+/* CUDA twin of src/layers/linear_ce.c: a language model's output layer and
+ * cross-entropy in one, a chunk of rows at a time (see the CPU file for the
+ * plan and the memory it saves).
+ *
+ * Per chunk of m rows, on the compute stream: the logits z (m, V) = h_c W^T
+ * into the work scratch, stored as the plain linear would store them (16
+ * bits in a bf16 or fp16 run, rounded once from the fp32 accumulation);
+ * one block per row takes its max, sum of exponentials (fp32 per thread,
+ * block sums in a fixed order, as softmax_ce.cu), the row's loss in double,
+ * and in a training forward writes (softmax - onehot) over the row, each
+ * thread reading an element before writing it (thread 0 reads the target's
+ * logit before a barrier); then dh_c (m, C) = z W into the saved fp32 dh,
+ * and dW (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32
+ * dW, both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in
+ * 16-bit runs). One block then sums the rows' losses in double and counts
+ * the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
+ * backward, which needs no host round trip: one grid-stride kernel writes
+ * or adds dh * dloss / count into h's gradient (either storage) and adds
+ * dW * dloss / count into W's (fp32; under ZeRO-2 its staging region).
+ * A target outside [0, V) that is not ignore_index gives its row a NaN loss
+ * (the device cannot name it without a sync; the CPU path does). */
+#include "kernels.cuh"
+#include "matmul.cuh"
+
+extern "C" st_status st_linear_ce_check_grads(const st_node *n);
+
+static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int32_t ign,
+                                       bool grads) {
+    __shared__ float shf[32];
+    __shared__ float lse;
+    const int64_t i = blockIdx.x, o = i * V;
+    const int32_t t = tg[i];
+    if (t == ign) { /* uniform over the block */
+        if (threadIdx.x == 0) row_loss[i] = 0.0;
+        if (grads)
+            for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+                st_st(z, o + v, 0.0f);
+        return;
+    }
+    float m = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        m = st_nan_max(m, st_ld(z, o + v));
+    m = st_block_max(m, shf);
+    float s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        s += expf(st_ld(z, o + v) - m);
+    s = st_block_sum(s, shf);
+    if (threadIdx.x == 0) {
+        const double l = (double)m + log((double)s);
+        const bool ok = t >= 0 && t < V;
+        row_loss[i] = ok ? l - (double)st_ld(z, o + t) : __longlong_as_double(0x7ff8000000000000LL);
+        lse = ok ? (float)l : __int_as_float(0x7fc00000);
+    }
+    __syncthreads(); /* the target's logit read, lse shared */
+    if (!grads) return;
+    const float l = lse;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        float d = expf(st_ld(z, o + v) - l);
+        if (v == t) d -= 1.0f;
+        st_st(z, o + v, d);
+    }
+}
+
+static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t ndx, bool acc, const float *dw,
+                                           float *gw, int64_t nw, const float *count_slot, const float *dloss) {
+    const int count = __float_as_int(*count_slot);
+    const float scale = count ? dloss[0] / (float)count : 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ndx + nw;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (i < ndx) {
+            const float d = dh[i] * scale;
+            st_st(dx, i, acc ? st_ld(dx, i) + d : d);
+        } else {
+            gw[i - ndx] += dw[i - ndx] * scale;
+        }
+    }
+}
+
+static unsigned row_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
+
+static st_status linear_ce_forward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK];
+    const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
+    const st_fbuf h = st_data(n->in[0]);     /* (R, C) */
+    const int32_t *tg = n->in[1]->idata;     /* (R) */
+    const st_fbuf w = st_data(n->params[0]); /* (V, C), 16-bit in bf16/fp16 */
+    float *dh = n->saved, *dw = n->saved + st_align_floats(R * C), *count = dw + st_align_floats(V * C);
+    /* the chunk in the plain linear's output storage (linear_ce.c chunk_elem) */
+    const st_fbuf z = {g->work, g->params->precision};
+    double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]);
+    const bool grads = g->training && n->out->requires_grad;
+    n->args.i[ST_LCE_GRADS_MADE] = grads;
+    for (int64_t r0 = 0; r0 < R; r0 += Rc) {
+        const int64_t m = R - r0 < Rc ? R - r0 : Rc;
+        const st_fbuf hc = st_fbuf_at(h, r0 * C);
+        /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
+        ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, V, NULL, "linear_ce logits"));
+        lce_rows_kernel<<<(unsigned)m, row_threads(V), 0, st_cuda_stream(g)>>>(z, tg + r0, row_loss + r0, V, ign,
+                                                                               grads);
+        ST_CUDA_LAUNCHED();
+        if (!grads) continue;
+        /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
+        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, V, 0.0f,
+                               st_fbuf{dh + r0 * C, ST_PREC_FP32}, C, NULL, "linear_ce dh"));
+        /* dW (V, C) += z^T h_c: dW^T (C x V) = h_c^T z */
+        ST_TRY(st_graph_matmul(g, false, true, C, V, m, hc, C, z, V, r0 ? 1.0f : 0.0f,
+                               st_fbuf{dw, ST_PREC_FP32}, C, NULL, "linear_ce dW"));
+    }
+    st_ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, count);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+static st_status linear_ce_backward(st_node *n, st_graph *g) {
+    ST_TRY(st_linear_ce_check_grads(n));
+    const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
+    const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
+    const int64_t ndx = n->in[0]->grad ? R * C : 0, nw = n->params[0]->grad ? V * C : 0;
+    if (ndx + nw == 0) return ST_OK;
+    const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
+    lce_backward_kernel<<<st_cuda_blocks(ndx + nw, 256), 256, 0, st_cuda_stream(g)>>>(
+        dh, dx, ndx, n->in_acc[0], dw, n->params[0]->grad, nw, dw + st_align_floats(V * C), n->out->grad);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
+extern "C" const st_layer_ops st_cuda_linear_ce_ops = {"linear_ce", linear_ce_forward, linear_ce_backward, NULL,
+                                                       false,       true,              true,               false};

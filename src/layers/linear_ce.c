@@ -1,0 +1,208 @@
+/* A language model's output layer and its loss as one layer (linear_ce):
+ * loss = mean over the targets that are not ignore_index of
+ * cross_entropy(h W^T, target), with W (V, C) the tied embedding, computed a
+ * chunk of rows at a time so that the (R, V) logits never exist whole
+ * (Liger's fused linear cross-entropy; llm.c's fused classifier).
+ *
+ * A training forward does the layer's backward too, chunk by chunk: the
+ * chunk's logits z = h_c W^T (the work scratch), their log-sum-exp and loss,
+ * then z becomes (softmax - onehot), unscaled, in place, and the two
+ * products of backward follow at once: dh_c = z W into the saved dh (R, C)
+ * and dW += z^T h_c into the saved dW (V, C), both fp32. Backward only
+ * scales them by dloss / n_valid (which is why forward needs neither the
+ * loss scale nor the valid count first). The FLOPs are the plain pair's; the
+ * memory is dh + dW + one chunk instead of the logits, whose gradient the
+ * plain pair writes over them: GPT-2 124M at 16 x 1024 tokens holds 1.6 GB
+ * of bf16 logits, against 50 MB + 154 MB + a 1/8 chunk here. An eval
+ * forward (g->training false) computes the loss alone, and a backward after
+ * it fails (st_linear_ce_check_grads) rather than use stale gradients.
+ *
+ * Precision: in a bf16 or fp16 run the chunk's logits are rounded as the
+ * plain linear's output would be, and (softmax - onehot) as its gradient
+ * would be (there before the scaling: fp16's range holds values in [-1, 1]
+ * down to 6e-8), the storage the CUDA twin gives them; dh and dW stay
+ * fp32, and the graph rounds h's gradient after backward as for any layer. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "args.h"
+#include "ce_rows.h"
+#include "core/blas.h"
+#include "core/half.h"
+#include "layers.h"
+
+/* The chunk's logits at most this many bytes, and at most an eighth of the
+ * whole: small enough to save, large enough (a thousand rows or more on a
+ * large vocabulary) that dW's read and write per chunk stay small beside the
+ * chunk's products. */
+#define LCE_CHUNK_BYTES ((int64_t)256 << 20)
+#define LCE_MIN_CHUNKS 8
+
+/* Bytes of a logit in the chunk: 16-bit storage in a bf16 or fp16 graph on
+ * (or laid out for) a device, as the plain linear's output would be. */
+static int64_t chunk_elem(const st_graph *g) {
+    const bool dev = (g->dev && !g->params_only) || g->device_layout; /* graph.c choose_storage's rule */
+    return g->params->precision != ST_PREC_FP32 && dev ? 2 : 4;
+}
+
+static int64_t chunk_rows(int64_t R, int64_t V, int64_t elem) {
+    int64_t n = (R * V * elem + LCE_CHUNK_BYTES - 1) / LCE_CHUNK_BYTES;
+    if (n < LCE_MIN_CHUNKS) n = LCE_MIN_CHUNKS;
+    if (n > R) n = R;
+    return (R + n - 1) / n;
+}
+
+/* Floats of the chunk in the work scratch (rows x V in the chunk's storage). */
+static int64_t chunk_floats(int64_t rows, int64_t V, int64_t elem) {
+    return st_align_floats(elem == 2 ? (rows * V + 1) / 2 : rows * V);
+}
+
+st_status st_linear_ce_check_grads(const st_node *n) {
+    if (n->args.i[ST_LCE_GRADS_MADE]) return ST_OK;
+    return st_fail(ST_ERR_INTERNAL,
+                   "linear_ce %s: backward after a forward that made no gradients (an eval forward: set the "
+                   "graph's `training` before a forward that backward follows)",
+                   n->out->name);
+}
+
+bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t V) {
+    const int64_t elem = chunk_elem(g);
+    const int64_t fused = st_align_floats(R * C) + st_align_floats(V * C) + ST_ALIGN_FLOATS +
+                          chunk_floats(chunk_rows(R, V, elem), V, elem);
+    const int64_t plain = chunk_floats(R, V, elem) + st_align_floats(R); /* logits (their gradient over them), lse */
+    return fused < plain;
+}
+
+static st_status linear_ce_forward(st_node *n, st_graph *g) {
+    const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK];
+    const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
+    const float *h = n->in[0]->data;     /* (R, C) */
+    const int32_t *tg = n->in[1]->idata; /* (R) */
+    const float *w = n->params[0]->data; /* (V, C) */
+    float *dh = n->saved;                                   /* (R, C) */
+    float *dw = n->saved + st_align_floats(R * C);          /* (V, C) */
+    float *count = dw + st_align_floats(V * C);             /* n_valid, as int bits */
+    float *z = g->work;                                     /* (Rc, V) */
+    double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
+    const st_precision prec = g->params->precision;
+    int64_t n_valid = 0;
+    for (int64_t r = 0; r < R; r++) { /* serially first, so the error names the first bad position */
+        if (tg[r] == ign) continue;
+        if (tg[r] < 0 || tg[r] >= V) return st_ce_bad_target(n, "linear_ce", r, tg[r], V, ign);
+        n_valid++;
+    }
+    const bool grads = g->training && n->out->requires_grad;
+    n->args.i[ST_LCE_GRADS_MADE] = grads;
+    for (int64_t r0 = 0; r0 < R; r0 += Rc) {
+        const int64_t m = R - r0 < Rc ? R - r0 : Rc;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)V, (int)C, 1.0f, h + r0 * C, (int)C,
+                    w, (int)C, 0.0f, z, (int)V);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t r = r0 + i;
+            float *zr = z + i * V;
+            if (tg[r] == ign) {
+                row_loss[r] = 0.0;
+                if (grads) memset(zr, 0, (size_t)V * sizeof(float));
+                continue;
+            }
+            st_round_array(prec, zr, V); /* the plain linear's output */
+            const float mx = st_ce_row_max(zr, V);
+            const double l = (double)mx + log(st_ce_row_sum_exp(zr, mx, V));
+            row_loss[r] = l - zr[tg[r]];
+            if (!grads) continue;
+            const float lf = (float)l;
+            for (int64_t v = 0; v < V; v++)
+                zr[v] = st_exp_nonpos(zr[v] - lf);
+            zr[tg[r]] -= 1.0f;
+            st_round_array(prec, zr, V); /* the plain pair's logits gradient */
+        }
+        if (!grads) continue;
+        /* dh_c (m, C) = z W; dW (V, C) += z^T h_c */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)V, w,
+                    (int)C, 0.0f, dh + r0 * C, (int)C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)V,
+                    h + r0 * C, (int)C, r0 ? 1.0f : 0.0f, dw, (int)C);
+    }
+    double sum = 0.0; /* in row order: the same loss for any thread count and chunk */
+    for (int64_t r = 0; r < R; r++)
+        sum += row_loss[r];
+    n->out->data[0] = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
+    const int32_t c32 = (int32_t)n_valid;
+    memcpy(count, &c32, sizeof c32);
+    return ST_OK;
+}
+
+/* dh and dW times dloss / n_valid: written or added into h's gradient (per
+ * in_acc), added into W's. */
+static st_status linear_ce_backward(st_node *n, st_graph *g) {
+    ST_TRY(st_linear_ce_check_grads(n));
+    const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
+    const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
+    int32_t c32;
+    memcpy(&c32, dw + st_align_floats(V * C), sizeof c32);
+    const float scale = c32 ? n->out->grad[0] / (float)c32 : 0.0f;
+    float *dx = n->in[0]->grad;
+    if (dx) {
+        const int64_t k = R * C;
+        if (n->in_acc[0]) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < k; i++) dx[i] += dh[i] * scale;
+        } else {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < k; i++) dx[i] = dh[i] * scale;
+        }
+    }
+    float *gw = n->params[0]->grad;
+    if (gw) {
+        const int64_t k = V * C;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < k; i++) gw[i] += dw[i] * scale;
+    }
+    return ST_OK;
+}
+
+/* Backward reads its saved state only: h (dead after forward, its memory
+ * shared) and the loss's value never. */
+static const st_layer_ops linear_ce_cpu = {"linear_ce", linear_ce_forward, linear_ce_backward, NULL,
+                                           false,       true,              true,               false};
+
+st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *weight, st_tensor *targets,
+                       int32_t ignore_index, st_tensor **loss) {
+    const int64_t C = h->shape[h->ndim - 1];
+    if (h->dtype != ST_F32 || targets->dtype != ST_I32 || weight->ndim != 2 || weight->shape[1] != C)
+        return st_fail(ST_ERR_SHAPE,
+                       "linear_ce %s: needs float h (..., C), a weight (V, C) and int32 targets; h %s has %lld "
+                       "columns, weight %s %lld",
+                       name, h->name, (long long)C, weight->name, (long long)weight->shape[weight->ndim - 1]);
+    if (h->ndim < 2 || targets->ndim != h->ndim - 1 ||
+        memcmp(h->shape, targets->shape, (size_t)targets->ndim * sizeof *targets->shape) != 0)
+        return st_fail(ST_ERR_SHAPE, "linear_ce %s: targets %s must have h %s's leading dims", name,
+                       targets->name, h->name);
+    const int64_t V = weight->shape[0], R = h->count / C, one = 1;
+    if (V > INT32_MAX || R > INT32_MAX)
+        return st_fail(ST_ERR_SHAPE, "linear_ce %s: %lld rows of %lld classes do not fit int32", name,
+                       (long long)R, (long long)V);
+    char oname[ST_NAME_MAX];
+    snprintf(oname, sizeof oname, "%s.out", name);
+    st_tensor *out;
+    ST_TRY(st_graph_act(g, oname, 1, &one, &out));
+    st_tensor *in[2] = {h, targets};
+    st_node *node;
+    ST_TRY(st_graph_node(g, &linear_ce_cpu, in, 2, &weight, 1, out, &node));
+    const int64_t elem = chunk_elem(g), Rc = chunk_rows(R, V, elem);
+    node->args.i[ST_LCE_ROWS] = R;
+    node->args.i[ST_LCE_C] = C;
+    node->args.i[ST_LCE_V] = V;
+    node->args.i[ST_LCE_CHUNK] = Rc;
+    node->args.i[ST_LCE_IGNORE] = ignore_index;
+    node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, V, elem);
+    node->saved_count = st_align_floats(R * C) + st_align_floats(V * C) + 1; /* dh, dW, the count */
+    /* the chunk (floats on the host, the device's storage on one) and the rows' losses as doubles */
+    node->work_count = node->args.i[ST_LCE_CHUNK_FLOATS] + 2 * R;
+    g->loss = out;
+    *loss = out;
+    return ST_OK;
+}
