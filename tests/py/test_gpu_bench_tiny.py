@@ -6,7 +6,7 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
      bf16, PyTorch under bf16 autocast), train the same number of parameters
      (the harness exits 1 otherwise), and the Markdown table printed last and
      written by --out has one row per model with positive ms/step figures;
-     --offload and --selective add their gpt2 notes (selective: the same
+     --offload, --selective and --plain-head add their gpt2 notes (selective: the same
      final loss as the run without);
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
      run is refused (not a precision it knows) and the mlp row runs in fp32,
@@ -75,7 +75,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "bench.md")
-        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload", "--selective")
+        rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload", "--selective",
+                            "--plain-head")
         check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
         rows = rows_of(out)
         check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
@@ -91,6 +92,8 @@ def main():
               "--offload: the gpt2 note against the run without")
         check("gpt2 with selective activation checkpointing" in out and ": the same)" in out,
               "--selective: the gpt2 note, the same final loss as the run without")
+        check("gpt2 with model.fused_head=off" in out and "relative difference" in out,
+              "--plain-head: the gpt2 note against the run with the default head")
 
         rc, out, err = bench(build, "--models", "mlp", "--st-precision", "fp8,fp32")
         check(rc == 0, f"mlp fall-back: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
