@@ -1,6 +1,8 @@
 /* The memory model against the measured peak of real training runs on this
- * machine: mlp, cnn and a small gpt (also with selective checkpointing),
- * each within 10%.
+ * machine: mlp, cnn and a small gpt (also with selective checkpointing, and
+ * with a large vocabulary, its output layer plain and fused), each within
+ * 10%; and what the fused output layer saves, measured against predicted,
+ * within 10%.
  *
  * Measured: the process's resident-set high-water mark (VmHWM) during the
  * run minus its resident set (VmRSS) just before, after resetting the mark
@@ -91,7 +93,10 @@ static void child(const char *name, const char *const *sets, int nsets, int fd) 
     _exit(0);
 }
 
-static void check_run(const char *name, const char *const *sets, int nsets) {
+/* Runs the config in a child; the measured and predicted bytes in
+ * got[0], got[1] (0 when not measured). */
+static void check_run(const char *name, const char *const *sets, int nsets, double *got) {
+    if (got) got[0] = got[1] = 0;
     int fds[2];
     if (pipe(fds) != 0) return;
     fflush(NULL);
@@ -102,7 +107,7 @@ static void check_run(const char *name, const char *const *sets, int nsets) {
     }
     close(fds[1]);
     double r[3] = {0, 0, 0};
-    ssize_t got = read(fds[0], r, sizeof r);
+    ssize_t nread = read(fds[0], r, sizeof r);
     close(fds[0]);
     int st = 0;
     waitpid(pid, &st, 0);
@@ -110,9 +115,10 @@ static void check_run(const char *name, const char *const *sets, int nsets) {
         printf("%s: cannot reset the peak RSS here; not measured\n", name);
         return;
     }
-    CHECK(got == (ssize_t)sizeof r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child failed (status %d)",
+    CHECK(nread == (ssize_t)sizeof r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child failed (status %d)",
           name, st);
-    if (got != (ssize_t)sizeof r) return;
+    if (nread != (ssize_t)sizeof r) return;
+    if (got) got[0] = r[0], got[1] = r[1];
     const double err = (r[1] - r[0]) / r[0];
     printf("%-4s micro %3.0f: measured peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name, r[2],
            r[0] / 1048576, r[1] / 1048576, 100 * err);
@@ -152,10 +158,28 @@ int main(void) {
     const char *gpt_sel[12];
     memcpy(gpt_sel, gpt, sizeof gpt);
     gpt_sel[11] = "train.activation_checkpointing=selective"; /* recomputed outputs share memory */
-    check_run("mlp", mlp, 8);
-    check_run("cnn", cnn, 9);
-    check_run("gpt", gpt, 11);
-    check_run("gpt selective", gpt_sel, 12);
+    check_run("mlp", mlp, 8, NULL);
+    check_run("cnn", cnn, 9, NULL);
+    check_run("gpt", gpt, 11, NULL);
+    check_run("gpt selective", gpt_sel, 12, NULL);
+    /* a vocabulary large beside the width: the (4096 x 4096) logits kept,
+     * 64 MiB with their gradient over them, against the fused head's dh,
+     * dW and one chunk */
+    const char *gpt_v[13], *gpt_f[13];
+    memcpy(gpt_v, gpt, sizeof gpt);
+    gpt_v[11] = "model.vocab_size=4096";
+    memcpy(gpt_f, gpt_v, sizeof gpt_v);
+    gpt_v[12] = "model.fused_head=off";
+    gpt_f[12] = "model.fused_head=on";
+    double plain[2], fused[2];
+    check_run("gpt vocab 4096", gpt_v, 13, plain);
+    check_run("gpt vocab 4096 fused head", gpt_f, 13, fused);
+    if (plain[0] > 0 && fused[0] > 0) { /* what the fused head saves, measured and predicted */
+        const double ms = plain[0] - fused[0], ps = plain[1] - fused[1];
+        printf("fused head saves %.1f MiB measured, %.1f MiB predicted\n", ms / 1048576, ps / 1048576);
+        CHECK(ms > 0.25 * plain[0] && fabs(ps - ms) <= 0.1 * ms, "fused head: saves %.1f MiB, predicted %.1f MiB",
+              ms / 1048576, ps / 1048576);
+    }
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
