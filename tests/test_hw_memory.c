@@ -1,8 +1,16 @@
 /* The memory model against the measured peak of real training runs on this
  * machine: mlp, cnn and a small gpt (also with selective checkpointing, and
  * with a large vocabulary, its output layer plain and fused), each within
- * 10%; and what the fused output layer saves, measured against predicted,
- * within 10%.
+ * 10% (the issue's bound) and within 8 MiB (what this machine shows: about
+ * 2-3 MiB, fixed costs of a run the model leaves out); and what the fused
+ * output layer saves, measured against predicted, within 10%.
+ *
+ * The 16384-token vocabulary is there for two allocations the model cannot
+ * see, both fixed now and both growing with the vocabulary: OpenBLAS's
+ * threaded products kept 1 KiB a row of their largest product resident (the
+ * head's weight gradient: 16 MiB; st_sgemm in src/core/blas.h blocks the
+ * rows), and glibc's heap kept freed parameter arenas resident
+ * (st_pages_own_mappings). It measured 10.4% over the prediction before.
  *
  * Measured: the process's resident-set high-water mark (VmHWM) during the
  * run minus its resident set (VmRSS) just before, after resetting the mark
@@ -177,9 +185,13 @@ int main(void) {
     if (plain[0] > 0 && fused[0] > 0) { /* what the fused head saves, measured and predicted */
         const double ms = plain[0] - fused[0], ps = plain[1] - fused[1];
         printf("fused head saves %.1f MiB measured, %.1f MiB predicted\n", ms / 1048576, ps / 1048576);
-        CHECK(ms > 0.25 * plain[0] && fabs(ps - ms) <= 0.1 * ms, "fused head: saves %.1f MiB, predicted %.1f MiB",
-              ms / 1048576, ps / 1048576);
+        CHECK(ms > 0.25 * plain[0] && fabs(ps - ms) <= 0.1 * ms,
+              "fused head: saves %.1f MiB, predicted %.1f MiB", ms / 1048576, ps / 1048576);
     }
+    const char *gpt_w[13];
+    memcpy(gpt_w, gpt_f, sizeof gpt_f);
+    gpt_w[11] = "model.vocab_size=16384";
+    check_run("gpt vocab 16384 fused head", gpt_w, 13, NULL);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -5,4 +5,41 @@
 
 #include <cblas.h>
 
+/* The engine's matrix products call st_sgemm, not cblas_sgemm: a row-major
+ * C (M x N) = alpha op(A) op(B) + beta C computed in blocks of C's rows,
+ * each block at most ST_GEMM_BLOCK_ELEMS elements of op(A) (but never fewer
+ * than ST_GEMM_ROWS rows), the blocks of one product equal to within 16 rows.
+ *
+ * Why: OpenBLAS's threaded driver packs each thread's whole share of C's
+ * rows, times one block of K (Q elements, 320 for sgemm on Zen, so up to
+ * 1280 bytes a row), into that thread's 128 MiB buffer, and those pages stay
+ * resident for the rest of the process. One product with 32768 rows (the
+ * weight gradient of a 32768-token vocabulary) left 32 MiB behind on 2
+ * threads, unseen by the memory model (test_hw_memory measured 11.5% more
+ * than predicted); a GPT-2 head's, 62 MiB. In blocks of 1024 rows of K >= 256,
+ * or 2^18 elements of op(A) at a smaller K, it is at most what the CPU
+ * calibration's 1024^3 product touches anyway, a fixed cost of the process
+ * (about 1.3 MiB). The blocks split rows, never K: the same sums, though not
+ * always the same last bits as one call (OpenBLAS threads a block by its own
+ * size), and the same bits from run to run. Speed on this machine (2 threads, best of 5):
+ * 32768x128x512 (A transposed) 47 ms blocked against 51 ms in one call,
+ * 8192x768x768 71 against 73 ms, 50176x32x9 (a first convolution) 1.6 against
+ * 1.6 ms; blocks of 1024 rows at K = 9 took 2.4 ms, hence the budget. */
+enum { ST_GEMM_ROWS = 1024, ST_GEMM_BLOCK_ELEMS = 1 << 18 };
+
+static inline void st_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    int most = K > 0 ? ST_GEMM_BLOCK_ELEMS / K : M;
+    if (most < ST_GEMM_ROWS) most = ST_GEMM_ROWS;
+    const int blocks = M > most ? (M + most - 1) / most : 1;
+    const int rows = ((M + blocks - 1) / blocks + 15) / 16 * 16;
+    for (int m0 = 0; m0 < M; m0 += rows) {
+        const int m = M - m0 < rows ? M - m0 : rows;
+        /* rows m0.. of op(A): rows of A, or columns of A transposed */
+        const float *a = ta == CblasNoTrans ? A + (size_t)m0 * (size_t)lda : A + m0;
+        cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * (size_t)ldc,
+                    ldc);
+    }
+}
+
 #endif

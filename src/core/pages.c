@@ -2,6 +2,7 @@
  * pages.h). */
 #include "pages.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,6 +21,12 @@ void st_pages_release(float *base, int64_t a, int64_t e) {
     }
     memset(lo, 0, (size_t)(plo - lo));
     memset(phi, 0, (size_t)(hi - phi));
+}
+
+void st_pages_own_mappings(void) {
+    /* Setting the threshold also stops its adjustment, and that of the trim
+     * threshold, which stays at its default. Idempotent. */
+    mallopt(M_MMAP_THRESHOLD, ST_PAGES_OWN_MAP);
 }
 
 int64_t st_pages_resident(const void *p, int64_t nbytes) {

@@ -12,6 +12,16 @@
  * ends, so that the range reads as zeros either way. */
 void st_pages_release(float *base, int64_t a, int64_t e);
 
+/* Host allocations of ST_PAGES_OWN_MAP bytes and more (arenas, optimizer
+ * state, batch rings) as mappings of their own, given back to the system when
+ * freed. glibc's default raises its mapping threshold to the size of any
+ * mapped block freed (up to 32 MiB), after which blocks below it come from
+ * the heap, where a freed block stays resident while anything above it
+ * lives. A run calls this first (st_session_open) so that its memory is that
+ * of its live allocations, which is what the memory model counts. */
+enum { ST_PAGES_OWN_MAP = 1 << 20 };
+void st_pages_own_mappings(void);
+
 /* Bytes of [p, p + nbytes) resident in memory now (nbytes if unknown). */
 int64_t st_pages_resident(const void *p, int64_t nbytes);
 

@@ -93,11 +93,11 @@ static st_status attention_forward(st_node *n, st_graph *g) {
         for (int64_t t0 = 0; t0 < T; t0 += TB) {
             const int64_t t1 = t0 + TB < T ? t0 + TB : T, m = t1 - t0;
             /* S = Q K^T scale for queries t0..t1 against keys 0..t1 */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, scale, q + t0 * C3,
-                        (int)C3, k, (int)C3, 0.0f, p + t0 * T, (int)T);
+            st_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, scale, q + t0 * C3, (int)C3, k,
+                     (int)C3, 0.0f, p + t0 * T, (int)T);
             softmax_rows(p, T, t0, t1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, 1.0f, p + t0 * T,
-                        (int)T, v, (int)C3, 0.0f, yh + t0 * C, (int)C);
+            st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, 1.0f, p + t0 * T, (int)T, v,
+                     (int)C3, 0.0f, yh + t0 * C, (int)C);
         }
     }
     return ST_OK;
@@ -133,8 +133,8 @@ static st_status attention_backward(st_node *n, st_graph *g) {
             /* by query block: dP = dY V^T, dS = P * (dP - rowsum(dP P)), dQ = dS K scale */
             for (int64_t t0 = 0; t0 < T; t0 += TB) {
                 const int64_t t1 = t0 + TB < T ? t0 + TB : T, m = t1 - t0;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, 1.0f,
-                            dyh + t0 * C, (int)C, v, (int)C3, 0.0f, dp + t0 * T, (int)T);
+                st_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, 1.0f, dyh + t0 * C, (int)C, v,
+                         (int)C3, 0.0f, dp + t0 * T, (int)T);
                 for (int64_t t = t0; t < t1; t++) {
                     const float *pr = p + t * T;
                     float *dr = dp + t * T;
@@ -144,17 +144,17 @@ static st_status attention_backward(st_node *n, st_graph *g) {
                     for (int64_t j = t + 1; j < T; j++)
                         dr[j] = 0.0f; /* masked, and not computed past t1 */
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, scale,
-                            dp + t0 * T, (int)T, k, (int)C3, beta, dq + t0 * C3, (int)C3);
+                st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, scale, dp + t0 * T, (int)T, k,
+                         (int)C3, beta, dq + t0 * C3, (int)C3);
             }
             /* by key block: keys j0..j1 are seen by queries j0..T only.
              * dV = P^T dY, dK = dS^T Q scale */
             for (int64_t j0 = 0; j0 < T; j0 += TB) {
                 const int64_t j1 = j0 + TB < T ? j0 + TB : T, m = j1 - j0, rows = T - j0;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, 1.0f,
-                            p + j0 * T + j0, (int)T, dyh + j0 * C, (int)C, beta, dv + j0 * C3, (int)C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, scale,
-                            dp + j0 * T + j0, (int)T, q + j0 * C3, (int)C3, beta, dk + j0 * C3, (int)C3);
+                st_sgemm(CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, 1.0f, p + j0 * T + j0, (int)T,
+                         dyh + j0 * C, (int)C, beta, dv + j0 * C3, (int)C3);
+                st_sgemm(CblasTrans, CblasNoTrans, (int)m, (int)hs, (int)rows, scale, dp + j0 * T + j0,
+                         (int)T, q + j0 * C3, (int)C3, beta, dk + j0 * C3, (int)C3);
             }
         }
     }

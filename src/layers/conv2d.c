@@ -231,8 +231,8 @@ static void forward_chunk(const conv_geom *c, const float *x, const float *wp, c
     float *yc = y + b0 * P * c->Cout; /* (nb*P, Cout) */
     im2col(c, x, b0, nb, col, par);
     if (bias) fill_bias(bias, c->Cout, yc, nb * P, par);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(nb * P), (int)c->Cout, (int)c->K, 1.0f, col,
-                (int)c->K, wp, (int)c->K, bias ? 1.0f : 0.0f, yc, (int)c->Cout);
+    st_sgemm(CblasNoTrans, CblasTrans, (int)(nb * P), (int)c->Cout, (int)c->K, 1.0f, col, (int)c->K, wp,
+             (int)c->K, bias ? 1.0f : 0.0f, yc, (int)c->Cout);
 }
 
 static st_status conv2d_forward(st_node *n, st_graph *g) {
@@ -250,8 +250,8 @@ static st_status conv2d_forward(st_node *n, st_graph *g) {
     permute_weight(&c, w, wp);
     if (n->args.i[ST_CONV_DIRECT]) {
         if (bias) fill_bias(bias, c.Cout, y, c.M, true);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c.M, (int)c.Cout, (int)c.K, 1.0f, x,
-                    (int)c.K, wp, (int)c.K, bias ? 1.0f : 0.0f, y, (int)c.Cout);
+        st_sgemm(CblasNoTrans, CblasTrans, (int)c.M, (int)c.Cout, (int)c.K, 1.0f, x, (int)c.K, wp, (int)c.K,
+                 bias ? 1.0f : 0.0f, y, (int)c.Cout);
         return ST_OK;
     }
     const int nt = run_threads(&c);
@@ -281,12 +281,12 @@ static void backward_group(const conv_geom *c, int64_t gi, const float *x, const
         const float *dyc = dy + b0 * P * c->Cout; /* (nb*P, Cout) */
         if (dwt_g) { /* col^T dy: this orientation ran faster in OpenBLAS than dy^T col */
             im2col(c, x, b0, nb, col, par);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c->K, (int)c->Cout, (int)(nb * P), 1.0f,
-                        col, (int)c->K, dyc, (int)c->Cout, ch > ch0 ? 1.0f : 0.0f, dwt_g, (int)c->Cout);
+            st_sgemm(CblasTrans, CblasNoTrans, (int)c->K, (int)c->Cout, (int)(nb * P), 1.0f, col, (int)c->K,
+                     dyc, (int)c->Cout, ch > ch0 ? 1.0f : 0.0f, dwt_g, (int)c->Cout);
         }
         if (dx) { /* dcol = dy wp, overwriting the im2col, then gathered back */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(nb * P), (int)c->K, (int)c->Cout,
-                        1.0f, dyc, (int)c->Cout, wp, (int)c->K, 0.0f, col, (int)c->K);
+            st_sgemm(CblasNoTrans, CblasNoTrans, (int)(nb * P), (int)c->K, (int)c->Cout, 1.0f, dyc,
+                     (int)c->Cout, wp, (int)c->K, 0.0f, col, (int)c->K);
             col2im(c, col, nb, dx + b0 * c->H * c->W * c->Cin, acc, par);
         }
     }
@@ -312,11 +312,11 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     if (dx) permute_weight(&c, n->params[0]->data, wp);
     if (n->args.i[ST_CONV_DIRECT]) {
         if (dw)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c.K, (int)c.Cout, (int)c.M, 1.0f, x,
-                        (int)c.K, dy, (int)c.Cout, 0.0f, dwt, (int)c.Cout);
+            st_sgemm(CblasTrans, CblasNoTrans, (int)c.K, (int)c.Cout, (int)c.M, 1.0f, x, (int)c.K, dy,
+                     (int)c.Cout, 0.0f, dwt, (int)c.Cout);
         if (dx) /* dx (M, Cin) = dy wp */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.M, (int)c.K, (int)c.Cout, 1.0f, dy,
-                        (int)c.Cout, wp, (int)c.K, acc ? 1.0f : 0.0f, dx, (int)c.K);
+            st_sgemm(CblasNoTrans, CblasNoTrans, (int)c.M, (int)c.K, (int)c.Cout, 1.0f, dy, (int)c.Cout, wp,
+                     (int)c.K, acc ? 1.0f : 0.0f, dx, (int)c.K);
     } else {
         const int nt = run_threads(&c);
         if (c.groups >= nt) {

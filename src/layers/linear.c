@@ -3,49 +3,49 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/blas.h"
 #include "args.h"
+#include "core/blas.h"
 #include "layers.h"
 
 /* Columns of the bias gradient one thread sums in backward. */
 #define LINEAR_DB_COLS 64
 
-
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
-    const float *x = n->in[0]->data;      /* (M, K) */
-    const float *w = n->params[0]->data;  /* (N, K) or (K, N) */
-    float *y = n->out->data;              /* (M, N) */
+    const float *x = n->in[0]->data;     /* (M, K) */
+    const float *w = n->params[0]->data; /* (N, K) or (K, N) */
+    float *y = n->out->data;             /* (M, N) */
     float beta = 0.0f;
     if (n->args.i[ST_LINEAR_BIAS]) {
         const float *b = n->params[1]->data; /* (N) */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < M; i++) memcpy(y + i * N, b, (size_t)N * sizeof(float));
+        for (int64_t i = 0; i < M; i++)
+            memcpy(y + i * N, b, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
     if (n->args.i[ST_LINEAR_IN_OUT])
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
-                    w, (int)N, beta, y, (int)N);
+        st_sgemm(CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N, beta, y,
+                 (int)N);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w,
-                    (int)K, beta, y, (int)N);
+        st_sgemm(CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)K, beta, y,
+                 (int)N);
     return ST_OK;
 }
 
 static st_status linear_backward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
-    const float *x = n->in[0]->data;   /* (M, K) */
+    const float *x = n->in[0]->data; /* (M, K) */
     const float *w = n->params[0]->data;
-    const float *dy = n->out->grad;    /* (M, N) */
+    const float *dy = n->out->grad; /* (M, N) */
     float *dw = n->params[0]->grad;
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
     if (dw) {
         if (io) /* dW (K, N) += x^T dy */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K,
-                        dy, (int)N, 1.0f, dw, (int)N);
+            st_sgemm(CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K, dy, (int)N, 1.0f, dw,
+                     (int)N);
         else /* dW (N, K) += dy^T x */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy,
-                        (int)N, x, (int)K, 1.0f, dw, (int)K);
+            st_sgemm(CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy, (int)N, x, (int)K, 1.0f, dw,
+                     (int)K);
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
         float *db = n->params[1]->grad; /* (N) */
@@ -56,18 +56,19 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         for (int64_t k = 0; k < nblk; k++) {
             const int64_t j0 = k * LINEAR_DB_COLS, j1 = j0 + LINEAR_DB_COLS < N ? j0 + LINEAR_DB_COLS : N;
             for (int64_t i = 0; i < M; i++)
-                for (int64_t j = j0; j < j1; j++) db[j] += dy[i * N + j];
+                for (int64_t j = j0; j < j1; j++)
+                    db[j] += dy[i * N + j];
         }
     }
     float *dx = n->in[0]->grad;
     if (dx) {
         float beta = n->in_acc[0] ? 1.0f : 0.0f;
         if (io) /* dx (M, K) = dy W^T, W (K, N) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N,
-                        w, (int)N, beta, dx, (int)K);
+            st_sgemm(CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)N, beta, dx,
+                     (int)K);
         else /* dx (M, K) = dy W, W (N, K) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy,
-                        (int)N, w, (int)K, beta, dx, (int)K);
+            st_sgemm(CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)K, beta,
+                     dx, (int)K);
     }
     return ST_OK;
 }
@@ -120,8 +121,7 @@ st_status st_linear(st_graph *g, const char *name, st_tensor *x, int64_t out_fea
     return add_linear(g, name, x, w, b, N, opts->in_out, y);
 }
 
-st_status st_linear_tied(st_graph *g, const char *name, st_tensor *x, st_tensor *weight,
-                         st_tensor **y) {
+st_status st_linear_tied(st_graph *g, const char *name, st_tensor *x, st_tensor *weight, st_tensor **y) {
     if (weight->ndim != 2 || weight->shape[1] != x->shape[x->ndim - 1])
         return st_fail(ST_ERR_SHAPE, "linear %s: tied weight %s has %lld columns, input has %lld", name,
                        weight->name, (long long)weight->shape[weight->ndim - 1],

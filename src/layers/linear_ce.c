@@ -70,7 +70,8 @@ bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t 
     const int64_t elem = chunk_elem(g);
     const int64_t fused = st_align_floats(R * C) + st_align_floats(V * C) + ST_ALIGN_FLOATS +
                           chunk_floats(chunk_rows(R, V, elem), V, elem);
-    const int64_t plain = chunk_floats(R, V, elem) + st_align_floats(R); /* logits (their gradient over them), lse */
+    const int64_t plain =
+        chunk_floats(R, V, elem) + st_align_floats(R); /* logits (their gradient over them), lse */
     return fused < plain;
 }
 
@@ -78,13 +79,13 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
     const int64_t Rc = n->args.i[ST_LCE_CHUNK];
     const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
-    const float *h = n->in[0]->data;     /* (R, C) */
-    const int32_t *tg = n->in[1]->idata; /* (R) */
-    const float *w = n->params[0]->data; /* (V, C) */
-    float *dh = n->saved;                                   /* (R, C) */
-    float *dw = n->saved + st_align_floats(R * C);          /* (V, C) */
-    float *count = dw + st_align_floats(V * C);             /* n_valid, as int bits */
-    float *z = g->work;                                     /* (Rc, V) */
+    const float *h = n->in[0]->data;                                         /* (R, C) */
+    const int32_t *tg = n->in[1]->idata;                                     /* (R) */
+    const float *w = n->params[0]->data;                                     /* (V, C) */
+    float *dh = n->saved;                                                    /* (R, C) */
+    float *dw = n->saved + st_align_floats(R * C);                           /* (V, C) */
+    float *count = dw + st_align_floats(V * C);                              /* n_valid, as int bits */
+    float *z = g->work;                                                      /* (Rc, V) */
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
     const st_precision prec = g->params->precision;
     int64_t n_valid = 0;
@@ -97,8 +98,8 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     n->args.i[ST_LCE_GRADS_MADE] = grads;
     for (int64_t r0 = 0; r0 < R; r0 += Rc) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)V, (int)C, 1.0f, h + r0 * C, (int)C,
-                    w, (int)C, 0.0f, z, (int)V);
+        st_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)V, (int)C, 1.0f, h + r0 * C, (int)C, w, (int)C, 0.0f,
+                 z, (int)V);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < m; i++) {
             const int64_t r = r0 + i;
@@ -121,10 +122,10 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         }
         if (!grads) continue;
         /* dh_c (m, C) = z W; dW (V, C) += z^T h_c */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)V, w,
-                    (int)C, 0.0f, dh + r0 * C, (int)C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)V,
-                    h + r0 * C, (int)C, r0 ? 1.0f : 0.0f, dw, (int)C);
+        st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)V, w, (int)C, 0.0f,
+                 dh + r0 * C, (int)C);
+        st_sgemm(CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)V, h + r0 * C, (int)C,
+                 r0 ? 1.0f : 0.0f, dw, (int)C);
     }
     double sum = 0.0; /* in row order: the same loss for any thread count and chunk */
     for (int64_t r = 0; r < R; r++)
@@ -149,34 +150,38 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
         const int64_t k = R * C;
         if (n->in_acc[0]) {
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < k; i++) dx[i] += dh[i] * scale;
+            for (int64_t i = 0; i < k; i++)
+                dx[i] += dh[i] * scale;
         } else {
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < k; i++) dx[i] = dh[i] * scale;
+            for (int64_t i = 0; i < k; i++)
+                dx[i] = dh[i] * scale;
         }
     }
     float *gw = n->params[0]->grad;
     if (gw) {
         const int64_t k = V * C;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < k; i++) gw[i] += dw[i] * scale;
+        for (int64_t i = 0; i < k; i++)
+            gw[i] += dw[i] * scale;
     }
     return ST_OK;
 }
 
 /* Backward reads its saved state only: h (dead after forward, its memory
  * shared) and the loss's value never. */
-static const st_layer_ops linear_ce_cpu = {"linear_ce", linear_ce_forward, linear_ce_backward, NULL,
-                                           false,       true,              true,               false};
+static const st_layer_ops linear_ce_cpu = {
+    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false};
 
 st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *weight, st_tensor *targets,
                        int32_t ignore_index, st_tensor **loss) {
     const int64_t C = h->shape[h->ndim - 1];
     if (h->dtype != ST_F32 || targets->dtype != ST_I32 || weight->ndim != 2 || weight->shape[1] != C)
-        return st_fail(ST_ERR_SHAPE,
-                       "linear_ce %s: needs float h (..., C), a weight (V, C) and int32 targets; h %s has %lld "
-                       "columns, weight %s %lld",
-                       name, h->name, (long long)C, weight->name, (long long)weight->shape[weight->ndim - 1]);
+        return st_fail(
+            ST_ERR_SHAPE,
+            "linear_ce %s: needs float h (..., C), a weight (V, C) and int32 targets; h %s has %lld "
+            "columns, weight %s %lld",
+            name, h->name, (long long)C, weight->name, (long long)weight->shape[weight->ndim - 1]);
     if (h->ndim < 2 || targets->ndim != h->ndim - 1 ||
         memcmp(h->shape, targets->shape, (size_t)targets->ndim * sizeof *targets->shape) != 0)
         return st_fail(ST_ERR_SHAPE, "linear_ce %s: targets %s must have h %s's leading dims", name,

@@ -264,9 +264,8 @@ void st_wino_forward(const int64_t dims[5], int nt_built, const float *x, const 
             const int64_t b0 = ch * g.nb, Tn = (g.B - b0 < g.nb ? g.B - b0 : g.nb) * g.tpi;
             input_transform(&g, x, b0, Tn, V, zero);
             for (int xi = 0; xi < NXI; xi++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Tn, (int)Cout, (int)Cin, 1.0f,
-                            V + xi * Tn * Cin, (int)Cin, U + xi * Cin * Cout, (int)Cout, 0.0f,
-                            M + xi * Tn * Cout, (int)Cout);
+                st_sgemm(CblasNoTrans, CblasNoTrans, (int)Tn, (int)Cout, (int)Cin, 1.0f, V + xi * Tn * Cin,
+                         (int)Cin, U + xi * Cin * Cout, (int)Cout, 0.0f, M + xi * Tn * Cout, (int)Cout);
             output_transform(&g, M, b0, Tn, bias, zero, y, trash);
         }
     }
@@ -293,15 +292,15 @@ void st_wino_backward(const int64_t dims[5], int nt_built, const float *x, const
                 if (dw) {
                     input_transform(&g, x, b0, Tn, V, zero);
                     for (int xi = 0; xi < NXI; xi++)
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Cin, (int)Cout, (int)Tn,
-                                    1.0f, V + xi * Tn * Cin, (int)Cin, M + xi * Tn * Cout, (int)Cout,
-                                    ch > ch0 ? 1.0f : 0.0f, dU + gi * us + xi * Cin * Cout, (int)Cout);
+                        st_sgemm(CblasTrans, CblasNoTrans, (int)Cin, (int)Cout, (int)Tn, 1.0f,
+                                 V + xi * Tn * Cin, (int)Cin, M + xi * Tn * Cout, (int)Cout,
+                                 ch > ch0 ? 1.0f : 0.0f, dU + gi * us + xi * Cin * Cout, (int)Cout);
                 }
                 if (dx) {
                     for (int xi = 0; xi < NXI; xi++) /* dV overwrites V */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Tn, (int)Cin, (int)Cout,
-                                    1.0f, M + xi * Tn * Cout, (int)Cout, U + xi * Cin * Cout, (int)Cout, 0.0f,
-                                    V + xi * Tn * Cin, (int)Cin);
+                        st_sgemm(CblasNoTrans, CblasTrans, (int)Tn, (int)Cin, (int)Cout, 1.0f,
+                                 M + xi * Tn * Cout, (int)Cout, U + xi * Cin * Cout, (int)Cout, 0.0f,
+                                 V + xi * Tn * Cin, (int)Cin);
                     float *dxc = dx + b0 * g.H * g.W * Cin;
                     if (!acc) memset(dxc, 0, (size_t)(n * g.H * g.W * Cin) * sizeof(float));
                     grad_input_scatter(&g, V, b0, Tn, dx, trash);

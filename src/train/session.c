@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/blas.h"
+#include "core/pages.h"
 #include "data/loader.h"
 #include "dist/agree.h"
 #include "dist/zero.h"
@@ -357,6 +358,7 @@ static st_status grad_arena(void *ctx, size_t nbytes, void **out, size_t *cap_by
 
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only) {
     memset(s, 0, sizeof *s);
+    st_pages_own_mappings(); /* freed arenas leave nothing resident */
     s->cfg = cfg;
     s->out = opts && opts->out ? opts->out : stdout;
     st_comm_config cc = ST_COMM_CONFIG_INIT;
