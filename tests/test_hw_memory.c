@@ -2,7 +2,7 @@
  * machine: mlp, cnn and a small gpt (also with selective checkpointing, and
  * with a large vocabulary, its output layer plain and fused), each within
  * 10% (the issue's bound) and within 8 MiB (what this machine shows: about
- * 2-3 MiB, fixed costs of a run the model leaves out); and what the fused
+ * 2-3 MiB, mostly library code run for the first time); and what the fused
  * output layer saves, measured against predicted, within 10%.
  *
  * The 16384-token vocabulary is there for two allocations the model cannot
