@@ -659,18 +659,12 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
     return step_of(name) >= 0;
 }
 
-st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
-                       bool *found) {
+/* The latest good checkpoint of the checkpoint folder ckdir (see st_ckpt_find's "auto"). */
+static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
+                             bool *found) {
     st_ckpt_state st;
     *found = false;
-    if (strcmp(spec, "auto") != 0) {
-        snprintf(dir, size, "%s", spec);
-        ST_TRY(st_ckpt_verify(dir, &st));
-        *found = true;
-        return ST_OK;
-    }
-    char ckdir[PATH_CAP], name[256], cand[PATH_CAP];
-    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    char name[256], cand[PATH_CAP];
     int64_t latest = -1;
     if (read_latest(ckdir, name, sizeof name)) {
         latest = step_of(name);
@@ -680,12 +674,12 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
             *found = true;
             return ST_OK;
         }
-        if (log) fprintf(log, "resume: the latest checkpoint is damaged: %s\n", st_last_error());
+        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, st_last_error());
     } else if (log) {
         DIR *d = opendir(ckdir);
         if (d) {
             closedir(d);
-            fprintf(log, "resume: %s/latest is missing or unreadable; looking for an older checkpoint\n",
+            fprintf(log, "%s: %s/latest is missing or unreadable; looking for an older checkpoint\n", who,
                     ckdir);
         }
     }
@@ -698,14 +692,96 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
         if (st_ckpt_verify(cand, &st) == ST_OK) {
             snprintf(dir, size, "%s", cand);
             *found = true;
-            if (log && (latest >= 0 || i > 0)) fprintf(log, "resume: falling back to %s\n", cand);
+            if (log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
         } else if (log) {
-            fprintf(log, "resume: skipping damaged checkpoint: %s\n", st_last_error());
+            fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
         }
     }
     free(steps);
     st_clear_error();
     return ST_OK;
+}
+
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
+                       bool *found) {
+    st_ckpt_state st;
+    *found = false;
+    if (strcmp(spec, "auto") != 0) {
+        snprintf(dir, size, "%s", spec);
+        ST_TRY(st_ckpt_verify(dir, &st));
+        *found = true;
+        return ST_OK;
+    }
+    char ckdir[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    return find_latest(ckdir, "resume", log, dir, size, found);
+}
+
+static bool is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* A checkpoint folder's latest good checkpoint's weights. */
+static st_status latest_weights(const char *ckdir, const char *spec, FILE *log, char *path, size_t size,
+                                int64_t *step) {
+    char dir[PATH_CAP];
+    bool found;
+    ST_TRY(find_latest(ckdir, "--init", log, dir, sizeof dir, &found));
+    if (!found)
+        return st_fail(ST_ERR_IO, "%s: no good checkpoint in %s (each one missing or damaged)", spec, ckdir);
+    st_ckpt_state st;
+    ST_TRY(st_ckpt_verify(dir, &st));
+    *step = st.step;
+    snprintf(path, size, "%s/model.safetensors", dir);
+    return ST_OK;
+}
+
+st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step) {
+    char cand[PATH_CAP];
+    *step = -1;
+    const char *base = strrchr(spec, '/');
+    base = base ? base + 1 : spec;
+    if (is_file(spec) && strcmp(base, "latest") == 0) { /* a checkpoint folder's pointer */
+        if (base == spec)
+            snprintf(cand, sizeof cand, ".");
+        else if (base == spec + 1)
+            snprintf(cand, sizeof cand, "/");
+        else
+            snprintf(cand, sizeof cand, "%.*s", (int)(base - spec - 1), spec);
+        return latest_weights(cand, spec, log, path, size, step);
+    }
+    if (!is_dir(spec)) { /* a weights file (st_model_load says what is wrong with it) */
+        snprintf(path, size, "%s", spec);
+        return ST_OK;
+    }
+    snprintf(cand, sizeof cand, "%s/state.json", spec);
+    if (is_file(cand)) { /* one checkpoint: every file's checksum first */
+        st_ckpt_state st;
+        ST_TRY(st_ckpt_verify(spec, &st));
+        *step = st.step;
+        snprintf(path, size, "%s/model.safetensors", spec);
+        return ST_OK;
+    }
+    snprintf(cand, sizeof cand, "%s/latest", spec);
+    if (is_file(cand)) return latest_weights(spec, spec, log, path, size, step); /* a checkpoint folder */
+    snprintf(cand, sizeof cand, "%s/model.safetensors", spec);
+    if (is_file(cand)) { /* a run directory: its final weights */
+        snprintf(path, size, "%s", cand);
+        return ST_OK;
+    }
+    snprintf(cand, sizeof cand, "%s/ckpt", spec);
+    if (is_dir(cand)) return latest_weights(cand, spec, log, path, size, step); /* a run stopped early */
+    return st_fail(ST_ERR_IO,
+                   "%s: a directory without weights: --init takes a .safetensors file, a checkpoint "
+                   "(out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or a run's "
+                   "out_dir (its model.safetensors, else its latest checkpoint)",
+                   spec);
 }
 
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {

@@ -102,6 +102,15 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
  * spec is a directory that must be good. The directory goes to dir. */
 st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found);
 
+/* The weights file that --init names (to path): a file itself; a checkpoint
+ * directory (state.json and every file's checksum verified first); a
+ * checkpoint folder (out_dir/ckpt) or its `latest` pointer: its latest good
+ * checkpoint, falling back past damaged ones as "auto" does (saying so on
+ * log, which may be NULL); a run's out_dir: its final model.safetensors, or
+ * else its latest good checkpoint. *step: the checkpoint's step, -1 for a
+ * file named directly or a run's final weights. */
+st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
+
 /* Verify dir, then restore the weights and buffers of m, the state of o
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);

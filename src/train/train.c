@@ -136,6 +136,22 @@ static double eval_estimate_s(const st_session *ses, double rate) {
     return per_rank > 0 && ses->rank == 0 ? (double)(hi - lo) / per_rank : 0;
 }
 
+/* --init's weights into the model: a file, a checkpoint, a checkpoint folder
+ * or a run directory (st_ckpt_weights); which file, and its step when it is
+ * a checkpoint's, said unless quiet. *step: -1 when unknown. */
+static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *step) {
+    char path[4096];
+    ST_TRY(st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, sizeof path, step));
+    if (!opts->quiet && strcmp(path, opts->init) != 0) {
+        if (*step >= 0)
+            fprintf(ses->out, "weights: %s (the checkpoint of step %lld)\n", path, (long long)*step);
+        else
+            fprintf(ses->out, "weights: %s\n", path);
+    }
+    return st_model_load(ses->model, path);
+}
+
+/* step < 0: weights of no known step (scaletrain eval of a weights file). */
 static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step,
                                  st_metrics *met) {
     if (!ses->has_val) return ST_OK;
@@ -144,12 +160,12 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     if (ses->rank != 0) return ST_OK; /* (a share of the evaluation: rank 0 reports) */
     if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
     if (!opts->quiet) {
+        char at[48] = "eval";
+        if (step >= 0) snprintf(at, sizeof at, "eval at step %lld", (long long)step);
         if (r->has_accuracy)
-            fprintf(ses->out, "eval at step %lld: loss %.4f, accuracy %.2f%%\n", (long long)step,
-                    r->eval_loss, 100.0 * r->eval_accuracy);
+            fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%\n", at, r->eval_loss, 100.0 * r->eval_accuracy);
         else
-            fprintf(ses->out, "eval at step %lld: loss %.4f, perplexity %.2f\n", (long long)step,
-                    r->eval_loss, exp(r->eval_loss));
+            fprintf(ses->out, "%s: loss %.4f, perplexity %.2f\n", at, r->eval_loss, exp(r->eval_loss));
         fflush(ses->out);
     }
     return ST_OK;
@@ -771,7 +787,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     ST_GOTO(st_params_init(&ses.model->params,
                            (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
-    if (opts->init) ST_GOTO(st_model_load(ses.model, opts->init));
+    int64_t init_step;
+    if (opts->init) ST_GOTO(load_init(&ses, opts, &init_step));
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
      * architecture peak for the run's precision, on the CPU a short sgemm. */
     st_device_props dp;
@@ -882,9 +899,10 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
                                    "(with data.val_labels for idx and npy)");
         goto fail;
     }
-    ST_GOTO(st_model_load(ses.model, opts->init));
+    int64_t step;
+    ST_GOTO(load_init(&ses, opts, &step));
     double t0 = st_now();
-    ST_GOTO(eval_and_report(&ses, opts, res, 0, NULL));
+    ST_GOTO(eval_and_report(&ses, opts, res, step, NULL));
     double dt = st_now() - t0;
     res->samples = ses.val.n;
     res->seconds = dt;

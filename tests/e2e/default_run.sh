@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # End to end: the default run (CNN on Fashion-MNIST) on a reduced number of
 # steps: the loss falls, test accuracy is far above chance (10%), the saved
-# weights evaluate to the same accuracy, and the last line is JSON.
+# weights evaluate to the same accuracy, and the last line is JSON. Then
+# --init's other forms: the run directory, its checkpoint folder, `latest`
+# and one checkpoint give the weights they name (and say which); a damaged
+# latest checkpoint is passed over for the one before, saying so, and named
+# when asked for directly.
 set -euo pipefail
 build=${1:-build}
 bin=$build/scaletrain
@@ -11,11 +15,13 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     echo "default_run: skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
     exit 77
 fi
-common=(--set train.steps=80 --set train.eval_steps=16 --set train.out_dir="$tmp/run" --set log.every=20)
+common=(--set train.steps=80 --set train.eval_steps=16 --set train.out_dir="$tmp/run" --set log.every=20
+    --set train.checkpoint_every=40)
 "$bin" train "${common[@]}" --json >"$tmp/out.txt"
 cat "$tmp/out.txt"
 tail -n 1 "$tmp/out.txt" >"$tmp/train.json"
 "$bin" eval --init "$tmp/run/model.safetensors" --set train.eval_steps=16 --json >"$tmp/eval.txt"
+cat "$tmp/eval.txt"
 tail -n 1 "$tmp/eval.txt" >"$tmp/eval.json"
 /usr/bin/python3 - "$tmp/train.json" "$tmp/eval.json" <<'PY'
 import json, math, sys
@@ -34,3 +40,26 @@ check(abs(e["accuracy"] - t["accuracy"]) < 1e-9, "eval of the saved weights give
 check(abs(e["loss"] - t["loss"]) < 1e-5, "eval of the saved weights gives the same loss")
 sys.exit(0 if ok else 1)
 PY
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ev() { "$bin" eval --init "$1" --set train.eval_steps=16 2>&1; }
+final=$(grep '^eval' "$tmp/eval.txt")
+for w in "$tmp/run" "$tmp/run/ckpt" "$tmp/run/ckpt/latest" "$tmp/run/ckpt/step-80"; do
+    out=$(ev "$w") || fail "--init $w: $out"
+    echo "--init $w:"; grep -E '^(weights|eval)' <<<"$out" || true
+    # the final weights are step 80's: the same loss and accuracy
+    [ "$(grep '^eval' <<<"$out" | sed 's/^eval at step 80/eval/')" = "$final" ] || fail "--init $w: not the final weights"
+    [ "$w" = "$tmp/run" ] || grep -qF "weights: $tmp/run/ckpt/step-80/model.safetensors (the checkpoint of step 80)" \
+        <<<"$out" || fail "--init $w: which weights is not said"
+done
+printf 'XXXX' | dd of="$tmp/run/ckpt/step-80/model.safetensors" bs=1 seek=200 conv=notrunc status=none
+out=$(ev "$tmp/run/ckpt") || fail "--init ckpt with the latest damaged: $out"
+echo "--init $tmp/run/ckpt, step-80 damaged:"; grep -E '^(--init|weights|eval)' <<<"$out" || true
+grep -qF "falling back to $tmp/run/ckpt/step-40" <<<"$out" || fail "the damaged checkpoint is not passed over"
+grep -q "^eval at step 40: " <<<"$out" || fail "not step 40's weights"
+out=$(ev "$tmp/run/ckpt/step-80") && fail "a damaged checkpoint asked for by name was loaded"
+grep -q "step-80/model.safetensors" <<<"$out" || fail "the damaged file is not named: $out"
+echo "--init step-80 damaged: $out"
+out=$(ev "$tmp") && fail "a directory without weights was accepted"
+grep -q "a directory without weights" <<<"$out" || fail "no clear error for a directory without weights: $out"
+exit $((fails > 0))
