@@ -1,13 +1,37 @@
 /* The data files of the memory tests (test_hw_memory.c on the CPU,
- * test_cuda_memory.c on a device): raw IDX images and labels, a token file. */
+ * test_cuda_memory.c on a device): raw IDX images and labels, a token file;
+ * and a line of /proc/self/status (test_hw_memory.c, test_blas.c). */
 #ifndef ST_TESTS_MEM_FIXTURE_H
 #define ST_TESTS_MEM_FIXTURE_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "data/tokens.h"
+
+/* ST_ASAN: an address-sanitizer build, whose shadow memory and redzones
+ * would count as the run's (the resident-set measurements skip there). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ST_ASAN 1
+#endif
+#endif
+
+/* The value of /proc/self/status's line `key` (e.g. "VmRSS:"), in kB; -1 if absent. */
+static inline int64_t proc_status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long v = -1;
+    const size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0) v = atoll(line + n + 1);
+    if (f) fclose(f);
+    return v;
+}
 
 static inline void be32(FILE *f, uint32_t v) {
     unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};

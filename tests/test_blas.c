@@ -23,14 +23,7 @@
 #include "check.h"
 #include "core/blas.h"
 #include "hw/device.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define ST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ST_ASAN 1
-#endif
-#endif
+#include "mem_fixture.h"
 
 static float *filled(size_t n, unsigned seed) {
     float *p = malloc(n * sizeof *p);
@@ -68,16 +61,6 @@ static void check_same(int M, int N, int K, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE 
 }
 
 #ifndef ST_ASAN
-static int64_t rss_kb(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long v = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0) v = atoll(line + 6);
-    if (f) fclose(f);
-    return v;
-}
-
 /* MiB resident after one product of 32768 x 64 x 512 (A transposed: a
  * weight gradient's shape), beyond what the calibration left; -1 on error. */
 static double left_behind(int blocked) {
@@ -91,12 +74,12 @@ static double left_behind(int blocked) {
         float *A = filled((size_t)M * K, 1), *B = filled((size_t)K * N, 2), *C = filled((size_t)M * N, 3);
         double gf;
         st_device_calibrate_cpu(&gf);
-        const int64_t before = rss_kb();
+        const int64_t before = proc_status_kb("VmRSS:");
         if (blocked)
             st_sgemm(CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N);
         else
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N);
-        const double mib = (double)(rss_kb() - before) / 1024.0;
+        const double mib = (double)(proc_status_kb("VmRSS:") - before) / 1024.0;
         _exit(write(fds[1], &mib, sizeof mib) == (ssize_t)sizeof mib ? 0 : 1);
     }
     close(fds[1]);

@@ -37,28 +37,9 @@
 #include "mem_fixture.h"
 #include "scaletrain/train.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ST_ASAN 1
-#endif
-#endif
-
 #ifdef ST_ASAN
 int main(void) { return st_test_skip("test_hw_memory", "the sanitizer's shadow memory is not the run's"); }
 #else
-static int64_t status_kb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long v = -1;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0) v = atoll(line + n + 1);
-    if (f) fclose(f);
-    return v;
-}
-
 /* In a child: warm up, run, report measured and predicted bytes. */
 static void child(const char *name, const char *const *sets, int nsets, int fd) {
     st_config cfg;
@@ -73,7 +54,7 @@ static void child(const char *name, const char *const *sets, int nsets, int fd) 
     st_device_calibrate_cpu(&gf);
     FILE *cr = fopen("/proc/self/clear_refs", "w");
     if (!cr || fputs("5", cr) < 0 || fclose(cr) != 0) _exit(77);
-    const int64_t base = status_kb("VmRSS:");
+    const int64_t base = proc_status_kb("VmRSS:");
     st_run_opts opts = {.quiet = true};
     st_run_result res;
     st_config run = cfg;
@@ -81,7 +62,7 @@ static void child(const char *name, const char *const *sets, int nsets, int fd) 
         fprintf(stderr, "%s: %s\n", name, st_last_error());
         _exit(4);
     }
-    const int64_t peak = status_kb("VmHWM:");
+    const int64_t peak = proc_status_kb("VmHWM:");
     /* the prediction for the run as it was configured (its auto values filled) */
     st_plan_input in;
     if (st_runspec_open(&run, &in) != ST_OK) {

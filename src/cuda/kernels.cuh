@@ -51,6 +51,27 @@ __device__ __forceinline__ float st_block_max(float v, float *sh) {
     return st_warp_max(v);
 }
 
+/* --- a row of logits: softmax_ce.cu and linear_ce.cu --------------------- */
+
+/* Threads per row's block for V classes. */
+static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
+
+/* The log-sum-exp of b[o, o + V), one block per row, returned to every
+ * thread: the max (a NaN wins, so it shows in the loss), then the sum of
+ * exponentials, fp32 per thread and block sums in a fixed order; the log in
+ * double. `shf` holds 32 floats of shared memory. (The CPU's: ce_rows.h.) */
+__device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf) {
+    float m = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        m = st_nan_max(m, st_ld(b, o + v));
+    m = st_block_max(m, shf);
+    float s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        s += expf(st_ld(b, o + v) - m);
+    s = st_block_sum(s, shf);
+    return (double)m + log((double)s);
+}
+
 /* --- column sums: out[c] += sum over r < R of f(r, c), c < C -------------- */
 enum { ST_COLSUM_TX = 32, ST_COLSUM_TY = 8, ST_COLSUM_MAX_CHUNKS = 1024 };
 
@@ -159,7 +180,8 @@ static inline st_status st_grad_pass_cuda(st_graph *g, st_fbuf dx, st_fbuf dy, i
         return ST_OK;
     }
     if (dx.t == ST_PREC_FP32 && dy.t == ST_PREC_FP32) {
-        st_add_into<float><<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>((float *)dx.p, (const float *)dy.p, n);
+        st_add_into<float>
+            <<<st_cuda_blocks(n, 256), 256, 0, st_cuda_stream(g)>>>((float *)dx.p, (const float *)dy.p, n);
         ST_CUDA_LAUNCHED();
         return ST_OK;
     }

@@ -37,32 +37,25 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
                 st_st(z, o + v, 0.0f);
         return;
     }
-    float m = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        m = st_nan_max(m, st_ld(z, o + v));
-    m = st_block_max(m, shf);
-    float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        s += expf(st_ld(z, o + v) - m);
-    s = st_block_sum(s, shf);
+    const double l = st_block_row_lse(z, o, V, shf);
     if (threadIdx.x == 0) {
-        const double l = (double)m + log((double)s);
         const bool ok = t >= 0 && t < V;
         row_loss[i] = ok ? l - (double)st_ld(z, o + t) : __longlong_as_double(0x7ff8000000000000LL);
         lse = ok ? (float)l : __int_as_float(0x7fc00000);
     }
     __syncthreads(); /* the target's logit read, lse shared */
     if (!grads) return;
-    const float l = lse;
+    const float lf = lse;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float d = expf(st_ld(z, o + v) - l);
+        float d = expf(st_ld(z, o + v) - lf);
         if (v == t) d -= 1.0f;
         st_st(z, o + v, d);
     }
 }
 
-static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t ndx, bool acc, const float *dw,
-                                           float *gw, int64_t nw, const float *count_slot, const float *dloss) {
+static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t ndx, bool acc,
+                                           const float *dw, float *gw, int64_t nw, const float *count_slot,
+                                           const float *dloss) {
     const int count = __float_as_int(*count_slot);
     const float scale = count ? dloss[0] / (float)count : 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ndx + nw;
@@ -75,8 +68,6 @@ static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t 
         }
     }
 }
-
-static unsigned row_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
 
 static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
@@ -96,13 +87,13 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         const st_fbuf hc = st_fbuf_at(h, r0 * C);
         /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
         ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, V, NULL, "linear_ce logits"));
-        lce_rows_kernel<<<(unsigned)m, row_threads(V), 0, st_cuda_stream(g)>>>(z, tg + r0, row_loss + r0, V, ign,
-                                                                               grads);
+        lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
+            z, tg + r0, row_loss + r0, V, ign, grads);
         ST_CUDA_LAUNCHED();
         if (!grads) continue;
         /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
-        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, V, 0.0f,
-                               st_fbuf{dh + r0 * C, ST_PREC_FP32}, C, NULL, "linear_ce dh"));
+        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, V, 0.0f, st_fbuf{dh + r0 * C, ST_PREC_FP32},
+                               C, NULL, "linear_ce dh"));
         /* dW (V, C) += z^T h_c: dW^T (C x V) = h_c^T z */
         ST_TRY(st_graph_matmul(g, false, true, C, V, m, hc, C, z, V, r0 ? 1.0f : 0.0f,
                                st_fbuf{dw, ST_PREC_FP32}, C, NULL, "linear_ce dW"));
@@ -125,5 +116,5 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_linear_ce_ops = {"linear_ce", linear_ce_forward, linear_ce_backward, NULL,
-                                                       false,       true,              true,               false};
+extern "C" const st_layer_ops st_cuda_linear_ce_ops = {
+    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false};

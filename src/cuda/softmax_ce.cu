@@ -18,8 +18,6 @@
  * either storage (src/layers/half_io.h); the loss, lse and sums fp32. */
 #include "kernels.cuh"
 
-static unsigned ce_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
-
 static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, double *row_loss, int64_t V,
                                      int32_t ign) {
     __shared__ float shf[32];
@@ -33,16 +31,8 @@ static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, d
         return;
     }
     const int64_t o = r * V;
-    float m = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        m = st_nan_max(m, st_ld(x, o + v));
-    m = st_block_max(m, shf);
-    float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        s += expf(st_ld(x, o + v) - m);
-    s = st_block_sum(s, shf);
+    const double l = st_block_row_lse(x, o, V, shf);
     if (threadIdx.x == 0) {
-        const double l = (double)m + log((double)s);
         const bool ok = t >= 0 && t < V;
         lse[r] = ok ? (float)l : __int_as_float(0x7fc00000);
         row_loss[r] = ok ? l - (double)st_ld(x, o + t) : __longlong_as_double(0x7ff8000000000000LL);
@@ -77,8 +67,8 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
     const int32_t ign = (int32_t)n->args.i[ST_CE_IGNORE];
     const int32_t *tg = n->in[1]->idata;  /* (R) */
     double *row_loss = (double *)g->work; /* (R): the CPU's work_count, 2 floats each */
-    ce_row_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(st_data(n->in[0]), tg, n->saved,
-                                                                        row_loss, V, ign);
+    ce_row_kernel<<<(unsigned)R, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(st_data(n->in[0]), tg,
+                                                                               n->saved, row_loss, V, ign);
     ST_CUDA_LAUNCHED();
     st_ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, n->saved + R);
     ST_CUDA_LAUNCHED();
@@ -88,7 +78,7 @@ static st_status softmax_ce_forward(st_node *n, st_graph *g) {
 static st_status softmax_ce_backward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_CE_ROWS], V = n->args.i[ST_CE_V];
     if (!n->in[0]->grad) return ST_OK; /* dlogits (R, V) */
-    ce_backward_kernel<<<(unsigned)R, ce_threads(V), 0, st_cuda_stream(g)>>>(
+    ce_backward_kernel<<<(unsigned)R, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
         st_data(n->in[0]), n->in[1]->idata, n->saved, n->saved + R, n->out->grad, st_grad(n->in[0]), V,
         (int32_t)n->args.i[ST_CE_IGNORE], n->in_acc[0]);
     ST_CUDA_LAUNCHED();
