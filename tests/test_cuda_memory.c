@@ -1,6 +1,8 @@
 /* The memory model against what a training run on a CUDA device allocates:
- * mlp, cnn and gpt (head sizes on the flash path and off it), in fp32 and
- * bf16, each within 10%.
+ * mlp, cnn and gpt (head sizes on the flash path and off it; a large
+ * vocabulary with its output layer plain and fused), in fp32 and bf16, each
+ * within 10%; and what the fused output layer saves, measured against
+ * predicted, within 10%.
  *
  * Measured: the device's allocation peak over the run (st_device_memory,
  * the run result's device_mem_peak_bytes): every arena, the compute copy,
@@ -27,7 +29,10 @@
 #include "mem_fixture.h"
 #include "scaletrain/train.h"
 
-static void check_run(const char *name, const char *const *sets, int nsets) {
+/* Runs the config on the device; the measured peak and predicted bytes in
+ * got2[0], got2[1] when got2 is not NULL (0 when the run failed). */
+static void check_run(const char *name, const char *const *sets, int nsets, double *got2) {
+    if (got2) got2[0] = got2[1] = 0;
     st_config cfg;
     st_config_defaults(&cfg);
     for (int i = 0; i < nsets; i++)
@@ -59,6 +64,7 @@ static void check_run(const char *name, const char *const *sets, int nsets) {
            (long long)p.micro, run.precision, got / 1048576, want / 1048576, 100 * err);
     CHECK(got > 0 && fabs(err) <= 0.10, "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name,
           want / 1048576, got / 1048576);
+    if (got2) got2[0] = got, got2[1] = want;
 }
 
 int main(void) {
@@ -100,14 +106,33 @@ int main(void) {
                              "train.batch_size=8",
                              "train.steps=1",
                              prec};
-        check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9);
-        check_run(k ? "cnn bf16" : "cnn fp32", cnn, 10);
-        check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12);
+        check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9, NULL);
+        check_run(k ? "cnn bf16" : "cnn fp32", cnn, 10, NULL);
+        check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12, NULL);
         /* head size 48: attention's materialised path (P saved, and in bf16
          * the 16-bit copies of its products' float operands) */
         gpt[3] = "model.n_embd=96";
-        check_run(k ? "gpt bf16, materialised attention" : "gpt fp32, materialised attention", gpt, 12);
+        check_run(k ? "gpt bf16, materialised attention" : "gpt fp32, materialised attention", gpt, 12, NULL);
         gpt[3] = "model.n_embd=128";
+        /* a vocabulary large beside the width: the (1024 x 4096) logits kept,
+         * their gradient over them, against the fused head's dh, dW (fp32)
+         * and one chunk of logits in the run's storage */
+        const char *plain[14], *fused[14];
+        memcpy(plain, gpt, sizeof gpt);
+        plain[12] = "model.vocab_size=4096";
+        memcpy(fused, plain, sizeof plain);
+        plain[13] = "model.fused_head=off";
+        fused[13] = "model.fused_head=on";
+        double p2[2], f2[2];
+        check_run(k ? "gpt bf16, vocab 4096" : "gpt fp32, vocab 4096", plain, 14, p2);
+        check_run(k ? "gpt bf16, vocab 4096, fused head" : "gpt fp32, vocab 4096, fused head", fused, 14, f2);
+        if (p2[0] > 0 && f2[0] > 0) {
+            const double ms = p2[0] - f2[0], ps = p2[1] - f2[1];
+            printf("%s: the fused head saves %.1f MiB of the device's peak, %.1f MiB predicted\n",
+                   k ? "bf16" : "fp32", ms / 1048576, ps / 1048576);
+            CHECK(ms > 0 && fabs(ps - ms) <= 0.1 * ms, "fused head: saves %.1f MiB, predicted %.1f MiB",
+                  ms / 1048576, ps / 1048576);
+        }
     }
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
