@@ -1,12 +1,17 @@
-/* `scaletrain data`: tokenize text into a token file; inspect a data or weights file. */
+/* `scaletrain data`: tokenize text into a token file; inspect a data or
+ * weights file, a checkpoint, or a run's checkpoints. */
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "core/safetensors.h"
 #include "data/idx.h"
 #include "data/npy.h"
 #include "data/tokens.h"
+#include "train/checkpoint.h"
 
 static int tokenize(int argc, char **argv) {
     if (argc < 2) {
@@ -38,7 +43,8 @@ static int inspect_idx(const char *path) {
     st_status s = st_idx_read(path, &x);
     if (s != ST_OK) return st_cli_error(s);
     printf("%s: IDX, uint8, shape [", path);
-    for (int i = 0; i < x.ndim; i++) printf("%s%lld", i ? ", " : "", (long long)x.dims[i]);
+    for (int i = 0; i < x.ndim; i++)
+        printf("%s%lld", i ? ", " : "", (long long)x.dims[i]);
     int lo = 255, hi = 0;
     for (int64_t i = 0; i < x.count; i++) {
         if (x.data[i] < lo) lo = x.data[i];
@@ -55,7 +61,8 @@ static int inspect_npy(const char *path) {
     st_status s = st_npy_read(path, &a);
     if (s != ST_OK) return st_cli_error(s);
     printf("%s: NPY %d.0, %s, shape [", path, a.major, names[a.dtype]);
-    for (int i = 0; i < a.ndim; i++) printf("%s%lld", i ? ", " : "", (long long)a.dims[i]);
+    for (int i = 0; i < a.ndim; i++)
+        printf("%s%lld", i ? ", " : "", (long long)a.dims[i]);
     printf("]");
     double lo = 0, hi = 0; /* the value range: for labels, the classes */
     for (int64_t i = 0; i < a.count; i++) {
@@ -83,7 +90,8 @@ static int inspect_safetensors(const char *path) {
     for (int i = 0; i < n; i++) {
         const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
         printf("  %-40s %-5s [", e->name, e->dtype);
-        for (int k = 0; k < e->ndim; k++) printf("%s%lld", k ? ", " : "", (long long)e->shape[k]);
+        for (int k = 0; k < e->ndim; k++)
+            printf("%s%lld", k ? ", " : "", (long long)e->shape[k]);
         printf("]\n");
         total += e->count;
     }
@@ -92,7 +100,127 @@ static int inspect_safetensors(const char *path) {
     return ST_EXIT_OK;
 }
 
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* One checkpoint: verified (every file's checksum), its files and where the
+ * run stood. */
+static int inspect_checkpoint(const char *dir) {
+    st_ckpt_state st;
+    st_status s = st_ckpt_verify(dir, &st);
+    if (s != ST_OK) return st_cli_error(s);
+    printf("%s: checkpoint of step %lld, every file's size and CRC32 as state.json records\n", dir,
+           (long long)st.step);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            printf("  %-28s %10.3f MiB\n", e->d_name, (double)sb.st_size / 1048576.0);
+    }
+    if (d) closedir(d);
+    printf("  resumes at epoch %lld, step %lld of the epoch, micro-batch %lld; train.seed %llu, "
+           "train.batch_size %lld\n",
+           (long long)st.pos.epoch, (long long)st.pos.step, (long long)st.pos.micro,
+           (unsigned long long)st.seed, (long long)st.batch_size);
+    if (st.optim_sharded)
+        printf("  optimizer state in %d shards of %lld elements (%lld parameters): resumes on any number of "
+               "ranks\n",
+               st.optim_world, (long long)st.optim_shard, (long long)st.optim_count);
+    else
+        printf("  optimizer state whole, by tensor name (%lld parameters)\n", (long long)st.optim_count);
+    if (st.loss_scale > 0)
+        printf("  fp16 loss scale %g after %lld clean steps; %lld steps skipped\n", st.loss_scale,
+               (long long)st.scale_good_steps, (long long)st.skipped_steps);
+    return ST_EXIT_OK;
+}
+
+/* A checkpoint folder (out_dir/ckpt): each checkpoint newest first, good or
+ * damaged, and which one `latest` names. Fails when none is good. */
+static int inspect_ckpt_folder(const char *ckdir) {
+    int64_t *steps = NULL;
+    int n = 0;
+    st_status s = st_ckpt_list(ckdir, &steps, &n);
+    if (s != ST_OK) return st_cli_error(s);
+    char latest[256] = "", path[4096];
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(latest, sizeof latest, f)) latest[0] = '\0';
+        latest[strcspn(latest, "\r\n")] = '\0';
+        fclose(f);
+    }
+    printf("%s: %d checkpoint(s), newest first; latest -> %s\n", ckdir, n, latest[0] ? latest : "(missing)");
+    int good = 0;
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        st_ckpt_state st;
+        snprintf(name, sizeof name, "step-%lld", (long long)steps[i]);
+        snprintf(path, sizeof path, "%s/%s", ckdir, name);
+        const bool ok = st_ckpt_verify(path, &st) == ST_OK;
+        good += ok;
+        printf("  %-16s %s%s\n", name, ok ? "good" : "DAMAGED: ", ok ? "" : st_last_error());
+    }
+    free(steps);
+    st_clear_error();
+    if (good) {
+        printf("  --resume auto and --init take the newest good one\n");
+        return ST_EXIT_OK;
+    }
+    fprintf(stderr, "scaletrain: error: %s: no good checkpoint\n", ckdir);
+    return ST_EXIT_FAIL;
+}
+
+/* A directory: a checkpoint, a checkpoint folder, or a run's out_dir. */
+static int inspect_dir(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    if (is_file(path)) return inspect_checkpoint(dir);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    int64_t *steps = NULL;
+    int n = 0;
+    if (st_ckpt_list(dir, &steps, &n) == ST_OK && (n > 0 || is_file(path))) {
+        free(steps);
+        return inspect_ckpt_folder(dir);
+    }
+    free(steps);
+    snprintf(path, sizeof path, "%s/ckpt", dir);
+    if (is_dir(path)) {
+        char final[4096];
+        snprintf(final, sizeof final, "%s/model.safetensors", dir);
+        printf("%s: a run's out_dir; final weights %s\n", dir,
+               is_file(final) ? final : "not written (the run did not end)");
+        return inspect_ckpt_folder(path);
+    }
+    fprintf(
+        stderr,
+        "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder (no "
+        "step-N or latest) nor a run's out_dir (no ckpt/)\n",
+        dir);
+    return ST_EXIT_FAIL;
+}
+
 static int inspect(const char *path) {
+    if (is_dir(path)) return inspect_dir(path);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (strcmp(base, "latest") == 0 ||
+        strcmp(base, "state.json") == 0) { /* a checkpoint's or folder's file */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", base == path ? 1 : (int)(base - path - (base - path > 1)),
+                 base == path ? "." : path);
+        return inspect_dir(dir);
+    }
     unsigned char magic[8] = {0};
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -112,6 +240,6 @@ int st_cmd_data(int argc, char **argv) {
     if (argc >= 1 && strcmp(argv[0], "tokenize") == 0) return tokenize(argc - 1, argv + 1);
     if (argc == 2 && strcmp(argv[0], "inspect") == 0) return inspect(argv[1]);
     fprintf(stderr, "usage: scaletrain data tokenize OUT.tokens TEXT_FILE...\n"
-                    "       scaletrain data inspect FILE\n");
+                    "       scaletrain data inspect FILE|CHECKPOINT|RUN_DIR\n");
     return ST_EXIT_USAGE;
 }

@@ -149,8 +149,7 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* The steps of the checkpoints in ckdir, newest first; *n of them (malloc'd). */
-static st_status list_steps(const char *ckdir, int64_t **out, int *n) {
+st_status st_ckpt_list(const char *ckdir, int64_t **out, int *n) {
     *out = NULL;
     *n = 0;
     DIR *d = opendir(ckdir);
@@ -219,7 +218,7 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     if (cfg->train.keep_checkpoints > 0) {
         int64_t *steps;
         int n;
-        ST_TRY(list_steps(ckdir, &steps, &n));
+        ST_TRY(st_ckpt_list(ckdir, &steps, &n));
         for (int i = (int)cfg->train.keep_checkpoints; i < n; i++) {
             if (steps[i] == state->step) continue;
             snprintf(path, sizeof path, "%s/step-%lld", ckdir, (long long)steps[i]);
@@ -685,7 +684,7 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     }
     int64_t *steps;
     int n;
-    ST_TRY(list_steps(ckdir, &steps, &n));
+    ST_TRY(st_ckpt_list(ckdir, &steps, &n));
     for (int i = 0; i < n && !*found; i++) {
         if (latest >= 0 && steps[i] >= latest) continue;
         snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);

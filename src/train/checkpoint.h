@@ -96,6 +96,11 @@ void st_ckpt_async_abandon(st_ckpt_async **a);
  * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
 st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
 
+/* The steps of the checkpoints (step-N directories) in the checkpoint folder
+ * ckdir, newest first; *n of them in *steps (malloc'd; NULL when none, and
+ * none when ckdir does not exist). */
+st_status st_ckpt_list(const char *ckdir, int64_t **steps, int *n);
+
 /* Which checkpoint to resume from: spec "auto" is out_dir/ckpt/latest, or the
  * newest older good one when that is missing or damaged (saying so on `log`,
  * which may be NULL); *found is false when there is none at all. Any other

@@ -5,7 +5,8 @@
 # --init's other forms: the run directory, its checkpoint folder, `latest`
 # and one checkpoint give the weights they name (and say which); a damaged
 # latest checkpoint is passed over for the one before, saying so, and named
-# when asked for directly.
+# when asked for directly; `data inspect` of the folder marks it damaged and
+# the one before good, and describes a checkpoint.
 set -euo pipefail
 build=${1:-build}
 bin=$build/scaletrain
@@ -60,6 +61,15 @@ grep -q "^eval at step 40: " <<<"$out" || fail "not step 40's weights"
 out=$(ev "$tmp/run/ckpt/step-80") && fail "a damaged checkpoint asked for by name was loaded"
 grep -q "step-80/model.safetensors" <<<"$out" || fail "the damaged file is not named: $out"
 echo "--init step-80 damaged: $out"
+out=$("$bin" data inspect "$tmp/run") || fail "data inspect of the run with a good checkpoint left: $out"
+echo "$out"
+grep -q "step-80 *DAMAGED: .*step-80/model.safetensors: CRC32" <<<"$out" || fail "inspect: step-80 not marked damaged"
+grep -q "step-40 *good" <<<"$out" || fail "inspect: step-40 not marked good"
+grep -q "latest -> step-80" <<<"$out" || fail "inspect: latest not shown"
+out=$("$bin" data inspect "$tmp/run/ckpt/step-40") || fail "data inspect of step-40: $out"
+echo "$out"
+grep -q "checkpoint of step 40, every file's size and CRC32" <<<"$out" || fail "inspect: step-40 not described"
+grep -q "optimizer state whole, by tensor name (155626 parameters)" <<<"$out" || fail "inspect: the optimizer layout"
 out=$(ev "$tmp") && fail "a directory without weights was accepted"
 grep -q "a directory without weights" <<<"$out" || fail "no clear error for a directory without weights: $out"
 exit $((fails > 0))
