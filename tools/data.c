@@ -181,45 +181,30 @@ static int inspect_ckpt_folder(const char *ckdir) {
     return ST_EXIT_FAIL;
 }
 
-/* A directory: a checkpoint, a checkpoint folder, or a run's out_dir. */
-static int inspect_dir(const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    if (is_file(path)) return inspect_checkpoint(dir);
-    snprintf(path, sizeof path, "%s/latest", dir);
-    int64_t *steps = NULL;
-    int n = 0;
-    if (st_ckpt_list(dir, &steps, &n) == ST_OK && (n > 0 || is_file(path))) {
-        free(steps);
+static int inspect(const char *path) {
+    char dir[4096];
+    switch (st_ckpt_classify(path, dir, sizeof dir)) {
+    case ST_CKPT_ONE:
+        return inspect_checkpoint(dir);
+    case ST_CKPT_FOLDER:
+        return inspect_ckpt_folder(dir);
+    case ST_CKPT_RUN: {
+        char final[4096];
+        snprintf(final, sizeof final, "%s/model.safetensors", path);
+        printf("%s: a run's out_dir; final weights %s\n", path,
+               is_file(final) ? final : "not written (the run did not end)");
         return inspect_ckpt_folder(dir);
     }
-    free(steps);
-    snprintf(path, sizeof path, "%s/ckpt", dir);
-    if (is_dir(path)) {
-        char final[4096];
-        snprintf(final, sizeof final, "%s/model.safetensors", dir);
-        printf("%s: a run's out_dir; final weights %s\n", dir,
-               is_file(final) ? final : "not written (the run did not end)");
-        return inspect_ckpt_folder(path);
+    case ST_CKPT_NONE:
+        break;
     }
-    fprintf(
-        stderr,
-        "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder (no "
-        "step-N or latest) nor a run's out_dir (no ckpt/)\n",
-        dir);
-    return ST_EXIT_FAIL;
-}
-
-static int inspect(const char *path) {
-    if (is_dir(path)) return inspect_dir(path);
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (strcmp(base, "latest") == 0 ||
-        strcmp(base, "state.json") == 0) { /* a checkpoint's or folder's file */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", base == path ? 1 : (int)(base - path - (base - path > 1)),
-                 base == path ? "." : path);
-        return inspect_dir(dir);
+    if (is_dir(path)) {
+        fprintf(
+            stderr,
+            "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder "
+            "(no step-N or latest) nor a run's out_dir (no ckpt/)\n",
+            path);
+        return ST_EXIT_FAIL;
     }
     unsigned char magic[8] = {0};
     FILE *f = fopen(path, "rb");

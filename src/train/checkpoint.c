@@ -701,21 +701,6 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     return ST_OK;
 }
 
-st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
-                       bool *found) {
-    st_ckpt_state st;
-    *found = false;
-    if (strcmp(spec, "auto") != 0) {
-        snprintf(dir, size, "%s", spec);
-        ST_TRY(st_ckpt_verify(dir, &st));
-        *found = true;
-        return ST_OK;
-    }
-    char ckdir[PATH_CAP];
-    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
-    return find_latest(ckdir, "resume", log, dir, size, found);
-}
-
 static bool is_file(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -726,61 +711,107 @@ static bool is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* A checkpoint folder's latest good checkpoint's weights. */
-static st_status latest_weights(const char *ckdir, const char *spec, FILE *log, char *path, size_t size,
-                                int64_t *step) {
-    char dir[PATH_CAP];
+st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (is_file(path) && (strcmp(base, "latest") == 0 || strcmp(base, "state.json") == 0)) {
+        const int len = base == path ? 0 : (int)(base - path) - (base - path > 1);
+        snprintf(dir, size, "%.*s", len ? len : 1, len ? path : ".");
+        return strcmp(base, "latest") == 0 ? ST_CKPT_FOLDER : ST_CKPT_ONE;
+    }
+    if (!is_dir(path)) return ST_CKPT_NONE;
+    char cand[PATH_CAP];
+    snprintf(dir, size, "%s", path);
+    snprintf(cand, sizeof cand, "%s/state.json", path);
+    if (is_file(cand)) return ST_CKPT_ONE;
+    snprintf(cand, sizeof cand, "%s/latest", path);
+    int64_t *steps = NULL;
+    int n = 0;
+    const bool listed = st_ckpt_list(path, &steps, &n) == ST_OK && n > 0;
+    free(steps);
+    st_clear_error();
+    if (is_file(cand) || listed) return ST_CKPT_FOLDER;
+    snprintf(cand, sizeof cand, "%s/ckpt", path);
+    if (!is_dir(cand)) return ST_CKPT_NONE;
+    snprintf(dir, size, "%s", cand);
+    return ST_CKPT_RUN;
+}
+
+/* The latest good checkpoint of folder ckdir into dir, for `who` (named
+ * spec): an error when there is none. */
+static st_status latest_good(const char *ckdir, const char *who, const char *spec, FILE *log, char *dir,
+                             size_t size) {
     bool found;
-    ST_TRY(find_latest(ckdir, "--init", log, dir, sizeof dir, &found));
+    ST_TRY(find_latest(ckdir, who, log, dir, size, &found));
     if (!found)
-        return st_fail(ST_ERR_IO, "%s: no good checkpoint in %s (each one missing or damaged)", spec, ckdir);
+        return st_fail(ST_ERR_IO, "%s: no good checkpoint in %s (none there, or each one damaged)", spec,
+                       ckdir);
+    return ST_OK;
+}
+
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
+                       bool *found) {
     st_ckpt_state st;
-    ST_TRY(st_ckpt_verify(dir, &st));
-    *step = st.step;
-    snprintf(path, size, "%s/model.safetensors", dir);
+    char where[PATH_CAP];
+    *found = false;
+    if (strcmp(spec, "auto") == 0) {
+        snprintf(where, sizeof where, "%s/ckpt", out_dir);
+        return find_latest(where, "resume", log, dir, size, found);
+    }
+    switch (st_ckpt_classify(spec, where, sizeof where)) {
+    case ST_CKPT_ONE:
+        snprintf(dir, size, "%s", where);
+        ST_TRY(st_ckpt_verify(dir, &st));
+        break;
+    case ST_CKPT_FOLDER:
+    case ST_CKPT_RUN:
+        ST_TRY(latest_good(where, "resume", spec, log, dir, size));
+        break;
+    default:
+        return st_fail(
+            ST_ERR_IO,
+            "%s: not a checkpoint: --resume takes auto (train.out_dir's latest good checkpoint), a "
+            "checkpoint (out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or "
+            "a run's out_dir",
+            spec);
+    }
+    *found = true;
     return ST_OK;
 }
 
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step) {
-    char cand[PATH_CAP];
+    char where[PATH_CAP], dir[PATH_CAP];
+    st_ckpt_state st;
     *step = -1;
-    const char *base = strrchr(spec, '/');
-    base = base ? base + 1 : spec;
-    if (is_file(spec) && strcmp(base, "latest") == 0) { /* a checkpoint folder's pointer */
-        if (base == spec)
-            snprintf(cand, sizeof cand, ".");
-        else if (base == spec + 1)
-            snprintf(cand, sizeof cand, "/");
-        else
-            snprintf(cand, sizeof cand, "%.*s", (int)(base - spec - 1), spec);
-        return latest_weights(cand, spec, log, path, size, step);
-    }
-    if (!is_dir(spec)) { /* a weights file (st_model_load says what is wrong with it) */
-        snprintf(path, size, "%s", spec);
+    switch (st_ckpt_classify(spec, where, sizeof where)) {
+    case ST_CKPT_ONE: /* every file's checksum first */
+        snprintf(dir, sizeof dir, "%s", where);
+        break;
+    case ST_CKPT_RUN: { /* a run's final weights, else (a run stopped early) its latest checkpoint */
+        char final[PATH_CAP];
+        snprintf(final, sizeof final, "%s/model.safetensors", spec);
+        if (is_file(final)) {
+            snprintf(path, size, "%s", final);
+            return ST_OK;
+        }
+    } /* fall through */
+    case ST_CKPT_FOLDER:
+        ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir));
+        break;
+    default:
+        if (is_dir(spec))
+            return st_fail(ST_ERR_IO,
+                           "%s: a directory without weights: --init takes a .safetensors file, a checkpoint "
+                           "(out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or a "
+                           "run's out_dir (its model.safetensors, else its latest checkpoint)",
+                           spec);
+        snprintf(path, size, "%s", spec); /* a weights file (st_model_load says what is wrong with it) */
         return ST_OK;
     }
-    snprintf(cand, sizeof cand, "%s/state.json", spec);
-    if (is_file(cand)) { /* one checkpoint: every file's checksum first */
-        st_ckpt_state st;
-        ST_TRY(st_ckpt_verify(spec, &st));
-        *step = st.step;
-        snprintf(path, size, "%s/model.safetensors", spec);
-        return ST_OK;
-    }
-    snprintf(cand, sizeof cand, "%s/latest", spec);
-    if (is_file(cand)) return latest_weights(spec, spec, log, path, size, step); /* a checkpoint folder */
-    snprintf(cand, sizeof cand, "%s/model.safetensors", spec);
-    if (is_file(cand)) { /* a run directory: its final weights */
-        snprintf(path, size, "%s", cand);
-        return ST_OK;
-    }
-    snprintf(cand, sizeof cand, "%s/ckpt", spec);
-    if (is_dir(cand)) return latest_weights(cand, spec, log, path, size, step); /* a run stopped early */
-    return st_fail(ST_ERR_IO,
-                   "%s: a directory without weights: --init takes a .safetensors file, a checkpoint "
-                   "(out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or a run's "
-                   "out_dir (its model.safetensors, else its latest checkpoint)",
-                   spec);
+    ST_TRY(st_ckpt_verify(dir, &st));
+    *step = st.step;
+    snprintf(path, size, "%s/model.safetensors", dir);
+    return ST_OK;
 }
 
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {

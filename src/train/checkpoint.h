@@ -101,10 +101,19 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
  * none when ckdir does not exist). */
 st_status st_ckpt_list(const char *ckdir, int64_t **steps, int *n);
 
+/* What a path names among checkpoints, and the directory that goes with it:
+ * one checkpoint (a step-N directory, or its state.json: that directory), a
+ * checkpoint folder (out_dir/ckpt, or its `latest` pointer: the folder), a
+ * run's out_dir (one with ckpt/: that folder), or none of these. */
+typedef enum { ST_CKPT_NONE, ST_CKPT_ONE, ST_CKPT_FOLDER, ST_CKPT_RUN } st_ckpt_kind;
+st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size);
+
 /* Which checkpoint to resume from: spec "auto" is out_dir/ckpt/latest, or the
  * newest older good one when that is missing or damaged (saying so on `log`,
  * which may be NULL); *found is false when there is none at all. Any other
- * spec is a directory that must be good. The directory goes to dir. */
+ * spec names one checkpoint, which must be good, or a checkpoint folder or
+ * run's out_dir, whose latest good checkpoint is taken as "auto" does (an
+ * error when it has none). The directory goes to dir. */
 st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found);
 
 /* The weights file that --init names (to path): a file itself; a checkpoint

@@ -38,8 +38,26 @@ same() {
         fail "$name: resumed weights differ from the uninterrupted run"
     fi
 }
-same mlp 6 --set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1 --set train.batch_size=16 \
-    --set data.num_workers=0
+mlp6=(--set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1 --set train.batch_size=16
+    --set data.num_workers=0)
+same mlp 6 "${mlp6[@]}"
+# --resume naming a run's out_dir, its checkpoint folder or `latest` (another
+# run's, into a new out_dir): that run's latest good checkpoint, as auto takes
+# its own; the same bytes as 12 steps in one go.
+args=("${common[@]}" "${const[@]}" "${mlp6[@]}")
+timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=6 --set train.out_dir="$tmp/from" || fail "from: 6 steps"
+for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
+    rm -rf "$tmp/into"
+    out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/into" \
+        --resume "$from" 2>&1) || fail "--resume $from: $out"
+    grep -q "resumed from $tmp/from/ckpt/step-6 at step 6" <<<"$out" || fail "--resume $from: not from step-6"
+    cmp -s "$tmp/mlp/full/model.safetensors" "$tmp/into/model.safetensors" &&
+        echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
+        fail "--resume $from: the weights differ from 12 steps in one go"
+done
+out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
+    --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
+grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
 same cnn 4 --set model.type=cnn --set model.channels=[4,8] --set model.pool=[1,1] --set model.dropout=0.1 \
     --set optim.type=sgd --set train.batch_size=8 --set data.num_workers=2
 
