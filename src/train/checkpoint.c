@@ -52,6 +52,26 @@ static void remove_dir(const char *path) {
     rmdir(path);
 }
 
+/* Remove a checkpoint folder: its checkpoints (and temporary ones), its
+ * files, then itself. */
+static void remove_folder(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    char f[PATH_CAP];
+    struct stat sb;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        if (lstat(f, &sb) == 0 && S_ISDIR(sb.st_mode))
+            remove_dir(f);
+        else
+            unlink(f);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
 /* CRC32 (zlib) and size of a file. */
 static st_status file_crc(const char *path, uint32_t *crc, int64_t *nbytes) {
     FILE *fp = fopen(path, "rb");
@@ -586,6 +606,7 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
                     path);
         goto done;
     }
+    if (!get_int(tr, "steps", &state->run_steps)) state->run_steps = -1;
     /* The optimizer layout; a checkpoint without one (written before ZeRO) has one file by tensor name. */
     state->optim_sharded = false;
     state->optim_world = 1;
@@ -812,6 +833,16 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     *step = st.step;
     snprintf(path, size, "%s/model.safetensors", dir);
     return ST_OK;
+}
+
+st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
+    char ckdir[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    snprintf(moved, size, "%s/ckpt.previous", out_dir);
+    remove_folder(moved);
+    if (rename(ckdir, moved) != 0)
+        return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", ckdir, moved, strerror(errno));
+    return st_fsync_dir(out_dir);
 }
 
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {

@@ -36,6 +36,7 @@ typedef struct st_ckpt_state {
     st_sampler_pos pos; /* the next micro-batch to read */
     uint64_t seed;      /* train.seed of the run that wrote it */
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
+    int64_t run_steps;  /* train.steps of that run, as resolved (its config); -1 when not recorded */
     /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
     double loss_scale;
     int64_t scale_good_steps, skipped_steps;
@@ -124,6 +125,12 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
  * else its latest good checkpoint. *step: the checkpoint's step, -1 for a
  * file named directly or a run's final weights. */
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
+
+/* A new run in the out_dir of a finished one: its checkpoint folder becomes
+ * out_dir/ckpt.previous (an older one there is removed first), so that the
+ * two runs' checkpoints never mix (pruning and --resume's fallback go by step
+ * number). Its path goes to moved. */
+st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
 
 /* Verify dir, then restore the weights and buffers of m, the state of o
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */

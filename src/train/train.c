@@ -151,6 +151,60 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return st_model_load(ses->model, path);
 }
 
+/* A run that will save, started without --resume, in a train.out_dir that
+ * holds checkpoints: an unfinished run's (its latest good checkpoint before
+ * that run's last step: a --resume forgotten, or a stop's checkpoint) is an
+ * error, before anything is written; a finished run's (or only damaged
+ * ones) are set aside in ckpt.previous, saying so, so that the two runs'
+ * checkpoints never mix: pruning and --resume's fallback go by step number,
+ * and would keep the old run's later steps over the new run's. Rank 0 looks
+ * (out_dir is one directory for all ranks); every rank returns its outcome. */
+static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
+    st_status s = ST_OK;
+    const char *out = ses->cfg->train.out_dir;
+    if (ses->rank == 0 && ses->save && !opts->resume) {
+        char ckdir[4096], dir[4096];
+        snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
+        int64_t *steps = NULL;
+        int n = 0;
+        bool found = false;
+        st_ckpt_state st;
+        const bool any = st_ckpt_list(ckdir, &steps, &n) == ST_OK && n > 0;
+        free(steps);
+        const bool good = any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found) == ST_OK && found &&
+                          st_ckpt_verify(dir, &st) == ST_OK;
+        if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
+            s = st_fail(
+                ST_ERR_CONFIG,
+                "train.out_dir %s holds an unfinished run: its latest good checkpoint, %s, is at step "
+                "%lld of %lld. Continue it with --resume auto; to start over, choose another "
+                "train.out_dir or remove %s (nothing was written)",
+                out, dir, (long long)st.step, (long long)st.run_steps, ckdir);
+        } else if (any) {
+            st_clear_error();
+            s = st_ckpt_set_aside(out, dir, sizeof dir);
+            if (s == ST_OK && good)
+                fprintf(
+                    stderr,
+                    "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at "
+                    "step %lld): its checkpoints are now in %s (replacing any there before); this run "
+                    "starts from step 0 and replaces its model.safetensors and metrics\n",
+                    out, (long long)st.step, dir);
+            else if (s == ST_OK)
+                fprintf(
+                    stderr,
+                    "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are now "
+                    "in %s\n",
+                    out, n, dir);
+        }
+        if (s == ST_OK) st_clear_error();
+    }
+    if (ses->world == 1) return s;
+    s = st_agree_status(ses->comm, s, "train.out_dir");
+    ses->agreed_error = s != ST_OK; /* every rank has the outcome */
+    return s;
+}
+
 /* step < 0: weights of no known step (scaletrain eval of a weights file). */
 static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_run_result *r, int64_t step,
                                  st_metrics *met) {
@@ -207,7 +261,8 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     if (dd->ddp.stage && staged > whole && ses->rank == 0)
         fprintf(
             stderr,
-            "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f MiB "
+            "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f "
+            "MiB "
             "of staging for the buckets live at once), more than the %.1f MiB of the whole gradients that "
             "zero1 holds: its gradients fall in too few buckets (or one tensor fills most of them) for the "
             "staging to be reused; dist.strategy zero1 holds less on this model (docs/distributed.md)\n",
@@ -785,6 +840,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         mine.save = false;
         opts = &mine;
     }
+    ST_GOTO(check_out_dir(&ses, opts));
     ST_GOTO(st_params_init(&ses.model->params,
                            (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     int64_t init_step;

@@ -14,7 +14,10 @@
 #   trained says how many steps it ran).
 # - SIGTERM mid-run: the run saves a checkpoint and exits 143; --resume auto
 #   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
-#   SIGTERM to one rank stops both after the same step, with the same result.
+#   SIGTERM to one rank stops both after the same step, with the same result;
+#   started again without --resume, it is refused, nothing written.
+# - A new run in the out_dir of a finished one sets that run's checkpoints
+#   aside in ckpt.previous (good, and resumable from there), saying so.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir
@@ -164,8 +167,26 @@ grep -q "stopped by a signal after step" "$d.log" || fail "SIGTERM: no message s
 latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
 [ -n "$latest" ] && [ -f "$d/run/ckpt/$latest/state.json" ] || fail "SIGTERM left no checkpoint"
 [ -f "$d/run/model.safetensors" ] && fail "an interrupted run wrote the final weights"
+# started again without --resume (forgotten): refused, naming the checkpoint and --resume auto, nothing written
+before=$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)
+out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" 2>&1) && fail "term: a new run started"
+echo "$out" | tail -n 1
+grep -q "holds an unfinished run: its latest good checkpoint, $d/run/ckpt/$latest, is at step .* of 300. Continue it with --resume auto" \
+    <<<"$out" || fail "term: no clear refusal of a new run over the unfinished one"
+[ "$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)" = "$before" ] || fail "term: the refused run changed files"
 timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" --resume auto || fail "term: the resume"
 cmp "$d/full/model.safetensors" "$d/run/model.safetensors" && echo "SIGTERM at $latest + resume: same bytes" ||
     fail "SIGTERM + resume differs from the uninterrupted run"
+
+# A new run over the finished one: its checkpoints are set aside in
+# ckpt.previous (still good, and --resume takes them from there).
+out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" 2>&1) ||
+    fail "a new run over a finished one: $out"
+echo "$out" | tail -n 1
+grep -q "holds a finished run (the latest checkpoint at step 300): its checkpoints are now in $d/run/ckpt.previous" \
+    <<<"$out" || fail "a new run over a finished one did not say where its checkpoints went"
+[ "$(cat "$d/run/ckpt/latest")" = "step-4" ] && [ ! -e "$d/run/ckpt/step-300" ] ||
+    fail "the new run's checkpoint folder holds the old run's"
+"$bin" data inspect "$d/run/ckpt.previous" | grep -q "step-300 *good" || fail "ckpt.previous/step-300 is not good"
 
 e2e_finish "all passed"
