@@ -41,11 +41,21 @@
  * are loose next to one rounding error but not next to a missing rounding
  * point, so the rounding itself is checked exactly: the device's logits are
  * 16-bit values and its compute copy of the weights is the host's, bit for
- * bit. Each case prints its largest differences. */
+ * bit. Each case prints its largest differences.
+ *
+ * Kinks: where a ReLU's input is within 1e-6 of its tensor's largest |value|
+ * from 0, or a max-pool window's two largest values are that close (but not
+ * both exactly 0), the device's and the host's summation orders may take
+ * different sides, and the gradients then differ by far more than any
+ * tolerance (one draw in several hundred did, CP_SEED=1795754457: 4% in the
+ * fp32 batch-norm cnn's conv.2.weight, on the emulator too). The fp32
+ * cases look for such a point in the host's forward and draw again (another
+ * seed, said so, up to 8 times) before comparing anything. */
 #include <unistd.h>
 
 #include "core/mem.h"
 #include "cuda_parity.h"
+#include "layers/args.h"
 #include "model/model.h"
 
 #define RTOL 1e-3
@@ -221,6 +231,60 @@ static st_status upload_inputs(st_device *dev, const st_model_graph *h, st_model
     return st_device_upload(dev, d->y->idata, h->y->idata, (size_t)h->y->count * 4);
 }
 
+#define KINK_EPS 1e-6
+
+static float max_abs(const float *x, int64_t n) {
+    float m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* A point of the host's forward where the device may take the other side
+ * of a kink (above), described into `where`; false when there is none. */
+static bool near_kink(const st_graph *g, char *where, size_t size) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        const st_tensor *xt = n->in[0];
+        const float *x = xt->data;
+        if (strcmp(n->ops->name, "relu") == 0) {
+            const float eps = (float)KINK_EPS * max_abs(x, xt->count);
+            for (int64_t j = 0; j < xt->count; j++)
+                if (x[j] != 0 && fabsf(x[j]) < eps) {
+                    snprintf(where, size, "%s's input %lld is %.3g", n->out->name, (long long)j, x[j]);
+                    return true;
+                }
+        } else if (strcmp(n->ops->name, "maxpool2d") == 0) { /* NHWC, k x k windows, no padding */
+            const int64_t B = xt->shape[0], H = xt->shape[1], W = xt->shape[2], C = xt->shape[3];
+            const int64_t Ho = n->out->shape[1], Wo = n->out->shape[2];
+            const int64_t k = n->args.i[ST_POOL_K], st = n->args.i[ST_POOL_STRIDE];
+            const float eps = (float)KINK_EPS * max_abs(x, xt->count);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t oh = 0; oh < Ho; oh++)
+                    for (int64_t ow = 0; ow < Wo; ow++)
+                        for (int64_t c = 0; c < C; c++) {
+                            float top = -INFINITY, second = -INFINITY;
+                            for (int64_t kh = 0; kh < k; kh++)
+                                for (int64_t kw = 0; kw < k; kw++) {
+                                    const float v = x[((b * H + oh * st + kh) * W + ow * st + kw) * C + c];
+                                    if (v > top)
+                                        second = top, top = v;
+                                    else if (v > second)
+                                        second = v;
+                                }
+                            if (top - second < eps && !(top == 0 && second == 0)) {
+                                snprintf(where, size, "%s's window (%lld, %lld, %lld, %lld): %.9g and %.9g",
+                                         n->out->name, (long long)b, (long long)oh, (long long)ow,
+                                         (long long)c, top, second);
+                                return true;
+                            }
+                        }
+        }
+    }
+    return false;
+}
+
+/* -1: the draw has a kink (nothing compared; draw again). */
 static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     int bad = 0;
     st_config c;
@@ -287,6 +351,13 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     hg.g.training = dg.g.training = true;
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
+    char kink[256];
+    if (prec == ST_PREC_FP32 && near_kink(&hg.g, kink, sizeof kink)) {
+        printf("     %s: seed %llu puts %s, at a kink: drawing again\n", mc->label, (unsigned long long)seed,
+               kink);
+        bad = -1;
+        goto done;
+    }
     /* NaN over the activations no backward reads (graph.c place_transients),
      * on both sides: a backward that reads one (a wrong st_layer_ops flag)
      * fails the gradients' comparison */
@@ -307,7 +378,8 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_device_sync(dev));
     bad += cp_check(mc->label, "loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
     if (hg.logits) /* (none with a fused head: linear_ce) */
-        bad += compare(mc->label, "logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count, rtol, atol);
+        bad +=
+            compare(mc->label, "logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count, rtol, atol);
     if (prec != ST_PREC_FP32) {
         if (hg.logits)
             bad += cp_check_16_src(mc->label, "logits", dev, NULL, dg.logits, false, hg.logits->count, prec);
@@ -333,8 +405,8 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(st_graph_forward(&dg.g));
     bad += cp_check(mc->label, "eval loss", dev, dg.loss->data, hg.loss->data, 1, ltol, 0);
     if (hg.logits)
-        bad += compare(mc->label, "eval logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count, rtol,
-                       atol);
+        bad += compare(mc->label, "eval logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count,
+                       rtol, atol);
     /* weights saved from the device load into a fresh host model unchanged */
     fd = mkstemp(path);
     if (fd < 0) {
@@ -369,6 +441,7 @@ done:
     st_model_graph_free(&hg);
     st_model_free(dm);
     st_model_free(hm);
+    if (bad < 0) return bad;
     if (prec == ST_PREC_FP32)
         printf("%s %s (largest |dev - host| / max|host|: %.3g, %s)\n", bad ? "FAIL" : "ok  ", mc->label,
                worst_scaled, worst_what);
@@ -412,8 +485,12 @@ int main(void) {
          L2_BN_FP16},
         {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_case(&cases[i], dev, seed + i);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int tries = 0;
+        while (run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries) < 0 && ++tries < 8) {
+        }
+        CHECK(tries < 8, "%s: 8 draws, each with a kink", cases[i].label);
+    }
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {
         printf("the host against itself: ok (the kernels were not run)\n");

@@ -32,6 +32,7 @@
 #include "hw/device.h"
 #include "hw/planner.h"
 #include "hw/runspec.h"
+#include "train/checkpoint.h"
 
 #define MAX_RUNS 16
 
@@ -417,6 +418,7 @@ int st_cmd_bench(int argc, char **argv) {
         snprintf(sst, sizeof sst, "train.steps=%ld", steps);
         snprintf(dir, sizeof dir, "%s/n%d", out_dir, ranks[k]);
         snprintf(sout, sizeof sout, "train.out_dir=%s", dir);
+        st_ckpt_remove_all(dir); /* a throwaway run: an earlier bench's (even one interrupted) is not resumed */
         snprintf(log, sizeof log, "%s.log", dir);
         char **av = calloc((size_t)nrest + 32, sizeof *av);
         if (!av) break;

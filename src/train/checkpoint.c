@@ -835,6 +835,12 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     return ST_OK;
 }
 
+void st_ckpt_remove_all(const char *out_dir) {
+    char ckdir[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    remove_folder(ckdir);
+}
+
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);

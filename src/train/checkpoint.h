@@ -126,6 +126,10 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
  * file named directly or a run's final weights. */
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
 
+/* Remove out_dir/ckpt and every checkpoint in it: for a caller that owns
+ * out_dir and its runs are throwaway (scaletrain bench). */
+void st_ckpt_remove_all(const char *out_dir);
+
 /* A new run in the out_dir of a finished one: its checkpoint folder becomes
  * out_dir/ckpt.previous (an older one there is removed first), so that the
  * two runs' checkpoints never mix (pruning and --resume's fallback go by step

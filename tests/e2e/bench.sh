@@ -86,6 +86,19 @@ if command -v gnuplot >/dev/null; then
     done
 fi
 [ -f "$tmp/rep/n2/metrics.jsonl" ] && [ -f "$tmp/rep/n2.log" ] || fail "the runs' metrics and logs are not kept"
+# Again over the same report folder, its 1-rank run left as an interrupted one
+# (latest at an earlier step): bench's runs are its own, started afresh (a
+# plain `train` would refuse that out_dir and ask for --resume auto).
+latest=$(cat "$tmp/rep/n1/ckpt/latest")
+/usr/bin/python3 - "$tmp/rep/n1/ckpt/$latest/state.json" <<'PY' # (state.json's checksums are of the files it lists)
+import json, sys
+st = json.load(open(sys.argv[1]))
+st["config"]["train"]["steps"] = 1000
+json.dump(st, open(sys.argv[1], "w"), indent=1)
+PY
+"$bin" data inspect "$tmp/rep/n1/ckpt/$latest" | grep -q "checkpoint of step" || fail "the edited state.json is not good"
+out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep" 2>&1) ||
+    fail "bench over an earlier bench's interrupted run: $out"
 
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
