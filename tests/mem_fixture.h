@@ -4,6 +4,7 @@
 #ifndef ST_TESTS_MEM_FIXTURE_H
 #define ST_TESTS_MEM_FIXTURE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,22 @@ static inline int64_t proc_status_kb(const char *key) {
         if (strncmp(line, key, n) == 0) v = atoll(line + n + 1);
     if (f) fclose(f);
     return v;
+}
+
+/* What the fused output layer saves: plain[] and fused[] are two runs'
+ * {measured, predicted} bytes (0 when not measured). The saving measured
+ * must exceed min_frac of the plain run's and the predicted one be within
+ * 10% of it. Returns the number of failed checks. */
+static inline int check_fused_saving(const char *what, const double plain[2], const double fused[2],
+                                     double min_frac) {
+    if (!(plain[0] > 0 && fused[0] > 0)) return 0;
+    const double ms = plain[0] - fused[0], ps = plain[1] - fused[1];
+    printf("%s: the fused head saves %.1f MiB measured, %.1f MiB predicted\n", what, ms / 1048576,
+           ps / 1048576);
+    if (ms > min_frac * plain[0] && fabs(ps - ms) <= 0.1 * ms) return 0;
+    fprintf(stderr, "FAIL %s: the fused head saves %.1f MiB, predicted %.1f MiB\n", what, ms / 1048576,
+            ps / 1048576);
+    return 1;
 }
 
 static inline void be32(FILE *f, uint32_t v) {
