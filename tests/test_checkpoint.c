@@ -80,7 +80,7 @@ int main(void) {
     /* The round trip. */
     char dir[4096];
     bool found = false;
-    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(found && strstr(dir, "step-3"), "auto found %s", dir);
     st_ckpt_state got = {0};
     CHECK_OK(st_ckpt_load(dir, b, &ob, &got));
@@ -106,7 +106,7 @@ int main(void) {
     flip_byte(path, 200);
     CHECK_FAILS(st_ckpt_verify(dir, &got), ST_ERR_FORMAT, "step-3/optim-rank0.safetensors: CRC32");
     snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
-    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(found && strstr(dir, "step-2"), "auto should fall back to step-2, found %s", dir);
     snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
     FILE *fp = fopen(path, "w");
@@ -115,11 +115,11 @@ int main(void) {
         fclose(fp);
     }
     snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
-    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, path, NULL, dir, sizeof dir, &found), ST_ERR_FORMAT,
+    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, path, NULL, dir, sizeof dir, &found, NULL), ST_ERR_FORMAT,
                 "step-2/state.json: not valid JSON");
-    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found));
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(!found, "no good checkpoint is left, found %s", dir);
-    CHECK_OK(st_ckpt_find("/nonexistent/run", "auto", NULL, dir, sizeof dir, &found));
+    CHECK_OK(st_ckpt_find("/nonexistent/run", "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(!found, "no checkpoint directory at all");
 
     /* A truncated model file, and an optimizer of another kind. */

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "data/idx.h"
 #include "data/npy.h"
@@ -100,16 +101,6 @@ static int inspect_safetensors(const char *path) {
     return ST_EXIT_OK;
 }
 
-static bool is_dir(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static bool is_file(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* One checkpoint: verified (every file's checksum), its files and where the
  * run stood. */
 static int inspect_checkpoint(const char *dir) {
@@ -192,13 +183,13 @@ static int inspect(const char *path) {
         char final[4096];
         snprintf(final, sizeof final, "%s/model.safetensors", path);
         printf("%s: a run's out_dir; final weights %s\n", path,
-               is_file(final) ? final : "not written (the run did not end)");
+               st_path_is_file(final) ? final : "not written (the run did not end)");
         return inspect_ckpt_folder(dir);
     }
     case ST_CKPT_NONE:
         break;
     }
-    if (is_dir(path)) {
+    if (st_path_is_dir(path)) {
         fprintf(
             stderr,
             "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder "

@@ -9,12 +9,23 @@
 
 st_status st_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open the directory to sync it: %s", dir, strerror(errno));
+    if (fd < 0)
+        return st_fail(ST_ERR_IO, "%s: cannot open the directory to sync it: %s", dir, strerror(errno));
     int r = fsync(fd), err = errno;
     close(fd);
     if (r != 0 && err != EINVAL) /* some file systems cannot sync a directory */
         return st_fail(ST_ERR_IO, "%s: cannot sync the directory: %s", dir, strerror(err));
     return ST_OK;
+}
+
+bool st_path_is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+bool st_path_is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 st_status st_mkdirs(const char *path) {

@@ -5,6 +5,7 @@
 #ifndef ST_CORE_ATOMIC_FILE_H
 #define ST_CORE_ATOMIC_FILE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "scaletrain/status.h"
@@ -28,5 +29,8 @@ void st_atomic_abort(st_atomic_file *f);
 st_status st_fsync_dir(const char *dir);
 /* mkdir -p: create `path` and any missing parents (0755). */
 st_status st_mkdirs(const char *path);
+/* `path` is a regular file / a directory (following links). */
+bool st_path_is_file(const char *path);
+bool st_path_is_dir(const char *path);
 
 #endif

@@ -36,25 +36,9 @@ typedef struct ckpt_file {
     int64_t nbytes;
 } ckpt_file;
 
-/* Remove a checkpoint directory: its plain files, then itself (no recursion:
- * a checkpoint holds no subdirectories). */
+/* Remove a directory and what it holds: a checkpoint (plain files), or a
+ * checkpoint folder (checkpoints, temporary ones, `latest`). */
 static void remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return;
-    struct dirent *e;
-    char f[PATH_CAP];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-        unlink(f);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
-/* Remove a checkpoint folder: its checkpoints (and temporary ones), its
- * files, then itself. */
-static void remove_folder(const char *path) {
     DIR *d = opendir(path);
     if (!d) return;
     struct dirent *e;
@@ -679,17 +663,17 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
     return step_of(name) >= 0;
 }
 
-/* The latest good checkpoint of the checkpoint folder ckdir (see st_ckpt_find's "auto"). */
+/* The latest good checkpoint of the checkpoint folder ckdir (see
+ * st_ckpt_find's "auto"), and the state its verification read. */
 static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
-                             bool *found) {
-    st_ckpt_state st;
+                             bool *found, st_ckpt_state *st) {
     *found = false;
     char name[256], cand[PATH_CAP];
     int64_t latest = -1;
     if (read_latest(ckdir, name, sizeof name)) {
         latest = step_of(name);
         snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
-        if (st_ckpt_verify(cand, &st) == ST_OK) {
+        if (st_ckpt_verify(cand, st) == ST_OK) {
             snprintf(dir, size, "%s", cand);
             *found = true;
             return ST_OK;
@@ -709,7 +693,7 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     for (int i = 0; i < n && !*found; i++) {
         if (latest >= 0 && steps[i] >= latest) continue;
         snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);
-        if (st_ckpt_verify(cand, &st) == ST_OK) {
+        if (st_ckpt_verify(cand, st) == ST_OK) {
             snprintf(dir, size, "%s", cand);
             *found = true;
             if (log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
@@ -722,38 +706,28 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     return ST_OK;
 }
 
-static bool is_file(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-static bool is_dir(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    if (is_file(path) && (strcmp(base, "latest") == 0 || strcmp(base, "state.json") == 0)) {
+    if (st_path_is_file(path) && (strcmp(base, "latest") == 0 || strcmp(base, "state.json") == 0)) {
         const int len = base == path ? 0 : (int)(base - path) - (base - path > 1);
         snprintf(dir, size, "%.*s", len ? len : 1, len ? path : ".");
         return strcmp(base, "latest") == 0 ? ST_CKPT_FOLDER : ST_CKPT_ONE;
     }
-    if (!is_dir(path)) return ST_CKPT_NONE;
+    if (!st_path_is_dir(path)) return ST_CKPT_NONE;
     char cand[PATH_CAP];
     snprintf(dir, size, "%s", path);
     snprintf(cand, sizeof cand, "%s/state.json", path);
-    if (is_file(cand)) return ST_CKPT_ONE;
+    if (st_path_is_file(cand)) return ST_CKPT_ONE;
     snprintf(cand, sizeof cand, "%s/latest", path);
     int64_t *steps = NULL;
     int n = 0;
     const bool listed = st_ckpt_list(path, &steps, &n) == ST_OK && n > 0;
     free(steps);
     st_clear_error();
-    if (is_file(cand) || listed) return ST_CKPT_FOLDER;
+    if (st_path_is_file(cand) || listed) return ST_CKPT_FOLDER;
     snprintf(cand, sizeof cand, "%s/ckpt", path);
-    if (!is_dir(cand)) return ST_CKPT_NONE;
+    if (!st_path_is_dir(cand)) return ST_CKPT_NONE;
     snprintf(dir, size, "%s", cand);
     return ST_CKPT_RUN;
 }
@@ -761,32 +735,33 @@ st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size) {
 /* The latest good checkpoint of folder ckdir into dir, for `who` (named
  * spec): an error when there is none. */
 static st_status latest_good(const char *ckdir, const char *who, const char *spec, FILE *log, char *dir,
-                             size_t size) {
+                             size_t size, st_ckpt_state *st) {
     bool found;
-    ST_TRY(find_latest(ckdir, who, log, dir, size, &found));
+    ST_TRY(find_latest(ckdir, who, log, dir, size, &found, st));
     if (!found)
         return st_fail(ST_ERR_IO, "%s: no good checkpoint in %s (none there, or each one damaged)", spec,
                        ckdir);
     return ST_OK;
 }
 
-st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
-                       bool *found) {
-    st_ckpt_state st;
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found,
+                       st_ckpt_state *state) {
+    st_ckpt_state mine;
+    st_ckpt_state *st = state ? state : &mine;
     char where[PATH_CAP];
     *found = false;
     if (strcmp(spec, "auto") == 0) {
         snprintf(where, sizeof where, "%s/ckpt", out_dir);
-        return find_latest(where, "resume", log, dir, size, found);
+        return find_latest(where, "resume", log, dir, size, found, st);
     }
     switch (st_ckpt_classify(spec, where, sizeof where)) {
     case ST_CKPT_ONE:
         snprintf(dir, size, "%s", where);
-        ST_TRY(st_ckpt_verify(dir, &st));
+        ST_TRY(st_ckpt_verify(dir, st));
         break;
     case ST_CKPT_FOLDER:
     case ST_CKPT_RUN:
-        ST_TRY(latest_good(where, "resume", spec, log, dir, size));
+        ST_TRY(latest_good(where, "resume", spec, log, dir, size, st));
         break;
     default:
         return st_fail(
@@ -807,20 +782,21 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     switch (st_ckpt_classify(spec, where, sizeof where)) {
     case ST_CKPT_ONE: /* every file's checksum first */
         snprintf(dir, sizeof dir, "%s", where);
+        ST_TRY(st_ckpt_verify(dir, &st));
         break;
     case ST_CKPT_RUN: { /* a run's final weights, else (a run stopped early) its latest checkpoint */
         char final[PATH_CAP];
         snprintf(final, sizeof final, "%s/model.safetensors", spec);
-        if (is_file(final)) {
+        if (st_path_is_file(final)) {
             snprintf(path, size, "%s", final);
             return ST_OK;
         }
     } /* fall through */
     case ST_CKPT_FOLDER:
-        ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir));
+        ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir, &st)); /* verified there */
         break;
     default:
-        if (is_dir(spec))
+        if (st_path_is_dir(spec))
             return st_fail(ST_ERR_IO,
                            "%s: a directory without weights: --init takes a .safetensors file, a checkpoint "
                            "(out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or a "
@@ -829,7 +805,6 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         snprintf(path, size, "%s", spec); /* a weights file (st_model_load says what is wrong with it) */
         return ST_OK;
     }
-    ST_TRY(st_ckpt_verify(dir, &st));
     *step = st.step;
     snprintf(path, size, "%s/model.safetensors", dir);
     return ST_OK;
@@ -838,14 +813,14 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
 void st_ckpt_remove_all(const char *out_dir) {
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
-    remove_folder(ckdir);
+    remove_dir(ckdir);
 }
 
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     snprintf(moved, size, "%s/ckpt.previous", out_dir);
-    remove_folder(moved);
+    remove_dir(moved);
     if (rename(ckdir, moved) != 0)
         return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", ckdir, moved, strerror(errno));
     return st_fsync_dir(out_dir);
@@ -867,5 +842,5 @@ st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state 
 }
 
 st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found) {
-    return st_ckpt_find(cfg->train.out_dir, "auto", NULL, dir, size, found);
+    return st_ckpt_find(cfg->train.out_dir, "auto", NULL, dir, size, found, NULL);
 }

@@ -114,8 +114,10 @@ st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size);
  * which may be NULL); *found is false when there is none at all. Any other
  * spec names one checkpoint, which must be good, or a checkpoint folder or
  * run's out_dir, whose latest good checkpoint is taken as "auto" does (an
- * error when it has none). The directory goes to dir. */
-st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found);
+ * error when it has none). The directory goes to dir, and (state not NULL)
+ * the state its verification read. */
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found,
+                       st_ckpt_state *state);
 
 /* The weights file that --init names (to path): a file itself; a checkpoint
  * directory (state.json and every file's checksum verified first); a

@@ -171,8 +171,8 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         st_ckpt_state st;
         const bool any = st_ckpt_list(ckdir, &steps, &n) == ST_OK && n > 0;
         free(steps);
-        const bool good = any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found) == ST_OK && found &&
-                          st_ckpt_verify(dir, &st) == ST_OK;
+        const bool good =
+            any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) == ST_OK && found;
         if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
             s = st_fail(
                 ST_ERR_CONFIG,
@@ -444,7 +444,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         char dir[4096];
         bool found;
         FILE *log = opts->quiet ? NULL : ses->out;
-        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found));
+        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, NULL));
         if (found) {
             ST_GOTO(st_ckpt_load(dir, m, &opt, &ck));
             if (ck.batch_size != c->train.batch_size) {
