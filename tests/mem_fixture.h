@@ -34,6 +34,18 @@ static inline int64_t proc_status_kb(const char *key) {
     return v;
 }
 
+/* The run `base` (n settings) with `vocab`, its output layer plain (fused
+ * head off) and fused (on): n + 2 settings each, the count returned. */
+static inline int fused_pair(const char *const *base, int n, const char *vocab, const char **plain,
+                             const char **fused) {
+    for (int i = 0; i < n; i++)
+        plain[i] = fused[i] = base[i];
+    plain[n] = fused[n] = vocab;
+    plain[n + 1] = "model.fused_head=off";
+    fused[n + 1] = "model.fused_head=on";
+    return n + 2;
+}
+
 /* What the fused output layer saves: plain[] and fused[] are two runs'
  * {measured, predicted} bytes (0 when not measured). The saving measured
  * must exceed min_frac of the plain run's and the predicted one be within

@@ -118,14 +118,10 @@ int main(void) {
          * their gradient over them, against the fused head's dh, dW (fp32)
          * and one chunk of logits in the run's storage */
         const char *plain[14], *fused[14];
-        memcpy(plain, gpt, sizeof gpt);
-        plain[12] = "model.vocab_size=4096";
-        memcpy(fused, plain, sizeof plain);
-        plain[13] = "model.fused_head=off";
-        fused[13] = "model.fused_head=on";
+        const int nv = fused_pair(gpt, 12, "model.vocab_size=4096", plain, fused);
         double p2[2], f2[2];
-        check_run(k ? "gpt bf16, vocab 4096" : "gpt fp32, vocab 4096", plain, 14, p2);
-        check_run(k ? "gpt bf16, vocab 4096, fused head" : "gpt fp32, vocab 4096, fused head", fused, 14, f2);
+        check_run(k ? "gpt bf16, vocab 4096" : "gpt fp32, vocab 4096", plain, nv, p2);
+        check_run(k ? "gpt bf16, vocab 4096, fused head" : "gpt fp32, vocab 4096, fused head", fused, nv, f2);
         st_test_failures += check_fused_saving(k ? "bf16" : "fp32", p2, f2, 0.0);
     }
     char cmd[700];

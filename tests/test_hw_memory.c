@@ -155,14 +155,10 @@ int main(void) {
      * 64 MiB with their gradient over them, against the fused head's dh,
      * dW and one chunk */
     const char *gpt_v[13], *gpt_f[13];
-    memcpy(gpt_v, gpt, sizeof gpt);
-    gpt_v[11] = "model.vocab_size=4096";
-    memcpy(gpt_f, gpt_v, sizeof gpt_v);
-    gpt_v[12] = "model.fused_head=off";
-    gpt_f[12] = "model.fused_head=on";
+    const int nv = fused_pair(gpt, 11, "model.vocab_size=4096", gpt_v, gpt_f);
     double plain[2], fused[2];
-    check_run("gpt vocab 4096", gpt_v, 13, plain);
-    check_run("gpt vocab 4096 fused head", gpt_f, 13, fused);
+    check_run("gpt vocab 4096", gpt_v, nv, plain);
+    check_run("gpt vocab 4096 fused head", gpt_f, nv, fused);
     st_test_failures += check_fused_saving("gpt vocab 4096", plain, fused, 0.25);
     const char *gpt_w[13];
     memcpy(gpt_w, gpt_f, sizeof gpt_f);
