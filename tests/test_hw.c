@@ -597,7 +597,15 @@ static void test_hw_names(void) {
     CHECK_OK(st_hw_config_parse("a100", NULL, NULL, &hw));
     CHECK(hw.per_node == 1 && hw.dev.mem_bytes == 40LL << 30, "a100 alias");
     CHECK_FAILS(st_hw_config_parse("4xV100", NULL, NULL, &hw), ST_ERR_CONFIG, "known: L40S, A100-40GB");
-    CHECK_FAILS(st_hw_config_parse("0xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "positive");
+    CHECK_FAILS(st_hw_config_parse("0xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024 devices per node");
+    /* counts past an int are refused, not wrapped (4294967297 was 1 rank) */
+    CHECK_FAILS(st_hw_config_parse("4294967297xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024");
+    CHECK_FAILS(st_hw_config_parse("99999999999999999999xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024");
+    CHECK_FAILS(st_hw_config_parse("4294967298x8xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 100000 nodes");
+    CHECK_OK(st_hw_config_parse("1024xH100", NULL, NULL, &hw));
+    CHECK(hw.nodes == 1 && hw.per_node == 1024 && !hw.nodes_given, "1024xH100: %d x %d", hw.nodes, hw.per_node);
+    CHECK_OK(st_hw_config_parse("H200", NULL, NULL, &hw));
+    CHECK(hw.nodes == 1 && hw.per_node == 1, "H200: %d x %d", hw.nodes, hw.per_node);
     /* the ring: 2 (n-1)/n bytes over the bus bandwidth, 2 (n-1) latencies */
     CHECK_CLOSE(st_time_allreduce(1e9, 8, 1e11, 1e-5), 2.0 * 7 / 8 * 1e-2 + 14e-5, 1e-12);
     CHECK_CLOSE(st_time_allreduce(1e9, 1, 1e11, 1e-5), 0, 0);

@@ -173,22 +173,25 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
 st_status st_hw_config_parse(const char *spec, const st_hw_device *local, const st_hw_device *cpu, st_hw_config *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->label, sizeof out->label, "%s", spec);
-    long a = 0, b = 0;
+    long nodes = 1, per_node = 1; /* checked before they become ints (sscanf saturates at LONG_MAX) */
     int used = 0;
     const char *name = spec;
-    out->nodes = out->per_node = 1;
-    if (sscanf(spec, "%ldx%ldx%n", &a, &b, &used) == 2 && used > 0) {
-        out->nodes = (int)a;
-        out->per_node = (int)b;
+    if (sscanf(spec, "%ldx%ldx%n", &nodes, &per_node, &used) == 2 && used > 0) {
         out->nodes_given = true;
         name = spec + used;
-    } else if (sscanf(spec, "%ldx%n", &a, &used) == 1 && used > 0) {
-        out->per_node = (int)a;
+    } else if (sscanf(spec, "%ldx%n", &per_node, &used) == 1 && used > 0) {
+        nodes = 1;
         name = spec + used;
+    } else {
+        nodes = per_node = 1;
     }
-    if (out->nodes < 1 || out->per_node < 1 || out->nodes > 100000 || out->per_node > 1024)
-        return st_fail(ST_ERR_CONFIG, "--hw %s: counts must be positive (e.g. 8xH100, or 2x8xH100 for 2 nodes)",
+    if (nodes < 1 || per_node < 1 || nodes > 100000 || per_node > 1024)
+        return st_fail(ST_ERR_CONFIG,
+                       "--hw %s: 1 to 1024 devices per node and 1 to 100000 nodes (e.g. 8xH100, or 2x8xH100 for "
+                       "2 nodes)",
                        spec);
+    out->nodes = (int)nodes;
+    out->per_node = (int)per_node;
     if (strcasecmp(name, "local") == 0) {
         if (!local) return st_fail(ST_ERR_CONFIG, "--hw %s: the local machine was not probed", spec);
         out->dev = *local;
