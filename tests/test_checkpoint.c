@@ -117,6 +117,27 @@ int main(void) {
     snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
     CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, path, NULL, dir, sizeof dir, &found, NULL), ST_ERR_FORMAT,
                 "step-2/state.json: not valid JSON");
+    /* An optimizer layout that cannot hold the parameters, and one whose
+     * product of shards and shard size overflows 64 bits (the sanitizer
+     * build traps on the overflow): the first refused by name, the second
+     * read as holding them and refused for its missing checksums. */
+    const char *layouts[2][2] = {{"\"world\": 2, \"shard\": 3, \"count\": 7", "2 shards of 3 do not hold 7"},
+                                 {"\"world\": 1048576, \"shard\": 9000000000000000, \"count\": 1",
+                                  "no checksum for model.safetensors"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
+        fp = fopen(path, "w");
+        CHECK(fp != NULL, "rewrite %s", path);
+        if (!fp) break;
+        fprintf(fp,
+                "{\"format_version\": %d, \"step\": 2, \"sampler\": {\"epoch\": 0, \"step\": 2, "
+                "\"micro\": 0}, \"seed\": \"5\", \"files\": {}, \"config\": {\"train\": "
+                "{\"batch_size\": 128}}, \"optim\": {\"layout\": \"shards\", %s}}",
+                ST_CKPT_VERSION, layouts[i][0]);
+        fclose(fp);
+        snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
+        CHECK_FAILS(st_ckpt_verify(path, &got), ST_ERR_FORMAT, layouts[i][1]);
+    }
     CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(!found, "no good checkpoint is left, found %s", dir);
     CHECK_OK(st_ckpt_find("/nonexistent/run", "auto", NULL, dir, sizeof dir, &found, NULL));

@@ -605,7 +605,8 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         }
         state->optim_sharded = strcmp(lay->valuestring, "shards") == 0;
         state->optim_world = state->optim_sharded ? (int)w : 1;
-        if (state->optim_sharded && (state->optim_shard < 1 || state->optim_shard * w < state->optim_count)) {
+        if (state->optim_sharded &&
+            (state->optim_shard < 1 || state->optim_shard < (state->optim_count + w - 1) / w)) {
             s = st_fail(ST_ERR_FORMAT,
                         "%s: %lld shards of %lld do not hold %lld parameters (damaged checkpoint)", path,
                         (long long)w, (long long)state->optim_shard, (long long)state->optim_count);
@@ -827,8 +828,12 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
 }
 
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {
-    char path[PATH_CAP];
     ST_TRY(st_ckpt_verify(dir, state));
+    return st_ckpt_load_verified(dir, state, m, o);
+}
+
+st_status st_ckpt_load_verified(const char *dir, const st_ckpt_state *state, st_model *m, st_optim *o) {
+    char path[PATH_CAP];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ST_TRY(st_model_load(m, path));
     st_optim_params_written(o);

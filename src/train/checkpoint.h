@@ -142,4 +142,8 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);
 
+/* st_ckpt_load for a dir that was just verified (by st_ckpt_find, which
+ * filled *state): its files are read once more, not twice. */
+st_status st_ckpt_load_verified(const char *dir, const st_ckpt_state *state, st_model *m, st_optim *o);
+
 #endif

@@ -444,9 +444,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         char dir[4096];
         bool found;
         FILE *log = opts->quiet ? NULL : ses->out;
-        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, NULL));
+        st_ckpt_state got; /* what the verification read: the files are read once more, to load */
+        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, &got));
         if (found) {
-            ST_GOTO(st_ckpt_load(dir, m, &opt, &ck));
+            ST_GOTO(st_ckpt_load_verified(dir, &got, m, &opt));
+            ck = got;
             if (ck.batch_size != c->train.batch_size) {
                 s = st_fail(
                     ST_ERR_CONFIG,
