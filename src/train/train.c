@@ -39,6 +39,9 @@
 #include "session.h"
 #include "trace.h"
 
+/* step_ms_median is the median of at most this many of the last steps. */
+#define STEP_TIMES_KEPT 65536
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -390,7 +393,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_scaler sc;
     const bool dist = ses->world > 1;
     st_scaler_init(&sc, strcmp(c->precision, "fp16") == 0, c->optim.loss_scale, c->optim.loss_scale_window);
-    double *step_times = malloc((size_t)steps * sizeof *step_times);
+    /* the last STEP_TIMES_KEPT step times, for the median (a ring: any train.steps fits) */
+    const int64_t times_kept = steps < STEP_TIMES_KEPT ? steps : STEP_TIMES_KEPT;
+    double *step_times = malloc((size_t)(times_kept > 0 ? times_kept : 1) * sizeof *step_times);
     st_status s;
     if (!step_times) {
         s = st_fail(ST_ERR_NOMEM, "out of memory for step timings");
@@ -647,8 +652,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         ST_GOTO(st_dist_step_end(&dd)); /* (ZeRO: the weights all-gathered) */
         st_trace_end(trace, &mark);
-        step_times[step - start] = st_now() - t0;
-        t_train += step_times[step - start];
+        const double dt_step = st_now() - t0;
+        step_times[(step - start) % times_kept] = dt_step;
+        t_train += dt_step;
         if (step == start) r->first_loss = step_loss; /* (a read of this step alone) */
         window_loss += step_loss;                     /* 0 when not read */
         window_n++;
@@ -777,8 +783,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->tokens = r->samples * tokens_per_sample;
     r->tokens_per_s = r->samples_per_s * (double)tokens_per_sample;
     r->gflops_per_s = t_train > 0 ? flops_step * (double)ran / t_train / 1e9 : 0;
-    qsort(step_times, (size_t)ran, sizeof *step_times, cmp_double);
-    r->step_ms_median = ran ? 1e3 * step_times[ran / 2] : 0;
+    const int64_t timed = ran < times_kept ? ran : times_kept;
+    qsort(step_times, (size_t)timed, sizeof *step_times, cmp_double);
+    r->step_ms_median = timed ? 1e3 * step_times[timed / 2] : 0;
     r->data_wait_s = wait_total;
     r->has_loss_scale = sc.enabled;
     r->loss_scale = sc.scale;
