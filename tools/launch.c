@@ -35,22 +35,45 @@ static void usage(FILE *f) {
                "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
 }
 
-/* The slots a --hosts list H1:n1,H2:n2 gives in all, or -1 when a host has
- * no count (mpirun then decides). */
-static long hosts_slots(const char *hosts) {
+/* Check a --hosts list H1:n1,H2:n2 (a host may leave its count out: mpirun
+ * then decides) and put the slots it gives in all in *slots, or -1 when a
+ * host has no count. False, with the reason printed, for an empty host name
+ * or a count that is not a number from 1 to 2^20. */
+static bool hosts_check(const char *hosts, long *slots) {
     long total = 0;
-    for (const char *h = hosts; *h;) {
+    bool counted = true;
+    for (const char *h = hosts;;) {
         const char *end = strchr(h, ',');
         const size_t len = end ? (size_t)(end - h) : strlen(h);
         const char *colon = memchr(h, ':', len);
-        if (!colon) return -1;
-        char *stop;
-        const long v = strtol(colon + 1, &stop, 10);
-        if (stop != h + len || v < 1) return -1;
-        total += v;
-        h += len + (end ? 1 : 0);
+        const size_t name_len = colon ? (size_t)(colon - h) : len;
+        if (name_len == 0) {
+            fprintf(stderr,
+                    "scaletrain launch: --hosts %s: an empty host name; want H1:n1,H2:n2 (host names with "
+                    "their slot counts, or host names alone)\n",
+                    hosts);
+            return false;
+        }
+        if (colon) {
+            char *stop;
+            errno = 0;
+            const long v = strtol(colon + 1, &stop, 10);
+            if (stop == colon + 1 || stop != h + len || errno || v < 1 || v > 1 << 20) {
+                fprintf(stderr,
+                        "scaletrain launch: --hosts %s: host '%.*s' has slot count '%.*s'; want a number "
+                        "from 1 (H1:n1,H2:n2)\n",
+                        hosts, (int)name_len, h, (int)(len - name_len - 1), colon + 1);
+                return false;
+            }
+            total += v;
+        } else {
+            counted = false;
+        }
+        if (!end) break;
+        h = end + 1;
     }
-    return total > 0 ? total : -1;
+    *slots = counted ? total : -1;
+    return true;
 }
 
 /* name's path on PATH, or false. */
@@ -148,6 +171,8 @@ int st_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return ST_EXIT_USAGE;
     }
+    long host_slots = -1;
+    if (hosts && !hosts_check(hosts, &host_slots)) return ST_EXIT_USAGE;
     char mpirun[PATH_MAX], self[PATH_MAX], np[32];
     if (!st_cli_find_on_path("mpirun", mpirun, sizeof mpirun)) {
         fprintf(stderr,
@@ -170,7 +195,7 @@ int st_cmd_launch(int argc, char **argv) {
      * bind two ranks to one core). With --hosts the nodes' cores are not
      * known here: their slots (H:n) stand for them when every host gives
      * a count. */
-    const long slots = hosts ? hosts_slots(hosts) : st_launch_local_cores();
+    const long slots = hosts ? host_slots : st_launch_local_cores();
     const bool share = slots > 0 && n > slots;
     const char *unit = hosts ? "slot" : "core";
     if (share)

@@ -32,6 +32,12 @@ expect 2 "unknown option '--bogus' (scaletrain --help lists" "$bin" train --bogu
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
 expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors --set data.val=
+# launch checks its own arguments before mpirun sees them
+expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
+expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
+expect 2 "slot count '99999999999999999999'" "$bin" launch -n 2 --hosts localhost:99999999999999999999 true
+expect 2 "want a number of ranks >= 1" "$bin" launch -n 4294967297 true
+expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
     expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"
 fi
