@@ -228,14 +228,22 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     return ST_OK;
 }
 
-/* Every rank, after the last traced step: gather the events; rank 0 writes trace.json. */
-static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog) {
+/* Every rank, after the last traced step (done, 1-based; the run began after
+ * step start): gather the events; rank 0 writes trace.json. */
+static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog,
+                             int64_t start, int64_t done) {
     const bool mine = ses->rank == 0 && opts->save;
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
-    if (mine && !opts->quiet) {
+    if (mine && !opts->quiet) { /* the steps it holds: the run may have ended (or stopped) inside the window */
+        const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
+        const int64_t hi = tr->last < done ? tr->last : done;
         st_progress_end(prog);
-        fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)tr->first,
-                (long long)tr->last, ses->cfg->train.out_dir);
+        if (lo <= hi)
+            fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)lo,
+                    (long long)hi, ses->cfg->train.out_dir);
+        else
+            fprintf(ses->out, "wrote %s/trace.json: no step of %lld-%lld ran\n", ses->cfg->train.out_dir,
+                    (long long)tr->first, (long long)tr->last);
         fflush(ses->out);
     }
     return ST_OK;
@@ -518,7 +526,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
     }
     ST_GOTO(setup_sync_bn(ses, &mg.g));                    /* after the ranks agreed on the configuration */
-    if (c->log.trace && start < c->log.trace_steps.v[1]) { /* the profiler trace (trace.h) */
+    const int64_t *tsteps = c->log.trace_steps.v; /* 1-based; this run does start + 1 .. steps */
+    if (c->log.trace && (tsteps[0] > steps || tsteps[1] <= start) && ses->rank == 0)
+        fprintf(stderr,
+                "scaletrain: warning: log.trace_steps [%lld, %lld]: this run does steps %lld to %lld, so "
+                "nothing will be traced (choose --profile FIRST-LAST within them)\n",
+                (long long)tsteps[0], (long long)tsteps[1], (long long)start + 1, (long long)steps);
+    if (c->log.trace && start < tsteps[1] && tsteps[0] <= steps) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));
         trace = &tr;
@@ -769,7 +783,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         st_trace_end(trace, &step_mark);
         if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
-            ST_GOTO(write_trace(ses, opts, &tr, &prog));
+            ST_GOTO(write_trace(ses, opts, &tr, &prog, start, step + 1));
         /* Under mpirun, the first rank to exit non-zero gets the others
          * killed: no rank leaves before rank 0's checkpoint is on disk. */
         if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));

@@ -103,6 +103,19 @@ else
     echo "trace: no mpirun; the 2-rank part is skipped"
 fi
 
+# A window the run ends inside: the message names the steps traced. One
+# past the run's last step: a warning at start, and no trace.json.
+small=(--set model.type=mlp --set model.hidden=[16] --set data.val=)
+timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set train.out_dir="$tmp/short" \
+    --profile 2-9 >"$tmp/short.out" 2>&1 || fail "short run: $(cat "$tmp/short.out")"
+grep -q "wrote the trace of steps 2-3 to $tmp/short/trace.json" "$tmp/short.out" ||
+    fail "the window the run ended inside: $(grep trace "$tmp/short.out")"
+timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set train.out_dir="$tmp/past" \
+    --profile 10-20 >"$tmp/past.out" 2>&1 || fail "run past its window: $(cat "$tmp/past.out")"
+grep -q "log.trace_steps \[10, 20\]: this run does steps 1 to 3, so nothing will be traced" "$tmp/past.out" ||
+    fail "no warning for a window past the run"
+[ ! -e "$tmp/past/trace.json" ] || fail "a trace.json for a window past the run"
+
 timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=2 \
     --set data.val= --set train.out_dir="$tmp/off" --quiet || fail "run without trace"
 [ ! -e "$tmp/off/trace.json" ] || fail "a trace.json without log.trace"
