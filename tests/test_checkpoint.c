@@ -2,13 +2,16 @@
  * optimizer state and position (a cnn with batch-norm, whose buffers sit
  * between its parameters); keep_checkpoints; the latest pointer; damaged
  * files (bad JSON, a flipped byte, a truncated file) named in errors; the
- * fallback of `auto`; an optimizer of another kind refused. */
+ * fallback of `auto`; an optimizer of another kind refused; the check of
+ * the room for checkpoints on out_dir's filesystem. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "core/atomic_file.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "train/checkpoint.h"
@@ -36,6 +39,57 @@ static void flip_byte(const char *path, long at) {
     fseek(fp, at, SEEK_SET);
     fputc(c ^ 0x5a, fp);
     fclose(fp);
+}
+
+/* st_ckpt_space_check: the warning it printed to a memory stream ("" when none) into out. */
+static st_status space(const char *dir, int64_t ckpt_mib, int64_t model_mib, int64_t keep, int64_t free_mib,
+                       char *out, size_t size) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    CHECK(log != NULL, "open_memstream");
+    const st_status s = st_ckpt_space_check(dir, ckpt_mib << 20, model_mib << 20, keep,
+                                            free_mib < 0 ? -1 : free_mib << 20, log);
+    if (log) fclose(log);
+    snprintf(out, size, "%s", text ? text : "");
+    free(text);
+    return s;
+}
+
+/* Room for the checkpoints: an error when the first one and the final
+ * weights do not fit; a warning when those kept (keep + 1 while a save
+ * commits, less those already there) do not; nothing when they do, or
+ * when every checkpoint is kept (how many depends on the run's length). */
+static void test_space(const char *root) {
+    char dir[4096], path[4200], warn[1024];
+    snprintf(dir, sizeof dir, "%s/space", root);
+    CHECK_FAILS(space(dir, 100, 30, 3, 120, warn, sizeof warn), ST_ERR_IO,
+                "120.0 MiB free on its filesystem, but a checkpoint of this run takes 100.0 MiB (weights and "
+                "optimizer state) and its final weights 30.0 MiB more");
+    CHECK_OK(space(dir, 100, 30, 3, 200, warn, sizeof warn));
+    CHECK(strstr(warn, "the 3 checkpoints of 100.0 MiB this run keeps (4 at once while a save commits, less "
+                       "the 0 there now) and its final weights (30.0 MiB) need 430.0 MiB"),
+          "warning: %s", warn);
+    CHECK_OK(space(dir, 100, 30, 3, 430, warn, sizeof warn));
+    CHECK(warn[0] == '\0', "430 MiB hold 4 x 100 + 30: %s", warn);
+    CHECK_OK(space(dir, 100, 30, 0, 200, warn, sizeof warn));
+    CHECK(warn[0] == '\0', "keep 0 (all): no warning: %s", warn);
+    /* two checkpoints already there: two more at most */
+    for (int k = 1; k <= 2; k++) {
+        snprintf(path, sizeof path, "%s/ckpt/step-%d", dir, k);
+        CHECK_OK(st_mkdirs(path));
+    }
+    CHECK_OK(space(dir, 100, 30, 3, 229, warn, sizeof warn));
+    CHECK(strstr(warn, "less the 2 there now") && strstr(warn, "need 230.0 MiB"), "with 2 there: %s", warn);
+    CHECK_OK(space(dir, 100, 30, 3, 230, warn, sizeof warn));
+    CHECK(warn[0] == '\0', "230 MiB hold 2 x 100 + 30: %s", warn);
+    CHECK_OK(space(dir, 100, 30, 1, 130, warn, sizeof warn)); /* keep 1 with 2 there: one more at once */
+    CHECK(warn[0] == '\0', "keep 1: %s", warn);
+    /* the filesystem's own figure, for a directory not made yet (its parent's) */
+    snprintf(path, sizeof path, "%s/not/made/yet", root);
+    CHECK_OK(space(path, 0, 0, 3, -1, warn, sizeof warn));
+    CHECK(warn[0] == '\0', "an empty checkpoint fits anywhere: %s", warn);
+    CHECK_FAILS(space(path, 1 << 30, 0, 3, -1, warn, sizeof warn), ST_ERR_IO, "MiB free on its filesystem");
 }
 
 int main(void) {
@@ -154,6 +208,8 @@ int main(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", saved);
     CHECK(truncate(path, 100) == 0, "truncate");
     CHECK_FAILS(st_ckpt_load(saved, b, &ob, &got), ST_ERR_FORMAT, "step-4/model.safetensors: 100 bytes");
+
+    test_space(root);
 
     st_optim_free(&sgd);
     st_optim_free(&oa);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -825,6 +826,55 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     if (rename(ckdir, moved) != 0)
         return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", ckdir, moved, strerror(errno));
     return st_fsync_dir(out_dir);
+}
+
+/* The space free to this user on the filesystem of path, or of its nearest
+ * existing parent; -1 when none can be asked. */
+static int64_t free_space(const char *path) {
+    char p[PATH_CAP];
+    snprintf(p, sizeof p, "%s", path[0] ? path : ".");
+    for (;;) {
+        struct statvfs sv;
+        if (statvfs(p, &sv) == 0) return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+        char *slash = strrchr(p, '/');
+        if (!slash) return statvfs(".", &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
+        if (slash == p) return statvfs("/", &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
+        *slash = '\0';
+    }
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1 << 20); }
+
+st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
+                              int64_t free_bytes, FILE *log) {
+    if (free_bytes < 0) free_bytes = free_space(out_dir);
+    if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
+    if (free_bytes < ckpt_bytes + model_bytes)
+        return st_fail(ST_ERR_IO,
+                       "train.out_dir %s: %.1f MiB free on its filesystem, but a checkpoint of this run takes "
+                       "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
+                       "space there or choose another train.out_dir (nothing was written)",
+                       out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
+    char ckdir[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    int64_t *steps = NULL;
+    int have = 0;
+    if (st_ckpt_list(ckdir, &steps, &have) != ST_OK) {
+        st_clear_error();
+        have = 0;
+    }
+    free(steps);
+    if (keep <= 0 || !log) return ST_OK; /* keeping all: how many depends on how long it runs */
+    const int64_t more = keep + 1 - have > 1 ? keep + 1 - have : 1;
+    if (free_bytes < more * ckpt_bytes + model_bytes)
+        fprintf(log,
+                "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but the %lld "
+                "checkpoints of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
+                "there now) and its final weights (%.1f MiB) need %.1f MiB: the run will stop with an "
+                "error when the disk is full (lower train.keep_checkpoints, or free space there)\n",
+                out_dir, mib(free_bytes), (long long)keep, mib(ckpt_bytes), (long long)keep + 1, have,
+                mib(model_bytes), mib(more * ckpt_bytes + model_bytes));
+    return ST_OK;
 }
 
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state) {

@@ -138,6 +138,17 @@ void st_ckpt_remove_all(const char *out_dir);
  * number). Its path goes to moved. */
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
 
+/* Can train.out_dir's filesystem hold this run's checkpoints? ckpt_bytes:
+ * one checkpoint (weights and optimizer state, every shard), model_bytes:
+ * the final weights file, keep: train.keep_checkpoints (0 = all),
+ * free_bytes: the space free there (< 0: asked of the filesystem of out_dir,
+ * or of its nearest existing parent). An error, before anything is written,
+ * when the first checkpoint and the final weights do not fit; a warning on
+ * log (when not NULL) when the checkpoints kept (keep + 1 at once while a
+ * save commits, less those already in out_dir/ckpt) will not. */
+st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
+                              int64_t free_bytes, FILE *log);
+
 /* Verify dir, then restore the weights and buffers of m, the state of o
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);

@@ -154,8 +154,9 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return st_model_load(ses->model, path);
 }
 
-/* A run that will save, started without --resume, in a train.out_dir that
- * holds checkpoints: an unfinished run's (its latest good checkpoint before
+/* A run that will save: room on train.out_dir's filesystem for its
+ * checkpoints (st_ckpt_space_check), and, started without --resume, a
+ * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
  * that run's last step: a --resume forgotten, or a stop's checkpoint) is an
  * error, before anything is written; a finished run's (or only damaged
  * ones) are set aside in ckpt.previous, saying so, so that the two runs'
@@ -201,6 +202,13 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
                     out, n, dir);
         }
         if (s == ST_OK) st_clear_error();
+    }
+    if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
+        const st_config *c = ses->cfg;
+        const int64_t weights = 4 * ses->model->params.count + (64 << 10); /* (a header) */
+        const int64_t moments = strcmp(c->optim.type, "adamw") == 0 ? 2 : 1;
+        s = st_ckpt_space_check(out, weights + moments * (weights - (64 << 10)) + (64 << 10), weights,
+                                c->train.keep_checkpoints, -1, stderr);
     }
     if (ses->world == 1) return s;
     s = st_agree_status(ses->comm, s, "train.out_dir");
@@ -331,6 +339,14 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     return ST_OK;
 }
 
+/* A checkpoint that failed (a full disk, say): what is left, and what to do. */
+static st_status save_failed(st_status s, const st_config *c, int64_t step) {
+    return st_fail_context(s,
+                           "the checkpoint of step %lld was not saved; those before it in %s/ckpt are whole "
+                           "(once this is fixed, --resume auto continues from the latest): ",
+                           (long long)step, c->train.out_dir);
+}
+
 /* Commit the pending asynchronous checkpoint after step `step` (every rank
  * at the same step: the flags of the "stop" all-reduce, or a checkpoint or
  * the end due). */
@@ -341,7 +357,8 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
     const double t0 = st_now();
     double write_s = 0;
-    ST_TRY(st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, &write_s));
+    st_status s = st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, &write_s);
+    if (s != ST_OK) return save_failed(s, ses->cfg, saved);
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
     if (ses->rank != 0) return ST_OK;
@@ -770,7 +787,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 pending_stall = st_now() - t_ck;
                 st_trace_end(trace, &mark);
             } else {
-                ST_GOTO(st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint));
+                if ((s = st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint)) != ST_OK) {
+                    save_failed(s, c, ck.step);
+                    goto fail;
+                }
                 st_trace_end(trace, &mark);
                 const double dt = st_now() - t_ck;
                 if (ses->rank == 0)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A train.out_dir on a filesystem too small for the run's checkpoints: a real
+# tmpfs mounted by the test (skipped, saying so, where mounting is not
+# allowed), 4 MiB.
+# (a) A model whose one checkpoint does not fit: exit 1 at start, the message
+#     gives the MiB free and needed and says nothing was written; nothing is.
+# (b) A model whose checkpoints (1.5 MiB) fit twice but not three times
+#     (keep_checkpoints 3): a warning at start, then exit 1 at the third, the
+#     message naming its step and the checkpoints before it whole; the
+#     filesystem grown (remount), --resume auto continues from step 20 and
+#     ends with the weights of a run that never stopped.
+source "$(dirname "$0")/../lib/e2e.sh"
+[ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
+e2e_tmpdir
+mkdir -p "$tmp/fs"
+mount -t tmpfs -o size=4M tmpfs "$tmp/fs" 2>"$tmp/mount.err" ||
+    e2e_skip "cannot mount a small tmpfs here ($(head -c 200 "$tmp/mount.err")): root with CAP_SYS_ADMIN is needed"
+e2e_cleanup() { umount "$tmp/fs" 2>/dev/null; }
+
+for i in $(seq 1 400); do printf 'line %010d\n' $((i * 7919 % 100003)); done >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=2 --set model.n_head=2 --set model.vocab_size=256 --set model.block_size=64
+     --set train.batch_size=8 --set train.steps=40 --set train.checkpoint_every=10 --set train.threads=1
+     --set log.progress=off)
+
+# (a)
+timeout 60 "$bin" train "${gpt[@]}" --set model.n_embd=128 --set train.out_dir="$tmp/fs/big" >"$tmp/a.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "(a) exit $rc, wanted 1"
+grep -qE "train.out_dir $tmp/fs/big: [0-9.]+ MiB free on its filesystem, but a checkpoint of this run takes 5\.[0-9] MiB \(weights and optimizer state\) and its final weights 1\.[0-9] MiB more: free space there or choose another train.out_dir \(nothing was written\)" "$tmp/a.out" ||
+    fail "(a) the message: $(grep error "$tmp/a.out")"
+[ ! -e "$tmp/fs/big" ] || fail "(a) $(find "$tmp/fs/big") written"
+
+# (b)
+timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/ref" --quiet ||
+    fail "(b) the reference run"
+timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/fs/run" >"$tmp/b.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "(b) exit $rc, wanted 1"
+grep -q "warning: train.out_dir $tmp/fs/run: 4.0 MiB free on its filesystem, but the 3 checkpoints of 1.5 MiB this run keeps" "$tmp/b.out" ||
+    fail "(b) no warning at start: $(grep -i warn "$tmp/b.out")"
+grep -q "error: the checkpoint of step 30 was not saved; those before it in $tmp/fs/run/ckpt are whole (once this is fixed, --resume auto continues from the latest): .*No space left on device" "$tmp/b.out" ||
+    fail "(b) the message: $(grep error "$tmp/b.out")"
+for s in 10 20; do
+    "$bin" data inspect "$tmp/fs/run/ckpt/step-$s" >/dev/null 2>&1 || fail "(b) step-$s does not verify"
+done
+[ -z "$(find "$tmp/fs/run/ckpt" -name '*.tmp*')" ] || fail "(b) leftovers: $(find "$tmp/fs/run/ckpt" -name '*.tmp*')"
+mount -o remount,size=16M "$tmp/fs" || fail "remount"
+timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/fs/run" --resume auto \
+    >"$tmp/c.out" 2>&1 || fail "(b) the resumed run: $(tail -3 "$tmp/c.out")"
+grep -q "resumed from $tmp/fs/run/ckpt/step-20 at step 20" "$tmp/c.out" || fail "(b) not resumed from step 20"
+cmp -s "$tmp/ref/model.safetensors" "$tmp/fs/run/model.safetensors" ||
+    fail "(b) the resumed run's weights differ from the reference's"
+e2e_finish "ok"
