@@ -180,7 +180,8 @@ emu:
 FUZZ_CC ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_LIB := src/core/status.c src/core/atomic_file.c src/data/npy.c src/data/idx.c src/data/tokens.c
+FUZZ_LIB := src/core/status.c src/core/atomic_file.c src/data/npy.c src/data/idx.c src/data/tokens.c \
+	src/core/safetensors.c src/core/config.c src/core/config_schema.c src/core/config_report.c
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc
 
@@ -188,7 +189,7 @@ fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_LIB) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB) -lz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB) -lz -lcjson -lyaml -lm
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:=.d) $(BENCHES:=.d)
 
