@@ -25,6 +25,11 @@ static st_model *make(const char *type, void (*tweak)(st_config *)) {
     return m;
 }
 
+static void narrow(st_config *c) {
+    c->model.channels.v[0] = 16;
+    c->model.batchnorm = false;
+}
+
 static void gpt124(st_config *c) {
     c->model.n_layer = 12;
     c->model.n_head = 12;
@@ -182,6 +187,18 @@ static void test_weights_round_trip(void) {
     CHECK(strstr(msg, "bn.1.weight: missing"), "missing named: %s", msg);
     CHECK(strstr(msg, "other.safetensors"), "file named: %s", msg);
     CHECK(c->params.data[0] == before, "a failed load changes nothing");
+    CHECK(strstr(msg, "hint: the weights must come from a model with the same model.* settings"),
+          "a file without our metadata: the general hint: %s", msg);
+    /* A file of ours: the hint names the settings it was saved with that differ */
+    st_model *d = make("cnn", narrow);
+    st_clear_error();
+    CHECK(st_model_load(d, path) == ST_ERR_FORMAT, "a narrower cnn refuses the file");
+    msg = st_last_error();
+    CHECK(strstr(msg, "hint: the file was saved by a model with model.channels [32, 64, 128] (this run: [16, "
+                      "64, 128]), model.batchnorm true (this run: false): run with those settings (--set "
+                      "model.channels=[32,64,128] --set model.batchnorm=true)"),
+          "the settings named: %s", msg);
+    st_model_free(d);
     st_model_free(a);
     st_model_free(b);
     st_model_free(c);

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "core/atomic_file.h"
+#include "core/config_schema.h"
 #include "core/safetensors.h"
 #include "data/idx.h"
 #include "data/npy.h"
@@ -88,6 +89,15 @@ static int inspect_safetensors(const char *path) {
     int n = st_safetensors_count(f);
     int64_t total = 0;
     printf("%s: safetensors, %d tensors\n", path, n);
+    /* the model settings a scaletrain save records (src/model/weights.c) */
+    bool any = false;
+    for (int row = 0; row < st_cfg_nkeys; row++) {
+        const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
+        if (strncmp(key, "model.", 6) != 0 || !v) continue;
+        printf("%s%s %s", any ? ", " : "  saved with ", key, v);
+        any = true;
+    }
+    if (any) printf("\n");
     for (int i = 0; i < n; i++) {
         const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
         printf("  %-40s %-5s [", e->name, e->dtype);

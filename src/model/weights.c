@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_schema.h"
 #include "core/mem.h"
 #include "core/safetensors.h"
 #include "model.h"
@@ -27,10 +28,48 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
         t[i].shape = x->shape;
         t[i].data = (x->kind == ST_TENSOR_PARAM ? data : buffers) + x->offset;
     }
-    const char *meta[] = {"format", "scaletrain", "model", kind_name(m->kind)};
-    st_status s = st_safetensors_write(path, t, p->n, meta, 2);
+    /* the model section as metadata ("model.n_embd": "768"), so that a
+     * mismatched load can name the settings that differ */
+    const char *meta[2 * (2 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
+    char(*vals)[ST_CFG_STR + 8] = calloc(ST_CFG_KEYS_MAX, sizeof *vals);
+    int n_meta = 2;
+    for (int row = 0; vals && row < st_cfg_nkeys; row++)
+        if (strncmp(st_cfg_keys[row].key, "model.", 6) == 0) {
+            st_cfg_format(&m->cfg, row, vals[row], sizeof vals[row]);
+            meta[2 * n_meta] = st_cfg_keys[row].key;
+            meta[2 * n_meta + 1] = vals[row];
+            n_meta++;
+        }
+    st_status s = vals ? st_safetensors_write(path, t, p->n, meta, n_meta)
+                       : st_fail(ST_ERR_NOMEM, "out of memory saving %s", path);
+    free(vals);
     free(t);
     return s;
+}
+
+/* The model.* settings the file was saved with (its metadata) that differ
+ * from m's, as "model.n_embd 64 (this run: 128), ..." in buf; "" when the
+ * file does not say (written elsewhere, or before it was recorded). Also
+ * the --set arguments that would match them, in set. */
+static void settings_differing(const st_model *m, const st_safetensors *f, char *buf, size_t size, char *set,
+                               size_t set_size) {
+    size_t o = 0, so = 0;
+    buf[0] = set[0] = '\0';
+    for (int row = 0; row < st_cfg_nkeys; row++) {
+        const char *key = st_cfg_keys[row].key;
+        const char *theirs = strncmp(key, "model.", 6) == 0 ? st_safetensors_metadata(f, key) : NULL;
+        char ours[ST_CFG_STR + 8];
+        if (!theirs) continue;
+        st_cfg_format(&m->cfg, row, ours, sizeof ours);
+        if (strcmp(theirs, ours) == 0) continue;
+        if (o < size)
+            o += (size_t)snprintf(buf + o, size - o, "%s%s %s (this run: %s)", o ? ", " : "", key, theirs, ours);
+        if (so < set_size) /* a list without its spaces, one shell word */
+            so += (size_t)snprintf(set + so, set_size - so, "%s--set %s=", so ? " " : "", key);
+        for (const char *c = theirs; *c && so + 1 < set_size; c++)
+            if (*c != ' ') set[so++] = *c;
+        if (so < set_size) set[so] = '\0';
+    }
 }
 
 st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
@@ -165,11 +204,16 @@ st_status st_model_load(st_model *m, const char *path) {
     st_status s = ST_OK;
     if (pr.n || missing.n) {
         int total = pr.n + missing.n;
-        s = st_fail(ST_ERR_FORMAT,
-                    "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: the weights must come from a model "
-                    "with the same model.* settings",
-                    path, total, total == 1 ? "" : "es", kind_name(m->kind), pr.msg,
-                    pr.n > 12 ? "\n  ..." : "", missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "");
+        char differ[1024], set[1024], hint[2200];
+        settings_differing(m, f, differ, sizeof differ, set, sizeof set);
+        if (differ[0])
+            snprintf(hint, sizeof hint, "the file was saved by a model with %s: run with those settings (%s)",
+                     differ, set);
+        else
+            snprintf(hint, sizeof hint, "the weights must come from a model with the same model.* settings");
+        s = st_fail(ST_ERR_FORMAT, "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: %s", path, total,
+                    total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
+                    missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "", hint);
     }
     float *stage = NULL, *whole = NULL;
     if (s == ST_OK && p->dev) {
