@@ -14,6 +14,8 @@
  *            (tools/check_comm.c)
  *   data     the config's training (and validation) data opens and is valid
  *   out_dir  the config's train.out_dir is writable (or can be created)
+ *   disk     room there for the run's checkpoints and final weights (FAIL
+ *            when one checkpoint does not fit, warn when the kept ones will not)
  *   cuda, nccl  what this build can use and what the probe found
  * Not here: the hardware probe of src/hw (GPUs, NVML links), the presets. */
 #include <errno.h>
@@ -29,12 +31,15 @@
 
 #include "cli.h"
 #include "comm/comm.h"
+#include "core/atomic_file.h"
 #include "core/device.h"
 #include "hw/linkcheck.h"
 #include "hw/probe.h"
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokens.h"
+#include "hw/runspec.h"
+#include "train/checkpoint.h"
 
 typedef struct report {
     int failed;
@@ -342,6 +347,46 @@ static void check_out_dir(report *r, const char *out_dir) {
         line(r, "ok", "out_dir", "%s will be created in %s, which is writable", out_dir, dir);
 }
 
+/* Room on train.out_dir's filesystem for the run's checkpoints (and its
+ * final weights), sized from the model the configuration builds: what a
+ * starting run checks (src/train/checkpoint.h st_ckpt_space_check). */
+static void check_disk(report *r, const st_config *cfg) {
+    st_config c = *cfg;
+    st_plan_input in;
+    if (st_runspec_open(&c, &in) != ST_OK) {
+        line(r, "skip", "disk", "the checkpoints' size needs the model, which needs the data: %s",
+             st_last_error());
+        st_clear_error();
+        return;
+    }
+    int64_t ckpt, weights;
+    st_ckpt_bytes(in.model->params.count + in.model->params.buffer_count, c.optim.type, &ckpt, &weights);
+    st_runspec_close(&in);
+    const int64_t free_bytes = st_path_free_bytes(c.train.out_dir);
+    char *warn = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&warn, &len);
+    const st_status s = st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints,
+                                            free_bytes, log);
+    if (log) fclose(log);
+    const double mib = 1 << 20;
+    if (s != ST_OK)
+        line(r, "FAIL", "disk", "%s", st_last_error());
+    else if (warn && warn[0]) {
+        warn[strcspn(warn, "\n")] = '\0';
+        line(r, "warn", "disk", "%s", strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);
+    } else if (free_bytes >= 0)
+        line(r, "ok", "disk",
+             "%.1f GiB free for train.out_dir; a checkpoint of this run takes %.1f MiB (weights and "
+             "optimizer state), its final weights %.1f MiB",
+             (double)free_bytes / (1 << 30), (double)ckpt / mib, (double)weights / mib);
+    else
+        line(r, "skip", "disk", "the filesystem of train.out_dir %s does not say how much is free",
+             c.train.out_dir);
+    st_clear_error();
+    free(warn);
+}
+
 /* What this build can use and what the probe found. */
 static void check_gpu(report *r, const st_hw_info *h, bool probed) {
     if (!st_device_cuda_built())
@@ -406,6 +451,7 @@ int st_cmd_check(int argc, char **argv) {
     }
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
+    check_disk(&r, &cfg);
     check_gpu(&r, &hw, probed);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 st_status st_fsync_dir(const char *dir) {
@@ -86,4 +88,19 @@ void st_atomic_abort(st_atomic_file *f) {
     f->fp = NULL;
     if (f->tmp[0]) unlink(f->tmp);
     f->tmp[0] = '\0';
+}
+
+int64_t st_path_free_bytes(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
+    for (;;) {
+        struct statvfs sv;
+        if (statvfs(p, &sv) == 0) return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) { /* "name" -> ".", "/name" -> "/" */
+            const char *top = slash ? "/" : ".";
+            return statvfs(top, &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
+        }
+        *slash = '\0';
+    }
 }

@@ -6,6 +6,7 @@
 #define ST_CORE_ATOMIC_FILE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "scaletrain/status.h"
@@ -32,5 +33,8 @@ st_status st_mkdirs(const char *path);
 /* `path` is a regular file / a directory (following links). */
 bool st_path_is_file(const char *path);
 bool st_path_is_dir(const char *path);
+/* Bytes free to this user on the filesystem of path, or of its nearest
+ * existing parent (path need not exist yet); -1 when none can be asked. */
+int64_t st_path_free_bytes(const char *path);
 
 #endif

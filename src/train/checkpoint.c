@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -828,26 +827,17 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     return st_fsync_dir(out_dir);
 }
 
-/* The space free to this user on the filesystem of path, or of its nearest
- * existing parent; -1 when none can be asked. */
-static int64_t free_space(const char *path) {
-    char p[PATH_CAP];
-    snprintf(p, sizeof p, "%s", path[0] ? path : ".");
-    for (;;) {
-        struct statvfs sv;
-        if (statvfs(p, &sv) == 0) return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-        char *slash = strrchr(p, '/');
-        if (!slash) return statvfs(".", &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
-        if (slash == p) return statvfs("/", &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
-        *slash = '\0';
-    }
-}
-
 static double mib(int64_t bytes) { return (double)bytes / (1 << 20); }
+
+void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, int64_t *model_bytes) {
+    const int64_t header = 64 << 10, moments = strcmp(optim_type, "adamw") == 0 ? 2 : 1;
+    *model_bytes = 4 * params + header;
+    *ckpt_bytes = *model_bytes + moments * 4 * params + header;
+}
 
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
                               int64_t free_bytes, FILE *log) {
-    if (free_bytes < 0) free_bytes = free_space(out_dir);
+    if (free_bytes < 0) free_bytes = st_path_free_bytes(out_dir);
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
     if (free_bytes < ckpt_bytes + model_bytes)
         return st_fail(ST_ERR_IO,

@@ -138,6 +138,11 @@ void st_ckpt_remove_all(const char *out_dir);
  * number). Its path goes to moved. */
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
 
+/* The bytes of one checkpoint (weights and optimizer state, every shard
+ * together) and of a weights file, for a model of `params` floats (its
+ * parameters and buffers) and optim.type optim_type; headers rounded up. */
+void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, int64_t *model_bytes);
+
 /* Can train.out_dir's filesystem hold this run's checkpoints? ckpt_bytes:
  * one checkpoint (weights and optimizer state, every shard), model_bytes:
  * the final weights file, keep: train.keep_checkpoints (0 = all),

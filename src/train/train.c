@@ -204,11 +204,10 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         if (s == ST_OK) st_clear_error();
     }
     if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
-        const st_config *c = ses->cfg;
-        const int64_t weights = 4 * ses->model->params.count + (64 << 10); /* (a header) */
-        const int64_t moments = strcmp(c->optim.type, "adamw") == 0 ? 2 : 1;
-        s = st_ckpt_space_check(out, weights + moments * (weights - (64 << 10)) + (64 << 10), weights,
-                                c->train.keep_checkpoints, -1, stderr);
+        const st_params *p = &ses->model->params;
+        int64_t ckpt, weights;
+        st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
+        s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, stderr);
     }
     if (ses->world == 1) return s;
     s = st_agree_status(ses->comm, s, "train.out_dir");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `scaletrain check` on this machine (issue 6):
 # - with a config whose data and out_dir are good: every line ok (cpu, mpi,
-#   the 2-rank ddp self-test through the launcher, data, out_dir), the
+#   the 2-rank ddp self-test through the launcher, data, out_dir, disk), the
 #   all-reduce test ok or warn (its bandwidth is low when the machine is
 #   busy) with every element right, cuda and nccl reported as not in this
 #   build, "ready", exit 0;
@@ -38,6 +38,8 @@ grep -qE "^ok +allreduce .*; [0-9]+% of the [0-9.]+ GB/s the planner assumes for
     <<<"$out" || fail "the allreduce line does not compare with the planner's link"
 grep -qE "^ok +data +$tmp/t.tokens: [0-9]+ samples of 16 tokens" <<<"$out" || fail "the data line"
 grep -qE "^ok +out_dir +$tmp/out will be created in $tmp, which is writable" <<<"$out" || fail "the out_dir line"
+grep -qE "^ok +disk +[0-9.]+ GiB free for train.out_dir; a checkpoint of this run takes [0-9.]+ MiB \(weights and optimizer state\), its final weights [0-9.]+ MiB$" <<<"$out" ||
+    fail "the disk line: $(grep disk <<<"$out")"
 grep -qE "^(skip|ok) +cuda " <<<"$out" && grep -qE "^(skip|ok) +nccl " <<<"$out" || fail "no cuda/nccl lines"
 [ "$(tail -n 1 <<<"$out")" = "ready" ] || fail "the last line is not 'ready'"
 [ -z "$(ls -A "$tmp" | grep scaletrain-check)" ] || fail "the self-test's temporary directory was left"

@@ -2,8 +2,9 @@
 # A train.out_dir on a filesystem too small for the run's checkpoints: a real
 # tmpfs mounted by the test (skipped, saying so, where mounting is not
 # allowed), 4 MiB.
-# (a) A model whose one checkpoint does not fit: exit 1 at start, the message
-#     gives the MiB free and needed and says nothing was written; nothing is.
+# (a) A model whose one checkpoint does not fit: `check` fails its disk line;
+#     train exits 1 at start, the message giving the MiB free and needed and
+#     saying nothing was written; nothing is.
 # (b) A model whose checkpoints (1.5 MiB) fit twice but not three times
 #     (keep_checkpoints 3): a warning at start, then exit 1 at the third, the
 #     message naming its step and the checkpoints before it whole; the
@@ -24,7 +25,11 @@ gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens
      --set train.batch_size=8 --set train.steps=40 --set train.checkpoint_every=10 --set train.threads=1
      --set log.progress=off)
 
-# (a)
+# (a), and `check` says so first (a FAIL line, exit 1)
+timeout 120 "$bin" check "${gpt[@]}" --set model.n_embd=128 --set train.out_dir="$tmp/fs/big" >"$tmp/check.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qE "^FAIL +disk +train.out_dir $tmp/fs/big: [0-9.]+ MiB free on its filesystem, but a checkpoint of this run takes 5\.[0-9] MiB" "$tmp/check.out" ||
+    fail "(a) check: exit $rc: $(grep disk "$tmp/check.out")"
 timeout 60 "$bin" train "${gpt[@]}" --set model.n_embd=128 --set train.out_dir="$tmp/fs/big" >"$tmp/a.out" 2>&1
 rc=$?
 [ $rc -eq 1 ] || fail "(a) exit $rc, wanted 1"
