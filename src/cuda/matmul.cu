@@ -16,9 +16,10 @@ enum { FALLBACK_THREADS = 256, PLANS_MIN = 64 };
 /* Everything a plan depends on; memset to 0 first, compared with memcmp
  * (no padding: twelve 4-byte fields, then 8-byte ones). */
 typedef struct plan_key {
-    int32_t ab, cd, compute, ep, ta, tb, batch, unused;
+    int32_t ab, cd, compute, ep, ta, tb, batch;
+    uint32_t al_aux;
     uint32_t al_a, al_b, al_d, al_bias;
-    int64_t m, n, k, lda, ldb, ldd, sa, sb, sd;
+    int64_t m, n, k, lda, ldb, ldd, sa, sb, sd, aux_ld;
 } plan_key;
 
 typedef struct plan {
@@ -135,7 +136,26 @@ static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDat
     k->al_a = align_bytes(A, p->ld_align ? p->lda : 0, k->sa, es);
     k->al_b = align_bytes(B, p->ld_align ? p->ldb : 0, k->sb, es);
     k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, ed);
-    k->al_bias = p->ep == ST_MATMUL_EP_BIAS ? align_bytes(p->bias, 0, 0, ed) : 0;
+    k->al_bias = st_matmul_ep_bias(p->ep) ? align_bytes(p->bias, 0, 0, ed) : 0;
+    if (st_matmul_ep_aux(p->ep)) {
+        k->al_aux = align_bytes(p->aux, 0, 0, ed);
+        k->aux_ld = p->aux_ld;
+    }
+}
+
+static cublasLtEpilogue_t lt_epilogue(int ep) {
+    switch (ep) {
+    case ST_MATMUL_EP_BIAS:
+        return CUBLASLT_EPILOGUE_BIAS;
+    case ST_MATMUL_EP_GELU_AUX:
+        return CUBLASLT_EPILOGUE_GELU_AUX;
+    case ST_MATMUL_EP_GELU_AUX_BIAS:
+        return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case ST_MATMUL_EP_DGELU:
+        return CUBLASLT_EPILOGUE_DGELU;
+    default:
+        return CUBLASLT_EPILOGUE_DEFAULT;
+    }
 }
 
 /* Layout of a column-major stored (rows, cols) matrix of type t. */
@@ -162,7 +182,7 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_
 
 /* Make the descriptor and layouts for key k into pl and ask the heuristic
  * for an algorithm (pl->ok false when it has none). */
-static st_status plan_make(st_device *d, const plan_key *k, const void *bias, plan *pl) {
+static st_status plan_make(st_device *d, const plan_key *k, const void *bias, const void *aux, plan *pl) {
     st_status s = ST_OK;
     cublasLtMatmulPreference_t pref = NULL;
     const cudaDataType_t ab = (cudaDataType_t)k->ab;
@@ -173,10 +193,16 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, pl
     LT(cublasLtMatmulDescCreate(&pl->op, (cublasComputeType_t)k->compute, CUDA_R_32F));
     LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (k->ep == ST_MATMUL_EP_BIAS) {
-        const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (k->ep != ST_MATMUL_EP_NONE) {
+        const cublasLtEpilogue_t ep = lt_epilogue(k->ep);
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    }
+    if (st_matmul_ep_bias((st_matmul_epilogue)k->ep))
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (st_matmul_ep_aux((st_matmul_epilogue)k->ep)) { /* the heuristic reads the pointer's alignment */
+        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->aux_ld,
+                                          sizeof k->aux_ld));
     }
     LT(layout(&pl->la, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda, k->batch, k->sa));
     LT(layout(&pl->lb, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb, k->batch, k->sb));
@@ -209,7 +235,7 @@ fail:
 }
 
 /* The plan for key k: from the table, or made and added to it. */
-static st_status plan_get(st_device *d, const plan_key *k, const void *bias, plan **out) {
+static st_status plan_get(st_device *d, const plan_key *k, const void *bias, const void *aux, plan **out) {
     *out = NULL;
     if (d->plans && d->plans->cap) {
         plan *pl = find(d->plans->slot, d->plans->cap, k);
@@ -221,7 +247,7 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, pla
     }
     ST_TRY(reserve(d));
     plan made;
-    ST_TRY(plan_make(d, k, bias, &made));
+    ST_TRY(plan_make(d, k, bias, aux, &made));
     plan *pl = find(d->plans->slot, d->plans->cap, k);
     *pl = made;
     pl->used = true;
@@ -235,9 +261,12 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, pla
  * ST_ERR_UNSUPPORTED, with no error recorded, when cuBLASLt refuses the
  * algorithm after all (the plan is then marked as having none). */
 static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void *pA, const void *pB) {
-    if (p->ep == ST_MATMUL_EP_BIAS)
+    if (st_matmul_ep_bias(p->ep))
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
                                                           sizeof p->bias));
+    if (st_matmul_ep_aux(p->ep))
+        ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &p->aux, sizeof p->aux));
     const cublasStatus_t e =
         cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->D, pl->ld, p->D, pl->ld,
                        &pl->algo, d->lt_ws, d->lt_ws_bytes, d->compute);
@@ -274,8 +303,14 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     if (p->m <= 0 || p->n <= 0) return ST_OK;
     if (p->k <= 0)
         return st_fail(ST_ERR_INTERNAL, "%s: matrix product with k = %lld", p->what, (long long)p->k);
-    if (p->ep == ST_MATMUL_EP_BIAS && (!p->bias || p->batch > 1))
-        return st_fail(ST_ERR_INTERNAL, "%s: the bias epilogue needs a bias and one product", p->what);
+    if (p->ep != ST_MATMUL_EP_NONE &&
+        (p->batch > 1 || (st_matmul_ep_bias(p->ep) && !p->bias) ||
+         (st_matmul_ep_aux(p->ep) && (!p->aux || p->aux_ld < p->m || p->aux_ld % 8 != 0)) ||
+         (p->ep == ST_MATMUL_EP_DGELU && p->beta != 0.0f)))
+        return st_fail(ST_ERR_INTERNAL,
+                       "%s: an epilogue needs one product, its bias, its GELU input (leading dimension a "
+                       "multiple of 8, at least m) and, for DGELU, beta 0",
+                       p->what);
     const int batch = batch_of(p);
     st_status s;
     plan_key k;
@@ -299,7 +334,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
         if (total) ST_TRY(st_cuda_scratch(d, total, &ws));
         const void *pa = cva ? ws : p->A, *pb = cvb ? (const void *)((char *)ws + off) : p->B;
         make_key(&k, p, t16, p->d_store == ST_PREC_FP32 ? CUDA_R_32F : t16, pa, pb);
-        ST_TRY(plan_get(d, &k, p->bias, &pl));
+        ST_TRY(plan_get(d, &k, p->bias, p->aux, &pl));
         if (pl->ok) { /* converted only when a 16-bit algorithm will read the copies */
             if (cva) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pa, (const float *)p->A, na));
             if (cvb) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pb, (const float *)p->B, nb));
@@ -309,7 +344,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     }
     if (!stored16) {
         make_key(&k, p, CUDA_R_32F, CUDA_R_32F, p->A, p->B);
-        ST_TRY(plan_get(d, &k, p->bias, &pl));
+        ST_TRY(plan_get(d, &k, p->bias, p->aux, &pl));
         if (pl->ok) {
             s = lt_exec(d, p, pl, p->A, p->B);
             if (s != ST_ERR_UNSUPPORTED) return s;
@@ -318,9 +353,10 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     if (p->ep != ST_MATMUL_EP_NONE)
         return st_fail(
             ST_ERR_UNSUPPORTED,
-            "%s: cuBLASLt offers no algorithm with the bias epilogue for this product (m %lld, n %lld, "
+            "%s: cuBLASLt offers no algorithm with the %s epilogue for this product (m %lld, n %lld, "
             "k %lld) on %s",
-            p->what, (long long)p->m, (long long)p->n, (long long)p->k, d->name);
+            p->what, p->ep == ST_MATMUL_EP_BIAS ? "bias" : p->ep == ST_MATMUL_EP_DGELU ? "DGELU" : "GELU_AUX",
+            (long long)p->m, (long long)p->n, (long long)p->k, d->name);
     fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->m * p->n, FALLBACK_THREADS), FALLBACK_THREADS, 0,
                       d->compute>>>(*p, batch);
     ST_CUDA_TRY_D(d, cudaGetLastError());

@@ -39,10 +39,19 @@
  *
  * No algorithm at all: without an epilogue a plain kernel computes the
  * product (one thread per element, fp32 accumulation in k order, either
- * storage: slow but correct; nsys shows which ran); with the bias epilogue
- * the call fails with ST_ERR_UNSUPPORTED and a message, and the caller writes
- * the bias into D itself and adds the product with beta 1 (linear.cu: the
- * same single rounding, as the bias is a 16-bit value in a 16-bit D). */
+ * storage: slow but correct; nsys shows which ran); with an epilogue the
+ * call fails with ST_ERR_UNSUPPORTED and a message, and the caller does the
+ * epilogue's work itself: writes the bias into D and adds the product with
+ * beta 1 (linear.cu: the same single rounding, as the bias is a 16-bit value
+ * in a 16-bit D), or runs the GELU layer's own kernels (linear.cu, "GELU in
+ * the epilogue").
+ *
+ * GELU epilogues (the graph's fused GELU, graph.h st_node.fwd_fuses_next):
+ * GELU_AUX(_BIAS) stores the product (plus bias) in aux, rounded to D's
+ * storage, and GELU of the unrounded value in D; DGELU multiplies the
+ * product by GELU's derivative at aux, D = gelu'(aux) op(A) op(B), beta 0.
+ * GELU is the tanh form, as the GELU layer's. The aux pointer's alignment
+ * and aux_ld are part of the plan's key (the heuristic reads the pointer). */
 #ifndef ST_CUDA_MATMUL_CUH
 #define ST_CUDA_MATMUL_CUH
 
@@ -50,8 +59,19 @@
 
 typedef enum st_matmul_epilogue {
     ST_MATMUL_EP_NONE = 0,
-    ST_MATMUL_EP_BIAS, /* D += bias[i] on row i: CUBLASLT_EPILOGUE_BIAS */
+    ST_MATMUL_EP_BIAS,          /* D += bias[i] on row i: CUBLASLT_EPILOGUE_BIAS */
+    ST_MATMUL_EP_GELU_AUX,      /* aux = the product, D = gelu(aux): CUBLASLT_EPILOGUE_GELU_AUX */
+    ST_MATMUL_EP_GELU_AUX_BIAS, /* the same after the bias: CUBLASLT_EPILOGUE_GELU_AUX_BIAS */
+    ST_MATMUL_EP_DGELU,         /* D = gelu'(aux) * the product: CUBLASLT_EPILOGUE_DGELU (beta 0) */
 } st_matmul_epilogue;
+
+/* The epilogue adds a bias / reads or writes the GELU input matrix aux. */
+static inline bool st_matmul_ep_bias(st_matmul_epilogue e) {
+    return e == ST_MATMUL_EP_BIAS || e == ST_MATMUL_EP_GELU_AUX_BIAS;
+}
+static inline bool st_matmul_ep_aux(st_matmul_epilogue e) {
+    return e == ST_MATMUL_EP_GELU_AUX || e == ST_MATMUL_EP_GELU_AUX_BIAS || e == ST_MATMUL_EP_DGELU;
+}
 
 typedef struct st_matmul {
     bool ta, tb; /* op(A) = A^T, op(B) = B^T */
@@ -64,8 +84,11 @@ typedef struct st_matmul {
     void *D; /* (m x n) */
     int64_t ldd, sd;
     int batch;             /* 0 or 1: one product */
-    st_matmul_epilogue ep; /* NONE or BIAS (then batch must be 0 or 1) */
-    const void *bias;      /* (m), with ST_MATMUL_EP_BIAS; of D's storage */
+    st_matmul_epilogue ep; /* any but NONE: batch must be 0 or 1 */
+    const void *bias;      /* (m), with a bias epilogue; of D's storage */
+    void *aux;             /* (m x n, ld aux_ld), the GELU input, of D's storage: written by GELU_AUX*, read
+                              by DGELU; aux_ld a multiple of 8 (cuBLASLt's rule) */
+    int64_t aux_ld;
     st_precision operands; /* what A and B hold: fp32 (0), or bf16/fp16 values */
     st_precision a_store, b_store, d_store; /* fp32 (0): float arrays; else 16-bit arrays of `operands` */
     bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 (breaks fp32 parity) */

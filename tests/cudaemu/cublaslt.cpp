@@ -5,9 +5,12 @@
  *
  * It refuses what cuBLASLt refuses where the rule is documented: a leading
  * dimension smaller than the stored rows, operands of different types, an
- * output that is not fp32 (the backend only asks for fp32), and it checks at
- * each matmul that the pointers are at least as aligned as the preference
- * told the heuristic, which a real algorithm may silently rely on. */
+ * output that is not fp32 (the backend only asks for fp32), a GELU input
+ * matrix (the GELU_AUX and DGELU epilogues) whose leading dimension is not a
+ * multiple of 8 or is below D's rows, and it checks at each matmul that the
+ * pointers are at least as aligned as the preference told the heuristic (and
+ * the GELU input as when the heuristic saw it), which a real algorithm may
+ * silently rely on. */
 #include "internal.h" /* first: emu.h defines what the CUDA headers then leave alone */
 
 #include <cblas.h>
@@ -27,7 +30,20 @@ struct lt_desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
     const void *bias = NULL;
+    void *aux = NULL; /* GELU_AUX*: the GELU input written; DGELU: read (of D's type) */
+    int64_t aux_ld = 0;
 };
+
+static bool ep_bias(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+static bool ep_gelu(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+           e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+static bool ep_aux(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
 struct lt_layout {
     cudaDataType type;
     uint64_t rows, cols;
@@ -79,6 +95,14 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         if (n != sizeof x->bias) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&x->bias, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (n != sizeof x->aux) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->aux, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (n != sizeof x->aux_ld) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&x->aux_ld, buf, n);
         return CUBLAS_STATUS_SUCCESS;
     default:
         fprintf(stderr, "cudaemu: cuBLASLt descriptor attribute %d is not emulated\n", (int)a);
@@ -152,6 +176,11 @@ extern "C" cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPre
     }
 }
 
+static uint32_t lowest_bit(const void *p) {
+    const uint64_t v = (uint64_t)(uintptr_t)p | 256u;
+    return (uint32_t)(v & (~v + 1));
+}
+
 static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, const lt_layout *c,
                       const lt_layout *o) {
     if (a->type != b->type) return false;
@@ -165,9 +194,13 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
     const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
     if (am != m || bn != n || ak != bk || c->rows != m || c->cols != n) return false;
     if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch) return false;
-    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && d->ep != CUBLASLT_EPILOGUE_BIAS && d->ep != CUBLASLT_EPILOGUE_GELU &&
-        d->ep != CUBLASLT_EPILOGUE_GELU_BIAS)
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !ep_bias(d->ep) && !ep_gelu(d->ep) && d->ep != CUBLASLT_EPILOGUE_DGELU)
         return false;
+    /* the GELU input matrix (documented): its leading dimension a multiple
+     * of 8 and at least D's rows; one product, no batch */
+    if (ep_aux(d->ep) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m || o->batch != 1)) return false;
+    /* a test of the backend's way round a cuBLASLt without them */
+    if (ep_aux(d->ep) && getenv("ST_CUDAEMU_NO_GELU_EPILOGUES")) return false;
     return true;
 }
 
@@ -186,16 +219,14 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     /* the algorithm remembers the alignments it was promised */
     for (int i = 0; i < 4; i++) res[0].algo.data[i] = p ? p->al[i] : 256;
     res[0].algo.data[4] = 0x5ca1e; /* made by this heuristic */
+    /* cuBLASLt's heuristic reads the aux pointer's value for its alignment */
+    res[0].algo.data[5] = ep_aux(d->ep) ? (d->aux ? lowest_bit(d->aux) : 0) : 0;
     res[0].state = CUBLAS_STATUS_SUCCESS;
     res[0].wavesCount = 1.0f;
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static uint32_t lowest_bit(const void *p) {
-    const uint64_t v = (uint64_t)(uintptr_t)p | 256u;
-    return (uint32_t)(v & (~v + 1));
-}
 
 /* fp32 copy of the stored matrix: rows x cols per batch, ld apart, stride apart */
 static void widen(const lt_layout *l, const void *src, bool tf32, std::vector<float> &out) {
@@ -221,6 +252,24 @@ static float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+static float gelu_grad(float x) { /* d gelu / dx, the tanh form's */
+    const float k = 0.7978845608028654f, a = 0.044715f;
+    const float t = tanhf(k * (x + a * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * a * x * x);
+}
+
+/* element i of a matrix of type t */
+static float load(cudaDataType t, const void *p, int64_t i) {
+    return t == CUDA_R_16BF  ? __bfloat162float(((const __nv_bfloat16 *)p)[i])
+           : t == CUDA_R_16F ? __half2float(((const __half *)p)[i])
+                             : ((const float *)p)[i];
+}
+static void store(cudaDataType t, void *p, int64_t i, float v) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == CUDA_R_16F) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
 extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
                                          const void *A, cublasLtMatrixLayout_t Ad, const void *B,
                                          cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
@@ -243,8 +292,12 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                     "ABCD"[i], ptr[i], lowest_bit(ptr[i]), (unsigned)algo->data[i]);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
-    if ((d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_BIAS) && !d->bias)
+    if (ep_bias(d->ep) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ep_aux(d->ep) && (!d->aux || lowest_bit(d->aux) < algo->data[5])) {
+        fprintf(stderr, "cudaemu: cublasLtMatmul: the GELU input matrix at %p is %u-byte aligned, the heuristic saw %u\n",
+                d->aux, d->aux ? lowest_bit(d->aux) : 0u, (unsigned)algo->data[5]);
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if (!st_emu_stream_ok(stream)) return CUBLAS_STATUS_INVALID_VALUE;
     /* what the call reads now (descriptors, scalars), the rest when it runs */
     const lt_desc dv = *d;
@@ -268,18 +321,19 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
             cblas_sgemm(CblasColMajor, dv.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                         dv.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * av.stride,
                         (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be, acc.data(), m);
+            /* GELU_AUX*: the GELU input (after the bias) stored, of D's type,
+             * and GELU applied to the unrounded value; DGELU: the stored GELU
+             * input's derivative times the product */
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++) {
                     float v = acc[(size_t)j * m + i];
-                    if (dv.ep == CUBLASLT_EPILOGUE_BIAS || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS)
-                        v += ov.type == CUDA_R_16BF  ? __bfloat162float(((const __nv_bfloat16 *)dv.bias)[i])
-                             : ov.type == CUDA_R_16F ? __half2float(((const __half *)dv.bias)[i])
-                                                     : ((const float *)dv.bias)[i];
-                    if (dv.ep == CUBLASLT_EPILOGUE_GELU || dv.ep == CUBLASLT_EPILOGUE_GELU_BIAS) v = gelu(v);
-                    const int64_t at = t * ov.stride + (int64_t)j * ov.ld + i;
-                    if (ov.type == CUDA_R_16BF) ((__nv_bfloat16 *)D)[at] = __float2bfloat16_rn(v);
-                    else if (ov.type == CUDA_R_16F) ((__half *)D)[at] = __float2half_rn(v);
-                    else ((float *)D)[at] = v;
+                    if (ep_bias(dv.ep)) v += load(ov.type, dv.bias, i);
+                    if (ep_aux(dv.ep) && dv.ep != CUBLASLT_EPILOGUE_DGELU)
+                        store(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i, v);
+                    if (ep_gelu(dv.ep)) v = gelu(v);
+                    if (dv.ep == CUBLASLT_EPILOGUE_DGELU)
+                        v *= gelu_grad(load(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i));
+                    store(ov.type, D, t * ov.stride + (int64_t)j * ov.ld + i, v);
                 }
         }
     });
