@@ -16,11 +16,13 @@ scaletrain runs in bf16 when the device accepts it; otherwise (bf16 refused,
 as before the bf16 kernels exist) in fp32, which the table says, with the
 reason in the notes. A batch that runs out of memory is halved. Nothing here
 crashes on a failed side: its row says "failed" and the exit status is 1.
-With --offload, --selective and --plain-head, scaletrain's gpt2 runs again
-with optim.offload, with selective activation checkpointing, and with
-model.fused_head=off, and a note gives each one's step time and peak GPU
-memory against the run without (and, for selective, whether the final loss
-is the same; for the plain head, how far it is).
+With --offload, --selective, --plain-head and --gelu-layer, scaletrain's
+gpt2 runs again with optim.offload, with selective activation checkpointing,
+with model.fused_head=off and with model.fused_gelu=off, and a note gives
+each one's step time and peak GPU memory against the run without (and, for
+selective, whether the final loss is the same: to the bit where the GELU is
+its own layer, within roundings where forward fuses it, which selective does
+not; for the plain head and the GELU layer, how far it is).
 Not here: convergence (random data), more than one GPU, writing
 bench/RESULTS.md (copy the table there).
 """
@@ -235,7 +237,8 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
             f"memory {mib(mem)} MiB against {mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved")
     if key == "offload":
         return note + f"; optimizer state {mib(r['j']['optim_state_bytes'])} MiB on the host)"
-    if key == "plain_head":  # other roundings: the same loss to a few bf16 ulps, not to the bit
+    if key in ("plain_head", "gelu_layer") or (key == "selective" and fused_gelu_forward(st)):
+        # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
         return note + f"; final loss {l} against {l0}: relative difference {rel:.2g})"
@@ -244,12 +247,20 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
         ("the same" if same else "DIFFERENT") + ")"
 
 
+def fused_gelu_forward(st):
+    """The run put GELU in the forward products' epilogues (model.fused_gelu resolved on; selective
+    checkpointing keeps it out of forward, so its loss then differs by roundings)."""
+    return st["j"].get("fused_gelu_fwd", 0) > 0
+
+
 VARIANTS = {  # flag: (--set values, what the note calls it)
     "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
     "selective": (["train.activation_checkpointing=selective"],
                   "selective activation checkpointing (norms and GELUs recomputed in backward)"),
     "plain_head": (["model.fused_head=off"],
                    "model.fused_head=off (the output layer and loss apart: the logits kept)"),
+    "gelu_layer": (["model.fused_gelu=off"],
+                   "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
 }
 
 
@@ -433,6 +444,10 @@ def main():
     p.add_argument("--plain-head", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_head=off (the logits kept, as PyTorch keeps "
                         "them) and note its step time and memory against the run with the default")
+    p.add_argument("--gelu-layer", action="store_true",
+                   help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
+                        "its step time and memory against the run with the default (on from compute "
+                        "capability 9.0)")
     p.add_argument("--out", help="also write the machine lines, the notes and the table as Markdown here")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]

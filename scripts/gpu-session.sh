@@ -22,9 +22,11 @@
 #
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
-# --offload, --selective and --plain-head: gpt2 again with optim.offload, with
-# selective activation checkpointing, and with model.fused_head=off (the logits
-# kept), each against its run without), with the
+# --offload, --selective, --plain-head and --gelu-layer: gpt2 again with
+# optim.offload, with selective activation checkpointing, with
+# model.fused_head=off (the logits kept) and with model.fused_gelu=off (GELU
+# as its own kernels: what the epilogue fusion saves), each against its run
+# without), with the
 # `python3` that imports torch; its table goes into summary.txt and
 # gpu_bench.md. GPU_BENCH says when: auto (the default) runs it after the
 # tests when at least BENCH_MIN_S (200) seconds of the budget are left, and
@@ -189,7 +191,7 @@ gpu_bench() {
     else
         # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
         step gpu-bench "$left" python3 bench/gpu_vs_torch.py --build "$1" --budget $((left - 10)) \
-            --out "$OUT/gpu_bench.md" --offload --selective --plain-head $BENCH_ARGS
+            --out "$OUT/gpu_bench.md" --offload --selective --plain-head --gelu-layer $BENCH_ARGS
     fi
 }
 built=

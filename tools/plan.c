@@ -74,6 +74,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddStringToObject(o, "strategy", st_plan_strategy_label(p, buf, sizeof buf));
     cJSON_AddStringToObject(o, "precision", p->precision);
     cJSON_AddStringToObject(o, "activation_checkpointing", st_ckpt_name(p->checkpointing));
+    cJSON_AddBoolToObject(o, "fused_gelu", p->fused_gelu);
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
     const char *names[] = {"params", "grads", "optim",  "acts",     "act_grads", "ints",
@@ -82,7 +83,7 @@ static cJSON *plan_json(const st_plan *p) {
     const int64_t vals[] = {e->params, e->grads, e->optim,  e->acts,     e->act_grads, e->ints,
                             e->work,   e->eval,  e->loader, e->buckets,  e->data,      e->backend,
                             e->total,  e->host,  e->pinned, e->ckpt_copy};
-    for (int i = 0; i < 15; i++)
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
     cJSON_AddNumberToObject(m, "per_sample", e->act_per_sample);
     cJSON_AddNumberToObject(m, "limit", (double)p->mem_limit);
@@ -103,6 +104,7 @@ static cJSON *plan_json(const st_plan *p) {
     if (p->strategy_why[0]) cJSON_AddStringToObject(why, "strategy", p->strategy_why);
     if (p->checkpointing_why[0])
         cJSON_AddStringToObject(why, "activation_checkpointing", p->checkpointing_why);
+    if (p->fused_gelu_why[0]) cJSON_AddStringToObject(why, "fused_gelu", p->fused_gelu_why);
     return o;
 }
 

@@ -54,6 +54,8 @@ typedef struct st_run_result {
     int64_t grad_syncs;          /* backward passes whose buckets were reduced across the ranks: one per step
                                     (its last micro-step) for ddp and zero1, one per micro-step for zero2 */
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
+    int fused_gelu_fwd, fused_gelu_bwd; /* the training graph's products with GELU in their epilogue
+                                           (model.fused_gelu on a CUDA device), forward and backward */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
      * skipped for an overflow (over the whole run, a resumed one included) */
     bool has_loss_scale;

@@ -56,6 +56,10 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("model.n_embd", model.n_embd, "256", 1, 1 << 16, "gpt: embedding width"),
     K_AUTO("model.vocab_size", model.vocab_size, 2, INT32_MAX, "gpt: vocabulary size; auto = from the data"),
     K_INT("model.block_size", model.block_size, "256", 1, 1 << 20, "gpt: context length in tokens"),
+    K_ENUM("model.fused_gelu", model.fused_gelu, "auto", VALUES("auto", "on", "off"),
+           "gpt on a CUDA device: GELU inside the MLP's matrix products (cuBLASLt's GELU_AUX_BIAS epilogue "
+           "forward, DGELU backward) instead of a layer of its own; auto = on from compute capability 9.0; "
+           "the CPU always runs GELU as its own layer"),
     K_ENUM("model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
            "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
            "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "

@@ -61,6 +61,7 @@ typedef struct st_mem_opts {
     int loader_buffers;       /* prefetch + held batch buffers (0: no loader) */
     bool device_feed;         /* a GPU run: the ring pinned on the host, a second device input buffer */
     bool device_layout;       /* a GPU run: the graphs as the CUDA backend lays them out */
+    bool fused_gelu;          /* and with GELU in the MLP's epilogues (st_model.fused_gelu) */
     int64_t sample_in_bytes;  /* one sample in a batch buffer: inputs */
     int64_t sample_out_bytes; /* and targets */
     int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "model/model.h"
 
 #define GIB (1024.0 * 1024 * 1024)
 
@@ -52,6 +53,7 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     o.bucket_cap_mb = c->dist.bucket_cap_mb;
     o.grad_wire_bytes = strcmp(c->dist.grad_dtype, "fp32") == 0 ? 4 : 2;
     o.device_layout = p->hw.dev.gpu;
+    o.fused_gelu = p->fused_gelu;
     o.async_ckpt = c->train.checkpoint_async;
     int workers = (int)c->data.num_workers;
     if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
@@ -233,6 +235,8 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
         return ST_OK;
     }
     choose_precision(c, &hw->dev, p);
+    p->fused_gelu = st_model_fused_gelu(c, hw->dev.gpu ? hw->dev.cc_major : 0, p->fused_gelu_why,
+                                        sizeof p->fused_gelu_why);
     ST_TRY(choose_strategy(in, p));
     const int64_t per_rank = B / n;
     char b1[32];
@@ -356,6 +360,10 @@ void st_plan_apply(const st_plan *p, st_config *c) {
     if (strcmp(c->dist.strategy, "auto") == 0) {
         snprintf(c->dist.strategy, sizeof c->dist.strategy, "%s", p->strategy);
         st_config_mark_auto(c, "dist.strategy", p->strategy_why);
+    }
+    if (strcmp(c->model.fused_gelu, "auto") == 0) {
+        snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "%s", p->fused_gelu ? "on" : "off");
+        st_config_mark_auto(c, "model.fused_gelu", p->fused_gelu_why);
     }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",

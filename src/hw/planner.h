@@ -61,7 +61,8 @@ typedef struct st_plan {
     char strategy[8]; /* ddp | zero1 | zero2 */
     bool offload;
     int checkpointing; /* activation checkpointing, as chosen or given: ST_CKPT_* */
-    char micro_why[96], precision_why[96], strategy_why[96], checkpointing_why[96];
+    bool fused_gelu;   /* model.fused_gelu, as chosen or given (st_model_fused_gelu) */
+    char micro_why[96], precision_why[96], strategy_why[96], checkpointing_why[96], fused_gelu_why[96];
     st_mem mem;
     int64_t mem_limit; /* bytes usable per device */
     bool fits;
@@ -74,7 +75,8 @@ typedef struct st_plan {
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);
 
 /* Write the plan's choices into every `auto` key of cfg (micro-batch,
- * precision, strategy, activation checkpointing), each marked with its reason. */
+ * precision, strategy, activation checkpointing, the fused GELU), each
+ * marked with its reason. */
 void st_plan_apply(const st_plan *p, st_config *cfg);
 
 /* "zero2+offload" etc. */

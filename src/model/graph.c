@@ -559,6 +559,50 @@ static st_status choose_storage(st_graph *g) {
 /* Floats of arena an activation's data (or its gradient) takes. */
 static int64_t act_floats(const st_tensor *t) { return st_align_floats(st_store_floats(t->count, t->store)); }
 
+static bool in_acts(const st_tensor *t);
+
+/* linear -> gelu -> linear (a transformer's MLP) when g->fuse_gelu: the
+ * first product writes GELU's output through the GELU_AUX epilogue, its own
+ * output (GELU's input) as the epilogue's aux (fwd_fuses_next; not with
+ * selective checkpointing, which recomputes GELU's output from its input
+ * alone and must find the bits forward made), and the second product's
+ * input gradient goes through the DGELU epilogue straight into GELU's input
+ * gradient (bwd_fuses_prev: GELU's backward is skipped, and its output
+ * gradient shares that gradient's memory, place_grads). On a CUDA device
+ * only (the CUDA linear layer runs them; src/cuda/linear.cu), or its layout
+ * (the planner counts the same memory). Conditions: each of the two
+ * tensors read by the next node alone, the three nodes in one block, GELU's
+ * input and output in the same storage (16-bit in a bf16/fp16 run: nothing
+ * rounds after the epilogue), the width a multiple of 8 (cuBLASLt's rule
+ * for the GELU input's leading dimension), no keep_acts (every gradient kept
+ * apart). */
+static st_status fuse_gelu(st_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].fwd_fuses_next = g->nodes[i].bwd_fuses_prev = false;
+    if (!g->fuse_gelu || g->keep_acts || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
+    const int na = g->n_acts;
+    int *uses = calloc((size_t)(na ? na : 1), sizeof *uses);
+    if (!uses) return st_fail(ST_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (in_acts(g->nodes[i].in[k])) uses[g->nodes[i].in[k]->index]++;
+    const st_precision prec = g->params->precision;
+    for (int i = 0; i + 2 < g->n_nodes; i++) {
+        st_node *L = &g->nodes[i], *G = &g->nodes[i + 1], *P = &g->nodes[i + 2];
+        const st_tensor *pre = L->out, *act = G->out;
+        if (strcmp(L->ops->name, "linear") || strcmp(G->ops->name, "gelu") || strcmp(P->ops->name, "linear") ||
+            G->in[0] != pre || P->in[0] != act || uses[pre->index] != 1 || uses[act->index] != 1 ||
+            L->block != G->block || G->block != P->block || pre->store != act->store ||
+            (prec != ST_PREC_FP32 && act->store == ST_PREC_FP32) || pre->ndim < 1 ||
+            pre->shape[pre->ndim - 1] % 8 != 0)
+            continue;
+        L->fwd_fuses_next = !g->selective;
+        P->bwd_fuses_prev = pre->requires_grad && act->requires_grad;
+    }
+    free(uses);
+    return ST_OK;
+}
+
 /* The activation gradients' offsets (floats) in their arena, and its size.
  * Backward runs node n-1 first; at step s = n-1-i it runs node i. A
  * tensor's gradient is first written at the step of its last consumer (in
@@ -680,17 +724,36 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
         for (int k = 0; k < n->n_in; k++)
             if (in_acts(n->in[k])) birth[n->in[k]->index] = step;
     }
+    /* a backward that folds in its input's producer's (fuse_gelu) writes
+     * that producer's input gradient at its own step; the producer's
+     * output gradient, never written, shares its memory */
+    int *alias = malloc((size_t)(na ? na : 1) * sizeof *alias);
+    if (!alias) {
+        free(birth), free(death), free(life), free(near);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < na; i++)
+        alias[i] = -1;
+    for (int i = 1; i < nn; i++) {
+        const st_node *n = &g->nodes[i], *prev = &g->nodes[i - 1];
+        if (!n->bwd_fuses_prev) continue;
+        const int a = prev->in[0]->index;
+        if (birth[a] > nn - 1 - i) birth[a] = nn - 1 - i;
+        alias[prev->out->index] = a;
+    }
     int m = 0;
     for (int i = 0; i < na; i++) {
         const st_tensor *t = g->acts[i];
-        if (t->dtype == ST_I32 || !t->requires_grad || over[i]) continue;
+        if (t->dtype == ST_I32 || !t->requires_grad || over[i] || alias[i] >= 0) continue;
         life[m++] =
             (grad_life){act_floats(t), 0, birth[i], death[i] > birth[i] ? death[i] : birth[i], i, -1, -1};
     }
     *count = pack_lives(life, m, near);
     for (int i = 0; i < m; i++)
         goff[life[i].act] = life[i].off;
-    free(birth), free(death), free(life), free(near);
+    for (int i = 0; i < na; i++)
+        if (alias[i] >= 0) goff[i] = goff[alias[i]];
+    free(birth), free(death), free(life), free(near), free(alias);
     return ST_OK;
 }
 
@@ -828,6 +891,7 @@ st_status st_graph_finalize(st_graph *g) {
         }
 
     ST_TRY(choose_storage(g));
+    ST_TRY(fuse_gelu(g));
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;
     ST_TRY(find_regions(g, &region));
@@ -978,7 +1042,8 @@ st_status st_graph_forward(st_graph *g) {
                 s = st_device_round_f32(g->dev, prec, g->acts[i]->data, (size_t)g->acts[i]->count);
     }
     for (int i = 0; i < g->n_nodes && s == ST_OK; i++)
-        s = node_forward(g, &g->nodes[i], prec);
+        if (i == 0 || !g->nodes[i - 1].fwd_fuses_next) /* (else written by node i - 1) */
+            s = node_forward(g, &g->nodes[i], prec);
     st_params_use_compute(g->params, false);
     return s;
 }
@@ -992,7 +1057,8 @@ static st_status recompute_block(st_graph *g, int last, st_precision prec) {
     g->recomputing = true;
     st_status s = ST_OK;
     for (int i = first; i <= last && s == ST_OK; i++)
-        s = node_forward(g, &g->nodes[i], prec);
+        if (i == first || !g->nodes[i - 1].fwd_fuses_next) /* (fuse_gelu keeps the pair in one block) */
+            s = node_forward(g, &g->nodes[i], prec);
     g->recomputing = false;
     return s;
 }
@@ -1020,7 +1086,8 @@ st_status st_graph_backward(st_graph *g, float seed) {
             s = node_forward(g, &g->nodes[g->remat[r]], prec);
             g->recomputing = false;
         }
-        if (s == ST_OK && n->out->requires_grad) {
+        const bool folded = i + 1 < g->n_nodes && g->nodes[i + 1].bwd_fuses_prev; /* (done by node i + 1) */
+        if (s == ST_OK && n->out->requires_grad && !folded) {
             if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
             s = n->ops->backward(n, g);
             for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)

@@ -138,6 +138,16 @@ struct st_node {
     int block;          /* the checkpointing block it belongs to, -1 for none */
     int remat_before;   /* selective checkpointing: its forward runs again just before the backward
                            of node remat_before (its output's first reader there); -1: never */
+    /* Fusion with a neighbour (st_graph.fuse_gelu; set at finalize):
+     * fwd_fuses_next, this node's forward also writes the next node's
+     * output, and the graph runs the next node's forward only when this one
+     * is not run (never: selective checkpointing, which recomputes outputs
+     * one node at a time, turns it off); bwd_fuses_prev, this node's
+     * backward writes its input's producer's input gradient (that
+     * producer's backward folded in), and the graph skips the producer's
+     * backward. A layer that does either runs its neighbour's ops itself
+     * when it cannot fuse. */
+    bool fwd_fuses_next, bwd_fuses_prev;
 };
 
 /* Where an arena comes from instead of st_device_alloc: alloc gives at least
@@ -241,6 +251,8 @@ struct st_graph {
      * runs again before node remat_before's backward). */
     bool selective;
     int *remat, n_remat;         /* the nodes whose forward backward runs again, in the order it does */
+    bool fuse_gelu;              /* set before finalize, on a CUDA device (or its layout): linear -> gelu ->
+                                    linear with GELU in the products' epilogues (graph.c fuse_gelu) */
     bool keep_acts;              /* set before finalize: every activation and activation gradient kept to the
                                     end of backward, none sharing memory nor a gradient over its tensor's data
                                     (a test that reads them all) */

@@ -140,6 +140,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     mg->g.params_only = params_only;
     mg->g.device_layout = device_layout;
     mg->g.keep_acts = m->keep_acts;
+    mg->g.fuse_gelu = m->kind == ST_MODEL_GPT && m->fused_gelu; /* (acts on device graphs and layouts only) */
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     mg->g.selective = strcmp(m->cfg.train.activation_checkpointing, "selective") == 0;
@@ -186,6 +187,11 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     if (grad) m->params.grad_hook = *grad;
     m->cfg = *cfg;
     m->in = *in;
+    if (dev) {
+        st_device_props dp;
+        m->fused_gelu = st_device_props_get(dev, &dp) == ST_OK && st_model_fused_gelu(cfg, dp.cc_major, NULL, 0);
+        st_clear_error();
+    }
     const char *t = cfg->model.type;
     if (strcmp(t, "mlp") == 0)
         m->kind = ST_MODEL_MLP;
@@ -218,6 +224,23 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;
+}
+
+bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) {
+    const char *v = c->model.fused_gelu;
+    bool on;
+    if (strcmp(c->model.type, "gpt") != 0 || cc_major <= 0) {
+        on = false;
+        if (why) snprintf(why, n, "%s", cc_major <= 0 ? "off on the CPU (GELU is its own layer)" : "off: no GELU");
+    } else if (strcmp(v, "auto") != 0) {
+        on = strcmp(v, "on") == 0;
+    } else {
+        on = cc_major >= 9;
+        if (why)
+            snprintf(why, n, "%s: compute capability %d.x%s", on ? "on" : "off", cc_major,
+                     on ? ", where cuBLASLt fuses its GELU epilogues" : " (below 9.0 they run slower)");
+    }
+    return on;
 }
 
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {

@@ -37,6 +37,9 @@ typedef struct st_model {
     st_params params;
     int64_t n_params;
     bool keep_acts; /* graphs built keep every activation and its gradient (graph.h; tests) */
+    bool fused_gelu; /* a gpt's device graphs (and their layout) put GELU in the MLP's products'
+                        epilogues (st_graph.fuse_gelu); from model.fused_gelu at creation
+                        (st_model_fused_gelu), the planner sets it per device it sizes */
 } st_model;
 
 /* Create the model and lay out its parameters (not yet initialised: call
@@ -67,6 +70,13 @@ st_status st_model_init_weights(st_model *m, uint64_t seed);
 /* Build a graph for `batch` samples. */
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
+
+/* model.fused_gelu for a gpt on a CUDA device of compute capability cc_major
+ * (0: the CPU, never): on, off, or auto = from 9.0 (Hopper), where cuBLASLt
+ * runs its GELU epilogues fused into the product (on older parts a separate
+ * epilogue kernel made it slower than GELU as its own kernel). The reason
+ * goes to why (when not NULL) for the printed configuration. */
+bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n);
 
 /* Forward FLOPs per sample (matrix products and convolutions, 2 per MAC). */
 double st_model_flops_per_sample(const st_model *m);

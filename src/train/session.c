@@ -180,6 +180,12 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
         hw.dev.gpu = true;
         hw.dev.mem_bytes = dm.total - dm.used + dm.allocated;
         snprintf(hw.dev.name, sizeof hw.dev.name, "%s", st_device_name(s->dev));
+        st_device_props dp; /* (the probe above reads /proc only) */
+        if (st_device_props_get(s->dev, &dp) == ST_OK) {
+            hw.dev.cc_major = dp.cc_major;
+            hw.dev.cc_minor = dp.cc_minor;
+        }
+        st_clear_error();
     }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
