@@ -25,6 +25,8 @@ static st_model *make(const char *type, void (*tweak)(st_config *)) {
     return m;
 }
 
+static void two_heads(st_config *c) { c->model.n_head = 2; }
+
 static void narrow(st_config *c) {
     c->model.channels.v[0] = 16;
     c->model.batchnorm = false;
@@ -199,6 +201,23 @@ static void test_weights_round_trip(void) {
                       "model.channels=[32,64,128] --set model.batchnorm=true)"),
           "the settings named: %s", msg);
     st_model_free(d);
+    /* A gpt with another head count: every tensor fits, and the load is
+     * still refused (the heads would split them differently) */
+    st_model *g4 = make("gpt", NULL), *g2 = make("gpt", two_heads);
+    char gpath[300];
+    snprintf(gpath, sizeof gpath, "%s/gpt.safetensors", dir);
+    CHECK_OK(st_model_init_weights(g4, 1));
+    CHECK_OK(st_model_save(g4, gpath));
+    CHECK_OK(st_model_load(g4, gpath));
+    st_clear_error();
+    CHECK(st_model_load(g2, gpath) == ST_ERR_FORMAT, "a gpt of 2 heads refuses a 4-head file");
+    msg = st_last_error();
+    CHECK(strstr(msg, "gpt.safetensors: saved by a model with model.n_head 4 (this run: 2): every tensor fits") &&
+              strstr(msg, "run with --set model.n_head=4"),
+          "the head count named: %s", msg);
+    st_model_free(g4);
+    st_model_free(g2);
+    unlink(gpath);
     st_model_free(a);
     st_model_free(b);
     st_model_free(c);

@@ -202,6 +202,22 @@ st_status st_model_load(st_model *m, const char *path) {
             problem(&pr, "%s: in the file but not in the model", e->name);
     }
     st_status s = ST_OK;
+    /* Settings that change what the weights mean but no tensor's shape:
+     * loading across them would be a silent wrong answer. */
+    static const char *const same_shapes[] = {"model.n_head"};
+    for (size_t i = 0; i < sizeof same_shapes / sizeof same_shapes[0] && !pr.n && !missing.n; i++) {
+        const int row = st_cfg_find(same_shapes[i]);
+        const char *theirs = row >= 0 ? st_safetensors_metadata(f, same_shapes[i]) : NULL;
+        char ours[ST_CFG_STR + 8];
+        if (!theirs || m->kind != ST_MODEL_GPT) continue;
+        st_cfg_format(&m->cfg, row, ours, sizeof ours);
+        if (strcmp(theirs, ours) != 0)
+            s = st_fail(ST_ERR_FORMAT, /* (the path is put in front below) */
+                        "saved by a model with %s %s (this run: %s): every tensor fits, but the heads split "
+                        "them differently, so these weights would compute another function; run with --set "
+                        "%s=%s",
+                        same_shapes[i], theirs, ours, same_shapes[i], theirs);
+    }
     if (pr.n || missing.n) {
         int total = pr.n + missing.n;
         char differ[1024], set[1024], hint[2200];
