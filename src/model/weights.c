@@ -55,9 +55,13 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
                                size_t set_size) {
     size_t o = 0, so = 0;
     buf[0] = set[0] = '\0';
+    /* how the run computes, not what it holds: no tensor depends on them */
+    static const char *const no_tensor[] = {"model.dropout", "model.fused_head", "model.fused_gelu"};
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
         const char *theirs = strncmp(key, "model.", 6) == 0 ? st_safetensors_metadata(f, key) : NULL;
+        for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && theirs; i++)
+            if (strcmp(key, no_tensor[i]) == 0) theirs = NULL;
         char ours[ST_CFG_STR + 8];
         if (!theirs) continue;
         st_cfg_format(&m->cfg, row, ours, sizeof ours);
