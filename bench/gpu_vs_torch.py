@@ -253,14 +253,14 @@ def fused_gelu_forward(st):
     return st["j"].get("fused_gelu_fwd", 0) > 0
 
 
-VARIANTS = {  # flag: (--set values, what the note calls it)
+VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
+    "gelu_layer": (["model.fused_gelu=off"],
+                   "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
     "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
     "selective": (["train.activation_checkpointing=selective"],
                   "selective activation checkpointing (norms and GELUs recomputed in backward)"),
     "plain_head": (["model.fused_head=off"],
                    "model.fused_head=off (the output layer and loss apart: the logits kept)"),
-    "gelu_layer": (["model.fused_gelu=off"],
-                   "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
 }
 
 
