@@ -298,6 +298,15 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                 d->aux, d->aux ? lowest_bit(d->aux) : 0u, (unsigned)algo->data[5]);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    if (ep_aux(d->ep)) { /* the aux matrix apart from D: an epilogue reads or writes both element by element */
+        const size_t es = o->type == CUDA_R_32F ? 4 : 2;
+        const char *d0 = (const char *)D, *d1 = d0 + ((o->cols - 1) * (size_t)o->ld + o->rows) * es;
+        const char *a0 = (const char *)d->aux, *a1 = a0 + ((o->cols - 1) * (size_t)d->aux_ld + o->rows) * es;
+        if (a0 < d1 && d0 < a1) {
+            fprintf(stderr, "cudaemu: cublasLtMatmul: the GELU input matrix overlaps D\n");
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
     if (!st_emu_stream_ok(stream)) return CUBLAS_STATUS_INVALID_VALUE;
     /* what the call reads now (descriptors, scalars), the rest when it runs */
     const lt_desc dv = *d;
