@@ -6,7 +6,9 @@
 # (test_cuda_nccl among them: NCCL from the toolkit or from pip's
 # nvidia-nccl package, NCCL_HOME below) and tests/test_train_device (then
 # again under compute-sanitizer's memcheck,
-# small cases only) and print a summary table last. Logs go to $OUT (the
+# small cases only), the default training run on the GPU in fp32 and bf16
+# and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
+# rank), and print a summary table last. Logs go to $OUT (the
 # device tool brings back at most 8 files): session.log (everything, in order), summary.txt and
 # logs.tar.gz (one log per step).
 #
@@ -226,16 +228,20 @@ elif [ -n "$built" ]; then
     fi
     if step build-rest 240 make "${make_args[@]}" BUILD="$built" all; then
         train_args=(--set train.device=cuda --set train.steps=100 --set train.out_dir=/tmp/st-train-cuda --json)
+        data_args=()
         fm=/usr/share/datasets/fashion-mnist
         if [ ! -f $fm/train-images-idx3-ubyte.gz ] && [ -f .data/fashion-mnist/train-images-idx3-ubyte.gz ]; then
             fm=$PWD/.data/fashion-mnist
-            train_args+=(--set data.train=$fm/train-images-idx3-ubyte.gz --set data.train_labels=$fm/train-labels-idx1-ubyte.gz
-                         --set data.val=$fm/t10k-images-idx3-ubyte.gz --set data.val_labels=$fm/t10k-labels-idx1-ubyte.gz)
+            data_args=(--set data.train=$fm/train-images-idx3-ubyte.gz --set data.train_labels=$fm/train-labels-idx1-ubyte.gz
+                       --set data.val=$fm/t10k-images-idx3-ubyte.gz --set data.val_labels=$fm/t10k-labels-idx1-ubyte.gz)
+            train_args+=("${data_args[@]}")
         fi
         if [ -f $fm/train-images-idx3-ubyte.gz ]; then
             step train-cuda 150 "$built/scaletrain" train "${train_args[@]}"
             step train-cuda-bf16 120 "$built/scaletrain" train "${train_args[@]}" --set precision=bf16 \
                 --set train.out_dir=/tmp/st-train-cuda-bf16
+            # the readiness check: its gpu ddp line trains on the GPU against a CPU rank (mpirun needed)
+            step check 150 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
         else
             rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
             say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"

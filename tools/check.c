@@ -17,6 +17,12 @@
  *   disk     room there for the run's checkpoints and final weights (FAIL
  *            when one checkpoint does not fit, warn when the kept ones will not)
  *   cuda, nccl  what this build can use and what the probe found
+ *   gpu ddp  with CUDA devices: the ddp self-test on every local GPU (a rank
+ *            each through the launcher, train.device cuda) against one CPU
+ *            rank with the same global batch
+ *   gpu comm with two or more: a 64 MiB all-reduce of device memory through
+ *            NCCL, checked element by element, its bus bandwidth against the
+ *            link the planner assumes between the GPUs (warn below 70%)
  * Not here: the hardware probe of src/hw (GPUs, NVML links), the presets. */
 #include <errno.h>
 #include <ftw.h>
@@ -145,9 +151,98 @@ done:
     return worst;
 }
 
+/* 10 steps of the self-tests' tiny gpt on tmp/train.tokens: `ranks` ranks
+ * (1: no launcher) on `device` (cpu or cuda), a global batch of `batch`,
+ * into tmp/NAME, its output in *log (the caller frees). The exit status, -2
+ * when it ran out of time. */
+static int tiny_run(const char *tmp, int ranks, const char *device, int batch, const char *name, char **log) {
+    char self[PATH_MAX], tokens[PATH_MAX], data[PATH_MAX + 16], out[PATH_MAX + 32], logf[PATH_MAX], np[16],
+        dev[32], bs[48];
+    st_cli_self_path(self, sizeof self);
+    snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
+    snprintf(data, sizeof data, "data.train=%s", tokens);
+    snprintf(out, sizeof out, "train.out_dir=%s/%s", tmp, name);
+    snprintf(logf, sizeof logf, "%s/%s.log", tmp, name);
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(dev, sizeof dev, "train.device=%s", device);
+    snprintf(bs, sizeof bs, "train.batch_size=%d", batch);
+    char *sets[] = {"--set", "model.type=gpt", "--set", "data.type=tokens", "--set", data, "--set", "data.val=",
+                    "--set", "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.n_embd=16", "--set",
+                    "model.block_size=16", "--set", bs, "--set", "train.steps=10", "--set", "train.threads=1",
+                    "--set", "data.num_workers=0", "--set", "log.peak_gflops=10", "--set", "dist.timeout_s=60",
+                    "--set", "dist.bucket_cap_mb=0.01", "--set", dev, "--set", out, "--quiet", "--json"};
+    const int ns = (int)(sizeof sets / sizeof sets[0]);
+    char *av[8 + sizeof sets / sizeof sets[0]];
+    int k = 0;
+    av[k++] = self;
+    if (ranks > 1) av[k++] = "launch", av[k++] = "-n", av[k++] = np;
+    av[k++] = "train";
+    for (int i = 0; i < ns; i++)
+        av[k++] = sets[i];
+    av[k] = NULL;
+    const int rc = st_cli_spawn(av, logf, logf, 120);
+    *log = st_cli_read_file(logf);
+    return rc;
+}
+
+/* tmp/a's and tmp/b's final weights within the self-tests' tolerance:
+ * "" (and *d set) when they are, else why in why. */
+static bool same_weights(const char *tmp, const char *a, const char *b, double *d, char *why, size_t n) {
+    char w1[PATH_MAX + 32], w2[PATH_MAX + 32];
+    snprintf(w1, sizeof w1, "%s/%s/model.safetensors", tmp, a);
+    snprintf(w2, sizeof w2, "%s/%s/model.safetensors", tmp, b);
+    why[0] = '\0';
+    *d = weights_diff(w1, w2, why, n);
+    return *d >= 0 && *d <= 1e-3; /* tests/e2e/ddp_equivalence.sh's tolerance for the gpt */
+}
+
+/* The same self-test on the GPUs: every local GPU a rank through the
+ * launcher (one GPU: a single rank), train.device cuda, against one CPU
+ * rank with the same global batch: the kernels, NCCL between the GPUs and
+ * the averaging all agree. */
+static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
+    char tokens[PATH_MAX + 16];
+    snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
+    if (!st_path_is_file(tokens)) {
+        line(r, "skip", "gpu ddp", "the GPU self-test needs the CPU one's data (above)");
+        return;
+    }
+    char *t = NULL;
+    const int batch = 8 * gpus;
+    int rc = gpus == 1 ? 0 : tiny_run(tmp, 1, "cpu", batch, "gref", &t);
+    if (rc != 0) {
+        line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %.300s", batch, rc, t ? t : "");
+        free(t);
+        return;
+    }
+    free(t);
+    rc = tiny_run(tmp, gpus, "cuda", batch, "gpu", &t);
+    if (rc != 0) {
+        line(r, "FAIL", "gpu ddp",
+             "%d rank%s on the GPUs (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi shows "
+             "whether other processes hold the GPUs)",
+             gpus, gpus == 1 ? "" : "s", rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
+        free(t);
+        return;
+    }
+    free(t);
+    double d;
+    char why[512];
+    if (!same_weights(tmp, gpus == 1 ? "n1" : "gref", "gpu", &d, why, sizeof why))
+        line(r, "FAIL", "gpu ddp",
+             "%d GPU rank%s and 1 CPU rank disagree after 10 steps (%s%s%g, tolerance 0.001); fix: run the "
+             "CUDA tests (scripts/gpu-session.sh) on this machine",
+             gpus, gpus == 1 ? "" : "s", why, why[0] ? "; " : "relative difference ", d);
+    else
+        line(r, "ok", "gpu ddp",
+             "%d rank%s on %d GPU%s x 10 steps of a tiny gpt: the weights equal 1 CPU rank's (relative "
+             "difference %.2g, tolerance 0.001)",
+             gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", d);
+}
+
 /* 10 steps of a tiny gpt on 1 rank, then on 2 through the launcher. */
 static void check_ddp(report *r, const char *tmp) {
-    char text[PATH_MAX], tokens[PATH_MAX], self[PATH_MAX];
+    char text[PATH_MAX], tokens[PATH_MAX];
     snprintf(text, sizeof text, "%s/text.txt", tmp);
     snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
     FILE *f = fopen(text, "w");
@@ -164,31 +259,15 @@ static void check_ddp(report *r, const char *tmp) {
         line(r, "FAIL", "ddp", "%s; fix: set TMPDIR to a writable directory", st_last_error());
         return;
     }
-    st_cli_self_path(self, sizeof self);
-    char data[PATH_MAX + 16], out1[PATH_MAX + 32], out2[PATH_MAX + 32], log1[PATH_MAX], log2[PATH_MAX];
-    snprintf(data, sizeof data, "data.train=%s", tokens);
-    snprintf(out1, sizeof out1, "train.out_dir=%s/n1", tmp);
-    snprintf(out2, sizeof out2, "train.out_dir=%s/n2", tmp);
-    snprintf(log1, sizeof log1, "%s/n1.log", tmp);
-    snprintf(log2, sizeof log2, "%s/n2.log", tmp);
-#define SETS                                                                                                 \
-    "--set", "model.type=gpt", "--set", "data.type=tokens", "--set", data, "--set", "data.val=", "--set",    \
-        "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.n_embd=16", "--set",                   \
-        "model.block_size=16", "--set", "train.batch_size=8", "--set", "train.steps=10", "--set",            \
-        "train.threads=1", "--set", "data.num_workers=0", "--set", "log.peak_gflops=10", "--set",            \
-        "dist.timeout_s=60", "--set", "dist.bucket_cap_mb=0.01", "--quiet", "--json"
-    char *const one[] = {self, "train", SETS, "--set", out1, NULL};
-    char *const two[] = {self, "launch", "-n", "2", "train", SETS, "--set", out2, NULL};
-#undef SETS
-    int rc = st_cli_spawn(one, log1, log1, 120);
+    char *t = NULL;
+    int rc = tiny_run(tmp, 1, "cpu", 8, "n1", &t);
     if (rc != 0) {
-        char *t = st_cli_read_file(log1);
         line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %.300s", rc, t ? t : "");
         free(t);
         return;
     }
-    rc = st_cli_spawn(two, log2, log2, 120);
-    char *t = st_cli_read_file(log2);
+    free(t);
+    rc = tiny_run(tmp, 2, "cpu", 8, "n2", &t);
     if (rc != 0) {
         line(r, "FAIL", "ddp",
              "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
@@ -204,30 +283,26 @@ static void check_ddp(report *r, const char *tmp) {
         return;
     }
     free(t);
-    char w1[PATH_MAX + 32], w2[PATH_MAX + 32], why[512] = "";
-    snprintf(w1, sizeof w1, "%s/n1/model.safetensors", tmp);
-    snprintf(w2, sizeof w2, "%s/n2/model.safetensors", tmp);
-    const double d = weights_diff(w1, w2, why, sizeof why);
-    const double tol = 1e-3; /* tests/e2e/ddp_equivalence.sh's for the gpt */
-    if (d < 0 || !(d <= tol))
+    double d;
+    char why[512];
+    if (!same_weights(tmp, "n1", "n2", &d, why, sizeof why))
         line(r, "FAIL", "ddp",
-             "2 ranks and 1 rank disagree after 10 steps (%s%s%g, tolerance %g); fix: check that "
+             "2 ranks and 1 rank disagree after 10 steps (%s%s%g, tolerance 0.001); fix: check that "
              "every node runs the same build and OpenMPI version",
-             why, why[0] ? "; " : "relative difference ", d, tol);
+             why, why[0] ? "; " : "relative difference ", d);
     else
         line(r, "ok", "ddp",
              "2 ranks (scaletrain launch) x 10 steps of a tiny gpt: the weights equal 1 rank's "
-             "(relative difference %.2g, tolerance %g)",
-             d, tol);
+             "(relative difference %.2g, tolerance 0.001)",
+             d);
 }
 
 /* A 16 MiB all-reduce on 2 ranks (tools/check_comm.c): right results, and
  * the time against the planner's ring model on the link the test crosses.
  * The test all-reduces host memory through MPI, so that link is the CPU
- * preset's shared memory even where there are GPUs (whose NVLink or PCIe
- * the planner assumes too, but collectives do not cross yet: no NCCL
- * communicator). Below ST_LINK_OK_FRACTION of it: warn, plans for this
- * machine are optimistic about communication. */
+ * preset's shared memory even where there are GPUs (their NVLink or PCIe
+ * is the `gpu comm` line's, through NCCL). Below ST_LINK_OK_FRACTION of it:
+ * warn, plans for this machine are optimistic about communication. */
 static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, bool probed) {
     char self[PATH_MAX], log[PATH_MAX];
     st_cli_self_path(self, sizeof self);
@@ -260,8 +335,7 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
             st_hw_device g;
             st_device_local(h, 0, &g);
             snprintf(gpus, sizeof gpus,
-                     "; the planner assumes %.0f GB/s of %s between the GPUs, not measured here (collectives "
-                     "go through MPI on the host until the NCCL communicator is written)",
+                     "; the %.0f GB/s of %s the planner assumes between the GPUs is the `gpu comm` line's",
                      g.link_bw / 1e9, g.link);
         }
         char low[256] = "";
@@ -275,6 +349,56 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
              low, gpus);
     }
     free(t);
+}
+
+/* A 64 MiB all-reduce of device memory over every local GPU through NCCL
+ * (tools/check_comm.c --nccl): right results, and the time against the
+ * planner's ring model on the link between the GPUs (NVLink or PCIe, from
+ * the probe). Below ST_LINK_OK_FRACTION of it: warn, with where to look. */
+static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_hw_info *h, bool probed) {
+    char self[PATH_MAX], log[PATH_MAX], np[16];
+    st_cli_self_path(self, sizeof self);
+    snprintf(log, sizeof log, "%s/nccl.log", tmp);
+    snprintf(np, sizeof np, "%d", gpus);
+    char *const av[] = {self, "launch", "-n", np, "check", "--allreduce-worker", "--nccl", NULL};
+    const int rc = st_cli_spawn(av, log, log, 120);
+    char *t = st_cli_read_file(log);
+    const char *js = t ? st_cli_last_json_line(t) : NULL;
+    double ms = 0, bus = 0, wrong = -1, bytes = 0;
+    if (js) {
+        const char *p;
+        if ((p = strstr(js, "\"ms\":"))) ms = atof(p + 5);
+        if ((p = strstr(js, "\"busbw_gbs\":"))) bus = atof(p + 12);
+        if ((p = strstr(js, "\"wrong\":"))) wrong = atof(p + 8);
+        if ((p = strstr(js, "\"bytes\":"))) bytes = atof(p + 8);
+    }
+    if (rc != 0 || !js || wrong != 0 || !strstr(js, "\"backend\":\"nccl\"")) {
+        line(r, "FAIL", "gpu comm",
+             "%d-GPU NCCL all-reduce test %s %d: %.300s; fix: see the message (NCCL_DEBUG=INFO says more)", gpus,
+             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+        free(t);
+        return;
+    }
+    free(t);
+    if (!probed || h->n_gpus < 2) { /* no NVML: the link between them is not known */
+        line(r, "ok", "gpu comm",
+             "%d GPUs, %.0f MiB through NCCL: %.2f ms, bus bandwidth %.2f GB/s, every element right (the "
+             "link between the GPUs was not probed: no comparison)",
+             gpus, bytes / (1 << 20), ms, bus);
+        return;
+    }
+    st_hw_device g;
+    st_device_local(h, 0, &g);
+    st_link_check lc;
+    st_link_check_allreduce(&g, bytes, gpus, ms / 1e3, ST_LINK_OK_FRACTION, &lc);
+    line(r, lc.ok ? "ok" : "warn", "gpu comm",
+         "%d GPUs, %.0f MiB through NCCL: %.2f ms, bus bandwidth %.2f GB/s, every element right; %s%s", gpus,
+         bytes / (1 << 20), ms, bus, lc.text,
+         lc.ok ? ""
+               : ", below 70%: plans for this machine are optimistic about communication; NCCL_DEBUG=INFO "
+                 "prints the transport NCCL chose (P2P, SHM or NET) and `nvidia-smi topo -m` the links; on "
+                 "PCIe machines the guides check that peer-to-peer is on (ACS off on PCIe switches, IOMMU in "
+                 "passthrough) and that no other process holds the GPUs");
 }
 
 static void check_data(report *r, const st_config *c) {
@@ -421,7 +545,8 @@ int st_cmd_check(int argc, char **argv) {
                    "  the config's data and out_dir, CUDA/NCCL in this build. Exit 0 when nothing failed.\n");
             return ST_EXIT_OK;
         }
-    if (argc == 1 && !strcmp(argv[0], "--allreduce-worker")) return st_check_allreduce_worker();
+    if (argc >= 1 && !strcmp(argv[0], "--allreduce-worker"))
+        return st_check_allreduce_worker(argc == 2 && !strcmp(argv[1], "--nccl"));
     st_config cfg;
     st_run_opts opts = {0};
     int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);
@@ -440,9 +565,13 @@ int st_cmd_check(int argc, char **argv) {
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
+        char why[256];
+        const int gpus = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0;
         if (check_mpi(&r, tmp)) {
             check_ddp(&r, tmp);
             check_allreduce(&r, tmp, &hw, probed);
+            if (gpus > 0) check_gpu_ddp(&r, tmp, gpus); /* every local GPU a rank */
+            if (gpus > 1 && st_comm_nccl_built()) check_gpu_allreduce(&r, tmp, gpus, &hw, probed);
         } else {
             line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
             line(&r, "skip", "allreduce", "the all-reduce test needs MPI (above)");

@@ -18,7 +18,7 @@ int st_cmd_bench(int argc, char **argv);
 int st_cmd_slurm(int argc, char **argv);
 int st_cmd_report(int argc, char **argv);
 /* `check`'s all-reduce test, one rank of it (tools/check_comm.c). */
-int st_check_allreduce_worker(void);
+int st_check_allreduce_worker(bool nccl);
 
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */

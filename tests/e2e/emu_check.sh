@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `scaletrain check` on a machine with GPUs: the CUDA emulator's build (make
+# emu) with two emulated devices, then one. tests/run.sh passes it the
+# emulator's build folder; given any other build it skips.
+#  1. Two devices: the `gpu ddp` line (2 ranks through the launcher with
+#     train.device cuda, their weights against 1 CPU rank's with the same
+#     global batch) and the `gpu comm` line (a 64 MiB all-reduce of device
+#     memory through NCCL on both, every element checked; the emulator has
+#     no NVML, so no link to compare with) are ok, and check says ready.
+#  2. One device: `gpu ddp` runs a single GPU rank; no `gpu comm` line.
+#  3. A GPU self-test that fails is a FAIL line and exit 1: the emulator's
+#     device memory cut to 1 MiB (ST_CUDAEMU_MEM_MB), too small for the run.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_need_emu
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE
+cfg=(--set train.out_dir="$tmp/out" --set data.val=)
+
+out=$(ST_CUDAEMU_DEVICES=2 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
+echo "$out" | grep -E "^(ok|FAIL|warn|skip) +gpu "
+[ $rc -eq 0 ] || fail "two devices: exit $rc: $(grep -E '^FAIL' <<<"$out")"
+grep -qE "^ok +gpu ddp +2 ranks on 2 GPUs x 10 steps of a tiny gpt: the weights equal 1 CPU rank's \(relative difference [0-9.e+-]+, tolerance 0.001\)$" <<<"$out" ||
+    fail "two devices: the gpu ddp line"
+grep -qE "^ok +gpu comm +2 GPUs, 64 MiB through NCCL: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right" <<<"$out" ||
+    fail "two devices: the gpu comm line"
+
+out=$(ST_CUDAEMU_DEVICES=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "one device: exit $rc: $(grep -E '^FAIL' <<<"$out")"
+grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps" <<<"$out" || fail "one device: the gpu ddp line"
+! grep -q "gpu comm" <<<"$out" || fail "one device: a gpu comm line"
+
+out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
+echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
+[ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPUs \(train.device cuda\) exited" <<<"$out" ||
+    fail "a GPU too small: exit $rc, $(grep -E 'gpu' <<<"$out")"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL"
