@@ -219,9 +219,10 @@ static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
     rc = tiny_run(tmp, gpus, "cuda", batch, "gpu", &t);
     if (rc != 0) {
         line(r, "FAIL", "gpu ddp",
-             "%d rank%s on the GPUs (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi shows "
+             "%d rank%s on the GPU%s (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi shows "
              "whether other processes hold the GPUs)",
-             gpus, gpus == 1 ? "" : "s", rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
+             gpus, gpus == 1 ? "" : "s", gpus == 1 ? "" : "s", rc == -2 ? "ran out of time after 120 s, exit" : "exited",
+             rc, t ? t : "");
         free(t);
         return;
     }
@@ -494,8 +495,13 @@ static void check_disk(report *r, const st_config *cfg) {
                                             free_bytes, log);
     if (log) fclose(log);
     const double mib = 1 << 20;
-    if (s != ST_OK)
-        line(r, "FAIL", "disk", "%s", st_last_error());
+    if (s != ST_OK) { /* the run's message, less what only a starting run can say */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", st_last_error());
+        char *tail = strstr(msg, " (nothing was written)");
+        if (tail) *tail = '\0';
+        line(r, "FAIL", "disk", "%s", msg);
+    }
     else if (warn && warn[0]) {
         warn[strcspn(warn, "\n")] = '\0';
         line(r, "warn", "disk", "%s", strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);

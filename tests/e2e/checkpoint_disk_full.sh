@@ -30,6 +30,7 @@ timeout 120 "$bin" check "${gpt[@]}" --set model.n_embd=128 --set train.out_dir=
 rc=$?
 [ $rc -eq 1 ] && grep -qE "^FAIL +disk +train.out_dir $tmp/fs/big: [0-9.]+ MiB free on its filesystem, but a checkpoint of this run takes 5\.[0-9] MiB" "$tmp/check.out" ||
     fail "(a) check: exit $rc: $(grep disk "$tmp/check.out")"
+! grep -q "nothing was written" "$tmp/check.out" || fail "(a) check speaks as a starting run"
 timeout 60 "$bin" train "${gpt[@]}" --set model.n_embd=128 --set train.out_dir="$tmp/fs/big" >"$tmp/a.out" 2>&1
 rc=$?
 [ $rc -eq 1 ] || fail "(a) exit $rc, wanted 1"

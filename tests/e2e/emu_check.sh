@@ -32,6 +32,6 @@ grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps" <<<"$out" || fail "one devic
 
 out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
-[ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPUs \(train.device cuda\) exited" <<<"$out" ||
+[ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPU \(train.device cuda\) exited" <<<"$out" ||
     fail "a GPU too small: exit $rc, $(grep -E 'gpu' <<<"$out")"
 e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL"
