@@ -298,6 +298,35 @@ static void check_ddp(report *r, const char *tmp) {
              d);
 }
 
+/* What `check --allreduce-worker` printed (tools/check_comm.c). */
+typedef struct allreduce_result {
+    int rc;         /* the launch's exit status */
+    char *log;      /* its output (the caller frees) */
+    const char *js; /* its last JSON line, in log; NULL when none */
+    double ms, busbw, wrong, bytes, ranks;
+} allreduce_result;
+
+/* The all-reduce worker on `ranks` ranks through the launcher (with --nccl:
+ * device memory through NCCL), its output in tmp/NAME.log. */
+static void run_allreduce(const char *tmp, int ranks, bool nccl, const char *name, allreduce_result *o) {
+    char self[PATH_MAX], log[PATH_MAX], np[16];
+    st_cli_self_path(self, sizeof self);
+    snprintf(log, sizeof log, "%s/%s.log", tmp, name);
+    snprintf(np, sizeof np, "%d", ranks);
+    char *const av[] = {self, "launch", "-n", np, "check", "--allreduce-worker", nccl ? "--nccl" : NULL, NULL};
+    memset(o, 0, sizeof *o);
+    o->wrong = -1;
+    o->rc = st_cli_spawn(av, log, log, 120);
+    o->log = st_cli_read_file(log);
+    o->js = o->log ? st_cli_last_json_line(o->log) : NULL;
+    const char *p;
+    if (o->js && (p = strstr(o->js, "\"ms\":"))) o->ms = atof(p + 5);
+    if (o->js && (p = strstr(o->js, "\"busbw_gbs\":"))) o->busbw = atof(p + 12);
+    if (o->js && (p = strstr(o->js, "\"wrong\":"))) o->wrong = atof(p + 8);
+    if (o->js && (p = strstr(o->js, "\"bytes\":"))) o->bytes = atof(p + 8);
+    if (o->js && (p = strstr(o->js, "\"ranks\":"))) o->ranks = atof(p + 8);
+}
+
 /* A 16 MiB all-reduce on 2 ranks (tools/check_comm.c): right results, and
  * the time against the planner's ring model on the link the test crosses.
  * The test all-reduces host memory through MPI, so that link is the CPU
@@ -305,22 +334,12 @@ static void check_ddp(report *r, const char *tmp) {
  * is the `gpu comm` line's, through NCCL). Below ST_LINK_OK_FRACTION of it:
  * warn, plans for this machine are optimistic about communication. */
 static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, bool probed) {
-    char self[PATH_MAX], log[PATH_MAX];
-    st_cli_self_path(self, sizeof self);
-    snprintf(log, sizeof log, "%s/allreduce.log", tmp);
-    char *const av[] = {self, "launch", "-n", "2", "check", "--allreduce-worker", NULL};
-    const int rc = st_cli_spawn(av, log, log, 120);
-    char *t = st_cli_read_file(log);
-    const char *js = t ? st_cli_last_json_line(t) : NULL;
-    double ms = 0, bus = 0, wrong = -1, bytes = 0, ranks = 0;
-    if (js) {
-        const char *p;
-        if ((p = strstr(js, "\"ms\":"))) ms = atof(p + 5);
-        if ((p = strstr(js, "\"busbw_gbs\":"))) bus = atof(p + 12);
-        if ((p = strstr(js, "\"wrong\":"))) wrong = atof(p + 8);
-        if ((p = strstr(js, "\"bytes\":"))) bytes = atof(p + 8);
-        if ((p = strstr(js, "\"ranks\":"))) ranks = atof(p + 8);
-    }
+    allreduce_result a;
+    run_allreduce(tmp, 2, false, "allreduce", &a);
+    const int rc = a.rc;
+    char *t = a.log;
+    const char *js = a.js;
+    const double ms = a.ms, bus = a.busbw, wrong = a.wrong, bytes = a.bytes, ranks = a.ranks;
     if (rc != 0 || !js || wrong != 0)
         line(r, "FAIL", "allreduce",
              "2-rank all-reduce test %s %d: %.300s; fix: see the message, and run the same OpenMPI on every "
@@ -357,22 +376,12 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
  * planner's ring model on the link between the GPUs (NVLink or PCIe, from
  * the probe). Below ST_LINK_OK_FRACTION of it: warn, with where to look. */
 static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_hw_info *h, bool probed) {
-    char self[PATH_MAX], log[PATH_MAX], np[16];
-    st_cli_self_path(self, sizeof self);
-    snprintf(log, sizeof log, "%s/nccl.log", tmp);
-    snprintf(np, sizeof np, "%d", gpus);
-    char *const av[] = {self, "launch", "-n", np, "check", "--allreduce-worker", "--nccl", NULL};
-    const int rc = st_cli_spawn(av, log, log, 120);
-    char *t = st_cli_read_file(log);
-    const char *js = t ? st_cli_last_json_line(t) : NULL;
-    double ms = 0, bus = 0, wrong = -1, bytes = 0;
-    if (js) {
-        const char *p;
-        if ((p = strstr(js, "\"ms\":"))) ms = atof(p + 5);
-        if ((p = strstr(js, "\"busbw_gbs\":"))) bus = atof(p + 12);
-        if ((p = strstr(js, "\"wrong\":"))) wrong = atof(p + 8);
-        if ((p = strstr(js, "\"bytes\":"))) bytes = atof(p + 8);
-    }
+    allreduce_result a;
+    run_allreduce(tmp, gpus, true, "nccl", &a);
+    const int rc = a.rc;
+    char *t = a.log;
+    const char *js = a.js;
+    const double ms = a.ms, bus = a.busbw, wrong = a.wrong, bytes = a.bytes;
     if (rc != 0 || !js || wrong != 0 || !strstr(js, "\"backend\":\"nccl\"")) {
         line(r, "FAIL", "gpu comm",
              "%d-GPU NCCL all-reduce test %s %d: %.300s; fix: see the message (NCCL_DEBUG=INFO says more)", gpus,
