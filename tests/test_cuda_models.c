@@ -364,11 +364,13 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
         const int want = dm->fused_gelu ? (int)c.model.n_layer : 0;
         const bool selective = strcmp(c.train.activation_checkpointing, "selective") == 0;
         if (fwd != (selective ? 0 : want) || bwd != want) {
-            fprintf(stderr, "FAIL %s: GELU fused into %d forward and %d backward products, wanted %d and %d\n",
+            fprintf(stderr,
+                    "FAIL %s: GELU fused into %d forward and %d backward products, wanted %d and %d\n",
                     mc->label, fwd, bwd, selective ? 0 : want, want);
             bad++;
         } else {
-            printf("     %s: GELU in the epilogues of %d forward and %d backward products\n", mc->label, fwd, bwd);
+            printf("     %s: GELU in the epilogues of %d forward and %d backward products\n", mc->label, fwd,
+                   bwd);
         }
     }
     st_rng r = st_rng_make(seed, 99);
@@ -520,7 +522,8 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;
-        const bool refuse = cases[i].tweak == gpt_gelu_refused; /* (the emulator reads it; a GPU ignores it) */
+        const bool refuse =
+            cases[i].tweak == gpt_gelu_refused; /* (the emulator reads it; a GPU ignores it) */
         if (refuse) setenv("ST_CUDAEMU_NO_GELU_EPILOGUES", "1", 1);
         while (run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries) < 0 && ++tries < 8) {
         }

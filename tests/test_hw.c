@@ -603,7 +603,8 @@ static void test_hw_names(void) {
     CHECK_FAILS(st_hw_config_parse("99999999999999999999xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024");
     CHECK_FAILS(st_hw_config_parse("4294967298x8xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 100000 nodes");
     CHECK_OK(st_hw_config_parse("1024xH100", NULL, NULL, &hw));
-    CHECK(hw.nodes == 1 && hw.per_node == 1024 && !hw.nodes_given, "1024xH100: %d x %d", hw.nodes, hw.per_node);
+    CHECK(hw.nodes == 1 && hw.per_node == 1024 && !hw.nodes_given, "1024xH100: %d x %d", hw.nodes,
+          hw.per_node);
     CHECK_OK(st_hw_config_parse("H200", NULL, NULL, &hw));
     CHECK(hw.nodes == 1 && hw.per_node == 1, "H200: %d x %d", hw.nodes, hw.per_node);
     /* the ring: 2 (n-1)/n bytes over the bus bandwidth, 2 (n-1) latencies */

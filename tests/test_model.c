@@ -212,7 +212,8 @@ static void test_weights_round_trip(void) {
     st_clear_error();
     CHECK(st_model_load(g2, gpath) == ST_ERR_FORMAT, "a gpt of 2 heads refuses a 4-head file");
     msg = st_last_error();
-    CHECK(strstr(msg, "gpt.safetensors: saved by a model with model.n_head 4 (this run: 2): every tensor fits") &&
+    CHECK(strstr(msg,
+                 "gpt.safetensors: saved by a model with model.n_head 4 (this run: 2): every tensor fits") &&
               strstr(msg, "run with --set model.n_head=4"),
           "the head count named: %s", msg);
     st_model_free(g4);

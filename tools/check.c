@@ -39,11 +39,11 @@
 #include "comm/comm.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
-#include "hw/linkcheck.h"
-#include "hw/probe.h"
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokens.h"
+#include "hw/linkcheck.h"
+#include "hw/probe.h"
 #include "hw/runspec.h"
 #include "train/checkpoint.h"
 
@@ -166,11 +166,24 @@ static int tiny_run(const char *tmp, int ranks, const char *device, int batch, c
     snprintf(np, sizeof np, "%d", ranks);
     snprintf(dev, sizeof dev, "train.device=%s", device);
     snprintf(bs, sizeof bs, "train.batch_size=%d", batch);
-    char *sets[] = {"--set", "model.type=gpt", "--set", "data.type=tokens", "--set", data, "--set", "data.val=",
-                    "--set", "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.n_embd=16", "--set",
-                    "model.block_size=16", "--set", bs, "--set", "train.steps=10", "--set", "train.threads=1",
-                    "--set", "data.num_workers=0", "--set", "log.peak_gflops=10", "--set", "dist.timeout_s=60",
-                    "--set", "dist.bucket_cap_mb=0.01", "--set", dev, "--set", out, "--quiet", "--json"};
+    char *sets[] = {"--set",   "model.type=gpt",
+                    "--set",   "data.type=tokens",
+                    "--set",   data,
+                    "--set",   "data.val=",
+                    "--set",   "model.n_layer=1",
+                    "--set",   "model.n_head=2",
+                    "--set",   "model.n_embd=16",
+                    "--set",   "model.block_size=16",
+                    "--set",   bs,
+                    "--set",   "train.steps=10",
+                    "--set",   "train.threads=1",
+                    "--set",   "data.num_workers=0",
+                    "--set",   "log.peak_gflops=10",
+                    "--set",   "dist.timeout_s=60",
+                    "--set",   "dist.bucket_cap_mb=0.01",
+                    "--set",   dev,
+                    "--set",   out,
+                    "--quiet", "--json"};
     const int ns = (int)(sizeof sets / sizeof sets[0]);
     char *av[8 + sizeof sets / sizeof sets[0]];
     int k = 0;
@@ -211,7 +224,8 @@ static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
     const int batch = 8 * gpus;
     int rc = gpus == 1 ? 0 : tiny_run(tmp, 1, "cpu", batch, "gref", &t);
     if (rc != 0) {
-        line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %.300s", batch, rc, t ? t : "");
+        line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %.300s", batch, rc,
+             t ? t : "");
         free(t);
         return;
     }
@@ -219,10 +233,11 @@ static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
     rc = tiny_run(tmp, gpus, "cuda", batch, "gpu", &t);
     if (rc != 0) {
         line(r, "FAIL", "gpu ddp",
-             "%d rank%s on the GPU%s (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi shows "
+             "%d rank%s on the GPU%s (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi "
+             "shows "
              "whether other processes hold the GPUs)",
-             gpus, gpus == 1 ? "" : "s", gpus == 1 ? "" : "s", rc == -2 ? "ran out of time after 120 s, exit" : "exited",
-             rc, t ? t : "");
+             gpus, gpus == 1 ? "" : "s", gpus == 1 ? "" : "s",
+             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
         free(t);
         return;
     }
@@ -313,7 +328,8 @@ static void run_allreduce(const char *tmp, int ranks, bool nccl, const char *nam
     st_cli_self_path(self, sizeof self);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
     snprintf(np, sizeof np, "%d", ranks);
-    char *const av[] = {self, "launch", "-n", np, "check", "--allreduce-worker", nccl ? "--nccl" : NULL, NULL};
+    char *const av[] = {self, "launch", "-n", np, "check", "--allreduce-worker", nccl ? "--nccl" : NULL,
+                        NULL};
     memset(o, 0, sizeof *o);
     o->wrong = -1;
     o->rc = st_cli_spawn(av, log, log, 120);
@@ -384,8 +400,8 @@ static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_h
     const double ms = a.ms, bus = a.busbw, wrong = a.wrong, bytes = a.bytes;
     if (rc != 0 || !js || wrong != 0 || !strstr(js, "\"backend\":\"nccl\"")) {
         line(r, "FAIL", "gpu comm",
-             "%d-GPU NCCL all-reduce test %s %d: %.300s; fix: see the message (NCCL_DEBUG=INFO says more)", gpus,
-             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+             "%d-GPU NCCL all-reduce test %s %d: %.300s; fix: see the message (NCCL_DEBUG=INFO says more)",
+             gpus, wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
         free(t);
         return;
     }
@@ -500,8 +516,8 @@ static void check_disk(report *r, const st_config *cfg) {
     char *warn = NULL;
     size_t len = 0;
     FILE *log = open_memstream(&warn, &len);
-    const st_status s = st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints,
-                                            free_bytes, log);
+    const st_status s =
+        st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints, free_bytes, log);
     if (log) fclose(log);
     const double mib = 1 << 20;
     if (s != ST_OK) { /* the run's message, less what only a starting run can say */
@@ -510,8 +526,7 @@ static void check_disk(report *r, const st_config *cfg) {
         char *tail = strstr(msg, " (nothing was written)");
         if (tail) *tail = '\0';
         line(r, "FAIL", "disk", "%s", msg);
-    }
-    else if (warn && warn[0]) {
+    } else if (warn && warn[0]) {
         warn[strcspn(warn, "\n")] = '\0';
         line(r, "warn", "disk", "%s", strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);
     } else if (free_bytes >= 0)

@@ -34,8 +34,8 @@ int st_check_allreduce_worker(bool nccl) {
     cc.timeout_s = 60;
     st_comm *boot = NULL, *c = NULL;
     st_device *dev = NULL;
-    float *dbuf = NULL;                                     /* --nccl: the buffer on the device */
-    float *buf = malloc((size_t)count * sizeof *buf);       /* (count) */
+    float *dbuf = NULL;                               /* --nccl: the buffer on the device */
+    float *buf = malloc((size_t)count * sizeof *buf); /* (count) */
     st_status s = buf ? st_comm_init(&cc, &boot) : st_fail(ST_ERR_NOMEM, "out of memory for the buffer");
     if (s == ST_OK && nccl) {
         s = st_device_open_cuda(st_comm_local_rank(boot), &dev);
@@ -64,7 +64,8 @@ int st_check_allreduce_worker(bool nccl) {
         if (s == ST_OK && nccl) s = st_device_sync(dev);
         if (s == ST_OK) s = st_comm_barrier_sync(boot, "allreduce test");
         const double t0 = now_s();
-        if (s == ST_OK) s = st_comm_all_reduce_sync(c, io, io, (size_t)count, ST_COMM_F32, ST_COMM_SUM, "allreduce test");
+        if (s == ST_OK)
+            s = st_comm_all_reduce_sync(c, io, io, (size_t)count, ST_COMM_F32, ST_COMM_SUM, "allreduce test");
         const double dt = now_s() - t0;
         if (rep > 0 && dt < best) best = dt; /* the first is warm-up */
         if (s == ST_OK && nccl) s = st_device_download(dev, buf, dbuf, (size_t)count * sizeof *buf);
@@ -74,10 +75,12 @@ int st_check_allreduce_worker(bool nccl) {
     /* the slowest rank's best time, and every rank's errors (over MPI: host values) */
     float t = (float)best, w = (float)wrong;
     if (s == ST_OK) s = st_comm_all_reduce_sync(boot, &t, &t, 1, ST_COMM_F32, ST_COMM_MAX, "allreduce time");
-    if (s == ST_OK) s = st_comm_all_reduce_sync(boot, &w, &w, 1, ST_COMM_F32, ST_COMM_SUM, "allreduce errors");
+    if (s == ST_OK)
+        s = st_comm_all_reduce_sync(boot, &w, &w, 1, ST_COMM_F32, ST_COMM_SUM, "allreduce errors");
     if (s == ST_OK && rank == 0) {
         const double bytes = (double)count * sizeof(float), algbw = bytes / t / 1e9;
-        printf("{\"ranks\":%d,\"backend\":\"%s\",\"bytes\":%.0f,\"ms\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,"
+        printf("{\"ranks\":%d,\"backend\":\"%s\",\"bytes\":%.0f,\"ms\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":"
+               "%.3f,"
                "\"wrong\":%.0f}\n",
                n, st_comm_backend_name(c), bytes, 1e3 * t, algbw, algbw * 2.0 * (n - 1) / n, w);
     }

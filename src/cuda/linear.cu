@@ -136,8 +136,9 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
     if (n->in[0]->grad && n->bwd_fuses_prev) { /* GELU's input gradient, (M, K) */
         st_node *gelu = &g->nodes[n->id - 1];
-        const st_status s = fused_matmul(g, io, K, M, N, w, io ? N : K, dy, N, st_grad(gelu->in[0]),
-                                         ST_MATMUL_EP_DGELU, NULL, st_data(gelu->in[0]), "linear dx with GELU");
+        const st_status s =
+            fused_matmul(g, io, K, M, N, w, io ? N : K, dy, N, st_grad(gelu->in[0]), ST_MATMUL_EP_DGELU, NULL,
+                         st_data(gelu->in[0]), "linear dx with GELU");
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error();
         /* dx into GELU's output gradient, which shares its input gradient's

@@ -200,7 +200,8 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
     if (st_matmul_ep_bias((st_matmul_epilogue)k->ep))
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (st_matmul_ep_aux((st_matmul_epilogue)k->ep)) { /* the heuristic reads the pointer's alignment */
-        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                          sizeof aux));
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->aux_ld,
                                           sizeof k->aux_ld));
     }
@@ -355,7 +356,10 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
             ST_ERR_UNSUPPORTED,
             "%s: cuBLASLt offers no algorithm with the %s epilogue for this product (m %lld, n %lld, "
             "k %lld) on %s",
-            p->what, p->ep == ST_MATMUL_EP_BIAS ? "bias" : p->ep == ST_MATMUL_EP_DGELU ? "DGELU" : "GELU_AUX",
+            p->what,
+            p->ep == ST_MATMUL_EP_BIAS    ? "bias"
+            : p->ep == ST_MATMUL_EP_DGELU ? "DGELU"
+                                          : "GELU_AUX",
             (long long)p->m, (long long)p->n, (long long)p->k, d->name);
     fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->m * p->n, FALLBACK_THREADS), FALLBACK_THREADS, 0,
                       d->compute>>>(*p, batch);

@@ -186,10 +186,11 @@ st_status st_hw_config_parse(const char *spec, const st_hw_device *local, const 
         nodes = per_node = 1;
     }
     if (nodes < 1 || per_node < 1 || nodes > 100000 || per_node > 1024)
-        return st_fail(ST_ERR_CONFIG,
-                       "--hw %s: 1 to 1024 devices per node and 1 to 100000 nodes (e.g. 8xH100, or 2x8xH100 for "
-                       "2 nodes)",
-                       spec);
+        return st_fail(
+            ST_ERR_CONFIG,
+            "--hw %s: 1 to 1024 devices per node and 1 to 100000 nodes (e.g. 8xH100, or 2x8xH100 for "
+            "2 nodes)",
+            spec);
     out->nodes = (int)nodes;
     out->per_node = (int)per_node;
     if (strcasecmp(name, "local") == 0) {

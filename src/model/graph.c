@@ -590,11 +590,11 @@ static st_status fuse_gelu(st_graph *g) {
     for (int i = 0; i + 2 < g->n_nodes; i++) {
         st_node *L = &g->nodes[i], *G = &g->nodes[i + 1], *P = &g->nodes[i + 2];
         const st_tensor *pre = L->out, *act = G->out;
-        if (strcmp(L->ops->name, "linear") || strcmp(G->ops->name, "gelu") || strcmp(P->ops->name, "linear") ||
-            G->in[0] != pre || P->in[0] != act || uses[pre->index] != 1 || uses[act->index] != 1 ||
-            L->block != G->block || G->block != P->block || pre->store != act->store ||
-            (prec != ST_PREC_FP32 && act->store == ST_PREC_FP32) || pre->ndim < 1 ||
-            pre->shape[pre->ndim - 1] % 8 != 0)
+        if (strcmp(L->ops->name, "linear") || strcmp(G->ops->name, "gelu") ||
+            strcmp(P->ops->name, "linear") || G->in[0] != pre || P->in[0] != act || uses[pre->index] != 1 ||
+            uses[act->index] != 1 || L->block != G->block || G->block != P->block ||
+            pre->store != act->store || (prec != ST_PREC_FP32 && act->store == ST_PREC_FP32) ||
+            pre->ndim < 1 || pre->shape[pre->ndim - 1] % 8 != 0)
             continue;
         L->fwd_fuses_next = !g->selective;
         P->bwd_fuses_prev = pre->requires_grad && act->requires_grad;

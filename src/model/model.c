@@ -189,7 +189,8 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     m->in = *in;
     if (dev) {
         st_device_props dp;
-        m->fused_gelu = st_device_props_get(dev, &dp) == ST_OK && st_model_fused_gelu(cfg, dp.cc_major, NULL, 0);
+        m->fused_gelu =
+            st_device_props_get(dev, &dp) == ST_OK && st_model_fused_gelu(cfg, dp.cc_major, NULL, 0);
         st_clear_error();
     }
     const char *t = cfg->model.type;
@@ -231,7 +232,8 @@ bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) 
     bool on;
     if (strcmp(c->model.type, "gpt") != 0 || cc_major <= 0) {
         on = false;
-        if (why) snprintf(why, n, "%s", cc_major <= 0 ? "off on the CPU (GELU is its own layer)" : "off: no GELU");
+        if (why)
+            snprintf(why, n, "%s", cc_major <= 0 ? "off on the CPU (GELU is its own layer)" : "off: no GELU");
     } else if (strcmp(v, "auto") != 0) {
         on = strcmp(v, "on") == 0;
     } else {

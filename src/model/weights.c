@@ -67,7 +67,8 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
         st_cfg_format(&m->cfg, row, ours, sizeof ours);
         if (strcmp(theirs, ours) == 0) continue;
         if (o < size)
-            o += (size_t)snprintf(buf + o, size - o, "%s%s %s (this run: %s)", o ? ", " : "", key, theirs, ours);
+            o += (size_t)snprintf(buf + o, size - o, "%s%s %s (this run: %s)", o ? ", " : "", key, theirs,
+                                  ours);
         if (so < set_size) /* a list without its spaces, one shell word */
             so += (size_t)snprintf(set + so, set_size - so, "%s--set %s=", so ? " " : "", key);
         for (const char *c = theirs; *c && so + 1 < set_size; c++)

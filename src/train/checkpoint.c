@@ -840,11 +840,12 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
     if (free_bytes < 0) free_bytes = st_path_free_bytes(out_dir);
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
     if (free_bytes < ckpt_bytes + model_bytes)
-        return st_fail(ST_ERR_IO,
-                       "train.out_dir %s: %.1f MiB free on its filesystem, but a checkpoint of this run takes "
-                       "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
-                       "space there or choose another train.out_dir (nothing was written)",
-                       out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
+        return st_fail(
+            ST_ERR_IO,
+            "train.out_dir %s: %.1f MiB free on its filesystem, but a checkpoint of this run takes "
+            "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
+            "space there or choose another train.out_dir (nothing was written)",
+            out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     int64_t *steps = NULL;

@@ -244,7 +244,8 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
                              int64_t start, int64_t done) {
     const bool mine = ses->rank == 0 && opts->save;
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
-    if (mine && !opts->quiet) { /* the steps it holds: the run may have ended (or stopped) inside the window */
+    if (mine &&
+        !opts->quiet) { /* the steps it holds: the run may have ended (or stopped) inside the window */
         const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
         const int64_t hi = tr->last < done ? tr->last : done;
         st_progress_end(prog);
@@ -547,7 +548,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
     }
     ST_GOTO(setup_sync_bn(ses, &mg.g));                    /* after the ranks agreed on the configuration */
-    const int64_t *tsteps = c->log.trace_steps.v; /* 1-based; this run does start + 1 .. steps */
+    const int64_t *tsteps = c->log.trace_steps.v;          /* 1-based; this run does start + 1 .. steps */
     if (c->log.trace && (tsteps[0] > steps || tsteps[1] <= start) && ses->rank == 0)
         fprintf(stderr,
                 "scaletrain: warning: log.trace_steps [%lld, %lld]: this run does steps %lld to %lld, so "

@@ -35,14 +35,16 @@ struct lt_desc {
 };
 
 static bool ep_bias(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-}
-static bool ep_gelu(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
            e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+static bool ep_gelu(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+           e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
 static bool ep_aux(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           e == CUBLASLT_EPILOGUE_DGELU;
 }
 struct lt_layout {
     cudaDataType type;
@@ -194,7 +196,8 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
     const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
     if (am != m || bn != n || ak != bk || c->rows != m || c->cols != n) return false;
     if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch) return false;
-    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !ep_bias(d->ep) && !ep_gelu(d->ep) && d->ep != CUBLASLT_EPILOGUE_DGELU)
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !ep_bias(d->ep) && !ep_gelu(d->ep) &&
+        d->ep != CUBLASLT_EPILOGUE_DGELU)
         return false;
     /* the GELU input matrix (documented): its leading dimension a multiple
      * of 8 and at least D's rows; one product, no batch */
@@ -226,7 +229,6 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
-
 
 /* fp32 copy of the stored matrix: rows x cols per batch, ld apart, stride apart */
 static void widen(const lt_layout *l, const void *src, bool tf32, std::vector<float> &out) {
@@ -265,9 +267,12 @@ static float load(cudaDataType t, const void *p, int64_t i) {
                              : ((const float *)p)[i];
 }
 static void store(cudaDataType t, void *p, int64_t i, float v) {
-    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (t == CUDA_R_16F) ((__half *)p)[i] = __float2half_rn(v);
-    else ((float *)p)[i] = v;
+    if (t == CUDA_R_16BF)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == CUDA_R_16F)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
 }
 
 extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
@@ -294,11 +299,14 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
     if (ep_bias(d->ep) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     if (ep_aux(d->ep) && (!d->aux || lowest_bit(d->aux) < algo->data[5])) {
-        fprintf(stderr, "cudaemu: cublasLtMatmul: the GELU input matrix at %p is %u-byte aligned, the heuristic saw %u\n",
-                d->aux, d->aux ? lowest_bit(d->aux) : 0u, (unsigned)algo->data[5]);
+        fprintf(
+            stderr,
+            "cudaemu: cublasLtMatmul: the GELU input matrix at %p is %u-byte aligned, the heuristic saw %u\n",
+            d->aux, d->aux ? lowest_bit(d->aux) : 0u, (unsigned)algo->data[5]);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (ep_aux(d->ep)) { /* the aux matrix apart from D: an epilogue reads or writes both element by element */
+    if (ep_aux(
+            d->ep)) { /* the aux matrix apart from D: an epilogue reads or writes both element by element */
         const size_t es = o->type == CUDA_R_32F ? 4 : 2;
         const char *d0 = (const char *)D, *d1 = d0 + ((o->cols - 1) * (size_t)o->ld + o->rows) * es;
         const char *a0 = (const char *)d->aux, *a1 = a0 + ((o->cols - 1) * (size_t)d->aux_ld + o->rows) * es;
