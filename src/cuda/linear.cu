@@ -63,25 +63,6 @@ static __global__ void bias_rows_kernel(st_fbuf b, st_fbuf y, int64_t M, int64_t
  * gradient (DGELU, aux = GELU's input; beta 0: that gradient has no other
  * writer). When cuBLASLt offers no algorithm for the epilogue, the
  * unfused products run and then the GELU layer's own kernel. */
-static st_status fused_matmul(st_graph *g, bool ta, int64_t m, int64_t n, int64_t k, st_fbuf A, int64_t lda,
-                              st_fbuf B, int64_t ldb, st_fbuf D, st_matmul_epilogue ep, const void *bias,
-                              st_fbuf aux, const char *what) {
-    st_matmul p = {};
-    p.ta = ta;
-    p.m = m, p.n = n, p.k = k;
-    p.alpha = 1.0f;
-    p.A = A.p, p.a_store = A.t, p.lda = lda;
-    p.B = B.p, p.b_store = B.t, p.ldb = ldb;
-    p.D = D.p, p.d_store = D.t, p.ldd = m;
-    p.ep = ep;
-    p.bias = bias;
-    p.aux = aux.p;
-    p.aux_ld = m;
-    p.operands = g->params->precision;
-    p.what = what;
-    return st_cuda_matmul(g->dev, &p);
-}
-
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
@@ -97,9 +78,9 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     if (n->fwd_fuses_next) {
         st_node *gelu = &g->nodes[n->id + 1];
         if (b || !bt)
-            s = fused_matmul(g, !io, N, M, K, w, io ? N : K, x, K, st_data(gelu->out),
-                             b ? ST_MATMUL_EP_GELU_AUX_BIAS : ST_MATMUL_EP_GELU_AUX, b, y,
-                             "linear forward with GELU");
+            s = st_graph_matmul_ep(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, st_data(gelu->out), N,
+                                   b ? ST_MATMUL_EP_GELU_AUX_BIAS : ST_MATMUL_EP_GELU_AUX, b, y.p,
+                                   "linear forward with GELU");
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error(); /* the products, then GELU's kernel */
         n->fwd_fuses_next = false;
@@ -134,22 +115,13 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     }
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad)
         ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
-    if (n->in[0]->grad && n->bwd_fuses_prev) { /* GELU's input gradient, (M, K) */
-        st_node *gelu = &g->nodes[n->id - 1];
+    st_node *gelu = n->bwd_fuses_prev ? &g->nodes[n->id - 1] : NULL;
+    if (n->in[0]->grad && gelu) { /* GELU's input gradient, (M, K) */
         const st_status s =
-            fused_matmul(g, io, K, M, N, w, io ? N : K, dy, N, st_grad(gelu->in[0]), ST_MATMUL_EP_DGELU, NULL,
-                         st_data(gelu->in[0]), "linear dx with GELU");
+            st_graph_matmul_ep(g, io, false, K, M, N, w, io ? N : K, dy, N, 0.0f, st_grad(gelu->in[0]), K,
+                               ST_MATMUL_EP_DGELU, NULL, st_data(gelu->in[0]).p, "linear dx with GELU");
         if (s != ST_ERR_UNSUPPORTED) return s;
-        st_clear_error();
-        /* dx into GELU's output gradient, which shares its input gradient's
-         * memory (graph.c place_grads): GELU's kernel reads each element
-         * before it writes that element's input gradient */
-        const st_fbuf dx = st_grad(n->in[0]);
-        if (io)
-            ST_TRY(st_graph_matmul(g, true, false, K, M, N, w, N, dy, N, 0.0f, dx, K, NULL, "linear dx"));
-        else
-            ST_TRY(st_graph_matmul(g, false, false, K, M, N, w, K, dy, N, 0.0f, dx, K, NULL, "linear dx"));
-        return gelu->ops->backward(gelu, g);
+        st_clear_error(); /* below: dx, then GELU's kernel */
     }
     if (n->in[0]->grad) { /* (M, K) */
         const st_fbuf dx = st_grad(n->in[0]);
@@ -159,6 +131,11 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         else
             ST_TRY(st_graph_matmul(g, false, false, K, M, N, w, K, dy, N, beta, dx, K, NULL, "linear dx"));
     }
+    /* the DGELU epilogue refused: dx went into GELU's output gradient (no
+     * other writer: beta 0), which shares its input gradient's memory
+     * (graph.c place_grads); GELU's kernel reads each element before it
+     * writes that element's input gradient */
+    if (gelu && n->in[0]->grad) return gelu->ops->backward(gelu, g);
     return ST_OK;
 }
 

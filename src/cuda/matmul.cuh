@@ -99,17 +99,13 @@ typedef struct st_matmul {
 /* Queue the product(s) on the device's compute stream. */
 st_status st_cuda_matmul(st_device *d, const st_matmul *p);
 
-/* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major
- * (A stored (k x m) when ta, else (m x k); B stored (n x k) when tb, else
- * (k x n)), on graph g's device: in a bf16 or fp16 run on tensor cores with
- * 16-bit operands (read directly where they are stored in 16 bits, else
- * exact copies), else fp32 (never TF32: it breaks fp32 parity with the CPU;
- * an opt-in later). The bias is of D's storage. With a bias,
- * ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the bias
- * epilogue. The layers' products (linear.cu, linear_ce.cu) go through it. */
-static inline st_status st_graph_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A,
-                                        int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd,
-                                        const void *bias, const char *what) {
+/* st_graph_matmul with any epilogue (ep, its bias and its GELU input aux
+ * of D's storage, leading dimension m: D's rows): the layers' one way to
+ * fill an st_matmul from graph buffers. */
+static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                           st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D,
+                                           int64_t ldd, st_matmul_epilogue ep, const void *bias, void *aux,
+                                           const char *what) {
     st_matmul p = {};
     p.ta = ta;
     p.tb = tb;
@@ -127,12 +123,29 @@ static inline st_status st_graph_matmul(st_graph *g, bool ta, bool tb, int64_t m
     p.D = D.p;
     p.d_store = D.t;
     p.ldd = ldd;
-    p.ep = bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE;
+    p.ep = ep;
     p.bias = bias;
+    p.aux = aux;
+    p.aux_ld = aux ? m : 0;
     p.operands = g->params->precision;
     p.tf32 = false;
     p.what = what;
     return st_cuda_matmul(g->dev, &p);
+}
+
+/* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major
+ * (A stored (k x m) when ta, else (m x k); B stored (n x k) when tb, else
+ * (k x n)), on graph g's device: in a bf16 or fp16 run on tensor cores with
+ * 16-bit operands (read directly where they are stored in 16 bits, else
+ * exact copies), else fp32 (never TF32: it breaks fp32 parity with the CPU;
+ * an opt-in later). The bias is of D's storage. With a bias,
+ * ST_ERR_UNSUPPORTED (a message recorded) when no algorithm takes the bias
+ * epilogue. The layers' products (linear.cu, linear_ce.cu) go through it. */
+static inline st_status st_graph_matmul(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, st_fbuf A,
+                                        int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd,
+                                        const void *bias, const char *what) {
+    return st_graph_matmul_ep(g, ta, tb, m, n, k, A, lda, B, ldb, beta, D, ldd,
+                              bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE, bias, NULL, what);
 }
 
 #endif

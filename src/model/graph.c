@@ -559,7 +559,18 @@ static st_status choose_storage(st_graph *g) {
 /* Floats of arena an activation's data (or its gradient) takes. */
 static int64_t act_floats(const st_tensor *t) { return st_align_floats(st_store_floats(t->count, t->store)); }
 
-static bool in_acts(const st_tensor *t);
+/* A tensor of the graph's acts table (activations and graph inputs). */
+static bool in_acts(const st_tensor *t) { return t->kind == ST_TENSOR_ACT || t->kind == ST_TENSOR_INPUT; }
+
+/* How many node inputs read each tensor of the acts table (calloc'd, n_acts
+ * of them; NULL when out of memory). */
+static int *count_uses(const st_graph *g) {
+    int *uses = calloc((size_t)(g->n_acts ? g->n_acts : 1), sizeof *uses);
+    for (int i = 0; uses && i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (in_acts(g->nodes[i].in[k])) uses[g->nodes[i].in[k]->index]++;
+    return uses;
+}
 
 /* linear -> gelu -> linear (a transformer's MLP) when g->fuse_gelu: the
  * first product writes GELU's output through the GELU_AUX epilogue, its own
@@ -580,12 +591,8 @@ static st_status fuse_gelu(st_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].fwd_fuses_next = g->nodes[i].bwd_fuses_prev = false;
     if (!g->fuse_gelu || g->keep_acts || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
-    const int na = g->n_acts;
-    int *uses = calloc((size_t)(na ? na : 1), sizeof *uses);
+    int *uses = count_uses(g);
     if (!uses) return st_fail(ST_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (in_acts(g->nodes[i].in[k])) uses[g->nodes[i].in[k]->index]++;
     const st_precision prec = g->params->precision;
     for (int i = 0; i + 2 < g->n_nodes; i++) {
         st_node *L = &g->nodes[i], *G = &g->nodes[i + 1], *P = &g->nodes[i + 2];
@@ -653,23 +660,16 @@ static int by_offset(const void *a, const void *b) {
  * 1024 tokens: 1.5 GiB in bf16). Not for a tensor in a block's shared
  * region (recomputing writes it), the loss, or a graph keeping its
  * gradients (keep_acts). */
-/* A tensor of the graph's acts table (activations and graph inputs). */
-static bool in_acts(const st_tensor *t) { return t->kind == ST_TENSOR_ACT || t->kind == ST_TENSOR_INPUT; }
-
 static st_status grads_over_data(const st_graph *g, const int *region, bool *over) {
     const int na = g->n_acts;
-    int *uses = calloc((size_t)(na ? na : 1), sizeof *uses);
+    int *uses = count_uses(g);
     const st_node **producer = calloc((size_t)(na ? na : 1), sizeof *producer);
     if (!uses || !producer) {
         free(uses), free(producer);
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        const st_node *n = &g->nodes[i];
-        if (n->out->kind == ST_TENSOR_ACT) producer[n->out->index] = n;
-        for (int k = 0; k < n->n_in; k++)
-            if (in_acts(n->in[k])) uses[n->in[k]->index]++;
-    }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].out->kind == ST_TENSOR_ACT) producer[g->nodes[i].out->index] = &g->nodes[i];
     for (int i = 0; i < na; i++)
         over[i] = false;
     for (int i = 0; i < g->n_nodes && !g->keep_acts; i++) {

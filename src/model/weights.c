@@ -47,6 +47,16 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     return s;
 }
 
+/* The value the file records for schema row `row` (its metadata) when it
+ * differs from m's, which goes to ours; NULL when the file does not say or
+ * says the same. */
+static const char *recorded_other(const st_model *m, const st_safetensors *f, int row, char *ours, size_t n) {
+    const char *theirs = row >= 0 ? st_safetensors_metadata(f, st_cfg_keys[row].key) : NULL;
+    if (!theirs) return NULL;
+    st_cfg_format(&m->cfg, row, ours, n);
+    return strcmp(theirs, ours) != 0 ? theirs : NULL;
+}
+
 /* The model.* settings the file was saved with (its metadata) that differ
  * from m's, as "model.n_embd 64 (this run: 128), ..." in buf; "" when the
  * file does not say (written elsewhere, or before it was recorded). Also
@@ -59,13 +69,12 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     static const char *const no_tensor[] = {"model.dropout", "model.fused_head", "model.fused_gelu"};
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
-        const char *theirs = strncmp(key, "model.", 6) == 0 ? st_safetensors_metadata(f, key) : NULL;
-        for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && theirs; i++)
-            if (strcmp(key, no_tensor[i]) == 0) theirs = NULL;
+        bool skip = strncmp(key, "model.", 6) != 0;
+        for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && !skip; i++)
+            skip = strcmp(key, no_tensor[i]) == 0;
         char ours[ST_CFG_STR + 8];
+        const char *theirs = skip ? NULL : recorded_other(m, f, row, ours, sizeof ours);
         if (!theirs) continue;
-        st_cfg_format(&m->cfg, row, ours, sizeof ours);
-        if (strcmp(theirs, ours) == 0) continue;
         if (o < size)
             o += (size_t)snprintf(buf + o, size - o, "%s%s %s (this run: %s)", o ? ", " : "", key, theirs,
                                   ours);
@@ -211,12 +220,10 @@ st_status st_model_load(st_model *m, const char *path) {
      * loading across them would be a silent wrong answer. */
     static const char *const same_shapes[] = {"model.n_head"};
     for (size_t i = 0; i < sizeof same_shapes / sizeof same_shapes[0] && !pr.n && !missing.n; i++) {
-        const int row = st_cfg_find(same_shapes[i]);
-        const char *theirs = row >= 0 ? st_safetensors_metadata(f, same_shapes[i]) : NULL;
         char ours[ST_CFG_STR + 8];
-        if (!theirs || m->kind != ST_MODEL_GPT) continue;
-        st_cfg_format(&m->cfg, row, ours, sizeof ours);
-        if (strcmp(theirs, ours) != 0)
+        const char *theirs =
+            m->kind == ST_MODEL_GPT ? recorded_other(m, f, st_cfg_find(same_shapes[i]), ours, sizeof ours) : NULL;
+        if (theirs)
             s = st_fail(ST_ERR_FORMAT, /* (the path is put in front below) */
                         "saved by a model with %s %s (this run: %s): every tensor fits, but the heads split "
                         "them differently, so these weights would compute another function; run with --set "

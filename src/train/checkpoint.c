@@ -846,6 +846,7 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
             "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
             "space there or choose another train.out_dir (nothing was written)",
             out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
+    if (keep <= 0 || !log) return ST_OK; /* keeping all: how many depends on how long it runs */
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     int64_t *steps = NULL;
@@ -855,7 +856,6 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
         have = 0;
     }
     free(steps);
-    if (keep <= 0 || !log) return ST_OK; /* keeping all: how many depends on how long it runs */
     const int64_t more = keep + 1 - have > 1 ? keep + 1 - have : 1;
     if (free_bytes < more * ckpt_bytes + model_bytes)
         fprintf(log,

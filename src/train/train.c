@@ -244,8 +244,8 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
                              int64_t start, int64_t done) {
     const bool mine = ses->rank == 0 && opts->save;
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
-    if (mine &&
-        !opts->quiet) { /* the steps it holds: the run may have ended (or stopped) inside the window */
+    if (mine && !opts->quiet) {
+        /* the steps it holds: the run may have ended (or stopped) inside the window */
         const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
         const int64_t hi = tr->last < done ? tr->last : done;
         st_progress_end(prog);
@@ -548,15 +548,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
     }
     ST_GOTO(setup_sync_bn(ses, &mg.g));                    /* after the ranks agreed on the configuration */
-    const int64_t *tsteps = c->log.trace_steps.v;          /* 1-based; this run does start + 1 .. steps */
-    if (c->log.trace && (tsteps[0] > steps || tsteps[1] <= start) && ses->rank == 0)
+    const int64_t *tsteps = c->log.trace_steps.v; /* 1-based; this run does start + 1 .. steps */
+    const bool in_run = start < tsteps[1] && tsteps[0] <= steps;
+    if (c->log.trace && !in_run && ses->rank == 0)
         fprintf(stderr,
                 "scaletrain: warning: log.trace_steps [%lld, %lld]: this run does steps %lld to %lld, so "
                 "nothing will be traced (choose --profile FIRST-LAST within them)\n",
                 (long long)tsteps[0], (long long)tsteps[1], (long long)start + 1, (long long)steps);
-    if (c->log.trace && start < tsteps[1] && tsteps[0] <= steps) { /* the profiler trace (trace.h) */
+    if (c->log.trace && in_run) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
-        ST_GOTO(st_trace_init(&tr, c->log.trace_steps.v[0], c->log.trace_steps.v[1], ses->rank));
+        ST_GOTO(st_trace_init(&tr, tsteps[0], tsteps[1], ses->rank));
         trace = &tr;
         mg.g.node_hook = st_trace_node;
         mg.g.node_hook_ctx = trace;
