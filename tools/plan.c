@@ -190,7 +190,12 @@ int st_cmd_plan(int argc, char **argv) {
     st_hw_device local, cpu;
     double gf = 0;
     const bool need_cpu = strstr(hw_list, "local") || strstr(hw_list, "cpu") || strstr(hw_list, "CPU");
-    if (need_cpu) ST_GOTO(st_device_calibrate_cpu(&gf));
+    /* log.peak_gflops, when set, is the CPU's rate: the planner's times
+     * then repeat from run to run, where a shared machine's measured rate
+     * moves by a fifth between runs seconds apart (docs/planner.md). */
+    const bool pinned = cfg.log.peak_gflops > 0;
+    if (need_cpu && pinned) gf = cfg.log.peak_gflops * 1e9;
+    if (need_cpu && !pinned) ST_GOTO(st_device_calibrate_cpu(&gf));
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;
     st_device_local(h, gf, &local);
@@ -238,7 +243,7 @@ int st_cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(m, "cpu_kernel_flops_per_sample", cost.cpu.fwd_flops + cost.cpu.bwd_flops);
         if (in.seq_len) cJSON_AddNumberToObject(m, "tokens_per_sample", (double)in.seq_len);
         cJSON_AddNumberToObject(out, "batch_size", (double)cfg.train.batch_size);
-        if (gf > 0) cJSON_AddNumberToObject(out, "cpu_gflops_measured", gf / 1e9);
+        if (gf > 0) cJSON_AddNumberToObject(out, pinned ? "cpu_gflops_set" : "cpu_gflops_measured", gf / 1e9);
         cJSON *arr = cJSON_AddArrayToObject(out, "plans");
         for (int i = 0; i < n; i++)
             cJSON_AddItemToArray(arr, plan_json(&plans[i]));
@@ -256,7 +261,10 @@ int st_cmd_plan(int argc, char **argv) {
                    kf / 1e9);
         printf("batch: %lld samples per step%s", (long long)cfg.train.batch_size, in.seq_len ? "" : "\n");
         if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
-        if (gf > 0) printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm)\n", gf / 1e9);
+        if (gf > 0 && pinned) printf("cpu: %.1f GFLOP/s from log.peak_gflops (not measured)\n", gf / 1e9);
+        if (gf > 0 && !pinned)
+            printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm; --set log.peak_gflops=G fixes it)\n",
+                   gf / 1e9);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

@@ -205,8 +205,8 @@ const st_cfg_key st_cfg_keys[] = {
            "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
     K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
             "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak "
-            "for the "
-            "precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm)"),
+            "for the precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm); "
+            "when set, also the CPU rate `scaletrain plan` assumes instead of measuring it"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,
           "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many "
           "steps "

@@ -215,25 +215,3 @@ double st_metrics_peak_rss_mb(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
 }
-
-st_status st_metrics_measure_peak_gflops(double *gflops) {
-    enum { N = 1024 };
-    const size_t count = (size_t)N * N;
-    float *a = malloc(3 * count * sizeof *a);
-    if (!a) return st_fail(ST_ERR_NOMEM, "out of memory for the sgemm that measures log.peak_gflops");
-    float *b = a + count, *c = b + count;
-    for (size_t i = 0; i < 2 * count; i++) a[i] = (float)((i * 7919u) % 17u) / 17.0f - 0.5f;
-    /* One product to warm the threads and caches, then time whole products. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
-    int64_t reps = 0;
-    const double t0 = st_now();
-    double dt;
-    do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
-        reps++;
-        dt = st_now() - t0;
-    } while (dt < 0.2);
-    free(a);
-    *gflops = 2.0 * N * N * (double)N * (double)reps / dt / 1e9;
-    return ST_OK;
-}

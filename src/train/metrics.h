@@ -64,8 +64,4 @@ void st_metrics_close(st_metrics *m);
 /* The peak resident set of this process in MB (getrusage ru_maxrss). */
 double st_metrics_peak_rss_mb(void);
 
-/* Measure this CPU's sgemm rate in GFLOP/s with the current BLAS threads:
- * 1024^3 products repeated for about 0.2 s. */
-st_status st_metrics_measure_peak_gflops(double *gflops);
-
 #endif

@@ -14,6 +14,18 @@ grep -q "^cpu: " "$tmp/local.txt"
 grep -q "^memory: " "$tmp/local.txt"
 grep -Eq "^cuda: +(no CUDA device \(|[0-9]+ device)" "$tmp/local.txt"
 grep -Eq "^local +1 +128 +1 +ddp +fp32" "$tmp/local.txt"
+# log.peak_gflops pins the CPU's rate: no calibration, the same times every run
+"$bin" plan --set log.peak_gflops=100 | tee "$tmp/pinned.txt" | grep -q "^cpu: 100.0 GFLOP/s from log.peak_gflops"
+for run in 100:a 100:b 50:c; do "$bin" plan --set log.peak_gflops=${run%:*} --json >"$tmp/pin.${run#*:}.json"; done
+/usr/bin/python3 - "$tmp"/pin.a.json "$tmp"/pin.b.json "$tmp"/pin.c.json <<'PY'
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+assert a["cpu_gflops_set"] == 100 and "cpu_gflops_measured" not in a, a
+assert a["plans"][0]["time"] == b["plans"][0]["time"], (a["plans"][0]["time"], b["plans"][0]["time"])
+ta, tc = a["plans"][0]["time"]["compute_s"], c["plans"][0]["time"]["compute_s"]
+assert 1.3 < tc / ta < 2.0, (ta, tc)  # the products at half the rate, the cnn's elementwise loops unchanged
+print("pinned cpu rate ok:", ta, tc)
+PY
 # GPT-2 124M on the presets
 gpt=(--set model.preset=gpt2-124m --set data.type=tokens --set data.val= --set train.batch_size=512)
 "$bin" plan "${gpt[@]}" --hw 4xL40S,8xA100-40GB,8xA100-80GB,8xH100,8xH200 --nodes 1 | tee "$tmp/table.txt"
