@@ -120,9 +120,15 @@ int main(void) {
     char saved[4096], path[4200];
     for (int64_t step = 1; step <= 3; step++) {
         /* an fp16 run's loss scaler state rides along (0x1p-3 * 2^step: not an integer) */
-        st_ckpt_state st = {.step = step, .pos = {1, step, 0}, .seed = 5, .batch_size = 128,
-                            .loss_scale = 0x1p20 * (double)step + 0.125, .scale_good_steps = step + 10,
-                            .skipped_steps = step + 20, .optim_world = 1};
+        st_ckpt_state st = {.step = step,
+                            .pos = {1, step, 0},
+                            .seed = 5,
+                            .batch_size = 128,
+                            .loss_scale = 0x1p20 * (double)step + 0.125,
+                            .scale_good_steps = step + 10,
+                            .skipped_steps = step + 20,
+                            .optim_world = 1,
+                            .samples = 1000 + step};
         CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
     }
     snprintf(path, sizeof path, "%s/run/ckpt/step-1", root);
@@ -142,7 +148,7 @@ int main(void) {
               got.batch_size == cfg.train.batch_size,
           "state step %lld pos %lld/%lld/%lld seed %llu", (long long)got.step, (long long)got.pos.epoch,
           (long long)got.pos.step, (long long)got.pos.micro, (unsigned long long)got.seed);
-    CHECK(ob.t == 42, "t %lld", (long long)ob.t);
+    CHECK(ob.t == 42 && got.samples == 1003, "t %lld, samples %lld", (long long)ob.t, (long long)got.samples);
     CHECK(got.loss_scale == 0x1p20 * 3 + 0.125 && got.scale_good_steps == 13 && got.skipped_steps == 23,
           "loss scale state %.17g %lld %lld", got.loss_scale, (long long)got.scale_good_steps,
           (long long)got.skipped_steps);
@@ -175,19 +181,21 @@ int main(void) {
      * product of shards and shard size overflows 64 bits (the sanitizer
      * build traps on the overflow): the first refused by name, the second
      * read as holding them and refused for its missing checksums. */
-    const char *layouts[2][2] = {{"\"world\": 2, \"shard\": 3, \"count\": 7", "2 shards of 3 do not hold 7"},
-                                 {"\"world\": 1048576, \"shard\": 9000000000000000, \"count\": 1",
-                                  "no checksum for model.safetensors"}};
-    for (int i = 0; i < 2; i++) {
+    const char *layouts[3][3] = {
+        {"\"world\": 2, \"shard\": 3, \"count\": 7", "2 shards of 3 do not hold 7", "5"},
+        {"\"world\": 1048576, \"shard\": 9000000000000000, \"count\": 1", "no checksum for model.safetensors",
+         "5"},
+        {"\"world\": 1, \"shard\": 1, \"count\": 1", "seed \"5x\" is not a whole number", "5x"}};
+    for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
         fp = fopen(path, "w");
         CHECK(fp != NULL, "rewrite %s", path);
         if (!fp) break;
         fprintf(fp,
                 "{\"format_version\": %d, \"step\": 2, \"sampler\": {\"epoch\": 0, \"step\": 2, "
-                "\"micro\": 0}, \"seed\": \"5\", \"files\": {}, \"config\": {\"train\": "
+                "\"micro\": 0}, \"seed\": \"%s\", \"files\": {}, \"config\": {\"train\": "
                 "{\"batch_size\": 128}}, \"optim\": {\"layout\": \"shards\", %s}}",
-                ST_CKPT_VERSION, layouts[i][0]);
+                ST_CKPT_VERSION, layouts[i][2], layouts[i][0]);
         fclose(fp);
         snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
         CHECK_FAILS(st_ckpt_verify(path, &got), ST_ERR_FORMAT, layouts[i][1]);

@@ -1,9 +1,12 @@
 /* Token files: 2- and 4-byte round trips, the byte-level tokenizer against the
- * bytes of its input, and malformed files (truncated, mid-token, wrong magic,
- * bad version, out-of-vocabulary tokens), each a clean error naming the file. */
+ * bytes of its input, shards read as one stream (by pattern and by folder) and
+ * written by several threads, and malformed files (truncated, mid-token,
+ * wrong magic, bad version, out-of-vocabulary tokens, shards that disagree),
+ * each a clean error naming the file. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -111,6 +114,137 @@ static void tokenize(void) {
     st_tokens_close(t);
 }
 
+/* Shards of 5, 1 and 7 tokens (vocabulary 300, so 2 bytes each) read as one
+ * stream of 13, by pattern and by folder; reads that cross shards; a bad
+ * token named by its shard; shards that disagree on the vocabulary. */
+static void shards(void) {
+    char sub[256], path[300], pat[300];
+    snprintf(sub, sizeof sub, "%s/shards", dir);
+    CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
+    const int counts[3] = {5, 1, 7};
+    uint32_t all[13];
+    for (int i = 0; i < 13; i++)
+        all[i] = (uint32_t)(i * 23 + 1);
+    for (int k = 0, at = 0; k < 3; at += counts[k++]) {
+        snprintf(path, sizeof path, "%s/s-%06d.tokens", sub, k);
+        CHECK_OK(st_tokens_write(path, all + at, counts[k], 300));
+    }
+    snprintf(path, sizeof path, "%s/notes.txt", sub); /* not a .tokens file: a folder skips it */
+    put_file(path, "x", 1);
+    snprintf(pat, sizeof pat, "%s/s-*.tokens", sub);
+    const char *specs[2] = {pat, sub};
+    for (int v = 0; v < 2; v++) {
+        st_tokens *t = NULL;
+        CHECK_OK(st_tokens_open(specs[v], &t));
+        if (!t) continue;
+        CHECK(st_tokens_count(t) == 13 && st_tokens_shards(t) == 3 && st_tokens_vocab_size(t) == 300 &&
+                  st_tokens_shard_count(t, 1) == 1 && st_tokens_bytes(t) == 3 * 64 + 13 * 2,
+              "%s: %lld tokens in %d shards", specs[v], (long long)st_tokens_count(t), st_tokens_shards(t));
+        CHECK(strstr(st_tokens_shard_path(t, 2), "s-000002.tokens") && !st_tokens_shard_path(t, 3),
+              "shard paths in name order");
+        int bad = 0;
+        for (int i = 0; i < 13; i++)
+            bad += st_tokens_get(t, i) != all[i];
+        CHECK(bad == 0 && st_tokens_get(t, 13) == UINT32_MAX, "%d tokens differ", bad);
+        for (int start = 0; start < 13; start++) /* every range, most crossing a shard */
+            for (int n = 0; start + n <= 13; n++) {
+                int32_t buf[13];
+                CHECK_OK(st_tokens_read_i32(t, start, n, buf));
+                for (int i = 0; i < n; i++)
+                    CHECK(buf[i] == (int32_t)all[start + i], "read [%d, +%d)[%d]", start, n, i);
+            }
+        int32_t buf[13];
+        CHECK_FAILS(st_tokens_read_i32(t, 10, 4, buf), ST_ERR_ARG, "outside the shards' 13");
+        CHECK_OK(st_tokens_check_range(t));
+        st_tokens_close(t);
+    }
+    /* a bad token in the last shard: named by that file and its position there */
+    uint32_t oov[7] = {1, 2, 3, 4, 5, 6, 7};
+    oov[4] = 300;
+    snprintf(path, sizeof path, "%s/s-000002.tokens", sub);
+    CHECK_OK(st_tokens_write(path, oov, 7, 301)); /* its header says 301: refused against shard 0's 300 */
+    st_tokens *t = NULL;
+    CHECK_FAILS(st_tokens_open(pat, &t), ST_ERR_FORMAT, "s-000002.tokens: vocab_size 301, but ");
+    CHECK(strstr(st_last_error(), "s-000000.tokens has 300"), "names the first shard: %s", st_last_error());
+    uint8_t raw[64 + 14];
+    CHECK(get_file(path, raw, sizeof raw) == sizeof raw, "read back %s", path);
+    raw[24] = 44, raw[25] = 1; /* vocab 300 in the header, token 300 in the data */
+    put_file(path, raw, sizeof raw);
+    CHECK_OK(st_tokens_open(pat, &t));
+    if (t) CHECK_FAILS(st_tokens_check_range(t), ST_ERR_FORMAT, "s-000002.tokens: token 4 is 300");
+    st_tokens_close(t);
+    t = NULL;
+    snprintf(pat, sizeof pat, "%s/none-*.tokens", sub);
+    CHECK_FAILS(st_tokens_open(pat, &t), ST_ERR_IO, "none-*.tokens: no file matches this pattern");
+}
+
+/* The same bytes tokenized into one file and into shards, by 1 and 3
+ * threads: the shards read back as the one file's stream; a file the
+ * shards' pattern would also read is refused before anything is written. */
+static void tokenize_shards(void) {
+    char a[256], b[256], e[256], one[256], out[256], pat[300];
+    snprintf(a, sizeof a, "%s/ta.txt", dir);
+    snprintf(b, sizeof b, "%s/tb.txt", dir);
+    snprintf(e, sizeof e, "%s/te.txt", dir);
+    snprintf(one, sizeof one, "%s/one.tokens", dir);
+    snprintf(out, sizeof out, "%s/corpus.tokens", dir);
+    uint8_t ba[100], bb[57];
+    for (int i = 0; i < 100; i++)
+        ba[i] = (uint8_t)(i * 13 + 5);
+    for (int i = 0; i < 57; i++)
+        bb[i] = (uint8_t)(255 - i);
+    put_file(a, ba, sizeof ba);
+    put_file(b, bb, sizeof bb);
+    put_file(e, "", 0);
+    const char *in[4] = {a, e, b, a}; /* 257 bytes */
+    CHECK_OK(st_tokens_from_text(in, 4, one, NULL));
+    st_tokens *ref = NULL;
+    CHECK_OK(st_tokens_open(one, &ref));
+    if (!ref) return;
+    for (int jobs = 1; jobs <= 3; jobs += 2) {
+        const st_tokenize_opts o = {
+            .inputs = in, .n_inputs = 4, .out = out, .shard_tokens = 16, .jobs = jobs};
+        st_tokenize_result r;
+        CHECK_OK(st_tokens_tokenize(&o, &r));
+        snprintf(pat, sizeof pat, "%s/corpus-*.tokens", dir);
+        CHECK(r.count == 257 && r.shards == 17 && strcmp(r.pattern, pat) == 0,
+              "%d jobs: %lld tokens, %d shards, %s", jobs, (long long)r.count, r.shards, r.pattern);
+        st_tokens *t = NULL;
+        CHECK_OK(st_tokens_open(r.pattern, &t));
+        if (!t) continue;
+        int bad = 0;
+        for (int64_t i = 0; i < 257; i++)
+            bad += st_tokens_get(t, i) != st_tokens_get(ref, i);
+        CHECK(bad == 0 && st_tokens_count(t) == 257 && st_tokens_shards(t) == 17 &&
+                  st_tokens_shard_count(t, 16) == 1,
+              "%d jobs: %d tokens differ from the one file's", jobs, bad);
+        st_tokens_close(t);
+    }
+    /* fewer, larger shards over the 17: shards 5..16 would join the pattern */
+    const st_tokenize_opts big = {.inputs = in, .n_inputs = 4, .out = out, .shard_tokens = 64, .jobs = 2};
+    st_tokenize_result r;
+    CHECK_FAILS(st_tokens_tokenize(&big, &r), ST_ERR_ARG, "corpus-000005.tokens exists");
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(pat, &t)); /* untouched */
+    CHECK(t && st_tokens_shards(t) == 17 && st_tokens_shard_count(t, 0) == 16, "the old shards stay");
+    st_tokens_close(t);
+    /* shards need sizes known in advance; a failure mid-way leaves the old file */
+    const char *dev[2] = {a, "/dev/null"};
+    const st_tokenize_opts o2 = {.inputs = dev, .n_inputs = 2, .out = out, .shard_tokens = 16};
+    CHECK_FAILS(st_tokens_tokenize(&o2, &r), ST_ERR_ARG, "/dev/null: not a regular file");
+    const char *withdir[2] = {a, dir}; /* a folder opens, then cannot be read */
+    CHECK_FAILS(st_tokens_from_text(withdir, 2, one, NULL), ST_ERR_IO, "cannot read");
+    CHECK_OK(st_tokens_open(one, &t));
+    CHECK(t && st_tokens_count(t) == 257, "the old file stays");
+    st_tokens_close(t);
+    const st_tokenize_opts zero = {.inputs = in, .n_inputs = 1, .out = out, .shard_tokens = -1};
+    CHECK_FAILS(st_tokens_tokenize(&zero, &r), ST_ERR_ARG, "at least 1");
+    const char *empties[1] = {e};
+    const st_tokenize_opts none = {.inputs = empties, .n_inputs = 1, .out = out, .shard_tokens = 8};
+    CHECK_FAILS(st_tokens_tokenize(&none, &r), ST_ERR_FORMAT, "the input is empty");
+    st_tokens_close(ref);
+}
+
 /* A file with these bytes must fail to open with `code`, naming it and `needle`. */
 static void bad(const char *label, const uint8_t *bytes, size_t n, st_status code, const char *needle) {
     char path[256];
@@ -182,7 +316,10 @@ static void malformed(void) {
 
     snprintf(path, sizeof path, "%s/nope.bin", dir);
     CHECK_FAILS(st_tokens_open(path, &t), ST_ERR_IO, "nope.bin: cannot open");
-    CHECK_FAILS(st_tokens_open(dir, &t), ST_ERR_IO, "not a regular file");
+    char empty_dir[300];
+    snprintf(empty_dir, sizeof empty_dir, "%s/empty.d", dir);
+    CHECK(mkdir(empty_dir, 0755) == 0, "mkdir %s", empty_dir);
+    CHECK_FAILS(st_tokens_open(empty_dir, &t), ST_ERR_IO, "empty.d: a folder with no .tokens files");
     CHECK_FAILS(st_tokens_write(path, tok, 10, 9), ST_ERR_ARG, "token 8 is 9, not below vocab_size 9");
     CHECK_FAILS(st_tokens_write(path, tok, 0, 9), ST_ERR_ARG, "count 0");
     CHECK_FAILS(st_tokens_write(path, tok, 10, ((uint64_t)1 << 32) + 1), ST_ERR_ARG, "not in 1..2^32");
@@ -220,6 +357,8 @@ int main(void) {
     round_trip(65537, 4);
     round_trip((uint64_t)1 << 32, 4);
     tokenize();
+    shards();
+    tokenize_shards();
     malformed();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -1,6 +1,10 @@
 /* `scaletrain data`: tokenize text into a token file; inspect a data or
  * weights file, a checkpoint, or a run's checkpoints. */
 #include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,16 +19,68 @@
 #include "data/tokens.h"
 #include "train/checkpoint.h"
 
+#define TOKENIZE_USAGE                                                                                       \
+    "usage: scaletrain data tokenize OUT.tokens TEXT_FILE... [--shard-tokens N] [--jobs J]\n"
+
+/* A count for an option: digits only, 1..max. */
+static bool count_arg(const char *opt, const char *v, int64_t max, int64_t *out) {
+    char *end;
+    errno = 0;
+    const long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || n < 1 || n > max) {
+        fprintf(stderr,
+                "scaletrain data tokenize: %s needs a whole number from 1 to %lld, not '%s'\n" TOKENIZE_USAGE,
+                opt, (long long)max, v ? v : "");
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
 static int tokenize(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: scaletrain data tokenize OUT.tokens TEXT_FILE...\n");
+    const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int64_t shard_tokens = 0, jobs = 0;
+    if (!pos) return ST_EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        const bool st = strcmp(argv[i], "--shard-tokens") == 0, jb = strcmp(argv[i], "--jobs") == 0;
+        if ((st &&
+             !count_arg("--shard-tokens", i + 1 < argc ? argv[i + 1] : NULL, INT64_MAX / 2, &shard_tokens)) ||
+            (jb && !count_arg("--jobs", i + 1 < argc ? argv[i + 1] : NULL, 1024, &jobs))) {
+            free(pos);
+            return ST_EXIT_USAGE;
+        }
+        if (st || jb)
+            i++;
+        else
+            pos[npos++] = argv[i];
+    }
+    if (npos < 2) {
+        fprintf(stderr, TOKENIZE_USAGE);
+        free(pos);
         return ST_EXIT_USAGE;
     }
-    int64_t count = 0;
-    st_status s = st_tokens_from_text((const char *const *)argv + 1, argc - 1, argv[0], &count);
+    if (jobs == 0) { /* the cores this process may use */
+        cpu_set_t cs;
+        jobs = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 1;
+    }
+    const st_tokenize_opts o = {.inputs = pos + 1,
+                                .n_inputs = npos - 1,
+                                .out = pos[0],
+                                .shard_tokens = shard_tokens,
+                                .jobs = (int)jobs};
+    st_tokenize_result r;
+    st_status s = st_tokens_tokenize(&o, &r);
+    free(pos);
     if (s != ST_OK) return st_cli_error(s);
-    printf("%s: %lld tokens, byte-level vocabulary of 256, from %d file(s)\n", argv[0], (long long)count,
-           argc - 1);
+    if (shard_tokens > 0)
+        printf("%s: %lld tokens in %d shard%s of up to %lld (byte-level vocabulary of 256) from %d file(s); "
+               "train on them with data.train: \"%s\"\n",
+               r.pattern, (long long)r.count, r.shards, r.shards == 1 ? "" : "s", (long long)shard_tokens,
+               o.n_inputs, r.pattern);
+    else
+        printf("%s: %lld tokens, byte-level vocabulary of 256, from %d file(s)\n", r.pattern,
+               (long long)r.count, o.n_inputs);
     return ST_EXIT_OK;
 }
 
@@ -32,8 +88,19 @@ static int inspect_tokens(const char *path) {
     st_tokens *t = NULL;
     st_status s = st_tokens_open(path, &t);
     if (s != ST_OK) return st_cli_error(s);
-    printf("%s: token file, %lld tokens of %d bytes, vocabulary %llu\n", path, (long long)st_tokens_count(t),
-           st_tokens_token_bytes(t), (unsigned long long)st_tokens_vocab_size(t));
+    const int n = st_tokens_shards(t);
+    if (n == 1)
+        printf("%s: token file, %lld tokens of %d bytes, vocabulary %llu\n", path,
+               (long long)st_tokens_count(t), st_tokens_token_bytes(t),
+               (unsigned long long)st_tokens_vocab_size(t));
+    else
+        printf("%s: %d token files read as one stream, %lld tokens, vocabulary %llu\n", path, n,
+               (long long)st_tokens_count(t), (unsigned long long)st_tokens_vocab_size(t));
+    for (int k = 0; n > 1 && k < n; k++)
+        if (k < 5 || k >= n - 5)
+            printf("  %s: %lld tokens\n", st_tokens_shard_path(t, k), (long long)st_tokens_shard_count(t, k));
+        else if (k == 5)
+            printf("  ... %d more\n", n - 10);
     s = st_tokens_check_range(t);
     if (s == ST_OK) printf("  every token is below the vocabulary size\n");
     st_tokens_close(t);
@@ -134,6 +201,7 @@ static int inspect_checkpoint(const char *dir) {
            "train.batch_size %lld\n",
            (long long)st.pos.epoch, (long long)st.pos.step, (long long)st.pos.micro,
            (unsigned long long)st.seed, (long long)st.batch_size);
+    if (st.samples > 0) printf("  its run trained on %lld samples (data.train)\n", (long long)st.samples);
     if (st.optim_sharded)
         printf("  optimizer state in %d shards of %lld elements (%lld parameters): resumes on any number of "
                "ranks\n",
@@ -199,11 +267,20 @@ static int inspect(const char *path) {
     case ST_CKPT_NONE:
         break;
     }
+    /* shards: a pattern that is not a file's name, or a folder of .tokens files */
+    if (!st_path_is_file(path) && (strpbrk(path, "*?[") || st_path_is_dir(path))) {
+        char pat[4096];
+        snprintf(pat, sizeof pat, "%s/*.tokens", path);
+        glob_t g;
+        const bool tokens = !st_path_is_dir(path) || glob(pat, 0, NULL, &g) == 0;
+        if (st_path_is_dir(path) && tokens) globfree(&g);
+        if (tokens) return inspect_tokens(path);
+    }
     if (st_path_is_dir(path)) {
         fprintf(
             stderr,
             "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder "
-            "(no step-N or latest) nor a run's out_dir (no ckpt/)\n",
+            "(no step-N or latest), a run's out_dir (no ckpt/) nor a folder of token files (no *.tokens)\n",
             path);
         return ST_EXIT_FAIL;
     }
@@ -225,7 +302,6 @@ static int inspect(const char *path) {
 int st_cmd_data(int argc, char **argv) {
     if (argc >= 1 && strcmp(argv[0], "tokenize") == 0) return tokenize(argc - 1, argv + 1);
     if (argc == 2 && strcmp(argv[0], "inspect") == 0) return inspect(argv[1]);
-    fprintf(stderr, "usage: scaletrain data tokenize OUT.tokens TEXT_FILE...\n"
-                    "       scaletrain data inspect FILE|CHECKPOINT|RUN_DIR\n");
+    fprintf(stderr, TOKENIZE_USAGE "       scaletrain data inspect FILE|PATTERN|CHECKPOINT|RUN_DIR\n");
     return ST_EXIT_USAGE;
 }

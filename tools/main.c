@@ -28,7 +28,8 @@ static void usage(FILE *f) {
                "                      report.html, a one-page summary, from RUN_DIR/metrics.jsonl\n"
                "  slurm CONFIG.yaml --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] ...\n"
                "                      an sbatch script (srun, requeue on pre-emption) on stdout\n"
-               "  data tokenize OUT FILE...   byte-level token file from text files\n"
+               "  data tokenize OUT FILE... [--shard-tokens N] [--jobs J]\n"
+               "                      byte-level token file, or shards written J at a time, from text files\n"
                "  data inspect FILE           what a data or weights file holds\n\n"
                "configuration keys: docs/config.md\n");
 }

@@ -66,17 +66,29 @@ st_status st_atomic_open(st_atomic_file *f, const char *path) {
     return ST_OK;
 }
 
-st_status st_atomic_commit(st_atomic_file *f) {
+st_status st_atomic_finish(st_atomic_file *f) {
+    if (!f->fp) return ST_OK;
     st_status s = ST_OK;
     if (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)
         s = st_fail(ST_ERR_IO, "%s: cannot write: %s", f->tmp, strerror(errno));
     int r = fclose(f->fp);
     f->fp = NULL;
     if (s == ST_OK && r != 0) s = st_fail(ST_ERR_IO, "%s: cannot close: %s", f->tmp, strerror(errno));
-    if (s == ST_OK && rename(f->tmp, f->path) != 0)
-        s = st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", f->path, f->tmp, strerror(errno));
     if (s != ST_OK) {
         unlink(f->tmp);
+        f->tmp[0] = '\0';
+    }
+    return s;
+}
+
+st_status st_atomic_commit(st_atomic_file *f) {
+    ST_TRY(st_atomic_finish(f));
+    if (!f->tmp[0]) return st_fail(ST_ERR_INTERNAL, "%s: no temporary file to commit", f->path);
+    if (rename(f->tmp, f->path) != 0) {
+        st_status s =
+            st_fail(ST_ERR_IO, "%s: cannot rename %s over it: %s", f->path, f->tmp, strerror(errno));
+        unlink(f->tmp);
+        f->tmp[0] = '\0';
         return s;
     }
     f->tmp[0] = '\0';

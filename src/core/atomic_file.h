@@ -19,7 +19,12 @@ typedef struct st_atomic_file {
 
 /* Create the temporary file. On failure nothing is left behind. */
 st_status st_atomic_open(st_atomic_file *f, const char *path);
-/* Sync, close and rename over the path; on failure the temporary is removed. */
+/* Sync and close the temporary file, not yet renamed (so that several files
+ * can be written before any of them replaces its path); on failure the
+ * temporary is removed. Accepts a file already finished. */
+st_status st_atomic_finish(st_atomic_file *f);
+/* Finish (when not done yet) and rename over the path; on failure the
+ * temporary is removed. */
 st_status st_atomic_commit(st_atomic_file *f);
 /* Drop the temporary file; the file at path stays as it was. Accepts a file
  * that was never opened or already committed. */

@@ -73,11 +73,13 @@ const st_cfg_key st_cfg_keys[] = {
            "or (n, d) as uint8, float32 or float64, and labels (n,) as uint8, int32 or int64) or tokens "
            "(token shards)"),
     K_STR("data.train", data.train, FMNIST "train-images-idx3-ubyte.gz",
-          "training images (idx), inputs (npy) or token file"),
+          "training images (idx), inputs (npy) or tokens: a token file, a pattern (data/train-*.tokens) or a "
+          "folder of .tokens files, its files read in name order as one stream"),
     K_STR("data.train_labels", data.train_labels, FMNIST "train-labels-idx1-ubyte.gz",
           "idx, npy: training labels"),
     K_STR("data.val", data.val, FMNIST "t10k-images-idx3-ubyte.gz",
-          "validation images (idx), inputs (npy) or token file; \"\" = no evaluation"),
+          "validation images (idx), inputs (npy) or tokens (a file, a pattern or a folder); \"\" = no "
+          "evaluation"),
     K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz",
           "idx, npy: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),

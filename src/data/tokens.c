@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +21,26 @@
 
 #include "core/atomic_file.h"
 
-struct st_tokens {
+/* One file of the stream. */
+typedef struct tok_shard {
     char *path;
     const uint8_t *map; /* the whole file, read-only */
     size_t map_bytes;
     const uint8_t *data; /* map + 64: (count) tokens of token_bytes each */
+    int64_t start;       /* its first token's position in the stream */
     int64_t count;
     uint64_t vocab_size;
     int token_bytes;
+} tok_shard;
+
+/* Shards, in name order, read as one stream of tokens. */
+struct st_tokens {
+    char *spec; /* a file, a pattern or a folder, as given */
+    tok_shard *shard;
+    int n_shards;
+    int64_t count;
+    uint64_t vocab_size;
+    int token_bytes; /* the widest shard's */
 };
 
 static uint32_t get_u32(const uint8_t *p) {
@@ -43,7 +57,7 @@ static void put_u64(uint8_t *p, uint64_t v) {
 }
 
 /* Check a 64-byte header against the file size; fills t's sizes. */
-static st_status check_header(const char *path, const uint8_t *h, int64_t size, st_tokens *t) {
+static st_status check_header(const char *path, const uint8_t *h, int64_t size, tok_shard *t) {
     if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0)
         return st_fail(
             ST_ERR_FORMAT,
@@ -85,18 +99,12 @@ static st_status check_header(const char *path, const uint8_t *h, int64_t size, 
     return ST_OK;
 }
 
-st_status st_tokens_open(const char *path, st_tokens **out) {
-    if (!out) return st_fail(ST_ERR_ARG, "st_tokens_open: out is NULL");
-    *out = NULL;
-    if (!path) return st_fail(ST_ERR_ARG, "st_tokens_open: path is NULL");
+/* Map one file and check its header. */
+static st_status open_shard(const char *path, tok_shard *t) {
+    if (!(t->path = strdup(path))) return st_fail(ST_ERR_NOMEM, "%s: out of memory", path);
     st_status s = ST_OK;
-    st_tokens *t = calloc(1, sizeof *t);
-    if (!t || !(t->path = strdup(path))) {
-        free(t);
-        return st_fail(ST_ERR_NOMEM, "%s: out of memory", path);
-    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno)));
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: not a regular file", path));
@@ -116,43 +124,155 @@ st_status st_tokens_open(const char *path, st_tokens **out) {
     t->map = map;
     t->map_bytes = (size_t)size;
     t->data = t->map + ST_TOKENS_HEADER_BYTES;
+fail:
     close(fd);
+    return s;
+}
+
+static bool has_wildcard(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+/* The files a spec names, sorted: the pattern's matches, a folder's
+ * *.tokens, or the one file. */
+static st_status expand(const char *spec, glob_t *g) {
+    memset(g, 0, sizeof *g);
+    char pat[4096];
+    if (st_path_is_file(spec)) return ST_OK; /* one file, even with a '*' in its name */
+    const bool dir = !has_wildcard(spec) && st_path_is_dir(spec);
+    if (!has_wildcard(spec) && !dir) return ST_OK; /* one file: opening it says what is wrong */
+    if (dir)
+        snprintf(pat, sizeof pat, "%s/*.tokens", spec);
+    else
+        snprintf(pat, sizeof pat, "%s", spec);
+    const int r = glob(pat, GLOB_ERR, NULL, g);
+    if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0)) {
+        globfree(g);
+        memset(g, 0, sizeof *g);
+        return dir ? st_fail(ST_ERR_IO,
+                             "%s: a folder with no .tokens files; token data is a file, a pattern "
+                             "such as data/train-*.tokens, or a folder of .tokens files",
+                             spec)
+                   : st_fail(ST_ERR_IO, "%s: no file matches this pattern", spec);
+    }
+    if (r != 0) {
+        globfree(g);
+        memset(g, 0, sizeof *g);
+        return st_fail(ST_ERR_IO, "%s: cannot list the files it names: %s", spec,
+                       r == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
+    }
+    if (g->gl_pathc > ST_TOKENS_MAX_SHARDS) {
+        const size_t n = g->gl_pathc;
+        globfree(g);
+        memset(g, 0, sizeof *g);
+        return st_fail(ST_ERR_ARG, "%s: %zu files; at most %d are read as one stream (write larger shards)",
+                       spec, n, ST_TOKENS_MAX_SHARDS);
+    }
+    return ST_OK;
+}
+
+st_status st_tokens_open(const char *path, st_tokens **out) {
+    if (!out) return st_fail(ST_ERR_ARG, "st_tokens_open: out is NULL");
+    *out = NULL;
+    if (!path) return st_fail(ST_ERR_ARG, "st_tokens_open: path is NULL");
+    glob_t g;
+    ST_TRY(expand(path, &g));
+    const int n = g.gl_pathc ? (int)g.gl_pathc : 1;
+    st_status s = ST_OK;
+    st_tokens *t = calloc(1, sizeof *t);
+    if (!t || !(t->spec = strdup(path)) || !(t->shard = calloc((size_t)n, sizeof *t->shard))) {
+        if (t) free(t->spec);
+        free(t);
+        globfree(&g);
+        return st_fail(ST_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (int k = 0; k < n; k++) {
+        tok_shard *sh = &t->shard[k];
+        t->n_shards = k + 1;
+        ST_GOTO(open_shard(g.gl_pathc ? g.gl_pathv[k] : path, sh));
+        if (k > 0 && sh->vocab_size != t->vocab_size)
+            ST_GOTO(st_fail(ST_ERR_FORMAT,
+                            "%s: vocab_size %llu, but %s has %llu; the shards of one stream share a "
+                            "vocabulary (were they made by different tokenizers?)",
+                            sh->path, (unsigned long long)sh->vocab_size, t->shard[0].path,
+                            (unsigned long long)t->vocab_size));
+        if (sh->count > INT64_MAX - t->count)
+            ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: the shards hold more than 2^63 tokens", path));
+        sh->start = t->count;
+        t->count += sh->count;
+        t->vocab_size = sh->vocab_size;
+        if (sh->token_bytes > t->token_bytes) t->token_bytes = sh->token_bytes;
+    }
+    globfree(&g);
     *out = t;
     return ST_OK;
 fail:
-    if (fd >= 0) close(fd);
+    globfree(&g);
     st_tokens_close(t);
     return s;
 }
 
 void st_tokens_close(st_tokens *t) {
     if (!t) return;
-    if (t->map) munmap((void *)t->map, t->map_bytes);
-    free(t->path);
+    for (int k = 0; k < t->n_shards; k++) {
+        if (t->shard[k].map) munmap((void *)t->shard[k].map, t->shard[k].map_bytes);
+        free(t->shard[k].path);
+    }
+    free(t->shard);
+    free(t->spec);
     free(t);
 }
 
 int64_t st_tokens_count(const st_tokens *t) { return t->count; }
 uint64_t st_tokens_vocab_size(const st_tokens *t) { return t->vocab_size; }
 int st_tokens_token_bytes(const st_tokens *t) { return t->token_bytes; }
+int st_tokens_shards(const st_tokens *t) { return t->n_shards; }
+const char *st_tokens_shard_path(const st_tokens *t, int k) {
+    return k >= 0 && k < t->n_shards ? t->shard[k].path : NULL;
+}
+int64_t st_tokens_shard_count(const st_tokens *t, int k) {
+    return k >= 0 && k < t->n_shards ? t->shard[k].count : 0;
+}
+int64_t st_tokens_bytes(const st_tokens *t) {
+    int64_t b = 0;
+    for (int k = 0; k < t->n_shards; k++)
+        b += (int64_t)t->shard[k].map_bytes;
+    return b;
+}
 
-static inline uint32_t token_at(const st_tokens *t, int64_t i) {
+static inline uint32_t token_at(const tok_shard *t, int64_t i) {
     const uint8_t *p = t->data + i * t->token_bytes;
     return t->token_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : get_u32(p);
 }
 
+/* The shard that holds stream position i (0 <= i < count). */
+static const tok_shard *shard_of(const st_tokens *t, int64_t i) {
+    int lo = 0, hi = t->n_shards - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (t->shard[mid].start <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &t->shard[lo];
+}
+
 uint32_t st_tokens_get(const st_tokens *t, int64_t i) {
-    return i >= 0 && i < t->count ? token_at(t, i) : UINT32_MAX;
+    if (i < 0 || i >= t->count) return UINT32_MAX;
+    const tok_shard *sh = shard_of(t, i);
+    return token_at(sh, i - sh->start);
 }
 
 st_status st_tokens_check_range(const st_tokens *t) {
     if (!t) return st_fail(ST_ERR_ARG, "st_tokens_check_range: NULL");
-    for (int64_t i = 0; i < t->count; i++) {
-        uint32_t v = token_at(t, i);
-        if (v >= t->vocab_size)
-            return st_fail(ST_ERR_FORMAT,
-                           "%s: token %lld is %u, not below vocab_size %llu; the file is corrupt", t->path,
-                           (long long)i, v, (unsigned long long)t->vocab_size);
+    for (int k = 0; k < t->n_shards; k++) {
+        const tok_shard *sh = &t->shard[k];
+        for (int64_t i = 0; i < sh->count; i++) {
+            uint32_t v = token_at(sh, i);
+            if (v >= sh->vocab_size)
+                return st_fail(ST_ERR_FORMAT,
+                               "%s: token %lld is %u, not below vocab_size %llu; the file is corrupt",
+                               sh->path, (long long)i, v, (unsigned long long)sh->vocab_size);
+        }
     }
     return ST_OK;
 }
@@ -160,14 +280,22 @@ st_status st_tokens_check_range(const st_tokens *t) {
 st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32_t *dst) {
     if (!t || (n > 0 && !dst)) return st_fail(ST_ERR_ARG, "st_tokens_read_i32: NULL argument");
     if (start < 0 || n < 0 || start > t->count || n > t->count - start)
-        return st_fail(ST_ERR_ARG, "%s: tokens [%lld, %lld + %lld) are outside the file's %lld", t->path,
-                       (long long)start, (long long)start, (long long)n, (long long)t->count);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t v = token_at(t, start + i);
-        if (v > INT32_MAX)
-            return st_fail(ST_ERR_FORMAT, "%s: token %lld is %u, too large for int32", t->path,
-                           (long long)(start + i), v);
-        dst[i] = (int32_t)v;
+        return st_fail(ST_ERR_ARG, "%s: tokens [%lld, %lld + %lld) are outside the %s %lld", t->spec,
+                       (long long)start, (long long)start, (long long)n,
+                       t->n_shards > 1 ? "shards'" : "file's", (long long)t->count);
+    /* a run of tokens from each shard the range crosses */
+    for (int64_t done = 0; done < n;) {
+        const tok_shard *sh = shard_of(t, start + done);
+        const int64_t i0 = start + done - sh->start;
+        const int64_t m = sh->count - i0 < n - done ? sh->count - i0 : n - done;
+        for (int64_t i = 0; i < m; i++) {
+            uint32_t v = token_at(sh, i0 + i);
+            if (v > INT32_MAX)
+                return st_fail(ST_ERR_FORMAT, "%s: token %lld is %u, too large for int32", sh->path,
+                               (long long)(i0 + i), v);
+            dst[done + i] = (int32_t)v;
+        }
+        done += m;
     }
     return ST_OK;
 }
@@ -221,7 +349,7 @@ static st_status out_finish(tok_out *o, uint64_t vocab_size) {
     if (fseek(o->fp, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, o->fp) != sizeof h)
         return st_fail(ST_ERR_IO, "%s: cannot write: %s", o->af.tmp, strerror(errno));
     o->fp = NULL;
-    return st_atomic_commit(&o->af);
+    return st_atomic_finish(&o->af); /* committed by the caller */
 }
 
 /* After a failure: drop the temporary file (the old file at path stays). */
@@ -245,49 +373,220 @@ st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t coun
     st_status s = out_begin(&o, path, vocab_size <= 65536 ? 2 : 4);
     if (s == ST_OK) s = out_put(&o, tokens, count);
     if (s == ST_OK) s = out_finish(&o, vocab_size);
+    if (s == ST_OK) s = st_atomic_commit(&o.af);
     if (s != ST_OK) out_abort(&o);
+    return s;
+}
+
+/* ---- the byte-level tokenizer: one file, or shards written by several threads ---- */
+
+/* One tokenize: the inputs as one stream of bytes, cut into shards. */
+typedef struct tk_run {
+    const st_tokenize_opts *o;
+    int64_t *sizes; /* each input's bytes (regular files), -1 when not known in advance */
+    int64_t total;  /* the bytes of all inputs; -1 when some size is not known (one file: streamed) */
+    int n_out;
+    tok_out *out;       /* n_out */
+    char (*name)[4096]; /* n_out */
+    pthread_mutex_t lock;
+    int next;         /* the next shard a thread takes */
+    st_status status; /* the first failure, its message in msg */
+    char msg[2048];
+} tk_run;
+
+/* Bytes [from, from + n) of the inputs' stream (n < 0: to the end) into o. */
+static st_status tk_copy(tk_run *r, tok_out *o, int64_t from, int64_t n) {
+    uint8_t buf[16384];
+    uint32_t tok[16384];
+    int64_t at = 0; /* the stream position where input i starts */
+    for (int i = 0; i < r->o->n_inputs && n != 0; i++) {
+        const char *path = r->o->inputs[i];
+        const int64_t size = r->sizes[i];
+        if (size >= 0 && at + size <= from) {
+            at += size;
+            continue;
+        }
+        FILE *in = fopen(path, "rb");
+        if (!in) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (from > at && fseeko(in, (off_t)(from - at), SEEK_SET) != 0) {
+            fclose(in);
+            return st_fail(ST_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
+        }
+        int64_t got = from > at ? from - at : 0;
+        size_t m;
+        while (n != 0 &&
+               (m = fread(buf, 1, n > 0 && n < (int64_t)sizeof buf ? (size_t)n : sizeof buf, in)) > 0) {
+            for (size_t j = 0; j < m; j++)
+                tok[j] = buf[j];
+            st_status s = out_put(o, tok, (int64_t)m);
+            if (s != ST_OK) {
+                fclose(in);
+                return s;
+            }
+            got += (int64_t)m;
+            if (n > 0) n -= (int64_t)m;
+        }
+        const bool err = ferror(in);
+        fclose(in);
+        if (err) return st_fail(ST_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        if (size >= 0 && got != size && n != 0)
+            return st_fail(ST_ERR_IO, "%s: %lld bytes where it had %lld when tokenizing began; it changed",
+                           path, (long long)got, (long long)size);
+        at += size >= 0 ? size : got;
+        if (from < at) from = at;
+    }
+    return ST_OK;
+}
+
+static void tk_failed(tk_run *r, st_status s) {
+    pthread_mutex_lock(&r->lock);
+    if (r->status == ST_OK) {
+        r->status = s;
+        snprintf(r->msg, sizeof r->msg, "%s", st_last_error());
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void *tk_worker(void *arg) {
+    tk_run *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        const int k = r->status == ST_OK && r->next < r->n_out ? r->next++ : -1;
+        pthread_mutex_unlock(&r->lock);
+        if (k < 0) return NULL;
+        tok_out *o = &r->out[k];
+        const int64_t S = r->o->shard_tokens;
+        st_status s = out_begin(o, r->name[k], 2);
+        if (s == ST_OK)
+            s = r->n_out == 1 ? tk_copy(r, o, 0, -1)
+                              : tk_copy(r, o, k * S, k * S + S < r->total ? S : r->total - k * S);
+        if (s == ST_OK && o->count == 0)
+            s = st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
+                        r->o->inputs[0], r->o->n_inputs > 1 ? " ..." : "", r->o->n_inputs,
+                        r->o->n_inputs > 1 ? "s" : "");
+        if (s == ST_OK) s = out_finish(o, 256);
+        if (s != ST_OK) tk_failed(r, s);
+    }
+}
+
+/* Shard k's name: OUT (less a .tokens suffix) + "-%06d.tokens". */
+static void shard_name(const char *out, int k, char *name, size_t size) {
+    size_t n = strlen(out);
+    if (n > 7 && strcmp(out + n - 7, ".tokens") == 0) n -= 7;
+    if (k < 0)
+        snprintf(name, size, "%.*s-*.tokens", (int)n, out);
+    else
+        snprintf(name, size, "%.*s-%06d.tokens", (int)n, out, k);
+}
+
+/* Files the shards' pattern would read besides the shards this run writes. */
+static st_status tk_strangers(tk_run *r, const char *pattern) {
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) != 0) return ST_OK; /* no match */
+    st_status s = ST_OK;
+    for (size_t i = 0; i < g.gl_pathc && s == ST_OK; i++) {
+        bool ours = false;
+        for (int k = 0; k < r->n_out && !ours; k++)
+            ours = strcmp(g.gl_pathv[i], r->name[k]) == 0;
+        if (!ours)
+            s = st_fail(ST_ERR_ARG,
+                        "%s exists, and training on the pattern %s would read it with the %d shard%s this "
+                        "tokenize writes; delete it (an earlier tokenize's shards: every file the pattern "
+                        "names) or choose another output name",
+                        g.gl_pathv[i], pattern, r->n_out, r->n_out == 1 ? "" : "s");
+    }
+    globfree(&g);
+    return s;
+}
+
+st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res) {
+    memset(res, 0, sizeof *res);
+    if (!o || !o->inputs || o->n_inputs < 1 || !o->out)
+        return st_fail(ST_ERR_ARG, "st_tokens_tokenize: no input files or no output path");
+    if (o->shard_tokens < 0)
+        return st_fail(ST_ERR_ARG, "shard size %lld tokens; it must be at least 1",
+                       (long long)o->shard_tokens);
+    tk_run r = {.o = o, .status = ST_OK};
+    st_status s = ST_OK;
+    pthread_t *th = NULL;
+    int started = 0;
+    pthread_mutex_init(&r.lock, NULL);
+    if (!(r.sizes = calloc((size_t)o->n_inputs, sizeof *r.sizes)))
+        ST_GOTO(st_fail(ST_ERR_NOMEM, "out of memory"));
+    for (int i = 0; i < o->n_inputs; i++) { /* fail before writing anything */
+        const char *path = o->inputs[i] ? o->inputs[i] : "(null)";
+        FILE *in = o->inputs[i] ? fopen(path, "rb") : NULL;
+        if (!in)
+            ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot open: %s", path,
+                            o->inputs[i] ? strerror(errno) : "NULL path"));
+        struct stat sb;
+        r.sizes[i] = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
+        fclose(in);
+        if (r.sizes[i] < 0 && o->shard_tokens > 0)
+            ST_GOTO(st_fail(ST_ERR_ARG,
+                            "%s: not a regular file; shards need every input's size before they are written "
+                            "(tokenize it into one file, or save it to a file first)",
+                            path));
+        r.total = r.total < 0 || r.sizes[i] < 0 ? -1 : r.total + r.sizes[i];
+    }
+    if (o->shard_tokens > 0 && r.total == 0)
+        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
+                        o->inputs[0], o->n_inputs > 1 ? " ..." : "", o->n_inputs,
+                        o->n_inputs > 1 ? "s" : ""));
+    const int64_t shards = o->shard_tokens > 0 ? (r.total + o->shard_tokens - 1) / o->shard_tokens : 1;
+    if (shards > ST_TOKENS_MAX_SHARDS)
+        ST_GOTO(st_fail(ST_ERR_ARG,
+                        "%lld tokens in shards of %lld make %lld shards; at most %d are read as one stream: "
+                        "use larger shards",
+                        (long long)r.total, (long long)o->shard_tokens, (long long)shards,
+                        ST_TOKENS_MAX_SHARDS));
+    r.n_out = (int)shards;
+    if (!(r.out = calloc((size_t)r.n_out, sizeof *r.out)) ||
+        !(r.name = calloc((size_t)r.n_out, sizeof *r.name)))
+        ST_GOTO(st_fail(ST_ERR_NOMEM, "out of memory for %d shards", r.n_out));
+    for (int k = 0; k < r.n_out; k++)
+        if (o->shard_tokens > 0)
+            shard_name(o->out, k, r.name[k], sizeof r.name[k]);
+        else
+            snprintf(r.name[k], sizeof r.name[k], "%s", o->out);
+    if (o->shard_tokens > 0) {
+        shard_name(o->out, -1, res->pattern, sizeof res->pattern);
+        ST_GOTO(tk_strangers(&r, res->pattern));
+    } else {
+        snprintf(res->pattern, sizeof res->pattern, "%s", o->out);
+    }
+    int jobs = o->jobs < 1 ? 1 : o->jobs;
+    if (jobs > r.n_out) jobs = r.n_out;
+    if (!(th = calloc((size_t)jobs, sizeof *th))) ST_GOTO(st_fail(ST_ERR_NOMEM, "out of memory"));
+    for (; started < jobs - 1; started++) /* this thread is the last worker */
+        if (pthread_create(&th[started], NULL, tk_worker, &r) != 0) break;
+    tk_worker(&r);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    if (r.status != ST_OK) ST_GOTO(st_fail(r.status, "%s", r.msg));
+    /* every shard written and synced: only now does any replace its path */
+    for (int k = 0; k < r.n_out; k++) {
+        ST_GOTO(st_atomic_commit(&r.out[k].af));
+        res->count += r.out[k].count;
+    }
+    res->shards = r.n_out;
+fail:
+    for (int k = 0; r.out && k < r.n_out; k++)
+        out_abort(&r.out[k]);
+    free(th);
+    free(r.out);
+    free(r.name);
+    free(r.sizes);
+    pthread_mutex_destroy(&r.lock);
+    if (s != ST_OK) memset(res, 0, sizeof *res);
     return s;
 }
 
 st_status st_tokens_from_text(const char *const *text_paths, int n_paths, const char *out_path,
                               int64_t *count_out) {
-    if (count_out) *count_out = 0;
-    if (!text_paths || n_paths < 1 || !out_path)
-        return st_fail(ST_ERR_ARG, "st_tokens_from_text: no input files or no output path");
-    for (int i = 0; i < n_paths; i++) { /* fail before writing anything */
-        FILE *in = text_paths[i] ? fopen(text_paths[i], "rb") : NULL;
-        if (!in)
-            return st_fail(ST_ERR_IO, "%s: cannot open: %s", text_paths[i] ? text_paths[i] : "(null)",
-                           text_paths[i] ? strerror(errno) : "NULL path");
-        fclose(in);
-    }
-    tok_out o = {0};
-    FILE *in = NULL;
-    st_status s;
-    ST_GOTO(out_begin(&o, out_path, 2));
-    for (int i = 0; i < n_paths; i++) {
-        if (!(in = fopen(text_paths[i], "rb")))
-            ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot open: %s", text_paths[i], strerror(errno)));
-        uint8_t buf[16384];
-        uint32_t tok[16384];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
-            for (size_t j = 0; j < n; j++)
-                tok[j] = buf[j];
-            ST_GOTO(out_put(&o, tok, (int64_t)n));
-        }
-        if (ferror(in)) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read: %s", text_paths[i], strerror(errno)));
-        fclose(in);
-        in = NULL;
-    }
-    if (o.count == 0)
-        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
-                        text_paths[0], n_paths > 1 ? " ..." : "", n_paths, n_paths > 1 ? "s" : ""));
-    ST_GOTO(out_finish(&o, 256));
-    if (count_out) *count_out = o.count;
-    return ST_OK;
-fail:
-    if (in) fclose(in);
-    out_abort(&o);
+    const st_tokenize_opts o = {.inputs = text_paths, .n_inputs = n_paths, .out = out_path};
+    st_tokenize_result r;
+    st_status s = st_tokens_tokenize(&o, &r);
+    if (count_out) *count_out = r.count;
     return s;
 }

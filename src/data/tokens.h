@@ -6,9 +6,13 @@
  *   12 u32 token_bytes (2 or 4)       32  reserved, zero, to byte 64
  *   64 count tokens of token_bytes each.
  * The reader memory-maps the file (read-only, shared by every loader thread)
- * and checks the header against the file's exact size before use. Also here:
- * the byte-level tokenizer (every byte one token, vocabulary 256). Not here:
- * BPE tokenizers, or splitting into train and validation files. */
+ * and checks the header against the file's exact size before use. Several
+ * files (shards: a pattern such as data/train-*.tokens, or a folder of
+ * .tokens files) read as one stream, in name order, as for pre-training on
+ * a corpus written in parts. Also here: the byte-level tokenizer (every byte
+ * one token, vocabulary 256), which writes one file or shards, several at
+ * once. Not here: BPE tokenizers, or splitting into train and validation
+ * files. */
 #ifndef ST_DATA_TOKENS_H
 #define ST_DATA_TOKENS_H
 
@@ -22,11 +26,18 @@
 
 typedef struct st_tokens st_tokens;
 
-/* Map and validate `path`: magic, version, token width, the exact file size
- * (64 + count * token_bytes), vocab_size fitting the width. Tokens are not
- * scanned (see st_tokens_check_range). On success *out is a handle the caller
- * closes with st_tokens_close; on failure *out is NULL and the message names
- * the file. The file must not be truncated while mapped. */
+/* At most this many shards make one stream. */
+#define ST_TOKENS_MAX_SHARDS 100000
+
+/* Map and validate `path`: one token file, or, when it is a pattern
+ * (`*`, `?`, `[`: data/train-*.tokens) or a folder (its *.tokens), every file
+ * it names, sorted by name, as one stream (a sample may span two shards).
+ * Each file: magic, version, token width, the exact file size (64 + count *
+ * token_bytes), vocab_size fitting the width; every shard has the same
+ * vocab_size. Tokens are not scanned (see st_tokens_check_range). On success
+ * *out is a handle the caller closes with st_tokens_close; on failure *out is
+ * NULL and the message names the file (or the pattern that matched none).
+ * Files must not be truncated while mapped. */
 st_status st_tokens_open(const char *path, st_tokens **out);
 
 /* Unmap and free; accepts NULL. */
@@ -34,17 +45,23 @@ void st_tokens_close(st_tokens *t);
 
 int64_t st_tokens_count(const st_tokens *t);
 uint64_t st_tokens_vocab_size(const st_tokens *t);
-int st_tokens_token_bytes(const st_tokens *t); /* 2 or 4 */
+int st_tokens_token_bytes(const st_tokens *t); /* 2 or 4 (the widest shard's) */
+int st_tokens_shards(const st_tokens *t);
+const char *st_tokens_shard_path(const st_tokens *t, int k); /* NULL outside [0, shards) */
+int64_t st_tokens_shard_count(const st_tokens *t, int k);    /* tokens in shard k */
+int64_t st_tokens_bytes(const st_tokens *t);                 /* the files' sizes, headers included */
 
-/* Token i; i must be in [0, count) (out of range gives UINT32_MAX). */
+/* Token i of the stream; i must be in [0, count) (out of range gives UINT32_MAX). */
 uint32_t st_tokens_get(const st_tokens *t, int64_t i);
 
-/* Scan every token: ST_ERR_FORMAT naming the first position whose value is not
- * below vocab_size. One pass over the file; run it once when a dataset opens. */
+/* Scan every token: ST_ERR_FORMAT naming the file and the first position in it
+ * whose value is not below vocab_size. One pass over the files; run it once
+ * when a dataset opens. */
 st_status st_tokens_check_range(const st_tokens *t);
 
-/* Copy tokens [start, start + n) into dst (n int32s). ST_ERR_ARG when the range
- * is not inside [0, count); ST_ERR_FORMAT for a token above INT32_MAX. */
+/* Copy tokens [start, start + n) of the stream into dst (n int32s), across
+ * shards. ST_ERR_ARG when the range is not inside [0, count); ST_ERR_FORMAT
+ * for a token above INT32_MAX. */
 st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32_t *dst);
 
 /* Write `count` tokens (count >= 1, each < vocab_size) to `path` atomically:
@@ -53,10 +70,32 @@ st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32
  * The caller keeps ownership of tokens. */
 st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t count, uint64_t vocab_size);
 
-/* The byte-level tokenizer: every byte of the n_paths files, in order, becomes
- * one token (vocab_size 256), written to out_path atomically, streaming (the
- * input is never held in memory). *count_out (may be NULL) gets the token
- * count. An empty input is an error; so is a missing file, named. */
+/* The byte-level tokenizer: every byte of the inputs, in order, becomes one
+ * token (vocab_size 256), streaming (the input is never held in memory).
+ * shard_tokens 0: one file, `out`. shard_tokens S > 0: shards of S tokens (the
+ * last one shorter) named OUT-000000.tokens, OUT-000001.tokens, ... (`out`
+ * less a .tokens suffix), `jobs` of them written at once, which the pattern
+ * OUT-*.tokens reads back as the same stream; the inputs must then be regular
+ * files, and a file the pattern would also read is refused before anything is
+ * written. Every file is written to a temporary name and synced; only when
+ * all are does any replace its path, so a failure leaves the old files. An
+ * empty input is an error; so is a missing file, named. */
+typedef struct st_tokenize_opts {
+    const char *const *inputs;
+    int n_inputs;
+    const char *out;
+    int64_t shard_tokens; /* 0: one file */
+    int jobs;             /* shards written at once (threads); < 1: one */
+} st_tokenize_opts;
+typedef struct st_tokenize_result {
+    int64_t count;      /* tokens written */
+    int shards;         /* files written */
+    char pattern[4096]; /* what data.train names them by: the file, or OUT-*.tokens */
+} st_tokenize_result;
+st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res);
+
+/* st_tokens_tokenize into one file; *count_out (may be NULL) gets the token
+ * count. */
 st_status st_tokens_from_text(const char *const *text_paths, int n_paths, const char *out_path,
                               int64_t *count_out);
 

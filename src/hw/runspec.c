@@ -2,14 +2,18 @@
 #include "runspec.h"
 
 #include <string.h>
-#include <sys/stat.h>
 
 #include "data/dataset.h"
 #include "data/tokens.h"
 
-static int64_t file_size(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+/* The bytes of a token file or of its shards (mapped, so counted in host
+ * memory); 0 when it cannot be opened (planning without the data). */
+static int64_t tokens_bytes(const char *spec) {
+    st_tokens *t;
+    if (!spec[0] || st_tokens_open(spec, &t) != ST_OK) return 0;
+    const int64_t b = st_tokens_bytes(t);
+    st_tokens_close(t);
+    return b;
 }
 
 st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
@@ -33,7 +37,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.seq_len = cfg->model.block_size;
         in->seq_len = mi.seq_len;
         in->sample_in_bytes = in->sample_out_bytes = 4 * mi.seq_len;
-        in->data_bytes = file_size(cfg->data.train) + (in->has_eval ? file_size(cfg->data.val) : 0);
+        in->data_bytes = tokens_bytes(cfg->data.train) + (in->has_eval ? tokens_bytes(cfg->data.val) : 0);
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_images(cfg->data.train, cfg->data.train_labels, &d));

@@ -93,6 +93,7 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     cJSON_AddNumberToObject(smp, "epoch", (double)st->pos.epoch);
     cJSON_AddNumberToObject(smp, "step", (double)st->pos.step);
     cJSON_AddNumberToObject(smp, "micro", (double)st->pos.micro);
+    if (st->samples > 0) cJSON_AddNumberToObject(smp, "samples", (double)st->samples);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(root, "seed", seed);
@@ -569,7 +570,15 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
                     "%s: step, sampler, seed or files missing or malformed (damaged checkpoint)", path);
         goto done;
     }
-    state->seed = strtoull(seed->valuestring, NULL, 10);
+    if (!get_int(smp, "samples", &state->samples)) state->samples = -1; /* written before it was recorded */
+    char *end;
+    errno = 0;
+    state->seed = strtoull(seed->valuestring, &end, 10);
+    if (!seed->valuestring[0] || *end || errno || seed->valuestring[0] == '-') {
+        s = st_fail(ST_ERR_FORMAT, "%s: seed \"%.40s\" is not a whole number (damaged checkpoint)", path,
+                    seed->valuestring);
+        goto done;
+    }
     state->loss_scale = 0;
     state->scale_good_steps = state->skipped_steps = 0;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");

@@ -37,6 +37,7 @@ typedef struct st_ckpt_state {
     uint64_t seed;      /* train.seed of the run that wrote it */
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
     int64_t run_steps;  /* train.steps of that run, as resolved (its config); -1 when not recorded */
+    int64_t samples;    /* samples in that run's training data; -1 when not recorded */
     /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
     double loss_scale;
     int64_t scale_good_steps, skipped_steps;

@@ -470,6 +470,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double pending_stall = 0;      /* the step loop's time on it so far */
     ck.seed = seed;
     ck.batch_size = c->train.batch_size;
+    ck.samples = ses->train.n;
     /* Ranks read the checkpoint at their own pace: their waits for one
      * another have the checkpoint's limit until they agree on the step. */
     if (opts->resume && dist)
@@ -497,6 +498,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                         "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            if (ck.samples >= 0 && ck.samples != ses->train.n && log)
+                fprintf(
+                    log,
+                    "resume: warning: data.train (%s) holds %lld samples; the run that wrote the checkpoint "
+                    "had %lld: the data changed (shards added or removed?), so this epoch's order differs "
+                    "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
+                    c->data.train, (long long)ses->train.n, (long long)ck.samples);
+            ck.samples = ses->train.n;
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
                 sc.scale = (float)ck.loss_scale;
                 sc.good_steps = ck.scale_good_steps;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# End to end: a text tokenized into shards by two threads reads back, through
+# the shards' pattern and their folder, as the same stream as the one-file
+# tokenize: `data inspect`, `plan`, `check`'s data line and a training run
+# (loss and weights to the bit) all see the same data; a second tokenize with
+# fewer shards is refused before it writes, and the shards stay whole.
+set -euo pipefail
+build=${1:-build}
+bin=$build/scaletrain
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 600); do echo "shard $i of a corpus written in parts $((i * 11 % 17))"; done >"$tmp/a.txt"
+for i in $(seq 1 300); do echo "and a second file, line $i"; done >"$tmp/b.txt"
+mkdir "$tmp/shards"
+"$bin" data tokenize "$tmp/one.tokens" "$tmp/a.txt" "$tmp/b.txt"
+"$bin" data tokenize "$tmp/shards/corpus.tokens" "$tmp/a.txt" "$tmp/b.txt" --shard-tokens 4096 --jobs 2 |
+    tee "$tmp/tok.txt"
+bytes=$(($(stat -c %s "$tmp/a.txt") + $(stat -c %s "$tmp/b.txt")))
+shards=$(((bytes + 4095) / 4096))
+grep -q "$bytes tokens in $shards shards of up to 4096" "$tmp/tok.txt"
+[ "$(ls "$tmp/shards" | wc -l)" -eq "$shards" ]
+# the shards' tokens, header by header, are the one file's
+/usr/bin/python3 - "$tmp/one.tokens" "$tmp"/shards/corpus-*.tokens <<'PY'
+import struct, sys
+def payload(p):
+    b = open(p, "rb").read()
+    assert b[:8] == b"STTOKENS", p
+    count, vocab = struct.unpack_from("<QQ", b, 16)
+    assert len(b) == 64 + 2 * count and vocab == 256, p
+    return b[64:]
+one, parts = payload(sys.argv[1]), [payload(p) for p in sys.argv[2:]]
+assert all(len(p) == 2 * 4096 for p in parts[:-1]), [len(p) for p in parts]
+assert b"".join(parts) == one, "the shards differ from the one file"
+print("shards ok:", len(parts), "files,", len(one) // 2, "tokens")
+PY
+pat="$tmp/shards/corpus-*.tokens"
+"$bin" data inspect "$pat" | tee "$tmp/inspect.txt"
+grep -q "$shards token files read as one stream, $bytes tokens, vocabulary 256" "$tmp/inspect.txt"
+grep -q "every token is below the vocabulary size" "$tmp/inspect.txt"
+"$bin" data inspect "$tmp/shards" | grep -q "$shards token files read as one stream"
+gpt=(--set model.type=gpt --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2
+    --set model.block_size=64 --set data.type=tokens --set train.batch_size=8 --set train.steps=20
+    --set train.eval_every=10 --set log.progress=off)
+"$bin" plan "${gpt[@]}" --set data.train="$pat" --set data.val="$tmp/shards" | grep -q "^local "
+"$bin" check "${gpt[@]}" --set data.train="$pat" --set data.val="$tmp/shards" >"$tmp/check.txt" || true
+grep -Eq "^ *ok +data +.*corpus-\*\.tokens: [0-9]+ samples of 64 tokens, vocabulary 256" "$tmp/check.txt"
+grep -Eq "^ *ok +val data +.*shards: [0-9]+ samples" "$tmp/check.txt"
+for d in one shards; do
+    spec="$tmp/one.tokens"
+    [ $d = shards ] && spec="$pat"
+    "$bin" train "${gpt[@]}" --set data.train="$spec" --set data.val="$spec" --set train.out_dir="$tmp/run-$d" \
+        --json | tail -n 1 >"$tmp/$d.json"
+done
+/usr/bin/python3 - "$tmp/one.json" "$tmp/shards.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for k in ("loss", "train_loss", "first_loss", "steps"):
+    assert a[k] == b[k], (k, a[k], b[k])
+print("same run on the shards: loss", a["loss"])
+PY
+cmp "$tmp/run-one/model.safetensors" "$tmp/run-shards/model.safetensors"
+# a run resumed on changed data is told so (its sampler counts samples of the stream)
+"$bin" train "${gpt[@]}" --set data.train="$pat" --set data.val= --set train.eval_every=0 --set train.steps=10 \
+    --set train.checkpoint_every=5 --set train.out_dir="$tmp/run-resume" >/dev/null
+grep -q '"samples":' "$tmp/run-resume/ckpt/step-10/state.json"
+last=$(ls "$tmp"/shards/corpus-*.tokens | tail -n 1)
+mv "$last" "$tmp/last.tokens"
+"$bin" train "${gpt[@]}" --set data.train="$pat" --set data.val= --set train.eval_every=0 --set train.steps=15 \
+    --set train.out_dir="$tmp/run-resume" --resume auto >"$tmp/resume.txt" 2>&1
+grep -q "resume: warning: data.train (.*) holds [0-9]* samples; the run that wrote the checkpoint had [0-9]*" \
+    "$tmp/resume.txt"
+mv "$tmp/last.tokens" "$last"
+# fewer, larger shards would leave old ones in the pattern: refused, nothing written
+before=$(md5sum "$tmp"/shards/* | md5sum)
+if "$bin" data tokenize "$tmp/shards/corpus.tokens" "$tmp/a.txt" --shard-tokens 100000 2>"$tmp/err.txt"; then
+    echo "a tokenize that leaves stale shards in the pattern was accepted"
+    exit 1
+fi
+grep -q "corpus-000001.tokens exists, and training on the pattern .*corpus-\*.tokens would read it" "$tmp/err.txt"
+[ "$(md5sum "$tmp"/shards/* | md5sum)" = "$before" ]
+[ -z "$(find "$tmp/shards" -name '*.tmp.*')" ]
+# a pattern that names nothing
+if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
+grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"
+echo "token shards e2e ok"
