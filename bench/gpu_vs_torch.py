@@ -22,7 +22,11 @@ with model.fused_head=off and with model.fused_gelu=off, and a note gives
 each one's step time and peak GPU memory against the run without (and, for
 selective, whether the final loss is the same: to the bit where the GELU is
 its own layer, within roundings where forward fuses it, which selective does
-not; for the plain head and the GELU layer, how far it is).
+not; for the plain head and the GELU layer, how far it is). With --profile
+it runs again with the profiler trace over two steps after the warm-up and
+notes where the step went on the GPU (bench/trace_summary.py: each stream's
+busy share, the layer kinds' GPU time per step); with --out the trace and
+its table are written beside the Markdown (gpt2_trace.json, gpt2_trace.md).
 Not here: convergence (random data), more than one GPU, writing
 bench/RESULTS.md (copy the table there).
 """
@@ -237,6 +241,22 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
             f"memory {mib(mem)} MiB against {mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved")
     if key == "offload":
         return note + f"; optimizer state {mib(r['j']['optim_state_bytes'])} MiB on the host)"
+    if key == "profile":  # where the step went: the GPU's own timeline (bench/trace_summary.py)
+        trace = os.path.join(tmp, f"run-{model}-{key}", "trace.json")
+        if not os.path.exists(trace):
+            return f"{model} profiled: no trace.json was written"
+        import trace_summary
+        r = trace_summary.summarize(trace)
+        kept = ""
+        if a.out:
+            kept = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"{model}_trace.json")
+            os.makedirs(os.path.dirname(kept), exist_ok=True)
+            shutil.copyfile(trace, kept)
+            with open(os.path.join(os.path.dirname(kept), f"{model}_trace.md"), "w") as f:
+                f.write(trace_summary.markdown(r) + "\n")
+        return (f"{model} profiled (steps {PROFILE_STEPS[0] + WARMUP}-{PROFILE_STEPS[1] + WARMUP}, "
+                f"{ms:.1f} ms/step with the trace's events): " + trace_summary.one_line(r) +
+                (f"; the trace and its table: {kept}, {model}_trace.md" if kept else ""))
     if key in ("plain_head", "gelu_layer") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
@@ -253,7 +273,11 @@ def fused_gelu_forward(st):
     return st["j"].get("fused_gelu_fwd", 0) > 0
 
 
+PROFILE_STEPS = (2, 3)  # after the warm-up steps
+
 VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
+    "profile": (["log.trace=true", f"log.trace_steps=[{PROFILE_STEPS[0] + WARMUP},{PROFILE_STEPS[1] + WARMUP}]"],
+                "the profiler trace (--profile: the GPU's own timeline, per stream)"),
     "gelu_layer": (["model.fused_gelu=off"],
                    "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
     "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
@@ -448,6 +472,10 @@ def main():
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "
                         "capability 9.0)")
+    p.add_argument("--profile", action="store_true",
+                   help="also run scaletrain's gpt2 with --profile over two steps after the warm-up and note "
+                        "where its step went (bench/trace_summary.py: each GPU stream's busy share, the layer "
+                        "kinds' GPU time); with --out, the trace and its table beside it")
     p.add_argument("--out", help="also write the machine lines, the notes and the table as Markdown here")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]

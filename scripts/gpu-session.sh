@@ -9,8 +9,8 @@
 # small cases only), the default training run on the GPU in fp32 and bf16
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
 # rank), and print a summary table last. Logs go to $OUT (the
-# device tool brings back at most 8 files): session.log (everything, in order), summary.txt and
-# logs.tar.gz (one log per step).
+# device tool brings back at most 8 files): session.log (everything, in order), summary.txt,
+# logs.tar.gz (one log per step), and the benchmark's gpu_bench.md, gpt2_trace.json and gpt2_trace.md.
 #
 # Every step runs under `timeout`, its failure is reported and the session
 # goes on where that makes sense; the whole session keeps inside BUDGET_S so
@@ -24,10 +24,13 @@
 #
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
-# --offload, --selective, --plain-head and --gelu-layer: gpt2 again with
-# optim.offload, with selective activation checkpointing, with
-# model.fused_head=off (the logits kept) and with model.fused_gelu=off (GELU
-# as its own kernels: what the epilogue fusion saves), each against its run
+# --profile, --gelu-layer, --offload, --selective and --plain-head, in that
+# order while the budget lasts: gpt2 again with the profiler trace (where
+# the step went on the GPU, per stream and layer kind: gpt2_trace.json and
+# gpt2_trace.md beside gpu_bench.md, bench/trace_summary.py), with
+# model.fused_gelu=off (GELU as its own kernels: what the epilogue fusion
+# saves), with optim.offload, with selective activation checkpointing and
+# with model.fused_head=off (the logits kept), each against its run
 # without), with the
 # `python3` that imports torch; its table goes into summary.txt and
 # gpu_bench.md. GPU_BENCH says when: auto (the default) runs it after the
@@ -193,7 +196,7 @@ gpu_bench() {
     else
         # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
         step gpu-bench "$left" python3 bench/gpu_vs_torch.py --build "$1" --budget $((left - 10)) \
-            --out "$OUT/gpu_bench.md" --offload --selective --plain-head --gelu-layer $BENCH_ARGS
+            --out "$OUT/gpu_bench.md" --profile --gelu-layer --offload --selective --plain-head $BENCH_ARGS
     fi
 }
 built=
@@ -275,7 +278,7 @@ fi
     fi
     if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
         echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"
-        grep -h '^- [a-z0-9]*: \|^|' "$LOGDIR/gpu-bench.log" | grep . || tail -n 5 "$LOGDIR/gpu-bench.log"
+        grep -h '^- [a-z0-9]*[: ]\|^|' "$LOGDIR/gpu-bench.log" | grep . || tail -n 5 "$LOGDIR/gpu-bench.log"
     fi
     echo "$failed step(s) failed"
 } | tee "$OUT/summary.txt" | tee -a "$SESSION_LOG"

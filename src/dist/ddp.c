@@ -313,7 +313,22 @@ static uint16_t *half_at(const st_ddp *d, const st_ddp_bucket *b, int64_t i) {
     return d->grads == ST_DDP_GRADS_STAGED ? d->half + b->stage + (i - b->offset) : d->half + i;
 }
 
+static st_status start_collectives(st_ddp *d, st_ddp_bucket *b);
+
+/* The bucket's collectives, and their span on the GPU's timeline in the
+ * profiler trace (NCCL's run on the device's communication stream): from
+ * the compute stream's point where the bucket is ready to the end of the
+ * collectives on the communication stream. */
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
+    const bool device = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
+    const int32_t span = device ? st_trace_gpu_begin(d->trace, ST_TRACE_STREAM_COMPUTE) : -1;
+    st_status s = start_collectives(d, b);
+    if (s == ST_OK)
+        st_trace_gpu_end(d->trace, span, ST_TRACE_STREAM_COMM, ST_TRACE_TID_GPU_COMM, "comm", b->name);
+    return s;
+}
+
+static st_status start_collectives(st_ddp *d, st_ddp_bucket *b) {
     if (d->grads == ST_DDP_GRADS_STAGED && !b->prepared)
         return st_fail(ST_ERR_INTERNAL, "%s started before its staging was zeroed", b->name);
     b->mark = st_trace_begin_async(d->trace, ST_TRACE_TID_BUCKET + (int)(b - d->b), "comm", b->name);

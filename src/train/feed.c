@@ -9,6 +9,7 @@
  * read it), and t0, t1 (timing, on the compute stream around its wait for
  * `copied`). */
 #include "feed.h"
+#include "trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ struct st_feed {
     st_batch *slot[NBUF];      /* the slot copied into buffer i and not given back yet */
     void *dx[NBUF], *dy[NBUF]; /* buffer 0 is the tensors' own memory */
     bool used_recorded[NBUF], stall_pending[NBUF];
+    struct st_trace *trace; /* the profiler trace, for the copies' spans */
 #ifdef ST_HAVE_CUDA
     st_cuda_event *copied[NBUF], *used[NBUF], *t0[NBUF], *t1[NBUF];
 #endif
@@ -176,9 +178,11 @@ static st_status take_ahead(st_feed *f, bool blocking, double *host_wait) {
     f->slot[i] = b;
     if (host_wait) *host_wait += b->wait_s;
     if (f->used_recorded[i]) ST_TRY(st_cuda_stream_wait_event(f->dev, ST_CUDA_STREAM_COPY, f->used[i]));
+    const int32_t span = st_trace_gpu_begin(f->trace, ST_TRACE_STREAM_COPY);
     ST_TRY(st_cuda_memcpy_async(f->dev, f->dx[i], b->x ? (void *)b->x : (void *)b->xi, f->x_nbytes,
                                 ST_CUDA_STREAM_COPY));
     ST_TRY(st_cuda_memcpy_async(f->dev, f->dy[i], b->y, f->y_nbytes, ST_CUDA_STREAM_COPY));
+    st_trace_gpu_end(f->trace, span, ST_TRACE_STREAM_COPY, ST_TRACE_TID_GPU_COPY, "data", "batch copy");
     ST_TRY(st_cuda_event_record(f->dev, f->copied[i], ST_CUDA_STREAM_COPY));
     f->ahead = b;
     return ST_OK;
@@ -338,4 +342,8 @@ void st_feed_free(st_feed *f) {
     st_loader_free(f->ld); /* gives the ring back through ring_free: before the table goes */
     free(f->pins);
     free(f);
+}
+
+void st_feed_set_trace(st_feed *f, struct st_trace *t) {
+    if (f) f->trace = t;
 }

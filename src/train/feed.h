@@ -66,6 +66,11 @@ st_sampler_pos st_feed_position(const st_feed *f);
  * worked); *why, when not pinned on a device, says why (else ""). */
 bool st_feed_pinned(const st_feed *f, const char **why);
 
+/* Time the batch copies on the device's copy stream in t's window (the
+ * profiler trace's GPU timeline); t NULL: not. */
+struct st_trace;
+void st_feed_set_trace(st_feed *f, struct st_trace *t);
+
 /* Wait for the copies in flight, point x and y back at their own memory,
  * free the loader. Accepts NULL. */
 void st_feed_free(st_feed *f);

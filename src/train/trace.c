@@ -9,6 +9,13 @@
 
 #include "core/atomic_file.h"
 #include "session.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+_Static_assert(ST_TRACE_STREAM_COMPUTE == (int)ST_CUDA_STREAM_COMPUTE &&
+                   ST_TRACE_STREAM_COMM == (int)ST_CUDA_STREAM_COMM &&
+                   ST_TRACE_STREAM_COPY == (int)ST_CUDA_STREAM_COPY,
+               "trace.h's stream numbers are st_cuda_stream_id's");
+#endif
 
 #ifdef ST_HAVE_CUDA
 #include <nvtx3/nvToolsExt.h> /* header-only NVTX3: nothing to link */
@@ -83,17 +90,131 @@ st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
     t->ev = malloc((size_t)t->cap * sizeof *t->ev);
     if (!t->ev) return st_fail(ST_ERR_NOMEM, "out of memory for the profiler trace");
     t->t0 = st_now();
+    t->anchor = t->node_gpu = -1;
     return ST_OK;
 }
 
 void st_trace_free(st_trace *t) {
     if (!t) return;
+#ifdef ST_HAVE_CUDA
+    for (int32_t i = 0; i < t->cap_gev; i++)
+        st_cuda_event_free(t->gev[i]);
+#endif
+    free(t->gev);
+    free(t->span);
     free(t->ev);
     memset(t, 0, sizeof *t);
 }
 
+void st_trace_set_device(st_trace *t, st_device *dev) {
+#ifdef ST_HAVE_CUDA
+    if (t) t->dev = dev;
+#else
+    (void)t, (void)dev;
+#endif
+}
+
+/* Record the next timing event on stream s: its index, or -1 (none left, or
+ * CUDA refused: the span is dropped and counted, the run goes on). */
+static int32_t gpu_record(st_trace *t, int stream) {
+#ifdef ST_HAVE_CUDA
+    if (t->n_gev == t->cap_gev) {
+        if (t->cap_gev >= ST_TRACE_MAX_GPU_EVENTS) return -1;
+        const int32_t cap = t->cap_gev ? 2 * t->cap_gev : 1024;
+        struct st_cuda_event **g = realloc(t->gev, (size_t)cap * sizeof *g);
+        if (!g) return -1;
+        t->gev = g;
+        for (; t->cap_gev < cap; t->cap_gev++)
+            if (st_cuda_event_create(t->dev, true, &t->gev[t->cap_gev]) != ST_OK) return -1;
+    }
+    if (st_cuda_event_record(t->dev, t->gev[t->n_gev], (st_cuda_stream_id)stream) != ST_OK) return -1;
+    return t->n_gev++;
+#else
+    (void)t, (void)stream;
+    return -1;
+#endif
+}
+
 void st_trace_step(st_trace *t, int64_t step) {
-    if (t) t->on = !t->written && step >= t->first && step <= t->last;
+    if (!t) return;
+    t->on = !t->written && step >= t->first && step <= t->last;
+#ifdef ST_HAVE_CUDA
+    if (t->on && t->dev && t->anchor < 0) { /* the device's clock against the host's, once */
+        t->anchor = gpu_record(t, ST_TRACE_STREAM_COMPUTE);
+        if (t->anchor >= 0 && st_cuda_event_sync(t->dev, t->gev[t->anchor]) != ST_OK) t->anchor = -1;
+        t->anchor_t = st_now();
+        if (t->anchor < 0) t->dev = NULL; /* no timeline rather than a wrong one */
+    }
+#endif
+}
+
+int32_t st_trace_gpu_begin(st_trace *t, int stream) {
+    if (!t || !t->on || !t->dev || t->anchor < 0) return -1;
+    const int32_t i = gpu_record(t, stream);
+    if (i < 0) t->gpu_dropped++;
+    return i;
+}
+
+void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name) {
+    if (!t || begin < 0 || !t->dev) return;
+    const int32_t end = gpu_record(t, stream);
+    if (end < 0 || (t->n_span == t->cap_span && t->cap_span >= ST_TRACE_MAX_GPU_EVENTS)) {
+        t->gpu_dropped++;
+        return;
+    }
+    if (t->n_span == t->cap_span) {
+        const int64_t cap = t->cap_span ? 2 * t->cap_span : 512;
+        st_trace_gpu_span *sp = realloc(t->span, (size_t)cap * sizeof *sp);
+        if (!sp) {
+            t->gpu_dropped++;
+            return;
+        }
+        t->span = sp;
+        t->cap_span = cap;
+    }
+    st_trace_gpu_span *sp = &t->span[t->n_span++];
+    memset(sp, 0, sizeof *sp);
+    sp->begin = begin;
+    sp->end = end;
+    sp->tid = tid;
+    snprintf(sp->cat, sizeof sp->cat, "%s", cat);
+    snprintf(sp->name, sizeof sp->name, "%s", name);
+}
+
+/* The spans as events on the host's clock: wait for the last event, then
+ * read each one's time from the anchor. A stream runs its work in order, so
+ * a span on the communication or copy stream starts no earlier than the one
+ * before it on that stream ended. */
+static void gpu_resolve(st_trace *t) {
+#ifdef ST_HAVE_CUDA
+    if (!t->dev || t->anchor < 0 || t->n_span == 0) return;
+    st_cuda_event *anchor = t->gev[t->anchor];
+    bool ok = true;
+    for (int32_t i = 0; i < t->n_gev && ok; i++) /* every stream's last event */
+        ok = st_cuda_event_sync(t->dev, t->gev[i]) == ST_OK;
+    double prev_end[3] = {0, 0, 0};
+    const bool was_on = t->on;
+    t->on = true; /* the spans belong to the window, whenever they are read */
+    for (int64_t k = 0; k < t->n_span && ok; k++) {
+        const st_trace_gpu_span *sp = &t->span[k];
+        double b = 0, e = 0;
+        ok = st_cuda_event_elapsed(t->dev, anchor, t->gev[sp->begin], &b) == ST_OK &&
+             st_cuda_event_elapsed(t->dev, anchor, t->gev[sp->end], &e) == ST_OK;
+        const int lane = sp->tid - ST_TRACE_TID_GPU;
+        if (lane >= 0 && lane < 3) {
+            if (b < prev_end[lane]) b = prev_end[lane];
+            if (e > prev_end[lane]) prev_end[lane] = e;
+        }
+        if (ok) st_trace_add(t, sp->tid, sp->cat, sp->name, t->anchor_t + b, t->anchor_t + (e > b ? e : b));
+    }
+    if (!ok) t->gpu_dropped += t->n_span;
+    t->on = was_on;
+    t->n_span = 0;
+    t->n_gev = 0;
+    t->anchor = -1;
+#else
+    (void)t;
+#endif
 }
 
 void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end) {
@@ -128,10 +249,13 @@ void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {
     st_trace_mark m = {.tid = ST_TRACE_TID_STEP, .cat = backward ? "backward" : "forward", .name = name};
     if (!end) {
         t->node_t0 = st_trace_begin(t, m.tid, m.cat, name).t0;
+        t->node_gpu = st_trace_gpu_begin(t, ST_TRACE_STREAM_COMPUTE);
         return;
     }
     m.t0 = t->node_t0;
     st_trace_end(t, &m);
+    st_trace_gpu_end(t, t->node_gpu, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, m.cat, name);
+    t->node_gpu = -1;
 }
 
 static void put_escaped(FILE *f, const char *s) {
@@ -172,9 +296,16 @@ static st_status write_json(const char *out_dir, const st_trace *t, const st_tra
                 r, r);
         thread_name(f, r, ST_TRACE_TID_STEP, "step loop", 0);
         int max_tid = -1;
+        bool gpu_named[3] = {false, false, false};
+        static const char *const gpu_names[3] = {"GPU: compute stream", "GPU: communication stream",
+                                                 "GPU: copy stream"};
         for (int64_t i = 0; i < counts[r]; i++) {
             const st_trace_event *e = &ev[r * stride + i];
-            if (e->tid >= ST_TRACE_TID_BUCKET && e->tid > max_tid) {
+            const int lane = e->tid - ST_TRACE_TID_GPU;
+            if (lane >= 0 && lane < 3 && !gpu_named[lane]) {
+                thread_name(f, r, e->tid, gpu_names[lane], e->tid);
+                gpu_named[lane] = true;
+            } else if (e->tid >= ST_TRACE_TID_BUCKET && e->tid < ST_TRACE_TID_GPU && e->tid > max_tid) {
                 char nm[64];
                 for (int b = max_tid < ST_TRACE_TID_BUCKET ? ST_TRACE_TID_BUCKET : max_tid + 1; b <= e->tid; b++) {
                     snprintf(nm, sizeof nm, "all-reduce: grad bucket %d", b - ST_TRACE_TID_BUCKET);
@@ -199,12 +330,13 @@ static st_status write_json(const char *out_dir, const st_trace *t, const st_tra
 }
 
 st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool write) {
+    gpu_resolve(t);
     const int world = st_comm_size(comm);
     int64_t *counts = malloc((size_t)world * 2 * sizeof *counts);
     st_trace_event *all = NULL;
     st_status s;
     if (!counts) return st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
-    int64_t mine[2] = {t->n, t->dropped};
+    int64_t mine[2] = {t->n, t->dropped + t->gpu_dropped};
     st_comm_req *req = NULL;
     ST_GOTO(st_comm_all_gather(comm, mine, counts, 2, ST_COMM_I64, "trace counts", &req));
     ST_GOTO(st_comm_wait(&req));

@@ -18,8 +18,17 @@
  * ranges for the bucket all-reduces that overlap backward, coloured by
  * category. Those are emitted on every step, traced or not, so `nsys profile`
  * of any run shows the phases; without a tool attached NVTX costs a branch.
- * A CUDA=0 build compiles them out. Not here: loader worker threads and CUDA
- * streams. */
+ * A CUDA=0 build compiles them out.
+ *
+ * On a CUDA device (st_trace_set_device) the window also has the GPU's own
+ * timeline, one track per stream: tid 2000 the compute stream (each layer's
+ * forward and backward kernels, the optimizer), 2001 the communication stream
+ * (each bucket's collectives, from when its gradients were ready or the
+ * stream was free, whichever came later, to their end), 2002 the copy stream
+ * (batch copies). Timing events recorded around them on those streams are
+ * read once, when the trace is written; their times are placed on the host's
+ * clock by an anchor event that the host waited for as the window began.
+ * Not here: loader worker threads. */
 #ifndef ST_TRAIN_TRACE_H
 #define ST_TRAIN_TRACE_H
 
@@ -33,6 +42,22 @@
 #define ST_TRACE_MAX_EVENTS (1 << 17)
 #define ST_TRACE_TID_STEP 0
 #define ST_TRACE_TID_BUCKET 1000 /* + bucket index */
+#define ST_TRACE_TID_GPU 2000    /* the device's compute stream */
+#define ST_TRACE_TID_GPU_COMM 2001 /* its communication stream */
+#define ST_TRACE_TID_GPU_COPY 2002 /* its copy stream */
+#define ST_TRACE_MAX_GPU_EVENTS (1 << 16)
+/* The device's streams, as src/cuda/cuda.h's st_cuda_stream_id numbers them
+ * (a CPU build has no such header). */
+enum { ST_TRACE_STREAM_COMPUTE = 0, ST_TRACE_STREAM_COMM = 1, ST_TRACE_STREAM_COPY = 2 };
+
+struct st_cuda_event;
+
+/* A span on a device stream, its ends timing events (indices into gev). */
+typedef struct st_trace_gpu_span {
+    int32_t begin, end, tid;
+    char cat[12];
+    char name[92];
+} st_trace_gpu_span;
 
 /* One event as it travels to rank 0: fixed size, no pointers. */
 typedef struct st_trace_event {
@@ -51,6 +76,15 @@ typedef struct st_trace {
     st_trace_event *ev;
     int64_t n, cap, dropped;
     double node_t0; /* when the running node began */
+    /* the device's timeline (CUDA builds; dev NULL: none) */
+    st_device *dev;
+    struct st_cuda_event **gev; /* timing events, reused each window: n_gev recorded, cap_gev created */
+    int32_t n_gev, cap_gev;
+    st_trace_gpu_span *span;
+    int64_t n_span, cap_span, gpu_dropped;
+    int32_t anchor;   /* gev index of the anchor; -1 before the window */
+    double anchor_t;  /* st_now() when the host saw the anchor complete */
+    int32_t node_gpu; /* the running node's begin event, -1: none */
 } st_trace;
 
 /* Start recording for steps first..last (1 <= first <= last) on `rank`; t0 is
@@ -58,8 +92,20 @@ typedef struct st_trace {
 st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank);
 void st_trace_free(st_trace *t); /* accepts a zeroed st_trace */
 
-/* Enter `step` (1-based): recording is on inside the window. */
+/* Enter `step` (1-based): recording is on inside the window. On a device,
+ * the first step of the window records the anchor and waits for it (the one
+ * host wait the GPU timeline costs). */
 void st_trace_step(st_trace *t, int64_t step);
+
+/* Time dev's streams too (CUDA builds; NULL or a CPU build: nothing). */
+void st_trace_set_device(st_trace *t, st_device *dev);
+/* A span on device stream `stream` (an st_cuda_stream_id): begin records an
+ * event there and returns its handle (-1 when the window is off or there is
+ * no device); end records one on `stream` and keeps the span for track tid.
+ * The begin and end may be on different streams (a collective's span begins
+ * on the compute stream, where its input is made). */
+int32_t st_trace_gpu_begin(st_trace *t, int stream);
+void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name);
 
 /* A phase begun and not yet ended; `name` must stay valid until the end. */
 typedef struct st_trace_mark {

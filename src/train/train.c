@@ -568,6 +568,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, tsteps[0], tsteps[1], ses->rank));
         trace = &tr;
+        st_trace_set_device(trace, dev); /* the GPU's streams as tracks of their own */
         mg.g.node_hook = st_trace_node;
         mg.g.node_hook_ctx = trace;
         dd.ddp.trace = trace;
@@ -596,6 +597,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (s == ST_ERR_CONFIG) st_fail_context(s, "data.augment_crop_pad, data.augment_flip: ");
         goto fail;
     }
+    st_feed_set_trace(feed, trace);
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
@@ -678,6 +680,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             last_loss = read_n > 0 ? step_loss / (double)read_n : last_loss;
         }
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
+        const int32_t optim_span = st_trace_gpu_begin(trace, ST_TRACE_STREAM_COMPUTE);
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
         ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
@@ -697,6 +700,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(st_optim_update(&opt, &m->params, lr));
         }
         ST_GOTO(st_dist_step_end(&dd)); /* (ZeRO: the weights all-gathered) */
+        st_trace_gpu_end(trace, optim_span, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, "optim", "optimizer");
         st_trace_end(trace, &mark);
         const double dt_step = st_now() - t0;
         step_times[(step - start) % times_kept] = dt_step;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The profiler trace's GPU timeline (docs/formats.md, "Profiler trace"), on
+# the CUDA emulator (make emu): `--profile 2-3` of a small gpt on one
+# emulated GPU, and on two through NCCL with small gradient buckets. Besides
+# the host's tracks, each rank's trace.json has one track per device stream,
+# named: the compute stream with one span per layer pass the host's track
+# shows (the same category and name: every forward and backward of steps 2
+# and 3) and one optimizer span per step; the copy stream with one batch
+# copy per micro-step; on 2 ranks the communication stream with one span per
+# gradient bucket per step (as many as the host's bucket tracks hold). Every
+# span has ts, dur >= 0, starts no earlier than the host queued it (less a
+# millisecond for the anchor's reading), and a stream's spans follow one
+# another (a stream runs its work in order). On the emulator the times are
+# its own (streams run late, one at a time); a GPU session checks them on a
+# device (scripts/gpu-session.sh).
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_emu
+e2e_need_mpirun
+e2e_tmpdir
+e2e_mpi 180
+for i in $(seq 1 300); do echo "a small corpus for the profiler, line $i"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/text.tokens" "$tmp/text.txt" >/dev/null
+gpt=(--set model.type=gpt --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32
+    --set data.type=tokens --set data.train="$tmp/text.tokens" --set data.val= --set train.steps=4
+    --set train.device=cuda --set log.progress=off --profile 2-3)
+
+check() { # FILE RANKS MICRO_STEPS_PER_STEP
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+from collections import Counter
+path, ranks, micro = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = json.load(open(path))
+ev = d["traceEvents"]
+X = [e for e in ev if e.get("ph") == "X"]
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+bad = []
+def check(cond, what):
+    if not cond: bad.append(what)
+check(d["otherData"]["dropped_events"] == 0, "no event dropped")
+for r in range(ranks):
+    mine = [e for e in X if e["pid"] == r]
+    gpu = {t: sorted((e for e in mine if e["tid"] == t), key=lambda e: e["ts"]) for t in (2000, 2001, 2002)}
+    want = {2000: "GPU: compute stream", 2002: "GPU: copy stream"}
+    if ranks > 1: want[2001] = "GPU: communication stream"
+    for t, n in want.items():
+        check(names.get((r, t)) == n, f"rank {r}: track {t} named {n!r}, got {names.get((r, t))!r}")
+    host_layers = Counter((e["cat"], e["name"]) for e in mine if e["tid"] == 0 and e["cat"] in ("forward", "backward")
+                          and "(" in e["name"])
+    gpu_layers = Counter((e["cat"], e["name"]) for e in gpu[2000] if e["cat"] in ("forward", "backward"))
+    check(len(host_layers) > 10 and host_layers == gpu_layers,
+          f"rank {r}: the compute stream's layer spans are the host's layer events: {host_layers - gpu_layers} missing, "
+          f"{gpu_layers - host_layers} extra")
+    check(sum(1 for e in gpu[2000] if e["cat"] == "optim") == 2, f"rank {r}: one optimizer span per traced step")
+    check(len(gpu[2002]) == 2 * micro, f"rank {r}: {len(gpu[2002])} batch copies for {2 * micro} micro-steps")
+    buckets = sum(1 for e in mine if 1000 <= e["tid"] < 2000)
+    if ranks > 1:
+        check(buckets > 2 and len(gpu[2001]) == buckets, f"rank {r}: {len(gpu[2001])} bucket spans for {buckets} bucket events")
+    else:
+        check(not gpu[2001], f"rank {r}: no communication spans on one rank")
+    for t, spans in gpu.items():
+        for e in spans:
+            check(e["ts"] >= 0 and e["dur"] >= 0, f"rank {r}: ts and dur >= 0: {e}")
+        if t != 2000:
+            for a, b in zip(spans, spans[1:]):
+                check(b["ts"] >= a["ts"] + a["dur"] - 0.002, f"rank {r}: {b['name']} starts before {a['name']} ends")
+    # no span starts before the host queued it: each layer's span against its host event, in order
+    host_seq = [e for e in sorted(mine, key=lambda e: e["ts"]) if e["tid"] == 0 and e["cat"] in ("forward", "backward") and "(" in e["name"]]
+    gpu_seq = [e for e in gpu[2000] if e["cat"] in ("forward", "backward")]
+    for h, g in zip(host_seq, gpu_seq):
+        check(h["name"] == g["name"] and g["ts"] >= h["ts"] - 1000, f"rank {r}: {g['name']} at {g['ts']} before the host's {h['ts']}")
+print("\n".join("FAIL: " + b for b in bad[:20]) if bad else f"{path}: GPU tracks ok on {ranks} rank(s)")
+sys.exit(1 if bad else 0)
+PY
+}
+
+"$bin" train "${gpt[@]}" --set train.batch_size=8 --set train.micro_batch_size=4 --set train.out_dir="$tmp/one" \
+    >"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; fail "the 1-GPU profiled run failed"; }
+check "$tmp/one/trace.json" 1 2 || fail "1 emulated GPU: the GPU timeline"
+"${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set train.batch_size=8 --set dist.bucket_cap_mb=0.005 \
+    --set train.out_dir="$tmp/two" >"$tmp/two.txt" 2>&1 || { cat "$tmp/two.txt"; fail "the 2-GPU profiled run failed"; }
+check "$tmp/two/trace.json" 2 1 || fail "2 emulated GPUs through NCCL: the GPU timeline"
+e2e_finish "the GPU timeline of the profiler trace: per-stream tracks on 1 and 2 emulated GPUs"
