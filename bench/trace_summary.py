@@ -6,7 +6,10 @@ For one rank (default 0), per traced step: the host's step time and, on a
 CUDA device, how busy each of the GPU's streams was over the step (the sum of
 its spans); then per kind of layer (the "(kind)" of a layer event's name)
 the time of its forward and backward passes per step: the GPU's (compute
-stream) where the trace has the device's tracks, else the host's. A compute
+stream) where the trace has the device's tracks, else the host's; and the
+rate each reached from the work the trace's events carry (their "args": the
+matrix products' FLOPs as TFLOP/s, the elements elementwise work moves as
+GB/s at the trace's bytes per element), to set against the device's peaks. A compute
 stream far from fully busy means the GPU waited: for the host, the data or
 the communication.
 
@@ -64,15 +67,35 @@ def summarize(path, rank=0):
                            if e["tid"] == tid and e["ts"] < t1 and e["ts"] + e["dur"] > t0)
                 row[key + "_busy"] = busy / (t1 - t0) if t1 > t0 else 0.0
         rows.append(row)
-    per_kind = defaultdict(float)
+    per_kind = defaultdict(lambda: [0.0, 0.0, 0.0])  # ms, flops, elems
     for e in (comp if gpu else host):
         m = re.search(r"\((\w+)\)$", e["name"])
         kind = m.group(1) if m else e["name"]
         if (owner.get(id(e)) if gpu else step_of(e)) is not None:
-            per_kind[(kind, e["cat"])] += e["dur"] / 1e3
+            acc = per_kind[(kind, e["cat"])]
+            acc[0] += e["dur"] / 1e3
+            acc[1] += e.get("args", {}).get("flops", 0)
+            acc[2] += e.get("args", {}).get("elems", 0)
     n = len(steps)
-    kinds = sorted(((k, c, ms / n) for (k, c), ms in per_kind.items()), key=lambda r: -r[2])
-    return {"path": path, "rank": rank, "gpu": gpu, "steps": rows, "kinds": kinds}
+    eb = d.get("otherData", {}).get("elem_bytes", 4)
+    kinds = []
+    for (k, c), (ms, fl, el) in per_kind.items():
+        tflops = fl / (ms * 1e-3) / 1e12 if ms > 0 and fl > 0 else None
+        gbs = el * eb / (ms * 1e-3) / 1e9 if ms > 0 and el > 0 else None
+        kinds.append((k, c, ms / n, tflops, gbs))
+    kinds.sort(key=lambda r: -r[2])
+    return {"path": path, "rank": rank, "gpu": gpu, "steps": rows, "kinds": kinds, "elem_bytes": eb}
+
+
+def rates(tflops, gbs):
+    """The rate a pass reached against its floor: TFLOP/s for the matrix
+    products, GB/s for the elements moved (at the trace's element size)."""
+    parts = []
+    if tflops:
+        parts.append(f"{tflops:.3g} TFLOP/s")
+    if gbs:
+        parts.append(f"{gbs:.3g} GB/s")
+    return ", ".join(parts) or "-"
 
 
 def markdown(r):
@@ -86,10 +109,11 @@ def markdown(r):
             line += (f" {s.get('gpu_ms', 0):.2f} | {100 * s.get('compute_busy', 0):.1f}% | "
                      f"{100 * s.get('comm_busy', 0):.1f}% | {100 * s.get('copy_busy', 0):.1f}% |")
         out.append(line)
-    total = sum(ms for _, _, ms in r["kinds"]) or 1.0
-    out += ["", f"| layer kind | pass | {src} ms per step | share |", "|---|---|---|---|"]
-    for kind, cat, ms in r["kinds"]:
-        out.append(f"| {kind} | {cat} | {ms:.3f} | {100 * ms / total:.1f}% |")
+    total = sum(k[2] for k in r["kinds"]) or 1.0
+    out += ["", f"| layer kind | pass | {src} ms per step | share | reached (products: TFLOP/s; "
+            f"elementwise: GB/s at {r['elem_bytes']} bytes an element) |", "|---|---|---|---|---|"]
+    for kind, cat, ms, tflops, gbs in r["kinds"]:
+        out.append(f"| {kind} | {cat} | {ms:.3f} | {100 * ms / total:.1f}% | {rates(tflops, gbs)} |")
     return "\n".join(out)
 
 
@@ -98,8 +122,9 @@ def one_line(r, top=6):
     busy = [s["compute_busy"] for s in r["steps"] if "compute_busy" in s]
     head = (f"compute stream busy {100 * min(busy):.0f}-{100 * max(busy):.0f}% of the GPU's step"
             if busy else "no GPU tracks (host times)")
-    tot = sum(ms for _, _, ms in r["kinds"]) or 1.0
-    kinds = ", ".join(f"{k} {c} {ms:.2f} ms ({100 * ms / tot:.0f}%)" for k, c, ms in r["kinds"][:top])
+    tot = sum(k[2] for k in r["kinds"]) or 1.0
+    kinds = ", ".join(f"{k} {c} {ms:.2f} ms ({100 * ms / tot:.0f}%; {rates(tf, gb)})"
+                      for k, c, ms, tf, gb in r["kinds"][:top])
     return f"{head}; per step by layer kind: {kinds}"
 
 

@@ -270,6 +270,19 @@ st_status st_dist_grad_scale(st_dist *d, float s) {
     return st_device_scale_f32(d->p->dev, st_params_grad(d->p, lo), (size_t)(hi - lo), s);
 }
 
+/* The weights' all-gather after the update (ZeRO), waited for; on GPUs
+ * through NCCL also a span on the profiler trace's communication stream. */
+static st_status gather_weights(st_dist *d, const void *send, void *recv, size_t count, st_comm_dtype dt) {
+    const bool device = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
+    const int32_t span = device ? st_trace_gpu_begin(d->ddp.trace, ST_TRACE_STREAM_COMPUTE) : -1;
+    st_comm_req *req = NULL;
+    const st_status s = st_comm_all_gather(d->comm, send, recv, count, dt, "parameters", &req);
+    if (s == ST_OK)
+        st_trace_gpu_end(d->ddp.trace, span, ST_TRACE_STREAM_COMM, ST_TRACE_TID_GPU_COMM, "comm",
+                         "parameters all-gather");
+    return wait(s, &req);
+}
+
 st_status st_dist_step_end(st_dist *d) {
     int64_t res = st_dist_grad_nbytes(d);
     if (res > d->grad_peak_nbytes) d->grad_peak_nbytes = res;
@@ -277,26 +290,19 @@ st_status st_dist_step_end(st_dist *d) {
     st_params_touch(p); /* the optimizer, and the all-gather, wrote the weights */
     if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK;
     const int64_t S = d->sh.shard, lo = (int64_t)d->rank * S;
-    st_comm_req *req = NULL;
     if (!p->masters_sharded) /* fp32: the masters are the weights */
-        return wait(
-            st_comm_all_gather(d->comm, p->data + lo, p->data, (size_t)S, ST_COMM_F32, "parameters", &req),
-            &req);
+        return gather_weights(d, p->data + lo, p->data, (size_t)S, ST_COMM_F32);
     /* Each rank rounds its masters into its range of the compute copy, and
      * the copies are all-gathered: 2 bytes a parameter on a device. */
     if (p->compute16) {
         ST_TRY(st_device_div_to_16(p->dev, p->precision, p->compute16 + lo, st_params_master(p, lo),
                                    (size_t)S, 1.0f));
-        ST_TRY(wait(st_comm_all_gather(d->comm, p->compute16 + lo, p->compute16, (size_t)S,
-                                       p->precision == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16,
-                                       "parameters", &req),
-                    &req));
+        ST_TRY(gather_weights(d, p->compute16 + lo, p->compute16, (size_t)S,
+                              p->precision == ST_PREC_BF16 ? ST_COMM_BF16 : ST_COMM_F16));
     } else {
         ST_TRY(
             st_device_round_copy(p->dev, p->precision, p->compute + lo, st_params_master(p, lo), (size_t)S));
-        ST_TRY(wait(st_comm_all_gather(d->comm, p->compute + lo, p->compute, (size_t)S, ST_COMM_F32,
-                                       "parameters", &req),
-                    &req));
+        ST_TRY(gather_weights(d, p->compute + lo, p->compute, (size_t)S, ST_COMM_F32));
     }
     p->compute_version = p->version; /* current: refreshed here, not from the masters */
     return ST_OK;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "hw/cost.h"
 #include "session.h"
 #ifdef ST_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -68,15 +69,17 @@ st_trace_mark st_trace_begin_async(st_trace *t, int tid, const char *cat, const 
     return m;
 }
 
-double st_trace_end(st_trace *t, const st_trace_mark *m) {
+static double end_mark(st_trace *t, const st_trace_mark *m, double flops, double elems) {
     const double end = st_now();
 #ifdef ST_HAVE_CUDA
     if (m->range) nvtxRangeEnd(m->range);
     else nvtxRangePop();
 #endif
-    st_trace_add(t, m->tid, m->cat, m->name, m->t0, end);
+    st_trace_add_work(t, m->tid, m->cat, m->name, m->t0, end, flops, elems);
     return end;
 }
+
+double st_trace_end(st_trace *t, const st_trace_mark *m) { return end_mark(t, m, 0, 0); }
 
 st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
     memset(t, 0, sizeof *t);
@@ -91,6 +94,7 @@ st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
     if (!t->ev) return st_fail(ST_ERR_NOMEM, "out of memory for the profiler trace");
     t->t0 = st_now();
     t->anchor = t->node_gpu = -1;
+    t->elem_bytes = 4;
     return ST_OK;
 }
 
@@ -106,11 +110,13 @@ void st_trace_free(st_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
-void st_trace_set_device(st_trace *t, st_device *dev) {
+void st_trace_set_device(st_trace *t, st_device *dev, int elem_bytes) {
+    if (!t) return;
+    t->elem_bytes = elem_bytes;
 #ifdef ST_HAVE_CUDA
-    if (t) t->dev = dev;
+    t->dev = dev;
 #else
-    (void)t, (void)dev;
+    (void)dev;
 #endif
 }
 
@@ -155,7 +161,8 @@ int32_t st_trace_gpu_begin(st_trace *t, int stream) {
     return i;
 }
 
-void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name) {
+static void gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name,
+                    double flops, double elems) {
     if (!t || begin < 0 || !t->dev) return;
     const int32_t end = gpu_record(t, stream);
     if (end < 0 || (t->n_span == t->cap_span && t->cap_span >= ST_TRACE_MAX_GPU_EVENTS)) {
@@ -177,8 +184,14 @@ void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const cha
     sp->begin = begin;
     sp->end = end;
     sp->tid = tid;
+    sp->flops = flops;
+    sp->elems = elems;
     snprintf(sp->cat, sizeof sp->cat, "%s", cat);
     snprintf(sp->name, sizeof sp->name, "%s", name);
+}
+
+void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name) {
+    gpu_end(t, begin, stream, tid, cat, name, 0, 0);
 }
 
 /* The spans as events on the host's clock: wait for the last event, then
@@ -205,7 +218,9 @@ static void gpu_resolve(st_trace *t) {
             if (b < prev_end[lane]) b = prev_end[lane];
             if (e > prev_end[lane]) prev_end[lane] = e;
         }
-        if (ok) st_trace_add(t, sp->tid, sp->cat, sp->name, t->anchor_t + b, t->anchor_t + (e > b ? e : b));
+        if (ok)
+            st_trace_add_work(t, sp->tid, sp->cat, sp->name, t->anchor_t + b, t->anchor_t + (e > b ? e : b),
+                              sp->flops, sp->elems);
     }
     if (!ok) t->gpu_dropped += t->n_span;
     t->on = was_on;
@@ -218,6 +233,11 @@ static void gpu_resolve(st_trace *t) {
 }
 
 void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end) {
+    st_trace_add_work(t, tid, cat, name, begin, end, 0, 0);
+}
+
+void st_trace_add_work(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
+                       double flops, double elems) {
     if (!t || !t->on) return;
     if (t->n == t->cap) {
         st_trace_event *e = t->cap < ST_TRACE_MAX_EVENTS ? realloc(t->ev, 2 * (size_t)t->cap * sizeof *e) : NULL;
@@ -233,6 +253,8 @@ void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, doubl
     e->ts = begin - t->t0;
     e->dur = end > begin ? end - begin : 0;
     e->tid = tid;
+    e->flops = flops;
+    e->elems = elems;
     snprintf(e->cat, sizeof e->cat, "%s", cat);
     snprintf(e->name, sizeof e->name, "%s", name);
 }
@@ -253,8 +275,12 @@ void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {
         return;
     }
     m.t0 = t->node_t0;
-    st_trace_end(t, &m);
-    st_trace_gpu_end(t, t->node_gpu, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, m.cat, name);
+    /* its work: the model's on a device, the CPU kernels' on the host */
+    const st_cost c = st_node_cost(n);
+    const st_work w = t->dev ? (st_work){c.fwd_flops, c.bwd_flops, c.fwd_elems, c.bwd_elems} : c.cpu;
+    const double flops = backward ? w.bwd_flops : w.fwd_flops, elems = backward ? w.bwd_elems : w.fwd_elems;
+    end_mark(t, &m, flops, elems);
+    gpu_end(t, t->node_gpu, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, m.cat, name, flops, elems);
     t->node_gpu = -1;
 }
 
@@ -284,9 +310,10 @@ static st_status write_json(const char *out_dir, const st_trace *t, const st_tra
     st_atomic_file af;
     ST_TRY(st_atomic_open(&af, path));
     FILE *f = af.fp;
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"first_step\":%lld,\"last_step\":%lld,"
-               "\"ranks\":%d,\"dropped_events\":%lld},\n\"traceEvents\":[\n",
-            (long long)t->first, (long long)t->last, world, (long long)dropped);
+    fprintf(f,
+            "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"first_step\":%lld,\"last_step\":%lld,"
+            "\"ranks\":%d,\"dropped_events\":%lld,\"elem_bytes\":%d},\n\"traceEvents\":[\n",
+            (long long)t->first, (long long)t->last, world, (long long)dropped, t->elem_bytes);
     bool first = true;
     for (int r = 0; r < world; r++) {
         fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
@@ -317,8 +344,11 @@ static st_status write_json(const char *out_dir, const st_trace *t, const st_tra
             put_escaped(f, e->name);
             fprintf(f, ",\"cat\":");
             put_escaped(f, e->cat);
-            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}", 1e6 * e->ts, 1e6 * e->dur, r,
-                    (int)e->tid);
+            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", 1e6 * e->ts,
+                    1e6 * e->dur, r, (int)e->tid);
+            if (e->flops > 0 || e->elems > 0)
+                fprintf(f, ",\"args\":{\"flops\":%.0f,\"elems\":%.0f}", e->flops, e->elems);
+            fputc('}', f);
         }
     }
     fprintf(f, "\n]}\n");

@@ -57,11 +57,17 @@ typedef struct st_trace_gpu_span {
     int32_t begin, end, tid;
     char cat[12];
     char name[92];
+    double flops, elems; /* a layer pass's work (st_node_cost), 0 for others */
 } st_trace_gpu_span;
 
-/* One event as it travels to rank 0: fixed size, no pointers. */
+/* One event as it travels to rank 0: fixed size, no pointers. A layer
+ * pass also carries its work by the cost model (src/hw/cost.h: the matrix
+ * products' FLOPs and the elements elementwise work reads and writes; on a
+ * device the model's view, on the CPU what its kernels run), written as the
+ * event's "args", so a summary can set each layer's time against its floor. */
 typedef struct st_trace_event {
     double ts, dur; /* seconds since t0 */
+    double flops, elems;
     int32_t tid;
     char cat[12];  /* "step", "data", "forward", "backward", "layer", "comm", "optim", "checkpoint", "eval" */
     char name[92]; /* e.g. "h.0.attn.qkv (linear)" */
@@ -85,6 +91,7 @@ typedef struct st_trace {
     int32_t anchor;   /* gev index of the anchor; -1 before the window */
     double anchor_t;  /* st_now() when the host saw the anchor complete */
     int32_t node_gpu; /* the running node's begin event, -1: none */
+    int elem_bytes;   /* an activation element's bytes, 4 unless set */
 } st_trace;
 
 /* Start recording for steps first..last (1 <= first <= last) on `rank`; t0 is
@@ -97,8 +104,10 @@ void st_trace_free(st_trace *t); /* accepts a zeroed st_trace */
  * host wait the GPU timeline costs). */
 void st_trace_step(st_trace *t, int64_t step);
 
-/* Time dev's streams too (CUDA builds; NULL or a CPU build: nothing). */
-void st_trace_set_device(st_trace *t, st_device *dev);
+/* Time dev's streams too (CUDA builds; NULL or a CPU build: nothing), and
+ * note the bytes an activation element takes (2 for bf16/fp16 on a device,
+ * else 4) in the trace's otherData, for a summary's bandwidth figures. */
+void st_trace_set_device(st_trace *t, st_device *dev, int elem_bytes);
 /* A span on device stream `stream` (an st_cuda_stream_id): begin records an
  * event there and returns its handle (-1 when the window is off or there is
  * no device); end records one on `stream` and keeps the span for track tid.
@@ -128,6 +137,9 @@ double st_trace_end(st_trace *t, const st_trace_mark *m);
 
 /* Record [begin, end] (st_now() seconds) when t is not NULL and on. */
 void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end);
+/* The same with a layer pass's work (FLOPs, elements). */
+void st_trace_add_work(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
+                       double flops, double elems);
 
 /* The graph's node hook (st_graph.node_hook) with ctx = the st_trace: a
  * "layer" event around each node's forward and backward. */

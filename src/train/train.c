@@ -568,7 +568,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, tsteps[0], tsteps[1], ses->rank));
         trace = &tr;
-        st_trace_set_device(trace, dev); /* the GPU's streams as tracks of their own */
+        /* the GPU's streams as tracks of their own; 16-bit activations on a device in bf16/fp16 */
+        st_trace_set_device(trace, dev, dev && strcmp(c->precision, "fp32") != 0 ? 2 : 4);
         mg.g.node_hook = st_trace_node;
         mg.g.node_hook_ctx = trace;
         dd.ddp.trace = trace;

@@ -7,10 +7,13 @@
 # shows (the same category and name: every forward and backward of steps 2
 # and 3) and one optimizer span per step; the copy stream with one batch
 # copy per micro-step; on 2 ranks the communication stream with one span per
-# gradient bucket per step (as many as the host's bucket tracks hold). Every
+# gradient bucket per step (as many as the host's bucket tracks hold), and
+# under zero1 one more a step, the weights' all-gather. Every
 # span has ts, dur >= 0, starts no earlier than the host queued it (less a
 # millisecond for the anchor's reading), and a stream's spans follow one
-# another (a stream runs its work in order). On the emulator the times are
+# another (a stream runs its work in order). Each layer pass, on the host's
+# track and the GPU's, carries the same work from the cost model ("args":
+# the products' FLOPs, exact for c_attn; the elements a layernorm moves). On the emulator the times are
 # its own (streams run late, one at a time); a GPU session checks them on a
 # device (scripts/gpu-session.sh).
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -24,11 +27,11 @@ gpt=(--set model.type=gpt --set model.n_layer=2 --set model.n_embd=32 --set mode
     --set data.type=tokens --set data.train="$tmp/text.tokens" --set data.val= --set train.steps=4
     --set train.device=cuda --set log.progress=off --profile 2-3)
 
-check() { # FILE RANKS MICRO_STEPS_PER_STEP
+check() { # FILE RANKS MICRO_STEPS_PER_STEP GATHERS (weights all-gathered per step: ZeRO)
     /usr/bin/python3 - "$@" <<'PY'
 import json, sys
 from collections import Counter
-path, ranks, micro = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, ranks, micro, gathers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 d = json.load(open(path))
 ev = d["traceEvents"]
 X = [e for e in ev if e.get("ph") == "X"]
@@ -37,6 +40,8 @@ bad = []
 def check(cond, what):
     if not cond: bad.append(what)
 check(d["otherData"]["dropped_events"] == 0, "no event dropped")
+for e in X:
+    check(e["ts"] >= 0 and e["dur"] >= 0 and e["pid"] in range(ranks), f"ts and dur >= 0, pid a rank: {e}")
 for r in range(ranks):
     mine = [e for e in X if e["pid"] == r]
     gpu = {t: sorted((e for e in mine if e["tid"] == t), key=lambda e: e["ts"]) for t in (2000, 2001, 2002)}
@@ -54,7 +59,10 @@ for r in range(ranks):
     check(len(gpu[2002]) == 2 * micro, f"rank {r}: {len(gpu[2002])} batch copies for {2 * micro} micro-steps")
     buckets = sum(1 for e in mine if 1000 <= e["tid"] < 2000)
     if ranks > 1:
-        check(buckets > 2 and len(gpu[2001]) == buckets, f"rank {r}: {len(gpu[2001])} bucket spans for {buckets} bucket events")
+        nb = sum(1 for e in gpu[2001] if e["name"].startswith("grad bucket "))
+        ng = sum(1 for e in gpu[2001] if e["name"] == "parameters all-gather")
+        check(buckets > 2 and nb == buckets, f"rank {r}: {nb} bucket spans for {buckets} bucket events")
+        check(ng == 2 * gathers and nb + ng == len(gpu[2001]), f"rank {r}: {ng} weight all-gathers for {2 * gathers}")
     else:
         check(not gpu[2001], f"rank {r}: no communication spans on one rank")
     for t, spans in gpu.items():
@@ -68,6 +76,18 @@ for r in range(ranks):
     gpu_seq = [e for e in gpu[2000] if e["cat"] in ("forward", "backward")]
     for h, g in zip(host_seq, gpu_seq):
         check(h["name"] == g["name"] and g["ts"] >= h["ts"] - 1000, f"rank {r}: {g['name']} at {g['ts']} before the host's {h['ts']}")
+        check(h.get("args") == g.get("args"), f"rank {r}: {g['name']}: the span's work {g.get('args')} is not its layer's {h.get('args')}")
+    # each pass carries its work: products their FLOPs, elementwise layers their elements
+    lin = [e for e in gpu_seq if e["name"].endswith("(linear)")]
+    ln = [e for e in gpu_seq if e["name"].endswith("(layernorm)")]
+    check(lin and all(e.get("args", {}).get("flops", 0) > 0 for e in lin), f"rank {r}: linear spans carry their FLOPs")
+    check(ln and all(e.get("args", {}).get("elems", 0) > 0 and e["args"]["flops"] == 0 for e in ln),
+          f"rank {r}: layernorm spans carry their elements, no FLOPs")
+    # the first block's attention input product, forward: 2 x rows x 32 x 96 FLOPs
+    rows = 4 * 32  # a micro-batch of 4 on every rank, 32 tokens each
+    qkv = [e for e in gpu_seq if e["name"] == "h.0.attn.c_attn (linear)" and e["cat"] == "forward"]
+    check(qkv and all(e["args"]["flops"] == 2 * rows * 32 * 96 for e in qkv), f"rank {r}: c_attn forward FLOPs {qkv[:1]}")
+check(d["otherData"].get("elem_bytes") == 4, "fp32 on the device: 4 bytes an element")
 print("\n".join("FAIL: " + b for b in bad[:20]) if bad else f"{path}: GPU tracks ok on {ranks} rank(s)")
 sys.exit(1 if bad else 0)
 PY
@@ -75,8 +95,12 @@ PY
 
 "$bin" train "${gpt[@]}" --set train.batch_size=8 --set train.micro_batch_size=4 --set train.out_dir="$tmp/one" \
     >"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; fail "the 1-GPU profiled run failed"; }
-check "$tmp/one/trace.json" 1 2 || fail "1 emulated GPU: the GPU timeline"
+check "$tmp/one/trace.json" 1 2 0 || fail "1 emulated GPU: the GPU timeline"
 "${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set train.batch_size=8 --set dist.bucket_cap_mb=0.005 \
     --set train.out_dir="$tmp/two" >"$tmp/two.txt" 2>&1 || { cat "$tmp/two.txt"; fail "the 2-GPU profiled run failed"; }
-check "$tmp/two/trace.json" 2 1 || fail "2 emulated GPUs through NCCL: the GPU timeline"
+check "$tmp/two/trace.json" 2 1 0 || fail "2 emulated GPUs through NCCL: the GPU timeline"
+"${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set train.batch_size=8 --set dist.bucket_cap_mb=0.005 \
+    --set dist.strategy=zero1 --set train.out_dir="$tmp/zero" >"$tmp/zero.txt" 2>&1 ||
+    { cat "$tmp/zero.txt"; fail "the 2-GPU zero1 profiled run failed"; }
+check "$tmp/zero/trace.json" 2 1 1 || fail "2 emulated GPUs under zero1: the GPU timeline"
 e2e_finish "the GPU timeline of the profiler trace: per-stream tracks on 1 and 2 emulated GPUs"

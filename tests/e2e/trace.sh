@@ -38,6 +38,14 @@ for e in X:
 check(sorted({e["pid"] for e in X}) == list(range(ranks)), "every rank has events")
 names = {(e["pid"], e["tid"]) for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
 check(all((e["pid"], e["tid"]) in names for e in X), "every track is named")
+# layer passes carry their work (the CPU kernels' by the cost model): products FLOPs, the rest elements
+layers = [e for e in X if e["cat"] in ("forward", "backward") and "(" in e["name"]]
+prod = [e for e in layers if e["name"].endswith(("(linear)", "(conv2d)"))]
+check(prod and all(e.get("args", {}).get("flops", 0) > 0 for e in prod), "products carry their FLOPs")
+norm = [e for e in layers if e["name"].endswith(("(batchnorm)", "(relu)", "(maxpool2d)"))]
+check(all(e.get("args", {}).get("elems", 0) > 0 and e["args"]["flops"] == 0 for e in norm),
+      "elementwise layers carry their elements")
+check(d["otherData"].get("elem_bytes") == 4, "4 bytes an element on the CPU")
 EPS = 0.002  # microseconds: ts and dur are printed to 1 ns
 def inside(a, b):
     return b["ts"] - EPS <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"] + EPS
