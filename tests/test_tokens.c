@@ -220,9 +220,17 @@ static void tokenize_shards(void) {
               "%d jobs: %d tokens differ from the one file's", jobs, bad);
         st_tokens_close(t);
     }
+    /* a file of another name that the pattern reads: refused, then the same tokenize again is fine */
+    char other[300];
+    snprintf(other, sizeof other, "%s/corpus-old.tokens", dir);
+    put_file(other, "x", 1);
+    const st_tokenize_opts again = {.inputs = in, .n_inputs = 4, .out = out, .shard_tokens = 16, .jobs = 2};
+    st_tokenize_result r;
+    CHECK_FAILS(st_tokens_tokenize(&again, &r), ST_ERR_ARG, "corpus-old.tokens exists");
+    unlink(other);
+    CHECK_OK(st_tokens_tokenize(&again, &r));
     /* fewer, larger shards over the 17: shards 5..16 would join the pattern */
     const st_tokenize_opts big = {.inputs = in, .n_inputs = 4, .out = out, .shard_tokens = 64, .jobs = 2};
-    st_tokenize_result r;
     CHECK_FAILS(st_tokens_tokenize(&big, &r), ST_ERR_ARG, "corpus-000005.tokens exists");
     st_tokens *t = NULL;
     CHECK_OK(st_tokens_open(pat, &t)); /* untouched */

@@ -479,15 +479,28 @@ static void shard_name(const char *out, int k, char *name, size_t size) {
         snprintf(name, size, "%.*s-%06d.tokens", (int)n, out, k);
 }
 
+/* Whether path is one of the n shards named from out: its "-%06d.tokens"
+ * with a number below n. */
+static bool is_our_shard(const char *path, const char *out, int n) {
+    char first[4096];
+    shard_name(out, 0, first, sizeof first);
+    const size_t stem = strlen(first) - strlen("000000.tokens"); /* up to and with the '-' */
+    if (strlen(path) != strlen(first) || strncmp(path, first, stem) != 0) return false;
+    int k = 0;
+    for (size_t i = stem; i < stem + 6; i++) {
+        if (path[i] < '0' || path[i] > '9') return false;
+        k = 10 * k + (path[i] - '0');
+    }
+    return strcmp(path + stem + 6, ".tokens") == 0 && k < n;
+}
+
 /* Files the shards' pattern would read besides the shards this run writes. */
 static st_status tk_strangers(tk_run *r, const char *pattern) {
     glob_t g;
     if (glob(pattern, 0, NULL, &g) != 0) return ST_OK; /* no match */
     st_status s = ST_OK;
     for (size_t i = 0; i < g.gl_pathc && s == ST_OK; i++) {
-        bool ours = false;
-        for (int k = 0; k < r->n_out && !ours; k++)
-            ours = strcmp(g.gl_pathv[i], r->name[k]) == 0;
+        const bool ours = is_our_shard(g.gl_pathv[i], r->o->out, r->n_out);
         if (!ours)
             s = st_fail(ST_ERR_ARG,
                         "%s exists, and training on the pattern %s would read it with the %d shard%s this "
