@@ -103,4 +103,11 @@ check "$tmp/two/trace.json" 2 1 0 || fail "2 emulated GPUs through NCCL: the GPU
     --set dist.strategy=zero1 --set train.out_dir="$tmp/zero" >"$tmp/zero.txt" 2>&1 ||
     { cat "$tmp/zero.txt"; fail "the 2-GPU zero1 profiled run failed"; }
 check "$tmp/zero/trace.json" 2 1 1 || fail "2 emulated GPUs under zero1: the GPU timeline"
+# the summary the GPU session prints reads these traces
+here=$(cd "$(dirname "$0")/../.." && pwd)
+/usr/bin/python3 "$here/bench/trace_summary.py" "$tmp/zero/trace.json" --rank 1 >"$tmp/summary.txt" 2>&1 &&
+    grep -q "^| step 3 | .* | .*% | .*% | .*% |$" "$tmp/summary.txt" &&
+    grep -q "^| linear | forward | .* TFLOP/s" "$tmp/summary.txt" &&
+    grep -q "^compute stream busy [0-9]*-[0-9]*% of the GPU's step; per step by layer kind: " "$tmp/summary.txt" ||
+    { cat "$tmp/summary.txt"; fail "bench/trace_summary.py on the zero1 trace"; }
 e2e_finish "the GPU timeline of the profiler trace: per-stream tracks on 1 and 2 emulated GPUs"

@@ -100,6 +100,11 @@ timeout 120 "$bin" train "${common[@]}" --set model.type=cnn --set model.channel
     --set train.out_dir="$tmp/cnn" --profile 2-4 >"$tmp/cnn.out" 2>&1 || fail "cnn run: $(cat "$tmp/cnn.out")"
 grep -q "wrote the trace of steps 2-4 to $tmp/cnn/trace.json" "$tmp/cnn.out" || fail "no message about the trace"
 check "$tmp/cnn/trace.json" 1 0 1 || fail "the cnn trace"
+# bench/trace_summary.py: host times by layer kind, the products' rates
+/usr/bin/python3 "$(dirname "$0")/../../bench/trace_summary.py" "$tmp/cnn/trace.json" >"$tmp/summary.txt" 2>&1 &&
+    grep -q "^| conv2d | backward | .* GFLOP/s\|^| conv2d | backward | .* TFLOP/s" "$tmp/summary.txt" &&
+    grep -q "^no GPU tracks (host times); per step by layer kind: " "$tmp/summary.txt" ||
+    { cat "$tmp/summary.txt"; fail "bench/trace_summary.py on the cnn trace"; }
 
 if command -v mpirun >/dev/null; then
     timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" train "${common[@]}" \
