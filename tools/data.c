@@ -2,8 +2,6 @@
  * weights file, a checkpoint, or a run's checkpoints. */
 #include <dirent.h>
 #include <errno.h>
-#include <glob.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +15,7 @@
 #include "data/idx.h"
 #include "data/npy.h"
 #include "data/tokens.h"
+#include "hw/probe.h"
 #include "train/checkpoint.h"
 
 #define TOKENIZE_USAGE                                                                                       \
@@ -60,10 +59,7 @@ static int tokenize(int argc, char **argv) {
         free(pos);
         return ST_EXIT_USAGE;
     }
-    if (jobs == 0) { /* the cores this process may use */
-        cpu_set_t cs;
-        jobs = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 1;
-    }
+    if (jobs == 0) jobs = st_hw_allowed_cpus(); /* the cores this process may use */
     const st_tokenize_opts o = {.inputs = pos + 1,
                                 .n_inputs = npos - 1,
                                 .out = pos[0],
@@ -267,15 +263,8 @@ static int inspect(const char *path) {
     case ST_CKPT_NONE:
         break;
     }
-    /* shards: a pattern that is not a file's name, or a folder of .tokens files */
-    if (!st_path_is_file(path) && (strpbrk(path, "*?[") || st_path_is_dir(path))) {
-        char pat[4096];
-        snprintf(pat, sizeof pat, "%s/*.tokens", path);
-        glob_t g;
-        const bool tokens = !st_path_is_dir(path) || glob(pat, 0, NULL, &g) == 0;
-        if (st_path_is_dir(path) && tokens) globfree(&g);
-        if (tokens) return inspect_tokens(path);
-    }
+    if (st_tokens_names_shards(path))
+        return inspect_tokens(path); /* a pattern, or a folder of .tokens files */
     if (st_path_is_dir(path)) {
         fprintf(
             stderr,

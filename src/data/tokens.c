@@ -131,42 +131,59 @@ fail:
 
 static bool has_wildcard(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* The glob pattern a spec of several files stands for: the pattern itself, or
+ * a folder's *.tokens; false for one file (a '*' in an existing file's name
+ * included), which is opened as it is. */
+static bool shard_pattern(const char *spec, char *pat, size_t size, bool *dir) {
+    *dir = false;
+    if (st_path_is_file(spec)) return false;
+    if (has_wildcard(spec)) {
+        snprintf(pat, size, "%s", spec);
+        return true;
+    }
+    if (!st_path_is_dir(spec)) return false; /* one file: opening it says what is wrong */
+    *dir = true;
+    snprintf(pat, size, "%s/*.tokens", spec);
+    return true;
+}
+
 /* The files a spec names, sorted: the pattern's matches, a folder's
- * *.tokens, or the one file. */
+ * *.tokens, or none (one file). */
 static st_status expand(const char *spec, glob_t *g) {
     memset(g, 0, sizeof *g);
     char pat[4096];
-    if (st_path_is_file(spec)) return ST_OK; /* one file, even with a '*' in its name */
-    const bool dir = !has_wildcard(spec) && st_path_is_dir(spec);
-    if (!has_wildcard(spec) && !dir) return ST_OK; /* one file: opening it says what is wrong */
-    if (dir)
-        snprintf(pat, sizeof pat, "%s/*.tokens", spec);
-    else
-        snprintf(pat, sizeof pat, "%s", spec);
+    bool dir;
+    if (!shard_pattern(spec, pat, sizeof pat, &dir)) return ST_OK;
     const int r = glob(pat, GLOB_ERR, NULL, g);
-    if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0)) {
+    st_status s = ST_OK;
+    if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0))
+        s = dir ? st_fail(ST_ERR_IO,
+                          "%s: a folder with no .tokens files; token data is a file, a pattern such as "
+                          "data/train-*.tokens, or a folder of .tokens files",
+                          spec)
+                : st_fail(ST_ERR_IO, "%s: no file matches this pattern", spec);
+    else if (r != 0)
+        s = st_fail(ST_ERR_IO, "%s: cannot list the files it names: %s", spec,
+                    r == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
+    else if (g->gl_pathc > ST_TOKENS_MAX_SHARDS)
+        s = st_fail(ST_ERR_ARG, "%s: %zu files; at most %d are read as one stream (write larger shards)",
+                    spec, g->gl_pathc, ST_TOKENS_MAX_SHARDS);
+    if (s != ST_OK) {
         globfree(g);
         memset(g, 0, sizeof *g);
-        return dir ? st_fail(ST_ERR_IO,
-                             "%s: a folder with no .tokens files; token data is a file, a pattern "
-                             "such as data/train-*.tokens, or a folder of .tokens files",
-                             spec)
-                   : st_fail(ST_ERR_IO, "%s: no file matches this pattern", spec);
     }
-    if (r != 0) {
-        globfree(g);
-        memset(g, 0, sizeof *g);
-        return st_fail(ST_ERR_IO, "%s: cannot list the files it names: %s", spec,
-                       r == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
-    }
-    if (g->gl_pathc > ST_TOKENS_MAX_SHARDS) {
-        const size_t n = g->gl_pathc;
-        globfree(g);
-        memset(g, 0, sizeof *g);
-        return st_fail(ST_ERR_ARG, "%s: %zu files; at most %d are read as one stream (write larger shards)",
-                       spec, n, ST_TOKENS_MAX_SHARDS);
-    }
-    return ST_OK;
+    return s;
+}
+
+bool st_tokens_names_shards(const char *spec) {
+    char pat[4096];
+    bool dir;
+    if (!spec || !shard_pattern(spec, pat, sizeof pat, &dir)) return false;
+    if (!dir) return true; /* a pattern: opening it says when it matches nothing */
+    glob_t g;
+    const bool any = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return any;
 }
 
 st_status st_tokens_open(const char *path, st_tokens **out) {
@@ -380,6 +397,11 @@ st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t coun
 
 /* ---- the byte-level tokenizer: one file, or shards written by several threads ---- */
 
+static st_status empty_input(const st_tokenize_opts *o) {
+    return st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
+                   o->inputs[0], o->n_inputs > 1 ? " ..." : "", o->n_inputs, o->n_inputs > 1 ? "s" : "");
+}
+
 /* One tokenize: the inputs as one stream of bytes, cut into shards. */
 typedef struct tk_run {
     const st_tokenize_opts *o;
@@ -460,10 +482,7 @@ static void *tk_worker(void *arg) {
         if (s == ST_OK)
             s = r->n_out == 1 ? tk_copy(r, o, 0, -1)
                               : tk_copy(r, o, k * S, k * S + S < r->total ? S : r->total - k * S);
-        if (s == ST_OK && o->count == 0)
-            s = st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
-                        r->o->inputs[0], r->o->n_inputs > 1 ? " ..." : "", r->o->n_inputs,
-                        r->o->n_inputs > 1 ? "s" : "");
+        if (s == ST_OK && o->count == 0) s = empty_input(r->o);
         if (s == ST_OK) s = out_finish(o, 256);
         if (s != ST_OK) tk_failed(r, s);
     }
@@ -542,10 +561,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
                             path));
         r.total = r.total < 0 || r.sizes[i] < 0 ? -1 : r.total + r.sizes[i];
     }
-    if (o->shard_tokens > 0 && r.total == 0)
-        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s%s: the input is empty (0 bytes in %d file%s); nothing to tokenize",
-                        o->inputs[0], o->n_inputs > 1 ? " ..." : "", o->n_inputs,
-                        o->n_inputs > 1 ? "s" : ""));
+    if (o->shard_tokens > 0 && r.total == 0) ST_GOTO(empty_input(o));
     const int64_t shards = o->shard_tokens > 0 ? (r.total + o->shard_tokens - 1) / o->shard_tokens : 1;
     if (shards > ST_TOKENS_MAX_SHARDS)
         ST_GOTO(st_fail(ST_ERR_ARG,

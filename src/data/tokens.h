@@ -16,6 +16,7 @@
 #ifndef ST_DATA_TOKENS_H
 #define ST_DATA_TOKENS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scaletrain/status.h"
@@ -39,6 +40,11 @@ typedef struct st_tokens st_tokens;
  * NULL and the message names the file (or the pattern that matched none).
  * Files must not be truncated while mapped. */
 st_status st_tokens_open(const char *path, st_tokens **out);
+
+/* Whether path names several files for st_tokens_open (a pattern that is
+ * not an existing file's name, or a folder holding .tokens files), rather
+ * than one file. */
+bool st_tokens_names_shards(const char *path);
 
 /* Unmap and free; accepts NULL. */
 void st_tokens_close(st_tokens *t);

@@ -320,11 +320,9 @@ static st_status start_collectives(st_ddp *d, st_ddp_bucket *b);
  * the compute stream's point where the bucket is ready to the end of the
  * collectives on the communication stream. */
 static st_status start_bucket(st_ddp *d, st_ddp_bucket *b) {
-    const bool device = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
-    const int32_t span = device ? st_trace_gpu_begin(d->trace, ST_TRACE_STREAM_COMPUTE) : -1;
+    const int32_t span = st_trace_comm_begin(d->trace, d->comm);
     st_status s = start_collectives(d, b);
-    if (s == ST_OK)
-        st_trace_gpu_end(d->trace, span, ST_TRACE_STREAM_COMM, ST_TRACE_TID_GPU_COMM, "comm", b->name);
+    if (s == ST_OK) st_trace_comm_end(d->trace, span, b->name);
     return s;
 }
 

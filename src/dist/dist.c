@@ -273,13 +273,10 @@ st_status st_dist_grad_scale(st_dist *d, float s) {
 /* The weights' all-gather after the update (ZeRO), waited for; on GPUs
  * through NCCL also a span on the profiler trace's communication stream. */
 static st_status gather_weights(st_dist *d, const void *send, void *recv, size_t count, st_comm_dtype dt) {
-    const bool device = strcmp(st_comm_backend_name(d->comm), "nccl") == 0;
-    const int32_t span = device ? st_trace_gpu_begin(d->ddp.trace, ST_TRACE_STREAM_COMPUTE) : -1;
+    const int32_t span = st_trace_comm_begin(d->ddp.trace, d->comm);
     st_comm_req *req = NULL;
     const st_status s = st_comm_all_gather(d->comm, send, recv, count, dt, "parameters", &req);
-    if (s == ST_OK)
-        st_trace_gpu_end(d->ddp.trace, span, ST_TRACE_STREAM_COMM, ST_TRACE_TID_GPU_COMM, "comm",
-                         "parameters all-gather");
+    if (s == ST_OK) st_trace_comm_end(d->ddp.trace, span, "parameters all-gather");
     return wait(s, &req);
 }
 

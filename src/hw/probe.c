@@ -73,8 +73,14 @@ static void probe_cpu(st_hw_info *h) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = online > 0 ? (int)online : 1;
     h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology: count threads */
+    h->allowed = st_hw_allowed_cpus();
+}
+
+int st_hw_allowed_cpus(void) {
     cpu_set_t set;
-    h->allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : h->threads;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
 }
 
 static int64_t read_cgroup_limit(void) {

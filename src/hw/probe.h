@@ -78,6 +78,10 @@ st_status st_hw_probe_host(st_hw_info *out);
 /* A human-readable report (the `scaletrain plan --probe` output). */
 void st_hw_print(const st_hw_info *h, FILE *out);
 
+/* The CPUs this process may run on (its affinity mask), else the online
+ * ones: st_hw_info.allowed without the rest of the probe. */
+int st_hw_allowed_cpus(void);
+
 /* "NVLink", "PCIe (same switch)", ... */
 const char *st_hw_link_name(st_hw_link l);
 

@@ -69,13 +69,16 @@ st_trace_mark st_trace_begin_async(st_trace *t, int tid, const char *cat, const 
     return m;
 }
 
+static void push_event(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
+                       double flops, double elems);
+
 static double end_mark(st_trace *t, const st_trace_mark *m, double flops, double elems) {
     const double end = st_now();
 #ifdef ST_HAVE_CUDA
     if (m->range) nvtxRangeEnd(m->range);
     else nvtxRangePop();
 #endif
-    st_trace_add_work(t, m->tid, m->cat, m->name, m->t0, end, flops, elems);
+    if (t && t->on) push_event(t, m->tid, m->cat, m->name, m->t0, end, flops, elems);
     return end;
 }
 
@@ -194,6 +197,15 @@ void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const cha
     gpu_end(t, begin, stream, tid, cat, name, 0, 0);
 }
 
+int32_t st_trace_comm_begin(st_trace *t, st_comm *c) {
+    const bool device = t && c && strcmp(st_comm_backend_name(c), "nccl") == 0;
+    return device ? st_trace_gpu_begin(t, ST_TRACE_STREAM_COMPUTE) : -1;
+}
+
+void st_trace_comm_end(st_trace *t, int32_t begin, const char *name) {
+    gpu_end(t, begin, ST_TRACE_STREAM_COMM, ST_TRACE_TID_GPU_COMM, "comm", name, 0, 0);
+}
+
 /* The spans as events on the host's clock: wait for the last event, then
  * read each one's time from the anchor. A stream runs its work in order, so
  * a span on the communication or copy stream starts no earlier than the one
@@ -203,11 +215,10 @@ static void gpu_resolve(st_trace *t) {
     if (!t->dev || t->anchor < 0 || t->n_span == 0) return;
     st_cuda_event *anchor = t->gev[t->anchor];
     bool ok = true;
-    for (int32_t i = 0; i < t->n_gev && ok; i++) /* every stream's last event */
+    for (int32_t i = 0; i < t->n_gev && ok;
+         i++) /* every event done (each stream's last one takes the time) */
         ok = st_cuda_event_sync(t->dev, t->gev[i]) == ST_OK;
     double prev_end[3] = {0, 0, 0};
-    const bool was_on = t->on;
-    t->on = true; /* the spans belong to the window, whenever they are read */
     for (int64_t k = 0; k < t->n_span && ok; k++) {
         const st_trace_gpu_span *sp = &t->span[k];
         double b = 0, e = 0;
@@ -218,12 +229,11 @@ static void gpu_resolve(st_trace *t) {
             if (b < prev_end[lane]) b = prev_end[lane];
             if (e > prev_end[lane]) prev_end[lane] = e;
         }
-        if (ok)
-            st_trace_add_work(t, sp->tid, sp->cat, sp->name, t->anchor_t + b, t->anchor_t + (e > b ? e : b),
-                              sp->flops, sp->elems);
+        if (ok) /* the window's spans, whenever they are read */
+            push_event(t, sp->tid, sp->cat, sp->name, t->anchor_t + b, t->anchor_t + (e > b ? e : b),
+                       sp->flops, sp->elems);
     }
     if (!ok) t->gpu_dropped += t->n_span;
-    t->on = was_on;
     t->n_span = 0;
     t->n_gev = 0;
     t->anchor = -1;
@@ -232,13 +242,9 @@ static void gpu_resolve(st_trace *t) {
 #endif
 }
 
-void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end) {
-    st_trace_add_work(t, tid, cat, name, begin, end, 0, 0);
-}
-
-void st_trace_add_work(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
+/* Append an event (the window's: the callers check that it is on). */
+static void push_event(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
                        double flops, double elems) {
-    if (!t || !t->on) return;
     if (t->n == t->cap) {
         st_trace_event *e = t->cap < ST_TRACE_MAX_EVENTS ? realloc(t->ev, 2 * (size_t)t->cap * sizeof *e) : NULL;
         if (!e) {
@@ -257,6 +263,10 @@ void st_trace_add_work(st_trace *t, int tid, const char *cat, const char *name, 
     e->elems = elems;
     snprintf(e->cat, sizeof e->cat, "%s", cat);
     snprintf(e->name, sizeof e->name, "%s", name);
+}
+
+void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end) {
+    if (t && t->on) push_event(t, tid, cat, name, begin, end, 0, 0);
 }
 
 void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {

@@ -115,6 +115,12 @@ void st_trace_set_device(st_trace *t, st_device *dev, int elem_bytes);
  * on the compute stream, where its input is made). */
 int32_t st_trace_gpu_begin(st_trace *t, int stream);
 void st_trace_gpu_end(st_trace *t, int32_t begin, int stream, int tid, const char *cat, const char *name);
+/* A collective's span on the communication stream's track, when c is a
+ * device communicator (NCCL: its collectives run on that stream): begin
+ * where its input is ready on the compute stream, end after the call that
+ * queued it (from when the stream was free; see st_trace_write). */
+int32_t st_trace_comm_begin(st_trace *t, st_comm *c);
+void st_trace_comm_end(st_trace *t, int32_t begin, const char *name);
 
 /* A phase begun and not yet ended; `name` must stay valid until the end. */
 typedef struct st_trace_mark {
@@ -137,9 +143,6 @@ double st_trace_end(st_trace *t, const st_trace_mark *m);
 
 /* Record [begin, end] (st_now() seconds) when t is not NULL and on. */
 void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, double begin, double end);
-/* The same with a layer pass's work (FLOPs, elements). */
-void st_trace_add_work(st_trace *t, int tid, const char *cat, const char *name, double begin, double end,
-                       double flops, double elems);
 
 /* The graph's node hook (st_graph.node_hook) with ctx = the st_trace: a
  * "layer" event around each node's forward and backward. */
