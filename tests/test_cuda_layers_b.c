@@ -41,13 +41,15 @@
  * |dev - host| <= rtol |host| + atol max|host| per tensor, rtol 1e-2 /
  * 1.5e-3, atol 2e-2 / 3e-3 (as test_cuda_layers_a, which says how they were
  * checked). The rounding points are checked exactly (cuda_parity.h).
- * Attention's flash kernels in bf16 multiply P and dS as bf16 hi + lo parts
- * (2^-16 relative): in the emulator 0.1% of the outputs differ from the
- * host's by more than 1e-5 of the tensor's largest value, all by one bf16
- * unit; a single bf16 P and dS would make that 36% (y) and 57% (dqkv), still
- * inside these tolerances, so the bf16 attention cases also allow at most 2%
- * of each tensor to differ by more than 1e-5 of its largest value (cp_case
- * frac). fp16 attention runs the exact fp32 flash kernels. */
+ * Attention in bf16: forward's P V takes P as bf16 hi + lo parts (2^-16
+ * relative, P is fp32 on the host), backward's products take P and dS as
+ * bf16, which the host rounds alike: in the emulator at most 0.44% of an
+ * output or gradient differs from the host's by more than 1e-5 of the
+ * tensor's largest value (one bf16 unit); a host that did not round P and
+ * dS (or a device that skipped one rounding) makes that 38% of dqkv, still
+ * inside the tolerances above, so the bf16 attention cases also allow at
+ * most 2% of each tensor to differ by more than 1e-5 of its largest value
+ * (cp_case frac). fp16 attention runs the exact fp32 flash kernels. */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 

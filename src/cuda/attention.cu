@@ -6,9 +6,10 @@
  *
  * - Flash (attention_flash.cuh), for head sizes 16, 32, 64 and 128: P is
  *   never stored; the saved state is the log-sum-exp per row, (B, nh, T)
- *   floats, and the workspace backward's row sums D = rowsum(dP * P), (B,
- *   nh, T). bf16 runs on tensor cores (wmma, attention_flash.cu), fp32 and
- *   fp16 runs in exact fp32 (attention_flash_f32.cu).
+ *   floats, and the workspace backward's row sums D = rowsum(dY * Y) (=
+ *   rowsum(dP * P)), (B, nh, T). bf16 runs on tensor cores (wmma,
+ *   attention_flash.cu), fp32 and fp16 runs in exact fp32
+ *   (attention_flash_f32.cu).
  *
  * - Materialised (below), for every other head size: the straightforward,
  *   exact version. Per batch row b, the nh heads are one strided batch of
@@ -18,14 +19,15 @@
  *   computed and discarded), a causal softmax kernel turns each row into P
  *   in place (max subtracted, zeros after the diagonal), Y = P V. P is kept
  *   in the node's saved state (B, nh, T, T), as on the CPU. Backward, per
- *   b: dP = dY V^T into the workspace (nh, T, T), dS = P * (dP - rowsum(dP
- *   * P)) in place (zero above the diagonal, where P is 0), then dQ = dS K
- *   scale, dK = dS^T Q scale, dV = P^T dY written (beta 0) or added (beta
- *   1) as in_acc says: every element of dqkv belongs to exactly one of
- *   those products. bf16/fp16 runs: S = Q K^T and dP = dY V^T read only
- *   values the graph rounded to 16 bits (qkv, dy), so they take 16-bit
- *   operands (gemm_f32.cuh); the other three read P or dS, which are fp32
- *   as on the CPU (docs/precision.md), and stay fp32 products. qkv and y
+ *   b: dP = dY V^T into the workspace (nh, T, T), dS = P * (dP - D) in
+ *   place with D = rowsum(dY * Y) (zero above the diagonal, where P is 0),
+ *   then dQ = dS K scale, dK = dS^T Q scale, dV = P^T dY written (beta 0)
+ *   or added (beta 1) as in_acc says: every element of dqkv belongs to
+ *   exactly one of those products. bf16/fp16 runs: S = Q K^T and dP = dY
+ *   V^T read only values the graph rounded to 16 bits (qkv, dy), so they
+ *   take 16-bit operands (gemm_f32.cuh); the other three read P or dS: in
+ *   bf16 runs the dS kernel rounds both to bf16 in place, as the CPU does
+ *   (docs/precision.md), and they stay fp32 products of those values. qkv and y
  *   stay fp32 arrays on this path; the flash kernels read and write either
  *   storage (src/layers/half_io.h).
  *
@@ -80,18 +82,26 @@ static __global__ void causal_softmax_kernel(float *p, int64_t T) {
         row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
-/* One block per row: dp <- P * (dp - sum_j<=t dp P), zeros after t. */
-static __global__ void causal_softmax_backward_kernel(float *dp, const float *p, int64_t T) {
+static __device__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* One block per row r = h T + t of one batch row's (nh, T, T): dp <- P *
+ * (dp - D), zeros after t, with D = rowsum(dY * Y) over the head's hs
+ * channels (dy and y that batch row's (T, C)). bf16 runs (r16): dS and
+ * then P's row rounded to bf16 in place, for the products that read them. */
+static __global__ void causal_softmax_backward_kernel(float *dp, float *p, const float *dy, const float *y,
+                                                      int64_t T, int64_t C, int64_t hs, bool r16) {
     __shared__ float sh[32];
-    const int64_t r = blockIdx.x, t = r % T;
-    float *drow = dp + r * T;
-    const float *prow = p + r * T;
+    const int64_t r = blockIdx.x, t = r % T, off = t * C + (r / T) * hs;
+    float *drow = dp + r * T, *prow = p + r * T;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x)
-        dot += drow[j] * prow[j];
+    for (int64_t c = threadIdx.x; c < hs; c += blockDim.x)
+        dot += dy[off + c] * y[off + c];
     dot = block_reduce<false>(dot, sh);
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
-        drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+        const float ds = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
+        drow[j] = r16 ? round_bf16(ds) : ds;
+        if (r16) prow[j] = round_bf16(prow[j]);
+    }
 }
 
 typedef struct attn_dims {
@@ -205,22 +215,24 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     ST_TRY(fp32_io(n));
     const int64_t T = a.T, TT = T * T;
     const float *qkv = n->in[0]->data;
+    const float *y = n->out->data;  /* (B, T, C) */
     const float *dy = n->out->grad; /* (B, T, C) */
-    const float *P = n->saved;      /* (B, nh, T, T) */
+    float *P = n->saved;            /* (B, nh, T, T) */
     float *dp = g->work;            /* (nh, T, T) for one batch row at a time */
+    const bool r16 = g->params->precision == ST_PREC_BF16;
     const float beta = n->in_acc[0] ? 1.0f : 0.0f;
     for (int64_t b = 0; b < a.B; b++) {
         const int64_t off = b * T * a.C3;
         const float *q = qkv + off, *k = q + a.C, *v = q + 2 * a.C; /* (T, hs), ld 3C */
         float *dq = dqkv + off, *dk = dq + a.C, *dv = dq + 2 * a.C;
-        const float *pb = P + b * a.nh * TT; /* (nh, T, T) */
+        float *pb = P + b * a.nh * TT;       /* (nh, T, T) */
         const float *dyb = dy + b * T * a.C; /* (T, hs) per head, ld C */
         /* dP = dY V^T */
         ST_TRY(heads(g, a, false, true, T, T, a.hs, 1.0f, dyb, a.C, a.hs, v, a.C3, a.hs, 0.0f, dp, T, TT,
                      g->params->precision));
-        /* dS = P * (dP - rowsum(dP * P)) */
-        causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(dp, pb,
-                                                                                                     T);
+        /* dS = P * (dP - rowsum(dY * Y)) (bf16: dS and P rounded) */
+        causal_softmax_backward_kernel<<<(unsigned)(a.nh * T), ATTN_THREADS, 0, st_cuda_stream(g)>>>(
+            dp, pb, dyb, y + b * T * a.C, T, a.C, a.hs, r16);
         ST_CUDA_LAUNCHED();
         /* dQ = dS K scale */
         ST_TRY(heads(g, a, false, false, T, a.hs, T, a.scale, dp, T, TT, k, a.C3, a.hs, beta, dq, a.C3, a.hs,

@@ -11,27 +11,30 @@
  *
  * Precision (docs/precision.md): Q, K, V and dY hold bf16 values (the graph
  * rounded them), so their bf16 copies are exact and Q K^T and dY V^T are
- * exact products summed in fp32, as the materialised path's. P and dS are
- * fp32 there and on the CPU, so each is split here into two bf16 numbers,
- * hi = bf16(x) and lo = bf16(x - hi), and multiplied twice: x = hi + lo to
- * about 2^-16 relative, far below the bf16 rounding of the layer's outputs,
- * at the cost of a second product (3 products forward instead of 2). No
- * TF32 anywhere: fp32 runs are exact fp32 (the fp32 contract).
+ * exact products summed in fp32, as the materialised path's. Forward's P is
+ * fp32 there and on the CPU, so here it is split into two bf16 numbers, hi
+ * = bf16(x) and lo = bf16(x - hi), and multiplied twice: x = hi + lo to
+ * about 2^-16 relative, far below the bf16 rounding of the layer's output,
+ * at the cost of a second product (3 products forward instead of 2).
+ * Backward's products take P and dS as bf16 values, as the CPU's bf16 runs
+ * round them (one product each). No TF32 anywhere: fp32 runs are exact fp32
+ * (the fp32 contract).
  *
  * Fragments are only touched element by element against fragments of the
  * same type (a row factor is broadcast over a 16 x 16 tile in shared memory
  * and loaded as an accumulator), so nothing depends on how a GPU maps a
  * fragment's elements to rows.
  *
- * Backward (FlashAttention-2, algorithm 2, without atomics): the dQ kernel
- * (per 64 queries, like forward) runs first; it makes two passes over the
- * key tiles: the first sums D_i = sum_j P_ij dP_ij (exactly the CPU's
- * rowsum(dP * P), not dY . Y, whose Y was rounded to bf16), the second
- * forms dS = P (dP - D) and dQ = dS K scale. It writes D to dsum. The
- * dK/dV kernel (per 64 keys, four warps of 16 keys) walks the query tiles
- * from its first key on: S^T = K Q^T, dP^T = V dY^T, P^T from lse, dV +=
- * P^T dY, dK += dS^T Q scale. Every element of dqkv is written by one
- * thread in a fixed order: deterministic. */
+ * Backward (FlashAttention-2, algorithm 2, without atomics): a small kernel
+ * first sums D_i = rowsum(dY_i * Y_i) (= sum_j P_ij dP_ij, over hs terms
+ * instead of i) into dsum, as the CPU does; the dQ kernel (per 64 queries,
+ * like forward) walks the key tiles once: S = Q K^T, dP = dY V^T, P from
+ * lse, dS = P (dP - D), dQ += dS K scale. The dK/dV kernel (per 64 keys,
+ * four warps of 16 keys) walks the query tiles from its first key on: S^T
+ * = K Q^T, dP^T = V dY^T, P^T from lse, dV += P^T dY, dK += dS^T Q scale.
+ * Every element of dqkv is written by one thread in a fixed order:
+ * deterministic. Tensor-core products per tile: 3 forward, 3 in dQ's
+ * kernel and 4 in dK/dV's. */
 #include <math.h>
 #include <mma.h>
 
@@ -191,11 +194,37 @@ template <int D> static __global__ void flash_fwd_mma(st_flash f) {
     if (half == 0 && qi < T) f.lse[(int64_t)bh * T + qi] = m + logf(l);
 }
 
-/* ---- backward: dQ and D -------------------------------------------------- */
+/* ---- backward: D, then dQ ------------------------------------------------ */
+/* D_i = rowsum(dY_i * Y_i) over the head's channels (= sum_j P_ij dP_ij) into
+ * dsum, one warp a row (b, h, i), its lanes over the channels, then a fixed
+ * shuffle tree: deterministic. Both backward kernels read it. */
+static __global__ void flash_rowsums(st_flash f) {
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; /* (b h) T + i */
+    const int lane = threadIdx.x & 31;
+    if (w >= (int64_t)f.B * f.nh * f.T) return; /* whole warps */
+    const int64_t bh = w / f.T, i = w % f.T, b = bh / f.nh, h = bh % f.nh;
+    const int64_t off = (b * f.T + i) * f.C + h * f.hs;
+    float s = 0.0f;
+    for (int c = lane; c < f.hs; c += 32)
+        s += st_ld(f.dy, off + c) * st_ld(f.y, off + c);
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) f.dsum[w] = s;
+}
+
+st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
+    enum { THREADS = 256 };
+    const int64_t rows = (int64_t)f->B * f->nh * f->T;
+    flash_rowsums<<<(unsigned)((rows + THREADS / 32 - 1) / (THREADS / 32)), THREADS, 0, st_cuda_stream(g)>>>(
+        *f);
+    ST_CUDA_LAUNCHED();
+    return ST_OK;
+}
+
 template <int D> static __global__ void flash_dq_mma(st_flash f) {
     enum { BK = 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
     __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's, then dY's 64 rows first */
-    __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS hi / lo */
+    __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS */
     __shared__ __align__(32) float sb[4][16 * LDS]; /* dP */
     bf16 *ks = kv, *vs = kv + BK * LDK;
     const int T = f.T, C = f.C;
@@ -207,8 +236,9 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const int qw = q0 + warp * 16, qi = qw + r;
     float *S = sa[warp].s, *dP = sb[warp];
-    bf16 *dh = sa[warp].p, *dl = dh + 16 * LDP;
+    bf16 *dh = sa[warp].p;
     const float lse = qi < T ? f.lse[(int64_t)bh * T + qi] : 0.0f;
+    const float dsum = qi < T ? f.dsum[(int64_t)bh * T + qi] : 0.0f;
 
     arow_t qf[ND], gf[ND];
     load_bf16<D>(kv, LDK, qg, C3, q0, 64, T);
@@ -224,73 +254,60 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
     for (int d = 0; d < ND; d++)
         wmma::fill_fragment(dq[d], 0.0f);
     const int kend = q0 + 64 < T ? q0 + 64 : T;
-    float dsum = 0.0f;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int k0 = 0; k0 < kend; k0 += BK) {
-            __syncthreads();
-            load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-            load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
-            __syncthreads();
-            if (k0 > qw + 15) continue;
-            for (int n = 0; n < BK / 16; n++) { /* S = Q K^T, dP = dY V^T */
-                acc_t s, g;
-                wmma::fill_fragment(s, 0.0f);
-                wmma::fill_fragment(g, 0.0f);
-                for (int d = 0; d < ND; d++) {
-                    bcol_t kb, vb;
-                    wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
-                    wmma::mma_sync(s, qf[d], kb, s);
-                    wmma::load_matrix_sync(vb, vs + n * 16 * LDK + d * 16, LDK);
-                    wmma::mma_sync(g, gf[d], vb, g);
-                }
-                wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
-                wmma::store_matrix_sync(dP + n * 16, g, LDS, wmma::mem_row_major);
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads();
+        load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
+        load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        __syncthreads();
+        if (k0 > qw + 15) continue;
+        for (int n = 0; n < BK / 16; n++) { /* S = Q K^T, dP = dY V^T */
+            acc_t s, g;
+            wmma::fill_fragment(s, 0.0f);
+            wmma::fill_fragment(g, 0.0f);
+            for (int d = 0; d < ND; d++) {
+                bcol_t kb, vb;
+                wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(s, qf[d], kb, s);
+                wmma::load_matrix_sync(vb, vs + n * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(g, gf[d], vb, g);
             }
-            __syncwarp();
-            float ds[HC] = {};
-            for (int c = 0; c < HC; c++) {
-                const int col = half * HC + c, j = k0 + col;
-                const float p = j <= qi && j < T ? expf(S[r * LDS + col] * f.scale - lse) : 0.0f;
-                if (pass == 0)
-                    dsum += p * dP[r * LDS + col];
-                else
-                    ds[c] = p * (dP[r * LDS + col] - dsum);
-            }
-            if (pass == 0) continue;
-            __syncwarp(); /* every score is read before dS overwrites the strip */
-            for (int c = 0; c < HC; c++) {
-                const int col = half * HC + c;
-                split(ds[c], &dh[r * LDP + col], &dl[r * LDP + col]);
-            }
-            __syncwarp();
-            for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K */
-                arow_t a_hi, a_lo;
-                wmma::load_matrix_sync(a_hi, dh + kk * 16, LDP);
-                wmma::load_matrix_sync(a_lo, dl + kk * 16, LDP);
-                for (int d = 0; d < ND; d++) {
-                    brow_t kb;
-                    wmma::load_matrix_sync(kb, ks + kk * 16 * LDK + d * 16, LDK);
-                    wmma::mma_sync(dq[d], a_hi, kb, dq[d]);
-                    wmma::mma_sync(dq[d], a_lo, kb, dq[d]);
-                }
+            wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(dP + n * 16, g, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float ds[HC];
+        for (int c = 0; c < HC; c++) {
+            const int col = half * HC + c, j = k0 + col;
+            const float p = j <= qi && j < T ? expf(S[r * LDS + col] * f.scale - lse) : 0.0f;
+            ds[c] = p * (dP[r * LDS + col] - dsum);
+        }
+        __syncwarp(); /* every score is read before dS overwrites the strip */
+        for (int c = 0; c < HC; c++)
+            dh[r * LDP + half * HC + c] = __float2bfloat16_rn(ds[c]);
+        __syncwarp();
+        for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K */
+            arow_t a;
+            wmma::load_matrix_sync(a, dh + kk * 16, LDP);
+            for (int d = 0; d < ND; d++) {
+                brow_t kb;
+                wmma::load_matrix_sync(kb, ks + kk * 16 * LDK + d * 16, LDK);
+                wmma::mma_sync(dq[d], a, kb, dq[d]);
             }
         }
-        if (pass == 0) dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
     }
     for (int d = 0; d < ND; d++)
         for (int i = 0; i < dq[d].num_elements; i++)
             dq[d].x[i] *= f.scale;
     store_rows<ND>(dq, S, LDS, st_fbuf_at(f.dqkv, ((int64_t)b * T + qw) * C3 + (int64_t)h * D), C3, T - qw,
                    f.acc);
-    if (half == 0 && qi < T) f.dsum[(int64_t)bh * T + qi] = dsum;
 }
 
 /* ---- backward: dK and dV ------------------------------------------------- */
 template <int D> static __global__ void flash_dkv_mma(st_flash f) {
     enum { BQ = 32, LDK = D + 8, LDS = BQ + 4, LDP = BQ + 8, ND = D / 16, HC = BQ / 2 };
     __shared__ __align__(32) bf16 qg_s[2 * BQ * LDK]; /* Q and dY tiles; K's, then V's 64 rows first */
-    __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T hi / lo */
-    __shared__ __align__(32) fa_strip<BQ> sb[4];      /* dP^T, then dS^T hi / lo */
+    __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T */
+    __shared__ __align__(32) fa_strip<BQ> sb[4];      /* dP^T, then dS^T */
     __shared__ float lse_s[BQ], dsum_s[BQ];
     bf16 *qs = qg_s, *gs = qg_s + BQ * LDK;
     const int T = f.T, C = f.C;
@@ -302,7 +319,7 @@ template <int D> static __global__ void flash_dkv_mma(st_flash f) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const int kw = k0 + warp * 16, kj = kw + r;
     float *St = sa[warp].s, *dPt = sb[warp].s;
-    bf16 *ph = sa[warp].p, *pl = ph + 16 * LDP, *dh = sb[warp].p, *dl = dh + 16 * LDP;
+    bf16 *ph = sa[warp].p, *dh = sb[warp].p;
 
     arow_t kf[ND], vf[ND];
     load_bf16<D>(qg_s, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
@@ -354,24 +371,20 @@ template <int D> static __global__ void flash_dkv_mma(st_flash f) {
         __syncwarp();
         for (int c = 0; c < HC; c++) {
             const int col = half * HC + c;
-            split(p[c], &ph[r * LDP + col], &pl[r * LDP + col]);
-            split(ds[c], &dh[r * LDP + col], &dl[r * LDP + col]);
+            ph[r * LDP + col] = __float2bfloat16_rn(p[c]);
+            dh[r * LDP + col] = __float2bfloat16_rn(ds[c]);
         }
         __syncwarp();
         for (int kk = 0; kk < BQ / 16; kk++) { /* dV += P^T dY, dK += dS^T Q */
-            arow_t p_hi, p_lo, d_hi, d_lo;
-            wmma::load_matrix_sync(p_hi, ph + kk * 16, LDP);
-            wmma::load_matrix_sync(p_lo, pl + kk * 16, LDP);
-            wmma::load_matrix_sync(d_hi, dh + kk * 16, LDP);
-            wmma::load_matrix_sync(d_lo, dl + kk * 16, LDP);
+            arow_t pa, da;
+            wmma::load_matrix_sync(pa, ph + kk * 16, LDP);
+            wmma::load_matrix_sync(da, dh + kk * 16, LDP);
             for (int d = 0; d < ND; d++) {
                 brow_t gb, qb;
                 wmma::load_matrix_sync(gb, gs + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(dv[d], p_hi, gb, dv[d]);
-                wmma::mma_sync(dv[d], p_lo, gb, dv[d]);
+                wmma::mma_sync(dv[d], pa, gb, dv[d]);
                 wmma::load_matrix_sync(qb, qs + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(dk[d], d_hi, qb, dk[d]);
-                wmma::mma_sync(dk[d], d_lo, qb, dk[d]);
+                wmma::mma_sync(dk[d], da, qb, dk[d]);
             }
         }
     }
@@ -393,6 +406,7 @@ template <int D> static st_status forward_mma(st_graph *g, const st_flash *f) {
 
 template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
     const dim3 grid((unsigned)((f->T + 63) / 64), (unsigned)(f->B * f->nh));
+    ST_TRY(st_cuda_flash_rowsums(g, f));
     flash_dq_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
     ST_CUDA_LAUNCHED();
     flash_dkv_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);

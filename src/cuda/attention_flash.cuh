@@ -17,7 +17,7 @@ typedef struct st_flash {
     st_fbuf dy;   /* (B, T, C), backward's output gradient */
     st_fbuf dqkv; /* (B, T, 3C), backward writes (or adds, acc) every element */
     float *lse;   /* (B, nh, T): log sum_j exp(s_ij), the saved state */
-    float *dsum;  /* (B, nh, T): rowsum(P * dP), backward's scratch */
+    float *dsum;  /* (B, nh, T): rowsum(dY * Y) = rowsum(P * dP), backward's scratch */
     int B, T, C, nh, hs;
     float scale;
     bool acc; /* backward adds into dqkv */
@@ -29,6 +29,8 @@ typedef struct st_flash {
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f);
 /* dqkv from qkv, dy, lse (dsum is its scratch). */
 st_status st_cuda_flash_backward(st_graph *g, const st_flash *f);
+/* D = rowsum(dY * Y) per row into dsum, the first of both backwards. */
+st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f);
 /* The exact fp32 kernels (attention_flash_f32.cu), which the two above call
  * for fp32 and fp16 runs. */
 st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f);

@@ -5,9 +5,9 @@
  * O or dQ (K, V, dK, dV) in registers; tiles of 32 keys (queries) in shared
  * memory, read by every thread at the same address (a broadcast). The same
  * algorithm as the tensor-core kernels of attention_flash.cu: forward's
- * online softmax per tile of keys, backward's D_i = sum_j P_ij dP_ij
- * summed in a first pass of the dQ kernel, then dQ, then dK and dV by key
- * rows, every output written by one thread in a fixed order. Not the fast
+ * online softmax per tile of keys, backward's D_i = rowsum(dY_i * Y_i)
+ * (st_cuda_flash_rowsums), then dQ, then dK and dV by key rows, every
+ * output written by one thread in a fixed order. Not the fast
  * path (no tensor cores, 64 threads a block); it keeps the memory saving. */
 #include <math.h>
 
@@ -118,31 +118,25 @@ template <int D> static __global__ void flash_dq_f32(st_flash f) {
     for (int d = 0; d < D; d++)
         dq[d] = 0.0f;
     const float lse = qi < T ? f.lse[(int64_t)bh * T + qi] : 0.0f;
+    const float dsum = qi < T ? f.dsum[(int64_t)bh * T + qi] : 0.0f;
     const int kend = q0 + F32_ROWS < T ? q0 + F32_ROWS : T;
-    float dsum = 0.0f;
-    for (int pass = 0; pass < 2; pass++)
-        for (int k0 = 0; k0 < kend; k0 += F32_TILE) {
-            __syncthreads();
-            load_tile<D>(ks, st_fbuf_at(qg, C), C3, k0, T);
-            load_tile<D>(vs, st_fbuf_at(qg, 2 * C), C3, k0, T);
-            __syncthreads();
-            for (int c = 0; c < F32_TILE; c++) {
-                const int j = k0 + c;
-                if (j > qi || j >= T) break;
-                const float p = expf(dot<D>(q, ks + c * D) * f.scale - lse), dp = dot<D>(g, vs + c * D);
-                if (pass == 0) {
-                    dsum += p * dp;
-                    continue;
-                }
-                const float ds = p * (dp - dsum);
-                ST_UNROLL
-                for (int d = 0; d < D; d++)
-                    dq[d] += ds * ks[c * D + d];
-            }
+    for (int k0 = 0; k0 < kend; k0 += F32_TILE) {
+        __syncthreads();
+        load_tile<D>(ks, st_fbuf_at(qg, C), C3, k0, T);
+        load_tile<D>(vs, st_fbuf_at(qg, 2 * C), C3, k0, T);
+        __syncthreads();
+        for (int c = 0; c < F32_TILE; c++) {
+            const int j = k0 + c;
+            if (j > qi || j >= T) break;
+            const float p = expf(dot<D>(q, ks + c * D) * f.scale - lse), dp = dot<D>(g, vs + c * D);
+            const float ds = p * (dp - dsum);
+            ST_UNROLL
+            for (int d = 0; d < D; d++)
+                dq[d] += ds * ks[c * D + d];
         }
+    }
     if (qi >= T) return;
     store_row<D>(st_fbuf_at(f.dqkv, ((int64_t)b * T + qi) * C3 + (int64_t)h * D), dq, f.scale, f.acc);
-    f.dsum[(int64_t)bh * T + qi] = dsum;
 }
 
 template <int D> static __global__ void flash_dkv_f32(st_flash f) {
@@ -199,6 +193,7 @@ template <int D> static st_status forward(st_graph *g, const st_flash *f) {
 
 template <int D> static st_status backward(st_graph *g, const st_flash *f) {
     const dim3 grid((unsigned)((f->T + F32_ROWS - 1) / F32_ROWS), (unsigned)(f->B * f->nh));
+    ST_TRY(st_cuda_flash_rowsums(g, f));
     flash_dq_f32<D><<<grid, F32_ROWS, 0, st_cuda_stream(g)>>>(*f);
     ST_CUDA_LAUNCHED();
     flash_dkv_f32<D><<<grid, F32_ROWS, 0, st_cuda_stream(g)>>>(*f);

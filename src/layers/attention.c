@@ -9,7 +9,11 @@
  * go by blocks of TB queries (or keys), each against only the keys (queries)
  * the causal mask lets through, which skips most of the masked half. P is
  * saved for backward (B, n_head, T, T), zeros above the diagonal; backward
- * keeps dP in a per-thread (T, T) scratch from the workspace.
+ * keeps dP in a per-thread (T, T) scratch from the workspace. Backward's
+ * row sums D = rowsum(dP * P) are taken as rowsum(dY * Y), the same sum
+ * over hs terms instead of t (FlashAttention-2's; Y is the stored output).
+ * In bf16 runs P and dS enter backward's products as bf16 values (rounded
+ * in place, P after its row's dS), as the tensor-core kernels hold them.
  *
  * Not here: flash-style tiling (P is materialised), dropout on P, a padding
  * mask. */
@@ -22,6 +26,7 @@
 #include "attention_layout.h"
 #include "core/blas.h"
 #include "core/fastmath.h"
+#include "core/half.h"
 #include "layers.h"
 
 /* Query (and key) block: a block of queries needs only the keys up to its
@@ -110,8 +115,12 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     const int64_t C = C3 / 3, nh = n->args.i[ST_ATTN_NHEAD], hs = C / nh;
     const float scale = 1.0f / sqrtf((float)hs);
     const float *qkv = n->in[0]->data;
+    const float *y = n->out->data;  /* (B, T, C) */
     const float *dy = n->out->grad; /* (B, T, C) */
-    const float *P = n->saved;      /* (B, nh, T, T) */
+    float *P = n->saved;            /* (B, nh, T, T) */
+    /* bf16 runs: P and dS enter their products as bf16, as the device's
+     * tensor-core kernels hold them (docs/precision.md) */
+    const bool r16 = g->params->precision == ST_PREC_BF16;
     /* Each (b, h) writes its own q, k and v slices of dqkv, each row once,
      * so beta alone decides write or add. */
     const float beta = n->in_acc[0] ? 1.0f : 0.0f;
@@ -128,21 +137,26 @@ static st_status attention_backward(st_node *n, st_graph *g) {
             const int64_t off = b * T * C3 + h * hs;
             const float *q = qkv + off, *k = q + C, *v = q + 2 * C; /* (T, hs), ld 3C */
             float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-            const float *p = P + bh * T * T;
-            const float *dyh = dy + b * T * C + h * hs; /* (T, hs), ld C */
-            /* by query block: dP = dY V^T, dS = P * (dP - rowsum(dP P)), dQ = dS K scale */
+            float *p = P + bh * T * T;
+            const float *dyh = dy + b * T * C + h * hs, *yh = y + b * T * C + h * hs; /* (T, hs), ld C */
+            /* by query block: dP = dY V^T, dS = P * (dP - D) with D = rowsum(dY * Y)
+             * (= rowsum(dP * P)), dQ = dS K scale */
             for (int64_t t0 = 0; t0 < T; t0 += TB) {
                 const int64_t t1 = t0 + TB < T ? t0 + TB : T, m = t1 - t0;
                 st_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)t1, (int)hs, 1.0f, dyh + t0 * C, (int)C, v,
                          (int)C3, 0.0f, dp + t0 * T, (int)T);
                 for (int64_t t = t0; t < t1; t++) {
-                    const float *pr = p + t * T;
-                    float *dr = dp + t * T;
-                    const float dot = dot16(dr, pr, t + 1);
+                    float *pr = p + t * T, *dr = dp + t * T;
+                    const float dot = dot16(dyh + t * C, yh + t * C, hs);
                     for (int64_t j = 0; j <= t; j++)
                         dr[j] = pr[j] * (dr[j] - dot);
                     for (int64_t j = t + 1; j < T; j++)
                         dr[j] = 0.0f; /* masked, and not computed past t1 */
+                    if (r16)          /* P's row is read again only by dV's product */
+                        for (int64_t j = 0; j <= t; j++) {
+                            dr[j] = st_round_bf16(dr[j]);
+                            pr[j] = st_round_bf16(pr[j]);
+                        }
                 }
                 st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)hs, (int)t1, scale, dp + t0 * T, (int)T, k,
                          (int)C3, beta, dq + t0 * C3, (int)C3);
