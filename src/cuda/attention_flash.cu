@@ -55,10 +55,23 @@ template <int BK> union fa_strip {
     bf16 p[2 * 16 * (BK + 8)];
 };
 
-/* rows row0.. of a (T, ld) fp32 matrix, D columns, into bf16 dst (ld ldd);
- * rows at or past T are zeros */
+/* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
+ * dst (ld ldd, a multiple of 8; dst 16-byte aligned); rows at or past T are
+ * zeros. From bf16 storage with 16-byte aligned rows (always for the
+ * graph's arenas: C = heads x D is a multiple of 16) eight elements a
+ * thread at a time, one 16-byte load and store; else one at a time. */
 template <int D>
 static __device__ void load_bf16(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
+    if (src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0) {
+        for (int e = threadIdx.x; e < rows * (D / 8); e += blockDim.x) {
+            const int r = e / (D / 8), c = e % (D / 8) * 8;
+            const uint4 v = row0 + r < T
+                                ? *(const uint4 *)((const bf16 *)src.p + (int64_t)(row0 + r) * ld + c)
+                                : make_uint4(0, 0, 0, 0);
+            *(uint4 *)(dst + r * ldd + c) = v;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
         const int r = e / D, c = e % D;
         dst[r * ldd + c] =
@@ -104,7 +117,7 @@ static __device__ void store_rows(const acc_t *o, float *strip, int lds, st_fbuf
 }
 
 /* ---- forward ------------------------------------------------------------- */
-template <int D> static __global__ void flash_fwd_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, 3) flash_fwd_mma(st_flash f) {
     enum { BK = D <= 64 ? 64 : 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
     __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's 64 rows first */
     __shared__ __align__(32) fa_strip<BK> sw[4];
@@ -221,7 +234,7 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
     return ST_OK;
 }
 
-template <int D> static __global__ void flash_dq_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) flash_dq_mma(st_flash f) {
     enum { BK = 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
     __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's, then dY's 64 rows first */
     __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS */
@@ -303,7 +316,7 @@ template <int D> static __global__ void flash_dq_mma(st_flash f) {
 }
 
 /* ---- backward: dK and dV ------------------------------------------------- */
-template <int D> static __global__ void flash_dkv_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dkv_mma(st_flash f) {
     enum { BQ = 32, LDK = D + 8, LDS = BQ + 4, LDP = BQ + 8, ND = D / 16, HC = BQ / 2 };
     __shared__ __align__(32) bf16 qg_s[2 * BQ * LDK]; /* Q and dY tiles; K's, then V's 64 rows first */
     __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T */
