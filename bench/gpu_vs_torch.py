@@ -26,7 +26,11 @@ not; for the plain head and the GELU layer, how far it is). With --profile
 it runs again with the profiler trace over two steps after the warm-up and
 notes where the step went on the GPU (bench/trace_summary.py: each stream's
 busy share, the layer kinds' GPU time per step); with --out the trace and
-its table are written beside the Markdown (gpt2_trace.json, gpt2_trace.md).
+its table are written beside the Markdown (gpt2_trace.json, gpt2_trace.md),
+and the note gives scaletrain's attention passes per step, to set beside
+PyTorch's scaled_dot_product_attention timed alone at gpt2's shape (one
+layer, forward and forward + backward; a note of every gpt2 run whose
+PyTorch has SDPA).
 Not here: convergence (random data), more than one GPU, writing
 bench/RESULTS.md (copy the table there).
 """
@@ -254,8 +258,10 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
             shutil.copyfile(trace, kept)
             with open(os.path.join(os.path.dirname(kept), f"{model}_trace.md"), "w") as f:
                 f.write(trace_summary.markdown(r) + "\n")
+        attn = sum(k[2] for k in r["kinds"] if k[0] == "attention")
         return (f"{model} profiled (steps {PROFILE_STEPS[0] + WARMUP}-{PROFILE_STEPS[1] + WARMUP}, "
-                f"{ms:.1f} ms/step with the trace's events): " + trace_summary.one_line(r) +
+                f"{ms:.1f} ms/step with the trace's events): attention forward + backward {attn:.2f} ms per "
+                "step (against PyTorch's SDPA alone, its note); " + trace_summary.one_line(r) +
                 (f"; the trace and its table: {kept}, {model}_trace.md" if kept else ""))
     if key in ("plain_head", "gelu_layer") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
@@ -334,7 +340,8 @@ def side_figures(model, s, batch, ms, peak_tflops):
 
 
 def build_row(model, s, st, tc, peak_tflops):
-    row = {"model": model, "unit": "tok/s" if model == "gpt2" else "samples/s", "st": st, "tc": tc}
+    row = {"model": model, "unit": "tok/s" if model == "gpt2" else "samples/s", "st": st, "tc": tc,
+           "n_layer": s.get("n_layer", 1)}
     if "error" not in st:
         row["st_rate"], row["st_tflops"], row["st_mfu"] = side_figures(model, s, st["batch"],
                                                                        st["j"]["step_ms_median"], peak_tflops)
@@ -418,6 +425,14 @@ def notes_of(rows, a):
                      f"{', '.join(feats)}; loss {tc['first_loss']:.3f} -> {tc['last_loss']:.3f}; first step "
                      f"{tc['first_step_s']:.1f} s; mean wall {tc['step_ms_mean_wall']:.1f} ms/step"
                      + (f"; {tc['compile_note']}" if tc.get("compile_note") else ""))
+            if "sdpa_fwd_ms" in tc:
+                L = r.get("n_layer", 1)
+                n.append(f"{m}: PyTorch's scaled_dot_product_attention alone, one layer at batch {tc['batch']}: "
+                         f"forward {tc['sdpa_fwd_ms']:.3f} ms, forward + backward {tc['sdpa_fwd_bwd_ms']:.3f} ms "
+                         f"({L * tc['sdpa_fwd_bwd_ms']:.2f} ms for {L} layers; scaletrain's attention passes "
+                         "are in its profile note, with --profile)")
+            elif "sdpa_error" in tc:
+                n.append(f"{m}: PyTorch's scaled_dot_product_attention alone: failed: {tc['sdpa_error']}")
         if "error" not in st and "error" not in tc and st["params"] != tc["params"]:
             n.append(f"{m}: PARAMETER MISMATCH: scaletrain {st['params']:,}, PyTorch {tc['params']:,}")
     return n

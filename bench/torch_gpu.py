@@ -148,7 +148,52 @@ def torch_worker(w):
         info["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
     info.update(step_ms_median=sorted(times)[len(times) // 2], step_ms_mean_wall=1e3 * wall / w["steps"],
                 steps=w["steps"], first_loss=losses[0].item(), last_loss=losses[-1].item())
+    if model == "gpt2" and has_sdpa:
+        info.update(sdpa_timing(torch, s, B, dev, torch.bfloat16 if bf16 else torch.float32))
     print(json.dumps(info))
+
+
+def sdpa_timing(torch, s, B, dev, dtype, reps=20):
+    """One layer's causal scaled_dot_product_attention at the model's shape
+    (B, heads, T, head size), as PyTorch picks its kernel: the median of
+    `reps` timings (CUDA events; the clock on the CPU) of forward, and of
+    forward + backward (ms), to set beside scaletrain's attention passes in
+    its profile."""
+    import torch.nn.functional as F
+    T, nh, hs = s["block"], s["n_head"], s["n_embd"] // s["n_head"]
+    q, k, v = (torch.randn(B, nh, T, hs, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    dy = torch.randn(B, nh, T, hs, device=dev, dtype=dtype)
+
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        if dev.type != "cuda":
+            t = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                t.append(1e3 * (time.perf_counter() - t0))
+            return sorted(t)[len(t) // 2]
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for a, b in ev:
+            a.record()
+            fn()
+            b.record()
+        torch.cuda.synchronize(dev)
+        t = sorted(a.elapsed_time(b) for a, b in ev)
+        return t[len(t) // 2]
+
+    def fwd():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def fwd_bwd():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dy)
+
+    try:
+        return {"sdpa_fwd_ms": timed(fwd), "sdpa_fwd_bwd_ms": timed(fwd_bwd)}
+    except RuntimeError as e:  # noqa: BLE001 - a note, not a failed benchmark
+        return {"sdpa_error": last_error_line(str(e))[:200]}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
      (the harness exits 1 otherwise), and the Markdown table printed last and
      written by --out has one row per model with positive ms/step figures;
      --offload, --selective and --plain-head add their gpt2 notes (selective: the same
-     final loss as the run without);
+     final loss as the run without); PyTorch's SDPA is timed alone at gpt2's shape;
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
      run is refused (not a precision it knows) and the mlp row runs in fp32,
      saying so in the table and giving the reason in the notes;
@@ -17,12 +17,13 @@ Usage: /usr/bin/python3 tests/py/test_gpu_bench_tiny.py BUILD_DIR
 Exit status: 0 ok, 1 failure, 77 skipped (no PyTorch: Debian's python3-torch).
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
 try:
-    import torch  # noqa: F401
+    import torch
 except ImportError:
     print("test_gpu_bench_tiny: skipped: PyTorch is not installed (apt-get install python3-torch)")
     sys.exit(77)
@@ -86,6 +87,15 @@ def main():
                 check(positive(r.get(col, "").rstrip("x")), f"{m}: {col} is {r.get(col)!r}")
         check("PARAMETER MISMATCH" not in out, "gpt2,cnn: parameter counts differ")
         check("gpt2: PyTorch" in out and "autocast bf16" in out, "gpt2: the notes name PyTorch's set-up")
+        m_sdpa = re.search(r"gpt2: PyTorch's scaled_dot_product_attention alone, one layer at batch \d+: "
+                           r"forward ([0-9.]+) ms, forward \+ backward ([0-9.]+) ms", out)
+        if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            check(m_sdpa and 0 < float(m_sdpa.group(1)) and 0 < float(m_sdpa.group(2)),
+                  "gpt2: the note times PyTorch's SDPA alone (forward, forward + backward)")
+        else:
+            print(f"test_gpu_bench_tiny: PyTorch {torch.__version__} has no scaled_dot_product_attention: its "
+                  "timing note is not checked here (it is on a GPU machine's PyTorch)")
+            check(not m_sdpa and "attention by hand (no SDPA)" in out, "gpt2: no SDPA, no SDPA timing note")
         check(os.path.exists(md) and rows_of(open(md).read()) == rows, "--out holds the same table")
         check("gpt2 with optim.offload (optimizer state and update on the host): " in out and "x the step without"
               in out and "gpt2 with optim.offload" in open(md).read(),
