@@ -43,13 +43,16 @@
  * checked). The rounding points are checked exactly (cuda_parity.h).
  * Attention in bf16: forward's P V takes P as bf16 hi + lo parts (2^-16
  * relative, P is fp32 on the host), backward's products take P and dS as
- * bf16, which the host rounds alike: in the emulator at most 0.44% of an
- * output or gradient differs from the host's by more than 1e-5 of the
- * tensor's largest value (one bf16 unit); a host that did not round P and
- * dS (or a device that skipped one rounding) makes that 38% of dqkv, still
- * inside the tolerances above, so the bf16 attention cases also allow at
- * most 2% of each tensor to differ by more than 1e-5 of its largest value
- * (cp_case frac). fp16 attention runs the exact fp32 flash kernels. */
+ * bf16, which the host rounds alike. Where the two sides' fp32 P fall on
+ * either side of a bf16 boundary, that P and dS differ by a bf16 unit, and
+ * so do the dQ row and dK and dV rows they enter: over 21 runs with random
+ * inputs in the emulator at most 0.9% of a gradient (typically 0.3-0.7%)
+ * differed from the host's by more than 1e-5 of the tensor's largest
+ * value; a host that did not round P and dS (or a device that skipped one
+ * rounding) makes that 38% of dqkv, still inside the tolerances above, so
+ * the bf16 attention cases also allow at most 5% of each tensor to differ
+ * by more than 1e-5 of its largest value (cp_case frac). fp16 attention
+ * runs the exact fp32 flash kernels. */
 #include "cuda_parity.h"
 #include "layers/layers.h"
 
@@ -355,8 +358,7 @@ int main(void) {
                 snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (%s)", pn,
                          (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
                 run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p,
-                         p == ST_PREC_BF16 ? 0.02 : 0, dev,
-                         seed + k++);
+                         p == ST_PREC_BF16 ? 0.05 : 0, dev, seed + k++);
             }
             const size_t ci[] = {0, 2, 3};
             for (size_t j = 0; j < 3; j++) {

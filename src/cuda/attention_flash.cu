@@ -207,6 +207,28 @@ template <int D> static __global__ void __launch_bounds__(128, 3) flash_fwd_mma(
     if (half == 0 && qi < T) f.lse[(int64_t)bh * T + qi] = m + logf(l);
 }
 
+/* Backward's pair of products for a warp's 16 rows against a tile of N rows
+ * (ld ldk in shared memory): s = A B^T and g = C E^T (A and C the warp's
+ * fragments, ND of 16 columns each), stored to s_out and g_out (ld lds). */
+template <int ND, int N>
+static __device__ void two_products(const arow_t *a, const bf16 *b, const arow_t *c, const bf16 *e, int ldk,
+                                    float *s_out, float *g_out, int lds) {
+    for (int n = 0; n < N / 16; n++) {
+        acc_t s, g;
+        wmma::fill_fragment(s, 0.0f);
+        wmma::fill_fragment(g, 0.0f);
+        for (int d = 0; d < ND; d++) {
+            bcol_t bb, eb;
+            wmma::load_matrix_sync(bb, b + n * 16 * ldk + d * 16, ldk);
+            wmma::mma_sync(s, a[d], bb, s);
+            wmma::load_matrix_sync(eb, e + n * 16 * ldk + d * 16, ldk);
+            wmma::mma_sync(g, c[d], eb, g);
+        }
+        wmma::store_matrix_sync(s_out + n * 16, s, lds, wmma::mem_row_major);
+        wmma::store_matrix_sync(g_out + n * 16, g, lds, wmma::mem_row_major);
+    }
+}
+
 /* ---- backward: D, then dQ ------------------------------------------------ */
 /* D_i = rowsum(dY_i * Y_i) over the head's channels (= sum_j P_ij dP_ij) into
  * dsum, one warp a row (b, h, i), its lanes over the channels, then a fixed
@@ -273,20 +295,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
         __syncthreads();
         if (k0 > qw + 15) continue;
-        for (int n = 0; n < BK / 16; n++) { /* S = Q K^T, dP = dY V^T */
-            acc_t s, g;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(g, 0.0f);
-            for (int d = 0; d < ND; d++) {
-                bcol_t kb, vb;
-                wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(s, qf[d], kb, s);
-                wmma::load_matrix_sync(vb, vs + n * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(g, gf[d], vb, g);
-            }
-            wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dP + n * 16, g, LDS, wmma::mem_row_major);
-        }
+        two_products<ND, BK>(qf, ks, gf, vs, LDK, S, dP, LDS); /* S = Q K^T, dP = dY V^T */
         __syncwarp();
         float ds[HC];
         for (int c = 0; c < HC; c++) {
@@ -360,20 +369,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
         }
         __syncthreads();
         if (i0 + BQ - 1 < kw) continue;     /* every query before every key of this warp */
-        for (int n = 0; n < BQ / 16; n++) { /* S^T = K Q^T, dP^T = V dY^T */
-            acc_t s, g;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(g, 0.0f);
-            for (int d = 0; d < ND; d++) {
-                bcol_t qb, gb;
-                wmma::load_matrix_sync(qb, qs + n * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(s, kf[d], qb, s);
-                wmma::load_matrix_sync(gb, gs + n * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(g, vf[d], gb, g);
-            }
-            wmma::store_matrix_sync(St + n * 16, s, LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPt + n * 16, g, LDS, wmma::mem_row_major);
-        }
+        two_products<ND, BQ>(kf, qs, vf, gs, LDK, St, dPt, LDS); /* S^T = K Q^T, dP^T = V dY^T */
         __syncwarp();
         float p[HC], ds[HC];
         for (int c = 0; c < HC; c++) {
