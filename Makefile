@@ -68,6 +68,8 @@ endif
 # the CUDA tests run where no GPU is. Never a user's build. NCCL is
 # tests/cudaemu/nccl.cpp: the real nccl.h's API done with MPI between the
 # ranks (no libnccl is linked), so src/cuda/comm_nccl.cu runs too.
+# -fno-strict-aliasing: kernels move bf16 data as uint4 or 32-bit words
+# through casts, as CUDA code does; g++ at -O2 may otherwise reorder them.
 CUDA_EMU ?= 0
 ifeq ($(CUDA_EMU),1)
 CUDA := 1
@@ -77,7 +79,7 @@ CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/includ
 CUDA_LIBS := -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
-EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
+EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -fno-strict-aliasing -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
 	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Wno-unknown-pragmas \
 	-Iinclude -Isrc -Isrc/cuda \
 	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(NCCL_FLAGS) $(MPI_CFLAGS)

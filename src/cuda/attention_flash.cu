@@ -4,10 +4,11 @@
  * Forward, one block per 64 queries of one (b, h), four warps of 16 query
  * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
  * bf16; causal: tiles after the block's last query are never loaded, a
- * warp skips a tile whose keys all follow its queries. Per tile, per warp:
- * S = Q K^T on wmma (fp32 accumulators) stored to the warp's strip, the
- * online softmax (running max m and sum l per row, two lanes per row), the
- * accumulator O rescaled by exp(m_old - m_new) and O += P V on wmma.
+ * warp skips a tile whose keys all follow its queries. Per tile, per warp,
+ * on mma.sync (mma.cuh) with everything in registers: S = Q K^T, the
+ * online softmax (running max m and sum l per row, the four lanes of a
+ * quad per row), the accumulator O rescaled by exp(m_old - m_new) and O +=
+ * P V, P passed from S's accumulators to the product's operands in place.
  *
  * Precision (docs/precision.md): Q, K, V and dY hold bf16 values (the graph
  * rounded them), so their bf16 copies are exact and Q K^T and dY V^T are
@@ -20,10 +21,10 @@
  * round them (one product each). No TF32 anywhere: fp32 runs are exact fp32
  * (the fp32 contract).
  *
- * Fragments are only touched element by element against fragments of the
- * same type (a row factor is broadcast over a 16 x 16 tile in shared memory
- * and loaded as an accumulator), so nothing depends on how a GPU maps a
- * fragment's elements to rows.
+ * Backward is on wmma: its fragments are only touched element by element
+ * against fragments of the same type, so nothing depends on how a GPU maps
+ * a wmma fragment's elements to rows (which CUDA leaves unspecified;
+ * mma.sync's layout is documented).
  *
  * Backward (FlashAttention-2, algorithm 2, without atomics): a small kernel
  * first sums D_i = rowsum(dY_i * Y_i) (= sum_j P_ij dP_ij, over hs terms
@@ -39,6 +40,7 @@
 #include <mma.h>
 
 #include "attention_flash.cuh"
+#include "mma.cuh"
 
 using namespace nvcuda;
 
@@ -48,11 +50,11 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> arow_t
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> brow_t;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bcol_t;
 
-/* A warp's 16-row scratch: fp32 values (ld BK + 4), or the same rows as
- * bf16 hi and lo parts (ld BK + 8 each). */
+/* A warp's 16-row scratch of backward: fp32 values (ld BK + 4), or the
+ * same rows as bf16 (ld BK + 8). */
 template <int BK> union fa_strip {
     float s[16 * (BK + 4)];
-    bf16 p[2 * 16 * (BK + 8)];
+    bf16 p[16 * (BK + 8)];
 };
 
 /* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
@@ -79,22 +81,6 @@ static __device__ void load_bf16(bf16 *dst, int ldd, st_fbuf src, int64_t ld, in
     }
 }
 
-/* x = hi + lo, both bf16 */
-static __device__ void split(float x, bf16 *hi, bf16 *lo) {
-    const bf16 h = __float2bfloat16_rn(x);
-    *hi = h;
-    *lo = __float2bfloat16_rn(x - __bfloat162float(h));
-}
-
-/* o[d] *= the row factors of a (16, 16) tile whose row r is f_r */
-template <int ND> static __device__ void scale_rows(acc_t *o, const float *tile) {
-    acc_t f;
-    wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
-    for (int d = 0; d < ND; d++)
-        for (int i = 0; i < f.num_elements; i++)
-            o[d].x[i] *= f.x[i];
-}
-
 /* Store the warp's 16 x (16 ND) accumulator rows through its strip (ld
  * lds) to dst rows (row r at dst + r * ld), rows at or past `valid` left
  * out; add when acc. Lanes 2r, 2r + 1 take row r. */
@@ -117,94 +103,162 @@ static __device__ void store_rows(const acc_t *o, float *strip, int lds, st_fbuf
 }
 
 /* ---- forward ------------------------------------------------------------- */
-template <int D> static __global__ void __launch_bounds__(128, 3) flash_fwd_mma(st_flash f) {
-    enum { BK = D <= 64 ? 64 : 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
-    __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's 64 rows first */
-    __shared__ __align__(32) fa_strip<BK> sw[4];
-    __shared__ __align__(32) float tile[4][256];
-    bf16 *ks = kv, *vs = kv + BK * LDK;
+/* rows row0.. of a (T, ld) matrix, D columns, transposed into bf16 dst:
+ * element (r, c) at dst[c * ldd + r] (ldd even); rows at or past T zeros.
+ * From bf16 storage with 16-byte aligned rows a thread moves eight
+ * elements of one row; the warp's threads take consecutive rows, so the
+ * 2-byte stores of one column fall in consecutive shared-memory words. */
+template <int D>
+static __device__ void load_bf16_t(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
+    if (src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0) {
+        for (int e = threadIdx.x; e < rows * (D / 8); e += blockDim.x) {
+            const int r = e % rows, c = e / rows * 8;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (row0 + r < T) v = *(const uint4 *)((const bf16 *)src.p + (int64_t)(row0 + r) * ld + c);
+            const bf16 *x = (const bf16 *)&v;
+            for (int i = 0; i < 8; i++)
+                dst[(c + i) * ldd + r] = x[i];
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+        const int r = e % rows, c = e / rows;
+        dst[c * ldd + r] =
+            __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
+    }
+}
+
+/* Forward on mma.sync (mma.cuh): a block per 64 queries of one (b, h), a
+ * warp per 16 of them. Per key tile the warp's scores S (16 x BK) stay in
+ * registers as accumulators; the online softmax works on them there (each
+ * row is held by the four lanes of a quad: its max and sum take two
+ * shuffles) and they become P V's A operands in place, as hi and lo bf16
+ * parts (x = hi + lo to about 2^-16, docs/precision.md). K sits in shared
+ * memory as rows ([key][dim]), V transposed ([dim][key]), so that every
+ * B operand is one 32-bit load; Q's fragments are loaded once. */
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) flash_fwd_mma(st_flash f) {
+    enum {
+        BK = D <= 64 ? 64 : 32,
+        QR = 64 > BK ? 64 : BK,
+        LDK = D + 8,
+        LDV = BK + 8,
+        NK = BK / 8,
+        KD = D / 16,
+        ND = D / 8
+    };
+    __shared__ __align__(16) bf16 ks[QR * LDK]; /* Q's 64 rows first, then each K tile */
+    __shared__ __align__(16) bf16 vt[D * LDV];  /* each V tile, transposed */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64; /* the longest rows first */
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
     const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int qw = q0 + warp * 16, qi = qw + r;
-    float *S = sw[warp].s, *fw = tile[warp];
-    bf16 *ph = sw[warp].p, *pl = ph + 16 * LDP;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int qw = q0 + warp * 16, qa = qw + g, qb = qa + 8; /* this lane's two rows */
 
-    load_bf16<D>(kv, LDK, qg, C3, q0, 64, T);
+    load_bf16<D>(ks, LDK, qg, C3, q0, 64, T);
     __syncthreads();
-    arow_t qf[ND];
-    acc_t o[ND];
-    for (int d = 0; d < ND; d++) {
-        wmma::load_matrix_sync(qf[d], kv + warp * 16 * LDK + d * 16, LDK);
-        wmma::fill_fragment(o[d], 0.0f);
+    uint32_t qf[KD][4];
+    for (int kd = 0; kd < KD; kd++) {
+        const bf16 *p = ks + (warp * 16 + g) * LDK + kd * 16 + 2 * t;
+        qf[kd][0] = st_ld_bf16x2(p);
+        qf[kd][1] = st_ld_bf16x2(p + 8 * LDK);
+        qf[kd][2] = st_ld_bf16x2(p + 8);
+        qf[kd][3] = st_ld_bf16x2(p + 8 * LDK + 8);
     }
-    float m = -INFINITY, l = 0.0f;
+    float o[ND][4];
+    for (int n = 0; n < ND; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb */
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or Q) is read */
         load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-        load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        load_bf16_t<D>(vt, LDV, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
         __syncthreads();
-        if (k0 > qw + 15) continue;         /* every key after every query of this warp */
-        for (int n = 0; n < BK / 16; n++) { /* S = Q K^T */
-            acc_t s;
-            wmma::fill_fragment(s, 0.0f);
-            for (int d = 0; d < ND; d++) {
-                bcol_t kb;
-                wmma::load_matrix_sync(kb, ks + n * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(s, qf[d], kb, s);
+        if (k0 > qw + 15) continue; /* every key after every query of this warp */
+        float s[NK][4];
+        for (int n = 0; n < NK; n++) { /* S = Q K^T, keys k0 + 8n .. */
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int kd = 0; kd < KD; kd++) {
+                const bf16 *p = ks + (n * 8 + g) * LDK + kd * 16 + 2 * t;
+                const uint32_t kb[2] = {st_ld_bf16x2(p), st_ld_bf16x2(p + 8)};
+                st_mma_16816(s[n], qf[kd], kb);
             }
-            wmma::store_matrix_sync(S + n * 16, s, LDS, wmma::mem_row_major);
         }
-        __syncwarp();
-        float p[HC], mx = -INFINITY;
-        for (int c = 0; c < HC; c++) {
-            const int col = half * HC + c, j = k0 + col;
-            p[c] = j <= qi && j < T ? S[r * LDS + col] * f.scale : -INFINITY;
-            mx = fmaxf(mx, p[c]);
+        float xa = -INFINITY, xb = -INFINITY;
+        for (int n = 0; n < NK; n++)
+            for (int i = 0; i < 4; i++) {
+                const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
+                s[n][i] = j <= q && j < T ? s[n][i] * f.scale : -INFINITY;
+            }
+        for (int n = 0; n < NK; n++) {
+            xa = fmaxf(xa, fmaxf(s[n][0], s[n][1]));
+            xb = fmaxf(xb, fmaxf(s[n][2], s[n][3]));
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float mn = fmaxf(m, mx); /* finite: key 0 is in every row's first tile */
-        const float alpha = expf(m - mn);
-        float sum = 0.0f;
-        for (int c = 0; c < HC; c++) {
-            p[c] = expf(p[c] - mn);
-            sum += p[c];
+        for (int o2 = 1; o2 < 4; o2 <<= 1) { /* over the quad: the whole rows */
+            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o2));
+            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o2));
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * alpha + sum;
-        m = mn;
-        __syncwarp(); /* every score is read before P overwrites the strip */
-        for (int c = 0; c < HC; c++) {
-            const int col = half * HC + c;
-            split(p[c], &ph[r * LDP + col], &pl[r * LDP + col]);
+        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb); /* finite: key 0 is in every row's first tile */
+        const float aa = expf(ma - na), ab = expf(mb - nb);
+        float sa = 0.0f, sb = 0.0f;
+        for (int n = 0; n < NK; n++) {
+            s[n][0] = expf(s[n][0] - na);
+            s[n][1] = expf(s[n][1] - na);
+            s[n][2] = expf(s[n][2] - nb);
+            s[n][3] = expf(s[n][3] - nb);
+            sa += s[n][0] + s[n][1];
+            sb += s[n][2] + s[n][3];
         }
-        for (int c = 0; c < 8; c++)
-            fw[r * 16 + half * 8 + c] = alpha;
-        __syncwarp();
-        scale_rows<ND>(o, fw);
-        for (int kk = 0; kk < BK / 16; kk++) { /* O += P V */
-            arow_t a_hi, a_lo;
-            wmma::load_matrix_sync(a_hi, ph + kk * 16, LDP);
-            wmma::load_matrix_sync(a_lo, pl + kk * 16, LDP);
-            for (int d = 0; d < ND; d++) {
-                brow_t vb;
-                wmma::load_matrix_sync(vb, vs + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(o[d], a_hi, vb, o[d]);
-                wmma::mma_sync(o[d], a_lo, vb, o[d]);
+        for (int o2 = 1; o2 < 4; o2 <<= 1) {
+            sa += __shfl_xor_sync(0xffffffffu, sa, o2);
+            sb += __shfl_xor_sync(0xffffffffu, sb, o2);
+        }
+        la = la * aa + sa;
+        lb = lb * ab + sb;
+        ma = na;
+        mb = nb;
+        for (int n = 0; n < ND; n++) {
+            o[n][0] *= aa;
+            o[n][1] *= aa;
+            o[n][2] *= ab;
+            o[n][3] *= ab;
+        }
+        for (int kk = 0; kk < BK / 16; kk++) { /* O += P V over keys k0 + 16 kk .. */
+            const float *p0 = s[2 * kk], *p1 = s[2 * kk + 1];
+            uint32_t hi[4], lo[4];
+            const float x[4][2] = {{p0[0], p0[1]}, {p0[2], p0[3]}, {p1[0], p1[1]}, {p1[2], p1[3]}};
+            for (int i = 0; i < 4; i++) {
+                hi[i] = st_bf16x2(x[i][0], x[i][1]);
+                const float h0 = __uint_as_float(hi[i] << 16), h1 = __uint_as_float(hi[i] & 0xffff0000u);
+                lo[i] = st_bf16x2(x[i][0] - h0, x[i][1] - h1);
+            }
+            for (int n = 0; n < ND; n++) {
+                const bf16 *p = vt + (n * 8 + g) * LDV + kk * 16 + 2 * t;
+                const uint32_t vb[2] = {st_ld_bf16x2(p), st_ld_bf16x2(p + 8)};
+                st_mma_16816(o[n], hi, vb);
+                st_mma_16816(o[n], lo, vb);
             }
         }
     }
-    __syncwarp(); /* the factors' tile is read */
-    for (int c = 0; c < 8; c++)
-        fw[r * 16 + half * 8 + c] = 1.0f / l;
-    __syncwarp();
-    scale_rows<ND>(o, fw);
-    store_rows<ND>(o, S, LDS, st_fbuf_at(f.y, ((int64_t)b * T + qw) * C + (int64_t)h * D), C, T - qw, false);
-    if (half == 0 && qi < T) f.lse[(int64_t)bh * T + qi] = m + logf(l);
+    const float ia = 1.0f / la, ib = 1.0f / lb;
+    const st_fbuf y = st_fbuf_at(f.y, (int64_t)b * T * C + (int64_t)h * D);
+    for (int n = 0; n < ND; n++) {
+        const int c = n * 8 + 2 * t;
+        if (qa < T) {
+            st_st(y, (int64_t)qa * C + c, o[n][0] * ia);
+            st_st(y, (int64_t)qa * C + c + 1, o[n][1] * ia);
+        }
+        if (qb < T) {
+            st_st(y, (int64_t)qb * C + c, o[n][2] * ib);
+            st_st(y, (int64_t)qb * C + c + 1, o[n][3] * ib);
+        }
+    }
+    if (t == 0) {
+        if (qa < T) f.lse[(int64_t)bh * T + qa] = ma + logf(la);
+        if (qb < T) f.lse[(int64_t)bh * T + qb] = mb + logf(lb);
+    }
 }
 
 /* Backward's pair of products for a warp's 16 rows against a tile of N rows
