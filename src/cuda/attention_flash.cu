@@ -21,11 +21,6 @@
  * round them (one product each). No TF32 anywhere: fp32 runs are exact fp32
  * (the fp32 contract).
  *
- * Backward is on wmma: its fragments are only touched element by element
- * against fragments of the same type, so nothing depends on how a GPU maps
- * a wmma fragment's elements to rows (which CUDA leaves unspecified;
- * mma.sync's layout is documented).
- *
  * Backward (FlashAttention-2, algorithm 2, without atomics): a small kernel
  * first sums D_i = rowsum(dY_i * Y_i) (= sum_j P_ij dP_ij, over hs terms
  * instead of i) into dsum, as the CPU does; the dQ kernel (per 64 queries,
@@ -33,29 +28,66 @@
  * lse, dS = P (dP - D), dQ += dS K scale. The dK/dV kernel (per 64 keys,
  * four warps of 16 keys) walks the query tiles from its first key on: S^T
  * = K Q^T, dP^T = V dY^T, P^T from lse, dV += P^T dY, dK += dS^T Q scale.
- * Every element of dqkv is written by one thread in a fixed order:
- * deterministic. Tensor-core products per tile: 3 forward, 3 in dQ's
- * kernel and 4 in dK/dV's. */
+ * Both on mma.sync like forward, S, dP, P and dS in registers; the second
+ * products read K (dQ's kernel), Q and dY (dK/dV's) from tiles stored
+ * transposed, so every operand is a 32-bit shared load. Every element of
+ * dqkv is written by one thread in a fixed order: deterministic.
+ * Tensor-core products per tile: 3 forward, 3 in dQ's kernel and 4 in
+ * dK/dV's. */
 #include <math.h>
-#include <mma.h>
 
 #include "attention_flash.cuh"
 #include "mma.cuh"
 
-using namespace nvcuda;
-
 typedef __nv_bfloat16 bf16;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> arow_t;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> brow_t;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bcol_t;
 
-/* A warp's 16-row scratch of backward: fp32 values (ld BK + 4), or the
- * same rows as bf16 (ld BK + 8). */
-template <int BK> union fa_strip {
-    float s[16 * (BK + 4)];
-    bf16 p[16 * (BK + 8)];
+/* A operands of a warp's 16 rows (rows 0..15 of `rows`, ld ldr in shared
+ * memory), KD chunks of 16 columns (mma.cuh's layout). */
+template <int KD> static __device__ void a_frags(uint32_t (*a)[4], const bf16 *rows, int ldr) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int kd = 0; kd < KD; kd++) {
+        const bf16 *p = rows + g * ldr + kd * 16 + 2 * t;
+        a[kd][0] = st_ld_bf16x2(p);
+        a[kd][1] = st_ld_bf16x2(p + 8 * ldr);
+        a[kd][2] = st_ld_bf16x2(p + 8);
+        a[kd][3] = st_ld_bf16x2(p + 8 * ldr + 8);
+    }
+}
+
+/* A B operand: p is the lane's column (row g of the [n][k] array) at k = 2t. */
+struct b_frag {
+    uint32_t r[2];
+    __device__ b_frag(const bf16 *p) : r{st_ld_bf16x2(p), st_ld_bf16x2(p + 8)} {}
+    __device__ operator const uint32_t *() const { return r; }
 };
+
+/* Two accumulators of 8 columns each (columns n..n+7, n+8..n+15) as the A
+ * operand of a product over those 16 columns, rounded to bf16. */
+static __device__ void acc_to_a(uint32_t a[4], const float *d0, const float *d1) {
+    a[0] = st_bf16x2(d0[0], d0[1]);
+    a[1] = st_bf16x2(d0[2], d0[3]);
+    a[2] = st_bf16x2(d1[0], d1[1]);
+    a[3] = st_bf16x2(d1[2], d1[3]);
+}
+
+/* A warp's ND accumulators (rows ra and rb of the lane, columns 8n + 2t and
+ * + 1) times `scale` into dst (ld ld), rows at or past T left out; added to
+ * what is there when acc. */
+template <int ND>
+static __device__ void store_acc(const float (*o)[4], st_fbuf dst, int64_t ld, int ra, int rb, int T, int t,
+                                 float scale, bool acc) {
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i < 2 ? ra : rb;
+            if (r >= T) continue;
+            const int64_t k = (int64_t)r * ld + n * 8 + 2 * t + (i & 1);
+            const float v = o[n][i] * scale;
+            st_st(dst, k, acc ? st_ld(dst, k) + v : v);
+        }
+}
 
 /* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
  * dst (ld ldd, a multiple of 8; dst 16-byte aligned); rows at or past T are
@@ -79,27 +111,6 @@ static __device__ void load_bf16(bf16 *dst, int ldd, st_fbuf src, int64_t ld, in
         dst[r * ldd + c] =
             __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
     }
-}
-
-/* Store the warp's 16 x (16 ND) accumulator rows through its strip (ld
- * lds) to dst rows (row r at dst + r * ld), rows at or past `valid` left
- * out; add when acc. Lanes 2r, 2r + 1 take row r. */
-template <int ND>
-static __device__ void store_rows(const acc_t *o, float *strip, int lds, st_fbuf dst, int64_t ld, int valid,
-                                  bool acc) {
-    const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    for (int d = 0; d < ND; d++) {
-        __syncwarp(); /* the strip's last readers are done */
-        wmma::store_matrix_sync(strip, o[d], lds, wmma::mem_row_major);
-        __syncwarp();
-        if (r < valid)
-            for (int c = 0; c < 8; c++) {
-                const int64_t i = (int64_t)r * ld + d * 16 + half * 8 + c;
-                const float v = strip[r * lds + half * 8 + c];
-                st_st(dst, i, acc ? st_ld(dst, i) + v : v);
-            }
-    }
-    __syncwarp();
 }
 
 /* ---- forward ------------------------------------------------------------- */
@@ -159,14 +170,9 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
     load_bf16<D>(ks, LDK, qg, C3, q0, 64, T);
     __syncthreads();
     uint32_t qf[KD][4];
-    for (int kd = 0; kd < KD; kd++) {
-        const bf16 *p = ks + (warp * 16 + g) * LDK + kd * 16 + 2 * t;
-        qf[kd][0] = st_ld_bf16x2(p);
-        qf[kd][1] = st_ld_bf16x2(p + 8 * LDK);
-        qf[kd][2] = st_ld_bf16x2(p + 8);
-        qf[kd][3] = st_ld_bf16x2(p + 8 * LDK + 8);
-    }
+    a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
     float o[ND][4];
+#pragma unroll
     for (int n = 0; n < ND; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb */
@@ -178,20 +184,22 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         __syncthreads();
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
         float s[NK][4];
+#pragma unroll
         for (int n = 0; n < NK; n++) { /* S = Q K^T, keys k0 + 8n .. */
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            for (int kd = 0; kd < KD; kd++) {
-                const bf16 *p = ks + (n * 8 + g) * LDK + kd * 16 + 2 * t;
-                const uint32_t kb[2] = {st_ld_bf16x2(p), st_ld_bf16x2(p + 8)};
-                st_mma_16816(s[n], qf[kd], kb);
-            }
+#pragma unroll
+            for (int kd = 0; kd < KD; kd++)
+                st_mma_16816(s[n], qf[kd], b_frag(ks + (n * 8 + g) * LDK + kd * 16 + 2 * t));
         }
         float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
         for (int n = 0; n < NK; n++)
+#pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
                 s[n][i] = j <= q && j < T ? s[n][i] * f.scale : -INFINITY;
             }
+#pragma unroll
         for (int n = 0; n < NK; n++) {
             xa = fmaxf(xa, fmaxf(s[n][0], s[n][1]));
             xb = fmaxf(xb, fmaxf(s[n][2], s[n][3]));
@@ -203,6 +211,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb); /* finite: key 0 is in every row's first tile */
         const float aa = expf(ma - na), ab = expf(mb - nb);
         float sa = 0.0f, sb = 0.0f;
+#pragma unroll
         for (int n = 0; n < NK; n++) {
             s[n][0] = expf(s[n][0] - na);
             s[n][1] = expf(s[n][1] - na);
@@ -219,67 +228,44 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         lb = lb * ab + sb;
         ma = na;
         mb = nb;
+#pragma unroll
         for (int n = 0; n < ND; n++) {
             o[n][0] *= aa;
             o[n][1] *= aa;
             o[n][2] *= ab;
             o[n][3] *= ab;
         }
+#pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) { /* O += P V over keys k0 + 16 kk .. */
             const float *p0 = s[2 * kk], *p1 = s[2 * kk + 1];
             uint32_t hi[4], lo[4];
             const float x[4][2] = {{p0[0], p0[1]}, {p0[2], p0[3]}, {p1[0], p1[1]}, {p1[2], p1[3]}};
+#pragma unroll
             for (int i = 0; i < 4; i++) {
                 hi[i] = st_bf16x2(x[i][0], x[i][1]);
                 const float h0 = __uint_as_float(hi[i] << 16), h1 = __uint_as_float(hi[i] & 0xffff0000u);
                 lo[i] = st_bf16x2(x[i][0] - h0, x[i][1] - h1);
             }
+#pragma unroll
             for (int n = 0; n < ND; n++) {
-                const bf16 *p = vt + (n * 8 + g) * LDV + kk * 16 + 2 * t;
-                const uint32_t vb[2] = {st_ld_bf16x2(p), st_ld_bf16x2(p + 8)};
+                const b_frag vb(vt + (n * 8 + g) * LDV + kk * 16 + 2 * t);
                 st_mma_16816(o[n], hi, vb);
                 st_mma_16816(o[n], lo, vb);
             }
         }
     }
     const float ia = 1.0f / la, ib = 1.0f / lb;
-    const st_fbuf y = st_fbuf_at(f.y, (int64_t)b * T * C + (int64_t)h * D);
+#pragma unroll
     for (int n = 0; n < ND; n++) {
-        const int c = n * 8 + 2 * t;
-        if (qa < T) {
-            st_st(y, (int64_t)qa * C + c, o[n][0] * ia);
-            st_st(y, (int64_t)qa * C + c + 1, o[n][1] * ia);
-        }
-        if (qb < T) {
-            st_st(y, (int64_t)qb * C + c, o[n][2] * ib);
-            st_st(y, (int64_t)qb * C + c + 1, o[n][3] * ib);
-        }
+        o[n][0] *= ia;
+        o[n][1] *= ia;
+        o[n][2] *= ib;
+        o[n][3] *= ib;
     }
+    store_acc<ND>(o, st_fbuf_at(f.y, (int64_t)b * T * C + (int64_t)h * D), C, qa, qb, T, t, 1.0f, false);
     if (t == 0) {
         if (qa < T) f.lse[(int64_t)bh * T + qa] = ma + logf(la);
         if (qb < T) f.lse[(int64_t)bh * T + qb] = mb + logf(lb);
-    }
-}
-
-/* Backward's pair of products for a warp's 16 rows against a tile of N rows
- * (ld ldk in shared memory): s = A B^T and g = C E^T (A and C the warp's
- * fragments, ND of 16 columns each), stored to s_out and g_out (ld lds). */
-template <int ND, int N>
-static __device__ void two_products(const arow_t *a, const bf16 *b, const arow_t *c, const bf16 *e, int ldk,
-                                    float *s_out, float *g_out, int lds) {
-    for (int n = 0; n < N / 16; n++) {
-        acc_t s, g;
-        wmma::fill_fragment(s, 0.0f);
-        wmma::fill_fragment(g, 0.0f);
-        for (int d = 0; d < ND; d++) {
-            bcol_t bb, eb;
-            wmma::load_matrix_sync(bb, b + n * 16 * ldk + d * 16, ldk);
-            wmma::mma_sync(s, a[d], bb, s);
-            wmma::load_matrix_sync(eb, e + n * 16 * ldk + d * 16, ldk);
-            wmma::mma_sync(g, c[d], eb, g);
-        }
-        wmma::store_matrix_sync(s_out + n * 16, s, lds, wmma::mem_row_major);
-        wmma::store_matrix_sync(g_out + n * 16, g, lds, wmma::mem_row_major);
     }
 }
 
@@ -310,153 +296,150 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
     return ST_OK;
 }
 
-template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) flash_dq_mma(st_flash f) {
-    enum { BK = 32, LDK = D + 8, LDS = BK + 4, LDP = BK + 8, ND = D / 16, HC = BK / 2 };
-    __shared__ __align__(32) bf16 kv[2 * BK * LDK]; /* K and V tiles; Q's, then dY's 64 rows first */
-    __shared__ __align__(32) fa_strip<BK> sa[4];    /* S, then dS */
-    __shared__ __align__(32) float sb[4][16 * LDS]; /* dP */
-    bf16 *ks = kv, *vs = kv + BK * LDK;
+/* dQ on mma.sync, a block per 64 queries, a warp per 16 (rows qa = qw + g
+ * and qb = qa + 8 in each lane): per key tile S = Q K^T and dP = dY V^T
+ * in registers, P = exp(S scale - lse), dS = P (dP - D) rounded to bf16 in
+ * place as the A operand of dQ += dS K, which reads K transposed. */
+template <int D> static __global__ void __launch_bounds__(128, 2) flash_dq_mma(st_flash f) {
+    enum { BK = D <= 64 ? 32 : 16, LDK = D + 8, LDT = BK + 8, NK = BK / 8, KD = D / 16, ND = D / 8 };
+    __shared__ __align__(16) bf16 ks[64 * LDK]; /* Q's, then dY's 64 rows first; then K tiles */
+    __shared__ __align__(16) bf16 vs[BK * LDK]; /* V tiles */
+    __shared__ __align__(16) bf16 kt[D * LDT];  /* K tiles transposed */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64;
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
     const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
     const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int qw = q0 + warp * 16, qi = qw + r;
-    float *S = sa[warp].s, *dP = sb[warp];
-    bf16 *dh = sa[warp].p;
-    const float lse = qi < T ? f.lse[(int64_t)bh * T + qi] : 0.0f;
-    const float dsum = qi < T ? f.dsum[(int64_t)bh * T + qi] : 0.0f;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int qw = q0 + warp * 16, qa = qw + g, qb = qa + 8;
+    const float la = qa < T ? f.lse[(int64_t)bh * T + qa] : 0.0f,
+                lb = qb < T ? f.lse[(int64_t)bh * T + qb] : 0.0f;
+    const float da = qa < T ? f.dsum[(int64_t)bh * T + qa] : 0.0f,
+                db = qb < T ? f.dsum[(int64_t)bh * T + qb] : 0.0f;
 
-    arow_t qf[ND], gf[ND];
-    load_bf16<D>(kv, LDK, qg, C3, q0, 64, T);
+    uint32_t qf[KD][4], gf[KD][4];
+    load_bf16<D>(ks, LDK, qg, C3, q0, 64, T);
     __syncthreads();
-    for (int d = 0; d < ND; d++)
-        wmma::load_matrix_sync(qf[d], kv + warp * 16 * LDK + d * 16, LDK);
+    a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_bf16<D>(kv, LDK, gg, C, q0, 64, T);
+    load_bf16<D>(ks, LDK, gg, C, q0, 64, T);
     __syncthreads();
-    for (int d = 0; d < ND; d++)
-        wmma::load_matrix_sync(gf[d], kv + warp * 16 * LDK + d * 16, LDK);
-    acc_t dq[ND];
-    for (int d = 0; d < ND; d++)
-        wmma::fill_fragment(dq[d], 0.0f);
+    a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
+    float dq[ND][4] = {};
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     for (int k0 = 0; k0 < kend; k0 += BK) {
-        __syncthreads();
+        __syncthreads(); /* the last tile (or dY) is read */
         load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
         load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        load_bf16_t<D>(kt, LDT, st_fbuf_at(qg, C), C3, k0, BK, T);
         __syncthreads();
         if (k0 > qw + 15) continue;
-        two_products<ND, BK>(qf, ks, gf, vs, LDK, S, dP, LDS); /* S = Q K^T, dP = dY V^T */
-        __syncwarp();
-        float ds[HC];
-        for (int c = 0; c < HC; c++) {
-            const int col = half * HC + c, j = k0 + col;
-            const float p = j <= qi && j < T ? expf(S[r * LDS + col] * f.scale - lse) : 0.0f;
-            ds[c] = p * (dP[r * LDS + col] - dsum);
-        }
-        __syncwarp(); /* every score is read before dS overwrites the strip */
-        for (int c = 0; c < HC; c++)
-            dh[r * LDP + half * HC + c] = __float2bfloat16_rn(ds[c]);
-        __syncwarp();
-        for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K */
-            arow_t a;
-            wmma::load_matrix_sync(a, dh + kk * 16, LDP);
-            for (int d = 0; d < ND; d++) {
-                brow_t kb;
-                wmma::load_matrix_sync(kb, ks + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(dq[d], a, kb, dq[d]);
+        float s[NK][4] = {}, dp[NK][4] = {};
+#pragma unroll
+        for (int n = 0; n < NK; n++) /* S = Q K^T, dP = dY V^T, keys k0 + 8n .. */
+#pragma unroll
+            for (int kd = 0; kd < KD; kd++) {
+                st_mma_16816(s[n], qf[kd], b_frag(ks + (n * 8 + g) * LDK + kd * 16 + 2 * t));
+                st_mma_16816(dp[n], gf[kd], b_frag(vs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
             }
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
+                const float p = j <= q && j < T ? expf(s[n][i] * f.scale - (i < 2 ? la : lb)) : 0.0f;
+                s[n][i] = p * (dp[n][i] - (i < 2 ? da : db)); /* dS */
+            }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K over keys k0 + 16 kk .. */
+            uint32_t a[4];
+            acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int n = 0; n < ND; n++)
+                st_mma_16816(dq[n], a, b_frag(kt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
         }
     }
-    for (int d = 0; d < ND; d++)
-        for (int i = 0; i < dq[d].num_elements; i++)
-            dq[d].x[i] *= f.scale;
-    store_rows<ND>(dq, S, LDS, st_fbuf_at(f.dqkv, ((int64_t)b * T + qw) * C3 + (int64_t)h * D), C3, T - qw,
-                   f.acc);
+    store_acc<ND>(dq, st_fbuf_at(f.dqkv, (int64_t)b * T * C3 + (int64_t)h * D), C3, qa, qb, T, t, f.scale,
+                  f.acc);
 }
 
 /* ---- backward: dK and dV ------------------------------------------------- */
-template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dkv_mma(st_flash f) {
-    enum { BQ = 32, LDK = D + 8, LDS = BQ + 4, LDP = BQ + 8, ND = D / 16, HC = BQ / 2 };
-    __shared__ __align__(32) bf16 qg_s[2 * BQ * LDK]; /* Q and dY tiles; K's, then V's 64 rows first */
-    __shared__ __align__(32) fa_strip<BQ> sa[4];      /* S^T, then P^T */
-    __shared__ __align__(32) fa_strip<BQ> sb[4];      /* dP^T, then dS^T */
+/* dK and dV on mma.sync, a block per 64 keys, a warp per 16 (rows ka, kb
+ * in each lane), walking the query tiles from the block's first key: S^T
+ * = K Q^T and dP^T = V dY^T in registers, P^T from lse, dS^T = P^T (dP^T -
+ * D), both rounded to bf16 in place as the A operands of dV += P^T dY and
+ * dK += dS^T Q, which read dY and Q transposed. */
+template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(st_flash f) {
+    enum { BQ = D <= 64 ? 32 : 16, LDK = D + 8, LDT = BQ + 8, NQ = BQ / 8, KD = D / 16, ND = D / 8 };
+    __shared__ __align__(16) bf16 qs[64 * LDK]; /* K's, then V's 64 rows first; then Q tiles */
+    __shared__ __align__(16) bf16 gs[BQ * LDK]; /* dY tiles */
+    __shared__ __align__(16) bf16 qt[D * LDT];  /* Q tiles transposed */
+    __shared__ __align__(16) bf16 gt[D * LDT];  /* dY tiles transposed */
     __shared__ float lse_s[BQ], dsum_s[BQ];
-    bf16 *qs = qg_s, *gs = qg_s + BQ * LDK;
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int k0 = (int)blockIdx.x * 64; /* the first keys see the most queries: first */
     const int bh = blockIdx.y, b = bh / f.nh, h = bh % f.nh;
     const st_fbuf qg = st_fbuf_at(f.qkv, (int64_t)b * T * C3 + (int64_t)h * D);
     const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int kw = k0 + warp * 16, kj = kw + r;
-    float *St = sa[warp].s, *dPt = sb[warp].s;
-    bf16 *ph = sa[warp].p, *dh = sb[warp].p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int kw = k0 + warp * 16, ka = kw + g, kb = ka + 8;
 
-    arow_t kf[ND], vf[ND];
-    load_bf16<D>(qg_s, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
+    uint32_t kf[KD][4], vf[KD][4];
+    load_bf16<D>(qs, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
     __syncthreads();
-    for (int d = 0; d < ND; d++)
-        wmma::load_matrix_sync(kf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
+    a_frags<KD>(kf, qs + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_bf16<D>(qg_s, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
+    load_bf16<D>(qs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
     __syncthreads();
-    for (int d = 0; d < ND; d++)
-        wmma::load_matrix_sync(vf[d], qg_s + warp * 16 * LDK + d * 16, LDK);
-    acc_t dk[ND], dv[ND];
-    for (int d = 0; d < ND; d++) {
-        wmma::fill_fragment(dk[d], 0.0f);
-        wmma::fill_fragment(dv[d], 0.0f);
-    }
+    a_frags<KD>(vf, qs + warp * 16 * LDK, LDK);
+    float dk[ND][4] = {}, dv[ND][4] = {};
     for (int i0 = k0; i0 < T; i0 += BQ) { /* queries before k0 see none of these keys */
         __syncthreads();
         load_bf16<D>(qs, LDK, qg, C3, i0, BQ, T);
         load_bf16<D>(gs, LDK, gg, C, i0, BQ, T);
+        load_bf16_t<D>(qt, LDT, qg, C3, i0, BQ, T);
+        load_bf16_t<D>(gt, LDT, gg, C, i0, BQ, T);
         if (threadIdx.x < BQ) {
             const int i = i0 + threadIdx.x;
             lse_s[threadIdx.x] = i < T ? f.lse[(int64_t)bh * T + i] : 0.0f;
             dsum_s[threadIdx.x] = i < T ? f.dsum[(int64_t)bh * T + i] : 0.0f;
         }
         __syncthreads();
-        if (i0 + BQ - 1 < kw) continue;     /* every query before every key of this warp */
-        two_products<ND, BQ>(kf, qs, vf, gs, LDK, St, dPt, LDS); /* S^T = K Q^T, dP^T = V dY^T */
-        __syncwarp();
-        float p[HC], ds[HC];
-        for (int c = 0; c < HC; c++) {
-            const int col = half * HC + c, i = i0 + col;
-            p[c] = i >= kj && i < T && kj < T ? expf(St[r * LDS + col] * f.scale - lse_s[col]) : 0.0f;
-            ds[c] = p[c] * (dPt[r * LDS + col] - dsum_s[col]);
-        }
-        __syncwarp();
-        for (int c = 0; c < HC; c++) {
-            const int col = half * HC + c;
-            ph[r * LDP + col] = __float2bfloat16_rn(p[c]);
-            dh[r * LDP + col] = __float2bfloat16_rn(ds[c]);
-        }
-        __syncwarp();
-        for (int kk = 0; kk < BQ / 16; kk++) { /* dV += P^T dY, dK += dS^T Q */
-            arow_t pa, da;
-            wmma::load_matrix_sync(pa, ph + kk * 16, LDP);
-            wmma::load_matrix_sync(da, dh + kk * 16, LDP);
-            for (int d = 0; d < ND; d++) {
-                brow_t gb, qb;
-                wmma::load_matrix_sync(gb, gs + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(dv[d], pa, gb, dv[d]);
-                wmma::load_matrix_sync(qb, qs + kk * 16 * LDK + d * 16, LDK);
-                wmma::mma_sync(dk[d], da, qb, dk[d]);
+        if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
+        float st[NQ][4] = {}, dpt[NQ][4] = {};
+#pragma unroll
+        for (int n = 0; n < NQ; n++) /* S^T = K Q^T, dP^T = V dY^T, queries i0 + 8n .. */
+#pragma unroll
+            for (int kd = 0; kd < KD; kd++) {
+                st_mma_16816(st[n], kf[kd], b_frag(qs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
+                st_mma_16816(dpt[n], vf[kd], b_frag(gs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
+            }
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int c = n * 8 + 2 * t + (i & 1), q = i0 + c, k = i < 2 ? ka : kb;
+                const float p = q >= k && q < T && k < T ? expf(st[n][i] * f.scale - lse_s[c]) : 0.0f;
+                st[n][i] = p;
+                dpt[n][i] = p * (dpt[n][i] - dsum_s[c]); /* dS^T */
+            }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) { /* over queries i0 + 16 kk .. */
+            uint32_t pa[4], da[4];
+            acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+            acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                st_mma_16816(dv[n], pa, b_frag(gt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
+                st_mma_16816(dk[n], da, b_frag(qt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
             }
         }
     }
-    for (int d = 0; d < ND; d++)
-        for (int i = 0; i < dk[d].num_elements; i++)
-            dk[d].x[i] *= f.scale;
-    const st_fbuf dst = st_fbuf_at(f.dqkv, ((int64_t)b * T + kw) * C3 + (int64_t)h * D);
-    store_rows<ND>(dk, St, LDS, st_fbuf_at(dst, C), C3, T - kw, f.acc);
-    store_rows<ND>(dv, St, LDS, st_fbuf_at(dst, 2 * C), C3, T - kw, f.acc);
+    const st_fbuf dst = st_fbuf_at(f.dqkv, (int64_t)b * T * C3 + (int64_t)h * D);
+    store_acc<ND>(dk, st_fbuf_at(dst, C), C3, ka, kb, T, t, f.scale, f.acc);
+    store_acc<ND>(dv, st_fbuf_at(dst, 2 * C), C3, ka, kb, T, t, 1.0f, f.acc);
 }
 
 /* ---- launchers ----------------------------------------------------------- */

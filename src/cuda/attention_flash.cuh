@@ -25,7 +25,7 @@ typedef struct st_flash {
 
 /* Which shapes take these kernels (head sizes 16, 32, 64, 128, grids that
  * fit): st_attention_flash_fits, src/layers/attention_layout.h. */
-/* y and lse from qkv; bf16 runs on tensor cores (wmma), others exact fp32. */
+/* y and lse from qkv; bf16 runs on tensor cores (mma.sync), others exact fp32. */
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f);
 /* dqkv from qkv, dy, lse (dsum is its scratch). */
 st_status st_cuda_flash_backward(st_graph *g, const st_flash *f);
