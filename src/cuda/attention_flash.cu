@@ -269,6 +269,23 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
     }
 }
 
+/* Backward's pair of score products for a warp's 16 rows against a tile
+ * of 8 N rows ([row][dim] in shared memory, ld ldk): s += A B^T and d += C
+ * E^T, A and C the warp's KD operands (a_frags). */
+template <int N, int KD>
+static __device__ __forceinline__ void two_products(float (*s)[4], const uint32_t (*a)[4], const bf16 *b,
+                                                    float (*d)[4], const uint32_t (*c)[4], const bf16 *e,
+                                                    int ldk) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int kd = 0; kd < KD; kd++) {
+            st_mma_16816(s[n], a[kd], b_frag(b + (n * 8 + g) * ldk + kd * 16 + 2 * t));
+            st_mma_16816(d[n], c[kd], b_frag(e + (n * 8 + g) * ldk + kd * 16 + 2 * t));
+        }
+}
+
 /* ---- backward: D, then dQ ------------------------------------------------ */
 /* D_i = rowsum(dY_i * Y_i) over the head's channels (= sum_j P_ij dP_ij) into
  * dsum, one warp a row (b, h, i), its lanes over the channels, then a fixed
@@ -336,13 +353,7 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dq_mma(s
         __syncthreads();
         if (k0 > qw + 15) continue;
         float s[NK][4] = {}, dp[NK][4] = {};
-#pragma unroll
-        for (int n = 0; n < NK; n++) /* S = Q K^T, dP = dY V^T, keys k0 + 8n .. */
-#pragma unroll
-            for (int kd = 0; kd < KD; kd++) {
-                st_mma_16816(s[n], qf[kd], b_frag(ks + (n * 8 + g) * LDK + kd * 16 + 2 * t));
-                st_mma_16816(dp[n], gf[kd], b_frag(vs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
-            }
+        two_products<NK, KD>(s, qf, ks, dp, gf, vs, LDK); /* S = Q K^T, dP = dY V^T */
 #pragma unroll
         for (int n = 0; n < NK; n++)
 #pragma unroll
@@ -409,13 +420,7 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
         __syncthreads();
         if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
         float st[NQ][4] = {}, dpt[NQ][4] = {};
-#pragma unroll
-        for (int n = 0; n < NQ; n++) /* S^T = K Q^T, dP^T = V dY^T, queries i0 + 8n .. */
-#pragma unroll
-            for (int kd = 0; kd < KD; kd++) {
-                st_mma_16816(st[n], kf[kd], b_frag(qs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
-                st_mma_16816(dpt[n], vf[kd], b_frag(gs + (n * 8 + g) * LDK + kd * 16 + 2 * t));
-            }
+        two_products<NQ, KD>(st, kf, qs, dpt, vf, gs, LDK); /* S^T = K Q^T, dP^T = V dY^T */
 #pragma unroll
         for (int n = 0; n < NQ; n++)
 #pragma unroll
