@@ -54,6 +54,9 @@
  * by more than 1e-5 of its largest value (cp_case frac). fp16 attention
  * runs the exact fp32 flash kernels. */
 #include "cuda_parity.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 #include "layers/layers.h"
 
 /* How the layer under test sees its input. */
@@ -249,6 +252,28 @@ static void run(const char *label, cp_build_fn build, cp_fill_fn fill, void *ctx
     run_prec(label, build, fill, ctx, rtol, atol, eval, largest, ST_PREC_FP32, 0, dev, seed);
 }
 
+/* The flash kernels place tensor-core operands by src/cuda/mma.cuh's reading
+ * of the PTX fragment layout: on a GPU, one mma.sync product with operands
+ * placed so must equal the product summed directly (st_cuda_mma_check);
+ * under the emulator this checks the shuffle gather against the same
+ * reading. A failure here explains every bf16 attention failure below. */
+static void check_mma_layout(st_device *dev, uint64_t seed) {
+#ifdef ST_HAVE_CUDA
+    for (uint64_t i = 0; i < 4; i++) {
+        double err = 0;
+        CHECK_OK(st_cuda_mma_check(dev, seed + i, &err));
+        CHECK(err <= 1e-5,
+              "mma.sync with mma.cuh's fragment layout: off the direct product by %g (seed %llu): "
+              "the GPU places operands otherwise than src/cuda/mma.cuh says",
+              err, (unsigned long long)(seed + i));
+        if (i == 0) printf("ok   mma.sync fragment layout (largest difference %.3g)\n", err);
+    }
+#else
+    (void)dev;
+    (void)seed;
+#endif
+}
+
 int main(void) {
     st_device *dev = NULL;
     /* Without a device (or with ST_CP_SELFTEST set) the cases run the host
@@ -265,11 +290,12 @@ int main(void) {
     /* attention: the materialised path (head sizes 5 and 4: unaligned heads, T = 1), then the
      * flash path (head sizes 16, 32, 64, 128): T not a multiple of a tile or of 16, T = 1
      * (rows of one key), GPT-2's heads, several query blocks and key tiles (64 keys a tile
-     * forward for hs <= 64, 32 for hs 128 and backward) */
+     * forward for hs <= 64, 32 for hs 128; backward 32, 16 for hs 128) */
     const attn_ctx attn[] = {{3, 37, 20, 4, 0},  {2, 1, 12, 3, 0},   {2, 64, 768, 12, 0}, {2, 37, 64, 4, 0},
                              {2, 1, 64, 2, 0},   {1, 130, 128, 2, 0}, {1, 70, 256, 2, 0}};
     const size_t n_attn = sizeof attn / sizeof attn[0];
     if (dev) check_attn_paths(dev, attn, n_attn);
+    if (dev) check_mma_layout(dev, seed);
     for (size_t i = 0; i < n_attn; i++)
         for (int m = 0; m < 3; m++) {
             attn_ctx c = attn[i];

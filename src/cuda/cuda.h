@@ -36,6 +36,12 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
+/* The tensor-core fragment layout check (mma.cu): one mma.sync product of
+ * pseudo-random bf16 matrices (from seed), with its operands placed as
+ * src/cuda/mma.cuh reads the PTX layout, against the same product summed
+ * directly; *max_err is the largest difference (a few 1e-7 when the
+ * layout holds, O(1) when it does not). */
+st_status st_cuda_mma_check(st_device *d, uint64_t seed, double *max_err);
 
 /* --- pinned host memory, events and the copy stream (src/cuda/stream.cu) ---
  * What the batch feed (src/train/feed.c) orders its host-to-device copies
