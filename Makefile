@@ -44,7 +44,8 @@ endif
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA ?= $(if $(wildcard $(NVCC)),1,0)
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
 # NCCL (the communicator between GPUs, src/cuda/comm_nccl.cu): from
 # NCCL_HOME (include/nccl.h, lib64/ or lib/ holding libnccl.so or only
 # libnccl.so.2 as pip's nvidia-nccl packages have it); NCCL=0 when nccl.h is

@@ -63,6 +63,14 @@ static st_status open_device(st_device *d, int ordinal) {
     d->sm_count = prop.multiProcessorCount;
     snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.0f GiB)", ordinal, prop.name, prop.major,
              prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+    /* The kernels' bf16 tensor-core products (mma.sync, cuBLASLt's bf16
+     * paths) exist from compute capability 8.0; the build carries sm_80 and
+     * sm_90 code and sm_90 PTX that newer GPUs compile at load. */
+    if (prop.major < 8)
+        return st_fail(ST_ERR_UNSUPPORTED,
+                       "%s has compute capability %d.%d: scaletrain's CUDA kernels need 8.0 or later (bf16 "
+                       "tensor cores: A100, A10, L4, L40S, H100 and newer)",
+                       d->name, prop.major, prop.minor);
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));

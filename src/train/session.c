@@ -74,7 +74,12 @@ static st_status setup_device(st_session *s) {
     } else if (n > 0 && local >= n) {
         snprintf(why, sizeof why, "rank %d is rank %d on its node, which has %d CUDA device(s)", s->rank, local, n);
     } else if (n > 0) {
-        ST_TRY(st_device_open_cuda(local, &s->dev));
+        const st_status o = st_device_open_cuda(local, &s->dev);
+        if (o == ST_ERR_UNSUPPORTED) { /* a GPU the kernels cannot use: auto takes the CPU, saying why */
+            snprintf(why, sizeof why, "%s", st_last_error());
+            goto no_gpu;
+        }
+        ST_TRY(o);
         if (auto_) {
             snprintf(c->train.device, sizeof c->train.device, "cuda");
             snprintf(note, sizeof note, "%s", st_device_name(s->dev));
@@ -82,6 +87,7 @@ static st_status setup_device(st_session *s) {
         }
         return ST_OK;
     }
+no_gpu:
     if (!auto_)
         return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; use train.device: cpu (or auto)", why);
     snprintf(c->train.device, sizeof c->train.device, "cpu");

@@ -46,12 +46,19 @@ extern "C" cudaError_t cudaGetDevice(int *d) {
     *d = current;
     return cudaSuccess;
 }
+/* ST_CUDAEMU_CC (e.g. 75): the compute capability the devices report
+ * (default 90), to try how a GPU too old for the kernels is refused. */
+static void capability(int *major, int *minor) {
+    const char *e = getenv("ST_CUDAEMU_CC");
+    const int cc = e && *e ? atoi(e) : 90;
+    *major = cc / 10;
+    *minor = cc % 10;
+}
 extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "scaletrain CUDA emulator (CPU)");
-    p->major = 9;
-    p->minor = 0;
+    capability(&p->major, &p->minor);
     p->multiProcessorCount = 4;
     p->totalGlobalMem = st_emu_mem_total();
     p->warpSize = 32;
@@ -64,8 +71,16 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     switch (a) {
     case cudaDevAttrClockRate: *v = 1000000; return cudaSuccess; /* kHz */
     case cudaDevAttrMultiProcessorCount: *v = 4; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: {
+        int mn;
+        capability(v, &mn);
+        return cudaSuccess;
+    }
+    case cudaDevAttrComputeCapabilityMinor: {
+        int mj;
+        capability(&mj, v);
+        return cudaSuccess;
+    }
     case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
     default: return st_emu_ret(cudaErrorInvalidValue);

@@ -34,4 +34,17 @@ out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@
 echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
 [ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPU \(train.device cuda\) exited" <<<"$out" ||
     fail "a GPU too small: exit $rc, $(grep -E 'gpu' <<<"$out")"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL"
+
+# 4. A GPU older than the kernels (compute capability 7.5, ST_CUDAEMU_CC):
+#    train.device cuda is an error naming it and the fix; auto trains on the
+#    CPU and the effective config says why.
+tr=(train --set train.steps=1 --set train.eval_every=0 --set data.val= --set data.num_workers=0)
+out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda --set train.out_dir="$tmp/cc-cuda" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "has compute capability 7.5: scaletrain's CUDA kernels need 8.0 or later" <<<"$out" &&
+    grep -q "use train.device: cpu (or auto)" <<<"$out" || fail "compute capability 7.5, train.device cuda: exit $rc: $out"
+out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" "${tr[@]}" --set train.out_dir="$tmp/cc-auto" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "device: +cpu +# auto: .*compute capability 7.5" <<<"$out" ||
+    fail "compute capability 7.5, train.device auto: exit $rc: $(grep -i device <<<"$out")"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto)"
