@@ -82,8 +82,6 @@ static __global__ void causal_softmax_kernel(float *p, int64_t T) {
         row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
-static __device__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 /* One block per row r = h T + t of one batch row's (nh, T, T): dp <- P *
  * (dp - D), zeros after t, with D = rowsum(dY * Y) over the head's hs
  * channels (dy and y that batch row's (T, C)). bf16 runs (r16): dS and
@@ -99,8 +97,8 @@ static __global__ void causal_softmax_backward_kernel(float *dp, float *p, const
     dot = block_reduce<false>(dot, sh);
     for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
         const float ds = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
-        drow[j] = r16 ? round_bf16(ds) : ds;
-        if (r16) prow[j] = round_bf16(prow[j]);
+        drow[j] = r16 ? st_round16<ST_PREC_BF16>(ds) : ds;
+        if (r16) prow[j] = st_round16<ST_PREC_BF16>(prow[j]);
     }
 }
 

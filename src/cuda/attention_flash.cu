@@ -71,6 +71,17 @@ static __device__ void acc_to_a(uint32_t a[4], const float *d0, const float *d1)
     a[3] = st_bf16x2(d1[2], d1[3]);
 }
 
+/* A warp's ND accumulators times fa in the lane's first row, fb in its second. */
+template <int ND> static __device__ __forceinline__ void scale_rows(float (*o)[4], float fa, float fb) {
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        o[n][0] *= fa;
+        o[n][1] *= fa;
+        o[n][2] *= fb;
+        o[n][3] *= fb;
+    }
+}
+
 /* A warp's ND accumulators (rows ra and rb of the lane, columns 8n + 2t and
  * + 1) times `scale` into dst (ld ld), rows at or past T left out; added to
  * what is there when acc. */
@@ -89,43 +100,27 @@ static __device__ void store_acc(const float (*o)[4], st_fbuf dst, int64_t ld, i
         }
 }
 
-/* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
- * dst (ld ldd, a multiple of 8; dst 16-byte aligned); rows at or past T are
- * zeros. From bf16 storage with 16-byte aligned rows (always for the
- * graph's arenas: C = heads x D is a multiple of 16) eight elements a
- * thread at a time, one 16-byte load and store; else one at a time. */
-template <int D>
-static __device__ void load_bf16(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
-    if (src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0) {
-        for (int e = threadIdx.x; e < rows * (D / 8); e += blockDim.x) {
-            const int r = e / (D / 8), c = e % (D / 8) * 8;
-            const uint4 v = row0 + r < T
-                                ? *(const uint4 *)((const bf16 *)src.p + (int64_t)(row0 + r) * ld + c)
-                                : make_uint4(0, 0, 0, 0);
-            *(uint4 *)(dst + r * ldd + c) = v;
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-        const int r = e / D, c = e % D;
-        dst[r * ldd + c] =
-            __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
-    }
-}
-
 /* ---- forward ------------------------------------------------------------- */
-/* rows row0.. of a (T, ld) matrix, D columns, transposed into bf16 dst:
- * element (r, c) at dst[c * ldd + r] (ldd even); rows at or past T zeros.
- * From bf16 storage with 16-byte aligned rows a thread moves eight
- * elements of one row; the warp's threads take consecutive rows, so the
- * 2-byte stores of one column fall in consecutive shared-memory words. */
-template <int D>
-static __device__ void load_bf16_t(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
+/* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
+ * dst: element (r, c) at dst[r * ldd + c], or at dst[c * ldd + r] with
+ * TRANS; rows at or past T are zeros (ldd a multiple of 8, dst 16-byte
+ * aligned). From bf16 storage with 16-byte aligned rows (always for the
+ * graph's arenas: C = heads x D is a multiple of 16) a thread moves eight
+ * elements of a row with one 16-byte load: stored as one 16-byte store, or
+ * transposed as 8 2-byte stores with the warp's threads on consecutive
+ * rows (so the stores of one column fall in consecutive shared-memory
+ * words); from other storage one element at a time. */
+template <int D, bool TRANS>
+static __device__ void load_tile(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
     if (src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0) {
         for (int e = threadIdx.x; e < rows * (D / 8); e += blockDim.x) {
-            const int r = e % rows, c = e / rows * 8;
+            const int r = TRANS ? e % rows : e / (D / 8), c = (TRANS ? e / rows : e % (D / 8)) * 8;
             uint4 v = make_uint4(0, 0, 0, 0);
             if (row0 + r < T) v = *(const uint4 *)((const bf16 *)src.p + (int64_t)(row0 + r) * ld + c);
+            if (!TRANS) {
+                *(uint4 *)(dst + r * ldd + c) = v;
+                continue;
+            }
             const bf16 *x = (const bf16 *)&v;
             for (int i = 0; i < 8; i++)
                 dst[(c + i) * ldd + r] = x[i];
@@ -133,8 +128,8 @@ static __device__ void load_bf16_t(bf16 *dst, int ldd, st_fbuf src, int64_t ld, 
         return;
     }
     for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-        const int r = e % rows, c = e / rows;
-        dst[c * ldd + r] =
+        const int r = TRANS ? e % rows : e / D, c = TRANS ? e / rows : e % D;
+        dst[TRANS ? c * ldd + r : r * ldd + c] =
             __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
     }
 }
@@ -167,7 +162,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int qw = q0 + warp * 16, qa = qw + g, qb = qa + 8; /* this lane's two rows */
 
-    load_bf16<D>(ks, LDK, qg, C3, q0, 64, T);
+    load_tile<D, false>(ks, LDK, qg, C3, q0, 64, T);
     __syncthreads();
     uint32_t qf[KD][4];
     a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
@@ -179,8 +174,8 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or Q) is read */
-        load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-        load_bf16_t<D>(vt, LDV, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        load_tile<D, false>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
+        load_tile<D, true>(vt, LDV, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
         __syncthreads();
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
         float s[NK][4];
@@ -228,13 +223,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         lb = lb * ab + sb;
         ma = na;
         mb = nb;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            o[n][0] *= aa;
-            o[n][1] *= aa;
-            o[n][2] *= ab;
-            o[n][3] *= ab;
-        }
+        scale_rows<ND>(o, aa, ab);
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) { /* O += P V over keys k0 + 16 kk .. */
             const float *p0 = s[2 * kk], *p1 = s[2 * kk + 1];
@@ -243,8 +232,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 hi[i] = st_bf16x2(x[i][0], x[i][1]);
-                const float h0 = __uint_as_float(hi[i] << 16), h1 = __uint_as_float(hi[i] & 0xffff0000u);
-                lo[i] = st_bf16x2(x[i][0] - h0, x[i][1] - h1);
+                lo[i] = st_bf16x2(x[i][0] - st_bf16x2_lo(hi[i]), x[i][1] - st_bf16x2_hi(hi[i]));
             }
 #pragma unroll
             for (int n = 0; n < ND; n++) {
@@ -254,14 +242,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
             }
         }
     }
-    const float ia = 1.0f / la, ib = 1.0f / lb;
-#pragma unroll
-    for (int n = 0; n < ND; n++) {
-        o[n][0] *= ia;
-        o[n][1] *= ia;
-        o[n][2] *= ib;
-        o[n][3] *= ib;
-    }
+    scale_rows<ND>(o, 1.0f / la, 1.0f / lb);
     store_acc<ND>(o, st_fbuf_at(f.y, (int64_t)b * T * C + (int64_t)h * D), C, qa, qb, T, t, 1.0f, false);
     if (t == 0) {
         if (qa < T) f.lse[(int64_t)bh * T + qa] = ma + logf(la);
@@ -336,20 +317,20 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dq_mma(s
                 db = qb < T ? f.dsum[(int64_t)bh * T + qb] : 0.0f;
 
     uint32_t qf[KD][4], gf[KD][4];
-    load_bf16<D>(ks, LDK, qg, C3, q0, 64, T);
+    load_tile<D, false>(ks, LDK, qg, C3, q0, 64, T);
     __syncthreads();
     a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_bf16<D>(ks, LDK, gg, C, q0, 64, T);
+    load_tile<D, false>(ks, LDK, gg, C, q0, 64, T);
     __syncthreads();
     a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
     float dq[ND][4] = {};
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or dY) is read */
-        load_bf16<D>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-        load_bf16<D>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
-        load_bf16_t<D>(kt, LDT, st_fbuf_at(qg, C), C3, k0, BK, T);
+        load_tile<D, false>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
+        load_tile<D, false>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        load_tile<D, true>(kt, LDT, st_fbuf_at(qg, C), C3, k0, BK, T);
         __syncthreads();
         if (k0 > qw + 15) continue;
         float s[NK][4] = {}, dp[NK][4] = {};
@@ -398,20 +379,20 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
     const int kw = k0 + warp * 16, ka = kw + g, kb = ka + 8;
 
     uint32_t kf[KD][4], vf[KD][4];
-    load_bf16<D>(qs, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
+    load_tile<D, false>(qs, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
     __syncthreads();
     a_frags<KD>(kf, qs + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_bf16<D>(qs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
+    load_tile<D, false>(qs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
     __syncthreads();
     a_frags<KD>(vf, qs + warp * 16 * LDK, LDK);
     float dk[ND][4] = {}, dv[ND][4] = {};
     for (int i0 = k0; i0 < T; i0 += BQ) { /* queries before k0 see none of these keys */
         __syncthreads();
-        load_bf16<D>(qs, LDK, qg, C3, i0, BQ, T);
-        load_bf16<D>(gs, LDK, gg, C, i0, BQ, T);
-        load_bf16_t<D>(qt, LDT, qg, C3, i0, BQ, T);
-        load_bf16_t<D>(gt, LDT, gg, C, i0, BQ, T);
+        load_tile<D, false>(qs, LDK, qg, C3, i0, BQ, T);
+        load_tile<D, false>(gs, LDK, gg, C, i0, BQ, T);
+        load_tile<D, true>(qt, LDT, qg, C3, i0, BQ, T);
+        load_tile<D, true>(gt, LDT, gg, C, i0, BQ, T);
         if (threadIdx.x < BQ) {
             const int i = i0 + threadIdx.x;
             lse_s[threadIdx.x] = i < T ? f.lse[(int64_t)bh * T + i] : 0.0f;

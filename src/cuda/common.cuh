@@ -123,6 +123,12 @@ __device__ __forceinline__ float st_ld(st_fbuf b, int64_t i) {
     if (b.t == ST_PREC_FP16) return __half2float(((const __half *)b.p)[i]);
     return ((const float *)b.p)[i];
 }
+/* v rounded to nearest even into the 16-bit precision P and back: the value
+ * a 16-bit store of v holds. */
+template <int P> __device__ __forceinline__ float st_round16(float v) {
+    if (P == ST_PREC_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return __half2float(__float2half_rn(v));
+}
 __device__ __forceinline__ void st_st(st_fbuf b, int64_t i, float v) {
     if (b.t == ST_PREC_BF16)
         ((__nv_bfloat16 *)b.p)[i] = __float2bfloat16_rn(v);

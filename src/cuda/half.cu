@@ -20,15 +20,10 @@
 
 enum { THREADS = 256 };
 
-template <int P> __device__ __forceinline__ float round16(float v) {
-    if (P == ST_PREC_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    return __half2float(__float2half_rn(v));
-}
-
 template <int P> static __global__ void round_kernel(float *dst, const float *src, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = round16<P>(src[i]);
+        dst[i] = st_round16<P>(src[i]);
 }
 
 extern "C" st_status st_cuda_round_f32(st_device *d, st_precision p, float *dst, const float *src,
@@ -74,7 +69,7 @@ st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *sr
     return ST_OK;
 }
 
-/* 16-bit gradient buckets (dist.grad_dtype): dst = round16(src / div), and
+/* 16-bit gradient buckets (dist.grad_dtype): dst = st_round16(src / div), and
  * back; the division in fp32, as the host's st_ddp does it. */
 template <st_precision P> static __global__ void div_to_16_kernel(uint16_t *dst, const float *src, int64_t n, float div) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;

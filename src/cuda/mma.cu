@@ -30,11 +30,12 @@ static __global__ void mma_check_kernel(uint64_t seed, float *out) {
     a[3] = st_bf16x2(elem(seed, 0, g + 8, 2 * t + 8), elem(seed, 0, g + 8, 2 * t + 9));
     b[0] = st_bf16x2(elem(seed, 1, 2 * t, g), elem(seed, 1, 2 * t + 1, g));
     b[1] = st_bf16x2(elem(seed, 1, 2 * t + 8, g), elem(seed, 1, 2 * t + 9, g));
-    float d[4] = {0.25f, -0.5f, 1.0f, 0.125f}; /* D = A B + C with a known C */
+    const float c0[4] = {0.25f, -0.5f, 1.0f, 0.125f}; /* D = A B + C with a known C */
+    float d[4] = {c0[0], c0[1], c0[2], c0[3]};
     st_mma_16816(d, a, b);
     for (int i = 0; i < 4; i++) {
         const int r = i < 2 ? g : g + 8, c = 2 * t + (i & 1);
-        float want = i == 0 ? 0.25f : i == 1 ? -0.5f : i == 2 ? 1.0f : 0.125f;
+        float want = c0[i];
         for (int k = 0; k < 16; k++)
             want += elem(seed, 0, r, k) * elem(seed, 1, k, c);
         out[lane * 8 + 2 * i] = d[i];

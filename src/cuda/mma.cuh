@@ -33,6 +33,9 @@ static __device__ __forceinline__ uint32_t st_bf16x2(float lo, float hi) {
     const __nv_bfloat16 l = __float2bfloat16_rn(lo), h = __float2bfloat16_rn(hi);
     return (uint32_t) * (const uint16_t *)&l | (uint32_t) * (const uint16_t *)&h << 16;
 }
+/* The low and high bf16 of a register, as floats (exact). */
+static __device__ __forceinline__ float st_bf16x2_lo(uint32_t u) { return __uint_as_float(u << 16); }
+static __device__ __forceinline__ float st_bf16x2_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 /* Two bf16 from memory (2 elements, 4-byte aligned) as one register. */
 static __device__ __forceinline__ uint32_t st_ld_bf16x2(const __nv_bfloat16 *p) {
     return *(const uint32_t *)p;
@@ -53,10 +56,10 @@ static __device__ __forceinline__ void st_mma_16816_ref(float d[4], const uint32
         const uint32_t r1 = __shfl_sync(0xffffffffu, a[kk < 4 ? 1 : 3], g * 4 + q);
         const uint32_t c0 = __shfl_sync(0xffffffffu, b[kk < 4 ? 0 : 1], 2 * t * 4 + q);
         const uint32_t c1 = __shfl_sync(0xffffffffu, b[kk < 4 ? 0 : 1], (2 * t + 1) * 4 + q);
-        const float a0l = __uint_as_float(r0 << 16), a0h = __uint_as_float(r0 & 0xffff0000u);
-        const float a1l = __uint_as_float(r1 << 16), a1h = __uint_as_float(r1 & 0xffff0000u);
-        const float b0l = __uint_as_float(c0 << 16), b0h = __uint_as_float(c0 & 0xffff0000u);
-        const float b1l = __uint_as_float(c1 << 16), b1h = __uint_as_float(c1 & 0xffff0000u);
+        const float a0l = st_bf16x2_lo(r0), a0h = st_bf16x2_hi(r0), a1l = st_bf16x2_lo(r1),
+                    a1h = st_bf16x2_hi(r1);
+        const float b0l = st_bf16x2_lo(c0), b0h = st_bf16x2_hi(c0), b1l = st_bf16x2_lo(c1),
+                    b1h = st_bf16x2_hi(c1);
         d[0] = d[0] + a0l * b0l + a0h * b0h;
         d[1] = d[1] + a0l * b1l + a0h * b1h;
         d[2] = d[2] + a1l * b0l + a1h * b0h;
