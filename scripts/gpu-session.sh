@@ -5,7 +5,7 @@
 # that machine has no registry), build with CUDA, run every tests/test_cuda_*
 # (test_cuda_nccl among them: NCCL from the toolkit or from pip's
 # nvidia-nccl package, NCCL_HOME below) and tests/test_train_device (then
-# again under compute-sanitizer's memcheck,
+# again under compute-sanitizer's memcheck, last and while the budget lasts:
 # small cases only), the default training run on the GPU in fp32 and bf16
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
 # rank), and print a summary table last. Logs go to $OUT (the
@@ -46,7 +46,7 @@
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
 # inputs of the parity tests; default: the clock, printed by each test),
-# GPU_BENCH (auto | only | off), BENCH_MIN_S (200), BENCH_ARGS (more
+# GPU_BENCH (auto | only | off), MEMCHECK (auto | off), BENCH_MIN_S (200), BENCH_ARGS (more
 # options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20").
 set -u
 cd "$(dirname "$0")/.."
@@ -57,6 +57,7 @@ BUDGET_S=${BUDGET_S:-560}
 DEPS=${DEPS:-/tmp/st-deps}
 GPU_BENCH=${GPU_BENCH:-auto}
 BENCH_MIN_S=${BENCH_MIN_S:-200}
+MEMCHECK=${MEMCHECK:-auto}
 BENCH_ARGS=${BENCH_ARGS:-}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -214,21 +215,8 @@ if [ -n "$built" ] && [ "$GPU_BENCH" = only ]; then
 elif [ -n "$built" ]; then
     export OMP_WAIT_POLICY=PASSIVE
     for t in $(cuda_tests "$built"); do
-        step "$(basename "$t")" 240 "$t"
+        step "$(basename "$t")" 150 "$t"
     done
-    # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL):
-    # memcheck runs kernels many times slower.
-    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-    if [ -n "$sanitizer" ]; then
-        for t in $(cuda_tests "$built"); do
-            # (NCCL's kernels are its own, and it runs badly under memcheck)
-            [ "$(basename "$t")" = test_cuda_nccl ] && continue
-            step "memcheck-$(basename "$t")" 180 env CP_SMALL=1 "$sanitizer" --tool memcheck --leak-check no \
-                --error-exitcode 99 "$t"
-        done
-    else
-        say "   no compute-sanitizer: the memcheck runs are left out"
-    fi
     if step build-rest 240 make "${make_args[@]}" BUILD="$built" all; then
         train_args=(--set train.device=cuda --set train.steps=100 --set train.out_dir=/tmp/st-train-cuda --json)
         data_args=()
@@ -240,16 +228,37 @@ elif [ -n "$built" ]; then
             train_args+=("${data_args[@]}")
         fi
         if [ -f $fm/train-images-idx3-ubyte.gz ]; then
-            step train-cuda 150 "$built/scaletrain" train "${train_args[@]}"
-            step train-cuda-bf16 120 "$built/scaletrain" train "${train_args[@]}" --set precision=bf16 \
+            step train-cuda 120 "$built/scaletrain" train "${train_args[@]}"
+            step train-cuda-bf16 90 "$built/scaletrain" train "${train_args[@]}" --set precision=bf16 \
                 --set train.out_dir=/tmp/st-train-cuda-bf16
-            # the readiness check: its gpu ddp line trains on the GPU against a CPU rank (mpirun needed)
-            step check 150 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
         else
             rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
             say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"
         fi
         [ "$GPU_BENCH" = auto ] && gpu_bench "$built"
+        # the readiness check: its gpu ddp line trains on the GPU against a CPU rank (mpirun needed)
+        [ -f $fm/train-images-idx3-ubyte.gz ] &&
+            step check 120 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
+    fi
+    # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL),
+    # last and only while at least 60 s of the budget are left (memcheck
+    # runs kernels many times slower; the figures come first).
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    if [ "$MEMCHECK" = off ]; then
+        say "   MEMCHECK=off: the memcheck runs are left out"
+    elif [ -z "$sanitizer" ]; then
+        say "   no compute-sanitizer: the memcheck runs are left out"
+    else
+        for t in $(cuda_tests "$built"); do
+            # (NCCL's kernels are its own, and it runs badly under memcheck)
+            [ "$(basename "$t")" = test_cuda_nccl ] && continue
+            if ((BUDGET_S - (SECONDS - START) < 60)); then
+                rows+=("memcheck-$(basename "$t")|not run (budget)|0")
+                continue
+            fi
+            step "memcheck-$(basename "$t")" 120 env CP_SMALL=1 "$sanitizer" --tool memcheck --leak-check no \
+                --error-exitcode 99 "$t"
+        done
     fi
 else
     say "   the build failed: no test was run (see the build logs above)"
