@@ -57,7 +57,7 @@ static bool shards_grads(st_dist_mode mode, int world, const st_params *p, bool 
 }
 
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p) {
-    st_dist_mode mode;
+    st_dist_mode mode = ST_DIST_DDP;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &mode));
     st_shard sh;
     st_shard_plan(&sh, p->count, st_comm_rank(comm), st_comm_size(comm));
