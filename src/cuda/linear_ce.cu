@@ -3,17 +3,14 @@
  * plan and the memory it saves).
  *
  * Per chunk of m rows, on the compute stream: the logits z (m, V) = h_c W^T
- * into the work scratch, stored as the plain linear would store them (16
- * bits in a bf16 or fp16 run, rounded once from the fp32 accumulation);
- * one block per row takes its max, sum of exponentials (fp32 per thread,
- * block sums in a fixed order, as softmax_ce.cu), the row's loss in double,
- * and in a training forward writes (softmax - onehot) over the row, each
- * thread reading an element before writing it (thread 0 reads the target's
- * logit before a barrier); then dh_c (m, C) = z W into the saved fp32 dh,
- * and dW (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32
- * dW, both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in
- * 16-bit runs). One block then sums the rows' losses in double and counts
- * the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
+ * into the work scratch (rows ld = V rounded up to 8 apart: 16-byte aligned), stored as the plain linear
+ * would store them (16 bits in a bf16 or fp16 run, rounded once from the fp32 accumulation); one block per
+ * row takes its max, sum of exponentials (fp32 per thread, block sums in a fixed order, as softmax_ce.cu),
+ * the row's loss in double, and in a training forward writes (softmax - onehot) over the row, each thread
+ * reading an element before writing it (thread 0 reads the target's logit before a barrier); then dh_c (m, C)
+ * = z W into the saved fp32 dh, and dW (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
+ * both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in 16-bit runs). One block then sums the
+ * rows' losses in double and counts the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
  * backward, which needs no host round trip: one grid-stride kernel writes
  * or adds dh * dloss / count into h's gradient (either storage) and adds
  * dW * dloss / count into W's (fp32; under ZeRO-2 its staging region).
@@ -24,11 +21,11 @@
 
 extern "C" st_status st_linear_ce_check_grads(const st_node *n);
 
-static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int32_t ign,
-                                       bool grads) {
+static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld,
+                                       int32_t ign, bool grads) {
     __shared__ float shf[32];
     __shared__ float lse;
-    const int64_t i = blockIdx.x, o = i * V;
+    const int64_t i = blockIdx.x, o = i * ld;
     const int32_t t = tg[i];
     if (t == ign) { /* uniform over the block */
         if (threadIdx.x == 0) row_loss[i] = 0.0;
@@ -71,7 +68,7 @@ static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t 
 
 static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const int64_t Rc = n->args.i[ST_LCE_CHUNK];
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK], ld = n->args.i[ST_LCE_LD]; /* rows 16-byte aligned */
     const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
     const st_fbuf h = st_data(n->in[0]);     /* (R, C) */
     const int32_t *tg = n->in[1]->idata;     /* (R) */
@@ -86,16 +83,16 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
         const st_fbuf hc = st_fbuf_at(h, r0 * C);
         /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
-        ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, V, NULL, "linear_ce logits"));
+        ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
         lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
-            z, tg + r0, row_loss + r0, V, ign, grads);
+            z, tg + r0, row_loss + r0, V, ld, ign, grads);
         ST_CUDA_LAUNCHED();
         if (!grads) continue;
         /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
-        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, V, 0.0f, st_fbuf{dh + r0 * C, ST_PREC_FP32},
-                               C, NULL, "linear_ce dh"));
+        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, ld, 0.0f,
+                               st_fbuf{dh + r0 * C, ST_PREC_FP32}, C, NULL, "linear_ce dh"));
         /* dW (V, C) += z^T h_c: dW^T (C x V) = h_c^T z */
-        ST_TRY(st_graph_matmul(g, false, true, C, V, m, hc, C, z, V, r0 ? 1.0f : 0.0f,
+        ST_TRY(st_graph_matmul(g, false, true, C, V, m, hc, C, z, ld, r0 ? 1.0f : 0.0f,
                                st_fbuf{dw, ST_PREC_FP32}, C, NULL, "linear_ce dW"));
     }
     st_ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, count);

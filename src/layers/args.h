@@ -32,7 +32,16 @@ enum { ST_CE_ROWS, ST_CE_V, ST_CE_IGNORE };
 /* linear_ce: h (ROWS, C), weight (V, C); CHUNK rows of logits at a time in
  * CHUNK_FLOATS floats of the work scratch (then ROWS doubles of row losses);
  * GRADS_MADE: the last forward was a training one (run state, set by forward) */
-enum { ST_LCE_ROWS, ST_LCE_C, ST_LCE_V, ST_LCE_CHUNK, ST_LCE_CHUNK_FLOATS, ST_LCE_IGNORE, ST_LCE_GRADS_MADE };
+enum {
+    ST_LCE_ROWS,
+    ST_LCE_C,
+    ST_LCE_V,
+    ST_LCE_LD,
+    ST_LCE_CHUNK,
+    ST_LCE_CHUNK_FLOATS,
+    ST_LCE_IGNORE,
+    ST_LCE_GRADS_MADE
+};
 /* mse: N elements */
 enum { ST_MSE_N };
 

@@ -53,9 +53,16 @@ static int64_t chunk_rows(int64_t R, int64_t V, int64_t elem) {
     return (R + n - 1) / n;
 }
 
-/* Floats of the chunk in the work scratch (rows x V in the chunk's storage). */
-static int64_t chunk_floats(int64_t rows, int64_t V, int64_t elem) {
-    return st_align_floats(elem == 2 ? (rows * V + 1) / 2 : rows * V);
+/* The chunk's row stride: V rounded up to 8 elements, so that every row of
+ * the logits starts 16-byte aligned. cuBLASLt's tensor-core kernels need
+ * that of a leading dimension; with GPT-2's V = 50257 (odd) the chunk's
+ * three products took unaligned kernels, 35 ms of an H200's 85 ms step
+ * (bench/RESULTS.md). The columns past V are never read or written. */
+static int64_t chunk_ld(int64_t V) { return (V + 7) / 8 * 8; }
+
+/* Floats of the chunk in the work scratch (rows x ld in the chunk's storage). */
+static int64_t chunk_floats(int64_t rows, int64_t ld, int64_t elem) {
+    return st_align_floats(elem == 2 ? (rows * ld + 1) / 2 : rows * ld);
 }
 
 st_status st_linear_ce_check_grads(const st_node *n) {
@@ -69,7 +76,7 @@ st_status st_linear_ce_check_grads(const st_node *n) {
 bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t V) {
     const int64_t elem = chunk_elem(g);
     const int64_t fused = st_align_floats(R * C) + st_align_floats(V * C) + ST_ALIGN_FLOATS +
-                          chunk_floats(chunk_rows(R, V, elem), V, elem);
+                          chunk_floats(chunk_rows(R, V, elem), chunk_ld(V), elem);
     const int64_t plain =
         chunk_floats(R, V, elem) + st_align_floats(R); /* logits (their gradient over them), lse */
     return fused < plain;
@@ -77,7 +84,7 @@ bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t 
 
 static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const int64_t Rc = n->args.i[ST_LCE_CHUNK];
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK], ld = n->args.i[ST_LCE_LD];
     const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
     const float *h = n->in[0]->data;                                         /* (R, C) */
     const int32_t *tg = n->in[1]->idata;                                     /* (R) */
@@ -85,7 +92,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     float *dh = n->saved;                                                    /* (R, C) */
     float *dw = n->saved + st_align_floats(R * C);                           /* (V, C) */
     float *count = dw + st_align_floats(V * C);                              /* n_valid, as int bits */
-    float *z = g->work;                                                      /* (Rc, V) */
+    float *z = g->work;                                                      /* (Rc, ld) */
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
     const st_precision prec = g->params->precision;
     int64_t n_valid = 0;
@@ -99,11 +106,11 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     for (int64_t r0 = 0; r0 < R; r0 += Rc) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
         st_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)V, (int)C, 1.0f, h + r0 * C, (int)C, w, (int)C, 0.0f,
-                 z, (int)V);
+                 z, (int)ld);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < m; i++) {
             const int64_t r = r0 + i;
-            float *zr = z + i * V;
+            float *zr = z + i * ld;
             if (tg[r] == ign) {
                 row_loss[r] = 0.0;
                 if (grads) memset(zr, 0, (size_t)V * sizeof(float));
@@ -122,9 +129,9 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         }
         if (!grads) continue;
         /* dh_c (m, C) = z W; dW (V, C) += z^T h_c */
-        st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)V, w, (int)C, 0.0f,
+        st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)ld, w, (int)C, 0.0f,
                  dh + r0 * C, (int)C);
-        st_sgemm(CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)V, h + r0 * C, (int)C,
+        st_sgemm(CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)ld, h + r0 * C, (int)C,
                  r0 ? 1.0f : 0.0f, dw, (int)C);
     }
     double sum = 0.0; /* in row order: the same loss for any thread count and chunk */
@@ -201,9 +208,10 @@ st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *w
     node->args.i[ST_LCE_ROWS] = R;
     node->args.i[ST_LCE_C] = C;
     node->args.i[ST_LCE_V] = V;
+    node->args.i[ST_LCE_LD] = chunk_ld(V);
     node->args.i[ST_LCE_CHUNK] = Rc;
     node->args.i[ST_LCE_IGNORE] = ignore_index;
-    node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, V, elem);
+    node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, chunk_ld(V), elem);
     node->saved_count = st_align_floats(R * C) + st_align_floats(V * C) + 1; /* dh, dW, the count */
     /* the chunk (floats on the host, the device's storage on one) and the rows' losses as doubles */
     node->work_count = node->args.i[ST_LCE_CHUNK_FLOATS] + 2 * R;
