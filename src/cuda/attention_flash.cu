@@ -3,12 +3,13 @@
  *
  * Forward, one block per 64 queries of one (b, h), four warps of 16 query
  * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
- * bf16; causal: tiles after the block's last query are never loaded, a
- * warp skips a tile whose keys all follow its queries. Per tile, per warp,
- * on mma.sync (mma.cuh) with everything in registers: S = Q K^T, the
- * online softmax (running max m and sum l per row, the four lanes of a
- * quad per row), the accumulator O rescaled by exp(m_old - m_new) and O +=
- * P V, P passed from S's accumulators to the product's operands in place.
+ * bf16, the next tile fetched into registers while the warps work on the
+ * current one (tile_regs: global latency hidden behind the products, which
+ * the first H200 profile showed stalled behind every synchronous tile load); causal: tiles after the block's
+ * last query are never loaded, a warp skips a tile whose keys all follow its queries. Per tile, per warp, on
+ * mma.sync (mma.cuh) with everything in registers: S = Q K^T, the online softmax (running max m and sum l per
+ * row, the four lanes of a quad per row), the accumulator O rescaled by exp(m_old - m_new) and O += P V, P
+ * passed from S's accumulators to the product's operands in place.
  *
  * Precision (docs/precision.md): Q, K, V and dY hold bf16 values (the graph
  * rounded them), so their bf16 copies are exact and Q K^T and dY V^T are
@@ -30,8 +31,10 @@
  * = K Q^T, dP^T = V dY^T, P^T from lse, dV += P^T dY, dK += dS^T Q scale.
  * Both on mma.sync like forward, S, dP, P and dS in registers; the second
  * products read K (dQ's kernel), Q and dY (dK/dV's) from tiles stored
- * transposed, so every operand is a 32-bit shared load. Every element of
- * dqkv is written by one thread in a fixed order: deterministic.
+ * transposed, so every operand is a 32-bit shared load; the next tile is
+ * fetched into registers during the current tile's products, as forward's.
+ * Every element of dqkv is written by one thread in a fixed order:
+ * deterministic.
  * Tensor-core products per tile: 3 forward, 3 in dQ's kernel and 4 in
  * dK/dV's. */
 #include <math.h>
@@ -134,6 +137,58 @@ static __device__ void load_tile(bf16 *dst, int ldd, st_fbuf src, int64_t ld, in
     }
 }
 
+/* A tile of ROWS rows (row0.. of a (T, ld) matrix in either storage) by D
+ * columns, fetched by the block's NT threads into registers as bf16, eight
+ * values a 16-byte register group, then put into shared memory as rows
+ * ([row][col], ld ldd) and/or transposed ([col][row]); rows at or past T
+ * are zeros. The backward kernels fetch the next tile before they work on
+ * the current one, so its global loads overlap the tile's products rather
+ * than stall the block between them (one fetch feeds both layouts). Thread
+ * e holds row e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte row
+ * stores land in distinct banks (ldd = D + 8) and its transposed 2-byte
+ * stores on consecutive rows. From bf16 storage with 16-byte aligned rows
+ * (the graph's arenas) one 16-byte load, else eight loads converted. */
+template <int D, int ROWS, int NT> struct tile_regs {
+    enum { CHUNKS = ROWS * D / 8, N = (CHUNKS + NT - 1) / NT };
+    uint4 v[N];
+    __device__ void fetch(st_fbuf src, int64_t ld, int row0, int T) {
+        const bool fast = src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int e = threadIdx.x + k * NT, r = e % ROWS, c = e / ROWS * 8;
+            v[k] = make_uint4(0, 0, 0, 0);
+            if (e >= CHUNKS || row0 + r >= T) continue;
+            const int64_t at = (int64_t)(row0 + r) * ld + c;
+            if (fast) {
+                v[k] = *(const uint4 *)((const bf16 *)src.p + at);
+            } else {
+                v[k] = make_uint4(st_bf16x2(st_ld(src, at), st_ld(src, at + 1)),
+                                  st_bf16x2(st_ld(src, at + 2), st_ld(src, at + 3)),
+                                  st_bf16x2(st_ld(src, at + 4), st_ld(src, at + 5)),
+                                  st_bf16x2(st_ld(src, at + 6), st_ld(src, at + 7)));
+            }
+        }
+    }
+    __device__ void put(bf16 *dst, int ldd) const {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int e = threadIdx.x + k * NT;
+            if (e < CHUNKS) *(uint4 *)(dst + e % ROWS * ldd + e / ROWS * 8) = v[k];
+        }
+    }
+    __device__ void put_trans(bf16 *dst, int ldd) const {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int e = threadIdx.x + k * NT, r = e % ROWS, c = e / ROWS * 8;
+            if (e >= CHUNKS) continue;
+            const bf16 *x = (const bf16 *)&v[k];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                dst[(c + i) * ldd + r] = x[i];
+        }
+    }
+};
+
 /* Forward on mma.sync (mma.cuh): a block per 64 queries of one (b, h), a
  * warp per 16 of them. Per key tile the warp's scores S (16 x BK) stay in
  * registers as accumulators; the online softmax works on them there (each
@@ -142,7 +197,7 @@ static __device__ void load_tile(bf16 *dst, int ldd, st_fbuf src, int64_t ld, in
  * parts (x = hi + lo to about 2^-16, docs/precision.md). K sits in shared
  * memory as rows ([key][dim]), V transposed ([dim][key]), so that every
  * B operand is one 32-bit load; Q's fragments are loaded once. */
-template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) flash_fwd_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_fwd_mma(st_flash f) {
     enum {
         BK = D <= 64 ? 64 : 32,
         QR = 64 > BK ? 64 : BK,
@@ -172,11 +227,18 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 4 : 2) 
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb */
     const int kend = q0 + 64 < T ? q0 + 64 : T;
+    tile_regs<D, BK, 128> kr, vr; /* the next K and V tiles */
+    kr.fetch(st_fbuf_at(qg, C), C3, 0, T);
+    vr.fetch(st_fbuf_at(qg, 2 * C), C3, 0, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or Q) is read */
-        load_tile<D, false>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-        load_tile<D, true>(vt, LDV, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
+        kr.put(ks, LDK);
+        vr.put_trans(vt, LDV);
         __syncthreads();
+        if (k0 + BK < kend) { /* in flight during this tile's products */
+            kr.fetch(st_fbuf_at(qg, C), C3, k0 + BK, T);
+            vr.fetch(st_fbuf_at(qg, 2 * C), C3, k0 + BK, T);
+        }
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
         float s[NK][4];
 #pragma unroll
@@ -298,7 +360,7 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
  * and qb = qa + 8 in each lane): per key tile S = Q K^T and dP = dY V^T
  * in registers, P = exp(S scale - lse), dS = P (dP - D) rounded to bf16 in
  * place as the A operand of dQ += dS K, which reads K transposed. */
-template <int D> static __global__ void __launch_bounds__(128, 2) flash_dq_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dq_mma(st_flash f) {
     enum { BK = D <= 64 ? 32 : 16, LDK = D + 8, LDT = BK + 8, NK = BK / 8, KD = D / 16, ND = D / 8 };
     __shared__ __align__(16) bf16 ks[64 * LDK]; /* Q's, then dY's 64 rows first; then K tiles */
     __shared__ __align__(16) bf16 vs[BK * LDK]; /* V tiles */
@@ -326,12 +388,19 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dq_mma(s
     a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
     float dq[ND][4] = {};
     const int kend = q0 + 64 < T ? q0 + 64 : T;
+    tile_regs<D, BK, 128> kr, vr; /* the next K and V tiles */
+    kr.fetch(st_fbuf_at(qg, C), C3, 0, T);
+    vr.fetch(st_fbuf_at(qg, 2 * C), C3, 0, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or dY) is read */
-        load_tile<D, false>(ks, LDK, st_fbuf_at(qg, C), C3, k0, BK, T);
-        load_tile<D, false>(vs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, BK, T);
-        load_tile<D, true>(kt, LDT, st_fbuf_at(qg, C), C3, k0, BK, T);
+        kr.put(ks, LDK);
+        kr.put_trans(kt, LDT);
+        vr.put(vs, LDK);
         __syncthreads();
+        if (k0 + BK < kend) { /* in flight during this tile's products */
+            kr.fetch(st_fbuf_at(qg, C), C3, k0 + BK, T);
+            vr.fetch(st_fbuf_at(qg, 2 * C), C3, k0 + BK, T);
+        }
         if (k0 > qw + 15) continue;
         float s[NK][4] = {}, dp[NK][4] = {};
         two_products<NK, KD>(s, qf, ks, dp, gf, vs, LDK); /* S = Q K^T, dP = dY V^T */
@@ -387,18 +456,33 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
     __syncthreads();
     a_frags<KD>(vf, qs + warp * 16 * LDK, LDK);
     float dk[ND][4] = {}, dv[ND][4] = {};
+    /* the next Q and dY tiles and their rows' lse and D (threads < BQ) */
+    tile_regs<D, BQ, 128> qr, gr;
+    float lse_r = 0.0f, dsum_r = 0.0f;
+    const auto fetch = [&](int i0) {
+        qr.fetch(qg, C3, i0, T);
+        gr.fetch(gg, C, i0, T);
+        const int i = i0 + threadIdx.x;
+        if (threadIdx.x < BQ && i < T) {
+            lse_r = f.lse[(int64_t)bh * T + i];
+            dsum_r = f.dsum[(int64_t)bh * T + i];
+        } else {
+            lse_r = dsum_r = 0.0f;
+        }
+    };
+    fetch(k0);
     for (int i0 = k0; i0 < T; i0 += BQ) { /* queries before k0 see none of these keys */
         __syncthreads();
-        load_tile<D, false>(qs, LDK, qg, C3, i0, BQ, T);
-        load_tile<D, false>(gs, LDK, gg, C, i0, BQ, T);
-        load_tile<D, true>(qt, LDT, qg, C3, i0, BQ, T);
-        load_tile<D, true>(gt, LDT, gg, C, i0, BQ, T);
+        qr.put(qs, LDK);
+        gr.put(gs, LDK);
+        qr.put_trans(qt, LDT);
+        gr.put_trans(gt, LDT);
         if (threadIdx.x < BQ) {
-            const int i = i0 + threadIdx.x;
-            lse_s[threadIdx.x] = i < T ? f.lse[(int64_t)bh * T + i] : 0.0f;
-            dsum_s[threadIdx.x] = i < T ? f.dsum[(int64_t)bh * T + i] : 0.0f;
+            lse_s[threadIdx.x] = lse_r;
+            dsum_s[threadIdx.x] = dsum_r;
         }
         __syncthreads();
+        if (i0 + BQ < T) fetch(i0 + BQ); /* in flight during this tile's products */
         if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
         float st[NQ][4] = {}, dpt[NQ][4] = {};
         two_products<NQ, KD>(st, kf, qs, dpt, vf, gs, LDK); /* S^T = K Q^T, dP^T = V dY^T */
