@@ -103,45 +103,12 @@ static __device__ void store_acc(const float (*o)[4], st_fbuf dst, int64_t ld, i
         }
 }
 
-/* ---- forward ------------------------------------------------------------- */
-/* rows row0.. of a (T, ld) matrix in either storage, D columns, into bf16
- * dst: element (r, c) at dst[r * ldd + c], or at dst[c * ldd + r] with
- * TRANS; rows at or past T are zeros (ldd a multiple of 8, dst 16-byte
- * aligned). From bf16 storage with 16-byte aligned rows (always for the
- * graph's arenas: C = heads x D is a multiple of 16) a thread moves eight
- * elements of a row with one 16-byte load: stored as one 16-byte store, or
- * transposed as 8 2-byte stores with the warp's threads on consecutive
- * rows (so the stores of one column fall in consecutive shared-memory
- * words); from other storage one element at a time. */
-template <int D, bool TRANS>
-static __device__ void load_tile(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int rows, int T) {
-    if (src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0) {
-        for (int e = threadIdx.x; e < rows * (D / 8); e += blockDim.x) {
-            const int r = TRANS ? e % rows : e / (D / 8), c = (TRANS ? e / rows : e % (D / 8)) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (row0 + r < T) v = *(const uint4 *)((const bf16 *)src.p + (int64_t)(row0 + r) * ld + c);
-            if (!TRANS) {
-                *(uint4 *)(dst + r * ldd + c) = v;
-                continue;
-            }
-            const bf16 *x = (const bf16 *)&v;
-            for (int i = 0; i < 8; i++)
-                dst[(c + i) * ldd + r] = x[i];
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-        const int r = TRANS ? e % rows : e / D, c = TRANS ? e / rows : e % D;
-        dst[TRANS ? c * ldd + r : r * ldd + c] =
-            __float2bfloat16_rn(row0 + r < T ? st_ld(src, (int64_t)(row0 + r) * ld + c) : 0.0f);
-    }
-}
-
+/* ---- tiles --------------------------------------------------------------- */
 /* A tile of ROWS rows (row0.. of a (T, ld) matrix in either storage) by D
  * columns, fetched by the block's NT threads into registers as bf16, eight
  * values a 16-byte register group, then put into shared memory as rows
  * ([row][col], ld ldd) and/or transposed ([col][row]); rows at or past T
- * are zeros. The backward kernels fetch the next tile before they work on
+ * are zeros. The kernels fetch the next tile before they work on
  * the current one, so its global loads overlap the tile's products rather
  * than stall the block between them (one fetch feeds both layouts). Thread
  * e holds row e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte row
@@ -189,6 +156,19 @@ template <int D, int ROWS, int NT> struct tile_regs {
     }
 };
 
+/* 64 rows (row0..) of a (T, ld) matrix into shared memory as bf16 rows,
+ * now (32 at a time: fewer registers live beside the kernel's). */
+template <int D>
+static __device__ void load_rows64(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int T) {
+#pragma unroll 1
+    for (int h = 0; h < 64; h += 32) {
+        tile_regs<D, 32, 128> r;
+        r.fetch(src, ld, row0 + h, T);
+        r.put(dst + h * ldd, ldd);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------- */
 /* Forward on mma.sync (mma.cuh): a block per 64 queries of one (b, h), a
  * warp per 16 of them. Per key tile the warp's scores S (16 x BK) stay in
  * registers as accumulators; the online softmax works on them there (each
@@ -217,7 +197,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int qw = q0 + warp * 16, qa = qw + g, qb = qa + 8; /* this lane's two rows */
 
-    load_tile<D, false>(ks, LDK, qg, C3, q0, 64, T);
+    load_rows64<D>(ks, LDK, qg, C3, q0, T);
     __syncthreads();
     uint32_t qf[KD][4];
     a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
@@ -379,11 +359,11 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
                 db = qb < T ? f.dsum[(int64_t)bh * T + qb] : 0.0f;
 
     uint32_t qf[KD][4], gf[KD][4];
-    load_tile<D, false>(ks, LDK, qg, C3, q0, 64, T);
+    load_rows64<D>(ks, LDK, qg, C3, q0, T);
     __syncthreads();
     a_frags<KD>(qf, ks + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_tile<D, false>(ks, LDK, gg, C, q0, 64, T);
+    load_rows64<D>(ks, LDK, gg, C, q0, T);
     __syncthreads();
     a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
     float dq[ND][4] = {};
@@ -448,11 +428,11 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
     const int kw = k0 + warp * 16, ka = kw + g, kb = ka + 8;
 
     uint32_t kf[KD][4], vf[KD][4];
-    load_tile<D, false>(qs, LDK, st_fbuf_at(qg, C), C3, k0, 64, T);
+    load_rows64<D>(qs, LDK, st_fbuf_at(qg, C), C3, k0, T);
     __syncthreads();
     a_frags<KD>(kf, qs + warp * 16 * LDK, LDK);
     __syncthreads();
-    load_tile<D, false>(qs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, 64, T);
+    load_rows64<D>(qs, LDK, st_fbuf_at(qg, 2 * C), C3, k0, T);
     __syncthreads();
     a_frags<KD>(vf, qs + warp * 16 * LDK, LDK);
     float dk[ND][4] = {}, dv[ND][4] = {};
