@@ -138,6 +138,58 @@ __device__ __forceinline__ void st_st(st_fbuf b, int64_t i, float v) {
         ((float *)b.p)[i] = v;
 }
 
+/* VW consecutive elements from i on, as floats: VW 1 is st_ld; VW 8 moves
+ * them with 16-byte accesses (one for 16-bit storage, two for fp32), so
+ * element i must sit at a 16-byte boundary (st_fbuf_aligned8). A memory-bound
+ * kernel moving 2 bytes a thread per load keeps too few bytes in flight: the
+ * H200's layernorm backward reached 570 GB/s that way. st_stv rounds as st_st. */
+static inline bool st_fbuf_aligned8(st_fbuf b, int64_t ld) {
+    return b.p == NULL || (((uintptr_t)b.p & 15) == 0 && ld % 8 == 0);
+}
+template <int VW> __device__ __forceinline__ void st_ldv(st_fbuf b, int64_t i, float *v) {
+    if (VW == 1) {
+        v[0] = st_ld(b, i);
+    } else if (b.t == ST_PREC_FP32) {
+        const float4 x = ((const float4 *)((const float *)b.p + i))[0],
+                     y = ((const float4 *)((const float *)b.p + i))[1];
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else {
+        const uint4 u = *(const uint4 *)((const uint16_t *)b.p + i);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (b.t == ST_PREC_BF16) {
+                v[2 * k] = __uint_as_float(w[k] << 16);
+                v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+            } else {
+                v[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
+                v[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
+            }
+        }
+    }
+}
+template <int VW> __device__ __forceinline__ void st_stv(st_fbuf b, int64_t i, const float *v) {
+    if (VW == 1) {
+        st_st(b, i, v[0]);
+    } else if (b.t == ST_PREC_FP32) {
+        ((float4 *)((float *)b.p + i))[0] = make_float4(v[0], v[1], v[2], v[3]);
+        ((float4 *)((float *)b.p + i))[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned short lo = b.t == ST_PREC_BF16
+                                          ? __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]))
+                                          : __half_as_ushort(__float2half_rn(v[2 * k]));
+            const unsigned short hi = b.t == ST_PREC_BF16
+                                          ? __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]))
+                                          : __half_as_ushort(__float2half_rn(v[2 * k + 1]));
+            w[k] = lo | (uint32_t)hi << 16;
+        }
+        *(uint4 *)((uint16_t *)b.p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
 /* Blocks of `threads` covering n elements, capped for grid-stride loops. */
 static inline unsigned st_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

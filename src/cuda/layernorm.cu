@@ -5,40 +5,69 @@
  * variance of x - mean, as the CPU), mean and rstd saved per row in the
  * node's saved state in the CPU's layout: mean (R), then rstd (R).
  * Backward: one warp per row for dx = rstd (g - mean(g) - xhat mean(g xhat)),
- * g = dy * weight; dweight and dbias are deterministic column sums
- * (kernels.cuh) over the rows. Sums run in a different order than the CPU's
- * loops: parity to fp32 rounding. Input, output and their gradients in
- * either storage (src/layers/half_io.h); weight and bias as the run's compute
- * copy holds them (16-bit in bf16/fp16); statistics fp32. */
+ * g = dy * weight; dweight and dbias are deterministic column sums over the
+ * rows, both in one pass (st_colsum's order and chunks, kernels.cuh). Sums run in a different order than the
+ * CPU's loops: parity to fp32 rounding. Input, output and their gradients in either storage
+ * (src/layers/half_io.h); weight and bias as the run's compute copy holds them (16-bit in bf16/fp16);
+ * statistics fp32. */
+#include <initializer_list>
+
 #include "kernels.cuh"
 
 enum { LN_WARPS = 8 }; /* rows per block of forward and backward */
 
+/* The kernels below move VW elements of a row per access (st_ldv): 8, with
+ * 16-byte accesses, when every row array is 16-byte aligned and C a
+ * multiple of 8 (GPT-2's layers), else 1. Weight and bias are read an
+ * element at a time (a packed parameter arena aligns them to 4 bytes; they
+ * stay in L1). */
+template <int VW> static __device__ __forceinline__ void ld_param(st_fbuf p, int64_t c, float *v) {
+#pragma unroll
+    for (int k = 0; k < VW; k++)
+        v[k] = st_ld(p, c + k);
+}
+
+template <int VW>
 static __global__ void ln_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbuf y, float *mean, float *rstd,
                                          int64_t R, int64_t C, float eps) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= R) return; /* whole warps leave together: no block-wide sync below */
     const int64_t o = r * C;
-    float s = 0.0f;
-    for (int64_t c = lane; c < C; c += 32)
-        s += st_ld(x, o + c);
+    float xv[VW], s = 0.0f;
+    for (int64_t c = lane * VW; c < C; c += 32 * VW) {
+        st_ldv<VW>(x, o + c, xv);
+#pragma unroll
+        for (int k = 0; k < VW; k++)
+            s += xv[k];
+    }
     const float m = st_warp_sum(s) / (float)C;
     float v = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) {
-        const float d = st_ld(x, o + c) - m;
-        v += d * d;
+    for (int64_t c = lane * VW; c < C; c += 32 * VW) {
+        st_ldv<VW>(x, o + c, xv);
+#pragma unroll
+        for (int k = 0; k < VW; k++)
+            v += (xv[k] - m) * (xv[k] - m);
     }
     v = st_warp_sum(v) / (float)C;
     const float rs = 1.0f / sqrtf(v + eps);
-    for (int64_t c = lane; c < C; c += 32)
-        st_st(y, o + c, (st_ld(x, o + c) - m) * rs * st_ld(w, c) + st_ld(b, c));
+    for (int64_t c = lane * VW; c < C; c += 32 * VW) {
+        float wv[VW], bv[VW];
+        st_ldv<VW>(x, o + c, xv);
+        ld_param<VW>(w, c, wv);
+        ld_param<VW>(b, c, bv);
+#pragma unroll
+        for (int k = 0; k < VW; k++)
+            xv[k] = (xv[k] - m) * rs * wv[k] + bv[k];
+        st_stv<VW>(y, o + c, xv);
+    }
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;
     }
 }
 
+template <int VW>
 static __global__ void ln_backward_dx_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean,
                                              const float *rstd, st_fbuf dx, int64_t R, int64_t C, bool acc) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
@@ -46,36 +75,106 @@ static __global__ void ln_backward_dx_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, c
     if (r >= R) return;
     const int64_t o = r * C;
     const float m = mean[r], s = rstd[r];
-    float gm = 0.0f, gxm = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) {
-        const float gc = st_ld(dy, o + c) * st_ld(w, c);
-        gm += gc;
-        gxm += gc * (st_ld(x, o + c) - m) * s;
+    float gm = 0.0f, gxm = 0.0f, xv[VW], gv[VW], wv[VW];
+    for (int64_t c = lane * VW; c < C; c += 32 * VW) {
+        st_ldv<VW>(dy, o + c, gv);
+        st_ldv<VW>(x, o + c, xv);
+        ld_param<VW>(w, c, wv);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            const float gc = gv[k] * wv[k];
+            gm += gc;
+            gxm += gc * (xv[k] - m) * s;
+        }
     }
     gm = st_warp_sum(gm) / (float)C;
     gxm = st_warp_sum(gxm) / (float)C;
-    for (int64_t c = lane; c < C; c += 32) {
-        const float d = s * (st_ld(dy, o + c) * st_ld(w, c) - gm - (st_ld(x, o + c) - m) * s * gxm);
-        st_st(dx, o + c, acc ? st_ld(dx, o + c) + d : d);
+    for (int64_t c = lane * VW; c < C; c += 32 * VW) {
+        float d[VW], prev[VW];
+        st_ldv<VW>(dy, o + c, gv);
+        st_ldv<VW>(x, o + c, xv);
+        ld_param<VW>(w, c, wv);
+        if (acc) st_ldv<VW>(dx, o + c, prev);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            d[k] = s * (gv[k] * wv[k] - gm - (xv[k] - m) * s * gxm);
+            if (acc) d[k] += prev[k];
+        }
+        st_stv<VW>(dx, o + c, d);
     }
 }
 
-/* dweight's terms: dy * xhat. */
-struct ln_dw_term {
-    st_fbuf x, dy;
-    const float *mean, *rstd;
-    int64_t C;
-    __device__ float operator()(int64_t r, int64_t c) const {
-        return st_ld(dy, r * C + c) * (st_ld(x, r * C + c) - mean[r]) * rstd[r];
+/* dweight and dbias together: block (32, LN_DW_TY) covers 32 VW columns of
+ * one chunk of `per` rows; thread (x, y) sums rows y, y + TY, .. of its
+ * columns (dy xhat and dy), then row y = 0 adds the TY sums in order and
+ * writes the chunk's partial sums (part_w, part_b: chunks x C), or adds
+ * straight into dw and db when there is one chunk. The same order as
+ * kernels.cuh's st_colsum, one pass over x and dy instead of two. */
+enum { LN_DW_TY = 8 };
+template <int VW>
+static __global__ void ln_dwdb_kernel(st_fbuf x, st_fbuf dy, const float *mean, const float *rstd, int64_t R,
+                                      int64_t C, int64_t per, float *part_w, float *part_b, float *dw,
+                                      float *db) {
+    __shared__ float sw[LN_DW_TY][32 * VW + 1], sb[LN_DW_TY][32 * VW + 1];
+    const int64_t c = ((int64_t)blockIdx.x * 32 + threadIdx.x) * VW;
+    const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
+    float aw[VW] = {}, ab[VW] = {};
+    if (c < C)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += LN_DW_TY) {
+            float xv[VW], gv[VW];
+            st_ldv<VW>(x, r * C + c, xv);
+            st_ldv<VW>(dy, r * C + c, gv);
+            const float m = mean[r], s = rstd[r];
+#pragma unroll
+            for (int k = 0; k < VW; k++) {
+                aw[k] += gv[k] * (xv[k] - m) * s;
+                ab[k] += gv[k];
+            }
+        }
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        sw[threadIdx.y][threadIdx.x * VW + k] = aw[k];
+        sb[threadIdx.y][threadIdx.x * VW + k] = ab[k];
     }
-};
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        if (c + k >= C) break;
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < LN_DW_TY; y++) {
+            tw += sw[y][threadIdx.x * VW + k];
+            tb += sb[y][threadIdx.x * VW + k];
+        }
+        if (part_w) {
+            part_w[(int64_t)blockIdx.y * C + c + k] = tw;
+            part_b[(int64_t)blockIdx.y * C + c + k] = tb;
+        } else {
+            dw[c + k] += tw;
+            db[c + k] += tb;
+        }
+    }
+}
+
+static bool ln_vec8(std::initializer_list<st_fbuf> rows, int64_t C) {
+    for (const st_fbuf &b : rows)
+        if (!st_fbuf_aligned8(b, C)) return false;
+    return true;
+}
 
 static st_status layernorm_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
     float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
-    ln_forward_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
-        st_data(n->in[0]), st_data(n->params[0]), st_data(n->params[1]), st_data(n->out), mean, rstd, R, C,
-        n->args.f[ST_LAYERNORM_F_EPS]);
+    const st_fbuf x = st_data(n->in[0]), y = st_data(n->out);
+    const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
+    if (ln_vec8({x, y}, C))
+        ln_forward_kernel<8><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
+            x, st_data(n->params[0]), st_data(n->params[1]), y, mean, rstd, R, C,
+            n->args.f[ST_LAYERNORM_F_EPS]);
+    else
+        ln_forward_kernel<1><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
+            x, st_data(n->params[0]), st_data(n->params[1]), y, mean, rstd, R, C,
+            n->args.f[ST_LAYERNORM_F_EPS]);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -84,22 +183,45 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
     const st_fbuf x = st_data(n->in[0]), dy = st_grad(n->out); /* (R, C) */
     const float *mean = n->saved, *rstd = n->saved + R;
-    if (n->in[0]->grad) {
-        ln_backward_dx_kernel<<<(unsigned)((R + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0,
-                                st_cuda_stream(g)>>>(x, st_data(n->params[0]), dy, mean, rstd,
-                                                     st_grad(n->in[0]), R, C, n->in_acc[0]);
+    const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
+    const bool v8 = ln_vec8({x, dy, dx}, C);
+    if (dx.p) {
+        const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
+        if (v8)
+            ln_backward_dx_kernel<8><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
+                x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0]);
+        else
+            ln_backward_dx_kernel<1><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
+                x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0]);
         ST_CUDA_LAUNCHED();
     }
     float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
     if (dw && db) {
-        ST_TRY(st_colsum(g, ln_dw_term{x, dy, mean, rstd, C}, R, C, g->work, dw));
-        ST_TRY(st_colsum(g, st_colsum_act{dy, C}, R, C, g->work, db));
+        const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
+        float *pw = chunks > 1 ? g->work : NULL, *pb = chunks > 1 ? g->work + chunks * C : NULL;
+        const dim3 block(32, LN_DW_TY);
+        if (v8)
+            ln_dwdb_kernel<8>
+                <<<dim3((unsigned)((C + 255) / 256), (unsigned)chunks), block, 0, st_cuda_stream(g)>>>(
+                    x, dy, mean, rstd, R, C, per, pw, pb, dw, db);
+        else
+            ln_dwdb_kernel<1>
+                <<<dim3((unsigned)((C + 31) / 32), (unsigned)chunks), block, 0, st_cuda_stream(g)>>>(
+                    x, dy, mean, rstd, R, C, per, pw, pb, dw, db);
+        ST_CUDA_LAUNCHED();
+        if (chunks > 1) {
+            st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(pw, chunks, C, dw);
+            ST_CUDA_LAUNCHED();
+            st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(pb, chunks, C, db);
+            ST_CUDA_LAUNCHED();
+        }
     }
     return ST_OK;
 }
 
 static st_status layernorm_prepare(st_node *n, st_graph *g) {
-    st_need_work(n, st_colsum_work(n->args.i[ST_LAYERNORM_ROWS], n->args.i[ST_LAYERNORM_C]));
+    st_need_work(
+        n, 2 * st_colsum_work(n->args.i[ST_LAYERNORM_ROWS], n->args.i[ST_LAYERNORM_C])); /* dw's, db's */
     return ST_OK;
 }
 
