@@ -293,7 +293,8 @@ int main(void) {
     run("dropout 9x55 p 0.30 eval", 9 * 55, build_unary, NULL, (void *)&drop_eval, 0, 0, true, dev,
         seed + k++);
 
-    const add_ctx ad[] = {{1001, false}, {4097, true}};
+    const add_ctx ad[] = {
+        {1001, false}, {4097, true}, {4096, false}, {4104, true}}; /* 16-byte and element paths */
     for (size_t i = 0; i < sizeof ad / sizeof ad[0]; i++) {
         snprintf(label, sizeof label, "add %lld%s", (long long)ad[i].n, ad[i].same ? " a+a" : "");
         run(label, ad[i].n, build_add, NULL, (void *)&ad[i], 1e-6, 0, false, dev, seed + k++);
@@ -336,6 +337,10 @@ int main(void) {
                      (long long)pun[i].R, (long long)pun[i].C);
             run_prec(label, pun[i].R * pun[i].C, build_unary, NULL, (void *)&pun[i], rt, at, false, p, dev,
                      seed + k++);
+        }
+        for (size_t i = 2; i < 4; i++) {
+            snprintf(label, sizeof label, "%s add %lld%s", pn, (long long)ad[i].n, ad[i].same ? " a+a" : "");
+            run_prec(label, ad[i].n, build_add, NULL, (void *)&ad[i], rt, at, false, p, dev, seed + k++);
         }
         snprintf(label, sizeof label, "%s softmax_ce 300 rows x 1000 classes", pn);
         run_prec(label, ce[2].R * ce[2].V, build_ce, fill_ce, (void *)&ce[2], rt, at, false, p, dev,
