@@ -56,18 +56,58 @@ __device__ __forceinline__ float st_block_max(float v, float *sh) {
 /* Threads per row's block for V classes. */
 static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
 
+/* f(v, b[o + v]) for every v < V, over the block's threads in a fixed order:
+ * the elements before b + o's first 16-byte boundary and after its last
+ * whole group of 8 one at a time, the groups between 8 at a time with
+ * 16-byte loads (st_ldv; a logits row is 100 KB at GPT-2's vocabulary, and
+ * 2-byte loads left the H200's head at a few hundred GB/s). st_block_row_map
+ * stores g(v, x) over each element in place, the same way. */
+__device__ __forceinline__ int64_t st_row_head(st_fbuf r, int64_t V) {
+    const int64_t h = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / (r.t == ST_PREC_FP32 ? 4 : 2);
+    return h < V ? h : V;
+}
+template <class F> __device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
+    const st_fbuf r = st_fbuf_at(b, o);
+    const int64_t head = st_row_head(r, V), n8 = (V - head) / 8, tail = head + 8 * n8;
+    for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
+        f(v, st_ld(r, v));
+    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
+        float x[8];
+        st_ldv<8>(r, head + 8 * k, x);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            f(head + 8 * k + j, x[j]);
+    }
+    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
+        f(v, st_ld(r, v));
+}
+template <class G> __device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
+    const st_fbuf r = st_fbuf_at(b, o);
+    const int64_t head = st_row_head(r, V), n8 = (V - head) / 8, tail = head + 8 * n8;
+    for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
+        st_st(r, v, g(v, st_ld(r, v)));
+    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
+        float x[8];
+        st_ldv<8>(r, head + 8 * k, x);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            x[j] = g(head + 8 * k + j, x[j]);
+        st_stv<8>(r, head + 8 * k, x);
+    }
+    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
+        st_st(r, v, g(v, st_ld(r, v)));
+}
+
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every
  * thread: the max (a NaN wins, so it shows in the loss), then the sum of
  * exponentials, fp32 per thread and block sums in a fixed order; the log in
  * double. `shf` holds 32 floats of shared memory. (The CPU's: ce_rows.h.) */
 __device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf) {
     float m = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        m = st_nan_max(m, st_ld(b, o + v));
+    st_block_row_each(b, o, V, [&](int64_t, float x) { m = st_nan_max(m, x); });
     m = st_block_max(m, shf);
     float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        s += expf(st_ld(b, o + v) - m);
+    st_block_row_each(b, o, V, [&](int64_t, float x) { s += expf(x - m); });
     s = st_block_sum(s, shf);
     return (double)m + log((double)s);
 }

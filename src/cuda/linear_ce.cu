@@ -29,9 +29,7 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     const int32_t t = tg[i];
     if (t == ign) { /* uniform over the block */
         if (threadIdx.x == 0) row_loss[i] = 0.0;
-        if (grads)
-            for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-                st_st(z, o + v, 0.0f);
+        if (grads) st_block_row_map(z, o, V, [](int64_t, float) { return 0.0f; });
         return;
     }
     const double l = st_block_row_lse(z, o, V, shf);
@@ -43,11 +41,10 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     __syncthreads(); /* the target's logit read, lse shared */
     if (!grads) return;
     const float lf = lse;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float d = expf(st_ld(z, o + v) - lf);
-        if (v == t) d -= 1.0f;
-        st_st(z, o + v, d);
-    }
+    st_block_row_map(z, o, V, [&](int64_t v, float x) {
+        const float d = expf(x - lf);
+        return v == t ? d - 1.0f : d;
+    });
 }
 
 static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t ndx, bool acc,
