@@ -9,7 +9,10 @@ the time of its forward and backward passes per step: the GPU's (compute
 stream) where the trace has the device's tracks, else the host's; and the
 rate each reached from the work the trace's events carry (their "args": the
 matrix products' FLOPs as TFLOP/s, the elements elementwise work moves as
-GB/s at the trace's bytes per element), to set against the device's peaks. A compute
+GB/s at the trace's bytes per element), to set against the device's peaks;
+on a device also each matrix product and named kernel inside the layers by
+its label (the trace's kernel track: "linear_ce dh", "flash dQ"), with the
+products' TFLOP/s. A compute
 stream far from fully busy means the GPU waited: for the host, the data or
 the communication.
 
@@ -21,7 +24,7 @@ import re
 import sys
 from collections import defaultdict
 
-GPU_COMPUTE, GPU_COMM, GPU_COPY = 2000, 2001, 2002
+GPU_COMPUTE, GPU_COMM, GPU_COPY, GPU_KERNEL = 2000, 2001, 2002, 2003
 
 
 def summarize(path, rank=0):
@@ -84,7 +87,19 @@ def summarize(path, rank=0):
         gbs = el * eb / (ms * 1e-3) / 1e9 if ms > 0 and el > 0 else None
         kinds.append((k, c, ms / n, tflops, gbs))
     kinds.sort(key=lambda r: -r[2])
-    return {"path": path, "rank": rank, "gpu": gpu, "steps": rows, "kinds": kinds, "elem_bytes": eb}
+    # The products and named kernels inside layers (track 2003), by label.
+    per_kernel = defaultdict(lambda: [0.0, 0.0, 0])  # ms, flops, count
+    for e in X:
+        if e["tid"] == GPU_KERNEL:
+            acc = per_kernel[e["name"]]
+            acc[0] += e["dur"] / 1e3
+            acc[1] += e.get("args", {}).get("flops", 0)
+            acc[2] += 1
+    kernels = [(name, ms / n, fl / (ms * 1e-3) / 1e12 if ms > 0 and fl > 0 else None, cnt / n)
+               for name, (ms, fl, cnt) in per_kernel.items()]
+    kernels.sort(key=lambda r: -r[1])
+    return {"path": path, "rank": rank, "gpu": gpu, "steps": rows, "kinds": kinds, "elem_bytes": eb,
+            "kernels": kernels}
 
 
 def rates(tflops, gbs):
@@ -114,6 +129,12 @@ def markdown(r):
             f"elementwise: GB/s at {r['elem_bytes']} bytes an element) |", "|---|---|---|---|---|"]
     for kind, cat, ms, tflops, gbs in r["kinds"]:
         out.append(f"| {kind} | {cat} | {ms:.3f} | {100 * ms / total:.1f}% | {rates(tflops, gbs)} |")
+    if r.get("kernels"):
+        out += ["", "| product or kernel (inside layers) | GPU ms per step | calls per step | share | "
+                "products: TFLOP/s |", "|---|---|---|---|---|"]
+        for name, ms, tflops, calls in r["kernels"]:
+            out.append(f"| {name} | {ms:.3f} | {calls:g} | {100 * ms / total:.1f}% | "
+                       f"{f'{tflops:.3g}' if tflops else '-'} |")
     return "\n".join(out)
 
 
@@ -125,7 +146,11 @@ def one_line(r, top=6):
     tot = sum(k[2] for k in r["kinds"]) or 1.0
     kinds = ", ".join(f"{k} {c} {ms:.2f} ms ({100 * ms / tot:.0f}%; {rates(tf, gb)})"
                       for k, c, ms, tf, gb in r["kinds"][:top])
-    return f"{head}; per step by layer kind: {kinds}"
+    line = f"{head}; per step by layer kind: {kinds}"
+    if r.get("kernels"):
+        line += "; heaviest products and kernels inside them: " + ", ".join(
+            f"{name} {ms:.2f} ms" + (f" ({tf:.3g} TFLOP/s)" if tf else "") for name, ms, tf, _ in r["kernels"][:top])
+    return line
 
 
 def main():

@@ -495,18 +495,26 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
 /* ---- launchers ----------------------------------------------------------- */
 template <int D> static st_status forward_mma(st_graph *g, const st_flash *f) {
     const dim3 grid((unsigned)((f->T + 63) / 64), (unsigned)(f->B * f->nh));
+    st_graph_span(g, "flash forward", false, 0);
     flash_fwd_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
     ST_CUDA_LAUNCHED();
+    st_graph_span(g, "flash forward", true, 0);
     return ST_OK;
 }
 
 template <int D> static st_status backward_mma(st_graph *g, const st_flash *f) {
     const dim3 grid((unsigned)((f->T + 63) / 64), (unsigned)(f->B * f->nh));
+    st_graph_span(g, "flash D rowsums", false, 0);
     ST_TRY(st_cuda_flash_rowsums(g, f));
+    st_graph_span(g, "flash D rowsums", true, 0);
+    st_graph_span(g, "flash dQ", false, 0);
     flash_dq_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
     ST_CUDA_LAUNCHED();
+    st_graph_span(g, "flash dQ", true, 0);
+    st_graph_span(g, "flash dK dV", false, 0);
     flash_dkv_mma<D><<<grid, 128, 0, st_cuda_stream(g)>>>(*f);
     ST_CUDA_LAUNCHED();
+    st_graph_span(g, "flash dK dV", true, 0);
     return ST_OK;
 }
 

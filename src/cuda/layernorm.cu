@@ -186,6 +186,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
     const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
     const bool v8 = ln_vec8({x, dy, dx}, C);
     if (dx.p) {
+        st_graph_span(g, "layernorm dx", false, 0);
         const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
         if (v8)
             ln_backward_dx_kernel<8><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
@@ -194,9 +195,11 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
             ln_backward_dx_kernel<1><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
                 x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0]);
         ST_CUDA_LAUNCHED();
+        st_graph_span(g, "layernorm dx", true, 0);
     }
     float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
     if (dw && db) {
+        st_graph_span(g, "layernorm dw db", false, 0);
         const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
         float *pw = chunks > 1 ? g->work : NULL, *pb = chunks > 1 ? g->work + chunks * C : NULL;
         const dim3 block(32, LN_DW_TY);
@@ -215,6 +218,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
             st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(pb, chunks, C, db);
             ST_CUDA_LAUNCHED();
         }
+        st_graph_span(g, "layernorm dw db", true, 0);
     }
     return ST_OK;
 }

@@ -81,9 +81,11 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         const st_fbuf hc = st_fbuf_at(h, r0 * C);
         /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
         ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
+        st_graph_span(g, "linear_ce rows", false, 0);
         lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
             z, tg + r0, row_loss + r0, V, ld, ign, grads);
         ST_CUDA_LAUNCHED();
+        st_graph_span(g, "linear_ce rows", true, 0);
         if (!grads) continue;
         /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
         ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, ld, 0.0f,

@@ -130,7 +130,10 @@ static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_
     p.operands = g->params->precision;
     p.tf32 = false;
     p.what = what;
-    return st_cuda_matmul(g->dev, &p);
+    st_graph_span(g, what, false, 0);
+    const st_status s = st_cuda_matmul(g->dev, &p);
+    st_graph_span(g, what, true, 2.0 * (double)m * (double)n * (double)k);
+    return s;
 }
 
 /* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major

@@ -287,7 +287,19 @@ struct st_graph {
      * default): one untaken branch per node. */
     void (*node_hook)(void *ctx, const st_node *n, bool backward, bool end);
     void *node_hook_ctx;
+    /* Called (with node_hook_ctx) before and after each matrix product and
+     * named kernel inside a node on a device, when set: the profiler's
+     * kernel track (src/train/trace.h), which tells a layer's products and
+     * kernels apart. `what` is a static label ("linear_ce dh"); `flops` a
+     * product's 2 m n k (given at the end; 0 for other kernels). */
+    void (*span_hook)(void *ctx, const char *what, bool end, double flops);
 };
+
+/* Mark the start (end false) or the end of a product or kernel `what` inside
+ * the running node (st_graph.span_hook), with a product's FLOPs at the end. */
+static inline void st_graph_span(const st_graph *g, const char *what, bool end, double flops) {
+    if (g->span_hook) g->span_hook(g->node_hook_ctx, what, end, flops);
+}
 
 /* --- parameters ---------------------------------------------------------- */
 void st_params_free(st_params *p);

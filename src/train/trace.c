@@ -294,6 +294,21 @@ void st_trace_node(void *ctx, const st_node *n, bool backward, bool end) {
     t->node_gpu = -1;
 }
 
+void st_trace_span(void *ctx, const char *what, bool end, double flops) {
+    st_trace *t = ctx;
+    if (!t || !t->on || !t->dev) return;
+    if (!end) {
+        const int32_t b = st_trace_gpu_begin(t, ST_TRACE_STREAM_COMPUTE);
+        if (t->n_kspan < (int)(sizeof t->kspan / sizeof t->kspan[0])) t->kspan[t->n_kspan] = b;
+        t->n_kspan++;
+        return;
+    }
+    if (t->n_kspan == 0) return;
+    const int k = --t->n_kspan;
+    if (k < (int)(sizeof t->kspan / sizeof t->kspan[0]))
+        gpu_end(t, t->kspan[k], ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU_KERNEL, "kernel", what, flops, 0);
+}
+
 static void put_escaped(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
@@ -333,13 +348,14 @@ static st_status write_json(const char *out_dir, const st_trace *t, const st_tra
                 r, r);
         thread_name(f, r, ST_TRACE_TID_STEP, "step loop", 0);
         int max_tid = -1;
-        bool gpu_named[3] = {false, false, false};
-        static const char *const gpu_names[3] = {"GPU: compute stream", "GPU: communication stream",
-                                                 "GPU: copy stream"};
+        bool gpu_named[4] = {false, false, false, false};
+        static const char *const gpu_names[4] = {"GPU: compute stream", "GPU: communication stream",
+                                                 "GPU: copy stream",
+                                                 "GPU: compute stream, products and kernels"};
         for (int64_t i = 0; i < counts[r]; i++) {
             const st_trace_event *e = &ev[r * stride + i];
             const int lane = e->tid - ST_TRACE_TID_GPU;
-            if (lane >= 0 && lane < 3 && !gpu_named[lane]) {
+            if (lane >= 0 && lane < 4 && !gpu_named[lane]) {
                 thread_name(f, r, e->tid, gpu_names[lane], e->tid);
                 gpu_named[lane] = true;
             } else if (e->tid >= ST_TRACE_TID_BUCKET && e->tid < ST_TRACE_TID_GPU && e->tid > max_tid) {

@@ -25,7 +25,9 @@
  * forward and backward kernels, the optimizer), 2001 the communication stream
  * (each bucket's collectives, from when its gradients were ready or the
  * stream was free, whichever came later, to their end), 2002 the copy stream
- * (batch copies). Timing events recorded around them on those streams are
+ * (batch copies), 2003 the compute stream again, one span per matrix
+ * product and named kernel inside a layer (st_trace_span: "linear_ce dh",
+ * "flash dQ"). Timing events recorded around them on those streams are
  * read once, when the trace is written; their times are placed on the host's
  * clock by an anchor event that the host waited for as the window began.
  * Not here: loader worker threads. */
@@ -45,6 +47,7 @@
 #define ST_TRACE_TID_GPU 2000    /* the device's compute stream */
 #define ST_TRACE_TID_GPU_COMM 2001 /* its communication stream */
 #define ST_TRACE_TID_GPU_COPY 2002 /* its copy stream */
+#define ST_TRACE_TID_GPU_KERNEL 2003 /* the compute stream's products and named kernels inside layers */
 #define ST_TRACE_MAX_GPU_EVENTS (1 << 16)
 /* The device's streams, as src/cuda/cuda.h's st_cuda_stream_id numbers them
  * (a CPU build has no such header). */
@@ -91,6 +94,8 @@ typedef struct st_trace {
     int32_t anchor;   /* gev index of the anchor; -1 before the window */
     double anchor_t;  /* st_now() when the host saw the anchor complete */
     int32_t node_gpu; /* the running node's begin event, -1: none */
+    int32_t kspan[4]; /* the open product or kernel spans' begin events (st_trace_span), innermost last */
+    int n_kspan;
     int elem_bytes;   /* an activation element's bytes, 4 unless set */
 } st_trace;
 
@@ -147,6 +152,11 @@ void st_trace_add(st_trace *t, int tid, const char *cat, const char *name, doubl
 /* The graph's node hook (st_graph.node_hook) with ctx = the st_trace: a
  * "layer" event around each node's forward and backward. */
 void st_trace_node(void *ctx, const st_node *n, bool backward, bool end);
+/* The graph's span hook (st_graph.span_hook), ctx the st_trace: on a device,
+ * a span on track ST_TRACE_TID_GPU_KERNEL (the compute stream) around each
+ * matrix product and named kernel inside a layer, named by its label, so a
+ * summary says which of a layer's products or kernels took its time. */
+void st_trace_span(void *ctx, const char *what, bool end, double flops);
 
 /* Collective (every rank, same point): gather every rank's events; rank 0
  * writes out_dir/trace.json (atomically) when `write`. Marks t written. */

@@ -571,6 +571,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* the GPU's streams as tracks of their own; 16-bit activations on a device in bf16/fp16 */
         st_trace_set_device(trace, dev, dev && strcmp(c->precision, "fp32") != 0 ? 2 : 4);
         mg.g.node_hook = st_trace_node;
+        mg.g.span_hook = st_trace_span;
         mg.g.node_hook_ctx = trace;
         dd.ddp.trace = trace;
     }

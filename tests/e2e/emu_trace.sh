@@ -13,7 +13,9 @@
 # millisecond for the anchor's reading), and a stream's spans follow one
 # another (a stream runs its work in order). Each layer pass, on the host's
 # track and the GPU's, carries the same work from the cost model ("args":
-# the products' FLOPs, exact for c_attn; the elements a layernorm moves). On the emulator the times are
+# the products' FLOPs, exact for c_attn; the elements a layernorm moves).
+# A fourth track holds a span per matrix product and named kernel inside a
+# layer (st_trace_span), each within its layer's span. On the emulator the times are
 # its own (streams run late, one at a time); a GPU session checks them on a
 # device (scripts/gpu-session.sh).
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -87,6 +89,20 @@ for r in range(ranks):
     rows = 4 * 32  # a micro-batch of 4 on every rank, 32 tokens each
     qkv = [e for e in gpu_seq if e["name"] == "h.0.attn.c_attn (linear)" and e["cat"] == "forward"]
     check(qkv and all(e["args"]["flops"] == 2 * rows * 32 * 96 for e in qkv), f"rank {r}: c_attn forward FLOPs {qkv[:1]}")
+    # the products and named kernels inside layers: their own track, each span inside a layer's span
+    # on the same stream, the products with their FLOPs (c_attn forward's among them)
+    kern = sorted((e for e in mine if e["tid"] == 2003), key=lambda e: e["ts"])
+    check(names.get((r, 2003)) == "GPU: compute stream, products and kernels", f"rank {r}: track 2003 named")
+    kn = Counter(e["name"] for e in kern)
+    check(kn["linear forward"] >= 2 * 4 * micro and kn["linear dW"] >= 2 * 4 * micro,
+          f"rank {r}: a span per linear product: {dict(kn)}")
+    for e in kern:
+        check(any(l["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= l["ts"] + l["dur"] + 1 for l in gpu_seq),
+              f"rank {r}: {e['name']} at {e['ts']} inside no layer's span")
+        if e["name"].split()[0] in ("linear", "linear_ce") and e["name"] != "linear_ce rows":  # products
+            check(e.get("args", {}).get("flops", 0) > 0, f"rank {r}: {e['name']} carries its FLOPs")
+    check(any(e["name"] == "linear forward" and e["args"]["flops"] == 2 * rows * 32 * 96 for e in kern),
+          f"rank {r}: c_attn's forward product among the spans")
 check(d["otherData"].get("elem_bytes") == 4, "fp32 on the device: 4 bytes an element")
 print("\n".join("FAIL: " + b for b in bad[:20]) if bad else f"{path}: GPU tracks ok on {ranks} rank(s)")
 sys.exit(1 if bad else 0)
@@ -108,6 +124,8 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 /usr/bin/python3 "$here/bench/trace_summary.py" "$tmp/zero/trace.json" --rank 1 >"$tmp/summary.txt" 2>&1 &&
     grep -q "^| step 3 | .* | .*% | .*% | .*% |$" "$tmp/summary.txt" &&
     grep -q "^| linear | forward | .* TFLOP/s" "$tmp/summary.txt" &&
-    grep -q "^compute stream busy [0-9]*-[0-9]*% of the GPU's step; per step by layer kind: " "$tmp/summary.txt" ||
+    grep -q "^compute stream busy [0-9]*-[0-9]*% of the GPU's step; per step by layer kind: " "$tmp/summary.txt" &&
+    grep -q "^| linear forward | .* | .* | .*% | .* |$" "$tmp/summary.txt" &&
+    grep -q "heaviest products and kernels inside them: " "$tmp/summary.txt" ||
     { cat "$tmp/summary.txt"; fail "bench/trace_summary.py on the zero1 trace"; }
 e2e_finish "the GPU timeline of the profiler trace: per-stream tracks on 1 and 2 emulated GPUs"
