@@ -145,7 +145,9 @@ export -f probe unpack_debs # `timeout` runs programs: the steps below call thes
 
 say "scaletrain GPU session: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET_S}s, build $BUILD, -j$JOBS"
 step probe 60 bash -c probe
-make_args=(-j"$JOBS" BUILD="$BUILD" CUDA=1)
+# WERROR=: another compiler's new warnings must not stop the GPU tests (CI
+# keeps them errors); they are in the build log.
+make_args=(-j"$JOBS" BUILD="$BUILD" CUDA=1 WERROR=)
 # The toolkit: /usr/local/cuda, else wherever the nvcc on PATH lives.
 if [ ! -x /usr/local/cuda/bin/nvcc ] && command -v nvcc >/dev/null; then
     cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
