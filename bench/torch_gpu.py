@@ -85,7 +85,10 @@ def torch_worker(w):
         info["compile_note"] = f"torch {torch.__version__} has no torch.compile"
 
     # Random data held on the device; each step gathers a random batch there.
-    n = max(8 * B, 256)
+    # As many sequences as the run draws, as the scaletrain side's shard has
+    # (bench/gpu_vs_torch.py make_data): few repeats, so neither side's loss
+    # falls by memorising a small pool.
+    n = max(8 * B, 256, B * (w["warmup"] + w["steps"]))
     if model == "gpt2":
         toks = torch.randint(s["vocab"], (n, s["block"] + 1), device=dev)
     else:
