@@ -138,6 +138,31 @@ __device__ __forceinline__ void st_st(st_fbuf b, int64_t i, float v) {
         ((float *)b.p)[i] = v;
 }
 
+/* Two 16-bit values of precision P (bf16 or fp16) in one register, lo in
+ * the low half (the lower column or row), each rounded to nearest even; and
+ * back, the low or high half as a float (exact). The bf16 names are the
+ * tensor-core operands' (mma.cuh). */
+template <int P> __device__ __forceinline__ uint32_t st_pack16(float lo, float hi) {
+    if (P == ST_PREC_BF16)
+        return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+               (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+    const uint32_t l = __half_as_ushort(__float2half_rn(lo)), h = __half_as_ushort(__float2half_rn(hi));
+    return l | h << 16;
+}
+template <int P> __device__ __forceinline__ float st_unpack16_lo(uint32_t u) {
+    if (P == ST_PREC_BF16) return __uint_as_float(u << 16);
+    return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+}
+template <int P> __device__ __forceinline__ float st_unpack16_hi(uint32_t u) {
+    if (P == ST_PREC_BF16) return __uint_as_float(u & 0xffff0000u);
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+static __device__ __forceinline__ uint32_t st_bf16x2(float lo, float hi) {
+    return st_pack16<ST_PREC_BF16>(lo, hi);
+}
+static __device__ __forceinline__ float st_bf16x2_lo(uint32_t u) { return st_unpack16_lo<ST_PREC_BF16>(u); }
+static __device__ __forceinline__ float st_bf16x2_hi(uint32_t u) { return st_unpack16_hi<ST_PREC_BF16>(u); }
+
 /* VW consecutive elements from i on, as floats: VW 1 is st_ld; VW 8 moves
  * them with 16-byte accesses (one for 16-bit storage, two for fp32), so
  * element i must sit at a 16-byte boundary (st_fbuf_aligned8). A memory-bound
@@ -156,15 +181,11 @@ template <int VW> __device__ __forceinline__ void st_ldv(st_fbuf b, int64_t i, f
     } else {
         const uint4 u = *(const uint4 *)((const uint16_t *)b.p + i);
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        const bool bf = b.t == ST_PREC_BF16;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (b.t == ST_PREC_BF16) {
-                v[2 * k] = __uint_as_float(w[k] << 16);
-                v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-            } else {
-                v[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
-                v[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
-            }
+            v[2 * k] = bf ? st_unpack16_lo<ST_PREC_BF16>(w[k]) : st_unpack16_lo<ST_PREC_FP16>(w[k]);
+            v[2 * k + 1] = bf ? st_unpack16_hi<ST_PREC_BF16>(w[k]) : st_unpack16_hi<ST_PREC_FP16>(w[k]);
         }
     }
 }
@@ -176,16 +197,11 @@ template <int VW> __device__ __forceinline__ void st_stv(st_fbuf b, int64_t i, c
         ((float4 *)((float *)b.p + i))[1] = make_float4(v[4], v[5], v[6], v[7]);
     } else {
         uint32_t w[4];
+        const bool bf = b.t == ST_PREC_BF16;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned short lo = b.t == ST_PREC_BF16
-                                          ? __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]))
-                                          : __half_as_ushort(__float2half_rn(v[2 * k]));
-            const unsigned short hi = b.t == ST_PREC_BF16
-                                          ? __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]))
-                                          : __half_as_ushort(__float2half_rn(v[2 * k + 1]));
-            w[k] = lo | (uint32_t)hi << 16;
-        }
+        for (int k = 0; k < 4; k++)
+            w[k] = bf ? st_pack16<ST_PREC_BF16>(v[2 * k], v[2 * k + 1])
+                      : st_pack16<ST_PREC_FP16>(v[2 * k], v[2 * k + 1]);
         *(uint4 *)((uint16_t *)b.p + i) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }

@@ -60,42 +60,40 @@ static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : 
  * the elements before b + o's first 16-byte boundary and after its last
  * whole group of 8 one at a time, the groups between 8 at a time with
  * 16-byte loads (st_ldv; a logits row is 100 KB at GPT-2's vocabulary, and
- * 2-byte loads left the H200's head at a few hundred GB/s). st_block_row_map
- * stores g(v, x) over each element in place, the same way. */
-__device__ __forceinline__ int64_t st_row_head(st_fbuf r, int64_t V) {
-    const int64_t h = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / (r.t == ST_PREC_FP32 ? 4 : 2);
-    return h < V ? h : V;
+ * 2-byte loads left the H200's head at a few hundred GB/s). With STORE the
+ * value f returns is stored over the element (st_block_row_map), else it is
+ * dropped (st_block_row_each). */
+template <bool STORE, class F>
+__device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t V, F &&f) {
+    const st_fbuf r = st_fbuf_at(b, o);
+    int64_t head = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / (r.t == ST_PREC_FP32 ? 4 : 2);
+    if (head > V) head = V;
+    const int64_t n8 = (V - head) / 8, tail = head + 8 * n8;
+    const auto one = [&](int64_t v) {
+        const float y = f(v, st_ld(r, v));
+        if (STORE) st_st(r, v, y);
+    };
+    for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
+        one(v);
+    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
+        float x[8];
+        st_ldv<8>(r, head + 8 * k, x);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            x[j] = f(head + 8 * k + j, x[j]);
+        if (STORE) st_stv<8>(r, head + 8 * k, x);
+    }
+    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
+        one(v);
 }
 template <class F> __device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
-    const st_fbuf r = st_fbuf_at(b, o);
-    const int64_t head = st_row_head(r, V), n8 = (V - head) / 8, tail = head + 8 * n8;
-    for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
-        f(v, st_ld(r, v));
-    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
-        float x[8];
-        st_ldv<8>(r, head + 8 * k, x);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            f(head + 8 * k + j, x[j]);
-    }
-    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
-        f(v, st_ld(r, v));
+    st_block_row_walk<false>(b, o, V, [&](int64_t v, float x) {
+        f(v, x);
+        return x;
+    });
 }
 template <class G> __device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
-    const st_fbuf r = st_fbuf_at(b, o);
-    const int64_t head = st_row_head(r, V), n8 = (V - head) / 8, tail = head + 8 * n8;
-    for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
-        st_st(r, v, g(v, st_ld(r, v)));
-    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
-        float x[8];
-        st_ldv<8>(r, head + 8 * k, x);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            x[j] = g(head + 8 * k + j, x[j]);
-        st_stv<8>(r, head + 8 * k, x);
-    }
-    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
-        st_st(r, v, g(v, st_ld(r, v)));
+    st_block_row_walk<true>(b, o, V, g);
 }
 
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every

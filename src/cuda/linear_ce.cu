@@ -3,14 +3,18 @@
  * plan and the memory it saves).
  *
  * Per chunk of m rows, on the compute stream: the logits z (m, V) = h_c W^T
- * into the work scratch (rows ld = V rounded up to 8 apart: 16-byte aligned), stored as the plain linear
- * would store them (16 bits in a bf16 or fp16 run, rounded once from the fp32 accumulation); one block per
- * row takes its max, sum of exponentials (fp32 per thread, block sums in a fixed order, as softmax_ce.cu),
- * the row's loss in double, and in a training forward writes (softmax - onehot) over the row, each thread
- * reading an element before writing it (thread 0 reads the target's logit before a barrier); then dh_c (m, C)
- * = z W into the saved fp32 dh, and dW (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
- * both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in 16-bit runs). One block then sums the
- * rows' losses in double and counts the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
+ * into the work scratch (rows ld = V rounded up to 8 apart: 16-byte
+ * aligned), stored as the plain linear would store them (16 bits in a bf16
+ * or fp16 run, rounded once from the fp32 accumulation); one block per row
+ * takes its max, sum of exponentials (fp32 per thread, block sums in a
+ * fixed order, as softmax_ce.cu), the row's loss in double, and in a
+ * training forward writes (softmax - onehot) over the row, each thread
+ * reading an element before writing it (thread 0 reads the target's logit
+ * before a barrier); then dh_c (m, C) = z W into the saved fp32 dh, and dW
+ * (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
+ * both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in
+ * 16-bit runs). One block then sums the rows' losses in double and counts
+ * the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
  * backward, which needs no host round trip: one grid-stride kernel writes
  * or adds dh * dloss / count into h's gradient (either storage) and adds
  * dW * dloss / count into W's (fp32; under ZeRO-2 its staging region).

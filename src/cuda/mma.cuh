@@ -28,14 +28,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-/* Two bf16 in one register: lo in the low half (the lower column or row). */
-static __device__ __forceinline__ uint32_t st_bf16x2(float lo, float hi) {
-    const __nv_bfloat16 l = __float2bfloat16_rn(lo), h = __float2bfloat16_rn(hi);
-    return (uint32_t) * (const uint16_t *)&l | (uint32_t) * (const uint16_t *)&h << 16;
-}
-/* The low and high bf16 of a register, as floats (exact). */
-static __device__ __forceinline__ float st_bf16x2_lo(uint32_t u) { return __uint_as_float(u << 16); }
-static __device__ __forceinline__ float st_bf16x2_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+#include "common.cuh" /* st_bf16x2, st_bf16x2_lo/hi: two bf16 in one register */
 /* Two bf16 from memory (2 elements, 4-byte aligned) as one register. */
 static __device__ __forceinline__ uint32_t st_ld_bf16x2(const __nv_bfloat16 *p) {
     return *(const uint32_t *)p;
