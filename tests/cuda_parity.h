@@ -3,8 +3,9 @@
  * every output, activation, activation gradient, parameter gradient and
  * buffer of the device graph must match the host's within a tolerance.
  *
- * The device graph's activation and gradient arenas are poisoned with NaN
- * before the run, so an element a kernel forgot to write fails the check.
+ * The device graph's activation and gradient arenas and its work scratch
+ * are poisoned with NaN before the run, so an element a kernel forgot to
+ * write, or scratch read before it is written, fails the check.
  * Inputs are random each run (seeded from the clock unless CP_SEED is set in
  * the environment; the seed is printed so a failure can be replayed).
  *
@@ -318,6 +319,7 @@ static inline int cp_run(const cp_case *c, st_device *dev, uint64_t seed) {
      * parameters, buffers and inputs. */
     CP_TRY(cp_poison(dev, dg.act_arena, dg.act_count));
     CP_TRY(cp_poison(dev, dg.grad_arena, dg.grad_count));
+    CP_TRY(cp_poison(dev, dg.work, dg.work_count)); /* scratch: undefined contents */
     CP_TRY(st_device_upload(dev, dp.data, hp.data, (size_t)hp.arena_count * sizeof(float)));
     if (hp.buffer_count)
         CP_TRY(st_device_upload(dev, dp.buffers, hp.buffers, (size_t)hp.buffer_count * sizeof(float)));

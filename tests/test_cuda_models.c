@@ -378,6 +378,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     /* poison first: float inputs live in the activation arena */
     T_TRY(cp_poison(dev, dg.g.act_arena, dg.g.act_count));
     T_TRY(cp_poison(dev, dg.g.grad_arena, dg.g.grad_count));
+    T_TRY(cp_poison(dev, dg.g.work, dg.g.work_count)); /* scratch: undefined contents */
     T_TRY(upload_inputs(dev, &hg, &dg));
     hg.g.training = dg.g.training = true;
     T_TRY(st_graph_forward(&hg.g));

@@ -2,16 +2,18 @@
  * cross-entropy in one, a chunk of rows at a time (see the CPU file for the
  * plan and the memory it saves).
  *
- * Per chunk of m rows, on the compute stream: the logits z (m, V) = h_c W^T
- * into the work scratch (rows ld = V rounded up to 8 apart: 16-byte
- * aligned), stored as the plain linear would store them (16 bits in a bf16
+ * First the weight is copied into the work scratch as (Vp, C), Vp = V
+ * rounded up to 64, its rows past V zeroed (linear_ce.c padded_vocab): the
+ * products below run on Vp, never on an odd V. Per chunk of m rows, on the
+ * compute stream: the logits z (m, Vp) = h_c W^T into the work scratch
+ * (those past V zero), stored as the plain linear would store them (16 bits in a bf16
  * or fp16 run, rounded once from the fp32 accumulation); one block per row
  * takes its max, sum of exponentials (fp32 per thread, block sums in a
  * fixed order, as softmax_ce.cu), the row's loss in double, and in a
  * training forward writes (softmax - onehot) over the row, each thread
  * reading an element before writing it (thread 0 reads the target's logit
  * before a barrier); then dh_c (m, C) = z W into the saved fp32 dh, and dW
- * (V, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
+ * (Vp, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
  * both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in
  * 16-bit runs). One block then sums the rows' losses in double and counts
  * the valid targets (kernels.cuh st_ce_total_kernel), the count saved for
@@ -69,12 +71,22 @@ static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t 
 
 static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const int64_t Rc = n->args.i[ST_LCE_CHUNK], ld = n->args.i[ST_LCE_LD]; /* rows 16-byte aligned */
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK], Vp = n->args.i[ST_LCE_VP], ld = Vp;
     const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
-    const st_fbuf h = st_data(n->in[0]);     /* (R, C) */
-    const int32_t *tg = n->in[1]->idata;     /* (R) */
-    const st_fbuf w = st_data(n->params[0]); /* (V, C), 16-bit in bf16/fp16 */
-    float *dh = n->saved, *dw = n->saved + st_align_floats(R * C), *count = dw + st_align_floats(V * C);
+    const st_fbuf h = st_data(n->in[0]);      /* (R, C) */
+    const int32_t *tg = n->in[1]->idata;      /* (R) */
+    const st_fbuf w0 = st_data(n->params[0]); /* (V, C), 16-bit in bf16/fp16 */
+    float *dh = n->saved, *dw = n->saved + st_align_floats(R * C), *count = dw + st_align_floats(Vp * C);
+    /* the weight's zero-padded copy (Vp, C), after the rows' losses (linear_ce.c wcopy_floats) */
+    const int64_t wcopy = n->args.i[ST_LCE_CHUNK_FLOATS] + st_align_floats(2 * R);
+    const st_fbuf w = {g->work + wcopy, w0.t};
+    const size_t wbytes = (size_t)(V * C) * st_fbuf_elem(w0), pad = (size_t)((Vp - V) * C) * st_fbuf_elem(w0);
+    if ((size_t)(n->work_count - wcopy) * sizeof(float) < wbytes + pad)
+        return st_fail(ST_ERR_INTERNAL,
+                       "linear_ce %s: %lld floats of device scratch for the padded weight, want %zu bytes",
+                       n->out->name, (long long)(n->work_count - wcopy), wbytes + pad);
+    ST_CUDA_TRY(cudaMemcpyAsync(w.p, w0.p, wbytes, cudaMemcpyDeviceToDevice, st_cuda_stream(g)));
+    if (pad) ST_CUDA_TRY(cudaMemsetAsync((char *)w.p + wbytes, 0, pad, st_cuda_stream(g)));
     /* the chunk in the plain linear's output storage (linear_ce.c chunk_elem) */
     const st_fbuf z = {g->work, g->params->precision};
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]);
@@ -84,7 +96,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
         const st_fbuf hc = st_fbuf_at(h, r0 * C);
         /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
-        ST_TRY(st_graph_matmul(g, true, false, V, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
+        ST_TRY(st_graph_matmul(g, true, false, Vp, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
         st_graph_span(g, "linear_ce rows", false, 0);
         lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
             z, tg + r0, row_loss + r0, V, ld, ign, grads);
@@ -92,10 +104,10 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         st_graph_span(g, "linear_ce rows", true, 0);
         if (!grads) continue;
         /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
-        ST_TRY(st_graph_matmul(g, false, false, C, m, V, w, C, z, ld, 0.0f,
+        ST_TRY(st_graph_matmul(g, false, false, C, m, Vp, w, C, z, ld, 0.0f,
                                st_fbuf{dh + r0 * C, ST_PREC_FP32}, C, NULL, "linear_ce dh"));
         /* dW (V, C) += z^T h_c: dW^T (C x V) = h_c^T z */
-        ST_TRY(st_graph_matmul(g, false, true, C, V, m, hc, C, z, ld, r0 ? 1.0f : 0.0f,
+        ST_TRY(st_graph_matmul(g, false, true, C, Vp, m, hc, C, z, ld, r0 ? 1.0f : 0.0f,
                                st_fbuf{dw, ST_PREC_FP32}, C, NULL, "linear_ce dW"));
     }
     st_ce_total_kernel<<<1, 1024, 0, st_cuda_stream(g)>>>(row_loss, tg, R, ign, n->out->data, count);
@@ -107,11 +119,12 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     ST_TRY(st_linear_ce_check_grads(n));
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
     const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
+    const int64_t Vp = n->args.i[ST_LCE_VP];
     const int64_t ndx = n->in[0]->grad ? R * C : 0, nw = n->params[0]->grad ? V * C : 0;
     if (ndx + nw == 0) return ST_OK;
     const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
     lce_backward_kernel<<<st_cuda_blocks(ndx + nw, 256), 256, 0, st_cuda_stream(g)>>>(
-        dh, dx, ndx, n->in_acc[0], dw, n->params[0]->grad, nw, dw + st_align_floats(V * C), n->out->grad);
+        dh, dx, ndx, n->in_acc[0], dw, n->params[0]->grad, nw, dw + st_align_floats(Vp * C), n->out->grad);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -29,14 +29,16 @@ enum { ST_POOL_K, ST_POOL_STRIDE };
 enum { ST_FLATTEN_B, ST_FLATTEN_H, ST_FLATTEN_W, ST_FLATTEN_C, ST_FLATTEN_IMAGE };
 /* softmax_ce: logits (ROWS, V), IGNORE = the ignored target index */
 enum { ST_CE_ROWS, ST_CE_V, ST_CE_IGNORE };
-/* linear_ce: h (ROWS, C), weight (V, C); CHUNK rows of logits at a time in
- * CHUNK_FLOATS floats of the work scratch (then ROWS doubles of row losses);
+/* linear_ce: h (ROWS, C), weight (V, C); VP = V padded to 64, the chunk's row
+ * stride and dW's saved rows; CHUNK rows of logits at a time in CHUNK_FLOATS
+ * floats of the work scratch (then ROWS doubles of row losses, from the next
+ * aligned float on a device the weight's zero-padded copy (VP, C));
  * GRADS_MADE: the last forward was a training one (run state, set by forward) */
 enum {
     ST_LCE_ROWS,
     ST_LCE_C,
     ST_LCE_V,
-    ST_LCE_LD,
+    ST_LCE_VP,
     ST_LCE_CHUNK,
     ST_LCE_CHUNK_FLOATS,
     ST_LCE_IGNORE,

@@ -53,16 +53,29 @@ static int64_t chunk_rows(int64_t R, int64_t V, int64_t elem) {
     return (R + n - 1) / n;
 }
 
-/* The chunk's row stride: V rounded up to 8 elements, so that every row of
- * the logits starts 16-byte aligned. cuBLASLt's tensor-core kernels need
- * that of a leading dimension; with GPT-2's V = 50257 (odd) the chunk's
- * three products took unaligned kernels, 35 ms of an H200's 85 ms step
- * (bench/RESULTS.md). The columns past V are never read or written. */
-static int64_t chunk_ld(int64_t V) { return (V + 7) / 8 * 8; }
-
 /* Floats of the chunk in the work scratch (rows x ld in the chunk's storage). */
 static int64_t chunk_floats(int64_t rows, int64_t ld, int64_t elem) {
     return st_align_floats(elem == 2 ? (rows * ld + 1) / 2 : rows * ld);
+}
+
+/* The padded vocabulary: V rounded up to 64. It is the chunk's row stride
+ * (every row of the logits starts 16-byte aligned, which cuBLASLt's
+ * tensor-core kernels need of a leading dimension) and, on a device, the
+ * products' V: the weight is copied each forward into a (Vp, C) scratch
+ * whose rows past V are zero, so the logits past V are zero, add nothing to
+ * dh, and dW's rows past V (saved, never read) are zero. With GPT-2's
+ * V = 50257 (odd) as the products' dimension the fused head took 28 ms of
+ * an H200's 67 ms step for products worth about 8 (bench/RESULTS.md); 50304
+ * is the vocabulary GPT-2 trainers pad to. The CPU's products keep V (BLAS
+ * has no such kernels); its chunk rows and saved dW use the same layout. */
+static int64_t padded_vocab(int64_t V) { return (V + 63) / 64 * 64; }
+
+/* Floats of the weight's zero-padded copy: on a device, (Vp, C) in the
+ * weight's storage (16-bit in a bf16/fp16 run, as the chunk); none on the
+ * CPU. */
+static int64_t wcopy_floats(const st_graph *g, int64_t V, int64_t C) {
+    const bool dev = (g->dev && !g->params_only) || g->device_layout; /* as chunk_elem */
+    return dev ? chunk_floats(padded_vocab(V), C, chunk_elem(g)) : 0;
 }
 
 st_status st_linear_ce_check_grads(const st_node *n) {
@@ -75,8 +88,8 @@ st_status st_linear_ce_check_grads(const st_node *n) {
 
 bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t V) {
     const int64_t elem = chunk_elem(g);
-    const int64_t fused = st_align_floats(R * C) + st_align_floats(V * C) + ST_ALIGN_FLOATS +
-                          chunk_floats(chunk_rows(R, V, elem), chunk_ld(V), elem);
+    const int64_t fused = st_align_floats(R * C) + st_align_floats(padded_vocab(V) * C) + ST_ALIGN_FLOATS +
+                          chunk_floats(chunk_rows(R, V, elem), padded_vocab(V), elem) + wcopy_floats(g, V, C);
     const int64_t plain =
         chunk_floats(R, V, elem) + st_align_floats(R); /* logits (their gradient over them), lse */
     return fused < plain;
@@ -84,14 +97,14 @@ bool st_linear_ce_saves_memory(const st_graph *g, int64_t R, int64_t C, int64_t 
 
 static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const int64_t Rc = n->args.i[ST_LCE_CHUNK], ld = n->args.i[ST_LCE_LD];
+    const int64_t Rc = n->args.i[ST_LCE_CHUNK], ld = n->args.i[ST_LCE_VP];
     const int32_t ign = (int32_t)n->args.i[ST_LCE_IGNORE];
     const float *h = n->in[0]->data;                                         /* (R, C) */
     const int32_t *tg = n->in[1]->idata;                                     /* (R) */
     const float *w = n->params[0]->data;                                     /* (V, C) */
     float *dh = n->saved;                                                    /* (R, C) */
-    float *dw = n->saved + st_align_floats(R * C);                           /* (V, C) */
-    float *count = dw + st_align_floats(V * C);                              /* n_valid, as int bits */
+    float *dw = n->saved + st_align_floats(R * C);                           /* (V, C) of (Vp, C) */
+    float *count = dw + st_align_floats(ld * C);                             /* n_valid, as int bits */
     float *z = g->work;                                                      /* (Rc, ld) */
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
     const st_precision prec = g->params->precision;
@@ -150,7 +163,7 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
     const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
     int32_t c32;
-    memcpy(&c32, dw + st_align_floats(V * C), sizeof c32);
+    memcpy(&c32, dw + st_align_floats(n->args.i[ST_LCE_VP] * C), sizeof c32);
     const float scale = c32 ? n->out->grad[0] / (float)c32 : 0.0f;
     float *dx = n->in[0]->grad;
     if (dx) {
@@ -208,13 +221,15 @@ st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *w
     node->args.i[ST_LCE_ROWS] = R;
     node->args.i[ST_LCE_C] = C;
     node->args.i[ST_LCE_V] = V;
-    node->args.i[ST_LCE_LD] = chunk_ld(V);
+    const int64_t Vp = padded_vocab(V);
+    node->args.i[ST_LCE_VP] = Vp;
     node->args.i[ST_LCE_CHUNK] = Rc;
     node->args.i[ST_LCE_IGNORE] = ignore_index;
-    node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, chunk_ld(V), elem);
-    node->saved_count = st_align_floats(R * C) + st_align_floats(V * C) + 1; /* dh, dW, the count */
-    /* the chunk (floats on the host, the device's storage on one) and the rows' losses as doubles */
-    node->work_count = node->args.i[ST_LCE_CHUNK_FLOATS] + 2 * R;
+    node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, Vp, elem);
+    node->saved_count = st_align_floats(R * C) + st_align_floats(Vp * C) + 1; /* dh, dW, the count */
+    /* the chunk (floats on the host, the device's storage on one), the rows'
+     * losses as doubles, and on a device the weight's padded copy */
+    node->work_count = node->args.i[ST_LCE_CHUNK_FLOATS] + st_align_floats(2 * R) + wcopy_floats(g, V, C);
     g->loss = out;
     *loss = out;
     return ST_OK;
