@@ -267,6 +267,14 @@ static void check_mma_layout(st_device *dev, uint64_t seed) {
               "the GPU places operands otherwise than src/cuda/mma.cuh says",
               err, (unsigned long long)(seed + i));
         if (i == 0) printf("ok   mma.sync fragment layout (largest difference %.3g)\n", err);
+        int plain = -1, trans = -1;
+        CHECK_OK(st_cuda_ldmatrix_check(dev, seed + i, &plain, &trans));
+        CHECK(
+            plain == 0 && trans == 0,
+            "ldmatrix with mma.cuh's reading: %d of 128 registers differ, %d of 128 with .trans (seed %llu): "
+            "the GPU places elements otherwise than src/cuda/mma.cuh says",
+            plain, trans, (unsigned long long)(seed + i));
+        if (i == 0 && plain == 0 && trans == 0) printf("ok   ldmatrix and ldmatrix.trans fragment layout\n");
     }
 #else
     (void)dev;

@@ -11,6 +11,16 @@
  * row, the four lanes of a quad per row), the accumulator O rescaled by exp(m_old - m_new) and O += P V, P
  * passed from S's accumulators to the product's operands in place.
  *
+ * Every tile sits in shared memory as rows ([row][dim]), as it is in
+ * memory; the products' operands come from it by ldmatrix (mma.cuh), with
+ * .trans where a product needs the tile's columns (V in forward, K in dQ's
+ * kernel, Q and dY in dK/dV's), so no tile is transposed. Exponentials are
+ * base 2 with the scale folded in (exp(x scale - m) = exp2(x scale log2(e)
+ * - m'), one FMA and one ex2 an element), and the causal mask is applied
+ * only on the tiles that cross the diagonal or the sequence's end: the
+ * instructions beside the tensor-core products are what bounded these
+ * kernels (the compiled forward loop held about ten for each mma).
+ *
  * Precision (docs/precision.md): Q, K, V and dY hold bf16 values (the graph
  * rounded them), so their bf16 copies are exact and Q K^T and dY V^T are
  * exact products summed in fp32, as the materialised path's. Forward's P is
@@ -29,10 +39,9 @@
  * lse, dS = P (dP - D), dQ += dS K scale. The dK/dV kernel (per 64 keys,
  * four warps of 16 keys) walks the query tiles from its first key on: S^T
  * = K Q^T, dP^T = V dY^T, P^T from lse, dV += P^T dY, dK += dS^T Q scale.
- * Both on mma.sync like forward, S, dP, P and dS in registers; the second
- * products read K (dQ's kernel), Q and dY (dK/dV's) from tiles stored
- * transposed, so every operand is a 32-bit shared load; the next tile is
- * fetched into registers during the current tile's products, as forward's.
+ * Both on mma.sync like forward, S, dP, P and dS in registers; the next
+ * tile is fetched into registers during the current tile's products, as
+ * forward's.
  * Every element of dqkv is written by one thread in a fixed order:
  * deterministic.
  * Tensor-core products per tile: 3 forward, 3 in dQ's kernel and 4 in
@@ -45,25 +54,49 @@
 typedef __nv_bfloat16 bf16;
 
 /* A operands of a warp's 16 rows (rows 0..15 of `rows`, ld ldr in shared
- * memory), KD chunks of 16 columns (mma.cuh's layout). */
+ * memory), KD chunks of 16 columns (mma.cuh's layout), by ldmatrix: lane L
+ * names row L % 8 + 8 ((L / 8) % 2), column 8 (L / 16), so its four
+ * matrices are a[0..3]'s quadrants. */
 template <int KD> static __device__ void a_frags(uint32_t (*a)[4], const bf16 *rows, int ldr) {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    const int lane = threadIdx.x & 31;
+    const bf16 *p = rows + ((lane & 7) + 8 * ((lane >> 3) & 1)) * ldr + 8 * (lane >> 4);
 #pragma unroll
-    for (int kd = 0; kd < KD; kd++) {
-        const bf16 *p = rows + g * ldr + kd * 16 + 2 * t;
-        a[kd][0] = st_ld_bf16x2(p);
-        a[kd][1] = st_ld_bf16x2(p + 8 * ldr);
-        a[kd][2] = st_ld_bf16x2(p + 8);
-        a[kd][3] = st_ld_bf16x2(p + 8 * ldr + 8);
-    }
+    for (int kd = 0; kd < KD; kd++)
+        st_ldsm_x4(a[kd], p + kd * 16);
 }
 
-/* A B operand: p is the lane's column (row g of the [n][k] array) at k = 2t. */
-struct b_frag {
-    uint32_t r[2];
-    __device__ b_frag(const bf16 *p) : r{st_ld_bf16x2(p), st_ld_bf16x2(p + 8)} {}
-    __device__ operator const uint32_t *() const { return r; }
-};
+/* B operands of two 8-column blocks n0 and n0 + 1 over the 16 k of k0..,
+ * from [n][k] storage (ld ldb: B's columns as rows) by ldmatrix: r[0], r[1]
+ * for n0, r[2], r[3] for n0 + 1. */
+static __device__ __forceinline__ void b_pair_nk(uint32_t r[4], const bf16 *b, int ldb, int n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    st_ldsm_x4(r, b + (n0 * 8 + (lane & 7) + 8 * (lane >> 4)) * ldb + k0 + 8 * ((lane >> 3) & 1));
+}
+
+/* The same from [k][n] storage (rows k0..k0 + 15, B's own rows) by
+ * ldmatrix.trans. */
+static __device__ __forceinline__ void b_pair_kn(uint32_t r[4], const bf16 *b, int ldb, int n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    st_ldsm_x4_t(r, b + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ldb + n0 * 8 + 8 * (lane >> 4));
+}
+
+/* log2(e) and ln(2): exp(x) = exp2(x log2(e)) */
+#define FLASH_LOG2E 1.4426950408889634f
+#define FLASH_LN2 0.6931471805599453f
+
+/* 2^x by the hardware's ex2 (one instruction; relative error about 2^-22,
+ * results below 2^-126 flushed to 0), where exp2f adds a range check and
+ * rescaling around it: far below the bf16 roundings these kernels feed
+ * (the emulator's is exp2f). */
+static __device__ __forceinline__ float ex2(float x) {
+#ifdef ST_CUDA_EMU
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
 
 /* Two accumulators of 8 columns each (columns n..n+7, n+8..n+15) as the A
  * operand of a product over those 16 columns, rounded to bf16. */
@@ -107,14 +140,14 @@ static __device__ void store_acc(const float (*o)[4], st_fbuf dst, int64_t ld, i
 /* A tile of ROWS rows (row0.. of a (T, ld) matrix in either storage) by D
  * columns, fetched by the block's NT threads into registers as bf16, eight
  * values a 16-byte register group, then put into shared memory as rows
- * ([row][col], ld ldd) and/or transposed ([col][row]); rows at or past T
- * are zeros. The kernels fetch the next tile before they work on
- * the current one, so its global loads overlap the tile's products rather
- * than stall the block between them (one fetch feeds both layouts). Thread
- * e holds row e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte row
- * stores land in distinct banks (ldd = D + 8) and its transposed 2-byte
- * stores on consecutive rows. From bf16 storage with 16-byte aligned rows
- * (the graph's arenas) one 16-byte load, else eight loads converted. */
+ * ([row][col], ld ldd); rows at or past T are zeros. The kernels fetch the
+ * next tile before they work on the current one, so its global loads
+ * overlap the tile's products rather than stall the block between them.
+ * Thread e holds row e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte
+ * row stores land in distinct banks (ldd = D + 8, an odd number of 16-byte
+ * units, which also keeps ldmatrix's eight rows of a matrix in distinct
+ * banks). From bf16 storage with 16-byte aligned rows (the graph's arenas)
+ * one 16-byte load, else eight loads converted. */
 template <int D, int ROWS, int NT> struct tile_regs {
     enum { CHUNKS = ROWS * D / 8, N = (CHUNKS + NT - 1) / NT };
     uint4 v[N];
@@ -143,17 +176,6 @@ template <int D, int ROWS, int NT> struct tile_regs {
             if (e < CHUNKS) *(uint4 *)(dst + e % ROWS * ldd + e / ROWS * 8) = v[k];
         }
     }
-    __device__ void put_trans(bf16 *dst, int ldd) const {
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            const int e = threadIdx.x + k * NT, r = e % ROWS, c = e / ROWS * 8;
-            if (e >= CHUNKS) continue;
-            const bf16 *x = (const bf16 *)&v[k];
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                dst[(c + i) * ldd + r] = x[i];
-        }
-    }
 };
 
 /* 64 rows (row0..) of a (T, ld) matrix into shared memory as bf16 rows,
@@ -174,21 +196,21 @@ static __device__ void load_rows64(bf16 *dst, int ldd, st_fbuf src, int64_t ld, 
  * registers as accumulators; the online softmax works on them there (each
  * row is held by the four lanes of a quad: its max and sum take two
  * shuffles) and they become P V's A operands in place, as hi and lo bf16
- * parts (x = hi + lo to about 2^-16, docs/precision.md). K sits in shared
- * memory as rows ([key][dim]), V transposed ([dim][key]), so that every
- * B operand is one 32-bit load; Q's fragments are loaded once. */
+ * parts (x = hi + lo to about 2^-16, docs/precision.md). K and V sit in
+ * shared memory as rows ([key][dim]); S's B operands come by ldmatrix,
+ * P V's by ldmatrix.trans. Q's fragments are loaded once. The running max
+ * m is kept in base-2 units (the scores times scale log2(e)). */
 template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_fwd_mma(st_flash f) {
     enum {
         BK = D <= 64 ? 64 : 32,
         QR = 64 > BK ? 64 : BK,
         LDK = D + 8,
-        LDV = BK + 8,
         NK = BK / 8,
         KD = D / 16,
         ND = D / 8
     };
     __shared__ __align__(16) bf16 ks[QR * LDK]; /* Q's 64 rows first, then each K tile */
-    __shared__ __align__(16) bf16 vt[D * LDV];  /* each V tile, transposed */
+    __shared__ __align__(16) bf16 vs[BK * LDK]; /* each V tile */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64; /* the longest rows first */
@@ -205,7 +227,8 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
 #pragma unroll
     for (int n = 0; n < ND; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb */
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb; m in base 2 */
+    const float sl = f.scale * FLASH_LOG2E;
     const int kend = q0 + 64 < T ? q0 + 64 : T;
     tile_regs<D, BK, 128> kr, vr; /* the next K and V tiles */
     kr.fetch(st_fbuf_at(qg, C), C3, 0, T);
@@ -213,29 +236,32 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or Q) is read */
         kr.put(ks, LDK);
-        vr.put_trans(vt, LDV);
+        vr.put(vs, LDK);
         __syncthreads();
         if (k0 + BK < kend) { /* in flight during this tile's products */
             kr.fetch(st_fbuf_at(qg, C), C3, k0 + BK, T);
             vr.fetch(st_fbuf_at(qg, 2 * C), C3, k0 + BK, T);
         }
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
-        float s[NK][4];
+        float s[NK][4] = {};
 #pragma unroll
-        for (int n = 0; n < NK; n++) { /* S = Q K^T, keys k0 + 8n .. */
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < NK; n += 2) /* S = Q K^T, keys k0 + 8n .. */
 #pragma unroll
-            for (int kd = 0; kd < KD; kd++)
-                st_mma_16816(s[n], qf[kd], b_frag(ks + (n * 8 + g) * LDK + kd * 16 + 2 * t));
-        }
-        float xa = -INFINITY, xb = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < NK; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
-                s[n][i] = j <= q && j < T ? s[n][i] * f.scale : -INFINITY;
+            for (int kd = 0; kd < KD; kd++) {
+                uint32_t kb[4];
+                b_pair_nk(kb, ks, LDK, n, kd * 16);
+                st_mma_16816(s[n], qf[kd], kb);
+                st_mma_16816(s[n + 1], qf[kd], kb + 2);
             }
+        if (k0 + BK - 1 > qw || k0 + BK > T) /* a key after a query of the warp, or past T */
+#pragma unroll
+            for (int n = 0; n < NK; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
+                    if (!(j <= q && j < T)) s[n][i] = -INFINITY;
+                }
+        float xa = -INFINITY, xb = -INFINITY; /* the rows' largest raw scores (scale > 0) */
 #pragma unroll
         for (int n = 0; n < NK; n++) {
             xa = fmaxf(xa, fmaxf(s[n][0], s[n][1]));
@@ -245,15 +271,16 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
             xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o2));
             xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o2));
         }
-        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb); /* finite: key 0 is in every row's first tile */
-        const float aa = expf(ma - na), ab = expf(mb - nb);
+        /* finite: key 0 is in every row's first tile */
+        const float na = fmaxf(ma, xa * sl), nb = fmaxf(mb, xb * sl);
+        const float aa = ex2(ma - na), ab = ex2(mb - nb);
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll
         for (int n = 0; n < NK; n++) {
-            s[n][0] = expf(s[n][0] - na);
-            s[n][1] = expf(s[n][1] - na);
-            s[n][2] = expf(s[n][2] - nb);
-            s[n][3] = expf(s[n][3] - nb);
+            s[n][0] = ex2(fmaf(s[n][0], sl, -na));
+            s[n][1] = ex2(fmaf(s[n][1], sl, -na));
+            s[n][2] = ex2(fmaf(s[n][2], sl, -nb));
+            s[n][3] = ex2(fmaf(s[n][3], sl, -nb));
             sa += s[n][0] + s[n][1];
             sb += s[n][2] + s[n][3];
         }
@@ -277,18 +304,21 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
                 lo[i] = st_bf16x2(x[i][0] - st_bf16x2_lo(hi[i]), x[i][1] - st_bf16x2_hi(hi[i]));
             }
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const b_frag vb(vt + (n * 8 + g) * LDV + kk * 16 + 2 * t);
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t vb[4];
+                b_pair_kn(vb, vs, LDK, n, kk * 16);
                 st_mma_16816(o[n], hi, vb);
                 st_mma_16816(o[n], lo, vb);
+                st_mma_16816(o[n + 1], hi, vb + 2);
+                st_mma_16816(o[n + 1], lo, vb + 2);
             }
         }
     }
     scale_rows<ND>(o, 1.0f / la, 1.0f / lb);
     store_acc<ND>(o, st_fbuf_at(f.y, (int64_t)b * T * C + (int64_t)h * D), C, qa, qb, T, t, 1.0f, false);
     if (t == 0) {
-        if (qa < T) f.lse[(int64_t)bh * T + qa] = ma + logf(la);
-        if (qb < T) f.lse[(int64_t)bh * T + qb] = mb + logf(lb);
+        if (qa < T) f.lse[(int64_t)bh * T + qa] = ma * FLASH_LN2 + logf(la);
+        if (qb < T) f.lse[(int64_t)bh * T + qb] = mb * FLASH_LN2 + logf(lb);
     }
 }
 
@@ -299,13 +329,17 @@ template <int N, int KD>
 static __device__ __forceinline__ void two_products(float (*s)[4], const uint32_t (*a)[4], const bf16 *b,
                                                     float (*d)[4], const uint32_t (*c)[4], const bf16 *e,
                                                     int ldk) {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
-    for (int n = 0; n < N; n++)
+    for (int n = 0; n < N; n += 2)
 #pragma unroll
         for (int kd = 0; kd < KD; kd++) {
-            st_mma_16816(s[n], a[kd], b_frag(b + (n * 8 + g) * ldk + kd * 16 + 2 * t));
-            st_mma_16816(d[n], c[kd], b_frag(e + (n * 8 + g) * ldk + kd * 16 + 2 * t));
+            uint32_t bb[4], eb[4];
+            b_pair_nk(bb, b, ldk, n, kd * 16);
+            b_pair_nk(eb, e, ldk, n, kd * 16);
+            st_mma_16816(s[n], a[kd], bb);
+            st_mma_16816(s[n + 1], a[kd], bb + 2);
+            st_mma_16816(d[n], c[kd], eb);
+            st_mma_16816(d[n + 1], c[kd], eb + 2);
         }
 }
 
@@ -339,12 +373,12 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
 /* dQ on mma.sync, a block per 64 queries, a warp per 16 (rows qa = qw + g
  * and qb = qa + 8 in each lane): per key tile S = Q K^T and dP = dY V^T
  * in registers, P = exp(S scale - lse), dS = P (dP - D) rounded to bf16 in
- * place as the A operand of dQ += dS K, which reads K transposed. */
+ * place as the A operand of dQ += dS K, whose B operands come from the K
+ * tile's rows by ldmatrix.trans. */
 template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dq_mma(st_flash f) {
-    enum { BK = D <= 64 ? 32 : 16, LDK = D + 8, LDT = BK + 8, NK = BK / 8, KD = D / 16, ND = D / 8 };
+    enum { BK = D <= 64 ? 32 : 16, LDK = D + 8, NK = BK / 8, KD = D / 16, ND = D / 8 };
     __shared__ __align__(16) bf16 ks[64 * LDK]; /* Q's, then dY's 64 rows first; then K tiles */
     __shared__ __align__(16) bf16 vs[BK * LDK]; /* V tiles */
-    __shared__ __align__(16) bf16 kt[D * LDT];  /* K tiles transposed */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64;
@@ -353,8 +387,9 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int qw = q0 + warp * 16, qa = qw + g, qb = qa + 8;
-    const float la = qa < T ? f.lse[(int64_t)bh * T + qa] : 0.0f,
-                lb = qb < T ? f.lse[(int64_t)bh * T + qb] : 0.0f;
+    const float sl = f.scale * FLASH_LOG2E; /* P = exp2(S sl - lse log2(e)) */
+    const float la = qa < T ? f.lse[(int64_t)bh * T + qa] * FLASH_LOG2E : 0.0f,
+                lb = qb < T ? f.lse[(int64_t)bh * T + qb] * FLASH_LOG2E : 0.0f;
     const float da = qa < T ? f.dsum[(int64_t)bh * T + qa] : 0.0f,
                 db = qb < T ? f.dsum[(int64_t)bh * T + qb] : 0.0f;
 
@@ -374,7 +409,6 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the last tile (or dY) is read */
         kr.put(ks, LDK);
-        kr.put_trans(kt, LDT);
         vr.put(vs, LDK);
         __syncthreads();
         if (k0 + BK < kend) { /* in flight during this tile's products */
@@ -384,21 +418,27 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
         if (k0 > qw + 15) continue;
         float s[NK][4] = {}, dp[NK][4] = {};
         two_products<NK, KD>(s, qf, ks, dp, gf, vs, LDK); /* S = Q K^T, dP = dY V^T */
+        const bool edge = k0 + BK - 1 > qw || k0 + BK > T; /* a key after a query of the warp, or past T */
 #pragma unroll
         for (int n = 0; n < NK; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int j = k0 + n * 8 + 2 * t + (i & 1), q = i < 2 ? qa : qb;
-                const float p = j <= q && j < T ? expf(s[n][i] * f.scale - (i < 2 ? la : lb)) : 0.0f;
-                s[n][i] = p * (dp[n][i] - (i < 2 ? da : db)); /* dS */
+                const float p = ex2(fmaf(s[n][i], sl, -(i < 2 ? la : lb)));
+                const float ds = p * (dp[n][i] - (i < 2 ? da : db)); /* dS */
+                s[n][i] = !edge || (j <= q && j < T) ? ds : 0.0f;
             }
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) { /* dQ += dS K over keys k0 + 16 kk .. */
             uint32_t a[4];
             acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-            for (int n = 0; n < ND; n++)
-                st_mma_16816(dq[n], a, b_frag(kt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t kb[4];
+                b_pair_kn(kb, ks, LDK, n, kk * 16);
+                st_mma_16816(dq[n], a, kb);
+                st_mma_16816(dq[n + 1], a, kb + 2);
+            }
         }
     }
     store_acc<ND>(dq, st_fbuf_at(f.dqkv, (int64_t)b * T * C3 + (int64_t)h * D), C3, qa, qb, T, t, f.scale,
@@ -410,14 +450,13 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
  * in each lane), walking the query tiles from the block's first key: S^T
  * = K Q^T and dP^T = V dY^T in registers, P^T from lse, dS^T = P^T (dP^T -
  * D), both rounded to bf16 in place as the A operands of dV += P^T dY and
- * dK += dS^T Q, which read dY and Q transposed. */
+ * dK += dS^T Q, whose B operands come from the dY and Q tiles' rows by
+ * ldmatrix.trans. */
 template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(st_flash f) {
-    enum { BQ = D <= 64 ? 32 : 16, LDK = D + 8, LDT = BQ + 8, NQ = BQ / 8, KD = D / 16, ND = D / 8 };
+    enum { BQ = D <= 64 ? 32 : 16, LDK = D + 8, NQ = BQ / 8, KD = D / 16, ND = D / 8 };
     __shared__ __align__(16) bf16 qs[64 * LDK]; /* K's, then V's 64 rows first; then Q tiles */
     __shared__ __align__(16) bf16 gs[BQ * LDK]; /* dY tiles */
-    __shared__ __align__(16) bf16 qt[D * LDT];  /* Q tiles transposed */
-    __shared__ __align__(16) bf16 gt[D * LDT];  /* dY tiles transposed */
-    __shared__ float lse_s[BQ], dsum_s[BQ];
+    __shared__ float lse_s[BQ], dsum_s[BQ];     /* lse in base 2 (times log2(e)) */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int k0 = (int)blockIdx.x * 64; /* the first keys see the most queries: first */
@@ -426,6 +465,7 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
     const st_fbuf gg = st_fbuf_at(f.dy, (int64_t)b * T * C + (int64_t)h * D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kw = k0 + warp * 16, ka = kw + g, kb = ka + 8;
+    const float sl = f.scale * FLASH_LOG2E; /* P = exp2(S sl - lse log2(e)) */
 
     uint32_t kf[KD][4], vf[KD][4];
     load_rows64<D>(qs, LDK, st_fbuf_at(qg, C), C3, k0, T);
@@ -444,7 +484,7 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
         gr.fetch(gg, C, i0, T);
         const int i = i0 + threadIdx.x;
         if (threadIdx.x < BQ && i < T) {
-            lse_r = f.lse[(int64_t)bh * T + i];
+            lse_r = f.lse[(int64_t)bh * T + i] * FLASH_LOG2E;
             dsum_r = f.dsum[(int64_t)bh * T + i];
         } else {
             lse_r = dsum_r = 0.0f;
@@ -455,8 +495,6 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
         __syncthreads();
         qr.put(qs, LDK);
         gr.put(gs, LDK);
-        qr.put_trans(qt, LDT);
-        gr.put_trans(gt, LDT);
         if (threadIdx.x < BQ) {
             lse_s[threadIdx.x] = lse_r;
             dsum_s[threadIdx.x] = dsum_r;
@@ -466,12 +504,15 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
         if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
         float st[NQ][4] = {}, dpt[NQ][4] = {};
         two_products<NQ, KD>(st, kf, qs, dpt, vf, gs, LDK); /* S^T = K Q^T, dP^T = V dY^T */
+        /* a query before a key of the warp, a query past T or a key past T */
+        const bool edge = i0 < kw + 15 || i0 + BQ > T || kw + 16 > T;
 #pragma unroll
         for (int n = 0; n < NQ; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int c = n * 8 + 2 * t + (i & 1), q = i0 + c, k = i < 2 ? ka : kb;
-                const float p = q >= k && q < T && k < T ? expf(st[n][i] * f.scale - lse_s[c]) : 0.0f;
+                const float e = ex2(fmaf(st[n][i], sl, -lse_s[c]));
+                const float p = !edge || (q >= k && q < T && k < T) ? e : 0.0f;
                 st[n][i] = p;
                 dpt[n][i] = p * (dpt[n][i] - dsum_s[c]); /* dS^T */
             }
@@ -481,9 +522,14 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
             acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
             acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                st_mma_16816(dv[n], pa, b_frag(gt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
-                st_mma_16816(dk[n], da, b_frag(qt + (n * 8 + g) * LDT + kk * 16 + 2 * t));
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t gb[4], qb[4];
+                b_pair_kn(gb, gs, LDK, n, kk * 16);
+                b_pair_kn(qb, qs, LDK, n, kk * 16);
+                st_mma_16816(dv[n], pa, gb);
+                st_mma_16816(dv[n + 1], pa, gb + 2);
+                st_mma_16816(dk[n], da, qb);
+                st_mma_16816(dk[n + 1], da, qb + 2);
             }
         }
     }

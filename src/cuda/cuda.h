@@ -42,6 +42,10 @@ st_status st_cuda_sync(st_device *d);
  * directly; *max_err is the largest difference (a few 1e-7 when the
  * layout holds, O(1) when it does not). */
 st_status st_cuda_mma_check(st_device *d, uint64_t seed, double *max_err);
+/* The same for ldmatrix (mma.cuh st_ldsm_x4, st_ldsm_x4_t): a 16 x 16 bf16
+ * matrix loaded by one warp both ways; the registers (of 128 each way) that
+ * differ from the elements mma.cuh's reading names. */
+st_status st_cuda_ldmatrix_check(st_device *d, uint64_t seed, int *mismatches, int *trans_mismatches);
 
 /* --- pinned host memory, events and the copy stream (src/cuda/stream.cu) ---
  * What the batch feed (src/train/feed.c) orders its host-to-device copies

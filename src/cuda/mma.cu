@@ -5,7 +5,10 @@
  * shuffle gather under the emulator) and compares each lane's four results
  * with the same elements of A B summed directly from the matrices. A GPU
  * whose instruction placed elements otherwise than mma.cuh says would give
- * wrong flash attention; this says so plainly. */
+ * wrong flash attention; this says so plainly. The same call checks
+ * ldmatrix (st_ldsm_x4, st_ldsm_x4_t) against mma.cuh's reading of it: a
+ * 16 x 16 matrix in shared memory loaded both ways, each lane's registers
+ * compared with the elements the reading names. */
 #include <math.h>
 
 #include "common.cuh"
@@ -41,6 +44,51 @@ static __global__ void mma_check_kernel(uint64_t seed, float *out) {
         out[lane * 8 + 2 * i] = d[i];
         out[lane * 8 + 2 * i + 1] = want;
     }
+}
+
+/* The 16 x 16 matrix in shared memory (rows 24 apart: 16-byte aligned), as
+ * the flash kernels address it: lane L names row (L % 8) + 8 ((L / 8) % 2),
+ * column 8 (L / 16), so matrices 0..3 are the quadrants (0, 0), (8, 0),
+ * (0, 8), (8, 8) (row, column of their first element). Without .trans r[j]
+ * is (row g, columns 2t, 2t+1) of quadrant j; with it (rows 2t, 2t+1,
+ * column g). out[lane * 8 + 4 * trans + j]: 0 when the register matches. */
+static __global__ void ldmatrix_check_kernel(uint64_t seed, float *out) {
+    __shared__ __align__(16) __nv_bfloat16 m[16 * 24];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int i = lane; i < 16 * 16; i += 32)
+        m[i / 16 * 24 + i % 16] = __float2bfloat16_rn(elem(seed, 2, i / 16, i % 16));
+    __syncwarp();
+    uint32_t r[4], rt[4];
+    const __nv_bfloat16 *row = m + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 24 + 8 * (lane >> 4);
+    st_ldsm_x4(r, row);
+    st_ldsm_x4_t(rt, row);
+    for (int j = 0; j < 4; j++) {
+        const int r0 = 8 * (j & 1), c0 = 8 * (j >> 1);
+        const bool plain = st_bf16x2_lo(r[j]) == elem(seed, 2, r0 + g, c0 + 2 * t) &&
+                           st_bf16x2_hi(r[j]) == elem(seed, 2, r0 + g, c0 + 2 * t + 1);
+        const bool trans = st_bf16x2_lo(rt[j]) == elem(seed, 2, r0 + 2 * t, c0 + g) &&
+                           st_bf16x2_hi(rt[j]) == elem(seed, 2, r0 + 2 * t + 1, c0 + g);
+        out[lane * 8 + j] = plain ? 0.0f : 1.0f;
+        out[lane * 8 + 4 + j] = trans ? 0.0f : 1.0f;
+    }
+}
+
+extern "C" st_status st_cuda_ldmatrix_check(st_device *d, uint64_t seed, int *mismatches,
+                                            int *trans_mismatches) {
+    *mismatches = *trans_mismatches = -1;
+    void *buf = NULL;
+    ST_TRY(st_cuda_alloc(d, 32 * 8 * sizeof(float), &buf));
+    float h[32 * 8];
+    ldmatrix_check_kernel<<<1, 32, 0, d->compute>>>(seed, (float *)buf);
+    cudaError_t e = cudaGetLastError();
+    st_status s = e == cudaSuccess ? st_cuda_download(d, h, buf, sizeof h)
+                                   : st_cuda_fail(d, e, "the ldmatrix check's launch", __FILE__, __LINE__);
+    st_cuda_release(d, buf);
+    if (s != ST_OK) return s;
+    *mismatches = *trans_mismatches = 0;
+    for (int i = 0; i < 32 * 8; i++)
+        if (h[i] != 0.0f) ++*(i % 8 < 4 ? mismatches : trans_mismatches);
+    return ST_OK;
 }
 
 extern "C" st_status st_cuda_mma_check(st_device *d, uint64_t seed, double *max_err) {

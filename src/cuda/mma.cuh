@@ -19,9 +19,22 @@
  * product over those 16 columns: a[0] = (d0, d1) of the first half, a[1] =
  * (d2, d3) of it, a[2], a[3] the same of the second.
  *
+ * Operands come from shared memory through `ldmatrix` (st_ldsm_x4,
+ * st_ldsm_x4_t): four 8 x 8 matrices of 16-bit elements a warp, lane L
+ * naming row L % 8 of matrix L / 8 (16-byte aligned rows). Without .trans
+ * lane (g, t) receives elements (g, 2t) and (g, 2t+1) of matrix j in r[j]:
+ * an A operand's register, or a B operand's from [n][k] storage (B's
+ * columns as rows). With .trans it receives (2t, g) and (2t+1, g): a B
+ * operand's register from [k][n] storage, so no tile is ever transposed in
+ * shared memory. One instruction fills the four registers that 32-bit
+ * loads took four instructions for.
+ *
  * Under the CPU emulator (tests/cudaemu) st_mma_16816 gathers each lane's
  * operands with warp shuffles from the lanes that hold them, by the layout
- * above, and sums the exact bf16 products in k order. */
+ * above, and sums the exact bf16 products in k order; the ldmatrix helpers
+ * shuffle the row addresses and read the elements the layout names. On a
+ * GPU st_cuda_mma_check (mma.cu) checks both readings against the
+ * instructions. */
 #ifndef ST_CUDA_MMA_CUH
 #define ST_CUDA_MMA_CUH
 
@@ -36,6 +49,40 @@ static __device__ __forceinline__ uint32_t st_ld_bf16x2(const __nv_bfloat16 *p) 
 /* Two separate bf16 as one register. */
 static __device__ __forceinline__ uint32_t st_pair_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
     return (uint32_t) * (const uint16_t *)&lo | (uint32_t) * (const uint16_t *)&hi << 16;
+}
+
+/* ldmatrix .x4 (see above): `row` is this lane's row address, row L % 8 of
+ * matrix L / 8. */
+static __device__ __forceinline__ void st_ldsm_x4(uint32_t r[4], const void *row) {
+#ifdef ST_CUDA_EMU
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < 4; j++) {
+        const char *p = __shfl_sync(0xffffffffu, (const char *)row, 8 * j + g);
+        r[j] = *(const uint32_t *)(p + 4 * t);
+    }
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+
+/* ldmatrix .x4 .trans: r[j] holds elements (2t, g) and (2t+1, g) of matrix j. */
+static __device__ __forceinline__ void st_ldsm_x4_t(uint32_t r[4], const void *row) {
+#ifdef ST_CUDA_EMU
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < 4; j++) {
+        const uint16_t *p0 = __shfl_sync(0xffffffffu, (const uint16_t *)row, 8 * j + 2 * t);
+        const uint16_t *p1 = __shfl_sync(0xffffffffu, (const uint16_t *)row, 8 * j + 2 * t + 1);
+        r[j] = (uint32_t)p0[g] | (uint32_t)p1[g] << 16;
+    }
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
 }
 
 /* The layout's reference: each lane gathers its row of A (rows g, g+8) and
