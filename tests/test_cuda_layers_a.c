@@ -276,10 +276,18 @@ int main(void) {
 
     static const char *const uname[] = {"layernorm", "gelu", "relu", "dropout"};
     const unary_ctx un[] = {
-        {U_LAYERNORM, 37, 67, false, 0},  {U_LAYERNORM, 64, 768, true, 0}, {U_LAYERNORM, 3, 3001, false, 0},
-        {U_LAYERNORM, 1000, 5, false, 0}, {U_GELU, 7, 333, false, 0},      {U_GELU, 64, 768, true, 0},
-        {U_RELU, 7, 333, false, 0},       {U_RELU, 13, 101, true, 0},      {U_DROPOUT, 7, 333, false, 0.1f},
-        {U_DROPOUT, 13, 101, true, 0.5f}, {U_DROPOUT, 5, 77, false, 0.0f},
+        {U_LAYERNORM, 37, 67, false, 0},
+        {U_LAYERNORM, 64, 768, true, 0},
+        {U_LAYERNORM, 3, 3001, false, 0},
+        {U_LAYERNORM, 1000, 5, false, 0},
+        {U_GELU, 7, 333, false, 0},
+        {U_GELU, 64, 768, true, 0},
+        {U_RELU, 7, 333, false, 0},
+        {U_RELU, 13, 101, true, 0},
+        {U_DROPOUT, 7, 333, false, 0.1f},
+        {U_DROPOUT, 13, 101, true, 0.5f},
+        {U_DROPOUT, 5, 77, false, 0.0f},
+        {U_LAYERNORM, 200, 768, true, 0}, /* 16-byte accesses, and dweight's chunks added up */
     };
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
         snprintf(label, sizeof label, "%s %lldx%lld%s", uname[un[i].kind], (long long)un[i].R,

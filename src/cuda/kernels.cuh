@@ -6,7 +6,7 @@
  * only, never on timing or the device's size, and there are no atomics.
  * Column sums run in two passes: fixed chunks of rows give per-chunk
  * partials (in the graph's work scratch, sized by st_colsum_work in a twin's
- * `prepare`), then one pass adds the chunks in order into the output. The
+ * `prepare`), then one pass adds the chunks in a fixed order into the output. The
  * summation order differs from the CPU's plain row loop, so results agree to
  * rounding, not bits. Block sizes are multiples of 32 (full warps). */
 #ifndef ST_CUDA_KERNELS_CUH
@@ -110,8 +110,8 @@ __device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t
     return (double)m + log((double)s);
 }
 
-/* --- column sums: out[c] += sum over r < R of f(r, c), c < C -------------- */
-enum { ST_COLSUM_TX = 32, ST_COLSUM_TY = 8, ST_COLSUM_MAX_CHUNKS = 1024 };
+/* --- column sums: out[c] += sum over r < R of row r's element c --------- */
+enum { ST_COLSUM_TX = 32, ST_COLSUM_TY = 8, ST_COLSUM_MAX_CHUNKS = 1024, ST_COLSUM_FINISH_TY = 32 };
 
 static inline int64_t st_colsum_rows_per_chunk(int64_t R) {
     int64_t per = 64;
@@ -129,69 +129,100 @@ static inline int64_t st_colsum_work(int64_t R, int64_t C) {
     return k > 1 ? k * C : 0;
 }
 
-/* Block (TX, TY) covers TX columns of one chunk of rows; thread (x, y) sums
- * rows y, y + TY, ... of its column, then row y = 0 adds the TY sums in order.
- * With one chunk the block adds straight into out; else it writes part. */
-template <class F>
+/* A column sum's source: VW consecutive elements of row r from column c
+ * (f.template load<VW>(r, c, v)), VW = 8 only where f.vec8() (16-byte
+ * loads: st_ldv). Block (TX, TY) covers TX VW columns of one chunk of rows;
+ * thread (x, y) sums rows y, y + TY, ... of its VW columns, then row y = 0
+ * adds the TY sums in order. With one chunk the block adds straight into
+ * out; else it writes part. The order depends on R and C only, not on VW. */
+template <int VW, class F>
 __global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *part, float *out) {
-    __shared__ float sh[ST_COLSUM_TY][ST_COLSUM_TX + 1];
-    const int64_t c = (int64_t)blockIdx.x * ST_COLSUM_TX + threadIdx.x;
+    __shared__ float sh[ST_COLSUM_TY][ST_COLSUM_TX * VW + 1];
+    const int64_t c = ((int64_t)blockIdx.x * ST_COLSUM_TX + threadIdx.x) * VW;
     const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
-    float acc = 0.0f;
+    float acc[VW] = {};
     if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY)
-            acc += f(r, c);
-    sh[threadIdx.y][threadIdx.x] = acc;
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY) {
+            float v[VW];
+            f.template load<VW>(r, c, v);
+#pragma unroll
+            for (int k = 0; k < VW; k++)
+                acc[k] += v[k];
+        }
+#pragma unroll
+    for (int k = 0; k < VW; k++)
+        sh[threadIdx.y][threadIdx.x * VW + k] = acc[k];
     __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
+    if (threadIdx.y != 0) return;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        if (c + k >= C) break;
         float s = 0.0f;
-        for (int k = 0; k < ST_COLSUM_TY; k++)
-            s += sh[k][threadIdx.x];
+        for (int y = 0; y < ST_COLSUM_TY; y++)
+            s += sh[y][threadIdx.x * VW + k];
         if (part)
-            part[(int64_t)blockIdx.y * C + c] = s;
+            part[(int64_t)blockIdx.y * C + c + k] = s;
         else
-            out[c] += s;
+            out[c + k] += s;
     }
 }
 
-template <typename T> __global__ void st_colsum_finish(const T *part, int64_t chunks, int64_t C, T *out) {
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
-         c += (int64_t)gridDim.x * blockDim.x) {
-        T s = 0;
-        for (int64_t k = 0; k < chunks; k++)
+/* out[c] += the chunks' partial sums (part: chunks x C), in a fixed order:
+ * block (32, FINISH_TY) covers 32 columns; thread (x, y) sums chunks y,
+ * y + FINISH_TY, ... of its column, then row y = 0 adds those in order. A
+ * thread a column walking every chunk (as before) kept one load in flight
+ * per thread on a handful of blocks. */
+static __global__ void st_colsum_finish_kernel(const float *part, int64_t chunks, int64_t C, float *out) {
+    __shared__ float sh[ST_COLSUM_FINISH_TY][33];
+    const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (c < C)
+        for (int64_t k = threadIdx.y; k < chunks; k += ST_COLSUM_FINISH_TY)
             s += part[k * C + c];
-        out[c] += s;
-    }
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    float t = 0.0f;
+    for (int y = 0; y < ST_COLSUM_FINISH_TY; y++)
+        t += sh[y][threadIdx.x];
+    out[c] += t;
 }
 
-/* Queue out[c] += sum_r f(r, c) on the graph's stream; `work` holds at least
- * st_colsum_work(R, C) floats. */
-template <class F>
-static st_status st_colsum(st_graph *g, F f, int64_t R, int64_t C, float *work, float *out) {
-    const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
-    dim3 grid((unsigned)((C + ST_COLSUM_TX - 1) / ST_COLSUM_TX), (unsigned)chunks);
-    dim3 block(ST_COLSUM_TX, ST_COLSUM_TY);
-    st_colsum_kernel<<<grid, block, 0, st_cuda_stream(g)>>>(f, R, C, per, chunks > 1 ? work : nullptr, out);
+static inline st_status st_colsum_finish(st_graph *g, const float *part, int64_t chunks, int64_t C,
+                                         float *out) {
+    st_colsum_finish_kernel<<<(unsigned)((C + 31) / 32), dim3(32, ST_COLSUM_FINISH_TY), 0,
+                              st_cuda_stream(g)>>>(part, chunks, C, out);
     ST_CUDA_LAUNCHED();
-    if (chunks > 1) {
-        st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(work, chunks, C, out);
-        ST_CUDA_LAUNCHED();
-    }
     return ST_OK;
 }
 
-/* f(r, c) = m[r * C + c]: the plain column sum of a row-major (R, C) matrix. */
-struct st_colsum_plain {
-    const float *m;
-    int64_t C;
-    __device__ float operator()(int64_t r, int64_t c) const { return m[r * C + c]; }
-};
+/* Queue out[c] += sum_r of row r's element c on the graph's stream; `work`
+ * holds at least st_colsum_work(R, C) floats. */
+template <class F>
+static st_status st_colsum(st_graph *g, F f, int64_t R, int64_t C, float *work, float *out) {
+    const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
+    float *part = chunks > 1 ? work : nullptr;
+    const dim3 block(ST_COLSUM_TX, ST_COLSUM_TY);
+    if (f.vec8()) {
+        const dim3 grid((unsigned)((C + 8 * ST_COLSUM_TX - 1) / (8 * ST_COLSUM_TX)), (unsigned)chunks);
+        st_colsum_kernel<8><<<grid, block, 0, st_cuda_stream(g)>>>(f, R, C, per, part, out);
+    } else {
+        const dim3 grid((unsigned)((C + ST_COLSUM_TX - 1) / ST_COLSUM_TX), (unsigned)chunks);
+        st_colsum_kernel<1><<<grid, block, 0, st_cuda_stream(g)>>>(f, R, C, per, part, out);
+    }
+    ST_CUDA_LAUNCHED();
+    if (part) ST_TRY(st_colsum_finish(g, part, chunks, C, out));
+    return ST_OK;
+}
 
-/* The same over an activation in either storage. */
+/* The column sums of a row-major (R, C) activation in either storage. */
 struct st_colsum_act {
     st_fbuf m;
     int64_t C;
-    __device__ float operator()(int64_t r, int64_t c) const { return st_ld(m, r * C + c); }
+    bool vec8() const { return st_fbuf_aligned8(m, C); }
+    template <int VW> __device__ void load(int64_t r, int64_t c, float *v) const {
+        st_ldv<VW>(m, r * C + c, v);
+    }
 };
 
 /* --- the identity's backward --------------------------------------------- */

@@ -213,10 +213,8 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
                     x, dy, mean, rstd, R, C, per, pw, pb, dw, db);
         ST_CUDA_LAUNCHED();
         if (chunks > 1) {
-            st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(pw, chunks, C, dw);
-            ST_CUDA_LAUNCHED();
-            st_colsum_finish<float><<<st_cuda_blocks(C, 256), 256, 0, st_cuda_stream(g)>>>(pb, chunks, C, db);
-            ST_CUDA_LAUNCHED();
+            ST_TRY(st_colsum_finish(g, pw, chunks, C, dw));
+            ST_TRY(st_colsum_finish(g, pb, chunks, C, db));
         }
         st_graph_span(g, "layernorm dw db", true, 0);
     }
