@@ -113,8 +113,11 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         else
             ST_TRY(st_graph_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
     }
-    if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad)
+    if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
+        st_graph_span(g, "linear db", false, 0);
         ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
+        st_graph_span(g, "linear db", true, 0);
+    }
     st_node *gelu = n->bwd_fuses_prev ? &g->nodes[n->id - 1] : NULL;
     if (n->in[0]->grad && gelu) { /* GELU's input gradient, (M, K) */
         const st_status s =
