@@ -5,11 +5,13 @@
  * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
  * bf16, the next tile fetched into registers while the warps work on the
  * current one (tile_regs: global latency hidden behind the products, which
- * the first H200 profile showed stalled behind every synchronous tile load); causal: tiles after the block's
- * last query are never loaded, a warp skips a tile whose keys all follow its queries. Per tile, per warp, on
- * mma.sync (mma.cuh) with everything in registers: S = Q K^T, the online softmax (running max m and sum l per
- * row, the four lanes of a quad per row), the accumulator O rescaled by exp(m_old - m_new) and O += P V, P
- * passed from S's accumulators to the product's operands in place.
+ * the first H200 profile showed stalled behind every synchronous tile load);
+ * causal: tiles after the block's last query are never loaded, a warp skips
+ * a tile whose keys all follow its queries. Per tile, per warp, on mma.sync
+ * (mma.cuh) with everything in registers: S = Q K^T, the online softmax
+ * (running max m and sum l per row, the four lanes of a quad per row), the
+ * accumulator O rescaled by exp(m_old - m_new) and O += P V, P passed from
+ * S's accumulators to the product's operands in place.
  *
  * Every tile sits in shared memory as rows ([row][dim]), as it is in
  * memory; the products' operands come from it by ldmatrix (mma.cuh), with

@@ -6,13 +6,13 @@
  * rounded up to 64, its rows past V zeroed (linear_ce.c padded_vocab): the
  * products below run on Vp, never on an odd V. Per chunk of m rows, on the
  * compute stream: the logits z (m, Vp) = h_c W^T into the work scratch
- * (those past V zero), stored as the plain linear would store them (16 bits in a bf16
- * or fp16 run, rounded once from the fp32 accumulation); one block per row
- * takes its max, sum of exponentials (fp32 per thread, block sums in a
- * fixed order, as softmax_ce.cu), the row's loss in double, and in a
- * training forward writes (softmax - onehot) over the row, each thread
- * reading an element before writing it (thread 0 reads the target's logit
- * before a barrier); then dh_c (m, C) = z W into the saved fp32 dh, and dW
+ * (those past V zero), stored as the plain linear would store them (16
+ * bits in a bf16 or fp16 run, rounded once from the fp32 accumulation);
+ * one block per row takes its max, sum of exponentials (fp32 per thread,
+ * block sums in a fixed order, as softmax_ce.cu), the row's loss in double,
+ * and in a training forward writes (softmax - onehot) over the row, each
+ * thread reading an element before writing it (thread 0 reads the target's
+ * logit before a barrier); then dh_c (m, C) = z W into the saved fp32 dh, and dW
  * (Vp, C) += z^T h_c (beta 0 on the first chunk) into the saved fp32 dW,
  * both through cuBLASLt (matmul.cuh st_graph_matmul, tensor cores in
  * 16-bit runs). One block then sums the rows' losses in double and counts
@@ -95,7 +95,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     for (int64_t r0 = 0; r0 < R; r0 += Rc) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
         const st_fbuf hc = st_fbuf_at(h, r0 * C);
-        /* z^T (V x m) = W h_c^T: column-major, as linear.cu's forward */
+        /* z^T (Vp x m) = W h_c^T: column-major, as linear.cu's forward */
         ST_TRY(st_graph_matmul(g, true, false, Vp, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
         st_graph_span(g, "linear_ce rows", false, 0);
         lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
@@ -106,7 +106,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         /* dh_c (m, C) = z W: dh_c^T (C x m) = W^T z^T */
         ST_TRY(st_graph_matmul(g, false, false, C, m, Vp, w, C, z, ld, 0.0f,
                                st_fbuf{dh + r0 * C, ST_PREC_FP32}, C, NULL, "linear_ce dh"));
-        /* dW (V, C) += z^T h_c: dW^T (C x V) = h_c^T z */
+        /* dW (Vp, C) += z^T h_c: dW^T (C x Vp) = h_c^T z */
         ST_TRY(st_graph_matmul(g, false, true, C, Vp, m, hc, C, z, ld, r0 ? 1.0f : 0.0f,
                                st_fbuf{dw, ST_PREC_FP32}, C, NULL, "linear_ce dW"));
     }
