@@ -51,6 +51,8 @@ static void gpu(void) {
     CHECK_OK(tf_config(&c, root, "auto", au));
     CHECK_OK(tf_train(&c, NULL, &r));
     CHECK(strcmp(c.train.device, "cuda") == 0, "auto with a GPU: train.device %s, expected cuda", c.train.device);
+    CHECK(strcmp(c.precision, "bf16") == 0 && st_config_source(&c, "precision") == ST_SRC_AUTO,
+          "precision auto on a GPU: %s, expected bf16 (chosen)", c.precision);
     /* parameters, gradients and the two AdamW moments at least, all on the device */
     CHECK(r.optim_state_bytes > 0 && r.device_mem_peak_bytes >= 2 * r.optim_state_bytes,
           "device memory peak %lld bytes, expected at least twice the optimizer state's %lld",

@@ -19,7 +19,7 @@
  *   cuda, nccl  what this build can use and what the probe found
  *   gpu ddp  with CUDA devices: the ddp self-test on every local GPU (a rank
  *            each through the launcher, train.device cuda) against one CPU
- *            rank with the same global batch
+ *            rank with the same global batch, both in fp32
  *   gpu comm with two or more: a 64 MiB all-reduce of device memory through
  *            NCCL, checked element by element, its bus bandwidth against the
  *            link the planner assumes between the GPUs (warn below 70%)
@@ -181,6 +181,7 @@ static int tiny_run(const char *tmp, int ranks, const char *device, int batch, c
                     "--set",   "log.peak_gflops=10",
                     "--set",   "dist.timeout_s=60",
                     "--set",   "dist.bucket_cap_mb=0.01",
+                    "--set",   "precision=fp32", /* exact on both sides: auto is bf16 on a GPU */
                     "--set",   dev,
                     "--set",   out,
                     "--quiet", "--json"};

@@ -60,10 +60,11 @@ const st_cfg_key st_cfg_keys[] = {
            "gpt on a CUDA device: GELU inside the MLP's matrix products (cuBLASLt's GELU_AUX_BIAS epilogue "
            "forward, DGELU backward) instead of a layer of its own; auto = on from compute capability 9.0; "
            "the CPU always runs GELU as its own layer"),
-    K_ENUM("model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
-           "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
-           "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "
-           "keep the logits; auto = on when that holds less memory (a large vocabulary)"),
+    K_ENUM(
+        "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
+        "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
+        "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "
+        "keep the logits; auto = on when that holds less memory (a large vocabulary)"),
     K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
            "mlp/cnn: output classes; auto = from the training labels"),
 
@@ -172,7 +173,7 @@ const st_cfg_key st_cfg_keys[] = {
 
     K_ENUM("precision", precision, "auto", VALUES("auto", "fp32", "bf16", "fp16"),
            "compute precision: fp32 master weights always; bf16/fp16 round weights, activations and their "
-           "gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU"),
+           "gradients to 16 bits (docs/precision.md); auto = fp32 on the CPU, bf16 on a CUDA device"),
 
     K_ENUM("dist.strategy", dist.strategy, "auto", VALUES("auto", "ddp", "zero1", "zero2"),
            "data parallelism: ddp, zero1 (shard optimizer state, and in bf16/fp16 the fp32 masters), zero2 "
@@ -205,10 +206,11 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
     K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
            "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
-    K_FAUTO("log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
-            "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak "
-            "for the precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm); "
-            "when set, also the CPU rate `scaletrain plan` assumes instead of measuring it"),
+    K_FAUTO(
+        "log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
+        "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak "
+        "for the precision (datasheet, or SMs x clock x rate), on the CPU measured once at start (sgemm); "
+        "when set, also the CPU rate `scaletrain plan` assumes instead of measuring it"),
     K_INT("log.gpu_interval", log.gpu_interval, "10", 0, NOMAX,
           "on a CUDA device, rank 0 samples its GPU on the first logged line (log.every) at least this many "
           "steps "

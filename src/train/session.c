@@ -287,9 +287,8 @@ static st_status plan(st_session *s, st_model_input *in) {
                        where, st_config_describe(c, "train.batch_size", b1, sizeof b1), s->world, s->world, eg);
     }
     if (s->dev && strcmp(c->precision, "auto") == 0) { /* before the planner, which plans for the CPU */
-        snprintf(c->precision, sizeof c->precision, "fp32");
-        st_config_mark_auto(c, "precision",
-                            "fp32 on a CUDA device until bf16's GPU parity is measured; set bf16 or fp16");
+        snprintf(c->precision, sizeof c->precision, "bf16");
+        st_config_mark_auto(c, "precision", "bf16 on a CUDA device (compute capability 8.0 or later)");
     }
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0 && !s->eval_only) {

@@ -48,7 +48,8 @@ grep -q "Duplicate GPU detected" <<<"$out" || fail "two ranks on one device refu
 common=(--set train.steps=8 --set train.threads=1 --set data.num_workers=0 --set data.val=
         --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32
         --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant
-        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet)
+        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet
+        --set precision=fp32) # as the CPU runs compared with (auto is bf16 on a GPU)
 d=$tmp
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" --set train.device=cuda --set train.out_dir="$d/gpu2" \
     >"$d/gpu2.json" 2>&1 || fail "2 ranks on 2 emulated GPUs: $(cat "$d/gpu2.json")"

@@ -27,7 +27,7 @@ for i in $(seq 1 300); do echo "a small corpus for the profiler, line $i"; done 
 "$bin" data tokenize "$tmp/text.tokens" "$tmp/text.txt" >/dev/null
 gpt=(--set model.type=gpt --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32
     --set data.type=tokens --set data.train="$tmp/text.tokens" --set data.val= --set train.steps=4
-    --set train.device=cuda --set log.progress=off --profile 2-3)
+    --set train.device=cuda --set precision=fp32 --set log.progress=off --profile 2-3)
 
 check() { # FILE RANKS MICRO_STEPS_PER_STEP GATHERS (weights all-gathered per step: ZeRO)
     /usr/bin/python3 - "$@" <<'PY'

@@ -60,7 +60,8 @@ export OMP_WAIT_POLICY=PASSIVE
 
 common=(--set train.threads=1 --set data.num_workers=0 --set data.val= --set log.progress=off
         --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.micro_batch_size=8
-        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet)
+        --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=60 --json --quiet
+        --set precision=fp32) # the CPU's precision (auto is bf16 on a GPU); the bf16 cases set theirs after it
 sgd=(--set train.steps=8 --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9
      --set optim.schedule=constant --set optim.grad_clip=0.5)
 
