@@ -17,8 +17,8 @@
 # that the device tool's 10-minute limit never cuts off the summary.
 #
 # Last, when the build finished: the default training run on the GPU
-# (`train --set train.device=cuda --set train.steps=100 --json`), then the
-# same in bf16, their JSON lines printed in the summary. It reads Fashion-MNIST from
+# (`train --set train.device=cuda --set train.steps=100 --json`, precision
+# auto: bf16), then the same in fp32, their JSON lines printed in the summary. It reads Fashion-MNIST from
 # /usr/share/datasets/fashion-mnist, or from .data/fashion-mnist when that
 # is carried (copy the four .gz files there, about 30 MiB).
 #
@@ -231,8 +231,8 @@ elif [ -n "$built" ]; then
         fi
         if [ -f $fm/train-images-idx3-ubyte.gz ]; then
             step train-cuda 120 "$built/scaletrain" train "${train_args[@]}"
-            step train-cuda-bf16 90 "$built/scaletrain" train "${train_args[@]}" --set precision=bf16 \
-                --set train.out_dir=/tmp/st-train-cuda-bf16
+            step train-cuda-fp32 90 "$built/scaletrain" train "${train_args[@]}" --set precision=fp32 \
+                --set train.out_dir=/tmp/st-train-cuda-fp32
         else
             rows+=("train-cuda|NOT RUN (no Fashion-MNIST)|0")
             say "   no Fashion-MNIST (carry .data/fashion-mnist): the training run is left out"
@@ -280,12 +280,12 @@ fi
     grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
     if [ -f "$LOGDIR/train-cuda.log" ]; then
         grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
-        echo "train --set train.device=cuda --set train.steps=100 --json:"
+        echo "train --set train.device=cuda --set train.steps=100 --json (precision auto: bf16):"
         grep -h '^{' "$LOGDIR/train-cuda.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda.log"
     fi
-    if [ -f "$LOGDIR/train-cuda-bf16.log" ]; then
-        echo "the same with --set precision=bf16:"
-        grep -h '^{' "$LOGDIR/train-cuda-bf16.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda-bf16.log"
+    if [ -f "$LOGDIR/train-cuda-fp32.log" ]; then
+        echo "the same with --set precision=fp32:"
+        grep -h '^{' "$LOGDIR/train-cuda-fp32.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda-fp32.log"
     fi
     if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
         echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"

@@ -21,7 +21,7 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 e2e_tmpdir
 e2e_mpi 120
 common=(--set train.steps=20 --set train.threads=1 --set data.num_workers=0 --set data.val=
-        --set train.device=cuda --set dist.bucket_cap_mb=0.05 --set dist.timeout_s=60 --json --quiet
+        --set train.device=cuda --set precision=fp32 --set dist.bucket_cap_mb=0.05 --set dist.timeout_s=60 --json --quiet
         --set optim.type=sgd --set optim.lr=0.05 --set optim.momentum=0.9 --set optim.schedule=constant)
 equiv() { # NAME B ARGS...
     local name=$1 b=$2; shift 2
