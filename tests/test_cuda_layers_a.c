@@ -287,7 +287,8 @@ int main(void) {
         {U_DROPOUT, 7, 333, false, 0.1f},
         {U_DROPOUT, 13, 101, true, 0.5f},
         {U_DROPOUT, 5, 77, false, 0.0f},
-        {U_LAYERNORM, 200, 768, true, 0}, /* 16-byte accesses, and dweight's chunks added up */
+        {U_LAYERNORM, 200, 768, true, 0},  /* 16-byte accesses, and dweight's chunks added up */
+        {U_LAYERNORM, 100, 520, false, 0}, /* the one-kernel backward with a part-filled last column group */
     };
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
         snprintf(label, sizeof label, "%s %lldx%lld%s", uname[un[i].kind], (long long)un[i].R,

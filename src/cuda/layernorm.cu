@@ -6,11 +6,18 @@
  * node's saved state in the CPU's layout: mean (R), then rstd (R).
  * Backward: one warp per row for dx = rstd (g - mean(g) - xhat mean(g xhat)),
  * g = dy * weight; dweight and dbias are deterministic column sums over the
- * rows, both in one pass (st_colsum's order and chunks, kernels.cuh). Sums run in a different order than the
- * CPU's loops: parity to fp32 rounding. Input, output and their gradients in either storage
- * (src/layers/half_io.h); weight and bias as the run's compute copy holds them (16-bit in bf16/fp16);
- * statistics fp32. */
+ * rows (st_colsum's chunks, kernels.cuh). Rows of at most 1024 columns on
+ * 16-byte accesses (GPT-2's) take one kernel for all three: a block per
+ * chunk of rows, each warp holding its row's x and dy in registers (one
+ * read of each), writing dx and adding the row into its lanes' dweight and
+ * dbias sums; the block's warps then add theirs in warp order and write the
+ * chunk's partial sums. Other rows take a dx kernel and a dweight/dbias
+ * kernel, each reading x and dy. Sums run in a different order than the
+ * CPU's loops: parity to fp32 rounding. Input, output and their gradients
+ * in either storage (src/layers/half_io.h); weight and bias as the run's
+ * compute copy holds them (16-bit in bf16/fp16); statistics fp32. */
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels.cuh"
 
@@ -156,6 +163,95 @@ static __global__ void ln_dwdb_kernel(st_fbuf x, st_fbuf dy, const float *mean, 
     }
 }
 
+/* The whole backward for rows of at most NC 256 columns (VW 8): a block of
+ * LN_FWARPS warps per chunk of `per` rows (ln_fused_rows), warp w taking
+ * rows r0 + w, r0 + w + LN_FWARPS, ...; lane l holds columns 8 (l + 32 j)
+ * .. + 7 of its row for j < NC. dx as ln_backward_dx_kernel; the lanes'
+ * dweight and dbias sums over the warp's rows, then added warp by warp (in
+ * order) in shared memory and written to the chunk's partials (part_w,
+ * part_b: chunks x C) or, with one chunk, added into dw and db. */
+enum { LN_FWARPS = 4 };
+/* Rows per chunk: 4 a warp (a chunk per block, enough blocks to fill the
+ * GPU: 1024 for GPT-2's 16 x 1024 tokens), at most 4096 chunks. */
+static int64_t ln_fused_rows(int64_t R) {
+    int64_t per = 4 * LN_FWARPS;
+    if ((R + per - 1) / per > 4096) per = (R + 4095) / 4096;
+    return per;
+}
+static int64_t ln_fused_chunks(int64_t R) { return (R + ln_fused_rows(R) - 1) / ln_fused_rows(R); }
+
+template <int NC>
+static __global__ void __launch_bounds__(32 * LN_FWARPS)
+    ln_backward_fused_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean, const float *rstd,
+                             st_fbuf dx, int64_t R, int64_t C, bool acc, int64_t per, float *part_w,
+                             float *part_b, float *dw, float *db) {
+    __shared__ float sw[NC * 256], sb[NC * 256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
+    float aw[NC][8] = {}, ab[NC][8] = {};
+    for (int64_t r = r0 + warp; r < r1; r += LN_FWARPS) {
+        const int64_t o = r * C;
+        const float m = mean[r], s = rstd[r];
+        float xv[NC][8], gv[NC][8]; /* x and dy, then xhat and dy weight */
+        float gm = 0.0f, gxm = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int64_t c = 8 * (lane + 32 * j);
+            if (c >= C) continue;
+            float wv[8];
+            st_ldv<8>(dy, o + c, gv[j]);
+            st_ldv<8>(x, o + c, xv[j]);
+            ld_param<8>(w, c, wv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float xh = (xv[j][k] - m) * s, gc = gv[j][k] * wv[k];
+                gm += gc;
+                gxm += gc * xh;
+                aw[j][k] += gv[j][k] * xh;
+                ab[j][k] += gv[j][k];
+                xv[j][k] = xh;
+                gv[j][k] = gc;
+            }
+        }
+        gm = st_warp_sum(gm) / (float)C;
+        gxm = st_warp_sum(gxm) / (float)C;
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int64_t c = 8 * (lane + 32 * j);
+            if (c >= C) continue;
+            float d[8], prev[8];
+            if (acc) st_ldv<8>(dx, o + c, prev);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                d[k] = s * (gv[j][k] - gm - xv[j][k] * gxm);
+                if (acc) d[k] += prev[k];
+            }
+            st_stv<8>(dx, o + c, d);
+        }
+    }
+    for (int wp = 0; wp < LN_FWARPS; wp++) { /* warp by warp, in order */
+        if (warp == wp)
+#pragma unroll
+            for (int j = 0; j < NC; j++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const int c = 8 * (lane + 32 * j) + k;
+                    sw[c] = wp ? sw[c] + aw[j][k] : aw[j][k];
+                    sb[c] = wp ? sb[c] + ab[j][k] : ab[j][k];
+                }
+        __syncthreads();
+    }
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        if (part_w) {
+            part_w[(int64_t)blockIdx.x * C + c] = sw[c];
+            part_b[(int64_t)blockIdx.x * C + c] = sb[c];
+        } else {
+            dw[c] += sw[c];
+            db[c] += sb[c];
+        }
+    }
+}
+
 static bool ln_vec8(std::initializer_list<st_fbuf> rows, int64_t C) {
     for (const st_fbuf &b : rows)
         if (!st_fbuf_aligned8(b, C)) return false;
@@ -185,6 +281,32 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
     const float *mean = n->saved, *rstd = n->saved + R;
     const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
     const bool v8 = ln_vec8({x, dy, dx}, C);
+    float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
+    if (dx.p && dw && db && v8 && C <= 4 * 256) {             /* one kernel (ln_backward_fused_kernel) */
+        st_graph_span(g, "layernorm backward", false, 0);
+        const int64_t per = ln_fused_rows(R), chunks = ln_fused_chunks(R);
+        float *pw = chunks > 1 ? g->work : NULL, *pb = chunks > 1 ? g->work + chunks * C : NULL;
+        const auto launch = [&](auto nc) {
+            ln_backward_fused_kernel<decltype(nc)::value>
+                <<<(unsigned)chunks, 32 * LN_FWARPS, 0, st_cuda_stream(g)>>>(
+                    x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0], per, pw, pb, dw, db);
+        };
+        if (C <= 256)
+            launch(std::integral_constant<int, 1>());
+        else if (C <= 512)
+            launch(std::integral_constant<int, 2>());
+        else if (C <= 768)
+            launch(std::integral_constant<int, 3>());
+        else
+            launch(std::integral_constant<int, 4>());
+        ST_CUDA_LAUNCHED();
+        if (chunks > 1) {
+            ST_TRY(st_colsum_finish(g, pw, chunks, C, dw));
+            ST_TRY(st_colsum_finish(g, pb, chunks, C, db));
+        }
+        st_graph_span(g, "layernorm backward", true, 0);
+        return ST_OK;
+    }
     if (dx.p) {
         st_graph_span(g, "layernorm dx", false, 0);
         const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
@@ -197,7 +319,6 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         ST_CUDA_LAUNCHED();
         st_graph_span(g, "layernorm dx", true, 0);
     }
-    float *dw = n->params[0]->grad, *db = n->params[1]->grad; /* (C), (C) */
     if (dw && db) {
         st_graph_span(g, "layernorm dw db", false, 0);
         const int64_t per = st_colsum_rows_per_chunk(R), chunks = st_colsum_chunks(R);
@@ -222,8 +343,10 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
 }
 
 static st_status layernorm_prepare(st_node *n, st_graph *g) {
-    st_need_work(
-        n, 2 * st_colsum_work(n->args.i[ST_LAYERNORM_ROWS], n->args.i[ST_LAYERNORM_C])); /* dw's, db's */
+    /* dw's and db's partial sums: the fused kernel's chunks or st_colsum's */
+    const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
+    const int64_t fused = C <= 4 * 256 && ln_fused_chunks(R) > 1 ? ln_fused_chunks(R) * C : 0;
+    st_need_work(n, 2 * (fused > st_colsum_work(R, C) ? fused : st_colsum_work(R, C)));
     return ST_OK;
 }
 
