@@ -94,6 +94,20 @@ static st_status build_attn(st_graph *g, void *ctx) {
     return st_add(g, "sum", y, y2, &y);
 }
 
+/* Graph inputs drawn as bf16 values in [-1, 1), as a bf16 graph's own
+ * activations hold: a bf16 forward on them is compared like any other, and
+ * the flash kernels read Q, K and V stored as fp32 (graph inputs are), the
+ * path of their tile loads for storage other than bf16. */
+static void fill_bf16_inputs(st_graph *g, st_rng *r, void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < g->n_acts; i++) {
+        st_tensor *t = g->acts[i];
+        if (t->kind != ST_TENSOR_INPUT || t->dtype != ST_F32) continue;
+        for (int64_t j = 0; j < t->count; j++)
+            t->data[j] = st_round_bf16(2.0f * st_rng_uniform(r) - 1.0f);
+    }
+}
+
 /* The device's graph takes the flash path (saved state: one log-sum-exp per
  * row) exactly for head sizes 16, 32, 64 and 128; the others keep P. */
 static void check_attn_paths(st_device *dev, const attn_ctx *cases, size_t n) {
@@ -393,6 +407,14 @@ int main(void) {
                          (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
                 run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p,
                          p == ST_PREC_BF16 ? 0.05 : 0, dev, seed + k++);
+            }
+            if (p == ST_PREC_BF16 && m == 1) { /* a flash case's tiles from fp32 storage, forward */
+                attn_ctx c = attn[5];
+                c.mode = IN_PLAIN;
+                snprintf(label, sizeof label, "%s attention B%lld T%lld C%lld nh%lld (input, bf16 values)",
+                         pn, (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh);
+                run_prec(label, build_attn, fill_bf16_inputs, &c, rt, at, true, c.B * c.nh * c.T * c.T, p,
+                         0.05, dev, seed + k++);
             }
             const size_t ci[] = {0, 2, 3};
             for (size_t j = 0; j < 3; j++) {

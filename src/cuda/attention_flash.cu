@@ -3,9 +3,10 @@
  *
  * Forward, one block per 64 queries of one (b, h), four warps of 16 query
  * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
- * bf16, the next tile fetched into registers while the warps work on the
- * current one (tile_regs: global latency hidden behind the products, which
- * the first H200 profile showed stalled behind every synchronous tile load);
+ * bf16, in two buffers: the next tile loads by cp.async while the warps
+ * work on the current one (tile_load: global latency hidden behind the
+ * products, which the first H200 profile showed stalled behind every
+ * synchronous tile load; one barrier a tile, no registers held for it);
  * causal: tiles after the block's last query are never loaded, a warp skips
  * a tile whose keys all follow its queries. Per tile, per warp, on mma.sync
  * (mma.cuh) with everything in registers: S = Q K^T, the online softmax
@@ -42,8 +43,7 @@
  * four warps of 16 keys) walks the query tiles from its first key on: S^T
  * = K Q^T, dP^T = V dY^T, P^T from lse, dV += P^T dY, dK += dS^T Q scale.
  * Both on mma.sync like forward, S, dP, P and dS in registers; the next
- * tile is fetched into registers during the current tile's products, as
- * forward's.
+ * tile loads during the current tile's products, as forward's.
  * Every element of dqkv is written by one thread in a fixed order:
  * deterministic.
  * Tensor-core products per tile: 3 forward, 3 in dQ's kernel and 4 in
@@ -142,14 +142,13 @@ static __device__ void store_acc(const float (*o)[4], st_fbuf dst, int64_t ld, i
 /* A tile of ROWS rows (row0.. of a (T, ld) matrix in either storage) by D
  * columns, fetched by the block's NT threads into registers as bf16, eight
  * values a 16-byte register group, then put into shared memory as rows
- * ([row][col], ld ldd); rows at or past T are zeros. The kernels fetch the
- * next tile before they work on the current one, so its global loads
- * overlap the tile's products rather than stall the block between them.
- * Thread e holds row e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte
- * row stores land in distinct banks (ldd = D + 8, an odd number of 16-byte
- * units, which also keeps ldmatrix's eight rows of a matrix in distinct
- * banks). From bf16 storage with 16-byte aligned rows (the graph's arenas)
- * one 16-byte load, else eight loads converted. */
+ * ([row][col], ld ldd); rows at or past T are zeros. Thread e holds row
+ * e % ROWS, columns 8 (e / ROWS).. : a warp's 16-byte row stores land in
+ * distinct banks (ldd = D + 8, an odd number of 16-byte units, which also
+ * keeps ldmatrix's eight rows of a matrix in distinct banks). From bf16
+ * storage with 16-byte aligned rows (the graph's arenas) one 16-byte load,
+ * else eight loads converted. The loads of Q, dY, K and V that a block
+ * makes once, and every tile whose storage is not bf16 (tile_load). */
 template <int D, int ROWS, int NT> struct tile_regs {
     enum { CHUNKS = ROWS * D / 8, N = (CHUNKS + NT - 1) / NT };
     uint4 v[N];
@@ -192,6 +191,48 @@ static __device__ void load_rows64(bf16 *dst, int ldd, st_fbuf src, int64_t ld, 
     }
 }
 
+/* Whether tiles of src copy 16 bytes at a time as they are: bf16 storage,
+ * 16-byte aligned rows. */
+static __device__ __forceinline__ bool tile_fast(st_fbuf src, int64_t ld) {
+    return src.t == ST_PREC_BF16 && ((uintptr_t)src.p & 15) == 0 && ld % 8 == 0;
+}
+
+/* A tile at once through registers: tile_load's path for storage other than
+ * bf16, out of line so that its registers do not weigh on the kernels'
+ * loops. */
+template <int D, int ROWS, int NT>
+static __device__ ST_NOINLINE void tile_put_now(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0,
+                                                int T) {
+    tile_regs<D, ROWS, NT> t;
+    t.fetch(src, ld, row0, T);
+    t.put(dst, ldd);
+}
+
+/* A tile as tile_regs lays it out, by cp.async when `fast` (tile_fast):
+ * complete only after st_cp_async_wait and a barrier, so that it loads
+ * while the block works on the previous tile, in the other of two buffers
+ * (one barrier a tile, no registers held). Thread e copies 16 bytes of row
+ * e / (D / 8), so a warp reads whole rows. Otherwise at once, through
+ * registers. */
+template <int D, int ROWS, int NT>
+static __device__ __forceinline__ void tile_load(bf16 *dst, int ldd, st_fbuf src, int64_t ld, int row0, int T,
+                                                 bool fast) {
+    if (fast) {
+        enum { PER_ROW = D / 8, CHUNKS = ROWS * PER_ROW, N = (CHUNKS + NT - 1) / NT };
+        const bf16 *base = (const bf16 *)src.p;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int e = threadIdx.x + k * NT, r = e / PER_ROW, c = e % PER_ROW * 8;
+            if (e >= CHUNKS) continue;
+            const bool ok = row0 + r < T; /* else zeros (row 0 named, not read) */
+            st_cp_async16(dst + r * ldd + c, base + (int64_t)(ok ? row0 + r : 0) * ld + c, ok);
+        }
+        st_cp_async_commit();
+    } else {
+        tile_put_now<D, ROWS, NT>(dst, ldd, src, ld, row0, T);
+    }
+}
+
 /* ---- forward ------------------------------------------------------------- */
 /* Forward on mma.sync (mma.cuh): a block per 64 queries of one (b, h), a
  * warp per 16 of them. Per key tile the warp's scores S (16 x BK) stay in
@@ -211,8 +252,10 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
         KD = D / 16,
         ND = D / 8
     };
-    __shared__ __align__(16) bf16 ks[QR * LDK]; /* Q's 64 rows first, then each K tile */
-    __shared__ __align__(16) bf16 vs[BK * LDK]; /* each V tile */
+    /* Q's 64 rows first, then the K tiles in two buffers (BK rows each): the
+     * next one loads (cp.async) while the warps work on the current one */
+    __shared__ __align__(16) bf16 ks[(QR > 2 * BK ? QR : 2 * BK) * LDK];
+    __shared__ __align__(16) bf16 vs[2 * BK * LDK]; /* the V tiles, likewise */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64; /* the longest rows first */
@@ -232,26 +275,27 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb; m in base 2 */
     const float sl = f.scale * FLASH_LOG2E;
     const int kend = q0 + 64 < T ? q0 + 64 : T;
-    tile_regs<D, BK, 128> kr, vr; /* the next K and V tiles */
-    kr.fetch(st_fbuf_at(qg, C), C3, 0, T);
-    vr.fetch(st_fbuf_at(qg, 2 * C), C3, 0, T);
-    for (int k0 = 0; k0 < kend; k0 += BK) {
-        __syncthreads(); /* the last tile (or Q) is read */
-        kr.put(ks, LDK);
-        vr.put(vs, LDK);
-        __syncthreads();
+    const st_fbuf kg = st_fbuf_at(qg, C), vg = st_fbuf_at(qg, 2 * C);
+    const bool kfast = tile_fast(kg, C3), vfast = tile_fast(vg, C3);
+    __syncthreads(); /* Q's fragments are read */
+    tile_load<D, BK, 128>(ks, LDK, kg, C3, 0, T, kfast);
+    tile_load<D, BK, 128>(vs, LDK, vg, C3, 0, T, vfast);
+    for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {
+        st_cp_async_wait();
+        __syncthreads();      /* this tile is in buffer buf; the other one's last tile is read */
         if (k0 + BK < kend) { /* in flight during this tile's products */
-            kr.fetch(st_fbuf_at(qg, C), C3, k0 + BK, T);
-            vr.fetch(st_fbuf_at(qg, 2 * C), C3, k0 + BK, T);
+            tile_load<D, BK, 128>(ks + (buf ^ 1) * BK * LDK, LDK, kg, C3, k0 + BK, T, kfast);
+            tile_load<D, BK, 128>(vs + (buf ^ 1) * BK * LDK, LDK, vg, C3, k0 + BK, T, vfast);
         }
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
+        const bf16 *kt = ks + buf * BK * LDK, *vt = vs + buf * BK * LDK;
         float s[NK][4] = {};
 #pragma unroll
         for (int n = 0; n < NK; n += 2) /* S = Q K^T, keys k0 + 8n .. */
 #pragma unroll
             for (int kd = 0; kd < KD; kd++) {
                 uint32_t kb[4];
-                b_pair_nk(kb, ks, LDK, n, kd * 16);
+                b_pair_nk(kb, kt, LDK, n, kd * 16);
                 st_mma_16816(s[n], qf[kd], kb);
                 st_mma_16816(s[n + 1], qf[kd], kb + 2);
             }
@@ -308,7 +352,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
                 uint32_t vb[4];
-                b_pair_kn(vb, vs, LDK, n, kk * 16);
+                b_pair_kn(vb, vt, LDK, n, kk * 16);
                 st_mma_16816(o[n], hi, vb);
                 st_mma_16816(o[n], lo, vb);
                 st_mma_16816(o[n + 1], hi, vb + 2);
@@ -379,8 +423,9 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
  * tile's rows by ldmatrix.trans. */
 template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dq_mma(st_flash f) {
     enum { BK = D <= 64 ? 32 : 16, LDK = D + 8, NK = BK / 8, KD = D / 16, ND = D / 8 };
-    __shared__ __align__(16) bf16 ks[64 * LDK]; /* Q's, then dY's 64 rows first; then K tiles */
-    __shared__ __align__(16) bf16 vs[BK * LDK]; /* V tiles */
+    /* Q's, then dY's 64 rows first; then the K tiles in two buffers */
+    __shared__ __align__(16) bf16 ks[(64 > 2 * BK ? 64 : 2 * BK) * LDK];
+    __shared__ __align__(16) bf16 vs[2 * BK * LDK]; /* the V tiles, two buffers */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int nqt = (T + 63) / 64, q0 = (nqt - 1 - (int)blockIdx.x) * 64;
@@ -405,21 +450,22 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
     float dq[ND][4] = {};
     const int kend = q0 + 64 < T ? q0 + 64 : T;
-    tile_regs<D, BK, 128> kr, vr; /* the next K and V tiles */
-    kr.fetch(st_fbuf_at(qg, C), C3, 0, T);
-    vr.fetch(st_fbuf_at(qg, 2 * C), C3, 0, T);
-    for (int k0 = 0; k0 < kend; k0 += BK) {
-        __syncthreads(); /* the last tile (or dY) is read */
-        kr.put(ks, LDK);
-        vr.put(vs, LDK);
-        __syncthreads();
+    const st_fbuf kg = st_fbuf_at(qg, C), vg = st_fbuf_at(qg, 2 * C);
+    const bool kfast = tile_fast(kg, C3), vfast = tile_fast(vg, C3);
+    __syncthreads(); /* dY's fragments are read */
+    tile_load<D, BK, 128>(ks, LDK, kg, C3, 0, T, kfast);
+    tile_load<D, BK, 128>(vs, LDK, vg, C3, 0, T, vfast);
+    for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {
+        st_cp_async_wait();
+        __syncthreads();      /* this tile is in buffer buf; the other one's last tile is read */
         if (k0 + BK < kend) { /* in flight during this tile's products */
-            kr.fetch(st_fbuf_at(qg, C), C3, k0 + BK, T);
-            vr.fetch(st_fbuf_at(qg, 2 * C), C3, k0 + BK, T);
+            tile_load<D, BK, 128>(ks + (buf ^ 1) * BK * LDK, LDK, kg, C3, k0 + BK, T, kfast);
+            tile_load<D, BK, 128>(vs + (buf ^ 1) * BK * LDK, LDK, vg, C3, k0 + BK, T, vfast);
         }
         if (k0 > qw + 15) continue;
+        const bf16 *kt = ks + buf * BK * LDK, *vt = vs + buf * BK * LDK;
         float s[NK][4] = {}, dp[NK][4] = {};
-        two_products<NK, KD>(s, qf, ks, dp, gf, vs, LDK); /* S = Q K^T, dP = dY V^T */
+        two_products<NK, KD>(s, qf, kt, dp, gf, vt, LDK); /* S = Q K^T, dP = dY V^T */
         const bool edge = k0 + BK - 1 > qw || k0 + BK > T; /* a key after a query of the warp, or past T */
 #pragma unroll
         for (int n = 0; n < NK; n++)
@@ -437,7 +483,7 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
                 uint32_t kb[4];
-                b_pair_kn(kb, ks, LDK, n, kk * 16);
+                b_pair_kn(kb, kt, LDK, n, kk * 16);
                 st_mma_16816(dq[n], a, kb);
                 st_mma_16816(dq[n + 1], a, kb + 2);
             }
@@ -454,11 +500,12 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
  * D), both rounded to bf16 in place as the A operands of dV += P^T dY and
  * dK += dS^T Q, whose B operands come from the dY and Q tiles' rows by
  * ldmatrix.trans. */
-template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(st_flash f) {
+template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) flash_dkv_mma(st_flash f) {
     enum { BQ = D <= 64 ? 32 : 16, LDK = D + 8, NQ = BQ / 8, KD = D / 16, ND = D / 8 };
-    __shared__ __align__(16) bf16 qs[64 * LDK]; /* K's, then V's 64 rows first; then Q tiles */
-    __shared__ __align__(16) bf16 gs[BQ * LDK]; /* dY tiles */
-    __shared__ float lse_s[BQ], dsum_s[BQ];     /* lse in base 2 (times log2(e)) */
+    /* K's, then V's 64 rows first; then the Q tiles in two buffers */
+    __shared__ __align__(16) bf16 qs[(64 > 2 * BQ ? 64 : 2 * BQ) * LDK];
+    __shared__ __align__(16) bf16 gs[2 * BQ * LDK]; /* the dY tiles, two buffers */
+    __shared__ float lse_s[2][BQ], dsum_s[2][BQ];   /* the tiles' rows' lse and D */
     const int T = f.T, C = f.C;
     const int64_t C3 = 3 * (int64_t)C;
     const int k0 = (int)blockIdx.x * 64; /* the first keys see the most queries: first */
@@ -478,34 +525,30 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
     __syncthreads();
     a_frags<KD>(vf, qs + warp * 16 * LDK, LDK);
     float dk[ND][4] = {}, dv[ND][4] = {};
-    /* the next Q and dY tiles and their rows' lse and D (threads < BQ) */
-    tile_regs<D, BQ, 128> qr, gr;
-    float lse_r = 0.0f, dsum_r = 0.0f;
-    const auto fetch = [&](int i0) {
-        qr.fetch(qg, C3, i0, T);
-        gr.fetch(gg, C, i0, T);
-        const int i = i0 + threadIdx.x;
-        if (threadIdx.x < BQ && i < T) {
-            lse_r = f.lse[(int64_t)bh * T + i] * FLASH_LOG2E;
-            dsum_r = f.dsum[(int64_t)bh * T + i];
-        } else {
-            lse_r = dsum_r = 0.0f;
+    const bool qfast = tile_fast(qg, C3), gfast = tile_fast(gg, C);
+    /* the Q and dY tiles from query i0 and their rows' lse and D into buffer bf */
+    const auto load = [&](int i0, int bf) {
+        tile_load<D, BQ, 128>(qs + bf * BQ * LDK, LDK, qg, C3, i0, T, qfast);
+        tile_load<D, BQ, 128>(gs + bf * BQ * LDK, LDK, gg, C, i0, T, gfast);
+        if (threadIdx.x < BQ) {
+            const int i = i0 + threadIdx.x;
+            const int64_t at = (int64_t)bh * T + (i < T ? i : 0);
+            st_cp_async4(&lse_s[bf][threadIdx.x], f.lse + at, i < T);
+            st_cp_async4(&dsum_s[bf][threadIdx.x], f.dsum + at, i < T);
+            st_cp_async_commit();
         }
     };
-    fetch(k0);
-    for (int i0 = k0; i0 < T; i0 += BQ) { /* queries before k0 see none of these keys */
-        __syncthreads();
-        qr.put(qs, LDK);
-        gr.put(gs, LDK);
-        if (threadIdx.x < BQ) {
-            lse_s[threadIdx.x] = lse_r;
-            dsum_s[threadIdx.x] = dsum_r;
-        }
-        __syncthreads();
-        if (i0 + BQ < T) fetch(i0 + BQ); /* in flight during this tile's products */
-        if (i0 + BQ - 1 < kw) continue; /* every query before every key of this warp */
+    __syncthreads(); /* V's fragments are read */
+    load(k0, 0);
+    for (int i0 = k0, buf = 0; i0 < T; i0 += BQ, buf ^= 1) { /* queries before k0 see none of these keys */
+        st_cp_async_wait();
+        __syncthreads(); /* this tile is in buffer buf; the other one's last tile is read */
+        if (i0 + BQ < T) load(i0 + BQ, buf ^ 1); /* in flight during this tile's products */
+        if (i0 + BQ - 1 < kw) continue;          /* every query before every key of this warp */
+        const bf16 *qt = qs + buf * BQ * LDK, *gt = gs + buf * BQ * LDK;
+        const float *lse_t = lse_s[buf], *dsum_t = dsum_s[buf];
         float st[NQ][4] = {}, dpt[NQ][4] = {};
-        two_products<NQ, KD>(st, kf, qs, dpt, vf, gs, LDK); /* S^T = K Q^T, dP^T = V dY^T */
+        two_products<NQ, KD>(st, kf, qt, dpt, vf, gt, LDK); /* S^T = K Q^T, dP^T = V dY^T */
         /* a query before a key of the warp, a query past T or a key past T */
         const bool edge = i0 < kw + 15 || i0 + BQ > T || kw + 16 > T;
 #pragma unroll
@@ -513,10 +556,10 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int c = n * 8 + 2 * t + (i & 1), q = i0 + c, k = i < 2 ? ka : kb;
-                const float e = ex2(fmaf(st[n][i], sl, -lse_s[c]));
+                const float e = ex2(fmaf(st[n][i], sl, -lse_t[c] * FLASH_LOG2E));
                 const float p = !edge || (q >= k && q < T && k < T) ? e : 0.0f;
                 st[n][i] = p;
-                dpt[n][i] = p * (dpt[n][i] - dsum_s[c]); /* dS^T */
+                dpt[n][i] = p * (dpt[n][i] - dsum_t[c]); /* dS^T */
             }
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) { /* over queries i0 + 16 kk .. */
@@ -526,8 +569,8 @@ template <int D> static __global__ void __launch_bounds__(128, 2) flash_dkv_mma(
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
                 uint32_t gb[4], qb[4];
-                b_pair_kn(gb, gs, LDK, n, kk * 16);
-                b_pair_kn(qb, qs, LDK, n, kk * 16);
+                b_pair_kn(gb, gt, LDK, n, kk * 16);
+                b_pair_kn(qb, qt, LDK, n, kk * 16);
                 st_mma_16816(dv[n], pa, gb);
                 st_mma_16816(dv[n + 1], pa, gb + 2);
                 st_mma_16816(dk[n], da, qb);

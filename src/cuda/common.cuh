@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "cuda/cuda.h"
@@ -204,6 +205,58 @@ template <int VW> __device__ __forceinline__ void st_stv(st_fbuf b, int64_t i, c
                       : st_pack16<ST_PREC_FP16>(v[2 * k], v[2 * k + 1]);
         *(uint4 *)((uint16_t *)b.p + i) = make_uint4(w[0], w[1], w[2], w[3]);
     }
+}
+
+/* A device function kept out of line (its registers apart from its
+ * caller's): nvcc's __noinline__, which g++ (the emulator) spells as an
+ * attribute; libstdc++'s own uses of the attribute forbid defining the
+ * keyword itself there. */
+#ifdef ST_CUDA_EMU
+#define ST_NOINLINE __attribute__((noinline))
+#else
+#define ST_NOINLINE __noinline__
+#endif
+
+/* Asynchronous copies from global to shared memory (sm_80: cp.async), so
+ * that a tile's loads run while the block computes on the previous one
+ * without passing through registers: st_cp_async16 copies 16 bytes (both
+ * addresses 16-byte aligned), or writes 16 zero bytes when !ok (src is
+ * then not read, but must be a valid address); st_cp_async_commit closes
+ * the thread's group of copies (st_cp_async4: 4 bytes); st_cp_async_wait waits for all of its
+ * groups, after which a barrier makes every thread's copies visible. Under
+ * the CPU emulator the copy happens at once. */
+static __device__ __forceinline__ void st_cp_async16(void *dst, const void *src, bool ok) {
+#ifdef ST_CUDA_EMU
+    if (ok)
+        memcpy(dst, src, 16);
+    else
+        memset(dst, 0, 16);
+#else
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+#endif
+}
+/* The same for 4 bytes (both addresses 4-byte aligned). */
+static __device__ __forceinline__ void st_cp_async4(void *dst, const void *src, bool ok) {
+#ifdef ST_CUDA_EMU
+    if (ok)
+        memcpy(dst, src, 4);
+    else
+        memset(dst, 0, 4);
+#else
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+#endif
+}
+static __device__ __forceinline__ void st_cp_async_commit() {
+#ifndef ST_CUDA_EMU
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+static __device__ __forceinline__ void st_cp_async_wait() {
+#ifndef ST_CUDA_EMU
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
 }
 
 /* Blocks of `threads` covering n elements, capped for grid-stride loops. */
