@@ -70,10 +70,12 @@ typedef struct tolerance {
 static void parity(const char *label, const char *const *opt, const tolerance *t) {
     st_config c;
     st_run_result rh, rd;
-    const char *common[12];
+    const char *common[16];
     int n = 0;
     common[n++] = "train.steps=16";
-    for (int i = 0; opt[i] && n < 11; i++) common[n++] = opt[i];
+    common[n++] = "precision=fp32"; /* both sides' (auto is bf16 on a GPU); opt may set another after it */
+    for (int i = 0; opt[i] && n < 15; i++)
+        common[n++] = opt[i];
     common[n] = NULL;
     char host[64], dev[64];
     snprintf(host, sizeof host, "%s-cpu", label);
@@ -139,10 +141,11 @@ static void evaluate(void) {
     o.init = w;
     st_config c;
     st_run_result rh, rd;
-    CHECK_OK(tf_config(&c, root, "eval", NULL));
+    const char *fp32[] = {"precision=fp32", NULL}; /* as the run that made them (auto is bf16 on a GPU) */
+    CHECK_OK(tf_config(&c, root, "eval", fp32));
     CHECK_OK(st_config_set(&c, "train.device=cpu"));
     CHECK_OK(st_evaluate(&c, &o, &rh));
-    CHECK_OK(tf_config(&c, root, "eval", NULL));
+    CHECK_OK(tf_config(&c, root, "eval", fp32));
     CHECK_OK(st_config_set(&c, on_device));
     CHECK_OK(st_evaluate(&c, &o, &rd));
     close_rel("eval of the device's weights", "loss", rd.eval_loss, rh.eval_loss, 1e-5);
