@@ -225,13 +225,30 @@ static __device__ __forceinline__ void tile_load(bf16 *dst, int ldd, st_fbuf src
             const int e = threadIdx.x + k * NT, r = e / PER_ROW, c = e % PER_ROW * 8;
             if (e >= CHUNKS) continue;
             const bool ok = row0 + r < T; /* else zeros (row 0 named, not read) */
-            st_cp_async16(dst + r * ldd + c, base + (int64_t)(ok ? row0 + r : 0) * ld + c, ok);
+            st_cp_async<16>(dst + r * ldd + c, base + (int64_t)(ok ? row0 + r : 0) * ld + c, ok);
         }
         st_cp_async_commit();
     } else {
         tile_put_now<D, ROWS, NT>(dst, ldd, src, ld, row0, T);
     }
 }
+
+/* Where forward's and dQ's kernels read their K and V tiles: the (b, h)'s
+ * columns of qkv from qg (its Q), rows 3C apart. */
+template <int D, int BK> struct kv_tiles {
+    st_fbuf k, v;
+    int64_t ld;
+    int T;
+    bool kfast, vfast;
+    __device__ kv_tiles(st_fbuf qg, int C, int T_)
+        : k(st_fbuf_at(qg, C)), v(st_fbuf_at(qg, 2 * C)), ld(3 * (int64_t)C), T(T_), kfast(tile_fast(k, ld)),
+          vfast(tile_fast(v, ld)) {}
+    /* keys k0.. into buffer bf of ks and vs (BK rows each, ld ldk) */
+    __device__ void load(bf16 *ks, bf16 *vs, int ldk, int bf, int k0) const {
+        tile_load<D, BK, 128>(ks + bf * BK * ldk, ldk, k, ld, k0, T, kfast);
+        tile_load<D, BK, 128>(vs + bf * BK * ldk, ldk, v, ld, k0, T, vfast);
+    }
+};
 
 /* ---- forward ------------------------------------------------------------- */
 /* Forward on mma.sync (mma.cuh): a block per 64 queries of one (b, h), a
@@ -275,18 +292,14 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* rows qa and qb; m in base 2 */
     const float sl = f.scale * FLASH_LOG2E;
     const int kend = q0 + 64 < T ? q0 + 64 : T;
-    const st_fbuf kg = st_fbuf_at(qg, C), vg = st_fbuf_at(qg, 2 * C);
-    const bool kfast = tile_fast(kg, C3), vfast = tile_fast(vg, C3);
+    const kv_tiles<D, BK> kv(qg, C, T);
     __syncthreads(); /* Q's fragments are read */
-    tile_load<D, BK, 128>(ks, LDK, kg, C3, 0, T, kfast);
-    tile_load<D, BK, 128>(vs, LDK, vg, C3, 0, T, vfast);
+    kv.load(ks, vs, LDK, 0, 0);
     for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {
         st_cp_async_wait();
-        __syncthreads();      /* this tile is in buffer buf; the other one's last tile is read */
-        if (k0 + BK < kend) { /* in flight during this tile's products */
-            tile_load<D, BK, 128>(ks + (buf ^ 1) * BK * LDK, LDK, kg, C3, k0 + BK, T, kfast);
-            tile_load<D, BK, 128>(vs + (buf ^ 1) * BK * LDK, LDK, vg, C3, k0 + BK, T, vfast);
-        }
+        __syncthreads(); /* this tile is in buffer buf; the other one's last tile is read */
+        if (k0 + BK < kend)
+            kv.load(ks, vs, LDK, buf ^ 1, k0 + BK); /* in flight during this tile's products */
         if (k0 > qw + 15) continue; /* every key after every query of this warp */
         const bf16 *kt = ks + buf * BK * LDK, *vt = vs + buf * BK * LDK;
         float s[NK][4] = {};
@@ -450,18 +463,14 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
     a_frags<KD>(gf, ks + warp * 16 * LDK, LDK);
     float dq[ND][4] = {};
     const int kend = q0 + 64 < T ? q0 + 64 : T;
-    const st_fbuf kg = st_fbuf_at(qg, C), vg = st_fbuf_at(qg, 2 * C);
-    const bool kfast = tile_fast(kg, C3), vfast = tile_fast(vg, C3);
+    const kv_tiles<D, BK> kv(qg, C, T);
     __syncthreads(); /* dY's fragments are read */
-    tile_load<D, BK, 128>(ks, LDK, kg, C3, 0, T, kfast);
-    tile_load<D, BK, 128>(vs, LDK, vg, C3, 0, T, vfast);
+    kv.load(ks, vs, LDK, 0, 0);
     for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {
         st_cp_async_wait();
-        __syncthreads();      /* this tile is in buffer buf; the other one's last tile is read */
-        if (k0 + BK < kend) { /* in flight during this tile's products */
-            tile_load<D, BK, 128>(ks + (buf ^ 1) * BK * LDK, LDK, kg, C3, k0 + BK, T, kfast);
-            tile_load<D, BK, 128>(vs + (buf ^ 1) * BK * LDK, LDK, vg, C3, k0 + BK, T, vfast);
-        }
+        __syncthreads(); /* this tile is in buffer buf; the other one's last tile is read */
+        if (k0 + BK < kend)
+            kv.load(ks, vs, LDK, buf ^ 1, k0 + BK); /* in flight during this tile's products */
         if (k0 > qw + 15) continue;
         const bf16 *kt = ks + buf * BK * LDK, *vt = vs + buf * BK * LDK;
         float s[NK][4] = {}, dp[NK][4] = {};
@@ -533,8 +542,8 @@ template <int D> static __global__ void __launch_bounds__(128, D <= 64 ? 3 : 2) 
         if (threadIdx.x < BQ) {
             const int i = i0 + threadIdx.x;
             const int64_t at = (int64_t)bh * T + (i < T ? i : 0);
-            st_cp_async4(&lse_s[bf][threadIdx.x], f.lse + at, i < T);
-            st_cp_async4(&dsum_s[bf][threadIdx.x], f.dsum + at, i < T);
+            st_cp_async<4>(&lse_s[bf][threadIdx.x], f.lse + at, i < T);
+            st_cp_async<4>(&dsum_s[bf][threadIdx.x], f.dsum + at, i < T);
             st_cp_async_commit();
         }
     };

@@ -219,33 +219,25 @@ template <int VW> __device__ __forceinline__ void st_stv(st_fbuf b, int64_t i, c
 
 /* Asynchronous copies from global to shared memory (sm_80: cp.async), so
  * that a tile's loads run while the block computes on the previous one
- * without passing through registers: st_cp_async16 copies 16 bytes (both
- * addresses 16-byte aligned), or writes 16 zero bytes when !ok (src is
- * then not read, but must be a valid address); st_cp_async_commit closes
- * the thread's group of copies (st_cp_async4: 4 bytes); st_cp_async_wait waits for all of its
+ * without passing through registers: st_cp_async<N> copies N bytes (16 or
+ * 4; both addresses N-byte aligned), or writes N zero bytes when !ok (src
+ * is then not read, but must be a valid address); st_cp_async_commit
+ * closes the thread's group of copies; st_cp_async_wait waits for all of its
  * groups, after which a barrier makes every thread's copies visible. Under
  * the CPU emulator the copy happens at once. */
-static __device__ __forceinline__ void st_cp_async16(void *dst, const void *src, bool ok) {
+template <int N> static __device__ __forceinline__ void st_cp_async(void *dst, const void *src, bool ok) {
+    static_assert(N == 16 || N == 4, "cp.async of 16 or 4 bytes");
 #ifdef ST_CUDA_EMU
     if (ok)
-        memcpy(dst, src, 16);
+        memcpy(dst, src, N);
     else
-        memset(dst, 0, 16);
+        memset(dst, 0, N);
 #else
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-#endif
-}
-/* The same for 4 bytes (both addresses 4-byte aligned). */
-static __device__ __forceinline__ void st_cp_async4(void *dst, const void *src, bool ok) {
-#ifdef ST_CUDA_EMU
-    if (ok)
-        memcpy(dst, src, 4);
+    if (N == 16) /* .cg: through L2 only (a tile is read once a block) */
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
     else
-        memset(dst, 0, 4);
-#else
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 #endif
 }
 static __device__ __forceinline__ void st_cp_async_commit() {

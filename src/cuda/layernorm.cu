@@ -258,6 +258,14 @@ static bool ln_vec8(std::initializer_list<st_fbuf> rows, int64_t C) {
     return true;
 }
 
+/* dw and db += the chunks' partial sums (the work scratch: chunks x C for
+ * dw, then for db), when there are several (else the kernel added them). */
+static st_status ln_finish(st_graph *g, int64_t chunks, int64_t C, float *dw, float *db) {
+    if (chunks <= 1) return ST_OK;
+    ST_TRY(st_colsum_finish(g, g->work, chunks, C, dw));
+    return st_colsum_finish(g, g->work + chunks * C, chunks, C, db);
+}
+
 static st_status layernorm_forward(st_node *n, st_graph *g) {
     const int64_t R = n->args.i[ST_LAYERNORM_ROWS], C = n->args.i[ST_LAYERNORM_C];
     float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
@@ -300,10 +308,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         else
             launch(std::integral_constant<int, 4>());
         ST_CUDA_LAUNCHED();
-        if (chunks > 1) {
-            ST_TRY(st_colsum_finish(g, pw, chunks, C, dw));
-            ST_TRY(st_colsum_finish(g, pb, chunks, C, db));
-        }
+        ST_TRY(ln_finish(g, chunks, C, dw, db));
         st_graph_span(g, "layernorm backward", true, 0);
         return ST_OK;
     }
@@ -333,10 +338,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
                 <<<dim3((unsigned)((C + 31) / 32), (unsigned)chunks), block, 0, st_cuda_stream(g)>>>(
                     x, dy, mean, rstd, R, C, per, pw, pb, dw, db);
         ST_CUDA_LAUNCHED();
-        if (chunks > 1) {
-            ST_TRY(st_colsum_finish(g, pw, chunks, C, dw));
-            ST_TRY(st_colsum_finish(g, pb, chunks, C, db));
-        }
+        ST_TRY(ln_finish(g, chunks, C, dw, db));
         st_graph_span(g, "layernorm dw db", true, 0);
     }
     return ST_OK;

@@ -73,18 +73,25 @@ static __global__ void ldmatrix_check_kernel(uint64_t seed, float *out) {
     }
 }
 
+/* A check kernel (launch(out): one warp writing 32 x 8 floats) run into
+ * device memory and downloaded into h. */
+template <class L> static st_status run_check(st_device *d, const char *what, float h[32 * 8], L launch) {
+    void *buf = NULL;
+    ST_TRY(st_cuda_alloc(d, 32 * 8 * sizeof(float), &buf));
+    launch((float *)buf);
+    cudaError_t e = cudaGetLastError();
+    st_status s = e == cudaSuccess ? st_cuda_download(d, h, buf, 32 * 8 * sizeof(float))
+                                   : st_cuda_fail(d, e, what, __FILE__, __LINE__);
+    st_cuda_release(d, buf);
+    return s;
+}
+
 extern "C" st_status st_cuda_ldmatrix_check(st_device *d, uint64_t seed, int *mismatches,
                                             int *trans_mismatches) {
     *mismatches = *trans_mismatches = -1;
-    void *buf = NULL;
-    ST_TRY(st_cuda_alloc(d, 32 * 8 * sizeof(float), &buf));
     float h[32 * 8];
-    ldmatrix_check_kernel<<<1, 32, 0, d->compute>>>(seed, (float *)buf);
-    cudaError_t e = cudaGetLastError();
-    st_status s = e == cudaSuccess ? st_cuda_download(d, h, buf, sizeof h)
-                                   : st_cuda_fail(d, e, "the ldmatrix check's launch", __FILE__, __LINE__);
-    st_cuda_release(d, buf);
-    if (s != ST_OK) return s;
+    ST_TRY(run_check(d, "the ldmatrix check's launch", h,
+                     [&](float *out) { ldmatrix_check_kernel<<<1, 32, 0, d->compute>>>(seed, out); }));
     *mismatches = *trans_mismatches = 0;
     for (int i = 0; i < 32 * 8; i++)
         if (h[i] != 0.0f) ++*(i % 8 < 4 ? mismatches : trans_mismatches);
@@ -93,15 +100,9 @@ extern "C" st_status st_cuda_ldmatrix_check(st_device *d, uint64_t seed, int *mi
 
 extern "C" st_status st_cuda_mma_check(st_device *d, uint64_t seed, double *max_err) {
     *max_err = INFINITY;
-    void *buf = NULL;
-    ST_TRY(st_cuda_alloc(d, 32 * 8 * sizeof(float), &buf));
     float h[32 * 8];
-    mma_check_kernel<<<1, 32, 0, d->compute>>>(seed, (float *)buf);
-    cudaError_t e = cudaGetLastError();
-    st_status s = e == cudaSuccess ? st_cuda_download(d, h, buf, sizeof h)
-                                   : st_cuda_fail(d, e, "the mma.sync check's launch", __FILE__, __LINE__);
-    st_cuda_release(d, buf);
-    if (s != ST_OK) return s;
+    ST_TRY(run_check(d, "the mma.sync check's launch", h,
+                     [&](float *out) { mma_check_kernel<<<1, 32, 0, d->compute>>>(seed, out); }));
     /* products of bf16 values are exact in fp32; only the order of the 16
      * sums differs: a few fp32 units of the sum's scale */
     double worst = 0;
