@@ -42,8 +42,7 @@
 /* Bytes of a logit in the chunk: 16-bit storage in a bf16 or fp16 graph on
  * (or laid out for) a device, as the plain linear's output would be. */
 static int64_t chunk_elem(const st_graph *g) {
-    const bool dev = (g->dev && !g->params_only) || g->device_layout; /* graph.c choose_storage's rule */
-    return g->params->precision != ST_PREC_FP32 && dev ? 2 : 4;
+    return g->params->precision != ST_PREC_FP32 && st_graph_device_laid_out(g) ? 2 : 4;
 }
 
 static int64_t chunk_rows(int64_t R, int64_t V, int64_t elem) {
@@ -74,8 +73,7 @@ static int64_t padded_vocab(int64_t V) { return (V + 63) / 64 * 64; }
  * weight's storage (16-bit in a bf16/fp16 run, as the chunk); none on the
  * CPU. */
 static int64_t wcopy_floats(const st_graph *g, int64_t V, int64_t C) {
-    const bool dev = (g->dev && !g->params_only) || g->device_layout; /* as chunk_elem */
-    return dev ? chunk_floats(padded_vocab(V), C, chunk_elem(g)) : 0;
+    return st_graph_device_laid_out(g) ? chunk_floats(padded_vocab(V), C, chunk_elem(g)) : 0;
 }
 
 st_status st_linear_ce_check_grads(const st_node *n) {

@@ -536,7 +536,7 @@ static st_status choose_storage(st_graph *g) {
     const st_precision prec = g->params->precision;
     for (int i = 0; i < g->n_acts; i++)
         g->acts[i]->store = ST_PREC_FP32;
-    if (prec == ST_PREC_FP32 || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
+    if (prec == ST_PREC_FP32 || !st_graph_device_laid_out(g)) return ST_OK;
     bool *ok = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     if (!ok) return st_fail(ST_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->n_acts; i++) {
@@ -590,7 +590,7 @@ static int *count_uses(const st_graph *g) {
 static st_status fuse_gelu(st_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].fwd_fuses_next = g->nodes[i].bwd_fuses_prev = false;
-    if (!g->fuse_gelu || g->keep_acts || !((g->dev && !g->params_only) || g->device_layout)) return ST_OK;
+    if (!g->fuse_gelu || g->keep_acts || !st_graph_device_laid_out(g)) return ST_OK;
     int *uses = count_uses(g);
     if (!uses) return st_fail(ST_ERR_NOMEM, "out of memory");
     const st_precision prec = g->params->precision;

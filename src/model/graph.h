@@ -295,6 +295,14 @@ struct st_graph {
     void (*span_hook)(void *ctx, const char *what, bool end, double flops);
 };
 
+/* Whether the graph's tensors are laid out as a CUDA device holds them
+ * (16-bit activation storage in a bf16/fp16 run, the device's fusions and
+ * scratch): on a device, or sized as one would be (device_layout), but not
+ * for a params_only graph's sizes. */
+static inline bool st_graph_device_laid_out(const st_graph *g) {
+    return (g->dev && !g->params_only) || g->device_layout;
+}
+
 /* Mark the start (end false) or the end of a product or kernel `what` inside
  * the running node (st_graph.span_hook), with a product's FLOPs at the end. */
 static inline void st_graph_span(const st_graph *g, const char *what, bool end, double flops) {
