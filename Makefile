@@ -57,6 +57,17 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NCCL_HOME ?= $(CUDA_HOME)
 NCCL ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
 NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCCL_HOME)/lib/libnccl.so*)))
+# cuDNN's fused attention (src/cuda/attention_cudnn.cpp, model.attention_kernel):
+# cuDNN from CUDNN_HOME (include/cudnn.h, lib64/ or lib/ holding libcudnn.so
+# or only libcudnn.so.9 as pip's nvidia-cudnn packages have it) and NVIDIA's
+# header-only cudnn-frontend from CUDNN_FE (scripts/deps.sh fetches it);
+# CUDNN=0 when either is missing, and model.attention_kernel=cudnn then says
+# it was left out. The file is host code: the host compiler builds it, at
+# -O1 (graph set-up, run once per shape; nvcc took minutes on its headers).
+CUDNN_HOME ?= $(CUDA_HOME)
+CUDNN_FE ?= .tools/cudnn-frontend/include
+CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h)),1,0)
+CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so* $(CUDNN_HOME)/lib/libcudnn.so*)))
 ifeq ($(CUDA),1)
 CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
@@ -65,6 +76,12 @@ ifeq ($(NCCL),1)
 NCCL_FLAGS := -DST_HAVE_NCCL -I$(NCCL_HOME)/include
 CUDA_CFLAGS += -DST_HAVE_NCCL
 CUDA_LIBS := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) $(if $(wildcard $(NCCL_LIBDIR)libnccl.so),-lnccl,-l:libnccl.so.2) $(CUDA_LIBS)
+endif
+ifeq ($(CUDNN),1)
+CUDNN_FLAGS := -DST_HAVE_CUDNN
+CUDA_CFLAGS += -DST_HAVE_CUDNN
+CUDNN_SRC := src/cuda/attention_cudnn.cpp
+CUDA_LIBS := -L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR) $(if $(wildcard $(CUDNN_LIBDIR)libcudnn.so),-lcudnn,-l:libcudnn.so.9) -lnvrtc $(CUDA_LIBS)
 endif
 endif
 # CUDA_EMU=1 (`make emu`, into build-emu): the same CUDA sources compiled
@@ -75,10 +92,14 @@ endif
 # ranks (no libnccl is linked), so src/cuda/comm_nccl.cu runs too.
 # -fno-strict-aliasing: kernels move bf16 data as uint4 or 32-bit words
 # through casts, as CUDA code does; g++ at -O2 may otherwise reorder them.
+# cuDNN is not emulated: model.attention_kernel=cudnn says so there.
 CUDA_EMU ?= 0
 ifeq ($(CUDA_EMU),1)
 CUDA := 1
 NCCL := 1
+CUDNN := 0
+CUDNN_FLAGS :=
+CUDNN_SRC :=
 NCCL_FLAGS := -DST_HAVE_NCCL
 CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/include
 CUDA_LIBS := -lstdc++
@@ -90,7 +111,7 @@ EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -fno-strict-aliasing -D_GNU_S
 	-Itests/cudaemu -I$(CUDA_HOME)/include $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(NCCL_FLAGS) $(MPI_CFLAGS)
 endif
 NVCC_WERROR = $(if $(strip $(WERROR)),-Werror all-warnings -Xcompiler -Werror)
-NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \
+NVCCFLAGS = -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -DST_HAVE_CUDA $(NCCL_FLAGS) $(CUDNN_FLAGS) -D_GNU_SOURCE -Iinclude -Isrc \
 	-Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation $(NVCC_WERROR)
 
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(MATHFLAGS) -g -fopenmp $(WARN) -Iinclude -Isrc $(DEPS_CFLAGS) -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
@@ -103,7 +124,8 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c tests/mpi/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 HEADERS := $(wildcard include/scaletrain/*.h src/*/*.h tests/*.h)
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(EMU_SRC:%.cpp=$(BUILD)/obj/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(EMU_SRC:%.cpp=$(BUILD)/obj/%.o) \
+	$(CUDNN_SRC:%.cpp=$(BUILD)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
@@ -138,6 +160,11 @@ else
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/src/cuda/attention_cudnn.o: src/cuda/attention_cudnn.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -D_GNU_SOURCE -DCUDNN_FRONTEND_SKIP_JSON_LIB -Wall -Wextra $(if $(strip $(WERROR)),-Werror) \
+		-Iinclude -Isrc -I$(CUDNN_HOME)/include -I$(CUDA_HOME)/include -isystem $(CUDNN_FE) -MMD -MP -c $< -o $@
 endif
 
 $(BUILD)/libscaletrain.a: $(LIB_OBJ)

@@ -16,13 +16,15 @@ scaletrain runs in bf16 when the device accepts it; otherwise (bf16 refused,
 as before the bf16 kernels exist) in fp32, which the table says, with the
 reason in the notes. A batch that runs out of memory is halved. Nothing here
 crashes on a failed side: its row says "failed" and the exit status is 1.
-With --offload, --selective, --plain-head and --gelu-layer, scaletrain's
-gpt2 runs again with optim.offload, with selective activation checkpointing,
-with model.fused_head=off and with model.fused_gelu=off, and a note gives
-each one's step time and peak GPU memory against the run without (and, for
-selective, whether the final loss is the same: to the bit where the GELU is
-its own layer, within roundings where forward fuses it, which selective does
-not; for the plain head and the GELU layer, how far it is). With --profile
+With --cudnn-attention, --offload, --selective, --plain-head and
+--gelu-layer, scaletrain's gpt2 runs again with model.attention_kernel=cudnn
+(cuDNN's fused attention), with optim.offload, with selective activation
+checkpointing, with model.fused_head=off and with model.fused_gelu=off, and
+a note gives each one's step time and peak GPU memory against the run
+without (and, for selective, whether the final loss is the same: to the bit
+where the GELU is its own layer, within roundings where forward fuses it,
+which selective does not; for cuDNN, the plain head and the GELU layer, how
+far it is; for cuDNN also how many attention passes it ran). With --profile
 it runs again with the profiler trace over two steps after the warm-up and
 notes where the step went on the GPU (bench/trace_summary.py: each stream's
 busy share, the layer kinds' GPU time per step); with --out the trace and
@@ -263,7 +265,9 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
                 f"{ms:.1f} ms/step with the trace's events): attention forward + backward {attn:.2f} ms per "
                 "step (against PyTorch's SDPA alone, its note); " + trace_summary.one_line(r) +
                 (f"; the trace and its table: {kept}, {model}_trace.md" if kept else ""))
-    if key in ("plain_head", "gelu_layer") or (key == "selective" and fused_gelu_forward(st)):
+    if key == "cudnn_attention":
+        note += f"; cuDNN ran {r['j'].get('attention_cudnn_calls', 0)} attention passes"
+    if key in ("plain_head", "gelu_layer", "cudnn_attention") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
@@ -284,6 +288,9 @@ PROFILE_STEPS = (2, 3)  # after the warm-up steps
 VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
     "profile": (["log.trace=true", f"log.trace_steps=[{PROFILE_STEPS[0] + WARMUP},{PROFILE_STEPS[1] + WARMUP}]"],
                 "the profiler trace (--profile: the GPU's own timeline, per stream)"),
+    "cudnn_attention": (["model.attention_kernel=cudnn"],
+                        "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
+                        "kernels)"),
     "gelu_layer": (["model.fused_gelu=off"],
                    "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
     "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
@@ -483,6 +490,9 @@ def main():
     p.add_argument("--plain-head", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_head=off (the logits kept, as PyTorch keeps "
                         "them) and note its step time and memory against the run with the default")
+    p.add_argument("--cudnn-attention", action="store_true",
+                   help="also run scaletrain's gpt2 with model.attention_kernel=cudnn (cuDNN's fused attention) "
+                        "and note its step time, memory and loss against the run with scaletrain's flash kernels")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

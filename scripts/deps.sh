@@ -26,3 +26,34 @@ if [ -x "$py" ] && ! "$py" -c 'import tensorboard' 2>/dev/null; then
         "$py" -m pip install -q tensorboard ||
         echo "deps: could not install tensorboard with pip; tests/py/test_tensorboard.py will skip"
 fi
+# NVIDIA's cudnn-frontend (header-only C++, PyPI's nvidia-cudnn-frontend
+# wheel holds its include/), for cuDNN's fused attention
+# (src/cuda/attention_cudnn.cpp, model.attention_kernel): into
+# .tools/cudnn-frontend/include (ignored by git), when the CUDA toolkit has
+# cuDNN. Not fatal: without it the build leaves cuDNN's attention out and
+# says so when asked for it.
+fe_version=1.32.0
+fe_dir=.tools/cudnn-frontend
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$cuda_home/include/cudnn.h" ] && [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
+    echo "fetching: cudnn-frontend $fe_version headers (pip download nvidia-cudnn-frontend) into $fe_dir"
+    tmp=$(mktemp -d)
+    if "$py" -m pip download -q --no-deps --only-binary :all: -d "$tmp" "nvidia-cudnn-frontend==$fe_version" 2>/dev/null &&
+        "$py" - "$tmp" "$fe_dir" <<'PY'
+import glob, os, sys, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+z = zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0])
+names = [n for n in z.namelist() if n.startswith("include/")]
+if not any(n == "include/cudnn_frontend.h" for n in names):
+    sys.exit("the wheel holds no include/cudnn_frontend.h")
+z.extractall(dest + ".part", names)
+os.rename(dest + ".part", dest)
+PY
+    then
+        echo "cudnn-frontend $fe_version: $(find "$fe_dir/include" -name '*.h' | wc -l) headers in $fe_dir/include"
+    else
+        rm -rf "$fe_dir.part"
+        echo "deps: could not fetch cudnn-frontend; the build leaves cuDNN's attention out"
+    fi
+    rm -rf "$tmp"
+fi

@@ -24,11 +24,12 @@
 #
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
-# --profile, --gelu-layer, --offload, --selective and --plain-head, in that
+# --profile, --cudnn-attention, --gelu-layer, --offload, --selective and --plain-head, in that
 # order while the budget lasts: gpt2 again with the profiler trace (where
 # the step went on the GPU, per stream and layer kind: gpt2_trace.json and
 # gpt2_trace.md beside gpu_bench.md, bench/trace_summary.py), with
-# model.fused_gelu=off (GELU as its own kernels: what the epilogue fusion
+# model.attention_kernel=cudnn (cuDNN's fused attention against the flash
+# kernels), with model.fused_gelu=off (GELU as its own kernels: what the epilogue fusion
 # saves), with optim.offload, with selective activation checkpointing and
 # with model.fused_head=off (the logits kept), each against its run
 # without), with the
@@ -40,8 +41,8 @@
 #
 # On the development machine:  scripts/gpu-fetch-debs.sh
 #   (and for the training run: mkdir -p .data && cp -r /usr/share/datasets/fashion-mnist .data/)
-# Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs", ".data"], timeout_s=600)
-#   the benchmark alone:  run(command="GPU_BENCH=only bash scripts/gpu-session.sh", carry=[".debs"], timeout_s=600)
+# Device tool:  run(command="bash scripts/gpu-session.sh", carry=[".debs", ".data", ".tools/cudnn-frontend"], timeout_s=600)
+#   the benchmark alone:  run(command="GPU_BENCH=only bash scripts/gpu-session.sh", carry=[".debs", ".tools/cudnn-frontend"], timeout_s=600)
 # Locally (no GPU: the CUDA tests skip): JOBS=1 BUILD=build-gpu OUT=/tmp/gs scripts/gpu-session.sh
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
@@ -167,6 +168,26 @@ if [ ! -f "${cuda_home:-/usr/local/cuda}/include/nccl.h" ]; then
         make_args+=(NCCL=0)
     fi
 fi
+# cuDNN (model.attention_kernel=cudnn, src/cuda/attention_cudnn.cpp): the
+# toolkit's when it has cudnn.h, else pip's nvidia-cudnn package (the folder
+# under site-packages/nvidia holding include/cudnn.h), with cudnn-frontend's
+# headers carried in .tools/cudnn-frontend (scripts/deps.sh fetches them on
+# the development machine); without either, CUDNN=0 and the cuDNN cases and
+# benchmark variant say it was left out.
+if [ ! -f .tools/cudnn-frontend/include/cudnn_frontend.h ]; then
+    say "   no .tools/cudnn-frontend (carry it: scripts/deps.sh fetches it): building without cuDNN attention"
+elif [ ! -f "${cuda_home:-/usr/local/cuda}/include/cudnn.h" ]; then
+    cudnn_home=$(python3 -c 'import glob, os, nvidia
+print(next((os.path.dirname(os.path.dirname(h)) for d in nvidia.__path__
+            for h in glob.glob(os.path.join(d, "**", "include", "cudnn.h"), recursive=True)), ""))' 2>/dev/null)
+    if [ -n "$cudnn_home" ]; then
+        say "   no cudnn.h in the toolkit: cuDNN from pip, CUDNN_HOME=$cudnn_home"
+        make_args+=(CUDNN_HOME="$cudnn_home")
+        export LD_LIBRARY_PATH="$cudnn_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    else
+        say "   no cudnn.h (neither the toolkit nor pip's nvidia packages): building without cuDNN attention"
+    fi
+fi
 # The parity tests compare fp32 with fp32: no environment-forced TF32.
 unset NVIDIA_TF32_OVERRIDE
 if step unpack-debs 120 bash -c unpack_debs; then
@@ -199,7 +220,7 @@ gpu_bench() {
     else
         # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
         step gpu-bench "$left" python3 bench/gpu_vs_torch.py --build "$1" --budget $((left - 10)) \
-            --out "$OUT/gpu_bench.md" --profile --gelu-layer --offload --selective --plain-head $BENCH_ARGS
+            --out "$OUT/gpu_bench.md" --profile --cudnn-attention --gelu-layer --offload --selective --plain-head $BENCH_ARGS
     fi
 }
 built=

@@ -82,11 +82,13 @@ static st_status front(st_graph *g, in_mode mode, int ndim, const int64_t *shape
 typedef struct attn_ctx {
     int64_t B, T, C, nh;
     in_mode mode;
+    bool cudnn; /* the device's graph asks for cuDNN's fused attention (model.attention_kernel=cudnn) */
 } attn_ctx;
 
 static st_status build_attn(st_graph *g, void *ctx) {
     const attn_ctx *c = ctx;
     st_tensor *x, *y, *y2;
+    g->attention_cudnn = c->cudnn && g->dev;
     ST_TRY(front(g, c->mode, 3, (int64_t[]){c->B, c->T, 3 * c->C}, &x));
     ST_TRY(st_attention(g, "attn", x, c->nh, &y));
     if (c->mode != IN_TWICE) return ST_OK;
@@ -313,8 +315,9 @@ int main(void) {
      * flash path (head sizes 16, 32, 64, 128): T not a multiple of a tile or of 16, T = 1
      * (rows of one key), GPT-2's heads, several query blocks and key tiles (64 keys a tile
      * forward for hs <= 64, 32 for hs 128; backward 32, 16 for hs 128) */
-    const attn_ctx attn[] = {{3, 37, 20, 4, 0},  {2, 1, 12, 3, 0},   {2, 64, 768, 12, 0}, {2, 37, 64, 4, 0},
-                             {2, 1, 64, 2, 0},   {1, 130, 128, 2, 0}, {1, 70, 256, 2, 0}};
+    const attn_ctx attn[] = {{3, 37, 20, 4, 0, false}, {2, 1, 12, 3, 0, false}, {2, 64, 768, 12, 0, false},
+                             {2, 37, 64, 4, 0, false}, {2, 1, 64, 2, 0, false}, {1, 130, 128, 2, 0, false},
+                             {1, 70, 256, 2, 0, false}};
     const size_t n_attn = sizeof attn / sizeof attn[0];
     if (dev) check_attn_paths(dev, attn, n_attn);
     if (dev) check_mma_layout(dev, seed);
@@ -438,6 +441,43 @@ int main(void) {
         run_prec(label, build_pool, fill_pool, &pc, rt, at, false, pc.B * pc.H * pc.W * pc.C, p, 0, dev,
                  seed + k++);
     }
+
+#ifdef ST_HAVE_CUDA
+    /* cuDNN's fused attention (model.attention_kernel=cudnn) on the flash
+     * shapes, in bf16: forward and backward both by cuDNN on x + s; on the
+     * twice-read input the second backward adds into dqkv, which cuDNN does
+     * not, so the flash kernels run that backward from cuDNN's forward and
+     * saved state (the two share the log-sum-exp layout). cuDNN rounds P to
+     * bf16 before P V (the host keeps it fp32), so y differs from the host's
+     * in most elements by a little: the tolerances above, no count of
+     * differing elements. Each case must have run cuDNN (its call count),
+     * but for T = 1, whose backward cuDNN refuses (tests/test_cudnn_graphs.c):
+     * that shape runs the flash kernels, forward and backward, and no cuDNN. */
+    char no_cudnn[256];
+    if (!dev) {
+    } else if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn)) {
+        printf("skipped: the cuDNN attention cases: %s\n", no_cudnn);
+    } else {
+        printf("cuDNN attention: %s\n", no_cudnn);
+        for (int m = 1; m < 3; m++)
+            for (size_t i = 2; i < n_attn; i++) {
+                attn_ctx c = attn[i];
+                c.mode = modes[m];
+                c.cudnn = true;
+                snprintf(label, sizeof label, "bf16 cudnn attention B%lld T%lld C%lld nh%lld (%s)",
+                         (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
+                const int64_t calls = st_cuda_cudnn_calls(dev);
+                run_prec(label, build_attn, NULL, &c, 1e-2, 2e-2, false, c.B * c.nh * c.T * c.T, ST_PREC_BF16,
+                         0, dev, seed + k++);
+                if (c.T == 1)
+                    CHECK(st_cuda_cudnn_calls(dev) == calls, "%s: cuDNN ran a shape it refuses", label);
+                else
+                    CHECK(st_cuda_cudnn_calls(dev) > calls,
+                          "%s: cuDNN ran no attention (%lld calls before and after)", label,
+                          (long long)calls);
+            }
+    }
+#endif
 
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {

@@ -61,6 +61,11 @@ const st_cfg_key st_cfg_keys[] = {
            "forward, DGELU backward) instead of a layer of its own; auto = on from compute capability 9.0; "
            "the CPU always runs GELU as its own layer"),
     K_ENUM(
+        "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
+        "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
+        "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes 16, 32, 64 and 128, others keep "
+        "scaletrain's kernels); auto = flash; the CPU always runs its own"),
+    K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
         "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "

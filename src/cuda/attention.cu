@@ -31,11 +31,23 @@
  *   stay fp32 arrays on this path; the flash kernels read and write either
  *   storage (src/layers/half_io.h).
  *
- * Not here: cuDNN's fused attention, dropout on P. */
+ * - cuDNN's fused attention (attention_cudnn.h), when the graph asks for it
+ *   (st_graph.attention_cudnn, model.attention_kernel=cudnn) on a node the
+ *   flash kernels would take, in a bf16 run with qkv, y and their
+ *   gradients stored as bf16 and 16-byte aligned, and a backward that writes
+ *   dqkv (not adds into it): the same saved state as flash (the
+ *   log-sum-exp per row), so a call outside those conditions runs the flash
+ *   kernels on the same node. Its graphs are built in `prepare`; its
+ *   workspace is the graph's scratch (st_graph.work), counted there.
+ *
+ * Not here: dropout on P. */
 #include <math.h>
 
 #include "attention_flash.cuh"
 #include "gemm_f32.cuh"
+#ifdef ST_HAVE_CUDNN
+#include "attention_cudnn.h"
+#endif
 extern "C" {
 #include "layers/attention_layout.h"
 }
@@ -172,10 +184,90 @@ static st_flash flash_args(st_node *n, st_graph *g, const attn_dims &a) {
     return f;
 }
 
+/* ---- cuDNN's fused attention ------------------------------------------- */
+#ifdef ST_HAVE_CUDNN
+static st_cudnn_sdpa cudnn_shape(const attn_dims &a) {
+    st_cudnn_sdpa s;
+    s.B = a.B;
+    s.T = a.T;
+    s.nh = a.nh;
+    s.hs = a.hs;
+    s.scale = a.scale;
+    return s;
+}
+
+/* The graph asks for cuDNN and this node's shape and run allow it: its
+ * graphs are built in prepare (st_cudnn_sdpa_plan). */
+static bool cudnn_node(const st_graph *g, const attn_dims &a) {
+    return g->attention_cudnn && g->params->precision == ST_PREC_BF16 && flash(a);
+}
+
+/* ... and cuDNN took its shape there */
+static bool cudnn_ready(const st_graph *g, const attn_dims &a) {
+    if (!cudnn_node(g, a) || !g->dev->cudnn) return false;
+    const st_cudnn_sdpa sh = cudnn_shape(a);
+    return st_cudnn_sdpa_ready(g->dev->cudnn, &sh);
+}
+
+static bool bf16_aligned(st_fbuf b) { return b.t == ST_PREC_BF16 && ((uintptr_t)b.p & 15) == 0; }
+
+/* cuDNN's workspace: the graph's scratch, rounded up to 256 bytes (prepare
+ * counts the extra) */
+static void *cudnn_ws(const st_graph *g) { return (void *)(((uintptr_t)g->work + 255) & ~(uintptr_t)255); }
+
+static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
+    if (!cudnn_ready(g, a) || !bf16_aligned(f.qkv) || !bf16_aligned(f.y)) return false;
+    const st_cudnn_sdpa sh = cudnn_shape(a);
+    st_graph_span(g, "cudnn attention forward", false, 0);
+    *s = st_cudnn_sdpa_forward(g->dev->cudnn, st_cuda_stream(g), &sh, f.qkv.p, f.y.p, f.lse, cudnn_ws(g));
+    st_graph_span(g, "cudnn attention forward", true, 0);
+    if (*s == ST_OK) g->dev->cudnn_calls++;
+    return true;
+}
+
+static bool cudnn_backward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
+    if (!cudnn_ready(g, a) || f.acc || !bf16_aligned(f.qkv) || !bf16_aligned(f.y) || !bf16_aligned(f.dy) ||
+        !bf16_aligned(f.dqkv))
+        return false;
+    const st_cudnn_sdpa sh = cudnn_shape(a);
+    st_graph_span(g, "cudnn attention backward", false, 0);
+    *s = st_cudnn_sdpa_backward(g->dev->cudnn, st_cuda_stream(g), &sh, f.qkv.p, f.y.p, f.dy.p, f.lse,
+                                f.dqkv.p, cudnn_ws(g));
+    st_graph_span(g, "cudnn attention backward", true, 0);
+    if (*s == ST_OK) g->dev->cudnn_calls++;
+    return true;
+}
+
+/* The node's graphs built now, the workspace they need added to its scratch */
+static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
+    if (!g->dev->cudnn) {
+        char where[256];
+        snprintf(where, sizeof where, "attention %s on %s", n->out->name, g->dev->name);
+        ST_TRY(st_cudnn_create(where, &g->dev->cudnn));
+    }
+    const st_cudnn_sdpa sh = cudnn_shape(a);
+    int64_t ws = 0;
+    const st_status s = st_cudnn_sdpa_plan(g->dev->cudnn, &sh, &ws);
+    if (s == ST_ERR_UNSUPPORTED) { /* once per shape */
+        fprintf(stderr, "scaletrain: warning: %s; scaletrain's flash kernels run it\n", st_last_error());
+        st_clear_error();
+        return ST_OK;
+    }
+    ST_TRY(s);
+    const int64_t floats = st_align_floats((ws + 256 + 3) / 4);
+    if (floats > n->work_count) n->work_count = floats;
+    return ST_OK;
+}
+#endif
+
 static st_status attention_forward(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
     if (flash(a)) {
         const st_flash f = flash_args(n, g, a);
+#ifdef ST_HAVE_CUDNN
+        st_status s;
+        if (cudnn_forward(g, a, f, &s)) return s;
+#endif
         return st_cuda_flash_forward(g, &f);
     }
     ST_TRY(fp32_io(n));
@@ -208,6 +300,10 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
     if (flash(a)) {
         const st_flash f = flash_args(n, g, a);
+#ifdef ST_HAVE_CUDNN
+        st_status s;
+        if (cudnn_backward(g, a, f, &s)) return s;
+#endif
         return st_cuda_flash_backward(g, &f);
     }
     ST_TRY(fp32_io(n));
@@ -247,10 +343,14 @@ static st_status attention_backward(st_node *n, st_graph *g) {
 
 /* Saved state and workspace as src/layers/attention_layout.h says (the
  * planner counts them from there): flash, the log-sum-exp per row and D;
- * materialised, P and one batch row's dP. */
+ * materialised, P and one batch row's dP; with cuDNN, its graphs built and
+ * the workspace they need (the planner does not count it: tens of MB). */
 static st_status attention_prepare(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
     st_attention_device_counts(a.B, a.T, a.nh, a.hs, &n->saved_count, &n->work_count);
+#ifdef ST_HAVE_CUDNN
+    if (cudnn_node(g, a)) ST_TRY(cudnn_prepare(n, g, a));
+#endif
     return ST_OK;
 }
 

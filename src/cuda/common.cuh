@@ -51,6 +51,9 @@ struct st_device {
     void *scratch; /* 16-bit copies of matrix-product operands (st_cuda_scratch) */
     size_t scratch_bytes;
     int64_t stream_waits; /* host waits for a whole stream (st_cuda_stream_sync), for tests */
+    struct st_cudnn *cudnn; /* cuDNN's handle and attention graphs (attention_cudnn.h), made when a
+                               graph first asks for them; NULL until then and without ST_HAVE_CUDNN */
+    int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
 };
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */

@@ -28,6 +28,12 @@ const char *st_cuda_name(const st_device *d);
 /* How many times the host has waited for a whole stream of d (common.cuh's
  * st_cuda_stream_sync: reads back, uploads, st_cuda_sync) since it opened. */
 int64_t st_cuda_stream_waits(const st_device *d);
+/* Whether this build runs cuDNN's fused attention (model.attention_kernel=
+ * cudnn, src/cuda/attention_cudnn.h): true with cuDNN's version in why,
+ * false with the reason. */
+bool st_cuda_cudnn_built(char *why, size_t n);
+/* Attention forwards and backwards that cuDNN ran on d so far. */
+int64_t st_cuda_cudnn_calls(const st_device *d);
 
 st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out);
 void st_cuda_release(st_device *d, void *p);

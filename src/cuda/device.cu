@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "common.cuh"
+#ifdef ST_HAVE_CUDNN
+#include "attention_cudnn.h"
+#endif
 
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
                                   int line) {
@@ -43,6 +46,9 @@ extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
     cudaSetDevice(d->ordinal);
     st_cuda_plans_free(d);
+#ifdef ST_HAVE_CUDNN
+    st_cudnn_destroy(d->cudnn);
+#endif
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->lt_ws) cudaFree(d->lt_ws);
     if (d->flag) cudaFree(d->flag);
@@ -109,6 +115,23 @@ extern "C" st_status st_cuda_open(int ordinal, st_device **out) {
 extern "C" const char *st_cuda_name(const st_device *d) { return d->name; }
 
 extern "C" int64_t st_cuda_stream_waits(const st_device *d) { return d->stream_waits; }
+
+extern "C" int64_t st_cuda_cudnn_calls(const st_device *d) { return d->cudnn_calls; }
+
+extern "C" bool st_cuda_cudnn_built(char *why, size_t n) {
+#if defined(ST_CUDA_EMU)
+    snprintf(why, n, "the CUDA emulator has no cuDNN");
+    return false;
+#elif defined(ST_HAVE_CUDNN)
+    snprintf(why, n, "cuDNN %lld", (long long)st_cudnn_version());
+    return true;
+#else
+    snprintf(why, n,
+             "this build has no cuDNN attention (built without cuDNN's headers or cudnn-frontend's: "
+             "scripts/deps.sh fetches the frontend, then rebuild)");
+    return false;
+#endif
+}
 
 extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     *out = NULL;

@@ -17,6 +17,9 @@
 #include "eval_device.h"
 #include "hw/planner.h"
 #include "layers/layers.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 double st_now(void) {
     struct timespec ts;
@@ -290,6 +293,26 @@ static st_status plan(st_session *s, st_model_input *in) {
         snprintf(c->precision, sizeof c->precision, "bf16");
         st_config_mark_auto(c, "precision", "bf16 on a CUDA device (compute capability 8.0 or later)");
     }
+#ifdef ST_HAVE_CUDA
+    if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "cudnn") == 0) {
+        char no_cudnn[256];
+        s->agreed_error = true; /* every rank has a GPU and this build */
+        if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%smodel.attention_kernel=cudnn: %s; set model.attention_kernel: flash (scaletrain's "
+                "own kernels)",
+                where, no_cudnn);
+        if (strcmp(c->precision, "bf16") != 0)
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%smodel.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes "
+                "16-bit tensors) and this run is %s: set precision: bf16, or model.attention_kernel: "
+                "flash",
+                where, c->precision);
+        s->agreed_error = false;
+    }
+#endif
     ST_TRY(autoconfigure(s, in));
     if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0 && !s->eval_only) {
         s->agreed_error = st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;

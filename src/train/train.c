@@ -38,6 +38,9 @@
 #include "optim/scaler.h"
 #include "session.h"
 #include "trace.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* step_ms_median is the median of at most this many of the last steps. */
 #define STEP_TIMES_KEPT 65536
@@ -79,6 +82,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddBoolToObject(o, "fused_gelu", r->fused_gelu_fwd + r->fused_gelu_bwd > 0);
         cJSON_AddNumberToObject(o, "fused_gelu_fwd", r->fused_gelu_fwd);
         cJSON_AddNumberToObject(o, "fused_gelu_bwd", r->fused_gelu_bwd);
+        cJSON_AddNumberToObject(o, "attention_cudnn_calls", (double)r->attention_cudnn_calls);
         if (r->has_loss_scale) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
             cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
@@ -841,6 +845,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t timed = ran < times_kept ? ran : times_kept;
     qsort(step_times, (size_t)timed, sizeof *step_times, cmp_double);
     r->step_ms_median = timed ? 1e3 * step_times[timed / 2] : 0;
+#ifdef ST_HAVE_CUDA
+    if (ses->dev) r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
+#endif
     r->data_wait_s = wait_total;
     r->has_loss_scale = sc.enabled;
     r->loss_scale = sc.scale;
