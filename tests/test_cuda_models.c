@@ -22,6 +22,10 @@
  * and batch norm + ReLU, both without max-pooling: see cnn_nopool) and the
  * GPT again with precision bf16 and fp16 on both sides, the host emulating
  * the device's rounding; fp16's backward starts from a loss scale of 1024.
+ * The bf16 GPT runs once more with model.attention_kernel=cudnn (cuDNN's
+ * fused attention, which must have run where the build has cuDNN) under
+ * the same bounds: its P, rounded to bf16 before P V, is one more rounding
+ * of the kind below.
  * Every activation is rounded to 16 bits on both sides, so where the two
  * fp32 sums before a rounding fall on either side of a 16-bit boundary the
  * values differ by a unit in the last place (2^-8 to 2^-7 relative in bf16,
@@ -57,6 +61,9 @@
 #include "cuda_parity.h"
 #include "layers/args.h"
 #include "model/model.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 #define RTOL 1e-3
 #define ATOL 1e-4
@@ -163,6 +170,15 @@ static void gpt_gelu_refused(st_config *c, st_model_input *in) {
 static void gpt_fused(st_config *c, st_model_input *in) {
     gpt(c, in);
     snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
+}
+
+/* Attention on cuDNN's fused kernels (model.attention_kernel=cudnn, bf16
+ * runs; docs/cuda.md): forward and backward of both layers there, the rest
+ * as the bf16 case. In a build without cuDNN (the emulator's) the device
+ * runs the flash kernels and the case says so. */
+static void gpt_cudnn(st_config *c, st_model_input *in) {
+    gpt(c, in);
+    snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "cudnn");
 }
 
 /* The case's largest |dev - host| / max|host| over the tensors compared,
@@ -520,16 +536,29 @@ int main(void) {
         {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0},
         {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0},
         {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0},
+        {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;
         const bool refuse =
             cases[i].tweak == gpt_gelu_refused; /* (the emulator reads it; a GPU ignores it) */
         if (refuse) setenv("ST_CUDAEMU_NO_GELU_EPILOGUES", "1", 1);
+#ifdef ST_HAVE_CUDA
+        const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
+#endif
         while (run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries) < 0 && ++tries < 8) {
         }
         if (refuse) unsetenv("ST_CUDAEMU_NO_GELU_EPILOGUES");
         CHECK(tries < 8, "%s: 8 draws, each with a kink", cases[i].label);
+#ifdef ST_HAVE_CUDA
+        char no_cudnn[256];
+        if (cases[i].tweak == gpt_cudnn && dev) {
+            if (st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
+                CHECK(st_cuda_cudnn_calls(dev) > cudnn_calls, "%s: cuDNN ran no attention", cases[i].label);
+            else
+                printf("     %s: ran the flash kernels: %s\n", cases[i].label, no_cudnn);
+        }
+#endif
     }
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {

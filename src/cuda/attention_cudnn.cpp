@@ -144,7 +144,12 @@ st_status run(const fe::graph::Graph &g, cudnnHandle_t h, void *stream,
     const cudnnStatus_t cs = cudnnSetStream(h, (cudaStream_t)stream);
     if (cs != CUDNN_STATUS_SUCCESS)
         return st_fail(ST_ERR_INTERNAL, "cudnnSetStream: %s", cudnnGetErrorString(cs));
-    fe::error_t e = g.execute(h, pack, ws);
+    fe::error_t e;
+    try {
+        e = g.execute(h, pack, ws);
+    } catch (const std::exception &x) {
+        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s", pass, x.what());
+    }
     if (e.is_bad())
         return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s", pass, e.get_message().c_str());
     const cudaError_t ce = cudaGetLastError();
