@@ -96,6 +96,19 @@ static st_status build_attn(st_graph *g, void *ctx) {
     return st_add(g, "sum", y, y2, &y);
 }
 
+/* Two attentions in a row: the first (nh heads of 16: flash) feeds the
+ * second (4 heads of C / 12: the materialised path, which reads fp32
+ * arrays), so in a bf16 run the first one's output and its gradient are
+ * stored as fp32 (src/layers/half_io.h) and its bf16 flash backward reads
+ * dY and Y from fp32 storage: its tiles' path for storage other than bf16. */
+static st_status build_attn_chain(st_graph *g, void *ctx) {
+    const attn_ctx *c = ctx;
+    st_tensor *x, *y;
+    ST_TRY(front(g, c->mode, 3, (int64_t[]){c->B, c->T, 3 * c->C}, &x));
+    ST_TRY(st_attention(g, "attn", x, c->nh, &y));
+    return st_attention(g, "attn2", y, 4, &y);
+}
+
 /* Graph inputs drawn as bf16 values in [-1, 1), as a bf16 graph's own
  * activations hold: a bf16 forward on them is compared like any other, and
  * the flash kernels read Q, K and V stored as fp32 (graph inputs are), the
@@ -410,6 +423,12 @@ int main(void) {
                          (long long)c.B, (long long)c.T, (long long)c.C, (long long)c.nh, mode_name(c.mode));
                 run_prec(label, build_attn, NULL, &c, rt, at, false, c.B * c.nh * c.T * c.T, p,
                          p == ST_PREC_BF16 ? 0.05 : 0, dev, seed + k++);
+            }
+            if (p == ST_PREC_BF16 && m == 1) { /* a flash backward's dY and Y from fp32 storage */
+                const attn_ctx c = {2, 75, 48, 3, IN_PARAM, false};
+                snprintf(label, sizeof label, "%s attention B2 T75 C48 nh3 into attention nh4 (x+s)", pn);
+                run_prec(label, build_attn_chain, NULL, (void *)&c, rt, at, false, c.B * c.nh * c.T * c.T, p,
+                         0.05, dev, seed + k++);
             }
             if (p == ST_PREC_BF16 && m == 1) { /* a flash case's tiles from fp32 storage, forward */
                 attn_ctx c = attn[5];
