@@ -202,11 +202,11 @@ static bool cudnn_node(const st_graph *g, const attn_dims &a) {
     return g->attention_cudnn && g->params->precision == ST_PREC_BF16 && flash(a);
 }
 
-/* ... and cuDNN took its shape there */
-static bool cudnn_ready(const st_graph *g, const attn_dims &a) {
+/* ... and cuDNN took that pass of its shape there */
+static bool cudnn_ready(const st_graph *g, const attn_dims &a, bool backward) {
     if (!cudnn_node(g, a) || !g->dev->cudnn) return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
-    return st_cudnn_sdpa_ready(g->dev->cudnn, &sh);
+    return st_cudnn_sdpa_ready(g->dev->cudnn, &sh, backward);
 }
 
 static bool bf16_aligned(st_fbuf b) { return b.t == ST_PREC_BF16 && ((uintptr_t)b.p & 15) == 0; }
@@ -216,7 +216,7 @@ static bool bf16_aligned(st_fbuf b) { return b.t == ST_PREC_BF16 && ((uintptr_t)
 static void *cudnn_ws(const st_graph *g) { return (void *)(((uintptr_t)g->work + 255) & ~(uintptr_t)255); }
 
 static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
-    if (!cudnn_ready(g, a) || !bf16_aligned(f.qkv) || !bf16_aligned(f.y)) return false;
+    if (!cudnn_ready(g, a, false) || !bf16_aligned(f.qkv) || !bf16_aligned(f.y)) return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
     st_graph_span(g, "cudnn attention forward", false, 0);
     *s = st_cudnn_sdpa_forward(g->dev->cudnn, st_cuda_stream(g), &sh, f.qkv.p, f.y.p, f.lse, cudnn_ws(g));
@@ -226,8 +226,8 @@ static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st
 }
 
 static bool cudnn_backward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
-    if (!cudnn_ready(g, a) || f.acc || !bf16_aligned(f.qkv) || !bf16_aligned(f.y) || !bf16_aligned(f.dy) ||
-        !bf16_aligned(f.dqkv))
+    if (!cudnn_ready(g, a, true) || f.acc || !bf16_aligned(f.qkv) || !bf16_aligned(f.y) ||
+        !bf16_aligned(f.dy) || !bf16_aligned(f.dqkv))
         return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
     st_graph_span(g, "cudnn attention backward", false, 0);
@@ -242,18 +242,18 @@ static bool cudnn_backward(st_graph *g, const attn_dims &a, const st_flash &f, s
 static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
     if (!g->dev->cudnn) {
         char where[256];
-        snprintf(where, sizeof where, "attention %s on %s", n->out->name, g->dev->name);
+        snprintf(where, sizeof where, "cuDNN attention on %s", g->dev->name);
         ST_TRY(st_cudnn_create(where, &g->dev->cudnn));
     }
     const st_cudnn_sdpa sh = cudnn_shape(a);
     int64_t ws = 0;
     const st_status s = st_cudnn_sdpa_plan(g->dev->cudnn, &sh, &ws);
-    if (s == ST_ERR_UNSUPPORTED) { /* once per shape */
+    if (s == ST_ERR_UNSUPPORTED) { /* once per shape; the pass cuDNN took (if one) is built */
         fprintf(stderr, "scaletrain: warning: %s; scaletrain's flash kernels run it\n", st_last_error());
         st_clear_error();
-        return ST_OK;
+    } else {
+        ST_TRY(s);
     }
-    ST_TRY(s);
     const int64_t floats = st_align_floats((ws + 256 + 3) / 4);
     if (floats > n->work_count) n->work_count = floats;
     return ST_OK;

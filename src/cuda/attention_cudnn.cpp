@@ -33,7 +33,7 @@ enum uid : int64_t { Q = 1, K, V, O, STATS, DO, DQ, DK, DV };
 
 struct graphs {
     st_cudnn_sdpa s;
-    std::shared_ptr<fe::graph::Graph> fwd, bwd; /* both NULL: cuDNN cannot take the shape */
+    std::shared_ptr<fe::graph::Graph> fwd, bwd; /* NULL: cuDNN cannot take that pass of the shape */
     int64_t ws;                                 /* the larger workspace, bytes */
 };
 
@@ -197,54 +197,64 @@ static graphs *find(st_cudnn *c, const st_cudnn_sdpa &s) {
     return nullptr;
 }
 
+/* One pass's graph built, or NULL with *st the reason (ST_ERR_UNSUPPORTED) */
+static std::shared_ptr<fe::graph::Graph> pass_graph(st_cudnn *c, const st_cudnn_sdpa &s, bool backward,
+                                                    int64_t *ws, st_status *st) {
+    const char *pass = backward ? "backward" : "forward";
+    try {
+        auto g = backward ? backward_graph(s) : forward_graph(s);
+        *st = build(*g, c->h, pass, s, ws);
+        if (*st == ST_OK) return g;
+    } catch (const std::exception &x) {
+        *st = st_fail(ST_ERR_UNSUPPORTED, "cudnn-frontend for the attention %s of %s: %s", pass,
+                      shape_name(s).c_str(), x.what());
+    }
+    *ws = 0;
+    return nullptr;
+}
+
 extern "C" st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int64_t *ws_bytes) {
     *ws_bytes = 0;
     if (graphs *have = find(c, *s)) {
         *ws_bytes = have->ws;
         return ST_OK;
     }
+    /* each pass on its own: a forward by cuDNN and a backward by the flash
+     * kernels (or the other way round) share the saved state */
     graphs g;
     g.s = *s;
-    g.ws = 0;
-    st_status st = ST_OK;
-    try {
-        int64_t wf = 0, wb = 0;
-        g.fwd = forward_graph(*s);
-        st = build(*g.fwd, c->h, "forward", *s, &wf);
-        if (st == ST_OK) {
-            g.bwd = backward_graph(*s);
-            st = build(*g.bwd, c->h, "backward", *s, &wb);
-        }
-        g.ws = wf > wb ? wf : wb;
-    } catch (const std::exception &x) {
-        st = st_fail(ST_ERR_UNSUPPORTED, "cudnn-frontend for %s: %s", shape_name(*s).c_str(), x.what());
-    }
-    if (st != ST_OK) { /* remembered: asked again, the shape is not cuDNN's and says nothing */
-        g.fwd = g.bwd = nullptr;
-        g.ws = 0;
-    }
-    c->cache.push_back(g);
+    int64_t wf = 0, wb = 0;
+    st_status sf = ST_OK, sb = ST_OK;
+    g.fwd = pass_graph(c, *s, false, &wf, &sf);
+    std::string why_f = sf == ST_OK ? "" : st_last_error();
+    g.bwd = pass_graph(c, *s, true, &wb, &sb);
+    g.ws = wf > wb ? wf : wb;
+    c->cache.push_back(g); /* remembered: asked again, a pass cuDNN refused says nothing */
     *ws_bytes = g.ws;
-    return st == ST_OK ? ST_OK : st_fail_context(st, "%s: ", c->where.c_str());
+    if (sf == ST_OK && sb == ST_OK) return ST_OK;
+    if (sf != ST_OK && sb != ST_OK)
+        return st_fail(ST_ERR_UNSUPPORTED, "%s: %s; and %s", c->where.c_str(), why_f.c_str(),
+                       st_last_error());
+    return st_fail_context(ST_ERR_UNSUPPORTED, "%s: ", c->where.c_str());
 }
 
-extern "C" bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s) {
+extern "C" bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s, bool backward) {
     for (auto &g : c->cache)
-        if (same(g.s, *s)) return g.fwd != nullptr;
+        if (same(g.s, *s)) return (backward ? g.bwd : g.fwd) != nullptr;
     return false;
 }
 
-static st_status planned(st_cudnn *c, const st_cudnn_sdpa *s, graphs **out) {
+static st_status planned(st_cudnn *c, const st_cudnn_sdpa *s, bool backward, graphs **out) {
     *out = find(c, *s);
-    if (*out && (*out)->fwd) return ST_OK;
-    return st_fail(ST_ERR_INTERNAL, "%s: cuDNN attention for %s run before it was planned", c->where.c_str(),
-                   shape_name(*s).c_str());
+    if (*out && (backward ? (*out)->bwd : (*out)->fwd)) return ST_OK;
+    return st_fail(ST_ERR_INTERNAL, "%s: cuDNN attention %s for %s run before it was planned",
+                   c->where.c_str(), backward ? "backward" : "forward", shape_name(*s).c_str());
 }
 
 extern "C" st_status st_cudnn_sdpa_forward(st_cudnn *c, void *stream, const st_cudnn_sdpa *s, const void *qkv,
                                            void *y, float *lse, void *ws) {
     graphs *g;
-    ST_TRY(planned(c, s, &g));
+    ST_TRY(planned(c, s, false, &g));
     const int64_t C = s->nh * s->hs;
     auto *base = (uint16_t *)qkv;
     std::unordered_map<int64_t, void *> pack = {
@@ -256,7 +266,7 @@ extern "C" st_status st_cudnn_sdpa_backward(st_cudnn *c, void *stream, const st_
                                             const void *qkv, const void *y, const void *dy, const float *lse,
                                             void *dqkv, void *ws) {
     graphs *g;
-    ST_TRY(planned(c, s, &g));
+    ST_TRY(planned(c, s, true, &g));
     const int64_t C = s->nh * s->hs;
     auto *base = (uint16_t *)qkv, *dbase = (uint16_t *)dqkv;
     std::unordered_map<int64_t, void *> pack = {{Q, base},      {K, base + C},    {V, base + 2 * C},

@@ -9,7 +9,7 @@
  *
  * bf16 storage only (cuDNN's fused attention takes 16-bit tensors), 16-byte
  * aligned; the twin uses its flash kernels for everything else, and for a
- * shape cuDNN has no engine for (saying so once). Graphs are
+ * pass of a shape cuDNN has no engine for (saying so once). Graphs are
  * built once per shape (forward and backward together, in the twin's
  * prepare, before any step) and kept with the device; each needs a
  * workspace that the twin takes from the graph's scratch (st_graph.work).
@@ -42,13 +42,14 @@ typedef struct st_cudnn_sdpa {
 st_status st_cudnn_create(const char *where, st_cudnn **out);
 void st_cudnn_destroy(st_cudnn *c); /* NULL is fine */
 /* The forward and backward graphs of this shape, built now unless they
- * were; *ws_bytes the larger of their workspaces. When cuDNN cannot take
- * the shape (no engine for it, or a failure), ST_ERR_UNSUPPORTED naming the
- * shape and cuDNN's reason, the first time; remembered, later calls return
- * ST_OK with 0 bytes, and st_cudnn_sdpa_ready says false. */
+ * were; *ws_bytes the larger of their workspaces. When cuDNN cannot take a
+ * pass of the shape (no engine for it, or a failure), ST_ERR_UNSUPPORTED
+ * naming the pass, the shape and cuDNN's reason, the first time, the other
+ * pass's graph still built; remembered: later calls return ST_OK, and
+ * st_cudnn_sdpa_ready says which pass cuDNN runs. */
 st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int64_t *ws_bytes);
-/* Whether this shape's graphs are built (st_cudnn_sdpa_plan succeeded). */
-bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s);
+/* Whether this shape's forward (or backward) graph is built. */
+bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s, bool backward);
 /* Queued on `stream`: y and lse from qkv (bf16 arrays). */
 st_status st_cudnn_sdpa_forward(st_cudnn *c, void *stream, const st_cudnn_sdpa *s, const void *qkv, void *y,
                                 float *lse, void *ws);
