@@ -4,7 +4,8 @@
 # .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
 # that machine has no registry), build with CUDA, run every tests/test_cuda_*
 # (test_cuda_nccl among them: NCCL from the toolkit or from pip's
-# nvidia-nccl package, NCCL_HOME below) and tests/test_train_device (then
+# nvidia-nccl package, NCCL_HOME below), tests/test_cudnn_graphs (cuDNN's
+# attention graphs against that machine's cuDNN) and tests/test_train_device (then
 # again under compute-sanitizer's memcheck, last and while the budget lasts:
 # small cases only), the default training run on the GPU in fp32 and bf16
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
@@ -199,7 +200,7 @@ else
 fi
 cuda_tests() { # the CUDA test programs of build folder $1 (and train.device's choice, which passes anywhere)
     local t
-    for t in tests/test_cuda_*.c tests/test_train_device.c; do [ -f "$t" ] && echo "$1/tests/$(basename "$t" .c)"; done
+    for t in tests/test_cuda_*.c tests/test_cudnn_graphs.c tests/test_train_device.c; do [ -f "$t" ] && echo "$1/tests/$(basename "$t" .c)"; done
 }
 # The library and the CUDA tests first (what this session is for), then the
 # rest of the build if time allows. If that build fails, try once more
