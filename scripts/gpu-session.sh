@@ -188,6 +188,8 @@ print(next((os.path.dirname(os.path.dirname(h)) for d in nvidia.__path__
     else
         say "   no cudnn.h (neither the toolkit nor pip's nvidia packages): building without cuDNN attention"
     fi
+else
+    say "   cuDNN attention: the toolkit's cuDNN, cudnn-frontend from .tools/cudnn-frontend"
 fi
 # The parity tests compare fp32 with fp32: no environment-forced TF32.
 unset NVIDIA_TF32_OVERRIDE
