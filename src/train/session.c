@@ -297,12 +297,6 @@ static st_status plan(st_session *s, st_model_input *in) {
     if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "cudnn") == 0) {
         char no_cudnn[256];
         s->agreed_error = true; /* every rank has a GPU and this build */
-        if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
-            return st_fail(
-                ST_ERR_CONFIG,
-                "%smodel.attention_kernel=cudnn: %s; set model.attention_kernel: flash (scaletrain's "
-                "own kernels)",
-                where, no_cudnn);
         if (strcmp(c->precision, "bf16") != 0)
             return st_fail(
                 ST_ERR_CONFIG,
@@ -310,6 +304,12 @@ static st_status plan(st_session *s, st_model_input *in) {
                 "16-bit tensors) and this run is %s: set precision: bf16, or model.attention_kernel: "
                 "flash",
                 where, c->precision);
+        if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%smodel.attention_kernel=cudnn: %s; set model.attention_kernel: flash (scaletrain's "
+                "own kernels)",
+                where, no_cudnn);
         s->agreed_error = false;
     }
 #endif

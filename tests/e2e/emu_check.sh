@@ -48,10 +48,10 @@ rc=$?
 [ $rc -eq 0 ] && grep -qE "device: +cpu +# auto: .*compute capability 7.5" <<<"$out" ||
     fail "compute capability 7.5, train.device auto: exit $rc: $(grep -i device <<<"$out")"
 
-# 5. model.attention_kernel=cudnn where it cannot run: the emulator has no
-#    cuDNN (an error naming why and the fix, before any step), and an fp32
-#    run is refused even where cuDNN is (the precision check comes second:
-#    here the first one answers). On the CPU the setting is ignored.
+# 5. model.attention_kernel=cudnn where it cannot run, an error naming why
+#    and the fix before any step: an fp32 run (cuDNN's attention is bf16),
+#    and the emulator, which has no cuDNN. On the CPU the setting is
+#    ignored.
 for i in $(seq 1 50); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
 gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set model.n_layer=1
@@ -61,8 +61,13 @@ out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train
 rc=$?
 [ $rc -ne 0 ] && grep -q "model.attention_kernel=cudnn: the CUDA emulator has no cuDNN; set model.attention_kernel: flash" <<<"$out" ||
     fail "attention_kernel cudnn on the emulator: exit $rc: $out"
+out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda --set precision=fp32 \
+    --set model.attention_kernel=cudnn --set train.out_dir="$tmp/cudnn32" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "model.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes 16-bit tensors) and this run is fp32: set precision: bf16, or model.attention_kernel: flash" <<<"$out" ||
+    fail "attention_kernel cudnn in fp32: exit $rc: $out"
 out=$(timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cpu --set model.attention_kernel=cudnn \
     --set train.out_dir="$tmp/cudnn-cpu" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || fail "attention_kernel cudnn on the CPU: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused without cuDNN, ignored on the CPU"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU"
