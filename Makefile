@@ -60,14 +60,14 @@ NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCC
 # cuDNN's fused attention (src/cuda/attention_cudnn.cpp, model.attention_kernel):
 # cuDNN from CUDNN_HOME (include/cudnn.h, lib64/ or lib/ holding libcudnn.so
 # or only libcudnn.so.9 as pip's nvidia-cudnn packages have it) and NVIDIA's
-# header-only cudnn-frontend from CUDNN_FE (scripts/deps.sh fetches it);
-# CUDNN=0 when either is missing, and model.attention_kernel=cudnn then says
-# it was left out. The file is host code: the host compiler builds it, at
+# header-only cudnn-frontend from CUDNN_FE (scripts/deps.sh fetches it), and
+# the toolkit's NVRTC (which the frontend's headers reference); CUDNN=0 when
+# any is missing, and model.attention_kernel=cudnn then says it was left out. The file is host code: the host compiler builds it, at
 # -O1 (graph set-up, run once per shape; nvcc took minutes on its headers).
 CUDNN_HOME ?= $(CUDA_HOME)
 CUDNN_FE ?= .tools/cudnn-frontend/include
-CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h)),1,0)
 CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so* $(CUDNN_HOME)/lib/libcudnn.so*)))
+CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(CUDNN_LIBDIR),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so)),1,0)
 ifeq ($(CUDA),1)
 CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++

@@ -206,7 +206,7 @@ cuda_tests() { # the CUDA test programs of build folder $1 (and train.device's c
 }
 # The library and the CUDA tests first (what this session is for), then the
 # rest of the build if time allows. If that build fails, try once more
-# without MPI (the CUDA tests do not need it) in a folder of its own, since
+# without MPI and cuDNN (the CUDA tests need neither) in a folder of its own, since
 # make does not track flags.
 # GPU_BENCH=only: scaletrain alone, for the benchmark.
 first_targets() { if [ "$GPU_BENCH" = only ]; then echo "$1/scaletrain"; else echo "$1/libscaletrain.a $(cuda_tests "$1")"; fi; }
@@ -230,10 +230,10 @@ built=
 # shellcheck disable=SC2046 # first_targets is a list of targets
 if step build 420 make "${make_args[@]}" $(first_targets "$BUILD"); then
     built=$BUILD
-elif step build-without-mpi 300 make "${make_args[@]}" BUILD="$BUILD-nompi" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
-    $(first_targets "$BUILD-nompi"); then
+elif step build-without-mpi-cudnn 300 make "${make_args[@]}" BUILD="$BUILD-nompi" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
+    CUDNN=0 $(first_targets "$BUILD-nompi"); then
     built=$BUILD-nompi
-    make_args+=(MPI_CFLAGS=-DST_NO_MPI MPI_LIBS=)
+    make_args+=(MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= CUDNN=0)
 fi
 if [ -n "$built" ] && [ "$GPU_BENCH" = only ]; then
     export OMP_WAIT_POLICY=PASSIVE
