@@ -49,7 +49,9 @@
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
 # inputs of the parity tests; default: the clock, printed by each test),
 # GPU_BENCH (auto | only | off), MEMCHECK (auto | off), BENCH_MIN_S (200), BENCH_ARGS (more
-# options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20").
+# options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20"), BENCH_VARIANTS
+# (the gpt2 variants it runs, in this order while the budget lasts; default
+# "--profile --cudnn-attention --gelu-layer --offload --selective --plain-head").
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -61,6 +63,7 @@ GPU_BENCH=${GPU_BENCH:-auto}
 BENCH_MIN_S=${BENCH_MIN_S:-200}
 MEMCHECK=${MEMCHECK:-auto}
 BENCH_ARGS=${BENCH_ARGS:-}
+BENCH_VARIANTS=${BENCH_VARIANTS:---profile --cudnn-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d /tmp/gpu-session.XXXXXX)
@@ -223,7 +226,7 @@ gpu_bench() {
     else
         # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
         step gpu-bench "$left" python3 bench/gpu_vs_torch.py --build "$1" --budget $((left - 10)) \
-            --out "$OUT/gpu_bench.md" --profile --cudnn-attention --gelu-layer --offload --selective --plain-head $BENCH_ARGS
+            --out "$OUT/gpu_bench.md" $BENCH_VARIANTS $BENCH_ARGS
     fi
 }
 built=
