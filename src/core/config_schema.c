@@ -63,7 +63,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_ENUM(
         "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
         "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
-        "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes 16, 32, 64 and 128, others keep "
+        "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes that are multiples of 16 up to 128, "
+        "others keep "
         "scaletrain's kernels); auto = flash; the CPU always runs its own"),
     K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),

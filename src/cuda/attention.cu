@@ -4,8 +4,8 @@
  *
  * Two paths, chosen per node in `prepare` (the saved state differs):
  *
- * - Flash (attention_flash.cuh), for head sizes 16, 32, 64 and 128: P is
- *   never stored; the saved state is the log-sum-exp per row, (B, nh, T)
+ * - Flash (attention_flash.cuh), for head sizes that are multiples of 16 up
+ *   to 128: P is never stored; the saved state is the log-sum-exp per row, (B, nh, T)
  *   floats, and the workspace backward's row sums D = rowsum(dY * Y) (=
  *   rowsum(dP * P)), (B, nh, T). bf16 runs on tensor cores (mma.sync,
  *   attention_flash.cu), fp32 and fp16 runs in exact fp32

@@ -2,7 +2,7 @@
  * and fp16 runs take the exact fp32 kernels of attention_flash_f32.cu.
  *
  * Forward, one block per 64 queries of one (b, h), four warps of 16 query
- * rows each; key tiles of BK (64, or 32 for hs 128) in shared memory as
+ * rows each; key tiles of BK (64, or 32 for head sizes above 64) in shared memory as
  * bf16, in two buffers: the next tile loads by cp.async while the warps
  * work on the current one (tile_load: global latency hidden behind the
  * products, which the first H200 profile showed stalled behind every

@@ -23,7 +23,7 @@ typedef struct st_flash {
     bool acc; /* backward adds into dqkv */
 } st_flash;
 
-/* Which shapes take these kernels (head sizes 16, 32, 64, 128, grids that
+/* Which shapes take these kernels (head sizes 16, 32, ..., 128, grids that
  * fit): st_attention_flash_fits, src/layers/attention_layout.h. */
 /* y and lse from qkv; bf16 runs on tensor cores (mma.sync), others exact fp32. */
 st_status st_cuda_flash_forward(st_graph *g, const st_flash *f);
@@ -44,8 +44,16 @@ template <class F> static st_status st_flash_by_head_size(const st_flash *f, F &
         return run(std::integral_constant<int, 16>());
     case 32:
         return run(std::integral_constant<int, 32>());
+    case 48:
+        return run(std::integral_constant<int, 48>());
     case 64:
         return run(std::integral_constant<int, 64>());
+    case 80:
+        return run(std::integral_constant<int, 80>());
+    case 96:
+        return run(std::integral_constant<int, 96>());
+    case 112:
+        return run(std::integral_constant<int, 112>());
     case 128:
         return run(std::integral_constant<int, 128>());
     default:

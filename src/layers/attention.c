@@ -176,7 +176,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
 }
 
 bool st_attention_flash_fits(int64_t B, int64_t T, int64_t nh, int64_t hs) {
-    return (hs == 16 || hs == 32 || hs == 64 || hs == 128) && B * nh <= 65535 && T >= 1 && T <= (1 << 24);
+    return hs % 16 == 0 && hs >= 16 && hs <= 128 && B * nh <= 65535 && T >= 1 && T <= (1 << 24);
 }
 
 void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, int64_t *saved, int64_t *work) {

@@ -1,7 +1,8 @@
 /* How the CUDA attention twin (src/cuda/attention.cu) lays out its node, in
  * C so that the planner (src/hw/memory.c) can count a GPU run's memory in a
  * build without CUDA, from the same rule the twin's prepare follows. Head
- * sizes 16, 32, 64 and 128 take the flash kernels: saved state one
+ * sizes that are multiples of 16 up to 128 (16, 32, 48, ..., 128) take the
+ * flash kernels: saved state one
  * log-sum-exp per row, (B, nh, T) floats, and as much workspace (backward's
  * row sums D). Other head sizes keep the materialised path: saved state P,
  * (B, nh, T, T) as on the CPU, and one batch row's dP, (nh, T, T), as

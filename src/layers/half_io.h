@@ -28,7 +28,7 @@ static inline bool st_layer_half_io(const char *name) {
 }
 
 /* The rule per node: the layers above, and attention on its flash path
- * (head sizes 16, 32, 64, 128: attention_layout.h), whose kernels read and
+ * (head sizes that are multiples of 16 up to 128: attention_layout.h), whose kernels read and
  * write either storage; the materialised path's products take fp32. */
 static inline bool st_node_half_io(const st_node *n) {
     if (strcmp(n->ops->name, "attention") == 0) return st_attention_node_flash(n);
