@@ -184,10 +184,10 @@ static void test_linear_in_batch(void) {
 /* On a GPU the planner counts the CUDA backend's layout: GPT-2 124M's
  * attention (head size 64) saves one log-sum-exp per row (flash), not P, so
  * the activation arena is 12 layers x B nh T (T - 1) floats smaller; a head
- * size the flash kernels do not take (768 / 8 = 96)
+ * size the flash kernels do not take (768 / 32 = 24, not a multiple of 16)
  * keeps P. */
 static void test_device_layout(void) {
-    const int64_t heads[2] = {12, 8}, B = 2, T = 1024, L = 12;
+    const int64_t heads[2] = {12, 32}, B = 2, T = 1024, L = 12;
     for (int k = 0; k < 2; k++) {
         st_config c;
         st_model *m = gpt_layout(&c, NULL, L, 768, heads[k]);
@@ -204,7 +204,7 @@ static void test_device_layout(void) {
         st_model_graph_free(&host);
         st_model_graph_free(&dev);
         /* bf16 on the device: the layers of src/layers/half_io.h store 16
-         * bits; attention only on its flash path, so a head size of 96 keeps
+         * bits; attention only on its flash path, so a head size of 24 keeps
          * its qkv and output fp32 */
         CHECK_OK(st_params_set_precision(&m->params, ST_PREC_BF16));
         CHECK_OK(st_model_graph_layout_device(m, B, &dev));
