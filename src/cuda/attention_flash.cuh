@@ -7,6 +7,7 @@
 #define ST_CUDA_ATTENTION_FLASH_CUH
 
 #include <type_traits>
+#include <utility>
 
 #include "common.cuh"
 
@@ -36,29 +37,21 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f);
 st_status st_cuda_flash_forward_f32(st_graph *g, const st_flash *f);
 st_status st_cuda_flash_backward_f32(st_graph *g, const st_flash *f);
 
-/* run(std::integral_constant<int, D>()) for the head size D = f->hs the
- * kernels are instantiated for; an internal error for any other. */
+/* The head sizes the kernels are instantiated for: every multiple of 16 up
+ * to 128, the rule of st_attention_flash_fits (attention_layout.h). */
+typedef std::integer_sequence<int, 16, 32, 48, 64, 80, 96, 112, 128> st_flash_head_sizes;
+
+template <class F, int... D>
+static st_status st_flash_dispatch(const st_flash *f, F &run, std::integer_sequence<int, D...>) {
+    st_status s = ST_OK;
+    const bool found = ((f->hs == D && ((s = run(std::integral_constant<int, D>())), true)) || ...);
+    return found ? s : st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
+}
+
+/* run(std::integral_constant<int, D>()) for the head size D = f->hs (one of
+ * st_flash_head_sizes); an internal error for any other. */
 template <class F> static st_status st_flash_by_head_size(const st_flash *f, F &&run) {
-    switch (f->hs) {
-    case 16:
-        return run(std::integral_constant<int, 16>());
-    case 32:
-        return run(std::integral_constant<int, 32>());
-    case 48:
-        return run(std::integral_constant<int, 48>());
-    case 64:
-        return run(std::integral_constant<int, 64>());
-    case 80:
-        return run(std::integral_constant<int, 80>());
-    case 96:
-        return run(std::integral_constant<int, 96>());
-    case 112:
-        return run(std::integral_constant<int, 112>());
-    case 128:
-        return run(std::integral_constant<int, 128>());
-    default:
-        return st_fail(ST_ERR_INTERNAL, "flash attention: head size %d", f->hs);
-    }
+    return st_flash_dispatch(f, run, st_flash_head_sizes());
 }
 
 #endif
