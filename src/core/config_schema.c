@@ -64,8 +64,7 @@ const st_cfg_key st_cfg_keys[] = {
         "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
         "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
         "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes that are multiples of 16 up to 128, "
-        "others keep "
-        "scaletrain's kernels); auto = flash; the CPU always runs its own"),
+        "others keep scaletrain's kernels); auto = flash; the CPU always runs its own"),
     K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "

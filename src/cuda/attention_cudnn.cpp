@@ -67,13 +67,13 @@ std::shared_ptr<fe::graph::Graph> new_graph(int sm_version) {
     return g;
 }
 
-std::shared_ptr<fe::graph::Tensor_attributes> stats_tensor(fe::graph::Graph &g, const st_cudnn_sdpa &s) {
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name("stats")
-                        .set_uid(STATS)
-                        .set_dim({s.B, s.nh, s.T, 1})
-                        .set_stride({s.nh * s.T, s.T, 1, 1})
-                        .set_data_type(fe::DataType_t::FLOAT));
+/* The stats, our lse: (B, nh, T, 1) fp32, contiguous; forward's output,
+ * backward's input */
+fe::graph::Tensor_attributes &stats_layout(fe::graph::Tensor_attributes &t, const st_cudnn_sdpa &s) {
+    return t.set_uid(STATS)
+        .set_dim({s.B, s.nh, s.T, 1})
+        .set_stride({s.nh * s.T, s.T, 1, 1})
+        .set_data_type(fe::DataType_t::FLOAT);
 }
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const st_cudnn_sdpa &s, int sm_version = 0) {
@@ -89,11 +89,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const st_cudnn_sdpa &s, int sm_v
                    .set_attn_scale(s.scale);
     auto [o, stats] = g->sdpa(q, k, v, opt);
     o->set_output(true).set_uid(O).set_dim(dims(s)).set_stride(y_strides(s));
-    stats->set_output(true)
-        .set_uid(STATS)
-        .set_dim({s.B, s.nh, s.T, 1})
-        .set_stride({s.nh * s.T, s.T, 1, 1})
-        .set_data_type(fe::DataType_t::FLOAT);
+    stats_layout(stats->set_output(true), s);
     return g;
 }
 
@@ -104,7 +100,8 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const st_cudnn_sdpa &s, int sm_
     auto v = input(*g, "V", V, dims(s), qkv_strides(s));
     auto o = input(*g, "O", O, dims(s), y_strides(s));
     auto d_o = input(*g, "dO", DO, dims(s), y_strides(s));
-    auto stats = stats_tensor(*g, s);
+    fe::graph::Tensor_attributes st;
+    auto stats = g->tensor(stats_layout(st.set_name("stats"), s));
     auto opt = fe::graph::SDPA_backward_attributes()
                    .set_name("scaletrain attention backward")
                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
@@ -191,7 +188,7 @@ extern "C" void st_cudnn_destroy(st_cudnn *c) {
     delete c;
 }
 
-static graphs *find(st_cudnn *c, const st_cudnn_sdpa &s) {
+static const graphs *find(const st_cudnn *c, const st_cudnn_sdpa &s) {
     for (auto &g : c->cache)
         if (same(g.s, s)) return &g;
     return nullptr;
@@ -215,7 +212,7 @@ static std::shared_ptr<fe::graph::Graph> pass_graph(st_cudnn *c, const st_cudnn_
 
 extern "C" st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int64_t *ws_bytes) {
     *ws_bytes = 0;
-    if (graphs *have = find(c, *s)) {
+    if (const graphs *have = find(c, *s)) {
         *ws_bytes = have->ws;
         return ST_OK;
     }
@@ -239,21 +236,20 @@ extern "C" st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int
 }
 
 extern "C" bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s, bool backward) {
-    for (auto &g : c->cache)
-        if (same(g.s, *s)) return (backward ? g.bwd : g.fwd) != nullptr;
-    return false;
+    const graphs *g = find(c, *s);
+    return g && (backward ? g->bwd : g->fwd) != nullptr;
 }
 
-static st_status planned(st_cudnn *c, const st_cudnn_sdpa *s, bool backward, graphs **out) {
+static st_status planned(const st_cudnn *c, const st_cudnn_sdpa *s, bool backward, const graphs **out) {
     *out = find(c, *s);
-    if (*out && (backward ? (*out)->bwd : (*out)->fwd)) return ST_OK;
+    if (st_cudnn_sdpa_ready(c, s, backward)) return ST_OK;
     return st_fail(ST_ERR_INTERNAL, "%s: cuDNN attention %s for %s run before it was planned",
                    c->where.c_str(), backward ? "backward" : "forward", shape_name(*s).c_str());
 }
 
 extern "C" st_status st_cudnn_sdpa_forward(st_cudnn *c, void *stream, const st_cudnn_sdpa *s, const void *qkv,
                                            void *y, float *lse, void *ws) {
-    graphs *g;
+    const graphs *g;
     ST_TRY(planned(c, s, false, &g));
     const int64_t C = s->nh * s->hs;
     auto *base = (uint16_t *)qkv;
@@ -265,7 +261,7 @@ extern "C" st_status st_cudnn_sdpa_forward(st_cudnn *c, void *stream, const st_c
 extern "C" st_status st_cudnn_sdpa_backward(st_cudnn *c, void *stream, const st_cudnn_sdpa *s,
                                             const void *qkv, const void *y, const void *dy, const float *lse,
                                             void *dqkv, void *ws) {
-    graphs *g;
+    const graphs *g;
     ST_TRY(planned(c, s, true, &g));
     const int64_t C = s->nh * s->hs;
     auto *base = (uint16_t *)qkv, *dbase = (uint16_t *)dqkv;

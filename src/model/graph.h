@@ -253,8 +253,8 @@ struct st_graph {
     int *remat, n_remat;         /* the nodes whose forward backward runs again, in the order it does */
     bool fuse_gelu;              /* set before finalize, on a CUDA device (or its layout): linear -> gelu ->
                                     linear with GELU in the products' epilogues (graph.c fuse_gelu) */
-    bool attention_cudnn;        /* set before finalize, on a CUDA device: attention on cuDNN's fused
-                                    graphs where they take the node (src/cuda/attention.cu;
+    bool attention_cudnn;        /* set before finalize (acts on a CUDA device's graphs): attention on
+                                    cuDNN's fused graphs where they take the node (src/cuda/attention.cu;
                                     model.attention_kernel) */
     bool keep_acts;              /* set before finalize: every activation and activation gradient kept to the
                                     end of backward, none sharing memory nor a gradient over its tensor's data

@@ -141,10 +141,9 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     mg->g.device_layout = device_layout;
     mg->g.keep_acts = m->keep_acts;
     mg->g.fuse_gelu = m->kind == ST_MODEL_GPT && m->fused_gelu; /* (acts on device graphs and layouts only) */
-    /* (session.c refused cudnn where it cannot run: no cuDNN in the build, not bf16) */
-    mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && m->params.dev && !device_layout &&
-                            strcmp(m->cfg.model.attention_kernel, "cudnn") == 0 &&
-                            strcmp(m->cfg.precision, "bf16") == 0;
+    /* (acts on device graphs only; the twin takes the nodes it can, attention.cu cudnn_node, and
+     * session.c refused cudnn where it cannot run) */
+    mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && strcmp(m->cfg.model.attention_kernel, "cudnn") == 0;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
     mg->g.selective = strcmp(m->cfg.train.activation_checkpointing, "selective") == 0;
