@@ -4,7 +4,15 @@
 #include "layers/layers.h"
 
 /* mode 0: y = a + b (both parameters); 1: r = relu(a), y = r + r;
- * 2: r = gelu(a), s = r + b, y = s + r (r consumed by two nodes). */
+ * 2: r = gelu(a), s = r + b, y = s + r (r consumed by two nodes).
+ * Residual streams, whose gradients the graph may give one memory
+ * (graph.c alias_passes), each add's output read by a GELU so that its
+ * gradient is written by a node: 3: h = gelu(a), s = h + relu(h),
+ * y = gelu(s): relu's backward reads its output's gradient (the add's
+ * branch) and adds into h's at the same step, so only one of them can be
+ * s's memory; 4: two transformer-like blocks, h_{i+1} = h_i + gelu(relu(h_i)),
+ * y = gelu(h_2): the branch's gelu reads the stream's gradient before
+ * relu (the "norm") adds into it, so the whole stream is one memory. */
 static void check_add(int ndim, const int64_t *xs, int mode) {
     st_params p = {0};
     st_graph g;
@@ -17,12 +25,39 @@ static void check_add(int ndim, const int64_t *xs, int mode) {
     } else if (mode == 1) {
         CHECK_OK(st_relu(&g, "r", a, &r));
         CHECK_OK(st_add(&g, "sum", r, r, &y));
-    } else {
+    } else if (mode == 2) {
         CHECK_OK(st_gelu(&g, "r", a, &r));
         CHECK_OK(st_add(&g, "s", r, b, &s));
         CHECK_OK(st_add(&g, "sum", s, r, &y));
     }
+    st_tensor *h[3] = {NULL, NULL, NULL}, *br[2] = {NULL, NULL};
+    if (mode == 3) {
+        CHECK_OK(st_gelu(&g, "h", a, &h[0]));
+        CHECK_OK(st_relu(&g, "br", h[0], &br[0]));
+        CHECK_OK(st_add(&g, "s", h[0], br[0], &h[1]));
+        CHECK_OK(st_gelu(&g, "sum", h[1], &y));
+    } else if (mode == 4) {
+        CHECK_OK(st_gelu(&g, "h", a, &h[0]));
+        for (int i = 0; i < 2; i++) {
+            char nm[3][16];
+            snprintf(nm[0], sizeof nm[0], "norm%d", i);
+            snprintf(nm[1], sizeof nm[1], "br%d", i);
+            snprintf(nm[2], sizeof nm[2], "res%d", i);
+            st_tensor *nrm;
+            CHECK_OK(st_relu(&g, nm[0], h[i], &nrm));
+            CHECK_OK(st_gelu(&g, nm[1], nrm, &br[i]));
+            CHECK_OK(st_add(&g, nm[2], h[i], br[i], &h[i + 1]));
+        }
+        CHECK_OK(st_gelu(&g, "sum", h[2], &y));
+    }
     CHECK_OK(st_graph_finalize(&g));
+    if (mode == 3)
+        CHECK((br[0]->grad == h[1]->grad) + (h[0]->grad == h[1]->grad) == 1,
+              "h + relu(h): one of the two inputs' gradients is the sum's memory, not both");
+    if (mode == 4)
+        CHECK(br[0]->grad == h[2]->grad && br[1]->grad == h[2]->grad && h[0]->grad == h[2]->grad &&
+                  h[1]->grad == h[2]->grad,
+              "two residual blocks: the stream's and the branches' gradients are one memory");
     st_params_init(&p, 8);
     for (int64_t i = 0; i < a->count; i++) /* keep relu away from its kink */
         a->data[i] = a->data[i] < 0 ? a->data[i] - 0.05f : a->data[i] + 0.05f;
@@ -62,7 +97,7 @@ static void check_errors(void) {
 
 int main(void) {
     const int64_t a[3] = {2, 3, 5}, b[2] = {1, 13}, c[4] = {2, 3, 3, 5};
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 5; mode++) {
         check_add(3, a, mode);
         check_add(2, b, mode);
         check_add(4, c, mode);

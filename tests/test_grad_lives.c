@@ -2,7 +2,10 @@
  * place_grads): for the mlp, the cnn and the gpt, with and without
  * checkpointing, no two gradients alive at the same backward step overlap in
  * memory (their lives recomputed here from the nodes, independently of the
- * placement), every gradient lies inside the arena, the arena is smaller
+ * placement) unless a chain of passes joins them and neither is written
+ * while the other is needed (the gpt's residual stream and its branches,
+ * graph.c alias_passes; checked here from the nodes too), every gradient
+ * lies inside the arena, the arena is smaller
  * than the gradients laid end to end, and a training step gives the same
  * loss and parameter gradients, bit for bit, as the same graph keeping
  * every activation and gradient apart (st_model keep_acts). The logits'
@@ -25,9 +28,33 @@
 
 #include "small_models.h"
 
+static int find(int *set, int i) {
+    while (set[i] != i)
+        i = set[i] = set[set[i]];
+    return i;
+}
+
+/* The first backward step in [lo, hi] at which a node writes t's gradient
+ * (one of t's consumers, unless its pass is nothing: its input's gradient
+ * is its output's memory), or -1. */
+static int writes_within(const st_graph *g, const st_tensor *t, int lo, int hi) {
+    const int nn = g->n_nodes;
+    for (int s = lo < 0 ? 0 : lo; s <= hi && s < nn; s++) {
+        const st_node *n = &g->nodes[nn - 1 - s];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == t && !(n->ops->grad_passes >> k & 1u && t->grad == n->out->grad)) return s;
+    }
+    return -1;
+}
+
 /* Checks the placement of g's activation gradients; returns the floats
- * they take laid end to end. */
-static int64_t check_lives(const char *label, const st_graph *g, const st_tensor *logits, bool kept) {
+ * they take laid end to end, and in *shared_pairs how many pairs are one
+ * memory. Gradients alive at the same backward step may be one memory
+ * only when a chain of passes joins them (a residual stream) and neither
+ * is written between the other's first write (or handover) and its
+ * producer's read. */
+static int64_t check_lives(const char *label, const st_graph *g, const st_tensor *logits, bool kept,
+                           int *shared_pairs) {
     const int na = g->n_acts, nn = g->n_nodes;
     int *first = malloc((size_t)na * sizeof *first), *last = malloc((size_t)na * sizeof *last);
     for (int i = 0; i < na; i++)
@@ -41,8 +68,20 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
     }
     for (int i = 0; i < na; i++)
         if (first[i] < 0) first[i] = 0; /* no consumer (the loss): seeded before step 0 */
+    /* the sets a chain of passes joins (st_layer_ops.grad_passes): the only
+     * gradients that may be one memory */
+    int *set = malloc((size_t)na * sizeof *set);
+    for (int i = 0; i < na; i++)
+        set[i] = i;
+    for (int i = 0; i < nn; i++) {
+        const st_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->ops->grad_passes >> k & 1u && n->in[k]->kind == ST_TENSOR_ACT &&
+                n->out->kind == ST_TENSOR_ACT)
+                set[find(set, n->in[k]->index)] = find(set, n->out->index);
+    }
     int64_t sum = 0;
-    int clashes = 0, outside = 0, over = 0;
+    int clashes = 0, outside = 0, over = 0, shared = 0;
     for (int i = 0; i < na; i++) {
         const st_tensor *a = g->acts[i];
         if (a->grad && a->grad == a->data) {
@@ -59,6 +98,17 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
             const st_tensor *b = g->acts[j];
             if (!b->grad || b->grad == b->data || first[i] > last[j] || first[j] > last[i]) continue;
             const float *blo = b->grad, *bhi = b->grad + st_store_floats(b->count, b->store);
+            if (blo == lo && bhi == hi && !kept) { /* one memory (graph.c alias_passes) */
+                shared++;
+                const bool linked = find(set, i) == find(set, j);
+                const int wa = writes_within(g, a, first[j], last[j]),
+                          wb = writes_within(g, b, first[i], last[i]);
+                CHECK(linked && wa < 0 && wb < 0,
+                      "%s: %s (steps %d-%d) and %s (steps %d-%d) share gradient memory: %s", label, a->name,
+                      first[i], last[i], b->name, first[j], last[j],
+                      !linked ? "no chain of passes joins them" : "one is written while the other is needed");
+                continue;
+            }
             if (lo < bhi && blo < hi) {
                 if (clashes < 3)
                     fprintf(stderr, "%s: %s (steps %d-%d) and %s (steps %d-%d) share gradient memory\n",
@@ -68,6 +118,8 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
         }
     }
     CHECK(clashes == 0, "%s: %d pairs of live gradients overlap", label, clashes);
+    if (shared_pairs) *shared_pairs = shared;
+    free(set);
     CHECK(outside == 0, "%s: %d gradients outside the arena", label, outside);
     CHECK(over == (kept || !logits ? 0 : 1), "%s: %d gradients over their data", label, over);
     free(first), free(last);
@@ -155,8 +207,14 @@ static void check_model(const char *type, tweak_fn tweak) {
         st_model_graph ga, gb;
         sm_step(a, &ga, 6);
         sm_step(b, &gb, 6);
-        const int64_t sum = check_lives(label, &ga.g, ga.logits, false);
-        const int64_t kept = check_lives(label, &gb.g, gb.logits, true);
+        int shared = 0, shared_kept = 0;
+        const int64_t sum = check_lives(label, &ga.g, ga.logits, false, &shared);
+        const int64_t kept = check_lives(label, &gb.g, gb.logits, true, &shared_kept);
+        /* the gpt's residual stream and branches are one memory: 2 x 3 blocks x 2 branches, the
+           embedding (wte + wpe and dropout), many pairs; nothing else has passes */
+        CHECK(strcmp(type, "gpt") == 0 ? shared >= 10 : shared == 0, "%s: %d pairs of gradients share memory",
+              label, shared);
+        CHECK(shared_kept == 0, "%s: kept apart, yet %d pairs of gradients share memory", label, shared_kept);
         CHECK(ga.g.grad_count < sum / 2, "%s: the gradients take %lld floats, %lld laid end to end", label,
               (long long)ga.g.grad_count, (long long)sum);
         CHECK(gb.g.grad_count >= kept, "%s: kept apart, %lld floats for %lld", label,
@@ -189,10 +247,11 @@ static void check_model(const char *type, tweak_fn tweak) {
             nonzero += a->params.grad[i] != 0.0f;
         CHECK(nonzero > a->params.count / 2, "%s: %lld of %lld gradients are non-zero", label,
               (long long)nonzero, (long long)a->params.count);
-        printf("%s: activation gradients %lld floats (%lld kept apart); activations %lld floats, %d "
-               "transient (%d recomputed) in %lld (%lld kept apart)\n",
-               label, (long long)ga.g.grad_count, (long long)gb.g.grad_count, (long long)ga.g.act_count, nt,
-               remat, (long long)ga.g.transient_act_count, (long long)gb.g.act_count);
+        printf("%s: activation gradients %lld floats, %d pairs one memory (%lld kept apart); activations "
+               "%lld floats, %d transient (%d recomputed) in %lld (%lld kept apart)\n",
+               label, (long long)ga.g.grad_count, shared, (long long)gb.g.grad_count,
+               (long long)ga.g.act_count, nt, remat, (long long)ga.g.transient_act_count,
+               (long long)gb.g.act_count);
         st_model_graph_free(&ga);
         st_model_graph_free(&gb);
         st_model_free(a);

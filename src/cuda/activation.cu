@@ -58,7 +58,7 @@ template <int RELU> static st_status act_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_gelu_ops = {"gelu", act_forward<0>, act_backward<0>, NULL,
-                                                  false,  true,           false,           true};
+extern "C" const st_layer_ops st_cuda_gelu_ops = {
+    "gelu", act_forward<0>, act_backward<0>, NULL, false, true, false, true, 0};
 extern "C" const st_layer_ops st_cuda_relu_ops = {
-    "relu", act_forward<1>, act_backward<1>, NULL, false, false, true, true};
+    "relu", act_forward<1>, act_backward<1>, NULL, false, false, true, true, 0};

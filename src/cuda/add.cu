@@ -37,5 +37,5 @@ static st_status add_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_add_ops = {"add", add_forward, add_backward, NULL,
-                                                 false, true,        true,         false};
+extern "C" const st_layer_ops st_cuda_add_ops = {"add", add_forward, add_backward, NULL, false,
+                                                 true,  true,        false,        3};

@@ -355,4 +355,4 @@ static st_status attention_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_attention_ops = {
-    "attention", attention_forward, attention_backward, attention_prepare, false, false, false, false};
+    "attention", attention_forward, attention_backward, attention_prepare, false, false, false, false, 0};

@@ -221,4 +221,4 @@ static st_status batchnorm_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_batchnorm_ops = {
-    "batchnorm", batchnorm_forward, batchnorm_backward, batchnorm_prepare, false, false, false, false};
+    "batchnorm", batchnorm_forward, batchnorm_backward, batchnorm_prepare, false, false, false, false, 0};

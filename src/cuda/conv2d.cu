@@ -247,5 +247,5 @@ static st_status conv2d_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_conv2d_ops = {"conv2d", conv2d_forward, conv2d_backward, conv2d_prepare,
-                                                    false,    true,           false,           false};
+extern "C" const st_layer_ops st_cuda_conv2d_ops = {
+    "conv2d", conv2d_forward, conv2d_backward, conv2d_prepare, false, true, false, false, 0};

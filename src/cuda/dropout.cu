@@ -46,4 +46,4 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_dropout_ops = {
-    "dropout", dropout_forward, dropout_backward, NULL, false, true, true, false};
+    "dropout", dropout_forward, dropout_backward, NULL, false, true, true, false, 0};

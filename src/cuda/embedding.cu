@@ -134,4 +134,4 @@ static st_status embedding_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_embedding_ops = {
-    "embedding", embedding_forward, embedding_backward, embedding_prepare, false, true, false, false};
+    "embedding", embedding_forward, embedding_backward, embedding_prepare, false, true, false, false, 0};

@@ -56,4 +56,4 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_flatten_ops = {
-    "flatten", flatten_forward, flatten_backward, NULL, false, true, true, false};
+    "flatten", flatten_forward, flatten_backward, NULL, false, true, true, false, 0};

@@ -252,7 +252,7 @@ template <int VW> __global__ void st_pass_kernel(st_fbuf dx, st_fbuf dy, int64_t
 /* dx = dy (a device copy when both are stored alike), or dx += dy when acc;
  * either storage for each. */
 static inline st_status st_grad_pass_cuda(st_graph *g, st_fbuf dx, st_fbuf dy, int64_t n, bool acc) {
-    if (n <= 0) return ST_OK;
+    if (n <= 0 || (dx.p == dy.p && !acc)) return ST_OK; /* one memory: graph.c alias_passes */
     if (!acc && dx.t == dy.t) {
         ST_CUDA_TRY(cudaMemcpyAsync(dx.p, dy.p, (size_t)n * st_fbuf_elem(dx), cudaMemcpyDeviceToDevice,
                                     st_cuda_stream(g)));

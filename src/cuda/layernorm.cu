@@ -353,4 +353,4 @@ static st_status layernorm_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_layernorm_ops = {
-    "layernorm", layernorm_forward, layernorm_backward, layernorm_prepare, false, true, false, true};
+    "layernorm", layernorm_forward, layernorm_backward, layernorm_prepare, false, true, false, true, 0};

@@ -148,5 +148,5 @@ static st_status linear_prepare(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_linear_ops = {"linear", linear_forward, linear_backward, linear_prepare,
-                                                    false,    true,           false,           false};
+extern "C" const st_layer_ops st_cuda_linear_ops = {
+    "linear", linear_forward, linear_backward, linear_prepare, false, true, false, false, 0};

@@ -130,4 +130,4 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_linear_ce_ops = {
-    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false};
+    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false, 0};

@@ -93,4 +93,4 @@ static st_status maxpool2d_backward(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_maxpool2d_ops = {
-    "maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL, false, true, true, false};
+    "maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL, false, true, true, false, 0};

@@ -64,5 +64,5 @@ static st_status mse_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-extern "C" const st_layer_ops st_cuda_mse_ops = {"mse", mse_forward, mse_backward, NULL,
-                                                 false, true,        false,        false};
+extern "C" const st_layer_ops st_cuda_mse_ops = {"mse", mse_forward, mse_backward, NULL, false,
+                                                 true,  false,       false,        0};

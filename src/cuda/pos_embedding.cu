@@ -40,4 +40,5 @@ extern "C" const st_layer_ops st_cuda_pos_embedding_ops = {"pos_embedding",
                                                            false,
                                                            true,
                                                            true,
-                                                           false};
+                                                           false,
+                                                           1};

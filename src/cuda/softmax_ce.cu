@@ -92,4 +92,4 @@ static st_status softmax_ce_prepare(st_node *n, st_graph *g) {
 }
 
 extern "C" const st_layer_ops st_cuda_softmax_ce_ops = {
-    "softmax_ce", softmax_ce_forward, softmax_ce_backward, softmax_ce_prepare, true, true, false, false};
+    "softmax_ce", softmax_ce_forward, softmax_ce_backward, softmax_ce_prepare, true, true, false, false, 0};

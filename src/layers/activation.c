@@ -75,8 +75,8 @@ static st_status relu_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops gelu_cpu = {"gelu", gelu_forward, gelu_backward, NULL, false, true, false, true};
-static const st_layer_ops relu_cpu = {"relu", relu_forward, relu_backward, NULL, false, false, true, true};
+static const st_layer_ops gelu_cpu = {"gelu", gelu_forward, gelu_backward, NULL, false, true, false, true, 0};
+static const st_layer_ops relu_cpu = {"relu", relu_forward, relu_backward, NULL, false, false, true, true, 0};
 
 static st_status add_activation(st_graph *g, const st_layer_ops *ops, const char *name, st_tensor *x,
                                 st_tensor **y) {

@@ -28,7 +28,7 @@ static st_status add_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops add_cpu = {"add", add_forward, add_backward, NULL, false, true, true, false};
+static const st_layer_ops add_cpu = {"add", add_forward, add_backward, NULL, false, true, true, false, 3};
 
 static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
     int k = snprintf(buf, nbytes, "(");

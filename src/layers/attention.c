@@ -210,7 +210,7 @@ bool st_attention_node_flash(const st_node *n) {
 }
 
 static const st_layer_ops attention_cpu = {
-    "attention", attention_forward, attention_backward, NULL, false, false, false, false};
+    "attention", attention_forward, attention_backward, NULL, false, false, false, false, 0};
 
 st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, st_tensor **y) {
     if (qkv->dtype != ST_F32 || qkv->ndim != 3 || qkv->shape[2] % 3 != 0)

@@ -284,7 +284,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops batchnorm_cpu = {
-    "batchnorm", batchnorm_forward, batchnorm_backward, NULL, false, false, false, false};
+    "batchnorm", batchnorm_forward, batchnorm_backward, NULL, false, false, false, false, 0};
 
 static st_status add_batchnorm(st_graph *g, const char *name, st_tensor *x, float eps, float momentum, bool relu,
                                st_tensor **y) {

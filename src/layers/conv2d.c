@@ -337,8 +337,8 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops conv2d_cpu = {"conv2d", conv2d_forward, conv2d_backward, NULL,
-                                        false,    true,           false,           false};
+static const st_layer_ops conv2d_cpu = {"conv2d", conv2d_forward, conv2d_backward, NULL, false,
+                                        true,     false,          false,           0};
 
 st_status st_conv2d(st_graph *g, const char *name, st_tensor *x, int64_t out_channels, int64_t kernel,
                     int64_t stride, int64_t pad, bool bias, st_tensor **y) {

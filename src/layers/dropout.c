@@ -54,7 +54,7 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops dropout_cpu = {
-    "dropout", dropout_forward, dropout_backward, NULL, false, true, true, false};
+    "dropout", dropout_forward, dropout_backward, NULL, false, true, true, false, 0};
 
 st_status st_dropout(st_graph *g, const char *name, st_tensor *x, float p, st_tensor **y) {
     if (x->dtype != ST_F32) return st_fail(ST_ERR_ARG, "dropout %s: input %s must be float", name, x->name);

@@ -70,7 +70,7 @@ static st_status embedding_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops embedding_cpu = {
-    "embedding", embedding_forward, embedding_backward, NULL, false, true, false, false};
+    "embedding", embedding_forward, embedding_backward, NULL, false, true, false, false, 0};
 
 st_status st_embedding(st_graph *g, const char *name, st_tensor *idx, int64_t vocab, int64_t dim,
                        float init_std, st_tensor **y, st_tensor **weight) {

@@ -50,7 +50,7 @@ static st_status flatten_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops flatten_cpu = {
-    "flatten", flatten_forward, flatten_backward, NULL, false, true, true, false};
+    "flatten", flatten_forward, flatten_backward, NULL, false, true, true, false, 0};
 
 st_status st_flatten(st_graph *g, const char *name, st_tensor *x, st_tensor **y) {
     if (x->dtype != ST_F32) return st_fail(ST_ERR_ARG, "flatten %s: input %s must be float", name, x->name);

@@ -127,7 +127,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops layernorm_cpu = {
-    "layernorm", layernorm_forward, layernorm_backward, NULL, false, true, false, true};
+    "layernorm", layernorm_forward, layernorm_backward, NULL, false, true, false, true, 0};
 
 st_status st_layernorm(st_graph *g, const char *name, st_tensor *x, float eps, st_tensor **y) {
     if (x->dtype != ST_F32) return st_fail(ST_ERR_ARG, "layernorm %s: input %s must be float", name, x->name);

@@ -16,8 +16,10 @@
 #include "../model/graph.h"
 
 /* The identity's backward: dx = dy, or dx += dy when the input's gradient
- * accumulates (node->in_acc). Shared by add, dropout in eval and flatten. */
+ * accumulates (node->in_acc). Shared by add, dropout in eval and flatten.
+ * Nothing when dx is dy's memory (graph.c alias_passes; never with acc). */
 static inline void st_grad_pass(float *dx, const float *dy, int64_t n, bool acc) {
+    if (dx == dy && !acc) return;
     if (!acc) {
         memcpy(dx, dy, (size_t)n * sizeof(float));
         return;

@@ -73,8 +73,8 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops linear_cpu = {"linear", linear_forward, linear_backward, NULL,
-                                        false,    true,           false,           false};
+static const st_layer_ops linear_cpu = {"linear", linear_forward, linear_backward, NULL, false,
+                                        true,     false,          false,           0};
 
 static st_status add_linear(st_graph *g, const char *name, st_tensor *x, st_tensor *w, st_tensor *b,
                             int64_t N, bool in_out, st_tensor **y) {

@@ -189,7 +189,7 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
 /* Backward reads its saved state only: h (dead after forward, its memory
  * shared) and the loss's value never. */
 static const st_layer_ops linear_ce_cpu = {
-    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false};
+    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false, 0};
 
 st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *weight, st_tensor *targets,
                        int32_t ignore_index, st_tensor **loss) {

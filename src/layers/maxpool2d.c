@@ -69,7 +69,7 @@ static st_status maxpool2d_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops maxpool2d_cpu = {
-    "maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL, false, true, true, false};
+    "maxpool2d", maxpool2d_forward, maxpool2d_backward, NULL, false, true, true, false, 0};
 
 st_status st_maxpool2d(st_graph *g, const char *name, st_tensor *x, int64_t kernel, int64_t stride,
                        st_tensor **y) {

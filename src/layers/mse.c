@@ -50,7 +50,7 @@ static st_status mse_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
-static const st_layer_ops mse_cpu = {"mse", mse_forward, mse_backward, NULL, false, true, false, false};
+static const st_layer_ops mse_cpu = {"mse", mse_forward, mse_backward, NULL, false, true, false, false, 0};
 
 static void shape_str(const st_tensor *t, char *buf, size_t nbytes) {
     int k = snprintf(buf, nbytes, "(");

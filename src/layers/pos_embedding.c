@@ -40,7 +40,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
             }
         }
     }
-    if (dx) {
+    if (dx && dx != dy) { /* (the same memory: graph.c alias_passes) */
         const bool acc = n->in_acc[0];
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < B * T; r++) {
@@ -57,7 +57,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops pos_embedding_cpu = {
-    "pos_embedding", pos_embedding_forward, pos_embedding_backward, NULL, false, true, true, false};
+    "pos_embedding", pos_embedding_forward, pos_embedding_backward, NULL, false, true, true, false, 1};
 
 st_status st_pos_embedding(st_graph *g, const char *name, st_tensor *x, int64_t max_len, float init_std,
                            st_tensor **y) {

@@ -110,7 +110,7 @@ static st_status softmax_ce_backward(st_node *n, st_graph *g) {
 }
 
 static const st_layer_ops softmax_ce_cpu = {
-    "softmax_ce", softmax_ce_forward, softmax_ce_backward, NULL, true, true, false, false};
+    "softmax_ce", softmax_ce_forward, softmax_ce_backward, NULL, true, true, false, false, 0};
 
 st_status st_softmax_ce(st_graph *g, const char *name, st_tensor *logits, st_tensor *targets,
                         int32_t ignore_index, st_tensor **loss) {

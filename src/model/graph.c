@@ -705,6 +705,106 @@ static int64_t pack_lives(grad_life *life, int m, const grad_life **near) {
     return top;
 }
 
+/* Whether tensor t (window lo[t]..hi[t], written at the steps of its
+ * consumers' backwards in cons[cs[t]..cs[t+1]), skipping `skip`, its
+ * aliasing node's) is written while u's value is still needed: between u's
+ * handover and its producer's backward, both included. */
+static bool written_while(int t, int skip_t, int u, const int *cs, const int *cons, const int *lo,
+                          const int *hi) {
+    for (int j = cs[t]; j < cs[t + 1]; j++)
+        if (cons[j] != skip_t && cons[j] >= lo[u] && cons[j] <= hi[u]) return true;
+    return false;
+}
+
+/* One memory for gradients a backward passes unchanged (alias_passes): a
+ * node whose st_layer_ops.grad_passes bit k is set gives in[k] out's
+ * gradient as it is (a residual add, to both inputs; the position
+ * embedding, to its input). When that node is in[k]'s first writer in
+ * backward, in[k]'s gradient can be out's memory, and the pass is nothing
+ * (st_grad_pass with dx == dy). Members of one such set (alias[t] = its
+ * root, the last tensor in forward order) share the memory, so each
+ * member's value must survive until its producer's backward reads it: no
+ * other member may be written in that window. The members' windows run
+ * from the aliasing node's step (the handover, no write) to the producer's
+ * step; the root's from its first writer, which writes, to its producer,
+ * the aliasing node. The rule admits a transformer's residual stream
+ * whole: each add hands the stream's gradient to its block input and its
+ * branch, the branch's projection reads it, and only then does the block's
+ * layer norm add into it. A residual around a bare linear (x + W x) is
+ * refused for x: the linear adds into x's gradient at the step it reads
+ * its own output's, which is the same memory.
+ *
+ * birth/death: the steps of each gradient's first writer and producer;
+ * death[root] is extended over its members. fused[i]: tensor i is in a
+ * fuse_gelu alias already (left alone). */
+static st_status alias_passes(const st_graph *g, const bool *over, const bool *fused, const int *birth,
+                              int *death, int *alias) {
+    const int na = g->n_acts, nn = g->n_nodes;
+    if (g->keep_acts) return ST_OK;
+    int *cs = calloc((size_t)na + 1, sizeof *cs),
+        *cons = malloc((size_t)(nn ? nn : 1) * ST_NODE_MAX_IN * sizeof *cons);
+    int *lo = malloc((size_t)(na ? na : 1) * sizeof *lo), *hi = malloc((size_t)(na ? na : 1) * sizeof *hi);
+    if (!cs || !cons || !lo || !hi) {
+        free(cs), free(cons), free(lo), free(hi);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    /* each activation's consumers' backward steps, grouped by tensor */
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (in_acts(g->nodes[i].in[k])) cs[g->nodes[i].in[k]->index + 1]++;
+    for (int i = 0; i < na; i++)
+        cs[i + 1] += cs[i];
+    int *fill = malloc((size_t)(na ? na : 1) * sizeof *fill);
+    if (!fill) {
+        free(cs), free(cons), free(lo), free(hi);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < na; i++)
+        fill[i] = cs[i], lo[i] = birth[i], hi[i] = death[i];
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (in_acts(g->nodes[i].in[k])) cons[fill[g->nodes[i].in[k]->index]++] = nn - 1 - i;
+    free(fill);
+    for (int i = nn - 1; i >= 0; i--) { /* a node's output is settled before its inputs */
+        const st_node *n = &g->nodes[i];
+        const st_tensor *o = n->out;
+        const int step = nn - 1 - i;
+        if (!n->ops->grad_passes || o->kind != ST_TENSOR_ACT || !o->requires_grad || o == g->loss ||
+            over[o->index] || fused[o->index] || cs[o->index + 1] == cs[o->index])
+            continue;
+        const int r = alias[o->index] >= 0 ? alias[o->index] : o->index;
+        for (int k = 0; k < n->n_in; k++) {
+            const st_tensor *t = n->in[k];
+            if (!(n->ops->grad_passes >> k & 1u) || t->kind != ST_TENSOR_ACT || !t->requires_grad ||
+                t == g->loss || t->store != o->store || t->count != o->count || over[t->index] ||
+                fused[t->index] || alias[t->index] >= 0 || birth[t->index] != step)
+                continue;
+            bool twice = false; /* x + x: the node writes, then adds */
+            for (int k2 = 0; k2 < n->n_in; k2++)
+                twice |= k2 != k && n->in[k2] == t;
+            if (twice) continue;
+            const int ti = t->index;
+            lo[ti] = step; /* the handover: not a write */
+            bool clash = false;
+            for (int u = 0; u < na && !clash; u++) {
+                if (u != r && alias[u] != r) continue;
+                const int skip_u = u == r ? -1 : lo[u]; /* a member's handover is no write; the root's
+                                                           first writer writes */
+                clash = written_while(ti, step, u, cs, cons, lo, hi) ||
+                        written_while(u, skip_u, ti, cs, cons, lo, hi);
+            }
+            if (clash) {
+                lo[ti] = birth[ti];
+                continue;
+            }
+            alias[ti] = r;
+            if (death[ti] > death[r]) death[r] = death[ti];
+        }
+    }
+    free(cs), free(cons), free(lo), free(hi);
+    return ST_OK;
+}
+
 static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff, int64_t *count) {
     const int na = g->n_acts, nn = g->n_nodes;
     int *birth = malloc((size_t)(na ? na : 1) * sizeof *birth),
@@ -734,12 +834,24 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     }
     for (int i = 0; i < na; i++)
         alias[i] = -1;
+    bool *fused = calloc((size_t)(na ? na : 1), 1);
+    if (!fused) {
+        free(birth), free(death), free(life), free(near), free(alias);
+        return st_fail(ST_ERR_NOMEM, "out of memory");
+    }
     for (int i = 1; i < nn; i++) {
         const st_node *n = &g->nodes[i], *prev = &g->nodes[i - 1];
         if (!n->bwd_fuses_prev) continue;
         const int a = prev->in[0]->index;
         if (birth[a] > nn - 1 - i) birth[a] = nn - 1 - i;
         alias[prev->out->index] = a;
+        fused[a] = fused[prev->out->index] = true;
+    }
+    const st_status s = alias_passes(g, over, fused, birth, death, alias);
+    free(fused);
+    if (s != ST_OK) {
+        free(birth), free(death), free(life), free(near), free(alias);
+        return s;
     }
     int m = 0;
     for (int i = 0; i < na; i++) {
@@ -1091,7 +1203,8 @@ st_status st_graph_backward(st_graph *g, float seed) {
             if (g->node_hook) g->node_hook(g->node_hook_ctx, n, true, false);
             s = n->ops->backward(n, g);
             for (int k = 0; k < n->n_in && s == ST_OK && prec != ST_PREC_FP32; k++)
-                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad && n->in[k]->store == ST_PREC_FP32)
+                if (n->in[k]->kind == ST_TENSOR_ACT && n->in[k]->grad && n->in[k]->store == ST_PREC_FP32 &&
+                    n->in[k]->grad != n->out->grad) /* (one memory, rounded by its writers) */
                     s = st_device_round_f32(g->dev, prec, n->in[k]->grad, (size_t)n->in[k]->count);
             if (s == ST_OK && g->node_hook) g->node_hook(g->node_hook_ctx, n, true, true);
         }

@@ -113,6 +113,10 @@ typedef struct st_layer_ops {
     bool recomputable;         /* forward is cheap (element- or row-wise), the same bits when run again,
                                   and writes only out and saved: selective checkpointing runs it again
                                   in backward instead of keeping out (graph.c place_transients) */
+    unsigned grad_passes;      /* bit k: in[k]'s gradient is out's, unchanged (st_grad_pass: a residual
+                                  add's two inputs, a position embedding's input), so the graph may give
+                                  the two gradients one memory (graph.c alias_passes) and the pass is
+                                  then nothing */
 } st_layer_ops;
 
 /* Hyper-parameters of a node; each layer reads its own fields. */
