@@ -157,12 +157,20 @@ static void gpt_gelu_layer(st_config *c, st_model_input *in) {
     snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "off");
 }
 
-/* GELU fused, but cuBLASLt (the emulator, told so) offers no algorithm with
- * its epilogues: the products and GELU's kernels run instead (linear.cu).
- * Batch 2: shapes no earlier case has a plan for. */
+/* GELU and the residual fused, but cuBLASLt (the emulator, told so) offers
+ * no algorithm with GELU's epilogues, and refuses a bias with the residual
+ * as C when it runs: the products, GELU's and the add's kernels run
+ * instead (linear.cu). Batch 2: shapes no earlier case has a plan for. */
 static void gpt_gelu_refused(st_config *c, st_model_input *in) {
     gpt(c, in);
     snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "on");
+}
+
+/* The residual adds as layers of their own on the device too
+ * (model.fused_residual off; auto is on). */
+static void gpt_add_layer(st_config *c, st_model_input *in) {
+    gpt(c, in);
+    snprintf(c->model.fused_residual, sizeof c->model.fused_residual, "off");
 }
 
 /* The output layer and loss fused (linear_ce): 87 rows in 8 chunks, the
@@ -374,9 +382,19 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
         }
     }
     if (dg.g.dev && strcmp(mc->type, "gpt") == 0) { /* GELU in the MLP's epilogues (graph.c fuse_gelu) */
-        int fwd = 0, bwd = 0;
-        for (int i = 0; i < dg.g.n_nodes; i++)
-            fwd += dg.g.nodes[i].fwd_fuses_next, bwd += dg.g.nodes[i].bwd_fuses_prev;
+        int fwd = 0, bwd = 0, res = 0;
+        for (int i = 0; i < dg.g.n_nodes; i++) {
+            fwd += st_node_fuses(&dg.g, &dg.g.nodes[i], "gelu"), bwd += dg.g.nodes[i].bwd_fuses_prev;
+            res += st_node_fuses(&dg.g, &dg.g.nodes[i], "add");
+        }
+        const int want_res = strcmp(c.model.fused_residual, "off") != 0 ? 2 * (int)c.model.n_layer : 0;
+        if (res != want_res) {
+            fprintf(stderr, "FAIL %s: the residual added by %d products, wanted %d\n", mc->label, res,
+                    want_res);
+            bad++;
+        } else {
+            printf("     %s: the residual added by %d products\n", mc->label, res);
+        }
         const int want = dm->fused_gelu ? (int)c.model.n_layer : 0;
         const bool selective = strcmp(c.train.activation_checkpointing, "selective") == 0;
         if (fwd != (selective ? 0 : want) || bwd != want) {
@@ -536,19 +554,21 @@ int main(void) {
         {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0},
         {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0},
         {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0},
+        {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0},
+        {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0},
         {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;
         const bool refuse =
             cases[i].tweak == gpt_gelu_refused; /* (the emulator reads it; a GPU ignores it) */
-        if (refuse) setenv("ST_CUDAEMU_NO_GELU_EPILOGUES", "1", 1);
+        if (refuse) setenv("ST_CUDAEMU_NO_FUSED_EPILOGUES", "1", 1);
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
 #endif
         while (run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries) < 0 && ++tries < 8) {
         }
-        if (refuse) unsetenv("ST_CUDAEMU_NO_GELU_EPILOGUES");
+        if (refuse) unsetenv("ST_CUDAEMU_NO_FUSED_EPILOGUES");
         CHECK(tries < 8, "%s: 8 draws, each with a kink", cases[i].label);
 #ifdef ST_HAVE_CUDA
         char no_cudnn[256];

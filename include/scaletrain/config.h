@@ -52,6 +52,7 @@ typedef struct st_config {
         int64_t num_classes;     /* mlp/cnn; auto: from the data          default auto */
         char fused_head[ST_CFG_STR]; /* gpt: auto | on | off               default auto */
         char fused_gelu[ST_CFG_STR]; /* gpt on a GPU: auto | on | off      default auto */
+        char fused_residual[ST_CFG_STR];   /* on a GPU: auto | on | off      default auto */
         char attention_kernel[ST_CFG_STR]; /* gpt on a GPU: auto | flash | cudnn  default auto */
     } model;
     struct {

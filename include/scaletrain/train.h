@@ -56,6 +56,7 @@ typedef struct st_run_result {
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
     int fused_gelu_fwd, fused_gelu_bwd; /* the training graph's products with GELU in their epilogue
                                            (model.fused_gelu on a CUDA device), forward and backward */
+    int fused_residual;                 /* its products that add a residual (model.fused_residual) */
     int64_t attention_cudnn_calls;      /* attention forwards and backwards cuDNN ran on this rank's GPU
                                            (model.attention_kernel=cudnn), over the whole run */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps

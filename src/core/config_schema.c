@@ -61,6 +61,11 @@ const st_cfg_key st_cfg_keys[] = {
            "forward, DGELU backward) instead of a layer of its own; auto = on from compute capability 9.0; "
            "the CPU always runs GELU as its own layer"),
     K_ENUM(
+        "model.fused_residual", model.fused_residual, "auto", VALUES("auto", "on", "off"),
+        "on a CUDA device: a residual add whose branch ends in a linear layer (a gpt's attention and MLP "
+        "projections) inside that layer's matrix product (cuBLASLt adds the residual as its C, beta 1), so "
+        "the branch's output is never written; auto = on; the CPU always adds as a layer of its own"),
+    K_ENUM(
         "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
         "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
         "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes that are multiples of 16 up to 128, "

@@ -62,7 +62,13 @@ static __global__ void bias_rows_kernel(st_fbuf b, st_fbuf y, int64_t M, int64_t
  * GELU's output, and the input-gradient product writes GELU's input
  * gradient (DGELU, aux = GELU's input; beta 0: that gradient has no other
  * writer). When cuBLASLt offers no algorithm for the epilogue, the
- * unfused products run and then the GELU layer's own kernel. */
+ * unfused products run and then the GELU layer's own kernel.
+ *
+ * The residual in the product (graph.c fuse_gelu, fuse_residual): forward,
+ * the next node adds this output to a residual; the product takes the
+ * residual as its C (beta 1) and writes the add's output, bias epilogue
+ * as usual, so this output is never written (nothing reads it). Without
+ * an algorithm for that, this product, then the add layer's kernel. */
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
@@ -76,17 +82,23 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     const void *b = bt && bb.t == y.t ? bb.p : NULL;
     st_status s = ST_ERR_UNSUPPORTED;
     if (n->fwd_fuses_next) {
-        st_node *gelu = &g->nodes[n->id + 1];
-        if (b || !bt)
-            s = st_graph_matmul_ep(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, st_data(gelu->out), N,
-                                   b ? ST_MATMUL_EP_GELU_AUX_BIAS : ST_MATMUL_EP_GELU_AUX, b, y.p,
+        st_node *next = &g->nodes[n->id + 1];
+        if (st_node_fuses(g, n, "add") && (b || !bt)) {
+            const st_tensor *res = next->in[0] == n->out ? next->in[1] : next->in[0];
+            s = st_graph_matmul_ep(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, st_data(next->out), N,
+                                   b ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE, b, NULL, res->data,
+                                   "linear forward with residual");
+        } else if (st_node_fuses(g, n, "gelu") && (b || !bt)) {
+            s = st_graph_matmul_ep(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, st_data(next->out), N,
+                                   b ? ST_MATMUL_EP_GELU_AUX_BIAS : ST_MATMUL_EP_GELU_AUX, b, y.p, NULL,
                                    "linear forward with GELU");
+        }
         if (s != ST_ERR_UNSUPPORTED) return s;
-        st_clear_error(); /* the products, then GELU's kernel */
+        st_clear_error(); /* this product, then the next layer's kernel */
         n->fwd_fuses_next = false;
         s = linear_forward(n, g);
         n->fwd_fuses_next = true;
-        return s == ST_OK ? gelu->ops->forward(gelu, g) : s;
+        return s == ST_OK ? next->ops->forward(next, g) : s;
     }
     if (b || !bt) s = st_graph_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 0.0f, y, N, b, "linear forward");
     if (s != ST_ERR_UNSUPPORTED || !bt) return s;
@@ -122,7 +134,7 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     if (n->in[0]->grad && gelu) { /* GELU's input gradient, (M, K) */
         const st_status s =
             st_graph_matmul_ep(g, io, false, K, M, N, w, io ? N : K, dy, N, 0.0f, st_grad(gelu->in[0]), K,
-                               ST_MATMUL_EP_DGELU, NULL, st_data(gelu->in[0]).p, "linear dx with GELU");
+                               ST_MATMUL_EP_DGELU, NULL, st_data(gelu->in[0]).p, NULL, "linear dx with GELU");
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error(); /* below: dx, then GELU's kernel */
     }

@@ -14,11 +14,12 @@
 enum { FALLBACK_THREADS = 256, PLANS_MIN = 64 };
 
 /* Everything a plan depends on; memset to 0 first, compared with memcmp
- * (no padding: twelve 4-byte fields, then 8-byte ones). */
+ * (no padding: fourteen 4-byte fields, then 8-byte ones). */
 typedef struct plan_key {
     int32_t ab, cd, compute, ep, ta, tb, batch;
     uint32_t al_aux;
     uint32_t al_a, al_b, al_d, al_bias;
+    uint32_t al_c, c_apart; /* C's alignment; C is not D */
     int64_t m, n, k, lda, ldb, ldd, sa, sb, sd, aux_ld;
 } plan_key;
 
@@ -136,6 +137,8 @@ static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDat
     k->al_a = align_bytes(A, p->ld_align ? p->lda : 0, k->sa, es);
     k->al_b = align_bytes(B, p->ld_align ? p->ldb : 0, k->sb, es);
     k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, ed);
+    k->c_apart = p->C != NULL;
+    k->al_c = p->C ? align_bytes(p->C, p->ld_align ? p->ldd : 0, k->sd, ed) : k->al_d;
     k->al_bias = st_matmul_ep_bias(p->ep) ? align_bytes(p->bias, 0, 0, ed) : 0;
     if (st_matmul_ep_aux(p->ep)) {
         k->al_aux = align_bytes(p->aux, 0, 0, ed);
@@ -214,8 +217,8 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
                                             sizeof k->al_a));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b,
                                             sizeof k->al_b));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_d,
-                                            sizeof k->al_d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c,
+                                            sizeof k->al_c));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
                                             sizeof k->al_d));
     {
@@ -269,8 +272,8 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &p->aux, sizeof p->aux));
     const cublasStatus_t e =
-        cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->D, pl->ld, p->D, pl->ld,
-                       &pl->algo, d->lt_ws, d->lt_ws_bytes, d->compute);
+        cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->C ? p->C : p->D, pl->ld,
+                       p->D, pl->ld, &pl->algo, d->lt_ws, d->lt_ws_bytes, d->compute);
     if (e == CUBLAS_STATUS_NOT_SUPPORTED) {
         plan_destroy(pl);
         pl->ok = false;
@@ -280,11 +283,12 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
     return ST_OK;
 }
 
-/* D[b] = alpha op(A[b]) op(B[b]) + beta D[b], column-major, beta 0 never reads D;
- * each of A, B, D in its storage. */
+/* D[b] = alpha op(A[b]) op(B[b]) + beta C[b], column-major, beta 0 never reads C
+ * (D itself unless p.C); each of A, B, D in its storage, C in D's. */
 static __global__ void fallback_kernel(st_matmul p, int batch) {
     const int64_t total = (int64_t)batch * p.m * p.n;
-    const st_fbuf A = {(void *)p.A, p.a_store}, B = {(void *)p.B, p.b_store}, D = {p.D, p.d_store};
+    const st_fbuf A = {(void *)p.A, p.a_store}, B = {(void *)p.B, p.b_store}, D = {p.D, p.d_store},
+                  C = {p.C ? (void *)p.C : p.D, p.d_store};
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t % p.m, j = (t / p.m) % p.n, b = t / (p.m * p.n);
@@ -296,7 +300,7 @@ static __global__ void fallback_kernel(st_matmul p, int batch) {
             sum = fmaf(av, bv, sum);
         }
         const int64_t at = b * p.sd + j * p.ldd + i;
-        st_st(D, at, p.beta != 0.0f ? p.alpha * sum + p.beta * st_ld(D, at) : p.alpha * sum);
+        st_st(D, at, p.beta != 0.0f ? p.alpha * sum + p.beta * st_ld(C, at) : p.alpha * sum);
     }
 }
 

@@ -3,7 +3,9 @@
  * attention through the row-major view of gemm_f32.cuh.
  *
  * Column-major, as cuBLASLt reads it:
- *   D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias (m) on every column]
+ *   D (m x n, ld ldd) = alpha op(A) op(B) + beta C [+ bias (m) on every column]
+ * C is D itself unless the call names another matrix of D's layout and
+ * storage (a residual the linear layer adds: graph.c fuse_gelu).
  * op(A) (m x k): A stored (k x m) when ta, else (m x k), leading dimension
  * lda; op(B) (k x n): B stored (n x k) when tb, else (k x n); optionally a
  * batch of such products at fixed element strides sa, sb, sd. beta 0 never
@@ -83,6 +85,7 @@ typedef struct st_matmul {
     int64_t ldb, sb;
     void *D; /* (m x n) */
     int64_t ldd, sd;
+    const void *C;         /* read with beta instead of D: (m x n, ld ldd), D's storage; NULL: D */
     int batch;             /* 0 or 1: one product */
     st_matmul_epilogue ep; /* any but NONE: batch must be 0 or 1 */
     const void *bias;      /* (m), with a bias epilogue; of D's storage */
@@ -100,12 +103,12 @@ typedef struct st_matmul {
 st_status st_cuda_matmul(st_device *d, const st_matmul *p);
 
 /* st_graph_matmul with any epilogue (ep, its bias and its GELU input aux
- * of D's storage, leading dimension m: D's rows): the layers' one way to
- * fill an st_matmul from graph buffers. */
+ * of D's storage, leading dimension m: D's rows) and beta's matrix C (NULL:
+ * D): the layers' one way to fill an st_matmul from graph buffers. */
 static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                           st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D,
-                                           int64_t ldd, st_matmul_epilogue ep, const void *bias, void *aux,
-                                           const char *what) {
+                                           st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
+                                           st_fbuf D, int64_t ldd, st_matmul_epilogue ep, const void *bias,
+                                           void *aux, const void *C, const char *what) {
     st_matmul p = {};
     p.ta = ta;
     p.tb = tb;
@@ -123,6 +126,7 @@ static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_
     p.D = D.p;
     p.d_store = D.t;
     p.ldd = ldd;
+    p.C = C;
     p.ep = ep;
     p.bias = bias;
     p.aux = aux;
@@ -148,7 +152,7 @@ static inline st_status st_graph_matmul(st_graph *g, bool ta, bool tb, int64_t m
                                         int64_t lda, st_fbuf B, int64_t ldb, float beta, st_fbuf D, int64_t ldd,
                                         const void *bias, const char *what) {
     return st_graph_matmul_ep(g, ta, tb, m, n, k, A, lda, B, ldb, beta, D, ldd,
-                              bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE, bias, NULL, what);
+                              bias ? ST_MATMUL_EP_BIAS : ST_MATMUL_EP_NONE, bias, NULL, NULL, what);
 }
 
 #endif

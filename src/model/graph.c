@@ -572,29 +572,54 @@ static int *count_uses(const st_graph *g) {
     return uses;
 }
 
-/* linear -> gelu -> linear (a transformer's MLP) when g->fuse_gelu: the
+/* Epilogue fusions, on a CUDA device only (the CUDA linear layer runs them;
+ * src/cuda/linear.cu), or its layout (the planner counts the same memory).
+ *
+ * linear -> gelu -> linear (a transformer's MLP) when g->fuse_gelu: the
  * first product writes GELU's output through the GELU_AUX epilogue, its own
  * output (GELU's input) as the epilogue's aux (fwd_fuses_next; not with
  * selective checkpointing, which recomputes GELU's output from its input
  * alone and must find the bits forward made), and the second product's
  * input gradient goes through the DGELU epilogue straight into GELU's input
  * gradient (bwd_fuses_prev: GELU's backward is skipped, and its output
- * gradient shares that gradient's memory, place_grads). On a CUDA device
- * only (the CUDA linear layer runs them; src/cuda/linear.cu), or its layout
- * (the planner counts the same memory). Conditions: each of the two
- * tensors read by the next node alone, the three nodes in one block, GELU's
- * input and output in the same storage (16-bit in a bf16/fp16 run: nothing
- * rounds after the epilogue), the width a multiple of 8 (cuBLASLt's rule
- * for the GELU input's leading dimension), no keep_acts (every gradient kept
- * apart). */
+ * gradient shares that gradient's memory, place_grads). Conditions: each of
+ * the two tensors read by the next node alone, the three nodes in one
+ * block, GELU's input and output in the same storage (16-bit in a bf16/fp16
+ * run: nothing rounds after the epilogue), the width a multiple of 8
+ * (cuBLASLt's rule for the GELU input's leading dimension).
+ *
+ * linear -> add (a residual branch's projection, then the residual add)
+ * when g->fuse_residual: the product adds the residual, the add's other
+ * input, as cuBLASLt's C (beta 1) and writes the add's output
+ * (fwd_fuses_next); the linear's own output, read by the add alone, is never
+ * written (the add's backward never reads it, nor does the linear's). A
+ * 16-bit sum is the fp32 product + bias + residual rounded once, where the
+ * layers apart round the branch first. Conditions: the linear's output
+ * read by the add alone, the pair in one block, the three tensors in one
+ * storage, 16-bit in a bf16/fp16 run (nothing rounds after the product).
+ *
+ * Neither with keep_acts (every activation and gradient kept apart). */
 static st_status fuse_gelu(st_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].fwd_fuses_next = g->nodes[i].bwd_fuses_prev = false;
-    if (!g->fuse_gelu || g->keep_acts || !st_graph_device_laid_out(g)) return ST_OK;
+    if ((!g->fuse_gelu && !g->fuse_residual) || g->keep_acts || !st_graph_device_laid_out(g)) return ST_OK;
     int *uses = count_uses(g);
     if (!uses) return st_fail(ST_ERR_NOMEM, "out of memory");
     const st_precision prec = g->params->precision;
-    for (int i = 0; i + 2 < g->n_nodes; i++) {
+    for (int i = 0; i + 1 < g->n_nodes && g->fuse_residual; i++) {
+        st_node *L = &g->nodes[i], *A = &g->nodes[i + 1];
+        const st_tensor *br = L->out;
+        if (strcmp(L->ops->name, "linear") || strcmp(A->ops->name, "add") ||
+            (A->in[0] == br) == (A->in[1] == br))
+            continue;
+        const st_tensor *res = A->in[0] == br ? A->in[1] : A->in[0];
+        if (uses[br->index] != 1 || L->block != A->block || br->store != A->out->store ||
+            res->store != A->out->store || res->kind != ST_TENSOR_ACT ||
+            (prec != ST_PREC_FP32 && A->out->store == ST_PREC_FP32))
+            continue;
+        L->fwd_fuses_next = true;
+    }
+    for (int i = 0; i + 2 < g->n_nodes && g->fuse_gelu; i++) {
         st_node *L = &g->nodes[i], *G = &g->nodes[i + 1], *P = &g->nodes[i + 2];
         const st_tensor *pre = L->out, *act = G->out;
         if (strcmp(L->ops->name, "linear") || strcmp(G->ops->name, "gelu") ||

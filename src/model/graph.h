@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/device.h"
 #include "core/precision.h"
@@ -142,11 +143,12 @@ struct st_node {
     int block;          /* the checkpointing block it belongs to, -1 for none */
     int remat_before;   /* selective checkpointing: its forward runs again just before the backward
                            of node remat_before (its output's first reader there); -1: never */
-    /* Fusion with a neighbour (st_graph.fuse_gelu; set at finalize):
-     * fwd_fuses_next, this node's forward also writes the next node's
-     * output, and the graph runs the next node's forward only when this one
-     * is not run (never: selective checkpointing, which recomputes outputs
-     * one node at a time, turns it off); bwd_fuses_prev, this node's
+    /* Fusion with a neighbour (st_graph.fuse_gelu, fuse_residual; set at
+     * finalize): fwd_fuses_next, this node's forward also writes the next
+     * node's output (a GELU's, or a residual add's), and the graph runs the
+     * next node's forward only when this one is not run (never: selective
+     * checkpointing, which recomputes a GELU's output from its input alone,
+     * turns the GELU's off); bwd_fuses_prev, this node's
      * backward writes its input's producer's input gradient (that
      * producer's backward folded in), and the graph skips the producer's
      * backward. A layer that does either runs its neighbour's ops itself
@@ -257,6 +259,8 @@ struct st_graph {
     int *remat, n_remat;         /* the nodes whose forward backward runs again, in the order it does */
     bool fuse_gelu;              /* set before finalize, on a CUDA device (or its layout): linear -> gelu ->
                                     linear with GELU in the products' epilogues (graph.c fuse_gelu) */
+    bool fuse_residual;          /* the same: linear -> add with the residual added by the product
+                                    (graph.c fuse_gelu) */
     bool attention_cudnn;        /* set before finalize (acts on a CUDA device's graphs): attention on
                                     cuDNN's fused graphs where they take the node (src/cuda/attention.cu;
                                     model.attention_kernel) */
@@ -308,6 +312,12 @@ struct st_graph {
  * for a params_only graph's sizes. */
 static inline bool st_graph_device_laid_out(const st_graph *g) {
     return (g->dev && !g->params_only) || g->device_layout;
+}
+
+/* Node n's forward also writes the next node's output and that node is a
+ * `layer` ("gelu", "add": graph.c fuse_gelu). */
+static inline bool st_node_fuses(const st_graph *g, const st_node *n, const char *layer) {
+    return n->fwd_fuses_next && n->id + 1 < g->n_nodes && strcmp(g->nodes[n->id + 1].ops->name, layer) == 0;
 }
 
 /* Mark the start (end false) or the end of a product or kernel `what` inside

@@ -141,6 +141,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     mg->g.device_layout = device_layout;
     mg->g.keep_acts = m->keep_acts;
     mg->g.fuse_gelu = m->kind == ST_MODEL_GPT && m->fused_gelu; /* (acts on device graphs and layouts only) */
+    mg->g.fuse_residual = strcmp(m->cfg.model.fused_residual, "off") != 0; /* (the same) */
     /* (acts on device graphs only; the twin takes the nodes it can, attention.cu cudnn_node, and
      * session.c refused cudnn where it cannot run) */
     mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && strcmp(m->cfg.model.attention_kernel, "cudnn") == 0;

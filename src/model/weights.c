@@ -67,7 +67,7 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     buf[0] = set[0] = '\0';
     /* how the run computes, not what it holds: no tensor depends on them */
     static const char *const no_tensor[] = {"model.dropout", "model.fused_head", "model.fused_gelu",
-                                            "model.attention_kernel"};
+                                            "model.fused_residual", "model.attention_kernel"};
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
         bool skip = strncmp(key, "model.", 6) != 0;

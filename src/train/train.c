@@ -82,6 +82,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddBoolToObject(o, "fused_gelu", r->fused_gelu_fwd + r->fused_gelu_bwd > 0);
         cJSON_AddNumberToObject(o, "fused_gelu_fwd", r->fused_gelu_fwd);
         cJSON_AddNumberToObject(o, "fused_gelu_bwd", r->fused_gelu_bwd);
+        cJSON_AddNumberToObject(o, "fused_residual", r->fused_residual);
         cJSON_AddNumberToObject(o, "attention_cudnn_calls", (double)r->attention_cudnn_calls);
         if (r->has_loss_scale) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
@@ -447,8 +448,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_dist_shard_params(gcomm, c, &m->params));
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
-    for (int i = 0; i < mg.g.n_nodes; i++) /* graph.c fuse_gelu */
-        r->fused_gelu_fwd += mg.g.nodes[i].fwd_fuses_next, r->fused_gelu_bwd += mg.g.nodes[i].bwd_fuses_prev;
+    for (int i = 0; i < mg.g.n_nodes; i++) { /* graph.c fuse_gelu */
+        r->fused_gelu_fwd += st_node_fuses(&mg.g, &mg.g.nodes[i], "gelu");
+        r->fused_residual += st_node_fuses(&mg.g, &mg.g.nodes[i], "add");
+        r->fused_gelu_bwd += mg.g.nodes[i].bwd_fuses_prev;
+    }
     if (!opts->quiet && ses->rank == 0)
         fprintf(ses->out,
                 "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",

@@ -203,7 +203,7 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
      * of 8 and at least D's rows; one product, no batch */
     if (ep_aux(d->ep) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m || o->batch != 1)) return false;
     /* a test of the backend's way round a cuBLASLt without them */
-    if (ep_aux(d->ep) && getenv("ST_CUDAEMU_NO_GELU_EPILOGUES")) return false;
+    if (ep_aux(d->ep) && getenv("ST_CUDAEMU_NO_FUSED_EPILOGUES")) return false;
     return true;
 }
 
@@ -298,6 +298,10 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
             return CUBLAS_STATUS_INVALID_VALUE;
         }
     if (ep_bias(d->ep) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    /* a test of the backend's way round an algorithm that refuses, when it
+       runs, a bias with C apart from D (the residual in the product) */
+    if (ep_bias(d->ep) && C != D && getenv("ST_CUDAEMU_NO_FUSED_EPILOGUES"))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (ep_aux(d->ep) && (!d->aux || lowest_bit(d->aux) < algo->data[5])) {
         fprintf(
             stderr,

@@ -94,7 +94,8 @@ for r in range(ranks):
     kern = sorted((e for e in mine if e["tid"] == 2003), key=lambda e: e["ts"])
     check(names.get((r, 2003)) == "GPU: compute stream, products and kernels", f"rank {r}: track 2003 named")
     kn = Counter(e["name"] for e in kern)
-    check(kn["linear forward"] >= 2 * 4 * micro and kn["linear dW"] >= 2 * 4 * micro,
+    fwd = sum(kn[k] for k in ("linear forward", "linear forward with residual", "linear forward with GELU"))
+    check(fwd >= 2 * 4 * micro and kn["linear dW"] >= 2 * 4 * micro,
           f"rank {r}: a span per linear product: {dict(kn)}")
     for e in kern:
         check(any(l["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= l["ts"] + l["dur"] + 1 for l in gpu_seq),
