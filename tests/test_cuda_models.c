@@ -150,6 +150,13 @@ static void gpt_selective(st_config *c, st_model_input *in) {
     snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "selective");
 }
 
+/* Block checkpointing: each block's forward runs again in backward, its
+ * fused products (GELU's, the residual's) with it (graph.c recompute_block). */
+static void gpt_blocks(st_config *c, st_model_input *in) {
+    gpt(c, in);
+    snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "blocks");
+}
+
 /* GELU as its own layer on the device too (model.fused_gelu off; auto is on
  * from compute capability 9.0, which the emulator reports). */
 static void gpt_gelu_layer(st_config *c, st_model_input *in) {
@@ -541,6 +548,8 @@ int main(void) {
         {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0},
         {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0},
         {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0},
+        {"gpt block checkpointing", "gpt", 3, gpt_blocks, NULL, 0},
+        {"bf16 gpt block checkpointing", "gpt", 3, gpt_blocks, "bf16", 0},
         {"gpt fused head", "gpt", 3, gpt_fused, NULL, 0},
         {"bf16 gpt fused head", "gpt", 3, gpt_fused, "bf16", 0},
         {"fp16 gpt fused head", "gpt", 3, gpt_fused, "fp16", 0},
