@@ -182,6 +182,58 @@ static void fill_ce(st_graph *g, st_rng *r, void *ctx) {
                 g->acts[i]->idata[j] = ST_IGNORE_INDEX;
 }
 
+/* A NaN or an Inf logit makes its row's loss, and so the loss, NaN on the
+ * device (kernels.cuh st_block_row_lse: one pass with a running max), while
+ * the same rows without it give the host's loss; V 50257 on 1024 threads a
+ * row, the bad logit placed in each thread's running-max path (first) or
+ * its sum path (last). */
+static void check_ce_nonfinite(st_device *dev, uint64_t seed) {
+    const int64_t R = 4, V = 50257;
+    const float bad[] = {NAN, INFINITY, NAN, INFINITY};
+    const int64_t at[] = {0, 0, V - 1, V - 1};
+    for (int k = 0; k < 5; k++) { /* k 4: all finite, against the host */
+        st_params hp = {0}, dp = {0};
+        dp.dev = dev;
+        st_graph hg, dg;
+        st_graph_init(&hg, &hp);
+        st_graph_init(&dg, &dp);
+        st_tensor *x[2], *tg[2], *loss[2];
+        st_graph *gs[2] = {&hg, &dg};
+        for (int s = 0; s < 2; s++) {
+            CHECK_OK(st_graph_input(gs[s], "logits", ST_F32, 2, (int64_t[]){R, V}, &x[s]));
+            CHECK_OK(st_graph_input(gs[s], "targets", ST_I32, 1, &R, &tg[s]));
+            CHECK_OK(st_softmax_ce(gs[s], "ce", x[s], tg[s], ST_IGNORE_INDEX, &loss[s]));
+            CHECK_OK(st_graph_finalize(gs[s]));
+        }
+        st_rng r = st_rng_make(seed + (uint64_t)k, 5);
+        for (int64_t j = 0; j < R * V; j++)
+            x[0]->data[j] = 8.0f * st_rng_uniform(&r) - 4.0f;
+        for (int64_t j = 0; j < R; j++)
+            tg[0]->idata[j] = (int32_t)(st_rng_uniform(&r) * (float)V) % (int32_t)V;
+        if (k < 4) x[0]->data[2 * V + at[k]] = bad[k];
+        CHECK_OK(st_device_upload(dev, x[1]->data, x[0]->data, (size_t)(R * V) * sizeof(float)));
+        CHECK_OK(st_device_upload(dev, tg[1]->idata, tg[0]->idata, (size_t)R * sizeof(int32_t)));
+        hg.training = dg.training = false;
+        CHECK_OK(st_graph_forward(&hg));
+        CHECK_OK(st_graph_forward(&dg));
+        float got = 0;
+        CHECK_OK(st_tensor_read(dev, loss[1], false, &got));
+        if (k < 4)
+            CHECK(isnan(got), "softmax_ce: a %s logit at column %lld gave the loss %g on the device, not NaN",
+                  isnan(bad[k]) ? "NaN" : "+Inf", (long long)at[k], (double)got);
+        else
+            CHECK(fabs((double)got - (double)loss[0]->data[0]) <= 1e-5 * fabs((double)loss[0]->data[0]),
+                  "softmax_ce %lld x %lld: loss %.9g on the device, %.9g on the host", (long long)R,
+                  (long long)V, (double)got, (double)loss[0]->data[0]);
+        st_graph_free(&hg);
+        st_graph_free(&dg);
+        st_params_free(&hp);
+        st_params_free(&dp);
+    }
+    printf("ok   softmax_ce %lld x %lld: a NaN or an Inf logit makes the device's loss NaN\n", (long long)R,
+           (long long)V);
+}
+
 /* --- mse -------------------------------------------------------------------- */
 typedef struct mse_ctx {
     int64_t n;
@@ -309,6 +361,7 @@ int main(void) {
         run(label, ad[i].n, build_add, NULL, (void *)&ad[i], 1e-6, 0, false, dev, seed + k++);
     }
 
+    if (dev) check_ce_nonfinite(dev, seed + k++);
     /* Softmax gradients are about 1/(V R) each: atol well below that. */
     const ce_ctx ce[] = {{10, 37, false}, {50257, 8, false}, {1000, 300, false}, {11, 3, true}};
     for (size_t i = 0; i < sizeof ce / sizeof ce[0]; i++) {

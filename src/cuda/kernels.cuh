@@ -97,17 +97,25 @@ template <class G> __device__ __forceinline__ void st_block_row_map(st_fbuf b, i
 }
 
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every
- * thread: the max (a NaN wins, so it shows in the loss), then the sum of
- * exponentials, fp32 per thread and block sums in a fixed order; the log in
- * double. `shf` holds 32 floats of shared memory. (The CPU's: ce_rows.h.) */
+ * thread, in one pass over the row: each thread keeps its running max m and
+ * its sum s of exp(x - m) (rescaled when m grows: one exponential an
+ * element either way), then the block's max M and the sum of s exp(m - M)
+ * in a fixed order; fp32 sums, the log in double. A NaN shows in the loss
+ * (it fails every comparison, so it lands in s). `shf` holds 32 floats of
+ * shared memory. (The CPU's: ce_rows.h, max then sum.) */
 __device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf) {
-    float m = -INFINITY;
-    st_block_row_each(b, o, V, [&](int64_t, float x) { m = st_nan_max(m, x); });
-    m = st_block_max(m, shf);
-    float s = 0.0f;
-    st_block_row_each(b, o, V, [&](int64_t, float x) { s += expf(x - m); });
-    s = st_block_sum(s, shf);
-    return (double)m + log((double)s);
+    float m = -INFINITY, s = 0.0f;
+    st_block_row_each(b, o, V, [&](int64_t, float x) {
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f; /* (m = -inf: 0 + 1) */
+            m = x;
+        } else if (x != -INFINITY) {
+            s += expf(x - m);
+        }
+    });
+    const float M = st_block_max(m, shf);
+    s = st_block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), shf);
+    return (double)M + log((double)s);
 }
 
 /* --- column sums: out[c] += sum over r < R of row r's element c --------- */
