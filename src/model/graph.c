@@ -755,9 +755,9 @@ static bool written_while(int t, int skip_t, int u, const int *cs, const int *co
  * the aliasing node. The rule admits a transformer's residual stream
  * whole: each add hands the stream's gradient to its block input and its
  * branch, the branch's projection reads it, and only then does the block's
- * layer norm add into it. A residual around a bare linear (x + W x) is
- * refused for x: the linear adds into x's gradient at the step it reads
- * its own output's, which is the same memory.
+ * layer norm add into it. Around a bare linear (x + W x), only one of x
+ * and W x may share the sum's memory (the first the add lists, x): the
+ * linear adds into x's gradient at the step it reads its own output's.
  *
  * birth/death: the steps of each gradient's first writer and producer;
  * death[root] is extended over its members. fused[i]: tensor i is in a
