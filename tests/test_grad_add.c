@@ -12,7 +12,10 @@
  * branch) and adds into h's at the same step, so only one of them can be
  * s's memory; 4: two transformer-like blocks, h_{i+1} = h_i + gelu(relu(h_i)),
  * y = gelu(h_2): the branch's gelu reads the stream's gradient before
- * relu (the "norm") adds into it, so the whole stream is one memory. */
+ * relu (the "norm") adds into it, so the whole stream is one memory;
+ * 5: h = gelu(a), s = relu(a) + h, y = gelu(s) + h: the last add writes
+ * h's gradient first, so the add making s may not give h its memory (the
+ * GELU after s overwrites it), only its branch. */
 static void check_add(int ndim, const int64_t *xs, int mode) {
     st_params p = {0};
     st_graph g;
@@ -49,6 +52,13 @@ static void check_add(int ndim, const int64_t *xs, int mode) {
             CHECK_OK(st_add(&g, nm[2], h[i], br[i], &h[i + 1]));
         }
         CHECK_OK(st_gelu(&g, "sum", h[2], &y));
+    } else if (mode == 5) {
+        st_tensor *t;
+        CHECK_OK(st_gelu(&g, "h", a, &h[0]));
+        CHECK_OK(st_relu(&g, "br", a, &br[0]));
+        CHECK_OK(st_add(&g, "s", br[0], h[0], &h[1]));
+        CHECK_OK(st_gelu(&g, "t", h[1], &t));
+        CHECK_OK(st_add(&g, "sum", t, h[0], &y));
     }
     CHECK_OK(st_graph_finalize(&g));
     if (mode == 3)
@@ -58,6 +68,9 @@ static void check_add(int ndim, const int64_t *xs, int mode) {
         CHECK(br[0]->grad == h[2]->grad && br[1]->grad == h[2]->grad && h[0]->grad == h[2]->grad &&
                   h[1]->grad == h[2]->grad,
               "two residual blocks: the stream's and the branches' gradients are one memory");
+    if (mode == 5)
+        CHECK(br[0]->grad == h[1]->grad && h[0]->grad != h[1]->grad,
+              "s = relu(a) + h, h read again later: h keeps its own gradient memory, the branch shares s's");
     st_params_init(&p, 8);
     for (int64_t i = 0; i < a->count; i++) /* keep relu away from its kink */
         a->data[i] = a->data[i] < 0 ? a->data[i] - 0.05f : a->data[i] + 0.05f;
@@ -97,7 +110,7 @@ static void check_errors(void) {
 
 int main(void) {
     const int64_t a[3] = {2, 3, 5}, b[2] = {1, 13}, c[4] = {2, 3, 3, 5};
-    for (int mode = 0; mode < 5; mode++) {
+    for (int mode = 0; mode < 6; mode++) {
         check_add(3, a, mode);
         check_add(2, b, mode);
         check_add(4, c, mode);
