@@ -341,6 +341,11 @@ int main(void) {
         {U_DROPOUT, 5, 77, false, 0.0f},
         {U_LAYERNORM, 200, 768, true, 0},  /* 16-byte accesses, and dweight's chunks added up */
         {U_LAYERNORM, 100, 520, false, 0}, /* the one-kernel backward with a part-filled last column group */
+        /* forward's rows in registers for 1, 2 and 4 groups of 256 columns; beyond 1024, read thrice */
+        {U_LAYERNORM, 33, 256, false, 0},
+        {U_LAYERNORM, 17, 384, true, 0},
+        {U_LAYERNORM, 9, 1024, false, 0},
+        {U_LAYERNORM, 5, 1032, false, 0},
     };
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
         snprintf(label, sizeof label, "%s %lldx%lld%s", uname[un[i].kind], (long long)un[i].R,

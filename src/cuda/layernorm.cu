@@ -3,7 +3,11 @@
  *
  * Forward: one warp per row, two passes over the row (mean, then the
  * variance of x - mean, as the CPU), mean and rstd saved per row in the
- * node's saved state in the CPU's layout: mean (R), then rstd (R).
+ * node's saved state in the CPU's layout: mean (R), then rstd (R). Rows of
+ * at most 1024 columns on 16-byte accesses (GPT-2's) are read once, into
+ * the lanes' registers, and both passes and the output run from there;
+ * other rows are read three times (mean, variance, output). Either way the
+ * same sums in the same order.
  * Backward: one warp per row for dx = rstd (g - mean(g) - xhat mean(g xhat)),
  * g = dy * weight; dweight and dbias are deterministic column sums over the
  * rows (st_colsum's chunks, kernels.cuh). Rows of at most 1024 columns on
@@ -67,6 +71,54 @@ static __global__ void ln_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbu
         for (int k = 0; k < VW; k++)
             xv[k] = (xv[k] - m) * rs * wv[k] + bv[k];
         st_stv<VW>(y, o + c, xv);
+    }
+    if (lane == 0) {
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+/* ln_forward_kernel<8> for rows of at most NC 256 columns: lane l holds
+ * columns 8 (l + 32 j) .. + 7 of its row for j < NC, read once. */
+template <int NC>
+static __global__ void ln_forward_rows_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbuf y, float *mean,
+                                              float *rstd, int64_t R, int64_t C, float eps) {
+    const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= R) return; /* whole warps leave together */
+    const int64_t o = r * C;
+    float xv[NC][8], s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+        const int64_t c = 8 * (lane + 32 * j);
+        if (c >= C) continue;
+        st_ldv<8>(x, o + c, xv[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s += xv[j][k];
+    }
+    const float m = st_warp_sum(s) / (float)C;
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+        if (8 * (lane + 32 * j) >= C) continue;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v += (xv[j][k] - m) * (xv[j][k] - m);
+    }
+    v = st_warp_sum(v) / (float)C;
+    const float rs = 1.0f / sqrtf(v + eps);
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+        const int64_t c = 8 * (lane + 32 * j);
+        if (c >= C) continue;
+        float wv[8], bv[8];
+        ld_param<8>(w, c, wv);
+        ld_param<8>(b, c, bv);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            xv[j][k] = (xv[j][k] - m) * rs * wv[k] + bv[k];
+        st_stv<8>(y, o + c, xv[j]);
     }
     if (lane == 0) {
         mean[r] = m;
@@ -271,14 +323,28 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
     float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
     const st_fbuf x = st_data(n->in[0]), y = st_data(n->out);
     const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
-    if (ln_vec8({x, y}, C))
-        ln_forward_kernel<8><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
-            x, st_data(n->params[0]), st_data(n->params[1]), y, mean, rstd, R, C,
-            n->args.f[ST_LAYERNORM_F_EPS]);
+    const st_fbuf w = st_data(n->params[0]), b = st_data(n->params[1]);
+    const float eps = n->args.f[ST_LAYERNORM_F_EPS];
+    const auto rows = [&](auto nc) { /* (ln_forward_rows_kernel) */
+                                     ln_forward_rows_kernel<decltype(nc)::value>
+                                         <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean,
+                                                                                           rstd, R, C, eps);
+    };
+    const bool v8 = ln_vec8({x, y}, C);
+    if (v8 && C <= 256)
+        rows(std::integral_constant<int, 1>());
+    else if (v8 && C <= 512)
+        rows(std::integral_constant<int, 2>());
+    else if (v8 && C <= 768)
+        rows(std::integral_constant<int, 3>());
+    else if (v8 && C <= 1024)
+        rows(std::integral_constant<int, 4>());
+    else if (v8)
+        ln_forward_kernel<8>
+            <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean, rstd, R, C, eps);
     else
-        ln_forward_kernel<1><<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(
-            x, st_data(n->params[0]), st_data(n->params[1]), y, mean, rstd, R, C,
-            n->args.f[ST_LAYERNORM_F_EPS]);
+        ln_forward_kernel<1>
+            <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean, rstd, R, C, eps);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
