@@ -119,6 +119,8 @@ typedef struct unary_ctx {
     int64_t R, C;
     bool residual; /* y = f(xs) + xs: the layer's dx is added onto the residual's */
     float p;       /* dropout */
+    bool misalign; /* layernorm: a 1-element parameter first, so that its weight and bias are not
+                      16-byte aligned in the arena (layernorm.cu reads them an element at a time) */
 } unary_ctx;
 
 static st_status build_unary(st_graph *g, void *ctx) {
@@ -127,6 +129,10 @@ static st_status build_unary(st_graph *g, void *ctx) {
     ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->R, c->C}, &xs));
     switch (c->kind) {
     case U_LAYERNORM:
+        if (c->misalign) {
+            st_tensor *pad;
+            ST_TRY(st_graph_param(g, "pad", 1, (int64_t[]){1}, ST_INIT_UNIFORM, 1.0f, false, &pad));
+        }
         ST_TRY(st_layernorm(g, "ln", xs, 1e-5f, &y));
         break;
     case U_GELU:
@@ -328,34 +334,37 @@ int main(void) {
 
     static const char *const uname[] = {"layernorm", "gelu", "relu", "dropout"};
     const unary_ctx un[] = {
-        {U_LAYERNORM, 37, 67, false, 0},
-        {U_LAYERNORM, 64, 768, true, 0},
-        {U_LAYERNORM, 3, 3001, false, 0},
-        {U_LAYERNORM, 1000, 5, false, 0},
-        {U_GELU, 7, 333, false, 0},
-        {U_GELU, 64, 768, true, 0},
-        {U_RELU, 7, 333, false, 0},
-        {U_RELU, 13, 101, true, 0},
-        {U_DROPOUT, 7, 333, false, 0.1f},
-        {U_DROPOUT, 13, 101, true, 0.5f},
-        {U_DROPOUT, 5, 77, false, 0.0f},
-        {U_LAYERNORM, 200, 768, true, 0},  /* 16-byte accesses, and dweight's chunks added up */
-        {U_LAYERNORM, 100, 520, false, 0}, /* the one-kernel backward with a part-filled last column group */
+        {U_LAYERNORM, 37, 67, false, 0, false},
+        {U_LAYERNORM, 64, 768, true, 0, false},
+        {U_LAYERNORM, 3, 3001, false, 0, false},
+        {U_LAYERNORM, 1000, 5, false, 0, false},
+        {U_GELU, 7, 333, false, 0, false},
+        {U_GELU, 64, 768, true, 0, false},
+        {U_RELU, 7, 333, false, 0, false},
+        {U_RELU, 13, 101, true, 0, false},
+        {U_DROPOUT, 7, 333, false, 0.1f, false},
+        {U_DROPOUT, 13, 101, true, 0.5f, false},
+        {U_DROPOUT, 5, 77, false, 0.0f, false},
+        {U_LAYERNORM, 200, 768, true, 0, false}, /* 16-byte accesses, and dweight's chunks added up */
+        {U_LAYERNORM, 100, 520, false, 0,
+         false}, /* the one-kernel backward with a part-filled last column group */
         /* forward's rows in registers for 1, 2 and 4 groups of 256 columns; beyond 1024, read thrice */
-        {U_LAYERNORM, 33, 256, false, 0},
-        {U_LAYERNORM, 17, 384, true, 0},
-        {U_LAYERNORM, 9, 1024, false, 0},
-        {U_LAYERNORM, 5, 1032, false, 0},
+        {U_LAYERNORM, 33, 256, false, 0, false},
+        {U_LAYERNORM, 17, 384, true, 0, false},
+        {U_LAYERNORM, 9, 1024, false, 0, false},
+        {U_LAYERNORM, 5, 1032, false, 0, false},
+        {U_LAYERNORM, 40, 768, true, 0, true}, /* weight and bias read an element at a time */
     };
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
-        snprintf(label, sizeof label, "%s %lldx%lld%s", uname[un[i].kind], (long long)un[i].R,
-                 (long long)un[i].C, un[i].residual ? " +residual" : "");
+        snprintf(label, sizeof label, "%s %lldx%lld%s%s", uname[un[i].kind], (long long)un[i].R,
+                 (long long)un[i].C, un[i].residual ? " +residual" : "",
+                 un[i].misalign ? " unaligned weight" : "");
         if (un[i].kind == U_DROPOUT)
             snprintf(label + strlen(label), sizeof label - strlen(label), " p %.2f", (double)un[i].p);
         run(label, un[i].R * un[i].C, build_unary, NULL, (void *)&un[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
     /* Eval mode: dropout is the identity (forward only). */
-    const unary_ctx drop_eval = {U_DROPOUT, 9, 55, false, 0.3f};
+    const unary_ctx drop_eval = {U_DROPOUT, 9, 55, false, 0.3f, false};
     run("dropout 9x55 p 0.30 eval", 9 * 55, build_unary, NULL, (void *)&drop_eval, 0, 0, true, dev,
         seed + k++);
 
@@ -398,7 +407,7 @@ int main(void) {
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
         run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
                  dev, seed + k++);
-        const unary_ctx pun[] = {{U_LAYERNORM, 64, 768, true, 0}, {U_GELU, 64, 768, true, 0}};
+        const unary_ctx pun[] = {{U_LAYERNORM, 64, 768, true, 0, false}, {U_GELU, 64, 768, true, 0, false}};
         for (size_t i = 0; i < sizeof pun / sizeof pun[0]; i++) {
             snprintf(label, sizeof label, "%s %s %lldx%lld +residual", pn, uname[pun[i].kind],
                      (long long)pun[i].R, (long long)pun[i].C);

@@ -31,8 +31,14 @@ enum { LN_WARPS = 8 }; /* rows per block of forward and backward */
  * 16-byte accesses, when every row array is 16-byte aligned and C a
  * multiple of 8 (GPT-2's layers), else 1. Weight and bias are read an
  * element at a time (a packed parameter arena aligns them to 4 bytes; they
- * stay in L1). */
-template <int VW> static __device__ __forceinline__ void ld_param(st_fbuf p, int64_t c, float *v) {
+ * stay in L1), or, where the kernel is told both are 16-byte aligned (`pv`:
+ * every tensor of GPT-2's arena is), 8 at a time. */
+template <int VW>
+static __device__ __forceinline__ void ld_param(st_fbuf p, int64_t c, float *v, bool pv = false) {
+    if (VW == 8 && pv) {
+        st_ldv<VW>(p, c, v);
+        return;
+    }
 #pragma unroll
     for (int k = 0; k < VW; k++)
         v[k] = st_ld(p, c + k);
@@ -82,7 +88,7 @@ static __global__ void ln_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbu
  * columns 8 (l + 32 j) .. + 7 of its row for j < NC, read once. */
 template <int NC>
 static __global__ void ln_forward_rows_kernel(st_fbuf x, st_fbuf w, st_fbuf b, st_fbuf y, float *mean,
-                                              float *rstd, int64_t R, int64_t C, float eps) {
+                                              float *rstd, int64_t R, int64_t C, float eps, bool pv) {
     const int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= R) return; /* whole warps leave together */
@@ -113,8 +119,8 @@ static __global__ void ln_forward_rows_kernel(st_fbuf x, st_fbuf w, st_fbuf b, s
         const int64_t c = 8 * (lane + 32 * j);
         if (c >= C) continue;
         float wv[8], bv[8];
-        ld_param<8>(w, c, wv);
-        ld_param<8>(b, c, bv);
+        ld_param<8>(w, c, wv, pv);
+        ld_param<8>(b, c, bv, pv);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             xv[j][k] = (xv[j][k] - m) * rs * wv[k] + bv[k];
@@ -236,7 +242,7 @@ template <int NC>
 static __global__ void __launch_bounds__(32 * LN_FWARPS)
     ln_backward_fused_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean, const float *rstd,
                              st_fbuf dx, int64_t R, int64_t C, bool acc, int64_t per, float *part_w,
-                             float *part_b, float *dw, float *db) {
+                             float *part_b, float *dw, float *db, bool pv) {
     __shared__ float sw[NC * 256], sb[NC * 256];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
@@ -253,7 +259,7 @@ static __global__ void __launch_bounds__(32 * LN_FWARPS)
             float wv[8];
             st_ldv<8>(dy, o + c, gv[j]);
             st_ldv<8>(x, o + c, xv[j]);
-            ld_param<8>(w, c, wv);
+            ld_param<8>(w, c, wv, pv);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float xh = (xv[j][k] - m) * s, gc = gv[j][k] * wv[k];
@@ -325,10 +331,10 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
     const unsigned blocks = (unsigned)((R + LN_WARPS - 1) / LN_WARPS);
     const st_fbuf w = st_data(n->params[0]), b = st_data(n->params[1]);
     const float eps = n->args.f[ST_LAYERNORM_F_EPS];
-    const auto rows = [&](auto nc) { /* (ln_forward_rows_kernel) */
-                                     ln_forward_rows_kernel<decltype(nc)::value>
-                                         <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean,
-                                                                                           rstd, R, C, eps);
+    const bool pv = ln_vec8({w, b}, C); /* (ld_param) */
+    const auto rows = [&](auto nc) {
+        ln_forward_rows_kernel<decltype(nc)::value>
+            <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean, rstd, R, C, eps, pv);
     };
     const bool v8 = ln_vec8({x, y}, C);
     if (v8 && C <= 256)
@@ -363,7 +369,8 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         const auto launch = [&](auto nc) {
             ln_backward_fused_kernel<decltype(nc)::value>
                 <<<(unsigned)chunks, 32 * LN_FWARPS, 0, st_cuda_stream(g)>>>(
-                    x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0], per, pw, pb, dw, db);
+                    x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0], per, pw, pb, dw, db,
+                    ln_vec8({st_data(n->params[0])}, C));
         };
         if (C <= 256)
             launch(std::integral_constant<int, 1>());
