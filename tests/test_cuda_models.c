@@ -421,6 +421,12 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     T_TRY(cp_poison(dev, dg.g.grad_arena, dg.g.grad_count));
     T_TRY(cp_poison(dev, dg.g.work, dg.g.work_count)); /* scratch: undefined contents */
     T_TRY(upload_inputs(dev, &hg, &dg));
+    /* parameter gradients accumulate (micro-steps): both sides start from
+     * the same small non-zero gradients, so a layer that writes instead of
+     * adding (or adds twice) fails the comparison */
+    for (int64_t i = 0; i < hp->count; i++)
+        hp->grad[i] = 1e-3f * (2.0f * st_rng_uniform(&r) - 1.0f);
+    T_TRY(st_device_upload(dev, dp->grad, hp->grad, (size_t)hp->count * sizeof(float)));
     hg.g.training = dg.g.training = true;
     T_TRY(st_graph_forward(&hg.g));
     T_TRY(st_graph_forward(&dg.g));
