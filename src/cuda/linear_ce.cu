@@ -53,19 +53,25 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     });
 }
 
-static __global__ void lce_backward_kernel(const float *dh, st_fbuf dx, int64_t ndx, bool acc,
-                                           const float *dw, float *gw, int64_t nw, const float *count_slot,
+/* VW elements a thread: 8 on 16-byte accesses (st_ldv, st_stv) when every
+ * array is 16-byte aligned and ndx and nw are multiples of 8, else 1. */
+template <int VW>
+static __global__ void lce_backward_kernel(st_fbuf dh, st_fbuf dx, int64_t ndx, bool acc, st_fbuf dw,
+                                           st_fbuf gw, int64_t nw, const float *count_slot,
                                            const float *dloss) {
     const int count = __float_as_int(*count_slot);
     const float scale = count ? dloss[0] / (float)count : 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ndx + nw;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        if (i < ndx) {
-            const float d = dh[i] * scale;
-            st_st(dx, i, acc ? st_ld(dx, i) + d : d);
-        } else {
-            gw[i - ndx] += dw[i - ndx] * scale;
-        }
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VW; i < ndx + nw;
+         i += (int64_t)gridDim.x * blockDim.x * VW) {
+        float d[VW], o[VW];
+        const bool h = i < ndx; /* (a group of VW never straddles: ndx % VW == 0) */
+        const int64_t j = h ? i : i - ndx;
+        st_ldv<VW>(h ? dh : dw, j, d);
+        if (!h || acc) st_ldv<VW>(h ? dx : gw, j, o);
+#pragma unroll
+        for (int k = 0; k < VW; k++)
+            d[k] = (!h || acc) ? o[k] + d[k] * scale : d[k] * scale;
+        st_stv<VW>(h ? dx : gw, j, d);
     }
 }
 
@@ -123,8 +129,16 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     const int64_t ndx = n->in[0]->grad ? R * C : 0, nw = n->params[0]->grad ? V * C : 0;
     if (ndx + nw == 0) return ST_OK;
     const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
-    lce_backward_kernel<<<st_cuda_blocks(ndx + nw, 256), 256, 0, st_cuda_stream(g)>>>(
-        dh, dx, ndx, n->in_acc[0], dw, n->params[0]->grad, nw, dw + st_align_floats(Vp * C), n->out->grad);
+    const st_fbuf dhb = {(void *)dh, ST_PREC_FP32}, dwb = {(void *)dw, ST_PREC_FP32},
+                  gw = {n->params[0]->grad, ST_PREC_FP32};
+    const float *count = dw + st_align_floats(Vp * C);
+    if (st_fbuf_aligned8(dhb, ndx) && st_fbuf_aligned8(dx, ndx) && st_fbuf_aligned8(dwb, nw) &&
+        st_fbuf_aligned8(gw, nw))
+        lce_backward_kernel<8><<<st_cuda_blocks((ndx + nw) / 8, 256), 256, 0, st_cuda_stream(g)>>>(
+            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad);
+    else
+        lce_backward_kernel<1><<<st_cuda_blocks(ndx + nw, 256), 256, 0, st_cuda_stream(g)>>>(
+            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
