@@ -51,6 +51,7 @@
 #include <math.h>
 
 #include "attention_flash.cuh"
+#include "kernels.cuh"
 #include "mma.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -457,15 +458,7 @@ st_status st_cuda_flash_rowsums(st_graph *g, const st_flash *f) {
                 <<<(unsigned)((warps + THREADS / 32 - 1) / (THREADS / 32)), THREADS, 0, st_cuda_stream(g)>>>(
                     *f);
         };
-        const int groups = f->hs / 8;
-        if (groups <= 2)
-            launch(std::integral_constant<int, 2>());
-        else if (groups <= 4)
-            launch(std::integral_constant<int, 4>());
-        else if (groups <= 8)
-            launch(std::integral_constant<int, 8>());
-        else
-            launch(std::integral_constant<int, 16>());
+        st_pick_at_least(f->hs / 8, launch, std::integer_sequence<int, 2, 4, 8, 16>());
     } else {
         flash_rowsums<<<(unsigned)((rows + THREADS / 32 - 1) / (THREADS / 32)), THREADS, 0,
                         st_cuda_stream(g)>>>(*f);

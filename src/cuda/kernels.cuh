@@ -12,7 +12,17 @@
 #ifndef ST_CUDA_KERNELS_CUH
 #define ST_CUDA_KERNELS_CUH
 
+#include <utility>
+
 #include "common.cuh"
+
+/* f(std::integral_constant<int, N>()) for the first N of the ascending list
+ * that is at least n: a kernel templated on a size picked at run time (the
+ * caller keeps n within the list's last). */
+template <class F, int... N>
+static inline void st_pick_at_least(int64_t n, F &&f, std::integer_sequence<int, N...>) {
+    (void)((n <= N && (f(std::integral_constant<int, N>()), true)) || ...);
+}
 
 template <typename T> __device__ __forceinline__ T st_warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1)

@@ -337,14 +337,8 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
             <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean, rstd, R, C, eps, pv);
     };
     const bool v8 = ln_vec8({x, y}, C);
-    if (v8 && C <= 256)
-        rows(std::integral_constant<int, 1>());
-    else if (v8 && C <= 512)
-        rows(std::integral_constant<int, 2>());
-    else if (v8 && C <= 768)
-        rows(std::integral_constant<int, 3>());
-    else if (v8 && C <= 1024)
-        rows(std::integral_constant<int, 4>());
+    if (v8 && C <= 4 * 256)
+        st_pick_at_least((C + 255) / 256, rows, std::integer_sequence<int, 1, 2, 3, 4>());
     else if (v8)
         ln_forward_kernel<8>
             <<<blocks, 32 * LN_WARPS, 0, st_cuda_stream(g)>>>(x, w, b, y, mean, rstd, R, C, eps);
@@ -372,14 +366,7 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
                     x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0], per, pw, pb, dw, db,
                     ln_vec8({st_data(n->params[0])}, C));
         };
-        if (C <= 256)
-            launch(std::integral_constant<int, 1>());
-        else if (C <= 512)
-            launch(std::integral_constant<int, 2>());
-        else if (C <= 768)
-            launch(std::integral_constant<int, 3>());
-        else
-            launch(std::integral_constant<int, 4>());
+        st_pick_at_least((C + 255) / 256, launch, std::integer_sequence<int, 1, 2, 3, 4>());
         ST_CUDA_LAUNCHED();
         ST_TRY(ln_finish(g, chunks, C, dw, db));
         st_graph_span(g, "layernorm backward", true, 0);
