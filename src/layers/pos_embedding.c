@@ -1,7 +1,6 @@
 /* Learned position embedding: y[b, t, :] = x[b, t, :] + weight[t, :] (GPT-2's wpe).
  * Positions start at 0 for every sequence; no offsets for cached decoding. */
 #include <stdio.h>
-#include <string.h>
 
 #include "args.h"
 #include "layers.h"
@@ -40,19 +39,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
             }
         }
     }
-    if (dx && dx != dy) { /* (the same memory: graph.c alias_passes) */
-        const bool acc = n->in_acc[0];
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < B * T; r++) {
-            float *dr = dx + r * C;
-            const float *gr = dy + r * C;
-            if (acc)
-                for (int64_t c = 0; c < C; c++)
-                    dr[c] += gr[c];
-            else
-                memcpy(dr, gr, (size_t)C * sizeof(float));
-        }
-    }
+    if (dx) st_grad_pass(dx, dy, B * T * C, n->in_acc[0]); /* (nothing when one memory) */
     return ST_OK;
 }
 

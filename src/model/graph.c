@@ -768,9 +768,10 @@ static st_status alias_passes(const st_graph *g, const bool *over, const bool *f
     if (g->keep_acts) return ST_OK;
     int *cs = calloc((size_t)na + 1, sizeof *cs),
         *cons = malloc((size_t)(nn ? nn : 1) * ST_NODE_MAX_IN * sizeof *cons);
-    int *lo = malloc((size_t)(na ? na : 1) * sizeof *lo), *hi = malloc((size_t)(na ? na : 1) * sizeof *hi);
-    if (!cs || !cons || !lo || !hi) {
-        free(cs), free(cons), free(lo), free(hi);
+    int *lo = malloc((size_t)(na ? na : 1) * sizeof *lo), *hi = malloc((size_t)(na ? na : 1) * sizeof *hi),
+        *fill = malloc((size_t)(na ? na : 1) * sizeof *fill);
+    if (!cs || !cons || !lo || !hi || !fill) {
+        free(cs), free(cons), free(lo), free(hi), free(fill);
         return st_fail(ST_ERR_NOMEM, "out of memory");
     }
     /* each activation's consumers' backward steps, grouped by tensor */
@@ -779,11 +780,6 @@ static st_status alias_passes(const st_graph *g, const bool *over, const bool *f
             if (in_acts(g->nodes[i].in[k])) cs[g->nodes[i].in[k]->index + 1]++;
     for (int i = 0; i < na; i++)
         cs[i + 1] += cs[i];
-    int *fill = malloc((size_t)(na ? na : 1) * sizeof *fill);
-    if (!fill) {
-        free(cs), free(cons), free(lo), free(hi);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
-    }
     for (int i = 0; i < na; i++)
         fill[i] = cs[i], lo[i] = birth[i], hi[i] = death[i];
     for (int i = 0; i < nn; i++)
