@@ -118,7 +118,7 @@ static int64_t check_lives(const char *label, const st_graph *g, const st_tensor
         }
     }
     CHECK(clashes == 0, "%s: %d pairs of live gradients overlap", label, clashes);
-    if (shared_pairs) *shared_pairs = shared;
+    *shared_pairs = shared;
     free(set);
     CHECK(outside == 0, "%s: %d gradients outside the arena", label, outside);
     CHECK(over == (kept || !logits ? 0 : 1), "%s: %d gradients over their data", label, over);
