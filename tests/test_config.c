@@ -362,6 +362,47 @@ static void test_validate(void) {
     unlink(path);
 }
 
+/* st_config_validate_data (the commands that read the data): a non-idx
+ * data.type with a path left at its Fashion-MNIST default fails, naming the
+ * key and the fix; the cross-key checks alone pass (plan reads no data). */
+static void expect_data(const char *const *sets, int n, const char *needle, const char *needle2) {
+    st_config c;
+    st_config_defaults(&c);
+    for (int i = 0; i < n; i++)
+        CHECK_OK(st_config_set(&c, sets[i]));
+    CHECK_OK(st_config_validate(&c));
+    if (!needle) {
+        CHECK_OK(st_config_validate_data(&c));
+        return;
+    }
+    CHECK_FAILS(st_config_validate_data(&c), ST_ERR_CONFIG, needle);
+    CHECK_FAILS(st_config_validate_data(&c), ST_ERR_CONFIG, needle2);
+}
+
+#define DATA(needle, needle2, ...)                                                                           \
+    expect_data((const char *const[]){__VA_ARGS__},                                                          \
+                sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *), needle, needle2)
+
+static void test_validate_data(void) {
+    DATA(NULL, NULL, "train.steps=3"); /* idx: the defaults are its files */
+    DATA("data.train (/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, default) is "
+         "Fashion-MNIST's "
+         "idx file but data.type (tokens, --set)",
+         "set data.train to the token file", "model.type=gpt", "data.type=tokens");
+    DATA("data.val (/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz, default)",
+         "data.val: \"\" to train without evaluation", "model.type=gpt", "data.type=tokens",
+         "data.train=a.tokens");
+    DATA(NULL, NULL, "model.type=gpt", "data.type=tokens", "data.train=a.tokens", "data.val=");
+    DATA(NULL, NULL, "model.type=gpt", "data.type=tokens", "data.train=a.tokens", "data.val=b.tokens");
+    DATA("data.train_labels (/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz, default)",
+         "labels .npy file", "data.type=npy", "data.train=x.npy");
+    DATA("data.val (/usr/share", "validation inputs .npy file", "data.type=npy", "data.train=x.npy",
+         "data.train_labels=y.npy");
+    DATA("data.val_labels (/usr/share", "validation labels .npy file", "data.type=npy", "data.train=x.npy",
+         "data.train_labels=y.npy", "data.val=vx.npy");
+    DATA(NULL, NULL, "data.type=npy", "data.train=x.npy", "data.train_labels=y.npy", "data.val=");
+}
+
 static void test_print(void) {
     char path[64], want[128];
     st_config c, back;
@@ -535,6 +576,7 @@ int main(int argc, char **argv) {
     test_file_errors();
     test_odd_but_valid_files();
     test_validate();
+    test_validate_data();
     test_print();
     test_json();
     test_docs();

@@ -143,6 +143,9 @@ st_status st_config_set(st_config *c, const char *assignment);
 
 /* Cross-key checks after loading and overrides (e.g. n_embd divisible by n_head). */
 st_status st_config_validate(const st_config *c);
+/* The data paths against data.type (a non-idx type with a path left at its
+ * Fashion-MNIST default): for the commands that read the data. */
+st_status st_config_validate_data(const st_config *c);
 
 /* "model.n_embd (250, run.yaml:4)": the key, its value and where the value
  * came from, for error messages (which start with "<c->path>: " when a file

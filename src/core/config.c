@@ -409,6 +409,7 @@ st_status st_config_validate(const st_config *c) {
     bool tokens = !strcmp(c->data.type, "tokens");
 #define D1(key) st_config_describe(c, key, a, sizeof a)
 #define D2(key) st_config_describe(c, key, b, sizeof b)
+#define DEFAULTED(key) (st_config_source(c, key) == ST_SRC_DEFAULT)
 
     FAIL_IF(!c->data.train[0], "data.train is empty; set it to the training %s",
             tokens ? "token file" : "images");
@@ -449,7 +450,34 @@ st_status st_config_validate(const st_config *c) {
             D2("train.steps"));
     FAIL_IF(!strcmp(c->optim.type, "sgd") && c->optim.nesterov && c->optim.momentum == 0,
             "%s but %s; Nesterov needs momentum > 0", D1("optim.nesterov"), D2("optim.momentum"));
-#undef D1
-#undef D2
     return ST_OK;
 }
+
+/* The data paths' defaults are Fashion-MNIST's idx files: with another
+ * data.type a path left at its default names a file of the wrong format,
+ * which the reader would only report once the run had started, without
+ * naming the key. For the commands that read the data (train, eval, slurm's
+ * script); plan and bench do not. */
+st_status st_config_validate_data(const st_config *c) {
+    char a[512], b[512], where[ST_CFG_STR + 8] = "";
+    if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
+    const bool tokens = !strcmp(c->data.type, "tokens");
+    if (!strcmp(c->data.type, "idx")) return ST_OK;
+    FAIL_IF(DEFAULTED("data.train"), "%s is Fashion-MNIST's idx file but %s; set data.train to the %s",
+            D1("data.train"), D2("data.type"), tokens ? "token file" : "inputs .npy file");
+    FAIL_IF(!tokens && DEFAULTED("data.train_labels"),
+            "%s is Fashion-MNIST's idx file but %s; set data.train_labels to the labels .npy file",
+            D1("data.train_labels"), D2("data.type"));
+    FAIL_IF(c->data.val[0] && DEFAULTED("data.val"),
+            "%s is Fashion-MNIST's idx file but %s; set data.val to the validation %s, or data.val: \"\" "
+            "to train without evaluation",
+            D1("data.val"), D2("data.type"), tokens ? "token file" : "inputs .npy file");
+    FAIL_IF(!tokens && c->data.val[0] && DEFAULTED("data.val_labels"),
+            "%s is Fashion-MNIST's idx file but %s; set data.val_labels to the validation labels .npy file",
+            D1("data.val_labels"), D2("data.type"));
+    return ST_OK;
+}
+
+#undef D1
+#undef D2
+#undef DEFAULTED

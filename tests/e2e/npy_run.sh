@@ -109,7 +109,8 @@ err() { # NAME NEEDLE ARGS...
     echo "$name: exit $rc: $o"
     [ $rc -eq 1 ] && grep -qF -- "$needle" <<<"$o" || fail "$name: expected exit 1 mentioning '$needle'"
 }
-err "npy on the IDX defaults" "data.type npy (data.train and data.train_labels" --set data.type=npy
+err "npy on the IDX defaults" "data.train (/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, default) is Fashion-MNIST's idx file but data.type (npy, --set); set data.train" \
+    --set data.type=npy
 err "counts disagree" "short_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/short_y.npy"
 err "label out of range" "bad_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" \
     --set model.num_classes=2
