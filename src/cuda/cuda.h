@@ -132,12 +132,29 @@ typedef struct st_cuda_sgd_hp {
     int64_t t; /* as above: 1 initialises the momentum buffer */
 } st_cuda_sgd_hp;
 
+/* What an update does besides the update, in the same pass over the
+ * arrays (each saves a pass over the whole slice; NULL `fx` = neither):
+ * - clip: when clip_sumsq is not NULL (st_cuda_optim_sumsq after
+ *   st_cuda_grad_sumsq) and sqrt(*clip_sumsq) > max_norm, each gradient is
+ *   multiplied by (float)(max_norm / (norm + 1e-6)) as it is read: the value
+ *   st_cuda_grad_clip would have stored (g itself is left unclipped);
+ * - w16: when not NULL, the updated weights rounded into it (precision
+ *   prec16, bf16 or fp16; index 0 = element lo), as st_cuda_div_to_16 of the
+ *   masters by 1 would: the 16-bit compute copy refreshed in passing. */
+typedef struct st_cuda_update_fuse {
+    const double *clip_sumsq;
+    double max_norm;
+    uint16_t *w16;
+    st_precision prec16;
+} st_cuda_update_fuse;
+
 /* All for the planned slice, element lo of the arena at index 0 (device
  * memory): w its fp32 masters (st_params_master: a shard of sharded
  * masters), g its gradients, m, v (AdamW moments) and buf (SGD momentum). */
 st_status st_cuda_adamw_step(st_cuda_optim *o, float *w, const float *g, float *m, float *v,
-                             const st_cuda_adamw_hp *hp);
-st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g, float *buf, const st_cuda_sgd_hp *hp);
+                             const st_cuda_adamw_hp *hp, const st_cuda_update_fuse *fx);
+st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g, float *buf, const st_cuda_sgd_hp *hp,
+                           const st_cuda_update_fuse *fx);
 
 /* Global gradient norm, deterministic: the sum of squares of g[0, count) in
  * double, a fixed grid of partial sums then one block adding them in order

@@ -108,18 +108,46 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
     return ST_OK;
 }
 
+/* The fused extras of st_cuda_update_fuse as a kernel takes them: the
+ * clip's factor (found by each block from the device sum of squares, as
+ * clip_kernel below does) and the 16-bit copy. */
+struct opt_fuse {
+    const double *clip_sumsq;
+    double max_norm;
+    st_fbuf w16; /* p NULL: none */
+};
+
+static opt_fuse fuse_args(const st_cuda_update_fuse *fx) {
+    opt_fuse f = {NULL, 0.0, st_fbuf{NULL, ST_PREC_FP32}};
+    if (fx) f = opt_fuse{fx->clip_sumsq, fx->max_norm, st_fbuf{(void *)fx->w16, fx->prec16}};
+    return f;
+}
+
+/* The clip's factor, or 1 with *clip false: clip_kernel's test and value. */
+static __device__ __forceinline__ float clip_factor(const opt_fuse &f, bool *clip) {
+    *clip = false;
+    if (!f.clip_sumsq) return 1.0f;
+    const double norm = sqrt(*f.clip_sumsq);
+    if (!(norm > f.max_norm)) return 1.0f; /* (a NaN norm is left alone, as clip_kernel) */
+    *clip = true;
+    return (float)(f.max_norm / (norm + 1e-6));
+}
+
 /* optim.c's adamw_tensor, per element:
  *   w *= decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
- *   w -= step m / (sqrt(v) rbc2 + eps) */
+ *   w -= step m / (sqrt(v) rbc2 + eps)
+ * with g clipped as read and w's 16-bit copy stored when f asks. */
 static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *m,
                                     float *v, float b1, float b2, float eps, float step, float rbc2,
-                                    float decay) {
+                                    float decay, opt_fuse f) {
     const opt_chunk c = chunks[blockIdx.x];
     const float dk = c.decay ? decay : 1.0f;
     const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
+    bool clip;
+    const float cs = clip_factor(f, &clip);
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const int64_t s = i - lo;
-        const float gi = g[s];
+        const float gi = clip ? __fmul_rn(g[s], cs) : g[s];
         float wi = __fmul_rn(w[s], dk);
         const float mi = __fadd_rn(__fmul_rn(b1, m[s]), __fmul_rn(omb1, gi));
         const float vi = __fadd_rn(__fmul_rn(b2, v[s]), __fmul_rn(__fmul_rn(omb2, gi), gi));
@@ -127,48 +155,56 @@ static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *
         m[s] = mi;
         v[s] = vi;
         w[s] = wi;
+        if (f.w16.p) st_st(f.w16, s, wi);
     }
 }
 
 /* optim.c's sgd_tensor, per element:
  *   d = g + wd w; with momentum: buf = first ? d : mu buf + d,
- *   d = nesterov ? d + mu buf : buf; w -= lr d */
+ *   d = nesterov ? d + mu buf : buf; w -= lr d
+ * with g clipped and the 16-bit copy as adamw_kernel. */
 static __global__ void sgd_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *buf,
-                                  float mu, float wd, float lr, bool first, bool nesterov) {
+                                  float mu, float wd, float lr, bool first, bool nesterov, opt_fuse f) {
     const opt_chunk c = chunks[blockIdx.x];
     const float wdk = c.decay ? wd : 0.0f;
+    bool clip;
+    const float cs = clip_factor(f, &clip);
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const int64_t s = i - lo;
         const float wi = w[s];
-        float d = __fadd_rn(g[s], __fmul_rn(wdk, wi));
+        const float gi = clip ? __fmul_rn(g[s], cs) : g[s];
+        float d = __fadd_rn(gi, __fmul_rn(wdk, wi));
         if (mu != 0.0f) {
             const float b = first ? d : __fadd_rn(__fmul_rn(mu, buf[s]), d);
             buf[s] = b;
             d = nesterov ? __fadd_rn(d, __fmul_rn(mu, b)) : b;
         }
-        w[s] = __fsub_rn(wi, __fmul_rn(lr, d));
+        const float wn = __fsub_rn(wi, __fmul_rn(lr, d));
+        w[s] = wn;
+        if (f.w16.p) st_st(f.w16, s, wn);
     }
 }
 
 extern "C" st_status st_cuda_adamw_step(st_cuda_optim *o, float *w, const float *g, float *m, float *v,
-                                        const st_cuda_adamw_hp *hp) {
+                                        const st_cuda_adamw_hp *hp, const st_cuda_update_fuse *fx) {
     if (!o->n_chunks) return ST_OK;
     /* The scalars exactly as optim.c makes them (double, then rounded once). */
     const double bc1 = 1.0 - pow(hp->beta1, (double)hp->t), bc2 = 1.0 - pow(hp->beta2, (double)hp->t);
     const float step = (float)(hp->lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
     const float decay = (float)(1.0 - hp->lr * hp->weight_decay);
     adamw_kernel<<<(unsigned)o->n_chunks, OPT_THREADS, 0, o->d->compute>>>(
-        o->chunks, o->lo, w, g, m, v, (float)hp->beta1, (float)hp->beta2, (float)hp->eps, step, rbc2, decay);
+        o->chunks, o->lo, w, g, m, v, (float)hp->beta1, (float)hp->beta2, (float)hp->eps, step, rbc2, decay,
+        fuse_args(fx));
     ST_CUDA_TRY_D(o->d, cudaGetLastError());
     return ST_OK;
 }
 
 extern "C" st_status st_cuda_sgd_step(st_cuda_optim *o, float *w, const float *g, float *buf,
-                                      const st_cuda_sgd_hp *hp) {
+                                      const st_cuda_sgd_hp *hp, const st_cuda_update_fuse *fx) {
     if (!o->n_chunks) return ST_OK;
     sgd_kernel<<<(unsigned)o->n_chunks, OPT_THREADS, 0, o->d->compute>>>(
         o->chunks, o->lo, w, g, buf, (float)hp->momentum, (float)hp->weight_decay, (float)hp->lr, hp->t == 1,
-        hp->nesterov);
+        hp->nesterov, fuse_args(fx));
     ST_CUDA_TRY_D(o->d, cudaGetLastError());
     return ST_OK;
 }

@@ -284,8 +284,10 @@ st_status st_dist_step_end(st_dist *d) {
     int64_t res = st_dist_grad_nbytes(d);
     if (res > d->grad_peak_nbytes) d->grad_peak_nbytes = res;
     st_params *p = d->p;
-    st_params_touch(p); /* the optimizer, and the all-gather, wrote the weights */
+    /* DDP: the optimizer wrote the weights and said so (st_params_touch),
+     * and may have refreshed the compute copy with them (st_optim_update) */
     if (d->mode == ST_DIST_DDP || d->world == 1) return ST_OK;
+    st_params_touch(p); /* the all-gather writes them */
     const int64_t S = d->sh.shard, lo = (int64_t)d->rank * S;
     if (!p->masters_sharded) /* fp32: the masters are the weights */
         return gather_weights(d, p->data + lo, p->data, (size_t)S, ST_COMM_F32);

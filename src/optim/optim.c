@@ -297,15 +297,25 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
     }
 #ifdef ST_HAVE_CUDA
     o->t++;
+    /* In the same pass: the clip st_optim_clip left to it, and the 16-bit
+     * compute copy when this range is all of it and it was current (a
+     * ZeRO shard's part is refreshed and gathered by st_dist_step_end). */
+    st_cuda_update_fuse fx = {NULL, 0.0, NULL, p->precision};
+    if (o->clip_pending > 0) fx.clip_sumsq = st_cuda_optim_sumsq(o->cu), fx.max_norm = o->clip_pending;
+    o->clip_pending = 0;
+    const bool copy = p->compute16 && o->lo == 0 && o->hi >= p->count && p->compute_version == p->version;
+    if (copy) fx.w16 = p->compute16;
     st_status s;
     if (o->kind == ST_OPTIM_ADAMW) {
         const st_cuda_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t};
-        s = st_cuda_adamw_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, o->v, &hp);
+        s = st_cuda_adamw_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, o->v, &hp,
+                               &fx);
     } else {
         const st_cuda_sgd_hp hp = {lr, o->momentum, o->weight_decay, o->nesterov, o->t};
-        s = st_cuda_sgd_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, &hp);
+        s = st_cuda_sgd_step(o->cu, st_params_master(p, o->lo), st_params_grad(p, o->lo), o->m, &hp, &fx);
     }
     st_params_touch(p);
+    if (copy && s == ST_OK) p->compute_version = p->version; /* written with the masters */
     return s;
 #else
     (void)p;
@@ -332,7 +342,10 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
      * only a logged norm comes back. */
     ST_TRY(st_cuda_grad_sumsq(o->cu, st_params_grad(p, o->lo), o->count));
     if (across) ST_TRY(across(ctx, st_cuda_optim_sumsq(o->cu)));
-    if (max_norm > 0) ST_TRY(st_cuda_grad_clip(o->cu, st_params_grad(p, o->lo), o->count, max_norm));
+    /* offloaded: the host reads the gradients clipped; else the update clips them as it reads them */
+    if (max_norm > 0 && o->off)
+        ST_TRY(st_cuda_grad_clip(o->cu, st_params_grad(p, o->lo), o->count, max_norm));
+    if (max_norm > 0 && !o->off) o->clip_pending = max_norm;
     if (norm) ST_TRY(st_cuda_grad_norm_read(o->cu, norm));
     return ST_OK;
 #else

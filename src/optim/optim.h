@@ -48,6 +48,7 @@ typedef struct st_optim {
     st_device *dev; /* where m and v live: NULL = host, else the parameters' device */
     struct st_cuda_optim *cu; /* the fused kernels' chunk table (on a device); the norm's (offload) */
     struct st_optim_offload *off; /* optim.offload: the pinned copies and their events; NULL otherwise */
+    double clip_pending; /* a device clip st_optim_clip left to the next update (its max_norm); 0 = none */
 } st_optim;
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
@@ -60,7 +61,10 @@ void st_optim_free(st_optim *o);
  * rate lr, on the host (o->dev NULL). */
 void st_optim_step(st_optim *o, st_params *p, double lr);
 /* The same wherever the parameters live: st_optim_step on the host, the
- * fused AdamW/SGD launch on a device (queued, no wait). */
+ * fused AdamW/SGD launch on a device (queued, no wait). On a device whose
+ * range is the whole arena, a 16-bit compute copy that was current before
+ * the update is written by the same launch and stays current (no refresh
+ * before the next forward). */
 st_status st_optim_update(st_optim *o, st_params *p, double lr);
 /* The gradient over o's range, wherever it lives: when max_norm > 0, clip as
  * the trainer does (norm > max_norm: times max_norm / (norm + 1e-6)); when
@@ -70,7 +74,10 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr);
  * other ranks' sums of squares into the device double it is given (an
  * all-reduce, dist.h st_dist_sumsq_across) before the norm is taken, so
  * every rank clips by the global norm. On the host the range must be the
- * whole arena and `across` NULL (the host's ZeRO clips through dist.h). */
+ * whole arena and `across` NULL (the host's ZeRO clips through dist.h).
+ * On a device (not offloaded) the gradients are clipped by the next
+ * st_optim_update as it reads them (the same values, one pass over the
+ * gradients fewer): the gradient arena itself keeps the unclipped values. */
 typedef st_status (*st_optim_across)(void *ctx, double *sumsq);
 st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
                         void *ctx);
