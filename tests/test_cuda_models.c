@@ -330,6 +330,174 @@ static bool near_kink(const st_graph *g, char *where, size_t size) {
     return false;
 }
 
+/* n bytes of two arrays, each on the device (dev) or the host (NULL), the same bits? */
+static bool same_bytes(st_device *dev, const void *a, bool a_dev, const void *b, bool b_dev, size_t n) {
+    char *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    bool same = x && y;
+    if (same && a_dev) same = st_device_download(dev, x, a, n) == ST_OK;
+    if (same && !a_dev) memcpy(x, a, n);
+    if (same && b_dev) same = st_device_download(dev, y, b, n) == ST_OK;
+    if (same && !b_dev) memcpy(y, b, n);
+    same = same && memcmp(x, y, n) == 0;
+    free(x), free(y);
+    return same;
+}
+
+/* An evaluation on forward-only graphs (st_model_graph_build_forward, a
+ * run's evaluation graph) against the same on the full graphs just run in
+ * eval mode, on each side: the same loss and logits bit for bit (the same
+ * kernels, other memory), from arenas of NaN (a transient read after its
+ * memory was reused, or an output written where another still lives,
+ * fails), no activation gradients and no larger an arena. */
+static int fused_count(const st_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].fwd_fuses_next;
+    return n;
+}
+
+/* Activations of g sharing memory only when their lives do not meet,
+ * re-derived from the nodes: a tensor lives from the step its producer's
+ * kernel writes it to the last step a kernel reads it (graph inputs from
+ * the start; a node whose forward the node before runs, fwd_fuses_next,
+ * reads and writes at that node's step). The count of clashing pairs. */
+static int memory_clashes(const char *label, const st_graph *g) {
+    const int na = g->n_acts;
+    int *from = malloc((size_t)(na ? na : 1) * sizeof *from),
+        *to = malloc((size_t)(na ? na : 1) * sizeof *to);
+    int clashes = 0;
+    if (!from || !to) {
+        free(from), free(to);
+        return 1;
+    }
+    for (int a = 0; a < na; a++)
+        from[a] = -1, to[a] = g->acts[a]->kind == ST_TENSOR_INPUT ? -1 : -2;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        const int step = i > 0 && g->nodes[i - 1].fwd_fuses_next ? i - 1 : i;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->kind != ST_TENSOR_PARAM && n->in[k]->kind != ST_TENSOR_BUFFER) {
+                const int a = n->in[k]->index;
+                if (step > to[a]) to[a] = step;
+            }
+        const int a = n->out->index;
+        from[a] = step;
+        if (to[a] < step) to[a] = step;
+    }
+    for (int a = 0; a < na; a++)
+        for (int b = a + 1; b < na; b++) {
+            const st_tensor *x = g->acts[a], *y = g->acts[b];
+            if (x->dtype != ST_F32 || y->dtype != ST_F32) continue;
+            const char *x0 = (const char *)x->data, *y0 = (const char *)y->data;
+            const char *x1 = x0 + x->count * (x->store == ST_PREC_FP32 ? 4 : 2),
+                       *y1 = y0 + y->count * (y->store == ST_PREC_FP32 ? 4 : 2);
+            if (x0 >= y1 || y0 >= x1) continue;               /* apart in memory */
+            if (to[a] < from[b] || to[b] < from[a]) continue; /* apart in time */
+            if (clashes++ < 3)
+                fprintf(stderr, "FAIL %s: activations %d (steps %d..%d) and %d (steps %d..%d) share memory\n",
+                        label, a, from[a], to[a], b, from[b], to[b]);
+        }
+    free(from), free(to);
+    return clashes;
+}
+
+static int forward_only_check(const char *label, st_device *dev, st_model *hm, st_model *dm,
+                              st_model_graph *hg, st_model_graph *dg, double ltol) {
+    int bad = 0;
+    st_model_graph hf = {0}, df = {0};
+    const bool on_dev = dg->g.dev != NULL;
+    if (st_model_graph_build_forward(hm, hg->batch, &hf) != ST_OK ||
+        st_model_graph_build_forward(dm, dg->batch, &df) != ST_OK) {
+        fprintf(stderr, "FAIL %s: building the forward-only graphs: %s\n", label, st_last_error());
+        bad++;
+        goto done;
+    }
+    bad += memory_clashes(label, &hf.g) + memory_clashes(label, &df.g);
+    /* (without a device, ST_CP_SELFTEST: both sides are the host's) */
+    for (st_model_graph *f = &hf; f; f = f == &hf && !on_dev ? &df : NULL) {
+        for (int64_t i = 0; i < f->g.act_count; i++)
+            f->g.act_arena[i] = NAN;
+        memcpy(f->x->dtype == ST_F32 ? (void *)f->x->data : (void *)f->x->idata,
+               hg->x->dtype == ST_F32 ? (const void *)hg->x->data : (const void *)hg->x->idata,
+               (size_t)hg->x->count * 4);
+        memcpy(f->y->idata, hg->y->idata, (size_t)hg->y->count * 4);
+    }
+    if (on_dev && (cp_poison(dev, df.g.act_arena, df.g.act_count) != ST_OK ||
+                   cp_poison(dev, df.g.work, df.g.work_count) != ST_OK)) {
+        fprintf(stderr, "FAIL %s: poisoning: %s\n", label, st_last_error());
+        bad++;
+        goto done;
+    }
+    if (on_dev && upload_inputs(dev, hg, &df) != ST_OK) {
+        fprintf(stderr, "FAIL %s: uploading: %s\n", label, st_last_error());
+        bad++;
+        goto done;
+    }
+    hf.g.training = df.g.training = false;
+    if (st_graph_forward(&hf.g) != ST_OK || st_graph_forward(&df.g) != ST_OK ||
+        st_device_sync(dev) != ST_OK) {
+        fprintf(stderr, "FAIL %s: forward-only forward: %s\n", label, st_last_error());
+        bad++;
+        goto done;
+    }
+    const struct {
+        const char *side;
+        st_model_graph *full, *fwd;
+        bool d;
+    } sides[2] = {{"host", hg, &hf, false}, {"device", dg, &df, on_dev}};
+    for (int k = 0; k < 2; k++) {
+        st_model_graph *a = sides[k].full, *b = sides[k].fwd;
+        const bool d = sides[k].d;
+        if (fused_count(&a->g) != fused_count(&b->g)) {
+            /* selective checkpointing keeps GELU out of forward's epilogues
+             * (recomputed alone); the forward-only graph, with nothing to
+             * recompute, fuses it: one rounding fewer, within the loss's
+             * tolerance */
+            float la = 0, lb = 0;
+            if (d ? st_device_download(dev, &la, a->loss->data, 4) != ST_OK ||
+                        st_device_download(dev, &lb, b->loss->data, 4) != ST_OK
+                  : (la = *a->loss->data, lb = *b->loss->data, false)) {
+                fprintf(stderr, "FAIL %s: reading the losses: %s\n", label, st_last_error());
+                bad++;
+            } else if (!(fabs((double)la - lb) <= ltol * fabs((double)la))) {
+                fprintf(stderr,
+                        "FAIL %s: the %s's forward-only loss %.9g (%d fused products), its full graph's "
+                        "%.9g (%d)\n",
+                        label, sides[k].side, (double)lb, fused_count(&b->g), (double)la, fused_count(&a->g));
+                bad++;
+            }
+        } else if (!same_bytes(dev, a->loss->data, d, b->loss->data, d, sizeof(float))) {
+            fprintf(stderr, "FAIL %s: the %s's forward-only loss differs from its full graph's\n", label,
+                    sides[k].side);
+            bad++;
+        }
+        if (a->logits && fused_count(&a->g) == fused_count(&b->g) &&
+            (!b->logits || a->logits->store != b->logits->store ||
+             !same_bytes(dev, a->logits->data, d, b->logits->data, d,
+                         (size_t)a->logits->count * (a->logits->store == ST_PREC_FP32 ? 4 : 2)))) {
+            fprintf(stderr, "FAIL %s: the %s's forward-only logits differ from its full graph's\n", label,
+                    sides[k].side);
+            bad++;
+        }
+        if (b->g.grad_count != 0 || b->g.act_count > a->g.act_count) {
+            fprintf(stderr,
+                    "FAIL %s: the %s's forward-only graph holds %lld gradient and %lld activation floats "
+                    "(the full graph %lld and %lld)\n",
+                    label, sides[k].side, (long long)b->g.grad_count, (long long)b->g.act_count,
+                    (long long)a->g.grad_count, (long long)a->g.act_count);
+            bad++;
+        }
+    }
+    printf("     %s: forward-only evaluation %s; its arena %.2f of the full graph's (device)\n", label,
+           fused_count(&dg->g) == fused_count(&df.g) ? "the same bits"
+                                                     : "within the loss's tolerance (GELU fused)",
+           (double)df.g.act_count / (double)(dg->g.act_count + dg->g.grad_count));
+done:
+    st_model_graph_free(&df);
+    st_model_graph_free(&hf);
+    return bad;
+}
+
 /* -1: the draw has a kink (nothing compared; draw again). */
 static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     int bad = 0;
@@ -486,6 +654,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
     if (hg.logits)
         bad += compare(mc->label, "eval logits", dev, dg.logits, NULL, hg.logits->data, hg.logits->count,
                        rtol, atol);
+    bad += forward_only_check(mc->label, dev, hm, dm, &hg, &dg, ltol);
     /* weights saved from the device load into a fresh host model unchanged */
     fd = mkstemp(path);
     if (fd < 0) {
@@ -581,8 +750,13 @@ int main(void) {
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
 #endif
-        while (run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries) < 0 && ++tries < 8) {
+        const int failures = st_test_failures;
+        int r;
+        while ((r = run_case(&cases[i], dev, seed + i + 7919 * (uint64_t)tries)) < 0 && ++tries < 8) {
         }
+        /* (the comparisons count their own failures; the case's other
+         * checks are in r alone) */
+        if (r > 0 && st_test_failures == failures) st_test_failures += r;
         if (refuse) unsetenv("ST_CUDAEMU_NO_FUSED_EPILOGUES");
         CHECK(tries < 8, "%s: 8 draws, each with a kink", cases[i].label);
 #ifdef ST_HAVE_CUDA

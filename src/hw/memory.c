@@ -95,13 +95,15 @@ static int64_t operand_scratch(const st_graph *g) {
  * of the layers that take 16-bit storage (src/layers/half_io.h) take 2 bytes,
  * the rest 4; the CPU stores floats whatever the precision. */
 static st_status graph_size(st_model *m, int64_t batch, bool mixed, bool device, bool fused_gelu,
-                            graph_bytes *b) {
+                            bool forward, graph_bytes *b) {
     const st_precision was = m->params.precision;
     const bool fused_was = m->fused_gelu;
     ST_TRY(st_params_set_precision(&m->params, mixed ? ST_PREC_BF16 : ST_PREC_FP32));
     m->fused_gelu = fused_gelu;
     st_model_graph mg;
-    st_status s = device ? st_model_graph_layout_device(m, batch, &mg) : st_model_graph_layout(m, batch, &mg);
+    st_status s = forward  ? st_model_graph_layout_forward(m, batch, device, &mg)
+                  : device ? st_model_graph_layout_device(m, batch, &mg)
+                           : st_model_graph_layout(m, batch, &mg);
     (void)st_params_set_precision(&m->params, was);
     m->fused_gelu = fused_was;
     ST_TRY(s);
@@ -131,18 +133,19 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     /* buffers (batch-norm running statistics) stay fp32 beside the weights */
     out->params += 4 * m->params.buffer_count;
     graph_bytes g, g1, g2;
-    ST_TRY(graph_size(m, micro, o->mixed, o->device_layout, o->fused_gelu, &g));
+    ST_TRY(graph_size(m, micro, o->mixed, o->device_layout, o->fused_gelu, false, &g));
     out->acts = g.acts;
     out->act_grads = g.grads;
     out->ints = g.ints;
     out->work = g.work;
     /* per sample: the difference of the graphs at 1 and 2 (all linear in B) */
-    ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, o->fused_gelu, &g1));
-    ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, o->fused_gelu, &g2));
+    ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, o->fused_gelu, false, &g1));
+    ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, o->fused_gelu, false, &g2));
     out->act_per_sample = (double)((g2.acts + g2.grads + g2.ints) - (g1.acts + g1.grads + g1.ints));
     if (o->eval_batch > 0) {
         graph_bytes e;
-        ST_TRY(graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, &e));
+        ST_TRY(graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true,
+                          &e)); /* forward alone */
         out->eval = e.acts + e.grads + e.ints + e.work;
     }
     /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */

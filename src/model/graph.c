@@ -933,18 +933,21 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
     for (int i = 0; i < na; i++) {
         const st_tensor *t = g->acts[i];
         keepable[i] = !g->keep_acts && t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss &&
-                      !t->host_f32 && !over[i] && region[i] < 0;
+                      !t->host_f32 && !t->read_after && !over[i] && region[i] < 0;
         birth[i] = death[i] = first_read[i] = last_read[i] = -1;
     }
     /* backward readers by forward index: the first to run in backward is
      * the highest index (first_read), the last the lowest (last_read) */
+    /* (forward_only: no backward reads anything; a node whose forward the
+     * node before it runs (fwd_fuses_next) has its output written there) */
+    const bool bwd = !g->forward_only;
     for (int i = 0; i < nn; i++) {
         st_node *n = &g->nodes[i];
         n->remat_before = -1;
         if (in_acts(n->out)) {
             const int a = n->out->index;
-            birth[a] = i;
-            if (!n->ops->backward_ignores_out) {
+            birth[a] = i > 0 && g->nodes[i - 1].fwd_fuses_next ? i - 1 : i;
+            if (bwd && !n->ops->backward_ignores_out) {
                 if (last_read[a] < 0) last_read[a] = i;
                 first_read[a] = i;
             }
@@ -953,7 +956,7 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
             if (!in_acts(n->in[k])) continue;
             const int a = n->in[k]->index;
             death[a] = i;
-            if (!n->ops->backward_ignores_in) {
+            if (bwd && !n->ops->backward_ignores_in) {
                 if (last_read[a] < 0) last_read[a] = i;
                 first_read[a] = i;
             }
@@ -1044,9 +1047,10 @@ st_status st_graph_finalize(st_graph *g) {
     bool *over = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     bool *transient = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     int64_t *toff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *toff);
-    st_status ps =
-        over && transient && toff ? grads_over_data(g, region, over) : st_fail(ST_ERR_NOMEM, "out of memory");
-    if (ps == ST_OK) ps = place_grads(g, over, goff, &gc);
+    st_status ps = !over || !transient || !toff ? st_fail(ST_ERR_NOMEM, "out of memory")
+                   : g->forward_only ? (memset(over, 0, (size_t)(g->n_acts ? g->n_acts : 1)), ST_OK)
+                                     : grads_over_data(g, region, over);
+    if (ps == ST_OK && !g->forward_only) ps = place_grads(g, over, goff, &gc); /* (forward_only: none) */
     if (ps == ST_OK) ps = place_transients(g, region, over, transient, toff, &tc);
     if (ps != ST_OK) {
         free(region), free(aoff), free(goff), free(soff), free(over), free(transient), free(toff);
@@ -1062,11 +1066,19 @@ st_status st_graph_finalize(st_graph *g) {
             ac += act_floats(t);
         }
     }
+    int64_t shared_saved = 0; /* forward_only: one region every node's saved state takes (none reads it) */
     for (int i = 0; i < g->n_nodes; i++) {
         st_node *n = &g->nodes[i];
         if (n->work_count > wc) wc = n->work_count;
-        if (n->block < 0 || !g->checkpointing) soff[i] = ac, ac += st_align_floats(n->saved_count);
+        if (g->forward_only) {
+            soff[i] = ac;
+            if (st_align_floats(n->saved_count) > shared_saved)
+                shared_saved = st_align_floats(n->saved_count);
+        } else if (n->block < 0 || !g->checkpointing) {
+            soff[i] = ac, ac += st_align_floats(n->saved_count);
+        }
     }
+    ac += shared_saved;
     int64_t a_region = 0;
     for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
         int64_t ca = 0;
@@ -1118,7 +1130,7 @@ st_status st_graph_finalize(st_graph *g) {
         }
         t->offset = aoff[i];
         t->data = g->act_arena + aoff[i];
-        if (t->requires_grad) t->grad = over[i] ? t->data : g->grad_arena + goff[i];
+        if (t->requires_grad && !g->forward_only) t->grad = over[i] ? t->data : g->grad_arena + goff[i];
     }
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].saved_count) g->nodes[i].saved = g->act_arena + soff[i];

@@ -86,6 +86,7 @@ typedef struct st_tensor {
      * and backward run (st_params_use_compute), its `grad` always fp32. */
     st_precision store;
     bool host_f32; /* read as floats by the host (logits): never stored in 16 bits */
+    bool read_after; /* read after forward by the graph's caller (an evaluation's logits): never transient */
 } st_tensor;
 
 typedef struct st_node st_node;
@@ -267,6 +268,10 @@ struct st_graph {
     bool keep_acts;              /* set before finalize: every activation and activation gradient kept to the
                                     end of backward, none sharing memory nor a gradient over its tensor's data
                                     (a test that reads them all) */
+    bool forward_only;           /* set before finalize: forward alone runs (evaluation): no activation
+                                    gradients, no checkpointing, every activation that is neither an input
+                                    nor an output transient (freed after its last reader in forward) and
+                                    the nodes' saved state in one region they share */
     bool finalized;
     bool params_only;   /* finalize lays out parameters and sizes the arenas (act_count, grad_count,
                            int_count, work_count) but allocates none */

@@ -132,7 +132,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
 }
 
 static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
-                             st_model_graph *mg) {
+                             bool forward_only, st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
@@ -146,8 +146,9 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
      * session.c refused cudnn where it cannot run) */
     mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && strcmp(m->cfg.model.attention_kernel, "cudnn") == 0;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
-    mg->g.checkpointing = strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
-    mg->g.selective = strcmp(m->cfg.train.activation_checkpointing, "selective") == 0;
+    mg->g.forward_only = forward_only; /* (no backward: nothing to recompute) */
+    mg->g.checkpointing = !forward_only && strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;
+    mg->g.selective = !forward_only && strcmp(m->cfg.train.activation_checkpointing, "selective") == 0;
     st_status s;
     switch (m->kind) {
     case ST_MODEL_MLP:
@@ -163,6 +164,7 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     /* evaluation reads an image model's logits (accuracy); a token model's
      * stay on the device and may be stored in 16 bits */
     if (s == ST_OK && mg->logits && m->kind != ST_MODEL_GPT) mg->logits->host_f32 = true;
+    if (s == ST_OK && mg->logits && forward_only) mg->logits->read_after = true; /* (evaluation reads them) */
     if (s == ST_OK) s = st_graph_finalize(&mg->g);
     if (s != ST_OK) {
         st_graph_free(&mg->g);
@@ -172,7 +174,11 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
 }
 
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
-    return graph_build(m, batch, false, false, mg);
+    return graph_build(m, batch, false, false, false, mg);
+}
+
+st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_graph *mg) {
+    return graph_build(m, batch, false, false, true, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {
@@ -215,7 +221,7 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     /* Parameters are declared by building a one-sample graph, then laid out;
      * the probe allocates no activations. */
     st_model_graph probe;
-    if (s == ST_OK) s = graph_build(m, 1, true, false, &probe);
+    if (s == ST_OK) s = graph_build(m, 1, true, false, false, &probe);
     if (s != ST_OK) {
         st_model_free(m);
         return s;
@@ -267,11 +273,15 @@ st_status st_model_create_layout(const st_config *cfg, const st_model_input *in,
 }
 
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {
-    return graph_build(m, batch, true, false, mg);
+    return graph_build(m, batch, true, false, false, mg);
 }
 
 st_status st_model_graph_layout_device(st_model *m, int64_t batch, st_model_graph *mg) {
-    return graph_build(m, batch, true, true, mg);
+    return graph_build(m, batch, true, true, false, mg);
+}
+
+st_status st_model_graph_layout_forward(st_model *m, int64_t batch, bool device, st_model_graph *mg) {
+    return graph_build(m, batch, true, device, true, mg);
 }
 
 void st_model_free(st_model *m) {

@@ -65,10 +65,18 @@ st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg);
 /* The same, sized as the CUDA backend lays it out (st_layer_ops.device_layout:
  * attention's flash kernels save one log-sum-exp per row, not P). */
 st_status st_model_graph_layout_device(st_model *m, int64_t batch, st_model_graph *mg);
+/* The layout of st_model_graph_build_forward's graph (device: as the CUDA
+ * backend lays it out). */
+st_status st_model_graph_layout_forward(st_model *m, int64_t batch, bool device, st_model_graph *mg);
 st_status st_model_init_weights(st_model *m, uint64_t seed);
 
 /* Build a graph for `batch` samples. */
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
+/* A graph for forward alone (evaluation; st_graph.forward_only): no
+ * activation gradients, every activation that is neither an input nor an
+ * output freed after its last reader, so it holds a few layers' activations
+ * at once instead of the whole model's. Backward on it is an error. */
+st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
 
 /* model.fused_gelu for a gpt on a CUDA device of compute capability cc_major

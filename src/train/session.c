@@ -425,7 +425,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
-    if (s->has_val) ST_TRY(st_model_graph_build(s->model, cfg->train.eval_batch_size, &s->eval_graph));
+    if (s->has_val)
+        ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
     return ST_OK;
 }
 
