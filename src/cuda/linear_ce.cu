@@ -82,7 +82,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const st_fbuf h = st_data(n->in[0]);      /* (R, C) */
     const int32_t *tg = n->in[1]->idata;      /* (R) */
     const st_fbuf w0 = st_data(n->params[0]); /* (V, C), 16-bit in bf16/fp16 */
-    float *dh = n->saved, *dw = n->saved + st_align_floats(R * C), *count = dw + st_align_floats(Vp * C);
+    float *dh = ST_LCE_SAVED_DH(n), *dw = ST_LCE_SAVED_DW(n), *count = ST_LCE_SAVED_COUNT(n);
     /* the weight's zero-padded copy (Vp, C), after the rows' losses (linear_ce.c wcopy_floats) */
     const int64_t wcopy = n->args.i[ST_LCE_CHUNK_FLOATS] + st_align_floats(2 * R);
     const st_fbuf w = {g->work + wcopy, w0.t};
@@ -96,7 +96,8 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     /* the chunk in the plain linear's output storage (linear_ce.c chunk_elem) */
     const st_fbuf z = {g->work, g->params->precision};
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]);
-    const bool grads = g->training && n->out->requires_grad;
+    const bool grads =
+        g->training && n->out->requires_grad && !g->forward_only; /* (saved: the count alone) */
     n->args.i[ST_LCE_GRADS_MADE] = grads;
     for (int64_t r0 = 0; r0 < R; r0 += Rc) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
@@ -124,14 +125,13 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
 static st_status linear_ce_backward(st_node *n, st_graph *g) {
     ST_TRY(st_linear_ce_check_grads(n));
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
-    const int64_t Vp = n->args.i[ST_LCE_VP];
+    const float *dh = ST_LCE_SAVED_DH(n), *dw = ST_LCE_SAVED_DW(n);
     const int64_t ndx = n->in[0]->grad ? R * C : 0, nw = n->params[0]->grad ? V * C : 0;
     if (ndx + nw == 0) return ST_OK;
     const st_fbuf dx = n->in[0]->grad ? st_grad(n->in[0]) : st_fbuf{NULL, ST_PREC_FP32};
     const st_fbuf dhb = {(void *)dh, ST_PREC_FP32}, dwb = {(void *)dw, ST_PREC_FP32},
                   gw = {n->params[0]->grad, ST_PREC_FP32};
-    const float *count = dw + st_align_floats(Vp * C);
+    const float *count = ST_LCE_SAVED_COUNT(n);
     if (st_fbuf_aligned8(dhb, ndx) && st_fbuf_aligned8(dx, ndx) && st_fbuf_aligned8(dwb, nw) &&
         st_fbuf_aligned8(gw, nw))
         lce_backward_kernel<8><<<st_cuda_blocks((ndx + nw) / 8, 256), 256, 0, st_cuda_stream(g)>>>(

@@ -44,6 +44,14 @@ enum {
     ST_LCE_IGNORE,
     ST_LCE_GRADS_MADE
 };
+/* linear_ce's saved state (macros: the users have st_node and
+ * st_align_floats): the count of valid targets (an int32's bits) in the
+ * first aligned slot, then the fp32 dh (ROWS, C) and dW (VP, C) a training
+ * forward makes; a forward-only graph's node saves the count alone. */
+#define ST_LCE_SAVED_COUNT(n) ((n)->saved)
+#define ST_LCE_SAVED_DH(n) ((n)->saved + ST_ALIGN_FLOATS)
+#define ST_LCE_SAVED_DW(n)                                                                                   \
+    (ST_LCE_SAVED_DH(n) + st_align_floats((n)->args.i[ST_LCE_ROWS] * (n)->args.i[ST_LCE_C]))
 /* mse: N elements */
 enum { ST_MSE_N };
 

@@ -100,9 +100,9 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     const float *h = n->in[0]->data;                                         /* (R, C) */
     const int32_t *tg = n->in[1]->idata;                                     /* (R) */
     const float *w = n->params[0]->data;                                     /* (V, C) */
-    float *dh = n->saved;                                                    /* (R, C) */
-    float *dw = n->saved + st_align_floats(R * C);                           /* (V, C) of (Vp, C) */
-    float *count = dw + st_align_floats(ld * C);                             /* n_valid, as int bits */
+    float *dh = ST_LCE_SAVED_DH(n);                                          /* (R, C) */
+    float *dw = ST_LCE_SAVED_DW(n);                                          /* (V, C) of (Vp, C) */
+    float *count = ST_LCE_SAVED_COUNT(n);                                    /* n_valid, as int bits */
     float *z = g->work;                                                      /* (Rc, ld) */
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
     const st_precision prec = g->params->precision;
@@ -112,7 +112,8 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         if (tg[r] < 0 || tg[r] >= V) return st_ce_bad_target(n, "linear_ce", r, tg[r], V, ign);
         n_valid++;
     }
-    const bool grads = g->training && n->out->requires_grad;
+    const bool grads =
+        g->training && n->out->requires_grad && !g->forward_only; /* (saved: the count alone) */
     n->args.i[ST_LCE_GRADS_MADE] = grads;
     for (int64_t r0 = 0; r0 < R; r0 += Rc) {
         const int64_t m = R - r0 < Rc ? R - r0 : Rc;
@@ -159,9 +160,9 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
 static st_status linear_ce_backward(st_node *n, st_graph *g) {
     ST_TRY(st_linear_ce_check_grads(n));
     const int64_t R = n->args.i[ST_LCE_ROWS], C = n->args.i[ST_LCE_C], V = n->args.i[ST_LCE_V];
-    const float *dh = n->saved, *dw = n->saved + st_align_floats(R * C);
+    const float *dh = ST_LCE_SAVED_DH(n), *dw = ST_LCE_SAVED_DW(n);
     int32_t c32;
-    memcpy(&c32, dw + st_align_floats(n->args.i[ST_LCE_VP] * C), sizeof c32);
+    memcpy(&c32, ST_LCE_SAVED_COUNT(n), sizeof c32);
     const float scale = c32 ? n->out->grad[0] / (float)c32 : 0.0f;
     float *dx = n->in[0]->grad;
     if (dx) {
@@ -224,7 +225,9 @@ st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *w
     node->args.i[ST_LCE_CHUNK] = Rc;
     node->args.i[ST_LCE_IGNORE] = ignore_index;
     node->args.i[ST_LCE_CHUNK_FLOATS] = chunk_floats(Rc, Vp, elem);
-    node->saved_count = st_align_floats(R * C) + st_align_floats(Vp * C) + 1; /* dh, dW, the count */
+    /* the count, dh and dW (args.h ST_LCE_SAVED_*); forward alone, the count */
+    node->saved_count =
+        g->forward_only ? 1 : ST_ALIGN_FLOATS + st_align_floats(R * C) + st_align_floats(Vp * C);
     /* the chunk (floats on the host, the device's storage on one), the rows'
      * losses as doubles, and on a device the weight's padded copy */
     node->work_count = node->args.i[ST_LCE_CHUNK_FLOATS] + st_align_floats(2 * R) + wcopy_floats(g, V, C);
