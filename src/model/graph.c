@@ -1047,10 +1047,12 @@ st_status st_graph_finalize(st_graph *g) {
     bool *over = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     bool *transient = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     int64_t *toff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *toff);
-    st_status ps = !over || !transient || !toff ? st_fail(ST_ERR_NOMEM, "out of memory")
-                   : g->forward_only ? (memset(over, 0, (size_t)(g->n_acts ? g->n_acts : 1)), ST_OK)
-                                     : grads_over_data(g, region, over);
-    if (ps == ST_OK && !g->forward_only) ps = place_grads(g, over, goff, &gc); /* (forward_only: none) */
+    st_status ps = over && transient && toff ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory");
+    if (ps == ST_OK && g->forward_only) /* no gradients at all */
+        memset(over, 0, (size_t)(g->n_acts ? g->n_acts : 1));
+    else if (ps == ST_OK)
+        ps = grads_over_data(g, region, over);
+    if (ps == ST_OK && !g->forward_only) ps = place_grads(g, over, goff, &gc);
     if (ps == ST_OK) ps = place_transients(g, region, over, transient, toff, &tc);
     if (ps != ST_OK) {
         free(region), free(aoff), free(goff), free(soff), free(over), free(transient), free(toff);
