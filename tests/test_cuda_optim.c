@@ -93,8 +93,16 @@ static void rig_free(rig *r) {
     st_params_free(&r->hp);
 }
 
-/* Several steps of the CPU optimizer and the fused one from the same start. */
-static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool nesterov) {
+/* Several steps of the CPU optimizer and the fused one from the same start.
+ * With `fused` (bf16 or fp16; fp32: none) the update's fused extras
+ * (st_cuda_update_fuse) against the passes they replace: the clip as
+ * train.c clips on the CPU (the norm, then the gradients scaled when it is
+ * above the limit: on steps 1 and 3 it is, on the others the limit is above
+ * the norm), and the 16-bit copy exactly the updated weights rounded (as
+ * the graph's refresh rounds the masters); the device's gradients stay
+ * unclipped. */
+static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool nesterov,
+                           st_precision fused) {
     rig r;
     if (rig_make(&r, dev)) return;
     st_config c;
@@ -106,122 +114,71 @@ static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool
     st_optim o;
     CHECK_OK(st_optim_init(&o, &c, &r.hp));
     const int64_t n = r.hp.count;
-    float *m = NULL, *v = NULL;
-    st_cuda_optim *co = NULL;
-    CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&m));
-    CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&v));
-    CHECK_OK(st_device_zero(dev, m, (size_t)n * sizeof(float)));
-    CHECK_OK(st_device_zero(dev, v, (size_t)n * sizeof(float)));
-    CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
-    CHECK_OK(st_cuda_optim_create(dev, &r.dp, 0, n, &co));
-    st_rng rng = st_rng_make(seed, 3);
-    for (int step = 0; step < 5 && co && m && v; step++) {
-        const double lr = 1e-2 * (step + 1);
-        random_grads(r.hp.grad, n, &rng);
-        CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
-        st_optim_step(&o, &r.hp, lr);
-        if (o.kind == ST_OPTIM_ADAMW) {
-            st_cuda_adamw_hp hp = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t};
-            CHECK_OK(st_cuda_adamw_step(co, r.dp.data, r.dp.grad, m, v, &hp, NULL));
-        } else {
-            st_cuda_sgd_hp hp = {lr, o.momentum, o.weight_decay, o.nesterov, o.t};
-            CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, m, &hp, NULL));
-        }
-    }
-    char what[64];
-    snprintf(what, sizeof what, "%s%s weights", type, nesterov ? " nesterov" : "");
-    compare(what, dev, r.dp.data, r.hp.data, n, 2e-6, 1e-9);
-    snprintf(what, sizeof what, "%s%s %s", type, nesterov ? " nesterov" : "",
-             o.kind == ST_OPTIM_ADAMW ? "first moment" : "momentum");
-    compare(what, dev, m, o.m, n, 2e-6, 1e-9);
-    if (o.kind == ST_OPTIM_ADAMW) compare("adamw second moment", dev, v, o.v, n, 2e-6, 1e-12);
-    st_cuda_optim_free(co);
-    st_device_release(dev, m);
-    st_device_release(dev, v);
-    st_optim_free(&o);
-    rig_free(&r);
-}
-
-/* The update's fused extras (st_cuda_update_fuse) against the passes they
- * replace, on the CPU: the clip as train.c clips (the norm, then the
- * gradients scaled when it is above the limit: on steps 1 and 3 it is, on
- * the others the limit is above the norm), and the 16-bit copy exactly the
- * updated weights rounded (as the graph's refresh rounds the masters).
- * Weights and state as test_optimizer; the device's gradients stay
- * unclipped. */
-static void test_fused(st_device *dev, uint64_t seed, const char *type, st_precision prec) {
-    rig r;
-    if (rig_make(&r, dev)) return;
-    st_config c;
-    st_config_defaults(&c);
-    snprintf(c.optim.type, sizeof c.optim.type, "%s", type);
-    c.optim.weight_decay = 0.1;
-    c.optim.momentum = 0.9;
-    st_optim o;
-    CHECK_OK(st_optim_init(&o, &c, &r.hp));
-    const int64_t n = r.hp.count;
-    float *m = NULL, *v = NULL, *hw16 = malloc((size_t)n * sizeof *hw16),
-          *g0 = malloc((size_t)n * sizeof *g0);
+    const bool fx_on = fused != ST_PREC_FP32;
+    float *m = NULL, *v = NULL, *hw = malloc((size_t)n * sizeof *hw), *g0 = malloc((size_t)n * sizeof *g0);
     uint16_t *w16 = NULL, *back = malloc((size_t)n * sizeof *back);
     st_cuda_optim *co = NULL;
     CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&m));
     CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(float), (void **)&v));
-    CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(uint16_t), (void **)&w16));
+    if (fx_on) CHECK_OK(st_device_alloc(dev, (size_t)n * sizeof(uint16_t), (void **)&w16));
     CHECK_OK(st_device_zero(dev, m, (size_t)n * sizeof(float)));
     CHECK_OK(st_device_zero(dev, v, (size_t)n * sizeof(float)));
     CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
     CHECK_OK(st_cuda_optim_create(dev, &r.dp, 0, n, &co));
-    st_rng rng = st_rng_make(seed, 13);
+    st_rng rng = st_rng_make(seed, fx_on ? 13 : 3);
     int clipped = 0;
-    for (int step = 0; step < 4 && co && m && v && w16 && hw16 && g0 && back; step++) {
+    for (int step = 0; step < 5 && co && m && v && (w16 || !fx_on) && hw && g0 && back; step++) {
         const double lr = 1e-2 * (step + 1);
         random_grads(r.hp.grad, n, &rng);
         memcpy(g0, r.hp.grad, (size_t)n * sizeof *g0);
         CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
         const double norm = st_grad_norm(&r.hp), limit = step % 2 ? 0.5 * norm : 2.0 * norm;
-        if (norm > limit) {
+        if (fx_on && norm > limit) {
             st_grad_scale(&r.hp, (float)(limit / (norm + 1e-6)));
             clipped++;
         }
         st_optim_step(&o, &r.hp, lr);
-        CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
-        const st_cuda_update_fuse fx = {st_cuda_optim_sumsq(co), limit, w16, prec};
+        if (fx_on) CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
+        const st_cuda_update_fuse fx = {st_cuda_optim_sumsq(co), limit, w16, fused};
         if (o.kind == ST_OPTIM_ADAMW) {
             st_cuda_adamw_hp hp = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t};
-            CHECK_OK(st_cuda_adamw_step(co, r.dp.data, r.dp.grad, m, v, &hp, &fx));
+            CHECK_OK(st_cuda_adamw_step(co, r.dp.data, r.dp.grad, m, v, &hp, fx_on ? &fx : NULL));
         } else {
             st_cuda_sgd_hp hp = {lr, o.momentum, o.weight_decay, o.nesterov, o.t};
-            CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, m, &hp, &fx));
+            CHECK_OK(st_cuda_sgd_step(co, r.dp.data, r.dp.grad, m, &hp, fx_on ? &fx : NULL));
         }
     }
-    CHECK(clipped == 2, "the test clipped %d of 4 steps, meant 2", clipped);
+    CHECK(clipped == (fx_on ? 2 : 0), "the test clipped %d of 5 steps", clipped);
     char what[64];
-    snprintf(what, sizeof what, "%s fused weights", type);
+    const char *f = fx_on ? " fused" : "";
+    snprintf(what, sizeof what, "%s%s%s weights", type, nesterov ? " nesterov" : "", f);
     compare(what, dev, r.dp.data, r.hp.data, n, 2e-6, 1e-9);
-    snprintf(what, sizeof what, "%s fused %s", type, o.kind == ST_OPTIM_ADAMW ? "first moment" : "momentum");
+    snprintf(what, sizeof what, "%s%s%s %s", type, nesterov ? " nesterov" : "", f,
+             o.kind == ST_OPTIM_ADAMW ? "first moment" : "momentum");
     compare(what, dev, m, o.m, n, 2e-6, 1e-9);
-    if (o.kind == ST_OPTIM_ADAMW) compare("adamw fused second moment", dev, v, o.v, n, 2e-6, 1e-12);
-    compare("fused: gradients unclipped", dev, r.dp.grad, g0, n, 0, 0);
+    snprintf(what, sizeof what, "adamw%s second moment", f);
+    if (o.kind == ST_OPTIM_ADAMW) compare(what, dev, v, o.v, n, 2e-6, 1e-12);
+    if (fx_on && g0) compare("fused: gradients unclipped", dev, r.dp.grad, g0, n, 0, 0);
     /* the 16-bit copy: exactly the device's updated weights rounded */
-    if (w16 && hw16 && back) {
+    if (fx_on && w16 && hw && back) {
         CHECK_OK(st_device_download(dev, back, w16, (size_t)n * sizeof *back));
-        CHECK_OK(st_device_download(dev, hw16, r.dp.data, (size_t)n * sizeof *hw16));
+        CHECK_OK(st_device_download(dev, hw, r.dp.data, (size_t)n * sizeof *hw));
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) {
-            const uint16_t want = prec == ST_PREC_BF16 ? st_f32_to_bf16(hw16[i]) : st_f32_to_f16(hw16[i]);
+            const uint16_t want = fused == ST_PREC_BF16 ? st_f32_to_bf16(hw[i]) : st_f32_to_f16(hw[i]);
             if (back[i] != want && bad++ < 3)
                 fprintf(stderr, "FAIL %s fused 16-bit copy[%lld]: 0x%04x, expected 0x%04x (weight %.9g)\n",
-                        type, (long long)i, back[i], want, (double)hw16[i]);
+                        type, (long long)i, back[i], want, (double)hw[i]);
         }
         printf("%-28s %lld of %lld differ from the weights rounded\n",
-               prec == ST_PREC_BF16 ? "fused bf16 copy" : "fused fp16 copy", (long long)bad, (long long)n);
+               fused == ST_PREC_BF16 ? "fused bf16 copy" : "fused fp16 copy", (long long)bad, (long long)n);
         st_test_failures += bad ? 1 : 0;
     }
     st_cuda_optim_free(co);
     st_device_release(dev, m);
     st_device_release(dev, v);
     st_device_release(dev, w16);
-    free(hw16);
+    free(hw);
     free(g0);
     free(back);
     st_optim_free(&o);
@@ -366,11 +323,11 @@ int main(void) {
     const char *e = getenv("CP_SEED");
     const uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL);
     printf("CP_SEED=%llu\n", (unsigned long long)seed);
-    test_optimizer(dev, seed, "adamw", false);
-    test_optimizer(dev, seed, "sgd", false);
-    test_optimizer(dev, seed, "sgd", true);
-    test_fused(dev, seed, "adamw", ST_PREC_BF16);
-    test_fused(dev, seed, "sgd", ST_PREC_FP16);
+    test_optimizer(dev, seed, "adamw", false, ST_PREC_FP32);
+    test_optimizer(dev, seed, "sgd", false, ST_PREC_FP32);
+    test_optimizer(dev, seed, "sgd", true, ST_PREC_FP32);
+    test_optimizer(dev, seed, "adamw", false, ST_PREC_BF16);
+    test_optimizer(dev, seed, "sgd", true, ST_PREC_FP16);
     test_slice(dev, seed);
     test_norm_clip_scale(dev, seed);
     test_fold(dev, seed);
