@@ -216,6 +216,22 @@ static void test_set(void) {
                 "entry 2: expected an integer, got 'x'");
     CHECK(c.model.hidden.n == 3, "a failed list --set changes nothing");
     CHECK_FAILS(st_config_set(&c, "optim.schedule=cosin"), ST_ERR_CONFIG, "did you mean cosine?");
+    /* train.device: cuda:N, a GPU by its number (0 to 999, no leading zero) */
+    CHECK_OK(st_config_set(&c, "train.device=cuda:1"));
+    CHECK(!strcmp(c.train.device, "cuda:1"), "train.device cuda:1 reads '%s'", c.train.device);
+    CHECK_OK(st_config_set(&c, "train.device=cuda:0"));
+    CHECK_OK(st_config_set(&c, "train.device=cuda:15"));
+    CHECK(!strcmp(c.train.device, "cuda:15"), "train.device cuda:15 reads '%s'", c.train.device);
+    const char *bad_devices[] = {"cuda:",     "cuda:x", "cuda:-1", "cuda:01",
+                                 "cuda:1000", "cuda:N", "gpu:0",   "cud:1"};
+    for (size_t i = 0; i < sizeof bad_devices / sizeof *bad_devices; i++) {
+        char arg[64];
+        snprintf(arg, sizeof arg, "train.device=%s", bad_devices[i]);
+        CHECK_FAILS(st_config_set(&c, arg), ST_ERR_CONFIG, "one of auto, cpu, cuda, cuda:N");
+        CHECK(!strcmp(c.train.device, "cuda:15"), "a failed train.device=%s left '%s'", bad_devices[i],
+              c.train.device);
+    }
+    CHECK_OK(st_config_set(&c, "train.device=auto"));
     CHECK_FAILS(st_config_set(&c, "train.micro_batch_size=0"), ST_ERR_CONFIG,
                 "0 is out of range; it must be >= 1");
     CHECK_FAILS(st_config_set(&c, "train.batch_size=auto"), ST_ERR_CONFIG, "auto is not accepted here");

@@ -28,6 +28,11 @@ static void no_gpu(const char *why) {
     CHECK(strstr(st_last_error(), head) != NULL, "the error '%s' should give the reason '%s'", st_last_error(), why);
     CHECK(strstr(st_last_error(), "train.device: cpu") != NULL, "the error '%s' should say what to do",
           st_last_error());
+    const char *one[] = {"train.device=cuda:1", "train.steps=4", NULL};
+    CHECK_OK(tf_config(&c, root, "cuda1", one));
+    CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_UNSUPPORTED, "train.device cuda:1: ");
+    CHECK(strstr(st_last_error(), head) != NULL, "the error '%s' should give the reason '%s'",
+          st_last_error(), why);
 
     const char *au[] = {"train.steps=8", NULL};
     CHECK_OK(tf_config(&c, root, "auto", au));
@@ -44,9 +49,21 @@ static void no_gpu(const char *why) {
           (long long)r.device_mem_peak_bytes);
 }
 
-static void gpu(void) {
+static void gpu(int n) {
     st_config c;
     st_run_result r;
+    /* cuda:N: GPU N, or an error naming the GPUs there are */
+    char last[32], past[32];
+    snprintf(last, sizeof last, "train.device=cuda:%d", n - 1);
+    snprintf(past, sizeof past, "train.device=cuda:%d", n);
+    const char *lastv[] = {last, "train.steps=4", NULL}, *pastv[] = {past, "train.steps=2", NULL};
+    CHECK_OK(tf_config(&c, root, "last", lastv));
+    CHECK_OK(tf_train(&c, NULL, &r));
+    CHECK(r.steps == 4 && r.train_loss < r.first_loss && r.device_mem_peak_bytes > 0,
+          "%s: %lld steps, loss %g -> %g, device memory peak %lld", last, (long long)r.steps, r.first_loss,
+          r.train_loss, (long long)r.device_mem_peak_bytes);
+    CHECK_OK(tf_config(&c, root, "past", pastv));
+    CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_UNSUPPORTED, "CUDA device(s), cuda:0 to cuda:");
     const char *au[] = {"train.steps=4", NULL};
     CHECK_OK(tf_config(&c, root, "auto", au));
     CHECK_OK(tf_train(&c, NULL, &r));
@@ -93,7 +110,8 @@ int main(void) {
     printf("CUDA devices: %d%s%s\n", n, n ? "" : ": ", why);
     if (st_test_failures == 0) {
         if (n == 0) no_gpu(why);
-        else gpu();
+        else
+            gpu(n);
         resume();
     }
     char cmd[600];

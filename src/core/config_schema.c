@@ -144,10 +144,10 @@ const st_cfg_key st_cfg_keys[] = {
         "every activation inside each transformer/conv block; selective = only the outputs of norms and "
         "GELUs (a GPT keeps 10 of its 16 activations per token and layer, for a few element-wise passes); "
         "auto = the cheapest of off, selective, blocks that lets the micro-batch fit"),
-    K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda"),
+    K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda", "cuda:N"),
            "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the "
-           "optimizer "
-           "there; auto = cuda when this build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
+           "optimizer there; cuda:N = GPU N (one rank on the node); auto = cuda when this build has CUDA "
+           "and a GPU is present, else cpu (docs/cuda.md)"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
@@ -451,6 +451,17 @@ static const char *closest(const char *typed, const char *const *cands) {
     return best;
 }
 
+/* Whether s is the enum value e. A value written "name:N" stands for name:
+ * followed by a number, 0 to 999 (train.device's cuda:N). */
+static bool enum_match(const char *e, const char *s) {
+    const size_t n = strlen(e);
+    if (n < 2 || strcmp(e + n - 2, ":N") != 0) return strcmp(e, s) == 0;
+    if (strncmp(e, s, n - 1) != 0) return false; /* "name:" */
+    const char *d = s + n - 1;
+    const size_t digits = strspn(d, "0123456789");
+    return digits >= 1 && digits <= 3 && d[digits] == '\0' && (digits == 1 || d[0] != '0');
+}
+
 static bool parse_bool(const char *s, bool *out) {
     static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
     for (int i = 0; i < 3; i++) {
@@ -517,7 +528,7 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
         if (k->type == ST_CFG_ENUM) {
             bool found = false;
             for (const char *const *e = k->values; *e && !found; e++)
-                found = !strcmp(*e, s);
+                found = enum_match(*e, s);
             if (!found) {
                 const char *guess = closest(s, k->values);
                 st_cfg_values_text(k, values, sizeof values);

@@ -62,22 +62,35 @@ static const char *device_blocker(const st_session *s) {
     return NULL;
 }
 
-/* train.device: this rank's GPU (by its rank on the node) or the CPU. auto
- * takes the GPU when there is one and the configuration can run there, and
- * says why not otherwise; cuda insists, and an obstacle is an error. */
+/* train.device: this rank's GPU (by its rank on the node), GPU N (cuda:N,
+ * the node's one rank) or the CPU. auto takes the GPU when there is one and
+ * the configuration can run there, and says why not otherwise; cuda and
+ * cuda:N insist, and an obstacle is an error. */
 static st_status setup_device(st_session *s) {
     st_config *c = s->cfg;
     const bool auto_ = strcmp(c->train.device, "auto") == 0;
     char why[256], note[ST_CFG_NOTE];
     if (strcmp(c->train.device, "cpu") == 0) return ST_OK;
+    const int want = strncmp(c->train.device, "cuda:", 5) == 0 ? atoi(c->train.device + 5) : -1;
+    const int on_node = st_comm_local_size(s->comm);
+    if (want >= 0 && on_node > 1)
+        return st_fail(
+            ST_ERR_CONFIG,
+            "train.device %s names one GPU, and %d ranks run on this node (rank %d among them): use "
+            "train.device: cuda, which gives each rank the GPU of its rank on the node, and "
+            "CUDA_VISIBLE_DEVICES to choose which GPUs the node's ranks see",
+            c->train.device, on_node, s->rank);
     const int n = st_device_cuda_count(why, sizeof why), local = st_comm_local_rank(s->comm);
+    const int ordinal = want >= 0 ? want : local;
     const char *block = device_blocker(s);
     if (n > 0 && block) {
         snprintf(why, sizeof why, "%s", block);
+    } else if (n > 0 && want >= n) {
+        snprintf(why, sizeof why, "this node has %d CUDA device(s), cuda:0 to cuda:%d", n, n - 1);
     } else if (n > 0 && local >= n) {
         snprintf(why, sizeof why, "rank %d is rank %d on its node, which has %d CUDA device(s)", s->rank, local, n);
     } else if (n > 0) {
-        const st_status o = st_device_open_cuda(local, &s->dev);
+        const st_status o = st_device_open_cuda(ordinal, &s->dev);
         if (o == ST_ERR_UNSUPPORTED) { /* a GPU the kernels cannot use: auto takes the CPU, saying why */
             snprintf(why, sizeof why, "%s", st_last_error());
             goto no_gpu;
@@ -92,7 +105,8 @@ static st_status setup_device(st_session *s) {
     }
 no_gpu:
     if (!auto_)
-        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; use train.device: cpu (or auto)", why);
+        return st_fail(ST_ERR_UNSUPPORTED, "train.device %s: %s; use train.device: cpu (or auto)",
+                       c->train.device, why);
     snprintf(c->train.device, sizeof c->train.device, "cpu");
     snprintf(note, sizeof note, "%s", why);
     st_config_mark_auto(c, "train.device", note);

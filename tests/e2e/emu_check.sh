@@ -70,4 +70,20 @@ out=$(timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cpu --set mod
     --set train.out_dir="$tmp/cudnn-cpu" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || fail "attention_kernel cudnn on the CPU: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU"
+# 6. train.device cuda:N: GPU N of the node's (the run's header names it);
+#    a number past the node's GPUs is an error naming those there are; with
+#    two ranks on the node cuda:N is an error saying to use cuda.
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:1 --set train.out_dir="$tmp/dev1" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "^device: cuda:1 \(" <<<"$out" || fail "train.device cuda:1: exit $rc: $(grep -i device <<<"$out")"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:2 --set train.out_dir="$tmp/dev2" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "train.device cuda:2: this node has 2 CUDA device(s), cuda:0 to cuda:1" <<<"$out" ||
+    fail "train.device cuda:2 with 2 GPUs: exit $rc: $out"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" launch -n 2 "${tr[@]}" --set train.device=cuda:0 \
+    --set train.out_dir="$tmp/dev0x2" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
+    grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
+    fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node"
