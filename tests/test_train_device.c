@@ -20,6 +20,9 @@ static char root[] = "/tmp/test_train_device.XXXXXX";
 static void no_gpu(const char *why) {
     st_config c;
     st_run_result r;
+    /* the runtime says "driver version is insufficient" with no driver at
+     * all; the reason says which of the two it is */
+    CHECK(strstr(why, "insufficient") == NULL, "the reason '%s' should say whether there is a driver", why);
     const char *cuda[] = {"train.device=cuda", "train.steps=4", NULL};
     CHECK_OK(tf_config(&c, root, "cuda", cuda));
     CHECK_FAILS(tf_train(&c, NULL, &r), ST_ERR_UNSUPPORTED, "train.device cuda: ");

@@ -30,15 +30,37 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
                    d ? d->host : "?", d ? d->ordinal : -1);
 }
 
+/* Why cudaGetDeviceCount found no device, in the user's terms: the runtime
+ * says "driver version is insufficient" both when there is no driver and
+ * when the driver is older than the runtime, and only the second is fixed
+ * by updating it. */
+static void no_device_why(cudaError_t e, char *why, size_t len) {
+    int drv = 0, rt = 0;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv == 0) {
+        snprintf(why, len, "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 not found)");
+    } else if (e == cudaErrorInsufficientDriver && cudaRuntimeGetVersion(&rt) == cudaSuccess) {
+        snprintf(
+            why, len,
+            "no CUDA device: the NVIDIA driver runs CUDA up to %d.%d, and this build's runtime is %d.%d; "
+            "update the driver",
+            drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    } else if (e == cudaErrorNoDevice || e == cudaSuccess) {
+        snprintf(why, len, "no CUDA device: the driver sees no GPU%s%s%s",
+                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    } else {
+        snprintf(why, len, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+}
+
 extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        if (why && why_len) snprintf(why, why_len, "no CUDA device: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess || n == 0) {
+        if (why && why_len) no_device_why(e, why, why_len);
         cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
         return 0;
     }
-    if (n == 0 && why && why_len) snprintf(why, why_len, "no CUDA device found");
     return n;
 }
 

@@ -37,6 +37,15 @@ extern "C" cudaError_t cudaGetDeviceCount(int *n) {
     *n = devices();
     return *n ? cudaSuccess : st_emu_ret(cudaErrorNoDevice);
 }
+/* The versions a CUDA 13.0 driver and runtime report. */
+extern "C" cudaError_t cudaDriverGetVersion(int *v) {
+    *v = 13000;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = 13000;
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     current = d;
