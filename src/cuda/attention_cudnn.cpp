@@ -33,8 +33,9 @@ enum uid : int64_t { Q = 1, K, V, O, STATS, DO, DQ, DK, DV };
 
 struct graphs {
     st_cudnn_sdpa s;
-    std::shared_ptr<fe::graph::Graph> fwd, bwd; /* NULL: cuDNN cannot take that pass of the shape */
-    int64_t ws;                                 /* the larger workspace, bytes */
+    std::shared_ptr<fe::graph::Graph> fwd, bwd; /* NULL: cuDNN cannot take that pass (or not asked yet) */
+    int64_t wf = 0, wb = 0;                     /* their workspaces, bytes */
+    bool bwd_tried = false;                     /* the backward graph was asked for */
 };
 
 bool same(const st_cudnn_sdpa &a, const st_cudnn_sdpa &b) {
@@ -188,7 +189,7 @@ extern "C" void st_cudnn_destroy(st_cudnn *c) {
     delete c;
 }
 
-static const graphs *find(const st_cudnn *c, const st_cudnn_sdpa &s) {
+template <class C> static auto find(C *c, const st_cudnn_sdpa &s) -> decltype(&c->cache[0]) {
     for (auto &g : c->cache)
         if (same(g.s, s)) return &g;
     return nullptr;
@@ -210,24 +211,27 @@ static std::shared_ptr<fe::graph::Graph> pass_graph(st_cudnn *c, const st_cudnn_
     return nullptr;
 }
 
-extern "C" st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int64_t *ws_bytes) {
+extern "C" st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, bool backward,
+                                        int64_t *ws_bytes) {
     *ws_bytes = 0;
-    if (const graphs *have = find(c, *s)) {
-        *ws_bytes = have->ws;
-        return ST_OK;
-    }
     /* each pass on its own: a forward by cuDNN and a backward by the flash
-     * kernels (or the other way round) share the saved state */
-    graphs g;
-    g.s = *s;
-    int64_t wf = 0, wb = 0;
+     * kernels (or the other way round) share the saved state; remembered:
+     * asked again, a pass cuDNN refused says nothing */
+    graphs *g = find(c, *s);
     st_status sf = ST_OK, sb = ST_OK;
-    g.fwd = pass_graph(c, *s, false, &wf, &sf);
-    std::string why_f = sf == ST_OK ? "" : st_last_error();
-    g.bwd = pass_graph(c, *s, true, &wb, &sb);
-    g.ws = wf > wb ? wf : wb;
-    c->cache.push_back(g); /* remembered: asked again, a pass cuDNN refused says nothing */
-    *ws_bytes = g.ws;
+    std::string why_f;
+    if (!g) {
+        c->cache.emplace_back();
+        g = &c->cache.back();
+        g->s = *s;
+        g->fwd = pass_graph(c, *s, false, &g->wf, &sf);
+        if (sf != ST_OK) why_f = st_last_error();
+    }
+    if (backward && !g->bwd_tried) {
+        g->bwd_tried = true;
+        g->bwd = pass_graph(c, *s, true, &g->wb, &sb);
+    }
+    *ws_bytes = backward && g->wb > g->wf ? g->wb : g->wf;
     if (sf == ST_OK && sb == ST_OK) return ST_OK;
     if (sf != ST_OK && sb != ST_OK)
         return st_fail(ST_ERR_UNSUPPORTED, "%s: %s; and %s", c->where.c_str(), why_f.c_str(),

@@ -41,13 +41,15 @@ typedef struct st_cudnn_sdpa {
 /* A handle on the current CUDA device; `where` names it in errors. */
 st_status st_cudnn_create(const char *where, st_cudnn **out);
 void st_cudnn_destroy(st_cudnn *c); /* NULL is fine */
-/* The forward and backward graphs of this shape, built now unless they
- * were; *ws_bytes the larger of their workspaces. When cuDNN cannot take a
- * pass of the shape (no engine for it, or a failure), ST_ERR_UNSUPPORTED
- * naming the pass, the shape and cuDNN's reason, the first time, the other
- * pass's graph still built; remembered: later calls return ST_OK, and
+/* The forward graph of this shape, and the backward one when `backward`
+ * (a training graph; an evaluation graph runs forward alone), built now
+ * unless they were; *ws_bytes the larger of their workspaces (the
+ * backward's only when asked for). When cuDNN cannot take a pass of the
+ * shape (no engine for it, or a failure), ST_ERR_UNSUPPORTED naming the
+ * pass, the shape and cuDNN's reason, the first time, the other pass's
+ * graph still built; remembered: later calls return ST_OK, and
  * st_cudnn_sdpa_ready says which pass cuDNN runs. */
-st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, int64_t *ws_bytes);
+st_status st_cudnn_sdpa_plan(st_cudnn *c, const st_cudnn_sdpa *s, bool backward, int64_t *ws_bytes);
 /* Whether this shape's forward (or backward) graph is built. */
 bool st_cudnn_sdpa_ready(const st_cudnn *c, const st_cudnn_sdpa *s, bool backward);
 /* Queued on `stream`: y and lse from qkv (bf16 arrays). */
