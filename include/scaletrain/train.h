@@ -69,6 +69,7 @@ typedef struct st_run_result {
     bool deterministic;
     int64_t optim_state_bytes; /* optimizer state allocated on this rank */
     bool optim_offload;        /* ... in host memory, the parameters on a GPU (optim.offload) */
+    double optim_offload_early; /* offloaded: the fraction of gradient copies queued during backward */
     int64_t optim_state_bytes_predicted;
     int64_t grad_bytes;           /* gradient bytes resident after the last step */
     int64_t grad_peak_bytes;      /* the most seen resident at a backward hook or after a step */

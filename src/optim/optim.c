@@ -1,6 +1,7 @@
 /* AdamW, SGD, schedules and clipping (see optim.h). */
 #include "optim.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,15 @@ struct st_optim_offload {
     int n_chunks;
     st_cuda_event *ready; /* the gradients final on the compute stream */
     st_cuda_event **ev;   /* (n_chunks) chunk k's gradients (and weights, when pulling) are on the host */
+    /* Copies during backward (st_optim_offload_arm): */
+    const st_graph *planned; /* the graph ready_at and order were computed for */
+    int *ready_at;           /* (n_chunks) the node whose backward writes chunk k's gradients last */
+    int *order;              /* (n_chunks) the chunks as backward finishes them: ready_at descending */
+    st_params *p;            /* the armed step's parameters */
+    bool armed;              /* this step's copies are queued by backward's hook */
+    int queued;              /* how many of order[] are queued */
+    float gscale;            /* the clip's factor, applied by the host as it reads the gradients (1: none) */
+    int64_t chunks_early, chunks_all; /* over the run: copies queued during backward, and all */
 };
 
 static void free_offload(struct st_optim_offload *f) {
@@ -57,6 +67,8 @@ static void free_offload(struct st_optim_offload *f) {
     for (int k = 0; f->ev && k < f->n_chunks; k++)
         st_cuda_event_free(f->ev[k]);
     free(f->ev);
+    free(f->ready_at);
+    free(f->order);
     st_cuda_event_free(f->ready);
     if (f->pinned) {
         st_cuda_host_free(f->w);
@@ -93,6 +105,7 @@ static st_status init_offload(st_optim *o, const st_params *p) {
     o->off = f;
     f->dev = p->dev;
     f->pull = true;
+    f->gscale = 1.0f;
     /* An eighth of the range per chunk (so that copies and the host's work
      * overlap even on a small model), whole KiBs of elements, from 4096
      * elements (16 KiB) to 1 Mi (4 MiB: fewer, larger copies run at the
@@ -103,7 +116,10 @@ static st_status init_offload(st_optim *o, const st_params *p) {
     const size_t nbytes = (size_t)(o->count ? o->count : 1) * sizeof(float);
     st_status s = alloc_host_state(o);
     if (s == ST_OK) s = alloc_copies(f, nbytes);
-    if (s == ST_OK && !(f->ev = calloc((size_t)(f->n_chunks ? f->n_chunks : 1), sizeof *f->ev)))
+    const size_t nc = (size_t)(f->n_chunks ? f->n_chunks : 1);
+    if (s == ST_OK &&
+        (!(f->ev = calloc(nc, sizeof *f->ev)) || !(f->ready_at = calloc(nc, sizeof *f->ready_at)) ||
+         !(f->order = calloc(nc, sizeof *f->order))))
         s = st_fail(ST_ERR_NOMEM, "out of memory for the offloaded optimizer");
     if (s == ST_OK) s = st_cuda_event_create(f->dev, false, &f->ready);
     for (int k = 0; s == ST_OK && k < f->n_chunks; k++)
@@ -189,15 +205,15 @@ void st_optim_params_written(st_optim *o) {
 }
 
 /* w, g, m, v: (n) the elements of one tensor (or of its part in the range). */
-static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, int64_t n, float *m,
-                         float *v, double lr) {
+static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, float gs, int64_t n,
+                         float *m, float *v, double lr) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
     const double bc1 = 1.0 - pow(o->beta1, (double)o->t), bc2 = 1.0 - pow(o->beta2, (double)o->t);
     const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
     const float decay = t->decay ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        const float gi = g[i] * gs; /* (gs 1: g itself; else the clip, as the device's clip kernel) */
         w[i] *= decay;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
@@ -205,14 +221,15 @@ static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const 
     }
 }
 
-static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, int64_t n, float *buf,
-                       double lr) {
+static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, float gs, int64_t n,
+                       float *buf, double lr) {
     const float mu = (float)o->momentum, wd = t->decay ? (float)o->weight_decay : 0.0f;
     const float flr = (float)lr;
     const bool first = o->t == 1, nesterov = o->nesterov;
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + wd * w[i];
+        const float gi = g[i] * gs;
+        float d = gi + wd * w[i];
         if (mu != 0.0f) {
             buf[i] = first ? d : mu * buf[i] + d;
             d = nesterov ? d + mu * buf[i] : buf[i];
@@ -222,9 +239,10 @@ static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const fl
 }
 
 /* Elements [a, b) of o's range from arrays whose [0] is element a: the
- * weights w, gradients g and the state's m and v (v NULL for SGD). */
+ * weights w, gradients g (times gs as they are read) and the state's m and
+ * v (v NULL for SGD). */
 static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t b, float *w, const float *g,
-                       float *m, float *v, double lr) {
+                       float gs, float *m, float *v, double lr) {
     for (int i = 0; i < p->n; i++) {
         const st_tensor *t = p->t[i];
         if (t->kind != ST_TENSOR_PARAM) continue;
@@ -233,15 +251,15 @@ static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t
         if (x >= y) continue;
         const int64_t k = x - a;
         if (o->kind == ST_OPTIM_ADAMW)
-            adamw_tensor(o, t, w + k, g + k, y - x, m + k, v + k, lr);
+            adamw_tensor(o, t, w + k, g + k, gs, y - x, m + k, v + k, lr);
         else
-            sgd_tensor(o, t, w + k, g + k, y - x, m + k, lr);
+            sgd_tensor(o, t, w + k, g + k, gs, y - x, m + k, lr);
     }
 }
 
 void st_optim_step(st_optim *o, st_params *p, double lr) {
     o->t++;
-    step_slice(o, p, o->lo, o->hi, p->data + o->lo, st_params_grad(p, o->lo), o->m, o->v, lr);
+    step_slice(o, p, o->lo, o->hi, p->data + o->lo, st_params_grad(p, o->lo), 1.0f, o->m, o->v, lr);
     st_params_touch(p); /* the bf16/fp16 compute copy is refreshed before the next forward */
 }
 
@@ -259,33 +277,130 @@ static int64_t chunk_at(const st_optim *o, int k, int64_t *j) {
     return o->count - *j < o->off->chunk ? o->count - *j : o->off->chunk;
 }
 
-static st_status offload_update(st_optim *o, st_params *p, double lr) {
+/* Chunk k's gradients (and its weights, when pulling) down on the copy
+ * stream after everything queued on the compute stream so far; ev[k] after. */
+static st_status queue_chunk(st_optim *o, st_params *p, int k) {
     struct st_optim_offload *f = o->off;
     st_device *d = f->dev;
     int64_t j;
-    o->t++;
+    const size_t nb = (size_t)chunk_at(o, k, &j) * sizeof(float);
     ST_TRY(st_cuda_event_record(d, f->ready, ST_CUDA_STREAM_COMPUTE));
     ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COPY, f->ready));
-    for (int k = 0; k < f->n_chunks; k++) {
-        const size_t nb = (size_t)chunk_at(o, k, &j) * sizeof(float);
-        if (f->pull)
-            ST_TRY(
-                st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
-        ST_TRY(st_cuda_memcpy_async(d, f->g + j, st_params_grad(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
-        ST_TRY(st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY));
-    }
+    if (f->pull)
+        ST_TRY(st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
+    ST_TRY(st_cuda_memcpy_async(d, f->g + j, st_params_grad(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
+    return st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY);
+}
+
+static st_status offload_update(st_optim *o, st_params *p, double lr) {
+    struct st_optim_offload *f = o->off;
+    st_device *d = f->dev;
+    o->t++;
+    /* armed: backward's hook queued the chunks in order[] as it finished
+     * them (all of them by its last node; any left, now); else in the
+     * arena's order, now */
+    const bool armed = f->armed;
+    const float gs = f->gscale;
+    f->armed = false;
+    f->gscale = 1.0f;
+    f->chunks_early += armed ? f->queued : 0;
+    f->chunks_all += f->n_chunks;
+    for (int q = armed ? f->queued : 0; q < f->n_chunks; q++)
+        ST_TRY(queue_chunk(o, p, armed ? f->order[q] : q));
     f->pull = false;
-    for (int k = 0; k < f->n_chunks; k++) {
+    for (int q = 0; q < f->n_chunks; q++) {
+        int64_t j;
+        const int k = armed ? f->order[q] : q;
         const int64_t n = chunk_at(o, k, &j), a = o->lo + j;
         ST_TRY(st_cuda_event_sync(d, f->ev[k]));
-        step_slice(o, p, a, a + n, f->w + j, f->g + j, o->m + j, o->v ? o->v + j : NULL, lr);
+        step_slice(o, p, a, a + n, f->w + j, f->g + j, gs, o->m + j, o->v ? o->v + j : NULL, lr);
         ST_TRY(st_cuda_memcpy_async(d, st_params_master(p, a), f->w + j, (size_t)n * sizeof(float),
                                     ST_CUDA_STREAM_COMPUTE));
     }
     st_params_touch(p);
     return ST_OK;
 }
+
+/* For graph g: each chunk's ready_at, the lowest node that reads one of its
+ * parameters (backward runs the nodes downwards, so that node's backward
+ * writes the chunk's gradients last; INT_MAX when none does), and order[],
+ * the chunks by ready_at descending. */
+static st_status plan_chunks(struct st_optim_offload *f, const st_optim *o, const st_params *p,
+                             const st_graph *g) {
+    int *first_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *first_use);
+    if (!first_use) return st_fail(ST_ERR_NOMEM, "out of memory planning the offloaded copies");
+    for (int i = 0; i < p->n; i++)
+        first_use[i] = INT_MAX;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        const st_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_params + n->n_in; k++) {
+            const st_tensor *t = k < n->n_params ? n->params[k] : n->in[k - n->n_params];
+            if (t->kind == ST_TENSOR_PARAM && t->index >= 0 && t->index < p->n) first_use[t->index] = i;
+        }
+    }
+    for (int k = 0; k < f->n_chunks; k++) {
+        int64_t j;
+        const int64_t a = o->lo + (k * f->chunk), b = a + chunk_at(o, k, &j);
+        f->ready_at[k] = INT_MAX;
+        for (int i = 0; i < p->n; i++) {
+            const st_tensor *t = p->t[i];
+            if (t->kind == ST_TENSOR_PARAM && t->offset < b && t->offset + t->count > a &&
+                first_use[i] < f->ready_at[k])
+                f->ready_at[k] = first_use[i];
+        }
+        f->order[k] = k;
+    }
+    free(first_use);
+    for (int k = 1; k < f->n_chunks; k++) /* (insertion: stable, the arena's end first among equals) */
+        for (int q = k; q > 0 && f->ready_at[f->order[q]] > f->ready_at[f->order[q - 1]]; q--) {
+            const int x = f->order[q];
+            f->order[q] = f->order[q - 1];
+            f->order[q - 1] = x;
+        }
+    f->planned = g;
+    return ST_OK;
+}
+
+/* Backward's hook while armed: after node `node`, the copies of every chunk
+ * whose gradients are now final. */
+static st_status offload_hook(void *ctx, int node) {
+    st_optim *o = ctx;
+    struct st_optim_offload *f = o->off;
+    for (; f->queued < f->n_chunks && f->ready_at[f->order[f->queued]] >= node; f->queued++)
+        ST_TRY(queue_chunk(o, f->p, f->order[f->queued]));
+    return ST_OK;
+}
 #endif
+
+st_status st_optim_offload_arm(st_optim *o, st_params *p, st_graph *g, bool *armed) {
+    *armed = false;
+#ifdef ST_HAVE_CUDA
+    struct st_optim_offload *f = o->off;
+    if (!f || g->backward_hook) return ST_OK;
+    if (f->planned != g) ST_TRY(plan_chunks(f, o, p, g));
+    f->p = p;
+    f->armed = *armed = true;
+    f->queued = 0;
+    f->gscale = 1.0f;
+    g->backward_hook = offload_hook;
+    g->backward_hook_ctx = o;
+#else
+    (void)o;
+    (void)p;
+    (void)g;
+#endif
+    return ST_OK;
+}
+
+double st_optim_offload_early(const st_optim *o) {
+#ifdef ST_HAVE_CUDA
+    const struct st_optim_offload *f = o->off;
+    return f && f->chunks_all ? (double)f->chunks_early / (double)f->chunks_all : 0.0;
+#else
+    (void)o;
+    return 0.0;
+#endif
+}
 
 st_status st_optim_update(st_optim *o, st_params *p, double lr) {
 #ifdef ST_HAVE_CUDA
@@ -342,6 +457,16 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
      * only a logged norm comes back. */
     ST_TRY(st_cuda_grad_sumsq(o->cu, st_params_grad(p, o->lo), o->count));
     if (across) ST_TRY(across(ctx, st_cuda_optim_sumsq(o->cu)));
+    if (o->off && o->off->armed) {
+        /* The copies were queued during backward and may still be reading
+         * the gradients: they are not clipped here; the host scales them as
+         * it reads them, by the device clip's factor (its test and value). */
+        double n = 0;
+        ST_TRY(st_cuda_grad_norm_read(o->cu, &n));
+        if (max_norm > 0 && n > max_norm) o->off->gscale = (float)(max_norm / (n + 1e-6));
+        if (norm) *norm = n;
+        return ST_OK;
+    }
     /* offloaded: the host reads the gradients clipped; else the update clips them as it reads them */
     if (max_norm > 0 && o->off)
         ST_TRY(st_cuda_grad_clip(o->cu, st_params_grad(p, o->lo), o->count, max_norm));

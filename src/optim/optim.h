@@ -25,7 +25,10 @@
  * gradients down on the copy stream in chunks, and as each chunk arrives
  * updates it on the host and queues its weights up on the compute stream:
  * the host's arithmetic on one chunk overlaps the copies of the others.
- * Norm and clip stay on the device (st_optim_clip). */
+ * Norm and clip stay on the device (st_optim_clip). Armed for a step
+ * (st_optim_offload_arm), the copies start during backward instead, chunk
+ * by chunk as backward finishes them, and the clip's factor is applied by
+ * the host as it reads the gradients. */
 #ifndef ST_OPTIM_OPTIM_H
 #define ST_OPTIM_OPTIM_H
 
@@ -81,6 +84,22 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr);
 typedef st_status (*st_optim_across)(void *ctx, double *sumsq);
 st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm, st_optim_across across,
                         void *ctx);
+
+/* optim.offload: the copies of the step's gradients queued during the
+ * backward of g that comes next (its last micro-step's), each chunk as soon
+ * as backward has written its gradients for the last time, so that the
+ * copies and the host's update of the chunks backward finished first run
+ * while backward goes on; st_optim_update then updates the chunks in that
+ * order. For steps whose gradients need nothing between backward and the
+ * update but a clip (st_optim_clip reads the norm and the host scales the
+ * gradients as it reads them): one rank, no loss scaling, no deterministic
+ * reduction (the caller's conditions). Sets g's backward hook (*armed)
+ * unless o is not offloaded or g has a hook already (DDP's); the caller
+ * clears it after backward. */
+st_status st_optim_offload_arm(st_optim *o, st_params *p, st_graph *g, bool *armed);
+/* Over the run so far: the fraction of chunk copies queued during backward
+ * (0 when not offloaded). */
+double st_optim_offload_early(const st_optim *o);
 
 /* The parameters were written outside the optimizer (a checkpoint's weights
  * loaded): an offloaded optimizer reads its range of them from the device

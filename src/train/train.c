@@ -93,6 +93,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
         cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
         if (r->optim_offload) cJSON_AddBoolToObject(o, "optim_offload", true);
+        if (r->optim_offload) cJSON_AddNumberToObject(o, "optim_offload_early", r->optim_offload_early);
         cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
         cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
         cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
@@ -661,9 +662,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(st_graph_forward(&mg.g));
             st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
+            /* optim.offload on one rank: the gradients' copies during the
+             * last micro-step's backward, when nothing but a clip comes
+             * between it and the update (no loss scale to check, nothing to
+             * reduce) */
+            bool early = false;
+            if (k == accum - 1 && ses->world == 1 && !sc.enabled && !dd.deterministic)
+                ST_GOTO(st_optim_offload_arm(&opt, &m->params, &mg.g, &early));
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "backward");
             /* fp16: the loss gradient times the loss scale (1 otherwise). */
-            ST_GOTO(st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale));
+            const st_status bs = st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale);
+            if (early) mg.g.backward_hook = NULL, mg.g.backward_hook_ctx = NULL;
+            ST_GOTO(bs);
             st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_end(&dd, &mg.g, k));
             ST_GOTO(st_feed_done(feed)); /* after backward (checkpointing reads mg.x again) */
@@ -852,6 +862,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
 #ifdef ST_HAVE_CUDA
     if (ses->dev) r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
 #endif
+    r->optim_offload_early = st_optim_offload_early(&opt);
     r->data_wait_s = wait_total;
     r->has_loss_scale = sc.enabled;
     r->loss_scale = sc.scale;

@@ -11,6 +11,12 @@
 #     host's AdamW is the fused kernel's float for float); the offloaded run
 #     says so ("optim_offload") and its peak device memory is lower by at
 #     least its optimizer state.
+#     Each chunk's copy is queued during backward, once backward has
+#     written its gradients for the last time; the host clips them as it
+#     reads them ("optim_offload_early": 1). Without clipping, and with two
+#     micro-batches a step (the copies during the second's backward only),
+#     the same bits too, the host's update of a chunk now running while
+#     backward goes on.
 #  2. Two emulated GPUs under zero1 (each rank's shard offloaded; the norm on
 #     the devices, summed through NCCL): the same bits as zero1 without
 #     offload, with half the state per rank.
@@ -49,11 +55,15 @@ same() { # A B WHAT: the same weight bits
 run gpu1 1 --set train.steps=8
 run gpu1-off 1 --set train.steps=8 "${off[@]}"
 ST_CUDAEMU_PINNED_MB=0 run gpu1-off-pageable 1 --set train.steps=8 "${off[@]}"
+noclip=(--set train.steps=8 --set optim.grad_clip=0 --set train.micro_batch_size=16)
+run gpu1-noclip 1 "${noclip[@]}"
+run gpu1-noclip-off 1 "${noclip[@]}" "${off[@]}"
 run gpu2-zero1 2 --set train.steps=8 --set dist.strategy=zero1
 run gpu2-zero1-off 2 --set train.steps=8 --set dist.strategy=zero1 "${off[@]}"
 [ "$fails" -eq 0 ] || e2e_finish
 same gpu1 gpu1-off "1 emulated GPU with and without offload"
 same gpu1 gpu1-off-pageable "1 emulated GPU offloaded through pageable memory"
+same gpu1-noclip gpu1-noclip-off "1 emulated GPU, 2 micro-batches, no clipping, with and without offload"
 same gpu2-zero1 gpu2-zero1-off "zero1 on 2 emulated GPUs with and without offload"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the offloaded runs' memory (above)"
 import json, sys
@@ -62,6 +72,9 @@ sys.path.insert(0, "tests/py")
 from runs import last as last_of
 last = lambda name: last_of(f"{tmp}/{name}.json")
 plain, off, z, zoff = last("gpu1"), last("gpu1-off"), last("gpu2-zero1"), last("gpu2-zero1-off")
+noclip = last("gpu1-noclip-off")
+print(f"copies queued during backward: {off.get('optim_offload_early')} of the clipped run's, "
+      f"{noclip.get('optim_offload_early')} of the unclipped one's, {zoff.get('optim_offload_early')} under zero1")
 saved = plain["device_mem_peak_bytes"] - off["device_mem_peak_bytes"]
 print(f"1 GPU: peak device memory {plain['device_mem_peak_bytes']} B, offloaded {off['device_mem_peak_bytes']} B "
       f"(saved {saved} B; optimizer state {off['optim_state_bytes']} B on the host)")
@@ -74,6 +87,8 @@ checks = {
     "the same state": off["optim_state_bytes"] == plain["optim_state_bytes"]
                       and zoff["optim_state_bytes"] == z["optim_state_bytes"],
     "sharded": 2 * zoff["optim_state_bytes"] <= off["optim_state_bytes"] + 2 * 4 * 2 * 1024,
+    "copies during backward (one rank)": off.get("optim_offload_early") == 1 and noclip.get("optim_offload_early") == 1,
+    "copies after backward (two ranks)": zoff.get("optim_offload_early") == 0,
 }
 bad = [k for k, v in checks.items() if not v]
 for k in bad:
