@@ -52,7 +52,6 @@ struct st_optim_offload {
     st_cuda_event *ready; /* the gradients final on the compute stream */
     st_cuda_event **ev;   /* (n_chunks) chunk k's gradients (and weights, when pulling) are on the host */
     /* Copies during backward (st_optim_offload_arm): */
-    const st_graph *planned; /* the graph ready_at and order were computed for */
     int *ready_at;           /* (n_chunks) the node whose backward writes chunk k's gradients last */
     int *order;              /* (n_chunks) the chunks as backward finishes them: ready_at descending */
     st_params *p;            /* the armed step's parameters */
@@ -351,13 +350,12 @@ static st_status plan_chunks(struct st_optim_offload *f, const st_optim *o, cons
         f->order[k] = k;
     }
     free(first_use);
-    for (int k = 1; k < f->n_chunks; k++) /* (insertion: stable, the arena's end first among equals) */
+    for (int k = 1; k < f->n_chunks; k++) /* (insertion, stable) */
         for (int q = k; q > 0 && f->ready_at[f->order[q]] > f->ready_at[f->order[q - 1]]; q--) {
             const int x = f->order[q];
             f->order[q] = f->order[q - 1];
             f->order[q - 1] = x;
         }
-    f->planned = g;
     return ST_OK;
 }
 
@@ -377,7 +375,7 @@ st_status st_optim_offload_arm(st_optim *o, st_params *p, st_graph *g, bool *arm
 #ifdef ST_HAVE_CUDA
     struct st_optim_offload *f = o->off;
     if (!f || g->backward_hook) return ST_OK;
-    if (f->planned != g) ST_TRY(plan_chunks(f, o, p, g));
+    ST_TRY(plan_chunks(f, o, p, g)); /* (every step: chunks x tensors comparisons, and never stale) */
     f->p = p;
     f->armed = *armed = true;
     f->queued = 0;
