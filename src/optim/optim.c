@@ -320,14 +320,30 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
     return ST_OK;
 }
 
+/* order[] entries sorted by ready_at descending, then by chunk index */
+typedef struct {
+    int ready, k;
+} chunk_key;
+
+static int by_ready_desc(const void *a, const void *b) {
+    const chunk_key *x = a, *y = b;
+    if (x->ready != y->ready) return x->ready > y->ready ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
 /* For graph g: each chunk's ready_at, the lowest node that reads one of its
  * parameters (backward runs the nodes downwards, so that node's backward
  * writes the chunk's gradients last; INT_MAX when none does), and order[],
- * the chunks by ready_at descending. */
+ * the chunks by ready_at descending. Linear in nodes, tensors and chunks. */
 static st_status plan_chunks(struct st_optim_offload *f, const st_optim *o, const st_params *p,
                              const st_graph *g) {
     int *first_use = malloc((size_t)(p->n ? p->n : 1) * sizeof *first_use);
-    if (!first_use) return st_fail(ST_ERR_NOMEM, "out of memory planning the offloaded copies");
+    chunk_key *key = malloc((size_t)(f->n_chunks ? f->n_chunks : 1) * sizeof *key);
+    if (!first_use || !key) {
+        free(first_use);
+        free(key);
+        return st_fail(ST_ERR_NOMEM, "out of memory planning the offloaded copies");
+    }
     for (int i = 0; i < p->n; i++)
         first_use[i] = INT_MAX;
     for (int i = g->n_nodes - 1; i >= 0; i--) {
@@ -337,25 +353,23 @@ static st_status plan_chunks(struct st_optim_offload *f, const st_optim *o, cons
             if (t->kind == ST_TENSOR_PARAM && t->index >= 0 && t->index < p->n) first_use[t->index] = i;
         }
     }
-    for (int k = 0; k < f->n_chunks; k++) {
-        int64_t j;
-        const int64_t a = o->lo + (k * f->chunk), b = a + chunk_at(o, k, &j);
+    for (int k = 0; k < f->n_chunks; k++)
         f->ready_at[k] = INT_MAX;
-        for (int i = 0; i < p->n; i++) {
-            const st_tensor *t = p->t[i];
-            if (t->kind == ST_TENSOR_PARAM && t->offset < b && t->offset + t->count > a &&
-                first_use[i] < f->ready_at[k])
-                f->ready_at[k] = first_use[i];
-        }
-        f->order[k] = k;
+    for (int i = 0; i < p->n; i++) { /* each tensor's part of the range: the chunks it overlaps */
+        const st_tensor *t = p->t[i];
+        const int64_t a = t->offset > o->lo ? t->offset : o->lo;
+        const int64_t b = t->offset + t->count < o->hi ? t->offset + t->count : o->hi;
+        if (t->kind != ST_TENSOR_PARAM || a >= b) continue;
+        for (int64_t k = (a - o->lo) / f->chunk; k <= (b - 1 - o->lo) / f->chunk; k++)
+            if (first_use[i] < f->ready_at[k]) f->ready_at[k] = first_use[i];
     }
+    for (int k = 0; k < f->n_chunks; k++)
+        key[k] = (chunk_key){f->ready_at[k], k};
+    qsort(key, (size_t)f->n_chunks, sizeof *key, by_ready_desc);
+    for (int k = 0; k < f->n_chunks; k++)
+        f->order[k] = key[k].k;
     free(first_use);
-    for (int k = 1; k < f->n_chunks; k++) /* (insertion, stable) */
-        for (int q = k; q > 0 && f->ready_at[f->order[q]] > f->ready_at[f->order[q - 1]]; q--) {
-            const int x = f->order[q];
-            f->order[q] = f->order[q - 1];
-            f->order[q - 1] = x;
-        }
+    free(key);
     return ST_OK;
 }
 
@@ -375,7 +389,7 @@ st_status st_optim_offload_arm(st_optim *o, st_params *p, st_graph *g, bool *arm
 #ifdef ST_HAVE_CUDA
     struct st_optim_offload *f = o->off;
     if (!f || g->backward_hook) return ST_OK;
-    ST_TRY(plan_chunks(f, o, p, g)); /* (every step: chunks x tensors comparisons, and never stale) */
+    ST_TRY(plan_chunks(f, o, p, g)); /* (every step: linear, and never stale) */
     f->p = p;
     f->armed = *armed = true;
     f->queued = 0;
