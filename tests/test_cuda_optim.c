@@ -3,7 +3,8 @@
  * Nesterov, weight decay only on tensors flagged for it, several steps with
  * fresh gradients each; a ZeRO-like slice that must update only its own
  * elements; the deterministic gradient norm, clipping and scaling; the
- * deterministic reduction's fold and block norms against the host's bits.
+ * deterministic reduction's fold and block norms against the host's bits;
+ * the offloaded optimizer (host state, chunked copies) against the host's.
  *
  * The update formulas are computed in the CPU's float operation order with
  * no FMA contraction on either side, so weights and moments are expected to
@@ -229,6 +230,53 @@ static void test_slice(st_device *dev, uint64_t seed) {
     rig_free(&r);
 }
 
+/* optim.offload (src/optim/optim.c): the state on the host, the gradients
+ * copied down and the weights up in chunks (this arena's 31,954 elements in
+ * 8 of 4096). After every update the weights as the compute stream reads
+ * them are the host optimizer's, bit for bit: the uploads run on the copy
+ * stream, which the compute stream must wait for (under the emulator's lazy
+ * streams a missing wait reads the old weights). The state is host memory,
+ * the host optimizer's too. */
+static void test_offload(st_device *dev, uint64_t seed, const char *type) {
+    rig r;
+    if (rig_make(&r, dev)) return;
+    st_config c;
+    st_config_defaults(&c);
+    snprintf(c.optim.type, sizeof c.optim.type, "%s", type);
+    c.optim.weight_decay = 0.1;
+    c.optim.momentum = 0.9;
+    st_optim h, o;
+    CHECK_OK(st_optim_init(&h, &c, &r.hp));
+    c.optim.offload = true;
+    const st_status s = st_optim_init(&o, &c, &r.dp);
+    CHECK_OK(s);
+    if (s != ST_OK) {
+        st_optim_free(&h);
+        rig_free(&r);
+        return;
+    }
+    CHECK(o.off && !o.dev, "%s offloaded: the state on the host", type);
+    const int64_t n = r.hp.count;
+    CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
+    st_rng rng = st_rng_make(seed, 17);
+    for (int step = 0; step < 3; step++) {
+        const double lr = 1e-2 * (step + 1);
+        random_grads(r.hp.grad, n, &rng);
+        CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+        st_optim_step(&h, &r.hp, lr);
+        CHECK_OK(st_optim_update(&o, &r.dp, lr));
+        char what[64];
+        snprintf(what, sizeof what, "%s offloaded, step %d", type, step + 1);
+        compare(what, dev, r.dp.data, r.hp.data, n, 0, 0);
+    }
+    CHECK(memcmp(o.m, h.m, (size_t)n * sizeof *o.m) == 0 &&
+              (!h.v || (o.v && memcmp(o.v, h.v, (size_t)n * sizeof *o.v) == 0)),
+          "%s offloaded: the host state is the host optimizer's", type);
+    st_optim_free(&o);
+    st_optim_free(&h);
+    rig_free(&r);
+}
+
 static void test_norm_clip_scale(st_device *dev, uint64_t seed) {
     rig r;
     if (rig_make(&r, dev)) return;
@@ -329,6 +377,8 @@ int main(void) {
     test_optimizer(dev, seed, "adamw", false, ST_PREC_BF16);
     test_optimizer(dev, seed, "sgd", true, ST_PREC_FP16);
     test_slice(dev, seed);
+    test_offload(dev, seed, "adamw");
+    test_offload(dev, seed, "sgd");
     test_norm_clip_scale(dev, seed);
     test_fold(dev, seed);
     st_device_free(dev);

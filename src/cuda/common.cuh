@@ -33,7 +33,8 @@ struct st_device {
     char host[64];
     cudaStream_t compute; /* every kernel of the step */
     cudaStream_t comm;    /* collectives (NCCL), ordered with compute by events */
-    cudaStream_t copy;    /* host-to-device batch copies */
+    cudaStream_t copy;    /* host-to-device copies (batches, offloaded weights) */
+    cudaStream_t d2h;     /* device-to-host copies (offloaded gradients) */
     cublasLtHandle_t lt;
     void *lt_ws; /* cuBLASLt workspace, allocated once when the device opens */
     size_t lt_ws_bytes;

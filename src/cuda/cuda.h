@@ -61,7 +61,8 @@ typedef struct st_cuda_event st_cuda_event;
 typedef enum st_cuda_stream_id {
     ST_CUDA_STREAM_COMPUTE = 0, /* every kernel of the step */
     ST_CUDA_STREAM_COMM,        /* collectives */
-    ST_CUDA_STREAM_COPY,        /* host-to-device batch copies */
+    ST_CUDA_STREAM_COPY,        /* host-to-device copies: batches, the offloaded optimizer's weights */
+    ST_CUDA_STREAM_D2H,         /* device-to-host copies: the offloaded optimizer's gradients */
 } st_cuda_stream_id;
 
 /* Page-locked (pinned) host memory, so copies from it run asynchronously on

@@ -75,6 +75,7 @@ extern "C" void st_cuda_free(st_device *d) {
     if (d->lt_ws) cudaFree(d->lt_ws);
     if (d->flag) cudaFree(d->flag);
     if (d->scratch) cudaFree(d->scratch);
+    if (d->d2h) cudaStreamDestroy(d->d2h);
     if (d->copy) cudaStreamDestroy(d->copy);
     if (d->comm) cudaStreamDestroy(d->comm);
     if (d->compute) cudaStreamDestroy(d->compute);
@@ -102,6 +103,7 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));
+    ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking));
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = (size_t)ST_CUDA_LT_WORKSPACE_BYTES;
     ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
@@ -257,5 +259,6 @@ extern "C" st_status st_cuda_sync(st_device *d) {
     ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
     ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->comm));
     ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->copy));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->d2h));
     return ST_OK;
 }

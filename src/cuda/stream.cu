@@ -5,7 +5,12 @@
 #include "common.cuh"
 
 static cudaStream_t stream_of(const st_device *d, st_cuda_stream_id s) {
-    return s == ST_CUDA_STREAM_COPY ? d->copy : s == ST_CUDA_STREAM_COMM ? d->comm : d->compute;
+    switch (s) {
+    case ST_CUDA_STREAM_COMM: return d->comm;
+    case ST_CUDA_STREAM_COPY: return d->copy;
+    case ST_CUDA_STREAM_D2H: return d->d2h;
+    default: return d->compute;
+    }
 }
 
 static cudaEvent_t ev(st_cuda_event *e) { return (cudaEvent_t)(void *)e; }

@@ -51,6 +51,7 @@ struct st_optim_offload {
     int n_chunks;
     st_cuda_event *ready; /* the gradients final on the compute stream */
     st_cuda_event **ev;   /* (n_chunks) chunk k's gradients (and weights, when pulling) are on the host */
+    st_cuda_event *up;    /* the step's last upload of weights (the copy stream) */
     /* Copies during backward (st_optim_offload_arm): */
     int *ready_at;           /* (n_chunks) the node whose backward writes chunk k's gradients last */
     int *order;              /* (n_chunks) the chunks as backward finishes them: ready_at descending */
@@ -69,6 +70,7 @@ static void free_offload(struct st_optim_offload *f) {
     free(f->ready_at);
     free(f->order);
     st_cuda_event_free(f->ready);
+    st_cuda_event_free(f->up);
     if (f->pinned) {
         st_cuda_host_free(f->w);
         st_cuda_host_free(f->g);
@@ -121,6 +123,7 @@ static st_status init_offload(st_optim *o, const st_params *p) {
          !(f->order = calloc(nc, sizeof *f->order))))
         s = st_fail(ST_ERR_NOMEM, "out of memory for the offloaded optimizer");
     if (s == ST_OK) s = st_cuda_event_create(f->dev, false, &f->ready);
+    if (s == ST_OK) s = st_cuda_event_create(f->dev, false, &f->up);
     for (int k = 0; s == ST_OK && k < f->n_chunks; k++)
         s = st_cuda_event_create(f->dev, false, &f->ev[k]);
     if (s == ST_OK) s = st_cuda_optim_create(f->dev, p, o->lo, o->hi, &o->cu);
@@ -263,12 +266,15 @@ void st_optim_step(st_optim *o, st_params *p, double lr) {
 }
 
 #ifdef ST_HAVE_CUDA
-/* optim.offload's update (optim.h): gradients down in chunks on the copy
- * stream, each chunk updated on the host as it arrives and its weights
- * queued up on the compute stream (which the next forward and ZeRO's
- * all-gather follow). The host writes chunk k of f->w only after chunk k's
- * event, which follows (through `ready`) every kernel queued before, the
- * previous step's upload of chunk k included. */
+/* optim.offload's update (optim.h): gradients down in chunks on the
+ * device-to-host stream, each chunk updated on the host as it arrives and
+ * its weights queued up on the copy stream at once (on one rank, while
+ * backward still runs: a chunk's weights are read last by the backward of
+ * the node after which its gradients came down). The compute stream then
+ * waits for the last upload (`up`), so the next forward, ZeRO's all-gather
+ * and the compute copy's refresh see the new weights, and the host writes
+ * chunk k of f->w only after chunk k's event, which follows (through
+ * `ready` and `up`) the previous step's upload of chunk k. */
 /* Chunk k of the range: its length, and (*j) its first element's index
  * within the range (the arena's element o->lo + *j). */
 static int64_t chunk_at(const st_optim *o, int k, int64_t *j) {
@@ -276,19 +282,20 @@ static int64_t chunk_at(const st_optim *o, int k, int64_t *j) {
     return o->count - *j < o->off->chunk ? o->count - *j : o->off->chunk;
 }
 
-/* Chunk k's gradients (and its weights, when pulling) down on the copy
- * stream after everything queued on the compute stream so far; ev[k] after. */
+/* Chunk k's gradients (and its weights, when pulling) down on the
+ * device-to-host stream after everything queued on the compute stream so
+ * far; ev[k] after. */
 static st_status queue_chunk(st_optim *o, st_params *p, int k) {
     struct st_optim_offload *f = o->off;
     st_device *d = f->dev;
     int64_t j;
     const size_t nb = (size_t)chunk_at(o, k, &j) * sizeof(float);
     ST_TRY(st_cuda_event_record(d, f->ready, ST_CUDA_STREAM_COMPUTE));
-    ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COPY, f->ready));
+    ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_D2H, f->ready));
     if (f->pull)
-        ST_TRY(st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
-    ST_TRY(st_cuda_memcpy_async(d, f->g + j, st_params_grad(p, o->lo + j), nb, ST_CUDA_STREAM_COPY));
-    return st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_COPY);
+        ST_TRY(st_cuda_memcpy_async(d, f->w + j, st_params_master(p, o->lo + j), nb, ST_CUDA_STREAM_D2H));
+    ST_TRY(st_cuda_memcpy_async(d, f->g + j, st_params_grad(p, o->lo + j), nb, ST_CUDA_STREAM_D2H));
+    return st_cuda_event_record(d, f->ev[k], ST_CUDA_STREAM_D2H);
 }
 
 static st_status offload_update(st_optim *o, st_params *p, double lr) {
@@ -314,8 +321,10 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
         ST_TRY(st_cuda_event_sync(d, f->ev[k]));
         step_slice(o, p, a, a + n, f->w + j, f->g + j, gs, o->m + j, o->v ? o->v + j : NULL, lr);
         ST_TRY(st_cuda_memcpy_async(d, st_params_master(p, a), f->w + j, (size_t)n * sizeof(float),
-                                    ST_CUDA_STREAM_COMPUTE));
+                                    ST_CUDA_STREAM_COPY));
     }
+    ST_TRY(st_cuda_event_record(d, f->up, ST_CUDA_STREAM_COPY));
+    ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COMPUTE, f->up));
     st_params_touch(p);
     return ST_OK;
 }

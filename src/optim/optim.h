@@ -22,9 +22,11 @@
  * checkpoints read and write it as a host optimizer's) with a pinned host
  * copy of the range's weights, the master of that range. An update records
  * an event on the compute stream (the gradients final), copies the range's
- * gradients down on the copy stream in chunks, and as each chunk arrives
- * updates it on the host and queues its weights up on the compute stream:
- * the host's arithmetic on one chunk overlaps the copies of the others.
+ * gradients down on the device-to-host stream in chunks, and as each chunk
+ * arrives updates it on the host and queues its weights up on the copy
+ * stream, which the compute stream waits for before anything after the
+ * update: the host's arithmetic on one chunk overlaps the copies of the
+ * others.
  * Norm and clip stay on the device (st_optim_clip). Armed for a step
  * (st_optim_offload_arm), the copies start during backward instead, chunk
  * by chunk as backward finishes them, and the clip's factor is applied by
