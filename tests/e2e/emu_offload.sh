@@ -16,7 +16,10 @@
 #     reads them ("optim_offload_early": 1). Without clipping, and with two
 #     micro-batches a step (the copies during the second's backward only),
 #     the same bits too, the host's update of a chunk now running while
-#     backward goes on.
+#     backward goes on, and its weights' upload too.
+#     A GPT (tied embedding: the chunks its first node reads come down
+#     last; blocks checkpointed: their recompute reads weights during
+#     backward; bf16, no clipping): the same bits with and without offload.
 #  2. Two emulated GPUs under zero1 (each rank's shard offloaded; the norm on
 #     the devices, summed through NCCL): the same bits as zero1 without
 #     offload, with half the state per rank.
@@ -58,12 +61,21 @@ ST_CUDAEMU_PINNED_MB=0 run gpu1-off-pageable 1 --set train.steps=8 "${off[@]}"
 noclip=(--set train.steps=8 --set optim.grad_clip=0 --set train.micro_batch_size=16)
 run gpu1-noclip 1 "${noclip[@]}"
 run gpu1-noclip-off 1 "${noclip[@]}" "${off[@]}"
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null || fail "tokenize"
+gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set model.n_layer=2
+     --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32 --set train.batch_size=8
+     --set train.micro_batch_size=4 --set train.steps=6 --set optim.grad_clip=0 --set precision=bf16
+     --set train.activation_checkpointing=blocks)
+run gpt1 1 "${gpt[@]}"
+run gpt1-off 1 "${gpt[@]}" "${off[@]}"
 run gpu2-zero1 2 --set train.steps=8 --set dist.strategy=zero1
 run gpu2-zero1-off 2 --set train.steps=8 --set dist.strategy=zero1 "${off[@]}"
 [ "$fails" -eq 0 ] || e2e_finish
 same gpu1 gpu1-off "1 emulated GPU with and without offload"
 same gpu1 gpu1-off-pageable "1 emulated GPU offloaded through pageable memory"
 same gpu1-noclip gpu1-noclip-off "1 emulated GPU, 2 micro-batches, no clipping, with and without offload"
+same gpt1 gpt1-off "a GPT (tied embedding, blocks checkpointed, bf16) on 1 emulated GPU with and without offload"
 same gpu2-zero1 gpu2-zero1-off "zero1 on 2 emulated GPUs with and without offload"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the offloaded runs' memory (above)"
 import json, sys
@@ -72,7 +84,7 @@ sys.path.insert(0, "tests/py")
 from runs import last as last_of
 last = lambda name: last_of(f"{tmp}/{name}.json")
 plain, off, z, zoff = last("gpu1"), last("gpu1-off"), last("gpu2-zero1"), last("gpu2-zero1-off")
-noclip = last("gpu1-noclip-off")
+noclip, gpt = last("gpu1-noclip-off"), last("gpt1-off")
 print(f"copies queued during backward: {off.get('optim_offload_early')} of the clipped run's, "
       f"{noclip.get('optim_offload_early')} of the unclipped one's, {zoff.get('optim_offload_early')} under zero1")
 saved = plain["device_mem_peak_bytes"] - off["device_mem_peak_bytes"]
@@ -87,7 +99,8 @@ checks = {
     "the same state": off["optim_state_bytes"] == plain["optim_state_bytes"]
                       and zoff["optim_state_bytes"] == z["optim_state_bytes"],
     "sharded": 2 * zoff["optim_state_bytes"] <= off["optim_state_bytes"] + 2 * 4 * 2 * 1024,
-    "copies during backward (one rank)": off.get("optim_offload_early") == 1 and noclip.get("optim_offload_early") == 1,
+    "copies during backward (one rank)": off.get("optim_offload_early") == 1 and noclip.get("optim_offload_early") == 1
+                                         and gpt.get("optim_offload_early") == 1,
     "copies after backward (two ranks)": zoff.get("optim_offload_early") == 0,
 }
 bad = [k for k, v in checks.items() if not v]
