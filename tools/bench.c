@@ -423,7 +423,9 @@ int st_cmd_bench(int argc, char **argv) {
         char **av = calloc((size_t)nrest + 32, sizeof *av);
         if (!av) break;
         int j = 0;
-        av[j++] = self, av[j++] = "launch", av[j++] = "-n", av[j++] = np, av[j++] = "train";
+        /* weak scaling at a core per rank (launch's default would give one rank every core) */
+        av[j++] = self, av[j++] = "launch", av[j++] = "-n", av[j++] = np, av[j++] = "--cores-per-rank";
+        av[j++] = "1", av[j++] = "train";
         for (int i = 0; i < nrest; i++)
             av[j++] = rest[i];
         char *const fixed[] = {"--set",   sb,

@@ -1,7 +1,10 @@
-/* `scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND...`:
- * start N ranks of COMMAND with mpirun, one per core (bound) while this node
- * has a core for each (more ranks than cores share them, unbound, and
- * launch says so: mpirun refuses to bind two ranks to one core), with their
+/* `scaletrain launch -n N [--cores-per-rank K] [--hosts H1:n1,H2:n2]
+ * [--max-restarts K] COMMAND...`: start N ranks of COMMAND with mpirun, each
+ * bound to its share of this node's cores (cores / N of them, contiguous:
+ * a rank's threads, loader workers and, on a GPU, its host-side optimizer
+ * run there; --cores-per-rank sets the share) while the node has a core for
+ * each rank (more ranks than cores share them, unbound, and launch says so:
+ * mpirun refuses to bind two ranks to one core), with their
  * output sorted by rank (launch_io.c), and, with --max-restarts K, start the
  * job again after a failure, up to K times. COMMAND is a scaletrain
  * subcommand (`train run.yaml`: this executable runs it) or any program. The
@@ -26,10 +29,12 @@
 #include "launch.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain launch -n N [--hosts H1:n1,H2:n2] [--max-restarts K] COMMAND [ARGS]...\n"
-               "  starts N ranks of COMMAND with mpirun, bound to cores (more ranks than this node's\n"
-               "  cores share them, unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or\n"
-               "  a program. Rank 0's output is printed as it is, every\n"
+    fprintf(f, "usage: scaletrain launch -n N [--cores-per-rank C] [--hosts H1:n1,H2:n2] [--max-restarts K]\n"
+               "                        COMMAND [ARGS]...\n"
+               "  starts N ranks of COMMAND with mpirun, each bound to its share of this node's cores\n"
+               "  (C of them; default the cores over N, at least 1; more ranks than cores share them,\n"
+               "  unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or a program.\n"
+               "  Rank 0's output is printed as it is, every\n"
                "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
                "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
                "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
@@ -133,26 +138,29 @@ static void resume_point(int argc, char **argv, char *what, size_t size) {
 
 int st_cmd_launch(int argc, char **argv) {
     const char *hosts = NULL;
-    long n = 0, max_restarts = 0;
+    long n = 0, max_restarts = 0, per_rank = 0; /* per_rank 0: the cores over n */
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        const bool takes = !strcmp(a, "-n") || !strcmp(a, "--hosts") || !strcmp(a, "--max-restarts");
+        const bool takes = !strcmp(a, "-n") || !strcmp(a, "--hosts") || !strcmp(a, "--max-restarts") ||
+                           !strcmp(a, "--cores-per-rank");
         if (takes && i + 1 >= argc) {
             fprintf(stderr, "scaletrain launch: %s needs a value\n", a);
             return ST_EXIT_USAGE;
         }
-        if (!strcmp(a, "-n") || !strcmp(a, "--max-restarts")) {
+        if (!strcmp(a, "-n") || !strcmp(a, "--max-restarts") || !strcmp(a, "--cores-per-rank")) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            const bool is_n = !strcmp(a, "-n");
-            if (*end || v < (is_n ? 1 : 0) || v > 1 << 20) {
+            const bool is_n = !strcmp(a, "-n"), is_c = !strcmp(a, "--cores-per-rank");
+            if (*end || v < (is_n || is_c ? 1 : 0) || v > 1 << 20) {
                 fprintf(stderr, "scaletrain launch: %s %s: want a number %s\n", a, argv[i],
-                        is_n ? "of ranks >= 1" : "of restarts >= 0");
+                        is_n ? "of ranks >= 1" : is_c ? "of cores >= 1" : "of restarts >= 0");
                 return ST_EXIT_USAGE;
             }
             if (is_n)
                 n = v;
+            else if (is_c)
+                per_rank = v;
             else
                 max_restarts = v;
         } else if (!strcmp(a, "--hosts")) {
@@ -190,23 +198,34 @@ int st_cmd_launch(int argc, char **argv) {
     av[k++] = mpirun;
     av[k++] = "-np";
     av[k++] = np;
-    /* One rank per core, bound, while there is a core (a slot of --hosts)
-     * for each; more ranks than that share them, unbound (mpirun refuses to
-     * bind two ranks to one core). With --hosts the nodes' cores are not
-     * known here: their slots (H:n) stand for them when every host gives
-     * a count. */
+    /* Each rank bound to `pe` cores of its own (--cores-per-rank, else this
+     * node's cores over the ranks: a rank's threads, loader workers and
+     * host-side optimizer use them; one core per rank left the others idle)
+     * while there are that many for each; more ranks than cores (slots of
+     * --hosts) share them, unbound (mpirun refuses to bind two ranks to one
+     * core). With --hosts the nodes' cores are not known here: their slots
+     * (H:n) stand for them when every host gives a count, a core per rank
+     * unless --cores-per-rank says more. */
     const long slots = hosts ? host_slots : st_launch_local_cores();
-    const bool share = slots > 0 && n > slots;
+    long pe = per_rank ? per_rank : !hosts && slots > n ? slots / n : 1;
+    const bool share = slots > 0 && n * pe > slots;
     const char *unit = hosts ? "slot" : "core";
-    if (share)
+    if (share && pe > 1)
+        fprintf(stderr,
+                "scaletrain launch: --cores-per-rank %ld: %ld ranks need %ld %ss, there are %ld; the ranks "
+                "share them, not bound\n",
+                pe, n, n * pe, unit, slots);
+    else if (share)
         fprintf(stderr,
                 "scaletrain launch: %ld ranks on %ld %s%s: the ranks share the %ss (not bound to cores, "
                 "about %.2g of a core each), so each rank runs slower than on a core of its own\n",
                 n, slots, unit, slots == 1 ? "" : "s", unit, (double)slots / (double)n);
+    char map_by[48];
+    snprintf(map_by, sizeof map_by, pe > 1 && !share ? "slot:PE=%ld" : "core", pe);
     av[k++] = "--bind-to";
     av[k++] = share ? "none" : "core";
     av[k++] = "--map-by";
-    av[k++] = "core";
+    av[k++] = map_by;
     av[k++] = "--tag-output";
     if (geteuid() == 0) /* OpenMPI refuses root without this (containers, CI) */
         av[k++] = "--allow-run-as-root";

@@ -13,6 +13,10 @@
 #     stdout, and bench.json's cores_per_rank = C / N for N ranks, 1 for one;
 # (e) `launch -n 3 --hosts localhost:2`: the hosts' slots stand for cores:
 #     unbound, the note, 3 ranks.
+# (f) cores per rank (C cores): one rank gets every CPU of the C cores and
+#     trains with as many threads (train.threads auto); `--cores-per-rank 1`
+#     binds it to one core's CPUs, fewer when C > 1, and it trains with that
+#     many; with C >= 4, 2 ranks get half the CPUs each, apart.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
@@ -90,5 +94,34 @@ grep -q "^scaletrain launch: 3 ranks on 2 slots: the ranks share the slots" <<<"
     fail "launch -n 3 --hosts localhost:2: no note that the ranks share the slots: $out"
 [ "$(grep -c "$(hostname)\$" <<<"$out")" -eq 3 ] || fail "launch -n 3 --hosts localhost:2: not 3 ranks: $out"
 echo "launch -n 3 --hosts localhost:2: exit 0, 3 ranks sharing 2 slots"
+
+# (f)
+all=$(nproc)
+cpus_of() { timeout 60 "$bin" launch "$@" sh -c 'echo "rank $OMPI_COMM_WORLD_RANK nproc $(nproc) cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'; }
+threads_of() { # the effective train.threads of a tiny run under `launch ARGS`
+    timeout 120 "$bin" launch "$@" train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" \
+        --set data.val= --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16 \
+        --set train.batch_size=2 --set train.steps=1 --set log.peak_gflops=10 --set train.out_dir="$tmp/f" 2>&1 |
+        sed -nE 's/^ *threads: *([0-9]+) .*/\1/p' | head -n 1
+}
+got=$(cpus_of -n 1 | sed -nE 's/.*nproc ([0-9]+) .*/\1/p')
+[ "$got" = "$all" ] || fail "launch -n 1: the rank has $got CPUs, not every one of the $all"
+t=$(threads_of -n 1)
+[ "$t" = "$all" ] || fail "launch -n 1 train: train.threads '$t', not the rank's $all CPUs"
+echo "launch -n 1: the rank on all $all CPUs, train.threads $t"
+if [ "${c:-1}" -gt 1 ]; then
+    one=$(cpus_of -n 1 --cores-per-rank 1 | sed -nE 's/.*nproc ([0-9]+) .*/\1/p')
+    [ -n "$one" ] && [ "$one" -ge 1 ] && [ "$one" -lt "$all" ] ||
+        fail "launch -n 1 --cores-per-rank 1: the rank has '$one' CPUs of $all, not one core's"
+    t=$(threads_of -n 1 --cores-per-rank 1)
+    [ "$t" = "$one" ] || fail "launch -n 1 --cores-per-rank 1 train: train.threads '$t', not the rank's $one CPUs"
+    echo "launch -n 1 --cores-per-rank 1: the rank on $one of $all CPUs, train.threads $t"
+fi
+if [ "${c:-1}" -ge 4 ]; then
+    out=$(cpus_of -n 2)
+    [ "$(grep -c "nproc $((all / 2)) " <<<"$out")" -eq 2 ] && [ "$(grep -oE 'cpus .*' <<<"$out" | sort -u | wc -l)" -eq 2 ] ||
+        fail "launch -n 2 on $c cores: not half the CPUs each, apart: $out"
+    echo "launch -n 2: $(grep -oE 'cpus .*' <<<"$out" | tr '\n' ' ')"
+fi
 
 e2e_finish "all passed"
