@@ -96,6 +96,11 @@ static st_status setup_device(st_session *s) {
             goto no_gpu;
         }
         ST_TRY(o);
+        if (s->world == 1 && want < 0 && n > 1) /* (cuda:N chose its one GPU) */
+            fprintf(stderr,
+                    "scaletrain: note: this run trains on %s alone, one of this node's %d GPUs; "
+                    "`scaletrain launch -n %d train ...` trains on all of them (a rank each)\n",
+                    st_device_name(s->dev), n, n);
         if (auto_) {
             snprintf(c->train.device, sizeof c->train.device, "cuda");
             snprintf(note, sizeof note, "%s", st_device_name(s->dev));

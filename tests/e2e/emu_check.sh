@@ -73,9 +73,21 @@ rc=$?
 # 6. train.device cuda:N: GPU N of the node's (the run's header names it);
 #    a number past the node's GPUs is an error naming those there are; with
 #    two ranks on the node cuda:N is an error saying to use cuda.
+#    One rank with train.device cuda on a node of 2 GPUs trains on cuda:0
+#    and notes that `launch -n 2` would use both; cuda:1 (a GPU chosen) and
+#    2 ranks have no such note.
 out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:1 --set train.out_dir="$tmp/dev1" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && grep -qE "^device: cuda:1 \(" <<<"$out" || fail "train.device cuda:1: exit $rc: $(grep -i device <<<"$out")"
+! grep -q "scaletrain: note: this run trains on" <<<"$out" || fail "train.device cuda:1: a note about the other GPU"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda --set train.out_dir="$tmp/devc" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "^scaletrain: note: this run trains on cuda:0 \(.*\) alone, one of this node's 2 GPUs; \`scaletrain launch -n 2 train ...\` trains on all of them" <<<"$out" ||
+    fail "train.device cuda, 1 rank, 2 GPUs: exit $rc, no note about launch -n 2: $out"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" launch -n 2 "${tr[@]}" --set train.device=cuda --set train.batch_size=4 \
+    --set train.out_dir="$tmp/devc2" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && ! grep -q "note: this run trains on" <<<"$out" || fail "train.device cuda on 2 ranks: exit $rc: $out"
 out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:2 --set train.out_dir="$tmp/dev2" 2>&1)
 rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:2: this node has 2 CUDA device(s), cuda:0 to cuda:1" <<<"$out" ||
@@ -86,4 +98,4 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
     grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
     fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2"
