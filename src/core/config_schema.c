@@ -146,8 +146,9 @@ const st_cfg_key st_cfg_keys[] = {
         "auto = the cheapest of off, selective, blocks that lets the micro-batch fit"),
     K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda", "cuda:N"),
            "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the "
-           "optimizer there; cuda:N = GPU N (one rank on the node); auto = cuda when this build has CUDA "
-           "and a GPU is present, else cpu (docs/cuda.md)"),
+           "optimizer there; cuda:N = GPU N (one rank on the node); one rank on a node of several GPUs "
+           "uses one and says so (`scaletrain launch -n G` runs a rank per GPU); auto = cuda when this "
+           "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
