@@ -19,7 +19,10 @@ static const char *human(double bytes, char *buf, size_t n) {
 
 static int64_t mem_limit(const st_hw_config *hw) {
     const st_hw_device *d = &hw->dev;
-    if (d->gpu) return (int64_t)(0.9 * (double)d->mem_bytes - GIB);
+    if (d->gpu) { /* (CUDA's context and the libraries' workspaces take about 1 GiB) */
+        const double usable = 0.9 * (double)d->mem_bytes - GIB;
+        return usable > 0 ? (int64_t)usable : 0;
+    }
     return (int64_t)(0.85 * (double)d->mem_bytes / hw->per_node);
 }
 
