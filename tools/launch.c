@@ -1,5 +1,6 @@
-/* `scaletrain launch -n N [--cores-per-rank K] [--hosts H1:n1,H2:n2]
- * [--max-restarts K] COMMAND...`: start N ranks of COMMAND with mpirun, each
+/* `scaletrain launch -n N|auto [--cores-per-rank K] [--hosts H1:n1,H2:n2]
+ * [--max-restarts K] COMMAND...`: start N ranks of COMMAND with mpirun (auto:
+ * one per GPU of this node, or one where it has none), each
  * bound to its share of this node's cores (cores / N of them, contiguous:
  * a rank's threads, loader workers and, on a GPU, its host-side optimizer
  * run there; --cores-per-rank sets the share) while the node has a core for
@@ -25,13 +26,15 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/device.h"
 #include "hw/probe.h"
 #include "launch.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain launch -n N [--cores-per-rank C] [--hosts H1:n1,H2:n2] [--max-restarts K]\n"
+    fprintf(f, "usage: scaletrain launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,H2:n2] [--max-restarts K]\n"
                "                        COMMAND [ARGS]...\n"
-               "  starts N ranks of COMMAND with mpirun, each bound to its share of this node's cores\n"
+               "  starts N ranks of COMMAND with mpirun (auto: one per GPU of this node, or one without\n"
+               "  a GPU), each bound to its share of this node's cores\n"
                "  (C of them; default the cores over N, at least 1; more ranks than cores share them,\n"
                "  unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or a program.\n"
                "  Rank 0's output is printed as it is, every\n"
@@ -148,13 +151,16 @@ int st_cmd_launch(int argc, char **argv) {
             fprintf(stderr, "scaletrain launch: %s needs a value\n", a);
             return ST_EXIT_USAGE;
         }
-        if (!strcmp(a, "-n") || !strcmp(a, "--max-restarts") || !strcmp(a, "--cores-per-rank")) {
+        if (!strcmp(a, "-n") && !strcmp(argv[i + 1], "auto")) {
+            i++;
+            n = -1; /* below: the node's GPUs */
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-restarts") || !strcmp(a, "--cores-per-rank")) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
             const bool is_n = !strcmp(a, "-n"), is_c = !strcmp(a, "--cores-per-rank");
             if (*end || v < (is_n || is_c ? 1 : 0) || v > 1 << 20) {
                 fprintf(stderr, "scaletrain launch: %s %s: want a number %s\n", a, argv[i],
-                        is_n ? "of ranks >= 1" : is_c ? "of cores >= 1" : "of restarts >= 0");
+                        is_n ? "of ranks >= 1, or auto" : is_c ? "of cores >= 1" : "of restarts >= 0");
                 return ST_EXIT_USAGE;
             }
             if (is_n)
@@ -174,10 +180,24 @@ int st_cmd_launch(int argc, char **argv) {
             return ST_EXIT_USAGE;
         }
     }
-    if (n < 1 || i >= argc) {
-        fprintf(stderr, "scaletrain launch: %s\n", n < 1 ? "-n N is required" : "no command to launch");
+    if (n == 0 || i >= argc) {
+        fprintf(stderr, "scaletrain launch: %s\n", n == 0 ? "-n N (or -n auto) is required" : "no command to launch");
         usage(stderr);
         return ST_EXIT_USAGE;
+    }
+    if (n < 0 && hosts) {
+        fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
+        return ST_EXIT_USAGE;
+    }
+    if (n < 0) { /* -n auto: a rank per GPU of this node, else one */
+        char why[256] = "";
+        const int gpus = st_device_cuda_count(why, sizeof why);
+        n = gpus > 0 ? gpus : 1;
+        if (gpus > 0)
+            fprintf(stderr, "scaletrain launch: -n auto: %d rank%s, one per GPU of this node\n", gpus,
+                    gpus == 1 ? "" : "s");
+        else
+            fprintf(stderr, "scaletrain launch: -n auto: 1 rank (%s)\n", why[0] ? why : "no CUDA device");
     }
     long host_slots = -1;
     if (hosts && !hosts_check(hosts, &host_slots)) return ST_EXIT_USAGE;

@@ -13,7 +13,7 @@ static void usage(FILE *f) {
                "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"
                "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
                "                      evaluate saved weights on the validation data\n"
-               "  launch -n N [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
+               "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"
                "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N]\n"
                "        [--efficiency E] [--json] [--probe]\n"

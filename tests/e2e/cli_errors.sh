@@ -38,6 +38,8 @@ expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
 expect 2 "slot count '99999999999999999999'" "$bin" launch -n 2 --hosts localhost:99999999999999999999 true
 expect 2 "want a number of ranks >= 1" "$bin" launch -n 4294967297 true
 expect 2 "--cores-per-rank 0: want a number of cores >= 1" "$bin" launch -n 2 --cores-per-rank 0 true
+expect 2 "-n auto counts this node's GPUs; with --hosts give the ranks" "$bin" launch -n auto --hosts a:2 true
+expect 2 "-n foo: want a number of ranks >= 1, or auto" "$bin" launch -n foo true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
     expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"

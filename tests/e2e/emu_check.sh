@@ -88,6 +88,12 @@ out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" launch -n 2 "${tr[@]}" --set train
     --set train.out_dir="$tmp/devc2" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ! grep -q "note: this run trains on" <<<"$out" || fail "train.device cuda on 2 ranks: exit $rc: $out"
+# 7. launch -n auto: a rank per GPU of the node (2 emulated), and says so.
+out=$(ST_CUDAEMU_DEVICES=2 timeout 60 "$bin" launch -n auto sh -c 'echo "size $OMPI_COMM_WORLD_SIZE"' 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "size 2$" <<<"$out")" -eq 2 ] &&
+    grep -q "^scaletrain launch: -n auto: 2 ranks, one per GPU of this node" <<<"$out" ||
+    fail "launch -n auto on 2 emulated GPUs: exit $rc: $out"
 out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:2 --set train.out_dir="$tmp/dev2" 2>&1)
 rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:2: this node has 2 CUDA device(s), cuda:0 to cuda:1" <<<"$out" ||
@@ -98,4 +104,4 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
     grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
     fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"

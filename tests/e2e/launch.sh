@@ -14,6 +14,8 @@
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted.
+# (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
+#     node; one where there is none), each told that world size.
 # Every run is bounded by `timeout`; the script waits only by polling files
 # in bounded loops and by `wait`.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -44,6 +46,13 @@ for r in 0 1; do
     grep -qx "\[rank $r\] r$r-err" "$tmp/talk.err" || fail "talk: rank $r's stderr line is not '[rank $r] r$r-err'"
 done
 echo "output: rank 0 plain, rank 1 and stderr prefixed, 600 whole lines"
+
+# (e)
+out=$(timeout 60 "$bin" launch -n auto sh -c 'echo "size $OMPI_COMM_WORLD_SIZE"' 2>&1); rc=$?
+said=$(sed -nE 's/^scaletrain launch: -n auto: ([0-9]+) ranks?[ ,].*/\1/p' <<<"$out")
+[ $rc -eq 0 ] && [ -n "$said" ] && [ "$(grep -c "size $said\$" <<<"$out")" -eq "$said" ] ||
+    fail "launch -n auto: exit $rc, said '$said' ranks: $out"
+echo "launch -n auto: $(grep '^scaletrain launch: -n auto' <<<"$out" | cut -c20-)"
 
 # The ranks learn whether the launcher's stdout is a terminal (theirs is
 # mpirun's pseudo-terminal either way): a file gives 0, a terminal 1.
