@@ -94,6 +94,15 @@ static void rig_free(rig *r) {
     st_params_free(&r->hp);
 }
 
+/* The optimizer settings the tests run: weight decay and momentum on. */
+static void optim_config(st_config *c, const char *type, bool nesterov) {
+    st_config_defaults(c);
+    snprintf(c->optim.type, sizeof c->optim.type, "%s", type);
+    c->optim.weight_decay = 0.1;
+    c->optim.momentum = 0.9;
+    c->optim.nesterov = nesterov;
+}
+
 /* Several steps of the CPU optimizer and the fused one from the same start.
  * With `fused` (bf16 or fp16; fp32: none) the update's fused extras
  * (st_cuda_update_fuse) against the passes they replace: the clip as
@@ -107,11 +116,7 @@ static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool
     rig r;
     if (rig_make(&r, dev)) return;
     st_config c;
-    st_config_defaults(&c);
-    snprintf(c.optim.type, sizeof c.optim.type, "%s", type);
-    c.optim.weight_decay = 0.1;
-    c.optim.momentum = 0.9;
-    c.optim.nesterov = nesterov;
+    optim_config(&c, type, nesterov);
     st_optim o;
     CHECK_OK(st_optim_init(&o, &c, &r.hp));
     const int64_t n = r.hp.count;
@@ -241,10 +246,7 @@ static void test_offload(st_device *dev, uint64_t seed, const char *type) {
     rig r;
     if (rig_make(&r, dev)) return;
     st_config c;
-    st_config_defaults(&c);
-    snprintf(c.optim.type, sizeof c.optim.type, "%s", type);
-    c.optim.weight_decay = 0.1;
-    c.optim.momentum = 0.9;
+    optim_config(&c, type, false);
     st_optim h, o;
     CHECK_OK(st_optim_init(&h, &c, &r.hp));
     c.optim.offload = true;
