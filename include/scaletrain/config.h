@@ -84,6 +84,7 @@ typedef struct st_config {
         bool checkpoint_async;        /* periodic checkpoints written while training goes on  default false */
         char activation_checkpointing[ST_CFG_STR]; /* off | selective | blocks | auto  default auto */
         char device[ST_CFG_STR];  /* auto | cpu | cuda: where the model trains     default auto */
+        int64_t device_timeout_s; /* a wait for the GPU that ends the run; 0 = none default 600 */
     } train;
     struct {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */

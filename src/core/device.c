@@ -95,6 +95,22 @@ st_status st_device_sync(st_device *d) {
     return ST_OK;
 }
 
+st_status st_device_watch(st_device *d, double limit_s, const char *who) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_watch(d, limit_s, who);
+#endif
+    (void)limit_s;
+    (void)who;
+    return ST_OK;
+}
+
+void st_device_set_step(st_device *d, int64_t step) {
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_set_step(d, step);
+#endif
+    (void)step;
+}
+
 int64_t st_device_stream_waits(const st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_stream_waits(d);

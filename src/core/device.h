@@ -51,6 +51,13 @@ st_status st_device_upload(st_device *d, void *dst, const void *src, size_t nbyt
 st_status st_device_download(st_device *d, void *dst, const void *src, size_t nbytes);
 /* Wait for everything queued on the device. */
 st_status st_device_sync(st_device *d);
+/* The stall watch of a CUDA device (nothing for the host): a wait of the
+ * host for the device that lasts limit_s seconds (train.device_timeout_s;
+ * less the time this process was stopped) ends the process with a message
+ * naming `who`, the device, the wait and the step last set; a kernel that
+ * never ends would otherwise hang the run silently. limit_s <= 0: none. */
+st_status st_device_watch(st_device *d, double limit_s, const char *who);
+void st_device_set_step(st_device *d, int64_t step);
 /* How many times the host has waited for a whole stream of the device since
  * it opened (every read-back and upload, st_device_sync); 0 for the host. */
 int64_t st_device_stream_waits(const st_device *d);

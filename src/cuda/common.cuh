@@ -20,7 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <pthread.h>
+
 extern "C" {
+#include "core/ticker.h"
 #include "cuda/cuda.h"
 #include "layers/args.h"
 #include "model/graph.h"
@@ -55,7 +58,22 @@ struct st_device {
     struct st_cudnn *cudnn; /* cuDNN's handle and attention graphs (attention_cudnn.h), made when a
                                graph first asks for them; NULL until then and without ST_HAVE_CUDNN */
     int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
+    /* The stall watch (st_cuda_watch): a ticker ending the process when a
+     * wait of the host for the device (wait_what, since wait_t0) outlasts
+     * watch_limit_s; the wait and the step under watch_m. */
+    st_ticker *watch;
+    double watch_limit_s;
+    pthread_mutex_t watch_m;
+    const char *wait_what; /* NULL: the host is not waiting */
+    double wait_t0;
+    int64_t step;
+    char who[160]; /* "rank 0 of 2 (host h, pid 123)" */
 };
+
+/* The host waits for the device from here to st_cuda_wait_end, for the
+ * stall watch; nothing without one. */
+void st_cuda_wait_begin(st_device *d, const char *what);
+void st_cuda_wait_end(st_device *d);
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
@@ -80,7 +98,13 @@ extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const 
  * micro-step. */
 static inline cudaError_t st_cuda_stream_sync(st_device *d, cudaStream_t s) {
     d->stream_waits++;
-    return cudaStreamSynchronize(s);
+    st_cuda_wait_begin(d, s == d->compute ? "its compute stream"
+                          : s == d->comm  ? "its communication stream"
+                          : s == d->copy  ? "its copy stream"
+                                          : "its device-to-host stream");
+    const cudaError_t e = cudaStreamSynchronize(s);
+    st_cuda_wait_end(d);
+    return e;
 }
 
 /* Inside a layer's forward/backward, where `g` is the graph. */

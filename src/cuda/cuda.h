@@ -42,6 +42,13 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
+/* The stall watch: from now on a wait of the host for d (a stream, an event)
+ * that lasts limit_s seconds (less any time this process was stopped) ends
+ * the process with a message naming `who` (e.g. "rank 0 of 2 (host h, pid
+ * 1)"), the device, the wait and the step (st_cuda_set_step): a kernel that
+ * never ends would otherwise hang the run silently. limit_s <= 0: none. */
+st_status st_cuda_watch(st_device *d, double limit_s, const char *who);
+void st_cuda_set_step(st_device *d, int64_t step);
 /* The tensor-core fragment layout check (mma.cu): one mma.sync product of
  * pseudo-random bf16 matrices (from seed), with its operands placed as
  * src/cuda/mma.cuh reads the PTX layout, against the same product summed

@@ -64,8 +64,73 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     return n;
 }
 
+/* ---- the stall watch ----------------------------------------------------- */
+
+void st_cuda_wait_begin(st_device *d, const char *what) {
+    if (!d->watch) return;
+    pthread_mutex_lock(&d->watch_m);
+    d->wait_what = what;
+    d->wait_t0 = st_ticker_now();
+    pthread_mutex_unlock(&d->watch_m);
+}
+
+void st_cuda_wait_end(st_device *d) {
+    if (!d->watch) return;
+    pthread_mutex_lock(&d->watch_m);
+    d->wait_what = NULL;
+    pthread_mutex_unlock(&d->watch_m);
+}
+
+/* The ticker's check: a wait past the limit (less the time this process
+ * was stopped) ends the process. Nothing else can: the main thread is inside
+ * the driver and returns no status; under mpirun the other ranks are ended
+ * with it. */
+static void watch_check(void *ctx, st_ticker *tk, double now) {
+    st_device *d = (st_device *)ctx;
+    pthread_mutex_lock(&d->watch_m);
+    const char *what = d->wait_what;
+    const double age = what ? now - d->wait_t0 - st_ticker_paused_since(tk, d->wait_t0) : 0;
+    const int64_t step = d->step;
+    pthread_mutex_unlock(&d->watch_m);
+    if (!what || age < d->watch_limit_s) return;
+    char msg[1024], at[48] = "";
+    if (step > 0) snprintf(at, sizeof at, " at step %lld", (long long)step);
+    snprintf(msg, sizeof msg,
+             "scaletrain: %s: %s has not finished what is queued on %s after %.0f s%s "
+             "(train.device_timeout_s: %g): a kernel that does not end, or a GPU that stopped answering "
+             "(the kernel log, dmesg, names the driver's Xid errors). Ending the process so that the run "
+             "does not wait forever; --resume auto continues from the latest checkpoint, if the run wrote one "
+             "(raise train.device_timeout_s if the device's work can legitimately take longer)\n",
+             d->who, d->name, what, age, at, d->watch_limit_s);
+    st_ticker_say(msg);
+    _exit(1);
+}
+
+extern "C" st_status st_cuda_watch(st_device *d, double limit_s, const char *who) {
+    if (d->watch || !(limit_s > 0)) return ST_OK;
+    snprintf(d->who, sizeof d->who, "%s", who);
+    d->watch_limit_s = limit_s;
+    pthread_mutex_init(&d->watch_m, NULL);
+    /* checked 10 times per limit, at most once a second */
+    const double period = limit_s / 10 < 1.0 ? (limit_s / 10 > 0.01 ? limit_s / 10 : 0.01) : 1.0;
+    const st_status s = st_ticker_start(period, watch_check, d, "the device's stall watch", &d->watch);
+    if (s != ST_OK) pthread_mutex_destroy(&d->watch_m);
+    return s;
+}
+
+extern "C" void st_cuda_set_step(st_device *d, int64_t step) {
+    if (!d->watch) return;
+    pthread_mutex_lock(&d->watch_m);
+    d->step = step;
+    pthread_mutex_unlock(&d->watch_m);
+}
+
 extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
+    if (d->watch) {
+        st_ticker_stop(d->watch);
+        pthread_mutex_destroy(&d->watch_m);
+    }
     cudaSetDevice(d->ordinal);
     st_cuda_plans_free(d);
 #ifdef ST_HAVE_CUDNN

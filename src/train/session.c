@@ -429,6 +429,12 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const bool dev_auto = strcmp(cfg->train.device, "auto") == 0, dev_cpu = strcmp(cfg->train.device, "cpu") == 0;
     ST_TRY(setup_device(s));
     if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
+    if (s->dev) { /* a wait for the GPU that never ends ends the process, saying so */
+        char who[160];
+        snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", s->rank, s->world, st_comm_host(s->comm),
+                 (int)getpid());
+        ST_TRY(st_device_watch(s->dev, (double)cfg->train.device_timeout_s, who));
+    }
     if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0)
         return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
                                       "dist.comm: auto");

@@ -644,6 +644,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         st_trace_mark mark;
         if (dist) st_comm_set_step(ses->comm, step + 1);
         st_comm_set_step(ses->dcomm, step + 1); /* (NCCL's errors name the step too; NULL: nothing) */
+        st_device_set_step(dev, step + 1);      /* (and the device's stall watch) */
         ST_GOTO(st_dist_step_begin(&dd));
         for (int64_t k = 0; k < accum; k++) {
             double wait;

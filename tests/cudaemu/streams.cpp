@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <deque>
 #include <memory>
@@ -173,7 +174,22 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
     delete q;
     return cudaSuccess;
 }
+/* ST_CUDAEMU_HANG_SYNC=K: the K-th wait of the host (cudaStreamSynchronize,
+ * cudaEventSynchronize) never returns, as behind a kernel that does not end
+ * or a GPU that stopped answering (the stall watch's test). */
+static void hang_if_asked(void) {
+    static long n = 0, k = -1;
+    if (k < 0) {
+        const char *e = getenv("ST_CUDAEMU_HANG_SYNC");
+        k = e ? atol(e) : 0;
+    }
+    if (k > 0 && __atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) == k)
+        for (;;)
+            sleep(60);
+}
+
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    hang_if_asked();
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
     if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
@@ -242,6 +258,7 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    hang_if_asked();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
     if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);

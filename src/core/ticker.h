@@ -1,0 +1,34 @@
+/* A thread that wakes every `period` seconds and calls a check: the clock
+ * behind watchdogs (src/comm/watchdog.c for collectives, src/cuda/device.cu
+ * for waits on a GPU), which end a run that has waited too long.
+ *
+ * A process that was itself stopped (SIGSTOP, a debugger, a frozen VM) must
+ * not count that time against what it waits for: the thread notices that it
+ * woke far later than it asked to (by more than half a second plus a period:
+ * a scheduler delay is milliseconds, a stop is seconds), records the stop,
+ * and st_ticker_paused_since says how much of a wait that began at `since`
+ * this process spent stopped. The check runs on the ticker's thread, which
+ * alone writes and reads those records. */
+#ifndef ST_CORE_TICKER_H
+#define ST_CORE_TICKER_H
+
+#include "scaletrain/status.h"
+
+typedef struct st_ticker st_ticker;
+/* Called every period on the ticker's thread; `now` is st_ticker_now(). */
+typedef void (*st_tick_fn)(void *ctx, st_ticker *t, double now);
+
+/* CLOCK_MONOTONIC, seconds. */
+double st_ticker_now(void);
+/* Start the thread (period_s > 0); `what` names it in an error. */
+st_status st_ticker_start(double period_s, st_tick_fn fn, void *ctx, const char *what, st_ticker **out);
+/* Stop and join it; NULL is fine. Not from fn. */
+void st_ticker_stop(st_ticker *t);
+/* Seconds this process was stopped after `since` (st_ticker_now's clock),
+ * from its last 16 stops. On the ticker's thread (inside fn). */
+double st_ticker_paused_since(const st_ticker *t, double since);
+/* A watchdog's last words: msg to standard error in one write (so that
+ * ranks' lines do not interleave), retried when a signal interrupts it. */
+void st_ticker_say(const char *msg);
+
+#endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The device's stall watch (train.device_timeout_s, src/cuda/device.cu): a
+# wait of the host for the GPU that never ends (the emulator's
+# ST_CUDAEMU_HANG_SYNC=K: its K-th stream or event wait never returns, as
+# behind a kernel that does not end) ends the process with exit 1 and a
+# message naming the rank, the device, the stream and the step, within the
+# timeout and a period; a run with checkpoints resumes from its latest with
+# --resume auto and finishes. A run that does not hang is not ended, nor is
+# one whose process is stopped (SIGSTOP) for longer than the timeout while it
+# trains: that time is not the device's.
+# tests/run.sh passes it the emulator's build folder; given any other build it skips.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_emu
+e2e_need_fmnist
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE
+tr=(train --set train.device=cuda --set model.type=mlp --set model.hidden=[64] --set data.val= --set data.num_workers=0
+    --set train.batch_size=32 --set train.threads=1 --set log.progress=off --set train.device_timeout_s=2)
+
+# A hang at the 60th wait: steps in, after the checkpoint of step 4.
+out=$(ST_CUDAEMU_HANG_SYNC=60 timeout 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
+    --set train.out_dir="$tmp/hang" 2>&1); rc=$?
+line=$(grep "has not finished what is queued" <<<"$out")
+[ $rc -eq 1 ] || fail "a hung wait: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): cuda:0 \(.*\) has not finished what is queued on (its [a-z-]+ stream|an event of its streams) after [0-9]+ s at step [0-9]+ \(train.device_timeout_s: 2\)" <<<"$line" ||
+    fail "a hung wait: no message naming the rank, device, stream and step: $out"
+echo "hung: exit $rc: $(cut -c1-200 <<<"$line")..."
+[ -d "$tmp/hang/ckpt" ] && ls "$tmp/hang/ckpt" | grep -q "^step-" || fail "a hung wait: no checkpoint before the hang"
+out=$(timeout 120 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 --set train.out_dir="$tmp/hang" \
+    --resume auto --json --quiet 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q '"steps":40' <<<"$out" || fail "resumed after the hang: exit $rc: $(tail -n 3 <<<"$out")"
+echo "resumed after the hang: exit 0, 40 steps"
+
+# Stopped for 4 s (twice the timeout) while training: not the device's time.
+# (A wider mlp: the emulator runs the kernels inside the host's waits, so a
+# stop lands in one nearly always.)
+"$bin" "${tr[@]}" --set model.hidden=[1024,1024] --set train.batch_size=128 --set train.steps=100000 \
+    --set train.out_dir="$tmp/stop" --quiet >"$tmp/stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do # until it trains (its metrics file has a step)
+    grep -q '"step"' "$tmp/stop/metrics.jsonl" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+done
+last_step() { sed -nE 's/.*"step":([0-9]+).*/\1/p' "$tmp/stop/metrics.jsonl" 2>/dev/null | tail -n 1; }
+kill -STOP $pid
+s0=$(last_step)
+sleep 4 # the stop itself, twice train.device_timeout_s (a stimulus, not a wait for an event)
+kill -CONT $pid
+# The watch looks at once when the process runs again (its tick is overdue);
+# the run going on for 20 more steps shows that it did not fire.
+for _ in $(seq 1 1200); do
+    s1=$(last_step)
+    [ -n "$s1" ] && [ "$s1" -ge $((s0 + 20)) ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+done
+if kill -0 $pid 2>/dev/null && [ "$(last_step)" -ge $((s0 + 20)) ]; then
+    echo "stopped for 4 s with a 2 s timeout at step $s0: still training at step $(last_step)"
+    kill -TERM $pid
+    wait $pid
+else
+    kill -KILL $pid 2>/dev/null
+    wait $pid
+    fail "stopped for 4 s at step $s0: the run did not go on ($(last_step)): $(tail -n 3 "$tmp/stop.log")"
+fi
+grep -q "has not finished what is queued" "$tmp/stop.log" && fail "stopped for 4 s: the watch fired: $(cat "$tmp/stop.log")"
+e2e_finish "a hung device wait ends the run with its message, and the run resumes; a stopped process is not blamed"
