@@ -127,8 +127,9 @@ extern "C" void st_cuda_set_step(st_device *d, int64_t step) {
 
 extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
-    if (d->watch) {
+    if (d->watch) { /* first: nothing below is watched */
         st_ticker_stop(d->watch);
+        d->watch = NULL;
         pthread_mutex_destroy(&d->watch_m);
     }
     cudaSetDevice(d->ordinal);
