@@ -17,8 +17,8 @@ export OMP_WAIT_POLICY=PASSIVE
 tr=(train --set train.device=cuda --set model.type=mlp --set model.hidden=[64] --set data.val= --set data.num_workers=0
     --set train.batch_size=32 --set train.threads=1 --set log.progress=off --set train.device_timeout_s=2)
 
-# A hang at the 60th wait: steps in, after the checkpoint of step 4.
-out=$(ST_CUDAEMU_HANG_SYNC=60 timeout 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
+# A hang at the 25th wait: steps in (8 to 16 in the three stream modes), after a checkpoint.
+out=$(ST_CUDAEMU_HANG_SYNC=25 timeout 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
     --set train.out_dir="$tmp/hang" 2>&1); rc=$?
 line=$(grep "has not finished what is queued" <<<"$out")
 [ $rc -eq 1 ] || fail "a hung wait: exit $rc (want 1): $(tail -n 3 <<<"$out")"
