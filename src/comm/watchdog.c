@@ -82,11 +82,7 @@ st_status st_watchdog_start(st_comm *c, double timeout_s, st_watchdog **out) {
     if (!w) return st_fail(ST_ERR_NOMEM, "rank %d: no memory for the watchdog", c->rank);
     w->c = c;
     w->timeout_s = timeout_s;
-    /* Checked 10 times per timeout, at most once a second: the job ends
-     * within timeout + period. */
-    double period = timeout_s / 10 < 1.0 ? timeout_s / 10 : 1.0;
-    if (period < 0.01) period = 0.01;
-    const st_status s = st_ticker_start(period, check, w, "the watchdog", &w->tk);
+    const st_status s = st_ticker_start(st_ticker_period(timeout_s), check, w, "the watchdog", &w->tk);
     if (s != ST_OK) {
         free(w);
         st_fail_context(s, "rank %d of %d (host %s): ", c->rank, c->size, c->host);

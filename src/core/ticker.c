@@ -40,6 +40,11 @@ double st_ticker_paused_since(const st_ticker *t, double since) {
     return paused;
 }
 
+double st_ticker_period(double limit_s) {
+    const double p = limit_s / 10 < 1.0 ? limit_s / 10 : 1.0;
+    return p < 0.01 ? 0.01 : p;
+}
+
 void st_ticker_say(const char *msg) {
     const size_t len = strlen(msg);
     size_t off = 0;

@@ -20,6 +20,10 @@ typedef void (*st_tick_fn)(void *ctx, st_ticker *t, double now);
 
 /* CLOCK_MONOTONIC, seconds. */
 double st_ticker_now(void);
+/* A watchdog's period for a limit: 10 checks per limit, at most one a
+ * second and at least every 10 ms, so that a wait is caught within the
+ * limit and a period. */
+double st_ticker_period(double limit_s);
 /* Start the thread (period_s > 0); `what` names it in an error. */
 st_status st_ticker_start(double period_s, st_tick_fn fn, void *ctx, const char *what, st_ticker **out);
 /* Stop and join it; NULL is fine. Not from fn. */

@@ -111,9 +111,8 @@ extern "C" st_status st_cuda_watch(st_device *d, double limit_s, const char *who
     snprintf(d->who, sizeof d->who, "%s", who);
     d->watch_limit_s = limit_s;
     pthread_mutex_init(&d->watch_m, NULL);
-    /* checked 10 times per limit, at most once a second */
-    const double period = limit_s / 10 < 1.0 ? (limit_s / 10 > 0.01 ? limit_s / 10 : 0.01) : 1.0;
-    const st_status s = st_ticker_start(period, watch_check, d, "the device's stall watch", &d->watch);
+    const st_status s =
+        st_ticker_start(st_ticker_period(limit_s), watch_check, d, "the device's stall watch", &d->watch);
     if (s != ST_OK) pthread_mutex_destroy(&d->watch_m);
     return s;
 }
