@@ -92,8 +92,10 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddBoolToObject(o, "deterministic", r->deterministic);
         cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
         cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
-        if (r->optim_offload) cJSON_AddBoolToObject(o, "optim_offload", true);
-        if (r->optim_offload) cJSON_AddNumberToObject(o, "optim_offload_early", r->optim_offload_early);
+        if (r->optim_offload) {
+            cJSON_AddBoolToObject(o, "optim_offload", true);
+            cJSON_AddNumberToObject(o, "optim_offload_early", r->optim_offload_early);
+        }
         cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
         cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
         cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
