@@ -59,6 +59,7 @@ struct st_optim_offload {
     bool armed;              /* this step's copies are queued by backward's hook */
     int queued;              /* how many of order[] are queued */
     float gscale;            /* the clip's factor, applied by the host as it reads the gradients (1: none) */
+    double *norm_out;        /* armed, not clipping: where the update puts the logged norm once it is done */
     int64_t chunks_early, chunks_all; /* over the run: copies queued during backward, and all */
 };
 
@@ -326,6 +327,11 @@ static st_status offload_update(st_optim *o, st_params *p, double lr) {
     ST_TRY(st_cuda_event_record(d, f->up, ST_CUDA_STREAM_COPY));
     ST_TRY(st_cuda_stream_wait_event(d, ST_CUDA_STREAM_COMPUTE, f->up));
     st_params_touch(p);
+    if (f->norm_out) { /* (st_optim_clip's sum of squares, queued after backward) */
+        double *norm = f->norm_out;
+        f->norm_out = NULL;
+        ST_TRY(st_cuda_grad_norm_read(o->cu, norm));
+    }
     return ST_OK;
 }
 
@@ -403,6 +409,7 @@ st_status st_optim_offload_arm(st_optim *o, st_params *p, st_graph *g, bool *arm
     f->armed = *armed = true;
     f->queued = 0;
     f->gscale = 1.0f;
+    f->norm_out = NULL;
     g->backward_hook = offload_hook;
     g->backward_hook_ctx = o;
 #else
@@ -478,6 +485,12 @@ st_status st_optim_clip(st_optim *o, st_params *p, double max_norm, double *norm
      * only a logged norm comes back. */
     ST_TRY(st_cuda_grad_sumsq(o->cu, st_params_grad(p, o->lo), o->count));
     if (across) ST_TRY(across(ctx, st_cuda_optim_sumsq(o->cu)));
+    if (o->off && o->off->armed && max_norm <= 0) {
+        /* Nothing to clip: a logged norm is read after the host's update,
+         * which would otherwise wait here for backward's end. */
+        o->off->norm_out = norm;
+        return ST_OK;
+    }
     if (o->off && o->off->armed) {
         /* The copies were queued during backward and may still be reading
          * the gradients: they are not clipped here; the host scales them as

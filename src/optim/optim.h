@@ -74,7 +74,10 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr);
 /* The gradient over o's range, wherever it lives: when max_norm > 0, clip as
  * the trainer does (norm > max_norm: times max_norm / (norm + 1e-6)); when
  * norm is not NULL, the norm before clipping goes there (on a device this
- * waits for the stream: pass NULL on steps that do not log it). On a device
+ * waits for the stream: pass NULL on steps that do not log it; offloaded
+ * and armed, without clipping, it is read at the end of the next
+ * st_optim_update instead, after the host's update, which overlaps
+ * backward). On a device
  * the range may be a ZeRO shard: `across` (when not NULL) then adds the
  * other ranks' sums of squares into the device double it is given (an
  * all-reduce, dist.h st_dist_sumsq_across) before the norm is taken, so

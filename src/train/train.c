@@ -398,14 +398,15 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     if (isfinite(*loss)) return ST_OK;
     ses->agreed_error = ses->world > 1;
     const int64_t last = first + *n - 1;
+    const char *what = isnan(*loss) ? "NaN" : *loss > 0 ? "inf" : "-inf"; /* (not printf's "-nan") */
     if (bad > 0 || first == last)
         return st_fail(ST_ERR_NUMERIC,
-                       "the loss became %g at step %lld; lower optim.lr or set optim.grad_clip", *loss,
+                       "the loss became %s at step %lld; lower optim.lr or set optim.grad_clip", what,
                        (long long)(bad > 0 ? bad : last));
     return st_fail(ST_ERR_NUMERIC,
-                   "the loss became %g in steps %lld-%lld (on another rank); lower optim.lr or set "
+                   "the loss became %s in steps %lld-%lld (on another rank); lower optim.lr or set "
                    "optim.grad_clip",
-                   *loss, (long long)first, (long long)last);
+                   what, (long long)first, (long long)last);
 }
 
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
@@ -689,19 +690,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
         const bool eval_due =
             c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
-        /* The loss comes back every step on the host (it is there); on a
-         * device on the first step (first_loss), logged lines, checkpoint and
-         * evaluation steps, and the last: the same steps on every rank, and
-         * before the optimizer, so a NaN stops the run before a checkpoint
-         * or an evaluation sees its weights. A stop reads before its
-         * checkpoint (below). */
-        const bool read_now = !dev || step == start || line || every || eval_due || step + 1 == steps;
-        double step_loss = 0; /* the steps' loss since the last read, when read */
-        int64_t read_n = 0;
-        if (read_now) {
-            ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
-            last_loss = read_n > 0 ? step_loss / (double)read_n : last_loss;
-        }
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         const int32_t optim_span = st_trace_gpu_begin(trace, ST_TRACE_STREAM_COMPUTE);
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
@@ -725,6 +713,21 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_dist_step_end(&dd)); /* (ZeRO: the weights all-gathered) */
         st_trace_gpu_end(trace, optim_span, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, "optim", "optimizer");
         st_trace_end(trace, &mark);
+        /* The loss comes back every step on the host (it is there); on a
+         * device on the first step (first_loss), logged lines, checkpoint and
+         * evaluation steps, and the last: the same steps on every rank, so a
+         * NaN stops the run before a checkpoint or an evaluation sees its
+         * weights. After the update is queued: on a device the host would
+         * otherwise wait for backward's end before it, and an offloaded
+         * update's host arithmetic would no longer overlap backward. A stop
+         * reads before its checkpoint (below). */
+        const bool read_now = !dev || step == start || line || every || eval_due || step + 1 == steps;
+        double step_loss = 0; /* the steps' loss since the last read, when read */
+        int64_t read_n = 0;
+        if (read_now) {
+            ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
+            last_loss = read_n > 0 ? step_loss / (double)read_n : last_loss;
+        }
         const double dt_step = st_now() - t0;
         step_times[(step - start) % times_kept] = dt_step;
         t_train += dt_step;

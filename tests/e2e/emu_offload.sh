@@ -16,7 +16,8 @@
 #     reads them ("optim_offload_early": 1). Without clipping, and with two
 #     micro-batches a step (the copies during the second's backward only),
 #     the same bits too, the host's update of a chunk now running while
-#     backward goes on, and its weights' upload too.
+#     backward goes on, and its weights' upload too; the norm it logs, read
+#     after the host's update, the same as without offload.
 #     A GPT (tied embedding: the chunks its first node reads come down
 #     last; blocks checkpointed: their recompute reads weights during
 #     backward; bf16, no clipping): the same bits with and without offload.
@@ -103,6 +104,15 @@ checks = {
                                          and gpt.get("optim_offload_early") == 1,
     "copies after backward (two ranks)": zoff.get("optim_offload_early") == 0,
 }
+# unclipped and offloaded, the logged norm is read after the host's update:
+# the same as the device's (metrics.jsonl)
+def norms(name):
+    return [(r["step"], r["grad_norm"]) for r in map(json.loads, open(f"{tmp}/{name}/metrics.jsonl"))
+            if "grad_norm" in r]
+for a, b in (("gpu1-noclip", "gpu1-noclip-off"), ("gpt1", "gpt1-off")):
+    print(f"{b}: logged norms {norms(b)}")
+    checks[f"{b}: the logged norms"] = norms(a) == norms(b) and len(norms(a)) > 0
+
 bad = [k for k, v in checks.items() if not v]
 for k in bad:
     print("FAIL:", k)

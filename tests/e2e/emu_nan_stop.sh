@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# tests/e2e/nan_stop.sh on (emulated) GPUs: the CUDA emulator's build (make
+# emu); given any other build it skips. On a device the host reads the loss
+# only on some steps (the first, logged lines, checkpoint and evaluation
+# steps, the last), so the stop comes at the next of them, but it names the
+# step whose loss became NaN (the device keeps the first), and no checkpoint
+# or weights file holds what followed:
+#  1. One GPU (bf16): exit 1, the step named, the checkpoints those before it.
+#  2. One GPU, optim.offload (the update on the host, its copies during
+#     backward): the same.
+#  3. Two GPUs (scaletrain launch, NCCL): every rank names the same step, the
+#     same checkpoints.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_emu
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE
+source "$(dirname "$0")/../lib/nan_stop.sh"
+run+=(--set train.device=cuda)
+
+ST_CUDAEMU_DEVICES=1 timeout 300 "$bin" "${run[@]}" --set train.out_dir="$tmp/one" >"$tmp/one.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "one GPU: exit $rc, not 1"
+check_stop "one GPU" "$tmp/one" "$tmp/one.log"
+
+ST_CUDAEMU_DEVICES=1 timeout 300 "$bin" "${run[@]}" --set optim.offload=true --set train.out_dir="$tmp/off" \
+    >"$tmp/off.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "one GPU, offload: exit $rc, not 1"
+check_stop "one GPU, offload" "$tmp/off" "$tmp/off.log"
+
+if command -v mpirun >/dev/null; then
+    timeout 300 "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] || fail "two GPUs: exit 0"
+    check_stop "two GPUs" "$tmp/two" "$tmp/two.log"
+    for r in 0 1; do
+        grep -q "rank $r.*the loss became NaN at step $nan_step;" "$tmp/two.log" ||
+            fail "two GPUs: rank $r does not name step $nan_step"
+    done
+else
+    echo "two GPUs: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+fi
+e2e_finish "on GPUs a NaN loss stops the run naming its step, the checkpoints before it kept"
