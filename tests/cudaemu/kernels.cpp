@@ -61,6 +61,7 @@ static struct sched {
     std::vector<fiber> f;
     std::vector<uint64_t> slots; /* 32 per warp */
     std::vector<int> pred;
+    std::vector<int> warp_alive, warp_waiting; /* per warp, in the scheduler's pass */
     char *stacks = NULL;
     size_t stack_cap = 0; /* fibers the stacks hold */
     void *main_sp = NULL;
@@ -73,11 +74,34 @@ static struct sched {
     const char *name = NULL;
 } S;
 
+/* The first fiber from index `from` on that may run, or -1. */
+static int next_ready(int from) {
+    const int nt = (int)S.f.size();
+    for (int j = from; j < nt; j++)
+        if (S.f[(size_t)j].state == READY) return j;
+    return -1;
+}
+
+/* Leave the current fiber (its stack pointer into *save) for the next one
+ * that may run in this round, in thread order, or for the scheduler when
+ * none is left: one switch per fiber a round, not two through the
+ * scheduler. */
+static void run_next(void **save) {
+    const int j = next_ready(S.cur + 1);
+    if (j < 0) {
+        st_emu_switch(save, S.main_sp);
+        return;
+    }
+    S.cur = j;
+    threadIdx = S.f[(size_t)j].tid;
+    st_emu_switch(save, S.f[(size_t)j].sp);
+}
+
 static void fiber_entry(void) {
     S.body(S.ctx);
     S.f[(size_t)S.cur].state = DONE;
     void *dead;
-    st_emu_switch(&dead, S.main_sp); /* never resumed */
+    run_next(&dead); /* never resumed */
     abort();
 }
 
@@ -87,7 +111,7 @@ static void wait_at(int state) {
         st_emu_die("%s reached a barrier or shuffle in a launch run without fibers (its earlier launches had none)",
                    S.name);
     S.f[(size_t)S.cur].state = state;
-    st_emu_switch(&S.f[(size_t)S.cur].sp, S.main_sp);
+    run_next(&S.f[(size_t)S.cur].sp);
 }
 
 void __syncthreads(void) { wait_at(AT_BLOCK); }
@@ -134,6 +158,8 @@ static void run_block(int nt) {
     S.f.resize((size_t)nt);
     S.pred.assign((size_t)nt, 0);
     S.slots.assign((size_t)(nt + 31) / 32 * 32, 0);
+    S.warp_alive.assign((size_t)(nt + 31) / 32, 0);
+    S.warp_waiting.assign((size_t)(nt + 31) / 32, 0);
     for (int i = 0; i < nt; i++) {
         fiber &t = S.f[(size_t)i];
         t.tid.x = (unsigned)i % blockDim.x;
@@ -146,34 +172,45 @@ static void run_block(int nt) {
         for (int r = 3; r <= 8; r++) top[-r] = NULL; /* rbp, rbx, r12 to r15 */
         t.sp = (void *)(top - 8);
     }
-    int left = nt;
     for (;;) {
-        for (int i = 0; i < nt; i++) {
-            if (S.f[(size_t)i].state != READY) continue;
-            S.cur = i;
-            threadIdx = S.f[(size_t)i].tid;
-            st_emu_switch(&S.main_sp, S.f[(size_t)i].sp);
-            if (S.f[(size_t)i].state == DONE) left--;
+        /* a round: every fiber that may run, in thread order, each to its
+         * next barrier or its end (run_next chains them) */
+        const int first = next_ready(0);
+        if (first >= 0) {
+            S.cur = first;
+            threadIdx = S.f[(size_t)first].tid;
+            st_emu_switch(&S.main_sp, S.f[(size_t)first].sp);
+        }
+        /* one pass: each warp's live fibers and those at a warp barrier,
+         * the block's live ones and those at the block barrier */
+        int left = 0, at_block = 0;
+        fiber *f = S.f.data();
+        for (int w = 0; w < nt; w += 32) {
+            int alive = 0, at_warp = 0;
+            const int end = nt < w + 32 ? nt : w + 32;
+            for (int i = w; i < end; i++) {
+                alive += f[i].state != DONE;
+                at_warp += f[i].state == AT_WARP;
+                at_block += f[i].state == AT_BLOCK;
+            }
+            left += alive;
+            S.warp_alive[(size_t)(w >> 5)] = alive;
+            S.warp_waiting[(size_t)(w >> 5)] = at_warp;
         }
         if (left == 0) return;
         bool released = false;
-        int at_block = 0;
-        for (int i = 0; i < nt; i++) at_block += S.f[(size_t)i].state == AT_BLOCK;
         if (at_block && at_block == left) {
             for (int i = 0; i < nt; i++)
-                if (S.f[(size_t)i].state == AT_BLOCK) S.f[(size_t)i].state = READY;
+                if (f[i].state == AT_BLOCK) f[i].state = READY;
             S.releases++;
             released = true;
         }
         for (int w = 0; w < nt; w += 32) {
-            int alive = 0, at_warp = 0;
-            for (int i = w; i < nt && i < w + 32; i++) {
-                alive += S.f[(size_t)i].state != DONE;
-                at_warp += S.f[(size_t)i].state == AT_WARP;
-            }
-            if (at_warp && at_warp == alive) {
-                for (int i = w; i < nt && i < w + 32; i++)
-                    if (S.f[(size_t)i].state == AT_WARP) S.f[(size_t)i].state = READY;
+            const int at_warp = S.warp_waiting[(size_t)(w >> 5)];
+            if (at_warp && at_warp == S.warp_alive[(size_t)(w >> 5)]) {
+                const int end = nt < w + 32 ? nt : w + 32;
+                for (int i = w; i < end; i++)
+                    if (f[i].state == AT_WARP) f[i].state = READY;
                 released = true;
             }
         }
