@@ -148,6 +148,28 @@ extern "C" void st_cuda_free(st_device *d) {
     free(d);
 }
 
+/* A failed cudaMalloc of nbytes: what the device has, what this run holds
+ * there, what is held outside it (another process on the GPU shows here),
+ * and where to look for a run that fits. */
+static st_status out_of_memory(st_device *d, size_t nbytes) {
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    const double mib = 1 << 20, outside = (double)total_b - (double)free_b - (double)d->allocated;
+    char held[200] = "";
+    if (outside >= 1024 * mib) /* (more than this process's CUDA context takes) */
+        snprintf(held, sizeof held,
+                 "; other processes and this one's CUDA context hold %.1f GiB: nvidia-smi lists them",
+                 outside / (1024 * mib));
+    return st_fail(ST_ERR_NOMEM,
+                   "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f "
+                   "MiB%s). Lower train.micro_batch_size, or set train.activation_checkpointing, "
+                   "optim.offload, or dist.strategy zero2 over more GPUs; `scaletrain plan` with the run's "
+                   "config shows what fits a whole GPU",
+                   d->name, (double)nbytes / mib, (double)free_b / mib, (double)total_b / mib,
+                   (double)d->allocated / mib, held);
+}
+
 static st_status open_device(st_device *d, int ordinal) {
     ST_CUDA_TRY_D(d, cudaSetDevice(ordinal));
     cudaDeviceProp prop;
@@ -155,8 +177,9 @@ static st_status open_device(st_device *d, int ordinal) {
     d->cc_major = prop.major;
     d->cc_minor = prop.minor;
     d->sm_count = prop.multiProcessorCount;
-    snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.0f GiB)", ordinal, prop.name, prop.major,
-             prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+    const double gib = (double)prop.totalGlobalMem / (1 << 30);
+    snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.*f GiB)", ordinal, prop.name, prop.major,
+             prop.minor, gib < 9.95 ? 1 : 0, gib);
     /* The kernels' bf16 tensor-core products (mma.sync, cuBLASLt's bf16
      * paths) exist from compute capability 8.0; the build carries sm_80 and
      * sm_90 code and sm_90 PTX that newer GPUs compile at load. */
@@ -171,7 +194,9 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking));
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = (size_t)ST_CUDA_LT_WORKSPACE_BYTES;
-    ST_CUDA_TRY_D(d, cudaMalloc(&d->lt_ws, d->lt_ws_bytes));
+    const cudaError_t e = cudaMalloc(&d->lt_ws, d->lt_ws_bytes);
+    if (e == cudaErrorMemoryAllocation) return st_fail_context(out_of_memory(d, d->lt_ws_bytes), "cuBLASLt's workspace: ");
+    ST_CUDA_TRY_D(d, e);
     d->allocated = d->peak = (int64_t)d->lt_ws_bytes;
     if (cudaDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, ordinal) != cudaSuccess) {
         cudaGetLastError(); /* only NVML's lookup needs it */
@@ -233,16 +258,7 @@ extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     }
     if (!nbytes) nbytes = 256;
     cudaError_t e = cudaMalloc(out, nbytes);
-    if (e != cudaSuccess) {
-        size_t free_b = 0, total_b = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&free_b, &total_b);
-        return st_fail(
-            ST_ERR_NOMEM,
-            "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f MiB)",
-            d->name, (double)nbytes / (1 << 20), (double)free_b / (1 << 20), (double)total_b / (1 << 20),
-            (double)d->allocated / (1 << 20));
-    }
+    if (e != cudaSuccess) return out_of_memory(d, nbytes);
     d->blocks[d->n_blocks].p = *out;
     d->blocks[d->n_blocks].nbytes = nbytes;
     d->n_blocks++;

@@ -444,9 +444,12 @@ static st_status layout_params(st_params *p) {
     if (p->grad_hook.alloc)
         ST_TRY(p->grad_hook.alloc(p->grad_hook.ctx, pbytes, (void **)&p->grad, &p->grad_cap_bytes));
     p->grad_hooked = p->grad != NULL;
-    if (!p->grad) ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->grad));
-    ST_TRY(st_device_alloc(p->dev, pbytes, (void **)&p->data));
-    if (bc) ST_TRY(st_device_alloc(p->dev, bbytes, (void **)&p->buffers));
+    st_status s = p->grad ? ST_OK : st_device_alloc(p->dev, pbytes, (void **)&p->grad);
+    if (s == ST_OK) s = st_device_alloc(p->dev, pbytes, (void **)&p->data);
+    if (s == ST_OK && bc) s = st_device_alloc(p->dev, bbytes, (void **)&p->buffers);
+    if (s != ST_OK)
+        return st_fail_context(s, "the %lld parameters' fp32 weights and gradients (%.1f MiB): ", (long long)pc,
+                               2.0 * (double)pbytes / (1 << 20));
     ST_TRY(st_device_zero(p->dev, p->data, pbytes));
     ST_TRY(st_device_zero(p->dev, p->grad, pbytes));
     if (bc) ST_TRY(st_device_zero(p->dev, p->buffers, bbytes));

@@ -148,7 +148,8 @@ static st_status init_device(st_optim *o, const st_params *p) {
     if (s == ST_OK && o->v) s = st_device_zero(o->dev, o->v, nbytes);
     if (s == ST_OK) s = st_cuda_optim_create(o->dev, p, o->lo, o->hi, &o->cu);
     if (s != ST_OK) {
-        st_fail_context(s, "optimizer state on %s: ", st_device_name(o->dev));
+        st_fail_context(s, "the optimizer state (%.1f MiB): ",
+                        (double)nbytes * (o->kind == ST_OPTIM_ADAMW ? 2 : 1) / (1 << 20));
         st_optim_free(o);
     }
     return s;

@@ -119,8 +119,9 @@ static void ring_free(void *ctx, void *p) {
 /* --- the device path -------------------------------------------------------- */
 
 static st_status dev_init(st_feed *f) {
-    ST_TRY(st_device_alloc(f->dev, f->x_nbytes, &f->dx[1]));
-    ST_TRY(st_device_alloc(f->dev, f->y_nbytes, &f->dy[1]));
+    st_status s = st_device_alloc(f->dev, f->x_nbytes, &f->dx[1]);
+    if (s == ST_OK) s = st_device_alloc(f->dev, f->y_nbytes, &f->dy[1]);
+    if (s != ST_OK) return st_fail_context(s, "the device's second batch buffer: ");
     f->dx[0] = f->own_x;
     f->dy[0] = f->own_y;
     for (int i = 0; i < NBUF; i++) {

@@ -4,7 +4,8 @@
  * past an allocation or host code using a device pointer stops with a
  * message naming it (SIGSEGV); pinned host blocks listed, so copies can tell
  * them from pageable memory. ST_CUDAEMU_PROTECT=0 leaves device memory
- * mapped; ST_CUDAEMU_MEM_MB sets the device's size (default 16 GiB). */
+ * mapped; ST_CUDAEMU_MEM_MB sets the device's size (default 16 GiB),
+ * ST_CUDAEMU_HELD_MB how much of it another process holds (default 0). */
 #include "internal.h"
 
 #include <signal.h>
@@ -40,6 +41,9 @@ static bool protecting(void) {
         protect_mode = !(e && strcmp(e, "0") == 0);
         const char *m = getenv("ST_CUDAEMU_MEM_MB");
         if (m && atoll(m) > 0) mem_total = (size_t)atoll(m) << 20;
+        /* memory another process holds on the device: never free here */
+        const char *h = getenv("ST_CUDAEMU_HELD_MB");
+        if (h && atoll(h) > 0) mem_used = (size_t)atoll(h) << 20 < mem_total ? (size_t)atoll(h) << 20 : mem_total;
     }
     return protect_mode;
 }
