@@ -79,6 +79,7 @@ typedef struct st_config {
         int64_t threads;          /* auto = the cores available                     default auto */
         char out_dir[ST_CFG_STR]; /*                                                default runs/default */
         int64_t checkpoint_every; /* steps; 0 = only at the end                     default 0 */
+        double checkpoint_every_s; /* also when this many seconds passed; 0 = not  default 1800 */
         int64_t keep_checkpoints; /* newest checkpoints kept; 0 = all               default 3 */
         int64_t checkpoint_timeout_s; /* ranks' wait for a checkpoint's writes; 0 = auto  default 0 */
         bool checkpoint_async;        /* periodic checkpoints written while training goes on  default false */

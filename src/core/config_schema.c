@@ -125,12 +125,16 @@ const st_cfg_key st_cfg_keys[] = {
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
     K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on "
-          "SIGTERM/SIGINT)"),
+          "SIGTERM/SIGINT, and by train.checkpoint_every_s)"),
+    K_FLOAT("train.checkpoint_every_s", train.checkpoint_every_s, "1800", 0, NOMAX, 0,
+            "also save a checkpoint after the first step that ends this many seconds after the last "
+            "checkpoint (or the run's start), so that a crash loses at most about this much training; the "
+            "ranks agree on the step; 0 = only by step count"),
     K_INT("train.keep_checkpoints", train.keep_checkpoints, "3", 0, NOMAX,
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
     K_BOOL(
         "train.checkpoint_async", train.checkpoint_async, "false",
-        "write periodic checkpoints (train.checkpoint_every) from a copy of the weights and optimizer state "
+        "write periodic checkpoints (train.checkpoint_every, train.checkpoint_every_s) from a copy of the weights and optimizer state "
         "in "
         "host memory on a thread of their own while training goes on; committed once every rank's files are "
         "written; the last and a stop's checkpoint stay synchronous"),

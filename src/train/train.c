@@ -638,6 +638,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     bool stopped = false;
     r->steps = start;
     const int64_t waits0 = st_device_stream_waits(dev);
+    double t_saved = st_now(); /* the last checkpoint's end (train.checkpoint_every_s), or the loop's start */
     for (int64_t step = start; step < steps; step++) {
         char step_name[48];
         snprintf(step_name, sizeof step_name, "step %lld", (long long)step + 1);
@@ -798,18 +799,23 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * (the others wait here for rank 0's evaluation). The same
          * all-reduce says whether any rank is still writing a pending
          * asynchronous checkpoint: when none is, every rank commits it now. */
-        float flags[2] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f};
+        /* The third flag: train.checkpoint_every_s has passed since the
+         * last checkpoint on some rank's clock (every rank then saves). */
+        const bool time_due = c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
+        float flags[3] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
+                          time_due ? 1.0f : 0.0f};
         if (dist && eval_due)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
                                 "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
         if (dist)
-            ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 2, ST_COMM_F32, ST_COMM_MAX, "stop"));
+            ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 3, ST_COMM_F32, ST_COMM_MAX, "stop"));
         if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
         if (pending && flags[1] == 0)
             ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
         const float stop = flags[0];
         stopped = stop > 0 && step + 1 < steps;
-        if (stopped && !read_now) { /* before the checkpoint (every rank agreed on the stop) */
+        const bool timed = flags[2] > 0;
+        if ((stopped || timed) && !read_now) { /* before the checkpoint (every rank agreed on it) */
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
             window_loss += step_loss;
         }
@@ -817,7 +823,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * while the others wait in st_ckpt_save. A periodic checkpoint with
          * train.checkpoint_async is written while training goes on; one
          * still pending is committed first (waiting for its writer). */
-        if (ses->save && (stopped || every || step + 1 == steps)) { /* every rank: st_ckpt_save */
+        if (ses->save && (stopped || every || timed || step + 1 == steps)) { /* every rank: st_ckpt_save */
             if (pending)
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
             ck.step = step + 1;
@@ -845,6 +851,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     fflush(ses->out);
                 }
             }
+            t_saved = st_now(); /* (a save slower than the interval does not make the next step's) */
         }
         st_trace_end(trace, &step_mark);
         if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))

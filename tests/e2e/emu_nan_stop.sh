@@ -8,7 +8,10 @@
 #  1. One GPU (bf16): exit 1, the step named, the checkpoints those before it.
 #  2. One GPU, optim.offload (the update on the host, its copies during
 #     backward): the same.
-#  3. Two GPUs (scaletrain launch, NCCL): every rank names the same step, the
+#  3. A checkpoint after every step by time (train.checkpoint_every_s 1e-9,
+#     train.checkpoint_every 0, all kept): the loss is read before each, so
+#     the checkpoints are those of every step before the NaN's.
+#  4. Two GPUs (scaletrain launch, NCCL): every rank names the same step, the
 #     same checkpoints.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
@@ -27,6 +30,12 @@ ST_CUDAEMU_DEVICES=1 timeout 300 "$bin" "${run[@]}" --set optim.offload=true --s
 rc=$?
 [ $rc -eq 1 ] || fail "one GPU, offload: exit $rc, not 1"
 check_stop "one GPU, offload" "$tmp/off" "$tmp/off.log"
+
+ST_CUDAEMU_DEVICES=1 timeout 300 "$bin" "${run[@]}" --set train.checkpoint_every=0 --set train.checkpoint_every_s=1e-9 \
+    --set train.keep_checkpoints=0 --set train.out_dir="$tmp/timed" >"$tmp/timed.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "one GPU, timed checkpoints: exit $rc, not 1"
+check_stop "one GPU, timed checkpoints" "$tmp/timed" "$tmp/timed.log" 1
 
 if command -v mpirun >/dev/null; then
     timeout 300 "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1

@@ -12,17 +12,17 @@ run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.
      --set optim.momentum=0.99 --set optim.weight_decay=0 --set train.steps=20
      --set train.checkpoint_every=4 --set train.eval_every=0 --set log.every=20 --set data.num_workers=0)
 
-# check_stop WHAT OUT_DIR LOG: the step N the log names ($nan_step), the
-# checkpoints those of the multiples of 4 below it, latest the last.
+# check_stop WHAT OUT_DIR LOG [EVERY]: the step N the log names ($nan_step),
+# the checkpoints those of the multiples of EVERY (4) below it, latest the last.
 check_stop() {
-    local what=$1 dir=$2 log=$3 want=() k
+    local what=$1 dir=$2 log=$3 every=${4:-4} want=() k
     nan_step=$(sed -nE 's/.*the loss became NaN at step ([0-9]+); lower optim.lr or set optim.grad_clip$/\1/p' "$log" | head -1)
     if [ -z "$nan_step" ] || [ "$nan_step" -lt 5 ] || [ "$nan_step" -gt 20 ]; then
         fail "$what: no 'the loss became NaN at step N' with N in 5..20: $(grep -i error "$log" | head -2)"
         return
     fi
     ! grep -q -- "-nan" "$log" || fail "$what: printed -nan"
-    for ((k = 4; k < nan_step; k += 4)); do want+=("step-$k"); done
+    for ((k = every; k < nan_step; k += every)); do want+=("step-$k"); done
     [ "$(ls "$dir/ckpt" | grep -E '^step-' | sort -t- -k2 -n | tr '\n' ' ')" = "${want[*]} " ] ||
         fail "$what: NaN at step $nan_step, checkpoints $(ls "$dir/ckpt" | tr '\n' ' '), want ${want[*]}"
     grep -q "${want[-1]}\$" <<<"$(readlink -f "$dir/ckpt/latest" 2>/dev/null; cat "$dir/ckpt/latest" 2>/dev/null)" ||
