@@ -37,16 +37,5 @@ rc=$?
 [ $rc -eq 1 ] || fail "one GPU, timed checkpoints: exit $rc, not 1"
 check_stop "one GPU, timed checkpoints" "$tmp/timed" "$tmp/timed.log" 1
 
-if command -v mpirun >/dev/null; then
-    timeout 300 "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] || fail "two GPUs: exit 0"
-    check_stop "two GPUs" "$tmp/two" "$tmp/two.log"
-    for r in 0 1; do
-        grep -q "rank $r.*the loss became NaN at step $nan_step;" "$tmp/two.log" ||
-            fail "two GPUs: rank $r does not name step $nan_step"
-    done
-else
-    echo "two GPUs: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-fi
+check_two_ranks "two GPUs"
 e2e_finish "on GPUs a NaN loss stops the run naming its step, the checkpoints before it kept"

@@ -27,16 +27,5 @@ out=$(timeout 120 "$bin" eval --set model.type=gpt --set data.type=tokens --set 
     --set train.device=cpu --init "$tmp/one/ckpt" 2>&1)
 grep -qE "the checkpoint of step $((((one_step - 1) / 4) * 4))\)" <<<"$out" || fail "eval --init of the kept checkpoint: $out"
 
-if command -v mpirun >/dev/null; then
-    timeout 240 "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] || fail "two ranks: exit 0"
-    check_stop "two ranks" "$tmp/two" "$tmp/two.log"
-    for r in 0 1; do
-        grep -q "rank $r.*the loss became NaN at step $nan_step;" "$tmp/two.log" ||
-            fail "two ranks: rank $r does not name step $nan_step"
-    done
-else
-    echo "two ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
-fi
+check_two_ranks "two ranks"
 e2e_finish "a NaN loss stops the run at its step, the checkpoint before it kept"

@@ -2,8 +2,8 @@
 # e2e_tmpdir: a token file, the array run (SGD at lr 9.9 with momentum 0.99
 # on a tiny GPT: its loss becomes NaN at a step between 5 and 20; the train
 # command and its settings, less train.device and train.out_dir; on a
-# device the loss is read on steps 1, 4, 8, 12, 16 and 20) and
-# check_stop.
+# device the loss is read on steps 1, 4, 8, 12, 16 and 20), check_stop and
+# check_two_ranks.
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog and runs far away"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
 run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
@@ -30,3 +30,21 @@ check_stop() {
     [ ! -e "$dir/model.safetensors" ] || fail "$what: model.safetensors written after a NaN"
 }
 
+
+# check_two_ranks WHAT: `run` on two ranks (scaletrain launch) into
+# $tmp/two: a failure, every rank naming the same step, the checkpoints as
+# check_stop wants them.
+check_two_ranks() {
+    local what=$1 r
+    if ! command -v mpirun >/dev/null; then
+        echo "$what: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+        return
+    fi
+    timeout 300 "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
+    [ $? -ne 0 ] || fail "$what: exit 0"
+    check_stop "$what" "$tmp/two" "$tmp/two.log"
+    for r in 0 1; do
+        grep -q "rank $r.*the loss became NaN at step $nan_step;" "$tmp/two.log" ||
+            fail "$what: rank $r does not name step $nan_step"
+    done
+}
