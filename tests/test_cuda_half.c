@@ -21,6 +21,9 @@
 #include "core/device.h"
 #include "core/half.h"
 #include "core/rng.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* Every bf16 value, its two fp32 neighbours and the ties with the next one;
  * every fp16 value (as fp32), its neighbours and the midpoints; random bits. */
@@ -180,6 +183,29 @@ done:
     free(got);
 }
 
+#ifdef ST_HAVE_CUDA
+/* The 16-bit operand scratch in the allocator's count: grown from 8 to 24
+ * MiB, the run holds 24 MiB more than before, not 32 (the old block freed
+ * without leaving the count); a smaller request changes nothing. On a device
+ * just opened (no scratch yet). */
+static void check_scratch(st_device *d) {
+    st_device_mem a, b, c, e;
+    void *p = NULL, *q = NULL, *r = NULL;
+    CHECK_OK(st_device_memory(d, &a));
+    CHECK_OK(st_cuda_scratch(d, (size_t)8 << 20, &p));
+    CHECK_OK(st_device_memory(d, &b));
+    CHECK_OK(st_cuda_scratch(d, (size_t)24 << 20, &q));
+    CHECK_OK(st_device_memory(d, &c));
+    CHECK_OK(st_cuda_scratch(d, (size_t)1 << 20, &r));
+    CHECK_OK(st_device_memory(d, &e));
+    CHECK(p && q && r == q, "scratch pointers %p %p %p", p, q, r);
+    CHECK(b.allocated - a.allocated == (int64_t)8 << 20 && c.allocated - a.allocated == (int64_t)24 << 20 &&
+              e.allocated == c.allocated,
+          "scratch 8, 24, 1 MiB: the run holds %lld, %lld, %lld bytes more", (long long)(b.allocated - a.allocated),
+          (long long)(c.allocated - a.allocated), (long long)(e.allocated - a.allocated));
+}
+#endif
+
 int main(void) {
     int64_t n = 0;
     float *x = make_values(&n);
@@ -195,6 +221,9 @@ int main(void) {
     CHECK_OK(st_device_open_cuda(0, &d));
     if (d) {
         printf("device: %s\n", st_device_name(d));
+#ifdef ST_HAVE_CUDA
+        check_scratch(d);
+#endif
         check_on(d, "cuda", x, n);
     }
     st_device_free(d);

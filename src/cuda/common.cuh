@@ -116,11 +116,6 @@ static inline cudaError_t st_cuda_stream_sync(st_device *d, cudaStream_t s) {
 /* Destroy the cuBLASLt plans (matmul.cu); before the handle goes. */
 void st_cuda_plans_free(st_device *d);
 
-/* At least nbytes of device scratch (256-byte aligned), for work queued on
- * the compute stream until the next call; grown on demand (the first time a
- * size is needed it waits for the stream, then never again). Contents are
- * undefined. */
-st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out);
 /* dst[i] = src[i] as bf16 (p bf16) or fp16 (p fp16) bits, round to nearest
  * even: exact when src already holds such values (the graph rounded them). */
 st_status st_cuda_to_16(st_device *d, st_precision p, void *dst, const float *src, int64_t count);

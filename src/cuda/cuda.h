@@ -104,6 +104,13 @@ st_status st_cuda_div_to_16(st_device *d, st_precision p, uint16_t *dst, const f
 st_status st_cuda_from_16(st_device *d, st_precision p, float *dst, const uint16_t *src, size_t count);
 st_status st_cuda_all_finite(st_device *d, const float *x, size_t count, bool *finite);
 
+/* At least nbytes of device scratch (256-byte aligned; src/cuda/half.cu),
+ * for work queued on the compute stream until the next call; grown on demand
+ * (the first time a size is needed it waits for the stream, then never
+ * again), the old block released through the allocator's count. Contents
+ * are undefined. */
+st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out);
+
 /* The cuBLASLt plan cache (src/cuda/matmul.cu): plans made so far, and how
  * many products found their plan there (hits) or made it (misses). */
 void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits, int64_t *misses);

@@ -128,7 +128,7 @@ st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out) {
     if (nbytes > d->scratch_bytes) {
         /* the old buffer may still be read by queued work */
         ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
-        if (d->scratch) ST_CUDA_TRY_D(d, cudaFree(d->scratch));
+        st_cuda_release(d, d->scratch); /* (its bytes out of this run's count: cudaFree alone kept them) */
         d->scratch = NULL;
         d->scratch_bytes = 0;
         void *p = NULL;
