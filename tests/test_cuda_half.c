@@ -201,8 +201,9 @@ static void check_scratch(st_device *d) {
     CHECK(p && q && r == q, "scratch pointers %p %p %p", p, q, r);
     CHECK(b.allocated - a.allocated == (int64_t)8 << 20 && c.allocated - a.allocated == (int64_t)24 << 20 &&
               e.allocated == c.allocated,
-          "scratch 8, 24, 1 MiB: the run holds %lld, %lld, %lld bytes more", (long long)(b.allocated - a.allocated),
-          (long long)(c.allocated - a.allocated), (long long)(e.allocated - a.allocated));
+          "scratch 8, 24, 1 MiB: the run holds %lld, %lld, %lld bytes more",
+          (long long)(b.allocated - a.allocated), (long long)(c.allocated - a.allocated),
+          (long long)(e.allocated - a.allocated));
 }
 #endif
 

@@ -134,10 +134,9 @@ const st_cfg_key st_cfg_keys[] = {
           "checkpoints kept in out_dir/ckpt, newest first; 0 = keep all"),
     K_BOOL(
         "train.checkpoint_async", train.checkpoint_async, "false",
-        "write periodic checkpoints (train.checkpoint_every, train.checkpoint_every_s) from a copy of the weights and optimizer state "
-        "in "
-        "host memory on a thread of their own while training goes on; committed once every rank's files are "
-        "written; the last and a stop's checkpoint stay synchronous"),
+        "write periodic checkpoints (train.checkpoint_every, train.checkpoint_every_s) from a copy of the "
+        "weights and optimizer state in host memory on a thread of their own while training goes on; "
+        "committed once every rank's files are written; the last and a stop's checkpoint stay synchronous"),
     K_INT("train.checkpoint_timeout_s", train.checkpoint_timeout_s, "0", 0, 30 * 86400,
           "seconds ranks wait for one another while a checkpoint is written or read before every rank fails "
           "with a message (the watchdog); 0 = auto: dist.timeout_s plus 1 s per 10 MB of checkpoint"),

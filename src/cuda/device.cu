@@ -195,7 +195,8 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = (size_t)ST_CUDA_LT_WORKSPACE_BYTES;
     const cudaError_t e = cudaMalloc(&d->lt_ws, d->lt_ws_bytes);
-    if (e == cudaErrorMemoryAllocation) return st_fail_context(out_of_memory(d, d->lt_ws_bytes), "cuBLASLt's workspace: ");
+    if (e == cudaErrorMemoryAllocation)
+        return st_fail_context(out_of_memory(d, d->lt_ws_bytes), "cuBLASLt's workspace: ");
     ST_CUDA_TRY_D(d, e);
     d->allocated = d->peak = (int64_t)d->lt_ws_bytes;
     if (cudaDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, ordinal) != cudaSuccess) {

@@ -448,7 +448,8 @@ static st_status layout_params(st_params *p) {
     if (s == ST_OK) s = st_device_alloc(p->dev, pbytes, (void **)&p->data);
     if (s == ST_OK && bc) s = st_device_alloc(p->dev, bbytes, (void **)&p->buffers);
     if (s != ST_OK)
-        return st_fail_context(s, "the %lld parameters' fp32 weights and gradients (%.1f MiB): ", (long long)pc,
+        return st_fail_context(s,
+                               "the %lld parameters' fp32 weights and gradients (%.1f MiB): ", (long long)pc,
                                2.0 * (double)pbytes / (1 << 20));
     ST_TRY(st_device_zero(p->dev, p->data, pbytes));
     ST_TRY(st_device_zero(p->dev, p->grad, pbytes));

@@ -801,7 +801,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * asynchronous checkpoint: when none is, every rank commits it now. */
         /* The third flag: train.checkpoint_every_s has passed since the
          * last checkpoint on some rank's clock (every rank then saves). */
-        const bool time_due = c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
+        const bool time_due =
+            c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
         float flags[3] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
                           time_due ? 1.0f : 0.0f};
         if (dist && eval_due)

@@ -61,7 +61,6 @@ static struct sched {
     std::vector<fiber> f;
     std::vector<uint64_t> slots; /* 32 per warp */
     std::vector<int> pred;
-    std::vector<int> warp_alive, warp_waiting; /* per warp, in the scheduler's pass */
     char *stacks = NULL;
     size_t stack_cap = 0; /* fibers the stacks hold */
     void *main_sp = NULL;
@@ -158,8 +157,6 @@ static void run_block(int nt) {
     S.f.resize((size_t)nt);
     S.pred.assign((size_t)nt, 0);
     S.slots.assign((size_t)(nt + 31) / 32 * 32, 0);
-    S.warp_alive.assign((size_t)(nt + 31) / 32, 0);
-    S.warp_waiting.assign((size_t)(nt + 31) / 32, 0);
     for (int i = 0; i < nt; i++) {
         fiber &t = S.f[(size_t)i];
         t.tid.x = (unsigned)i % blockDim.x;
@@ -181,9 +178,11 @@ static void run_block(int nt) {
             threadIdx = S.f[(size_t)first].tid;
             st_emu_switch(&S.main_sp, S.f[(size_t)first].sp);
         }
-        /* one pass: each warp's live fibers and those at a warp barrier,
-         * the block's live ones and those at the block barrier */
+        /* one pass: each warp released when all its live fibers wait at a
+         * warp barrier (that touches no count of the block's), the block's
+         * live fibers and those at the block barrier counted */
         int left = 0, at_block = 0;
+        bool released = false;
         fiber *f = S.f.data();
         for (int w = 0; w < nt; w += 32) {
             int alive = 0, at_warp = 0;
@@ -194,25 +193,18 @@ static void run_block(int nt) {
                 at_block += f[i].state == AT_BLOCK;
             }
             left += alive;
-            S.warp_alive[(size_t)(w >> 5)] = alive;
-            S.warp_waiting[(size_t)(w >> 5)] = at_warp;
+            if (at_warp && at_warp == alive) {
+                for (int i = w; i < end; i++)
+                    if (f[i].state == AT_WARP) f[i].state = READY;
+                released = true;
+            }
         }
         if (left == 0) return;
-        bool released = false;
         if (at_block && at_block == left) {
             for (int i = 0; i < nt; i++)
                 if (f[i].state == AT_BLOCK) f[i].state = READY;
             S.releases++;
             released = true;
-        }
-        for (int w = 0; w < nt; w += 32) {
-            const int at_warp = S.warp_waiting[(size_t)(w >> 5)];
-            if (at_warp && at_warp == S.warp_alive[(size_t)(w >> 5)]) {
-                const int end = nt < w + 32 ? nt : w + 32;
-                for (int i = w; i < end; i++)
-                    if (f[i].state == AT_WARP) f[i].state = READY;
-                released = true;
-            }
         }
         if (!released)
             st_emu_die("%s: deadlock: some threads of a block wait at a barrier the others never reach", S.name);

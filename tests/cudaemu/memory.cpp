@@ -43,7 +43,8 @@ static bool protecting(void) {
         if (m && atoll(m) > 0) mem_total = (size_t)atoll(m) << 20;
         /* memory another process holds on the device: never free here */
         const char *h = getenv("ST_CUDAEMU_HELD_MB");
-        if (h && atoll(h) > 0) mem_used = (size_t)atoll(h) << 20 < mem_total ? (size_t)atoll(h) << 20 : mem_total;
+        const size_t held = h && atoll(h) > 0 ? (size_t)atoll(h) << 20 : 0;
+        if (held) mem_used = held < mem_total ? held : mem_total;
     }
     return protect_mode;
 }
