@@ -384,6 +384,46 @@ static void worker_error(void) {
     st_dataset_free(&d);
 }
 
+/* A token file shortened while training reads it (rewritten in place): the
+ * batch past its new end is an error naming the file, from a worker thread
+ * as from the consumer's, not the SIGBUS that ends the process. */
+static void shortened_file(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/shrinks.tokens", dir);
+    enum { N = 8192 }; /* 2-byte tokens: 5 pages with the header */
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i % 1000);
+    for (int workers = 0; workers <= 3; workers += 3) {
+        CHECK_OK(st_tokens_write(path, tok, N, 1000));
+        st_dataset d;
+        CHECK_OK(st_dataset_open_tokens(path, 16, &d)); /* 511 windows of 16 tokens */
+        CHECK(truncate(path, 64 + 2 * 100) == 0, "cannot shorten %s", path);
+        st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
+        so.n = d.n, so.batch_size = 16, so.micro_batch = 16, so.shuffle = false;
+        st_sampler *s = NULL;
+        CHECK_OK(st_sampler_init(&so, &s));
+        st_loader_opts o = ST_LOADER_OPTS_INIT;
+        o.num_workers = workers;
+        st_loader *l = NULL;
+        CHECK_OK(st_loader_init(&d, s, &o, &l));
+        st_batch *b = NULL;
+        /* batches 0-6 (tokens below 2016) lie in the first page, which stays */
+        for (int k = 0; l && k < 7; k++) {
+            CHECK_OK(st_loader_next(l, &b));
+            st_loader_release(l, b);
+        }
+        if (l) {
+            CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "was shortened while training read it");
+            CHECK(strstr(st_last_error(), "shrinks.tokens") != NULL,
+                  "%d workers: the message does not name the file: %s", workers, st_last_error());
+        }
+        st_loader_free(l);
+        st_sampler_free(s);
+        st_dataset_free(&d);
+    }
+}
+
 /* st_loader_try_next never waits: with 0 workers it gives nothing; with
  * workers, taking each batch with it when it is ready and with
  * st_loader_next otherwise (two held at once, as the device feed does) gives
@@ -463,6 +503,7 @@ int main(void) {
     try_next(&img);
     allocator_and_errors(&img, &tk);
     worker_error();
+    shortened_file();
 
     st_dataset_free(&img);
     st_dataset_free(&tk);

@@ -169,9 +169,16 @@ static st_status alloc_slots(st_loader *l) {
 static st_status start_workers(st_loader *l) {
     l->threads = calloc((size_t)l->o.num_workers + 1, sizeof *l->threads);
     if (!l->threads) return st_fail(ST_ERR_NOMEM, "out of memory for the loader's threads");
-    /* Workers block every signal: SIGTERM and SIGINT belong to the step loop. */
+    /* Workers block every signal (SIGTERM and SIGINT belong to the step
+     * loop) but those their own faults raise: a blocked SIGBUS would end the
+     * process past the handler that turns a shortened token file's fault
+     * into an error (data/tokens.c). */
     sigset_t all, old;
     sigfillset(&all);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = 0;
     while (l->n_threads < l->o.num_workers &&

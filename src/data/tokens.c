@@ -4,13 +4,22 @@
  * The header is read with pread and checked against the file's exact size
  * before the file is mapped, so no token is read from outside the file. The
  * writer streams through a temporary file whose header is filled in last,
- * which lets the tokenizer write inputs larger than memory. */
+ * which lets the tokenizer write inputs larger than memory.
+ *
+ * A mapped file that shrinks while it is open (rewritten in place: `cp` over
+ * it, a tool that truncates and writes) makes a read past its new end raise
+ * SIGBUS, which would end the run without a word. The reads that return a
+ * status (st_tokens_read_i32, st_tokens_check_range) run under a handler
+ * that brings such a fault back to them as an error naming the file; a SIGBUS
+ * anywhere else meets the action it had before (st_tokens_get is unguarded). */
 #include "data/tokens.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +106,52 @@ static st_status check_header(const char *path, const uint8_t *h, int64_t size, 
     t->vocab_size = vocab;
     t->token_bytes = (int)tb;
     return ST_OK;
+}
+
+/* ---- reads of the mappings, guarded against SIGBUS ---- */
+
+/* The reading thread's way back from a fault (NULL outside a guarded read). */
+static _Thread_local sigjmp_buf *volatile bus_jmp;
+static struct sigaction bus_old;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+static void on_bus(int sig, siginfo_t *si, void *uc) {
+    (void)sig, (void)si, (void)uc;
+    sigjmp_buf *j = bus_jmp;
+    if (j) {
+        bus_jmp = NULL;
+        siglongjmp(*j, 1);
+    }
+    sigaction(SIGBUS, &bus_old, NULL); /* returning repeats the fault, which the old action meets */
+}
+
+/* SA_NODEFER: the signal mask is the same in the handler as outside it, so
+ * the jump back need not restore it (sigsetjmp(j, 0): no system call). */
+static void bus_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &bus_old);
+}
+
+/* The error for a fault while reading sh at token i. */
+static st_status bus_error(const tok_shard *sh, int64_t i) {
+    struct stat sb;
+    const int64_t now = stat(sh->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    if (now >= 0 && now < (int64_t)sh->map_bytes)
+        return st_fail(ST_ERR_IO,
+                       "%s: the file was shortened while training read it (%lld bytes now, %zu when it was "
+                       "opened; reading from token %lld): it was rewritten in place (cp over it, or a "
+                       "tool that truncates); write new data to a new file and rename it over the old "
+                       "(`scaletrain data tokenize` does), then continue with --resume auto",
+                       sh->path, (long long)now, sh->map_bytes, (long long)i);
+    return st_fail(ST_ERR_IO,
+                   "%s: the storage could not supply token %lld of the mapped file (%s): an I/O error, "
+                   "or a network file system that dropped it; check the storage, then continue with "
+                   "--resume auto",
+                   sh->path, (long long)i, now < 0 ? strerror(errno) : "its size is unchanged");
 }
 
 /* Map one file and check its header. */
@@ -190,6 +245,7 @@ st_status st_tokens_open(const char *path, st_tokens **out) {
     if (!out) return st_fail(ST_ERR_ARG, "st_tokens_open: out is NULL");
     *out = NULL;
     if (!path) return st_fail(ST_ERR_ARG, "st_tokens_open: path is NULL");
+    pthread_once(&bus_once, bus_install);
     glob_t g;
     ST_TRY(expand(path, &g));
     const int n = g.gl_pathc ? (int)g.gl_pathc : 1;
@@ -281,15 +337,23 @@ uint32_t st_tokens_get(const st_tokens *t, int64_t i) {
 
 st_status st_tokens_check_range(const st_tokens *t) {
     if (!t) return st_fail(ST_ERR_ARG, "st_tokens_check_range: NULL");
+    const tok_shard *volatile cur = NULL; /* (read after a fault) */
+    sigjmp_buf j;
+    if (sigsetjmp(j, 0)) return bus_error(cur, 0);
     for (int k = 0; k < t->n_shards; k++) {
         const tok_shard *sh = &t->shard[k];
+        cur = sh;
+        bus_jmp = &j;
         for (int64_t i = 0; i < sh->count; i++) {
             uint32_t v = token_at(sh, i);
-            if (v >= sh->vocab_size)
+            if (v >= sh->vocab_size) {
+                bus_jmp = NULL;
                 return st_fail(ST_ERR_FORMAT,
                                "%s: token %lld is %u, not below vocab_size %llu; the file is corrupt",
                                sh->path, (long long)i, v, (unsigned long long)sh->vocab_size);
+            }
         }
+        bus_jmp = NULL;
     }
     return ST_OK;
 }
@@ -301,17 +365,27 @@ st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32
                        (long long)start, (long long)start, (long long)n,
                        t->n_shards > 1 ? "shards'" : "file's", (long long)t->count);
     /* a run of tokens from each shard the range crosses */
+    const tok_shard *volatile cur = NULL; /* the run being read, and its first token (after a fault) */
+    volatile int64_t cur_i = 0;
+    sigjmp_buf j;
+    if (sigsetjmp(j, 0)) return bus_error(cur, cur_i);
     for (int64_t done = 0; done < n;) {
         const tok_shard *sh = shard_of(t, start + done);
         const int64_t i0 = start + done - sh->start;
         const int64_t m = sh->count - i0 < n - done ? sh->count - i0 : n - done;
+        cur = sh;
+        cur_i = i0;
+        bus_jmp = &j;
         for (int64_t i = 0; i < m; i++) {
             uint32_t v = token_at(sh, i0 + i);
-            if (v > INT32_MAX)
+            if (v > INT32_MAX) {
+                bus_jmp = NULL;
                 return st_fail(ST_ERR_FORMAT, "%s: token %lld is %u, too large for int32", sh->path,
                                (long long)(i0 + i), v);
+            }
             dst[done + i] = (int32_t)v;
         }
+        bus_jmp = NULL;
         done += m;
     }
     return ST_OK;
