@@ -409,6 +409,69 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
                    what, (long long)first, (long long)last);
 }
 
+/* A run on one rank that fails where its weights and optimizer state are
+ * whole (a batch that cannot be read, an evaluation, a metrics write; not a
+ * non-finite loss or a stop) saves them before it stops, so that fixing the
+ * cause and `--resume auto` loses no step: a pending asynchronous checkpoint
+ * is committed, then, when the weights hold a later step than the last
+ * checkpoint's (`whole`, at sampler position `pos`; a checkpoint that failed
+ * to write is not tried again at its step) and are finite, a checkpoint of
+ * that step is written. The message of `s` stays first and says what was
+ * saved. With several ranks the others are inside a collective and a
+ * checkpoint needs them all: the failing rank ends the job (st_train) and
+ * the last checkpoint stands. */
+static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
+                        st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
+                        st_optim *opt, const st_ckpt_layout *lay, st_run_result *r) {
+    if (s == ST_OK || ses->world > 1 || !ses->save || s == ST_ERR_NUMERIC || s == ST_ERR_INTERRUPTED)
+        return s;
+    char why[2048], note[8192] = "";
+    snprintf(why, sizeof why, "%s", st_last_error());
+    size_t at = 0; /* note: what was done, "; "-separated */
+#define NOTE(...)                                                                                            \
+    (at += (size_t)snprintf(note + at, sizeof note - at, __VA_ARGS__),                                       \
+     at = at < sizeof note ? at : sizeof note - 1)
+    if (*pending) {
+        const int64_t step = st_ckpt_async_step(*pending);
+        if (st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL) == ST_OK) {
+            saved = step;
+            NOTE("the checkpoint of step %lld being written was committed to %s", (long long)step,
+                 r->checkpoint);
+        } else {
+            NOTE("the checkpoint of step %lld being written was not: %s", (long long)step, st_last_error());
+        }
+    }
+    if (whole > saved) {
+        const st_model *m = ses->model;
+        bool finite = false;
+        st_status f = st_device_all_finite(ses->dev, m->params.data, (size_t)m->params.arena_count, &finite);
+        if (at) NOTE("; ");
+        if (f == ST_OK && !finite) {
+            NOTE("no checkpoint of step %lld was saved: its weights are not finite", (long long)whole);
+        } else {
+            if (f == ST_OK) {
+                ck->step = whole;
+                ck->pos = pos;
+                ck->loss_scale = sc->enabled ? sc->scale : 0;
+                ck->scale_good_steps = sc->good_steps;
+                ck->skipped_steps = sc->skipped;
+                f = st_ckpt_save(ses->cfg, m, opt, ck, lay, r->checkpoint, sizeof r->checkpoint);
+            }
+            if (f == ST_OK)
+                NOTE("the weights and optimizer state after step %lld were saved first, to %s",
+                     (long long)whole, r->checkpoint);
+            else
+                NOTE("a checkpoint of step %lld could not be saved either: %s", (long long)whole,
+                     st_last_error());
+        }
+    }
+#undef NOTE
+    if (!at) return s; /* (its message unchanged) */
+    return st_fail(s, "%s (%s%s)", why, note,
+                   strstr(why, "--resume") ? ""
+                                           : "; --resume auto continues from the latest once this is fixed");
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -433,6 +496,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     /* the last STEP_TIMES_KEPT step times, for the median (a ring: any train.steps fits) */
     const int64_t times_kept = steps < STEP_TIMES_KEPT ? steps : STEP_TIMES_KEPT;
     double *step_times = malloc((size_t)(times_kept > 0 ? times_kept : 1) * sizeof *step_times);
+    st_ckpt_state ck = {0};
+    st_ckpt_layout lay = {0};
+    st_ckpt_async *pending = NULL; /* an asynchronous checkpoint being written */
+    double pending_stall = 0;      /* the step loop's time on it so far */
+    /* For rescue (above): the step the weights and optimizer state hold
+     * while they are whole (-1 while the optimizer writes them, from an
+     * offloaded update's start during backward, or once a forward has moved
+     * batch-norm statistics on), the sampler's position then, and the last
+     * checkpoint's step. */
+    int64_t whole = -1, saved_step = 0;
+    st_sampler_pos whole_pos = {0};
     st_status s;
     if (!step_times) {
         s = st_fail(ST_ERR_NOMEM, "out of memory for step timings");
@@ -474,12 +548,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_dist_range(&dd, &opt_lo, &opt_hi);
     ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
     report_memory(ses, opts, &dd, &opt, r);
-    const st_ckpt_layout lay = {ses->comm, ses->rank, ses->world, dd.mode != ST_DIST_DDP && ses->world > 1,
-                                dd.sh.shard};
+    lay = (st_ckpt_layout){ses->comm, ses->rank, ses->world, dd.mode != ST_DIST_DDP && ses->world > 1,
+                           dd.sh.shard};
     mg.g.training = true;
-    st_ckpt_state ck = {0};
-    st_ckpt_async *pending = NULL; /* an asynchronous checkpoint being written */
-    double pending_stall = 0;      /* the step loop's time on it so far */
     ck.seed = seed;
     ck.batch_size = c->train.batch_size;
     ck.samples = ses->train.n;
@@ -637,6 +708,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
+    saved_step = start;
+    const bool fwd_writes = m->params.buffer_count > 0;
     const int64_t waits0 = st_device_stream_waits(dev);
     double t_saved = st_now(); /* the last checkpoint's end (train.checkpoint_every_s), or the loop's start */
     for (int64_t step = start; step < steps; step++) {
@@ -649,6 +722,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (dist) st_comm_set_step(ses->comm, step + 1);
         st_comm_set_step(ses->dcomm, step + 1); /* (NCCL's errors name the step too; NULL: nothing) */
         st_device_set_step(dev, step + 1);      /* (and the device's stall watch) */
+        whole = step;
+        whole_pos = st_feed_position(feed); /* (after the last step's micro-batches) */
         ST_GOTO(st_dist_step_begin(&dd));
         for (int64_t k = 0; k < accum; k++) {
             double wait;
@@ -664,6 +739,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             const uint64_t j = (uint64_t)(step * ses->world * accum + st_dist_micro_index(&dd, k));
             mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "forward");
+            if (fwd_writes) whole = -1;
             ST_GOTO(st_graph_forward(&mg.g));
             st_trace_end(trace, &mark);
             ST_GOTO(st_dist_micro_begin(&dd, &mg.g, k));
@@ -674,6 +750,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             bool early = false;
             if (k == accum - 1 && ses->world == 1 && !sc.enabled && !dd.deterministic)
                 ST_GOTO(st_optim_offload_arm(&opt, &m->params, &mg.g, &early));
+            if (early) whole = -1; /* (the host's update starts during backward) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "backward");
             /* fp16: the loss gradient times the loss scale (1 otherwise). */
             const st_status bs = st_graph_backward(&mg.g, st_dist_backward_seed(&dd) * sc.scale);
@@ -691,6 +768,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
         const bool eval_due =
             c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
+        whole = -1;
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         const int32_t optim_span = st_trace_gpu_begin(trace, ST_TRACE_STREAM_COMPUTE);
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
@@ -736,6 +814,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         window_loss += step_loss;                     /* 0 when not read */
         window_n++;
         r->steps = step + 1;
+        whole = step + 1; /* (a non-finite loss was read above) */
+        whole_pos = st_feed_position(feed);
         r->samples = (r->steps - start) * c->train.batch_size;
         double rate = (double)r->samples / t_train;
         st_gpu_sample gpu = {0};
@@ -829,6 +909,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
             ck.step = step + 1;
             ck.pos = st_feed_position(feed);
+            saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
             ck.loss_scale = sc.enabled ? sc.scale : 0;
             ck.scale_good_steps = sc.good_steps;
@@ -906,6 +987,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
+    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, r);
     st_ckpt_async_abandon(&pending); /* (committed before every normal exit) */
     mg.g.node_hook = NULL;
     st_gpu_monitor_close(&gm);

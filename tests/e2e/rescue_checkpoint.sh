@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# A run on one rank that fails with its weights whole saves them first: a
+# tiny GPT (CPU; emu_rescue_checkpoint.sh: on an emulated GPU) trains on a
+# token file that is shortened under it (rewritten in place) once its
+# progress reaches step 50 (the body: tests/lib/rescue_checkpoint.sh).
+#  1. The run stops with the data error, naming the file, and says it saved
+#     the weights and optimizer state after step N (train.checkpoint_every 0,
+#     train.checkpoint_every_s 0: no other checkpoint); ckpt/latest is step N.
+#  2. With the file written back, `--resume auto` to step N + 20 ends with the
+#     weights of an uninterrupted run of N + 20 steps, bit for bit: nothing
+#     was lost and the data order went on where it stopped.
+# (The file is read in order, far past its first page when it is shortened:
+# a read within the page that holds the new end would see zeros, not fail.)
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_tmpdir
+dev=(--set train.device=cpu) label=cpu
+source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+e2e_finish "a run whose data fails under it saves its steps first, and resumes on the same trajectory"
