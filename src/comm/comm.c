@@ -553,6 +553,7 @@ int st_comm_local_rank(const st_comm *c) { return c ? c->local_rank : 0; }
 int st_comm_local_size(const st_comm *c) { return c ? c->local_size : 1; }
 const char *st_comm_host(const st_comm *c) { return c ? c->host : "?"; }
 const char *st_comm_backend_name(const st_comm *c) { return c && c->ops ? c->ops->name : "none"; }
+bool st_comm_failed(const st_comm *c) { return c && c->failed != ST_OK; }
 uint64_t st_comm_seq(const st_comm *c) { return c ? c->seq : 0; }
 void st_comm_set_step(st_comm *c, int64_t step) {
     if (c) c->step = step;

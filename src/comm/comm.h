@@ -125,6 +125,8 @@ int st_comm_local_size(const st_comm *c);
 const char *st_comm_host(const st_comm *c);
 const char *st_comm_backend_name(const st_comm *c); /* "local" | "mpi" | "nccl" */
 uint64_t st_comm_seq(const st_comm *c); /* sequence number of the last collective started, 0 before any */
+/* Whether a collective of c has failed (every later call then fails too); false for NULL. */
+bool st_comm_failed(const st_comm *c);
 
 /* The training step, recorded in every later collective and printed in errors. */
 void st_comm_set_step(st_comm *c, int64_t step);

@@ -12,10 +12,13 @@
  * the host. docs/cuda.md, "Synchronisation in the step loop", lists every
  * host wait left in the loop and why. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -409,29 +412,46 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
                    what, (long long)first, (long long)last);
 }
 
-/* A run on one rank that fails where its weights and optimizer state are
- * whole (a batch that cannot be read, an evaluation, a metrics write; not a
- * non-finite loss or a stop) saves them before it stops, so that fixing the
- * cause and `--resume auto` loses no step: a pending asynchronous checkpoint
- * is committed, then, when the weights hold a later step than the last
- * checkpoint's (`whole`, at sampler position `pos`; a checkpoint that failed
- * to write is not tried again at its step) and are finite, a checkpoint of
- * that step is written. The message of `s` stays first and says what was
- * saved. With several ranks the others are inside a collective and a
- * checkpoint needs them all: the failing rank ends the job (st_train) and
- * the last checkpoint stands. */
+/* A run that fails where its weights and optimizer state are whole (a batch
+ * that cannot be read, an evaluation, a metrics write; not a non-finite loss
+ * or a stop) saves them before it stops, so that fixing the cause and
+ * `--resume auto` loses no step. The step they hold is `whole` (at sampler
+ * position `pos`), saved when it is later than the last checkpoint's
+ * (`saved`; one that failed to write is not tried again at its step) and
+ * the weights are finite. The message of `s` stays first and says what was
+ * saved.
+ *
+ * On one rank a pending asynchronous checkpoint is committed first. With
+ * several ranks the others wait inside a collective (the failing rank then
+ * ends the job, st_train), so the failing rank saves alone, as a run of one
+ * would: under ddp every rank holds the whole weights and optimizer state
+ * (not under ZeRO, whose shards need every rank; nor with batch-norm
+ * statistics, rank 0's, on another rank), and the sampler's position is the
+ * same on every rank; not after a collective failed. Ranks failing together (one data file shortened under
+ * all of them) take a lock, a directory made once, so that one of them
+ * writes. A pending asynchronous checkpoint needs every rank to commit: it
+ * is dropped, and the later step saved. */
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
-                        st_optim *opt, const st_ckpt_layout *lay, st_run_result *r) {
-    if (s == ST_OK || ses->world > 1 || !ses->save || s == ST_ERR_NUMERIC || s == ST_ERR_INTERRUPTED)
+                        st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
+    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || s == ST_ERR_INTERRUPTED) return s;
+    const st_config *c = ses->cfg;
+    const st_model *m = ses->model;
+    const bool alone = ses->world > 1; /* this rank saves without the others */
+    if (alone && (ses->agreed_error || dd->mode != ST_DIST_DDP || m->params.masters_sharded ||
+                  (ses->rank != 0 && m->params.buffer_count > 0)))
         return s;
-    char why[2048], note[8192] = "";
+    /* A failed collective: the job ends at once (a device may also hold
+     * NCCL work that will never finish, which a save would wait for). */
+    if (st_comm_failed(ses->comm) || st_comm_failed(ses->dcomm)) return s;
+    char why[2048], note[8192] = "", lock[ST_CFG_STR + 64] = "";
+    int lock_fd = -1;
     snprintf(why, sizeof why, "%s", st_last_error());
     size_t at = 0; /* note: what was done, "; "-separated */
 #define NOTE(...)                                                                                            \
     (at += (size_t)snprintf(note + at, sizeof note - at, __VA_ARGS__),                                       \
      at = at < sizeof note ? at : sizeof note - 1)
-    if (*pending) {
+    if (*pending && !alone) {
         const int64_t step = st_ckpt_async_step(*pending);
         if (st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL) == ST_OK) {
             saved = step;
@@ -442,11 +462,27 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         }
     }
     if (whole > saved) {
-        const st_model *m = ses->model;
-        bool finite = false;
+        bool finite = false, other = false; /* other: another rank wrote it */
         st_status f = st_device_all_finite(ses->dev, m->params.data, (size_t)m->params.arena_count, &finite);
+        if (f == ST_OK && alone) { /* one writer among the ranks that failed (an flock, released at exit) */
+            char dir[ST_CFG_STR + 16], done[ST_CFG_STR + 64];
+            snprintf(dir, sizeof dir, "%s/ckpt", c->train.out_dir);
+            snprintf(lock, sizeof lock, "%s/rescue-step-%lld.lock", dir, (long long)whole);
+            snprintf(done, sizeof done, "%s/step-%lld/state.json", dir, (long long)whole);
+            f = st_mkdirs(dir);
+            lock_fd = f == ST_OK ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+            if (f == ST_OK &&
+                (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0)) /* (waits while another writes) */
+                f = st_fail(ST_ERR_IO, "%s: cannot lock: %s", lock, strerror(errno));
+            struct stat sb;
+            other = f == ST_OK && stat(done, &sb) == 0;
+            if (other) snprintf(r->checkpoint, sizeof r->checkpoint, "%s/step-%lld", dir, (long long)whole);
+        }
         if (at) NOTE("; ");
-        if (f == ST_OK && !finite) {
+        if (other) {
+            NOTE("another rank saved the weights and optimizer state after step %lld first, to %s",
+                 (long long)whole, r->checkpoint);
+        } else if (f == ST_OK && !finite) {
             NOTE("no checkpoint of step %lld was saved: its weights are not finite", (long long)whole);
         } else {
             if (f == ST_OK) {
@@ -455,14 +491,22 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                 ck->loss_scale = sc->enabled ? sc->scale : 0;
                 ck->scale_good_steps = sc->good_steps;
                 ck->skipped_steps = sc->skipped;
-                f = st_ckpt_save(ses->cfg, m, opt, ck, lay, r->checkpoint, sizeof r->checkpoint);
+                const st_ckpt_layout one = {0}; /* rank 0 of 1 */
+                f = st_ckpt_save(c, m, opt, ck, alone ? &one : lay, r->checkpoint, sizeof r->checkpoint);
             }
-            if (f == ST_OK)
+            if (f == ST_OK && alone)
+                NOTE("rank %d saved the weights and optimizer state after step %lld first, to %s", ses->rank,
+                     (long long)whole, r->checkpoint);
+            else if (f == ST_OK)
                 NOTE("the weights and optimizer state after step %lld were saved first, to %s",
                      (long long)whole, r->checkpoint);
             else
                 NOTE("a checkpoint of step %lld could not be saved either: %s", (long long)whole,
                      st_last_error());
+        }
+        if (lock_fd >= 0) { /* (a rank waiting on it finds the checkpoint) */
+            unlink(lock);
+            close(lock_fd);
         }
     }
 #undef NOTE
@@ -987,7 +1031,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
-    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, r);
+    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, r);
     st_ckpt_async_abandon(&pending); /* (committed before every normal exit) */
     mg.g.node_hook = NULL;
     st_gpu_monitor_close(&gm);

@@ -1,7 +1,8 @@
 # The body of tests/e2e/rescue_checkpoint.sh (the CPU) and
 # emu_rescue_checkpoint.sh (an emulated GPU), sourced after tests/lib/e2e.sh
-# and e2e_tmpdir with the array dev (the run's device settings) and $label (a
-# folder of $tmp of its own); what it checks is written there.
+# and e2e_tmpdir with the arrays dev (the run's device settings) and launch
+# (empty, or mpirun and its ranks) and $label (a folder of $tmp of its own);
+# what it checks is written there.
 export OMP_WAIT_POLICY=PASSIVE
 d=$tmp/$label
 mkdir -p "$d"
@@ -23,12 +24,17 @@ while IFS= read -r line; do
     if [ -z "$shortened" ] && [[ $line =~ ^step\ ([0-9]+)/ ]] && [ "${BASH_REMATCH[1]}" -ge 50 ]; then
         truncate -s 100 "$d/u.tokens" && shortened=yes
     fi
-done < <(timeout 300 "$bin" "${run[@]}" --set train.steps=1000000 --set train.out_dir="$d/o" 2>&1; echo "exit $?")
+done < <(timeout 300 "${launch[@]}" "$bin" "${run[@]}" --set train.steps=1000000 --set train.out_dir="$d/o" 2>&1; echo "exit $?")
 [ -n "$shortened" ] || fail "the run never reached step 50: $(tail -3 "$d/run.log")"
 grep -q "^exit 1$" "$d/run.log" || fail "the run did not fail: $(tail -2 "$d/run.log")"
-err=$(grep "error:" "$d/run.log")
+err=$(grep -E "error:|aborting every rank:" "$d/run.log")
 grep -q "u.tokens: the file was shortened while training read it" <<<"$err" || fail "no data error: $err"
-n=$(sed -nE 's/.*the weights and optimizer state after step ([0-9]+) were saved first, to .*ckpt\/step-([0-9]+).*/\1 \2/p' <<<"$err")
+# (one rank: "the weights ... after step N were saved first, to DIR"; one of
+# several: "rank K saved the weights ... after step N first, to DIR", and
+# "another rank saved ..." from a rank that failed too and found it written)
+n=$(sed -nE 's/.*saved the weights and optimizer state after step ([0-9]+) first, to [^ ]*ckpt\/step-([0-9]+).*/\1 \2/p
+              s/.*the weights and optimizer state after step ([0-9]+) were saved first, to [^ ]*ckpt\/step-([0-9]+).*/\1 \2/p' \
+    <<<"$err" | head -n 1)
 read -r n n2 <<<"$n"
 [ -n "${n:-}" ] && [ "$n" = "$n2" ] && [ "$n" -ge 50 ] || fail "no checkpoint of step 50 or later named: $err"
 [ "$(ls "$d/o/ckpt" 2>/dev/null | tr '\n' ' ')" = "latest step-$n " ] ||
@@ -41,11 +47,11 @@ grep -q "step-$n\$" <<<"$(readlink -f "$d/o/ckpt/latest" 2>/dev/null; cat "$d/o/
 # against an uninterrupted run of N + 20 steps.
 if [ "$fails" -eq 0 ]; then
     cp "$d/a.tokens" "$d/new.tokens" && mv "$d/new.tokens" "$d/u.tokens"
-    timeout 300 "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/o" --resume auto \
+    timeout 300 "${launch[@]}" "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/o" --resume auto \
         >"$d/resumed.log" 2>&1 || fail "resumed: exit $?: $(grep -i error "$d/resumed.log" | head -2)"
     grep -q "resumed from .*step-$n at step $n" "$d/resumed.log" ||
         fail "not resumed from step $n: $(grep -i resum "$d/resumed.log")"
-    timeout 300 "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/ref" \
+    timeout 300 "${launch[@]}" "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/ref" \
         >"$d/ref.log" 2>&1 || fail "uninterrupted: exit $?: $(tail -2 "$d/ref.log")"
     cmp -s "$d/ref/model.safetensors" "$d/o/model.safetensors" &&
         echo "resumed from it to step $((n + 20)): the uninterrupted run's weights bit for bit" ||
