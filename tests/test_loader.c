@@ -424,6 +424,37 @@ static void shortened_file(void) {
     }
 }
 
+/* A worker stuck in its assembly for good (SCALETRAIN_TEST_LOADER_STALL, as
+ * behind a read of a hung network file system): st_loader_next waits
+ * timeout_s for that batch, then fails naming it, and keeps failing;
+ * st_loader_free returns (the stuck worker is not joined). The batches
+ * before it come as usual. */
+static void stalled_worker(const st_dataset *d) {
+    st_sampler *s = make_sampler(d, 24, 4, false);
+    st_loader_opts o = ST_LOADER_OPTS_INIT;
+    o.num_workers = 2;
+    o.timeout_s = 0.2;
+    setenv("SCALETRAIN_TEST_LOADER_STALL", "5", 1);
+    st_loader *l = NULL;
+    CHECK_OK(st_loader_init(d, s, &o, &l));
+    unsetenv("SCALETRAIN_TEST_LOADER_STALL");
+    st_batch *b = NULL;
+    for (int k = 0; l && k < 5; k++) {
+        CHECK_OK(st_loader_next(l, &b));
+        CHECK(b && b->seq == k, "batch %d: got %lld", k, b ? (long long)b->seq : -1LL);
+        st_loader_release(l, b);
+    }
+    if (l) {
+        CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO,
+                    "batch 5 is not ready after 0.2 s (data.timeout_s 0.2)");
+        CHECK(strstr(st_last_error(), "a worker has been assembling it"), "the message does not say why: %s",
+              st_last_error());
+        CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "batch 5 is not ready"); /* and stays failed */
+    }
+    st_loader_free(l); /* returns: the stuck worker is left alone */
+    st_sampler_free(s);
+}
+
 /* st_loader_try_next never waits: with 0 workers it gives nothing; with
  * workers, taking each batch with it when it is ready and with
  * st_loader_next otherwise (two held at once, as the device feed does) gives
@@ -504,6 +535,7 @@ int main(void) {
     allocator_and_errors(&img, &tk);
     worker_error();
     shortened_file();
+    stalled_worker(&img);
 
     st_dataset_free(&img);
     st_dataset_free(&tk);

@@ -64,6 +64,7 @@ typedef struct st_config {
         bool shuffle;                  /*                                 default true */
         bool drop_last;                /* drop the last partial batch     default true */
         int64_t num_workers;           /* loader threads; auto = 1        default auto */
+        double timeout_s;              /* loader wait that ends the run   default 300 */
         int64_t augment_crop_pad;      /* random crop padding; 0 = off    default 0 */
         bool augment_flip;             /* random horizontal flip          default false */
     } data;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/mem.h"
 #include "core/rng.h"
@@ -50,6 +51,8 @@ struct st_loader {
     double wait_total;
     st_status failed;
     char failed_msg[ERR_MAX];
+    bool hung;           /* a wait timed out: a worker may never return (st_loader_free) */
+    int64_t stall_batch; /* SCALETRAIN_TEST_LOADER_STALL, or -1 */
 };
 
 static double now_s(void) {
@@ -102,6 +105,9 @@ static slot *claim(st_loader *l) {
 /* Assemble outside the lock; record the outcome under it. */
 static void fill(st_loader *l, slot *sl) {
     pthread_mutex_unlock(&l->mu);
+    if (sl->b.seq == l->stall_batch && l->n_threads > 0)
+        for (;;)
+            pause(); /* (the test's stall: every signal is blocked here) */
     st_status st = assemble(l, sl);
     if (st != ST_OK) snprintf(sl->err, sizeof sl->err, "%s", st_last_error());
     pthread_mutex_lock(&l->mu);
@@ -217,8 +223,15 @@ st_status st_loader_init(const st_dataset *d, st_sampler *smp, const st_loader_o
     l->sync_live = 1;
     if (pthread_cond_init(&l->cv_free, NULL) != 0) goto nosync;
     l->sync_live = 2;
-    if (pthread_cond_init(&l->cv_ready, NULL) != 0) goto nosync;
+    pthread_condattr_t ca; /* cv_ready's timed wait on the monotonic clock */
+    if (pthread_condattr_init(&ca) != 0) goto nosync;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    const int rc = pthread_cond_init(&l->cv_ready, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) goto nosync;
     l->sync_live = 3;
+    const char *stall = getenv("SCALETRAIN_TEST_LOADER_STALL");
+    l->stall_batch = stall && stall[0] ? atoll(stall) : -1;
     ST_GOTO(start_workers(l));
     *out = l;
     return ST_OK;
@@ -266,6 +279,28 @@ static st_status lock_next(st_loader *l, slot **out) {
     return ST_OK;
 }
 
+/* Batch next_out was not ready in time (under mu, released here): the
+ * loader fails from now on, and is left to the process's end when freed. */
+static st_status stalled(st_loader *l, const slot *sl, double t0) {
+    char what[160];
+    if (sl->state == SLOT_FILLING && sl->b.seq == l->next_out)
+        snprintf(what, sizeof what, "a worker has been assembling it (samples %lld, ...) all that time",
+                 (long long)sl->b.idx[0]);
+    else
+        snprintf(what, sizeof what, "no worker has begun it: all %d are still inside earlier batches",
+                 l->n_threads);
+    l->hung = true;
+    l->failed = ST_ERR_IO;
+    snprintf(
+        l->failed_msg, sizeof l->failed_msg,
+        "data loader: batch %lld is not ready after %.3g s (data.timeout_s %g): %s, so the storage it reads "
+        "stopped answering (a hung network file system?); check it, then continue with --resume auto (or "
+        "raise data.timeout_s if reads can legitimately take that long)",
+        (long long)l->next_out, now_s() - t0, l->o.timeout_s, what);
+    pthread_mutex_unlock(&l->mu);
+    return st_fail(l->failed, "%s", l->failed_msg);
+}
+
 st_status st_loader_next(st_loader *l, st_batch **out) {
     *out = NULL;
     const double t0 = now_s();
@@ -273,6 +308,15 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
     ST_TRY(lock_next(l, &sl));
     if (l->n_threads == 0) { /* assemble here: no worker can have claimed it */
         fill(l, claim(l));
+    } else if (l->o.timeout_s > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        const double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + l->o.timeout_s;
+        until.tv_sec = (time_t)end;
+        until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+        while (sl->state != SLOT_READY && pthread_cond_timedwait(&l->cv_ready, &l->mu, &until) == 0) {
+        }
+        if (sl->state != SLOT_READY) return stalled(l, sl, t0);
     } else {
         while (sl->state != SLOT_READY)
             pthread_cond_wait(&l->cv_ready, &l->mu);
@@ -315,6 +359,11 @@ void st_loader_free(st_loader *l) {
         pthread_cond_broadcast(&l->cv_free);
         pthread_cond_broadcast(&l->cv_ready);
         pthread_mutex_unlock(&l->mu);
+    }
+    if (l->hung) { /* a worker may be stuck for good, and may yet come back to this memory */
+        for (int i = 0; i < l->n_threads; i++)
+            pthread_detach(l->threads[i]);
+        return;
     }
     for (int i = 0; i < l->n_threads; i++)
         pthread_join(l->threads[i], NULL);

@@ -53,10 +53,14 @@ typedef struct st_loader_opts {
     bool flip;    /* random horizontal flip with probability 1/2 */
     uint64_t aug_seed;
     const st_loader_allocator *allocator; /* NULL: aligned host memory */
+    /* Seconds st_loader_next waits for a worker's batch before it fails
+     * (data.timeout_s); 0 = for ever. Not with 0 workers (the caller's own
+     * thread reads, and would be the one stuck). */
+    double timeout_s;
 } st_loader_opts;
 
 #define ST_LOADER_OPTS_INIT                                                                                  \
-    { 0, 2, 1, 0, false, 0, NULL }
+    { 0, 2, 1, 0, false, 0, NULL, 0 }
 
 /* One micro-batch in a ring buffer. The loader owns it; the consumer reads it
  * between st_loader_next and st_loader_release. */
@@ -85,8 +89,16 @@ st_status st_loader_init(const st_dataset *d, st_sampler *s, const st_loader_opt
 
 /* The next batch, in order: *out points at a filled buffer until
  * st_loader_release. Fails with the assembling worker's message if its
- * batch could not be assembled (and keeps failing after that), and with
- * ST_ERR_ARG when the consumer already holds max_held batches. */
+ * batch could not be assembled (and keeps failing after that), with
+ * ST_ERR_ARG when the consumer already holds max_held batches, and with
+ * ST_ERR_IO when a worker has not finished it after timeout_s (its storage
+ * stopped answering: a hung network file system). Such a worker is never
+ * joined: st_loader_free then leaves the loader's memory to the process's
+ * end, where the worker may still return to it.
+ *
+ * For tests of that wait: with SCALETRAIN_TEST_LOADER_STALL=K in the
+ * environment, the worker that claims batch K stops in its assembly for
+ * good, as behind a read that never returns. */
 st_status st_loader_next(st_loader *l, st_batch **out);
 
 /* The same without waiting: *out is NULL when batch k is not assembled yet
@@ -107,7 +119,8 @@ st_sampler_pos st_loader_position(const st_loader *l);
 double st_loader_wait_total(const st_loader *l);
 
 /* Stop the workers (they finish the batch in hand), join them and free every
- * buffer; batches still held become invalid. Accepts NULL. */
+ * buffer; batches still held become invalid. A loader whose wait timed out
+ * is stopped but neither joined nor freed (above). Accepts NULL. */
 void st_loader_free(st_loader *l);
 
 #endif

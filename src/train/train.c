@@ -718,6 +718,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
+    lo.timeout_s = c->data.timeout_s;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
     lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
     lo.flip = c->data.augment_flip;
