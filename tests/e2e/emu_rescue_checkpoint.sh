@@ -7,7 +7,7 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_tmpdir
 for prec in fp32 bf16; do
-    dev=(--set train.device=cuda --set precision=$prec) launch=() label=$prec
+    dev=(--set train.device=cuda --set precision=$prec) launch=() label=$prec victim=train
     echo "precision $prec:"
     source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
 done
