@@ -345,6 +345,34 @@ static void allocator_and_errors(const st_dataset *img, const st_dataset *tok) {
           "auto workers");
 }
 
+/* A loader over d (batches of `batch` samples in order, micro-batches of mb,
+ * `workers` threads) gives `good` batches, then fails with `code`, a
+ * message holding `needle` and `file`, and keeps failing. */
+static void fails_after(const st_dataset *d, int64_t batch, int64_t mb, int workers, int good, st_status code,
+                        const char *needle, const char *file) {
+    st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
+    so.n = d->n, so.batch_size = batch, so.micro_batch = mb, so.shuffle = false;
+    st_sampler *s = NULL;
+    CHECK_OK(st_sampler_init(&so, &s));
+    st_loader_opts o = ST_LOADER_OPTS_INIT;
+    o.num_workers = workers;
+    st_loader *l = NULL;
+    CHECK_OK(st_loader_init(d, s, &o, &l));
+    st_batch *b = NULL;
+    for (int k = 0; l && k < good; k++) {
+        CHECK_OK(st_loader_next(l, &b));
+        st_loader_release(l, b);
+    }
+    if (l) {
+        CHECK_FAILS(st_loader_next(l, &b), code, needle);
+        CHECK(strstr(st_last_error(), file) != NULL, "%d workers: the message does not name %s: %s", workers,
+              file, st_last_error());
+        CHECK_FAILS(st_loader_next(l, &b), code, needle);
+    }
+    st_loader_free(l);
+    st_sampler_free(s);
+}
+
 /* A token above INT32_MAX (vocabulary 2^32, 4-byte tokens) cannot be an
  * input: the worker's error reaches the consumer, with the file's name, at
  * the batch that holds it, and sticks. */
@@ -358,29 +386,8 @@ static void worker_error(void) {
     CHECK_OK(st_tokens_write(path, tok, 41, (uint64_t)1 << 32));
     st_dataset d;
     CHECK_OK(st_dataset_open_tokens(path, 4, &d)); /* 10 windows; window 9 holds token 37 */
-    for (int workers = 0; workers <= 3; workers += 3) {
-        st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
-        so.n = d.n, so.batch_size = 10, so.micro_batch = 1, so.shuffle = false;
-        st_sampler *s = NULL;
-        CHECK_OK(st_sampler_init(&so, &s));
-        st_loader_opts o = ST_LOADER_OPTS_INIT;
-        o.num_workers = workers;
-        st_loader *l = NULL;
-        CHECK_OK(st_loader_init(&d, s, &o, &l));
-        st_batch *b = NULL;
-        for (int k = 0; l && k < 9; k++) {
-            CHECK_OK(st_loader_next(l, &b));
-            st_loader_release(l, b);
-        }
-        if (l) {
-            CHECK_FAILS(st_loader_next(l, &b), ST_ERR_FORMAT, "too large for int32");
-            CHECK(strstr(st_last_error(), "big.tokens") != NULL, "the message does not name the file: %s",
-                  st_last_error());
-            CHECK_FAILS(st_loader_next(l, &b), ST_ERR_FORMAT, "too large for int32");
-        }
-        st_loader_free(l);
-        st_sampler_free(s);
-    }
+    for (int workers = 0; workers <= 3; workers += 3)
+        fails_after(&d, 10, 1, workers, 9, ST_ERR_FORMAT, "too large for int32", "big.tokens");
     st_dataset_free(&d);
 }
 
@@ -399,27 +406,9 @@ static void shortened_file(void) {
         st_dataset d;
         CHECK_OK(st_dataset_open_tokens(path, 16, &d)); /* 511 windows of 16 tokens */
         CHECK(truncate(path, 64 + 2 * 100) == 0, "cannot shorten %s", path);
-        st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
-        so.n = d.n, so.batch_size = 16, so.micro_batch = 16, so.shuffle = false;
-        st_sampler *s = NULL;
-        CHECK_OK(st_sampler_init(&so, &s));
-        st_loader_opts o = ST_LOADER_OPTS_INIT;
-        o.num_workers = workers;
-        st_loader *l = NULL;
-        CHECK_OK(st_loader_init(&d, s, &o, &l));
-        st_batch *b = NULL;
         /* batches 0-6 (tokens below 2016) lie in the first page, which stays */
-        for (int k = 0; l && k < 7; k++) {
-            CHECK_OK(st_loader_next(l, &b));
-            st_loader_release(l, b);
-        }
-        if (l) {
-            CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "was shortened while training read it");
-            CHECK(strstr(st_last_error(), "shrinks.tokens") != NULL,
-                  "%d workers: the message does not name the file: %s", workers, st_last_error());
-        }
-        st_loader_free(l);
-        st_sampler_free(s);
+        fails_after(&d, 16, 16, workers, 7, ST_ERR_IO, "was shortened while training read it",
+                    "shrinks.tokens");
         st_dataset_free(&d);
     }
 }
