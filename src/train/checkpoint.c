@@ -22,6 +22,7 @@
 #include "core/atomic_file.h"
 #include "core/mem.h"
 #include "core/safetensors.h"
+#include "core/ticker.h"
 #include "dist/agree.h"
 #include "dist/zero.h"
 #include "scaletrain/train.h"
@@ -270,7 +271,12 @@ struct st_ckpt_async {
     atomic_int done;
     st_status status; /* of prepare and write; its message in err */
     char err[2048];
-    double t0, write_s;
+    double t0, write_s; /* t0: when the writer was started (st_ticker_now) */
+    /* The write watch (below) while this rank waits for its own writes */
+    st_ticker *watch;
+    pthread_mutex_t watch_m;
+    const char *watch_what; /* NULL: not waiting */
+    double watch_t0;
 };
 
 static void job_free(st_ckpt_async *j) {
@@ -375,6 +381,54 @@ static st_status take(st_ckpt_async *j, bool copy) {
     return ST_OK;
 }
 
+/* ---- the write watch ----
+ * A write that never returns (storage that stopped answering: a hung
+ * network file system) would leave the run waiting without a word: while
+ * this rank waits for its own checkpoint writes (a synchronous save, or the
+ * join of an asynchronous one's writer), a ticker (core/ticker.h) ends the
+ * process once the wait passes the checkpoint's limit (train.
+ * checkpoint_timeout_s, auto: dist.timeout_s and 1 s per 10 MB), less any
+ * time the process was stopped. The checkpoints before it are whole (this
+ * one is still a temporary directory; tests/e2e/checkpoint_stall.sh stalls
+ * its fsyncs for good with tests/lib/slowfs.c). */
+static void watch_check(void *ctx, st_ticker *tk, double now) {
+    st_ckpt_async *j = ctx;
+    pthread_mutex_lock(&j->watch_m);
+    const char *what = j->watch_what;
+    const double age = what ? now - j->watch_t0 - st_ticker_paused_since(tk, j->watch_t0) : 0;
+    pthread_mutex_unlock(&j->watch_m);
+    if (!what || age < j->limit) return;
+    char msg[PATH_CAP + 1024];
+    snprintf(msg, sizeof msg,
+             "scaletrain: rank %d (pid %d): the checkpoint of step %lld: %s %s has not finished after %.0f s "
+             "(train.checkpoint_timeout_s: %.0f s): the storage stopped answering (a hung network file "
+             "system?). Ending the process so that the run does not wait forever; the checkpoints before it in "
+             "%s are whole and --resume auto continues from the latest (raise train.checkpoint_timeout_s if "
+             "writing can legitimately take that long)\n",
+             j->rank, (int)getpid(), (long long)j->st.step, what, j->tmp, age, j->limit, j->ckdir);
+    st_ticker_say(msg);
+    _exit(1);
+}
+
+/* Watch this rank's wait, begun at t0, until watch_end. */
+static void watch_begin(st_ckpt_async *j, const char *what, double t0) {
+    if (pthread_mutex_init(&j->watch_m, NULL) != 0) return;
+    j->watch_what = what;
+    j->watch_t0 = t0;
+    if (st_ticker_start(st_ticker_period(j->limit), watch_check, j, "the checkpoint's write watch", &j->watch) !=
+        ST_OK) { /* (unwatched: the wait goes on as before) */
+        j->watch = NULL;
+        pthread_mutex_destroy(&j->watch_m);
+    }
+}
+
+static void watch_end(st_ckpt_async *j) {
+    if (!j->watch) return;
+    st_ticker_stop(j->watch);
+    j->watch = NULL;
+    pthread_mutex_destroy(&j->watch_m);
+}
+
 /* This rank's files and their checksums: its optimizer state; rank 0 the model. */
 static st_status write_files(st_ckpt_async *j) {
     char path[PATH_CAP];
@@ -434,7 +488,11 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
     st_status s = prepare(j);
     if (s == ST_OK) s = take(j, false);
-    if (s == ST_OK) s = write_files(j);
+    if (s == ST_OK) {
+        watch_begin(j, "writing", st_ticker_now());
+        s = write_files(j);
+        watch_end(j);
+    }
     s = commit(j, s, saved, size); /* (tells the others of a failure only this rank saw) */
     st_comm_set_timeout(j->comm, 0, NULL);
     job_free(j);
@@ -467,6 +525,7 @@ st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st
     st_comm_set_timeout(j->comm, 0, NULL);
     if (s == ST_OK) s = take(j, true);
     if (s == ST_OK) {
+        j->t0 = st_ticker_now(); /* (the writer's start, for the write watch) */
         int e = pthread_create(&j->thread, NULL, writer, j);
         j->started = e == 0;
         if (e != 0) writer(j); /* no thread: written now */
@@ -485,7 +544,11 @@ bool st_ckpt_async_busy(const st_ckpt_async *j) { return j && !atomic_load(&j->d
 int64_t st_ckpt_async_step(const st_ckpt_async *j) { return j ? j->st.step : -1; }
 
 static void join(st_ckpt_async *j) {
-    if (j->started) pthread_join(j->thread, NULL);
+    if (j->started) {
+        watch_begin(j, "writing (on its own thread)", j->t0);
+        pthread_join(j->thread, NULL);
+        watch_end(j);
+    }
     j->started = false;
 }
 
