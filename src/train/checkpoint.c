@@ -150,6 +150,40 @@ static int64_t step_of(const char *name) {
     return *end || v < 0 ? -1 : (int64_t)v;
 }
 
+/* The step of a temporary directory's name, "step-<N>.tmp" or
+ * "step-<N>.tmp.<pid>", or -1. */
+static int64_t tmp_step_of(const char *name) {
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    char *end;
+    const long long v = strtoll(name + 5, &end, 10);
+    if (end == name + 5 || v < 0 || strncmp(end, ".tmp", 4) != 0) return -1;
+    end += 4;
+    if (*end == '.' && end[1]) {
+        for (end++; *end >= '0' && *end <= '9'; end++) {
+        }
+    }
+    return *end ? -1 : (int64_t)v;
+}
+
+/* Remove the temporary directories of checkpoints of `step` or before: the
+ * remains of writes that died or were ended (a crash, a watch, a killed
+ * job), which a later save of the same step by another process would not
+ * replace. None is in flight: one checkpoint is written at a time, and a
+ * later one has a later step. */
+static void sweep_tmp(const char *ckdir, int64_t step) {
+    DIR *d = opendir(ckdir);
+    if (!d) return;
+    struct dirent *e;
+    char path[PATH_CAP];
+    while ((e = readdir(d)) != NULL) {
+        const int64_t t = tmp_step_of(e->d_name);
+        if (t < 0 || t > step) continue;
+        snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name);
+        remove_dir(path);
+    }
+    closedir(d);
+}
+
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);
@@ -221,6 +255,7 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     fprintf(af.fp, "step-%lld\n", (long long)state->step);
     ST_TRY(st_atomic_commit(&af));
     if (saved) snprintf(saved, size, "%s", final);
+    sweep_tmp(ckdir, state->step);
     if (cfg->train.keep_checkpoints > 0) {
         int64_t *steps;
         int n;

@@ -10,7 +10,8 @@
 #     directory, the wait and the key; the step-5 checkpoint is whole and
 #     latest;
 #  2. `--resume auto` without the stall continues from step 5 and ends with
-#     the weights of an uninterrupted 20-step run, bit for bit.
+#     the weights of an uninterrupted 20-step run, bit for bit; its save of
+#     step 10 removed the stalled write's temporary directory.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -40,6 +41,7 @@ for async in false true; do
         timeout 120 "$bin" "${run[@]}" --set train.checkpoint_async=$async --set train.out_dir="$o" --resume auto \
             >"$o.log" 2>&1 || fail "async $async: resumed: exit $?: $(grep -i error "$o.log" | head -2)"
         grep -q "resumed from .*step-5 at step 5" "$o.log" || fail "async $async: not resumed from step 5"
+        ls "$o/ckpt" | grep -q '\.tmp' && fail "async $async: the stalled write's temporary directory is left: $(ls "$o/ckpt" | tr '\n' ' ')"
         cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
             echo "async $async: resumed from step 5: the uninterrupted run's weights bit for bit" ||
             fail "async $async: resumed from step 5: other weights than the uninterrupted run's"
