@@ -413,20 +413,26 @@ static void shortened_file(void) {
     }
 }
 
-/* A worker stuck in its assembly for good (SCALETRAIN_TEST_LOADER_STALL, as
- * behind a read of a hung network file system): st_loader_next waits
- * timeout_s for that batch, then fails naming it, and keeps failing;
- * st_loader_free returns (the stuck worker is not joined). The batches
- * before it come as usual. */
-static void stalled_worker(const st_dataset *d) {
-    st_sampler *s = make_sampler(d, 24, 4, false);
+/* A worker stuck in its assembly for good (dataset.h's test_stall, as behind
+ * a read of a hung network file system: sample 20, in micro-batch 5):
+ * st_loader_next waits timeout_s for that batch, then fails naming it, and
+ * keeps failing; st_loader_free returns (the stuck worker is not joined).
+ * The batches before it come as usual. */
+static void stalled_worker(const char *tokens) {
+    setenv("SCALETRAIN_TEST_DATA_STALL", "train.tokens:20", 1);
+    static st_dataset d; /* never freed: the stuck worker may still read it */
+    CHECK_OK(st_dataset_open_tokens(tokens, 16, &d));
+    unsetenv("SCALETRAIN_TEST_DATA_STALL");
+    CHECK(d.test_stall == 21, "the test knob set test_stall %lld, not 21", (long long)d.test_stall);
+    st_sampler_opts so = ST_SAMPLER_OPTS_INIT;
+    so.n = d.n, so.batch_size = 24, so.micro_batch = 4, so.shuffle = false;
+    st_sampler *s = NULL;
+    CHECK_OK(st_sampler_init(&so, &s));
     st_loader_opts o = ST_LOADER_OPTS_INIT;
     o.num_workers = 2;
     o.timeout_s = 0.2;
-    setenv("SCALETRAIN_TEST_LOADER_STALL", "5", 1);
     st_loader *l = NULL;
-    CHECK_OK(st_loader_init(d, s, &o, &l));
-    unsetenv("SCALETRAIN_TEST_LOADER_STALL");
+    CHECK_OK(st_loader_init(&d, s, &o, &l));
     st_batch *b = NULL;
     for (int k = 0; l && k < 5; k++) {
         CHECK_OK(st_loader_next(l, &b));
@@ -436,11 +442,11 @@ static void stalled_worker(const st_dataset *d) {
     if (l) {
         CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO,
                     "batch 5 is not ready after 0.2 s (data.timeout_s 0.2)");
-        CHECK(strstr(st_last_error(), "a worker has been assembling it"), "the message does not say why: %s",
-              st_last_error());
+        CHECK(strstr(st_last_error(), "a worker has been assembling it (samples 20,"),
+              "the message does not say why: %s", st_last_error());
         CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "batch 5 is not ready"); /* and stays failed */
     }
-    st_loader_free(l); /* returns: the stuck worker is left alone */
+    st_loader_free(l); /* returns: the stuck worker is left alone (and so is the dataset it reads) */
     st_sampler_free(s);
 }
 
@@ -524,7 +530,7 @@ int main(void) {
     allocator_and_errors(&img, &tk);
     worker_error();
     shortened_file();
-    stalled_worker(&img);
+    stalled_worker(tokens);
 
     st_dataset_free(&img);
     st_dataset_free(&tk);

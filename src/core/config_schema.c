@@ -100,8 +100,9 @@ const st_cfg_key st_cfg_keys[] = {
            "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
     K_FLOAT("data.timeout_s", data.timeout_s, "300", 0, NOMAX, 0,
             "seconds the step loop waits for a loader thread's batch before the run fails naming it (storage "
-            "that stopped answering: a hung network file system) and saves what it finished; 0 = for ever; "
-            "with data.num_workers 0 the step loop reads itself and nothing is watched"),
+            "that stopped answering: a hung network file system) and saves what it finished; a read in the "
+            "step loop's own thread (data.num_workers 0, evaluations) that long ends the process, naming it; "
+            "0 = for ever"),
     K_INT("data.augment_crop_pad", data.augment_crop_pad, "0", 0, 1024,
           "images, training only: random crop to the same size after zero padding of this many pixels on "
           "each side "

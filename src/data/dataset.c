@@ -3,8 +3,10 @@
 #include "dataset.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/mem.h"
 #include "core/rng.h"
@@ -73,6 +75,12 @@ st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *
                        (long long)seq_len);
     st_status s;
     ST_GOTO(st_tokens_open(path, &out->tokens));
+    const char *stall = getenv("SCALETRAIN_TEST_DATA_STALL"), *colon = stall ? strrchr(stall, ':') : NULL;
+    if (colon && colon > stall) {
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(colon - stall), stall);
+        if (strstr(path, name)) out->test_stall = atoll(colon + 1) + 1;
+    }
     ST_GOTO(st_tokens_check_range(out->tokens));
     out->kind = ST_DATA_TOKENS;
     out->seq_len = seq_len;
@@ -282,6 +290,9 @@ st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *
         y[0] = d->labels[i];
         return ST_OK;
     }
+    if (d->test_stall && i + 1 == d->test_stall)
+        for (;;)
+            pause();              /* (the test's stall: see test_stall) */
     const int64_t T = d->seq_len; /* window i: tokens [i*T, i*T + T], inputs then shifted targets */
     ST_TRY(st_tokens_read_i32(d->tokens, i * T, T, xi));
     memcpy(y, xi + 1, (size_t)(T - 1) * sizeof(int32_t));

@@ -33,6 +33,12 @@ typedef struct st_dataset {
     /* tokens */
     st_tokens *tokens;
     int64_t seq_len, vocab_size;
+    /* For tests of the waits on data (data.timeout_s): with
+     * SCALETRAIN_TEST_DATA_STALL=NAME:K in the environment when a token file
+     * whose path holds NAME is opened, the read of its sample K stops for
+     * good, as a read of a hung network file system would; test_stall is K +
+     * 1 (0: none). */
+    int64_t test_stall;
 } st_dataset;
 
 /* Images and labels from IDX files; counts must agree. */

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/mem.h"
 #include "core/rng.h"
@@ -51,8 +50,7 @@ struct st_loader {
     double wait_total;
     st_status failed;
     char failed_msg[ERR_MAX];
-    bool hung;           /* a wait timed out: a worker may never return (st_loader_free) */
-    int64_t stall_batch; /* SCALETRAIN_TEST_LOADER_STALL, or -1 */
+    bool hung; /* a wait timed out: a worker may never return (st_loader_free) */
 };
 
 static double now_s(void) {
@@ -105,9 +103,6 @@ static slot *claim(st_loader *l) {
 /* Assemble outside the lock; record the outcome under it. */
 static void fill(st_loader *l, slot *sl) {
     pthread_mutex_unlock(&l->mu);
-    if (sl->b.seq == l->stall_batch && l->n_threads > 0)
-        for (;;)
-            pause(); /* (the test's stall: every signal is blocked here) */
     st_status st = assemble(l, sl);
     if (st != ST_OK) snprintf(sl->err, sizeof sl->err, "%s", st_last_error());
     pthread_mutex_lock(&l->mu);
@@ -230,8 +225,6 @@ st_status st_loader_init(const st_dataset *d, st_sampler *smp, const st_loader_o
     pthread_condattr_destroy(&ca);
     if (rc != 0) goto nosync;
     l->sync_live = 3;
-    const char *stall = getenv("SCALETRAIN_TEST_LOADER_STALL");
-    l->stall_batch = stall && stall[0] ? atoll(stall) : -1;
     ST_GOTO(start_workers(l));
     *out = l;
     return ST_OK;
@@ -307,7 +300,11 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
     slot *sl = NULL;
     ST_TRY(lock_next(l, &sl));
     if (l->n_threads == 0) { /* assemble here: no worker can have claimed it */
+        char what[64];
+        snprintf(what, sizeof what, "reading training batch %lld", (long long)l->next_out);
+        st_watch_begin(l->o.watch, what);
         fill(l, claim(l));
+        st_watch_end(l->o.watch);
     } else if (l->o.timeout_s > 0) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);

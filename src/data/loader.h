@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/watch.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "scaletrain/status.h"
@@ -57,10 +58,13 @@ typedef struct st_loader_opts {
      * (data.timeout_s); 0 = for ever. Not with 0 workers (the caller's own
      * thread reads, and would be the one stuck). */
     double timeout_s;
+    /* With 0 workers: the stall watch over the caller's own reads (core/
+     * watch.h), or NULL. */
+    st_watch *watch;
 } st_loader_opts;
 
 #define ST_LOADER_OPTS_INIT                                                                                  \
-    { 0, 2, 1, 0, false, 0, NULL, 0 }
+    { 0, 2, 1, 0, false, 0, NULL, 0, NULL }
 
 /* One micro-batch in a ring buffer. The loader owns it; the consumer reads it
  * between st_loader_next and st_loader_release. */
@@ -95,10 +99,8 @@ st_status st_loader_init(const st_dataset *d, st_sampler *s, const st_loader_opt
  * stopped answering: a hung network file system). Such a worker is never
  * joined: st_loader_free then leaves the loader's memory to the process's
  * end, where the worker may still return to it.
- *
- * For tests of that wait: with SCALETRAIN_TEST_LOADER_STALL=K in the
- * environment, the worker that claims batch K stops in its assembly for
- * good, as behind a read that never returns. */
+ * (dataset.h's test_stall makes such a read for tests). With 0 workers
+ * the caller's thread reads, under `watch` when one is given. */
 st_status st_loader_next(st_loader *l, st_batch **out);
 
 /* The same without waiting: *out is NULL when batch k is not assembled yet

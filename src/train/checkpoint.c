@@ -23,6 +23,7 @@
 #include "core/mem.h"
 #include "core/safetensors.h"
 #include "core/ticker.h"
+#include "core/watch.h"
 #include "dist/agree.h"
 #include "dist/zero.h"
 #include "scaletrain/train.h"
@@ -307,11 +308,7 @@ struct st_ckpt_async {
     st_status status; /* of prepare and write; its message in err */
     char err[2048];
     double t0, write_s; /* t0: when the writer was started (st_ticker_now) */
-    /* The write watch (below) while this rank waits for its own writes */
-    st_ticker *watch;
-    pthread_mutex_t watch_m;
-    const char *watch_what; /* NULL: not waiting */
-    double watch_t0;
+    st_watch *watch;    /* while this rank waits for its own writes (below) */
 };
 
 static void job_free(st_ckpt_async *j) {
@@ -420,48 +417,30 @@ static st_status take(st_ckpt_async *j, bool copy) {
  * A write that never returns (storage that stopped answering: a hung
  * network file system) would leave the run waiting without a word: while
  * this rank waits for its own checkpoint writes (a synchronous save, or the
- * join of an asynchronous one's writer), a ticker (core/ticker.h) ends the
+ * join of an asynchronous one's writer), a stall watch (core/watch.h) ends the
  * process once the wait passes the checkpoint's limit (train.
  * checkpoint_timeout_s, auto: dist.timeout_s and 1 s per 10 MB), less any
  * time the process was stopped. The checkpoints before it are whole (this
  * one is still a temporary directory; tests/e2e/checkpoint_stall.sh stalls
  * its fsyncs for good with tests/lib/slowfs.c). */
-static void watch_check(void *ctx, st_ticker *tk, double now) {
-    st_ckpt_async *j = ctx;
-    pthread_mutex_lock(&j->watch_m);
-    const char *what = j->watch_what;
-    const double age = what ? now - j->watch_t0 - st_ticker_paused_since(tk, j->watch_t0) : 0;
-    pthread_mutex_unlock(&j->watch_m);
-    if (!what || age < j->limit) return;
-    char msg[PATH_CAP + 1024];
-    snprintf(msg, sizeof msg,
-             "scaletrain: rank %d (pid %d): the checkpoint of step %lld: %s %s has not finished after %.0f s "
-             "(train.checkpoint_timeout_s: %.0f s): the storage stopped answering (a hung network file "
-             "system?). Ending the process so that the run does not wait forever; the checkpoints before it in "
-             "%s are whole and --resume auto continues from the latest (raise train.checkpoint_timeout_s if "
-             "writing can legitimately take that long)\n",
-             j->rank, (int)getpid(), (long long)j->st.step, what, j->tmp, age, j->limit, j->ckdir);
-    st_ticker_say(msg);
-    _exit(1);
-}
-
-/* Watch this rank's wait, begun at t0, until watch_end. */
-static void watch_begin(st_ckpt_async *j, const char *what, double t0) {
-    if (pthread_mutex_init(&j->watch_m, NULL) != 0) return;
-    j->watch_what = what;
-    j->watch_t0 = t0;
-    if (st_ticker_start(st_ticker_period(j->limit), watch_check, j, "the checkpoint's write watch", &j->watch) !=
-        ST_OK) { /* (unwatched: the wait goes on as before) */
+/* Watch this rank's wait for its writes, begun at t0 (core/watch.h), until
+ * watch_end. Unwatched when the watch cannot start: the wait goes on. */
+static void watch_begin(st_ckpt_async *j, const char *how, double t0) {
+    char who[64], what[PATH_CAP + 128], after[PATH_CAP + 128];
+    snprintf(who, sizeof who, "rank %d (pid %d)", j->rank, (int)getpid());
+    snprintf(what, sizeof what, "writing the checkpoint of step %lld%s to %s", (long long)j->st.step, how,
+             j->tmp);
+    snprintf(after, sizeof after,
+             "the checkpoints before it in %s are whole and --resume auto continues from the latest",
+             j->ckdir);
+    if (st_watch_start(j->limit, who, "train.checkpoint_timeout_s", after, &j->watch) != ST_OK)
         j->watch = NULL;
-        pthread_mutex_destroy(&j->watch_m);
-    }
+    st_watch_begin_at(j->watch, what, t0);
 }
 
 static void watch_end(st_ckpt_async *j) {
-    if (!j->watch) return;
-    st_ticker_stop(j->watch);
+    st_watch_stop(j->watch);
     j->watch = NULL;
-    pthread_mutex_destroy(&j->watch_m);
 }
 
 /* This rank's files and their checksums: its optimizer state; rank 0 the model. */
@@ -524,7 +503,7 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
     st_status s = prepare(j);
     if (s == ST_OK) s = take(j, false);
     if (s == ST_OK) {
-        watch_begin(j, "writing", st_ticker_now());
+        watch_begin(j, "", st_ticker_now());
         s = write_files(j);
         watch_end(j);
     }
@@ -580,7 +559,7 @@ int64_t st_ckpt_async_step(const st_ckpt_async *j) { return j ? j->st.step : -1;
 
 static void join(st_ckpt_async *j) {
     if (j->started) {
-        watch_begin(j, "writing (on its own thread)", j->t0);
+        watch_begin(j, " (on its own thread)", j->t0);
         pthread_join(j->thread, NULL);
         watch_end(j);
     }

@@ -172,8 +172,10 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
         const int64_t cnt = n - start < B ? n - start : B;
         for (int64_t i = 0; i < cnt; i++)
             idx[i] = start + i;
+        st_watch_begin(s->read_watch, "reading a validation batch");
         st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->dtype == ST_F32 ? sl->x : NULL,
                               mg->x->dtype == ST_F32 ? NULL : sl->x, sl->y);
+        st_watch_end(s->read_watch);
         if (st != ST_OK) break;
         int64_t v = 0, unused = 0;
         st_eval_count(sl->y, NULL, cnt * per, 0, &v, &unused);

@@ -452,10 +452,18 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
     if (s->has_val)
         ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
+    if (cfg->data.timeout_s > 0) { /* the reads in this thread (a loader's own have its timed wait) */
+        char who[192];
+        snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", s->rank, s->world, st_comm_host(s->comm),
+                 (int)getpid());
+        ST_TRY(st_watch_start(cfg->data.timeout_s, who, "data.timeout_s",
+                              "--resume auto continues from the latest checkpoint", &s->read_watch));
+    }
     return ST_OK;
 }
 
 void st_session_close(st_session *s) {
+    st_watch_stop(s->read_watch);
     st_eval_device_free(s->eval_dev); /* before the device */
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
@@ -497,7 +505,9 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     for (int64_t start = lo; start < hi && st == ST_OK; start += B) {
         int64_t cnt = hi - start < B ? hi - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
+        st_watch_begin(s->read_watch, "reading a validation batch");
         st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
+        st_watch_end(s->read_watch);
         if (st == ST_OK) st = st_graph_forward(&mg->g);
         if (st != ST_OK) break;
         const float batch_loss = *mg->loss->data;

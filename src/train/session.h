@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "core/watch.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "progress.h"
@@ -30,6 +31,7 @@ typedef struct st_session {
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
+    st_watch *read_watch; /* data.timeout_s over the reads in this thread (evaluations, 0 loader workers) */
 } st_session;
 
 /* What one rank's evaluation adds up (st_session_evaluate combines the ranks'). */

@@ -723,6 +723,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;
     lo.timeout_s = c->data.timeout_s;
+    lo.watch = ses->read_watch; /* (0 workers: this thread reads) */
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
     lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
     lo.flip = c->data.augment_flip;

@@ -32,7 +32,7 @@ for async in false true; do
         "${run[@]}" --set train.checkpoint_async=$async --set train.out_dir="$o" 2>&1); rc=$?
     line=$(grep "has not finished after" <<<"$out")
     [ $rc -eq 1 ] || fail "async $async: a stalled write: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-    grep -qE "^scaletrain: rank 0 \(pid [0-9]+\): the checkpoint of step 10: writing.* $o/ckpt/step-10\.tmp\.[0-9]+ has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\): the storage stopped answering" <<<"$line" ||
+    grep -qE "^scaletrain: rank 0 \(pid [0-9]+\): writing the checkpoint of step 10.* to $o/ckpt/step-10\.tmp\.[0-9]+ has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\): the storage stopped answering" <<<"$line" ||
         fail "async $async: no message naming the step, the directory, the wait and the key: $out"
     [ "$(cat "$o/ckpt/latest" 2>/dev/null)" = step-5 ] && [ -f "$o/ckpt/step-5/state.json" ] ||
         fail "async $async: step-5 is not the latest whole checkpoint: $(ls "$o/ckpt" 2>/dev/null | tr '\n' ' ')"

@@ -1,44 +1,76 @@
 #!/usr/bin/env bash
-# data.timeout_s: a loader thread stuck in its batch for good (the loader's
-# test knob SCALETRAIN_TEST_LOADER_STALL=40: the worker that takes micro-batch
-# 40 stops there, as behind a read of a hung network file system) does not
-# hang the run. A tiny GPT (CPU, 1 loader thread, data.timeout_s 1):
-#  1. exits 1 with a message naming the batch, the wait and the key, and,
-#     its 40 steps whole, saves them first (train.checkpoint_every 0 and
-#     train.checkpoint_every_s 0: no other checkpoint); the stuck thread does
-#     not keep the process from ending;
-#  2. resumed without the stall to step 60, ends with the weights of an
-#     uninterrupted 60-step run, bit for bit.
+# Data reads that never return (dataset.h's test knob SCALETRAIN_TEST_DATA_STALL
+# =FILE:K: the read of sample K of that token file stops for good, as on a
+# hung network file system) do not hang the run. A tiny GPT (CPU, in order,
+# micro-batch 4, data.timeout_s 1):
+#  1. 1 loader thread stuck in micro-batch 40 (sample 160): exit 1 with a
+#     message naming the batch, the wait and the key; its 40 steps whole,
+#     the run saves them first (no other checkpoint: train.checkpoint_every
+#     0); the stuck thread does not keep the process from ending. Resumed
+#     without the stall to step 60, the weights are an uninterrupted 60-step
+#     run's, bit for bit.
+#  2. 0 loader threads (the step loop reads, and is the one stuck): the
+#     stall watch ends the process after the 1 s wait, naming the rank, the
+#     batch and the key; resumed from its step-40 checkpoint, the same
+#     weights as 1.
+#  3. The validation file stuck in the evaluation at step 20: the watch ends
+#     the process, naming the validation read.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
 for i in $(seq 1 2000); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
+head -n 200 "$tmp/text.txt" >"$tmp/val.txt"
+"$bin" data tokenize "$tmp/v.tokens" "$tmp/val.txt" >/dev/null || fail tokenize
 run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
      --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=1
+     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.shuffle=false
      --set optim.schedule=constant --set train.eval_every=0 --set train.checkpoint_every=0
-     --set train.checkpoint_every_s=0 --set log.progress=off)
+     --set train.checkpoint_every_s=0 --set log.progress=off --set data.timeout_s=1 --set train.steps=60)
+timeout 120 "$bin" "${run[@]}" --set data.num_workers=1 --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
+    fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"
 
-out=$(SCALETRAIN_TEST_LOADER_STALL=40 timeout 120 "$bin" "${run[@]}" --set data.timeout_s=1 --set train.steps=60 \
-    --set train.out_dir="$tmp/o" 2>&1); rc=$?
+# resumed WHAT DIR [SETTINGS...]: resume DIR without the stall and compare with the uninterrupted run
+resumed() {
+    local what=$1 o=$2
+    shift 2
+    timeout 120 "$bin" "${run[@]}" "$@" --set train.out_dir="$o" --resume auto >"$o.log" 2>&1 ||
+        fail "$what: resumed: exit $?: $(grep -i error "$o.log" | head -2)"
+    cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+        echo "$what: resumed from step 40 to 60: the uninterrupted run's weights bit for bit" ||
+        fail "$what: resumed from step 40: other weights than the uninterrupted run's"
+}
+
+out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout 120 "$bin" "${run[@]}" --set data.num_workers=1 \
+    --set train.out_dir="$tmp/w1" 2>&1); rc=$?
 err=$(grep "error:" <<<"$out")
-[ $rc -eq 1 ] || fail "a stalled loader: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-grep -q "data loader: batch 40 is not ready after 1 s (data.timeout_s 1): a worker has been assembling it" <<<"$err" ||
-    fail "no message naming the batch, the wait and the key: $err"
-grep -q "the weights and optimizer state after step 40 were saved first, to $tmp/o/ckpt/step-40" <<<"$err" ||
-    fail "the 40 steps were not saved first: $err"
-[ "$(ls "$tmp/o/ckpt" 2>/dev/null | tr '\n' ' ')" = "latest step-40 " ] ||
-    fail "checkpoints: $(ls "$tmp/o/ckpt" 2>/dev/null | tr '\n' ' ')"
-[ "$fails" -ne 0 ] || echo "stalled at batch 40: exit 1 after the 1 s wait, its 40 steps saved"
-
+[ $rc -eq 1 ] || fail "1 worker: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -q "data loader: batch 40 is not ready after 1 s (data.timeout_s 1): a worker has been assembling it (samples 160," <<<"$err" ||
+    fail "1 worker: no message naming the batch, the wait and the key: $err"
+grep -q "the weights and optimizer state after step 40 were saved first, to $tmp/w1/ckpt/step-40" <<<"$err" ||
+    fail "1 worker: the 40 steps were not saved first: $err"
 if [ "$fails" -eq 0 ]; then
-    timeout 120 "$bin" "${run[@]}" --set train.steps=60 --set train.out_dir="$tmp/o" --resume auto \
-        >"$tmp/resumed.log" 2>&1 || fail "resumed: exit $?: $(grep -i error "$tmp/resumed.log" | head -2)"
-    timeout 120 "$bin" "${run[@]}" --set train.steps=60 --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
-        fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"
-    cmp -s "$tmp/ref/model.safetensors" "$tmp/o/model.safetensors" &&
-        echo "resumed from step 40 to 60: the uninterrupted run's weights bit for bit" ||
-        fail "resumed from step 40: other weights than the uninterrupted run's"
+    echo "1 worker stuck in batch 40: exit 1 after the 1 s wait, its 40 steps saved"
+    resumed "1 worker" "$tmp/w1" --set data.num_workers=1
 fi
-e2e_finish "a loader thread stuck for good ends the run after data.timeout_s, naming the batch, its steps saved"
+
+out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout 120 "$bin" "${run[@]}" --set data.num_workers=0 \
+    --set train.checkpoint_every=10 --set train.out_dir="$tmp/w0" 2>&1); rc=$?
+line=$(grep "has not finished after" <<<"$out")
+[ $rc -eq 1 ] || fail "0 workers: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): reading training batch 40 has not finished after 1 s \(data\.timeout_s: 1 s\): the storage stopped answering" <<<"$line" ||
+    fail "0 workers: no message naming the rank, the batch and the key: $out"
+[ "$(cat "$tmp/w0/ckpt/latest" 2>/dev/null)" = step-40 ] || fail "0 workers: the latest checkpoint is not step 40"
+if [ "$fails" -eq 0 ]; then
+    echo "0 workers, the step loop stuck in batch 40: ended after the 1 s wait"
+    resumed "0 workers" "$tmp/w0" --set data.num_workers=0 --set train.checkpoint_every=10
+fi
+
+out=$(SCALETRAIN_TEST_DATA_STALL=v.tokens:5 timeout 120 "$bin" "${run[@]}" --set data.val="$tmp/v.tokens" \
+    --set train.eval_every=20 --set data.num_workers=1 --set train.out_dir="$tmp/val" 2>&1); rc=$?
+line=$(grep "has not finished after" <<<"$out")
+[ $rc -eq 1 ] || fail "validation: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(.*\): reading a validation batch has not finished after 1 s \(data\.timeout_s: 1 s\)" <<<"$line" ||
+    fail "validation: no message naming the read: $out"
+[ "$fails" -ne 0 ] || echo "the validation file stuck in the step-20 evaluation: ended after the 1 s wait"
+e2e_finish "data reads that never return end the run after data.timeout_s, naming them; the run resumes on its trajectory"
