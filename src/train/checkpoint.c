@@ -143,27 +143,31 @@ fail:
     return s;
 }
 
+/* The N of a name that starts "step-<N>", or -1; *rest: what follows N. */
+static int64_t step_prefix(const char *name, const char **rest) {
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    char *end;
+    const long long v = strtoll(name + 5, &end, 10);
+    *rest = end;
+    return end == name + 5 || v < 0 ? -1 : (int64_t)v;
+}
+
 /* The step of a directory name "step-<N>" (exactly), or -1. */
 static int64_t step_of(const char *name) {
-    if (strncmp(name, "step-", 5) != 0 || !name[5]) return -1;
-    char *end;
-    long long v = strtoll(name + 5, &end, 10);
-    return *end || v < 0 ? -1 : (int64_t)v;
+    const char *rest;
+    const int64_t v = step_prefix(name, &rest);
+    return v < 0 || *rest ? -1 : v;
 }
 
 /* The step of a temporary directory's name, "step-<N>.tmp" or
  * "step-<N>.tmp.<pid>", or -1. */
 static int64_t tmp_step_of(const char *name) {
-    if (strncmp(name, "step-", 5) != 0) return -1;
-    char *end;
-    const long long v = strtoll(name + 5, &end, 10);
-    if (end == name + 5 || v < 0 || strncmp(end, ".tmp", 4) != 0) return -1;
-    end += 4;
-    if (*end == '.' && end[1]) {
-        for (end++; *end >= '0' && *end <= '9'; end++) {
-        }
-    }
-    return *end ? -1 : (int64_t)v;
+    const char *rest;
+    const int64_t v = step_prefix(name, &rest);
+    if (v < 0 || strncmp(rest, ".tmp", 4) != 0) return -1;
+    rest += 4;
+    if (rest[0] == '.' && rest[1]) rest += 1 + strspn(rest + 1, "0123456789");
+    return *rest ? -1 : v;
 }
 
 /* Remove the temporary directories of checkpoints of `step` or before: the
