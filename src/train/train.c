@@ -412,6 +412,16 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
                    what, (long long)first, (long long)last);
 }
 
+/* The checkpoint's position: after `step` steps, the sampler at pos, the
+ * loss scaler as it stands. */
+static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_scaler *sc) {
+    ck->step = step;
+    ck->pos = pos;
+    ck->loss_scale = sc->enabled ? sc->scale : 0;
+    ck->scale_good_steps = sc->good_steps;
+    ck->skipped_steps = sc->skipped;
+}
+
 /* A run that fails where its weights and optimizer state are whole (a batch
  * that cannot be read, an evaluation, a metrics write; not a non-finite loss
  * or a stop) saves them before it stops, so that fixing the cause and
@@ -490,11 +500,7 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             NOTE("no checkpoint of step %lld was saved: its weights are not finite", (long long)whole);
         } else {
             if (f == ST_OK) {
-                ck->step = whole;
-                ck->pos = pos;
-                ck->loss_scale = sc->enabled ? sc->scale : 0;
-                ck->scale_good_steps = sc->good_steps;
-                ck->skipped_steps = sc->skipped;
+                ck_at(ck, whole, pos, sc);
                 const st_ckpt_layout one = {0}; /* rank 0 of 1 */
                 f = st_ckpt_save(c, m, opt, ck, alone ? &one : lay, r->checkpoint, sizeof r->checkpoint);
             }
@@ -957,13 +963,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->save && (stopped || every || timed || step + 1 == steps)) { /* every rank: st_ckpt_save */
             if (pending)
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
-            ck.step = step + 1;
-            ck.pos = st_feed_position(feed);
+            ck_at(&ck, step + 1, st_feed_position(feed), &sc);
             saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
-            ck.loss_scale = sc.enabled ? sc.scale : 0;
-            ck.scale_good_steps = sc.good_steps;
-            ck.skipped_steps = sc.skipped;
             const double t_ck = st_now();
             if (c->train.checkpoint_async && !stopped && step + 1 < steps) {
                 ST_GOTO(st_ckpt_save_async(&pending, c, m, &opt, &ck, &lay));
