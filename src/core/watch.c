@@ -18,24 +18,25 @@ struct st_watch {
     /* under m */
     bool waiting;
     char what[1024];
-    double t0;
+    double t0, limit; /* this wait's: limit_s unless st_watch_begin_limit */
 };
 
 static void check(void *ctx, st_ticker *tk, double now) {
     st_watch *w = ctx;
     pthread_mutex_lock(&w->m);
     const bool waiting = w->waiting;
-    const double age = waiting ? now - w->t0 - st_ticker_paused_since(tk, w->t0) : 0;
+    const double age = waiting ? now - w->t0 - st_ticker_paused_since(tk, w->t0) : 0, limit = w->limit;
     char what[sizeof w->what];
     memcpy(what, w->what, sizeof what);
     pthread_mutex_unlock(&w->m);
-    if (!waiting || age < w->limit_s) return;
+    if (!waiting || age < limit) return;
     char msg[2048];
-    snprintf(msg, sizeof msg,
-             "scaletrain: %s: %s has not finished after %.0f s (%s: %g s): the storage stopped answering (a hung "
-             "network file system?). Ending the process so that the run does not wait forever; %s (raise %s if "
-             "it can legitimately take that long)\n",
-             w->who, what, age, w->knob, w->limit_s, w->after, w->knob);
+    snprintf(
+        msg, sizeof msg,
+        "scaletrain: %s: %s has not finished after %.0f s (%s: %g s): the storage stopped answering (a hung "
+        "network file system?). Ending the process so that the run does not wait forever; %s (raise %s if "
+        "it can legitimately take that long)\n",
+        w->who, what, age, w->knob, limit, w->after, w->knob);
     st_ticker_say(msg);
     _exit(1);
 }
@@ -63,16 +64,23 @@ st_status st_watch_start(double limit_s, const char *who, const char *knob, cons
     return ST_OK;
 }
 
-void st_watch_begin_at(st_watch *w, const char *what, double t0) {
+static void begin(st_watch *w, const char *what, double t0, double limit_s) {
     if (!w) return;
     pthread_mutex_lock(&w->m);
     snprintf(w->what, sizeof w->what, "%s", what);
     w->t0 = t0;
+    w->limit = limit_s > 0 ? limit_s : w->limit_s;
     w->waiting = true;
     pthread_mutex_unlock(&w->m);
 }
 
-void st_watch_begin(st_watch *w, const char *what) { st_watch_begin_at(w, what, st_ticker_now()); }
+void st_watch_begin_at(st_watch *w, const char *what, double t0) { begin(w, what, t0, 0); }
+
+void st_watch_begin(st_watch *w, const char *what) { begin(w, what, st_ticker_now(), 0); }
+
+void st_watch_begin_limit(st_watch *w, const char *what, double limit_s) {
+    begin(w, what, st_ticker_now(), limit_s);
+}
 
 void st_watch_end(st_watch *w) {
     if (!w) return;

@@ -8,8 +8,11 @@
  * ended with the process.
  *
  * Used by the checkpoint's writes (train/checkpoint.c:
- * train.checkpoint_timeout_s) and the step loop's own data reads (data.
- * timeout_s: a loader with 0 workers, the evaluations). Not here: the
+ * train.checkpoint_timeout_s), the run's other reads and writes of
+ * train.out_dir and its weights (train/train.c's store watch: metrics
+ * lines, the final weights, --resume and --init reads; the same key), and
+ * the step loop's own data reads (data.timeout_s: a loader with 0 workers,
+ * the evaluations). Not here: the
  * device's stall watch (cuda/device.cu), whose waits are the driver's. */
 #ifndef ST_CORE_WATCH_H
 #define ST_CORE_WATCH_H
@@ -27,6 +30,9 @@ st_status st_watch_start(double limit_s, const char *who, const char *knob, cons
  * watch: nothing. */
 void st_watch_begin(st_watch *w, const char *what);
 void st_watch_begin_at(st_watch *w, const char *what, double t0);
+/* As st_watch_begin, with this wait's own limit (> 0; the ticker's period
+ * stays the watch's: set by its smallest limit). */
+void st_watch_begin_limit(st_watch *w, const char *what, double limit_s);
 void st_watch_end(st_watch *w);
 /* Stop and join the ticker; NULL is fine. */
 void st_watch_stop(st_watch *w);

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/config_schema.h"
+#include "core/watch.h"
 #include "session.h"
 
 /* A run that died after its last checkpoint logged steps past it: drop the
@@ -48,9 +49,8 @@ static st_status drop_after(const char *path, int64_t step) {
     return ST_OK;
 }
 
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard) {
+static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard) {
     char path[4096];
-    memset(m, 0, sizeof *m);
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", out_dir, strerror(errno));
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
@@ -66,6 +66,20 @@ st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_ste
         }
     }
     return ST_OK;
+}
+
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard,
+                          st_watch *watch) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->what, sizeof m->what, "opening %s/metrics.jsonl%s", out_dir,
+             tensorboard ? " and a TensorBoard event file" : "");
+    st_watch_begin(watch, m->what);
+    const st_status s = open_files(m, out_dir, resume_step, tensorboard);
+    st_watch_end(watch);
+    m->watch = watch;
+    snprintf(m->what, sizeof m->what, "writing to %s/metrics.jsonl%s", out_dir,
+             tensorboard ? " and its TensorBoard event file" : "");
+    return s;
 }
 
 /* o's numbers but step and time as one TensorBoard event at `step`. */
@@ -109,7 +123,9 @@ static bool exact_numbers(cJSON *o) {
 /* Print o as one line, one write, flushed, and as a TensorBoard event under
  * prefix; takes o. */
 static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step) {
+    st_watch_begin(m->watch, m->what);
     st_status tb = o && m->tb.f ? emit_tb(m, o, prefix, step) : ST_OK;
+    st_watch_end(m->watch);
     char *s = o && exact_numbers(o) ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (tb != ST_OK) {
@@ -125,7 +141,9 @@ static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step)
     }
     line[n] = '\n';
     line[n + 1] = '\0';
+    st_watch_begin(m->watch, m->what);
     bool ok = fwrite(line, 1, n + 1, m->f) == n + 1 && fflush(m->f) == 0;
+    st_watch_end(m->watch);
     free(line);
     if (!ok) return st_fail(ST_ERR_IO, "metrics.jsonl: write failed: %s", strerror(errno));
     return ST_OK;
@@ -205,9 +223,12 @@ st_status st_metrics_checkpoint_write(st_metrics *m, int64_t step, int64_t commi
 
 void st_metrics_close(st_metrics *m) {
     if (!m) return;
+    st_watch_begin(m->watch, m->what); /* (closing a file writes: a network file system's commit) */
     st_tb_close(&m->tb);
     if (m->f) fclose(m->f);
+    st_watch_end(m->watch);
     m->f = NULL;
+    m->watch = NULL;
 }
 
 double st_metrics_peak_rss_mb(void) {

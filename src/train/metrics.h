@@ -14,10 +14,14 @@
 #include "scaletrain/status.h"
 #include "tensorboard.h"
 
+typedef struct st_watch st_watch;
+
 typedef struct st_metrics {
     FILE *f;   /* NULL: not writing (other ranks, or no out_dir) */
     double t0; /* st_now() when opened; "time" counts from here */
     st_tb tb;  /* tb.f NULL: no TensorBoard file */
+    st_watch *watch; /* borrowed: over each open and write (core/watch.h), or NULL */
+    char what[4200]; /* the watch's words for a write */
 } st_metrics;
 
 /* One logged step; the *_ms, rates and fractions are over the window of steps
@@ -39,8 +43,12 @@ typedef struct st_metrics_step {
  * kept up to that step (later lines, from a run that died after its last
  * checkpoint, are dropped) and appended to. With tensorboard, also start a new
  * event file whose SessionLog START at resume_step + 1 makes TensorBoard drop
- * older files' events from that step on (the same lines dropped here). */
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard);
+ * older files' events from that step on (the same lines dropped here).
+ * watch (borrowed, may be NULL): a stall watch over the opening and each
+ * line's writes, so that storage that stopped answering ends the run with a
+ * message, not a wait without end (train.c's store watch). */
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard,
+                          st_watch *watch);
 
 /* Append one step line; to TensorBoard every number but step and time, as
  * "train/<field>". The GPU sample adds gpu_mem_allocated_mb, gpu_mem_peak_mb,

@@ -464,6 +464,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 
 void st_session_close(st_session *s) {
     st_watch_stop(s->read_watch);
+    st_watch_stop(s->store_watch);
     st_eval_device_free(s->eval_dev); /* before the device */
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);

@@ -28,6 +28,7 @@
 #include "core/half.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/watch.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "dist/agree.h"
@@ -157,15 +158,23 @@ static double eval_estimate_s(const st_session *ses, double rate) {
  * or a run directory (st_ckpt_weights); which file, and its step when it is
  * a checkpoint's, said unless quiet. *step: -1 when unknown. */
 static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *step) {
-    char path[4096];
-    ST_TRY(st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, sizeof path, step));
+    char path[4096], what[4200];
+    snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
+    st_watch_begin(ses->store_watch, what);
+    const st_status s = st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, sizeof path, step);
+    st_watch_end(ses->store_watch);
+    ST_TRY(s);
     if (!opts->quiet && strcmp(path, opts->init) != 0) {
         if (*step >= 0)
             fprintf(ses->out, "weights: %s (the checkpoint of step %lld)\n", path, (long long)*step);
         else
             fprintf(ses->out, "weights: %s\n", path);
     }
-    return st_model_load(ses->model, path);
+    snprintf(what, sizeof what, "reading the weights %s (--init)", path);
+    st_watch_begin(ses->store_watch, what);
+    const st_status l = st_model_load(ses->model, path);
+    st_watch_end(ses->store_watch);
+    return l;
 }
 
 /* A run that will save: room on train.out_dir's filesystem for its
@@ -180,6 +189,9 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
+    char what[4200];
+    snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
+    st_watch_begin(ses->store_watch, what);
     if (ses->rank == 0 && ses->save && !opts->resume) {
         char ckdir[4096], dir[4096];
         snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
@@ -223,10 +235,29 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
         s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, stderr);
     }
+    st_watch_end(ses->store_watch);
     if (ses->world == 1) return s;
     s = st_agree_status(ses->comm, s, "train.out_dir");
     ses->agreed_error = s != ST_OK; /* every rank has the outcome */
     return s;
+}
+
+/* The store watch (core/watch.h): storage that stops answering (a hung
+ * network file system) while this rank's own thread reads or writes
+ * train.out_dir or weights outside a checkpoint's writes (their own watch)
+ * ends the process past train.checkpoint_timeout_s with a message naming
+ * the wait, where it would wait without end: the look at out_dir's
+ * checkpoints before a run, --init's and --resume's reads, each metrics
+ * line, the final weights. Unwatched when the watch cannot start. */
+static void start_store_watch(st_session *ses, const char *after) {
+    char who[192];
+    snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", ses->rank, ses->world,
+             st_comm_host(ses->comm), (int)getpid());
+    if (st_watch_start(st_ckpt_wait_limit(ses->cfg, ses->model, NULL, 0), who, "train.checkpoint_timeout_s",
+                       after, &ses->store_watch) != ST_OK) {
+        st_clear_error();
+        ses->store_watch = NULL;
+    }
 }
 
 /* step < 0: weights of no known step (scaletrain eval of a weights file). */
@@ -618,9 +649,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         bool found;
         FILE *log = opts->quiet ? NULL : ses->out;
         st_ckpt_state got; /* what the verification read: the files are read once more, to load */
-        ST_GOTO(st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, &got));
+        char what[4200];
+        snprintf(what, sizeof what, "reading the checkpoint to resume from (--resume %s) in %s/ckpt",
+                 opts->resume, c->train.out_dir);
+        st_watch_begin_limit(ses->store_watch, what,
+                             st_ckpt_wait_limit(c, m, &opt, lay.sharded ? ses->world : 1));
+        s = st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, &got);
+        if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
+        st_watch_end(ses->store_watch);
+        ST_GOTO(s);
         if (found) {
-            ST_GOTO(st_ckpt_load_verified(dir, &got, m, &opt));
             ck = got;
             if (ck.batch_size != c->train.batch_size) {
                 s = st_fail(
@@ -674,7 +712,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_fail_context(s, "train.out_dir: ");
             goto fail;
         }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }
     if (dist) {
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 &&
@@ -1062,6 +1100,13 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_metrics met = {0};
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, false));
+    char after[ST_CFG_STR + 160];
+    snprintf(
+        after, sizeof after,
+        "the checkpoints in %s/ckpt are whole (each written under a temporary name first) and --resume auto "
+        "continues from the latest",
+        cfg->train.out_dir);
+    start_store_watch(&ses, after);
     /* The ranks share each evaluation: the weights are the same everywhere;
      * batch-norm running statistics are rank 0's, sent to the others first
      * (st_session_evaluate). */
@@ -1121,11 +1166,14 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     if (ses.rank == 0) {
         if (s == ST_OK && opts->save) {
-            char path[ST_CFG_STR + 32];
-            if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) st_fail_context(s, "train.out_dir: ");
+            char path[ST_CFG_STR + 32], what[ST_CFG_STR + 64];
             snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
+            snprintf(what, sizeof what, "writing the weights to %s", path);
+            st_watch_begin(ses.store_watch, what);
+            if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) st_fail_context(s, "train.out_dir: ");
             if (s == ST_OK)
                 s = wdata ? st_model_save_host(ses.model, wdata, wbuf, path) : st_model_save(ses.model, path);
+            st_watch_end(ses.store_watch);
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
         }
     }
@@ -1177,6 +1225,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     st_session ses;
     st_status s;
     ST_GOTO(st_session_open(&ses, cfg, opts, true));
+    start_store_watch(&ses, "an evaluation writes nothing");
     ses.eval_shared = ses.world > 1; /* the same weights everywhere: each rank its share (as in training) */
     if (ses.rank != 0) {             /* rank 0 speaks */
         mine = *opts;

@@ -1,29 +1,36 @@
-/* A slow filesystem for tests, loaded with LD_PRELOAD: fsync of a file whose
- * path contains $ST_SLOWFS_MATCH returns $ST_SLOWFS_MS milliseconds late, as
- * on a loaded network filesystem; every other call is the C library's.
+/* A slow filesystem for tests, loaded with LD_PRELOAD: fsync, fdatasync and
+ * fflush of a file whose path contains $ST_SLOWFS_MATCH, and open of such a
+ * path, return $ST_SLOWFS_MS milliseconds late, as on a loaded network
+ * filesystem; every other call is the C library's. (The C library's own
+ * calls inside fopen or fclose are not seen: only the program's.)
  * tests/e2e/checkpoint_slow.sh builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static void slow(int fd) {
+static void slow_path(const char *path) {
     const char *match = getenv("ST_SLOWFS_MATCH"), *ms = getenv("ST_SLOWFS_MS");
-    if (!match || !*match || !ms) return;
+    if (!match || !*match || !ms || !path || !strstr(path, match)) return;
+    long v = atol(ms);
+    struct timespec t = {v / 1000, (v % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+static void slow(int fd) {
     char link[64], path[PATH_MAX];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, path, sizeof path - 1);
     if (n <= 0) return;
     path[n] = '\0';
-    if (!strstr(path, match)) return;
-    long v = atol(ms);
-    struct timespec t = {v / 1000, (v % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0) {
-    }
+    slow_path(path);
 }
 
 int fsync(int fd) {
@@ -38,4 +45,40 @@ int fdatasync(int fd) {
     if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     slow(fd);
     return real(fd);
+}
+
+int fflush(FILE *fp) {
+    static int (*real)(FILE *);
+    if (!real) real = (int (*)(FILE *))dlsym(RTLD_NEXT, "fflush");
+    if (fp) slow(fileno(fp));
+    return real(fp);
+}
+
+/* open(2)'s mode argument is there only with O_CREAT or O_TMPFILE. */
+#define MODE(flags, mode)                                                                                    \
+    do {                                                                                                     \
+        if ((flags) & (O_CREAT | O_TMPFILE)) {                                                               \
+            va_list ap;                                                                                      \
+            va_start(ap, flags);                                                                             \
+            mode = va_arg(ap, int);                                                                          \
+            va_end(ap);                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+int open(const char *path, int flags, ...) {
+    static int (*real)(const char *, int, ...);
+    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    int mode = 0;
+    MODE(flags, mode);
+    slow_path(path);
+    return real(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+    static int (*real)(const char *, int, ...);
+    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open64");
+    int mode = 0;
+    MODE(flags, mode);
+    slow_path(path);
+    return real(path, flags, mode);
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The store watch: storage that stops answering while a run reads or writes
+# train.out_dir or weights outside a checkpoint's own writes (the slow file
+# system of tests/lib/slowfs.c, LD_PRELOAD, with a delay of 11 days on the
+# named file, as on a hung network file system) ends the process after
+# train.checkpoint_timeout_s with a message naming the wait and the key,
+# where it would wait without end. A tiny GPT (CPU, one rank, a checkpoint
+# every 5 steps, train.checkpoint_timeout_s 1):
+#  1. a metrics line (fflush of metrics.jsonl);
+#  2. the final weights (fsync of out/model.safetensors' temporary file):
+#     the step-20 checkpoint is whole, and `--resume auto` writes the
+#     uninterrupted run's weights bit for bit;
+#  3. --resume's read of the checkpoint (open of its model.safetensors);
+#  4. --init's read of the weights.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
+cc -shared -fPIC -O2 -o "$tmp/slowfs.so" tests/lib/slowfs.c -ldl || { echo "FAIL: cannot build the shim"; exit 1; }
+run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
+     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
+     --set optim.schedule=constant --set train.checkpoint_every=5 --set train.checkpoint_every_s=0
+     --set train.checkpoint_timeout_s=1 --set log.progress=off --set log.every=5 --set train.steps=20)
+timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
+    fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"
+
+# stalled NAME MATCH WHAT ARGS...: the run exits 1 with the watch's line for WHAT (a regex).
+stalled() {
+    local name=$1 match=$2 what=$3
+    shift 3
+    out=$(LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$match" ST_SLOWFS_MS=1000000000 timeout 120 "$bin" "$@" 2>&1)
+    local rc=$?
+    [ $rc -eq 1 ] || { fail "$name: exit $rc (want 1): $(tail -n 3 <<<"$out")"; return 1; }
+    grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): $what has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\): the storage stopped answering" <<<"$out" ||
+        { fail "$name: no message naming the wait and the key: $out"; return 1; }
+    echo "$name: exit 1 after the 1 s wait, naming it"
+}
+
+o=$tmp/metrics
+stalled "a metrics line" /metrics.jsonl "writing to $o/metrics\.jsonl" "${run[@]}" --set train.out_dir="$o"
+
+o=$tmp/final
+if stalled "the final weights" "$o/model.safetensors" "writing the weights to $o/model\.safetensors" \
+    "${run[@]}" --set train.out_dir="$o"; then
+    [ "$(cat "$o/ckpt/latest" 2>/dev/null)" = step-20 ] || fail "the final weights: step-20 is not the latest checkpoint"
+    timeout 120 "$bin" "${run[@]}" --set train.out_dir="$o" --resume auto >"$o.log" 2>&1 ||
+        fail "the final weights: resumed: exit $?: $(tail -2 "$o.log")"
+    cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+        echo "the final weights: --resume auto wrote the uninterrupted run's weights bit for bit" ||
+        fail "the final weights: resumed: other weights than the uninterrupted run's"
+fi
+
+o=$tmp/resume
+cp -r "$tmp/ref" "$o"
+stalled "the resume read" "$o/ckpt/step-20/model.safetensors" \
+    "reading the checkpoint to resume from \(--resume auto\) in $o/ckpt" \
+    "${run[@]}" --set train.out_dir="$o" --set train.steps=25 --resume auto
+
+stalled "the --init read" "/ref/model.safetensors" "reading the weights $tmp/ref/model\.safetensors \(--init\)" \
+    "${run[@]}" --set train.out_dir="$tmp/init" --init "$tmp/ref/model.safetensors"
+e2e_finish "a read or write of train.out_dir or weights that never returns ends the run after train.checkpoint_timeout_s, naming it"
