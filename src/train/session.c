@@ -548,6 +548,8 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
          * names itself, the others say that one failed. */
         double v[4] = {e.loss_sum, (double)e.valid, (double)e.correct, st != ST_OK ? 1.0 : 0.0};
         ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 4, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
+        if (v[3] > 0)
+            s->agreed_error = s->agreed_read = true; /* (the checkpoint before it: train.c rescue) */
         if (st != ST_OK) return st;
         if (v[3] > 0) return st_fail(ST_ERR_IO, "the evaluation failed on another rank (its error is in its output)");
         e.loss_sum = v[0];

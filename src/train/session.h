@@ -28,6 +28,8 @@ typedef struct st_session {
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
+    bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the
+                        * weights and optimizer state are as whole as before it on every rank */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */

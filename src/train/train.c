@@ -453,6 +453,30 @@ static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_
     ck->skipped_steps = sc->skipped;
 }
 
+/* Where a rank alone cannot save what the run finished when its data fails
+ * (rescue, below: under ZeRO, whose shards need every rank, or with
+ * batch-norm statistics, rank 0's), the ranks agree on each micro-batch's
+ * read before its forward, whose collectives a rank without its batch would
+ * never join: the outcome s of this rank's read, the others' in one small
+ * all-reduce. Any rank's failure is every rank's (ses->agreed_read): the
+ * weights and optimizer state are the last step's on every rank, and
+ * rescue saves them together. */
+static st_status agree_read(st_session *ses, st_status s, int64_t step) {
+    char why[2048] = "";
+    if (s != ST_OK) snprintf(why, sizeof why, "%s", st_last_error());
+    int64_t v = s != ST_OK ? ses->rank + 1 : 0; /* the last failing rank */
+    const st_status a = st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MAX,
+                                                "the micro-batch's data read");
+    if (a != ST_OK) return s != ST_OK ? st_fail(s, "%s", why) : a;
+    if (v == 0) return ST_OK;
+    ses->agreed_error = ses->agreed_read = true;
+    if (s != ST_OK) return st_fail(s, "%s", why);
+    return st_fail(ST_ERR_IO,
+                   "rank %lld could not read its training batch of step %lld (its own message says why), so "
+                   "every rank stopped there",
+                   (long long)v - 1, (long long)step + 1);
+}
+
 /* A run that fails where its weights and optimizer state are whole (a batch
  * that cannot be read, an evaluation, a metrics write; not a non-finite loss
  * or a stop) saves them before it stops, so that fixing the cause and
@@ -471,14 +495,18 @@ static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_
  * same on every rank; not after a collective failed. Ranks failing together (one data file shortened under
  * all of them) take a lock, a directory made once, so that one of them
  * writes. A pending asynchronous checkpoint needs every rank to commit: it
- * is dropped, and the later step saved. */
+ * is dropped, and the later step saved. Where every rank knows of the
+ * failure and holds the same whole state (ses->agreed_read: a read the
+ * ranks agreed on, agree_read, or a shared evaluation's), they save
+ * together, as a checkpoint is saved in the loop (ZeRO's shards too). */
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
                         st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
     if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || s == ST_ERR_INTERRUPTED) return s;
     const st_config *c = ses->cfg;
     const st_model *m = ses->model;
-    const bool alone = ses->world > 1; /* this rank saves without the others */
+    const bool together = ses->world > 1 && ses->agreed_error && ses->agreed_read;
+    const bool alone = ses->world > 1 && !together; /* this rank saves without the others */
     if (alone && (ses->agreed_error || dd->mode != ST_DIST_DDP || m->params.masters_sharded ||
                   (ses->rank != 0 && m->params.buffer_count > 0)))
         return s;
@@ -505,6 +533,13 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     if (whole > saved) {
         bool finite = false, other = false; /* other: another rank wrote it */
         st_status f = st_device_all_finite(ses->dev, m->params.data, (size_t)m->params.arena_count, &finite);
+        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look */
+            int64_t ok = f != ST_OK ? 1 : finite ? 2 : 0;
+            f = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,
+                                        "whether the weights are finite");
+            finite = ok == 2;
+            if (f == ST_OK && ok == 1) f = st_fail(ST_ERR_IO, "a rank could not look at its weights");
+        }
         if (f == ST_OK && alone) { /* one writer among the ranks that failed (an flock, released at exit) */
             char dir[ST_CFG_STR + 16], done[ST_CFG_STR + 64];
             snprintf(dir, sizeof dir, "%s/ckpt", c->train.out_dir);
@@ -804,6 +839,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->steps = start;
     saved_step = start;
     const bool fwd_writes = m->params.buffer_count > 0;
+    /* (under ddp without batch-norm statistics a rank saves alone: rescue) */
+    const bool agree_reads = dist && (dd.mode != ST_DIST_DDP || m->params.masters_sharded || fwd_writes);
     const int64_t waits0 = st_device_stream_waits(dev);
     double t_saved = st_now(); /* the last checkpoint's end (train.checkpoint_every_s), or the loop's start */
     for (int64_t step = start; step < steps; step++) {
@@ -824,7 +861,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "data", "data wait");
             /* On the host mg.x and mg.y now are the ring slot; on a device the
              * compute stream waits for the batch's copy. */
-            ST_GOTO(st_feed_next(feed, &wait));
+            s = st_feed_next(feed, &wait);
+            if (agree_reads) s = agree_read(ses, s, step);
+            ST_GOTO(s);
             st_trace_end(trace, &mark);
             wait_total += wait;
             /* The global micro-batch index: rank r's k-th micro-batch is the

@@ -15,6 +15,11 @@
 #     weights as 1.
 #  3. The validation file stuck in the evaluation at step 20: the watch ends
 #     the process, naming the validation read.
+#  4. 2 ranks under ZeRO-2, rank 1's loader thread stuck in batch 40 (sample
+#     162): the ranks agree on each micro-batch's read, so both stop at step
+#     41, rank 1 naming its batch and rank 0 naming rank 1, and save their
+#     shards of step 40 together; resumed, an uninterrupted 2-rank run's
+#     weights bit for bit.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -73,4 +78,29 @@ line=$(grep "has not finished after" <<<"$out")
 grep -qE "^scaletrain: rank 0 of 1 \(.*\): reading a validation batch has not finished after 1 s \(data\.timeout_s: 1 s\)" <<<"$line" ||
     fail "validation: no message naming the read: $out"
 [ "$fails" -ne 0 ] || echo "the validation file stuck in the step-20 evaluation: ended after the 1 s wait"
+
+if command -v mpirun >/dev/null; then
+    e2e_mpi 120
+    z=("${mpi[@]}" -np 2 "$bin" "${run[@]}" --set dist.strategy=zero2 --set data.num_workers=1)
+    "${z[@]}" --set train.out_dir="$tmp/zref" >"$tmp/zref.log" 2>&1 || fail "ZeRO-2 uninterrupted: exit $?: $(tail -2 "$tmp/zref.log")"
+    out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:162 "${z[@]}" --set train.out_dir="$tmp/z" 2>&1); rc=$?
+    err=$(grep "error (rank" <<<"$out")
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "ZeRO-2: exit $rc (want the ranks' 1): $(tail -n 3 <<<"$out")"
+    grep -q "error (rank 1): data loader: batch 40 is not ready after 1 s" <<<"$err" ||
+        fail "ZeRO-2: rank 1 does not name its stuck batch: $err"
+    grep -q "error (rank 0): rank 1 could not read its training batch of step 41 (its own message says why), so every rank stopped there" <<<"$err" ||
+        fail "ZeRO-2: rank 0 does not name rank 1: $err"
+    [ "$(grep -c "the weights and optimizer state after step 40 were saved first, to $tmp/z/ckpt/step-40" <<<"$err")" = 2 ] ||
+        fail "ZeRO-2: the ranks do not both say that the 40 steps were saved: $err"
+    if [ "$fails" -eq 0 ]; then
+        echo "ZeRO-2, rank 1's loader stuck in batch 40: both ranks stopped, their shards of step 40 saved together"
+        "${z[@]}" --set train.out_dir="$tmp/z" --resume auto >"$tmp/z.log" 2>&1 ||
+            fail "ZeRO-2: resumed: exit $?: $(grep -i error "$tmp/z.log" | head -2)"
+        cmp -s "$tmp/zref/model.safetensors" "$tmp/z/model.safetensors" &&
+            echo "ZeRO-2: resumed from step 40 to 60: the uninterrupted run's weights bit for bit" ||
+            fail "ZeRO-2: resumed from step 40: other weights than the uninterrupted run's"
+    fi
+else
+    echo "ZeRO-2 on 2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+fi
 e2e_finish "data reads that never return end the run after data.timeout_s, naming them; the run resumes on its trajectory"

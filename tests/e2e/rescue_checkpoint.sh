@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A run that fails with its weights whole saves them first: a tiny GPT (CPU,
-# on 1 rank and on 2 under ddp; emu_rescue_checkpoint.sh: on an emulated GPU)
-# trains on a token file that is shortened under it (rewritten in place) once
-# its progress reaches step 50; on 1 rank also its validation file, which the
-# next evaluation reads (the body: tests/lib/rescue_checkpoint.sh).
+# on 1 rank, on 2 under ddp and on 2 under ZeRO-2; emu_rescue_checkpoint.sh:
+# on an emulated GPU) trains on a token file that is shortened under it
+# (rewritten in place) once its progress reaches step 50; on 1 rank and on 2
+# under ddp also its validation file, which the next evaluation reads (the
+# body: tests/lib/rescue_checkpoint.sh).
 #  1. The run stops with the data error, naming the file, and says it saved
 #     (with 2 ranks: that one of them saved) the weights and optimizer state
 #     after step N (train.checkpoint_every 0,
@@ -24,7 +25,13 @@ if command -v mpirun >/dev/null; then
     e2e_mpi
     launch=("${mpi[@]}" -np 2) label=two victim=train
     source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+    echo "2 ranks (ddp; the validation file: the shared evaluation's ranks save together):"
+    label=two-val victim=val
+    source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+    echo "2 ranks (ZeRO-2: the ranks agree on each micro-batch's read and save their shards together):"
+    dev=(--set train.device=cpu --set dist.strategy=zero2) label=zero2 victim=train
+    source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
 else
     echo "2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi
-e2e_finish "a run whose data fails under it saves its steps first (1 rank: training or validation data, 2 ranks), and resumes on the same trajectory"
+e2e_finish "a run whose data fails under it saves its steps first (1 rank: training or validation data; 2 ranks: ddp, its evaluation, ZeRO-2), and resumes on the same trajectory"

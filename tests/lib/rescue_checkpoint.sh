@@ -39,7 +39,7 @@ while IFS= read -r line; do
 done < <(timeout 300 "${launch[@]}" "$bin" "${run[@]}" --set train.steps=1000000 --set train.out_dir="$d/o" 2>&1; echo "exit $?")
 [ -n "$shortened" ] || fail "the run never reached step 50: $(tail -3 "$d/run.log")"
 grep -q "^exit 1$" "$d/run.log" || fail "the run did not fail: $(tail -2 "$d/run.log")"
-err=$(grep -E "error:|aborting every rank:" "$d/run.log")
+err=$(grep -E "error( \(rank [0-9]+\))?:|aborting every rank:" "$d/run.log")
 grep -q "$file: the file was shortened while training read it" <<<"$err" || fail "no data error: $err"
 # (one rank: "the weights ... after step N were saved first, to DIR"; one of
 # several: "rank K saved the weights ... after step N first, to DIR", and
