@@ -532,7 +532,11 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     }
     if (whole > saved) {
         bool finite = false, other = false; /* other: another rank wrote it */
-        st_status f = st_device_all_finite(ses->dev, m->params.data, (size_t)m->params.arena_count, &finite);
+        /* (this rank's masters: their shard when sharded, where a device's `data` is NULL) */
+        const st_params *pp = &m->params;
+        const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
+                      hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
+        st_status f = st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), &finite);
         if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look */
             int64_t ok = f != ST_OK ? 1 : finite ? 2 : 0;
             f = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,

@@ -2,7 +2,9 @@
 # tests/e2e/rescue_checkpoint.sh on an emulated GPU (the CUDA emulator's
 # build, make emu; tests/run.sh passes it, any other build skips), fp32 and
 # bf16: the weights checked for finiteness and saved from the device, the
-# batch ring's position at the step's start, the same bits after resuming.
+# batch ring's position at the step's start, the same bits after resuming;
+# and on 2 emulated GPUs under ZeRO-2 in bf16, where the ranks agree on each
+# read and save their shards (and the masters') together.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_tmpdir
@@ -11,4 +13,13 @@ for prec in fp32 bf16; do
     echo "precision $prec:"
     source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
 done
-e2e_finish "on an emulated GPU, fp32 and bf16: a run whose data fails under it saves its steps first, and resumes on the same trajectory"
+if command -v mpirun >/dev/null; then
+    echo "2 emulated GPUs, ZeRO-2 in bf16 (the fp32 masters sharded, NCCL): the ranks save together:"
+    e2e_mpi
+    dev=(--set train.device=cuda --set precision=bf16 --set dist.strategy=zero2) launch=("${mpi[@]}" -np 2)
+    label=zero2 victim=train
+    source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+else
+    echo "2 emulated GPUs: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
+fi
+e2e_finish "on an emulated GPU, fp32 and bf16 (and 2 under ZeRO-2 in bf16): a run whose data fails under it saves its steps first, and resumes on the same trajectory"
