@@ -24,7 +24,8 @@ static int stalled_child(double watch_s, double stall_s, char *err, size_t cap) 
         close(never[1]);
         dup2(out[1], 2);
         st_watch *w;
-        if (st_watch_start(watch_s, "rank 3 of 4 (test)", "test.timeout_s", "nothing is lost", &w) != ST_OK)
+        if (st_watch_start(watch_s, "rank 3 of 4 (test)", "test.timeout_s", "a test's stall",
+                           "nothing is lost", &w) != ST_OK)
             _exit(3);
         st_watch_begin(w, "a finished wait");
         st_watch_end(w);
@@ -58,8 +59,9 @@ static void stalls(double watch_s, double stall_s, const char *limit_words) {
           "the line names who and what: %s", err);
     CHECK(strstr(err, limit_words) != NULL, "the line names the key and the limit (%s): %s", limit_words,
           err);
-    CHECK(strstr(err, "nothing is lost") && strstr(err, "raise test.timeout_s"),
-          "the line says what is safe: %s", err);
+    CHECK(strstr(err, "): a test's stall. Ending the process") &&
+              strstr(err, "nothing is lost (raise test.timeout_s if it"),
+          "the line gives the cause and says what is safe: %s", err);
     CHECK(!strstr(err, "a finished wait"), "a wait that ended is not named: %s", err);
 }
 
@@ -67,7 +69,7 @@ int main(void) {
     stalls(0.2, 0, "(test.timeout_s: 0.2 s)");
     stalls(20, 0.3, "(test.timeout_s: 0.3 s)"); /* this wait's own limit, far below the watch's */
     st_watch *w = (st_watch *)1;
-    CHECK_FAILS(st_watch_start(0, "who", "k", "", &w), ST_ERR_ARG, "limit");
+    CHECK_FAILS(st_watch_start(0, "who", "k", "", "", &w), ST_ERR_ARG, "limit");
     CHECK(w == NULL, "a watch that did not start is NULL");
     st_watch_begin(NULL, "nothing"); /* no watch: nothing, as documented */
     st_watch_begin_limit(NULL, "nothing", 1);

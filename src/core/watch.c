@@ -14,7 +14,7 @@ struct st_watch {
     st_ticker *tk;
     pthread_mutex_t m;
     double limit_s;
-    char who[192], knob[64], after[1024];
+    char who[192], knob[64], cause[512], after[1024];
     /* under m */
     bool waiting;
     char what[1024];
@@ -30,18 +30,18 @@ static void check(void *ctx, st_ticker *tk, double now) {
     memcpy(what, w->what, sizeof what);
     pthread_mutex_unlock(&w->m);
     if (!waiting || age < limit) return;
-    char msg[2048];
+    char msg[3072];
     snprintf(
         msg, sizeof msg,
-        "scaletrain: %s: %s has not finished after %.0f s (%s: %g s): the storage stopped answering (a hung "
-        "network file system?). Ending the process so that the run does not wait forever; %s (raise %s if "
-        "it can legitimately take that long)\n",
-        w->who, what, age, w->knob, limit, w->after, w->knob);
+        "scaletrain: %s: %s has not finished after %.0f s (%s: %g s): %s. Ending the process so that the run "
+        "does not wait forever; %s (raise %s if it can legitimately take that long)\n",
+        w->who, what, age, w->knob, limit, w->cause, w->after, w->knob);
     st_ticker_say(msg);
     _exit(1);
 }
 
-st_status st_watch_start(double limit_s, const char *who, const char *knob, const char *after, st_watch **out) {
+st_status st_watch_start(double limit_s, const char *who, const char *knob, const char *cause,
+                         const char *after, st_watch **out) {
     *out = NULL;
     if (!(limit_s > 0)) return st_fail(ST_ERR_ARG, "st_watch_start: limit %g s", limit_s);
     st_watch *w = calloc(1, sizeof *w);
@@ -53,6 +53,7 @@ st_status st_watch_start(double limit_s, const char *who, const char *knob, cons
     w->limit_s = limit_s;
     snprintf(w->who, sizeof w->who, "%s", who);
     snprintf(w->knob, sizeof w->knob, "%s", knob);
+    snprintf(w->cause, sizeof w->cause, "%s", cause);
     snprintf(w->after, sizeof w->after, "%s", after);
     const st_status s = st_ticker_start(st_ticker_period(limit_s), check, w, "a stall watch", &w->tk);
     if (s != ST_OK) {

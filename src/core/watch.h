@@ -1,19 +1,20 @@
 /* A stall watch: while the caller's thread is inside a wait that may never
  * return (a read or write of storage that stopped answering: a hung network
- * file system), a ticker (core/ticker.h) ends the process once the wait
- * passes its limit, less any time the process was stopped, with one line on
- * standard error naming who waited, for what, how long, and the setting
- * that sets the limit. Nothing else can end such a wait: the thread is
- * inside the kernel and returns no status; under mpirun the other ranks are
- * ended with the process.
+ * file system; a device whose queued work never ends), a ticker
+ * (core/ticker.h) ends the process once the wait passes its limit, less any
+ * time the process was stopped, with one line on standard error naming who
+ * waited, for what, how long, the setting that sets the limit and the
+ * likely cause. Nothing else can end such a wait: the thread is inside the
+ * kernel or the driver and returns no status; under mpirun the other ranks
+ * are ended with the process.
  *
  * Used by the checkpoint's writes (train/checkpoint.c:
  * train.checkpoint_timeout_s), the run's other reads and writes of
  * train.out_dir and its weights (train/train.c's store watch: metrics
  * lines, the final weights, --resume and --init reads; the same key), and
  * the step loop's own data reads (data.timeout_s: a loader with 0 workers,
- * the evaluations). Not here: the
- * device's stall watch (cuda/device.cu), whose waits are the driver's. */
+ * the evaluations), and the host's waits for a GPU (cuda/device.cu:
+ * train.device_timeout_s). */
 #ifndef ST_CORE_WATCH_H
 #define ST_CORE_WATCH_H
 
@@ -21,10 +22,15 @@
 
 typedef struct st_watch st_watch;
 
+/* The cause a storage wait's line gives. */
+#define ST_WATCH_STORAGE "the storage stopped answering (a hung network file system?)"
+
 /* A watch with this limit (> 0). who: the line's start ("rank 0 of 2 (host
- * h, pid p)"); knob: the setting, named in the line; after: what the line
- * says after the cause (where the work stands). Copied. */
-st_status st_watch_start(double limit_s, const char *who, const char *knob, const char *after, st_watch **out);
+ * h, pid p)"); knob: the setting, named in the line; cause: what likely
+ * holds the wait (ST_WATCH_STORAGE); after: what the line says after it
+ * (where the work stands). Copied. */
+st_status st_watch_start(double limit_s, const char *who, const char *knob, const char *cause,
+                         const char *after, st_watch **out);
 /* The caller waits from now on, for `what` (copied: "reading validation
  * batch 3"), or since t0 (st_ticker_now's clock; st_watch_begin_at). NULL
  * watch: nothing. */

@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "core/ticker.h"
+#include "core/watch.h"
 #include "cuda/cuda.h"
 #include "layers/args.h"
 #include "model/graph.h"
@@ -58,16 +59,11 @@ struct st_device {
     struct st_cudnn *cudnn; /* cuDNN's handle and attention graphs (attention_cudnn.h), made when a
                                graph first asks for them; NULL until then and without ST_HAVE_CUDNN */
     int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
-    /* The stall watch (st_cuda_watch): a ticker ending the process when a
-     * wait of the host for the device (wait_what, since wait_t0) outlasts
-     * watch_limit_s; the wait and the step under watch_m. */
-    st_ticker *watch;
-    double watch_limit_s;
-    pthread_mutex_t watch_m;
-    const char *wait_what; /* NULL: the host is not waiting */
-    double wait_t0;
+    /* The stall watch (st_cuda_watch, core/watch.h): ends the process when
+     * a wait of the host for the device outlasts train.device_timeout_s;
+     * step: the step the waits are named by (atomic: any thread may wait). */
+    st_watch *watch;
     int64_t step;
-    char who[160]; /* "rank 0 of 2 (host h, pid 123)" */
 };
 
 /* The host waits for the device from here to st_cuda_wait_end, for the

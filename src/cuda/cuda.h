@@ -42,7 +42,7 @@ st_status st_cuda_fill_f32(st_device *d, float *p, size_t count, float value);
 st_status st_cuda_upload(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_download(st_device *d, void *dst, const void *src, size_t nbytes);
 st_status st_cuda_sync(st_device *d);
-/* The stall watch: from now on a wait of the host for d (a stream, an event)
+/* The stall watch (core/watch.h): from now on a wait of the host for d (a stream, an event)
  * that lasts limit_s seconds (less any time this process was stopped) ends
  * the process with a message naming `who` (e.g. "rank 0 of 2 (host h, pid
  * 1)"), the device, the wait and the step (st_cuda_set_step): a kernel that

@@ -66,71 +66,39 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
 
 /* ---- the stall watch ----------------------------------------------------- */
 
+/* The host's waits for the device (a stream, an event) under core/watch.h:
+ * a wait past train.device_timeout_s (less the time this process was
+ * stopped) ends the process, naming the device, what it waited on and the
+ * step. Nothing else can: the thread is inside the driver and returns no
+ * status; under mpirun the other ranks are ended with it. */
 void st_cuda_wait_begin(st_device *d, const char *what) {
     if (!d->watch) return;
-    pthread_mutex_lock(&d->watch_m);
-    d->wait_what = what;
-    d->wait_t0 = st_ticker_now();
-    pthread_mutex_unlock(&d->watch_m);
-}
-
-void st_cuda_wait_end(st_device *d) {
-    if (!d->watch) return;
-    pthread_mutex_lock(&d->watch_m);
-    d->wait_what = NULL;
-    pthread_mutex_unlock(&d->watch_m);
-}
-
-/* The ticker's check: a wait past the limit (less the time this process
- * was stopped) ends the process. Nothing else can: the main thread is inside
- * the driver and returns no status; under mpirun the other ranks are ended
- * with it. */
-static void watch_check(void *ctx, st_ticker *tk, double now) {
-    st_device *d = (st_device *)ctx;
-    pthread_mutex_lock(&d->watch_m);
-    const char *what = d->wait_what;
-    const double age = what ? now - d->wait_t0 - st_ticker_paused_since(tk, d->wait_t0) : 0;
-    const int64_t step = d->step;
-    pthread_mutex_unlock(&d->watch_m);
-    if (!what || age < d->watch_limit_s) return;
-    char msg[1024], at[48] = "";
+    char w[512], at[48] = "";
+    const int64_t step = __atomic_load_n(&d->step, __ATOMIC_RELAXED);
     if (step > 0) snprintf(at, sizeof at, " at step %lld", (long long)step);
-    snprintf(msg, sizeof msg,
-             "scaletrain: %s: %s has not finished what is queued on %s after %.0f s%s "
-             "(train.device_timeout_s: %g): a kernel that does not end, or a GPU that stopped answering "
-             "(the kernel log, dmesg, names the driver's Xid errors). Ending the process so that the run "
-             "does not wait forever; --resume auto continues from the latest checkpoint, if the run wrote one "
-             "(raise train.device_timeout_s if the device's work can legitimately take longer)\n",
-             d->who, d->name, what, age, at, d->watch_limit_s);
-    st_ticker_say(msg);
-    _exit(1);
+    snprintf(w, sizeof w, "what %s has queued on %s%s", d->name, what, at);
+    st_watch_begin(d->watch, w);
 }
+
+void st_cuda_wait_end(st_device *d) { st_watch_end(d->watch); }
 
 extern "C" st_status st_cuda_watch(st_device *d, double limit_s, const char *who) {
     if (d->watch || !(limit_s > 0)) return ST_OK;
-    snprintf(d->who, sizeof d->who, "%s", who);
-    d->watch_limit_s = limit_s;
-    pthread_mutex_init(&d->watch_m, NULL);
-    const st_status s =
-        st_ticker_start(st_ticker_period(limit_s), watch_check, d, "the device's stall watch", &d->watch);
-    if (s != ST_OK) pthread_mutex_destroy(&d->watch_m);
-    return s;
+    return st_watch_start(
+        limit_s, who, "train.device_timeout_s",
+        "a kernel that does not end, or a GPU that stopped answering (the kernel log, dmesg, "
+        "names the driver's Xid errors)",
+        "--resume auto continues from the latest checkpoint, if the run wrote one", &d->watch);
 }
 
 extern "C" void st_cuda_set_step(st_device *d, int64_t step) {
-    if (!d->watch) return;
-    pthread_mutex_lock(&d->watch_m);
-    d->step = step;
-    pthread_mutex_unlock(&d->watch_m);
+    __atomic_store_n(&d->step, step, __ATOMIC_RELAXED);
 }
 
 extern "C" void st_cuda_free(st_device *d) {
     if (!d) return;
-    if (d->watch) { /* first: nothing below is watched */
-        st_ticker_stop(d->watch);
-        d->watch = NULL;
-        pthread_mutex_destroy(&d->watch_m);
-    }
+    st_watch_stop(d->watch); /* first: nothing below is watched */
+    d->watch = NULL;
     cudaSetDevice(d->ordinal);
     st_cuda_plans_free(d);
 #ifdef ST_HAVE_CUDNN

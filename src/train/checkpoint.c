@@ -437,7 +437,8 @@ static void watch_begin(st_ckpt_async *j, const char *how, double t0) {
     snprintf(after, sizeof after,
              "the checkpoints before it in %s are whole and --resume auto continues from the latest",
              j->ckdir);
-    if (st_watch_start(j->limit, who, "train.checkpoint_timeout_s", after, &j->watch) != ST_OK)
+    if (st_watch_start(j->limit, who, "train.checkpoint_timeout_s", ST_WATCH_STORAGE, after, &j->watch) !=
+        ST_OK)
         j->watch = NULL;
     st_watch_begin_at(j->watch, what, t0);
 }

@@ -456,7 +456,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         char who[192];
         snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", s->rank, s->world, st_comm_host(s->comm),
                  (int)getpid());
-        ST_TRY(st_watch_start(cfg->data.timeout_s, who, "data.timeout_s",
+        ST_TRY(st_watch_start(cfg->data.timeout_s, who, "data.timeout_s", ST_WATCH_STORAGE,
                               "--resume auto continues from the latest checkpoint", &s->read_watch));
     }
     return ST_OK;

@@ -254,7 +254,7 @@ static void start_store_watch(st_session *ses, const char *after) {
     snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", ses->rank, ses->world,
              st_comm_host(ses->comm), (int)getpid());
     if (st_watch_start(st_ckpt_wait_limit(ses->cfg, ses->model, NULL, 0), who, "train.checkpoint_timeout_s",
-                       after, &ses->store_watch) != ST_OK) {
+                       ST_WATCH_STORAGE, after, &ses->store_watch) != ST_OK) {
         st_clear_error();
         ses->store_watch = NULL;
     }

@@ -20,9 +20,9 @@ tr=(train --set train.device=cuda --set model.type=mlp --set model.hidden=[64] -
 # A hang at the 25th wait: steps in (8 to 16 in the three stream modes), after a checkpoint.
 out=$(ST_CUDAEMU_HANG_SYNC=25 timeout 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
     --set train.out_dir="$tmp/hang" 2>&1); rc=$?
-line=$(grep "has not finished what is queued" <<<"$out")
+line=$(grep "has not finished after" <<<"$out")
 [ $rc -eq 1 ] || fail "a hung wait: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): cuda:0 \(.*\) has not finished what is queued on (its [a-z-]+ stream|an event of its streams) after [0-9]+ s at step [0-9]+ \(train.device_timeout_s: 2\)" <<<"$line" ||
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): what cuda:0 \(.*\) has queued on (its [a-z-]+ stream|its streams \(an event\)) at step [0-9]+ has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a kernel that does not end, or a GPU that stopped answering" <<<"$line" ||
     fail "a hung wait: no message naming the rank, device, stream and step: $out"
 echo "hung: exit $rc: $(cut -c1-200 <<<"$line")..."
 [ -d "$tmp/hang/ckpt" ] && ls "$tmp/hang/ckpt" | grep -q "^step-" || fail "a hung wait: no checkpoint before the hang"
@@ -64,5 +64,5 @@ else
     wait $pid
     fail "stopped for 4 s at step $s0: the run did not go on ($(last_step)): $(tail -n 3 "$tmp/stop.log")"
 fi
-grep -q "has not finished what is queued" "$tmp/stop.log" && fail "stopped for 4 s: the watch fired: $(cat "$tmp/stop.log")"
+grep -q "has not finished after" "$tmp/stop.log" && fail "stopped for 4 s: the watch fired: $(cat "$tmp/stop.log")"
 e2e_finish "a hung device wait ends the run with its message, and the run resumes; a stopped process is not blamed"
