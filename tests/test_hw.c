@@ -605,6 +605,22 @@ static void test_hw_names(void) {
     CHECK_OK(st_hw_config_parse("1024xH100", NULL, NULL, &hw));
     CHECK(hw.nodes == 1 && hw.per_node == 1024 && !hw.nodes_given, "1024xH100: %d x %d", hw.nodes,
           hw.per_node);
+    /* `local` on a GPU: what is free there now (NVML), else its total */
+    st_hw_info h;
+    memset(&h, 0, sizeof h);
+    h.n_gpus = 1;
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA H100 80GB HBM3");
+    h.gpu[0].mem_total = 80LL << 30;
+    h.gpu[0].mem_free = 30LL << 30; /* another process holds 50 GiB */
+    st_hw_device d, h100;
+    st_device_local(&h, 0, &d);
+    CHECK(st_device_preset("H100-80GB", &h100), "the H100 preset");
+    CHECK(d.mem_bytes == 30LL << 30 && d.peak_bf16 == h100.peak_bf16, "local H100, 30 GiB free: %lld B (%s)",
+          (long long)d.mem_bytes, d.name);
+    h.gpu[0].mem_free = -1; /* no NVML */
+    st_device_local(&h, 0, &d);
+    CHECK(d.mem_bytes == 80LL << 30, "local H100 without NVML: %lld B, want its total",
+          (long long)d.mem_bytes);
     CHECK_OK(st_hw_config_parse("H200", NULL, NULL, &hw));
     CHECK(hw.nodes == 1 && hw.per_node == 1, "H200: %d x %d", hw.nodes, hw.per_node);
     /* the ring: 2 (n-1)/n bytes over the bus bandwidth, 2 (n-1) latencies */

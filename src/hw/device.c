@@ -160,7 +160,11 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
             st_device_preset("A100-40GB", out);
         }
         snprintf(out->name, sizeof out->name, "%s%s", found ? "" : "unknown: ", h->gpu[0].name);
-        out->mem_bytes = h->gpu[0].mem_total;
+        /* What is free now (NVML), as a starting run plans against (session.c):
+         * a GPU that another process holds is planned as the run will find it. */
+        out->mem_bytes = h->gpu[0].mem_free >= 0 && h->gpu[0].mem_free < h->gpu[0].mem_total
+                             ? h->gpu[0].mem_free
+                             : h->gpu[0].mem_total;
         out->cc_major = h->gpu[0].cc_major;
         out->cc_minor = h->gpu[0].cc_minor;
         return;
