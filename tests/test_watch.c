@@ -4,11 +4,15 @@
  * watch's for that wait. Each case runs in a child that blocks for good on a
  * pipe nobody writes (the stalled read), the parent reading its standard
  * error to the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "core/ticker.h"
 #include "core/watch.h"
 
 /* Fork; the child starts a watch (limit watch_s), waits "a finished wait"
@@ -65,7 +69,49 @@ static void stalls(double watch_s, double stall_s, const char *limit_words) {
     CHECK(!strstr(err, "a finished wait"), "a wait that ended is not named: %s", err);
 }
 
+static pid_t child;
+static void kill_child(int sig) {
+    (void)sig;
+    kill(child, SIGKILL);
+}
+
+/* Standard error a full pipe nobody reads (as a file on storage that stopped
+ * answering): st_ticker_say_within returns after its limit, and the child
+ * ends. A child still there after 30 s is killed (the failure below). */
+static void say_gives_up(void) {
+    int p[2];
+    if (pipe(p) != 0) {
+        CHECK(false, "cannot make a pipe");
+        return;
+    }
+    child = fork();
+    if (child == 0) {
+        close(p[0]);
+        fcntl(p[1], F_SETFL, O_NONBLOCK); /* fill it, then block as storage would */
+        char buf[4096];
+        memset(buf, 'x', sizeof buf);
+        while (write(p[1], buf, sizeof buf) > 0 || errno == EINTR) {
+        }
+        fcntl(p[1], F_SETFL, 0);
+        dup2(p[1], 2);
+        st_ticker_say_within("scaletrain: the last words\n", 0.2);
+        _exit(0);
+    }
+    signal(SIGALRM, kill_child);
+    alarm(30);
+    int status = 0;
+    const bool ok = child > 0 && waitpid(child, &status, 0) == child;
+    alarm(0);
+    close(p[0]);
+    close(p[1]);
+    CHECK(ok && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a standard error that takes nothing held the last words' caller (the child %s %d)",
+          ok && WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+          ok && WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 int main(void) {
+    say_gives_up();
     stalls(0.2, 0, "(test.timeout_s: 0.2 s)");
     stalls(20, 0.3, "(test.timeout_s: 0.3 s)"); /* this wait's own limit, far below the watch's */
     st_watch *w = (st_watch *)1;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/ticker.h"
 
 /* The rank a launcher gave this process when it started several, else NULL. */
 static const char *launched_rank(void) {
@@ -16,11 +17,18 @@ static const char *launched_rank(void) {
     return NULL;
 }
 
+/* In one write, given up after a few seconds (st_ticker_say): standard
+ * error on storage that stopped answering (the very error being reported,
+ * often) must not keep the process from ending. */
 int st_cli_error(st_status s) {
     const char *rank = launched_rank();
     const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
-    if (rank) fprintf(stderr, "scaletrain: error (rank %s): %s\n", rank, msg);
-    else fprintf(stderr, "scaletrain: error: %s\n", msg);
+    char line[8192];
+    if (rank)
+        snprintf(line, sizeof line, "scaletrain: error (rank %s): %s\n", rank, msg);
+    else
+        snprintf(line, sizeof line, "scaletrain: error: %s\n", msg);
+    st_ticker_say(line);
     return ST_EXIT_FAIL;
 }
 

@@ -45,7 +45,8 @@ double st_ticker_period(double limit_s) {
     return p < 0.01 ? 0.01 : p;
 }
 
-void st_ticker_say(const char *msg) {
+static void *say(void *arg) {
+    const char *msg = arg;
     const size_t len = strlen(msg);
     size_t off = 0;
     while (off < len) {
@@ -54,7 +55,31 @@ void st_ticker_say(const char *msg) {
         if (n <= 0) break;
         off += (size_t)n;
     }
+    return NULL;
 }
+
+void st_ticker_say_within(const char *msg, double limit_s) {
+    char *copy = strdup(msg);
+    pthread_t t;
+    if (!copy || pthread_create(&t, NULL, say, copy) != 0) { /* (no thread: write here) */
+        say(copy ? copy : (char *)msg);
+        free(copy);
+        return;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until); /* (pthread_timedjoin_np's clock) */
+    const double end = (double)until.tv_nsec * 1e-9 + limit_s;
+    until.tv_sec += (time_t)end;
+    until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    if (pthread_timedjoin_np(t, NULL, &until) == 0) {
+        free(copy);
+        return;
+    }
+    pthread_detach(
+        t); /* still writing (stderr on storage that stopped answering): left to the process's end */
+}
+
+void st_ticker_say(const char *msg) { st_ticker_say_within(msg, 5.0); }
 
 static void *run(void *arg) {
     st_ticker *t = arg;

@@ -32,7 +32,13 @@ void st_ticker_stop(st_ticker *t);
  * from its last 16 stops. On the ticker's thread (inside fn). */
 double st_ticker_paused_since(const st_ticker *t, double since);
 /* A watchdog's last words: msg to standard error in one write (so that
- * ranks' lines do not interleave), retried when a signal interrupts it. */
+ * ranks' lines do not interleave), retried when a signal interrupts it, on
+ * a thread of its own: returns once written or after 5 s, whichever comes
+ * first, so that the caller goes on to end the process even when standard
+ * error is a file on the storage that stopped answering (a job's output
+ * file on a hung network file system). */
 void st_ticker_say(const char *msg);
+/* The same within limit_s seconds. */
+void st_ticker_say_within(const char *msg, double limit_s);
 
 #endif

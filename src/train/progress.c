@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/watch.h"
 #include "session.h"
 
 void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t start, int64_t total) {
@@ -46,13 +47,16 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
             bar[i] = i < fill ? '#' : '.';
         bar[WIDTH] = '\0';
         /* \033[K clears what a longer previous line left */
+        st_watch_begin(p->watch, "writing to standard output");
         fprintf(p->out, "\r[%s] %lld/%lld %3d%% | loss %.4f | lr %.2e | %.0f %s%s%s | %s<%s\033[K", bar,
                 (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     } else {
+        st_watch_begin(p->watch, "writing to standard output");
         fprintf(p->out, "step %lld/%lld (%d%%) | loss %.4f | lr %.2e | %.0f %s%s%s | elapsed %s | eta %s\n",
                 (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     }
     fflush(p->out);
+    st_watch_end(p->watch);
 }
 
 void st_progress_end(st_progress *p) {

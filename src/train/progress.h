@@ -11,8 +11,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+typedef struct st_watch st_watch;
+
 typedef struct st_progress {
     FILE *out;
+    st_watch *watch; /* borrowed: over each write (core/watch.h: standard output on storage that stopped
+                      * answering, a job's output file on a hung network file system), or NULL */
     bool bar, silent;
     int64_t start, total; /* steps: where this process began, and the run's last */
     double t0, last_draw; /* st_now() at init and at the last redraw of the bar */

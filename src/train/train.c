@@ -130,14 +130,27 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
     cJSON_Delete(o);
 }
 
+/* What this rank prints flushed under the store watch (below): standard
+ * output on storage that stopped answering (a job's output file on a hung
+ * network file system) ends the run naming it, where the flush would wait
+ * without end. Each print is flushed through here or by the progress lines
+ * (progress.h, the same watch). */
+static void out_flush(st_session *ses) {
+    st_watch_begin(ses->store_watch, "writing to standard output");
+    fflush(ses->out);
+    st_watch_end(ses->store_watch);
+}
+
 static void print_header(st_session *ses, const st_run_opts *opts) {
     if (opts->quiet) return;
+    st_watch_begin(ses->store_watch, "writing to standard output"); /* (more than a buffer's worth) */
     fprintf(ses->out, "scaletrain: effective configuration\n");
     st_config_print(ses->cfg, ses->out);
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
             (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
     if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
     fflush(ses->out);
+    st_watch_end(ses->store_watch);
 }
 
 /* While rank 0 evaluates alone (or each rank its share, ses->eval_shared)
@@ -275,7 +288,7 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
             fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%\n", at, r->eval_loss, 100.0 * r->eval_accuracy);
         else
             fprintf(ses->out, "%s: loss %.4f, perplexity %.2f\n", at, r->eval_loss, exp(r->eval_loss));
-        fflush(ses->out);
+        out_flush(ses);
     }
     return ST_OK;
 }
@@ -297,7 +310,7 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
         else
             fprintf(ses->out, "wrote %s/trace.json: no step of %lld-%lld ran\n", ses->cfg->train.out_dir,
                     (long long)tr->first, (long long)tr->last);
-        fflush(ses->out);
+        out_flush(ses);
     }
     return ST_OK;
 }
@@ -350,7 +363,7 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
                                                      : "4 B x N*S",
         (double)r->grad_bytes_predicted * mib, (double)r->master_bytes * mib, p->dev ? "" : " resident",
         p->masters_sharded ? "S" : "N*S", (double)r->master_bytes_predicted * mib);
-    fflush(ses->out);
+    out_flush(ses);
 }
 
 /* The graph's allreduce_sum hook (graph.h) for sync batch-norm: a blocking
@@ -411,7 +424,7 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     if (!opts->quiet && !prog->bar) {
         fprintf(ses->out, "saved checkpoint %s (written while steps %lld to %lld trained)\n", r->checkpoint,
                 (long long)saved + 1, (long long)step);
-        fflush(ses->out);
+        out_flush(ses);
     }
     return ST_OK;
 }
@@ -826,6 +839,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
+    prog.watch = ses->store_watch;
     if (ses->rank == 0 && dev && c->log.gpu_interval > 0) { /* rank 0's GPU, on logged lines (gpumon.h) */
         st_gpu_monitor_open(&gm, dev, NULL);
         if (!gm.nvml.lib && !opts->quiet)
@@ -1063,7 +1077,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     ST_GOTO(st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt));
                 if (ses->rank == 0 && !opts->quiet && !prog.bar) {
                     fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
-                    fflush(ses->out);
+                    out_flush(ses);
                 }
             }
             t_saved = st_now(); /* (a save slower than the interval does not make the next step's) */
@@ -1250,6 +1264,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         fprintf(ses.out, "\n");
     }
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
+    out_flush(&ses); /* (not left to the process's exit, which no watch sees) */
     s = ST_OK;
 fail:
     /* An error that only this rank has seen would leave the others waiting in
@@ -1291,6 +1306,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     res->samples_per_s = dt > 0 ? (double)ses.val.n / dt : 0;
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
+    out_flush(&ses);
     s = ST_OK;
 fail:
     st_session_close(&ses);

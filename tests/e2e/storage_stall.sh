@@ -11,7 +11,10 @@
 #     the step-20 checkpoint is whole, and `--resume auto` writes the
 #     uninterrupted run's weights bit for bit;
 #  3. --resume's read of the checkpoint (open of its model.safetensors);
-#  4. --init's read of the weights.
+#  4. --init's read of the weights;
+#  5. standard output (a progress line's flush);
+#  6. standard output and error on the stalled storage (one output file of a
+#     job): the watch's message cannot be written, the process ends anyway.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -30,7 +33,7 @@ timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>
 stalled() {
     local name=$1 match=$2 what=$3
     shift 3
-    out=$(LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$match" ST_SLOWFS_MS=1000000000 timeout 120 "$bin" "$@" 2>&1)
+    out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$match" ST_SLOWFS_MS=1000000000 "$bin" "$@" 2>&1)
     local rc=$?
     [ $rc -eq 1 ] || { fail "$name: exit $rc (want 1): $(tail -n 3 <<<"$out")"; return 1; }
     grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): $what has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\): the storage stopped answering" <<<"$out" ||
@@ -60,4 +63,24 @@ stalled "the resume read" "$o/ckpt/step-20/model.safetensors" \
 
 stalled "the --init read" "/ref/model.safetensors" "reading the weights $tmp/ref/model\.safetensors \(--init\)" \
     "${run[@]}" --set train.out_dir="$tmp/init" --init "$tmp/ref/model.safetensors"
+# (The shim is given to scaletrain alone, through env: `timeout` under it
+# would stall on its own standard output.)
+# 5. Standard output (the progress lines, flushed at each logged step) on the
+# stalled storage: the watch ends the run naming it.
+o=$tmp/stdout
+mkdir -p "$o"
+out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/stdout.log" ST_SLOWFS_MS=1000000000 "$bin" \
+    "${run[@]}" --set train.out_dir="$o" 2>&1 >"$o/stdout.log"); rc=$?
+[ $rc -eq 1 ] || fail "standard output: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): writing to standard output has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\)" <<<"$out" &&
+    echo "standard output: exit 1 after the 1 s wait, naming it" || fail "standard output: no message naming the wait: $out"
+
+# 6. Standard error on it too (a job's one output file): the watch's own
+# message cannot be written, and the process still ends (its last words
+# are given up after 5 s).
+t0=$SECONDS
+timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/both.log" ST_SLOWFS_MS=1000000000 "$bin" \
+    "${run[@]}" --set train.out_dir="$o" >"$o/both.log" 2>&1; rc=$?
+[ $rc -eq 1 ] && echo "standard output and error stalled: exit 1 after $((SECONDS - t0)) s, the message given up" ||
+    fail "standard output and error stalled: exit $rc (want 1, not the 124 of a hang)"
 e2e_finish "a read or write of train.out_dir or weights that never returns ends the run after train.checkpoint_timeout_s, naming it"

@@ -1,8 +1,9 @@
-/* A slow filesystem for tests, loaded with LD_PRELOAD: fsync, fdatasync and
- * fflush of a file whose path contains $ST_SLOWFS_MATCH, and open of such a
- * path, return $ST_SLOWFS_MS milliseconds late, as on a loaded network
- * filesystem; every other call is the C library's. (The C library's own
- * calls inside fopen or fclose are not seen: only the program's.)
+/* A slow filesystem for tests, loaded with LD_PRELOAD: fsync, fdatasync,
+ * fflush and write of a file whose path contains $ST_SLOWFS_MATCH, and open
+ * of such a path, return $ST_SLOWFS_MS milliseconds late, as on a loaded
+ * network filesystem; every other call is the C library's. (The C
+ * library's own calls inside fopen, fwrite or fclose are not seen: only the
+ * program's.)
  * tests/e2e/checkpoint_slow.sh builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -45,6 +46,13 @@ int fdatasync(int fd) {
     if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     slow(fd);
     return real(fd);
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+    static ssize_t (*real)(int, const void *, size_t);
+    if (!real) real = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+    slow(fd);
+    return real(fd, buf, n);
 }
 
 int fflush(FILE *fp) {
