@@ -146,9 +146,9 @@ const st_cfg_key st_cfg_keys[] = {
         "train.checkpoint_timeout_s", train.checkpoint_timeout_s, "0", 0, 30 * 86400,
         "seconds ranks wait for one another while a checkpoint is written or read before every rank fails "
         "with a message (the watchdog), and a rank for its own checkpoint writes, or its other reads and "
-        "writes of train.out_dir and weights (metrics lines, the final weights, --resume, --init), before it "
-        "ends naming the storage (one that stopped answering); 0 = auto: dist.timeout_s plus 1 s per 10 MB "
-        "of checkpoint"),
+        "writes of train.out_dir, weights and standard output (metrics lines, the final weights, --resume, "
+        "--init, progress lines), before it ends naming the storage (one that stopped answering); 0 = auto: "
+        "dist.timeout_s plus 1 s per 10 MB of checkpoint"),
     K_ENUM(
         "train.activation_checkpointing", train.activation_checkpointing, "auto",
         VALUES("auto", "off", "selective", "blocks"),
