@@ -7,9 +7,11 @@
  * the grace time. A second SIGINT (Ctrl-C twice) ends the process at once
  * (the previous checkpoint stays whole). */
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "core/ticker.h"
 
 /* The one global: a signal handler can only reach a flag. */
 static volatile sig_atomic_t stop_signal;
@@ -34,7 +36,9 @@ int st_cmd_train(int argc, char **argv) {
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
     if (s == ST_ERR_INTERRUPTED) {
-        fprintf(stderr, "scaletrain: %s\n", st_last_error());
+        char line[4096];
+        snprintf(line, sizeof line, "scaletrain: %s\n", st_last_error());
+        st_ticker_say(line); /* (bounded, as st_cli_error: the job may be ending because its storage hung) */
         return 128 + (stop_signal ? (int)stop_signal : SIGTERM);
     }
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
