@@ -161,10 +161,11 @@ const st_cfg_key st_cfg_keys[] = {
            "optimizer there; cuda:N = GPU N (one rank on the node); one rank on a node of several GPUs "
            "uses one and says so (`scaletrain launch -n G` runs a rank per GPU); auto = cuda when this "
            "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
-    K_INT("train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
-          "on a GPU: seconds a wait for the device's work (a step, a read-back) may last before the process "
-          "ends with a message naming the device, the wait and the step (a kernel that does not end, a GPU "
-          "that stopped answering); 0 = wait forever"),
+    K_INT(
+        "train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
+        "on a GPU: seconds a wait for the device's work (a step, a read-back, or opening it) may last before "
+        "the process ends with a message naming the device, the wait and the step (a kernel that does not "
+        "end, a GPU that stopped answering); 0 = wait forever"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),

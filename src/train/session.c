@@ -427,7 +427,25 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     }
     setup_threads(s);
     const bool dev_auto = strcmp(cfg->train.device, "auto") == 0, dev_cpu = strcmp(cfg->train.device, "cpu") == 0;
-    ST_TRY(setup_device(s));
+    /* A GPU that stopped answering before the run began (the driver's first
+     * call never returns) is watched as its later waits are (st_device_watch,
+     * below: train.device_timeout_s). */
+    st_watch *open_watch = NULL;
+    if (!dev_cpu && cfg->train.device_timeout_s > 0) {
+        char who[160];
+        snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", s->rank, s->world, st_comm_host(s->comm),
+                 (int)getpid());
+        if (st_watch_start(
+                (double)cfg->train.device_timeout_s, who, "train.device_timeout_s",
+                "a GPU that stopped answering (the kernel log, dmesg, names the driver's Xid errors; "
+                "nvidia-smi would wait the same way)",
+                "nothing was written", &open_watch) != ST_OK)
+            st_clear_error();
+        st_watch_begin(open_watch, "finding and opening the GPU (train.device)");
+    }
+    const st_status sd = setup_device(s);
+    st_watch_stop(open_watch);
+    ST_TRY(sd);
     if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
     if (s->dev) { /* a wait for the GPU that never ends ends the process, saying so */
         char who[160];

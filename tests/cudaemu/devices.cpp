@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static thread_local cudaError_t last_error = cudaSuccess;
 
@@ -33,7 +34,14 @@ static int devices(void) {
 }
 static thread_local int current;
 
+/* ST_CUDAEMU_HANG_OPEN=1: the first question to the driver never returns,
+ * as with a GPU that stopped answering before the run began (the start-up
+ * watch's test, session.c). */
 extern "C" cudaError_t cudaGetDeviceCount(int *n) {
+    const char *hang = getenv("ST_CUDAEMU_HANG_OPEN");
+    if (hang && atoi(hang) == 1)
+        for (;;)
+            sleep(60);
     *n = devices();
     return *n ? cudaSuccess : st_emu_ret(cudaErrorNoDevice);
 }

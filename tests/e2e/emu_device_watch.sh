@@ -7,7 +7,8 @@
 # timeout and a period; a run with checkpoints resumes from its latest with
 # --resume auto and finishes. A run that does not hang is not ended, nor is
 # one whose process is stopped (SIGSTOP) for longer than the timeout while it
-# trains: that time is not the device's.
+# trains: that time is not the device's. A GPU that does not answer when the
+# run opens it ends the process the same way.
 # tests/run.sh passes it the emulator's build folder; given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
@@ -30,6 +31,13 @@ out=$(timeout 120 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_
     --resume auto --json --quiet 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q '"steps":40' <<<"$out" || fail "resumed after the hang: exit $rc: $(tail -n 3 <<<"$out")"
 echo "resumed after the hang: exit 0, 40 steps"
+
+# A GPU that does not answer before the run begins (the emulator's
+# ST_CUDAEMU_HANG_OPEN: the driver's first call never returns).
+out=$(ST_CUDAEMU_HANG_OPEN=1 timeout 60 "$bin" "${tr[@]}" --set train.steps=4 --set train.out_dir="$tmp/open" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "a GPU hung at start-up: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and opening the GPU \(train.device\) has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering" <<<"$out" &&
+    echo "a GPU hung at start-up: exit 1, naming the wait" || fail "a GPU hung at start-up: no message naming it: $out"
 
 # Stopped for 4 s (twice the timeout) while training: not the device's time.
 # (A wider mlp: the emulator runs the kernels inside the host's waits, so a
