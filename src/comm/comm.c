@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/ticker.h"
+
 double st_comm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -538,10 +540,8 @@ void st_comm_abort(st_comm *c, const char *reason) {
     prefix(c, who, sizeof who);
     snprintf(line, sizeof line, "scaletrain: %s: aborting every rank: %s\n", who,
              reason ? reason : "(no reason given)");
-    if (c->size > 1) {
-        fputs(line, stderr);
-        fflush(stderr);
-    }
+    if (c->size > 1)
+        st_ticker_say(line); /* (bounded: standard error on hung storage must not stop the abort) */
     c->ops->abort(c, 1);
     if (!c->failed)
         st_comm_fail(c, NULL, ST_ERR_INTERNAL, "aborted: %s", reason ? reason : "(no reason given)");
