@@ -14,21 +14,13 @@
 #     step 10 removed the stalled write's temporary directory.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
-cc -shared -fPIC -O2 -o "$tmp/slowfs.so" tests/lib/slowfs.c -ldl || { echo "FAIL: cannot build the shim"; exit 1; }
-run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
-     --set optim.schedule=constant --set train.checkpoint_every=5 --set train.checkpoint_every_s=0
-     --set train.checkpoint_timeout_s=1 --set log.progress=off --set train.steps=20)
+source "$(dirname "$0")/../lib/slowfs.sh"
 timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"
 
 for async in false true; do
     o=$tmp/async-$async
-    out=$(LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=/step-10.tmp ST_SLOWFS_MS=1000000000 timeout 120 "$bin" \
+    out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=/step-10.tmp ST_SLOWFS_MS=1000000000 "$bin" \
         "${run[@]}" --set train.checkpoint_async=$async --set train.out_dir="$o" 2>&1); rc=$?
     line=$(grep "has not finished after" <<<"$out")
     [ $rc -eq 1 ] || fail "async $async: a stalled write: exit $rc (want 1): $(tail -n 3 <<<"$out")"

@@ -17,15 +17,8 @@
 #     job): the watch's message cannot be written, the process ends anyway.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
-cc -shared -fPIC -O2 -o "$tmp/slowfs.so" tests/lib/slowfs.c -ldl || { echo "FAIL: cannot build the shim"; exit 1; }
-run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
-     --set optim.schedule=constant --set train.checkpoint_every=5 --set train.checkpoint_every_s=0
-     --set train.checkpoint_timeout_s=1 --set log.progress=off --set log.every=5 --set train.steps=20)
+source "$(dirname "$0")/../lib/slowfs.sh"
+run+=(--set log.every=5)
 timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"
 

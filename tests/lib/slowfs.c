@@ -73,20 +73,24 @@ int fflush(FILE *fp) {
         }                                                                                                    \
     } while (0)
 
+typedef int (*open_fn)(const char *, int, ...);
+
+static int open_slowly(open_fn *real, const char *sym, const char *path, int flags, int mode) {
+    if (!*real) *real = (open_fn)dlsym(RTLD_NEXT, sym);
+    slow_path(path);
+    return (*real)(path, flags, mode);
+}
+
 int open(const char *path, int flags, ...) {
-    static int (*real)(const char *, int, ...);
-    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    static open_fn real;
     int mode = 0;
     MODE(flags, mode);
-    slow_path(path);
-    return real(path, flags, mode);
+    return open_slowly(&real, "open", path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...) {
-    static int (*real)(const char *, int, ...);
-    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open64");
+    static open_fn real;
     int mode = 0;
     MODE(flags, mode);
-    slow_path(path);
-    return real(path, flags, mode);
+    return open_slowly(&real, "open64", path, flags, mode);
 }
