@@ -2,9 +2,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core/ticker.h"
+#include "core/watch.h"
+#include "hw/probe.h"
 
 /* The rank a launcher gave this process when it started several, else NULL. */
 static const char *launched_rank(void) {
@@ -15,6 +18,24 @@ static const char *launched_rank(void) {
         if (n && r && atoi(n) > 1) return r;
     }
     return NULL;
+}
+
+st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
+    st_watch *w = NULL;
+    if (cfg->train.device_timeout_s > 0) {
+        char who[96];
+        snprintf(who, sizeof who, "scaletrain %s (pid %d)", cmd, (int)getpid());
+        if (st_watch_start(
+                (double)cfg->train.device_timeout_s, who, "train.device_timeout_s",
+                "a GPU that stopped answering (the kernel log, dmesg, names the driver's Xid errors; "
+                "nvidia-smi would wait the same way)",
+                "nothing was written", &w) != ST_OK)
+            st_clear_error();
+        st_watch_begin(w, "probing the GPUs (the CUDA driver, NVML)");
+    }
+    const st_status s = st_hw_probe(h);
+    st_watch_stop(w);
+    return s;
 }
 
 /* In one write, given up after a few seconds (st_ticker_say): standard

@@ -122,7 +122,7 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
         s = st_fail(ST_ERR_NOMEM, "out of memory planning the bench runs");
         goto fail;
     }
-    ST_GOTO(st_hw_probe(h));
+    ST_GOTO(st_cli_probe("bench", cfg, h));
     openblas_set_num_threads(1);
     double gf = 0;
     ST_GOTO(st_device_calibrate_cpu(&gf));

@@ -589,7 +589,7 @@ int st_cmd_check(int argc, char **argv) {
     printf("scaletrain check: is this machine ready to train%s%s?\n", cfg.path[0] ? " " : "", cfg.path);
     fflush(stdout);
     st_hw_info hw;
-    const bool probed = st_hw_probe(&hw) == ST_OK;
+    const bool probed = st_cli_probe("check", &cfg, &hw) == ST_OK;
     check_cpu(&r, &hw, probed);
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",

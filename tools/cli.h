@@ -36,6 +36,12 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
 char *st_cli_read_file(const char *path);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
+/* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:
+ * a GPU that stopped answering holds the driver's first calls (cuInit,
+ * NVML) for good, as nvidia-smi then hangs; the command `cmd` ends saying
+ * so instead. (tools/args.c) */
+typedef struct st_hw_info st_hw_info;
+st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h);
 /* Print "scaletrain: error: <last error>" and return ST_EXIT_FAIL. */
 int st_cli_error(st_status s);
 

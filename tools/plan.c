@@ -182,7 +182,7 @@ int st_cmd_plan(int argc, char **argv) {
     cJSON *out = NULL;
     st_status s;
     if (!h) return ST_EXIT_FAIL;
-    ST_GOTO(st_hw_probe(h));
+    ST_GOTO(st_cli_probe("plan", &cfg, h));
     if (probe && !json) {
         st_hw_print(h, stdout);
         fputc('\n', stdout);
