@@ -117,6 +117,10 @@ int main(void) {
     st_watch *w = (st_watch *)1;
     CHECK_FAILS(st_watch_start(0, "who", "k", "", "", &w), ST_ERR_ARG, "limit");
     CHECK(w == NULL, "a watch that did not start is NULL");
+    CHECK(st_watch_one(0, "who", "k", "", "", "a wait") == NULL, "a one-wait watch with no limit is NULL");
+    st_watch *one = st_watch_one(20, "who", "k", "", "", "a wait that ends");
+    CHECK(one != NULL, "a one-wait watch did not start");
+    st_watch_stop(one);              /* (its wait ended well within the limit) */
     st_watch_begin(NULL, "nothing"); /* no watch: nothing, as documented */
     st_watch_begin_limit(NULL, "nothing", 1);
     st_watch_end(NULL);

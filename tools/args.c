@@ -21,18 +21,11 @@ static const char *launched_rank(void) {
 }
 
 st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
-    st_watch *w = NULL;
-    if (cfg->train.device_timeout_s > 0) {
-        char who[96];
-        snprintf(who, sizeof who, "scaletrain %s (pid %d)", cmd, (int)getpid());
-        if (st_watch_start(
-                (double)cfg->train.device_timeout_s, who, "train.device_timeout_s",
-                "a GPU that stopped answering (the kernel log, dmesg, names the driver's Xid errors; "
-                "nvidia-smi would wait the same way)",
-                "nothing was written", &w) != ST_OK)
-            st_clear_error();
-        st_watch_begin(w, "probing the GPUs (the CUDA driver, NVML)");
-    }
+    char who[96];
+    snprintf(who, sizeof who, "scaletrain %s (pid %d)", cmd, (int)getpid());
+    st_watch *w =
+        st_watch_one((double)cfg->train.device_timeout_s, who, "train.device_timeout_s", ST_WATCH_GPU,
+                     "nothing was written", "probing the GPUs (the CUDA driver, NVML)");
     const st_status s = st_hw_probe(h);
     st_watch_stop(w);
     return s;

@@ -90,6 +90,15 @@ void st_watch_end(st_watch *w) {
     pthread_mutex_unlock(&w->m);
 }
 
+st_watch *st_watch_one(double limit_s, const char *who, const char *knob, const char *cause,
+                       const char *after, const char *what) {
+    st_watch *w = NULL;
+    if (!(limit_s > 0)) return NULL;
+    if (st_watch_start(limit_s, who, knob, cause, after, &w) != ST_OK) st_clear_error();
+    st_watch_begin(w, what);
+    return w;
+}
+
 void st_watch_stop(st_watch *w) {
     if (!w) return;
     st_ticker_stop(w->tk);

@@ -22,8 +22,11 @@
 
 typedef struct st_watch st_watch;
 
-/* The cause a storage wait's line gives. */
+/* The cause a storage wait's line gives; a wait for a GPU's driver. */
 #define ST_WATCH_STORAGE "the storage stopped answering (a hung network file system?)"
+#define ST_WATCH_GPU                                                                                         \
+    "a GPU that stopped answering (the kernel log, dmesg, names the driver's Xid errors; nvidia-smi would "  \
+    "wait the same way)"
 
 /* A watch with this limit (> 0). who: the line's start ("rank 0 of 2 (host
  * h, pid p)"); knob: the setting, named in the line; cause: what likely
@@ -40,6 +43,12 @@ void st_watch_begin_at(st_watch *w, const char *what, double t0);
  * stays the watch's: set by its smallest limit). */
 void st_watch_begin_limit(st_watch *w, const char *what, double limit_s);
 void st_watch_end(st_watch *w);
+/* A watch for one wait, begun at once (as st_watch_start, then
+ * st_watch_begin(what)); stopped with st_watch_stop when the wait ends.
+ * NULL, the error cleared, when limit_s <= 0 or it cannot start: the wait
+ * goes on unwatched. */
+st_watch *st_watch_one(double limit_s, const char *who, const char *knob, const char *cause,
+                       const char *after, const char *what);
 /* Stop and join the ticker; NULL is fine. */
 void st_watch_stop(st_watch *w);
 
