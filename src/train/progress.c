@@ -39,6 +39,7 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
     st_format_duration(st_progress_eta(el, step - p->start, p->total - step), left, sizeof left);
     const int pct = p->total > 0 ? (int)(100.0 * (double)step / (double)p->total) : 100;
     const char *sep = p->gpu[0] ? " | " : "";
+    st_watch_begin(p->watch, "writing to standard output"); /* (the flush below; a fill of the buffer) */
     if (p->bar) {
         enum { WIDTH = 24 };
         const int fill = p->total > 0 ? (int)((double)WIDTH * (double)step / (double)p->total) : WIDTH;
@@ -47,11 +48,9 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
             bar[i] = i < fill ? '#' : '.';
         bar[WIDTH] = '\0';
         /* \033[K clears what a longer previous line left */
-        st_watch_begin(p->watch, "writing to standard output");
         fprintf(p->out, "\r[%s] %lld/%lld %3d%% | loss %.4f | lr %.2e | %.0f %s%s%s | %s<%s\033[K", bar,
                 (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     } else {
-        st_watch_begin(p->watch, "writing to standard output");
         fprintf(p->out, "step %lld/%lld (%d%%) | loss %.4f | lr %.2e | %.0f %s%s%s | elapsed %s | eta %s\n",
                 (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     }

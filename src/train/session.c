@@ -430,20 +430,19 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     /* A GPU that stopped answering before the run began (the driver's first
      * call never returns) is watched as its later waits are (st_device_watch,
      * below: train.device_timeout_s). */
-    char who[160]; /* (every watch's line starts with it) */
-    snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", s->rank, s->world, st_comm_host(s->comm),
-             (int)getpid());
+    snprintf(s->who, sizeof s->who, "rank %d of %d (host %s, pid %d)", s->rank, s->world,
+             st_comm_host(s->comm), (int)getpid());
     st_watch *open_watch =
         dev_cpu
             ? NULL
-            : st_watch_one((double)cfg->train.device_timeout_s, who, "train.device_timeout_s", ST_WATCH_GPU,
-                           "nothing was written", "finding and opening the GPU (train.device)");
+            : st_watch_one((double)cfg->train.device_timeout_s, s->who, "train.device_timeout_s",
+                           ST_WATCH_GPU, "nothing was written", "finding and opening the GPU (train.device)");
     const st_status sd = setup_device(s);
     st_watch_stop(open_watch);
     ST_TRY(sd);
     if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
     if (s->dev) /* a wait for the GPU that never ends ends the process, saying so */
-        ST_TRY(st_device_watch(s->dev, (double)cfg->train.device_timeout_s, who));
+        ST_TRY(st_device_watch(s->dev, (double)cfg->train.device_timeout_s, s->who));
     if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0)
         return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
                                       "dist.comm: auto");
@@ -462,7 +461,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     if (s->has_val)
         ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
     if (cfg->data.timeout_s > 0) { /* the reads in this thread (a loader's own have its timed wait) */
-        ST_TRY(st_watch_start(cfg->data.timeout_s, who, "data.timeout_s", ST_WATCH_STORAGE,
+        ST_TRY(st_watch_start(cfg->data.timeout_s, s->who, "data.timeout_s", ST_WATCH_STORAGE,
                               "--resume auto continues from the latest checkpoint", &s->read_watch));
     }
     return ST_OK;

@@ -35,6 +35,7 @@ typedef struct st_session {
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
     st_watch *read_watch; /* data.timeout_s over the reads in this thread (evaluations, 0 loader workers) */
     st_watch *store_watch; /* train.checkpoint_timeout_s over this thread's other storage (train.c) */
+    char who[160];         /* "rank 0 of 2 (host h, pid p)": how every watch's line names this rank */
 } st_session;
 
 /* What one rank's evaluation adds up (st_session_evaluate combines the ranks'). */

@@ -263,11 +263,8 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
  * checkpoints before a run, --init's and --resume's reads, each metrics
  * line, the final weights. Unwatched when the watch cannot start. */
 static void start_store_watch(st_session *ses, const char *after) {
-    char who[192];
-    snprintf(who, sizeof who, "rank %d of %d (host %s, pid %d)", ses->rank, ses->world,
-             st_comm_host(ses->comm), (int)getpid());
-    if (st_watch_start(st_ckpt_wait_limit(ses->cfg, ses->model, NULL, 0), who, "train.checkpoint_timeout_s",
-                       ST_WATCH_STORAGE, after, &ses->store_watch) != ST_OK) {
+    if (st_watch_start(st_ckpt_wait_limit(ses->cfg, ses->model, NULL, 0), ses->who,
+                       "train.checkpoint_timeout_s", ST_WATCH_STORAGE, after, &ses->store_watch) != ST_OK) {
         st_clear_error();
         ses->store_watch = NULL;
     }
