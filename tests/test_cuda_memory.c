@@ -1,6 +1,9 @@
 /* The memory model against what a training run on a CUDA device allocates:
  * mlp, cnn and gpt (head sizes on the flash path and off it; a large
- * vocabulary with its output layer plain and fused), in fp32 and bf16, each
+ * vocabulary with its output layer plain and fused; an mlp and a cnn whose
+ * evaluation batch is 16 times the training one, so that the evaluation's
+ * graph and its 16-bit operand copies would show if the model sized them
+ * for the training batch), in fp32 and bf16, each
  * within 10%; and what the fused output layer saves, measured against
  * predicted, within 10%.
  *
@@ -108,6 +111,33 @@ int main(void) {
                              prec};
         check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9, NULL);
         check_run(k ? "cnn bf16" : "cnn fp32", cnn, 10, NULL);
+        {
+            const char *cnn_e[] = {"model.type=cnn",
+                                   img,
+                                   lab,
+                                   vimg,
+                                   vlab,
+                                   out,
+                                   "train.batch_size=16",
+                                   "train.steps=1",
+                                   "train.eval_steps=1",
+                                   "train.eval_batch_size=256",
+                                   prec};
+            check_run(k ? "cnn bf16, eval 256" : "cnn fp32, eval 256", cnn_e, 11, NULL);
+            const char *mlp_e[] = {"model.type=mlp",
+                                   "model.hidden=[64]",
+                                   img,
+                                   lab,
+                                   vimg,
+                                   vlab,
+                                   out,
+                                   "train.batch_size=16",
+                                   "train.steps=1",
+                                   "train.eval_steps=1",
+                                   "train.eval_batch_size=256",
+                                   prec};
+            check_run(k ? "mlp bf16, eval 256" : "mlp fp32, eval 256", mlp_e, 12, NULL);
+        }
         check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12, NULL);
         /* head size 48: attention's materialised path (P saved, and in bf16
          * the 16-bit copies of its products' float operands) */
