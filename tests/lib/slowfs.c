@@ -1,6 +1,7 @@
 /* A slow filesystem for tests, loaded with LD_PRELOAD: fsync, fdatasync,
  * fflush and write of a file whose path contains $ST_SLOWFS_MATCH, and open
- * of such a path, return $ST_SLOWFS_MS milliseconds late, as on a loaded
+ * of such a path, return $ST_SLOWFS_MS milliseconds late (fflush only when
+ * the stream has bytes to write), as on a loaded
  * network filesystem; every other call is the C library's. (The C
  * library's own calls inside fopen, fwrite or fclose are not seen: only the
  * program's.)
@@ -11,6 +12,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,7 +60,7 @@ ssize_t write(int fd, const void *buf, size_t n) {
 int fflush(FILE *fp) {
     static int (*real)(FILE *);
     if (!real) real = (int (*)(FILE *))dlsym(RTLD_NEXT, "fflush");
-    if (fp) slow(fileno(fp));
+    if (fp && __fpending(fp) > 0) slow(fileno(fp)); /* (with nothing buffered a real one writes nothing) */
     return real(fp);
 }
 
