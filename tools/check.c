@@ -514,12 +514,9 @@ static void check_disk(report *r, const st_config *cfg) {
     st_ckpt_bytes(in.model->params.count + in.model->params.buffer_count, c.optim.type, &ckpt, &weights);
     st_runspec_close(&in);
     const int64_t free_bytes = st_path_free_bytes(c.train.out_dir);
-    char *warn = NULL;
-    size_t len = 0;
-    FILE *log = open_memstream(&warn, &len);
-    const st_status s =
-        st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints, free_bytes, log);
-    if (log) fclose(log);
+    char warn[1024];
+    const st_status s = st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints,
+                                            free_bytes, warn, sizeof warn);
     const double mib = 1 << 20;
     if (s != ST_OK) { /* the run's message, less what only a starting run can say */
         char msg[1024];
@@ -527,7 +524,7 @@ static void check_disk(report *r, const st_config *cfg) {
         char *tail = strstr(msg, " (nothing was written)");
         if (tail) *tail = '\0';
         line(r, "FAIL", "disk", "%s", msg);
-    } else if (warn && warn[0]) {
+    } else if (warn[0]) {
         warn[strcspn(warn, "\n")] = '\0';
         line(r, "warn", "disk", "%s", strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);
     } else if (free_bytes >= 0)
@@ -539,7 +536,6 @@ static void check_disk(report *r, const st_config *cfg) {
         line(r, "skip", "disk", "the filesystem of train.out_dir %s does not say how much is free",
              c.train.out_dir);
     st_clear_error();
-    free(warn);
 }
 
 /* What this build can use and what the probe found. */

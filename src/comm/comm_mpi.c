@@ -28,6 +28,7 @@ st_status st_comm_mpi_init(st_comm *c) {
 #include <stdio.h>
 
 #include "core/half.h"
+#include "core/ticker.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -418,10 +419,9 @@ st_status st_comm_mpi_init(st_comm *c) {
         snprintf(c->host, sizeof c->host, "%s", proc);
     ST_TRY(check_srun(c));
     if (provided < ST_COMM_MPI_THREAD && c->cfg.timeout_s > 0 && c->rank == 0)
-        fprintf(stderr,
-                "scaletrain: warning: MPI gives thread level %d, not %d: the watchdog's MPI_Abort "
-                "from its own thread is not covered by the standard\n",
-                provided, ST_COMM_MPI_THREAD);
+        st_ticker_sayf("scaletrain: warning: MPI gives thread level %d, not %d: the watchdog's MPI_Abort "
+                       "from its own thread is not covered by the standard\n",
+                       provided, ST_COMM_MPI_THREAD);
 
     if (c->cfg.timeout_s > 0) ST_TRY(st_watchdog_start(c, c->cfg.timeout_s, &c->watchdog));
     st_comm_req watch;

@@ -63,6 +63,7 @@
  * Not here: other types or reductions, several nodes (MPI does those). */
 #ifndef ST_NO_MPI
 #include "comm/comm_mpi.h"
+#include "core/ticker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -469,9 +470,8 @@ st_status st_mpi_shm_open(st_comm *c) {
     void *base = map_segment(c, m->node, bytes, why, sizeof why);
     if (!base) {
         if (c->rank == 0)
-            fprintf(stderr,
-                    "scaletrain: warning: no shared-memory all-reduce (%s); all-reduces go through MPI\n",
-                    why);
+            st_ticker_sayf(
+                "scaletrain: warning: no shared-memory all-reduce (%s); all-reduces go through MPI\n", why);
         return ST_OK;
     }
     st_status s = shm_attach(base, c->rank, c->size, (size_t)w[0], piece_bytes, &m->shm);
@@ -500,10 +500,10 @@ st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
     if (all[0] == 0 && ~all[1] == 0) return ST_OK; /* no gradients anywhere */
     if (all[0] != ~all[1]) { /* min != max */
         if (c->rank == 0)
-            fprintf(stderr,
-                    "scaletrain: warning: no zero-copy gradient all-reduce (the ranks' gradient arenas "
-                    "differ in size: %llu to %llu bytes); gradients are copied through the shared segment\n",
-                    (unsigned long long)all[0], (unsigned long long)~all[1]);
+            st_ticker_sayf(
+                "scaletrain: warning: no zero-copy gradient all-reduce (the ranks' gradient arenas "
+                "differ in size: %llu to %llu bytes); gradients are copied through the shared segment\n",
+                (unsigned long long)all[0], (unsigned long long)~all[1]);
         return ST_OK;
     }
     const size_t region = (nbytes + 4095) / 4096 * 4096, bytes = region * (size_t)c->size;
@@ -511,10 +511,9 @@ st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
     void *base = map_segment(c, m->node, bytes, why, sizeof why);
     if (!base) {
         if (c->rank == 0)
-            fprintf(stderr,
-                    "scaletrain: warning: no zero-copy gradient all-reduce (%s); gradients are copied "
-                    "through the shared segment\n",
-                    why);
+            st_ticker_sayf("scaletrain: warning: no zero-copy gradient all-reduce (%s); gradients are copied "
+                           "through the shared segment\n",
+                           why);
         return ST_OK;
     }
     s->arena = base;

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -80,6 +82,16 @@ void st_ticker_say_within(const char *msg, double limit_s) {
 }
 
 void st_ticker_say(const char *msg) { st_ticker_say_within(msg, 5.0); }
+
+void st_ticker_sayf(const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof buf) memcpy(buf + sizeof buf - 5, "...\n", 5); /* (cut: still one line) */
+    if (n > 0) st_ticker_say(buf);
+}
 
 static void *run(void *arg) {
     st_ticker *t = arg;

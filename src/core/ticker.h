@@ -40,5 +40,10 @@ double st_ticker_paused_since(const st_ticker *t, double since);
 void st_ticker_say(const char *msg);
 /* The same within limit_s seconds. */
 void st_ticker_say_within(const char *msg, double limit_s);
+/* A warning or note of a run (printf's format; the caller ends it with a
+ * newline), said as st_ticker_say says its message: standard error on
+ * storage that stopped answering holds the run 5 s at most, where a plain
+ * fprintf would hold it for good. */
+void st_ticker_sayf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

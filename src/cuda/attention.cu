@@ -249,7 +249,7 @@ static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
     int64_t ws = 0;
     const st_status s = st_cudnn_sdpa_plan(g->dev->cudnn, &sh, !g->forward_only, &ws);
     if (s == ST_ERR_UNSUPPORTED) { /* once per shape; the pass cuDNN took (if one) is built */
-        fprintf(stderr, "scaletrain: warning: %s; scaletrain's flash kernels run it\n", st_last_error());
+        st_ticker_sayf("scaletrain: warning: %s; scaletrain's flash kernels run it\n", st_last_error());
         st_clear_error();
     } else {
         ST_TRY(s);

@@ -927,7 +927,8 @@ void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, 
 }
 
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
-                              int64_t free_bytes, FILE *log) {
+                              int64_t free_bytes, char *warn, size_t warn_cap) {
+    if (warn_cap) warn[0] = '\0';
     if (free_bytes < 0) free_bytes = st_path_free_bytes(out_dir);
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
     if (free_bytes < ckpt_bytes + model_bytes)
@@ -937,7 +938,7 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
             "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
             "space there or choose another train.out_dir (nothing was written)",
             out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
-    if (keep <= 0 || !log) return ST_OK; /* keeping all: how many depends on how long it runs */
+    if (keep <= 0 || !warn_cap) return ST_OK; /* keeping all: how many depends on how long it runs */
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     int64_t *steps = NULL;
@@ -949,13 +950,13 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
     free(steps);
     const int64_t more = keep + 1 - have > 1 ? keep + 1 - have : 1;
     if (free_bytes < more * ckpt_bytes + model_bytes)
-        fprintf(log,
-                "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but the %lld "
-                "checkpoints of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
-                "there now) and its final weights (%.1f MiB) need %.1f MiB: the run will stop with an "
-                "error when the disk is full (lower train.keep_checkpoints, or free space there)\n",
-                out_dir, mib(free_bytes), (long long)keep, mib(ckpt_bytes), (long long)keep + 1, have,
-                mib(model_bytes), mib(more * ckpt_bytes + model_bytes));
+        snprintf(warn, warn_cap,
+                 "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but the %lld "
+                 "checkpoints of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
+                 "there now) and its final weights (%.1f MiB) need %.1f MiB: the run will stop with an "
+                 "error when the disk is full (lower train.keep_checkpoints, or free space there)\n",
+                 out_dir, mib(free_bytes), (long long)keep, mib(ckpt_bytes), (long long)keep + 1, have,
+                 mib(model_bytes), mib(more * ckpt_bytes + model_bytes));
     return ST_OK;
 }
 

@@ -149,11 +149,12 @@ void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, 
  * the final weights file, keep: train.keep_checkpoints (0 = all),
  * free_bytes: the space free there (< 0: asked of the filesystem of out_dir,
  * or of its nearest existing parent). An error, before anything is written,
- * when the first checkpoint and the final weights do not fit; a warning on
- * log (when not NULL) when the checkpoints kept (keep + 1 at once while a
- * save commits, less those already in out_dir/ckpt) will not. */
+ * when the first checkpoint and the final weights do not fit; a warning
+ * (one line, "scaletrain: warning: ...\n") in warn when the checkpoints
+ * kept (keep + 1 at once while a save commits, less those already in
+ * out_dir/ckpt) will not: warn[0] is '\0' when there is none. */
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
-                              int64_t free_bytes, FILE *log);
+                              int64_t free_bytes, char *warn, size_t warn_cap);
 
 /* Verify dir, then restore the weights and buffers of m, the state of o
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */

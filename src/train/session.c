@@ -1,6 +1,7 @@
 /* Run set-up shared by training and evaluation: threads, data, the values
  * left `auto`, the model, and evaluation. */
 #include "session.h"
+#include "core/ticker.h"
 
 #include <math.h>
 #include <omp.h>
@@ -97,10 +98,9 @@ static st_status setup_device(st_session *s) {
         }
         ST_TRY(o);
         if (s->world == 1 && want < 0 && n > 1) /* (cuda:N chose its one GPU) */
-            fprintf(stderr,
-                    "scaletrain: note: this run trains on %s alone, one of this node's %d GPUs; "
-                    "`scaletrain launch -n %d train ...` trains on all of them (a rank each)\n",
-                    st_device_name(s->dev), n, n);
+            st_ticker_sayf("scaletrain: note: this run trains on %s alone, one of this node's %d GPUs; "
+                           "`scaletrain launch -n %d train ...` trains on all of them (a rank each)\n",
+                           st_device_name(s->dev), n, n);
         if (auto_) {
             snprintf(c->train.device, sizeof c->train.device, "cuda");
             snprintf(note, sizeof note, "%s", st_device_name(s->dev));
@@ -249,7 +249,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
-        fprintf(stderr, "scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
+        st_ticker_sayf("scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
     free(p);
     return st;
 }

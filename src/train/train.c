@@ -28,6 +28,7 @@
 #include "core/half.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/ticker.h"
 #include "core/watch.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -227,15 +228,13 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
             st_clear_error();
             s = st_ckpt_set_aside(out, dir, sizeof dir);
             if (s == ST_OK && good)
-                fprintf(
-                    stderr,
+                st_ticker_sayf(
                     "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at "
                     "step %lld): its checkpoints are now in %s (replacing any there before); this run "
                     "starts from step 0 and replaces its model.safetensors and metrics\n",
                     out, (long long)st.step, dir);
             else if (s == ST_OK)
-                fprintf(
-                    stderr,
+                st_ticker_sayf(
                     "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are now "
                     "in %s\n",
                     out, n, dir);
@@ -246,7 +245,9 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;
         st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
-        s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, stderr);
+        char warn[1024];
+        s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, warn, sizeof warn);
+        if (warn[0]) st_ticker_say(warn);
     }
     st_watch_end(ses->store_watch);
     if (ses->world == 1) return s;
@@ -333,8 +334,7 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
      * gradients that zero1 holds. */
     const int64_t staged = 4 * (S + dd->ddp.stage_count), whole = 4 * p->arena_count;
     if (dd->ddp.stage && staged > whole && ses->rank == 0)
-        fprintf(
-            stderr,
+        st_ticker_sayf(
             "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f "
             "MiB "
             "of staging for the buckets live at once), more than the %.1f MiB of the whole gradients that "
@@ -670,8 +670,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
                 r->activation_mib, (long long)mb, c->train.activation_checkpointing);
     if (ses->rank == 0 && mg.g.selective && mg.g.n_remat == 0)
-        fprintf(
-            stderr,
+        st_ticker_sayf(
             "scaletrain: warning: train.activation_checkpointing: selective recomputes nothing in this %s "
             "(it keeps no output of a norm, GELU or ReLU for backward that it could recompute); blocks is "
             "the setting that saves memory here\n",
@@ -784,10 +783,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t *tsteps = c->log.trace_steps.v; /* 1-based; this run does start + 1 .. steps */
     const bool in_run = start < tsteps[1] && tsteps[0] <= steps;
     if (c->log.trace && !in_run && ses->rank == 0)
-        fprintf(stderr,
-                "scaletrain: warning: log.trace_steps [%lld, %lld]: this run does steps %lld to %lld, so "
-                "nothing will be traced (choose --profile FIRST-LAST within them)\n",
-                (long long)tsteps[0], (long long)tsteps[1], (long long)start + 1, (long long)steps);
+        st_ticker_sayf(
+            "scaletrain: warning: log.trace_steps [%lld, %lld]: this run does steps %lld to %lld, so "
+            "nothing will be traced (choose --profile FIRST-LAST within them)\n",
+            (long long)tsteps[0], (long long)tsteps[1], (long long)start + 1, (long long)steps);
     if (c->log.trace && in_run) { /* the profiler trace (trace.h) */
         if (dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "trace clock"));
         ST_GOTO(st_trace_init(&tr, tsteps[0], tsteps[1], ses->rank));

@@ -14,7 +14,10 @@
 #  4. --init's read of the weights;
 #  5. standard output (a progress line's flush);
 #  6. standard output and error on the stalled storage (one output file of a
-#     job): the watch's message cannot be written, the process ends anyway.
+#     job): the watch's message cannot be written, the process ends anyway;
+#  7. standard error that takes no more bytes, and the run warns (a profile
+#     of steps it does not run): the warning is given up after 5 s and the
+#     run trains to its end, where the write would have held it for good.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 source "$(dirname "$0")/../lib/slowfs.sh"
@@ -76,4 +79,27 @@ timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/both.log" ST_SLO
     "${run[@]}" --set train.out_dir="$o" >"$o/both.log" 2>&1; rc=$?
 [ $rc -eq 1 ] && echo "standard output and error stalled: exit 1 after $((SECONDS - t0)) s, the message given up" ||
     fail "standard output and error stalled: exit $rc (want 1, not the 124 of a hang)"
+
+# 7. Standard error that takes no more bytes (a pipe nobody reads, filled:
+# a real write that blocks, as the C library's own writes to a hung file
+# do, which the shim does not see), and a warning to print.
+o=$tmp/stderr
+mkdir -p "$o"
+mkfifo "$o/err.fifo"
+exec 3<>"$o/err.fifo"
+python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)
+try:
+    while True: os.write(fd, b"x" * 4096)
+except BlockingIOError:
+    pass' "$o/err.fifo" || fail "cannot fill the pipe"
+t0=$SECONDS
+timeout 60 "$bin" "${run[@]}" --set train.out_dir="$o" --profile 100-101 --json >"$o/stdout.log" 2>"$o/err.fifo"; rc=$?
+exec 3<&-
+if [ $rc -eq 0 ] && grep -q '"steps":20' "$o/stdout.log"; then
+    echo "standard error blocked, a warning to print: the run trained its 20 steps in $((SECONDS - t0)) s"
+else
+    fail "standard error blocked, a warning to print: exit $rc (want 0; 124: the warning held the run): $(tail -n 2 "$o/stdout.log")"
+fi
 e2e_finish "a read or write of train.out_dir or weights that never returns ends the run after train.checkpoint_timeout_s, naming it"
