@@ -296,6 +296,20 @@ static void test_table(void) {
                (long long)p[i].micro, (long long)p[i].accum, (double)p[i].mem.total / GIB,
                1e3 * p[i].time.step_s, p[i].tokens_per_s, p[i].scaling);
     }
+    /* a batch the hardware cannot split: the row says what to set */
+    c.train.batch_size = 16;
+    c.train.micro_batch_size = 16;
+    st_plan w = plan_for(&in, "8xH100");
+    CHECK(strstr(w.warning,
+                 "train.micro_batch_size 16 does not divide the 2 samples per rank (set it to auto or a "
+                 "divisor of 2, or train.batch_size to a multiple of 128)"),
+          "micro 16 on 8 ranks: %s", w.warning);
+    w = plan_for(&in, "3xH100");
+    CHECK(strstr(w.warning,
+                 "train.batch_size 16 is not a multiple of 3 ranks (choose a multiple of 3, e.g. 18)"),
+          "batch 16 on 3 ranks: %s", w.warning);
+    c.train.batch_size = 512;
+    c.train.micro_batch_size = ST_AUTO;
     CHECK(p[3].tokens_per_s > p[0].tokens_per_s * 2, "8xH100 %g vs 4xL40S %g tokens/s", p[3].tokens_per_s,
           p[0].tokens_per_s);
     CHECK(p[2].micro >= p[1].micro, "80 GB holds at least the 40 GB micro-batch");

@@ -233,8 +233,10 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     p->checkpointing = st_ckpt_level(c->train.activation_checkpointing);
     const int64_t B = c->train.batch_size, n = p->ranks;
     if (B % n != 0) {
-        snprintf(p->warning, sizeof p->warning, "train.batch_size %lld is not a multiple of %lld ranks",
-                 (long long)B, (long long)n);
+        snprintf(
+            p->warning, sizeof p->warning,
+            "train.batch_size %lld is not a multiple of %lld ranks (choose a multiple of %lld, e.g. %lld)",
+            (long long)B, (long long)n, (long long)n, (long long)((B + n - 1) / n * n));
         return ST_OK;
     }
     choose_precision(c, &hw->dev, p);
@@ -247,8 +249,10 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
         p->micro = c->train.micro_batch_size;
         if (per_rank % p->micro != 0) {
             snprintf(p->warning, sizeof p->warning,
-                     "train.micro_batch_size %lld does not divide the %lld samples per rank", (long long)p->micro,
-                     (long long)per_rank);
+                     "train.micro_batch_size %lld does not divide the %lld samples per rank (set it to auto "
+                     "or a divisor of %lld, or train.batch_size to a multiple of %lld)",
+                     (long long)p->micro, (long long)per_rank, (long long)per_rank,
+                     (long long)(p->micro * n));
             return ST_OK;
         }
         if (auto_checkpointing(in)) ST_TRY(decide_checkpointing(in, p));
