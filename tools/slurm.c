@@ -185,6 +185,13 @@ int st_cmd_slurm(int argc, char **argv) {
         name = job;
     }
     const long per_node = gpus > 0 ? gpus : tasks > 0 ? tasks : 1;
+    { /* a batch the job's ranks cannot split would fail once the job starts, after its wait in the queue */
+        const st_status v = st_config_validate_world(&cfg, (int)(nodes * per_node));
+        if (v != ST_OK) {
+            free(rest);
+            return st_cli_error(v);
+        }
+    }
 
     printf("#!/bin/bash\n"
            "# A scaletrain job for SLURM, written by `scaletrain slurm` (docs/commands.md).\n"

@@ -150,6 +150,12 @@ st_status st_config_validate(const st_config *c);
  * Fashion-MNIST default): for the commands that read the data. */
 st_status st_config_validate_data(const st_config *c);
 
+/* Can train.batch_size be split over `world` ranks: a multiple of world
+ * and, where train.micro_batch_size is given (not auto), of
+ * micro_batch_size x world. The error says what to set. (A run checks it
+ * at start; `scaletrain slurm` before the job queues.) */
+st_status st_config_validate_world(const st_config *c, int world);
+
 /* "model.n_embd (250, run.yaml:4)": the key, its value and where the value
  * came from, for error messages (which start with "<c->path>: " when a file
  * was read). Returns buf. */

@@ -396,6 +396,34 @@ const char *st_config_describe(const st_config *c, const char *key, char *buf, s
     return buf;
 }
 
+st_status st_config_validate_world(const st_config *c, int world) {
+    char where[ST_CFG_STR + 8] = "", b1[512], b2[512];
+    if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
+    const int64_t batch = c->train.batch_size, micro = c->train.micro_batch_size, lo = batch / world * world;
+    if (batch % world != 0) {
+        char eg[64];
+        if (lo > 0)
+            snprintf(eg, sizeof eg, "%lld or %lld", (long long)lo, (long long)(lo + world));
+        else
+            snprintf(eg, sizeof eg, "%d", world);
+        return st_fail(
+            ST_ERR_CONFIG,
+            "%s%s cannot be split over %d ranks (the global batch is micro_batch_size x accumulation "
+            "steps x ranks); set train.batch_size to a multiple of %d (e.g. %s), or start a number of "
+            "ranks that divides it",
+            where, st_config_describe(c, "train.batch_size", b1, sizeof b1), world, world, eg);
+    }
+    if (micro != ST_AUTO && batch % (micro * world) != 0)
+        return st_fail(
+            ST_ERR_CONFIG,
+            "%s%s is not a multiple of %s x %d rank(s); set train.batch_size to a multiple of %lld, "
+            "or a micro-batch size that divides the %lld samples per rank (or auto)",
+            where, st_config_describe(c, "train.batch_size", b1, sizeof b1),
+            st_config_describe(c, "train.micro_batch_size", b2, sizeof b2), world, (long long)(micro * world),
+            (long long)(batch / world));
+    return ST_OK;
+}
+
 #define FAIL_IF(cond, fmt, ...)                                                                              \
     do {                                                                                                     \
         if (cond) return st_fail(ST_ERR_CONFIG, "%s" fmt, where, __VA_ARGS__);                               \

@@ -294,19 +294,12 @@ static st_status plan(st_session *s, st_model_input *in) {
     /* These two follow from settings every rank has agreed on (and, for the
      * micro-batch, one given, not chosen from this node's memory): every rank
      * fails the same way and returns, with no MPI_Abort (train.c). */
-    char where[ST_CFG_STR + 8] = "", b1[512], b2[512];
+    char where[ST_CFG_STR + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
-    const int64_t batch = c->train.batch_size, lo = batch / s->world * s->world;
-    if (batch % s->world != 0 && !s->eval_only) { /* (an evaluation alone does not split it) */
-        char eg[64];
-        if (lo > 0) snprintf(eg, sizeof eg, "%lld or %lld", (long long)lo, (long long)(lo + s->world));
-        else snprintf(eg, sizeof eg, "%d", s->world);
-        s->agreed_error = true;
-        return st_fail(ST_ERR_CONFIG,
-                       "%s%s cannot be split over %d ranks (the global batch is micro_batch_size x accumulation "
-                       "steps x ranks); set train.batch_size to a multiple of %d (e.g. %s), or start a number of "
-                       "ranks that divides it",
-                       where, st_config_describe(c, "train.batch_size", b1, sizeof b1), s->world, s->world, eg);
+    if (!s->eval_only) { /* (an evaluation alone does not split the batch) */
+        const st_status v = st_config_validate_world(c, s->world);
+        s->agreed_error = v != ST_OK;
+        ST_TRY(v);
     }
     if (s->dev && strcmp(c->precision, "auto") == 0) { /* before the planner, which plans for the CPU */
         snprintf(c->precision, sizeof c->precision, "bf16");
@@ -333,14 +326,10 @@ static st_status plan(st_session *s, st_model_input *in) {
     }
 #endif
     ST_TRY(autoconfigure(s, in));
-    if (c->train.batch_size % (c->train.micro_batch_size * s->world) != 0 && !s->eval_only) {
-        s->agreed_error = st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
-        return st_fail(ST_ERR_CONFIG,
-                       "%s%s is not a multiple of %s x %d rank(s); set train.batch_size to a multiple of %lld, "
-                       "or a micro-batch size that divides the %lld samples per rank",
-                       where, st_config_describe(c, "train.batch_size", b1, sizeof b1),
-                       st_config_describe(c, "train.micro_batch_size", b2, sizeof b2), s->world,
-                       (long long)(c->train.micro_batch_size * s->world), (long long)(batch / s->world));
+    if (!s->eval_only) { /* the micro-batch the planner chose divides the batch: a check */
+        const st_status v = st_config_validate_world(c, s->world);
+        s->agreed_error = v != ST_OK && st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
+        ST_TRY(v);
     }
     /* (once: a second session over the same cfg finds lr already scaled) */
     if (strcmp(c->optim.lr_scaling, "none") != 0 && st_config_source(c, "optim.lr") != ST_SRC_AUTO) {

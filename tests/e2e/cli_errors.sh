@@ -41,6 +41,11 @@ expect 2 "--cores-per-rank 0: want a number of cores >= 1" "$bin" launch -n 2 --
 expect 2 "-n auto counts this node's GPUs; with --hosts give the ranks" "$bin" launch -n auto --hosts a:2 true
 expect 2 "-n foo: want a number of ranks >= 1, or auto" "$bin" launch -n foo true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
+# slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
+printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"
+expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bin" slurm "$tmp/batch.yaml" --nodes 3 --gpus-per-node 1
+expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that divides the 2 samples per rank" \
+    "$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 4
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
     expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"
 fi
