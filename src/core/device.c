@@ -111,6 +111,19 @@ void st_device_set_step(st_device *d, int64_t step) {
     (void)step;
 }
 
+void st_device_call_begin(st_device *d, const char *what) {
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_call_begin(d, what);
+#endif
+    (void)what;
+}
+
+void st_device_call_end(st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_call_end(d);
+#endif
+}
+
 int64_t st_device_stream_waits(const st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_stream_waits(d);

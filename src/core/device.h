@@ -58,6 +58,11 @@ st_status st_device_sync(st_device *d);
  * never ends would otherwise hang the run silently. limit_s <= 0: none. */
 st_status st_device_watch(st_device *d, double limit_s, const char *who);
 void st_device_set_step(st_device *d, int64_t step);
+/* Another call that may wait on a device which stopped answering (its
+ * driver's or NVML's readings), under the same watch: `what` names it in
+ * the line ("reading ... through NVML"). Nothing for the host. */
+void st_device_call_begin(st_device *d, const char *what);
+void st_device_call_end(st_device *d);
 /* How many times the host has waited for a whole stream of the device since
  * it opened (every read-back and upload, st_device_sync); 0 for the host. */
 int64_t st_device_stream_waits(const st_device *d);

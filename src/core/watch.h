@@ -13,8 +13,8 @@
  * train.out_dir and its weights (train/train.c's store watch: metrics
  * lines, the final weights, --resume and --init reads; the same key), and
  * the step loop's own data reads (data.timeout_s: a loader with 0 workers,
- * the evaluations), and the host's waits for a GPU (cuda/device.cu:
- * train.device_timeout_s). */
+ * the evaluations), and the host's waits for a GPU and its readings of it
+ * (cuda/device.cu, train/gpumon.c: train.device_timeout_s). */
 #ifndef ST_CORE_WATCH_H
 #define ST_CORE_WATCH_H
 

@@ -71,16 +71,25 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
  * stopped) ends the process, naming the device, what it waited on and the
  * step. Nothing else can: the thread is inside the driver and returns no
  * status; under mpirun the other ranks are ended with it. */
-void st_cuda_wait_begin(st_device *d, const char *what) {
+extern "C" void st_cuda_call_begin(st_device *d, const char *what) {
     if (!d->watch) return;
     char w[512], at[48] = "";
     const int64_t step = __atomic_load_n(&d->step, __ATOMIC_RELAXED);
     if (step > 0) snprintf(at, sizeof at, " at step %lld", (long long)step);
-    snprintf(w, sizeof w, "what %s has queued on %s%s", d->name, what, at);
+    snprintf(w, sizeof w, "%s%s", what, at);
     st_watch_begin(d->watch, w);
 }
 
+void st_cuda_wait_begin(st_device *d, const char *what) {
+    if (!d->watch) return;
+    char w[400];
+    snprintf(w, sizeof w, "what %s has queued on %s", d->name, what);
+    st_cuda_call_begin(d, w);
+}
+
 void st_cuda_wait_end(st_device *d) { st_watch_end(d->watch); }
+
+extern "C" void st_cuda_call_end(st_device *d) { st_watch_end(d->watch); }
 
 extern "C" st_status st_cuda_watch(st_device *d, double limit_s, const char *who) {
     if (d->watch || !(limit_s > 0)) return ST_OK;

@@ -8,7 +8,8 @@
 # --resume auto and finishes. A run that does not hang is not ended, nor is
 # one whose process is stopped (SIGSTOP) for longer than the timeout while it
 # trains: that time is not the device's. A GPU that does not answer when the
-# run opens it ends the process the same way.
+# run opens it ends the process the same way, and so does one whose NVML
+# readings (the GPU monitor's, on logged steps) never return.
 # tests/run.sh passes it the emulator's build folder; given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
@@ -38,6 +39,16 @@ out=$(ST_CUDAEMU_HANG_OPEN=1 timeout 60 "$bin" "${tr[@]}" --set train.steps=4 --
 [ $rc -eq 1 ] || fail "a GPU hung at start-up: exit $rc (want 1): $(tail -n 3 <<<"$out")"
 grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and opening the GPU \(train.device\) has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering" <<<"$out" &&
     echo "a GPU hung at start-up: exit 1, naming the wait" || fail "a GPU hung at start-up: no message naming it: $out"
+
+# NVML's readings never return (tests/lib/hung_nvml.c as libnvidia-ml.so.1,
+# first on LD_LIBRARY_PATH): the monitor's wait is the device's.
+mkdir -p "$tmp/nvml"
+cc -shared -fPIC -O2 -o "$tmp/nvml/libnvidia-ml.so.1" tests/lib/hung_nvml.c || fail "cannot build the NVML"
+out=$(LD_LIBRARY_PATH="$tmp/nvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 60 "$bin" "${tr[@]}" --set train.steps=20 \
+    --set log.every=5 --set train.out_dir="$tmp/nvml/run" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "NVML hung: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): reading cuda:0 \(.*\)'s memory, use, power and temperature through NVML \(the GPU monitor\) at step [0-9]+ has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\)" <<<"$out" &&
+    echo "NVML hung: exit 1, naming the reading" || fail "NVML hung: no message naming the reading: $out"
 
 # Stopped for 4 s (twice the timeout) while training: not the device's time.
 # (A wider mlp: the emulator runs the kernels inside the host's waits, so a
