@@ -11,13 +11,19 @@ void st_gpu_monitor_open(st_gpu_monitor *m, st_device *dev, const char *nvml_lib
         snprintf(m->why, sizeof m->why, "no CUDA device");
         return;
     }
-    if (!st_nvml_open(&m->nvml, nvml_lib, m->why, sizeof m->why)) return;
-    const char *pci = st_device_pci_bus_id(dev);
-    if (!pci[0] || m->nvml.handle_by_pci(pci, &m->handle) != 0) {
-        snprintf(m->why, sizeof m->why, "NVML does not know the device at PCI address %s", pci[0] ? pci : "(unknown)");
-        st_nvml_close(&m->nvml);
-        m->handle = NULL;
+    char what[256];
+    snprintf(what, sizeof what, "opening NVML and finding %s there (the GPU monitor)", st_device_name(dev));
+    st_device_call_begin(dev, what); /* (NVML's start asks the driver, which may not answer) */
+    if (st_nvml_open(&m->nvml, nvml_lib, m->why, sizeof m->why)) {
+        const char *pci = st_device_pci_bus_id(dev);
+        if (!pci[0] || m->nvml.handle_by_pci(pci, &m->handle) != 0) {
+            snprintf(m->why, sizeof m->why, "NVML does not know the device at PCI address %s",
+                     pci[0] ? pci : "(unknown)");
+            st_nvml_close(&m->nvml);
+            m->handle = NULL;
+        }
     }
+    st_device_call_end(dev);
 }
 
 void st_gpu_monitor_close(st_gpu_monitor *m) {
