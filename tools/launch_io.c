@@ -205,7 +205,7 @@ static void parse(job_io *io, demux *d, bool at_eof) {
         const char end = d->in[j - 1] == '\n' || d->in[j - 1] == '\r' ? d->in[j - 1] : 0;
         linebuf *b = current(io, d);
         const size_t len = j - i - (end ? 1 : 0);
-        if (grow(b, len) == 0) {
+        if (len && grow(b, len) == 0) { /* (an empty line: b->p may still be NULL) */
             memcpy(b->p + b->n, d->in + i, len);
             b->n += len;
         }
