@@ -2,7 +2,7 @@
 # Runs every test program of one or more build folders and the end-to-end
 # tests, then prints one closing line: "N passed, N failed, N skipped".
 # A test program exits 0 (pass), 77 (skip, after printing why) or anything
-# else (fail). Usage: tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD]]
+# else (fail); one that runs past 900 s is ended and fails. Usage: tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD]]
 # EMULATOR_BUILD: the CUDA emulator's build (`make emu`, tests/cudaemu/),
 # whose CUDA tests run their kernels on the CPU; the end-to-end tests named
 # tests/e2e/emu_*.sh are given it instead of BUILD.
@@ -18,9 +18,14 @@ run() { # name command...
     local name=$1; shift
     local log; log=$(mktemp)
     local t0=$SECONDS
-    "$@" >"$log" 2>&1
+    # at most 15 minutes a test (the slowest takes under one): a test that
+    # hangs fails, named, instead of holding the suite to CI's own limit
+    timeout --foreground -k 30 900 "$@" >"$log" 2>&1
     local rc=$?
     local dt=$((SECONDS - t0))
+    if [ $dt -ge 900 ]; then
+        echo "(tests/run.sh: ended after ${dt} s: the test's limit is 900 s)" >>"$log"
+    fi
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS $name (${dt}s)"
     elif [ $rc -eq 77 ]; then

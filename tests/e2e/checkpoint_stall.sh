@@ -20,7 +20,7 @@ timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>
 
 for async in false true; do
     o=$tmp/async-$async
-    out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=/step-10.tmp ST_SLOWFS_MS=1000000000 "$bin" \
+    out=$(timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=/step-10.tmp ST_SLOWFS_MS=1000000000 "$bin" \
         "${run[@]}" --set train.checkpoint_async=$async --set train.out_dir="$o" 2>&1); rc=$?
     line=$(grep "has not finished after" <<<"$out")
     [ $rc -eq 1 ] || fail "async $async: a stalled write: exit $rc (want 1): $(tail -n 3 <<<"$out")"

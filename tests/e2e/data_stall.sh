@@ -46,7 +46,7 @@ resumed() {
         fail "$what: resumed from step 40: other weights than the uninterrupted run's"
 }
 
-out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout 120 "$bin" "${run[@]}" --set data.num_workers=1 \
+out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]}" --set data.num_workers=1 \
     --set train.out_dir="$tmp/w1" 2>&1); rc=$?
 err=$(grep "error:" <<<"$out")
 [ $rc -eq 1 ] || fail "1 worker: exit $rc (want 1): $(tail -n 3 <<<"$out")"
@@ -59,7 +59,7 @@ if [ "$fails" -eq 0 ]; then
     resumed "1 worker" "$tmp/w1" --set data.num_workers=1
 fi
 
-out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout 120 "$bin" "${run[@]}" --set data.num_workers=0 \
+out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]}" --set data.num_workers=0 \
     --set train.checkpoint_every=10 --set train.out_dir="$tmp/w0" 2>&1); rc=$?
 line=$(grep "has not finished after" <<<"$out")
 [ $rc -eq 1 ] || fail "0 workers: exit $rc (want 1): $(tail -n 3 <<<"$out")"
@@ -71,7 +71,7 @@ if [ "$fails" -eq 0 ]; then
     resumed "0 workers" "$tmp/w0" --set data.num_workers=0 --set train.checkpoint_every=10
 fi
 
-out=$(SCALETRAIN_TEST_DATA_STALL=v.tokens:5 timeout 120 "$bin" "${run[@]}" --set data.val="$tmp/v.tokens" \
+out=$(SCALETRAIN_TEST_DATA_STALL=v.tokens:5 timeout -k 10 120 "$bin" "${run[@]}" --set data.val="$tmp/v.tokens" \
     --set train.eval_every=20 --set data.num_workers=1 --set train.out_dir="$tmp/val" 2>&1); rc=$?
 line=$(grep "has not finished after" <<<"$out")
 [ $rc -eq 1 ] || fail "validation: exit $rc (want 1): $(tail -n 3 <<<"$out")"

@@ -20,7 +20,7 @@ tr=(train --set train.device=cuda --set model.type=mlp --set model.hidden=[64] -
     --set train.batch_size=32 --set train.threads=1 --set log.progress=off --set train.device_timeout_s=2)
 
 # A hang at the 25th wait: steps in (8 to 16 in the three stream modes), after a checkpoint.
-out=$(ST_CUDAEMU_HANG_SYNC=25 timeout 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
+out=$(ST_CUDAEMU_HANG_SYNC=25 timeout -k 10 60 "$bin" "${tr[@]}" --set train.steps=40 --set train.checkpoint_every=4 \
     --set train.out_dir="$tmp/hang" 2>&1); rc=$?
 line=$(grep "has not finished after" <<<"$out")
 [ $rc -eq 1 ] || fail "a hung wait: exit $rc (want 1): $(tail -n 3 <<<"$out")"
@@ -35,7 +35,7 @@ echo "resumed after the hang: exit 0, 40 steps"
 
 # A GPU that does not answer before the run begins (the emulator's
 # ST_CUDAEMU_HANG_OPEN: the driver's first call never returns).
-out=$(ST_CUDAEMU_HANG_OPEN=1 timeout 60 "$bin" "${tr[@]}" --set train.steps=4 --set train.out_dir="$tmp/open" 2>&1); rc=$?
+out=$(ST_CUDAEMU_HANG_OPEN=1 timeout -k 10 60 "$bin" "${tr[@]}" --set train.steps=4 --set train.out_dir="$tmp/open" 2>&1); rc=$?
 [ $rc -eq 1 ] || fail "a GPU hung at start-up: exit $rc (want 1): $(tail -n 3 <<<"$out")"
 grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and opening the GPU \(train.device\) has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering" <<<"$out" &&
     echo "a GPU hung at start-up: exit 1, naming the wait" || fail "a GPU hung at start-up: no message naming it: $out"
@@ -44,7 +44,7 @@ grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and openi
 # first on LD_LIBRARY_PATH): the monitor's wait is the device's.
 mkdir -p "$tmp/nvml"
 cc -shared -fPIC -O2 -o "$tmp/nvml/libnvidia-ml.so.1" tests/lib/hung_nvml.c || fail "cannot build the NVML"
-out=$(LD_LIBRARY_PATH="$tmp/nvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 60 "$bin" "${tr[@]}" --set train.steps=20 \
+out=$(LD_LIBRARY_PATH="$tmp/nvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 10 60 "$bin" "${tr[@]}" --set train.steps=20 \
     --set log.every=5 --set train.out_dir="$tmp/nvml/run" 2>&1); rc=$?
 [ $rc -eq 1 ] || fail "NVML hung: exit $rc (want 1): $(tail -n 3 <<<"$out")"
 grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): reading cuda:0 \(.*\)'s memory, use, power and temperature through NVML \(the GPU monitor\) at step [0-9]+ has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\)" <<<"$out" &&

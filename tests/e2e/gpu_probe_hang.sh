@@ -14,7 +14,7 @@ line_re="^scaletrain: scaletrain %s \\(pid [0-9]+\\): probing the GPUs \\(the CU
 for cmd in check plan; do
     args=("$cmd" --set train.device_timeout_s=2)
     [ "$cmd" = plan ] && args+=(--probe --set model.type=mlp)
-    out=$(LD_LIBRARY_PATH="$tmp/driver" timeout 60 "$bin" "${args[@]}" 2>&1); rc=$?
+    out=$(LD_LIBRARY_PATH="$tmp/driver" timeout -k 10 60 "$bin" "${args[@]}" 2>&1); rc=$?
     # (check's report may go on a line of its own first)
     if [ $rc -eq 1 ] && grep -qE "$(printf "$line_re" "$cmd")" <<<"$out"; then
         echo "$cmd on a hung driver: exit 1 after the 2 s wait, naming the probe"

@@ -29,7 +29,7 @@ timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>
 stalled() {
     local name=$1 match=$2 what=$3
     shift 3
-    out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$match" ST_SLOWFS_MS=1000000000 "$bin" "$@" 2>&1)
+    out=$(timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$match" ST_SLOWFS_MS=1000000000 "$bin" "$@" 2>&1)
     local rc=$?
     [ $rc -eq 1 ] || { fail "$name: exit $rc (want 1): $(tail -n 3 <<<"$out")"; return 1; }
     grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): $what has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\): the storage stopped answering" <<<"$out" ||
@@ -65,7 +65,7 @@ stalled "the --init read" "/ref/model.safetensors" "reading the weights $tmp/ref
 # stalled storage: the watch ends the run naming it.
 o=$tmp/stdout
 mkdir -p "$o"
-out=$(timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/stdout.log" ST_SLOWFS_MS=1000000000 "$bin" \
+out=$(timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/stdout.log" ST_SLOWFS_MS=1000000000 "$bin" \
     "${run[@]}" --set train.out_dir="$o" 2>&1 >"$o/stdout.log"); rc=$?
 [ $rc -eq 1 ] || fail "standard output: exit $rc (want 1): $(tail -n 3 <<<"$out")"
 grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): writing to standard output has not finished after 1 s \(train\.checkpoint_timeout_s: 1 s\)" <<<"$out" &&
@@ -75,7 +75,7 @@ grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): writing to standa
 # message cannot be written, and the process still ends (its last words
 # are given up after 5 s).
 t0=$SECONDS
-timeout 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/both.log" ST_SLOWFS_MS=1000000000 "$bin" \
+timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/both.log" ST_SLOWFS_MS=1000000000 "$bin" \
     "${run[@]}" --set train.out_dir="$o" >"$o/both.log" 2>&1; rc=$?
 [ $rc -eq 1 ] && echo "standard output and error stalled: exit 1 after $((SECONDS - t0)) s, the message given up" ||
     fail "standard output and error stalled: exit $rc (want 1, not the 124 of a hang)"
@@ -95,7 +95,7 @@ try:
 except BlockingIOError:
     pass' "$o/err.fifo" || fail "cannot fill the pipe"
 t0=$SECONDS
-timeout 60 "$bin" "${run[@]}" --set train.out_dir="$o" --profile 100-101 --json >"$o/stdout.log" 2>"$o/err.fifo"; rc=$?
+timeout -k 10 60 "$bin" "${run[@]}" --set train.out_dir="$o" --profile 100-101 --json >"$o/stdout.log" 2>"$o/err.fifo"; rc=$?
 exec 3<&-
 if [ $rc -eq 0 ] && grep -q '"steps":20' "$o/stdout.log"; then
     echo "standard error blocked, a warning to print: the run trained its 20 steps in $((SECONDS - t0)) s"

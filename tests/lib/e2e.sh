@@ -15,11 +15,6 @@
 #       with KEEP_TMP set in the environment it is kept and named instead;
 #   e2e_mpi [SECONDS]: the array mpi=([timeout SECONDS] mpirun ... --bind-to
 #       none), for "${mpi[@]}" -np N PROGRAM;
-#   timeout: the command with -k 10: a program that SIGTERM does not end
-#       (blocked in a write, as on storage that stopped answering: its
-#       handler only asks the step loop to stop) is killed 10 s later, so
-#       that a failing test ends instead of holding the suite; the kill's
-#       137 is given as 124, the exit status the tests read as "hung";
 #   fail MESSAGE: print "FAIL: MESSAGE" and count it in $fails;
 #   e2e_finish [MESSAGE]: exit 1 after any fail, else print "NAME: MESSAGE"
 #       (when given) and exit 0.
@@ -63,12 +58,6 @@ e2e_tmpdir() {
 e2e_mpi() {
     mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
     [ $# -eq 0 ] || mpi=(timeout "$1" "${mpi[@]}")
-}
-timeout() {
-    command timeout -k 10 "$@"
-    local rc=$?
-    [ $rc -ne 137 ] || rc=124
-    return $rc
 }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 e2e_finish() {
