@@ -163,7 +163,8 @@ const st_cfg_key st_cfg_keys[] = {
            "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
     K_INT(
         "train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
-        "on a GPU: seconds a wait for the device's work (a step, a read-back, or opening it) may last before "
+        "on a GPU: seconds a wait for the device's work (a step, a read-back, opening it, or the GPU monitor's "
+        "readings of it) may last before "
         "the process ends with a message naming the device, the wait and the step (a kernel that does not "
         "end, a GPU that stopped answering); 0 = wait forever"),
 
