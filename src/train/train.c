@@ -487,6 +487,22 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
                    (long long)v - 1, (long long)step + 1);
 }
 
+/* An error of this rank's alone after the step, which the other ranks
+ * cannot know (rank 0's metrics writes): with several ranks it is kept in
+ * *own (its message in why) and the step goes on to the stop all-reduce,
+ * which tells every rank; they stop there together and, the weights and
+ * optimizer state whole everywhere, save them together (rescue), where the
+ * failing rank alone could not under ZeRO. On one rank it is returned. */
+static st_status own_error(st_session *ses, st_status e, st_status *own, char *why, size_t why_len) {
+    if (e == ST_OK || ses->world == 1) return e;
+    if (*own == ST_OK) {
+        *own = e;
+        snprintf(why, why_len, "%s", st_last_error());
+    }
+    st_clear_error();
+    return ST_OK;
+}
+
 /* A run that fails where its weights and optimizer state are whole (a batch
  * that cannot be read, an evaluation, a metrics write; not a non-finite loss
  * or a stop) saves them before it stops, so that fixing the cause and
@@ -633,6 +649,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_ckpt_state ck = {0};
     st_ckpt_layout lay = {0};
     st_ckpt_async *pending = NULL; /* an asynchronous checkpoint being written */
+    st_status own = ST_OK;         /* this rank's own error after a step (own_error) */
+    char own_why[2048] = "";
     double pending_stall = 0;      /* the step loop's time on it so far */
     /* For rescue (above): the step the weights and optimizer state hold
      * while they are whole (-1 while the optimizer writes them, from an
@@ -1005,7 +1023,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 win_hidden = ddp->hidden_s;
                 win_span = ddp->span_s;
             }
-            ST_GOTO(st_metrics_step_write(met, &ms));
+            ST_GOTO(own_error(ses, st_metrics_step_write(met, &ms), &own, own_why, sizeof own_why));
             win_t = t_train;
             win_wait = wait_total;
         }
@@ -1019,7 +1037,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (eval_due && (ses->rank == 0 || ses->eval_shared)) {
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
-            ST_GOTO(eval_and_report(ses, opts, r, step + 1, met));
+            s = eval_and_report(ses, opts, r, step + 1, met);
+            if (!ses->agreed_read)
+                s = own_error(ses, s, &own, own_why, sizeof own_why); /* (rank 0's report) */
+            if (s != ST_OK) goto fail; /* (a shared evaluation's failure: every rank has it) */
             st_trace_end(trace, &mark);
         }
         /* A stop asked of any rank stops every rank after the same step
@@ -1030,14 +1051,26 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * last checkpoint on some rank's clock (every rank then saves). */
         const bool time_due =
             c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
-        float flags[3] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
-                          time_due ? 1.0f : 0.0f};
+        /* The fourth: a rank's own error after the step (own_error), as its
+         * rank + 1: every rank stops here, and they save together. */
+        float flags[4] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
+                          time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
         if (dist && eval_due)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
                                 "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
         if (dist)
-            ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 3, ST_COMM_F32, ST_COMM_MAX, "stop"));
+            ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 4, ST_COMM_F32, ST_COMM_MAX, "stop"));
         if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
+        if (flags[3] > 0) {
+            ses->agreed_error = ses->agreed_read = true;
+            s = own != ST_OK
+                    ? st_fail(own, "%s", own_why)
+                    : st_fail(ST_ERR_IO,
+                              "rank %d could not write its metrics after step %lld (its own message says "
+                              "why), so every rank stopped there",
+                              (int)flags[3] - 1, (long long)step + 1);
+            goto fail;
+        }
         if (pending && flags[1] == 0)
             ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
         const float stop = flags[0];

@@ -12,6 +12,10 @@
 #  2. With the file written back, `--resume auto` to step N + 20 ends with the
 #     weights of an uninterrupted run of N + 20 steps, bit for bit: nothing
 #     was lost and the data order went on where it stopped.
+#  3. On 2 ranks under ZeRO-2, rank 0's metrics write fails (EIO, from
+#     tests/lib/slowfs.c) after a step: every rank stops after it (rank 1
+#     naming rank 0), they save together, and resumed to N + 20 the run
+#     ends with the uninterrupted run's weights.
 # (The file is read in order, far past its first page when it is shortened:
 # a read within the page that holds the new end would see zeros, not fail.)
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -31,7 +35,39 @@ if command -v mpirun >/dev/null; then
     echo "2 ranks (ZeRO-2: the ranks agree on each micro-batch's read and save their shards together):"
     dev=(--set train.device=cpu --set dist.strategy=zero2) label=zero2 victim=train
     source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+    # 3. Rank 0 alone fails after a step (its metrics line: the file's
+    # fflush fails with EIO from the 4th on, tests/lib/slowfs.c), under
+    # ZeRO-2, where rank 0 alone cannot save: every rank stops after that
+    # step and they save together; resumed, the uninterrupted run's weights.
+    echo "2 ranks (ZeRO-2; rank 0's metrics write fails: every rank stops after the step, and they save together):"
+    d=$tmp/metrics
+    mkdir -p "$d"
+    cc -shared -fPIC -O2 -o "$d/slowfs.so" tests/lib/slowfs.c -ldl || fail "cannot build the shim"
+    run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/zero2/a.tokens" --set data.val=
+         --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
+         --set train.batch_size=4 --set train.device=cpu --set dist.strategy=zero2 --set train.threads=1
+         --set data.num_workers=0 --set optim.schedule=constant --set train.checkpoint_every=0
+         --set train.checkpoint_every_s=0 --set log.progress=off --set log.every=10)
+    out=$(LD_PRELOAD="$d/slowfs.so" ST_SLOWFS_MATCH=/metrics.jsonl ST_SLOWFS_EIO_AFTER=3 timeout 300 "${mpi[@]}" \
+        -x LD_PRELOAD -x ST_SLOWFS_MATCH -x ST_SLOWFS_EIO_AFTER -np 2 "$bin" "${run[@]}" --set train.steps=200 \
+        --set train.out_dir="$d/o" 2>&1); rc=$?
+    [ $rc -eq 1 ] || fail "metrics: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+    grep -q "metrics.jsonl: write failed: Input/output error" <<<"$out" || fail "metrics: rank 0's error not named: $out"
+    grep -q "rank 0 could not write its metrics after step [0-9]* (its own message says why), so every rank stopped there" \
+        <<<"$out" || fail "metrics: rank 1 does not name rank 0's failure: $out"
+    n=$(sed -nE 's/.*the weights and optimizer state after step ([0-9]+) were saved first.*/\1/p' <<<"$out" | head -n 1)
+    if [ -n "$n" ] && [ "$(cat "$d/o/ckpt/latest" 2>/dev/null)" = "step-$n" ]; then
+        timeout 300 "${mpi[@]}" -np 2 "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/o" \
+            --resume auto >"$d/resumed.log" 2>&1 || fail "metrics: resumed: exit $?: $(tail -n 2 "$d/resumed.log")"
+        timeout 300 "${mpi[@]}" -np 2 "$bin" "${run[@]}" --set train.steps=$((n + 20)) --set train.out_dir="$d/ref" \
+            >"$d/ref.log" 2>&1 || fail "metrics: uninterrupted: exit $?: $(tail -n 2 "$d/ref.log")"
+        cmp -s "$d/ref/model.safetensors" "$d/o/model.safetensors" &&
+            echo "metrics write failed after step $n: saved together; resumed to $((n + 20)): the uninterrupted run's weights bit for bit" ||
+            fail "metrics: resumed from step $n: other weights than the uninterrupted run's"
+    else
+        fail "metrics: no checkpoint saved and named: $(grep -i "error\|saved" <<<"$out" | head -n 4)"
+    fi
 else
     echo "2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi
-e2e_finish "a run whose data fails under it saves its steps first (1 rank: training or validation data; 2 ranks: ddp, its evaluation, ZeRO-2), and resumes on the same trajectory"
+e2e_finish "a run whose data fails under it saves its steps first (1 rank: training or validation data; 2 ranks: ddp, its evaluation, ZeRO-2, rank 0's metrics under ZeRO-2), and resumes on the same trajectory"

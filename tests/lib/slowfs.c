@@ -1,13 +1,15 @@
 /* A slow filesystem for tests, loaded with LD_PRELOAD: fsync, fdatasync,
  * fflush and write of a file whose path contains $ST_SLOWFS_MATCH, and open
  * of such a path, return $ST_SLOWFS_MS milliseconds late (fflush only when
- * the stream has bytes to write), as on a loaded
+ * the stream has bytes to write; with ST_SLOWFS_EIO_AFTER, fflush fails
+ * instead, below), as on a loaded
  * network filesystem; every other call is the C library's. (The C
  * library's own calls inside fopen, fwrite or fclose are not seen: only the
  * program's.)
  * tests/e2e/checkpoint_slow.sh builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -21,6 +23,7 @@
 static void slow_path(const char *path) {
     const char *match = getenv("ST_SLOWFS_MATCH"), *ms = getenv("ST_SLOWFS_MS");
     if (!match || !*match || !ms || !path || !strstr(path, match)) return;
+    if (getenv("ST_SLOWFS_EIO_AFTER")) return; /* failing, not slow */
     long v = atol(ms);
     struct timespec t = {v / 1000, (v % 1000) * 1000000L};
     while (nanosleep(&t, &t) != 0) {
@@ -57,9 +60,27 @@ ssize_t write(int fd, const void *buf, size_t n) {
     return real(fd, buf, n);
 }
 
+/* ST_SLOWFS_EIO_AFTER=K: the matching file's fflush calls after its first
+ * K fail with EIO (a disk that turned bad), instead of coming late. */
+static int failing(FILE *fp) {
+    static long calls;
+    const char *match = getenv("ST_SLOWFS_MATCH"), *after = getenv("ST_SLOWFS_EIO_AFTER");
+    if (!after || !match || !*match) return 0;
+    char link[64], path[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fileno(fp));
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = '\0';
+    return strstr(path, match) && ++calls > atol(after);
+}
+
 int fflush(FILE *fp) {
     static int (*real)(FILE *);
     if (!real) real = (int (*)(FILE *))dlsym(RTLD_NEXT, "fflush");
+    if (fp && __fpending(fp) > 0 && failing(fp)) {
+        errno = EIO;
+        return EOF;
+    }
     if (fp && __fpending(fp) > 0) slow(fileno(fp)); /* (with nothing buffered a real one writes nothing) */
     return real(fp);
 }
