@@ -1112,8 +1112,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             t_saved = st_now(); /* (a save slower than the interval does not make the next step's) */
         }
         st_trace_end(trace, &step_mark);
-        if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped))
-            ST_GOTO(write_trace(ses, opts, &tr, &prog, start, step + 1));
+        if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped)) {
+            /* trace.json that cannot be written (rank 0's file) is not worth the run: a warning */
+            s = write_trace(ses, opts, &tr, &prog, start, step + 1);
+            if (s == ST_ERR_IO) {
+                st_ticker_sayf("scaletrain: warning: %s; the run goes on without its profiler trace\n",
+                               st_last_error());
+                st_clear_error();
+                s = ST_OK;
+            }
+            ST_GOTO(s);
+        }
         /* Under mpirun, the first rank to exit non-zero gets the others
          * killed: no rank leaves before rank 0's checkpoint is on disk. */
         if (stopped && dist) ST_GOTO(st_comm_barrier_sync(ses->comm, "checkpoint saved"));

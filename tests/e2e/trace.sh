@@ -9,6 +9,7 @@
 # rank, the events of the step loop properly nested, one forward layer event
 # per node, the checkpoint and eval inside step 3, and on 2 ranks one
 # all-reduce track per gradient bucket and an all-reduce wait in every step.
+# A trace.json that cannot be written is a warning, and the run finishes.
 # Without log.trace there is no trace.json, and a bad --profile is a usage error.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
@@ -128,6 +129,16 @@ timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set t
 grep -q "log.trace_steps \[10, 20\]: this run does steps 1 to 3, so nothing will be traced" "$tmp/past.out" ||
     fail "no warning for a window past the run"
 [ ! -e "$tmp/past/trace.json" ] || fail "a trace.json for a window past the run"
+
+# trace.json that cannot be written (its file's flush fails with EIO:
+# tests/lib/slowfs.c): a warning naming it, and the run trains to its end.
+cc -shared -fPIC -O2 -o "$tmp/slowfs.so" tests/lib/slowfs.c -ldl || fail "cannot build the shim"
+LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=/trace.json ST_SLOWFS_EIO_AFTER=0 timeout 60 "$bin" train "${common[@]}" \
+    "${small[@]}" --set train.steps=6 --set train.out_dir="$tmp/eio" --profile 2-3 >"$tmp/eio.out" 2>&1 ||
+    fail "trace.json unwritable: exit $?: $(tail -n 3 "$tmp/eio.out")"
+grep -q "scaletrain: warning: $tmp/eio/trace.json.tmp.[0-9]*: cannot write: Input/output error; the run goes on without its profiler trace" \
+    "$tmp/eio.out" || fail "trace.json unwritable: no warning naming it: $(grep -i trace "$tmp/eio.out")"
+[ -e "$tmp/eio/model.safetensors" ] && [ ! -e "$tmp/eio/trace.json" ] || fail "trace.json unwritable: the run's files"
 
 timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=2 \
     --set data.val= --set train.out_dir="$tmp/off" --quiet || fail "run without trace"
