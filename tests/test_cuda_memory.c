@@ -111,32 +111,23 @@ int main(void) {
                              prec};
         check_run(k ? "mlp bf16" : "mlp fp32", mlp, 9, NULL);
         check_run(k ? "cnn bf16" : "cnn fp32", cnn, 10, NULL);
-        {
-            const char *cnn_e[] = {"model.type=cnn",
-                                   img,
-                                   lab,
-                                   vimg,
-                                   vlab,
-                                   out,
-                                   "train.batch_size=16",
-                                   "train.steps=1",
-                                   "train.eval_steps=1",
-                                   "train.eval_batch_size=256",
-                                   prec};
-            check_run(k ? "cnn bf16, eval 256" : "cnn fp32, eval 256", cnn_e, 11, NULL);
-            const char *mlp_e[] = {"model.type=mlp",
-                                   "model.hidden=[64]",
-                                   img,
-                                   lab,
-                                   vimg,
-                                   vlab,
-                                   out,
-                                   "train.batch_size=16",
-                                   "train.steps=1",
-                                   "train.eval_steps=1",
-                                   "train.eval_batch_size=256",
-                                   prec};
-            check_run(k ? "mlp bf16, eval 256" : "mlp fp32, eval 256", mlp_e, 12, NULL);
+        for (int mt = 0; mt < 2;
+             mt++) { /* evaluating at 16 times the training batch (the mlp's width last) */
+            const char *ev[] = {mt ? "model.type=mlp" : "model.type=cnn",
+                                img,
+                                lab,
+                                vimg,
+                                vlab,
+                                out,
+                                "train.batch_size=16",
+                                "train.steps=1",
+                                "train.eval_steps=1",
+                                "train.eval_batch_size=256",
+                                prec,
+                                "model.hidden=[64]"};
+            char name[64];
+            snprintf(name, sizeof name, "%s %s, eval 256", mt ? "mlp" : "cnn", k ? "bf16" : "fp32");
+            check_run(name, ev, mt ? 12 : 11, NULL);
         }
         check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12, NULL);
         /* head size 48: attention's materialised path (P saved, and in bf16
