@@ -66,10 +66,9 @@ struct st_device {
     int64_t step;
 };
 
-/* The host waits for the device from here to st_cuda_wait_end, for the
+/* The host waits for the device from here to st_cuda_call_end (cuda.h), for the
  * stall watch; nothing without one. */
 void st_cuda_wait_begin(st_device *d, const char *what);
-void st_cuda_wait_end(st_device *d);
 
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
@@ -99,7 +98,7 @@ static inline cudaError_t st_cuda_stream_sync(st_device *d, cudaStream_t s) {
                           : s == d->copy  ? "its copy stream"
                                           : "its device-to-host stream");
     const cudaError_t e = cudaStreamSynchronize(s);
-    st_cuda_wait_end(d);
+    st_cuda_call_end(d);
     return e;
 }
 

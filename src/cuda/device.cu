@@ -87,8 +87,6 @@ void st_cuda_wait_begin(st_device *d, const char *what) {
     st_cuda_call_begin(d, w);
 }
 
-void st_cuda_wait_end(st_device *d) { st_watch_end(d->watch); }
-
 extern "C" void st_cuda_call_end(st_device *d) { st_watch_end(d->watch); }
 
 extern "C" st_status st_cuda_watch(st_device *d, double limit_s, const char *who) {

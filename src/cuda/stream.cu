@@ -66,7 +66,7 @@ extern "C" st_status st_cuda_event_query(st_device *d, st_cuda_event *e, bool *d
 extern "C" st_status st_cuda_event_sync(st_device *d, st_cuda_event *e) {
     st_cuda_wait_begin(d, "its streams (an event)");
     const cudaError_t r = cudaEventSynchronize(ev(e));
-    st_cuda_wait_end(d);
+    st_cuda_call_end(d);
     ST_CUDA_TRY_D(d, r);
     return ST_OK;
 }

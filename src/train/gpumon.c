@@ -32,21 +32,6 @@ void st_gpu_monitor_close(st_gpu_monitor *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* The driver's and NVML's readings, under the device's stall watch: a GPU
- * that stopped answering can hold them as it holds nvidia-smi. */
-static void sample(st_gpu_monitor *m, st_gpu_sample *out);
-
-void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out) {
-    memset(out, 0, sizeof *out);
-    if (!m->dev) return;
-    char what[256];
-    snprintf(what, sizeof what, "reading %s's memory%s (the GPU monitor)", st_device_name(m->dev),
-             m->nvml.lib ? ", use, power and temperature through NVML" : "");
-    st_device_call_begin(m->dev, what);
-    sample(m, out);
-    st_device_call_end(m->dev);
-}
-
 static void sample(st_gpu_monitor *m, st_gpu_sample *out) {
     st_device_mem dm;
     if (st_device_memory(m->dev, &dm) == ST_OK) {
@@ -67,6 +52,19 @@ static void sample(st_gpu_monitor *m, st_gpu_sample *out) {
     out->mem_util = u.memory;
     out->power_w = mw / 1000.0;
     out->temp_c = temp;
+}
+
+/* The driver's and NVML's readings, under the device's stall watch: a GPU
+ * that stopped answering can hold them as it holds nvidia-smi. */
+void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->dev) return;
+    char what[256];
+    snprintf(what, sizeof what, "reading %s's memory%s (the GPU monitor)", st_device_name(m->dev),
+             m->nvml.lib ? ", use, power and temperature through NVML" : "");
+    st_device_call_begin(m->dev, what);
+    sample(m, out);
+    st_device_call_end(m->dev);
 }
 
 const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n) {

@@ -488,7 +488,9 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
 }
 
 /* An error of this rank's alone after the step, which the other ranks
- * cannot know (rank 0's metrics writes): with several ranks it is kept in
+ * cannot know (rank 0's metrics line and evaluation report; a checkpoint's
+ * line comes after its save, so its failure loses nothing and is not kept
+ * here): with several ranks it is kept in
  * *own (its message in why) and the step goes on to the stop all-reduce,
  * which tells every rank; they stop there together and, the weights and
  * optimizer state whole everywhere, save them together (rescue), where the
