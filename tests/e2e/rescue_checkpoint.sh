@@ -43,11 +43,7 @@ if command -v mpirun >/dev/null; then
     d=$tmp/metrics
     mkdir -p "$d"
     cc -shared -fPIC -O2 -o "$d/slowfs.so" tests/lib/slowfs.c -ldl || fail "cannot build the shim"
-    run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/zero2/a.tokens" --set data.val=
-         --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-         --set train.batch_size=4 --set train.device=cpu --set dist.strategy=zero2 --set train.threads=1
-         --set data.num_workers=0 --set optim.schedule=constant --set train.checkpoint_every=0
-         --set train.checkpoint_every_s=0 --set log.progress=off --set log.every=10)
+    # run: the ZeRO-2 case's settings, as the body left them (its training file written back whole)
     out=$(LD_PRELOAD="$d/slowfs.so" ST_SLOWFS_MATCH=/metrics.jsonl ST_SLOWFS_EIO_AFTER=3 timeout 300 "${mpi[@]}" \
         -x LD_PRELOAD -x ST_SLOWFS_MATCH -x ST_SLOWFS_EIO_AFTER -np 2 "$bin" "${run[@]}" --set train.steps=200 \
         --set train.out_dir="$d/o" 2>&1); rc=$?

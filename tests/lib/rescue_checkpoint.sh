@@ -5,7 +5,7 @@
 # $victim: train (the training file is shortened) or val (the validation
 # file, read whole by an evaluation every 10 steps: the error comes in the
 # evaluation after the update, so step N is a multiple of 10); what it
-# checks is written there.
+# checks is written there. It leaves run=(...) set: its runs' settings.
 export OMP_WAIT_POLICY=PASSIVE
 d=$tmp/$label
 mkdir -p "$d"
