@@ -6,7 +6,9 @@
  * run there; --cores-per-rank sets the share) while the node has a core for
  * each rank (more ranks than cores share them, unbound, and launch says so:
  * mpirun refuses to bind two ranks to one core), with their
- * output sorted by rank (launch_io.c), and, with --max-restarts K, start the
+ * output sorted by rank (launch_io.c) and written by threads of its own
+ * (launch_out.c: an output that takes no bytes holds neither the launcher
+ * nor the job), and, with --max-restarts K, start the
  * job again after a failure, up to K times. COMMAND is a scaletrain
  * subcommand (`train run.yaml`: this executable runs it) or any program. The
  * ranks find each other through MPI alone (st_comm_init); under SLURM,
@@ -31,16 +33,21 @@
 #include "launch.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,H2:n2] [--max-restarts K]\n"
-               "                        COMMAND [ARGS]...\n"
-               "  starts N ranks of COMMAND with mpirun (auto: one per GPU of this node, or one without\n"
-               "  a GPU), each bound to its share of this node's cores\n"
-               "  (C of them; default the cores over N, at least 1; more ranks than cores share them,\n"
-               "  unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or a program.\n"
-               "  Rank 0's output is printed as it is, every\n"
-               "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
-               "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
-               "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
+    fprintf(
+        f,
+        "usage: scaletrain launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,H2:n2] [--max-restarts K]\n"
+        "                        [--output-timeout S] COMMAND [ARGS]...\n"
+        "  starts N ranks of COMMAND with mpirun (auto: one per GPU of this node, or one without\n"
+        "  a GPU), each bound to its share of this node's cores\n"
+        "  (C of them; default the cores over N, at least 1; more ranks than cores share them,\n"
+        "  unbound); COMMAND is a scaletrain subcommand (train, eval, ...) or a program.\n"
+        "  Rank 0's output is printed as it is, every\n"
+        "  other line behind \"[rank K] \". --max-restarts K: after a failure, start the job again\n"
+        "  (train: with --resume auto, from the latest checkpoint), at most K times.\n"
+        "  --output-timeout S: the job's output waits in memory while the launcher's own output\n"
+        "  takes none; once the job has ended, a write that has not returned after S seconds\n"
+        "  (default 300) is given up on, saying how many lines were lost.\n"
+        "  Example: scaletrain launch -n 4 --max-restarts 2 train run.yaml\n");
 }
 
 /* Check a --hosts list H1:n1,H2:n2 (a host may leave its count out: mpirun
@@ -142,11 +149,12 @@ static void resume_point(int argc, char **argv, char *what, size_t size) {
 int st_cmd_launch(int argc, char **argv) {
     const char *hosts = NULL;
     long n = 0, max_restarts = 0, per_rank = 0; /* per_rank 0: the cores over n */
+    double output_timeout = 300;
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         const bool takes = !strcmp(a, "-n") || !strcmp(a, "--hosts") || !strcmp(a, "--max-restarts") ||
-                           !strcmp(a, "--cores-per-rank");
+                           !strcmp(a, "--cores-per-rank") || !strcmp(a, "--output-timeout");
         if (takes && i + 1 >= argc) {
             fprintf(stderr, "scaletrain launch: %s needs a value\n", a);
             return ST_EXIT_USAGE;
@@ -169,6 +177,15 @@ int st_cmd_launch(int argc, char **argv) {
                 per_rank = v;
             else
                 max_restarts = v;
+        } else if (!strcmp(a, "--output-timeout")) {
+            char *end;
+            errno = 0;
+            output_timeout = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || errno || !(output_timeout > 0) || output_timeout > 7 * 86400) {
+                fprintf(stderr, "scaletrain launch: --output-timeout %s: want seconds > 0 (at most a week)\n",
+                        argv[i]);
+                return ST_EXIT_USAGE;
+            }
         } else if (!strcmp(a, "--hosts")) {
             hosts = argv[++i];
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -189,16 +206,6 @@ int st_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
         return ST_EXIT_USAGE;
     }
-    if (n < 0) { /* -n auto: a rank per GPU of this node, else one */
-        char why[256] = "";
-        const int gpus = st_device_cuda_count(why, sizeof why);
-        n = gpus > 0 ? gpus : 1;
-        if (gpus > 0)
-            fprintf(stderr, "scaletrain launch: -n auto: %d rank%s, one per GPU of this node\n", gpus,
-                    gpus == 1 ? "" : "s");
-        else
-            fprintf(stderr, "scaletrain launch: -n auto: 1 rank (%s)\n", why[0] ? why : "no CUDA device");
-    }
     long host_slots = -1;
     if (hosts && !hosts_check(hosts, &host_slots)) return ST_EXIT_USAGE;
     char mpirun[PATH_MAX], self[PATH_MAX], np[32];
@@ -208,12 +215,28 @@ int st_cmd_launch(int argc, char **argv) {
                 "or start the ranks another way (under SLURM: srun --mpi=pmix scaletrain train ...)\n");
         return ST_EXIT_FAIL;
     }
+    /* From here on the launcher's own lines, as the ranks', go through its
+     * writer threads: nothing it does waits on its output. */
+    st_launch_out *out = st_launch_out_start(output_timeout);
+    if (n < 0) { /* -n auto: a rank per GPU of this node, else one */
+        char why[256] = "";
+        const int gpus = st_device_cuda_count(why, sizeof why);
+        n = gpus > 0 ? gpus : 1;
+        if (gpus > 0)
+            st_launch_sayf(out, "scaletrain launch: -n auto: %d rank%s, one per GPU of this node\n", gpus,
+                           gpus == 1 ? "" : "s");
+        else
+            st_launch_sayf(out, "scaletrain launch: -n auto: 1 rank (%s)\n", why[0] ? why : "no CUDA device");
+    }
     st_cli_self_path(self, sizeof self);
     snprintf(np, sizeof np, "%ld", n);
     const int cmd_at = i;
     const bool train = !strcmp(argv[cmd_at], "train");
     char **av = calloc((size_t)(argc + 24), sizeof *av);
-    if (!av) return ST_EXIT_FAIL;
+    if (!av) {
+        st_launch_out_end(out);
+        return ST_EXIT_FAIL;
+    }
     int k = 0;
     av[k++] = mpirun;
     av[k++] = "-np";
@@ -231,15 +254,17 @@ int st_cmd_launch(int argc, char **argv) {
     const bool share = slots > 0 && n * pe > slots;
     const char *unit = hosts ? "slot" : "core";
     if (share && pe > 1)
-        fprintf(stderr,
-                "scaletrain launch: --cores-per-rank %ld: %ld ranks need %ld %ss, there are %ld; the ranks "
-                "share them, not bound\n",
-                pe, n, n * pe, unit, slots);
+        st_launch_sayf(
+            out,
+            "scaletrain launch: --cores-per-rank %ld: %ld ranks need %ld %ss, there are %ld; the ranks "
+            "share them, not bound\n",
+            pe, n, n * pe, unit, slots);
     else if (share)
-        fprintf(stderr,
-                "scaletrain launch: %ld ranks on %ld %s%s: the ranks share the %ss (not bound to cores, "
-                "about %.2g of a core each), so each rank runs slower than on a core of its own\n",
-                n, slots, unit, slots == 1 ? "" : "s", unit, (double)slots / (double)n);
+        st_launch_sayf(
+            out,
+            "scaletrain launch: %ld ranks on %ld %s%s: the ranks share the %ss (not bound to cores, "
+            "about %.2g of a core each), so each rank runs slower than on a core of its own\n",
+            n, slots, unit, slots == 1 ? "" : "s", unit, (double)slots / (double)n);
     char map_by[48];
     snprintf(map_by, sizeof map_by, pe > 1 && !share ? "slot:PE=%ld" : "core", pe);
     av[k++] = "--bind-to";
@@ -269,25 +294,26 @@ int st_cmd_launch(int argc, char **argv) {
     int rc = ST_EXIT_FAIL;
     for (long attempt = 0;; attempt++) {
         st_launch_result res;
-        rc = st_launch_run(av, (int)n, &res);
+        rc = st_launch_run(av, (int)n, out, &res);
         if (rc < 0) {
-            fprintf(stderr, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
+            st_launch_sayf(out, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
             rc = ST_EXIT_FAIL;
             break;
         }
         if (rc == 0 || max_restarts == 0) break;
         const char *why = res.reason[0] ? res.reason : "no rank said why";
         if (res.signalled || rc == 128 + 15 || rc == 128 + 2 || rc == ST_EXIT_USAGE) {
-            fprintf(stderr, "scaletrain launch: the job exited %d (%s); not restarted: %s\n", rc, why,
-                    res.signalled || rc > 128 ? "it was stopped by a signal on purpose; continue it with "
-                                                "--resume auto"
-                                              : "a usage error does not go away");
+            st_launch_sayf(out, "scaletrain launch: the job exited %d (%s); not restarted: %s\n", rc, why,
+                           res.signalled || rc > 128
+                               ? "it was stopped by a signal on purpose; continue it with "
+                                 "--resume auto"
+                               : "a usage error does not go away");
             break;
         }
         if (attempt >= max_restarts) {
-            fprintf(stderr,
-                    "scaletrain launch: the job failed again (exit %d: %s); %ld restart%s used, giving up\n",
-                    rc, why, max_restarts, max_restarts == 1 ? "" : "s");
+            st_launch_sayf(
+                out, "scaletrain launch: the job failed again (exit %d: %s); %ld restart%s used, giving up\n",
+                rc, why, max_restarts, max_restarts == 1 ? "" : "s");
             break;
         }
         char where[4400] = "from the beginning (not a train job)";
@@ -306,9 +332,10 @@ int st_cmd_launch(int argc, char **argv) {
             av[m] = NULL;
             resume_point(m - args_at - 1, av + args_at + 1, where, sizeof where);
         }
-        fprintf(stderr, "scaletrain launch: the job failed (exit %d: %s); restart %ld of %ld %s\n", rc, why,
-                attempt + 1, max_restarts, where);
+        st_launch_sayf(out, "scaletrain launch: the job failed (exit %d: %s); restart %ld of %ld %s\n", rc,
+                       why, attempt + 1, max_restarts, where);
     }
     free(av);
+    st_launch_out_end(out);
     return rc;
 }

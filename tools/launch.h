@@ -4,6 +4,7 @@
 #define ST_TOOLS_LAUNCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct st_launch_result {
     char reason[512]; /* why it failed: mpirun's line naming a dead rank, a watchdog's report, or a rank's
@@ -13,11 +14,31 @@ typedef struct st_launch_result {
     int signalled;                     /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
 } st_launch_result;
 
+/* The launcher's standard output and error, each written by a thread of its
+ * own from a queue of lines (launch_out.c), so that nothing the launcher
+ * does waits on a write. */
+typedef struct st_launch_out st_launch_out;
+/* Start the writers; a write that has not returned after stall_s seconds is
+ * given up on at the end (st_launch_out_end). NULL (no memory): lines are
+ * written directly. Ignores SIGPIPE in this process. */
+st_launch_out *st_launch_out_start(double stall_s);
+/* Queue n bytes (a whole line or lines) for fd 1 or 2; never waits. Lines
+ * past 64 MiB queued on a stream, or after a write on it failed, are
+ * dropped and counted. NULL o: written at once. */
+void st_launch_out_put(st_launch_out *o, int fd, const char *p, size_t n);
+/* A line of the launcher's own on standard error, through the queue. */
+void st_launch_sayf(st_launch_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Wait for everything queued to be written, as long as the writes return
+ * (a write that has not, after stall_s, is given up on); say on each stream
+ * that still writes how many lines the other lost and why; stop the
+ * writers (a writer stuck in its write is left to the process's exit). */
+void st_launch_out_end(st_launch_out *o);
+
 /* Run argv (argv[0] is mpirun's path, with --tag-output among its options)
  * for `ranks` ranks, writing their output as the file comment of launch_io.c
  * says. Returns mpirun's exit status (128 + N when a signal N ended it), or
  * -1 when it could not be started. */
-int st_launch_run(char *const *argv, int ranks, st_launch_result *res);
+int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_result *res);
 
 /* The physical cores this process may run on (its affinity mask's share of
  * the node's cores), at least 1: how many ranks `launch` binds one per core. */

@@ -7,7 +7,9 @@
  * "[1,0]<stdout>:b\n", with other ranks' chunks possibly in between. So we
  * read both of mpirun's pipes, cut them at the tags, keep one line buffer per
  * rank and stream, and write each line only when it is complete, with one
- * write(2): lines never mix, whatever the ranks do. Rank 0's stdout is the
+ * write(2): lines never mix, whatever the ranks do. The writes are the
+ * launcher's writer threads' (launch_out.c): this loop never waits on its
+ * own output. Rank 0's stdout is the
  * run's normal output and goes out as it is; every other rank's stdout and
  * every rank's stderr is prefixed "[rank K] ". mpirun's own messages (not
  * tagged) pass through.
@@ -57,6 +59,7 @@ typedef struct job_io {
     int ranks;
     linebuf *lines; /* [rank * 2 + (stderr ? 1 : 0)] */
     demux d[2];     /* mpirun's stdout, stderr */
+    st_launch_out *out;
     st_launch_result *res;
 } job_io;
 
@@ -69,15 +72,6 @@ static int grow(linebuf *b, size_t more) {
     if (!p) return -1;
     b->p = p, b->cap = cap;
     return 0;
-}
-
-static void write_all(int fd, const char *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;
-        p += w, n -= (size_t)w;
-    }
 }
 
 /* What the failure message of a run will quote: mpirun's own line naming the
@@ -128,16 +122,16 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const char *p,
     const size_t np = strlen(pre);
     char stackbuf[4096];
     char *buf = np + n + 1 <= sizeof stackbuf ? stackbuf : malloc(np + n + 1);
-    if (!buf) { /* no memory for the joined line: two writes */
-        write_all(fd, pre, np);
-        write_all(fd, p, n);
-        write_all(fd, &end, 1);
+    if (!buf) { /* no memory for the joined line: three pieces, in order on one queue */
+        st_launch_out_put(io->out, fd, pre, np);
+        st_launch_out_put(io->out, fd, p, n);
+        st_launch_out_put(io->out, fd, &end, 1);
         return;
     }
     memcpy(buf, pre, np);
     memcpy(buf + np, p, n);
     buf[np + n] = end;
-    write_all(fd, buf, np + n + 1);
+    st_launch_out_put(io->out, fd, buf, np + n + 1);
     if (buf != stackbuf) free(buf);
 }
 
@@ -250,7 +244,7 @@ static bool signal_ranks(pid_t mpirun, int sig) {
     return any;
 }
 
-int st_launch_run(char *const *argv, int ranks, st_launch_result *res) {
+int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_result *res) {
     memset(res, 0, sizeof *res);
     int out[2], err[2];
     if (pipe(out) != 0) return -1;
@@ -270,6 +264,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_result *res) {
     if (pid == 0) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
+        signal(SIGPIPE, SIG_DFL); /* (the launcher ignores it: launch_out.c) */
         /* Its own process group: a signal to ours (Ctrl-C, timeout(1),
          * SLURM) reaches the launcher, which passes it on as said above. */
         setpgid(0, 0);
@@ -285,7 +280,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_result *res) {
         close(out[0]), close(err[0]);
         return -1;
     }
-    job_io io = {.ranks = ranks, .res = res};
+    job_io io = {.ranks = ranks, .out = lo, .res = res};
     io.lines = calloc((size_t)ranks * 2, sizeof *io.lines);
     io.d[0] = (demux){.fd_out = 1, .rank = -1};
     io.d[1] = (demux){.fd_out = 2, .rank = -1};

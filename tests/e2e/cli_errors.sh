@@ -40,6 +40,8 @@ expect 2 "want a number of ranks >= 1" "$bin" launch -n 4294967297 true
 expect 2 "--cores-per-rank 0: want a number of cores >= 1" "$bin" launch -n 2 --cores-per-rank 0 true
 expect 2 "-n auto counts this node's GPUs; with --hosts give the ranks" "$bin" launch -n auto --hosts a:2 true
 expect 2 "-n foo: want a number of ranks >= 1, or auto" "$bin" launch -n foo true
+expect 2 "--output-timeout 0: want seconds > 0" "$bin" launch -n 2 --output-timeout 0 true
+expect 2 "--output-timeout 5x: want seconds > 0" "$bin" launch -n 2 --output-timeout 5x true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
 printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"

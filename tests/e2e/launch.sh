@@ -16,6 +16,9 @@
 #     143, and that is not restarted.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
+# (f) an output that takes no bytes, (g) a reader that goes away: the job
+#     runs to its end (or its SIGTERM checkpoint), and the launcher says
+#     what was not written.
 # Every run is bounded by `timeout`; the script waits only by polling files
 # in bounded loops and by `wait`.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -25,6 +28,7 @@ e2e_tmpdir
 pids=()
 e2e_cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    pkill -KILL -f -- "$tmp/" 2>/dev/null # (a failed case's mpirun and ranks: their arguments name $tmp)
 }
 export OMP_WAIT_POLICY=PASSIVE
 
@@ -183,5 +187,104 @@ grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "ter
 grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
 grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+
+# (f) The launcher's standard output takes no bytes: a pipe filled to the
+# brim that nobody reads (as a job's output file on a hung file system, or a
+# terminal paused with Ctrl-S). The launcher's writes are its writer
+# threads' (tools/launch_out.c): the job runs to its end regardless, its
+# standard error still comes out, SIGTERM still reaches the ranks, and once
+# the job has ended the launcher gives up on the write after
+# --output-timeout, saying how many lines were not written. (Before, the
+# launcher blocked in its write for good, deaf to SIGTERM: exit 124.)
+mkfifo "$tmp/out.fifo"
+exec 3<>"$tmp/out.fifo"
+fill_fifo() {
+    /usr/bin/python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)
+try:
+    while True: os.write(fd, b"x" * 4095 + b"\n")
+except BlockingIOError:
+    pass' "$tmp/out.fifo" || fail "cannot fill the pipe"
+}
+fill_fifo
+timeout -k 10 60 "$bin" launch -n 2 --output-timeout 2 sh "$tmp/talk.sh" >"$tmp/out.fifo" 2>"$tmp/hung.err"; rc=$?
+[ $rc -eq 0 ] || fail "output stalled: exit $rc, expected 0 (124: the launcher blocked in its write): $(cat "$tmp/hung.err")"
+for r in 0 1; do
+    grep -qx "\[rank $r\] r$r-err" "$tmp/hung.err" || fail "output stalled: rank $r's standard error line is missing"
+done
+lost=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines? of the job's output not written to standard output \(its write has not returned after 2 s.*/\1/p" "$tmp/hung.err")
+# What did reach the pipe, read back without waiting: with the lost lines, all 600.
+came=$(/usr/bin/python3 -c '
+import os, re, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+data = b""
+try:
+    while True:
+        b = os.read(fd, 65536)
+        if not b: break
+        data += b
+except BlockingIOError:
+    pass
+print(len(re.findall(rb"(?m)^(?:\[rank 1\] )?r[01]-line-[0-9]+$", data)))' "$tmp/out.fifo")
+[ -n "$lost" ] && [ $((lost + came)) -eq 600 ] ||
+    fail "output stalled: '$lost' lines said lost and $came came out, expected 600 in all: $(cat "$tmp/hung.err")"
+echo "output stalled: the job ended, exit 0; $lost lines said lost, $came written, stderr whole"
+
+fill_fifo
+timeout -k 10 120 "$bin" launch -n 2 --output-timeout 2 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/hungterm" >"$tmp/out.fifo" 2>"$tmp/hungterm.err" &
+lpid=$!
+if wait_ckpt $lpid "$tmp/hungterm"; then kill -TERM $lpid; else fail "output stalled, SIGTERM: training did not start"; fi
+wait $lpid; rc=$?
+[ $rc -eq 143 ] || fail "output stalled, SIGTERM: exit $rc, expected 143: $(tail -n 5 "$tmp/hungterm.err")"
+grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/hungterm.err" ||
+    fail "output stalled, SIGTERM: no checkpoint message: $(cat "$tmp/hungterm.err")"
+grep -q "^scaletrain launch: [0-9]* lines of the job's output not written to standard output" "$tmp/hungterm.err" ||
+    fail "output stalled, SIGTERM: no line saying what was not written"
+echo "output stalled, SIGTERM: exit 143 at $(cat "$tmp/hungterm/ckpt/latest" 2>/dev/null)"
+# More than the 64 MiB a stream may queue (700,000 lines of 100 bytes) into
+# the full pipe: past 64 MiB the lines are dropped and counted. Once mpirun
+# has ended (the launcher is then writing what it queued), a reader takes
+# the pipe: what was queued comes out whole and in order, then the line
+# saying how many were dropped; with them, all 700,000.
+printf 'yes "%s" | head -n 700000; echo done >&2\n' "$(printf 'a%.0s' $(seq 1 100))" >"$tmp/yes.sh"
+/usr/bin/python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+try:
+    while os.read(fd, 65536): pass
+except BlockingIOError:
+    pass' "$tmp/out.fifo"
+fill_fifo
+timeout -k 10 120 "$bin" launch -n 1 --output-timeout 60 sh "$tmp/yes.sh" >"$tmp/out.fifo" 2>"$tmp/yes.err" &
+lpid=$!
+for i in $(seq 1 600); do # the rank done, then mpirun gone: all but its pipes' last bytes read
+    grep -qx '\[rank 0\] done' "$tmp/yes.err" && ! pgrep -f -- "mpirun .*$tmp/yes.sh" >/dev/null && break
+    sleep 0.1
+done
+cat "$tmp/out.fifo" >"$tmp/yes.out" 3<&- &
+cpid=$!
+wait $lpid; rc=$?
+exec 3<&-
+wait $cpid
+came=$(grep -cxE 'a{100}' "$tmp/yes.out")
+dropped=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines of the job's output dropped here: 64 MiB .*/\1/p" "$tmp/yes.out")
+said=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines of the job's output not written to standard output \(more than 64 MiB waited for it\)$/\1/p" "$tmp/yes.err")
+[ $rc -eq 0 ] && [ -n "$dropped" ] && [ "$said" = "$dropped" ] && [ $((came + dropped)) -eq 700000 ] &&
+    [ "$(tail -n 1 "$tmp/yes.out" | cut -c1-18)" = "scaletrain launch:" ] ||
+    fail "queue full: exit $rc, $came lines came out, '$dropped' said dropped, '$said' said lost: $(cat "$tmp/yes.err")"
+echo "queue full: exit 0, $came lines written whole after the stall, $dropped dropped and said so"
+
+# (g) A reader that goes away (`| head -n 1`, a `tee` that died): the
+# launcher's writes fail with EPIPE, the job still ends on its own, and
+# standard error says what was not written. (Before, SIGPIPE ended the
+# launcher: exit 141, and the ranks' standard error was lost.)
+timeout -k 10 60 "$bin" launch -n 2 sh "$tmp/talk.sh" 2>"$tmp/epipe.err" | head -n 1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ $rc -eq 0 ] || fail "reader gone: exit $rc, expected 0 (141: SIGPIPE ended the launcher)"
+grep -qx "\[rank 1\] r1-err" "$tmp/epipe.err" && grep -qE "^scaletrain launch: [0-9]+ lines of the job's output not written to standard output \(Broken pipe\)" "$tmp/epipe.err" ||
+    fail "reader gone: $(cat "$tmp/epipe.err")"
+echo "reader gone: exit 0, $(grep -oE '[0-9]+ lines' "$tmp/epipe.err") not written (Broken pipe)"
 
 e2e_finish "all passed"
