@@ -82,7 +82,7 @@ static void test_format(void) {
     FILE *f = open_memstream(&out, &n);
     if (!f) return;
     st_progress p;
-    st_progress_init(&p, f, "off", 0, 10);
+    st_progress_init(&p, f, false, "off", 0, 10);
     st_gpu_sample_format(&g, p.gpu, sizeof p.gpu);
     st_progress_step(&p, 5, 1.25, 1e-3, 100, "samples/s", true);
     fclose(f);

@@ -15,7 +15,7 @@ static char *run(const char *mode, int64_t start, int64_t total, bool lines_ever
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     st_progress p;
-    st_progress_init(&p, f, mode, start, total);
+    st_progress_init(&p, f, false, mode, start, total);
     for (int64_t s = start + 1; s <= total; s++)
         st_progress_step(&p, s, 0.25 * (double)s, 1e-3, 1234.4, "samples/s", lines_every_step || s % 5 == 0);
     st_progress_end(&p);

@@ -17,7 +17,7 @@
  * A restart of `train` adds `--resume auto` (replacing any --resume), so the
  * job continues from its latest good checkpoint. What is not restarted: a
  * clean exit (0), a usage error (2), and a stop asked for by a signal (exit
- * 143 for SIGTERM, 130 for SIGINT: the ranks saved a checkpoint and stopped
+ * 143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP: the ranks saved a checkpoint and stopped
  * on purpose, as on SLURM pre-emption), nor a job whose launcher itself got
  * such a signal. The exit status is the last run's. */
 #include <errno.h>
@@ -302,7 +302,7 @@ int st_cmd_launch(int argc, char **argv) {
         }
         if (rc == 0 || max_restarts == 0) break;
         const char *why = res.reason[0] ? res.reason : "no rank said why";
-        if (res.signalled || rc == 128 + 15 || rc == 128 + 2 || rc == ST_EXIT_USAGE) {
+        if (res.signalled || rc == 128 + 15 || rc == 128 + 2 || rc == 128 + 1 || rc == ST_EXIT_USAGE) {
             st_launch_sayf(out, "scaletrain launch: the job exited %d (%s); not restarted: %s\n", rc, why,
                            res.signalled || rc > 128
                                ? "it was stopped by a signal on purpose; continue it with "

@@ -11,7 +11,7 @@ typedef struct st_launch_result {
                          last error line */
     bool reason_from_mpirun;
     bool timeout_noted, timeout_named; /* reason is a watchdog's report (and names the rank it waited for) */
-    int signalled;                     /* a SIGTERM/SIGINT the launcher received and passed on (0: none) */
+    int signalled;                     /* a SIGTERM/SIGINT/SIGHUP the launcher received and passed on (0: none) */
 } st_launch_result;
 
 /* The launcher's standard output and error, each written by a thread of its
@@ -19,12 +19,10 @@ typedef struct st_launch_result {
  * does waits on a write. */
 typedef struct st_launch_out st_launch_out;
 /* Start the writers; a write that has not returned after stall_s seconds is
- * given up on at the end (st_launch_out_end). NULL (no memory): lines are
- * written directly. Ignores SIGPIPE in this process. */
+ * given up on at the end (st_launch_out_end). NULL (no memory), or a stream
+ * without its writer: its lines are written directly. */
 st_launch_out *st_launch_out_start(double stall_s);
-/* Queue n bytes (a whole line or lines) for fd 1 or 2; never waits. Lines
- * past 64 MiB queued on a stream, or after a write on it failed, are
- * dropped and counted. NULL o: written at once. */
+/* Queue n bytes (a whole line or lines) for fd 1 or 2; never waits. */
 void st_launch_out_put(st_launch_out *o, int fd, const char *p, size_t n);
 /* A line of the launcher's own on standard error, through the queue. */
 void st_launch_sayf(st_launch_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

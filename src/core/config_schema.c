@@ -146,9 +146,11 @@ const st_cfg_key st_cfg_keys[] = {
         "train.checkpoint_timeout_s", train.checkpoint_timeout_s, "0", 0, 30 * 86400,
         "seconds ranks wait for one another while a checkpoint is written or read before every rank fails "
         "with a message (the watchdog), and a rank for its own checkpoint writes, or its other reads and "
-        "writes of train.out_dir, weights and standard output (metrics lines, the final weights, --resume, "
-        "--init, progress lines), before it ends naming the storage (one that stopped answering); 0 = auto: "
-        "dist.timeout_s plus 1 s per 10 MB of checkpoint"),
+        "writes of train.out_dir and weights (metrics lines, the final weights, --resume, --init), before it "
+        "ends naming the storage (one that stopped answering), and at the run's end for standard output's "
+        "last write (then given up, saying what was not written); 0 = auto: dist.timeout_s plus 1 s per 10 "
+        "MB "
+        "of checkpoint (for standard output dist.timeout_s)"),
     K_ENUM(
         "train.activation_checkpointing", train.activation_checkpointing, "auto",
         VALUES("auto", "off", "selective", "blocks"),
@@ -161,12 +163,12 @@ const st_cfg_key st_cfg_keys[] = {
            "optimizer there; cuda:N = GPU N (one rank on the node); one rank on a node of several GPUs "
            "uses one and says so (`scaletrain launch -n G` runs a rank per GPU); auto = cuda when this "
            "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
-    K_INT(
-        "train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
-        "on a GPU: seconds a wait for the device's work (a step, a read-back, opening it, or the GPU monitor's "
-        "readings of it) may last before "
-        "the process ends with a message naming the device, the wait and the step (a kernel that does not "
-        "end, a GPU that stopped answering); 0 = wait forever"),
+    K_INT("train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
+          "on a GPU: seconds a wait for the device's work (a step, a read-back, opening it, or the GPU "
+          "monitor's "
+          "readings of it) may last before "
+          "the process ends with a message naming the device, the wait and the step (a kernel that does not "
+          "end, a GPU that stopped answering); 0 = wait forever"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),

@@ -2,19 +2,17 @@
 #include "progress.h"
 
 #include <string.h>
-#include <unistd.h>
 
-#include "core/watch.h"
 #include "session.h"
 
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t start, int64_t total) {
+void st_progress_init(st_progress *p, FILE *out, bool tty, const char *mode, int64_t start, int64_t total) {
     memset(p, 0, sizeof *p);
     p->out = out;
     p->start = start;
     p->total = total;
     p->t0 = st_now();
     p->silent = strcmp(mode, "silent") == 0;
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(fileno(out)));
+    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && tty);
 }
 
 double st_progress_eta(double elapsed, int64_t done, int64_t todo) {
@@ -39,7 +37,6 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
     st_format_duration(st_progress_eta(el, step - p->start, p->total - step), left, sizeof left);
     const int pct = p->total > 0 ? (int)(100.0 * (double)step / (double)p->total) : 100;
     const char *sep = p->gpu[0] ? " | " : "";
-    st_watch_begin(p->watch, "writing to standard output"); /* (the flush below; a fill of the buffer) */
     if (p->bar) {
         enum { WIDTH = 24 };
         const int fill = p->total > 0 ? (int)((double)WIDTH * (double)step / (double)p->total) : WIDTH;
@@ -55,7 +52,6 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
                 (long long)step, (long long)p->total, pct, loss, lr, rate, unit, sep, p->gpu, e, left);
     }
     fflush(p->out);
-    st_watch_end(p->watch);
 }
 
 void st_progress_end(st_progress *p) {

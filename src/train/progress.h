@@ -11,12 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct st_watch st_watch;
-
 typedef struct st_progress {
-    FILE *out;
-    st_watch *watch; /* borrowed: over each write (core/watch.h: standard output on storage that stopped
-                      * answering, a job's output file on a hung network file system), or NULL */
+    FILE *out; /* the session's (train/session.h: a queue's stream, whose writes never wait) */
     bool bar, silent;
     int64_t start, total; /* steps: where this process began, and the run's last */
     double t0, last_draw; /* st_now() at init and at the last redraw of the bar */
@@ -24,8 +20,8 @@ typedef struct st_progress {
 } st_progress;
 
 /* mode: "on" (a bar), "off" (plain lines), "auto" (a bar when out is a
- * terminal) or "silent". start: the step the run (re)starts from. */
-void st_progress_init(st_progress *p, FILE *out, const char *mode, int64_t start, int64_t total);
+ * terminal: tty) or "silent". start: the step the run (re)starts from. */
+void st_progress_init(st_progress *p, FILE *out, bool tty, const char *mode, int64_t start, int64_t total);
 
 /* After step `step` (1-based): the bar is redrawn at most every 0.1 s (and
  * always on a logged step and the last one); a plain line is printed only

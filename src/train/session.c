@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/blas.h"
+#include "core/outq.h"
 #include "core/pages.h"
 #include "data/loader.h"
 #include "dist/agree.h"
@@ -403,6 +404,20 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     st_pages_own_mappings(); /* freed arenas leave nothing resident */
     s->cfg = cfg;
     s->out = opts && opts->out ? opts->out : stdout;
+    s->out_tty = isatty(fileno(s->out)) == 1;
+    /* Standard output through a queue and a writer thread: an output that
+     * takes no bytes (a job's output file on a hung network file system, a
+     * pipe nobody reads, a paused terminal) or whose reader went away (EPIPE:
+     * `| head`, a tee that died) holds or ends the run no longer; the run
+     * trains on, and st_session_close says what was not written. */
+    if (s->out == stdout) {
+        fflush(stdout);
+        s->outq = st_outq_start(STDOUT_FILENO, "standard output", "scaletrain: ", (size_t)64 << 20);
+        FILE *f = st_outq_file(s->outq);
+        if (f) s->out = f;
+    }
+    s->out_limit_s = cfg->train.checkpoint_timeout_s > 0 ? (double)cfg->train.checkpoint_timeout_s
+                                                         : (double)cfg->dist.timeout_s;
     st_comm_config cc = ST_COMM_CONFIG_INIT;
     cc.timeout_s = (double)cfg->dist.timeout_s;
     if (!cfg->dist.shm_allreduce) cc.shm_min_bytes = 0; /* MPI for every collective, whatever the environment */
@@ -467,6 +482,13 @@ void st_session_close(st_session *s) {
     st_dataset_free(&s->train);
     st_dataset_free(&s->val);
     st_comm_free(s->comm);
+    st_outq_report r;
+    if (!st_outq_end(s->outq, s->out_limit_s, &r))
+        st_ticker_sayf("scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who,
+                       r.lost_lines, r.lost_lines == 1 ? "" : "s", r.why,
+                       r.stuck ? ": a hung file system, a paused terminal or a reader that stopped? "
+                                 "(train.checkpoint_timeout_s sets how long the run waits for it at its end)"
+                               : "");
     memset(s, 0, sizeof *s);
 }
 

@@ -13,6 +13,7 @@
 #include "scaletrain/train.h"
 
 typedef struct st_eval_dev st_eval_dev; /* eval_device.h */
+typedef struct st_outq st_outq;         /* core/outq.h */
 
 typedef struct st_session {
     st_config *cfg;
@@ -22,7 +23,10 @@ typedef struct st_session {
     st_model_graph eval_graph;
     st_eval_dev *eval_dev; /* device evaluation's pinned buffers, events and loss sum (eval_device.h) */
     st_device *dev; /* train.device: NULL = the CPU, else this rank's GPU (model and graphs live there) */
-    FILE *out;
+    FILE *out;      /* standard output: a queue's stream (core/outq.h) when the caller gave none */
+    bool out_tty;   /* out is a terminal */
+    st_outq *outq;  /* standard output's queue and writer, or NULL (opts->out, or it could not start) */
+    double out_limit_s; /* how long st_session_close waits for a write of standard output */
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */

@@ -131,27 +131,18 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
     cJSON_Delete(o);
 }
 
-/* What this rank prints flushed under the store watch (below): standard
- * output on storage that stopped answering (a job's output file on a hung
- * network file system) ends the run naming it, where the flush would wait
- * without end. Each print is flushed through here or by the progress lines
- * (progress.h, the same watch). */
-static void out_flush(st_session *ses) {
-    st_watch_begin(ses->store_watch, "writing to standard output");
-    fflush(ses->out);
-    st_watch_end(ses->store_watch);
-}
+/* What this rank prints, flushed: into standard output's queue (session.c;
+ * its writer thread waits on the write, never the run). */
+static void out_flush(st_session *ses) { fflush(ses->out); }
 
 static void print_header(st_session *ses, const st_run_opts *opts) {
     if (opts->quiet) return;
-    st_watch_begin(ses->store_watch, "writing to standard output"); /* (more than a buffer's worth) */
     fprintf(ses->out, "scaletrain: effective configuration\n");
     st_config_print(ses->cfg, ses->out);
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
             (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
     if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
     fflush(ses->out);
-    st_watch_end(ses->store_watch);
 }
 
 /* While rank 0 evaluates alone (or each rank its share, ses->eval_shared)
@@ -203,7 +194,7 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
-    char what[4200];
+    char what[4200], aside[4700] = "", warn[1024] = ""; /* aside, warn: said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
     if (ses->rank == 0 && ses->save && !opts->resume) {
@@ -228,16 +219,17 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
             st_clear_error();
             s = st_ckpt_set_aside(out, dir, sizeof dir);
             if (s == ST_OK && good)
-                st_ticker_sayf(
+                snprintf(
+                    aside, sizeof aside,
                     "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at "
                     "step %lld): its checkpoints are now in %s (replacing any there before); this run "
                     "starts from step 0 and replaces its model.safetensors and metrics\n",
                     out, (long long)st.step, dir);
             else if (s == ST_OK)
-                st_ticker_sayf(
-                    "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are now "
-                    "in %s\n",
-                    out, n, dir);
+                snprintf(aside, sizeof aside,
+                         "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are "
+                         "now in %s\n",
+                         out, n, dir);
         }
         if (s == ST_OK) st_clear_error();
     }
@@ -245,11 +237,14 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;
         st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
-        char warn[1024];
         s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, warn, sizeof warn);
-        if (warn[0]) st_ticker_say(warn);
     }
     st_watch_end(ses->store_watch);
+    /* Said after the watch, which is the storage's: a standard error that
+     * takes no bytes holds each say 5 s at most (st_ticker_say), which a
+     * short train.checkpoint_timeout_s would count against the storage. */
+    if (aside[0]) st_ticker_say(aside);
+    if (warn[0]) st_ticker_say(warn);
     if (ses->world == 1) return s;
     s = st_agree_status(ses->comm, s, "train.out_dir");
     ses->agreed_error = s != ST_OK; /* every rank has the outcome */
@@ -854,8 +849,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 unpinned);
     double wait_total = 0;
     st_progress prog;
-    st_progress_init(&prog, ses->out, opts->quiet ? "silent" : c->log.progress, start, steps);
-    prog.watch = ses->store_watch;
+    st_progress_init(&prog, ses->out, ses->out_tty, opts->quiet ? "silent" : c->log.progress, start, steps);
     if (ses->rank == 0 && dev && c->log.gpu_interval > 0) { /* rank 0's GPU, on logged lines (gpumon.h) */
         st_gpu_monitor_open(&gm, dev, NULL);
         if (!gm.nvml.lib && !opts->quiet)
@@ -1304,7 +1298,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         fprintf(ses.out, "\n");
     }
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
-    out_flush(&ses); /* (not left to the process's exit, which no watch sees) */
+    out_flush(&ses);
     s = ST_OK;
 fail:
     /* An error that only this rank has seen would leave the others waiting in

@@ -269,7 +269,7 @@ wait $lpid; rc=$?
 exec 3<&-
 wait $cpid
 came=$(grep -cxE 'a{100}' "$tmp/yes.out")
-dropped=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines of the job's output dropped here: 64 MiB .*/\1/p" "$tmp/yes.out")
+dropped=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines of the output dropped here: 64 MiB .*/\1/p" "$tmp/yes.out")
 said=$(sed -nE "s/^scaletrain launch: ([0-9]+) lines of the job's output not written to standard output \(more than 64 MiB waited for it\)$/\1/p" "$tmp/yes.err")
 [ $rc -eq 0 ] && [ -n "$dropped" ] && [ "$said" = "$dropped" ] && [ $((came + dropped)) -eq 700000 ] &&
     [ "$(tail -n 1 "$tmp/yes.out" | cut -c1-18)" = "scaletrain launch:" ] ||
@@ -283,7 +283,7 @@ echo "queue full: exit 0, $came lines written whole after the stall, $dropped dr
 timeout -k 10 60 "$bin" launch -n 2 sh "$tmp/talk.sh" 2>"$tmp/epipe.err" | head -n 1 >/dev/null
 rc=${PIPESTATUS[0]}
 [ $rc -eq 0 ] || fail "reader gone: exit $rc, expected 0 (141: SIGPIPE ended the launcher)"
-grep -qx "\[rank 1\] r1-err" "$tmp/epipe.err" && grep -qE "^scaletrain launch: [0-9]+ lines of the job's output not written to standard output \(Broken pipe\)" "$tmp/epipe.err" ||
+grep -qx "\[rank 1\] r1-err" "$tmp/epipe.err" && grep -qE "^scaletrain launch: [0-9]+ lines of the job's output not written to standard output \(a write failed: Broken pipe\)" "$tmp/epipe.err" ||
     fail "reader gone: $(cat "$tmp/epipe.err")"
 echo "reader gone: exit 0, $(grep -oE '[0-9]+ lines' "$tmp/epipe.err") not written (Broken pipe)"
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A run whose terminal or reader goes away loses nothing:
+#  1. `scaletrain train | head -n 3`: the reader leaves after three lines;
+#     the run's standard output (a queue and a writer thread, core/outq.h)
+#     sees EPIPE, not SIGPIPE, trains to its end, writes the uninterrupted
+#     run's weights bit for bit, exits 0 and says on standard error how many
+#     lines were not written (before: SIGPIPE ended it, exit 141, no
+#     weights);
+#  2. SIGHUP (the terminal closed) stops a run as SIGTERM does: the step
+#     ends, a checkpoint is saved, exit 129, and `--resume auto` ends with
+#     the uninterrupted run's weights (before: the process died, the steps
+#     since the last checkpoint lost);
+#  3. under nohup (SIGHUP ignored when the run starts) SIGHUP changes
+#     nothing: the run trains to its end;
+#  4. `scaletrain launch`: SIGHUP to the launcher goes to the ranks, which
+#     checkpoint and exit 129, not restarted.
+# Waits are bounded polls of the checkpoint file, and `wait`.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_tmpdir
+e2e_cleanup() { pkill -KILL -f -- "$tmp/" 2>/dev/null; } # (a failed case's processes: their arguments name $tmp)
+export OMP_WAIT_POLICY=PASSIVE
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
+run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
+     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
+     --set optim.schedule=constant --set train.checkpoint_every=3 --set train.checkpoint_every_s=0
+     --set log.progress=off --set log.every=1 --set train.steps=300)
+timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
+    fail "uninterrupted: exit $?: $(tail -n 2 "$tmp/ref.log")"
+
+# wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest exists.
+wait_ckpt() {
+    local i
+    for i in $(seq 1 600); do
+        [ -s "$2/ckpt/latest" ] && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# 1.
+o=$tmp/head
+timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" 2>"$tmp/head.err" | head -n 3 >/dev/null
+rc=${PIPESTATUS[0]}
+[ $rc -eq 0 ] || fail "reader gone: exit $rc (want 0; 141: SIGPIPE ended the run): $(tail -n 2 "$tmp/head.err")"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): [0-9]+ lines of standard output not written \(a write failed: Broken pipe\)$" "$tmp/head.err" ||
+    fail "reader gone: no line saying what was not written: $(cat "$tmp/head.err")"
+cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+    echo "reader gone: exit 0 with the uninterrupted run's weights; $(grep -oE '[0-9]+ lines' "$tmp/head.err") not written" ||
+    fail "reader gone: other weights than the uninterrupted run's (or none)"
+
+# 2.
+o=$tmp/hup
+timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
+pid=$!
+if wait_ckpt $pid "$o"; then kill -HUP $pid; else fail "SIGHUP: training did not start: $(tail -n 2 "$o.log")"; fi
+wait $pid; rc=$?
+at=$(cat "$o/ckpt/latest" 2>/dev/null)
+if [ $rc -eq 129 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log"; then
+    timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" --resume auto >"$o.resume.log" 2>&1 ||
+        fail "SIGHUP: resumed: exit $?: $(tail -n 2 "$o.resume.log")"
+    cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+        echo "SIGHUP: exit 129 with a checkpoint at $at; --resume auto ends with the uninterrupted run's weights" ||
+        fail "SIGHUP: resumed to other weights than the uninterrupted run's"
+else
+    fail "SIGHUP: exit $rc (want 129) or no checkpoint message: $(tail -n 3 "$o.log")"
+fi
+
+# 3. Under nohup (SIGHUP ignored from the start) the run ignores it; the
+# signal goes to scaletrain itself (nohup execs it), not through timeout.
+o=$tmp/nohup
+timeout -k 10 120 nohup "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
+pid=$!
+if ! wait_ckpt $pid "$o"; then
+    fail "nohup: training did not start"
+elif ! pkill -HUP -f -- "^$bin train .*train.out_dir=$o\$"; then
+    fail "nohup: no scaletrain process to signal"
+fi
+wait $pid; rc=$?
+[ $rc -eq 0 ] && cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+    echo "nohup: SIGHUP ignored, the run trained to its end" || fail "nohup: exit $rc (want 0) or other weights"
+
+# 4.
+o=$tmp/launch
+timeout -k 10 120 "$bin" launch -n 2 --max-restarts 2 "${run[@]}" --set train.steps=100000 \
+    --set train.out_dir="$o" >"$o.out" 2>"$o.err" &
+lpid=$!
+if wait_ckpt $lpid "$o"; then kill -HUP $lpid; else fail "launch: training did not start"; fi
+wait $lpid; rc=$?
+[ $rc -eq 129 ] && grep -q "not restarted: it was stopped by a signal" "$o.err" &&
+    grep -q "stopped by a signal after step .* checkpoint saved to" "$o.err" &&
+    echo "launch: SIGHUP to the launcher: the ranks saved a checkpoint at $(cat "$o/ckpt/latest"), exit 129, not restarted" ||
+    fail "launch: exit $rc (want 129): $(tail -n 4 "$o.err")"
+e2e_finish "a reader or terminal that goes away loses no work"
