@@ -234,7 +234,7 @@ int st_cmd_launch(int argc, char **argv) {
     const bool train = !strcmp(argv[cmd_at], "train");
     char **av = calloc((size_t)(argc + 24), sizeof *av);
     if (!av) {
-        st_launch_out_end(out);
+        st_launch_out_end(out, false);
         return ST_EXIT_FAIL;
     }
     int k = 0;
@@ -291,10 +291,11 @@ int st_cmd_launch(int argc, char **argv) {
         av[k++] = argv[j];
     av[k] = NULL;
 
-    int rc = ST_EXIT_FAIL;
+    int rc = ST_EXIT_FAIL, signalled = 0;
     for (long attempt = 0;; attempt++) {
         st_launch_result res;
         rc = st_launch_run(av, (int)n, out, &res);
+        signalled = res.signalled;
         if (rc < 0) {
             st_launch_sayf(out, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
             rc = ST_EXIT_FAIL;
@@ -336,6 +337,6 @@ int st_cmd_launch(int argc, char **argv) {
                        why, attempt + 1, max_restarts, where);
     }
     free(av);
-    st_launch_out_end(out);
+    st_launch_out_end(out, signalled != 0);
     return rc;
 }

@@ -27,10 +27,11 @@ void st_launch_out_put(st_launch_out *o, int fd, const char *p, size_t n);
 /* A line of the launcher's own on standard error, through the queue. */
 void st_launch_sayf(st_launch_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Wait for everything queued to be written, as long as the writes return
- * (a write that has not, after stall_s, is given up on); say on each stream
- * that still writes how many lines the other lost and why; stop the
- * writers (a writer stuck in its write is left to the process's exit). */
-void st_launch_out_end(st_launch_out *o);
+ * (a write that has not, after stall_s, is given up on; after 2 s when
+ * `stopping`: a signal stopped the job); say on each stream that still
+ * writes how many lines the other lost and why; stop the writers (a writer
+ * stuck in its write is left to the process's exit). */
+void st_launch_out_end(st_launch_out *o, bool stopping);
 
 /* Run argv (argv[0] is mpirun's path, with --tag-output among its options)
  * for `ranks` ranks, writing their output as the file comment of launch_io.c

@@ -60,8 +60,9 @@ void st_launch_sayf(st_launch_out *o, const char *fmt, ...) {
     if (n > 0) st_launch_out_put(o, 2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-void st_launch_out_end(st_launch_out *o) {
+void st_launch_out_end(st_launch_out *o, bool stopping) {
     if (!o) return;
+    if (stopping && o->stall_s > 2) o->stall_s = 2;
     static const char *const names[2] = {"standard output", "standard error"};
     st_outq_report r[2];
     bool ok[2];

@@ -25,6 +25,7 @@ struct st_outq {
     pthread_mutex_t m;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC: a chunk queued, a write done, quit */
     FILE *file;
+    volatile sig_atomic_t *stop;
     /* under m */
     chunk *head, *tail;
     size_t queued;       /* bytes queued and in the write under way */
@@ -199,6 +200,10 @@ static ssize_t cookie_write(void *c, const char *p, size_t n) {
     return (ssize_t)n; /* (what is dropped is counted, not an error of the caller's print) */
 }
 
+void st_outq_set_stop(st_outq *q, volatile sig_atomic_t *stop) {
+    if (q) q->stop = stop;
+}
+
 FILE *st_outq_file(st_outq *q) {
     if (!q) return NULL;
     if (!q->file) {
@@ -219,12 +224,13 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
         if (len) push(q, note, len, true);
         q->dropped = 0;
     }
-    bool stuck = false;
+    bool stuck = false, stopped = false;
     while (q->head || q->writing) {
-        if (q->writing && now_s() - q->write_t0 >= limit_s) {
-            stuck = true;
-            break;
-        }
+        /* asked to stop: a write that does not return is waited for 2 s at most */
+        const double lim = q->stop && *q->stop && limit_s > 2 ? 2 : limit_s;
+        stuck = q->writing && now_s() - q->write_t0 >= lim;
+        stopped = stuck && lim < limit_s;
+        if (stuck) break;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += 100 * 1000 * 1000; /* a write's end wakes us; the limit is checked 10 times a s */
@@ -233,7 +239,7 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
     }
     long lines = q->lost_lines;
     size_t bytes = q->lost_bytes;
-    if (stuck) { /* the write under way and what waits behind it are not written now */
+    if (stuck) { /* the write under way and what waits are not written now */
         lines += q->cur_lines;
         bytes += q->queued;
         for (const chunk *c = q->head; c; c = c->next)
@@ -250,8 +256,13 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
         r->lost_lines = lines;
         r->lost_bytes = bytes;
         r->stuck = stuck;
+        r->stopped = stopped;
         r->error = error;
-        if (stuck)
+        if (stopped)
+            snprintf(r->why, sizeof r->why,
+                     "its write has not returned after 2 s, and a signal asked the process "
+                     "to stop");
+        else if (stuck)
             snprintf(r->why, sizeof r->why, "its write has not returned after %g s", limit_s);
         else if (error)
             snprintf(r->why, sizeof r->why, "a write failed: %s", strerror(error));

@@ -15,6 +15,7 @@
 #ifndef ST_CORE_OUTQ_H
 #define ST_CORE_OUTQ_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -34,10 +35,15 @@ void st_outq_put(st_outq *q, const char *p, size_t n);
  * one put); NULL if stdio cannot make one. Closed by st_outq_end. */
 FILE *st_outq_file(st_outq *q);
 
+/* While *stop is non-zero (a signal handler's flag: the process was asked
+ * to stop) a drain waits 2 s at most for a write that does not return. */
+void st_outq_set_stop(st_outq *q, volatile sig_atomic_t *stop);
+
 typedef struct st_outq_report {
     long lost_lines;   /* line ends ('\n') never written */
     size_t lost_bytes; /* bytes never written */
     bool stuck;        /* a write had not returned after the limit */
+    bool stopped;      /* ... after the 2 s of a stop (st_outq_set_stop) */
     int error;         /* the errno of a write that failed (EPIPE, EIO), or 0 */
     char why[256];     /* what happened, for a message: "its write has not returned after 300 s" */
 } st_outq_report;

@@ -401,6 +401,7 @@ static st_status grad_arena(void *ctx, size_t nbytes, void **out, size_t *cap_by
 
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only) {
     memset(s, 0, sizeof *s);
+    s->out_lock_fd = -1;
     st_pages_own_mappings(); /* freed arenas leave nothing resident */
     s->cfg = cfg;
     s->out = opts && opts->out ? opts->out : stdout;
@@ -413,6 +414,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     if (s->out == stdout) {
         fflush(stdout);
         s->outq = st_outq_start(STDOUT_FILENO, "standard output", "scaletrain: ", (size_t)64 << 20);
+        st_outq_set_stop(s->outq, opts ? opts->stop : NULL); /* (a stopping run waits 2 s at most on it) */
         FILE *f = st_outq_file(s->outq);
         if (f) s->out = f;
     }
@@ -482,13 +484,16 @@ void st_session_close(st_session *s) {
     st_dataset_free(&s->train);
     st_dataset_free(&s->val);
     st_comm_free(s->comm);
+    if (s->out_lock_fd >= 0) close(s->out_lock_fd); /* (the lock goes with it) */
     st_outq_report r;
     if (!st_outq_end(s->outq, s->out_limit_s, &r))
         st_ticker_sayf("scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who,
                        r.lost_lines, r.lost_lines == 1 ? "" : "s", r.why,
-                       r.stuck ? ": a hung file system, a paused terminal or a reader that stopped? "
-                                 "(train.checkpoint_timeout_s sets how long the run waits for it at its end)"
-                               : "");
+                       !r.stuck ? ""
+                       : r.stopped
+                           ? ": a hung file system, a paused terminal or a reader that stopped?"
+                           : ": a hung file system, a paused terminal or a reader that stopped? "
+                             "(train.checkpoint_timeout_s sets how long the run waits for it at its end)");
     memset(s, 0, sizeof *s);
 }
 

@@ -27,6 +27,7 @@ typedef struct st_session {
     bool out_tty;   /* out is a terminal */
     st_outq *outq;  /* standard output's queue and writer, or NULL (opts->out, or it could not start) */
     double out_limit_s; /* how long st_session_close waits for a write of standard output */
+    int out_lock_fd;    /* rank 0's flock of train.out_dir/run.lock while the run writes there, or -1 */
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -182,6 +183,64 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return l;
 }
 
+/* One run at a time in train.out_dir: rank 0 of a run that saves holds an
+ * flock of out_dir/run.lock (which says who holds it) from before it looks
+ * at the checkpoints to the end of the run, so a second run there (the same
+ * job started twice, a --resume auto while the first still trains) is
+ * refused before it writes, naming the first, where the two would mix
+ * their checkpoints (pruning and `latest` go by step number) and truncate
+ * each other's metrics.jsonl. A file system without locks (ENOLCK,
+ * EOPNOTSUPP: Lustre mounted without flock) leaves a warning in *nolock.
+ * flock over NFS is the server's lock, seen by every node. The lock is
+ * released when the process ends, however it ends. */
+static st_status lock_out_dir(st_session *ses, char *nolock, size_t cap) {
+    const char *out = ses->cfg->train.out_dir;
+    st_status s = st_mkdirs(out);
+    if (s != ST_OK) return st_fail_context(s, "train.out_dir: ");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.lock", out);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return st_fail(ST_ERR_IO,
+                       "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",
+                       path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        if (e == EWOULDBLOCK) {
+            char holder[512] = "";
+            const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            close(fd);
+            return st_fail(
+                ST_ERR_CONFIG,
+                "train.out_dir %s is in use by another run (%s: it holds %s); two runs in one "
+                "train.out_dir would mix their checkpoints and metrics. Wait for it to end, stop it "
+                "(SIGTERM saves a checkpoint; then --resume auto continues it), or choose another "
+                "train.out_dir (nothing was written)",
+                out, holder[0] ? holder : "it did not say who", path);
+        }
+        close(fd);
+        snprintf(nolock, cap,
+                 "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second run "
+                 "started in train.out_dir %s would not be refused; start one run at a time there\n",
+                 path, strerror(e), out);
+        return ST_OK;
+    }
+    char host[256] = "?", me[512], when[64] = "";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const int len =
+        snprintf(me, sizeof me, "a run on host %s, pid %ld, since %s\n", host, (long)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len) {
+    } /* (who holds it is for the message above; the lock is the flock) */
+    ses->out_lock_fd = fd;
+    return ST_OK;
+}
+
 /* A run that will save: room on train.out_dir's filesystem for its
  * checkpoints (st_ckpt_space_check), and, started without --resume, a
  * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
@@ -194,10 +253,11 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
-    char what[4200], aside[4700] = "", warn[1024] = ""; /* aside, warn: said after the watch */
+    char what[4200], aside[4700] = "", warn[1024] = "", nolock[4700] = ""; /* said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
-    if (ses->rank == 0 && ses->save && !opts->resume) {
+    if (ses->rank == 0 && ses->save) s = lock_out_dir(ses, nolock, sizeof nolock);
+    if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume) {
         char ckdir[4096], dir[4096];
         snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
         int64_t *steps = NULL;
@@ -243,6 +303,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     /* Said after the watch, which is the storage's: a standard error that
      * takes no bytes holds each say 5 s at most (st_ticker_say), which a
      * short train.checkpoint_timeout_s would count against the storage. */
+    if (nolock[0]) st_ticker_say(nolock);
     if (aside[0]) st_ticker_say(aside);
     if (warn[0]) st_ticker_say(warn);
     if (ses->world == 1) return s;

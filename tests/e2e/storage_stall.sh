@@ -80,9 +80,28 @@ cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
     echo "standard output: trained to the end (the uninterrupted run's weights), $(grep -oE '[0-9]+ lines' <<<"$out") said not written" ||
     fail "standard output: other weights than the uninterrupted run's (or none)"
 
+# 5b. The same with a long limit, and SIGTERM mid-run: the run saves its
+# checkpoint and, asked to stop, waits 2 s at most on standard output (not
+# train.checkpoint_timeout_s's 600).
+o=$tmp/stdout_term
+mkdir -p "$o"
+t0=$SECONDS
+timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/stdout.log" ST_SLOWFS_MS=1000000000 "$bin" \
+    "${run[@]}" --set train.out_dir="$o" --set train.checkpoint_timeout_s=600 --set train.steps=1000000 \
+    >"$o/stdout.log" 2>"$o/stderr.log" &
+pid=$!
+for i in $(seq 1 600); do [ -s "$o/ckpt/latest" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid; rc=$?
+[ $rc -eq 143 ] && [ -s "$o/ckpt/latest" ] &&
+    grep -qE "[0-9]+ lines of standard output not written \(its write has not returned after 2 s, and a signal asked the process to stop" "$o/stderr.log" &&
+    echo "standard output stalled, SIGTERM: exit 143 after $((SECONDS - t0)) s with a checkpoint at $(cat "$o/ckpt/latest"), the output given up 2 s after the stop" ||
+    fail "standard output stalled, SIGTERM: exit $rc (want 143): $(cat "$o/stderr.log")"
+
 # 6. Standard error on it too (a job's one output file): the run's last
 # message cannot be written either; it is given up after 5 s, and the run
 # ends with its weights.
+o=$tmp/stdout
 t0=$SECONDS
 rm -f "$o/model.safetensors"
 timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/both.log" ST_SLOWFS_MS=1000000000 "$bin" \

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One run at a time in a train.out_dir (rank 0's flock of out_dir/run.lock):
+#  1. while run A trains there (before its first checkpoint, where the
+#     "unfinished run" check has nothing to go by), run B in the same
+#     out_dir, with --resume auto or without, is refused at once: exit 1,
+#     a message naming A's host and pid and the lock file, nothing written
+#     (A's metrics.jsonl keeps growing, no checkpoint of B's);
+#  2. the same under mpirun (2 ranks): every rank stops with it;
+#  3. A stopped (SIGTERM: a checkpoint, exit 143): the lock went with it,
+#     and B with --resume auto continues A's run to its end.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_mpirun
+e2e_tmpdir
+e2e_cleanup() { pkill -KILL -f -- "$tmp/" 2>/dev/null; }
+export OMP_WAIT_POLICY=PASSIVE
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
+run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
+     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
+     --set log.progress=off --set log.every=1 --set train.steps=1000000 --set train.checkpoint_every_s=0
+     --set train.out_dir="$tmp/run")
+
+timeout -k 10 120 "$bin" "${run[@]}" >"$tmp/a.log" 2>&1 &
+apid=$!
+for i in $(seq 1 600); do # A has its lock and trains: metrics.jsonl has lines
+    [ -s "$tmp/run/metrics.jsonl" ] || ! kill -0 $apid 2>/dev/null && break
+    sleep 0.1
+done
+[ -s "$tmp/run/metrics.jsonl" ] || fail "run A did not start: $(tail -n 3 "$tmp/a.log")"
+
+# refused TAG ARGS...: the run exits 1 naming A (its pid) and the lock file.
+refused() {
+    local tag=$1
+    shift
+    local before out rc
+    before=$(wc -l <"$tmp/run/metrics.jsonl")
+    out=$(timeout -k 10 60 "$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qE "train\.out_dir $tmp/run is in use by another run \(a run on host [^,]+, pid [0-9]+, since [0-9T:Z-]+: it holds $tmp/run/run\.lock\)" <<<"$out" &&
+        grep -q "pid $(pgrep -P $apid | head -n 1)," <<<"$out"; then
+        echo "$tag: refused, naming run A"
+    else
+        fail "$tag: exit $rc (want 1) or no message naming run A: $(tail -n 3 <<<"$out")"
+    fi
+    [ ! -d "$tmp/run/ckpt" ] || fail "$tag: a checkpoint directory appeared"
+    kill -0 $apid 2>/dev/null || fail "$tag: run A ended"
+}
+refused "B, a new run" "$bin" "${run[@]}"
+refused "B, --resume auto" "$bin" "${run[@]}" --resume auto
+refused "B, 2 ranks" "$bin" launch -n 2 "${run[@]}" --resume auto
+
+# 3.
+kill -TERM $apid
+wait $apid; rc=$?
+[ $rc -eq 143 ] && [ -s "$tmp/run/ckpt/latest" ] || fail "run A: SIGTERM: exit $rc (want 143), checkpoint '$(cat "$tmp/run/ckpt/latest" 2>/dev/null)'"
+at=$(cat "$tmp/run/ckpt/latest")
+timeout -k 10 120 "$bin" "${run[@]}" --set train.steps=$((${at#step-} + 5)) --resume auto >"$tmp/b.log" 2>&1 ||
+    fail "run B after A: exit $?: $(tail -n 3 "$tmp/b.log")"
+grep -q "^resumed from $tmp/run/ckpt/$at at step" "$tmp/b.log" && echo "B after A stopped: resumed A's $at and trained to its end" ||
+    fail "run B after A: did not resume from $at: $(grep -m1 resumed "$tmp/b.log")"
+e2e_finish "one run at a time in a train.out_dir"
