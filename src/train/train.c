@@ -189,44 +189,59 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
  * job started twice, a --resume auto while the first still trains) is
  * refused before it writes, naming the first, where the two would mix
  * their checkpoints (pruning and `latest` go by step number) and truncate
- * each other's metrics.jsonl. A file system without locks (ENOLCK,
+ * each other's metrics.jsonl. In two calls, so that a run refused, or one
+ * that fails before it writes (out of device memory), writes nothing: in
+ * check_out_dir (create false) a run.lock that exists is locked; where the
+ * run first writes to out_dir (create true: train_loop, before
+ * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
+ * yet, and say who holds them. A file system without locks (ENOLCK,
  * EOPNOTSUPP: Lustre mounted without flock) leaves a warning in *nolock.
  * flock over NFS is the server's lock, seen by every node. The lock is
  * released when the process ends, however it ends. */
-static st_status lock_out_dir(st_session *ses, char *nolock, size_t cap) {
+static st_status lock_out_dir(st_session *ses, bool create, char *nolock, size_t cap) {
     const char *out = ses->cfg->train.out_dir;
-    st_status s = st_mkdirs(out);
-    if (s != ST_OK) return st_fail_context(s, "train.out_dir: ");
     char path[4200];
     snprintf(path, sizeof path, "%s/run.lock", out);
-    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return st_fail(ST_ERR_IO,
-                       "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",
-                       path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        const int e = errno;
-        if (e == EWOULDBLOCK) {
-            char holder[512] = "";
-            const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-            holder[n > 0 ? n : 0] = '\0';
-            holder[strcspn(holder, "\n")] = '\0';
-            close(fd);
-            return st_fail(
-                ST_ERR_CONFIG,
-                "train.out_dir %s is in use by another run (%s: it holds %s); two runs in one "
-                "train.out_dir would mix their checkpoints and metrics. Wait for it to end, stop it "
-                "(SIGTERM saves a checkpoint; then --resume auto continues it), or choose another "
-                "train.out_dir (nothing was written)",
-                out, holder[0] ? holder : "it did not say who", path);
+    int fd = ses->out_lock_fd;
+    if (fd < 0) {
+        if (create) {
+            const st_status s = st_mkdirs(out);
+            if (s != ST_OK) return st_fail_context(s, "train.out_dir: ");
         }
-        close(fd);
-        snprintf(nolock, cap,
-                 "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second run "
-                 "started in train.out_dir %s would not be refused; start one run at a time there\n",
-                 path, strerror(e), out);
-        return ST_OK;
+        fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+        if (fd < 0 && !create && errno == ENOENT) return ST_OK; /* (locked after the look) */
+        if (fd < 0)
+            return st_fail(ST_ERR_IO,
+                           "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",
+                           path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            if (e == EWOULDBLOCK) {
+                char holder[512] = "";
+                const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+                holder[n > 0 ? n : 0] = '\0';
+                holder[strcspn(holder, "\n")] = '\0';
+                close(fd);
+                return st_fail(
+                    ST_ERR_CONFIG,
+                    "train.out_dir %s is in use by another run (%s: it holds %s); two runs in one "
+                    "train.out_dir would mix their checkpoints and metrics. Wait for it to end, stop "
+                    "it (SIGTERM saves a checkpoint; then --resume auto continues it), or choose "
+                    "another train.out_dir (nothing was written)",
+                    out, holder[0] ? holder : "it did not say who", path);
+            }
+            close(fd);
+            if (create) /* (said once, after the look) */
+                snprintf(
+                    nolock, cap,
+                    "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second "
+                    "run started in train.out_dir %s would not be refused; start one run at a time there\n",
+                    path, strerror(e), out);
+            return ST_OK;
+        }
+        ses->out_lock_fd = fd;
     }
+    if (!create) return ST_OK;
     char host[256] = "?", me[512], when[64] = "";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
@@ -237,7 +252,6 @@ static st_status lock_out_dir(st_session *ses, char *nolock, size_t cap) {
         snprintf(me, sizeof me, "a run on host %s, pid %ld, since %s\n", host, (long)getpid(), when);
     if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len) {
     } /* (who holds it is for the message above; the lock is the flock) */
-    ses->out_lock_fd = fd;
     return ST_OK;
 }
 
@@ -253,10 +267,10 @@ static st_status lock_out_dir(st_session *ses, char *nolock, size_t cap) {
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
-    char what[4200], aside[4700] = "", warn[1024] = "", nolock[4700] = ""; /* said after the watch */
+    char what[4200], aside[4700] = "", warn[1024] = ""; /* said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
-    if (ses->rank == 0 && ses->save) s = lock_out_dir(ses, nolock, sizeof nolock);
+    if (ses->rank == 0 && ses->save) s = lock_out_dir(ses, false, NULL, 0); /* (run.lock, if there is one) */
     if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume) {
         char ckdir[4096], dir[4096];
         snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
@@ -303,7 +317,6 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     /* Said after the watch, which is the storage's: a standard error that
      * takes no bytes holds each say 5 s at most (st_ticker_say), which a
      * short train.checkpoint_timeout_s would count against the storage. */
-    if (nolock[0]) st_ticker_say(nolock);
     if (aside[0]) st_ticker_say(aside);
     if (warn[0]) st_ticker_say(warn);
     if (ses->world == 1) return s;
@@ -832,10 +845,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t start = ck.step;
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
-        if ((s = st_mkdirs(c->train.out_dir)) != ST_OK) {
-            st_fail_context(s, "train.out_dir: ");
-            goto fail;
-        }
+        char nolock[4700] = "";
+        ST_GOTO(lock_out_dir(ses, true, nolock, sizeof nolock)); /* (makes out_dir) */
+        if (nolock[0]) st_ticker_say(nolock);
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }
     if (dist) {
