@@ -13,7 +13,8 @@
  *            link (src/hw/linkcheck.h), flagged (warn) below 70% of it
  *            (tools/check_comm.c)
  *   data     the config's training (and validation) data opens and is valid
- *   out_dir  the config's train.out_dir is writable (or can be created)
+ *   out_dir  the config's train.out_dir is writable (or can be created), and
+ *            no run holds it (out_dir/run.lock: a train there would be refused)
  *   disk     room there for the run's checkpoints and final weights (FAIL
  *            when one checkpoint does not fit, warn when the kept ones will not)
  *   cuda, nccl  what this build can use and what the probe found
@@ -456,7 +457,7 @@ static void check_data(report *r, const st_config *c) {
 
 /* out_dir, or the nearest existing directory above it, takes a new file. */
 static void check_out_dir(report *r, const char *out_dir) {
-    char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64];
+    char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64], who[512] = "";
     snprintf(dir, sizeof dir, "%s", out_dir[0] ? out_dir : ".");
     struct stat st;
     bool exists = stat(dir, &st) == 0;
@@ -492,6 +493,11 @@ static void check_out_dir(report *r, const char *out_dir) {
              "cannot write in %s (train.out_dir %s): %s; fix: set train.out_dir to a "
              "writable directory",
              dir, out_dir, strerror(err));
+    else if (!strcmp(dir, out_dir) && st_ckpt_out_dir_in_use(out_dir, who, sizeof who))
+        line(r, "FAIL", "out_dir",
+             "%s is in use by another run (%s: it holds %s/run.lock), and a train there now is refused; fix: "
+             "wait for it to end, or set train.out_dir to another directory",
+             out_dir, who[0] ? who : "it does not say who", out_dir);
     else if (!strcmp(dir, out_dir))
         line(r, "ok", "out_dir", "%s is writable", out_dir);
     else

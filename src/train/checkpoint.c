@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -981,4 +982,78 @@ st_status st_ckpt_load_verified(const char *dir, const st_ckpt_state *state, st_
 
 st_status st_train_latest_checkpoint(const st_config *cfg, char *dir, size_t size, bool *found) {
     return st_ckpt_find(cfg->train.out_dir, "auto", NULL, dir, size, found, NULL);
+}
+
+/* run.lock's first line: who holds it ("" if it does not say). */
+static void read_holder(int fd, char *who, size_t cap) {
+    const ssize_t n = pread(fd, who, cap - 1, 0);
+    who[n > 0 ? n : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+}
+
+st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd, char *nolock, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.lock", out);
+    int fd = *lock_fd;
+    if (fd < 0) {
+        if (create) {
+            const st_status s = st_mkdirs(out);
+            if (s != ST_OK) return st_fail_context(s, "train.out_dir: ");
+        }
+        fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+        if (fd < 0 && !create && errno == ENOENT) return ST_OK; /* (locked after the look) */
+        if (fd < 0)
+            return st_fail(ST_ERR_IO,
+                           "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",
+                           path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            if (e == EWOULDBLOCK) {
+                char holder[512];
+                read_holder(fd, holder, sizeof holder);
+                close(fd);
+                return st_fail(
+                    ST_ERR_CONFIG,
+                    "train.out_dir %s is in use by another run (%s: it holds %s); two runs in one "
+                    "train.out_dir would mix their checkpoints and metrics. Wait for it to end, stop "
+                    "it (SIGTERM saves a checkpoint; then --resume auto continues it), or choose "
+                    "another train.out_dir (nothing was written)",
+                    out, holder[0] ? holder : "it did not say who", path);
+            }
+            close(fd);
+            if (create) /* (said once, after the look) */
+                snprintf(
+                    nolock, cap,
+                    "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second "
+                    "run started in train.out_dir %s would not be refused; start one run at a time there\n",
+                    path, strerror(e), out);
+            return ST_OK;
+        }
+        *lock_fd = fd;
+    }
+    if (!create) return ST_OK;
+    char host[256] = "?", me[512], when[64] = "";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const int len =
+        snprintf(me, sizeof me, "a run on host %s, pid %ld, since %s\n", host, (long)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len) {
+    } /* (who holds it is for the message above; the lock is the flock) */
+    return ST_OK;
+}
+
+bool st_ckpt_out_dir_in_use(const char *out, char *who, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.lock", out);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    /* A shared lock, held for a moment: refused while a run holds its
+     * exclusive one. */
+    const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held && cap) read_holder(fd, who, cap);
+    close(fd); /* (and with it a lock of ours) */
+    return held;
 }

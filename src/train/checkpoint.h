@@ -156,6 +156,25 @@ void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, 
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
                               int64_t free_bytes, char *warn, size_t warn_cap);
 
+/* One run at a time in a train.out_dir: rank 0 of a run that saves holds an
+ * flock of out_dir/run.lock (which says who holds it: "a run on host h,
+ * pid p, since T") to the end of the run, so a second run there (the same
+ * job started twice, a --resume auto while the first still trains) is
+ * refused before it writes, naming the first, where the two would mix their
+ * checkpoints (pruning and `latest` go by step number) and truncate each
+ * other's metrics.jsonl. *lock_fd: -1 until the lock is held, then its
+ * descriptor (the caller closes it at the run's end; the lock goes with the
+ * process however it ends). create false: lock run.lock if it exists;
+ * true: make out_dir and run.lock if need be, lock them if not yet, and
+ * write who holds them. Held by another process: ST_ERR_CONFIG naming it.
+ * A file system without locks (ENOLCK, EOPNOTSUPP: Lustre mounted without
+ * flock): ST_OK, unlocked, and with create a warning in nolock. flock over
+ * NFS is the server's lock, seen by every node. */
+st_status st_ckpt_lock_out_dir(const char *out_dir, bool create, int *lock_fd, char *nolock, size_t cap);
+/* Whether a run holds out_dir's lock now; its line ("a run on host h, pid
+ * p, since T") in who. */
+bool st_ckpt_out_dir_in_use(const char *out_dir, char *who, size_t cap);
+
 /* Verify dir, then restore the weights and buffers of m, the state of o
  * for its range [o->lo, o->hi) (whose kind must match) and *state. */
 st_status st_ckpt_load(const char *dir, st_model *m, st_optim *o, st_ckpt_state *state);

@@ -183,76 +183,14 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return l;
 }
 
-/* One run at a time in train.out_dir: rank 0 of a run that saves holds an
- * flock of out_dir/run.lock (which says who holds it) from before it looks
- * at the checkpoints to the end of the run, so a second run there (the same
- * job started twice, a --resume auto while the first still trains) is
- * refused before it writes, naming the first, where the two would mix
- * their checkpoints (pruning and `latest` go by step number) and truncate
- * each other's metrics.jsonl. In two calls, so that a run refused, or one
- * that fails before it writes (out of device memory), writes nothing: in
- * check_out_dir (create false) a run.lock that exists is locked; where the
- * run first writes to out_dir (create true: train_loop, before
- * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
- * yet, and say who holds them. A file system without locks (ENOLCK,
- * EOPNOTSUPP: Lustre mounted without flock) leaves a warning in *nolock.
- * flock over NFS is the server's lock, seen by every node. The lock is
- * released when the process ends, however it ends. */
+/* One run at a time in train.out_dir (st_ckpt_lock_out_dir): in two
+ * calls, so that a run refused, or one that fails before it writes (out of
+ * device memory), writes nothing: in check_out_dir (create false) a
+ * run.lock that exists is locked; where the run first writes to out_dir
+ * (create true: train_loop, before metrics.jsonl) out_dir and run.lock are
+ * made if need be, locked if not yet, and say who holds them. */
 static st_status lock_out_dir(st_session *ses, bool create, char *nolock, size_t cap) {
-    const char *out = ses->cfg->train.out_dir;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/run.lock", out);
-    int fd = ses->out_lock_fd;
-    if (fd < 0) {
-        if (create) {
-            const st_status s = st_mkdirs(out);
-            if (s != ST_OK) return st_fail_context(s, "train.out_dir: ");
-        }
-        fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
-        if (fd < 0 && !create && errno == ENOENT) return ST_OK; /* (locked after the look) */
-        if (fd < 0)
-            return st_fail(ST_ERR_IO,
-                           "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",
-                           path, strerror(errno));
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            const int e = errno;
-            if (e == EWOULDBLOCK) {
-                char holder[512] = "";
-                const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-                holder[n > 0 ? n : 0] = '\0';
-                holder[strcspn(holder, "\n")] = '\0';
-                close(fd);
-                return st_fail(
-                    ST_ERR_CONFIG,
-                    "train.out_dir %s is in use by another run (%s: it holds %s); two runs in one "
-                    "train.out_dir would mix their checkpoints and metrics. Wait for it to end, stop "
-                    "it (SIGTERM saves a checkpoint; then --resume auto continues it), or choose "
-                    "another train.out_dir (nothing was written)",
-                    out, holder[0] ? holder : "it did not say who", path);
-            }
-            close(fd);
-            if (create) /* (said once, after the look) */
-                snprintf(
-                    nolock, cap,
-                    "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second "
-                    "run started in train.out_dir %s would not be refused; start one run at a time there\n",
-                    path, strerror(e), out);
-            return ST_OK;
-        }
-        ses->out_lock_fd = fd;
-    }
-    if (!create) return ST_OK;
-    char host[256] = "?", me[512], when[64] = "";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
-    const time_t now = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    const int len =
-        snprintf(me, sizeof me, "a run on host %s, pid %ld, since %s\n", host, (long)getpid(), when);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len) {
-    } /* (who holds it is for the message above; the lock is the flock) */
-    return ST_OK;
+    return st_ckpt_lock_out_dir(ses->cfg->train.out_dir, create, &ses->out_lock_fd, nolock, cap);
 }
 
 /* A run that will save: room on train.out_dir's filesystem for its

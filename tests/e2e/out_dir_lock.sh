@@ -5,7 +5,8 @@
 #     out_dir, with --resume auto or without, is refused at once: exit 1,
 #     a message naming A's host and pid and the lock file, nothing written
 #     (A's metrics.jsonl keeps growing, no checkpoint of B's);
-#  2. the same under mpirun (2 ranks): every rank stops with it;
+#  2. the same under mpirun (2 ranks): every rank stops with it; and
+#     `scaletrain check` says FAIL out_dir, naming A;
 #  3. A stopped (SIGTERM: a checkpoint, exit 143): the lock went with it,
 #     and B with --resume auto continues A's run to its end.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -49,6 +50,12 @@ refused() {
 refused "B, a new run" "$bin" "${run[@]}"
 refused "B, --resume auto" "$bin" "${run[@]}" --resume auto
 refused "B, 2 ranks" "$bin" launch -n 2 "${run[@]}" --resume auto
+
+# scaletrain check sees it too: a FAIL line naming A, "not ready".
+out=$(timeout -k 10 120 "$bin" check "${run[@]:1}" 2>&1)
+grep -qE "^FAIL +out_dir +$tmp/run is in use by another run \(a run on host [^,]+, pid $(pgrep -P $apid | head -n 1), since" <<<"$out" &&
+    grep -q "^not ready" <<<"$out" && echo "check: FAIL out_dir, naming run A" ||
+    fail "check: no FAIL line naming run A: $(grep -E "out_dir|ready" <<<"$out")"
 
 # 3.
 kill -TERM $apid
