@@ -18,7 +18,8 @@
 #     node; one where there is none), each told that world size.
 # (f) an output that takes no bytes, (g) a reader that goes away: the job
 #     runs to its end (or its SIGTERM checkpoint), and the launcher says
-#     what was not written.
+#     what was not written; (h) a restart's look for the checkpoint on
+#     storage that stopped answering is given up, not waited for.
 # Every run is bounded by `timeout`; the script waits only by polling files
 # in bounded loops and by `wait`.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -288,5 +289,19 @@ rc=${PIPESTATUS[0]}
 grep -qx "\[rank 1\] r1-err" "$tmp/epipe.err" && grep -qE "^scaletrain launch: [0-9]+ lines of the job's output not written to standard output \(a write failed: Broken pipe\)" "$tmp/epipe.err" ||
     fail "reader gone: $(cat "$tmp/epipe.err")"
 echo "reader gone: exit 0, $(grep -oE '[0-9]+ lines' "$tmp/epipe.err") not written (Broken pipe)"
+
+# (h) A restart's look for the checkpoint on storage that stopped answering
+# (out_dir/ckpt/latest a FIFO nobody writes: its open never returns, as on a
+# hung network file system): the rank's own watch ends it, and the
+# launcher, looking for the checkpoint to restart from, gives up after
+# train.checkpoint_timeout_s and does not restart (before: it waited in
+# that look for good, exit 124).
+mkdir -p "$tmp/hungck/ckpt" && mkfifo "$tmp/hungck/ckpt/latest"
+timeout -k 10 60 "$bin" launch -n 1 --max-restarts 2 train "${gpt[@]}" --set train.checkpoint_timeout_s=1 \
+    --set train.out_dir="$tmp/hungck" --resume auto >"$tmp/hungck.out" 2>"$tmp/hungck.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "^scaletrain launch: the job failed (exit 1: .*); not restarted: looking in $tmp/hungck/ckpt for its checkpoint has not returned after 1 s" "$tmp/hungck.err" &&
+    ! grep -q "restart 1 of" "$tmp/hungck.err" &&
+    echo "restart's look on hung storage: given up after 1 s, not restarted, exit 1" ||
+    fail "restart's look on hung storage: exit $rc (want 1; 124: the launcher waited in it): $(grep "scaletrain launch" "$tmp/hungck.err")"
 
 e2e_finish "all passed"
