@@ -14,13 +14,8 @@
 #     the uninterrupted run, bit for bit.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
-run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
-     --set train.eval_every=0 --set train.keep_checkpoints=0 --set log.progress=off)
+source "$(dirname "$0")/../lib/tiny_gpt.sh"
+run+=(--set train.eval_every=0 --set train.keep_checkpoints=0 --set log.progress=off)
 steps_of() { ls "$1/ckpt" 2>/dev/null | sed -nE 's/^step-([0-9]+)$/\1/p' | sort -n | tr '\n' ' '; }
 
 timeout 120 "$bin" "${run[@]}" --set train.steps=6 --set train.checkpoint_every_s=1e-9 \

@@ -19,27 +19,11 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_tmpdir
 e2e_cleanup() { pkill -KILL -f -- "$tmp/" 2>/dev/null; } # (a failed case's processes: their arguments name $tmp)
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
-run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
-     --set optim.schedule=constant --set train.checkpoint_every=3 --set train.checkpoint_every_s=0
-     --set log.progress=off --set log.every=1 --set train.steps=300)
+source "$(dirname "$0")/../lib/tiny_gpt.sh"
+run+=(--set optim.schedule=constant --set train.checkpoint_every=3 --set train.checkpoint_every_s=0
+      --set log.progress=off --set log.every=1 --set train.steps=300)
 timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     fail "uninterrupted: exit $?: $(tail -n 2 "$tmp/ref.log")"
-
-# wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest exists.
-wait_ckpt() {
-    local i
-    for i in $(seq 1 600); do
-        [ -s "$2/ckpt/latest" ] && return 0
-        kill -0 "$1" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
 
 # 1.
 o=$tmp/head
@@ -56,7 +40,7 @@ cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
 o=$tmp/hup
 timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
 pid=$!
-if wait_ckpt $pid "$o"; then kill -HUP $pid; else fail "SIGHUP: training did not start: $(tail -n 2 "$o.log")"; fi
+if e2e_wait_ckpt $pid "$o"; then kill -HUP $pid; else fail "SIGHUP: training did not start: $(tail -n 2 "$o.log")"; fi
 wait $pid; rc=$?
 at=$(cat "$o/ckpt/latest" 2>/dev/null)
 if [ $rc -eq 129 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log"; then
@@ -74,7 +58,7 @@ fi
 o=$tmp/nohup
 timeout -k 10 120 nohup "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
 pid=$!
-if ! wait_ckpt $pid "$o"; then
+if ! e2e_wait_ckpt $pid "$o"; then
     fail "nohup: training did not start"
 elif ! pkill -HUP -f -- "^$bin train .*train.out_dir=$o\$"; then
     fail "nohup: no scaletrain process to signal"
@@ -88,7 +72,7 @@ o=$tmp/launch
 timeout -k 10 120 "$bin" launch -n 2 --max-restarts 2 "${run[@]}" --set train.steps=100000 \
     --set train.out_dir="$o" >"$o.out" 2>"$o.err" &
 lpid=$!
-if wait_ckpt $lpid "$o"; then kill -HUP $lpid; else fail "launch: training did not start"; fi
+if e2e_wait_ckpt $lpid "$o"; then kill -HUP $lpid; else fail "launch: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 129 ] && grep -q "not restarted: it was stopped by a signal" "$o.err" &&
     grep -q "stopped by a signal after step .* checkpoint saved to" "$o.err" &&

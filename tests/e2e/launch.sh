@@ -100,17 +100,6 @@ rank_pid() {
     return 1
 }
 
-# wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest exists.
-wait_ckpt() {
-    local i
-    for i in $(seq 1 600); do
-        [ -s "$2/ckpt/latest" ] && return 0
-        kill -0 "$1" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
-
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --quiet --set train.out_dir="$tmp/ref" || fail "the reference run"
 
 # (a') output to a file: the ranks' stdout is mpirun's pseudo-terminal, but
@@ -126,7 +115,7 @@ echo "output to a file: plain step lines, no progress bar"
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
     >"$tmp/run.out" 2>"$tmp/run.err" &
 lpid=$!
-if wait_ckpt $lpid "$tmp/run" && r1=$(rank_pid $lpid 1); then
+if e2e_wait_ckpt $lpid "$tmp/run" && r1=$(rank_pid $lpid 1); then
     pids+=("$r1")
     at=$(cat "$tmp/run/ckpt/latest")
     kill -KILL "$r1"
@@ -151,7 +140,7 @@ echo -n "restart: final weights against the uninterrupted run: "
 timeout 120 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set dist.timeout_s=3 \
     --set train.out_dir="$tmp/stop" >"$tmp/stop.out" 2>"$tmp/stop.err" &
 lpid=$!
-if wait_ckpt $lpid "$tmp/stop" && r1=$(rank_pid $lpid 1); then
+if e2e_wait_ckpt $lpid "$tmp/stop" && r1=$(rank_pid $lpid 1); then
     pids+=("$r1")
     kill -STOP "$r1"
     echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
@@ -181,7 +170,7 @@ echo "always failing: restarted once, then gave up"
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
     --set train.out_dir="$tmp/term" >"$tmp/term.out" 2>"$tmp/term.err" &
 lpid=$!
-if wait_ckpt $lpid "$tmp/term"; then kill -TERM $lpid; else fail "term: training did not start"; fi
+if e2e_wait_ckpt $lpid "$tmp/term"; then kill -TERM $lpid; else fail "term: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 143 ] || fail "term: exit $rc, expected 143: $(tail -n 5 "$tmp/term.err")"
 grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "term: no 'not restarted' message"
@@ -238,7 +227,7 @@ fill_fifo
 timeout -k 10 120 "$bin" launch -n 2 train "${gpt[@]}" --set train.steps=100000 \
     --set train.out_dir="$tmp/hungterm" >"$tmp/out.fifo" 2>"$tmp/hungterm.err" &
 lpid=$!
-if wait_ckpt $lpid "$tmp/hungterm"; then kill -TERM $lpid; else fail "output stalled, SIGTERM: training did not start"; fi
+if e2e_wait_ckpt $lpid "$tmp/hungterm"; then kill -TERM $lpid; else fail "output stalled, SIGTERM: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 143 ] || fail "output stalled, SIGTERM: exit $rc, expected 143: $(tail -n 5 "$tmp/hungterm.err")"
 grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/hungterm.err" ||

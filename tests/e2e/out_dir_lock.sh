@@ -13,14 +13,9 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_tmpdir
 e2e_cleanup() { pkill -KILL -f -- "$tmp/" 2>/dev/null; }
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
-run=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 --set train.device=cpu --set train.threads=1 --set data.num_workers=0
-     --set log.progress=off --set log.every=1 --set train.steps=1000000 --set train.checkpoint_every_s=0
-     --set train.out_dir="$tmp/run")
+source "$(dirname "$0")/../lib/tiny_gpt.sh"
+run+=(--set log.progress=off --set log.every=1 --set train.steps=1000000 --set train.checkpoint_every_s=0
+      --set train.out_dir="$tmp/run")
 
 timeout -k 10 120 "$bin" "${run[@]}" >"$tmp/a.log" 2>&1 &
 apid=$!

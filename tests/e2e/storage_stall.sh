@@ -90,7 +90,7 @@ timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$o/stdout.log
     "${run[@]}" --set train.out_dir="$o" --set train.checkpoint_timeout_s=600 --set train.steps=1000000 \
     >"$o/stdout.log" 2>"$o/stderr.log" &
 pid=$!
-for i in $(seq 1 600); do [ -s "$o/ckpt/latest" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.1; done
+e2e_wait_ckpt $pid "$o" || fail "standard output stalled, SIGTERM: no checkpoint before the stop"
 kill -TERM $pid
 wait $pid; rc=$?
 [ $rc -eq 143 ] && [ -s "$o/ckpt/latest" ] &&

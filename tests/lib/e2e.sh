@@ -15,6 +15,8 @@
 #       with KEEP_TMP set in the environment it is kept and named instead;
 #   e2e_mpi [SECONDS]: the array mpi=([timeout SECONDS] mpirun ... --bind-to
 #       none), for "${mpi[@]}" -np N PROGRAM;
+#   e2e_wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest
+#       exists (true), or PID has ended (false);
 #   fail MESSAGE: print "FAIL: MESSAGE" and count it in $fails;
 #   e2e_finish [MESSAGE]: exit 1 after any fail, else print "NAME: MESSAGE"
 #       (when given) and exit 0.
@@ -49,6 +51,15 @@ e2e_need_emu() {
 }
 e2e_need_numpy() {
     /usr/bin/python3 -c 'import numpy' 2>/dev/null || e2e_skip "NumPy is not installed (apt-get install python3-numpy)"
+}
+e2e_wait_ckpt() {
+    local i
+    for i in $(seq 1 600); do
+        [ -s "$2/ckpt/latest" ] && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
 }
 e2e_tmpdir() {
     tmp=$(mktemp -d)
