@@ -256,8 +256,14 @@ static int inspect(const char *path) {
     case ST_CKPT_RUN: {
         char final[4096];
         snprintf(final, sizeof final, "%s/model.safetensors", path);
+        char who[512] = "";
+        const bool busy = st_ckpt_out_dir_in_use(path, who, sizeof who);
         printf("%s: a run's out_dir; final weights %s\n", path,
-               st_path_is_file(final) ? final : "not written (the run did not end)");
+               st_path_is_file(final) ? final
+               : busy                 ? "not written yet (a run is training there)"
+                                      : "not written (the run did not end)");
+        if (busy)
+            printf("in use: %s (it holds %s/run.lock)\n", who[0] ? who : "a run that does not say who", path);
         return inspect_ckpt_folder(dir);
     }
     case ST_CKPT_NONE:

@@ -6,7 +6,8 @@
 #     run's weights bit for bit, exits 0 and says on standard error how many
 #     lines were not written (before: SIGPIPE ended it, exit 141, no
 #     weights);
-#  2. SIGHUP (the terminal closed) stops a run as SIGTERM does: the step
+#  2. SIGHUP (the terminal closed) stops a run as SIGTERM does (while it
+#     trains, `data inspect` of its out_dir names it, from run.lock): the step
 #     ends, a checkpoint is saved, exit 129, and `--resume auto` ends with
 #     the uninterrupted run's weights (before: the process died, the steps
 #     since the last checkpoint lost);
@@ -40,7 +41,14 @@ cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
 o=$tmp/hup
 timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
 pid=$!
-if e2e_wait_ckpt $pid "$o"; then kill -HUP $pid; else fail "SIGHUP: training did not start: $(tail -n 2 "$o.log")"; fi
+if e2e_wait_ckpt $pid "$o"; then
+    # (while it trains, `data inspect` of its out_dir names it: run.lock)
+    "$bin" data inspect "$o" | grep -qE "^in use: a run on host [^,]+, pid $(pgrep -P $pid | head -n 1), since .*\(it holds $o/run.lock\)$" ||
+        fail "data inspect: the run training in $o is not named: $("$bin" data inspect "$o" 2>&1 | head -n 3)"
+    kill -HUP $pid
+else
+    fail "SIGHUP: training did not start: $(tail -n 2 "$o.log")"
+fi
 wait $pid; rc=$?
 at=$(cat "$o/ckpt/latest" 2>/dev/null)
 if [ $rc -eq 129 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log"; then
