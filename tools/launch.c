@@ -22,16 +22,14 @@
  * such a signal. The exit status is the last run's. */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "core/device.h"
+#include "core/ticker.h"
 #include "hw/probe.h"
 #include "launch.h"
 
@@ -133,51 +131,31 @@ static bool is_subcommand(const char *s) {
     return false;
 }
 
-/* The look for a restarted job's checkpoint, on a thread of its own: a
- * train.out_dir on storage that stopped answering (the likely reason the
- * job failed) would hold the launcher in it for good. Freed by whichever of
- * the thread and the launcher lets go last. */
+/* The look for a restarted job's checkpoint (on a thread of its own:
+ * st_ticker_run_within). */
 typedef struct lookup {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    bool done;
-    int refs;
     st_config cfg;
     char what[4400];
 } lookup;
 
-static void lookup_release(lookup *l) {
-    pthread_mutex_lock(&l->m);
-    const bool last = --l->refs == 0;
-    pthread_mutex_unlock(&l->m);
-    if (!last) return;
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->m);
-    free(l);
-}
-
 static void *lookup_run(void *arg) {
     lookup *l = arg;
-    char dir[4096], what[sizeof l->what];
+    char dir[4096];
     bool found = false;
     if (st_train_latest_checkpoint(&l->cfg, dir, sizeof dir, &found) == ST_OK && found)
-        snprintf(what, sizeof what, "from checkpoint %s", dir);
+        snprintf(l->what, sizeof l->what, "from checkpoint %s", dir);
     else
-        snprintf(what, sizeof what, "from step 0: no checkpoint in %s/ckpt yet", l->cfg.train.out_dir);
-    pthread_mutex_lock(&l->m);
-    memcpy(l->what, what, sizeof what);
-    l->done = true;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->m);
-    lookup_release(l);
+        snprintf(l->what, sizeof l->what, "from step 0: no checkpoint in %s/ckpt yet", l->cfg.train.out_dir);
     return NULL;
 }
 
 /* Where a restarted train job continues: its latest good checkpoint, named in
  * `what` (size bytes). The train arguments are read as train reads them.
- * False, with the reason in `what`, when looking for it has not returned
- * after train.checkpoint_timeout_s (dist.timeout_s when 0): the job is not
- * restarted then (its ranks would wait on the same storage). */
+ * The look runs on a thread of its own: a train.out_dir on storage that
+ * stopped answering (the likely reason the job failed) would hold the
+ * launcher in it for good. False, with the reason in `what`, when it has
+ * not returned after train.checkpoint_timeout_s (dist.timeout_s when 0):
+ * the job is not restarted then (its ranks would wait on the same storage). */
 static bool resume_point(int argc, char **argv, char *what, size_t size) {
     st_config cfg;
     st_run_opts opts = {0};
@@ -187,51 +165,24 @@ static bool resume_point(int argc, char **argv, char *what, size_t size) {
         return true;
     }
     lookup *l = calloc(1, sizeof *l);
-    pthread_condattr_t ca;
-    if (!l || pthread_condattr_init(&ca) != 0) {
-        free(l);
+    if (!l) {
         snprintf(what, size, "(out of memory to look for its checkpoint)");
         return true;
     }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&l->m, NULL);
     l->cfg = cfg;
-    l->refs = 2;
     const double limit = cfg.train.checkpoint_timeout_s > 0 ? (double)cfg.train.checkpoint_timeout_s
                                                             : (double)cfg.dist.timeout_s;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* (signals stay the launcher's) */
-    pthread_t th;
-    const bool started = pthread_create(&th, NULL, lookup_run, l) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!started) {
-        l->refs = 1;
-        lookup_run(l); /* here, unwatched */
+    if (st_ticker_run_within(lookup_run, l, limit)) {
         snprintf(what, size, "%s", l->what);
-        lookup_release(l);
+        free(l);
         return true;
     }
-    pthread_detach(th);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)limit;
-    pthread_mutex_lock(&l->m);
-    while (!l->done && pthread_cond_timedwait(&l->cv, &l->m, &until) == 0) {
-    }
-    const bool done = l->done;
-    if (done) snprintf(what, size, "%s", l->what);
-    pthread_mutex_unlock(&l->m);
-    if (!done)
-        snprintf(
-            what, size,
-            "looking in %s/ckpt for its checkpoint has not returned after %g s (train.checkpoint_timeout_s): "
-            "the storage stopped answering (a hung network file system?), and the ranks would wait on it too",
-            cfg.train.out_dir, limit);
-    lookup_release(l);
-    return done;
+    snprintf(
+        what, size,
+        "looking in %s/ckpt for its checkpoint has not returned after %g s (train.checkpoint_timeout_s): "
+        "the storage stopped answering (a hung network file system?), and the ranks would wait on it too",
+        cfg.train.out_dir, limit);
+    return false; /* (l stays the thread's) */
 }
 
 int st_cmd_launch(int argc, char **argv) {

@@ -13,7 +13,6 @@
  * once it has ended, the launcher writes what is queued as long as the
  * writes go on, gives up on a write that has not returned after
  * --output-timeout seconds, and says on the other stream what was lost. */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,16 +38,10 @@ st_launch_out *st_launch_out_start(double stall_s) {
 
 void st_launch_out_put(st_launch_out *o, int fd, const char *p, size_t n) {
     if (fd != 1 && fd != 2) return;
-    if (o && o->q[fd - 1]) {
+    if (o && o->q[fd - 1])
         st_outq_put(o->q[fd - 1], p, n);
-        return;
-    }
-    while (n > 0) { /* no writer: written here */
-        const ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;
-        p += w, n -= (size_t)w;
-    }
+    else
+        (void)st_outq_write_all(fd, p, n); /* no writer: written here */
 }
 
 void st_launch_sayf(st_launch_out *o, const char *fmt, ...) {

@@ -51,9 +51,7 @@ static long line_ends(const char *p, size_t n) {
     return k;
 }
 
-/* All of p to fd; 0, or the errno that ended it. A descriptor someone made
- * non-blocking (a shared terminal) is waited for with poll. */
-static int write_fd(int fd, const char *p, size_t n) {
+int st_outq_write_all(int fd, const char *p, size_t n) {
     while (n > 0) {
         const ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
@@ -97,7 +95,7 @@ static void *write_loop(void *arg) {
         q->write_t0 = now_s();
         q->cur_lines = c->note ? 0 : line_ends(c->p, c->n);
         pthread_mutex_unlock(&q->m);
-        const int e = write_fd(q->fd, c->p, c->n);
+        const int e = st_outq_write_all(q->fd, c->p, c->n);
         pthread_mutex_lock(&q->m);
         q->writing = false;
         q->queued -= c->n;

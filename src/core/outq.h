@@ -31,6 +31,10 @@ typedef struct st_outq st_outq;
 st_outq *st_outq_start(int fd, const char *name, const char *prefix, size_t cap);
 /* Queue n bytes (whole lines, as a rule); never waits. NULL q: nothing. */
 void st_outq_put(st_outq *q, const char *p, size_t n);
+/* All of p to fd, here and now (what the writer does; for a stream that
+ * has no queue): 0, or the errno that ended it. A descriptor someone made
+ * non-blocking (a shared terminal) is waited for with poll. */
+int st_outq_write_all(int fd, const char *p, size_t n);
 /* A stdio stream whose writes are st_outq_put (fully buffered: each fflush
  * one put); NULL if stdio cannot make one. Closed by st_outq_end. */
 FILE *st_outq_file(st_outq *q);

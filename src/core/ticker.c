@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,25 +61,34 @@ static void *say(void *arg) {
     return NULL;
 }
 
-void st_ticker_say_within(const char *msg, double limit_s) {
-    char *copy = strdup(msg);
+bool st_ticker_run_within(void *(*fn)(void *), void *ctx, double limit_s) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits it: signals stay the caller's */
     pthread_t t;
-    if (!copy || pthread_create(&t, NULL, say, copy) != 0) { /* (no thread: write here) */
-        say(copy ? copy : (char *)msg);
-        free(copy);
-        return;
+    const bool started = pthread_create(&t, NULL, fn, ctx) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) { /* (no thread: here) */
+        fn(ctx);
+        return true;
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until); /* (pthread_timedjoin_np's clock) */
     const double end = (double)until.tv_nsec * 1e-9 + limit_s;
     until.tv_sec += (time_t)end;
     until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
-    if (pthread_timedjoin_np(t, NULL, &until) == 0) {
-        free(copy);
+    if (pthread_timedjoin_np(t, NULL, &until) == 0) return true;
+    pthread_detach(t); /* still inside (storage that stopped answering): left to the process's end */
+    return false;
+}
+
+void st_ticker_say_within(const char *msg, double limit_s) {
+    char *copy = strdup(msg);
+    if (!copy) {
+        say((char *)msg);
         return;
     }
-    pthread_detach(
-        t); /* still writing (stderr on storage that stopped answering): left to the process's end */
+    if (st_ticker_run_within(say, copy, limit_s)) free(copy); /* (else the thread still writes it) */
 }
 
 void st_ticker_say(const char *msg) { st_ticker_say_within(msg, 5.0); }

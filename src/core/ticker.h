@@ -12,6 +12,8 @@
 #ifndef ST_CORE_TICKER_H
 #define ST_CORE_TICKER_H
 
+#include <stdbool.h>
+
 #include "scaletrain/status.h"
 
 typedef struct st_ticker st_ticker;
@@ -31,6 +33,12 @@ void st_ticker_stop(st_ticker *t);
 /* Seconds this process was stopped after `since` (st_ticker_now's clock),
  * from its last 16 stops. On the ticker's thread (inside fn). */
 double st_ticker_paused_since(const st_ticker *t, double since);
+/* Run fn(ctx) on a thread of its own (signals blocked there: they stay the
+ * caller's) and wait for it limit_s seconds at most: true when it returned;
+ * false when it has not (a wait on storage that stopped answering): the
+ * thread is left to the process's end, and ctx with it (the caller must not
+ * free it then). No thread to be had: fn runs here, unbounded. */
+bool st_ticker_run_within(void *(*fn)(void *), void *ctx, double limit_s);
 /* A watchdog's last words: msg to standard error in one write (so that
  * ranks' lines do not interleave), retried when a signal interrupts it, on
  * a thread of its own: returns once written or after 5 s, whichever comes

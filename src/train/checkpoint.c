@@ -991,7 +991,7 @@ static void read_holder(int fd, char *who, size_t cap) {
     who[strcspn(who, "\n")] = '\0';
 }
 
-st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd, char *nolock, size_t cap) {
+st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd) {
     char path[4200];
     snprintf(path, sizeof path, "%s/run.lock", out);
     int fd = *lock_fd;
@@ -1021,9 +1021,8 @@ st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd, char 
                     out, holder[0] ? holder : "it did not say who", path);
             }
             close(fd);
-            if (create) /* (said once, after the look) */
-                snprintf(
-                    nolock, cap,
+            if (create) /* (said once, where the run first writes) */
+                st_ticker_sayf(
                     "scaletrain: warning: cannot lock %s (%s: its file system has no locks), so a second "
                     "run started in train.out_dir %s would not be refused; start one run at a time there\n",
                     path, strerror(e), out);

@@ -168,9 +168,9 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
  * true: make out_dir and run.lock if need be, lock them if not yet, and
  * write who holds them. Held by another process: ST_ERR_CONFIG naming it.
  * A file system without locks (ENOLCK, EOPNOTSUPP: Lustre mounted without
- * flock): ST_OK, unlocked, and with create a warning in nolock. flock over
+ * flock): ST_OK, unlocked, and with create a warning said. flock over
  * NFS is the server's lock, seen by every node. */
-st_status st_ckpt_lock_out_dir(const char *out_dir, bool create, int *lock_fd, char *nolock, size_t cap);
+st_status st_ckpt_lock_out_dir(const char *out_dir, bool create, int *lock_fd);
 /* Whether a run holds out_dir's lock now; its line ("a run on host h, pid
  * p, since T") in who. */
 bool st_ckpt_out_dir_in_use(const char *out_dir, char *who, size_t cap);

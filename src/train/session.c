@@ -418,8 +418,6 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         FILE *f = st_outq_file(s->outq);
         if (f) s->out = f;
     }
-    s->out_limit_s = cfg->train.checkpoint_timeout_s > 0 ? (double)cfg->train.checkpoint_timeout_s
-                                                         : (double)cfg->dist.timeout_s;
     st_comm_config cc = ST_COMM_CONFIG_INIT;
     cc.timeout_s = (double)cfg->dist.timeout_s;
     if (!cfg->dist.shm_allreduce) cc.shm_min_bytes = 0; /* MPI for every collective, whatever the environment */
@@ -485,15 +483,20 @@ void st_session_close(st_session *s) {
     st_dataset_free(&s->val);
     st_comm_free(s->comm);
     if (s->out_lock_fd >= 0) close(s->out_lock_fd); /* (the lock goes with it) */
-    st_outq_report r;
-    if (!st_outq_end(s->outq, s->out_limit_s, &r))
-        st_ticker_sayf("scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who,
-                       r.lost_lines, r.lost_lines == 1 ? "" : "s", r.why,
-                       !r.stuck ? ""
-                       : r.stopped
-                           ? ": a hung file system, a paused terminal or a reader that stopped?"
-                           : ": a hung file system, a paused terminal or a reader that stopped? "
-                             "(train.checkpoint_timeout_s sets how long the run waits for it at its end)");
+    if (s->outq) { /* the end waits on a write of standard output as long as the store's */
+        const st_config *c = s->cfg;
+        const double limit = c->train.checkpoint_timeout_s > 0 ? (double)c->train.checkpoint_timeout_s
+                                                               : (double)c->dist.timeout_s;
+        st_outq_report r;
+        if (!st_outq_end(s->outq, limit, &r))
+            st_ticker_sayf(
+                "scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who, r.lost_lines,
+                r.lost_lines == 1 ? "" : "s", r.why,
+                !r.stuck    ? ""
+                : r.stopped ? ": a hung file system, a paused terminal or a reader that stopped?"
+                            : ": a hung file system, a paused terminal or a reader that stopped? "
+                              "(train.checkpoint_timeout_s sets how long the run waits for it at its end)");
+    }
     memset(s, 0, sizeof *s);
 }
 

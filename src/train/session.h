@@ -26,7 +26,6 @@ typedef struct st_session {
     FILE *out;      /* standard output: a queue's stream (core/outq.h) when the caller gave none */
     bool out_tty;   /* out is a terminal */
     st_outq *outq;  /* standard output's queue and writer, or NULL (opts->out, or it could not start) */
-    double out_limit_s; /* how long st_session_close waits for a write of standard output */
     int out_lock_fd;    /* rank 0's flock of train.out_dir/run.lock while the run writes there, or -1 */
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */

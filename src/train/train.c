@@ -183,16 +183,6 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return l;
 }
 
-/* One run at a time in train.out_dir (st_ckpt_lock_out_dir): in two
- * calls, so that a run refused, or one that fails before it writes (out of
- * device memory), writes nothing: in check_out_dir (create false) a
- * run.lock that exists is locked; where the run first writes to out_dir
- * (create true: train_loop, before metrics.jsonl) out_dir and run.lock are
- * made if need be, locked if not yet, and say who holds them. */
-static st_status lock_out_dir(st_session *ses, bool create, char *nolock, size_t cap) {
-    return st_ckpt_lock_out_dir(ses->cfg->train.out_dir, create, &ses->out_lock_fd, nolock, cap);
-}
-
 /* A run that will save: room on train.out_dir's filesystem for its
  * checkpoints (st_ckpt_space_check), and, started without --resume, a
  * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
@@ -208,7 +198,13 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     char what[4200], aside[4700] = "", warn[1024] = ""; /* said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
-    if (ses->rank == 0 && ses->save) s = lock_out_dir(ses, false, NULL, 0); /* (run.lock, if there is one) */
+    /* One run at a time in train.out_dir (st_ckpt_lock_out_dir), in two
+     * calls, so that a run refused, or one that fails before it writes (out
+     * of device memory), writes nothing: here a run.lock that exists is
+     * locked; where the run first writes to out_dir (train_loop, before
+     * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
+     * yet, and say who holds them. */
+    if (ses->rank == 0 && ses->save) s = st_ckpt_lock_out_dir(out, false, &ses->out_lock_fd);
     if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume) {
         char ckdir[4096], dir[4096];
         snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
@@ -783,9 +779,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t start = ck.step;
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
-        char nolock[4700] = "";
-        ST_GOTO(lock_out_dir(ses, true, nolock, sizeof nolock)); /* (makes out_dir) */
-        if (nolock[0]) st_ticker_say(nolock);
+        ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }
     if (dist) {
