@@ -105,6 +105,7 @@ CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/includ
 CUDA_LIBS := -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
+EMU_CU := $(sort $(wildcard tests/cudaemu/*.cu)) # the emulator's own kernels (selftest.cu)
 EMU_CXXFLAGS = -std=c++17 -O2 -g -ffp-contract=off -fno-strict-aliasing -D_GNU_SOURCE -DST_HAVE_CUDA -DST_CUDA_EMU -Wall -Wextra -Werror \
 	-Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers -Wno-unknown-pragmas \
 	-Iinclude -Isrc -Isrc/cuda \
@@ -127,6 +128,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 HEADERS := $(wildcard include/scaletrain/*.h src/*/*.h tests/*.h)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(EMU_SRC:%.cpp=$(BUILD)/obj/%.o) \
+	$(EMU_CU:%.cu=$(BUILD)/obj/%.o) \
 	$(CUDNN_SRC:%.cpp=$(BUILD)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)

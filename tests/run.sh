@@ -55,6 +55,17 @@ if [ -n "$emu" ]; then
         [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
         run "emu/$(basename "$t")" "$t"
     done
+    # The kernels' tests again under the emulator's adversary: each round of
+    # a block's threads in a random order, one warp held back or let run
+    # ahead between barriers, blocks in a random order (tests/cudaemu/README.md),
+    # so that a missing barrier changes the results. A new seed each run,
+    # in the test's name: ST_CUDAEMU_SCHED=adversary ST_CUDAEMU_SCHED_SEED=N
+    # repeats it.
+    seed=${ST_CUDAEMU_SCHED_SEED:-$(( (RANDOM << 15) | RANDOM ))}
+    for t in test_cuda_half test_cuda_layers_a test_cuda_layers_b test_cuda_models; do
+        [ -x "$emu/tests/$t" ] || continue
+        run "emu-adversary/$t (seed $seed)" env ST_CUDAEMU_SCHED=adversary ST_CUDAEMU_SCHED_SEED=$seed "$emu/tests/$t"
+    done
 fi
 for t in tests/py/test_*.py; do
     [ -f "$t" ] || continue

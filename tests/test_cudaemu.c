@@ -10,6 +10,13 @@
  * first query says not ready and a second one runs the work; a read on the
  * compute stream that does not wait for the copy stream's write sees the old
  * value, and with the wait the new one.
+ * Then the checks inside a block (tests/cudaemu/selftest.cu): shared memory
+ * read before the block wrote it, and cp.async copies read before their
+ * wait, are wrong in any order of the threads; reads of other warps' writes
+ * with no barrier between, and a buffer refilled while other warps still
+ * read it, are right in thread order (the default, blind to them) and wrong
+ * under ST_CUDAEMU_SCHED=adversary for every one of 20 seeds; each kernel
+ * done right is right in both orders.
  * Skips (77) in every build but the emulator's (`make emu`). */
 #include <signal.h>
 #include <stdlib.h>
@@ -21,6 +28,7 @@
 #include "core/device.h"
 #ifdef ST_CUDA_EMU
 #include "cuda/cuda.h"
+#include "cudaemu/selftest.h"
 #endif
 
 #ifdef ST_CUDA_EMU
@@ -107,6 +115,41 @@ static void lazy_streams(st_device *dev, float *p) {
     st_cuda_host_free(h);
     st_cuda_host_free(h2);
 }
+
+/* The block's checks (selftest.h): each fault's wrong outputs in thread
+ * order and under the adversary, and none for the kernel done right. */
+static void block_faults(void) {
+    static const struct {
+        int fault;
+        const char *name;
+        bool in_order; /* wrong in thread order too */
+    } cases[] = {{ST_EMU_FAULT_BARRIER, "no barrier between a write and another warp's read", false},
+                 {ST_EMU_FAULT_REUSE, "a buffer refilled while other warps read it", false},
+                 {ST_EMU_FAULT_CP_WAIT, "cp.async read before its wait", true},
+                 {ST_EMU_FAULT_UNWRITTEN, "shared memory read before the block wrote it", true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int f = cases[i].fault;
+        int least = 1 << 30;
+        for (unsigned long long seed = 1; seed <= 20; seed++) {
+            st_emu_sched_set(1, seed);
+            const int bad = st_emu_selftest(f, 0), good = st_emu_selftest(f, 1);
+            CHECK(good == 0, "%s, done right, adversary seed %llu: %d outputs wrong", cases[i].name, seed,
+                  good);
+            CHECK(bad > 0, "%s: the adversary (seed %llu) saw nothing (%d)", cases[i].name, seed, bad);
+            if (bad < least) least = bad;
+        }
+        st_emu_sched_set(0, 1);
+        const int bad = st_emu_selftest(f, 0), good = st_emu_selftest(f, 1);
+        CHECK(good == 0, "%s, done right, thread order: %d outputs wrong", cases[i].name, good);
+        if (cases[i].in_order)
+            CHECK(bad > 0, "%s: thread order saw nothing (%d)", cases[i].name, bad);
+        else
+            CHECK(bad == 0, "%s: thread order was expected to be blind to it, and found %d wrong",
+                  cases[i].name, bad);
+        printf("%s: %d of 512 outputs wrong in thread order, at least %d under the adversary (20 seeds)\n",
+               cases[i].name, bad, least);
+    }
+}
 #endif
 
 int main(void) {
@@ -132,6 +175,7 @@ int main(void) {
     CHECK(bad == 0, "%d of %d values after a fill are not 5", bad, N);
     const char *lz = getenv("ST_CUDAEMU_LAZY");
     if (!lz || strcmp(lz, "0") != 0) lazy_streams(dev, p);
+    block_faults();
     st_device_release(dev, p);
     st_device_free(dev);
     return st_test_finish("test_cudaemu");

@@ -242,14 +242,12 @@ template <int VW> __device__ __forceinline__ void st_stv(st_fbuf b, int64_t i, c
  * is then not read, but must be a valid address); st_cp_async_commit
  * closes the thread's group of copies; st_cp_async_wait waits for all of its
  * groups, after which a barrier makes every thread's copies visible. Under
- * the CPU emulator the copy happens at once. */
+ * the CPU emulator the copy lands at the wait, and its destination reads as
+ * NaN until then (tests/cudaemu/README.md). */
 template <int N> static __device__ __forceinline__ void st_cp_async(void *dst, const void *src, bool ok) {
     static_assert(N == 16 || N == 4, "cp.async of 16 or 4 bytes");
 #ifdef ST_CUDA_EMU
-    if (ok)
-        memcpy(dst, src, N);
-    else
-        memset(dst, 0, N);
+    st_emu_cp_async(dst, src, N, ok);
 #else
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     if (N == 16) /* .cg: through L2 only (a tile is read once a block) */
@@ -259,12 +257,16 @@ template <int N> static __device__ __forceinline__ void st_cp_async(void *dst, c
 #endif
 }
 static __device__ __forceinline__ void st_cp_async_commit() {
-#ifndef ST_CUDA_EMU
+#ifdef ST_CUDA_EMU
+    st_emu_cp_async_commit();
+#else
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 static __device__ __forceinline__ void st_cp_async_wait() {
-#ifndef ST_CUDA_EMU
+#ifdef ST_CUDA_EMU
+    st_emu_cp_async_wait(0);
+#else
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }

@@ -87,6 +87,20 @@ int __syncthreads_and(int pred);
 int __syncthreads_count(int pred);
 void __syncwarp(unsigned mask = 0xffffffffu);
 void __threadfence(void);
+/* Each shared array's declaration is followed by a call of this
+ * (rewrite.py): the first thread of a block to pass it fills it with 0xFF
+ * bytes (NaN in every float type), as a GPU's shared memory holds garbage
+ * when a block starts; a read before the block's own write then shows, not
+ * what the previous block left. */
+void st_emu_shared(void *p, size_t n);
+/* cp.async (common.cuh's st_cp_async): the copy is the thread's until
+ * st_emu_cp_async_wait(n) leaves at most n of its committed groups pending;
+ * until then its destination holds 0xFF bytes (NaN), so a read before the
+ * wait and the barrier after it, or a write over a buffer another warp
+ * still reads, shows. */
+void st_emu_cp_async(void *dst, const void *src, int n, bool ok);
+void st_emu_cp_async_commit(void);
+void st_emu_cp_async_wait(int n);
 /* This warp's 32 exchange slots, with the calling thread's lane. */
 uint64_t *st_emu_warp_slots(int *lane);
 void st_emu_warp_barrier(void);

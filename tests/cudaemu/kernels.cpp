@@ -3,8 +3,13 @@
  * its blocks run one after another, each block's threads as fibers on their
  * own stacks, so __syncthreads and the warp shuffles (emu.h) mean what they
  * do on a GPU, and a barrier some threads never reach stops with the
- * kernel's name. */
+ * kernel's name. Each block starts with its shared memory full of 0xFF
+ * bytes; cp.async copies land at their wait. ST_CUDAEMU_SCHED=adversary
+ * runs the fibers of each round in a random order and, between two block
+ * barriers, holds one warp back or lets one run ahead, so that a missing
+ * barrier changes the results. */
 #include "internal.h"
+#include "selftest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +56,26 @@ st_emu_switch:
 enum { READY, AT_BLOCK, AT_WARP, DONE };
 enum { STACK_BYTES = 64 << 10 }; /* each above a guard page */
 
+/* A cp.async copy not yet landed: its bytes (read at the issue) and its
+ * group (the thread's commits before it). */
+struct pending_copy {
+    void *dst;
+    unsigned char bytes[16];
+    int n;
+    int group;
+};
+
 struct fiber {
     void *sp;
     int state;
     uint3 tid;
+    std::vector<pending_copy> copies;
+    int commits;
 };
+
+/* The fibers' order (ST_CUDAEMU_SCHED): thread order, or the adversary's. */
+enum { SCHED_ORDER, SCHED_ADVERSARY };
+enum { HOLD_NONE, HOLD_BACK, HOLD_AHEAD }; /* what the adversary does to one warp between block barriers */
 
 static struct sched {
     std::vector<fiber> f;
@@ -71,7 +91,65 @@ static struct sched {
     void (*body)(void *) = NULL;
     void *ctx = NULL;
     const char *name = NULL;
+    int sched = -1;         /* SCHED_*; -1 until read from the environment */
+    uint64_t rng = 0;       /* the adversary's draws (ST_CUDAEMU_SCHED_SEED) */
+    int hold = HOLD_NONE;   /* between two block barriers: */
+    int hold_warp = 0;      /* the warp held back or let run ahead */
+    std::vector<int> order; /* the adversary's round */
+    size_t pos = 0;         /* the running fiber's place in it */
 } S;
+
+static uint64_t draw(void) { /* splitmix64 */
+    uint64_t x = (S.rng += 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void sched_from_env(void) {
+    if (S.sched >= 0) return;
+    const char *m = getenv("ST_CUDAEMU_SCHED"), *seed = getenv("ST_CUDAEMU_SCHED_SEED");
+    if (!m || !*m || strcmp(m, "order") == 0)
+        S.sched = SCHED_ORDER;
+    else if (strcmp(m, "adversary") == 0)
+        S.sched = SCHED_ADVERSARY;
+    else
+        st_emu_die("ST_CUDAEMU_SCHED=%s: use order (the default) or adversary", m);
+    S.rng = seed && *seed ? strtoull(seed, NULL, 0) : 1;
+}
+
+extern "C" void st_emu_sched_set(int adversary, unsigned long long seed) {
+    std::lock_guard<std::mutex> one(launch_lock);
+    S.sched = adversary ? SCHED_ADVERSARY : SCHED_ORDER;
+    S.rng = seed;
+}
+
+/* The adversary's choice for the stretch to the next block barrier. */
+static void new_phase(int nt) {
+    const int warps = (nt + 31) / 32;
+    const uint64_t r = draw();
+    S.hold = warps > 1 ? (int)(r % 3) : HOLD_NONE;
+    S.hold_warp = (int)((r >> 8) % (uint64_t)warps);
+}
+
+/* The adversary's round: the fibers that may run, shuffled; of them, only
+ * the held warp's when it runs ahead and has any, only the others' when it
+ * is held back and they have any. Returns the first, or -1. */
+static int adversary_round(void) {
+    const int nt = (int)S.f.size();
+    S.order.clear();
+    for (int pass = 0; pass < 2 && S.order.empty(); pass++)
+        for (int j = 0; j < nt; j++) {
+            if (S.f[(size_t)j].state != READY) continue;
+            const bool held = j / 32 == S.hold_warp;
+            if (pass == 0 && ((S.hold == HOLD_AHEAD && !held) || (S.hold == HOLD_BACK && held))) continue;
+            S.order.push_back(j);
+        }
+    for (size_t i = S.order.size(); i > 1; i--)
+        std::swap(S.order[i - 1], S.order[(size_t)(draw() % i)]);
+    S.pos = 0;
+    return S.order.empty() ? -1 : S.order[0];
+}
 
 /* The first fiber from index `from` on that may run, or -1. */
 static int next_ready(int from) {
@@ -82,11 +160,12 @@ static int next_ready(int from) {
 }
 
 /* Leave the current fiber (its stack pointer into *save) for the next one
- * that may run in this round, in thread order, or for the scheduler when
- * none is left: one switch per fiber a round, not two through the
- * scheduler. */
+ * that may run in this round, in thread order (or the adversary's), or for
+ * the scheduler when none is left: one switch per fiber a round, not two
+ * through the scheduler. */
 static void run_next(void **save) {
-    const int j = next_ready(S.cur + 1);
+    const int j =
+        S.sched == SCHED_ADVERSARY ? (++S.pos < S.order.size() ? S.order[S.pos] : -1) : next_ready(S.cur + 1);
     if (j < 0) {
         st_emu_switch(save, S.main_sp);
         return;
@@ -96,8 +175,48 @@ static void run_next(void **save) {
     st_emu_switch(save, S.f[(size_t)j].sp);
 }
 
+/* Land the copies of fiber t whose group is at most `upto`. */
+static void land(fiber &t, int upto) {
+    size_t k = 0;
+    for (size_t i = 0; i < t.copies.size(); i++) {
+        pending_copy &c = t.copies[i];
+        if (c.group <= upto)
+            memcpy(c.dst, c.bytes, (size_t)c.n);
+        else
+            t.copies[k++] = c;
+    }
+    t.copies.resize(k);
+}
+
+void st_emu_cp_async(void *dst, const void *src, int n, bool ok) {
+    pending_copy c;
+    c.dst = dst;
+    c.n = n;
+    if (ok)
+        memcpy(c.bytes, src, (size_t)n);
+    else
+        memset(c.bytes, 0, (size_t)n);
+    if (S.plain) { /* a launch without fibers: no one to read early */
+        memcpy(dst, c.bytes, (size_t)n);
+        return;
+    }
+    fiber &t = S.f[(size_t)S.cur];
+    c.group = t.commits;
+    memset(dst, 0xFF, (size_t)n); /* not there yet */
+    t.copies.push_back(c);
+}
+void st_emu_cp_async_commit(void) {
+    if (!S.plain) S.f[(size_t)S.cur].commits++;
+}
+void st_emu_cp_async_wait(int n) {
+    if (S.plain) return;
+    fiber &t = S.f[(size_t)S.cur];
+    land(t, t.commits - 1 - n); /* the groups before the newest n committed ones */
+}
+
 static void fiber_entry(void) {
     S.body(S.ctx);
+    land(S.f[(size_t)S.cur], INT32_MAX); /* a GPU lands them all before the block ends */
     S.f[(size_t)S.cur].state = DONE;
     void *dead;
     run_next(&dead); /* never resumed */
@@ -144,6 +263,22 @@ uint64_t *st_emu_warp_slots(int *lane) {
     return &S.slots[(size_t)(S.cur >> 5) * 32];
 }
 
+/* The block's shared arrays poisoned so far: (address, the block's number) */
+static std::vector<std::pair<void *, uint64_t>> shared_seen;
+static uint64_t block_no = 0;
+
+void st_emu_shared(void *p, size_t n) {
+    for (auto &a : shared_seen)
+        if (a.first == p) {
+            if (a.second == block_no) return;
+            a.second = block_no;
+            memset(p, 0xFF, n);
+            return;
+        }
+    shared_seen.push_back({p, block_no});
+    memset(p, 0xFF, n);
+}
+
 static void run_block(int nt) {
     const size_t per = STACK_BYTES + PAGE;
     if ((size_t)nt > S.stack_cap) {
@@ -163,16 +298,21 @@ static void run_block(int nt) {
         t.tid.y = (unsigned)i / blockDim.x % blockDim.y;
         t.tid.z = (unsigned)i / (blockDim.x * blockDim.y);
         t.state = READY;
+        t.copies.clear();
+        t.commits = 0;
         void **top = (void **)(S.stacks + (size_t)(i + 1) * per); /* 16-byte aligned */
         top[-1] = NULL;                      /* fiber_entry's return address: it never returns */
         top[-2] = (void *)&fiber_entry;      /* where st_emu_switch's ret goes */
         for (int r = 3; r <= 8; r++) top[-r] = NULL; /* rbp, rbx, r12 to r15 */
         t.sp = (void *)(top - 8);
     }
+    const bool adversary = S.sched == SCHED_ADVERSARY;
+    if (adversary) new_phase(nt);
     for (;;) {
-        /* a round: every fiber that may run, in thread order, each to its
-         * next barrier or its end (run_next chains them) */
-        const int first = next_ready(0);
+        /* a round: every fiber that may run, in thread order (or the
+         * adversary's), each to its next barrier or its end (run_next
+         * chains them) */
+        const int first = adversary ? adversary_round() : next_ready(0);
         if (first >= 0) {
             S.cur = first;
             threadIdx = S.f[(size_t)first].tid;
@@ -181,7 +321,7 @@ static void run_block(int nt) {
         /* one pass: each warp released when all its live fibers wait at a
          * warp barrier (that touches no count of the block's), the block's
          * live fibers and those at the block barrier counted */
-        int left = 0, at_block = 0;
+        int left = 0, at_block = 0, ready = 0; /* ready: fibers the adversary held out of the round */
         bool released = false;
         fiber *f = S.f.data();
         for (int w = 0; w < nt; w += 32) {
@@ -191,6 +331,7 @@ static void run_block(int nt) {
                 alive += f[i].state != DONE;
                 at_warp += f[i].state == AT_WARP;
                 at_block += f[i].state == AT_BLOCK;
+                ready += f[i].state == READY;
             }
             left += alive;
             if (at_warp && at_warp == alive) {
@@ -205,10 +346,35 @@ static void run_block(int nt) {
                 if (f[i].state == AT_BLOCK) f[i].state = READY;
             S.releases++;
             released = true;
+            if (adversary) new_phase(nt);
         }
-        if (!released)
+        if (!released && !ready)
             st_emu_die("%s: deadlock: some threads of a block wait at a barrier the others never reach", S.name);
     }
+}
+
+/* An order of 0 .. n-1: i itself, or (a i + b) mod n with a prime to n
+ * (the adversary's). */
+struct order_map {
+    uint64_t n, a, b;
+    uint64_t at(uint64_t i) const { return (uint64_t)(((unsigned __int128)a * i + b) % n); }
+};
+static uint64_t gcd(uint64_t a, uint64_t b) {
+    while (b) {
+        const uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+static order_map order_for(uint64_t n) {
+    order_map m = {n ? n : 1, 1, 0};
+    if (S.sched != SCHED_ADVERSARY || n < 2) return m;
+    m.a = 1 + draw() % (n - 1);
+    while (gcd(m.a, n) != 1)
+        m.a = m.a % (n - 1) + 1;
+    m.b = draw() % n;
+    return m;
 }
 
 /* Run one launch now: block after block, each block's threads as fibers
@@ -221,25 +387,33 @@ static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, c
     S.name = name;
     S.plain = *site == 1;
     S.saw_barrier = false;
+    sched_from_env();
     st_emu_set_running(name);
     gridDim = c.grid;
     blockDim = c.block;
-    for (unsigned z = 0; z < c.grid.z; z++)
-        for (unsigned y = 0; y < c.grid.y; y++)
-            for (unsigned x = 0; x < c.grid.x; x++) {
-                blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-                if (S.plain) {
-                    for (uint64_t i = 0; i < nt; i++) {
-                        threadIdx.x = (unsigned)(i % c.block.x);
-                        threadIdx.y = (unsigned)(i / c.block.x % c.block.y);
-                        threadIdx.z = (unsigned)(i / ((uint64_t)c.block.x * c.block.y));
-                        S.cur = (int)i;
-                        fn(ctx);
-                    }
-                } else {
-                    run_block((int)nt);
-                }
+    /* the adversary runs the blocks, and the threads of a launch without
+     * fibers, in an order of its own */
+    const uint64_t nb = (uint64_t)c.grid.x * c.grid.y * c.grid.z;
+    const order_map blocks = order_for(nb), threads = order_for(nt);
+    for (uint64_t bi = 0; bi < nb; bi++) {
+        const uint64_t b = blocks.at(bi);
+        blockIdx.x = (unsigned)(b % c.grid.x);
+        blockIdx.y = (unsigned)(b / c.grid.x % c.grid.y);
+        blockIdx.z = (unsigned)(b / ((uint64_t)c.grid.x * c.grid.y));
+        block_no++;
+        if (S.plain) {
+            for (uint64_t k = 0; k < nt; k++) {
+                const uint64_t i = threads.at(k);
+                threadIdx.x = (unsigned)(i % c.block.x);
+                threadIdx.y = (unsigned)(i / c.block.x % c.block.y);
+                threadIdx.z = (unsigned)(i / ((uint64_t)c.block.x * c.block.y));
+                S.cur = (int)i;
+                fn(ctx);
             }
+        } else {
+            run_block((int)nt);
+        }
+    }
     if (*site == 0) *site = S.saw_barrier ? 2 : 1;
     st_emu_set_running(NULL);
 }

@@ -5,6 +5,10 @@ Every kernel launch `K<<<CFG>>>(ARGS)` becomes
 `st_emu_launch(st_emu_config(CFG), "K (FILE:LINE)", [](auto &&...st_a_) { K(st_a_...); }, ARGS)`:
 the arguments are evaluated (and copied) at the launch, as CUDA does, and the
 kernel is called by name for every thread, so templates deduce as before.
+Every shared-memory declaration `__shared__ T a[N], b[M];` (one line) is
+followed, on the same line, by `st_emu_shared(&a, sizeof a);` for each array,
+so that the first thread of a block to pass it fills it with 0xFF bytes, as
+garbage stands in a GPU's shared memory when a block starts.
 Everything else is left byte for byte; a `#line` keeps compiler messages
 pointing at the original file. Usage: rewrite.py IN.cu OUT.cpp"""
 import re
@@ -92,13 +96,51 @@ def rewrite(src, path):
         pos = close + 1
 
 
+def split_top(s):
+    """s split at its commas outside brackets and parentheses."""
+    parts, depth, cur = [], 0, ""
+    for c in s:
+        if c in "[(":
+            depth += 1
+        elif c in "])":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    return parts + [cur]
+
+
+def shared_decls(src, path):
+    out = []
+    for n, line in enumerate(src.split("\n"), 1):
+        m = re.match(r"^(\s*)__shared__\s+(.*?);(.*)$", line)
+        if m and not line.lstrip().startswith("extern"):
+            body = re.sub(r"__align__\s*\([^)]*\)", "", m.group(2))
+            names = []
+            for d in split_top(body):
+                d = d.split("=")[0]
+                k = re.search(r"(\w+)\s*(\[.*)?$", d.strip())
+                if not k:
+                    raise SystemExit("rewrite.py: %s:%d: a __shared__ declaration not understood" % (path, n))
+                names.append(k.group(1))
+            line = "%s__shared__ %s; %s%s" % (m.group(1), m.group(2),
+                                            " ".join("st_emu_shared(&%s, sizeof %s);" % (a, a) for a in names),
+                                            m.group(3))
+        elif "__shared__" in line and not line.lstrip().startswith(("/*", "*", "//")):
+            raise SystemExit("rewrite.py: %s:%d: a __shared__ declaration must be one line" % (path, n))
+        out.append(line)
+    return "\n".join(out)
+
+
 def main():
     src_path, out_path = sys.argv[1], sys.argv[2]
     with open(src_path) as f:
         src = f.read()
     with open(out_path, "w") as f:
         f.write('#line 1 "%s"\n' % src_path)
-        f.write(rewrite(src, src_path))
+        f.write(rewrite(shared_decls(src, src_path), src_path))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+/* Kernels with the faults the CUDA emulator looks for (selftest.h), each
+ * with its correct twin: the same code with the barrier, the wait or the
+ * write that the faulty one leaves out. Compiled only into the emulator's
+ * build, through rewrite.py, like the backend's own kernels. */
+#include "selftest.h"
+
+#include "common.cuh"
+
+#include <cuda_runtime.h>
+
+enum { NT = 128, BLOCKS = 4, TILES = 6 };
+
+/* Each thread writes its slot, then reads the slot of the thread 32 below
+ * (a warp earlier: in thread order it has already written). */
+static __global__ void k_barrier(int *out, bool fixed) {
+    __shared__ int s[NT];
+    const int t = threadIdx.x;
+    s[t] = (int)blockIdx.x * NT + t + 1;
+    if (fixed) __syncthreads();
+    const int r = t >= 32 ? t - 32 : t;
+    out[blockIdx.x * NT + t] = s[r];
+}
+
+/* One buffer refilled per tile; each thread sums the slot 32 above its own
+ * (a warp later: in thread order not yet refilled). Without the barrier at
+ * the end of a tile a warp that runs ahead refills what a slower one has
+ * not read. */
+static __global__ void k_reuse(int *out, bool fixed) {
+    __shared__ int s[NT];
+    const int t = threadIdx.x;
+    int acc = 0;
+    for (int i = 0; i < TILES; i++) {
+        s[t] = i * 1000 + t;
+        __syncthreads();
+        acc += s[t < NT - 32 ? t + 32 : t];
+        if (fixed) __syncthreads();
+    }
+    out[blockIdx.x * NT + t] = acc;
+}
+
+/* Each thread copies 16 bytes (4 ints) of `in` into shared memory by
+ * cp.async; after the barrier each reads its neighbour's. The faulty one
+ * waits after the barrier, not before it. */
+static __global__ void k_cp_wait(const int *in, int *out, bool fixed) {
+    __shared__ __align__(16) int s[NT * 4];
+    const int t = threadIdx.x;
+    st_cp_async<16>(s + 4 * t, in + 4 * (blockIdx.x * NT + t), true);
+    st_cp_async_commit();
+    if (fixed) st_cp_async_wait();
+    __syncthreads();
+    const int n = (t + 1) % NT;
+    out[blockIdx.x * NT + t] = s[4 * n] + s[4 * n + 3];
+    st_cp_async_wait();
+}
+
+/* A sum into shared memory that the faulty one never clears first. */
+static __global__ void k_unwritten(int *out, bool fixed) {
+    __shared__ int s[NT];
+    const int t = threadIdx.x;
+    if (fixed) s[t] = 0;
+    __syncthreads();
+    s[t] += t;
+    __syncthreads();
+    out[blockIdx.x * NT + t] = s[NT - 1 - t];
+}
+
+static int expected(int fault, int b, int t, const int *in) {
+    switch (fault) {
+    case ST_EMU_FAULT_BARRIER:
+        return b * NT + (t >= 32 ? t - 32 : t) + 1;
+    case ST_EMU_FAULT_REUSE: {
+        int acc = 0;
+        for (int i = 0; i < TILES; i++)
+            acc += i * 1000 + (t < NT - 32 ? t + 32 : t);
+        return acc;
+    }
+    case ST_EMU_FAULT_CP_WAIT: {
+        const int n = (t + 1) % NT;
+        return in[4 * (b * NT + n)] + in[4 * (b * NT + n) + 3];
+    }
+    default:
+        return NT - 1 - t;
+    }
+}
+
+extern "C" int st_emu_selftest(int fault, int fixed) {
+    enum { N = NT * BLOCKS };
+    static int in_h[4 * N], out_h[N];
+    for (int i = 0; i < 4 * N; i++)
+        in_h[i] = 7 * i + 3;
+    int *in = nullptr, *out = nullptr;
+    if (cudaMalloc((void **)&in, sizeof in_h) != cudaSuccess) return -1;
+    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
+    cudaMemcpy(in, in_h, sizeof in_h, cudaMemcpyHostToDevice);
+    /* a launch site each for the faulty and the fixed kernel: the emulator
+     * runs later launches of a site whose first reached no barrier without
+     * fibers */
+    switch (fault * 2 + (fixed != 0)) {
+    case 2 * ST_EMU_FAULT_BARRIER:
+        k_barrier<<<BLOCKS, NT>>>(out, false);
+        break;
+    case 2 * ST_EMU_FAULT_BARRIER + 1:
+        k_barrier<<<BLOCKS, NT>>>(out, true);
+        break;
+    case 2 * ST_EMU_FAULT_REUSE:
+        k_reuse<<<BLOCKS, NT>>>(out, false);
+        break;
+    case 2 * ST_EMU_FAULT_REUSE + 1:
+        k_reuse<<<BLOCKS, NT>>>(out, true);
+        break;
+    case 2 * ST_EMU_FAULT_CP_WAIT:
+        k_cp_wait<<<BLOCKS, NT>>>(in, out, false);
+        break;
+    case 2 * ST_EMU_FAULT_CP_WAIT + 1:
+        k_cp_wait<<<BLOCKS, NT>>>(in, out, true);
+        break;
+    case 2 * ST_EMU_FAULT_UNWRITTEN:
+        k_unwritten<<<BLOCKS, NT>>>(out, false);
+        break;
+    default:
+        k_unwritten<<<BLOCKS, NT>>>(out, true);
+        break;
+    }
+    const bool ok = cudaGetLastError() == cudaSuccess &&
+                    cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(in);
+    cudaFree(out);
+    if (!ok) return -1;
+    int wrong = 0;
+    for (int b = 0; b < BLOCKS; b++)
+        for (int t = 0; t < NT; t++)
+            wrong += out_h[b * NT + t] != expected(fault, b, t, in_h);
+    return wrong;
+}

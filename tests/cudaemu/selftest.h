@@ -1,0 +1,32 @@
+/* The CUDA emulator's own kernels with known faults (selftest.cu), for
+ * tests/test_cudaemu.c: each shows a check of kernels.cpp firing. Built in
+ * the emulator's build only. */
+#ifndef ST_CUDAEMU_SELFTEST_H
+#define ST_CUDAEMU_SELFTEST_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The fibers' order from now on: thread order (0), or the adversary's
+ * (ST_CUDAEMU_SCHED=adversary) with its draws from `seed`. */
+void st_emu_sched_set(int adversary, unsigned long long seed);
+
+enum {
+    ST_EMU_FAULT_BARRIER,  /* threads read other warps' writes with no barrier between */
+    ST_EMU_FAULT_REUSE,    /* a buffer written again while other warps still read it (the
+                            * double-buffered loop's second barrier left out) */
+    ST_EMU_FAULT_CP_WAIT,  /* cp.async copies read after the barrier but before their wait */
+    ST_EMU_FAULT_UNWRITTEN /* shared memory read before the block wrote it */
+};
+
+/* Runs the kernel with `fault` (or, with fixed, the same kernel done
+ * right) on 4 blocks of 128 threads; returns how many of its outputs are
+ * wrong, or -1 when a CUDA call failed. */
+int st_emu_selftest(int fault, int fixed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
