@@ -6,8 +6,9 @@
 # (test_cuda_nccl among them: NCCL from the toolkit or from pip's
 # nvidia-nccl package, NCCL_HOME below), tests/test_cudnn_graphs (cuDNN's
 # attention graphs against that machine's cuDNN) and tests/test_train_device (then
-# again under compute-sanitizer's memcheck, last and while the budget lasts:
-# small cases only), the default training run on the GPU in fp32 and bf16
+# again under compute-sanitizer, last and while the budget lasts, small
+# cases only: racecheck and synccheck on test_cuda_layers_b (the flash
+# kernels' shared memory and barriers), then memcheck on each), the default training run on the GPU in fp32 and bf16
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
 # rank), and print a summary table last. Logs go to $OUT (the
 # device tool brings back at most 8 files): session.log (everything, in order), summary.txt,
@@ -278,6 +279,17 @@ elif [ -n "$built" ]; then
     elif [ -z "$sanitizer" ]; then
         say "   no compute-sanitizer: the memcheck runs are left out"
     else
+        # shared-memory races and barrier misuse where the kernels share
+        # memory most: the flash attention cases (the emulator's adversary
+        # checks the same on the CPU, by chance; racecheck by instrumentation)
+        for tool in racecheck synccheck; do
+            if ((BUDGET_S - (SECONDS - START) < 60)); then
+                rows+=("$tool-test_cuda_layers_b|not run (budget)|0")
+                continue
+            fi
+            step "$tool-test_cuda_layers_b" 120 env CP_SMALL=1 "$sanitizer" --tool $tool --error-exitcode 99 \
+                "$built/tests/test_cuda_layers_b"
+        done
         for t in $(cuda_tests "$built"); do
             # (NCCL's kernels are its own, and it runs badly under memcheck)
             [ "$(basename "$t")" = test_cuda_nccl ] && continue
@@ -304,7 +316,8 @@ fi
     done
     grep -h "^FAIL\|^ok  \|CP_SEED\|^losses:\|^device:\|elements differ\|weights differ\|on the device, \|^CUDA devices" \
         "$LOGDIR"/test_cuda_*.log "$LOGDIR"/test_train_device.log 2>/dev/null | head -100
-    grep -H "ERROR SUMMARY" "$LOGDIR"/memcheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
+    grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$LOGDIR"/memcheck-*.log "$LOGDIR"/racecheck-*.log \
+        "$LOGDIR"/synccheck-*.log 2>/dev/null | sed "s|$LOGDIR/||"
     if [ -f "$LOGDIR/train-cuda.log" ]; then
         grep -h "^device:\|^done:" "$LOGDIR/train-cuda.log"
         echo "train --set train.device=cuda --set train.steps=100 --json (precision auto: bf16):"

@@ -62,7 +62,8 @@ if [ -n "$emu" ]; then
     # in the test's name: ST_CUDAEMU_SCHED=adversary ST_CUDAEMU_SCHED_SEED=N
     # repeats it.
     seed=${ST_CUDAEMU_SCHED_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-    for t in test_cuda_half test_cuda_layers_a test_cuda_layers_b test_cuda_models; do
+    for t in test_cuda_half test_cuda_layers_a test_cuda_layers_b test_cuda_loss test_cuda_models test_cuda_optim \
+        test_cuda_train; do
         [ -x "$emu/tests/$t" ] || continue
         run "emu-adversary/$t (seed $seed)" env ST_CUDAEMU_SCHED=adversary ST_CUDAEMU_SCHED_SEED=$seed "$emu/tests/$t"
     done
