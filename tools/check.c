@@ -556,10 +556,12 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed) {
     if (!st_comm_nccl_built())
         line(r, "skip", "nccl", "not in this build (NCCL=0, or no CUDA): collectives go through MPI");
     else if (probed && h->nccl && h->n_gpus > 0)
-        line(r, "ok", "nccl", "NCCL %d: gradients between GPUs go through it (train.device cuda, several ranks)",
-             h->nccl_version);
+        line(r, "ok", "nccl",
+             "NCCL %d.%d.%d: gradients between GPUs go through it (train.device cuda, several ranks)",
+             h->nccl_version / 10000, h->nccl_version / 100 % 100, h->nccl_version % 100);
     else if (probed && h->nccl)
-        line(r, "skip", "nccl", "NCCL %d found, but no GPU: collectives go through MPI", h->nccl_version);
+        line(r, "skip", "nccl", "NCCL %d.%d.%d found, but no GPU: collectives go through MPI",
+             h->nccl_version / 10000, h->nccl_version / 100 % 100, h->nccl_version % 100);
     else
         line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
 }
