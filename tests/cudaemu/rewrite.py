@@ -116,7 +116,9 @@ def shared_decls(src, path):
     out = []
     for n, line in enumerate(src.split("\n"), 1):
         m = re.match(r"^(\s*)__shared__\s+(.*?);(.*)$", line)
-        if m and not line.lstrip().startswith("extern"):
+        if line.lstrip().startswith("extern __shared__"):
+            raise SystemExit("rewrite.py: %s:%d: dynamic shared memory (extern __shared__) is not emulated" % (path, n))
+        if m:
             body = re.sub(r"__align__\s*\([^)]*\)", "", m.group(2))
             names = []
             for d in split_top(body):
