@@ -134,7 +134,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests benches check run deps asan emu fuzz clean format
+.PHONY: all tests benches check run deps asan tsan emu fuzz clean format
 all: $(BUILD)/scaletrain tests
 
 # -MMD: each object depends on exactly the headers it includes.
@@ -205,6 +205,12 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+
+# ThreadSanitizer (CPU only): tests/tsan.sh runs the tests and runs whose
+# code starts threads in it (scripts/test.sh does, through tests/run.sh).
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
+	  EXTRA_CFLAGS="-fsanitize=thread" EXTRA_LDFLAGS="-fsanitize=thread" build-tsan/scaletrain tests
 
 # The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
 # tests run there on the CPU (tests/mpi/nccl_check: NCCL between ranks, run by

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: install what is missing, build the
-# normal, the sanitizer (address + undefined) and the CUDA emulator's builds
-# (the last where the CUDA toolkit is installed), run every test.
+# normal, the sanitizer (address + undefined), the ThreadSanitizer and the
+# CUDA emulator's builds (the last where the CUDA toolkit is installed), run
+# every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 make -j"$jobs" all
 make -j"$jobs" asan
+make -j"$jobs" tsan
 emu=
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
     make -j"$jobs" emu
@@ -15,4 +17,4 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
 else
     echo "the CUDA emulator's build is left out: no CUDA toolkit headers (${CUDA_HOME:-/usr/local/cuda}/include)"
 fi
-tests/run.sh build build-asan $emu
+tests/run.sh build build-asan "$emu" build-tsan

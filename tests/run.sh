@@ -2,15 +2,18 @@
 # Runs every test program of one or more build folders and the end-to-end
 # tests, then prints one closing line: "N passed, N failed, N skipped".
 # A test program exits 0 (pass), 77 (skip, after printing why) or anything
-# else (fail); one that runs past 900 s is ended and fails. Usage: tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD]]
+# else (fail); one that runs past 900 s is ended and fails. Usage:
+# tests/run.sh BUILD [SANITIZER_BUILD [EMULATOR_BUILD [TSAN_BUILD]]]
 # EMULATOR_BUILD: the CUDA emulator's build (`make emu`, tests/cudaemu/),
 # whose CUDA tests run their kernels on the CPU; the end-to-end tests named
-# tests/e2e/emu_*.sh are given it instead of BUILD.
+# tests/e2e/emu_*.sh are given it instead of BUILD. TSAN_BUILD: `make tsan`'s
+# (ThreadSanitizer), for tests/tsan.sh.
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build}
 asan=${2:-}
 emu=${3:-}
+tsan=${4:-}
 pass=0 fail=0 skip=0
 failed=()
 export OMP_WAIT_POLICY=PASSIVE
@@ -68,6 +71,7 @@ if [ -n "$emu" ]; then
         run "emu-adversary/$t (seed $seed)" env ST_CUDAEMU_SCHED=adversary ST_CUDAEMU_SCHED_SEED=$seed "$emu/tests/$t"
     done
 fi
+[ -z "$tsan" ] || run "tsan" tests/tsan.sh "$tsan"
 for t in tests/py/test_*.py; do
     [ -f "$t" ] || continue
     run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
