@@ -19,6 +19,16 @@
 #include <mutex>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* A fiber's stack is reused by the next block's fiber, and the stacks'
+ * mapping by later mappings: the frames a fiber left (it never returns) stay
+ * poisoned in AddressSanitizer's shadow until cleared. */
+#define FIBER_STACK_CLEAN(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define FIBER_STACK_CLEAN(p, n) ((void)0)
+#endif
+
 enum { PAGE = 4096 };
 
 /* One launch at a time, from any host thread; the launch state is global. */
@@ -282,7 +292,11 @@ void st_emu_shared(void *p, size_t n) {
 static void run_block(int nt) {
     const size_t per = STACK_BYTES + PAGE;
     if ((size_t)nt > S.stack_cap) {
-        if (S.stacks) munmap(S.stacks, S.stack_cap * per);
+        if (S.stacks) {
+            FIBER_STACK_CLEAN(S.stacks,
+                              S.stack_cap * per); /* the range may be mapped again, as device memory */
+            munmap(S.stacks, S.stack_cap * per);
+        }
         S.stacks = (char *)mmap(NULL, (size_t)nt * per, PROT_READ | PROT_WRITE,
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (S.stacks == MAP_FAILED) st_emu_die("no memory for %s's thread stacks", S.name);
@@ -300,6 +314,7 @@ static void run_block(int nt) {
         t.state = READY;
         t.copies.clear();
         t.commits = 0;
+        FIBER_STACK_CLEAN(S.stacks + (size_t)i * per + PAGE, STACK_BYTES);
         void **top = (void **)(S.stacks + (size_t)(i + 1) * per); /* 16-byte aligned */
         top[-1] = NULL;                      /* fiber_entry's return address: it never returns */
         top[-2] = (void *)&fiber_entry;      /* where st_emu_switch's ret goes */
