@@ -12,7 +12,7 @@ enum { NT = 128, BLOCKS = 4, TILES = 6 };
 
 /* Each thread writes its slot, then reads the slot of the thread 32 below
  * (a warp earlier: in thread order it has already written). */
-static __global__ void k_barrier(int *out, bool fixed) {
+static __global__ void k_barrier(const int *in, int *out, bool fixed) {
     __shared__ int s[NT];
     const int t = threadIdx.x;
     s[t] = (int)blockIdx.x * NT + t + 1;
@@ -25,7 +25,7 @@ static __global__ void k_barrier(int *out, bool fixed) {
  * (a warp later: in thread order not yet refilled). Without the barrier at
  * the end of a tile a warp that runs ahead refills what a slower one has
  * not read. */
-static __global__ void k_reuse(int *out, bool fixed) {
+static __global__ void k_reuse(const int *in, int *out, bool fixed) {
     __shared__ int s[NT];
     const int t = threadIdx.x;
     int acc = 0;
@@ -54,7 +54,7 @@ static __global__ void k_cp_wait(const int *in, int *out, bool fixed) {
 }
 
 /* A sum into shared memory that the faulty one never clears first. */
-static __global__ void k_unwritten(int *out, bool fixed) {
+static __global__ void k_unwritten(const int *in, int *out, bool fixed) {
     __shared__ int s[NT];
     const int t = threadIdx.x;
     if (fixed) s[t] = 0;
@@ -83,8 +83,18 @@ static int expected(int fault, int b, int t, const int *in) {
     }
 }
 
+/* A launch site each for a kernel's faulty and fixed runs: the emulator runs
+ * later launches of a site whose first reached no barrier without fibers. */
+template <void (*K)(const int *, int *, bool)> static void launch_pair(const int *in, int *out, bool fixed) {
+    if (fixed)
+        K<<<BLOCKS, NT>>>(in, out, true);
+    else
+        K<<<BLOCKS, NT>>>(in, out, false);
+}
+
 extern "C" int st_emu_selftest(int fault, int fixed) {
     enum { N = NT * BLOCKS };
+    if (fault < ST_EMU_FAULT_BARRIER || fault > ST_EMU_FAULT_UNWRITTEN) return -1;
     static int in_h[4 * N], out_h[N];
     for (int i = 0; i < 4 * N; i++)
         in_h[i] = 7 * i + 3;
@@ -92,35 +102,9 @@ extern "C" int st_emu_selftest(int fault, int fixed) {
     if (cudaMalloc((void **)&in, sizeof in_h) != cudaSuccess) return -1;
     if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
     cudaMemcpy(in, in_h, sizeof in_h, cudaMemcpyHostToDevice);
-    /* a launch site each for the faulty and the fixed kernel: the emulator
-     * runs later launches of a site whose first reached no barrier without
-     * fibers */
-    switch (fault * 2 + (fixed != 0)) {
-    case 2 * ST_EMU_FAULT_BARRIER:
-        k_barrier<<<BLOCKS, NT>>>(out, false);
-        break;
-    case 2 * ST_EMU_FAULT_BARRIER + 1:
-        k_barrier<<<BLOCKS, NT>>>(out, true);
-        break;
-    case 2 * ST_EMU_FAULT_REUSE:
-        k_reuse<<<BLOCKS, NT>>>(out, false);
-        break;
-    case 2 * ST_EMU_FAULT_REUSE + 1:
-        k_reuse<<<BLOCKS, NT>>>(out, true);
-        break;
-    case 2 * ST_EMU_FAULT_CP_WAIT:
-        k_cp_wait<<<BLOCKS, NT>>>(in, out, false);
-        break;
-    case 2 * ST_EMU_FAULT_CP_WAIT + 1:
-        k_cp_wait<<<BLOCKS, NT>>>(in, out, true);
-        break;
-    case 2 * ST_EMU_FAULT_UNWRITTEN:
-        k_unwritten<<<BLOCKS, NT>>>(out, false);
-        break;
-    default:
-        k_unwritten<<<BLOCKS, NT>>>(out, true);
-        break;
-    }
+    static void (*const launch[])(const int *, int *, bool) = {
+        launch_pair<k_barrier>, launch_pair<k_reuse>, launch_pair<k_cp_wait>, launch_pair<k_unwritten>};
+    launch[fault](in, out, fixed != 0);
     const bool ok = cudaGetLastError() == cudaSuccess &&
                     cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
     cudaFree(in);
