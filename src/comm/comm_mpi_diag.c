@@ -164,7 +164,9 @@ void st_mpi_board_open(st_comm *c) {
 
 void st_mpi_board_close(st_comm *c) {
     st_mpi_comm *m = c->impl;
+    pthread_mutex_lock(&c->lock); /* the watchdog reads the board under it */
     m->slots = NULL;
+    pthread_mutex_unlock(&c->lock);
     if (m->win != MPI_WIN_NULL) MPI_Win_free(&m->win);
 }
 

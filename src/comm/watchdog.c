@@ -30,11 +30,11 @@ struct st_watchdog {
     st_ticker *tk;
 };
 
-static void fire(st_watchdog *w, const st_comm_req *r, double age, double limit) {
+/* `missing`: which ranks have not called r, read under the lock (check). */
+static void fire(st_watchdog *w, const st_comm_req *r, double age, double limit, const char *missing) {
     st_comm *c = w->c;
-    char what[256], missing[2048] = "", msg[3072];
+    char what[256], msg[3072];
     st_comm_describe(r, what, sizeof what);
-    if (r->kind != ST_COMM_KIND_INTERNAL) c->ops->describe_missing(c, r->seq, missing, sizeof missing);
     const char *knob = r->limit_s > 0 && r->knob ? r->knob : "dist.timeout_s";
     snprintf(msg, sizeof msg,
              "scaletrain: rank %d of %d (host %s, pid %d): collective timed out: %s has not finished "
@@ -52,6 +52,26 @@ static double age_of(const st_ticker *tk, const st_comm_req *r, double now) {
     return now - r->t_start - st_ticker_paused_since(tk, r->t_start);
 }
 
+/* What fire() reads of a request, copied under the lock: the fields fixed
+ * when it was started. Not the whole request: the main thread writes its
+ * status (and an average's flag, and `released`) as it finishes it, without
+ * the lock (ThreadSanitizer saw the struct copy race with comm_mpi.c's
+ * finish). */
+static void snapshot(st_comm_req *d, const st_comm_req *r) {
+    memset(d, 0, sizeof *d);
+    d->seq = r->seq;
+    d->step = r->step;
+    d->kind = r->kind;
+    d->dt = r->dt;
+    d->op = r->op;
+    d->count = r->count;
+    d->root = r->root;
+    memcpy(d->name, r->name, sizeof d->name);
+    d->t_start = r->t_start;
+    d->limit_s = r->limit_s;
+    d->knob = r->knob;
+}
+
 /* Each unfinished request against its own limit (st_comm_set_timeout's, or
  * the communicator's); the first found past it ends the job. */
 static void check(void *ctx, st_ticker *tk, double now) {
@@ -60,20 +80,26 @@ static void check(void *ctx, st_ticker *tk, double now) {
     st_comm_req late;
     double late_age = 0, late_limit = 0;
     bool found = false;
+    char missing[2048] = "";
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < c->n_pending && !found; i++) {
         const st_comm_req *r = c->pending[i];
         if (r->state == ST_COMM_REQ_DONE) continue;
         const double limit = r->limit_s > 0 ? r->limit_s : w->timeout_s, age = age_of(tk, r, now);
         if (age >= limit) {
-            late = *r;
+            snapshot(&late, r);
             late_age = age;
             late_limit = limit;
             found = true;
+            /* under the lock, which the backend's shutdown takes to close
+             * the board this reads (the request may finish, and the main
+             * thread go on to free the communicator, while this fires) */
+            if (late.kind != ST_COMM_KIND_INTERNAL)
+                c->ops->describe_missing(c, late.seq, missing, sizeof missing);
         }
     }
     pthread_mutex_unlock(&c->lock);
-    if (found) fire(w, &late, late_age, late_limit);
+    if (found) fire(w, &late, late_age, late_limit, missing);
 }
 
 st_status st_watchdog_start(st_comm *c, double timeout_s, st_watchdog **out) {
