@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,13 @@
 
 #include "launch.h"
 
-/* The one global: a signal handler can only reach a flag. */
-static volatile sig_atomic_t got_signal;
+/* The one global: a signal handler can only reach a flag (a lock-free
+ * atomic: taken and cleared in one exchange, so a signal between the two is
+ * not lost). */
+static atomic_int got_signal;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
 
-static void on_signal(int sig) { got_signal = sig; }
+static void on_signal(int sig) { atomic_store_explicit(&got_signal, sig, memory_order_relaxed); }
 
 typedef struct linebuf {
     char *p;
@@ -257,7 +261,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
     sigemptyset(&sa.sa_mask);
-    got_signal = 0;
+    atomic_store(&got_signal, 0);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGHUP, NULL, &old_hup);
@@ -291,9 +295,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1;
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
-        if (got_signal) {
-            const int sig = got_signal;
-            got_signal = 0;
+        const int sig = atomic_exchange(&got_signal, 0);
+        if (sig) {
             res->signalled = sig;
             /* The same signal twice within a second is one request sent
              * twice (timeout(1) signals its child, then its whole group). */
@@ -336,7 +339,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             emit(&io, -1, false, io.d[k].fd_out, io.d[k].untagged.p, io.d[k].untagged.n, '\n');
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        if (got_signal) kill(pid, got_signal), res->signalled = got_signal, got_signal = 0;
+        const int sig = atomic_exchange(&got_signal, 0);
+        if (sig) kill(pid, sig), res->signalled = sig;
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);

@@ -16,10 +16,13 @@
 #include "cli.h"
 #include "core/ticker.h"
 
-/* The one global: a signal handler can only reach a flag. */
-static volatile sig_atomic_t stop_signal;
+/* The one global: a signal handler can only reach a flag. A lock-free atomic,
+ * not a volatile sig_atomic_t: the handler may run on a thread of MPI's
+ * while the step loop and the output queue's writer read it. */
+static atomic_int stop_signal;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
 
-static void on_signal(int sig) { stop_signal = sig; }
+static void on_signal(int sig) { atomic_store_explicit(&stop_signal, sig, memory_order_relaxed); }
 
 int st_cmd_train(int argc, char **argv) {
     st_config cfg;
@@ -44,7 +47,8 @@ int st_cmd_train(int argc, char **argv) {
         char line[4096];
         snprintf(line, sizeof line, "scaletrain: %s\n", st_last_error());
         st_ticker_say(line); /* (bounded, as st_cli_error: the job may be ending because its storage hung) */
-        return 128 + (stop_signal ? (int)stop_signal : SIGTERM);
+        const int sig = atomic_load_explicit(&stop_signal, memory_order_relaxed);
+        return 128 + (sig ? sig : SIGTERM);
     }
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
 }

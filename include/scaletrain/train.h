@@ -4,6 +4,7 @@
 #define SCALETRAIN_TRAIN_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,9 +20,10 @@ typedef struct st_run_opts {
     bool save;        /* write out_dir/model.safetensors at the end */
     const char
         *resume; /* "auto" (latest good checkpoint in out_dir/ckpt, if any) or a checkpoint directory */
-    /* Set non-zero (from a signal handler) to stop: the step loop saves a
-     * checkpoint after the current step and returns ST_ERR_INTERRUPTED. May be NULL. */
-    volatile sig_atomic_t *stop;
+    /* Set non-zero (from a signal handler, on whichever thread it runs: a
+     * lock-free atomic) to stop: the step loop saves a checkpoint after the
+     * current step and returns ST_ERR_INTERRUPTED. May be NULL. */
+    atomic_int *stop;
 } st_run_opts;
 
 typedef struct st_run_result {

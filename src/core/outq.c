@@ -25,7 +25,7 @@ struct st_outq {
     pthread_mutex_t m;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC: a chunk queued, a write done, quit */
     FILE *file;
-    volatile sig_atomic_t *stop;
+    atomic_int *stop;
     /* under m */
     chunk *head, *tail;
     size_t queued;       /* bytes queued and in the write under way */
@@ -198,7 +198,7 @@ static ssize_t cookie_write(void *c, const char *p, size_t n) {
     return (ssize_t)n; /* (what is dropped is counted, not an error of the caller's print) */
 }
 
-void st_outq_set_stop(st_outq *q, volatile sig_atomic_t *stop) {
+void st_outq_set_stop(st_outq *q, atomic_int *stop) {
     if (q) q->stop = stop;
 }
 
@@ -225,7 +225,8 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
     bool stuck = false, stopped = false;
     while (q->head || q->writing) {
         /* asked to stop: a write that does not return is waited for 2 s at most */
-        const double lim = q->stop && *q->stop && limit_s > 2 ? 2 : limit_s;
+        const double lim =
+            q->stop && atomic_load_explicit(q->stop, memory_order_relaxed) && limit_s > 2 ? 2 : limit_s;
         stuck = q->writing && now_s() - q->write_t0 >= lim;
         stopped = stuck && lim < limit_s;
         if (stuck) break;

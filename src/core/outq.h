@@ -16,6 +16,7 @@
 #define ST_CORE_OUTQ_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ FILE *st_outq_file(st_outq *q);
 
 /* While *stop is non-zero (a signal handler's flag: the process was asked
  * to stop) a drain waits 2 s at most for a write that does not return. */
-void st_outq_set_stop(st_outq *q, volatile sig_atomic_t *stop);
+void st_outq_set_stop(st_outq *q, atomic_int *stop);
 
 typedef struct st_outq_report {
     long lost_lines;   /* line ends ('\n') never written */

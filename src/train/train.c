@@ -1054,7 +1054,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
         /* The fourth: a rank's own error after the step (own_error), as its
          * rank + 1: every rank stops here, and they save together. */
-        float flags[4] = {opts->stop && *opts->stop ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
+        const bool asked = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
+        float flags[4] = {asked ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
                           time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
         if (dist && eval_due)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
