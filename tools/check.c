@@ -546,6 +546,7 @@ static void check_disk(report *r, const st_config *cfg) {
 
 /* What this build can use and what the probe found. */
 static void check_gpu(report *r, const st_hw_info *h, bool probed) {
+    char v[16];
     if (!st_device_cuda_built())
         line(r, "skip", "cuda", "not in this build (built without nvcc): training runs on the CPU");
     else if (!probed || h->n_gpus == 0)
@@ -557,11 +558,11 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed) {
         line(r, "skip", "nccl", "not in this build (NCCL=0, or no CUDA): collectives go through MPI");
     else if (probed && h->nccl && h->n_gpus > 0)
         line(r, "ok", "nccl",
-             "NCCL %d.%d.%d: gradients between GPUs go through it (train.device cuda, several ranks)",
-             h->nccl_version / 10000, h->nccl_version / 100 % 100, h->nccl_version % 100);
+             "NCCL %s: gradients between GPUs go through it (train.device cuda, several ranks)",
+             st_hw_nccl_version(h->nccl_version, v));
     else if (probed && h->nccl)
-        line(r, "skip", "nccl", "NCCL %d.%d.%d found, but no GPU: collectives go through MPI",
-             h->nccl_version / 10000, h->nccl_version / 100 % 100, h->nccl_version % 100);
+        line(r, "skip", "nccl", "NCCL %s found, but no GPU: collectives go through MPI",
+             st_hw_nccl_version(h->nccl_version, v));
     else
         line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
 }

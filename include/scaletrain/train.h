@@ -3,7 +3,6 @@
 #ifndef SCALETRAIN_TRAIN_H
 #define SCALETRAIN_TRAIN_H
 
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -15,7 +15,6 @@
 #ifndef ST_CORE_OUTQ_H
 #define ST_CORE_OUTQ_H
 
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>

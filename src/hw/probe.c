@@ -329,8 +329,13 @@ void st_hw_print(const st_hw_info *h, FILE *out) {
     if (strcmp(h->launcher, "none") != 0)
         fprintf(out, " (%d rank%s, %d on this node)", h->world, h->world == 1 ? "" : "s", h->local_ranks);
     fputc('\n', out);
+    char v[16];
     if (h->nccl)
-        fprintf(out, "nccl:   %d.%d.%d\n", h->nccl_version / 10000, h->nccl_version / 100 % 100,
-                h->nccl_version % 100);
+        fprintf(out, "nccl:   %s\n", st_hw_nccl_version(h->nccl_version, v));
     else fprintf(out, "nccl:   not available (%s)\n", h->nccl_why);
+}
+
+const char *st_hw_nccl_version(int code, char buf[16]) {
+    snprintf(buf, 16, "%d.%d.%d", code / 10000, code / 100 % 100, code % 100);
+    return buf;
 }

@@ -85,4 +85,7 @@ int st_hw_allowed_cpus(void);
 /* "NVLink", "PCIe (same switch)", ... */
 const char *st_hw_link_name(st_hw_link l);
 
+/* NCCL's version code as people write it: 22809 -> "2.28.9"; buf returned. */
+const char *st_hw_nccl_version(int code, char buf[16]);
+
 #endif
