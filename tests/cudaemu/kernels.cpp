@@ -30,6 +30,18 @@
 #endif
 
 enum { PAGE = 4096 };
+/* what shared memory and a cp.async's destination hold before they are
+ * written: a NaN in every float type */
+enum { POISON = 0xFF };
+
+/* a grid's or block's linear index (x fastest) as its (x, y, z) */
+static uint3 unflatten(uint64_t i, dim3 d) {
+    uint3 u;
+    u.x = (unsigned)(i % d.x);
+    u.y = (unsigned)(i / d.x % d.y);
+    u.z = (unsigned)(i / ((uint64_t)d.x * d.y));
+    return u;
+}
 
 /* One launch at a time, from any host thread; the launch state is global. */
 static std::mutex launch_lock;
@@ -212,7 +224,7 @@ void st_emu_cp_async(void *dst, const void *src, int n, bool ok) {
     }
     fiber &t = S.f[(size_t)S.cur];
     c.group = t.commits;
-    memset(dst, 0xFF, (size_t)n); /* not there yet */
+    memset(dst, POISON, (size_t)n); /* not there yet */
     t.copies.push_back(c);
 }
 void st_emu_cp_async_commit(void) {
@@ -282,11 +294,11 @@ void st_emu_shared(void *p, size_t n) {
         if (a.first == p) {
             if (a.second == block_no) return;
             a.second = block_no;
-            memset(p, 0xFF, n);
+            memset(p, POISON, n);
             return;
         }
     shared_seen.push_back({p, block_no});
-    memset(p, 0xFF, n);
+    memset(p, POISON, n);
 }
 
 static void run_block(int nt) {
@@ -308,9 +320,7 @@ static void run_block(int nt) {
     S.slots.assign((size_t)(nt + 31) / 32 * 32, 0);
     for (int i = 0; i < nt; i++) {
         fiber &t = S.f[(size_t)i];
-        t.tid.x = (unsigned)i % blockDim.x;
-        t.tid.y = (unsigned)i / blockDim.x % blockDim.y;
-        t.tid.z = (unsigned)i / (blockDim.x * blockDim.y);
+        t.tid = unflatten((uint64_t)i, blockDim);
         t.state = READY;
         t.copies.clear();
         t.commits = 0;
@@ -412,16 +422,12 @@ static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, c
     const order_map blocks = order_for(nb), threads = order_for(nt);
     for (uint64_t bi = 0; bi < nb; bi++) {
         const uint64_t b = blocks.at(bi);
-        blockIdx.x = (unsigned)(b % c.grid.x);
-        blockIdx.y = (unsigned)(b / c.grid.x % c.grid.y);
-        blockIdx.z = (unsigned)(b / ((uint64_t)c.grid.x * c.grid.y));
+        blockIdx = unflatten(b, c.grid);
         block_no++;
         if (S.plain) {
             for (uint64_t k = 0; k < nt; k++) {
                 const uint64_t i = threads.at(k);
-                threadIdx.x = (unsigned)(i % c.block.x);
-                threadIdx.y = (unsigned)(i / c.block.x % c.block.y);
-                threadIdx.z = (unsigned)(i / ((uint64_t)c.block.x * c.block.y));
+                threadIdx = unflatten(i, c.block);
                 S.cur = (int)i;
                 fn(ctx);
             }
