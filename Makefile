@@ -208,9 +208,32 @@ asan:
 
 # ThreadSanitizer (CPU only): tests/tsan.sh runs the tests and runs whose
 # code starts threads in it (scripts/test.sh does, through tests/run.sh).
+# With clang and LLVM's OpenMP runtime (Debian's clang and libomp-dev) the
+# OpenMP regions are checked too: libomp's Archer tool tells TSan about the
+# regions' forks and barriers, and OpenBLAS's libgomp.so.1 resolves to libomp
+# (build-tsan/omp/, searched first: DT_RPATH also serves the libraries' own
+# dependencies and libomp's dlopen of libarcher.so), so one runtime, seen by
+# TSan, runs every region. Without them gcc, and the regions run unchecked
+# on one thread (libgomp is not instrumented). build-tsan/cc names the
+# compiler; a different one rebuilds the folder.
+TSAN_CC ?= clang
+TSAN_OMP := $(realpath $(shell $(TSAN_CC) -print-file-name=libomp.so.5 2>/dev/null))
+TSAN_ARCHER := $(if $(TSAN_OMP),$(wildcard $(dir $(TSAN_OMP))libarcher.so))
+TSAN_WITH := $(if $(TSAN_ARCHER),$(TSAN_CC),$(CC))
 tsan:
+	@mkdir -p build-tsan
+	@[ "$$(cat build-tsan/cc 2>/dev/null)" = "$(TSAN_WITH)" ] || { rm -rf build-tsan/obj build-tsan/tests; echo "$(TSAN_WITH)" >build-tsan/cc; }
+ifneq ($(TSAN_ARCHER),)
+	@mkdir -p build-tsan/omp && ln -sf $(TSAN_OMP) build-tsan/omp/libgomp.so.1
+	@$(MAKE) --no-print-directory BUILD=build-tsan CUDA=0 CC=$(TSAN_CC) OPT="-O1 -fno-omit-frame-pointer" \
+	  EXTRA_CFLAGS="-fsanitize=thread -Wno-unknown-warning-option -Wno-pass-failed" \
+	  EXTRA_LDFLAGS="-fsanitize=thread -Wl,--disable-new-dtags -Wl,-rpath,$(abspath build-tsan/omp) -Wl,-rpath,$(dir $(TSAN_ARCHER))" \
+	  build-tsan/scaletrain tests
+else
+	@rm -rf build-tsan/omp
 	@$(MAKE) --no-print-directory BUILD=build-tsan CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=thread" EXTRA_LDFLAGS="-fsanitize=thread" build-tsan/scaletrain tests
+endif
 
 # The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
 # tests run there on the CPU (tests/mpi/nccl_check: NCCL between ranks, run by

@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev
       openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy python3-torch python3-pip
       slurm-wlm munge  # slurm-wlm and munge: the single-node SLURM cluster of tests/e2e/slurm.sh
-      gnuplot-nox)     # the PNG charts of `scaletrain report`
+      gnuplot-nox      # the PNG charts of `scaletrain report`
+      clang libomp-dev)  # `make tsan` with LLVM's OpenMP, whose Archer lets TSan check the parallel loops
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
