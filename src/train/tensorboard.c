@@ -104,7 +104,8 @@ static st_status write_record(st_tb *w, const pbuf *data) {
     pbuf rec = {0};
     const uint64_t len = data->n;
     put_le(&rec, len, 8);
-    put_le(&rec, st_tb_mask_crc(st_crc32c(0, rec.p, 8)), 4);
+    if (!rec.oom)
+        put_le(&rec, st_tb_mask_crc(st_crc32c(0, rec.p, 8)), 4); /* (rec.p is NULL after a failed put) */
     put(&rec, data->p, data->n);
     put_le(&rec, st_tb_mask_crc(st_crc32c(0, data->p, data->n)), 4);
     bool ok = !rec.oom && fwrite(rec.p, 1, rec.n, w->f) == rec.n && fflush(w->f) == 0;
