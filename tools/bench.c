@@ -338,7 +338,7 @@ int st_cmd_bench(int argc, char **argv) {
     const char *out_dir = "runs/bench";
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
-    if (!rest) return ST_EXIT_FAIL;
+    if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "bench: out of memory"));
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const bool takes =

@@ -40,7 +40,7 @@ static int tokenize(int argc, char **argv) {
     const char **pos = calloc((size_t)argc + 1, sizeof *pos);
     int npos = 0;
     int64_t shard_tokens = 0, jobs = 0;
-    if (!pos) return ST_EXIT_FAIL;
+    if (!pos) return st_cli_error(st_fail(ST_ERR_NOMEM, "data tokenize: out of memory"));
     for (int i = 0; i < argc; i++) {
         const bool st = strcmp(argv[i], "--shard-tokens") == 0, jb = strcmp(argv[i], "--jobs") == 0;
         if ((st &&

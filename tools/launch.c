@@ -274,7 +274,7 @@ int st_cmd_launch(int argc, char **argv) {
     char **av = calloc((size_t)(argc + 24), sizeof *av);
     if (!av) {
         st_launch_out_end(out, false);
-        return ST_EXIT_FAIL;
+        return st_cli_error(st_fail(ST_ERR_NOMEM, "launch: out of memory"));
     }
     int k = 0;
     av[k++] = mpirun;

@@ -139,7 +139,7 @@ int st_cmd_plan(int argc, char **argv) {
     /* our own options out of the way; the rest is CONFIG and --set */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
-    if (!rest) return ST_EXIT_FAIL;
+    if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "plan: out of memory"));
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -181,7 +181,7 @@ int st_cmd_plan(int argc, char **argv) {
     st_plan_input in = {0};
     cJSON *out = NULL;
     st_status s;
-    if (!h) return ST_EXIT_FAIL;
+    if (!h) return st_cli_error(st_fail(ST_ERR_NOMEM, "plan: out of memory"));
     ST_GOTO(st_cli_probe("plan", &cfg, h));
     if (probe && !json) {
         st_hw_print(h, stdout);

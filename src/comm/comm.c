@@ -495,7 +495,7 @@ st_status st_comm_create(const st_comm_config *cfg, st_status (*backend_init)(st
     if (conf.backend != ST_COMM_AUTO && conf.backend != ST_COMM_LOCAL && conf.backend != ST_COMM_MPI)
         return st_fail(ST_ERR_ARG, "st_comm_init: unknown backend %d", (int)conf.backend);
     st_comm *c = calloc(1, sizeof *c);
-    if (!c) return st_fail(ST_ERR_NOMEM, "st_comm_init: no memory");
+    if (!c) return st_fail(ST_ERR_NOMEM, "out of memory starting the communicator");
     c->cfg = conf;
     c->size = c->local_size = 1;
     snprintf(c->host, sizeof c->host, "?");

@@ -383,7 +383,7 @@ static st_status check_srun(st_comm *c) {
 
 st_status st_comm_mpi_init(st_comm *c) {
     st_mpi_comm *m = calloc(1, sizeof *m);
-    if (!m) return st_fail(ST_ERR_NOMEM, "st_comm_init: no memory");
+    if (!m) return st_fail(ST_ERR_NOMEM, "out of memory starting the communicator");
     c->ops = &mpi_ops;
     c->impl = m;
     m->data = m->check = m->diag = m->node = MPI_COMM_NULL;
@@ -396,7 +396,7 @@ st_status st_comm_mpi_init(st_comm *c) {
     m->idx = calloc(np, sizeof *m->idx);
     m->statuses = calloc(np, sizeof *m->statuses);
     if (!m->reqs || !m->owner || !m->is_check || !m->idx || !m->statuses)
-        return st_fail(ST_ERR_NOMEM, "st_comm_init: no memory");
+        return st_fail(ST_ERR_NOMEM, "out of memory starting the communicator");
     if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
     c->host[sizeof c->host - 1] = '\0';
 

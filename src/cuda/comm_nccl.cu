@@ -344,7 +344,7 @@ static st_status nccl_init(st_comm *c, void *arg) {
     const boot_args *a = (const boot_args *)arg;
     const st_comm_req *r = NULL; /* for CU_TRY */
     nccl_comm *m = (nccl_comm *)calloc(1, sizeof *m);
-    if (!m) return st_fail(ST_ERR_NOMEM, "st_comm_nccl_init: no memory");
+    if (!m) return st_fail(ST_ERR_NOMEM, "out of memory starting the NCCL communicator");
     c->ops = &nccl_ops;
     c->impl = m;
     m->boot = a->boot;
