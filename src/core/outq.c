@@ -33,6 +33,7 @@ struct st_outq {
     long lost_lines;     /* line ends never written */
     size_t lost_bytes;
     int error;           /* the errno of a write that failed: the rest is dropped */
+    bool oom;            /* a put found no memory to queue its bytes (lost) */
     bool writing, quit;  /* inside write(2) since write_t0, of a chunk with cur_lines line ends */
     double write_t0;
     long cur_lines;
@@ -147,7 +148,10 @@ st_outq *st_outq_start(int fd, const char *name, const char *prefix, size_t cap)
 static void push(st_outq *q, const char *p, size_t n, bool note) {
     chunk *c = malloc(sizeof *c + n);
     if (!c) {
-        if (!note) lose(q, p, n);
+        if (!note) {
+            q->oom = true;
+            lose(q, p, n);
+        }
         return;
     }
     c->next = NULL;
@@ -248,6 +252,7 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
                 lines += line_ends(c->p, c->n);
     }
     const int error = q->error;
+    const bool oom = q->oom;
     const size_t cap = q->cap;
     pthread_mutex_unlock(&q->m);
     if (!stuck && bytes == 0) return true;
@@ -257,6 +262,7 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
         r->stuck = stuck;
         r->stopped = stopped;
         r->error = error;
+        r->oom = oom;
         if (stopped)
             snprintf(r->why, sizeof r->why,
                      "its write has not returned after 2 s, and a signal asked the process "
@@ -265,6 +271,8 @@ bool st_outq_drain(st_outq *q, double limit_s, st_outq_report *r) {
             snprintf(r->why, sizeof r->why, "its write has not returned after %g s", limit_s);
         else if (error)
             snprintf(r->why, sizeof r->why, "a write failed: %s", strerror(error));
+        else if (oom)
+            snprintf(r->why, sizeof r->why, "out of memory queueing it");
         else
             snprintf(r->why, sizeof r->why, "more than %zu MiB waited for it", cap >> 20);
     }

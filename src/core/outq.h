@@ -49,6 +49,7 @@ typedef struct st_outq_report {
     bool stuck;        /* a write had not returned after the limit */
     bool stopped;      /* ... after the 2 s of a stop (st_outq_set_stop) */
     int error;         /* the errno of a write that failed (EPIPE, EIO), or 0 */
+    bool oom;          /* lines lost because a put found no memory (the program's fault, not the reader's) */
     char why[256];     /* what happened, for a message: "its write has not returned after 300 s" */
 } st_outq_report;
 

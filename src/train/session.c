@@ -471,7 +471,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     return ST_OK;
 }
 
-void st_session_close(st_session *s) {
+st_status st_session_close(st_session *s) {
+    st_status ret = ST_OK;
     st_watch_stop(s->read_watch);
     st_watch_stop(s->store_watch);
     st_eval_device_free(s->eval_dev); /* before the device */
@@ -488,7 +489,11 @@ void st_session_close(st_session *s) {
         const double limit = c->train.checkpoint_timeout_s > 0 ? (double)c->train.checkpoint_timeout_s
                                                                : (double)c->dist.timeout_s;
         st_outq_report r;
-        if (!st_outq_end(s->outq, limit, &r))
+        const bool whole = st_outq_end(s->outq, limit, &r);
+        if (!whole && r.oom && !r.stuck && !r.error) { /* not the reader's doing: the command failed */
+            ret = st_fail(ST_ERR_NOMEM, "%s: out of memory: %ld line%s of standard output not written",
+                          s->who, r.lost_lines, r.lost_lines == 1 ? "" : "s");
+        } else if (!whole) {
             st_ticker_sayf(
                 "scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who, r.lost_lines,
                 r.lost_lines == 1 ? "" : "s", r.why,
@@ -496,8 +501,10 @@ void st_session_close(st_session *s) {
                 : r.stopped ? ": a hung file system, a paused terminal or a reader that stopped?"
                             : ": a hung file system, a paused terminal or a reader that stopped? "
                               "(train.checkpoint_timeout_s sets how long the run waits for it at its end)");
+        }
     }
     memset(s, 0, sizeof *s);
+    return ret;
 }
 
 /* On a device: eval_device.c (batches up asynchronously, the loss summed

@@ -52,7 +52,11 @@ typedef struct st_eval_sums {
  * open data (train unless eval_only), fill `auto` values, create the model
  * (on the device). */
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
-void st_session_close(st_session *s);
+/* Free everything and end standard output's queue; ST_OK, or ST_ERR_NOMEM
+ * when lines of standard output were lost for want of memory (a --json
+ * result among them, perhaps: the command must not say it succeeded). Lines
+ * a reader did not take (gone, stalled) are a warning on standard error. */
+st_status st_session_close(st_session *s);
 
 /* Evaluate on the validation set (or its first cfg->train.eval_steps batches).
  * With s->eval_shared (several ranks whose models are the same), every rank

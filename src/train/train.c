@@ -1312,8 +1312,8 @@ fail:
      * configuration difference is seen by every rank: each returns it. */
     if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
     st_metrics_close(&met);
-    st_session_close(&ses);
-    return s;
+    const st_status sc = st_session_close(&ses);
+    return s != ST_OK ? s : sc;
 }
 
 st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
@@ -1348,7 +1348,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     out_flush(&ses);
     s = ST_OK;
-fail:
-    st_session_close(&ses);
-    return s;
+fail:;
+    const st_status sc = st_session_close(&ses);
+    return s != ST_OK ? s : sc;
 }
