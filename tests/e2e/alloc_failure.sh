@@ -16,7 +16,7 @@
 # rank and the launcher too), not hang it.
 # CI walks the gpt's first 100 allocations (start-up: the config, data,
 # model, optimizer, writers) and launch's first 12 (its communicator's
-# start-up), and a drawn sample of each scenario's others (about 75 s in
+# start-up), and a drawn sample of each scenario's others (about 60 s in
 # all), the seed in the output; ALLOC_FAILURE_ALL=1 walks every one (about
 # 10 minutes, and 30 more for launch's), ALLOC_FAILURE_SCALE=K draws K times
 # as many, ALLOC_FAILURE_ONLY="gpt cnn" runs those scenarios alone. A
@@ -100,7 +100,7 @@ print(*sorted(list(range(1, min(first, total) + 1)) + rest[:sample]))' "$first" 
 gpt=("$bin" "${run[@]}" --set data.val="$tmp/t.tokens" --set train.steps=4 --set train.checkpoint_every=2
      --set train.eval_every=2 --set train.eval_steps=2 --set log.every=1 --set data.num_workers=2
      --set train.checkpoint_async=true --set log.tensorboard=true --set train.out_dir=o)
-scenario gpt 100 60 o/model.safetensors "${gpt[@]}"
+scenario gpt 100 40 o/model.safetensors "${gpt[@]}"
 
 # resumed from step 2 of a run like the one above
 mkdir -p "$tmp/base" && (cd "$tmp/base" && "${gpt[@]}" --set train.checkpoint_async=false >/dev/null 2>&1) ||
@@ -123,7 +123,7 @@ scenario tokenize 60 20 tok-000005.tokens "$bin" data tokenize tok "$tmp/text.tx
 
 if command -v mpirun >/dev/null; then # rank 1's allocations fail
     export ST_FAILALLOC_RANK=1
-    scenario launch 12 6 o/model.safetensors "$bin" launch -n 2 "${run[@]}" --set train.steps=3 \
+    scenario launch 12 3 o/model.safetensors "$bin" launch -n 2 "${run[@]}" --set train.steps=3 \
         --set train.checkpoint_every=2 --set dist.timeout_s=20 --set train.out_dir=o
     unset ST_FAILALLOC_RANK
 else
