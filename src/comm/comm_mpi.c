@@ -381,23 +381,6 @@ static st_status check_srun(st_comm *c) {
                         n);
 }
 
-static st_status mpi_open(st_comm *c);
-
-/* A rank whose start-up fails on its own (out of memory, a collective
- * that failed here) leaves the others waiting in start-up's collectives,
- * and its finalize would wait for them: it ends them all now, naming
- * itself and why, rather than leave them to the watchdog's timeout. */
-st_status st_comm_mpi_init(st_comm *c) {
-    const st_status s = mpi_open(c);
-    if (s != ST_OK && c->size > 1 && c->ops) {
-        char why[ST_COMM_ERR_MAX];
-        snprintf(why, sizeof why, "%s", st_last_error());
-        st_comm_abort(c, why);
-        return st_fail(s, "%s", why); /* (if the abort returns) */
-    }
-    return s;
-}
-
 static st_status mpi_open(st_comm *c) {
     st_mpi_comm *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory starting the communicator");
@@ -465,6 +448,21 @@ static st_status mpi_open(st_comm *c) {
     s = st_mpi_shm_open(c);
 done:
     st_comm_watch_end(c, &watch);
+    return s;
+}
+
+/* A rank whose start-up fails on its own (out of memory, a collective
+ * that failed here) leaves the others waiting in start-up's collectives,
+ * and its finalize would wait for them: it ends them all now, naming
+ * itself and why, rather than leave them to the watchdog's timeout. */
+st_status st_comm_mpi_init(st_comm *c) {
+    const st_status s = mpi_open(c);
+    if (s != ST_OK && c->size > 1 && c->ops) {
+        char why[ST_COMM_ERR_MAX];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        st_comm_abort(c, why);
+        return st_fail(s, "%s", why); /* (if the abort returns) */
+    }
     return s;
 }
 #endif
