@@ -538,13 +538,15 @@ void st_comm_abort(st_comm *c, const char *reason) {
     if (!c) return;
     char who[160], line[ST_COMM_ERR_MAX];
     prefix(c, who, sizeof who);
-    snprintf(line, sizeof line, "scaletrain: %s: aborting every rank: %s\n", who,
-             reason ? reason : "(no reason given)");
+    const char *why = reason ? reason : "(no reason given)";
+    const size_t n = strlen(who);
+    if (!strncmp(why, who, n) && !strncmp(why + n, ": ", 2))
+        why += n + 2; /* (st_comm_fail's: named already) */
+    snprintf(line, sizeof line, "scaletrain: %s: aborting every rank: %s\n", who, why);
     if (c->size > 1)
         st_ticker_say(line); /* (bounded: standard error on hung storage must not stop the abort) */
     c->ops->abort(c, 1);
-    if (!c->failed)
-        st_comm_fail(c, NULL, ST_ERR_INTERNAL, "aborted: %s", reason ? reason : "(no reason given)");
+    if (!c->failed) st_comm_fail(c, NULL, ST_ERR_INTERNAL, "aborted: %s", why);
 }
 
 int st_comm_rank(const st_comm *c) { return c ? c->rank : 0; }
