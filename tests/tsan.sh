@@ -73,7 +73,7 @@ if [ "$omp" -gt 1 ]; then # whole steps of each model kind, 2 threads: data, lay
     timeout 600 "$bin" "${base[@]}" --set model.type=mlp --set train.batch_size=64 --set data.val= \
         --set train.out_dir="$tmp/m1" >"$tmp/m1.log" 2>&1
     check "train mlp ($omp threads)" "$tmp/m1.log" $?
-    if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    if e2e_have_fmnist; then
         timeout 600 "$bin" "${base[@]}" --set train.batch_size=32 --set train.eval_steps=4 --set train.out_dir="$tmp/c1" >"$tmp/c1.log" 2>&1
         check "train cnn with evaluation ($omp threads)" "$tmp/c1.log" $?
     else

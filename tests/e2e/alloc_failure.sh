@@ -33,11 +33,11 @@ source tests/lib/tiny_gpt.sh
 seed=${ALLOC_FAILURE_SEED:-$RANDOM}
 echo "seed $seed (ALLOC_FAILURE_SEED=$seed repeats the draw; ALLOC_FAILURE_ALL=1 walks every allocation)"
 
-# one NAME N RESULT CMD...: CMD with its N-th allocation failing (0: none);
-# RESULT: the file that holds its result (compared bit for bit). Sets rc.
+# one NAME N CMD...: CMD, in $tmp/NAME.out, with its N-th allocation
+# failing (0: none); its output in $tmp/NAME.log. Sets rc.
 one() {
     local name=$1 n=$2
-    shift 3
+    shift 2
     rm -rf "$tmp/$name.out" "$tmp/count" "$tmp/count.at"
     mkdir -p "$tmp/$name.out"
     (cd "$tmp/$name.out" && LD_PRELOAD="$tmp/failalloc.so" ST_FAILALLOC_EXE=scaletrain ST_FAILALLOC_AT=$n \
@@ -51,13 +51,14 @@ where() { # the failed allocation's function and line
 }
 # scenario NAME FIRST SAMPLE RESULT CMD...: count CMD's allocations, then
 # fail each of the first FIRST and SAMPLE drawn from the rest (every one
-# with ALLOC_FAILURE_ALL). RESULT is relative to the run's own folder.
+# with ALLOC_FAILURE_ALL). RESULT, the file that holds CMD's result
+# (compared bit for bit), is relative to the run's own folder.
 scenario() {
     local name=$1 first=$2 sample=$3 result=$4 total n clean=0 same=0 l
     shift 4
     case " ${ALLOC_FAILURE_ONLY:-$name} " in *" $name "*) ;; *) return ;; esac
     first=$((first * ${ALLOC_FAILURE_SCALE:-1})) sample=$((sample * ${ALLOC_FAILURE_SCALE:-1}))
-    one "$name" 0 "$result" "$@"
+    one "$name" 0 "$@"
     if [ "$rc" -ne 0 ] || [ ! -s "$tmp/count" ]; then
         fail "$name without a failure: exit $rc: $(tail -n 3 "$tmp/$name.log")"
         return
@@ -76,7 +77,7 @@ random.Random(seed).shuffle(rest)
 print(*sorted(list(range(1, min(first, total) + 1)) + rest[:sample]))' "$first" "$sample" "$total" "$seed")
     fi
     for n in $cases; do
-        one "$name" "$n" "$result" "$@"
+        one "$name" "$n" "$@"
         if [ "$rc" -eq 1 ] && grep -qi "memory" "$tmp/$name.log"; then
             clean=$((clean + 1))
         elif [ "$rc" -eq 0 ] && cmp -s "$tmp/$name.out/$result" "$tmp/$name.want"; then
@@ -108,7 +109,7 @@ mkdir -p "$tmp/base" && (cd "$tmp/base" && "${gpt[@]}" --set train.checkpoint_as
 scenario resume 0 30 o/model.safetensors bash -c 'cp -r "$0" o && exec "$@"' "$tmp/base/o" \
     "${gpt[@]}" --resume o/ckpt/step-2
 
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if e2e_have_fmnist; then
     scenario cnn 0 30 o/model.safetensors "$bin" train --set train.steps=2 --set train.batch_size=16 \
         --set train.threads=1 --set data.num_workers=0 --set train.eval_steps=2 --set train.out_dir=o
 else

@@ -25,7 +25,7 @@ done
 # (dist.shm_allreduce=false); the same when one rank's environment turns it
 # off (rank 0's settings hold for every rank), and when /dev/shm is too small
 # for the segment or the zero-copy arena (rank 0 says so once).
-if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+if e2e_have_fmnist; then
     e2e_tmpdir
     train=(train --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32 --set train.steps=10
            --set train.threads=1 --set data.num_workers=0 --set data.val= --set dist.bucket_cap_mb=0.05

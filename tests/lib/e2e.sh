@@ -7,6 +7,8 @@
 #       skip the test (print
 #       "NAME: skipped: why (the apt-get command)", exit 77) without it;
 #   e2e_skip WHY: the same for any other reason;
+#   e2e_have_fmnist: true when Fashion-MNIST is installed (for a part of a
+#       test that needs it);
 #   e2e_need_emu: skip unless $bin is the CUDA emulator's build (make emu;
 #       tests/run.sh passes it to tests/e2e/emu_*.sh), and give the ranks two
 #       emulated GPUs (ST_CUDAEMU_DEVICES=2, one per rank as NCCL wants);
@@ -40,9 +42,9 @@ e2e_need_slurm() {
     [ "$(id -u)" -eq 0 ] && [ -r /etc/munge/munge.key ] ||
         e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
 }
+e2e_have_fmnist() { [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; }
 e2e_need_fmnist() {
-    [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
-        e2e_skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    e2e_have_fmnist || e2e_skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 }
 e2e_need_emu() {
     grep -qa "cudaemu: " "$bin" 2>/dev/null ||
