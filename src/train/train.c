@@ -432,8 +432,10 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
 /* The loss of the steps closed since the last read (loss_sum.h), averaged
  * over the ranks (every rank reads at the same steps: the reads are
  * collectives): *loss, their sum, *n how many. A loss that is not finite
- * stops the run, naming the first step whose loss was not (on this rank;
- * the range of steps since the last read when it was another rank's). */
+ * stops the run, naming the first step whose loss was not on any rank (the
+ * ranks' losses differ, their data does: one rank's may overflow a step
+ * before the others'), every rank the same step; the range of steps since
+ * the last read when no rank kept its first. */
 static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64_t *n) {
     int64_t first, bad;
     ST_TRY(st_loss_sum_read(ls, loss, n, &first, &bad));
@@ -444,6 +446,12 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     }
     if (isfinite(*loss)) return ST_OK;
     ses->agreed_error = ses->world > 1;
+    if (ses->world > 1) { /* (every rank is here: the average is the same on all) */
+        int64_t at = bad > 0 ? bad : INT64_MAX;
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, &at, &at, 1, ST_COMM_I64, ST_COMM_MIN,
+                                       "first non-finite loss"));
+        bad = at == INT64_MAX ? -1 : at;
+    }
     const int64_t last = first + *n - 1;
     const char *what = isnan(*loss) ? "NaN" : *loss > 0 ? "inf" : "-inf"; /* (not printf's "-nan") */
     if (bad > 0 || first == last)
@@ -451,7 +459,7 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
                        "the loss became %s at step %lld; lower optim.lr or set optim.grad_clip", what,
                        (long long)(bad > 0 ? bad : last));
     return st_fail(ST_ERR_NUMERIC,
-                   "the loss became %s in steps %lld-%lld (on another rank); lower optim.lr or set "
+                   "the loss became %s in steps %lld-%lld; lower optim.lr or set "
                    "optim.grad_clip",
                    what, (long long)first, (long long)last);
 }

@@ -11,7 +11,8 @@
 #  3. A checkpoint after every step by time (train.checkpoint_every_s 1e-9,
 #     train.checkpoint_every 0, all kept): the loss is read before each, so
 #     the checkpoints are those of every step before the NaN's.
-#  4. Two GPUs (scaletrain launch, NCCL): every rank names the same step, the
+#  4. Two GPUs (scaletrain launch, NCCL): every rank names the same step (the
+#     first whose loss was not finite on any rank: their data differ), the
 #     same checkpoints.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
