@@ -208,7 +208,7 @@ int st_cmd_plan(int argc, char **argv) {
         n += *c == ',';
     plans = calloc((size_t)n, sizeof *plans);
     if (!plans) {
-        s = st_fail(ST_ERR_NOMEM, "out of memory");
+        s = st_fail(ST_ERR_NOMEM, "plan: out of host memory for %d plans", n);
         goto fail;
     }
     char item[64];

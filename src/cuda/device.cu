@@ -190,7 +190,7 @@ extern "C" st_status st_cuda_open(int ordinal, st_device **out) {
     if (ordinal < 0 || ordinal >= n)
         return st_fail(ST_ERR_ARG, "cuda:%d: there are %d CUDA device(s) (0 to %d)", ordinal, n, n - 1);
     st_device *d = (st_device *)calloc(1, sizeof *d);
-    if (!d) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!d) return st_fail(ST_ERR_NOMEM, "cuda:%d: out of host memory opening the device", ordinal);
     d->ordinal = ordinal;
     gethostname(d->host, sizeof d->host - 1);
     st_status s = open_device(d, ordinal);

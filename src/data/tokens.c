@@ -618,7 +618,8 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     int started = 0;
     pthread_mutex_init(&r.lock, NULL);
     if (!(r.sizes = calloc((size_t)o->n_inputs, sizeof *r.sizes)))
-        ST_GOTO(st_fail(ST_ERR_NOMEM, "out of memory"));
+        ST_GOTO(st_fail(ST_ERR_NOMEM, "%s: out of host memory for the sizes of its %d input files", o->out,
+                        o->n_inputs));
     for (int i = 0; i < o->n_inputs; i++) { /* fail before writing anything */
         const char *path = o->inputs[i] ? o->inputs[i] : "(null)";
         FILE *in = o->inputs[i] ? fopen(path, "rb") : NULL;
@@ -660,7 +661,8 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     }
     int jobs = o->jobs < 1 ? 1 : o->jobs;
     if (jobs > r.n_out) jobs = r.n_out;
-    if (!(th = calloc((size_t)jobs, sizeof *th))) ST_GOTO(st_fail(ST_ERR_NOMEM, "out of memory"));
+    if (!(th = calloc((size_t)jobs, sizeof *th)))
+        ST_GOTO(st_fail(ST_ERR_NOMEM, "%s: out of host memory for %d tokenizing threads", o->out, jobs));
     for (; started < jobs - 1; started++) /* this thread is the last worker */
         if (pthread_create(&th[started], NULL, tk_worker, &r) != 0) break;
     tk_worker(&r);

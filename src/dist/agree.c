@@ -27,7 +27,7 @@ st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const c
     *diff = -1;
     if (n <= 0) return ST_OK;
     int64_t *lo = malloc((size_t)n * 2 * sizeof *lo);
-    if (!lo) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!lo) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the %s across ranks", name);
     int64_t *hi = lo + n;
     memcpy(lo, v, (size_t)n * sizeof *lo);
     memcpy(hi, v, (size_t)n * sizeof *hi);
@@ -74,7 +74,7 @@ st_status st_agree_report(st_comm *c, const char *what, const char *item, const 
     char buf[ST_AGREE_DESC_MAX] = {0};
     st_status s;
     if (!all || !listed || !msg) {
-        s = st_fail(ST_ERR_NOMEM, "out of memory");
+        s = st_fail(ST_ERR_NOMEM, "out of host memory reporting how the ranks differ (%s: %s)", what, item);
         goto done;
     }
     snprintf(buf, sizeof buf, "%s", mine);
@@ -124,7 +124,7 @@ static void value_text(const cJSON *v, char *buf, size_t n) {
 static st_status config_items(const st_config *cfg, cfg_item *items, int *n) {
     *n = 0;
     char *json = st_config_to_json(cfg);
-    if (!json) return ST_ERR_NOMEM;
+    if (!json) return st_fail(ST_ERR_NOMEM, "out of host memory writing the configuration out to compare it");
     cJSON *root = cJSON_Parse(json);
     free(json);
     if (!root) return st_fail(ST_ERR_NOMEM, "out of memory reading the configuration back");
@@ -149,7 +149,7 @@ static st_status config_items(const st_config *cfg, cfg_item *items, int *n) {
 
 st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
     cfg_item *items = calloc(ST_CFG_KEYS_MAX, sizeof *items);
-    if (!items) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!items) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the configuration across ranks");
     int n = 0;
     st_status s = config_items(cfg, items, &n);
     /* Always ST_CFG_KEYS_MAX hashes (zeros past the last key), so that every

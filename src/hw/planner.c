@@ -340,7 +340,8 @@ st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan 
         st_hw_config one = *hw;
         one.per_node = one.nodes = 1;
         st_plan *single = malloc(sizeof *single);
-        if (!single) return st_fail(ST_ERR_NOMEM, "out of memory");
+        if (!single)
+            return st_fail(ST_ERR_NOMEM, "out of host memory planning the one-rank run to compare with");
         st_status s = plan_one(in, &one, single);
         if (s == ST_OK && single->ok)
             out->scaling = out->samples_per_s / ((double)out->ranks * single->samples_per_s);

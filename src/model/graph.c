@@ -498,6 +498,17 @@ static st_status use_device_ops(st_graph *g) {
 void st_graph_block_begin(st_graph *g) { g->cur_block = g->n_blocks++; }
 void st_graph_block_end(st_graph *g) { g->cur_block = -1; }
 
+/* The memory plan's own bookkeeping (a few arrays of the graph's size, small
+ * beside the arenas it plans) could not be allocated: the host itself is out
+ * of memory, or the process is at its limit. */
+static st_status plan_nomem(const st_graph *g) {
+    return st_fail(ST_ERR_NOMEM,
+                   "out of host memory planning where the model's %d layers keep their %d tensors (a few "
+                   "KiB): this process is at its memory limit (ulimit -v, the job's memory request) or "
+                   "the host's memory is used up; free some, or start fewer ranks or loader workers on it",
+                   g->n_nodes, g->n_acts);
+}
+
 /* Activation checkpointing: region[i] is the block whose shared region holds
  * activation i (produced inside the block and read only inside it), or -1
  * for a persistent one (graph inputs, block inputs and outputs, everything
@@ -507,7 +518,7 @@ static st_status find_regions(const st_graph *g, int **out) {
     bool *read = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
     if (!region || !read) {
         free(region), free(read);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 0; i < g->n_acts; i++)
         region[i] = -1;
@@ -542,7 +553,7 @@ static st_status choose_storage(st_graph *g) {
         g->acts[i]->store = ST_PREC_FP32;
     if (prec == ST_PREC_FP32 || !st_graph_device_laid_out(g)) return ST_OK;
     bool *ok = malloc((size_t)(g->n_acts ? g->n_acts : 1));
-    if (!ok) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!ok) return plan_nomem(g);
     for (int i = 0; i < g->n_acts; i++) {
         const st_tensor *t = g->acts[i];
         ok[i] = t->kind == ST_TENSOR_ACT && t->dtype == ST_F32 && t != g->loss && !t->host_f32;
@@ -608,7 +619,7 @@ static st_status fuse_gelu(st_graph *g) {
         g->nodes[i].fwd_fuses_next = g->nodes[i].bwd_fuses_prev = false;
     if ((!g->fuse_gelu && !g->fuse_residual) || g->keep_acts || !st_graph_device_laid_out(g)) return ST_OK;
     int *uses = count_uses(g);
-    if (!uses) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!uses) return plan_nomem(g);
     const st_precision prec = g->params->precision;
     for (int i = 0; i + 1 < g->n_nodes && g->fuse_residual; i++) {
         st_node *L = &g->nodes[i], *A = &g->nodes[i + 1];
@@ -695,7 +706,7 @@ static st_status grads_over_data(const st_graph *g, const int *region, bool *ove
     const st_node **producer = calloc((size_t)(na ? na : 1), sizeof *producer);
     if (!uses || !producer) {
         free(uses), free(producer);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].out->kind == ST_TENSOR_ACT) producer[g->nodes[i].out->index] = &g->nodes[i];
@@ -776,7 +787,7 @@ static st_status alias_passes(const st_graph *g, const bool *over, const bool *f
         *fill = malloc((size_t)(na ? na : 1) * sizeof *fill);
     if (!cs || !cons || !lo || !hi || !fill) {
         free(cs), free(cons), free(lo), free(hi), free(fill);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     /* each activation's consumers' backward steps, grouped by tensor */
     for (int i = 0; i < nn; i++)
@@ -838,7 +849,7 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     const grad_life **near = malloc((size_t)(na ? na : 1) * sizeof *near);
     if (!birth || !death || !life || !near) {
         free(birth), free(death), free(life), free(near);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 0; i < na; i++)
         birth[i] = 0, death[i] = nn;
@@ -855,14 +866,14 @@ static st_status place_grads(const st_graph *g, const bool *over, int64_t *goff,
     int *alias = malloc((size_t)(na ? na : 1) * sizeof *alias);
     if (!alias) {
         free(birth), free(death), free(life), free(near);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 0; i < na; i++)
         alias[i] = -1;
     bool *fused = calloc((size_t)(na ? na : 1), 1);
     if (!fused) {
         free(birth), free(death), free(life), free(near), free(alias);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 1; i < nn; i++) {
         const st_node *n = &g->nodes[i], *prev = &g->nodes[i - 1];
@@ -932,7 +943,7 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
     if (!birth || !death || !first_read || !last_read || !remat || !keepable || !life || !near) {
         free(birth), free(death), free(first_read), free(last_read), free(remat), free(keepable), free(life),
             free(near);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     for (int i = 0; i < na; i++) {
         const st_tensor *t = g->acts[i];
@@ -1005,7 +1016,7 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
     /* the recomputed nodes in the order backward meets them */
     free(g->remat);
     g->remat = malloc((size_t)(nn ? nn : 1) * sizeof *g->remat);
-    if (!g->remat) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!g->remat) return plan_nomem(g);
     g->n_remat = 0;
     for (int i = nn - 1; i >= 0 && g->selective; i--)
         for (int j = 0; j < nn; j++)
@@ -1045,13 +1056,13 @@ st_status st_graph_finalize(st_graph *g) {
     int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
     if (!aoff || !goff || !soff) {
         free(region), free(aoff), free(goff), free(soff);
-        return st_fail(ST_ERR_NOMEM, "out of memory");
+        return plan_nomem(g);
     }
     int64_t ac = 0, gc = 0, ic = 0, wc = 0, tc = 0;
     bool *over = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     bool *transient = malloc((size_t)(g->n_acts ? g->n_acts : 1));
     int64_t *toff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *toff);
-    st_status ps = over && transient && toff ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory");
+    st_status ps = over && transient && toff ? ST_OK : plan_nomem(g);
     if (ps == ST_OK && g->forward_only) /* no gradients at all */
         memset(over, 0, (size_t)(g->n_acts ? g->n_acts : 1));
     else if (ps == ST_OK)
@@ -1144,7 +1155,7 @@ st_status st_graph_finalize(st_graph *g) {
     /* In backward order, the first consumer of a tensor writes its gradient and
      * later consumers add. Walk nodes last to first; track what was written. */
     bool *written = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
-    if (!written) return st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!written) return plan_nomem(g);
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         st_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {

@@ -162,7 +162,9 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     }
     eval_state *e = s->eval_dev;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!idx)
+        st = st_fail(ST_ERR_NOMEM, "out of host memory for the evaluation batch's %lld sample indices",
+                     (long long)B);
     int64_t valid = 0, correct = 0, b = 0;
     mg->g.training = false;
     for (int64_t start = lo; start < n && st == ST_OK; start += B, b++) {

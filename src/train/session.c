@@ -528,7 +528,9 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     const int64_t B = mg->batch;
     st_status st = ST_OK;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    if (!idx) st = st_fail(ST_ERR_NOMEM, "out of memory");
+    if (!idx)
+        st = st_fail(ST_ERR_NOMEM, "out of host memory for the evaluation batch's %lld sample indices",
+                     (long long)B);
     double loss_sum = 0;
     int64_t valid = 0, correct = 0;
     mg->g.training = false;

@@ -153,7 +153,9 @@ st_status st_tb_open(st_tb *w, const char *out_dir, int64_t first_step) {
     put_key(&ev, 2, 0);
     put_varint(&ev, (uint64_t)first_step);
     put_bytes(&ev, 7, log.p, log.n);
-    if (s == ST_OK) s = log.oom ? st_fail(ST_ERR_NOMEM, "out of memory") : write_record(w, &ev);
+    if (s == ST_OK)
+        s = log.oom ? st_fail(ST_ERR_NOMEM, "%s: out of memory encoding the run's start event", w->path)
+                    : write_record(w, &ev);
     free(ev.p);
     free(log.p);
     if (s != ST_OK) st_tb_close(w);

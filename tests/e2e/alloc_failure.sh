@@ -4,7 +4,8 @@
 # LD_PRELOADed, fails the N-th allocation scaletrain's own code makes (the
 # libraries' own allocations go through). Each scenario below runs once to
 # count its allocations, then once per case N, and each case must either
-#   - end with exit 1 and a message that says memory ran out, or
+#   - end with exit 1 and a message that says memory ran out and what it
+#     was for (not a bare "out of memory"), or
 #   - finish (exit 0) with the same result, bit for bit, as the run without
 #     a failure (an allocation it could do without);
 # never a signal, another exit code, a hang or a different result; and an
@@ -78,7 +79,9 @@ print(*sorted(list(range(1, min(first, total) + 1)) + rest[:sample]))' "$first" 
     fi
     for n in $cases; do
         one "$name" "$n" "$@"
-        if [ "$rc" -eq 1 ] && grep -qi "memory" "$tmp/$name.log"; then
+        if [ "$rc" -eq 1 ] && grep -qE "^scaletrain: error( \(rank [0-9]+\))?: out of memory$" "$tmp/$name.log"; then
+            fail "$name, allocation $n ($(where)): the message does not say what the memory was for"
+        elif [ "$rc" -eq 1 ] && grep -qi "memory" "$tmp/$name.log"; then
             clean=$((clean + 1))
         elif [ "$rc" -eq 0 ] && cmp -s "$tmp/$name.out/$result" "$tmp/$name.want"; then
             same=$((same + 1))
