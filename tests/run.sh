@@ -14,29 +14,71 @@ build=${1:-build}
 asan=${2:-}
 emu=${3:-}
 tsan=${4:-}
+# Tests run TEST_JOBS at a time (default: the machine's cores, at most 2):
+# most take one core or wait on a process, a file or a timeout, and none
+# shares a path, a port or a name with another (each has a folder of its
+# own, mktemp's). A test whose script holds the line "# tests/run.sh: alone"
+# runs with no other beside it.
+par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$par" -ge 1 ] 2>/dev/null || par=1
+[ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
 pass=0 fail=0 skip=0
 failed=()
 export OMP_WAIT_POLICY=PASSIVE
-run() { # name command...
-    local name=$1; shift
-    local log; log=$(mktemp)
-    local t0=$SECONDS
-    # at most 15 minutes a test (the slowest takes under one): a test that
-    # hangs fails, named, instead of holding the suite to CI's own limit
-    timeout --foreground -k 30 900 "$@" >"$log" 2>&1
-    local rc=$?
-    local dt=$((SECONDS - t0))
-    if [ $dt -ge 900 ]; then
-        echo "(tests/run.sh: ended after ${dt} s: the test's limit is 900 s)" >>"$log"
+res=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$res"' EXIT
+started=0
+# report I: the finished test I's line (and its log's end when it failed)
+report() {
+    local i=$1 name rc dt
+    name=$(cat "$res/$i.name")
+    read -r rc dt <"$res/$i.rc"
+    if [ "$dt" -ge 900 ]; then
+        echo "(tests/run.sh: ended after ${dt} s: the test's limit is 900 s)" >>"$res/$i.log"
     fi
-    if [ $rc -eq 0 ]; then
+    if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS $name (${dt}s)"
-    elif [ $rc -eq 77 ]; then
-        skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$log" | sed 's/.*skipped: //')"
+    elif [ "$rc" -eq 77 ]; then
+        skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$res/$i.log" | sed 's/.*skipped: //')"
     else
-        fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"; sed 's/^/    /' "$log" | tail -40
+        fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"; sed 's/^/    /' "$res/$i.log" | tail -40
     fi
-    rm -f "$log"
+    rm -f "$res/$i".*
+}
+collect() { # report every test that has finished
+    local f
+    for f in "$res"/*.rc; do
+        [ -e "$f" ] || continue
+        f=${f##*/}
+        report "${f%.rc}"
+    done
+}
+settle() { # wait until fewer than N tests run (N=1: none)
+    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do
+        wait -n 2>/dev/null
+        collect
+    done
+    collect
+}
+run() { # name command...: in the background, at most $par at once
+    local name=$1; shift
+    local i=$((started += 1))
+    settle "$par"
+    echo "$name" >"$res/$i.name"
+    (
+        t0=$SECONDS
+        # at most 15 minutes a test (the slowest takes under two): a test
+        # that hangs fails, named, instead of holding the suite to CI's own
+        # limit
+        timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
+        echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
+        mv "$res/$i.rc.tmp" "$res/$i.rc"
+    ) &
+}
+run_alone() { # name command...: with no other test running
+    settle 1
+    run "$@"
+    settle 1
 }
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
@@ -83,11 +125,14 @@ for t in tests/e2e/*.sh; do
         echo "FAIL e2e/$(basename "$t" .sh): $t is not executable (chmod +x, and commit the mode)"
         continue
     fi
+    how=run
+    ! grep -qx "# tests/run.sh: alone.*" "$t" || how=run_alone
     case "$(basename "$t")" in
-    emu_*) run "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
-    *) run "e2e/$(basename "$t" .sh)" "$t" "$build" ;;
+    emu_*) $how "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
+    *) $how "e2e/$(basename "$t" .sh)" "$t" "$build" ;;
     esac
 done
+settle 1
 ((${#failed[@]})) && echo "failed: ${failed[*]}"
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
