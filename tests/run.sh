@@ -25,6 +25,15 @@ par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 pass=0 fail=0 skip=0
 failed=()
 export OMP_WAIT_POLICY=PASSIVE
+# OpenBLAS's kernels as scaletrain chooses them (src/core/blas.h: where
+# OpenBLAS takes the CPU for an older one, scaletrain starts itself again
+# with the CPU's own), set once here so that the test programs run them too
+# and no scaletrain process starts twice; tests/e2e/blas_core.sh clears it
+# to check the choice itself.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x "$build/scaletrain" ]; then
+    core=$(OPENBLAS_VERBOSE=2 "$build/scaletrain" help 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -1)
+    [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
+fi
 res=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$res"' EXIT
 started=0

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/blas.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\n"
@@ -35,6 +36,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    st_blas_core_check(argv); /* (may start this program again, with the CPU's own kernels) */
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);

@@ -25,6 +25,7 @@
 
 #include "checkpoint.h"
 #include "core/atomic_file.h"
+#include "core/blas.h"
 #include "core/device.h"
 #include "core/half.h"
 #include "core/mem.h"
@@ -143,6 +144,8 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
             (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
     if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
+    char blas[256];
+    if (!ses->dev && st_blas_core_note(blas, sizeof blas)) fprintf(ses->out, "blas: %s\n", blas);
     fflush(ses->out);
 }
 
