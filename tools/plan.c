@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "core/blas.h"
 #include "hw/probe.h"
 #include "hw/runspec.h"
 
@@ -265,6 +266,8 @@ int st_cmd_plan(int argc, char **argv) {
         if (gf > 0 && !pinned)
             printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm; --set log.peak_gflops=G fixes it)\n",
                    gf / 1e9);
+        char blas[256];
+        if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

@@ -9,8 +9,8 @@
 #  1. the kernels scaletrain runs: OpenBLAS's choice when that has AVX2 or
 #     better or the CPU has neither AVX2 nor AVX-512 (one load, no "blas:"
 #     line); else the best of Cooperlake (AVX-512 with BF16), SkylakeX
-#     (AVX-512) and Haswell (AVX2 and FMA) the CPU runs, loaded second, and a
-#     train run's "blas:" line names both;
+#     (AVX-512) and Haswell (AVX2 and FMA) the CPU runs, loaded second, and
+#     the "blas:" line of a train run's header and of plan names both;
 #  2. OPENBLAS_CORETYPE set by the user is kept (one load, those kernels);
 #  3. two ranks under launch and under mpirun directly (each rank starting
 #     itself again) train to the same loss as with the variable set.
@@ -44,6 +44,9 @@ if [ -n "$low" ] && [ -n "$want" ]; then
     [ "$(wc -l <<<"$cores")" -eq 2 ] && [ "$ran" = "$want" ] || fail "loaded: $(paste -sd' ' <<<"$cores"), not $own then $want"
     grep -q "^blas: OpenBLAS took this CPU (family [0-9]*, model [0-9]*) for a $own; its $want kernels run instead" \
         "$tmp/one.log" || fail "no 'blas:' line naming $own and $want: $(grep blas "$tmp/one.log")"
+    "$bin" plan "${run[@]:1}" >"$tmp/plan.log" 2>&1 || fail "plan: $(tail -2 "$tmp/plan.log")"
+    grep -q "^blas: OpenBLAS took this CPU .* for a $own; its $want kernels" "$tmp/plan.log" ||
+        fail "plan: no 'blas:' line under its cpu line: $(grep -E '^(cpu|blas)' "$tmp/plan.log")"
 else
     echo "OpenBLAS chose $own (the CPU runs ${want:-neither AVX2 nor AVX-512}): kept"
     [ "$(wc -l <<<"$cores")" -eq 1 ] || fail "loaded twice: $(paste -sd' ' <<<"$cores")"
