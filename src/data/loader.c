@@ -273,8 +273,11 @@ static st_status lock_next(st_loader *l, slot **out) {
 }
 
 /* Batch next_out was not ready in time (under mu, released here): the
- * loader fails from now on, and is left to the process's end when freed. */
-static st_status stalled(st_loader *l, const slot *sl, double t0) {
+ * loader fails from now on, and is left to the process's end when freed.
+ * The message names the timeout, not the clock's reading of the wait (a
+ * loaded machine wakes the wait a few ms late: "after 0.202 s" says
+ * nothing more). */
+static st_status stalled(st_loader *l, const slot *sl) {
     char what[160];
     if (sl->state == SLOT_FILLING && sl->b.seq == l->next_out)
         snprintf(what, sizeof what, "a worker has been assembling it (samples %lld, ...) all that time",
@@ -286,10 +289,10 @@ static st_status stalled(st_loader *l, const slot *sl, double t0) {
     l->failed = ST_ERR_IO;
     snprintf(
         l->failed_msg, sizeof l->failed_msg,
-        "data loader: batch %lld is not ready after %.3g s (data.timeout_s %g): %s, so the storage it reads "
+        "data loader: batch %lld is not ready after %g s (data.timeout_s %g): %s, so the storage it reads "
         "stopped answering (a hung network file system?); check it, then continue with --resume auto (or "
         "raise data.timeout_s if reads can legitimately take that long)",
-        (long long)l->next_out, now_s() - t0, l->o.timeout_s, what);
+        (long long)l->next_out, l->o.timeout_s, l->o.timeout_s, what);
     pthread_mutex_unlock(&l->mu);
     return st_fail(l->failed, "%s", l->failed_msg);
 }
@@ -313,7 +316,7 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
         until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
         while (sl->state != SLOT_READY && pthread_cond_timedwait(&l->cv_ready, &l->mu, &until) == 0) {
         }
-        if (sl->state != SLOT_READY) return stalled(l, sl, t0);
+        if (sl->state != SLOT_READY) return stalled(l, sl);
     } else {
         while (sl->state != SLOT_READY)
             pthread_cond_wait(&l->cv_ready, &l->mu);
