@@ -271,8 +271,19 @@ echo "queue full: exit 0, $came lines written whole after the stall, $dropped dr
 # (g) A reader that goes away (`| head -n 1`, a `tee` that died): the
 # launcher's writes fail with EPIPE, the job still ends on its own, and
 # standard error says what was not written. (Before, SIGPIPE ended the
-# launcher: exit 141, and the ranks' standard error was lost.)
-timeout -k 10 60 "$bin" launch -n 2 sh "$tmp/talk.sh" 2>"$tmp/epipe.err" | head -n 1 >/dev/null
+# launcher: exit 141, and the ranks' standard error was lost.) Each rank
+# writes 1.2 MB, more than the pipe and head's one read hold, so that some
+# write comes after head has gone however the processes are scheduled (600
+# short lines fit in the pipe: on a loaded machine every write could land
+# before head's exit, and none failed).
+cat >"$tmp/epipe.sh" <<'SH'
+r=$OMPI_COMM_WORLD_RANK
+x=$(printf '%04000d' 0)
+i=0
+while [ $i -lt 300 ]; do echo "r$r-$x"; i=$((i + 1)); done
+echo "r$r-err" >&2
+SH
+timeout -k 10 60 "$bin" launch -n 2 sh "$tmp/epipe.sh" 2>"$tmp/epipe.err" | head -n 1 >/dev/null
 rc=${PIPESTATUS[0]}
 [ $rc -eq 0 ] || fail "reader gone: exit $rc, expected 0 (141: SIGPIPE ended the launcher)"
 grep -qx "\[rank 1\] r1-err" "$tmp/epipe.err" && grep -qE "^scaletrain launch: [0-9]+ lines of the job's output not written to standard output \(a write failed: Broken pipe\)" "$tmp/epipe.err" ||
