@@ -6,6 +6,22 @@
 #include <cblas.h>
 #include <stddef.h>
 
+/* OpenBLAS chooses its kernels as it loads, by the CPU's family and model;
+ * a CPU newer than the library (0.3.21, Debian 12's, knows no Emerald or
+ * Granite Rapids Xeon) gets its most general ones (Prescott: SSE3), about 6
+ * times slower than the CPU's own (on an Emerald Rapids, 2 threads: 35
+ * GFLOP/s against 206 with Cooperlake's). st_blas_core_check, first thing in
+ * main, before any thread: when OpenBLAS chose kernels below AVX2 on a CPU
+ * with AVX2 and FMA or AVX-512, and OPENBLAS_CORETYPE is not set, it sets
+ * that to the best the CPU runs (Cooperlake: AVX-512 with BF16; SkylakeX:
+ * AVX-512; Haswell: AVX2) and executes the program again (argv, the same
+ * process), where OpenBLAS loads with them; the processes it starts
+ * (launch's ranks) inherit the choice. Returns when it did nothing (or
+ * the exec failed: OpenBLAS's own choice then).
+ * st_blas_core_note: what it did, for the run's header (NULL: nothing). */
+void st_blas_core_check(char **argv);
+const char *st_blas_core_note(char *buf, size_t n);
+
 /* The engine's matrix products call st_sgemm, not cblas_sgemm: a row-major
  * C (M x N) = alpha op(A) op(B) + beta C computed in blocks of C's rows,
  * each block at most ST_GEMM_BLOCK_ELEMS elements of op(A) (but never fewer
@@ -26,21 +42,6 @@
  * 32768x128x512 (A transposed) 47 ms blocked against 51 ms in one call,
  * 8192x768x768 71 against 73 ms, 50176x32x9 (a first convolution) 1.6 against
  * 1.6 ms; blocks of 1024 rows at K = 9 took 2.4 ms, hence the budget. */
-/* OpenBLAS chooses its kernels as it loads, by the CPU's family and model;
- * a CPU newer than the library (0.3.21, Debian 12's, knows no Emerald or
- * Granite Rapids Xeon) gets its most general ones (Prescott: SSE3), about 6
- * times slower than the CPU's own (on an Emerald Rapids, 2 threads: 35
- * GFLOP/s against 206 with Cooperlake's). st_blas_core_check, first thing in
- * main, before any thread: when OpenBLAS chose kernels below AVX2 on a CPU
- * with AVX2 and FMA or AVX-512, and OPENBLAS_CORETYPE is not set, it sets
- * that to the best the CPU runs (Cooperlake: AVX-512 with BF16; SkylakeX:
- * AVX-512; Haswell: AVX2) and executes the program again (argv, the same
- * process), where OpenBLAS loads with them; the processes it starts
- * (launch's ranks) inherit the choice. Returns only when it did nothing.
- * st_blas_core_note: what it did, for the run's header (NULL: nothing). */
-void st_blas_core_check(char **argv);
-const char *st_blas_core_note(char *buf, size_t n);
-
 enum { ST_GEMM_ROWS = 1024, ST_GEMM_BLOCK_ELEMS = 1 << 18 };
 
 static inline void st_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
