@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "core/device.h"
@@ -390,7 +392,9 @@ static void test_too_big(void) {
     c.train.batch_size = 64;
     st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
     st_plan p = plan_for(&in, "4xL40S");
-    CHECK(p.ok && !p.fits && p.offload && strstr(p.warning, "does not fit"), "huge model: %s", p.warning);
+    CHECK(p.ok && !p.fits && p.offload &&
+              strstr(p.warning, "GiB needed per device, sharded, offloaded at micro-batch 1, the smallest; "),
+          "huge model: %s", p.warning);
     CHECK(strstr(p.strategy_why, "offload") != NULL, "why: %s", p.strategy_why);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "ddp"); /* explicit: kept, with the warning */
     p = plan_for(&in, "4xL40S");
@@ -506,8 +510,13 @@ static void test_auto_strategy_cpu(void) {
     c.train.batch_size = 1;
     hw.dev.mem_bytes = (int64_t)((need[0] + need[1]) / 2 / 0.85);
     CHECK_OK(st_plan_make(&in, &hw, &p));
-    CHECK(strcmp(p.strategy, "ddp") == 0 && p.offload && strstr(p.strategy_why, "ddp with offload"),
-          "cpu, one rank, ddp does not fit: %s offload %d (%s)", p.strategy, p.offload, p.strategy_why);
+    /* (no offload on the CPU: the optimizer's state is in host memory already) */
+    CHECK(strcmp(p.strategy, "ddp") == 0 && !p.offload && !p.fits &&
+              strstr(p.strategy_why, "model states and a sample do not fit in ") &&
+              strstr(p.warning, "does not fit: ") &&
+              strstr(p.warning, " GiB needed per rank, at micro-batch 1 (train.micro_batch_size); "),
+          "cpu, one rank, ddp does not fit: %s offload %d (%s; %s)", p.strategy, p.offload, p.strategy_why,
+          p.warning);
     st_model_free(m);
 }
 
@@ -666,8 +675,105 @@ static void test_gpu_peak(void) {
     CHECK(f == 0 && strstr(why, "set log.peak_gflops"), "unknown architecture: %g (%s)", f, why);
 }
 
+/* Files for the memory-limit fixtures: `path` under `dir`, its folders made. */
+static void put(const char *dir, const char *path, const char *text) {
+    char full[1024];
+    snprintf(full, sizeof full, "%s/%s", dir, path);
+    for (char *p = full + strlen(dir) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(full, 0755);
+            *p = '/';
+        }
+    FILE *f = fopen(full, "w");
+    CHECK(f != NULL, "cannot write %s", full);
+    if (f) fputs(text, f), fclose(f);
+}
+
+static st_hw_mem_limit limit_from(const char *dir) {
+    char cg[512], mi[512];
+    snprintf(cg, sizeof cg, "%s/cgroup", dir);
+    snprintf(mi, sizeof mi, "%s/mountinfo", dir);
+    st_hw_mem_limit l = {.limit = -1, .headroom = -1};
+    st_hw_mem_limit_cgroup(cg, mi, &l);
+    return l;
+}
+
+/* The memory limit a batch job's or a container's cgroup sets, read where
+ * /proc/self/cgroup places the process and on each level above it (files
+ * laid out as the kernel's, v1 and v2, in a folder of the test's own). */
+static void test_mem_limit(void) {
+    const int64_t MiB = 1 << 20;
+    char dir[] = "/tmp/st_memlimit_XXXXXX", mi[2048];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    /* v1, as under SLURM: the job's folder has the limit, the step below it none */
+    put(dir, "cgroup", "12:memory:/slurm/uid_0/job_5/step_0\n11:cpu,cpuacct:/slurm\n0::/init.scope\n");
+    snprintf(mi, sizeof mi,
+             "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+             "35 31 0:32 / %s/v1 rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+             "36 31 0:33 / %s/cpu rw,relatime - cgroup cgroup rw,cpu,cpuacct\n",
+             dir, dir);
+    put(dir, "mountinfo", mi);
+    put(dir, "v1/memory.limit_in_bytes", "9223372036854771712\n");
+    put(dir, "v1/slurm/memory.limit_in_bytes", "9223372036854771712\n");
+    put(dir, "v1/slurm/uid_0/job_5/memory.limit_in_bytes", "2147483648\n");
+    put(dir, "v1/slurm/uid_0/job_5/memory.usage_in_bytes", "1073741824\n");
+    put(dir, "v1/slurm/uid_0/job_5/memory.stat", "cache 1\ntotal_cache 300\ntotal_inactive_file 268435456\n");
+    put(dir, "v1/slurm/uid_0/job_5/step_0/memory.limit_in_bytes", "9223372036854771712\n");
+    put(dir, "v1/slurm/uid_0/job_5/step_0/memory.usage_in_bytes", "1073741824\n");
+    st_hw_mem_limit l = limit_from(dir);
+    CHECK(l.limit == 2048 * MiB && l.headroom == 1280 * MiB, "v1 job: limit %lld headroom %lld (%s)",
+          (long long)l.limit, (long long)l.headroom, l.by);
+    CHECK(strstr(l.by, "/v1/slurm/uid_0/job_5 (memory.limit_in_bytes)") != NULL, "v1 by: %s", l.by);
+
+    /* a level above with less room binds, though its limit is larger */
+    put(dir, "v1/slurm/memory.limit_in_bytes", "4294967296\n");
+    put(dir, "v1/slurm/memory.usage_in_bytes", "4194304000\n");
+    l = limit_from(dir);
+    CHECK(l.limit == 4096 * MiB && l.headroom == 4294967296LL - 4194304000LL && strstr(l.by, "/v1/slurm ("),
+          "v1 parent binds: limit %lld headroom %lld (%s)", (long long)l.limit, (long long)l.headroom, l.by);
+
+    /* v2, in a container whose mount shows its own subtree (root /docker/c1),
+     * mount point written with mountinfo's escape for a space */
+    put(dir, "cgroup", "0::/docker/c1/app\n");
+    snprintf(mi, sizeof mi, "41 31 0:38 /docker/c1 %s/v2\\040x rw,relatime - cgroup2 cgroup2 rw\n", dir);
+    put(dir, "mountinfo", mi);
+    put(dir, "v2 x/memory.max", "1073741824\n");
+    put(dir, "v2 x/memory.current", "104857600\n");
+    put(dir, "v2 x/memory.stat", "anon 1\ninactive_file 4096\nactive_file 8\n");
+    put(dir, "v2 x/app/memory.max", "max\n");
+    put(dir, "v2 x/app/memory.current", "1000\n");
+    l = limit_from(dir);
+    CHECK(l.limit == 1024 * MiB && l.headroom == 1024 * MiB - 100 * MiB + 4096,
+          "v2: limit %lld headroom %lld (%s)", (long long)l.limit, (long long)l.headroom, l.by);
+    CHECK(strstr(l.by, "/v2 x (memory.max)") != NULL, "v2 by: %s", l.by);
+
+    /* no limit anywhere; a path outside the mount's subtree; no mount */
+    put(dir, "v2 x/memory.max", "max\n");
+    l = limit_from(dir);
+    CHECK(l.limit == -1 && l.headroom == -1 && !l.by[0], "v2 without a limit: %lld", (long long)l.limit);
+    put(dir, "v2 x/memory.max", "1073741824\n");
+    put(dir, "cgroup", "0::/docker/c10/app\n");
+    l = limit_from(dir);
+    CHECK(l.limit == -1, "a path outside the mount's subtree: %lld (%s)", (long long)l.limit, l.by);
+    put(dir, "mountinfo", "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n");
+    l = limit_from(dir);
+    CHECK(l.limit == -1, "no cgroup mount: %lld", (long long)l.limit);
+
+    /* this process: whatever it finds is no larger than the host */
+    st_hw_info h;
+    CHECK_OK(st_hw_probe_host(&h));
+    CHECK(h.mem_avail <= h.mem_total && h.mem_total <= h.host_mem_total && h.mem_avail > 0,
+          "probe: %lld of %lld (host %lld)", (long long)h.mem_avail, (long long)h.mem_total,
+          (long long)h.host_mem_total);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void) {
     test_gpu_peak();
+    test_mem_limit();
     test_probe();
     test_gpt_flops();
     test_mlp_flops();

@@ -33,6 +33,41 @@
 #include "hw/probe.h"
 #include "launch.h"
 
+/* The kernel's count of processes its out-of-memory killer has ended
+ * (/proc/vmstat oom_kill, Linux 4.13 on), or -1. */
+static long long oom_kills(void) {
+    FILE *f = fopen("/proc/vmstat", "r");
+    if (!f) return -1;
+    char line[128];
+    long long n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "oom_kill %lld", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+/* A rank ended by SIGKILL says nothing: scaletrain never sends it, the
+ * kernel's out-of-memory killer does. Say which it was where this node can
+ * tell (its count of such kills moved while the job ran), else what to look
+ * at. */
+static void say_killed(st_launch_out *out, const st_launch_result *res, long long kills) {
+    const bool sigkill = strstr(res->reason, "signal 9 (Killed)") != NULL;
+    if (kills > 0)
+        st_launch_sayf(
+            out,
+            "scaletrain launch: the kernel's out-of-memory killer ended %lld process%s on this node "
+            "while the job ran (/proc/vmstat oom_kill; `dmesg` names them): a rank past the memory "
+            "this node or its cgroup allows is killed without a word. `scaletrain plan CONFIG` "
+            "shows what the run needs against what each rank may use; lower "
+            "train.micro_batch_size, start fewer ranks here, or ask the job for more memory\n",
+            kills, kills == 1 ? "" : "es");
+    else if (sigkill)
+        st_launch_sayf(
+            out, "scaletrain launch: a rank was killed by SIGKILL, which scaletrain never sends: most often "
+                 "the kernel's out-of-memory killer on that rank's node (`dmesg` there says; this node "
+                 "counted none), else a scheduler ending the job\n");
+}
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -333,8 +368,11 @@ int st_cmd_launch(int argc, char **argv) {
     int rc = ST_EXIT_FAIL, signalled = 0;
     for (long attempt = 0;; attempt++) {
         st_launch_result res;
+        const long long kills0 = oom_kills();
         rc = st_launch_run(av, (int)n, out, &res);
+        const long long kills1 = rc != 0 && kills0 >= 0 ? oom_kills() : -1;
         signalled = res.signalled;
+        if (rc > 0 && !res.signalled) say_killed(out, &res, kills1 >= kills0 ? kills1 - kills0 : 0);
         if (rc < 0) {
             st_launch_sayf(out, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
             rc = ST_EXIT_FAIL;

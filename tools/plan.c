@@ -34,6 +34,10 @@ static cJSON *probe_json(const st_hw_info *h) {
     cJSON_AddNumberToObject(o, "allowed", h->allowed);
     cJSON_AddNumberToObject(o, "mem_total", (double)h->mem_total);
     cJSON_AddNumberToObject(o, "mem_available", (double)h->mem_avail);
+    if (h->mem_limit_by[0]) {
+        cJSON_AddNumberToObject(o, "host_mem_total", (double)h->host_mem_total);
+        cJSON_AddStringToObject(o, "mem_limited_by", h->mem_limit_by);
+    }
     cJSON *g = cJSON_AddArrayToObject(o, "gpus");
     for (int i = 0; i < h->n_gpus; i++) {
         cJSON *d = cJSON_CreateObject();
@@ -268,6 +272,9 @@ int st_cmd_plan(int argc, char **argv) {
                    gf / 1e9);
         char blas[256];
         if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
+        if (need_cpu && h->mem_limit_by[0])
+            printf("memory: %.1f GiB available to this process, as %s allows (the host has %.1f GiB)\n",
+                   (double)h->mem_avail / (1 << 30), h->mem_limit_by, (double)h->host_mem_total / (1 << 30));
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

@@ -169,6 +169,11 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
                      human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
     }
+    if (!p->hw.dev.gpu) { /* (the optimizer's state is in host memory already: nothing to offload to) */
+        snprintf(p->strategy_why, sizeof p->strategy_why, "model states and %s do not fit in %s%s", what,
+                 human((double)p->mem_limit, b2, sizeof b2), p->ranks > 1 ? " even sharded" : "");
+        return ST_OK;
+    }
     p->offload = true; /* (the strategy: ddp on one rank, else the ZeRO stage tried last) */
     snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
              p->strategy, what, p->ranks > 1 ? " even sharded" : "");
@@ -291,11 +296,17 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
     p->fits = p->mem.total <= p->mem_limit;
-    if (!p->fits)
-        snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per device, %.2f GiB usable%s",
-                 (double)p->mem.total / GIB, (double)p->mem_limit / GIB,
-                 p->offload ? " even sharded, offloaded and at micro-batch 1" : "");
-    else if (p->offload)
+    if (!p->fits) {
+        char how[160];
+        const bool zero = strncmp(p->strategy, "zero", 4) == 0;
+        snprintf(how, sizeof how, "%s%s%s at micro-batch %lld%s", zero || p->offload ? " " : "",
+                 zero ? (p->offload ? "sharded, " : "sharded") : "", p->offload ? "offloaded" : "",
+                 (long long)p->micro,
+                 c->train.micro_batch_size != ST_AUTO ? " (train.micro_batch_size)" : ", the smallest");
+        snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per %s,%s; %.2f GiB usable",
+                 (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
+                 (double)p->mem_limit / GIB);
+    } else if (p->offload)
         snprintf(p->warning, sizeof p->warning,
                  "needs optimizer offload (optim.offload: true on GPUs; %.1f GiB of host memory per rank)",
                  (double)p->mem.host / GIB);

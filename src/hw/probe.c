@@ -83,23 +83,6 @@ int st_hw_allowed_cpus(void) {
     return online > 0 ? (int)online : 1;
 }
 
-static int64_t read_cgroup_limit(void) {
-    /* cgroup v2, then v1; "max" or a huge value means no limit */
-    const char *paths[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-    for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(paths[i], "r");
-        if (!f) continue;
-        char buf[64] = {0};
-        bool got = fgets(buf, sizeof buf, f) != NULL;
-        fclose(f);
-        if (!got || strncmp(buf, "max", 3) == 0) return -1;
-        long long v = atoll(buf);
-        if (v > 0 && v < (1LL << 60)) return v;
-        return -1;
-    }
-    return -1;
-}
-
 static st_status probe_memory(st_hw_info *h) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return st_fail(ST_ERR_IO, "/proc/meminfo: cannot open; the probe needs Linux /proc");
@@ -112,11 +95,14 @@ static st_status probe_memory(st_hw_info *h) {
     }
     fclose(f);
     if (h->mem_avail < 0) h->mem_avail = h->mem_total;
-    int64_t lim = read_cgroup_limit();
-    if (lim > 0 && lim < h->mem_total) {
-        h->mem_total = lim;
-        if (h->mem_avail > lim) h->mem_avail = lim;
+    h->host_mem_total = h->mem_total;
+    st_hw_mem_limit l;
+    st_hw_mem_limit_get(&l);
+    if (l.headroom >= 0 && l.headroom < h->mem_avail) {
+        h->mem_avail = l.headroom;
+        snprintf(h->mem_limit_by, sizeof h->mem_limit_by, "%s", l.by);
     }
+    if (l.limit >= 0 && l.limit < h->mem_total) h->mem_total = l.limit;
     return ST_OK;
 }
 
@@ -298,8 +284,12 @@ void st_hw_print(const st_hw_info *h, FILE *out) {
     const double gib = 1024.0 * 1024 * 1024;
     fprintf(out, "cpu:    %s, %d physical cores, %d threads (%d usable by this process)\n", h->cpu_model,
             h->cores, h->threads, h->allowed);
-    fprintf(out, "memory: %.1f GiB total, %.1f GiB available\n", (double)h->mem_total / gib,
+    fprintf(out, "memory: %.1f GiB total, %.1f GiB available", (double)h->mem_total / gib,
             (double)h->mem_avail / gib);
+    if (h->mem_limit_by[0])
+        fprintf(out, " to this process, as %s allows (the host has %.1f GiB)", h->mem_limit_by,
+                (double)h->host_mem_total / gib);
+    fputc('\n', out);
     if (h->n_gpus == 0) {
         fprintf(out, "cuda:   no CUDA device (%s)\n", h->cuda_why);
     } else {

@@ -49,7 +49,9 @@ typedef struct st_hw_info {
     int cores;   /* physical cores (distinct socket/core pairs) */
     int threads; /* logical CPUs online */
     int allowed; /* CPUs this process may run on (affinity) */
-    int64_t mem_total, mem_avail; /* bytes (MemTotal, MemAvailable; cgroup limit applied) */
+    int64_t mem_total, mem_avail; /* bytes (MemTotal, MemAvailable; a tighter limit applied) */
+    int64_t host_mem_total;       /* MemTotal itself */
+    char mem_limit_by[224];       /* what set mem_avail when not the host's memory ("" when it did) */
     /* CUDA */
     int n_gpus;
     st_hw_gpu gpu[ST_HW_MAX_GPUS];
@@ -74,6 +76,24 @@ st_status st_hw_probe(st_hw_info *out);
 /* Only the CPU, memory and launcher (no libraries loaded): what a starting
  * run needs to plan on the CPU. */
 st_status st_hw_probe_host(st_hw_info *out);
+
+/* The memory limit on this process besides the host's own that binds
+ * first (memlimit.c): its memory cgroup's (v2 memory.max, v1
+ * memory.limit_in_bytes), read along its path from /proc/self/cgroup up to
+ * the hierarchy's mount (a job's or a container's limit sits below the
+ * root), or its address-space limit (ulimit -v). */
+typedef struct st_hw_mem_limit {
+    int64_t limit;    /* bytes; -1: none */
+    int64_t headroom; /* bytes it still leaves: the limit less what is held under it (inactive page
+                       * cache counted free), or less the address space mapped; -1: none */
+    char by[224];     /* what sets it, for messages */
+} st_hw_mem_limit;
+
+void st_hw_mem_limit_get(st_hw_mem_limit *out);
+
+/* The cgroup part alone, from these files in place of /proc/self/cgroup and
+ * /proc/self/mountinfo (tests); *out's fields start at -1 and "". */
+void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out);
 
 /* A human-readable report (the `scaletrain plan --probe` output). */
 void st_hw_print(const st_hw_info *h, FILE *out);

@@ -218,6 +218,10 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
+    if (!s->dev && h.mem_limit_by[0])
+        snprintf(s->mem_note, sizeof s->mem_note,
+                 "%.2f GiB available to this process, as %s allows (the host has %.1f GiB)",
+                 (double)h.mem_avail / (1 << 30), h.mem_limit_by, (double)h.host_mem_total / (1 << 30));
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
     st_plan *p = malloc(sizeof *p);
     st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
@@ -250,7 +254,8 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
-        st_ticker_sayf("scaletrain: warning: %s (memory model, docs/planner.md)\n", p->warning);
+        st_ticker_sayf("scaletrain: warning: %s (memory model, docs/planner.md)%s%s\n", p->warning,
+                       s->mem_note[0] ? "; memory: " : "", s->mem_note);
     free(p);
     return st;
 }

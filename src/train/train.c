@@ -146,6 +146,7 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
     char blas[256];
     if (!ses->dev && st_blas_core_note(blas, sizeof blas)) fprintf(ses->out, "blas: %s\n", blas);
+    if (ses->mem_note[0]) fprintf(ses->out, "memory: %s\n", ses->mem_note);
     fflush(ses->out);
 }
 

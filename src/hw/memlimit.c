@@ -1,0 +1,180 @@
+/* The memory limits on this process besides the host's own (probe.h,
+ * st_hw_mem_limit): its memory cgroup's, v2 and v1, and its address-space
+ * limit. A batch scheduler's job (SLURM's --mem, a container's memory
+ * limit) is a cgroup below the hierarchy's root, so the limit is read where
+ * /proc/self/cgroup places this process and on each folder above it up to
+ * the hierarchy's mount: the smallest binds. The kernel kills a process
+ * over its cgroup's limit without a word (SIGKILL), so a plan that reads
+ * only /proc/meminfo picks a batch that ends the run that way. Reads files
+ * only: safe to call after an allocation failed. */
+#include "probe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define CG_PATH 1024
+
+/* The first line of a file, or false. */
+static bool read_line(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const bool ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    return ok;
+}
+
+/* A byte count in a cgroup file; -1 for "max", a value past 2^60 (v1's
+ * page-rounded LLONG_MAX), or a file that is not there. */
+static int64_t read_bytes(const char *dir, const char *name) {
+    char path[CG_PATH + 64], buf[64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (!read_line(path, buf, sizeof buf) || strncmp(buf, "max", 3) == 0) return -1;
+    char *end;
+    const long long v = strtoll(buf, &end, 10);
+    return end != buf && v >= 0 && v < (1LL << 60) ? (int64_t)v : -1;
+}
+
+/* `key`'s value in a memory.stat file (bytes), 0 when it is not there. */
+static int64_t read_stat(const char *dir, const char *key) {
+    char path[CG_PATH + 64], line[256];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    const size_t k = strlen(key);
+    int64_t v = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0 && line[k] == ' ') {
+            v = (int64_t)strtoll(line + k + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* mountinfo's octal escapes (\040 for a space) undone in place. */
+static void unescape(char *s) {
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' &&
+            p[3] <= '7') {
+            *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+            p += 3;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+}
+
+/* Whether the comma-separated list holds `word`. */
+static bool has_word(const char *list, const char *word) {
+    const size_t k = strlen(word);
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (n == k && strncmp(p, word, k) == 0) return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
+/* The mount point of the hierarchy (v2: fstype cgroup2; v1: fstype cgroup
+ * with the memory controller) and the hierarchy path its root shows. */
+static bool find_mount(const char *mountinfo, bool v2, char *point, char *root) {
+    FILE *f = fopen(mountinfo, "r");
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        /* id parent major:minor root point options [optional...] - fstype source superoptions */
+        char r[CG_PATH], m[CG_PATH];
+        if (sscanf(line, "%*s %*s %*s %1023s %1023s", r, m) != 2) continue;
+        const char *dash = strstr(line, " - ");
+        if (!dash) continue;
+        char fstype[64], source[256], super[1024] = "";
+        if (sscanf(dash + 3, "%63s %255s %1023s", fstype, source, super) < 2) continue;
+        if (v2 ? strcmp(fstype, "cgroup2") != 0 : strcmp(fstype, "cgroup") != 0 || !has_word(super, "memory"))
+            continue;
+        unescape(r), unescape(m);
+        snprintf(point, CG_PATH, "%s", m);
+        snprintf(root, CG_PATH, "%s", r);
+        found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+/* One hierarchy's limit: from this process's folder up to the mount. */
+static void hierarchy_limit(const char *path, const char *mountinfo, bool v2, st_hw_mem_limit *out) {
+    char point[CG_PATH], root[CG_PATH], dir[CG_PATH * 2 + 2];
+    if (!find_mount(mountinfo, v2, point, root)) return;
+    /* A mount may show a subtree (a container's): the path is relative to it. */
+    const size_t rl = strcmp(root, "/") == 0 ? 0 : strlen(root);
+    if (rl && (strncmp(path, root, rl) != 0 || (path[rl] != '/' && path[rl] != '\0'))) return;
+    const char *rel = path + rl;
+    snprintf(dir, sizeof dir, "%s%s", point, strcmp(rel, "/") == 0 ? "" : rel);
+    const size_t top = strlen(point);
+    const char *limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    for (;;) {
+        const int64_t lim = read_bytes(dir, limit_file);
+        if (lim >= 0) {
+            /* what the group holds, its inactive page cache counted free (the
+             * kernel reclaims that before it kills) */
+            const int64_t used = read_bytes(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+            const int64_t cache = read_stat(dir, v2 ? "inactive_file" : "total_inactive_file");
+            int64_t room = lim - (used > 0 ? used : 0) + (cache < used ? cache : 0);
+            if (room < 0) room = 0;
+            if (room > lim) room = lim;
+            if (out->headroom < 0 || room < out->headroom) { /* the level that binds first */
+                out->limit = lim;
+                out->headroom = room;
+                snprintf(out->by, sizeof out->by, "the memory cgroup %s (%s)", dir, limit_file);
+            }
+        }
+        char *slash = strrchr(dir, '/');
+        if (strlen(dir) <= top || !slash || (size_t)(slash - dir) < top) break;
+        *slash = '\0';
+    }
+}
+
+void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out) {
+    FILE *f = fopen(proc_cgroup, "r");
+    if (!f) return;
+    char line[CG_PATH + 128];
+    while (fgets(line, sizeof line, f)) {
+        /* hierarchy-id:controllers:path */
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c1 = *c2 = '\0';
+        const char *ctrl = c1 + 1, *path = c2 + 1;
+        const bool v2 = strcmp(line, "0") == 0 && ctrl[0] == '\0';
+        if (v2 || has_word(ctrl, "memory")) hierarchy_limit(path, mountinfo, v2, out);
+    }
+    fclose(f);
+}
+
+void st_hw_mem_limit_get(st_hw_mem_limit *out) {
+    out->limit = out->headroom = -1;
+    out->by[0] = '\0';
+    st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+    /* the address space counts every mapping: what is mapped already is spent */
+    int64_t vm = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %lld kB", &kb) == 1) vm = kb * 1024;
+    if (f) fclose(f);
+    const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm ? lim - vm : 0;
+    if (out->headroom < 0 || room < out->headroom) {
+        out->limit = lim;
+        out->headroom = room;
+        snprintf(out->by, sizeof out->by, "this process's address-space limit (ulimit -v %lld)",
+                 (long long)(lim / 1024));
+    }
+}
+
