@@ -37,11 +37,17 @@ st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
 int st_cli_error(st_status s) {
     const char *rank = launched_rank();
     const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
+    /* Host memory ran out: say how much this process holds and what limits
+     * it (a device's messages say that of the device themselves). */
+    char state[480], mem[512] = "";
+    if (s == ST_ERR_NOMEM && !strstr(msg, "device memory") && !strstr(msg, "cuda:") &&
+        st_hw_mem_state(state, sizeof state))
+        snprintf(mem, sizeof mem, " (%s)", state);
     char line[8192];
     if (rank)
-        snprintf(line, sizeof line, "scaletrain: error (rank %s): %s\n", rank, msg);
+        snprintf(line, sizeof line, "scaletrain: error (rank %s): %s%s\n", rank, msg, mem);
     else
-        snprintf(line, sizeof line, "scaletrain: error: %s\n", msg);
+        snprintf(line, sizeof line, "scaletrain: error: %s%s\n", msg, mem);
     st_ticker_say(line);
     return ST_EXIT_FAIL;
 }

@@ -178,3 +178,26 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     }
 }
 
+size_t st_hw_mem_state(char *buf, size_t n) {
+    if (n) buf[0] = '\0';
+    int64_t rss = -1, avail = -1;
+    char line[256];
+    long long kb;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) rss = kb * 1024;
+    if (f) fclose(f);
+    f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = kb * 1024;
+    if (f) fclose(f);
+    if (rss < 0 || avail < 0) return 0;
+    st_hw_mem_limit l;
+    st_hw_mem_limit_get(&l);
+    const double gib = 1024.0 * 1024 * 1024;
+    const bool limited = l.headroom >= 0 && l.headroom < avail;
+    const int k = snprintf(buf, n, "this process holds %.2f GiB and may take %.2f GiB more, as %s allows",
+                           (double)rss / gib, (double)(limited ? l.headroom : avail) / gib,
+                           limited ? l.by : "the host's available memory");
+    return k > 0 ? (size_t)k : 0;
+}

@@ -95,6 +95,11 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out);
  * /proc/self/mountinfo (tests); *out's fields start at -1 and "". */
 void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out);
 
+/* For an out-of-memory message: what this process holds (VmRSS) and how much
+ * more it may take and what says so (the host's MemAvailable, else the
+ * binding limit above); "" (0) when /proc cannot be read. */
+size_t st_hw_mem_state(char *buf, size_t n);
+
 /* A human-readable report (the `scaletrain plan --probe` output). */
 void st_hw_print(const st_hw_info *h, FILE *out);
 

@@ -5,7 +5,8 @@
 # libraries' own allocations go through). Each scenario below runs once to
 # count its allocations, then once per case N, and each case must either
 #   - end with exit 1 and a message that says memory ran out and what it
-#     was for (not a bare "out of memory"), or
+#     was for (not a bare "out of memory"), and, when it is scaletrain's
+#     error line, what the process holds and may take besides (args.c), or
 #   - finish (exit 0) with the same result, bit for bit, as the run without
 #     a failure (an allocation it could do without);
 # never a signal, another exit code, a hang or a different result; and an
@@ -79,8 +80,11 @@ print(*sorted(list(range(1, min(first, total) + 1)) + rest[:sample]))' "$first" 
     fi
     for n in $cases; do
         one "$name" "$n" "$@"
-        if [ "$rc" -eq 1 ] && grep -qE "^scaletrain: error( \(rank [0-9]+\))?: out of memory$" "$tmp/$name.log"; then
+        if [ "$rc" -eq 1 ] && grep -qE "^scaletrain: error( \(rank [0-9]+\))?: out of memory( \(this process holds [^)]*\))?$" "$tmp/$name.log"; then
             fail "$name, allocation $n ($(where)): the message does not say what the memory was for"
+        elif [ "$rc" -eq 1 ] && grep -qE "^(\[rank [0-9]+\] )?scaletrain: error.*out of memory" "$tmp/$name.log" &&
+            ! grep -qE "^(\[rank [0-9]+\] )?scaletrain: error.*out of memory.* \(this process holds [0-9.]+ GiB and may take [0-9.]+ GiB more, as .* allows\)$" "$tmp/$name.log"; then
+            fail "$name, allocation $n ($(where)): the error does not say what this process holds and may take: $(grep "scaletrain: error" "$tmp/$name.log" | head -2)"
         elif [ "$rc" -eq 1 ] && grep -qi "memory" "$tmp/$name.log"; then
             clean=$((clean + 1))
         elif [ "$rc" -eq 0 ] && cmp -s "$tmp/$name.out/$result" "$tmp/$name.want"; then
