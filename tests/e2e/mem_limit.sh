@@ -10,9 +10,10 @@
 #     64 it picks outside the cgroup;
 #  2. train with the micro-batch left to the planner: the header names the
 #     limit, the micro-batch is the planner's and the run completes there;
-#  3. the same with train.micro_batch_size 64 under launch: the warning says
-#     it does not fit and names the limit, the kernel kills the rank, and
-#     launch says its out-of-memory killer did (/proc/vmstat oom_kill).
+#  3. the same with train.micro_batch_size 64 (checkpointing off, which
+#     would make it fit) under launch: the warning says it does not fit and
+#     names the limit, the kernel kills the rank, and launch says its
+#     out-of-memory killer did (/proc/vmstat oom_kill).
 source "$(dirname "$0")/../lib/e2e.sh"
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_tmpdir
@@ -68,7 +69,7 @@ grep -q "^done: 1 steps" "$tmp/train.txt" || fail "no 'done:' line: $(tail -3 "$
 # 3. the whole batch at once: warned, killed, and launch says by what
 if command -v mpirun >/dev/null; then
     inside timeout 300 "$bin" launch -n 1 train "$tmp/gpt.yaml" --set train.out_dir="$tmp/run64" \
-        --set train.micro_batch_size=64 >"$tmp/big.txt" 2>&1
+        --set train.micro_batch_size=64 --set train.activation_checkpointing=off >"$tmp/big.txt" 2>&1
     rc=$?
     [ $rc -eq 137 ] || fail "micro-batch 64 in the cgroup exited $rc, not 137 (SIGKILL): $(tail -5 "$tmp/big.txt")"
     grep -q "scaletrain: warning: does not fit: .* GiB needed per rank, at micro-batch 64 (train.micro_batch_size); .* GiB usable (memory model, docs/planner.md); memory: .* as the memory cgroup $cg" "$tmp/big.txt" ||

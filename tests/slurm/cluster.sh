@@ -9,6 +9,11 @@
 #   slurm_start DIR   start munged, slurmctld and slurmd; wait (bounded) until
 #                     the node is idle; export SLURM_CONF. Returns non-zero,
 #                     with the daemons' logs on stderr, if it does not come up.
+#                     With SLURM_MEM_CGROUP=1, memory is a resource a job asks
+#                     for (--mem) and each job runs in a memory cgroup limited
+#                     to it (task/cgroup, ConstrainRAMSpace), as on production
+#                     clusters; the cgroups are named after the node
+#                     (slurm_HOST/uid_0/job_N), so one such cluster at a time.
 #   slurm_stop DIR    stop the three daemons by pid (and wait for them).
 # Needs root (SlurmUser root) and the packages slurm-wlm and munge.
 
@@ -33,6 +38,11 @@ slurm_start() {
     cpus=$(nproc)
     mem_mb=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.9 }' /proc/meminfo)
     p1=$(slurm_free_port) && p2=$(slurm_free_port) || return 1
+    local proctrack=proctrack/pgid task=task/none select=CR_Core
+    if [ -n "${SLURM_MEM_CGROUP:-}" ]; then # each job in a memory cgroup limited to its --mem
+        proctrack=proctrack/cgroup task=task/cgroup select=CR_Core_Memory
+        printf 'ConstrainRAMSpace=yes\nConstrainSwapSpace=yes\n' >"$d/cgroup.conf"
+    fi
     [ "$p1" != "$p2" ] || p2=$((p1 + 1))
     cat >"$d/slurm.conf" <<CONF
 ClusterName=sttest
@@ -51,13 +61,13 @@ SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd.pid
 SlurmctldLogFile=$d/slurmctld.log
 SlurmdLogFile=$d/slurmd.log
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
+ProctrackType=$proctrack
+TaskPlugin=$task
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=$select
 MpiDefault=none
 ReturnToService=2
 MailProg=/bin/true
