@@ -771,6 +771,48 @@ static void test_mem_limit(void) {
     CHECK(system(cmd) == 0, "%s", cmd);
 }
 
+/* optim.offload set by the user is what the run does: the plan moves the
+ * optimizer's state to the host, and warns when the node's ranks' host
+ * memory (this machine's, known for a local plan) cannot hold it. */
+static void test_offload_host(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 8;
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "ddp");
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    st_plan p, off;
+    CHECK_OK(st_hw_config_parse("4xH100", NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(!p.offload && p.mem.host == 0 && p.mem.optim > 0, "no offload: host %lld optim %lld",
+          (long long)p.mem.host, (long long)p.mem.optim);
+    c.optim.offload = true;
+    CHECK_OK(st_plan_make(&in, &hw, &off));
+    CHECK(off.offload && off.mem.host >= p.mem.optim && off.mem.optim == 0 && off.mem.total < p.mem.total &&
+              !strstr(off.warning, "host"),
+          "optim.offload: host %lld optim %lld total %lld of %lld (%s)", (long long)off.mem.host,
+          (long long)off.mem.optim, (long long)off.mem.total, (long long)p.mem.total, off.warning);
+    /* four ranks' state on a host with room for about two */
+    hw.dev.host_mem_bytes = 2 * (off.mem.host + off.mem.pinned);
+    CHECK_OK(st_plan_make(&in, &hw, &off));
+    CHECK(off.fits && strstr(off.warning, "does not fit the host: ") &&
+              strstr(off.warning, "GiB of host memory per rank (the offloaded optimizer state") &&
+              strstr(off.warning, "4 ranks on a node"),
+          "host too small: %s", off.warning);
+    hw.dev.host_mem_bytes = 8 * (off.mem.host + off.mem.pinned);
+    CHECK_OK(st_plan_make(&in, &hw, &off));
+    CHECK(!strstr(off.warning, "host"), "host large enough: %s", off.warning);
+    /* on the CPU the flag changes nothing: the state is in host memory already */
+    CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
+    CHECK_OK(st_plan_make(&in, &hw, &off));
+    c.optim.offload = false;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(!off.offload && off.mem.total == p.mem.total, "cpu with optim.offload: %lld, without %lld",
+          (long long)off.mem.total, (long long)p.mem.total);
+    st_model_free(m);
+}
+
 int main(void) {
     test_gpu_peak();
     test_mem_limit();
@@ -783,6 +825,7 @@ int main(void) {
     test_device_layout();
     test_table();
     test_too_big();
+    test_offload_host();
     test_auto_choices();
     test_auto_strategy_cpu();
     test_zero2_when_it_pays();

@@ -31,6 +31,7 @@ typedef struct st_hw_device {
     char net[32];
     double net_bw, net_lat;
     double host_bw; /* bytes/s between host and device (offload), per device */
+    int64_t host_mem_bytes; /* a GPU node's host memory available to its ranks (this machine's); 0: unknown */
 } st_hw_device;
 
 /* A hardware configuration: `per_node` devices of one kind on each of `nodes` nodes. */

@@ -245,6 +245,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
         return ST_OK;
     }
     choose_precision(c, &hw->dev, p);
+    p->offload = hw->dev.gpu && c->optim.offload; /* (what the run will do; on the CPU it changes nothing) */
     p->fused_gelu = st_model_fused_gelu(c, hw->dev.gpu ? hw->dev.cc_major : 0, p->fused_gelu_why,
                                         sizeof p->fused_gelu_why);
     ST_TRY(choose_strategy(in, p));
@@ -306,7 +307,18 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
         snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per %s,%s; %.2f GiB usable",
                  (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
                  (double)p->mem_limit / GIB);
-    } else if (p->offload)
+    } else if (hw->dev.gpu && hw->dev.host_mem_bytes > 0 &&
+               (double)(p->mem.host + p->mem.pinned) * hw->per_node > 0.85 * (double)hw->dev.host_mem_bytes) {
+        /* (the node's ranks share its host memory, as the CPU's limit above) */
+        snprintf(
+            p->warning, sizeof p->warning,
+            "does not fit the host: %.2f GiB of host memory per rank (%s), %d rank%s on a node, %.2f GiB "
+            "available there",
+            (double)(p->mem.host + p->mem.pinned) / GIB,
+            p->offload ? "the offloaded optimizer state, its pinned copies and the batches"
+                       : "pinned batches and checkpoint copies",
+            hw->per_node, hw->per_node == 1 ? "" : "s", (double)hw->dev.host_mem_bytes / GIB);
+    } else if (p->offload && !c->optim.offload)
         snprintf(p->warning, sizeof p->warning,
                  "needs optimizer offload (optim.offload: true on GPUs; %.1f GiB of host memory per rank)",
                  (double)p->mem.host / GIB);
