@@ -219,7 +219,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
-    if (!s->dev && h.mem_limit_by[0])
+    if (h.mem_limit_by[0]) /* (a GPU run's host memory: its offloaded state, pinned buffers) */
         snprintf(s->mem_note, sizeof s->mem_note,
                  "%.2f GiB available to this process, as %s allows (the host has %.1f GiB)",
                  (double)h.mem_avail / (1 << 30), h.mem_limit_by, (double)h.host_mem_total / (1 << 30));

@@ -40,8 +40,8 @@ typedef struct st_session {
     st_watch *read_watch; /* data.timeout_s over the reads in this thread (evaluations, 0 loader workers) */
     st_watch *store_watch; /* train.checkpoint_timeout_s over this thread's other storage (train.c) */
     char who[160];         /* "rank 0 of 2 (host h, pid p)": how every watch's line names this rank */
-    char mem_note[320];    /* on the CPU, when less than the host's memory is this process's to use: how
-                            * much, and what says so (a cgroup, ulimit -v); "" otherwise */
+    char mem_note[320];    /* when less than the host's memory is this process's to use: how much, and
+                            * what says so (a cgroup, ulimit -v); "" otherwise */
 } st_session;
 
 /* What one rank's evaluation adds up (st_session_evaluate combines the ranks'). */
