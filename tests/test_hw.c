@@ -813,9 +813,66 @@ static void test_offload_host(void) {
     st_model_free(m);
 }
 
+/* A container's CPU quota (Docker's --cpus, a pod's CPU limit), read as the
+ * memory limit is: v1's cpu hierarchy (cpu,cpuacct), v2's cpu.max. */
+static st_hw_cpu_quota quota_from(const char *dir) {
+    char cg[512], mf[512];
+    snprintf(cg, sizeof cg, "%s/cgroup", dir);
+    snprintf(mf, sizeof mf, "%s/mountinfo", dir);
+    st_hw_cpu_quota q = {.cpus = -1};
+    st_hw_cpu_quota_cgroup(cg, mf, &q);
+    return q;
+}
+
+static void test_cpu_quota(void) {
+    char dir[] = "/tmp/st_cpuquota_XXXXXX", mi[2048];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    put(dir, "cgroup", "5:cpu,cpuacct:/kubepods/pod1/c1\n4:memory:/kubepods/pod1/c1\n0::/\n");
+    snprintf(mi, sizeof mi,
+             "36 31 0:33 / %s/cpu rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+             "35 31 0:32 / %s/mem rw,relatime - cgroup cgroup rw,memory\n",
+             dir, dir);
+    put(dir, "mountinfo", mi);
+    put(dir, "cpu/cpu.cfs_quota_us", "-1\n");
+    put(dir, "cpu/cpu.cfs_period_us", "100000\n");
+    put(dir, "cpu/kubepods/pod1/cpu.cfs_quota_us", "250000\n");
+    put(dir, "cpu/kubepods/pod1/cpu.cfs_period_us", "100000\n");
+    put(dir, "cpu/kubepods/pod1/c1/cpu.cfs_quota_us", "-1\n");
+    put(dir, "cpu/kubepods/pod1/c1/cpu.cfs_period_us", "100000\n");
+    st_hw_cpu_quota q = quota_from(dir);
+    CHECK(fabs(q.cpus - 2.5) < 1e-9 && strstr(q.by, "/cpu/kubepods/pod1 (cpu.cfs_quota_us)"), "v1: %g (%s)",
+          q.cpus, q.by);
+    CHECK(st_hw_quota_threads(q.cpus) == 2, "2.5 CPUs: %d threads", st_hw_quota_threads(q.cpus));
+    /* v2: the container's own level binds below its pod's */
+    put(dir, "cgroup", "0::/kubepods/pod1/c1\n");
+    snprintf(mi, sizeof mi, "41 31 0:38 / %s/v2 rw,relatime - cgroup2 cgroup2 rw\n", dir);
+    put(dir, "mountinfo", mi);
+    put(dir, "v2/cpu.max", "max 100000\n");
+    put(dir, "v2/kubepods/pod1/cpu.max", "400000 100000\n");
+    put(dir, "v2/kubepods/pod1/c1/cpu.max", "50000 100000\n");
+    q = quota_from(dir);
+    CHECK(fabs(q.cpus - 0.5) < 1e-9 && strstr(q.by, "/v2/kubepods/pod1/c1 (cpu.max)"), "v2: %g (%s)", q.cpus,
+          q.by);
+    CHECK(st_hw_quota_threads(q.cpus) == 1, "half a CPU: %d threads", st_hw_quota_threads(q.cpus));
+    put(dir, "v2/kubepods/pod1/c1/cpu.max", "max 100000\n");
+    put(dir, "v2/kubepods/pod1/cpu.max", "max 100000\n");
+    q = quota_from(dir);
+    CHECK(q.cpus < 0 && !q.by[0], "no quota: %g", q.cpus);
+    CHECK(st_hw_quota_threads(4) == 4 && st_hw_quota_threads(2.9999999) == 3, "whole CPUs");
+    /* this process: no more CPUs than its affinity mask allows */
+    st_hw_info h;
+    CHECK_OK(st_hw_probe_host(&h));
+    CHECK(h.allowed >= 1 && h.allowed <= h.threads && h.allowed == st_hw_allowed_cpus(), "allowed %d of %d",
+          h.allowed, h.threads);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void) {
     test_gpu_peak();
     test_mem_limit();
+    test_cpu_quota();
     test_probe();
     test_gpt_flops();
     test_mlp_flops();

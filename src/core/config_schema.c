@@ -126,7 +126,8 @@ const st_cfg_key st_cfg_keys[] = {
            "evaluation batch per rank; auto = micro_batch_size"),
     K_INT("train.eval_steps", train.eval_steps, "0", 0, NOMAX, "batches per evaluation; 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096,
-           "CPU threads per rank; auto = the cores of the node / its ranks"),
+           "CPU threads per rank; auto = the cores this rank is bound to, else the node's over its ranks, "
+           "and no more than a cgroup's CPU quota (a container's --cpus) over them"),
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
     K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on "

@@ -45,6 +45,18 @@ static void trim(char *s) {
     if (i) memmove(s, s + i, n - i + 1);
 }
 
+static int affinity_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
+int st_hw_quota_threads(double cpus) {
+    const int n = (int)(cpus + 1e-6);
+    return n > 1 ? n : 1;
+}
+
 static void probe_cpu(st_hw_info *h) {
     snprintf(h->cpu_model, sizeof h->cpu_model, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -73,14 +85,21 @@ static void probe_cpu(st_hw_info *h) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = online > 0 ? (int)online : 1;
     h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology: count threads */
-    h->allowed = st_hw_allowed_cpus();
+    h->allowed = affinity_cpus();
+    st_hw_cpu_quota q;
+    st_hw_cpu_quota_get(&q);
+    if (q.cpus > 0 && st_hw_quota_threads(q.cpus) < h->allowed) {
+        h->allowed = st_hw_quota_threads(q.cpus);
+        snprintf(h->cpu_limit_by, sizeof h->cpu_limit_by, "%s: %.3g CPU%s", q.by, q.cpus,
+                 q.cpus == 1 ? "" : "s");
+    }
 }
 
 int st_hw_allowed_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (int)online : 1;
+    const int n = affinity_cpus();
+    st_hw_cpu_quota q;
+    st_hw_cpu_quota_get(&q);
+    return q.cpus > 0 && st_hw_quota_threads(q.cpus) < n ? st_hw_quota_threads(q.cpus) : n;
 }
 
 static st_status probe_memory(st_hw_info *h) {
@@ -282,8 +301,8 @@ const char *st_hw_link_name(st_hw_link l) {
 
 void st_hw_print(const st_hw_info *h, FILE *out) {
     const double gib = 1024.0 * 1024 * 1024;
-    fprintf(out, "cpu:    %s, %d physical cores, %d threads (%d usable by this process)\n", h->cpu_model,
-            h->cores, h->threads, h->allowed);
+    fprintf(out, "cpu:    %s, %d physical cores, %d threads (%d usable by this process%s%s)\n", h->cpu_model,
+            h->cores, h->threads, h->allowed, h->cpu_limit_by[0] ? ", as " : "", h->cpu_limit_by);
     fprintf(out, "memory: %.1f GiB total, %.1f GiB available", (double)h->mem_total / gib,
             (double)h->mem_avail / gib);
     if (h->mem_limit_by[0])

@@ -48,7 +48,9 @@ typedef struct st_hw_info {
     char cpu_model[128];
     int cores;   /* physical cores (distinct socket/core pairs) */
     int threads; /* logical CPUs online */
-    int allowed; /* CPUs this process may run on (affinity) */
+    int allowed; /* CPUs this process may use: its affinity mask's, fewer where its cgroup's CPU quota
+                  * allows less (st_hw_cpu_quota, whole CPUs, at least 1) */
+    char cpu_limit_by[224];       /* the quota, when it set `allowed` ("" otherwise) */
     int64_t mem_total, mem_avail; /* bytes (MemTotal, MemAvailable; a tighter limit applied) */
     int64_t host_mem_total;       /* MemTotal itself */
     char mem_limit_by[224];       /* what set mem_avail when not the host's memory ("" when it did) */
@@ -78,7 +80,7 @@ st_status st_hw_probe(st_hw_info *out);
 st_status st_hw_probe_host(st_hw_info *out);
 
 /* The memory limit on this process besides the host's own that binds
- * first (memlimit.c): its memory cgroup's (v2 memory.max, v1
+ * first (cgroup.c): its memory cgroup's (v2 memory.max, v1
  * memory.limit_in_bytes), read along its path from /proc/self/cgroup up to
  * the hierarchy's mount (a job's or a container's limit sits below the
  * root), or its address-space limit (ulimit -v). */
@@ -95,6 +97,25 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out);
  * /proc/self/mountinfo (tests); *out's fields start at -1 and "". */
 void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out);
 
+/* The CPU time this process's cgroup allows (cgroup.c): the smallest quota
+ * along its path, v2 cpu.max or v1 cpu.cfs_quota_us over the period, in
+ * CPUs (2.5: two and a half CPUs' time each period). A container's --cpus,
+ * a pod's CPU limit; SLURM confines with an affinity mask instead. */
+typedef struct st_hw_cpu_quota {
+    double cpus;  /* -1: none */
+    char by[224]; /* what sets it, for messages */
+} st_hw_cpu_quota;
+
+void st_hw_cpu_quota_get(st_hw_cpu_quota *out);
+
+/* Threads for a quota of `cpus` CPUs' time: the whole CPUs in it, at least
+ * one (a thread past them is throttled, and holds up every barrier its
+ * product's other threads wait at). */
+int st_hw_quota_threads(double cpus);
+
+/* The same from other files (tests); *out starts at -1 and "". */
+void st_hw_cpu_quota_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_cpu_quota *out);
+
 /* For an out-of-memory message: what this process holds (VmRSS) and how much
  * more it may take and what says so (the host's MemAvailable, else the
  * binding limit above); "" (0) when /proc cannot be read. */
@@ -103,8 +124,9 @@ size_t st_hw_mem_state(char *buf, size_t n);
 /* A human-readable report (the `scaletrain plan --probe` output). */
 void st_hw_print(const st_hw_info *h, FILE *out);
 
-/* The CPUs this process may run on (its affinity mask), else the online
- * ones: st_hw_info.allowed without the rest of the probe. */
+/* The CPUs this process may use (its affinity mask, else the online ones;
+ * fewer where its cgroup's CPU quota allows less): st_hw_info.allowed
+ * without the rest of the probe. */
 int st_hw_allowed_cpus(void);
 
 /* "NVLink", "PCIe (same switch)", ... */

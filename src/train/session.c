@@ -38,11 +38,22 @@ static void setup_threads(st_session *s) {
         const long online = sysconf(_SC_NPROCESSORS_ONLN);
         const bool bound = online > 0 && mine < online;
         int64_t t = bound || local <= 1 ? mine : mine / local;
+        const char *why = bound       ? "the cores this rank is bound to"
+                          : local > 1 ? "the node's cores over its ranks"
+                                      : "the cores this process may use";
+        /* A cgroup's CPU quota (a container's --cpus) is time the node's
+         * ranks share, whatever cores their affinity shows. */
+        st_hw_cpu_quota q;
+        st_hw_cpu_quota_get(&q);
+        char qwhy[96];
+        if (q.cpus > 0 && st_hw_quota_threads(q.cpus / (local > 1 ? local : 1)) < t) {
+            t = st_hw_quota_threads(q.cpus / (local > 1 ? local : 1));
+            snprintf(qwhy, sizeof qwhy, "its cgroup's CPU quota, %.3g CPU%s%s (scaletrain plan --probe)",
+                     q.cpus, q.cpus == 1 ? "" : "s", local > 1 ? ", over the node's ranks" : "");
+            why = qwhy;
+        }
         c->train.threads = t > 0 ? t : 1;
-        st_config_mark_auto(c, "train.threads",
-                            bound       ? "the cores this rank is bound to"
-                            : local > 1 ? "the node's cores over its ranks"
-                                        : "the cores this process may use");
+        st_config_mark_auto(c, "train.threads", why);
     }
     s->threads = (int)c->train.threads;
     omp_set_num_threads(s->threads);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory a cgroup allows (src/hw/memlimit.c): a batch job's (SLURM's
+# The memory a cgroup allows (src/hw/cgroup.c): a batch job's (SLURM's
 # --mem) or a container's limit sits on a cgroup below the hierarchy's root,
 # and the kernel ends a process past it with SIGKILL and no message. In a
 # memory cgroup of the test's own, limited to 640 MiB (v1's memory

@@ -4,7 +4,7 @@
 # each job in a memory cgroup limited to what it asked for
 # (slurm_HOST/uid_0/job_N, below the hierarchy's root, where the planner
 # once did not look). With --mem=640M, a small GPT whose whole batch of 64
-# needs about 0.6 GiB (src/hw/memlimit.c):
+# needs about 0.6 GiB (src/hw/cgroup.c):
 #  1. `srun plan --probe` names the job's cgroup and its limit, and plans a
 #     micro-batch below the 64 it plans outside the job;
 #  2. `srun train` with the micro-batch left to the planner completes, its

@@ -1,12 +1,17 @@
-/* The memory limits on this process besides the host's own (probe.h,
- * st_hw_mem_limit): its memory cgroup's, v2 and v1, and its address-space
- * limit. A batch scheduler's job (SLURM's --mem, a container's memory
- * limit) is a cgroup below the hierarchy's root, so the limit is read where
- * /proc/self/cgroup places this process and on each folder above it up to
- * the hierarchy's mount: the smallest binds. The kernel kills a process
- * over its cgroup's limit without a word (SIGKILL), so a plan that reads
- * only /proc/meminfo picks a batch that ends the run that way. Reads files
- * only: safe to call after an allocation failed. */
+/* The limits a cgroup puts on this process besides the host's own
+ * (probe.h): its memory cgroup's (st_hw_mem_limit, with its address-space
+ * limit) and its CPU quota (st_hw_cpu_quota). A batch scheduler's job
+ * (SLURM's --mem) or a container (Docker's --memory and --cpus, a
+ * Kubernetes pod's limits) is a cgroup below the hierarchy's root, so each
+ * is read where /proc/self/cgroup places this process and on each folder
+ * above it up to the hierarchy's mount (v2's unified one and v1's with the
+ * controller; mount points and the subtree a mount shows from
+ * /proc/self/mountinfo): the tightest binds. The kernel kills a process
+ * over its cgroup's memory without a word (SIGKILL), so a plan that reads
+ * only /proc/meminfo picks a batch that ends the run that way; a quota of 2
+ * CPUs on a 64-core host, where the affinity mask shows 64, throttles 64
+ * threads to 2 CPUs' time, stalling each barrier of every product. Reads
+ * files only: safe to call after an allocation failed. */
 #include "probe.h"
 
 #include <stdio.h>
@@ -80,8 +85,8 @@ static bool has_word(const char *list, const char *word) {
 }
 
 /* The mount point of the hierarchy (v2: fstype cgroup2; v1: fstype cgroup
- * with the memory controller) and the hierarchy path its root shows. */
-static bool find_mount(const char *mountinfo, bool v2, char *point, char *root) {
+ * with `controller` among its options) and the hierarchy path its root shows. */
+static bool find_mount(const char *mountinfo, bool v2, const char *controller, char *point, char *root) {
     FILE *f = fopen(mountinfo, "r");
     if (!f) return false;
     char line[4096];
@@ -94,7 +99,8 @@ static bool find_mount(const char *mountinfo, bool v2, char *point, char *root) 
         if (!dash) continue;
         char fstype[64], source[256], super[1024] = "";
         if (sscanf(dash + 3, "%63s %255s %1023s", fstype, source, super) < 2) continue;
-        if (v2 ? strcmp(fstype, "cgroup2") != 0 : strcmp(fstype, "cgroup") != 0 || !has_word(super, "memory"))
+        if (v2 ? strcmp(fstype, "cgroup2") != 0
+               : strcmp(fstype, "cgroup") != 0 || !has_word(super, controller))
             continue;
         unescape(r), unescape(m);
         snprintf(point, CG_PATH, "%s", m);
@@ -105,40 +111,32 @@ static bool find_mount(const char *mountinfo, bool v2, char *point, char *root) 
     return found;
 }
 
-/* One hierarchy's limit: from this process's folder up to the mount. */
-static void hierarchy_limit(const char *path, const char *mountinfo, bool v2, st_hw_mem_limit *out) {
+typedef void (*cg_visit)(const char *dir, bool v2, void *ctx);
+
+/* visit() on each folder of one hierarchy: this process's, then each above
+ * it up to the mount. */
+static void walk_hierarchy(const char *path, const char *mountinfo, bool v2, const char *controller,
+                           cg_visit visit, void *ctx) {
     char point[CG_PATH], root[CG_PATH], dir[CG_PATH * 2 + 2];
-    if (!find_mount(mountinfo, v2, point, root)) return;
+    if (!find_mount(mountinfo, v2, controller, point, root)) return;
     /* A mount may show a subtree (a container's): the path is relative to it. */
     const size_t rl = strcmp(root, "/") == 0 ? 0 : strlen(root);
     if (rl && (strncmp(path, root, rl) != 0 || (path[rl] != '/' && path[rl] != '\0'))) return;
     const char *rel = path + rl;
     snprintf(dir, sizeof dir, "%s%s", point, strcmp(rel, "/") == 0 ? "" : rel);
     const size_t top = strlen(point);
-    const char *limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
     for (;;) {
-        const int64_t lim = read_bytes(dir, limit_file);
-        if (lim >= 0) {
-            /* what the group holds, its inactive page cache counted free (the
-             * kernel reclaims that before it kills) */
-            const int64_t used = read_bytes(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
-            const int64_t cache = read_stat(dir, v2 ? "inactive_file" : "total_inactive_file");
-            int64_t room = lim - (used > 0 ? used : 0) + (cache < used ? cache : 0);
-            if (room < 0) room = 0;
-            if (room > lim) room = lim;
-            if (out->headroom < 0 || room < out->headroom) { /* the level that binds first */
-                out->limit = lim;
-                out->headroom = room;
-                snprintf(out->by, sizeof out->by, "the memory cgroup %s (%s)", dir, limit_file);
-            }
-        }
+        visit(dir, v2, ctx);
         char *slash = strrchr(dir, '/');
         if (strlen(dir) <= top || !slash || (size_t)(slash - dir) < top) break;
         *slash = '\0';
     }
 }
 
-void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out) {
+/* Each hierarchy /proc/self/cgroup (here proc_cgroup) names that holds
+ * `controller`: v2's unified one, and v1's with the controller. */
+static void walk(const char *proc_cgroup, const char *mountinfo, const char *controller, cg_visit visit,
+                 void *ctx) {
     FILE *f = fopen(proc_cgroup, "r");
     if (!f) return;
     char line[CG_PATH + 128];
@@ -150,9 +148,66 @@ void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_h
         *c1 = *c2 = '\0';
         const char *ctrl = c1 + 1, *path = c2 + 1;
         const bool v2 = strcmp(line, "0") == 0 && ctrl[0] == '\0';
-        if (v2 || has_word(ctrl, "memory")) hierarchy_limit(path, mountinfo, v2, out);
+        if (v2 || has_word(ctrl, controller)) walk_hierarchy(path, mountinfo, v2, controller, visit, ctx);
     }
     fclose(f);
+}
+
+static void visit_memory(const char *dir, bool v2, void *ctx) {
+    st_hw_mem_limit *out = ctx;
+    const char *limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    const int64_t lim = read_bytes(dir, limit_file);
+    if (lim < 0) return;
+    /* what the group holds, its inactive page cache counted free (the
+     * kernel reclaims that before it kills) */
+    const int64_t used = read_bytes(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+    const int64_t cache = read_stat(dir, v2 ? "inactive_file" : "total_inactive_file");
+    int64_t room = lim - (used > 0 ? used : 0) + (cache < used ? cache : 0);
+    if (room < 0) room = 0;
+    if (room > lim) room = lim;
+    if (out->headroom < 0 || room < out->headroom) { /* the level that binds first */
+        out->limit = lim;
+        out->headroom = room;
+        snprintf(out->by, sizeof out->by, "the memory cgroup %s (%s)", dir, limit_file);
+    }
+}
+
+void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out) {
+    walk(proc_cgroup, mountinfo, "memory", visit_memory, out);
+}
+
+/* v2: cpu.max, "QUOTA PERIOD" or "max PERIOD"; v1: cpu.cfs_quota_us (-1:
+ * none) over cpu.cfs_period_us. */
+static void visit_cpu(const char *dir, bool v2, void *ctx) {
+    st_hw_cpu_quota *out = ctx;
+    char path[CG_PATH + 64], buf[96];
+    double quota = -1, period = -1;
+    if (v2) {
+        snprintf(path, sizeof path, "%s/cpu.max", dir);
+        if (!read_line(path, buf, sizeof buf) || sscanf(buf, "%lf %lf", &quota, &period) != 2) return;
+    } else {
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+        if (!read_line(path, buf, sizeof buf) || sscanf(buf, "%lf", &quota) != 1) return;
+        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+        if (!read_line(path, buf, sizeof buf) || sscanf(buf, "%lf", &period) != 1) return;
+    }
+    if (!(quota > 0 && period > 0)) return;
+    const double cpus = quota / period;
+    if (out->cpus < 0 || cpus < out->cpus) {
+        out->cpus = cpus;
+        snprintf(out->by, sizeof out->by, "the CPU quota of cgroup %s (%s)", dir,
+                 v2 ? "cpu.max" : "cpu.cfs_quota_us");
+    }
+}
+
+void st_hw_cpu_quota_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_cpu_quota *out) {
+    walk(proc_cgroup, mountinfo, "cpu", visit_cpu, out);
+}
+
+void st_hw_cpu_quota_get(st_hw_cpu_quota *out) {
+    out->cpus = -1;
+    out->by[0] = '\0';
+    st_hw_cpu_quota_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
 }
 
 void st_hw_mem_limit_get(st_hw_mem_limit *out) {
