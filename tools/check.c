@@ -72,10 +72,11 @@ static void check_cpu(report *r, const st_hw_info *h, bool probed) {
         return;
     }
     line(r, "ok", "cpu",
-         "%s, %d core%s (%d threads, %d usable here), memory %.1f GiB, %.1f GiB available%s%s%s",
+         "%s, %d core%s (%d threads, %d usable here%s%s), memory %.1f GiB, %.1f GiB available%s%s%s",
          h->cpu_model, h->cores, h->cores == 1 ? "" : "s", h->threads, h->allowed,
-         (double)h->mem_total / (1 << 30), (double)h->mem_avail / (1 << 30), h->mem_limit_by[0] ? " as " : "",
-         h->mem_limit_by, h->mem_limit_by[0] ? " allows" : "");
+         h->cpu_limit_by[0] ? ", as " : "", h->cpu_limit_by, (double)h->mem_total / (1 << 30),
+         (double)h->mem_avail / (1 << 30), h->mem_limit_by[0] ? " as " : "", h->mem_limit_by,
+         h->mem_limit_by[0] ? " allows" : "");
 }
 
 static bool check_mpi(report *r, const char *tmp) {
