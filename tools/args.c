@@ -38,10 +38,11 @@ int st_cli_error(st_status s) {
     const char *rank = launched_rank();
     const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
     /* Host memory ran out: say how much this process holds and what limits
-     * it (a device's messages say that of the device themselves). */
+     * it (a device's messages, its allocator's and CUDA's and cuBLAS's, say
+     * that of the device themselves). */
     char state[480], mem[512] = "";
-    if (s == ST_ERR_NOMEM && !strstr(msg, "device memory") && !strstr(msg, "cuda:") &&
-        st_hw_mem_state(state, sizeof state))
+    if (s == ST_ERR_NOMEM && !strstr(msg, "device memory") && !strstr(msg, "cudaErrorMemoryAllocation") &&
+        !strstr(msg, "cuBLAS status") && st_hw_mem_state(state, sizeof state))
         snprintf(mem, sizeof mem, " (%s)", state);
     char line[8192];
     if (rank)
