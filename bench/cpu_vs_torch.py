@@ -298,10 +298,18 @@ def torch_worker(model, threads, steps, tokens):
         if step >= WARMUP:
             times.append(time.perf_counter() - t0)
     blas = sorted({os.path.basename(ln.split()[-1]) for ln in open("/proc/self/maps") if "blas" in ln})
+    core = ""  # the kernels this process's OpenBLAS loaded (Debian's PyTorch multiplies through it)
+    for path in sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "libopenblas" in ln}):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            core = lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            pass
     print(json.dumps({
         "step_ms_median": 1e3 * upper_median(times), "steps": len(times),
         "params": sum(p.numel() for p in net.parameters()), "threads": torch.get_num_threads(),
-        "first_loss": losses[0], "last_loss": losses[-1], "blas": blas,
+        "first_loss": losses[0], "last_loss": losses[-1], "blas": blas, "blas_core": core,
     }))
 
 
@@ -326,7 +334,32 @@ def run_torch(model, threads, steps, tokens):
     r = subprocess.run(cmd, cwd=ROOT, env=child_env(threads), capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"PyTorch {model} failed:\n{r.stderr[-3000:]}")
-    return last_json(r.stdout, "PyTorch worker")
+    j = last_json(r.stdout, "PyTorch worker")
+    want = os.environ.get("OPENBLAS_CORETYPE", "")
+    if j.get("blas_core") and want and j["blas_core"].lower() != want.lower():
+        raise RuntimeError(f"PyTorch's OpenBLAS ran {j['blas_core']} kernels, not {want}: the sides differ")
+    return j
+
+
+def same_blas_kernels(binary):
+    """The OpenBLAS kernels scaletrain runs on this CPU, given to both sides.
+
+    Debian's PyTorch multiplies through the same OpenBLAS, which on a CPU
+    newer than the library (an Emerald Rapids for 0.3.21) loads its SSE3
+    (Prescott) kernels, 3-6x slower; scaletrain corrects that for itself
+    (src/core/blas.h) and PyTorch does not. Set before anything here loads
+    OpenBLAS, OPENBLAS_CORETYPE then gives every process the same kernels.
+    Returns the line the header prints."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return f"OpenBLAS kernels: {os.environ['OPENBLAS_CORETYPE']} on both sides (OPENBLAS_CORETYPE, as given)"
+    r = subprocess.run([binary, "help"], env=dict(os.environ, OPENBLAS_VERBOSE="2"), capture_output=True,
+                       text=True)
+    cores = [ln.split(":", 1)[1].strip() for ln in (r.stderr + r.stdout).splitlines() if ln.startswith("Core:")]
+    if not cores:
+        return "OpenBLAS kernels: unknown (OPENBLAS_VERBOSE=2 printed no Core: line); each side its own"
+    os.environ["OPENBLAS_CORETYPE"] = cores[-1]
+    own = f"; OpenBLAS itself chose {cores[0]} for this CPU" if cores[0] != cores[-1] else ""
+    return f"OpenBLAS kernels: {cores[-1]} on both sides (OPENBLAS_CORETYPE{own})"
 
 
 def st_args(binary, model, threads, steps, tokens, out_dir):
@@ -534,6 +567,7 @@ def main():
         make = "make" if a.build == "build" else f"make BUILD={a.build} {a.build}/scaletrain"
         raise SystemExit(f"{binary} not found: build scaletrain first (cd {ROOT} && {make})")
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    kernels = same_blas_kernels(binary)  # (before torch loads OpenBLAS here)
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -545,7 +579,7 @@ def main():
     if a.tokens and not os.path.isfile(a.tokens):
         raise SystemExit(f"{a.tokens}: no such token file")
 
-    info = machine_info(binary)
+    info = machine_info(binary) + [kernels]
     notes = [f"Both sides: fp32, AdamW lr 1e-3 (no weight decay), the same batch and data, "
              f"OMP_WAIT_POLICY=PASSIVE and OMP_NUM_THREADS=T. PyTorch runs {WARMUP} warm-up steps, then N "
              f"timed; scaletrain runs N+{WARMUP} steps, all of them in its median.",

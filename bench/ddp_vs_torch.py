@@ -132,7 +132,8 @@ def main():
         return 0
     binary = os.path.join(ROOT, a.build, "scaletrain")
     models = a.models.split(",")
-    info = cvt.machine_info(binary)
+    kernels = cvt.same_blas_kernels(binary)  # (before anything here loads OpenBLAS)
+    info = cvt.machine_info(binary) + [kernels]
     for ln in info:
         print(ln)
     tmp = os.path.join(ROOT, "runs", "bench-ddp")
