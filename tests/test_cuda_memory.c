@@ -101,7 +101,7 @@ int main(void) {
                              "model.n_layer=2",
                              "model.n_head=2",
                              "model.n_embd=128",
-                             "model.block_size=128",
+                             "model.block_size=64",
                              "data.type=tokens",
                              tok,
                              "data.val=",
@@ -119,14 +119,14 @@ int main(void) {
                                 vimg,
                                 vlab,
                                 out,
-                                "train.batch_size=16",
+                                "train.batch_size=8",
                                 "train.steps=1",
                                 "train.eval_steps=1",
-                                "train.eval_batch_size=256",
+                                "train.eval_batch_size=128",
                                 prec,
                                 "model.hidden=[64]"};
             char name[64];
-            snprintf(name, sizeof name, "%s %s, eval 256", mt ? "mlp" : "cnn", k ? "bf16" : "fp32");
+            snprintf(name, sizeof name, "%s %s, eval 128", mt ? "mlp" : "cnn", k ? "bf16" : "fp32");
             check_run(name, ev, mt ? 12 : 11, NULL);
         }
         check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12, NULL);
@@ -139,11 +139,13 @@ int main(void) {
          * their gradient over them, against the fused head's dh, dW (fp32)
          * and one chunk of logits in the run's storage */
         const char *plain[14], *fused[14];
+        gpt[9] = "train.batch_size=16"; /* 1024 rows of 64 tokens */
         const int nv = fused_pair(gpt, 12, "model.vocab_size=4096", plain, fused);
         double p2[2], f2[2];
         check_run(k ? "gpt bf16, vocab 4096" : "gpt fp32, vocab 4096", plain, nv, p2);
         check_run(k ? "gpt bf16, vocab 4096, fused head" : "gpt fp32, vocab 4096, fused head", fused, nv, f2);
         st_test_failures += check_fused_saving(k ? "bf16" : "fp32", p2, f2, 0.0);
+        gpt[9] = "train.batch_size=8";
     }
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
