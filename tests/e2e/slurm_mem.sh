@@ -19,12 +19,9 @@ bin=$(realpath "$build/scaletrain")
 e2e_need_slurm
 [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ] || grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null ||
     e2e_skip "no memory cgroup controller for SLURM's task/cgroup (/sys/fs/cgroup)"
-e2e_tmpdir
-chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all
 cd "$(dirname "$0")/../.." || exit 1
 source tests/slurm/cluster.sh
-e2e_cleanup() { slurm_down "$tmp/cluster"; }
-export OMP_WAIT_POLICY=PASSIVE
+slurm_e2e_tmpdir
 
 SLURM_MEM_CGROUP=1 slurm_up "$tmp/cluster"
 echo "cluster up: $(sinfo -h -o '%P %a %D %T %c cpus %m MB')"

@@ -20,12 +20,9 @@ source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 e2e_need_slurm scancel
 e2e_need_mpirun
-e2e_tmpdir
-chmod 0755 "$tmp" # munged wants every directory above its socket searchable by all
 cd "$(dirname "$0")/../.." || exit 1
 source tests/slurm/cluster.sh
-e2e_cleanup() { slurm_down "$tmp/cluster"; }
-export OMP_WAIT_POLICY=PASSIVE
+slurm_e2e_tmpdir
 
 slurm_up "$tmp/cluster"
 

@@ -103,9 +103,19 @@ slurm_stop() {
     return 0
 }
 
-# For the end-to-end tests: slurm_up DIR starts the cluster or fails the test;
-# slurm_down DIR (their e2e_cleanup) ends every job of it, waiting for the
-# queue to drain, then stops the daemons.
+# For the end-to-end tests (after tests/lib/e2e.sh): slurm_e2e_tmpdir makes
+# the test's $tmp (e2e_tmpdir) searchable by all, as munged wants every
+# directory above its socket, and makes slurm_down "$tmp/cluster" its
+# e2e_cleanup; slurm_up DIR starts the cluster or fails the test;
+# slurm_down DIR ends every job of it, waiting for the queue to drain, then
+# stops the daemons.
+slurm_e2e_tmpdir() {
+    e2e_tmpdir
+    chmod 0755 "$tmp"
+    e2e_cleanup() { slurm_down "$tmp/cluster"; }
+    export OMP_WAIT_POLICY=PASSIVE
+}
+
 slurm_up() {
     slurm_start "$1" || { echo "FAIL: the SLURM cluster did not start"; exit 1; }
     SLURM_UP=1
