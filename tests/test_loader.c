@@ -441,7 +441,7 @@ static void stalled_worker(const char *tokens) {
     }
     if (l) {
         CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO,
-                    "batch 5 is not ready after 0.2 s (data.timeout_s 0.2)");
+                    "batch 5 is not ready after 0.2 s (data.timeout_s)");
         CHECK(strstr(st_last_error(), "a worker has been assembling it (samples 20,"),
               "the message does not say why: %s", st_last_error());
         CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "batch 5 is not ready"); /* and stays failed */

@@ -289,10 +289,10 @@ static st_status stalled(st_loader *l, const slot *sl) {
     l->failed = ST_ERR_IO;
     snprintf(
         l->failed_msg, sizeof l->failed_msg,
-        "data loader: batch %lld is not ready after %g s (data.timeout_s %g): %s, so the storage it reads "
+        "data loader: batch %lld is not ready after %g s (data.timeout_s): %s, so the storage it reads "
         "stopped answering (a hung network file system?); check it, then continue with --resume auto (or "
         "raise data.timeout_s if reads can legitimately take that long)",
-        (long long)l->next_out, l->o.timeout_s, l->o.timeout_s, what);
+        (long long)l->next_out, l->o.timeout_s, what);
     pthread_mutex_unlock(&l->mu);
     return st_fail(l->failed, "%s", l->failed_msg);
 }

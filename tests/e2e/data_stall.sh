@@ -50,7 +50,7 @@ out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]
     --set train.out_dir="$tmp/w1" 2>&1); rc=$?
 err=$(grep "error:" <<<"$out")
 [ $rc -eq 1 ] || fail "1 worker: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-grep -q "data loader: batch 40 is not ready after 1 s (data.timeout_s 1): a worker has been assembling it (samples 160," <<<"$err" ||
+grep -q "data loader: batch 40 is not ready after 1 s (data.timeout_s): a worker has been assembling it (samples 160," <<<"$err" ||
     fail "1 worker: no message naming the batch, the wait and the key: $err"
 grep -q "the weights and optimizer state after step 40 were saved first, to $tmp/w1/ckpt/step-40" <<<"$err" ||
     fail "1 worker: the 40 steps were not saved first: $err"
