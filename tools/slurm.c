@@ -25,8 +25,9 @@
  *   termination"), before they can save. setsid keeps srun out of the batch
  *   script's process group, which is what SLURM signals where it tracks
  *   processes by process group (ProctrackType=proctrack/pgid, as in the
- *   test); with proctrack/cgroup a --full signal reaches srun anyway
- *   (tests/e2e/slurm_preempt.sh, docs/commands.md). bash does not interrupt
+ *   test); with proctrack/cgroup a --full signal reaches srun anyway, and
+ *   SLURM 22.05's srun ends the step with SIGTERM, which the ranks save on
+ *   (tests/e2e/slurm_preempt.sh runs on both, docs/commands.md). bash does not interrupt
  *   `wait` on a child in another session for a trapped signal, so the shell
  *   polls srun instead.
  * - --kill-on-bad-exit: a rank that fails ends the step at once instead of
@@ -226,7 +227,7 @@ int st_cmd_slurm(int argc, char **argv) {
            "$SLURM_JOB_NODELIST\"\n"
            "# A SIGTERM to this shell (scancel --full, pre-emption) goes on to the ranks' step, and the\n"
            "# shell waits for their checkpoint. srun runs in a session of its own so that the signal\n"
-           "# does not reach it: srun would turn it into SIGKILL of every rank.\n"
+           "# does not reach it where SLURM signals process groups: srun would turn it into SIGKILL.\n"
            "trap 'echo \"scaletrain: SIGTERM: passing it on to the ranks, which checkpoint and stop\"; "
            "scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM\n"
            "setsid --wait srun --mpi=pmix --kill-on-bad-exit=1 ");

@@ -15,7 +15,10 @@
 # - `--resume auto` (srun --mpi=pmix -n 2) continues from it: "resumed from
 #   ... at step N", 3 more steps, exit 0, and metrics.jsonl goes on from N+1.
 # The requeued job itself is cancelled (SLURM holds it ~2 minutes;
-# tests/e2e/slurm.sh covers its restart).
+# tests/e2e/slurm.sh covers its restart). All of it twice: on a cluster that
+# tracks a job's processes by process group (proctrack/pgid) and on one that
+# tracks them by cgroup (proctrack/cgroup, task/cgroup: production's usual).
+# tests/run.sh: alone (a cgroup-tracking cluster names its cgroups after the node and its jobs from 1: one at a time)
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 e2e_need_slurm scancel
@@ -24,57 +27,72 @@ cd "$(dirname "$0")/../.." || exit 1
 source tests/slurm/cluster.sh
 slurm_e2e_tmpdir
 
-slurm_up "$tmp/cluster"
+# preempt MODE: the whole check on a cluster that tracks processes by
+# process group (pgid: srun in a session of its own keeps the batch step's
+# signal) or by cgroup (cgroup: every process of the batch step gets it,
+# srun too, as on most production clusters; SLURM_MEM_CGROUP=1), in
+# $tmp/MODE; the cluster is stopped at the end.
+preempt() {
+    local mode=$1 d=$tmp/$1 jid log t0 dt stopped ck n out rc last
+    mkdir -p "$d"
+    if [ "$mode" = cgroup ]; then SLURM_MEM_CGROUP=1 slurm_up "$tmp/cluster"; else slurm_up "$tmp/cluster"; fi
+    grep -E "^(ProctrackType|TaskPlugin)=" "$tmp/cluster/slurm.conf" | paste -sd ' '
 
-slurm_tiny_gpt "$tmp" 1000000 0 "$bin"
+    slurm_tiny_gpt "$d" 1000000 0 "$bin"
 
-(cd "$tmp" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --job-name pre) \
-    >"$tmp/pre.sbatch" || fail "scaletrain slurm exited $?"
-jid=$(sbatch --parsable "$tmp/pre.sbatch") || fail "sbatch refused the script"
-log=$tmp/slurm-pre-$jid.out
-for _ in $(seq 1 600); do # until rank 0 has logged a step (at most ~60 s)
-    [ -s "$tmp/run/metrics.jsonl" ] && break
-    [ -z "$(job_state "$jid" | grep -E 'PENDING|RUNNING|CONFIGURING')" ] && break
-    sleep 0.1
-done
-[ -s "$tmp/run/metrics.jsonl" ] || fail "training did not start: $(job_state "$jid"): $(cat "$log" 2>/dev/null)"
-t0=$SECONDS
-scancel --signal=TERM --full "$jid" || fail "scancel --signal=TERM --full refused"
-for _ in $(seq 1 600); do # until the script has requeued the job, or the job ended (at most ~60 s)
-    grep -q "requeueing job $jid" "$log" 2>/dev/null && break
-    [ -z "$(job_state "$jid" | grep -E 'RUNNING|CONFIGURING|COMPLETING')" ] && break
-    sleep 0.1
-done
-dt=$((SECONDS - t0))
-stopped=$(grep -oE "stopped by a signal after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
-echo "SIGTERM (--full): after ${dt}s: $stopped"
-[ -n "$stopped" ] || fail "no checkpoint message: $(tail -n 20 "$log")"
-grep -q "^scaletrain: SIGTERM: passing it on to the ranks" "$log" ||
-    fail "the batch shell did not get SIGTERM, or did not trap it: $(tail -n 20 "$log")"
-grep -q "srun: error: .*Exited with exit code 143" "$log" || fail "the ranks did not exit 143: $(tail -n 20 "$log")"
-! grep -q "srun: error: .*Exited with exit code [^1]\|exit code 1$\|Killed\|forcing job termination" "$log" ||
-    fail "a rank ended otherwise: $(tail -n 20 "$log")"
-grep -q "requeueing job $jid" "$log" || fail "the script did not requeue the job: $(tail -n 20 "$log")"
-ck=${stopped##* }
-n=${ck##*-}
-[ "$(cat "$tmp/run/ckpt/latest" 2>/dev/null)" = "step-$n" ] || fail "latest is not step-$n"
-for f in model.safetensors state.json; do [ -s "$ck/$f" ] || fail "$ck/$f is missing"; done
-[ "$(ls "$tmp/run/ckpt" | grep -c '^step-[0-9]*$')" -eq 1 ] || fail "more than the stop's checkpoint: $(ls "$tmp/run/ckpt")"
-# step lines (a checkpoint's record is a line of its own)
-steplines() { grep -vc '"checkpoint":true' "$tmp/run/metrics.jsonl"; }
-[ "$(steplines)" -eq "$n" ] || fail "metrics.jsonl has $(steplines) step lines, not $n"
+    (cd "$d" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --job-name pre) \
+        >"$d/pre.sbatch" || fail "scaletrain slurm exited $?"
+    jid=$(sbatch --parsable "$d/pre.sbatch") || fail "sbatch refused the script"
+    log=$d/slurm-pre-$jid.out
+    for _ in $(seq 1 600); do # until rank 0 has logged a step (at most ~60 s)
+        [ -s "$d/run/metrics.jsonl" ] && break
+        [ -z "$(job_state "$jid" | grep -E 'PENDING|RUNNING|CONFIGURING')" ] && break
+        sleep 0.1
+    done
+    [ -s "$d/run/metrics.jsonl" ] || fail "training did not start: $(job_state "$jid"): $(cat "$log" 2>/dev/null)"
+    t0=$SECONDS
+    scancel --signal=TERM --full "$jid" || fail "scancel --signal=TERM --full refused"
+    for _ in $(seq 1 600); do # until the script has requeued the job, or the job ended (at most ~60 s)
+        grep -q "requeueing job $jid" "$log" 2>/dev/null && break
+        [ -z "$(job_state "$jid" | grep -E 'RUNNING|CONFIGURING|COMPLETING')" ] && break
+        sleep 0.1
+    done
+    dt=$((SECONDS - t0))
+    stopped=$(grep -oE "stopped by a signal after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
+    echo "$mode: SIGTERM (--full): after ${dt}s: $stopped"
+    [ -n "$stopped" ] || fail "no checkpoint message: $(tail -n 20 "$log")"
+    grep -q "^scaletrain: SIGTERM: passing it on to the ranks" "$log" ||
+        fail "the batch shell did not get SIGTERM, or did not trap it: $(tail -n 20 "$log")"
+    grep -q "srun: error: .*Exited with exit code 143" "$log" || fail "the ranks did not exit 143: $(tail -n 20 "$log")"
+    ! grep -q "srun: error: .*Exited with exit code [^1]\|exit code 1$\|Killed\|forcing job termination" "$log" ||
+        fail "a rank ended otherwise: $(tail -n 20 "$log")"
+    grep -q "requeueing job $jid" "$log" || fail "the script did not requeue the job: $(tail -n 20 "$log")"
+    ck=${stopped##* }
+    n=${ck##*-}
+    [ "$(cat "$d/run/ckpt/latest" 2>/dev/null)" = "step-$n" ] || fail "latest is not step-$n"
+    for f in model.safetensors state.json; do [ -s "$ck/$f" ] || fail "$ck/$f is missing"; done
+    [ "$(ls "$d/run/ckpt" | grep -c '^step-[0-9]*$')" -eq 1 ] || fail "more than the stop's checkpoint: $(ls "$d/run/ckpt")"
+    # step lines (a checkpoint's record is a line of its own)
+    steplines() { grep -vc '"checkpoint":true' "$d/run/metrics.jsonl"; }
+    [ "$(steplines)" -eq "$n" ] || fail "metrics.jsonl has $(steplines) step lines, not $n"
 
-# The requeued job waits ~2 minutes; end it and continue by hand.
-scancel "$jid"
-for _ in $(seq 1 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
-out=$(cd "$tmp" && timeout 120 srun --mpi=pmix -n 2 "$bin" train tiny.yaml --set train.steps=$((n + 3)) \
-    --resume auto --json 2>&1); rc=$?
-[ $rc -eq 0 ] || fail "--resume auto: exit $rc: $out"
-grep -q "^resumed from $ck at step $n$" <<<"$out" || fail "--resume auto did not continue from $ck: $out"
-grep -q "\"steps\":$((n + 3))," <<<"$out" && grep -q '"ranks":2' <<<"$out" || fail "--resume auto: not $((n + 3)) steps on 2 ranks: $out"
-last=$(grep -v '"checkpoint":true' "$tmp/run/metrics.jsonl" | tail -n 1 | grep -oE '"step":[0-9]+' | cut -d: -f2)
-[ "$last" = "$((n + 3))" ] && [ "$(steplines)" -eq $((n + 3)) ] ||
-    fail "metrics.jsonl does not go on from step $((n + 1)) to $((n + 3)): last step $last"
-echo "resume: $(grep '^resumed from' <<<"$out"), exit $rc, $((n + 3)) steps"
+    # The requeued job waits ~2 minutes; end it and continue by hand.
+    scancel "$jid"
+    for _ in $(seq 1 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
+    out=$(cd "$d" && timeout 120 srun --mpi=pmix -n 2 "$bin" train tiny.yaml --set train.steps=$((n + 3)) \
+        --resume auto --json 2>&1); rc=$?
+    [ $rc -eq 0 ] || fail "--resume auto: exit $rc: $out"
+    grep -q "^resumed from $ck at step $n$" <<<"$out" || fail "--resume auto did not continue from $ck: $out"
+    grep -q "\"steps\":$((n + 3))," <<<"$out" && grep -q '"ranks":2' <<<"$out" || fail "--resume auto: not $((n + 3)) steps on 2 ranks: $out"
+    last=$(grep -v '"checkpoint":true' "$d/run/metrics.jsonl" | tail -n 1 | grep -oE '"step":[0-9]+' | cut -d: -f2)
+    [ "$last" = "$((n + 3))" ] && [ "$(steplines)" -eq $((n + 3)) ] ||
+        fail "metrics.jsonl does not go on from step $((n + 1)) to $((n + 3)): last step $last"
+    echo "$mode: resume: $(grep '^resumed from' <<<"$out"), exit $rc, $((n + 3)) steps"
+    slurm_down "$tmp/cluster"
+    SLURM_UP=
+    rm -rf "$tmp/cluster"
+}
 
+preempt pgid
+preempt cgroup
 e2e_finish "all passed"
