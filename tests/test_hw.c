@@ -842,7 +842,7 @@ static void test_cpu_quota(void) {
     st_hw_cpu_quota q = quota_from(dir);
     CHECK(fabs(q.cpus - 2.5) < 1e-9 && strstr(q.by, "/cpu/kubepods/pod1 (cpu.cfs_quota_us)"), "v1: %g (%s)",
           q.cpus, q.by);
-    CHECK(st_hw_quota_threads(q.cpus) == 2, "2.5 CPUs: %d threads", st_hw_quota_threads(q.cpus));
+    CHECK(st_hw_quota_threads(q.cpus) == 3, "2.5 CPUs: %d threads", st_hw_quota_threads(q.cpus));
     /* v2: the container's own level binds below its pod's */
     put(dir, "cgroup", "0::/kubepods/pod1/c1\n");
     snprintf(mi, sizeof mi, "41 31 0:38 / %s/v2 rw,relatime - cgroup2 cgroup2 rw\n", dir);
@@ -858,7 +858,10 @@ static void test_cpu_quota(void) {
     put(dir, "v2/kubepods/pod1/cpu.max", "max 100000\n");
     q = quota_from(dir);
     CHECK(q.cpus < 0 && !q.by[0], "no quota: %g", q.cpus);
-    CHECK(st_hw_quota_threads(4) == 4 && st_hw_quota_threads(2.9999999) == 3, "whole CPUs");
+    CHECK(st_hw_quota_threads(4) == 4 && st_hw_quota_threads(4.0000001) == 4 &&
+              st_hw_quota_threads(1.25) == 2 && st_hw_quota_threads(0.1) == 1,
+          "the quota rounded up: 4 -> %d, 1.25 -> %d, 0.1 -> %d", st_hw_quota_threads(4),
+          st_hw_quota_threads(1.25), st_hw_quota_threads(0.1));
     /* this process: no more CPUs than its affinity mask allows */
     st_hw_info h;
     CHECK_OK(st_hw_probe_host(&h));

@@ -7,6 +7,7 @@
 #include "nvml.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static int affinity_cpus(void) {
 }
 
 int st_hw_quota_threads(double cpus) {
-    const int n = (int)(cpus + 1e-6);
+    const int n = (int)ceil(cpus - 1e-6);
     return n > 1 ? n : 1;
 }
 
