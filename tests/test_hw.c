@@ -694,7 +694,7 @@ static st_hw_mem_limit limit_from(const char *dir) {
     char cg[512], mi[512];
     snprintf(cg, sizeof cg, "%s/cgroup", dir);
     snprintf(mi, sizeof mi, "%s/mountinfo", dir);
-    st_hw_mem_limit l = {.limit = -1, .headroom = -1};
+    st_hw_mem_limit l = {.limit = -1, .headroom = -1, .smallest = -1};
     st_hw_mem_limit_cgroup(cg, mi, &l);
     return l;
 }
@@ -730,8 +730,10 @@ static void test_mem_limit(void) {
     put(dir, "v1/slurm/memory.limit_in_bytes", "4294967296\n");
     put(dir, "v1/slurm/memory.usage_in_bytes", "4194304000\n");
     l = limit_from(dir);
-    CHECK(l.limit == 4096 * MiB && l.headroom == 4294967296LL - 4194304000LL && strstr(l.by, "/v1/slurm ("),
-          "v1 parent binds: limit %lld headroom %lld (%s)", (long long)l.limit, (long long)l.headroom, l.by);
+    CHECK(l.limit == 4096 * MiB && l.headroom == 4294967296LL - 4194304000LL && strstr(l.by, "/v1/slurm (") &&
+              l.smallest == 2048 * MiB,
+          "v1 parent binds: limit %lld headroom %lld smallest %lld (%s)", (long long)l.limit,
+          (long long)l.headroom, (long long)l.smallest, l.by);
 
     /* v2, in a container whose mount shows its own subtree (root /docker/c1),
      * mount point written with mountinfo's escape for a space */

@@ -158,6 +158,7 @@ static void visit_memory(const char *dir, bool v2, void *ctx) {
     const char *limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
     const int64_t lim = read_bytes(dir, limit_file);
     if (lim < 0) return;
+    if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     /* what the group holds, its inactive page cache counted free (the
      * kernel reclaims that before it kills) */
     const int64_t used = read_bytes(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
@@ -211,7 +212,7 @@ void st_hw_cpu_quota_get(st_hw_cpu_quota *out) {
 }
 
 void st_hw_mem_limit_get(st_hw_mem_limit *out) {
-    out->limit = out->headroom = -1;
+    out->limit = out->headroom = out->smallest = -1;
     out->by[0] = '\0';
     st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
     struct rlimit rl;
@@ -225,6 +226,7 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
         if (sscanf(line, "VmSize: %lld kB", &kb) == 1) vm = kb * 1024;
     if (f) fclose(f);
     const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm ? lim - vm : 0;
+    if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     if (out->headroom < 0 || room < out->headroom) {
         out->limit = lim;
         out->headroom = room;

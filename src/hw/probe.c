@@ -122,7 +122,7 @@ static st_status probe_memory(st_hw_info *h) {
         h->mem_avail = l.headroom;
         snprintf(h->mem_limit_by, sizeof h->mem_limit_by, "%s", l.by);
     }
-    if (l.limit >= 0 && l.limit < h->mem_total) h->mem_total = l.limit;
+    if (l.smallest >= 0 && l.smallest < h->mem_total) h->mem_total = l.smallest;
     return ST_OK;
 }
 
