@@ -272,9 +272,8 @@ int st_cmd_plan(int argc, char **argv) {
                    gf / 1e9);
         char blas[256];
         if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
-        if (need_cpu && h->mem_limit_by[0])
-            printf("memory: %.1f GiB available to this process, as %s allows (the host has %.1f GiB)\n",
-                   (double)h->mem_avail / (1 << 30), h->mem_limit_by, (double)h->host_mem_total / (1 << 30));
+        char note[320];
+        if (need_cpu && st_hw_mem_note(h, note, sizeof note)) printf("memory: %s\n", note);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

@@ -58,6 +58,20 @@ static int64_t read_stat(const char *dir, const char *key) {
     return v;
 }
 
+/* `key`'s value in a /proc file of "Key:   N kB" lines (bytes), -1 when it
+ * is not there. */
+static int64_t proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    const size_t k = strlen(key);
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0 && line[k] == ':' && sscanf(line + k + 1, "%lld", &kb) == 1) break;
+    fclose(f);
+    return kb >= 0 ? (int64_t)kb * 1024 : -1;
+}
+
 /* mountinfo's octal escapes (\040 for a space) undone in place. */
 static void unescape(char *s) {
     char *o = s;
@@ -218,13 +232,7 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
     /* the address space counts every mapping: what is mapped already is spent */
-    int64_t vm = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long kb;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %lld kB", &kb) == 1) vm = kb * 1024;
-    if (f) fclose(f);
+    const int64_t mapped = proc_kb("/proc/self/status", "VmSize"), vm = mapped > 0 ? mapped : 0;
     const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm ? lim - vm : 0;
     if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     if (out->headroom < 0 || room < out->headroom) {
@@ -237,17 +245,8 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
 
 size_t st_hw_mem_state(char *buf, size_t n) {
     if (n) buf[0] = '\0';
-    int64_t rss = -1, avail = -1;
-    char line[256];
-    long long kb;
-    FILE *f = fopen("/proc/self/status", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) rss = kb * 1024;
-    if (f) fclose(f);
-    f = fopen("/proc/meminfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = kb * 1024;
-    if (f) fclose(f);
+    const int64_t rss = proc_kb("/proc/self/status", "VmRSS"),
+                  avail = proc_kb("/proc/meminfo", "MemAvailable");
     if (rss < 0 || avail < 0) return 0;
     st_hw_mem_limit l;
     st_hw_mem_limit_get(&l);

@@ -17,13 +17,18 @@ static const char *human(double bytes, char *buf, size_t n) {
     return buf;
 }
 
+/* One rank's share of a node's host memory: 85% of it over the node's ranks. */
+static int64_t host_share(int64_t bytes, const st_hw_config *hw) {
+    return (int64_t)(0.85 * (double)bytes / hw->per_node);
+}
+
 static int64_t mem_limit(const st_hw_config *hw) {
     const st_hw_device *d = &hw->dev;
     if (d->gpu) { /* (CUDA's context and the libraries' workspaces take about 1 GiB) */
         const double usable = 0.9 * (double)d->mem_bytes - GIB;
         return usable > 0 ? (int64_t)usable : 0;
     }
-    return (int64_t)(0.85 * (double)d->mem_bytes / hw->per_node);
+    return host_share(d->mem_bytes, hw);
 }
 
 static void choose_precision(const st_config *c, const st_hw_device *d, st_plan *p) {
@@ -308,8 +313,8 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                  (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
                  (double)p->mem_limit / GIB);
     } else if (hw->dev.gpu && hw->dev.host_mem_bytes > 0 &&
-               (double)(p->mem.host + p->mem.pinned) * hw->per_node > 0.85 * (double)hw->dev.host_mem_bytes) {
-        /* (the node's ranks share its host memory, as the CPU's limit above) */
+               p->mem.host + p->mem.pinned > host_share(hw->dev.host_mem_bytes, hw)) {
+        /* (the node's ranks share its host memory, as a CPU run's ranks do) */
         snprintf(
             p->warning, sizeof p->warning,
             "does not fit the host: %.2f GiB of host memory per rank (%s), %d rank%s on a node, %.2f GiB "

@@ -46,16 +46,25 @@ static void trim(char *s) {
     if (i) memmove(s, s + i, n - i + 1);
 }
 
-static int affinity_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (int)online : 1;
-}
-
 int st_hw_quota_threads(double cpus) {
     const int n = (int)ceil(cpus - 1e-6);
     return n > 1 ? n : 1;
+}
+
+/* st_hw_allowed_cpus, and in `by` (n > 0) the quota when it set the count
+ * ("" otherwise). */
+static int allowed_cpus(char *by, size_t n) {
+    cpu_set_t set;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int mask = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                     : online > 0                                ? (int)online
+                                                                 : 1;
+    st_hw_cpu_quota q;
+    st_hw_cpu_quota_get(&q);
+    if (n) by[0] = '\0';
+    if (!(q.cpus > 0 && st_hw_quota_threads(q.cpus) < mask)) return mask;
+    if (n) snprintf(by, n, "%s: %.3g CPU%s", q.by, q.cpus, q.cpus == 1 ? "" : "s");
+    return st_hw_quota_threads(q.cpus);
 }
 
 static void probe_cpu(st_hw_info *h) {
@@ -86,22 +95,10 @@ static void probe_cpu(st_hw_info *h) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = online > 0 ? (int)online : 1;
     h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology: count threads */
-    h->allowed = affinity_cpus();
-    st_hw_cpu_quota q;
-    st_hw_cpu_quota_get(&q);
-    if (q.cpus > 0 && st_hw_quota_threads(q.cpus) < h->allowed) {
-        h->allowed = st_hw_quota_threads(q.cpus);
-        snprintf(h->cpu_limit_by, sizeof h->cpu_limit_by, "%s: %.3g CPU%s", q.by, q.cpus,
-                 q.cpus == 1 ? "" : "s");
-    }
+    h->allowed = allowed_cpus(h->cpu_limit_by, sizeof h->cpu_limit_by);
 }
 
-int st_hw_allowed_cpus(void) {
-    const int n = affinity_cpus();
-    st_hw_cpu_quota q;
-    st_hw_cpu_quota_get(&q);
-    return q.cpus > 0 && st_hw_quota_threads(q.cpus) < n ? st_hw_quota_threads(q.cpus) : n;
-}
+int st_hw_allowed_cpus(void) { return allowed_cpus(NULL, 0); }
 
 static st_status probe_memory(st_hw_info *h) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -289,6 +286,14 @@ st_status st_hw_probe_host(st_hw_info *out) {
     return ST_OK;
 }
 
+const char *st_hw_mem_note(const st_hw_info *h, char *buf, size_t n) {
+    if (!h->mem_limit_by[0]) return NULL;
+    const double gib = 1024.0 * 1024 * 1024;
+    snprintf(buf, n, "%.2f GiB available to this process, as %s allows (the host has %.1f GiB)",
+             (double)h->mem_avail / gib, h->mem_limit_by, (double)h->host_mem_total / gib);
+    return buf;
+}
+
 const char *st_hw_link_name(st_hw_link l) {
     switch (l) {
     case ST_LINK_SELF: return "self";
@@ -304,12 +309,12 @@ void st_hw_print(const st_hw_info *h, FILE *out) {
     const double gib = 1024.0 * 1024 * 1024;
     fprintf(out, "cpu:    %s, %d physical cores, %d threads (%d usable by this process%s%s)\n", h->cpu_model,
             h->cores, h->threads, h->allowed, h->cpu_limit_by[0] ? ", as " : "", h->cpu_limit_by);
-    fprintf(out, "memory: %.1f GiB total, %.1f GiB available", (double)h->mem_total / gib,
-            (double)h->mem_avail / gib);
-    if (h->mem_limit_by[0])
-        fprintf(out, " to this process, as %s allows (the host has %.1f GiB)", h->mem_limit_by,
-                (double)h->host_mem_total / gib);
-    fputc('\n', out);
+    char note[320];
+    if (st_hw_mem_note(h, note, sizeof note))
+        fprintf(out, "memory: %.1f GiB total, %s\n", (double)h->mem_total / gib, note);
+    else
+        fprintf(out, "memory: %.1f GiB total, %.1f GiB available\n", (double)h->mem_total / gib,
+                (double)h->mem_avail / gib);
     if (h->n_gpus == 0) {
         fprintf(out, "cuda:   no CUDA device (%s)\n", h->cuda_why);
     } else {

@@ -124,6 +124,11 @@ void st_hw_cpu_quota_cgroup(const char *proc_cgroup, const char *mountinfo, st_h
  * binding limit above); "" (0) when /proc cannot be read. */
 size_t st_hw_mem_state(char *buf, size_t n);
 
+/* "X GiB available to this process, as LIMIT allows (the host has Y GiB)"
+ * when a limit set mem_avail (plan, the probe's report, a run's header), in
+ * buf; else NULL. */
+const char *st_hw_mem_note(const st_hw_info *h, char *buf, size_t n);
+
 /* A human-readable report (the `scaletrain plan --probe` output). */
 void st_hw_print(const st_hw_info *h, FILE *out);
 

@@ -230,10 +230,8 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
-    if (h.mem_limit_by[0]) /* (a GPU run's host memory: its offloaded state, pinned buffers) */
-        snprintf(s->mem_note, sizeof s->mem_note,
-                 "%.2f GiB available to this process, as %s allows (the host has %.1f GiB)",
-                 (double)h.mem_avail / (1 << 30), h.mem_limit_by, (double)h.host_mem_total / (1 << 30));
+    /* (also a GPU run's: its host memory holds the offloaded state, the pinned buffers) */
+    if (!st_hw_mem_note(&h, s->mem_note, sizeof s->mem_note)) s->mem_note[0] = '\0';
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
     st_plan *p = malloc(sizeof *p);
     st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
