@@ -6,7 +6,8 @@
  * (attention counts the full T x T products, masked half included). For
  * comparison it also times one bare sgemm of the conv's forward shape, which
  * is the ceiling the im2col method can reach. Batchnorm and maxpool, which
- * are memory-bound, are timed at the CNN's first block for reference.
+ * are memory-bound, are timed at the CNN's first block for reference, and
+ * layernorm and GELU at the small GPT's rows.
  * Thread count: OMP_NUM_THREADS.
  *
  * Usage: bench_layers [reps]   (default 7) */
@@ -189,7 +190,42 @@ static int bench_cheap(int64_t B, int64_t H, int64_t C, int reps) {
     return rc;
 }
 
+/* layernorm and GELU at the small GPT's rows (B T tokens of C channels;
+ * GELU on the MLP's 4C): memory-bound passes over L2-sized arrays */
+static int bench_rows(int64_t R, int64_t C, int reps) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    int64_t xs[2] = {R, C}, hs[2] = {R, 4 * C};
+    st_tensor *x, *h, *y1, *y2;
+    st_status s = st_graph_param(&g, "x", 2, xs, ST_INIT_UNIFORM, 1.0f, false, &x);
+    if (s == ST_OK) s = st_graph_param(&g, "h", 2, hs, ST_INIT_UNIFORM, 1.0f, false, &h);
+    if (s == ST_OK) s = st_layernorm(&g, "ln", x, 1e-5f, &y1);
+    if (s == ST_OK) s = st_gelu(&g, "gelu", h, &y2);
+    if (s == ST_OK) s = st_graph_finalize(&g);
+    if (s != ST_OK) {
+        fprintf(stderr, "bench_layers: layernorm/gelu build failed: %s\n", st_last_error());
+        return 1;
+    }
+    st_params_init(&p, 1);
+    g.training = true;
+    st_graph one = g; /* each node alone, as bench_cheap */
+    double f, b;
+    int rc = 0;
+    for (int i = 0; i < 2; i++) {
+        one.nodes = &g.nodes[i];
+        one.n_nodes = 1;
+        rc |= time_node(&one, reps, &f, &b);
+        printf("%-9s %lld rows x %-4lld             fwd %7.3f ms  bwd %7.3f ms  total %7.3f ms\n",
+               i == 0 ? "layernorm" : "gelu", (long long)R, (long long)(i == 0 ? C : 4 * C), f, b, f + b);
+    }
+    st_graph_free(&g);
+    st_params_free(&p);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    st_blas_core_check(argv); /* the kernels scaletrain runs (may start this program again) */
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     if (reps < 1) {
         fprintf(stderr, "usage: bench_layers [reps >= 1]\n");
@@ -202,5 +238,6 @@ int main(int argc, char **argv) {
     rc |= bench_conv(128, 14, 64, 128, true, reps);
     rc |= bench_attention(8, 256, 256, 4, reps);
     rc |= bench_cheap(128, 28, 64, reps);
+    rc |= bench_rows(8 * 256, 256, reps);
     return rc;
 }

@@ -16,6 +16,18 @@
  * reassociating (a single running float sum stays scalar). */
 #define LANES 16
 
+/* LANES floats as one value (the GCC and Clang vector extension), for
+ * loops that keep two or more lane sums: written as arrays, gcc vectorized
+ * backward's row loop across rows instead, with permutes, at a third of
+ * the speed. The same additions in the same order as the arrays. */
+typedef float lanes_v __attribute__((vector_size(LANES * sizeof(float))));
+
+static inline lanes_v lanes_load(const float *p) {
+    lanes_v v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static inline float lanes_total(const float *lane) {
     float t = 0.0f;
     for (int j = 0; j < LANES; j++) t += lane[j];
@@ -84,19 +96,21 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
             const float *xr = x + r * C, *gr = dy + r * C;
             float *dr = dx + r * C;
             const float m = mean[r], s = rstd[r];
-            float lg[LANES] = {0}, lgx[LANES] = {0};
+            lanes_v vg = {0}, vgx = {0};
             int64_t c = 0;
-            for (; c + LANES <= C; c += LANES)
-                for (int j = 0; j < LANES; j++) {
-                    const float gc = gr[c + j] * w[c + j];
-                    lg[j] += gc;
-                    lgx[j] += gc * (xr[c + j] - m) * s;
-                }
+            for (; c + LANES <= C; c += LANES) {
+                const lanes_v gc = lanes_load(gr + c) * lanes_load(w + c);
+                vg += gc;
+                vgx += gc * (lanes_load(xr + c) - m) * s;
+            }
             for (; c < C; c++) {
                 const float gc = gr[c] * w[c];
-                lg[0] += gc;
-                lgx[0] += gc * (xr[c] - m) * s;
+                vg[0] += gc;
+                vgx[0] += gc * (xr[c] - m) * s;
             }
+            float lg[LANES], lgx[LANES];
+            memcpy(lg, &vg, sizeof lg);
+            memcpy(lgx, &vgx, sizeof lgx);
             const float gm = lanes_total(lg) / (float)C, gxm = lanes_total(lgx) / (float)C;
             if (acc)
                 for (c = 0; c < C; c++)
@@ -112,15 +126,23 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         const int64_t nblk = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < nblk; k++) {
-            const int64_t c0 = k * LN_COL_BLOCK, c1 = c0 + LN_COL_BLOCK < C ? c0 + LN_COL_BLOCK : C;
+            const int64_t c0 = k * LN_COL_BLOCK, nc = c0 + LN_COL_BLOCK < C ? LN_COL_BLOCK : C - c0;
+            /* the block's sums in locals, the same additions in the same
+             * order: dw and db alias nothing, but the compiler cannot know
+             * it and loaded and stored them every row (1.7x) */
+            float aw[LN_COL_BLOCK], ab[LN_COL_BLOCK];
+            memcpy(aw, dw + c0, (size_t)nc * sizeof(float));
+            memcpy(ab, db + c0, (size_t)nc * sizeof(float));
             for (int64_t r = 0; r < R; r++) {
-                const float *xr = x + r * C, *gr = dy + r * C;
+                const float *xr = x + r * C + c0, *gr = dy + r * C + c0;
                 const float m = mean[r], s = rstd[r];
-                for (int64_t c = c0; c < c1; c++) {
-                    dw[c] += gr[c] * (xr[c] - m) * s;
-                    db[c] += gr[c];
+                for (int64_t c = 0; c < nc; c++) {
+                    aw[c] += gr[c] * (xr[c] - m) * s;
+                    ab[c] += gr[c];
                 }
             }
+            memcpy(dw + c0, aw, (size_t)nc * sizeof(float));
+            memcpy(db + c0, ab, (size_t)nc * sizeof(float));
         }
     }
     return ST_OK;

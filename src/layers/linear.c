@@ -50,14 +50,20 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
         float *db = n->params[1]->grad; /* (N) */
         /* Each thread owns a block of columns and walks the rows in order:
-         * the same sums whatever the thread count, vectorized along j. */
+         * the same sums whatever the thread count, vectorized along j, in
+         * locals (db aliases nothing, but the compiler cannot know it and
+         * loaded and stored it every row; 1.2-1.6x at the small gpt's
+         * shapes). */
         const int64_t nblk = (N + LINEAR_DB_COLS - 1) / LINEAR_DB_COLS;
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < nblk; k++) {
-            const int64_t j0 = k * LINEAR_DB_COLS, j1 = j0 + LINEAR_DB_COLS < N ? j0 + LINEAR_DB_COLS : N;
+            const int64_t j0 = k * LINEAR_DB_COLS, nc = j0 + LINEAR_DB_COLS < N ? LINEAR_DB_COLS : N - j0;
+            float acc[LINEAR_DB_COLS];
+            memcpy(acc, db + j0, (size_t)nc * sizeof(float));
             for (int64_t i = 0; i < M; i++)
-                for (int64_t j = j0; j < j1; j++)
-                    db[j] += dy[i * N + j];
+                for (int64_t j = 0; j < nc; j++)
+                    acc[j] += dy[i * N + j0 + j];
+            memcpy(db + j0, acc, (size_t)nc * sizeof(float));
         }
     }
     float *dx = n->in[0]->grad;
