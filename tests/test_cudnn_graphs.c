@@ -8,9 +8,15 @@
  * multiple of 8 (the twin keeps such heads off cuDNN: only multiples of 16
  * reach it) and one query and key (T = 1, the backward), which the twin
  * then runs on its flash kernels. Whether an engine runs each shape is for
- * a GPU (test_cuda_layers_b's cuDNN cases). Skips, saying why, in builds
- * without cuDNN. */
+ * a GPU (test_cuda_layers_b's cuDNN cases). On a GPU, also the workspace
+ * cuDNN asks for each training shape against the planner's figure for it
+ * (st_attention_cudnn_bytes, docs/planner.md), which may fall short of it
+ * by 8 MiB at most (both printed): a planner that counts less than the run
+ * takes plans batches that do not fit; the term that grows, dP with B T^2,
+ * is what the figure models. Skips, saying why, in builds without cuDNN. */
 #include "check.h"
+#include "core/device.h"
+#include "layers/attention_layout.h"
 #ifdef ST_HAVE_CUDNN
 #include "cuda/attention_cudnn.h"
 #endif
@@ -38,6 +44,41 @@ int main(void) {
     const st_cudnn_sdpa odd = {2, 64, 4, 100, 0.1f}, one = {2, 1, 2, 32, 0.1768f};
     CHECK_FAILS(st_cudnn_sdpa_validate(&odd, 90), ST_ERR_UNSUPPORTED, "multiple of 8");
     CHECK_FAILS(st_cudnn_sdpa_validate(&one, 90), ST_ERR_UNSUPPORTED, "backward graph for B 2, T 1");
+
+    char why[256] = "";
+    st_device *dev = NULL;
+    st_cudnn *c = NULL;
+    if (st_device_cuda_count(why, sizeof why) == 0) {
+        printf("skipped: cuDNN's workspace against the planner's figure: %s\n", why);
+    } else if (st_device_open_cuda(0, &dev) != ST_OK || st_cudnn_create("cuda:0", &c) != ST_OK) {
+        CHECK(false, "opening cuda:0 and a cuDNN handle on it: %s", st_last_error());
+    } else {
+        const st_cudnn_sdpa shapes[] = {{16, 1024, 12, 64, 0.125f},
+                                        {4, 2048, 16, 64, 0.125f},
+                                        {1, 130, 2, 64, 0.125f},
+                                        {3, 1000, 8, 32, 0.1768f}};
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const st_cudnn_sdpa *s = &shapes[i];
+            int64_t fwd = -1, both = -1;
+            const st_status rf = st_cudnn_sdpa_plan(c, s, false, &fwd);
+            const st_status rb = rf == ST_OK ? st_cudnn_sdpa_plan(c, s, true, &both) : rf;
+            CHECK(rb == ST_OK, "B %lld T %lld heads %lld of %lld: %s", (long long)s->B, (long long)s->T,
+                  (long long)s->nh, (long long)s->hs, st_last_error());
+            if (rb != ST_OK) continue;
+            const int64_t pf = st_attention_cudnn_bytes(s->B, s->T, s->nh, false),
+                          pb = st_attention_cudnn_bytes(s->B, s->T, s->nh, true);
+            const int64_t slack = 8 << 20;
+            const bool fits = fwd <= pf + slack && both <= pb + slack;
+            printf("%s  B %lld T %lld, %lld heads of %lld: cuDNN's workspace %lld bytes forward, %lld with "
+                   "backward; the planner's %lld and %lld\n",
+                   fits ? "ok  " : "FAIL", (long long)s->B, (long long)s->T, (long long)s->nh,
+                   (long long)s->hs, (long long)fwd, (long long)both, (long long)pf, (long long)pb);
+            CHECK(fits, "the planner counts less than cuDNN takes (B %lld T %lld)", (long long)s->B,
+                  (long long)s->T);
+        }
+    }
+    st_cudnn_destroy(c);
+    st_device_free(dev);
     return st_test_finish("cudnn graphs");
 #endif
 }

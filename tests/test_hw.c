@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "hw/planner.h"
 #include "hw/probe.h"
+#include "layers/attention_layout.h"
 
 #define GIB (1024.0 * 1024 * 1024)
 
@@ -223,6 +224,52 @@ static void test_device_layout(void) {
         }
         CHECK(found == 4, "found %d of the 4 activations", found);
         st_model_graph_free(&dev);
+        st_model_free(m);
+    }
+}
+
+/* With model.attention_kernel=cudnn in bf16 the planner counts cuDNN's
+ * workspace as the attention node's: its deterministic backward's dP, B nh
+ * T^2 bf16 (T rounded up), beside the graph's other scratch (the fused
+ * head's, shared: the larger counts); forward alone only its softmax sums;
+ * not in fp32 (cuDNN runs bf16 alone) nor for a head size the flash
+ * kernels do not take (the twin's rule: attention.cu's cudnn_node). */
+static void test_cudnn_workspace(void) {
+    const int64_t B = 16, T = 1024, L = 2;
+    const int64_t heads[2] = {12, 32};
+    for (int k = 0; k < 2; k++) {
+        st_config c;
+        st_model *m = gpt_layout(&c, NULL, L, 768, heads[k]);
+        if (!m) return;
+        int64_t work[2][2][2]; /* [cudnn][bf16][forward only] */
+        for (int cu = 0; cu < 2; cu++)
+            for (int bf = 0; bf < 2; bf++)
+                for (int fo = 0; fo < 2; fo++) {
+                    snprintf(m->cfg.model.attention_kernel, sizeof m->cfg.model.attention_kernel, "%s",
+                             cu ? "cudnn" : "flash");
+                    CHECK_OK(st_params_set_precision(&m->params, bf ? ST_PREC_BF16 : ST_PREC_FP32));
+                    st_model_graph g;
+                    CHECK_OK(fo ? st_model_graph_layout_forward(m, B, true, &g)
+                                : st_model_graph_layout_device(m, B, &g));
+                    work[cu][bf][fo] = 4 * g.g.work_count;
+                    st_model_graph_free(&g);
+                }
+        const int64_t dp = B * heads[k] * T * T * 2, sums = B * heads[k] * T * 4;
+        CHECK(st_attention_cudnn_bytes(B, T, heads[k], true) == dp + sums &&
+                  st_attention_cudnn_bytes(B, T, heads[k], false) == sums &&
+                  st_attention_cudnn_bytes(1, 129, 1, true) == 192 * 256 * 2 + 129 * 4,
+              "cuDNN's bytes: %lld", (long long)st_attention_cudnn_bytes(B, T, heads[k], true));
+        for (int fo = 0; fo < 2; fo++) {
+            CHECK(work[1][0][fo] == work[0][0][fo], "fp32: cudnn %lld, flash %lld", (long long)work[1][0][fo],
+                  (long long)work[0][0][fo]);
+            const int64_t ws = fo ? sums : dp + sums, flash = work[0][1][fo];
+            const int64_t want = k == 0 && ws + 256 > flash ? ws + 256 : flash;
+            CHECK(llabs(work[1][1][fo] - want) < 64, "nh %lld%s: bf16 workspace %lld with cudnn, want %lld",
+                  (long long)heads[k], fo ? " forward only" : "", (long long)work[1][1][fo], (long long)want);
+        }
+        CHECK(k != 0 || work[1][1][0] > work[0][1][0] + (64 << 20),
+              "GPT-2's cuDNN backward (%lld MiB of dP) counted: %lld against %lld", (long long)(dp >> 20),
+              (long long)work[1][1][0], (long long)work[0][1][0]);
         st_model_free(m);
     }
 }
@@ -885,6 +932,7 @@ int main(void) {
     test_linear_in_batch();
     test_layout_matches_real();
     test_device_layout();
+    test_cudnn_workspace();
     test_table();
     test_too_big();
     test_offload_host();

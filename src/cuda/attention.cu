@@ -344,7 +344,8 @@ static st_status attention_backward(st_node *n, st_graph *g) {
 /* Saved state and workspace as src/layers/attention_layout.h says (the
  * planner counts them from there): flash, the log-sum-exp per row and D;
  * materialised, P and one batch row's dP; with cuDNN, its graphs built and
- * the workspace they need (the planner does not count it: tens of MB). */
+ * the workspace they need (the planner counts it by cudnn-frontend's rule:
+ * st_attention_cudnn_bytes). */
 static st_status attention_prepare(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
     st_attention_device_counts(a.B, a.T, a.nh, a.hs, &n->saved_count, &n->work_count);

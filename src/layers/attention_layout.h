@@ -17,10 +17,19 @@
 bool st_attention_flash_fits(int64_t B, int64_t T, int64_t nh, int64_t hs);
 /* The twin's saved state and workspace (floats). */
 void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, int64_t *saved, int64_t *work);
+/* The workspace cuDNN's fused attention asks for (bytes), as
+ * cudnn-frontend sizes it for the graphs src/cuda/attention_cudnn.cpp
+ * builds: with backward (its deterministic algorithm) dP in bf16, (B, nh,
+ * T, T) with T rounded up to 64 and 128, and the softmax sums (B, nh, T)
+ * in fp32; forward only, the sums. The run asks cuDNN itself
+ * (attention.cu's prepare); this is the planner's figure. */
+int64_t st_attention_cudnn_bytes(int64_t B, int64_t T, int64_t nh, bool backward);
 /* Set an attention node's saved_count and work_count to the twin's: a
- * layout-only graph for a GPU (st_graph.device_layout) calls it. */
+ * layout-only graph for a GPU (st_graph.device_layout) calls it, cudnn
+ * when the node would run on cuDNN's fused attention (its workspace then
+ * counted as the node's, backward's too unless forward_only). */
 struct st_node;
-void st_attention_device_layout(struct st_node *n);
+void st_attention_device_layout(struct st_node *n, bool cudnn, bool forward_only);
 /* Whether an attention node takes the flash kernels on a device. */
 bool st_attention_node_flash(const struct st_node *n);
 
