@@ -316,12 +316,12 @@ static st_status conv2d_backward(st_node *n, st_graph *g) {
     }
     if (dx) permute_weight(&c, n->params[0]->data, wp);
     if (n->args.i[ST_CONV_DIRECT]) {
-        if (dw)
-            st_sgemm(CblasTrans, CblasNoTrans, (int)c.K, (int)c.Cout, (int)c.M, 1.0f, x, (int)c.K, dy,
-                     (int)c.Cout, 0.0f, dwt, (int)c.Cout);
-        if (dx) /* dx (M, Cin) = dy wp */
-            st_sgemm(CblasNoTrans, CblasNoTrans, (int)c.M, (int)c.K, (int)c.Cout, 1.0f, dy, (int)c.Cout, wp,
-                     (int)c.K, acc ? 1.0f : 0.0f, dx, (int)c.K);
+        /* dW^T (K, Cout) = x^T dy and dx (M, Cin) = dy wp: independent */
+        const st_gemm pw = st_gemm_of(CblasTrans, CblasNoTrans, (int)c.K, (int)c.Cout, (int)c.M, 1.0f, x,
+                                      (int)c.K, dy, (int)c.Cout, 0.0f, dwt, (int)c.Cout);
+        const st_gemm px = st_gemm_of(CblasNoTrans, CblasNoTrans, (int)c.M, (int)c.K, (int)c.Cout, 1.0f, dy,
+                                      (int)c.Cout, wp, (int)c.K, acc ? 1.0f : 0.0f, dx, (int)c.K);
+        st_sgemm_two(dw ? &pw : NULL, dx ? &px : NULL);
     } else {
         const int nt = run_threads(&c);
         if (c.groups >= nt) {

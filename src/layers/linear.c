@@ -39,14 +39,22 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     const float *dy = n->out->grad; /* (M, N) */
     float *dw = n->params[0]->grad;
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
-    if (dw) {
-        if (io) /* dW (K, N) += x^T dy */
-            st_sgemm(CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K, dy, (int)N, 1.0f, dw,
-                     (int)N);
-        else /* dW (N, K) += dy^T x */
-            st_sgemm(CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy, (int)N, x, (int)K, 1.0f, dw,
-                     (int)K);
+    float *dx = n->in[0]->grad;
+    const float beta = n->in_acc[0] ? 1.0f : 0.0f;
+    /* dW and dx: two independent products, at once where that pays */
+    st_gemm pw, px;
+    if (io) { /* dW (K, N) += x^T dy; dx (M, K) = dy W^T, W (K, N) */
+        pw = st_gemm_of(CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0f, x, (int)K, dy, (int)N, 1.0f,
+                        dw, (int)N);
+        px = st_gemm_of(CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)N, beta,
+                        dx, (int)K);
+    } else { /* dW (N, K) += dy^T x; dx (M, K) = dy W, W (N, K) */
+        pw = st_gemm_of(CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy, (int)N, x, (int)K, 1.0f,
+                        dw, (int)K);
+        px = st_gemm_of(CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)K, beta,
+                        dx, (int)K);
     }
+    st_sgemm_two(dw ? &pw : NULL, dx ? &px : NULL);
     if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
         float *db = n->params[1]->grad; /* (N) */
         /* Each thread owns a block of columns and walks the rows in order:
@@ -65,16 +73,6 @@ static st_status linear_backward(st_node *n, st_graph *g) {
                     acc[j] += dy[i * N + j0 + j];
             memcpy(db + j0, acc, (size_t)nc * sizeof(float));
         }
-    }
-    float *dx = n->in[0]->grad;
-    if (dx) {
-        float beta = n->in_acc[0] ? 1.0f : 0.0f;
-        if (io) /* dx (M, K) = dy W^T, W (K, N) */
-            st_sgemm(CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)N, beta, dx,
-                     (int)K);
-        else /* dx (M, K) = dy W, W (N, K) */
-            st_sgemm(CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N, w, (int)K, beta,
-                     dx, (int)K);
     }
     return ST_OK;
 }

@@ -140,11 +140,12 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
             st_round_array(prec, zr, V); /* the plain pair's logits gradient */
         }
         if (!grads) continue;
-        /* dh_c (m, C) = z W; dW (V, C) += z^T h_c */
-        st_sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)ld, w, (int)C, 0.0f,
-                 dh + r0 * C, (int)C);
-        st_sgemm(CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)ld, h + r0 * C, (int)C,
-                 r0 ? 1.0f : 0.0f, dw, (int)C);
+        /* dh_c (m, C) = z W; dW (V, C) += z^T h_c: independent, at once where that pays */
+        const st_gemm ph = st_gemm_of(CblasNoTrans, CblasNoTrans, (int)m, (int)C, (int)V, 1.0f, z, (int)ld, w,
+                                      (int)C, 0.0f, dh + r0 * C, (int)C);
+        const st_gemm pw = st_gemm_of(CblasTrans, CblasNoTrans, (int)V, (int)C, (int)m, 1.0f, z, (int)ld,
+                                      h + r0 * C, (int)C, r0 ? 1.0f : 0.0f, dw, (int)C);
+        st_sgemm_two(&ph, &pw);
     }
     double sum = 0.0; /* in row order: the same loss for any thread count and chunk */
     for (int64_t r = 0; r < R; r++)
