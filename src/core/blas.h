@@ -88,16 +88,15 @@ static inline void st_sgemm_run(const st_gemm *g) {
 
 /* Two independent products (neither reads what the other writes), such
  * as a layer's weight and input gradients; either may be NULL (none). On
- * two threads each runs alone
- * on one of them, at once (OpenBLAS runs a call made inside a parallel
- * region on its caller's thread): at the small gpt's shapes (2048 rows, K
- * 256 or 1024) 1.03-1.25x the pair run one after the other on both
- * threads, whose split of each product costs more at these sizes than it
- * gains. Otherwise one after the other, each on every thread (OpenBLAS
- * cannot give each of two concurrent calls half of four threads). The same
- * bits either way: OpenBLAS splits C's rows and columns between threads,
- * never K (a gpt's weights after 3 steps are bit for bit the same on 1
- * and 2 threads). */
+ * two threads each runs alone on one of them, at once (OpenBLAS runs a
+ * call made inside a parallel region on its caller's thread): at the small
+ * gpt's shapes (2048 rows, K 256 or 1024) 1.03-1.25x faster than the pair
+ * one after the other on both threads, whose split of each product costs
+ * more at these sizes than it gains. Otherwise one after the other, each
+ * on every thread (OpenBLAS cannot give each of two concurrent calls half
+ * of four threads). The same bits either way: OpenBLAS splits C's rows and
+ * columns between threads, never K (a gpt's weights after 3 steps are bit
+ * for bit the same on 1 and 2 threads). */
 static inline void st_sgemm_two(const st_gemm *a, const st_gemm *b) {
     if (a && b && omp_get_max_threads() == 2 && !omp_in_parallel()) {
 #pragma omp parallel num_threads(2)

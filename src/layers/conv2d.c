@@ -191,16 +191,17 @@ static void col2im(const conv_geom *c, const float *dcol, int64_t nb, float *dx,
 
 /* out (C) += column sums of a (M, C): per-block partials in part (NBLK, C),
  * combined in block order. */
+enum { COLSUM_COLS = 64 };
 static void colsum_add(const float *a, int64_t M, int64_t C, float *part, float *out) {
     const int64_t nb = M < NBLK ? M : NBLK, rows = (M + nb - 1) / nb;
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < nb; j++) {
         const int64_t end = (j + 1) * rows < M ? (j + 1) * rows : M;
-        /* by 64 columns, summed in locals: part aliases nothing, but the
-         * compiler cannot know it and loaded and stored it every row */
-        for (int64_t c0 = 0; c0 < C; c0 += 64) {
-            const int64_t nc = c0 + 64 < C ? 64 : C - c0;
-            float acc[64] = {0};
+        /* by COLSUM_COLS columns, summed in locals: part aliases nothing,
+         * but the compiler cannot know it and loaded and stored it every row */
+        for (int64_t c0 = 0; c0 < C; c0 += COLSUM_COLS) {
+            const int64_t nc = c0 + COLSUM_COLS < C ? COLSUM_COLS : C - c0;
+            float acc[COLSUM_COLS] = {0};
             for (int64_t i = j * rows; i < end; i++)
                 for (int64_t ch = 0; ch < nc; ch++)
                     acc[ch] += a[i * C + c0 + ch];
