@@ -156,69 +156,54 @@ static int bench_attention(int64_t B, int64_t T, int64_t C, int64_t nh, int reps
     return rc;
 }
 
-/* batchnorm (training) and maxpool at the CNN's first block: memory-bound passes */
-static int bench_cheap(int64_t B, int64_t H, int64_t C, int reps) {
-    st_params p = {0};
-    st_graph g;
-    st_graph_init(&g, &p);
-    int64_t xs[4] = {B, H, H, C};
-    st_tensor *x, *y1, *y2;
-    st_status s = st_graph_param(&g, "x", 4, xs, ST_INIT_UNIFORM, 1.0f, false, &x);
-    if (s == ST_OK) s = st_batchnorm(&g, "bn", x, 1e-5f, 0.1f, &y1);
-    if (s == ST_OK) s = st_maxpool2d(&g, "pool", x, 2, 2, &y2);
-    if (s == ST_OK) s = st_graph_finalize(&g);
-    if (s != ST_OK) {
-        fprintf(stderr, "bench_layers: batchnorm/maxpool build failed: %s\n", st_last_error());
-        return 1;
-    }
-    st_params_init(&p, 1);
-    g.training = true;
-    st_graph one = g; /* time each node alone: a view of g with one node */
-    double f, b;
+/* Each node of g alone (a view of g with that node only), in training
+ * mode, printed with its label: memory-bound layers. */
+static int time_each(st_graph *g, const char *const *labels, int reps) {
+    g->training = true;
+    st_graph one = *g;
     int rc = 0;
-    const double mb = (double)x->count * 4.0 / 1e6;
-    for (int i = 0; i < 2; i++) {
-        one.nodes = &g.nodes[i];
+    for (int i = 0; i < g->n_nodes; i++) {
+        double f, b;
+        one.nodes = &g->nodes[i];
         one.n_nodes = 1;
         rc |= time_node(&one, reps, &f, &b);
-        printf("%-9s B%lld %2lldx%-2lld C%-3lld (%.0f MB in)   fwd %7.2f ms  bwd %7.2f ms  total %7.2f ms\n",
-               i == 0 ? "batchnorm" : "maxpool2", (long long)B, (long long)H, (long long)H, (long long)C, mb,
-               f, b, f + b);
+        printf("%-36s fwd %7.3f ms  bwd %7.3f ms  total %7.3f ms\n", labels[i], f, b, f + b);
     }
-    st_graph_free(&g);
-    st_params_free(&p);
     return rc;
 }
 
-/* layernorm and GELU at the small GPT's rows (B T tokens of C channels;
- * GELU on the MLP's 4C): memory-bound passes over L2-sized arrays */
-static int bench_rows(int64_t R, int64_t C, int reps) {
+/* batchnorm (training) and maxpool at the CNN's first block, layernorm and
+ * GELU at the small GPT's rows (B T tokens of C channels; GELU on the
+ * MLP's 4C): memory-bound passes */
+static int bench_cheap(int64_t B, int64_t H, int64_t C, int64_t R, int64_t E, int reps) {
     st_params p = {0};
     st_graph g;
     st_graph_init(&g, &p);
-    int64_t xs[2] = {R, C}, hs[2] = {R, 4 * C};
-    st_tensor *x, *h, *y1, *y2;
-    st_status s = st_graph_param(&g, "x", 2, xs, ST_INIT_UNIFORM, 1.0f, false, &x);
+    int64_t xs[4] = {B, H, H, C}, rs[2] = {R, E}, hs[2] = {R, 4 * E};
+    st_tensor *x, *r, *h, *y;
+    st_status s = st_graph_param(&g, "x", 4, xs, ST_INIT_UNIFORM, 1.0f, false, &x);
+    if (s == ST_OK) s = st_graph_param(&g, "r", 2, rs, ST_INIT_UNIFORM, 1.0f, false, &r);
     if (s == ST_OK) s = st_graph_param(&g, "h", 2, hs, ST_INIT_UNIFORM, 1.0f, false, &h);
-    if (s == ST_OK) s = st_layernorm(&g, "ln", x, 1e-5f, &y1);
-    if (s == ST_OK) s = st_gelu(&g, "gelu", h, &y2);
+    if (s == ST_OK) s = st_batchnorm(&g, "bn", x, 1e-5f, 0.1f, &y);
+    if (s == ST_OK) s = st_maxpool2d(&g, "pool", x, 2, 2, &y);
+    if (s == ST_OK) s = st_layernorm(&g, "ln", r, 1e-5f, &y);
+    if (s == ST_OK) s = st_gelu(&g, "gelu", h, &y);
     if (s == ST_OK) s = st_graph_finalize(&g);
     if (s != ST_OK) {
-        fprintf(stderr, "bench_layers: layernorm/gelu build failed: %s\n", st_last_error());
+        fprintf(stderr, "bench_layers: batchnorm/maxpool/layernorm/gelu build failed: %s\n", st_last_error());
         return 1;
     }
     st_params_init(&p, 1);
-    g.training = true;
-    st_graph one = g; /* each node alone, as bench_cheap */
-    double f, b;
-    int rc = 0;
-    for (int i = 0; i < 2; i++) {
-        one.nodes = &g.nodes[i];
-        one.n_nodes = 1;
-        rc |= time_node(&one, reps, &f, &b);
-        printf("%-9s %lld rows x %-4lld             fwd %7.3f ms  bwd %7.3f ms  total %7.3f ms\n",
-               i == 0 ? "layernorm" : "gelu", (long long)R, (long long)(i == 0 ? C : 4 * C), f, b, f + b);
-    }
+    char l[4][64];
+    const double mb = (double)x->count * 4.0 / 1e6;
+    snprintf(l[0], sizeof l[0], "batchnorm B%lld %lldx%lld C%lld (%.0f MB in)", (long long)B, (long long)H,
+             (long long)H, (long long)C, mb);
+    snprintf(l[1], sizeof l[1], "maxpool2  B%lld %lldx%lld C%lld (%.0f MB in)", (long long)B, (long long)H,
+             (long long)H, (long long)C, mb);
+    snprintf(l[2], sizeof l[2], "layernorm %lld rows x %lld", (long long)R, (long long)E);
+    snprintf(l[3], sizeof l[3], "gelu      %lld rows x %lld", (long long)R, (long long)(4 * E));
+    const char *const labels[4] = {l[0], l[1], l[2], l[3]};
+    const int rc = time_each(&g, labels, reps);
     st_graph_free(&g);
     st_params_free(&p);
     return rc;
@@ -237,7 +222,6 @@ int main(int argc, char **argv) {
     rc |= bench_conv(128, 28, 32, 64, true, reps);
     rc |= bench_conv(128, 14, 64, 128, true, reps);
     rc |= bench_attention(8, 256, 256, 4, reps);
-    rc |= bench_cheap(128, 28, 64, reps);
-    rc |= bench_rows(8 * 256, 256, reps);
+    rc |= bench_cheap(128, 28, 64, 8 * 256, 256, reps);
     return rc;
 }
