@@ -24,6 +24,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -450,21 +451,32 @@ def fmt_rate(v, unit):
     return f"{v:,.0f} {unit}"
 
 
+def paired_cell(r):
+    """The repeats' own ratios: their median and range (one repeat: that ratio)."""
+    p = r.get("paired") or []
+    if not p:
+        return "-"
+    if len(p) == 1:
+        return f"{p[0]:.2f}x"
+    return f"{statistics.median(p):.2f}x ({p[0]:.2f}-{p[-1]:.2f})"
+
+
 def table(rows):
     head = ["model", "threads", "PyTorch ms/step", "scaletrain ms/step", "PyTorch throughput",
             "scaletrain throughput", "PyTorch GFLOP/s", "scaletrain GFLOP/s", "scaletrain/PyTorch",
-            "target"]
+            "paired (median, range)", "target"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['model']} | {r['threads']} | " + " | ".join(["failed"] * 7) + " | - |")
+            out.append(f"| {r['model']} | {r['threads']} | " + " | ".join(["failed"] * 8) + " | - |")
             continue
         unit = "tok/s" if r["model"] == "gpt" else "samples/s"
         tgt = r["target"]
         tcell = "-" if tgt is None else f">= {tgt:.1f}x: {'yes' if r['ratio'] >= tgt else 'NO'}"
         out.append(f"| {r['model']} | {r['threads']} | {r['torch_ms']:.1f} | {r['st_ms']:.1f} | "
                    f"{fmt_rate(r['torch_rate'], unit)} | {fmt_rate(r['st_rate'], unit)} | "
-                   f"{r['torch_gflops']:.1f} | {r['st_gflops']:.1f} | {r['ratio']:.2f}x | {tcell} |")
+                   f"{r['torch_gflops']:.1f} | {r['st_gflops']:.1f} | {r['ratio']:.2f}x | {paired_cell(r)} | "
+                   f"{tcell} |")
     return out
 
 
@@ -479,7 +491,10 @@ def check_scaletrain_model(j, model):
 def measure(binary, model, threads, steps, repeats, tokens, run_dir, torch_first):
     """Alternate the two sides `repeats` times; the best (lowest) median ms/step
     of each side: on a shared machine other tenants only ever add time, so the
-    fastest repeat is the closest to what the code costs."""
+    fastest repeat is the closest to what the code costs. Also each repeat's
+    own ratio (its PyTorch run over its scaletrain run, taken one after the
+    other): where the machine's speed drifts between repeats, their median is
+    the steadier figure."""
     tm, sm = [], []
     for rep in range(repeats):
         order = ("torch", "st") if (rep % 2 == 0) == torch_first else ("st", "torch")
@@ -496,15 +511,15 @@ def measure(binary, model, threads, steps, repeats, tokens, run_dir, torch_first
                 sm.append(j["step_ms_median"])
                 print(f"  {model} T={threads} scaletrain {j['step_ms_median']:8.1f} ms/step  loss "
                       f"{j['first_loss']:.3f} -> {j['train_loss']:.3f}", flush=True)
-    return min(tm), min(sm)
+    return min(tm), min(sm), [a / b for a, b in zip(tm, sm)]
 
 
-def row_of(model, threads, torch_ms, st_ms):
+def row_of(model, threads, torch_ms, st_ms, paired=()):
     s = SPECS[model]
     per_step = s["batch"] * (s["block"] if model == "gpt" else 1)  # samples, or tokens for the gpt
     flop_step = 3.0 * flops_per_sample(model) * s["batch"]
     row = {"model": model, "threads": threads, "target": s["targets"].get(threads),
-           "torch_ms": torch_ms, "st_ms": st_ms, "ratio": torch_ms / st_ms}
+           "torch_ms": torch_ms, "st_ms": st_ms, "ratio": torch_ms / st_ms, "paired": sorted(paired)}
     for side in ("torch", "st"):
         sec = row[f"{side}_ms"] / 1e3
         row[f"{side}_rate"] = per_step / sec
@@ -601,9 +616,9 @@ def main():
         for m in models:
             for t in threads:
                 try:
-                    torch_ms, st_ms = measure(binary, m, t, a.steps or SPECS[m]["steps"], a.repeats, tokens,
-                                              run_dir, torch_first=len(rows) % 2 == 0)
-                    rows.append(row_of(m, t, torch_ms, st_ms))
+                    torch_ms, st_ms, paired = measure(binary, m, t, a.steps or SPECS[m]["steps"], a.repeats,
+                                                      tokens, run_dir, torch_first=len(rows) % 2 == 0)
+                    rows.append(row_of(m, t, torch_ms, st_ms, paired))
                 except RuntimeError as e:
                     print(f"  {m} T={t}: {e}", file=sys.stderr)
                     rows.append({"model": m, "threads": t, "error": str(e)})
