@@ -211,8 +211,8 @@ static bool cudnn_ready(const st_graph *g, const attn_dims &a, bool backward) {
 
 static bool bf16_aligned(st_fbuf b) { return b.t == ST_PREC_BF16 && ((uintptr_t)b.p & 15) == 0; }
 
-/* cuDNN's workspace: the graph's scratch, rounded up to 256 bytes (prepare
- * counts the extra) */
+/* cuDNN's workspace: the graph's scratch, rounded up to 256 bytes
+ * (st_attention_cudnn_work counts the extra) */
 static void *cudnn_ws(const st_graph *g) { return (void *)(((uintptr_t)g->work + 255) & ~(uintptr_t)255); }
 
 static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
@@ -254,8 +254,7 @@ static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
     } else {
         ST_TRY(s);
     }
-    const int64_t floats = st_align_floats((ws + 256 + 3) / 4);
-    if (floats > n->work_count) n->work_count = floats;
+    st_attention_cudnn_work(n, ws);
     return ST_OK;
 }
 #endif

@@ -203,15 +203,17 @@ int64_t st_attention_cudnn_bytes(int64_t B, int64_t T, int64_t nh, bool backward
     return B * nh * ((T + 63) / 64 * 64) * ((T + 127) / 128 * 128) * 2 + sums;
 }
 
+void st_attention_cudnn_work(st_node *n, int64_t bytes) {
+    const int64_t floats = st_align_floats((bytes + 256 + 3) / 4);
+    if (floats > n->work_count) n->work_count = floats;
+}
+
 void st_attention_device_layout(st_node *n, bool cudnn, bool forward_only) {
     int64_t B, T, nh, hs;
     node_dims(n, &B, &T, &nh, &hs);
     st_attention_device_counts(B, T, nh, hs, &n->saved_count, &n->work_count);
-    if (cudnn && st_attention_flash_fits(B, T, nh, hs)) { /* as attention.cu's cudnn_prepare */
-        const int64_t ws = st_attention_cudnn_bytes(B, T, nh, !forward_only);
-        const int64_t floats = st_align_floats((ws + 256 + 3) / 4);
-        if (floats > n->work_count) n->work_count = floats;
-    }
+    if (cudnn && st_attention_flash_fits(B, T, nh, hs)) /* as attention.cu's cudnn_node */
+        st_attention_cudnn_work(n, st_attention_cudnn_bytes(B, T, nh, !forward_only));
 }
 
 bool st_attention_node_flash(const st_node *n) {

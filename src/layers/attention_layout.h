@@ -24,11 +24,16 @@ void st_attention_device_counts(int64_t B, int64_t T, int64_t nh, int64_t hs, in
  * in fp32; forward only, the sums. The run asks cuDNN itself
  * (attention.cu's prepare); this is the planner's figure. */
 int64_t st_attention_cudnn_bytes(int64_t B, int64_t T, int64_t nh, bool backward);
+/* Room for `bytes` of cuDNN workspace in the node's workspace (floats; 256
+ * bytes more for its alignment, attention.cu's cudnn_ws): the one rule for
+ * the twin's prepare (cuDNN's own figure) and the layout below (the
+ * planner's). */
+struct st_node;
+void st_attention_cudnn_work(struct st_node *n, int64_t bytes);
 /* Set an attention node's saved_count and work_count to the twin's: a
  * layout-only graph for a GPU (st_graph.device_layout) calls it, cudnn
  * when the node would run on cuDNN's fused attention (its workspace then
  * counted as the node's, backward's too unless forward_only). */
-struct st_node;
 void st_attention_device_layout(struct st_node *n, bool cudnn, bool forward_only);
 /* Whether an attention node takes the flash kernels on a device. */
 bool st_attention_node_flash(const struct st_node *n);

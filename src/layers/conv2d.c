@@ -189,9 +189,10 @@ static void col2im(const conv_geom *c, const float *dcol, int64_t nb, float *dx,
     }
 }
 
+enum { COLSUM_COLS = 64 }; /* columns colsum_add sums at a time, in locals */
+
 /* out (C) += column sums of a (M, C): per-block partials in part (NBLK, C),
  * combined in block order. */
-enum { COLSUM_COLS = 64 };
 static void colsum_add(const float *a, int64_t M, int64_t C, float *part, float *out) {
     const int64_t nb = M < NBLK ? M : NBLK, rows = (M + nb - 1) / nb;
 #pragma omp parallel for schedule(static)
