@@ -233,7 +233,7 @@ static void test_device_layout(void) {
  * T^2 bf16 (T rounded up), beside the graph's other scratch (the fused
  * head's, shared: the larger counts); forward alone only its softmax sums;
  * not in fp32 (cuDNN runs bf16 alone) nor for a head size the flash
- * kernels do not take (the twin's rule: attention.cu's cudnn_node). */
+ * kernels do not take (st_attention_node_cudnn, the twin's rule too). */
 static void test_cudnn_workspace(void) {
     const int64_t B = 16, T = 1024, L = 2;
     const int64_t heads[2] = {12, 32};

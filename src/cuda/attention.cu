@@ -32,7 +32,8 @@
  *   storage (src/layers/half_io.h).
  *
  * - cuDNN's fused attention (attention_cudnn.h), when the graph asks for it
- *   (st_graph.attention_cudnn, model.attention_kernel=cudnn) on a node the
+ *   (st_graph.attention_cudnn, model.attention_kernel=cudnn; the rule is
+ *   st_attention_node_cudnn, which the planner counts by) on a node the
  *   flash kernels would take, in a bf16 run with qkv, y and their
  *   gradients stored as bf16 and 16-byte aligned, and a backward that writes
  *   dqkv (not adds into it): the same saved state as flash (the
@@ -196,15 +197,10 @@ static st_cudnn_sdpa cudnn_shape(const attn_dims &a) {
     return s;
 }
 
-/* The graph asks for cuDNN and this node's shape and run allow it: its
- * graphs are built in prepare (st_cudnn_sdpa_plan). */
-static bool cudnn_node(const st_graph *g, const attn_dims &a) {
-    return g->attention_cudnn && g->params->precision == ST_PREC_BF16 && flash(a);
-}
-
-/* ... and cuDNN took that pass of its shape there */
-static bool cudnn_ready(const st_graph *g, const attn_dims &a, bool backward) {
-    if (!cudnn_node(g, a) || !g->dev->cudnn) return false;
+/* The node runs on cuDNN (st_attention_node_cudnn: its graphs were built
+ * in prepare, st_cudnn_sdpa_plan) and cuDNN took that pass of its shape */
+static bool cudnn_ready(const st_graph *g, const st_node *n, const attn_dims &a, bool backward) {
+    if (!st_attention_node_cudnn(g, n) || !g->dev->cudnn) return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
     return st_cudnn_sdpa_ready(g->dev->cudnn, &sh, backward);
 }
@@ -215,8 +211,9 @@ static bool bf16_aligned(st_fbuf b) { return b.t == ST_PREC_BF16 && ((uintptr_t)
  * (st_attention_cudnn_work counts the extra) */
 static void *cudnn_ws(const st_graph *g) { return (void *)(((uintptr_t)g->work + 255) & ~(uintptr_t)255); }
 
-static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
-    if (!cudnn_ready(g, a, false) || !bf16_aligned(f.qkv) || !bf16_aligned(f.y)) return false;
+static bool cudnn_forward(st_graph *g, const st_node *n, const attn_dims &a, const st_flash &f,
+                          st_status *s) {
+    if (!cudnn_ready(g, n, a, false) || !bf16_aligned(f.qkv) || !bf16_aligned(f.y)) return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
     st_graph_span(g, "cudnn attention forward", false, 0);
     *s = st_cudnn_sdpa_forward(g->dev->cudnn, st_cuda_stream(g), &sh, f.qkv.p, f.y.p, f.lse, cudnn_ws(g));
@@ -225,8 +222,9 @@ static bool cudnn_forward(st_graph *g, const attn_dims &a, const st_flash &f, st
     return true;
 }
 
-static bool cudnn_backward(st_graph *g, const attn_dims &a, const st_flash &f, st_status *s) {
-    if (!cudnn_ready(g, a, true) || f.acc || !bf16_aligned(f.qkv) || !bf16_aligned(f.y) ||
+static bool cudnn_backward(st_graph *g, const st_node *n, const attn_dims &a, const st_flash &f,
+                           st_status *s) {
+    if (!cudnn_ready(g, n, a, true) || f.acc || !bf16_aligned(f.qkv) || !bf16_aligned(f.y) ||
         !bf16_aligned(f.dy) || !bf16_aligned(f.dqkv))
         return false;
     const st_cudnn_sdpa sh = cudnn_shape(a);
@@ -265,7 +263,7 @@ static st_status attention_forward(st_node *n, st_graph *g) {
         const st_flash f = flash_args(n, g, a);
 #ifdef ST_HAVE_CUDNN
         st_status s;
-        if (cudnn_forward(g, a, f, &s)) return s;
+        if (cudnn_forward(g, n, a, f, &s)) return s;
 #endif
         return st_cuda_flash_forward(g, &f);
     }
@@ -301,7 +299,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
         const st_flash f = flash_args(n, g, a);
 #ifdef ST_HAVE_CUDNN
         st_status s;
-        if (cudnn_backward(g, a, f, &s)) return s;
+        if (cudnn_backward(g, n, a, f, &s)) return s;
 #endif
         return st_cuda_flash_backward(g, &f);
     }
@@ -349,7 +347,7 @@ static st_status attention_prepare(st_node *n, st_graph *g) {
     const attn_dims a = dims(n);
     st_attention_device_counts(a.B, a.T, a.nh, a.hs, &n->saved_count, &n->work_count);
 #ifdef ST_HAVE_CUDNN
-    if (cudnn_node(g, a)) ST_TRY(cudnn_prepare(n, g, a));
+    if (st_attention_node_cudnn(g, n)) ST_TRY(cudnn_prepare(n, g, a));
 #endif
     return ST_OK;
 }

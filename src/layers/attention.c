@@ -208,18 +208,22 @@ void st_attention_cudnn_work(st_node *n, int64_t bytes) {
     if (floats > n->work_count) n->work_count = floats;
 }
 
-void st_attention_device_layout(st_node *n, bool cudnn, bool forward_only) {
-    int64_t B, T, nh, hs;
-    node_dims(n, &B, &T, &nh, &hs);
-    st_attention_device_counts(B, T, nh, hs, &n->saved_count, &n->work_count);
-    if (cudnn && st_attention_flash_fits(B, T, nh, hs)) /* as attention.cu's cudnn_node */
-        st_attention_cudnn_work(n, st_attention_cudnn_bytes(B, T, nh, !forward_only));
-}
-
 bool st_attention_node_flash(const st_node *n) {
     int64_t B, T, nh, hs;
     node_dims(n, &B, &T, &nh, &hs);
     return st_attention_flash_fits(B, T, nh, hs);
+}
+
+bool st_attention_node_cudnn(const st_graph *g, const st_node *n) {
+    return g->attention_cudnn && g->params->precision == ST_PREC_BF16 && st_attention_node_flash(n);
+}
+
+void st_attention_device_layout(const st_graph *g, st_node *n) {
+    int64_t B, T, nh, hs;
+    node_dims(n, &B, &T, &nh, &hs);
+    st_attention_device_counts(B, T, nh, hs, &n->saved_count, &n->work_count);
+    if (st_attention_node_cudnn(g, n))
+        st_attention_cudnn_work(n, st_attention_cudnn_bytes(B, T, nh, !g->forward_only));
 }
 
 static const st_layer_ops attention_cpu = {

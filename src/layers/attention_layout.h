@@ -30,12 +30,20 @@ int64_t st_attention_cudnn_bytes(int64_t B, int64_t T, int64_t nh, bool backward
  * planner's). */
 struct st_node;
 void st_attention_cudnn_work(struct st_node *n, int64_t bytes);
-/* Set an attention node's saved_count and work_count to the twin's: a
- * layout-only graph for a GPU (st_graph.device_layout) calls it, cudnn
- * when the node would run on cuDNN's fused attention (its workspace then
- * counted as the node's, backward's too unless forward_only). */
-void st_attention_device_layout(struct st_node *n, bool cudnn, bool forward_only);
+struct st_graph;
 /* Whether an attention node takes the flash kernels on a device. */
 bool st_attention_node_flash(const struct st_node *n);
+/* Whether it runs on cuDNN's fused attention: the graph asks for it
+ * (st_graph.attention_cudnn), the run is bf16 and the node takes the flash
+ * kernels (whose saved state cuDNN shares). The one rule for the twin
+ * (attention.cu builds the node's graphs in prepare when it holds) and the
+ * planner's layout below; a pass cuDNN then has no engine for falls back to
+ * the flash kernels at run time. */
+bool st_attention_node_cudnn(const struct st_graph *g, const struct st_node *n);
+/* Set an attention node's saved_count and work_count to the twin's: a
+ * layout-only graph for a GPU (st_graph.device_layout) calls it; on cuDNN
+ * (st_attention_node_cudnn) its workspace counts as the node's, backward's
+ * too unless the graph is forward only. */
+void st_attention_device_layout(const struct st_graph *g, struct st_node *n);
 
 #endif

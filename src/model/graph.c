@@ -1036,9 +1036,7 @@ st_status st_graph_finalize(st_graph *g) {
     else if (g->device_layout)
         for (int i = 0; i < g->n_nodes; i++) {
             if (strcmp(g->nodes[i].ops->name, "attention") == 0)
-                st_attention_device_layout(&g->nodes[i],
-                                           g->attention_cudnn && g->params->precision == ST_PREC_BF16,
-                                           g->forward_only);
+                st_attention_device_layout(g, &g->nodes[i]);
             else if (strcmp(g->nodes[i].ops->name, "conv2d") == 0)
                 st_conv2d_device_layout(&g->nodes[i]);
         }
