@@ -68,6 +68,15 @@ CUDNN_HOME ?= $(CUDA_HOME)
 CUDNN_FE ?= .tools/cudnn-frontend/include
 CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so* $(CUDNN_HOME)/lib/libcudnn.so*)))
 CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(CUDNN_LIBDIR),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so)),1,0)
+# CUDA_LAZY=1 (the default on x86-64): the CUDA runtime linked statically
+# (as nvcc links it), cuBLASLt, NCCL, cuDNN and NVRTC loaded when first
+# needed by the sonames read off the toolkit's files here
+# (src/cuda/libs.h), so that a CUDA build starts on a machine without them
+# and says what is missing; the rpath still names their folders. 0: linked
+# as shared libraries, which the loader then requires at start.
+CUDA_LAZY ?= $(if $(filter x86_64,$(shell uname -m)),1,0)
+comma := ,
+soname = $(shell readelf -d $(firstword $(wildcard $(1))) 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 ifeq ($(CUDA),1)
 CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
@@ -82,6 +91,15 @@ CUDNN_FLAGS := -DST_HAVE_CUDNN
 CUDA_CFLAGS += -DST_HAVE_CUDNN
 CUDNN_SRC := src/cuda/attention_cudnn.cpp
 CUDA_LIBS := -L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR) $(if $(wildcard $(CUDNN_LIBDIR)libcudnn.so),-lcudnn,-l:libcudnn.so.9) -lnvrtc $(CUDA_LIBS)
+endif
+ifeq ($(CUDA_LAZY),1)
+CUDA_CFLAGS += -DST_CUDA_LAZY_LIBS \
+	-DST_CUBLASLT_SO=\"$(call soname,$(CUDA_HOME)/lib64/libcublasLt.so*)\" \
+	-DST_NCCL_SO=\"$(or $(call soname,$(NCCL_LIBDIR)libnccl.so*),libnccl.so.2)\" \
+	-DST_CUDNN_SO=\"$(or $(call soname,$(CUDNN_LIBDIR)libcudnn.so*),libcudnn.so.9)\" \
+	-DST_NVRTC_SO=\"$(call soname,$(CUDA_HOME)/lib64/libnvrtc.so*)\"
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
+	$(if $(CUDNN_LIBDIR),-Wl$(comma)-rpath$(comma)$(CUDNN_LIBDIR)) -lcudart_static -ldl -lrt -lstdc++
 endif
 endif
 # CUDA_EMU=1 (`make emu`, into build-emu): the same CUDA sources compiled

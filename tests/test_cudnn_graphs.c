@@ -13,12 +13,14 @@
  * (st_attention_cudnn_bytes, docs/planner.md), which may fall short of it
  * by 8 MiB at most (both printed): a planner that counts less than the run
  * takes plans batches that do not fit; the term that grows, dP with B T^2,
- * is what the figure models. Skips, saying why, in builds without cuDNN. */
+ * is what the figure models. Skips, saying why, in builds without cuDNN
+ * and where its library does not load. */
 #include "check.h"
 #include "core/device.h"
 #include "layers/attention_layout.h"
 #ifdef ST_HAVE_CUDNN
 #include "cuda/attention_cudnn.h"
+#include "cuda/cuda.h"
 #endif
 
 int main(void) {
@@ -26,6 +28,9 @@ int main(void) {
     return st_test_skip("cudnn graphs", "this build has no cuDNN attention (CUDNN=0: no cuDNN headers, or no "
                                         "cudnn-frontend headers in .tools/cudnn-frontend: scripts/deps.sh)");
 #else
+    char no_cudnn[512];
+    if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn)) /* its library did not load (src/cuda/libs.h) */
+        return st_test_skip("cudnn graphs", no_cudnn);
     printf("cuDNN %lld\n", (long long)st_cudnn_version());
     const st_cudnn_sdpa ok[] = {{16, 1024, 12, 64, 0.125f}, {2, 64, 12, 64, 0.125f},
                                 {2, 37, 4, 16, 0.25f},      {1, 130, 2, 64, 0.125f},

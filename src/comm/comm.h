@@ -112,6 +112,9 @@ st_status st_comm_init(const st_comm_config *cfg, st_comm **out);
  * ST_ERR_UNSUPPORTED, saying so, in a build without CUDA or NCCL. */
 st_status st_comm_nccl_init(st_comm *boot, st_device *d, const st_comm_config *cfg, st_comm **out);
 bool st_comm_nccl_built(void); /* this build has the NCCL communicator */
+/* ... and NCCL's library loads (src/cuda/libs.h); false with the reason,
+ * either missing, in why. */
+bool st_comm_nccl_usable(char *why, size_t n);
 
 /* Waits for outstanding operations (under the watchdog), stops the watchdog,
  * frees every request handle still held (they become invalid) and finalizes

@@ -2,9 +2,20 @@
  * with CUDA but without NCCL (Makefile: NCCL=0 when nccl.h is not found).
  * The real one is src/cuda/comm_nccl.cu. */
 #if !(defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL))
+#include <stdio.h>
+
 #include "comm/comm.h"
 
 bool st_comm_nccl_built(void) { return false; }
+
+bool st_comm_nccl_usable(char *why, size_t n) {
+#ifdef ST_HAVE_CUDA
+    snprintf(why, n, "this build left it out (nccl.h was not found under NCCL_HOME; see docs/cuda.md)");
+#else
+    snprintf(why, n, "this build has no CUDA");
+#endif
+    return false;
+}
 
 st_status st_comm_nccl_init(st_comm *boot, st_device *d, const st_comm_config *cfg, st_comm **out) {
     (void)boot;

@@ -14,6 +14,7 @@ extern "C" {
 #include "scaletrain/status.h" /* C declarations, included once here */
 }
 #include "attention_cudnn.h"
+#include "libs.h"
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -156,6 +157,14 @@ st_status run(const fe::graph::Graph &g, cudnnHandle_t h, void *stream,
     return ST_OK;
 }
 
+/* cuDNN's library (src/cuda/libs.h) before any call into it; NVRTC too
+ * where it is, which cudnn-frontend calls only for some engines */
+st_status load_cudnn() {
+    ST_TRY(st_cuda_lib_load(ST_CUDA_LIB_CUDNN));
+    if (st_cuda_lib_load(ST_CUDA_LIB_NVRTC) != ST_OK) st_clear_error();
+    return ST_OK;
+}
+
 } // namespace
 
 struct st_cudnn {
@@ -166,6 +175,7 @@ struct st_cudnn {
 
 extern "C" st_status st_cudnn_create(const char *where, st_cudnn **out) {
     *out = nullptr;
+    if (load_cudnn() != ST_OK) return st_fail_context(ST_ERR_UNSUPPORTED, "%s: ", where);
     cudnnHandle_t h = nullptr;
     const cudnnStatus_t cs = cudnnCreate(&h);
     if (cs != CUDNN_STATUS_SUCCESS)
@@ -275,9 +285,16 @@ extern "C" st_status st_cudnn_sdpa_backward(st_cudnn *c, void *stream, const st_
     return run(*g->bwd, c->h, stream, pack, ws, "backward");
 }
 
-extern "C" int64_t st_cudnn_version(void) { return (int64_t)cudnnGetVersion(); }
+extern "C" int64_t st_cudnn_version(void) {
+    if (load_cudnn() != ST_OK) {
+        st_clear_error();
+        return 0;
+    }
+    return (int64_t)cudnnGetVersion();
+}
 
 extern "C" st_status st_cudnn_sdpa_validate(const st_cudnn_sdpa *s, int sm_version) {
+    ST_TRY(load_cudnn());
     try {
         const char *pass = "forward";
         auto f = forward_graph(*s, sm_version), b = backward_graph(*s, sm_version);

@@ -32,6 +32,7 @@
 #include <nccl.h>
 extern "C" {
 #include "comm/comm_impl.h"
+#include "libs.h"
 }
 
 typedef struct nccl_req {
@@ -399,10 +400,18 @@ static st_status nccl_init(st_comm *c, void *arg) {
 
 extern "C" bool st_comm_nccl_built(void) { return true; }
 
+extern "C" bool st_comm_nccl_usable(char *why, size_t n) {
+    if (st_cuda_lib_load(ST_CUDA_LIB_NCCL) == ST_OK) return true;
+    snprintf(why, n, "%s", st_last_error());
+    st_clear_error();
+    return false;
+}
+
 extern "C" st_status st_comm_nccl_init(st_comm *boot, st_device *d, const st_comm_config *cfg, st_comm **out) {
     if (out) *out = NULL;
     if (!boot || !d || !out)
         return st_fail(ST_ERR_ARG, "st_comm_nccl_init: the host communicator, the device and out are needed");
+    ST_TRY(st_cuda_lib_load(ST_CUDA_LIB_NCCL));
     st_comm_config conf = ST_COMM_CONFIG_INIT;
     if (cfg) conf.timeout_s = cfg->timeout_s;
     conf.backend = ST_COMM_AUTO; /* (not used: the front validates it) */

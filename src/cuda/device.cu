@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common.cuh"
+#include "libs.h"
 #ifdef ST_HAVE_CUDNN
 #include "attention_cudnn.h"
 #endif
@@ -55,6 +56,11 @@ static void no_device_why(cudaError_t e, char *why, size_t len) {
 
 extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     int n = 0;
+    if (st_cuda_lib_load(ST_CUDA_LIB_CUBLASLT) != ST_OK) { /* no device is usable without it */
+        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", st_last_error());
+        st_clear_error();
+        return 0;
+    }
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         if (why && why_len) no_device_why(e, why, why_len);
@@ -213,6 +219,11 @@ extern "C" bool st_cuda_cudnn_built(char *why, size_t n) {
     snprintf(why, n, "the CUDA emulator has no cuDNN");
     return false;
 #elif defined(ST_HAVE_CUDNN)
+    if (st_cuda_lib_load(ST_CUDA_LIB_CUDNN) != ST_OK) {
+        snprintf(why, n, "%s", st_last_error());
+        st_clear_error();
+        return false;
+    }
     snprintf(why, n, "cuDNN %lld", (long long)st_cudnn_version());
     return true;
 #else

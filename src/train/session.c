@@ -64,15 +64,18 @@ bool st_session_uses_nccl(const st_session *s) {
     return s->dev && (s->world > 1 || strcmp(s->cfg->dist.comm, "nccl") == 0);
 }
 
-/* What keeps this configuration off a CUDA device for now, or NULL. */
-static const char *device_blocker(const st_session *s) {
+/* Whether something keeps this configuration off a CUDA device, and what
+ * (into why). */
+static bool device_blocked(const st_session *s, char *why, size_t n) {
     const st_config *c = s->cfg;
     if (s->world > 1 || strcmp(c->dist.comm, "nccl") == 0) { /* the gradients go through NCCL (dist.c) */
-        if (!st_comm_nccl_built())
-            return "data-parallel training on GPUs needs the NCCL communicator, which this build left out (nccl.h "
-                   "was not found under NCCL_HOME; see docs/cuda.md)";
+        char nw[512];
+        if (!st_comm_nccl_usable(nw, sizeof nw)) {
+            snprintf(why, n, "data-parallel training on GPUs needs the NCCL communicator: %s", nw);
+            return true;
+        }
     }
-    return NULL;
+    return false;
 }
 
 /* train.device: this rank's GPU (by its rank on the node), GPU N (cuda:N,
@@ -95,8 +98,8 @@ static st_status setup_device(st_session *s) {
             c->train.device, on_node, s->rank);
     const int n = st_device_cuda_count(why, sizeof why), local = st_comm_local_rank(s->comm);
     const int ordinal = want >= 0 ? want : local;
-    const char *block = device_blocker(s);
-    if (n > 0 && block) {
+    char block[sizeof why];
+    if (n > 0 && device_blocked(s, block, sizeof block)) {
         snprintf(why, sizeof why, "%s", block);
     } else if (n > 0 && want >= n) {
         snprintf(why, sizeof why, "this node has %d CUDA device(s), cuda:0 to cuda:%d", n, n - 1);

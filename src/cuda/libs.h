@@ -1,0 +1,38 @@
+/* The CUDA libraries a CUDA build loads when it first needs them, so that
+ * the binary starts on a machine without them (a CPU node without the
+ * toolkit) and says what is missing instead of the loader refusing to
+ * start it: cuBLASLt (the device's matrix products: loaded when a device
+ * is counted or opened), NCCL (the communicator between GPUs), cuDNN and
+ * NVRTC (model.attention_kernel=cudnn; NVRTC only as far as cudnn-frontend
+ * reaches it). The CUDA runtime is linked statically (nvcc's default), and
+ * the driver, libcuda.so.1, is the runtime's to find at run time.
+ *
+ * src/cuda/libs.c defines each library function the CUDA code calls as a
+ * jump through a pointer that st_cuda_lib_load fills from dlopen and dlsym
+ * (the same search as the linker's: LD_LIBRARY_PATH, the build's rpath,
+ * the system's); a library that did not load leaves its functions pointing
+ * at a handler that stops the process naming the function, which no path
+ * reaches: each entry point loads its library first and turns a failure
+ * into a status. In builds that link the libraries (the emulator, other
+ * architectures: the Makefile's CUDA_LAZY) st_cuda_lib_load returns ST_OK. */
+#ifndef ST_CUDA_LIBS_H
+#define ST_CUDA_LIBS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "scaletrain/status.h" /* C declarations (it has no guards of its own) */
+
+typedef enum { ST_CUDA_LIB_CUBLASLT, ST_CUDA_LIB_NCCL, ST_CUDA_LIB_CUDNN, ST_CUDA_LIB_NVRTC, ST_CUDA_LIB_N } st_cuda_lib;
+
+/* Loads the library (once; thread-safe) and resolves every function of it
+ * that scaletrain calls; ST_ERR_UNSUPPORTED naming the file and the
+ * loader's reason, every time it is asked, when it cannot. */
+st_status st_cuda_lib_load(st_cuda_lib lib);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
