@@ -1,6 +1,7 @@
 /* The CUDA libraries loaded when first needed (libs.h). Each function the
  * CUDA code calls from cuBLASLt, NCCL, cuDNN or NVRTC is defined here, by
- * its own name, as one indirect jump (x86-64: `jmp *ptr(%rip)`): every
+ * its own name, as one indirect jump (x86-64: `jmp *ptr(%rip)`, after an
+ * endbr64 for indirect branch tracking, a no-op elsewhere): every
  * argument register and the stack reach the library's function untouched,
  * so one definition serves any signature. The pointers start at a handler
  * that stops the process naming the function (a call before its library
@@ -102,14 +103,16 @@ static void unloaded(const char *name) {
 }
 
 /* Per function: the handler, the pointer (named for the jump), the jump. */
-#define ST_LAZY_DEFINE(name)                                                                                       \
-    static void unloaded_##name(void) { unloaded(#name); }                                                         \
-    __attribute__((used)) static void *st_lazy_##name __asm__("st_lazy_" #name) = (void *)unloaded_##name;       \
-    __asm__(".text\n"                                                                                              \
-            ".globl " #name "\n"                                                                                   \
-            ".type " #name ", @function\n" #name ":\n"                                                             \
-            "\tjmp *st_lazy_" #name "(%rip)\n"                                                                     \
-            ".size " #name ", . - " #name "\n");
+#define ST_LAZY_DEFINE(name)                                                                                 \
+    static void unloaded_##name(void) { unloaded(#name); }                                                   \
+    __attribute__((used)) static void *st_lazy_##name __asm__("st_lazy_" #name) = (void *)unloaded_##name;   \
+    __asm__(".pushsection .text\n"                                                                           \
+            ".globl " #name "\n"                                                                             \
+            ".type " #name ", @function\n" #name ":\n"                                                       \
+            "\tendbr64\n"                                                                                    \
+            "\tjmp *st_lazy_" #name "(%rip)\n"                                                               \
+            ".size " #name ", . - " #name "\n"                                                               \
+            ".popsection\n");
 ST_CUBLASLT_FUNCS(ST_LAZY_DEFINE)
 ST_NCCL_FUNCS(ST_LAZY_DEFINE)
 ST_CUDNN_FUNCS(ST_LAZY_DEFINE)
