@@ -56,15 +56,17 @@ static void no_device_why(cudaError_t e, char *why, size_t len) {
 
 extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     int n = 0;
-    if (st_cuda_lib_load(ST_CUDA_LIB_CUBLASLT) != ST_OK) { /* no device is usable without it */
-        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", st_last_error());
-        st_clear_error();
-        return 0;
-    }
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         if (why && why_len) no_device_why(e, why, why_len);
         cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return 0;
+    }
+    /* cuBLASLt only now: a CPU run never maps it (about 150 MiB of its
+     * pages resident once loaded); no device is usable without it */
+    if (st_cuda_lib_load(ST_CUDA_LIB_CUBLASLT) != ST_OK) {
+        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", st_last_error());
+        st_clear_error();
         return 0;
     }
     return n;
@@ -224,7 +226,8 @@ extern "C" bool st_cuda_cudnn_built(char *why, size_t n) {
         st_clear_error();
         return false;
     }
-    snprintf(why, n, "cuDNN %lld", (long long)st_cudnn_version());
+    const long long v = (long long)st_cudnn_version(); /* 91900: 9.19.0 */
+    snprintf(why, n, "cuDNN %lld.%lld.%lld", v / 10000, v / 100 % 100, v % 100);
     return true;
 #else
     snprintf(why, n,

@@ -2,7 +2,7 @@
 # The memory a cgroup allows (src/hw/cgroup.c): a batch job's (SLURM's
 # --mem) or a container's limit sits on a cgroup below the hierarchy's root,
 # and the kernel ends a process past it with SIGKILL and no message. In a
-# memory cgroup of the test's own, limited to 640 MiB (v1's memory
+# memory cgroup of the test's own, limited to 512 MiB (v1's memory
 # hierarchy, else v2 with the memory controller; skipped where neither can
 # be made):
 #  1. plan --probe names the limit and the cgroup, and plan's micro-batch for
@@ -28,9 +28,9 @@ fi
 [ -n "$cg" ] && mkdir "$cg" 2>/dev/null ||
     e2e_skip "cannot make a memory cgroup here (needs root and /sys/fs/cgroup with the memory controller, writable)"
 e2e_cleanup() { rmdir "$cg" 2>/dev/null; }
-echo $((640 << 20)) >"$cg/$limit_file" || fail "cannot set $cg/$limit_file"
+echo $((512 << 20)) >"$cg/$limit_file" || fail "cannot set $cg/$limit_file"
 # no swap under the limit, where the kernel offers one: a rank over it is killed, not paged out
-[ ! -f "$cg/memory.memsw.limit_in_bytes" ] || echo $((640 << 20)) >"$cg/memory.memsw.limit_in_bytes" 2>/dev/null
+[ ! -f "$cg/memory.memsw.limit_in_bytes" ] || echo $((512 << 20)) >"$cg/memory.memsw.limit_in_bytes" 2>/dev/null
 [ ! -f "$cg/memory.swap.max" ] || echo 0 >"$cg/memory.swap.max"
 # run a command in the cgroup (the shell moves itself there, then becomes the command)
 inside() { bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
@@ -49,7 +49,7 @@ micro_of() { awk '$1 == "local" { print $3 }' "$1"; }
 "$bin" plan "$tmp/gpt.yaml" >"$tmp/plan_out.txt" 2>&1 || fail "plan outside the cgroup: $(cat "$tmp/plan_out.txt")"
 [ "$(micro_of "$tmp/plan_out.txt")" = 64 ] || fail "outside the cgroup plan's micro-batch is not 64: $(cat "$tmp/plan_out.txt")"
 inside "$bin" plan --probe "$tmp/gpt.yaml" >"$tmp/plan_in.txt" 2>&1 || fail "plan in the cgroup: $(cat "$tmp/plan_in.txt")"
-grep -q "^memory: 0.6 GiB total, .* GiB available to this process, as the memory cgroup $cg ($limit_file) allows (the host has" \
+grep -q "^memory: 0.5 GiB total, .* GiB available to this process, as the memory cgroup $cg ($limit_file) allows (the host has" \
     "$tmp/plan_in.txt" || fail "plan --probe does not name the cgroup's limit: $(cat "$tmp/plan_in.txt")"
 grep -q "^memory: .* GiB available to this process, as the memory cgroup $cg" "$tmp/plan_in.txt" ||
     fail "plan's own memory line is missing: $(cat "$tmp/plan_in.txt")"

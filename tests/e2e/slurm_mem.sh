@@ -3,7 +3,7 @@
 # single-node cluster (tests/slurm/cluster.sh with SLURM_MEM_CGROUP=1) puts
 # each job in a memory cgroup limited to what it asked for
 # (slurm_HOST/uid_0/job_N, below the hierarchy's root, where the planner
-# once did not look). With --mem=640M, a small GPT whose whole batch of 64
+# once did not look). With --mem=512M, a small GPT whose whole batch of 64
 # needs about 0.6 GiB (src/hw/cgroup.c):
 #  1. `srun plan --probe` names the job's cgroup and its limit, and plans a
 #     micro-batch below the 64 it plans outside the job;
@@ -33,14 +33,14 @@ data:  { type: tokens, train: $tmp/t.tokens, val: "", num_workers: 0 }
 train: { steps: 1, batch_size: 64, device: cpu, threads: 1 }
 log:   { peak_gflops: 50, progress: "off" }
 YAML
-job=(timeout 300 srun --mem=640M -n 1 -c 1)
+job=(timeout 300 srun --mem=512M -n 1 -c 1)
 micro_of() { awk '$1 == "local" { print $3 }' "$1"; }
 
 # 1. what the planner sees, outside the job and in it
 "$bin" plan "$tmp/gpt.yaml" >"$tmp/plan_out.txt" 2>&1 || fail "plan outside a job: $(cat "$tmp/plan_out.txt")"
 [ "$(micro_of "$tmp/plan_out.txt")" = 64 ] || fail "outside a job plan's micro-batch is not 64: $(cat "$tmp/plan_out.txt")"
 "${job[@]}" "$bin" plan --probe "$tmp/gpt.yaml" >"$tmp/plan_in.txt" 2>&1 || fail "srun plan: $(cat "$tmp/plan_in.txt")"
-grep -Eq "^memory: 0.6 GiB total, .* GiB available to this process, as the memory cgroup /sys/fs/cgroup/(memory/)?slurm[^ ]*/job_[0-9]+ \(memory\.(limit_in_bytes|max)\) allows" \
+grep -Eq "^memory: 0.5 GiB total, .* GiB available to this process, as the memory cgroup /sys/fs/cgroup/(memory/)?slurm[^ ]*/job_[0-9]+ \(memory\.(limit_in_bytes|max)\) allows" \
     "$tmp/plan_in.txt" || fail "srun plan --probe does not name the job's limit: $(cat "$tmp/plan_in.txt")"
 m=$(micro_of "$tmp/plan_in.txt")
 [ -n "$m" ] && [ "$m" -lt 64 ] || fail "in the job plan's micro-batch is '$m', not less than 64: $(cat "$tmp/plan_in.txt")"
@@ -56,7 +56,7 @@ grep -Eq "^  micro_batch_size: +$m +# auto: the largest divisor of 64 samples pe
 grep -q "^done: 1 steps" "$tmp/train.txt" || fail "no 'done:' line: $(tail -3 "$tmp/train.txt")"
 
 # 3. the whole batch at once: warned, and the kernel ends it
-jid=$(sbatch --parsable --mem=640M -n 1 -c 1 -o "$tmp/big.txt" --wrap "$bin train $tmp/gpt.yaml --set train.out_dir=$tmp/run64 --set train.micro_batch_size=64 --set train.activation_checkpointing=off") ||
+jid=$(sbatch --parsable --mem=512M -n 1 -c 1 -o "$tmp/big.txt" --wrap "$bin train $tmp/gpt.yaml --set train.out_dir=$tmp/run64 --set train.micro_batch_size=64 --set train.activation_checkpointing=off") ||
     fail "sbatch refused the job"
 for _ in $(seq 1 3000); do # at most ~300 s
     s=$(job_state "$jid")

@@ -11,10 +11,19 @@
  * and the failed one's caller, as an offset into the executable, is written
  * to FILE.at when it happens (addr2line -e BIN names the line).
  *
+ * The CUDA runtime, which a CUDA build links into the executable
+ * (libcudart_static: src/cuda/libs.h), counts as a library too: its
+ * functions (named libcudart_static_*, cuda* and __cuda* in the
+ * executable's symbol table, read at the first allocation) allocate for
+ * themselves, before main (each kernel module's registration) and inside
+ * every runtime call, and do not survive a failed allocation, which is the
+ * runtime's own matter, not scaletrain's.
+ *
  * It uses glibc's own entry points (__libc_malloc and friends), not dlsym,
  * which itself allocates. tests/e2e/alloc_failure.sh builds it
  * (cc -shared -fPIC ...). */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -23,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -48,6 +59,48 @@ static int find_exe(struct dl_phdr_info *info, size_t size, void *data) {
     return 1;
 }
 
+/* The CUDA runtime's functions in the executable: address ranges (loaded),
+ * from its symbol table, read with open and mmap (no allocation). */
+enum { MAX_RUNTIME = 8192 };
+static uintptr_t rt_lo[MAX_RUNTIME], rt_hi[MAX_RUNTIME];
+static int n_rt;
+
+static int runtime_name(const char *n) {
+    return !strncmp(n, "libcudart_static_", 17) || !strncmp(n, "cuda", 4) || !strncmp(n, "__cuda", 6);
+}
+
+static void find_runtime(void) {
+    const int fd = open("/proc/self/exe", O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(ElfW(Ehdr))) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    const unsigned char *f = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (f == MAP_FAILED) return;
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)f;
+    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(f + eh->e_shoff);
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+        const ElfW(Sym) *sym = (const ElfW(Sym) *)(f + sh[i].sh_offset);
+        const char *names = (const char *)(f + sh[sh[i].sh_link].sh_offset);
+        for (size_t k = 0; k < sh[i].sh_size / sizeof *sym && n_rt < MAX_RUNTIME; k++)
+            if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_size &&
+                runtime_name(names + sym[k].st_name)) {
+                rt_lo[n_rt] = base + sym[k].st_value;
+                rt_hi[n_rt++] = base + sym[k].st_value + sym[k].st_size;
+            }
+    }
+    munmap((void *)f, (size_t)st.st_size);
+}
+
+static int in_runtime(uintptr_t c) {
+    for (int i = 0; i < n_rt; i++)
+        if (c >= rt_lo[i] && c < rt_hi[i]) return 1;
+    return 0;
+}
+
 /* The first allocation comes before any thread the program starts. */
 static void setup(void) {
     if (atomic_load_explicit(&ready, memory_order_acquire)) return;
@@ -58,8 +111,10 @@ static void setup(void) {
         fail_at = -1; /* another program (timeout, env): left alone */
     else if (rank && (!mine || strcmp(rank, mine) != 0))
         fail_at = -1; /* another rank, or the launcher */
-    else
+    else {
         dl_iterate_phdr(find_exe, NULL);
+        find_runtime();
+    }
     atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
@@ -80,7 +135,7 @@ static void say_at(uintptr_t caller) {
 static int fails(void *caller) {
     setup();
     const uintptr_t c = (uintptr_t)caller;
-    if (c < lo || c >= hi) return 0;
+    if (c < lo || c >= hi || in_runtime(c)) return 0;
     const long n = atomic_fetch_add(&count, 1) + 1;
     if (n != fail_at || fail_at <= 0) return 0;
     say_at(c);
