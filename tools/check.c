@@ -40,6 +40,9 @@
 #include "comm/comm.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokens.h"
@@ -547,8 +550,9 @@ static void check_disk(report *r, const st_config *cfg) {
     st_clear_error();
 }
 
-/* What this build can use and what the probe found. */
-static void check_gpu(report *r, const st_hw_info *h, bool probed) {
+/* What this build can use and what the probe found; gpus: the devices
+ * this build can open (the runtime's count, which also needs cuBLASLt). */
+static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus) {
     char v[16];
     if (!st_device_cuda_built())
         line(r, "skip", "cuda", "not in this build (built without nvcc): training runs on the CPU");
@@ -568,6 +572,15 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed) {
              st_hw_nccl_version(h->nccl_version, v));
     else
         line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
+#ifdef ST_HAVE_CUDA
+    char why[512];
+    if (gpus > 0 && st_cuda_cudnn_built(why, sizeof why)) /* "cuDNN 91900" */
+        line(r, "ok", "cudnn", "%s: model.attention_kernel=cudnn can run (gpt, bf16)", why);
+    else if (gpus > 0)
+        line(r, "skip", "cudnn", "%s: a gpt's attention runs on scaletrain's flash kernels", why);
+#else
+    (void)gpus;
+#endif
 }
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -599,13 +612,13 @@ int st_cmd_check(int argc, char **argv) {
     st_hw_info hw;
     const bool probed = st_cli_probe("check", &cfg, &hw) == ST_OK;
     check_cpu(&r, &hw, probed);
+    char why[256];
+    const int gpus = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0;
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
-        char why[256];
-        const int gpus = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0;
         if (check_mpi(&r, tmp)) {
             check_ddp(&r, tmp);
             check_allreduce(&r, tmp, &hw, probed);
@@ -620,7 +633,7 @@ int st_cmd_check(int argc, char **argv) {
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
-    check_gpu(&r, &hw, probed);
+    check_gpu(&r, &hw, probed, gpus);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
     else

@@ -326,7 +326,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     }
 #ifdef ST_HAVE_CUDA
     if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "cudnn") == 0) {
-        char no_cudnn[256];
+        char no_cudnn[512];
         s->agreed_error = true; /* every rank has a GPU and this build */
         if (strcmp(c->precision, "bf16") != 0)
             return st_fail(

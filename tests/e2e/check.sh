@@ -41,6 +41,8 @@ grep -qE "^ok +out_dir +$tmp/out will be created in $tmp, which is writable" <<<
 grep -qE "^ok +disk +[0-9.]+ GiB free for train.out_dir; a checkpoint of this run takes [0-9.]+ MiB \(weights and optimizer state\), its final weights [0-9.]+ MiB$" <<<"$out" ||
     fail "the disk line: $(grep disk <<<"$out")"
 grep -qE "^(skip|ok) +cuda " <<<"$out" && grep -qE "^(skip|ok) +nccl " <<<"$out" || fail "no cuda/nccl lines"
+# the cudnn line comes with a usable GPU only (tests/e2e/emu_check.sh)
+! grep -qE "^skip +cuda " <<<"$out" || ! grep -qE "^[a-zA-Z]+ +cudnn " <<<"$out" || fail "a cudnn line without a GPU"
 [ "$(tail -n 1 <<<"$out")" = "ready" ] || fail "the last line is not 'ready'"
 [ -z "$(ls -A "$tmp" | grep scaletrain-check)" ] || fail "the self-test's temporary directory was left"
 

@@ -7,7 +7,9 @@
 #     global batch) and the `gpu comm` line (a 64 MiB all-reduce of device
 #     memory through NCCL on both, every element checked; the emulator has
 #     no NVML, so no link to compare with) are ok, and check says ready.
-#  2. One device: `gpu ddp` runs a single GPU rank; no `gpu comm` line.
+#  2. One device: `gpu ddp` runs a single GPU rank; no `gpu comm` line;
+#     the `cudnn` line says the emulator has none (a build with cuDNN
+#     names its version there; on a machine without GPUs there is no line).
 #  3. A GPU self-test that fails is a FAIL line and exit 1: the emulator's
 #     device memory cut to 1 MiB (ST_CUDAEMU_MEM_MB), too small for the run.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -29,6 +31,8 @@ out=$(ST_CUDAEMU_DEVICES=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "one device: exit $rc: $(grep -E '^FAIL' <<<"$out")"
 grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps" <<<"$out" || fail "one device: the gpu ddp line"
 ! grep -q "gpu comm" <<<"$out" || fail "one device: a gpu comm line"
+grep -qE "^skip +cudnn +the CUDA emulator has no cuDNN: a gpt's attention runs on scaletrain's flash kernels$" <<<"$out" ||
+    fail "one device: the cudnn line: $(grep cudnn <<<"$out")"
 
 out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
