@@ -39,9 +39,12 @@ static bool loads(st_cuda_lib lib, const char *name) {
 #endif
 
 int main(void) {
-#ifndef ST_CUDA_LAZY_LIBS
-    return st_test_skip("cuda libs", "this build links the CUDA libraries at start (no CUDA, the emulator, "
-                                     "or CUDA_LAZY=0): nothing is loaded later");
+#if !defined(ST_HAVE_CUDA)
+    return st_test_skip("cuda libs", "this build has no CUDA");
+#elif defined(ST_CUDA_EMU)
+    return st_test_skip("cuda libs", "the CUDA emulator stands in for the CUDA libraries: nothing to load");
+#elif !defined(ST_CUDA_LAZY_LIBS)
+    return st_test_skip("cuda libs", "this build links the CUDA libraries at start (CUDA_LAZY=0)");
 #else
     CHECK(st_cuda_lib_load((st_cuda_lib)ST_CUDA_LIB_N) == ST_ERR_INTERNAL, "an unknown library");
     if (loads(ST_CUDA_LIB_CUBLASLT, "cuBLASLt")) {
