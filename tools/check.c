@@ -551,33 +551,42 @@ static void check_disk(report *r, const st_config *cfg) {
 }
 
 /* What this build can use and what the probe found; gpus: the devices
- * this build can open (the runtime's count, which also needs cuBLASLt). */
-static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus) {
+ * this build can open (the runtime's count, which also needs cuBLASLt),
+ * and why none. The driver seeing GPUs that training cannot use fails. */
+static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, const char *why) {
     char v[16];
+    const bool seen = probed && h->n_gpus > 0; /* by the driver (the probe) */
     if (!st_device_cuda_built())
         line(r, "skip", "cuda", "not in this build (built without nvcc): training runs on the CPU");
-    else if (!probed || h->n_gpus == 0)
-        line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : "not probed");
-    else
+    else if (gpus == 0 && seen)
+        line(r, "FAIL", "cuda",
+             "the driver sees %d GPU%s (%s), and this build cannot use %s: %s; training runs on the CPU",
+             h->n_gpus, h->n_gpus == 1 ? "" : "s", h->gpu[0].name, h->n_gpus == 1 ? "it" : "them", why);
+    else if (gpus == 0)
+        line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : why);
+    else if (seen)
         line(r, "ok", "cuda", "%d device%s, the first %s (%.0f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
              h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30));
+    else /* the CUDA emulator's devices, which the driver probe cannot see */
+        line(r, "ok", "cuda", "%d device%s (the runtime's; the driver probe: %s)", gpus, gpus == 1 ? "" : "s",
+             probed ? h->cuda_why : "not run");
     if (!st_comm_nccl_built())
         line(r, "skip", "nccl", "not in this build (NCCL=0, or no CUDA): collectives go through MPI");
-    else if (probed && h->nccl && h->n_gpus > 0)
+    else if (probed && h->nccl && gpus > 0)
         line(r, "ok", "nccl",
              "NCCL %s: gradients between GPUs go through it (train.device cuda, several ranks)",
              st_hw_nccl_version(h->nccl_version, v));
     else if (probed && h->nccl)
-        line(r, "skip", "nccl", "NCCL %s found, but no GPU: collectives go through MPI",
+        line(r, "skip", "nccl", "NCCL %s found, but no usable GPU: collectives go through MPI",
              st_hw_nccl_version(h->nccl_version, v));
     else
         line(r, "skip", "nccl", "%s: collectives go through MPI", probed ? h->nccl_why : "not probed");
 #ifdef ST_HAVE_CUDA
-    char why[512];
-    if (gpus > 0 && st_cuda_cudnn_built(why, sizeof why)) /* "cuDNN 91900" */
-        line(r, "ok", "cudnn", "%s: model.attention_kernel=cudnn can run (gpt, bf16)", why);
+    char cudnn[512];
+    if (gpus > 0 && st_cuda_cudnn_built(cudnn, sizeof cudnn)) /* "cuDNN 9.19.0" */
+        line(r, "ok", "cudnn", "%s: model.attention_kernel=cudnn can run (gpt, bf16)", cudnn);
     else if (gpus > 0)
-        line(r, "skip", "cudnn", "%s: a gpt's attention runs on scaletrain's flash kernels", why);
+        line(r, "skip", "cudnn", "%s: a gpt's attention runs on scaletrain's flash kernels", cudnn);
 #else
     (void)gpus;
 #endif
@@ -612,7 +621,7 @@ int st_cmd_check(int argc, char **argv) {
     st_hw_info hw;
     const bool probed = st_cli_probe("check", &cfg, &hw) == ST_OK;
     check_cpu(&r, &hw, probed);
-    char why[256];
+    char why[512] = "";
     const int gpus = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0;
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",
@@ -633,7 +642,7 @@ int st_cmd_check(int argc, char **argv) {
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
-    check_gpu(&r, &hw, probed, gpus);
+    check_gpu(&r, &hw, probed, gpus, why);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
     else
