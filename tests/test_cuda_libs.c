@@ -25,14 +25,21 @@ int cublasLtMatrixLayoutCreate(void **layout, int type, uint64_t rows, uint64_t 
 int cublasLtMatrixLayoutDestroy(void *layout);
 int nvrtcGetCUBINSize(void *prog, size_t *size);
 
-/* lib loads, or its failure names it and the fix, twice alike */
+/* lib loads, or its failure names it and the fix, twice alike, and
+ * st_cuda_lib_ready says the same */
 static bool loads(st_cuda_lib lib, const char *name) {
-    if (st_cuda_lib_load(lib) == ST_OK) return true;
+    char why[1024] = "";
+    if (st_cuda_lib_load(lib) == ST_OK) {
+        CHECK(st_cuda_lib_ready(lib, why, sizeof why) && !why[0], "%s: ready says %s", name, why);
+        return true;
+    }
     char first[1024];
     snprintf(first, sizeof first, "%s", st_last_error());
     CHECK(strstr(first, name) && strstr(first, "LD_LIBRARY_PATH"), "%s's failure: %s", name, first);
     CHECK(st_cuda_lib_load(lib) == ST_ERR_UNSUPPORTED && strcmp(first, st_last_error()) == 0,
           "%s asked again: %s", name, st_last_error());
+    CHECK(!st_cuda_lib_ready(lib, why, sizeof why) && strcmp(why, first) == 0 && !st_last_error()[0],
+          "%s: ready says '%s', the error left '%s'", name, why, st_last_error());
     printf("skipped: %s: %s\n", name, first);
     return false;
 }

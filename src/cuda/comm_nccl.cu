@@ -401,10 +401,7 @@ static st_status nccl_init(st_comm *c, void *arg) {
 extern "C" bool st_comm_nccl_built(void) { return true; }
 
 extern "C" bool st_comm_nccl_usable(char *why, size_t n) {
-    if (st_cuda_lib_load(ST_CUDA_LIB_NCCL) == ST_OK) return true;
-    snprintf(why, n, "%s", st_last_error());
-    st_clear_error();
-    return false;
+    return st_cuda_lib_ready(ST_CUDA_LIB_NCCL, why, n);
 }
 
 extern "C" st_status st_comm_nccl_init(st_comm *boot, st_device *d, const st_comm_config *cfg, st_comm **out) {

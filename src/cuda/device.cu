@@ -64,9 +64,9 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     }
     /* cuBLASLt only now: a CPU run never maps it (about 150 MiB of its
      * pages resident once loaded); no device is usable without it */
-    if (st_cuda_lib_load(ST_CUDA_LIB_CUBLASLT) != ST_OK) {
-        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", st_last_error());
-        st_clear_error();
+    char lib[400];
+    if (!st_cuda_lib_ready(ST_CUDA_LIB_CUBLASLT, lib, sizeof lib)) {
+        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", lib);
         return 0;
     }
     return n;
@@ -221,11 +221,7 @@ extern "C" bool st_cuda_cudnn_built(char *why, size_t n) {
     snprintf(why, n, "the CUDA emulator has no cuDNN");
     return false;
 #elif defined(ST_HAVE_CUDNN)
-    if (st_cuda_lib_load(ST_CUDA_LIB_CUDNN) != ST_OK) {
-        snprintf(why, n, "%s", st_last_error());
-        st_clear_error();
-        return false;
-    }
+    if (!st_cuda_lib_ready(ST_CUDA_LIB_CUDNN, why, n)) return false;
     const long long v = (long long)st_cudnn_version(); /* 91900: 9.19.0 */
     snprintf(why, n, "cuDNN %lld.%lld.%lld", v / 10000, v / 100 % 100, v % 100);
     return true;

@@ -17,6 +17,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+
+bool st_cuda_lib_ready(st_cuda_lib lib, char *why, size_t n) {
+    if (st_cuda_lib_load(lib) == ST_OK) return true;
+    if (why && n) snprintf(why, n, "%s", st_last_error());
+    st_clear_error();
+    return false;
+}
 
 #ifndef ST_CUDA_LAZY_LIBS
 

@@ -22,6 +22,9 @@
 extern "C" {
 #endif
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "scaletrain/status.h" /* C declarations (it has no guards of its own) */
 
 typedef enum { ST_CUDA_LIB_CUBLASLT, ST_CUDA_LIB_NCCL, ST_CUDA_LIB_CUDNN, ST_CUDA_LIB_NVRTC, ST_CUDA_LIB_N } st_cuda_lib;
@@ -30,6 +33,9 @@ typedef enum { ST_CUDA_LIB_CUBLASLT, ST_CUDA_LIB_NCCL, ST_CUDA_LIB_CUDNN, ST_CUD
  * that scaletrain calls; ST_ERR_UNSUPPORTED naming the file and the
  * loader's reason, every time it is asked, when it cannot. */
 st_status st_cuda_lib_load(st_cuda_lib lib);
+/* The same as a yes or no: false with the failure's message in why (the
+ * thread's last error cleared), for callers that report rather than fail. */
+bool st_cuda_lib_ready(st_cuda_lib lib, char *why, size_t n);
 
 #ifdef __cplusplus
 }
