@@ -192,6 +192,21 @@ int st_cmd_plan(int argc, char **argv) {
         st_hw_print(h, stdout);
         fputc('\n', stdout);
     }
+    /* A GPU the driver shows (the probe) and this build cannot use (the
+     * runtime's count: no cuBLASLt, a runtime newer than the driver): a run
+     * trains on the CPU, so "local" is planned there, saying why (check
+     * fails on it). */
+    char unusable[640] = "";
+    if (h->n_gpus > 0 && st_device_cuda_built()) {
+        char why[512];
+        if (st_device_cuda_count(why, sizeof why) == 0) {
+            snprintf(unusable, sizeof unusable,
+                     "the driver sees %d GPU%s (%s), and this build cannot use %s: %s", h->n_gpus,
+                     h->n_gpus == 1 ? "" : "s", h->gpu[0].name, h->n_gpus == 1 ? "it" : "them", why);
+            snprintf(h->cuda_why, sizeof h->cuda_why, "%s", unusable);
+            h->n_gpus = 0;
+        }
+    }
     st_hw_device local, cpu;
     double gf = 0;
     const bool need_cpu = strstr(hw_list, "local") || strstr(hw_list, "cpu") || strstr(hw_list, "CPU");
@@ -274,6 +289,8 @@ int st_cmd_plan(int argc, char **argv) {
         if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
         char note[320];
         if (need_cpu && st_hw_mem_note(h, note, sizeof note)) printf("memory: %s\n", note);
+        if (unusable[0] && strstr(hw_list, "local"))
+            printf("cuda: %s; local is planned on the CPU\n", unusable);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }

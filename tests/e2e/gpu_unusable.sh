@@ -7,7 +7,8 @@
 #  1. check's cuda line is a FAIL naming the GPU and the runtime's reason,
 #     its nccl line says there is no usable GPU, and check says not ready;
 #  2. train with train.device auto trains on the CPU, the effective
-#     configuration giving the runtime's reason;
+#     configuration giving the runtime's reason, and plan plans "local" on
+#     the CPU (fp32), saying why, where it planned the GPU the probe saw;
 #  3. without the fake driver check's cuda line is a skip again (no driver).
 # Skips, saying why, in builds without CUDA.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -38,6 +39,11 @@ grep -qE "^FAIL +cuda +the driver sees 1 GPU \(Fake GPU\), and this build cannot
 grep -q "device: *cpu *# auto: no CUDA device: " "$tmp/dev.txt" ||
     fail "the effective configuration does not say why the CPU: $(grep device: "$tmp/dev.txt")"
 grep -q "^done: 1 steps" "$tmp/dev.txt" || fail "the run did not finish: $(tail -3 "$tmp/dev.txt")"
+
+out=$(LD_LIBRARY_PATH="$tmp/driver" timeout 300 "$bin" plan --set log.peak_gflops=50 2>&1)
+grep -qE "^cuda: the driver sees 1 GPU \(Fake GPU\), and this build cannot use it: no CUDA device: .+; local is planned on the CPU$" <<<"$out" ||
+    fail "plan does not say why local is the CPU: $out"
+grep -qE "^local +1 +[0-9]+ +[0-9]+ +ddp +fp32 " <<<"$out" || fail "plan's local row is not the CPU's: $(grep ^local <<<"$out")"
 
 # 3. without it
 out=$(timeout 600 "$bin" check --set train.out_dir="$tmp/check2" 2>&1)
