@@ -131,6 +131,12 @@ typedef struct {
     void **ptr;
 } lazy_func;
 
+/* What NVRTC's functions do where it did not load: return
+ * NVRTC_ERROR_INTERNAL_ERROR (11), whatever their arguments, so that
+ * cudnn-frontend, the only caller (some engines only), gets an error it
+ * reports, not a stop. */
+static int nvrtc_unavailable(void) { return 11; }
+
 #define ST_LAZY_ENTRY(name) {#name, &st_lazy_##name},
 static const lazy_func cublaslt_funcs[] = {ST_CUBLASLT_FUNCS(ST_LAZY_ENTRY)};
 static const lazy_func nccl_funcs[] = {ST_NCCL_FUNCS(ST_LAZY_ENTRY)};
@@ -143,24 +149,23 @@ static struct lazy_lib {
     const char *file, *what;
     const lazy_func *funcs;
     size_t n;
+    int (*missing)(void); /* the functions after a failed load; NULL: left at the handler */
     pthread_once_t once;
     bool ok;
     char why[400];
 } libs[ST_CUDA_LIB_N] = {
-    [ST_CUDA_LIB_CUBLASLT] = {ST_CUBLASLT_SO, "cuBLASLt",
-                              FUNCS(cublaslt_funcs), PTHREAD_ONCE_INIT, false, ""},
-    [ST_CUDA_LIB_NCCL] = {ST_NCCL_SO, "NCCL", FUNCS(nccl_funcs),
-                          PTHREAD_ONCE_INIT, false, ""},
-    [ST_CUDA_LIB_CUDNN] = {ST_CUDNN_SO, "cuDNN",
-                           FUNCS(cudnn_funcs), PTHREAD_ONCE_INIT, false, ""},
-    [ST_CUDA_LIB_NVRTC] = {ST_NVRTC_SO, "NVRTC",
-                           FUNCS(nvrtc_funcs), PTHREAD_ONCE_INIT, false, ""},
+    [ST_CUDA_LIB_CUBLASLT] = {ST_CUBLASLT_SO, "cuBLASLt", FUNCS(cublaslt_funcs), NULL, PTHREAD_ONCE_INIT,
+                              false, ""},
+    [ST_CUDA_LIB_NCCL] = {ST_NCCL_SO, "NCCL", FUNCS(nccl_funcs), NULL, PTHREAD_ONCE_INIT, false, ""},
+    [ST_CUDA_LIB_CUDNN] = {ST_CUDNN_SO, "cuDNN", FUNCS(cudnn_funcs), NULL, PTHREAD_ONCE_INIT, false, ""},
+    [ST_CUDA_LIB_NVRTC] = {ST_NVRTC_SO, "NVRTC", FUNCS(nvrtc_funcs), nvrtc_unavailable, PTHREAD_ONCE_INIT,
+                           false, ""},
 };
 
-static void load(struct lazy_lib *l) {
+static bool try_load(struct lazy_lib *l) {
     if (!l->file[0]) { /* (dlopen("") would return this program) */
         snprintf(l->why, sizeof l->why, "the build found no such library in the toolkit");
-        return;
+        return false;
     }
     dlerror();
     /* by its soname, as the linker would have recorded it: LD_LIBRARY_PATH,
@@ -169,13 +174,13 @@ static void load(struct lazy_lib *l) {
     if (!h) {
         const char *e = dlerror();
         snprintf(l->why, sizeof l->why, "%s", e ? e : "not found");
-        return;
+        return false;
     }
     void *at[32];
     if (l->n > sizeof at / sizeof at[0]) {
         snprintf(l->why, sizeof l->why, "scaletrain lists more functions of it than it can resolve");
         dlclose(h);
-        return;
+        return false;
     }
     for (size_t i = 0; i < l->n; i++) {
         dlerror();
@@ -184,12 +189,18 @@ static void load(struct lazy_lib *l) {
             snprintf(l->why, sizeof l->why, "%s has no %s (a version other than this build's?)", l->file,
                      l->funcs[i].name);
             dlclose(h);
-            return;
+            return false;
         }
     }
     for (size_t i = 0; i < l->n; i++)
         __atomic_store_n(l->funcs[i].ptr, at[i], __ATOMIC_RELEASE);
-    l->ok = true;
+    return l->ok = true;
+}
+
+static void load(struct lazy_lib *l) {
+    if (try_load(l) || !l->missing) return;
+    for (size_t i = 0; i < l->n; i++)
+        __atomic_store_n(l->funcs[i].ptr, (void *)l->missing, __ATOMIC_RELEASE);
 }
 
 #define ONCE(k)                                                                                                    \

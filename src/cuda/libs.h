@@ -13,7 +13,8 @@
  * the system's); a library that did not load leaves its functions pointing
  * at a handler that stops the process naming the function, which no path
  * reaches: each entry point loads its library first and turns a failure
- * into a status. In builds that link the libraries (the emulator, other
+ * into a status. NVRTC's, which only cudnn-frontend calls, return an error
+ * code instead. In builds that link the libraries (the emulator, other
  * architectures: the Makefile's CUDA_LAZY) st_cuda_lib_load returns ST_OK. */
 #ifndef ST_CUDA_LIBS_H
 #define ST_CUDA_LIBS_H
