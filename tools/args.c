@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/device.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "hw/probe.h"
@@ -29,6 +30,13 @@ st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
     const st_status s = st_hw_probe(h);
     st_watch_stop(w);
     return s;
+}
+
+bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *out, size_t n) {
+    if (!h || h->n_gpus == 0 || gpus > 0 || !st_device_cuda_built()) return false;
+    snprintf(out, n, "the driver sees %d GPU%s (%s), and this build cannot use %s: %s", h->n_gpus,
+             h->n_gpus == 1 ? "" : "s", h->gpu[0].name, h->n_gpus == 1 ? "it" : "them", why);
+    return true;
 }
 
 /* In one write, given up after a few seconds (st_ticker_say): standard

@@ -554,14 +554,12 @@ static void check_disk(report *r, const st_config *cfg) {
  * this build can open (the runtime's count, which also needs cuBLASLt),
  * and why none. The driver seeing GPUs that training cannot use fails. */
 static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, const char *why) {
-    char v[16];
+    char v[16], unusable[640];
     const bool seen = probed && h->n_gpus > 0; /* by the driver (the probe) */
     if (!st_device_cuda_built())
         line(r, "skip", "cuda", "not in this build (built without nvcc): training runs on the CPU");
-    else if (gpus == 0 && seen)
-        line(r, "FAIL", "cuda",
-             "the driver sees %d GPU%s (%s), and this build cannot use %s: %s; training runs on the CPU",
-             h->n_gpus, h->n_gpus == 1 ? "" : "s", h->gpu[0].name, h->n_gpus == 1 ? "it" : "them", why);
+    else if (st_cli_gpus_unusable(probed ? h : NULL, gpus, why, unusable, sizeof unusable))
+        line(r, "FAIL", "cuda", "%s; training runs on the CPU", unusable);
     else if (gpus == 0)
         line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : why);
     else if (seen)

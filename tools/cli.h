@@ -42,6 +42,12 @@ const char *st_cli_last_json_line(char *text);
  * so instead. (tools/args.c) */
 typedef struct st_hw_info st_hw_info;
 st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h);
+/* Whether the GPUs the probe found (h; NULL: not probed) are ones this
+ * build cannot use: gpus, the CUDA runtime's count, is 0 (why: its reason:
+ * no cuBLASLt, a runtime newer than the driver). The sentence saying so
+ * into out ("the driver sees 1 GPU (NAME), and this build cannot use it:
+ * WHY"): check fails on it, plan plans "local" on the CPU. (tools/args.c) */
+bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *out, size_t n);
 /* Print "scaletrain: error: <last error>" and return ST_EXIT_FAIL. */
 int st_cli_error(st_status s);
 

@@ -199,10 +199,8 @@ int st_cmd_plan(int argc, char **argv) {
     char unusable[640] = "";
     if (h->n_gpus > 0 && st_device_cuda_built()) {
         char why[512];
-        if (st_device_cuda_count(why, sizeof why) == 0) {
-            snprintf(unusable, sizeof unusable,
-                     "the driver sees %d GPU%s (%s), and this build cannot use %s: %s", h->n_gpus,
-                     h->n_gpus == 1 ? "" : "s", h->gpu[0].name, h->n_gpus == 1 ? "it" : "them", why);
+        const int gpus = st_device_cuda_count(why, sizeof why);
+        if (st_cli_gpus_unusable(h, gpus, why, unusable, sizeof unusable)) {
             snprintf(h->cuda_why, sizeof h->cuda_why, "%s", unusable);
             h->n_gpus = 0;
         }

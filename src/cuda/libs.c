@@ -37,7 +37,6 @@ st_status st_cuda_lib_load(st_cuda_lib lib) {
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

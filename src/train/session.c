@@ -98,9 +98,8 @@ static st_status setup_device(st_session *s) {
             c->train.device, on_node, s->rank);
     const int n = st_device_cuda_count(why, sizeof why), local = st_comm_local_rank(s->comm);
     const int ordinal = want >= 0 ? want : local;
-    char block[sizeof why];
-    if (n > 0 && device_blocked(s, block, sizeof block)) {
-        snprintf(why, sizeof why, "%s", block);
+    if (n > 0 && device_blocked(s, why, sizeof why)) {
+        /* why says what */
     } else if (n > 0 && want >= n) {
         snprintf(why, sizeof why, "this node has %d CUDA device(s), cuda:0 to cuda:%d", n, n - 1);
     } else if (n > 0 && local >= n) {
