@@ -66,7 +66,11 @@ static void drop(net *n) {
 
 static double max_abs(const float *a, int64_t n) {
     double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    /* not fmax: gcc 12 for arm64 fails on that loop at -O3 */
+    for (int64_t i = 0; i < n; i++) {
+        const double x = fabs(a[i]);
+        if (!(x <= m)) m = x;
+    }
     return m;
 }
 
@@ -75,7 +79,8 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
     double d = 0;
     for (int64_t i = 0; i < n; i++) {
         if (a[i] != a[i]) return INFINITY;
-        d = fmax(d, fabs((double)a[i] - b[i]));
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d)) d = e;
     }
     return d / fmax(max_abs(b, n), 1e-30);
 }
