@@ -10,9 +10,16 @@ CC ?= cc
 # include and library folders are searched first, and OpenBLAS and OpenMPI
 # come from it. Empty (the default): the system's.
 DEPS_PREFIX ?=
-DEPS_LIBDIR = $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+# The target's multiarch name (x86_64-linux-gnu, aarch64-linux-gnu): the
+# folder under /usr/lib and /usr/include where Debian and Ubuntu keep its
+# libraries, OpenBLAS's variants among them. From the compiler, so that
+# CC=aarch64-linux-gnu-gcc builds for arm64 (scripts/cross-arm64.sh).
+ifeq ($(origin MULTIARCH),undefined)
+MULTIARCH := $(or $(shell $(CC) -print-multiarch 2>/dev/null),$(shell uname -m)-linux-gnu)
+endif
+DEPS_LIBDIR = $(DEPS_PREFIX)/usr/lib/$(MULTIARCH)
 OPENBLAS_DIR ?= $(DEPS_LIBDIR)/openblas-openmp
-OPENBLAS_INC ?= $(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-openmp
+OPENBLAS_INC ?= $(DEPS_PREFIX)/usr/include/$(MULTIARCH)/openblas-openmp
 
 OPT ?= -O3 -march=native
 # sqrtf and friends without errno, and floating-point operations that never
@@ -32,8 +39,8 @@ WARN = -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wshadow -Wstrict-prototype
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 ifneq ($(DEPS_PREFIX),)
-DEPS_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
-DEPS_LIBS := -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR) -L$(DEPS_PREFIX)/lib/x86_64-linux-gnu
+DEPS_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/$(MULTIARCH)
+DEPS_LIBS := -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR) -L$(DEPS_PREFIX)/lib/$(MULTIARCH)
 ifneq ($(wildcard $(DEPS_LIBDIR)/openmpi/include/mpi.h),)
 MPI_CFLAGS := -I$(DEPS_LIBDIR)/openmpi/include -I$(DEPS_LIBDIR)/openmpi/include/openmpi
 MPI_LIBS := -L$(DEPS_LIBDIR)/openmpi/lib -Wl,-rpath,$(DEPS_LIBDIR)/openmpi/lib -lmpi
@@ -68,13 +75,14 @@ CUDNN_HOME ?= $(CUDA_HOME)
 CUDNN_FE ?= .tools/cudnn-frontend/include
 CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so* $(CUDNN_HOME)/lib/libcudnn.so*)))
 CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(CUDNN_LIBDIR),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so)),1,0)
-# CUDA_LAZY=1 (the default on x86-64): the CUDA runtime linked statically
-# (as nvcc links it), cuBLASLt, NCCL, cuDNN and NVRTC loaded when first
-# needed by the sonames read off the toolkit's files here
-# (src/cuda/libs.h), so that a CUDA build starts on a machine without them
-# and says what is missing; the rpath still names their folders. 0: linked
-# as shared libraries, which the loader then requires at start.
-CUDA_LAZY ?= $(if $(filter x86_64,$(shell uname -m)),1,0)
+# CUDA_LAZY=1 (the default on x86-64 and arm64, the two that
+# src/core/jump.h has jumps for): the CUDA runtime linked statically (as
+# nvcc links it), cuBLASLt, NCCL, cuDNN and NVRTC loaded when first needed
+# by the sonames read off the toolkit's files here (src/cuda/libs.h), so
+# that a CUDA build starts on a machine without them and says what is
+# missing; the rpath still names their folders. 0: linked as shared
+# libraries, which the loader then requires at start.
+CUDA_LAZY ?= $(if $(filter x86_64-% aarch64-%,$(MULTIARCH)),1,0)
 comma := ,
 soname = $(shell readelf -d $(firstword $(wildcard $(1))) 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 ifeq ($(CUDA),1)
@@ -152,7 +160,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests benches check run deps asan tsan emu emu-asan fuzz clean format
+.PHONY: all tests benches check run deps asan tsan emu emu-asan arm64 fuzz clean format
 all: $(BUILD)/scaletrain tests
 
 # -MMD: each object depends on exactly the headers it includes.
@@ -268,6 +276,18 @@ emu-asan:
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_CXXFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" $(EMU_TESTS:build-emu/%=build-emu-asan/%) build-emu-asan/scaletrain
+
+# arm64 (GH200's Grace, Graviton): the CPU engine and its tests built here
+# by a cross compiler against Debian's arm64 libraries (scripts/deps.sh
+# installs both on x86-64), into build-arm64; tests/e2e/arm64.sh runs them
+# under qemu-aarch64. Without CUDA and MPI, which have no arm64 packages
+# here (a build on an arm64 machine has both, as on x86-64). armv9-a, as
+# Grace is, so that gcc's SVE2 code runs too.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_OPT ?= -O3 -march=armv9-a
+arm64:
+	@$(MAKE) --no-print-directory BUILD=build-arm64 CC=$(ARM64_CC) MULTIARCH=aarch64-linux-gnu CUDA=0 \
+	  OPT="$(ARM64_OPT)" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= build-arm64/scaletrain tests
 
 # libFuzzer targets for the file readers (clang; not part of `all`): build
 # with `make fuzz`, run each for a bounded time with tests/fuzz/run.sh SECONDS.

@@ -17,6 +17,37 @@ if ((${#missing[@]})); then
     $sudo apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
 fi
+# arm64 (tests/e2e/arm64.sh, `make arm64`): a cross compiler, qemu's
+# user-mode emulator and Debian's arm64 libraries, installed beside the
+# machine's own (multiarch), on an x86-64 Debian or Ubuntu. Not fatal:
+# where the package sources have no arm64 (Ubuntu's x86-64 mirrors serve
+# it from ports.ubuntu.com only) the architecture is taken back out and
+# that test skips, saying why.
+arm_pkgs=(gcc-aarch64-linux-gnu qemu-user libc6-dev:arm64 libopenblas-openmp-dev:arm64 libyaml-dev:arm64
+          libcjson-dev:arm64 zlib1g-dev:arm64)
+if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+    missing=()
+    for p in "${arm_pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "installing, for the arm64 build's test: ${missing[*]}"
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        added=""
+        if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+            $sudo dpkg --add-architecture arm64
+            added=1
+        fi
+        if ! { $sudo apt-get update -q &&
+            DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"; }; then
+            echo "deps: could not install the arm64 packages; tests/e2e/arm64.sh will skip"
+            if [ -n "$added" ]; then
+                $sudo dpkg --remove-architecture arm64 && $sudo apt-get update -q >/dev/null 2>&1 || true
+            fi
+        fi
+    fi
+fi
 # TensorBoard's own reader, for tests/py/test_tensorboard.py (PyPI; Debian has
 # no package). Debian 12's pip refuses system-wide installs without
 # --break-system-packages. Not fatal: offline, that test skips and says why.

@@ -1,18 +1,18 @@
 /* The CUDA libraries loaded when first needed (libs.h). Each function the
  * CUDA code calls from cuBLASLt, NCCL, cuDNN or NVRTC is defined here, by
- * its own name, as one indirect jump (x86-64: `jmp *ptr(%rip)`, after an
- * endbr64 for indirect branch tracking, a no-op elsewhere): every
- * argument register and the stack reach the library's function untouched,
- * so one definition serves any signature. The pointers start at a handler
- * that stops the process naming the function (a call before its library
- * loaded is a bug in scaletrain, never a user's error); st_cuda_lib_load
- * fills them from dlsym. A function added to the CUDA code and not listed
- * below is an undefined symbol at link time, so the list cannot fall
- * behind the code.
+ * its own name, as one indirect jump (core/jump.h: x86-64 and arm64):
+ * every argument register and the stack reach the library's function
+ * untouched, so one definition serves any signature. The pointers start
+ * at a handler that stops the process naming the function (a call before
+ * its library loaded is a bug in scaletrain, never a user's error);
+ * st_cuda_lib_load fills them from dlsym. A function added to the CUDA
+ * code and not listed below is an undefined symbol at link time, so the
+ * list cannot fall behind the code.
  *
  * Compiled in every build; the jumps only where the Makefile sets
- * ST_CUDA_LAZY_LIBS (CUDA on x86-64, not the emulator), which also names
- * each library's file (its soname, read off the toolkit's at build time). */
+ * ST_CUDA_LAZY_LIBS (CUDA on x86-64 and arm64, not the emulator), which
+ * also names each library's file (its soname, read off the toolkit's at
+ * build time). */
 #include "libs.h"
 
 #include <stdbool.h>
@@ -40,8 +40,10 @@ st_status st_cuda_lib_load(st_cuda_lib lib) {
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(__x86_64__)
-#error "ST_CUDA_LAZY_LIBS has jumps for x86-64 only: build with make CUDA_LAZY=0"
+#include "core/jump.h"
+
+#if !ST_JUMP_SUPPORTED
+#error "ST_CUDA_LAZY_LIBS has jumps for x86-64 and arm64 only (core/jump.h): build with make CUDA_LAZY=0"
 #endif
 
 /* Every function called, by library. */
@@ -113,13 +115,7 @@ static void unloaded(const char *name) {
 #define ST_LAZY_DEFINE(name)                                                                                 \
     static void unloaded_##name(void) { unloaded(#name); }                                                   \
     __attribute__((used)) static void *st_lazy_##name __asm__("st_lazy_" #name) = (void *)unloaded_##name;   \
-    __asm__(".pushsection .text\n"                                                                           \
-            ".globl " #name "\n"                                                                             \
-            ".type " #name ", @function\n" #name ":\n"                                                       \
-            "\tendbr64\n"                                                                                    \
-            "\tjmp *st_lazy_" #name "(%rip)\n"                                                               \
-            ".size " #name ", . - " #name "\n"                                                               \
-            ".popsection\n");
+    ST_JUMP_ASM(name, st_lazy_##name);
 ST_CUBLASLT_FUNCS(ST_LAZY_DEFINE)
 ST_NCCL_FUNCS(ST_LAZY_DEFINE)
 ST_CUDNN_FUNCS(ST_LAZY_DEFINE)

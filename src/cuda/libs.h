@@ -14,8 +14,9 @@
  * at a handler that stops the process naming the function, which no path
  * reaches: each entry point loads its library first and turns a failure
  * into a status. NVRTC's, which only cudnn-frontend calls, return an error
- * code instead. In builds that link the libraries (the emulator, other
- * architectures: the Makefile's CUDA_LAZY) st_cuda_lib_load returns ST_OK. */
+ * code instead. In builds that link the libraries (the emulator,
+ * architectures other than x86-64 and arm64, make CUDA_LAZY=0)
+ * st_cuda_lib_load returns ST_OK. */
 #ifndef ST_CUDA_LIBS_H
 #define ST_CUDA_LIBS_H
 
