@@ -765,7 +765,9 @@ static void test_mem_limit(void) {
     put(dir, "v1/slurm/memory.limit_in_bytes", "9223372036854771712\n");
     put(dir, "v1/slurm/uid_0/job_5/memory.limit_in_bytes", "2147483648\n");
     put(dir, "v1/slurm/uid_0/job_5/memory.usage_in_bytes", "1073741824\n");
-    put(dir, "v1/slurm/uid_0/job_5/memory.stat", "cache 1\ntotal_cache 300\ntotal_inactive_file 268435456\n");
+    put(dir, "v1/slurm/uid_0/job_5/memory.stat",
+        "cache 1\ntotal_cache 300\ntotal_inactive_file 201326592\ntotal_active_file 67108864\nactive_file "
+        "5\n");
     put(dir, "v1/slurm/uid_0/job_5/step_0/memory.limit_in_bytes", "9223372036854771712\n");
     put(dir, "v1/slurm/uid_0/job_5/step_0/memory.usage_in_bytes", "1073741824\n");
     st_hw_mem_limit l = limit_from(dir);
@@ -793,7 +795,7 @@ static void test_mem_limit(void) {
     put(dir, "v2 x/app/memory.max", "max\n");
     put(dir, "v2 x/app/memory.current", "1000\n");
     l = limit_from(dir);
-    CHECK(l.limit == 1024 * MiB && l.headroom == 1024 * MiB - 100 * MiB + 4096,
+    CHECK(l.limit == 1024 * MiB && l.headroom == 1024 * MiB - 100 * MiB + 4096 + 8,
           "v2: limit %lld headroom %lld (%s)", (long long)l.limit, (long long)l.headroom, l.by);
     CHECK(strstr(l.by, "/v2 x (memory.max)") != NULL, "v2 by: %s", l.by);
 

@@ -173,10 +173,15 @@ static void visit_memory(const char *dir, bool v2, void *ctx) {
     const int64_t lim = read_bytes(dir, limit_file);
     if (lim < 0) return;
     if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
-    /* what the group holds, its inactive page cache counted free (the
-     * kernel reclaims that before it kills) */
+    /* what the group holds, its page cache counted free: the kernel
+     * reclaims file pages, active as well as inactive, before it kills a
+     * process of the group (a 1 GiB group holding 700 MiB of a file read
+     * three times, all of it active, gave a process 900 MiB, where only
+     * inactive pages counted free made that 0.31 GiB), as the host's
+     * MemAvailable counts them; shared memory (tmpfs) is on neither list */
     const int64_t used = read_bytes(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
-    const int64_t cache = read_stat(dir, v2 ? "inactive_file" : "total_inactive_file");
+    const int64_t cache = read_stat(dir, v2 ? "inactive_file" : "total_inactive_file") +
+                          read_stat(dir, v2 ? "active_file" : "total_active_file");
     int64_t room = lim - (used > 0 ? used : 0) + (cache < used ? cache : 0);
     if (room < 0) room = 0;
     if (room > lim) room = lim;

@@ -87,8 +87,9 @@ st_status st_hw_probe_host(st_hw_info *out);
 typedef struct st_hw_mem_limit {
     int64_t limit;    /* bytes: the binding one's; -1: none */
     int64_t smallest; /* bytes: the smallest limit met (a level above may bind first); -1: none */
-    int64_t headroom; /* bytes it still leaves: the limit less what is held under it (inactive page
-                       * cache counted free), or less the address space mapped; -1: none */
+    int64_t
+        headroom;     /* bytes it still leaves: the limit less what is held under it (its page
+                       * cache, active and inactive, counted free), or less the address space mapped; -1: none */
     char by[224];     /* what sets it, for messages */
 } st_hw_mem_limit;
 
