@@ -13,7 +13,7 @@ DEPS_PREFIX ?=
 # The target's multiarch name (x86_64-linux-gnu, aarch64-linux-gnu): the
 # folder under /usr/lib and /usr/include where Debian and Ubuntu keep its
 # libraries, OpenBLAS's variants among them. From the compiler, so that
-# CC=aarch64-linux-gnu-gcc builds for arm64 (scripts/cross-arm64.sh).
+# CC=aarch64-linux-gnu-gcc builds for arm64 (make arm64).
 ifeq ($(origin MULTIARCH),undefined)
 MULTIARCH := $(or $(shell $(CC) -print-multiarch 2>/dev/null),$(shell uname -m)-linux-gnu)
 endif

@@ -93,8 +93,9 @@ fi
 qemu-aarch64 "$arm/scaletrain" train --set model.type=mlp --set train.batch_size=16 --set train.steps=40 \
     --set train.eval_steps=4 --set log.every=20 --set train.out_dir="$tmp/run" --json >"$tmp/train.txt" 2>&1 ||
     fail "training on arm64 failed: $(tail -5 "$tmp/train.txt")"
-ev() { "$@" eval --init "$tmp/run/model.safetensors" --set model.type=mlp --set train.eval_batch_size=16 \
-    --set train.eval_steps=8 --json 2>&1 | tail -1; }
+# (on the CPU in fp32 on both: on a GPU machine this build's auto would be the GPU in bf16)
+ev() { "$@" eval --init "$tmp/run/model.safetensors" --set model.type=mlp --set train.device=cpu \
+    --set train.eval_batch_size=16 --set train.eval_steps=8 --json 2>&1 | tail -1; }
 ev qemu-aarch64 "$arm/scaletrain" >"$tmp/eval_arm.txt"
 ev "$bin" >"$tmp/eval_x86.txt"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "the arm64 run's results (above)"
