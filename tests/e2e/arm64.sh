@@ -48,6 +48,7 @@ aarch64-linux-gnu-readelf -h "$arm/scaletrain" | grep -q "Machine:.*AArch64" ||
 # 2. The test programs. Left out, each with why:
 declare -A slow=(
     [test_hw_memory]="measures the memory of full training runs: over ten minutes emulated, and the memory model is the same on both"
+    [test_blas]="its products (three thread counts, up to 32768 rows) take 95 s emulated; the parity test and the training run below make the same st_sgemm calls"
     [test_parity]="run below with its driver under qemu (its runner starts itself, which needs binfmt_misc)"
 )
 ran=0 skipped=0 cuda=0 # (the CUDA tests: this build has no CUDA, and without a device they would check the host against itself)
