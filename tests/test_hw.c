@@ -698,6 +698,46 @@ static void test_hw_names(void) {
     CHECK_CLOSE(st_time_allreduce(1e9, 1, 1e11, 1e-5), 0, 0);
 }
 
+/* The CPU's name from /proc/cpuinfo's text: x86's model name and cores by
+ * (physical id, core id); arm64's (no model name, no core ids: a Grace CPU's
+ * lines, two of its 72 cores shown) by implementer and part. */
+static void test_cpuinfo(void) {
+    const char *x86 =
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
+        "physical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 9R14 96-Core "
+        "Processor\nphysical id\t: 0\ncore id\t\t: 1\n\nprocessor\t: 2\nmodel name\t: AMD EPYC 9R14 "
+        "96-Core Processor\nphysical id\t: 0\ncore id\t\t: 0\n";
+    const char *grace =
+        "processor\t: 0\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd sve sve2 bf16 i8mm bti\n"
+        "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n"
+        "CPU revision\t: 0\n\nprocessor\t: 1\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\n"
+        "CPU part\t: 0xd4f\n";
+    st_hw_info h;
+    memset(&h, 0, sizeof h);
+    FILE *f = fmemopen((void *)x86, strlen(x86), "r");
+    st_hw_cpuinfo_parse(f, &h);
+    fclose(f);
+    CHECK(strcmp(h.cpu_model, "AMD EPYC 9R14 96-Core Processor") == 0 && h.cores == 2, "x86: '%s', %d cores",
+          h.cpu_model, h.cores);
+    memset(&h, 0, sizeof h);
+    f = fmemopen((void *)grace, strlen(grace), "r");
+    st_hw_cpuinfo_parse(f, &h);
+    fclose(f);
+    CHECK(strcmp(h.cpu_model, "Arm Neoverse V2") == 0 && h.cores == h.threads && h.cores >= 1,
+          "Grace: '%s', %d cores, %d threads", h.cpu_model, h.cores, h.threads);
+    char name[128];
+    st_hw_arm_cpu_name(0x41, 0xd40, name, sizeof name);
+    CHECK(strcmp(name, "Arm Neoverse V1") == 0, "0x41/0xd40 (Graviton3): %s", name);
+    st_hw_arm_cpu_name(0x41, 0xfff, name, sizeof name);
+    CHECK(strcmp(name, "Arm arm64 CPU (part 0xfff)") == 0, "an unlisted Arm part: %s", name);
+    st_hw_arm_cpu_name(0x99, 0x12, name, sizeof name);
+    CHECK(strcmp(name, "arm64 CPU (implementer 0x99, part 0x012)") == 0, "an unlisted implementer: %s", name);
+    memset(&h, 0, sizeof h);
+    st_hw_cpuinfo_parse(NULL, &h);
+    CHECK(strcmp(h.cpu_model, "unknown CPU") == 0 && h.cores >= 1, "no cpuinfo: '%s', %d cores", h.cpu_model,
+          h.cores);
+}
+
 /* The peak behind a GPU run's mfu: datasheets for the presets' parts, else
  * SMs x clock x the architecture's rate (checked against datasheets of parts
  * without a preset: H100 PCIe at its boost clock, L4, RTX 4090). */
@@ -924,6 +964,7 @@ static void test_cpu_quota(void) {
 }
 
 int main(void) {
+    test_cpuinfo();
     test_gpu_peak();
     test_mem_limit();
     test_cpu_quota();

@@ -67,10 +67,45 @@ static int allowed_cpus(char *by, size_t n) {
     return st_hw_quota_threads(q.cpus);
 }
 
-static void probe_cpu(st_hw_info *h) {
+/* An arm64 core's name from its MIDR fields (/proc/cpuinfo has no "model
+ * name" there): the implementer's, and the part's where it is listed. */
+void st_hw_arm_cpu_name(unsigned implementer, unsigned part, char *buf, size_t n) {
+    static const struct {
+        unsigned id;
+        const char *name;
+    } vendors[] = {{0x41, "Arm"},       {0x42, "Broadcom"}, {0x43, "Cavium"}, {0x46, "Fujitsu"},
+                   {0x48, "HiSilicon"}, {0x4e, "NVIDIA"},   {0x50, "APM"},    {0x51, "Qualcomm"},
+                   {0x61, "Apple"},     {0xc0, "Ampere"}};
+    static const struct {
+        unsigned implementer, part;
+        const char *name;
+    } parts[] = {
+        {0x41, 0xd03, "Cortex-A53"},  {0x41, 0xd05, "Cortex-A55"},  {0x41, 0xd07, "Cortex-A57"},
+        {0x41, 0xd08, "Cortex-A72"},  {0x41, 0xd09, "Cortex-A73"},  {0x41, 0xd0b, "Cortex-A76"},
+        {0x41, 0xd0c, "Neoverse N1"}, {0x41, 0xd40, "Neoverse V1"}, {0x41, 0xd49, "Neoverse N2"},
+        {0x41, 0xd4f, "Neoverse V2"}, {0x41, 0xd84, "Neoverse V3"}, {0x41, 0xd8e, "Neoverse N3"},
+        {0x43, 0x0af, "ThunderX2"},   {0x46, 0x001, "A64FX"},       {0x48, 0xd01, "Kunpeng 920"},
+        {0xc0, 0xac3, "AmpereOne"},
+    };
+    const char *vendor = NULL;
+    for (size_t i = 0; i < sizeof vendors / sizeof vendors[0]; i++)
+        if (vendors[i].id == implementer) vendor = vendors[i].name;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (parts[i].implementer == implementer && parts[i].part == part) {
+            snprintf(buf, n, "%s %s", vendor, parts[i].name);
+            return;
+        }
+    if (vendor)
+        snprintf(buf, n, "%s arm64 CPU (part 0x%03x)", vendor, part);
+    else
+        snprintf(buf, n, "arm64 CPU (implementer 0x%02x, part 0x%03x)", implementer, part);
+}
+
+void st_hw_cpuinfo_parse(FILE *f, st_hw_info *h) {
     snprintf(h->cpu_model, sizeof h->cpu_model, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
     int phys = -1, core = -1, n_pairs = 0;
+    long implementer = -1, part = -1; /* arm64's first CPU's */
+    bool named = false;
     long pairs[1024];
     char line[512];
     while (f && fgets(line, sizeof line, f)) {
@@ -80,9 +115,16 @@ static void probe_cpu(st_hw_info *h) {
         char *key = line, *val = colon + 1;
         trim(key);
         trim(val);
-        if (strcmp(key, "model name") == 0) snprintf(h->cpu_model, sizeof h->cpu_model, "%s", val);
-        else if (strcmp(key, "physical id") == 0) phys = atoi(val);
+        if (strcmp(key, "model name") == 0) {
+            snprintf(h->cpu_model, sizeof h->cpu_model, "%s", val);
+            named = true;
+        } else if (strcmp(key, "physical id") == 0)
+            phys = atoi(val);
         else if (strcmp(key, "core id") == 0) core = atoi(val);
+        else if (strcmp(key, "CPU implementer") == 0 && implementer < 0)
+            implementer = strtol(val, NULL, 0);
+        else if (strcmp(key, "CPU part") == 0 && part < 0)
+            part = strtol(val, NULL, 0);
         if (phys >= 0 && core >= 0) { /* one (socket, core) pair per logical CPU */
             long pair = (long)phys * 100000 + core;
             bool seen = false;
@@ -91,10 +133,17 @@ static void probe_cpu(st_hw_info *h) {
             phys = core = -1;
         }
     }
-    if (f) fclose(f);
+    if (!named && implementer >= 0 && part >= 0)
+        st_hw_arm_cpu_name((unsigned)implementer, (unsigned)part, h->cpu_model, sizeof h->cpu_model);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = online > 0 ? (int)online : 1;
-    h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology: count threads */
+    h->cores = n_pairs > 0 ? n_pairs : h->threads; /* VMs without topology, arm64: count threads */
+}
+
+static void probe_cpu(st_hw_info *h) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    st_hw_cpuinfo_parse(f, h);
+    if (f) fclose(f);
     h->allowed = allowed_cpus(h->cpu_limit_by, sizeof h->cpu_limit_by);
 }
 

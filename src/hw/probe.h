@@ -79,6 +79,13 @@ st_status st_hw_probe(st_hw_info *out);
  * run needs to plan on the CPU. */
 st_status st_hw_probe_host(st_hw_info *out);
 
+/* The CPU's name and cores from /proc/cpuinfo's text (f; NULL: none): x86's
+ * "model name", arm64's implementer and part named (st_hw_arm_cpu_name);
+ * cores are the distinct (physical id, core id) pairs, else the CPUs
+ * online. */
+void st_hw_cpuinfo_parse(FILE *f, st_hw_info *h);
+void st_hw_arm_cpu_name(unsigned implementer, unsigned part, char *buf, size_t n);
+
 /* The memory limit on this process besides the host's own that binds
  * first (cgroup.c): its memory cgroup's (v2 memory.max, v1
  * memory.limit_in_bytes), read along its path from /proc/self/cgroup up to
