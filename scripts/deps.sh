@@ -6,17 +6,21 @@ pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev
       slurm-wlm munge  # slurm-wlm and munge: the single-node SLURM cluster of tests/e2e/slurm.sh
       gnuplot-nox      # the PNG charts of `scaletrain report`
       clang libomp-dev)  # `make tsan` with LLVM's OpenMP, whose Archer lets TSan check the parallel loops
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+# apt_install PACKAGE...: apt-get update and install those not installed yet
+# (none missing: nothing run); its status is apt-get's
+apt_install() {
+    local p missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
     echo "installing: ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
-fi
+    $sudo apt-get update -q &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
+}
+apt_install "${pkgs[@]}"
 # arm64 (tests/e2e/arm64.sh, `make arm64`): a cross compiler, qemu's
 # user-mode emulator and Debian's arm64 libraries, installed beside the
 # machine's own (multiarch), on an x86-64 Debian or Ubuntu. Not fatal:
@@ -26,25 +30,15 @@ fi
 arm_pkgs=(gcc-aarch64-linux-gnu qemu-user libc6-dev:arm64 libopenblas-openmp-dev:arm64 libyaml-dev:arm64
           libcjson-dev:arm64 zlib1g-dev:arm64)
 if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
-    missing=()
-    for p in "${arm_pkgs[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    if ((${#missing[@]})); then
-        echo "installing, for the arm64 build's test: ${missing[*]}"
-        sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        added=""
-        if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-            $sudo dpkg --add-architecture arm64
-            added=1
-        fi
-        if ! { $sudo apt-get update -q &&
-            DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"; }; then
-            echo "deps: could not install the arm64 packages; tests/e2e/arm64.sh will skip"
-            if [ -n "$added" ]; then
-                $sudo dpkg --remove-architecture arm64 && $sudo apt-get update -q >/dev/null 2>&1 || true
-            fi
+    added=""
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+        $sudo dpkg --add-architecture arm64
+        added=1
+    fi
+    if ! apt_install "${arm_pkgs[@]}"; then
+        echo "deps: could not install the arm64 packages; tests/e2e/arm64.sh will skip"
+        if [ -n "$added" ]; then
+            $sudo dpkg --remove-architecture arm64 && $sudo apt-get update -q >/dev/null 2>&1 || true
         fi
     fi
 fi
