@@ -21,13 +21,13 @@ apt_install() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
 }
 apt_install "${pkgs[@]}"
-# arm64 (tests/e2e/arm64.sh, `make arm64`): a cross compiler, qemu's
+# arm64 (tests/e2e/arm64.sh, `make arm64`, `make arm64-cuda`): cross compilers, qemu's
 # user-mode emulator and Debian's arm64 libraries, installed beside the
 # machine's own (multiarch), on an x86-64 Debian or Ubuntu. Not fatal:
 # where the package sources have no arm64 (Ubuntu's x86-64 mirrors serve
 # it from ports.ubuntu.com only) the architecture is taken back out and
 # that test skips, saying why.
-arm_pkgs=(gcc-aarch64-linux-gnu qemu-user libc6-dev:arm64 libopenblas-openmp-dev:arm64 libyaml-dev:arm64
+arm_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user libc6-dev:arm64 libopenblas-openmp-dev:arm64 libyaml-dev:arm64
           libcjson-dev:arm64 zlib1g-dev:arm64)
 if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
     added=""
