@@ -297,13 +297,16 @@ arm64:
 # against, so this shows the CUDA code compiles for arm64 and no more. Not
 # in CI (about 2 minutes on 2 cores): run it when the CUDA host code changes
 # in a way that could differ by architecture.
+# ARM64_CUDA_GOALS: what to build in that configuration (tests/e2e/arm64.sh
+# builds libs.o alone, to check its jumps).
 ARM64_CXX ?= aarch64-linux-gnu-g++
+ARM64_CUDA_GOALS ?= build-arm64-cuda/libscaletrain.a
 CUDA_INC_X86 = $(CUDA_HOME)/targets/x86_64-linux/include
 arm64-cuda:
 	@$(MAKE) --no-print-directory BUILD=build-arm64-cuda CC=$(ARM64_CC) CXX=$(ARM64_CXX) AR=aarch64-linux-gnu-ar \
 	  MULTIARCH=aarch64-linux-gnu CUDA=1 CUDA_LAZY=1 OPT="$(ARM64_OPT)" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
 	  NVCC="$(NVCC) -ccbin $(ARM64_CXX) -I$(CUDA_INC_X86) -I$(CUDA_INC_X86)/cccl" \
-	  CUDA_ARCH="-gencode arch=compute_90,code=compute_90" build-arm64-cuda/libscaletrain.a
+	  CUDA_ARCH="-gencode arch=compute_90,code=compute_90" $(ARM64_CUDA_GOALS)
 
 # libFuzzer targets for the file readers (clang; not part of `all`): build
 # with `make fuzz`, run each for a bounded time with tests/fuzz/run.sh SECONDS.

@@ -118,13 +118,15 @@ void st_hw_cpuinfo_parse(FILE *f, st_hw_info *h) {
         if (strcmp(key, "model name") == 0) {
             snprintf(h->cpu_model, sizeof h->cpu_model, "%s", val);
             named = true;
-        } else if (strcmp(key, "physical id") == 0)
+        } else if (strcmp(key, "physical id") == 0) {
             phys = atoi(val);
-        else if (strcmp(key, "core id") == 0) core = atoi(val);
-        else if (strcmp(key, "CPU implementer") == 0 && implementer < 0)
+        } else if (strcmp(key, "core id") == 0) {
+            core = atoi(val);
+        } else if (strcmp(key, "CPU implementer") == 0 && implementer < 0) {
             implementer = strtol(val, NULL, 0);
-        else if (strcmp(key, "CPU part") == 0 && part < 0)
+        } else if (strcmp(key, "CPU part") == 0 && part < 0) {
             part = strtol(val, NULL, 0);
+        }
         if (phys >= 0 && core >= 0) { /* one (socket, core) pair per logical CPU */
             long pair = (long)phys * 100000 + core;
             bool seen = false;

@@ -94,9 +94,8 @@ void st_hw_arm_cpu_name(unsigned implementer, unsigned part, char *buf, size_t n
 typedef struct st_hw_mem_limit {
     int64_t limit;    /* bytes: the binding one's; -1: none */
     int64_t smallest; /* bytes: the smallest limit met (a level above may bind first); -1: none */
-    int64_t
-        headroom;     /* bytes it still leaves: the limit less what is held under it (its page
-                       * cache, active and inactive, counted free), or less the address space mapped; -1: none */
+    int64_t headroom; /* bytes it still leaves: the limit less what is held under it (page cache,
+                       * active and inactive, counted free), or less the address space mapped; -1: none */
     char by[224];     /* what sets it, for messages */
 } st_hw_mem_limit;
 
