@@ -83,6 +83,9 @@ CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN
 # missing; the rpath still names their folders. 0: linked as shared
 # libraries, which the loader then requires at start.
 CUDA_LAZY ?= $(if $(filter x86_64-% aarch64-%,$(MULTIARCH)),1,0)
+# CUDART_DIR: the folder of the static CUDA runtime linked when CUDA_LAZY=1
+# (make arm64-cuda points it at an arm64 one).
+CUDART_DIR ?= $(CUDA_HOME)/lib64
 comma := ,
 soname = $(shell readelf -d $(firstword $(wildcard $(1))) 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 ifeq ($(CUDA),1)
@@ -106,7 +109,7 @@ CUDA_CFLAGS += -DST_CUDA_LAZY_LIBS \
 	-DST_NCCL_SO=\"$(or $(call soname,$(NCCL_LIBDIR)libnccl.so*),libnccl.so.2)\" \
 	-DST_CUDNN_SO=\"$(or $(call soname,$(CUDNN_LIBDIR)libcudnn.so*),libcudnn.so.9)\" \
 	-DST_NVRTC_SO=\"$(call soname,$(CUDA_HOME)/lib64/libnvrtc.so*)\"
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
+CUDA_LIBS := -L$(CUDART_DIR) -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
 	$(if $(CUDNN_LIBDIR),-Wl$(comma)-rpath$(comma)$(CUDNN_LIBDIR)) -lcudart_static -ldl -lrt -lstdc++
 endif
 endif
@@ -289,22 +292,26 @@ arm64:
 	@$(MAKE) --no-print-directory BUILD=build-arm64 CC=$(ARM64_CC) MULTIARCH=aarch64-linux-gnu CUDA=0 \
 	  OPT="$(ARM64_OPT)" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= build-arm64/scaletrain tests
 
-# The CUDA build's objects for an arm64 host (GH200), compiled here, not
-# linked: nvcc's host side through the arm64 cross g++, the toolkit's
-# headers (the same on every host), device code as sm_90 PTX only (the
-# host code is what differs; its SASS is the x86-64 build's), the library
-# archived by the cross ar. There is no arm64 CUDA runtime here to link
-# against, so this shows the CUDA code compiles for arm64 and no more. Not
-# in CI (about 2 minutes on 2 cores): run it when the CUDA host code changes
-# in a way that could differ by architecture.
-# ARM64_CUDA_GOALS: what to build in that configuration (tests/e2e/arm64.sh
-# builds libs.o alone, to check its jumps).
+# The CUDA build for an arm64 host (GH200), into build-arm64-cuda: nvcc's
+# host side through the arm64 cross g++, the toolkit's headers (the same on
+# every host), device code as sm_90 PTX only (the host code is what
+# differs; its SASS is the x86-64 build's), the library archived by the
+# cross ar, and linked against the arm64 static CUDA runtime in
+# ARM64_CUDART (scripts/deps.sh fetches it from PyPI's nvidia-cuda-runtime
+# wheel of the toolkit's version into .tools/cuda-aarch64/lib); without it
+# only the library is built. cuBLASLt, NCCL and cuDNN are loaded when first
+# needed (CUDA_LAZY=1), so nothing else of CUDA's is linked.
+# tests/e2e/arm64.sh runs the result under qemu-aarch64, where there is no
+# GPU: the CUDA build must start there, say so and train on the CPU.
+# ARM64_CUDA_GOALS: what to build in that configuration.
 ARM64_CXX ?= aarch64-linux-gnu-g++
-ARM64_CUDA_GOALS ?= build-arm64-cuda/libscaletrain.a
+ARM64_CUDART ?= .tools/cuda-aarch64/lib
+ARM64_CUDA_GOALS ?= $(if $(wildcard $(ARM64_CUDART)/libcudart_static.a),build-arm64-cuda/scaletrain tests,build-arm64-cuda/libscaletrain.a)
 CUDA_INC_X86 = $(CUDA_HOME)/targets/x86_64-linux/include
 arm64-cuda:
 	@$(MAKE) --no-print-directory BUILD=build-arm64-cuda CC=$(ARM64_CC) CXX=$(ARM64_CXX) AR=aarch64-linux-gnu-ar \
-	  MULTIARCH=aarch64-linux-gnu CUDA=1 CUDA_LAZY=1 OPT="$(ARM64_OPT)" MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
+	  MULTIARCH=aarch64-linux-gnu CUDA=1 CUDA_LAZY=1 CUDART_DIR=$(ARM64_CUDART) OPT="$(ARM64_OPT)" \
+	  MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= \
 	  NVCC="$(NVCC) -ccbin $(ARM64_CXX) -I$(CUDA_INC_X86) -I$(CUDA_INC_X86)/cccl" \
 	  CUDA_ARCH="-gencode arch=compute_90,code=compute_90" $(ARM64_CUDA_GOALS)
 

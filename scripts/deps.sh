@@ -27,8 +27,8 @@ apt_install "${pkgs[@]}"
 # where the package sources have no arm64 (Ubuntu's x86-64 mirrors serve
 # it from ports.ubuntu.com only) the architecture is taken back out and
 # that test skips, saying why.
-arm_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user libc6-dev:arm64 libopenblas-openmp-dev:arm64 libyaml-dev:arm64
-          libcjson-dev:arm64 zlib1g-dev:arm64)
+arm_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user libc6-dev:arm64 libstdc++6:arm64 libopenblas-openmp-dev:arm64
+          libyaml-dev:arm64 libcjson-dev:arm64 zlib1g-dev:arm64)
 if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
     added=""
     if ! dpkg --print-foreign-architectures | grep -qx arm64; then
@@ -80,6 +80,47 @@ PY
     else
         rm -rf "$fe_dir.part"
         echo "deps: could not fetch cudnn-frontend; the build leaves cuDNN's attention out"
+    fi
+    rm -rf "$tmp"
+fi
+# The arm64 static CUDA runtime (`make arm64-cuda` links the CUDA build for
+# an arm64 host against it; tests/e2e/arm64.sh with ARM64_CUDA=1): PyPI's
+# nvidia-cuda-runtime wheel for aarch64, of this toolkit's version, into
+# .tools/cuda-aarch64/lib (ignored by git), where the toolkit and the arm64
+# cross compiler are here. Not fatal: without it make arm64-cuda builds the
+# library only.
+rt_dir=.tools/cuda-aarch64
+if [ -x "$cuda_home/bin/nvcc" ] && command -v aarch64-linux-gnu-g++ >/dev/null &&
+    [ ! -f "$rt_dir/lib/libcudart_static.a" ]; then
+    # the runtime's version: the toolkit's wheel metadata where it has one, else nvcc's major.minor
+    rt_version=""
+    for d in "$cuda_home"/dist-info/nvidia_cuda_runtime-*.dist-info; do
+        [ -d "$d" ] && rt_version=${d##*/nvidia_cuda_runtime-} && rt_version=${rt_version%.dist-info}
+    done
+    [ -n "$rt_version" ] ||
+        rt_version=$("$cuda_home/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1.*/p' || true)
+    echo "fetching: the arm64 CUDA runtime $rt_version (pip download nvidia-cuda-runtime, aarch64) into $rt_dir"
+    tmp=$(mktemp -d)
+    if [ -n "$rt_version" ] &&
+        "$py" -m pip download -q --no-deps --only-binary :all: --platform manylinux2014_aarch64 \
+            --python-version 3.11 -d "$tmp" "nvidia-cuda-runtime==$rt_version" 2>/dev/null &&
+        "$py" - "$tmp" "$rt_dir" <<'PY'
+import glob, os, sys, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+z = zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0])
+names = [n for n in z.namelist() if n.endswith("/lib/libcudart_static.a")]
+if len(names) != 1:
+    sys.exit("the wheel holds no lib/libcudart_static.a")
+os.makedirs(dest + ".part/lib", exist_ok=True)
+with open(dest + ".part/lib/libcudart_static.a", "wb") as f:
+    f.write(z.read(names[0]))
+os.rename(dest + ".part", dest)
+PY
+    then
+        echo "arm64 CUDA runtime $rt_version: $rt_dir/lib/libcudart_static.a"
+    else
+        rm -rf "$rt_dir.part"
+        echo "deps: could not fetch the arm64 CUDA runtime; make arm64-cuda builds the library only"
     fi
     rm -rf "$tmp"
 fi

@@ -16,7 +16,13 @@
 #     accuracy as arm64 does (a weights file moves between the two);
 #  5. src/cuda/libs.c's jumps (core/jump.h, how a CUDA build loads its
 #     libraries) assemble for arm64, each the four instructions it should
-#     be; test_jump (step 2) has run them with every kind of argument.
+#     be; test_jump (step 2) has run them with every kind of argument;
+#  6. with ARM64_CUDA=1 (not in CI: nvcc takes about 2 minutes more), the
+#     CUDA build for arm64 (make arm64-cuda, linked against the arm64 CUDA
+#     runtime scripts/deps.sh fetches): it starts where there is no GPU
+#     (qemu has none), `check` says so, its CUDA tests skip saying why or
+#     check the host against itself, and step 4's run trains on the CPU to
+#     the same weights, byte for byte.
 # Skips, saying why, where the cross compiler, arm64's libraries, qemu or
 # Fashion-MNIST are missing (scripts/deps.sh installs them on x86-64).
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -130,5 +136,45 @@ if make --no-print-directory arm64-cuda ARM64_CUDA_GOALS="$libs" >"$tmp/libs_cc.
         fail "cublasLtMatmul's jump for arm64 is not bti, adrp, ldr, br: $(tr '\n' ' ' <"$tmp/jump.txt")"
 else
     fail "src/cuda/libs.c does not build for arm64 with its jumps: $(grep -m5 -E 'error|warning' "$tmp/libs_cc.txt")"
+fi
+
+# 6. The CUDA build for arm64, where there is no GPU.
+if [ "${ARM64_CUDA:-0}" = 1 ]; then
+    [ -f .tools/cuda-aarch64/lib/libcudart_static.a ] ||
+        fail "ARM64_CUDA=1, but there is no arm64 CUDA runtime in .tools/cuda-aarch64/lib (scripts/deps.sh fetches it)"
+    acu=build-arm64-cuda
+    if make --no-print-directory arm64-cuda >"$tmp/make_cuda.txt" 2>&1 && [ -x "$acu/scaletrain" ]; then
+        ! grep -q "warning:" "$tmp/make_cuda.txt" || fail "make arm64-cuda warned: $(grep -m3 'warning:' "$tmp/make_cuda.txt")"
+        qemu-aarch64 "$acu/scaletrain" check >"$tmp/check_cuda.txt" 2>&1
+        grep -qE "^skip +cuda +no NVIDIA driver.*training runs on the CPU" "$tmp/check_cuda.txt" ||
+            fail "check in the arm64 CUDA build does not say there is no GPU: $(grep -m1 cuda "$tmp/check_cuda.txt")"
+        n=0
+        for t in "$acu"/tests/test_cuda_* "$acu"/tests/test_cudnn_*; do
+            [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
+            name=$(basename "$t")
+            qemu-aarch64 "$t" >"$tmp/cuda_$name.txt" 2>&1
+            rc=$?
+            n=$((n + 1))
+            if [ $rc -eq 77 ]; then
+                grep -q "skipped: ." "$tmp/cuda_$name.txt" || fail "$name (arm64 CUDA build) skipped without saying why"
+            elif [ $rc -ne 0 ]; then
+                tail -5 "$tmp/cuda_$name.txt"
+                fail "$name (arm64 CUDA build) without a GPU: exit $rc (its output's end above)"
+            fi
+        done
+        grep -q "cuda libs: ok" "$tmp/cuda_test_cuda_libs.txt" 2>/dev/null ||
+            fail "test_cuda_libs did not pass in the arm64 CUDA build: $(tail -3 "$tmp/cuda_test_cuda_libs.txt" 2>&1)"
+        qemu-aarch64 "$acu/scaletrain" train --set model.type=mlp --set train.batch_size=16 --set train.steps=40 \
+            --set train.eval_steps=4 --set log.every=20 --set train.out_dir="$tmp/run_cuda" --json >"$tmp/train_cuda.txt" 2>&1 ||
+            fail "training with the arm64 CUDA build failed: $(tail -5 "$tmp/train_cuda.txt")"
+        grep -qE "^ +device: +cpu +# auto: no CUDA device" "$tmp/train_cuda.txt" ||
+            fail "the arm64 CUDA build's run does not say it is on the CPU for want of a GPU: $(grep -m1 ' device:' "$tmp/train_cuda.txt")"
+        cmp -s "$tmp/run/model.safetensors" "$tmp/run_cuda/model.safetensors" ||
+            fail "the arm64 CUDA build trained on the CPU to other weights than the CPU build (step 4)"
+        echo "arm64 CUDA build: links, starts without a GPU, $n CUDA test programs skip or pass, trains on the CPU to step 4's weights"
+    else
+        grep -E "error|undefined" "$tmp/make_cuda.txt" | head -10
+        fail "make arm64-cuda did not link build-arm64-cuda/scaletrain (its errors above)"
+    fi
 fi
 e2e_finish "arm64 builds, its tests pass under qemu, it trains, and its weights read the same on x86-64"
