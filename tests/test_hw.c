@@ -693,6 +693,34 @@ static void test_hw_names(void) {
           (long long)d.mem_bytes);
     CHECK_OK(st_hw_config_parse("H200", NULL, NULL, &hw));
     CHECK(hw.nodes == 1 && hw.per_node == 1, "H200: %d x %d", hw.nodes, hw.per_node);
+    /* GH200 by its names as the driver gives them ("GH200" holds "H200"):
+     * the H100's compute, its own memory, NVLink-C2C to its host */
+    struct {
+        const char *name;
+        int64_t mem;
+        const char *preset;
+        double mem_bw;
+    } gh[] = {{"NVIDIA GH200 480GB", 95LL << 30, "GH200", 4000e9},
+              {"NVIDIA GH200 144G HBM3e", 143LL << 30, "GH200-144GB", 4900e9},
+              {"NVIDIA H200", 140LL << 30, "H200", 4800e9}};
+    for (size_t i = 0; i < sizeof gh / sizeof gh[0]; i++) {
+        snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "%s", gh[i].name);
+        h.gpu[0].mem_total = gh[i].mem;
+        st_hw_device want;
+        CHECK(st_device_preset(gh[i].preset, &want), "the %s preset", gh[i].preset);
+        st_device_local(&h, 0, &d);
+        CHECK(d.mem_bw == gh[i].mem_bw && d.mem_bw == want.mem_bw && d.host_bw == want.host_bw &&
+                  d.peak_bf16 == h100.peak_bf16 && d.mem_bytes == gh[i].mem &&
+                  strcmp(d.name, gh[i].name) == 0,
+              "local %s: %s, %.0f GB/s, host %.0f GB/s", gh[i].name, d.name, d.mem_bw / 1e9, d.host_bw / 1e9);
+    }
+    CHECK(st_device_preset("GH200", &d) && d.host_bw >= 7 * h100.host_bw && d.host_mem_bw > 0 &&
+              h100.host_mem_bw == 0,
+          "GH200: host %.0f GB/s, its own host memory %.0f GB/s (H100: %.0f GB/s, shared)", d.host_bw / 1e9,
+          d.host_mem_bw / 1e9, h100.host_bw / 1e9);
+    CHECK_OK(st_hw_config_parse("2x4xGH200-96GB", NULL, NULL, &hw));
+    CHECK(hw.nodes == 2 && hw.per_node == 4 && strcmp(hw.dev.name, "GH200") == 0,
+          "2x4xGH200-96GB: %d x %d %s", hw.nodes, hw.per_node, hw.dev.name);
     /* the ring: 2 (n-1)/n bytes over the bus bandwidth, 2 (n-1) latencies */
     CHECK_CLOSE(st_time_allreduce(1e9, 8, 1e11, 1e-5), 2.0 * 7 / 8 * 1e-2 + 14e-5, 1e-12);
     CHECK_CLOSE(st_time_allreduce(1e9, 1, 1e11, 1e-5), 0, 0);
@@ -748,7 +776,9 @@ static void test_gpu_peak(void) {
     f = st_gpu_peak("NVIDIA H100 80GB HBM3", 9, 0, 132, 1980000, false, why, sizeof why);
     CHECK(f == 67e12 && strstr(why, "fp32"), "H100 SXM fp32: %g (%s)", f, why);
     f = st_gpu_peak("NVIDIA H200", 9, 0, 132, 1980000, true, why, sizeof why);
-    CHECK(f == 989.4e12, "H200: %g (%s)", f, why);
+    CHECK(f == 989.4e12 && strstr(why, "H200 SXM"), "H200: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA GH200 480GB", 9, 0, 132, 1980000, true, why, sizeof why);
+    CHECK(f == 989.4e12 && strstr(why, "datasheet: GH200,"), "GH200: %g (%s)", f, why);
     f = st_gpu_peak("NVIDIA H100 PCIe", 9, 0, 114, 1755000, true, why, sizeof why);
     CHECK_CLOSE(f, 114 * 1.755e9 * 4096, 1e3);
     CHECK(strstr(why, "114 SMs x 1.75 GHz x 4096") != NULL, "H100 PCIe reason: %s", why);

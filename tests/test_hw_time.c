@@ -205,7 +205,41 @@ static void test_zero2_every_micro_step(void) {
     CHECK_CLOSE(z2a1.step_s, z1a1.step_s, 1e-12);
 }
 
+/* An offloaded optimizer step: the update streams host memory (a PCIe
+ * server's shared by its GPUs, a GH200's Grace its own) and the fp32
+ * gradients go down and the weights up over the host link (PCIe, or
+ * GH200's NVLink-C2C): shard * (4 (3 + 2 states) + 2) bytes / host memory
+ * + shard * 8 / host link. */
+static void test_offload_host(void) {
+    const double P = 1e9, ob = 4.0 * (3 + 2 * 2) + 2;
+    st_cost c;
+    memset(&c, 0, sizeof c);
+    c.fwd_flops = 1e12, c.bwd_flops = 2e12;
+    st_hw_config h100, gh200;
+    CHECK_OK(st_hw_config_parse("4xH100", NULL, NULL, &h100));
+    CHECK_OK(st_hw_config_parse("4xGH200", NULL, NULL, &gh200));
+    st_time_opts o = {.hw = &h100,
+                      .mixed = true,
+                      .optim_states = 2,
+                      .bucket_cap_mb = 25,
+                      .micro = 1,
+                      .accum = 1,
+                      .zero = 2,
+                      .offload = true,
+                      .gather_bytes = 2};
+    st_time th, tg;
+    st_time_estimate(&c, (int64_t)P, &o, &th);
+    o.hw = &gh200;
+    st_time_estimate(&c, (int64_t)P, &o, &tg);
+    const double shard = P / 4;
+    CHECK_CLOSE(th.optim_s, shard * ob / (100e9 / 4) + shard * 8 / h100.dev.host_bw, 1e-9);
+    CHECK_CLOSE(tg.optim_s, shard * ob / gh200.dev.host_mem_bw + shard * 8 / gh200.dev.host_bw, 1e-9);
+    CHECK(tg.optim_s < th.optim_s / 5, "offload on 4 GH200 %.1f ms, on 4 H100 %.1f ms", 1e3 * tg.optim_s,
+          1e3 * th.optim_s);
+}
+
 int main(void) {
+    test_offload_host();
     test_wire_bytes();
     test_zero2_every_micro_step();
     test_cnn_work();

@@ -13,13 +13,25 @@
  *     (both ways); PCIe Gen5; compute capability 9.0.
  *   H200 SXM (H200 datasheet, 2024): compute as H100 SXM; 141 GB HBM3e at
  *     4.8 TB/s; NVLink 4 900 GB/s; compute capability 9.0.
+ *   GH200 Grace Hopper Superchip (GH200 datasheet, 2024): the H100's compute
+ *     (same die, 132 SMs) with 96 GB HBM3 at 4 TB/s, or 144 GB HBM3e at
+ *     4.9 TB/s (GH200-144GB); joined to its own 72-core Grace CPU by
+ *     NVLink-C2C, 900 GB/s both ways, and Grace's LPDDR5X at up to 512 GB/s.
+ *     Between superchips: NVLink 4 in a node of four (all to all), one
+ *     network port of 200 Gb/s per superchip (Alps' Slingshot, JUPITER's
+ *     NDR200 InfiniBand).
  * Link figures are the all-reduce bus bandwidth one can expect, which is not
  * a datasheet number: 80% of the one-way link bandwidth (NVLink 3: 300 GB/s,
  * NVLink 4: 450 GB/s, PCIe Gen4 x16: 32 GB/s less host-bridge hops, taken as
  * 20 GB/s), in line with what nccl-tests report on DGX A100/H100 and on PCIe
  * servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100
  * (25 GB/s), one 400 Gb/s NDR NIC per GPU on DGX H100/H200 (50 GB/s), and two
- * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU); 80% of it. */
+ * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU); 80% of it.
+ * Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s,
+ * Gen5 50 GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded
+ * update streams host memory: a PCIe server's is shared by its GPUs
+ * (timing.c), a GH200's Grace is its own, taken at about 60% of its
+ * 512 GB/s, as a streaming pass reaches. */
 #include "device.h"
 
 #include <stdio.h>
@@ -41,30 +53,38 @@ static const struct preset {
     {"L40S",
      "L40S-48GB",
      {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 48 * GIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
-      "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0}},
+      "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0, 0}},
     {"A100-40GB",
      "A100",
      {"A100-40GB", true, 312 * T, 19.5 * T, 1555 * G, 40 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
-      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0}},
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0}},
     {"A100-80GB",
      NULL,
      {"A100-80GB", true, 312 * T, 19.5 * T, 2039 * G, 80 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
-      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0}},
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0}},
     {"H100-80GB",
      "H100",
      {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 80 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0}},
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0}},
     {"H200",
      "H200-141GB",
      {"H200", true, 989.4 * T, 67 * T, 4800 * G, 141 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0}},
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0}},
+    {"GH200",
+     "GH200-96GB",
+     {"GH200", true, 989.4 * T, 67 * T, 4000 * G, 96 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G}},
+    {"GH200-144GB",
+     NULL,
+     {"GH200-144GB", true, 989.4 * T, 67 * T, 4900 * G, 144 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G}},
     /* The CPU: placeholders until measured (st_device_local). Memory
      * bandwidth and the shared-memory MPI all-reduce are this machine kind's
      * measured orders of magnitude (docs/planner.md), not a datasheet. */
     {"cpu",
      NULL,
      {"cpu", false, 50 * G, 50 * G, 20 * G, 8 * GIB, 0, 0, "shared memory", 2 * G, 20e-6, "10 GbE TCP",
-      1.1 * G, 50e-6, 20 * G, 0}},
+      1.1 * G, 50e-6, 20 * G, 0, 0}},
 };
 enum { N_PRESETS = sizeof presets / sizeof presets[0] };
 
@@ -78,7 +98,8 @@ bool st_device_preset(const char *name, st_hw_device *out) {
 }
 
 const char *st_device_names(void) {
-    return "L40S, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, cpu, local";
+    return "L40S, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, GH200 (GH200-96GB), GH200-144GB, cpu, "
+           "local";
 }
 
 /* Dense FLOP per clock per multiprocessor: 16-bit tensor-core products with
@@ -101,7 +122,8 @@ double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int cl
     static const struct {
         const char *key, *preset, *what;
         int sms;
-    } sheets[] = {{"H200", "H200", "H200 SXM", 132},
+    } sheets[] = {{"GH200", "GH200", "GH200", 132}, /* before H200, which its name holds */
+                  {"H200", "H200", "H200 SXM", 132},
                   {"H100", "H100-80GB", "H100 SXM", 132},
                   {"A100", "A100-80GB", "A100", 108},
                   {"L40S", "L40S", "L40S", 142}};
@@ -154,14 +176,18 @@ st_status st_device_calibrate_cpu(double *flops_per_s) {
 
 void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
     if (h->n_gpus > 0) {
-        /* A known GPU by its name ("NVIDIA H100 80GB HBM3" holds "H100"). */
-        const char *keys[][2] = {{"H200", "H200"}, {"H100", "H100-80GB"}, {"L40S", "L40S"}, {"A100", NULL}};
+        /* A known GPU by its name ("NVIDIA H100 80GB HBM3" holds "H100";
+         * "NVIDIA GH200 480GB" holds "H200" too, so GH200 is looked for
+         * first). Parts sold with two memory sizes by their memory. */
+        const int64_t mem = h->gpu[0].mem_total;
+        const char *keys[][2] = {{"GH200", mem > 100 * GIB ? "GH200-144GB" : "GH200"},
+                                 {"H200", "H200"},
+                                 {"H100", "H100-80GB"},
+                                 {"L40S", "L40S"},
+                                 {"A100", mem > 48 * GIB ? "A100-80GB" : "A100-40GB"}};
         bool found = false;
-        for (int i = 0; i < 4 && !found; i++)
-            if (strstr(h->gpu[0].name, keys[i][0])) {
-                const char *p = keys[i][1] ? keys[i][1] : h->gpu[0].mem_total > 48 * GIB ? "A100-80GB" : "A100-40GB";
-                found = st_device_preset(p, out);
-            }
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !found; i++)
+            if (strstr(h->gpu[0].name, keys[i][0])) found = st_device_preset(keys[i][1], out);
         if (!found) { /* an unknown GPU: A100-class rates, its own memory; say so */
             st_device_preset("A100-40GB", out);
         }

@@ -1,5 +1,5 @@
 /* Device descriptions for the cost models: datasheet presets for the GPUs the
- * planner compares (L40S, A100-40GB, A100-80GB, H100-80GB SXM, H200) and the
+ * planner compares (L40S, A100-40GB, A100-80GB, H100-80GB SXM, H200, GH200) and the
  * CPU (peaks measured by a short calibration), and the hardware
  * configurations `scaletrain plan --hw` names ("8xH100", "cpu", "2x4xL40S").
  *
@@ -32,6 +32,9 @@ typedef struct st_hw_device {
     double net_bw, net_lat;
     double host_bw; /* bytes/s between host and device (offload), per device */
     int64_t host_mem_bytes; /* a GPU node's host memory available to its ranks (this machine's); 0: unknown */
+    /* bytes/s of host memory an offloaded optimizer step streams, per device;
+     * 0: the node's (ST_TIME_HOST_MEM_BW) shared by its devices */
+    double host_mem_bw;
 } st_hw_device;
 
 /* A hardware configuration: `per_node` devices of one kind on each of `nodes` nodes. */

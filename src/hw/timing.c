@@ -5,8 +5,9 @@
 
 /* A GPU server's host memory bandwidth for an offloaded optimizer step,
  * shared by the node's GPUs: two sockets of 8-channel DDR4/DDR5 give a few
- * hundred GB/s of which a streaming update reaches about this much. */
-#define HOST_MEM_BW 100e9
+ * hundred GB/s of which a streaming update reaches about this much. A device
+ * with host memory of its own (GH200's Grace) says so in host_mem_bw. */
+#define ST_TIME_HOST_MEM_BW 100e9
 
 double st_time_default_efficiency(const st_hw_device *d, bool mixed) {
     /* Large, well-shaped products reach 70-80% of the tensor-core peak;
@@ -93,7 +94,7 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double shard = o->zero >= 1 && n > 1 ? P / n : P;
     const double ob = 4.0 * (3 + 2 * o->optim_states) + (o->mixed ? 2 : 0);
     if (o->offload) {
-        const double host_bw = HOST_MEM_BW / o->hw->per_node;
+        const double host_bw = d->host_mem_bw > 0 ? d->host_mem_bw : ST_TIME_HOST_MEM_BW / o->hw->per_node;
         t->optim_s =
             shard * ob / host_bw + shard * 8 / d->host_bw; /* update; fp32 gradients down, weights up */
     } else {
