@@ -57,24 +57,49 @@ NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA ?= $(if $(wildcard $(NVCC)),1,0)
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
-# NCCL (the communicator between GPUs, src/cuda/comm_nccl.cu): from
-# NCCL_HOME (include/nccl.h, lib64/ or lib/ holding libnccl.so or only
-# libnccl.so.2 as pip's nvidia-nccl packages have it); NCCL=0 when nccl.h is
-# not there, and the NCCL communicator then says it was left out.
-NCCL_HOME ?= $(CUDA_HOME)
-NCCL ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
-NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so* $(NCCL_HOME)/lib/libnccl.so*)))
+# NCCL and cuDNN are found where their installers put them, unless
+# NCCL_HOME / CUDNN_HOME say where: the toolkit (CUDA_HOME); /usr, as
+# NVIDIA's Debian and Ubuntu packages and NGC containers have them (headers
+# in include/ or include/$(MULTIARCH)/, libraries in lib/$(MULTIARCH)/); or
+# pip's nvidia-nccl / nvidia-cudnn packages of the python3 on PATH (PyTorch's:
+# site-packages/nvidia/nccl, nvidia/cudnn, libraries only as .so.N). The
+# first that has the header is taken; `make config` prints what was found.
+# LIB_SEARCH: the homes looked in before pip's; FIND_PYTHON: the python
+# whose pip packages are looked in (tests/e2e/build_find_libs.sh sets both).
+LIB_SEARCH ?= $(CUDA_HOME) /usr
+FIND_PYTHON ?= python3
+# find_home HEADER,PIP_MODULE: the first home holding HEADER
+find_home = $(or $(firstword $(foreach h,$(LIB_SEARCH),$(if $(wildcard $(h)/include/$(1) $(h)/include/$(MULTIARCH)/$(1)),$(h)))),$(shell $(FIND_PYTHON) -c 'import os, nvidia.$(2) as m; d = list(m.__path__)[0]; print(d if os.path.isfile(os.path.join(d, "include", "$(1)")) else "")' 2>/dev/null))
+# the folder of a home's HEADER, and of its LIB (libX.so or libX.so.N)
+find_inc = $(patsubst %/,%,$(firstword $(dir $(wildcard $(1)/include/$(2) $(1)/include/$(MULTIARCH)/$(2)))))
+find_lib = $(firstword $(dir $(wildcard $(1)/lib64/$(2).so* $(1)/lib/$(2).so* $(1)/lib/$(MULTIARCH)/$(2).so*)))
+# -I for a header folder, but none for the compiler's own (/usr/include and its multiarch folder)
+inc_flag = $(if $(filter /usr/include /usr/include/$(MULTIARCH),$(1)),,-I$(1))
+# NCCL (the communicator between GPUs, src/cuda/comm_nccl.cu): nccl.h and
+# libnccl.so (or only libnccl.so.2); NCCL=0 when nccl.h is not found, and
+# the NCCL communicator then says it was left out.
+ifeq ($(origin NCCL_HOME),undefined)
+NCCL_HOME := $(or $(if $(filter 1,$(CUDA)),$(call find_home,nccl.h,nccl)),$(firstword $(LIB_SEARCH)))
+endif
+NCCL_INC := $(call find_inc,$(NCCL_HOME),nccl.h)
+NCCL ?= $(if $(NCCL_INC),1,0)
+NCCL_LIBDIR := $(call find_lib,$(NCCL_HOME),libnccl)
 # cuDNN's fused attention (src/cuda/attention_cudnn.cpp, model.attention_kernel):
-# cuDNN from CUDNN_HOME (include/cudnn.h, lib64/ or lib/ holding libcudnn.so
-# or only libcudnn.so.9 as pip's nvidia-cudnn packages have it) and NVIDIA's
-# header-only cudnn-frontend from CUDNN_FE (scripts/deps.sh fetches it), and
-# the toolkit's NVRTC (which the frontend's headers reference); CUDNN=0 when
-# any is missing, and model.attention_kernel=cudnn then says it was left out. The file is host code: the host compiler builds it, at
-# -O1 (graph set-up, run once per shape; nvcc took minutes on its headers).
-CUDNN_HOME ?= $(CUDA_HOME)
+# cudnn.h and libcudnn.so (or only libcudnn.so.9), NVIDIA's header-only
+# cudnn-frontend from CUDNN_FE (scripts/deps.sh fetches it), and the
+# toolkit's NVRTC (which the frontend's headers reference); CUDNN=0 when any
+# is missing, and model.attention_kernel=cudnn then says it was left out.
+# The file is host code: the host compiler builds it, at -O1 (graph set-up,
+# run once per shape; nvcc took minutes on its headers).
+# why a build has no cuDNN attention (make config)
+CUDNN_WHY = $(if $(CUDNN_INC),$(if $(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(if $(CUDNN_LIBDIR),$(if $(wildcard $(CUDA_HOME)/lib64/libnvrtc.so),(CUDNN=0 given),(no libnvrtc.so in $(CUDA_HOME)/lib64)),(no libcudnn.so in $(CUDNN_HOME))),(no cudnn-frontend in $(CUDNN_FE): scripts/deps.sh fetches it)),(no cudnn.h in $(LIB_SEARCH) or pip's nvidia.cudnn; CUDNN_HOME says where))
+ifeq ($(origin CUDNN_HOME),undefined)
+CUDNN_HOME := $(or $(if $(filter 1,$(CUDA)),$(call find_home,cudnn.h,cudnn)),$(firstword $(LIB_SEARCH)))
+endif
 CUDNN_FE ?= .tools/cudnn-frontend/include
-CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so* $(CUDNN_HOME)/lib/libcudnn.so*)))
-CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(CUDNN_LIBDIR),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so)),1,0)
+CUDNN_INC := $(call find_inc,$(CUDNN_HOME),cudnn.h)
+CUDNN_LIBDIR := $(call find_lib,$(CUDNN_HOME),libcudnn)
+CUDNN ?= $(if $(and $(CUDNN_INC),$(wildcard $(CUDNN_FE)/cudnn_frontend.h),$(CUDNN_LIBDIR),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so)),1,0)
 # CUDA_LAZY=1 (the default on x86-64 and arm64, the two that
 # src/core/jump.h has jumps for): the CUDA runtime linked statically (as
 # nvcc links it), cuBLASLt, NCCL, cuDNN and NVRTC loaded when first needed
@@ -93,7 +118,7 @@ CUDA_CFLAGS := -DST_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 ifeq ($(NCCL),1)
-NCCL_FLAGS := -DST_HAVE_NCCL -I$(NCCL_HOME)/include
+NCCL_FLAGS := -DST_HAVE_NCCL $(call inc_flag,$(NCCL_INC))
 CUDA_CFLAGS += -DST_HAVE_NCCL
 CUDA_LIBS := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) $(if $(wildcard $(NCCL_LIBDIR)libnccl.so),-lnccl,-l:libnccl.so.2) $(CUDA_LIBS)
 endif
@@ -163,7 +188,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests benches check run deps asan tsan emu emu-asan arm64 arm64-cuda fuzz clean format
+.PHONY: all tests benches check run deps config asan tsan emu emu-asan arm64 arm64-cuda fuzz clean format
 all: $(BUILD)/scaletrain tests
 
 # -MMD: each object depends on exactly the headers it includes.
@@ -197,7 +222,7 @@ $(BUILD)/obj/%.o: %.cu
 $(BUILD)/obj/src/cuda/attention_cudnn.o: src/cuda/attention_cudnn.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -D_GNU_SOURCE -DCUDNN_FRONTEND_SKIP_JSON_LIB -Wall -Wextra $(if $(strip $(WERROR)),-Werror) \
-		-Iinclude -Isrc -I$(CUDNN_HOME)/include -I$(CUDA_HOME)/include -isystem $(CUDNN_FE) -MMD -MP -c $< -o $@
+		-Iinclude -Isrc $(call inc_flag,$(CUDNN_INC)) -I$(CUDA_HOME)/include -isystem $(CUDNN_FE) -MMD -MP -c $< -o $@
 endif
 
 $(BUILD)/libscaletrain.a: $(LIB_OBJ)
@@ -222,6 +247,15 @@ deps:
 	@scripts/deps.sh
 
 # The README's two commands.
+# What this build would use and where it found it (no file is built).
+config:
+	@echo "build:     $(BUILD), $(CC) for $(MULTIARCH)"
+	@echo "openblas:  $(OPENBLAS_DIR)$(if $(wildcard $(OPENBLAS_DIR)/libopenblas.so),, (no libopenblas.so there: apt-get install libopenblas-openmp-dev))"
+	@echo "mpi:       $(if $(filter -DST_NO_MPI,$(MPI_CFLAGS)),none (no mpicc: apt-get install libopenmpi-dev openmpi-bin),$(MPI_LIBS))"
+	@echo "cuda:      $(if $(filter 1,$(CUDA)),$(NVCC)$(if $(filter 1,$(CUDA_EMU)), (the emulator: make emu),$(if $(filter 1,$(CUDA_LAZY)), (libraries loaded when first needed))),none (no $(NVCC); CUDA_HOME says where the toolkit is))"
+	@echo "nccl:      $(if $(filter 1,$(CUDA_EMU)),the emulator's (tests/cudaemu/nccl.cpp$(comma) over MPI),$(if $(filter 1,$(CUDA)),$(if $(filter 1,$(NCCL)),$(NCCL_INC)/nccl.h$(comma) $(or $(NCCL_LIBDIR),no library folder: the loader's search path),none $(if $(NCCL_INC),(NCCL=0 given),(no nccl.h in $(LIB_SEARCH) or pip's nvidia.nccl; NCCL_HOME says where))),none (no CUDA)))"
+	@echo "cudnn:     $(if $(filter 1,$(CUDA_EMU)),none (not emulated),$(if $(filter 1,$(CUDA)),$(if $(filter 1,$(CUDNN)),$(CUDNN_INC)/cudnn.h$(comma) $(CUDNN_LIBDIR)$(comma) cudnn-frontend in $(CUDNN_FE),none $(CUDNN_WHY)),none (no CUDA)))"
+
 run:
 	scripts/run-default.sh
 
