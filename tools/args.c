@@ -42,7 +42,15 @@ bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *
 /* In one write, given up after a few seconds (st_ticker_say): standard
  * error on storage that stopped answering (the very error being reported,
  * often) must not keep the process from ending. */
+static bool reported; /* st_cli_report_agreed printed the error */
+
+void st_cli_report_agreed(st_status s) {
+    st_cli_error(s);
+    reported = true;
+}
+
 int st_cli_error(st_status s) {
+    if (reported) return ST_EXIT_FAIL;
     const char *rank = launched_rank();
     const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
     /* Host memory ran out: say how much this process holds and what limits
@@ -63,6 +71,7 @@ int st_cli_error(st_status s) {
 
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
     st_config_defaults(cfg);
+    opts->report_agreed_error = st_cli_report_agreed;
     const char *path = NULL;
     /* The file first, then every --set in order, whatever the argument order. */
     for (int i = 0; i < argc; i++) {

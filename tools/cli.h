@@ -48,7 +48,11 @@ st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h);
  * into out ("the driver sees 1 GPU (NAME), and this build cannot use it:
  * WHY"): check fails on it, plan plans "local" on the CPU. (tools/args.c) */
 bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *out, size_t n);
-/* Print "scaletrain: error: <last error>" and return ST_EXIT_FAIL. */
+/* Print "scaletrain: error: <last error>" and return ST_EXIT_FAIL (only
+ * the return when st_cli_report_agreed printed it already). */
 int st_cli_error(st_status s);
+/* st_run_opts.report_agreed_error: st_cli_error now, while the ranks still
+ * wait for each other (st_cli_run_args sets it). */
+void st_cli_report_agreed(st_status s);
 
 #endif

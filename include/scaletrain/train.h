@@ -23,6 +23,12 @@ typedef struct st_run_opts {
      * lock-free atomic) to stop: the step loop saves a checkpoint after the
      * current step and returns ST_ERR_INTERRUPTED. May be NULL. */
     atomic_int *stop;
+    /* Called, when not NULL, with an error that every rank of a run of
+     * several returns alike (a configuration difference, a batch the ranks
+     * cannot split; not ST_ERR_INTERRUPTED), before the ranks' communicator closes and with a
+     * barrier after it: each rank's report is out before any rank exits (a
+     * launcher ends the others when the first exits with an error). */
+    void (*report_agreed_error)(st_status s);
 } st_run_opts;
 
 typedef struct st_run_result {

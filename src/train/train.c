@@ -1201,6 +1201,18 @@ fail:
     return s;
 }
 
+/* An error every rank returns alike: reported by each (opts) while the
+ * ranks can still wait for each other, so that no rank's line is lost to
+ * the launcher ending the others when the first exits. (A stop by a signal
+ * is not an error: the caller says it its own way.) */
+static void report_agreed(st_session *ses, const st_run_opts *opts, st_status s) {
+    if (s == ST_OK || s == ST_ERR_INTERRUPTED || !ses->agreed_error || ses->world < 2 || !ses->comm ||
+        !opts || !opts->report_agreed_error)
+        return;
+    opts->report_agreed_error(s);
+    (void)st_comm_barrier_sync(ses->comm, "error report"); /* (a failure here: the report is out already) */
+}
+
 st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
     st_run_opts dflt = {0}, mine;
     if (!opts) opts = &dflt;
@@ -1323,6 +1335,7 @@ fail:
      * a collective until the watchdog: end them all now, naming this rank. A
      * configuration difference is seen by every rank: each returns it. */
     if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
+    report_agreed(&ses, opts, s);
     st_metrics_close(&met);
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? s : sc;
@@ -1360,7 +1373,8 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     out_flush(&ses);
     s = ST_OK;
-fail:;
+fail:
+    report_agreed(&ses, opts, s);
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? s : sc;
 }
