@@ -2,12 +2,17 @@
  * identity or a copy, sequence numbers count every call, requests complete at
  * once, and bad arguments are errors that name the rank, the collective, its
  * sequence number and the step. The MPI backend is tested with several ranks
- * by tests/e2e/comm_mpi.sh (tests/mpi/comm_check.c). */
+ * by tests/e2e/comm_mpi.sh (tests/mpi/comm_check.c). Also which GPU a rank
+ * opens and how two ranks on one GPU are found (the emulator's ranks do both
+ * in tests/e2e/emu_gpus_per_task.sh). */
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "check.h"
 #include "comm/comm.h"
+#include "core/device.h"
+#include "dist/agree.h"
 
 #define GUARD 12345.0f
 
@@ -180,7 +185,44 @@ static void test_auto(void) {
     st_comm_free(c);
 }
 
+/* A rank's GPU among those its process sees: its rank on the node while
+ * there are that many (every rank sees the node's GPUs), else modulo their
+ * number (one each: its one). Two ranks on one GPU: the lowest rank whose
+ * GPU another holds, and the next that holds it, found among thousands of
+ * ranks; "" (a rank on the CPU) never matches. */
+static void test_gpu_placement(void) {
+    CHECK(st_device_rank_ordinal(3, 8) == 3 && st_device_rank_ordinal(0, 1) == 0, "ranks seeing every GPU");
+    CHECK(st_device_rank_ordinal(5, 1) == 0 && st_device_rank_ordinal(7, 1) == 0, "one GPU each: its one");
+    CHECK(st_device_rank_ordinal(3, 2) == 1 && st_device_rank_ordinal(2, 2) == 0, "two each: %d %d",
+          st_device_rank_ordinal(3, 2), st_device_rank_ordinal(2, 2));
+    enum { W = 4096, S = 32 };
+    static char all[W * S];
+    for (int r = 0; r < W; r++) /* every rank its own GPU: 8 a node */
+        snprintf(all + r * S, S, "node%04d 0000:%02x:00.0", r / 8, r % 8);
+    int a, b;
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == -1 && b == -1, "each on its own GPU: %d %d", a, b);
+    memcpy(all + 3001 * S, all + 2050 * S, S); /* 3001 on 2050's GPU */
+    memcpy(all + 1503 * S, all + 3998 * S, S); /* 1503 on 3998's */
+    memcpy(all + 2051 * S, all + 2050 * S, S); /* and 2051 too */
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == 1503 && b == 3998, "the lowest rank sharing its GPU: %d and %d", a, b);
+    snprintf(all + 1503 * S, S, "node0187 0000:07:00.0"); /* its own again */
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == 2050 && b == 2051, "three on one GPU: the two lowest, %d and %d", a, b);
+    for (int r = 0; r < W; r++) /* on the CPU */
+        all[r * S] = '\0';
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == -1, "ranks on the CPU share no GPU: %d %d", a, b);
+    st_comm *c = open_local();
+    char gpu[64];
+    CHECK_OK(st_agree_gpus(c, "host 0000:01:00.0", &a, &b, gpu, sizeof gpu));
+    CHECK(a == -1 && b == -1 && !gpu[0], "one rank: %d %d %s", a, b, gpu);
+    st_comm_free(c);
+}
+
 int main(void) {
+    test_gpu_placement();
     test_identity();
     test_bad_args();
     test_bad_config();

@@ -7,8 +7,8 @@
  * link carries in a ring, as nccl-tests report it).
  *
  * Without --nccl: 16 MiB of host memory through MPI (the CPU ranks' path).
- * With --nccl: 64 MiB of device memory on each rank's GPU (the GPU of its
- * rank on the node, as a training run opens it) through NCCL, bootstrapped
+ * With --nccl: 64 MiB of device memory on each rank's GPU (the one a
+ * training run opens, st_device_rank_ordinal) through NCCL, bootstrapped
  * over MPI: the path a run's gradients take between GPUs. */
 #include <math.h>
 #include <stdio.h>
@@ -38,7 +38,8 @@ int st_check_allreduce_worker(bool nccl) {
     float *buf = malloc((size_t)count * sizeof *buf); /* (count) */
     st_status s = buf ? st_comm_init(&cc, &boot) : st_fail(ST_ERR_NOMEM, "out of memory for the buffer");
     if (s == ST_OK && nccl) {
-        s = st_device_open_cuda(st_comm_local_rank(boot), &dev);
+        s = st_device_open_cuda(
+            st_device_rank_ordinal(st_comm_local_rank(boot), st_device_cuda_count(NULL, 0)), &dev);
         if (s == ST_OK) s = st_comm_nccl_init(boot, dev, &cc, &c);
         if (s == ST_OK) s = st_device_alloc(dev, (size_t)count * sizeof *buf, (void **)&dbuf);
     } else if (s == ST_OK) {

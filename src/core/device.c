@@ -148,6 +148,10 @@ st_status st_device_props_get(st_device *d, st_device_props *out) {
     return st_fail(ST_ERR_UNSUPPORTED, "device properties: %s", d ? "this build has no CUDA" : "the host is no CUDA device");
 }
 
+int st_device_rank_ordinal(int local_rank, int n) {
+    return n < 1 || local_rank < n ? local_rank : local_rank % n;
+}
+
 const char *st_device_pci_bus_id(const st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_pci_bus_id(d);

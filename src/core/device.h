@@ -30,6 +30,13 @@ bool st_device_cuda_built(void);
 /* Number of usable CUDA devices (0 without a GPU, a driver or a CUDA build);
  * `why`, when not NULL, receives the reason when it is 0. */
 int st_device_cuda_count(char *why, size_t why_len);
+/* The GPU a rank opens among the n its process sees, by its rank on the
+ * node: that one when it sees more than local_rank GPUs (the node's ranks
+ * all see the node's GPUs), else local_rank % n: each rank given GPUs of its
+ * own (srun --gpus-per-task, CUDA_VISIBLE_DEVICES set per rank) takes its
+ * first with one each. Ranks that end up on one GPU (more ranks than GPUs)
+ * are refused together by st_agree_gpus (dist/agree.h). n >= 1. */
+int st_device_rank_ordinal(int local_rank, int n);
 /* Open CUDA device `ordinal` (the local rank's GPU). ST_ERR_UNSUPPORTED with
  * the reason when there is no such device or the build has no CUDA. */
 st_status st_device_open_cuda(int ordinal, st_device **out);

@@ -104,6 +104,49 @@ done:
     return s;
 }
 
+/* Texts in place in one gathered array: by text, then by address (rank). */
+static int by_text_then_rank(const void *x, const void *y) {
+    const char *p = *(const char *const *)x, *q = *(const char *const *)y;
+    const int d = strcmp(p, q);
+    return d ? d : (p > q) - (p < q);
+}
+
+st_status st_agree_first_shared(const char *all, int world, size_t stride, int *a, int *b) {
+    *a = *b = -1;
+    /* sorted by text, then rank (thousands of ranks: no pairwise compare);
+     * within a run of one text its first two are its two lowest ranks */
+    const char **by = malloc((size_t)(world > 0 ? world : 1) * sizeof *by);
+    if (!by) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the ranks' GPUs");
+    for (int i = 0; i < world; i++)
+        by[i] = all + (size_t)i * stride;
+    qsort(by, (size_t)world, sizeof *by, by_text_then_rank);
+    for (int i = 0; i + 1 < world; i++) {
+        const int r = (int)((size_t)(by[i] - all) / stride), q = (int)((size_t)(by[i + 1] - all) / stride);
+        if (by[i][0] && strcmp(by[i], by[i + 1]) == 0 && (*a < 0 || r < *a)) *a = r, *b = q;
+        while (i + 1 < world && strcmp(by[i], by[i + 1]) == 0)
+            i++; /* to the run's last */
+    }
+    free(by);
+    return ST_OK;
+}
+
+st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu, size_t n) {
+    *a = *b = -1;
+    if (n) gpu[0] = '\0';
+    const int world = st_comm_size(c);
+    char *all = calloc((size_t)world, ST_AGREE_DESC_MAX);
+    if (!all) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the ranks' GPUs");
+    char buf[ST_AGREE_DESC_MAX] = {0};
+    snprintf(buf, sizeof buf, "%s", mine);
+    st_comm_req *req = NULL;
+    st_status s = st_comm_all_gather(c, buf, all, ST_AGREE_DESC_MAX, ST_COMM_U8, "the ranks' GPUs", &req);
+    if (s == ST_OK) s = st_comm_wait(&req);
+    if (s == ST_OK) s = st_agree_first_shared(all, world, ST_AGREE_DESC_MAX, a, b);
+    if (s == ST_OK && *a >= 0 && n) snprintf(gpu, n, "%s", all + (size_t)*a * ST_AGREE_DESC_MAX);
+    free(all);
+    return s;
+}
+
 /* One key of the configuration: its name and its value as text. */
 typedef struct cfg_item {
     char key[64];

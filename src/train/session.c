@@ -97,13 +97,12 @@ static st_status setup_device(st_session *s) {
             "CUDA_VISIBLE_DEVICES to choose which GPUs the node's ranks see",
             c->train.device, on_node, s->rank);
     const int n = st_device_cuda_count(why, sizeof why), local = st_comm_local_rank(s->comm);
-    const int ordinal = want >= 0 ? want : local;
+    /* (more ranks on the node than GPUs seen: st_device_rank_ordinal, then agree_device) */
+    const int ordinal = want >= 0 ? want : st_device_rank_ordinal(local, n);
     if (n > 0 && device_blocked(s, why, sizeof why)) {
         /* why says what */
     } else if (n > 0 && want >= n) {
         snprintf(why, sizeof why, "this node has %d CUDA device(s), cuda:0 to cuda:%d", n, n - 1);
-    } else if (n > 0 && local >= n) {
-        snprintf(why, sizeof why, "rank %d is rank %d on its node, which has %d CUDA device(s)", s->rank, local, n);
     } else if (n > 0) {
         const st_status o = st_device_open_cuda(ordinal, &s->dev);
         if (o == ST_ERR_UNSUPPORTED) { /* a GPU the kernels cannot use: auto takes the CPU, saying why */
@@ -132,21 +131,44 @@ no_gpu:
     return ST_OK;
 }
 
-/* Several ranks: every one on a GPU or none (NCCL needs them all, and the
- * ranks of one run compute alike). With auto, a rank without a usable GPU
- * (e.g. more ranks on a node than GPUs) sends every rank to the CPU. */
+/* Several ranks: every one on a GPU of its own or none on a GPU (NCCL needs
+ * them all, each on its own GPU, and the ranks of one run compute alike).
+ * With auto, a rank without a usable GPU, or two ranks on one GPU (more
+ * ranks on a node than GPUs), send every rank to the CPU, saying why. */
 static st_status agree_device(st_session *s, bool auto_) {
     if (s->world == 1) return ST_OK;
     int64_t all = s->dev != NULL;
     ST_TRY(st_comm_all_reduce_sync(s->comm, &all, &all, 1, ST_COMM_I64, ST_COMM_MIN, "device agreement"));
-    if (all || !s->dev) return ST_OK;
-    if (!auto_)
-        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: another rank has no usable CUDA device (its message "
-                                           "says why); every rank needs a GPU of its own");
+    char why[512] = "another rank has no usable CUDA device (its message says why)";
+    char note[ST_CFG_NOTE] = "another rank has no usable CUDA device: every rank trains on the CPU";
+    if (all) { /* every rank on a GPU: each on its own? */
+        char mine[ST_AGREE_DESC_MAX] = "", gpu[ST_AGREE_DESC_MAX];
+        const char *pci = st_device_pci_bus_id(s->dev);
+        if (pci[0]) snprintf(mine, sizeof mine, "%s %s", st_comm_host(s->comm), pci);
+        int a, b;
+        ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu, sizeof gpu));
+        if (a < 0) return ST_OK;
+        const char *at = strchr(gpu, ' ');
+        snprintf(
+            why, sizeof why,
+            "ranks %d and %d would both train on the GPU at %s of host %.*s (a rank takes the GPU of its "
+            "rank on its node among those it sees, modulo their number): run as many ranks on a node as it "
+            "has GPUs (scaletrain launch -n auto), or give each rank its own (srun --gpus-per-task=1, or "
+            "CUDA_VISIBLE_DEVICES set per rank)",
+            a, b, at ? at + 1 : gpu, at ? (int)(at - gpu) : 0, gpu);
+        snprintf(note, sizeof note, "ranks %d and %d would share a GPU: every rank trains on the CPU", a, b);
+        if (auto_ && s->rank == 0) st_ticker_sayf("scaletrain: note: %s; training on the CPU\n", why);
+    } else if (!s->dev) {
+        return ST_OK;
+    }
+    if (!auto_) {
+        s->agreed_error = true; /* every rank comes to this error */
+        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; every rank needs a GPU of its own", why);
+    }
     st_device_free(s->dev);
     s->dev = NULL;
     snprintf(s->cfg->train.device, sizeof s->cfg->train.device, "cpu");
-    st_config_mark_auto(s->cfg, "train.device", "another rank has no usable CUDA device: every rank trains on the CPU");
+    st_config_mark_auto(s->cfg, "train.device", note);
     return ST_OK;
 }
 

@@ -27,10 +27,41 @@ void st_emu_die(const char *fmt, ...) {
     abort();
 }
 
-static int devices(void) {
+/* The machine's devices (ST_CUDAEMU_DEVICES), and those this process sees:
+ * CUDA_VISIBLE_DEVICES as the CUDA runtime reads it, the listed indices in
+ * that order up to the first that is not a device (a UUID, a number past
+ * the last); unset, all. What each rank sees where a launcher gives ranks
+ * GPUs of their own (srun --gpus-per-task, a per-rank wrapper). map[d] is
+ * the machine's index of visible device d. */
+enum { MAX_DEVICES = 16 };
+static int machine_devices(void) {
     const char *e = getenv("ST_CUDAEMU_DEVICES");
     const int n = e ? atoi(e) : 1;
-    return n >= 0 && n <= 16 ? n : 1;
+    return n >= 0 && n <= MAX_DEVICES ? n : 1;
+}
+static int visible(int *map) {
+    const int all = machine_devices();
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    if (!v) {
+        for (; n < all; n++)
+            if (map) map[n] = n;
+        return n;
+    }
+    for (const char *p = v; *p && n < MAX_DEVICES;) {
+        char *end;
+        const long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= all || (*end && *end != ',')) break;
+        if (map) map[n] = (int)i;
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+static int devices(void) { return visible(NULL); }
+extern "C" int st_emu_machine_device(int d) {
+    int map[MAX_DEVICES];
+    return d >= 0 && d < visible(map) ? map[d] : -1;
 }
 static thread_local int current;
 
@@ -105,7 +136,7 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
 }
 extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
-    snprintf(id, (size_t)len, "0000:%02x:00.0", d);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", st_emu_machine_device(d));
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaDeviceSynchronize(void) {

@@ -25,6 +25,7 @@ bool st_emu_is_device(const void *p);              /* p inside a device allocati
 bool st_emu_is_pinned(const void *p, size_t n);    /* [p, p + n) inside one cudaHostAlloc block */
 void st_emu_set_running(const char *kernel);       /* named in a fault's message (NULL: host code) */
 size_t st_emu_mem_total(void);                     /* the device's size in bytes */
+extern "C" int st_emu_machine_device(int d);       /* visible device d's index on the machine (-1: none) */
 
 /* --- streams.cpp --- */
 bool st_emu_stream_ok(cudaStream_t s);

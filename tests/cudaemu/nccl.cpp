@@ -349,7 +349,8 @@ static ncclResult_t join(ncclComm *c, const ncclUniqueId &id) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     std::vector<uint64_t> all((size_t)size * 2);
-    const uint64_t mine[2] = {fnv(host, strlen(host)), (uint64_t)c->device};
+    /* the device as the machine numbers it: ranks seeing one GPU each all call theirs 0 */
+    const uint64_t mine[2] = {fnv(host, strlen(host)), (uint64_t)st_emu_machine_device(c->device)};
     if (size != c->nranks || me != c->rank) {
         res = fail(NULL, ncclInvalidUsage,
                    "ncclCommInitRank: %d processes hold this id and this one is number %d of them, but it was told "
