@@ -152,6 +152,13 @@ int st_device_rank_ordinal(int local_rank, int n) {
     return n < 1 || local_rank < n ? local_rank : local_rank % n;
 }
 
+const char *st_device_uuid(const st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_uuid(d);
+#endif
+    return "";
+}
+
 const char *st_device_pci_bus_id(const st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_pci_bus_id(d);

@@ -95,6 +95,9 @@ st_status st_device_props_get(st_device *d, st_device_props *out);
 /* The device's PCI address ("0000:65:00.0"), which names the same GPU to
  * NVML whatever CUDA_VISIBLE_DEVICES says; "" for the host. */
 const char *st_device_pci_bus_id(const st_device *d);
+/* The device's UUID as the driver gives it ("GPU-8c2e..."; a MIG slice has
+ * its own, where the PCI address is its GPU's); "" for the host. */
+const char *st_device_uuid(const st_device *d);
 
 /* Mixed precision (docs/precision.md): round x[0, count) in place, or
  * dst[i] = round(src[i]), to the values a bf16 or fp16 store keeps (round to

@@ -44,6 +44,7 @@ struct st_device {
     size_t lt_ws_bytes;
     struct st_lt_plans *plans; /* cuBLASLt plans by shape and layout (matmul.cu), made on first use */
     char pci_bus_id[32];       /* "0000:65:00.0", for NVML */
+    char uuid[48];             /* "GPU-...", the driver's: a MIG slice's own ("" when unknown) */
     /* Memory held through st_cuda_alloc (cudaFree is not told a size: each
      * live block is listed, a few dozen arenas at most) and the workspace. */
     struct st_cuda_block {

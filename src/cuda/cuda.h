@@ -99,6 +99,7 @@ st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t 
 st_status st_cuda_memory(st_device *d, st_device_mem *out);
 st_status st_cuda_props(st_device *d, st_device_props *out);
 const char *st_cuda_pci_bus_id(const st_device *d);
+const char *st_cuda_uuid(const st_device *d);
 /* Mixed precision (src/cuda/half.cu): dst[i] = src[i] rounded to bf16 or
  * fp16 values (dst == src allowed; fp32: a copy, nothing when dst == src),
  * and the device-wide "all finite" check, read back once. */

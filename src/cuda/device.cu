@@ -160,6 +160,10 @@ static st_status open_device(st_device *d, int ordinal) {
     d->cc_major = prop.major;
     d->cc_minor = prop.minor;
     d->sm_count = prop.multiProcessorCount;
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(d->uuid, sizeof d->uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     const double gib = (double)prop.totalGlobalMem / (1 << 30);
     snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.*f GiB)", ordinal, prop.name, prop.major,
              prop.minor, gib < 9.95 ? 1 : 0, gib);
@@ -287,6 +291,7 @@ extern "C" st_status st_cuda_props(st_device *d, st_device_props *out) {
 }
 
 extern "C" const char *st_cuda_pci_bus_id(const st_device *d) { return d->pci_bus_id; }
+extern "C" const char *st_cuda_uuid(const st_device *d) { return d->uuid; }
 
 extern "C" st_status st_cuda_zero(st_device *d, void *p, size_t nbytes) {
     if (nbytes) ST_CUDA_TRY_D(d, cudaMemsetAsync(p, 0, nbytes, d->compute));

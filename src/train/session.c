@@ -142,20 +142,24 @@ static st_status agree_device(st_session *s, bool auto_) {
     char why[512] = "another rank has no usable CUDA device (its message says why)";
     char note[ST_CFG_NOTE] = "another rank has no usable CUDA device: every rank trains on the CPU";
     if (all) { /* every rank on a GPU: each on its own? */
+        /* host, PCI address (what the message names) and UUID (two MIG slices of one GPU share its address)
+         */
         char mine[ST_AGREE_DESC_MAX] = "", gpu[ST_AGREE_DESC_MAX];
         const char *pci = st_device_pci_bus_id(s->dev);
-        if (pci[0]) snprintf(mine, sizeof mine, "%s %s", st_comm_host(s->comm), pci);
+        if (pci[0])
+            snprintf(mine, sizeof mine, "%s %s %s", st_comm_host(s->comm), pci, st_device_uuid(s->dev));
         int a, b;
         ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu, sizeof gpu));
         if (a < 0) return ST_OK;
-        const char *at = strchr(gpu, ' ');
+        char host[ST_AGREE_DESC_MAX] = "?", at[ST_AGREE_DESC_MAX] = "?", uuid[ST_AGREE_DESC_MAX] = "";
+        sscanf(gpu, "%159s %159s %159s", host, at, uuid);
         snprintf(
             why, sizeof why,
-            "ranks %d and %d would both train on the GPU at %s of host %.*s (a rank takes the GPU of its "
-            "rank on its node among those it sees, modulo their number): run as many ranks on a node as it "
-            "has GPUs (scaletrain launch -n auto), or give each rank its own (srun --gpus-per-task=1, or "
-            "CUDA_VISIBLE_DEVICES set per rank)",
-            a, b, at ? at + 1 : gpu, at ? (int)(at - gpu) : 0, gpu);
+            "ranks %d and %d would both train on the GPU at %s%s%s%s of host %s (a rank takes the GPU of "
+            "its rank on its node among those it sees, modulo their number): run as many ranks on a node "
+            "as it has GPUs (scaletrain launch -n auto), or give each rank its own (srun "
+            "--gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per rank)",
+            a, b, at, uuid[0] ? " (" : "", uuid, uuid[0] ? ")" : "", host);
         snprintf(note, sizeof note, "ranks %d and %d would share a GPU: every rank trains on the CPU", a, b);
         if (auto_ && s->rank == 0) st_ticker_sayf("scaletrain: note: %s; training on the CPU\n", why);
     } else if (!s->dev) {

@@ -106,6 +106,8 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "scaletrain CUDA emulator (CPU)");
+    for (int i = 0; i < 16; i++) /* one per device of the machine */
+        p->uuid.bytes[i] = (char)(0x5c + i * 17 + st_emu_machine_device(d));
     capability(&p->major, &p->minor);
     p->multiProcessorCount = 4;
     p->totalGlobalMem = st_emu_mem_total();
@@ -136,7 +138,9 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
 }
 extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
-    snprintf(id, (size_t)len, "0000:%02x:00.0", st_emu_machine_device(d));
+    /* ST_CUDAEMU_MIG=1: the devices are MIG slices of one GPU, its address theirs (their UUIDs their own) */
+    const char *mig = getenv("ST_CUDAEMU_MIG");
+    snprintf(id, (size_t)len, "0000:%02x:00.0", mig && atoi(mig) == 1 ? 0 : st_emu_machine_device(d));
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaDeviceSynchronize(void) {

@@ -8,6 +8,8 @@
 #  1. each rank sees only the GPU of its rank on the node: 2 ranks with
 #     train.device cuda train, each on its own (the emulated NCCL refuses two
 #     ranks on one), to the same loss as 2 ranks that both see both GPUs;
+#     and on two MIG slices of one GPU (the same PCI address, a UUID each:
+#     ST_CUDAEMU_MIG=1) the same;
 #  2. both ranks see only the machine's GPU 1 (a wrong CUDA_VISIBLE_DEVICES):
 #     train.device cuda fails on both ranks, naming the two ranks, the GPU
 #     and the fix, before NCCL starts; auto trains both on the CPU, its
@@ -45,11 +47,16 @@ own=$(last "$tmp/own.txt") both=$(last "$tmp/both.txt")
     fail "a GPU each: loss '$own'; both GPUs seen: '$both' (the same computation, the same bits expected)"
 grep -q "device: *cuda " "$tmp/own.txt" || fail "a GPU each: the run did not say it trains on the GPU"
 
+# 1b. the same on MIG slices of one GPU: one PCI address, a UUID each
+ST_CUDAEMU_DEVICES=2 ST_CUDAEMU_MIG=1 "${mpi[@]}" -np 2 "$tmp/own_gpu.sh" "$bin" "${tr[@]}" --set train.device=cuda \
+    --set train.out_dir="$tmp/mig" >"$tmp/mig.txt" 2>&1 || fail "2 ranks, a MIG slice each: $(tail -5 "$tmp/mig.txt")"
+[ "$(last "$tmp/mig.txt")" = "$own" ] || fail "a MIG slice each: loss '$(last "$tmp/mig.txt")', a GPU each '$own'"
+
 # 2. both ranks on the machine's GPU 1
 export_vis=(-x CUDA_VISIBLE_DEVICES=1)
 ST_CUDAEMU_DEVICES=2 "${mpi[@]}" "${export_vis[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cuda \
     --set train.out_dir="$tmp/same" >"$tmp/same.txt" 2>&1 && fail "2 ranks on one GPU trained: $(tail -3 "$tmp/same.txt")"
-want="ranks 0 and 1 would both train on the GPU at 0000:01:00.0 of host $host"
+want="ranks 0 and 1 would both train on the GPU at 0000:01:00.0 (GPU-[0-9a-f-]*) of host $host"
 n=$(grep -c "$want" "$tmp/same.txt")
 [ "$n" -eq 2 ] || fail "2 ranks on one GPU: '$want' said by $n ranks, not both: $(grep -m3 -i error "$tmp/same.txt")"
 grep -q "srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per rank" "$tmp/same.txt" ||
@@ -67,6 +74,6 @@ grep -q "note: $want" "$tmp/same_auto.txt" || fail "auto with 2 ranks on one GPU
 # 3. more ranks than GPUs
 ST_CUDAEMU_DEVICES=1 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cuda \
     --set train.out_dir="$tmp/fewer" >"$tmp/fewer.txt" 2>&1 && fail "2 ranks on 1 GPU trained: $(tail -3 "$tmp/fewer.txt")"
-grep -q "ranks 0 and 1 would both train on the GPU at 0000:00:00.0 of host $host" "$tmp/fewer.txt" ||
+grep -q "ranks 0 and 1 would both train on the GPU at 0000:00:00.0 (GPU-[0-9a-f-]*) of host $host" "$tmp/fewer.txt" ||
     fail "2 ranks, 1 GPU: $(grep -m2 -i error "$tmp/fewer.txt")"
 e2e_finish "ranks given a GPU each train on their own; two ranks on one GPU are refused, or auto's CPU, saying why"
