@@ -231,6 +231,8 @@ gpu_bench() {
     fi
 }
 built=
+# what the build will use, and where it found it (NCCL, cuDNN: the Makefile's search)
+say "$(make --no-print-directory config "${make_args[@]}" 2>&1 | sed 's/^/   /')"
 # shellcheck disable=SC2046 # first_targets is a list of targets
 if step build 420 make "${make_args[@]}" $(first_targets "$BUILD"); then
     built=$BUILD
