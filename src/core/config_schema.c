@@ -159,11 +159,13 @@ const st_cfg_key st_cfg_keys[] = {
         "every activation inside each transformer/conv block; selective = only the outputs of norms and "
         "GELUs (a GPT keeps 10 of its 16 activations per token and layer, for a few element-wise passes); "
         "auto = the cheapest of off, selective, blocks that lets the micro-batch fit"),
-    K_ENUM("train.device", train.device, "auto", VALUES("auto", "cpu", "cuda", "cuda:N"),
-           "where the model trains: cuda = this rank's GPU (its local rank's), with every layer and the "
-           "optimizer there; cuda:N = GPU N (one rank on the node); one rank on a node of several GPUs "
-           "uses one and says so (`scaletrain launch -n G` runs a rank per GPU); auto = cuda when this "
-           "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
+    K_ENUM(
+        "train.device", train.device, "auto", VALUES("auto", "cpu", "cuda", "cuda:N"),
+        "where the model trains: cuda = this rank's GPU (its local rank's, modulo the GPUs it sees: one each "
+        "under srun --gpus-per-task=1; two ranks on one GPU are refused), with every layer and the "
+        "optimizer there; cuda:N = GPU N (one rank on the node); one rank on a node of several GPUs "
+        "uses one and says so (`scaletrain launch -n G` runs a rank per GPU); auto = cuda when this "
+        "build has CUDA and a GPU is present, else cpu (docs/cuda.md)"),
     K_INT("train.device_timeout_s", train.device_timeout_s, "600", 0, 7 * 86400,
           "on a GPU: seconds a wait for the device's work (a step, a read-back, opening it, or the GPU "
           "monitor's "
