@@ -1374,6 +1374,10 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     out_flush(&ses);
     s = ST_OK;
 fail:
+    /* as st_train: an error this rank alone met ends every rank now, naming
+     * it (the others would wait in a collective, or in MPI_Finalize's fence,
+     * until dist.timeout_s, and this rank's message would be lost) */
+    if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
     report_agreed(&ses, opts, s);
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? s : sc;

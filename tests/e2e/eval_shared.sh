@@ -12,6 +12,8 @@
 #     batches): the 2-rank run's final evaluation equals `eval` of the saved
 #     weights (rank 0's statistics) on 1 rank; without rank 0's statistics
 #     sent first, rank 1's share would be evaluated with its own.
+# (c) a rank that cannot open its validation data ends every rank at once,
+#     its message naming the file (not every rank waiting for dist.timeout_s).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -66,4 +68,15 @@ timeout 60 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/model.safeten
     fail "cnn: eval on 1 rank"
 same "cnn (batch-norm): the 2-rank run's final evaluation vs eval on 1 rank" "$tmp/cnn.json" "$tmp/cnn-eval1.json" ||
     fail "cnn: run vs eval"
+
+# (c) one rank cannot open its validation data (data.val may differ by rank:
+# node-local copies): every rank ends within seconds, not dist.timeout_s,
+# and that rank's message names the file.
+t0=$SECONDS
+out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/model.safetensors" \
+    --set dist.timeout_s=60 : -np 1 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/model.safetensors" \
+    --set dist.timeout_s=60 --set data.val="$tmp/missing/t10k-images-idx3-ubyte.gz" 2>&1) && fail "eval with rank 1's data missing passed"
+[ $((SECONDS - t0)) -lt 30 ] || fail "eval with rank 1's data missing took $((SECONDS - t0)) s: the ranks waited for the timeout"
+grep -q "rank 1 of 2 .*: aborting every rank: $tmp/missing/t10k-images-idx3-ubyte.gz: cannot open" <<<"$out" ||
+    fail "eval with rank 1's data missing: rank 1's reason not given: $(grep scaletrain <<<"$out" | head -3)"
 e2e_finish "every rank evaluates its share; the results equal one rank's"
