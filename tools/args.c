@@ -39,9 +39,6 @@ bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *
     return true;
 }
 
-/* In one write, given up after a few seconds (st_ticker_say): standard
- * error on storage that stopped answering (the very error being reported,
- * often) must not keep the process from ending. */
 static bool reported; /* st_cli_report_agreed printed the error */
 
 void st_cli_report_agreed(st_status s) {
@@ -49,6 +46,9 @@ void st_cli_report_agreed(st_status s) {
     reported = true;
 }
 
+/* In one write, given up after a few seconds (st_ticker_say): standard
+ * error on storage that stopped answering (the very error being reported,
+ * often) must not keep the process from ending. */
 int st_cli_error(st_status s) {
     if (reported) return ST_EXIT_FAIL;
     const char *rank = launched_rank();

@@ -64,23 +64,37 @@ static int rank_list(const char *all, int world, int from, const char *d, char *
     return count;
 }
 
+/* Every rank's text `mine` (up to ST_AGREE_DESC_MAX bytes with its end), in
+ * rank order, one every ST_AGREE_DESC_MAX bytes of *all (the caller frees
+ * it; NULL on an error). */
+static st_status gather_texts(st_comm *c, const char *mine, const char *name, char **all) {
+    *all = calloc((size_t)st_comm_size(c), ST_AGREE_DESC_MAX);
+    if (!*all) return st_fail(ST_ERR_NOMEM, "out of host memory gathering the ranks' texts (%s)", name);
+    char buf[ST_AGREE_DESC_MAX] = {0};
+    snprintf(buf, sizeof buf, "%s", mine);
+    st_comm_req *req = NULL;
+    st_status s = st_comm_all_gather(c, buf, *all, ST_AGREE_DESC_MAX, ST_COMM_U8, name, &req);
+    if (s == ST_OK) s = st_comm_wait(&req);
+    if (s != ST_OK) {
+        free(*all);
+        *all = NULL;
+    }
+    return s;
+}
+
 st_status st_agree_report(st_comm *c, const char *what, const char *item, const char *mine,
                           const char *hint) {
     enum { MSG = 1024 };
     const int world = st_comm_size(c);
-    char *all = calloc((size_t)world, ST_AGREE_DESC_MAX);
+    char *all = NULL;
     char *listed = calloc((size_t)world, 1);
     char *msg = calloc(1, MSG), ranks[256];
-    char buf[ST_AGREE_DESC_MAX] = {0};
     st_status s;
-    if (!all || !listed || !msg) {
+    if (!listed || !msg) {
         s = st_fail(ST_ERR_NOMEM, "out of host memory reporting how the ranks differ (%s: %s)", what, item);
         goto done;
     }
-    snprintf(buf, sizeof buf, "%s", mine);
-    st_comm_req *req = NULL;
-    s = st_comm_all_gather(c, buf, all, ST_AGREE_DESC_MAX, ST_COMM_U8, "agreement report", &req);
-    if (s == ST_OK) s = st_comm_wait(&req);
+    s = gather_texts(c, mine, "agreement report", &all);
     if (s != ST_OK) goto done;
     /* rank 0's value, then each other value with the ranks that hold it */
     size_t k = (size_t)snprintf(msg, MSG, "rank 0 has %s", all);
@@ -133,15 +147,9 @@ st_status st_agree_first_shared(const char *all, int world, size_t stride, int *
 st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu, size_t n) {
     *a = *b = -1;
     if (n) gpu[0] = '\0';
-    const int world = st_comm_size(c);
-    char *all = calloc((size_t)world, ST_AGREE_DESC_MAX);
-    if (!all) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the ranks' GPUs");
-    char buf[ST_AGREE_DESC_MAX] = {0};
-    snprintf(buf, sizeof buf, "%s", mine);
-    st_comm_req *req = NULL;
-    st_status s = st_comm_all_gather(c, buf, all, ST_AGREE_DESC_MAX, ST_COMM_U8, "the ranks' GPUs", &req);
-    if (s == ST_OK) s = st_comm_wait(&req);
-    if (s == ST_OK) s = st_agree_first_shared(all, world, ST_AGREE_DESC_MAX, a, b);
+    char *all = NULL;
+    st_status s = gather_texts(c, mine, "the ranks' GPUs", &all);
+    if (s == ST_OK) s = st_agree_first_shared(all, st_comm_size(c), ST_AGREE_DESC_MAX, a, b);
     if (s == ST_OK && *a >= 0 && n) snprintf(gpu, n, "%s", all + (size_t)*a * ST_AGREE_DESC_MAX);
     free(all);
     return s;

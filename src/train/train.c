@@ -1201,16 +1201,23 @@ fail:
     return s;
 }
 
-/* An error every rank returns alike: reported by each (opts) while the
- * ranks can still wait for each other, so that no rank's line is lost to
- * the launcher ending the others when the first exits. (A stop by a signal
- * is not an error: the caller says it its own way.) */
-static void report_agreed(st_session *ses, const st_run_opts *opts, st_status s) {
-    if (s == ST_OK || s == ST_ERR_INTERRUPTED || !ses->agreed_error || ses->world < 2 || !ses->comm ||
-        !opts || !opts->report_agreed_error)
-        return;
-    opts->report_agreed_error(s);
-    (void)st_comm_barrier_sync(ses->comm, "error report"); /* (a failure here: the report is out already) */
+/* A run of several ranks that failed, before its session closes. An error
+ * this rank alone met would leave the others waiting in a collective (or in
+ * MPI_Finalize's fence) until the watchdog, and this rank's message lost:
+ * end them all now, naming it. One every rank met alike (agreed_error: a
+ * configuration difference) each returns, reported (opts) while the ranks
+ * can still wait for each other, so that no rank's line is lost to the
+ * launcher ending the others when the first exits. (A stop by a signal is
+ * not an error: the caller says it its own way.) */
+static void end_failed_ranks(st_session *ses, const st_run_opts *opts, st_status s) {
+    if (s == ST_OK || ses->world < 2) return;
+    if (!ses->agreed_error) {
+        st_comm_abort(ses->comm, st_last_error());
+    } else if (s != ST_ERR_INTERRUPTED && ses->comm && opts && opts->report_agreed_error) {
+        opts->report_agreed_error(s);
+        (void)st_comm_barrier_sync(ses->comm,
+                                   "error report"); /* (a failure here: the report is out already) */
+    }
 }
 
 st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
@@ -1331,11 +1338,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     out_flush(&ses);
     s = ST_OK;
 fail:
-    /* An error that only this rank has seen would leave the others waiting in
-     * a collective until the watchdog: end them all now, naming this rank. A
-     * configuration difference is seen by every rank: each returns it. */
-    if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
-    report_agreed(&ses, opts, s);
+    end_failed_ranks(&ses, opts, s);
     st_metrics_close(&met);
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? s : sc;
@@ -1374,11 +1377,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     out_flush(&ses);
     s = ST_OK;
 fail:
-    /* as st_train: an error this rank alone met ends every rank now, naming
-     * it (the others would wait in a collective, or in MPI_Finalize's fence,
-     * until dist.timeout_s, and this rank's message would be lost) */
-    if (s != ST_OK && !ses.agreed_error && ses.world > 1) st_comm_abort(ses.comm, st_last_error());
-    report_agreed(&ses, opts, s);
+    end_failed_ranks(&ses, opts, s);
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? s : sc;
 }
