@@ -52,6 +52,22 @@ if [ -x "$py" ] && ! "$py" -c 'import tensorboard' 2>/dev/null; then
         "$py" -m pip install -q tensorboard ||
         echo "deps: could not install tensorboard with pip; tests/py/test_tensorboard.py will skip"
 fi
+# fetch_wheel DEST EXTRACT PIP_ARGS...: pip-download one wheel (PIP_ARGS
+# name it, with any --platform) and unpack it into DEST with the python
+# code EXTRACT (argv: the wheel, the folder to fill; it exits non-zero when
+# the wheel lacks what it takes), through DEST.part, renamed when whole.
+# Status 1, and no DEST, when either fails (offline, say).
+fetch_wheel() {
+    local dest=$1 extract=$2 tmp rc=1
+    shift 2
+    tmp=$(mktemp -d)
+    if "$py" -m pip download -q --no-deps --only-binary :all: -d "$tmp" "$@" 2>/dev/null &&
+        "$py" -c "$extract" "$(ls "$tmp"/*.whl | head -1)" "$dest.part" && mv -T "$dest.part" "$dest"; then
+        rc=0
+    fi
+    rm -rf "$tmp" "$dest.part"
+    return $rc
+}
 # NVIDIA's cudnn-frontend (header-only C++, PyPI's nvidia-cudnn-frontend
 # wheel holds its include/), for cuDNN's fused attention
 # (src/cuda/attention_cudnn.cpp, model.attention_kernel): into
@@ -63,25 +79,17 @@ fe_dir=.tools/cudnn-frontend
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [ -f "$cuda_home/include/cudnn.h" ] && [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
     echo "fetching: cudnn-frontend $fe_version headers (pip download nvidia-cudnn-frontend) into $fe_dir"
-    tmp=$(mktemp -d)
-    if "$py" -m pip download -q --no-deps --only-binary :all: -d "$tmp" "nvidia-cudnn-frontend==$fe_version" 2>/dev/null &&
-        "$py" - "$tmp" "$fe_dir" <<'PY'
-import glob, os, sys, zipfile
-tmp, dest = sys.argv[1], sys.argv[2]
-z = zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0])
+    if fetch_wheel "$fe_dir" '
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
 names = [n for n in z.namelist() if n.startswith("include/")]
-if not any(n == "include/cudnn_frontend.h" for n in names):
+if "include/cudnn_frontend.h" not in names:
     sys.exit("the wheel holds no include/cudnn_frontend.h")
-z.extractall(dest + ".part", names)
-os.rename(dest + ".part", dest)
-PY
-    then
+z.extractall(sys.argv[2], names)' "nvidia-cudnn-frontend==$fe_version"; then
         echo "cudnn-frontend $fe_version: $(find "$fe_dir/include" -name '*.h' | wc -l) headers in $fe_dir/include"
     else
-        rm -rf "$fe_dir.part"
         echo "deps: could not fetch cudnn-frontend; the build leaves cuDNN's attention out"
     fi
-    rm -rf "$tmp"
 fi
 # The arm64 static CUDA runtime (`make arm64-cuda` links the CUDA build for
 # an arm64 host against it; tests/e2e/arm64.sh with ARM64_CUDA=1): PyPI's
@@ -100,27 +108,17 @@ if [ -x "$cuda_home/bin/nvcc" ] && command -v aarch64-linux-gnu-g++ >/dev/null &
     [ -n "$rt_version" ] ||
         rt_version=$("$cuda_home/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1.*/p' || true)
     echo "fetching: the arm64 CUDA runtime $rt_version (pip download nvidia-cuda-runtime, aarch64) into $rt_dir"
-    tmp=$(mktemp -d)
-    if [ -n "$rt_version" ] &&
-        "$py" -m pip download -q --no-deps --only-binary :all: --platform manylinux2014_aarch64 \
-            --python-version 3.11 -d "$tmp" "nvidia-cuda-runtime==$rt_version" 2>/dev/null &&
-        "$py" - "$tmp" "$rt_dir" <<'PY'
-import glob, os, sys, zipfile
-tmp, dest = sys.argv[1], sys.argv[2]
-z = zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0])
+    if [ -n "$rt_version" ] && fetch_wheel "$rt_dir" '
+import os, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
 names = [n for n in z.namelist() if n.endswith("/lib/libcudart_static.a")]
 if len(names) != 1:
     sys.exit("the wheel holds no lib/libcudart_static.a")
-os.makedirs(dest + ".part/lib", exist_ok=True)
-with open(dest + ".part/lib/libcudart_static.a", "wb") as f:
-    f.write(z.read(names[0]))
-os.rename(dest + ".part", dest)
-PY
-    then
+os.makedirs(sys.argv[2] + "/lib")
+with open(sys.argv[2] + "/lib/libcudart_static.a", "wb") as f:
+    f.write(z.read(names[0]))' --platform manylinux2014_aarch64 --python-version 3.11 "nvidia-cuda-runtime==$rt_version"; then
         echo "arm64 CUDA runtime $rt_version: $rt_dir/lib/libcudart_static.a"
     else
-        rm -rf "$rt_dir.part"
         echo "deps: could not fetch the arm64 CUDA runtime; make arm64-cuda builds the library only"
     fi
-    rm -rf "$tmp"
 fi
