@@ -41,8 +41,6 @@ gpt=(--set model.type=gpt --set data.type=tokens --set data.val= --set model.n_l
      --set model.n_embd=16 --set model.block_size=16 --set train.threads=1 --set data.num_workers=0
      --set dist.bucket_cap_mb=0.001 --set dist.timeout_s=$T --set optim.lr=1e-3 --json --quiet)
 
-alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
-
 # start NAME [MPIRUN_ARGS...]: starts a long 2-rank run in the background
 # (under `timeout 60`), polls until rank 0 has written its first checkpoint
 # (training has started), and sets tpid (timeout's pid) and r0, r1 (the ranks' pids).
@@ -57,7 +55,7 @@ start() {
     r0='' r1=''
     local i mp p
     for i in $(seq 1 600); do # at most ~60 s
-        alive "$tpid" || break
+        e2e_alive "$tpid" || break
         if [ -z "$r1" ]; then
             mp=$(pgrep -P "$tpid" | head -n 1)
             for p in ${mp:+$(pgrep -P "$mp")}; do
@@ -86,12 +84,9 @@ finish() {
     grep -E "scaletrain:|mpirun noticed|MPI_ABORT was invoked|timed out" <<<"$out" | sed 's/^/    /'
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then fail "$name: exit $rc (0 = not stopped, 124 = hung)"; fi
     [ "$dt" -le $((T + 10)) ] || fail "$name: took ${dt}s after the fault"
-    local p i
+    local p
     for p in $r0 $r1; do
-        # mpirun may return while a killed rank is still being torn down:
-        # wait (bounded) for the process to go, then judge.
-        for i in $(seq 1 50); do alive "$p" || break; sleep 0.1; done
-        if alive "$p"; then
+        if ! e2e_gone "$p"; then
             fail "$name: rank pid $p is still there"
             kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
         fi

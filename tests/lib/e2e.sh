@@ -19,6 +19,9 @@
 #       none), for "${mpi[@]}" -np N PROGRAM;
 #   e2e_wait_ckpt PID DIR: poll (at most ~60 s) until DIR/ckpt/latest
 #       exists (true), or PID has ended (false);
+#   e2e_alive PID: true while PID runs (a zombie counts as gone);
+#   e2e_gone PID: wait, at most ~5 s, for PID to go (true) or not (false):
+#       a launcher may return while the kernel still tears a killed rank down;
 #   fail MESSAGE: print "FAIL: MESSAGE" and count it in $fails;
 #   e2e_finish [MESSAGE]: exit 1 after any fail, else print "NAME: MESSAGE"
 #       (when given) and exit 0.
@@ -62,6 +65,15 @@ e2e_wait_ckpt() {
         sleep 0.1
     done
     return 1
+}
+e2e_alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+e2e_gone() {
+    local i
+    for i in $(seq 1 100); do
+        e2e_alive "$1" || return 0
+        sleep 0.05
+    done
+    ! e2e_alive "$1"
 }
 e2e_tmpdir() {
     tmp=$(mktemp -d)
