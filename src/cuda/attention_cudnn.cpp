@@ -26,6 +26,8 @@ extern "C" {
 
 #include <cudnn_frontend.h>
 
+extern "C" const char *st_cuda_lost_hint(cudaError_t e); /* device.cu (common.cuh, which is CUDA's) */
+
 namespace fe = cudnn_frontend;
 
 namespace {
@@ -147,13 +149,16 @@ st_status run(const fe::graph::Graph &g, cudnnHandle_t h, void *stream,
     try {
         e = g.execute(h, pack, ws);
     } catch (const std::exception &x) {
-        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s", pass, x.what());
+        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s%s", pass, x.what(),
+                       st_cuda_lost_hint(cudaSuccess));
     }
     if (e.is_bad())
-        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s", pass, e.get_message().c_str());
+        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s%s", pass, e.get_message().c_str(),
+                       st_cuda_lost_hint(cudaSuccess));
     const cudaError_t ce = cudaGetLastError();
     if (ce != cudaSuccess)
-        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s", pass, cudaGetErrorString(ce));
+        return st_fail(ST_ERR_INTERNAL, "cuDNN fused attention %s: %s%s", pass, cudaGetErrorString(ce),
+                       st_cuda_lost_hint(ce));
     return ST_OK;
 }
 

@@ -61,13 +61,14 @@ static st_status nccl_fail(st_comm *c, const st_comm_req *r, ncclResult_t rc, co
                            ? " (another rank may have died or lost its network; see its message)"
                            : "";
     const bool more = last && *last;
-    return st_comm_fail(c, r, ST_ERR_IO, "%s failed on %s: %s%s%s%s%s", call, m->dev->name, ncclGetErrorString(rc),
-                        more ? " (" : "", more ? last : "", more ? ")" : "", hint);
+    return st_comm_fail(c, r, ST_ERR_IO, "%s failed on %s: %s%s%s%s%s%s", call, m->dev->name,
+                        ncclGetErrorString(rc), more ? " (" : "", more ? last : "", more ? ")" : "", hint,
+                        rc == ncclUnhandledCudaError ? st_cuda_lost_hint(cudaSuccess) : "");
 }
 
 static st_status cuda_fail(st_comm *c, const st_comm_req *r, cudaError_t e, const char *call) {
-    return st_comm_fail(c, r, ST_ERR_INTERNAL, "%s failed on %s: %s (%s)", call, impl(c)->dev->name,
-                        cudaGetErrorString(e), cudaGetErrorName(e));
+    return st_comm_fail(c, r, ST_ERR_INTERNAL, "%s failed on %s: %s (%s)%s", call, impl(c)->dev->name,
+                        cudaGetErrorString(e), cudaGetErrorName(e), st_cuda_lost_hint(e));
 }
 
 #define CU_TRY(call)                                                                                         \

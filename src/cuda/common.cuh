@@ -74,6 +74,11 @@ void st_cuda_wait_begin(st_device *d, const char *what);
 /* Record "file:line: what failed: why (host, cuda:N)" and return a status. */
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
                                   int line);
+/* ": a kernel faulted and this process can no longer use the GPU ..." for
+ * the errors that lose the process's CUDA context (device.cu), else "";
+ * cudaSuccess: the context's sticky error, if any (cudaPeekAtLastError),
+ * for a library's failure that a lost context caused. */
+extern "C" const char *st_cuda_lost_hint(cudaError_t e);
 extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what, const char *file,
                                     int line);
 

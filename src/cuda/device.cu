@@ -12,6 +12,39 @@
 #include "attention_cudnn.h"
 #endif
 
+/* The errors after which the CUDA runtime says "the process must be
+ * terminated and relaunched": a kernel faulted, and every later call
+ * returns the same error. The call that reports one is where the host
+ * noticed, usually a later wait, not the kernel that faulted. */
+static bool context_lost(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+        return true;
+    default:
+        return false;
+    }
+}
+
+extern "C" const char *st_cuda_lost_hint(cudaError_t e) {
+    if (e == cudaSuccess) e = cudaPeekAtLastError();
+    return context_lost(e)
+               ? ": a kernel faulted and this process can no longer use the GPU (a fault shows at "
+                 "the host's next wait, not where it happened); the kernel log (dmesg) names the "
+                 "driver's Xid: a hardware fault (ECC, a GPU off the bus) is the node's to fix, a "
+                 "kernel's own bug shows under compute-sanitizer; --resume auto continues from the "
+                 "latest checkpoint"
+               : "";
+}
+
 extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char *what, const char *file,
                                   int line) {
     char host[64] = "?";
@@ -20,15 +53,15 @@ extern "C" st_status st_cuda_fail(const st_device *d, cudaError_t e, const char 
     else
         gethostname(host, sizeof host - 1);
     return st_fail(e == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
-                   "%s:%d: %s failed: %s (%s) on host %s, cuda:%d", file, line, what, cudaGetErrorString(e),
-                   cudaGetErrorName(e), host, d ? d->ordinal : -1);
+                   "%s:%d: %s failed: %s (%s) on host %s, cuda:%d%s", file, line, what, cudaGetErrorString(e),
+                   cudaGetErrorName(e), host, d ? d->ordinal : -1, st_cuda_lost_hint(e));
 }
 
 extern "C" st_status st_cublas_fail(const st_device *d, cublasStatus_t e, const char *what, const char *file,
                                     int line) {
     return st_fail(e == CUBLAS_STATUS_ALLOC_FAILED ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
-                   "%s:%d: %s failed: cuBLAS status %d on host %s, cuda:%d", file, line, what, (int)e,
-                   d ? d->host : "?", d ? d->ordinal : -1);
+                   "%s:%d: %s failed: cuBLAS status %d on host %s, cuda:%d%s", file, line, what, (int)e,
+                   d ? d->host : "?", d ? d->ordinal : -1, st_cuda_lost_hint(cudaSuccess));
 }
 
 /* Why cudaGetDeviceCount found no device, in the user's terms: the runtime

@@ -320,11 +320,13 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
     }
     if (!st_emu_stream_ok(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (st_emu_lost() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED; /* its launch fails */
     /* what the call reads now (descriptors, scalars), the rest when it runs */
     const lt_desc dv = *d;
     const lt_layout av = *a, bv = *b, cv = *c, ov = *o;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     st_emu_enqueue(stream, [=] {
+        if (st_emu_lost() != cudaSuccess) return;
         const bool tf32 = dv.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
         std::vector<float> wa, wb, wc, acc;
         widen(&av, A, tf32, wa);

@@ -10,6 +10,13 @@
 #include <unistd.h>
 
 static thread_local cudaError_t last_error = cudaSuccess;
+static int lost = cudaSuccess; /* the context's sticky error (atomic) */
+
+cudaError_t st_emu_lost(void) { return (cudaError_t)__atomic_load_n(&lost, __ATOMIC_ACQUIRE); }
+void st_emu_lose(cudaError_t e) {
+    int none = cudaSuccess;
+    __atomic_compare_exchange_n(&lost, &none, (int)e, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 
 cudaError_t st_emu_ret(cudaError_t e) {
     if (e != cudaSuccess) last_error = e;
@@ -145,14 +152,17 @@ extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
 }
 extern "C" cudaError_t cudaDeviceSynchronize(void) {
     st_emu_run_all();
+    ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaGetLastError(void) {
-    cudaError_t e = last_error;
+extern "C" cudaError_t cudaGetLastError(void) { /* a lost context's error is sticky: never cleared */
+    cudaError_t e = st_emu_lost() != cudaSuccess ? st_emu_lost() : last_error;
     last_error = cudaSuccess;
     return e;
 }
-extern "C" cudaError_t cudaPeekAtLastError(void) { return last_error; }
+extern "C" cudaError_t cudaPeekAtLastError(void) {
+    return st_emu_lost() != cudaSuccess ? st_emu_lost() : last_error;
+}
 extern "C" const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -163,6 +173,8 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
     default: return "unknown error";
     }
 }
@@ -176,6 +188,8 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorIllegalAddress:
+        return "cudaErrorIllegalAddress";
     default: return "cudaErrorUnknown";
     }
 }

@@ -10,6 +10,17 @@
 
 /* cudaGetLastError's error, set when e is one (returns e). */
 cudaError_t st_emu_ret(cudaError_t e);
+/* The device's context, lost to a fault (ST_CUDAEMU_FAULT, kernels.cpp):
+ * cudaSuccess while it is not, else the sticky error every later call
+ * returns, as the CUDA runtime's calls do after a kernel faults (an illegal
+ * address, an uncorrectable ECC error): nothing queued runs any more. */
+cudaError_t st_emu_lost(void);
+void st_emu_lose(cudaError_t e);
+#define ST_EMU_RETURN_IF_LOST()                                                                              \
+    do {                                                                                                     \
+        const cudaError_t lost_ = st_emu_lost();                                                             \
+        if (lost_ != cudaSuccess) return st_emu_ret(lost_);                                                  \
+    } while (0)
 /* Print "cudaemu: ..." and abort: a fault no CUDA call could report. */
 [[noreturn]] void st_emu_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

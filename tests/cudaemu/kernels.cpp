@@ -11,10 +11,12 @@
 #include "internal.h"
 #include "selftest.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <vector>
@@ -402,11 +404,52 @@ static order_map order_for(uint64_t n) {
     return m;
 }
 
+/* ST_CUDAEMU_FAULT=K[:R]: the K-th kernel this process runs faults (as on
+ * an illegal address, or an uncorrectable ECC error, Xid 13/31/48 in the
+ * driver's log): it does not run, the context is lost, and every later CUDA
+ * call returns the sticky error (devices.cpp). With :R, only in the process
+ * of MPI rank R (OMPI_COMM_WORLD_RANK). ST_CUDAEMU_FAULT_ONCE=FILE: only in
+ * the first process to create FILE, so that a job restarted after the
+ * fault runs clean. */
+static long fault_at(void) {
+    const char *e = getenv("ST_CUDAEMU_FAULT"), *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!e) return 0;
+    char *end;
+    const long k = strtol(e, &end, 10);
+    if (*end == ':' && atol(end + 1) != (r ? atol(r) : 0)) return 0;
+    return k;
+}
+static long kernels_run, fault_k = -1;
+static void fault_missed(void) { /* (a test that asked for a fault learns how many kernels ran) */
+    if (kernels_run < fault_k)
+        fprintf(stderr, "cudaemu: ST_CUDAEMU_FAULT=%ld: no fault, %ld kernels ran\n", fault_k, kernels_run);
+}
+static bool faults(const char *name) {
+    long &n = kernels_run, &k = fault_k;
+    if (k < 0) {
+        k = fault_at();
+        if (k > 0) atexit(fault_missed);
+    }
+    if (k <= 0 || ++n != k) return false;
+    const char *once = getenv("ST_CUDAEMU_FAULT_ONCE");
+    if (once) {
+        const int fd = open(once, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd < 0) return false; /* a process before this one faulted */
+        close(fd);
+    }
+    fprintf(stderr,
+            "cudaemu: %s faulted (ST_CUDAEMU_FAULT=%ld): an illegal memory access; the context is lost\n",
+            name, k);
+    st_emu_lose(cudaErrorIllegalAddress);
+    return true;
+}
+
 /* Run one launch now: block after block, each block's threads as fibers
  * (or as plain calls at a site whose first launch reached no barrier). */
 static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, const char *name) {
     const uint64_t nt = (uint64_t)c.block.x * c.block.y * c.block.z;
     std::lock_guard<std::mutex> one(launch_lock);
+    if (st_emu_lost() != cudaSuccess || faults(name)) return; /* a lost context runs nothing */
     S.body = fn;
     S.ctx = ctx;
     S.name = name;
@@ -449,6 +492,11 @@ void st_emu_check_pointer(const char *name, int index, const void *p) {
 void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
                    void *ctx) {
     const uint64_t nt = (uint64_t)c.block.x * c.block.y * c.block.z;
+    if (st_emu_lost() != cudaSuccess) { /* the launch's error: the sticky one */
+        st_emu_ret(st_emu_lost());
+        drop(ctx);
+        return;
+    }
     if (!st_emu_stream_ok(c.stream)) {
         st_emu_ret(cudaErrorInvalidResourceHandle);
         drop(ctx);

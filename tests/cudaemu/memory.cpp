@@ -158,7 +158,10 @@ static cudaError_t dev_alloc(void **out, size_t n) {
     return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaMalloc(void **p, size_t n) { return st_emu_ret(dev_alloc(p, n)); }
+extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
+    ST_EMU_RETURN_IF_LOST();
+    return st_emu_ret(dev_alloc(p, n));
+}
 
 extern "C" cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
@@ -169,6 +172,7 @@ extern "C" cudaError_t cudaFree(void *p) {
     mem_used -= (it->second.bytes + GUARD_ALIGN - 1) / GUARD_ALIGN * GUARD_ALIGN;
     munmap(it->second.map, it->second.map_bytes);
     device_mem.erase(it);
+    ST_EMU_RETURN_IF_LOST(); /* (freed all the same: the process goes on) */
     return cudaSuccess;
 }
 
@@ -215,6 +219,7 @@ extern "C" cudaError_t cudaFreeHost(void *p) {
 }
 
 extern "C" cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    ST_EMU_RETURN_IF_LOST();
     protecting();
     std::lock_guard<std::mutex> l(mem_lock);
     *total = mem_total;

@@ -250,6 +250,9 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
 }
 
 ncclResult_t nccl_emu_issue(nccl_op o) {
+    if (st_emu_lost() != cudaSuccess)
+        return fail(o.c, ncclUnhandledCudaError, "%s: Cuda failure '%s'", o.name,
+                    cudaGetErrorString(st_emu_lost()));
     if (!st_emu_stream_ok(o.stream)) return fail(o.c, ncclInvalidArgument, "%s: the stream does not exist", o.name);
     if (group_depth > 0) {
         group_ops.push_back(std::move(o));
@@ -415,7 +418,7 @@ extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err) {
         c->in_progress--;
         *err = ncclInProgress;
     } else {
-        *err = c->error;
+        *err = c->error == ncclSuccess && st_emu_lost() != cudaSuccess ? ncclUnhandledCudaError : c->error;
     }
     return ncclSuccess;
 }

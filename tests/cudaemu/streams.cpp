@@ -158,6 +158,7 @@ void st_emu_run_all(void) {
 
 /* --- streams ------------------------------------------------------------------ */
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = new queue;
     streams.insert(q);
@@ -172,6 +173,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
     run_until(q, q->queued); /* CUDA lets queued work finish */
     streams.erase(q);
     delete q;
+    ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
 }
 /* ST_CUDAEMU_HANG_SYNC=K: the K-th wait of the host (cudaStreamSynchronize,
@@ -194,9 +196,11 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     queue *q = queue_of(s);
     if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
     run_until(q, q->queued);
+    ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
     if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
@@ -211,6 +215,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
 static event *event_of(cudaEvent_t e) { return events.count((event *)e) ? (event *)e : NULL; }
 
 extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = new event;
     v->timing = !(flags & cudaEventDisableTiming);
@@ -227,6 +232,7 @@ extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
     queue *q = queue_of(s);
@@ -246,6 +252,7 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 static bool complete(const event *v) { return !v->recorded || v->q->done >= v->seq; }
 
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
     if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
@@ -263,9 +270,11 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     event *v = event_of(e);
     if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
     if (v->recorded) run_until(v->q, v->seq);
+    ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *x = event_of(a), *y = event_of(b);
     if (!x || !y || !x->timing || !y->timing || !x->recorded || !y->recorded)
@@ -275,6 +284,7 @@ extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    ST_EMU_RETURN_IF_LOST();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
     queue *q = queue_of(s);
@@ -290,6 +300,7 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
 
 /* --- copies and memsets ------------------------------------------------------- */
 static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool sync) {
+    ST_EMU_RETURN_IF_LOST();
     if (!st_emu_stream_ok(s)) return st_emu_ret(cudaErrorInvalidResourceHandle);
     if (n == 0) return cudaSuccess;
     const bool dd = st_emu_device_range(dst, n), sd = st_emu_device_range(src, n);
@@ -311,9 +322,13 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     }
     if (!src_dev && !st_emu_is_pinned(src, n)) { /* pageable source: staged now, as CUDA does */
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
-        st_emu_enqueue(s, [dst, staged, n] { memcpy(dst, staged->data(), n); });
+        st_emu_enqueue(s, [dst, staged, n] {
+            if (st_emu_lost() == cudaSuccess) memcpy(dst, staged->data(), n);
+        });
     } else {
-        st_emu_enqueue(s, [dst, src, n] { memmove(dst, src, n); });
+        st_emu_enqueue(s, [dst, src, n] {
+            if (st_emu_lost() == cudaSuccess) memmove(dst, src, n);
+        });
     }
     if (sync || (!dst_dev && !st_emu_is_pinned(dst, n))) { /* into pageable memory: returns when done */
         std::lock_guard<std::recursive_mutex> l(lock);
@@ -323,6 +338,7 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
             queue *q = queue_of(s);
             run_until(q, q->queued);
         }
+        ST_EMU_RETURN_IF_LOST();
     }
     return cudaSuccess;
 }
@@ -336,14 +352,18 @@ extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemc
 }
 
 static cudaError_t set(void *dst, int v, size_t n, cudaStream_t s, bool sync) {
+    ST_EMU_RETURN_IF_LOST();
     if (!st_emu_stream_ok(s)) return st_emu_ret(cudaErrorInvalidResourceHandle);
     if (n == 0) return cudaSuccess;
     if (!st_emu_device_range(dst, n)) {
         fprintf(stderr, "cudaemu: a memset of %zu bytes at %p is not inside one device allocation\n", n, dst);
         return st_emu_ret(cudaErrorInvalidValue);
     }
-    st_emu_enqueue(s, [dst, v, n] { memset(dst, v, n); });
+    st_emu_enqueue(s, [dst, v, n] {
+        if (st_emu_lost() == cudaSuccess) memset(dst, v, n);
+    });
     if (sync) st_emu_run_all();
+    if (sync) ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s) {
