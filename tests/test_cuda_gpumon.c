@@ -56,6 +56,13 @@ int main(void) {
               s.mem_util);
         CHECK(s.power_w > 0 && s.power_w < 2000 && s.temp_c > 0 && s.temp_c < 120, "power %g W temp %g C",
               s.power_w, s.temp_c);
+        /* the clocks: every driver since 450 has them on a data-centre GPU; the reading, not its value
+         * (a lent GPU may really be slowed) */
+        unsigned long long slowed = ~0ull;
+        const bool clocks = st_gpu_monitor_clocks(&m, &slowed);
+        CHECK(clocks == s.has_clocks && (slowed & ~ST_NVML_CLOCKS_SLOWED) == 0,
+              "the clocks: read %d (the sample's %d), slowed 0x%llx", clocks, s.has_clocks, slowed);
+        printf("clocks: %s, slowed 0x%llx\n", clocks ? "read" : "not read", slowed);
     } else {
         printf("no NVML: %s\n", m.why);
         CHECK(!s.has_nvml && m.why[0], "NVML fields without NVML");

@@ -65,6 +65,8 @@ static st_gpu_sample full_sample(void) {
     g.mem_util = 41;
     g.power_w = 412.5;
     g.temp_c = 61;
+    g.has_clocks = true;
+    g.slowed = 64; /* HW thermal slowdown */
     return g;
 }
 
@@ -116,6 +118,7 @@ static void test_metrics_record(void) {
     CHECK_OK(st_metrics_step_write(&m, &s));
     s.step = 20;
     s.gpu.has_nvml = false; /* a driver without NVML: memory only */
+    s.gpu.has_clocks = false;
     CHECK_OK(st_metrics_step_write(&m, &s));
     s.step = 30;
     memset(&s.gpu, 0, sizeof s.gpu); /* the CPU, or a line between samples */
@@ -141,6 +144,7 @@ static void test_metrics_record(void) {
         check_field(o, "gpu_mem_used_mb", mem ? 1536 : NAN, n);
         check_field(o, "gpu_mem_total_mb", mem ? 81920 : NAN, n);
         for (int i = 0; i < 4; i++) check_field(o, nvml[i], has_nvml ? nvml_v[i] : NAN, n);
+        check_field(o, "gpu_clocks_slowed", has_nvml ? 64 : NAN, n);
         cJSON_Delete(o);
     }
     if (f) fclose(f);

@@ -993,7 +993,40 @@ static void test_cpu_quota(void) {
     CHECK(system(cmd) == 0, "%s", cmd);
 }
 
+/* st_hw_gpu_health: what each NVML reading makes of a GPU */
+static void test_gpu_health(void) {
+    st_hw_gpu g = {.remap_pending = -1, .remap_failed = -1, .ecc_uncorrected = -1, .clock_events = -1};
+    char why[1024];
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == -1 && !why[0], "nothing read: unknown, no words");
+    g.remap_pending = g.remap_failed = 0;
+    g.ecc_uncorrected = 0;
+    g.clock_events = 0x1 | 0x4; /* idle, the software power cap: neither is a slowdown */
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == 0 && !why[0], "healthy: 0, no words (%s)", why);
+    g.clock_events = 0x40 | 0x80;
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == 1 &&
+              strstr(why, "clocks are slowed now (HW thermal slowdown, HW power brake)"),
+          "HW thermal and power brake: a warning naming both (%s)", why);
+    g.clock_events = 0;
+    g.ecc_uncorrected = 1;
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == 1 && strstr(why, "1 uncorrectable ECC error since"),
+          "one ECC error: a warning (%s)", why);
+    g.remap_pending = 1;
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == 1 && strstr(why, "row remap is pending") &&
+              strstr(why, "; 1 uncorrectable"),
+          "a pending remap and the ECC error: one warning naming both (%s)", why);
+    g.remap_failed = 1;
+    CHECK(st_hw_gpu_health(&g, why, sizeof why) == 2 && strstr(why, "row remapping failed") &&
+              !strstr(why, "pending"),
+          "a failed remapping: a failure, the pending one not named again (%s)", why);
+    char small[24];
+    CHECK(st_hw_gpu_health(&g, small, sizeof small) == 2 && strlen(small) == sizeof small - 1,
+          "a short buffer: cut, terminated");
+    st_hw_gpu some = {.remap_pending = -1, .remap_failed = -1, .ecc_uncorrected = -1, .clock_events = 0x1};
+    CHECK(st_hw_gpu_health(&some, why, sizeof why) == 0, "only the clocks read (no ECC, pre-Ampere): 0");
+}
+
 int main(void) {
+    test_gpu_health();
     test_cpuinfo();
     test_gpu_peak();
     test_mem_limit();

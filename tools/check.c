@@ -590,6 +590,41 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, con
 #endif
 }
 
+/* The driver's health readings of each GPU it shows (the probe, NVML):
+ * FAIL where row remapping failed, warn where a remap is pending, an
+ * uncorrectable ECC error happened since the driver loaded, or the clocks
+ * are slowed by heat or the power supply now; nothing without a GPU. */
+static void check_gpu_health(report *r, const st_hw_info *h, bool probed) {
+    if (!probed || h->n_gpus == 0) return;
+    if (!h->nvml) {
+        line(r, "skip", "health", "NVML is not available (%s): no readings of the GPUs' memory and clocks",
+             h->nvml_why);
+        return;
+    }
+    char all[4096] = "", why[1024];
+    size_t at = 0;
+    int worst = -1, known = 0;
+    for (int i = 0; i < h->n_gpus; i++) {
+        const int k = st_hw_gpu_health(&h->gpu[i], why, sizeof why);
+        if (k >= 0) known++;
+        if (k > worst) worst = k;
+        if (k > 0 && at < sizeof all)
+            at += (size_t)snprintf(all + at, sizeof all - at, "%sgpu %d (%s): %s", at ? "; " : "", i,
+                                   h->gpu[i].name, why);
+    }
+    if (worst < 0)
+        line(r, "skip", "health", "the driver gives no health readings for %s (an older driver or GPU)",
+             h->n_gpus == 1 ? "the GPU" : "the GPUs");
+    else if (worst == 0)
+        line(r, "ok", "health",
+             "%d of %d GPU%s read: no memory row remap pending or failed, no uncorrectable ECC error since "
+             "the "
+             "driver loaded, clocks not slowed by heat or power",
+             known, h->n_gpus, h->n_gpus == 1 ? "" : "s");
+    else
+        line(r, worst == 2 ? "FAIL" : "warn", "health", "%s", all);
+}
+
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     remove(path);
@@ -641,6 +676,7 @@ int st_cmd_check(int argc, char **argv) {
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
     check_gpu(&r, &hw, probed, gpus, why);
+    check_gpu_health(&r, &hw, probed);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
     else

@@ -250,8 +250,9 @@ const st_cfg_key st_cfg_keys[] = {
           "steps "
           "after the last sample: memory (this run's allocated and peak, the device's used and total) and, "
           "when "
-          "the driver's NVML is present, utilisation, memory utilisation, power and temperature, into "
-          "metrics.jsonl, TensorBoard and the progress line; 0 = never; absent on the CPU"),
+          "the driver's NVML is present, utilisation, memory utilisation, power, temperature and clock "
+          "slowdowns, into metrics.jsonl, TensorBoard and the progress line; every rank reads its own GPU's "
+          "clocks then and says when heat or the power supply slows them; 0 = never; absent on the CPU"),
     K_BOOL("log.tensorboard", log.tensorboard, "false",
            "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, "
            "out_dir/events.out.tfevents.*"),

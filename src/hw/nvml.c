@@ -35,6 +35,11 @@ bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len) {
     resolve(lib, "nvmlDeviceGetUtilizationRates", (void **)&v.utilization, true, &missing);
     resolve(lib, "nvmlDeviceGetPowerUsage", (void **)&v.power, true, &missing);
     resolve(lib, "nvmlDeviceGetTemperature", (void **)&v.temperature, true, &missing);
+    resolve(lib, "nvmlDeviceGetRemappedRows", (void **)&v.remapped_rows, false, &missing);
+    resolve(lib, "nvmlDeviceGetTotalEccErrors", (void **)&v.ecc_errors, false, &missing);
+    resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", (void **)&v.clock_events, false, &missing);
+    if (!v.clock_events)
+        resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", (void **)&v.clock_events, false, &missing);
     resolve(lib, "nvmlErrorString", (void **)&v.error_string, true, &missing);
     if (missing) {
         snprintf(why, why_len, "%s lacks %s (not NVML, or a driver too old)", lib_name, missing);
@@ -51,6 +56,23 @@ bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len) {
     *n = v;
     if (why_len) why[0] = '\0';
     return true;
+}
+
+const char *st_nvml_slowdown_names(unsigned long long reasons, char *buf, size_t n) {
+    static const struct {
+        unsigned long long bit;
+        const char *name;
+    } names[] = {{ST_NVML_CLOCKS_HW_SLOWDOWN, "HW slowdown"},
+                 {ST_NVML_CLOCKS_HW_THERMAL, "HW thermal slowdown"},
+                 {ST_NVML_CLOCKS_SW_THERMAL, "SW thermal slowdown"},
+                 {ST_NVML_CLOCKS_HW_POWER_BRAKE, "HW power brake"}};
+    size_t at = 0;
+    if (n) buf[0] = '\0';
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (reasons & names[k].bit)
+            at += (size_t)snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0, "%s%s", at ? ", " : "",
+                                   names[k].name);
+    return buf;
 }
 
 void st_nvml_close(st_nvml *n) {

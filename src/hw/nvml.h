@@ -32,11 +32,25 @@ typedef struct st_nvml_util { /* nvmlUtilization_t: percent of the last sample p
 
 enum {
     ST_NVML_NVLINK_MAX_LINKS = 18,
-    ST_NVML_TEMPERATURE_GPU = 0, /* nvmlTemperatureSensors_t */
+    ST_NVML_TEMPERATURE_GPU = 0,          /* nvmlTemperatureSensors_t */
+    ST_NVML_MEMORY_ERROR_UNCORRECTED = 1, /* nvmlMemoryErrorType_t */
+    ST_NVML_VOLATILE_ECC = 0,             /* nvmlEccCounterType_t: since the driver loaded */
 };
 
+/* nvmlClocksEventReasons: why the clocks are below their maximum now. The
+ * ones that make a GPU slower than its peers while it trains (a data-
+ * parallel step waits for the slowest): */
+#define ST_NVML_CLOCKS_HW_SLOWDOWN 0x8ull /* a factor of 2 or more: heat, the power supply's brake */
+#define ST_NVML_CLOCKS_SW_THERMAL 0x20ull /* the driver holds the temperature down */
+#define ST_NVML_CLOCKS_HW_THERMAL 0x40ull
+#define ST_NVML_CLOCKS_HW_POWER_BRAKE 0x80ull
+#define ST_NVML_CLOCKS_SLOWED                                                                                \
+    (ST_NVML_CLOCKS_HW_SLOWDOWN | ST_NVML_CLOCKS_SW_THERMAL | ST_NVML_CLOCKS_HW_THERMAL |                    \
+     ST_NVML_CLOCKS_HW_POWER_BRAKE)
+
 /* The library and its functions; every pointer is set when st_nvml_open
- * succeeds, except `procs` (drivers before 510 lack the _v3 call). */
+ * succeeds, except `procs` (drivers before 510 lack the _v3 call) and the
+ * health readings. */
 typedef struct st_nvml {
     void *lib; /* NULL: not open */
     st_nvml_ret (*init)(void);
@@ -52,6 +66,12 @@ typedef struct st_nvml {
     st_nvml_ret (*utilization)(st_nvml_dev, st_nvml_util *);
     st_nvml_ret (*power)(st_nvml_dev, unsigned int *);                    /* milliwatts */
     st_nvml_ret (*temperature)(st_nvml_dev, int, unsigned int *);         /* degrees C */
+    /* Health, each NULL where the driver lacks it: row remapping (Ampere and
+     * later: corrected, uncorrected, pending, failed), ECC error counts, and
+     * the clock event reasons (...ThrottleReasons before driver 535). */
+    st_nvml_ret (*remapped_rows)(st_nvml_dev, unsigned int *, unsigned int *, unsigned int *, unsigned int *);
+    st_nvml_ret (*ecc_errors)(st_nvml_dev, int, int, unsigned long long *);
+    st_nvml_ret (*clock_events)(st_nvml_dev, unsigned long long *);
     const char *(*error_string)(st_nvml_ret);
 } st_nvml;
 
@@ -60,6 +80,10 @@ typedef struct st_nvml {
  * cannot open shared object file", "... lacks nvmlInit_v2 (driver too old?)",
  * "nvmlInit: Driver Not Loaded"), when NVML cannot be used. */
 bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len);
+
+/* "HW slowdown, HW thermal slowdown" for the ST_NVML_CLOCKS_SLOWED bits of
+ * `reasons` (those bits only; "" when none), into buf. */
+const char *st_nvml_slowdown_names(unsigned long long reasons, char *buf, size_t n);
 
 /* nvmlShutdown and unload; accepts a zeroed or already closed st_nvml. */
 void st_nvml_close(st_nvml *n);

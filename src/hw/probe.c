@@ -221,6 +221,8 @@ static void probe_cuda(st_hw_info *h) {
         c.attr(&g->cc_minor, CU_ATTR_CC_MINOR, d);
         c.attr(&g->sms, CU_ATTR_MULTIPROCESSOR_COUNT, d);
         g->nvlinks = g->procs = -1;
+        g->remap_pending = g->remap_failed = -1;
+        g->ecc_uncorrected = g->clock_events = -1;
     }
     h->n_gpus = n;
     /* The library stays loaded: unloading the driver after cuInit is unsafe. */
@@ -254,6 +256,16 @@ static void probe_nvml(st_hw_info *h) {
             int active = 0;
             if (v.nvlink_state(dev[i], l, &active) == 0 && active) g->nvlinks++;
         }
+        unsigned int corr, unc, pending, failed;
+        if (v.remapped_rows && v.remapped_rows(dev[i], &corr, &unc, &pending, &failed) == 0) {
+            g->remap_pending = pending != 0;
+            g->remap_failed = failed != 0;
+        }
+        unsigned long long count, reasons;
+        if (v.ecc_errors &&
+            v.ecc_errors(dev[i], ST_NVML_MEMORY_ERROR_UNCORRECTED, ST_NVML_VOLATILE_ECC, &count) == 0)
+            g->ecc_uncorrected = (int64_t)count;
+        if (v.clock_events && v.clock_events(dev[i], &reasons) == 0) g->clock_events = (int64_t)reasons;
         st_nvml_process procs[64];
         unsigned int np = 64;
         if (v.procs && v.procs(dev[i], &np, procs) == 0) {
@@ -381,6 +393,8 @@ void st_hw_print(const st_hw_info *h, FILE *out) {
                 fprintf(out, ", %d process%s already hold %.1f GiB", g->procs, g->procs == 1 ? "" : "es",
                         (double)g->procs_mem / gib);
             fputc('\n', out);
+            char why[1024];
+            if (st_hw_gpu_health(g, why, sizeof why) > 0) fprintf(out, "    health: %s\n", why);
         }
         if (!h->nvml) fprintf(out, "nvml:   not available (%s): no free memory or links\n", h->nvml_why);
         else if (h->n_gpus > 1) {
@@ -399,6 +413,43 @@ void st_hw_print(const st_hw_info *h, FILE *out) {
     if (h->nccl)
         fprintf(out, "nccl:   %s\n", st_hw_nccl_version(h->nccl_version, v));
     else fprintf(out, "nccl:   not available (%s)\n", h->nccl_why);
+}
+
+int st_hw_gpu_health(const st_hw_gpu *g, char *why, size_t why_len) {
+    size_t at = 0;
+    int worst = -1;
+#define SAY(level, ...)                                                                                      \
+    do {                                                                                                     \
+        at += (size_t)snprintf(at < why_len ? why + at : NULL, at < why_len ? why_len - at : 0, "%s",        \
+                               at ? "; " : "");                                                              \
+        at +=                                                                                                \
+            (size_t)snprintf(at < why_len ? why + at : NULL, at < why_len ? why_len - at : 0, __VA_ARGS__);  \
+        worst = worst > (level) ? worst : (level);                                                           \
+    } while (0)
+    if (why_len) why[0] = '\0';
+    if (g->remap_failed == 1)
+        SAY(2,
+            "a memory row remapping failed: the GPU's memory needs service (nvidia-smi -q -d ROW_REMAPPER; "
+            "ask the machine's administrators to replace it)");
+    else if (g->remap_pending == 1)
+        SAY(1, "a memory row remap is pending: it takes effect when the GPU is next reset (nvidia-smi -r, or "
+               "a reboot); until then the driver keeps the bad row out of use");
+    if (g->ecc_uncorrected > 0)
+        SAY(1,
+            "%lld uncorrectable ECC error%s since the driver loaded (each ends a process then using the GPU; "
+            "nvidia-smi -q -d ECC, the kernel log's Xid 48/63/94)",
+            (long long)g->ecc_uncorrected, g->ecc_uncorrected == 1 ? "" : "s");
+    if (g->clock_events >= 0 && ((uint64_t)g->clock_events & ST_NVML_CLOCKS_SLOWED)) {
+        char by[128];
+        st_nvml_slowdown_names((unsigned long long)g->clock_events, by, sizeof by);
+        SAY(1,
+            "its clocks are slowed now (%s): a data-parallel step waits for the slowest GPU (nvidia-smi -q "
+            "-d PERFORMANCE,TEMPERATURE; the cooling, or the power supply)",
+            by);
+    }
+#undef SAY
+    if (worst < 0 && (g->remap_failed >= 0 || g->ecc_uncorrected >= 0 || g->clock_events >= 0)) worst = 0;
+    return worst;
 }
 
 const char *st_hw_nccl_version(int code, char buf[16]) {

@@ -41,6 +41,10 @@ typedef struct st_hw_gpu {
     int nvlinks;     /* active NVLinks (NVML), -1 unknown */
     int procs;       /* compute processes holding memory on it (NVML), -1 unknown */
     int64_t procs_mem; /* bytes those processes hold */
+    /* Health (NVML; -1 unknown: no NVML, or not on this GPU or driver) */
+    int remap_pending, remap_failed; /* memory row remapping (Ampere and later): 1 yes, 0 no */
+    int64_t ecc_uncorrected;         /* uncorrectable ECC errors since the driver loaded */
+    int64_t clock_events;            /* NVML's clock event reasons now, a mask (nvml.h) */
 } st_hw_gpu;
 
 typedef struct st_hw_info {
@@ -70,6 +74,13 @@ typedef struct st_hw_info {
     int nccl_version; /* e.g. 22809 */
     char nccl_why[ST_HW_REASON];
 } st_hw_info;
+
+/* What the health readings of g say: 0 nothing wrong, 1 a warning (a row
+ * remap pending, uncorrectable ECC errors since the driver loaded, clocks
+ * slowed by heat or the power supply now), 2 a failure (row remapping
+ * failed: the GPU's memory needs service), -1 nothing known; `why` says
+ * which and what to do ("" for 0 and -1). */
+int st_hw_gpu_health(const st_hw_gpu *g, char *why, size_t why_len);
 
 /* Fill *out. Never fails for missing hardware or libraries (see the *_why
  * fields); fails only if /proc cannot be read. */

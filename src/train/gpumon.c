@@ -52,6 +52,11 @@ static void sample(st_gpu_monitor *m, st_gpu_sample *out) {
     out->mem_util = u.memory;
     out->power_w = mw / 1000.0;
     out->temp_c = temp;
+    unsigned long long reasons;
+    if (m->nvml.clock_events && m->nvml.clock_events(m->handle, &reasons) == 0) {
+        out->has_clocks = true;
+        out->slowed = reasons & ST_NVML_CLOCKS_SLOWED;
+    }
 }
 
 /* The driver's and NVML's readings, under the device's stall watch: a GPU
@@ -65,6 +70,19 @@ void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out) {
     st_device_call_begin(m->dev, what);
     sample(m, out);
     st_device_call_end(m->dev);
+}
+
+bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed) {
+    *slowed = 0;
+    if (!m->dev || !m->nvml.lib || !m->nvml.clock_events) return false;
+    char what[256];
+    snprintf(what, sizeof what, "reading %s's clocks through NVML (the GPU monitor)", st_device_name(m->dev));
+    st_device_call_begin(m->dev, what);
+    unsigned long long reasons = 0;
+    const bool ok = m->nvml.clock_events(m->handle, &reasons) == 0;
+    st_device_call_end(m->dev);
+    *slowed = ok ? reasons & ST_NVML_CLOCKS_SLOWED : 0;
+    return ok;
 }
 
 const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n) {

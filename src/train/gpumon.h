@@ -26,6 +26,8 @@ typedef struct st_gpu_sample {
     bool has_nvml;                   /* NVML answered: the four below */
     double util, mem_util;           /* percent of NVML's last sample period (1/6 s to 1 s) */
     double power_w, temp_c;
+    bool has_clocks;           /* NVML read the clock event reasons: */
+    unsigned long long slowed; /* those that slow the GPU now (ST_NVML_CLOCKS_SLOWED bits), 0 none */
 } st_gpu_sample;
 
 typedef struct st_gpu_monitor {
@@ -43,6 +45,12 @@ void st_gpu_monitor_close(st_gpu_monitor *m); /* accepts a zeroed one */
 
 /* What the device says now; *out is all absent for the CPU. */
 void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out);
+
+/* Only the clock event reasons that slow the GPU now (ST_NVML_CLOCKS_SLOWED
+ * bits) into *slowed: false when NVML cannot say (no NVML, an older driver,
+ * a GPU without them). What every rank reads of its own GPU on logged lines
+ * (train.c): one slowed GPU holds back every rank of a data-parallel run. */
+bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed);
 
 /* "gpu 12.3/79.6 GiB 97% 412 W 61 C" (what the sample has) into buf, or ""
  * when it has nothing; for the progress line. */

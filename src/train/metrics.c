@@ -163,6 +163,7 @@ static void add_gpu(cJSON *o, const st_gpu_sample *g) {
         cJSON_AddNumberToObject(o, "gpu_power_w", g->power_w);
         cJSON_AddNumberToObject(o, "gpu_temp_c", g->temp_c);
     }
+    if (g->has_clocks) cJSON_AddNumberToObject(o, "gpu_clocks_slowed", (double)g->slowed);
 }
 
 st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {

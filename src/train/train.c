@@ -639,6 +639,32 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                                            : "; --resume auto continues from the latest once this is fixed");
 }
 
+/* A GPU slowed by heat or its power supply (NVML's clock event reasons)
+ * trains at half its speed or less, and in a data-parallel run every rank
+ * waits for it at each step's gradient exchange: its rank says so when the
+ * slowdown starts, changes and ends (on logged lines, log.gpu_interval),
+ * on standard error, naming its host and GPU. */
+static void say_slowdown(const st_session *ses, unsigned long long now, unsigned long long before,
+                         int64_t step, int64_t *since) {
+    char host[64] = "?", by[128];
+    gethostname(host, sizeof host - 1);
+    if (now) {
+        if (!before) *since = step;
+        st_ticker_sayf("scaletrain: warning: rank %d (host %s, %s): the GPU's clocks are slowed (%s) at step "
+                       "%lld: %s; nvidia-smi -q -d PERFORMANCE,TEMPERATURE on that host says more (the "
+                       "cooling, the power supply)\n",
+                       ses->rank, host, st_device_name(ses->dev), st_nvml_slowdown_names(now, by, sizeof by),
+                       (long long)step,
+                       ses->world > 1 ? "every rank waits for it at each step's gradient exchange"
+                                      : "the run trains slower while it lasts");
+    } else {
+        st_ticker_sayf(
+            "scaletrain: rank %d (host %s, %s): the GPU's clocks are no longer slowed at step %lld "
+            "(first seen slowed at step %lld)\n",
+            ses->rank, host, st_device_name(ses->dev), (long long)step, (long long)*since);
+    }
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -867,12 +893,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double wait_total = 0;
     st_progress prog;
     st_progress_init(&prog, ses->out, ses->out_tty, opts->quiet ? "silent" : c->log.progress, start, steps);
-    if (ses->rank == 0 && dev && c->log.gpu_interval > 0) { /* rank 0's GPU, on logged lines (gpumon.h) */
+    /* Rank 0's GPU sampled on logged lines (gpumon.h); every rank's GPU's
+     * clocks read there too (slowdown, below). */
+    if (dev && c->log.gpu_interval > 0) {
         st_gpu_monitor_open(&gm, dev, NULL);
-        if (!gm.nvml.lib && !opts->quiet)
+        if (ses->rank == 0 && !gm.nvml.lib && !opts->quiet)
             fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
     }
     int64_t gpu_last = start;                           /* the step of the last GPU sample */
+    unsigned long long slowed_last = 0;                 /* the GPU's slowdown reasons at the last sample */
+    int64_t slowed_since = 0;
     double window_loss = 0, t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -998,8 +1028,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         double rate = (double)r->samples / t_train;
         st_gpu_sample gpu = {0};
         if (line && gm.dev && step + 1 - gpu_last >= c->log.gpu_interval) {
-            st_gpu_monitor_sample(&gm, &gpu);
-            st_gpu_sample_format(&gpu, prog.gpu, sizeof prog.gpu);
+            unsigned long long slowed = 0;
+            bool known;
+            if (ses->rank == 0) {
+                st_gpu_monitor_sample(&gm, &gpu);
+                st_gpu_sample_format(&gpu, prog.gpu, sizeof prog.gpu);
+                known = gpu.has_clocks, slowed = gpu.slowed;
+            } else {
+                known = st_gpu_monitor_clocks(&gm, &slowed);
+            }
+            if (known && slowed != slowed_last)
+                say_slowdown(ses, slowed, slowed_last, step + 1, &slowed_since);
+            if (known) slowed_last = slowed;
             gpu_last = step + 1;
         }
         if (line && met->f) {

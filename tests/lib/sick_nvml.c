@@ -1,0 +1,83 @@
+/* An NVML with one GPU whose health readings a test sets, for tests: built
+ * as libnvidia-ml.so.1 into a folder put first on LD_LIBRARY_PATH next to
+ * tests/lib/one_gpu_driver.c's libcuda.so.1, so that the hardware probe
+ * (src/hw/probe.c) finds one GPU and reads it through this. The readings
+ * come from the environment: ST_FAKE_NVML_REMAP (pending, failed; unset:
+ * neither), ST_FAKE_NVML_ECC (uncorrectable errors since the driver loaded;
+ * unset 0), ST_FAKE_NVML_CLOCKS (the clock event reasons' mask; unset 0x1,
+ * idle; a list, one value a reading: below); the value "unsupported" makes that reading NVML_ERROR_NOT_SUPPORTED
+ * (a GPU without ECC, a pre-Ampere GPU). Built with -DST_FAKE_NVML_OLD it
+ * lacks the three health functions, as a driver older than them does.
+ * tests/e2e/gpu_health.sh builds it, and tests/e2e/emu_gpu_slowdown.sh for
+ * the CUDA emulator's GPUs, which the training run's GPU monitor finds in it
+ * by their PCI address. */
+#include <stdlib.h>
+#include <string.h>
+
+typedef void *dev;
+enum { OK = 0, NOT_SUPPORTED = 3 };
+static dev the_gpu = (dev)0x1;
+
+int nvmlInit_v2(void) { return OK; }
+int nvmlShutdown(void) { return OK; }
+int nvmlDeviceGetCount_v2(unsigned *n) { return *n = 1, OK; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, dev *d) { return *d = i == 0 ? the_gpu : 0, i == 0 ? OK : 2; }
+int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, dev *d) { return (void)pci, *d = the_gpu, OK; }
+int nvmlDeviceGetName(dev d, char *name, unsigned len) {
+    (void)d;
+    if (len > 0) strncpy(name, "Fake GPU", len - 1)[len - 1] = '\0';
+    return OK;
+}
+struct memory { unsigned long long total, free, used; };
+int nvmlDeviceGetMemoryInfo(dev d, struct memory *m) {
+    (void)d;
+    m->total = 80ull << 30;
+    m->used = 1ull << 30;
+    m->free = m->total - m->used;
+    return OK;
+}
+int nvmlDeviceGetNvLinkState(dev d, unsigned l, int *s) { return (void)d, (void)l, *s = 0, NOT_SUPPORTED; }
+int nvmlDeviceGetTopologyCommonAncestor(dev a, dev b, int *t) { return (void)a, (void)b, *t = 0, OK; }
+struct util { unsigned gpu, memory; };
+int nvmlDeviceGetUtilizationRates(dev d, struct util *u) { return (void)d, u->gpu = u->memory = 0, OK; }
+int nvmlDeviceGetPowerUsage(dev d, unsigned *mw) { return (void)d, *mw = 70000, OK; }
+int nvmlDeviceGetTemperature(dev d, int sensor, unsigned *t) { return (void)d, (void)sensor, *t = 35, OK; }
+const char *nvmlErrorString(int r) { return r == NOT_SUPPORTED ? "Not Supported" : "the test's NVML"; }
+
+#ifndef ST_FAKE_NVML_OLD
+static int reading(const char *name, unsigned long long unset, unsigned long long *v) {
+    const char *e = getenv(name);
+    if (e && !strcmp(e, "unsupported")) return NOT_SUPPORTED;
+    *v = e ? strtoull(e, NULL, 0) : unset;
+    return OK;
+}
+int nvmlDeviceGetRemappedRows(dev d, unsigned *corr, unsigned *unc, unsigned *pending, unsigned *failed) {
+    (void)d;
+    const char *e = getenv("ST_FAKE_NVML_REMAP");
+    if (e && !strcmp(e, "unsupported")) return NOT_SUPPORTED;
+    *corr = *unc = 0;
+    *pending = e && !strcmp(e, "pending");
+    *failed = e && !strcmp(e, "failed");
+    return OK;
+}
+int nvmlDeviceGetTotalEccErrors(dev d, int type, int counter, unsigned long long *n) {
+    (void)d;
+    if (type != 1 || counter != 0) return *n = 0, OK; /* the test sets the volatile uncorrected count */
+    return reading("ST_FAKE_NVML_ECC", 0, n);
+}
+/* ST_FAKE_NVML_CLOCKS may be a list, "0x1,0x40,0x1": the k-th reading of
+ * this process is its k-th value, the last one from there on */
+int nvmlDeviceGetCurrentClocksEventReasons(dev d, unsigned long long *r) {
+    (void)d;
+    static int calls;
+    const char *e = getenv("ST_FAKE_NVML_CLOCKS");
+    if (!e || !strcmp(e, "unsupported")) return reading("ST_FAKE_NVML_CLOCKS", 0x1, r);
+    int k = calls++;
+    char *end;
+    for (;;) {
+        *r = strtoull(e, &end, 0);
+        if (k-- == 0 || *end != ',') return OK;
+        e = end + 1;
+    }
+}
+#endif
