@@ -576,7 +576,25 @@ static void test_docs(void) {
     free(doc);
 }
 
+/* st_error_keep/st_error_restore (scaletrain/status.h): a failure's message
+ * survives cleanup that records its own; a success's is left alone */
+static void test_error_kept(void) {
+    st_error_kept k;
+    st_status s = st_fail(ST_ERR_IO, "the first failure");
+    st_error_keep(&k, s);
+    st_fail(ST_ERR_INTERNAL, "a free that failed after it");
+    CHECK(st_error_restore(&k) == ST_ERR_IO && !strcmp(st_last_error(), "the first failure"),
+          "restored: '%s'", st_last_error());
+    st_clear_error();
+    st_error_keep(&k, ST_OK);
+    st_fail(ST_ERR_INTERNAL, "cleanup's own");
+    CHECK(st_error_restore(&k) == ST_OK && !strcmp(st_last_error(), "cleanup's own"),
+          "after a success the message is cleanup's: '%s'", st_last_error());
+    st_clear_error();
+}
+
 int main(int argc, char **argv) {
+    test_error_kept();
     if (argc > 1 && !strcmp(argv[1], "--markdown")) {
         char *md = st_config_schema_markdown();
         if (!md) return 1;

@@ -36,6 +36,17 @@ st_status st_fail_context(st_status code, const char *fmt, ...) __attribute__((f
 const char *st_last_error(void);
 void st_clear_error(void);
 
+/* A failure's message kept across the cleanup after it, whose own calls may
+ * record messages (freeing device memory after a GPU fault fails too):
+ * st_error_keep(&k, s) at the cleanup label, st_error_restore(&k) after
+ * it, which puts the message back when s is a failure and returns s. */
+typedef struct st_error_kept {
+    st_status s;
+    char msg[2048];
+} st_error_kept;
+void st_error_keep(st_error_kept *k, st_status s);
+st_status st_error_restore(const st_error_kept *k);
+
 /* Propagate a failing status from a call. */
 #define ST_TRY(expr)                                                                   \
     do {                                                                               \

@@ -52,3 +52,14 @@ st_status st_fail_context(st_status code, const char *fmt, ...) {
 const char *st_last_error(void) { return st_errmsg; }
 
 void st_clear_error(void) { st_errmsg[0] = '\0'; }
+
+void st_error_keep(st_error_kept *k, st_status s) {
+    k->s = s;
+    k->msg[0] = '\0';
+    if (s != ST_OK) snprintf(k->msg, sizeof k->msg, "%s", st_errmsg);
+}
+
+st_status st_error_restore(const st_error_kept *k) {
+    if (k->s != ST_OK) snprintf(st_errmsg, sizeof st_errmsg, "%s", k->msg);
+    return k->s;
+}

@@ -40,6 +40,12 @@ bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len) {
     resolve(lib, "nvmlDeviceGetCurrentClocksEventReasons", (void **)&v.clock_events, false, &missing);
     if (!v.clock_events)
         resolve(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", (void **)&v.clock_events, false, &missing);
+    resolve(lib, "nvmlEventSetCreate", (void **)&v.event_set_create, false, &missing);
+    resolve(lib, "nvmlDeviceRegisterEvents", (void **)&v.register_events, false, &missing);
+    resolve(lib, "nvmlEventSetWait_v2", (void **)&v.event_wait, false, &missing);
+    resolve(lib, "nvmlEventSetFree", (void **)&v.event_set_free, false, &missing);
+    if (!v.event_set_create || !v.register_events || !v.event_wait || !v.event_set_free)
+        v.event_set_create = NULL, v.register_events = NULL, v.event_wait = NULL, v.event_set_free = NULL;
     resolve(lib, "nvmlErrorString", (void **)&v.error_string, true, &missing);
     if (missing) {
         snprintf(why, why_len, "%s lacks %s (not NVML, or a driver too old)", lib_name, missing);
@@ -73,6 +79,42 @@ const char *st_nvml_slowdown_names(unsigned long long reasons, char *buf, size_t
             at += (size_t)snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0, "%s%s", at ? ", " : "",
                                    names[k].name);
     return buf;
+}
+
+const char *st_nvml_xid_meaning(unsigned long long xid) {
+    switch (xid) { /* NVIDIA's Xid catalogue */
+    case 13:
+        return "a graphics engine exception: a kernel's fault, such as an out-of-range access";
+    case 31:
+        return "a GPU memory page fault: a kernel's illegal address";
+    case 43:
+        return "the GPU stopped the faulting process's work";
+    case 45:
+        return "the driver ended the process's work on the GPU";
+    case 48:
+        return "a double-bit ECC error in the GPU's memory";
+    case 63:
+        return "a memory row remapping (or page retirement) was recorded";
+    case 64:
+        return "a memory row remapping failed";
+    case 74:
+        return "an NVLink error";
+    case 79:
+        return "the GPU has fallen off the bus";
+    case 92:
+        return "a high rate of single-bit ECC errors";
+    case 94:
+        return "a contained ECC error: the processes using that memory were ended";
+    case 95:
+        return "an uncontained ECC error: the GPU needs a reset";
+    case 109:
+        return "a context switch timed out";
+    case 119:
+    case 120:
+        return "the GPU's system processor (GSP) stopped answering";
+    default:
+        return "";
+    }
 }
 
 void st_nvml_close(st_nvml *n) {

@@ -15,6 +15,13 @@
 
 typedef int st_nvml_ret; /* nvmlReturn_t: NVML_SUCCESS = 0 */
 typedef void *st_nvml_dev; /* nvmlDevice_t */
+typedef void *st_nvml_events; /* nvmlEventSet_t */
+
+typedef struct st_nvml_event { /* nvmlEventData_t */
+    st_nvml_dev device;
+    unsigned long long type, data; /* data: the Xid, for an Xid event */
+    unsigned int gpu_instance, compute_instance;
+} st_nvml_event;
 
 typedef struct st_nvml_memory { /* nvmlMemory_t, bytes */
     unsigned long long total, free, used;
@@ -35,7 +42,10 @@ enum {
     ST_NVML_TEMPERATURE_GPU = 0,          /* nvmlTemperatureSensors_t */
     ST_NVML_MEMORY_ERROR_UNCORRECTED = 1, /* nvmlMemoryErrorType_t */
     ST_NVML_VOLATILE_ECC = 0,             /* nvmlEccCounterType_t: since the driver loaded */
+    ST_NVML_ERROR_TIMEOUT = 10,           /* nvmlReturn_t: no event within the wait */
+    ST_NVML_ERROR_GPU_IS_LOST = 15,       /* fallen off the bus, or otherwise gone */
 };
+#define ST_NVML_EVENT_XID 0x8ull /* nvmlEventTypeXidCriticalError */
 
 /* nvmlClocksEventReasons: why the clocks are below their maximum now. The
  * ones that make a GPU slower than its peers while it trains (a data-
@@ -72,6 +82,11 @@ typedef struct st_nvml {
     st_nvml_ret (*remapped_rows)(st_nvml_dev, unsigned int *, unsigned int *, unsigned int *, unsigned int *);
     st_nvml_ret (*ecc_errors)(st_nvml_dev, int, int, unsigned long long *);
     st_nvml_ret (*clock_events)(st_nvml_dev, unsigned long long *);
+    /* The driver's Xid errors as events (all four, or none) */
+    st_nvml_ret (*event_set_create)(st_nvml_events *);
+    st_nvml_ret (*register_events)(st_nvml_dev, unsigned long long, st_nvml_events);
+    st_nvml_ret (*event_wait)(st_nvml_events, st_nvml_event *, unsigned int); /* ms */
+    st_nvml_ret (*event_set_free)(st_nvml_events);
     const char *(*error_string)(st_nvml_ret);
 } st_nvml;
 
@@ -84,6 +99,10 @@ bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len);
 /* "HW slowdown, HW thermal slowdown" for the ST_NVML_CLOCKS_SLOWED bits of
  * `reasons` (those bits only; "" when none), into buf. */
 const char *st_nvml_slowdown_names(unsigned long long reasons, char *buf, size_t n);
+
+/* What Xid `xid` means, in a few words ("the GPU has fallen off the bus"),
+ * for the ones a training run meets; "" for others. */
+const char *st_nvml_xid_meaning(unsigned long long xid);
 
 /* nvmlShutdown and unload; accepts a zeroed or already closed st_nvml. */
 void st_nvml_close(st_nvml *n);

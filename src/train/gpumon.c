@@ -21,6 +21,10 @@ void st_gpu_monitor_open(st_gpu_monitor *m, st_device *dev, const char *nvml_lib
                      pci[0] ? pci : "(unknown)");
             st_nvml_close(&m->nvml);
             m->handle = NULL;
+        } else if (m->nvml.event_set_create && m->nvml.event_set_create(&m->xids) == 0 &&
+                   m->nvml.register_events(m->handle, ST_NVML_EVENT_XID, m->xids) != 0) {
+            m->nvml.event_set_free(m->xids); /* (NOT_SUPPORTED, or no permission) */
+            m->xids = NULL;
         }
     }
     st_device_call_end(dev);
@@ -28,6 +32,7 @@ void st_gpu_monitor_open(st_gpu_monitor *m, st_device *dev, const char *nvml_lib
 
 void st_gpu_monitor_close(st_gpu_monitor *m) {
     if (!m) return;
+    if (m->xids) m->nvml.event_set_free(m->xids);
     st_nvml_close(&m->nvml);
     memset(m, 0, sizeof *m);
 }
@@ -83,6 +88,35 @@ bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed) {
     st_device_call_end(m->dev);
     *slowed = ok ? reasons & ST_NVML_CLOCKS_SLOWED : 0;
     return ok;
+}
+
+int st_gpu_monitor_xids(st_gpu_monitor *m, char *buf, size_t n) {
+    if (n) buf[0] = '\0';
+    if (!m->dev || !m->xids) return 0;
+    char what[256];
+    snprintf(what, sizeof what, "reading %s's Xid errors through NVML", st_device_name(m->dev));
+    st_device_call_begin(m->dev, what);
+    size_t at = 0;
+    int count = 0;
+    for (int k = 0; k < 8; k++) { /* (at most 8: the first ones say what happened) */
+        st_nvml_event e;
+        const st_nvml_ret r = m->nvml.event_wait(m->xids, &e, 0);
+        if (r != 0 && r != ST_NVML_ERROR_GPU_IS_LOST) break;
+        char *p = at < n ? buf + at : NULL;
+        const size_t room = at < n ? n - at : 0;
+        if (r == ST_NVML_ERROR_GPU_IS_LOST) {
+            at += (size_t)snprintf(
+                p, room, "%sthe GPU is lost to NVML (fallen off the bus, or otherwise gone)", at ? "; " : "");
+            count++;
+            break;
+        }
+        const char *meaning = st_nvml_xid_meaning(e.data);
+        at += (size_t)snprintf(p, room, "%sXid %llu%s%s%s", at ? "; " : "", e.data, meaning[0] ? " (" : "",
+                               meaning, meaning[0] ? ")" : "");
+        count++;
+    }
+    st_device_call_end(m->dev);
+    return count;
 }
 
 const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n) {

@@ -34,6 +34,7 @@ typedef struct st_gpu_monitor {
     st_device *dev; /* NULL: the CPU, nothing to sample */
     st_nvml nvml;   /* nvml.lib NULL: no NVML */
     st_nvml_dev handle;
+    st_nvml_events xids; /* the GPU's Xid errors, registered at open (NULL: NVML cannot) */
     char why[192]; /* why there is no NVML ("" when there is) */
 } st_gpu_monitor;
 
@@ -51,6 +52,12 @@ void st_gpu_monitor_sample(st_gpu_monitor *m, st_gpu_sample *out);
  * a GPU without them). What every rank reads of its own GPU on logged lines
  * (train.c): one slowed GPU holds back every rank of a data-parallel run. */
 bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed);
+
+/* The driver's Xid errors on the GPU since the monitor opened, not yet
+ * taken ("Xid 79 (the GPU has fallen off the bus)", "; "-separated) into
+ * buf; their count (0: none, or NVML cannot say). Does not wait. For the
+ * message of a run that failed on the GPU (train.c). */
+int st_gpu_monitor_xids(st_gpu_monitor *m, char *buf, size_t n);
 
 /* "gpu 12.3/79.6 GiB 97% 412 W 61 C" (what the sample has) into buf, or ""
  * when it has nothing; for the progress line. */

@@ -1227,6 +1227,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
 fail:
     s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, r);
+    if (s != ST_OK && s != ST_ERR_INTERRUPTED && gm.dev) { /* what the driver saw on the GPU, if anything */
+        char xids[1024], why[4096];
+        if (st_gpu_monitor_xids(&gm, xids, sizeof xids) > 0) {
+            snprintf(why, sizeof why, "%s", st_last_error());
+            s = st_fail(s, "%s (while it trained, the driver reported on this GPU: %s)", why, xids);
+        }
+    }
+    st_error_kept kept; /* (the cleanup below may fail too: after a GPU fault, every free does) */
+    st_error_keep(&kept, s);
     st_ckpt_async_abandon(&pending); /* (committed before every normal exit) */
     mg.g.node_hook = NULL;
     st_gpu_monitor_close(&gm);
@@ -1238,7 +1247,7 @@ fail:
     free(step_times);
     st_optim_free(&opt);
     st_model_graph_free(&mg);
-    return s;
+    return st_error_restore(&kept);
 }
 
 /* A run of several ranks that failed, before its session closes. An error
@@ -1379,9 +1388,11 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     s = ST_OK;
 fail:
     end_failed_ranks(&ses, opts, s);
+    st_error_kept kept;
+    st_error_keep(&kept, s);
     st_metrics_close(&met);
     const st_status sc = st_session_close(&ses);
-    return s != ST_OK ? s : sc;
+    return s != ST_OK ? st_error_restore(&kept) : sc;
 }
 
 st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *res) {
@@ -1418,6 +1429,8 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     s = ST_OK;
 fail:
     end_failed_ranks(&ses, opts, s);
+    st_error_kept kept;
+    st_error_keep(&kept, s);
     const st_status sc = st_session_close(&ses);
-    return s != ST_OK ? s : sc;
+    return s != ST_OK ? st_error_restore(&kept) : sc;
 }

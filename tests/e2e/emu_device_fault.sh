@@ -12,7 +12,9 @@
 #     access, the device and --resume auto, and `--resume auto` then ends
 #     with the uninterrupted run's weights, byte for byte (a checkpoint
 #     written from the faulted device's memory, or one labelled with a step
-#     its weights never reached, would not);
+#     its weights never reached, would not); with NVML (tests/lib/sick_nvml.c)
+#     the driver's Xid errors on the GPU (79, or the GPU lost to NVML) end
+#     the message, after the error that stopped the run;
 #  2. 2 emulated GPUs under ZeRO-2, rank 1 faulting halfway: the job ends
 #     at once (not after dist.timeout_s), rank 1 naming the fault, and
 #     resumes to the uninterrupted 2-GPU run's bytes;
@@ -61,6 +63,25 @@ for i in 1 2 3 4 5 6; do
         fail "fault at kernel $k: resumed from ${latest:-nothing}, the weights differ from the run without a fault"
 done
 
+# 1b. what the driver saw, through NVML (tests/lib/sick_nvml.c): the Xids the GPU reported while the run
+# trained end its message, after the error that stopped it (which the failing frees after it do not replace)
+mkdir -p "$tmp/nvml"
+cc -shared -fPIC -O2 -o "$tmp/nvml/libnvidia-ml.so.1" tests/lib/sick_nvml.c || fail "cannot build the test's NVML"
+k=$((${n:-0} * 5 / 7))
+for x in "79" "lost"; do
+    d=$tmp/xid-$x
+    ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_FAULT=$k LD_LIBRARY_PATH="$tmp/nvml" ST_FAKE_NVML_XID=$x timeout 60 "$bin" "${tr[@]}" \
+        --set train.out_dir="$d" >"$d.log" 2>&1
+    rc=$?
+    case $x in
+        79) want="a kernel faulted.* \(while it trained, the driver reported on this GPU: Xid 79 \(the GPU has fallen off the bus\)\)$" ;;
+        lost) want="a kernel faulted.* \(while it trained, the driver reported on this GPU: the GPU is lost to NVML \(fallen off the bus, or otherwise gone\)\)$" ;;
+    esac
+    [ $rc -eq 1 ] && grep -qE "^scaletrain: error: .*$want" "$d.log" ||
+        fail "Xid $x: exit $rc, the message: $(grep 'scaletrain: error' "$d.log")"
+done
+echo "Xids: $(grep -o 'the driver reported on this GPU: .*' "$tmp/xid-79.log")"
+
 # 2. two GPUs under ZeRO-2, rank 1 faults
 z2=(--set dist.strategy=zero2)
 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" "${z2[@]}" --set train.out_dir="$tmp/ref2" >"$tmp/ref2.log" 2>&1 ||
@@ -76,7 +97,7 @@ rc=$? dt=$((SECONDS - t0))
 echo "2 GPUs, rank 1's kernel $k of ${n2:-?} faults: exit $rc after ${dt}s, latest checkpoint $(cat "$tmp/two/ckpt/latest" 2>/dev/null)"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "2 GPUs: exit $rc (0: the fault went unseen; 124: hung)"
 [ $dt -lt 30 ] || fail "2 GPUs: the job took ${dt}s to end, as if rank 0 waited for dist.timeout_s"
-grep -q "rank 1 of 2 .*cuda:1: a kernel faulted" "$tmp/two.log" || fail "2 GPUs: rank 1 did not name its fault"
+grep -q "rank 1 of 2 .*cuda:1.*a kernel faulted" "$tmp/two.log" || fail "2 GPUs: rank 1 did not name its fault"
 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" "${z2[@]}" --set train.out_dir="$tmp/two" --resume auto >"$tmp/two-resumed.log" 2>&1 ||
     fail "2 GPUs: the resumed run: $(tail -3 "$tmp/two-resumed.log")"
 cmp -s "$tmp/ref2/model.safetensors" "$tmp/two/model.safetensors" ||

@@ -5,12 +5,11 @@
  * come from the environment: ST_FAKE_NVML_REMAP (pending, failed; unset:
  * neither), ST_FAKE_NVML_ECC (uncorrectable errors since the driver loaded;
  * unset 0), ST_FAKE_NVML_CLOCKS (the clock event reasons' mask; unset 0x1,
- * idle; a list, one value a reading: below); the value "unsupported" makes that reading NVML_ERROR_NOT_SUPPORTED
- * (a GPU without ECC, a pre-Ampere GPU). Built with -DST_FAKE_NVML_OLD it
- * lacks the three health functions, as a driver older than them does.
- * tests/e2e/gpu_health.sh builds it, and tests/e2e/emu_gpu_slowdown.sh for
- * the CUDA emulator's GPUs, which the training run's GPU monitor finds in it
- * by their PCI address. */
+ * idle; a list, one value a reading: below); the value "unsupported" makes that reading
+ * NVML_ERROR_NOT_SUPPORTED (a GPU without ECC, a pre-Ampere GPU); ST_FAKE_NVML_XID, the driver's Xid errors
+ * (below). Built with -DST_FAKE_NVML_OLD it lacks the health and event functions, as a driver older than them
+ * does. tests/e2e/gpu_health.sh builds it, and tests/e2e/emu_gpu_slowdown.sh for the CUDA emulator's GPUs,
+ * which the training run's GPU monitor finds in it by their PCI address. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,4 +79,36 @@ int nvmlDeviceGetCurrentClocksEventReasons(dev d, unsigned long long *r) {
         e = end + 1;
     }
 }
+
+/* Xid events: ST_FAKE_NVML_XID, a list ("13,31"), each waited for once in
+ * order, then none (NVML_ERROR_TIMEOUT); "lost": NVML_ERROR_GPU_IS_LOST */
+struct event {
+    dev device;
+    unsigned long long type, data;
+    unsigned gi, ci;
+};
+int nvmlEventSetCreate(void **set) { return *set = (void *)0x2, OK; }
+int nvmlDeviceRegisterEvents(dev d, unsigned long long types, void *set) {
+    return (void)d, (void)set, types == 0x8 ? OK : NOT_SUPPORTED;
+}
+int nvmlEventSetWait_v2(void *set, struct event *e, unsigned ms) {
+    (void)set, (void)ms;
+    static int taken;
+    const char *x = getenv("ST_FAKE_NVML_XID");
+    if (!x) return 10;
+    if (!strcmp(x, "lost")) return 15;
+    for (int k = 0; *x; k++) {
+        char *end;
+        const unsigned long long v = strtoull(x, &end, 10);
+        if (k == taken) {
+            taken++;
+            memset(e, 0, sizeof *e);
+            e->device = the_gpu, e->type = 0x8, e->data = v;
+            return OK;
+        }
+        x = *end == ',' ? end + 1 : end;
+    }
+    return 10; /* NVML_ERROR_TIMEOUT */
+}
+int nvmlEventSetFree(void *set) { return (void)set, OK; }
 #endif
