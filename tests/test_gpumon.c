@@ -73,6 +73,10 @@ static st_gpu_sample full_sample(void) {
 static void test_format(void) {
     char buf[64];
     st_gpu_sample g = full_sample();
+    CHECK(strcmp(st_gpu_sample_format(&g, buf, sizeof buf), "gpu 1.5/80.0 GiB 97% 412 W 61 C slowed") == 0 ||
+              strcmp(buf, "gpu 1.5/80.0 GiB 97% 413 W 61 C slowed") == 0,
+          "full, the clocks slowed: '%s'", buf);
+    g.slowed = 0;
     CHECK(strcmp(st_gpu_sample_format(&g, buf, sizeof buf), "gpu 1.5/80.0 GiB 97% 412 W 61 C") == 0 ||
               strcmp(buf, "gpu 1.5/80.0 GiB 97% 413 W 61 C") == 0,
           "full: '%s'", buf);

@@ -126,6 +126,9 @@ const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n) {
     if (s->has_mem)
         k += (size_t)snprintf(buf, n, "gpu %.1f/%.1f GiB", (double)s->mem_used / gib, (double)s->mem_total / gib);
     if (s->has_nvml && k < n)
-        snprintf(buf + k, n - k, "%s%.0f%% %.0f W %.0f C", k ? " " : "gpu ", s->util, s->power_w, s->temp_c);
+        k += (size_t)snprintf(buf + k, n - k, "%s%.0f%% %.0f W %.0f C", k ? " " : "gpu ", s->util, s->power_w,
+                              s->temp_c);
+    if (s->has_clocks && s->slowed && k < n)
+        snprintf(buf + k, n - k, " slowed"); /* (heat, power: metrics say which) */
     return buf;
 }

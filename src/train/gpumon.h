@@ -59,7 +59,8 @@ bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed);
  * message of a run that failed on the GPU (train.c). */
 int st_gpu_monitor_xids(st_gpu_monitor *m, char *buf, size_t n);
 
-/* "gpu 12.3/79.6 GiB 97% 412 W 61 C" (what the sample has) into buf, or ""
+/* "gpu 12.3/79.6 GiB 97% 412 W 61 C" (what the sample has; " slowed" after
+ * it while heat or the power supply slows the clocks) into buf, or ""
  * when it has nothing; for the progress line. */
 const char *st_gpu_sample_format(const st_gpu_sample *s, char *buf, size_t n);
 

@@ -9,7 +9,8 @@
 #  1. one GPU slowed (HW thermal slowdown) on the 3rd and 4th readings: a
 #     warning at step 6 naming the rank, host, GPU and reason, nothing at
 #     step 8, "no longer slowed at step 10"; metrics.jsonl's
-#     gpu_clocks_slowed is 0, 0, 64, 64, 0, 0; SW power cap and idle (0x5)
+#     gpu_clocks_slowed is 0, 0, 64, 64, 0, 0, the progress line says
+#     "slowed" at steps 6 and 8; SW power cap and idle (0x5)
 #     are not a slowdown;
 #  2. 2 ranks, only rank 1's GPU slowed (HW power brake): rank 1 warns that
 #     every rank waits for it; rank 0 says nothing of clocks;
@@ -41,6 +42,8 @@ grep -qE "$want" "$tmp/one.log" || fail "one GPU: no warning at step 6"
 grep -qE "^scaletrain: rank 0 .*: the GPU's clocks are no longer slowed at step 10 \(first seen slowed at step 6\)" \
     "$tmp/one.log" || fail "one GPU: no end of the slowdown at step 10"
 [ "$(slowed "$tmp/one")" = "0 0 64 64 0 0 " ] || fail "one GPU: gpu_clocks_slowed '$(slowed "$tmp/one")'"
+grep -qE "^step 6/12 .* C slowed \| " "$tmp/one.log" && grep -qE "^step 10/12 .* C \| " "$tmp/one.log" ||
+    fail "one GPU: the progress lines: $(grep '^step' "$tmp/one.log")"
 
 # 2. two ranks, rank 1's GPU slowed
 cat >"$tmp/rank1_slow.sh" <<'EOF'
