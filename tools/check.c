@@ -615,13 +615,18 @@ static void check_gpu_health(report *r, const st_hw_info *h, bool probed) {
     if (worst < 0)
         line(r, "skip", "health", "the driver gives no health readings for %s (an older driver or GPU)",
              h->n_gpus == 1 ? "the GPU" : "the GPUs");
-    else if (worst == 0)
-        line(r, "ok", "health",
-             "%d of %d GPU%s read: no memory row remap pending or failed, no uncorrectable ECC error since "
-             "the "
-             "driver loaded, clocks not slowed by heat or power",
-             known, h->n_gpus, h->n_gpus == 1 ? "" : "s");
-    else
+    else if (worst == 0) { /* (only what was read on every GPU read: a GPU without ECC has no count) */
+        bool remap = true, ecc = true, clocks = true;
+        for (int i = 0; i < h->n_gpus; i++) {
+            const st_hw_gpu *g = &h->gpu[i];
+            if (g->remap_failed < 0 && g->ecc_uncorrected < 0 && g->clock_events < 0) continue;
+            remap &= g->remap_failed >= 0, ecc &= g->ecc_uncorrected >= 0, clocks &= g->clock_events >= 0;
+        }
+        line(r, "ok", "health", "%d of %d GPU%s read:%s%s%s%s%s", known, h->n_gpus, h->n_gpus == 1 ? "" : "s",
+             remap ? " no memory row remap pending or failed" : "", remap && (ecc || clocks) ? "," : "",
+             ecc ? " no uncorrectable ECC error since the driver loaded" : "", ecc && clocks ? "," : "",
+             clocks ? " clocks not slowed by heat or power" : "");
+    } else
         line(r, worst == 2 ? "FAIL" : "warn", "health", "%s", all);
 }
 
