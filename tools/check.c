@@ -40,6 +40,7 @@
 #include "comm/comm.h"
 #include "core/atomic_file.h"
 #include "core/device.h"
+#include "core/text.h"
 #ifdef ST_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
@@ -604,24 +605,21 @@ static void check_gpu_health(report *r, const st_hw_info *h, bool probed) {
     char all[4096] = "", why[1024];
     size_t at = 0;
     int worst = -1, known = 0;
+    bool remap = true, ecc = true,
+         clocks = true; /* read on every GPU read (a GPU without ECC has no count) */
     for (int i = 0; i < h->n_gpus; i++) {
-        const int k = st_hw_gpu_health(&h->gpu[i], why, sizeof why);
-        if (k >= 0) known++;
+        const st_hw_gpu *g = &h->gpu[i];
+        const int k = st_hw_gpu_health(g, why, sizeof why);
         if (k > worst) worst = k;
-        if (k > 0 && at < sizeof all)
-            at += (size_t)snprintf(all + at, sizeof all - at, "%sgpu %d (%s): %s", at ? "; " : "", i,
-                                   h->gpu[i].name, why);
+        if (k > 0) st_appendf(all, sizeof all, &at, "%sgpu %d (%s): %s", at ? "; " : "", i, g->name, why);
+        if (k < 0) continue;
+        known++;
+        remap &= g->remap_failed >= 0, ecc &= g->ecc_uncorrected >= 0, clocks &= g->clock_events >= 0;
     }
     if (worst < 0)
         line(r, "skip", "health", "the driver gives no health readings for %s (an older driver or GPU)",
              h->n_gpus == 1 ? "the GPU" : "the GPUs");
-    else if (worst == 0) { /* (only what was read on every GPU read: a GPU without ECC has no count) */
-        bool remap = true, ecc = true, clocks = true;
-        for (int i = 0; i < h->n_gpus; i++) {
-            const st_hw_gpu *g = &h->gpu[i];
-            if (g->remap_failed < 0 && g->ecc_uncorrected < 0 && g->clock_events < 0) continue;
-            remap &= g->remap_failed >= 0, ecc &= g->ecc_uncorrected >= 0, clocks &= g->clock_events >= 0;
-        }
+    else if (worst == 0) {
         line(r, "ok", "health", "%d of %d GPU%s read:%s%s%s%s%s", known, h->n_gpus, h->n_gpus == 1 ? "" : "s",
              remap ? " no memory row remap pending or failed" : "", remap && (ecc || clocks) ? "," : "",
              ecc ? " no uncorrectable ECC error since the driver loaded" : "", ecc && clocks ? "," : "",

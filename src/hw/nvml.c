@@ -1,6 +1,8 @@
 /* The NVML loader (see nvml.h). */
 #include "nvml.h"
 
+#include "core/text.h"
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,9 +77,7 @@ const char *st_nvml_slowdown_names(unsigned long long reasons, char *buf, size_t
     size_t at = 0;
     if (n) buf[0] = '\0';
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (reasons & names[k].bit)
-            at += (size_t)snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0, "%s%s", at ? ", " : "",
-                                   names[k].name);
+        if (reasons & names[k].bit) st_appendf(buf, n, &at, "%s%s", at ? ", " : "", names[k].name);
     return buf;
 }
 

@@ -4,6 +4,7 @@
  * to build): their signatures are the documented C ABI of libcuda.so.1. */
 #include "probe.h"
 
+#include "core/text.h"
 #include "nvml.h"
 
 #include <dlfcn.h>
@@ -420,10 +421,8 @@ int st_hw_gpu_health(const st_hw_gpu *g, char *why, size_t why_len) {
     int worst = -1;
 #define SAY(level, ...)                                                                                      \
     do {                                                                                                     \
-        at += (size_t)snprintf(at < why_len ? why + at : NULL, at < why_len ? why_len - at : 0, "%s",        \
-                               at ? "; " : "");                                                              \
-        at +=                                                                                                \
-            (size_t)snprintf(at < why_len ? why + at : NULL, at < why_len ? why_len - at : 0, __VA_ARGS__);  \
+        st_appendf(why, why_len, &at, "%s", at ? "; " : "");                                                 \
+        st_appendf(why, why_len, &at, __VA_ARGS__);                                                          \
         worst = worst > (level) ? worst : (level);                                                           \
     } while (0)
     if (why_len) why[0] = '\0';

@@ -1,6 +1,8 @@
 /* The GPU monitor (see gpumon.h). */
 #include "gpumon.h"
 
+#include "core/text.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +39,15 @@ void st_gpu_monitor_close(st_gpu_monitor *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* The clock event reasons that slow the GPU now (false: NVML cannot say),
+ * under the caller's stall watch. */
+static bool read_slowed(st_gpu_monitor *m, unsigned long long *slowed) {
+    unsigned long long reasons = 0;
+    const bool ok = m->nvml.clock_events && m->nvml.clock_events(m->handle, &reasons) == 0;
+    *slowed = ok ? reasons & ST_NVML_CLOCKS_SLOWED : 0;
+    return ok;
+}
+
 static void sample(st_gpu_monitor *m, st_gpu_sample *out) {
     st_device_mem dm;
     if (st_device_memory(m->dev, &dm) == ST_OK) {
@@ -57,11 +68,7 @@ static void sample(st_gpu_monitor *m, st_gpu_sample *out) {
     out->mem_util = u.memory;
     out->power_w = mw / 1000.0;
     out->temp_c = temp;
-    unsigned long long reasons;
-    if (m->nvml.clock_events && m->nvml.clock_events(m->handle, &reasons) == 0) {
-        out->has_clocks = true;
-        out->slowed = reasons & ST_NVML_CLOCKS_SLOWED;
-    }
+    out->has_clocks = read_slowed(m, &out->slowed);
 }
 
 /* The driver's and NVML's readings, under the device's stall watch: a GPU
@@ -83,10 +90,8 @@ bool st_gpu_monitor_clocks(st_gpu_monitor *m, unsigned long long *slowed) {
     char what[256];
     snprintf(what, sizeof what, "reading %s's clocks through NVML (the GPU monitor)", st_device_name(m->dev));
     st_device_call_begin(m->dev, what);
-    unsigned long long reasons = 0;
-    const bool ok = m->nvml.clock_events(m->handle, &reasons) == 0;
+    const bool ok = read_slowed(m, slowed);
     st_device_call_end(m->dev);
-    *slowed = ok ? reasons & ST_NVML_CLOCKS_SLOWED : 0;
     return ok;
 }
 
@@ -102,18 +107,15 @@ int st_gpu_monitor_xids(st_gpu_monitor *m, char *buf, size_t n) {
         st_nvml_event e;
         const st_nvml_ret r = m->nvml.event_wait(m->xids, &e, 0);
         if (r != 0 && r != ST_NVML_ERROR_GPU_IS_LOST) break;
-        char *p = at < n ? buf + at : NULL;
-        const size_t room = at < n ? n - at : 0;
+        count++;
         if (r == ST_NVML_ERROR_GPU_IS_LOST) {
-            at += (size_t)snprintf(
-                p, room, "%sthe GPU is lost to NVML (fallen off the bus, or otherwise gone)", at ? "; " : "");
-            count++;
+            st_appendf(buf, n, &at, "%sthe GPU is lost to NVML (fallen off the bus, or otherwise gone)",
+                       at ? "; " : "");
             break;
         }
         const char *meaning = st_nvml_xid_meaning(e.data);
-        at += (size_t)snprintf(p, room, "%sXid %llu%s%s%s", at ? "; " : "", e.data, meaning[0] ? " (" : "",
-                               meaning, meaning[0] ? ")" : "");
-        count++;
+        st_appendf(buf, n, &at, "%sXid %llu%s%s%s", at ? "; " : "", e.data, meaning[0] ? " (" : "", meaning,
+                   meaning[0] ? ")" : "");
     }
     st_device_call_end(m->dev);
     return count;

@@ -30,6 +30,7 @@
 #include "core/half.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "data/loader.h"
@@ -560,9 +561,7 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     int lock_fd = -1;
     snprintf(why, sizeof why, "%s", st_last_error());
     size_t at = 0; /* note: what was done, "; "-separated */
-#define NOTE(...)                                                                                            \
-    (at += (size_t)snprintf(note + at, sizeof note - at, __VA_ARGS__),                                       \
-     at = at < sizeof note ? at : sizeof note - 1)
+#define NOTE(...) st_appendf(note, sizeof note, &at, __VA_ARGS__)
     if (*pending && !alone) {
         const int64_t step = st_ckpt_async_step(*pending);
         if (st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL) == ST_OK) {

@@ -425,12 +425,11 @@ static void fault_missed(void) { /* (a test that asked for a fault learns how ma
         fprintf(stderr, "cudaemu: ST_CUDAEMU_FAULT=%ld: no fault, %ld kernels ran\n", fault_k, kernels_run);
 }
 static bool faults(const char *name) {
-    long &n = kernels_run, &k = fault_k;
-    if (k < 0) {
-        k = fault_at();
-        if (k > 0) atexit(fault_missed);
+    if (fault_k < 0) {
+        fault_k = fault_at();
+        if (fault_k > 0) atexit(fault_missed);
     }
-    if (k <= 0 || ++n != k) return false;
+    if (fault_k <= 0 || ++kernels_run != fault_k) return false;
     const char *once = getenv("ST_CUDAEMU_FAULT_ONCE");
     if (once) {
         const int fd = open(once, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
@@ -439,7 +438,7 @@ static bool faults(const char *name) {
     }
     fprintf(stderr,
             "cudaemu: %s faulted (ST_CUDAEMU_FAULT=%ld): an illegal memory access; the context is lost\n",
-            name, k);
+            name, fault_k);
     st_emu_lose(cudaErrorIllegalAddress);
     return true;
 }

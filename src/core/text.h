@@ -1,0 +1,23 @@
+/* Text built in a fixed buffer, piece by piece: the messages that list what
+ * they found ("a; b; c"). */
+#ifndef ST_CORE_TEXT_H
+#define ST_CORE_TEXT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* Append printf's text to buf (n bytes) at *at, and advance *at by its whole
+ * length, as snprintf counts: past the end the text is cut and buf stays
+ * terminated (n > 0), and *at > 0 still says that something was appended. */
+static inline void st_appendf(char *buf, size_t n, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline void st_appendf(char *buf, size_t n, size_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(*at < n ? buf + *at : NULL, *at < n ? n - *at : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) *at += (size_t)k;
+}
+
+#endif
