@@ -35,6 +35,8 @@ tr=(train --set train.threads=1 --set data.num_workers=0 --set data.val= --set l
     --set optim.lr=0.01 --set optim.grad_clip=1 --set precision=bf16 --set train.device=cuda
     --set train.steps=20 --set train.checkpoint_every=4 --set train.checkpoint_async=true
     --set dist.timeout_s=60 --json --quiet)
+# kernels_ran LOG: the kernels a run asked for a fault past its end ran (the emulator says at exit)
+kernels_ran() { sed -n 's/^cudaemu: ST_CUDAEMU_FAULT=[0-9]*: no fault, \([0-9]*\) kernels ran$/\1/p' "$1"; }
 fault_words=("an illegal memory access was encountered (cudaErrorIllegalAddress)" "a kernel faulted"
              "--resume auto continues from the latest checkpoint")
 
@@ -43,7 +45,7 @@ ST_CUDAEMU_DEVICES=1 timeout 60 "$bin" "${tr[@]}" --set train.out_dir="$tmp/ref1
     fail "the run without a fault: $(tail -3 "$tmp/ref1.log")"
 ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_FAULT=1000000000 timeout 60 "$bin" "${tr[@]}" --set train.out_dir="$tmp/count" \
     >"$tmp/count.log" 2>&1
-n=$(sed -n 's/^cudaemu: ST_CUDAEMU_FAULT=[0-9]*: no fault, \([0-9]*\) kernels ran$/\1/p' "$tmp/count.log")
+n=$(kernels_ran "$tmp/count.log")
 [ -n "$n" ] && [ "$n" -gt 100 ] || fail "the count of the run's kernels: '$n' ($(tail -2 "$tmp/count.log"))"
 for i in 1 2 3 4 5 6; do
     k=$((${n:-0} * i / 7))
@@ -88,7 +90,7 @@ z2=(--set dist.strategy=zero2)
     fail "2 GPUs without a fault: $(tail -3 "$tmp/ref2.log")"
 "${mpi[@]}" -x ST_CUDAEMU_FAULT=1000000000:1 -np 2 "$bin" "${tr[@]}" "${z2[@]}" --set train.out_dir="$tmp/count2" \
     >"$tmp/count2.log" 2>&1
-n2=$(sed -n 's/^cudaemu: ST_CUDAEMU_FAULT=[0-9]*: no fault, \([0-9]*\) kernels ran$/\1/p' "$tmp/count2.log")
+n2=$(kernels_ran "$tmp/count2.log")
 k=$((${n2:-0} / 2))
 t0=$SECONDS
 "${mpi[@]}" -x ST_CUDAEMU_FAULT=$k:1 -np 2 "$bin" "${tr[@]}" "${z2[@]}" --set train.out_dir="$tmp/two" \
