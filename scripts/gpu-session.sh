@@ -271,6 +271,8 @@ elif [ -n "$built" ]; then
         # the readiness check: its gpu ddp line trains on the GPU against a CPU rank (mpirun needed)
         [ -f $fm/train-images-idx3-ubyte.gz ] &&
             step check 120 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
+        # a real kernel fault (tests/lib/fault_cublaslt.c): the run ends naming it, and resumes to the same bytes
+        step gpu-fault 150 bash tests/e2e/gpu_fault.sh "$built"
     fi
     # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL),
     # last and only while at least 60 s of the budget are left (memcheck
@@ -329,6 +331,8 @@ fi
         echo "the same with --set precision=fp32:"
         grep -h '^{' "$LOGDIR/train-cuda-fp32.log" | tail -n 1 | grep . || tail -n 3 "$LOGDIR/train-cuda-fp32.log"
     fi
+    [ -f "$LOGDIR/gpu-fault.log" ] &&
+        grep -h "^fault at product\|^  scaletrain: error\|^  (while\|^launch --max\|^FAIL\|^gpu_fault:" "$LOGDIR/gpu-fault.log"
     if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
         echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"
         grep -h '^- [a-z0-9]*[: ]\|^|' "$LOGDIR/gpu-bench.log" | grep . || tail -n 5 "$LOGDIR/gpu-bench.log"
