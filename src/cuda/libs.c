@@ -46,62 +46,6 @@ st_status st_cuda_lib_load(st_cuda_lib lib) {
 #error "ST_CUDA_LAZY_LIBS has jumps for x86-64 and arm64 only (core/jump.h): build with make CUDA_LAZY=0"
 #endif
 
-/* Every function called, by library. */
-#define ST_CUBLASLT_FUNCS(X)                                                                                       \
-    X(cublasLtCreate)                                                                                              \
-    X(cublasLtDestroy)                                                                                             \
-    X(cublasLtMatmul)                                                                                              \
-    X(cublasLtMatmulAlgoGetHeuristic)                                                                              \
-    X(cublasLtMatmulDescCreate)                                                                                    \
-    X(cublasLtMatmulDescDestroy)                                                                                   \
-    X(cublasLtMatmulDescSetAttribute)                                                                              \
-    X(cublasLtMatmulPreferenceCreate)                                                                              \
-    X(cublasLtMatmulPreferenceDestroy)                                                                             \
-    X(cublasLtMatmulPreferenceSetAttribute)                                                                        \
-    X(cublasLtMatrixLayoutCreate)                                                                                  \
-    X(cublasLtMatrixLayoutDestroy)                                                                                 \
-    X(cublasLtMatrixLayoutSetAttribute)
-#define ST_NCCL_FUNCS(X)                                                                                           \
-    X(ncclAllGather)                                                                                               \
-    X(ncclAllReduce)                                                                                               \
-    X(ncclBroadcast)                                                                                               \
-    X(ncclCommAbort)                                                                                               \
-    X(ncclCommDestroy)                                                                                             \
-    X(ncclCommFinalize)                                                                                            \
-    X(ncclCommGetAsyncError)                                                                                       \
-    X(ncclCommInitRankConfig)                                                                                      \
-    X(ncclGetErrorString)                                                                                          \
-    X(ncclGetLastError)                                                                                            \
-    X(ncclGetUniqueId)                                                                                             \
-    X(ncclGroupEnd)                                                                                                \
-    X(ncclGroupStart)                                                                                              \
-    X(ncclRecv)                                                                                                    \
-    X(ncclReduce)                                                                                                  \
-    X(ncclReduceScatter)                                                                                           \
-    X(ncclSend)
-#define ST_CUDNN_FUNCS(X)                                                                                          \
-    X(cudnnBackendCreateDescriptor)                                                                                \
-    X(cudnnBackendDestroyDescriptor)                                                                               \
-    X(cudnnBackendExecute)                                                                                         \
-    X(cudnnBackendFinalize)                                                                                        \
-    X(cudnnBackendGetAttribute)                                                                                    \
-    X(cudnnBackendSetAttribute)                                                                                    \
-    X(cudnnCreate)                                                                                                 \
-    X(cudnnDestroy)                                                                                                \
-    X(cudnnGetErrorString)                                                                                         \
-    X(cudnnGetLastErrorString)                                                                                     \
-    X(cudnnGetStream)                                                                                              \
-    X(cudnnGetVersion)                                                                                             \
-    X(cudnnSetStream)
-#define ST_NVRTC_FUNCS(X)                                                                                          \
-    X(nvrtcCompileProgram)                                                                                         \
-    X(nvrtcCreateProgram)                                                                                          \
-    X(nvrtcDestroyProgram)                                                                                         \
-    X(nvrtcGetCUBIN)                                                                                               \
-    X(nvrtcGetCUBINSize)                                                                                           \
-    X(nvrtcGetProgramLog)                                                                                          \
-    X(nvrtcGetProgramLogSize)
-
 /* Stops the process: `name` was called before its library loaded. */
 static void unloaded(const char *name) {
     fprintf(stderr,

@@ -29,6 +29,64 @@ extern "C" {
 
 #include "scaletrain/status.h" /* C declarations (it has no guards of its own) */
 
+/* Every function of each library that scaletrain calls (X(name) each):
+ * libs.c defines them; tests/lib/fault_cublaslt.c, a cuBLASLt that passes
+ * them on, too. */
+#define ST_CUBLASLT_FUNCS(X)                                                                                 \
+    X(cublasLtCreate)                                                                                        \
+    X(cublasLtDestroy)                                                                                       \
+    X(cublasLtMatmul)                                                                                        \
+    X(cublasLtMatmulAlgoGetHeuristic)                                                                        \
+    X(cublasLtMatmulDescCreate)                                                                              \
+    X(cublasLtMatmulDescDestroy)                                                                             \
+    X(cublasLtMatmulDescSetAttribute)                                                                        \
+    X(cublasLtMatmulPreferenceCreate)                                                                        \
+    X(cublasLtMatmulPreferenceDestroy)                                                                       \
+    X(cublasLtMatmulPreferenceSetAttribute)                                                                  \
+    X(cublasLtMatrixLayoutCreate)                                                                            \
+    X(cublasLtMatrixLayoutDestroy)                                                                           \
+    X(cublasLtMatrixLayoutSetAttribute)
+#define ST_NCCL_FUNCS(X)                                                                                     \
+    X(ncclAllGather)                                                                                         \
+    X(ncclAllReduce)                                                                                         \
+    X(ncclBroadcast)                                                                                         \
+    X(ncclCommAbort)                                                                                         \
+    X(ncclCommDestroy)                                                                                       \
+    X(ncclCommFinalize)                                                                                      \
+    X(ncclCommGetAsyncError)                                                                                 \
+    X(ncclCommInitRankConfig)                                                                                \
+    X(ncclGetErrorString)                                                                                    \
+    X(ncclGetLastError)                                                                                      \
+    X(ncclGetUniqueId)                                                                                       \
+    X(ncclGroupEnd)                                                                                          \
+    X(ncclGroupStart)                                                                                        \
+    X(ncclRecv)                                                                                              \
+    X(ncclReduce)                                                                                            \
+    X(ncclReduceScatter)                                                                                     \
+    X(ncclSend)
+#define ST_CUDNN_FUNCS(X)                                                                                    \
+    X(cudnnBackendCreateDescriptor)                                                                          \
+    X(cudnnBackendDestroyDescriptor)                                                                         \
+    X(cudnnBackendExecute)                                                                                   \
+    X(cudnnBackendFinalize)                                                                                  \
+    X(cudnnBackendGetAttribute)                                                                              \
+    X(cudnnBackendSetAttribute)                                                                              \
+    X(cudnnCreate)                                                                                           \
+    X(cudnnDestroy)                                                                                          \
+    X(cudnnGetErrorString)                                                                                   \
+    X(cudnnGetLastErrorString)                                                                               \
+    X(cudnnGetStream)                                                                                        \
+    X(cudnnGetVersion)                                                                                       \
+    X(cudnnSetStream)
+#define ST_NVRTC_FUNCS(X)                                                                                    \
+    X(nvrtcCompileProgram)                                                                                   \
+    X(nvrtcCreateProgram)                                                                                    \
+    X(nvrtcDestroyProgram)                                                                                   \
+    X(nvrtcGetCUBIN)                                                                                         \
+    X(nvrtcGetCUBINSize)                                                                                     \
+    X(nvrtcGetProgramLog)                                                                                    \
+    X(nvrtcGetProgramLogSize)
+
 typedef enum { ST_CUDA_LIB_CUBLASLT, ST_CUDA_LIB_NCCL, ST_CUDA_LIB_CUDNN, ST_CUDA_LIB_NVRTC, ST_CUDA_LIB_N } st_cuda_lib;
 
 /* Loads the library (once; thread-safe) and resolves every function of it

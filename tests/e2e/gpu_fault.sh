@@ -38,7 +38,7 @@ done
 [ -n "$real" ] || e2e_skip "$soname is not on LD_LIBRARY_PATH, $bin's run path or ldconfig's list"
 e2e_tmpdir
 mkdir -p "$tmp/lt"
-cc -shared -fPIC -O2 -Isrc -o "$tmp/lt/$soname" tests/lib/fault_cublaslt.c -ldl || fail "cannot build the shim"
+cc -shared -fPIC -O2 -Iinclude -Isrc -o "$tmp/lt/$soname" tests/lib/fault_cublaslt.c -ldl || fail "cannot build the shim"
 export LD_LIBRARY_PATH="$tmp/lt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ST_FAULT_CUBLASLT=$real
 echo "the shim passes to $real"
 source tests/lib/tiny_gpt.sh

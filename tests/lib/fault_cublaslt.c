@@ -13,9 +13,11 @@
  * (the test counts a run's products that way before it picks where to
  * fault).
  *
- * Every function but cublasLtMatmul is one jump to the real library's
- * (src/core/jump.h, as src/cuda/libs.c calls cuBLASLt), so no signature
- * but that one is written here, and no CUDA header is needed. */
+ * Every function scaletrain calls (src/cuda/libs.h's list) is one jump
+ * to the real library's (src/core/jump.h, as src/cuda/libs.c calls
+ * cuBLASLt); cublasLtMatmul's jumps to `matmul` below, which passes on in
+ * turn. No signature but that one is written here, and no CUDA header is
+ * needed. */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -25,30 +27,16 @@
 #include <unistd.h>
 
 #include "core/jump.h"
+#include "cuda/libs.h"
 
 #if !ST_JUMP_SUPPORTED
-#error "fault_cublaslt.c forwards through core/jump.h: x86-64 and arm64 only"
+#error "fault_cublaslt.c passes calls on through core/jump.h: x86-64 and arm64 only"
 #endif
 
-/* cuBLASLt's functions scaletrain calls (src/cuda/libs.c's list), but the product */
-#define PASSED(X)                                                                                            \
-    X(cublasLtCreate)                                                                                        \
-    X(cublasLtDestroy)                                                                                       \
-    X(cublasLtMatmulAlgoGetHeuristic)                                                                        \
-    X(cublasLtMatmulDescCreate)                                                                              \
-    X(cublasLtMatmulDescDestroy)                                                                             \
-    X(cublasLtMatmulDescSetAttribute)                                                                        \
-    X(cublasLtMatmulPreferenceCreate)                                                                        \
-    X(cublasLtMatmulPreferenceDestroy)                                                                       \
-    X(cublasLtMatmulPreferenceSetAttribute)                                                                  \
-    X(cublasLtMatrixLayoutCreate)                                                                            \
-    X(cublasLtMatrixLayoutDestroy)                                                                           \
-    X(cublasLtMatrixLayoutSetAttribute)
-
 #define DEFINE(name)                                                                                         \
-    __attribute__((used)) static void *real_##name __asm__("fault_real_" #name);                             \
-    ST_JUMP_ASM(name, fault_real_##name);
-PASSED(DEFINE)
+    __attribute__((used)) static void *to_##name __asm__("fault_to_" #name);                                 \
+    ST_JUMP_ASM(name, fault_to_##name);
+ST_CUBLASLT_FUNCS(DEFINE)
 
 /* cublasLtMatmul's ABI: handles and descriptors are pointers, the status an int */
 typedef int (*matmul_fn)(void *lt, void *desc, const void *alpha, const void *a, void *adesc, const void *b,
@@ -65,30 +53,6 @@ static void say_count(void) {
                 spared ? " (ST_FAULT_ONCE's file was there)" : "", products);
 }
 
-__attribute__((constructor)) static void load(void) {
-    const char *file = getenv("ST_FAULT_CUBLASLT");
-    void *h = file && file[0] ? dlopen(file, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!h) {
-        fprintf(stderr, "fault_cublaslt: ST_FAULT_CUBLASLT must name the real cuBLASLt's file: %s\n",
-                file && file[0] ? dlerror() : "not set");
-        _exit(3);
-    }
-#define RESOLVE(name)                                                                                        \
-    if (!(real_##name = dlsym(h, #name))) {                                                                  \
-        fprintf(stderr, "fault_cublaslt: %s has no %s\n", file, #name);                                      \
-        _exit(3);                                                                                            \
-    }
-    PASSED(RESOLVE)
-    *(void **)&real_matmul = dlsym(h, "cublasLtMatmul");
-    if (!real_matmul) {
-        fprintf(stderr, "fault_cublaslt: %s has no cublasLtMatmul\n", file);
-        _exit(3);
-    }
-    const char *n = getenv("ST_FAULT_MATMUL");
-    fault_at = n ? atol(n) : 0;
-    atexit(say_count);
-}
-
 /* true in the one process that creates ST_FAULT_ONCE's file (or without it) */
 static int first_process(void) {
     const char *once = getenv("ST_FAULT_ONCE");
@@ -99,9 +63,9 @@ static int first_process(void) {
     return 1;
 }
 
-int cublasLtMatmul(void *lt, void *desc, const void *alpha, const void *a, void *adesc, const void *b,
-                   void *bdesc, const void *beta, const void *c, void *cdesc, void *d, void *ddesc,
-                   const void *algo, void *workspace, size_t workspace_size, void *stream) {
+static int matmul(void *lt, void *desc, const void *alpha, const void *a, void *adesc, const void *b,
+                  void *bdesc, const void *beta, const void *c, void *cdesc, void *d, void *ddesc,
+                  const void *algo, void *workspace, size_t workspace_size, void *stream) {
     long k = __atomic_add_fetch(&products, 1, __ATOMIC_RELAXED);
     if (k == fault_at && !first_process()) {
         spared = 1;
@@ -113,4 +77,25 @@ int cublasLtMatmul(void *lt, void *desc, const void *alpha, const void *a, void 
     }
     return real_matmul(lt, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo, workspace,
                        workspace_size, stream);
+}
+
+__attribute__((constructor)) static void load(void) {
+    const char *file = getenv("ST_FAULT_CUBLASLT");
+    void *h = file && file[0] ? dlopen(file, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h) {
+        fprintf(stderr, "fault_cublaslt: ST_FAULT_CUBLASLT must name the real cuBLASLt's file: %s\n",
+                file && file[0] ? dlerror() : "not set");
+        _exit(3);
+    }
+#define RESOLVE(name)                                                                                        \
+    if (!(to_##name = dlsym(h, #name))) {                                                                    \
+        fprintf(stderr, "fault_cublaslt: %s has no %s\n", file, #name);                                      \
+        _exit(3);                                                                                            \
+    }
+    ST_CUBLASLT_FUNCS(RESOLVE)
+    real_matmul = (matmul_fn)to_cublasLtMatmul;
+    to_cublasLtMatmul = (void *)matmul;
+    const char *n = getenv("ST_FAULT_MATMUL");
+    fault_at = n ? atol(n) : 0;
+    atexit(say_count);
 }
