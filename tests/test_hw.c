@@ -62,29 +62,43 @@ static st_model *gpt_layout(st_config *c, const char *preset, int64_t layers, in
     return m;
 }
 
-/* GPT-2 124M: 6 N T for the parameters' products plus the causal attention
- * products. Kaplan et al. (2020) and PaLM (Chowdhery et al. 2022, app. B)
- * count attention as 12 L T^2 C per sequence for full attention (QK^T and
- * AV, forward and backward); causal attention that skips the masked half
- * does half: 6 L T^2 C. N counts every parameter, though the position
- * embedding, biases and norms do no matrix product: the margin is 1%. */
+/* GPT-2's four sizes (the presets): the published parameter counts (the
+ * embedding tied to the output layer), and 6 N T for the parameters'
+ * products plus the causal attention products. Kaplan et al. (2020) and
+ * PaLM (Chowdhery et al. 2022, app. B) count attention as 12 L T^2 C per
+ * sequence for full attention (QK^T and AV, forward and backward); causal
+ * attention that skips the masked half does half: 6 L T^2 C. N counts every
+ * parameter, though the position embedding, biases and norms do no matrix
+ * product: the margin is 1%. */
 static void test_gpt_flops(void) {
-    st_config c;
-    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
-    if (!m) return;
-    st_model_graph mg;
-    CHECK_OK(st_model_graph_layout(m, 1, &mg));
-    const st_cost k = st_graph_cost(&mg.g);
-    st_model_graph_free(&mg);
-    const double N = (double)m->params.count, T = 1024, L = 12, C = 768;
-    CHECK(m->params.count == 124439808, "gpt2-124m has %lld parameters", (long long)m->params.count);
-    const double closed = 6 * N * T + 6 * L * T * T * C;
-    const double ours = k.fwd_flops + k.bwd_flops;
-    printf("gpt2-124m: %.2f GFLOP per sample, closed form %.2f (%+.2f%%)\n", ours / 1e9, closed / 1e9,
-           100 * (ours - closed) / closed);
-    CHECK(fabs(ours - closed) / closed <= 0.01, "ours %.4g vs closed form %.4g", ours, closed);
-    CHECK_CLOSE(k.bwd_flops / k.fwd_flops, 2.0, 1e-9);
-    st_model_free(m);
+    const struct {
+        const char *preset;
+        int64_t params;
+        double layers, embd;
+    } sizes[] = {{"gpt2-124m", 124439808, 12, 768},
+                 {"gpt2-350m", 354823168, 24, 1024},
+                 {"gpt2-774m", 774030080, 36, 1280},
+                 {"gpt2-1558m", 1557611200, 48, 1600}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        st_config c;
+        st_model *m = gpt_layout(&c, sizes[i].preset, 0, 0, 0);
+        if (!m) return;
+        st_model_graph mg;
+        CHECK_OK(st_model_graph_layout(m, 1, &mg));
+        const st_cost k = st_graph_cost(&mg.g);
+        st_model_graph_free(&mg);
+        const double N = (double)m->params.count, T = 1024, L = sizes[i].layers, C = sizes[i].embd;
+        CHECK(m->params.count == sizes[i].params, "%s has %lld parameters, want %lld", sizes[i].preset,
+              (long long)m->params.count, (long long)sizes[i].params);
+        const double closed = 6 * N * T + 6 * L * T * T * C;
+        const double ours = k.fwd_flops + k.bwd_flops;
+        printf("%s: %.2f GFLOP per sample, closed form %.2f (%+.2f%%)\n", sizes[i].preset, ours / 1e9,
+               closed / 1e9, 100 * (ours - closed) / closed);
+        CHECK(fabs(ours - closed) / closed <= 0.01, "%s: ours %.4g vs closed form %.4g", sizes[i].preset,
+              ours, closed);
+        CHECK_CLOSE(k.bwd_flops / k.fwd_flops, 2.0, 1e-9);
+        st_model_free(m);
+    }
 }
 
 /* The mlp exactly: 2 M N K per linear forward; backward the weight gradient

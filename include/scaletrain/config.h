@@ -37,7 +37,7 @@ typedef struct st_int_list {
 typedef struct st_config {
     struct {
         char type[ST_CFG_STR];   /* mlp | cnn | gpt                       default cnn */
-        char preset[ST_CFG_STR]; /* "" | gpt2-124m | gpt-small             default "" */
+        char preset[ST_CFG_STR]; /* "" | gpt2-124m ... (config_schema.c) default "" */
         st_int_list hidden;      /* mlp hidden sizes                      default [1024, 1024] */
         st_int_list channels;    /* cnn conv channels per block           default [32, 64, 128] */
         st_int_list pool;        /* cnn: 1 = max-pool 2x2 after block i   default [0, 1, 1] */

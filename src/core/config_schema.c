@@ -41,8 +41,10 @@
 const st_cfg_key st_cfg_keys[] = {
     K_ENUM("model.type", model.type, "cnn", VALUES("mlp", "cnn", "gpt"),
            "network: mlp (fully connected), cnn (conv blocks) or gpt (decoder-only transformer)"),
-    K_ENUM("model.preset", model.preset, "\"\"", VALUES("", "gpt2-124m", "gpt-small"),
-           "gpt shape preset; fills model.type and the gpt shape keys not set explicitly (\"\" = none)"),
+    K_ENUM("model.preset", model.preset, "\"\"",
+           VALUES("", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m", "gpt-small"),
+           "gpt shape preset (GPT-2's four sizes: 124m, 350m medium, 774m large, 1558m xl; gpt-small for a "
+           "CPU); fills model.type and the gpt shape keys not set explicitly (\"\" = none)"),
     K_LIST("model.hidden", model.hidden, "[1024, 1024]", 1, 1 << 20, "mlp: hidden layer widths"),
     K_LIST("model.channels", model.channels, "[32, 64, 128]", 1, 1 << 16,
            "cnn: output channels of each conv block"),
@@ -269,12 +271,21 @@ const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");
 
 const st_cfg_preset st_cfg_presets[] = {
-    {"gpt2-124m", "model.type", "gpt"},         {"gpt2-124m", "model.n_layer", "12"},
-    {"gpt2-124m", "model.n_head", "12"},        {"gpt2-124m", "model.n_embd", "768"},
-    {"gpt2-124m", "model.vocab_size", "50257"}, {"gpt2-124m", "model.block_size", "1024"},
-    {"gpt-small", "model.type", "gpt"},         {"gpt-small", "model.n_layer", "4"},
-    {"gpt-small", "model.n_head", "4"},         {"gpt-small", "model.n_embd", "256"},
-    {"gpt-small", "model.vocab_size", "256"},   {"gpt-small", "model.block_size", "256"},
+    {"gpt2-124m", "model.type", "gpt"},          {"gpt2-124m", "model.n_layer", "12"},
+    {"gpt2-124m", "model.n_head", "12"},         {"gpt2-124m", "model.n_embd", "768"},
+    {"gpt2-124m", "model.vocab_size", "50257"},  {"gpt2-124m", "model.block_size", "1024"},
+    {"gpt2-350m", "model.type", "gpt"},          {"gpt2-350m", "model.n_layer", "24"},
+    {"gpt2-350m", "model.n_head", "16"},         {"gpt2-350m", "model.n_embd", "1024"},
+    {"gpt2-350m", "model.vocab_size", "50257"},  {"gpt2-350m", "model.block_size", "1024"},
+    {"gpt2-774m", "model.type", "gpt"},          {"gpt2-774m", "model.n_layer", "36"},
+    {"gpt2-774m", "model.n_head", "20"},         {"gpt2-774m", "model.n_embd", "1280"},
+    {"gpt2-774m", "model.vocab_size", "50257"},  {"gpt2-774m", "model.block_size", "1024"},
+    {"gpt2-1558m", "model.type", "gpt"},         {"gpt2-1558m", "model.n_layer", "48"},
+    {"gpt2-1558m", "model.n_head", "25"},        {"gpt2-1558m", "model.n_embd", "1600"},
+    {"gpt2-1558m", "model.vocab_size", "50257"}, {"gpt2-1558m", "model.block_size", "1024"},
+    {"gpt-small", "model.type", "gpt"},          {"gpt-small", "model.n_layer", "4"},
+    {"gpt-small", "model.n_head", "4"},          {"gpt-small", "model.n_embd", "256"},
+    {"gpt-small", "model.vocab_size", "256"},    {"gpt-small", "model.block_size", "256"},
 };
 const int st_cfg_npresets = (int)(sizeof st_cfg_presets / sizeof st_cfg_presets[0]);
 
