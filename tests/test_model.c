@@ -2,10 +2,12 @@
  * round trip and every load mismatch reported by name, graphs for several
  * batch sizes sharing one parameter arena, seeded initialisation, and a
  * training step that gives the same bits twice. */
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "core/rng.h"
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -117,6 +119,55 @@ static void test_init_and_batches(void) {
     st_model_graph_free(&g3);
     st_model_free(a);
     st_model_free(b);
+}
+
+static void wide_gpt(st_config *c) {
+    gpt_tiny(c);
+    c->model.n_embd = 64;
+    c->model.vocab_size = 4096; /* the embedding: 262144 values, several of init's chunks */
+}
+
+static void one_wide_layer(st_config *c) { CHECK_OK(st_config_set(c, "model.hidden=[1024]")); }
+
+/* Initialisation runs in chunks on the OpenMP threads (graph.c init_tensor),
+ * each from its place in the tensor's stream: every value is the one drawn
+ * in order by one thread (a normal value two draws, a uniform one), with 1
+ * thread and with 3, for tensors of several chunks (the gpt's embedding,
+ * normal; the mlp's first weight, 784 x 1024, uniform). */
+static void test_init_threads(void) {
+    const char *types[] = {"gpt", "mlp"};
+    void (*tweaks[])(st_config *) = {wide_gpt, one_wide_layer};
+    const int threads = omp_get_max_threads();
+    for (int k = 0; k < 2; k++) {
+        st_model *a = make(types[k], tweaks[k]), *b = make(types[k], tweaks[k]);
+        if (!a || !b) return;
+        omp_set_num_threads(1);
+        CHECK_OK(st_model_init_weights(a, 11));
+        omp_set_num_threads(3);
+        CHECK_OK(st_model_init_weights(b, 11));
+        omp_set_num_threads(threads);
+        CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0,
+              "%s: 1 thread and 3 give other bits", types[k]);
+        int64_t largest = 0, wrong = 0;
+        for (int i = 0; i < b->params.n; i++) {
+            const st_tensor *t = b->params.t[i];
+            if (t->init != ST_INIT_NORMAL && t->init != ST_INIT_UNIFORM) continue;
+            if (t->count > largest) largest = t->count;
+            st_rng r = st_rng_make(11, st_hash_str(t->name));
+            for (int64_t j = 0; j < t->count; j++) {
+                const float v = t->init == ST_INIT_NORMAL
+                                    ? t->init_scale * st_rng_normal(&r)
+                                    : t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f);
+                wrong += memcmp(&v, &t->data[j], sizeof v) != 0;
+            }
+        }
+        CHECK(wrong == 0 && largest > 3 * 65536,
+              "%s: %lld values differ from one stream's draws in order "
+              "(largest tensor %lld)",
+              types[k], (long long)wrong, (long long)largest);
+        st_model_free(a);
+        st_model_free(b);
+    }
 }
 
 static double one_step(st_model *m, st_model_graph *g) {
@@ -272,6 +323,7 @@ int main(void) {
     test_gpt2_124m_shape();
     test_counts_and_names();
     test_init_and_batches();
+    test_init_threads();
     test_step_reproducible();
     test_weights_round_trip();
     return st_test_finish("test_model");

@@ -42,6 +42,14 @@ static inline uint64_t st_rng_next(st_rng *r) {
     return z ^ (z >> 31);
 }
 
+/* The stream n draws further on: a draw is a function of the counter alone
+ * (state + k golden), so a stream's draws can be made by several threads,
+ * each from its own start, and be the same as one thread's. */
+static inline st_rng st_rng_skip(st_rng r, uint64_t n) {
+    r.state += n * 0x9e3779b97f4a7c15ULL;
+    return r;
+}
+
 /* Uniform in [0, 1) with 24 random bits. */
 static inline float st_rng_uniform(st_rng *r) {
     return (float)(st_rng_next(r) >> 40) * (1.0f / 16777216.0f);

@@ -35,25 +35,37 @@ st_tensor *st_params_find(const st_params *p, const char *name) {
     return NULL;
 }
 
+/* A tensor's initial values: its own stream of (seed, name), each normal
+ * value two draws and each uniform one, in element order; made in chunks
+ * on the OpenMP threads, each chunk from its place in the stream
+ * (st_rng_skip), so the values are the same bits whatever the thread count.
+ * (A GPT-2 XL's 1.56 G normal values took 35 s on one thread.) */
 static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
-    st_rng r = st_rng_make(seed, st_hash_str(t->name));
-    for (int64_t j = 0; j < t->count; j++) {
-        float v = 0.0f;
-        switch (t->init) {
-        case ST_INIT_ZEROS:
-            v = 0.0f;
-            break;
-        case ST_INIT_ONES:
-            v = 1.0f;
-            break;
-        case ST_INIT_NORMAL:
-            v = t->init_scale * st_rng_normal(&r);
-            break;
-        case ST_INIT_UNIFORM:
-            v = t->init_scale * (2.0f * st_rng_uniform(&r) - 1.0f);
-            break;
+    const st_rng r = st_rng_make(seed, st_hash_str(t->name));
+    const int64_t chunk = 1 << 16;
+    const uint64_t draws = t->init == ST_INIT_NORMAL ? 2 : t->init == ST_INIT_UNIFORM ? 1 : 0;
+#pragma omp parallel for schedule(static) if (t->count > chunk)
+    for (int64_t c0 = 0; c0 < t->count; c0 += chunk) {
+        st_rng rc = st_rng_skip(r, draws * (uint64_t)c0);
+        const int64_t end = c0 + chunk < t->count ? c0 + chunk : t->count;
+        for (int64_t j = c0; j < end; j++) {
+            float v = 0.0f;
+            switch (t->init) {
+            case ST_INIT_ZEROS:
+                v = 0.0f;
+                break;
+            case ST_INIT_ONES:
+                v = 1.0f;
+                break;
+            case ST_INIT_NORMAL:
+                v = t->init_scale * st_rng_normal(&rc);
+                break;
+            case ST_INIT_UNIFORM:
+                v = t->init_scale * (2.0f * st_rng_uniform(&rc) - 1.0f);
+                break;
+            }
+            data[j] = v;
         }
-        data[j] = v;
     }
 }
 
