@@ -30,6 +30,16 @@ static bool context_lost(cudaError_t e) {
     case cudaErrorAssert:
         return true;
     default:
+        break;
+    }
+    /* by number: names that older toolkits' headers lack */
+    switch ((int)e) {
+    case 226: /* cudaErrorContained: an error the GPU contained (an ECC error in this process's memory) */
+    case 721: /* cudaErrorTensorMemoryLeak: a kernel exited holding tensor memory */
+    case 810: /* cudaErrorMpsClientTerminated: MPS ended this client after a fault */
+    case 911: /* cudaErrorExternalDevice: a fault on a device reached through this GPU */
+        return true;
+    default:
         return false;
     }
 }
