@@ -6,7 +6,7 @@
  * at a handler that stops the process naming the function (a call before
  * its library loaded is a bug in scaletrain, never a user's error);
  * st_cuda_lib_load fills them from dlsym. A function added to the CUDA
- * code and not listed below is an undefined symbol at link time, so the
+ * code and not listed in libs.h is an undefined symbol at link time, so the
  * list cannot fall behind the code.
  *
  * Compiled in every build; the jumps only where the Makefile sets
