@@ -292,7 +292,7 @@ static void malformed(void) {
     bad("long", b, 86, F, "longer than its header says");
     memcpy(b, good, size);
     memcpy(b, "GPT2TOKS", 8);
-    bad("magic", b, size, F, "not a scaletrain token file (magic 47 50 54 32");
+    bad("magic", b, size, F, "not a token file (magic 47 50 54 32");
     bad("magic2", b, size, F, "make one with `scaletrain data tokenize`");
     memcpy(b, good, size);
     b[8] = 2;
@@ -408,6 +408,114 @@ static void shortened(void) {
     st_tokens_close(t);
 }
 
+/* An llm.c token file as its dev/data scripts write it: 256 int32s (magic,
+ * version, count), then count tokens of `width` bytes, token i = (i * 7919
+ * + k) % vocab. Returns the bytes written. */
+static size_t llmc_file(const char *path, uint32_t magic, uint32_t version, uint32_t count, int width,
+                        uint32_t vocab, uint32_t k) {
+    const size_t n = 1024 + (size_t)count * (size_t)width;
+    uint8_t *b = calloc(1, n);
+    if (!b) exit(1);
+    const uint32_t head[3] = {magic, version, count};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            b[4 * i + j] = (uint8_t)(head[i] >> (8 * j));
+    for (uint32_t i = 0; i < count; i++) {
+        const uint32_t v = (uint32_t)(((uint64_t)i * 7919 + k) % vocab);
+        for (int j = 0; j < width; j++)
+            b[1024 + (size_t)i * width + j] = (uint8_t)(v >> (8 * j));
+    }
+    put_file(path, b, n);
+    free(b);
+    return n;
+}
+
+/* llm.c's token files read as they are: GPT-2's (uint16, vocabulary 50257)
+ * and LLaMA 3's (uint32, 128256), one file and shards by pattern, every
+ * token as written; a token outside GPT-2's vocabulary, a wrong version, a
+ * truncated file and a shard of another vocabulary are errors naming the
+ * file. */
+static void llmc(void) {
+    char path[256], pat[256];
+    const struct {
+        uint32_t magic, version;
+        int width;
+        uint32_t vocab;
+        const char *format;
+    } kinds[] = {{20240520, 1, 2, 50257, "llm.c GPT-2"}, {20240801, 7, 4, 128256, "llm.c LLaMA 3"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/llmc%d.bin", dir, k);
+        llmc_file(path, kinds[k].magic, kinds[k].version, 5000, kinds[k].width, kinds[k].vocab, 3);
+        st_tokens *t = NULL;
+        CHECK_OK(st_tokens_open(path, &t));
+        if (!t) continue;
+        CHECK(st_tokens_count(t) == 5000 && st_tokens_vocab_size(t) == kinds[k].vocab &&
+                  st_tokens_token_bytes(t) == kinds[k].width && !strcmp(st_tokens_format(t), kinds[k].format),
+              "%s: %lld tokens, vocabulary %llu, %d bytes, %s", kinds[k].format,
+              (long long)st_tokens_count(t), (unsigned long long)st_tokens_vocab_size(t),
+              st_tokens_token_bytes(t), st_tokens_format(t));
+        int wrong = 0;
+        for (int64_t i = 0; i < 5000; i++)
+            wrong += st_tokens_get(t, i) != (uint32_t)((i * 7919 + 3) % kinds[k].vocab);
+        int32_t got[10];
+        CHECK_OK(st_tokens_read_i32(t, 4990, 10, got));
+        for (int i = 0; i < 10; i++)
+            wrong += got[i] != (int32_t)(((4990 + i) * 7919 + 3) % kinds[k].vocab);
+        CHECK(wrong == 0, "%s: %d tokens differ from those written", kinds[k].format, wrong);
+        CHECK_OK(st_tokens_check_range(t));
+        st_tokens_close(t);
+    }
+    /* shards by pattern: one stream */
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/fineweb_train_%06d.bin", dir, i + 1);
+        llmc_file(path, 20240520, 1, 3000 + 1000 * (uint32_t)i, 2, 50257, 100 * (uint32_t)i);
+    }
+    snprintf(pat, sizeof pat, "%s/fineweb_train_*.bin", dir);
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(pat, &t));
+    if (t) {
+        CHECK(st_tokens_shards(t) == 2 && st_tokens_count(t) == 7000, "llm.c shards: %d, %lld tokens",
+              st_tokens_shards(t), (long long)st_tokens_count(t));
+        CHECK(st_tokens_get(t, 2999) == (2999 * 7919) % 50257 && st_tokens_get(t, 3000) == 100 &&
+                  st_tokens_get(t, 6999) == (3999 * 7919 + 100) % 50257,
+              "llm.c shards: the stream's tokens at the seam");
+        st_tokens_close(t);
+    }
+    const st_status F = ST_ERR_FORMAT;
+    uint8_t *b = malloc(1024 + 2 * 100);
+    if (!b) exit(1);
+    snprintf(path, sizeof path, "%s/llmc-vocab.bin", dir);
+    llmc_file(path, 20240520, 1, 100, 2, 65536, 50200); /* tokens up to 65535: beyond GPT-2's 50257 */
+    CHECK_OK(st_tokens_open(path, &t));
+    if (t) {
+        CHECK(st_tokens_check_range(t) == F && strstr(st_last_error(), path), "llm.c token >= 50257: %s",
+              st_last_error());
+        st_tokens_close(t);
+    }
+    llmc_file(path, 20240520, 1, 100, 2, 50257, 0);
+    const size_t n = get_file(path, b, 1024 + 2 * 100);
+    bad("llmc-cut", b, n - 3, F,
+        "the llm.c GPT-2 header says 100 tokens of 2 bytes (1224 bytes with the header) "
+        "but the file is 1221 bytes; it is truncated");
+    bad("llmc-cuthead", b, 600, F, "shorter than llm.c GPT-2's 1024-byte header");
+    b[4] = 2;
+    bad("llmc-version", b, n, F, "an llm.c GPT-2 token file of version 2; scaletrain reads version 1");
+    b[4] = 1;
+    memset(b + 8, 0, 4);
+    bad("llmc-count", b, n, F, "whose header says 0 tokens");
+    free(b);
+    /* a byte-level shard among GPT-2's */
+    uint32_t bytes[1500];
+    for (int i = 0; i < 1500; i++)
+        bytes[i] = (uint32_t)i % 256;
+    snprintf(path, sizeof path, "%s/fineweb_train_000003.bin", dir);
+    CHECK_OK(st_tokens_write(path, bytes, 1500, 256));
+    st_clear_error();
+    CHECK(st_tokens_open(pat, &t) == F && strstr(st_last_error(), "vocab_size 256, but") &&
+              strstr(st_last_error(), "fineweb_train_000001.bin has 50257"),
+          "a byte-level shard among llm.c's: %s", st_last_error());
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/st_tokens_XXXXXX");
     if (!mkdtemp(dir)) return st_test_skip("test_tokens", "cannot make a temporary directory in /tmp");
@@ -420,6 +528,7 @@ int main(void) {
     shards();
     tokenize_shards();
     malformed();
+    llmc();
     shortened();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

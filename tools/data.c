@@ -86,9 +86,11 @@ static int inspect_tokens(const char *path) {
     if (s != ST_OK) return st_cli_error(s);
     const int n = st_tokens_shards(t);
     if (n == 1)
-        printf("%s: token file, %lld tokens of %d bytes, vocabulary %llu\n", path,
-               (long long)st_tokens_count(t), st_tokens_token_bytes(t),
-               (unsigned long long)st_tokens_vocab_size(t));
+        printf("%s: token file%s%s%s, %lld tokens of %d bytes, vocabulary %llu\n", path,
+               strcmp(st_tokens_format(t), "scaletrain") ? " (" : "",
+               strcmp(st_tokens_format(t), "scaletrain") ? st_tokens_format(t) : "",
+               strcmp(st_tokens_format(t), "scaletrain") ? " format)" : "", (long long)st_tokens_count(t),
+               st_tokens_token_bytes(t), (unsigned long long)st_tokens_vocab_size(t));
     else
         printf("%s: %d token files read as one stream, %lld tokens, vocabulary %llu\n", path, n,
                (long long)st_tokens_count(t), (unsigned long long)st_tokens_vocab_size(t));
@@ -287,7 +289,7 @@ static int inspect(const char *path) {
     }
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
-    if (got == 8 && memcmp(magic, "STTOKENS", 8) == 0) return inspect_tokens(path);
+    if (got == 8 && st_tokens_magic(magic)) return inspect_tokens(path);
     if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return inspect_npy(path);
     if (got >= 2 && ((magic[0] == 0x1f && magic[1] == 0x8b) || (magic[0] == 0 && magic[1] == 0)))
         return inspect_idx(path);

@@ -35,11 +35,13 @@ typedef struct tok_shard {
     char *path;
     const uint8_t *map; /* the whole file, read-only */
     size_t map_bytes;
-    const uint8_t *data; /* map + 64: (count) tokens of token_bytes each */
+    const uint8_t *data; /* past the header (64 bytes; llm.c's 1024): (count) tokens of token_bytes each */
     int64_t start;       /* its first token's position in the stream */
     int64_t count;
     uint64_t vocab_size;
     int token_bytes;
+    int header_bytes;
+    const char *format; /* "scaletrain", "llm.c GPT-2", "llm.c LLaMA 3" */
 } tok_shard;
 
 /* Shards, in name order, read as one stream of tokens. */
@@ -70,8 +72,8 @@ static st_status check_header(const char *path, const uint8_t *h, int64_t size, 
     if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0)
         return st_fail(
             ST_ERR_FORMAT,
-            "%s: not a scaletrain token file (magic %02x %02x %02x %02x %02x %02x %02x %02x, expected "
-            "\"STTOKENS\"); make one with `scaletrain data tokenize`",
+            "%s: not a token file (magic %02x %02x %02x %02x %02x %02x %02x %02x, expected \"STTOKENS\", "
+            "or llm.c's); make one with `scaletrain data tokenize`",
             path, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
     uint32_t version = get_u32(h + 8), tb = get_u32(h + 12);
     uint64_t count = get_u64(h + 16), vocab = get_u64(h + 24);
@@ -105,6 +107,55 @@ static st_status check_header(const char *path, const uint8_t *h, int64_t size, 
     t->count = (int64_t)count;
     t->vocab_size = vocab;
     t->token_bytes = (int)tb;
+    t->header_bytes = ST_TOKENS_HEADER_BYTES;
+    t->format = "scaletrain";
+    return ST_OK;
+}
+
+/* llm.c's token files (its dev/data scripts write them: FineWeb,
+ * TinyShakespeare, ... in GPT-2's BPE): 256 little-endian int32s (magic,
+ * version, token count, the rest unused), then the tokens. Its two kinds:
+ * GPT-2's (uint16 tokens, vocabulary 50257) and LLaMA 3's (uint32, 128256). */
+static const struct llmc_kind {
+    uint32_t magic, version;
+    int token_bytes;
+    uint64_t vocab_size;
+    const char *name;
+} llmc_kinds[] = {{20240520, 1, 2, 50257, "llm.c GPT-2"}, {20240801, 7, 4, 128256, "llm.c LLaMA 3"}};
+
+static const struct llmc_kind *llmc_kind_of(const uint8_t *h) {
+    for (size_t i = 0; i < sizeof llmc_kinds / sizeof llmc_kinds[0]; i++)
+        if (get_u32(h) == llmc_kinds[i].magic) return &llmc_kinds[i];
+    return NULL;
+}
+
+bool st_tokens_magic(const uint8_t *first8) {
+    return memcmp(first8, ST_TOKENS_MAGIC, 8) == 0 || llmc_kind_of(first8) != NULL;
+}
+
+/* Check llm.c's header (its first 12 bytes in h) against the file size. */
+static st_status check_llmc_header(const char *path, const struct llmc_kind *k, const uint8_t *h,
+                                   int64_t size, tok_shard *t) {
+    const uint32_t version = get_u32(h + 4), count = get_u32(h + 8);
+    if (version != k->version)
+        return st_fail(ST_ERR_FORMAT, "%s: an %s token file of version %u; scaletrain reads version %u", path,
+                       k->name, version, k->version);
+    if (count == 0 || count > INT32_MAX)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: an %s token file whose header says %u tokens; the header is corrupt", path,
+                       k->name, count);
+    const int64_t want = ST_TOKENS_LLMC_HEADER_BYTES + (int64_t)count * k->token_bytes;
+    if (size != want)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: the %s header says %u tokens of %d bytes (%lld bytes with the header) but the "
+                       "file is %lld bytes; it is %s",
+                       path, k->name, count, k->token_bytes, (long long)want, (long long)size,
+                       size < want ? "truncated: write it again" : "longer than its header says: corrupt");
+    t->count = count;
+    t->vocab_size = k->vocab_size;
+    t->token_bytes = k->token_bytes;
+    t->header_bytes = ST_TOKENS_LLMC_HEADER_BYTES;
+    t->format = k->name;
     return ST_OK;
 }
 
@@ -173,12 +224,17 @@ static st_status open_shard(const char *path, tok_shard *t) {
                     path, (long long)size, ST_TOKENS_HEADER_BYTES));
     if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h)
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno)));
-    ST_GOTO(check_header(path, h, size, t));
+    const struct llmc_kind *llmc = llmc_kind_of(h);
+    if (llmc && size < ST_TOKENS_LLMC_HEADER_BYTES)
+        ST_GOTO(st_fail(ST_ERR_FORMAT,
+                        "%s: the file is %lld bytes, shorter than %s's %d-byte header; it is truncated", path,
+                        (long long)size, llmc->name, ST_TOKENS_LLMC_HEADER_BYTES));
+    ST_GOTO(llmc ? check_llmc_header(path, llmc, h, size, t) : check_header(path, h, size, t));
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot map: %s", path, strerror(errno)));
     t->map = map;
     t->map_bytes = (size_t)size;
-    t->data = t->map + ST_TOKENS_HEADER_BYTES;
+    t->data = t->map + t->header_bytes;
 fail:
     close(fd);
     return s;
@@ -298,6 +354,7 @@ int64_t st_tokens_count(const st_tokens *t) { return t->count; }
 uint64_t st_tokens_vocab_size(const st_tokens *t) { return t->vocab_size; }
 int st_tokens_token_bytes(const st_tokens *t) { return t->token_bytes; }
 int st_tokens_shards(const st_tokens *t) { return t->n_shards; }
+const char *st_tokens_format(const st_tokens *t) { return t->shard[0].format; }
 const char *st_tokens_shard_path(const st_tokens *t, int k) {
     return k >= 0 && k < t->n_shards ? t->shard[k].path : NULL;
 }

@@ -24,6 +24,10 @@
 #define ST_TOKENS_MAGIC "STTOKENS"
 #define ST_TOKENS_VERSION 1
 #define ST_TOKENS_HEADER_BYTES 64
+/* llm.c's token files (its dev/data scripts), read as they are: 256 int32s
+ * (magic 20240520 for GPT-2's tokens, uint16, vocabulary 50257; 20240801
+ * for LLaMA 3's, uint32, 128256; then version and count), then the tokens. */
+#define ST_TOKENS_LLMC_HEADER_BYTES 1024
 
 typedef struct st_tokens st_tokens;
 
@@ -34,7 +38,8 @@ typedef struct st_tokens st_tokens;
  * (`*`, `?`, `[`: data/train-*.tokens) or a folder (its *.tokens), every file
  * it names, sorted by name, as one stream (a sample may span two shards).
  * Each file: magic, version, token width, the exact file size (64 + count *
- * token_bytes), vocab_size fitting the width; every shard has the same
+ * token_bytes; llm.c's: 1024 + ...), vocab_size fitting the width (llm.c's
+ * files record none: their tokenizer's); every shard has the same
  * vocab_size. Tokens are not scanned (see st_tokens_check_range). On success
  * *out is a handle the caller closes with st_tokens_close; on failure *out is
  * NULL and the message names the file (or the pattern that matched none).
@@ -45,6 +50,13 @@ st_status st_tokens_open(const char *path, st_tokens **out);
  * not an existing file's name, or a folder holding .tokens files), rather
  * than one file. */
 bool st_tokens_names_shards(const char *path);
+
+/* Whether a file's first 8 bytes begin a token file st_tokens_open reads
+ * (scaletrain's or llm.c's). */
+bool st_tokens_magic(const uint8_t *first8);
+
+/* The first shard's format: "scaletrain", "llm.c GPT-2" or "llm.c LLaMA 3". */
+const char *st_tokens_format(const st_tokens *t);
 
 /* Unmap and free; accepts NULL. */
 void st_tokens_close(st_tokens *t);
