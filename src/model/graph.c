@@ -36,15 +36,18 @@ st_tensor *st_params_find(const st_params *p, const char *name) {
 }
 
 /* A tensor's initial values: its own stream of (seed, name), each normal
- * value two draws and each uniform one, in element order; made in chunks
- * on the OpenMP threads, each chunk from its place in the stream
- * (st_rng_skip), so the values are the same bits whatever the thread count.
- * (A GPT-2 XL's 1.56 G normal values took 35 s on one thread.) */
+ * value two draws and each uniform one, in element order. A tensor of more
+ * than 2^20 values is made in chunks on the OpenMP threads, each chunk from
+ * its place in the stream (st_rng_skip), so the values are the same bits
+ * whatever the thread count (a GPT-2 XL's 1.56 G normal values took 35 s on
+ * one thread); smaller ones take a thread a few ms, less than waking the
+ * others costs under emulation (arm64.sh's qemu: 10 s more in test_model
+ * with every tensor above one chunk parallel). */
 static void init_tensor(const st_tensor *t, float *data, uint64_t seed) {
     const st_rng r = st_rng_make(seed, st_hash_str(t->name));
     const int64_t chunk = 1 << 16;
     const uint64_t draws = t->init == ST_INIT_NORMAL ? 2 : t->init == ST_INIT_UNIFORM ? 1 : 0;
-#pragma omp parallel for schedule(static) if (t->count > chunk)
+#pragma omp parallel for schedule(static) if (t->count > (1 << 20))
     for (int64_t c0 = 0; c0 < t->count; c0 += chunk) {
         st_rng rc = st_rng_skip(r, draws * (uint64_t)c0);
         const int64_t end = c0 + chunk < t->count ? c0 + chunk : t->count;
