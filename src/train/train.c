@@ -1296,10 +1296,14 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         opts = &mine;
     }
     ST_GOTO(check_out_dir(&ses, opts));
-    ST_GOTO(st_params_init(&ses.model->params,
-                           (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
+    /* --init's weights replace every tensor (st_model_load refuses a file
+     * that lacks one): no random values are made first */
     int64_t init_step;
-    if (opts->init) ST_GOTO(load_init(&ses, opts, &init_step));
+    if (opts->init)
+        ST_GOTO(load_init(&ses, opts, &init_step));
+    else
+        ST_GOTO(st_params_init(&ses.model->params,
+                               (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
      * architecture peak for the run's precision, on the CPU a short sgemm. */
     st_device_props dp;
