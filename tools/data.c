@@ -85,12 +85,13 @@ static int inspect_tokens(const char *path) {
     st_status s = st_tokens_open(path, &t);
     if (s != ST_OK) return st_cli_error(s);
     const int n = st_tokens_shards(t);
+    char kind[64] = ""; /* llm.c's files name their format */
+    if (strcmp(st_tokens_format(t), "scaletrain") != 0)
+        snprintf(kind, sizeof kind, " (%s format)", st_tokens_format(t));
     if (n == 1)
-        printf("%s: token file%s%s%s, %lld tokens of %d bytes, vocabulary %llu\n", path,
-               strcmp(st_tokens_format(t), "scaletrain") ? " (" : "",
-               strcmp(st_tokens_format(t), "scaletrain") ? st_tokens_format(t) : "",
-               strcmp(st_tokens_format(t), "scaletrain") ? " format)" : "", (long long)st_tokens_count(t),
-               st_tokens_token_bytes(t), (unsigned long long)st_tokens_vocab_size(t));
+        printf("%s: token file%s, %lld tokens of %d bytes, vocabulary %llu\n", path, kind,
+               (long long)st_tokens_count(t), st_tokens_token_bytes(t),
+               (unsigned long long)st_tokens_vocab_size(t));
     else
         printf("%s: %d token files read as one stream, %lld tokens, vocabulary %llu\n", path, n,
                (long long)st_tokens_count(t), (unsigned long long)st_tokens_vocab_size(t));
