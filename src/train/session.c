@@ -191,6 +191,11 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0;
+    /* Before any file is read: an evaluation of tokens opens no training set,
+     * and the model's checks below would otherwise see no data at all. */
+    if (eval_only && !c->data.val[0])
+        return st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
+                                      "(--set data.val=FILE; with data.val_labels for idx and npy)");
     if (tokens) {
         if (!eval_only) {
             ST_TRY(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train));

@@ -1413,11 +1413,6 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
         mine.json = false;
         opts = &mine;
     }
-    if (!ses.has_val) {
-        s = st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
-                                   "(with data.val_labels for idx and npy)");
-        goto fail;
-    }
     int64_t step;
     ST_GOTO(load_init(&ses, opts, &step));
     double t0 = st_now();

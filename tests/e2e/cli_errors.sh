@@ -32,6 +32,9 @@ expect 2 "unknown option '--bogus' (scaletrain --help lists" "$bin" train --bogu
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
 expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors --set data.val=
+# a token model's too: its evaluation opens no training set, so nothing else would be read
+expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors \
+    --set model.type=gpt --set data.type=tokens --set data.train="$tmp/none.tokens" --set data.val=
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
