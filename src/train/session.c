@@ -320,6 +320,14 @@ static st_status plan(st_session *s, st_model_input *in) {
             return st_fail(ST_ERR_CONFIG, "model.vocab_size %lld is smaller than the data's vocabulary %lld",
                            (long long)c->model.vocab_size, (long long)d->vocab_size);
         }
+        /* The attention's T x T scores are one product of 32-bit dimensions
+         * (attention.c): said here in the key's words, not the layer's. */
+        if (c->model.block_size * c->model.block_size > INT32_MAX)
+            return st_fail(
+                ST_ERR_CONFIG,
+                "model.block_size %lld is longer than the attention takes (46340 at most, its T x T "
+                "scores one product): set model.block_size to 46340 or less",
+                (long long)c->model.block_size);
         in->vocab_size = c->model.vocab_size;
         in->seq_len = c->model.block_size;
     } else {
@@ -397,8 +405,12 @@ static st_status plan(st_session *s, st_model_input *in) {
     }
     if (s->has_train) {
         if (s->train.n < c->train.batch_size)
-            return st_fail(ST_ERR_CONFIG, "%s has %lld samples, fewer than one batch (train.batch_size %lld)",
-                           c->data.train, (long long)s->train.n, (long long)c->train.batch_size);
+            return st_fail(ST_ERR_CONFIG,
+                           "%s has %lld samples%s, fewer than one batch (train.batch_size %lld): set "
+                           "train.batch_size to %lld or less, or train on more data",
+                           c->data.train, (long long)s->train.n,
+                           s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "",
+                           (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
         if (c->train.steps == ST_AUTO) {
             int64_t B = c->train.batch_size;
             int64_t per_epoch = c->data.drop_last ? s->train.n / B : (s->train.n + B - 1) / B;

@@ -35,6 +35,15 @@ expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init n
 # a token model's too: its evaluation opens no training set, so nothing else would be read
 expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors \
     --set model.type=gpt --set data.type=tokens --set data.train="$tmp/none.tokens" --set data.val=
+# a token model's shape against its data: each message names the key to change and its bound
+cat README.md docs/*.md | head -c 50000 >"$tmp/t.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null
+tok=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+    --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.out_dir="$tmp/run")
+expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (train.batch_size 1024): set train.batch_size to 781 or less" \
+    "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
+expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
+    "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
