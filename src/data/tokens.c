@@ -258,6 +258,15 @@ static bool shard_pattern(const char *spec, char *pat, size_t size, bool *dir) {
     return true;
 }
 
+static bool folder_of_bins(const char *dir) {
+    char pat[4096];
+    snprintf(pat, sizeof pat, "%s/*.bin", dir);
+    glob_t g;
+    const bool any = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return any;
+}
+
 /* The files a spec names, sorted: the pattern's matches, a folder's
  * *.tokens, or none (one file). */
 static st_status expand(const char *spec, glob_t *g) {
@@ -267,7 +276,18 @@ static st_status expand(const char *spec, glob_t *g) {
     if (!shard_pattern(spec, pat, sizeof pat, &dir)) return ST_OK;
     const int r = glob(pat, GLOB_ERR, NULL, g);
     st_status s = ST_OK;
-    if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0))
+    int n = (int)strlen(spec); /* the folder's name without its trailing slashes, for the patterns */
+    while (n > 1 && spec[n - 1] == '/')
+        n--;
+    if ((r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0)) && dir && folder_of_bins(spec))
+        /* llm.c's folders hold the training shards and the validation file
+         * side by side: the folder as a whole would train on both. */
+        s = st_fail(ST_ERR_IO,
+                    "%s: a folder of .bin files, no .tokens files; llm.c's token folders hold training and "
+                    "validation files together, so name each by a pattern (e.g. data.train: "
+                    "\"%.*s/*train*.bin\", data.val: \"%.*s/*val*.bin\")",
+                    spec, n, spec, n, spec);
+    else if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0))
         s = dir ? st_fail(ST_ERR_IO,
                           "%s: a folder with no .tokens files; token data is a file, a pattern such as "
                           "data/train-*.tokens, or a folder of .tokens files",

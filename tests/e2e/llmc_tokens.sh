@@ -6,7 +6,8 @@
 # format; `data inspect` names the format, the vocabulary (50257) comes from
 # the data, and a training run on the llm.c shards by pattern, with
 # validation, ends with the same weights, bit for bit, as the run on the
-# scaletrain files.
+# scaletrain files; the folder itself as data.train is refused with the
+# patterns that split it.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
@@ -63,4 +64,10 @@ grep -Eq "vocab_size: +50257 +# auto" "$tmp/llmc.txt" || fail "the vocabulary is
 cmp -s "$tmp/llmc/model.safetensors" "$tmp/ours/model.safetensors" ||
     fail "the weights trained on llm.c's files differ from those trained on the same tokens in scaletrain's"
 grep "^done:" "$tmp/llmc.txt"
+# llm.c's folder as a whole is refused (it would train on the validation file
+# too), the message giving the patterns that split it
+mkdir "$tmp/fineweb10B" && cp "$tmp"/fineweb_*.bin "$tmp/fineweb10B/"
+out=$("$bin" "${tr[@]}" --set data.train="$tmp/fineweb10B/" --set data.val="$tmp/val.tokens" --set train.out_dir="$tmp/folder" 2>&1)
+[ $? -eq 1 ] && [[ "$out" == *"fineweb10B/: a folder of .bin files, no .tokens files; llm.c's token folders hold training and validation files together, so name each by a pattern (e.g. data.train: \"$tmp/fineweb10B/*train*.bin\", data.val: \"$tmp/fineweb10B/*val*.bin\")"* ]] ||
+    fail "training on llm.c's folder: $out"
 e2e_finish "llm.c's GPT-2 token files train as scaletrain's own do, to the same bits"
