@@ -300,6 +300,21 @@ static void test_file_errors(void) {
     expect_load_error("model: {}\noptim.lr: 1e-3\n", 2, "optim.lr", "write it inside its section");
     expect_load_error("model:\n  type: [cnn\n  kernel: 3\n", 3, "", "YAML syntax error");
     expect_load_error("model:\n  type: cnn\n kernel: 3\n", 3, "", "YAML syntax error");
+    /* a tab in the indentation is named as such (libyaml says only that a
+     * character cannot start a token), after a line of spaces too; a tab
+     * between a key and its value is YAML's own and loads */
+    expect_load_error("train:\n\tsteps: 3\n", 2, "",
+                      "line 2 is indented with a tab; YAML indents with spaces");
+    expect_load_error("train:\n  steps: 3\n \tbatch_size: 4\n", 3, "", "line 3 is indented with a tab");
+    {
+        char path[64];
+        st_config c;
+        st_config_defaults(&c);
+        write_yaml(path, "train: {steps:\t3}\n");
+        CHECK(st_config_load(&c, path) == ST_OK && c.train.steps == 3, "a tab after a key's colon: %s",
+              st_last_error());
+        unlink(path);
+    }
     expect_load_error("model: {}\n---\ntrain: {}\n", 2, "", "a second YAML document");
     expect_load_error("- model\n- train\n", 1, "", "expected a mapping of sections");
 

@@ -175,12 +175,29 @@ static st_status read_file(const char *path, char **text, size_t *len) {
     return ST_OK;
 }
 
-static st_status yaml_error(const yaml_parser_t *p, const char *path) {
+/* Whether line `line` (from 0) of the text is indented with a tab: YAML
+ * indents with spaces only, and libyaml's words for it ("found character
+ * that cannot start any token") do not say so. */
+static bool tab_indented(const char *text, size_t len, size_t line) {
+    size_t i = 0;
+    for (size_t l = 0; l < line && i < len; i++)
+        if (text[i] == '\n') l++;
+    for (; i < len && (text[i] == ' ' || text[i] == '\t'); i++)
+        if (text[i] == '\t') return true;
+    return false;
+}
+
+static st_status yaml_error(const yaml_parser_t *p, const char *path, const char *text, size_t len) {
     const char *problem = p->problem ? p->problem : "syntax error";
     if (p->error == YAML_MEMORY_ERROR) return st_fail(ST_ERR_NOMEM, "%s: out of memory parsing YAML", path);
     if (p->error == YAML_READER_ERROR)
         return st_fail(ST_ERR_CONFIG, "%s: byte %zu: %s; save the file as UTF-8 text", path,
                        p->problem_offset, problem);
+    if (tab_indented(text, len, p->problem_mark.line))
+        return st_fail(ST_ERR_CONFIG,
+                       "%s:%zu: YAML syntax error: line %zu is indented with a tab; YAML indents with spaces "
+                       "only (replace the tabs there with spaces)",
+                       path, p->problem_mark.line + 1, p->problem_mark.line + 1);
     if (p->context)
         return st_fail(ST_ERR_CONFIG,
                        "%s:%zu:%zu: YAML syntax error: %s (%s on line %zu); check the indentation, "
@@ -314,12 +331,12 @@ st_status st_config_load(st_config *c, const char *path) {
     have_parser = true;
     *tmp = *c;
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) ST_GOTO(yaml_error(&parser, path));
+    if (!yaml_parser_load(&parser, &doc)) ST_GOTO(yaml_error(&parser, path, text, len));
     have_doc = true;
     const char *slash = strrchr(path, '/');
     *L = (loader){.c = tmp, .doc = &doc, .path = path, .base = slash ? slash + 1 : path};
     ST_GOTO(load_root(L));
-    if (!yaml_parser_load(&parser, &extra)) ST_GOTO(yaml_error(&parser, path));
+    if (!yaml_parser_load(&parser, &extra)) ST_GOTO(yaml_error(&parser, path, text, len));
     bool more = yaml_document_get_root_node(&extra) != NULL;
     int more_line = (int)extra.start_mark.line + 1;
     yaml_document_delete(&extra);
