@@ -2,6 +2,7 @@
  * weights file, a checkpoint, or a run's checkpoints. */
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,11 +276,21 @@ static int inspect(const char *path) {
     if (st_tokens_names_shards(path))
         return inspect_tokens(path); /* a pattern, or a folder of .tokens files */
     if (st_path_is_dir(path)) {
+        char pat[4096];
+        int n = (int)strlen(path); /* without its trailing slashes, for the pattern */
+        while (n > 1 && path[n - 1] == '/')
+            n--;
+        snprintf(pat, sizeof pat, "%.*s/*.bin", n, path);
+        glob_t g;
+        const bool bins = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+        globfree(&g);
         fprintf(
             stderr,
             "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder "
-            "(no step-N or latest), a run's out_dir (no ckpt/) nor a folder of token files (no *.tokens)\n",
-            path);
+            "(no step-N or latest), a run's out_dir (no ckpt/) nor a folder of token files (no "
+            "*.tokens)%s%s%s\n",
+            path, bins ? "; it holds .bin files (llm.c's token files?): name them by a pattern, e.g. '" : "",
+            bins ? pat : "", bins ? "'" : "");
         return ST_EXIT_FAIL;
     }
     unsigned char magic[8] = {0};

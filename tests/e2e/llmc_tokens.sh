@@ -70,4 +70,7 @@ mkdir "$tmp/fineweb10B" && cp "$tmp"/fineweb_*.bin "$tmp/fineweb10B/"
 out=$("$bin" "${tr[@]}" --set data.train="$tmp/fineweb10B/" --set data.val="$tmp/val.tokens" --set train.out_dir="$tmp/folder" 2>&1)
 [ $? -eq 1 ] && [[ "$out" == *"fineweb10B/: a folder of .bin files, no .tokens files; llm.c's token folders hold training and validation files together, so name each by a pattern (e.g. data.train: \"$tmp/fineweb10B/*train*.bin\", data.val: \"$tmp/fineweb10B/*val*.bin\")"* ]] ||
     fail "training on llm.c's folder: $out"
+out=$("$bin" data inspect "$tmp/fineweb10B/" 2>&1)
+[ $? -eq 1 ] && [[ "$out" == *"it holds .bin files (llm.c's token files?): name them by a pattern, e.g. '$tmp/fineweb10B/*.bin'"* ]] ||
+    fail "inspecting llm.c's folder: $out"
 e2e_finish "llm.c's GPT-2 token files train as scaletrain's own do, to the same bits"
