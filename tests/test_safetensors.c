@@ -204,6 +204,34 @@ static void test_bad_headers(void) {
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "but the file has 2");
     put_raw(path, 0, "", 64);
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "header length is 0");
+    /* other formats weights come in are named, with how to convert */
+    static const struct {
+        const char *head;
+        size_t n;
+        const char *needle;
+    } others[] = {
+        {"PK\x03\x04\x00\x00\x08\x08\x00archive/data.pkl", 26,
+         "not safetensors but a zip archive: PyTorch's torch.save"},
+        {"\x80\x02\x8a\x0al\xfc\x9c"
+         "F\xf9 j",
+         11, "not safetensors but a Python pickle"},
+        {"GGUF\x03\x00\x00\x00\x01", 9, "a GGUF file"},
+        {"\x89HDF\r\n\x1a\n\x00", 9, "an HDF5 file"},
+        {"\x93NUMPY\x01\x00v\x00{'descr'", 18, "a NumPy .npy array"},
+        {"PK\x03\x04\x00\x00", 6, "not safetensors but a zip archive"}, /* shorter than 8 bytes */
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        put_file(path, others[i].head, others[i].n);
+        if (others[i].n < 8)
+            CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT,
+                        "8-byte header length");
+        else
+            CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, others[i].needle);
+    }
+    /* a length whose bytes spell a magic, its JSON at byte 8: safetensors' own errors */
+    put_file(path, "PK\x03\x04\x00\x00\x00\x00{}", 10);
+    CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT,
+                "header says 67324752 bytes but the file has 2");
     /* a header over the cap, in a sparse file big enough to hold it */
     put_raw(path, 150000000, "{}", 0);
     if (truncate(path, 200000000) == 0)
