@@ -268,8 +268,8 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
     if (other)
         ST_GOTO(st_fail(ST_ERR_FORMAT,
                         "%s: not safetensors but %s; weights are read from safetensors files: in Python, "
-                        "safetensors.torch.save_file(model.state_dict(), \"model.safetensors\") writes one "
-                        "(docs/formats.md)",
+                        "safetensors.torch.save_model(model, \"model.safetensors\") writes one (tied "
+                        "weights once; docs/formats.md)",
                         path, other));
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
