@@ -7,6 +7,8 @@
 # device's /). The GPU machine reaches no package registry, so this runs here
 # and the device tool carries .debs/ (`carry: [".debs"]`).
 # Usage: scripts/gpu-fetch-debs.sh        (about 25 MiB; fails above 60 MiB)
+#        ARCH=arm64 scripts/gpu-fetch-debs.sh   (for an arm64 GPU machine, a GH200:
+#        Debian's arm64 packages, which scripts/deps.sh makes apt-get know)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +25,29 @@ mkdir -p .debs
 rm -f .debs/*.deb
 # apt-get download writes into the current directory; as root it may warn
 # that the _apt user cannot write there, which is harmless.
-(cd .debs && timeout 600 apt-get -q download "${build[@]}" "${mpi[@]}")
+pkgs=("${build[@]}" "${mpi[@]}")
+if [ -n "${ARCH:-}" ]; then
+    dpkg --print-foreign-architectures | grep -qx "$ARCH" || [ "$ARCH" = "$(dpkg --print-architecture)" ] || {
+        echo "error: apt-get does not know the architecture $ARCH: dpkg --add-architecture $ARCH && apt-get update" >&2
+        exit 1
+    }
+    # Architecture: all packages take no qualifier; those Debian does not build
+    # for $ARCH are left out, named (on arm64: libquadmath0, which its gfortran
+    # does not use, and the Intel Omni-Path libraries libfabric loads where present)
+    arch_pkgs=() left=()
+    for p in "${pkgs[@]}"; do
+        if apt-cache show --no-all-versions "$p" 2>/dev/null | grep -qx "Architecture: all"; then
+            arch_pkgs+=("$p")
+        elif apt-cache show --no-all-versions "$p:$ARCH" >/dev/null 2>&1; then
+            arch_pkgs+=("$p:$ARCH")
+        else
+            left+=("$p")
+        fi
+    done
+    pkgs=("${arch_pkgs[@]}")
+    [ ${#left[@]} -eq 0 ] || echo "not built for $ARCH, left out: ${left[*]}"
+fi
+(cd .debs && timeout 600 apt-get -q download "${pkgs[@]}")
 total=$(du -cb .debs/*.deb | tail -1 | cut -f1)
 echo "$(ls .debs/*.deb | wc -l) packages, $((total / 1048576)) MiB in .debs/"
 if [ "$total" -gt $((60 * 1048576)) ]; then

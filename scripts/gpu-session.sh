@@ -129,6 +129,14 @@ unpack_debs() {
         echo "no .debs/*.deb: run scripts/gpu-fetch-debs.sh on the development machine and carry .debs"
         return 1
     }
+    # the packages must be this machine's architecture (a GH200 is arm64)
+    local arch
+    case $(uname -m) in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+    ls .debs/*_"$arch".deb >/dev/null 2>&1 || {
+        echo "the .debs are for $(ls .debs/*.deb | sed -E 's/.*_([a-z0-9]+)\.deb$/\1/' | grep -vx all | sort -u | tr '\n' ' ')and this machine is $arch:" \
+            "run ARCH=$arch scripts/gpu-fetch-debs.sh on the development machine"
+        return 1
+    }
     rm -rf "$DEPS" && mkdir -p "$DEPS" || return 1
     for f in .debs/*.deb; do
         if command -v dpkg >/dev/null; then
@@ -143,10 +151,13 @@ unpack_debs() {
         case $t in /*) ln -sfn "$DEPS$t" "$l" ;; esac
     done
     echo "unpacked $(ls .debs/*.deb | wc -l) packages into $DEPS"
-    ls "$DEPS/usr/lib/x86_64-linux-gnu/openblas-openmp" "$DEPS/usr/include" | head -30
+    ls "$DEPS/usr/lib/$MULTIARCH/openblas-openmp" "$DEPS/usr/include" | head -30
 }
 
-export DEPS
+# the multiarch folder names of this machine (x86_64-linux-gnu, aarch64-linux-gnu), as the Makefile finds them
+MULTIARCH=$(gcc -print-multiarch 2>/dev/null)
+[ -n "$MULTIARCH" ] || MULTIARCH=$(uname -m)-linux-gnu
+export DEPS MULTIARCH
 export -f probe unpack_debs # `timeout` runs programs: the steps below call these through bash -c
 
 say "scaletrain GPU session: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET_S}s, build $BUILD, -j$JOBS"
@@ -199,7 +210,7 @@ fi
 unset NVIDIA_TF32_OVERRIDE
 if step unpack-debs 120 bash -c unpack_debs; then
     make_args+=(DEPS_PREFIX="$DEPS")
-    export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu:$DEPS/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$DEPS/usr/lib/$MULTIARCH:$DEPS/lib/$MULTIARCH:$DEPS/usr/lib/$MULTIARCH/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export OPAL_PREFIX="$DEPS/usr" # OpenMPI's tools and plugins, relocated
 else
     say "   building against the system's libraries instead"
