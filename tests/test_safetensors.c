@@ -210,8 +210,9 @@ static void test_bad_headers(void) {
         size_t n;
         const char *needle;
     } others[] = {
-        {"PK\x03\x04\x00\x00\x08\x08\x00archive/data.pkl", 26,
-         "not safetensors but a zip archive: PyTorch's torch.save"},
+        {"PK\x03\x04\x00\x00\x08\x08\x00"
+         "archive/data.pkl",
+         25, "not safetensors but a zip archive: PyTorch's torch.save"},
         {"\x80\x02\x8a\x0al\xfc\x9c"
          "F\xf9 j",
          11, "not safetensors but a Python pickle"},
