@@ -354,7 +354,7 @@ arm64-cuda:
 FUZZ_CC ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_LIB := src/core/status.c src/core/atomic_file.c src/data/npy.c src/data/idx.c src/data/tokens.c \
+FUZZ_LIB := src/core/status.c src/core/atomic_file.c src/core/sniff.c src/data/npy.c src/data/idx.c src/data/tokens.c \
 	src/core/safetensors.c src/core/config.c src/core/config_schema.c src/core/config_report.c
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
+#include "core/sniff.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader does not byte-swap"
@@ -219,23 +220,6 @@ static st_status parse_header(st_safetensors *f, const cJSON *root) {
     return ST_OK;
 }
 
-/* What a file that is not safetensors is, by the magic of the formats
- * weights come in elsewhere, or NULL. A safetensors file's first 8 bytes are
- * a length and its header's JSON starts at byte 8 with '{': a file whose
- * byte 8 is '{' is never named another format. */
-static const char *other_format(const uint8_t *head, size_t n) {
-    if (n >= 9 && head[8] == '{') return NULL;
-    if (n >= 4 && !memcmp(head, "PK\x03\x04", 4))
-        return "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or NumPy's .npz";
-    if (n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5)
-        return "a Python pickle: an older PyTorch torch.save";
-    if (n >= 4 && !memcmp(head, "GGUF", 4)) return "a GGUF file (llama.cpp's format)";
-    if (n >= 8 && !memcmp(head, "\x89HDF\r\n\x1a\n", 8)) return "an HDF5 file (Keras' .h5)";
-    if (n >= 6 && !memcmp(head, "\x93NUMPY", 6)) return "a NumPy .npy array";
-    if (n >= 8 && !memcmp(head, "STTOKENS", 8)) return "a scaletrain token file";
-    return NULL;
-}
-
 st_status st_safetensors_open(const char *path, st_safetensors **out) {
     if (!out) return st_fail(ST_ERR_ARG, "st_safetensors_open: out is NULL");
     *out = NULL;
@@ -264,13 +248,9 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
     const size_t head_n = size >= 9 ? 9 : 8;
     if (!pread_all(f->fd, len8, head_n, 0))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header length", path));
-    const char *other = other_format(len8, head_n);
-    if (other)
-        ST_GOTO(st_fail(ST_ERR_FORMAT,
-                        "%s: not safetensors but %s; weights are read from safetensors files: in Python, "
-                        "safetensors.torch.save_model(model, \"model.safetensors\") writes one (tied "
-                        "weights once; docs/formats.md)",
-                        path, other));
+    const st_file_kind kind = st_sniff(len8, head_n);
+    if (kind.format != ST_FILE_UNKNOWN && kind.format != ST_FILE_SAFETENSORS)
+        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: not safetensors but %s; %s", path, kind.what, kind.use));
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | len8[i];

@@ -23,6 +23,7 @@
 
 #include "core/atomic_file.h"
 #include "core/mem.h"
+#include "core/sniff.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -160,6 +161,14 @@ static st_status parse(const char *path, idx_src *src, st_idx *out) {
             "it is truncated or not IDX",
             path, (long long)got, what);
     const char *tname = idx_type_name(hdr[2]);
+    if (hdr[0] != 0 || hdr[1] != 0 || !tname) {
+        int64_t more = 0; /* the file is refused: 4 more bytes tell what it is */
+        if (src_read(src, hdr + 4, 4, &more) != ST_OK) more = 0;
+        const st_file_kind kind = st_sniff(hdr, (size_t)(4 + more));
+        if (kind.format != ST_FILE_UNKNOWN)
+            return st_fail(ST_ERR_FORMAT, "%s: not an IDX file but %s%s; %s", path, kind.what, what,
+                           kind.use);
+    }
     if (hdr[0] != 0 || hdr[1] != 0 || !tname)
         return st_fail(ST_ERR_FORMAT,
                        "%s: not an IDX file (magic %02x %02x %02x %02x; expected 00 00 08 ndim)", path,

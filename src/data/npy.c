@@ -16,6 +16,7 @@
 
 #include "core/atomic_file.h"
 #include "core/mem.h"
+#include "core/sniff.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the NPY reader copies little-endian data as it is: it builds for little-endian hosts only"
@@ -285,6 +286,9 @@ static st_status load(const npy_src *s, st_npy *a) {
                        "%s: %lld bytes is too short for an NPY file (the magic alone is 6); it is "
                        "truncated or not NPY",
                        s->name, (long long)size);
+    const st_file_kind kind = st_sniff(pre, (size_t)(size < 12 ? size : 12));
+    if (memcmp(pre, npy_magic, 6) != 0 && kind.format != ST_FILE_UNKNOWN)
+        return st_fail(ST_ERR_FORMAT, "%s: not an NPY file but %s; %s", s->name, kind.what, kind.use);
     if (memcmp(pre, npy_magic, 6) != 0)
         return st_fail(ST_ERR_FORMAT,
                        "%s: not an NPY file (it starts with %02x %02x %02x %02x %02x %02x, "

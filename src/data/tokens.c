@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
+#include "core/sniff.h"
 
 /* One file of the stream. */
 typedef struct tok_shard {
@@ -69,6 +70,9 @@ static void put_u64(uint8_t *p, uint64_t v) {
 
 /* Check a 64-byte header against the file size; fills t's sizes. */
 static st_status check_header(const char *path, const uint8_t *h, int64_t size, tok_shard *t) {
+    const st_file_kind kind = st_sniff(h, ST_TOKENS_HEADER_BYTES);
+    if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0 && kind.format != ST_FILE_UNKNOWN)
+        return st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, kind.what, kind.use);
     if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0)
         return st_fail(
             ST_ERR_FORMAT,

@@ -1,0 +1,73 @@
+#include "core/sniff.h"
+
+#include <string.h>
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Printable ASCII, tabs and line ends, and well-formed UTF-8 (a sequence cut
+ * off by the window's end counts): what a text file's first bytes are. */
+static bool looks_like_text(const uint8_t *h, size_t n) {
+    if (n == 0) return false;
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = h[i];
+        if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t') {
+            i++;
+            continue;
+        }
+        const size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                           : c >= 0xe0 && c <= 0xef ? 3
+                           : c >= 0xf0 && c <= 0xf4 ? 4
+                                                    : 0;
+        if (len == 0) return false;
+        for (size_t j = 1; j < len && i + j < n; j++)
+            if ((h[i + j] & 0xc0) != 0x80) return false;
+        i += len;
+    }
+    return true;
+}
+
+#define WEIGHTS_USE                                                                                          \
+    "weights are read from safetensors files: in Python, safetensors.torch.save_model(model, "               \
+    "\"model.safetensors\") writes one (tied weights once; docs/formats.md)"
+
+st_file_kind st_sniff(const uint8_t *h, size_t n) {
+    const st_file_kind none = {ST_FILE_UNKNOWN, "", ""};
+    /* safetensors first: its first 8 bytes are a length (any bytes) and its
+     * JSON header starts at byte 8 with '{' */
+    if (n >= 9 && h[8] == '{' && h[5] == 0 && h[6] == 0 && h[7] == 0)
+        return (st_file_kind){ST_FILE_SAFETENSORS, "a safetensors file",
+                              "it holds weights: --init loads them"};
+    if (n >= 8 && !memcmp(h, "STTOKENS", 8))
+        return (st_file_kind){ST_FILE_TOKENS, "a scaletrain token file",
+                              "data.type tokens reads it (with model.type gpt)"};
+    if (n >= 4 && (le32(h) == 20240520 || le32(h) == 20240801))
+        return (st_file_kind){ST_FILE_LLMC_TOKENS, "an llm.c token file",
+                              "data.type tokens reads it (with model.type gpt)"};
+    if (n >= 6 && !memcmp(h, "\x93NUMPY", 6))
+        return (st_file_kind){ST_FILE_NPY, "a NumPy .npy array",
+                              "data.type npy reads image and label pairs of them"};
+    if (n >= 4 && !memcmp(h, "PK\x03\x04", 4))
+        return (st_file_kind){ST_FILE_ZIP,
+                              "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or "
+                              "NumPy's .npz",
+                              WEIGHTS_USE};
+    if (n >= 2 && h[0] == 0x1f && h[1] == 0x8b)
+        return (st_file_kind){ST_FILE_GZIP, "a gzip file",
+                              "data.type idx reads gzipped IDX files (Fashion-MNIST's) as they are"};
+    if (n >= 2 && h[0] == 0x80 && h[1] >= 2 && h[1] <= 5)
+        return (st_file_kind){ST_FILE_PICKLE, "a Python pickle: an older PyTorch torch.save", WEIGHTS_USE};
+    if (n >= 4 && !memcmp(h, "GGUF", 4))
+        return (st_file_kind){ST_FILE_GGUF, "a GGUF file (llama.cpp's format)", WEIGHTS_USE};
+    if (n >= 8 && !memcmp(h, "\x89HDF\r\n\x1a\n", 8))
+        return (st_file_kind){ST_FILE_HDF5, "an HDF5 file (Keras' .h5)", WEIGHTS_USE};
+    if (n >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4)
+        return (st_file_kind){ST_FILE_IDX, "an IDX file", "data.type idx reads it"};
+    if (looks_like_text(h, n))
+        return (st_file_kind){
+            ST_FILE_TEXT, "what looks like text",
+            "`scaletrain data tokenize OUT.tokens FILE` makes a token file of it (data.type "
+            "tokens, model.type gpt)"};
+    return none;
+}

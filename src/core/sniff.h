@@ -1,0 +1,38 @@
+/* What a file is, by its first bytes: the formats scaletrain reads and those
+ * its users' files often come in instead (PyTorch's torch.save, text where a
+ * token file belongs, an IDX file given as tokens). A reader that finds the
+ * wrong magic names what the file is and what reads it, rather than only the
+ * bytes it expected. */
+#ifndef ST_CORE_SNIFF_H
+#define ST_CORE_SNIFF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum st_file_format {
+    ST_FILE_UNKNOWN = 0,
+    ST_FILE_SAFETENSORS,
+    ST_FILE_TOKENS, /* scaletrain's token file */
+    ST_FILE_LLMC_TOKENS,
+    ST_FILE_IDX,
+    ST_FILE_NPY,
+    ST_FILE_GZIP,
+    ST_FILE_ZIP, /* PyTorch's torch.save, NumPy's .npz */
+    ST_FILE_PICKLE,
+    ST_FILE_GGUF,
+    ST_FILE_HDF5,
+    ST_FILE_TEXT,
+} st_file_format;
+
+typedef struct st_file_kind {
+    st_file_format format;
+    const char *what; /* "a zip archive: PyTorch's torch.save ..." */
+    const char *use;  /* how scaletrain takes such a file, or what to make of it */
+} st_file_kind;
+
+/* The kind of a file whose first n bytes are head (n >= 9 tells every kind
+ * apart; fewer tell some). ST_FILE_UNKNOWN with empty strings when none. */
+st_file_kind st_sniff(const uint8_t *head, size_t n);
+
+#endif
