@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/config_schema.h"
 #include "core/safetensors.h"
+#include "core/sniff.h"
 #include "data/idx.h"
 #include "data/npy.h"
 #include "data/tokens.h"
@@ -293,7 +294,7 @@ static int inspect(const char *path) {
             bins ? pat : "", bins ? "'" : "");
         return ST_EXIT_FAIL;
     }
-    unsigned char magic[8] = {0};
+    unsigned char magic[9] = {0};
     FILE *f = fopen(path, "rb");
     if (!f) {
         perror(path);
@@ -301,9 +302,30 @@ static int inspect(const char *path) {
     }
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
-    if (got == 8 && st_tokens_magic(magic)) return inspect_tokens(path);
-    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return inspect_npy(path);
-    if (got >= 2 && ((magic[0] == 0x1f && magic[1] == 0x8b) || (magic[0] == 0 && magic[1] == 0)))
+    const st_file_kind kind = st_sniff(magic, got);
+    switch (kind.format) {
+    case ST_FILE_TOKENS:
+    case ST_FILE_LLMC_TOKENS:
+        return inspect_tokens(path);
+    case ST_FILE_NPY:
+        return inspect_npy(path);
+    case ST_FILE_GZIP:
+    case ST_FILE_IDX:
+        return inspect_idx(path);
+    case ST_FILE_ZIP:
+    case ST_FILE_PICKLE:
+    case ST_FILE_GGUF:
+    case ST_FILE_HDF5:
+    case ST_FILE_TEXT:
+        fprintf(stderr, "scaletrain: error: %s: %s, which scaletrain does not read; %s\n", path, kind.what,
+                kind.use);
+        return ST_EXIT_FAIL;
+    case ST_FILE_SAFETENSORS:
+    case ST_FILE_UNKNOWN:
+        break;
+    }
+    /* IDX's 00 00 of another element type or dimension count: its reader says what is wrong */
+    if (kind.format == ST_FILE_UNKNOWN && got >= 2 && magic[0] == 0 && magic[1] == 0)
         return inspect_idx(path);
     return inspect_safetensors(path);
 }

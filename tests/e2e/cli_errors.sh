@@ -44,6 +44,12 @@ expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (trai
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
 expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
+# data inspect names a file it does not read by what it is, and what to do with it
+expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletrain data tokenize OUT.tokens FILE\`" \
+    "$bin" data inspect "$tmp/t.txt"
+printf 'PK\003\004\024\000\010\010\010\000archive/data.pkl' >"$tmp/model.pt"
+expect 1 "model.pt: a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or NumPy's .npz, which scaletrain does not read; weights are read from safetensors files" \
+    "$bin" data inspect "$tmp/model.pt"
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
