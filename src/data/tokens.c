@@ -133,10 +133,6 @@ static const struct llmc_kind *llmc_kind_of(const uint8_t *h) {
     return NULL;
 }
 
-bool st_tokens_magic(const uint8_t *first8) {
-    return memcmp(first8, ST_TOKENS_MAGIC, 8) == 0 || llmc_kind_of(first8) != NULL;
-}
-
 /* Check llm.c's header (its first 12 bytes in h) against the file size. */
 static st_status check_llmc_header(const char *path, const struct llmc_kind *k, const uint8_t *h,
                                    int64_t size, tok_shard *t) {

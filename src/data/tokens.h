@@ -51,10 +51,6 @@ st_status st_tokens_open(const char *path, st_tokens **out);
  * than one file. */
 bool st_tokens_names_shards(const char *path);
 
-/* Whether a file's first 8 bytes begin a token file st_tokens_open reads
- * (scaletrain's or llm.c's). */
-bool st_tokens_magic(const uint8_t *first8);
-
 /* The first shard's format: "scaletrain", "llm.c GPT-2" or "llm.c LLaMA 3". */
 const char *st_tokens_format(const st_tokens *t);
 
