@@ -457,6 +457,11 @@ static void test_too_big(void) {
               strstr(p.warning, "GiB needed per device, sharded, offloaded at micro-batch 1, the smallest; "),
           "huge model: %s", p.warning);
     CHECK(strstr(p.strategy_why, "offload") != NULL, "why: %s", p.strategy_why);
+    /* the hint: what takes the memory (the states, here) and what shrinks it; no SIGKILL on a GPU */
+    CHECK(strstr(p.fit_hint, "of the ") == p.fit_hint &&
+              strstr(p.fit_hint, "the model states take the most: ") &&
+              strstr(p.fit_hint, "optim.offload: true") && !strstr(p.fit_hint, "SIGKILL"),
+          "huge model's hint: %s", p.fit_hint);
     snprintf(c.dist.strategy, sizeof c.dist.strategy, "ddp"); /* explicit: kept, with the warning */
     p = plan_for(&in, "4xL40S");
     CHECK(strcmp(p.strategy, "ddp") == 0 && !p.fits && strstr(p.warning, "does not fit"), "explicit ddp: %s",
@@ -567,6 +572,7 @@ static void test_auto_strategy_cpu(void) {
     CHECK(strcmp(p.strategy, "zero2") == 0 && !p.offload &&
               strstr(p.strategy_why, "DDP's model states and a sample do not fit in "),
           "cpu, only zero2 fits: %s (%s)", p.strategy, p.strategy_why);
+    CHECK(p.fits && !p.fit_hint[0], "a plan that fits has no hint: %s", p.fit_hint);
     CHECK_OK(st_hw_config_parse("cpu", NULL, NULL, &hw));
     c.train.batch_size = 1;
     hw.dev.mem_bytes = (int64_t)((need[0] + need[1]) / 2 / 0.85);
@@ -578,6 +584,9 @@ static void test_auto_strategy_cpu(void) {
               strstr(p.warning, " GiB needed per rank, at micro-batch 1 (train.micro_batch_size); "),
           "cpu, one rank, ddp does not fit: %s offload %d (%s; %s)", p.strategy, p.offload, p.strategy_why,
           p.warning);
+    CHECK(strstr(p.fit_hint, "of the ") == p.fit_hint && strstr(p.fit_hint, "take the most: ") &&
+              strstr(p.fit_hint, "the kernel ends a process with SIGKILL"),
+          "cpu's hint: %s", p.fit_hint);
     st_model_free(m);
 }
 

@@ -73,6 +73,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddNumberToObject(o, "ranks", p->ranks);
     cJSON_AddBoolToObject(o, "ok", p->ok);
     if (p->warning[0]) cJSON_AddStringToObject(o, "warning", p->warning);
+    if (p->fit_hint[0]) cJSON_AddStringToObject(o, "fit_hint", p->fit_hint);
     if (!p->ok) return o;
     cJSON_AddNumberToObject(o, "micro_batch_size", (double)p->micro);
     cJSON_AddNumberToObject(o, "accumulation", (double)p->accum);
@@ -133,6 +134,7 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
                 q->ranks, (long long)q->micro, (long long)q->accum, label, q->precision, mem,
                 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
+        if (q->fit_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->fit_hint);
     }
 }
 

@@ -12,8 +12,10 @@
 
 /* "1.5 GiB", "310 MiB" */
 static const char *human(double bytes, char *buf, size_t n) {
-    if (bytes >= GIB) snprintf(buf, n, "%.1f GiB", bytes / GIB);
-    else snprintf(buf, n, "%.0f MiB", bytes / (1024.0 * 1024));
+    if (bytes >= GIB)
+        snprintf(buf, n, "%.1f GiB", bytes / GIB);
+    else
+        snprintf(buf, n, "%.0f MiB", bytes / (1024.0 * 1024));
     return buf;
 }
 
@@ -41,8 +43,8 @@ static void choose_precision(const st_config *c, const st_hw_device *d, st_plan 
         snprintf(p->precision_why, sizeof p->precision_why, "fp32 on the CPU");
     } else if (d->cc_major >= 8) {
         snprintf(p->precision, sizeof p->precision, "bf16");
-        snprintf(p->precision_why, sizeof p->precision_why, "bf16: compute capability %d.%d >= 8.0", d->cc_major,
-                 d->cc_minor);
+        snprintf(p->precision_why, sizeof p->precision_why, "bf16: compute capability %d.%d >= 8.0",
+                 d->cc_major, d->cc_minor);
     } else {
         snprintf(p->precision, sizeof p->precision, "fp16");
         snprintf(p->precision_why, sizeof p->precision_why,
@@ -68,7 +70,7 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     const int prefetch = workers > 0 ? 2 * workers : 1; /* train.c */
     o.sample_in_bytes = in->sample_in_bytes;
     o.sample_out_bytes = in->sample_out_bytes;
-    if (!p->hw.dev.gpu) { /* on the CPU the loader ring and the data share the memory */
+    if (!p->hw.dev.gpu) {                /* on the CPU the loader ring and the data share the memory */
         o.loader_buffers = prefetch + 1; /* one held (feed.c) */
         o.data_bytes = in->data_bytes;
     } else if (in->sample_in_bytes > 0) { /* the batch feed (feed.c): one in copy, one taken ahead */
@@ -169,7 +171,8 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
             snprintf(p->strategy_why, sizeof p->strategy_why, "%s model states and %s do not fit in %s",
                      before, what, human((double)p->mem_limit, b2, sizeof b2));
         else
-            snprintf(p->strategy_why, sizeof p->strategy_why, "model states (%s) and %s fit in %s when recomputed",
+            snprintf(p->strategy_why, sizeof p->strategy_why,
+                     "model states (%s) and %s fit in %s when recomputed",
                      human((double)(m.params + m.grads + m.optim), b1, sizeof b1), what,
                      human((double)p->mem_limit, b2, sizeof b2));
         return ST_OK;
@@ -209,8 +212,9 @@ static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
     ST_TRY(mem_at(in, p, p->micro, &off));
     human((double)p->mem_limit, b3, sizeof b3);
     if (off.total <= p->mem_limit) {
-        snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "off: micro-batch %lld fits without it (%s of %s)",
-                 (long long)p->micro, human((double)off.total, b1, sizeof b1), b3);
+        snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
+                 "off: micro-batch %lld fits without it (%s of %s)", (long long)p->micro,
+                 human((double)off.total, b1, sizeof b1), b3);
         return ST_OK;
     }
     for (int level = ST_CKPT_SELECTIVE; level <= ST_CKPT_BLOCKS; level++) {
@@ -230,6 +234,38 @@ static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
              "off: micro-batch %lld does not fit even with it (%s, %s usable)", (long long)p->micro,
              human((double)on.total, b2, sizeof b2), b3);
     return ST_OK;
+}
+
+/* What takes a plan that does not fit its memory, and what would shrink
+ * that part: the activations (a shorter sequence, a smaller model or
+ * micro-batch, recomputing them where `auto` has not tried it) or the model
+ * states (sharded over more ranks, offloaded). */
+static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
+    const st_mem *m = &p->mem;
+    const int64_t states = m->params + m->grads + m->optim;
+    const int64_t acts = m->acts + m->act_grads + m->ints + m->work;
+    const int64_t rest = m->total - states - acts;
+    char fix[256];
+    if (acts >= states)
+        snprintf(fix, sizeof fix,
+                 "the activations take the most: %s%sa shorter model.block_size (a gpt) or a smaller model",
+                 p->micro > 1 ? "a smaller train.micro_batch_size, " : "",
+                 p->checkpointing || auto_checkpointing(in) /* auto: it was tried */
+                     ? ""
+                     : "train.activation_checkpointing: blocks (recomputed in backward), ");
+    else if (gpu)
+        snprintf(fix, sizeof fix, "the model states take the most: %sor optim.offload: true (to host memory)",
+                 strcmp(p->strategy, "zero2") == 0 ? "more ranks (ZeRO-2 shards them), "
+                                                   : "dist.strategy: zero2 over more ranks, ");
+    else
+        snprintf(fix, sizeof fix, "the model states take the most: %s over more ranks on more nodes",
+                 strcmp(p->strategy, "zero2") == 0 ? "ZeRO-2 shards them"
+                                                   : "dist.strategy: zero2 shards them");
+    snprintf(p->fit_hint, sizeof p->fit_hint,
+             "of the %.2f GiB: model states %.2f, activations %.2f, the rest %.2f; %s%s",
+             (double)m->total / GIB, (double)states / GIB, (double)acts / GIB,
+             (double)(rest > 0 ? rest : 0) / GIB, fix,
+             gpu ? "" : " (past the memory it may use, the kernel ends a process with SIGKILL, no message)");
 }
 
 /* One hardware configuration, without the one-device comparison; the layout
@@ -296,8 +332,9 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                      n > 1 ? "the batch split over the ranks" : "the whole batch on one rank",
                      p->checkpointing && auto_checkpointing(in) ? ", with activation checkpointing" : "");
         else
-            snprintf(p->micro_why, sizeof p->micro_why, "the largest divisor of %lld samples per rank that fits %s",
-                     (long long)per_rank, human((double)p->mem_limit, b1, sizeof b1));
+            snprintf(p->micro_why, sizeof p->micro_why,
+                     "the largest divisor of %lld samples per rank that fits %s", (long long)per_rank,
+                     human((double)p->mem_limit, b1, sizeof b1));
     }
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
@@ -312,6 +349,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
         snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per %s,%s; %.2f GiB usable",
                  (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
                  (double)p->mem_limit / GIB);
+        fit_hint(in, p, hw->dev.gpu);
     } else if (hw->dev.gpu && hw->dev.host_mem_bytes > 0 &&
                p->mem.host + p->mem.pinned > host_share(hw->dev.host_mem_bytes, hw)) {
         /* (the node's ranks share its host memory, as a CPU run's ranks do) */
@@ -353,7 +391,8 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
 }
 
 static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
-    char *v = in->model->cfg.train.activation_checkpointing, saved[sizeof in->model->cfg.train.activation_checkpointing];
+    char *v = in->model->cfg.train.activation_checkpointing,
+         saved[sizeof in->model->cfg.train.activation_checkpointing];
     memcpy(saved, v, sizeof saved);
     set_checkpointing(in, st_ckpt_level(in->cfg->train.activation_checkpointing)); /* auto: off first */
     st_status s = plan_body(in, hw, p);

@@ -70,6 +70,8 @@ typedef struct st_plan {
     double samples_per_s, tokens_per_s;
     double scaling; /* samples/s over ranks x one device's samples/s (same batch) */
     char warning[256];
+    char fit_hint[512]; /* where the warning says it does not fit: what takes the memory and what would shrink
+                           it */
 } st_plan;
 
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);

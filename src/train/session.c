@@ -299,6 +299,8 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
         st_ticker_sayf("scaletrain: warning: %s (memory model, docs/planner.md)%s%s\n", p->warning,
                        s->mem_note[0] ? "; memory: " : "", s->mem_note);
+    if (st == ST_OK && s->rank == 0 && p->ok && p->fit_hint[0])
+        st_ticker_sayf("scaletrain: hint: %s\n", p->fit_hint);
     free(p);
     return st;
 }

@@ -12,7 +12,8 @@
 #     limit, the micro-batch is the planner's and the run completes there;
 #  3. the same with train.micro_batch_size 64 (checkpointing off, which
 #     would make it fit) under launch: the warning says it does not fit and
-#     names the limit, the kernel kills the rank, and launch says its
+#     names the limit, a hint says the activations take the most and what
+#     would shrink them, the kernel kills the rank, and launch says its
 #     out-of-memory killer did (/proc/vmstat oom_kill);
 #  4. page cache the group holds (a file read in it) counts as available:
 #     the kernel reclaims it, active or not, before it kills.
@@ -76,6 +77,8 @@ if command -v mpirun >/dev/null; then
     [ $rc -eq 137 ] || fail "micro-batch 64 in the cgroup exited $rc, not 137 (SIGKILL): $(tail -5 "$tmp/big.txt")"
     grep -q "scaletrain: warning: does not fit: .* GiB needed per rank, at micro-batch 64 (train.micro_batch_size); .* GiB usable (memory model, docs/planner.md); memory: .* as the memory cgroup $cg" "$tmp/big.txt" ||
         fail "no warning naming the limit: $(grep -i warn "$tmp/big.txt")"
+    grep -q "scaletrain: hint: of the .* GiB: model states .*, activations .*; the activations take the most: a smaller train.micro_batch_size, train.activation_checkpointing: blocks (recomputed in backward), .*the kernel ends a process with SIGKILL" "$tmp/big.txt" ||
+        fail "no hint saying what takes the memory and what shrinks it: $(grep -i hint "$tmp/big.txt")"
     grep -q "^scaletrain launch: the kernel's out-of-memory killer ended [1-9][0-9]* process.* on this node while the job ran" "$tmp/big.txt" ||
         fail "launch does not name the out-of-memory killer: $(tail -4 "$tmp/big.txt")"
 else
