@@ -204,31 +204,15 @@ static void test_bad_headers(void) {
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "but the file has 2");
     put_raw(path, 0, "", 64);
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "header length is 0");
-    /* other formats weights come in are named, with how to convert */
-    static const struct {
-        const char *head;
-        size_t n;
-        const char *needle;
-    } others[] = {
-        {"PK\x03\x04\x00\x00\x08\x08\x00"
-         "archive/data.pkl",
-         25, "not safetensors but a zip archive: PyTorch's torch.save"},
-        {"\x80\x02\x8a\x0al\xfc\x9c"
-         "F\xf9 j",
-         11, "not safetensors but a Python pickle"},
-        {"GGUF\x03\x00\x00\x00\x01", 9, "a GGUF file"},
-        {"\x89HDF\r\n\x1a\n\x00", 9, "an HDF5 file"},
-        {"\x93NUMPY\x01\x00v\x00{'descr'", 18, "a NumPy .npy array"},
-        {"PK\x03\x04\x00\x00", 6, "not safetensors but a zip archive"}, /* shorter than 8 bytes */
-    };
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        put_file(path, others[i].head, others[i].n);
-        if (others[i].n < 8)
-            CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT,
-                        "8-byte header length");
-        else
-            CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, others[i].needle);
-    }
+    /* another format is named by the sniffer (each kind: test_sniff.c); one
+     * under 8 bytes is too short to hold the length, whatever it starts with */
+    static const char torch_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00"
+                                    "archive/data.pkl";
+    put_file(path, torch_zip, sizeof torch_zip - 1);
+    CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT,
+                "not safetensors but a zip archive: PyTorch's torch.save");
+    put_file(path, torch_zip, 6);
+    CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "8-byte header length");
     /* a length whose bytes spell a magic, its JSON at byte 8: safetensors' own errors */
     put_file(path, "PK\x03\x04\x00\x00\x00\x00{}", 10);
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT,
