@@ -2,7 +2,6 @@
  * weights file, a checkpoint, or a run's checkpoints. */
 #include <dirent.h>
 #include <errno.h>
-#include <glob.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,13 +277,7 @@ static int inspect(const char *path) {
         return inspect_tokens(path); /* a pattern, or a folder of .tokens files */
     if (st_path_is_dir(path)) {
         char pat[4096];
-        int n = (int)strlen(path); /* without its trailing slashes, for the pattern */
-        while (n > 1 && path[n - 1] == '/')
-            n--;
-        snprintf(pat, sizeof pat, "%.*s/*.bin", n, path);
-        glob_t g;
-        const bool bins = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
-        globfree(&g);
+        const bool bins = st_tokens_bin_pattern(path, pat, sizeof pat);
         fprintf(
             stderr,
             "scaletrain: error: %s: a directory, but not a checkpoint (no state.json), a checkpoint folder "

@@ -286,10 +286,11 @@ static st_status load(const npy_src *s, st_npy *a) {
                        "%s: %lld bytes is too short for an NPY file (the magic alone is 6); it is "
                        "truncated or not NPY",
                        s->name, (long long)size);
-    const st_file_kind kind = st_sniff(pre, (size_t)(size < 12 ? size : 12));
-    if (memcmp(pre, npy_magic, 6) != 0 && kind.format != ST_FILE_UNKNOWN)
+    const st_file_kind kind = memcmp(pre, npy_magic, 6) != 0 ? st_sniff(pre, (size_t)(size < 12 ? size : 12))
+                                                             : (st_file_kind){ST_FILE_NPY, "", ""};
+    if (kind.format != ST_FILE_NPY && kind.format != ST_FILE_UNKNOWN)
         return st_fail(ST_ERR_FORMAT, "%s: not an NPY file but %s; %s", s->name, kind.what, kind.use);
-    if (memcmp(pre, npy_magic, 6) != 0)
+    if (kind.format != ST_FILE_NPY)
         return st_fail(ST_ERR_FORMAT,
                        "%s: not an NPY file (it starts with %02x %02x %02x %02x %02x %02x, "
                        "expected \\x93NUMPY); write arrays with numpy.save",

@@ -70,10 +70,11 @@ static void put_u64(uint8_t *p, uint64_t v) {
 
 /* Check a 64-byte header against the file size; fills t's sizes. */
 static st_status check_header(const char *path, const uint8_t *h, int64_t size, tok_shard *t) {
-    const st_file_kind kind = st_sniff(h, ST_TOKENS_HEADER_BYTES);
-    if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0 && kind.format != ST_FILE_UNKNOWN)
+    const st_file_kind kind = memcmp(h, ST_TOKENS_MAGIC, 8) != 0 ? st_sniff(h, ST_TOKENS_HEADER_BYTES)
+                                                                 : (st_file_kind){ST_FILE_TOKENS, "", ""};
+    if (kind.format != ST_FILE_TOKENS && kind.format != ST_FILE_UNKNOWN)
         return st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, kind.what, kind.use);
-    if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0)
+    if (kind.format != ST_FILE_TOKENS)
         return st_fail(
             ST_ERR_FORMAT,
             "%s: not a token file (magic %02x %02x %02x %02x %02x %02x %02x %02x, expected \"STTOKENS\", "
@@ -258,9 +259,11 @@ static bool shard_pattern(const char *spec, char *pat, size_t size, bool *dir) {
     return true;
 }
 
-static bool folder_of_bins(const char *dir) {
-    char pat[4096];
-    snprintf(pat, sizeof pat, "%s/*.bin", dir);
+bool st_tokens_bin_pattern(const char *dir, char *pat, size_t size) {
+    int n = (int)strlen(dir); /* without its trailing slashes */
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    snprintf(pat, size, "%.*s/*.bin", n, dir);
     glob_t g;
     const bool any = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
     globfree(&g);
@@ -276,18 +279,19 @@ static st_status expand(const char *spec, glob_t *g) {
     if (!shard_pattern(spec, pat, sizeof pat, &dir)) return ST_OK;
     const int r = glob(pat, GLOB_ERR, NULL, g);
     st_status s = ST_OK;
-    int n = (int)strlen(spec); /* the folder's name without its trailing slashes, for the patterns */
-    while (n > 1 && spec[n - 1] == '/')
-        n--;
-    if ((r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0)) && dir && folder_of_bins(spec))
+    char bins[4096];
+    if ((r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0)) && dir &&
+        st_tokens_bin_pattern(spec, bins, sizeof bins)) {
         /* llm.c's folders hold the training shards and the validation file
          * side by side: the folder as a whole would train on both. */
+        const int n =
+            (int)strlen(bins) - 6; /* the folder: its pattern without the 6 bytes of its file part */
         s = st_fail(ST_ERR_IO,
                     "%s: a folder of .bin files, no .tokens files; llm.c's token folders hold training and "
                     "validation files together, so name each by a pattern (e.g. data.train: "
                     "\"%.*s/*train*.bin\", data.val: \"%.*s/*val*.bin\")",
-                    spec, n, spec, n, spec);
-    else if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0))
+                    spec, n, bins, n, bins);
+    } else if (r == GLOB_NOMATCH || (r == 0 && g->gl_pathc == 0))
         s = dir ? st_fail(ST_ERR_IO,
                           "%s: a folder with no .tokens files; token data is a file, a pattern such as "
                           "data/train-*.tokens, or a folder of .tokens files",

@@ -17,6 +17,7 @@
 #define ST_DATA_TOKENS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scaletrain/status.h"
@@ -50,6 +51,11 @@ st_status st_tokens_open(const char *path, st_tokens **out);
  * not an existing file's name, or a folder holding .tokens files), rather
  * than one file. */
 bool st_tokens_names_shards(const char *path);
+
+/* Whether folder `dir` holds .bin files (llm.c's token files, which a folder
+ * spec does not read); writes their pattern (the folder, no trailing slash,
+ * then "/" "*.bin") to pat either way. */
+bool st_tokens_bin_pattern(const char *dir, char *pat, size_t size);
 
 /* The first shard's format: "scaletrain", "llm.c GPT-2" or "llm.c LLaMA 3". */
 const char *st_tokens_format(const st_tokens *t);
