@@ -2,7 +2,7 @@
 # The whole test suite from a fresh machine: install what is missing, build the
 # normal, the sanitizer (address + undefined), the ThreadSanitizer and the
 # CUDA emulator's builds (the last where the CUDA toolkit is installed), run
-# every test.
+# the static analyzer, run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -10,6 +10,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 make -j"$jobs" all
 make -j"$jobs" asan
 make -j"$jobs" tsan
+make -j"$jobs" analyze # clang's static analyzer: a report fails the suite (README, Tests)
 emu=
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
     make -j"$jobs" emu

@@ -5,7 +5,9 @@
  * `test_config --markdown` prints the generated reference part of docs/config.md. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -608,8 +610,43 @@ static void test_error_kept(void) {
     st_clear_error();
 }
 
+/* ST_INVARIANT (scaletrain/status.h): a holding invariant costs nothing; a
+ * broken one stops the process with SIGABRT and a line naming the file, the
+ * line and what broke (a child process here, its stderr in a pipe) */
+static void test_invariant(void) {
+    ST_INVARIANT(1 + 1 == 2, "arithmetic");
+    int fds[2];
+    if (pipe(fds) != 0) {
+        CHECK(0, "pipe: %s", strerror(errno));
+        return;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        volatile int broken = 1;
+        ST_INVARIANT(!broken, "the test's invariant");
+        _exit(0); /* (not reached) */
+    }
+    close(fds[1]);
+    char err[512] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof err - 1 && (r = read(fds[0], err + n, sizeof err - 1 - n)) > 0)
+        n += (size_t)r;
+    err[n] = '\0';
+    close(fds[0]);
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork/waitpid: %s", strerror(errno));
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child ended with status %#x, not SIGABRT",
+          status);
+    CHECK(strstr(err, "scaletrain: internal error at tests/test_config.c:") &&
+              strstr(err, ": the test's invariant; please report it\n"),
+          "its message: '%s'", err);
+}
+
 int main(int argc, char **argv) {
     test_error_kept();
+    test_invariant();
     if (argc > 1 && !strcmp(argv[1], "--markdown")) {
         char *md = st_config_schema_markdown();
         if (!md) return 1;

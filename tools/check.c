@@ -649,7 +649,8 @@ int st_cmd_check(int argc, char **argv) {
     int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);
     if (rc >= 0) return rc;
     report r = {0};
-    const char *base = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    const char *base = getenv("TMPDIR");
+    if (!base || !base[0]) base = "/tmp";
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/scaletrain-check-XXXXXX", base);
     printf("scaletrain check: is this machine ready to train%s%s?\n", cfg.path[0] ? " " : "", cfg.path);

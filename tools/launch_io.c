@@ -112,9 +112,11 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
         r->timeout_noted = true;
 }
 
-/* One finished line of rank `rank` (or -1: mpirun's own), without its end;
- * `end` is '\n', or '\r' for a progress bar's line redrawn in place. */
-static void emit(job_io *io, int rank, bool err, int untagged_fd, const char *p, size_t n, char end) {
+/* The finished line in b of rank `rank` (or -1: mpirun's own), without its
+ * end; `end` is '\n', or '\r' for a progress bar's line redrawn in place. */
+static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf *b, char end) {
+    const char *p = b->p ? b->p : ""; /* (an empty line: b->p may still be NULL) */
+    const size_t n = b->n;
     char pre[32] = "";
     int fd = untagged_fd;
     if (rank >= 0) {
@@ -147,7 +149,7 @@ static linebuf *current(job_io *io, demux *d) {
 
 static void flush_line(job_io *io, demux *d, char end) {
     linebuf *b = current(io, d);
-    emit(io, d->rank < io->ranks ? d->rank : -1, d->err, d->fd_out, b->p ? b->p : "", b->n, end);
+    emit(io, d->rank < io->ranks ? d->rank : -1, d->err, d->fd_out, b, end);
     b->n = 0;
 }
 
@@ -212,8 +214,10 @@ static void parse(job_io *io, demux *d, bool at_eof) {
         if (end == '\n') d->rank = -1; /* mpirun starts a new tag after a newline if the chunk goes on */
         i = j;
     }
-    memmove(d->in, d->in + i, d->n_in - i);
-    d->n_in -= i;
+    if (i > 0) { /* (i > 0: d->in holds bytes, so it is not NULL) */
+        memmove(d->in, d->in + i, d->n_in - i);
+        d->n_in -= i;
+    }
 }
 
 static double now_s(void) {
@@ -333,10 +337,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     }
     /* Partial last lines, each rank's and mpirun's own. */
     for (int r = 0; r < ranks * 2 && io.lines; r++)
-        if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, io.lines[r].p, io.lines[r].n, '\n');
+        if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, &io.lines[r], '\n');
     for (int k = 0; k < 2; k++)
-        if (io.d[k].untagged.n)
-            emit(&io, -1, false, io.d[k].fd_out, io.d[k].untagged.p, io.d[k].untagged.n, '\n');
+        if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         const int sig = atomic_exchange(&got_signal, 0);

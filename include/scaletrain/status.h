@@ -32,6 +32,26 @@ st_status st_vfail(st_status code, const char *fmt, va_list ap);
 /* Prepend context ("while loading model.safetensors: ") to the current message. */
 st_status st_fail_context(st_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* For the static analyzer (make analyze), which sees one file at a time and
+ * so not that these two return their code: without it every
+ * `return st_fail(ST_ERR_NOMEM, ...)` after a failed allocation is a path on
+ * which the failure reads as ST_OK. The code is evaluated once. status.c
+ * defines the functions, after undefining these. */
+#ifdef __clang_analyzer__
+#define st_fail(code, ...)                                                                                   \
+    __extension__({                                                                                          \
+        const st_status st_fail_code_ = (code);                                                              \
+        (st_fail)(st_fail_code_, __VA_ARGS__);                                                               \
+        st_fail_code_;                                                                                       \
+    })
+#define st_fail_context(code, ...)                                                                           \
+    __extension__({                                                                                          \
+        const st_status st_fail_code_ = (code);                                                              \
+        (st_fail_context)(st_fail_code_, __VA_ARGS__);                                                       \
+        st_fail_code_;                                                                                       \
+    })
+#endif
+
 /* The last message recorded on this thread ("" when none). */
 const char *st_last_error(void);
 void st_clear_error(void);
@@ -46,6 +66,16 @@ typedef struct st_error_kept {
 } st_error_kept;
 void st_error_keep(st_error_kept *k, st_status s);
 st_status st_error_restore(const st_error_kept *k);
+
+/* An invariant of ours, checked in every build: where it fails the process
+ * stops with "scaletrain: internal error at FILE:LINE: WHAT; please report
+ * it" (abort, so a core dump or a debugger shows the stack). For what no input
+ * can break and no status could be returned from; a bad input is a status. */
+void st_internal_error(const char *file, int line, const char *what) __attribute__((noreturn));
+#define ST_INVARIANT(cond, what)                                                                             \
+    do {                                                                                                     \
+        if (__builtin_expect(!(cond), 0)) st_internal_error(__FILE__, __LINE__, what);                       \
+    } while (0)
 
 /* Propagate a failing status from a call. */
 #define ST_TRY(expr)                                                                   \

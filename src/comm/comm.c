@@ -528,8 +528,11 @@ void st_comm_free(st_comm *c) {
     if (!c->failed) st_comm_wait_all(c);
     if (c->ops->free) c->ops->free(c); /* finalizes under the watchdog */
     st_watchdog_stop(c->watchdog);
-    while (c->live)
-        req_free(c, c->live);
+    while (c->live) { /* pop the head: nothing else holds the list now */
+        st_comm_req *r = c->live;
+        c->live = r->live_next;
+        free(r);
+    }
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

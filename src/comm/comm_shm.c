@@ -195,6 +195,10 @@ static piece piece_of(st_shm *s, uint64_t k) {
         p.len = o->r->count - p.off < s->piece_count ? o->r->count - p.off : s->piece_count;
         break;
     }
+    /* every piece from next_out to posted belongs to an op in the ring:
+     * st_shm_post appends each op's pieces, and an op leaves only with its
+     * last piece copied out */
+    ST_INVARIANT(p.o, "shared-memory all-reduce: a posted piece belongs to no op in the ring");
     p.buf = s->data + (size_t)(k % NBUF) * (size_t)s->size * s->piece_count;
     return p;
 }
@@ -249,6 +253,7 @@ static void sum_slice(const float *const *src, int nsrc, float *const *dst, int 
  * the others' from their slots), written to slice r of this rank's slot
  * (for the others' copy-out) and of its receive buffer. */
 static void reduce(st_shm *s, const piece *p) {
+    ST_INVARIANT(s->size >= 2, "shared-memory all-reduce on fewer than 2 ranks"); /* st_mpi_shm_open */
     const float *src[s->size];
     for (int j = 0; j < s->size; j++)
         src[j] = j == s->rank ? (const float *)p->o->r->send + p->off : slot(s, p, j);
@@ -263,6 +268,7 @@ static void reduce(st_shm *s, const piece *p) {
  * slice r of every rank's region. Only this rank touches these bytes now. */
 static void reduce_in_place(st_shm *s, const piece *p) {
     const size_t at = p->o->zc_off + p->off;
+    ST_INVARIANT(s->size >= 2, "shared-memory all-reduce on fewer than 2 ranks"); /* st_mpi_shm_open */
     float *region[s->size];
     for (int j = 0; j < s->size; j++)
         region[j] = s->arena + (size_t)j * s->region_count + at;

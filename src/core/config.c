@@ -135,7 +135,8 @@ static void hint_for(const char *section, size_t seclen, const char *name, char 
     for (int i = 0; i < st_cfg_nkeys; i++) {
         const char *key = st_cfg_keys[i].key;
         size_t len = st_cfg_section_len(key);
-        if (strcmp(st_cfg_leaf(key), name) || (len == seclen && !strncmp(key, section, seclen))) continue;
+        if (strcmp(st_cfg_leaf(key), name) || (len == seclen && (!seclen || !strncmp(key, section, seclen))))
+            continue;
         if (len)
             snprintf(buf, n, "; %s is a key of section %.*s (%s)", name, (int)len, key, key);
         else

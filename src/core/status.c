@@ -1,7 +1,11 @@
 /* The per-thread last-error buffer behind st_fail / st_last_error. */
 #include "scaletrain/status.h"
 
+#undef st_fail /* the analyzer's macros (status.h): the functions are defined here */
+#undef st_fail_context
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ST_ERRMSG_MAX 2048
@@ -47,6 +51,12 @@ st_status st_fail_context(st_status code, const char *fmt, ...) {
     memcpy(old, st_errmsg, sizeof old);
     snprintf(st_errmsg, sizeof st_errmsg, "%s%s", prefix, old);
     return code;
+}
+
+void st_internal_error(const char *file, int line, const char *what) {
+    fprintf(stderr, "scaletrain: internal error at %s:%d: %s; please report it\n", file, line, what);
+    fflush(stderr);
+    abort();
 }
 
 const char *st_last_error(void) { return st_errmsg; }

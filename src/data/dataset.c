@@ -248,7 +248,7 @@ int64_t st_dataset_target_count(const st_dataset *d) { return d->kind == ST_DATA
 static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, float *dst) {
     const int64_t H = d->h, W = d->w, C = d->c, per = H * W * C;
     const uint8_t *px = d->pixels ? d->pixels + i * per : NULL;
-    const float *fv = d->values ? d->values + i * per : NULL;
+    const float *fv = px ? NULL : d->values + i * per; /* exactly one of the two is set */
     const float scale = px ? 1.0f / (255.0f * d->std) : 1.0f / d->std, shift = d->mean / d->std;
     if (!aug || (aug->dx == aug->pad && aug->dy == aug->pad && !aug->flip)) {
         if (px)

@@ -190,6 +190,7 @@ static void bus_install(void) {
 
 /* The error for a fault while reading sh at token i. */
 static st_status bus_error(const tok_shard *sh, int64_t i) {
+    ST_INVARIANT(sh, "a read fault before a token shard was chosen"); /* bus_jmp is set after it */
     struct stat sb;
     const int64_t now = stat(sh->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
     if (now >= 0 && now < (int64_t)sh->map_bytes)

@@ -221,6 +221,7 @@ st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
     return s;
 }
 
+#undef st_agree_status /* the analyzer's macro (agree.h) */
 st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
     int64_t v = mine;
     ST_TRY(st_comm_all_reduce_sync(c, &v, &v, 1, ST_COMM_I64, ST_COMM_MAX, what));

@@ -33,6 +33,7 @@ static st_status plan_buckets(st_ddp *d, const st_params *p, const st_graph *g, 
         free(last_use);
         return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
     }
+    ST_INVARIANT(p->n >= 0, "a negative parameter count");
     /* A parameter nobody uses gets no gradient: it is final at once. */
     for (int i = 0; i < p->n; i++) {
         first_use[i] = INT_MAX;
@@ -239,7 +240,7 @@ st_status st_ddp_init(st_ddp *d, st_comm *comm, st_params *p, const st_graph *g,
     const bool staged = d->grads == ST_DDP_GRADS_STAGED;
     if (staged && (!p->dev || !p->grads_sharded))
         return st_fail(ST_ERR_INTERNAL, "staged gradient buckets need sharded gradients on a device");
-    int *bucket_of = staged ? malloc((size_t)(p->n ? p->n : 1) * sizeof *bucket_of) : NULL;
+    int *bucket_of = staged ? calloc((size_t)(p->n ? p->n : 1), sizeof *bucket_of) : NULL;
     if (staged && !bucket_of) return st_fail(ST_ERR_NOMEM, "out of memory planning gradient buckets");
     st_status s = plan_buckets(d, p, g, cap_mb, bucket_of);
     if (s == ST_OK && staged) s = plan_stage(d, g->n_nodes);

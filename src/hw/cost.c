@@ -122,7 +122,7 @@ st_cost st_node_cost(const st_node *n) {
     memset(&c, 0, sizeof c);
     const char *op = n->ops->name;
     const st_tensor *x = n->in[0], *y = n->out;
-    const bool dx = x && x->requires_grad && x->kind == ST_TENSOR_ACT, bwd = y->requires_grad;
+    const bool dx = x->requires_grad && x->kind == ST_TENSOR_ACT, bwd = y->requires_grad;
     c.fwd_passes = 1;
     c.bwd_passes = bwd ? 1 : 0;
     double in_elems = 0;

@@ -108,6 +108,15 @@ static st_status attention_forward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
+/* The backward's threads: no more than the per-thread dP scratch was sized
+ * for when the graph was built (`built`), nor than the (b, h) pairs. */
+static int backward_threads(int64_t built, int64_t bh) {
+    int64_t nt = omp_get_max_threads();
+    if (nt > built) nt = built;
+    if (nt > bh) nt = bh;
+    return (int)nt;
+}
+
 static st_status attention_backward(st_node *n, st_graph *g) {
     float *dqkv = n->in[0]->grad; /* (B, T, 3C) */
     if (!dqkv) return ST_OK;
@@ -124,11 +133,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
     /* Each (b, h) writes its own q, k and v slices of dqkv, each row once,
      * so beta alone decides write or add. */
     const float beta = n->in_acc[0] ? 1.0f : 0.0f;
-    /* per-thread dP scratch was sized for this many threads at build */
-    int nt = omp_get_max_threads();
-    if (nt > n->args.i[ST_ATTN_NTHREADS]) nt = (int)n->args.i[ST_ATTN_NTHREADS];
-    if (B * nh < nt) nt = (int)(B * nh);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(backward_threads(n->args.i[ST_ATTN_NTHREADS], B *nh))
     {
         float *dp = g->work + omp_get_thread_num() * st_align_floats(T * T); /* (T, T) */
 #pragma omp for schedule(static)

@@ -397,7 +397,8 @@ st_status st_graph_act(st_graph *g, const char *name, int ndim, const int64_t *s
 
 st_status st_graph_node(st_graph *g, const st_layer_ops *ops, st_tensor *const *in, int n_in,
                         st_tensor *const *params, int n_params, st_tensor *out, st_node **node) {
-    if (n_in > ST_NODE_MAX_IN || n_params > ST_NODE_MAX_PARAMS || !out || out->kind != ST_TENSOR_ACT)
+    if (n_in < 1 || n_in > ST_NODE_MAX_IN || n_params > ST_NODE_MAX_PARAMS || !out ||
+        out->kind != ST_TENSOR_ACT)
         return st_fail(ST_ERR_INTERNAL, "bad node %s", ops ? ops->name : "?");
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? 2 * g->cap_nodes : 64;
@@ -1058,6 +1059,8 @@ st_status st_graph_finalize(st_graph *g) {
 
     ST_TRY(choose_storage(g));
     ST_TRY(fuse_gelu(g));
+    const int na = g->n_acts, nn = g->n_nodes;
+    const bool fwd_only = g->forward_only;
     /* Which activations live in a block's shared region (checkpointing). */
     int *region = NULL;
     ST_TRY(find_regions(g, &region));
@@ -1066,29 +1069,29 @@ st_status st_graph_finalize(st_graph *g) {
      * same addresses, then the transients by their lives in forward
      * (place_transients); the gradients' by their lives in backward
      * (place_grads). */
-    int64_t *aoff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *aoff);
-    int64_t *goff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *goff);
-    int64_t *soff = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *soff);
+    int64_t *aoff = malloc((size_t)(na ? na : 1) * sizeof *aoff);
+    int64_t *goff = malloc((size_t)(na ? na : 1) * sizeof *goff);
+    int64_t *soff = malloc((size_t)(nn ? nn : 1) * sizeof *soff);
     if (!aoff || !goff || !soff) {
         free(region), free(aoff), free(goff), free(soff);
         return plan_nomem(g);
     }
     int64_t ac = 0, gc = 0, ic = 0, wc = 0, tc = 0;
-    bool *over = malloc((size_t)(g->n_acts ? g->n_acts : 1));
-    bool *transient = malloc((size_t)(g->n_acts ? g->n_acts : 1));
-    int64_t *toff = malloc((size_t)(g->n_acts ? g->n_acts : 1) * sizeof *toff);
+    bool *over = malloc((size_t)(na ? na : 1));
+    bool *transient = malloc((size_t)(na ? na : 1));
+    int64_t *toff = malloc((size_t)(na ? na : 1) * sizeof *toff);
     st_status ps = over && transient && toff ? ST_OK : plan_nomem(g);
-    if (ps == ST_OK && g->forward_only) /* no gradients at all */
-        memset(over, 0, (size_t)(g->n_acts ? g->n_acts : 1));
+    if (ps == ST_OK && fwd_only) /* no gradients at all */
+        memset(over, 0, (size_t)(na ? na : 1));
     else if (ps == ST_OK)
         ps = grads_over_data(g, region, over);
-    if (ps == ST_OK && !g->forward_only) ps = place_grads(g, over, goff, &gc);
+    if (ps == ST_OK && !fwd_only) ps = place_grads(g, over, goff, &gc);
     if (ps == ST_OK) ps = place_transients(g, region, over, transient, toff, &tc);
     if (ps != ST_OK) {
         free(region), free(aoff), free(goff), free(soff), free(over), free(transient), free(toff);
         return ps;
     }
-    for (int i = 0; i < g->n_acts; i++) {
+    for (int i = 0; i < na; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->offset = ic;
@@ -1099,10 +1102,10 @@ st_status st_graph_finalize(st_graph *g) {
         }
     }
     int64_t shared_saved = 0; /* forward_only: one region every node's saved state takes (none reads it) */
-    for (int i = 0; i < g->n_nodes; i++) {
+    for (int i = 0; i < nn; i++) {
         st_node *n = &g->nodes[i];
         if (n->work_count > wc) wc = n->work_count;
-        if (g->forward_only) {
+        if (fwd_only) {
             soff[i] = ac;
             if (st_align_floats(n->saved_count) > shared_saved)
                 shared_saved = st_align_floats(n->saved_count);
@@ -1114,18 +1117,18 @@ st_status st_graph_finalize(st_graph *g) {
     int64_t a_region = 0;
     for (int b = 0; g->checkpointing && b < g->n_blocks; b++) {
         int64_t ca = 0;
-        for (int i = 0; i < g->n_acts; i++) {
+        for (int i = 0; i < na; i++) {
             if (region[i] != b) continue;
             aoff[i] = ac + ca;
             ca += act_floats(g->acts[i]);
         }
-        for (int i = 0; i < g->n_nodes; i++)
+        for (int i = 0; i < nn; i++)
             if (g->nodes[i].block == b) soff[i] = ac + ca, ca += st_align_floats(g->nodes[i].saved_count);
         if (ca > a_region) a_region = ca;
     }
     g->region_act_count = a_region;
     ac += a_region;
-    for (int i = 0; i < g->n_acts; i++)
+    for (int i = 0; i < na; i++)
         if (transient[i]) aoff[i] = ac + toff[i];
     g->transient_act_count = tc;
     ac += tc;
@@ -1154,7 +1157,7 @@ st_status st_graph_finalize(st_graph *g) {
         return st_fail_context(s, "allocating %.1f MiB of activations (lower the micro-batch size): ",
                                (double)(abytes + gbytes + ibytes + wbytes) / (1 << 20));
     }
-    for (int i = 0; i < g->n_acts; i++) {
+    for (int i = 0; i < na; i++) {
         st_tensor *t = g->acts[i];
         if (t->dtype == ST_I32) {
             t->idata = g->int_arena + t->offset;
@@ -1162,16 +1165,16 @@ st_status st_graph_finalize(st_graph *g) {
         }
         t->offset = aoff[i];
         t->data = g->act_arena + aoff[i];
-        if (t->requires_grad && !g->forward_only) t->grad = over[i] ? t->data : g->grad_arena + goff[i];
+        if (t->requires_grad && !fwd_only) t->grad = over[i] ? t->data : g->grad_arena + goff[i];
     }
-    for (int i = 0; i < g->n_nodes; i++)
+    for (int i = 0; i < nn; i++)
         if (g->nodes[i].saved_count) g->nodes[i].saved = g->act_arena + soff[i];
     free(aoff), free(goff), free(soff), free(over);
     /* In backward order, the first consumer of a tensor writes its gradient and
      * later consumers add. Walk nodes last to first; track what was written. */
-    bool *written = calloc((size_t)(g->n_acts ? g->n_acts : 1), 1);
+    bool *written = calloc((size_t)(na ? na : 1), 1);
     if (!written) return plan_nomem(g);
-    for (int i = g->n_nodes - 1; i >= 0; i--) {
+    for (int i = nn - 1; i >= 0; i--) {
         st_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {
             st_tensor *t = n->in[k];

@@ -247,6 +247,7 @@ static void sgd_tensor(const st_optim *o, const st_tensor *t, float *w, const fl
  * v (v NULL for SGD). */
 static void step_slice(const st_optim *o, const st_params *p, int64_t a, int64_t b, float *w, const float *g,
                        float gs, float *m, float *v, double lr) {
+    ST_INVARIANT(o->kind != ST_OPTIM_ADAMW || v, "AdamW without its second moments"); /* st_optim_init */
     for (int i = 0; i < p->n; i++) {
         const st_tensor *t = p->t[i];
         if (t->kind != ST_TENSOR_PARAM) continue;

@@ -549,7 +549,6 @@ st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st
         int e = pthread_create(&j->thread, NULL, writer, j);
         j->started = e == 0;
         if (e != 0) writer(j); /* no thread: written now */
-        s = ST_OK;
     } else { /* the commit reports it on every rank */
         j->status = s;
         snprintf(j->err, sizeof j->err, "%s", st_last_error());

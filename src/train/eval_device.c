@@ -146,6 +146,7 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     const st_dataset *d = &s->val;
     const int64_t B = mg->batch;
     const bool images = d->kind == ST_DATA_IMAGES;
+    ST_INVARIANT(!images || mg->logits, "an image model without logits"); /* (accuracy reads them) */
     const int64_t classes = mg->logits ? mg->logits->shape[mg->logits->ndim - 1] : 0;
     const int64_t per = mg->y->count / B; /* targets per sample */
     const int64_t n = hi;
