@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "scaletrain/status.h"
 
 /* The one global: a signal handler can only reach a flag (a lock-free
  * atomic: taken and cleared in one exchange, so a signal between the two is
@@ -53,8 +54,11 @@ typedef struct linebuf {
 
 typedef struct demux {
     int fd_out; /* where this pipe's untagged text goes (1 or 2) */
-    char *in;   /* bytes read and not yet parsed */
-    size_t n_in, cap_in;
+    /* bytes read and not yet parsed: after each parse at most the start of a
+     * tag that has not all arrived (parse_tag: under 40 bytes), so a fixed
+     * buffer never fills and no allocation can fail while the job runs */
+    char in[1 << 16];
+    size_t n_in;
     int rank; /* the segment being read: rank, or -1 = untagged */
     int err;  /* the segment is the rank's stderr */
     linebuf untagged;
@@ -214,10 +218,8 @@ static void parse(job_io *io, demux *d, bool at_eof) {
         if (end == '\n') d->rank = -1; /* mpirun starts a new tag after a newline if the chunk goes on */
         i = j;
     }
-    if (i > 0) { /* (i > 0: d->in holds bytes, so it is not NULL) */
-        memmove(d->in, d->in + i, d->n_in - i);
-        d->n_in -= i;
-    }
+    memmove(d->in, d->in + i, d->n_in - i);
+    d->n_in -= i;
 }
 
 static double now_s(void) {
@@ -294,8 +296,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     }
     job_io io = {.ranks = ranks, .out = lo, .res = res};
     io.lines = calloc((size_t)ranks * 2, sizeof *io.lines);
-    io.d[0] = (demux){.fd_out = 1, .rank = -1};
-    io.d[1] = (demux){.fd_out = 2, .rank = -1};
+    for (int k = 0; k < 2; k++)
+        io.d[k].fd_out = k + 1, io.d[k].rank = -1;
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1;
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
@@ -319,11 +321,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             demux *d = &io.d[k];
-            if (d->n_in + 65536 > d->cap_in) {
-                char *p = realloc(d->in, d->n_in + 65536);
-                if (p) d->in = p, d->cap_in = d->n_in + 65536;
-            }
-            ssize_t r = d->cap_in > d->n_in ? read(pf[k].fd, d->in + d->n_in, d->cap_in - d->n_in) : 0;
+            ST_INVARIANT(d->n_in < sizeof d->in, "launch: mpirun's output buffer is full after a parse");
+            ssize_t r = read(pf[k].fd, d->in + d->n_in, sizeof d->in - d->n_in);
             if (r < 0 && errno == EINTR) continue;
             if (r > 0) {
                 d->n_in += (size_t)r;
@@ -352,7 +351,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         free(io.lines[r].p);
     free(io.lines);
     for (int k = 0; k < 2; k++)
-        free(io.d[k].in), free(io.d[k].untagged.p);
+        free(io.d[k].untagged.p);
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

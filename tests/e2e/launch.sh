@@ -52,6 +52,22 @@ for r in 0 1; do
 done
 echo "output: rank 0 plain, rank 1 and stderr prefixed, 600 whole lines"
 
+# (a') a burst: 2 ranks each write 20000 numbered lines of 30 bytes as fast
+# as they can (mpirun's chunks and the launcher's reads end mid-line and
+# mid-tag); every line arrives, whole, in order. (Lines of 30 bytes: mpirun
+# 4.1 itself drops part of a burst of lines under about 14 bytes,
+# docs/commands.md.)
+timeout 60 "$bin" launch -n 2 awk -v r=0 'BEGIN { r = ENVIRON["OMPI_COMM_WORLD_RANK"];
+    for (i = 0; i < 20000; i++) printf "burst rank %s line %010d\n", r, i }' >"$tmp/burst.out" 2>&1; rc=$?
+[ $rc -eq 0 ] || fail "burst: exit $rc: $(tail -3 "$tmp/burst.out")"
+for r in 0 1; do
+    pre=$([ "$r" -eq 0 ] || echo "\[rank 1\] ")
+    got=$(grep -E "^${pre}burst rank $r line [0-9]{10}$" "$tmp/burst.out" | sed 's/.* line //' | awk '$1 + 0 == NR - 1' | wc -l)
+    [ "$got" -eq 20000 ] || fail "burst: rank $r has $got of 20000 lines whole and in order"
+done
+[ "$(wc -l <"$tmp/burst.out")" -eq 40000 ] || fail "burst: $(wc -l <"$tmp/burst.out") lines, expected 40000"
+echo "output: a burst of 2 x 20000 lines, every one whole and in order"
+
 # (e)
 out=$(timeout 60 "$bin" launch -n auto sh -c 'echo "size $OMPI_COMM_WORLD_SIZE"' 2>&1); rc=$?
 said=$(sed -nE 's/^scaletrain launch: -n auto: ([0-9]+) ranks?[ ,].*/\1/p' <<<"$out")
