@@ -361,7 +361,8 @@ ANALYZE_FLAGS = --analyze -Xanalyzer -analyzer-output=text -Xanalyzer -analyzer-
 analyze: $(LIB_SRC:%.c=build-analyze/%.ok) $(TOOL_SRC:%.c=build-analyze/%.ok)
 build-analyze/%.ok: %.c
 	@mkdir -p $(dir $@)
-	$(ANALYZE_CC) $(ANALYZE_FLAGS) -std=c11 -D_GNU_SOURCE -O2 -fopenmp -Iinclude -Isrc $(DEPS_CFLAGS) \
+	@echo "analyze $<"
+	@$(ANALYZE_CC) $(ANALYZE_FLAGS) -std=c11 -D_GNU_SOURCE -O2 -fopenmp -Iinclude -Isrc $(DEPS_CFLAGS) \
 	  -I$(OPENBLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -MF $(@:.ok=.d) -MT $@ $< -o /dev/null
 	@touch $@
 
