@@ -34,7 +34,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x "$build/scaletrain" ]; then
     core=$(OPENBLAS_VERBOSE=2 "$build/scaletrain" help 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -1)
     [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
 fi
-res=$(mktemp -d)
+res=$(mktemp -d /tmp/stXXXXXX) # (short: OpenMPI's session folders go under it, below)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$res"' EXIT
 started=0
 # report I: the finished test I's line (and its log's end when it failed)
@@ -52,7 +52,7 @@ report() {
     else
         fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"; sed 's/^/    /' "$res/$i.log" | tail -40
     fi
-    rm -f "$res/$i".*
+    rm -rf "$res/$i".*
 }
 collect() { # report every test that has finished
     local f
@@ -76,10 +76,15 @@ run() { # name command...: in the background, at most $par at once
     echo "$name" >"$res/$i.name"
     (
         t0=$SECONDS
+        # Each test's OpenMPI session folders in a folder of its own: the last
+        # mpirun out of /tmp/ompi.HOST.UID removes it, and another test's
+        # mpirun creating its own folder in it that moment fails with
+        # "orte_session_dir failed" (seen once in CI).
+        mkdir -p "$res/$i.o"
         # at most 15 minutes a test (the slowest takes under two): a test
         # that hangs fails, named, instead of holding the suite to CI's own
         # limit
-        timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
+        OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
         echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
         mv "$res/$i.rc.tmp" "$res/$i.rc"
     ) &
