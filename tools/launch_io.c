@@ -70,6 +70,8 @@ typedef struct job_io {
     demux d[2];     /* mpirun's stdout, stderr */
     st_launch_out *out;
     st_launch_result *res;
+    long job; /* mpirun's job number, J of its tags "[J,K]...": from the first tag (-1: none yet) */
+    bool cut_said;
 } job_io;
 
 static int grow(linebuf *b, size_t more) {
@@ -191,6 +193,43 @@ static long parse_tag(const char *p, size_t n, int *rank, int *err) {
     return 0;
 }
 
+/* A tag mpirun cut short at p (n bytes available): "[J,K" of this job and
+ * rank K, then nothing or "]" and a proper prefix of "<stdout>:" (or
+ * <stderr>:, <stddiag>:), then the next tag's '['; its length (*rank: K),
+ * or 0. (A tag cut before its K is left as text: "[1,[" may be a rank's.) OpenMPI 4.1 tags a
+ * chunk of up to 4096 bytes into a buffer of 8192 and drops what does not
+ * fit (a burst of lines under about 14 bytes): a tag cut short is the trace
+ * that it did. */
+static size_t cut_tag(const job_io *io, const char *p, size_t n, int *rank) {
+    if (io->job < 0 || n < 2 || p[0] != '[') return 0;
+    size_t i = 1;
+    long v[2] = {0, 0};
+    for (int f = 0; f < 2; f++) {
+        const size_t start = i;
+        while (i < n && isdigit((unsigned char)p[i]) && i - start < 10)
+            v[f] = v[f] * 10 + (p[i++] - '0');
+        if (i == start || i >= n) return 0;
+        if (f == 1 && p[i] == '[' && v[0] == io->job && v[1] < io->ranks) { /* cut inside the brackets */
+            *rank = (int)v[1];
+            return i;
+        }
+        if (p[i] != (f == 0 ? ',' : ']')) return 0;
+        i++;
+    }
+    if (v[0] != io->job || v[1] >= io->ranks) return 0;
+    static const char *const kinds[] = {"<stdout>:", "<stderr>:", "<stddiag>:"};
+    for (int k = 0; k < 3; k++) {
+        size_t l = 0;
+        while (kinds[k][l] && i + l < n && p[i + l] == kinds[k][l])
+            l++;
+        if (kinds[k][l] && i + l < n && p[i + l] == '[') {
+            *rank = (int)v[1];
+            return i + l;
+        }
+    }
+    return 0;
+}
+
 /* Parse what d->in holds; at_eof: nothing more will come. */
 static void parse(job_io *io, demux *d, bool at_eof) {
     size_t i = 0;
@@ -199,8 +238,22 @@ static void parse(job_io *io, demux *d, bool at_eof) {
         long t = parse_tag(d->in + i, d->n_in - i, &rank, &err);
         if (t < 0 && !at_eof) break; /* wait for the rest of the tag */
         if (t > 0) {
+            if (io->job < 0) io->job = strtol(d->in + i + 1, NULL, 10);
             d->rank = rank, d->err = err;
             i += (size_t)t;
+            continue;
+        }
+        const size_t cut = cut_tag(io, d->in + i, d->n_in - i, &rank);
+        if (cut) { /* not the rank's text: dropped, and said once */
+            if (!io->cut_said)
+                st_launch_sayf(
+                    io->out,
+                    "scaletrain launch: warning: mpirun dropped part of rank %d's output (OpenMPI's "
+                    "--tag-output overflows its buffer on a burst of lines under about 14 bytes): "
+                    "lines near here are missing or joined\n",
+                    rank);
+            io->cut_said = true;
+            i += cut;
             continue;
         }
         /* Text up to the next line end or possible tag. */
@@ -294,7 +347,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         close(out[0]), close(err[0]);
         return -1;
     }
-    job_io io = {.ranks = ranks, .out = lo, .res = res};
+    job_io io = {.ranks = ranks, .out = lo, .res = res, .job = -1};
     io.lines = calloc((size_t)ranks * 2, sizeof *io.lines);
     for (int k = 0; k < 2; k++)
         io.d[k].fd_out = k + 1, io.d[k].rank = -1;
