@@ -193,39 +193,41 @@ static long parse_tag(const char *p, size_t n, int *rank, int *err) {
     return 0;
 }
 
-/* A tag mpirun cut short at p (n bytes available): "[J,K" of this job and
- * rank K, then nothing or "]" and a proper prefix of "<stdout>:" (or
- * <stderr>:, <stddiag>:), then the next tag's '['; its length (*rank: K),
- * or 0. (A tag cut before its K is left as text: "[1,[" may be a rank's.) OpenMPI 4.1 tags a
- * chunk of up to 4096 bytes into a buffer of 8192 and drops what does not
- * fit (a burst of lines under about 14 bytes): a tag cut short is the trace
- * that it did. */
-static size_t cut_tag(const job_io *io, const char *p, size_t n, int *rank) {
-    if (io->job < 0 || n < 2 || p[0] != '[') return 0;
+/* A tag mpirun cut short at p (n bytes available), which starts a line of
+ * mpirun's stream: a proper prefix of "[J,K]<stdout>:" (or <stderr>:,
+ * <stddiag>:) of this job, K a rank, then the next tag's '[' or the
+ * stream's end (at_eof); its length
+ * (*rank: K, or -1 when the cut came before K's end), or 0. OpenMPI 4.1
+ * tags a chunk of up to 4096 bytes into a buffer of 8192 and drops what
+ * does not fit (a burst of lines under about 14 bytes); it writes a tag at
+ * a chunk's start and after each newline, so a tag it cut short always
+ * follows a newline, where a rank's text never starts (its text follows
+ * its tag): "[1,[2]]" in a rank's line is left alone. */
+static size_t cut_tag(const job_io *io, const char *p, size_t n, bool at_eof, int *rank) {
+    if (io->job < 0 || n == 0 || p[0] != '[') return 0;
+    char job[24];
+    const int jl = snprintf(job, sizeof job, "%ld", io->job);
     size_t i = 1;
-    long v[2] = {0, 0};
-    for (int f = 0; f < 2; f++) {
-        const size_t start = i;
-        while (i < n && isdigit((unsigned char)p[i]) && i - start < 10)
-            v[f] = v[f] * 10 + (p[i++] - '0');
-        if (i == start || i >= n) return 0;
-        if (f == 1 && p[i] == '[' && v[0] == io->job && v[1] < io->ranks) { /* cut inside the brackets */
-            *rank = (int)v[1];
-            return i;
-        }
-        if (p[i] != (f == 0 ? ',' : ']')) return 0;
+    while (i < n && (int)(i - 1) < jl && p[i] == job[i - 1]) /* J, or the start of it */
         i++;
-    }
-    if (v[0] != io->job || v[1] >= io->ranks) return 0;
+    *rank = -1;
+    if (i < n ? p[i] == '[' : at_eof) return i;
+    if ((int)(i - 1) != jl || i >= n || p[i] != ',') return 0;
+    const size_t k0 = ++i;
+    long k = 0;
+    while (i < n && isdigit((unsigned char)p[i]) && i - k0 < 10)
+        k = k * 10 + (p[i++] - '0');
+    if (k >= io->ranks) return 0;
+    if (i < n ? p[i] == '[' : at_eof) return i; /* K may be the start of a larger rank's */
+    if (i == k0 || i >= n || p[i] != ']') return 0;
+    i++;
+    *rank = (int)k;
     static const char *const kinds[] = {"<stdout>:", "<stderr>:", "<stddiag>:"};
-    for (int k = 0; k < 3; k++) {
+    for (int t = 0; t < 3; t++) {
         size_t l = 0;
-        while (kinds[k][l] && i + l < n && p[i + l] == kinds[k][l])
+        while (kinds[t][l] && i + l < n && p[i + l] == kinds[t][l])
             l++;
-        if (kinds[k][l] && i + l < n && p[i + l] == '[') {
-            *rank = (int)v[1];
-            return i + l;
-        }
+        if (kinds[t][l] && (i + l < n ? p[i + l] == '[' : at_eof)) return i + l;
     }
     return 0;
 }
@@ -243,15 +245,17 @@ static void parse(job_io *io, demux *d, bool at_eof) {
             i += (size_t)t;
             continue;
         }
-        const size_t cut = cut_tag(io, d->in + i, d->n_in - i, &rank);
+        const size_t cut =
+            d->rank < 0 && d->untagged.n == 0 ? cut_tag(io, d->in + i, d->n_in - i, at_eof, &rank) : 0;
         if (cut) { /* not the rank's text: dropped, and said once */
+            char whose[48] = "the ranks'";
+            if (rank >= 0) snprintf(whose, sizeof whose, "rank %d's", rank);
             if (!io->cut_said)
-                st_launch_sayf(
-                    io->out,
-                    "scaletrain launch: warning: mpirun dropped part of rank %d's output (OpenMPI's "
-                    "--tag-output overflows its buffer on a burst of lines under about 14 bytes): "
-                    "lines near here are missing or joined\n",
-                    rank);
+                st_launch_sayf(io->out,
+                               "scaletrain launch: warning: mpirun dropped part of %s output (OpenMPI's "
+                               "--tag-output overflows its buffer on a burst of lines under about 14 bytes): "
+                               "lines near here are missing or joined\n",
+                               whose);
             io->cut_said = true;
             i += cut;
             continue;
