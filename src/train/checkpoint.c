@@ -682,6 +682,12 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         goto done;
     }
     if (!get_int(tr, "steps", &state->run_steps)) state->run_steps = -1;
+    const cJSON *dc =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "data");
+    const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(dc, "shuffle");
+    const cJSON *drop_last = cJSON_GetObjectItemCaseSensitive(dc, "drop_last");
+    state->shuffle = cJSON_IsBool(shuffle) ? cJSON_IsTrue(shuffle) : -1;
+    state->drop_last = cJSON_IsBool(drop_last) ? cJSON_IsTrue(drop_last) : -1;
     /* The optimizer layout; a checkpoint without one (written before ZeRO) has one file by tensor name. */
     state->optim_sharded = false;
     state->optim_world = 1;

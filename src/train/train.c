@@ -134,6 +134,9 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
     cJSON_Delete(o);
 }
 
+/* A boolean as the configuration writes it. */
+static const char *tf(bool b) { return b ? "true" : "false"; }
+
 /* What this rank prints, flushed: into standard output's queue (session.c;
  * its writer thread waits on the write, never the run). */
 static void out_flush(st_session *ses) { fflush(ses->out); }
@@ -781,6 +784,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                         "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            /* (a checkpoint that did not record them: taken as this run's) */
+            const bool was_shuffle = ck.shuffle < 0 ? c->data.shuffle : ck.shuffle;
+            const bool was_drop = ck.drop_last < 0 ? c->data.drop_last : ck.drop_last;
+            if ((was_shuffle != c->data.shuffle || was_drop != c->data.drop_last) && log)
+                fprintf(log,
+                        "resume: warning: the checkpoint was written with data.shuffle %s and data.drop_last "
+                        "%s; this run has %s and %s: its position counts batches of the other order, so from "
+                        "here on the data order differs from the interrupted run's (resume with the same "
+                        "values to continue it)\n",
+                        tf(was_shuffle), tf(was_drop), tf(c->data.shuffle), tf(c->data.drop_last));
             if (ck.samples >= 0 && ck.samples != ses->train.n && log)
                 fprintf(
                     log,

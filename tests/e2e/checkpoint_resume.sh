@@ -54,10 +54,18 @@ for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
     out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/into" \
         --resume "$from" 2>&1) || fail "--resume $from: $out"
     grep -q "resumed from $tmp/from/ckpt/step-6 at step 6" <<<"$out" || fail "--resume $from: not from step-6"
+    ! grep -q "resume: warning" <<<"$out" || fail "--resume $from: a warning with nothing changed: $out"
     cmp -s "$tmp/mlp/full/model.safetensors" "$tmp/into/model.safetensors" &&
         echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
         fail "--resume $from: the weights differ from 12 steps in one go"
 done
+# The data order changed on resume (data.shuffle, data.drop_last): the
+# position counts batches of the old order, so the run says so.
+rm -rf "$tmp/into"
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$tmp/into" \
+    --resume "$tmp/from" --set data.shuffle=false 2>&1) || fail "--resume with data.shuffle changed: $out"
+grep -q "resume: warning: the checkpoint was written with data.shuffle true and data.drop_last true; this run has false and true: .*resume with the same values to continue it" <<<"$out" &&
+    echo "--resume with data.shuffle changed: said" || fail "--resume with data.shuffle changed: no warning: $out"
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
