@@ -192,8 +192,14 @@ int main(void) {
         snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
         CHECK_FAILS(st_ckpt_verify(path, &got), ST_ERR_FORMAT, layouts[i][1]);
     }
-    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
+    /* Every checkpoint damaged: auto is an error naming the folder and the
+     * first damage, never "none there" (a resume from step 0 would replace
+     * checkpoints that may yet be repaired or read). */
+    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL), ST_ERR_IO,
+                "no good checkpoint among the 2 in");
     CHECK(!found, "no good checkpoint is left, found %s", dir);
+    CHECK(strstr(st_last_error(), "step-3/optim-rank0.safetensors: CRC32") != NULL,
+          "the error names the first damage: %s", st_last_error());
     CHECK_OK(st_ckpt_find("/nonexistent/run", "auto", NULL, dir, sizeof dir, &found, NULL));
     CHECK(!found, "no checkpoint directory at all");
 

@@ -177,8 +177,11 @@ static void *lookup_run(void *arg) {
     lookup *l = arg;
     char dir[4096];
     bool found = false;
-    if (st_train_latest_checkpoint(&l->cfg, dir, sizeof dir, &found) == ST_OK && found)
+    const st_status s = st_train_latest_checkpoint(&l->cfg, dir, sizeof dir, &found);
+    if (s == ST_OK && found)
         snprintf(l->what, sizeof l->what, "from checkpoint %s", dir);
+    else if (s != ST_OK)
+        snprintf(l->what, sizeof l->what, "(its checkpoints: %s)", st_last_error());
     else
         snprintf(l->what, sizeof l->what, "from step 0: no checkpoint in %s/ckpt yet", l->cfg.train.out_dir);
     return NULL;

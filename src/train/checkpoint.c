@@ -762,11 +762,14 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
 }
 
 /* The latest good checkpoint of the checkpoint folder ckdir (see
- * st_ckpt_find's "auto"), and the state its verification read. */
+ * st_ckpt_find's "auto"), and the state its verification read. None there:
+ * not found; checkpoints there and none good (damaged, or storage failing
+ * to read them): an error, so that a resume never starts over from step 0
+ * and replaces checkpoints that may yet be read or repaired. */
 static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
                              bool *found, st_ckpt_state *st) {
     *found = false;
-    char name[256], cand[PATH_CAP];
+    char name[256], cand[PATH_CAP], first[512] = "";
     int64_t latest = -1;
     if (read_latest(ckdir, name, sizeof name)) {
         latest = step_of(name);
@@ -776,7 +779,8 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
             *found = true;
             return ST_OK;
         }
-        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, st_last_error());
+        snprintf(first, sizeof first, "%s", st_last_error());
+        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, first);
     } else if (log) {
         DIR *d = opendir(ckdir);
         if (d) {
@@ -795,12 +799,18 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
             snprintf(dir, size, "%s", cand);
             *found = true;
             if (log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
-        } else if (log) {
-            fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
+        } else {
+            if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
+            if (log) fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
         }
     }
     free(steps);
     st_clear_error();
+    if (!*found && n > 0)
+        return st_fail(ST_ERR_IO,
+                       "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "
+                       "Repair the storage or the files and resume again, or move %s aside to start over",
+                       who, n, ckdir, first, ckdir);
     return ST_OK;
 }
 
@@ -836,9 +846,7 @@ static st_status latest_good(const char *ckdir, const char *who, const char *spe
                              size_t size, st_ckpt_state *st) {
     bool found;
     ST_TRY(find_latest(ckdir, who, log, dir, size, &found, st));
-    if (!found)
-        return st_fail(ST_ERR_IO, "%s: no good checkpoint in %s (none there, or each one damaged)", spec,
-                       ckdir);
+    if (!found) return st_fail(ST_ERR_IO, "%s: no checkpoint in %s", spec, ckdir);
     return ST_OK;
 }
 
