@@ -784,6 +784,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                         "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
+            ck.seed = seed; /* this run's, which its sampler and dropout use: its checkpoints record it */
             /* (a checkpoint that did not record them: taken as this run's) */
             const bool was_shuffle = ck.shuffle < 0 ? c->data.shuffle : ck.shuffle;
             const bool was_drop = ck.drop_last < 0 ? c->data.drop_last : ck.drop_last;

@@ -8,7 +8,8 @@
 # - train.keep_checkpoints deletes the older checkpoints; a leftover
 #   temporary directory (a crash while saving) is ignored.
 # - A damaged latest checkpoint (a truncated model.safetensors): --resume auto
-#   falls back to the one before and says so; --resume DIR fails naming the file.
+#   falls back to the one before and says so; --resume DIR fails naming the file;
+#   every checkpoint damaged, --resume auto fails and writes nothing.
 # - Resumed at its last step: "done: nothing to train", exit 0, and --json
 #   says "steps_run": 0 with null losses, rates and times (a resumed run that
 #   trained says how many steps it ran).
@@ -59,13 +60,21 @@ for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
         echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
         fail "--resume $from: the weights differ from 12 steps in one go"
 done
-# The data order changed on resume (data.shuffle, data.drop_last): the
-# position counts batches of the old order, so the run says so.
+# The data order changed on resume (train.seed, data.shuffle,
+# data.drop_last): the position counts batches of the old order, so the run
+# says so; its own checkpoints record its values, and resuming from them
+# with the same values says nothing.
 rm -rf "$tmp/into"
+changed=(--set data.shuffle=false --set train.seed=5)
 out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$tmp/into" \
-    --resume "$tmp/from" --set data.shuffle=false 2>&1) || fail "--resume with data.shuffle changed: $out"
+    --resume "$tmp/from" "${changed[@]}" 2>&1) || fail "--resume with data.shuffle changed: $out"
 grep -q "resume: warning: the checkpoint was written with data.shuffle true and data.drop_last true; this run has false and true: .*resume with the same values to continue it" <<<"$out" &&
-    echo "--resume with data.shuffle changed: said" || fail "--resume with data.shuffle changed: no warning: $out"
+    grep -q "resume: warning: the checkpoint was written with train.seed 1; this run has 5" <<<"$out" ||
+    fail "--resume with data.shuffle and train.seed changed: no warnings: $out"
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=10 --set train.out_dir="$tmp/into" \
+    --resume auto "${changed[@]}" 2>&1) || fail "--resume of the changed run: $out"
+! grep -q "resume: warning" <<<"$out" || fail "--resume of the changed run with its own values warned: $out"
+echo "--resume with data.shuffle and train.seed changed: said; the run's checkpoints record its values"
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
@@ -154,6 +163,17 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --
 echo "$out" | tail -n 1
 [ $rc -eq 1 ] || fail "--resume of a damaged checkpoint: exit $rc, expected 1"
 grep -q "error: .*step-8/model.safetensors" <<<"$out" || fail "the error does not name the damaged file"
+# Every checkpoint damaged: --resume auto is an error and writes nothing
+# (before, it started over from step 0 and replaced them).
+truncate -s 1000 "$d/ckpt/step-12/model.safetensors"
+before=$(cd "$d" && find . -type f -exec cksum {} + | sort)
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=14 --set train.out_dir="$d" \
+    --resume auto --quiet 2>&1); rc=$?
+echo "$out" | tail -n 1
+[ $rc -eq 1 ] && grep -q "error: resume: no good checkpoint among the 3 in $d/ckpt (the first: .*step-12/model.safetensors.*); nothing was written" <<<"$out" ||
+    fail "--resume auto with every checkpoint damaged: exit $rc: $out"
+[ "$(cd "$d" && find . -type f -exec cksum {} + | sort)" = "$before" ] ||
+    fail "--resume auto with every checkpoint damaged changed $d"
 
 # SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
 d=$tmp/term
