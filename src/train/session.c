@@ -222,6 +222,15 @@ static st_status open_data(st_session *s, bool eval_only) {
                            c->data.val, (long long)s->val.h, (long long)s->val.w, (long long)s->val.c,
                            c->data.train, (long long)s->train.h, (long long)s->train.w,
                            (long long)s->train.c);
+        /* Bytes are read as value/255 and floats as they are, then both
+         * normalised with the training set's statistics: mixed, one of the
+         * two would be scaled wrong by 255 and evaluate to nonsense. */
+        if (!s->val.pixels != !s->train.pixels)
+            return st_fail(ST_ERR_FORMAT,
+                           "%s holds %s but %s holds %s: bytes are read as value/255 and floats as they "
+                           "are, so the two would be scaled differently; save both with the same dtype",
+                           c->data.val, s->val.pixels ? "bytes (uint8)" : "floats", c->data.train,
+                           s->train.pixels ? "bytes (uint8)" : "floats");
     }
     return ST_OK;
 }
@@ -322,6 +331,15 @@ static st_status plan(st_session *s, st_model_input *in) {
             return st_fail(ST_ERR_CONFIG, "model.vocab_size %lld is smaller than the data's vocabulary %lld",
                            (long long)c->model.vocab_size, (long long)d->vocab_size);
         }
+        /* The validation tokens index the same embedding: another vocabulary
+         * is another tokenizer's (its loss would mean nothing, or its first
+         * evaluation would fail after the whole run). */
+        if (s->has_train && s->has_val && s->val.vocab_size != s->train.vocab_size)
+            return st_fail(ST_ERR_CONFIG,
+                           "data.val %s has vocab_size %lld but data.train %s has %lld: they were made by "
+                           "different tokenizers; tokenize both the same way",
+                           c->data.val, (long long)s->val.vocab_size, c->data.train,
+                           (long long)s->train.vocab_size);
         /* The attention's T x T scores are one product of 32-bit dimensions
          * (attention.c): said here in the key's words, not the layer's. */
         if (c->model.block_size * c->model.block_size > INT32_MAX)

@@ -7,7 +7,7 @@
 # the data, and a training run on the llm.c shards by pattern, with
 # validation, ends with the same weights, bit for bit, as the run on the
 # scaletrain files; the folder itself as data.train is refused with the
-# patterns that split it.
+# patterns that split it, and so is validation data of another vocabulary.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
@@ -73,4 +73,12 @@ out=$("$bin" "${tr[@]}" --set data.train="$tmp/fineweb10B/" --set data.val="$tmp
 out=$("$bin" data inspect "$tmp/fineweb10B/" 2>&1)
 [ $? -eq 1 ] && [[ "$out" == *"it holds .bin files (llm.c's token files?): name them by a pattern, e.g. '$tmp/fineweb10B/*.bin'"* ]] ||
     fail "inspecting llm.c's folder: $out"
+# Validation tokens of another vocabulary (byte-level training text, GPT-2
+# validation tokens) are refused at the start, nothing written, where the
+# run trained to its end and failed at its first evaluation
+printf 'some text to train on\n%.0s' $(seq 1 200) >"$tmp/bytes.txt"
+"$bin" data tokenize "$tmp/bytes.tokens" "$tmp/bytes.txt" >/dev/null || fail "tokenize bytes.txt"
+out=$("$bin" "${tr[@]}" --set data.train="$tmp/bytes.tokens" --set data.val="$tmp/val.tokens" --set train.out_dir="$tmp/mixed" 2>&1)
+[ $? -eq 1 ] && [[ "$out" == *"error: data.val $tmp/val.tokens has vocab_size 50257 but data.train $tmp/bytes.tokens has 256: they were made by different tokenizers"* ]] &&
+    [ ! -e "$tmp/mixed" ] || fail "validation tokens of another vocabulary: $out"
 e2e_finish "llm.c's GPT-2 token files train as scaletrain's own do, to the same bits"
