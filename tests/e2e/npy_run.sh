@@ -11,7 +11,8 @@
 #  3. A cnn on (n, h, w, 3) float32 images runs.
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
-#     (n, d) features, augmentation of tokens.
+#     (n, d) features, augmentation of tokens, float validation images
+#     against uint8 training images.
 #  5. scaletrain data inspect describes .npy files and names a truncated one.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
@@ -41,6 +42,7 @@ np.save(f"{d}/short_y.npy", np.zeros(255, dtype=np.int64))
 bad = np.zeros(256, dtype=np.int64); bad[17] = 5
 np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
+np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
 PY
 
 # data inspect reads NPY (it once took every file without another magic for safetensors).
@@ -118,5 +120,13 @@ err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.tra
     --set data.augment_flip=true
 err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
     --set data.augment_crop_pad=2
+# Validation images as floats where the training images are bytes (read
+# as value/255): refused before anything is written, where they were
+# evaluated 255 times too bright
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/valf_x.npy" --set train.threads=1 \
+    --set train.steps=1 --set train.out_dir="$tmp/mixed" 2>&1); rc=$?
+echo "validation floats, training bytes: exit $rc: $(tail -n 1 <<<"$o")"
+[ $rc -eq 1 ] && grep -qF "$tmp/valf_x.npy holds floats but $tmp/train_x.npy holds bytes (uint8)" <<<"$o" &&
+    [ ! -e "$tmp/mixed" ] || fail "validation floats, training bytes: $o"
 
 e2e_finish ok
