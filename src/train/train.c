@@ -565,6 +565,13 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     snprintf(why, sizeof why, "%s", st_last_error());
     size_t at = 0; /* note: what was done, "; "-separated */
 #define NOTE(...) st_appendf(note, sizeof note, &at, __VA_ARGS__)
+    if (*pending && alone) { /* its commit needs every rank: dropped, and its step saved below */
+        const int64_t step = st_ckpt_async_step(*pending);
+        st_ckpt_async_abandon(pending);
+        if (saved >= step) saved = step - 1; /* (saved: the step loop's mark for it, never committed) */
+        NOTE("the checkpoint of step %lld being written needs every rank to commit: dropped",
+             (long long)step);
+    }
     if (*pending && !alone) {
         const int64_t step = st_ckpt_async_step(*pending);
         if (st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL) == ST_OK) {

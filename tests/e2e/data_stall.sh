@@ -20,6 +20,9 @@
 #     41, rank 1 naming its batch and rank 0 naming rank 1, and save their
 #     shards of step 40 together; resumed, an uninterrupted 2-rank run's
 #     weights bit for bit.
+#  5. 2 ranks under DDP with asynchronous checkpoints, rank 1 stuck the
+#     same way while step 40's checkpoint is being written: rank 1 drops it
+#     (its commit needs both ranks) and saves step 40 itself.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -100,6 +103,17 @@ if command -v mpirun >/dev/null; then
             echo "ZeRO-2: resumed from step 40 to 60: the uninterrupted run's weights bit for bit" ||
             fail "ZeRO-2: resumed from step 40: other weights than the uninterrupted run's"
     fi
+    # DDP with asynchronous checkpoints (step 20's committed, step 40's being
+    # written when rank 1 fails alone): that commit needs both ranks, so rank
+    # 1 drops it and saves step 40 itself (before, the mark of the dropped
+    # one kept it from saving: latest stayed at step 20, 20 steps lost)
+    out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:162 "${mpi[@]}" -np 2 "$bin" "${run[@]}" --set dist.strategy=ddp \
+        --set data.num_workers=1 --set train.checkpoint_every=20 --set train.checkpoint_async=true \
+        --set train.out_dir="$tmp/da" 2>&1); rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(cat "$tmp/da/ckpt/latest" 2>/dev/null)" = step-40 ] &&
+        grep -q "rank 1 of 2 (host [^)]*): aborting every rank: data loader: batch 40 .*the checkpoint of step 40 being written needs every rank to commit: dropped; rank 1 saved the weights and optimizer state after step 40 first, to $tmp/da/ckpt/step-40" <<<"$out" ||
+        fail "DDP, asynchronous checkpoints: exit $rc, latest $(cat "$tmp/da/ckpt/latest" 2>/dev/null): $(grep "aborting" <<<"$out")"
+    [ "$fails" -ne 0 ] || echo "DDP, asynchronous checkpoints, rank 1 stuck in batch 40: the uncommitted step 40 saved by rank 1"
 else
     echo "ZeRO-2 on 2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi
