@@ -174,7 +174,16 @@ static st_status take_ahead(st_feed *f, bool blocking, double *host_wait) {
     const int i = (int)(f->k % NBUF);
     ST_TRY(give_back(f, i, true)); /* batch k - 2: its copy was waited for by compute long ago */
     st_batch *b = NULL;
-    ST_TRY(blocking ? st_loader_next(f->ld, &b) : st_loader_try_next(f->ld, &b));
+    const st_status ls = blocking ? st_loader_next(f->ld, &b) : st_loader_try_next(f->ld, &b);
+    if (ls != ST_OK && !blocking) {
+        /* A batch that failed, taken ahead (inside a step, or after its
+         * backward): the loader keeps its failure, so the blocking take of
+         * st_feed_next reports it, where the ranks agree on each read
+         * (train.c's agree_read) and a rescue can save the step before */
+        st_clear_error();
+        return ST_OK;
+    }
+    ST_TRY(ls);
     if (!b) return ST_OK;
     f->slot[i] = b;
     if (host_wait) *host_wait += b->wait_s;

@@ -16,8 +16,9 @@
  * backward is what the next copy into the same buffer waits for. The next
  * batch is taken from the loader as soon as it is ready (st_loader_try_next
  * in st_feed_next and st_feed_done), never by making the step wait for it;
- * its ring slot goes back once its copy has completed. Nothing here waits
- * for the whole device.
+ * its ring slot goes back once its copy has completed; a batch that failed
+ * is reported by the st_feed_next that would have used it (st_feed_done
+ * never fails on it). Nothing here waits for the whole device.
  *
  * Data wait: what st_feed_next reports is the time the step waited for its
  * batch: the host's wait in st_loader_next (when the batch was not taken

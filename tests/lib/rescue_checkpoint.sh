@@ -5,7 +5,8 @@
 # $victim: train (the training file is shortened) or val (the validation
 # file, read whole by an evaluation every 10 steps: the error comes in the
 # evaluation after the update, so step N is a multiple of 10); what it
-# checks is written there. It leaves run=(...) set: its runs' settings.
+# checks is written there; $workers (default 0) is data.num_workers. It
+# leaves run=(...) set: its runs' settings.
 export OMP_WAIT_POLICY=PASSIVE
 d=$tmp/$label
 mkdir -p "$d"
@@ -22,7 +23,7 @@ fi
 file=$([ "$victim" = val ] && echo v.tokens || echo u.tokens) orig=$([ "$victim" = val ] && echo v0.tokens || echo a.tokens)
 run=(train --set model.type=gpt --set data.type=tokens --set data.train="$d/u.tokens" "${val[@]}"
      --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set train.batch_size=4 "${dev[@]}" --set train.threads=1 --set data.num_workers=0
+     --set train.batch_size=4 "${dev[@]}" --set train.threads=1 --set data.num_workers=${workers:-0}
      --set data.shuffle=false --set optim.schedule=constant --set optim.warmup_steps=0
      --set train.checkpoint_every=0 --set train.checkpoint_every_s=0
      --set log.progress=off --set log.every=10)
