@@ -23,6 +23,7 @@
 #include "core/atomic_file.h"
 #include "core/mem.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "dist/agree.h"
@@ -930,6 +931,47 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     if (rename(ckdir, moved) != 0)
         return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", ckdir, moved, strerror(errno));
     return st_fsync_dir(out_dir);
+}
+
+st_status st_ckpt_set_aside_after(const char *out_dir, int64_t step, int *moved, char *names, size_t cap) {
+    char ckdir[PATH_CAP], dest[PATH_CAP], from[PATH_CAP], to[PATH_CAP + 32];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    snprintf(dest, sizeof dest, "%s/ckpt.abandoned", out_dir);
+    *moved = 0;
+    if (cap) names[0] = '\0';
+    size_t at = 0;
+    int64_t *steps;
+    int n;
+    ST_TRY(st_ckpt_list(ckdir, &steps, &n));
+    st_status s = ST_OK;
+    for (int i = 0; i < n && steps[i] > step && s == ST_OK; i++) { /* (newest first) */
+        if (*moved == 0) s = st_mkdirs(dest);
+        snprintf(from, sizeof from, "%s/step-%lld", ckdir, (long long)steps[i]);
+        snprintf(to, sizeof to, "%s/step-%lld", dest, (long long)steps[i]);
+        for (int k = 1; s == ST_OK && access(to, F_OK) == 0; k++) /* (an earlier rewind's: kept too) */
+            snprintf(to, sizeof to, "%s/step-%lld.%d", dest, (long long)steps[i], k);
+        if (s == ST_OK && rename(from, to) != 0)
+            s = st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", from, to, strerror(errno));
+        if (s == ST_OK) {
+            st_appendf(names, cap, &at, "%sstep-%lld", *moved ? ", " : "", (long long)steps[i]);
+            ++*moved;
+        }
+    }
+    free(steps);
+    if (s != ST_OK || *moved == 0) return s;
+    ST_TRY(st_fsync_dir(dest));
+    char path[PATH_CAP];
+    snprintf(from, sizeof from, "%s/step-%lld", ckdir, (long long)step);
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    if (st_path_is_dir(from)) {
+        st_atomic_file af;
+        ST_TRY(st_atomic_open(&af, path));
+        fprintf(af.fp, "step-%lld\n", (long long)step);
+        ST_TRY(st_atomic_commit(&af));
+    } else if (unlink(path) != 0 && errno != ENOENT) {
+        return st_fail(ST_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    }
+    return st_fsync_dir(ckdir);
 }
 
 static double mib(int64_t bytes) { return (double)bytes / (1 << 20); }

@@ -141,6 +141,16 @@ void st_ckpt_remove_all(const char *out_dir);
  * number). Its path goes to moved. */
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
 
+/* A run resumed at step `step` with checkpoints of later steps in its own
+ * out_dir/ckpt (a rewind to an older checkpoint, or a fallback past damaged
+ * ones): those are another trajectory's, so each moves to
+ * out_dir/ckpt.abandoned/step-N (step-N.1, ... when that is taken), where
+ * pruning and --resume's fallback, which go by step number, cannot mix
+ * them with this run's; `latest` names step-`step` when that is in
+ * out_dir/ckpt, else it is removed. *moved: how many; names (cap bytes):
+ * their names, ", "-separated. Nothing moves when none is later. */
+st_status st_ckpt_set_aside_after(const char *out_dir, int64_t step, int *moved, char *names, size_t cap);
+
 /* The bytes of one checkpoint (weights and optimizer state, every shard
  * together) and of a weights file, for a model of `params` floats (its
  * parameters and buffers) and optim.type optim_type; headers rounded up. */

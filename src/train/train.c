@@ -838,6 +838,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
         ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
+        if (opts->resume) { /* its own later checkpoints are the trajectory it leaves */
+            int moved;
+            char names[1024];
+            ST_GOTO(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
+            if (moved && !opts->quiet)
+                fprintf(ses->out,
+                        "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
+                        "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
+                        "--resume's fallback see only this run's\n",
+                        c->train.out_dir, moved, moved == 1 ? "" : "s", (long long)start, names,
+                        c->train.out_dir);
+        }
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }
     if (dist) {

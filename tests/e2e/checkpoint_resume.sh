@@ -164,16 +164,40 @@ echo "$out" | tail -n 1
 [ $rc -eq 1 ] || fail "--resume of a damaged checkpoint: exit $rc, expected 1"
 grep -q "error: .*step-8/model.safetensors" <<<"$out" || fail "the error does not name the damaged file"
 # Every checkpoint damaged: --resume auto is an error and writes nothing
-# (before, it started over from step 0 and replaced them).
+# (before, it started over from step 0 and replaced them). (2: the
+# damaged step-10, after the step-8 the resume fell back to, was moved to
+# ckpt.abandoned by that resume.)
 truncate -s 1000 "$d/ckpt/step-12/model.safetensors"
 before=$(cd "$d" && find . -type f -exec cksum {} + | sort)
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=14 --set train.out_dir="$d" \
     --resume auto --quiet 2>&1); rc=$?
 echo "$out" | tail -n 1
-[ $rc -eq 1 ] && grep -q "error: resume: no good checkpoint among the 3 in $d/ckpt (the first: .*step-12/model.safetensors.*); nothing was written" <<<"$out" ||
+[ $rc -eq 1 ] && grep -q "error: resume: no good checkpoint among the 2 in $d/ckpt (the first: .*step-12/model.safetensors.*); nothing was written" <<<"$out" ||
     fail "--resume auto with every checkpoint damaged: exit $rc: $out"
 [ "$(cd "$d" && find . -type f -exec cksum {} + | sort)" = "$before" ] ||
     fail "--resume auto with every checkpoint damaged changed $d"
+
+# A rewind: resumed from an older checkpoint of its own out_dir, the later
+# ones (the trajectory it leaves) move to ckpt.abandoned, said, where
+# keep_checkpoints (which goes by step number) had kept them and deleted the
+# new run's own; `latest` names the step resumed from until the first save.
+d=$tmp/rewind
+timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --quiet --set train.steps=10 --set train.checkpoint_every=2 \
+    --set train.keep_checkpoints=0 --set train.out_dir="$d" || fail "rewind: the 10-step run"
+out=$(timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --set train.steps=8 --set train.checkpoint_every=2 \
+    --set train.keep_checkpoints=2 --set train.out_dir="$d" --resume "$d/ckpt/step-4" 2>&1) || fail "rewind: $out"
+grep -q "resume: warning: $d/ckpt held 3 checkpoints after step 4 (step-10, step-8, step-6), of the run this one leaves at that step: moved to $d/ckpt.abandoned" <<<"$out" ||
+    fail "rewind: no warning: $out"
+[ "$(cd "$d/ckpt" && ls | tr '\n' ' ')" = "latest step-6 step-8 " ] && [ "$(cat "$d/ckpt/latest")" = step-8 ] &&
+    [ "$(cd "$d/ckpt.abandoned" && ls | tr '\n' ' ')" = "step-10 step-6 step-8 " ] ||
+    fail "rewind: ckpt holds $(ls "$d/ckpt" | tr '\n' ' '), ckpt.abandoned $(ls "$d/ckpt.abandoned" | tr '\n' ' ')"
+# (the same steps again, in order: the new step-8 is the one set aside, bit for bit)
+cmp -s "$d/ckpt/step-8/model.safetensors" "$d/ckpt.abandoned/step-8/model.safetensors" ||
+    fail "rewind: step 8 again has other weights than the first time"
+out=$(timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --quiet --set train.steps=6 --set train.out_dir="$d" \
+    --resume "$d/ckpt/step-6" --set train.checkpoint_every=2 2>&1) || fail "rewind twice: $out"
+[ -d "$d/ckpt.abandoned/step-8.1" ] && [ -d "$d/ckpt.abandoned/step-8" ] || fail "rewind twice: $(ls "$d/ckpt.abandoned" | tr '\n' ' ')"
+[ "$fails" -ne 0 ] || echo "rewind to step 4: steps 6-10 moved to ckpt.abandoned; a second rewind keeps both step-8s"
 
 # SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
 d=$tmp/term
