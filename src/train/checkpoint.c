@@ -689,6 +689,9 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
     const cJSON *drop_last = cJSON_GetObjectItemCaseSensitive(dc, "drop_last");
     state->shuffle = cJSON_IsBool(shuffle) ? cJSON_IsTrue(shuffle) : -1;
     state->drop_last = cJSON_IsBool(drop_last) ? cJSON_IsTrue(drop_last) : -1;
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "optim"), "lr");
+    state->lr = cJSON_IsNumber(lr) && lr->valuedouble > 0 ? lr->valuedouble : 0;
     /* The optimizer layout; a checkpoint without one (written before ZeRO) has one file by tensor name. */
     state->optim_sharded = false;
     state->optim_world = 1;

@@ -40,6 +40,7 @@ typedef struct st_ckpt_state {
     int64_t samples;    /* samples in that run's training data; -1 when not recorded */
     int shuffle, drop_last; /* data.shuffle and data.drop_last of that run (its config): 1 or 0; -1 when not
                                recorded */
+    double lr; /* optim.lr of that run as it trained (its config, after optim.lr_scaling); 0: not recorded */
     /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
     double loss_scale;
     int64_t scale_good_steps, skipped_steps;

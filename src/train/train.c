@@ -802,6 +802,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "here on the data order differs from the interrupted run's (resume with the same "
                         "values to continue it)\n",
                         tf(was_shuffle), tf(was_drop), tf(c->data.shuffle), tf(c->data.drop_last));
+            /* optim.lr_scaling on another number of ranks: the rate changes, the global batch does not */
+            if (ck.lr > 0 && strcmp(c->optim.lr_scaling, "none") != 0 &&
+                fabs(ck.lr - c->optim.lr) > 1e-6 * ck.lr && log)
+                fprintf(
+                    log,
+                    "resume: warning: optim.lr is %g here (optim.lr_scaling %s over %d rank%s), where the "
+                    "checkpoint's run trained with %g, and train.batch_size (the global batch) is the same; "
+                    "to go on at its rate, set optim.lr: %g and optim.lr_scaling: none\n",
+                    c->optim.lr, c->optim.lr_scaling, ses->world, ses->world == 1 ? "" : "s", ck.lr, ck.lr);
             if (ck.samples >= 0 && ck.samples != ses->train.n && log)
                 fprintf(
                     log,

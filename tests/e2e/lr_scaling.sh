@@ -3,8 +3,9 @@
 # ranks, printed in the effective configuration, and used. On 2 ranks under
 # real mpirun: linear gives the same bytes as lr x 2 given by hand, sqrt the
 # same weights as lr x sqrt(2) (to float rounding of the typed value); on one
-# rank it changes nothing; none (the default) leaves lr alone; a bad value is
-# an error naming the accepted ones.
+# rank it changes nothing; none (the default) leaves lr alone; a resume on
+# another number of ranks says the rate changed; a bad value is an error
+# naming the accepted ones.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_tmpdir
@@ -54,6 +55,15 @@ echo -n "sqrt on 2 ranks against optim.lr=1.41421e-3: "
     fail "sqrt: weights differ"
 cmp "$tmp/lin1/model.safetensors" "$tmp/none1/model.safetensors" &&
     echo "linear on 1 rank: the same bytes as no scaling" || fail "1 rank: scaling changed the weights"
+
+# Resumed on 1 rank from lin2's 10 steps (the same train.batch_size): the
+# rate halves, said; on 2 ranks again, nothing said
+run lin2r 1 --set optim.lr_scaling=linear --set train.steps=12 --resume "$tmp/lin2/ckpt/step-10"
+grep -q "resume: warning: optim.lr is 0.001 here (optim.lr_scaling linear over 1 rank), where the checkpoint's run trained with 0.002, .*set optim.lr: 0.002 and optim.lr_scaling: none" "$tmp/lin2r.log" ||
+    fail "resumed on 1 rank: no warning: $(grep resum "$tmp/lin2r.log")"
+run lin2s 2 --set optim.lr_scaling=linear --set train.steps=12 --resume "$tmp/lin2/ckpt/step-10"
+! grep -q "resume: warning" "$tmp/lin2s.log" || fail "resumed on 2 ranks: $(grep "resume: warning" "$tmp/lin2s.log")"
+echo "linear, resumed on 1 rank from 2: the changed rate said; on 2 from 2: nothing said"
 
 out=$("$bin" train "${args[@]}" --set optim.lr_scaling=cubic 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "optim.lr_scaling.*none.*linear.*sqrt" <<<"$out" || fail "bad value: exit $rc: $out"
