@@ -60,6 +60,24 @@ static int tokenize(int argc, char **argv) {
         free(pos);
         return ST_EXIT_USAGE;
     }
+    /* OUT is replaced: refused when it holds something other than tokens (a
+     * text file named first, OUT left out, or OUT among the inputs) */
+    FILE *ex = shard_tokens > 0 ? NULL : fopen(pos[0], "rb");
+    if (ex) {
+        uint8_t head[64];
+        const size_t got = fread(head, 1, sizeof head, ex);
+        fclose(ex);
+        const st_file_kind k = st_sniff(head, got);
+        if (got > 0 && k.format != ST_FILE_TOKENS) {
+            fprintf(stderr,
+                    "scaletrain data tokenize: %s exists and is not a token file (%s); the first path is the "
+                    "token file to write, which would replace it: name a new OUT.tokens first, or remove "
+                    "%s if it is meant to go\n" TOKENIZE_USAGE,
+                    pos[0], k.what[0] ? k.what : "its bytes are not scaletrain's token format", pos[0]);
+            free(pos);
+            return ST_EXIT_USAGE;
+        }
+    }
     if (jobs == 0) jobs = st_hw_allowed_cpus(); /* the cores this process may use */
     const st_tokenize_opts o = {.inputs = pos + 1,
                                 .n_inputs = npos - 1,

@@ -44,6 +44,13 @@ expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (trai
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
 expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
+# data tokenize with a text file first (OUT left out, or an input named as
+# OUT): refused, the text kept; an existing token file is replaced
+cp "$tmp/t.txt" "$tmp/keep.txt"
+expect 2 "keep.txt exists and is not a token file (what looks like text); the first path is the token file to write" \
+    "$bin" data tokenize "$tmp/keep.txt" "$tmp/t.txt"
+cmp -s "$tmp/t.txt" "$tmp/keep.txt" || { echo "FAIL: data tokenize replaced the text file named first"; fails=$((fails + 1)); }
+expect 0 "t.tokens: " "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt"
 # data inspect names a file it does not read by what it is, and what to do with it
 expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletrain data tokenize OUT.tokens FILE\`" \
     "$bin" data inspect "$tmp/t.txt"
