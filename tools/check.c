@@ -438,16 +438,22 @@ static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_h
 
 static void check_data(report *r, const st_config *c) {
     const bool tokens = !strcmp(c->data.type, "tokens");
+    if (st_config_validate_data(c) != ST_OK) { /* a data path left at Fashion-MNIST's for another data.type */
+        line(r, "FAIL", "data", "%s", st_last_error());
+        return;
+    }
     const char *sets[2] = {c->data.train, c->data.val};
     const char *labels[2] = {c->data.train_labels, c->data.val_labels};
     for (int k = 0; k < 2; k++) {
         if (!sets[k][0]) continue;
         st_dataset d = {0};
-        st_status s = tokens ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
-                             : st_dataset_open_images(sets[k], labels[k], &d);
+        st_status s = tokens
+                          ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
+                          : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes, &d);
         const char *what = k ? "val data" : "data";
         if (s != ST_OK) {
-            const bool fm = strstr(sets[k], "/usr/share/datasets/fashion-mnist/") != NULL;
+            const bool fm =
+                !strcmp(c->data.type, "idx") && strstr(sets[k], "/usr/share/datasets/fashion-mnist/");
             line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
                  fm ? "apt-get install dataset-fashion-mnist"
                     : "point data.train / data.val at readable files");

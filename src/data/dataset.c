@@ -212,6 +212,12 @@ fail:
     return s;
 }
 
+st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
+                               int64_t num_classes, st_dataset *out) {
+    if (strcmp(data_type, "npy") == 0) return st_dataset_open_npy(inputs, labels, num_classes, out);
+    return st_dataset_open_images(inputs, labels, out);
+}
+
 void st_dataset_free(st_dataset *d) {
     if (!d) return;
     free(d->pixels);

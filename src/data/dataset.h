@@ -54,6 +54,10 @@ st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *
  * least 1; every label must be in [0, num_classes) (num_classes <= 0: from the
  * data, the largest label + 1). Each error names the file (and the index). */
 st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t num_classes, st_dataset *out);
+/* Labelled inputs as data.type says: an NPY pair for "npy" (with
+ * num_classes as st_dataset_open_npy takes it), else an IDX pair. */
+st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
+                               int64_t num_classes, st_dataset *out);
 void st_dataset_free(st_dataset *d);
 
 /* Mean and standard deviation of pixel/255, or of the float values (for the

@@ -40,11 +40,12 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->data_bytes = tokens_bytes(cfg->data.train) + (in->has_eval ? tokens_bytes(cfg->data.val) : 0);
     } else {
         st_dataset d;
-        ST_TRY(st_dataset_open_images(cfg->data.train, cfg->data.train_labels, &d));
+        ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,
+                                    cfg->model.num_classes, &d));
         mi.height = d.h;
         mi.width = d.w;
         mi.channels = d.c;
-        const int64_t n = d.n, px = d.h * d.w * d.c;
+        const int64_t n = d.n, px = d.h * d.w * d.c, el = d.values ? 4 : 1; /* bytes an input value takes */
         const int64_t classes = d.num_classes;
         st_dataset_free(&d);
         if (cfg->model.num_classes == ST_AUTO) {
@@ -54,10 +55,11 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.num_classes = cfg->model.num_classes;
         in->sample_in_bytes = 4 * px;
         in->sample_out_bytes = 4;
-        in->data_bytes = n * (px + 4); /* pixels as bytes and int32 labels */
+        in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
         if (in->has_eval) {
-            ST_TRY(st_dataset_open_images(cfg->data.val, cfg->data.val_labels, &d));
-            in->data_bytes += d.n * (px + 4);
+            ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
+                                        cfg->model.num_classes, &d));
+            in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);
             st_dataset_free(&d);
         }
     }

@@ -179,10 +179,9 @@ static st_status agree_device(st_session *s, bool auto_) {
 /* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
 static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
                              st_dataset *out) {
-    if (strcmp(c->data.type, "npy") != 0) return st_dataset_open_images(inputs, labels, out);
     /* model.num_classes auto (-1): the labels' own range */
-    st_status s = st_dataset_open_npy(inputs, labels, c->model.num_classes, out);
-    if (s != ST_OK)
+    st_status s = st_dataset_open_pair(c->data.type, inputs, labels, c->model.num_classes, out);
+    if (s != ST_OK && strcmp(c->data.type, "npy") == 0)
         st_fail_context(s, "data.type npy (%s and %s_labels, a pair of .npy files written by numpy.save): ", key,
                         key);
     return s;

@@ -6,7 +6,8 @@
 #   busy) with every element right, cuda and nccl reported as not in this
 #   build, "ready", exit 0;
 # - a missing training file: its line FAILs naming the file with a fix, the
-#   others still run, "not ready: 1 check failed", exit 1;
+#   others still run, "not ready: 1 check failed", exit 1; data.train left
+#   at Fashion-MNIST's file for tokens: the key to set;
 # - an out_dir under a regular file: FAIL;
 # - no mpirun on PATH: the mpi line FAILs with the package to install and the
 #   self-test is skipped, exit 1.
@@ -53,6 +54,12 @@ grep -qE "^FAIL +data +.*missing.tokens.*; fix: " <<<"$out" || fail "missing dat
 grep -qE "^ok +ddp " <<<"$out" || fail "missing data: the other checks did not run"
 [ "$(tail -n 1 <<<"$out")" = "not ready: 1 check failed" ] || fail "missing data: last line: $(tail -n 1 <<<"$out")"
 echo "missing data: $(grep FAIL <<<"$out")"
+# data.type tokens with data.train left at Fashion-MNIST's idx file: the key
+# to set, not "install Fashion-MNIST" (before, the hint came from the path)
+out=$(timeout 300 "$bin" check --set model.type=gpt --set data.type=tokens --set model.block_size=16 \
+    --set data.val= --set train.out_dir="$tmp/out" 2>&1)
+grep -qE "^FAIL +data +data.train \(/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, default\) is Fashion-MNIST's idx file but data.type \(tokens, --set\); set data.train to the token file$" <<<"$out" ||
+    fail "data.train left at the default for tokens: $(grep data <<<"$out")"
 
 touch "$tmp/plain"
 out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/plain/run" 2>&1); rc=$?

@@ -120,6 +120,14 @@ err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.tra
     --set data.augment_flip=true
 err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
     --set data.augment_crop_pad=2
+# plan and check read the NPY pair as train does (they had opened it as IDX:
+# "not an IDX file but a NumPy .npy array")
+o=$(timeout 60 "$bin" plan "$tmp/run.yaml" 2>&1) || fail "plan on NPY data: $o"
+o=$(timeout 120 "$bin" check "$tmp/run.yaml" --set train.out_dir="$tmp/chk" 2>&1)
+grep -qE "^ok +data +$tmp/train_x.npy: 256 images 8x8x1, 2 classes" <<<"$o" &&
+    grep -qE "^ok +val data +$tmp/val_x.npy: 128 images" <<<"$o" || fail "check on NPY data: $(grep data <<<"$o")"
+echo "plan and check on NPY data: $(grep -E '^ok +data' <<<"$o")"
+
 # Validation images as floats where the training images are bytes (read
 # as value/255): refused before anything is written, where they were
 # evaluated 255 times too bright
