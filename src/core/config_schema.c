@@ -16,6 +16,9 @@
 #define FIELD(f) offsetof(st_config, f), sizeof(((st_config *)0)->f)
 #define VALUES(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define NOMAX INFINITY
+/* A batch (samples) no machine holds, and below what a layout's int64 byte counts and the
+ * planner's divisor search handle */
+#define BATCH_MAX 1073741824.0
 #define LO ST_CFG_OPEN_LO
 #define HI ST_CFG_OPEN_HI
 
@@ -116,15 +119,15 @@ const st_cfg_key st_cfg_keys[] = {
     K_AUTO("train.steps", train.steps, 1, NOMAX,
            "optimizer steps; auto = train.epochs over the training set"),
     K_FLOAT("train.epochs", train.epochs, "1", 0, 1e6, LO, "passes over the training set when steps is auto"),
-    K_INT("train.batch_size", train.batch_size, "128", 1, NOMAX,
+    K_INT("train.batch_size", train.batch_size, "128", 1, BATCH_MAX,
           "global batch: samples per optimizer step over all ranks"),
-    K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, NOMAX,
+    K_AUTO("train.micro_batch_size", train.micro_batch_size, 1, BATCH_MAX,
            "samples per rank per forward/backward; ranks x micro_batch_size must divide batch_size; auto = "
            "the largest divisor of batch_size / ranks that fits memory (docs/planner.md)"),
     K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
     K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
           "steps between evaluations; 0 = only at the end"),
-    K_AUTO("train.eval_batch_size", train.eval_batch_size, 1, NOMAX,
+    K_AUTO("train.eval_batch_size", train.eval_batch_size, 1, BATCH_MAX,
            "evaluation batch per rank; auto = micro_batch_size"),
     K_INT("train.eval_steps", train.eval_steps, "0", 0, NOMAX, "batches per evaluation; 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096,
@@ -199,7 +202,8 @@ const st_cfg_key st_cfg_keys[] = {
             "clip the global gradient norm to this; 0 = off"),
     K_ENUM("optim.lr_scaling", optim.lr_scaling, "none", VALUES("none", "linear", "sqrt"),
            "scale optim.lr with the number of ranks: linear (lr x ranks) or sqrt (lr x sqrt(ranks)), for a "
-           "global batch that grows with the ranks; none = lr as given"),
+           "global batch that grows with the ranks; none = lr as given; a resume on another number of ranks "
+           "(train.batch_size unchanged) says the rate changed"),
 
     K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0, 3.4e38, LO,
             "fp16: initial dynamic loss scale (halved on an overflow, which skips the step); unused in fp32 "

@@ -1,6 +1,7 @@
 /* The planner (see planner.h). */
 #include "planner.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,16 +189,35 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
     return ST_OK;
 }
 
-/* The largest divisor of per_rank whose memory fits, or 0. */
+/* The largest divisor of per_rank whose memory fits, or 0. A micro-batch
+ * the layout refuses (a layer's element count past its index type) does
+ * not fit: the next smaller one is tried. The divisors come in pairs
+ * (q, per_rank / q) with q up to its square root: those below it in
+ * increasing q are the large ones, in decreasing order. */
 static st_status largest_fit(const st_plan_input *in, st_plan *p, int64_t per_rank, int64_t *micro) {
     st_mem m;
     *micro = 0;
-    for (int64_t d = per_rank; d >= 1; d--) {
-        if (per_rank % d != 0) continue;
-        ST_TRY(mem_at(in, p, d, &m));
-        if (m.total <= p->mem_limit) {
-            *micro = d;
-            break;
+    int64_t r = (int64_t)sqrt((double)per_rank);
+    while (r * r > per_rank)
+        r--;
+    while ((r + 1) * (r + 1) <= per_rank)
+        r++;
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: per_rank / q for q = 1..r (decreasing, all >= r); pass 1: q = r..1 */
+        for (int64_t q = pass ? r : 1; pass ? q >= 1 : q <= r; q += pass ? -1 : 1) {
+            if (per_rank % q != 0) continue;
+            const int64_t d = pass ? q : per_rank / q;
+            if (pass && d * d == per_rank) continue; /* (tried in pass 0) */
+            const st_status e = mem_at(in, p, d, &m);
+            if (e == ST_ERR_NOMEM) return e;
+            if (e != ST_OK) {
+                st_clear_error();
+                continue;
+            }
+            if (m.total >= 0 && m.total <= p->mem_limit) {
+                *micro = d;
+                return ST_OK;
+            }
         }
     }
     return ST_OK;

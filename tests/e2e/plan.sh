@@ -68,4 +68,21 @@ why=$(sed -nE 's/^ *strategy: +ddp +# auto: (.*)$/\1/p' "$tmp/train.txt" |
 [ -n "$why" ]
 tr '\n' ' ' <"$(dirname "$0")/../../docs/distributed.md" | tr -s ' ' | grep -Eq "# auto: $why"
 grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
+# An auto micro-batch the layout refuses (2048 images of 224x224 are more
+# elements than the max-pool's int32 argmax indexes) is passed over for a
+# smaller divisor; before, the plan (and train) failed with "lower the
+# micro-batch size" on a micro-batch the user never set
+/usr/bin/python3 - "$tmp" <<'PY'
+import struct, sys
+d = sys.argv[1]
+open(f"{d}/img.idx", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 4, 224, 224) + bytes(4 * 224 * 224))
+open(f"{d}/lab.idx", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 4) + bytes([0, 1, 2, 3]))
+PY
+"$bin" plan --set data.train="$tmp/img.idx" --set data.train_labels="$tmp/lab.idx" --set data.val= \
+    --set train.batch_size=2048 --hw 1xH200 >"$tmp/big.txt"
+grep -Eq "^1xH200 +1 +(1024|512|256|128) " "$tmp/big.txt"
+# a batch past train.batch_size's bound is refused at once (a batch of 1e12
+# had the planner count down its divisors one by one for minutes)
+! "$bin" plan --set train.batch_size=1000000000000 2>"$tmp/huge.txt"
+grep -q "train.batch_size=1000000000000: 1000000000000 is out of range; it must be >= 1 and <= 1073741824" "$tmp/huge.txt"
 echo "plan e2e ok"
