@@ -418,9 +418,13 @@ static st_status plan(st_session *s, st_model_input *in) {
                  s->world == 1 ? "" : "s");
         st_config_mark_auto(c, "optim.lr", why);
     }
-    if (c->train.eval_batch_size == ST_AUTO) {
+    if (c->train.eval_batch_size == ST_AUTO && c->train.micro_batch_size >= 1) {
         c->train.eval_batch_size = c->train.micro_batch_size;
         st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");
+    } else if (c->train.eval_batch_size ==
+               ST_AUTO) { /* an evaluation on ranks that do not divide the batch */
+        c->train.eval_batch_size = (c->train.batch_size + s->world - 1) / s->world;
+        st_config_mark_auto(c, "train.eval_batch_size", "train.batch_size over the ranks, rounded up");
     }
     if (s->has_train) {
         if (s->train.n < c->train.batch_size)
@@ -589,9 +593,18 @@ st_status st_session_close(st_session *s) {
 /* On a device: eval_device.c (batches up asynchronously, the loss summed
  * there). On the host the graph's own tensors take the batch and the loss
  * and logits are read where the graph left them. */
+int64_t st_session_eval_count(const st_session *s, int64_t B) {
+    /* train.eval_steps batches of B; with eval_batch_size auto (the
+     * micro-batch, which shrinks as ranks are added) batches of B on each
+     * rank that shares the evaluation: as many samples on any number of ranks */
+    const bool per_rank = st_config_source(s->cfg, "train.eval_batch_size") == ST_SRC_AUTO;
+    const int64_t ranks = per_rank && s->eval_shared && s->world > 1 ? s->world : 1;
+    const int64_t steps = s->cfg->train.eval_steps;
+    return steps > 0 && steps * B * ranks < s->val.n ? steps * B * ranks : s->val.n;
+}
+
 void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi) {
-    int64_t n = s->val.n;
-    if (s->cfg->train.eval_steps > 0 && s->cfg->train.eval_steps * B < n) n = s->cfg->train.eval_steps * B;
+    const int64_t n = st_session_eval_count(s, B);
     *lo = 0;
     *hi = n;
     if (!s->eval_shared || s->world <= 1) return;

@@ -67,6 +67,9 @@ st_status st_session_close(st_session *s);
  * whole set's result; else this rank evaluates every batch. */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
 
+/* The samples an evaluation in batches of B covers: the validation set, or
+ * train.eval_steps batches on each rank that shares it. */
+int64_t st_session_eval_count(const st_session *s, int64_t B);
 /* The samples [*lo, *hi) this rank evaluates, whole batches of B. */
 void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi);
 

@@ -1460,9 +1460,9 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     double t0 = st_now();
     ST_GOTO(eval_and_report(&ses, opts, res, step, NULL));
     double dt = st_now() - t0;
-    res->samples = ses.val.n;
+    res->samples = st_session_eval_count(&ses, cfg->train.eval_batch_size); /* (train.eval_steps: fewer) */
     res->seconds = dt;
-    res->samples_per_s = dt > 0 ? (double)ses.val.n / dt : 0;
+    res->samples_per_s = dt > 0 ? (double)res->samples / dt : 0;
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     out_flush(&ses);

@@ -14,6 +14,8 @@
 #     sent first, rank 1's share would be evaluated with its own.
 # (c) a rank that cannot open its validation data ends every rank at once,
 #     its message naming the file (not every rank waiting for dist.timeout_s).
+# (d) train.eval_steps with eval_batch_size auto: the same samples on 1 and
+#     2 ranks; `eval` on ranks that do not divide train.batch_size runs.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -60,6 +62,28 @@ done
 same "mlp: the 2-rank run's final evaluation vs eval on 1 rank" "$tmp/mlp.json" "$tmp/eval1.json" || fail "mlp: run vs eval"
 same "mlp: eval on 2 ranks vs 1" "$tmp/eval2.json" "$tmp/eval1.json" || fail "mlp: eval on 2 ranks"
 same "mlp: eval on 3 ranks vs 1" "$tmp/eval3.json" "$tmp/eval1.json" || fail "mlp: eval on 3 ranks"
+# (d) train.eval_batch_size auto (the micro-batch: 16 on 2 ranks, 32 on 1)
+# with train.eval_steps 3: the 2-rank run's last evaluation and `eval` on 1
+# rank cover the same 96 samples (3 batches on each rank), where the run
+# covered half; `eval` on 3 ranks, which do not divide train.batch_size 32,
+# runs (its eval batch 11: batch_size over the ranks, rounded up), where it
+# failed with "model graph: batch size -1"
+auto=(--set train.threads=1 --set data.num_workers=0 --set log.progress=off --quiet --json --set train.eval_steps=3)
+"${mpi[@]}" -np 2 "$bin" train "${auto[@]}" "${mlp[@]}" --set train.out_dir="$tmp/mlpa" >"$tmp/mlpa.json" ||
+    fail "eval_steps: the 2-rank run"
+timeout 60 "$bin" eval "${auto[@]}" "${mlp[@]}" --init "$tmp/mlpa/model.safetensors" >"$tmp/evala1.json" ||
+    fail "eval_steps: eval on 1 rank"
+# (batches of 16 against 32: each batch's mean loss is a float32, so the loss to 1e-6)
+/usr/bin/python3 - "$tmp/mlpa.json" "$tmp/evala1.json" <<'PY' || fail "eval_steps: run vs eval"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if l.startswith("{")][-1] for f in sys.argv[1:3])
+ok = abs(a["loss"] - b["loss"]) <= 1e-6 * abs(b["loss"]) and a["accuracy"] == b["accuracy"]
+print("eval_steps 3, eval_batch_size auto: the 2-rank run's final evaluation vs eval on 1 rank:",
+      a["loss"], b["loss"], a["accuracy"], b["accuracy"], "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+"${mpi[@]}" -np 3 "$bin" eval "${auto[@]}" "${mlp[@]}" --init "$tmp/mlpa/model.safetensors" >"$tmp/evala3.json" 2>&1 ||
+    fail "eval_steps: eval on 3 ranks: $(tail -n 2 "$tmp/evala3.json")"
 
 cnn=(--set model.type=cnn --set train.batch_size=16 --set train.steps=6 --set train.eval_steps=8)
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" "${cnn[@]}" --set train.out_dir="$tmp/cnn" >"$tmp/cnn.json" ||
