@@ -52,15 +52,26 @@ static void usage(FILE *f) {
 }
 
 static bool valid_time(const char *t) {
-    /* SLURM's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. */
-    int fields = 0;
-    for (const char *p = t; *p; p++) {
-        if (*p >= '0' && *p <= '9') continue;
-        if (*p != ':' && *p != '-') return false;
-        if (p == t || p[1] == '\0') return false;
-        fields++;
+    /* SLURM's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S: an optional day
+     * count and '-', then one to three groups of digits split by ':' */
+    const char *p = t, *dash = strchr(t, '-');
+    if (dash) {
+        if (dash == t) return false;
+        for (; p < dash; p++)
+            if (*p < '0' || *p > '9') return false;
+        p = dash + 1;
     }
-    return t[0] && fields <= 3;
+    int groups = 0;
+    for (;;) {
+        const char *g = p;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p == g) return false; /* an empty group, or another character */
+        groups++;
+        if (*p == '\0') break;
+        if (*p++ != ':') return false;
+    }
+    return groups <= 3;
 }
 
 static bool valid_word(const char *s) {
@@ -178,6 +189,16 @@ int st_cmd_slurm(int argc, char **argv) {
         free(rest);
         return ST_EXIT_FAIL;
     }
+    /* #SBATCH lines split on unquoted blanks (a --chdir with a space is quoted)
+     * and take no escape: a quote or a line end in the path cannot be written */
+    if (strpbrk(cwd, "\"\n\r")) {
+        fprintf(stderr,
+                "scaletrain slurm: the current directory %s holds a quote or a line end, which an #SBATCH "
+                "--chdir line cannot carry: run it from a directory without them\n",
+                cwd);
+        free(rest);
+        return ST_EXIT_FAIL;
+    }
     if (!name) {
         const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
         snprintf(job, sizeof job, "scaletrain-%.*s", (int)strcspn(base, "."), base);
@@ -194,6 +215,10 @@ int st_cmd_slurm(int argc, char **argv) {
         }
     }
 
+    char out_dir[sizeof cfg.train.out_dir]; /* for a comment: one line */
+    snprintf(out_dir, sizeof out_dir, "%s", cfg.train.out_dir);
+    for (char *p = out_dir; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
     printf("#!/bin/bash\n"
            "# A scaletrain job for SLURM, written by `scaletrain slurm` (docs/commands.md).\n"
            "# %ld node(s) x %ld task(s): one rank per %s. Submit: sbatch THIS_FILE\n"
@@ -202,14 +227,14 @@ int st_cmd_slurm(int argc, char **argv) {
            "# saves a checkpoint in train.out_dir (%s) and exits 143; this script then requeues\n"
            "# the job, which continues with --resume auto. Exit: 0 done, 143 stopped and requeued,\n"
            "# 1 an error (not requeued; see the log).\n",
-           nodes, per_node, gpus > 0 ? "GPU" : "core group", cfg.train.out_dir);
+           nodes, per_node, gpus > 0 ? "GPU" : "core group", out_dir);
     printf("#SBATCH --job-name=%s\n#SBATCH --nodes=%ld\n#SBATCH --ntasks-per-node=%ld\n", name, nodes,
            per_node);
     if (gpus > 0) printf("#SBATCH --gpus-per-node=%ld\n", gpus);
     if (cpus > 0) printf("#SBATCH --cpus-per-task=%ld\n", cpus);
     if (time_limit) printf("#SBATCH --time=%s\n", time_limit);
     if (partition) printf("#SBATCH --partition=%s\n", partition);
-    printf("#SBATCH --chdir=%s\n"
+    printf("#SBATCH --chdir=\"%s\"\n"
            "#SBATCH --output=slurm-%%x-%%j.out\n"
            "#SBATCH --open-mode=append\n"
            "#SBATCH --signal=TERM@120\n"

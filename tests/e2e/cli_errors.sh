@@ -73,6 +73,13 @@ printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"
 expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bin" slurm "$tmp/batch.yaml" --nodes 3 --gpus-per-node 1
 expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that divides the 2 samples per rank" \
     "$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 4
+# slurm --time takes SLURM's forms only (1:2:3:4 and 1-2-3 were written into the script)
+for t in 1:2:3:4 1--2 1-2-3 00:-1 1: ; do
+    expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
+done
+# a working directory with a space: --chdir quoted (#SBATCH lines split on blanks)
+mkdir -p "$tmp/a dir" && cp "$tmp/batch.yaml" "$tmp/a dir/"
+expect 0 "#SBATCH --chdir=\"$tmp/a dir\"" sh -c "cd \"$tmp/a dir\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the reason and what to do
     expect 1 "use train.device: cpu" "$bin" train --set train.device=cuda --set train.out_dir="$tmp/cuda"
 fi
