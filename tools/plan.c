@@ -1,6 +1,7 @@
 /* `scaletrain plan [CONFIG] [--set k=v]... [--hw LIST] [--nodes N] [--json]
  * [--probe] [--efficiency E]`: what a run would choose and cost on each
  * hardware configuration, before renting it (src/hw/planner.h). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,13 +161,17 @@ int st_cmd_plan(int argc, char **argv) {
             free(rest);
             return ST_EXIT_USAGE;
         }
-        if (strcmp(a, "--hw") == 0)
+        char *end = NULL;
+        if (strcmp(a, "--hw") == 0) {
             hw_list = argv[++i];
-        else if (strcmp(a, "--nodes") == 0)
-            nodes = atoi(argv[++i]);
-        else if (strcmp(a, "--efficiency") == 0)
-            eff = atof(argv[++i]);
-        else if (strcmp(a, "--probe") == 0)
+        } else if (strcmp(a, "--nodes") == 0) {
+            errno = 0;
+            const long v = strtol(argv[++i], &end, 10);
+            nodes = *argv[i] && !*end && !errno && v >= 1 && v <= 100000 ? (int)v : -1;
+        } else if (strcmp(a, "--efficiency") == 0) {
+            eff = strtod(argv[++i], &end);
+            if (!*argv[i] || *end || !(eff > 0)) eff = -1; /* (also NaN) */
+        } else if (strcmp(a, "--probe") == 0)
             probe = true;
         else if (strcmp(a, "--json") == 0)
             json = true;
@@ -174,7 +179,8 @@ int st_cmd_plan(int argc, char **argv) {
             rest[nrest++] = argv[i];
     }
     if ((nodes < 0 || nodes > 100000) || eff < 0 || eff > 1) {
-        fprintf(stderr, "scaletrain plan: --nodes must be positive and --efficiency in (0, 1]\n");
+        fprintf(stderr, "scaletrain plan: --nodes takes a whole number from 1 to 100000 and --efficiency a "
+                        "number in (0, 1]\n");
         free(rest);
         return ST_EXIT_USAGE;
     }
@@ -209,7 +215,8 @@ int st_cmd_plan(int argc, char **argv) {
     }
     st_hw_device local, cpu;
     double gf = 0;
-    const bool need_cpu = strstr(hw_list, "local") || strstr(hw_list, "cpu") || strstr(hw_list, "CPU");
+    const bool need_cpu =
+        strcasestr(hw_list, "local") || strcasestr(hw_list, "cpu"); /* (names in any case) */
     /* log.peak_gflops, when set, is the CPU's rate: the planner's times
      * then repeat from run to run, where a shared machine's measured rate
      * moves by a fifth between runs seconds apart (docs/planner.md). */

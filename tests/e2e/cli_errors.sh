@@ -68,6 +68,10 @@ expect 2 "-n foo: want a number of ranks >= 1, or auto" "$bin" launch -n foo tru
 expect 2 "--output-timeout 0: want seconds > 0" "$bin" launch -n 2 --output-timeout 0 true
 expect 2 "--output-timeout 5x: want seconds > 0" "$bin" launch -n 2 --output-timeout 5x true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
+# plan's numbers whole or refused (atoi had read --nodes 2x as 2 and --nodes abc as the default)
+for a in "--nodes abc" "--nodes 2x" "--nodes 0" "--efficiency abc" "--efficiency 0" "--efficiency 1.5"; do
+    expect 2 "--nodes takes a whole number from 1 to 100000 and --efficiency a number in (0, 1]" "$bin" plan $a
+done
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
 printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"
 expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bin" slurm "$tmp/batch.yaml" --nodes 3 --gpus-per-node 1
