@@ -125,7 +125,8 @@ typedef struct st_config {
         st_int_list trace_steps;   /* [first, last] traced steps       default [2, 6] */
     } log;
 
-    char path[ST_CFG_STR]; /* the file it was read from, "" for defaults only */
+    char
+        path[4096]; /* the file it was read from, "" for defaults only (a path as long as the system takes) */
 
     /* Private to src/core/config*.c; read them with st_config_source. By schema
      * row: where each value came from (an st_cfg_source), and a note: the file

@@ -415,7 +415,7 @@ const char *st_config_describe(const st_config *c, const char *key, char *buf, s
 }
 
 st_status st_config_validate_world(const st_config *c, int world) {
-    char where[ST_CFG_STR + 8] = "", b1[512], b2[512];
+    char where[sizeof c->path + 8] = "", b1[512], b2[512];
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const int64_t batch = c->train.batch_size, micro = c->train.micro_batch_size, lo = batch / world * world;
     if (batch % world != 0) {
@@ -449,7 +449,7 @@ st_status st_config_validate_world(const st_config *c, int world) {
 
 st_status st_config_validate(const st_config *c) {
     if (!c) return st_fail(ST_ERR_ARG, "st_config_validate: NULL config");
-    char a[512], b[512], c3[512], where[ST_CFG_STR + 8] = "";
+    char a[512], b[512], c3[512], where[sizeof c->path + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     bool gpt = !strcmp(c->model.type, "gpt"), cnn = !strcmp(c->model.type, "cnn");
     bool tokens = !strcmp(c->data.type, "tokens");
@@ -505,7 +505,7 @@ st_status st_config_validate(const st_config *c) {
  * naming the key. For the commands that read the data (train, eval, slurm's
  * script); plan and bench do not. */
 st_status st_config_validate_data(const st_config *c) {
-    char a[512], b[512], where[ST_CFG_STR + 8] = "";
+    char a[512], b[512], where[sizeof c->path + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const bool tokens = !strcmp(c->data.type, "tokens");
     if (!strcmp(c->data.type, "idx")) return ST_OK;

@@ -370,7 +370,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     /* These two follow from settings every rank has agreed on (and, for the
      * micro-batch, one given, not chosen from this node's memory): every rank
      * fails the same way and returns, with no MPI_Abort (train.c). */
-    char where[ST_CFG_STR + 8] = "";
+    char where[sizeof c->path + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     if (!s->eval_only) { /* (an evaluation alone does not split the batch) */
         const st_status v = st_config_validate_world(c, s->world);

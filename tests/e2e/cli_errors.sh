@@ -81,6 +81,10 @@ expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that d
 for t in 1:2:3:4 1--2 1-2-3 00:-1 1: ; do
     expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
 done
+# a config path past 255 bytes: the run's path whole (it was cut to 255 bytes, and slurm failed to resolve it)
+long="$tmp/$(printf 'd%.0s' $(seq 1 120))/$(printf 'e%.0s' $(seq 1 120))"
+mkdir -p "$long" && cp "$tmp/batch.yaml" "$long/"
+expect 0 "train '$long/batch.yaml' --resume auto" "$bin" slurm "$long/batch.yaml" --nodes 1 --gpus-per-node 1
 # a working directory with a space: --chdir quoted (#SBATCH lines split on blanks)
 mkdir -p "$tmp/a dir" && cp "$tmp/batch.yaml" "$tmp/a dir/"
 expect 0 "#SBATCH --chdir=\"$tmp/a dir\"" sh -c "cd \"$tmp/a dir\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
