@@ -21,7 +21,7 @@
 
 /* A run that died after its last checkpoint logged steps past it: drop the
  * lines after `step` so the resumed run's lines follow without repeats. */
-static st_status drop_after(const char *path, int64_t step) {
+static st_status drop_after(const char *path, int64_t step, bool *eval_at_step) {
     char tmp[4200];
     FILE *in = fopen(path, "r");
     if (!in) return ST_OK; /* nothing to keep */
@@ -38,6 +38,9 @@ static st_status drop_after(const char *path, int64_t step) {
         cJSON *o = cJSON_Parse(line);
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
         if (!cJSON_IsNumber(st) || st->valuedouble <= (double)step) ok = fputs(line, out) >= 0;
+        if (cJSON_IsNumber(st) && st->valuedouble == (double)step &&
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval")))
+            *eval_at_step = true;
         cJSON_Delete(o);
     }
     free(line);
@@ -54,7 +57,7 @@ static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_s
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", out_dir, strerror(errno));
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    if (resume_step > 0) ST_TRY(drop_after(path, resume_step));
+    if (resume_step > 0) ST_TRY(drop_after(path, resume_step, &m->eval_at_resume));
     m->f = fopen(path, resume_step > 0 ? "a" : "w");
     if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     m->t0 = st_now();

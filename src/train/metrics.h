@@ -22,6 +22,7 @@ typedef struct st_metrics {
     st_tb tb;  /* tb.f NULL: no TensorBoard file */
     st_watch *watch; /* borrowed: over each open and write (core/watch.h), or NULL */
     char what[4200]; /* the watch's words for a write */
+    bool eval_at_resume; /* a run resumed at resume_step: an evaluation at that step is written already */
 } st_metrics;
 
 /* One logged step; the *_ms, rates and fractions are over the window of steps

@@ -1380,7 +1380,12 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             ses.comm, st_ckpt_wait_limit(cfg, ses.model, NULL, 0) + eval_estimate_s(&ses, res->samples_per_s),
             "train.checkpoint_timeout_s or dist.timeout_s (the wait for rank 0's evaluation and "
             "weights adds an estimate of the evaluation)");
-    if (ses.rank == 0 || ses.eval_shared) s = eval_and_report(&ses, opts, res, res->steps, &met);
+    /* (a run resumed at its last step trained nothing: the evaluation of
+     * those weights is printed, and written to the metrics only when the run
+     * that reached the step did not write it) */
+    const bool evaluated = res->steps == res->start_step && met.eval_at_resume;
+    if (ses.rank == 0 || ses.eval_shared)
+        s = eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met);
     float *wdata = NULL, *wbuf = NULL; /* sharded masters: every rank gathers the whole weights */
     if (ses.save && ses.model->params.masters_sharded) { /* (ses.save: every rank's) */
         st_status g = st_zero_copy_arenas(ses.model, ses.comm, &wdata, &wbuf);

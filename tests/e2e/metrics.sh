@@ -67,6 +67,12 @@ PY
 timeout 60 "$bin" train "${common[@]}" --set train.steps=7 --set train.eval_every=4 \
     --set train.out_dir="$tmp/a" || fail "the 7-step run"
 check "$tmp/a/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" "[7]" || fail "metrics.jsonl of the 7-step run"
+# Resumed at its last step (nothing to train): its evaluation is printed,
+# not written again (a second eval line at 7, and a TensorBoard point)
+cp -r "$tmp/a" "$tmp/again"
+timeout 60 "$bin" train "${common[@]}" --set train.steps=7 --set train.eval_every=4 \
+    --set train.out_dir="$tmp/again" --resume auto || fail "resumed at the last step"
+check "$tmp/again/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" "[7]" || fail "metrics.jsonl after a resume at the last step"
 
 # No data.val: no eval lines. A second run into the same directory starts afresh.
 timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.out_dir="$tmp/a" ||
