@@ -895,11 +895,28 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         ST_TRY(st_ckpt_verify(dir, &st));
         break;
     case ST_CKPT_RUN: { /* a run's final weights, else (a run stopped early) its latest checkpoint */
-        char final[PATH_CAP];
+        /* A checkpoint newer than the final weights is a later run's there
+         * (resumed past the end and stopped, or a new run over a finished
+         * one, whose final weights are not written yet): it is taken. */
+        char final[PATH_CAP], state[PATH_CAP + 16];
         snprintf(final, sizeof final, "%s/model.safetensors", spec);
-        if (st_path_is_file(final)) {
-            snprintf(path, size, "%s", final);
-            return ST_OK;
+        struct stat fs, cs;
+        bool found = false;
+        if (stat(final, &fs) == 0 && S_ISREG(fs.st_mode)) {
+            if (find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st) != ST_OK) found = false;
+            st_clear_error();
+            snprintf(state, sizeof state, "%s/state.json", dir);
+            if (!found || stat(state, &cs) != 0 || cs.st_mtim.tv_sec < fs.st_mtim.tv_sec ||
+                (cs.st_mtim.tv_sec == fs.st_mtim.tv_sec && cs.st_mtim.tv_nsec <= fs.st_mtim.tv_nsec)) {
+                snprintf(path, size, "%s", final);
+                return ST_OK;
+            }
+            if (log)
+                fprintf(
+                    log,
+                    "--init: %s is older than the checkpoint %s (a later run there): taking the checkpoint\n",
+                    final, dir);
+            break;
         }
     } /* fall through */
     case ST_CKPT_FOLDER:

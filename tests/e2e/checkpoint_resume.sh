@@ -60,6 +60,19 @@ for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
         echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
         fail "--resume $from: the weights differ from 12 steps in one go"
 done
+# --init of a run's out_dir: its final weights, unless a checkpoint there is
+# newer (a later run, resumed past the end and stopped, or started over it
+# and not finished: final weights older than it, made so here by their mtime)
+ev=(--set data.val=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --set train.eval_steps=1)
+out=$(timeout 60 "$bin" eval "${args[@]}" "${ev[@]}" --init "$tmp/from" 2>&1) || fail "eval --init from: $out"
+grep -q "^weights: $tmp/from/model.safetensors" <<<"$out" || fail "eval --init from: $(grep weights <<<"$out")"
+cp -r "$tmp/from" "$tmp/stale" && touch -d '1 hour ago' "$tmp/stale/model.safetensors"
+out=$(timeout 60 "$bin" eval "${args[@]}" "${ev[@]}" --init "$tmp/stale" 2>&1) || fail "eval --init stale: $out"
+grep -q "^--init: $tmp/stale/model.safetensors is older than the checkpoint $tmp/stale/ckpt/step-6 (a later run there): taking the checkpoint" <<<"$out" &&
+    grep -q "^weights: $tmp/stale/ckpt/step-6/model.safetensors" <<<"$out" ||
+    fail "eval --init of an out_dir whose final weights are older than its checkpoint: $out"
+[ "$fails" -ne 0 ] || echo "--init of an out_dir: its final weights, or a newer checkpoint there"
+
 # The data order changed on resume (train.seed, data.shuffle,
 # data.drop_last): the position counts batches of the old order, so the run
 # says so; its own checkpoints record its values, and resuming from them
