@@ -311,6 +311,30 @@ static void test_gpt2_style_file(void) {
     CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
     CHECK_OK(st_model_load(b, path));
     CHECK(memcmp(a->params.data, b->params.data, (size_t)a->params.count * 4) == 0, "GPT-2-style file loads");
+    /* An lm_head of its own (untied), one of another shape, and a weight
+     * that is not finite: each refused, naming what is wrong */
+    float *head = malloc((size_t)wte->count * sizeof *head);
+    if (head) {
+        memcpy(head, wte->data, (size_t)wte->count * sizeof *head);
+        head[5] += 1.0f;
+        t[p->n + 2].data = head;
+        CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
+        CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT, "lm_head.weight differs from wte.weight");
+        int64_t small[2] = {2, 3};
+        t[p->n + 2].shape = small;
+        CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
+        CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT, "lm_head.weight has shape [2, 3], wte.weight [");
+        t[p->n + 2].shape = wte->shape;
+        t[p->n + 2].data = wte->data;
+        const float keep = p->t[1]->data[3];
+        p->t[1]->data[3] = NAN;
+        CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
+        char want[160];
+        snprintf(want, sizeof want, "%s: element 3 is NaN: the weights are not finite", names[1]);
+        CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT, want);
+        p->t[1]->data[3] = keep;
+        free(head);
+    }
     free(t);
     free(names);
     st_model_free(a);

@@ -2,6 +2,7 @@
  * load with every name, shape and dtype checked and each mismatch reported.
  * A model on a device is saved from a host copy of its arenas and loaded
  * through a host staging buffer, one tensor at a time. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,19 +127,40 @@ st_status st_model_save(const st_model *m, const char *path) {
     return s;
 }
 
+/* Weights that are not finite (a diverged run's, a damaged file, an F64
+ * value past float's range) are refused, naming the tensor and element:
+ * loaded, they show up only as a NaN loss blamed on the learning rate. */
+static st_status finite_weights(const float *x, int64_t n, const char *name) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return st_fail(
+                ST_ERR_FORMAT,
+                "%s: element %lld is %s: the weights are not finite (a diverged run's, a damaged file, "
+                "or a float64 value past float32's range); load weights saved before the run diverged",
+                name, (long long)i,
+                isnan(x[i]) ? "NaN"
+                : x[i] > 0  ? "+inf"
+                            : "-inf");
+    return ST_OK;
+}
+
 /* Read `name` from the file into t (through the host buffer `stage` on a device). */
 static st_status read_tensor(const st_params *p, st_safetensors *f, const char *name, const st_tensor *t,
                              float *stage) {
-    if (!p->dev) return st_safetensors_read_f32(f, name, t->data, t->count);
-    ST_TRY(st_safetensors_read_f32(f, name, stage, t->count));
+    float *host = p->dev ? stage : t->data;
+    ST_TRY(st_safetensors_read_f32(f, name, host, t->count));
+    ST_TRY(finite_weights(host, t->count, name));
+    if (!p->dev) return ST_OK;
     return st_device_upload(p->dev, t->data, stage, (size_t)t->count * sizeof(float));
 }
 
 /* Tensors a Hugging Face GPT-2 checkpoint holds that this model derives
  * itself: the causal-mask buffers and the tied output layer. */
 static bool ignorable(const st_model *m, const char *name) {
-    if (m->kind != ST_MODEL_GPT) return false;
     size_t n = strlen(name);
+    /* PyTorch's BatchNorm counts its updates; the running statistics are what a model reads */
+    if (n > 20 && strcmp(name + n - 20, ".num_batches_tracked") == 0) return true;
+    if (m->kind != ST_MODEL_GPT) return false;
     return strcmp(name, "lm_head.weight") == 0 || (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
            (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
 }
@@ -264,6 +286,41 @@ st_status st_model_load(st_model *m, const char *path) {
         s = whole && t->kind == ST_TENSOR_PARAM
                 ? st_safetensors_read_f32(f, match[i]->name, whole + t->offset, t->count)
                 : read_tensor(p, f, match[i]->name, t, stage);
+        if (s == ST_OK && whole && t->kind == ST_TENSOR_PARAM)
+            s = finite_weights(whole + t->offset, t->count, match[i]->name);
+    }
+    /* A GPT's output layer is its embedding (tied, as GPT-2's): a file's own
+     * lm_head.weight must be that same matrix, else the model it came from
+     * computed another function. */
+    const st_safetensors_entry *head =
+        m->kind == ST_MODEL_GPT && s == ST_OK ? st_safetensors_find(f, "lm_head.weight") : NULL;
+    const st_tensor *wte = head ? st_params_find(p, "wte.weight") : NULL;
+    if (wte) {
+        const st_safetensors_entry *we = st_safetensors_find(f, "wte.weight");
+        if (!we) we = st_safetensors_find(f, "transformer.wte.weight");
+        float *x = NULL, *y = NULL;
+        if (head->ndim != 2 || head->shape[0] != wte->shape[0] || head->shape[1] != wte->shape[1]) {
+            shape_str(a, sizeof a, head->ndim, head->shape);
+            shape_str(b, sizeof b, wte->ndim, wte->shape);
+            s = st_fail(ST_ERR_FORMAT,
+                        "lm_head.weight has shape %s, wte.weight %s: this GPT ties its output layer to the "
+                        "embedding (as GPT-2 does), so a file's lm_head must be wte itself",
+                        a, b);
+        } else if (we && (x = st_alloc_aligned((size_t)wte->count * sizeof(float))) &&
+                   (y = st_alloc_aligned((size_t)wte->count * sizeof(float)))) {
+            s = st_safetensors_read_f32(f, head->name, x, wte->count);
+            if (s == ST_OK) s = st_safetensors_read_f32(f, we->name, y, wte->count);
+            if (s == ST_OK && memcmp(x, y, (size_t)wte->count * sizeof(float)) != 0)
+                s = st_fail(
+                    ST_ERR_FORMAT,
+                    "lm_head.weight differs from wte.weight: the model that saved it had an output "
+                    "layer of its own, and this GPT ties it to the embedding (as GPT-2 does): loaded, the "
+                    "weights would compute another function");
+        } else if (we) {
+            s = st_fail(ST_ERR_NOMEM, "out of memory comparing lm_head.weight with wte.weight");
+        }
+        st_free_aligned(x);
+        st_free_aligned(y);
     }
     if (s == ST_OK && whole) s = st_params_set_weights(p, whole);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
