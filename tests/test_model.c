@@ -28,6 +28,7 @@ static st_model *make(const char *type, void (*tweak)(st_config *)) {
 }
 
 static void two_heads(st_config *c) { c->model.n_head = 2; }
+static void pools_first(st_config *c) { CHECK_OK(st_config_set(c, "model.pool=[1, 1, 0]")); }
 
 static void narrow(st_config *c) {
     c->model.channels.v[0] = 16;
@@ -274,6 +275,20 @@ static void test_weights_round_trip(void) {
           "the head count named: %s", msg);
     st_model_free(g4);
     st_model_free(g2);
+    /* A cnn whose max-pools sit elsewhere (the default [0, 1, 1] against
+     * [1, 1, 0]): every tensor fits, and the load is refused */
+    st_model *p0 = make("cnn", NULL), *p1 = make("cnn", pools_first);
+    CHECK_OK(st_model_init_weights(p1, 1));
+    CHECK_OK(st_model_save(p1, gpath));
+    st_clear_error();
+    CHECK(st_model_load(p0, gpath) == ST_ERR_FORMAT, "a cnn with other pools refuses the file");
+    msg = st_last_error();
+    CHECK(
+        strstr(msg, "saved by a model with model.pool [1, 1, 0] (this run: [0, 1, 1]): every tensor fits") &&
+            strstr(msg, "run with --set 'model.pool=[1, 1, 0]'"),
+        "the pools named: %s", msg);
+    st_model_free(p0);
+    st_model_free(p1);
     unlink(gpath);
     st_model_free(a);
     st_model_free(b);

@@ -241,17 +241,24 @@ st_status st_model_load(st_model *m, const char *path) {
     st_status s = ST_OK;
     /* Settings that change what the weights mean but no tensor's shape:
      * loading across them would be a silent wrong answer. */
-    static const char *const same_shapes[] = {"model.n_head"};
-    for (size_t i = 0; i < sizeof same_shapes / sizeof same_shapes[0] && !pr.n && !missing.n; i++) {
+    static const struct {
+        st_model_kind kind;
+        const char *key, *why;
+    } same_shapes[] = {{ST_MODEL_GPT, "model.n_head", "the heads split them differently"},
+                       {ST_MODEL_CNN, "model.pool", "the max-pools sit after other convolutions"}};
+    for (size_t i = 0; i < sizeof same_shapes / sizeof same_shapes[0] && !pr.n && !missing.n && s == ST_OK;
+         i++) {
         char ours[ST_CFG_STR + 8];
-        const char *theirs =
-            m->kind == ST_MODEL_GPT ? recorded_other(m, f, st_cfg_find(same_shapes[i]), ours, sizeof ours) : NULL;
+        const char *theirs = m->kind == same_shapes[i].kind
+                                 ? recorded_other(m, f, st_cfg_find(same_shapes[i].key), ours, sizeof ours)
+                                 : NULL;
         if (theirs)
-            s = st_fail(ST_ERR_FORMAT, /* (the path is put in front below) */
-                        "saved by a model with %s %s (this run: %s): every tensor fits, but the heads split "
-                        "them differently, so these weights would compute another function; run with --set "
-                        "%s=%s",
-                        same_shapes[i], theirs, ours, same_shapes[i], theirs);
+            s = st_fail(
+                ST_ERR_FORMAT, /* (the path is put in front below) */
+                "saved by a model with %s %s (this run: %s): every tensor fits, but %s, so these weights "
+                "would compute another function; run with --set %s%s=%s%s",
+                same_shapes[i].key, theirs, ours, same_shapes[i].why, strchr(theirs, ' ') ? "'" : "",
+                same_shapes[i].key, theirs, strchr(theirs, ' ') ? "'" : "");
     }
     if (pr.n || missing.n) {
         int total = pr.n + missing.n;
