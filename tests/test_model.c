@@ -51,6 +51,12 @@ static void gpt_tiny(st_config *c) {
     c->model.block_size = 16;
 }
 
+static void gpt_wider_other_hidden(st_config *c) {
+    gpt_tiny(c);
+    c->model.n_embd = 64;
+    CHECK_OK(st_config_set(c, "model.hidden=[8]")); /* (an mlp's setting: a gpt reads none of it) */
+}
+
 static void test_gpt2_124m_shape(void) {
     st_model *m = make("gpt", gpt124);
     if (!m) return;
@@ -289,6 +295,21 @@ static void test_weights_round_trip(void) {
         "the pools named: %s", msg);
     st_model_free(p0);
     st_model_free(p1);
+    /* A gpt of another width: the hint names model.n_embd, not the mlp's
+     * model.hidden that also differs (a gpt reads none of it) */
+    st_model *w0 = make("gpt", gpt_tiny), *w1 = make("gpt", gpt_wider_other_hidden);
+    CHECK_OK(st_model_init_weights(w0, 1));
+    CHECK_OK(st_model_save(w0, gpath));
+    st_clear_error();
+    CHECK(st_model_load(w1, gpath) == ST_ERR_FORMAT, "a wider gpt refuses the file");
+    msg = st_last_error();
+    CHECK(strstr(msg,
+                 "hint: the file was saved by a model with model.n_embd 32 (this run: 64): run with those "
+                 "settings (--set model.n_embd=32)") &&
+              !strstr(msg, "model.hidden"),
+          "only the gpt's settings named: %s", msg);
+    st_model_free(w0);
+    st_model_free(w1);
     unlink(gpath);
     st_model_free(a);
     st_model_free(b);

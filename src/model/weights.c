@@ -69,11 +69,29 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     /* how the run computes, not what it holds: no tensor depends on them */
     static const char *const no_tensor[] = {"model.dropout", "model.fused_head", "model.fused_gelu",
                                             "model.fused_residual", "model.attention_kernel"};
+    /* the settings only another kind of model reads (a gpt's file names its
+     * model.hidden default too: no hint to set it) */
+    static const struct {
+        const char *key;
+        unsigned kinds; /* 1 << st_model_kind */
+    } reads[] = {{"model.hidden", 1u << ST_MODEL_MLP},
+                 {"model.channels", 1u << ST_MODEL_CNN},
+                 {"model.pool", 1u << ST_MODEL_CNN},
+                 {"model.kernel", 1u << ST_MODEL_CNN},
+                 {"model.batchnorm", 1u << ST_MODEL_CNN},
+                 {"model.n_layer", 1u << ST_MODEL_GPT},
+                 {"model.n_head", 1u << ST_MODEL_GPT},
+                 {"model.n_embd", 1u << ST_MODEL_GPT},
+                 {"model.vocab_size", 1u << ST_MODEL_GPT},
+                 {"model.block_size", 1u << ST_MODEL_GPT},
+                 {"model.num_classes", (1u << ST_MODEL_MLP) | (1u << ST_MODEL_CNN)}};
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
         bool skip = strncmp(key, "model.", 6) != 0;
         for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && !skip; i++)
             skip = strcmp(key, no_tensor[i]) == 0;
+        for (size_t i = 0; i < sizeof reads / sizeof reads[0] && !skip; i++)
+            skip = strcmp(key, reads[i].key) == 0 && !(reads[i].kinds & (1u << m->kind));
         char ours[ST_CFG_STR + 8];
         const char *theirs = skip ? NULL : recorded_other(m, f, row, ours, sizeof ours);
         if (!theirs) continue;
