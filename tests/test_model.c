@@ -362,13 +362,30 @@ static void test_gpt2_style_file(void) {
         CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT, "lm_head.weight has shape [2, 3], wte.weight [");
         t[p->n + 2].shape = wte->shape;
         t[p->n + 2].data = wte->data;
-        const float keep = p->t[1]->data[3];
-        p->t[1]->data[3] = NAN;
+        /* the last parameter not finite: refused after every other tensor
+         * was read, and the model is as it was (the load reads into copies) */
+        CHECK_OK(st_model_init_weights(b, 12));
+        const size_t nbytes = (size_t)b->params.arena_count * sizeof(float);
+        float *was = malloc(nbytes);
+        const int last = p->n_params - 1;
+        const float keep = p->t[last]->data[3];
+        p->t[last]->data[3] = NAN;
         CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
         char want[160];
-        snprintf(want, sizeof want, "%s: element 3 is NaN: the weights are not finite", names[1]);
+        snprintf(want, sizeof want, "%s: element 3 is NaN: the weights are not finite", names[last]);
+        if (was) memcpy(was, b->params.data, nbytes);
         CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT, want);
-        p->t[1]->data[3] = keep;
+        CHECK(was && memcmp(was, b->params.data, nbytes) == 0,
+              "a load refused at its last tensor changes nothing");
+        p->t[last]->data[3] = keep;
+        /* a tensor both with and without the "transformer." prefix: which
+         * one is meant is not for the loader to guess */
+        t[p->n + 2] = (st_safetensors_tensor){"wte.weight", "F32", 2, wte->shape, head};
+        CHECK_OK(st_safetensors_write(path, t, p->n + 3, NULL, 0));
+        CHECK_FAILS(st_model_load(b, path), ST_ERR_FORMAT,
+                    "wte.weight: in the file twice, also as transformer.wte.weight: keep one of them");
+        CHECK(was && memcmp(was, b->params.data, nbytes) == 0, "a refused load changes nothing");
+        free(was);
         free(head);
     }
     free(t);

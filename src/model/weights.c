@@ -1,7 +1,8 @@
 /* Model weights as safetensors: save every parameter and buffer by name;
  * load with every name, shape and dtype checked and each mismatch reported.
- * A model on a device is saved from a host copy of its arenas and loaded
- * through a host staging buffer, one tensor at a time. */
+ * A model on a device is saved from a host copy of its arenas. A load reads
+ * into host copies of the arenas and puts them in place only when every
+ * tensor was read and checked: a failed load leaves the model as it was. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,14 +163,53 @@ static st_status finite_weights(const float *x, int64_t n, const char *name) {
     return ST_OK;
 }
 
-/* Read `name` from the file into t (through the host buffer `stage` on a device). */
-static st_status read_tensor(const st_params *p, st_safetensors *f, const char *name, const st_tensor *t,
-                             float *stage) {
-    float *host = p->dev ? stage : t->data;
-    ST_TRY(st_safetensors_read_f32(f, name, host, t->count));
-    ST_TRY(finite_weights(host, t->count, name));
-    if (!p->dev) return ST_OK;
-    return st_device_upload(p->dev, t->data, stage, (size_t)t->count * sizeof(float));
+/* Host arrays laid out as m's parameter and buffer arenas, holding what
+ * the model holds now (so that what no tensor covers stays as it was): the
+ * load reads into them and, only when every tensor read and passed its
+ * checks, puts them in place. Sharded masters (graph.h) are not whole on
+ * any rank: their array starts as zeros and goes in through
+ * st_params_set_weights, which sets every element. */
+static st_status stage_arenas(const st_model *m, float **data, float **buffers) {
+    const st_params *p = &m->params;
+    if (!p->masters_sharded) return st_model_copy_arenas(m, data, buffers);
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
+                 bbytes = (size_t)p->buffer_count * sizeof(float);
+    *data = st_alloc_aligned(pbytes ? pbytes : 64);
+    *buffers = st_alloc_aligned(bbytes ? bbytes : 64);
+    st_status s = ST_OK;
+    if (!*data || !*buffers)
+        s = st_fail(ST_ERR_NOMEM, "out of memory staging the weights (%.1f MiB) on the host",
+                    (double)(pbytes + bbytes) / (1 << 20));
+    else {
+        memset(*data, 0, pbytes);
+        if (bbytes && p->dev)
+            s = st_device_download(p->dev, *buffers, p->buffers, bbytes);
+        else if (bbytes)
+            memcpy(*buffers, p->buffers, bbytes);
+    }
+    if (s != ST_OK) {
+        st_free_aligned(*data);
+        st_free_aligned(*buffers);
+        *data = *buffers = NULL;
+    }
+    return s;
+}
+
+/* Put the staged arenas in place (stage_arenas). */
+static st_status commit_arenas(st_params *p, const float *data, const float *buffers) {
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
+                 bbytes = (size_t)p->buffer_count * sizeof(float);
+    if (bbytes && p->dev)
+        ST_TRY(st_device_upload(p->dev, p->buffers, buffers, bbytes));
+    else if (bbytes)
+        memcpy(p->buffers, buffers, bbytes);
+    if (p->masters_sharded) return st_params_set_weights(p, data); /* (it refreshes the compute copy) */
+    if (pbytes && p->dev)
+        ST_TRY(st_device_upload(p->dev, p->data, data, pbytes));
+    else if (pbytes)
+        memcpy(p->data, data, pbytes);
+    st_params_touch(p);
+    return ST_OK;
 }
 
 /* Tensors a Hugging Face GPT-2 checkpoint holds that this model derives
@@ -230,9 +270,14 @@ st_status st_model_load(st_model *m, const char *path) {
         const st_tensor *t = p->t[i];
         char alt[ST_NAME_MAX + 16];
         snprintf(alt, sizeof alt, "transformer.%s", t->name);
-        const st_safetensors_entry *e = st_safetensors_find(f, t->name);
-        if (!e) e = st_safetensors_find(f, alt);
+        const st_safetensors_entry *e = st_safetensors_find(f, t->name),
+                                   *prefixed = st_safetensors_find(f, alt);
         shape_str(b, sizeof b, t->ndim, t->shape);
+        if (e && prefixed) { /* which one the file means is anyone's guess */
+            problem(&pr, "%s: in the file twice, also as %s: keep one of them", t->name, alt);
+            continue;
+        }
+        if (!e) e = prefixed;
         if (!e) {
             problem(&missing, "%s: missing (the model expects shape %s)", t->name, b);
             continue;
@@ -291,28 +336,15 @@ st_status st_model_load(st_model *m, const char *path) {
                     total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
                     missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "", hint);
     }
-    float *stage = NULL, *whole = NULL;
-    if (s == ST_OK && p->dev) {
-        int64_t most = 1;
-        for (int i = 0; i < p->n; i++)
-            if (p->t[i]->count > most) most = p->t[i]->count;
-        stage = st_alloc_aligned((size_t)most * sizeof(float));
-        if (!stage)
-            s = st_fail(ST_ERR_NOMEM, "out of memory staging %s for %s", path, st_device_name(p->dev));
-    }
-    /* Sharded masters (graph.h): the parameters are read whole on the host
-     * and set through st_params_set_weights (this rank's masters and the
-     * compute copy); buffers as usual. */
-    if (s == ST_OK && p->masters_sharded &&
-        !(whole = st_alloc_aligned((size_t)(p->arena_count ? p->arena_count : 1) * sizeof(float))))
-        s = st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
+    /* Every tensor is read into host copies of the arenas and checked
+     * there; the model changes only when all of them passed. */
+    float *hdata = NULL, *hbuf = NULL;
+    if (s == ST_OK) s = stage_arenas(m, &hdata, &hbuf);
     for (int i = 0; i < p->n && s == ST_OK; i++) {
         const st_tensor *t = p->t[i];
-        s = whole && t->kind == ST_TENSOR_PARAM
-                ? st_safetensors_read_f32(f, match[i]->name, whole + t->offset, t->count)
-                : read_tensor(p, f, match[i]->name, t, stage);
-        if (s == ST_OK && whole && t->kind == ST_TENSOR_PARAM)
-            s = finite_weights(whole + t->offset, t->count, match[i]->name);
+        float *dst = (t->kind == ST_TENSOR_PARAM ? hdata : hbuf) + t->offset;
+        s = st_safetensors_read_f32(f, match[i]->name, dst, t->count);
+        if (s == ST_OK) s = finite_weights(dst, t->count, match[i]->name);
     }
     /* A GPT's output layer is its embedding (tied, as GPT-2's): a file's own
      * lm_head.weight must be that same matrix, else the model it came from
@@ -347,11 +379,10 @@ st_status st_model_load(st_model *m, const char *path) {
         st_free_aligned(x);
         st_free_aligned(y);
     }
-    if (s == ST_OK && whole) s = st_params_set_weights(p, whole);
+    if (s == ST_OK) s = commit_arenas(p, hdata, hbuf);
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
-    st_free_aligned(stage);
-    if (!p->masters_sharded) st_params_touch(p); /* (sharded: st_params_set_weights refreshed the copy) */
-    st_free_aligned(whole);
+    st_free_aligned(hdata);
+    st_free_aligned(hbuf);
     free(match);
     st_safetensors_close(f);
     return s;
