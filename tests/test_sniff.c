@@ -29,6 +29,9 @@ static void test_kinds(void) {
     kind_is("safetensors", B("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), ST_FILE_SAFETENSORS);
     /* a length whose bytes spell a zip's magic, its JSON at byte 8 */
     kind_is("safetensors spelling PK", B("PK\x03\x04\x00\x00\x00\x00{}"), ST_FILE_SAFETENSORS);
+    /* a length past any file's size: still safetensors, for its reader to say what is wrong */
+    kind_is("safetensors, absurd length", B("\x00\x00\x00\x00\x00\x01\x00\x00{\"a\":1}"),
+            ST_FILE_SAFETENSORS);
     kind_is("tokens", B("STTOKENS\x01\x00\x00\x00"), ST_FILE_TOKENS);
     kind_is("llm.c gpt-2", B("\x88\xd8\x34\x01\x01\x00\x00\x00\x10"), ST_FILE_LLMC_TOKENS);   /* 20240520 */
     kind_is("llm.c llama 3", B("\xa1\xd9\x34\x01\x07\x00\x00\x00\x10"), ST_FILE_LLMC_TOKENS); /* 20240801 */

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "core/device.h"
+#include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "hw/probe.h"
@@ -52,7 +53,10 @@ void st_cli_report_agreed(st_status s) {
 int st_cli_error(st_status s) {
     if (reported) return ST_EXIT_FAIL;
     const char *rank = launched_rank();
-    const char *msg = st_last_error()[0] ? st_last_error() : st_status_name(s);
+    /* (a message may quote a file's bytes: a tensor name, a config value) */
+    static char shown[8192];
+    const char *msg =
+        st_printable(shown, sizeof shown, st_last_error()[0] ? st_last_error() : st_status_name(s));
     /* Host memory ran out: say how much this process holds and what limits
      * it (a device's messages, its allocator's and CUDA's and cuBLAS's, say
      * that of the device themselves). */

@@ -13,6 +13,7 @@
 #include "core/config_schema.h"
 #include "core/safetensors.h"
 #include "core/sniff.h"
+#include "core/text.h"
 #include "data/idx.h"
 #include "data/npy.h"
 #include "data/tokens.h"
@@ -179,13 +180,15 @@ static int inspect_safetensors(const char *path) {
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
         if (strncmp(key, "model.", 6) != 0 || !v) continue;
-        printf("%s%s %s", any ? ", " : "  saved with ", key, v);
+        char shown[ST_CFG_STR * 4 + 8];
+        printf("%s%s %s", any ? ", " : "  saved with ", key, st_printable(shown, sizeof shown, v));
         any = true;
     }
     if (any) printf("\n");
     for (int i = 0; i < n; i++) {
         const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
-        printf("  %-40s %-5s [", e->name, e->dtype);
+        char shown[4 * ST_NAME_MAX + 8];
+        printf("  %-40s %-5s [", st_printable(shown, sizeof shown, e->name), e->dtype);
         for (int k = 0; k < e->ndim; k++)
             printf("%s%lld", k ? ", " : "", (long long)e->shape[k]);
         printf("]\n");

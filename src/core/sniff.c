@@ -34,9 +34,10 @@ static bool looks_like_text(const uint8_t *h, size_t n) {
 
 st_file_kind st_sniff(const uint8_t *h, size_t n) {
     const st_file_kind none = {ST_FILE_UNKNOWN, "", ""};
-    /* safetensors first: its first 8 bytes are a length (any bytes) and its
-     * JSON header starts at byte 8 with '{' */
-    if (n >= 9 && h[8] == '{' && h[5] == 0 && h[6] == 0 && h[7] == 0)
+    /* safetensors first: its first 8 bytes are a length (any bytes; below
+     * 2^48 however absurd, for its reader to say so) and its JSON header
+     * starts at byte 8 with '{' */
+    if (n >= 9 && h[8] == '{' && h[6] == 0 && h[7] == 0)
         return (st_file_kind){ST_FILE_SAFETENSORS, "a safetensors file",
                               "it holds weights: --init loads them"};
     if (n >= 8 && !memcmp(h, "STTOKENS", 8))

@@ -20,4 +20,26 @@ static inline void st_appendf(char *buf, size_t n, size_t *at, const char *fmt, 
     if (k > 0) *at += (size_t)k;
 }
 
+/* src as text a terminal shows as it is, into dst (n > 0 bytes, always
+ * terminated, cut at the end): control characters other than newline and
+ * tab (a terminal escape in a tensor name of a file from elsewhere) become
+ * \xNN. Returns dst. */
+static inline char *st_printable(char *dst, size_t n, const char *src) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)src; *c && o + 1 < n; c++) {
+        if ((*c >= 0x20 && *c != 0x7f) || *c == '\n' || *c == '\t') {
+            dst[o++] = (char)*c;
+        } else {
+            if (o + 5 >= n) break;
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[*c >> 4];
+            dst[o++] = hex[*c & 15];
+        }
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
 #endif

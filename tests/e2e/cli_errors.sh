@@ -57,6 +57,20 @@ expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletr
 printf 'PK\003\004\024\000\010\010\010\000archive/data.pkl' >"$tmp/model.pt"
 expect 1 "model.pt: a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or NumPy's .npz, which scaletrain does not read; weights are read from safetensors files" \
     "$bin" data inspect "$tmp/model.pt"
+# a file's bytes reach the terminal escaped: a tensor name holding an
+# escape sequence, in data inspect's listing and in a load's error
+h='{"a\u001b[31mRED":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"model.n_embd":"x\u0007"}}'
+{ printf "\\$(printf %03o ${#h})\\000\\000\\000\\000\\000\\000\\000"; printf '%s' "$h"; printf '\000\000\000\000'; } >"$tmp/esc.safetensors"
+expect 0 'a\x1b[31mRED' "$bin" data inspect "$tmp/esc.safetensors"
+expect 0 'model.n_embd x\x07' "$bin" data inspect "$tmp/esc.safetensors"
+expect 1 'a\x1b[31mRED: in the file but not in the model' "$bin" eval --set model.type=mlp --init "$tmp/esc.safetensors"
+if "$bin" data inspect "$tmp/esc.safetensors" 2>&1 | grep -q $'\x1b'; then
+    echo "FAIL: data inspect printed a raw escape byte"; fails=$((fails + 1))
+fi
+# a safetensors header length past any file's size is named as such, not as another format
+{ printf '\000\000\000\000\000\001\000\000'; printf '{"a":1}'; } >"$tmp/absurd.safetensors"
+expect 1 "absurd.safetensors: header says 1099511627776 bytes but the file has 7 after the length" \
+    "$bin" data inspect "$tmp/absurd.safetensors"
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
