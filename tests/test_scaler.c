@@ -43,6 +43,11 @@ static void test_state_machine(void) {
     st_scaler_update(&s, false);
     CHECK(s.scale == 0x1p127f, "growth past FLT_MAX: %a", (double)s.scale);
 
+    /* The least scale (2^-24) does not halve: an overflow there skips and
+     * leaves it (st_scaler_check then stops the run, test_grads). */
+    st_scaler_init(&s, true, 0x1p-23, 2000);
+    CHECK(st_scaler_update(&s, true) && s.scale == 0x1p-24f, "2^-23 halves to 2^-24: %a", (double)s.scale);
+    CHECK(st_scaler_update(&s, true) && s.scale == 0x1p-24f, "2^-24 stays: %a", (double)s.scale);
     /* Disabled (fp32, bf16): scale 1, never a skip. */
     st_scaler_init(&s, false, 65536.0, 2000);
     CHECK(s.scale == 1.0f, "disabled scale %g", (double)s.scale);
@@ -77,6 +82,22 @@ static void test_grads(void) {
     for (int64_t i = 0; i < p.count; i++)
         bad += p.grad[i] != ((float)(i % 7) - 3.0f) / 1024.0f;
     CHECK(bad == 0, "%d gradients unscaled wrongly", bad);
+    /* An overflow at the least scale stops the run, naming bf16; one at a
+     * scale that can still halve skips */
+    bool skip = false;
+    p.grad[7] = INFINITY;
+    st_scaler_init(&s, true, 0x1p-23, 2000);
+    CHECK_OK(st_scaler_check(&s, &p, NULL, &skip));
+    CHECK(skip && s.scale == 0x1p-24f, "an overflow at 2^-23 skips and halves: %d %a", skip, (double)s.scale);
+    CHECK_FAILS(
+        st_scaler_check(&s, &p, NULL, &skip), ST_ERR_NUMERIC,
+        "the gradients overflowed with the loss scale at its least, 5.96046e-08 (2 steps skipped so far)");
+    /* the least scale's inverse is finite: zero gradients stay zero */
+    memset(p.grad, 0, (size_t)p.count * sizeof *p.grad);
+    st_scaler_init(&s, true, 6e-8, 2000);
+    CHECK_OK(st_scaler_check(&s, &p, NULL, &skip));
+    CHECK(!skip && p.grad[0] == 0.0f && p.grad[p.count - 1] == 0.0f, "zero gradients unscaled at 6e-8: %g",
+          (double)p.grad[0]);
     st_graph_free(&g);
     st_params_free(&p);
 }
@@ -84,5 +105,5 @@ static void test_grads(void) {
 int main(void) {
     test_state_machine();
     test_grads();
-    return st_test_failures ? 1 : 0;
+    return st_test_finish("test_scaler");
 }

@@ -56,14 +56,22 @@ st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip)
         else
             st_scaler_unscale(s, p);
     }
+    const float was = s->scale;
     *skip = st_scaler_update(s, inf != 0.0f);
+    if (*skip && s->scale == was) /* (it could not halve) */
+        return st_fail(ST_ERR_NUMERIC,
+                       "precision fp16: the gradients overflowed with the loss scale at its least, %g (%lld "
+                       "steps skipped so far): the forward or backward pass leaves float16's range whatever "
+                       "the scale; train with precision: bf16 (float32's range), or lower optim.lr or set "
+                       "optim.grad_clip if the run diverged",
+                       (double)was, (long long)s->skipped);
     return ST_OK;
 }
 
 bool st_scaler_update(st_scaler *s, bool found_inf) {
     if (!s->enabled) return false;
     if (found_inf) {
-        s->scale *= 0.5f;
+        if (s->scale * 0.5f >= (float)ST_SCALER_MIN) s->scale *= 0.5f;
         s->good_steps = 0;
         s->skipped++;
         return true;

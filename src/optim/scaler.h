@@ -25,7 +25,14 @@ typedef struct st_scaler {
     int64_t skipped;    /* steps skipped over the run (a resumed run continues the count) */
 } st_scaler;
 
-/* enabled: fp16; init_scale > 0 (optim.loss_scale), window >= 1 (optim.loss_scale_window). */
+/* The least loss scale: float16's least subnormal, 2^-24. A step that
+ * overflows at it overflows at any scale (the forward pass itself leaves
+ * float16's range), and below it 1/scale soon leaves float's: unscaling
+ * zero gradients by an infinite inverse would make them NaN, unseen. */
+#define ST_SCALER_MIN 0x1p-24
+
+/* enabled: fp16; init_scale >= ST_SCALER_MIN (optim.loss_scale), window >= 1
+ * (optim.loss_scale_window). */
 void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t window);
 
 /* True when every gradient of p is finite (one pass, threaded). */
@@ -39,7 +46,8 @@ void st_scaler_unscale(const st_scaler *s, st_params *p);
 
 /* Advance the state machine after a step whose gradients (over every rank)
  * were finite or not. Returns true when the optimizer step must be skipped
- * (found_inf and enabled): the scale halves and the clean count restarts.
+ * (found_inf and enabled): the scale halves (not below ST_SCALER_MIN) and
+ * the clean count restarts.
  * Otherwise the clean count grows, and at `window` the scale doubles (unless
  * that would overflow fp32) and the count restarts. */
 bool st_scaler_update(st_scaler *s, bool found_inf);
@@ -48,7 +56,9 @@ bool st_scaler_update(st_scaler *s, bool found_inf);
  * Inf or NaN in this rank's gradients, reduce the flag over comm (a MAX
  * all-reduce named "overflow check"; comm may be NULL or one rank) so every
  * rank decides alike (ZeRO ranks each hold only a shard), unscale when clean,
- * then st_scaler_update. *skip: skip the optimizer step. Disabled: *skip is
+ * then st_scaler_update. *skip: skip the optimizer step. An overflow with
+ * the scale too small to halve (ST_SCALER_MIN) is ST_ERR_NUMERIC: no scale
+ * helps, and the run would skip every step from then on. Disabled: *skip is
  * false and nothing else happens. Arenas on a CUDA device (p->dev): the check
  * and the unscale run there, and one flag is read back. */
 st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip);

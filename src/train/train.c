@@ -1420,8 +1420,13 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                     "(raise train.steps to train on)",
                     (long long)res->steps, (long long)cfg->train.steps);
         else {
-            fprintf(ses.out, "done: %lld steps in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
-                    (long long)res->steps, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
+            /* resumed: the time and rates are this process's steps' */
+            char here[96] = "";
+            if (res->start_step > 0)
+                snprintf(here, sizeof here, " (%lld here, resumed at step %lld)",
+                         (long long)(res->steps - res->start_step), (long long)res->start_step);
+            fprintf(ses.out, "done: %lld steps%s in %.1f s, %.0f %s, %.1f GFLOP/s, train loss %.4f",
+                    (long long)res->steps, here, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
                     lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
             fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
         }
