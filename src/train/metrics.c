@@ -34,10 +34,20 @@ static st_status drop_after(const char *path, int64_t step, bool *eval_at_step) 
     char *line = NULL;
     size_t cap = 0;
     bool ok = true;
-    while (ok && getline(&line, &cap, in) > 0) {
+    ssize_t n;
+    while (ok && (n = getline(&line, &cap, in)) > 0) {
+        /* A last line without its newline was cut short by the run's end
+         * (killed mid-write): dropped, else the resumed run's first line
+         * would be joined to it; one that parses whole gets its newline. */
+        const bool cut = line[n - 1] != '\n';
         cJSON *o = cJSON_Parse(line);
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
-        if (!cJSON_IsNumber(st) || st->valuedouble <= (double)step) ok = fputs(line, out) >= 0;
+        if (cut && !o) {
+            cJSON_Delete(o);
+            break;
+        }
+        if (!cJSON_IsNumber(st) || st->valuedouble <= (double)step)
+            ok = fputs(line, out) >= 0 && (!cut || fputc('\n', out) != EOF);
         if (cJSON_IsNumber(st) && st->valuedouble == (double)step &&
             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval")))
             *eval_at_step = true;

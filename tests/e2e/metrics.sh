@@ -5,7 +5,8 @@
 # peak_rss_mb > 0, no gpu_* fields (the CPU), eval lines at 4 and 7, and a
 # checkpoint line at 7 (synchronous, committed at its step). A run that stops at a checkpoint
 # and is resumed with --resume auto appends the remaining steps to the file;
-# lines past the checkpoint it resumes from are dropped first.
+# lines past the checkpoint it resumes from, and a last line cut short, are
+# dropped first.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir
@@ -82,6 +83,9 @@ check "$tmp/a/metrics.jsonl" "[2, 4]" "[]" "[4]" || fail "metrics.jsonl without 
 # Resume: 4 steps (checkpoint at 4), then --resume auto to 8 appends 6 and 8.
 timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.checkpoint_every=2 \
     --set train.out_dir="$tmp/r" || fail "the run before resuming"
+# (and a line cut short, as by a run killed mid-write: dropped on resume, not
+# joined to the resumed run's first line)
+printf '{"step":5,"epoch":0.1,"lo' >>"$tmp/r/metrics.jsonl"
 timeout 60 "$bin" train "${common[@]}" --set train.steps=8 --set data.val= --set train.checkpoint_every=2 \
     --set train.out_dir="$tmp/r" --resume auto || fail "the resumed run"
 check "$tmp/r/metrics.jsonl" "[2, 4, 6, 8]" "[]" "[2, 4, 6, 8]" || fail "metrics.jsonl of the resumed run appends"
