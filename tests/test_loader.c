@@ -413,10 +413,12 @@ static void shortened_file(void) {
     }
 }
 
-/* A worker stuck in its assembly for good (dataset.h's test_stall, as behind
- * a read of a hung network file system: sample 20, in micro-batch 5):
+/* A worker stuck in its assembly (dataset.h's test_stall, as behind a read
+ * of a hung network file system: sample 20, in micro-batch 5):
  * st_loader_next waits timeout_s for that batch, then fails naming it, and
- * keeps failing; st_loader_free returns (the stuck worker is not joined).
+ * keeps failing; st_loader_free returns, saying so (the stuck worker is not
+ * joined); when the read comes back after all, the worker does not read the
+ * caller's dataset struct, which may be gone by then.
  * The batches before it come as usual. */
 static void stalled_worker(const char *tokens) {
     setenv("SCALETRAIN_TEST_DATA_STALL", "train.tokens:20", 1);
@@ -446,8 +448,16 @@ static void stalled_worker(const char *tokens) {
               "the message does not say why: %s", st_last_error());
         CHECK_FAILS(st_loader_next(l, &b), ST_ERR_IO, "batch 5 is not ready"); /* and stays failed */
     }
-    st_loader_free(l); /* returns: the stuck worker is left alone (and so is the dataset it reads) */
+    /* returns, saying the stuck worker was left alone: the dataset it reads must stay */
+    CHECK(st_loader_free(l), "a loader whose worker never answered did not say it left it running");
     st_sampler_free(s);
+    /* The caller's dataset struct may go (it lived in a stack frame, now
+     * reused) while the memory it points to stays: the worker, its read
+     * come back, reads through the loader's own copy and passes */
+    const st_dataset keep = d;
+    memset(&d, 0xa5, sizeof d);
+    st_dataset_test_unstall();
+    d = keep;
 }
 
 /* st_loader_try_next never waits: with 0 workers it gives nothing; with

@@ -103,7 +103,7 @@ const st_cfg_key st_cfg_keys[] = {
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
     K_AUTO("data.num_workers", data.num_workers, 0, 256,
            "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
-    K_FLOAT("data.timeout_s", data.timeout_s, "300", 0, NOMAX, 0,
+    K_FLOAT("data.timeout_s", data.timeout_s, "300", 0, 7 * 86400, 0,
             "seconds the step loop waits for a loader thread's batch before the run fails naming it (storage "
             "that stopped answering: a hung network file system) and saves what it finished; a read in the "
             "step loop's own thread (data.num_workers 0, evaluations) that long ends the process, naming it; "

@@ -3,6 +3,7 @@
 #include "dataset.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,11 @@ static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, f
     }
 }
 
+/* The test stall (test_stall): 0 while it holds, 1 released, 2 passed. */
+static pthread_mutex_t stall_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stall_cv = PTHREAD_COND_INITIALIZER;
+static int stall_state;
+
 st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *aug, float *x, int32_t *xi,
                             int32_t *y) {
     if (i < 0 || i >= d->n)
@@ -296,13 +302,33 @@ st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *
         y[0] = d->labels[i];
         return ST_OK;
     }
-    if (d->test_stall && i + 1 == d->test_stall)
-        for (;;)
-            pause();              /* (the test's stall: see test_stall) */
+    const bool stall = d->test_stall && i + 1 == d->test_stall;
+    if (stall) { /* (the test's stall: see test_stall) */
+        pthread_mutex_lock(&stall_mu);
+        while (stall_state == 0)
+            pthread_cond_wait(&stall_cv, &stall_mu);
+        pthread_mutex_unlock(&stall_mu);
+    }
     const int64_t T = d->seq_len; /* window i: tokens [i*T, i*T + T], inputs then shifted targets */
-    ST_TRY(st_tokens_read_i32(d->tokens, i * T, T, xi));
-    memcpy(y, xi + 1, (size_t)(T - 1) * sizeof(int32_t));
-    return st_tokens_read_i32(d->tokens, i * T + T, 1, y + T - 1);
+    st_status s = st_tokens_read_i32(d->tokens, i * T, T, xi);
+    if (s == ST_OK) memcpy(y, xi + 1, (size_t)(T - 1) * sizeof(int32_t));
+    if (s == ST_OK) s = st_tokens_read_i32(d->tokens, i * T + T, 1, y + T - 1);
+    if (stall) {
+        pthread_mutex_lock(&stall_mu);
+        stall_state = 2;
+        pthread_cond_broadcast(&stall_cv);
+        pthread_mutex_unlock(&stall_mu);
+    }
+    return s;
+}
+
+void st_dataset_test_unstall(void) {
+    pthread_mutex_lock(&stall_mu);
+    stall_state = 1;
+    pthread_cond_broadcast(&stall_cv);
+    while (stall_state != 2)
+        pthread_cond_wait(&stall_cv, &stall_mu);
+    pthread_mutex_unlock(&stall_mu);
 }
 
 st_status st_dataset_batch(const st_dataset *d, const int64_t *idx, int64_t n, int64_t pad_to,

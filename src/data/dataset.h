@@ -36,8 +36,8 @@ typedef struct st_dataset {
     /* For tests of the waits on data (data.timeout_s): with
      * SCALETRAIN_TEST_DATA_STALL=NAME:K in the environment when a token file
      * whose path holds NAME is opened, the read of its sample K stops for
-     * good, as a read of a hung network file system would; test_stall is K +
-     * 1 (0: none). */
+     * good, as a read of a hung network file system would (or until
+     * st_dataset_test_unstall); test_stall is K + 1 (0: none). */
     int64_t test_stall;
 } st_dataset;
 
@@ -58,6 +58,9 @@ st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t nu
  * num_classes as st_dataset_open_npy takes it), else an IDX pair. */
 st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
                                int64_t num_classes, st_dataset *out);
+/* Tests: let the read stopped by test_stall go on, and wait until it has
+ * read its sample. */
+void st_dataset_test_unstall(void);
 void st_dataset_free(st_dataset *d);
 
 /* Mean and standard deviation of pixel/255, or of the float values (for the

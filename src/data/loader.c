@@ -51,6 +51,10 @@ struct st_loader {
     st_status failed;
     char failed_msg[ERR_MAX];
     bool hung; /* a wait timed out: a worker may never return (st_loader_free) */
+    /* what d points to: the caller's dataset, copied (it may live on a stack
+     * that a worker left running past st_loader_free would find reused; the
+     * memory the copy points to is the caller's to keep) */
+    st_dataset d_copy;
 };
 
 static double now_s(void) {
@@ -204,7 +208,8 @@ st_status st_loader_init(const st_dataset *d, st_sampler *smp, const st_loader_o
     st_loader *l = calloc(1, sizeof *l);
     if (!l) return st_fail(ST_ERR_NOMEM, "out of memory for the data loader");
     st_status s;
-    l->d = d;
+    l->d_copy = *d;
+    l->d = &l->d_copy;
     l->s = smp;
     l->o = *opts;
     l->alloc = opts->allocator ? *opts->allocator : (st_loader_allocator){host_alloc, host_free, NULL};
@@ -351,8 +356,8 @@ void st_loader_release(st_loader *l, st_batch *b) {
 st_sampler_pos st_loader_position(const st_loader *l) { return l->pos_out; }
 double st_loader_wait_total(const st_loader *l) { return l->wait_total; }
 
-void st_loader_free(st_loader *l) {
-    if (!l) return;
+bool st_loader_free(st_loader *l) {
+    if (!l) return false;
     if (l->sync_live == 3) {
         pthread_mutex_lock(&l->mu);
         l->stop = true;
@@ -363,7 +368,7 @@ void st_loader_free(st_loader *l) {
     if (l->hung) { /* a worker may be stuck for good, and may yet come back to this memory */
         for (int i = 0; i < l->n_threads; i++)
             pthread_detach(l->threads[i]);
-        return;
+        return l->n_threads > 0;
     }
     for (int i = 0; i < l->n_threads; i++)
         pthread_join(l->threads[i], NULL);
@@ -380,4 +385,5 @@ void st_loader_free(st_loader *l) {
     free(l->slots);
     free(l->threads);
     free(l);
+    return false;
 }

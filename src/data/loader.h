@@ -122,7 +122,9 @@ double st_loader_wait_total(const st_loader *l);
 
 /* Stop the workers (they finish the batch in hand), join them and free every
  * buffer; batches still held become invalid. A loader whose wait timed out
- * is stopped but neither joined nor freed (above). Accepts NULL. */
-void st_loader_free(st_loader *l);
+ * is stopped but neither joined nor freed (above), and true is returned:
+ * its workers may still read the dataset, which must then stay as it is
+ * (not freed) to the process's end. Accepts NULL. */
+bool st_loader_free(st_loader *l);
 
 #endif

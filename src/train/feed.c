@@ -342,16 +342,18 @@ bool st_feed_pinned(const st_feed *f, const char **why) {
     return f->dev && f->pinned;
 }
 
-void st_feed_free(st_feed *f) {
-    if (!f) return;
+bool st_feed_free(st_feed *f) {
+    if (!f) return false;
 #ifdef ST_HAVE_CUDA
     if (f->dev && f->ld) dev_free(f);
 #endif
     if (f->cur) st_loader_release(f->ld, f->cur);
     bind(f, f->own_x, f->own_y);
-    st_loader_free(f->ld); /* gives the ring back through ring_free: before the table goes */
+    const bool left =
+        st_loader_free(f->ld); /* gives the ring back through ring_free: before the table goes */
     free(f->pins);
     free(f);
+    return left;
 }
 
 void st_feed_set_trace(st_feed *f, struct st_trace *t) {

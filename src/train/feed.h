@@ -73,7 +73,8 @@ struct st_trace;
 void st_feed_set_trace(st_feed *f, struct st_trace *t);
 
 /* Wait for the copies in flight, point x and y back at their own memory,
- * free the loader. Accepts NULL. */
-void st_feed_free(st_feed *f);
+ * free the loader. Accepts NULL. True when the loader left workers running
+ * (st_loader_free): the dataset must not be freed. */
+bool st_feed_free(st_feed *f);
 
 #endif

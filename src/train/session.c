@@ -563,7 +563,7 @@ st_status st_session_close(st_session *s) {
     st_model_free(s->model);
     st_comm_free(s->dcomm); /* NCCL: before its device and its host communicator */
     st_device_free(s->dev); /* after everything that lives there */
-    st_dataset_free(&s->train);
+    if (!s->train_in_use) st_dataset_free(&s->train);
     st_dataset_free(&s->val);
     st_comm_free(s->comm);
     if (s->out_lock_fd >= 0) close(s->out_lock_fd); /* (the lock goes with it) */

@@ -18,6 +18,7 @@ typedef struct st_outq st_outq;         /* core/outq.h */
 typedef struct st_session {
     st_config *cfg;
     st_dataset train, val;
+    bool train_in_use; /* a data loader worker that never answered may still read it: never freed */
     bool has_train, has_val;
     st_model *model;
     st_model_graph eval_graph;

@@ -1283,7 +1283,9 @@ fail:
     st_trace_free(&tr);
     st_dist_free(&dd);
     st_loss_sum_free(&ls);
-    st_feed_free(feed); /* the loader before its sampler */
+    /* the loader before its sampler; workers it left waiting on storage
+     * keep the training set mapped (st_session_close) */
+    if (st_feed_free(feed)) ses->train_in_use = true;
     st_sampler_free(smp);
     free(step_times);
     st_optim_free(&opt);
