@@ -13,11 +13,25 @@
 
 bool st_agree_per_rank_key(const char *key) {
     static const char *const keys[] = {
-        "data.train",       "data.train_labels", "data.val",        "data.val_labels",
-        "data.num_workers", "train.threads",     "train.device",    "train.out_dir",
-        "log.progress",     "log.tensorboard",   "log.peak_gflops",
+        "data.train",
+        "data.train_labels",
+        "data.val",
+        "data.val_labels",
+        "data.num_workers",
+        "train.threads",
+        "train.device",
+        "train.out_dir",
+        "log.progress",
+        "log.tensorboard",
+        "log.peak_gflops",
+        /* the preset is compared as the keys it sets; the rest choose a
+         * kernel (by each rank's device when auto), not the function */
+        "model.preset",
+        "model.fused_gelu",
+        "model.fused_residual",
+        "model.attention_kernel",
+        "model.fused_head",
     };
-    if (strncmp(key, "model.", 6) == 0) return true;
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (strcmp(key, keys[i]) == 0) return true;
     return false;

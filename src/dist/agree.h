@@ -32,11 +32,14 @@ enum { ST_AGREE_DESC_MAX = 160 }; /* bytes of one rank's text for an item */
  * difference is in dist.strategy: rank 0 has ddp; rank 1 has zero1 (...)". */
 st_status st_dist_agree_config(st_comm *c, const st_config *cfg);
 
-/* Keys that may differ between ranks: the model's (st_ddp_agree compares the
- * tensors it built, which names them more precisely), file paths (node-local
- * copies; the data's sizes are compared by st_ddp_agree), and per-process or
- * rank-0-only choices (threads, loader workers, device, progress bar,
- * TensorBoard, the peak for mfu). */
+/* Keys that may differ between ranks: the model's choices of kernel (fused
+ * or not, which attention kernel: the same function), file paths
+ * (node-local copies; the data's sizes are compared by st_ddp_agree), and
+ * per-process or rank-0-only choices (threads, loader workers, device,
+ * progress bar, TensorBoard, the peak for mfu). Every other model.* key is
+ * compared: a head count, the max-pools' places or the dropout change the
+ * function and no tensor's shape, so the tensor check alone would pass
+ * ranks that train different models. */
 bool st_agree_per_rank_key(const char *key);
 
 /* v (n items, the same n on every rank): *diff = the first index where the

@@ -9,8 +9,11 @@
 #     agreement) and nothing saved;
 # (b) 3 ranks, two of them with another dist.timeout_s: "ranks 1-2 have 30";
 # (b') a batch that 3 ranks cannot split: one error from each rank, no abort;
-# (c) the same strategy but different models: the model check names the
-#     tensor, still before the strategy's set-up (no "memory per rank" line);
+# (c) the same strategy but different models: a head count (every tensor's
+#     shape the same) is named as a setting; a vocabulary from each rank's
+#     own token file (model.vocab_size auto: the configs agree) by the model
+#     check, naming the tensor; both before the strategy's set-up (no
+#     "memory per rank" line);
 # (d) the control: the same settings on both ranks train and exit 0.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -81,10 +84,20 @@ want="$tmp/split.yaml: train.batch_size (8, split.yaml:2) cannot be split over 3
 # (c) different models, the same (sharded) strategy.
 out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \
     -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" \
-    --set model.n_embd=32 2>&1); rc=$?
+    --set model.n_head=4 2>&1); rc=$?
+echo "--- heads: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "heads: exit $rc"
+[ "$(grep -cF "different settings: the first difference is in model.n_head: rank 0 has 2; rank 1 has 4" <<<"$out")" -eq 2 ] ||
+    fail "heads: not one error naming model.n_head from each rank: $out"
+# (the same tokens, in a file saying vocabulary 512: bytes 24-31 of the header)
+cp "$tmp/t.tokens" "$tmp/v512.tokens"
+printf '\000\002' | dd of="$tmp/v512.tokens" bs=1 seek=24 conv=notrunc status=none
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \
+    -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" \
+    --set data.train="$tmp/v512.tokens" 2>&1); rc=$?
 echo "--- model: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "model: exit $rc"
-grep -qE "different models or data settings: the first difference is in tensor 0 \(in declaration order\): rank 0 has parameter [^ ]+ \[[0-9]+, 16\]; rank 1 has parameter [^ ]+ \[[0-9]+, 32\]" <<<"$out" ||
+grep -qE "different models or data settings: the first difference is in tensor 0 \(in declaration order\): rank 0 has parameter [^ ]+ \[256, 16\]; rank 1 has parameter [^ ]+ \[512, 16\]" <<<"$out" ||
     fail "model: no error naming the tensor and both shapes: $out"
 ! grep -q "memory per rank" <<<"$out" || fail "model: ZeRO was set up before the ranks agreed: $out"
 
