@@ -333,3 +333,39 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
     free(h);
     return s;
 }
+
+st_status st_agree_weights(st_comm *c, const st_params *p, const char *mine) {
+    if (p->masters_sharded)
+        return st_fail(ST_ERR_INTERNAL,
+                       "comparing loaded weights: the masters are sharded (a training run's)");
+    /* every parameter, then the buffers as one item (an evaluation reads batch-norm statistics) */
+    const int n = p->n_params + 1;
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
+                 bbytes = (size_t)p->buffer_count * sizeof(float);
+    float *copy = NULL;
+    const float *x = p->data, *b = p->buffers;
+    int64_t *h = malloc((size_t)n * sizeof *h);
+    st_status s = h ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory comparing the ranks' weights");
+    if (s == ST_OK && p->dev) {
+        copy = malloc(pbytes + bbytes + 1);
+        s = copy ? st_device_download(p->dev, copy, p->data, pbytes)
+                 : st_fail(ST_ERR_NOMEM, "out of memory copying the weights from %s to compare them",
+                           st_device_name(p->dev));
+        if (s == ST_OK && bbytes) s = st_device_download(p->dev, copy + p->arena_count, p->buffers, bbytes);
+        x = copy;
+        b = copy + p->arena_count;
+    }
+    for (int i = 0; s == ST_OK && i < p->n_params; i++)
+        h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
+    if (s == ST_OK) h[n - 1] = bits_hash(b, p->buffer_count);
+    int diff = -1;
+    if (s == ST_OK) s = st_agree_first_difference(c, h, n, "weights check", &diff);
+    if (s == ST_OK && diff >= 0)
+        s = st_agree_report(c, "the ranks loaded different weights", "the weights (--init)", mine,
+                            "give every rank the same weights; a checkpoint folder that a run is still "
+                            "writing to can name different steps on different ranks: name one checkpoint "
+                            "(out_dir/ckpt/step-N)");
+    free(copy);
+    free(h);
+    return s;
+}

@@ -86,4 +86,12 @@ st_status st_agree_status(st_comm *c, st_status mine, const char *what);
  * rank skipped an update. */
 st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step);
 
+/* Before an evaluation on several ranks (each evaluates its share of the
+ * data with the weights it loaded): every parameter's bits and the buffers
+ * hashed on each rank and compared. A difference is ST_ERR_CONFIG on every
+ * rank: "the ranks loaded different weights: ... rank 0 has MINE; rank 1
+ * has ...", `mine` naming what this rank loaded (its file and step). Not
+ * for sharded masters. */
+st_status st_agree_weights(st_comm *c, const st_params *p, const char *mine);
+
 #endif

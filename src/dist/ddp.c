@@ -505,9 +505,10 @@ st_status st_ddp_finish(st_ddp *d, st_graph *g) {
 
 /* The counts first (the per-tensor comparison needs equal counts), then the
  * tensors: a shape difference is named by tensor, not by a total. */
-enum { N_HEAD = 5, DESC_MAX = ST_AGREE_DESC_MAX };
-static const char *const head_names[N_HEAD] = {"parameter tensors", "buffers", "train.batch_size",
-                                               "train.micro_batch_size", "training samples"};
+enum { N_HEAD = 6, DESC_MAX = ST_AGREE_DESC_MAX };
+static const char *const head_names[N_HEAD] = {"parameter tensors", "buffers",
+                                               "train.batch_size",  "train.micro_batch_size",
+                                               "training samples",  "validation samples"};
 
 static int64_t tensor_hash(const st_tensor *t) {
     uint64_t h = st_hash_str(t->name) ^ (uint64_t)t->kind;
@@ -529,13 +530,16 @@ static st_status report(st_comm *c, const char *item, const char *mine) {
 }
 
 st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
-                       int64_t n_samples) {
-    int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples};
+                       int64_t n_samples, int64_t val_samples) {
+    int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples, val_samples};
     int diff;
     ST_TRY(st_agree_first_difference(comm, head, N_HEAD, "signature", &diff));
     char desc[DESC_MAX];
     if (diff >= 0) {
-        snprintf(desc, sizeof desc, "%lld", (long long)head[diff]);
+        if (diff == N_HEAD - 1 && head[diff] < 0)
+            snprintf(desc, sizeof desc, "none (data.val empty)");
+        else
+            snprintf(desc, sizeof desc, "%lld", (long long)head[diff]);
         return report(comm, head_names[diff], desc);
     }
     int64_t *h = malloc((size_t)(p->n ? p->n : 1) * sizeof *h);

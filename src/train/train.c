@@ -171,11 +171,13 @@ static double eval_estimate_s(const st_session *ses, double rate) {
 /* --init's weights into the model: a file, a checkpoint, a checkpoint folder
  * or a run directory (st_ckpt_weights); which file, and its step when it is
  * a checkpoint's, said unless quiet. *step: -1 when unknown. */
-static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *step) {
-    char path[4096], what[4200];
+/* --init's weights into the model; *step: the checkpoint's step (-1: a
+ * weights file), path (size bytes): the file read. */
+static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *step, char *path, size_t size) {
+    char what[4200];
     snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
     st_watch_begin(ses->store_watch, what);
-    const st_status s = st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, sizeof path, step);
+    const st_status s = st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, size, step);
     st_watch_end(ses->store_watch);
     ST_TRY(s);
     if (!opts->quiet && strcmp(path, opts->init) != 0) {
@@ -719,7 +721,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_comm *gcomm = ses->dcomm ? ses->dcomm : ses->comm; /* the gradients' (NCCL between CUDA devices) */
     if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
         st_comm_set_step(ses->comm, 0);
-        s = st_ddp_agree(ses->comm, gcomm, &m->params, c->train.batch_size, mb, n);
+        s = st_ddp_agree(ses->comm, gcomm, &m->params, c->train.batch_size, mb, n,
+                         ses->has_val ? ses->val.n : -1);
         if (s != ST_OK) {
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
@@ -1343,8 +1346,9 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     /* --init's weights replace every tensor (st_model_load refuses a file
      * that lacks one): no random values are made first */
     int64_t init_step;
+    char init_path[4096];
     if (opts->init)
-        ST_GOTO(load_init(&ses, opts, &init_step));
+        ST_GOTO(load_init(&ses, opts, &init_step, init_path, sizeof init_path));
     else
         ST_GOTO(st_params_init(&ses.model->params,
                                (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
@@ -1468,7 +1472,30 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
         opts = &mine;
     }
     int64_t step;
-    ST_GOTO(load_init(&ses, opts, &step));
+    char loaded[4096];
+    ST_GOTO(load_init(&ses, opts, &step, loaded, sizeof loaded));
+    if (ses.world > 1) { /* the shares are summed: the ranks must evaluate the same weights and data */
+        int64_t vn = ses.val.n;
+        int diff;
+        ST_GOTO(st_agree_first_difference(ses.comm, &vn, 1, "validation samples", &diff));
+        if (diff >= 0) {
+            char n[32];
+            snprintf(n, sizeof n, "%lld", (long long)vn);
+            s = st_agree_report(ses.comm, "the ranks read different validation data",
+                                "validation samples (data.val)", n,
+                                "every rank must read the same data.val (a node-local copy must be whole)");
+            ses.agreed_error = true;
+            goto fail;
+        }
+        char desc[ST_AGREE_DESC_MAX];
+        const size_t len = strlen(loaded); /* (a long path: its end says the most) */
+        snprintf(desc, sizeof desc, "%s%s", len > 100 ? "..." : "", loaded + (len > 100 ? len - 100 : 0));
+        if (step >= 0)
+            snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " (step %lld)", (long long)step);
+        s = st_agree_weights(ses.comm, &ses.model->params, desc);
+        ses.agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
+        ST_GOTO(s);
+    }
     double t0 = st_now();
     ST_GOTO(eval_and_report(&ses, opts, res, step, NULL));
     double dt = st_now() - t0;

@@ -13,7 +13,7 @@
 #     shape the same) is named as a setting; a vocabulary from each rank's
 #     own token file (model.vocab_size auto: the configs agree) by the model
 #     check, naming the tensor; both before the strategy's set-up (no
-#     "memory per rank" line);
+#     "memory per rank" line); a validation set on one rank only, by its size;
 # (d) the control: the same settings on both ranks train and exit 0.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -100,6 +100,13 @@ echo "--- model: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 grep -qE "different models or data settings: the first difference is in tensor 0 \(in declaration order\): rank 0 has parameter [^ ]+ \[256, 16\]; rank 1 has parameter [^ ]+ \[512, 16\]" <<<"$out" ||
     fail "model: no error naming the tensor and both shapes: $out"
 ! grep -q "memory per rank" <<<"$out" || fail "model: ZeRO was set up before the ranks agreed: $out"
+# validation data on one rank only (data.val may differ by rank, as a
+# node-local path, but not in what it holds): the shares would not add up
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/val" : \
+    -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/val" --set data.val="$tmp/t.tokens" 2>&1); rc=$?
+echo "--- val: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ "$(grep -cF "the first difference is in validation samples: rank 0 has none (data.val empty); rank 1 has 199" <<<"$out")" -eq 2 ] ||
+    fail "val: not one error naming the validation samples from each rank: $out"
 
 # (d) the control: the same settings (ZeRO-1, bf16 gradients are DDP-only) train.
 out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/same" \

@@ -16,6 +16,9 @@
 #     its message naming the file (not every rank waiting for dist.timeout_s).
 # (d) train.eval_steps with eval_batch_size auto: the same samples on 1 and
 #     2 ranks; `eval` on ranks that do not divide train.batch_size runs.
+# (e) ranks that loaded different weights (each its own --init), or read
+#     validation sets of different sizes, are refused, naming both, where
+#     their shares were summed into a figure of neither.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -103,4 +106,18 @@ out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/
 [ $((SECONDS - t0)) -lt 30 ] || fail "eval with rank 1's data missing took $((SECONDS - t0)) s: the ranks waited for the timeout"
 grep -q "rank 1 of 2 .*: aborting every rank: $tmp/missing/t10k-images-idx3-ubyte.gz: cannot open" <<<"$out" ||
     fail "eval with rank 1's data missing: rank 1's reason not given: $(grep scaletrain <<<"$out" | head -3)"
+
+# (e) different weights, different validation data
+timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.seed=7 --set train.eval_every=0 \
+    --set train.out_dir="$tmp/mlp7" >/dev/null || fail "the run of seed 7"
+out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/model.safetensors" : \
+    -np 1 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp7/model.safetensors" 2>&1) && fail "eval of different weights passed"
+[ "$(grep -cF "the ranks loaded different weights: the first difference is in the weights (--init): rank 0 has $tmp/mlp/model.safetensors; rank 1 has $tmp/mlp7/model.safetensors" <<<"$out")" -eq 2 ] ||
+    fail "eval of different weights: not one error from each rank naming both: $(grep scaletrain <<<"$out" | head -3)"
+out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/model.safetensors" : \
+    -np 1 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/model.safetensors" \
+    --set data.val="/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz" --set data.val_labels="/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz" 2>&1) &&
+    fail "eval of different validation sets passed"
+[ "$(grep -cF "the ranks read different validation data: the first difference is in validation samples (data.val): rank 0 has 10000; rank 1 has 60000" <<<"$out")" -eq 2 ] ||
+    fail "eval of different validation sets: not one error from each rank: $(grep scaletrain <<<"$out" | head -3)"
 e2e_finish "every rank evaluates its share; the results equal one rank's"
