@@ -19,6 +19,11 @@ typedef struct st_session {
     st_config *cfg;
     st_dataset train, val;
     bool train_in_use; /* a data loader worker that never answered may still read it: never freed */
+    /* rank 0: train.out_dir/ckpt holds aside_ckpts checkpoints of a run
+     * before this one (its latest good one at aside_step, -1: none good),
+     * to move to ckpt.previous where this run first writes */
+    int aside_ckpts;
+    int64_t aside_step;
     bool has_train, has_val;
     st_model *model;
     st_model_graph eval_graph;

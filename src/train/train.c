@@ -198,14 +198,16 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
  * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
  * that run's last step: a --resume forgotten, or a stop's checkpoint) is an
  * error, before anything is written; a finished run's (or only damaged
- * ones) are set aside in ckpt.previous, saying so, so that the two runs'
- * checkpoints never mix: pruning and --resume's fallback go by step number,
- * and would keep the old run's later steps over the new run's. Rank 0 looks
- * (out_dir is one directory for all ranks); every rank returns its outcome. */
+ * ones) are to be set aside in ckpt.previous (set_aside_previous, where the
+ * run first writes: a run refused later, its --init not loading, moves
+ * nothing), so that the two runs' checkpoints never mix: pruning and
+ * --resume's fallback go by step number, and would keep the old run's later
+ * steps over the new run's. Rank 0 looks (out_dir is one directory for all
+ * ranks); every rank returns its outcome. */
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
-    char what[4200], aside[4700] = "", warn[1024] = ""; /* said after the watch */
+    char what[4200], warn[1024] = ""; /* said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
     /* One run at a time in train.out_dir (st_ckpt_lock_out_dir), in two
@@ -234,20 +236,8 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
                 "train.out_dir or remove %s (nothing was written)",
                 out, dir, (long long)st.step, (long long)st.run_steps, ckdir);
         } else if (any) {
-            st_clear_error();
-            s = st_ckpt_set_aside(out, dir, sizeof dir);
-            if (s == ST_OK && good)
-                snprintf(
-                    aside, sizeof aside,
-                    "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at "
-                    "step %lld): its checkpoints are now in %s (replacing any there before); this run "
-                    "starts from step 0 and replaces its model.safetensors and metrics\n",
-                    out, (long long)st.step, dir);
-            else if (s == ST_OK)
-                snprintf(aside, sizeof aside,
-                         "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are "
-                         "now in %s\n",
-                         out, n, dir);
+            ses->aside_ckpts = n;
+            ses->aside_step = good ? st.step : -1;
         }
         if (s == ST_OK) st_clear_error();
     }
@@ -261,12 +251,38 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     /* Said after the watch, which is the storage's: a standard error that
      * takes no bytes holds each say 5 s at most (st_ticker_say), which a
      * short train.checkpoint_timeout_s would count against the storage. */
-    if (aside[0]) st_ticker_say(aside);
     if (warn[0]) st_ticker_say(warn);
     if (ses->world == 1) return s;
     s = st_agree_status(ses->comm, s, "train.out_dir");
     ses->agreed_error = s != ST_OK; /* every rank has the outcome */
     return s;
+}
+
+/* The checkpoints check_out_dir found of a run before this one, moved to
+ * out_dir/ckpt.previous, saying so: rank 0, where the run first writes. */
+static st_status set_aside_previous(st_session *ses) {
+    if (!ses->aside_ckpts) return ST_OK;
+    const char *out = ses->cfg->train.out_dir;
+    char what[4200], dir[4096], aside[4700];
+    snprintf(what, sizeof what, "moving the checkpoints in %s/ckpt to ckpt.previous", out);
+    st_watch_begin(ses->store_watch, what);
+    const st_status s = st_ckpt_set_aside(out, dir, sizeof dir);
+    st_watch_end(ses->store_watch);
+    ST_TRY(s);
+    if (ses->aside_step >= 0)
+        snprintf(aside, sizeof aside,
+                 "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at step "
+                 "%lld): its checkpoints are now in %s (replacing any there before); this run starts from "
+                 "step 0 and replaces its model.safetensors and metrics\n",
+                 out, (long long)ses->aside_step, dir);
+    else
+        snprintf(
+            aside, sizeof aside,
+            "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are now in %s\n",
+            out, ses->aside_ckpts, dir);
+    st_ticker_say(aside);
+    ses->aside_ckpts = 0;
+    return ST_OK;
 }
 
 /* The store watch (core/watch.h): storage that stops answering (a hung
@@ -850,6 +866,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
         ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
+        ST_GOTO(set_aside_previous(ses)); /* (a run started over a finished one) */
         if (opts->resume) { /* its own later checkpoints are the trajectory it leaves */
             int moved;
             char names[1024];

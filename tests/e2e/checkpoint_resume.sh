@@ -18,7 +18,8 @@
 #   SIGTERM to one rank stops both after the same step, with the same result;
 #   started again without --resume, it is refused, nothing written.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
-#   aside in ckpt.previous (good, and resumable from there), saying so.
+#   aside in ckpt.previous (good, and resumable from there), saying so; a
+#   run refused before it writes (its --init does not load) moves nothing.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir
@@ -244,7 +245,14 @@ cmp "$d/full/model.safetensors" "$d/run/model.safetensors" && echo "SIGTERM at $
     fail "SIGTERM + resume differs from the uninterrupted run"
 
 # A new run over the finished one: its checkpoints are set aside in
-# ckpt.previous (still good, and --resume takes them from there).
+# ckpt.previous (still good, and --resume takes them from there); but not by
+# a run refused before it writes (--init of weights of another shape).
+before=$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)
+out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" \
+    --set model.hidden=[7] --init "$d/full/model.safetensors" 2>&1) && fail "a run with --init of another shape ran"
+grep -q "mismatches with the mlp model" <<<"$out" || fail "--init of another shape: $out"
+[ "$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)" = "$before" ] && [ ! -e "$d/run/ckpt.previous" ] ||
+    fail "a refused run moved or changed the finished run's files"
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" 2>&1) ||
     fail "a new run over a finished one: $out"
 echo "$out" | tail -n 1
