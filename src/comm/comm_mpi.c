@@ -29,6 +29,7 @@ st_status st_comm_mpi_init(st_comm *c) {
 
 #include "core/half.h"
 #include "core/ticker.h"
+#include "core/watch.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -403,7 +404,21 @@ static st_status mpi_open(st_comm *c) {
     int inited = 0, provided = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* MPI_Init_thread waits for every rank to start MPI: one that
+         * failed before (a config error of its own, under an srun whose
+         * step goes on when a task fails) would hold the others here for
+         * ever, where the watchdog does not run yet */
+        char who[256];
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        if (!r) r = getenv("PMIX_RANK");
+        if (!r) r = getenv("SLURM_PROCID");
+        snprintf(who, sizeof who, "rank %s (host %s, pid %d)", r ? r : "?", c->host, (int)getpid());
+        st_watch *w = st_watch_one((double)c->cfg.timeout_s, who, "dist.timeout_s",
+                                   "another rank did not start MPI: it may have failed before it could (its "
+                                   "error is in its output), or its node is unreachable",
+                                   "nothing was done", "starting MPI (MPI_Init_thread) with the other ranks");
         rc = MPI_Init_thread(NULL, NULL, ST_COMM_MPI_THREAD, &provided);
+        st_watch_stop(w);
         if (rc != MPI_SUCCESS)
             return st_fail(ST_ERR_IO, "host %s: MPI_Init_thread failed (MPI error %d)", c->host, rc);
         m->own_mpi = true;

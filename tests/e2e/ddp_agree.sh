@@ -15,6 +15,10 @@
 #     check, naming the tensor; both before the strategy's set-up (no
 #     "memory per rank" line); a validation set on one rank only, by its size;
 # (d) the control: the same settings on both ranks train and exit 0.
+# (e) a rank that fails before it starts MPI (its config file missing), with
+#     mpirun told to let the others run on (as an srun without
+#     --kill-on-bad-exit does): the other rank ends after dist.timeout_s,
+#     saying it waited for the others to start MPI, where it waited for ever.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
@@ -115,4 +119,11 @@ out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set
     fail "the same settings on both ranks: exit $rc: $out"
 echo "--- the same settings: exit $rc, $(grep -o '"strategy":"zero1"' <<<"$out"), 2 ranks"
 
+# (e) a rank that never starts MPI
+out=$("${mpi[@]}" --mca orte_abort_on_non_zero_status 0 -np 1 "$bin" train "${gpt[@]}" --set dist.timeout_s=2 \
+    --set train.out_dir="$tmp/noinit" : -np 1 "$bin" train "$tmp/missing.yaml" 2>&1); rc=$?
+echo "--- a rank without MPI: exit $rc: $(grep -m1 'MPI_Init' <<<"$out")"
+[ $rc -ne 124 ] || fail "a rank without MPI: the other waited until the test's timeout"
+grep -q "rank 0 (host .*): starting MPI (MPI_Init_thread) with the other ranks has not finished after 2 s (dist.timeout_s: 2 s): another rank did not start MPI" <<<"$out" ||
+    fail "a rank without MPI: rank 0 did not say what it waited for: $out"
 e2e_finish "all passed"
