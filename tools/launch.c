@@ -193,14 +193,17 @@ static void *lookup_run(void *arg) {
  * stopped answering (the likely reason the job failed) would hold the
  * launcher in it for good. False, with the reason in `what`, when it has
  * not returned after train.checkpoint_timeout_s (dist.timeout_s when 0):
- * the job is not restarted then (its ranks would wait on the same storage). */
+ * the job is not restarted then (its ranks would wait on the same storage);
+ * nor when its arguments do not parse (said on standard error here too): a
+ * configuration error fails every attempt alike. */
 static bool resume_point(int argc, char **argv, char *what, size_t size) {
     st_config cfg;
     st_run_opts opts = {0};
     int rc = st_cli_run_args("train", argc, argv, &cfg, &opts);
     if (rc >= 0) {
-        snprintf(what, size, "(its arguments do not parse: it will say why)");
-        return true;
+        snprintf(what, size,
+                 "its arguments do not parse (above), and a configuration error fails every attempt alike");
+        return false;
     }
     lookup *l = calloc(1, sizeof *l);
     if (!l) {

@@ -12,6 +12,7 @@
 # (b') the same with SIGSTOP: rank 0's watchdog ends the job, and the
 #     launcher's message quotes the collective and the stopped rank;
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
+#     one whose arguments do not parse is not restarted;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
@@ -216,6 +217,12 @@ grep -q "failed again .*missing.tokens.*1 restart used, giving up" "$tmp/bad.err
     fail "always failing: no give-up message naming the error: $(cat "$tmp/bad.err")"
 [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad.err")" -eq 2 ] || fail "always failing: not run twice"
 echo "always failing: restarted once, then gave up"
+# (c') a configuration error: not restarted (it fails every attempt alike)
+timeout 60 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set optim.lr=abc \
+    --set train.out_dir="$tmp/badcfg" >"$tmp/badcfg.out" 2>"$tmp/badcfg.err"; rc=$?
+[ $rc -eq 1 ] || fail "config error: exit $rc, expected 1"
+grep -q "not restarted: its arguments do not parse" "$tmp/badcfg.err" && ! grep -q "restart 1 of" "$tmp/badcfg.err" ||
+    fail "config error: restarted, or not said: $(cat "$tmp/badcfg.err")"
 
 # (d) SIGTERM to the launcher: a checkpoint, exit 143, no restart.
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
