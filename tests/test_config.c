@@ -440,8 +440,9 @@ static void test_print(void) {
     char path[64], want[128];
     st_config c, back;
     st_config_defaults(&c);
+    /* (a value holding control characters: printed escaped, read back the same) */
     write_yaml(path, "model: { type: gpt, preset: gpt2-124m }\ndata: { type: tokens, train: 'a #b.bin', val: "
-                     "'', val_labels: v.gz }\n"
+                     "'', val_labels: \"v\\x01\\r.gz\" }\n"
                      "optim:\n  lr: 6e-4\n");
     CHECK_OK(st_config_load(&c, path));
     CHECK_OK(st_config_set(&c, "train.batch_size=64"));
@@ -462,6 +463,7 @@ static void test_print(void) {
     CHECK(strstr(out, "# auto: 10 classes in the training labels\n"), "auto reason shown:\n%s", out);
     CHECK(strstr(out, "# preset gpt2-124m\n"), "preset shown");
     CHECK(strstr(out, "\"a #b.bin\"") && strstr(out, "\"true\"") && strstr(out, "val:"), "strings quoted");
+    CHECK(strstr(out, "\"v\\x01\\r.gz\""), "control characters escaped:\n%s", out);
     /* Every comment starts in the same column (values here are all short). */
     int col = -1;
     for (char *line = out; *line;) {

@@ -26,12 +26,13 @@
 
 #include "chart.h"
 #include "cli.h"
-#include "launch.h"
 #include "core/atomic_file.h"
 #include "core/blas.h"
+#include "core/config_schema.h"
 #include "hw/device.h"
 #include "hw/planner.h"
 #include "hw/runspec.h"
+#include "launch.h"
 #include "train/checkpoint.h"
 
 #define MAX_RUNS 16
@@ -404,7 +405,8 @@ int st_cmd_bench(int argc, char **argv) {
     fflush(stdout);
     const int cores = st_launch_local_cores();
     for (int k = 0; k < nr; k++) {
-        char np[16], sb[64], smb[64], sst[64], sout[PATH_MAX + 32], dir[PATH_MAX], log[PATH_MAX + 8];
+        char np[16], sb[64], smb[64], sst[64], sout[4 * PATH_MAX + 32], dir[PATH_MAX], log[PATH_MAX + 8],
+            qdir[4 * PATH_MAX];
         runs[k].cores_per_rank = ranks[k] > cores ? (double)cores / ranks[k] : 1.0;
         if (ranks[k] > cores) {
             printf("scaletrain bench: %d ranks on %d core%s: the ranks share the cores (%.2g of a core each); "
@@ -417,7 +419,8 @@ int st_cmd_bench(int argc, char **argv) {
         snprintf(smb, sizeof smb, "train.micro_batch_size=%lld", mb);
         snprintf(sst, sizeof sst, "train.steps=%ld", steps);
         snprintf(dir, sizeof dir, "%s/n%d", out_dir, ranks[k]);
-        snprintf(sout, sizeof sout, "train.out_dir=%s", dir);
+        st_cfg_quote(dir, qdir, sizeof qdir); /* (as YAML: a '#' or ': ' in it is the path's) */
+        snprintf(sout, sizeof sout, "train.out_dir=%s", qdir);
         st_ckpt_remove_all(dir); /* a throwaway run: an earlier bench's (even one interrupted) is not resumed */
         snprintf(log, sizeof log, "%s.log", dir);
         char **av = calloc((size_t)nrest + 32, sizeof *av);

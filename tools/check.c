@@ -39,6 +39,7 @@
 #include "cli.h"
 #include "comm/comm.h"
 #include "core/atomic_file.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/text.h"
 #ifdef ST_HAVE_CUDA
@@ -164,12 +165,15 @@ done:
  * into tmp/NAME, its output in *log (the caller frees). The exit status, -2
  * when it ran out of time. */
 static int tiny_run(const char *tmp, int ranks, const char *device, int batch, const char *name, char **log) {
-    char self[PATH_MAX], tokens[PATH_MAX], data[PATH_MAX + 16], out[PATH_MAX + 32], logf[PATH_MAX], np[16],
-        dev[32], bs[48];
+    char self[PATH_MAX], tokens[PATH_MAX], data[4 * PATH_MAX + 16], out[4 * PATH_MAX + 32], logf[PATH_MAX],
+        np[16], dev[32], bs[48], q[4 * PATH_MAX], qo[4 * PATH_MAX];
     st_cli_self_path(self, sizeof self);
     snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
-    snprintf(data, sizeof data, "data.train=%s", tokens);
-    snprintf(out, sizeof out, "train.out_dir=%s/%s", tmp, name);
+    snprintf(logf, sizeof logf, "%s/%s", tmp, name); /* (as YAML: the paths as they are) */
+    st_cfg_quote(tokens, q, sizeof q);
+    st_cfg_quote(logf, qo, sizeof qo);
+    snprintf(data, sizeof data, "data.train=%s", q);
+    snprintf(out, sizeof out, "train.out_dir=%s", qo);
     snprintf(logf, sizeof logf, "%s/%s.log", tmp, name);
     snprintf(np, sizeof np, "%d", ranks);
     snprintf(dev, sizeof dev, "train.device=%s", device);

@@ -621,27 +621,34 @@ static bool needs_quotes(const char *s) {
     bool b, integral;
     size_t n = strlen(s);
     if (n == 0 || strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) || s[n - 1] == ' ' || s[n - 1] == ':') return true;
-    if (strstr(s, ": ") || strstr(s, " #") || strpbrk(s, "\"\\\n\t\r")) return true;
+    if (strstr(s, ": ") || strstr(s, " #") || strpbrk(s, "\"\\")) return true;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        if (*c < 0x20 || *c == 0x7f) return true; /* (escaped: a YAML reader drops or refuses them raw) */
     return parse_bool(s, &b) || is_null((scalar){s, n, true}) || number_syntax(s, &integral);
 }
 
-static void quote(const char *s, char *buf, size_t n) {
+void st_cfg_quote(const char *s, char *buf, size_t n) {
     if (!needs_quotes(s)) {
         snprintf(buf, n, "%s", s);
         return;
     }
+    static const char hex[] = "0123456789abcdef";
     size_t o = 0;
     if (n < 3) return;
     buf[o++] = '"';
-    for (; *s && o + 4 < n; s++) {
-        if (*s == '"' || *s == '\\')
-            buf[o++] = '\\', buf[o++] = *s;
-        else if (*s == '\n')
+    for (const unsigned char *c = (const unsigned char *)s; *c && o + 6 < n; c++) {
+        if (*c == '"' || *c == '\\')
+            buf[o++] = '\\', buf[o++] = (char)*c;
+        else if (*c == '\n')
             buf[o++] = '\\', buf[o++] = 'n';
-        else if (*s == '\t')
+        else if (*c == '\t')
             buf[o++] = '\\', buf[o++] = 't';
+        else if (*c == '\r')
+            buf[o++] = '\\', buf[o++] = 'r';
+        else if (*c < 0x20 || *c == 0x7f)
+            buf[o++] = '\\', buf[o++] = 'x', buf[o++] = hex[*c >> 4], buf[o++] = hex[*c & 15];
         else
-            buf[o++] = *s;
+            buf[o++] = (char)*c;
     }
     buf[o++] = '"';
     buf[o] = '\0';
@@ -673,7 +680,7 @@ void st_cfg_format(const st_config *c, int row, char *buf, size_t n) {
         snprintf(buf, n, "%s", *(const bool *)field ? "true" : "false");
         return;
     case ST_CFG_STRING:
-        quote((const char *)field, buf, n);
+        st_cfg_quote((const char *)field, buf, n);
         return;
     case ST_CFG_ENUM:
         snprintf(buf, n, "%s", *(const char *)field ? (const char *)field : "\"\"");

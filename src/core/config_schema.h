@@ -75,6 +75,10 @@ st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char
 
 /* The value of row as YAML text (strings quoted where YAML needs it). */
 void st_cfg_format(const st_config *c, int row, char *buf, size_t n);
+/* s as a YAML scalar that reads back as the same string (into buf, n
+ * bytes): as it is where that is safe, else double-quoted, with \", \\,
+ * \n, \t, \r and \xNN escapes (for --set key=VALUE built by a command). */
+void st_cfg_quote(const char *s, char *buf, size_t n);
 
 /* Shortest text that reads back as the same double. */
 void st_cfg_format_double(double v, char *buf, size_t n);

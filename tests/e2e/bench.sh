@@ -7,7 +7,8 @@
 # the ranks, measured/predicted = throughput / predicted throughput); the
 # throughput and efficiency SVGs parse and hold two series (measured,
 # predicted) of one point per rank count, and the PNGs exist when gnuplot is
-# installed; bad options are usage errors.
+# installed; bad options are usage errors. The report folder's name holds " #1"
+# (a YAML comment, were it passed unquoted).
 # It checks the report's shape and sanity, not the speed (the machine is shared).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -24,7 +25,7 @@ dist:  { timeout_s: 60 }
 log:   { peak_gflops: 10 }
 YAML
 
-out=$(timeout 300 "$bin" bench -n 1,2 "$tmp/tiny.yaml" --set optim.lr=1e-3 --steps 8 --warmup 2 --out "$tmp/rep" 2>&1)
+out=$(timeout 300 "$bin" bench -n 1,2 "$tmp/tiny.yaml" --set optim.lr=1e-3 --steps 8 --warmup 2 --out "$tmp/rep #1" 2>&1)
 rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "bench: exit $rc"
@@ -35,8 +36,8 @@ head -n 1 <<<"$table" | grep -q '^| ranks | global batch | tokens/s | per rank |
 for r in 1 2; do
     grep -qE "^\| $r \| $((4 * r)) \|( [0-9.]+ \|){10}$" <<<"$table" || fail "no well-formed row for $r rank(s)"
 done
-diff <(grep '^|' "$tmp/rep/bench.md") <(echo "$table") >/dev/null || fail "bench.md's table differs from stdout's"
-/usr/bin/python3 - "$tmp/rep/bench.json" <<'PY' || fail "bench.json"
+diff <(grep '^|' "$tmp/rep #1/bench.md") <(echo "$table") >/dev/null || fail "bench.md's table differs from stdout's"
+/usr/bin/python3 - "$tmp/rep #1/bench.json" <<'PY' || fail "bench.json"
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 runs = r["runs"]
@@ -66,7 +67,7 @@ e = runs[1]["throughput_per_rank"] / runs[0]["throughput_per_rank"]
 assert abs(runs[1]["efficiency"] - e) <= 1e-9, runs
 print("bench.json: 2 runs, figures positive, finite and consistent; 2-rank efficiency %.3f" % e)
 PY
-/usr/bin/python3 - "$tmp/rep" <<'PY' || fail "the plots"
+/usr/bin/python3 - "$tmp/rep #1" <<'PY' || fail "the plots"
 import sys, xml.etree.ElementTree as ET
 d = sys.argv[1]
 md = open(d + "/bench.md").read()
@@ -82,22 +83,22 @@ print("plots: 2 SVGs, each with a measured and a predicted series")
 PY
 if command -v gnuplot >/dev/null; then
     for name in bench_throughput bench_efficiency; do
-        [ "$(head -c 4 "$tmp/rep/$name.png" | tail -c 3)" = PNG ] || fail "$name.png is not a PNG"
+        [ "$(head -c 4 "$tmp/rep #1/$name.png" | tail -c 3)" = PNG ] || fail "$name.png is not a PNG"
     done
 fi
-[ -f "$tmp/rep/n2/metrics.jsonl" ] && [ -f "$tmp/rep/n2.log" ] || fail "the runs' metrics and logs are not kept"
+[ -f "$tmp/rep #1/n2/metrics.jsonl" ] && [ -f "$tmp/rep #1/n2.log" ] || fail "the runs' metrics and logs are not kept"
 # Again over the same report folder, its 1-rank run left as an interrupted one
 # (latest at an earlier step): bench's runs are its own, started afresh (a
 # plain `train` would refuse that out_dir and ask for --resume auto).
-latest=$(cat "$tmp/rep/n1/ckpt/latest")
-/usr/bin/python3 - "$tmp/rep/n1/ckpt/$latest/state.json" <<'PY' # (state.json's checksums are of the files it lists)
+latest=$(cat "$tmp/rep #1/n1/ckpt/latest")
+/usr/bin/python3 - "$tmp/rep #1/n1/ckpt/$latest/state.json" <<'PY' # (state.json's checksums are of the files it lists)
 import json, sys
 st = json.load(open(sys.argv[1]))
 st["config"]["train"]["steps"] = 1000
 json.dump(st, open(sys.argv[1], "w"), indent=1)
 PY
-"$bin" data inspect "$tmp/rep/n1/ckpt/$latest" | grep -q "checkpoint of step" || fail "the edited state.json is not good"
-out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep" 2>&1) ||
+"$bin" data inspect "$tmp/rep #1/n1/ckpt/$latest" | grep -q "checkpoint of step" || fail "the edited state.json is not good"
+out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep #1" 2>&1) ||
     fail "bench over an earlier bench's interrupted run: $out"
 
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
