@@ -441,6 +441,14 @@ static st_status plan(st_session *s, st_model_input *in) {
             if (c->train.steps < 1) c->train.steps = 1;
             snprintf(why, sizeof why, "%g epoch(s) of %lld steps", c->train.epochs, (long long)per_epoch);
             st_config_mark_auto(c, "train.steps", why);
+            if (c->optim.warmup_steps > c->train.steps) { /* (st_config_validate's check, now it can be made) */
+                char a[ST_CFG_STR + 96], b[ST_CFG_STR + 96];
+                return st_fail(ST_ERR_CONFIG,
+                               "%s is longer than %s: the run would end before its learning rate peaks; "
+                               "shorten the warmup or train longer (train.epochs or train.steps)",
+                               st_config_describe(c, "optim.warmup_steps", a, sizeof a),
+                               st_config_describe(c, "train.steps", b, sizeof b));
+            }
         }
     }
     if (c->data.num_workers == ST_AUTO) {

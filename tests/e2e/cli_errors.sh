@@ -42,6 +42,11 @@ tok=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens
     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.out_dir="$tmp/run")
 expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (train.batch_size 1024): set train.batch_size to 781 or less" \
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
+# a warmup longer than the steps that train.epochs makes (checked once they are known)
+expect 1 "optim.warmup_steps (1000, --set) is longer than train.steps (3, auto: 0.25 epoch(s) of 12 steps)" \
+    "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=64 --set train.epochs=0.25 \
+    --set optim.warmup_steps=1000
+[ ! -e "$tmp/run" ] || { echo "FAIL: the refused run wrote $tmp/run"; fails=$((fails + 1)); }
 expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
 # data tokenize with a text file first (OUT left out, or an input named as
