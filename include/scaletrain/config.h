@@ -92,6 +92,8 @@ typedef struct st_config {
         char type[ST_CFG_STR];     /* adamw | sgd                         default adamw */
         double lr;                 /*                                     default 1e-3 */
         char lr_scaling[ST_CFG_STR]; /* none | linear | sqrt: lr x ranks   default none */
+        double lr_run; /* not a key: the rate this run trains at, optim.lr with lr_scaling applied over its
+                          ranks (set when the ranks are known; 0: optim.lr) */
         double weight_decay;       /* decoupled (AdamW), or L2 (SGD)      default 0.0 */
         double beta1, beta2, eps;  /* AdamW                               default 0.9, 0.999, 1e-8 */
         double momentum;           /* SGD                                 default 0.9 */
@@ -164,6 +166,10 @@ const char *st_config_describe(const st_config *c, const char *key, char *buf, s
 
 /* Record that the planner chose `key`'s value (for st_config_print). */
 void st_config_mark_auto(st_config *c, const char *key, const char *why);
+/* Add what a value given in a file or by --set led to ("the run's lr is
+ * 0.002 = optim.lr x 2 ranks") to where it came from, for st_config_print
+ * ("--set; the run's lr is ..."); a value of other origin is left as it is. */
+void st_config_annotate(st_config *c, const char *key, const char *what);
 
 /* Print the effective configuration as YAML, each value annotated with where it
  * came from (default, file, --set, auto: why). */

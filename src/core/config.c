@@ -28,7 +28,7 @@ const char *st_cfg_origin(const st_config *c, int row, char *buf, size_t n) {
         snprintf(buf, n, "%s", note[0] ? note : "file");
         break;
     case ST_SRC_SET:
-        snprintf(buf, n, "--set");
+        snprintf(buf, n, "--set%s%s", note[0] ? "; " : "", note); /* note: st_config_annotate's */
         break;
     case ST_SRC_AUTO:
         snprintf(buf, n, "auto%s%s", note[0] ? ": " : "", note);
@@ -76,6 +76,16 @@ void st_config_mark_auto(st_config *c, const char *key, const char *why) {
     int row = st_cfg_find(key);
     assert(row >= 0 && "st_config_mark_auto: not a configuration key");
     if (row >= 0) set_source(c, row, ST_SRC_AUTO, why);
+}
+
+void st_config_annotate(st_config *c, const char *key, const char *what) {
+    const int row = st_cfg_find(key);
+    assert(row >= 0 && "st_config_annotate: not a configuration key");
+    if (row < 0 || (c->src_[row] != ST_SRC_FILE && c->src_[row] != ST_SRC_SET)) return;
+    char *note = c->note_[row];
+    const size_t len = strlen(note);
+    if (strstr(note, what)) return; /* (said: a second session over the same configuration) */
+    snprintf(note + len, ST_CFG_NOTE - len, "%s%s", len ? "; " : "", what);
 }
 
 st_cfg_source st_config_source(const st_config *c, const char *key) {

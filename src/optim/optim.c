@@ -560,7 +560,8 @@ st_status st_optim_copy_from_host(st_optim *o, const st_optim *host) {
 }
 
 double st_lr_at(const st_config *cfg, int64_t step, int64_t total) {
-    const double lr = cfg->optim.lr, min_lr = cfg->optim.lr * cfg->optim.min_lr;
+    const double lr = cfg->optim.lr_run > 0 ? cfg->optim.lr_run : cfg->optim.lr,
+                 min_lr = lr * cfg->optim.min_lr;
     const int64_t warm = cfg->optim.warmup_steps;
     if (step < warm) return lr * (double)(step + 1) / (double)warm;
     if (strcmp(cfg->optim.schedule, "constant") == 0 || total <= warm) return lr;

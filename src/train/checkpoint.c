@@ -114,6 +114,7 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     cJSON_AddNumberToObject(opt, "world", st->optim_world);
     cJSON_AddNumberToObject(opt, "shard", (double)st->optim_shard);
     cJSON_AddNumberToObject(opt, "count", (double)st->optim_count);
+    if (st->lr > 0) cJSON_AddNumberToObject(opt, "lr", st->lr); /* (the rate, optim.lr_scaling applied) */
     files = cJSON_AddObjectToObject(root, "files");
     if (!files) goto fail;
     for (int i = 0; i < nf; i++) {
@@ -692,6 +693,10 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "optim"), "lr");
     state->lr = cJSON_IsNumber(lr) && lr->valuedouble > 0 ? lr->valuedouble : 0;
+    /* the rate it trained at (optim.lr_scaling applied); a checkpoint from
+     * before it was recorded there has it in its config's optim.lr */
+    const cJSON *run_lr = cJSON_GetObjectItemCaseSensitive(opt, "lr");
+    if (cJSON_IsNumber(run_lr) && run_lr->valuedouble > 0) state->lr = run_lr->valuedouble;
     /* The optimizer layout; a checkpoint without one (written before ZeRO) has one file by tensor name. */
     state->optim_sharded = false;
     state->optim_world = 1;

@@ -407,16 +407,20 @@ static st_status plan(st_session *s, st_model_input *in) {
         s->agreed_error = v != ST_OK && st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
         ST_TRY(v);
     }
-    /* (once: a second session over the same cfg finds lr already scaled) */
-    if (strcmp(c->optim.lr_scaling, "none") != 0 && st_config_source(c, "optim.lr") != ST_SRC_AUTO) {
-        /* Goyal et al. 2017 (linear) or Krizhevsky 2014 (sqrt): the rate
-         * grows with the global batch when each rank keeps its micro-batch. */
+    /* Goyal et al. 2017 (linear) or Krizhevsky 2014 (sqrt): the rate grows
+     * with the global batch when each rank keeps its micro-batch. optim.lr
+     * stays as given, so that the configuration printed and recorded runs
+     * the same again (rescaled on that run's ranks). */
+    c->optim.lr_run = c->optim.lr;
+    if (strcmp(c->optim.lr_scaling, "none") != 0) {
         const bool lin = strcmp(c->optim.lr_scaling, "linear") == 0;
-        const double base = c->optim.lr, f = lin ? (double)s->world : sqrt((double)s->world);
-        c->optim.lr = base * f;
-        snprintf(why, sizeof why, lin ? "lr %g x %d rank%s (linear)" : "lr %g x sqrt(%d rank%s)", base, s->world,
-                 s->world == 1 ? "" : "s");
-        st_config_mark_auto(c, "optim.lr", why);
+        const double f = lin ? (double)s->world : sqrt((double)s->world);
+        c->optim.lr_run = c->optim.lr * f;
+        snprintf(why, sizeof why,
+                 lin ? "the run's lr is %g = optim.lr x %d rank%s"
+                     : "the run's lr is %g = optim.lr x sqrt(%d rank%s)",
+                 c->optim.lr_run, s->world, s->world == 1 ? "" : "s");
+        st_config_annotate(c, "optim.lr_scaling", why);
     }
     if (c->train.eval_batch_size == ST_AUTO && c->train.micro_batch_size >= 1) {
         c->train.eval_batch_size = c->train.micro_batch_size;

@@ -774,6 +774,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                            dd.sh.shard};
     mg.g.training = true;
     ck.seed = seed;
+    ck.lr = c->optim.lr_run > 0 ? c->optim.lr_run : c->optim.lr; /* (what its checkpoints record) */
     ck.batch_size = c->train.batch_size;
     ck.samples = ses->train.n;
     /* Ranks read the checkpoint at their own pace: their waits for one
@@ -822,14 +823,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "values to continue it)\n",
                         tf(was_shuffle), tf(was_drop), tf(c->data.shuffle), tf(c->data.drop_last));
             /* optim.lr_scaling on another number of ranks: the rate changes, the global batch does not */
+            const double run_lr = c->optim.lr_run > 0 ? c->optim.lr_run : c->optim.lr;
             if (ck.lr > 0 && strcmp(c->optim.lr_scaling, "none") != 0 &&
-                fabs(ck.lr - c->optim.lr) > 1e-6 * ck.lr && log)
+                fabs(ck.lr - run_lr) > 1e-6 * ck.lr && log)
                 fprintf(
                     log,
-                    "resume: warning: optim.lr is %g here (optim.lr_scaling %s over %d rank%s), where the "
-                    "checkpoint's run trained with %g, and train.batch_size (the global batch) is the same; "
-                    "to go on at its rate, set optim.lr: %g and optim.lr_scaling: none\n",
-                    c->optim.lr, c->optim.lr_scaling, ses->world, ses->world == 1 ? "" : "s", ck.lr, ck.lr);
+                    "resume: warning: the learning rate is %g here (optim.lr %g, optim.lr_scaling %s over %d "
+                    "rank%s), where the checkpoint's run trained with %g, and train.batch_size (the global "
+                    "batch) is the same; to go on at its rate, set optim.lr: %g and optim.lr_scaling: none\n",
+                    run_lr, c->optim.lr, c->optim.lr_scaling, ses->world, ses->world == 1 ? "" : "s", ck.lr,
+                    ck.lr);
+            ck.lr = run_lr; /* this run's, which its checkpoints record */
             if (ck.samples >= 0 && ck.samples != ses->train.n && log)
                 fprintf(
                     log,

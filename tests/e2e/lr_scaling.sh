@@ -29,7 +29,7 @@ run() {
         "${mpi[@]}" "$bin" train "${args[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1
     fi || fail "$name: exit $?: $(tail -n 3 "$tmp/$name.log")"
 }
-lr_line() { grep -m1 -E '^  lr: ' "$tmp/$1.log"; }
+lr_line() { grep -m1 -E '^  lr_scaling: ' "$tmp/$1.log"; }
 
 run lin2 2 --set optim.lr_scaling=linear
 run hand2 2 --set optim.lr=2e-3
@@ -40,11 +40,15 @@ run none1 1
 run none2 2
 for r in lin2 sqrt2 lin1 none2; do echo "$r: $(lr_line $r)"; done
 
-lr_line lin2 | grep -qE '^  lr: +0\.002 +# auto: lr 0\.001 x 2 ranks \(linear\)$' || fail "linear: printed $(lr_line lin2)"
-lr_line sqrt2 | grep -qE '^  lr: +0\.00141421[0-9]* +# auto: lr 0\.001 x sqrt\(2 ranks\)$' ||
+lr_line lin2 | grep -qE "^  lr_scaling: +linear +# --set; the run's lr is 0\.002 = optim\.lr x 2 ranks$" ||
+    fail "linear: printed $(lr_line lin2)"
+lr_line sqrt2 | grep -qE "^  lr_scaling: +sqrt +# --set; the run's lr is 0\.00141421[0-9]* = optim\.lr x sqrt\(2 ranks\)$" ||
     fail "sqrt: printed $(lr_line sqrt2)"
-lr_line lin1 | grep -qE '^  lr: +0\.001 +# auto: lr 0\.001 x 1 rank \(linear\)$' || fail "1 rank: printed $(lr_line lin1)"
-lr_line none2 | grep -qE '^  lr: +0\.001 +# --set$' || fail "none: printed $(lr_line none2)"
+lr_line lin1 | grep -qE "^  lr_scaling: +linear +# --set; the run's lr is 0\.001 = optim\.lr x 1 rank$" ||
+    fail "1 rank: printed $(lr_line lin1)"
+for r in lin2 sqrt2 lin1 none2; do # optim.lr stays as given: the printed configuration runs the same again
+    grep -qE '^  lr: +0\.001 +# --set$' "$tmp/$r.log" || fail "$r: optim.lr printed as $(grep -m1 -E '^  lr: ' "$tmp/$r.log")"
+done
 grep -qE '^  lr_scaling: +none +# default$' "$tmp/none2.log" || fail "none: lr_scaling is not shown as the default"
 
 cmp "$tmp/lin2/model.safetensors" "$tmp/hand2/model.safetensors" &&
@@ -59,7 +63,7 @@ cmp "$tmp/lin1/model.safetensors" "$tmp/none1/model.safetensors" &&
 # Resumed on 1 rank from lin2's 10 steps (the same train.batch_size): the
 # rate halves, said; on 2 ranks again, nothing said
 run lin2r 1 --set optim.lr_scaling=linear --set train.steps=12 --resume "$tmp/lin2/ckpt/step-10"
-grep -q "resume: warning: optim.lr is 0.001 here (optim.lr_scaling linear over 1 rank), where the checkpoint's run trained with 0.002, .*set optim.lr: 0.002 and optim.lr_scaling: none" "$tmp/lin2r.log" ||
+grep -q "resume: warning: the learning rate is 0.001 here (optim.lr 0.001, optim.lr_scaling linear over 1 rank), where the checkpoint's run trained with 0.002, .*set optim.lr: 0.002 and optim.lr_scaling: none" "$tmp/lin2r.log" ||
     fail "resumed on 1 rank: no warning: $(grep resum "$tmp/lin2r.log")"
 run lin2s 2 --set optim.lr_scaling=linear --set train.steps=12 --resume "$tmp/lin2/ckpt/step-10"
 ! grep -q "resume: warning" "$tmp/lin2s.log" || fail "resumed on 2 ranks: $(grep "resume: warning" "$tmp/lin2s.log")"
