@@ -240,6 +240,15 @@ static void test_set(void) {
     CHECK_FAILS(st_config_set(&c, "model.dropout=1"), ST_ERR_CONFIG, "it must be >= 0 and < 1");
     CHECK_FAILS(st_config_set(&c, "optim.lr=nan"), ST_ERR_CONFIG, "expected a number");
     CHECK_FAILS(st_config_set(&c, "optim.lr=1e999"), ST_ERR_CONFIG, "too large");
+    /* 2^53 + 1 (whose double is 2^53) and a nonzero number that rounds to 0 */
+    CHECK_FAILS(st_config_set(&c, "train.seed=9007199254740993"), ST_ERR_CONFIG,
+                "'9007199254740993' is too large; integers are limited to 2^53");
+    CHECK_OK(st_config_set(&c, "train.seed=9007199254740992"));
+    CHECK_FAILS(st_config_set(&c, "optim.weight_decay=1e-400"), ST_ERR_CONFIG,
+                "'1e-400' is too small: it rounds to 0");
+    CHECK_FAILS(st_config_set(&c, "train.seed=1e-400"), ST_ERR_CONFIG, "'1e-400' is too small");
+    CHECK_OK(st_config_set(&c, "optim.weight_decay=0.0e5"));
+    CHECK_OK(st_config_set(&c, "train.seed=1"));
     CHECK_FAILS(st_config_set(&c, "data.shuffle=2"), ST_ERR_CONFIG, "expected true or false");
     CHECK_FAILS(st_config_set(&c, "optim.lr={a: 1}"), ST_ERR_CONFIG, "got a mapping");
     unlink(path);

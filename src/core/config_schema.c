@@ -385,13 +385,16 @@ static bool number_syntax(const char *s, bool *integral) {
 
 #define INT_LIMIT 9007199254740992.0 /* 2^53: every integer survives JSON's doubles */
 
-typedef enum { NUM_OK, NUM_SYNTAX, NUM_FRACTION, NUM_HUGE } num_result;
+typedef enum { NUM_OK, NUM_SYNTAX, NUM_FRACTION, NUM_HUGE, NUM_TINY } num_result;
 
 static num_result parse_float(const char *s, double *out) {
     bool integral;
     if (!number_syntax(s, &integral)) return NUM_SYNTAX;
     *out = strtod(s, NULL);
-    return isfinite(*out) ? NUM_OK : NUM_HUGE;
+    if (!isfinite(*out)) return NUM_HUGE;
+    /* 1e-400 is not 0: a nonzero digit before the exponent that came out 0 */
+    if (*out == 0 && strcspn(s, "123456789") < strcspn(s, "eE")) return NUM_TINY;
+    return NUM_OK;
 }
 
 /* Integers may be written with an exponent when they are whole (1e3 = 1000). */
@@ -404,6 +407,8 @@ static num_result parse_int(const char *s, int64_t *out) {
     bool integral;
     number_syntax(s, &integral);
     *out = integral ? (int64_t)strtoll(s, NULL, 10) : (int64_t)d;
+    /* (2^53 + 1 reads as the double 2^53) */
+    if (*out > (int64_t)INT_LIMIT || *out < -(int64_t)INT_LIMIT) return NUM_HUGE;
     return NUM_OK;
 }
 
@@ -432,6 +437,8 @@ static st_status convert_int(const st_cfg_key *k, scalar v, const char *what, co
         return bad(ctx, "%sexpected a whole number%s, got '%.*s%s'", what, alt, SHOW(v));
     case NUM_HUGE:
         return bad(ctx, "%s'%.*s%s' is too large; integers are limited to 2^53", what, SHOW(v));
+    case NUM_TINY:
+        return bad(ctx, "%s'%.*s%s' is too small: it rounds to 0; write 0 if that is meant", what, SHOW(v));
     }
     if (!in_range(k, (double)*out)) {
         char range[128];
@@ -545,6 +552,8 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
         if (!(k->auto_ok && !strcmp(v.s, "auto"))) {
             num_result r = parse_float(v.s, &x);
             if (r == NUM_HUGE) return bad(ctx, "'%.*s%s' is too large", SHOW(v));
+            if (r == NUM_TINY)
+                return bad(ctx, "'%.*s%s' is too small: it rounds to 0; write 0 if that is meant", SHOW(v));
             if (r != NUM_OK)
                 return bad(ctx, "expected a number%s, got '%.*s%s'", k->auto_ok ? " or auto" : "", SHOW(v));
             if (!in_range(k, x)) {
