@@ -1061,6 +1061,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     ST_GOTO(st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6))));
             }
             ST_GOTO(st_optim_update(&opt, &m->params, lr));
+        } else {
+            grad_norm = NAN; /* (its gradients overflowed: a line shows null, not an earlier step's norm) */
         }
         ST_GOTO(st_dist_step_end(&dd)); /* (ZeRO: the weights all-gathered) */
         st_trace_gpu_end(trace, optim_span, ST_TRACE_STREAM_COMPUTE, ST_TRACE_TID_GPU, "optim", "optimizer");

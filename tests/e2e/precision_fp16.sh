@@ -72,6 +72,11 @@ expect = [(s, s, 2.0 ** (40 - s)) for s in range(1, 5)]
 if steps != expect:
     print(f"skip4/metrics.jsonl: {steps}, want {expect}  FAIL")
     ok = False
+# a skipped step's gradients overflowed: its line has no norm (null), not another step's
+norms = [l.get("grad_norm", "absent") for l in lines if "eval" not in l and "checkpoint" not in l]
+if norms != [None] * 4:
+    print(f"skip4/metrics.jsonl: grad_norm {norms}, want null on every skipped step  FAIL")
+    ok = False
 sys.exit(0 if ok else 1)
 PY
 grep -q '"scale"' "$tmp"/resume/ckpt/step-2/state.json || fail "state.json of an fp16 run lacks loss_scale"
