@@ -95,6 +95,18 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
     }
     const double s = step->valuedouble;
     st_status st;
+    /* Every line's time (seconds since its process opened the file): going
+     * down, a new process wrote it (a resumed run); a checkpoint's or an
+     * evaluation's line counts, so that a resume whose first step line
+     * comes late is still seen. */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time");
+    if (cJSON_IsNumber(t) && isfinite(t->valuedouble)) {
+        if (t->valuedouble < *last_time) { /* a new process: its clock starts again */
+            m->run_seconds += *last_time;
+            m->segments++;
+        }
+        *last_time = t->valuedouble;
+    }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "checkpoint"))) { /* a checkpoint's record: not charted */
         cJSON_Delete(o);
         return ST_OK;
@@ -107,14 +119,6 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
             cut_from(&m->steps, s);
             cut_from(&m->evals, s);
             m->restarts++;
-        }
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time");
-        if (cJSON_IsNumber(t) && isfinite(t->valuedouble)) {
-            if (t->valuedouble < *last_time) { /* a new process: its clock starts again */
-                m->run_seconds += *last_time;
-                m->segments++;
-            }
-            *last_time = t->valuedouble;
         }
         st = push(&m->steps, o);
     }

@@ -74,11 +74,17 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     if (m->segments > 1 || m->restarts > 0)
         row(f, "resumed", "%d time(s)%s", m->segments - 1 > m->restarts ? m->segments - 1 : m->restarts,
             m->restarts ? "; lines a resumed run logged again replace the earlier ones" : "");
-    if (m->run_seconds > 0) row(f, "training time", "%.3g s (step loops, all runs)", m->run_seconds);
+    if (m->run_seconds > 0) /* (%.3g writes 2000 as 2e+03) */
+        row(f, "training time",
+            m->run_seconds < 100 ? "%.3g s (step loops, all runs)" : "%.0f s (step loops, all runs)",
+            m->run_seconds);
     stats loss = col_stats(t, RP_LOSS);
     if (loss.n) {
-        row(f, "train loss", "first %.4f, final %.4f, best %.4f at step %.0f", t->col[RP_LOSS][0], loss.last,
-            loss.min, step[loss.argmin]);
+        double first = NAN; /* the first finite one (a line's loss may be null) */
+        for (int i = 0; i < t->n && !isfinite(first); i++)
+            first = t->col[RP_LOSS][i];
+        row(f, "train loss", "first %.4f, final %.4f, best %.4f at step %.0f", first, loss.last, loss.min,
+            step[loss.argmin]);
     }
     if (loss.n < t->n)
         row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);
@@ -105,9 +111,11 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     if (wf.n) row(f, "data wait", "%.1f%% of step time (mean), %.3f ms per step", 100 * wf.mean, wm.mean);
     stats cm = col_stats(t, RP_COMM_MS), co = col_stats(t, RP_COMM_OVERLAP);
     if (cm.n) {
-        row(f, "communication",
-            "%.3f ms per step waiting (mean), %.1f%% of step time; %.1f%% of the all-reduce hidden", cm.mean,
-            ms.n && ms.mean > 0 ? 100 * cm.mean / ms.mean : NAN, 100 * co.mean);
+        char share[48] = "", hidden[48] = ""; /* (said only when the lines hold what they come from) */
+        if (ms.n && ms.mean > 0)
+            snprintf(share, sizeof share, ", %.1f%% of step time", 100 * cm.mean / ms.mean);
+        if (co.n) snprintf(hidden, sizeof hidden, "; %.1f%% of the all-reduce hidden", 100 * co.mean);
+        row(f, "communication", "%.3f ms per step waiting (mean)%s%s", cm.mean, share, hidden);
     }
     stats rss = col_stats(t, RP_PEAK_RSS_MB), os = col_stats(t, RP_OPTIM_STATE_BYTES),
           gb = col_stats(t, RP_GRAD_BYTES);

@@ -108,6 +108,16 @@ sed -e '3s/"loss":[-0-9.e]*/"loss":null/' -e '4s/"loss":[-0-9.e]*/"loss":null/' 
 "$bin" report "$tmp/nan" --no-png >"$tmp/out.txt" 2>&1 || fail "report with NaN losses: $(cat "$tmp/out.txt")"
 grep -q 'data-name="train loss" data-points="10"' "$tmp/nan/report/loss.svg" || fail "NaN losses are not left out"
 grep -q "non-finite train loss" "$tmp/nan/report/report.html" || fail "report.html does not count NaN losses"
+sed -e '1s/"loss":[-0-9.e]*/"loss":null/' "$lines" | m "$tmp/nan1" # (the first line's: "first" is the first finite)
+"$bin" report "$tmp/nan1" --no-png >/dev/null 2>&1 || fail "report with the first loss NaN"
+grep -qE "first -?nan|[ (]-?nan%" "$tmp/nan1/report/report.html" && fail "report.html prints a NaN: $(grep -E "first|%" "$tmp/nan1/report/report.html")"
+# A resume seen by a checkpoint line's time alone: the resumed process's
+# first step line comes later by its clock than the first's last step line
+printf '%s\n' '{"step":10,"loss":1.0,"time":0.0044}' '{"step":10,"checkpoint":true,"time":0.034}' \
+    '{"step":50,"loss":0.9,"time":0.0203}' '{"step":100,"loss":0.8,"time":0.0444}' | m "$tmp/seg"
+"$bin" report "$tmp/seg" --no-png >/dev/null 2>&1 || fail "report of a resumed run"
+grep -q "1 time(s)" "$tmp/seg/report/report.html" && grep -q "0.0784 s (step loops, all runs)" "$tmp/seg/report/report.html" ||
+    fail "the resume seen by the checkpoint line's time is not reported: $(grep -A1 'resumed\|training time' "$tmp/seg/report/report.html")"
 { cat "$lines"; printf '{"step":13,"loss":0.'; } | m "$tmp/torn"
 "$bin" report "$tmp/torn" --no-png >"$tmp/out.txt" 2>&1 || fail "report with a torn last line: $(cat "$tmp/out.txt")"
 grep -q "last line is cut short" "$tmp/out.txt" || fail "no warning for the torn last line"
