@@ -325,18 +325,22 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
 static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog,
                              int64_t start, int64_t done) {
     const bool mine = ses->rank == 0 && opts->save;
+    /* the steps it holds: the run may have begun (resumed) or ended (or
+     * stopped) inside the window; trace.json's first_step and last_step say
+     * those, not the window asked for */
+    const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
+    const int64_t hi = tr->last < done ? tr->last : done;
+    const int64_t asked_lo = tr->first, asked_hi = tr->last;
+    if (lo <= hi) tr->first = lo, tr->last = hi;
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
     if (mine && !opts->quiet) {
-        /* the steps it holds: the run may have ended (or stopped) inside the window */
-        const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
-        const int64_t hi = tr->last < done ? tr->last : done;
         st_progress_end(prog);
         if (lo <= hi)
             fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)lo,
                     (long long)hi, ses->cfg->train.out_dir);
         else
             fprintf(ses->out, "wrote %s/trace.json: no step of %lld-%lld ran\n", ses->cfg->train.out_dir,
-                    (long long)tr->first, (long long)tr->last);
+                    (long long)asked_lo, (long long)asked_hi);
         out_flush(ses);
     }
     return ST_OK;

@@ -124,6 +124,8 @@ timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set t
     --profile 2-9 >"$tmp/short.out" 2>&1 || fail "short run: $(cat "$tmp/short.out")"
 grep -q "wrote the trace of steps 2-3 to $tmp/short/trace.json" "$tmp/short.out" ||
     fail "the window the run ended inside: $(grep trace "$tmp/short.out")"
+grep -q '"otherData":{"first_step":2,"last_step":3,' "$tmp/short/trace.json" ||
+    fail "trace.json does not say the steps it holds: $(head -c 120 "$tmp/short/trace.json")"
 timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set train.out_dir="$tmp/past" \
     --profile 10-20 >"$tmp/past.out" 2>&1 || fail "run past its window: $(cat "$tmp/past.out")"
 grep -q "log.trace_steps \[10, 20\]: this run does steps 1 to 3, so nothing will be traced" "$tmp/past.out" ||
