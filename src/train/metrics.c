@@ -191,7 +191,7 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
     cJSON_AddNumberToObject(o, "samples_per_s", s->samples_per_s);
     if (s->lm) cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
     cJSON_AddNumberToObject(o, "step_ms", s->step_ms);
-    cJSON_AddNumberToObject(o, "mfu", s->mfu);
+    if (s->mfu >= 0) cJSON_AddNumberToObject(o, "mfu", s->mfu); /* (no peak known: left out, formats.md) */
     cJSON_AddNumberToObject(o, "data_wait_ms", s->data_wait_ms);
     cJSON_AddNumberToObject(o, "data_wait_fraction", s->data_wait_fraction);
     if (s->has_comm) {

@@ -31,7 +31,7 @@ typedef struct st_metrics_step {
     int64_t step, epoch, skipped_steps;
     double loss, lr, grad_norm;
     double samples_per_s, tokens_per_s; /* tokens_per_s only when lm */
-    double step_ms, mfu, data_wait_ms, data_wait_fraction;
+    double step_ms, mfu, data_wait_ms, data_wait_fraction; /* mfu -1: no peak known (left out) */
     double comm_ms, comm_overlap;
     double loss_scale; /* fp16 only (has_loss_scale) */
     bool lm, has_comm, has_loss_scale;

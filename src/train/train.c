@@ -1127,7 +1127,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.step_ms = 1e3 * dt / (double)window_n;
             /* Model FLOPs over every rank's peak (log.peak_gflops is per rank). */
             const double peak = c->log.peak_gflops * 1e9 * (double)ses->world;
-            ms.mfu = dt > 0 && peak > 0 ? flops_step * (double)window_n / dt / peak : 0;
+            ms.mfu = peak <= 0 ? -1 : dt > 0 ? flops_step * (double)window_n / dt / peak : 0; /* (-1: left out) */
             ms.data_wait_ms = 1e3 * wait / (double)window_n;
             ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
             ms.skipped_steps = sc.skipped;
