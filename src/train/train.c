@@ -285,6 +285,44 @@ static st_status set_aside_previous(st_session *ses) {
     return ST_OK;
 }
 
+/* Every rank writes into train.out_dir (ZeRO: its optimizer shard in each
+ * checkpoint): every rank must see the directory rank 0 writes to, checked
+ * before the first step (a rank with a path of its own found it only at
+ * the first checkpoint, and the run ended with nothing saved). Rank 0 makes
+ * a folder there and names it; each rank looks for it in its own
+ * train.out_dir (the save's own check at each checkpoint is the same). */
+static st_status same_out_dir(st_session *ses) {
+    const char *out = ses->cfg->train.out_dir;
+    char name[64] = {0}, path[4200];
+    st_status s = ST_OK;
+    if (ses->rank == 0) {
+        snprintf(name, sizeof name, ".ranks-see-%ld-%llx", (long)getpid(), (unsigned long long)(st_now() * 1e6));
+        snprintf(path, sizeof path, "%s/%s", out, name);
+        if (mkdir(path, 0755) != 0)
+            s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
+    }
+    s = st_agree_status(ses->comm, s, "train.out_dir");
+    if (s == ST_OK) s = st_comm_broadcast_sync(ses->comm, name, sizeof name, ST_COMM_U8, 0, "train.out_dir");
+    if (s == ST_OK && ses->rank != 0) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", out, name);
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            s = st_fail(ST_ERR_CONFIG,
+                        "rank %d does not see in its train.out_dir, %s, the folder rank 0 just made in its "
+                        "own: under dist.strategy %s every rank writes its optimizer shard into the "
+                        "checkpoints, so train.out_dir must be one directory that every rank sees (the same "
+                        "path, on a filesystem every node shares)",
+                        ses->rank, out, ses->cfg->dist.strategy);
+    }
+    if (s == ST_OK || s == ST_ERR_CONFIG) s = st_agree_status(ses->comm, s, "train.out_dir seen by every rank");
+    if (ses->rank == 0 && name[0]) {
+        snprintf(path, sizeof path, "%s/%s", out, name);
+        rmdir(path);
+    }
+    ses->agreed_error = s != ST_OK; /* every rank has the outcome */
+    return s;
+}
+
 /* The store watch (core/watch.h): storage that stops answering (a hung
  * network file system) while this rank's own thread reads or writes
  * train.out_dir or weights outside a checkpoint's writes (their own watch)
@@ -889,6 +927,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }
+    if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));
     if (dist) {
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 &&
             ((dd.mode == ST_DIST_ZERO2 && !m->params.grads_sharded) || dd.deterministic)) {

@@ -15,6 +15,7 @@
 #     check, naming the tensor; both before the strategy's set-up (no
 #     "memory per rank" line); a validation set on one rank only, by its size;
 # (d) the control: the same settings on both ranks train and exit 0.
+# (f) under ZeRO, a train.out_dir rank 1 alone sees: refused before the first step.
 # (e) a rank that fails before it starts MPI (its config file missing), with
 #     mpirun told to let the others run on (as an srun without
 #     --kill-on-bad-exit does): the other rank ends after dist.timeout_s,
@@ -119,6 +120,14 @@ out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set
     fail "the same settings on both ranks: exit $rc: $out"
 echo "--- the same settings: exit $rc, $(grep -o '"strategy":"zero1"' <<<"$out"), 2 ranks"
 
+# (f) ZeRO with a train.out_dir of rank 1's own: refused before the first
+#     step, naming it (each rank writes its shard into the checkpoints)
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/od0" : \
+    -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/od1" 2>&1); rc=$?
+echo "--- out_dir: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+grep -q "rank 1 does not see in its train.out_dir, $tmp/od1, the folder rank 0 just made in its own" <<<"$out" &&
+    ! grep -q "^step \|step 1/" <<<"$out" || fail "out_dir: not refused before the first step: $out"
+[ -z "$(ls -A "$tmp/od0" | grep -v 'run.lock\|metrics.jsonl')" ] || fail "out_dir: rank 0 left $(ls -A "$tmp/od0")"
 # (e) a rank that never starts MPI
 out=$("${mpi[@]}" --mca orte_abort_on_non_zero_status 0 -np 1 "$bin" train "${gpt[@]}" --set dist.timeout_s=2 \
     --set train.out_dir="$tmp/noinit" : -np 1 "$bin" train "$tmp/missing.yaml" 2>&1); rc=$?
