@@ -285,6 +285,35 @@ static st_status set_aside_previous(st_session *ses) {
     return ST_OK;
 }
 
+/* The command-line options every rank must share, before anything is read:
+ * --resume given or not (a rank that resumes alone waits in collectives the
+ * others never call), and --init on a rank above 0 only where rank 0 has
+ * one (every rank starts from rank 0's weights, sent to the others: another
+ * rank's file alone would be passed over; rank 0 alone may have it). */
+static st_status agree_run_opts(st_session *ses, const st_run_opts *opts) {
+    int64_t v = opts->resume ? 1 : 0;
+    int diff;
+    ST_TRY(st_agree_first_difference(ses->comm, &v, 1, "--resume given", &diff));
+    if (diff >= 0) {
+        ses->agreed_error = true;
+        return st_agree_report(ses->comm, "the ranks were started with different options", "--resume",
+                               opts->resume ? opts->resume : "none",
+                               "give every rank the same arguments (launch and srun do)");
+    }
+    int64_t init0 = opts->init != NULL;
+    ST_TRY(st_comm_broadcast_sync(ses->comm, &init0, 1, ST_COMM_I64, 0, "--init given"));
+    st_status s = ST_OK;
+    if (!init0 && opts->init)
+        s = st_fail(ST_ERR_CONFIG,
+                    "rank %d was given --init %s, and rank 0 none: every rank starts from rank 0's weights "
+                    "(sent to the others), so this file would be passed over; give rank 0 the --init (or "
+                    "every rank)",
+                    ses->rank, opts->init);
+    s = st_agree_status(ses->comm, s, "--init");
+    ses->agreed_error = s != ST_OK;
+    return s;
+}
+
 /* Every rank writes into train.out_dir (ZeRO: its optimizer shard in each
  * checkpoint): every rank must see the directory rank 0 writes to, checked
  * before the first step (a rank with a path of its own found it only at
@@ -1408,6 +1437,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         mine.save = false;
         opts = &mine;
     }
+    if (ses.world > 1) ST_GOTO(agree_run_opts(&ses, opts));
     ST_GOTO(check_out_dir(&ses, opts));
     /* --init's weights replace every tensor (st_model_load refuses a file
      * that lacks one): no random values are made first */

@@ -16,6 +16,7 @@
 #     "memory per rank" line); a validation set on one rank only, by its size;
 # (d) the control: the same settings on both ranks train and exit 0.
 # (f) under ZeRO, a train.out_dir rank 1 alone sees: refused before the first step.
+# (g) --resume on some ranks only, or --init on a rank above 0 alone: refused, naming it.
 # (e) a rank that fails before it starts MPI (its config file missing), with
 #     mpirun told to let the others run on (as an srun without
 #     --kill-on-bad-exit does): the other rank ends after dist.timeout_s,
@@ -128,6 +129,16 @@ echo "--- out_dir: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 grep -q "rank 1 does not see in its train.out_dir, $tmp/od1, the folder rank 0 just made in its own" <<<"$out" &&
     ! grep -q "^step \|step 1/" <<<"$out" || fail "out_dir: not refused before the first step: $out"
 [ -z "$(ls -A "$tmp/od0" | grep -v 'run.lock\|metrics.jsonl')" ] || fail "out_dir: rank 0 left $(ls -A "$tmp/od0")"
+# (g) --resume on rank 0 alone, --init on rank 1 alone: refused, naming the option
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" --resume auto : \
+    -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" 2>&1)
+[ "$(grep -cF "different options: the first difference is in --resume: rank 0 has auto; rank 1 has none" <<<"$out")" -eq 2 ] ||
+    fail "--resume on rank 0 alone: $out"
+"${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/w" --quiet >/dev/null 2>&1 || fail "the run for --init"
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" : \
+    -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" --init "$tmp/w" 2>&1)
+grep -qF "rank 1 was given --init $tmp/w, and rank 0 none" <<<"$out" || fail "--init on rank 1 alone: $out"
+echo "--- options: --resume on one rank, --init on rank 1 alone refused"
 # (e) a rank that never starts MPI
 out=$("${mpi[@]}" --mca orte_abort_on_non_zero_status 0 -np 1 "$bin" train "${gpt[@]}" --set dist.timeout_s=2 \
     --set train.out_dir="$tmp/noinit" : -np 1 "$bin" train "$tmp/missing.yaml" 2>&1); rc=$?
