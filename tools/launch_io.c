@@ -357,6 +357,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         io.d[k].fd_out = k + 1, io.d[k].rank = -1;
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1;
+    bool before_ranks = false; /* a stop came before mpirun had started any rank */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         const int sig = atomic_exchange(&got_signal, 0);
         if (sig) {
@@ -366,7 +367,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             const double t = now_s();
             if (first_signal < 0) {
                 first_signal = t;
-                if (!signal_ranks(pid, sig)) kill(pid, sig);
+                if (!signal_ranks(pid, sig)) kill(pid, sig), before_ranks = true;
             } else if (t - first_signal > 1.0) {
                 kill(pid, sig);
             }
@@ -409,6 +410,13 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     free(io.lines);
     for (int k = 0; k < 2; k++)
         free(io.d[k].untagged.p);
+    /* Stopped before any rank ran: mpirun ends 1 on the signal, and no rank
+     * said a word; a stop it is, as a rank's would be (128 + the signal) */
+    if (before_ranks && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started", res->signalled);
+        st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
+        return 128 + res->signalled;
+    }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

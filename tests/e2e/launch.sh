@@ -14,7 +14,8 @@
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
 #     one whose arguments do not parse is not restarted;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
-#     143, and that is not restarted.
+#     143, and that is not restarted; (d') the same before mpirun started a
+#     rank: exit 143 and said.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
 # (f) an output that takes no bytes, (g) a reader that goes away: the job
@@ -103,6 +104,27 @@ printf 'a\n[rank 1] b\nc\n[rank 1] d\ne\n[rank 1] f\n[1,[2]] g\n[rank 1] [1,0[h\
     [ "$(grep -c "mpirun dropped part of the ranks' output" "$tmp/cut.err")" -eq 1 ] ||
     fail "cut tags by hand: exit $rc; out: $(tr '\n' '|' <"$tmp/cut.out"); err: $(cat "$tmp/cut.err")"
 echo "output: tags cut at each of their 7 places dropped, a rank's '[1,[2]]' kept, said once"
+
+# (d') SIGTERM before mpirun has started a rank (an mpirun on PATH that
+# holds until it is signalled): a stop, exit 143, said, where it was exit 1
+# and silence.
+cat >"$tmp/fakempi/mpirun" <<'SH'
+#!/bin/sh
+trap 'exit 1' TERM
+mkfifo "$FAKE_DIR/hold"
+: >"$FAKE_DIR/started"
+exec 3<>"$FAKE_DIR/hold"
+read -r x <&3
+SH
+FAKE_DIR=$tmp/fakempi PATH="$tmp/fakempi:$PATH" timeout 60 "$bin" launch -n 2 --max-restarts 2 true \
+    >"$tmp/early.out" 2>"$tmp/early.err" &
+lpid=$!
+for _ in $(seq 600); do [ -e "$tmp/fakempi/started" ] && break; sleep 0.1; done
+kill -TERM $lpid
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "stopped by signal 15 before its ranks started; nothing ran" "$tmp/early.err" &&
+    ! grep -q "restart 1" "$tmp/early.err" || fail "SIGTERM before the ranks: exit $rc: $(cat "$tmp/early.err")"
+echo "SIGTERM before any rank started: exit 143, said, not restarted"
 
 # (e)
 out=$(timeout 60 "$bin" launch -n auto sh -c 'echo "size $OMPI_COMM_WORLD_SIZE"' 2>&1); rc=$?
