@@ -504,6 +504,12 @@ st_status st_config_validate(const st_config *c) {
     FAIL_IF(c->train.steps != ST_AUTO && c->optim.warmup_steps > c->train.steps,
             "%s is longer than %s; shorten the warmup or train longer", D1("optim.warmup_steps"),
             D2("train.steps"));
+    FAIL_IF(
+        (float)c->model.dropout >= 1.0f, /* (the layers keep it as a float) */
+        "%s rounds to 1 in single precision: every activation would be dropped; use a value below 0.99999",
+        D1("model.dropout"));
+    FAIL_IF(!c->train.out_dir[0], "train.out_dir is empty; set it to the folder the run writes to (e.g. %s)",
+            "runs/my-run");
     FAIL_IF(!strcmp(c->optim.type, "sgd") && c->optim.nesterov && c->optim.momentum == 0,
             "%s but %s; Nesterov needs momentum > 0", D1("optim.nesterov"), D2("optim.momentum"));
     return ST_OK;

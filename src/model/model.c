@@ -61,6 +61,19 @@ static st_status build_cnn(st_model *m, st_model_graph *mg) {
             ST_TRY(st_relu(g, name, h, &h));
         }
         if (i < c->model.pool.n && c->model.pool.v[i]) {
+            /* each max-pool halves the map: past 1x1 the settings ask for more than the images hold */
+            if (h->shape[1] < 2 || h->shape[2] < 2) {
+                int pools = 0;
+                for (int j = 0; j < i; j++)
+                    pools += j < c->model.pool.n && c->model.pool.v[j] != 0;
+                return st_fail(
+                    ST_ERR_CONFIG,
+                    "model.pool: the max-pool after conv block %d would halve a %lldx%lld map (the "
+                    "images are %lldx%lld, and %d max-pool%s before it halved them): put a 0 there "
+                    "in model.pool, or use fewer conv blocks (model.channels)",
+                    i, (long long)h->shape[1], (long long)h->shape[2], (long long)m->in.height,
+                    (long long)m->in.width, pools, pools == 1 ? "" : "s");
+            }
             NAME(name, "pool.%d", i);
             ST_TRY(st_maxpool2d(g, name, h, 2, 2, &h));
         }

@@ -176,14 +176,27 @@ static st_status agree_device(st_session *s, bool auto_) {
     return ST_OK;
 }
 
+/* A data file's error, which names the file, put after the key that names
+ * it ("data.val_labels: /x: cannot open"): four keys name data files. */
+static st_status data_key(st_status s, const char *path, const char *key) {
+    const size_t n = strlen(path);
+    if (s != ST_OK && n && strncmp(st_last_error(), path, n) == 0 && st_last_error()[n] == ':')
+        st_fail_context(s, "%s: ", key);
+    return s;
+}
+
 /* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
 static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
                              st_dataset *out) {
     /* model.num_classes auto (-1): the labels' own range */
     st_status s = st_dataset_open_pair(c->data.type, inputs, labels, c->model.num_classes, out);
+    char lkey[32];
+    snprintf(lkey, sizeof lkey, "%s_labels", key);
     if (s != ST_OK && strcmp(c->data.type, "npy") == 0)
-        st_fail_context(s, "data.type npy (%s and %s_labels, a pair of .npy files written by numpy.save): ", key,
-                        key);
+        st_fail_context(s, "data.type npy (%s and %s, a pair of .npy files written by numpy.save): ", key,
+                        lkey);
+    else
+        data_key(data_key(s, inputs, key), labels, lkey);
     return s;
 }
 
@@ -197,11 +210,13 @@ static st_status open_data(st_session *s, bool eval_only) {
                                       "(--set data.val=FILE; with data.val_labels for idx and npy)");
     if (tokens) {
         if (!eval_only) {
-            ST_TRY(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train));
+            ST_TRY(data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),
+                            c->data.train, "data.train"));
             s->has_train = true;
         }
         if (c->data.val[0]) {
-            ST_TRY(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val));
+            ST_TRY(data_key(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val), c->data.val,
+                            "data.val"));
             s->has_val = true;
         }
         return ST_OK;

@@ -76,6 +76,18 @@ fi
 { printf '\000\000\000\000\000\001\000\000'; printf '{"a":1}'; } >"$tmp/absurd.safetensors"
 expect 1 "absurd.safetensors: header says 1099511627776 bytes but the file has 7 after the length" \
     "$bin" data inspect "$tmp/absurd.safetensors"
+# settings that pass their key's range but not what the run makes of them,
+# and a data file that does not open, named by its key
+expect 1 "train.out_dir is empty; set it to the folder the run writes to" "$bin" train --set train.out_dir=
+expect 1 "model.dropout (0.99999999999, --set) rounds to 1 in single precision" \
+    "$bin" train --set model.dropout=0.99999999999 --set train.out_dir="$tmp/run"
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    expect 1 "model.pool: the max-pool after conv block 4 would halve a 1x1 map (the images are 28x28, and 4 max-pools before it halved them)" \
+        "$bin" plan --set model.type=cnn --set model.channels=[2,2,2,2,2] --set model.pool=[1,1,1,1,1]
+    expect 1 "data.val_labels: $tmp/none.gz: cannot open" \
+        "$bin" train --set data.val_labels="$tmp/none.gz" --set train.out_dir="$tmp/run"
+fi
+[ ! -e "$tmp/run" ] || { echo "FAIL: a refused run wrote $tmp/run"; fails=$((fails + 1)); }
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true

@@ -104,7 +104,7 @@ out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/
     --set dist.timeout_s=60 : -np 1 "$bin" eval "${common[@]}" "${cnn[@]}" --init "$tmp/cnn/model.safetensors" \
     --set dist.timeout_s=60 --set data.val="$tmp/missing/t10k-images-idx3-ubyte.gz" 2>&1) && fail "eval with rank 1's data missing passed"
 [ $((SECONDS - t0)) -lt 30 ] || fail "eval with rank 1's data missing took $((SECONDS - t0)) s: the ranks waited for the timeout"
-grep -q "rank 1 of 2 .*: aborting every rank: $tmp/missing/t10k-images-idx3-ubyte.gz: cannot open" <<<"$out" ||
+grep -q "rank 1 of 2 .*: aborting every rank: data.val: $tmp/missing/t10k-images-idx3-ubyte.gz: cannot open" <<<"$out" ||
     fail "eval with rank 1's data missing: rank 1's reason not given: $(grep scaletrain <<<"$out" | head -3)"
 
 # (e) different weights, different validation data
