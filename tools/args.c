@@ -90,8 +90,23 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                 fprintf(stderr, "scaletrain %s: %s is an option of scaletrain train\n", cmd, a);
                 return ST_EXIT_USAGE;
             }
-            if (strcmp(a, "--init") == 0) opts->init = argv[i + 1];
-            if (strcmp(a, "--resume") == 0) opts->resume = argv[i + 1];
+            if (strcmp(a, "--init") == 0 && (!strcmp(cmd, "plan") || !strcmp(cmd, "check"))) {
+                fprintf(stderr,
+                        "scaletrain %s: --init is an option of train and eval (a plan is of the settings, "
+                        "not of weights)\n",
+                        cmd);
+                return ST_EXIT_USAGE;
+            }
+            /* given twice: which one was meant is not for us to guess (the last won, silently) */
+            const char **one = !strcmp(a, "--init")     ? &opts->init
+                               : !strcmp(a, "--resume") ? &opts->resume
+                                                        : NULL;
+            if (one && *one) {
+                fprintf(stderr, "scaletrain %s: %s given twice ('%s' and '%s'); give it once\n", cmd, a, *one,
+                        argv[i + 1]);
+                return ST_EXIT_USAGE;
+            }
+            if (one) *one = argv[i + 1];
             i++;
         } else if (strcmp(a, "--json") == 0) {
             opts->json = true;

@@ -51,10 +51,25 @@ static int tokenize(int argc, char **argv) {
             free(pos);
             return ST_EXIT_USAGE;
         }
-        if (st || jb)
+        if (st || jb) {
             i++;
-        else
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') { /* (a misspelt option read as a text file) */
+            fprintf(
+                stderr,
+                "scaletrain data tokenize: unknown option '%s' (--shard-tokens N, --jobs J)\n" TOKENIZE_USAGE,
+                argv[i]);
+            free(pos);
+            return ST_EXIT_USAGE;
+        } else {
             pos[npos++] = argv[i];
+        }
+    }
+    if (jobs > 0 && shard_tokens == 0) {
+        fprintf(stderr,
+                "scaletrain data tokenize: --jobs writes shards J at a time, and needs --shard-tokens N; "
+                "one token file is written by one job\n" TOKENIZE_USAGE);
+        free(pos);
+        return ST_EXIT_USAGE;
     }
     if (npos < 2) {
         fprintf(stderr, TOKENIZE_USAGE);

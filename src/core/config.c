@@ -403,6 +403,9 @@ st_status st_config_set(st_config *c, const char *assignment) {
     while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
         e--;
     snprintf(key, sizeof key, "%.*s", (int)(e - b), b);
+    if (!key[0])
+        return st_fail(ST_ERR_CONFIG,
+                       "%s: no key before the '='; expected key=value, e.g. --set optim.lr=3e-4", ctx);
     int row = st_cfg_find(key);
     if (row < 0) return unknown_set_key(ctx, key);
     ST_TRY(st_cfg_assign_text(c, row, eq + 1, ctx));

@@ -88,6 +88,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         "$bin" train --set data.val_labels="$tmp/none.gz" --set train.out_dir="$tmp/run"
 fi
 [ ! -e "$tmp/run" ] || { echo "FAIL: a refused run wrote $tmp/run"; fails=$((fails + 1)); }
+# options given twice, or to a command that has no use for them, and --set without a key
+expect 2 "--init given twice ('a' and 'b'); give it once" "$bin" train --init a --init b
+expect 2 "--init is an option of train and eval" "$bin" plan --init a
+expect 1 "--set =1: no key before the '='" "$bin" plan --set =1
+expect 2 "unknown option '--shard'" "$bin" data tokenize "$tmp/o.tokens" "$tmp/t.txt" --shard 100
+expect 2 "--jobs writes shards J at a time, and needs --shard-tokens N" "$bin" data tokenize "$tmp/o.tokens" "$tmp/t.txt" --jobs 2
 # launch checks its own arguments before mpirun sees them
 expect 2 "host 'a' has slot count '0'" "$bin" launch -n 2 --hosts a:0 true
 expect 2 "an empty host name" "$bin" launch -n 2 --hosts localhost:2, true
