@@ -1,4 +1,5 @@
 /* Argument parsing shared by train and eval. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +135,10 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         else if (strcmp(argv[i], "--profile") == 0) { /* FIRST-LAST or STEP: log.trace and log.trace_steps */
             char set[96], *end;
             const char *r = argv[++i];
+            errno = 0; /* (past 2^63: ERANGE) */
             long long first = strtoll(r, &end, 10), last = first;
             if (end != r && *end == '-') last = strtoll(end + 1, &end, 10);
-            if (end == r || *end || first < 1 || last < first) {
+            if (end == r || *end || errno || first < 1 || last < first) {
                 fprintf(stderr, "scaletrain %s: --profile '%s': expected FIRST-LAST steps, e.g. --profile 10-20\n",
                         cmd, r);
                 return ST_EXIT_USAGE;

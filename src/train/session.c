@@ -342,8 +342,16 @@ static st_status plan(st_session *s, st_model_input *in) {
             snprintf(why, sizeof why, "the vocabulary of %s", c->data.train);
             st_config_mark_auto(c, "model.vocab_size", why);
         } else if (c->model.vocab_size < d->vocab_size) {
-            return st_fail(ST_ERR_CONFIG, "model.vocab_size %lld is smaller than the data's vocabulary %lld",
-                           (long long)c->model.vocab_size, (long long)d->vocab_size);
+            {
+                char a[ST_CFG_STR + 96];
+                return st_fail(
+                    ST_ERR_CONFIG,
+                    "%s is smaller than the vocabulary of %s (%lld): its tokens would index past the "
+                    "embedding; set model.vocab_size to %lld or more, or auto (the data's)",
+                    st_config_describe(c, "model.vocab_size", a, sizeof a),
+                    d == &s->train ? c->data.train : c->data.val, (long long)d->vocab_size,
+                    (long long)d->vocab_size);
+            }
         }
         /* The validation tokens index the same embedding: another vocabulary
          * is another tokenizer's (its loss would mean nothing, or its first

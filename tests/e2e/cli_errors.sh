@@ -47,6 +47,9 @@ expect 1 "optim.warmup_steps (1000, --set) is longer than train.steps (3, auto: 
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=64 --set train.epochs=0.25 \
     --set optim.warmup_steps=1000
 [ ! -e "$tmp/run" ] || { echo "FAIL: the refused run wrote $tmp/run"; fails=$((fails + 1)); }
+expect 1 "model.vocab_size (100, --set) is smaller than the vocabulary of $tmp/t.tokens (256): its tokens would index past the embedding; set model.vocab_size to 256 or more" \
+    "$bin" train "${tok[@]}" --set model.vocab_size=100
+expect 2 "--profile '5-99999999999999999999': expected FIRST-LAST steps" "$bin" train --profile 5-99999999999999999999
 expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
 # data tokenize with a text file first (OUT left out, or an input named as
