@@ -144,8 +144,11 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     out->act_per_sample = (double)((g2.acts + g2.grads + g2.ints) - (g1.acts + g1.grads + g1.ints));
     if (o->eval_batch > 0) {
         graph_bytes e;
-        ST_TRY(graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true,
-                          &e)); /* forward alone */
+        const st_status s = graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true,
+                                       &e); /* forward alone */
+        if (s != ST_OK) /* (the layer's message speaks of the micro-batch: this is the evaluation's) */
+            return st_fail_context(s, "the evaluation's graph, at train.eval_batch_size %lld: ",
+                                   (long long)o->eval_batch);
         out->eval = e.acts + e.grads + e.ints + e.work;
     }
     /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */

@@ -266,7 +266,15 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
     const int64_t acts = m->acts + m->act_grads + m->ints + m->work;
     const int64_t rest = m->total - states - acts;
     char fix[256];
-    if (acts >= states)
+    if (m->eval > states && m->eval > acts)
+        snprintf(fix, sizeof fix, "the evaluation's graph takes the most (%.2f GiB): a smaller train.eval_batch_size",
+                 (double)m->eval / GIB);
+    else if (m->data > states && m->data > acts)
+        snprintf(fix, sizeof fix,
+                 "the data held in memory takes the most (%.2f GiB): fewer ranks on this node (each holds its "
+                 "copy), or data.type tokens, which reads its file where it lies",
+                 (double)m->data / GIB);
+    else if (acts >= states)
         snprintf(fix, sizeof fix,
                  "the activations take the most: %s%sa shorter model.block_size (a gpt) or a smaller model",
                  p->micro > 1 ? "a smaller train.micro_batch_size, " : "",

@@ -333,6 +333,14 @@ static st_status plan(st_session *s, st_model_input *in) {
     char why[128];
     const st_dataset *d = s->has_train ? &s->train : &s->val;
     memset(in, 0, sizeof *in);
+    /* An evaluation batch past the validation set evaluates the same (the
+     * whole set, in one batch) with a graph, and memory, of the batch asked */
+    if (s->has_val && c->train.eval_batch_size != ST_AUTO && c->train.eval_batch_size > s->val.n) {
+        snprintf(why, sizeof why, "the whole validation set (train.eval_batch_size %lld asked for more)",
+                 (long long)c->train.eval_batch_size);
+        c->train.eval_batch_size = s->val.n;
+        st_config_mark_auto(c, "train.eval_batch_size", why);
+    }
     if (d->kind == ST_DATA_TOKENS) {
         if (strcmp(c->model.type, "gpt") != 0)
             return st_fail(ST_ERR_CONFIG, "data.type tokens needs model.type gpt (model.type is %s)",

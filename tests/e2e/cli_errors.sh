@@ -89,6 +89,13 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         "$bin" plan --set model.type=cnn --set model.channels=[2,2,2,2,2] --set model.pool=[1,1,1,1,1]
     expect 1 "data.val_labels: $tmp/none.gz: cannot open" \
         "$bin" train --set data.val_labels="$tmp/none.gz" --set train.out_dir="$tmp/run"
+    # an evaluation batch past the validation set: the set in one batch (it
+    # was built at the size asked: 3 TiB, and the run died); the plan's hint names the key
+    expect 0 "# auto: the whole validation set (train.eval_batch_size 1073741824 asked for more)" \
+        "$bin" train --set model.type=mlp --set model.hidden=[8] --set train.steps=1 --set train.batch_size=8 \
+        --set train.eval_batch_size=1073741824 --set train.out_dir="$tmp/evb"
+    expect 0 "the evaluation's graph takes the most" "$bin" plan --set model.type=mlp --set train.eval_batch_size=100000000
+    expect 1 "the evaluation's graph, at train.eval_batch_size 100000000: conv2d" "$bin" plan --set train.eval_batch_size=100000000
 fi
 [ ! -e "$tmp/run" ] || { echo "FAIL: a refused run wrote $tmp/run"; fails=$((fails + 1)); }
 # options given twice, or to a command that has no use for them, and --set without a key
