@@ -278,6 +278,8 @@ static void test_file_errors(void) {
                       "unknown key; known keys in optim: type, lr, weight_decay");
     expect_load_error("optim:\n  type: adamw\n  lrr: 3e-4\n", 3, "optim.lrr", "did you mean optim.lr?");
     expect_load_error("train:\n  lr: 1e-3\n", 2, "train.lr", "lr is a key of section optim");
+    expect_load_error("optim:\n  <<: { lr: 0.1 }\n", 2, "optim",
+                      "'<<' is a YAML merge key, which scaletrain does not read");
     expect_load_error("model: {}\noptimizer:\n  lr: 1\n", 2, "optimizer",
                       "unknown section; the sections are "
                       "model, data, train, optim, precision, dist, log; did you mean optim?");

@@ -274,6 +274,11 @@ static st_status load_section(loader *L, const char *sec, int first, yaml_node_t
             return st_fail(ST_ERR_CONFIG, "%s:%d: %s: a key must be a plain name, got %s", L->path,
                            line_of(k), sec, node_desc(k, desc, sizeof desc));
         const char *name = (const char *)k->data.scalar.value;
+        if (strcmp(name, "<<") == 0) /* (YAML 1.1's merge key: libyaml leaves it to the reader) */
+            return st_fail(ST_ERR_CONFIG,
+                           "%s:%d: %s: '<<' is a YAML merge key, which scaletrain does not read; write the keys "
+                           "out in %s (an alias of a single value, key: *name, does work)",
+                           L->path, line_of(k), sec, sec);
         snprintf(full, sizeof full, "%s.%s", sec, name);
         int row = st_cfg_find(full);
         if (row < 0) {
