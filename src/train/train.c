@@ -435,13 +435,12 @@ static void report_memory(st_session *ses, const st_run_opts *opts, const st_dis
     const int64_t staged = 4 * (S + dd->ddp.stage_count), whole = 4 * p->arena_count;
     if (dd->ddp.stage && staged > whole && ses->rank == 0)
         st_ticker_sayf(
-            "scaletrain: warning: dist.strategy zero2 holds %.1f MiB of gradients here (the shard and %.1f "
-            "MiB "
-            "of staging for the buckets live at once), more than the %.1f MiB of the whole gradients that "
+            "scaletrain: warning: dist.strategy zero2 holds %.4g MiB of gradients here (the shard and %.4g "
+            "MiB of staging for the buckets live at once), more than the %.4g MiB of the whole gradients that "
             "zero1 holds: its gradients fall in too few buckets (or one tensor fills most of them) for the "
             "staging to be reused; dist.strategy zero1 holds less on this model (docs/distributed.md)\n",
             (double)staged / (1 << 20), 4.0 * (double)dd->ddp.stage_count / (1 << 20),
-            (double)whole / (1 << 20));
+            (double)whole / (1 << 20)); /* (%.4g: a small model's 0.02 MiB, not 0.0) */
     if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
     const double mib = 1.0 / (1 << 20);
     fprintf(
