@@ -468,6 +468,14 @@ void st_plan_apply(const st_plan *p, st_config *c) {
         snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "%s", p->fused_gelu ? "on" : "off");
         st_config_mark_auto(c, "model.fused_gelu", p->fused_gelu_why);
     }
+    if (strcmp(c->model.fused_residual, "auto") == 0) { /* (only device graphs fuse it) */
+        const bool gpt = strcmp(c->model.type, "gpt") == 0, gpu = p->hw.dev.gpu;
+        snprintf(c->model.fused_residual, sizeof c->model.fused_residual, "%s", gpt && gpu ? "on" : "off");
+        st_config_mark_auto(c, "model.fused_residual",
+                            !gpt   ? "off: no residual"
+                            : !gpu ? "off on the CPU (the add is a layer of its own)"
+                                   : "on: each residual add inside its projection's matrix product");
+    }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
                  st_ckpt_name(p->checkpointing));
