@@ -74,6 +74,22 @@ static bool valid_time(const char *t) {
     return groups <= 3;
 }
 
+/* A valid --time in seconds: SLURM reads M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. */
+static long time_seconds(const char *t) {
+    long v[3] = {0, 0, 0}, days = 0;
+    int n = 0;
+    const char *p = t, *dash = strchr(t, '-');
+    if (dash) days = strtol(t, NULL, 10), p = dash + 1;
+    while (n < 3) {
+        v[n++] = strtol(p, (char **)&p, 10);
+        if (*p != ':') break;
+        p++;
+    }
+    if (dash) /* D-H, D-H:M, D-H:M:S */
+        return days * 86400 + v[0] * 3600 + (n > 1 ? v[1] * 60 : 0) + (n > 2 ? v[2] : 0);
+    return n == 1 ? v[0] * 60 : n == 2 ? v[0] * 60 + v[1] : v[0] * 3600 + v[1] * 60 + v[2];
+}
+
 static bool valid_word(const char *s) {
     for (const char *p = s; *p; p++)
         if (!(*p == '-' || *p == '_' || *p == '.' || *p == ',' || (*p >= '0' && *p <= '9') ||
@@ -161,6 +177,26 @@ int st_cmd_slurm(int argc, char **argv) {
         fprintf(stderr, "scaletrain slurm: --time %s: want HH:MM:SS (or D-HH:MM:SS, MM)\n", time_limit);
         ok = false;
     }
+    /* The stop comes `lead` s before the limit: 120, or a quarter of a
+     * limit under 8 minutes (a job stopped as it starts would be requeued
+     * to be stopped again, a step gained each time) */
+    long lead = 120;
+    if (ok && time_limit) {
+        const long limit = time_seconds(time_limit);
+        if (limit < 60) {
+            fprintf(stderr,
+                    "scaletrain slurm: --time %s is %ld s: too short for a run to start, train and save its "
+                    "checkpoint before it; give a minute at least\n",
+                    time_limit, limit);
+            ok = false;
+        } else if (limit < 480) {
+            lead = limit / 4;
+            fprintf(stderr,
+                    "scaletrain slurm: note: --time %s is short: the ranks are told to checkpoint and stop %ld "
+                    "s before it (120 s for limits of 8 minutes or more)\n",
+                    time_limit, lead);
+        }
+    }
     if (ok && ((partition && !valid_word(partition)) || (name && !valid_word(name)))) {
         fprintf(stderr, "scaletrain slurm: --partition and --job-name take letters, digits and -_.,\n");
         ok = false;
@@ -191,10 +227,11 @@ int st_cmd_slurm(int argc, char **argv) {
     }
     /* #SBATCH lines split on unquoted blanks (a --chdir with a space is quoted)
      * and take no escape: a quote or a line end in the path cannot be written */
-    if (strpbrk(cwd, "\"\n\r")) {
+    if (strpbrk(cwd, "\"\n\r%")) { /* (SLURM expands %j and the like in the log's path, which is under it) */
         fprintf(stderr,
-                "scaletrain slurm: the current directory %s holds a quote or a line end, which an #SBATCH "
-                "--chdir line cannot carry: run it from a directory without them\n",
+                "scaletrain slurm: the current directory %s holds a quote, a line end or a %%, which an "
+                "#SBATCH --chdir line cannot carry (SLURM reads %%j in the log's path as the job id): run it "
+                "from a directory without them\n",
                 cwd);
         free(rest);
         return ST_EXIT_FAIL;
@@ -223,11 +260,13 @@ int st_cmd_slurm(int argc, char **argv) {
            "# A scaletrain job for SLURM, written by `scaletrain slurm` (docs/commands.md).\n"
            "# %ld node(s) x %ld task(s): one rank per %s. Submit: sbatch THIS_FILE\n"
            "# Ranks and world size come from SLURM's PMIx plugin (srun --mpi=pmix); no launcher.\n"
-           "# SIGTERM (pre-emption, scancel, or 120 s before --time): every rank finishes its step,\n"
-           "# saves a checkpoint in train.out_dir (%s) and exits 143; this script then requeues\n"
-           "# the job, which continues with --resume auto. Exit: 0 done, 143 stopped and requeued,\n"
-           "# 1 an error (not requeued; see the log).\n",
-           nodes, per_node, gpus > 0 ? "GPU" : "core group", out_dir);
+           "# SIGTERM (%ld s before --time, pre-emption, scancel): every rank finishes its step, saves\n"
+           "# a checkpoint in train.out_dir (%s) and exits 143. This script then requeues the\n"
+           "# job, which continues with --resume auto, unless SLURM is ending the job itself (scancel\n"
+           "# JOB: cancelled for good; a pre-emption that requeues or cancels, as the cluster says).\n"
+           "# Stop now and requeue: scancel --signal=TERM --full JOB. Exit: 0 done, 143 stopped\n"
+           "# (requeued unless cancelled), 1 an error (not requeued; see the log).\n",
+           nodes, per_node, gpus > 0 ? "GPU" : "core group", lead, out_dir);
     printf("#SBATCH --job-name=%s\n#SBATCH --nodes=%ld\n#SBATCH --ntasks-per-node=%ld\n", name, nodes,
            per_node);
     if (gpus > 0) printf("#SBATCH --gpus-per-node=%ld\n", gpus);
@@ -237,9 +276,9 @@ int st_cmd_slurm(int argc, char **argv) {
     printf("#SBATCH --chdir=\"%s\"\n"
            "#SBATCH --output=slurm-%%x-%%j.out\n"
            "#SBATCH --open-mode=append\n"
-           "#SBATCH --signal=TERM@120\n"
+           "#SBATCH --signal=TERM@%ld\n"
            "#SBATCH --requeue\n\n",
-           cwd);
+           cwd, lead);
     if (gpus > 0)
         printf("# NCCL: warnings into the log. On nodes with several networks, name the one\n"
                "# between nodes; on nodes without InfiniBand, turn it off; on PCIe-only nodes\n"
@@ -253,8 +292,11 @@ int st_cmd_slurm(int argc, char **argv) {
            "# A SIGTERM to this shell (scancel --full, pre-emption) goes on to the ranks' step, and the\n"
            "# shell waits for their checkpoint. srun runs in a session of its own so that the signal\n"
            "# does not reach it where SLURM signals process groups: srun would turn it into SIGKILL.\n"
+           "# A job SLURM is ending itself (scancel JOB, a requeue) cannot be signalled: it is not\n"
+           "# requeued here (the ranks have SLURM's own SIGTERM).\n"
+           "ending=0\n"
            "trap 'echo \"scaletrain: SIGTERM: passing it on to the ranks, which checkpoint and stop\"; "
-           "scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM\n"
+           "timeout 10 scancel --signal=TERM \"$SLURM_JOB_ID\" || ending=1' TERM\n"
            "setsid --wait srun --mpi=pmix --kill-on-bad-exit=1 ");
     put_quoted(self);
     printf(" train ");
@@ -270,9 +312,12 @@ int st_cmd_slurm(int argc, char **argv) {
            "while kill -0 $pid 2>/dev/null; do sleep 1 & wait $!; done\n"
            "wait $pid\n"
            "rc=$?\n"
-           "if [ $rc -eq 143 ]; then\n"
+           "if [ $rc -eq 143 ] && [ $ending -eq 0 ]; then\n"
            "    echo \"scaletrain: stopped by SIGTERM after a checkpoint; requeueing job $SLURM_JOB_ID\"\n"
            "    scontrol requeue \"$SLURM_JOB_ID\"\n"
+           "elif [ $rc -eq 143 ]; then\n"
+           "    echo \"scaletrain: stopped after a checkpoint; SLURM is ending job $SLURM_JOB_ID itself: not "
+           "requeued here (sbatch this script again to continue)\"\n"
            "fi\n"
            "exit $rc\n");
     free(rest);

@@ -128,6 +128,13 @@ expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that d
 for t in 1:2:3:4 1--2 1-2-3 00:-1 1: ; do
     expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
 done
+# a --time shorter than the stop's lead: refused under a minute, the lead a quarter of it under 8 minutes
+expect 2 "--time 0:30 is 30 s: too short" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 0:30
+expect 0 "#SBATCH --signal=TERM@75" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 5
+expect 0 "#SBATCH --signal=TERM@120" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 1-0
+# a % in the working directory (SLURM reads %j in the log's path, under it): refused
+mkdir -p "$tmp/pc%j" && cp "$tmp/batch.yaml" "$tmp/pc%j/"
+expect 1 "holds a quote, a line end or a %" sh -c "cd \"$tmp/pc%j\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
 # a config path past 255 bytes: the run's path whole (it was cut to 255 bytes, and slurm failed to resolve it)
 long="$tmp/$(printf 'd%.0s' $(seq 1 120))/$(printf 'e%.0s' $(seq 1 120))"
 mkdir -p "$long" && cp "$tmp/batch.yaml" "$long/"

@@ -15,7 +15,8 @@
 # - `--resume auto` (srun --mpi=pmix -n 2) continues from it: "resumed from
 #   ... at step N", 3 more steps, exit 0, and metrics.jsonl goes on from N+1.
 # The requeued job itself is cancelled (SLURM holds it ~2 minutes;
-# tests/e2e/slurm.sh covers its restart). All of it twice: on a cluster that
+# tests/e2e/slurm.sh covers its restart). Then (pgid) a plain `scancel JOB`
+# of a new job: the ranks checkpoint and the script does not requeue it. All of it twice: on a cluster that
 # tracks a job's processes by process group (proctrack/pgid) and on one that
 # tracks them by cgroup (proctrack/cgroup, task/cgroup: production's usual).
 # tests/run.sh: alone (a cgroup-tracking cluster names its cgroups after the node and its jobs from 1: one at a time)
@@ -88,6 +89,29 @@ preempt() {
     [ "$last" = "$((n + 3))" ] && [ "$(steplines)" -eq $((n + 3)) ] ||
         fail "metrics.jsonl does not go on from step $((n + 1)) to $((n + 3)): last step $last"
     echo "$mode: resume: $(grep '^resumed from' <<<"$out"), exit $rc, $((n + 3)) steps"
+    if [ "$mode" = pgid ]; then
+        # A plain `scancel JOB` cancels: the ranks checkpoint on SLURM's
+        # SIGTERM and the script does not requeue the job (it did, every time)
+        jid=$(sbatch --parsable "$d/pre.sbatch") || fail "sbatch refused the script (scancel)"
+        log=$d/slurm-pre-$jid.out
+        local lines0
+        lines0=$(wc -l <"$d/run/metrics.jsonl")
+        for _ in $(seq 1 600); do # until the job has logged a step of its own (at most ~60 s)
+            [ "$(wc -l <"$d/run/metrics.jsonl")" -gt "$lines0" ] && break
+            [ -z "$(job_state "$jid" | grep -E 'PENDING|RUNNING|CONFIGURING')" ] && break
+            sleep 0.1
+        done
+        scancel "$jid" || fail "scancel refused"
+        for _ in $(seq 1 900); do # until the job has ended (KillWait: at most ~90 s)
+            [ -z "$(job_state "$jid" | grep -E 'RUNNING|CONFIGURING|COMPLETING|PENDING|REQUEUE')" ] && break
+            sleep 0.1
+        done
+        echo "$mode: scancel: $(job_state "$jid"): $(grep -m1 'not requeued here' "$log")"
+        grep -q "SLURM is ending job $jid itself: not requeued here" "$log" && ! grep -q "requeueing job $jid" "$log" ||
+            fail "scancel: the script requeued the job, or did not say: $(tail -n 12 "$log")"
+        [ "$(job_state "$jid")" != PENDING ] || fail "scancel: the job is pending again"
+        grep -q "checkpoint saved to" "$log" || fail "scancel: the ranks did not checkpoint: $(tail -n 12 "$log")"
+    fi
     slurm_down "$tmp/cluster"
     SLURM_UP=
     rm -rf "$tmp/cluster"
