@@ -286,6 +286,31 @@ static double now_s(void) {
 }
 
 /* Send sig to mpirun's children (the ranks on this host); false if none. */
+/* Whether process PID (a child of mpirun) is one of the job's ranks: its
+ * environment holds OMPI_COMM_WORLD_RANK. mpirun's other children, the
+ * agent that starts its daemons on other hosts (ssh), must not be signalled:
+ * mpirun takes that agent's end for a failed daemon and kills the job, ranks
+ * mid-save included (the other hosts' ranks stop by the ranks' agreement). */
+static bool is_rank(const char *pid) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/environ", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static const char want[] = "OMPI_COMM_WORLD_RANK=";
+    const size_t cap = 1 << 20; /* (an environment past 1 MiB: the rest unread) */
+    char *env = malloc(cap + 1);
+    const size_t n = env ? fread(env, 1, cap, f) : 0;
+    fclose(f);
+    bool found = false;
+    for (size_t start = 0; env && start < n && !found;) { /* NUL-separated NAME=VALUE entries */
+        const size_t len = strnlen(env + start, n - start);
+        found = len >= sizeof want - 1 && memcmp(env + start, want, sizeof want - 1) == 0;
+        start += len + 1;
+    }
+    free(env);
+    return found;
+}
+
 static bool signal_ranks(pid_t mpirun, int sig) {
     DIR *dir = opendir("/proc");
     if (!dir) return false;
@@ -303,7 +328,8 @@ static bool signal_ranks(pid_t mpirun, int sig) {
         const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
         char state;
         int ppid;
-        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == mpirun) {
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == mpirun &&
+            is_rank(e->d_name)) {
             kill((pid_t)atoi(e->d_name), sig);
             any = true;
         }

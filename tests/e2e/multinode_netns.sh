@@ -4,7 +4,8 @@
 # over TCP (a launch agent stands in for ssh). The two-node run of a small
 # mlp must save the same weights as two ranks on one node and as one rank
 # with the same global batch (tolerance as in ddp_equivalence.sh: 1e-4), and
-# `scaletrain launch --hosts` across the two nodes must train the same.
+# `scaletrain launch --hosts` across the two nodes must train the same, and
+# stopped by SIGTERM, checkpoint and exit 143.
 #
 # Needs root and network namespaces (`ip netns`); where the machine does not
 # allow them (an unprivileged container) the test skips and says so.
@@ -103,6 +104,22 @@ grep -q '"ranks":2' "$tmp/launch2.json" || fail "launch --hosts: not 2 ranks: $(
 echo -n "launch --hosts against mpirun on the two nodes: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/nodes2/model.safetensors" "$tmp/launch2/model.safetensors" 1e-6 ||
     fail "launch --hosts differs from mpirun on the two nodes"
+
+# SIGTERM to `launch --hosts` (pre-emption): the ranks on both nodes save a
+# checkpoint and the job exits 143. The launcher signals only its ranks: the
+# agent that started node1's daemon (ssh) signalled too made mpirun abort
+# the job mid-save (exit 15, nothing saved).
+on_node0_env 120 "$bin" launch -n 2 --hosts 10.77.0.1:1,10.77.0.2:1 "${args[@]}" --set train.steps=1000000 \
+    --set train.checkpoint_every=0 --set train.out_dir="$tmp/term2" >"$tmp/term2.out" 2>"$tmp/term2.err" &
+lpid=$!
+for _ in $(seq 1 600); do [ -s "$tmp/term2/metrics.jsonl" ] && break; sleep 0.1; done
+# (the launcher itself, not the shell running on_node0_env)
+launcher=$(pgrep -f -- "$bin launch -n 2 --hosts .*$tmp/term2")
+[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch --hosts: no launcher found"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && [ -s "$tmp/term2/ckpt/latest" ] ||
+    fail "SIGTERM to launch --hosts: exit $rc, checkpoint '$(cat "$tmp/term2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/term2.err")"
+echo "SIGTERM to launch --hosts: exit $rc, checkpoint $(cat "$tmp/term2/ckpt/latest" 2>/dev/null)"
 
 for r in local2 nodes2; do
     echo -n "$r against 1 rank: "
