@@ -8,7 +8,8 @@
 #include "args.h"
 #include "layers.h"
 
-/* Element i is kept when its uniform draw from the stream (dropout_seed, node id)
+/* Element i (of the step's batch: dropout_micro x N + the micro-batch's
+ * element) is kept when its uniform draw from the stream (dropout_seed, node id)
  * is >= p. Forward and backward draw the same numbers, so backward recomputes
  * the mask instead of saving it. */
 static inline bool dropout_keep(uint64_t seed, int id, int64_t i, float p) {
@@ -27,9 +28,10 @@ static st_status dropout_forward(st_node *n, st_graph *g) {
     const float scale = 1.0f / (1.0f - p);
     const uint64_t seed = g->dropout_seed;
     const int id = n->id;
+    const int64_t off = (int64_t)g->dropout_micro * N; /* (the step's element index: dropout_micro) */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        y[i] = dropout_keep(seed, id, i, p) ? x[i] * scale : 0.0f;
+        y[i] = dropout_keep(seed, id, off + i, p) ? x[i] * scale : 0.0f;
     return ST_OK;
 }
 
@@ -47,9 +49,10 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
     const float scale = 1.0f / (1.0f - p);
     const uint64_t seed = g->dropout_seed;
     const int id = n->id;
+    const int64_t off = (int64_t)g->dropout_micro * N;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        dx[i] = (acc ? dx[i] : 0.0f) + (dropout_keep(seed, id, i, p) ? dy[i] * scale : 0.0f);
+        dx[i] = (acc ? dx[i] : 0.0f) + (dropout_keep(seed, id, off + i, p) ? dy[i] * scale : 0.0f);
     return ST_OK;
 }
 

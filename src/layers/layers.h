@@ -63,7 +63,10 @@ st_status st_relu(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
 /* y = a + b, same shapes (residual connections) */
 st_status st_add(st_graph *g, const char *name, st_tensor *a, st_tensor *b, st_tensor **y);
 /* Inverted dropout with probability p in training, identity in eval. The mask
- * is drawn from (g->dropout_seed, node id, element), so backward recomputes it. */
+ * is drawn from (g->dropout_seed, node id, the element's index in the step's
+ * batch: g->dropout_micro x the node's count + i), so backward recomputes it
+ * and a sample's mask is the same however the batch is split into
+ * micro-batches and ranks. */
 st_status st_dropout(st_graph *g, const char *name, st_tensor *x, float p, st_tensor **y);
 /* Causal multi-head self-attention core: qkv (B, T, 3C) -> y (B, T, C), heads
  * of C/n_head channels, q, k, v concatenated along the last dim as in GPT-2. */

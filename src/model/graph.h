@@ -279,7 +279,10 @@ struct st_graph {
                            src/layers/attention_layout.h; the other twins' scratch is not counted) */
     /* run state read by layers */
     bool training;
-    uint64_t dropout_seed; /* set per micro-step by the caller */
+    uint64_t dropout_seed;  /* set per step by the caller */
+    uint64_t dropout_micro; /* the micro-batch's index in the step's batch, set per micro-step: a dropout
+                               node's element i is element dropout_micro x its count + i of the step's, so
+                               the masks do not depend on how the batch is split (0 outside training) */
     st_tensor *loss;       /* the scalar the backward pass starts from */
     /* Called by st_graph_backward after node `node` (every node, last to
      * first, also those with nothing to do), when set: the data-parallel

@@ -1080,8 +1080,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* The global micro-batch index: rank r's k-th micro-batch is the
              * (r * accum + k)-th of the step, as for 1 rank accumulating
              * (k * world + r in deterministic mode: dist.h). */
-            const uint64_t j = (uint64_t)(step * ses->world * accum + st_dist_micro_index(&dd, k));
-            mg.g.dropout_seed = st_mix64(seed ^ st_mix64(j));
+            /* dropout: one seed a step, and the micro-batch's place in the
+             * step's batch (graph.h), so that a sample's mask does not
+             * depend on the micro-batch size (train.micro_batch_size auto
+             * follows the memory free) */
+            mg.g.dropout_seed = st_mix64(seed ^ st_mix64((uint64_t)step));
+            mg.g.dropout_micro = (uint64_t)st_dist_micro_index(&dd, k);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "step", "forward");
             if (fwd_writes) whole = -1;
             ST_GOTO(st_graph_forward(&mg.g));
