@@ -249,10 +249,11 @@ static st_status decide_checkpointing(const st_plan_input *in, st_plan *p) {
             return ST_OK;
         }
     }
-    set_checkpointing(in, ST_CKPT_OFF);
+    /* nothing fits: the level that needs the least, for the warning's figure and the run's best chance */
+    p->checkpointing = ST_CKPT_BLOCKS; /* (the layout model is left set to it) */
     snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
-             "off: micro-batch %lld does not fit even with it (%s, %s usable)", (long long)p->micro,
-             human((double)on.total, b2, sizeof b2), b3);
+             "blocks: micro-batch %lld does not fit even with it (%s, %s usable), but needs the least with it",
+             (long long)p->micro, human((double)on.total, b2, sizeof b2), b3);
     return ST_OK;
 }
 
@@ -344,18 +345,23 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                     ST_TRY(largest_fit(in, p, per_rank, &p->micro));
                     if (p->micro) p->checkpointing = level;
                 }
-                if (!p->checkpointing) set_checkpointing(in, ST_CKPT_OFF);
                 if (p->checkpointing)
                     snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
                              "%s: not even a micro-batch of 1 fits without it",
                              st_ckpt_name(p->checkpointing));
-                else
+                else { /* nothing fits: blocks needs the least (the layout model is left set to it) */
+                    p->checkpointing = ST_CKPT_BLOCKS;
                     snprintf(p->checkpointing_why, sizeof p->checkpointing_why,
-                             "off: not even a micro-batch of 1 fits with it");
+                             "blocks: not even a micro-batch of 1 fits with it, but it needs the least");
+                }
             }
         }
+        const bool none = !p->micro;
         if (!p->micro) p->micro = 1;
-        if (p->micro == per_rank)
+        if (none)
+            snprintf(p->micro_why, sizeof p->micro_why, "1: nothing fits %s (the warning says what takes it)",
+                     human((double)p->mem_limit, b1, sizeof b1));
+        else if (p->micro == per_rank)
             snprintf(p->micro_why, sizeof p->micro_why, "%s%s",
                      n > 1 ? "the batch split over the ranks" : "the whole batch on one rank",
                      p->checkpointing && auto_checkpointing(in) ? ", with activation checkpointing" : "");
