@@ -221,6 +221,13 @@ int st_cmd_plan(int argc, char **argv) {
      * then repeat from run to run, where a shared machine's measured rate
      * moves by a fifth between runs seconds apart (docs/planner.md). */
     const bool pinned = cfg.log.peak_gflops > 0;
+    /* The run's threads, as the run sets them: train.threads, else the CPUs
+     * this process may use (its quota counted); measured and planned with
+     * those (the rate of every core was taken for a run of 1 thread) */
+    const int threads = cfg.train.threads != ST_AUTO && cfg.train.threads > 0 ? (int)cfg.train.threads
+                                                                               : (h->allowed > 0 ? h->allowed : 1);
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
     if (need_cpu && pinned) gf = cfg.log.peak_gflops * 1e9;
     if (need_cpu && !pinned) ST_GOTO(st_device_calibrate_cpu(&gf));
     st_hw_info nogpu = *h;
@@ -229,7 +236,7 @@ int st_cmd_plan(int argc, char **argv) {
     st_device_local(&nogpu, gf, &cpu);
     ST_GOTO(st_runspec_open(&cfg, &in));
     in.efficiency = eff;
-    in.cores_per_rank = h->allowed;
+    in.cores_per_rank = threads;
     int n = 1;
     for (const char *c = hw_list; *c; c++)
         n += *c == ',';
@@ -290,8 +297,9 @@ int st_cmd_plan(int argc, char **argv) {
         if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
         if (gf > 0 && pinned) printf("cpu: %.1f GFLOP/s from log.peak_gflops (not measured)\n", gf / 1e9);
         if (gf > 0 && !pinned)
-            printf("cpu: %.1f GFLOP/s measured (fastest 1024^3 sgemm; --set log.peak_gflops=G fixes it)\n",
-                   gf / 1e9);
+            printf("cpu: %.1f GFLOP/s measured on %d thread%s (train.threads; fastest 1024^3 sgemm; --set "
+                   "log.peak_gflops=G fixes it)\n",
+                   gf / 1e9, threads, threads == 1 ? "" : "s");
         char blas[256];
         if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
         char note[320];

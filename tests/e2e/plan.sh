@@ -85,4 +85,6 @@ grep -Eq "^1xH200 +1 +(1024|512|256|128) " "$tmp/big.txt"
 # had the planner count down its divisors one by one for minutes)
 ! "$bin" plan --set train.batch_size=1000000000000 2>"$tmp/huge.txt"
 grep -q "train.batch_size=1000000000000: 1000000000000 is out of range; it must be >= 1 and <= 1073741824" "$tmp/huge.txt"
+# the CPU is measured (and the run planned) on the run's threads: train.threads
+"$bin" plan --set train.threads=1 | grep -q "^cpu: .* GFLOP/s measured on 1 thread (train.threads;"
 echo "plan e2e ok"
