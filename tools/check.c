@@ -48,6 +48,7 @@
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokens.h"
+#include "hw/device.h"
 #include "hw/linkcheck.h"
 #include "hw/probe.h"
 #include "hw/runspec.h"
@@ -521,6 +522,51 @@ static void check_out_dir(report *r, const char *out_dir) {
         line(r, "ok", "out_dir", "%s will be created in %s, which is writable", out_dir, dir);
 }
 
+/* Memory: the planner's plan of this run on this machine (its micro-batch,
+ * and whether it fits the memory this process may use), as the run itself
+ * plans it; a run that does not fit is a failed check, with the run's
+ * warning and hint (it would be killed, a CPU run without a message). */
+static void check_memory(report *r, const st_config *cfg, const st_hw_info *h, bool probed) {
+    if (!probed) {
+        line(r, "skip", "memory", "the machine's memory could not be read (the cpu line says why)");
+        return;
+    }
+    st_config c = *cfg;
+    st_plan_input in;
+    if (st_runspec_open(&c, &in) != ST_OK) {
+        line(r, "skip", "memory", "the plan needs the model, which needs the data: %s", st_last_error());
+        st_clear_error();
+        return;
+    }
+    st_hw_device local, cpu;
+    st_hw_info nogpu = *h;
+    nogpu.n_gpus = 0;
+    const double gf = c.log.peak_gflops > 0 ? c.log.peak_gflops * 1e9 : 1e11; /* (the rate: times only) */
+    st_device_local(h, gf, &local);
+    st_device_local(&nogpu, gf, &cpu);
+    st_hw_config hw;
+    st_plan *p = calloc(1, sizeof *p);
+    st_status s = p ? st_hw_config_parse("local", &local, &cpu, &hw) : st_fail(ST_ERR_NOMEM, "out of memory");
+    if (s == ST_OK) {
+        if (h->n_gpus > 1) hw.per_node = h->n_gpus;
+        in.cores_per_rank = h->allowed;
+        s = st_plan_make(&in, &hw, p);
+    }
+    if (s != ST_OK)
+        line(r, "FAIL", "memory", "the plan failed: %s", st_last_error());
+    else if (!p->ok || !p->fits)
+        line(r, "FAIL", "memory", "%s%s%s", p->warning[0] ? p->warning : "the run does not fit",
+             p->fit_hint[0] ? "; hint: " : "", p->fit_hint);
+    else
+        line(r, "ok", "memory",
+             "micro-batch %lld (accumulating %lld) needs %.2f GiB per %s of %.2f GiB usable",
+             (long long)p->micro, (long long)p->accum, (double)p->mem.total / (1 << 30),
+             hw.dev.gpu ? "device" : "rank", (double)p->mem_limit / (1 << 30));
+    st_clear_error();
+    free(p);
+    st_runspec_close(&in);
+}
+
 /* Room on train.out_dir's filesystem for the run's checkpoints (and its
  * final weights), sized from the model the configuration builds: what a
  * starting run checks (src/train/checkpoint.h st_ckpt_space_check). */
@@ -689,6 +735,7 @@ int st_cmd_check(int argc, char **argv) {
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
+    check_memory(&r, &cfg, &hw, probed);
     check_gpu(&r, &hw, probed, gpus, why);
     check_gpu_health(&r, &hw, probed);
     if (r.failed)

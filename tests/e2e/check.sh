@@ -41,6 +41,8 @@ grep -qE "^ok +data +$tmp/t.tokens: [0-9]+ samples of 16 tokens" <<<"$out" || fa
 grep -qE "^ok +out_dir +$tmp/out will be created in $tmp, which is writable" <<<"$out" || fail "the out_dir line"
 grep -qE "^ok +disk +[0-9.]+ GiB free for train.out_dir; a checkpoint of this run takes [0-9.]+ MiB \(weights and optimizer state\), its final weights [0-9.]+ MiB$" <<<"$out" ||
     fail "the disk line: $(grep disk <<<"$out")"
+grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per rank of [0-9.]+ GiB usable$" <<<"$out" ||
+    fail "the memory line: $(grep memory <<<"$out")"
 grep -qE "^(skip|ok) +cuda " <<<"$out" && grep -qE "^(skip|ok) +nccl " <<<"$out" || fail "no cuda/nccl lines"
 # the cudnn line comes with a usable GPU only (tests/e2e/emu_check.sh)
 ! grep -qE "^skip +cuda " <<<"$out" || ! grep -qE "^[a-zA-Z]+ +cudnn " <<<"$out" || fail "a cudnn line without a GPU"
@@ -54,6 +56,14 @@ grep -qE "^FAIL +data +.*missing.tokens.*; fix: " <<<"$out" || fail "missing dat
 grep -qE "^ok +ddp " <<<"$out" || fail "missing data: the other checks did not run"
 [ "$(tail -n 1 <<<"$out")" = "not ready: 1 check failed" ] || fail "missing data: last line: $(tail -n 1 <<<"$out")"
 echo "missing data: $(grep FAIL <<<"$out")"
+# a run the planner knows does not fit this machine's memory: a failed check
+# with the run's warning and hint, where check said ready and the run was killed
+out=$(timeout 300 "$bin" check "${cfg[@]}" --set model.n_embd=8192 --set model.n_head=64 --set model.n_layer=48 \
+    --set train.out_dir="$tmp/out" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -qE "^FAIL +memory +does not fit: [0-9.]+ GiB needed per rank,.*; hint: of the [0-9.]+ GiB: model states" <<<"$out" ||
+    fail "a model past the memory: exit $rc, $(grep memory <<<"$out")"
+echo "past the memory: $(grep memory <<<"$out" | cut -c1-150)"
 # data.type tokens with data.train left at Fashion-MNIST's idx file: the key
 # to set, not "install Fashion-MNIST" (before, the hint came from the path)
 out=$(timeout 300 "$bin" check --set model.type=gpt --set data.type=tokens --set model.block_size=16 \
