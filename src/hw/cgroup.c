@@ -14,6 +14,7 @@
  * files only: safe to call after an allocation failed. */
 #include "probe.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,9 +237,14 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
-    /* the address space counts every mapping: what is mapped already is spent */
+    /* the address space counts every mapping: what is mapped already is
+     * spent, and what the run maps beyond what it uses will be: OpenBLAS's
+     * buffers (about 129 MiB each, one per computing thread and more) and
+     * each thread's malloc arena (64 MiB reserved) and stack (8 MiB), kept
+     * out of the room (where they did not fit, OpenBLAS waited for ever) */
     const int64_t mapped = proc_kb("/proc/self/status", "VmSize"), vm = mapped > 0 ? mapped : 0;
-    const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm ? lim - vm : 0;
+    const int64_t t = omp_get_max_threads(), mib = 1 << 20, reserve = (t + 2) * 130 * mib + t * 72 * mib;
+    const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm + reserve ? lim - vm - reserve : 0;
     if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     if (out->headroom < 0 || room < out->headroom) {
         out->limit = lim;

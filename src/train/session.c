@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +59,37 @@ static void setup_threads(st_session *s) {
     s->threads = (int)c->train.threads;
     omp_set_num_threads(s->threads);
     openblas_set_num_threads(s->threads);
+}
+
+/* Under an address-space limit (ulimit -v) what a process maps counts, used
+ * or not, and OpenBLAS maps its buffers (about 129 MiB each: one per thread
+ * computing) at its first products, which then wait for ever where they do
+ * not fit (its allocation retries; seen: 100% CPU in malloc, no message).
+ * A limit that leaves no room for them is refused here, naming it; the
+ * memory model keeps room for them out of what it plans with
+ * (st_hw_mem_limit_get). */
+static st_status address_space_check(const st_session *s) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return ST_OK;
+    long vm_kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
+    if (f) fclose(f);
+    const int64_t mib = 1 << 20, vm = vm_kb > 0 ? (int64_t)vm_kb * 1024 : 0, lim = (int64_t)rl.rlim_cur;
+    /* a buffer for each computing thread and the main one, and each thread's
+     * malloc arena (64 MiB reserved) and stack (8 MiB) */
+    const int64_t need = (int64_t)(s->threads + 1) * 130 * mib + (int64_t)s->threads * 72 * mib;
+    if (lim - vm < need)
+        return st_fail(ST_ERR_NOMEM,
+                       "this process's address-space limit (ulimit -v %lld) leaves %lld MiB to map, and "
+                       "OpenBLAS and the %d compute thread%s map about %lld MiB before any model memory "
+                       "(mapped, not used): raise ulimit -v (or lift it, and limit memory with a cgroup, "
+                       "which counts what is used), or lower train.threads",
+                       (long long)(lim / 1024), (long long)((lim - vm) / mib), s->threads,
+                       s->threads == 1 ? "" : "s", (long long)(need / mib));
+    return ST_OK;
 }
 
 bool st_session_uses_nccl(const st_session *s) {
@@ -561,6 +593,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         ST_TRY(st);
     }
     setup_threads(s);
+    ST_TRY(address_space_check(s));
     const bool dev_auto = strcmp(cfg->train.device, "auto") == 0, dev_cpu = strcmp(cfg->train.device, "cpu") == 0;
     /* A GPU that stopped answering before the run began (the driver's first
      * call never returns) is watched as its later waits are (st_device_watch,

@@ -42,6 +42,16 @@ tok=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens
     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.out_dir="$tmp/run")
 expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (train.batch_size 1024): set train.batch_size to 781 or less" \
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
+# under an address-space limit (ulimit -v), where OpenBLAS's buffers are
+# mapped at its first products and wait for ever when they do not fit: a
+# limit with no room for them is refused, naming it; one with room plans
+# around them, and the run ends (it hung at 100% CPU, no message)
+limited() { (ulimit -v "$1" && shift && exec "$@"); }
+expect 1 "this process's address-space limit (ulimit -v 600000) leaves" \
+    limited 600000 "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=8
+expect 0 "done: 2 steps" limited 1000000 timeout -s KILL 300 "$bin" train "${tok[@]}" --set model.n_layer=4 \
+    --set model.n_embd=128 --set model.n_head=4 --set model.block_size=256 --set train.batch_size=64 \
+    --set train.steps=2 --set train.threads=2 --set train.out_dir="$tmp/as"
 # a warmup longer than the steps that train.epochs makes (checked once they are known)
 expect 1 "optim.warmup_steps (1000, --set) is longer than train.steps (3, auto: 0.25 epoch(s) of 12 steps)" \
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=64 --set train.epochs=0.25 \
