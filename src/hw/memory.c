@@ -22,10 +22,13 @@ static void states(int64_t P, const st_mem_opts *o, st_mem *m) {
     const int64_t copy = o->mixed ? (o->device_layout ? 2 : 4) * pa : 0;
     int64_t grads = 4 * pa, optim = 4 * (int64_t)o->optim_states * pa;
     if (o->zero >= 1) optim = (optim + N - 1) / N;
-    /* ZeRO-2 gives the non-owned gradient pages back on the CPU; a GPU run
-     * on several ranks keeps its shard, and stages its buckets (`buckets`
-     * in st_mem_estimate, src/dist/ddp.h) */
-    if (o->zero >= 2 && (!o->device_layout || N > 1)) grads = (grads + N - 1) / N;
+    /* A GPU run of ZeRO-2 on several ranks keeps its shard, and stages its
+     * buckets (`buckets` in st_mem_estimate, src/dist/ddp.h). On the CPU it
+     * gives the non-owned pages back after each bucket's reduction, so it
+     * holds the shard between steps, but backward writes the whole arena and
+     * its peak reaches it where the reductions end as backward does
+     * (docs/distributed.md): the peak is what must fit. */
+    if (o->zero >= 2 && o->device_layout && N > 1) grads = (grads + N - 1) / N;
     m->params = masters + copy;
     m->grads = grads;
     m->optim = optim;
