@@ -420,6 +420,7 @@ static void shortened_file(void) {
  * joined); when the read comes back after all, the worker does not read the
  * caller's dataset struct, which may be gone by then.
  * The batches before it come as usual. */
+static st_loader *volatile abandoned;
 static void stalled_worker(const char *tokens) {
     setenv("SCALETRAIN_TEST_DATA_STALL", "train.tokens:20", 1);
     static st_dataset d; /* never freed: the stuck worker may still read it */
@@ -450,6 +451,7 @@ static void stalled_worker(const char *tokens) {
     }
     /* returns, saying the stuck worker was left alone: the dataset it reads must stay */
     CHECK(st_loader_free(l), "a loader whose worker never answered did not say it left it running");
+    abandoned = l; /* (left to the process's end by design: kept reachable, not a leak to LeakSanitizer) */
     st_sampler_free(s);
     /* The caller's dataset struct may go (it lived in a stack frame, now
      * reused) while the memory it points to stays: the worker, its read

@@ -3,11 +3,14 @@
 # filesystem across nodes). Under real mpirun, 2 ranks, a tiny gpt; rank 1
 # runs in its own mount namespace with a private tmpfs over the run's
 # directory, as a node without the shared filesystem would.
-# (a) zero1 (every rank writes its optimizer shard): rank 1 does not see the
-#     checkpoint's directory rank 0 made, and the save fails on every rank
-#     with a message naming it and train.out_dir; no checkpoint is pointed at
-#     as latest. Then rank 1 sees a directory of that name, but its own: rank
-#     0 does not see rank 1's shard and the save fails naming the file.
+# (a) zero1 (every rank writes its optimizer shard): rank 1 does not see
+#     train.out_dir as rank 0 does: refused before the first step, naming it
+#     (st_train's check). Where only its ckpt folder is its own (a mount over
+#     it after the start), rank 1 does not see the checkpoint's directory
+#     rank 0 made, and the save fails on every rank with a message naming it
+#     and train.out_dir; no checkpoint is pointed at as latest. Then rank 1
+#     sees a directory of that name, but its own: rank 0 does not see rank
+#     1's shard and the save fails naming the file.
 # (b) --resume auto where only rank 0 sees the checkpoint (DDP, saved by a
 #     normal run): rank 1 would start from step 0 while rank 0 resumes at 4;
 #     the run fails naming both steps and train.out_dir's directory.
@@ -26,28 +29,35 @@ gpt=(--set model.type=gpt --set data.type=tokens --set data.val= --set model.n_l
      --set data.train="$tmp/t.tokens" --set train.batch_size=8 --set dist.timeout_s=20 --set log.progress=off
      --quiet)
 
-# split NAME DIR ARGS...: rank 0 sees DIR, rank 1 a private tmpfs over it
-# (holding the directories named in $premade, relative to DIR).
-premade=
+# split NAME DIR ARGS...: rank 0 sees DIR, rank 1 a private tmpfs over
+# DIR/$over (DIR itself by default), holding the directories named in
+# $premade, relative to it.
+premade= over=.
 split() {
     local name=$1 dir=$2
     shift 2
-    mkdir -p "$dir"
+    mkdir -p "$dir/$over"
     "${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$dir" "$@" : \
         -np 1 unshare -m sh -c 'mount -t tmpfs none "$0" && (cd "$0" && mkdir -p $1) && shift && exec "$@"' \
-        "$dir" "${premade:-.}" "$bin" train "${gpt[@]}" --set train.out_dir="$dir" "$@" >"$tmp/$name.log" 2>&1
+        "$dir/$over" "${premade:-.}" "$bin" train "${gpt[@]}" --set train.out_dir="$dir" "$@" >"$tmp/$name.log" 2>&1
     rc=$?
     echo "--- $name: exit $rc"
 }
 
-split zero1 "$tmp/z" --set dist.strategy=zero1 --set train.steps=2
+split start "$tmp/s" --set dist.strategy=zero1 --set train.steps=2
+[ "$rc" -ne 0 ] || fail "start: a train.out_dir rank 1 does not share was accepted"
+grep -q "rank 1 does not see in its train.out_dir, $tmp/s, the folder rank 0 just made in its own" "$tmp/start.log" &&
+    grep -q "train.out_dir seen by every rank failed on another rank" "$tmp/start.log" ||
+    fail "start: no message naming train.out_dir on both ranks: $(grep -m3 rank "$tmp/start.log")"
+[ ! -e "$tmp/s/ckpt" ] || fail "start: a checkpoint folder was made"
+over=ckpt split zero1 "$tmp/z" --set dist.strategy=zero1 --set train.steps=2
 [ "$rc" -ne 0 ] || fail "zero1: a checkpoint whose shard rank 0 cannot see was accepted"
 grep -q "step-2.tmp: rank 0 created this directory, but rank 1 does not see it: train.out_dir ($tmp/z) must be one directory that every node sees" \
     "$tmp/zero1.log" || fail "zero1: no message naming the directory and train.out_dir: $(grep -m3 rank "$tmp/zero1.log")"
 grep -q "checkpoint directory seen failed on another rank" "$tmp/zero1.log" || fail "zero1: rank 0 did not learn of the failure"
 [ ! -e "$tmp/z/ckpt/latest" ] || fail "zero1: a checkpoint was pointed at as latest"
 # Rank 1 sees a directory of that name, but its own: rank 0 misses the shard.
-premade=ckpt/step-2.tmp split zero1-own "$tmp/z2" --set dist.strategy=zero1 --set train.steps=2
+over=ckpt premade=step-2.tmp split zero1-own "$tmp/z2" --set dist.strategy=zero1 --set train.steps=2
 [ "$rc" -ne 0 ] || fail "zero1-own: a checkpoint whose shard rank 0 cannot see was accepted"
 grep -q "optim-rank1.safetensors: rank 1 wrote it ([0-9]* bytes), but rank 0 does not see it: train.out_dir ($tmp/z2) must be one directory" \
     "$tmp/zero1-own.log" || fail "zero1-own: no message naming the shard: $(grep -m3 rank "$tmp/zero1-own.log")"
