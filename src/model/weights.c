@@ -107,11 +107,10 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     }
 }
 
-st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
-    const st_params *p = &m->params;
-    *data = *buffers = NULL;
-    if (p->masters_sharded) /* this rank holds a shard of them: a collective gathers them */
-        return st_fail(ST_ERR_INTERNAL, "copying the weights: the masters are sharded (st_zero_copy_arenas)");
+/* Host arrays laid out as p's parameter and buffer arenas (st_alloc_aligned),
+ * holding what p holds: the buffers, and the parameters when `params` (else
+ * zeros), downloaded from a device. */
+static st_status host_arenas(const st_params *p, bool params, float **data, float **buffers) {
     const size_t pbytes = (size_t)p->arena_count * sizeof(float),
                  bbytes = (size_t)p->buffer_count * sizeof(float);
     *data = st_alloc_aligned(pbytes ? pbytes : 64);
@@ -120,19 +119,30 @@ st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers)
     if (!*data || !*buffers)
         s = st_fail(ST_ERR_NOMEM, "out of memory copying the weights (%.1f MiB) to the host",
                     (double)(pbytes + bbytes) / (1 << 20));
-    else if (p->dev) {
+    else if (!params)
+        memset(*data, 0, pbytes);
+    else if (pbytes && p->dev)
         s = st_device_download(p->dev, *data, p->data, pbytes);
-        if (s == ST_OK && bbytes) s = st_device_download(p->dev, *buffers, p->buffers, bbytes);
-    } else {
-        if (pbytes) memcpy(*data, p->data, pbytes);
-        if (bbytes) memcpy(*buffers, p->buffers, bbytes);
-    }
+    else if (pbytes)
+        memcpy(*data, p->data, pbytes);
+    if (s == ST_OK && bbytes && p->dev)
+        s = st_device_download(p->dev, *buffers, p->buffers, bbytes);
+    else if (s == ST_OK && bbytes)
+        memcpy(*buffers, p->buffers, bbytes);
     if (s != ST_OK) {
         st_free_aligned(*data);
         st_free_aligned(*buffers);
         *data = *buffers = NULL;
     }
     return s;
+}
+
+st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers) {
+    const st_params *p = &m->params;
+    *data = *buffers = NULL;
+    if (p->masters_sharded) /* this rank holds a shard of them: a collective gathers them */
+        return st_fail(ST_ERR_INTERNAL, "copying the weights: the masters are sharded (st_zero_copy_arenas)");
+    return host_arenas(p, true, data, buffers);
 }
 
 st_status st_model_save(const st_model *m, const char *path) {
@@ -170,29 +180,7 @@ static st_status finite_weights(const float *x, int64_t n, const char *name) {
  * any rank: their array starts as zeros and goes in through
  * st_params_set_weights, which sets every element. */
 static st_status stage_arenas(const st_model *m, float **data, float **buffers) {
-    const st_params *p = &m->params;
-    if (!p->masters_sharded) return st_model_copy_arenas(m, data, buffers);
-    const size_t pbytes = (size_t)p->arena_count * sizeof(float),
-                 bbytes = (size_t)p->buffer_count * sizeof(float);
-    *data = st_alloc_aligned(pbytes ? pbytes : 64);
-    *buffers = st_alloc_aligned(bbytes ? bbytes : 64);
-    st_status s = ST_OK;
-    if (!*data || !*buffers)
-        s = st_fail(ST_ERR_NOMEM, "out of memory staging the weights (%.1f MiB) on the host",
-                    (double)(pbytes + bbytes) / (1 << 20));
-    else {
-        memset(*data, 0, pbytes);
-        if (bbytes && p->dev)
-            s = st_device_download(p->dev, *buffers, p->buffers, bbytes);
-        else if (bbytes)
-            memcpy(*buffers, p->buffers, bbytes);
-    }
-    if (s != ST_OK) {
-        st_free_aligned(*data);
-        st_free_aligned(*buffers);
-        *data = *buffers = NULL;
-    }
-    return s;
+    return host_arenas(&m->params, !m->params.masters_sharded, data, buffers);
 }
 
 /* Put the staged arenas in place (stage_arenas). */
