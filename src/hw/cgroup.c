@@ -235,16 +235,15 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     out->limit = out->headroom = out->smallest = -1;
     out->by[0] = '\0';
     st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+    int64_t lim, vm;
+    if (!st_hw_address_space(&lim, &vm)) return;
     /* the address space counts every mapping: what is mapped already is
-     * spent, and what the run maps beyond what it uses will be: OpenBLAS's
-     * buffers (about 129 MiB each, one per computing thread and more) and
-     * each thread's malloc arena (64 MiB reserved) and stack (8 MiB), kept
-     * out of the room (where they did not fit, OpenBLAS waited for ever) */
-    const int64_t mapped = proc_kb("/proc/self/status", "VmSize"), vm = mapped > 0 ? mapped : 0;
-    const int64_t t = omp_get_max_threads(), mib = 1 << 20, reserve = (t + 2) * 130 * mib + t * 72 * mib;
-    const int64_t lim = (int64_t)rl.rlim_cur, room = lim > vm + reserve ? lim - vm - reserve : 0;
+     * spent, and what the run maps beyond what it uses will be, kept out of
+     * the room (where OpenBLAS's buffers did not fit, it waited for ever):
+     * one per computing thread and two more */
+    const int t = omp_get_max_threads();
+    const int64_t reserve = st_hw_unused_mappings(t, t + 2);
+    const int64_t room = lim > vm + reserve ? lim - vm - reserve : 0;
     if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     if (out->headroom < 0 || room < out->headroom) {
         out->limit = lim;
@@ -252,6 +251,21 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
         snprintf(out->by, sizeof out->by, "this process's address-space limit (ulimit -v %lld)",
                  (long long)(lim / 1024));
     }
+}
+
+bool st_hw_address_space(int64_t *limit, int64_t *mapped) {
+    struct rlimit rl;
+    *limit = *mapped = -1;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
+    const int64_t vm = proc_kb("/proc/self/status", "VmSize");
+    *limit = (int64_t)rl.rlim_cur;
+    *mapped = vm > 0 ? vm : 0;
+    return true;
+}
+
+int64_t st_hw_unused_mappings(int threads, int buffers) {
+    const int64_t mib = 1 << 20;
+    return (int64_t)buffers * 130 * mib + (int64_t)threads * 72 * mib;
 }
 
 size_t st_hw_mem_state(char *buf, size_t n) {

@@ -112,6 +112,15 @@ typedef struct st_hw_mem_limit {
 
 void st_hw_mem_limit_get(st_hw_mem_limit *out);
 
+/* This process's address-space limit (ulimit -v) and the address space it
+ * has mapped now, in bytes; false (and -1s) when there is no limit. */
+bool st_hw_address_space(int64_t *limit, int64_t *mapped);
+/* What a run maps beyond what it uses, which an address-space limit counts:
+ * `buffers` of OpenBLAS's (about 129 MiB each, mapped at its first
+ * products) and each of `threads` threads' malloc arena (64 MiB reserved)
+ * and stack (8 MiB). */
+int64_t st_hw_unused_mappings(int threads, int buffers);
+
 /* The cgroup part alone, from these files in place of /proc/self/cgroup and
  * /proc/self/mountinfo (tests); *out's fields start at -1 and "". */
 void st_hw_mem_limit_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_mem_limit *out);

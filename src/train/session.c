@@ -7,7 +7,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,18 +68,10 @@ static void setup_threads(st_session *s) {
  * memory model keeps room for them out of what it plans with
  * (st_hw_mem_limit_get). */
 static st_status address_space_check(const st_session *s) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return ST_OK;
-    long vm_kb = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
-    if (f) fclose(f);
-    const int64_t mib = 1 << 20, vm = vm_kb > 0 ? (int64_t)vm_kb * 1024 : 0, lim = (int64_t)rl.rlim_cur;
-    /* a buffer for each computing thread and the main one, and each thread's
-     * malloc arena (64 MiB reserved) and stack (8 MiB) */
-    const int64_t need = (int64_t)(s->threads + 1) * 130 * mib + (int64_t)s->threads * 72 * mib;
+    int64_t lim, vm;
+    if (!st_hw_address_space(&lim, &vm)) return ST_OK;
+    /* a buffer for each computing thread and the main one, at the least */
+    const int64_t mib = 1 << 20, need = st_hw_unused_mappings(s->threads, s->threads + 1);
     if (lim - vm < need)
         return st_fail(ST_ERR_NOMEM,
                        "this process's address-space limit (ulimit -v %lld) leaves %lld MiB to map, and "
