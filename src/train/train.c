@@ -177,7 +177,9 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     char what[4200];
     snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
     st_watch_begin(ses->store_watch, what);
-    const st_status s = st_ckpt_weights(opts->init, opts->quiet ? NULL : ses->out, path, size, step);
+    /* (its warnings, a damaged checkpoint passed over or stale final
+     * weights: rank 0's, on standard error, --quiet or not) */
+    const st_status s = st_ckpt_weights(opts->init, ses->rank == 0 ? stderr : NULL, path, size, step);
     st_watch_end(ses->store_watch);
     ST_TRY(s);
     if (!opts->quiet && strcmp(path, opts->init) != 0) {
@@ -856,13 +858,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         char dir[4096];
         bool found;
         FILE *log = opts->quiet ? NULL : ses->out;
+        /* Its warnings (a damaged checkpoint passed over, settings changed
+         * since it was written): rank 0's, on standard error, --quiet or not */
+        FILE *warn = ses->rank == 0 ? stderr : NULL;
         st_ckpt_state got; /* what the verification read: the files are read once more, to load */
         char what[4200];
         snprintf(what, sizeof what, "reading the checkpoint to resume from (--resume %s) in %s/ckpt",
                  opts->resume, c->train.out_dir);
         st_watch_begin_limit(ses->store_watch, what,
                              st_ckpt_wait_limit(c, m, &opt, lay.sharded ? ses->world : 1));
-        s = st_ckpt_find(c->train.out_dir, opts->resume, log, dir, sizeof dir, &found, &got);
+        s = st_ckpt_find(c->train.out_dir, opts->resume, warn, dir, sizeof dir, &found, &got);
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
         ST_GOTO(s);
@@ -876,8 +881,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     dir, (long long)ck.batch_size, (long long)c->train.batch_size);
                 goto fail;
             }
-            if (ck.seed != seed && log)
-                fprintf(log,
+            if (ck.seed != seed && warn)
+                fprintf(warn,
                         "resume: warning: the checkpoint was written with train.seed %llu; this run has "
                         "%llu\n",
                         (unsigned long long)ck.seed, (unsigned long long)seed);
@@ -885,8 +890,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* (a checkpoint that did not record them: taken as this run's) */
             const bool was_shuffle = ck.shuffle < 0 ? c->data.shuffle : ck.shuffle;
             const bool was_drop = ck.drop_last < 0 ? c->data.drop_last : ck.drop_last;
-            if ((was_shuffle != c->data.shuffle || was_drop != c->data.drop_last) && log)
-                fprintf(log,
+            if ((was_shuffle != c->data.shuffle || was_drop != c->data.drop_last) && warn)
+                fprintf(warn,
                         "resume: warning: the checkpoint was written with data.shuffle %s and data.drop_last "
                         "%s; this run has %s and %s: its position counts batches of the other order, so from "
                         "here on the data order differs from the interrupted run's (resume with the same "
@@ -894,19 +899,27 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         tf(was_shuffle), tf(was_drop), tf(c->data.shuffle), tf(c->data.drop_last));
             /* optim.lr_scaling on another number of ranks: the rate changes, the global batch does not */
             const double run_lr = c->optim.lr_run > 0 ? c->optim.lr_run : c->optim.lr;
-            if (ck.lr > 0 && strcmp(c->optim.lr_scaling, "none") != 0 &&
-                fabs(ck.lr - run_lr) > 1e-6 * ck.lr && log)
-                fprintf(
-                    log,
-                    "resume: warning: the learning rate is %g here (optim.lr %g, optim.lr_scaling %s over %d "
-                    "rank%s), where the checkpoint's run trained with %g, and train.batch_size (the global "
-                    "batch) is the same; to go on at its rate, set optim.lr: %g and optim.lr_scaling: none\n",
-                    run_lr, c->optim.lr, c->optim.lr_scaling, ses->world, ses->world == 1 ? "" : "s", ck.lr,
-                    ck.lr);
+            if (ck.lr > 0 && fabs(ck.lr - run_lr) > 1e-6 * ck.lr && warn) {
+                if (strcmp(c->optim.lr_scaling, "none") != 0)
+                    fprintf(warn,
+                            "resume: warning: the learning rate is %g here (optim.lr %g, optim.lr_scaling %s "
+                            "over %d rank%s), where the checkpoint's run trained with %g, and "
+                            "train.batch_size (the global batch) is the same; to go on at its rate, set "
+                            "optim.lr: %g and optim.lr_scaling: none\n",
+                            run_lr, c->optim.lr, c->optim.lr_scaling, ses->world, ses->world == 1 ? "" : "s",
+                            ck.lr, ck.lr);
+                else /* (changing the rate on resume is allowed: said, so that it is not by mistake) */
+                    fprintf(
+                        warn,
+                        "resume: warning: optim.lr is %g here, where the checkpoint's run trained with %g: "
+                        "the schedule goes on from step %lld at the new rate (to continue the interrupted "
+                        "run, set optim.lr: %g)\n",
+                        run_lr, ck.lr, (long long)ck.step, ck.lr);
+            }
             ck.lr = run_lr; /* this run's, which its checkpoints record */
-            if (ck.samples >= 0 && ck.samples != ses->train.n && log)
+            if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
                 fprintf(
-                    log,
+                    warn,
                     "resume: warning: data.train (%s) holds %lld samples; the run that wrote the checkpoint "
                     "had %lld: the data changed (shards added or removed?), so this epoch's order differs "
                     "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
@@ -945,8 +958,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             int moved;
             char names[1024];
             ST_GOTO(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
-            if (moved && !opts->quiet)
-                fprintf(ses->out,
+            if (moved) /* (rank 0's: a warning, --quiet or not) */
+                fprintf(stderr,
                         "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
                         "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
                         "--resume's fallback see only this run's\n",

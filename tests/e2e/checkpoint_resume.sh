@@ -144,17 +144,19 @@ got=$(cd "$d/ckpt" && ls -d step-* | sort | tr '\n' ' ')
 [ "$(cat "$d/ckpt/latest")" = "step-10" ] || fail "latest is '$(cat "$d/ckpt/latest")', expected step-10"
 mkdir "$d/ckpt/step-12.tmp.99999" # what a crash while saving leaves behind
 truncate -s 1000 "$d/ckpt/step-10/model.safetensors"
+# (its warnings on standard error, the rest on standard output)
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
-    --resume auto --json 2>&1); rc=$?
-echo "$out" | grep -E "resum|falling"
+    --resume auto --json 2>"$tmp/fallback.err"); rc=$?
+err=$(cat "$tmp/fallback.err")
+echo "$err$out" | grep -E "resum|falling"
 # its --json: 4 steps run from 8 to 12, measured
 /usr/bin/python3 -c 'import json, sys; o = json.loads(sys.argv[1])
 sys.exit(not (o["steps"] == 12 and o["steps_run"] == 4 and o["samples_per_s"] > 0 and o["seconds"] > 0
               and o["train_loss"] > 0 and o["loss"] == o["train_loss"]))' "$(tail -n 1 <<<"$out")" ||
     fail "--resume auto from step 8 to 12: --json is not 4 steps run, measured: $(tail -n 1 <<<"$out")"
 [ $rc -eq 0 ] || fail "--resume auto with a damaged latest: exit $rc"
-grep -q "falling back to .*step-8" <<<"$out" || fail "--resume auto did not say it fell back to step-8"
-grep -q "model.safetensors" <<<"$out" || fail "--resume auto did not name the damaged file"
+grep -q "^resume: falling back to .*step-8" <<<"$err" || fail "--resume auto did not say on stderr it fell back to step-8"
+grep -q "damaged: .*model.safetensors" <<<"$err" || fail "--resume auto did not name the damaged file on stderr"
 grep -q "resumed from .*step-8 at step 8" <<<"$out" || fail "--resume auto did not resume from step 8"
 # Resumed at its last step (the run above reached step 12): nothing to train, said so, exit 0.
 # Its --json says so too: steps 12, steps_run 0, and what was not measured
@@ -198,8 +200,9 @@ echo "$out" | tail -n 1
 d=$tmp/rewind
 timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --quiet --set train.steps=10 --set train.checkpoint_every=2 \
     --set train.keep_checkpoints=0 --set train.out_dir="$d" || fail "rewind: the 10-step run"
+# (--quiet: a warning is said all the same)
 out=$(timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --set train.steps=8 --set train.checkpoint_every=2 \
-    --set train.keep_checkpoints=2 --set train.out_dir="$d" --resume "$d/ckpt/step-4" 2>&1) || fail "rewind: $out"
+    --set train.keep_checkpoints=2 --set train.out_dir="$d" --resume "$d/ckpt/step-4" --quiet 2>&1) || fail "rewind: $out"
 grep -q "resume: warning: $d/ckpt held 3 checkpoints after step 4 (step-10, step-8, step-6), of the run this one leaves at that step: moved to $d/ckpt.abandoned" <<<"$out" ||
     fail "rewind: no warning: $out"
 [ "$(cd "$d/ckpt" && ls | tr '\n' ' ')" = "latest step-6 step-8 " ] && [ "$(cat "$d/ckpt/latest")" = step-8 ] &&

@@ -4,7 +4,8 @@
 # real mpirun: linear gives the same bytes as lr x 2 given by hand, sqrt the
 # same weights as lr x sqrt(2) (to float rounding of the typed value); on one
 # rank it changes nothing; none (the default) leaves lr alone; a resume on
-# another number of ranks says the rate changed; a bad value is an error
+# another number of ranks says the rate changed, as does a resume with
+# another optim.lr; a bad value is an error
 # naming the accepted ones.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -68,6 +69,13 @@ grep -q "resume: warning: the learning rate is 0.001 here (optim.lr 0.001, optim
 run lin2s 2 --set optim.lr_scaling=linear --set train.steps=12 --resume "$tmp/lin2/ckpt/step-10"
 ! grep -q "resume: warning" "$tmp/lin2s.log" || fail "resumed on 2 ranks: $(grep "resume: warning" "$tmp/lin2s.log")"
 echo "linear, resumed on 1 rank from 2: the changed rate said; on 2 from 2: nothing said"
+# optim.lr changed by hand on resume (no scaling): allowed, and said
+run none1r 1 --set optim.lr=5e-4 --set train.steps=12 --resume "$tmp/none1/ckpt/step-10"
+grep -q "resume: warning: optim.lr is 0.0005 here, where the checkpoint's run trained with 0.001: the schedule goes on from step 10 at the new rate (to continue the interrupted run, set optim.lr: 0.001)" "$tmp/none1r.log" ||
+    fail "optim.lr changed on resume: $(grep resum "$tmp/none1r.log")"
+run none1s 1 --set train.steps=12 --resume "$tmp/none1/ckpt/step-10"
+! grep -q "resume: warning" "$tmp/none1s.log" || fail "resumed with the same optim.lr: $(grep "resume: warning" "$tmp/none1s.log")"
+echo "optim.lr changed on resume: said; the same: nothing said"
 
 out=$("$bin" train "${args[@]}" --set optim.lr_scaling=cubic 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "optim.lr_scaling.*none.*linear.*sqrt" <<<"$out" || fail "bad value: exit $rc: $out"
