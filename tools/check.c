@@ -542,13 +542,14 @@ static void check_memory(report *r, const st_config *cfg, const st_hw_info *h, b
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;
     const double gf = c.log.peak_gflops > 0 ? c.log.peak_gflops * 1e9 : 1e11; /* (the rate: times only) */
-    st_device_local(h, gf, &local);
+    const bool on_cpu = strcmp(c.train.device, "cpu") == 0; /* (the run plans the CPU then: so does this) */
+    st_device_local(on_cpu ? &nogpu : h, gf, &local);
     st_device_local(&nogpu, gf, &cpu);
     st_hw_config hw;
     st_plan *p = calloc(1, sizeof *p);
     st_status s = p ? st_hw_config_parse("local", &local, &cpu, &hw) : st_fail(ST_ERR_NOMEM, "out of memory");
     if (s == ST_OK) {
-        if (h->n_gpus > 1) hw.per_node = h->n_gpus;
+        if (h->n_gpus > 1 && !on_cpu) hw.per_node = h->n_gpus;
         in.cores_per_rank = h->allowed;
         s = st_plan_make(&in, &hw, p);
     }
