@@ -538,6 +538,37 @@ static st_status plan(st_session *s, st_model_input *in) {
     return ST_OK;
 }
 
+/* A gpt's kernel choices left auto, as its training graph takes them,
+ * printed with why: model.fused_head (the logits of a micro-batch against
+ * the fused head's chunks: st_linear_ce_saves_memory), and on a GPU
+ * model.attention_kernel. (The model keeps its own copy of the
+ * configuration: its graphs decide as before.) */
+static st_status resolve_kernels(st_session *s) {
+    st_config *c = s->cfg;
+    if (s->model->kind != ST_MODEL_GPT) return ST_OK;
+    if (strcmp(c->model.fused_head, "auto") == 0) {
+        st_model_graph mg;
+        const int64_t micro = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
+        ST_TRY(s->dev ? st_model_graph_layout_device(s->model, micro, &mg)
+                      : st_model_graph_layout(s->model, micro, &mg));
+        const bool fused = mg.logits == NULL;
+        st_model_graph_free(&mg);
+        char why[ST_CFG_NOTE];
+        snprintf(why, sizeof why,
+                 "%s: the logits (%lld x %lld x %lld) take %s memory than the fused head's chunks",
+                 fused ? "on" : "off", (long long)micro, (long long)s->model->in.seq_len,
+                 (long long)c->model.vocab_size, fused ? "more" : "less");
+        snprintf(c->model.fused_head, sizeof c->model.fused_head, "%s", fused ? "on" : "off");
+        st_config_mark_auto(c, "model.fused_head", why);
+    }
+    if (s->dev && strcmp(c->model.attention_kernel, "auto") == 0) {
+        snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "flash");
+        st_config_mark_auto(c, "model.attention_kernel",
+                            "scaletrain's flash kernels (cuDNN's when set: docs/cuda.md)");
+    }
+    return ST_OK;
+}
+
 /* The gradient arena's hook (graph.h st_arena_hook): the communicator's
  * zero-copy arena, with room for the padding of dist/zero.c (the shard plan
  * of the arena), so that the arena stays in place. Under ddp only: ZeRO-2
@@ -617,6 +648,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
+    ST_TRY(resolve_kernels(s));
     if (s->has_val)
         ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
     if (cfg->data.timeout_s > 0) { /* the reads in this thread (a loader's own have its timed wait) */

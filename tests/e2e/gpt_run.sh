@@ -24,6 +24,9 @@ log: { every: 20 }
 YAML
 "$bin" train "$tmp/run.yaml" --json | tee "$tmp/out.txt"
 tail -n 1 "$tmp/out.txt" >"$tmp/r.json"
+# model.fused_head auto, resolved as the training graph took it, with why
+grep -qE "^  fused_head: +(on|off) +# auto: (on|off): the logits \(8 x 64 x 256\) take (more|less) memory than the fused head's chunks$" "$tmp/out.txt" ||
+    { echo "FAIL: fused_head is not resolved with its reason: $(grep fused_head "$tmp/out.txt")"; exit 1; }
 /usr/bin/python3 - "$tmp/r.json" <<'PY'
 import json, math, sys
 r = json.load(open(sys.argv[1]))
