@@ -101,8 +101,11 @@ const st_cfg_key st_cfg_keys[] = {
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
-    K_AUTO("data.num_workers", data.num_workers, 0, 256,
-           "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = 1"),
+    K_AUTO(
+        "data.num_workers", data.num_workers, 0, 256,
+        "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = a quarter of the "
+        "rank's cores, 1 to 8 (0 with under 2 cores: data.timeout_s then ends the process rather than "
+        "saving)"),
     K_FLOAT("data.timeout_s", data.timeout_s, "300", 0, 7 * 86400, 0,
             "seconds the step loop waits for a loader thread's batch before the run fails naming it (storage "
             "that stopped answering: a hung network file system) and saves what it finished; a read in the "
@@ -237,10 +240,11 @@ const st_cfg_key st_cfg_keys[] = {
     K_BOOL("dist.deterministic", dist.deterministic, "false",
            "fold micro-batch gradients in a fixed global order: the same bits on any number of ranks "
            "(docs/distributed.md)"),
-    K_BOOL("dist.sync_batchnorm", dist.sync_batchnorm, "false",
-           "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank "
-           "(PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md); on the CPU only so far: with "
-           "several ranks, train.device auto trains on the CPU"),
+    K_BOOL(
+        "dist.sync_batchnorm", dist.sync_batchnorm, "false",
+        "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank "
+        "(PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md); on the CPU only so far: with "
+        "several ranks, train.device auto trains on the CPU"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
     K_BOOL("dist.shm_allreduce", dist.shm_allreduce, "true",
