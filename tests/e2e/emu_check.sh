@@ -34,10 +34,13 @@ grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps" <<<"$out" || fail "one devic
 grep -qE "^skip +cudnn +the CUDA emulator has no cuDNN: a gpt's attention runs on scaletrain's flash kernels$" <<<"$out" ||
     fail "one device: the cudnn line: $(grep cudnn <<<"$out")"
 
-out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
+# (train.device cpu: the memory line plans the host's memory, as the run would)
+out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" --set train.device=cpu 2>&1); rc=$?
 echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
 [ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPU \(train.device cuda\) exited" <<<"$out" ||
     fail "a GPU too small: exit $rc, $(grep -E 'gpu' <<<"$out")"
+grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per rank of" <<<"$out" ||
+    fail "train.device cpu: the memory line does not plan the CPU: $(grep memory <<<"$out")"
 
 # 4. A GPU older than the kernels (compute capability 7.5, ST_CUDAEMU_CC):
 #    train.device cuda is an error naming it and the fix; auto trains on the
