@@ -103,9 +103,10 @@ const st_cfg_key st_cfg_keys[] = {
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
     K_AUTO(
         "data.num_workers", data.num_workers, 0, 256,
-        "loader threads assembling batches ahead of the step; 0 = in the step loop; auto = a quarter of the "
-        "rank's cores, 1 to 8 (0 with under 2 cores: data.timeout_s then ends the process rather than "
-        "saving)"),
+        "loader threads assembling batches ahead of the step; 0 = in the step loop (a read that hangs there "
+        "ends the process after data.timeout_s, where a loader thread's is an error after which the run "
+        "saves, "
+        "and a stop ends its wait); auto = a quarter of the rank's cores, 1 to 8"),
     K_FLOAT("data.timeout_s", data.timeout_s, "300", 0, 7 * 86400, 0,
             "seconds the step loop waits for a loader thread's batch before the run fails naming it (storage "
             "that stopped answering: a hung network file system) and saves what it finished; a read in the "

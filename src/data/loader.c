@@ -5,6 +5,7 @@
  * until its slot holds batch k. No sleeps, no polling. */
 #include "data/loader.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -67,7 +68,6 @@ static void *host_alloc(void *ctx, size_t nbytes) { return st_alloc_aligned(nbyt
 static void host_free(void *ctx, void *p) { st_free_aligned(p); }
 
 int st_loader_auto_workers(int cores_per_rank) {
-    if (cores_per_rank < 2) return 0;
     int w = cores_per_rank / 4;
     return w < 1 ? 1 : w > 8 ? 8 : w;
 }
@@ -302,6 +302,21 @@ static st_status stalled(st_loader *l, const slot *sl) {
     return st_fail(l->failed, "%s", l->failed_msg);
 }
 
+/* A stop asked while batch next_out did not come (mu held; released): the
+ * worker on it may be stuck in a read for good, so it is never joined
+ * (st_loader_free), as after a stall. */
+static st_status stopped(st_loader *l, const slot *sl, double waited) {
+    const bool begun = sl->state == SLOT_FILLING && sl->b.seq == l->next_out;
+    const long long batch = (long long)l->next_out;
+    l->hung = true;
+    pthread_mutex_unlock(&l->mu);
+    return st_fail(
+        ST_ERR_INTERRUPTED,
+        "stopped by a signal while waiting %.0f s for training batch %lld (%s: its storage is slow "
+        "or stopped answering)",
+        waited, batch, begun ? "a worker is still reading it" : "no worker has begun it");
+}
+
 st_status st_loader_next(st_loader *l, st_batch **out) {
     *out = NULL;
     const double t0 = now_s();
@@ -313,18 +328,23 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
         st_watch_begin(l->o.watch, what);
         fill(l, claim(l));
         st_watch_end(l->o.watch);
-    } else if (l->o.timeout_s > 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        const double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + l->o.timeout_s;
-        until.tv_sec = (time_t)end;
-        until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
-        while (sl->state != SLOT_READY && pthread_cond_timedwait(&l->cv_ready, &l->mu, &until) == 0) {
-        }
-        if (sl->state != SLOT_READY) return stalled(l, sl);
     } else {
-        while (sl->state != SLOT_READY)
-            pthread_cond_wait(&l->cv_ready, &l->mu);
+        /* In slices of at most a quarter of a second, between which the
+         * stop flag is looked at (a signal wakes no condition variable). */
+        const double end = l->o.timeout_s > 0 ? t0 + l->o.timeout_s : 0;
+        double stop_seen = 0;
+        while (sl->state != SLOT_READY) {
+            const double t = now_s();
+            if (l->o.stop && atomic_load_explicit(l->o.stop, memory_order_relaxed)) {
+                if (stop_seen == 0) stop_seen = t;
+                if (t - stop_seen >= ST_LOADER_STOP_GRACE_S) return stopped(l, sl, t - t0);
+            }
+            if (end > 0 && t >= end) return stalled(l, sl);
+            double wake = t + 0.25;
+            if (end > 0 && wake > end) wake = end;
+            const struct timespec until = {(time_t)wake, (long)((wake - floor(wake)) * 1e9)};
+            pthread_cond_timedwait(&l->cv_ready, &l->mu, &until);
+        }
     }
     return take(l, sl, t0, out);
 }

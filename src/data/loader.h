@@ -26,6 +26,7 @@
 #ifndef ST_DATA_LOADER_H
 #define ST_DATA_LOADER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,10 +62,22 @@ typedef struct st_loader_opts {
     /* With 0 workers: the stall watch over the caller's own reads (core/
      * watch.h), or NULL. */
     st_watch *watch;
+    /* A stop asked for (the run's flag, nonzero: a signal), or NULL: with
+     * workers, st_loader_next waiting on a batch that does not come gives
+     * up ST_LOADER_STOP_GRACE_S after the stop was seen, with
+     * ST_ERR_INTERRUPTED, where it would wait out timeout_s (or for ever);
+     * a batch that comes within that grace is returned, and the step loop
+     * stops where it stops anyway, after the step. */
+    const atomic_int *stop;
 } st_loader_opts;
 
 #define ST_LOADER_OPTS_INIT                                                                                  \
-    { 0, 2, 1, 0, false, 0, NULL, 0, NULL }
+    { 0, 2, 1, 0, false, 0, NULL, 0, NULL, NULL }
+
+/* Seconds a stop waits on a batch before st_loader_next gives up (no
+ * healthy read takes that long, so a run of several ranks stops together,
+ * after the step, as before). */
+#define ST_LOADER_STOP_GRACE_S 5.0
 
 /* One micro-batch in a ring buffer. The loader owns it; the consumer reads it
  * between st_loader_next and st_loader_release. */
@@ -81,8 +94,10 @@ typedef struct st_batch {
     double wait_s;      /* seconds st_loader_next waited for it */
 } st_batch;
 
-/* Workers for `auto`: none for a single core; else a quarter of the cores
- * each rank has, between 1 and 8 (assembly is memory-bound and light). */
+/* Workers for `auto`: a quarter of the cores each rank has, between 1 and
+ * 8 (assembly is memory-bound and light; on a single core the one worker
+ * costs nothing measurable, and a read that hangs is then the worker's,
+ * bounded by timeout_s and a stop, not the step loop's). */
 int st_loader_auto_workers(int cores_per_rank);
 
 /* Start a loader over dataset d and sampler s, both borrowed: they must

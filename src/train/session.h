@@ -38,6 +38,8 @@ typedef struct st_session {
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
+    bool read_stopped; /* a stop ended this rank's wait on a training batch that did not come (loader.h
+                          ST_LOADER_STOP_GRACE_S): saved as after a failed read (train.c rescue) */
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the
                         * weights and optimizer state are as whole as before it on every rank */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */

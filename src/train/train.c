@@ -615,8 +615,9 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
 }
 
 /* A run that fails where its weights and optimizer state are whole (a batch
- * that cannot be read, an evaluation, a metrics write; not a non-finite loss
- * or a stop) saves them before it stops, so that fixing the cause and
+ * that cannot be read, an evaluation, a metrics write, a stop that came
+ * while a batch did not; not a non-finite loss or a stop after the step,
+ * which saves its own checkpoint) saves them before it stops, so that fixing the cause and
  * `--resume auto` loses no step. The step they hold is `whole` (at sampler
  * position `pos`), saved when it is later than the last checkpoint's
  * (`saved`; one that failed to write is not tried again at its step) and
@@ -639,7 +640,8 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
                         st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
-    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || s == ST_ERR_INTERRUPTED) return s;
+    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || (s == ST_ERR_INTERRUPTED && !ses->read_stopped))
+        return s;
     const st_config *c = ses->cfg;
     const st_model *m = ses->model;
     const bool together = ses->world > 1 && ses->agreed_error && ses->agreed_read;
@@ -1023,6 +1025,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     lo.num_workers = (int)c->data.num_workers;
     lo.timeout_s = c->data.timeout_s;
     lo.watch = ses->read_watch; /* (0 workers: this thread reads) */
+    lo.stop = opts->stop;
     lo.prefetch = lo.num_workers > 0 ? 2 * lo.num_workers : 1;
     lo.crop_pad = (int)c->data.augment_crop_pad; /* training only: evaluation reads st_dataset_batch */
     lo.flip = c->data.augment_flip;
@@ -1086,6 +1089,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* On the host mg.x and mg.y now are the ring slot; on a device the
              * compute stream waits for the batch's copy. */
             s = st_feed_next(feed, &wait);
+            ses->read_stopped = s == ST_ERR_INTERRUPTED; /* (a stop while the batch did not come) */
             if (agree_reads) s = agree_read(ses, s, step);
             ST_GOTO(s);
             st_trace_end(trace, &mark);

@@ -23,6 +23,12 @@
 #  5. 2 ranks under DDP with asynchronous checkpoints, rank 1 stuck the
 #     same way while step 40's checkpoint is being written: rank 1 drops it
 #     (its commit needs both ranks) and saves step 40 itself.
+#  6. A stop (SIGTERM, sent once step 40's checkpoint is saved, so while the
+#     step loop waits on the stuck batch 40) with data.timeout_s 0 (wait
+#     for ever): the wait ends ST_LOADER_STOP_GRACE_S (5 s) after the stop,
+#     the run says so and exits 143, step 40 whole; resumed, the
+#     uninterrupted run's weights. (With 0 loader threads the step loop
+#     itself is stuck in the read: data.timeout_s alone ends it, case 2.)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -81,6 +87,31 @@ line=$(grep "has not finished after" <<<"$out")
 grep -qE "^scaletrain: rank 0 of 1 \(.*\): reading a validation batch has not finished after 1 s \(data\.timeout_s: 1 s\)" <<<"$line" ||
     fail "validation: no message naming the read: $out"
 [ "$fails" -ne 0 ] || echo "the validation file stuck in the step-20 evaluation: ended after the 1 s wait"
+
+o=$tmp/term
+mkfifo "$o.fifo"
+SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 60 "$bin" "${run[@]}" --set data.num_workers=1 \
+    --set data.timeout_s=0 --set train.checkpoint_every=40 --set train.out_dir="$o" >"$o.fifo" 2>&1 &
+pid=$!
+t0=
+while IFS= read -r l; do # (timeout passes the signal on to the run)
+    echo "$l" >>"$o.log"
+    if [ -z "$t0" ] && [ "$l" = "saved checkpoint $o/ckpt/step-40" ]; then
+        t0=$SECONDS
+        kill -TERM $pid
+    fi
+done <"$o.fifo"
+wait $pid
+rc=$?
+[ -n "$t0" ] || fail "a stop while waiting: step 40's checkpoint was never saved: $(tail -n 3 "$o.log")"
+[ $rc -eq 143 ] || fail "a stop while waiting on the stuck batch: exit $rc (want 143; 124: it waited on): $(tail -n 3 "$o.log")"
+grep -qE "^scaletrain: stopped by a signal while waiting [0-9]+ s for training batch 40 \(a worker is still reading it: its storage is slow or stopped answering\)" "$o.log" ||
+    fail "a stop while waiting: no message saying so: $(tail -n 3 "$o.log")"
+[ "$(cat "$o/ckpt/latest" 2>/dev/null)" = step-40 ] || fail "a stop while waiting: the latest checkpoint is not step 40"
+if [ "$fails" -eq 0 ]; then
+    echo "a stop while the step loop waits on the stuck batch (data.timeout_s 0): exit 143 after $((SECONDS - t0)) s"
+    resumed "a stop while waiting" "$o" --set data.num_workers=1 --set data.timeout_s=0 --set train.checkpoint_every=40
+fi
 
 if command -v mpirun >/dev/null; then
     e2e_mpi 120
