@@ -153,6 +153,23 @@ int main(void) {
         CHECK(memcmp(oa.v + ta->offset, ob.v + tb->offset, nbytes) == 0, "v.%s differs", ta->name);
     }
 
+    /* A crash after step-3's rename, before `latest` was written: latest
+     * still names step-2, and auto takes the newer, whole step-3. */
+    snprintf(path, sizeof path, "%s/run/ckpt/latest", root);
+    FILE *lf = fopen(path, "w");
+    CHECK(lf != NULL, "rewrite %s", path);
+    if (lf) {
+        fputs("step-2\n", lf);
+        fclose(lf);
+    }
+    CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
+    CHECK(found && strstr(dir, "step-3"), "auto with latest at step-2 and a whole step-3: found %s", dir);
+    lf = fopen(path, "w");
+    if (lf) {
+        fputs("step-3\n", lf);
+        fclose(lf);
+    }
+
     /* Damage: a flipped byte in the optimizer file of step-3, bad JSON in step-2. */
     snprintf(path, sizeof path, "%s/run/ckpt/step-3/optim-rank0.safetensors", root);
     flip_byte(path, 200);

@@ -782,14 +782,39 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     int64_t latest = -1;
     if (read_latest(ckdir, name, sizeof name)) {
         latest = step_of(name);
+        /* A whole checkpoint newer than `latest`: its save was committed
+         * (the folder's rename is the commit) and the process ended before
+         * `latest` was updated (SIGKILL, the OOM killer, a second Ctrl-C
+         * during the folder's fsync). It is the run's last. */
+        int64_t *newer;
+        int nn;
+        ST_TRY(st_ckpt_list(ckdir, &newer, &nn));
+        for (int i = 0; i < nn && newer[i] > latest && !*found; i++) {
+            snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)newer[i]);
+            if (st_ckpt_verify(cand, st) == ST_OK) {
+                snprintf(dir, size, "%s", cand);
+                *found = true;
+                if (log)
+                    fprintf(log,
+                            "%s: %s is newer than %s/latest (%s) and whole: its save ended before `latest` "
+                            "was updated; taking it\n",
+                            who, cand, ckdir, name);
+            } else {
+                if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
+                if (log) fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
+            }
+        }
+        free(newer);
+        st_clear_error();
+        if (*found) return ST_OK;
         snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
         if (st_ckpt_verify(cand, st) == ST_OK) {
             snprintf(dir, size, "%s", cand);
             *found = true;
             return ST_OK;
         }
-        snprintf(first, sizeof first, "%s", st_last_error());
-        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, first);
+        if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
+        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, st_last_error());
     } else if (log) {
         DIR *d = opendir(ckdir);
         if (d) {

@@ -113,7 +113,9 @@ st_status st_ckpt_list(const char *ckdir, int64_t **steps, int *n);
 typedef enum { ST_CKPT_NONE, ST_CKPT_ONE, ST_CKPT_FOLDER, ST_CKPT_RUN } st_ckpt_kind;
 st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size);
 
-/* Which checkpoint to resume from: spec "auto" is out_dir/ckpt/latest, or the
+/* Which checkpoint to resume from: spec "auto" is out_dir/ckpt/latest (a
+ * good checkpoint newer than it first: its save was committed, the process
+ * ended before `latest` was written), or the
  * newest older good one when that is missing or damaged (saying so on `log`,
  * which may be NULL); *found is false when there is none at all. Any other
  * spec names one checkpoint, which must be good, or a checkpoint folder or
