@@ -14,11 +14,11 @@
  * every rank's stderr is prefixed "[rank K] ". mpirun's own messages (not
  * tagged) pass through.
  *
- * The first SIGTERM, SIGINT or SIGHUP (the terminal closed; unless nohup
- * ignores it) sent to the launcher is passed to the ranks
+ * The first SIGTERM, SIGINT, SIGQUIT or SIGHUP (the terminal closed; unless
+ * nohup ignores it) sent to the launcher is passed to the ranks
  * themselves (mpirun's local children), not to mpirun, which would SIGKILL
  * them a second later: each rank finishes its step, saves a checkpoint and
- * exits 143, 130 or 129 (tools/train.c; the stop is agreed over every rank, so
+ * exits 143, 130, 131 or 129 (tools/train.c; the stop is agreed over every rank, so
  * ranks on other hosts stop too). A second signal, more than a second
  * later, goes to mpirun. mpirun runs
  * in a process group of its own so that a signal sent to the launcher's group
@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -346,25 +347,33 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         close(out[0]), close(out[1]);
         return -1;
     }
-    struct sigaction sa, old_term, old_int, old_hup;
+    struct sigaction sa, old_term, old_int, old_hup, old_quit;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
     sigemptyset(&sa.sa_mask);
     atomic_store(&got_signal, 0);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGQUIT, &sa, &old_quit);
     sigaction(SIGHUP, NULL, &old_hup);
     if (old_hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
     fflush(NULL);
+    const pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGQUIT, &old_quit, NULL);
         sigaction(SIGHUP, &old_hup, NULL);
         signal(SIGPIPE, SIG_DFL); /* (the launcher ignores it: launch_out.c) */
         /* Its own process group: a signal to ours (Ctrl-C, timeout(1),
          * SLURM) reaches the launcher, which passes it on as said above. */
         setpgid(0, 0);
+        /* A launcher that dies without passing anything on (SIGKILL, the
+         * OOM killer) takes the job with it: mpirun gets SIGTERM and ends
+         * the ranks, where it would train on unseen, holding out_dir's
+         * lock. (Checked after: the launcher may be gone already.) */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != launcher) _exit(128 + SIGTERM);
         dup2(out[1], 1);
         dup2(err[1], 2);
         close(out[0]), close(out[1]), close(err[0]), close(err[1]);
@@ -430,6 +439,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGQUIT, &old_quit, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
     for (int r = 0; r < ranks * 2 && io.lines; r++)
         free(io.lines[r].p);

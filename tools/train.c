@@ -1,14 +1,16 @@
-/* `scaletrain train`: one training run. SIGTERM, SIGINT and SIGHUP (SLURM
- * pre-emption or time limit, Ctrl-C, the terminal closed) ask the run to
- * stop: it finishes the step, saves a checkpoint and exits with 128 + the
- * signal (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP); `--resume auto`
+/* `scaletrain train`: one training run. SIGTERM, SIGINT, SIGQUIT and SIGHUP
+ * (SLURM pre-emption or time limit, Ctrl-C, Ctrl-\, the terminal closed) ask
+ * the run to stop: it finishes the step, saves a checkpoint and exits with
+ * 128 + the signal (143 for SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129
+ * for SIGHUP); `--resume auto`
  * continues it. SIGHUP ignored when the run starts (nohup) stays ignored:
  * the run then outlives its terminal, its output to it dropped
  * (train/session.c). SIGTERM asks the same
  * however often it comes: under SLURM a task may get it twice (from its own
  * step, and forwarded by srun), and the hard stop is SLURM's SIGKILL after
- * the grace time. A second SIGINT (Ctrl-C twice) ends the process at once
- * (the previous checkpoint stays whole). */
+ * the grace time. A second SIGINT or SIGQUIT (Ctrl-C or Ctrl-\ twice) ends
+ * the process at once (the previous checkpoint stays whole; SIGQUIT's core
+ * where the limits allow one). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,8 +40,9 @@ int st_cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     struct sigaction hup;
     if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
-    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C ends the process */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C (or Ctrl-\) ends the process */
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
     opts.stop = &stop_signal;
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);

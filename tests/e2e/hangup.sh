@@ -14,7 +14,11 @@
 #  3. under nohup (SIGHUP ignored when the run starts) SIGHUP changes
 #     nothing: the run trains to its end;
 #  4. `scaletrain launch`: SIGHUP to the launcher goes to the ranks, which
-#     checkpoint and exit 129, not restarted.
+#     checkpoint and exit 129, not restarted;
+#  5. SIGQUIT (Ctrl-\\) stops a run as SIGTERM does: a checkpoint, exit 131;
+#  6. the launcher SIGKILLed (nothing passed on) takes its job with it:
+#     mpirun and the ranks end, and out_dir is free for the next run
+#     (before: they trained on unseen, holding its lock).
 # Waits are bounded polls of the checkpoint file, and `wait`.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -86,4 +90,34 @@ wait $lpid; rc=$?
     grep -q "stopped by a signal after step .* checkpoint saved to" "$o.err" &&
     echo "launch: SIGHUP to the launcher: the ranks saved a checkpoint at $(cat "$o/ckpt/latest"), exit 129, not restarted" ||
     fail "launch: exit $rc (want 129): $(tail -n 4 "$o.err")"
+# 5.
+o=$tmp/quit
+timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
+pid=$!
+if e2e_wait_ckpt $pid "$o"; then kill -QUIT $pid; else fail "SIGQUIT: training did not start: $(tail -n 2 "$o.log")"; fi
+wait $pid; rc=$?
+[ $rc -eq 131 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log" &&
+    echo "SIGQUIT: exit 131 with a checkpoint at $(cat "$o/ckpt/latest")" ||
+    fail "SIGQUIT: exit $rc (want 131) or no checkpoint message: $(tail -n 3 "$o.log")"
+
+# 6.
+o=$tmp/orphan
+timeout -k 10 120 "$bin" launch -n 2 "${run[@]}" --set train.steps=100000 --set train.out_dir="$o" \
+    >"$o.out" 2>"$o.err" &
+lpid=$!
+if e2e_wait_ckpt $lpid "$o"; then
+    ranks=$(pgrep -f -- "train.out_dir=$o\$" | tr '\n' ' ')
+    launcher=$(pgrep -P $lpid)
+    kill -KILL $launcher
+    wait $lpid 2>/dev/null # (timeout ends itself by its child's signal)
+    left=
+    for p in $ranks; do e2e_gone "$p" || e2e_gone "$p" || e2e_gone "$p" || left+=" $p"; done
+    [ -z "$left" ] || fail "launcher SIGKILLed: processes$left of its job still run: $(ps -o pid,args -p ${left// /,} | tail -n +2)"
+    [ -n "$ranks" ] || fail "launcher SIGKILLed: no process of its job found to watch"
+    timeout -k 10 60 "$bin" "${run[@]}" --set train.steps=1 --set train.out_dir="$o" --resume auto --quiet \
+        >"$o.next" 2>&1 || fail "launcher SIGKILLed: the next run in its out_dir: exit $?: $(tail -n 2 "$o.next")"
+    [ "$fails" -ne 0 ] || echo "launcher SIGKILLed: its job ($(wc -w <<<"$ranks") processes) ended with it, out_dir free"
+else
+    fail "launcher SIGKILLed: training did not start: $(tail -n 2 "$o.err")"
+fi
 e2e_finish "a reader or terminal that goes away loses no work"
