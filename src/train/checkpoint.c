@@ -1032,6 +1032,26 @@ void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, 
     *ckpt_bytes = *model_bytes + moments * 4 * params + header;
 }
 
+int64_t st_ckpt_peek_step(const char *out_dir, const char *spec) {
+    char dir[PATH_CAP];
+    if (strcmp(spec, "auto") == 0) {
+        snprintf(dir, sizeof dir, "%s/ckpt", out_dir);
+    } else {
+        const st_ckpt_kind k = st_ckpt_classify(spec, dir, sizeof dir);
+        if (k == ST_CKPT_ONE) {
+            const char *base = strrchr(dir, '/');
+            return step_of(base ? base + 1 : dir);
+        }
+        if (k != ST_CKPT_FOLDER && k != ST_CKPT_RUN) return -1;
+    }
+    int64_t *steps = NULL;
+    int n = 0;
+    const int64_t newest = st_ckpt_list(dir, &steps, &n) == ST_OK && n > 0 ? steps[0] : -1;
+    free(steps);
+    st_clear_error();
+    return newest;
+}
+
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
                               int64_t free_bytes, char *warn, size_t warn_cap) {
     if (warn_cap) warn[0] = '\0';

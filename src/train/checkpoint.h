@@ -159,6 +159,12 @@ st_status st_ckpt_set_aside_after(const char *out_dir, int64_t step, int *moved,
  * parameters and buffers) and optim.type optim_type; headers rounded up. */
 void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, int64_t *model_bytes);
 
+/* The step of the checkpoint --resume `spec` would take, from the names
+ * alone (no file read): "auto" and a folder or out_dir their newest step-N,
+ * one checkpoint its own; -1 when none is named. (A damaged one would send
+ * the resume further back: a guess, for sizing.) */
+int64_t st_ckpt_peek_step(const char *out_dir, const char *spec);
+
 /* Can train.out_dir's filesystem hold this run's checkpoints? ckpt_bytes:
  * one checkpoint (weights and optimizer state, every shard), model_bytes:
  * the final weights file, keep: train.keep_checkpoints (0 = all),

@@ -247,6 +247,9 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;
         st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
+        /* (resumed at its last step: only the final weights are written,
+         * the run that reached it having failed to write them) */
+        if (opts->resume && st_ckpt_peek_step(out, opts->resume) >= ses->cfg->train.steps) ckpt = 0;
         s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, warn, sizeof warn);
     }
     st_watch_end(ses->store_watch);
@@ -1523,6 +1526,14 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             if (s == ST_OK)
                 s = wdata ? st_model_save_host(ses.model, wdata, wbuf, path) : st_model_save(ses.model, path);
             st_watch_end(ses.store_watch);
+            if (s != ST_OK && res->checkpoint[0]) { /* (the last step's checkpoint holds them) */
+                char why[4096];
+                snprintf(why, sizeof why, "%s", st_last_error());
+                s = st_fail(s,
+                            "%s; the weights are whole in the checkpoint %s: once there is room, --resume "
+                            "auto writes them (or --init reads the checkpoint)",
+                            why, res->checkpoint);
+            }
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
         }
     }

@@ -10,6 +10,11 @@
 #     message naming its step and the checkpoints before it whole; the
 #     filesystem grown (remount), --resume auto continues from step 20 and
 #     ends with the weights of a run that never stopped.
+# (c) The final weights not written (a folder in their way): the error says
+#     the last step's checkpoint holds them and how to write them; with that
+#     cleared and the disk then too full for another checkpoint (1 MiB free:
+#     the weights take 0.5), --resume auto at the last step is not refused
+#     (it writes no checkpoint) and writes the weights, the reference's.
 source "$(dirname "$0")/../lib/e2e.sh"
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_tmpdir
@@ -58,4 +63,21 @@ timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="
 grep -q "resumed from $tmp/fs/run/ckpt/step-20 at step 20" "$tmp/c.out" || fail "(b) not resumed from step 20"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/fs/run/model.safetensors" ||
     fail "(b) the resumed run's weights differ from the reference's"
+# (c)
+o=$tmp/fs/fin
+rm -rf "$tmp/fs/run"
+mkdir -p "$o/model.safetensors"
+timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$o" >"$tmp/d.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "; the weights are whole in the checkpoint $o/ckpt/step-40: once there is room, --resume auto writes them (or --init reads the checkpoint)" "$tmp/d.out" ||
+    fail "(c) the final weights not written: exit $rc: $(grep error "$tmp/d.out")"
+rmdir "$o/model.safetensors"
+avail=$(df -B1 --output=avail "$tmp/fs" | tail -n 1)
+dd if=/dev/zero of="$tmp/fs/filler" bs=4096 count=$(((avail - (1 << 20)) / 4096)) status=none ||
+    fail "(c) cannot fill the disk"
+timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$o" --resume auto \
+    >"$tmp/e.out" 2>&1 || fail "(c) resumed at its last step with 1 MiB free: $(grep error "$tmp/e.out")"
+cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
+    echo "(c) the final weights not written: said where they are; resumed at the last step, written" ||
+    fail "(c) the weights written at the last step differ from the reference's"
 e2e_finish "ok"
