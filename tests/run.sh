@@ -18,7 +18,9 @@ tsan=${4:-}
 # most take one core or wait on a process, a file or a timeout, and none
 # shares a path, a port or a name with another (each has a folder of its
 # own, mktemp's). A test whose script holds the line "# tests/run.sh: alone"
-# runs with no other beside it.
+# runs with no other beside it; one that holds "# tests/run.sh: light"
+# (it mostly waits: mpirun's start and end, a timeout it provokes) may run
+# as one more beside them, one such at a time.
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -69,10 +71,39 @@ settle() { # wait until fewer than N tests run (N=1: none)
     done
     collect
 }
-run() { # name command...: in the background, at most $par at once
+light_pid= # the light test running (run_light), if any
+light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
+run() { # name command...: in the background, at most $par at once (a light one besides)
     local name=$1; shift
     local i=$((started += 1))
-    settle "$par"
+    while :; do
+        local n
+        n=$(jobs -rp | wc -l)
+        ! light_running || n=$((n - 1))
+        [ "$n" -ge "$par" ] || break
+        wait -n 2>/dev/null
+        collect
+    done
+    collect
+    start "$i" "$name" "$@"
+}
+run_light() { # name command...: beside $par others, or in a free lane
+    local name=$1; shift
+    local i=$((started += 1))
+    while light_running && [ "$(jobs -rp | wc -l)" -ge "$par" ]; do
+        wait -n 2>/dev/null
+        collect
+    done
+    collect
+    if light_running; then # (a free lane: it counts as one of $par)
+        start "$i" "$name" "$@"
+    else
+        start "$i" "$name" "$@"
+        light_pid=$!
+    fi
+}
+start() { # i name command...
+    local i=$1 name=$2; shift 2
     echo "$name" >"$res/$i.name"
     (
         t0=$SECONDS
@@ -141,6 +172,7 @@ for t in tests/e2e/*.sh; do
     fi
     how=run
     ! grep -qx "# tests/run.sh: alone.*" "$t" || how=run_alone
+    ! grep -qx "# tests/run.sh: light.*" "$t" || how=run_light
     case "$(basename "$t")" in
     emu_*) $how "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
     *) $how "e2e/$(basename "$t" .sh)" "$t" "$build" ;;

@@ -5,6 +5,7 @@
 # it turned off so that the watchdog must end the job; a rank stopped
 # (SIGSTOP) before a collective; ranks that call different collectives or
 # counts (desync). After each fault every rank's process must be gone.
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$build/tests/mpi/comm_check
 e2e_need_mpirun

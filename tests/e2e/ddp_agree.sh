@@ -21,6 +21,7 @@
 #     mpirun told to let the others run on (as an srun without
 #     --kill-on-bad-exit does): the other rank ends after dist.timeout_s,
 #     saying it waited for the others to start MPI, where it waited for ever.
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
@@ -141,13 +142,25 @@ grep -qF "rank 1 was given --init $tmp/w, and rank 0 none" <<<"$out" || fail "--
 echo "--- options: --resume on one rank, --init on rank 1 alone refused"
 # (e) a rank that never starts MPI
 # (mpirun told so may itself wait on, its ranks ended without MPI_Finalize:
-# bounded here at 15 s; what counts is rank 0's own end, with its message)
-out=$(timeout 15 mpirun --allow-run-as-root --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 0 \
+# what counts is rank 0's own end, with its message; mpirun is then ended)
+mkfifo "$tmp/noinit.fifo"
+timeout 30 mpirun --allow-run-as-root --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 0 \
     -np 1 "$bin" train "${gpt[@]}" --set dist.timeout_s=2 --set train.out_dir="$tmp/noinit" : \
-    -np 1 "$bin" train "$tmp/missing.yaml" 2>&1); rc=$?
-echo "--- a rank without MPI: exit $rc: $(grep -m1 'MPI_Init' <<<"$out")"
-pid=$(sed -nE 's/^scaletrain: rank 0 \(host .*, pid ([0-9]+)\): starting MPI.*/\1/p' <<<"$out")
-[ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null || fail "a rank without MPI: rank 0 (pid '$pid') did not end itself"
+    -np 1 "$bin" train "$tmp/missing.yaml" >"$tmp/noinit.fifo" 2>&1 &
+mp=$!
+pid= ended=
+while IFS= read -r l; do
+    echo "$l" >>"$tmp/noinit.log"
+    [ -z "$pid" ] || continue
+    pid=$(sed -nE 's/^scaletrain: rank 0 \(host .*, pid ([0-9]+)\): starting MPI.*/\1/p' <<<"$l")
+    [ -n "$pid" ] || continue
+    e2e_gone "$pid" && ended=1 # (it ends itself right after its message)
+    kill -TERM $mp 2>/dev/null
+done <"$tmp/noinit.fifo"
+wait $mp
+out=$(cat "$tmp/noinit.log")
+echo "--- a rank without MPI: $(grep -m1 'MPI_Init' <<<"$out")"
+[ -n "$pid" ] && [ -n "$ended" ] || fail "a rank without MPI: rank 0 (pid '$pid') did not end itself"
 grep -q "rank 0 (host .*): starting MPI (MPI_Init_thread) with the other ranks has not finished after 2 s (dist.timeout_s: 2 s): another rank did not start MPI" <<<"$out" ||
     fail "a rank without MPI: rank 0 did not say what it waited for: $out"
 e2e_finish "all passed"

@@ -16,6 +16,7 @@
 #     with data.drop_last true and false: both ranks finish the same steps
 #     (the job exits 0: a rank that ran fewer steps would leave the other in a
 #     collective until its watchdog fails the job).
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }

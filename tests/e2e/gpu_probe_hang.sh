@@ -5,6 +5,7 @@
 # `plan --probe` or `bench`'s prediction: each ends with exit 1 after
 # train.device_timeout_s, naming the probe and the key. Without the hung
 # driver the same commands answer (the probe reports no driver).
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 mkdir -p "$tmp/driver"

@@ -14,6 +14,7 @@
 # (b) --resume auto where only rank 0 sees the checkpoint (DDP, saved by a
 #     normal run): rank 1 would start from step 0 while rank 0 resumes at 4;
 #     the run fails naming both steps and train.out_dir's directory.
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }

@@ -21,6 +21,7 @@
 #  7. standard error that takes no more bytes, and the run warns (a profile
 #     of steps it does not run): the warning is given up after 5 s and the
 #     run trains to its end, where the write would have held it for good.
+# tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 source "$(dirname "$0")/../lib/slowfs.sh"
