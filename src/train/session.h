@@ -38,6 +38,8 @@ typedef struct st_session {
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
+    bool out_dir_lost; /* train.out_dir's run.lock is no longer this run's (train.c out_dir_held): nothing
+                          more is written there, a rescue included */
     bool read_stopped; /* a stop ended this rank's wait on a training batch that did not come (loader.h
                           ST_LOADER_STOP_GRACE_S): saved as after a failed read (train.c rescue) */
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the

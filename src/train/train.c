@@ -357,6 +357,37 @@ static st_status same_out_dir(st_session *ses) {
     return s;
 }
 
+/* Rank 0, before it writes a checkpoint or the final weights: the run.lock
+ * it holds is still train.out_dir's. A folder removed under the run (rm -rf)
+ * would be made again by the save, silently, and with its lock gone a
+ * second run there is not refused (the two would mix their checkpoints);
+ * one replaced may be another run's now. Either way nothing more is written
+ * there, and the run stops, saying so. (Watched: a stat on storage that
+ * stopped answering.) */
+static st_status out_dir_held(st_session *ses) {
+    if (ses->rank != 0 || ses->out_lock_fd < 0) return ST_OK;
+    const char *out = ses->cfg->train.out_dir;
+    char path[ST_CFG_STR + 16], what[ST_CFG_STR + 64];
+    snprintf(path, sizeof path, "%s/run.lock", out);
+    snprintf(what, sizeof what, "looking at %s", path);
+    struct stat held, now;
+    if (fstat(ses->out_lock_fd, &held) != 0) return ST_OK; /* (nothing to compare) */
+    st_watch_begin(ses->store_watch, what);
+    const int rc = stat(path, &now);
+    const int err = errno;
+    st_watch_end(ses->store_watch);
+    if (rc == 0 && now.st_dev == held.st_dev && now.st_ino == held.st_ino) return ST_OK;
+    ses->out_dir_lost = true;
+    return st_fail(
+        ST_ERR_IO,
+        "train.out_dir %s was %s while the run trained (the run.lock it held there %s): nothing more "
+        "is written there, where another run may be now (the two would mix their checkpoints), so "
+        "the run stops; to keep training, start it again with --resume auto from a copy of its "
+        "checkpoints, or from the start",
+        out, rc != 0 && err == ENOENT ? "removed" : "replaced",
+        rc != 0 && err == ENOENT ? "is gone" : "is another file");
+}
+
 /* The store watch (core/watch.h): storage that stops answering (a hung
  * network file system) while this rank's own thread reads or writes
  * train.out_dir or weights outside a checkpoint's writes (their own watch)
@@ -643,7 +674,8 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
                         st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
-    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || (s == ST_ERR_INTERRUPTED && !ses->read_stopped))
+    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || (s == ST_ERR_INTERRUPTED && !ses->read_stopped) ||
+        ses->out_dir_lost)
         return s;
     const st_config *c = ses->cfg;
     const st_model *m = ses->model;
@@ -1305,6 +1337,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
             ck_at(&ck, step + 1, st_feed_position(feed), &sc);
             saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
+            ST_GOTO(out_dir_held(ses)); /* (rank 0: the others then wait in the save, ended with it) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
             const double t_ck = st_now();
             if (c->train.checkpoint_async && !stopped && step + 1 < steps) {
@@ -1521,12 +1554,15 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             char path[ST_CFG_STR + 32], what[ST_CFG_STR + 64];
             snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
             snprintf(what, sizeof what, "writing the weights to %s", path);
+            s = out_dir_held(&ses);
             st_watch_begin(ses.store_watch, what);
-            if ((s = st_mkdirs(cfg->train.out_dir)) != ST_OK) st_fail_context(s, "train.out_dir: ");
+            if (s == ST_OK && (s = st_mkdirs(cfg->train.out_dir)) != ST_OK)
+                st_fail_context(s, "train.out_dir: ");
             if (s == ST_OK)
                 s = wdata ? st_model_save_host(ses.model, wdata, wbuf, path) : st_model_save(ses.model, path);
             st_watch_end(ses.store_watch);
-            if (s != ST_OK && res->checkpoint[0]) { /* (the last step's checkpoint holds them) */
+            if (s != ST_OK && res->checkpoint[0] &&
+                !ses.out_dir_lost) { /* (the last step's checkpoint holds them) */
                 char why[4096];
                 snprintf(why, sizeof why, "%s", st_last_error());
                 s = st_fail(s,

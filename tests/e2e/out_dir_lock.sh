@@ -8,7 +8,12 @@
 #  2. the same under mpirun (2 ranks): every rank stops with it; and
 #     `scaletrain check` says FAIL out_dir, naming A;
 #  3. A stopped (SIGTERM: a checkpoint, exit 143): the lock went with it,
-#     and B with --resume auto continues A's run to its end.
+#     and B with --resume auto continues A's run to its end;
+#  4. a run's out_dir removed while it trains (rm -rf after its first
+#     checkpoint): at its next save the run stops, exit 1, saying so, and
+#     writes nothing there (before: the save made the folder again, without
+#     its lock, so a second run there was not refused and the two mixed
+#     their checkpoints).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_tmpdir
@@ -61,4 +66,18 @@ timeout -k 10 120 "$bin" "${run[@]}" --set train.steps=$((${at#step-} + 5)) --re
     fail "run B after A: exit $?: $(tail -n 3 "$tmp/b.log")"
 grep -q "^resumed from $tmp/run/ckpt/$at at step" "$tmp/b.log" && echo "B after A stopped: resumed A's $at and trained to its end" ||
     fail "run B after A: did not resume from $at: $(grep -m1 resumed "$tmp/b.log")"
+# 4.
+timeout -k 10 120 "$bin" "${run[@]}" --set train.checkpoint_every=200 --set train.out_dir="$tmp/gone" \
+    >"$tmp/gone.log" 2>&1 &
+gpid=$!
+if e2e_wait_ckpt $gpid "$tmp/gone"; then
+    rm -rf "$tmp/gone"
+    wait $gpid; rc=$?
+    [ $rc -eq 1 ] && grep -q "error: train.out_dir $tmp/gone was removed while the run trained (the run.lock it held there is gone): nothing more is written there" "$tmp/gone.log" ||
+        fail "out_dir removed: exit $rc (want 1) or no message saying so: $(tail -n 2 "$tmp/gone.log")"
+    [ ! -e "$tmp/gone" ] || fail "out_dir removed: made again: $(find "$tmp/gone" | head -5)"
+    [ "$fails" -ne 0 ] || echo "out_dir removed while the run trains: stopped at its next save, saying so, nothing written"
+else
+    fail "out_dir removed: the run did not start: $(tail -n 2 "$tmp/gone.log")"
+fi
 e2e_finish "one run at a time in a train.out_dir"
