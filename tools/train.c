@@ -49,7 +49,9 @@ int st_cmd_train(int argc, char **argv) {
     if (s == ST_ERR_INTERRUPTED) {
         char line[4096];
         snprintf(line, sizeof line, "scaletrain: %s\n", st_last_error());
-        st_ticker_say(line); /* (bounded, as st_cli_error: the job may be ending because its storage hung) */
+        /* (bounded, as st_cli_error: the job may be ending because its storage hung; a stop all the
+         * ranks agreed on is said by rank 0 alone) */
+        if (!res.stop_said) st_ticker_say(line);
         const int sig = atomic_load_explicit(&stop_signal, memory_order_relaxed);
         return 128 + (sig ? sig : SIGTERM);
     }

@@ -47,6 +47,8 @@ typedef struct st_run_result {
     double data_wait_fraction; /* of the training time */
     /* data-parallel runs (ranks > 1) */
     int ranks, grad_buckets;
+    bool stop_said; /* a stop every rank agreed on, which rank 0 says: another rank's ST_ERR_INTERRUPTED
+                       need not be said again */
     bool grad_zero_copy;         /* the gradient arena is in the shared segment: buckets reduce without copies
                                     (src/comm/comm_shm.c) */
     double comm_ms;              /* mean per step: waiting for gradient all-reduces after backward */

@@ -1415,6 +1415,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     s = ST_OK;
     if (stopped) {
         ses->agreed_error = true; /* every rank stops after the same step */
+        r->stop_said = ses->rank != 0; /* (rank 0 says it for all) */
         s = st_fail(ST_ERR_INTERRUPTED,
                     "stopped by a signal after step %lld of %lld%s%s; continue with --resume auto",
                     (long long)r->steps, (long long)steps, r->checkpoint[0] ? ", checkpoint saved to " : "",

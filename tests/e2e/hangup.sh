@@ -87,8 +87,8 @@ lpid=$!
 if e2e_wait_ckpt $lpid "$o"; then kill -HUP $lpid; else fail "launch: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 129 ] && grep -q "not restarted: it was stopped by a signal" "$o.err" &&
-    grep -q "stopped by a signal after step .* checkpoint saved to" "$o.err" &&
-    echo "launch: SIGHUP to the launcher: the ranks saved a checkpoint at $(cat "$o/ckpt/latest"), exit 129, not restarted" ||
+    [ "$(grep -c "^\[rank [0-9]*\] scaletrain: stopped by a signal after step .* checkpoint saved to" "$o.err")" -eq 1 ] &&
+    echo "launch: SIGHUP to the launcher: the ranks saved a checkpoint at $(cat "$o/ckpt/latest"), exit 129, not restarted, said once" ||
     fail "launch: exit $rc (want 129): $(tail -n 4 "$o.err")"
 # 5.
 o=$tmp/quit
