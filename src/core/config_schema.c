@@ -136,7 +136,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT(
         "train.eval_steps", train.eval_steps, "0", 0, NOMAX,
         "batches of eval_batch_size per evaluation (with eval_batch_size auto, the micro-batch: that many on "
-        "each rank, so as many samples on any number of ranks); 0 = the whole set"),
+        "each rank, so as many samples on any number of ranks, and the effective configuration gives the "
+        "total); 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096,
            "CPU threads per rank; auto = the cores this rank is bound to, else the node's over its ranks, "
            "and no more than a cgroup's CPU quota (a container's --cpus) over them"),

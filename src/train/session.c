@@ -481,6 +481,7 @@ static st_status plan(st_session *s, st_model_input *in) {
                  c->optim.lr_run, s->world, s->world == 1 ? "" : "s");
         st_config_annotate(c, "optim.lr_scaling", why);
     }
+    const bool eval_auto = c->train.eval_batch_size == ST_AUTO;
     if (c->train.eval_batch_size == ST_AUTO && c->train.micro_batch_size >= 1) {
         c->train.eval_batch_size = c->train.micro_batch_size;
         st_config_mark_auto(c, "train.eval_batch_size", "the micro-batch size");
@@ -488,6 +489,17 @@ static st_status plan(st_session *s, st_model_input *in) {
                ST_AUTO) { /* an evaluation on ranks that do not divide the batch */
         c->train.eval_batch_size = (c->train.batch_size + s->world - 1) / s->world;
         st_config_mark_auto(c, "train.eval_batch_size", "train.batch_size over the ranks, rounded up");
+    }
+    /* train.eval_steps with eval_batch_size auto counts the batches of each
+     * rank sharing the evaluation (as many samples on any number of ranks):
+     * made the total here, so that the effective configuration, whose
+     * eval_batch_size is now a number, evaluates the same samples when run
+     * again (st_session_eval_count takes eval_steps batches in all) */
+    if (eval_auto && c->train.eval_steps > 0 && s->world > 1 && c->train.eval_steps <= INT64_MAX / s->world) {
+        snprintf(why, sizeof why, "%lld batches on each of the %d ranks (train.eval_batch_size auto)",
+                 (long long)c->train.eval_steps, s->world);
+        c->train.eval_steps *= s->world;
+        st_config_mark_auto(c, "train.eval_steps", why);
     }
     if (s->has_train) {
         if (s->train.n < c->train.batch_size)
@@ -698,13 +710,11 @@ st_status st_session_close(st_session *s) {
  * there). On the host the graph's own tensors take the batch and the loss
  * and logits are read where the graph left them. */
 int64_t st_session_eval_count(const st_session *s, int64_t B) {
-    /* train.eval_steps batches of B; with eval_batch_size auto (the
-     * micro-batch, which shrinks as ranks are added) batches of B on each
-     * rank that shares the evaluation: as many samples on any number of ranks */
-    const bool per_rank = st_config_source(s->cfg, "train.eval_batch_size") == ST_SRC_AUTO;
-    const int64_t ranks = per_rank && s->eval_shared && s->world > 1 ? s->world : 1;
+    /* train.eval_steps batches of B in all (with eval_batch_size auto, plan
+     * made it the batches of every rank: as many samples on any number of
+     * ranks) */
     const int64_t steps = s->cfg->train.eval_steps;
-    return steps > 0 && steps * B * ranks < s->val.n ? steps * B * ranks : s->val.n;
+    return steps > 0 && steps < s->val.n / B + 1 && steps * B < s->val.n ? steps * B : s->val.n;
 }
 
 void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi) {

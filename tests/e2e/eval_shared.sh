@@ -87,6 +87,16 @@ sys.exit(0 if ok else 1)
 PY
 "${mpi[@]}" -np 3 "$bin" eval "${auto[@]}" "${mlp[@]}" --init "$tmp/mlpa/model.safetensors" >"$tmp/evala3.json" 2>&1 ||
     fail "eval_steps: eval on 3 ranks: $(tail -n 2 "$tmp/evala3.json")"
+# The effective configuration of the 2-rank run gives eval_steps as the
+# total (6 batches of 16), and evaluated so, on 2 ranks, the same samples
+"${mpi[@]}" -np 2 "$bin" train "${auto[@]:0:6}" "${mlp[@]}" --set train.eval_steps=3 --set train.steps=1 \
+    --set train.out_dir="$tmp/mlpc" >"$tmp/mlpc.log" 2>&1 || fail "eval_steps: the printed configuration's run"
+grep -qE "^  eval_steps: +6 +# auto: 3 batches on each of the 2 ranks \(train.eval_batch_size auto\)$" "$tmp/mlpc.log" ||
+    fail "eval_steps: printed as $(grep -E '^  eval_steps:' "$tmp/mlpc.log")"
+"${mpi[@]}" -np 2 "$bin" eval "${auto[@]}" "${mlp[@]}" --set train.eval_batch_size=16 --set train.eval_steps=6 \
+    --init "$tmp/mlpa/model.safetensors" >"$tmp/evalx2.json" || fail "eval_steps: eval as printed, on 2 ranks"
+same "eval_steps as the effective configuration prints them (16 x 6) vs the auto run's, on 2 ranks" \
+    "$tmp/evalx2.json" "$tmp/mlpa.json" || fail "eval_steps: as printed"
 
 cnn=(--set model.type=cnn --set train.batch_size=16 --set train.steps=6 --set train.eval_steps=8)
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" "${cnn[@]}" --set train.out_dir="$tmp/cnn" >"$tmp/cnn.json" ||
