@@ -125,6 +125,10 @@ run_alone() { # name command...: with no other test running
     run "$@"
     settle 1
 }
+# ST_TEST_ANALYZE=1 (scripts/test.sh): clang's static analyzer over the
+# sources (make analyze; a report fails it) first, in one lane beside the
+# tests, whose waits it fills
+[ -z "${ST_TEST_ANALYZE:-}" ] || run "analyze" make --no-print-directory -j1 analyze
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
     run "$(basename "$t")" "$t"
