@@ -339,14 +339,15 @@ static st_status start_collectives(st_ddp *d, st_ddp_bucket *b) {
     const bool half = d->grad_dtype != ST_PREC_FP32;
     if (half) /* (count): the bucket divided and rounded, beside the gradients */
         ST_TRY(st_device_div_to_16(d->p->dev, d->grad_dtype, half_at(d, b, b->offset),
-                                   grad_at(d, b, b->offset), (size_t)b->count, (float)st_comm_size(d->comm)));
+                                   grad_at(d, b, b->offset), (size_t)b->count,
+                                   d->presum ? 1.0f : (float)st_comm_size(d->comm)));
     if (!d->shard) {
         float *g = grad_at(d, b, b->offset);
         if (half)
             return st_comm_all_reduce(d->comm, d->half + b->offset, d->half + b->offset, (size_t)b->count,
                                       half_dtype(d), ST_COMM_SUM, b->name, &b->req[0]);
-        return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32, ST_COMM_AVG, b->name,
-                                  &b->req[0]);
+        return st_comm_all_reduce(d->comm, g, g, (size_t)b->count, ST_COMM_F32,
+                                  d->presum ? ST_COMM_SUM : ST_COMM_AVG, b->name, &b->req[0]);
     }
     for (int i = 0; i < b->n_req; i++) {
         const int r = b->first_owner + i;

@@ -84,6 +84,9 @@ typedef struct st_ddp {
      * given back once reduced. 0: all-reduce (average), DDP. */
     int64_t shard;
     st_comm_redop op;
+    /* The gradients were divided by the ranks already (st_dist's `presum`):
+     * DDP's all-reduce and 16-bit buckets sum them, without the division. */
+    bool presum;
     st_ddp_grads grads;
     int64_t peak_resident; /* with release: the most gradient bytes resident at a backward hook */
     float *stage;          /* staged: the staging buffer (stage_count floats) on the device */

@@ -79,6 +79,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     d->world = st_comm_size(comm);
     d->accum = accum;
     d->deterministic = cfg->dist.deterministic;
+    d->presum = !d->deterministic && d->world > 1 && strcmp(cfg->precision, "fp16") == 0;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
     st_device *dev = p->dev;
@@ -104,12 +105,14 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     if (d->buckets && p->grads_sharded != shards_grads(d->mode, d->world, p, d->deterministic))
         return st_fail(ST_ERR_INTERNAL, "the gradients were %ssharded for %s on %d ranks",
                        p->grads_sharded ? "" : "not ", st_dist_mode_name(d->mode), d->world);
-    if (d->buckets)
+    if (d->buckets) {
         ST_TRY(st_ddp_init(&d->ddp, comm, p, g, cfg->dist.bucket_cap_mb, d->mode == ST_DIST_DDP ? 0 : S,
-                           d->mode == ST_DIST_ZERO2 ? ST_COMM_SUM : ST_COMM_AVG,
+                           d->mode == ST_DIST_ZERO2 || d->presum ? ST_COMM_SUM : ST_COMM_AVG,
                            release            ? ST_DDP_GRADS_RELEASE
                            : p->grads_sharded ? ST_DDP_GRADS_STAGED
                                               : ST_DDP_GRADS_WHOLE));
+        d->ddp.presum = d->presum;
+    }
     /* ZeRO-2 holds only its shard of gradients from the start. */
     if (release && !d->deterministic) {
         st_pages_release(p->grad, 0, d->rank * S);
@@ -155,7 +158,7 @@ st_status st_dist_step_begin(st_dist *d) {
 }
 
 float st_dist_backward_seed(const st_dist *d) {
-    return d->deterministic ? 1.0f / (float)(d->accum * d->world) : 1.0f / (float)d->accum;
+    return d->deterministic || d->presum ? 1.0f / (float)(d->accum * d->world) : 1.0f / (float)d->accum;
 }
 
 static bool reduces_now(const st_dist *d, int64_t k) {
@@ -204,7 +207,7 @@ static st_status fold(st_dist *d, bool last) {
  * folded into the shard, ddp.h): after the last, the shard's sums divided
  * into averages (16-bit buckets were divided before they were rounded). */
 static st_status device_micro_end(st_dist *d, bool last) {
-    if (d->mode != ST_DIST_ZERO2 || !last || d->ddp.grad_dtype != ST_PREC_FP32) return ST_OK;
+    if (d->mode != ST_DIST_ZERO2 || !last || d->ddp.grad_dtype != ST_PREC_FP32 || d->presum) return ST_OK;
     return st_device_scale_f32(d->p->dev, own(d), (size_t)d->sh.shard, 1.0f / (float)d->world);
 }
 
@@ -220,7 +223,7 @@ st_status st_dist_micro_end(st_dist *d, st_graph *g, int64_t k) {
         st_pages_release(d->p->grad, (int64_t)(d->rank + 1) * d->sh.shard, d->sh.padded);
     }
     if (d->ddp.peak_resident > d->grad_peak_nbytes) d->grad_peak_nbytes = d->ddp.peak_resident;
-    if (d->mode == ST_DIST_ZERO2 && last) { /* the sums to averages, as DDP's all-reduce does */
+    if (d->mode == ST_DIST_ZERO2 && last && !d->presum) { /* the sums to averages, as DDP's all-reduce does */
         float *y = own(d);
         const float n = (float)d->world;
         for (int64_t i = 0; i < d->sh.shard; i++)

@@ -73,6 +73,13 @@ typedef struct st_dist {
     int rank, world;
     st_dist_mode mode;
     bool deterministic;
+    /* fp16 on several ranks (not deterministic): backward's seed divided by
+     * the ranks too, as deterministic mode does, and the reductions sum:
+     * each rank's float16 gradients are then the size of one rank's with
+     * the whole batch, so N ranks overflow (and skip steps) where one rank
+     * does, at the same loss scale, where averaging after the reduction
+     * made them N times larger */
+    bool presum;
     int64_t accum; /* micro-steps per step on each rank */
     st_shard sh;   /* ZeRO and deterministic: the shards */
     st_ddp ddp;    /* the buckets (world > 1, not deterministic) */

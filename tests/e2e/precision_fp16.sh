@@ -13,6 +13,12 @@
 #     restored): 2 steps + 2 resumed give the weights and scale of 4 steps in
 #     one run, bit for bit (the fp16 compute copy is rebuilt from the loaded
 #     masters).
+#  4. 1, 2 and 3 ranks (ddp, zero1, zero2) with the same global batch and a
+#     scale that doubles every 2 clean steps: the same steps overflow and
+#     are skipped, at the same scales (each rank's seed is divided by the
+#     ranks and the reductions sum, so its float16 gradients are one rank's
+#     size; averaged after the reduction they were N times larger, and N
+#     ranks skipped at an N times smaller scale).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_numpy
@@ -88,4 +94,35 @@ w=tests/py/weights_diff.py
 if /usr/bin/python3 $w "$tmp/clean2/model.safetensors" "$tmp/skip2/model.safetensors" 0 >/dev/null; then
     fail "clean steps left the weights as they were: the comparison above proves nothing"
 fi
+# 4.
+M=(--set model.type=mlp --set 'model.hidden=[256,64]' --set train.batch_size=36 --set train.steps=15
+   --set optim.type=sgd --set optim.lr=0.05 --set optim.grad_clip=0.5 --set model.dropout=0.1
+   --set data.num_workers=0 --set data.val= --set precision=fp16 --set optim.loss_scale_window=2
+   --set log.every=1 --set train.threads=1 --set log.peak_gflops=10 --quiet)
+timeout 120 "$bin" train "${M[@]}" --set train.micro_batch_size=4 --set train.out_dir="$tmp/r1" ||
+    fail "1 rank: the fp16 run"
+e2e_mpi 120
+"${mpi[@]}" -np 2 "$bin" train "${M[@]}" --set train.micro_batch_size=2 --set train.out_dir="$tmp/r2" ||
+    fail "2 ranks: the fp16 run"
+for s in ddp zero1 zero2; do
+    "${mpi[@]}" -np 3 "$bin" train "${M[@]}" --set train.micro_batch_size=4 --set dist.strategy=$s \
+        --set train.out_dir="$tmp/r3$s" || fail "3 ranks, $s: the fp16 run"
+done
+/usr/bin/python3 - "$tmp" <<'PY' || fail "fp16 on 1, 2 and 3 ranks: other skipped steps or scales"
+import json, sys
+tmp = sys.argv[1]
+def trace(name):
+    lines = [json.loads(l) for l in open(f"{tmp}/{name}/metrics.jsonl")]
+    return [(l["step"], l["loss_scale"], l["grad_norm"] is None) for l in lines if "loss_scale" in l and "eval" not in l]
+one = trace("r1")
+skips = [s for s, _, k in one if k]
+print(f"1 rank: skipped steps {skips}, final scale {one[-1][1]}")
+ok = len(one) == 15 and len(skips) > 0
+for name in ("r2", "r3ddp", "r3zero1", "r3zero2"):
+    t = trace(name)
+    same = t == one
+    print(f"{name}: skipped steps {[s for s, _, k in t if k]}, final scale {t[-1][1] if t else None}", "ok" if same else "FAIL")
+    ok &= same
+sys.exit(0 if ok else 1)
+PY
 e2e_finish ok
