@@ -80,6 +80,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     d->accum = accum;
     d->deterministic = cfg->dist.deterministic;
     d->presum = !d->deterministic && d->world > 1 && strcmp(cfg->precision, "fp16") == 0;
+    d->interleave = d->deterministic || cfg->dist.sync_batchnorm;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &d->mode));
     st_shard_plan(&d->sh, p->count, d->rank, d->world);
     st_device *dev = p->dev;
@@ -143,7 +144,7 @@ void st_dist_range(const st_dist *d, int64_t *lo, int64_t *hi) {
 }
 
 int64_t st_dist_micro_index(const st_dist *d, int64_t k) {
-    return d->deterministic ? k * d->world + d->rank : d->rank * d->accum + k;
+    return d->interleave ? k * d->world + d->rank : d->rank * d->accum + k;
 }
 
 static float *own(const st_dist *d) { return st_params_grad(d->p, (int64_t)d->rank * d->sh.shard); }

@@ -80,6 +80,12 @@ typedef struct st_dist {
      * does, at the same loss scale, where averaging after the reduction
      * made them N times larger */
     bool presum;
+    /* Micro-step k of rank r is the step's global micro-batch k (slice
+     * k * world + r, as the sampler's `interleave`): deterministic mode's
+     * fold order, and dist.sync_batchnorm's, whose statistics over the ranks'
+     * micro-batches k are then those of one rank's micro-batch k with the
+     * whole batch, also when they accumulate */
+    bool interleave;
     int64_t accum; /* micro-steps per step on each rank */
     st_shard sh;   /* ZeRO and deterministic: the shards */
     st_ddp ddp;    /* the buckets (world > 1, not deterministic) */

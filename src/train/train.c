@@ -1053,7 +1053,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     so.shuffle = c->data.shuffle;
     so.drop_last = c->data.drop_last;
     so.name = c->data.train;
-    so.interleave = c->dist.deterministic; /* the fold order (dist.h) */
+    so.interleave = dd.interleave; /* the fold order, or sync batch-norm's (dist.h) */
     ST_GOTO(st_sampler_init(&so, &smp));
     if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;

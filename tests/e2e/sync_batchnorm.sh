@@ -17,6 +17,11 @@
 #     difference measured 1.3e-6, 6.8e-6, 1.5e-5, 5.9e-4 and 3.2e-2 after 1, 5,
 #     8, 10 and 20 steps (local statistics: 2.21 after 5).
 #  3. dist.sync_batchnorm with dist.deterministic is refused with a message.
+#  4. With accumulation: 2 ranks of 2 micro-steps of b each (sync) against 1
+#     rank of 2 micro-steps of 2b: the same weights and statistics (1e-4), as
+#     each rank's micro-step k takes the step's global micro-batch k (the
+#     sampler's interleaved order; before, rank r took slices r*accum + k,
+#     and the statistics were over other samples than one rank's: 3.3x apart).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -65,4 +70,12 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=1 --set train.out_d
 echo "sync_batchnorm with deterministic: exit $rc: $(grep -m1 'error' <<<"$out")"
 [ $rc -ne 0 ] && grep -q "dist.sync_batchnorm and dist.deterministic" <<<"$out" ||
     fail "sync_batchnorm with deterministic: exit $rc: $out"
+# 4.
+timeout 60 "$bin" train "${args[@]}" --set train.micro_batch_size=$((2 * b)) --set train.out_dir="$tmp/n1acc" \
+    >"$tmp/n1acc.json" 2>&1 || fail "1 rank accumulating: $(tail -n 3 "$tmp/n1acc.json")"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --set train.micro_batch_size=$b --set dist.sync_batchnorm=true \
+    --set train.out_dir="$tmp/sync2acc" >"$tmp/sync2acc.json" 2>&1 || fail "sync2acc: $(tail -n 3 "$tmp/sync2acc.json")"
+echo -n "cnn with batch-norm, 2 micro-steps: 2 ranks (sync) against 1 rank: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/n1acc/model.safetensors" "$tmp/sync2acc/model.safetensors" 1e-4 ||
+    fail "sync2acc differs from 1 rank accumulating"
 e2e_finish
