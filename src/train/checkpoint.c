@@ -192,6 +192,33 @@ static void sweep_tmp(const char *ckdir, int64_t step) {
     closedir(d);
 }
 
+/* Remove from `dir` the files `<name>.tmp.<pid>` of the names given (NULL
+ * ended): st_atomic_open's temporary files, left by a process killed while
+ * it wrote them. */
+static void sweep_files(const char *dir, const char *const *names) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[PATH_CAP];
+    while ((e = readdir(d)) != NULL)
+        for (const char *const *n = names; *n; n++) {
+            const size_t len = strlen(*n);
+            if (strncmp(e->d_name, *n, len) != 0 || strncmp(e->d_name + len, ".tmp.", 5) != 0) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+}
+
+void st_ckpt_sweep_leftovers(const char *out_dir) {
+    static const char *const top[] = {"model.safetensors", "metrics.jsonl", "trace.json", NULL};
+    static const char *const ck[] = {"latest", NULL};
+    char ckdir[PATH_CAP];
+    sweep_files(out_dir, top);
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    sweep_files(ckdir, ck);
+}
+
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);

@@ -154,6 +154,12 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
  * their names, ", "-separated. Nothing moves when none is later. */
 st_status st_ckpt_set_aside_after(const char *out_dir, int64_t step, int *moved, char *names, size_t cap);
 
+/* Remove what a process killed while writing left in out_dir: the
+ * temporary files of model.safetensors, metrics.jsonl and trace.json, and
+ * ckpt/latest's (`<name>.tmp.<pid>`). Only with out_dir's run.lock held (no
+ * other run writes there). */
+void st_ckpt_sweep_leftovers(const char *out_dir);
+
 /* The bytes of one checkpoint (weights and optimizer state, every shard
  * together) and of a weights file, for a model of `params` floats (its
  * parameters and buffers) and optim.type optim_type; headers rounded up. */

@@ -5,6 +5,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,46 +21,91 @@
 #include "session.h"
 
 /* A run that died after its last checkpoint logged steps past it: drop the
- * lines after `step` so the resumed run's lines follow without repeats. */
+ * lines after `step` so the resumed run's lines follow without repeats. The
+ * lines are in step order: they are read from the end, back to the first
+ * line at or before `step` (a chunk at a time, growing), and the file is cut
+ * there in place; a resume reads and writes only its tail, whatever the
+ * file's size (a run of days logs a million lines: rewriting it all took
+ * seconds, under the storage watch's limit). A last line without its
+ * newline was cut short by the run's end (killed mid-write): dropped, else
+ * the resumed run's first line would be joined to it; one that parses whole
+ * gets its newline. *eval_at_step: an evaluation line at `step` is there. */
 static st_status drop_after(const char *path, int64_t step, bool *eval_at_step) {
-    char tmp[4200];
-    FILE *in = fopen(path, "r");
-    if (!in) return ST_OK; /* nothing to keep */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        fclose(in);
-        return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", tmp, strerror(errno));
+    const int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return ST_OK; /* nothing to keep */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return st_fail(ST_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    char *line = NULL;
-    size_t cap = 0;
-    bool ok = true;
-    ssize_t n;
-    while (ok && (n = getline(&line, &cap, in)) > 0) {
-        /* A last line without its newline was cut short by the run's end
-         * (killed mid-write): dropped, else the resumed run's first line
-         * would be joined to it; one that parses whole gets its newline. */
-        const bool cut = line[n - 1] != '\n';
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
-        if (cut && !o) {
-            cJSON_Delete(o);
+    const off_t size = sb.st_size;
+    size_t chunk = (size_t)1 << 16;
+    char *buf = NULL;
+    off_t from = 0, cut_at = size; /* cut_at: the first byte dropped */
+    bool newline = false;          /* the kept last line lacks its newline */
+    st_status s = ST_OK;
+    for (;;) {
+        from = size > (off_t)chunk ? size - (off_t)chunk : 0;
+        const size_t len = (size_t)(size - from);
+        char *nb = realloc(buf, len + 1);
+        if (!nb) {
+            s = st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
             break;
         }
-        if (!cJSON_IsNumber(st) || st->valuedouble <= (double)step)
-            ok = fputs(line, out) >= 0 && (!cut || fputc('\n', out) != EOF);
-        if (cJSON_IsNumber(st) && st->valuedouble == (double)step &&
-            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval")))
-            *eval_at_step = true;
-        cJSON_Delete(o);
+        buf = nb;
+        size_t got = 0;
+        while (got < len) {
+            const ssize_t r = pread(fd, buf + got, len - got, from + (off_t)got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        if (got < len) {
+            s = st_fail(ST_ERR_IO, "%s: cannot read it for the resumed run: %s", path,
+                        errno ? strerror(errno) : "shorter than it was");
+            break;
+        }
+        /* the lines from the end: [a, b), b at a newline or the end */
+        cut_at = size;
+        newline = false;
+        *eval_at_step = false;
+        bool decided = false, more = false;
+        size_t b = len;
+        while (b > 0 && !decided) {
+            const bool last = b == len && buf[len - 1] != '\n';
+            const size_t e = last ? len : b - 1; /* (the line without its newline) */
+            size_t a = e;
+            while (a > 0 && buf[a - 1] != '\n')
+                a--;
+            if (a == 0 && from > 0) { /* its start is before this chunk */
+                more = true;
+                break;
+            }
+            cJSON *o = cJSON_ParseWithLength(buf + a, e - a);
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+            if ((last && !o) || (cJSON_IsNumber(st) && st->valuedouble > (double)step)) {
+                cut_at = from + (off_t)a; /* dropped */
+            } else {
+                if (last) newline = true; /* kept: whole, but without its newline */
+                if (cJSON_IsNumber(st) && st->valuedouble == (double)step) {
+                    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval"))) *eval_at_step = true;
+                } else {
+                    decided = true; /* before `step` (or no step): everything earlier is kept */
+                }
+            }
+            cJSON_Delete(o);
+            b = a;
+        }
+        if (!more || s != ST_OK) break;
+        chunk *= 2;
     }
-    free(line);
-    fclose(in);
-    if (fclose(out) != 0 || !ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return st_fail(ST_ERR_IO, "%s: cannot rewrite it for the resumed run: %s", path, strerror(errno));
-    }
-    return ST_OK;
+    free(buf);
+    if (s == ST_OK && cut_at < size && ftruncate(fd, cut_at) != 0)
+        s = st_fail(ST_ERR_IO, "%s: cannot cut it for the resumed run: %s", path, strerror(errno));
+    if (s == ST_OK && newline && cut_at == size && pwrite(fd, "\n", 1, size) != 1)
+        s = st_fail(ST_ERR_IO, "%s: cannot end its last line: %s", path, strerror(errno));
+    close(fd);
+    return s;
 }
 
 static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard) {

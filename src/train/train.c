@@ -990,6 +990,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->start_step = start;
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
         ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
+        st_ckpt_sweep_leftovers(c->train.out_dir); /* (a killed run's temporary files; the lock is ours) */
         ST_GOTO(set_aside_previous(ses)); /* (a run started over a finished one) */
         if (opts->resume) { /* its own later checkpoints are the trajectory it leaves */
             int moved;

@@ -6,7 +6,8 @@
 # checkpoint line at 7 (synchronous, committed at its step). A run that stops at a checkpoint
 # and is resumed with --resume auto appends the remaining steps to the file;
 # lines past the checkpoint it resumes from, and a last line cut short, are
-# dropped first.
+# dropped first, reading only the file's tail (a 400k-line file resumes
+# within a 1 s storage limit); killed writers' temporary files are removed.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir
@@ -99,6 +100,33 @@ timeout 60 "$bin" train "${base[@]}" --set train.steps=8 --set data.val= --set t
     --set train.out_dir="$tmp/d" --resume auto >"$tmp/d.out" 2>&1 || fail "the run resumed from the checkpoint before"
 grep -q "resumed from .*step-4 at step 4" "$tmp/d.out" || fail "did not resume from step 4: $(cat "$tmp/d.out")"
 check "$tmp/d/metrics.jsonl" "[2, 4, 6, 8]" "[]" || fail "metrics.jsonl drops the lines after the resumed step"
+
+# A long metrics.jsonl (a run of days: 400k lines) resumed: only its tail is
+# read and cut, within a 1 s storage limit (it was rewritten whole, about 5 us
+# a line, under that limit); and what writers killed mid-write left (the
+# temporary files of the weights, the metrics and `latest`) is removed.
+timeout 60 "$bin" train "${common[@]}" --set train.steps=4 --set data.val= --set train.checkpoint_every=2 \
+    --set train.out_dir="$tmp/l" || fail "the run before the long resume"
+/usr/bin/python3 - "$tmp/l/metrics.jsonl" <<'PY'
+import sys
+p = sys.argv[1]
+old = open(p).read()
+with open(p, "w") as f:
+    f.write('{"step":0,"padding":true}\n' * 400000 + old + '{"step":5,"loss":1}\n{"step":6,"loss":1}\n')
+PY
+touch "$tmp/l/model.safetensors.tmp.99999" "$tmp/l/metrics.jsonl.tmp.99999" "$tmp/l/ckpt/latest.tmp.99999"
+timeout 60 "$bin" train "${common[@]}" --set train.steps=8 --set data.val= --set train.checkpoint_every=2 \
+    --set train.checkpoint_timeout_s=1 --set train.out_dir="$tmp/l" --resume auto ||
+    fail "a long metrics.jsonl, resumed within a 1 s storage limit"
+/usr/bin/python3 - "$tmp/l/metrics.jsonl" <<'PY' || fail "the long metrics.jsonl after the resume"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+pad = sum(1 for l in lines if l.get("padding"))
+steps = [l["step"] for l in lines if not l.get("padding") and "loss" in l and "eval" not in l and "checkpoint" not in l]
+print(f"long metrics.jsonl resumed: {pad} padding lines kept, step lines {steps}")
+sys.exit(0 if pad == 400000 and steps == [2, 4, 6, 8] else 1)
+PY
+[ -z "$(find "$tmp/l" -name '*.tmp.*')" ] || fail "leftover temporary files: $(find "$tmp/l" -name '*.tmp.*')"
 
 # A datasheet peak instead of the measured one: mfu scales with it.
 timeout 60 "$bin" train "${common[@]}" --set train.steps=2 --set data.val= --set log.peak_gflops=1e9 \
