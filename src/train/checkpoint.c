@@ -802,47 +802,46 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
  * not found; checkpoints there and none good (damaged, or storage failing
  * to read them): an error, so that a resume never starts over from step 0
  * and replaces checkpoints that may yet be read or repaired. */
+/* One candidate of find_latest: verified, into dir when good; else the
+ * first damage kept (first), and said on log. */
+static bool good_one(const char *cand, const char *who, FILE *log, st_ckpt_state *st, char *dir, size_t size,
+                     char *first, size_t first_cap, const char *damaged) {
+    if (st_ckpt_verify(cand, st) == ST_OK) {
+        snprintf(dir, size, "%s", cand);
+        return true;
+    }
+    if (!first[0]) snprintf(first, first_cap, "%s", st_last_error());
+    if (log) fprintf(log, "%s: %s: %s\n", who, damaged, st_last_error());
+    return false;
+}
+
 static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
                              bool *found, st_ckpt_state *st) {
     *found = false;
     char name[256], cand[PATH_CAP], first[512] = "";
-    int64_t latest = -1;
-    if (read_latest(ckdir, name, sizeof name)) {
-        latest = step_of(name);
-        /* A whole checkpoint newer than `latest`: its save was committed
-         * (the folder's rename is the commit) and the process ended before
-         * `latest` was updated (SIGKILL, the OOM killer, a second Ctrl-C
-         * during the folder's fsync). It is the run's last. */
-        int64_t *newer;
-        int nn;
-        ST_TRY(st_ckpt_list(ckdir, &newer, &nn));
-        for (int i = 0; i < nn && newer[i] > latest && !*found; i++) {
-            snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)newer[i]);
-            if (st_ckpt_verify(cand, st) == ST_OK) {
-                snprintf(dir, size, "%s", cand);
-                *found = true;
-                if (log)
-                    fprintf(log,
-                            "%s: %s is newer than %s/latest (%s) and whole: its save ended before `latest` "
-                            "was updated; taking it\n",
-                            who, cand, ckdir, name);
-            } else {
-                if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
-                if (log) fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
-            }
-        }
-        free(newer);
-        st_clear_error();
-        if (*found) return ST_OK;
+    const int64_t latest = read_latest(ckdir, name, sizeof name) ? step_of(name) : -1;
+    int64_t *steps;
+    int n;
+    ST_TRY(st_ckpt_list(ckdir, &steps, &n)); /* newest first */
+    int i = 0;
+    /* A whole checkpoint newer than `latest`: its save was committed (the
+     * folder's rename is the commit) and the process ended before `latest`
+     * was updated (SIGKILL, the OOM killer, a second Ctrl-C during the
+     * folder's fsync). It is the run's last. */
+    for (; latest >= 0 && i < n && steps[i] > latest && !*found; i++) {
+        snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);
+        *found = good_one(cand, who, log, st, dir, size, first, sizeof first, "skipping damaged checkpoint");
+        if (*found && log)
+            fprintf(log,
+                    "%s: %s is newer than %s/latest (%s) and whole: its save ended before `latest` was "
+                    "updated; taking it\n",
+                    who, cand, ckdir, name);
+    }
+    if (latest >= 0 && !*found) {
         snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
-        if (st_ckpt_verify(cand, st) == ST_OK) {
-            snprintf(dir, size, "%s", cand);
-            *found = true;
-            return ST_OK;
-        }
-        if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
-        if (log) fprintf(log, "%s: the latest checkpoint is damaged: %s\n", who, st_last_error());
-    } else if (log) {
+        *found =
+            good_one(cand, who, log, st, dir, size, first, sizeof first, "the latest checkpoint is damaged");
+    } else if (latest < 0 && log) {
         DIR *d = opendir(ckdir);
         if (d) {
             closedir(d);
@@ -850,20 +849,11 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
                     ckdir);
         }
     }
-    int64_t *steps;
-    int n;
-    ST_TRY(st_ckpt_list(ckdir, &steps, &n));
-    for (int i = 0; i < n && !*found; i++) {
+    for (; i < n && !*found; i++) { /* the older ones, past damage */
         if (latest >= 0 && steps[i] >= latest) continue;
         snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);
-        if (st_ckpt_verify(cand, st) == ST_OK) {
-            snprintf(dir, size, "%s", cand);
-            *found = true;
-            if (log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
-        } else {
-            if (!first[0]) snprintf(first, sizeof first, "%s", st_last_error());
-            if (log) fprintf(log, "%s: skipping damaged checkpoint: %s\n", who, st_last_error());
-        }
+        *found = good_one(cand, who, log, st, dir, size, first, sizeof first, "skipping damaged checkpoint");
+        if (*found && log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
     }
     free(steps);
     st_clear_error();
