@@ -8,9 +8,8 @@
  * (train/session.c). SIGTERM asks the same
  * however often it comes: under SLURM a task may get it twice (from its own
  * step, and forwarded by srun), and the hard stop is SLURM's SIGKILL after
- * the grace time. A second SIGINT or SIGQUIT (Ctrl-C or Ctrl-\ twice) ends
- * the process at once (the previous checkpoint stays whole; SIGQUIT's core
- * where the limits allow one). */
+ * the grace time; so does SIGQUIT. A second SIGINT (Ctrl-C twice) ends the
+ * process at once (the previous checkpoint stays whole). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,9 +39,11 @@ int st_cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     struct sigaction hup;
     if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
-    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C (or Ctrl-\) ends the process */
-    sigaction(SIGINT, &sa, NULL);
+    /* SIGQUIT asks as SIGTERM does, however often: timeout(1) and other
+     * wrappers send a signal to their child and again to its group */
     sigaction(SIGQUIT, &sa, NULL);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C ends the process */
+    sigaction(SIGINT, &sa, NULL);
     opts.stop = &stop_signal;
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
