@@ -162,17 +162,75 @@ void st_chart_xml_text(FILE *f, const char *s) {
     }
 }
 
+/* A series of more points than the plot has columns, thinned for drawing:
+ * per column (half a pixel wide) its first, lowest, highest and last
+ * points, in their order, and a gap (NaN) where the data has one. What is
+ * drawn is the same picture (every spike stays), in a few thousand points
+ * however long the run: a million logged steps made a 100 MB SVG. The
+ * thinned copy is in *buf (free it; NULL when s is drawn as it is). */
+enum { THIN_COLUMNS = 2 * (W - ML - MR), THIN_ABOVE = 4 * THIN_COLUMNS };
+
+typedef struct bucket {
+    int col, first, lo, hi, last; /* indices into the series; col -1: empty */
+} bucket;
+
+static void thin_flush(const st_chart_series *s, bucket *b, double *x, double *y, int *n) {
+    if (b->col < 0) return;
+    int idx[4] = {b->first, b->lo, b->hi, b->last};
+    for (int i = 1; i < 4; i++) /* (insertion sort of four) */
+        for (int j = i; j > 0 && idx[j - 1] > idx[j]; j--) {
+            const int t = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = t;
+        }
+    for (int i = 0; i < 4; i++)
+        if (i == 0 || idx[i] != idx[i - 1]) x[*n] = s->x[idx[i]], y[(*n)++] = s->y[idx[i]];
+    b->col = -1;
+}
+
+static st_chart_series thin(const st_chart *c, const axis *ax, const st_chart_series *s, double **buf) {
+    *buf = NULL;
+    if (st_chart_drawn_points(c, s) <= THIN_ABOVE) return *s;
+    /* x and y: at most an entry per point (a gap takes a non-finite one's place) */
+    double *x = malloc(2 * (size_t)s->n * sizeof *x);
+    if (!x) return *s; /* (drawn whole: slower, not wrong) */
+    double *y = x + s->n;
+    int n = 0;
+    bucket b = {.col = -1};
+    const double span = ax->hi - ax->lo;
+    for (int i = 0; i < s->n; i++) {
+        if (!isfinite(s->x[i]) || !drawn(c, s->y[i])) {
+            thin_flush(s, &b, x, y, &n);
+            if (n > 0 && isfinite(y[n - 1])) x[n] = NAN, y[n++] = NAN; /* the gap */
+            continue;
+        }
+        int col = (int)((s->x[i] - ax->lo) / span * THIN_COLUMNS);
+        col = col < 0 ? 0 : col >= THIN_COLUMNS ? THIN_COLUMNS - 1 : col;
+        if (col != b.col) {
+            thin_flush(s, &b, x, y, &n);
+            b = (bucket){col, i, i, i, i};
+            continue;
+        }
+        b.last = i;
+        if (s->y[i] < s->y[b.lo]) b.lo = i;
+        if (s->y[i] > s->y[b.hi]) b.hi = i;
+    }
+    thin_flush(s, &b, x, y, &n);
+    *buf = x;
+    return (st_chart_series){s->name, x, y, n};
+}
+
 static void svg_series(FILE *f, const st_chart *c, const axis *ax, const axis *ay, int k) {
-    const st_chart_series *s = &c->series[k];
+    const int n_data = st_chart_drawn_points(c, &c->series[k]);
+    if (n_data == 0) return;
+    double *buf;
+    const st_chart_series thinned = thin(c, ax, &c->series[k], &buf), *s = &thinned;
     const char *color = COLORS[k % N_COLORS];
     const int n = st_chart_drawn_points(c, s);
-    if (n == 0) return;
     fprintf(f, "<path class=\"series\" data-name=\"");
     st_chart_xml_text(f, s->name);
-    fprintf(f,
-            "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" clip-path=\"url(#plot)\" "
-            "d=\"",
-            n, color);
+    fprintf(f, "\" data-points=\"%d\"", n);
+    if (buf) fprintf(f, " data-thinned-from=\"%d\"", n_data);
+    fprintf(f, " fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" clip-path=\"url(#plot)\" d=\"", color);
     bool pen = false;
     for (int i = 0; i < s->n; i++) {
         if (!isfinite(s->x[i]) || !drawn(c, s->y[i])) {
@@ -183,12 +241,16 @@ static void svg_series(FILE *f, const st_chart *c, const axis *ax, const axis *a
         pen = true;
     }
     fprintf(f, "\"/>\n");
-    if (n > MARKER_MAX) return;
+    if (n_data > MARKER_MAX) {
+        free(buf);
+        return;
+    }
     fprintf(f, "<g class=\"markers\" fill=\"%s\">", color);
     for (int i = 0; i < s->n; i++)
         if (isfinite(s->x[i]) && drawn(c, s->y[i]))
             fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/>", px_x(ax, s->x[i]), px_y(ay, s->y[i]));
     fprintf(f, "</g>\n");
+    free(buf);
 }
 
 st_status st_chart_write_svg(const st_chart *c, const char *path) {
@@ -314,8 +376,10 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         fprintf(fg, "set format y '%%.1e'\n");
     int block = 0;
     for (int k = 0; k < c->n_series; k++) {
-        const st_chart_series *s = &c->series[k];
-        if (st_chart_drawn_points(c, s) == 0) continue;
+        const int n_data = st_chart_drawn_points(c, &c->series[k]);
+        if (n_data == 0) continue;
+        double *buf;
+        const st_chart_series thinned = thin(c, &ax, &c->series[k], &buf), *s = &thinned;
         bool pen = false; /* one blank line is a gap; two would end the block */
         for (int i = 0; i < s->n; i++) {
             if (isfinite(s->x[i]) && drawn(c, s->y[i])) {
@@ -331,9 +395,9 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         fprintf(fg, "%s", block ? ", \\\n    " : "plot ");
         gp_string(fg, dat);
         fprintf(fg, " index %d using 1:2 with %s lw 2 lc rgb '%s' title ", block,
-                st_chart_drawn_points(c, s) <= MARKER_MAX ? "linespoints pt 7 ps 0.6" : "lines",
-                COLORS[k % N_COLORS]);
+                n_data <= MARKER_MAX ? "linespoints pt 7 ps 0.6" : "lines", COLORS[k % N_COLORS]);
         gp_string(fg, s->name);
+        free(buf);
         block++;
     }
     if (block == 0)

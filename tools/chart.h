@@ -30,7 +30,11 @@ typedef struct st_chart {
 /* How many of s's points the chart draws (finite, and > 0 on a log axis). */
 int st_chart_drawn_points(const st_chart *c, const st_chart_series *s);
 /* The chart as an SVG file at path: one <path class="series"> per series
- * with points, one circle per point when a series has few. */
+ * with points (data-points: its vertices), one circle per point when a
+ * series has few. A series of more points than the plot has half-pixel
+ * columns is thinned to each column's first, lowest, highest and last
+ * (data-thinned-from: the points it had), in the SVG and the PNG alike:
+ * the same picture, in a few thousand points however long the run. */
 st_status st_chart_write_svg(const st_chart *c, const char *path);
 /* Write s with XML's (and HTML's) special characters escaped. */
 void st_chart_xml_text(FILE *f, const char *s);

@@ -7,7 +7,8 @@
 # size, the output is the same bytes twice. Without gnuplot the SVGs are
 # written and the PNGs skipped with the reason. Edge cases from edited copies
 # of the file: lines a resumed run logged again replace the older ones, one
-# logged step, NaN losses (null), a torn last line. Errors: a missing
+# logged step, NaN losses (null), a torn last line, 200k steps (thinned
+# to the plot's columns, the spike and the gap kept). Errors: a missing
 # directory, a malformed line (named by number), no step lines.
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
@@ -132,6 +133,35 @@ grep -q "1.00 GiB peak held by the run, 2.00 GiB used at most of 80.00 GiB" "$tm
 grep -q "95% utilisation (mean of 12 samples), up to 300 W and 60 C" "$tmp/gpu/report/report.html" ||
     fail "report.html lacks the GPU's utilisation"
 grep -q "GPU" "$tmp/one/report/report.html" && fail "a CPU run's report mentions a GPU"
+
+# A long run: 200k logged steps (loss about 1, one spike of 5 at step
+# 123457, no loss for steps 150001-150100) draw as a few thousand points
+# per chart, the spike and the gap kept, in both renderers.
+/usr/bin/python3 - "$tmp/long" <<'PY'
+import json, os, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+with open(os.path.join(sys.argv[1], "metrics.jsonl"), "w") as f:
+    for s in range(1, 200001):
+        loss = None if 150001 <= s <= 150100 else (5.0 if s == 123457 else 1.0 + 0.1 * ((s * 7919) % 101) / 101)
+        f.write(json.dumps({"step": s, "loss": loss, "lr": 1e-3, "samples_per_s": 5000 + s % 7,
+                            "peak_rss_mb": 200, "time": s * 0.01}) + "\n")
+PY
+"$bin" report "$tmp/long" >"$tmp/out.txt" 2>&1 || fail "report of 200k steps: $(cat "$tmp/out.txt")"
+/usr/bin/python3 - "$tmp/long/report/loss.svg" <<'PY' || fail "200k steps: loss.svg is not thinned as it should be"
+import os, re, sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+p = [e for e in ET.parse(sys.argv[1]).getroot().iter(ns + "path") if e.get("class") == "series"][0]
+d = p.get("d")
+pts = [(float(x), float(y)) for x, y in re.findall(r"[ML]\s*(-?[\d.]+) (-?[\d.]+)", d)]
+spikes = [pt for pt in pts if pt[1] < 200]
+ok = (p.get("data-thinned-from") == "199900" and int(p.get("data-points")) == len(pts) and 2000 < len(pts) <= 4 * 1304
+      and d.count("M") == 2 and len(spikes) == 1 and abs(spikes[0][0] - (84 + 123456 / 200000 * 652)) < 2
+      and os.path.getsize(sys.argv[1]) < 200_000)
+print(f"loss.svg: {len(pts)} of {p.get('data-thinned-from')} points, {d.count('M')} runs, spikes {spikes}, "
+      f"{os.path.getsize(sys.argv[1])} bytes")
+sys.exit(0 if ok else 1)
+PY
 
 # Errors: exit 1 and a message that names the problem.
 expect_error() { # WANT ARGS...
