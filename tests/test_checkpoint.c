@@ -53,7 +53,7 @@ static st_status space(const char *dir, int64_t ckpt_mib, int64_t model_mib, int
  * commits, less those already there) do not; nothing when they do, or
  * when every checkpoint is kept (how many depends on the run's length). */
 static void test_space(const char *root) {
-    char dir[4096], path[4200], warn[1024];
+    char dir[4096], path[9000], warn[12000];
     snprintf(dir, sizeof dir, "%s/space", root);
     CHECK_FAILS(space(dir, 100, 30, 3, 120, warn, sizeof warn), ST_ERR_IO,
                 "120.0 MiB free on its filesystem, but a checkpoint of this run takes 100.0 MiB (weights and "
@@ -77,6 +77,26 @@ static void test_space(const char *root) {
     CHECK(warn[0] == '\0', "230 MiB hold 2 x 100 + 30: %s", warn);
     CHECK_OK(space(dir, 100, 30, 1, 130, warn, sizeof warn)); /* keep 1 with 2 there: one more at once */
     CHECK(warn[0] == '\0', "keep 1: %s", warn);
+    /* What the folders set aside hold is said where space is short: a
+     * rewind's 3 MiB in ckpt.abandoned, the run before's 1 MiB in ckpt.previous */
+    const char *aside[] = {"ckpt.abandoned/step-9", "ckpt.abandoned/step-9.1", "ckpt.previous/step-1"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, aside[k]);
+        CHECK_OK(st_mkdirs(path));
+        snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, aside[k]);
+        FILE *fp = fopen(path, "w");
+        CHECK(fp && ftruncate(fileno(fp), (k < 2 ? 3 : 2) << 19) == 0, "make %s", path);
+        if (fp) fclose(fp);
+    }
+    CHECK_OK(space(dir, 100, 30, 3, 229, warn, sizeof warn));
+    snprintf(path, sizeof path,
+             "; %s/ckpt.abandoned holds 3.0 MiB, the checkpoints of trajectories resumes left; "
+             "%s/ckpt.previous holds 1.0 MiB, the checkpoints of the run before this one: nothing prunes "
+             "them; remove them once you no longer need them)",
+             dir, dir);
+    CHECK(strstr(warn, path), "the warning does not say what is set aside: %s", warn);
+    CHECK_FAILS(space(dir, 100, 30, 3, 120, warn, sizeof warn), ST_ERR_IO, "free space there (");
+    CHECK(strstr(st_last_error(), "ckpt.abandoned holds 3.0 MiB"), "the error: %s", st_last_error());
     /* the filesystem's own figure, for a directory not made yet (its parent's) */
     snprintf(path, sizeof path, "%s/not/made/yet", root);
     CHECK_OK(space(path, 0, 0, 3, -1, warn, sizeof warn));

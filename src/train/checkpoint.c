@@ -60,6 +60,40 @@ static void remove_dir(const char *path) {
     rmdir(path);
 }
 
+/* The bytes of the files under path (0 when it is not there). */
+static int64_t tree_bytes(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int64_t n = 0;
+    struct dirent *e;
+    char f[PATH_CAP];
+    struct stat sb;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        if (lstat(f, &sb) != 0) continue;
+        n += S_ISDIR(sb.st_mode) ? tree_bytes(f) : S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
+    }
+    closedir(d);
+    return n;
+}
+
+void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap) {
+    static const char *const FOLDERS[] = {"ckpt.abandoned", "ckpt.previous"};
+    static const char *const WHAT[] = {"trajectories resumes left", "the run before this one"};
+    size_t at = 0;
+    if (cap) note[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        char dir[PATH_CAP];
+        snprintf(dir, sizeof dir, "%s/%s", out_dir, FOLDERS[i]);
+        const int64_t b = tree_bytes(dir);
+        if (b > 0)
+            st_appendf(note, cap, &at, "%s%s/%s holds %.1f MiB, the checkpoints of %s", at ? "; " : "",
+                       out_dir, FOLDERS[i], (double)b / (1 << 20), WHAT[i]);
+    }
+    if (at) st_appendf(note, cap, &at, ": nothing prunes them; remove them once you no longer need them");
+}
+
 /* CRC32 (zlib) and size of a file. */
 static st_status file_crc(const char *path, uint32_t *crc, int64_t *nbytes) {
     FILE *fp = fopen(path, "rb");
@@ -1074,13 +1108,17 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
     if (warn_cap) warn[0] = '\0';
     if (free_bytes < 0) free_bytes = st_path_free_bytes(out_dir);
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
-    if (free_bytes < ckpt_bytes + model_bytes)
+    char aside[2 * PATH_CAP + 300], aside_at[2 * PATH_CAP + 310] = ""; /* (what set aside holds) */
+    if (free_bytes < ckpt_bytes + model_bytes) {
+        st_ckpt_aside_note(out_dir, aside, sizeof aside);
+        if (aside[0]) snprintf(aside_at, sizeof aside_at, " (%s)", aside);
         return st_fail(
             ST_ERR_IO,
             "train.out_dir %s: %.1f MiB free on its filesystem, but a checkpoint of this run takes "
             "%.1f MiB (weights and optimizer state) and its final weights %.1f MiB more: free "
-            "space there or choose another train.out_dir (nothing was written)",
-            out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes));
+            "space there%s or choose another train.out_dir (nothing was written)",
+            out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes), aside_at);
+    }
     if (keep <= 0 || !warn_cap) return ST_OK; /* keeping all: how many depends on how long it runs */
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
@@ -1092,14 +1130,17 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
     }
     free(steps);
     const int64_t more = keep + 1 - have > 1 ? keep + 1 - have : 1;
-    if (free_bytes < more * ckpt_bytes + model_bytes)
+    if (free_bytes < more * ckpt_bytes + model_bytes) {
+        st_ckpt_aside_note(out_dir, aside, sizeof aside);
+        if (aside[0]) snprintf(aside_at, sizeof aside_at, "; %s", aside);
         snprintf(warn, warn_cap,
                  "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but the %lld "
                  "checkpoints of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
                  "there now) and its final weights (%.1f MiB) need %.1f MiB: the run will stop with an "
-                 "error when the disk is full (lower train.keep_checkpoints, or free space there)\n",
+                 "error when the disk is full (lower train.keep_checkpoints, or free space there%s)\n",
                  out_dir, mib(free_bytes), (long long)keep, mib(ckpt_bytes), (long long)keep + 1, have,
-                 mib(model_bytes), mib(more * ckpt_bytes + model_bytes));
+                 mib(model_bytes), mib(more * ckpt_bytes + model_bytes), aside_at);
+    }
     return ST_OK;
 }
 

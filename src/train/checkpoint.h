@@ -154,6 +154,12 @@ st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size);
  * their names, ", "-separated. Nothing moves when none is later. */
 st_status st_ckpt_set_aside_after(const char *out_dir, int64_t step, int *moved, char *names, size_t cap);
 
+/* What the folders set aside in out_dir hold, for a message about space:
+ * "OUT/ckpt.abandoned holds X MiB, the checkpoints of ...; ...: nothing
+ * prunes them; remove them once ..." into note (cap bytes), or "" when both
+ * are empty or absent. ckpt.abandoned grows with every rewind. */
+void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap);
+
 /* Remove what a process killed while writing left in out_dir: the
  * temporary files of model.safetensors, metrics.jsonl and trace.json, and
  * ckpt/latest's (`<name>.tmp.<pid>`). Only with out_dir's run.lock held (no

@@ -209,7 +209,7 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
-    char what[4200], warn[1024] = ""; /* said after the watch */
+    char what[4200], warn[12000] = ""; /* said after the watch */
     snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
     st_watch_begin(ses->store_watch, what);
     /* One run at a time in train.out_dir (st_ckpt_lock_out_dir), in two
@@ -996,13 +996,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             int moved;
             char names[1024];
             ST_GOTO(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
-            if (moved) /* (rank 0's: a warning, --quiet or not) */
+            if (moved) { /* (rank 0's: a warning, --quiet or not) */
+                char aside[9000];
+                st_ckpt_aside_note(c->train.out_dir, aside, sizeof aside);
                 fprintf(stderr,
                         "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
                         "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
-                        "--resume's fallback see only this run's\n",
+                        "--resume's fallback see only this run's (%s)\n",
                         c->train.out_dir, moved, moved == 1 ? "" : "s", (long long)start, names,
-                        c->train.out_dir);
+                        c->train.out_dir, aside);
+            }
         }
         ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
     }

@@ -214,6 +214,10 @@ cmp -s "$d/ckpt/step-8/model.safetensors" "$d/ckpt.abandoned/step-8/model.safete
 out=$(timeout 60 "$bin" train "${common[@]}" "${const[@]}" "${mlp[@]}" --quiet --set train.steps=6 --set train.out_dir="$d" \
     --resume "$d/ckpt/step-6" --set train.checkpoint_every=2 2>&1) || fail "rewind twice: $out"
 [ -d "$d/ckpt.abandoned/step-8.1" ] && [ -d "$d/ckpt.abandoned/step-8" ] || fail "rewind twice: $(ls "$d/ckpt.abandoned" | tr '\n' ' ')"
+# (what ckpt.abandoned holds in all, which nothing prunes, is said)
+mib=$(/usr/bin/python3 -c "import os, sys; print('%.1f' % (sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(sys.argv[1]) for f in fs) / 2**20))" "$d/ckpt.abandoned")
+grep -q "($d/ckpt.abandoned holds $mib MiB, the checkpoints of trajectories resumes left: nothing prunes them; remove them once you no longer need them)" <<<"$out" ||
+    fail "rewind twice: what ckpt.abandoned holds ($mib MiB) is not said: $out"
 [ "$fails" -ne 0 ] || echo "rewind to step 4: steps 6-10 moved to ckpt.abandoned; a second rewind keeps both step-8s"
 
 # SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
