@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +49,7 @@ double st_ticker_period(double limit_s) {
     return p < 0.01 ? 0.01 : p;
 }
 
-static void *say(void *arg) {
-    const char *msg = arg;
+static void say_text(const char *msg) {
     const size_t len = strlen(msg);
     size_t off = 0;
     while (off < len) {
@@ -57,6 +57,29 @@ static void *say(void *arg) {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         off += (size_t)n;
+    }
+}
+
+/* A say on a thread of its own, which its caller may leave inside its write
+ * (standard error on storage that stopped answering). While one is left
+ * there, standard error takes no bytes: a new say would only hold its
+ * caller for its whole limit and leave one more thread, so it is dropped
+ * and counted, and the next say that gets through says how many were. */
+typedef struct say_msg {
+    atomic_int state; /* SAY_WRITING, then SAY_LEFT (its caller gave up) or SAY_WRITTEN */
+    char text[];
+} say_msg;
+enum { SAY_WRITING, SAY_LEFT, SAY_WRITTEN };
+static atomic_int says_left;     /* left inside their write */
+static atomic_long says_dropped; /* since the last that got through */
+
+static void *say(void *arg) {
+    say_msg *m = arg;
+    say_text(m->text);
+    int writing = SAY_WRITING;
+    if (!atomic_compare_exchange_strong(&m->state, &writing, SAY_WRITTEN)) { /* left: ours to end */
+        atomic_fetch_sub(&says_left, 1);
+        free(m);
     }
     return NULL;
 }
@@ -83,12 +106,37 @@ bool st_ticker_run_within(void *(*fn)(void *), void *ctx, double limit_s) {
 }
 
 void st_ticker_say_within(const char *msg, double limit_s) {
-    char *copy = strdup(msg);
-    if (!copy) {
-        say((char *)msg);
+    if (atomic_load(&says_left) > 0) {
+        atomic_fetch_add(&says_dropped, 1);
         return;
     }
-    if (st_ticker_run_within(say, copy, limit_s)) free(copy); /* (else the thread still writes it) */
+    char note[160] = "";
+    const long dropped = atomic_exchange(&says_dropped, 0);
+    if (dropped > 0)
+        snprintf(
+            note, sizeof note,
+            "scaletrain: (%ld earlier message%s not written: standard error took no bytes for a while)\n",
+            dropped, dropped == 1 ? " was" : "s were");
+    const size_t nl = strlen(note), len = strlen(msg);
+    say_msg *m = malloc(sizeof *m + nl + len + 1);
+    if (!m) {
+        say_text(note);
+        say_text(msg);
+        return;
+    }
+    atomic_init(&m->state, SAY_WRITING);
+    memcpy(m->text, note, nl);
+    memcpy(m->text + nl, msg, len + 1); /* (one write: ranks' lines do not interleave) */
+    if (st_ticker_run_within(say, m, limit_s)) {
+        free(m);
+        return;
+    }
+    atomic_fetch_add(&says_left, 1); /* (before the exchange: the thread may end it now) */
+    int writing = SAY_WRITING;
+    if (!atomic_compare_exchange_strong(&m->state, &writing, SAY_LEFT)) { /* it wrote as we gave up */
+        atomic_fetch_sub(&says_left, 1);
+        free(m);
+    }
 }
 
 void st_ticker_say(const char *msg) { st_ticker_say_within(msg, 5.0); }

@@ -44,7 +44,10 @@ bool st_ticker_run_within(void *(*fn)(void *), void *ctx, double limit_s);
  * a thread of its own: returns once written or after 5 s, whichever comes
  * first, so that the caller goes on to end the process even when standard
  * error is a file on the storage that stopped answering (a job's output
- * file on a hung network file system). */
+ * file on a hung network file system). While a say so left is still inside
+ * its write, later ones are dropped at once (counted, and the count said
+ * with the next that gets through): each would hold its caller 5 s and
+ * leave one more thread. */
 void st_ticker_say(const char *msg);
 /* The same within limit_s seconds. */
 void st_ticker_say_within(const char *msg, double limit_s);
