@@ -345,18 +345,29 @@ static int inspect(const char *path) {
     case ST_FILE_PICKLE:
     case ST_FILE_GGUF:
     case ST_FILE_HDF5:
+    case ST_FILE_ELF:
     case ST_FILE_TEXT:
         fprintf(stderr, "scaletrain: error: %s: %s, which scaletrain does not read; %s\n", path, kind.what,
                 kind.use);
         return ST_EXIT_FAIL;
     case ST_FILE_SAFETENSORS:
+        return inspect_safetensors(path);
     case ST_FILE_UNKNOWN:
         break;
     }
     /* IDX's 00 00 of another element type or dimension count: its reader says what is wrong */
-    if (kind.format == ST_FILE_UNKNOWN && got >= 2 && magic[0] == 0 && magic[1] == 0)
-        return inspect_idx(path);
-    return inspect_safetensors(path);
+    if (got >= 2 && magic[0] == 0 && magic[1] == 0) return inspect_idx(path);
+    char what[128] = "empty (0 bytes)";
+    size_t at = 0;
+    for (size_t i = 0; i < got; i++)
+        st_appendf(what, sizeof what, &at, "%s%02x",
+                   i ? " " : "not a format scaletrain reads (its first bytes: ", magic[i]);
+    if (got) st_appendf(what, sizeof what, &at, ")");
+    fprintf(stderr,
+            "scaletrain: error: %s: %s; data inspect reads token files (scaletrain's, llm.c's), IDX "
+            "(gzipped too), NPY and safetensors files, checkpoints and runs' out_dirs\n",
+            path, what);
+    return ST_EXIT_FAIL;
 }
 
 int st_cmd_data(int argc, char **argv) {

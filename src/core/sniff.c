@@ -63,6 +63,12 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
         return (st_file_kind){ST_FILE_GGUF, "a GGUF file (llama.cpp's format)", WEIGHTS_USE};
     if (n >= 8 && !memcmp(h, "\x89HDF\r\n\x1a\n", 8))
         return (st_file_kind){ST_FILE_HDF5, "an HDF5 file (Keras' .h5)", WEIGHTS_USE};
+    if (n >= 4 && !memcmp(h,
+                          "\x7f"
+                          "ELF",
+                          4))
+        return (st_file_kind){ST_FILE_ELF, "an ELF file (a program or shared library)",
+                              "give a data, weights or checkpoint file"};
     if (n >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4)
         return (st_file_kind){ST_FILE_IDX, "an IDX file", "data.type idx reads it"};
     if (looks_like_text(h, n))

@@ -22,6 +22,7 @@ typedef enum st_file_format {
     ST_FILE_PICKLE,
     ST_FILE_GGUF,
     ST_FILE_HDF5,
+    ST_FILE_ELF, /* a program or shared library */
     ST_FILE_TEXT,
 } st_file_format;
 

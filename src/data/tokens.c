@@ -687,6 +687,31 @@ static st_status tk_strangers(tk_run *r, const char *pattern) {
     return s;
 }
 
+/* An input whose first bytes are a format scaletrain knows is refused: the
+ * byte-level tokenizer would train on its bytes as text without a word (a
+ * token file: OUT itself or its shards among the inputs when a command is
+ * run again over a folder's every file; a .gz; a program). */
+static st_status text_input(const char *path, const uint8_t *head, size_t n) {
+    const st_file_kind k = st_sniff(head, n);
+    if (k.format == ST_FILE_TEXT || n == 0) return ST_OK;
+    if (k.format == ST_FILE_TOKENS || k.format == ST_FILE_LLMC_TOKENS)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: %s, not text: data tokenize reads text files. Leave it out of the inputs (is it "
+                       "the output, or a shard of it, of an earlier tokenize run over the same files?); a "
+                       "token file is trained on as it is (data.train)",
+                       path, k.what);
+    if (k.format == ST_FILE_GZIP)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: a gzip file, not text: data tokenize reads text files; decompress it first "
+                       "(zcat %s > FILE.txt) or leave it out of the inputs",
+                       path, path);
+    if (k.format != ST_FILE_UNKNOWN)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: %s, not text: data tokenize reads text files; leave it out of the inputs", path,
+                       k.what);
+    return ST_OK; /* (any other bytes are tokens, as the byte-level vocabulary takes them: 0 too) */
+}
+
 st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res) {
     memset(res, 0, sizeof *res);
     if (!o || !o->inputs || o->n_inputs < 1 || !o->out)
@@ -710,7 +735,10 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
                             o->inputs[i] ? strerror(errno) : "NULL path"));
         struct stat sb;
         r.sizes[i] = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
+        uint8_t head[64];
+        const size_t got = r.sizes[i] > 0 ? fread(head, 1, sizeof head, in) : 0; /* (a pipe: not peeked) */
         fclose(in);
+        ST_GOTO(text_input(path, head, got));
         if (r.sizes[i] < 0 && o->shard_tokens > 0)
             ST_GOTO(st_fail(ST_ERR_ARG,
                             "%s: not a regular file; shards need every input's size before they are written "

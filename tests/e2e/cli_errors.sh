@@ -69,9 +69,26 @@ expect 2 "keep.txt exists and is not a token file (what looks like text); the fi
     "$bin" data tokenize "$tmp/keep.txt" "$tmp/t.txt"
 cmp -s "$tmp/t.txt" "$tmp/keep.txt" || { echo "FAIL: data tokenize replaced the text file named first"; fails=$((fails + 1)); }
 expect 0 "t.tokens: " "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt"
+# inputs that are not text: refused, nothing written. The command run again
+# over a folder that now holds its output (or its shards), a .gz, a program
+mkdir -p "$tmp/corpus" && cp "$tmp/t.txt" "$tmp/corpus/a.txt" && cp "$tmp/t.tokens" "$tmp/corpus/all.tokens"
+cp "$tmp/corpus/all.tokens" "$tmp/all.before"
+expect 1 "corpus/all.tokens: a scaletrain token file, not text: data tokenize reads text files. Leave it out of the inputs (is it the output, or a shard of it, of an earlier tokenize run" \
+    "$bin" data tokenize "$tmp/corpus/all.tokens" "$tmp/corpus/a.txt" "$tmp/corpus/all.tokens"
+cmp -s "$tmp/corpus/all.tokens" "$tmp/all.before" || { echo "FAIL: data tokenize rewrote its output from itself"; fails=$((fails + 1)); }
+gzip -c "$tmp/t.txt" >"$tmp/t.txt.gz"
+expect 1 "t.txt.gz: a gzip file, not text: data tokenize reads text files; decompress it first (zcat $tmp/t.txt.gz > FILE.txt)" \
+    "$bin" data tokenize "$tmp/new.tokens" "$tmp/t.txt" "$tmp/t.txt.gz"
+expect 1 "$bin: an ELF file (a program or shared library), not text" "$bin" data tokenize "$tmp/new.tokens" "$bin"
+[ ! -e "$tmp/new.tokens" ] || { echo "FAIL: a refused tokenize wrote its output"; fails=$((fails + 1)); }
 # data inspect names a file it does not read by what it is, and what to do with it
 expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletrain data tokenize OUT.tokens FILE\`" \
     "$bin" data inspect "$tmp/t.txt"
+head -c 64 /dev/zero | tr '\0' '\251' >"$tmp/odd.bin" # (no format's first bytes; nor an empty file)
+expect 1 "odd.bin: not a format scaletrain reads (its first bytes: a9 a9 a9 a9 a9 a9 a9 a9 a9); data inspect reads token files" \
+    "$bin" data inspect "$tmp/odd.bin"
+: >"$tmp/empty.bin"
+expect 1 "empty.bin: empty (0 bytes); data inspect reads" "$bin" data inspect "$tmp/empty.bin"
 printf 'PK\003\004\024\000\010\010\010\000archive/data.pkl' >"$tmp/model.pt"
 expect 1 "model.pt: a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or NumPy's .npz, which scaletrain does not read; weights are read from safetensors files" \
     "$bin" data inspect "$tmp/model.pt"
