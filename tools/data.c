@@ -200,6 +200,12 @@ static int inspect_safetensors(const char *path) {
         any = true;
     }
     if (any) printf("\n");
+    const char *mean = st_safetensors_metadata(f, "data.mean"), *std = st_safetensors_metadata(f, "data.std");
+    if (mean && std) {
+        char m[64], d[64];
+        printf("  trained on inputs normalised with data.mean %s, data.std %s\n",
+               st_printable(m, sizeof m, mean), st_printable(d, sizeof d, std));
+    }
     for (int i = 0; i < n; i++) {
         const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
         char shown[4 * ST_NAME_MAX + 8];

@@ -40,6 +40,13 @@ typedef struct st_model {
     bool fused_gelu; /* a gpt's device graphs (and their layout) put GELU in the MLP's products'
                         epilogues (st_graph.fuse_gelu); from model.fused_gelu at creation
                         (st_model_fused_gelu), the planner sets it per device it sizes */
+    /* The inputs' normalisation ((x - mean) / std; images and features),
+     * saved in the weights' metadata ("data.mean", "data.std") when has_norm,
+     * so that evaluating or resuming them normalises as their training did.
+     * st_model_load sets norm_loaded, and mean and std to the file's, when
+     * the file records them (else clears norm_loaded). */
+    float norm_mean, norm_std;
+    bool has_norm, norm_loaded;
 } st_model;
 
 /* Create the model and lay out its parameters (not yet initialised: call

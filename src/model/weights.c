@@ -32,9 +32,16 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     }
     /* the model section as metadata ("model.n_embd": "768"), so that a
      * mismatched load can name the settings that differ */
-    const char *meta[2 * (2 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
+    const char *meta[2 * (4 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
     char(*vals)[ST_CFG_STR + 8] = calloc(ST_CFG_KEYS_MAX, sizeof *vals);
     int n_meta = 2;
+    char mean[32], std[32]; /* (%.9g: a float to the bit) */
+    if (m->has_norm) {
+        snprintf(mean, sizeof mean, "%.9g", (double)m->norm_mean);
+        snprintf(std, sizeof std, "%.9g", (double)m->norm_std);
+        meta[2 * n_meta] = "data.mean", meta[2 * n_meta + 1] = mean, n_meta++;
+        meta[2 * n_meta] = "data.std", meta[2 * n_meta + 1] = std, n_meta++;
+    }
     for (int row = 0; vals && row < st_cfg_nkeys; row++)
         if (strncmp(st_cfg_keys[row].key, "model.", 6) == 0) {
             st_cfg_format(&m->cfg, row, vals[row], sizeof vals[row]);
@@ -367,7 +374,21 @@ st_status st_model_load(st_model *m, const char *path) {
         st_free_aligned(x);
         st_free_aligned(y);
     }
+    /* the normalisation the weights were trained with, when recorded */
+    const char *mean = st_safetensors_metadata(f, "data.mean"), *std = st_safetensors_metadata(f, "data.std");
+    char *end_mean = NULL, *end_std = NULL;
+    const float fmean = mean ? strtof(mean, &end_mean) : 0, fstd = std ? strtof(std, &end_std) : 0;
+    const bool norm = mean && std;
+    if (s == ST_OK && norm && (*end_mean || *end_std || !isfinite(fmean) || !(fstd > 0) || !isfinite(fstd)))
+        s = st_fail(ST_ERR_FORMAT,
+                    "its metadata records the inputs' normalisation as data.mean '%s', data.std '%s': not a "
+                    "finite mean and a positive standard deviation (the file was edited?)",
+                    mean, std);
     if (s == ST_OK) s = commit_arenas(p, hdata, hbuf);
+    if (s == ST_OK) {
+        m->norm_loaded = norm;
+        if (norm) m->norm_mean = fmean, m->norm_std = fstd;
+    }
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     st_free_aligned(hdata);
     st_free_aligned(hbuf);

@@ -660,6 +660,11 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
+    if (s->has_train && s->train.kind == ST_DATA_IMAGES) { /* (saved with the weights) */
+        s->model->has_norm = true;
+        s->model->norm_mean = s->train.mean;
+        s->model->norm_std = s->train.std;
+    }
     ST_TRY(resolve_kernels(s));
     if (s->has_val)
         ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
@@ -668,6 +673,25 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
                               "--resume auto continues from the latest checkpoint", &s->read_watch));
     }
     return ST_OK;
+}
+
+void st_session_take_norm(st_session *s, const char *path) {
+    st_model *m = s->model;
+    if (!m->norm_loaded || !s->has_train || s->train.kind != ST_DATA_IMAGES) return;
+    const float mean = m->norm_mean, std = m->norm_std;
+    /* (a relative 1e-5: the same data gives the same float sums) */
+    const bool other = fabsf(s->train.mean - mean) > 1e-5f * fmaxf(fabsf(mean), std) ||
+                       fabsf(s->train.std - std) > 1e-5f * std;
+    if (other && s->rank == 0)
+        st_ticker_sayf(
+            "scaletrain: warning: data.train (%s) has mean %.6g and standard deviation %.6g, but the "
+            "weights %s were trained on inputs normalised with mean %.6g and standard deviation "
+            "%.6g, which they record: the run normalises with those, as the weights expect (other "
+            "data than they were trained on, or data changed since)\n",
+            s->cfg->data.train, (double)s->train.mean, (double)s->train.std, path, (double)mean, (double)std);
+    s->train.mean = s->val.mean = mean;
+    s->train.std = s->val.std = std;
+    m->has_norm = true; /* (what its checkpoints and final weights record in turn) */
 }
 
 st_status st_session_close(st_session *s) {

@@ -83,6 +83,13 @@ int64_t st_session_eval_count(const st_session *s, int64_t B);
 /* The samples [*lo, *hi) this rank evaluates, whole batches of B. */
 void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t *hi);
 
+/* After weights were loaded from `path` (--init, a resumed checkpoint):
+ * when the file records the inputs' normalisation, the data is normalised
+ * with it from now on, as the weights were trained (saying so, rank 0 on
+ * standard error, when data.train's own statistics differ: other data, or
+ * data changed since). */
+void st_session_take_norm(st_session *s, const char *path);
+
 double st_now(void);
 
 /* The run's gradients go through NCCL: a CUDA device and several ranks (or

@@ -192,6 +192,7 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     st_watch_begin(ses->store_watch, what);
     const st_status l = st_model_load(ses->model, path);
     st_watch_end(ses->store_watch);
+    if (l == ST_OK) st_session_take_norm(ses, path);
     return l;
 }
 
@@ -908,6 +909,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
         ST_GOTO(s);
+        if (found) st_session_take_norm(ses, dir);
         if (found) {
             ck = got;
             if (ck.batch_size != c->train.batch_size) {

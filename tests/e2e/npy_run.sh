@@ -4,6 +4,8 @@
 # 0/1 (which half), train and val pairs.
 #  1. An mlp learns it from the config (data.type npy, the four paths):
 #     validation accuracy above 0.9.
+#     The weights record their inputs' normalisation: evaluated beside
+#     another data.train, the same loss and accuracy, and a warning.
 #  2. Augmentation (data.augment_crop_pad 1, data.augment_flip true): the
 #     same weights, bit for bit, with 0 and 3 loader workers; different
 #     weights from the run without augmentation; a run stopped at step 6 and
@@ -43,6 +45,7 @@ bad = np.zeros(256, dtype=np.int64); bad[17] = 5
 np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
 np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
+np.save(f"{d}/dim_x.npy", np.load(f"{d}/train_x.npy") // 2)  # other statistics
 PY
 
 # data inspect reads NPY (it once took every file without another magic for safetensors).
@@ -75,6 +78,20 @@ acc=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1].splitli
 echo "npy mlp: validation accuracy $acc"
 /usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.9 else 1)' "${acc:-0}" ||
     fail "validation accuracy ${acc:-none} is not above 0.9: $out"
+
+# 1b. The weights record the normalisation they were trained with
+# (data.mean, data.std): evaluated beside another data.train, they
+# evaluate as beside their own, saying so, where the other set's statistics
+# were taken without a word and gave another accuracy
+"$bin" data inspect "$tmp/plain/model.safetensors" | grep -qE "trained on inputs normalised with data.mean 0\.[0-9]+, data.std 0\.[0-9]+" ||
+    fail "the weights do not record data.mean: $("$bin" data inspect "$tmp/plain/model.safetensors" | tail -5)"
+own=$(timeout 60 "$bin" eval "$tmp/run.yaml" --init "$tmp/plain" --json --quiet 2>&1 | tail -n 1)
+other=$(timeout 60 "$bin" eval "$tmp/run.yaml" --init "$tmp/plain" --set data.train="$tmp/dim_x.npy" --json --quiet 2>"$tmp/other.err" | tail -n 1)
+/usr/bin/python3 -c 'import json,sys; a, b = (json.loads(x) for x in sys.argv[1:]); sys.exit(0 if a["loss"] == b["loss"] and a["accuracy"] == b["accuracy"] else 1)' "$own" "$other" ||
+    fail "evaluated beside another data.train: $other, beside its own: $own"
+grep -qF "warning: data.train ($tmp/dim_x.npy) has mean" "$tmp/other.err" &&
+    grep -qF "were trained on inputs normalised with mean" "$tmp/other.err" || fail "no word of the other statistics: $(cat "$tmp/other.err")"
+echo "evaluated beside another data.train: as beside its own ($own)"
 
 # 2. augmentation: workers, effect, resume
 aug=(--set data.augment_crop_pad=1 --set data.augment_flip=true --set train.steps=12 --set data.val= --quiet
