@@ -254,6 +254,17 @@ static st_status open_data(st_session *s, bool eval_only) {
     ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
+    /* NumPy arrays from PyTorch are (n, c, h, w): read channels last, they
+     * train on images c pixels high, without a word */
+    const st_dataset *t = &s->train;
+    if (s->rank == 0 && strcmp(c->data.type, "npy") == 0 && !t->flat && t->c > 4 && t->h <= 4)
+        st_ticker_sayf(
+            "scaletrain: warning: data.train %s holds %lld images %lldx%lldx%lld read as (n, height, "
+            "width, channels), channels last: %lld pixels high with %lld channels. If the array is "
+            "(n, channels, height, width), PyTorch's layout, save it channels last: numpy.save(path, "
+            "x.transpose(0, 2, 3, 1))\n",
+            c->data.train, (long long)t->n, (long long)t->h, (long long)t->w, (long long)t->c,
+            (long long)t->h, (long long)t->c);
     if (c->data.val[0]) {
         ST_TRY(open_images(c, c->data.val, c->data.val_labels, "data.val", &s->val));
         s->has_val = true;

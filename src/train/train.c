@@ -35,6 +35,7 @@
 #include "core/watch.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "data/tokens.h"
 #include "dist/agree.h"
 #include "dist/dist.h"
 #include "feed.h"
@@ -141,10 +142,36 @@ static const char *tf(bool b) { return b ? "true" : "false"; }
  * its writer thread waits on the write, never the run). */
 static void out_flush(st_session *ses) { fflush(ses->out); }
 
+/* What a dataset holds, as the header says it: "60000 images 28x28x1
+ * (bytes), 10 classes", "1000 samples of 12 features (floats)", "4218
+ * samples of 64+1 tokens (303076 tokens, vocabulary 256)". */
+static void describe_data(const st_dataset *d, char *buf, size_t n) {
+    if (d->kind == ST_DATA_TOKENS)
+        snprintf(buf, n, "%lld samples of %lld+1 tokens (%lld tokens, vocabulary %lld)", (long long)d->n,
+                 (long long)d->seq_len, (long long)st_tokens_count(d->tokens), (long long)d->vocab_size);
+    else if (d->flat)
+        snprintf(buf, n, "%lld samples of %lld features (%s), %lld classes", (long long)d->n, (long long)d->w,
+                 d->pixels ? "bytes" : "floats", (long long)d->num_classes);
+    else
+        snprintf(buf, n, "%lld images %lldx%lldx%lld (height, width, channels; %s), %lld classes",
+                 (long long)d->n, (long long)d->h, (long long)d->w, (long long)d->c,
+                 d->pixels ? "bytes" : "floats", (long long)d->num_classes);
+}
+
 static void print_header(st_session *ses, const st_run_opts *opts) {
     if (opts->quiet) return;
     fprintf(ses->out, "scaletrain: effective configuration\n");
     st_config_print(ses->cfg, ses->out);
+    char train[256] = "", val[256] = "";
+    if (ses->has_train) describe_data(&ses->train, train, sizeof train);
+    if (ses->has_val) /* (the same shape: checked) */
+        snprintf(val, sizeof val, "%lld %s", (long long)ses->val.n,
+                 ses->val.kind == ST_DATA_IMAGES && !ses->val.flat ? "images" : "samples");
+    if (ses->has_train && ses->train.kind == ST_DATA_IMAGES)
+        snprintf(train + strlen(train), sizeof train - strlen(train), ", normalised with mean %.4g, std %.4g",
+                 (double)ses->train.mean, (double)ses->train.std);
+    fprintf(ses->out, "data: %s%s%s%s\n", train, train[0] && val[0] ? "; " : "", val[0] ? "validation: " : "",
+            val);
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
             (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
     if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));

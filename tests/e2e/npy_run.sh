@@ -10,7 +10,8 @@
 #     same weights, bit for bit, with 0 and 3 loader workers; different
 #     weights from the run without augmentation; a run stopped at step 6 and
 #     resumed to 12 (past an epoch) ends with the same weights as 12 straight.
-#  3. A cnn on (n, h, w, 3) float32 images runs.
+#  3. A cnn on (n, h, w, 3) float32 images runs; the header's data line;
+#     (n, c, h, w) images (PyTorch's layout) are warned of, with the fix.
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
 #     (n, d) features, augmentation of tokens, float validation images
@@ -46,6 +47,7 @@ np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
 np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
 np.save(f"{d}/dim_x.npy", np.load(f"{d}/train_x.npy") // 2)  # other statistics
+np.save(f"{d}/nchw_x.npy", rng.standard_normal((64, 3, 8, 8)).astype(np.float32))  # PyTorch's layout
 PY
 
 # data inspect reads NPY (it once took every file without another magic for safetensors).
@@ -117,6 +119,20 @@ timeout 60 "$bin" train --set model.type=cnn --set model.channels=[4] --set mode
     --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
     --set train.steps=2 --set train.batch_size=16 --set train.threads=1 --set data.augment_flip=true \
     --set train.out_dir="$tmp/cnn" --quiet || fail "cnn on float32 (n, h, w, 3) npy images"
+# the header says what the data holds; PyTorch's (n, c, h, w), read channels
+# last as 3-pixel-high images of 8 channels, is named with the fix
+o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.type=npy \
+    --set data.train="$tmp/nchw_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
+    --set train.steps=1 --set train.batch_size=16 --set train.threads=1 --set log.progress=off \
+    --set train.out_dir="$tmp/nchw" 2>&1) || fail "(n, c, h, w) npy images: $o"
+grep -qE "^data: 64 images 3x8x8 \(height, width, channels; floats\), 3 classes, normalised with mean" <<<"$o" ||
+    fail "the header's data line: $(grep '^data: ' <<<"$o")"
+grep -qF "holds 64 images 3x8x8 read as (n, height, width, channels), channels last: 3 pixels high with 8 channels. If the array is (n, channels, height, width), PyTorch's layout, save it channels last: numpy.save(path, x.transpose(0, 2, 3, 1))" <<<"$o" ||
+    fail "(n, c, h, w) npy images: no warning: $o"
+o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.type=npy \
+    --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
+    --set train.steps=1 --set train.batch_size=16 --set train.threads=1 --set train.out_dir="$tmp/nhwc" --quiet 2>&1)
+[ -z "$o" ] || fail "(n, h, w, c) npy images: $o"
 
 # 4. errors: exit 1 and a message naming the file or key
 err() { # NAME NEEDLE ARGS...
