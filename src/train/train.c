@@ -1088,6 +1088,20 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     so.name = c->data.train;
     so.interleave = dd.interleave; /* the fold order, or sync batch-norm's (dist.h) */
     ST_GOTO(st_sampler_init(&so, &smp));
+    if (start > 0 && ck.pos.step >= st_sampler_steps_per_epoch(smp) && ck.pos.micro == 0) {
+        /* An epoch shorter than the checkpoint's position in it (data.train
+         * has fewer samples now, or data.drop_last changed): the next epoch */
+        if (ses->rank == 0)
+            fprintf(
+                stderr,
+                "resume: warning: the checkpoint is at step %lld of epoch %lld, but an epoch of data.train "
+                "(%s: %lld samples, train.batch_size %lld, data.drop_last %s) is %lld steps now: the run "
+                "goes on at the start of epoch %lld\n",
+                (long long)ck.pos.step, (long long)ck.pos.epoch, c->data.train, (long long)n,
+                (long long)c->train.batch_size, c->data.drop_last ? "true" : "false",
+                (long long)st_sampler_steps_per_epoch(smp), (long long)ck.pos.epoch + 1);
+        ck.pos = (st_sampler_pos){ck.pos.epoch + 1, 0, 0};
+    }
     if (start > 0) ST_GOTO(st_sampler_seek(smp, ck.pos));
     st_loader_opts lo = ST_LOADER_OPTS_INIT;
     lo.num_workers = (int)c->data.num_workers;

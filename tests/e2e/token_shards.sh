@@ -70,6 +70,16 @@ mv "$last" "$tmp/last.tokens"
 grep -q "resume: warning: data.train (.*) holds [0-9]* samples; the run that wrote the checkpoint had [0-9]*" \
     "$tmp/resume.txt"
 mv "$tmp/last.tokens" "$last"
+# on data so much smaller that the checkpoint's step is past its epoch's end
+# (63 samples: 7 steps of 8; the checkpoint at 15), the run goes on at the next epoch, saying so,
+# where it failed on a "sampler position" after warning that it would go on
+"$bin" train "${gpt[@]}" --set data.train="$tmp/shards/corpus-000000.tokens" --set data.val= --set train.eval_every=0 \
+    --set train.steps=20 --set train.checkpoint_every=5 --set train.out_dir="$tmp/run-resume" --resume auto >"$tmp/resume.txt" 2>&1 ||
+    { cat "$tmp/resume.txt"; exit 1; }
+grep -q "resume: warning: the checkpoint is at step 15 of epoch 0, but an epoch of data.train (.*corpus-000000.tokens: 63 samples, train.batch_size 8, data.drop_last true) is 7 steps now: the run goes on at the start of epoch 1" \
+    "$tmp/resume.txt" || { cat "$tmp/resume.txt"; exit 1; }
+/usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["sampler"]; sys.exit(0 if (p["epoch"], p["step"]) == (1, 5) else 1)' \
+    "$tmp/run-resume/ckpt/step-20/state.json" || { echo "step 20 is not epoch 1's step 5"; exit 1; }
 # fewer, larger shards would leave old ones in the pattern: refused, nothing written
 before=$(md5sum "$tmp"/shards/* | md5sum)
 if "$bin" data tokenize "$tmp/shards/corpus.tokens" "$tmp/a.txt" --shard-tokens 100000 2>"$tmp/err.txt"; then
