@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,6 +229,23 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
     return s;
 }
 
+/* data.val naming data.train's own file: the evaluation would measure the
+ * training data as held-out data, without a word. Rank 0 warns. */
+static void same_data(const st_session *s) {
+    const st_config *c = s->cfg;
+    struct stat a, b;
+    if (s->rank != 0 || !s->has_train || !s->has_val || stat(c->data.train, &a) != 0 ||
+        stat(c->data.val, &b) != 0)
+        return;
+    const bool same = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (same)
+        st_ticker_sayf(
+            "scaletrain: warning: data.val (%s) is data.train's own file: the evaluation measures the "
+            "data the model trains on, not held-out data; set data.val to other data (or \"\": "
+            "no evaluation)\n",
+            c->data.val);
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0;
@@ -247,6 +265,7 @@ static st_status open_data(st_session *s, bool eval_only) {
                             "data.val"));
             s->has_val = true;
         }
+        same_data(s);
         return ST_OK;
     }
     /* Images are normalised with the training set's statistics, so evaluation
@@ -284,6 +303,7 @@ static st_status open_data(st_session *s, bool eval_only) {
                            "are, so the two would be scaled differently; save both with the same dtype",
                            c->data.val, s->val.pixels ? "bytes (uint8)" : "floats", c->data.train,
                            s->train.pixels ? "bytes (uint8)" : "floats");
+        same_data(s);
     }
     return ST_OK;
 }

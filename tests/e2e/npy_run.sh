@@ -11,7 +11,8 @@
 #     weights from the run without augmentation; a run stopped at step 6 and
 #     resumed to 12 (past an epoch) ends with the same weights as 12 straight.
 #  3. A cnn on (n, h, w, 3) float32 images runs; the header's data line;
-#     (n, c, h, w) images (PyTorch's layout) are warned of, with the fix.
+#     (n, c, h, w) images (PyTorch's layout) are warned of, with the fix;
+#     so is data.val naming data.train's file.
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
 #     (n, d) features, augmentation of tokens, float validation images
@@ -133,6 +134,11 @@ o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set da
     --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
     --set train.steps=1 --set train.batch_size=16 --set train.threads=1 --set train.out_dir="$tmp/nhwc" --quiet 2>&1)
 [ -z "$o" ] || fail "(n, h, w, c) npy images: $o"
+# validation data that is the training data's own file: said
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/train_x.npy" --set data.val_labels="$tmp/train_y.npy" \
+    --set train.steps=1 --set train.out_dir="$tmp/sameval" --quiet 2>&1)
+grep -qF "warning: data.val ($tmp/train_x.npy) is data.train's own file: the evaluation measures the data the model trains on, not held-out data" <<<"$o" ||
+    fail "data.val = data.train: no warning: $o"
 
 # 4. errors: exit 1 and a message naming the file or key
 err() { # NAME NEEDLE ARGS...
