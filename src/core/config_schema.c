@@ -81,7 +81,8 @@ const st_cfg_key st_cfg_keys[] = {
         "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "
         "keep the logits; auto = on when that holds less memory (a large vocabulary)"),
     K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
-           "mlp/cnn: output classes; auto = from the training labels"),
+           "mlp/cnn: output classes; auto = the largest label + 1, of data.train_labels and data.val_labels "
+           "(a warning when the validation labels go higher)"),
 
     K_ENUM("data.type", data.type, "idx", VALUES("idx", "npy", "tokens"),
            "dataset format: idx (MNIST family, gzip or raw), npy (a pair of NumPy .npy files: inputs (n, h, "

@@ -111,12 +111,16 @@ static st_status npy_labels(const char *path, const st_npy *lb, int64_t num_clas
         int64_t v = lb->dtype == ST_NPY_U8    ? ((const uint8_t *)lb->data)[i]
                     : lb->dtype == ST_NPY_I32 ? ((const int32_t *)lb->data)[i]
                                               : ((const int64_t *)lb->data)[i];
+        if (v < 0 && num_classes <= 0)
+            return st_fail(ST_ERR_FORMAT,
+                           "%s: label %lld at index %lld is negative; labels are class numbers 0, 1, ...",
+                           path, (long long)v, (long long)i);
         if (v < 0 || v >= limit)
             return st_fail(ST_ERR_FORMAT,
                            "%s: label %lld at index %lld is outside [0, %lld)%s; labels are class "
                            "numbers 0, 1, ...",
                            path, (long long)v, (long long)i, (long long)limit,
-                           num_classes > 0 ? " (the class count)" : "");
+                           num_classes > 0 ? " (the class count, model.num_classes)" : " (the most classes)");
         out->labels[i] = (int32_t)v;
         if (v > maxl) maxl = v;
     }

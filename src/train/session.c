@@ -442,15 +442,29 @@ static st_status plan(st_session *s, st_model_input *in) {
     } else {
         if (strcmp(c->model.type, "gpt") == 0)
             return st_fail(ST_ERR_CONFIG, "model.type gpt needs data.type tokens");
-        int64_t classes = s->train.num_classes > s->val.num_classes ? s->train.num_classes
-                                                                    : s->val.num_classes;
+        const bool val_more = s->has_val && s->has_train && s->val.num_classes > s->train.num_classes;
+        const int64_t classes = val_more ? s->val.num_classes : s->train.num_classes;
+        const char *key = val_more ? "data.val_labels" : "data.train_labels",
+                   *file = val_more ? c->data.val_labels : c->data.train_labels;
         if (c->model.num_classes == ST_AUTO) {
             c->model.num_classes = classes;
             snprintf(why, sizeof why, "labels 0..%lld in the data", (long long)classes - 1);
             st_config_mark_auto(c, "model.num_classes", why);
+            if (val_more && s->rank == 0) /* (a head for classes no training sample has) */
+                st_ticker_sayf(
+                    "scaletrain: warning: %s (%s) holds labels up to %lld, but data.train_labels (%s) "
+                    "only up to %lld: classes %lld..%lld have no training sample, and "
+                    "model.num_classes auto makes %lld outputs; check that the two label files "
+                    "number the classes alike\n",
+                    key, file, (long long)classes - 1, c->data.train_labels,
+                    (long long)s->train.num_classes - 1, (long long)s->train.num_classes,
+                    (long long)classes - 1, (long long)classes);
         } else if (c->model.num_classes < classes) {
-            return st_fail(ST_ERR_CONFIG, "model.num_classes %lld is too small: the labels go up to %lld",
-                           (long long)c->model.num_classes, (long long)classes - 1);
+            return st_fail(ST_ERR_CONFIG,
+                           "model.num_classes %lld is too small: the labels of %s (%s) go up to %lld; set "
+                           "model.num_classes to %lld or more (or auto)",
+                           (long long)c->model.num_classes, key, file, (long long)classes - 1,
+                           (long long)classes);
         }
         in->height = d->h;
         in->width = d->w;

@@ -62,6 +62,8 @@ expect 1 "model.vocab_size (100, --set) is smaller than the vocabulary of $tmp/t
 expect 2 "--profile '5-99999999999999999999': expected FIRST-LAST steps" "$bin" train --profile 5-99999999999999999999
 expect 1 "model.block_size 46341 is longer than the attention takes (46340 at most" \
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
+expect 1 "model.num_classes 5 is too small: the labels of data.train_labels (/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz) go up to 9; set model.num_classes to 10 or more (or auto)" \
+    "$bin" train --set model.type=mlp --set model.num_classes=5 --set train.steps=1
 # data tokenize with a text file first (OUT left out, or an input named as
 # OUT): refused, the text kept; an existing token file is replaced
 cp "$tmp/t.txt" "$tmp/keep.txt"

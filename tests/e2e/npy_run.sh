@@ -48,6 +48,10 @@ np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
 np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
 np.save(f"{d}/dim_x.npy", np.load(f"{d}/train_x.npy") // 2)  # other statistics
+neg = np.zeros(256, dtype=np.int64); neg[3] = -1
+np.save(f"{d}/neg_y.npy", neg)
+v5 = np.load(f"{d}/val_y.npy").copy(); v5[7] = 5
+np.save(f"{d}/val5_y.npy", v5)
 np.save(f"{d}/nchw_x.npy", rng.standard_normal((64, 3, 8, 8)).astype(np.float32))  # PyTorch's layout
 PY
 
@@ -153,8 +157,16 @@ err() { # NAME NEEDLE ARGS...
 err "npy on the IDX defaults" "data.train (/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, default) is Fashion-MNIST's idx file but data.type (npy, --set); set data.train" \
     --set data.type=npy
 err "counts disagree" "short_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/short_y.npy"
-err "label out of range" "bad_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" \
-    --set model.num_classes=2
+err "label out of range" "bad_y.npy: label 5 at index 17 is outside [0, 2) (the class count, model.num_classes)" \
+    "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" --set model.num_classes=2
+err "negative label" "neg_y.npy: label -1 at index 3 is negative; labels are class numbers 0, 1, ..." \
+    "$tmp/run.yaml" --set data.train_labels="$tmp/neg_y.npy"
+# validation labels beyond the training labels: model.num_classes auto
+# counts them, said
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val_labels="$tmp/val5_y.npy" --set train.steps=1 \
+    --set train.out_dir="$tmp/val5" --quiet 2>&1) || fail "validation labels up to 5: $o"
+grep -qF "warning: data.val_labels ($tmp/val5_y.npy) holds labels up to 5, but data.train_labels ($tmp/train_y.npy) only up to 1: classes 2..5 have no training sample" <<<"$o" ||
+    fail "validation labels up to 5: no warning: $o"
 err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.train="$tmp/feat_x.npy" \
     --set data.augment_flip=true
 err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
