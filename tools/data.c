@@ -76,6 +76,15 @@ static int tokenize(int argc, char **argv) {
         free(pos);
         return ST_EXIT_USAGE;
     }
+    if (st_path_is_dir(pos[0])) {
+        fprintf(
+            stderr,
+            "scaletrain data tokenize: %s is a directory; the first path is the token file to write: name "
+            "a file in it (%s/train.tokens)\n" TOKENIZE_USAGE,
+            pos[0], pos[0]);
+        free(pos);
+        return ST_EXIT_USAGE;
+    }
     /* OUT is replaced: refused when it holds something other than tokens (a
      * text file named first, OUT left out, or OUT among the inputs) */
     FILE *ex = shard_tokens > 0 ? NULL : fopen(pos[0], "rb");
@@ -92,6 +101,19 @@ static int tokenize(int argc, char **argv) {
                     pos[0], k.what[0] ? k.what : "its bytes are not scaletrain's token format", pos[0]);
             free(pos);
             return ST_EXIT_USAGE;
+        }
+    }
+    char parent[4096]; /* (OUT's folder is made, as train.out_dir is: `data/train.tokens` on a fresh checkout)
+                        */
+    snprintf(parent, sizeof parent, "%s", pos[0]);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = '\0';
+        const st_status m = st_mkdirs(parent);
+        if (m != ST_OK) {
+            st_fail_context(m, "data tokenize: the folder of %s: ", pos[0]);
+            free(pos);
+            return st_cli_error(m);
         }
     }
     if (jobs == 0) jobs = st_hw_allowed_cpus(); /* the cores this process may use */

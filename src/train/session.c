@@ -224,8 +224,11 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
     if (s != ST_OK && strcmp(c->data.type, "npy") == 0)
         st_fail_context(s, "data.type npy (%s and %s, a pair of .npy files written by numpy.save): ", key,
                         lkey);
-    else
+    else if (s != ST_OK) {
         data_key(data_key(s, inputs, key), labels, lkey);
+        if (strncmp(st_last_error(), "data.", 5) != 0) /* (the pair's: their counts) */
+            st_fail_context(s, "%s and %s: ", key, lkey);
+    }
     return s;
 }
 
@@ -290,10 +293,12 @@ static st_status open_data(st_session *s, bool eval_only) {
         s->val.mean = s->train.mean;
         s->val.std = s->train.std;
         if (s->val.h != s->train.h || s->val.w != s->train.w || s->val.c != s->train.c)
-            return st_fail(ST_ERR_FORMAT, "%s holds %lldx%lldx%lld images but %s holds %lldx%lldx%lld",
-                           c->data.val, (long long)s->val.h, (long long)s->val.w, (long long)s->val.c,
-                           c->data.train, (long long)s->train.h, (long long)s->train.w,
-                           (long long)s->train.c);
+            return st_fail(
+                ST_ERR_FORMAT,
+                "data.val (%s) holds %lldx%lldx%lld images but data.train (%s) holds %lldx%lldx%lld: "
+                "validation images must have the training images' height, width and channels",
+                c->data.val, (long long)s->val.h, (long long)s->val.w, (long long)s->val.c, c->data.train,
+                (long long)s->train.h, (long long)s->train.w, (long long)s->train.c);
         /* Bytes are read as value/255 and floats as they are, then both
          * normalised with the training set's statistics: mixed, one of the
          * two would be scaled wrong by 255 and evaluate to nonsense. */

@@ -64,6 +64,8 @@ expect 1 "model.block_size 46341 is longer than the attention takes (46340 at mo
     "$bin" train "${tok[@]}" --set model.block_size=46341 --set train.batch_size=1
 expect 1 "model.num_classes 5 is too small: the labels of data.train_labels (/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz) go up to 9; set model.num_classes to 10 or more (or auto)" \
     "$bin" train --set model.type=mlp --set model.num_classes=5 --set train.steps=1
+expect 1 "data.train and data.train_labels: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz holds 60000 images but /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz holds 10000 labels; they must be a pair" \
+    "$bin" train --set data.train_labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz --set train.steps=1
 # data tokenize with a text file first (OUT left out, or an input named as
 # OUT): refused, the text kept; an existing token file is replaced
 cp "$tmp/t.txt" "$tmp/keep.txt"
@@ -83,6 +85,10 @@ expect 1 "t.txt.gz: a gzip file, not text: data tokenize reads text files; decom
     "$bin" data tokenize "$tmp/new.tokens" "$tmp/t.txt" "$tmp/t.txt.gz"
 expect 1 "$bin: an ELF file (a program or shared library), not text" "$bin" data tokenize "$tmp/new.tokens" "$bin"
 [ ! -e "$tmp/new.tokens" ] || { echo "FAIL: a refused tokenize wrote its output"; fails=$((fails + 1)); }
+# OUT a directory: refused before anything is read; OUT in folders not made yet: made (as train.out_dir is)
+expect 2 "$tmp/corpus is a directory; the first path is the token file to write: name a file in it ($tmp/corpus/train.tokens)" \
+    "$bin" data tokenize "$tmp/corpus" "$tmp/t.txt"
+expect 0 "$tmp/new/data/train.tokens: 50000 tokens" "$bin" data tokenize "$tmp/new/data/train.tokens" "$tmp/t.txt"
 # data inspect names a file it does not read by what it is, and what to do with it
 expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletrain data tokenize OUT.tokens FILE\`" \
     "$bin" data inspect "$tmp/t.txt"

@@ -161,6 +161,10 @@ err "label out of range" "bad_y.npy: label 5 at index 17 is outside [0, 2) (the 
     "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" --set model.num_classes=2
 err "negative label" "neg_y.npy: label -1 at index 3 is negative; labels are class numbers 0, 1, ..." \
     "$tmp/run.yaml" --set data.train_labels="$tmp/neg_y.npy"
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/rgb_x.npy" --set data.val_labels="$tmp/rgb_y.npy" \
+    --set train.steps=1 --set train.out_dir="$tmp/shape" --quiet 2>&1)
+grep -qF "data.val ($tmp/rgb_x.npy) holds 8x8x3 images but data.train ($tmp/train_x.npy) holds 8x8x1: validation images must have the training images' height, width and channels" <<<"$o" ||
+    fail "validation images of another shape: $o"
 # validation labels beyond the training labels: model.num_classes auto
 # counts them, said
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val_labels="$tmp/val5_y.npy" --set train.steps=1 \
