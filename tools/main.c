@@ -1,38 +1,70 @@
 /* `scaletrain`: dispatch to one subcommand. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "core/blas.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\n"
-               "commands:\n"
-               "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--resume auto|CKPT_DIR] [--json]\n"
-               "        [--quiet] [--profile FIRST-LAST]\n"
-               "                      train (default: a CNN on Fashion-MNIST, one epoch); --profile writes\n"
-               "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"
-               "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
-               "                      evaluate saved weights on the validation data\n"
-               "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
-               "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"
-               "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N]\n"
-               "        [--efficiency E] [--json] [--probe]\n"
-               "                      predicted micro-batch, memory and speed per hardware configuration\n"
-               "  check [CONFIG.yaml] [--set key=value]...\n"
-               "                      is this machine ready? (cores, memory, MPI, a 2-rank self-test, data)\n"
-               "  bench [-n 1,2,4] [CONFIG.yaml] [--set key=value]... [--steps S] [--warmup W]\n"
-               "        [--out DIR]\n"
-               "                      throughput and weak-scaling efficiency at each rank count\n"
-               "  report RUN_DIR [--out DIR] [--no-png]\n"
+/* Each command's lines of the usage: its synopsis, then what it does. */
+static const struct {
+    const char *name, *text;
+} COMMANDS[] = {
+    {"train",
+     "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--resume auto|CKPT_DIR] [--json]\n"
+     "        [--quiet] [--profile FIRST-LAST]\n"
+     "                      train (default: a CNN on Fashion-MNIST, one epoch); --profile writes\n"
+     "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"},
+    {"eval", "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
+             "                      evaluate saved weights on the validation data\n"},
+    {"launch", "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
+               "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"},
+    {"plan", "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N]\n"
+             "        [--efficiency E] [--json] [--probe]\n"
+             "                      predicted micro-batch, memory and speed per hardware configuration\n"},
+    {"check",
+     "  check [CONFIG.yaml] [--set key=value]...\n"
+     "                      is this machine ready? (cores, memory, MPI, a 2-rank self-test, data)\n"},
+    {"bench", "  bench [-n 1,2,4] [CONFIG.yaml] [--set key=value]... [--steps S] [--warmup W]\n"
+              "        [--out DIR]\n"
+              "                      throughput and weak-scaling efficiency at each rank count\n"},
+    {"report", "  report RUN_DIR [--out DIR] [--no-png]\n"
                "                      loss, throughput, memory and lr charts (SVG, PNG through gnuplot) and\n"
-               "                      report.html, a one-page summary, from RUN_DIR/metrics.jsonl\n"
-               "  slurm CONFIG.yaml --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] ...\n"
-               "                      an sbatch script (srun, requeue on pre-emption) on stdout\n"
-               "  data tokenize OUT FILE... [--shard-tokens N] [--jobs J]\n"
-               "                      byte-level token file, or shards written J at a time, from text files\n"
-               "  data inspect FILE           what a data or weights file holds\n\n"
-               "configuration keys: docs/config.md\n");
+               "                      report.html, a one-page summary, from RUN_DIR/metrics.jsonl\n"},
+    {"slurm", "  slurm CONFIG.yaml --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] ...\n"
+              "                      an sbatch script (srun, requeue on pre-emption) on stdout\n"},
+    {"data", "  data tokenize OUT FILE... [--shard-tokens N] [--jobs J]\n"
+             "                      byte-level token file, or shards written J at a time, from text files\n"
+             "  data inspect FILE|PATTERN|CHECKPOINT|RUN_DIR\n"
+             "                      what a data or weights file, a checkpoint or a run's out_dir holds\n"},
+};
+#define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: scaletrain COMMAND [ARGS]\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        fputs(COMMANDS[i].text, f);
+    fprintf(f, "\nconfiguration keys: docs/config.md\n");
+}
+
+/* `scaletrain CMD ... --help` for the commands whose own parsers do not
+ * take it (train, eval, data): its lines of the usage, on standard output. */
+static bool command_help(const char *cmd, int argc, char **argv) {
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "eval") != 0 && strcmp(cmd, "data") != 0) return false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--set") || !strcmp(a, "--init") || !strcmp(a, "--resume") ||
+            !strcmp(a, "--profile") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--jobs")) {
+            i++; /* (a value, even one that reads --help) */
+            continue;
+        }
+        if (strcmp(a, "--help") != 0 && strcmp(a, "-h") != 0) continue;
+        for (int k = 0; k < N_COMMANDS; k++)
+            if (!strcmp(COMMANDS[k].name, cmd)) printf("usage:\n%s", COMMANDS[k].text);
+        printf("\nconfiguration keys: docs/config.md; commands: docs/commands.md\n");
+        return true;
+    }
+    return false;
 }
 
 int main(int argc, char **argv) {
@@ -43,6 +75,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? ST_EXIT_USAGE : ST_EXIT_OK;
     }
     const char *cmd = argv[1];
+    if (command_help(cmd, argc - 2, argv + 2)) return ST_EXIT_OK;
     if (strcmp(cmd, "train") == 0) return st_cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);

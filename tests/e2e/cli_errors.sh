@@ -66,6 +66,11 @@ expect 1 "model.num_classes 5 is too small: the labels of data.train_labels (/us
     "$bin" train --set model.type=mlp --set model.num_classes=5 --set train.steps=1
 expect 1 "data.train and data.train_labels: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz holds 60000 images but /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz holds 10000 labels; they must be a pair" \
     "$bin" train --set data.train_labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz --set train.steps=1
+# every command takes --help: its usage on standard output, exit 0
+for c in "train" "eval" "data" "data tokenize" "data inspect" "plan" "check" "launch" "bench" "report" "slurm"; do
+    # shellcheck disable=SC2086
+    expect 0 "usage:" "$bin" $c --help
+done
 # data tokenize with a text file first (OUT left out, or an input named as
 # OUT): refused, the text kept; an existing token file is replaced
 cp "$tmp/t.txt" "$tmp/keep.txt"
