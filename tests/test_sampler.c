@@ -222,6 +222,35 @@ static void errors(void) {
     o.n = 7, o.batch_size = 8, o.micro_batch = 2, o.world = 2, o.name = "small.idx";
     CHECK_FAILS(st_sampler_init(&o, &s), ST_ERR_CONFIG,
                 "small.idx has 7 samples, fewer than one global batch of 8");
+    /* without drop_last, a batch larger than the data repeats its samples:
+     * 3 samples fill a batch of 8 as 3 + 3 + 2, on every step */
+    o.n = 3, o.drop_last = false;
+    CHECK_OK(st_sampler_init(&o, &s));
+    if (s) {
+        CHECK(st_sampler_steps_per_epoch(s) == 1, "3 samples, batch 8: %lld steps an epoch",
+              (long long)st_sampler_steps_per_epoch(s));
+        for (int step = 0; step < 2; step++) {
+            int64_t seen[3] = {0}, idx[2];
+            bool bad = false;
+            for (int r = 0; r < 2; r++)
+                for (int k = 0; k < 2; k++) {
+                    CHECK_OK(st_sampler_indices(s, r, (st_sampler_pos){step, 0, k}, idx));
+                    for (int j = 0; j < 2; j++)
+                        if (idx[j] < 0 || idx[j] > 2)
+                            bad = true;
+                        else
+                            seen[idx[j]]++;
+                }
+            int64_t lo = seen[0] < seen[1] ? seen[0] : seen[1], hi = seen[0] > seen[1] ? seen[0] : seen[1];
+            lo = lo < seen[2] ? lo : seen[2], hi = hi > seen[2] ? hi : seen[2];
+            CHECK(!bad && lo == 2 && hi == 3 && seen[0] + seen[1] + seen[2] == 8,
+                  "epoch %d: samples read %lld, %lld, %lld times", step, (long long)seen[0],
+                  (long long)seen[1], (long long)seen[2]);
+        }
+        st_sampler_free(s);
+        s = NULL;
+    }
+    o.drop_last = true;
     o.n = 100, o.batch_size = 12, o.micro_batch = 4, o.world = 2;
     CHECK_FAILS(st_sampler_init(&o, &s), ST_ERR_CONFIG, "cannot be split into 2 rank(s)");
     o.micro_batch = 2, o.rank = 2;

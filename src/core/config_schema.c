@@ -101,7 +101,8 @@ const st_cfg_key st_cfg_keys[] = {
           "idx, npy: validation labels"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
-           "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start"),
+           "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start "
+           "(data smaller than one batch: each batch repeats its samples)"),
     K_AUTO(
         "data.num_workers", data.num_workers, 0, 256,
         "loader threads assembling batches ahead of the step; 0 = in the step loop (a read that hangs there "

@@ -30,10 +30,11 @@ st_status st_sampler_init(const st_sampler_opts *o, st_sampler **out) {
                        "%lld; make train.batch_size a multiple of ranks x train.micro_batch_size",
                        (long long)o->batch_size, o->world, (long long)o->micro_batch);
     if (o->n < 1) return st_fail(ST_ERR_FORMAT, "%s: the dataset is empty", name);
-    if (o->n < o->batch_size)
+    if (o->n < o->batch_size && o->drop_last)
         return st_fail(ST_ERR_CONFIG,
-                       "%s has %lld samples, fewer than one global batch of %lld (train.batch_size); use a "
-                       "smaller batch or more data",
+                       "%s has %lld samples, fewer than one global batch of %lld (train.batch_size), and "
+                       "data.drop_last drops the partial batch: use a smaller batch, more data, or "
+                       "data.drop_last: false (each step's batch then repeats samples to fill it)",
                        name, (long long)o->n, (long long)o->batch_size);
     st_sampler *s = calloc(1, sizeof *s);
     if (!s) return st_fail(ST_ERR_NOMEM, "out of memory for the sampler");
@@ -96,7 +97,7 @@ static void fill(st_sampler *s, int rank, st_sampler_pos p, int64_t *idx) {
     const int64_t n = s->o.n, mb = s->o.micro_batch;
     const int64_t slice = s->o.interleave ? p.micro * s->o.world + rank : (int64_t)rank * s->accum + p.micro;
     int64_t i = p.step * s->o.batch_size + slice * mb;
-    if (i >= n) i -= n; /* the wrapped tail: i < steps * B <= n + B - 1 < 2n */
+    i %= n; /* the wrapped tail (several times round when n < B) */
     for (int64_t j = 0; j < mb; j++) {
         idx[j] = s->perm[i];
         if (++i == n) i = 0;

@@ -26,7 +26,8 @@
  * n mod B samples of the permutation are not read this epoch (the next
  * epoch's permutation is a new one); without it, steps_per_epoch = ceil(n / B)
  * and the last global batch is filled by wrapping around to the start of the
- * permutation (at most B - 1 samples are read twice). Either way every rank
+ * permutation (at most B - 1 samples are read twice; n < B: the permutation
+ * round and round, each sample about B / n times). Either way every rank
  * runs the same number of steps and every micro-batch is full, so an uneven
  * dataset never leaves one rank waiting in a collective.
  *

@@ -552,13 +552,15 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "train.eval_steps", why);
     }
     if (s->has_train) {
-        if (s->train.n < c->train.batch_size)
-            return st_fail(ST_ERR_CONFIG,
-                           "%s has %lld samples%s, fewer than one batch (train.batch_size %lld): set "
-                           "train.batch_size to %lld or less, or train on more data",
-                           c->data.train, (long long)s->train.n,
-                           s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "",
-                           (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
+        if (s->train.n < c->train.batch_size && c->data.drop_last)
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%s has %lld samples%s, fewer than one batch (train.batch_size %lld): set "
+                "train.batch_size to %lld or less, train on more data, or set data.drop_last: false "
+                "(each step's batch then repeats samples to fill it)",
+                c->data.train, (long long)s->train.n,
+                s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "",
+                (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
         if (c->train.steps == ST_AUTO) {
             int64_t B = c->train.batch_size;
             int64_t per_epoch = c->data.drop_last ? s->train.n / B : (s->train.n + B - 1) / B;
