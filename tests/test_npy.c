@@ -387,6 +387,36 @@ static void datasets(void) {
     CHECK_OK(st_dataset_sample(&d, 5, NULL, row, NULL, &y));
     CHECK_CLOSE(row[7], (f[47] - mean) / std, 1e-5);
     st_dataset_free(&d);
+    /* data.val_split: a third of the 6 held out, a fixed random subset; each
+     * sample in exactly one part, the same parts on every split */
+    int order[2][6];
+    for (int rep = 0; rep < 2; rep++) {
+        st_dataset v;
+        CHECK_OK(st_dataset_open_npy(px, py, 2, &d));
+        CHECK_OK(st_dataset_split(&d, 1.0 / 3, "data.val_split", &v));
+        CHECK(d.n == 4 && v.n == 2 && v.view && !d.view, "split 6 by 1/3: %lld and %lld", (long long)d.n,
+              (long long)v.n);
+        int seen[6] = {0};
+        for (int i = 0; i < 6; i++) {
+            const st_dataset *part = i < 4 ? &d : &v;
+            CHECK_OK(st_dataset_sample(part, i < 4 ? i : i - 4, NULL, row, NULL, &y));
+            const int k = (int)((row[0] + 3.0f) / 0.25f) / 8; /* (mean 0, std 1: the value as saved) */
+            order[rep][i] = k;
+            CHECK(k >= 0 && k < 6 && y == l32[k], "split sample %d: sample %d of the file, label %d", i, k,
+                  y);
+            if (k >= 0 && k < 6) seen[k]++;
+        }
+        for (int k = 0; k < 6; k++)
+            CHECK(seen[k] == 1, "sample %d is in the parts %d times", k, seen[k]);
+        st_dataset_free(&v);
+        st_dataset_free(&d);
+    }
+    CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0, "two splits of the same data differ");
+    CHECK_OK(st_dataset_open_npy(px, py, 2, &d));
+    st_dataset v;
+    CHECK_FAILS(st_dataset_split(&d, 0.05, "data.val_split", &v), ST_ERR_CONFIG,
+                "data.val_split 0.05 of 6 samples holds out 0: it must leave at least one sample");
+    st_dataset_free(&d);
     double g[5 * 3];
     for (int i = 0; i < 15; i++)
         g[i] = 1.0 / (i + 1);

@@ -449,9 +449,10 @@ static void check_data(report *r, const st_config *c) {
     }
     const char *sets[2] = {c->data.train, c->data.val};
     const char *labels[2] = {c->data.train_labels, c->data.val_labels};
+    const bool split = c->data.val_split > 0;
     for (int k = 0; k < 2; k++) {
-        if (!sets[k][0]) continue;
-        st_dataset d = {0};
+        if (!sets[k][0] || (k == 1 && split)) continue;
+        st_dataset d = {0}, v = {0};
         st_status s = tokens
                           ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
                           : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes, &d);
@@ -462,6 +463,8 @@ static void check_data(report *r, const st_config *c) {
             line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
                  fm ? "apt-get install dataset-fashion-mnist"
                     : "point data.train / data.val at readable files");
+        } else if (split && (s = st_dataset_split(&d, c->data.val_split, "data.val_split", &v)) != ST_OK) {
+            line(r, "FAIL", "val data", "%s", st_last_error());
         } else if (tokens) {
             line(r, "ok", what, "%s: %lld samples of %lld tokens, vocabulary %lld", sets[k], (long long)d.n,
                  (long long)d.seq_len, (long long)d.vocab_size);
@@ -469,6 +472,10 @@ static void check_data(report *r, const st_config *c) {
             line(r, "ok", what, "%s: %lld images %lldx%lldx%lld, %lld classes", sets[k], (long long)d.n,
                  (long long)d.h, (long long)d.w, (long long)d.c, (long long)d.num_classes);
         }
+        if (s == ST_OK && split)
+            line(r, "ok", "val data", "%lld samples held out of data.train (data.val_split %g)",
+                 (long long)v.n, c->data.val_split);
+        st_dataset_free(&v);
         st_dataset_free(&d);
     }
 }

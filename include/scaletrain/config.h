@@ -61,6 +61,7 @@ typedef struct st_config {
         char train_labels[ST_CFG_STR]; /* idx labels                      default Fashion-MNIST train labels */
         char val[ST_CFG_STR];          /* "" = no evaluation              default Fashion-MNIST test images */
         char val_labels[ST_CFG_STR];   /*                                 default Fashion-MNIST test labels */
+        double val_split;              /* held-out fraction of train; 0 = none  default 0 */
         bool shuffle;                  /*                                 default true */
         bool drop_last;                /* drop the last partial batch     default true */
         int64_t num_workers;           /* loader threads; auto = 1        default auto */

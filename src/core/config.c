@@ -477,6 +477,10 @@ st_status st_config_validate(const st_config *c) {
 
     FAIL_IF(!c->data.train[0], "data.train is empty; set it to the training %s",
             tokens ? "token file" : "images");
+    FAIL_IF(c->data.val_split > 0 && c->data.val[0] && !DEFAULTED("data.val"),
+            "%s holds out validation data from data.train, and %s names other validation data; set one of "
+            "them (data.val: \"\" to split data.train)",
+            D1("data.val_split"), D2("data.val"));
     FAIL_IF(c->model.preset[0] && !gpt, "%s is a gpt shape but %s; set model.type: gpt or remove the preset",
             D1("model.preset"), D2("model.type"));
     FAIL_IF(gpt && !tokens,
@@ -538,11 +542,11 @@ st_status st_config_validate_data(const st_config *c) {
     FAIL_IF(!tokens && DEFAULTED("data.train_labels"),
             "%s is Fashion-MNIST's idx file but %s; set data.train_labels to the labels .npy file",
             D1("data.train_labels"), D2("data.type"));
-    FAIL_IF(c->data.val[0] && DEFAULTED("data.val"),
+    FAIL_IF(c->data.val[0] && DEFAULTED("data.val") && !(c->data.val_split > 0),
             "%s is Fashion-MNIST's idx file but %s; set data.val to the validation %s, or data.val: \"\" "
             "to train without evaluation",
             D1("data.val"), D2("data.type"), tokens ? "token file" : "inputs .npy file");
-    FAIL_IF(!tokens && c->data.val[0] && DEFAULTED("data.val_labels"),
+    FAIL_IF(!tokens && c->data.val[0] && DEFAULTED("data.val_labels") && !(c->data.val_split > 0),
             "%s is Fashion-MNIST's idx file but %s; set data.val_labels to the validation labels .npy file",
             D1("data.val_labels"), D2("data.type"));
     return ST_OK;

@@ -99,6 +99,10 @@ const st_cfg_key st_cfg_keys[] = {
           "evaluation"),
     K_STR("data.val_labels", data.val_labels, FMNIST "t10k-labels-idx1-ubyte.gz",
           "idx, npy: validation labels"),
+    K_FLOAT("data.val_split", data.val_split, "0", 0, 1, HI,
+            "the fraction of data.train held out as the validation data (data.val and data.val_labels then "
+            "unset, or left at their defaults): images and features a fixed random subset, the same on every "
+            "run and rank; tokens the stream's end; 0 = none"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start "

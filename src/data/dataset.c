@@ -225,11 +225,68 @@ st_status st_dataset_open_pair(const char *data_type, const char *inputs, const 
 
 void st_dataset_free(st_dataset *d) {
     if (!d) return;
+    if (d->view) { /* (another's memory) */
+        memset(d, 0, sizeof *d);
+        return;
+    }
     free(d->pixels);
     free(d->values);
     free(d->labels);
     st_tokens_close(d->tokens);
     memset(d, 0, sizeof *d);
+}
+
+st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_dataset *val) {
+    memset(val, 0, sizeof *val);
+    const int64_t n = d->n, k = (int64_t)llround(fraction * (double)n);
+    if (!(fraction > 0 && fraction < 1) || k < 1 || k >= n)
+        return st_fail(ST_ERR_CONFIG,
+                       "%s %g of %lld samples holds out %lld: it must leave at least one sample for each of "
+                       "training and validation; %s",
+                       key, fraction, (long long)n, (long long)k,
+                       k < 1 ? "raise it, or give validation data (data.val)" : "lower it");
+    if (d->kind == ST_DATA_IMAGES) { /* the samples in a fixed random order */
+        const int64_t per = d->h * d->w * d->c, esize = d->pixels ? 1 : (int64_t)sizeof(float);
+        int64_t *order = malloc((size_t)n * sizeof *order);
+        unsigned char *from = d->pixels ? (unsigned char *)d->pixels : (unsigned char *)d->values;
+        unsigned char *to = st_alloc_aligned((size_t)(n * per * esize));
+        int32_t *labels = malloc((size_t)n * sizeof *labels);
+        if (!order || !to || !labels) {
+            free(order), free(labels), st_free_aligned(to);
+            return st_fail(ST_ERR_NOMEM, "out of memory splitting data.train for %s (%lld samples)", key,
+                           (long long)n);
+        }
+        st_epoch_order(n, 0x5eedda7a5011770ull, 0, 1, order); /* (the split's own seed) */
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(to + i * per * esize, from + order[i] * per * esize, (size_t)(per * esize));
+            labels[i] = d->labels[order[i]];
+        }
+        free(order);
+        free(d->labels);
+        d->labels = labels;
+        if (d->pixels) {
+            free(d->pixels);
+            d->pixels = to;
+        } else {
+            free(d->values);
+            d->values = (float *)to;
+        }
+    }
+    *val = *d;
+    val->view = true;
+    val->n = k;
+    val->tokens = d->tokens; /* (a window offset for tokens; pointers for images) */
+    if (d->kind == ST_DATA_IMAGES) {
+        const int64_t per = d->h * d->w * d->c;
+        if (val->pixels) val->pixels += (n - k) * per;
+        if (val->values) val->values += (n - k) * per;
+        val->labels += n - k;
+    } else {
+        val->first = d->first + n - k;
+    }
+    val->test_stall = 0;
+    d->n = n - k;
+    return ST_OK;
 }
 
 void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
@@ -313,10 +370,11 @@ st_status st_dataset_sample(const st_dataset *d, int64_t i, const st_image_aug *
             pthread_cond_wait(&stall_cv, &stall_mu);
         pthread_mutex_unlock(&stall_mu);
     }
-    const int64_t T = d->seq_len; /* window i: tokens [i*T, i*T + T], inputs then shifted targets */
-    st_status s = st_tokens_read_i32(d->tokens, i * T, T, xi);
+    const int64_t T = d->seq_len,
+                  w = d->first + i; /* window w: tokens [w*T, w*T + T], inputs then shifted targets */
+    st_status s = st_tokens_read_i32(d->tokens, w * T, T, xi);
     if (s == ST_OK) memcpy(y, xi + 1, (size_t)(T - 1) * sizeof(int32_t));
-    if (s == ST_OK) s = st_tokens_read_i32(d->tokens, i * T + T, 1, y + T - 1);
+    if (s == ST_OK) s = st_tokens_read_i32(d->tokens, w * T + T, 1, y + T - 1);
     if (stall) {
         pthread_mutex_lock(&stall_mu);
         stall_state = 2;

@@ -33,6 +33,11 @@ typedef struct st_dataset {
     /* tokens */
     st_tokens *tokens;
     int64_t seq_len, vocab_size;
+    /* A view (st_dataset_split's held-out part): its buffers and token file
+     * are another dataset's, which frees them; its sample i is the token
+     * window first + i (its images' pointers are offset instead). */
+    bool view;
+    int64_t first;
     /* For tests of the waits on data (data.timeout_s): with
      * SCALETRAIN_TEST_DATA_STALL=NAME:K in the environment when a token file
      * whose path holds NAME is opened, the read of its sample K stops for
@@ -58,6 +63,13 @@ st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t nu
  * num_classes as st_dataset_open_npy takes it), else an IDX pair. */
 st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
                                int64_t num_classes, st_dataset *out);
+/* Hold out round(fraction x n) samples of d as *val (0 < fraction < 1): for
+ * images and features a fixed random subset (d's samples are put in an
+ * order that depends only on n, then the last ones are held out: the same
+ * split on every run, rank and seed), for tokens the stream's last windows
+ * (in order: a text's end). d keeps the rest; *val is a view of d's memory,
+ * valid while d is. key: the setting, for errors ("data.val_split"). */
+st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_dataset *val);
 /* Tests: let the read stopped by test_stall go on, and wait until it has
  * read its sample. */
 void st_dataset_test_unstall(void);

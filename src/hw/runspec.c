@@ -21,7 +21,8 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
     in->cfg = cfg;
     st_model_input mi;
     memset(&mi, 0, sizeof mi);
-    in->has_eval = cfg->data.val[0] != '\0';
+    const bool split = cfg->data.val_split > 0; /* (held out of data.train: no other file to read) */
+    in->has_eval = cfg->data.val[0] != '\0' || split;
     if (strcmp(cfg->model.type, "gpt") == 0) {
         if (cfg->model.vocab_size == ST_AUTO) {
             st_tokens *t;
@@ -37,7 +38,8 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.seq_len = cfg->model.block_size;
         in->seq_len = mi.seq_len;
         in->sample_in_bytes = in->sample_out_bytes = 4 * mi.seq_len;
-        in->data_bytes = tokens_bytes(cfg->data.train) + (in->has_eval ? tokens_bytes(cfg->data.val) : 0);
+        in->data_bytes =
+            tokens_bytes(cfg->data.train) + (in->has_eval && !split ? tokens_bytes(cfg->data.val) : 0);
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,
@@ -56,7 +58,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->sample_in_bytes = 4 * px;
         in->sample_out_bytes = 4;
         in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
-        if (in->has_eval) {
+        if (in->has_eval && !split) {
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
                                         cfg->model.num_classes, &d));
             in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);

@@ -251,17 +251,28 @@ static void same_data(const st_session *s) {
 
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
-    const bool tokens = strcmp(c->data.type, "tokens") == 0;
+    const bool tokens = strcmp(c->data.type, "tokens") == 0, split = c->data.val_split > 0;
+    if (split) { /* the validation data is held out of data.train (data.val at its default, or "") */
+        char why[128];
+        snprintf(why, sizeof why, "data.val_split %g holds it out of data.train", c->data.val_split);
+        c->data.val[0] = c->data.val_labels[0] = '\0';
+        st_config_mark_auto(c, "data.val", why);
+        st_config_mark_auto(c, "data.val_labels", why);
+    }
     /* Before any file is read: an evaluation of tokens opens no training set,
      * and the model's checks below would otherwise see no data at all. */
-    if (eval_only && !c->data.val[0])
+    if (eval_only && !c->data.val[0] && !split)
         return st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
                                       "(--set data.val=FILE; with data.val_labels for idx and npy)");
     if (tokens) {
-        if (!eval_only) {
+        if (!eval_only || split) {
             ST_TRY(data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),
                             c->data.train, "data.train"));
             s->has_train = true;
+        }
+        if (split) {
+            ST_TRY(st_dataset_split(&s->train, c->data.val_split, "data.val_split", &s->val));
+            s->has_val = true;
         }
         if (c->data.val[0]) {
             ST_TRY(data_key(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val), c->data.val,
@@ -275,7 +286,12 @@ static st_status open_data(st_session *s, bool eval_only) {
      * reads the training set's stats too (cheap next to a run). */
     ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
+    if (split) {
+        ST_TRY(st_dataset_split(&s->train, c->data.val_split, "data.val_split", &s->val));
+        s->has_val = true;
+    }
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
+    if (split) s->val.mean = s->train.mean, s->val.std = s->train.std;
     /* NumPy arrays from PyTorch are (n, c, h, w): read channels last, they
      * train on images c pixels high, without a word */
     const st_dataset *t = &s->train;

@@ -66,6 +66,9 @@ expect 1 "model.num_classes 5 is too small: the labels of data.train_labels (/us
     "$bin" train --set model.type=mlp --set model.num_classes=5 --set train.steps=1
 expect 1 "data.train and data.train_labels: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz holds 60000 images but /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz holds 10000 labels; they must be a pair" \
     "$bin" train --set data.train_labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz --set train.steps=1
+expect 1 "data.val_split (0.1, --set) holds out validation data from data.train, and data.val (/elsewhere.idx, --set) names other validation data; set one of them" \
+    "$bin" train --set data.val=/elsewhere.idx --set data.val_split=0.1
+expect 1 "--set data.val_split=1: 1 is out of range" "$bin" train --set data.val_split=1
 # every command takes --help: its usage on standard output, exit 0
 for c in "train" "eval" "data" "data tokenize" "data inspect" "plan" "check" "launch" "bench" "report" "slurm"; do
     # shellcheck disable=SC2086

@@ -12,7 +12,8 @@
 #     resumed to 12 (past an epoch) ends with the same weights as 12 straight.
 #  3. A cnn on (n, h, w, 3) float32 images runs; the header's data line;
 #     (n, c, h, w) images (PyTorch's layout) are warned of, with the fix;
-#     so is data.val naming data.train's file.
+#     so is data.val naming data.train's file. data.val_split holds out a
+#     fixed quarter: eval of the weights agrees with the run's evaluation.
 #  4. Clear errors: data.type npy left on the IDX defaults, image and label
 #     counts that disagree, a label past model.num_classes, augmentation of
 #     (n, d) features, augmentation of tokens, float validation images
@@ -165,6 +166,21 @@ o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/rgb_x.npy" --se
     --set train.steps=1 --set train.out_dir="$tmp/shape" --quiet 2>&1)
 grep -qF "data.val ($tmp/rgb_x.npy) holds 8x8x3 images but data.train ($tmp/train_x.npy) holds 8x8x1: validation images must have the training images' height, width and channels" <<<"$o" ||
     fail "validation images of another shape: $o"
+# data.val_split: a quarter of data.train held out (data.val left out of the
+# config); eval of the weights with the same config evaluates the same
+# samples (the split is fixed), as the run's own last evaluation did
+cat >"$tmp/split.yaml" <<EOF
+model: { type: mlp, hidden: [32] }
+data: { type: npy, train: $tmp/train_x.npy, train_labels: $tmp/train_y.npy, val_split: 0.25 }
+train: { steps: 20, batch_size: 32, threads: 1, seed: 3 }
+log: { progress: off }
+EOF
+o=$(timeout 60 "$bin" train "$tmp/split.yaml" --set train.out_dir="$tmp/split" --json 2>&1) || fail "data.val_split: $o"
+grep -qE "^data: 192 images 8x8x1 .*; validation: 64 images$" <<<"$o" || fail "data.val_split: the data line: $(grep '^data: ' <<<"$o")"
+e=$(timeout 60 "$bin" eval "$tmp/split.yaml" --init "$tmp/split" --json --quiet 2>&1) || fail "eval with data.val_split: $e"
+/usr/bin/python3 -c 'import json,sys; a, b = (json.loads(x.splitlines()[-1]) for x in sys.argv[1:]); sys.exit(0 if a["accuracy"] == b["accuracy"] and a["eval_loss"] == b["eval_loss"] else 1)' "$o" "$e" ||
+    fail "eval of the held-out part differs from the run's last evaluation: $(tail -n 1 <<<"$e") vs $(tail -n 1 <<<"$o")"
+echo "data.val_split 0.25: 192 + 64 samples; eval agrees with the run: $(tail -n 1 <<<"$e")"
 # validation labels beyond the training labels: model.num_classes auto
 # counts them, said
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val_labels="$tmp/val5_y.npy" --set train.steps=1 \

@@ -80,6 +80,12 @@ grep -q "resume: warning: the checkpoint is at step 15 of epoch 0, but an epoch 
     "$tmp/resume.txt" || { cat "$tmp/resume.txt"; exit 1; }
 /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["sampler"]; sys.exit(0 if (p["epoch"], p["step"]) == (1, 5) else 1)' \
     "$tmp/run-resume/ckpt/step-20/state.json" || { echo "step 20 is not epoch 1's step 5"; exit 1; }
+# data.val_split on tokens: the stream's last tenth is the validation data
+"$bin" train "${gpt[@]}" --set data.train="$pat" --set data.val_split=0.1 --set train.steps=2 --set train.eval_every=2 \
+    --set train.eval_steps=1 --set train.out_dir="$tmp/run-split" >"$tmp/split.txt" 2>&1 || { cat "$tmp/split.txt"; exit 1; }
+n=$(((bytes - 1) / 64))
+grep -q "^data: $((n - (n + 5) / 10)) samples of 64+1 tokens ($bytes tokens, vocabulary 256); validation: $(((n + 5) / 10)) samples$" "$tmp/split.txt" &&
+    grep -q "^eval at step 2: loss" "$tmp/split.txt" || { grep -E "^data: |^eval" "$tmp/split.txt"; exit 1; }
 # fewer, larger shards would leave old ones in the pattern: refused, nothing written
 before=$(md5sum "$tmp"/shards/* | md5sum)
 if "$bin" data tokenize "$tmp/shards/corpus.tokens" "$tmp/a.txt" --shard-tokens 100000 2>"$tmp/err.txt"; then
