@@ -32,10 +32,15 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     }
     /* the model section as metadata ("model.n_embd": "768"), so that a
      * mismatched load can name the settings that differ */
-    const char *meta[2 * (4 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
+    const char *meta[2 * (5 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
     char(*vals)[ST_CFG_STR + 8] = calloc(ST_CFG_KEYS_MAX, sizeof *vals);
     int n_meta = 2;
-    char mean[32], std[32]; /* (%.9g: a float to the bit) */
+    char mean[32], std[32], shape[96]; /* (%.9g: a float to the bit) */
+    if (m->kind != ST_MODEL_GPT) {     /* the inputs' shape, which no model.* setting holds */
+        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
+                 (long long)m->in.channels);
+        meta[2 * n_meta] = "data.input", meta[2 * n_meta + 1] = shape, n_meta++;
+    }
     if (m->has_norm) {
         snprintf(mean, sizeof mean, "%.9g", (double)m->norm_mean);
         snprintf(std, sizeof std, "%.9g", (double)m->norm_std);
@@ -322,7 +327,17 @@ st_status st_model_load(st_model *m, const char *path) {
         int total = pr.n + missing.n;
         char differ[1024], set[1024], hint[2200];
         settings_differing(m, f, differ, sizeof differ, set, sizeof set);
-        if (differ[0])
+        char ours[96];
+        snprintf(ours, sizeof ours, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
+                 (long long)m->in.channels);
+        const char *input = m->kind != ST_MODEL_GPT ? st_safetensors_metadata(f, "data.input") : NULL;
+        if (input && strcmp(input, ours) != 0) /* (the first layers' shapes follow the images') */
+            snprintf(
+                hint, sizeof hint,
+                "the file was trained on %s inputs (height x width x channels), and this run's data holds "
+                "%s: the weights need data of their own shape%s%s",
+                input, ours, differ[0] ? "; it was also saved with " : "", differ);
+        else if (differ[0])
             snprintf(hint, sizeof hint, "the file was saved by a model with %s: run with those settings (%s)",
                      differ, set);
         else

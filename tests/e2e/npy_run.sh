@@ -160,6 +160,8 @@ err "npy on the IDX defaults" "data.train (/usr/share/datasets/fashion-mnist/tra
 err "counts disagree" "short_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/short_y.npy"
 err "label out of range" "bad_y.npy: label 5 at index 17 is outside [0, 2) (the class count, model.num_classes)" \
     "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" --set model.num_classes=2
+err "weights of other images" "hint: the file was trained on 8x8x1 inputs (height x width x channels), and this run's data holds 8x8x3: the weights need data of their own shape" \
+    "$tmp/run.yaml" --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --init "$tmp/plain"
 err "negative label" "neg_y.npy: label -1 at index 3 is negative; labels are class numbers 0, 1, ..." \
     "$tmp/run.yaml" --set data.train_labels="$tmp/neg_y.npy"
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/rgb_x.npy" --set data.val_labels="$tmp/rgb_y.npy" \
