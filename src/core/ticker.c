@@ -72,15 +72,19 @@ typedef struct say_msg {
 enum { SAY_WRITING, SAY_LEFT, SAY_WRITTEN };
 static atomic_int says_left;     /* left inside their write */
 static atomic_long says_dropped; /* since the last that got through */
+/* The messages left to their threads, kept reachable (a few bytes each, to
+ * the process's end: a thread may still be writing one). */
+enum { LEFT_KEPT = 16 };
+static say_msg *left_msgs[LEFT_KEPT];
+static atomic_int n_left_msgs;
 
 static void *say(void *arg) {
     say_msg *m = arg;
     say_text(m->text);
     int writing = SAY_WRITING;
-    if (!atomic_compare_exchange_strong(&m->state, &writing, SAY_WRITTEN)) { /* left: ours to end */
+    if (!atomic_compare_exchange_strong(&m->state, &writing,
+                                        SAY_WRITTEN)) /* left: standard error works again */
         atomic_fetch_sub(&says_left, 1);
-        free(m);
-    }
     return NULL;
 }
 
@@ -135,8 +139,11 @@ void st_ticker_say_within(const char *msg, double limit_s) {
     int writing = SAY_WRITING;
     if (!atomic_compare_exchange_strong(&m->state, &writing, SAY_LEFT)) { /* it wrote as we gave up */
         atomic_fetch_sub(&says_left, 1);
-        free(m);
+        free(m); /* (the thread no longer reads it) */
+        return;
     }
+    const int k = atomic_fetch_add(&n_left_msgs, 1);
+    if (k < LEFT_KEPT) left_msgs[k] = m; /* (past that, a few bytes unreachable: not worth more) */
 }
 
 void st_ticker_say(const char *msg) { st_ticker_say_within(msg, 5.0); }
