@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "core/mem.h"
 #include "core/rng.h"
 #include "idx.h"
@@ -287,6 +289,33 @@ st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_d
     val->test_stall = 0;
     d->n = n - k;
     return ST_OK;
+}
+
+uint32_t st_dataset_fingerprint(const st_dataset *d) {
+    uLong c = crc32(0L, Z_NULL, 0);
+    if (d->kind == ST_DATA_IMAGES) {
+        const int64_t per = d->h * d->w * d->c;
+        const unsigned char *b = d->pixels ? d->pixels : (const unsigned char *)d->values;
+        const size_t bytes = (size_t)(d->n * per) * (d->pixels ? 1 : sizeof(float));
+        for (size_t at = 0; at < bytes; at += 1u << 30) /* (crc32 takes a uInt length) */
+            c = crc32(c, b + at, (uInt)(bytes - at < (1u << 30) ? bytes - at : 1u << 30));
+        c = crc32(c, (const unsigned char *)d->labels, (uInt)((size_t)d->n * sizeof *d->labels));
+    } else {
+        const int64_t total = d->n * d->seq_len + 1, first = d->first * d->seq_len, span = 4096;
+        int32_t *buf = malloc(span * sizeof *buf);
+        for (int k = 0; buf && k < 64; k++) {
+            const int64_t at = first + (total > span ? (total - span) * k / 63 : 0),
+                          len = total < span ? total : span;
+            if (st_tokens_read_i32(d->tokens, at, len, buf) != ST_OK) {
+                st_clear_error();
+                break;
+            }
+            c = crc32(c, (const unsigned char *)buf, (uInt)(len * (int64_t)sizeof *buf));
+        }
+        free(buf);
+        c = crc32(c, (const unsigned char *)&total, sizeof total);
+    }
+    return (uint32_t)c ? (uint32_t)c : 1u;
 }
 
 void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {

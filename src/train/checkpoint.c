@@ -132,6 +132,9 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     cJSON_AddNumberToObject(smp, "step", (double)st->pos.step);
     cJSON_AddNumberToObject(smp, "micro", (double)st->pos.micro);
     if (st->samples > 0) cJSON_AddNumberToObject(smp, "samples", (double)st->samples);
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", (unsigned)st->data_crc);
+    if (st->data_crc) cJSON_AddStringToObject(smp, "data_crc32", crc);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(root, "seed", seed);
@@ -716,6 +719,8 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         goto done;
     }
     if (!get_int(smp, "samples", &state->samples)) state->samples = -1; /* written before it was recorded */
+    const cJSON *dcrc = cJSON_GetObjectItemCaseSensitive(smp, "data_crc32");
+    state->data_crc = cJSON_IsString(dcrc) ? (uint32_t)strtoul(dcrc->valuestring, NULL, 16) : 0;
     char *end;
     errno = 0;
     state->seed = strtoull(seed->valuestring, &end, 10);

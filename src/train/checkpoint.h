@@ -38,6 +38,7 @@ typedef struct st_ckpt_state {
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
     int64_t run_steps;  /* train.steps of that run, as resolved (its config); -1 when not recorded */
     int64_t samples;    /* samples in that run's training data; -1 when not recorded */
+    uint32_t data_crc;  /* st_dataset_fingerprint of that run's training data; 0: not recorded */
     int shuffle, drop_last; /* data.shuffle and data.drop_last of that run (its config): 1 or 0; -1 when not
                                recorded */
     double lr; /* optim.lr of that run as it trained (its config, after optim.lr_scaling); 0: not recorded */

@@ -914,6 +914,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ck.lr = c->optim.lr_run > 0 ? c->optim.lr_run : c->optim.lr; /* (what its checkpoints record) */
     ck.batch_size = c->train.batch_size;
     ck.samples = ses->train.n;
+    /* (rank 0's, which writes state.json and warns) */
+    const uint32_t data_crc = ses->rank == 0 && opts->save ? st_dataset_fingerprint(&ses->train) : 0;
+    ck.data_crc = data_crc;
     /* Ranks read the checkpoint at their own pace: their waits for one
      * another have the checkpoint's limit until they agree on the step. */
     if (opts->resume && dist)
@@ -990,7 +993,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     "had %lld: the data changed (shards added or removed?), so this epoch's order differs "
                     "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
                     c->data.train, (long long)ses->train.n, (long long)ck.samples);
+            else if (ck.data_crc && data_crc && ck.data_crc != data_crc && warn)
+                fprintf(
+                    warn,
+                    "resume: warning: data.train (%s) holds other data than the run that wrote the "
+                    "checkpoint "
+                    "trained on (the same %lld samples, but their contents differ: CRC32 %08x, then %08x): "
+                    "the resumed run trains on the new data; if that is not meant, give data.train the "
+                    "data it had\n",
+                    c->data.train, (long long)ses->train.n, (unsigned)data_crc, (unsigned)ck.data_crc);
             ck.samples = ses->train.n;
+            ck.data_crc = data_crc;
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
                 sc.scale = (float)ck.loss_scale;
                 sc.good_steps = ck.scale_good_steps;

@@ -120,6 +120,20 @@ timeout 60 "$bin" train "$tmp/run.yaml" "${aug[@]}" --set data.num_workers=1 --s
 same "$tmp/w0/model.safetensors" "$tmp/res/model.safetensors" ||
     fail "the resumed augmented run ends with other weights than the straight one"
 
+# a resume on data of the same count but other contents is told so
+# (state.json's data_crc32), where it went on without a word
+cp "$tmp/train_x.npy" "$tmp/mut_x.npy"
+timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set data.val= --set train.steps=4 \
+    --set train.checkpoint_every=2 --set train.out_dir="$tmp/mut" --quiet || fail "the run before its data changes"
+cp "$tmp/dim_x.npy" "$tmp/mut_x.npy"
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set data.val= --set train.steps=6 \
+    --set train.out_dir="$tmp/mut" --resume auto --quiet 2>&1) || fail "the resume on changed data: $o"
+grep -qF "resume: warning: data.train ($tmp/mut_x.npy) holds other data than the run that wrote the checkpoint trained on (the same 256 samples, but their contents differ" <<<"$o" ||
+    fail "the resume on changed data: no warning: $o"
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set data.val= --set train.steps=8 \
+    --set train.out_dir="$tmp/mut" --resume auto --quiet 2>&1) || fail "the resume on the same data: $o"
+! grep -q "holds other data" <<<"$o" || fail "a resume on unchanged data was warned: $o"
+
 # 3. a cnn on float32 RGB images
 timeout 60 "$bin" train --set model.type=cnn --set model.channels=[4] --set model.pool=[1] --set data.type=npy \
     --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
