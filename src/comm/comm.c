@@ -194,6 +194,13 @@ void st_comm_set_timeout(st_comm *c, double timeout_s, const char *knob) {
     c->knob = timeout_s > 0 ? knob : NULL;
 }
 
+void st_comm_set_stop_flag(st_comm *c, const atomic_int *stop) {
+    if (!c) return;
+    pthread_mutex_lock(&c->lock); /* (the watchdog reads it under the lock) */
+    c->stop = stop;
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* ---- Requests ------------------------------------------------------------------ */
 
 static void req_free(st_comm *c, st_comm_req *r) {

@@ -17,6 +17,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
 #include <stdint.h>
 
 #include "core/device.h"
@@ -257,6 +260,16 @@ st_status st_comm_barrier_sync(st_comm *c, const char *name);
  * tells the user to raise. 0 returns to the configured timeout. For waits
  * that are long on purpose: ranks waiting while others write a checkpoint. */
 void st_comm_set_timeout(st_comm *c, double timeout_s, const char *knob);
+/* The run's stop flag (a signal's number once one asked the run to stop;
+ * read, never written): while it is set, a collective that has waited
+ * ST_COMM_STOP_NOTE_S seconds since the stop was seen is said once by the
+ * watchdog, with the ranks it waits for: a stop that waits on a rank that
+ * died (SLURM's --kill-on-bad-exit ends the others with SIGTERM) would
+ * otherwise wait in silence until the job is killed or dist.timeout_s. */
+#define ST_COMM_STOP_NOTE_S 5.0
+#ifndef __cplusplus /* (atomic_int is C's; the CUDA sources do not call it) */
+void st_comm_set_stop_flag(st_comm *c, const atomic_int *stop);
+#endif
 void st_comm_abort(st_comm *c, const char *reason);
 
 #endif

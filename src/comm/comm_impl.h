@@ -102,6 +102,7 @@ struct st_comm {
     st_watchdog *watchdog;
     double limit_s;   /* st_comm_set_timeout: given to requests as they start */
     const char *knob;
+    const void *stop; /* st_comm_set_stop_flag's atomic_int (NULL: none), read by the watchdog */
 };
 
 double st_comm_now(void); /* monotonic seconds */

@@ -17,6 +17,8 @@
  * a collective's age. */
 #include "comm/comm_impl.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ struct st_watchdog {
     st_comm *c;
     double timeout_s;
     st_ticker *tk;
+    double stop_seen; /* when a stop was first seen set (0: not yet) */
+    bool stop_said;   /* the stop's wait was said (once a run) */
 };
 
 /* `missing`: which ranks have not called r, read under the lock (check). */
@@ -72,6 +76,26 @@ static void snapshot(st_comm_req *d, const st_comm_req *r) {
     d->knob = r->knob;
 }
 
+/* A stop asked while r waits ST_COMM_STOP_NOTE_S seconds past it: said
+ * once, with the ranks r waits for (the stop is being agreed or the step
+ * finished, and a rank that ended keeps this one waiting). */
+static void say_stop_wait(st_watchdog *w, const st_comm_req *r, double waited, double limit,
+                          const char *missing) {
+    st_comm *c = w->c;
+    char what[256], msg[3072];
+    st_comm_describe(r, what, sizeof what);
+    const int sig = atomic_load_explicit((const atomic_int *)c->stop, memory_order_relaxed);
+    snprintf(
+        msg, sizeof msg,
+        "scaletrain: rank %d of %d (host %s, pid %d): asked to stop (signal %d), but %s has waited %.0f s "
+        "for the other ranks: a rank may have ended (a node lost, a process killed); this rank waits "
+        "until the watchdog ends the job, %.0f s into the wait (%s), or the job is killed; --resume auto "
+        "continues from the last checkpoint\n%s",
+        c->rank, c->size, c->host, (int)getpid(), sig, what, waited, limit,
+        r->limit_s > 0 && r->knob ? r->knob : "dist.timeout_s", missing);
+    st_ticker_say(msg);
+}
+
 /* Each unfinished request against its own limit (st_comm_set_timeout's, or
  * the communicator's); the first found past it ends the job. */
 static void check(void *ctx, st_ticker *tk, double now) {
@@ -98,8 +122,32 @@ static void check(void *ctx, st_ticker *tk, double now) {
                 c->ops->describe_missing(c, late.seq, missing, sizeof missing);
         }
     }
+    /* a stop asked while a collective waits on the others */
+    st_comm_req waiting;
+    double waited = 0, waiting_limit = 0;
+    bool note = false;
+    char who[2048] = "";
+    if (!found && !w->stop_said && c->stop &&
+        atomic_load_explicit((const atomic_int *)c->stop, memory_order_relaxed)) {
+        if (w->stop_seen == 0) w->stop_seen = now;
+        for (int i = 0; i < c->n_pending && !note; i++) {
+            const st_comm_req *r = c->pending[i];
+            if (r->state == ST_COMM_REQ_DONE || r->kind == ST_COMM_KIND_INTERNAL) continue;
+            const double since = r->t_start > w->stop_seen ? r->t_start : w->stop_seen;
+            if (now - since - st_ticker_paused_since(tk, since) < ST_COMM_STOP_NOTE_S) continue;
+            snapshot(&waiting, r);
+            waited = now - r->t_start;
+            waiting_limit = r->limit_s > 0 ? r->limit_s : w->timeout_s;
+            note = true;
+            c->ops->describe_missing(c, waiting.seq, who, sizeof who);
+        }
+    }
     pthread_mutex_unlock(&c->lock);
     if (found) fire(w, &late, late_age, late_limit, missing);
+    if (note) {
+        w->stop_said = true;
+        say_stop_wait(w, &waiting, waited, waiting_limit, who);
+    }
 }
 
 st_status st_watchdog_start(st_comm *c, double timeout_s, st_watchdog **out) {

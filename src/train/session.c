@@ -687,6 +687,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     cc.timeout_s = (double)cfg->dist.timeout_s;
     if (!cfg->dist.shm_allreduce) cc.shm_min_bytes = 0; /* MPI for every collective, whatever the environment */
     ST_TRY(st_comm_init(&cc, &s->comm));
+    if (opts) st_comm_set_stop_flag(s->comm, opts->stop); /* (a stop that waits on a rank is said) */
     s->rank = st_comm_rank(s->comm);
     s->world = st_comm_size(s->comm);
     if (s->world > 1) { /* before anything else talks between ranks (dist/agree.h) */

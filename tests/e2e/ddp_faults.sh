@@ -10,6 +10,8 @@
 # (b) a rank stopped with SIGSTOP mid-run: the other rank's watchdog ends the
 #     job within T + 10 s, naming the collective, its sequence number and the
 #     step; no rank is left (leftovers get SIGCONT + SIGKILL);
+# (b') a stop asked while a rank is stopped: rank 0 says what it waits on,
+#     5 s into the wait, naming rank 1;
 # (c) ranks with different train.batch_size, then different training sets
 #     (MPMD mpirun): an error before training that names the difference;
 # (d) a training set that is not a multiple of the global batch, 3 epochs,
@@ -22,6 +24,7 @@ e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_tmpdir
 pids=() # every rank pid seen, killed at the end if still there
+extra=() # more train arguments for start
 e2e_cleanup() {
     for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 }
@@ -49,7 +52,7 @@ start() {
     local name=$1 d=$tmp/$1
     shift
     mkdir -p "$d"
-    timeout 60 "${mpi[@]}" "$@" -np 2 "$bin" train "${gpt[@]}" --set data.train="$tmp/big.tokens" \
+    timeout 60 "${mpi[@]}" "$@" -np 2 "$bin" train "${gpt[@]}" "${extra[@]}" --set data.train="$tmp/big.tokens" \
         --set train.batch_size=8 --set train.steps=1000000 --set train.checkpoint_every=3 \
         --set train.out_dir="$d/out" >"$d/log" 2>&1 &
     tpid=$!
@@ -124,6 +127,30 @@ if start stop; then
     ! grep -qE "rank 1 of [0-9]+ \(host [^)]*\): collective timed out" <<<"$out" ||
         fail "stop: the stopped rank 1 reported a timeout of its own: $out"
 fi
+
+# (b') a stop asked while a rank does not answer (SLURM's --kill-on-bad-exit
+# sends SIGTERM to the others when one dies): rank 0 says, 5 s into the
+# wait, that it waits on the others, naming rank 1, where it waited in
+# silence until it was killed or timed out; rank 1 resumed, the job stops.
+extra=(--set dist.timeout_s=40)
+if start stopwait; then
+    kill -STOP "$r1"
+    kill -TERM "$r0"; t0=$SECONDS
+    for i in $(seq 1 200); do # at most ~20 s
+        grep -q "asked to stop (signal 15), but" "$tmp/stopwait/log" && break
+        sleep 0.1
+    done
+    kill -CONT "$r1"
+    wait "$tpid"; rc=$?
+    out=$(cat "$tmp/stopwait/log")
+    echo "--- stopwait: exit $rc, $((SECONDS - t0))s after the stop; the messages:"
+    grep -E "scaletrain:" <<<"$out" | sed 's/^/    /'
+    grep -qE "scaletrain: rank 0 of 2 \(host [^)]*\): asked to stop \(signal 15\), but (all-reduce|broadcast|all-gather|reduce-scatter) '[^']+' \(seq [0-9]+, step [0-9]+.* has waited [0-9]+ s for the other ranks: a rank may have ended" <<<"$out" &&
+        grep -qE "rank 0: rank 1 \(pid $r1, this node\)" <<<"$out" || fail "stopwait: the wait is not said: $out"
+    [ "$rc" -ne 124 ] || fail "stopwait: the job hung after rank 1 resumed"
+    for p in $r0 $r1; do e2e_gone "$p" || fail "stopwait: rank pid $p is still there"; done
+fi
+extra=()
 
 # (c) ranks that disagree on the batch size, then on the training set.
 mismatch() { # NAME NEEDLES... -- RANK0_ARGS... : RANK1_ARGS...
