@@ -61,6 +61,28 @@ static double *mib(const double *b, int n) {
     return o;
 }
 
+/* A noisy loss of many logged steps, smoothed as TensorBoard smooths: an
+ * exponential moving average, debiased at the start, over about `window`
+ * points (a hundredth of the run, at least 10); non-finite points are gaps
+ * the average skips. NULL (nothing drawn) under 100 points. */
+static double *smoothed(const double *y, int n, int *window) {
+    if (!y || n < 100) return NULL;
+    *window = n / 100 > 10 ? n / 100 : 10;
+    double *o = malloc((size_t)n * sizeof *o);
+    const double beta = 1.0 - 1.0 / *window;
+    double ema = 0, weight = 0;
+    for (int i = 0; o && i < n; i++) {
+        if (!isfinite(y[i])) {
+            o[i] = NAN;
+            continue;
+        }
+        ema = beta * ema + (1 - beta) * y[i];
+        weight = beta * weight + (1 - beta);
+        o[i] = ema / weight;
+    }
+    return o;
+}
+
 /* c's chart over its first n series. */
 static void finish(chart_spec *c, const char *file, const char *title, const char *ylabel, bool log_y,
                    bool y_from_zero, int n) {
@@ -75,14 +97,18 @@ static void finish(chart_spec *c, const char *file, const char *title, const cha
 }
 
 /* The charts this run's columns allow (at most 6) into c; returns how many.
- * mem gets two arrays (MiB columns) that the caller frees. */
-static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[2]) {
+ * mem gets three arrays (MiB columns, the smoothed loss) that the caller
+ * frees; name (cap bytes) the smoothed series' legend. */
+static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[3], char *name, size_t cap) {
     const rp_table *s = &m->steps, *e = &m->evals;
     const double *x = rp_col(s, RP_STEP);
-    int k = 0, n = 0;
+    int k = 0, n = 0, window = 0;
     c[k].series[n++] = series("train loss", x, rp_col(s, RP_LOSS), s->n);
     if (e->n > 0)
         c[k].series[n++] = series("eval loss", rp_col(e, RP_EVAL_STEP), rp_col(e, RP_EVAL_LOSS), e->n);
+    mem[2] = smoothed(rp_col(s, RP_LOSS), s->n, &window);
+    snprintf(name, cap, "train loss, smoothed (moving average of %d lines)", window);
+    if (mem[2]) c[k].series[n++] = series(name, x, mem[2], s->n);
     finish(&c[k++], "loss", "Loss", "loss", wide_positive(c[0].series, n), false, n);
 
     const bool tok = rp_has(s, RP_TOKENS_PER_S);
@@ -181,8 +207,9 @@ int st_cmd_report(int argc, char **argv) {
     else if (!st_cli_find_on_path("gnuplot", gnuplot, sizeof gnuplot))
         snprintf(why, sizeof why, "gnuplot is not on PATH (apt-get install gnuplot-nox)");
     chart_spec charts[8];
-    double *mem[2] = {NULL, NULL};
-    int nc = plan_charts(&m, charts, mem), fails = 0;
+    double *mem[3] = {NULL, NULL, NULL};
+    char smooth_name[96];
+    int nc = plan_charts(&m, charts, mem, smooth_name, sizeof smooth_name), fails = 0;
     const char *names[8];
     for (int i = 0; i < nc && s == ST_OK; i++) {
         names[i] = charts[i].file;
@@ -203,7 +230,7 @@ int st_cmd_report(int argc, char **argv) {
         s = rp_write_html(path, run_dir, &m, names, nc, !why[0] && fails == 0, cfg, cfg_from);
     }
     cJSON_Delete(cfg);
-    free(mem[0]), free(mem[1]);
+    free(mem[0]), free(mem[1]), free(mem[2]);
     rp_metrics_free(&m);
     if (s != ST_OK) return st_cli_error(s);
     printf("report: %s/report.html and %d charts (%s)\n", out_dir, nc,

@@ -151,7 +151,16 @@ PY
 import os, re, sys
 import xml.etree.ElementTree as ET
 ns = "{http://www.w3.org/2000/svg}"
-p = [e for e in ET.parse(sys.argv[1]).getroot().iter(ns + "path") if e.get("class") == "series"][0]
+paths = [e for e in ET.parse(sys.argv[1]).getroot().iter(ns + "path") if e.get("class") == "series"]
+p = paths[0]
+names = [e.get("data-name") for e in paths]
+if names != ["train loss", "train loss, smoothed (moving average of 2000 lines)"]:
+    print("loss.svg series:", names); sys.exit(1)
+sm = [float(y) for _, y in re.findall(r"[ML]\s*(-?[\d.]+) (-?[\d.]+)", paths[1].get("d"))]
+raw = [float(y) for _, y in re.findall(r"[ML]\s*(-?[\d.]+) (-?[\d.]+)", p.get("d")) if float(y) > 200]
+# (the smoothed line lies within the noise band, far narrower: pixels, y down)
+if not (sm and max(sm) - min(sm) < 0.5 * (max(raw) - min(raw)) and min(raw) <= min(sm) and max(sm) <= max(raw)):
+    print("the smoothed loss:", min(sm), max(sm), "the noise:", min(raw), max(raw)); sys.exit(1)
 d = p.get("d")
 pts = [(float(x), float(y)) for x, y in re.findall(r"[ML]\s*(-?[\d.]+) (-?[\d.]+)", d)]
 spikes = [pt for pt in pts if pt[1] < 200]
