@@ -76,7 +76,8 @@ static int tokenize(int argc, char **argv) {
         free(pos);
         return ST_EXIT_USAGE;
     }
-    if (st_path_is_dir(pos[0])) {
+    const size_t out_len = strlen(pos[0]);
+    if (st_path_is_dir(pos[0]) || (out_len && pos[0][out_len - 1] == '/')) { /* (made or not) */
         fprintf(
             stderr,
             "scaletrain data tokenize: %s is a directory; the first path is the token file to write: name "
@@ -109,7 +110,10 @@ static int tokenize(int argc, char **argv) {
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) {
         *slash = '\0';
-        const st_status m = st_mkdirs(parent);
+        struct stat ps;
+        const st_status m = stat(parent, &ps) == 0 && !S_ISDIR(ps.st_mode)
+                                ? st_fail(ST_ERR_IO, "%s is a file, not a folder", parent)
+                                : st_mkdirs(parent);
         if (m != ST_OK) {
             st_fail_context(m, "data tokenize: the folder of %s: ", pos[0]);
             free(pos);
@@ -374,6 +378,7 @@ static int inspect(const char *path) {
     case ST_FILE_GGUF:
     case ST_FILE_HDF5:
     case ST_FILE_ELF:
+    case ST_FILE_ARCHIVE:
     case ST_FILE_TEXT:
         fprintf(stderr, "scaletrain: error: %s: %s, which scaletrain does not read; %s\n", path, kind.what,
                 kind.use);

@@ -481,6 +481,10 @@ st_status st_config_validate(const st_config *c) {
             "%s holds out validation data from data.train, and %s names other validation data; set one of "
             "them (data.val: \"\" to split data.train)",
             D1("data.val_split"), D2("data.val"));
+    FAIL_IF(c->data.val_split > 0 && c->data.val_labels[0] && !DEFAULTED("data.val_labels"),
+            "%s holds out validation data from data.train, and %s names other validation labels; set one of "
+            "them (data.val_labels: \"\" to split data.train)",
+            D1("data.val_split"), D2("data.val_labels"));
     FAIL_IF(c->model.preset[0] && !gpt, "%s is a gpt shape but %s; set model.type: gpt or remove the preset",
             D1("model.preset"), D2("model.type"));
     FAIL_IF(gpt && !tokens,
@@ -507,7 +511,7 @@ st_status st_config_validate(const st_config *c) {
             "%s is empty but data.val is set; give the validation labels, or set data.val: \"\" to skip "
             "evaluation",
             D1("data.val_labels"));
-    FAIL_IF(c->train.eval_every > 0 && !c->data.val[0],
+    FAIL_IF(c->train.eval_every > 0 && !c->data.val[0] && !(c->data.val_split > 0),
             "%s asks for evaluations but data.val is empty; set data.val or train.eval_every: 0",
             D1("train.eval_every"));
     FAIL_IF(c->train.micro_batch_size != ST_AUTO && c->train.batch_size % c->train.micro_batch_size,

@@ -63,10 +63,14 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
         return (st_file_kind){ST_FILE_GGUF, "a GGUF file (llama.cpp's format)", WEIGHTS_USE};
     if (n >= 8 && !memcmp(h, "\x89HDF\r\n\x1a\n", 8))
         return (st_file_kind){ST_FILE_HDF5, "an HDF5 file (Keras' .h5)", WEIGHTS_USE};
-    if (n >= 4 && !memcmp(h,
-                          "\x7f"
-                          "ELF",
-                          4))
+    static const uint8_t XZ[6] = {0xfd, '7', 'z', 'X', 'Z', 0}, ZSTD[4] = {0x28, 0xb5, 0x2f, 0xfd},
+                         ELF[4] = {0x7f, 'E', 'L', 'F'};
+    if ((n >= 6 && !memcmp(h, XZ, 6)) || (n >= 4 && !memcmp(h, ZSTD, 4)) ||
+        (n >= 4 && !memcmp(h, "BZh", 3) && h[3] >= '1' && h[3] <= '9') ||
+        (n >= 262 && !memcmp(h + 257, "ustar", 5)))
+        return (st_file_kind){ST_FILE_ARCHIVE, "a compressed file or archive (xz, bzip2, zstd or tar)",
+                              "unpack it first"};
+    if (n >= 4 && !memcmp(h, ELF, 4))
         return (st_file_kind){ST_FILE_ELF, "an ELF file (a program or shared library)",
                               "give a data, weights or checkpoint file"};
     if (n >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4)

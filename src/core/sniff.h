@@ -22,7 +22,8 @@ typedef enum st_file_format {
     ST_FILE_PICKLE,
     ST_FILE_GGUF,
     ST_FILE_HDF5,
-    ST_FILE_ELF, /* a program or shared library */
+    ST_FILE_ELF,     /* a program or shared library */
+    ST_FILE_ARCHIVE, /* xz, bzip2, zstd, tar (tar: at 257, so with n >= 262) */
     ST_FILE_TEXT,
 } st_file_format;
 

@@ -241,6 +241,12 @@ void st_dataset_free(st_dataset *d) {
 st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_dataset *val) {
     memset(val, 0, sizeof *val);
     const int64_t n = d->n, k = (int64_t)llround(fraction * (double)n);
+    if (n < 2)
+        return st_fail(ST_ERR_CONFIG,
+                       "%s %g: data.train holds %lld sample%s, too few to split into training and validation "
+                       "data; add data%s, or give validation data (data.val)",
+                       key, fraction, (long long)n, n == 1 ? "" : "s",
+                       d->kind == ST_DATA_TOKENS ? " or lower model.block_size" : "");
     if (!(fraction > 0 && fraction < 1) || k < 1 || k >= n)
         return st_fail(ST_ERR_CONFIG,
                        "%s %g of %lld samples holds out %lld: it must leave at least one sample for each of "

@@ -735,7 +735,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
                             o->inputs[i] ? strerror(errno) : "NULL path"));
         struct stat sb;
         r.sizes[i] = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
-        uint8_t head[64];
+        uint8_t head[512]; /* (a tar's magic is at 257) */
         const size_t got = r.sizes[i] > 0 ? fread(head, 1, sizeof head, in) : 0; /* (a pipe: not peeked) */
         fclose(in);
         ST_GOTO(text_input(path, head, got));

@@ -48,22 +48,23 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.width = d.w;
         mi.channels = d.c;
         const int64_t n = d.n, px = d.h * d.w * d.c, el = d.values ? 4 : 1; /* bytes an input value takes */
-        const int64_t classes = d.num_classes;
+        int64_t classes = d.num_classes;
         st_dataset_free(&d);
-        if (cfg->model.num_classes == ST_AUTO) {
-            cfg->model.num_classes = classes;
-            st_config_mark_auto(cfg, "model.num_classes", "the labels in data.train");
-        }
-        mi.num_classes = cfg->model.num_classes;
         in->sample_in_bytes = 4 * px;
         in->sample_out_bytes = 4;
         in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
-        if (in->has_eval && !split) {
+        if (in->has_eval && !split) {       /* (auto counts its labels too, as a run does) */
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
                                         cfg->model.num_classes, &d));
             in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);
+            if (d.num_classes > classes) classes = d.num_classes;
             st_dataset_free(&d);
         }
+        if (cfg->model.num_classes == ST_AUTO) {
+            cfg->model.num_classes = classes;
+            st_config_mark_auto(cfg, "model.num_classes", "the labels in the data");
+        }
+        mi.num_classes = cfg->model.num_classes;
     }
     return st_model_create_layout(cfg, &mi, &in->model);
 }

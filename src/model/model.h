@@ -47,6 +47,9 @@ typedef struct st_model {
      * the file records them (else clears norm_loaded). */
     float norm_mean, norm_std;
     bool has_norm, norm_loaded;
+    /* data.val_split of the run (saved as "data.val_split"); after
+     * st_model_load, what the file records, or -1 when it does not */
+    double val_split, val_split_loaded;
 } st_model;
 
 /* Create the model and lay out its parameters (not yet initialised: call

@@ -32,10 +32,12 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     }
     /* the model section as metadata ("model.n_embd": "768"), so that a
      * mismatched load can name the settings that differ */
-    const char *meta[2 * (5 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
+    const char *meta[2 * (6 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
     char(*vals)[ST_CFG_STR + 8] = calloc(ST_CFG_KEYS_MAX, sizeof *vals);
     int n_meta = 2;
-    char mean[32], std[32], shape[96]; /* (%.9g: a float to the bit) */
+    char mean[32], std[32], shape[96], split[32];        /* (%.9g: a float to the bit) */
+    snprintf(split, sizeof split, "%.9g", m->val_split); /* (which samples the validation held out) */
+    meta[2 * n_meta] = "data.val_split", meta[2 * n_meta + 1] = split, n_meta++;
     if (m->kind != ST_MODEL_GPT) {     /* the inputs' shape, which no model.* setting holds */
         snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
                  (long long)m->in.channels);
@@ -323,20 +325,28 @@ st_status st_model_load(st_model *m, const char *path) {
                 same_shapes[i].key, theirs, ours, same_shapes[i].why, strchr(theirs, ' ') ? "'" : "",
                 same_shapes[i].key, theirs, strchr(theirs, ' ') ? "'" : "");
     }
+    /* The inputs' shape, which no model.* setting holds: an mlp's first
+     * layer fits any images of as many values, a cnn any of as many channels */
+    const char *input = m->kind != ST_MODEL_GPT ? st_safetensors_metadata(f, "data.input") : NULL;
+    char ours_input[96];
+    snprintf(ours_input, sizeof ours_input, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
+             (long long)m->in.channels);
+    if (!pr.n && !missing.n && s == ST_OK && input && strcmp(input, ours_input) != 0)
+        s = st_fail(ST_ERR_FORMAT,
+                    "trained on %s inputs (height x width x channels), and this run's data holds %s: every "
+                    "tensor fits, but the weights would see other pixels where they learnt theirs; give data "
+                    "of their shape (an array saved (n, c, h, w)? save it channels last)",
+                    input, ours_input);
     if (pr.n || missing.n) {
         int total = pr.n + missing.n;
         char differ[1024], set[1024], hint[2200];
         settings_differing(m, f, differ, sizeof differ, set, sizeof set);
-        char ours[96];
-        snprintf(ours, sizeof ours, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
-                 (long long)m->in.channels);
-        const char *input = m->kind != ST_MODEL_GPT ? st_safetensors_metadata(f, "data.input") : NULL;
-        if (input && strcmp(input, ours) != 0) /* (the first layers' shapes follow the images') */
+        if (input && strcmp(input, ours_input) != 0) /* (the first layers' shapes follow the images') */
             snprintf(
                 hint, sizeof hint,
                 "the file was trained on %s inputs (height x width x channels), and this run's data holds "
                 "%s: the weights need data of their own shape%s%s",
-                input, ours, differ[0] ? "; it was also saved with " : "", differ);
+                input, ours_input, differ[0] ? "; it was also saved with " : "", differ);
         else if (differ[0])
             snprintf(hint, sizeof hint, "the file was saved by a model with %s: run with those settings (%s)",
                      differ, set);
@@ -403,6 +413,10 @@ st_status st_model_load(st_model *m, const char *path) {
     if (s == ST_OK) {
         m->norm_loaded = norm;
         if (norm) m->norm_mean = fmean, m->norm_std = fstd;
+        const char *split = st_safetensors_metadata(f, "data.val_split");
+        char *end = NULL;
+        const double v = split ? strtod(split, &end) : -1;
+        m->val_split_loaded = split && !*end && v >= 0 && v < 1 ? v : -1;
     }
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     st_free_aligned(hdata);

@@ -567,15 +567,19 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->train.eval_steps *= s->world;
         st_config_mark_auto(c, "train.eval_steps", why);
     }
-    if (s->has_train) {
+    if (s->has_train && !s->eval_only) { /* (an evaluation trains nothing) */
+        char held[96] = "";
+        if (c->data.val_split > 0)
+            snprintf(held, sizeof held, " after data.val_split %g held out %lld", c->data.val_split,
+                     (long long)s->val.n);
         if (s->train.n < c->train.batch_size && c->data.drop_last)
             return st_fail(
                 ST_ERR_CONFIG,
-                "%s has %lld samples%s, fewer than one batch (train.batch_size %lld): set "
+                "%s has %lld samples%s%s, fewer than one batch (train.batch_size %lld): set "
                 "train.batch_size to %lld or less, train on more data, or set data.drop_last: false "
                 "(each step's batch then repeats samples to fill it)",
                 c->data.train, (long long)s->train.n,
-                s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "",
+                s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "", held,
                 (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
         if (c->train.steps == ST_AUTO) {
             int64_t B = c->train.batch_size;
@@ -729,6 +733,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
+    s->model->val_split = cfg->data.val_split;             /* (saved with the weights) */
     if (s->has_train && s->train.kind == ST_DATA_IMAGES) { /* (saved with the weights) */
         s->model->has_norm = true;
         s->model->norm_mean = s->train.mean;
@@ -744,8 +749,20 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     return ST_OK;
 }
 
-void st_session_take_norm(st_session *s, const char *path) {
+void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     st_model *m = s->model;
+    const double split = s->cfg->data.val_split;
+    if (their_data && m->val_split_loaded >= 0 && m->val_split_loaded != split && s->rank == 0)
+        st_ticker_sayf(
+            "scaletrain: warning: the weights %s were trained with data.val_split %g, and this run "
+            "has %g: %s; set data.val_split: %g to hold out what they held out\n",
+            path, m->val_split_loaded, split,
+            m->val_split_loaded > 0 && split > 0
+                ? "the two held-out sets differ, so this one holds samples they trained on, or they "
+                  "held out samples this run trains on"
+            : split > 0 ? "this run holds out samples they trained on"
+                        : "this run trains on samples they held out",
+            m->val_split_loaded);
     if (!m->norm_loaded || !s->has_train || s->train.kind != ST_DATA_IMAGES) return;
     const float mean = m->norm_mean, std = m->norm_std;
     /* (a relative 1e-5: the same data gives the same float sums) */

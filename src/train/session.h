@@ -87,8 +87,9 @@ void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t 
  * when the file records the inputs' normalisation, the data is normalised
  * with it from now on, as the weights were trained (saying so, rank 0 on
  * standard error, when data.train's own statistics differ: other data, or
- * data changed since). */
-void st_session_take_norm(st_session *s, const char *path);
+ * data changed since). their_data (an evaluation, a resume: the data they
+ * trained on is meant): a data.val_split other than theirs is said too. */
+void st_session_take_norm(st_session *s, const char *path, bool their_data);
 
 double st_now(void);
 

@@ -167,9 +167,13 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     if (ses->has_val) /* (the same shape: checked) */
         snprintf(val, sizeof val, "%lld %s", (long long)ses->val.n,
                  ses->val.kind == ST_DATA_IMAGES && !ses->val.flat ? "images" : "samples");
-    if (ses->has_train && ses->train.kind == ST_DATA_IMAGES)
-        snprintf(train + strlen(train), sizeof train - strlen(train), ", normalised with mean %.4g, std %.4g",
-                 (double)ses->train.mean, (double)ses->train.std);
+    if (ses->has_train && ses->train.kind == ST_DATA_IMAGES) /* (a resumed checkpoint's own come later) */
+        snprintf(
+            train + strlen(train), sizeof train - strlen(train), ", normalised with %smean %.4g, std %.4g",
+            opts->resume ? "the checkpoint's statistics where it records them (said when they differ), else "
+                           "its "
+                         : "",
+            (double)ses->train.mean, (double)ses->train.std);
     fprintf(ses->out, "data: %s%s%s%s\n", train, train[0] && val[0] ? "; " : "", val[0] ? "validation: " : "",
             val);
     fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
@@ -219,7 +223,7 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     st_watch_begin(ses->store_watch, what);
     const st_status l = st_model_load(ses->model, path);
     st_watch_end(ses->store_watch);
-    if (l == ST_OK) st_session_take_norm(ses, path);
+    if (l == ST_OK) st_session_take_norm(ses, path, ses->eval_only);
     return l;
 }
 
@@ -939,7 +943,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
         ST_GOTO(s);
-        if (found) st_session_take_norm(ses, dir);
+        if (found) st_session_take_norm(ses, dir, true);
         if (found) {
             ck = got;
             if (ck.batch_size != c->train.batch_size) {

@@ -68,6 +68,8 @@ expect 1 "data.train and data.train_labels: /usr/share/datasets/fashion-mnist/tr
     "$bin" train --set data.train_labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz --set train.steps=1
 expect 1 "data.val_split (0.1, --set) holds out validation data from data.train, and data.val (/elsewhere.idx, --set) names other validation data; set one of them" \
     "$bin" train --set data.val=/elsewhere.idx --set data.val_split=0.1
+expect 1 "data.val_split (0.1, --set) holds out validation data from data.train, and data.val_labels (/elsewhere.idx, --set) names other validation labels" \
+    "$bin" train --set data.val_labels=/elsewhere.idx --set data.val_split=0.1
 expect 1 "--set data.val_split=1: 1 is out of range" "$bin" train --set data.val_split=1
 # every command takes --help: its usage on standard output, exit 0
 for c in "train" "eval" "data" "data tokenize" "data inspect" "plan" "check" "launch" "bench" "report" "slurm"; do
@@ -93,6 +95,11 @@ expect 1 "t.txt.gz: a gzip file, not text: data tokenize reads text files; decom
     "$bin" data tokenize "$tmp/new.tokens" "$tmp/t.txt" "$tmp/t.txt.gz"
 expect 1 "$bin: an ELF file (a program or shared library), not text" "$bin" data tokenize "$tmp/new.tokens" "$bin"
 [ ! -e "$tmp/new.tokens" ] || { echo "FAIL: a refused tokenize wrote its output"; fails=$((fails + 1)); }
+/usr/bin/python3 -c 'import lzma, sys, tarfile; open(sys.argv[1] + ".xz", "wb").write(lzma.compress(b"text " * 100)); t = tarfile.open(sys.argv[1] + ".tar", "w"); t.add(sys.argv[2], arcname="t.txt"); t.close()' "$tmp/packed" "$tmp/t.txt"
+expect 1 "packed.xz: a compressed file or archive (xz, bzip2, zstd or tar), not text" "$bin" data tokenize "$tmp/new.tokens" "$tmp/packed.xz"
+expect 1 "packed.tar: a compressed file or archive (xz, bzip2, zstd or tar), not text" "$bin" data tokenize "$tmp/new.tokens" "$tmp/packed.tar"
+expect 2 "$tmp/notyet/ is a directory" "$bin" data tokenize "$tmp/notyet/" "$tmp/t.txt"
+[ ! -e "$tmp/notyet" ] || { echo "FAIL: data tokenize made a folder it then refused"; fails=$((fails + 1)); }
 # OUT a directory: refused before anything is read; OUT in folders not made yet: made (as train.out_dir is)
 expect 2 "$tmp/corpus is a directory; the first path is the token file to write: name a file in it ($tmp/corpus/train.tokens)" \
     "$bin" data tokenize "$tmp/corpus" "$tmp/t.txt"

@@ -49,6 +49,7 @@ np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
 np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
 np.save(f"{d}/dim_x.npy", np.load(f"{d}/train_x.npy") // 2)  # other statistics
+np.save(f"{d}/r416_x.npy", np.load(f"{d}/train_x.npy").reshape(256, 4, 16))  # as many values, another shape
 neg = np.zeros(256, dtype=np.int64); neg[3] = -1
 np.save(f"{d}/neg_y.npy", neg)
 v5 = np.load(f"{d}/val_y.npy").copy(); v5[7] = 5
@@ -174,6 +175,8 @@ err "npy on the IDX defaults" "data.train (/usr/share/datasets/fashion-mnist/tra
 err "counts disagree" "short_y.npy" "$tmp/run.yaml" --set data.train_labels="$tmp/short_y.npy"
 err "label out of range" "bad_y.npy: label 5 at index 17 is outside [0, 2) (the class count, model.num_classes)" \
     "$tmp/run.yaml" --set data.train_labels="$tmp/bad_y.npy" --set model.num_classes=2
+err "weights of images of another shape, every tensor fitting" "trained on 8x8x1 inputs (height x width x channels), and this run's data holds 4x16x1: every tensor fits" \
+    "$tmp/run.yaml" --set data.train="$tmp/r416_x.npy" --init "$tmp/plain"
 err "weights of other images" "hint: the file was trained on 8x8x1 inputs (height x width x channels), and this run's data holds 8x8x3: the weights need data of their own shape" \
     "$tmp/run.yaml" --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --init "$tmp/plain"
 err "negative label" "neg_y.npy: label -1 at index 3 is negative; labels are class numbers 0, 1, ..." \
@@ -197,6 +200,16 @@ e=$(timeout 60 "$bin" eval "$tmp/split.yaml" --init "$tmp/split" --json --quiet 
 /usr/bin/python3 -c 'import json,sys; a, b = (json.loads(x.splitlines()[-1]) for x in sys.argv[1:]); sys.exit(0 if a["accuracy"] == b["accuracy"] and a["eval_loss"] == b["eval_loss"] else 1)' "$o" "$e" ||
     fail "eval of the held-out part differs from the run's last evaluation: $(tail -n 1 <<<"$e") vs $(tail -n 1 <<<"$o")"
 echo "data.val_split 0.25: 192 + 64 samples; eval agrees with the run: $(tail -n 1 <<<"$e")"
+# evaluated with another split: said (its held-out set would hold trained samples); an evaluation
+# needs no training batch; evaluations with data.val "" and a split are allowed
+e=$(timeout 60 "$bin" eval "$tmp/split.yaml" --init "$tmp/split" --set data.val_split=0.5 --set train.batch_size=512 --quiet 2>&1) ||
+    fail "eval with another data.val_split: $e"
+grep -qF "were trained with data.val_split 0.25, and this run has 0.5: the two held-out sets differ" <<<"$e" ||
+    fail "eval with another data.val_split: no warning: $e"
+o=$(timeout 60 "$bin" train "$tmp/split.yaml" --set data.val= --set train.eval_every=10 --set train.out_dir="$tmp/split2" --quiet 2>&1) ||
+    fail "data.val_split with data.val \"\" and train.eval_every: $o"
+# plan counts the validation labels for num_classes auto, as a run does
+o=$(timeout 60 "$bin" plan "$tmp/run.yaml" --set data.val_labels="$tmp/val5_y.npy" 2>&1) || fail "plan with validation labels up to 5: $o"
 # validation labels beyond the training labels: model.num_classes auto
 # counts them, said
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val_labels="$tmp/val5_y.npy" --set train.steps=1 \
