@@ -15,6 +15,7 @@
 #include "core/outq.h"
 #include "core/pages.h"
 #include "data/loader.h"
+#include "data/tokens.h"
 #include "dist/agree.h"
 #include "dist/zero.h"
 #include "eval_device.h"
@@ -232,21 +233,42 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
     return s;
 }
 
-/* data.val naming data.train's own file: the evaluation would measure the
- * training data as held-out data, without a word. Rank 0 warns. */
+/* data.val naming a file of data.train (token files compared shard by
+ * shard): the evaluation would measure the training data as held-out data,
+ * without a word. Rank 0 warns. */
+static bool same_file(const char *x, const char *y) {
+    struct stat a, b;
+    return x && y && stat(x, &a) == 0 && stat(y, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* The files of a token stream, as (device, inode) pairs: n, or 0. */
+static int file_ids(const st_tokens *t, uint64_t (*ids)[2], int cap) {
+    int n = 0;
+    struct stat b;
+    for (int i = 0; t && i < st_tokens_shards(t) && n < cap; i++)
+        if (stat(st_tokens_shard_path(t, i), &b) == 0)
+            ids[n][0] = (uint64_t)b.st_dev, ids[n++][1] = (uint64_t)b.st_ino;
+    return n;
+}
+
 static void same_data(const st_session *s) {
     const st_config *c = s->cfg;
-    struct stat a, b;
-    if (s->rank != 0 || !s->has_train || !s->has_val || stat(c->data.train, &a) != 0 ||
-        stat(c->data.val, &b) != 0)
-        return;
-    const bool same = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (s->rank != 0 || !s->has_train || !s->has_val || c->data.val_split > 0) return;
+    bool same = same_file(c->data.train, c->data.val);
+    /* token files read as one stream (a pattern, a folder): any of theirs */
+    const int cap = s->train.tokens && s->val.tokens && !same ? ST_TOKENS_MAX_SHARDS : 0;
+    uint64_t(*a)[2] = cap ? malloc(2 * (size_t)cap * sizeof *a) : NULL, (*b)[2] = a ? a + cap : NULL;
+    const int nt = a ? file_ids(s->train.tokens, a, cap) : 0, nv = a ? file_ids(s->val.tokens, b, cap) : 0;
+    for (int i = 0; i < nt && !same && (int64_t)nt * nv <= 100000000; i++) /* (a bound: a moment at most) */
+        for (int j = 0; j < nv && !same; j++)
+            same = a[i][0] == b[j][0] && a[i][1] == b[j][1];
+    free(a);
     if (same)
-        st_ticker_sayf(
-            "scaletrain: warning: data.val (%s) is data.train's own file: the evaluation measures the "
-            "data the model trains on, not held-out data; set data.val to other data (or \"\": "
-            "no evaluation)\n",
-            c->data.val);
+        st_ticker_sayf("scaletrain: warning: data.val (%s) is (or holds) a file of data.train: the "
+                       "evaluation measures the "
+                       "data the model trains on, not held-out data; set data.val to other data (or \"\": "
+                       "no evaluation)\n",
+                       c->data.val);
 }
 
 static st_status open_data(st_session *s, bool eval_only) {

@@ -86,6 +86,10 @@ grep -q "resume: warning: the checkpoint is at step 15 of epoch 0, but an epoch 
 n=$(((bytes - 1) / 64))
 grep -q "^data: $((n - (n + 5) / 10)) samples of 64+1 tokens ($bytes tokens, vocabulary 256); validation: $(((n + 5) / 10)) samples$" "$tmp/split.txt" &&
     grep -q "^eval at step 2: loss" "$tmp/split.txt" || { grep -E "^data: |^eval" "$tmp/split.txt"; exit 1; }
+# validation data that is one of the training pattern's shards: said
+"$bin" train "${gpt[@]}" --set data.train="$pat" --set data.val="$tmp/shards/corpus-000001.tokens" --set train.steps=1 \
+    --set train.eval_every=0 --set train.out_dir="$tmp/run-same" --quiet >"$tmp/same.txt" 2>&1 || { cat "$tmp/same.txt"; exit 1; }
+grep -q "warning: data.val (.*corpus-000001.tokens) is (or holds) a file of data.train" "$tmp/same.txt" || { cat "$tmp/same.txt"; exit 1; }
 # fewer, larger shards would leave old ones in the pattern: refused, nothing written
 before=$(md5sum "$tmp"/shards/* | md5sum)
 if "$bin" data tokenize "$tmp/shards/corpus.tokens" "$tmp/a.txt" --shard-tokens 100000 2>"$tmp/err.txt"; then
