@@ -475,6 +475,13 @@ static void check_data(report *r, const st_config *c) {
         if (s == ST_OK && split)
             line(r, "ok", "val data", "%lld samples held out of data.train (data.val_split %g)",
                  (long long)v.n, c->data.val_split);
+        if (s == ST_OK && k == 0 && d.n < c->train.batch_size &&
+            c->data.drop_last) /* (as train refuses it) */
+            line(r, "FAIL", "batch",
+                 "%lld training samples%s, fewer than one batch (train.batch_size %lld); fix: a smaller "
+                 "batch, "
+                 "more data, or data.drop_last: false",
+                 (long long)d.n, split ? " after data.val_split" : "", (long long)c->train.batch_size);
         st_dataset_free(&v);
         st_dataset_free(&d);
     }

@@ -227,6 +227,11 @@ o=$(timeout 120 "$bin" check "$tmp/run.yaml" --set train.out_dir="$tmp/chk" 2>&1
 grep -qE "^ok +data +$tmp/train_x.npy: 256 images 8x8x1, 2 classes" <<<"$o" &&
     grep -qE "^ok +val data +$tmp/val_x.npy: 128 images" <<<"$o" || fail "check on NPY data: $(grep data <<<"$o")"
 echo "plan and check on NPY data: $(grep -E '^ok +data' <<<"$o")"
+# check foresees train's refusal of a batch larger than the data (after the split)
+o=$(timeout 120 "$bin" check "$tmp/run.yaml" --set data.val= --set data.val_labels= --set data.val_split=0.5 \
+    --set train.batch_size=256 --set train.out_dir="$tmp/chk2" 2>&1)
+grep -qE "^FAIL +batch +128 training samples after data.val_split, fewer than one batch \(train.batch_size 256\)" <<<"$o" ||
+    fail "check with a batch larger than the data: $(grep -E 'data|batch' <<<"$o")"
 
 # Validation images as floats where the training images are bytes (read
 # as value/255): refused before anything is written, where they were
