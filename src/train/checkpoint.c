@@ -40,28 +40,10 @@ typedef struct ckpt_file {
     int64_t nbytes;
 } ckpt_file;
 
-/* Remove a directory and what it holds: a checkpoint (plain files), or a
- * checkpoint folder (checkpoints, temporary ones, `latest`). */
-static void remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return;
-    struct dirent *e;
-    char f[PATH_CAP];
-    struct stat sb;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-        if (lstat(f, &sb) == 0 && S_ISDIR(sb.st_mode))
-            remove_dir(f);
-        else
-            unlink(f);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
-/* The bytes of the files under path (0 when it is not there). */
-static int64_t tree_bytes(const char *path) {
+/* The bytes of the regular files under path (0 when it is not there); with
+ * `remove`, everything under it and path itself are removed as they are
+ * counted. */
+static int64_t walk_tree(const char *path, bool remove) {
     DIR *d = opendir(path);
     if (!d) return 0;
     int64_t n = 0;
@@ -71,12 +53,22 @@ static int64_t tree_bytes(const char *path) {
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-        if (lstat(f, &sb) != 0) continue;
-        n += S_ISDIR(sb.st_mode) ? tree_bytes(f) : S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
+        const bool known = lstat(f, &sb) == 0;
+        if (known && S_ISDIR(sb.st_mode)) {
+            n += walk_tree(f, remove);
+            continue;
+        }
+        if (known && S_ISREG(sb.st_mode)) n += (int64_t)sb.st_size;
+        if (remove) unlink(f);
     }
     closedir(d);
+    if (remove) rmdir(path);
     return n;
 }
+
+/* Remove a directory and what it holds: a checkpoint (plain files), or a
+ * checkpoint folder (checkpoints, temporary ones, `latest`). */
+static void remove_dir(const char *path) { walk_tree(path, true); }
 
 void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap) {
     static const char *const FOLDERS[] = {"ckpt.abandoned", "ckpt.previous"};
@@ -86,7 +78,7 @@ void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap) {
     for (int i = 0; i < 2; i++) {
         char dir[PATH_CAP];
         snprintf(dir, sizeof dir, "%s/%s", out_dir, FOLDERS[i]);
-        const int64_t b = tree_bytes(dir);
+        const int64_t b = walk_tree(dir, false);
         if (b > 0)
             st_appendf(note, cap, &at, "%s%s/%s holds %.1f MiB, the checkpoints of %s", at ? "; " : "",
                        out_dir, FOLDERS[i], (double)b / (1 << 20), WHAT[i]);
