@@ -17,16 +17,32 @@
 #   slurm_stop DIR    stop the three daemons by pid (and wait for them).
 # Needs root (SlurmUser root) and the packages slurm-wlm and munge.
 
-slurm_free_port() { # a TCP port nothing listens on
-    local p
+slurm_free_port() { # a TCP port no socket uses, below the kernel's ephemeral range
+    local p lo
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
     for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 20000))
-        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+        p=$((20000 + RANDOM % (lo > 21000 ? lo - 20000 : 1000)))
+        ss -Htan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
     done
     return 1
 }
 
+# (another test's daemon, or a connection's port, may take a port between
+# the look and the bind: slurmctld then exits "Address already in use", and
+# the start is tried again on other ports, three times at most)
 slurm_start() {
+    local attempt
+    for attempt in 1 2 3; do
+        slurm_start_once "$1" && return 0
+        grep -q "Address already in use" "$1/slurmctld.log" "$1/slurmd.log" 2>/dev/null || return 1
+        echo "slurm_start: a port was taken (attempt $attempt); again on others" >&2
+        slurm_stop "$1"
+        rm -f "$1/slurmctld.log" "$1/slurmd.log"
+    done
+    return 1
+}
+
+slurm_start_once() {
     local d=$1 host cpus mem_mb p1 p2 i
     # munged wants its socket's directory searchable by all and writable by
     # nobody else, and its key private.
@@ -79,8 +95,9 @@ CONF
         --log-file="$d/munged.log" --seed-file="$d/key/seed" || { cat "$d/munged.log" >&2; return 1; }
     slurmctld -f "$d/slurm.conf" || { cat "$d/slurmctld.log" >&2; return 1; }
     slurmd -f "$d/slurm.conf" || { cat "$d/slurmd.log" >&2; return 1; }
-    for i in $(seq 1 300); do # at most ~30 s for the node to register
-        [ "$(sinfo -h -o %T 2>/dev/null)" = "idle" ] && return 0
+    for i in $(seq 1 300); do # at most ~30 s (and sinfo's own 3 s each) for the node to register
+        [ "$(timeout 3 sinfo -h -o %T 2>/dev/null)" = "idle" ] && return 0
+        grep -q "Address already in use" "$d/slurmctld.log" "$d/slurmd.log" 2>/dev/null && return 1
         sleep 0.1
     done
     echo "slurm_start: the node did not become idle: $(sinfo 2>&1)" >&2
