@@ -253,8 +253,9 @@ st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_d
                        "training and validation; %s",
                        key, fraction, (long long)n, (long long)k,
                        k < 1 ? "raise it, or give validation data (data.val)" : "lower it");
-    if (d->kind == ST_DATA_IMAGES) { /* the samples in a fixed random order */
-        const int64_t per = d->h * d->w * d->c, esize = d->pixels ? 1 : (int64_t)sizeof(float);
+    const int64_t per = d->h * d->w * d->c; /* (images) */
+    if (d->kind == ST_DATA_IMAGES) {        /* the samples in a fixed random order */
+        const int64_t esize = d->pixels ? 1 : (int64_t)sizeof(float);
         int64_t *order = malloc((size_t)n * sizeof *order);
         unsigned char *from = d->pixels ? (unsigned char *)d->pixels : (unsigned char *)d->values;
         unsigned char *to = st_alloc_aligned((size_t)(n * per * esize));
@@ -283,9 +284,7 @@ st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_d
     *val = *d;
     val->view = true;
     val->n = k;
-    val->tokens = d->tokens; /* (a window offset for tokens; pointers for images) */
-    if (d->kind == ST_DATA_IMAGES) {
-        const int64_t per = d->h * d->w * d->c;
+    if (d->kind == ST_DATA_IMAGES) { /* (pointers into d's for images; a window offset for tokens) */
         if (val->pixels) val->pixels += (n - k) * per;
         if (val->values) val->values += (n - k) * per;
         val->labels += n - k;

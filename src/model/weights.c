@@ -18,6 +18,12 @@ static const char *kind_name(st_model_kind k) {
     return k == ST_MODEL_MLP ? "mlp" : k == ST_MODEL_CNN ? "cnn" : "gpt";
 }
 
+/* The inputs' shape as the metadata records it ("28x28x1", data.input). */
+static void input_shape(const st_model *m, char *buf, size_t n) {
+    snprintf(buf, n, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
+             (long long)m->in.channels);
+}
+
 st_status st_model_save_host(const st_model *m, const float *data, const float *buffers, const char *path) {
     const st_params *p = &m->params;
     st_safetensors_tensor *t = calloc((size_t)(p->n ? p->n : 1), sizeof *t);
@@ -39,8 +45,7 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     snprintf(split, sizeof split, "%.9g", m->val_split); /* (which samples the validation held out) */
     meta[2 * n_meta] = "data.val_split", meta[2 * n_meta + 1] = split, n_meta++;
     if (m->kind != ST_MODEL_GPT) {     /* the inputs' shape, which no model.* setting holds */
-        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
-                 (long long)m->in.channels);
+        input_shape(m, shape, sizeof shape);
         meta[2 * n_meta] = "data.input", meta[2 * n_meta + 1] = shape, n_meta++;
     }
     if (m->has_norm) {
@@ -329,8 +334,7 @@ st_status st_model_load(st_model *m, const char *path) {
      * layer fits any images of as many values, a cnn any of as many channels */
     const char *input = m->kind != ST_MODEL_GPT ? st_safetensors_metadata(f, "data.input") : NULL;
     char ours_input[96];
-    snprintf(ours_input, sizeof ours_input, "%lldx%lldx%lld", (long long)m->in.height, (long long)m->in.width,
-             (long long)m->in.channels);
+    input_shape(m, ours_input, sizeof ours_input);
     if (!pr.n && !missing.n && s == ST_OK && input && strcmp(input, ours_input) != 0)
         s = st_fail(ST_ERR_FORMAT,
                     "trained on %s inputs (height x width x channels), and this run's data holds %s: every "

@@ -233,9 +233,6 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
     return s;
 }
 
-/* data.val naming a file of data.train (token files compared shard by
- * shard): the evaluation would measure the training data as held-out data,
- * without a word. Rank 0 warns. */
 static bool same_file(const char *x, const char *y) {
     struct stat a, b;
     return x && y && stat(x, &a) == 0 && stat(y, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
@@ -251,6 +248,9 @@ static int file_ids(const st_tokens *t, uint64_t (*ids)[2], int cap) {
     return n;
 }
 
+/* data.val naming a file of data.train (token files compared shard by
+ * shard): the evaluation would measure the training data as held-out data,
+ * without a word. Rank 0 warns. */
 static void same_data(const st_session *s) {
     const st_config *c = s->cfg;
     if (s->rank != 0 || !s->has_train || !s->has_val || c->data.val_split > 0) return;
@@ -264,11 +264,11 @@ static void same_data(const st_session *s) {
             same = a[i][0] == b[j][0] && a[i][1] == b[j][1];
     free(a);
     if (same)
-        st_ticker_sayf("scaletrain: warning: data.val (%s) is (or holds) a file of data.train: the "
-                       "evaluation measures the "
-                       "data the model trains on, not held-out data; set data.val to other data (or \"\": "
-                       "no evaluation)\n",
-                       c->data.val);
+        st_ticker_sayf(
+            "scaletrain: warning: data.val (%s) is (or holds) a file of data.train: the evaluation "
+            "measures the data the model trains on, not held-out data; set data.val to other data "
+            "(or \"\": no evaluation)\n",
+            c->data.val);
 }
 
 static st_status open_data(st_session *s, bool eval_only) {

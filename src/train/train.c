@@ -943,8 +943,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
         ST_GOTO(s);
-        if (found) st_session_take_norm(ses, dir, true);
         if (found) {
+            st_session_take_norm(ses, dir, true);
             ck = got;
             if (ck.batch_size != c->train.batch_size) {
                 s = st_fail(
