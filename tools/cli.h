@@ -17,6 +17,7 @@ int st_cmd_check(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
 int st_cmd_slurm(int argc, char **argv);
 int st_cmd_report(int argc, char **argv);
+int st_cmd_sample(int argc, char **argv);
 /* `check`'s all-reduce test, one rank of it (tools/check_comm.c). */
 int st_check_allreduce_worker(bool nccl);
 

@@ -17,6 +17,11 @@ static const struct {
      "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"},
     {"eval", "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
              "                      evaluate saved weights on the validation data\n"},
+    {"sample",
+     "  sample [CONFIG.yaml] --init WEIGHTS [--prompt TEXT | --prompt-file F | --prompt-ids I,J,...]\n"
+     "        [--tokens N] [--samples N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+     "        [--stop-id I] [--tokenizer FILE] [--json] [--quiet]\n"
+     "                      continue a prompt with a trained gpt (its weights say its shape)\n"},
     {"launch", "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"},
     {"plan", "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N]\n"
@@ -48,13 +53,17 @@ static void usage(FILE *f) {
 }
 
 /* `scaletrain CMD ... --help` for the commands whose own parsers do not
- * take it (train, eval, data): its lines of the usage, on standard output. */
+ * take it (train, eval, data, sample): its lines of the usage, on standard output. */
 static bool command_help(const char *cmd, int argc, char **argv) {
-    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "eval") != 0 && strcmp(cmd, "data") != 0) return false;
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "eval") != 0 && strcmp(cmd, "data") != 0 &&
+        strcmp(cmd, "sample") != 0)
+        return false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--set") || !strcmp(a, "--init") || !strcmp(a, "--resume") ||
-            !strcmp(a, "--profile") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--jobs")) {
+            !strcmp(a, "--profile") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--jobs") ||
+            (!strcmp(cmd, "sample") && !strncmp(a, "--", 2) && strcmp(a, "--json") && strcmp(a, "--quiet") &&
+             strcmp(a, "--help"))) {
             i++; /* (a value, even one that reads --help) */
             continue;
         }
@@ -79,6 +88,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return st_cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
+    if (strcmp(cmd, "sample") == 0) return st_cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);

@@ -89,7 +89,7 @@ static st_status build_cnn(st_model *m, st_model_graph *mg) {
 static st_status build_gpt(st_model *m, st_model_graph *mg) {
     st_graph *g = &mg->g;
     const st_config *c = &m->cfg;
-    const int64_t B = mg->batch, T = m->in.seq_len, C = c->model.n_embd, L = c->model.n_layer;
+    const int64_t B = mg->batch, T = mg->seq_len, C = c->model.n_embd, L = c->model.n_layer;
     const int64_t V = m->in.vocab_size;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L); /* GPT-2 paper, sec. 2.3 */
     const float p = (float)c->model.dropout;
@@ -144,11 +144,12 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
     return st_softmax_ce(g, "loss", mg->logits, mg->y, ST_IGNORE_INDEX, &mg->loss);
 }
 
-static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
-                             bool forward_only, st_model_graph *mg) {
+static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bool params_only,
+                                 bool device_layout, bool forward_only, st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
+    mg->seq_len = seq_len;
     st_graph_init(&mg->g, &m->params);
     mg->g.params_only = params_only;
     mg->g.device_layout = device_layout;
@@ -186,12 +187,25 @@ static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool 
     return s;
 }
 
+static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
+                             bool forward_only, st_model_graph *mg) {
+    return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, mg);
+}
+
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
     return graph_build(m, batch, false, false, false, mg);
 }
 
 st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_graph *mg) {
     return graph_build(m, batch, false, false, true, mg);
+}
+
+st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t seq_len, st_model_graph *mg) {
+    memset(mg, 0, sizeof *mg);
+    if (m->kind != ST_MODEL_GPT || seq_len < 1 || seq_len > m->cfg.model.block_size)
+        return st_fail(ST_ERR_ARG, "model graph: %lld tokens a sample, where model.block_size is %lld",
+                       (long long)seq_len, (long long)m->cfg.model.block_size);
+    return graph_build_len(m, batch, seq_len, false, false, true, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {

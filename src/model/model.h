@@ -24,6 +24,7 @@ typedef struct st_model_input {
 typedef struct st_model_graph {
     st_graph g;
     int64_t batch;
+    int64_t seq_len;   /* a gpt's tokens per sample (the model's, or st_model_graph_build_forward_len's) */
     st_tensor *x;      /* F32 (B, H, W, C) / (B, D), or I32 tokens (B, T) */
     st_tensor *y;      /* I32 targets (B) or (B, T) */
     st_tensor *logits; /* (B, classes) or (B, T, V); NULL for a gpt with model.fused_head (linear_ce) */
@@ -87,6 +88,9 @@ st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
  * output freed after its last reader, so it holds a few layers' activations
  * at once instead of the whole model's. Backward on it is an error. */
 st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_graph *mg);
+/* The same for a gpt on sequences of seq_len tokens (1 to model.block_size)
+ * instead of the model's: generation's windows (sample.h). */
+st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t seq_len, st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
 
 /* model.fused_gelu for a gpt on a CUDA device of compute capability cc_major

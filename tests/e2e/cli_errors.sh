@@ -72,7 +72,7 @@ expect 1 "data.val_split (0.1, --set) holds out validation data from data.train,
     "$bin" train --set data.val_labels=/elsewhere.idx --set data.val_split=0.1
 expect 1 "--set data.val_split=1: 1 is out of range" "$bin" train --set data.val_split=1
 # every command takes --help: its usage on standard output, exit 0
-for c in "train" "eval" "data" "data tokenize" "data inspect" "plan" "check" "launch" "bench" "report" "slurm"; do
+for c in "train" "eval" "sample" "data" "data tokenize" "data inspect" "plan" "check" "launch" "bench" "report" "slurm"; do
     # shellcheck disable=SC2086
     expect 0 "usage:" "$bin" $c --help
 done

@@ -36,3 +36,71 @@ print("ok" if ok else "FAIL: the loss did not fall as expected", r)
 sys.exit(0 if ok else 1)
 PY
 "$bin" data inspect "$tmp/run/model.safetensors" | grep -q "h.1.attn.c_attn.weight"
+
+# scaletrain sample: the model from the weights' metadata alone (no CONFIG),
+# greedy continuations that PyTorch's twin of the model agrees with token by
+# token, past the context of 64 (the window slides)
+"$bin" sample --init "$tmp/run" --prompt "the quick brown fox 1" --tokens 90 --temperature 0 --samples 2 \
+    --json >"$tmp/greedy.json"
+/usr/bin/python3 - "$tmp/greedy.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+a, b = (s["tokens"] for s in r["samples"])
+assert len(a) == 90 and a == b, "greedy samples differ or are short"
+assert r["prompt"] == list(b"the quick brown fox 1") and r["samples"][0]["text"] == bytes(a).decode("latin-1")
+# trained 60 steps on "the quick brown fox N jumps over the lazy dog M": its words come back
+assert "jumps" in r["samples"][0]["text"] or "lazy" in r["samples"][0]["text"] or "the " in r["samples"][0]["text"], r
+print("ok greedy:", repr(r["samples"][0]["text"]))
+PY
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    /usr/bin/python3 tests/py/sample_torch.py "$tmp/run/model.safetensors" "$tmp/greedy.json"
+else
+    echo "sample against PyTorch skipped: /usr/bin/python3 cannot import torch"
+fi
+# drawn: the same seed draws the same text; the text streams to stdout, the
+# seed to stderr
+"$bin" sample --init "$tmp/run/model.safetensors" --prompt "the" --tokens 40 --seed 7 --top-k 20 --top-p 0.95 \
+    --temperature 0.8 >"$tmp/s1.txt" 2>"$tmp/s1.err"
+"$bin" sample --init "$tmp/run/model.safetensors" --prompt "the" --tokens 40 --seed 7 --top-k 20 --top-p 0.95 \
+    --temperature 0.8 --quiet >"$tmp/s2.txt"
+cmp "$tmp/s1.txt" "$tmp/s2.txt" || { echo "FAIL: --seed 7 drew other text"; exit 1; }
+[ "$(head -c 3 "$tmp/s1.txt")" = "the" ] && [ "$(wc -c <"$tmp/s1.txt")" -eq 44 ] ||
+    { echo "FAIL: the sample is not the prompt and 40 bytes: $(od -c "$tmp/s1.txt" | head -3)"; exit 1; }
+grep -q "seed 7 (--seed 7 draws them again)" "$tmp/s1.err" || { echo "FAIL: no seed line"; cat "$tmp/s1.err"; exit 1; }
+# an llm.c tokenizer file decodes (here: each byte's token as its upper case),
+# and with no prompt the sample starts at its end-of-text token (10)
+/usr/bin/python3 - "$tmp/tok.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", 20240328, 2, 256, 10, *([0] * 252)))
+    for i in range(256):
+        p = bytes([i]).upper()
+        f.write(bytes([len(p)]) + p)
+PY
+"$bin" sample --init "$tmp/run" --tokenizer "$tmp/tok.bin" --tokens 30 --temperature 0 --quiet >"$tmp/t1.txt"
+"$bin" sample --init "$tmp/run" --prompt-ids 10 --tokens 30 --temperature 0 --quiet >"$tmp/t2.txt"
+[ "$(tr a-z A-Z <"$tmp/t2.txt")" = "$(cat "$tmp/t1.txt")" ] && grep -q "[A-Z]" "$tmp/t1.txt" ||
+    { echo "FAIL: the tokenizer's text: $(cat "$tmp/t1.txt") against $(cat "$tmp/t2.txt")"; exit 1; }
+head -c 250 "$tmp/tok.bin" >"$tmp/short.bin"
+# mistakes, each refused naming what to do
+expect_fail() { # WHAT NEEDLE COMMAND...
+    local what=$1 needle=$2; shift 2
+    if "$@" >"$tmp/e.out" 2>&1; then echo "FAIL: $what succeeded"; exit 1; fi
+    grep -q -- "$needle" "$tmp/e.out" || { echo "FAIL: $what: no '$needle' in:"; cat "$tmp/e.out"; exit 1; }
+}
+expect_fail "a cut tokenizer file" "is not an llm.c tokenizer file" "$bin" sample --init "$tmp/run" --tokenizer "$tmp/short.bin"
+expect_fail "a text prompt with a tokenizer" "cannot encode text into them" "$bin" sample --init "$tmp/run" --tokenizer "$tmp/tok.bin" --prompt hi
+expect_fail "no --init" "--init WEIGHTS is required" "$bin" sample --prompt x
+expect_fail "a prompt token past the vocabulary" "outside the model's vocabulary of 256" \
+    "$bin" sample --init "$tmp/run" --prompt-ids 1,300
+expect_fail "two prompts" "give one of --prompt" "$bin" sample --init "$tmp/run" --prompt a --prompt-ids 1
+expect_fail "a bad top-p" "--top-p needs a number > 0" "$bin" sample --init "$tmp/run" --top-p 0
+/usr/bin/python3 - "$tmp/mlp.safetensors" <<'PY' # an mlp's weights, as its metadata says
+import json, struct, sys
+h = json.dumps({"__metadata__": {"format": "scaletrain", "model": "mlp"},
+                "head.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(16))
+PY
+expect_fail "an image model's weights" "holds a mlp's weights: scaletrain sample continues text with a gpt" \
+    "$bin" sample --init "$tmp/mlp.safetensors"
+echo "ok sample"

@@ -1,0 +1,57 @@
+/* Text generation from a gpt: draw one token from logits (temperature,
+ * top-k, top-p), and continue prompts a token at a time (`scaletrain
+ * sample`).
+ *
+ * Generation recomputes each step's window (no cache of keys and values):
+ * a forward graph of T tokens, T the smallest of 16, 32, 64, ... and
+ * model.block_size that holds the sequence so far, so a token costs one
+ * forward of at most twice its context. Causal attention makes the logits
+ * at position t depend on tokens 0..t alone, so the padding past the
+ * sequence's end changes nothing. Past block_size tokens the window slides:
+ * the last block_size tokens are the context, as in nanoGPT's sample.py. */
+#ifndef ST_MODEL_SAMPLE_H
+#define ST_MODEL_SAMPLE_H
+
+#include <stdatomic.h>
+
+#include "core/rng.h"
+#include "model.h"
+
+typedef struct st_sample_params {
+    double temperature; /* logits / temperature before the softmax; 0: the most likely token (greedy) */
+    int64_t top_k;      /* draw among the k most likely tokens; 0: all */
+    double top_p;       /* ... and among the fewest whose probabilities sum to top_p (nucleus); 1: all */
+} st_sample_params;
+
+/* One token drawn from logits (V of them) as p says, with rng; work holds V
+ * floats and order V int32s (scratch). Ties go to the lower token. Returns
+ * the token, or -1 when a logit is not finite (NaN, inf): nothing to draw
+ * from. */
+int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *p, st_rng *rng, float *work,
+                        int32_t *order);
+
+/* Each new token as it is drawn: sample b's token tok, the n-th of its
+ * continuation (0-based). A status other than ST_OK ends the generation
+ * with it. */
+typedef st_status (*st_generate_emit)(void *ctx, int64_t b, int32_t tok, int64_t n);
+
+typedef struct st_generate_opts {
+    st_sample_params p;
+    int64_t n_new;      /* tokens to add to each sample (at most) */
+    int64_t n_samples;  /* continuations of the prompt drawn together, a batch of this many */
+    uint64_t seed;      /* sample b draws from the stream (seed, b) */
+    int64_t stop_token; /* a sample that draws it ends there (the token is emitted); -1: none */
+    st_generate_emit emit;
+    void *ctx;
+    atomic_int *stop; /* non-zero (a signal): end after the current token, ST_ERR_INTERRUPTED */
+} st_generate_opts;
+
+/* Continue prompt (n_prompt tokens, each below the model's vocabulary, at
+ * least one) n_samples times. out (n_samples x (n_prompt + n_new)) gets
+ * each sample's prompt and continuation, lens each one's length. m must be a
+ * gpt on the host whose output layer keeps its logits (model.fused_head
+ * off). */
+st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, const st_generate_opts *o,
+                      int32_t *out, int64_t *lens);
+
+#endif

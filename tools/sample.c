@@ -1,0 +1,518 @@
+/* `scaletrain sample`: continue a prompt with a trained gpt's weights.
+ *
+ * The model is the one the weights' metadata records (every model.* setting
+ * a run saves with them); a CONFIG or --set settles what a file without it
+ * does not say. Text is the byte-level tokenizer's (vocabulary 256, `data
+ * tokenize`): a prompt's bytes are its tokens, and tokens are printed as
+ * bytes. Another vocabulary takes its prompt as token ids and prints ids,
+ * or text through an llm.c tokenizer file (--tokenizer, decoding only). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/blas.h"
+#include "core/config_schema.h"
+#include "core/safetensors.h"
+#include "hw/probe.h"
+#include "model/sample.h"
+#include "train/checkpoint.h"
+
+#define SAMPLE_USAGE                                                                                         \
+    "usage: scaletrain sample [CONFIG.yaml] --init WEIGHTS [--prompt TEXT | --prompt-file FILE |\n"          \
+    "        --prompt-ids I,J,...] [--tokens N] [--samples N] [--temperature T] [--top-k K] [--top-p P]\n"   \
+    "        [--seed S] [--stop-id I] [--tokenizer FILE] [--set key=value]... [--json] [--quiet]\n"
+
+#define BYTE_VOCAB 256 /* the byte-level tokenizer's vocabulary (data tokenize) */
+
+/* An llm.c tokenizer file (gpt2_tokenizer.bin): a header of 256 uint32
+ * (20240328, version 1 or 2, the vocabulary, version 2's end-of-text
+ * token), then each token as a length byte and its bytes. */
+typedef struct tokenizer {
+    int64_t n, eot;
+    char **piece;
+    unsigned char *len;
+} tokenizer;
+
+static void tokenizer_free(tokenizer *t) {
+    for (int64_t i = 0; t->piece && i < t->n; i++)
+        free(t->piece[i]);
+    free(t->piece);
+    free(t->len);
+    memset(t, 0, sizeof *t);
+}
+
+static st_status tokenizer_load(const char *path, tokenizer *t) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_fail(ST_ERR_IO, "--tokenizer %s: %s", path, strerror(errno));
+    uint32_t h[256];
+    st_status s = ST_OK;
+    if (fread(h, sizeof h, 1, f) != 1 || h[0] != 20240328u || (h[1] != 1 && h[1] != 2) || h[2] < 1 ||
+        h[2] > (1u << 24))
+        s = st_fail(
+            ST_ERR_FORMAT,
+            "--tokenizer %s is not an llm.c tokenizer file (a header of 256 uint32: 20240328, version 1 or "
+            "2, the vocabulary size, the end-of-text token; then each token as a length byte and its "
+            "bytes)",
+            path);
+    if (s == ST_OK) {
+        t->n = h[2];
+        t->eot = h[1] == 2 ? (int64_t)h[3] : 50256;
+        t->piece = calloc((size_t)t->n, sizeof *t->piece);
+        t->len = calloc((size_t)t->n, 1);
+        if (!t->piece || !t->len) s = st_fail(ST_ERR_NOMEM, "out of memory reading --tokenizer %s", path);
+    }
+    for (int64_t i = 0; s == ST_OK && i < t->n; i++) {
+        int c = fgetc(f);
+        if (c != EOF) t->len[i] = (unsigned char)c;
+        t->piece[i] = c == EOF ? NULL : malloc((size_t)t->len[i] + 1);
+        if (c == EOF || !t->piece[i] || fread(t->piece[i], 1, t->len[i], f) != t->len[i])
+            s = st_fail(ST_ERR_FORMAT, "--tokenizer %s ends inside token %lld of the %lld its header names",
+                        path, (long long)i, (long long)t->n);
+    }
+    fclose(f);
+    if (s != ST_OK) tokenizer_free(t);
+    return s;
+}
+
+typedef struct sampler {
+    FILE *out;
+    bool stream;    /* print each token as it comes (one sample, not --json) */
+    bool bytes;     /* tokens are bytes (the byte-level vocabulary) */
+    tokenizer *tok; /* or text through this; else ids */
+    int64_t drawn;
+} sampler;
+
+/* Token `t` as the output reads it. */
+static void put_token(FILE *f, const sampler *sp, int32_t t, bool first) {
+    if (sp->bytes) {
+        fputc(t, f);
+    } else if (sp->tok) {
+        if (t < sp->tok->n)
+            fwrite(sp->tok->piece[t], 1, sp->tok->len[t], f);
+        else
+            fprintf(f, "<|%d|>", t); /* (a padded vocabulary's: no text) */
+    } else {
+        fprintf(f, "%s%d", first ? "" : " ", t);
+    }
+}
+
+static st_status emit(void *ctx, int64_t b, int32_t tok, int64_t n) {
+    sampler *sp = ctx;
+    (void)b;
+    sp->drawn++;
+    if (sp->stream) {
+        put_token(sp->out, sp, tok, false);
+        fflush(sp->out);
+        if (ferror(sp->out)) return st_fail(ST_ERR_IO, "standard output: %s", strerror(errno));
+    }
+    (void)n;
+    return ST_OK;
+}
+
+/* A count for an option, min..max. */
+static bool int_arg(const char *opt, const char *v, long long min, long long max, int64_t *out) {
+    char *end;
+    errno = 0;
+    const long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || n < min || n > max) {
+        fprintf(stderr,
+                "scaletrain sample: %s needs a whole number from %lld to %lld, not '%s'\n" SAMPLE_USAGE, opt,
+                min, max, v ? v : "");
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+static bool real_arg(const char *opt, const char *v, double min, double max, bool min_open, double *out) {
+    char *end;
+    errno = 0;
+    const double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || errno || !isfinite(x) || x < min || (min_open && x == min) || x > max) {
+        fprintf(stderr, "scaletrain sample: %s needs a number %s %g and <= %g, not '%s'\n" SAMPLE_USAGE, opt,
+                min_open ? ">" : ">=", min, max, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* "1,2,3" into ids (n; caller frees), each 0..INT32_MAX. */
+static st_status ids_arg(const char *v, int32_t **ids, int64_t *n) {
+    *n = 0;
+    if (!(*ids = malloc((strlen(v) / 2 + 2) * sizeof **ids)))
+        return st_fail(ST_ERR_NOMEM, "out of memory for --prompt-ids");
+    for (const char *p = v; *p;) {
+        char *end;
+        errno = 0;
+        const long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ','))
+            return st_fail(
+                ST_ERR_CONFIG,
+                "--prompt-ids '%s': expected token ids separated by commas, e.g. --prompt-ids 464,3290", v);
+        (*ids)[(*n)++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    return *n ? ST_OK : st_fail(ST_ERR_CONFIG, "--prompt-ids '%s' holds no token id", v);
+}
+
+/* The model the weights' metadata records, into cfg's keys the user left
+ * at their defaults (a CONFIG or --set wins; the load then names any
+ * difference), and the model's inputs: the vocabulary from the file (its
+ * metadata, or wte's rows when it says nothing) and the context. */
+static st_status model_from_weights(st_config *cfg, const char *path, st_model_input *in) {
+    st_safetensors *f;
+    ST_TRY(st_safetensors_open(path, &f));
+    st_status s = ST_OK;
+    const char *kind = st_safetensors_metadata(f, "model");
+    if (kind && strcmp(kind, "gpt") != 0)
+        s = st_fail(ST_ERR_CONFIG, "%s holds a %s's weights: scaletrain sample continues text with a gpt",
+                    path, kind);
+    for (int row = 0; s == ST_OK && row < st_cfg_nkeys; row++) {
+        const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
+        if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) ||
+            st_config_source(cfg, key) != ST_SRC_DEFAULT)
+            continue;
+        char ctx[512];
+        snprintf(ctx, sizeof ctx, "%s's metadata", path);
+        s = st_cfg_assign_text(cfg, row, v, ctx);
+    }
+    const st_safetensors_entry *wte = st_safetensors_find(f, "wte.weight");
+    if (s == ST_OK && cfg->model.vocab_size == ST_AUTO) {
+        if (!wte || wte->ndim != 2)
+            s = st_fail(ST_ERR_CONFIG,
+                        "%s has no wte.weight of 2 dimensions to read the vocabulary from: set "
+                        "model.vocab_size (--set model.vocab_size=N)",
+                        path);
+        else
+            cfg->model.vocab_size = wte->shape[0];
+    }
+    st_safetensors_close(f);
+    ST_TRY(s);
+    if (strcmp(cfg->model.type, "gpt") != 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "model.type is %s: scaletrain sample continues text with a gpt (--set model.type=gpt, "
+                       "and the shape its weights were trained with)",
+                       cfg->model.type);
+    /* logits to draw from, in fp32 on the host */
+    snprintf(cfg->model.fused_head, sizeof cfg->model.fused_head, "off");
+    snprintf(cfg->precision, sizeof cfg->precision, "fp32");
+    snprintf(cfg->data.type, sizeof cfg->data.type, "tokens"); /* (no data is read) */
+    ST_TRY(st_config_validate(cfg));
+    *in = (st_model_input){.vocab_size = cfg->model.vocab_size, .seq_len = cfg->model.block_size};
+    return ST_OK;
+}
+
+/* text's bytes as valid UTF-8 (a byte of no valid sequence becomes U+FFFD), for JSON. */
+static char *utf8_clean(const unsigned char *s, size_t n) {
+    char *o = malloc(3 * n + 1), *w = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = k > 0 && i + k <= n && !(k == 2 && c < 0xc2) && !(k == 4 && c > 0xf4);
+        for (size_t j = 1; ok && j < k; j++)
+            ok = (s[i + j] & 0xc0) == 0x80;
+        if (ok && k == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);
+        if (ok && k == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);
+        if (ok) {
+            memcpy(w, s + i, k);
+            w += k;
+            i += k;
+        } else {
+            memcpy(w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        }
+    }
+    *w = '\0';
+    return o;
+}
+
+/* A sample's tokens as text (bytes or the tokenizer's pieces), or NULL (ids). */
+static char *decode(const sampler *sp, const int32_t *t, int64_t n) {
+    if (!sp->bytes && !sp->tok) return NULL;
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&buf, &size);
+    if (!m) return NULL;
+    for (int64_t i = 0; i < n; i++)
+        put_token(m, sp, t[i], false);
+    fclose(m);
+    char *clean = buf ? utf8_clean((const unsigned char *)buf, size) : NULL;
+    free(buf);
+    return clean;
+}
+
+static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens, int64_t n_samples,
+                      int64_t total, int64_t n_prompt, uint64_t seed, const char *weights, double secs) {
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    char seed_s[32];
+    snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
+    cJSON_AddStringToObject(o, "weights", weights);
+    cJSON_AddRawToObject(o, "seed", seed_s); /* (a number, to the last digit) */
+    cJSON *pr = cJSON_CreateArray();
+    for (int64_t i = 0; i < n_prompt; i++)
+        cJSON_AddItemToArray(pr, cJSON_CreateNumber(out[i]));
+    cJSON_AddItemToObject(o, "prompt", pr);
+    cJSON_AddNumberToObject(o, "new_tokens", (double)sp->drawn);
+    cJSON_AddNumberToObject(o, "seconds", secs);
+    cJSON_AddNumberToObject(o, "tokens_per_s", secs > 0 ? (double)sp->drawn / secs : 0);
+    for (int64_t b = 0; b < n_samples; b++) {
+        cJSON *e = cJSON_CreateObject(), *ids = cJSON_CreateArray();
+        const int32_t *t = out + b * total;
+        for (int64_t i = n_prompt; i < lens[b]; i++)
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[i]));
+        cJSON_AddItemToObject(e, "tokens", ids);
+        char *text = decode(sp, t + n_prompt, lens[b] - n_prompt);
+        if (text) cJSON_AddStringToObject(e, "text", text);
+        free(text);
+        cJSON_AddItemToArray(arr, e);
+    }
+    cJSON_AddItemToObject(o, "samples", arr);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js) return st_cli_error(st_fail(ST_ERR_NOMEM, "out of memory writing the JSON result"));
+    printf("%s\n", js);
+    free(js);
+    return ST_EXIT_OK;
+}
+
+/* What the command line asks. */
+typedef struct sample_args {
+    const char *prompt, *prompt_file, *prompt_ids, *tokenizer;
+    int64_t n_new, n_samples, stop_id, top_k, seed;
+    bool seed_given, json, quiet;
+    double temperature, top_p;
+} sample_args;
+
+/* The sampling options into a; the rest (CONFIG, --set, --init, --json,
+ * --quiet) to the run options' parser, into cfg and opts. Returns -1 or an
+ * exit code. */
+static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_run_opts *opts) {
+    *a = (sample_args){.n_new = 200, .n_samples = 1, .stop_id = -1, .temperature = 1.0, .top_p = 1.0};
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "sample: out of memory"));
+    int nrest = 0, rc = -1;
+    for (int i = 0; i < argc && rc < 0; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (!strcmp(o, "--prompt"))
+            a->prompt = v;
+        else if (!strcmp(o, "--prompt-file"))
+            a->prompt_file = v;
+        else if (!strcmp(o, "--prompt-ids"))
+            a->prompt_ids = v;
+        else if (!strcmp(o, "--tokenizer"))
+            a->tokenizer = v;
+        else if (!strcmp(o, "--tokens"))
+            ok = int_arg(o, v, 0, 1 << 24, &a->n_new);
+        else if (!strcmp(o, "--samples"))
+            ok = int_arg(o, v, 1, 4096, &a->n_samples);
+        else if (!strcmp(o, "--top-k"))
+            ok = int_arg(o, v, 0, INT32_MAX, &a->top_k);
+        else if (!strcmp(o, "--stop-id"))
+            ok = int_arg(o, v, 0, INT32_MAX, &a->stop_id);
+        else if (!strcmp(o, "--seed"))
+            ok = a->seed_given = int_arg(o, v, 0, INT64_MAX, &a->seed);
+        else if (!strcmp(o, "--temperature"))
+            ok = real_arg(o, v, 0, 100, false, &a->temperature);
+        else if (!strcmp(o, "--top-p"))
+            ok = real_arg(o, v, 0, 1, true, &a->top_p);
+        else
+            takes = false;
+        if (takes && !v) { /* (int_arg and real_arg said it) */
+            ok = false;
+        } else if (takes) {
+            i++;
+        } else {
+            a->json |= !strcmp(o, "--json");
+            a->quiet |= !strcmp(o, "--quiet");
+            rest[nrest++] = argv[i];
+            if ((!strcmp(o, "--set") || !strcmp(o, "--init")) && v) rest[nrest++] = argv[++i];
+        }
+        if (!ok) rc = ST_EXIT_USAGE;
+    }
+    if (rc < 0 && !!a->prompt + !!a->prompt_file + !!a->prompt_ids > 1) {
+        fprintf(stderr, "scaletrain sample: give one of --prompt, --prompt-file and --prompt-ids\n");
+        rc = ST_EXIT_USAGE;
+    }
+    if (rc < 0) rc = st_cli_run_args("sample", nrest, rest, cfg, opts);
+    free(rest);
+    if (rc < 0 && !opts->init) {
+        fprintf(stderr, "scaletrain sample: --init WEIGHTS is required (e.g. runs/gpt/model.safetensors, a "
+                        "checkpoint, or a run's out_dir)\n" SAMPLE_USAGE);
+        rc = ST_EXIT_USAGE;
+    }
+    if (rc < 0 && strncmp(cfg->train.device, "cuda", 4) == 0) {
+        fprintf(stderr,
+                "scaletrain sample: train.device %s: sampling runs on the CPU (leave train.device at "
+                "auto or cpu)\n",
+                cfg->train.device);
+        rc = ST_EXIT_USAGE;
+    }
+    if (rc < 0 && !a->seed_given) { /* a seed of its own, said, so that the sample can be drawn again */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        a->seed =
+            (int64_t)(st_mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid()) >>
+                      33);
+    }
+    return rc;
+}
+
+/* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
+ * --prompt or --prompt-file's bytes (the byte-level vocabulary), or with
+ * neither a new line (bytes) or the tokenizer's end of text. */
+static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t V, int32_t **ids,
+                               int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    if (a->prompt_ids) {
+        ST_TRY(ids_arg(a->prompt_ids, ids, n));
+        for (int64_t i = 0; i < *n; i++)
+            if ((*ids)[i] >= V)
+                return st_fail(ST_ERR_CONFIG,
+                               "--prompt-ids: token %d is outside the model's vocabulary of %lld (0 to %lld)",
+                               (*ids)[i], (long long)V, (long long)(V - 1));
+        return ST_OK;
+    }
+    const char *text = a->prompt, *opt = a->prompt_file ? "--prompt-file" : "--prompt";
+    char *file_text = NULL;
+    if (a->prompt_file && !(text = file_text = st_cli_read_file(a->prompt_file)))
+        return st_fail(ST_ERR_IO, "--prompt-file %s: %s", a->prompt_file, strerror(errno));
+    if (text && !sp->bytes) {
+        free(file_text);
+        if (sp->tok)
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%s with --tokenizer %s: its tokens are not bytes, and scaletrain decodes them but cannot "
+                "encode text into them: give the prompt as token ids (--prompt-ids I,J,...)",
+                opt, a->tokenizer);
+        return st_fail(
+            ST_ERR_CONFIG,
+            "%s takes text for the byte-level tokenizer's vocabulary of 256 (data tokenize), and these "
+            "weights' vocabulary is %lld tokens: give the prompt as token ids (--prompt-ids I,J,...)",
+            opt, (long long)V);
+    }
+    if (!text && !sp->bytes && !sp->tok)
+        return st_fail(
+            ST_ERR_CONFIG,
+            "the weights' vocabulary is %lld tokens, not the byte-level tokenizer's 256: give a prompt as "
+            "token ids (--prompt-ids I,J,...), or --tokenizer FILE (llm.c's) to start at its end of text",
+            (long long)V);
+    *n = text ? (int64_t)strlen(text) : 1; /* (a NUL ends a text prompt) */
+    *ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids);
+    for (int64_t i = 0; *ids && text && i < *n; i++)
+        (*ids)[i] = (unsigned char)text[i];
+    if (*ids && !text) (*ids)[0] = sp->bytes ? '\n' : (int32_t)sp->tok->eot;
+    free(file_text);
+    if (!*ids) return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
+    return *n ? ST_OK : st_fail(ST_ERR_CONFIG, "%s is empty: give at least one byte", opt);
+}
+
+int st_cmd_sample(int argc, char **argv) {
+    sample_args a;
+    st_config cfg;
+    st_run_opts opts = {0};
+    const int rc = parse_args(argc, argv, &a, &cfg, &opts);
+    if (rc >= 0) return rc;
+
+    /* the weights, the model they record, and how tokens read */
+    char path[4096];
+    int64_t step;
+    st_model_input in;
+    tokenizer tk = {0};
+    st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);
+    if (s == ST_OK) s = model_from_weights(&cfg, path, &in);
+    if (s == ST_OK && a.tokenizer) s = tokenizer_load(a.tokenizer, &tk);
+    if (s == ST_OK && a.tokenizer && tk.n > in.vocab_size)
+        s = st_fail(ST_ERR_CONFIG,
+                    "--tokenizer %s has %lld tokens, more than the model's vocabulary of %lld: it is not the "
+                    "tokenizer of the data these weights learnt",
+                    a.tokenizer, (long long)tk.n, (long long)in.vocab_size);
+    sampler sp = {.out = stdout,
+                  .stream = a.n_samples == 1 && !a.json,
+                  .bytes = !a.tokenizer && in.vocab_size == BYTE_VOCAB,
+                  .tok = a.tokenizer ? &tk : NULL};
+    int32_t *ptok = NULL, *out = NULL;
+    int64_t n_prompt = 0, *lens = NULL;
+    if (s == ST_OK) s = prompt_tokens(&a, &sp, in.vocab_size, &ptok, &n_prompt);
+    if (s == ST_OK && a.stop_id >= in.vocab_size)
+        s = st_fail(ST_ERR_CONFIG, "--stop-id %lld is outside the model's vocabulary of %lld",
+                    (long long)a.stop_id, (long long)in.vocab_size);
+
+    /* the model, on this process's cores */
+    st_model *m = NULL;
+    const int64_t total = n_prompt + a.n_new;
+    if (s == ST_OK) {
+        const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
+        omp_set_num_threads(threads > 0 ? threads : 1);
+        openblas_set_num_threads(threads > 0 ? threads : 1);
+        s = st_model_create(&cfg, &in, &m);
+    }
+    if (s == ST_OK) s = st_model_load(m, path);
+    if (s == ST_OK) {
+        out = malloc((size_t)(a.n_samples * total) * sizeof *out);
+        lens = malloc((size_t)a.n_samples * sizeof *lens);
+        if (!out || !lens)
+            s = st_fail(ST_ERR_NOMEM, "out of memory for %lld samples of %lld tokens", (long long)a.n_samples,
+                        (long long)total);
+    }
+
+    double secs = 0;
+    if (s == ST_OK) {
+        if (!a.quiet && !a.json)
+            fprintf(
+                stderr,
+                "sample: %s%s: a gpt of %lld parameters (vocabulary %lld, context %lld), %d CPU thread%s\n",
+                path, step >= 0 ? " (a checkpoint's)" : "", (long long)m->n_params, (long long)in.vocab_size,
+                (long long)in.seq_len, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+        for (int64_t i = 0; sp.stream && i < n_prompt; i++)
+            put_token(stdout, &sp, ptok[i], i == 0);
+        const st_generate_opts go = {.p = {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p},
+                                     .n_new = a.n_new,
+                                     .n_samples = a.n_samples,
+                                     .seed = (uint64_t)a.seed,
+                                     .stop_token = a.stop_id,
+                                     .emit = emit,
+                                     .ctx = &sp};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        s = st_generate(m, ptok, n_prompt, &go, out, lens);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (sp.stream) fputc('\n', stdout);
+    }
+    int code = ST_EXIT_OK;
+    if (s == ST_OK && a.json) {
+        code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, (uint64_t)a.seed, path, secs);
+    } else if (s == ST_OK) {
+        for (int64_t b = 0; !sp.stream && b < a.n_samples; b++) {
+            for (int64_t i = 0; i < lens[b]; i++)
+                put_token(stdout, &sp, out[b * total + i], i == 0);
+            fputs("\n---------------\n", stdout);
+        }
+        if (!a.quiet)
+            fprintf(stderr,
+                    "sample: %lld new token%s in %.2f s (%.1f tokens/s), seed %lld (--seed %lld draws them "
+                    "again)\n",
+                    (long long)sp.drawn, sp.drawn == 1 ? "" : "s", secs,
+                    secs > 0 ? (double)sp.drawn / secs : 0.0, (long long)a.seed, (long long)a.seed);
+    }
+    if (fflush(stdout) != 0 && s == ST_OK) s = st_fail(ST_ERR_IO, "standard output: %s", strerror(errno));
+    st_model_free(m);
+    tokenizer_free(&tk);
+    free(ptok);
+    free(out);
+    free(lens);
+    return s != ST_OK ? st_cli_error(s) : code;
+}
