@@ -388,12 +388,13 @@ static void datasets(void) {
     CHECK_CLOSE(row[7], (f[47] - mean) / std, 1e-5);
     st_dataset_free(&d);
     /* data.val_split: a third of the 6 held out, a fixed random subset; each
-     * sample in exactly one part, the same parts on every split */
-    int order[2][6];
-    for (int rep = 0; rep < 2; rep++) {
+     * sample in exactly one part, the same parts on every split of a seed
+     * (data.val_split_seed), another subset for another seed */
+    int order[3][6];
+    for (int rep = 0; rep < 3; rep++) {
         st_dataset v;
         CHECK_OK(st_dataset_open_npy(px, py, 2, &d));
-        CHECK_OK(st_dataset_split(&d, 1.0 / 3, "data.val_split", &v));
+        CHECK_OK(st_dataset_split(&d, 1.0 / 3, rep == 2 ? 1 : 0, "data.val_split", &v));
         CHECK(d.n == 4 && v.n == 2 && v.view && !d.view, "split 6 by 1/3: %lld and %lld", (long long)d.n,
               (long long)v.n);
         int seen[6] = {0};
@@ -412,9 +413,13 @@ static void datasets(void) {
         st_dataset_free(&d);
     }
     CHECK(memcmp(order[0], order[1], sizeof order[0]) == 0, "two splits of the same data differ");
+    const int held0 = (1 << order[0][4]) | (1 << order[0][5]),
+              held_other = (1 << order[2][4]) | (1 << order[2][5]);
+    CHECK(held0 != held_other, "data.val_split_seed 1 held out the samples seed 0 did (%d, %d)", order[0][4],
+          order[0][5]);
     CHECK_OK(st_dataset_open_npy(px, py, 2, &d));
     st_dataset v;
-    CHECK_FAILS(st_dataset_split(&d, 0.05, "data.val_split", &v), ST_ERR_CONFIG,
+    CHECK_FAILS(st_dataset_split(&d, 0.05, 0, "data.val_split", &v), ST_ERR_CONFIG,
                 "data.val_split 0.05 of 6 samples holds out 0: it must leave at least one sample");
     st_dataset_free(&d);
     double g[5 * 3];

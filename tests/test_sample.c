@@ -219,6 +219,33 @@ static void test_windows(void) {
     CHECK(lens[0] == at + 1 && again[at] == o.stop_token, "stopped at %lld tokens, expected %lld",
           (long long)lens[0], (long long)at + 1);
 
+    /* drawn, with a stop token that ends some samples before others: the
+     * stopped ones' memory past their end (poisoned) is never read */
+    o.p.temperature = 1;
+    o.stop_token = -1;
+    CHECK_OK(st_generate(m, prompt, n_prompt, &o, again, lens));
+    for (int64_t i = n_prompt; i < total && o.stop_token < 0; i++) { /* one sample 0 draws and sample 1 not */
+        bool in1 = false;
+        for (int64_t j = n_prompt; j < total; j++)
+            in1 |= again[total + j] == again[i];
+        if (!in1) o.stop_token = again[i];
+    }
+    CHECK(o.stop_token >= 0, "samples 0 and 1 drew the same set of tokens");
+    memset(out, 0x7f, sizeof out);
+    CHECK_OK(st_generate(m, prompt, n_prompt, &o, out, lens));
+    int stopped = 0;
+    for (int64_t b = 0; b < 3; b++) {
+        const bool ended = lens[b] < total;
+        stopped += ended;
+        CHECK(!ended || out[b * total + lens[b] - 1] == o.stop_token,
+              "sample %lld ended at %lld tokens on %d", (long long)b, (long long)lens[b],
+              out[b * total + lens[b] - 1]);
+        for (int64_t i = n_prompt; i < lens[b] - 1; i++)
+            CHECK(out[b * total + i] != o.stop_token, "sample %lld went on past its stop token",
+                  (long long)b);
+    }
+    CHECK(stopped >= 1 && stopped < 3, "%d of 3 samples stopped: the case needs some of each", stopped);
+
     /* a prompt token outside the vocabulary */
     const int32_t badp[2] = {1, (int32_t)V};
     CHECK_FAILS(st_generate(m, badp, 2, &o, out, lens), ST_ERR_ARG, "outside the model's vocabulary of 24");

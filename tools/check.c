@@ -463,7 +463,8 @@ static void check_data(report *r, const st_config *c) {
             line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
                  fm ? "apt-get install dataset-fashion-mnist"
                     : "point data.train / data.val at readable files");
-        } else if (split && (s = st_dataset_split(&d, c->data.val_split, "data.val_split", &v)) != ST_OK) {
+        } else if (split && (s = st_dataset_split(&d, c->data.val_split, (uint64_t)c->data.val_split_seed,
+                                                  "data.val_split", &v)) != ST_OK) {
             line(r, "FAIL", "val data", "%s", st_last_error());
         } else if (tokens) {
             line(r, "ok", what, "%s: %lld samples of %lld tokens, vocabulary %lld", sets[k], (long long)d.n,

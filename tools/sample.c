@@ -136,7 +136,10 @@ static bool real_arg(const char *opt, const char *v, double min, double max, boo
     char *end;
     errno = 0;
     const double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || errno || !isfinite(x) || x < min || (min_open && x == min) || x > max) {
+    /* (decimal only: strtod would read hex and "inf"; an underflow to a subnormal or 0 is a number) */
+    const bool decimal = v && *v && strspn(v, "0123456789.eE+-") == strlen(v);
+    if (!decimal || *end || (errno && !(errno == ERANGE && fabs(x) < 1)) || !isfinite(x) || x < min ||
+        (min_open && x == min) || x > max) {
         fprintf(stderr, "scaletrain sample: %s needs a number %s %g and <= %g, not '%s'\n" SAMPLE_USAGE, opt,
                 min_open ? ">" : ">=", min, max, v ? v : "");
         return false;
@@ -153,8 +156,9 @@ static st_status ids_arg(const char *v, int32_t **ids, int64_t *n) {
     for (const char *p = v; *p;) {
         char *end;
         errno = 0;
-        const long long x = strtoll(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ','))
+        const long long x =
+            *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1; /* (digits: no sign, no space) */
+        if (x < 0 || errno || x > INT32_MAX || (*end && (*end != ',' || !end[1])))
             return st_fail(
                 ST_ERR_CONFIG,
                 "--prompt-ids '%s': expected token ids separated by commas, e.g. --prompt-ids 464,3290", v);
@@ -171,18 +175,19 @@ static st_status ids_arg(const char *v, int32_t **ids, int64_t *n) {
 static st_status model_from_weights(st_config *cfg, const char *path, st_model_input *in) {
     st_safetensors *f;
     ST_TRY(st_safetensors_open(path, &f));
-    st_status s = ST_OK;
+    st_status s = st_model_file_is_weights(f, path);
     const char *kind = st_safetensors_metadata(f, "model");
     if (kind && strcmp(kind, "gpt") != 0)
         s = st_fail(ST_ERR_CONFIG, "%s holds a %s's weights: scaletrain sample continues text with a gpt",
                     path, kind);
     for (int row = 0; s == ST_OK && row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
+        /* (a key a preset filled is the user's too: a preset names a shape) */
         if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) ||
-            st_config_source(cfg, key) != ST_SRC_DEFAULT)
+            cfg->src_[row] != ST_SRC_DEFAULT || cfg->note_[row][0])
             continue;
         char ctx[512];
-        snprintf(ctx, sizeof ctx, "%s's metadata", path);
+        snprintf(ctx, sizeof ctx, "%s's metadata, %s", path, key);
         s = st_cfg_assign_text(cfg, row, v, ctx);
     }
     const st_safetensors_entry *wte = st_safetensors_find(f, "wte.weight");
@@ -197,27 +202,34 @@ static st_status model_from_weights(st_config *cfg, const char *path, st_model_i
     }
     st_safetensors_close(f);
     ST_TRY(s);
-    if (strcmp(cfg->model.type, "gpt") != 0)
-        return st_fail(ST_ERR_CONFIG,
-                       "model.type is %s: scaletrain sample continues text with a gpt (--set model.type=gpt, "
-                       "and the shape its weights were trained with)",
-                       cfg->model.type);
     /* logits to draw from, in fp32 on the host */
     snprintf(cfg->model.fused_head, sizeof cfg->model.fused_head, "off");
     snprintf(cfg->precision, sizeof cfg->precision, "fp32");
-    snprintf(cfg->data.type, sizeof cfg->data.type, "tokens"); /* (no data is read) */
     ST_TRY(st_config_validate(cfg));
     *in = (st_model_input){.vocab_size = cfg->model.vocab_size, .seq_len = cfg->model.block_size};
     return ST_OK;
 }
 
-/* text's bytes as valid UTF-8 (a byte of no valid sequence becomes U+FFFD), for JSON. */
-static char *utf8_clean(const unsigned char *s, size_t n) {
-    char *o = malloc(3 * n + 1), *w = o;
+/* bytes (n) as a JSON string, quoted: valid UTF-8 passed through, a byte
+ * of no valid sequence as U+FFFD, control characters (NUL included) and
+ * the quote and backslash escaped. Caller frees; NULL when out of memory. */
+static char *json_text(const unsigned char *s, size_t n) {
+    char *o = malloc(6 * n + 3), *w = o;
     if (!o) return NULL;
+    *w++ = '"';
     for (size_t i = 0; i < n;) {
         const unsigned char c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (c < 0x80) {
+            if (c == '"' || c == '\\')
+                w += sprintf(w, "\\%c", c);
+            else if (c < 0x20)
+                w += sprintf(w, "\\u%04x", c);
+            else
+                *w++ = (char)c;
+            i++;
+            continue;
+        }
+        const size_t k = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
         bool ok = k > 0 && i + k <= n && !(k == 2 && c < 0xc2) && !(k == 4 && c > 0xf4);
         for (size_t j = 1; ok && j < k; j++)
             ok = (s[i + j] & 0xc0) == 0x80;
@@ -233,12 +245,14 @@ static char *utf8_clean(const unsigned char *s, size_t n) {
             i++;
         }
     }
+    *w++ = '"';
     *w = '\0';
     return o;
 }
 
-/* A sample's tokens as text (bytes or the tokenizer's pieces), or NULL (ids). */
-static char *decode(const sampler *sp, const int32_t *t, int64_t n) {
+/* A sample's tokens as a JSON string of their text (bytes or the
+ * tokenizer's pieces), or NULL (ids: no text). */
+static char *decode_json(const sampler *sp, const int32_t *t, int64_t n) {
     if (!sp->bytes && !sp->tok) return NULL;
     char *buf = NULL;
     size_t size = 0;
@@ -247,9 +261,9 @@ static char *decode(const sampler *sp, const int32_t *t, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         put_token(m, sp, t[i], false);
     fclose(m);
-    char *clean = buf ? utf8_clean((const unsigned char *)buf, size) : NULL;
+    char *js = buf ? json_text((const unsigned char *)buf, size) : NULL;
     free(buf);
-    return clean;
+    return js;
 }
 
 static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens, int64_t n_samples,
@@ -266,19 +280,21 @@ static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens
     cJSON_AddNumberToObject(o, "new_tokens", (double)sp->drawn);
     cJSON_AddNumberToObject(o, "seconds", secs);
     cJSON_AddNumberToObject(o, "tokens_per_s", secs > 0 ? (double)sp->drawn / secs : 0);
+    bool ok = true;
     for (int64_t b = 0; b < n_samples; b++) {
         cJSON *e = cJSON_CreateObject(), *ids = cJSON_CreateArray();
         const int32_t *t = out + b * total;
         for (int64_t i = n_prompt; i < lens[b]; i++)
             cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[i]));
         cJSON_AddItemToObject(e, "tokens", ids);
-        char *text = decode(sp, t + n_prompt, lens[b] - n_prompt);
-        if (text) cJSON_AddStringToObject(e, "text", text);
+        char *text = decode_json(sp, t + n_prompt, lens[b] - n_prompt);
+        if (text) cJSON_AddRawToObject(e, "text", text); /* (cJSON's strings end at a NUL byte) */
+        ok &= text || (!sp->bytes && !sp->tok);
         free(text);
         cJSON_AddItemToArray(arr, e);
     }
     cJSON_AddItemToObject(o, "samples", arr);
-    char *js = cJSON_PrintUnformatted(o);
+    char *js = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!js) return st_cli_error(st_fail(ST_ERR_NOMEM, "out of memory writing the JSON result"));
     printf("%s\n", js);
@@ -299,13 +315,45 @@ typedef struct sample_args {
  * exit code. */
 static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_run_opts *opts) {
     *a = (sample_args){.n_new = 200, .n_samples = 1, .stop_id = -1, .temperature = 1.0, .top_p = 1.0};
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    /* (+4: a gpt and the data type it reads, set first, as the only model
+     * sample runs: the settings validate before the weights' metadata fills
+     * the rest of the model; no data is read) */
+    char **rest = calloc((size_t)argc + 5, sizeof *rest);
     if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "sample: out of memory"));
     int nrest = 0, rc = -1;
+    rest[nrest++] = "--set";
+    rest[nrest++] = "model.type=gpt";
+    rest[nrest++] = "--set";
+    rest[nrest++] = "data.type=tokens";
+    static const char *const opts_v[] = {"--prompt", "--prompt-file", "--prompt-ids", "--tokenizer",
+                                         "--tokens", "--samples",     "--top-k",      "--stop-id",
+                                         "--seed",   "--temperature", "--top-p"};
+    enum { N_OPTS = sizeof opts_v / sizeof opts_v[0] };
+    bool given[N_OPTS] = {false};
     for (int i = 0; i < argc && rc < 0; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true, takes = true;
-        if (!strcmp(o, "--prompt"))
+        int k = 0;
+        while (k < N_OPTS && strcmp(o, opts_v[k]) != 0)
+            k++;
+        if (k == N_OPTS) { /* CONFIG, --set, --init, --json, --quiet: the run options' parser's */
+            a->json |= !strcmp(o, "--json");
+            a->quiet |= !strcmp(o, "--quiet");
+            rest[nrest++] = argv[i];
+            if ((!strcmp(o, "--set") || !strcmp(o, "--init")) && v) rest[nrest++] = argv[++i];
+            continue;
+        }
+        i++;
+        bool ok = true;
+        if (given[k]) {
+            fprintf(stderr, "scaletrain sample: %s given twice; give it once\n", o);
+            ok = false;
+        } else if (!v) {
+            fprintf(stderr, "scaletrain sample: %s needs a value\n" SAMPLE_USAGE, o);
+            ok = false;
+        }
+        given[k] = true;
+        if (!ok) {
+        } else if (!strcmp(o, "--prompt"))
             a->prompt = v;
         else if (!strcmp(o, "--prompt-file"))
             a->prompt_file = v;
@@ -325,20 +373,8 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
             ok = a->seed_given = int_arg(o, v, 0, INT64_MAX, &a->seed);
         else if (!strcmp(o, "--temperature"))
             ok = real_arg(o, v, 0, 100, false, &a->temperature);
-        else if (!strcmp(o, "--top-p"))
-            ok = real_arg(o, v, 0, 1, true, &a->top_p);
         else
-            takes = false;
-        if (takes && !v) { /* (int_arg and real_arg said it) */
-            ok = false;
-        } else if (takes) {
-            i++;
-        } else {
-            a->json |= !strcmp(o, "--json");
-            a->quiet |= !strcmp(o, "--quiet");
-            rest[nrest++] = argv[i];
-            if ((!strcmp(o, "--set") || !strcmp(o, "--init")) && v) rest[nrest++] = argv[++i];
-        }
+            ok = real_arg(o, v, 0, 1, true, &a->top_p);
         if (!ok) rc = ST_EXIT_USAGE;
     }
     if (rc < 0 && !!a->prompt + !!a->prompt_file + !!a->prompt_ids > 1) {
@@ -369,9 +405,39 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
     return rc;
 }
 
+/* A whole file's bytes (*n of them; caller frees), NUL bytes included. */
+static st_status read_bytes(const char *opt, const char *path, unsigned char **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_fail(ST_ERR_IO, "%s %s: %s", opt, path, strerror(errno));
+    size_t cap = 0;
+    st_status s = ST_OK;
+    for (;;) {
+        if (*n == cap) {
+            unsigned char *g = realloc(*out, cap = cap ? 2 * cap : 4096);
+            if (!g) {
+                s = st_fail(ST_ERR_NOMEM, "out of memory reading %s %s", opt, path);
+                break;
+            }
+            *out = g;
+        }
+        const size_t got = fread(*out + *n, 1, cap - *n, f);
+        *n += got;
+        if (got == 0) {
+            if (ferror(f)) s = st_fail(ST_ERR_IO, "%s %s: %s", opt, path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (s != ST_OK) free(*out), *out = NULL;
+    return s;
+}
+
 /* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
  * --prompt or --prompt-file's bytes (the byte-level vocabulary), or with
- * neither a new line (bytes) or the tokenizer's end of text. */
+ * neither a new line (bytes) or the tokenizer's end of text; each checked
+ * against the model's vocabulary V. */
 static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t V, int32_t **ids,
                                int64_t *n) {
     *ids = NULL;
@@ -385,38 +451,47 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
                                (*ids)[i], (long long)V, (long long)(V - 1));
         return ST_OK;
     }
-    const char *text = a->prompt, *opt = a->prompt_file ? "--prompt-file" : "--prompt";
-    char *file_text = NULL;
-    if (a->prompt_file && !(text = file_text = st_cli_read_file(a->prompt_file)))
-        return st_fail(ST_ERR_IO, "--prompt-file %s: %s", a->prompt_file, strerror(errno));
-    if (text && !sp->bytes) {
-        free(file_text);
-        if (sp->tok)
-            return st_fail(
-                ST_ERR_CONFIG,
-                "%s with --tokenizer %s: its tokens are not bytes, and scaletrain decodes them but cannot "
-                "encode text into them: give the prompt as token ids (--prompt-ids I,J,...)",
-                opt, a->tokenizer);
-        return st_fail(
-            ST_ERR_CONFIG,
-            "%s takes text for the byte-level tokenizer's vocabulary of 256 (data tokenize), and these "
-            "weights' vocabulary is %lld tokens: give the prompt as token ids (--prompt-ids I,J,...)",
-            opt, (long long)V);
-    }
-    if (!text && !sp->bytes && !sp->tok)
-        return st_fail(
+    const char *opt = a->prompt_file ? "--prompt-file" : "--prompt";
+    unsigned char *text = (unsigned char *)(a->prompt ? strdup(a->prompt) : NULL);
+    size_t len = a->prompt ? strlen(a->prompt) : 0;
+    if (a->prompt && !text) return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
+    if (a->prompt_file) ST_TRY(read_bytes(opt, a->prompt_file, &text, &len));
+    st_status s = ST_OK;
+    if (text && !sp->bytes)
+        s = sp->tok
+                ? st_fail(ST_ERR_CONFIG,
+                          "%s with --tokenizer %s: its tokens are not bytes, and scaletrain decodes them but "
+                          "cannot encode text into them: give the prompt as token ids (--prompt-ids I,J,...)",
+                          opt, a->tokenizer)
+                : st_fail(ST_ERR_CONFIG,
+                          "%s takes text for the byte-level tokenizer's vocabulary of 256 (data tokenize), "
+                          "and these weights' vocabulary is %lld tokens: give the prompt as token ids "
+                          "(--prompt-ids I,J,...)",
+                          opt, (long long)V);
+    else if (!text && !sp->bytes && !sp->tok)
+        s = st_fail(
             ST_ERR_CONFIG,
             "the weights' vocabulary is %lld tokens, not the byte-level tokenizer's 256: give a prompt as "
             "token ids (--prompt-ids I,J,...), or --tokenizer FILE (llm.c's) to start at its end of text",
             (long long)V);
-    *n = text ? (int64_t)strlen(text) : 1; /* (a NUL ends a text prompt) */
-    *ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids);
-    for (int64_t i = 0; *ids && text && i < *n; i++)
-        (*ids)[i] = (unsigned char)text[i];
-    if (*ids && !text) (*ids)[0] = sp->bytes ? '\n' : (int32_t)sp->tok->eot;
-    free(file_text);
-    if (!*ids) return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
-    return *n ? ST_OK : st_fail(ST_ERR_CONFIG, "%s is empty: give at least one byte", opt);
+    else if (!text && sp->tok && sp->tok->eot >= V)
+        s = st_fail(
+            ST_ERR_CONFIG,
+            "--tokenizer %s's end-of-text token, %lld, is outside the model's vocabulary of %lld: it is "
+            "not the tokenizer of these weights' data; give a prompt (--prompt-ids I,J,...)",
+            a->tokenizer, (long long)sp->tok->eot, (long long)V);
+    else if (text && len == 0)
+        s = st_fail(ST_ERR_CONFIG, "%s%s%s is empty: give at least one byte", opt, a->prompt_file ? " " : "",
+                    a->prompt_file ? a->prompt_file : "");
+    if (s == ST_OK) {
+        *n = text ? (int64_t)len : 1;
+        if (!(*ids = malloc((size_t)*n * sizeof **ids)))
+            s = st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
+    }
+    for (int64_t i = 0; s == ST_OK && i < *n; i++)
+        (*ids)[i] = text ? text[i] : sp->bytes ? '\n' : (int32_t)sp->tok->eot;
+    free(text);
+    return s;
 }
 
 int st_cmd_sample(int argc, char **argv) {
@@ -426,13 +501,22 @@ int st_cmd_sample(int argc, char **argv) {
     const int rc = parse_args(argc, argv, &a, &cfg, &opts);
     if (rc >= 0) return rc;
 
-    /* the weights, the model they record, and how tokens read */
+    /* the weights, the model they record (loaded: a setting that differs
+     * from theirs is named before anything else), how tokens read */
     char path[4096];
     int64_t step;
     st_model_input in;
+    st_model *m = NULL;
     tokenizer tk = {0};
     st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);
     if (s == ST_OK) s = model_from_weights(&cfg, path, &in);
+    if (s == ST_OK) {
+        const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
+        omp_set_num_threads(threads > 0 ? threads : 1);
+        openblas_set_num_threads(threads > 0 ? threads : 1);
+        s = st_model_create(&cfg, &in, &m);
+    }
+    if (s == ST_OK) s = st_model_load(m, path);
     if (s == ST_OK && a.tokenizer) s = tokenizer_load(a.tokenizer, &tk);
     if (s == ST_OK && a.tokenizer && tk.n > in.vocab_size)
         s = st_fail(ST_ERR_CONFIG,
@@ -449,17 +533,7 @@ int st_cmd_sample(int argc, char **argv) {
     if (s == ST_OK && a.stop_id >= in.vocab_size)
         s = st_fail(ST_ERR_CONFIG, "--stop-id %lld is outside the model's vocabulary of %lld",
                     (long long)a.stop_id, (long long)in.vocab_size);
-
-    /* the model, on this process's cores */
-    st_model *m = NULL;
     const int64_t total = n_prompt + a.n_new;
-    if (s == ST_OK) {
-        const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
-        omp_set_num_threads(threads > 0 ? threads : 1);
-        openblas_set_num_threads(threads > 0 ? threads : 1);
-        s = st_model_create(&cfg, &in, &m);
-    }
-    if (s == ST_OK) s = st_model_load(m, path);
     if (s == ST_OK) {
         out = malloc((size_t)(a.n_samples * total) * sizeof *out);
         lens = malloc((size_t)a.n_samples * sizeof *lens);
@@ -501,14 +575,15 @@ int st_cmd_sample(int argc, char **argv) {
                 put_token(stdout, &sp, out[b * total + i], i == 0);
             fputs("\n---------------\n", stdout);
         }
-        if (!a.quiet)
-            fprintf(stderr,
-                    "sample: %lld new token%s in %.2f s (%.1f tokens/s), seed %lld (--seed %lld draws them "
-                    "again)\n",
-                    (long long)sp.drawn, sp.drawn == 1 ? "" : "s", secs,
-                    secs > 0 ? (double)sp.drawn / secs : 0.0, (long long)a.seed, (long long)a.seed);
     }
+    /* (the text written before the line that says it was) */
     if (fflush(stdout) != 0 && s == ST_OK) s = st_fail(ST_ERR_IO, "standard output: %s", strerror(errno));
+    if (s == ST_OK && !a.json && !a.quiet)
+        fprintf(
+            stderr,
+            "sample: %lld new token%s in %.2f s (%.1f tokens/s), seed %lld (--seed %lld draws them again)\n",
+            (long long)sp.drawn, sp.drawn == 1 ? "" : "s", secs, secs > 0 ? (double)sp.drawn / secs : 0.0,
+            (long long)a.seed, (long long)a.seed);
     st_model_free(m);
     tokenizer_free(&tk);
     free(ptok);

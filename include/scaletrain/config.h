@@ -62,6 +62,7 @@ typedef struct st_config {
         char val[ST_CFG_STR];          /* "" = no evaluation              default Fashion-MNIST test images */
         char val_labels[ST_CFG_STR];   /*                                 default Fashion-MNIST test labels */
         double val_split;              /* held-out fraction of train; 0 = none  default 0 */
+        int64_t val_split_seed;        /* which subset val_split holds out      default 0 */
         bool shuffle;                  /*                                 default true */
         bool drop_last;                /* drop the last partial batch     default true */
         int64_t num_workers;           /* loader threads; auto = 1        default auto */

@@ -103,6 +103,9 @@ const st_cfg_key st_cfg_keys[] = {
             "the fraction of data.train held out as the validation data (data.val and data.val_labels then "
             "unset, or left at their defaults): images and features a fixed random subset, the same on every "
             "run and rank; tokens the stream's end; 0 = none"),
+    K_INT("data.val_split_seed", data.val_split_seed, "0", 0, NOMAX,
+          "images and features: which random subset data.val_split holds out (another seed, another subset: "
+          "folds of a cross-validation); the same on every run, rank and train.seed"),
     K_BOOL("data.shuffle", data.shuffle, "true", "reshuffle the training set every epoch"),
     K_BOOL("data.drop_last", data.drop_last, "true",
            "drop the epoch's last partial global batch; false = fill it by wrapping to the epoch's start "

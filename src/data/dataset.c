@@ -238,7 +238,7 @@ void st_dataset_free(st_dataset *d) {
     memset(d, 0, sizeof *d);
 }
 
-st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_dataset *val) {
+st_status st_dataset_split(st_dataset *d, double fraction, uint64_t seed, const char *key, st_dataset *val) {
     memset(val, 0, sizeof *val);
     const int64_t n = d->n, k = (int64_t)llround(fraction * (double)n);
     if (n < 2)
@@ -265,7 +265,7 @@ st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_d
             return st_fail(ST_ERR_NOMEM, "out of memory splitting data.train for %s (%lld samples)", key,
                            (long long)n);
         }
-        st_epoch_order(n, 0x5eedda7a5011770ull, 0, 1, order); /* (the split's own seed) */
+        st_epoch_order(n, 0x5eedda7a5011770ull ^ seed, 0, 1, order); /* (the split's own seed) */
         for (int64_t i = 0; i < n; i++) {
             memcpy(to + i * per * esize, from + order[i] * per * esize, (size_t)(per * esize));
             labels[i] = d->labels[order[i]];

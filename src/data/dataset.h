@@ -65,11 +65,12 @@ st_status st_dataset_open_pair(const char *data_type, const char *inputs, const 
                                int64_t num_classes, st_dataset *out);
 /* Hold out round(fraction x n) samples of d as *val (0 < fraction < 1): for
  * images and features a fixed random subset (d's samples are put in an
- * order that depends only on n, then the last ones are held out: the same
- * split on every run, rank and seed), for tokens the stream's last windows
- * (in order: a text's end). d keeps the rest; *val is a view of d's memory,
- * valid while d is. key: the setting, for errors ("data.val_split"). */
-st_status st_dataset_split(st_dataset *d, double fraction, const char *key, st_dataset *val);
+ * order that depends only on n and seed, then the last ones are held out:
+ * the same split on every run, rank and train.seed), for tokens the
+ * stream's last windows (in order: a text's end; seed unused). d keeps the
+ * rest; *val is a view of d's memory, valid while d is. key: the setting,
+ * for errors ("data.val_split"). */
+st_status st_dataset_split(st_dataset *d, double fraction, uint64_t seed, const char *key, st_dataset *val);
 /* A CRC32 of what d holds, to tell a resume that its data changed though
  * its sample count did not: images and features whole (their bytes and
  * labels, in memory: 50 ms for Fashion-MNIST); tokens from 64 evenly spaced

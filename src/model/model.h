@@ -48,9 +48,11 @@ typedef struct st_model {
      * the file records them (else clears norm_loaded). */
     float norm_mean, norm_std;
     bool has_norm, norm_loaded;
-    /* data.val_split of the run (saved as "data.val_split"); after
-     * st_model_load, what the file records, or -1 when it does not */
+    /* data.val_split and data.val_split_seed of the run (saved under those
+     * names); after st_model_load, what the file records, or -1 when it
+     * does not */
     double val_split, val_split_loaded;
+    int64_t val_split_seed, val_split_seed_loaded;
 } st_model;
 
 /* Create the model and lay out its parameters (not yet initialised: call
@@ -113,5 +115,10 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
 st_status st_model_copy_arenas(const st_model *m, float **data, float **buffers);
 /* Load and check every name, shape and dtype; each mismatch is reported by name. */
 st_status st_model_load(st_model *m, const char *path);
+/* An open safetensors file (path) that is not weights but a checkpoint's
+ * optimizer state (its metadata's format): an error saying what to give
+ * instead; ST_OK otherwise. */
+typedef struct st_safetensors st_safetensors;
+st_status st_model_file_is_weights(const st_safetensors *f, const char *path);
 
 #endif

@@ -140,10 +140,10 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                 break;
             }
         }
+        /* past the sequence, or past a stopped sample's end: token 0, which no earlier position sees */
         for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < T;
-                 t++) { /* (past the sequence: token 0, which no earlier position sees) */
-                mg.x->idata[b * T + t] = t < have ? out[b * total + first + t] : 0;
+            for (int64_t t = 0; t < T; t++) {
+                mg.x->idata[b * T + t] = t < have && first + t < lens[b] ? out[b * total + first + t] : 0;
                 mg.y->idata[b * T + t] = 0;
             }
         s = st_graph_forward(&mg.g);

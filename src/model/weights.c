@@ -41,9 +41,11 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     const char *meta[2 * (6 + ST_CFG_KEYS_MAX)] = {"format", "scaletrain", "model", kind_name(m->kind)};
     char(*vals)[ST_CFG_STR + 8] = calloc(ST_CFG_KEYS_MAX, sizeof *vals);
     int n_meta = 2;
-    char mean[32], std[32], shape[96], split[32];        /* (%.9g: a float to the bit) */
+    char mean[32], std[32], shape[96], split[32], split_seed[32]; /* (%.9g: a float to the bit) */
     snprintf(split, sizeof split, "%.9g", m->val_split); /* (which samples the validation held out) */
     meta[2 * n_meta] = "data.val_split", meta[2 * n_meta + 1] = split, n_meta++;
+    snprintf(split_seed, sizeof split_seed, "%lld", (long long)m->val_split_seed);
+    meta[2 * n_meta] = "data.val_split_seed", meta[2 * n_meta + 1] = split_seed, n_meta++;
     if (m->kind != ST_MODEL_GPT) {     /* the inputs' shape, which no model.* setting holds */
         input_shape(m, shape, sizeof shape);
         meta[2 * n_meta] = "data.input", meta[2 * n_meta + 1] = shape, n_meta++;
@@ -259,9 +261,24 @@ static void problem(problems *pr, const char *fmt, ...) {
     va_end(ap);
 }
 
+st_status st_model_file_is_weights(const st_safetensors *f, const char *path) {
+    const char *format = st_safetensors_metadata(f, "format");
+    if (format && strncmp(format, "scaletrain-optim", 16) == 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "%s is a checkpoint's optimizer state (format %s), not weights: give the checkpoint's "
+                       "directory, or the model.safetensors beside it",
+                       path, format);
+    return ST_OK;
+}
+
 st_status st_model_load(st_model *m, const char *path) {
     st_safetensors *f = NULL;
     ST_TRY(st_safetensors_open(path, &f));
+    const st_status w = st_model_file_is_weights(f, path);
+    if (w != ST_OK) {
+        st_safetensors_close(f);
+        return w;
+    }
     st_params *p = &m->params;
     /* Shape and dtype mismatches and unexpected names say the most; list them
      * before the (often long) list of missing names. */
@@ -421,6 +438,9 @@ st_status st_model_load(st_model *m, const char *path) {
         char *end = NULL;
         const double v = split ? strtod(split, &end) : -1;
         m->val_split_loaded = split && !*end && v >= 0 && v < 1 ? v : -1;
+        const char *seed = st_safetensors_metadata(f, "data.val_split_seed");
+        const long long sv = seed ? strtoll(seed, &end, 10) : -1;
+        m->val_split_seed_loaded = seed && *seed && !*end && sv >= 0 ? sv : -1;
     }
     if (s != ST_OK && !pr.n && !missing.n) st_fail_context(s, "%s: ", path);
     st_free_aligned(hdata);

@@ -1000,7 +1000,14 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     case ST_CKPT_FOLDER:
         ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir, &st)); /* verified there */
         break;
-    default:
+    default: {
+        char plain[PATH_CAP + 24]; /* a folder that holds weights alone (copied there) */
+        struct stat ps;
+        snprintf(plain, sizeof plain, "%s/model.safetensors", spec);
+        if (st_path_is_dir(spec) && stat(plain, &ps) == 0 && S_ISREG(ps.st_mode)) {
+            snprintf(path, size, "%s", plain);
+            return ST_OK;
+        }
         if (st_path_is_dir(spec))
             return st_fail(ST_ERR_IO,
                            "%s: a directory without weights: --init takes a .safetensors file, a checkpoint "
@@ -1009,6 +1016,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
                            spec);
         snprintf(path, size, "%s", spec); /* a weights file (st_model_load says what is wrong with it) */
         return ST_OK;
+    }
     }
     *step = st.step;
     snprintf(path, size, "%s/model.safetensors", dir);

@@ -131,7 +131,8 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
  * checkpoint folder (out_dir/ckpt) or its `latest` pointer: its latest good
  * checkpoint, falling back past damaged ones as "auto" does (saying so on
  * log, which may be NULL); a run's out_dir: its final model.safetensors, or
- * else its latest good checkpoint. *step: the checkpoint's step, -1 for a
+ * else its latest good checkpoint; a folder that holds a model.safetensors
+ * alone (weights copied there): that file. *step: the checkpoint's step, -1 for a
  * file named directly or a run's final weights. */
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
 

@@ -293,7 +293,8 @@ static st_status open_data(st_session *s, bool eval_only) {
             s->has_train = true;
         }
         if (split) {
-            ST_TRY(st_dataset_split(&s->train, c->data.val_split, "data.val_split", &s->val));
+            ST_TRY(st_dataset_split(&s->train, c->data.val_split, (uint64_t)c->data.val_split_seed,
+                                    "data.val_split", &s->val));
             s->has_val = true;
         }
         if (c->data.val[0]) {
@@ -309,7 +310,8 @@ static st_status open_data(st_session *s, bool eval_only) {
     ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
     s->has_train = true;
     if (split) {
-        ST_TRY(st_dataset_split(&s->train, c->data.val_split, "data.val_split", &s->val));
+        ST_TRY(st_dataset_split(&s->train, c->data.val_split, (uint64_t)c->data.val_split_seed,
+                                "data.val_split", &s->val));
         s->has_val = true;
     }
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
@@ -756,6 +758,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
     ST_TRY(st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &s->model));
     s->model->val_split = cfg->data.val_split;             /* (saved with the weights) */
+    s->model->val_split_seed = cfg->data.val_split_seed;
     if (s->has_train && s->train.kind == ST_DATA_IMAGES) { /* (saved with the weights) */
         s->model->has_norm = true;
         s->model->norm_mean = s->train.mean;
@@ -785,6 +788,15 @@ void st_session_take_norm(st_session *s, const char *path, bool their_data) {
             : split > 0 ? "this run holds out samples they trained on"
                         : "this run trains on samples they held out",
             m->val_split_loaded);
+    else if (their_data && split > 0 && m->val_split_seed_loaded >= 0 &&
+             m->val_split_seed_loaded != s->cfg->data.val_split_seed && s->has_train &&
+             s->train.kind == ST_DATA_IMAGES && s->rank == 0)
+        st_ticker_sayf(
+            "scaletrain: warning: the weights %s were trained with data.val_split_seed %lld, and this "
+            "run has %lld: the two held-out subsets differ, so this one holds samples they trained on; "
+            "set data.val_split_seed: %lld to hold out what they held out\n",
+            path, (long long)m->val_split_seed_loaded, (long long)s->cfg->data.val_split_seed,
+            (long long)m->val_split_seed_loaded);
     if (!m->norm_loaded || !s->has_train || s->train.kind != ST_DATA_IMAGES) return;
     const float mean = m->norm_mean, std = m->norm_std;
     /* (a relative 1e-5: the same data gives the same float sums) */

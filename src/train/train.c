@@ -201,8 +201,7 @@ static double eval_estimate_s(const st_session *ses, double rate) {
 
 /* --init's weights into the model: a file, a checkpoint, a checkpoint folder
  * or a run directory (st_ckpt_weights); which file, and its step when it is
- * a checkpoint's, said unless quiet. *step: -1 when unknown. */
-/* --init's weights into the model; *step: the checkpoint's step (-1: a
+ * a checkpoint's, said unless quiet. *step: the checkpoint's step (-1: a
  * weights file), path (size bytes): the file read. */
 static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *step, char *path, size_t size) {
     char what[4200];

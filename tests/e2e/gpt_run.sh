@@ -67,6 +67,24 @@ cmp "$tmp/s1.txt" "$tmp/s2.txt" || { echo "FAIL: --seed 7 drew other text"; exit
 [ "$(head -c 3 "$tmp/s1.txt")" = "the" ] && [ "$(wc -c <"$tmp/s1.txt")" -eq 44 ] ||
     { echo "FAIL: the sample is not the prompt and 40 bytes: $(od -c "$tmp/s1.txt" | head -3)"; exit 1; }
 grep -q "seed 7 (--seed 7 draws them again)" "$tmp/s1.err" || { echo "FAIL: no seed line"; cat "$tmp/s1.err"; exit 1; }
+# several samples with a stop token (some end before others); a prompt file's
+# every byte, NUL included, and a JSON text that keeps it; weights in a
+# folder of their own
+mkdir -p "$tmp/plain" && cp "$tmp/run/model.safetensors" "$tmp/plain/"
+printf 'the\0 quick' >"$tmp/nul.txt"
+"$bin" sample --init "$tmp/plain" --prompt-file "$tmp/nul.txt" --tokens 60 --seed 3 --samples 4 --stop-id 100 \
+    --json >"$tmp/stop.json"
+/usr/bin/python3 - "$tmp/stop.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["prompt"] == list(b"the\0 quick"), r["prompt"]
+lens = [len(s["tokens"]) for s in r["samples"]]
+for s in r["samples"]:
+    t = s["tokens"]
+    assert 100 not in t[:-1] and (len(t) == 60 or t[-1] == 100), t
+    assert s["text"] == bytes(t).decode("latin-1") or any(x > 127 for x in t), s
+print("ok stop:", lens)
+PY
 # an llm.c tokenizer file decodes (here: each byte's token as its upper case),
 # and with no prompt the sample starts at its end-of-text token (10)
 /usr/bin/python3 - "$tmp/tok.bin" <<'PY'
@@ -81,6 +99,23 @@ PY
 "$bin" sample --init "$tmp/run" --prompt-ids 10 --tokens 30 --temperature 0 --quiet >"$tmp/t2.txt"
 [ "$(tr a-z A-Z <"$tmp/t2.txt")" = "$(cat "$tmp/t1.txt")" ] && grep -q "[A-Z]" "$tmp/t1.txt" ||
     { echo "FAIL: the tokenizer's text: $(cat "$tmp/t1.txt") against $(cat "$tmp/t2.txt")"; exit 1; }
+# ... and in --json its text whole, a piece holding a NUL byte included ('e' as "E\0")
+/usr/bin/python3 - "$tmp/tok0.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", 20240328, 2, 256, 10, *([0] * 252)))
+    for i in range(256):
+        p = b"E\0" if i == ord("e") else bytes([i]).upper()
+        f.write(bytes([len(p)]) + p)
+PY
+"$bin" sample --init "$tmp/run" --tokenizer "$tmp/tok0.bin" --tokens 30 --temperature 0 --json >"$tmp/t0.json"
+/usr/bin/python3 - "$tmp/t0.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["samples"][0]
+want = "".join("E\0" if t == ord("e") else chr(t).upper() for t in s["tokens"])
+assert ord("e") in s["tokens"] and s["text"] == want, (s, want)
+print("ok tokenizer text:", repr(s["text"]))
+PY
 head -c 250 "$tmp/tok.bin" >"$tmp/short.bin"
 # mistakes, each refused naming what to do
 expect_fail() { # WHAT NEEDLE COMMAND...
@@ -91,6 +126,10 @@ expect_fail() { # WHAT NEEDLE COMMAND...
 expect_fail "a cut tokenizer file" "is not an llm.c tokenizer file" "$bin" sample --init "$tmp/run" --tokenizer "$tmp/short.bin"
 expect_fail "a text prompt with a tokenizer" "cannot encode text into them" "$bin" sample --init "$tmp/run" --tokenizer "$tmp/tok.bin" --prompt hi
 expect_fail "no --init" "--init WEIGHTS is required" "$bin" sample --prompt x
+expect_fail "a prompt option without its text" "--prompt needs a value" "$bin" sample --init "$tmp/run" --prompt
+expect_fail "an option twice" "--tokens given twice" "$bin" sample --init "$tmp/run" --tokens 5 --tokens 6
+expect_fail "optimizer state as weights" "is a checkpoint's optimizer state (format scaletrain-optim" \
+    "$bin" sample --init "$(ls -d "$tmp"/run/ckpt/step-60)/optim-rank0.safetensors"
 expect_fail "a prompt token past the vocabulary" "outside the model's vocabulary of 256" \
     "$bin" sample --init "$tmp/run" --prompt-ids 1,300
 expect_fail "two prompts" "give one of --prompt" "$bin" sample --init "$tmp/run" --prompt a --prompt-ids 1

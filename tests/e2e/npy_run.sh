@@ -206,6 +206,13 @@ e=$(timeout 60 "$bin" eval "$tmp/split.yaml" --init "$tmp/split" --set data.val_
     fail "eval with another data.val_split: $e"
 grep -qF "were trained with data.val_split 0.25, and this run has 0.5: the two held-out sets differ" <<<"$e" ||
     fail "eval with another data.val_split: no warning: $e"
+# another data.val_split_seed: another held-out subset (said; the accuracy on it counts trained samples)
+e=$(timeout 60 "$bin" eval "$tmp/split.yaml" --init "$tmp/split" --set data.val_split_seed=5 --json 2>&1) ||
+    fail "eval with another data.val_split_seed: $e"
+grep -qF "were trained with data.val_split_seed 0, and this run has 5: the two held-out subsets differ" <<<"$e" ||
+    fail "eval with another data.val_split_seed: no warning: $e"
+/usr/bin/python3 -c 'import json,sys; a, b = (json.loads(x.splitlines()[-1]) for x in sys.argv[1:]); sys.exit(0 if a["eval_loss"] != b["eval_loss"] else 1)' "$o" "$e" ||
+    fail "data.val_split_seed 5 evaluated the same held-out samples as seed 0"
 o=$(timeout 60 "$bin" train "$tmp/split.yaml" --set data.val= --set train.eval_every=10 --set train.out_dir="$tmp/split2" --quiet 2>&1) ||
     fail "data.val_split with data.val \"\" and train.eval_every: $o"
 # plan counts the validation labels for num_classes auto, as a run does

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""`scaletrain sample` against PyTorch's generation loop on the CPU.
+
+One gpt's weights (random, GPT-2's initialisation, written as safetensors with
+the model's metadata), one prompt, greedy decoding of N new tokens on each
+side with the same threads. PyTorch runs nanoGPT's sample loop (its
+`generate`: the context cropped to block_size, a forward over all of it,
+the last position's logits) under torch.inference_mode: the same algorithm
+as scaletrain's, which has no cache of keys and values either (scaletrain
+pads each context to the next of 16, 32, 64, ... tokens; PyTorch runs the
+exact length). Prints each side's tokens/s and the ratio, and how many of
+the greedy tokens agree (near ties of random weights may part them; the
+exact check is tests/py/sample_torch.py on trained weights).
+
+    /usr/bin/python3 bench/sample_vs_torch.py [--threads 1,2] [--tokens N] [--prompt P]
+        [--build DIR] [--out FILE.md]
+
+Needs Debian's python3-torch (so /usr/bin/python3) and a built scaletrain.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
+from ref_models import GPT  # noqa: E402
+
+# bench/cpu_vs_torch.py's gpt: the CPU-sized model
+SPEC = dict(vocab=256, block=256, n_layer=4, n_head=4, n_embd=256)
+
+
+def save(model, path):
+    """The model's weights as scaletrain writes them: F32 safetensors, the
+    model.* settings in the metadata."""
+    meta = {"format": "scaletrain", "model": "gpt", "model.type": "gpt",
+            "model.n_layer": str(SPEC["n_layer"]), "model.n_head": str(SPEC["n_head"]),
+            "model.n_embd": str(SPEC["n_embd"]), "model.vocab_size": str(SPEC["vocab"]),
+            "model.block_size": str(SPEC["block"])}
+    header, blobs, off = {"__metadata__": meta}, [], 0
+    for name, t in model.state_dict().items():
+        b = t.detach().contiguous().float().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def torch_generate(model, prompt, n):
+    idx = torch.tensor([prompt])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for _ in range(n):
+            logits = model(idx[:, -SPEC["block"]:])[:, -1]
+            idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+    return time.perf_counter() - t0, idx[0, len(prompt):].tolist()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--tokens", type=int, default=300, help="new tokens (past block_size 256: the window slides)")
+    ap.add_argument("--prompt", type=int, default=16, help="prompt tokens")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    model = GPT(SPEC["vocab"], SPEC["block"], SPEC["n_layer"], SPEC["n_head"], SPEC["n_embd"])
+    for name, p in model.named_parameters():  # GPT-2's initialisation
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, 0.0, 0.02)
+    model.eval()
+    prompt = [(7 * i + 3) % SPEC["vocab"] for i in range(a.prompt)]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        w = os.path.join(tmp, "gpt.safetensors")
+        save(model, w)
+        for t in (int(x) for x in a.threads.split(",")):
+            torch.set_num_threads(t)
+            torch_generate(model, prompt, 4)  # (warm-up)
+            tsec, ttoks = torch_generate(model, prompt, a.tokens)
+            env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(t))
+            out = subprocess.run([os.path.join(a.build, "scaletrain"), "sample", "--init", w, "--prompt-ids",
+                                  ",".join(map(str, prompt)), "--tokens", str(a.tokens), "--temperature", "0",
+                                  "--json", "--set", f"train.threads={t}"],
+                                 check=True, capture_output=True, text=True, env=env).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            stoks = r["samples"][0]["tokens"]
+            same = next((i for i, (x, y) in enumerate(zip(stoks, ttoks)) if x != y), len(stoks))
+            rows.append((t, r["tokens_per_s"], a.tokens / tsec, same))
+    lines = [f"gpt {SPEC['n_layer']} layers x {SPEC['n_embd']} (vocab {SPEC['vocab']}, block {SPEC['block']}), "
+             f"prompt {a.prompt} tokens, {a.tokens} new, greedy",
+             "",
+             "| threads | scaletrain tokens/s | PyTorch tokens/s | ratio | greedy tokens alike before the first difference |",
+             "|---|---|---|---|---|"]
+    for t, s, p, same in rows:
+        lines.append(f"| {t} | {s:.1f} | {p:.1f} | {s / p:.2f}x | {same} of {a.tokens} |")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
