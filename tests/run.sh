@@ -17,10 +17,12 @@ tsan=${4:-}
 # Tests run TEST_JOBS at a time (default: the machine's cores, at most 2):
 # most take one core or wait on a process, a file or a timeout, and none
 # shares a path, a port or a name with another (each has a folder of its
-# own, mktemp's). A test whose script holds the line "# tests/run.sh: alone"
-# runs with no other beside it; one that holds "# tests/run.sh: light"
-# (it mostly waits: mpirun's start and end, a timeout it provokes) may run
-# as one more beside them, one such at a time.
+# own, mktemp's). The tests whose scripts hold the line "# tests/run.sh:
+# serial" (a resource of the machine that one of them uses at a time: a
+# SLURM test cluster) run one after another in a lane of their own, started
+# first; one that holds "# tests/run.sh: light" (it mostly waits: mpirun's
+# start and end, a timeout it provokes) may run as one more beside them, one
+# such at a time.
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -73,9 +75,7 @@ settle() { # wait until fewer than N tests run (N=1: none)
 }
 light_pid= # the light test running (run_light), if any
 light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
-run() { # name command...: in the background, at most $par at once (a light one besides)
-    local name=$1; shift
-    local i=$((started += 1))
+lane() { # wait until fewer than $par tests run (a light one besides)
     while :; do
         local n
         n=$(jobs -rp | wc -l)
@@ -85,6 +85,11 @@ run() { # name command...: in the background, at most $par at once (a light one 
         collect
     done
     collect
+}
+run() { # name command...: in the background, at most $par at once (a light one besides)
+    local name=$1; shift
+    local i=$((started += 1))
+    lane
     start "$i" "$name" "$@"
 }
 run_light() { # name command...: beside $par others, or in a free lane
@@ -102,28 +107,39 @@ run_light() { # name command...: beside $par others, or in a free lane
         light_pid=$!
     fi
 }
-start() { # i name command...
+run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
     local i=$1 name=$2; shift 2
     echo "$name" >"$res/$i.name"
-    (
-        t0=$SECONDS
-        # Each test's OpenMPI session folders in a folder of its own: the last
-        # mpirun out of /tmp/ompi.HOST.UID removes it, and another test's
-        # mpirun creating its own folder in it that moment fails with
-        # "orte_session_dir failed" (seen once in CI).
-        mkdir -p "$res/$i.o"
-        # at most 15 minutes a test (the slowest takes under two): a test
-        # that hangs fails, named, instead of holding the suite to CI's own
-        # limit
-        OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
-        echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
-        mv "$res/$i.rc.tmp" "$res/$i.rc"
-    ) &
+    local t0=$SECONDS
+    # Each test's OpenMPI session folders in a folder of its own: the last
+    # mpirun out of /tmp/ompi.HOST.UID removes it, and another test's
+    # mpirun creating its own folder in it that moment fails with
+    # "orte_session_dir failed" (seen once in CI).
+    mkdir -p "$res/$i.o"
+    # at most 15 minutes a test (the slowest takes under two): a test
+    # that hangs fails, named, instead of holding the suite to CI's own
+    # limit
+    OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
+    echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
+    mv "$res/$i.rc.tmp" "$res/$i.rc"
 }
-run_alone() { # name command...: with no other test running
-    settle 1
-    run "$@"
-    settle 1
+start() { # i name command...: in the background
+    run_one "$@" &
+}
+# The end-to-end tests whose script holds "# tests/run.sh: serial": one
+# after another in one lane, beside the other tests (a SLURM test cluster
+# at a time), each reported on its own.
+serial_names=() serial_tests=()
+run_serial() { # in one lane, each test of serial_tests in turn
+    ((${#serial_tests[@]})) || return 0
+    local k idx=()
+    for k in "${!serial_tests[@]}"; do idx+=($((started += 1))); done
+    lane
+    (
+        for k in "${!serial_tests[@]}"; do
+            run_one "${idx[k]}" "${serial_names[k]}" "${serial_tests[k]}" "$build"
+        done
+    ) &
 }
 # ST_TEST_ANALYZE=1 (scripts/test.sh): clang's static analyzer over the
 # sources (make analyze; a report fails it) first, in one lane beside the
@@ -168,14 +184,18 @@ for t in tests/py/test_*.py; do
     run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
 done
 # tests/e2e/emu_*.sh need the emulator's build (they skip, saying so, without one).
+for t in tests/e2e/*.sh; do # the serial ones first, in a lane of their own
+    ! grep -qx "# tests/run.sh: serial.*" "$t" || { serial_names+=("e2e/$(basename "$t" .sh)"); serial_tests+=("$t"); }
+done
+run_serial
 for t in tests/e2e/*.sh; do
     if [ ! -x "$t" ]; then # a test that would silently never run
         fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)")
         echo "FAIL e2e/$(basename "$t" .sh): $t is not executable (chmod +x, and commit the mode)"
         continue
     fi
+    ! grep -qx "# tests/run.sh: serial.*" "$t" || continue
     how=run
-    ! grep -qx "# tests/run.sh: alone.*" "$t" || how=run_alone
     ! grep -qx "# tests/run.sh: light.*" "$t" || how=run_light
     case "$(basename "$t")" in
     emu_*) $how "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;

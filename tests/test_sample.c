@@ -13,7 +13,7 @@
  * comes. */
 static void check_draws(const char *what, const float *logits, int V, const st_sample_params *sp,
                         const double *p) {
-    enum { N = 200000 };
+    enum { N = 60000 };
     int64_t count[8] = {0};
     float work[8];
     int32_t order[8];

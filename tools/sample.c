@@ -315,6 +315,8 @@ typedef struct sample_args {
  * exit code. */
 static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_run_opts *opts) {
     *a = (sample_args){.n_new = 200, .n_samples = 1, .stop_id = -1, .temperature = 1.0, .top_p = 1.0};
+    st_config_defaults(
+        cfg); /* (st_cli_run_args starts there too: a usage error returns a config all the same) */
     /* (+4: a gpt and the data type it reads, set first, as the only model
      * sample runs: the settings validate before the weights' metadata fills
      * the rest of the model; no data is read) */
@@ -452,10 +454,15 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
         return ST_OK;
     }
     const char *opt = a->prompt_file ? "--prompt-file" : "--prompt";
-    unsigned char *text = (unsigned char *)(a->prompt ? strdup(a->prompt) : NULL);
-    size_t len = a->prompt ? strlen(a->prompt) : 0;
-    if (a->prompt && !text) return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
-    if (a->prompt_file) ST_TRY(read_bytes(opt, a->prompt_file, &text, &len));
+    unsigned char *text = NULL;
+    size_t len = 0;
+    if (a->prompt_file) {
+        ST_TRY(read_bytes(opt, a->prompt_file, &text, &len));
+    } else if (a->prompt) {
+        if (!(text = (unsigned char *)strdup(a->prompt)))
+            return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
+        len = strlen(a->prompt);
+    }
     st_status s = ST_OK;
     if (text && !sp->bytes)
         s = sp->tok
@@ -505,7 +512,7 @@ int st_cmd_sample(int argc, char **argv) {
      * from theirs is named before anything else), how tokens read */
     char path[4096];
     int64_t step;
-    st_model_input in;
+    st_model_input in = {0};
     st_model *m = NULL;
     tokenizer tk = {0};
     st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);

@@ -39,6 +39,7 @@ static void sort_desc(const float *w, int32_t *o, int64_t n) {
 
 int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *p, st_rng *rng, float *work,
                         int32_t *order) {
+    if (V < 1) return -1;
     int64_t best = 0;
     for (int64_t v = 0; v < V; v++) {
         if (!isfinite(logits[v])) return -1;

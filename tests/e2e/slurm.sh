@@ -12,6 +12,7 @@
 #     checkpoint and exit 143, the script requeues the job, and the requeued
 #     job resumes from that checkpoint (made eligible at once with
 #     `scontrol update StartTime=now`: SLURM holds a requeued job ~2 minutes).
+# tests/run.sh: serial (a SLURM test cluster at a time: its node is this host, as the others')
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 e2e_need_slurm

@@ -12,7 +12,7 @@
 #  3. the same with train.micro_batch_size 64 (and no activation
 #     checkpointing, which would make it fit) is warned that it does not fit
 #     (naming the limit) and the kernel ends it: SLURM records OUT_OF_MEMORY.
-# tests/run.sh: alone (a cgroup-tracking cluster names its cgroups after the node and its jobs from 1: one at a time)
+# tests/run.sh: serial (a SLURM test cluster at a time: a cgroup-tracking one names its cgroups after the node and its jobs from 1)
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 e2e_need_slurm

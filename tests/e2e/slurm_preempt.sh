@@ -19,7 +19,7 @@
 # of a new job: the ranks checkpoint and the script does not requeue it. All of it twice: on a cluster that
 # tracks a job's processes by process group (proctrack/pgid) and on one that
 # tracks them by cgroup (proctrack/cgroup, task/cgroup: production's usual).
-# tests/run.sh: alone (a cgroup-tracking cluster names its cgroups after the node and its jobs from 1: one at a time)
+# tests/run.sh: serial (a SLURM test cluster at a time: a cgroup-tracking one names its cgroups after the node and its jobs from 1)
 source "$(dirname "$0")/../lib/e2e.sh"
 bin=$(realpath "$build/scaletrain")
 e2e_need_slurm scancel
