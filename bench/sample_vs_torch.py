@@ -7,13 +7,13 @@ side with the same threads. PyTorch runs nanoGPT's sample loop (its
 `generate`: the context cropped to block_size, a forward over all of it,
 the last position's logits) under torch.inference_mode: the same algorithm
 as scaletrain's, which has no cache of keys and values either (scaletrain
-pads each context to the next of 16, 32, 64, ... tokens; PyTorch runs the
-exact length). Prints each side's tokens/s and the ratio, and how many of
+pads each context to a multiple of 8 tokens; PyTorch runs the exact
+length). Prints each side's tokens/s and the ratio, and how many of
 the greedy tokens agree (near ties of random weights may part them; the
 exact check is tests/py/sample_torch.py on trained weights).
 
     /usr/bin/python3 bench/sample_vs_torch.py [--threads 1,2] [--tokens N] [--prompt P]
-        [--build DIR] [--out FILE.md]
+        [--repeats R] [--build DIR] [--out FILE.md]
 
 Needs Debian's python3-torch (so /usr/bin/python3) and a built scaletrain.
 """
@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--tokens", type=int, default=300, help="new tokens (past block_size 256: the window slides)")
     ap.add_argument("--prompt", type=int, default=16, help="prompt tokens")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per side; the table shows each side's best")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -87,18 +88,21 @@ def main():
         for t in (int(x) for x in a.threads.split(",")):
             torch.set_num_threads(t)
             torch_generate(model, prompt, 4)  # (warm-up)
-            tsec, ttoks = torch_generate(model, prompt, a.tokens)
             env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(t))
-            out = subprocess.run([os.path.join(a.build, "scaletrain"), "sample", "--init", w, "--prompt-ids",
-                                  ",".join(map(str, prompt)), "--tokens", str(a.tokens), "--temperature", "0",
-                                  "--json", "--set", f"train.threads={t}"],
-                                 check=True, capture_output=True, text=True, env=env).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            best_s = best_p = 0.0
+            for _ in range(a.repeats):  # each side's best: on a shared machine others only add time
+                tsec, ttoks = torch_generate(model, prompt, a.tokens)
+                out = subprocess.run([os.path.join(a.build, "scaletrain"), "sample", "--init", w, "--prompt-ids",
+                                      ",".join(map(str, prompt)), "--tokens", str(a.tokens), "--temperature",
+                                      "0", "--json", "--set", f"train.threads={t}"],
+                                     check=True, capture_output=True, text=True, env=env).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                best_s, best_p = max(best_s, r["tokens_per_s"]), max(best_p, a.tokens / tsec)
             stoks = r["samples"][0]["tokens"]
             same = next((i for i, (x, y) in enumerate(zip(stoks, ttoks)) if x != y), len(stoks))
-            rows.append((t, r["tokens_per_s"], a.tokens / tsec, same))
+            rows.append((t, best_s, best_p, same))
     lines = [f"gpt {SPEC['n_layer']} layers x {SPEC['n_embd']} (vocab {SPEC['vocab']}, block {SPEC['block']}), "
-             f"prompt {a.prompt} tokens, {a.tokens} new, greedy",
+             f"prompt {a.prompt} tokens, {a.tokens} new, greedy, each side's best of {a.repeats}",
              "",
              "| threads | scaletrain tokens/s | PyTorch tokens/s | ratio | greedy tokens alike before the first difference |",
              "|---|---|---|---|---|"]

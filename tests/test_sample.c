@@ -1,7 +1,7 @@
 /* Generation (src/model/sample.h): the token draw against the distribution
  * it should follow (temperature, top-k, top-p, computed here in double),
  * greedy's ties and a non-finite logit; and st_generate's windows (padded
- * to 16, 32, ... tokens, then sliding past block_size) against a graph of
+ * to a multiple of 8 tokens, then sliding past block_size) against a graph of
  * exactly the sequence's length, token by token. */
 #include <math.h>
 
@@ -138,7 +138,7 @@ static st_model *tiny_gpt(int64_t vocab, int64_t block) {
  * context's length (no padding, no window rounding): the token it chose
  * has the largest logit there, to rounding. */
 static void test_windows(void) {
-    const int64_t V = 24, block = 40, n_prompt = 3, n_new = 70; /* windows 16, 32, 40, then sliding */
+    const int64_t V = 24, block = 40, n_prompt = 3, n_new = 70; /* windows 8, 16, ..., 40, then sliding */
     st_model *m = tiny_gpt(V, block);
     if (!m) return;
     const int32_t prompt[3] = {5, 17, 2};

@@ -82,12 +82,11 @@ int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *
     return best;
 }
 
-/* The window length for a sequence of len tokens: the smallest of 16, 32,
- * ... and block that holds it (block when none does). */
+/* The window length for a sequence of len tokens: len rounded up to a
+ * multiple of 8 (a graph for every eighth length, whose products keep
+ * their shapes), at most block. */
 static int64_t window_len(int64_t len, int64_t block) {
-    int64_t t = 16;
-    while (t < len && t < block)
-        t *= 2;
+    const int64_t t = (len + 7) / 8 * 8;
     return t < block ? t : block;
 }
 

@@ -3,9 +3,9 @@
  * sample`).
  *
  * Generation recomputes each step's window (no cache of keys and values):
- * a forward graph of T tokens, T the smallest of 16, 32, 64, ... and
- * model.block_size that holds the sequence so far, so a token costs one
- * forward of at most twice its context. Causal attention makes the logits
+ * a forward graph of T tokens, the sequence so far rounded up to a multiple
+ * of 8 (at most model.block_size), so a token costs one forward of its
+ * context and at most 7 tokens more. Causal attention makes the logits
  * at position t depend on tokens 0..t alone, so the padding past the
  * sequence's end changes nothing. Past block_size tokens the window slides:
  * the last block_size tokens are the context, as in nanoGPT's sample.py. */
