@@ -19,10 +19,10 @@ tsan=${4:-}
 # shares a path, a port or a name with another (each has a folder of its
 # own, mktemp's). The tests whose scripts hold the line "# tests/run.sh:
 # serial" (a resource of the machine that one of them uses at a time: a
-# SLURM test cluster) run one after another in a lane of their own, started
-# first; one that holds "# tests/run.sh: light" (it mostly waits: mpirun's
-# start and end, a timeout it provokes) may run as one more beside them, one
-# such at a time.
+# SLURM test cluster) run one at a time, each in the first free lane once
+# the one before it has ended; one that holds "# tests/run.sh: light" (it
+# mostly waits: mpirun's start and end, a timeout it provokes) may run as
+# one more beside them, one such at a time.
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -66,21 +66,27 @@ collect() { # report every test that has finished
         report "${f%.rc}"
     done
 }
-settle() { # wait until fewer than N tests run (N=1: none)
-    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do
+light_pid= # the light test running (run_light), if any
+light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
+busy() { # tests running, a light one not counted
+    local n
+    n=$(jobs -rp | wc -l)
+    ! light_running || n=$((n - 1))
+    echo "$n"
+}
+settle() { # wait until fewer than N tests run (N=1: none), every serial test started
+    while :; do
+        serial_start
+        [ "$(jobs -rp | wc -l)" -ge "$1" ] || [ "$serial_next" -lt "${#serial_tests[@]}" ] || break
         wait -n 2>/dev/null
         collect
     done
     collect
 }
-light_pid= # the light test running (run_light), if any
-light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
 lane() { # wait until fewer than $par tests run (a light one besides)
     while :; do
-        local n
-        n=$(jobs -rp | wc -l)
-        ! light_running || n=$((n - 1))
-        [ "$n" -ge "$par" ] || break
+        serial_start
+        [ "$(busy)" -ge "$par" ] || break
         wait -n 2>/dev/null
         collect
     done
@@ -126,20 +132,20 @@ run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
 start() { # i name command...: in the background
     run_one "$@" &
 }
-# The end-to-end tests whose script holds "# tests/run.sh: serial": one
-# after another in one lane, beside the other tests (a SLURM test cluster
-# at a time), each reported on its own.
-serial_names=() serial_tests=()
-run_serial() { # in one lane, each test of serial_tests in turn
-    ((${#serial_tests[@]})) || return 0
-    local k idx=()
-    for k in "${!serial_tests[@]}"; do idx+=($((started += 1))); done
-    lane
-    (
-        for k in "${!serial_tests[@]}"; do
-            run_one "${idx[k]}" "${serial_names[k]}" "${serial_tests[k]}" "$build"
-        done
-    ) &
+# The end-to-end tests whose script holds "# tests/run.sh: serial" (a
+# SLURM test cluster at a time): each started, as a test of its own, when
+# the one before it has ended and a lane is free, whenever the runner looks
+# (serial_start), so that they take a lane one after another beside the
+# rest.
+serial_names=() serial_tests=() serial_next=0 serial_pid=
+serial_start() { # the next serial test, when none runs and a lane is free
+    [ "$serial_next" -lt "${#serial_tests[@]}" ] || return 0
+    [ -z "$serial_pid" ] || ! jobs -rp | grep -qx "$serial_pid" || return 0
+    [ "$(busy)" -lt "$par" ] || return 0
+    local k=$serial_next
+    serial_next=$((k + 1))
+    start "$((started += 1))" "${serial_names[k]}" "${serial_tests[k]}" "$build"
+    serial_pid=$!
 }
 # ST_TEST_ANALYZE=1 (scripts/test.sh): clang's static analyzer over the
 # sources (make analyze; a report fails it) first, in one lane beside the
@@ -184,10 +190,9 @@ for t in tests/py/test_*.py; do
     run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
 done
 # tests/e2e/emu_*.sh need the emulator's build (they skip, saying so, without one).
-for t in tests/e2e/*.sh; do # the serial ones first, in a lane of their own
+for t in tests/e2e/*.sh; do # the serial ones first (serial_start)
     ! grep -qx "# tests/run.sh: serial.*" "$t" || { serial_names+=("e2e/$(basename "$t" .sh)"); serial_tests+=("$t"); }
 done
-run_serial
 for t in tests/e2e/*.sh; do
     if [ ! -x "$t" ]; then # a test that would silently never run
         fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)")

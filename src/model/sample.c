@@ -2,8 +2,13 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/blas.h"
+#include "core/fastmath.h"
+#include "core/mem.h"
 
 /* A uniform double in [0, 1) with 53 random bits. */
 static double uniform53(st_rng *r) { return (double)(st_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
@@ -90,6 +95,159 @@ static int64_t window_len(int64_t len, int64_t block) {
     return t < block ? t : block;
 }
 
+/* The cached path: one position of every sample a step, each layer's keys
+ * and values kept for the positions before it (the model's own weights,
+ * read in place; the same arithmetic as the graph's layers, in another
+ * order of sums). */
+typedef struct kv_layer {
+    const float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
+} kv_layer;
+
+typedef struct kv_cache {
+    int64_t L, C, H, V, block, B;
+    const float *wte, *wpe, *lnf_w, *lnf_b;
+    kv_layer *layer;
+    float *k, *v;                            /* (L, B, block, C) */
+    float *x, *h, *qkv, *att, *f, *p, *logits; /* (B, C), (B, C), (B, 3C), (B, C), (B, 4C), (block), (B, V) */
+} kv_cache;
+
+static void kv_free(kv_cache *c) {
+    free(c->layer);
+    st_free_aligned(c->k);
+    st_free_aligned(c->v);
+    free(c->x), free(c->h), free(c->qkv), free(c->att), free(c->f), free(c->p), free(c->logits);
+    memset(c, 0, sizeof *c);
+}
+
+/* m's parameter `name` (with `count` elements), or NULL. */
+static const float *param(const st_model *m, const char *name, int64_t count) {
+    for (int i = 0; i < m->params.n; i++) {
+        const st_tensor *t = m->params.t[i];
+        if (!strcmp(t->name, name)) return t->count == count ? t->data : NULL;
+    }
+    return NULL;
+}
+
+static st_status kv_init(kv_cache *c, const st_model *m, int64_t B) {
+    memset(c, 0, sizeof *c);
+    const st_config *cf = &m->cfg;
+    c->L = cf->model.n_layer, c->C = cf->model.n_embd, c->H = cf->model.n_head, c->V = m->in.vocab_size;
+    c->block = cf->model.block_size, c->B = B;
+    const int64_t L = c->L, C = c->C, V = c->V;
+    c->layer = calloc((size_t)L, sizeof *c->layer);
+    const size_t cache = (size_t)(L * B * c->block * C) * sizeof(float);
+    c->k = st_alloc_aligned(cache);
+    c->v = st_alloc_aligned(cache);
+    c->x = malloc((size_t)(B * C) * sizeof(float)), c->h = malloc((size_t)(B * C) * sizeof(float));
+    c->qkv = malloc((size_t)(B * 3 * C) * sizeof(float)), c->att = malloc((size_t)(B * C) * sizeof(float));
+    c->f = malloc((size_t)(B * 4 * C) * sizeof(float)), c->p = malloc((size_t)c->block * sizeof(float));
+    c->logits = malloc((size_t)(B * V) * sizeof(float));
+    if (!c->layer || !c->k || !c->v || !c->x || !c->h || !c->qkv || !c->att || !c->f || !c->p || !c->logits) {
+        kv_free(c);
+        return st_fail(ST_ERR_NOMEM, "out of memory for generation's cache of keys and values (%.1f MiB)",
+                       2.0 * (double)cache / (1 << 20));
+    }
+    c->wte = param(m, "wte.weight", V * C), c->wpe = param(m, "wpe.weight", c->block * C);
+    c->lnf_w = param(m, "ln_f.weight", C), c->lnf_b = param(m, "ln_f.bias", C);
+    bool ok = c->wte && c->wpe && c->lnf_w && c->lnf_b;
+    for (int64_t l = 0; l < L && ok; l++) {
+        char n[ST_NAME_MAX];
+        kv_layer *y = &c->layer[l];
+#define KV_PARAM(field, suffix, count)                                                                       \
+    snprintf(n, sizeof n, "h.%lld.%s", (long long)l, suffix);                                                \
+    ok = ok && (y->field = param(m, n, count)) != NULL
+        KV_PARAM(ln1_w, "ln_1.weight", C);
+        KV_PARAM(ln1_b, "ln_1.bias", C);
+        KV_PARAM(attn_w, "attn.c_attn.weight", C * 3 * C);
+        KV_PARAM(attn_b, "attn.c_attn.bias", 3 * C);
+        KV_PARAM(proj_w, "attn.c_proj.weight", C * C);
+        KV_PARAM(proj_b, "attn.c_proj.bias", C);
+        KV_PARAM(ln2_w, "ln_2.weight", C);
+        KV_PARAM(ln2_b, "ln_2.bias", C);
+        KV_PARAM(fc_w, "mlp.c_fc.weight", C * 4 * C);
+        KV_PARAM(fc_b, "mlp.c_fc.bias", 4 * C);
+        KV_PARAM(fcp_w, "mlp.c_proj.weight", 4 * C * C);
+        KV_PARAM(fcp_b, "mlp.c_proj.bias", C);
+#undef KV_PARAM
+    }
+    if (!ok) {
+        kv_free(c);
+        return st_fail(ST_ERR_INTERNAL, "generation: the gpt's parameters are not where its layout puts them");
+    }
+    return ST_OK;
+}
+
+/* y (B, C) = layernorm of x (B, C), eps 1e-5 as the model's */
+static void kv_layernorm(const float *x, const float *w, const float *b, int64_t B, int64_t C, float *y) {
+    for (int64_t r = 0; r < B; r++) {
+        const float *xr = x + r * C;
+        float mean = 0, var = 0;
+        for (int64_t i = 0; i < C; i++) mean += xr[i];
+        mean /= (float)C;
+        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        const float rs = 1.0f / sqrtf(var / (float)C + 1e-5f);
+        for (int64_t i = 0; i < C; i++) y[r * C + i] = (xr[i] - mean) * rs * w[i] + b[i];
+    }
+}
+
+/* y (B, N) = x (B, K) W (K, N) + b, or += when acc (the residual) */
+static void kv_linear(const float *x, const float *w, const float *b, int64_t B, int64_t K, int64_t N, float *y,
+                      bool acc) {
+    for (int64_t r = 0; r < B; r++)
+        for (int64_t j = 0; j < N; j++) y[r * N + j] = (acc ? y[r * N + j] : 0.0f) + b[j];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N,
+                1.0f, y, (int)N);
+}
+
+/* Every sample's token tok[b] at position pos (pos < block) through the
+ * model, its keys and values into the cache; the logits of that position
+ * into c->logits when want. */
+static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, bool want) {
+    const int64_t B = c->B, C = c->C, H = c->H, hs = C / H, T = c->block;
+    const float scale = 1.0f / sqrtf((float)hs);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < C; i++) c->x[b * C + i] = c->wte[tok[b] * C + i] + c->wpe[pos * C + i];
+    for (int64_t l = 0; l < c->L; l++) {
+        const kv_layer *y = &c->layer[l];
+        kv_layernorm(c->x, y->ln1_w, y->ln1_b, B, C, c->h);
+        kv_linear(c->h, y->attn_w, y->attn_b, B, C, 3 * C, c->qkv, false);
+        for (int64_t b = 0; b < B; b++) {
+            float *kc = c->k + ((l * B + b) * T) * C, *vc = c->v + ((l * B + b) * T) * C;
+            memcpy(kc + pos * C, c->qkv + b * 3 * C + C, (size_t)C * sizeof(float));
+            memcpy(vc + pos * C, c->qkv + b * 3 * C + 2 * C, (size_t)C * sizeof(float));
+            for (int64_t hd = 0; hd < H; hd++) {
+                const float *q = c->qkv + b * 3 * C + hd * hs;
+                float mx = -INFINITY, sum = 0;
+                for (int64_t t = 0; t <= pos; t++) {
+                    float d = 0;
+                    for (int64_t i = 0; i < hs; i++) d += q[i] * kc[t * C + hd * hs + i];
+                    c->p[t] = d * scale;
+                    mx = c->p[t] > mx ? c->p[t] : mx;
+                }
+                for (int64_t t = 0; t <= pos; t++) sum += c->p[t] = expf(c->p[t] - mx);
+                float *o = c->att + b * C + hd * hs;
+                for (int64_t i = 0; i < hs; i++) o[i] = 0;
+                for (int64_t t = 0; t <= pos; t++) {
+                    const float w = c->p[t] / sum;
+                    for (int64_t i = 0; i < hs; i++) o[i] += w * vc[t * C + hd * hs + i];
+                }
+            }
+        }
+        kv_linear(c->att, y->proj_w, y->proj_b, B, C, C, c->x, true);
+        kv_layernorm(c->x, y->ln2_w, y->ln2_b, B, C, c->h);
+        kv_linear(c->h, y->fc_w, y->fc_b, B, C, 4 * C, c->f, false);
+        for (int64_t i = 0; i < B * 4 * C; i++) {
+            const float v = c->f[i];
+            c->f[i] = 0.5f * v * (1.0f + st_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+        kv_linear(c->f, y->fcp_w, y->fcp_b, B, 4 * C, C, c->x, true);
+    }
+    if (!want) return;
+    kv_layernorm(c->x, c->lnf_w, c->lnf_b, B, C, c->h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)c->V, (int)C, 1.0f, c->h, (int)C, c->wte,
+                (int)C, 0.0f, c->logits, (int)c->V);
+}
+
 st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, const st_generate_opts *o,
                       int32_t *out, int64_t *lens) {
     if (m->kind != ST_MODEL_GPT || m->params.dev)
@@ -123,34 +281,54 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         rng[b] = st_rng_make(o->seed, (uint64_t)b);
     st_model_graph mg;
     memset(&mg, 0, sizeof mg);
+    /* the cache while the sequence fits the context (its positions are
+     * absolute: past block_size every one moves, and the window is
+     * recomputed); the prompt through it a position at a time */
+    kv_cache kv = {0};
+    int32_t *col = malloc((size_t)B * sizeof *col);
+    const bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
+    if (s == ST_OK && !col) s = st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch");
+    if (s == ST_OK && cached) s = kv_init(&kv, m, B);
+    for (int64_t pos = 0; s == ST_OK && cached && pos < n_prompt; pos++) {
+        for (int64_t b = 0; b < B; b++) col[b] = prompt[pos];
+        kv_step(&kv, col, pos, pos == n_prompt - 1);
+    }
     int64_t len = n_prompt, left = B;
     for (int64_t k = 0; s == ST_OK && k < o->n_new && left > 0; k++, len++) {
         if (o->stop && atomic_load(o->stop)) {
             s = st_fail(ST_ERR_INTERRUPTED, "generation stopped after %lld new tokens", (long long)k);
             break;
         }
-        const int64_t T = window_len(len, block), first = len > T ? len - T : 0, have = len - first;
-        if (mg.seq_len != T) {
-            st_model_graph_free(&mg);
-            s = st_model_graph_build_forward_len(m, B, T, &mg);
-            if (s != ST_OK) break;
-            mg.g.training = false;
-            if (!mg.logits) {
-                s = st_fail(ST_ERR_ARG, "generation needs the logits: model.fused_head off");
-                break;
+        const float *logits; /* sample b's row at logits + b * stride */
+        int64_t stride;
+        if (cached && len <= block) { /* (kv_step made them, of position len - 1) */
+            logits = kv.logits;
+            stride = V;
+        } else {
+            const int64_t T = window_len(len, block), first = len > T ? len - T : 0, have = len - first;
+            if (mg.seq_len != T) {
+                st_model_graph_free(&mg);
+                s = st_model_graph_build_forward_len(m, B, T, &mg);
+                if (s != ST_OK) break;
+                mg.g.training = false;
+                if (!mg.logits) {
+                    s = st_fail(ST_ERR_ARG, "generation needs the logits: model.fused_head off");
+                    break;
+                }
             }
+            /* past the sequence, or past a stopped sample's end: token 0, which no earlier position sees */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < T; t++) {
+                    mg.x->idata[b * T + t] = t < have && first + t < lens[b] ? out[b * total + first + t] : 0;
+                    mg.y->idata[b * T + t] = 0;
+                }
+            s = st_graph_forward(&mg.g);
+            logits = mg.logits ? mg.logits->data + (have - 1) * V : NULL;
+            stride = T * V;
         }
-        /* past the sequence, or past a stopped sample's end: token 0, which no earlier position sees */
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < T; t++) {
-                mg.x->idata[b * T + t] = t < have && first + t < lens[b] ? out[b * total + first + t] : 0;
-                mg.y->idata[b * T + t] = 0;
-            }
-        s = st_graph_forward(&mg.g);
         for (int64_t b = 0; s == ST_OK && b < B; b++) {
             if (done[b]) continue;
-            const float *row = mg.logits->data + (b * T + have - 1) * V;
-            const int64_t tok = st_sample_token(row, V, &o->p, &rng[b], work, order);
+            const int64_t tok = st_sample_token(logits + b * stride, V, &o->p, &rng[b], work, order);
             if (tok < 0) {
                 s = st_fail(
                     ST_ERR_NUMERIC,
@@ -164,7 +342,14 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
             if (o->emit) s = o->emit(o->ctx, b, (int32_t)tok, k);
             if (tok == o->stop_token) done[b] = true, left--;
         }
+        /* the new tokens into the cache, for the next one's logits (a stopped sample's: token 0) */
+        if (s == ST_OK && cached && len + 1 <= block && k + 1 < o->n_new && left > 0) {
+            for (int64_t b = 0; b < B; b++) col[b] = len < lens[b] ? out[b * total + len] : 0;
+            kv_step(&kv, col, len, true);
+        }
     }
+    kv_free(&kv);
+    free(col);
     st_model_graph_free(&mg);
     free(work);
     free(order);

@@ -2,13 +2,15 @@
  * top-k, top-p), and continue prompts a token at a time (`scaletrain
  * sample`).
  *
- * Generation recomputes each step's window (no cache of keys and values):
- * a forward graph of T tokens, the sequence so far rounded up to a multiple
- * of 8 (at most model.block_size), so a token costs one forward of its
- * context and at most 7 tokens more. Causal attention makes the logits
- * at position t depend on tokens 0..t alone, so the padding past the
- * sequence's end changes nothing. Past block_size tokens the window slides:
- * the last block_size tokens are the context, as in nanoGPT's sample.py. */
+ * While the sequence fits model.block_size, each layer's keys and values
+ * are kept for every position (a cache, 2 x n_layer x block_size x n_embd
+ * floats a sample): a token costs one position's forward, its attention
+ * over the positions before it. Past block_size the window slides (the last
+ * block_size tokens are the context, as in nanoGPT's sample.py) and every
+ * position moves, so each token recomputes its window: a forward graph of
+ * the context rounded up to a multiple of 8 tokens. Causal attention makes
+ * the logits at position t depend on tokens 0..t alone, so the padding past
+ * the sequence's end changes nothing. */
 #ifndef ST_MODEL_SAMPLE_H
 #define ST_MODEL_SAMPLE_H
 
@@ -44,6 +46,7 @@ typedef struct st_generate_opts {
     st_generate_emit emit;
     void *ctx;
     atomic_int *stop; /* non-zero (a signal): end after the current token, ST_ERR_INTERRUPTED */
+    bool no_cache;    /* every token by the windowed graph, the cache of keys and values left out (tests) */
 } st_generate_opts;
 
 /* Continue prompt (n_prompt tokens, each below the model's vocabulary, at
