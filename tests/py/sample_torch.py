@@ -12,29 +12,20 @@ test itself: its name does not start with test_). Needs torch and NumPy.
 """
 import json
 import os
-import struct
 import sys
 
-import numpy as np
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "parity"))
+sys.path.insert(0, here)
 from ref_models import GPT  # noqa: E402
+from weights_diff import load_with_metadata  # noqa: E402
 
 
 def load(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    meta = header.pop("__metadata__", {})
-    tensors = {}
-    for name, t in header.items():
-        lo, hi = t["data_offsets"]
-        tensors[name] = torch.from_numpy(np.frombuffer(data[lo:hi], dtype="<f4").reshape(t["shape"]).copy())
-    return meta, tensors
+    meta, arrays = load_with_metadata(path)
+    return meta, {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}
 
 
 def main():

@@ -14,21 +14,25 @@ import sys
 import numpy as np
 
 
-def load(path):
+def load_with_metadata(path):
+    """(the file's metadata, {name: F32 array}); tests/py/sample_torch.py uses it too."""
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
     data = blob[8 + n:]
+    meta = header.pop("__metadata__", {})
     out = {}
     for name, t in header.items():
-        if name == "__metadata__":
-            continue
         if t["dtype"] != "F32":
             raise SystemExit(f"{path}: {name} is {t['dtype']}, not F32")
         lo, hi = t["data_offsets"]
         out[name] = np.frombuffer(data[lo:hi], dtype="<f4").reshape(t["shape"])
-    return out
+    return meta, out
+
+
+def load(path):
+    return load_with_metadata(path)[1]
 
 
 def main():
