@@ -311,10 +311,10 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                 s = st_model_graph_build_forward_len(m, B, T, &mg);
                 if (s != ST_OK) break;
                 mg.g.training = false;
-                if (!mg.logits) {
-                    s = st_fail(ST_ERR_ARG, "generation needs the logits: model.fused_head off");
-                    break;
-                }
+            }
+            if (!mg.logits) {
+                s = st_fail(ST_ERR_ARG, "generation needs the logits: model.fused_head off");
+                break;
             }
             /* past the sequence, or past a stopped sample's end: token 0, which no earlier position sees */
             for (int64_t b = 0; b < B; b++)
@@ -323,7 +323,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                     mg.y->idata[b * T + t] = 0;
                 }
             s = st_graph_forward(&mg.g);
-            logits = mg.logits ? mg.logits->data + (have - 1) * V : NULL;
+            logits = mg.logits->data + (have - 1) * V;
             stride = T * V;
         }
         for (int64_t b = 0; s == ST_OK && b < B; b++) {
