@@ -261,9 +261,57 @@ static void test_windows(bool no_cache) {
     st_model_free(m);
 }
 
+/* A prompt longer than the cache's chunk (130 tokens: steps of 64, 64 and
+ * 2 positions) and a cache sized to the run (136 of block 160): the
+ * cached and windowed paths draw the same tokens, greedy and at
+ * temperature 1, and the greedy ones are the exact-length graph's. */
+static void test_long_prompt(void) {
+    const int64_t V = 24, block = 160, n_prompt = 130, n_new = 6;
+    st_model *m = tiny_gpt(V, block);
+    if (!m) return;
+    int32_t prompt[130], a[2 * 136], b[2 * 136];
+    int64_t lens[2];
+    st_rng r = st_rng_make(4, 4);
+    for (int64_t i = 0; i < n_prompt; i++)
+        prompt[i] = (int32_t)st_rng_below(&r, (uint64_t)V);
+    for (int temp = 0; temp < 2; temp++) {
+        st_generate_opts o = {.p = {.temperature = temp, .top_p = 1},
+                              .n_new = n_new,
+                              .n_samples = 2,
+                              .seed = 3,
+                              .stop_token = -1};
+        CHECK_OK(st_generate(m, prompt, n_prompt, &o, a, lens));
+        o.no_cache = true;
+        CHECK_OK(st_generate(m, prompt, n_prompt, &o, b, lens));
+        CHECK(!memcmp(a, b, sizeof a),
+              "a 130-token prompt at temperature %d: the cache and the windows differ", temp);
+    }
+    st_model_graph mg; /* the first greedy token against the exact-length graph (a holds temperature 1's) */
+    st_generate_opts o = {.p = {.temperature = 0, .top_p = 1}, .n_new = 1, .n_samples = 1, .stop_token = -1};
+    CHECK_OK(st_generate(m, prompt, n_prompt, &o, a, lens));
+    CHECK_OK(st_model_graph_build_forward_len(m, 1, n_prompt, &mg));
+    if (mg.logits) {
+        mg.g.training = false;
+        for (int64_t t = 0; t < n_prompt; t++)
+            mg.x->idata[t] = prompt[t], mg.y->idata[t] = 0;
+        CHECK_OK(st_graph_forward(&mg.g));
+        const float *row = mg.logits->data + (n_prompt - 1) * V;
+        float mx = row[0];
+        for (int64_t v = 1; v < V; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        CHECK(row[a[n_prompt]] >= mx - 1e-4f * (1 + fabsf(mx)),
+              "after a 130-token prompt: token %d's logit %g, the "
+              "largest %g",
+              a[n_prompt], row[a[n_prompt]], mx);
+    }
+    st_model_graph_free(&mg);
+    st_model_free(m);
+}
+
 int main(void) {
     test_draws();
     test_windows(false);
     test_windows(true);
+    test_long_prompt();
     return st_test_finish("test_sample");
 }

@@ -95,20 +95,23 @@ static int64_t window_len(int64_t len, int64_t block) {
     return t < block ? t : block;
 }
 
-/* The cached path: one position of every sample a step, each layer's keys
- * and values kept for the positions before it (the model's own weights,
- * read in place; the same arithmetic as the graph's layers, in another
- * order of sums). */
+/* The cached path: n positions of every sample a step (the prompt in
+ * chunks, then one a token), each layer's keys and values kept for the
+ * positions before them (the model's own weights, read in place; the same
+ * arithmetic as the graph's layers, in another order of sums). */
+enum { KV_CHUNK = 64 }; /* prompt positions a step */
+
 typedef struct kv_layer {
     const float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
 } kv_layer;
 
 typedef struct kv_cache {
-    int64_t L, C, H, V, block, B;
+    int64_t L, C, H, V, B, cap; /* cap: positions kept a sample */
     const float *wte, *wpe, *lnf_w, *lnf_b;
     kv_layer *layer;
-    float *k, *v;                            /* (L, B, block, C) */
-    float *x, *h, *qkv, *att, *f, *p, *logits; /* (B, C), (B, C), (B, 3C), (B, C), (B, 4C), (block), (B, V) */
+    float *k, *v;                     /* (L, B, cap, C) */
+    float *x, *h, *qkv, *att, *f, *p; /* (R, C), (R, C), (R, 3C), (R, C), (R, 4C), (cap); R = B x KV_CHUNK */
+    float *logits;                    /* (B, V): each sample's last position's */
 } kv_cache;
 
 static void kv_free(kv_cache *c) {
@@ -128,26 +131,28 @@ static const float *param(const st_model *m, const char *name, int64_t count) {
     return NULL;
 }
 
-static st_status kv_init(kv_cache *c, const st_model *m, int64_t B) {
+/* A cache for B samples of up to cap positions; ST_ERR_NOMEM when it does
+ * not fit (the caller goes on without it). */
+static st_status kv_init(kv_cache *c, const st_model *m, int64_t B, int64_t cap) {
     memset(c, 0, sizeof *c);
     const st_config *cf = &m->cfg;
     c->L = cf->model.n_layer, c->C = cf->model.n_embd, c->H = cf->model.n_head, c->V = m->in.vocab_size;
-    c->block = cf->model.block_size, c->B = B;
-    const int64_t L = c->L, C = c->C, V = c->V;
+    c->B = B, c->cap = cap;
+    const int64_t L = c->L, C = c->C, V = c->V, R = B * KV_CHUNK;
     c->layer = calloc((size_t)L, sizeof *c->layer);
-    const size_t cache = (size_t)(L * B * c->block * C) * sizeof(float);
+    const size_t cache = (size_t)(L * B * cap * C) * sizeof(float);
     c->k = st_alloc_aligned(cache);
     c->v = st_alloc_aligned(cache);
-    c->x = malloc((size_t)(B * C) * sizeof(float)), c->h = malloc((size_t)(B * C) * sizeof(float));
-    c->qkv = malloc((size_t)(B * 3 * C) * sizeof(float)), c->att = malloc((size_t)(B * C) * sizeof(float));
-    c->f = malloc((size_t)(B * 4 * C) * sizeof(float)), c->p = malloc((size_t)c->block * sizeof(float));
+    c->x = malloc((size_t)(R * C) * sizeof(float)), c->h = malloc((size_t)(R * C) * sizeof(float));
+    c->qkv = malloc((size_t)(R * 3 * C) * sizeof(float)), c->att = malloc((size_t)(R * C) * sizeof(float));
+    c->f = malloc((size_t)(R * 4 * C) * sizeof(float)), c->p = malloc((size_t)cap * sizeof(float));
     c->logits = malloc((size_t)(B * V) * sizeof(float));
     if (!c->layer || !c->k || !c->v || !c->x || !c->h || !c->qkv || !c->att || !c->f || !c->p || !c->logits) {
         kv_free(c);
         return st_fail(ST_ERR_NOMEM, "out of memory for generation's cache of keys and values (%.1f MiB)",
                        2.0 * (double)cache / (1 << 20));
     }
-    c->wte = param(m, "wte.weight", V * C), c->wpe = param(m, "wpe.weight", c->block * C);
+    c->wte = param(m, "wte.weight", V * C), c->wpe = param(m, "wpe.weight", cf->model.block_size * C);
     c->lnf_w = param(m, "ln_f.weight", C), c->lnf_b = param(m, "ln_f.bias", C);
     bool ok = c->wte && c->wpe && c->lnf_w && c->lnf_b;
     for (int64_t l = 0; l < L && ok; l++) {
@@ -177,9 +182,9 @@ static st_status kv_init(kv_cache *c, const st_model *m, int64_t B) {
     return ST_OK;
 }
 
-/* y (B, C) = layernorm of x (B, C), eps 1e-5 as the model's */
-static void kv_layernorm(const float *x, const float *w, const float *b, int64_t B, int64_t C, float *y) {
-    for (int64_t r = 0; r < B; r++) {
+/* y (R, C) = layernorm of x (R, C), eps 1e-5 as the model's */
+static void kv_layernorm(const float *x, const float *w, const float *b, int64_t R, int64_t C, float *y) {
+    for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C;
         float mean = 0, var = 0;
         for (int64_t i = 0; i < C; i++) mean += xr[i];
@@ -190,60 +195,71 @@ static void kv_layernorm(const float *x, const float *w, const float *b, int64_t
     }
 }
 
-/* y (B, N) = x (B, K) W (K, N) + b, or += when acc (the residual) */
-static void kv_linear(const float *x, const float *w, const float *b, int64_t B, int64_t K, int64_t N, float *y,
-                      bool acc) {
-    for (int64_t r = 0; r < B; r++)
+/* y (R, N) = x (R, K) W (K, N) + b, or += when acc (the residual) */
+static void kv_linear(const float *x, const float *w, const float *b, int64_t R, int64_t K, int64_t N,
+                      float *y, bool acc) {
+    for (int64_t r = 0; r < R; r++)
         for (int64_t j = 0; j < N; j++) y[r * N + j] = (acc ? y[r * N + j] : 0.0f) + b[j];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N,
                 1.0f, y, (int)N);
 }
 
-/* Every sample's token tok[b] at position pos (pos < block) through the
- * model, its keys and values into the cache; the logits of that position
- * into c->logits when want. */
-static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, bool want) {
-    const int64_t B = c->B, C = c->C, H = c->H, hs = C / H, T = c->block;
+/* Positions pos .. pos + n - 1 (n <= KV_CHUNK, pos + n <= cap) of every
+ * sample through the model: sample b's tokens tok[b * n .. b * n + n), their
+ * keys and values into the cache, each attending to the positions up to
+ * itself; with want, the logits of each sample's last one into c->logits. */
+static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, int64_t n, bool want) {
+    const int64_t B = c->B, C = c->C, H = c->H, hs = C / H, T = c->cap, R = B * n;
     const float scale = 1.0f / sqrtf((float)hs);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < C; i++) c->x[b * C + i] = c->wte[tok[b] * C + i] + c->wpe[pos * C + i];
+    for (int64_t r = 0; r < R; r++) /* (row r: sample r / n, position pos + r % n) */
+        for (int64_t i = 0; i < C; i++)
+            c->x[r * C + i] = c->wte[tok[r] * C + i] + c->wpe[(pos + r % n) * C + i];
     for (int64_t l = 0; l < c->L; l++) {
         const kv_layer *y = &c->layer[l];
-        kv_layernorm(c->x, y->ln1_w, y->ln1_b, B, C, c->h);
-        kv_linear(c->h, y->attn_w, y->attn_b, B, C, 3 * C, c->qkv, false);
+        kv_layernorm(c->x, y->ln1_w, y->ln1_b, R, C, c->h);
+        kv_linear(c->h, y->attn_w, y->attn_b, R, C, 3 * C, c->qkv, false);
         for (int64_t b = 0; b < B; b++) {
             float *kc = c->k + ((l * B + b) * T) * C, *vc = c->v + ((l * B + b) * T) * C;
-            memcpy(kc + pos * C, c->qkv + b * 3 * C + C, (size_t)C * sizeof(float));
-            memcpy(vc + pos * C, c->qkv + b * 3 * C + 2 * C, (size_t)C * sizeof(float));
-            for (int64_t hd = 0; hd < H; hd++) {
-                const float *q = c->qkv + b * 3 * C + hd * hs;
-                float mx = -INFINITY, sum = 0;
-                for (int64_t t = 0; t <= pos; t++) {
-                    float d = 0;
-                    for (int64_t i = 0; i < hs; i++) d += q[i] * kc[t * C + hd * hs + i];
-                    c->p[t] = d * scale;
-                    mx = c->p[t] > mx ? c->p[t] : mx;
-                }
-                for (int64_t t = 0; t <= pos; t++) sum += c->p[t] = expf(c->p[t] - mx);
-                float *o = c->att + b * C + hd * hs;
-                for (int64_t i = 0; i < hs; i++) o[i] = 0;
-                for (int64_t t = 0; t <= pos; t++) {
-                    const float w = c->p[t] / sum;
-                    for (int64_t i = 0; i < hs; i++) o[i] += w * vc[t * C + hd * hs + i];
-                }
+            for (int64_t j = 0; j < n; j++) {
+                memcpy(kc + (pos + j) * C, c->qkv + (b * n + j) * 3 * C + C, (size_t)C * sizeof(float));
+                memcpy(vc + (pos + j) * C, c->qkv + (b * n + j) * 3 * C + 2 * C, (size_t)C * sizeof(float));
             }
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t hd = 0; hd < H; hd++) {
+                    const float *q = c->qkv + (b * n + j) * 3 * C + hd * hs;
+                    const int64_t last = pos + j; /* (causal: keys 0 .. last) */
+                    float mx = -INFINITY, sum = 0;
+                    for (int64_t t = 0; t <= last; t++) {
+                        float d = 0;
+                        for (int64_t i = 0; i < hs; i++)
+                            d += q[i] * kc[t * C + hd * hs + i];
+                        c->p[t] = d * scale;
+                        mx = c->p[t] > mx ? c->p[t] : mx;
+                    }
+                    for (int64_t t = 0; t <= last; t++)
+                        sum += c->p[t] = expf(c->p[t] - mx);
+                    float *o = c->att + (b * n + j) * C + hd * hs;
+                    for (int64_t i = 0; i < hs; i++)
+                        o[i] = 0;
+                    for (int64_t t = 0; t <= last; t++) {
+                        const float w = c->p[t] / sum;
+                        for (int64_t i = 0; i < hs; i++)
+                            o[i] += w * vc[t * C + hd * hs + i];
+                    }
+                }
         }
-        kv_linear(c->att, y->proj_w, y->proj_b, B, C, C, c->x, true);
-        kv_layernorm(c->x, y->ln2_w, y->ln2_b, B, C, c->h);
-        kv_linear(c->h, y->fc_w, y->fc_b, B, C, 4 * C, c->f, false);
-        for (int64_t i = 0; i < B * 4 * C; i++) {
+        kv_linear(c->att, y->proj_w, y->proj_b, R, C, C, c->x, true);
+        kv_layernorm(c->x, y->ln2_w, y->ln2_b, R, C, c->h);
+        kv_linear(c->h, y->fc_w, y->fc_b, R, C, 4 * C, c->f, false);
+        for (int64_t i = 0; i < R * 4 * C; i++) {
             const float v = c->f[i];
             c->f[i] = 0.5f * v * (1.0f + st_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         }
-        kv_linear(c->f, y->fcp_w, y->fcp_b, B, 4 * C, C, c->x, true);
+        kv_linear(c->f, y->fcp_w, y->fcp_b, R, 4 * C, C, c->x, true);
     }
     if (!want) return;
-    kv_layernorm(c->x, c->lnf_w, c->lnf_b, B, C, c->h);
+    for (int64_t b = 0; b < B; b++) /* each sample's last position */
+        kv_layernorm(c->x + (b * n + n - 1) * C, c->lnf_w, c->lnf_b, 1, C, c->h + b * C);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)c->V, (int)C, 1.0f, c->h, (int)C, c->wte,
                 (int)C, 0.0f, c->logits, (int)c->V);
 }
@@ -285,13 +301,23 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
      * absolute: past block_size every one moves, and the window is
      * recomputed); the prompt through it a position at a time */
     kv_cache kv = {0};
-    int32_t *col = malloc((size_t)B * sizeof *col);
-    const bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
+    int32_t *col = malloc((size_t)(B * KV_CHUNK) * sizeof *col);
+    bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
     if (s == ST_OK && !col) s = st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch");
-    if (s == ST_OK && cached) s = kv_init(&kv, m, B);
-    for (int64_t pos = 0; s == ST_OK && cached && pos < n_prompt; pos++) {
-        for (int64_t b = 0; b < B; b++) col[b] = prompt[pos];
-        kv_step(&kv, col, pos, pos == n_prompt - 1);
+    if (s == ST_OK && cached && kv_init(&kv, m, B, total < block ? total : block) != ST_OK) {
+        st_clear_error(); /* (no room for it: every token by its window, slower, the same tokens) */
+        cached = false;
+    }
+    for (int64_t pos = 0; s == ST_OK && cached && pos < n_prompt; pos += KV_CHUNK) {
+        if (o->stop && atomic_load(o->stop)) {
+            s = st_fail(ST_ERR_INTERRUPTED, "generation stopped in the prompt's position %lld",
+                        (long long)pos);
+            break;
+        }
+        const int64_t n = n_prompt - pos < KV_CHUNK ? n_prompt - pos : KV_CHUNK;
+        for (int64_t b = 0; b < B; b++)
+            memcpy(col + b * n, prompt + pos, (size_t)n * sizeof *col);
+        kv_step(&kv, col, pos, n, pos + n == n_prompt);
     }
     int64_t len = n_prompt, left = B;
     for (int64_t k = 0; s == ST_OK && k < o->n_new && left > 0; k++, len++) {
@@ -345,7 +371,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         /* the new tokens into the cache, for the next one's logits (a stopped sample's: token 0) */
         if (s == ST_OK && cached && len + 1 <= block && k + 1 < o->n_new && left > 0) {
             for (int64_t b = 0; b < B; b++) col[b] = len < lens[b] ? out[b * total + len] : 0;
-            kv_step(&kv, col, len, true);
+            kv_step(&kv, col, len, 1, true);
         }
     }
     kv_free(&kv);

@@ -3,9 +3,11 @@
  * sample`).
  *
  * While the sequence fits model.block_size, each layer's keys and values
- * are kept for every position (a cache, 2 x n_layer x block_size x n_embd
- * floats a sample): a token costs one position's forward, its attention
- * over the positions before it. Past block_size the window slides (the last
+ * are kept for every position (a cache, 2 x n_layer x positions x n_embd
+ * floats a sample, the positions the run needs up to block_size; without
+ * room for it, the windows below): a token costs one position's forward,
+ * its attention over the positions before it; the prompt goes through in
+ * steps of 64 positions. Past block_size the window slides (the last
  * block_size tokens are the context, as in nanoGPT's sample.py) and every
  * position moves, so each token recomputes its window: a forward graph of
  * the context rounded up to a multiple of 8 tokens. Causal attention makes
