@@ -41,6 +41,20 @@ bool st_cli_gpus_unusable(const st_hw_info *h, int gpus, const char *why, char *
     return true;
 }
 
+bool st_cli_int_arg(const char *cmd, const char *opt, const char *v, long long min, long long max,
+                    const char *usage, int64_t *out) {
+    char *end;
+    errno = 0;
+    const long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || n < min || n > max) {
+        fprintf(stderr, "scaletrain %s: %s needs a whole number from %lld to %lld, not '%s'\n%s", cmd, opt,
+                min, max, v ? v : "", usage);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
 static bool reported; /* st_cli_report_agreed printed the error */
 
 void st_cli_report_agreed(st_status s) {

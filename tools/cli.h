@@ -24,6 +24,11 @@ int st_check_allreduce_worker(bool nccl);
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts);
+/* The value v of command cmd's option opt as a whole number from min to
+ * max into *out, or false after saying so on standard error, with usage
+ * (tools/args.c). */
+bool st_cli_int_arg(const char *cmd, const char *opt, const char *v, long long min, long long max,
+                    const char *usage, int64_t *out);
 /* name's path on PATH (out, n bytes), or false. */
 bool st_cli_find_on_path(const char *name, char *out, size_t n);
 /* This executable's path (/proc/self/exe), or "scaletrain". */
@@ -33,8 +38,11 @@ void st_cli_self_path(char *out, size_t n);
  * after timeout_s. Returns its exit status (128 + N for signal N), -1 when it
  * could not start, -2 when it ran out of time. (tools/proc.c) */
 int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s);
-/* A whole file as a string (caller frees), or NULL. */
+/* A whole file as a string (caller frees), or NULL (errno says why: it
+ * could not be opened or read, or memory ran out). */
 char *st_cli_read_file(const char *path);
+/* The same with its length in *len (NULL: not wanted), NUL bytes included. */
+char *st_cli_read_bytes(const char *path, size_t *len);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
 /* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:

@@ -23,19 +23,9 @@
 #define TOKENIZE_USAGE                                                                                       \
     "usage: scaletrain data tokenize OUT.tokens TEXT_FILE... [--shard-tokens N] [--jobs J]\n"
 
-/* A count for an option: digits only, 1..max. */
+/* A count for an option, 1..max. */
 static bool count_arg(const char *opt, const char *v, int64_t max, int64_t *out) {
-    char *end;
-    errno = 0;
-    const long long n = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || n < 1 || n > max) {
-        fprintf(stderr,
-                "scaletrain data tokenize: %s needs a whole number from 1 to %lld, not '%s'\n" TOKENIZE_USAGE,
-                opt, (long long)max, v ? v : "");
-        return false;
-    }
-    *out = n;
-    return true;
+    return st_cli_int_arg("data tokenize", opt, v, 1, max, TOKENIZE_USAGE, out);
 }
 
 static int tokenize(int argc, char **argv) {

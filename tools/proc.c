@@ -64,7 +64,9 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
     return rc;
 }
 
-char *st_cli_read_file(const char *path) {
+char *st_cli_read_file(const char *path) { return st_cli_read_bytes(path, NULL); }
+
+char *st_cli_read_bytes(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, n = 0;
@@ -83,8 +85,15 @@ char *st_cli_read_file(const char *path) {
         n += r;
         if (r == 0) break;
     }
+    const int err = ferror(f) ? (errno ? errno : EIO) : 0; /* (a directory: EISDIR) */
     fclose(f);
+    if (buf && err) {
+        free(buf);
+        buf = NULL;
+        errno = err;
+    }
     if (buf) buf[n] = '\0';
+    if (buf && len) *len = n;
     return buf;
 }
 

@@ -119,17 +119,7 @@ static st_status emit(void *ctx, int64_t b, int32_t tok, int64_t n) {
 
 /* A count for an option, min..max. */
 static bool int_arg(const char *opt, const char *v, long long min, long long max, int64_t *out) {
-    char *end;
-    errno = 0;
-    const long long n = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || n < min || n > max) {
-        fprintf(stderr,
-                "scaletrain sample: %s needs a whole number from %lld to %lld, not '%s'\n" SAMPLE_USAGE, opt,
-                min, max, v ? v : "");
-        return false;
-    }
-    *out = n;
-    return true;
+    return st_cli_int_arg("sample", opt, v, min, max, SAMPLE_USAGE, out);
 }
 
 static bool real_arg(const char *opt, const char *v, double min, double max, bool min_open, double *out) {
@@ -407,35 +397,6 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
     return rc;
 }
 
-/* A whole file's bytes (*n of them; caller frees), NUL bytes included. */
-static st_status read_bytes(const char *opt, const char *path, unsigned char **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return st_fail(ST_ERR_IO, "%s %s: %s", opt, path, strerror(errno));
-    size_t cap = 0;
-    st_status s = ST_OK;
-    for (;;) {
-        if (*n == cap) {
-            unsigned char *g = realloc(*out, cap = cap ? 2 * cap : 4096);
-            if (!g) {
-                s = st_fail(ST_ERR_NOMEM, "out of memory reading %s %s", opt, path);
-                break;
-            }
-            *out = g;
-        }
-        const size_t got = fread(*out + *n, 1, cap - *n, f);
-        *n += got;
-        if (got == 0) {
-            if (ferror(f)) s = st_fail(ST_ERR_IO, "%s %s: %s", opt, path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (s != ST_OK) free(*out), *out = NULL;
-    return s;
-}
-
 /* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
  * --prompt or --prompt-file's bytes (the byte-level vocabulary), or with
  * neither a new line (bytes) or the tokenizer's end of text; each checked
@@ -457,7 +418,9 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
     unsigned char *text = NULL;
     size_t len = 0;
     if (a->prompt_file) {
-        ST_TRY(read_bytes(opt, a->prompt_file, &text, &len));
+        if (!(text = (unsigned char *)st_cli_read_bytes(a->prompt_file, &len)))
+            return st_fail(errno == ENOMEM ? ST_ERR_NOMEM : ST_ERR_IO, "%s %s: %s", opt, a->prompt_file,
+                           strerror(errno));
     } else if (a->prompt) {
         if (!(text = (unsigned char *)strdup(a->prompt)))
             return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");

@@ -124,11 +124,8 @@ static void kv_free(kv_cache *c) {
 
 /* m's parameter `name` (with `count` elements), or NULL. */
 static const float *param(const st_model *m, const char *name, int64_t count) {
-    for (int i = 0; i < m->params.n; i++) {
-        const st_tensor *t = m->params.t[i];
-        if (!strcmp(t->name, name)) return t->count == count ? t->data : NULL;
-    }
-    return NULL;
+    const st_tensor *t = st_params_find(&m->params, name);
+    return t && t->count == count ? t->data : NULL;
 }
 
 /* A cache for B samples of up to cap positions; ST_ERR_NOMEM when it does
