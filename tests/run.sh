@@ -40,7 +40,12 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x "$build/scaletrain" ]; then
 fi
 res=$(mktemp -d /tmp/stXXXXXX) # (short: OpenMPI's session folders go under it, below)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$res"' EXIT
-started=0
+# Each test writes a line to this pipe when it has ended (after its
+# outcome's file): the runner waits by reading it, so that no end is
+# missed, where `wait -n` sleeps past a job that ended just before it was
+# called (until the next one ends).
+mkfifo "$res/ends" && exec 3<>"$res/ends"
+started=0 running=0 # tests started, and started but not yet reported
 # report I: the finished test I's line (and its log's end when it failed)
 report() {
     local i=$1 name rc dt
@@ -54,9 +59,18 @@ report() {
     elif [ "$rc" -eq 77 ]; then
         skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$res/$i.log" | sed 's/.*skipped: //')"
     else
-        fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"; sed 's/^/    /' "$res/$i.log" | tail -40
+        fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"
+        # the failed checks' lines and the seeds that replay them, which a
+        # long log prints before its last 40 lines
+        if [ "$(wc -l <"$res/$i.log")" -gt 40 ]; then
+            head -n -40 "$res/$i.log" | grep -E '^(FAIL |[A-Z_]*SEED=)' | head -20 | sed 's/^/    (earlier) /'
+        fi
+        sed 's/^/    /' "$res/$i.log" | tail -40
     fi
     rm -rf "$res/$i".*
+    running=$((running - 1))
+    [ "$i" != "$light_i" ] || light_i=
+    [ "$i" != "$serial_i" ] || serial_i=
 }
 collect() { # report every test that has finished
     local f
@@ -66,20 +80,32 @@ collect() { # report every test that has finished
         report "${f%.rc}"
     done
 }
-light_pid= # the light test running (run_light), if any
-light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
+light_i= serial_i= # the light test (run_light) and the serial one (serial_start) running, if any
+light_running() { [ -n "$light_i" ]; }
 busy() { # tests running, a light one not counted
-    local n
-    n=$(jobs -rp | wc -l)
+    local n=$running
     ! light_running || n=$((n - 1))
     echo "$n"
+}
+next_end() { # wait until a test ends, and report every one that has
+    # (60 s without an end and no test's process left: a test whose
+    # process ended without its outcome's file, which would else be waited
+    # for forever, fails, said)
+    if ! read -r -t 60 -u 3 _ && [ -z "$(jobs -rp)" ]; then
+        local f
+        for f in "$res"/*.name; do
+            [ -e "$f" ] && [ ! -e "${f%.name}.rc" ] || continue
+            echo "(tests/run.sh: the test's process ended without its outcome)" >>"${f%.name}.log"
+            echo "1 0" >"${f%.name}.rc"
+        done
+    fi
+    collect
 }
 settle() { # wait until fewer than N tests run (N=1: none), every serial test started
     while :; do
         serial_start
-        [ "$(jobs -rp | wc -l)" -ge "$1" ] || [ "$serial_next" -lt "${#serial_tests[@]}" ] || break
-        wait -n 2>/dev/null
-        collect
+        [ "$running" -ge "$1" ] || [ "$serial_next" -lt "${#serial_tests[@]}" ] || break
+        next_end
     done
     collect
 }
@@ -87,8 +113,7 @@ lane() { # wait until fewer than $par tests run (a light one besides)
     while :; do
         serial_start
         [ "$(busy)" -ge "$par" ] || break
-        wait -n 2>/dev/null
-        collect
+        next_end
     done
     collect
 }
@@ -101,16 +126,15 @@ run() { # name command...: in the background, at most $par at once (a light one 
 run_light() { # name command...: beside $par others, or in a free lane
     local name=$1; shift
     local i=$((started += 1))
-    while light_running && [ "$(jobs -rp | wc -l)" -ge "$par" ]; do
-        wait -n 2>/dev/null
-        collect
+    while light_running && [ "$running" -ge "$par" ]; do
+        next_end
     done
     collect
     if light_running; then # (a free lane: it counts as one of $par)
         start "$i" "$name" "$@"
     else
         start "$i" "$name" "$@"
-        light_pid=$!
+        light_i=$i
     fi
 }
 run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
@@ -125,11 +149,13 @@ run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
     # at most 15 minutes a test (the slowest takes under two): a test
     # that hangs fails, named, instead of holding the suite to CI's own
     # limit
-    OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null
+    OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null 3>&-
     echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
     mv "$res/$i.rc.tmp" "$res/$i.rc"
+    echo "$i" >&3
 }
 start() { # i name command...: in the background
+    running=$((running + 1))
     run_one "$@" &
 }
 # The end-to-end tests whose script holds "# tests/run.sh: serial" (a
@@ -137,15 +163,15 @@ start() { # i name command...: in the background
 # the one before it has ended and a lane is free, whenever the runner looks
 # (serial_start), so that they take a lane one after another beside the
 # rest.
-serial_names=() serial_tests=() serial_next=0 serial_pid=
+serial_names=() serial_tests=() serial_next=0
 serial_start() { # the next serial test, when none runs and a lane is free
     [ "$serial_next" -lt "${#serial_tests[@]}" ] || return 0
-    [ -z "$serial_pid" ] || ! jobs -rp | grep -qx "$serial_pid" || return 0
+    [ -z "$serial_i" ] || return 0
     [ "$(busy)" -lt "$par" ] || return 0
     local k=$serial_next
     serial_next=$((k + 1))
     start "$((started += 1))" "${serial_names[k]}" "${serial_tests[k]}" "$build"
-    serial_pid=$!
+    serial_i=$started
 }
 # ST_TEST_ANALYZE=1 (scripts/test.sh): clang's static analyzer over the
 # sources (make analyze; a report fails it) first, in one lane beside the
