@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "core/blas.h"
 #include "core/config_schema.h"
+#include "core/device.h"
 #include "core/safetensors.h"
 #include "hw/probe.h"
 #include "model/sample.h"
@@ -192,9 +193,12 @@ static st_status model_from_weights(st_config *cfg, const char *path, st_model_i
     }
     st_safetensors_close(f);
     ST_TRY(s);
-    /* logits to draw from, in fp32 on the host */
+    /* logits to draw from, in fp32 (on a device: scaletrain's attention
+     * kernels, which take fp32; cuDNN's takes 16-bit tensors) */
     snprintf(cfg->model.fused_head, sizeof cfg->model.fused_head, "off");
     snprintf(cfg->precision, sizeof cfg->precision, "fp32");
+    if (strcmp(cfg->model.attention_kernel, "cudnn") == 0)
+        snprintf(cfg->model.attention_kernel, sizeof cfg->model.attention_kernel, "flash");
     ST_TRY(st_config_validate(cfg));
     *in = (st_model_input){.vocab_size = cfg->model.vocab_size, .seq_len = cfg->model.block_size};
     return ST_OK;
@@ -257,11 +261,13 @@ static char *decode_json(const sampler *sp, const int32_t *t, int64_t n) {
 }
 
 static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens, int64_t n_samples,
-                      int64_t total, int64_t n_prompt, uint64_t seed, const char *weights, double secs) {
+                      int64_t total, int64_t n_prompt, uint64_t seed, const char *weights, const char *device,
+                      double secs) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     char seed_s[32];
     snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
     cJSON_AddStringToObject(o, "weights", weights);
+    cJSON_AddStringToObject(o, "device", device);
     cJSON_AddRawToObject(o, "seed", seed_s); /* (a number, to the last digit) */
     cJSON *pr = cJSON_CreateArray();
     for (int64_t i = 0; i < n_prompt; i++)
@@ -380,13 +386,6 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
                         "checkpoint, or a run's out_dir)\n" SAMPLE_USAGE);
         rc = ST_EXIT_USAGE;
     }
-    if (rc < 0 && strncmp(cfg->train.device, "cuda", 4) == 0) {
-        fprintf(stderr,
-                "scaletrain sample: train.device %s: sampling runs on the CPU (leave train.device at "
-                "auto or cpu)\n",
-                cfg->train.device);
-        rc = ST_EXIT_USAGE;
-    }
     if (rc < 0 && !a->seed_given) { /* a seed of its own, said, so that the sample can be drawn again */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -395,6 +394,28 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
                       33);
     }
     return rc;
+}
+
+/* train.device: auto takes the first GPU when there is one its kernels can
+ * run on (and the CPU otherwise, *why saying why); cuda and cuda:N insist,
+ * and an obstacle is an error. *dev NULL: the CPU. */
+static st_status open_device(const st_config *cfg, st_device **dev, char *why, size_t n) {
+    *dev = NULL;
+    snprintf(why, n, "train.device cpu");
+    const char *d = cfg->train.device;
+    if (strcmp(d, "cpu") == 0) return ST_OK;
+    const int want = strncmp(d, "cuda:", 5) == 0 ? atoi(d + 5) : 0;
+    const int count = st_device_cuda_count(why, n);
+    if (count > 0 && want >= count) {
+        snprintf(why, n, "this machine has %d CUDA device(s), cuda:0 to cuda:%d", count, count - 1);
+    } else if (count > 0) {
+        const st_status o = st_device_open_cuda(want, dev);
+        if (o != ST_ERR_UNSUPPORTED) return o; /* (opened, or an error to say) */
+        snprintf(why, n, "%s", st_last_error());
+        st_clear_error();
+    }
+    if (strcmp(d, "auto") == 0) return ST_OK;
+    return st_fail(ST_ERR_UNSUPPORTED, "train.device %s: %s; use train.device: cpu (or auto)", d, why);
 }
 
 /* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
@@ -478,13 +499,16 @@ int st_cmd_sample(int argc, char **argv) {
     st_model_input in = {0};
     st_model *m = NULL;
     tokenizer tk = {0};
+    st_device *dev = NULL;
+    char why[256] = "";
     st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);
     if (s == ST_OK) s = model_from_weights(&cfg, path, &in);
+    if (s == ST_OK) s = open_device(&cfg, &dev, why, sizeof why);
     if (s == ST_OK) {
         const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
         omp_set_num_threads(threads > 0 ? threads : 1);
         openblas_set_num_threads(threads > 0 ? threads : 1);
-        s = st_model_create(&cfg, &in, &m);
+        s = st_model_create_on(&cfg, &in, dev, &m);
     }
     if (s == ST_OK) s = st_model_load(m, path);
     if (s == ST_OK && a.tokenizer) s = tokenizer_load(a.tokenizer, &tk);
@@ -514,12 +538,16 @@ int st_cmd_sample(int argc, char **argv) {
 
     double secs = 0;
     if (s == ST_OK) {
+        char where[320];
+        if (dev)
+            snprintf(where, sizeof where, "on %s", st_device_name(dev));
+        else
+            snprintf(where, sizeof where, "%d CPU thread%s (%s)", omp_get_max_threads(),
+                     omp_get_max_threads() == 1 ? "" : "s", why);
         if (!a.quiet && !a.json)
-            fprintf(
-                stderr,
-                "sample: %s%s: a gpt of %lld parameters (vocabulary %lld, context %lld), %d CPU thread%s\n",
-                path, step >= 0 ? " (a checkpoint's)" : "", (long long)m->n_params, (long long)in.vocab_size,
-                (long long)in.seq_len, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+            fprintf(stderr, "sample: %s%s: a gpt of %lld parameters (vocabulary %lld, context %lld), %s\n",
+                    path, step >= 0 ? " (a checkpoint's)" : "", (long long)m->n_params,
+                    (long long)in.vocab_size, (long long)in.seq_len, where);
         for (int64_t i = 0; sp.stream && i < n_prompt; i++)
             put_token(stdout, &sp, ptok[i], i == 0);
         const st_generate_opts go = {.p = {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p},
@@ -538,7 +566,8 @@ int st_cmd_sample(int argc, char **argv) {
     }
     int code = ST_EXIT_OK;
     if (s == ST_OK && a.json) {
-        code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, (uint64_t)a.seed, path, secs);
+        code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, (uint64_t)a.seed, path,
+                          dev ? st_device_name(dev) : "cpu", secs);
     } else if (s == ST_OK) {
         for (int64_t b = 0; !sp.stream && b < a.n_samples; b++) {
             for (int64_t i = 0; i < lens[b]; i++)
@@ -555,6 +584,7 @@ int st_cmd_sample(int argc, char **argv) {
             (long long)sp.drawn, sp.drawn == 1 ? "" : "s", secs, secs > 0 ? (double)sp.drawn / secs : 0.0,
             (long long)a.seed, (long long)a.seed);
     st_model_free(m);
+    st_device_free(dev);
     tokenizer_free(&tk);
     free(ptok);
     free(out);

@@ -145,7 +145,8 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
 }
 
 static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bool params_only,
-                                 bool device_layout, bool forward_only, st_model_graph *mg) {
+                                 bool device_layout, bool forward_only, bool host_logits,
+                                 st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
@@ -175,9 +176,10 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
         s = build_gpt(m, mg);
         break;
     }
-    /* evaluation reads an image model's logits (accuracy); a token model's
-     * stay on the device and may be stored in 16 bits */
-    if (s == ST_OK && mg->logits && m->kind != ST_MODEL_GPT) mg->logits->host_f32 = true;
+    /* evaluation reads an image model's logits (accuracy), generation a
+     * token model's; an evaluation's token logits stay on the device and
+     * may be stored in 16 bits */
+    if (s == ST_OK && mg->logits && (m->kind != ST_MODEL_GPT || host_logits)) mg->logits->host_f32 = true;
     if (s == ST_OK && mg->logits && forward_only) mg->logits->read_after = true; /* (evaluation reads them) */
     if (s == ST_OK) s = st_graph_finalize(&mg->g);
     if (s != ST_OK) {
@@ -189,7 +191,7 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
 
 static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
                              bool forward_only, st_model_graph *mg) {
-    return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, mg);
+    return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, false, mg);
 }
 
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
@@ -205,7 +207,7 @@ st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t s
     if (m->kind != ST_MODEL_GPT || seq_len < 1 || seq_len > m->cfg.model.block_size)
         return st_fail(ST_ERR_ARG, "model graph: %lld tokens a sample, where model.block_size is %lld",
                        (long long)seq_len, (long long)m->cfg.model.block_size);
-    return graph_build_len(m, batch, seq_len, false, false, true, mg);
+    return graph_build_len(m, batch, seq_len, false, false, true, true, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {

@@ -91,7 +91,8 @@ st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg);
  * at once instead of the whole model's. Backward on it is an error. */
 st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_graph *mg);
 /* The same for a gpt on sequences of seq_len tokens (1 to model.block_size)
- * instead of the model's: generation's windows (sample.h). */
+ * instead of the model's: generation's windows (sample.h), whose logits
+ * the host reads (kept in fp32 on a device). */
 st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t seq_len, st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/blas.h"
+#include "core/device.h"
 #include "core/fastmath.h"
 #include "core/mem.h"
 
@@ -88,10 +89,10 @@ int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *
 }
 
 /* The window length for a sequence of len tokens: len rounded up to a
- * multiple of 8 (a graph for every eighth length, whose products keep
+ * multiple of `step` (a graph for every step-th length, whose products keep
  * their shapes), at most block. */
-static int64_t window_len(int64_t len, int64_t block) {
-    const int64_t t = (len + 7) / 8 * 8;
+static int64_t window_len(int64_t len, int64_t block, int64_t step) {
+    const int64_t t = (len + step - 1) / step * step;
     return t < block ? t : block;
 }
 
@@ -263,9 +264,9 @@ static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, int64_t n, boo
 
 st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, const st_generate_opts *o,
                       int32_t *out, int64_t *lens) {
-    if (m->kind != ST_MODEL_GPT || m->params.dev)
-        return st_fail(ST_ERR_ARG, "generation needs a gpt on the host (this model is a %s%s)",
-                       m->cfg.model.type, m->params.dev ? " on a device" : "");
+    if (m->kind != ST_MODEL_GPT)
+        return st_fail(ST_ERR_ARG, "generation needs a gpt (this model is a %s)", m->cfg.model.type);
+    st_device *dev = m->params.dev;
     const int64_t V = m->in.vocab_size, block = m->cfg.model.block_size, B = o->n_samples;
     const int64_t total = n_prompt + o->n_new;
     if (n_prompt < 1 || B < 1 || o->n_new < 0)
@@ -286,8 +287,12 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
     int32_t *order = malloc((size_t)V * sizeof *order);
     st_rng *rng = malloc((size_t)B * sizeof *rng);
     bool *done = calloc((size_t)B, sizeof *done);
+    /* on a device: the windows' tokens staged here, each sample's last
+     * logits read back here */
+    int32_t *hx = dev ? malloc((size_t)(B * block) * sizeof *hx) : NULL;
+    float *hl = dev ? malloc((size_t)(B * V) * sizeof *hl) : NULL;
     st_status s =
-        work && order && rng && done
+        work && order && rng && done && (!dev || (hx && hl))
             ? ST_OK
             : st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch (%lld tokens)", (long long)V);
     for (int64_t b = 0; s == ST_OK && b < B; b++)
@@ -299,7 +304,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
      * recomputed); the prompt through it a position at a time */
     kv_cache kv = {0};
     int32_t *col = malloc((size_t)(B * KV_CHUNK) * sizeof *col);
-    bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
+    bool cached = !dev && !o->no_cache && n_prompt <= block && o->n_new > 0;
     if (s == ST_OK && !col) s = st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch");
     if (s == ST_OK && cached && kv_init(&kv, m, B, total < block ? total : block) != ST_OK) {
         st_clear_error(); /* (no room for it: every token by its window, slower, the same tokens) */
@@ -328,26 +333,35 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
             logits = kv.logits;
             stride = V;
         } else {
-            const int64_t T = window_len(len, block), first = len > T ? len - T : 0, have = len - first;
+            /* (a device's graphs for every 64th length: each build allocates and frees device memory) */
+            const int64_t T = window_len(len, block, dev ? 64 : 8), first = len > T ? len - T : 0,
+                          have = len - first;
             if (mg.seq_len != T) {
                 st_model_graph_free(&mg);
                 s = st_model_graph_build_forward_len(m, B, T, &mg);
                 if (s != ST_OK) break;
                 mg.g.training = false;
+                /* the targets (the loss is computed and unread): class 0 */
+                s = st_device_zero(dev, mg.y->idata, (size_t)mg.y->count * sizeof *mg.y->idata);
+                if (s != ST_OK) break;
             }
             if (!mg.logits) {
                 s = st_fail(ST_ERR_ARG, "generation needs the logits: model.fused_head off");
                 break;
             }
             /* past the sequence, or past a stopped sample's end: token 0, which no earlier position sees */
+            int32_t *x = dev ? hx : mg.x->idata;
             for (int64_t b = 0; b < B; b++)
-                for (int64_t t = 0; t < T; t++) {
-                    mg.x->idata[b * T + t] = t < have && first + t < lens[b] ? out[b * total + first + t] : 0;
-                    mg.y->idata[b * T + t] = 0;
-                }
-            s = st_graph_forward(&mg.g);
+                for (int64_t t = 0; t < T; t++)
+                    x[b * T + t] = t < have && first + t < lens[b] ? out[b * total + first + t] : 0;
+            if (dev) s = st_device_upload(dev, mg.x->idata, hx, (size_t)(B * T) * sizeof *hx);
+            if (s == ST_OK) s = st_graph_forward(&mg.g);
             logits = mg.logits->data + (have - 1) * V;
             stride = T * V;
+            /* each sample's row of the last position, read back (the copy waits for the forward) */
+            for (int64_t b = 0; dev && s == ST_OK && b < B; b++)
+                s = st_device_download(dev, hl + b * V, logits + b * stride, (size_t)V * sizeof *hl);
+            if (dev) logits = hl, stride = V;
         }
         for (int64_t b = 0; s == ST_OK && b < B; b++) {
             if (done[b]) continue;
@@ -378,5 +392,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
     free(order);
     free(rng);
     free(done);
+    free(hx);
+    free(hl);
     return s;
 }

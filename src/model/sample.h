@@ -12,7 +12,11 @@
  * position moves, so each token recomputes its window: a forward graph of
  * the context rounded up to a multiple of 8 tokens. Causal attention makes
  * the logits at position t depend on tokens 0..t alone, so the padding past
- * the sequence's end changes nothing. */
+ * the sequence's end changes nothing.
+ *
+ * A model on a CUDA device generates by its windows alone (rounded up to a
+ * multiple of 64 tokens there: each length is a graph of its own), every
+ * sample's last logits read back to the host, which draws the tokens. */
 #ifndef ST_MODEL_SAMPLE_H
 #define ST_MODEL_SAMPLE_H
 
@@ -54,8 +58,8 @@ typedef struct st_generate_opts {
 /* Continue prompt (n_prompt tokens, each below the model's vocabulary, at
  * least one) n_samples times. out (n_samples x (n_prompt + n_new)) gets
  * each sample's prompt and continuation, lens each one's length. m must be a
- * gpt on the host whose output layer keeps its logits (model.fused_head
- * off). */
+ * gpt (on the host or a device) whose output layer keeps its logits
+ * (model.fused_head off). */
 st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, const st_generate_opts *o,
                       int32_t *out, int64_t *lens);
 
