@@ -21,6 +21,7 @@
 #include "core/config_schema.h"
 #include "core/device.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "hw/probe.h"
 #include "model/sample.h"
 #include "train/checkpoint.h"
@@ -223,13 +224,8 @@ static char *json_text(const unsigned char *s, size_t n) {
             i++;
             continue;
         }
-        const size_t k = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = k > 0 && i + k <= n && !(k == 2 && c < 0xc2) && !(k == 4 && c > 0xf4);
-        for (size_t j = 1; ok && j < k; j++)
-            ok = (s[i + j] & 0xc0) == 0x80;
-        if (ok && k == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);
-        if (ok && k == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);
-        if (ok) {
+        const size_t k = st_utf8_len(s + i, n - i);
+        if (k) {
             memcpy(w, s + i, k);
             w += k;
             i += k;

@@ -125,6 +125,8 @@ typedef struct st_config {
         bool tensorboard;          /*                                  default false */
         double peak_gflops;        /* per rank, for mfu; < 0 = auto (measured) default auto */
         int64_t gpu_interval;      /* steps between GPU samples; 0 = none default 10 */
+        int64_t sample_every;      /* steps between text samples (gpt); 0 = none default 0 */
+        int64_t sample_tokens;     /* tokens a text sample draws      default 64 */
         bool trace;                /* write out_dir/trace.json         default false */
         st_int_list trace_steps;   /* [first, last] traced steps       default [2, 6] */
     } log;

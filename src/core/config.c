@@ -511,6 +511,10 @@ st_status st_config_validate(const st_config *c) {
             "%s is empty but data.val is set; give the validation labels, or set data.val: \"\" to skip "
             "evaluation",
             D1("data.val_labels"));
+    FAIL_IF(c->log.sample_every > 0 && strcmp(c->model.type, "gpt") != 0,
+            "%s prints text samples, which only a gpt draws, and this run's model is %s: set "
+            "log.sample_every: 0",
+            D1("log.sample_every"), st_config_describe(c, "model.type", c3, sizeof c3));
     FAIL_IF(c->train.eval_every > 0 && !c->data.val[0] && !(c->data.val_split > 0),
             "%s asks for evaluations but data.val is empty; set data.val or train.eval_every: 0",
             D1("train.eval_every"));

@@ -279,6 +279,13 @@ const st_cfg_key st_cfg_keys[] = {
           "the driver's NVML is present, utilisation, memory utilisation, power, temperature and clock "
           "slowdowns, into metrics.jsonl, TensorBoard and the progress line; every rank reads its own GPU's "
           "clocks then and says when heat or the power supply slows them; 0 = never; absent on the CPU"),
+    K_INT("log.sample_every", log.sample_every, "0", 0, NOMAX,
+          "a gpt: rank 0 prints a text sample every this many steps and after the last, as llm.c does: "
+          "log.sample_tokens tokens drawn at temperature 1 by the weights then, on the CPU, from a new line "
+          "(the byte-level vocabulary of 256), GPT-2's end-of-text token 50256 (a vocabulary of 50257 or "
+          "more) or else token 0; 0 = never"),
+    K_INT("log.sample_tokens", log.sample_tokens, "64", 1, 65536,
+          "tokens each text sample draws (log.sample_every)"),
     K_BOOL("log.tensorboard", log.tensorboard, "false",
            "rank 0 also writes the numbers of metrics.jsonl to a TensorBoard event file, "
            "out_dir/events.out.tfevents.*"),

@@ -4,6 +4,7 @@
 #define ST_CORE_TEXT_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -18,6 +19,21 @@ static inline void st_appendf(char *buf, size_t n, size_t *at, const char *fmt, 
     const int k = vsnprintf(*at < n ? buf + *at : NULL, *at < n ? n - *at : 0, fmt, ap);
     va_end(ap);
     if (k > 0) *at += (size_t)k;
+}
+
+/* The length of the valid UTF-8 sequence at s (n > 0 bytes there): 1 to
+ * 4, or 0 where none starts (a stray continuation byte, a cut, overlong or
+ * surrogate sequence, a code point past U+10FFFF). */
+static inline size_t st_utf8_len(const unsigned char *s, size_t n) {
+    const unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    const size_t k = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = k > 0 && k <= n && !(k == 2 && c < 0xc2) && !(k == 4 && c > 0xf4);
+    for (size_t j = 1; ok && j < k; j++)
+        ok = (s[j] & 0xc0) == 0x80;
+    if (ok && k == 3) ok = !(c == 0xe0 && s[1] < 0xa0) && !(c == 0xed && s[1] >= 0xa0);
+    if (ok && k == 4) ok = !(c == 0xf0 && s[1] < 0x90) && !(c == 0xf4 && s[1] >= 0x90);
+    return ok ? k : 0;
 }
 
 /* src as text a terminal shows as it is, into dst (n > 0 bytes, always

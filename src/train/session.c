@@ -821,6 +821,7 @@ st_status st_session_close(st_session *s) {
     st_eval_device_free(s->eval_dev); /* before the device */
     st_model_graph_free(&s->eval_graph);
     st_model_free(s->model);
+    st_model_free(s->sampler);
     st_comm_free(s->dcomm); /* NCCL: before its device and its host communicator */
     st_device_free(s->dev); /* after everything that lives there */
     if (!s->train_in_use) st_dataset_free(&s->train);

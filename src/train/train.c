@@ -38,11 +38,13 @@
 #include "data/tokens.h"
 #include "dist/agree.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "feed.h"
 #include "hw/device.h"
 #include "layers/layers.h"
 #include "loss_sum.h"
 #include "metrics.h"
+#include "model/sample.h"
 #include "optim/optim.h"
 #include "optim/scaler.h"
 #include "session.h"
@@ -451,6 +453,99 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
             fprintf(ses->out, "%s: loss %.4f, perplexity %.2f\n", at, r->eval_loss, exp(r->eval_loss));
         out_flush(ses);
     }
+    return ST_OK;
+}
+
+/* log.sample_every, every rank after `step` steps: the weights then draw a
+ * text sample on rank 0, which prints it (the other ranks take part in
+ * gathering sharded masters alone). The sampler is a host copy of the model
+ * in fp32 with its logits kept (the run's may be on a GPU, in 16 bits, with
+ * a fused head), made at the first sample; its weights are the run's,
+ * copied tensor by tensor each time. A sample is a look at the model, not
+ * part of training: one that cannot be drawn is a warning and the last, and
+ * a stop (SIGTERM) ends it unprinted. */
+static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step) {
+    st_model *m = ses->model;
+    const st_config *c = ses->cfg;
+    float *data = NULL, *buffers = NULL;
+    if (m->params.masters_sharded) /* (a collective: every rank, even after rank 0's sample failed) */
+        ST_TRY(st_zero_copy_arenas(m, ses->comm, &data, &buffers));
+    if (ses->rank != 0 || ses->sample_failed || opts->quiet) {
+        st_free_aligned(data);
+        st_free_aligned(buffers);
+        return ST_OK;
+    }
+    st_status s = data ? ST_OK : st_model_copy_arenas(m, &data, &buffers);
+    if (s == ST_OK && !ses->sampler) {
+        st_config sc = *c;
+        snprintf(sc.precision, sizeof sc.precision, "fp32");
+        snprintf(sc.model.fused_head, sizeof sc.model.fused_head, "off");
+        snprintf(sc.model.attention_kernel, sizeof sc.model.attention_kernel, "flash");
+        snprintf(sc.train.device, sizeof sc.train.device, "cpu");
+        s = st_model_create(&sc, &m->in, &ses->sampler);
+    }
+    for (int i = 0; s == ST_OK && i < ses->sampler->params.n; i++) {
+        st_tensor *t = ses->sampler->params.t[i];
+        const st_tensor *u = st_params_find(&m->params, t->name);
+        if (!u || u->count != t->count) {
+            s = st_fail(ST_ERR_INTERNAL, "the sampler's %s is not the model's", t->name);
+            break;
+        }
+        memcpy(t->data, (u->kind == ST_TENSOR_PARAM ? data : buffers) + u->offset,
+               (size_t)t->count * sizeof *t->data);
+    }
+    st_free_aligned(data);
+    st_free_aligned(buffers);
+    const int64_t V = m->in.vocab_size, n = c->log.sample_tokens;
+    /* a new line (bytes), GPT-2's end of text, or token 0 */
+    const int32_t first = V == 256 ? '\n' : V >= 50257 ? 50256 : 0;
+    int32_t *out = s == ST_OK ? malloc((size_t)(n + 1) * sizeof *out) : NULL;
+    if (s == ST_OK && !out)
+        s = st_fail(ST_ERR_NOMEM, "out of memory for a sample of %lld tokens", (long long)n);
+    int64_t len = 0;
+    const st_generate_opts go = {.p = {.temperature = 1, .top_k = 0, .top_p = 1},
+                                 .n_new = n,
+                                 .n_samples = 1,
+                                 .seed = (uint64_t)c->train.seed * 1000003u + (uint64_t)step,
+                                 .stop_token = -1,
+                                 .stop = opts->stop};
+    if (s == ST_OK) s = st_generate(ses->sampler, &first, 1, &go, out, &len);
+    if (s == ST_ERR_INTERRUPTED) { /* (the run stops after this step: the sample goes unprinted) */
+        st_clear_error();
+        free(out);
+        return ST_OK;
+    }
+    st_progress_end(prog);
+    if (s != ST_OK) {
+        fprintf(ses->out,
+                "warning: log.sample_every: no sample at step %lld: %s; training goes on without samples\n",
+                (long long)step, st_last_error());
+        st_clear_error();
+        ses->sample_failed = true;
+    } else if (V == 256) { /* bytes: as text, '?' for a control character (but a new line or tab)
+                            * and for a byte of no valid UTF-8 sequence */
+        fprintf(ses->out, "sample at step %lld:\n", (long long)step);
+        unsigned char b[len]; /* (len - 1 <= log.sample_tokens <= 65536) */
+        for (int64_t i = 1; i < len; i++)
+            b[i] = (unsigned char)out[i];
+        for (int64_t i = 1; i < len;) {
+            const size_t k = st_utf8_len(b + i, (size_t)(len - i));
+            const bool ctl = k == 1 && (b[i] < 0x20 || b[i] == 0x7f) && b[i] != '\n' && b[i] != '\t';
+            if (k && !ctl)
+                fwrite(b + i, 1, k, ses->out);
+            else
+                fputc('?', ses->out);
+            i += k && !ctl ? (int64_t)k : 1;
+        }
+        fputc('\n', ses->out);
+    } else {
+        fprintf(ses->out, "sample at step %lld (token ids):", (long long)step);
+        for (int64_t i = 1; i < len; i++)
+            fprintf(ses->out, " %d", out[i]);
+        fputc('\n', ses->out);
+    }
+    free(out);
+    out_flush(ses);
     return ST_OK;
 }
 
@@ -1231,6 +1326,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
         const bool eval_due =
             c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
+        const bool sample_due =
+            c->log.sample_every > 0 && ((step + 1) % c->log.sample_every == 0 || step + 1 == steps);
         whole = -1;
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         const int32_t optim_span = st_trace_gpu_begin(trace, ST_TRACE_STREAM_COMPUTE);
@@ -1353,6 +1450,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (s != ST_OK) goto fail; /* (a shared evaluation's failure: every rank has it) */
             st_trace_end(trace, &mark);
         }
+        if (sample_due) {
+            mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "sample", "sample");
+            ST_GOTO(sample_and_print(ses, opts, &prog, step + 1)); /* (fails only as every rank does) */
+            st_trace_end(trace, &mark);
+        }
         /* A stop asked of any rank stops every rank after the same step
          * (the others wait here for rank 0's evaluation). The same
          * all-reduce says whether any rank is still writing a pending
@@ -1366,12 +1468,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool asked = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
         float flags[4] = {asked ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
                           time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
-        if (dist && eval_due)
-            st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + eval_estimate_s(ses, rate),
-                                "dist.timeout_s (the wait for rank 0's evaluation adds its estimate)");
+        /* (a text sample: log.sample_tokens tokens of 2 x parameters FLOPs each on rank 0's CPU,
+         * at 1 GFLOP/s or more, and the sampler's making) */
+        const double wait_more =
+            (eval_due ? eval_estimate_s(ses, rate) : 0) +
+            (sample_due ? 10 + (double)c->log.sample_tokens * 2 * (double)m->n_params / 1e9 : 0);
+        if (dist && wait_more > 0)
+            st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + wait_more,
+                                "dist.timeout_s (the wait for rank 0's evaluation or text sample adds its "
+                                "estimate)");
         if (dist)
             ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 4, ST_COMM_F32, ST_COMM_MAX, "stop"));
-        if (dist && eval_due) st_comm_set_timeout(ses->comm, 0, NULL);
+        if (dist && wait_more > 0) st_comm_set_timeout(ses->comm, 0, NULL);
         if (flags[3] > 0) {
             ses->agreed_error = ses->agreed_read = true;
             s = own != ST_OK

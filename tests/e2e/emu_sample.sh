@@ -11,8 +11,13 @@
 #  3. train.device auto takes the GPU and says so; cuda:N past the devices,
 #     and a GPU older than the kernels (ST_CUDAEMU_CC=75), are an error
 #     with train.device cuda and the CPU, saying why, with auto.
+#  4. log.sample_every in a bf16 run on the GPU, and under ZeRO-1 on 2
+#     GPUs (the fp32 masters sharded: gathered for the sample): the last
+#     sample is the one `scaletrain sample` draws from the saved weights
+#     with the run's seed for that step (tests/py/train_sample.py).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
+e2e_need_mpirun
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
 
@@ -70,4 +75,21 @@ rc=$?
 out=$(ST_CUDAEMU_CC=75 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 2>&1 >/dev/null) ||
     fail "an old GPU with auto: $out"
 grep -qE "^sample: .*, [0-9]+ CPU threads? \(.*7\.5.*\)$" <<<"$out" || fail "an old GPU with auto: not the CPU, or no reason: $out"
+
+# 4. text samples during training on the GPU, in bf16, one rank and two under ZeRO-1
+e2e_mpi 600
+tr=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/train.tokens" --set data.val=
+    --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 --set model.block_size=96
+    --set train.steps=12 --set train.batch_size=8 --set optim.lr=5e-3 --set train.device=cuda --set precision=bf16
+    --set log.sample_every=6 --set log.sample_tokens=40 --set train.threads=1 --set data.num_workers=0)
+timeout 600 "$bin" "${tr[@]}" --set train.out_dir="$tmp/t1" >"$tmp/t1.txt" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/t1.txt")"
+"${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/t2" --json >"$tmp/t2.txt" 2>&1 ||
+    fail "zero1 run: $(tail -3 "$tmp/t2.txt")"
+tail -1 "$tmp/t2.txt" | grep -q '"masters_sharded":[ ]*true' || fail "zero1 run: the masters are not sharded"
+for r in t1 t2; do
+    [ "$(grep -c "^sample at step" "$tmp/$r.txt")" -eq 2 ] || fail "$r: not two samples: $(grep "^sample at" "$tmp/$r.txt")"
+    timeout 300 "$bin" sample --init "$tmp/$r" --prompt-ids 10 --tokens 40 --seed $((1000003 + 12)) --json \
+        --set train.device=cpu >"$tmp/$r.json" 2>"$tmp/$r.err" || fail "$r: sample: $(cat "$tmp/$r.err")"
+    /usr/bin/python3 tests/py/train_sample.py "$tmp/$r.txt" 12 "$tmp/$r.json" || fail "$r: the last sample"
+done
 e2e_finish "samples on the emulated GPU are the CPU's"

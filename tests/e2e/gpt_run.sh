@@ -143,3 +143,21 @@ PY
 expect_fail "an image model's weights" "holds a mlp's weights: scaletrain sample continues text with a gpt" \
     "$bin" sample --init "$tmp/mlp.safetensors"
 echo "ok sample"
+
+# log.sample_every: text samples during training, at steps 15 and 30 (the
+# last), each the one `scaletrain sample` draws from the weights then with
+# the run's seed for that step (train.seed 1: 1 x 1000003 + step)
+"$bin" train "$tmp/run.yaml" --set train.steps=30 --set log.sample_every=15 --set log.sample_tokens=50 \
+    --set train.eval_every=0 --set train.checkpoint_every=15 --set train.out_dir="$tmp/run5" >"$tmp/s5.txt"
+[ "$(grep -c "^sample at step" "$tmp/s5.txt")" -eq 2 ] && grep -q "^sample at step 15:$" "$tmp/s5.txt" ||
+    { echo "FAIL: not two samples, at steps 15 and 30: $(grep "^sample at" "$tmp/s5.txt")"; exit 1; }
+for at in 15 30; do
+    w="$tmp/run5/ckpt/step-$(printf %08d $at)"
+    [ -d "$w" ] || w=$(ls -d "$tmp"/run5/ckpt/step-*$at | head -1)
+    "$bin" sample --init "$w" --prompt-ids 10 --tokens 50 --temperature 1 --seed $((1000003 + at)) --json \
+        >"$tmp/s5-$at.json"
+    /usr/bin/python3 tests/py/train_sample.py "$tmp/s5.txt" $at "$tmp/s5-$at.json"
+done
+expect_fail "log.sample_every with an mlp" "log.sample_every (5, --set) prints text samples, which only a gpt draws, and this run's model is model.type (cnn, default): set log.sample_every: 0" \
+    "$bin" train --set log.sample_every=5 --set train.steps=1
+echo "ok log.sample_every"
