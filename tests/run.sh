@@ -63,7 +63,7 @@ report() {
         # the failed checks' lines and the seeds that replay them, which a
         # long log prints before its last 40 lines
         if [ "$(wc -l <"$res/$i.log")" -gt 40 ]; then
-            head -n -40 "$res/$i.log" | grep -E '^(FAIL |[A-Z_]*SEED=)' | head -20 | sed 's/^/    (earlier) /'
+            head -n -40 "$res/$i.log" | grep -E '^(FAIL[ :]|[A-Z_]*SEED=)' | head -20 | sed 's/^/    (earlier) /'
         fi
         sed 's/^/    /' "$res/$i.log" | tail -40
     fi

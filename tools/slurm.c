@@ -293,10 +293,11 @@ int st_cmd_slurm(int argc, char **argv) {
            "# shell waits for their checkpoint. srun runs in a session of its own so that the signal\n"
            "# does not reach it where SLURM signals process groups: srun would turn it into SIGKILL.\n"
            "# A job SLURM is ending itself (scancel JOB, a requeue) cannot be signalled: it is not\n"
-           "# requeued here (the ranks have SLURM's own SIGTERM).\n"
+           "# requeued here (the ranks have SLURM's own SIGTERM). A busy controller may take many\n"
+           "# seconds to pass the signal on: scancel has a minute.\n"
            "ending=0\n"
            "trap 'echo \"scaletrain: SIGTERM: passing it on to the ranks, which checkpoint and stop\"; "
-           "timeout 10 scancel --signal=TERM \"$SLURM_JOB_ID\" || ending=1' TERM\n"
+           "timeout 60 scancel --signal=TERM \"$SLURM_JOB_ID\" || ending=1' TERM\n"
            "setsid --wait srun --mpi=pmix --kill-on-bad-exit=1 ");
     put_quoted(self);
     printf(" train ");
