@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`scaletrain sample` against PyTorch's generation loop on the CPU.
+"""`scaletrain sample` against PyTorch's generation loop, on the CPU or a GPU.
 
 One gpt's weights (random, GPT-2's initialisation, written as safetensors with
 the model's metadata), one prompt, greedy decoding of N new tokens on each
@@ -14,9 +14,14 @@ tokens agree (near ties of random weights may part them; the exact check
 is tests/py/sample_torch.py on trained weights).
 
     /usr/bin/python3 bench/sample_vs_torch.py [--threads 1,2] [--tokens N] [--prompt P]
-        [--repeats R] [--build DIR] [--out FILE.md]
+        [--repeats R] [--model small|gpt2] [--device cpu|cuda] [--build DIR] [--out FILE.md]
 
-Needs Debian's python3-torch (so /usr/bin/python3) and a built scaletrain.
+--model gpt2 takes GPT-2 124M's shape (vocabulary 50257, block 1024, 12
+layers of 768) instead of the CPU-sized gpt. --device cuda runs both sides
+on the GPU (scaletrain: train.device cuda, every token its window's
+forward; PyTorch: the same loops on CUDA tensors), threads then only the
+host's. Needs a PyTorch (Debian's python3-torch: /usr/bin/python3) and a
+built scaletrain.
 """
 import argparse
 import json
@@ -33,8 +38,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
 from ref_models import GPT  # noqa: E402
 
-# bench/cpu_vs_torch.py's gpt: the CPU-sized model
+# bench/cpu_vs_torch.py's gpt: the CPU-sized model (--model gpt2: GPT-2 124M's shape)
 SPEC = dict(vocab=256, block=256, n_layer=4, n_head=4, n_embd=256)
+GPT2 = dict(vocab=50257, block=1024, n_layer=12, n_head=12, n_embd=768)
+DEVICE = "cpu"
 
 
 def save(model, path):
@@ -46,7 +53,7 @@ def save(model, path):
             "model.block_size": str(SPEC["block"])}
     header, blobs, off = {"__metadata__": meta}, [], 0
     for name, t in model.state_dict().items():
-        b = t.detach().contiguous().float().numpy().tobytes()
+        b = t.detach().cpu().contiguous().float().numpy().tobytes()
         header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
@@ -88,7 +95,7 @@ def torch_generate_cached(model, prompt, n):
             if len(seq) <= SPEC["block"]:
                 nxt = int(logits.argmax())
             else:
-                nxt = int(model(torch.tensor([seq[-SPEC["block"]:]]))[0, -1].argmax())
+                nxt = int(model(torch.tensor([seq[-SPEC["block"]:]], device=DEVICE))[0, -1].argmax())
             seq.append(nxt)
             if len(seq) < SPEC["block"] + 1 and len(seq) - len(prompt) < n:
                 logits = step(nxt, len(seq) - 1)
@@ -96,13 +103,14 @@ def torch_generate_cached(model, prompt, n):
 
 
 def torch_generate(model, prompt, n):
-    idx = torch.tensor([prompt])
+    idx = torch.tensor([prompt], device=DEVICE)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for _ in range(n):
             logits = model(idx[:, -SPEC["block"]:])[:, -1]
             idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
-    return time.perf_counter() - t0, idx[0, len(prompt):].tolist()
+    toks = idx[0, len(prompt):].tolist()  # (on a GPU: waits for the last token)
+    return time.perf_counter() - t0, toks
 
 
 def main():
@@ -111,15 +119,21 @@ def main():
     ap.add_argument("--tokens", type=int, default=300, help="new tokens (past block_size 256: the window slides)")
     ap.add_argument("--prompt", type=int, default=16, help="prompt tokens")
     ap.add_argument("--repeats", type=int, default=3, help="runs per side; the table shows each side's best")
+    ap.add_argument("--model", default="small", choices=["small", "gpt2"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
+    if a.model == "gpt2":
+        SPEC.update(GPT2)
     torch.manual_seed(0)
     model = GPT(SPEC["vocab"], SPEC["block"], SPEC["n_layer"], SPEC["n_head"], SPEC["n_embd"])
     for name, p in model.named_parameters():  # GPT-2's initialisation
         if p.dim() == 2:
             torch.nn.init.normal_(p, 0.0, 0.02)
-    model.eval()
+    model.eval().to(DEVICE)
     prompt = [(7 * i + 3) % SPEC["vocab"] for i in range(a.prompt)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +150,8 @@ def main():
                 best_w = max(best_w, a.tokens / wsec)
                 out = subprocess.run([os.path.join(a.build, "scaletrain"), "sample", "--init", w, "--prompt-ids",
                                       ",".join(map(str, prompt)), "--tokens", str(a.tokens), "--temperature",
-                                      "0", "--json", "--set", f"train.threads={t}"],
+                                      "0", "--json", "--set", f"train.threads={t}", "--set",
+                                      f"train.device={a.device}"],
                                      check=True, capture_output=True, text=True, env=env).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 best_s, best_p = max(best_s, r["tokens_per_s"]), max(best_p, a.tokens / tsec)
@@ -144,7 +159,8 @@ def main():
             same = next((i for i, (x, y) in enumerate(zip(stoks, ttoks)) if x != y), len(stoks))
             rows.append((t, best_s, best_p, best_w, same))
     lines = [f"gpt {SPEC['n_layer']} layers x {SPEC['n_embd']} (vocab {SPEC['vocab']}, block {SPEC['block']}), "
-             f"prompt {a.prompt} tokens, {a.tokens} new, greedy, each side's best of {a.repeats}",
+             f"prompt {a.prompt} tokens, {a.tokens} new, greedy, each side's best of {a.repeats}, on the "
+             f"{'GPU (' + torch.cuda.get_device_name() + ')' if a.device == 'cuda' else 'CPU'}",
              "",
              "| threads | scaletrain tokens/s | PyTorch, cached, tokens/s | ratio | PyTorch, windows (nanoGPT), tokens/s "
              "| greedy tokens alike before the first difference |",

@@ -12,7 +12,7 @@
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
 # rank), and print a summary table last. Logs go to $OUT (the
 # device tool brings back at most 8 files): session.log (everything, in order), summary.txt,
-# logs.tar.gz (one log per step), and the benchmark's gpu_bench.md, gpt2_trace.json and gpt2_trace.md.
+# logs.tar.gz (one log per step), and the benchmark's gpu_bench.md, gpt2_trace.json and gpt2_trace.md, and sample_gpu.md (scaletrain sample against PyTorch on the GPU).
 #
 # Every step runs under `timeout`, its failure is reported and the session
 # goes on where that makes sense; the whole session keeps inside BUDGET_S so
@@ -284,6 +284,12 @@ elif [ -n "$built" ]; then
             step check 120 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
         # a real kernel fault (tests/lib/fault_cublaslt.c): the run ends naming it, and resumes to the same bytes
         step gpu-fault 150 bash tests/e2e/gpu_fault.sh "$built"
+        # `scaletrain sample` on the GPU (every token its window's forward) against PyTorch's
+        # loops on it, GPT-2 124M's shape with random weights; into sample_gpu.md
+        if python3 -c 'import torch' >/dev/null 2>&1; then
+            step sample-gpu 120 python3 bench/sample_vs_torch.py --build "$built" --model gpt2 --device cuda \
+                --threads 1 --tokens 200 --repeats 2 --out "$OUT/sample_gpu.md"
+        fi
     fi
     # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL),
     # last and only while at least 60 s of the budget are left (memcheck
