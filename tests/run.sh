@@ -126,7 +126,9 @@ run() { # name command...: in the background, at most $par at once (a light one 
 run_light() { # name command...: beside $par others, or in a free lane
     local name=$1; shift
     local i=$((started += 1))
-    while light_running && [ "$running" -ge "$par" ]; do
+    while :; do # (a light one running: this one takes a lane)
+        serial_start
+        light_running && [ "$(busy)" -ge "$par" ] || break
         next_end
     done
     collect

@@ -406,8 +406,12 @@ static st_status open_device(const st_config *cfg, st_device **dev, char *why, s
         snprintf(why, n, "this machine has %d CUDA device(s), cuda:0 to cuda:%d", count, count - 1);
     } else if (count > 0) {
         const st_status o = st_device_open_cuda(want, dev);
-        if (o != ST_ERR_UNSUPPORTED) return o; /* (opened, or an error to say) */
-        snprintf(why, n, "%s", st_last_error());
+        if (o != ST_ERR_UNSUPPORTED && o != ST_ERR_NOMEM) return o; /* (opened, or an error to say) */
+        if (o == ST_ERR_NOMEM) /* (the device's own message speaks of training's settings) */
+            snprintf(why, n, "cuda:%d has too little free memory to start on (another process holds it?)",
+                     want);
+        else
+            snprintf(why, n, "%s", st_last_error());
         st_clear_error();
     }
     if (strcmp(d, "auto") == 0) return ST_OK;
@@ -507,6 +511,21 @@ int st_cmd_sample(int argc, char **argv) {
         s = st_model_create_on(&cfg, &in, dev, &m);
     }
     if (s == ST_OK) s = st_model_load(m, path);
+    if (s == ST_ERR_NOMEM && dev && strcmp(cfg.train.device, "auto") == 0) { /* the CPU, saying why */
+        snprintf(why, sizeof why, "%s has no room for the model", st_device_name(dev));
+        st_clear_error();
+        st_model_free(m);
+        m = NULL;
+        st_device_free(dev);
+        dev = NULL;
+        s = st_model_create(&cfg, &in, &m);
+        if (s == ST_OK) s = st_model_load(m, path);
+    }
+    if (s == ST_ERR_NOMEM && dev) /* (the device's own message speaks of training's settings) */
+        s = st_fail(ST_ERR_NOMEM,
+                    "%s has no room for the model and its kernels' workspace: free the GPU, or sample on the "
+                    "CPU (--set train.device=cpu)",
+                    st_device_name(dev));
     if (s == ST_OK && a.tokenizer) s = tokenizer_load(a.tokenizer, &tk);
     if (s == ST_OK && a.tokenizer && tk.n > in.vocab_size)
         s = st_fail(ST_ERR_CONFIG,

@@ -339,6 +339,13 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
             if (mg.seq_len != T) {
                 st_model_graph_free(&mg);
                 s = st_model_graph_build_forward_len(m, B, T, &mg);
+                if (s == ST_ERR_NOMEM && dev) /* (the graph's own message speaks of training's settings) */
+                    s = st_fail(
+                        ST_ERR_NOMEM,
+                        "the GPU has no room for %lld sample(s)' window of %lld tokens (its logits alone "
+                        "are %.0f MiB): draw fewer samples at a time (--samples), or sample on the CPU "
+                        "(--set train.device=cpu)",
+                        (long long)B, (long long)T, (double)(B * T * V) * 4 / 1048576.0);
                 if (s != ST_OK) break;
                 mg.g.training = false;
                 /* the targets (the loss is computed and unread): class 0 */

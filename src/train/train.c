@@ -201,6 +201,16 @@ static double eval_estimate_s(const st_session *ses, double rate) {
     return per_rank > 0 && ses->rank == 0 ? (double)(hi - lo) / per_rank : 0;
 }
 
+/* ... and of rank 0's text sample (log.sample_every), at 1 GFLOP/s or more
+ * on its CPU: 2 x parameters FLOPs a token while the sequence fits the
+ * block (the cache of keys and values), a window's forward (block_size
+ * times that) a token past it, and 10 s to make the sampler. */
+static double sample_estimate_s(const st_session *ses) {
+    const double flops = 2.0 * (double)ses->model->n_params, n = (double)ses->cfg->log.sample_tokens,
+                 block = (double)ses->cfg->model.block_size, cached = n < block ? n : block;
+    return 10 + (cached * flops + (n - cached) * flops * block) / 1e9;
+}
+
 /* --init's weights into the model: a file, a checkpoint, a checkpoint folder
  * or a run directory (st_ckpt_weights); which file, and its step when it is
  * a checkpoint's, said unless quiet. *step: the checkpoint's step (-1: a
@@ -503,10 +513,12 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
     if (s == ST_OK && !out)
         s = st_fail(ST_ERR_NOMEM, "out of memory for a sample of %lld tokens", (long long)n);
     int64_t len = 0;
+    /* (printed: `scaletrain sample --seed` takes it, 0 to 2^63 - 1) */
+    const uint64_t seed = ((uint64_t)c->train.seed * 1000003u + (uint64_t)step) & (uint64_t)INT64_MAX;
     const st_generate_opts go = {.p = {.temperature = 1, .top_k = 0, .top_p = 1},
                                  .n_new = n,
                                  .n_samples = 1,
-                                 .seed = (uint64_t)c->train.seed * 1000003u + (uint64_t)step,
+                                 .seed = seed,
                                  .stop_token = -1,
                                  .stop = opts->stop};
     if (s == ST_OK) s = st_generate(ses->sampler, &first, 1, &go, out, &len);
@@ -522,15 +534,16 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
                 (long long)step, st_last_error());
         st_clear_error();
         ses->sample_failed = true;
-    } else if (V == 256) { /* bytes: as text, '?' for a control character (but a new line or tab)
-                            * and for a byte of no valid UTF-8 sequence */
-        fprintf(ses->out, "sample at step %lld:\n", (long long)step);
+    } else if (V == 256) { /* bytes: as text, '?' for a control character (C0 but a new line or tab,
+                            * DEL, C1) and for a byte of no valid UTF-8 sequence */
+        fprintf(ses->out, "sample at step %lld (--seed %llu):\n", (long long)step, (unsigned long long)seed);
         unsigned char b[len]; /* (len - 1 <= log.sample_tokens <= 65536) */
         for (int64_t i = 1; i < len; i++)
             b[i] = (unsigned char)out[i];
         for (int64_t i = 1; i < len;) {
             const size_t k = st_utf8_len(b + i, (size_t)(len - i));
-            const bool ctl = k == 1 && (b[i] < 0x20 || b[i] == 0x7f) && b[i] != '\n' && b[i] != '\t';
+            const bool ctl = (k == 1 && (b[i] < 0x20 || b[i] == 0x7f) && b[i] != '\n' && b[i] != '\t') ||
+                             (k == 2 && b[i] == 0xc2 && b[i + 1] < 0xa0); /* (U+0080 to U+009F) */
             if (k && !ctl)
                 fwrite(b + i, 1, k, ses->out);
             else
@@ -539,7 +552,8 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
         }
         fputc('\n', ses->out);
     } else {
-        fprintf(ses->out, "sample at step %lld (token ids):", (long long)step);
+        fprintf(ses->out, "sample at step %lld (--seed %llu, token ids):", (long long)step,
+                (unsigned long long)seed);
         for (int64_t i = 1; i < len; i++)
             fprintf(ses->out, " %d", out[i]);
         fputc('\n', ses->out);
@@ -1468,11 +1482,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool asked = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
         float flags[4] = {asked ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
                           time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
-        /* (a text sample: log.sample_tokens tokens of 2 x parameters FLOPs each on rank 0's CPU,
-         * at 1 GFLOP/s or more, and the sampler's making) */
         const double wait_more =
-            (eval_due ? eval_estimate_s(ses, rate) : 0) +
-            (sample_due ? 10 + (double)c->log.sample_tokens * 2 * (double)m->n_params / 1e9 : 0);
+            (eval_due ? eval_estimate_s(ses, rate) : 0) + (sample_due ? sample_estimate_s(ses) : 0);
         if (dist && wait_more > 0)
             st_comm_set_timeout(ses->comm, (double)c->dist.timeout_s + wait_more,
                                 "dist.timeout_s (the wait for rank 0's evaluation or text sample adds its "

@@ -75,6 +75,17 @@ rc=$?
 out=$(ST_CUDAEMU_CC=75 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 2>&1 >/dev/null) ||
     fail "an old GPU with auto: $out"
 grep -qE "^sample: .*, [0-9]+ CPU threads? \(.*7\.5.*\)$" <<<"$out" || fail "an old GPU with auto: not the CPU, or no reason: $out"
+# a GPU without room (4 MiB): cuda says so and how to go on, auto samples on the CPU;
+# 40 MiB: the model fits, 64 samples' windows do not
+out=$(ST_CUDAEMU_MEM_MB=4 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 --set train.device=cuda 2>&1 >/dev/null)
+grep -q "train.device cuda: cuda:0 has too little free memory to start on (another process holds it?); use train.device: cpu (or auto)" <<<"$out" ||
+    fail "a full GPU with cuda: $out"
+out=$(ST_CUDAEMU_MEM_MB=4 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 2>&1 >/dev/null) ||
+    fail "a full GPU with auto: $out"
+grep -qE "CPU threads? \(cuda:0 has too little free memory" <<<"$out" || fail "a full GPU with auto: not the CPU: $out"
+out=$(ST_CUDAEMU_MEM_MB=40 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 --samples 64 2>&1 >/dev/null)
+grep -q "the GPU has no room for 64 sample(s)' window of 64 tokens (its logits alone are 4 MiB): draw fewer samples at a time (--samples), or sample on the CPU (--set train.device=cpu)" <<<"$out" ||
+    fail "64 samples on a small GPU: $out"
 
 # 4. text samples during training on the GPU, in bf16, one rank and two under ZeRO-1
 e2e_mpi 600
@@ -88,7 +99,8 @@ timeout 600 "$bin" "${tr[@]}" --set train.out_dir="$tmp/t1" >"$tmp/t1.txt" 2>&1 
 tail -1 "$tmp/t2.txt" | grep -q '"masters_sharded":[ ]*true' || fail "zero1 run: the masters are not sharded"
 for r in t1 t2; do
     [ "$(grep -c "^sample at step" "$tmp/$r.txt")" -eq 2 ] || fail "$r: not two samples: $(grep "^sample at" "$tmp/$r.txt")"
-    timeout 300 "$bin" sample --init "$tmp/$r" --prompt-ids 10 --tokens 40 --seed $((1000003 + 12)) --json \
+    seed=$(sed -n "s/^sample at step 12 (--seed \([0-9]*\)):$/\1/p" "$tmp/$r.txt")
+    timeout 300 "$bin" sample --init "$tmp/$r" --prompt-ids 10 --tokens 40 --seed "$seed" --json \
         --set train.device=cpu >"$tmp/$r.json" 2>"$tmp/$r.err" || fail "$r: sample: $(cat "$tmp/$r.err")"
     /usr/bin/python3 tests/py/train_sample.py "$tmp/$r.txt" 12 "$tmp/$r.json" || fail "$r: the last sample"
 done
