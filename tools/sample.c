@@ -194,12 +194,7 @@ static st_status model_from_weights(st_config *cfg, const char *path, st_model_i
     }
     st_safetensors_close(f);
     ST_TRY(s);
-    /* logits to draw from, in fp32 (on a device: scaletrain's attention
-     * kernels, which take fp32; cuDNN's takes 16-bit tensors) */
-    snprintf(cfg->model.fused_head, sizeof cfg->model.fused_head, "off");
-    snprintf(cfg->precision, sizeof cfg->precision, "fp32");
-    if (strcmp(cfg->model.attention_kernel, "cudnn") == 0)
-        snprintf(cfg->model.attention_kernel, sizeof cfg->model.attention_kernel, "flash");
+    st_generate_config(cfg);
     ST_TRY(st_config_validate(cfg));
     *in = (st_model_input){.vocab_size = cfg->model.vocab_size, .seq_len = cfg->model.block_size};
     return ST_OK;

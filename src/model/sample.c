@@ -262,6 +262,13 @@ static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, int64_t n, boo
                 (int)C, 0.0f, c->logits, (int)c->V);
 }
 
+void st_generate_config(st_config *c) {
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "off");
+    snprintf(c->precision, sizeof c->precision, "fp32");
+    if (strcmp(c->model.attention_kernel, "cudnn") == 0)
+        snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "flash");
+}
+
 st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, const st_generate_opts *o,
                       int32_t *out, int64_t *lens) {
     if (m->kind != ST_MODEL_GPT)

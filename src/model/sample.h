@@ -55,6 +55,12 @@ typedef struct st_generate_opts {
     bool no_cache;    /* every token by the windowed graph, the cache of keys and values left out (tests) */
 } st_generate_opts;
 
+/* The settings a model that generates is made with (c's other settings
+ * kept): fp32 and its logits kept (model.fused_head off), which
+ * st_generate reads, and scaletrain's attention kernels on a device
+ * (cuDNN's take 16-bit tensors). */
+void st_generate_config(st_config *c);
+
 /* Continue prompt (n_prompt tokens, each below the model's vocabulary, at
  * least one) n_samples times. out (n_samples x (n_prompt + n_new)) gets
  * each sample's prompt and continuation, lens each one's length. m must be a

@@ -488,9 +488,7 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
     st_status s = data ? ST_OK : st_model_copy_arenas(m, &data, &buffers);
     if (s == ST_OK && !ses->sampler) {
         st_config sc = *c;
-        snprintf(sc.precision, sizeof sc.precision, "fp32");
-        snprintf(sc.model.fused_head, sizeof sc.model.fused_head, "off");
-        snprintf(sc.model.attention_kernel, sizeof sc.model.attention_kernel, "flash");
+        st_generate_config(&sc);
         snprintf(sc.train.device, sizeof sc.train.device, "cpu");
         s = st_model_create(&sc, &m->in, &ses->sampler);
     }
