@@ -39,7 +39,11 @@ preempt() {
     if [ "$mode" = cgroup ]; then SLURM_MEM_CGROUP=1 slurm_up "$tmp/cluster"; else slurm_up "$tmp/cluster"; fi
     grep -E "^(ProctrackType|TaskPlugin)=" "$tmp/cluster/slurm.conf" | paste -sd ' '
 
-    slurm_tiny_gpt "$d" 1000000 0 "$bin"
+    # (steps of about 10 ms, not the tiny gpt's 0.2: a line a step into
+    # the job's output through SLURM's I/O forwarding at 4,500 lines a
+    # second starved every other process of the machine, scancel's start
+    # took up to a minute, and a test beside this one 4 times as long)
+    slurm_tiny_gpt "$d" 1000000 0 "$bin" "type: gpt, n_layer: 2, n_head: 2, n_embd: 128, block_size: 64"
 
     (cd "$d" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --job-name pre) \
         >"$d/pre.sbatch" || fail "scaletrain slurm exited $?"

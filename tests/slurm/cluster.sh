@@ -153,14 +153,16 @@ slurm_down() {
 # job_state JOB: its JobState (scontrol keeps ended jobs for MinJobAge, 300 s).
 job_state() { scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
 
-# slurm_tiny_gpt DIR STEPS CHECKPOINT_EVERY BIN: DIR/t.tokens and DIR/tiny.yaml,
-# a 1-layer gpt the SLURM tests train (1 thread a rank, output in DIR/run).
+# slurm_tiny_gpt DIR STEPS CHECKPOINT_EVERY BIN [MODEL]: DIR/t.tokens and
+# DIR/tiny.yaml, a 1-layer gpt the SLURM tests train (1 thread a rank,
+# output in DIR/run); MODEL: another model's settings (the flow mapping's
+# inside).
 slurm_tiny_gpt() {
     local i
     for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7 % 13))"; done >"$1/t.txt"
     "$4" data tokenize "$1/t.tokens" "$1/t.txt" >/dev/null || { echo "FAIL: tokenize"; exit 1; }
     cat >"$1/tiny.yaml" <<YAML
-model: { type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16 }
+model: { ${5:-type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16} }
 data:  { type: tokens, train: $1/t.tokens, val: "" }
 train: { batch_size: 8, steps: $2, checkpoint_every: $3, threads: 1, out_dir: $1/run }
 dist:  { timeout_s: 60 }
