@@ -1,19 +1,25 @@
-/* CUDA twin of src/layers/pos_embedding.c: y[b, t, :] = x[b, t, :] + weight[t, :].
+/* CUDA twin of src/layers/pos_embedding.c: y[b, t, :] = x[b, t, :] + weight[pos + t, :]
+ * (pos = g->pos: 0 but in cached decoding).
  * Backward: dweight[t, c] += sum over b of dy[b, t, c], a deterministic
  * column sum (kernels.cuh) of dy seen as (B, T*C); dx = dy (or += dy).
  * Activations and the weight in either storage (src/layers/half_io.h). */
 #include "kernels.cuh"
 
-static __global__ void posemb_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf y, int64_t n, int64_t TC) {
+extern "C" st_status st_pos_embedding_check(const st_node *n, const st_graph *g); /* (layers.h) */
+
+/* (w0: the first row's offset, g->pos x C: cached decoding's positions) */
+static __global__ void posemb_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf y, int64_t n, int64_t TC,
+                                             int64_t w0) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        st_st(y, i, st_ld(x, i) + st_ld(w, i % TC));
+        st_st(y, i, st_ld(x, i) + st_ld(w, w0 + i % TC));
 }
 
 static st_status pos_embedding_forward(st_node *n, st_graph *g) {
     const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
+    ST_TRY(st_pos_embedding_check(n, g));
     posemb_forward_kernel<<<st_cuda_blocks(B * T * C, 256), 256, 0, st_cuda_stream(g)>>>(
-        st_data(n->in[0]), st_data(n->params[0]), st_data(n->out), B * T * C, T * C);
+        st_data(n->in[0]), st_data(n->params[0]), st_data(n->out), B * T * C, T * C, g->pos * C);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -17,7 +17,7 @@ static st_status gelu_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float *x = n->in[0]->data;
     float *y = n->out->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= ST_OMP_MIN_WORK)
     for (int64_t i = 0; i < N; i++) {
         const float v = x[i];
         y[i] = 0.5f * v * (1.0f + st_tanh(GELU_K * (v + GELU_A * v * v * v)));
@@ -53,7 +53,7 @@ static st_status relu_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float *x = n->in[0]->data;
     float *y = n->out->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= ST_OMP_MIN_WORK)
     for (int64_t i = 0; i < N; i++)
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
     return ST_OK;

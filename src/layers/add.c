@@ -9,7 +9,7 @@ static st_status add_forward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float *a = n->in[0]->data, *b = n->in[1]->data;
     float *y = n->out->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= ST_OMP_MIN_WORK)
     for (int64_t i = 0; i < N; i++)
         y[i] = a[i] + b[i];
     return ST_OK;

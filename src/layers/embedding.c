@@ -40,7 +40,7 @@ static st_status embedding_forward(st_node *n, st_graph *g) {
      * and no thread reads outside the weight. */
     for (int64_t i = 0; i < N; i++)
         if (idx[i] < 0 || idx[i] >= V) return bad_token(n, i, idx[i], V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= ST_OMP_MIN_WORK)
     for (int64_t i = 0; i < N; i++)
         memcpy(y + i * C, w + (int64_t)idx[i] * C, (size_t)C * sizeof(float));
     return ST_OK;

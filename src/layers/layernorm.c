@@ -58,7 +58,7 @@ static st_status layernorm_forward(st_node *n, st_graph *g) {
     const float *b = n->params[1]->data;          /* (C) */
     float *y = n->out->data;                      /* (R, C) */
     float *mean = n->saved, *rstd = n->saved + R; /* (R), (R) */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * C >= ST_OMP_MIN_WORK)
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;

@@ -28,6 +28,13 @@ static inline void st_grad_pass(float *dx, const float *dy, int64_t n, bool acc)
     for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
 }
 
+/* Elements of a forward's element- or row-wise loop below which it runs on
+ * one thread: a parallel region's start and end (waking the team, tens of
+ * microseconds with OMP_WAIT_POLICY=PASSIVE) cost more than such a loop
+ * (cached decoding's rows, a position a step). The rows are independent:
+ * the same results either way. */
+#define ST_OMP_MIN_WORK 32768
+
 /* Attention's query/key block (attention.c): the causal products skip the
  * masked half in blocks of this many positions; the cost model (src/hw)
  * counts the same blocks. */
@@ -52,9 +59,13 @@ st_status st_linear_tied(st_graph *g, const char *name, st_tensor *x, st_tensor 
 /* idx (B, T) I32 -> y (B, T, C); weight (vocab, C) ~ N(0, init_std^2) */
 st_status st_embedding(st_graph *g, const char *name, st_tensor *idx, int64_t vocab, int64_t dim,
                        float init_std, st_tensor **y, st_tensor **weight);
-/* x (B, T, C) -> y = x + weight[0:T]; weight (max_len, C) ~ N(0, init_std^2) */
+/* x (B, T, C) -> y = x + weight[pos:pos+T]; weight (max_len, C) ~ N(0, init_std^2),
+ * pos = g->pos at forward (0 but in cached decoding) */
 st_status st_pos_embedding(st_graph *g, const char *name, st_tensor *x, int64_t max_len,
                            float init_std, st_tensor **y);
+/* ST_OK when n's rows' positions (g->pos onwards) are within its weight's
+ * (both backends' forward check it) */
+st_status st_pos_embedding_check(const st_node *n, const st_graph *g);
 /* x (..., C) -> y (..., C), normalised over C; weight=1, bias=0 */
 st_status st_layernorm(st_graph *g, const char *name, st_tensor *x, float eps, st_tensor **y);
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2) */
@@ -72,6 +83,14 @@ st_status st_dropout(st_graph *g, const char *name, st_tensor *x, float p, st_te
  * of C/n_head channels, q, k, v concatenated along the last dim as in GPT-2. */
 st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head,
                        st_tensor **y);
+/* Attention over a cache (cached decoding, forward alone): qkv (B, n, 3C) ->
+ * y (B, n, C) for positions g->pos .. g->pos + n - 1 of g->kv's B
+ * sequences; forward writes the rows' keys and values into layer `layer`'s
+ * cache there, then row j attends to positions 0 .. g->pos + j. */
+st_status st_attention_cached(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, int64_t layer,
+                              st_tensor **y);
+/* ST_OK when n (an attention_cached node) fits its graph's cache at g->pos */
+st_status st_attention_cached_check(const st_node *n, const st_graph *g);
 /* x (B, H, W, Cin) -> y (B, Ho, Wo, Cout); weight (Cout, Cin, k, k), bias (Cout) */
 st_status st_conv2d(st_graph *g, const char *name, st_tensor *x, int64_t out_channels,
                     int64_t kernel, int64_t stride, int64_t pad, bool bias, st_tensor **y);

@@ -7,8 +7,54 @@
 #include "core/blas.h"
 #include "layers.h"
 
+/* Rows up to which forward takes each row's product with the weight alone
+ * (gemv_row): sgemm packs the whole weight for every call, which at one
+ * row (cached decoding's token) costs more than the product itself. */
+#define ST_LINEAR_GEMV_ROWS 4
+
 /* Columns of the bias gradient one thread sums in backward. */
 #define LINEAR_DB_COLS 64
+
+/* y (N) = x (K) W, or += with acc; W (K, N) when in_out, else (N, K) (x W^T).
+ * Blocks of GEMV_COLS outputs, each summed over k in order by one thread
+ * (the same bits for any thread count), on every thread where the weight
+ * is large enough to pay for waking them: not OpenBLAS's sgemv, which
+ * wakes its threads for a weight of 64 K elements (the small gpt's tokens
+ * 4 times slower on 2 threads than on one). */
+enum { GEMV_COLS = 256, GEMV_PARALLEL = 1 << 19 };
+static void gemv_row(const float *x, const float *w, int64_t K, int64_t N, bool in_out, bool acc, float *y) {
+    const int64_t nblk = (N + GEMV_COLS - 1) / GEMV_COLS;
+#pragma omp parallel for schedule(static) if (K * N >= GEMV_PARALLEL)
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t j0 = b * GEMV_COLS, nj = N - j0 < GEMV_COLS ? N - j0 : GEMV_COLS;
+        float *yb = y + j0;
+        if (!acc)
+            for (int64_t j = 0; j < nj; j++)
+                yb[j] = 0.0f;
+        if (in_out) { /* rows of W: y += x[k] W[k, j0..] */
+            for (int64_t k = 0; k < K; k++) {
+                const float xk = x[k], *wk = w + k * N + j0;
+                for (int64_t j = 0; j < nj; j++)
+                    yb[j] += xk * wk[j];
+            }
+        } else { /* y[j] += x . W[j, :], in 16 interleaved partial sums (vectorized) */
+            for (int64_t j = 0; j < nj; j++) {
+                const float *wj = w + (j0 + j) * K;
+                float part[16] = {0};
+                int64_t k = 0;
+                for (; k + 16 <= K; k += 16)
+                    for (int l = 0; l < 16; l++)
+                        part[l] += x[k + l] * wj[k + l];
+                float sum = 0.0f;
+                for (; k < K; k++)
+                    sum += x[k] * wj[k];
+                for (int l = 0; l < 16; l++)
+                    sum += part[l];
+                yb[j] += sum;
+            }
+        }
+    }
+}
 
 static st_status linear_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
@@ -18,17 +64,21 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     float beta = 0.0f;
     if (n->args.i[ST_LINEAR_BIAS]) {
         const float *b = n->params[1]->data; /* (N) */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * N >= ST_OMP_MIN_WORK)
         for (int64_t i = 0; i < M; i++)
             memcpy(y + i * N, b, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    if (n->args.i[ST_LINEAR_IN_OUT])
+    if (M <= ST_LINEAR_GEMV_ROWS) { /* a few rows (cached decoding's): a product with a vector each */
+        for (int64_t i = 0; i < M; i++)
+            gemv_row(x + i * K, w, K, N, n->args.i[ST_LINEAR_IN_OUT] != 0, beta != 0.0f, y + i * N);
+    } else if (n->args.i[ST_LINEAR_IN_OUT]) {
         st_sgemm(CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N, beta, y,
                  (int)N);
-    else
+    } else {
         st_sgemm(CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)K, beta, y,
                  (int)N);
+    }
     return ST_OK;
 }
 

@@ -1,17 +1,26 @@
-/* Learned position embedding: y[b, t, :] = x[b, t, :] + weight[t, :] (GPT-2's wpe).
- * Positions start at 0 for every sequence; no offsets for cached decoding. */
+/* Learned position embedding: y[b, t, :] = x[b, t, :] + weight[pos + t, :]
+ * (GPT-2's wpe), pos the graph's first position (st_graph.pos): 0 but in
+ * cached decoding's graphs, which run forward alone. */
 #include <stdio.h>
 
 #include "args.h"
 #include "layers.h"
 
+st_status st_pos_embedding_check(const st_node *n, const st_graph *g) {
+    const int64_t T = n->args.i[ST_POSEMB_T], max_len = n->params[0]->shape[0];
+    if (g->pos < 0 || g->pos + T > max_len)
+        return st_fail(ST_ERR_ARG, "pos_embedding %s: positions %lld to %lld, past the model's %lld",
+                       n->out->name, (long long)g->pos, (long long)(g->pos + T - 1), (long long)max_len);
+    return ST_OK;
+}
 
 static st_status pos_embedding_forward(st_node *n, st_graph *g) {
     const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
     const float *x = n->in[0]->data;     /* (B, T, C) */
-    const float *w = n->params[0]->data; /* (max_len, C), rows 0..T-1 used */
-    float *y = n->out->data;             /* (B, T, C) */
-#pragma omp parallel for schedule(static)
+    ST_TRY(st_pos_embedding_check(n, g));
+    const float *w = n->params[0]->data + g->pos * C; /* (max_len, C), rows pos..pos+T-1 used */
+    float *y = n->out->data;                          /* (B, T, C) */
+#pragma omp parallel for schedule(static) if (B * T * C >= ST_OMP_MIN_WORK)
     for (int64_t r = 0; r < B * T; r++) {
         const float *xr = x + r * C, *wr = w + (r % T) * C;
         float *yr = y + r * C;

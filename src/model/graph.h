@@ -92,6 +92,17 @@ typedef struct st_tensor {
 typedef struct st_node st_node;
 typedef struct st_graph st_graph;
 
+/* Cached decoding's keys and values (generation, src/model/sample.c): for
+ * each of L attention layers and B sequences, the keys and the values of
+ * positions 0 .. cap-1, (L, B, cap, C) floats each, on the graph's device.
+ * A graph built with one (st_graph.kv: model.c's decode graphs) runs
+ * st_attention_cached, which writes its rows' keys and values at positions
+ * st_graph.pos onwards and attends to every position up to each row's. */
+typedef struct st_kv_cache {
+    int64_t L, B, cap, C;
+    float *k, *v;
+} st_kv_cache;
+
 /* One backend's implementation of a layer. CPU and CUDA each provide a table;
  * builders name the CPU table, and a graph on a CUDA device swaps each node's
  * table for the CUDA twin of the same name at st_graph_finalize, so hot paths
@@ -277,8 +288,11 @@ struct st_graph {
                            int_count, work_count) but allocates none */
     bool device_layout; /* with no device: size them as a CUDA device would (attention's saved state,
                            src/layers/attention_layout.h; the other twins' scratch is not counted) */
+    st_kv_cache *kv;    /* set before building: a decode graph (st_attention_cached), NULL otherwise */
     /* run state read by layers */
     bool training;
+    int64_t pos;            /* the first row's position (pos_embedding, attention_cached): 0 but in a decode
+                               graph, whose caller sets it before each forward */
     uint64_t dropout_seed;  /* set per step by the caller */
     uint64_t dropout_micro; /* the micro-batch's index in the step's batch, set per micro-step: a dropout
                                node's element i is element dropout_micro x its count + i of the step's, so

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "core/mem.h"
 #include "layers/layers.h"
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
@@ -95,7 +96,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
     const float p = (float)c->model.dropout;
     int64_t xs[2] = {B, T};
     ST_TRY(st_graph_input(g, "idx", ST_I32, 2, xs, &mg->x));
-    ST_TRY(st_graph_input(g, "targets", ST_I32, 2, xs, &mg->y));
+    if (!g->kv) ST_TRY(st_graph_input(g, "targets", ST_I32, 2, xs, &mg->y)); /* (decoding: no loss) */
     st_tensor *wte, *h, *a;
     ST_TRY(st_embedding(g, "wte", mg->x, V, C, std, &h, &wte));
     ST_TRY(st_pos_embedding(g, "wpe", h, c->model.block_size, std, &h));
@@ -111,7 +112,10 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
         NAME(name, "h.%lld.attn.c_attn", (long long)l);
         ST_TRY(st_linear(g, name, a, 3 * C, &lin, &a));
         NAME(name, "h.%lld.attn", (long long)l);
-        ST_TRY(st_attention(g, name, a, c->model.n_head, &a));
+        if (g->kv)
+            ST_TRY(st_attention_cached(g, name, a, c->model.n_head, l, &a));
+        else
+            ST_TRY(st_attention(g, name, a, c->model.n_head, &a));
         NAME(name, "h.%lld.attn.c_proj", (long long)l);
         ST_TRY(st_linear(g, name, a, C, &proj, &a));
         if (p > 0) {
@@ -137,6 +141,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
         st_graph_block_end(g);
     }
     ST_TRY(st_layernorm(g, "ln_f", h, 1e-5f, &h));
+    if (g->kv) return st_linear_tied(g, "lm_head", h, wte, &mg->logits); /* (decoding reads the logits) */
     const char *fh = c->model.fused_head;
     if (strcmp(fh, "on") == 0 || (strcmp(fh, "off") != 0 && st_linear_ce_saves_memory(g, B * T, C, V)))
         return st_linear_ce(g, "lm_head", h, wte, mg->y, ST_IGNORE_INDEX, &mg->loss); /* no logits kept */
@@ -145,13 +150,14 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
 }
 
 static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bool params_only,
-                                 bool device_layout, bool forward_only, bool host_logits,
+                                 bool device_layout, bool forward_only, bool host_logits, st_kv_cache *kv,
                                  st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
     mg->seq_len = seq_len;
     st_graph_init(&mg->g, &m->params);
+    mg->g.kv = kv;
     mg->g.params_only = params_only;
     mg->g.device_layout = device_layout;
     mg->g.keep_acts = m->keep_acts;
@@ -191,7 +197,8 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
 
 static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
                              bool forward_only, st_model_graph *mg) {
-    return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, false, mg);
+    return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, false, NULL,
+                           mg);
 }
 
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
@@ -207,7 +214,60 @@ st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t s
     if (m->kind != ST_MODEL_GPT || seq_len < 1 || seq_len > m->cfg.model.block_size)
         return st_fail(ST_ERR_ARG, "model graph: %lld tokens a sample, where model.block_size is %lld",
                        (long long)seq_len, (long long)m->cfg.model.block_size);
-    return graph_build_len(m, batch, seq_len, false, false, true, true, mg);
+    return graph_build_len(m, batch, seq_len, false, false, true, true, NULL, mg);
+}
+
+st_status st_kv_cache_create(st_model *m, int64_t batch, int64_t cap, st_kv_cache **out) {
+    *out = NULL;
+    const st_config *c = &m->cfg;
+    if (m->kind != ST_MODEL_GPT || batch < 1 || cap < 1 || cap > c->model.block_size)
+        return st_fail(ST_ERR_ARG,
+                       "a cache of keys and values for %lld sequence(s) of %lld positions (a gpt's, "
+                       "at most model.block_size %lld)",
+                       (long long)batch, (long long)cap, (long long)c->model.block_size);
+    st_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return st_fail(ST_ERR_NOMEM, "out of memory for a cache of keys and values");
+    kv->L = c->model.n_layer, kv->B = batch, kv->cap = cap, kv->C = c->model.n_embd;
+    const size_t bytes = (size_t)(kv->L * kv->B * kv->cap * kv->C) * sizeof(float);
+    st_status s = ST_OK;
+    if (m->params.dev) {
+        s = st_device_alloc(m->params.dev, bytes, (void **)&kv->k);
+        if (s == ST_OK) s = st_device_alloc(m->params.dev, bytes, (void **)&kv->v);
+    } else {
+        kv->k = st_alloc_aligned(bytes), kv->v = st_alloc_aligned(bytes);
+        if (!kv->k || !kv->v) s = st_fail(ST_ERR_NOMEM, "out of memory");
+    }
+    if (s != ST_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        st_kv_cache_free(m, kv);
+        return st_fail(s, "no room for generation's cache of keys and values (%.1f MiB): %s",
+                       2.0 * (double)bytes / 1048576.0, why);
+    }
+    *out = kv;
+    return ST_OK;
+}
+
+void st_kv_cache_free(st_model *m, st_kv_cache *kv) {
+    if (!kv) return;
+    if (m->params.dev) {
+        st_device_release(m->params.dev, kv->k);
+        st_device_release(m->params.dev, kv->v);
+    } else {
+        st_free_aligned(kv->k);
+        st_free_aligned(kv->v);
+    }
+    free(kv);
+}
+
+st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv,
+                                      st_model_graph *mg) {
+    memset(mg, 0, sizeof *mg);
+    if (m->kind != ST_MODEL_GPT || !kv || n < 1 || n > kv->cap || batch != kv->B)
+        return st_fail(ST_ERR_ARG,
+                       "a decode graph of %lld position(s) of %lld sequence(s) (a gpt's, within its cache's)",
+                       (long long)n, (long long)batch);
+    return graph_build_len(m, batch, n, false, false, true, true, kv, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {

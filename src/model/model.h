@@ -94,6 +94,18 @@ st_status st_model_graph_build_forward(st_model *m, int64_t batch, st_model_grap
  * instead of the model's: generation's windows (sample.h), whose logits
  * the host reads (kept in fp32 on a device). */
 st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t seq_len, st_model_graph *mg);
+/* Cached decoding (generation, sample.c): a cache of keys and values for
+ * `batch` sequences of up to cap positions (at most model.block_size) on
+ * the model's device, and graphs of n positions a sequence (1 to the
+ * cache's cap) that run them through the model at the graph's g.pos
+ * (set before each forward: positions g.pos .. g.pos + n - 1; the cache
+ * holds every earlier one), each attention layer reading and extending the
+ * cache (st_attention_cached). The graph has the logits (B, n, V), kept in
+ * fp32, and no targets nor loss: x, logits. */
+st_status st_kv_cache_create(st_model *m, int64_t batch, int64_t cap, st_kv_cache **out);
+void st_kv_cache_free(st_model *m, st_kv_cache *kv); /* NULL is fine */
+st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv,
+                                      st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
 
 /* model.fused_gelu for a gpt on a CUDA device of compute capability cc_major

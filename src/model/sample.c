@@ -6,10 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/blas.h"
 #include "core/device.h"
-#include "core/fastmath.h"
-#include "core/mem.h"
 
 /* A uniform double in [0, 1) with 53 random bits. */
 static double uniform53(st_rng *r) { return (double)(st_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
@@ -96,170 +93,65 @@ static int64_t window_len(int64_t len, int64_t block, int64_t step) {
     return t < block ? t : block;
 }
 
-/* The cached path: n positions of every sample a step (the prompt in
- * chunks, then one a token), each layer's keys and values kept for the
- * positions before them (the model's own weights, read in place; the same
- * arithmetic as the graph's layers, in another order of sums). */
+/* The cached path: the model's decode graphs (model.h
+ * st_model_graph_build_decode) over a cache of keys and values, on the
+ * model's device or the host alike: the prompt in chunks of KV_CHUNK
+ * positions, then one position a token, each position's keys and values
+ * computed once (the same arithmetic as the graph's layers, attention's in
+ * another order of sums). */
 enum { KV_CHUNK = 64 }; /* prompt positions a step */
 
-typedef struct kv_layer {
-    const float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
-} kv_layer;
+typedef struct decoder {
+    st_model *m;
+    st_kv_cache *kv;
+    st_model_graph mg; /* the graph of the last length run */
+    float *logits;     /* (B, V): each sample's last position's, on the host */
+} decoder;
 
-typedef struct kv_cache {
-    int64_t L, C, H, V, B, cap; /* cap: positions kept a sample */
-    const float *wte, *wpe, *lnf_w, *lnf_b;
-    kv_layer *layer;
-    float *k, *v;                     /* (L, B, cap, C) */
-    float *x, *h, *qkv, *att, *f, *p; /* (R, C), (R, C), (R, 3C), (R, C), (R, 4C), (cap); R = B x KV_CHUNK */
-    float *logits;                    /* (B, V): each sample's last position's */
-} kv_cache;
-
-static void kv_free(kv_cache *c) {
-    free(c->layer);
-    st_free_aligned(c->k);
-    st_free_aligned(c->v);
-    free(c->x), free(c->h), free(c->qkv), free(c->att), free(c->f), free(c->p), free(c->logits);
-    memset(c, 0, sizeof *c);
+static void dec_free(decoder *d) {
+    st_model_graph_free(&d->mg);
+    st_kv_cache_free(d->m, d->kv);
+    free(d->logits);
+    memset(d, 0, sizeof *d);
 }
 
-/* m's parameter `name` (with `count` elements), or NULL. */
-static const float *param(const st_model *m, const char *name, int64_t count) {
-    const st_tensor *t = st_params_find(&m->params, name);
-    return t && t->count == count ? t->data : NULL;
-}
-
-/* A cache for B samples of up to cap positions; ST_ERR_NOMEM when it does
- * not fit (the caller goes on without it). */
-static st_status kv_init(kv_cache *c, const st_model *m, int64_t B, int64_t cap) {
-    memset(c, 0, sizeof *c);
-    const st_config *cf = &m->cfg;
-    c->L = cf->model.n_layer, c->C = cf->model.n_embd, c->H = cf->model.n_head, c->V = m->in.vocab_size;
-    c->B = B, c->cap = cap;
-    const int64_t L = c->L, C = c->C, V = c->V, R = B * KV_CHUNK;
-    c->layer = calloc((size_t)L, sizeof *c->layer);
-    const size_t cache = (size_t)(L * B * cap * C) * sizeof(float);
-    c->k = st_alloc_aligned(cache);
-    c->v = st_alloc_aligned(cache);
-    c->x = malloc((size_t)(R * C) * sizeof(float)), c->h = malloc((size_t)(R * C) * sizeof(float));
-    c->qkv = malloc((size_t)(R * 3 * C) * sizeof(float)), c->att = malloc((size_t)(R * C) * sizeof(float));
-    c->f = malloc((size_t)(R * 4 * C) * sizeof(float)), c->p = malloc((size_t)cap * sizeof(float));
-    c->logits = malloc((size_t)(B * V) * sizeof(float));
-    if (!c->layer || !c->k || !c->v || !c->x || !c->h || !c->qkv || !c->att || !c->f || !c->p || !c->logits) {
-        kv_free(c);
-        return st_fail(ST_ERR_NOMEM, "out of memory for generation's cache of keys and values (%.1f MiB)",
-                       2.0 * (double)cache / (1 << 20));
-    }
-    c->wte = param(m, "wte.weight", V * C), c->wpe = param(m, "wpe.weight", cf->model.block_size * C);
-    c->lnf_w = param(m, "ln_f.weight", C), c->lnf_b = param(m, "ln_f.bias", C);
-    bool ok = c->wte && c->wpe && c->lnf_w && c->lnf_b;
-    for (int64_t l = 0; l < L && ok; l++) {
-        char n[ST_NAME_MAX];
-        kv_layer *y = &c->layer[l];
-#define KV_PARAM(field, suffix, count)                                                                       \
-    snprintf(n, sizeof n, "h.%lld.%s", (long long)l, suffix);                                                \
-    ok = ok && (y->field = param(m, n, count)) != NULL
-        KV_PARAM(ln1_w, "ln_1.weight", C);
-        KV_PARAM(ln1_b, "ln_1.bias", C);
-        KV_PARAM(attn_w, "attn.c_attn.weight", C * 3 * C);
-        KV_PARAM(attn_b, "attn.c_attn.bias", 3 * C);
-        KV_PARAM(proj_w, "attn.c_proj.weight", C * C);
-        KV_PARAM(proj_b, "attn.c_proj.bias", C);
-        KV_PARAM(ln2_w, "ln_2.weight", C);
-        KV_PARAM(ln2_b, "ln_2.bias", C);
-        KV_PARAM(fc_w, "mlp.c_fc.weight", C * 4 * C);
-        KV_PARAM(fc_b, "mlp.c_fc.bias", 4 * C);
-        KV_PARAM(fcp_w, "mlp.c_proj.weight", 4 * C * C);
-        KV_PARAM(fcp_b, "mlp.c_proj.bias", C);
-#undef KV_PARAM
-    }
-    if (!ok) {
-        kv_free(c);
-        return st_fail(ST_ERR_INTERNAL, "generation: the gpt's parameters are not where its layout puts them");
-    }
-    return ST_OK;
-}
-
-/* y (R, C) = layernorm of x (R, C), eps 1e-5 as the model's */
-static void kv_layernorm(const float *x, const float *w, const float *b, int64_t R, int64_t C, float *y) {
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * C;
-        float mean = 0, var = 0;
-        for (int64_t i = 0; i < C; i++) mean += xr[i];
-        mean /= (float)C;
-        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        const float rs = 1.0f / sqrtf(var / (float)C + 1e-5f);
-        for (int64_t i = 0; i < C; i++) y[r * C + i] = (xr[i] - mean) * rs * w[i] + b[i];
-    }
-}
-
-/* y (R, N) = x (R, K) W (K, N) + b, or += when acc (the residual) */
-static void kv_linear(const float *x, const float *w, const float *b, int64_t R, int64_t K, int64_t N,
-                      float *y, bool acc) {
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t j = 0; j < N; j++) y[r * N + j] = (acc ? y[r * N + j] : 0.0f) + b[j];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)N, (int)K, 1.0f, x, (int)K, w, (int)N,
-                1.0f, y, (int)N);
+/* A cache for B samples of up to cap positions; an error (ST_ERR_NOMEM when
+ * it does not fit: the caller goes on without it). */
+static st_status dec_init(decoder *d, st_model *m, int64_t B, int64_t cap) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->logits = malloc((size_t)(B * m->in.vocab_size) * sizeof *d->logits);
+    if (!d->logits) return st_fail(ST_ERR_NOMEM, "out of memory for generation's logits");
+    return st_kv_cache_create(m, B, cap, &d->kv);
 }
 
 /* Positions pos .. pos + n - 1 (n <= KV_CHUNK, pos + n <= cap) of every
  * sample through the model: sample b's tokens tok[b * n .. b * n + n), their
- * keys and values into the cache, each attending to the positions up to
- * itself; with want, the logits of each sample's last one into c->logits. */
-static void kv_step(kv_cache *c, const int32_t *tok, int64_t pos, int64_t n, bool want) {
-    const int64_t B = c->B, C = c->C, H = c->H, hs = C / H, T = c->cap, R = B * n;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int64_t r = 0; r < R; r++) /* (row r: sample r / n, position pos + r % n) */
-        for (int64_t i = 0; i < C; i++)
-            c->x[r * C + i] = c->wte[tok[r] * C + i] + c->wpe[(pos + r % n) * C + i];
-    for (int64_t l = 0; l < c->L; l++) {
-        const kv_layer *y = &c->layer[l];
-        kv_layernorm(c->x, y->ln1_w, y->ln1_b, R, C, c->h);
-        kv_linear(c->h, y->attn_w, y->attn_b, R, C, 3 * C, c->qkv, false);
-        for (int64_t b = 0; b < B; b++) {
-            float *kc = c->k + ((l * B + b) * T) * C, *vc = c->v + ((l * B + b) * T) * C;
-            for (int64_t j = 0; j < n; j++) {
-                memcpy(kc + (pos + j) * C, c->qkv + (b * n + j) * 3 * C + C, (size_t)C * sizeof(float));
-                memcpy(vc + (pos + j) * C, c->qkv + (b * n + j) * 3 * C + 2 * C, (size_t)C * sizeof(float));
-            }
-            for (int64_t j = 0; j < n; j++)
-                for (int64_t hd = 0; hd < H; hd++) {
-                    const float *q = c->qkv + (b * n + j) * 3 * C + hd * hs;
-                    const int64_t last = pos + j; /* (causal: keys 0 .. last) */
-                    float mx = -INFINITY, sum = 0;
-                    for (int64_t t = 0; t <= last; t++) {
-                        float d = 0;
-                        for (int64_t i = 0; i < hs; i++)
-                            d += q[i] * kc[t * C + hd * hs + i];
-                        c->p[t] = d * scale;
-                        mx = c->p[t] > mx ? c->p[t] : mx;
-                    }
-                    for (int64_t t = 0; t <= last; t++)
-                        sum += c->p[t] = expf(c->p[t] - mx);
-                    float *o = c->att + (b * n + j) * C + hd * hs;
-                    for (int64_t i = 0; i < hs; i++)
-                        o[i] = 0;
-                    for (int64_t t = 0; t <= last; t++) {
-                        const float w = c->p[t] / sum;
-                        for (int64_t i = 0; i < hs; i++)
-                            o[i] += w * vc[t * C + hd * hs + i];
-                    }
-                }
-        }
-        kv_linear(c->att, y->proj_w, y->proj_b, R, C, C, c->x, true);
-        kv_layernorm(c->x, y->ln2_w, y->ln2_b, R, C, c->h);
-        kv_linear(c->h, y->fc_w, y->fc_b, R, C, 4 * C, c->f, false);
-        for (int64_t i = 0; i < R * 4 * C; i++) {
-            const float v = c->f[i];
-            c->f[i] = 0.5f * v * (1.0f + st_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        kv_linear(c->f, y->fcp_w, y->fcp_b, R, 4 * C, C, c->x, true);
+ * keys and values into the cache; with want, the logits of each sample's
+ * last one into d->logits. */
+static st_status dec_step(decoder *d, const int32_t *tok, int64_t pos, int64_t n, bool want) {
+    st_device *dev = d->m->params.dev;
+    const int64_t B = d->kv->B, V = d->m->in.vocab_size;
+    if (d->mg.seq_len != n) {
+        st_model_graph_free(&d->mg);
+        ST_TRY(st_model_graph_build_decode(d->m, B, n, d->kv, &d->mg));
     }
-    if (!want) return;
-    for (int64_t b = 0; b < B; b++) /* each sample's last position */
-        kv_layernorm(c->x + (b * n + n - 1) * C, c->lnf_w, c->lnf_b, 1, C, c->h + b * C);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)c->V, (int)C, 1.0f, c->h, (int)C, c->wte,
-                (int)C, 0.0f, c->logits, (int)c->V);
+    d->mg.g.training = false;
+    d->mg.g.pos = pos;
+    const size_t nb = (size_t)(B * n) * sizeof *tok;
+    if (dev)
+        ST_TRY(st_device_upload(dev, d->mg.x->idata, tok, nb));
+    else
+        memcpy(d->mg.x->idata, tok, nb);
+    ST_TRY(st_graph_forward(&d->mg.g));
+    for (int64_t b = 0; want && b < B; b++) { /* (on a device the copy waits for the forward) */
+        const float *row = d->mg.logits->data + (b * n + n - 1) * V;
+        if (dev)
+            ST_TRY(st_device_download(dev, d->logits + b * V, row, (size_t)V * sizeof *row));
+        else
+            memcpy(d->logits + b * V, row, (size_t)V * sizeof *row);
+    }
+    return ST_OK;
 }
 
 void st_generate_config(st_config *c) {
@@ -309,13 +201,19 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
     /* the cache while the sequence fits the context (its positions are
      * absolute: past block_size every one moves, and the window is
      * recomputed); the prompt through it a position at a time */
-    kv_cache kv = {0};
+    decoder kv = {0};
     int32_t *col = malloc((size_t)(B * KV_CHUNK) * sizeof *col);
-    bool cached = !dev && !o->no_cache && n_prompt <= block && o->n_new > 0;
+    bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
     if (s == ST_OK && !col) s = st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch");
-    if (s == ST_OK && cached && kv_init(&kv, m, B, total < block ? total : block) != ST_OK) {
-        st_clear_error(); /* (no room for it: every token by its window, slower, the same tokens) */
-        cached = false;
+    if (s == ST_OK && cached) {
+        const st_status ks = dec_init(&kv, m, B, total < block ? total : block);
+        if (ks == ST_ERR_NOMEM) { /* (no room for it: every token by its window, slower, the same tokens) */
+            st_clear_error();
+            dec_free(&kv);
+            cached = false;
+        } else {
+            s = ks;
+        }
     }
     for (int64_t pos = 0; s == ST_OK && cached && pos < n_prompt; pos += KV_CHUNK) {
         if (o->stop && atomic_load(o->stop)) {
@@ -326,7 +224,13 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         const int64_t n = n_prompt - pos < KV_CHUNK ? n_prompt - pos : KV_CHUNK;
         for (int64_t b = 0; b < B; b++)
             memcpy(col + b * n, prompt + pos, (size_t)n * sizeof *col);
-        kv_step(&kv, col, pos, n, pos + n == n_prompt);
+        s = dec_step(&kv, col, pos, n, pos + n == n_prompt);
+        if (s == ST_ERR_NOMEM && pos == 0) { /* (the first graph has no room: by windows, as above) */
+            st_clear_error();
+            dec_free(&kv);
+            cached = false;
+            s = ST_OK;
+        }
     }
     int64_t len = n_prompt, left = B;
     for (int64_t k = 0; s == ST_OK && k < o->n_new && left > 0; k++, len++) {
@@ -336,7 +240,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         }
         const float *logits; /* sample b's row at logits + b * stride */
         int64_t stride;
-        if (cached && len <= block) { /* (kv_step made them, of position len - 1) */
+        if (cached && len <= block) { /* (dec_step made them, of position len - 1) */
             logits = kv.logits;
             stride = V;
         } else {
@@ -396,10 +300,10 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         /* the new tokens into the cache, for the next one's logits (a stopped sample's: token 0) */
         if (s == ST_OK && cached && len + 1 <= block && k + 1 < o->n_new && left > 0) {
             for (int64_t b = 0; b < B; b++) col[b] = len < lens[b] ? out[b * total + len] : 0;
-            kv_step(&kv, col, len, 1, true);
+            s = dec_step(&kv, col, len, 1, true);
         }
     }
-    kv_free(&kv);
+    dec_free(&kv);
     free(col);
     st_model_graph_free(&mg);
     free(work);

@@ -3,9 +3,9 @@
 # kernels run on the CPU. tests/run.sh passes it the emulator's build
 # folder; given any other build it skips.
 #  1. A tiny gpt trained on the CPU (block 96): greedy samples drawn on the
-#     emulated GPU (windows of 64, then 96 tokens, sliding past the block)
-#     are the CPU's tokens (its cache of keys and values, then its windows),
-#     and the JSON names the device.
+#     emulated GPU (its cache of keys and values in the GPU's memory, then
+#     windows of 96 tokens sliding past the block) are the CPU's tokens (its
+#     cache, then its windows), and the JSON names the device.
 #  2. Seeded samples at temperature 1, three of them, with a stop token:
 #     the same tokens and lengths on both.
 #  3. train.device auto takes the GPU and says so; cuda:N past the devices,
@@ -76,15 +76,15 @@ out=$(ST_CUDAEMU_CC=75 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the
     fail "an old GPU with auto: $out"
 grep -qE "^sample: .*, [0-9]+ CPU threads? \(.*7\.5.*\)$" <<<"$out" || fail "an old GPU with auto: not the CPU, or no reason: $out"
 # a GPU without room (4 MiB): cuda says so and how to go on, auto samples on the CPU;
-# 40 MiB: the model fits, 64 samples' windows do not
+# 40 MiB: the model and 64 samples' cache fit, their windows past the block do not
 out=$(ST_CUDAEMU_MEM_MB=4 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 --set train.device=cuda 2>&1 >/dev/null)
 grep -q "train.device cuda: cuda:0 has too little free memory to start on (another process holds it?); use train.device: cpu (or auto)" <<<"$out" ||
     fail "a full GPU with cuda: $out"
 out=$(ST_CUDAEMU_MEM_MB=4 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 2>&1 >/dev/null) ||
     fail "a full GPU with auto: $out"
 grep -qE "CPU threads? \(cuda:0 has too little free memory" <<<"$out" || fail "a full GPU with auto: not the CPU: $out"
-out=$(ST_CUDAEMU_MEM_MB=40 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 --samples 64 2>&1 >/dev/null)
-grep -q "the GPU has no room for 64 sample(s)' window of 64 tokens (its logits alone are 4 MiB): draw fewer samples at a time (--samples), or sample on the CPU (--set train.device=cpu)" <<<"$out" ||
+out=$(ST_CUDAEMU_MEM_MB=40 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 100 --samples 64 2>&1 >/dev/null)
+grep -q "the GPU has no room for 64 sample(s)' window of 96 tokens (its logits alone are 6 MiB): draw fewer samples at a time (--samples), or sample on the CPU (--set train.device=cpu)" <<<"$out" ||
     fail "64 samples on a small GPU: $out"
 
 # 4. text samples during training on the GPU, in bf16, one rank and two under ZeRO-1
