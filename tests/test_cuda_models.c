@@ -701,33 +701,41 @@ done:
 }
 
 /* Cached decoding (model.h st_model_graph_build_decode, generation's
- * path): a gpt (2 layers, 4 heads, C 64, V 96, block 48) on the host and
- * on the device, the same weights, 2 sequences through decode graphs: 29
- * positions at 0, then 1 at a time at 29, 30, 31, then 16 at 32 (the cache
- * full): every row's logits within the fp32 bounds (RTOL, ATOL scaled),
- * the device's cache and activations NaN before, so an unwritten element
- * fails; and the host's rows are the exact-length forward's (the same
- * model without a cache, the whole 48 positions) to 1e-4 scaled. */
-static int decode_case(st_device *dev, uint64_t seed) {
-    const char *label = "gpt cached decoding";
+ * path): a gpt on the host and on the device, the same weights, 2
+ * sequences through decode graphs in the case's steps (chunks of
+ * positions, then one at a time, to the cache's end): every row's logits
+ * within the fp32 bounds (RTOL, ATOL scaled), the device's cache and
+ * activations NaN before, so an unwritten element fails; the host's rows
+ * are the exact-length forward's (the same model without a cache over the
+ * cache's positions) to 1e-4 scaled; and a step past the cache is an
+ * error naming its positions (`past`). The second case takes the device
+ * kernel's several tiles of 128 positions and its heads wider than its
+ * 128 threads (192 channels). */
+typedef struct decode_spec {
+    const char *label;
+    int64_t L, H, C, block, V, cap;
+    int64_t steps[6][2]; /* (pos, n), n 0 ends */
+    const char *past;    /* the error of positions cap - n + 1 .. cap with the last step's n */
+} decode_spec;
+
+static int decode_case(st_device *dev, uint64_t seed, const decode_spec *sp) {
+    const char *label = sp->label;
     int bad = 0;
     st_config c;
     st_config_defaults(&c);
     snprintf(c.model.type, sizeof c.model.type, "gpt");
     snprintf(c.precision, sizeof c.precision, "fp32");
     snprintf(c.model.fused_head, sizeof c.model.fused_head, "off");
-    c.model.n_layer = 2, c.model.n_head = 4, c.model.n_embd = 64, c.model.block_size = 48;
-    c.model.vocab_size = 96;
-    st_model_input in = {.vocab_size = 96, .seq_len = 48};
-    const int64_t B = 2, V = 96, T = 48;
+    c.model.n_layer = sp->L, c.model.n_head = sp->H, c.model.n_embd = sp->C, c.model.block_size = sp->block;
+    c.model.vocab_size = sp->V;
+    st_model_input in = {.vocab_size = sp->V, .seq_len = sp->block};
+    const int64_t B = 2, V = sp->V, T = sp->cap;
     st_model *hm = NULL, *dm = NULL;
     st_kv_cache *hk = NULL, *dk = NULL;
-    st_model_graph hg = {0}, dg = {0}, wg = {0};
-    int32_t tok[2 * 48];
+    st_model_graph hg = {0}, dg = {0}, wg = {0}, lg = {0};
+    int32_t *tok = malloc((size_t)(B * T) * sizeof *tok), *x = malloc((size_t)(B * T) * sizeof *x);
     float *hl = malloc((size_t)(B * T * V) * sizeof(float)); /* the host's decoded rows, (B, T, V) */
-    st_rng r = st_rng_make(seed, 17);
-    for (int64_t i = 0; i < B * T; i++)
-        tok[i] = (int32_t)st_rng_below(&r, (uint64_t)V);
+    int nsteps = 0;
 #undef T_TRY
 #define T_TRY(expr)                                                                                          \
     do {                                                                                                     \
@@ -737,7 +745,14 @@ static int decode_case(st_device *dev, uint64_t seed) {
             goto done;                                                                                       \
         }                                                                                                    \
     } while (0)
-    if (!hl) return 1;
+    if (!tok || !x || !hl) {
+        fprintf(stderr, "FAIL %s: out of memory\n", label);
+        bad++;
+        goto done;
+    }
+    st_rng r = st_rng_make(seed, 17);
+    for (int64_t i = 0; i < B * T; i++)
+        tok[i] = (int32_t)st_rng_below(&r, (uint64_t)V);
     T_TRY(st_model_create(&c, &in, &hm));
     T_TRY(st_model_create_on(&c, &in, dev, &dm));
     T_TRY(st_model_init_weights(hm, seed));
@@ -748,17 +763,15 @@ static int decode_case(st_device *dev, uint64_t seed) {
         T_TRY(cp_poison(dev, dk->k, dk->L * B * T * dk->C));
         T_TRY(cp_poison(dev, dk->v, dk->L * B * T * dk->C));
     }
-    const int64_t steps[][2] = {{0, 29}, {29, 1}, {30, 1}, {31, 1}, {32, 16}}; /* (pos, n) */
-    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
-        const int64_t pos = steps[k][0], n = steps[k][1];
-        int32_t x[2 * 29];
+    for (; nsteps < 6 && sp->steps[nsteps][1] > 0; nsteps++) {
+        const int64_t pos = sp->steps[nsteps][0], n = sp->steps[nsteps][1];
         for (int64_t b = 0; b < B; b++)
             memcpy(x + b * n, tok + b * T + pos, (size_t)n * sizeof *x);
         if (hg.seq_len != n) {
             st_model_graph_free(&hg);
             st_model_graph_free(&dg);
-            T_TRY(st_model_graph_build_decode(hm, B, n, hk, &hg));
-            T_TRY(st_model_graph_build_decode(dm, B, n, dk, &dg));
+            T_TRY(st_model_graph_build_decode(hm, B, n, hk, false, &hg));
+            T_TRY(st_model_graph_build_decode(dm, B, n, dk, false, &dg));
         }
         hg.g.pos = dg.g.pos = pos;
         memcpy(hg.x->idata, x, (size_t)(B * n) * sizeof *x);
@@ -777,11 +790,29 @@ static int decode_case(st_device *dev, uint64_t seed) {
         for (int64_t b = 0; b < B; b++)
             memcpy(hl + (b * T + pos) * V, hg.logits->data + b * n * V, (size_t)(n * V) * sizeof *hl);
     }
+    { /* the last step again on the device with its head over the last rows alone (last_only, as
+       * generation builds it; the cache's rows written again, the same values) */
+        const int64_t pos = sp->steps[nsteps - 1][0], n = sp->steps[nsteps - 1][1];
+        T_TRY(st_model_graph_build_decode(dm, B, n, dk, true, &lg));
+        lg.g.pos = pos;
+        if (dev) {
+            T_TRY(st_device_upload(dev, lg.x->idata, x, (size_t)(B * n) * sizeof *x));
+            T_TRY(cp_poison(dev, lg.g.act_arena, lg.g.act_count));
+        } else {
+            memcpy(lg.x->idata, x, (size_t)(B * n) * sizeof *x);
+        }
+        T_TRY(st_graph_forward(&lg.g));
+        float last[2 * 96]; /* (V <= 96 in every case) */
+        for (int64_t b = 0; b < B; b++)
+            memcpy(last + b * V, hl + (b * T + pos + n - 1) * V, (size_t)V * sizeof *last);
+        bad += compare(label, "the last rows' logits (last_only)", dev, NULL, lg.logits->data, last, B * V,
+                       RTOL, ATOL);
+    }
     /* the host's decoded rows against one forward of the whole sequences */
     T_TRY(st_model_graph_build_forward_len(hm, B, T, &wg));
     wg.g.training = false;
-    memcpy(wg.x->idata, tok, sizeof tok);
-    memset(wg.y->idata, 0, sizeof tok);
+    memcpy(wg.x->idata, tok, (size_t)(B * T) * sizeof *tok);
+    memset(wg.y->idata, 0, (size_t)(B * T) * sizeof *tok);
     T_TRY(st_graph_forward(&wg.g));
     {
         double mx = 0;
@@ -791,20 +822,25 @@ static int decode_case(st_device *dev, uint64_t seed) {
                           B * T * V, 1e-4, 1e-4 * mx);
     }
     /* past the cache: an error naming the positions, nothing run */
-    hg.g.pos = T - hg.seq_len + 1;
-    CHECK_FAILS(st_graph_forward(&hg.g), ST_ERR_ARG, "positions 33 to 48");
-    printf("ok %s: 5 steps of 2 sequences, the device's logits the host's (largest difference %.3g of the "
-           "largest |logit|), the host's the whole forward's\n",
-           label, worst_scaled);
+    hg.g.pos = dg.g.pos = T - hg.seq_len + 1;
+    CHECK_FAILS(st_graph_forward(&hg.g), ST_ERR_ARG, sp->past);
+    CHECK_FAILS(st_graph_forward(&dg.g), ST_ERR_ARG, sp->past);
 done:
+    if (bad == 0)
+        printf("ok %s: %d steps of 2 sequences to %lld positions, the device's logits the host's (largest "
+               "difference %.3g of the largest |logit|), the host's the whole forward's\n",
+               label, nsteps, (long long)T, worst_scaled);
     st_model_graph_free(&hg);
     st_model_graph_free(&dg);
     st_model_graph_free(&wg);
+    st_model_graph_free(&lg);
     if (hm) st_kv_cache_free(hm, hk);
     if (dm) st_kv_cache_free(dm, dk);
     st_model_free(hm);
     st_model_free(dm);
     free(hl);
+    free(tok);
+    free(x);
     return bad;
 }
 
@@ -877,8 +913,31 @@ int main(void) {
         }
 #endif
     }
-    worst_scaled = 0;
-    decode_case(dev, seed);
+    const decode_spec decodes[] = {
+        {"gpt cached decoding, 2 layers, 4 heads, C 64, V 96, block 48",
+         2,
+         4,
+         64,
+         48,
+         96,
+         48,
+         {{0, 29}, {29, 1}, {30, 1}, {31, 1}, {32, 16}},
+         "positions 33 to 48"},
+        {"gpt cached decoding, 1 layer, 1 head of 192 channels, block 320, cache 300",
+         1,
+         1,
+         192,
+         320,
+         64,
+         300,
+         {{0, 260}, {260, 1}, {261, 39}},
+         "positions 262 to 300, past the cache's 300"},
+    };
+    for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++) {
+        worst_scaled = 0;
+        const int failures = st_test_failures, r = decode_case(dev, seed + 31 * i, &decodes[i]);
+        if (r > 0 && st_test_failures == failures) st_test_failures += r; /* (its setup's failures) */
+    }
     st_device_free(dev);
     if (rc == 77 && st_test_failures == 0) {
         printf("the host against itself: ok (the kernels were not run)\n");

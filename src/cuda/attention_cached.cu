@@ -74,10 +74,6 @@ static st_status attention_cached_forward(st_node *n, st_graph *g) {
     const st_kv_cache *kv = g->kv;
     const int64_t B = n->args.i[ST_ATTNC_B], N = n->args.i[ST_ATTNC_N], C = n->args.i[ST_ATTNC_C];
     const int64_t H = n->args.i[ST_ATTNC_NHEAD], hs = C / H, layer = n->args.i[ST_ATTNC_LAYER];
-    if (hs > DT * DK)
-        return st_fail(ST_ERR_SHAPE,
-                       "attention_cached %s: heads of %lld channels (the GPU's kernel takes %d)",
-                       n->out->name, (long long)hs, DT * DK);
     float *kc = kv->k + layer * B * kv->cap * C, *vc = kv->v + layer * B * kv->cap * C;
     const cudaStream_t st = st_cuda_stream(g);
     kv_write_kernel<<<st_cuda_blocks(B * N * C, 256), 256, 0, st>>>(n->in[0]->data, kc, vc, N, C, kv->cap,
@@ -97,6 +93,11 @@ static st_status attention_cached_backward(st_node *n, st_graph *g) {
 
 static st_status attention_cached_prepare(st_node *n, st_graph *g) {
     (void)g;
+    const int64_t hs = n->args.i[ST_ATTNC_C] / n->args.i[ST_ATTNC_NHEAD];
+    if (hs > DT * DK) /* (at the graph's build: generation then takes its windows) */
+        return st_fail(ST_ERR_SHAPE,
+                       "attention_cached %s: heads of %lld channels (the GPU's kernel takes %d)",
+                       n->out->name, (long long)hs, DT * DK);
     n->work_count = 0; /* (the CPU's rows of scores; the kernels keep theirs in shared memory) */
     return ST_OK;
 }

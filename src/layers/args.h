@@ -21,6 +21,8 @@ enum { ST_ATTN_NHEAD, ST_ATTN_NTHREADS };
 /* attention_cached: qkv (B, N, 3C); LAYER: its layer's slot in st_graph.kv;
  * NTHREADS: the CPU's threads (a row of scores each in the work scratch) */
 enum { ST_ATTNC_B, ST_ATTNC_N, ST_ATTNC_C, ST_ATTNC_NHEAD, ST_ATTNC_LAYER, ST_ATTNC_NTHREADS };
+/* last_row: x (B, N, C) -> (B, 1, C) */
+enum { ST_LASTROW_B, ST_LASTROW_N, ST_LASTROW_C };
 /* batchnorm (and fused batchnorm + relu): x (M, C); f: eps, momentum */
 enum { ST_BN_M, ST_BN_C, ST_BN_RELU };
 enum { ST_BN_F_EPS, ST_BN_F_MOMENTUM };

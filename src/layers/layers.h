@@ -89,6 +89,8 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
  * cache there, then row j attends to positions 0 .. g->pos + j. */
 st_status st_attention_cached(st_graph *g, const char *name, st_tensor *qkv, int64_t n_head, int64_t layer,
                               st_tensor **y);
+/* x (B, n, C) -> y (B, 1, C), each sequence's last row (cached decoding, forward alone) */
+st_status st_last_row(st_graph *g, const char *name, st_tensor *x, st_tensor **y);
 /* ST_OK when n (an attention_cached node) fits its graph's cache at g->pos */
 st_status st_attention_cached_check(const st_node *n, const st_graph *g);
 /* x (B, H, W, Cin) -> y (B, Ho, Wo, Cout); weight (Cout, Cin, k, k), bias (Cout) */

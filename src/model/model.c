@@ -140,6 +140,7 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
         ST_TRY(st_add(g, name, h, a, &h));
         st_graph_block_end(g);
     }
+    if (g->kv && mg->last_only) ST_TRY(st_last_row(g, "last", h, &h)); /* (the head for the rows read) */
     ST_TRY(st_layernorm(g, "ln_f", h, 1e-5f, &h));
     if (g->kv) return st_linear_tied(g, "lm_head", h, wte, &mg->logits); /* (decoding reads the logits) */
     const char *fh = c->model.fused_head;
@@ -151,13 +152,14 @@ static st_status build_gpt(st_model *m, st_model_graph *mg) {
 
 static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bool params_only,
                                  bool device_layout, bool forward_only, bool host_logits, st_kv_cache *kv,
-                                 st_model_graph *mg) {
+                                 bool last_only, st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (batch <= 0) return st_fail(ST_ERR_ARG, "model graph: batch size %lld", (long long)batch);
     mg->batch = batch;
     mg->seq_len = seq_len;
     st_graph_init(&mg->g, &m->params);
     mg->g.kv = kv;
+    mg->last_only = last_only;
     mg->g.params_only = params_only;
     mg->g.device_layout = device_layout;
     mg->g.keep_acts = m->keep_acts;
@@ -198,7 +200,7 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
 static st_status graph_build(st_model *m, int64_t batch, bool params_only, bool device_layout,
                              bool forward_only, st_model_graph *mg) {
     return graph_build_len(m, batch, m->in.seq_len, params_only, device_layout, forward_only, false, NULL,
-                           mg);
+                           false, mg);
 }
 
 st_status st_model_graph_build(st_model *m, int64_t batch, st_model_graph *mg) {
@@ -214,7 +216,7 @@ st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t s
     if (m->kind != ST_MODEL_GPT || seq_len < 1 || seq_len > m->cfg.model.block_size)
         return st_fail(ST_ERR_ARG, "model graph: %lld tokens a sample, where model.block_size is %lld",
                        (long long)seq_len, (long long)m->cfg.model.block_size);
-    return graph_build_len(m, batch, seq_len, false, false, true, true, NULL, mg);
+    return graph_build_len(m, batch, seq_len, false, false, true, true, NULL, false, mg);
 }
 
 st_status st_kv_cache_create(st_model *m, int64_t batch, int64_t cap, st_kv_cache **out) {
@@ -260,14 +262,14 @@ void st_kv_cache_free(st_model *m, st_kv_cache *kv) {
     free(kv);
 }
 
-st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv,
+st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv, bool last_only,
                                       st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
     if (m->kind != ST_MODEL_GPT || !kv || n < 1 || n > kv->cap || batch != kv->B)
         return st_fail(ST_ERR_ARG,
                        "a decode graph of %lld position(s) of %lld sequence(s) (a gpt's, within its cache's)",
                        (long long)n, (long long)batch);
-    return graph_build_len(m, batch, n, false, false, true, true, kv, mg);
+    return graph_build_len(m, batch, n, false, false, true, true, kv, last_only, mg);
 }
 
 void st_model_graph_free(st_model_graph *mg) {

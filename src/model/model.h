@@ -29,6 +29,7 @@ typedef struct st_model_graph {
     st_tensor *y;      /* I32 targets (B) or (B, T) */
     st_tensor *logits; /* (B, classes) or (B, T, V); NULL for a gpt with model.fused_head (linear_ce) */
     st_tensor *loss;   /* (1) */
+    bool last_only;    /* a decode graph's logits for each sequence's last position alone: (B, 1, V) */
 } st_model_graph;
 
 typedef struct st_model {
@@ -100,11 +101,12 @@ st_status st_model_graph_build_forward_len(st_model *m, int64_t batch, int64_t s
  * cache's cap) that run them through the model at the graph's g.pos
  * (set before each forward: positions g.pos .. g.pos + n - 1; the cache
  * holds every earlier one), each attention layer reading and extending the
- * cache (st_attention_cached). The graph has the logits (B, n, V), kept in
- * fp32, and no targets nor loss: x, logits. */
+ * cache (st_attention_cached). The graph has the logits (B, n, V), or with
+ * last_only each sequence's last position's (B, 1, V), kept in fp32, and
+ * no targets nor loss: x, logits. */
 st_status st_kv_cache_create(st_model *m, int64_t batch, int64_t cap, st_kv_cache **out);
 void st_kv_cache_free(st_model *m, st_kv_cache *kv); /* NULL is fine */
-st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv,
+st_status st_model_graph_build_decode(st_model *m, int64_t batch, int64_t n, st_kv_cache *kv, bool last_only,
                                       st_model_graph *mg);
 void st_model_graph_free(st_model_graph *mg);
 

@@ -134,7 +134,7 @@ static st_status dec_step(decoder *d, const int32_t *tok, int64_t pos, int64_t n
     const int64_t B = d->kv->B, V = d->m->in.vocab_size;
     if (d->mg.seq_len != n) {
         st_model_graph_free(&d->mg);
-        ST_TRY(st_model_graph_build_decode(d->m, B, n, d->kv, &d->mg));
+        ST_TRY(st_model_graph_build_decode(d->m, B, n, d->kv, true, &d->mg));
     }
     d->mg.g.training = false;
     d->mg.g.pos = pos;
@@ -145,7 +145,7 @@ static st_status dec_step(decoder *d, const int32_t *tok, int64_t pos, int64_t n
         memcpy(d->mg.x->idata, tok, nb);
     ST_TRY(st_graph_forward(&d->mg.g));
     for (int64_t b = 0; want && b < B; b++) { /* (on a device the copy waits for the forward) */
-        const float *row = d->mg.logits->data + (b * n + n - 1) * V;
+        const float *row = d->mg.logits->data + b * V; /* (the graph's head takes the last rows alone) */
         if (dev)
             ST_TRY(st_device_download(dev, d->logits + b * V, row, (size_t)V * sizeof *row));
         else
@@ -225,7 +225,9 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         for (int64_t b = 0; b < B; b++)
             memcpy(col + b * n, prompt + pos, (size_t)n * sizeof *col);
         s = dec_step(&kv, col, pos, n, pos + n == n_prompt);
-        if (s == ST_ERR_NOMEM && pos == 0) { /* (the first graph has no room: by windows, as above) */
+        /* (the first graph has no room, or the device's kernel does not take
+         * the model's heads: by windows, as above) */
+        if ((s == ST_ERR_NOMEM || s == ST_ERR_SHAPE) && pos == 0) {
             st_clear_error();
             dec_free(&kv);
             cached = false;
@@ -244,6 +246,10 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
             logits = kv.logits;
             stride = V;
         } else {
+            if (cached) { /* past the block: the cache is done with; its memory to the windows */
+                dec_free(&kv);
+                cached = false;
+            }
             /* (a device's graphs for every 64th length: each build allocates and frees device memory) */
             const int64_t T = window_len(len, block, dev ? 64 : 8), first = len > T ? len - T : 0,
                           have = len - first;
