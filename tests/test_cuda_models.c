@@ -711,6 +711,14 @@ done:
  * error naming its positions (`past`). The second case takes the device
  * kernel's several tiles of 128 positions and its heads wider than its
  * 128 threads (192 channels). */
+/* mg's forward on its tokens x (B, n) at its g.pos; on a device its
+ * activations NaN first */
+static st_status decode_run(st_device *dev, st_model_graph *mg, const int32_t *x) {
+    ST_TRY(st_device_upload(dev, mg->x->idata, x, (size_t)mg->x->count * sizeof *x));
+    if (dev) ST_TRY(cp_poison(dev, mg->g.act_arena, mg->g.act_count));
+    return st_graph_forward(&mg->g);
+}
+
 typedef struct decode_spec {
     const char *label;
     int64_t L, H, C, block, V, cap;
@@ -774,15 +782,8 @@ static int decode_case(st_device *dev, uint64_t seed, const decode_spec *sp) {
             T_TRY(st_model_graph_build_decode(dm, B, n, dk, false, &dg));
         }
         hg.g.pos = dg.g.pos = pos;
-        memcpy(hg.x->idata, x, (size_t)(B * n) * sizeof *x);
-        if (dev) {
-            T_TRY(st_device_upload(dev, dg.x->idata, x, (size_t)(B * n) * sizeof *x));
-            T_TRY(cp_poison(dev, dg.g.act_arena, dg.g.act_count));
-        } else {
-            memcpy(dg.x->idata, x, (size_t)(B * n) * sizeof *x);
-        }
-        T_TRY(st_graph_forward(&hg.g));
-        T_TRY(st_graph_forward(&dg.g));
+        T_TRY(decode_run(NULL, &hg, x));
+        T_TRY(decode_run(dev, &dg, x));
         char what[64];
         snprintf(what, sizeof what, "logits at positions %lld..%lld", (long long)pos,
                  (long long)(pos + n - 1));
@@ -795,13 +796,7 @@ static int decode_case(st_device *dev, uint64_t seed, const decode_spec *sp) {
         const int64_t pos = sp->steps[nsteps - 1][0], n = sp->steps[nsteps - 1][1];
         T_TRY(st_model_graph_build_decode(dm, B, n, dk, true, &lg));
         lg.g.pos = pos;
-        if (dev) {
-            T_TRY(st_device_upload(dev, lg.x->idata, x, (size_t)(B * n) * sizeof *x));
-            T_TRY(cp_poison(dev, lg.g.act_arena, lg.g.act_count));
-        } else {
-            memcpy(lg.x->idata, x, (size_t)(B * n) * sizeof *x);
-        }
-        T_TRY(st_graph_forward(&lg.g));
+        T_TRY(decode_run(dev, &lg, x));
         float last[2 * 96]; /* (V <= 96 in every case) */
         for (int64_t b = 0; b < B; b++)
             memcpy(last + b * V, hl + (b * T + pos + n - 1) * V, (size_t)V * sizeof *last);

@@ -32,7 +32,7 @@ extern "C" const st_layer_ops *st_cuda_layer_ops(const char *name) {
         &st_cuda_last_row_ops,      &st_cuda_conv2d_ops,
         &st_cuda_maxpool2d_ops,     &st_cuda_batchnorm_ops,
         &st_cuda_flatten_ops,       &st_cuda_softmax_ce_ops,
-        &st_cuda_mse_ops,           &st_cuda_linear_ce_ops, /* (one a line) */
+        &st_cuda_mse_ops,           &st_cuda_linear_ce_ops,
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i]->name, name) == 0) return table[i];

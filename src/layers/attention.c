@@ -33,22 +33,6 @@
  * end, so the masked upper triangle is skipped in blocks of this size. */
 enum { TB = ST_ATTENTION_BLOCK };
 
-/* sum of a[j] * b[j] (b NULL: of a[j]) in 16 interleaved partial sums, an
- * order the compiler can vectorize without -ffast-math */
-static inline float dot16(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++)
-            acc[l] += a[j + l] * (b ? b[j + l] : 1.0f);
-    float s = 0.0f;
-    for (; j < n; j++)
-        s += a[j] * (b ? b[j] : 1.0f);
-    for (int l = 0; l < 16; l++)
-        s += acc[l];
-    return s;
-}
-
 /* max of a[0..n), n >= 1, in 16 interleaved lanes (vectorizable). A NaN
  * may be skipped here; it still reaches the row through a[j] - max. */
 static inline float max16(const float *a, int64_t n) {
@@ -74,7 +58,7 @@ static void softmax_rows(float *p, int64_t T, int64_t t0, int64_t t1) {
         const float mx = max16(row, t + 1);
         for (int64_t j = 0; j <= t; j++)
             row[j] = st_exp_nonpos(row[j] - mx);
-        const float inv = 1.0f / dot16(row, NULL, t + 1);
+        const float inv = 1.0f / st_dot16(row, NULL, t + 1);
         for (int64_t j = 0; j <= t; j++)
             row[j] *= inv;
         for (int64_t j = t + 1; j < T; j++)
@@ -152,7 +136,7 @@ static st_status attention_backward(st_node *n, st_graph *g) {
                          (int)C3, 0.0f, dp + t0 * T, (int)T);
                 for (int64_t t = t0; t < t1; t++) {
                     float *pr = p + t * T, *dr = dp + t * T;
-                    const float dot = dot16(dyh + t * C, yh + t * C, hs);
+                    const float dot = st_dot16(dyh + t * C, yh + t * C, hs);
                     for (int64_t j = 0; j <= t; j++)
                         dr[j] = pr[j] * (dr[j] - dot);
                     for (int64_t j = t + 1; j < T; j++)

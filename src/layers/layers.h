@@ -28,6 +28,23 @@ static inline void st_grad_pass(float *dx, const float *dy, int64_t n, bool acc)
     for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
 }
 
+/* The sum of a[j] * b[j] (b NULL: of a[j]) in 16 interleaved partial sums,
+ * an order the compiler can vectorize without -ffast-math (attention's
+ * rows, a linear layer's products with a vector) */
+static inline float st_dot16(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] += a[j + l] * (b ? b[j + l] : 1.0f);
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += a[j] * (b ? b[j] : 1.0f);
+    for (int l = 0; l < 16; l++)
+        s += acc[l];
+    return s;
+}
+
 /* Elements of a forward's element- or row-wise loop below which it runs on
  * one thread: a parallel region's start and end (waking the team, tens of
  * microseconds with OMP_WAIT_POLICY=PASSIVE) cost more than such a loop

@@ -37,21 +37,9 @@ static void gemv_row(const float *x, const float *w, int64_t K, int64_t N, bool 
                 for (int64_t j = 0; j < nj; j++)
                     yb[j] += xk * wk[j];
             }
-        } else { /* y[j] += x . W[j, :], in 16 interleaved partial sums (vectorized) */
-            for (int64_t j = 0; j < nj; j++) {
-                const float *wj = w + (j0 + j) * K;
-                float part[16] = {0};
-                int64_t k = 0;
-                for (; k + 16 <= K; k += 16)
-                    for (int l = 0; l < 16; l++)
-                        part[l] += x[k + l] * wj[k + l];
-                float sum = 0.0f;
-                for (; k < K; k++)
-                    sum += x[k] * wj[k];
-                for (int l = 0; l < 16; l++)
-                    sum += part[l];
-                yb[j] += sum;
-            }
+        } else { /* y[j] += x . W[j, :] */
+            for (int64_t j = 0; j < nj; j++)
+                yb[j] += st_dot16(x, w + (j0 + j) * K, K);
         }
     }
 }

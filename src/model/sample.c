@@ -139,19 +139,12 @@ static st_status dec_step(decoder *d, const int32_t *tok, int64_t pos, int64_t n
     d->mg.g.training = false;
     d->mg.g.pos = pos;
     const size_t nb = (size_t)(B * n) * sizeof *tok;
-    if (dev)
-        ST_TRY(st_device_upload(dev, d->mg.x->idata, tok, nb));
-    else
-        memcpy(d->mg.x->idata, tok, nb);
+    ST_TRY(st_device_upload(dev, d->mg.x->idata, tok, nb)); /* (a memcpy on the host) */
     ST_TRY(st_graph_forward(&d->mg.g));
-    for (int64_t b = 0; want && b < B; b++) { /* (on a device the copy waits for the forward) */
-        const float *row = d->mg.logits->data + b * V; /* (the graph's head takes the last rows alone) */
-        if (dev)
-            ST_TRY(st_device_download(dev, d->logits + b * V, row, (size_t)V * sizeof *row));
-        else
-            memcpy(d->logits + b * V, row, (size_t)V * sizeof *row);
-    }
-    return ST_OK;
+    if (!want) return ST_OK;
+    /* (B, 1, V): the graph's head takes the last rows alone; on a device
+     * the copy waits for the forward */
+    return st_device_download(dev, d->logits, d->mg.logits->data, (size_t)(B * V) * sizeof *d->logits);
 }
 
 void st_generate_config(st_config *c) {
