@@ -1,7 +1,8 @@
 /* Models: parameter counts and names (GPT-2 124M's exact shape), weights
  * round trip and every load mismatch reported by name, graphs for several
- * batch sizes sharing one parameter arena, seeded initialisation, and a
- * training step that gives the same bits twice. */
+ * batch sizes sharing one parameter arena, seeded initialisation, a
+ * training step that gives the same bits twice, and a model for forward
+ * alone (no gradients). */
 #include <omp.h>
 #include <string.h>
 #include <unistd.h>
@@ -390,7 +391,53 @@ static void test_gpt2_style_file(void) {
     rmdir(dir);
 }
 
+/* A model for forward alone (st_model_create_inference): no gradient
+ * arena, the same layout, the same logits as the training model's forward
+ * graph from the same weights; a training graph on it is an error. */
+static void test_inference_model(void) {
+    st_model *a = make("gpt", gpt_tiny);
+    if (!a) return;
+    CHECK_OK(st_model_init_weights(a, 7));
+    st_model *b = NULL;
+    CHECK_OK(st_model_create_inference(&a->cfg, &a->in, NULL, &b));
+    if (!b) {
+        st_model_free(a);
+        return;
+    }
+    CHECK(b->params.grad == NULL && b->params.count == a->params.count &&
+              b->params.arena_count == a->params.arena_count,
+          "an inference model: no gradients (%p), the same parameters (%lld of %lld)", (void *)b->params.grad,
+          (long long)b->params.count, (long long)a->params.count);
+    for (int i = 0; i < b->params.n; i++)
+        CHECK(b->params.t[i]->grad == NULL, "%s has a gradient", b->params.t[i]->name);
+    memcpy(b->params.data, a->params.data, (size_t)a->params.arena_count * sizeof(float));
+    if (a->params.buffer_count)
+        memcpy(b->params.buffers, a->params.buffers, (size_t)a->params.buffer_count * sizeof(float));
+    st_model_graph ga, gb, gt;
+    CHECK_OK(st_model_graph_build_forward(a, 2, &ga));
+    CHECK_OK(st_model_graph_build_forward(b, 2, &gb));
+    CHECK_FAILS(st_model_graph_build(b, 2, &gt), ST_ERR_INTERNAL, "made without gradients");
+    if (ga.x && gb.x) {
+        for (int64_t i = 0; i < 2 * 16; i++) {
+            ga.x->idata[i] = gb.x->idata[i] = (int32_t)(i * 11 % 64);
+            ga.y->idata[i] = gb.y->idata[i] = (int32_t)(i * 3 % 64);
+        }
+        CHECK_OK(st_graph_forward(&ga.g));
+        CHECK_OK(st_graph_forward(&gb.g));
+        CHECK(ga.logits && gb.logits &&
+                  memcmp(ga.logits->data, gb.logits->data, (size_t)(2 * 16 * 64) * sizeof(float)) == 0,
+              "the inference model's logits are not the training model's bits");
+        CHECK(isfinite(gb.loss->data[0]) && gb.loss->data[0] == ga.loss->data[0], "loss %g against %g",
+              gb.loss->data[0], ga.loss->data[0]);
+    }
+    st_model_graph_free(&ga);
+    st_model_graph_free(&gb);
+    st_model_free(a);
+    st_model_free(b);
+}
+
 int main(void) {
+    test_inference_model();
     test_gpt2_style_file();
     test_gpt2_124m_shape();
     test_counts_and_names();

@@ -503,7 +503,7 @@ int st_cmd_sample(int argc, char **argv) {
         const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
         omp_set_num_threads(threads > 0 ? threads : 1);
         openblas_set_num_threads(threads > 0 ? threads : 1);
-        s = st_model_create_on(&cfg, &in, dev, &m);
+        s = st_model_create_inference(&cfg, &in, dev, &m);
     }
     if (s == ST_OK) s = st_model_load(m, path);
     if (s == ST_ERR_NOMEM && dev && strcmp(cfg.train.device, "auto") == 0) { /* the CPU, saying why */
@@ -513,7 +513,7 @@ int st_cmd_sample(int argc, char **argv) {
         m = NULL;
         st_device_free(dev);
         dev = NULL;
-        s = st_model_create(&cfg, &in, &m);
+        s = st_model_create_inference(&cfg, &in, NULL, &m);
         if (s == ST_OK) s = st_model_load(m, path);
     }
     if (s == ST_ERR_NOMEM && dev) /* (the device's own message speaks of training's settings) */

@@ -95,6 +95,9 @@ typedef struct st_run_result {
      * norm, fp16's overflow check, checkpoints, evaluation: docs/cuda.md,
      * "Synchronisation in the step loop"); 0 on the CPU */
     int64_t device_stream_waits;
+    /* rank 0: where its last text sample (log.sample_every) was drawn: the
+     * GPU's name (st_device_name) or "cpu"; "" when it drew none */
+    char sample_device[128];
 } st_run_result;
 
 /* Train as `cfg` says. The planner fills `auto` values in cfg. */

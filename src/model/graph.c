@@ -457,24 +457,24 @@ static st_status layout_params(st_params *p) {
     p->n_params = n_params;
     const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);
     /* The hook first: it may be collective over ranks, which all get here. */
-    if (p->grad_hook.alloc)
+    if (p->grad_hook.alloc && !p->no_grads)
         ST_TRY(p->grad_hook.alloc(p->grad_hook.ctx, pbytes, (void **)&p->grad, &p->grad_cap_bytes));
     p->grad_hooked = p->grad != NULL;
-    st_status s = p->grad ? ST_OK : st_device_alloc(p->dev, pbytes, (void **)&p->grad);
+    st_status s = p->grad || p->no_grads ? ST_OK : st_device_alloc(p->dev, pbytes, (void **)&p->grad);
     if (s == ST_OK) s = st_device_alloc(p->dev, pbytes, (void **)&p->data);
     if (s == ST_OK && bc) s = st_device_alloc(p->dev, bbytes, (void **)&p->buffers);
     if (s != ST_OK)
-        return st_fail_context(s,
-                               "the %lld parameters' fp32 weights and gradients (%.1f MiB): ", (long long)pc,
-                               2.0 * (double)pbytes / (1 << 20));
+        return st_fail_context(s, "the %lld parameters' fp32 weights%s (%.1f MiB): ", (long long)pc,
+                               p->no_grads ? "" : " and gradients",
+                               (p->no_grads ? 1.0 : 2.0) * (double)pbytes / (1 << 20));
     ST_TRY(st_device_zero(p->dev, p->data, pbytes));
-    ST_TRY(st_device_zero(p->dev, p->grad, pbytes));
+    if (p->grad) ST_TRY(st_device_zero(p->dev, p->grad, pbytes));
     if (bc) ST_TRY(st_device_zero(p->dev, p->buffers, bbytes));
     for (int i = 0; i < p->n; i++) {
         st_tensor *t = p->t[i];
         if (t->kind == ST_TENSOR_PARAM) {
             t->data = p->data + t->offset;
-            t->grad = p->grad + t->offset;
+            t->grad = p->grad ? p->grad + t->offset : NULL;
         } else {
             t->data = p->buffers + t->offset;
         }
@@ -1042,6 +1042,8 @@ static st_status place_transients(st_graph *g, const int *region, const bool *ov
 
 st_status st_graph_finalize(st_graph *g) {
     if (g->finalized) return ST_OK;
+    if (g->params->no_grads && !g->forward_only && !g->params_only)
+        return st_fail(ST_ERR_INTERNAL, "a training graph over parameters made without gradients (no_grads)");
     if (!g->params->frozen)
         ST_TRY(layout_params(g->params));
     else if (g->params->cursor != g->params->n)

@@ -191,6 +191,8 @@ typedef struct st_params {
     float *data, *grad, *buffers;
     bool frozen;      /* layout done: later builds must declare the same tensors */
     bool layout_only; /* set before the first build: offsets and counts, no arenas (the planner) */
+    bool no_grads;    /* set before the first build: no gradient arena (the parameters' `grad` NULL):
+                         forward-only graphs alone (generation); st_graph_finalize refuses the rest */
     int cursor;       /* next expected declaration during a rebuild */
     /* Mixed precision (docs/precision.md). `data` holds the fp32 master
      * weights; in bf16 and fp16 the compute copy holds them rounded to the

@@ -278,12 +278,13 @@ void st_model_graph_free(st_model_graph *mg) {
     memset(mg, 0, sizeof *mg);
 }
 
-static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, st_device *dev,
-                        const st_arena_hook *grad, st_model **out) {
+static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, bool no_grads,
+                        st_device *dev, const st_arena_hook *grad, st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
     m->params.layout_only = layout_only;
+    m->params.no_grads = no_grads;
     m->params.dev = dev; /* before the probe below lays out the arenas */
     if (grad) m->params.grad_hook = *grad;
     m->cfg = *cfg;
@@ -347,20 +348,25 @@ bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) 
 }
 
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, false, NULL, NULL, out);
+    return create(cfg, in, false, false, NULL, NULL, out);
 }
 
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
-    return create(cfg, in, false, dev, NULL, out);
+    return create(cfg, in, false, false, dev, NULL, out);
 }
 
 st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
                                  const st_arena_hook *grad, st_model **out) {
-    return create(cfg, in, false, dev, grad, out);
+    return create(cfg, in, false, false, dev, grad, out);
+}
+
+st_status st_model_create_inference(const st_config *cfg, const st_model_input *in, st_device *dev,
+                                    st_model **out) {
+    return create(cfg, in, false, true, dev, NULL, out);
 }
 
 st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, true, NULL, NULL, out);
+    return create(cfg, in, true, false, NULL, NULL, out);
 }
 
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {

@@ -68,6 +68,11 @@ st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_
  * none), e.g. the communicator's zero-copy arena. */
 st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
                                  const st_arena_hook *grad, st_model **out);
+/* A model for forward alone (generation, evaluation) on `dev` (NULL = host):
+ * no gradient arena, so the parameters take half the memory; only forward
+ * graphs (st_model_graph_build_forward*, _decode) can be built on it. */
+st_status st_model_create_inference(const st_config *cfg, const st_model_input *in, st_device *dev,
+                                    st_model **out);
 void st_model_free(st_model *m);
 /* The planner's model: parameters laid out (names, shapes, counts) but no
  * memory allocated, so a 1.5B-parameter model can be planned on a laptop.

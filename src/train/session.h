@@ -29,8 +29,10 @@ typedef struct st_session {
     st_model_graph eval_graph;
     st_eval_dev *eval_dev; /* device evaluation's pinned buffers, events and loss sum (eval_device.h) */
     st_model *sampler;  /* rank 0, log.sample_every: a copy of the model on the host, in fp32, that draws the
-                           samples */
+                           samples where the run's GPU has no room for one (train.c draw_sample) */
     bool sample_failed; /* rank 0: a sample could not be drawn (said): no more this run */
+    bool sample_on_host; /* rank 0: the GPU had no room for a sample's sampler (said): the host draws them */
+    char sample_device[128]; /* rank 0: where the last sample was drawn (st_device_name, "cpu"); "": none */
     st_device *dev; /* train.device: NULL = the CPU, else this rank's GPU (model and graphs live there) */
     FILE *out;      /* standard output: a queue's stream (core/outq.h) when the caller gave none */
     bool out_tty;   /* out is a terminal */

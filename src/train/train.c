@@ -126,6 +126,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
             cJSON_AddBoolToObject(o, "replicas_identical", r->replicas_identical);
         }
     }
+    if (train && r->sample_device[0]) cJSON_AddStringToObject(o, "sample_device", r->sample_device);
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
@@ -202,7 +203,8 @@ static double eval_estimate_s(const st_session *ses, double rate) {
 }
 
 /* ... and of rank 0's text sample (log.sample_every), at 1 GFLOP/s or more
- * on its CPU: 2 x parameters FLOPs a token while the sequence fits the
+ * on its CPU (a GPU's is far less, but the CPU draws it where the GPU has
+ * no room): 2 x parameters FLOPs a token while the sequence fits the
  * block (the cache of keys and values), a window's forward (block_size
  * times that) a token past it, and 10 s to make the sampler. */
 static double sample_estimate_s(const st_session *ses) {
@@ -466,14 +468,74 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     return ST_OK;
 }
 
+/* The run's weights (host arrays laid out as its arenas: data, buffers)
+ * into the sampler sm, tensor by tensor by name; uploaded when sm is on a
+ * device. */
+static st_status sampler_weights(st_model *sm, const st_model *m, const float *data, const float *buffers) {
+    for (int i = 0; i < sm->params.n; i++) {
+        st_tensor *t = sm->params.t[i];
+        const st_tensor *u = st_params_find(&m->params, t->name);
+        if (!u || u->count != t->count)
+            return st_fail(ST_ERR_INTERNAL, "the sampler's %s is not the model's", t->name);
+        const float *src = (u->kind == ST_TENSOR_PARAM ? data : buffers) + u->offset;
+        ST_TRY(st_device_upload(sm->params.dev, t->data, src, (size_t)t->count * sizeof *t->data));
+    }
+    st_params_touch(&sm->params);
+    return ST_OK;
+}
+
+/* One text sample (go) from the run's weights (data, buffers) into out
+ * (*len tokens), drawn on the run's GPU when it has one and room there:
+ * a sampler made there for this sample alone and freed after it (fp32
+ * weights without gradients, the cache of keys and values, its graphs), so
+ * that training never runs beside its memory; else, and from the first
+ * sample that found no room on, on the host, by a sampler kept for the
+ * run. *where: the device's name or "cpu". */
+static st_status draw_sample(st_session *ses, const float *data, const float *buffers,
+                             const st_generate_opts *go, int32_t *out, int64_t *len, const char **where) {
+    st_model *m = ses->model;
+    st_config sc = *ses->cfg;
+    st_generate_config(&sc);
+    const int32_t V = (int32_t)m->in.vocab_size, first = V == 256 ? '\n' : V >= 50257 ? 50256 : 0;
+    if (m->params.dev && !ses->sample_on_host) {
+        st_model *dm = NULL;
+        st_status s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
+        if (s == ST_OK) s = sampler_weights(dm, m, data, buffers);
+        if (s == ST_OK) s = st_generate(dm, &first, 1, go, out, len);
+        st_model_free(dm);
+        *where = st_device_name(m->params.dev);
+        if (s != ST_ERR_NOMEM) return s;
+        st_clear_error(); /* (its message speaks of training's settings) */
+        st_device_mem dmem;
+        const double mib = 1 << 20, weights = (double)(m->params.arena_count + m->params.buffer_count) * 4;
+        char free_mib[64] = "";
+        if (st_device_memory(m->params.dev, &dmem) == ST_OK)
+            snprintf(free_mib, sizeof free_mib, "%.1f MiB free, and ",
+                     (double)(dmem.total - dmem.used) / mib);
+        st_clear_error();
+        fprintf(ses->out,
+                "note: log.sample_every: %s has no room beside training for a sampler (%sits fp32 weights "
+                "alone are %.1f MiB): this run's samples are drawn on rank 0's CPU, slower\n",
+                st_device_name(m->params.dev), free_mib, weights / mib);
+        ses->sample_on_host = true;
+    }
+    *where = "cpu";
+    if (!ses->sampler) {
+        snprintf(sc.train.device, sizeof sc.train.device, "cpu");
+        ST_TRY(st_model_create_inference(&sc, &m->in, NULL, &ses->sampler));
+    }
+    ST_TRY(sampler_weights(ses->sampler, m, data, buffers));
+    return st_generate(ses->sampler, &first, 1, go, out, len);
+}
+
 /* log.sample_every, every rank after `step` steps: the weights then draw a
  * text sample on rank 0, which prints it (the other ranks take part in
- * gathering sharded masters alone). The sampler is a host copy of the model
- * in fp32 with its logits kept (the run's may be on a GPU, in 16 bits, with
- * a fused head), made at the first sample; its weights are the run's,
- * copied tensor by tensor each time. A sample is a look at the model, not
- * part of training: one that cannot be drawn is a warning and the last, and
- * a stop (SIGTERM) ends it unprinted. */
+ * gathering sharded masters alone). The sampler is a copy of the model in
+ * fp32 with its logits kept (the run's may be in 16 bits, with a fused
+ * head), on the run's GPU or the host (draw_sample); its weights are the
+ * run's, copied tensor by tensor each time. A sample is a look at the
+ * model, not part of training: one that cannot be drawn is a warning and
+ * the last, and a stop (SIGTERM) ends it unprinted. */
 static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step) {
     st_model *m = ses->model;
     const st_config *c = ses->cfg;
@@ -486,27 +548,7 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
         return ST_OK;
     }
     st_status s = data ? ST_OK : st_model_copy_arenas(m, &data, &buffers);
-    if (s == ST_OK && !ses->sampler) {
-        st_config sc = *c;
-        st_generate_config(&sc);
-        snprintf(sc.train.device, sizeof sc.train.device, "cpu");
-        s = st_model_create(&sc, &m->in, &ses->sampler);
-    }
-    for (int i = 0; s == ST_OK && i < ses->sampler->params.n; i++) {
-        st_tensor *t = ses->sampler->params.t[i];
-        const st_tensor *u = st_params_find(&m->params, t->name);
-        if (!u || u->count != t->count) {
-            s = st_fail(ST_ERR_INTERNAL, "the sampler's %s is not the model's", t->name);
-            break;
-        }
-        memcpy(t->data, (u->kind == ST_TENSOR_PARAM ? data : buffers) + u->offset,
-               (size_t)t->count * sizeof *t->data);
-    }
-    st_free_aligned(data);
-    st_free_aligned(buffers);
     const int64_t V = m->in.vocab_size, n = c->log.sample_tokens;
-    /* a new line (bytes), GPT-2's end of text, or token 0 */
-    const int32_t first = V == 256 ? '\n' : V >= 50257 ? 50256 : 0;
     int32_t *out = s == ST_OK ? malloc((size_t)(n + 1) * sizeof *out) : NULL;
     if (s == ST_OK && !out)
         s = st_fail(ST_ERR_NOMEM, "out of memory for a sample of %lld tokens", (long long)n);
@@ -519,12 +561,16 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
                                  .seed = seed,
                                  .stop_token = -1,
                                  .stop = opts->stop};
-    if (s == ST_OK) s = st_generate(ses->sampler, &first, 1, &go, out, &len);
+    const char *where = "";
+    if (s == ST_OK) s = draw_sample(ses, data, buffers, &go, out, &len, &where);
+    st_free_aligned(data);
+    st_free_aligned(buffers);
     if (s == ST_ERR_INTERRUPTED) { /* (the run stops after this step: the sample goes unprinted) */
         st_clear_error();
         free(out);
         return ST_OK;
     }
+    if (s == ST_OK) snprintf(ses->sample_device, sizeof ses->sample_device, "%s", where);
     st_progress_end(prog);
     if (s != ST_OK) {
         fprintf(ses->out,
@@ -1711,6 +1757,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
      * at the most; 0 on the host */
     st_device_mem dm;
     if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
+    snprintf(res->sample_device, sizeof res->sample_device, "%s", ses.sample_device);
     /* Rank 0 alone evaluates and writes the weights (the replicas are
      * identical); the others wait for the outcome, as long as an evaluation
      * and a write of the weights may take. */

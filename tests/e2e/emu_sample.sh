@@ -12,9 +12,13 @@
 #     and a GPU older than the kernels (ST_CUDAEMU_CC=75), are an error
 #     with train.device cuda and the CPU, saying why, with auto.
 #  4. log.sample_every in a bf16 run on the GPU, and under ZeRO-1 on 2
-#     GPUs (the fp32 masters sharded: gathered for the sample): the last
-#     sample is the one `scaletrain sample` draws from the saved weights
-#     with the run's seed for that step (tests/py/train_sample.py).
+#     GPUs (the fp32 masters sharded: gathered for the sample): drawn on
+#     the GPU (the JSON's sample_device), the last sample is the one
+#     `scaletrain sample` draws on the CPU from the saved weights with the
+#     run's seed for that step (tests/py/train_sample.py). A wider model
+#     (1.7 M parameters) on a GPU with room for its training and less than
+#     its sampler's weights beside it: a note says so, the samples come
+#     from the CPU, the same ones, and training goes on.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_need_mpirun
@@ -93,11 +97,24 @@ tr=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/tra
     --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 --set model.block_size=96
     --set train.steps=4 --set train.batch_size=4 --set optim.lr=5e-3 --set train.device=cuda --set precision=bf16
     --set log.sample_every=2 --set log.sample_tokens=40 --set train.threads=1 --set data.num_workers=0)
-timeout 600 "$bin" "${tr[@]}" --set train.out_dir="$tmp/t1" >"$tmp/t1.txt" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/t1.txt")"
+timeout 600 "$bin" "${tr[@]}" --set train.out_dir="$tmp/t1" --json >"$tmp/t1.txt" 2>&1 || fail "bf16 run: $(tail -3 "$tmp/t1.txt")"
 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/t2" --json >"$tmp/t2.txt" 2>&1 ||
     fail "zero1 run: $(tail -3 "$tmp/t2.txt")"
 tail -1 "$tmp/t2.txt" | grep -q '"masters_sharded":[ ]*true' || fail "zero1 run: the masters are not sharded"
-for r in t1 t2; do
+# the wider model: its training's and its sampler's memory measured, then a GPU of 4 MiB less than both
+wide=("${tr[@]}" --set model.n_head=1 --set model.n_embd=256 --set train.micro_batch_size=4 --set train.activation_checkpointing=off)
+timeout 600 "$bin" "${wide[@]}" --set train.out_dir="$tmp/t3" --json >"$tmp/t3.txt" 2>&1 || fail "wide run: $(tail -3 "$tmp/t3.txt")"
+mb=$(tail -1 "$tmp/t3.txt" | /usr/bin/python3 -c 'import json, sys; print(int(json.load(sys.stdin)["device_mem_peak_bytes"] / 2**20) - 4)') ||
+    fail "wide run: no device memory peak: $(tail -1 "$tmp/t3.txt")"
+ST_CUDAEMU_MEM_MB=$mb timeout 600 "$bin" "${wide[@]}" --set train.out_dir="$tmp/t4" --json >"$tmp/t4.txt" 2>&1 ||
+    fail "wide run on $mb MiB: $(tail -3 "$tmp/t4.txt")"
+grep -qE "^note: log.sample_every: cuda:0 .* has no room beside training for a sampler \([0-9.]+ MiB free, and its fp32 weights alone are 6.4 MiB\): this run's samples are drawn on rank 0's CPU, slower$" "$tmp/t4.txt" ||
+    fail "wide run on $mb MiB: no note, or not once: $(grep -E "^(note|warning)" "$tmp/t4.txt")"
+[ "$(grep -c "has no room beside training" "$tmp/t4.txt")" -eq 1 ] || fail "wide run on $mb MiB: the note more than once"
+for r in t1 t2 t3 t4; do
+    want='"sample_device":"cuda:0 (scaletrain CUDA emulator'
+    [ $r = t4 ] && want='"sample_device":"cpu"'
+    tail -1 "$tmp/$r.txt" | grep -qF "$want" || fail "$r: not drawn where expected ($want): $(tail -1 "$tmp/$r.txt")"
     [ "$(grep -c "^sample at step" "$tmp/$r.txt")" -eq 2 ] || fail "$r: not two samples: $(grep "^sample at" "$tmp/$r.txt")"
     seed=$(sed -n "s/^sample at step 4 (--seed \([0-9]*\)):$/\1/p" "$tmp/$r.txt")
     timeout 300 "$bin" sample --init "$tmp/$r" --prompt-ids 10 --tokens 40 --seed "$seed" --json \
