@@ -469,63 +469,97 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
 }
 
 /* The run's weights (host arrays laid out as its arenas: data, buffers)
- * into the sampler sm, tensor by tensor by name; uploaded when sm is on a
- * device. */
+ * into the sampler sm, uploaded when sm is on a device: each arena in one
+ * copy where sm lays its tensors out as the run's model does (it does: the
+ * same model settings), else tensor by tensor by name. */
 static st_status sampler_weights(st_model *sm, const st_model *m, const float *data, const float *buffers) {
-    for (int i = 0; i < sm->params.n; i++) {
-        st_tensor *t = sm->params.t[i];
+    const st_params *p = &sm->params;
+    bool same = p->n == m->params.n && p->arena_count == m->params.arena_count &&
+                p->buffer_count == m->params.buffer_count;
+    for (int i = 0; same && i < p->n; i++)
+        same = p->t[i]->kind == m->params.t[i]->kind && p->t[i]->offset == m->params.t[i]->offset &&
+               p->t[i]->count == m->params.t[i]->count && strcmp(p->t[i]->name, m->params.t[i]->name) == 0;
+    if (same) {
+        ST_TRY(st_device_upload(p->dev, p->data, data, (size_t)p->arena_count * sizeof *data));
+        if (p->buffer_count)
+            ST_TRY(st_device_upload(p->dev, p->buffers, buffers, (size_t)p->buffer_count * sizeof *buffers));
+    }
+    for (int i = 0; !same && i < p->n; i++) {
+        st_tensor *t = p->t[i];
         const st_tensor *u = st_params_find(&m->params, t->name);
         if (!u || u->count != t->count)
             return st_fail(ST_ERR_INTERNAL, "the sampler's %s is not the model's", t->name);
         const float *src = (u->kind == ST_TENSOR_PARAM ? data : buffers) + u->offset;
-        ST_TRY(st_device_upload(sm->params.dev, t->data, src, (size_t)t->count * sizeof *t->data));
+        ST_TRY(st_device_upload(p->dev, t->data, src, (size_t)t->count * sizeof *t->data));
     }
     st_params_touch(&sm->params);
     return ST_OK;
 }
 
-/* One text sample (go) from the run's weights (data, buffers) into out
- * (*len tokens), drawn on the run's GPU when it has one and room there:
- * a sampler made there for this sample alone and freed after it (fp32
+/* One text sample (go) from the run's weights (*data, *buffers: host
+ * copies, freed here as soon as no sampler needs them) into out (*len
+ * tokens), drawn on the run's GPU when it has one and room there: a
+ * sampler made there for this sample alone and freed after it (fp32
  * weights without gradients, the cache of keys and values, its graphs), so
  * that training never runs beside its memory; else, and from the first
  * sample that found no room on, on the host, by a sampler kept for the
- * run. *where: the device's name or "cpu". */
-static st_status draw_sample(st_session *ses, const float *data, const float *buffers,
+ * run. *where: the device's name or "cpu". The progress line is ended
+ * before a note. */
+static st_status draw_sample(st_session *ses, st_progress *prog, float **data, float **buffers,
                              const st_generate_opts *go, int32_t *out, int64_t *len, const char **where) {
     st_model *m = ses->model;
     st_config sc = *ses->cfg;
     st_generate_config(&sc);
     const int32_t V = (int32_t)m->in.vocab_size, first = V == 256 ? '\n' : V >= 50257 ? 50256 : 0;
+    st_status s = ST_OK;
     if (m->params.dev && !ses->sample_on_host) {
         st_model *dm = NULL;
-        st_status s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
-        if (s == ST_OK) s = sampler_weights(dm, m, data, buffers);
+        s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
+        if (s == ST_OK) s = sampler_weights(dm, m, *data, *buffers);
         if (s == ST_OK) s = st_generate(dm, &first, 1, go, out, len);
         st_model_free(dm);
         *where = st_device_name(m->params.dev);
-        if (s != ST_ERR_NOMEM) return s;
-        st_clear_error(); /* (its message speaks of training's settings) */
+        if (s != ST_ERR_NOMEM) goto done;
+        /* No room on the GPU, or none in host memory for the sampler's
+         * small host arrays (said as it is: the host sampler would fail
+         * too, with a warning) */
+        char why[512];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        st_clear_error();
         st_device_mem dmem;
         const double mib = 1 << 20, weights = (double)(m->params.arena_count + m->params.buffer_count) * 4;
-        char free_mib[64] = "";
-        if (st_device_memory(m->params.dev, &dmem) == ST_OK)
-            snprintf(free_mib, sizeof free_mib, "%.1f MiB free, and ",
-                     (double)(dmem.total - dmem.used) / mib);
+        const bool got = st_device_memory(m->params.dev, &dmem) == ST_OK;
         st_clear_error();
-        fprintf(ses->out,
-                "note: log.sample_every: %s has no room beside training for a sampler (%sits fp32 weights "
-                "alone are %.1f MiB): this run's samples are drawn on rank 0's CPU, slower\n",
-                st_device_name(m->params.dev), free_mib, weights / mib);
+        const double free_b = got ? (double)(dmem.total - dmem.used) : 0;
+        st_progress_end(prog);
+        if (got && free_b < 2 * weights)
+            fprintf(ses->out,
+                    "note: log.sample_every: %s has no room beside training for a sampler (%.1f MiB free, "
+                    "and its fp32 weights alone are %.1f MiB): this run's samples are drawn on rank 0's "
+                    "CPU, slower\n",
+                    st_device_name(m->params.dev), free_b / mib, weights / mib);
+        else
+            fprintf(ses->out,
+                    "note: log.sample_every: no sampler on %s (%s): this run's samples are drawn on rank "
+                    "0's CPU, slower\n",
+                    st_device_name(m->params.dev), why);
         ses->sample_on_host = true;
     }
     *where = "cpu";
     if (!ses->sampler) {
         snprintf(sc.train.device, sizeof sc.train.device, "cpu");
-        ST_TRY(st_model_create_inference(&sc, &m->in, NULL, &ses->sampler));
+        s = st_model_create_inference(&sc, &m->in, NULL, &ses->sampler);
     }
-    ST_TRY(sampler_weights(ses->sampler, m, data, buffers));
-    return st_generate(ses->sampler, &first, 1, go, out, len);
+    if (s == ST_OK) s = sampler_weights(ses->sampler, m, *data, *buffers);
+    st_free_aligned(*data); /* (before generation: the host sampler holds its own copy) */
+    st_free_aligned(*buffers);
+    *data = *buffers = NULL;
+    if (s == ST_OK) s = st_generate(ses->sampler, &first, 1, go, out, len);
+done:
+    st_free_aligned(*data);
+    st_free_aligned(*buffers);
+    *data = *buffers = NULL;
+    return s;
 }
 
 /* log.sample_every, every rank after `step` steps: the weights then draw a
@@ -533,7 +567,7 @@ static st_status draw_sample(st_session *ses, const float *data, const float *bu
  * gathering sharded masters alone). The sampler is a copy of the model in
  * fp32 with its logits kept (the run's may be in 16 bits, with a fused
  * head), on the run's GPU or the host (draw_sample); its weights are the
- * run's, copied tensor by tensor each time. A sample is a look at the
+ * run's, copied each time. A sample is a look at the
  * model, not part of training: one that cannot be drawn is a warning and
  * the last, and a stop (SIGTERM) ends it unprinted. */
 static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step) {
@@ -562,7 +596,7 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
                                  .stop_token = -1,
                                  .stop = opts->stop};
     const char *where = "";
-    if (s == ST_OK) s = draw_sample(ses, data, buffers, &go, out, &len, &where);
+    if (s == ST_OK) s = draw_sample(ses, prog, &data, &buffers, &go, out, &len, &where);
     st_free_aligned(data);
     st_free_aligned(buffers);
     if (s == ST_ERR_INTERRUPTED) { /* (the run stops after this step: the sample goes unprinted) */
