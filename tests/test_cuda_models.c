@@ -710,7 +710,8 @@ done:
  * cache's positions) to 1e-4 scaled; and a step past the cache is an
  * error naming its positions (`past`). The second case takes the device
  * kernel's several tiles of 128 positions and its heads wider than its
- * 128 threads (192 channels). */
+ * 128 threads (192 channels); the third a head wider than a block's 512
+ * channels (640: two blocks a head, the second's channels partly past it). */
 /* mg's forward on its tokens x (B, n) at its g.pos; on a device its
  * activations NaN first */
 static st_status decode_run(st_device *dev, st_model_graph *mg, const int32_t *x) {
@@ -927,6 +928,15 @@ int main(void) {
          300,
          {{0, 260}, {260, 1}, {261, 39}},
          "positions 262 to 300, past the cache's 300"},
+        {"gpt cached decoding, 1 layer, 1 head of 640 channels (two blocks of channels), block 96",
+         1,
+         1,
+         640,
+         96,
+         64,
+         96,
+         {{0, 70}, {70, 1}, {71, 25}},
+         "positions 72 to 96"},
     };
     for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++) {
         worst_scaled = 0;

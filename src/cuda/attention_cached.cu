@@ -4,7 +4,9 @@
  * cache's positions up to its own: the scores of DT positions at a time
  * (a thread each, its dot product over the head's channels), their running
  * maximum and sum (the online softmax), and each channel's weighted sum of
- * the values by a thread of its own. fp32 throughout (generation's graphs).
+ * the values by a thread of its own, DT x DK channels a block: a head wider
+ * than that takes several blocks, each computing the same scores for its
+ * own channels. fp32 throughout (generation's graphs).
  * The sums run in another order than the CPU's: parity to fp32 rounding. */
 #include <math.h>
 
@@ -12,7 +14,7 @@
 
 extern "C" st_status st_attention_cached_check(const st_node *n, const st_graph *g); /* (layers.h) */
 
-enum { DT = 128, DK = 4 }; /* threads (positions a tile) a block; channels a thread: hs <= DT x DK */
+enum { DT = 128, DK = 4 }; /* threads (positions a tile) a block; channels a thread */
 
 static __global__ void kv_write_kernel(const float *qkv, float *kc, float *vc, int64_t N, int64_t C,
                                        int64_t cap, int64_t pos, int64_t total) {
@@ -25,11 +27,13 @@ static __global__ void kv_write_kernel(const float *qkv, float *kc, float *vc, i
 }
 
 static __global__ void decode_kernel(const float *qkv, const float *kc, const float *vc, float *y, int64_t N,
-                                     int64_t H, int64_t hs, int64_t C, int64_t cap, int64_t pos,
-                                     float scale) {
+                                     int64_t H, int64_t hs, int64_t C, int64_t cap, int64_t pos, float scale,
+                                     int64_t nch) {
     __shared__ float p[DT];
     __shared__ float sh[32];
-    const int64_t row = blockIdx.x, b = row / (N * H), j = row / H % N, hd = row % H, last = pos + j;
+    /* (sample, row, head) and which DT x DK channels of the head */
+    const int64_t row = blockIdx.x / nch, c0 = blockIdx.x % nch * (DT * DK);
+    const int64_t b = row / (N * H), j = row / H % N, hd = row % H, last = pos + j;
     const float *q = qkv + (b * N + j) * 3 * C + hd * hs;
     const float *k = kc + b * cap * C + hd * hs, *v = vc + b * cap * C + hd * hs;
     float acc[DK] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -52,7 +56,7 @@ static __global__ void decode_kernel(const float *qkv, const float *kc, const fl
         const int64_t nt = last - t0 + 1 < (int64_t)DT ? last - t0 + 1 : (int64_t)DT;
 #pragma unroll
         for (int kk = 0; kk < DK; kk++) {
-            const int64_t i = threadIdx.x + kk * DT;
+            const int64_t i = c0 + threadIdx.x + kk * DT;
             if (i >= hs) break;
             float a = acc[kk] * corr;
             for (int64_t u = 0; u < nt; u++)
@@ -64,7 +68,7 @@ static __global__ void decode_kernel(const float *qkv, const float *kc, const fl
     float *o = y + (b * N + j) * C + hd * hs;
 #pragma unroll
     for (int kk = 0; kk < DK; kk++) {
-        const int64_t i = threadIdx.x + kk * DT;
+        const int64_t i = c0 + threadIdx.x + kk * DT;
         if (i < hs) o[i] = acc[kk] / l;
     }
 }
@@ -79,8 +83,9 @@ static st_status attention_cached_forward(st_node *n, st_graph *g) {
     kv_write_kernel<<<st_cuda_blocks(B * N * C, 256), 256, 0, st>>>(n->in[0]->data, kc, vc, N, C, kv->cap,
                                                                     g->pos, B * N * C);
     ST_CUDA_LAUNCHED();
-    decode_kernel<<<(unsigned)(B * N * H), DT, 0, st>>>(n->in[0]->data, kc, vc, n->out->data, N, H, hs, C,
-                                                        kv->cap, g->pos, 1.0f / sqrtf((float)hs));
+    const int64_t nch = (hs + DT * DK - 1) / (DT * DK);
+    decode_kernel<<<(unsigned)(B * N * H * nch), DT, 0, st>>>(
+        n->in[0]->data, kc, vc, n->out->data, N, H, hs, C, kv->cap, g->pos, 1.0f / sqrtf((float)hs), nch);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }
@@ -93,11 +98,6 @@ static st_status attention_cached_backward(st_node *n, st_graph *g) {
 
 static st_status attention_cached_prepare(st_node *n, st_graph *g) {
     (void)g;
-    const int64_t hs = n->args.i[ST_ATTNC_C] / n->args.i[ST_ATTNC_NHEAD];
-    if (hs > DT * DK) /* (at the graph's build: generation then takes its windows) */
-        return st_fail(ST_ERR_SHAPE,
-                       "attention_cached %s: heads of %lld channels (the GPU's kernel takes %d)",
-                       n->out->name, (long long)hs, DT * DK);
     n->work_count = 0; /* (the CPU's rows of scores; the kernels keep theirs in shared memory) */
     return ST_OK;
 }

@@ -218,9 +218,8 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
         for (int64_t b = 0; b < B; b++)
             memcpy(col + b * n, prompt + pos, (size_t)n * sizeof *col);
         s = dec_step(&kv, col, pos, n, pos + n == n_prompt);
-        /* (the first graph has no room, or the device's kernel does not take
-         * the model's heads: by windows, as above) */
-        if ((s == ST_ERR_NOMEM || s == ST_ERR_SHAPE) && pos == 0) {
+        /* (the first graph has no room: by windows, as above) */
+        if (s == ST_ERR_NOMEM && pos == 0) {
             st_clear_error();
             dec_free(&kv);
             cached = false;
