@@ -997,26 +997,59 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
  * trains at half its speed or less, and in a data-parallel run every rank
  * waits for it at each step's gradient exchange: its rank says so when the
  * slowdown starts, changes and ends (on logged lines, log.gpu_interval),
- * on standard error, naming its host and GPU. */
-static void say_slowdown(const st_session *ses, unsigned long long now, unsigned long long before,
-                         int64_t step, int64_t *since) {
-    char host[64] = "?", by[128];
+ * on standard error, naming its host and GPU. A GPU whose clocks come and
+ * go (a power cap at its edge) would say so at every logged line: after
+ * SLOW_FREE lines, a change is said at most every SLOW_QUIET_S seconds, as
+ * the state then with the changes unsaid since, and the run's end says the
+ * state if changes went unsaid. */
+enum { SLOW_FREE = 4, SLOW_QUIET_S = 300 };
+typedef struct slow_watch {
+    unsigned long long last, said; /* the reasons at the last reading, and in the last line (0: none) */
+    int64_t since;                 /* the step the slowdown said was first seen */
+    int lines;                     /* lines said */
+    double said_at;                /* st_now() of the last line */
+    int64_t unsaid, unsaid_from;   /* changes not said (rate), the first's step */
+    int64_t last_step;             /* of the last reading */
+} slow_watch;
+
+/* A reading (now) at `step`; end: the run's end, where the last reading's
+ * state is said if a change of it went unsaid. */
+static void say_slowdown(const st_session *ses, slow_watch *w, unsigned long long now, int64_t step,
+                         bool end) {
+    if (!end && now != w->last) {
+        if (w->unsaid++ == 0) w->unsaid_from = step;
+        w->last = now;
+    }
+    if (!end) w->last_step = step;
+    const double t = st_now();
+    const bool quiet = w->lines >= SLOW_FREE && t - w->said_at < SLOW_QUIET_S && !end;
+    if (!w->unsaid || quiet || (end && now == w->said)) return;
+    char host[64] = "?", by[128], more[160] = "";
     gethostname(host, sizeof host - 1);
+    const int64_t at = w->unsaid == 1 ? w->unsaid_from : w->last_step; /* (where this state was seen) */
+    if (w->unsaid > 1)
+        snprintf(more, sizeof more,
+                 " (its clocks changed %lld times since step %lld, said at most every %d s)",
+                 (long long)w->unsaid, (long long)w->unsaid_from, (int)SLOW_QUIET_S);
     if (now) {
-        if (!before) *since = step;
+        if (!w->said) w->since = at;
         st_ticker_sayf("scaletrain: warning: rank %d (host %s, %s): the GPU's clocks are slowed (%s) at step "
-                       "%lld: %s; nvidia-smi -q -d PERFORMANCE,TEMPERATURE on that host says more (the "
+                       "%lld%s: %s; nvidia-smi -q -d PERFORMANCE,TEMPERATURE on that host says more (the "
                        "cooling, the power supply)\n",
                        ses->rank, host, st_device_name(ses->dev), st_nvml_slowdown_names(now, by, sizeof by),
-                       (long long)step,
+                       (long long)at, more,
                        ses->world > 1 ? "every rank waits for it at each step's gradient exchange"
                                       : "the run trains slower while it lasts");
     } else {
         st_ticker_sayf(
             "scaletrain: rank %d (host %s, %s): the GPU's clocks are no longer slowed at step %lld "
-            "(first seen slowed at step %lld)\n",
-            ses->rank, host, st_device_name(ses->dev), (long long)step, (long long)*since);
+            "(first seen slowed at step %lld)%s\n",
+            ses->rank, host, st_device_name(ses->dev), (long long)at, (long long)w->since, more);
     }
+    w->said = now;
+    w->said_at = t;
+    w->lines++;
+    w->unsaid = 0;
 }
 
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
@@ -1338,8 +1371,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             fprintf(ses->out, "gpu monitor: memory only, no NVML (%s)\n", gm.why);
     }
     int64_t gpu_last = start;                           /* the step of the last GPU sample */
-    unsigned long long slowed_last = 0;                 /* the GPU's slowdown reasons at the last sample */
-    int64_t slowed_since = 0;
+    slow_watch slow = {0};                              /* the GPU's slowdown reasons, read and said */
+    bool slow_known = false;
     double window_loss = 0, t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     int64_t window_n = 0;
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
@@ -1483,9 +1516,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             } else {
                 known = st_gpu_monitor_clocks(&gm, &slowed);
             }
-            if (known && slowed != slowed_last)
-                say_slowdown(ses, slowed, slowed_last, step + 1, &slowed_since);
-            if (known) slowed_last = slowed;
+            if (known) say_slowdown(ses, &slow, slowed, step + 1, false);
+            slow_known |= known;
             gpu_last = step + 1;
         }
         if (line && met->f) {
@@ -1638,6 +1670,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (stopped) break;
     }
     st_progress_end(&prog);
+    if (slow_known) say_slowdown(ses, &slow, slow.last, slow.last_step, true); /* (changes left unsaid) */
     r->device_stream_waits = st_device_stream_waits(dev) - waits0;
     const int64_t ran = r->steps > start ? r->steps - start : 0;
     r->seconds = t_train;

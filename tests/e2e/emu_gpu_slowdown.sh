@@ -14,7 +14,11 @@
 #     are not a slowdown;
 #  2. 2 ranks, only rank 1's GPU slowed (HW power brake): rank 1 warns that
 #     every rank waits for it; rank 0 says nothing of clocks;
-#  3. an NVML without the clock readings: no word, no metrics field.
+#  3. an NVML without the clock readings: no word, no metrics field;
+#  4. clocks that come and go at every reading (a power cap at its edge,
+#     log.every 1): the first 4 changes said, the next 3 not (at most a
+#     line every 5 minutes after 4), and the run's end says the state they
+#     left, with their count.
 # Given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -66,5 +70,17 @@ ST_CUDAEMU_DEVICES=1 LD_LIBRARY_PATH="$tmp/old" ST_FAKE_NVML_CLOCKS=0x40 timeout
 ! grep -qi "slowed" "$tmp/old.log" || fail "an older NVML: a word on the clocks"
 grep -q '"gpu_temp_c"' "$tmp/old-run/metrics.jsonl" || fail "an older NVML: the monitor did not read it"
 ! grep -q gpu_clocks_slowed "$tmp/old-run/metrics.jsonl" || fail "an older NVML: gpu_clocks_slowed in the metrics"
+
+# 4. flapping clocks
+ST_CUDAEMU_DEVICES=1 LD_LIBRARY_PATH="$tmp/lib" ST_FAKE_NVML_CLOCKS=0x1,0x40,0x1,0x40,0x1,0x40,0x1,0x80 timeout 120 \
+    "$bin" "${tr[@]}" --set log.every=1 --set train.out_dir="$tmp/flap" >"$tmp/flap.log" 2>&1 ||
+    fail "flapping clocks: $(tail -3 "$tmp/flap.log")"
+grep -i "clocks" "$tmp/flap.log"
+[ "$(grep -c "the GPU's clocks are slowed (HW thermal slowdown) at step [24]: " "$tmp/flap.log")" -eq 2 ] &&
+    [ "$(grep -c "the GPU's clocks are no longer slowed at step [35] " "$tmp/flap.log")" -eq 2 ] ||
+    fail "flapping clocks: not the first 4 changes said"
+[ "$(grep -c "clocks are" "$tmp/flap.log")" -eq 5 ] || fail "flapping clocks: not 5 lines in all"
+grep -qE "^scaletrain: warning: rank 0 .*: the GPU's clocks are slowed \(HW power brake\) at step 12 \(its clocks changed 3 times since step 6, said at most every 300 s\): the run trains slower while it lasts" \
+    "$tmp/flap.log" || fail "flapping clocks: the end does not say the state and the changes unsaid"
 
 e2e_finish "a GPU slowed by heat or its power supply is named by its rank when the slowdown starts and ends, and in rank 0's metrics"
