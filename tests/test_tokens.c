@@ -360,6 +360,45 @@ static void malformed(void) {
     }
 }
 
+/* A file shortened within its mapping's last page (no fault: the bytes past
+ * its new end read as zeros there): a read of that page is the same error;
+ * the pages before it read as before; a file renamed over the path (the
+ * safe way to replace one) is not this one, whose reads go on. */
+static void shortened_last_page(void) {
+    char path[256], other[256];
+    snprintf(path, sizeof path, "%s/shrinks-tail.tokens", dir);
+    snprintf(other, sizeof other, "%s/shrinks-tail.new", dir);
+    enum { N = 8192 }; /* 2-byte tokens: 64 + 16384 bytes, the last page holding 64 of them */
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(1 + i % 999);
+    CHECK_OK(st_tokens_write(path, tok, N, 1000));
+    st_tokens *t = NULL;
+    CHECK_OK(st_tokens_open(path, &t));
+    if (!t) return;
+    static int32_t got[N];
+    CHECK_OK(st_tokens_read_i32(t, N - 20, 20, got)); /* whole: the last page read, nothing shortened */
+    CHECK(got[19] == (int32_t)tok[N - 1], "the last token is %d, not %u", got[19], tok[N - 1]);
+    /* renamed over: a smaller file at the path; this one is whole */
+    CHECK_OK(st_tokens_write(other, tok, 100, 1000));
+    CHECK(rename(other, path) == 0, "cannot rename %s", other);
+    CHECK_OK(st_tokens_read_i32(t, N - 20, 20, got));
+    CHECK(got[19] == (int32_t)tok[N - 1], "after a rename over it, the last token is %d", got[19]);
+    st_tokens_close(t);
+    /* shortened in place by 20 bytes, within the last page */
+    CHECK_OK(st_tokens_write(path, tok, N, 1000));
+    CHECK_OK(st_tokens_open(path, &t));
+    if (!t) return;
+    CHECK(truncate(path, 64 + 2 * N - 20) == 0, "cannot shorten %s", path);
+    CHECK_FAILS(st_tokens_read_i32(t, N - 20, 20, got), ST_ERR_IO, "was shortened while training read it");
+    CHECK(strstr(st_last_error(), path) &&
+              strstr(st_last_error(), "16428 bytes now, 16448 when it was opened"),
+          "the message names neither the file nor its sizes: %s", st_last_error());
+    CHECK_OK(st_tokens_read_i32(t, 0, 100, got)); /* the pages before the last */
+    CHECK(got[99] == (int32_t)tok[99], "token 99 reads %d", got[99]);
+    st_tokens_close(t);
+}
+
 /* A file shortened while it is open (rewritten in place): a read past its new
  * end is an error naming the file, not SIGBUS, on the calling thread and in
  * the range check; a SIGBUS elsewhere in the process still ends it as before
@@ -529,6 +568,7 @@ int main(void) {
     tokenize_shards();
     malformed();
     llmc();
+    shortened_last_page();
     shortened();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -11,7 +11,9 @@
  * SIGBUS, which would end the run without a word. The reads that return a
  * status (st_tokens_read_i32, st_tokens_check_range) run under a handler
  * that brings such a fault back to them as an error naming the file; a SIGBUS
- * anywhere else meets the action it had before (st_tokens_get is unguarded). */
+ * anywhere else meets the action it had before (st_tokens_get is unguarded).
+ * A file shortened within its mapping's last page reads zeros there, no
+ * fault: st_tokens_read_i32 looks at the file's size when it reads that page. */
 #include "data/tokens.h"
 
 #include <errno.h>
@@ -43,6 +45,8 @@ typedef struct tok_shard {
     int token_bytes;
     int header_bytes;
     const char *format; /* "scaletrain", "llm.c GPT-2", "llm.c LLaMA 3" */
+    dev_t dev;          /* the mapped file's, to tell it from a file renamed over its path since */
+    ino_t ino;
 } tok_shard;
 
 /* Shards, in name order, read as one stream of tokens. */
@@ -237,6 +241,8 @@ static st_status open_shard(const char *path, tok_shard *t) {
     t->map = map;
     t->map_bytes = (size_t)size;
     t->data = t->map + t->header_bytes;
+    t->dev = sb.st_dev;
+    t->ino = sb.st_ino;
 fail:
     close(fd);
     return s;
@@ -468,6 +474,16 @@ st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32
             dst[done + i] = (int32_t)v;
         }
         bus_jmp = NULL;
+        /* The mapping's last page, where the file does not fill it: a file
+         * shortened within that page reads zeros past its new end there,
+         * with no fault; its size is looked at when a read reaches it (the
+         * same file, not one renamed over its path, which is safe) */
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE), tail = sh->map_bytes / page * page,
+                     end = (size_t)(sh->data - sh->map) + (size_t)((i0 + m) * sh->token_bytes);
+        struct stat sb;
+        if (sh->map_bytes % page && end > tail && stat(sh->path, &sb) == 0 && sb.st_dev == sh->dev &&
+            sb.st_ino == sh->ino && (size_t)sb.st_size < sh->map_bytes)
+            return bus_error(sh, i0);
         done += m;
     }
     return ST_OK;
