@@ -1961,6 +1961,8 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     res->seconds = dt;
     res->samples_per_s = dt > 0 ? (double)res->samples / dt : 0;
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
+    st_device_mem dm;
+    if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     out_flush(&ses);
     s = ST_OK;

@@ -108,6 +108,10 @@ PY
     }
     compare "eval on 2 emulated GPUs" "$d/eval-gpu2.json" "$d/eval-cpu1.json" 1e-6 ||
         fail "the shared evaluation on the GPUs"
+    # its device memory: the weights (no gradients), the graph, cuBLASLt's 32 MiB workspace
+    grep -qE '"device_mem_peak_bytes":3[3-9][0-9]{6}[,}]' "$d/eval-gpu2.json" ||
+        fail "eval on 2 emulated GPUs: no device memory peak of 33-40 MB: $(tail -1 "$d/eval-gpu2.json")"
+    ! grep -q device_mem_peak_bytes "$d/eval-cpu1.json" || fail "eval on the CPU: a device memory peak"
     # A cnn (batch-norm) trained on 2 emulated GPUs: its final evaluation,
     # shared with rank 0's running statistics (downloaded, broadcast,
     # uploaded), is 1 CPU rank's evaluation of the saved weights.
