@@ -570,6 +570,15 @@ int st_cmd_sample(int argc, char **argv) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         s = st_generate(m, ptok, n_prompt, &go, out, lens);
+        if (s == ST_ERR_NOMEM && dev) { /* (st_generate says what did not fit; this tool, what to do) */
+            char what[512];
+            snprintf(what, sizeof what, "%s", st_last_error());
+            st_clear_error();
+            s = st_fail(ST_ERR_NOMEM,
+                        "%s: draw fewer samples at a time (--samples), or sample on the CPU (--set "
+                        "train.device=cpu)",
+                        what);
+        }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (sp.stream) fputc('\n', stdout);

@@ -281,9 +281,10 @@ const st_cfg_key st_cfg_keys[] = {
           "clocks then and says when heat or the power supply slows them; 0 = never; absent on the CPU"),
     K_INT("log.sample_every", log.sample_every, "0", 0, NOMAX,
           "a gpt: rank 0 prints a text sample every this many steps and after the last, as llm.c does: "
-          "log.sample_tokens tokens drawn at temperature 1 by the weights then, from a new line (the "
-          "byte-level vocabulary of 256), GPT-2's end-of-text token 50256 (a vocabulary of 50257 or more) or "
-          "else token 0; on the run's GPU (a copy of the weights in fp32 for the sample's time), or on "
+          "log.sample_tokens tokens drawn at temperature 1 by the weights then, after a first token that "
+          "is not printed: a new line, 10 (the byte-level vocabulary of 256), GPT-2's end-of-text token "
+          "50256 (a vocabulary of 50257 or more) or else token 0; on the run's GPU (a copy of the weights in "
+          "fp32 for the sample's time), or on "
           "rank 0's CPU where the GPU has no room for it or the run has none; 0 = never"),
     K_INT("log.sample_tokens", log.sample_tokens, "64", 1, 65536,
           "tokens each text sample draws (log.sample_every)"),

@@ -252,8 +252,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                     s = st_fail(
                         ST_ERR_NOMEM,
                         "the GPU has no room for %lld sample(s)' window of %lld tokens (its logits alone "
-                        "are %.0f MiB): draw fewer samples at a time (--samples), or sample on the CPU "
-                        "(--set train.device=cpu)",
+                        "are %.0f MiB)",
                         (long long)B, (long long)T, (double)(B * T * V) * 4 / 1048576.0);
                 if (s != ST_OK) break;
                 mg.g.training = false;

@@ -568,9 +568,14 @@ done:
  * fp32 with its logits kept (the run's may be in 16 bits, with a fused
  * head), on the run's GPU or the host (draw_sample); its weights are the
  * run's, copied each time. A sample is a look at the
- * model, not part of training: one that cannot be drawn is a warning and
- * the last, and a stop (SIGTERM) ends it unprinted. */
-static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step) {
+ * model, not part of training: one that cannot be drawn (memory, logits
+ * that are not finite) is a warning and the last, and a stop (SIGTERM)
+ * ends it unprinted. But a fault of the run's GPU while it drew (the
+ * device's error, which the next step would meet) is rank 0's own error,
+ * *fault (own_error: the run stops with it). The return: a collective's
+ * failure, which every rank has. */
+static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step,
+                                  st_status *fault) {
     st_model *m = ses->model;
     const st_config *c = ses->cfg;
     float *data = NULL, *buffers = NULL;
@@ -606,6 +611,12 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
     }
     if (s == ST_OK) snprintf(ses->sample_device, sizeof ses->sample_device, "%s", where);
     st_progress_end(prog);
+    if (s == ST_ERR_INTERNAL && strcmp(where, "cpu") != 0 && where[0]) {
+        free(out);
+        *fault = st_fail_context(
+            s, "log.sample_every: the sample at step %lld on %s failed: ", (long long)step, where);
+        return ST_OK;
+    }
     if (s != ST_OK) {
         fprintf(ses->out,
                 "warning: log.sample_every: no sample at step %lld: %s; training goes on without samples\n",
@@ -1576,7 +1587,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         if (sample_due) {
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "sample", "sample");
-            ST_GOTO(sample_and_print(ses, opts, &prog, step + 1)); /* (fails only as every rank does) */
+            st_status fault = ST_OK;
+            ST_GOTO(
+                sample_and_print(ses, opts, &prog, step + 1, &fault)); /* (fails only as every rank does) */
+            ST_GOTO(own_error(ses, fault, &own, own_why, sizeof own_why));
             st_trace_end(trace, &mark);
         }
         /* A stop asked of any rank stops every rank after the same step
