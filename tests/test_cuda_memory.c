@@ -4,8 +4,10 @@
  * evaluation batch is 16 times the training one, so that the evaluation's
  * graph and its 16-bit operand copies would show if the model sized them
  * for the training batch), in fp32 and bf16, each
- * within 10%; and what the fused output layer saves, measured against
- * predicted, within 10%.
+ * within 10%; what the fused output layer saves, measured against
+ * predicted, within 10%; and the gpt's weights evaluated alone
+ * (scaletrain eval: the weights and a forward, the planner's eval_only),
+ * at the planner's batch and at one given, within 10%.
  *
  * Measured: the device's allocation peak over the run (st_device_memory,
  * the run result's device_mem_peak_bytes): every arena, the compute copy,
@@ -70,6 +72,45 @@ static void check_run(const char *name, const char *const *sets, int nsets, doub
     if (got2) got2[0] = got, got2[1] = want;
 }
 
+/* An evaluation alone (st_evaluate of the weights the config's run of a
+ * step writes to out_dir first): the device's peak against the planner's
+ * evaluation (st_plan_input.eval_only: the weights and one forward graph),
+ * within 10%; the evaluation's batch is printed (train.eval_batch_size as
+ * given, or the planner's). */
+static void check_eval(const char *name, const char *const *sets, int nsets, const char *out_dir) {
+    st_config cfg;
+    st_config_defaults(&cfg);
+    for (int i = 0; i < nsets; i++)
+        CHECK_OK(st_config_set(&cfg, sets[i]));
+    CHECK_OK(st_config_set(&cfg, "train.device=cuda"));
+    st_run_opts topts = {.quiet = true, .save = true}, opts = {.quiet = true, .init = out_dir};
+    st_run_result res;
+    st_config run = cfg;
+    if (st_train(&run, &topts, &res) != ST_OK) { /* (the weights evaluated) */
+        CHECK(0, "%s: training: %s", name, st_last_error());
+        return;
+    }
+    run = cfg;
+    if (st_evaluate(&run, &opts, &res) != ST_OK) {
+        CHECK(0, "%s: %s", name, st_last_error());
+        return;
+    }
+    st_plan_input in;
+    CHECK_OK(st_runspec_open(&run, &in));
+    in.eval_only = true;
+    st_hw_config hw = {.per_node = 1, .nodes = 1};
+    CHECK(st_device_preset("H100-80GB", &hw.dev), "the H100-80GB preset");
+    st_plan p;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    st_runspec_close(&in);
+    const double got = (double)res.device_mem_peak_bytes, want = (double)p.mem.total;
+    const double err = got > 0 ? (want - got) / got : 1;
+    printf("%-9s eval batch %3lld %s: device peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name,
+           (long long)run.train.eval_batch_size, run.precision, got / 1048576, want / 1048576, 100 * err);
+    CHECK(got > 0 && fabs(err) <= 0.10 && p.mem.grads == 0 && p.mem.optim == 0,
+          "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name, want / 1048576, got / 1048576);
+}
+
 int main(void) {
     char why[256] = "";
     if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("test_cuda_memory", why);
@@ -130,6 +171,18 @@ int main(void) {
             check_run(name, ev, mt ? 12 : 11, NULL);
         }
         check_run(k ? "gpt bf16" : "gpt fp32", gpt, 12, NULL);
+        { /* its weights evaluated alone, at the batch given and at the planner's */
+            char dout[640], val[640];
+            snprintf(dout, sizeof dout, "%s/run", dir);
+            snprintf(val, sizeof val, "data.val=%s/tok.bin", dir);
+            const char *ev[14];
+            memcpy(ev, gpt, 12 * sizeof *ev);
+            ev[7] = val;
+            ev[12] = "train.eval_steps=2";
+            check_eval(k ? "gpt bf16, eval alone" : "gpt fp32, eval alone", ev, 13, dout);
+            ev[13] = "train.eval_batch_size=32";
+            check_eval(k ? "gpt bf16, eval 32 alone" : "gpt fp32, eval 32 alone", ev, 14, dout);
+        }
         /* head size 48: attention's materialised path (P saved, and in bf16
          * the 16-bit copies of its products' float operands) */
         gpt[3] = "model.n_embd=96";

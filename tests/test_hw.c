@@ -533,6 +533,61 @@ static void test_auto_choices(void) {
     st_model_free(m);
 }
 
+/* An evaluation alone (scaletrain eval, st_plan_input.eval_only): the
+ * weights (fp32 masters and the 16-bit copy, no gradients or optimizer
+ * state) and one forward graph, no strategy or recomputing. GPT-2 124M on
+ * a GPU of 1.5 GiB, where training needs offload: the evaluation plans none,
+ * holds 6 bytes a parameter and its graph, and its batch is the largest
+ * that fits (one more does not); an explicit train.eval_batch_size is kept,
+ * and where it does not fit the warning and the hint name it. */
+static void test_eval_only(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 512;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024, .has_eval = true};
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("1xH100", NULL, NULL, &hw));
+    hw.dev.mem_bytes = (int64_t)((1.5 * GIB + GIB) / 0.9); /* 1.5 GiB usable */
+    st_plan tr, ev;
+    CHECK_OK(st_plan_make(&in, &hw, &tr));
+    CHECK(tr.ok && (tr.offload || !tr.fits), "training on 1.5 GiB: offload %d fits %d", tr.offload, tr.fits);
+    in.eval_only = true;
+    CHECK_OK(st_plan_make(&in, &hw, &ev));
+    const double P = (double)m->params.count;
+    CHECK(ev.ok && ev.fits && !ev.warning[0] && !ev.offload && strcmp(ev.strategy, "ddp") == 0 &&
+              ev.checkpointing == ST_CKPT_OFF,
+          "evaluation on 1.5 GiB: fits %d offload %d %s (%s)", ev.fits, ev.offload, ev.strategy, ev.warning);
+    CHECK(ev.mem.grads == 0 && ev.mem.optim == 0 && ev.mem.host == 0 && ev.mem.acts == 0 &&
+              ev.mem.act_grads == 0 && ev.mem.eval > 0 && fabs((double)ev.mem.params - 6 * P) < 0.01 * 6 * P,
+          "evaluation's memory: params %lld (6 x %.0f) grads %lld optim %lld acts %lld eval %lld",
+          (long long)ev.mem.params, P, (long long)ev.mem.grads, (long long)ev.mem.optim,
+          (long long)ev.mem.acts, (long long)ev.mem.eval);
+    CHECK(ev.micro > 1 && ev.micro < 512 && ev.micro > tr.micro &&
+              strstr(ev.micro_why, "largest evaluation batch"),
+          "evaluation batch %lld (training's micro-batch %lld): %s", (long long)ev.micro, (long long)tr.micro,
+          ev.micro_why);
+    printf("evaluation alone on 1.5 GiB: batch %lld, %.2f GiB (weights %.2f, graph %.2f); training there: "
+           "micro-batch "
+           "%lld, %s%s\n",
+           (long long)ev.micro, (double)ev.mem.total / GIB, (double)ev.mem.params / GIB,
+           (double)ev.mem.eval / GIB, (long long)tr.micro, tr.strategy, tr.offload ? " with offload" : "");
+    st_plan more;
+    c.train.eval_batch_size = ev.micro + 1;
+    CHECK_OK(st_plan_make(&in, &hw, &more));
+    CHECK(!more.fits && more.mem.total > ev.mem.total, "an evaluation batch of %lld fits too (%lld bytes)",
+          (long long)(ev.micro + 1), (long long)more.mem.total);
+    c.train.eval_batch_size = 512;
+    CHECK_OK(st_plan_make(&in, &hw, &more));
+    CHECK(!more.fits && strstr(more.warning, "a forward at train.eval_batch_size 512;") &&
+              strstr(more.fit_hint, "a smaller train.eval_batch_size") && !strstr(more.fit_hint, "offload"),
+          "eval batch 512 on 1.5 GiB: %s; %s", more.warning, more.fit_hint);
+    st_plan_apply(&ev, &c);
+    CHECK(strcmp(c.dist.strategy, "ddp") == 0 && c.train.micro_batch_size == ev.micro, "applied: %s %lld",
+          c.dist.strategy, (long long)c.train.micro_batch_size);
+    st_model_free(m);
+}
+
 /* The batch ring in the memory model: on the CPU the loader's ring (prefetch
  * + 1 held) in the run's memory; on a GPU the ring is pinned host memory
  * (prefetch + 2 held: one in copy, one taken ahead, feed.c), outside the
@@ -1068,6 +1123,7 @@ int main(void) {
     test_too_big();
     test_offload_host();
     test_auto_choices();
+    test_eval_only();
     test_auto_strategy_cpu();
     test_zero2_when_it_pays();
     test_batch_ring();

@@ -90,6 +90,9 @@ typedef struct st_run_result {
     /* on a CUDA device: the most device memory the run held at once (the
      * arenas and cuBLASLt's workspace, st_device_mem); 0 on the CPU */
     int64_t device_mem_peak_bytes;
+    /* scaletrain eval: the batch it evaluated in (train.eval_batch_size, or the planner's: the
+     * largest that fits the device beside the weights, up to train.batch_size over the ranks) */
+    int64_t eval_batch_size;
     /* on a CUDA device: how many times the host waited for a whole device
      * stream inside the step loop (reading the loss and a logged gradient
      * norm, fp16's overflow check, checkpoints, evaluation: docs/cuda.md,

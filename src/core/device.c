@@ -95,6 +95,14 @@ st_status st_device_sync(st_device *d) {
     return ST_OK;
 }
 
+void st_device_set_oom_advice(st_device *d, const char *advice) {
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_set_oom_advice(d, advice);
+#endif
+    (void)d;
+    (void)advice;
+}
+
 st_status st_device_watch(st_device *d, double limit_s, const char *who) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_watch(d, limit_s, who);

@@ -65,6 +65,12 @@ st_status st_device_sync(st_device *d);
  * never ends would otherwise hang the run silently. limit_s <= 0: none. */
 st_status st_device_watch(st_device *d, double limit_s, const char *who);
 void st_device_set_step(st_device *d, int64_t step);
+/* What a failed device allocation's message advises (after what the
+ * device holds): a training run's remedies (the micro-batch, recomputing,
+ * offload, ZeRO) by default; `advice` (copied; NULL or "": that default)
+ * for a use that has other ones, as an evaluation does. Nothing for the
+ * host. */
+void st_device_set_oom_advice(st_device *d, const char *advice);
 /* Another call that may wait on a device which stopped answering (its
  * driver's or NVML's readings), under the same watch: `what` names it in
  * the line ("reading ... through NVML"). Nothing for the host. */

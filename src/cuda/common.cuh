@@ -65,6 +65,7 @@ struct st_device {
      * step: the step the waits are named by (atomic: any thread may wait). */
     st_watch *watch;
     int64_t step;
+    char oom_advice[384]; /* a failed allocation's advice (st_cuda_set_oom_advice); "": training's */
 };
 
 /* The host waits for the device from here to st_cuda_call_end (cuda.h), for the

@@ -187,13 +187,19 @@ static st_status out_of_memory(st_device *d, size_t nbytes) {
         snprintf(held, sizeof held,
                  "; other processes and this one's CUDA context hold %.1f GiB: nvidia-smi lists them",
                  outside / (1024 * mib));
-    return st_fail(ST_ERR_NOMEM,
-                   "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f "
-                   "MiB%s). Lower train.micro_batch_size, or set train.activation_checkpointing, "
-                   "optim.offload, or dist.strategy zero2 over more GPUs; `scaletrain plan` with the run's "
-                   "config shows what fits a whole GPU",
-                   d->name, (double)nbytes / mib, (double)free_b / mib, (double)total_b / mib,
-                   (double)d->allocated / mib, held);
+    return st_fail(
+        ST_ERR_NOMEM,
+        "%s: out of device memory allocating %.1f MiB (%.1f of %.1f MiB free; this run holds %.1f MiB%s). %s",
+        d->name, (double)nbytes / mib, (double)free_b / mib, (double)total_b / mib,
+        (double)d->allocated / mib, held,
+        d->oom_advice[0] ? d->oom_advice
+                         : "Lower train.micro_batch_size, or set train.activation_checkpointing, "
+                           "optim.offload, or dist.strategy zero2 over more GPUs; `scaletrain plan` "
+                           "with the run's config shows what fits a whole GPU");
+}
+
+extern "C" void st_cuda_set_oom_advice(st_device *d, const char *advice) {
+    snprintf(d->oom_advice, sizeof d->oom_advice, "%s", advice ? advice : "");
 }
 
 static st_status open_device(st_device *d, int ordinal) {

@@ -129,12 +129,49 @@ static st_status stage_count(st_model *m, int64_t micro, const st_mem_opts *o, i
     return s;
 }
 
+/* Each loader buffer: inputs, targets and the sample indices, 64-byte
+ * aligned; on a GPU the ring on the host (pinned) and the feed's second
+ * input buffers on the device. */
+static void loader_bytes(int64_t batch, const st_mem_opts *o, st_mem *out) {
+    const int64_t x = (batch * o->sample_in_bytes + 63) / 64 * 64,
+                  y = (batch * o->sample_out_bytes + 63) / 64 * 64;
+    const int64_t ring = (int64_t)o->loader_buffers * (x + y + batch * 8);
+    if (o->device_feed) {
+        out->pinned = ring;
+        out->loader = batch * (o->sample_in_bytes + o->sample_out_bytes);
+    } else {
+        out->loader = ring;
+    }
+}
+
+/* st_mem_estimate of an evaluation alone (memory.h); out->params set. */
+static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
+    if (o->eval_batch < 1)
+        return st_fail(ST_ERR_ARG, "memory model: an evaluation's batch of %lld", (long long)o->eval_batch);
+    out->grads = out->optim = out->host = 0;
+    graph_bytes e, e1, e2;
+    const st_status s = graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true, &e);
+    if (s != ST_OK)
+        return st_fail_context(
+            s, "the evaluation's graph, at train.eval_batch_size %lld: ", (long long)o->eval_batch);
+    ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, o->fused_gelu, true, &e1));
+    ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, o->fused_gelu, true, &e2));
+    out->eval = e.acts + e.grads + e.ints + e.work;
+    out->act_per_sample = (double)((e2.acts + e2.ints) - (e1.acts + e1.ints));
+    loader_bytes(o->eval_batch, o, out);
+    out->data = o->data_bytes;
+    if (o->device_layout) out->backend = ST_CUDA_LT_WORKSPACE_BYTES + e.scratch;
+    out->total = out->params + out->eval + out->loader + out->data + out->backend;
+    return ST_OK;
+}
+
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {
     memset(out, 0, sizeof *out);
     if (micro < 1) return st_fail(ST_ERR_ARG, "memory model: micro-batch %lld", (long long)micro);
     states(m->params.count, o, out);
     /* buffers (batch-norm running statistics) stay fp32 beside the weights */
     out->params += 4 * m->params.buffer_count;
+    if (o->forward_only) return forward_only(m, o, out);
     graph_bytes g, g1, g2;
     ST_TRY(graph_size(m, micro, o->mixed, o->device_layout, o->fused_gelu, false, &g));
     out->acts = g.acts;
@@ -154,16 +191,7 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
                                    (long long)o->eval_batch);
         out->eval = e.acts + e.grads + e.ints + e.work;
     }
-    /* each loader buffer: inputs, targets and the sample indices, 64-byte aligned */
-    const int64_t x = (micro * o->sample_in_bytes + 63) / 64 * 64,
-                  y = (micro * o->sample_out_bytes + 63) / 64 * 64;
-    const int64_t ring = (int64_t)o->loader_buffers * (x + y + micro * 8);
-    if (o->device_feed) { /* the ring on the host (pinned), the feed's second input buffers here */
-        out->pinned = ring;
-        out->loader = micro * (o->sample_in_bytes + o->sample_out_bytes);
-    } else {
-        out->loader = ring;
-    }
+    loader_bytes(micro, o, out);
     /* 16-bit buckets (dist.grad_dtype): their copies beside the gradients (ddp.c st_ddp_set_grad_dtype) */
     const int64_t wire = o->ranks > 1 && o->grad_wire_bytes == 2 ? 2 : 0;
     if (o->zero >= 2 && o->ranks > 1 && o->device_layout) { /* ZeRO-2 on a GPU: the buckets' staging */

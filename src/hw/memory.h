@@ -67,6 +67,8 @@ typedef struct st_mem_opts {
     int64_t eval_batch;       /* the evaluation graph's batch; 0 = none */
     int64_t data_bytes;       /* dataset held in this memory (the CPU); 0 on a GPU */
     bool async_ckpt;          /* train.checkpoint_async: host copies while a checkpoint is written */
+    bool forward_only;        /* an evaluation alone (scaletrain eval): the weights, no gradients or
+                                 optimizer state, and the forward graph at eval_batch (> 0) alone */
 } st_mem_opts;
 
 typedef struct st_mem {
@@ -83,7 +85,11 @@ typedef struct st_mem {
 } st_mem;
 
 /* Bytes per device for micro-batch `micro` of model m (a layout model from
- * st_model_create_layout, or a real one). */
+ * st_model_create_layout, or a real one). With o->forward_only, those of
+ * an evaluation alone (st_model_create_inference's model: the masters and
+ * the compute copy, the buffers; the forward graph at o->eval_batch, the
+ * batches it reads, the backend's own; `micro` unused): eval, params,
+ * loader, data and backend, the rest zero. */
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out);
 
 /* Model states alone (params + grads + optimizer on the device), the part

@@ -65,7 +65,8 @@ static st_mem_opts mem_opts(const st_plan_input *in, const st_plan *p) {
     o.grad_wire_bytes = strcmp(c->dist.grad_dtype, "fp32") == 0 ? 4 : 2;
     o.device_layout = p->hw.dev.gpu;
     o.fused_gelu = p->fused_gelu;
-    o.async_ckpt = c->train.checkpoint_async;
+    o.async_ckpt = c->train.checkpoint_async && !in->eval_only;
+    o.forward_only = in->eval_only;
     int workers = (int)c->data.num_workers;
     if (workers == ST_AUTO) workers = st_loader_auto_workers(in->cores_per_rank);
     const int prefetch = workers > 0 ? 2 * workers : 1; /* train.c */
@@ -297,6 +298,86 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
              gpu ? "" : " (past the memory it may use, the kernel ends a process with SIGKILL, no message)");
 }
 
+/* An evaluation alone (planner.h): p->hw, ranks and mem_limit set. Its
+ * batch E: train.eval_batch_size, else train.micro_batch_size, else the
+ * largest up to the per-rank share of train.batch_size that fits (memory
+ * grows with E: a bisection); p->micro is E where it is auto, so that
+ * eval_batch_size auto follows it. */
+static st_status plan_eval(const st_plan_input *in, st_plan *p) {
+    const st_config *c = in->cfg;
+    const st_hw_config *hw = &p->hw;
+    const int64_t n = p->ranks, per_rank = (c->train.batch_size + n - 1) / n;
+    char b1[32], b2[32];
+    choose_precision(c, &hw->dev, p);
+    p->fused_gelu = st_model_fused_gelu(c, hw->dev.gpu ? hw->dev.cc_major : 0, p->fused_gelu_why,
+                                        sizeof p->fused_gelu_why);
+    snprintf(p->strategy, sizeof p->strategy, "ddp");
+    snprintf(p->strategy_why, sizeof p->strategy_why,
+             "ddp: an evaluation holds no gradients or optimizer state");
+    p->checkpointing = ST_CKPT_OFF;
+    snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "off: an evaluation runs forward alone");
+    const bool eval_given = c->train.eval_batch_size != ST_AUTO,
+               micro_given = c->train.micro_batch_size != ST_AUTO;
+    bool none = false;
+    if (eval_given || micro_given) {
+        p->micro = micro_given ? c->train.micro_batch_size : per_rank;
+        snprintf(p->micro_why, sizeof p->micro_why, "an evaluation: train.eval_batch_size is its batch");
+    } else {
+        int64_t lo = 0, hi = per_rank; /* lo fits (0: none yet), hi + 1 does not or is past the share */
+        st_mem m;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo + 1) / 2;
+            const st_status e = mem_at(in, p, mid, &m);
+            if (e == ST_ERR_NOMEM) return e;
+            if (e != ST_OK) st_clear_error(); /* (a batch the layout refuses: too large) */
+            if (e == ST_OK && m.total <= p->mem_limit)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        none = lo == 0;
+        p->micro = none ? 1 : lo;
+        if (none)
+            snprintf(p->micro_why, sizeof p->micro_why,
+                     "1: no evaluation batch fits %s (the warning says why)",
+                     human((double)p->mem_limit, b1, sizeof b1));
+        else if (lo == per_rank)
+            snprintf(p->micro_why, sizeof p->micro_why, "an evaluation's batch: train.batch_size%s",
+                     n > 1 ? " over the ranks" : "");
+        else
+            snprintf(p->micro_why, sizeof p->micro_why, "the largest evaluation batch that fits %s",
+                     human((double)p->mem_limit, b1, sizeof b1));
+    }
+    p->accum = 1;
+    ST_TRY(mem_at(in, p, p->micro, &p->mem));
+    p->fits = p->mem.total <= p->mem_limit;
+    if (!p->fits) {
+        const st_mem *m = &p->mem;
+        const int64_t E = eval_given ? c->train.eval_batch_size : p->micro;
+        snprintf(
+            p->warning, sizeof p->warning,
+            "does not fit: %.2f GiB needed per %s for the weights and a forward at train.eval_batch_size "
+            "%lld%s; %.2f GiB usable",
+            (double)m->total / GIB, hw->dev.gpu ? "device" : "rank", (long long)E,
+            eval_given || micro_given ? "" : ", the smallest", (double)p->mem_limit / GIB);
+        const int64_t rest = m->total - m->params - m->eval;
+        char b3[32];
+        snprintf(p->fit_hint, sizeof p->fit_hint,
+                 "of the %.2f GiB: the weights %s, the evaluation's graph %s, the rest %s; %s",
+                 (double)m->total / GIB, human((double)m->params, b1, sizeof b1),
+                 human((double)m->eval, b2, sizeof b2), human((double)rest, b3, sizeof b3),
+                 m->eval >= m->params && m->eval >= rest
+                     ? "the graph takes the most: a smaller train.eval_batch_size"
+                 : m->params >= rest
+                     ? "the weights take the most, and an evaluation holds them whole on each rank: "
+                       "a device with more memory"
+                     : "the rest (the libraries' workspace, the batches, the data) takes the most: a "
+                       "device with more memory");
+    }
+    p->ok = true;
+    return ST_OK;
+}
+
 /* One hardware configuration, without the one-device comparison; the layout
  * model is left set to the plan's checkpointing (plan_one restores it). */
 static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_plan *p) {
@@ -306,6 +387,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     p->ranks = hw->per_node * hw->nodes;
     p->mem_limit = mem_limit(hw);
     p->checkpointing = st_ckpt_level(c->train.activation_checkpointing);
+    if (in->eval_only) return plan_eval(in, p);
     const int64_t B = c->train.batch_size, n = p->ranks;
     if (B % n != 0) {
         snprintf(
@@ -437,7 +519,7 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out) {
     ST_TRY(plan_one(in, hw, out));
     out->scaling = 1.0;
-    if (out->ok && out->ranks > 1) {
+    if (out->ok && out->ranks > 1 && !in->eval_only) { /* (an evaluation's time is not predicted) */
         st_hw_config one = *hw;
         one.per_node = one.nodes = 1;
         st_plan *single = malloc(sizeof *single);

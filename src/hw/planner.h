@@ -24,6 +24,11 @@
  *              strategy, ZeRO-2 comes before checkpointing (no more traffic
  *              than DDP) and checkpointing before offload (PCIe copies every
  *              step).
+ * An evaluation alone (eval_only) holds the weights and one forward graph:
+ * no gradients, optimizer state or strategy, nothing recomputed; with
+ * train.eval_batch_size and train.micro_batch_size auto its batch (the
+ * micro-batch, which eval_batch_size auto follows) is the largest up to
+ * train.batch_size over the ranks that fits; no step time is predicted.
  * Memory available: a GPU's memory less 10% and 1 GiB (context, NCCL and
  * allocator reserve); on the CPU, 85% of the memory available over the ranks
  * on the node. */
@@ -43,6 +48,7 @@ typedef struct st_plan_input {
     int64_t sample_in_bytes, sample_out_bytes; /* one sample in a loader buffer */
     int64_t data_bytes;   /* dataset held in host memory (counted on the CPU) */
     bool has_eval;        /* the run keeps an evaluation graph */
+    bool eval_only;       /* an evaluation alone (scaletrain eval): plan_eval in planner.c */
     int cores_per_rank;   /* for data.num_workers auto (the CPU) */
     double efficiency;    /* <= 0: the device default (timing.h) */
 } st_plan_input;

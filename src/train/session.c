@@ -140,7 +140,11 @@ static st_status setup_device(st_session *s) {
             goto no_gpu;
         }
         ST_TRY(o);
-        if (s->world == 1 && want < 0 && n > 1) /* (cuda:N chose its one GPU) */
+        if (s->world == 1 && want < 0 && n > 1 && s->eval_only) /* (cuda:N chose its one GPU) */
+            st_ticker_sayf("scaletrain: note: this evaluation runs on %s alone, one of this node's %d GPUs; "
+                           "`scaletrain launch -n %d eval ...` shares it among all of them (a rank each)\n",
+                           st_device_name(s->dev), n, n);
+        else if (s->world == 1 && want < 0 && n > 1)
             st_ticker_sayf("scaletrain: note: this run trains on %s alone, one of this node's %d GPUs; "
                            "`scaletrain launch -n %d train ...` trains on all of them (a rank each)\n",
                            st_device_name(s->dev), n, n);
@@ -368,6 +372,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     pi.sample_in_bytes = 4 * st_dataset_input_count(d);
     pi.sample_out_bytes = 4 * st_dataset_target_count(d);
     pi.has_eval = s->has_val;
+    pi.eval_only = s->eval_only; /* (the weights and a forward: no training's memory) */
     pi.cores_per_rank = s->threads;
     /* the data is already loaded, so MemAvailable no longer counts it */
     st_hw_info h;
@@ -736,17 +741,21 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
             ? NULL
             : st_watch_one((double)cfg->train.device_timeout_s, s->who, "train.device_timeout_s",
                            ST_WATCH_GPU, "nothing was written", "finding and opening the GPU (train.device)");
+    s->eval_only = eval_only; /* (setup_device's note and the device's memory advice speak of it) */
     const st_status sd = setup_device(s);
     st_watch_stop(open_watch);
     ST_TRY(sd);
     if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
     if (s->dev) /* a wait for the GPU that never ends ends the process, saying so */
         ST_TRY(st_device_watch(s->dev, (double)cfg->train.device_timeout_s, s->who));
+    if (s->dev && eval_only) /* (training's remedies are no evaluation's) */
+        st_device_set_oom_advice(s->dev, "An evaluation holds the weights and one batch's forward: lower "
+                                         "train.eval_batch_size (--set train.eval_batch_size=N), or free the "
+                                         "GPU of other processes");
     if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0)
         return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
                                       "dist.comm: auto");
     if (st_session_uses_nccl(s)) ST_TRY(st_comm_nccl_init(s->comm, s->dev, &cc, &s->dcomm));
-    s->eval_only = eval_only;
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));

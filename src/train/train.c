@@ -128,6 +128,8 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
     }
     if (train && r->sample_device[0]) cJSON_AddStringToObject(o, "sample_device", r->sample_device);
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
+    if (!train && r->eval_batch_size > 0)
+        cJSON_AddNumberToObject(o, "eval_batch_size", (double)r->eval_batch_size);
     if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
         if (train) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
@@ -1972,6 +1974,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     ST_GOTO(eval_and_report(&ses, opts, res, step, NULL));
     double dt = st_now() - t0;
     res->samples = st_session_eval_count(&ses, cfg->train.eval_batch_size); /* (train.eval_steps: fewer) */
+    res->eval_batch_size = cfg->train.eval_batch_size;
     res->seconds = dt;
     res->samples_per_s = dt > 0 ? (double)res->samples / dt : 0;
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);

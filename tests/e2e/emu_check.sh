@@ -81,8 +81,9 @@ rc=$?
 #    a number past the node's GPUs is an error naming those there are; with
 #    two ranks on the node cuda:N is an error saying to use cuda.
 #    One rank with train.device cuda on a node of 2 GPUs trains on cuda:0
-#    and notes that `launch -n 2` would use both; cuda:1 (a GPU chosen) and
-#    2 ranks have no such note.
+#    and notes that `launch -n 2` would use both (an evaluation, that
+#    `launch -n 2 eval` would share it); cuda:1 (a GPU chosen) and 2 ranks
+#    have no such note.
 out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda:1 --set train.out_dir="$tmp/dev1" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && grep -qE "^device: cuda:1 \(" <<<"$out" || fail "train.device cuda:1: exit $rc: $(grep -i device <<<"$out")"
@@ -91,6 +92,13 @@ out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda
 rc=$?
 [ $rc -eq 0 ] && grep -qE "^scaletrain: note: this run trains on cuda:0 \(.*\) alone, one of this node's 2 GPUs; \`scaletrain launch -n 2 train ...\` trains on all of them" <<<"$out" ||
     fail "train.device cuda, 1 rank, 2 GPUs: exit $rc, no note about launch -n 2: $out"
+# (an evaluation's note says so and names eval)
+out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" eval --init "$tmp/devc" --set train.device=cuda --set data.num_workers=0 \
+    --set train.eval_steps=1 --json 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "^scaletrain: note: this evaluation runs on cuda:0 \(.*\) alone, one of this node's 2 GPUs; \`scaletrain launch -n 2 eval ...\` shares it among all of them" <<<"$out" ||
+    fail "eval, train.device cuda, 1 rank, 2 GPUs: exit $rc, no note about launch -n 2: $out"
+tail -1 <<<"$out" | grep -qE '"eval_batch_size":[1-9]' || fail "eval --json: no eval_batch_size: $(tail -1 <<<"$out")"
 out=$(ST_CUDAEMU_DEVICES=2 timeout 120 "$bin" launch -n 2 "${tr[@]}" --set train.device=cuda --set train.batch_size=4 \
     --set train.out_dir="$tmp/devc2" 2>&1)
 rc=$?
