@@ -538,7 +538,9 @@ static void test_auto_choices(void) {
  * state) and one forward graph, no strategy or recomputing. GPT-2 124M on
  * a GPU of 1.5 GiB, where training needs offload: the evaluation plans none,
  * holds 6 bytes a parameter and its graph, and its batch is the largest
- * that fits (one more does not); an explicit train.eval_batch_size is kept,
+ * that fits (one more does not), at most the validation samples; with
+ * train.eval_steps (batches) a training run's micro-batch, so that it
+ * evaluates the samples the run's evaluations did; an explicit train.eval_batch_size is kept,
  * and where it does not fit the warning and the hint name it. */
 static void test_eval_only(void) {
     st_config c;
@@ -573,6 +575,18 @@ static void test_eval_only(void) {
            (long long)ev.micro, (double)ev.mem.total / GIB, (double)ev.mem.params / GIB,
            (double)ev.mem.eval / GIB, (long long)tr.micro, tr.strategy, tr.offload ? " with offload" : "");
     st_plan more;
+    in.eval_samples = 10; /* (a validation set of 10 samples: no larger batch) */
+    CHECK_OK(st_plan_make(&in, &hw, &more));
+    CHECK(more.micro == 10 && strstr(more.micro_why, "the validation samples"),
+          "10 validation samples: batch %lld (%s)", (long long)more.micro, more.micro_why);
+    in.eval_samples = 0;
+    c.train.eval_steps =
+        2; /* (batches: of the micro-batch a training run has, the samples its evaluations took) */
+    CHECK_OK(st_plan_make(&in, &hw, &more));
+    CHECK(more.micro == tr.micro && strstr(more.micro_why, "train.eval_steps"),
+          "eval_steps 2: batch %lld, training's %lld (%s)", (long long)more.micro, (long long)tr.micro,
+          more.micro_why);
+    c.train.eval_steps = 0;
     c.train.eval_batch_size = ev.micro + 1;
     CHECK_OK(st_plan_make(&in, &hw, &more));
     CHECK(!more.fits && more.mem.total > ev.mem.total, "an evaluation batch of %lld fits too (%lld bytes)",

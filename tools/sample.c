@@ -32,6 +32,8 @@
     "        [--seed S] [--stop-id I] [--tokenizer FILE] [--set key=value]... [--json] [--quiet]\n"
 
 #define BYTE_VOCAB 256 /* the byte-level tokenizer's vocabulary (data tokenize) */
+/* what a device without room for the samples advises (st_generate's windows, the device's allocations) */
+#define NOMEM_ADVICE "draw fewer samples at a time (--samples), or sample on the CPU (--set train.device=cpu)"
 
 /* An llm.c tokenizer file (gpt2_tokenizer.bin): a header of 256 uint32
  * (20240328, version 1 or 2, the vocabulary, version 2's end-of-text
@@ -499,6 +501,8 @@ int st_cmd_sample(int argc, char **argv) {
     st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);
     if (s == ST_OK) s = model_from_weights(&cfg, path, &in);
     if (s == ST_OK) s = open_device(&cfg, &dev, why, sizeof why);
+    st_device_set_oom_advice(dev, "Draw fewer samples at a time (--samples), or sample on the CPU (--set "
+                                  "train.device=cpu)"); /* (not training's remedies) */
     if (s == ST_OK) {
         const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
         omp_set_num_threads(threads > 0 ? threads : 1);
@@ -566,19 +570,11 @@ int st_cmd_sample(int argc, char **argv) {
                                      .seed = (uint64_t)a.seed,
                                      .stop_token = a.stop_id,
                                      .emit = emit,
-                                     .ctx = &sp};
+                                     .ctx = &sp,
+                                     .nomem_advice = NOMEM_ADVICE};
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         s = st_generate(m, ptok, n_prompt, &go, out, lens);
-        if (s == ST_ERR_NOMEM && dev) { /* (st_generate says what did not fit; this tool, what to do) */
-            char what[512];
-            snprintf(what, sizeof what, "%s", st_last_error());
-            st_clear_error();
-            s = st_fail(ST_ERR_NOMEM,
-                        "%s: draw fewer samples at a time (--samples), or sample on the CPU (--set "
-                        "train.device=cpu)",
-                        what);
-        }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (sp.stream) fputc('\n', stdout);

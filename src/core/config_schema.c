@@ -140,8 +140,11 @@ const st_cfg_key st_cfg_keys[] = {
     K_INT("train.seed", train.seed, "1", 0, NOMAX, "seed for initialization, shuffling and dropout"),
     K_INT("train.eval_every", train.eval_every, "0", 0, NOMAX,
           "steps between evaluations; 0 = only at the end"),
-    K_AUTO("train.eval_batch_size", train.eval_batch_size, 1, BATCH_MAX,
-           "evaluation batch per rank; auto = micro_batch_size"),
+    K_AUTO(
+        "train.eval_batch_size", train.eval_batch_size, 1, BATCH_MAX,
+        "evaluation batch per rank; auto = micro_batch_size (scaletrain eval: the largest that fits beside "
+        "the weights, up to batch_size and the validation samples over the ranks, or with eval_steps a "
+        "training run's micro-batch)"),
     K_INT(
         "train.eval_steps", train.eval_steps, "0", 0, NOMAX,
         "batches of eval_batch_size per evaluation (with eval_batch_size auto, the micro-batch: that many on "

@@ -103,6 +103,14 @@ void st_device_set_oom_advice(st_device *d, const char *advice) {
     (void)advice;
 }
 
+bool st_device_lost(st_device *d) {
+#ifdef ST_HAVE_CUDA
+    if (d) return st_cuda_lost(d);
+#endif
+    (void)d;
+    return false;
+}
+
 st_status st_device_watch(st_device *d, double limit_s, const char *who) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_watch(d, limit_s, who);

@@ -71,6 +71,11 @@ void st_device_set_step(st_device *d, int64_t step);
  * for a use that has other ones, as an evaluation does. Nothing for the
  * host. */
 void st_device_set_oom_advice(st_device *d, const char *advice);
+/* After an error: whether d is lost to this process (a kernel faulted, an
+ * uncorrectable ECC error: every later call fails the same), found by
+ * waiting for its compute stream under the stall watch. False for the
+ * host, and for errors that leave the device usable. */
+bool st_device_lost(st_device *d);
 /* Another call that may wait on a device which stopped answering (its
  * driver's or NVML's readings), under the same watch: `what` names it in
  * the line ("reading ... through NVML"). Nothing for the host. */

@@ -50,6 +50,7 @@ st_status st_cuda_sync(st_device *d);
 st_status st_cuda_watch(st_device *d, double limit_s, const char *who);
 void st_cuda_set_step(st_device *d, int64_t step);
 void st_cuda_set_oom_advice(st_device *d, const char *advice); /* (core/device.h) */
+bool st_cuda_lost(st_device *d);                               /* (core/device.h st_device_lost) */
 /* A call into the driver or NVML under that watch ("what": "reading ...");
  * nothing before st_cuda_watch. */
 void st_cuda_call_begin(st_device *d, const char *what);

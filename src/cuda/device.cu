@@ -198,6 +198,15 @@ static st_status out_of_memory(st_device *d, size_t nbytes) {
                            "with the run's config shows what fits a whole GPU");
 }
 
+extern "C" bool st_cuda_lost(st_device *d) {
+    cudaSetDevice(d->ordinal);
+    st_cuda_wait_begin(d, "checking the GPU after an error");
+    cudaError_t e = cudaStreamSynchronize(d->compute);
+    st_cuda_call_end(d);
+    if (e == cudaSuccess) e = cudaPeekAtLastError();
+    return context_lost(e);
+}
+
 extern "C" void st_cuda_set_oom_advice(st_device *d, const char *advice) {
     snprintf(d->oom_advice, sizeof d->oom_advice, "%s", advice ? advice : "");
 }

@@ -298,11 +298,15 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
              gpu ? "" : " (past the memory it may use, the kernel ends a process with SIGKILL, no message)");
 }
 
+static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_plan *p);
+
 /* An evaluation alone (planner.h): p->hw, ranks and mem_limit set. Its
- * batch E: train.eval_batch_size, else train.micro_batch_size, else the
- * largest up to the per-rank share of train.batch_size that fits (memory
- * grows with E: a bisection); p->micro is E where it is auto, so that
- * eval_batch_size auto follows it. */
+ * batch E: train.eval_batch_size, else train.micro_batch_size, else with
+ * train.eval_steps the micro-batch a training run plans (eval_steps counts
+ * batches: the same samples as the run's evaluations), else the largest up
+ * to the per-rank share of train.batch_size and of the validation samples
+ * that fits (memory grows with E: a bisection); p->micro is E where it is
+ * auto, so that eval_batch_size auto follows it. */
 static st_status plan_eval(const st_plan_input *in, st_plan *p) {
     const st_config *c = in->cfg;
     const st_hw_config *hw = &p->hw;
@@ -320,10 +324,25 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
                micro_given = c->train.micro_batch_size != ST_AUTO;
     bool none = false;
     if (eval_given || micro_given) {
-        p->micro = micro_given ? c->train.micro_batch_size : per_rank;
-        snprintf(p->micro_why, sizeof p->micro_why, "an evaluation: train.eval_batch_size is its batch");
+        p->micro = micro_given ? c->train.micro_batch_size : c->train.eval_batch_size;
+        snprintf(p->micro_why, sizeof p->micro_why, "an evaluation: %s is its batch",
+                 eval_given ? "train.eval_batch_size" : "the micro-batch");
+    } else if (c->train.eval_steps > 0) { /* (training's plan; its checkpointing level set back after) */
+        st_plan_input tin = *in;
+        tin.eval_only = false;
+        st_plan *tp = malloc(sizeof *tp);
+        if (!tp) return st_fail(ST_ERR_NOMEM, "out of host memory planning the evaluation");
+        const st_status e = plan_body(&tin, hw, tp);
+        set_checkpointing(in, ST_CKPT_OFF);
+        p->micro = e == ST_OK && tp->ok && tp->micro > 0 ? tp->micro : 1;
+        free(tp);
+        ST_TRY(e);
+        snprintf(p->micro_why, sizeof p->micro_why,
+                 "a training run's micro-batch: train.eval_steps counts batches of it");
     } else {
-        int64_t lo = 0, hi = per_rank; /* lo fits (0: none yet), hi + 1 does not or is past the share */
+        int64_t hi = per_rank; /* lo fits (0: none yet), hi + 1 does not or is past the shares */
+        if (in->eval_samples > 0 && (in->eval_samples + n - 1) / n < hi) hi = (in->eval_samples + n - 1) / n;
+        int64_t lo = 0;
         st_mem m;
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo + 1) / 2;
@@ -343,6 +362,9 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
                      human((double)p->mem_limit, b1, sizeof b1));
         else if (lo == per_rank)
             snprintf(p->micro_why, sizeof p->micro_why, "an evaluation's batch: train.batch_size%s",
+                     n > 1 ? " over the ranks" : "");
+        else if (in->eval_samples > 0 && lo == (in->eval_samples + n - 1) / n)
+            snprintf(p->micro_why, sizeof p->micro_why, "an evaluation's batch: the validation samples%s",
                      n > 1 ? " over the ranks" : "");
         else
             snprintf(p->micro_why, sizeof p->micro_why, "the largest evaluation batch that fits %s",

@@ -28,7 +28,9 @@
  * no gradients, optimizer state or strategy, nothing recomputed; with
  * train.eval_batch_size and train.micro_batch_size auto its batch (the
  * micro-batch, which eval_batch_size auto follows) is the largest up to
- * train.batch_size over the ranks that fits; no step time is predicted.
+ * train.batch_size over the ranks (and the validation samples over them)
+ * that fits, or with train.eval_steps a training run's micro-batch (the
+ * same samples as its evaluations); no step time is predicted.
  * Memory available: a GPU's memory less 10% and 1 GiB (context, NCCL and
  * allocator reserve); on the CPU, 85% of the memory available over the ranks
  * on the node. */
@@ -49,6 +51,7 @@ typedef struct st_plan_input {
     int64_t data_bytes;   /* dataset held in host memory (counted on the CPU) */
     bool has_eval;        /* the run keeps an evaluation graph */
     bool eval_only;       /* an evaluation alone (scaletrain eval): plan_eval in planner.c */
+    int64_t eval_samples; /* eval_only: the validation samples (0: unknown), a bound on its batch */
     int cores_per_rank;   /* for data.num_workers auto (the CPU) */
     double efficiency;    /* <= 0: the device default (timing.h) */
 } st_plan_input;

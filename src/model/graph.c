@@ -1158,8 +1158,7 @@ st_status st_graph_finalize(st_graph *g) {
         free(aoff), free(goff), free(soff), free(over);
         return st_fail_context(s, "allocating %.1f MiB of activations (%s): ",
                                (double)(abytes + gbytes + ibytes + wbytes) / (1 << 20),
-                               fwd_only ? "a forward alone, an evaluation's: lower train.eval_batch_size"
-                                        : "lower the micro-batch size");
+                               fwd_only ? "a forward alone" : "lower the micro-batch size");
     }
     for (int i = 0; i < na; i++) {
         st_tensor *t = g->acts[i];

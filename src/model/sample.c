@@ -252,8 +252,9 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                     s = st_fail(
                         ST_ERR_NOMEM,
                         "the GPU has no room for %lld sample(s)' window of %lld tokens (its logits alone "
-                        "are %.0f MiB)",
-                        (long long)B, (long long)T, (double)(B * T * V) * 4 / 1048576.0);
+                        "are %.0f MiB)%s%s",
+                        (long long)B, (long long)T, (double)(B * T * V) * 4 / 1048576.0,
+                        o->nomem_advice ? ": " : "", o->nomem_advice ? o->nomem_advice : "");
                 if (s != ST_OK) break;
                 mg.g.training = false;
                 /* the targets (the loss is computed and unread): class 0 */

@@ -53,6 +53,8 @@ typedef struct st_generate_opts {
     void *ctx;
     atomic_int *stop; /* non-zero (a signal): end after the current token, ST_ERR_INTERRUPTED */
     bool no_cache;    /* every token by the windowed graph, the cache of keys and values left out (tests) */
+    const char *nomem_advice; /* ends the message when a device has no room for a window ("draw fewer ..."):
+                                 the caller's remedies; NULL: none */
 } st_generate_opts;
 
 /* The settings a model that generates is made with (c's other settings

@@ -373,6 +373,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     pi.sample_out_bytes = 4 * st_dataset_target_count(d);
     pi.has_eval = s->has_val;
     pi.eval_only = s->eval_only; /* (the weights and a forward: no training's memory) */
+    pi.eval_samples = s->has_val ? s->val.n : 0;
     pi.cores_per_rank = s->threads;
     /* the data is already loaded, so MemAvailable no longer counts it */
     st_hw_info h;
@@ -776,8 +777,14 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         s->model->norm_std = s->train.std;
     }
     ST_TRY(resolve_kernels(s));
-    if (s->has_val)
-        ST_TRY(st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph));
+    if (s->has_val) {
+        const st_status e =
+            st_model_graph_build_forward(s->model, cfg->train.eval_batch_size, &s->eval_graph);
+        if (e == ST_ERR_NOMEM) /* (the device's advice is a training run's: this graph is the evaluation's) */
+            return st_fail_context(e, "the evaluation's graph at train.eval_batch_size %lld (lower it): ",
+                                   (long long)cfg->train.eval_batch_size);
+        ST_TRY(e);
+    }
     if (cfg->data.timeout_s > 0) { /* the reads in this thread (a loader's own have its timed wait) */
         ST_TRY(st_watch_start(cfg->data.timeout_s, s->who, "data.timeout_s", ST_WATCH_STORAGE,
                               "--resume auto continues from the latest checkpoint", &s->read_watch));

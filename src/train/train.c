@@ -516,10 +516,13 @@ static st_status draw_sample(st_session *ses, st_progress *prog, float **data, f
     st_status s = ST_OK;
     if (m->params.dev && !ses->sample_on_host) {
         st_model *dm = NULL;
+        /* (a failed allocation's advice meanwhile: the note below says what follows) */
+        st_device_set_oom_advice(m->params.dev, "(a text sample's sampler, beside training)");
         s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
         if (s == ST_OK) s = sampler_weights(dm, m, *data, *buffers);
         if (s == ST_OK) s = st_generate(dm, &first, 1, go, out, len);
         st_model_free(dm);
+        st_device_set_oom_advice(m->params.dev, NULL);
         *where = st_device_name(m->params.dev);
         if (s != ST_ERR_NOMEM) goto done;
         /* No room on the GPU, or none in host memory for the sampler's
@@ -572,10 +575,11 @@ done:
  * run's, copied each time. A sample is a look at the
  * model, not part of training: one that cannot be drawn (memory, logits
  * that are not finite) is a warning and the last, and a stop (SIGTERM)
- * ends it unprinted. But a fault of the run's GPU while it drew (the
- * device's error, which the next step would meet) is rank 0's own error,
- * *fault (own_error: the run stops with it). The return: a collective's
- * failure, which every rank has. */
+ * ends it unprinted. But a GPU lost by then (a fault in the sampler's
+ * kernels, or in the step's before them: the device's sticky error, which
+ * the next step would meet) is rank 0's own error, *fault (own_error: the
+ * run stops with it). The return: a collective's failure, which every rank
+ * has. */
 static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step,
                                   st_status *fault) {
     st_model *m = ses->model;
@@ -613,10 +617,12 @@ static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_p
     }
     if (s == ST_OK) snprintf(ses->sample_device, sizeof ses->sample_device, "%s", where);
     st_progress_end(prog);
-    if (s == ST_ERR_INTERNAL && strcmp(where, "cpu") != 0 && where[0]) {
+    /* (the GPU lost: in the sampler's kernels, or before them in the step's, which the copy of the weights
+     * was the first to wait for) */
+    if (s != ST_OK && m->params.dev && st_device_lost(m->params.dev)) {
         free(out);
-        *fault = st_fail_context(
-            s, "log.sample_every: the sample at step %lld on %s failed: ", (long long)step, where);
+        *fault = st_fail_context(s, "log.sample_every: %s faulted by the text sample after step %lld: ",
+                                 st_device_name(m->params.dev), (long long)step);
         return ST_OK;
     }
     if (s != ST_OK) {
@@ -1622,8 +1628,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             s = own != ST_OK
                     ? st_fail(own, "%s", own_why)
                     : st_fail(ST_ERR_IO,
-                              "rank %d could not write its metrics after step %lld (its own message says "
-                              "why), so every rank stopped there",
+                              "rank %d met an error after step %lld (a metrics write, or its GPU during the "
+                              "text sample: its own message says which), so every rank stopped there",
                               (int)flags[3] - 1, (long long)step + 1);
             goto fail;
         }

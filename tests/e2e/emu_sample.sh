@@ -20,8 +20,10 @@
 #     its sampler's weights beside it: a note says so, the samples come
 #     from the CPU, the same ones, and training goes on.
 #  5. The GPU faulting while it draws a sample (ST_CUDAEMU_FAULT, past the
-#     kernels of the steps before it): not a warning and training on, but
-#     the run's error, exit 1, naming the sample, the step and the fault.
+#     kernels of the steps before it), or in the step's last kernels before
+#     it (the weights' copy for the sample waits for them first): not a
+#     warning and training on, but the run's error, exit 1, naming the
+#     sample's step and the fault.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_need_mpirun
@@ -125,17 +127,20 @@ for r in t1 t2 t3 t4; do
     /usr/bin/python3 tests/py/train_sample.py "$tmp/$r.txt" 4 "$tmp/$r.json" || fail "$r: the last sample"
 done
 
-# 5. a fault of the GPU inside the sample at step 2: the kernels of 2 steps without samples counted first
+# 5. a fault of the GPU inside the sample at step 2 (2 steps' kernels counted first, then 30 more), and
+#    one in step 2's last kernels, which the copy of the weights for the sample is the first to wait for
 timeout 600 env ST_CUDAEMU_FAULT=1000000000 "$bin" "${tr[@]}" --set train.steps=2 --set log.sample_every=0 \
     --set train.out_dir="$tmp/f0" >"$tmp/f0.txt" 2>&1 || fail "the count run: $(tail -3 "$tmp/f0.txt")"
 n=$(sed -n 's/^cudaemu: ST_CUDAEMU_FAULT=[0-9]*: no fault, \([0-9]*\) kernels ran$/\1/p' "$tmp/f0.txt")
 [ -n "$n" ] && [ "$n" -gt 50 ] || fail "the count of 2 steps' kernels: '$n' ($(tail -2 "$tmp/f0.txt"))"
-timeout 600 env ST_CUDAEMU_FAULT=$((n + 30)) "$bin" "${tr[@]}" --set train.out_dir="$tmp/f1" >"$tmp/f1.txt" 2>&1
-rc=$?
-grep -q "^cudaemu: .* faulted (ST_CUDAEMU_FAULT=$((n + 30)))" "$tmp/f1.txt" || fail "fault: none happened: $(tail -3 "$tmp/f1.txt")"
-[ $rc -eq 1 ] || fail "fault in the sample: exit $rc, want 1: $(tail -3 "$tmp/f1.txt")"
-grep -qE "^scaletrain: error: log.sample_every: the sample at step 2 on cuda:0 .* failed: .*an illegal memory access was encountered" "$tmp/f1.txt" ||
-    fail "fault in the sample: the error does not say so: $(grep -E "scaletrain: (error|warning)|^warning" "$tmp/f1.txt")"
-! grep -q "training goes on without samples" "$tmp/f1.txt" || fail "fault in the sample: taken for a warning"
-echo "ok: a fault in the sample at step 2 (kernel $((n + 30)), 2 steps ran $n) ends the run with exit 1"
+for k in $((n + 30)) $((n - 10)); do
+    timeout 600 env ST_CUDAEMU_FAULT=$k "$bin" "${tr[@]}" --set train.out_dir="$tmp/f$k" >"$tmp/f$k.txt" 2>&1
+    rc=$?
+    grep -q "^cudaemu: .* faulted (ST_CUDAEMU_FAULT=$k)" "$tmp/f$k.txt" || fail "fault $k: none happened: $(tail -3 "$tmp/f$k.txt")"
+    [ $rc -eq 1 ] || fail "fault $k: exit $rc, want 1: $(tail -3 "$tmp/f$k.txt")"
+    grep -qE "^scaletrain: error: log.sample_every: cuda:0 .* faulted by the text sample after step 2: .*an illegal memory access was encountered" "$tmp/f$k.txt" ||
+        fail "fault $k: the error does not say so: $(grep -E "scaletrain: (error|warning)|^warning" "$tmp/f$k.txt")"
+    ! grep -q "training goes on without samples" "$tmp/f$k.txt" || fail "fault $k: taken for a warning"
+    echo "ok: a fault at kernel $k (2 steps ran $n) ends the run at the sample after step 2, exit 1"
+done
 e2e_finish "samples on the emulated GPU are the CPU's"
