@@ -34,15 +34,50 @@
 #include "mem_fixture.h"
 #include "scaletrain/train.h"
 
+/* The planner's prediction for a run as it was configured (its auto values
+ * filled), on this machine's GPU, or the H100 preset on the emulator (the
+ * probe looks for the driver and NVML, which it is not); eval_only: an
+ * evaluation alone. */
+static void predict(st_config *run, bool eval_only, st_plan *p) {
+    memset(p, 0, sizeof *p);
+    st_plan_input in;
+    CHECK_OK(st_runspec_open(run, &in));
+    in.eval_only = eval_only;
+    st_hw_info h;
+    CHECK_OK(st_hw_probe(&h));
+    st_hw_config hw = {.per_node = 1, .nodes = 1};
+    if (h.n_gpus > 0)
+        st_device_local(&h, 0, &hw.dev);
+    else
+        CHECK(st_device_preset("H100-80GB", &hw.dev), "the H100-80GB preset");
+    CHECK_OK(st_plan_make(&in, &hw, p));
+    st_runspec_close(&in);
+}
+
+/* The device's peak (got) against the prediction (want), within 10%,
+ * printed with the batch (what: "micro" or "eval batch"). */
+static void compare(const char *name, const char *what, int64_t batch, const char *precision, double got,
+                    double want) {
+    const double err = got > 0 ? (want - got) / got : 1;
+    printf("%-9s %s %3lld %s: device peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name, what,
+           (long long)batch, precision, got / 1048576, want / 1048576, 100 * err);
+    CHECK(got > 0 && fabs(err) <= 0.10, "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name,
+          want / 1048576, got / 1048576);
+}
+
+static void config_of(st_config *cfg, const char *const *sets, int nsets) {
+    st_config_defaults(cfg);
+    for (int i = 0; i < nsets; i++)
+        CHECK_OK(st_config_set(cfg, sets[i]));
+    CHECK_OK(st_config_set(cfg, "train.device=cuda"));
+}
+
 /* Runs the config on the device; the measured peak and predicted bytes in
  * got2[0], got2[1] when got2 is not NULL (0 when the run failed). */
 static void check_run(const char *name, const char *const *sets, int nsets, double *got2) {
     if (got2) got2[0] = got2[1] = 0;
     st_config cfg;
-    st_config_defaults(&cfg);
-    for (int i = 0; i < nsets; i++)
-        CHECK_OK(st_config_set(&cfg, sets[i]));
-    CHECK_OK(st_config_set(&cfg, "train.device=cuda"));
+    config_of(&cfg, sets, nsets);
     st_run_opts opts = {.quiet = true};
     st_run_result res;
     st_config run = cfg;
@@ -50,40 +85,22 @@ static void check_run(const char *name, const char *const *sets, int nsets, doub
         CHECK(0, "%s: %s", name, st_last_error());
         return;
     }
-    /* the prediction for the run as it was configured (its auto values filled) */
-    st_plan_input in;
-    CHECK_OK(st_runspec_open(&run, &in));
-    st_hw_info h;
-    CHECK_OK(st_hw_probe(&h));
-    st_hw_config hw = {.per_node = 1, .nodes = 1};
-    if (h.n_gpus > 0)
-        st_device_local(&h, 0, &hw.dev);
-    else /* the emulator: the probe looks for the driver and NVML, which it is not */
-        CHECK(st_device_preset("H100-80GB", &hw.dev), "the H100-80GB preset");
     st_plan p;
-    CHECK_OK(st_plan_make(&in, &hw, &p));
-    st_runspec_close(&in);
-    const double got = (double)res.device_mem_peak_bytes, want = (double)p.mem.total;
-    const double err = got > 0 ? (want - got) / got : 1;
-    printf("%-9s micro %3lld %s: device peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name,
-           (long long)p.micro, run.precision, got / 1048576, want / 1048576, 100 * err);
-    CHECK(got > 0 && fabs(err) <= 0.10, "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name,
-          want / 1048576, got / 1048576);
-    if (got2) got2[0] = got, got2[1] = want;
+    predict(&run, false, &p);
+    compare(name, "micro", p.micro, run.precision, (double)res.device_mem_peak_bytes, (double)p.mem.total);
+    if (got2) got2[0] = (double)res.device_mem_peak_bytes, got2[1] = (double)p.mem.total;
 }
 
 /* An evaluation alone (st_evaluate of the weights the config's run of a
- * step writes to out_dir first, when `train`): the device's peak against the planner's
- * evaluation (st_plan_input.eval_only: the weights and one forward graph),
- * within 10%; the evaluation's batch is printed (train.eval_batch_size as
- * given, or the planner's). */
+ * step writes to out_dir first, when `train`): the device's peak against
+ * the planner's evaluation (st_plan_input.eval_only: the weights and one
+ * forward graph, no gradients or optimizer state), within 10%; the
+ * evaluation's batch is printed (train.eval_batch_size as given, or the
+ * planner's). */
 static void check_eval(const char *name, const char *const *sets, int nsets, const char *out_dir,
                        bool train) {
     st_config cfg;
-    st_config_defaults(&cfg);
-    for (int i = 0; i < nsets; i++)
-        CHECK_OK(st_config_set(&cfg, sets[i]));
-    CHECK_OK(st_config_set(&cfg, "train.device=cuda"));
+    config_of(&cfg, sets, nsets);
     st_run_opts topts = {.quiet = true, .save = true}, opts = {.quiet = true, .init = out_dir};
     st_run_result res;
     st_config run = cfg;
@@ -96,20 +113,12 @@ static void check_eval(const char *name, const char *const *sets, int nsets, con
         CHECK(0, "%s: %s", name, st_last_error());
         return;
     }
-    st_plan_input in;
-    CHECK_OK(st_runspec_open(&run, &in));
-    in.eval_only = true;
-    st_hw_config hw = {.per_node = 1, .nodes = 1};
-    CHECK(st_device_preset("H100-80GB", &hw.dev), "the H100-80GB preset");
     st_plan p;
-    CHECK_OK(st_plan_make(&in, &hw, &p));
-    st_runspec_close(&in);
-    const double got = (double)res.device_mem_peak_bytes, want = (double)p.mem.total;
-    const double err = got > 0 ? (want - got) / got : 1;
-    printf("%-9s eval batch %3lld %s: device peak %7.1f MiB, predicted %7.1f MiB (%+.1f%%)\n", name,
-           (long long)run.train.eval_batch_size, run.precision, got / 1048576, want / 1048576, 100 * err);
-    CHECK(got > 0 && fabs(err) <= 0.10 && p.mem.grads == 0 && p.mem.optim == 0,
-          "%s: prediction %.1f MiB vs the device's peak %.1f MiB", name, want / 1048576, got / 1048576);
+    predict(&run, true, &p);
+    CHECK(p.mem.grads == 0 && p.mem.optim == 0, "%s: an evaluation's plan holds gradients or optimizer state",
+          name);
+    compare(name, "eval batch", run.train.eval_batch_size, run.precision, (double)res.device_mem_peak_bytes,
+            (double)p.mem.total);
 }
 
 int main(void) {
