@@ -907,7 +907,11 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
  * is dropped, and the later step saved. Where every rank knows of the
  * failure and holds the same whole state (ses->agreed_read: a read the
  * ranks agreed on, agree_read, or a shared evaluation's), they save
- * together, as a checkpoint is saved in the loop (ZeRO's shards too). */
+ * together, as a checkpoint is saved in the loop (ZeRO's shards too); but
+ * where a rank could not look at its weights (its GPU lost, as at rank 0's
+ * text sample), under ddp the first rank that could saves alone for all
+ * (each holds the whole state; batch-norm statistics: rank 0 only), and
+ * the others wait for its outcome. */
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
                         st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
@@ -953,12 +957,20 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
                       hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
         st_status f = st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), &finite);
-        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look */
-            int64_t ok = f != ST_OK ? 1 : finite ? 2 : 0;
-            f = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,
+        int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
+        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look; and the
+                         * first rank that found them finite */
+            int64_t v[2] = {f != ST_OK ? 1 : finite ? 2 : 0, f == ST_OK && finite ? ses->rank : INT64_MAX};
+            f = st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN,
                                         "whether the weights are finite");
-            finite = ok == 2;
-            if (f == ST_OK && ok == 1) f = st_fail(ST_ERR_IO, "a rank could not look at its weights");
+            finite = v[0] == 2;
+            if (f == ST_OK && v[0] == 1 && v[1] != INT64_MAX && dd->mode == ST_DIST_DDP &&
+                !pp->masters_sharded && (pp->buffer_count == 0 || v[1] == 0)) {
+                by = (int)v[1];
+                finite = true;
+            } else if (f == ST_OK && v[0] == 1) {
+                f = st_fail(ST_ERR_IO, "a rank could not look at its weights");
+            }
         }
         if (f == ST_OK && alone) { /* one writer among the ranks that failed (an flock, released at exit) */
             char dir[ST_CFG_STR + 16], done[ST_CFG_STR + 64];
@@ -985,12 +997,35 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         } else if (f == ST_OK && !finite) {
             NOTE("no checkpoint of step %lld was saved: its weights are not finite", (long long)whole);
         } else {
-            if (f == ST_OK) {
+            if (f == ST_OK && (by < 0 || ses->rank == by)) {
                 ck_at(ck, whole, pos, sc);
                 const st_ckpt_layout one = {0}; /* rank 0 of 1 */
-                f = st_ckpt_save(c, m, opt, ck, alone ? &one : lay, r->checkpoint, sizeof r->checkpoint);
+                f = st_ckpt_save(c, m, opt, ck, alone || by >= 0 ? &one : lay, r->checkpoint,
+                                 sizeof r->checkpoint);
             }
-            if (f == ST_OK && alone)
+            if (by >= 0) { /* every rank learns how the save went (the lost GPU's rank waits for it here) */
+                int64_t ok = ses->rank != by || f == ST_OK ? 1 : 0;
+                char err[1024];
+                snprintf(err, sizeof err, "%s", f == ST_OK ? "" : st_last_error());
+                const st_status a = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,
+                                                            "the rescue checkpoint's save");
+                if (ses->rank != by) {
+                    f = a != ST_OK ? a
+                        : ok
+                            ? ST_OK
+                            : st_fail(ST_ERR_IO, "rank %d could not write it (its own message says why)", by);
+                    snprintf(r->checkpoint, sizeof r->checkpoint, "%s/ckpt/step-%lld", c->train.out_dir,
+                             (long long)whole);
+                } else if (f != ST_OK) {
+                    st_fail(f, "%s", err);
+                }
+            }
+            if (f == ST_OK && by >= 0)
+                NOTE("a rank's GPU is lost; rank %d saved the weights and optimizer state after step %lld "
+                     "first, "
+                     "to %s",
+                     by, (long long)whole, r->checkpoint);
+            else if (f == ST_OK && alone)
                 NOTE("rank %d saved the weights and optimizer state after step %lld first, to %s", ses->rank,
                      (long long)whole, r->checkpoint);
             else if (f == ST_OK)

@@ -23,7 +23,9 @@
 #     kernels of the steps before it), or in the step's last kernels before
 #     it (the weights' copy for the sample waits for them first): not a
 #     warning and training on, but the run's error, exit 1, naming the
-#     sample's step and the fault.
+#     sample's step and the fault. On 2 ranks under ddp, rank 0's GPU lost
+#     there: rank 1 saves step 2 for both (each holds the whole state), and
+#     the run resumes to the bytes of one without the fault.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_need_mpirun
@@ -143,4 +145,24 @@ for k in $((n + 30)) $((n - 10)); do
     ! grep -q "training goes on without samples" "$tmp/f$k.txt" || fail "fault $k: taken for a warning"
     echo "ok: a fault at kernel $k (2 steps ran $n) ends the run at the sample after step 2, exit 1"
 done
+# 5b. two ranks under ddp, rank 0's GPU lost in the sample after step 2: rank 1 (each holds the whole
+#     state) saves step 2 for both, and --resume auto ends with the bytes of a run without the fault
+ddp=("${tr[@]}" --set dist.strategy=ddp --set log.progress=off)
+"${mpi[@]}" -x ST_CUDAEMU_FAULT=1000000000:0 -np 2 "$bin" "${ddp[@]}" --set train.steps=2 --set log.sample_every=0 \
+    --set train.out_dir="$tmp/g0" >"$tmp/g0.txt" 2>&1 || fail "the 2-rank count run: $(tail -3 "$tmp/g0.txt")"
+n=$(sed -n 's/^cudaemu: ST_CUDAEMU_FAULT=[0-9]*: no fault, \([0-9]*\) kernels ran$/\1/p' "$tmp/g0.txt")
+[ -n "$n" ] && [ "$n" -gt 50 ] || fail "the count of rank 0's kernels: '$n' ($(tail -2 "$tmp/g0.txt"))"
+"${mpi[@]}" -x ST_CUDAEMU_FAULT=$((n + 30)):0 -np 2 "$bin" "${ddp[@]}" --set train.out_dir="$tmp/g1" >"$tmp/g1.txt" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "2 ranks, rank 0's fault: exit $rc, want 1: $(tail -3 "$tmp/g1.txt")"
+grep -qF "a rank's GPU is lost; rank 1 saved the weights and optimizer state after step 2 first" "$tmp/g1.txt" &&
+    [ "$(cat "$tmp/g1/ckpt/latest" 2>/dev/null)" = step-2 ] ||
+    fail "2 ranks, rank 0's fault: step 2 not saved by rank 1: $(grep -E "scaletrain: error" "$tmp/g1.txt")"
+"${mpi[@]}" -np 2 "$bin" "${ddp[@]}" --set train.out_dir="$tmp/g1" --resume auto >"$tmp/g1r.txt" 2>&1 ||
+    fail "2 ranks: the resumed run: $(tail -3 "$tmp/g1r.txt")"
+"${mpi[@]}" -np 2 "$bin" "${ddp[@]}" --set train.out_dir="$tmp/g2" >"$tmp/g2.txt" 2>&1 ||
+    fail "2 ranks without a fault: $(tail -3 "$tmp/g2.txt")"
+cmp -s "$tmp/g1/model.safetensors" "$tmp/g2/model.safetensors" ||
+    fail "2 ranks: resumed from rank 1's rescue, the weights differ from the run without a fault"
+echo "ok: rank 0's GPU lost at the sample after step 2 of 2 ranks: rank 1 saved step 2; resumed, the same bytes"
 e2e_finish "samples on the emulated GPU are the CPU's"
