@@ -7,6 +7,7 @@
  * bytes. Another vocabulary takes its prompt as token ids and prints ids,
  * or text through an llm.c tokenizer file (--tokenizer, decoding only). */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -501,8 +502,10 @@ int st_cmd_sample(int argc, char **argv) {
     st_status s = st_ckpt_weights(opts.init, stderr, path, sizeof path, &step);
     if (s == ST_OK) s = model_from_weights(&cfg, path, &in);
     if (s == ST_OK) s = open_device(&cfg, &dev, why, sizeof why);
-    st_device_set_oom_advice(dev, "Draw fewer samples at a time (--samples), or sample on the CPU (--set "
-                                  "train.device=cpu)"); /* (not training's remedies) */
+    char advice[] =
+        NOMEM_ADVICE; /* (not training's remedies; a sentence of its own in the device's message) */
+    advice[0] = (char)toupper((unsigned char)advice[0]);
+    st_device_set_oom_advice(dev, advice);
     if (s == ST_OK) {
         const int threads = cfg.train.threads == ST_AUTO ? st_hw_allowed_cpus() : (int)cfg.train.threads;
         omp_set_num_threads(threads > 0 ? threads : 1);

@@ -144,19 +144,26 @@ static void loader_bytes(int64_t batch, const st_mem_opts *o, st_mem *out) {
     }
 }
 
+/* The evaluation's graph (forward alone) at o->eval_batch into *e, and
+ * its bytes into out->eval. */
+static st_status eval_graph(st_model *m, const st_mem_opts *o, graph_bytes *e, st_mem *out) {
+    const st_status s = graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true, e);
+    if (s != ST_OK) /* (the layer's message speaks of the micro-batch: this is the evaluation's) */
+        return st_fail_context(
+            s, "the evaluation's graph, at train.eval_batch_size %lld: ", (long long)o->eval_batch);
+    out->eval = e->acts + e->grads + e->ints + e->work;
+    return ST_OK;
+}
+
 /* st_mem_estimate of an evaluation alone (memory.h); out->params set. */
 static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
     if (o->eval_batch < 1)
         return st_fail(ST_ERR_ARG, "memory model: an evaluation's batch of %lld", (long long)o->eval_batch);
     out->grads = out->optim = out->host = 0;
     graph_bytes e, e1, e2;
-    const st_status s = graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true, &e);
-    if (s != ST_OK)
-        return st_fail_context(
-            s, "the evaluation's graph, at train.eval_batch_size %lld: ", (long long)o->eval_batch);
+    ST_TRY(eval_graph(m, o, &e, out));
     ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, o->fused_gelu, true, &e1));
     ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, o->fused_gelu, true, &e2));
-    out->eval = e.acts + e.grads + e.ints + e.work;
     out->act_per_sample = (double)((e2.acts + e2.ints) - (e1.acts + e1.ints));
     loader_bytes(o->eval_batch, o, out);
     out->data = o->data_bytes;
@@ -184,12 +191,7 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     out->act_per_sample = (double)((g2.acts + g2.grads + g2.ints) - (g1.acts + g1.grads + g1.ints));
     if (o->eval_batch > 0) {
         graph_bytes e;
-        const st_status s = graph_size(m, o->eval_batch, o->mixed, o->device_layout, o->fused_gelu, true,
-                                       &e); /* forward alone */
-        if (s != ST_OK) /* (the layer's message speaks of the micro-batch: this is the evaluation's) */
-            return st_fail_context(s, "the evaluation's graph, at train.eval_batch_size %lld: ",
-                                   (long long)o->eval_batch);
-        out->eval = e.acts + e.grads + e.ints + e.work;
+        ST_TRY(eval_graph(m, o, &e, out));
     }
     loader_bytes(micro, o, out);
     /* 16-bit buckets (dist.grad_dtype): their copies beside the gradients (ddp.c st_ddp_set_grad_dtype) */

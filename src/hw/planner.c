@@ -322,7 +322,6 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
     snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "off: an evaluation runs forward alone");
     const bool eval_given = c->train.eval_batch_size != ST_AUTO,
                micro_given = c->train.micro_batch_size != ST_AUTO;
-    bool none = false;
     if (eval_given || micro_given) {
         p->micro = micro_given ? c->train.micro_batch_size : c->train.eval_batch_size;
         snprintf(p->micro_why, sizeof p->micro_why, "an evaluation: %s is its batch",
@@ -340,9 +339,10 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
         snprintf(p->micro_why, sizeof p->micro_why,
                  "a training run's micro-batch: train.eval_steps counts batches of it");
     } else {
-        int64_t hi = per_rank; /* lo fits (0: none yet), hi + 1 does not or is past the shares */
-        if (in->eval_samples > 0 && (in->eval_samples + n - 1) / n < hi) hi = (in->eval_samples + n - 1) / n;
-        int64_t lo = 0;
+        /* (the validation samples' share of each rank; 0: unknown) */
+        const int64_t share = in->eval_samples > 0 ? (in->eval_samples + n - 1) / n : 0;
+        int64_t hi = share > 0 && share < per_rank ? share : per_rank; /* hi + 1: does not fit, or past */
+        int64_t lo = 0;                                                /* fits (0: none yet) */
         st_mem m;
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo + 1) / 2;
@@ -354,16 +354,15 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
             else
                 hi = mid - 1;
         }
-        none = lo == 0;
-        p->micro = none ? 1 : lo;
-        if (none)
+        p->micro = lo > 0 ? lo : 1;
+        if (lo == 0)
             snprintf(p->micro_why, sizeof p->micro_why,
                      "1: no evaluation batch fits %s (the warning says why)",
                      human((double)p->mem_limit, b1, sizeof b1));
         else if (lo == per_rank)
             snprintf(p->micro_why, sizeof p->micro_why, "an evaluation's batch: train.batch_size%s",
                      n > 1 ? " over the ranks" : "");
-        else if (in->eval_samples > 0 && lo == (in->eval_samples + n - 1) / n)
+        else if (lo == share)
             snprintf(p->micro_why, sizeof p->micro_why, "an evaluation's batch: the validation samples%s",
                      n > 1 ? " over the ranks" : "");
         else

@@ -140,14 +140,11 @@ static st_status setup_device(st_session *s) {
             goto no_gpu;
         }
         ST_TRY(o);
-        if (s->world == 1 && want < 0 && n > 1 && s->eval_only) /* (cuda:N chose its one GPU) */
-            st_ticker_sayf("scaletrain: note: this evaluation runs on %s alone, one of this node's %d GPUs; "
-                           "`scaletrain launch -n %d eval ...` shares it among all of them (a rank each)\n",
-                           st_device_name(s->dev), n, n);
-        else if (s->world == 1 && want < 0 && n > 1)
-            st_ticker_sayf("scaletrain: note: this run trains on %s alone, one of this node's %d GPUs; "
-                           "`scaletrain launch -n %d train ...` trains on all of them (a rank each)\n",
-                           st_device_name(s->dev), n, n);
+        if (s->world == 1 && want < 0 && n > 1) /* (cuda:N chose its one GPU) */
+            st_ticker_sayf("scaletrain: note: this %s on %s alone, one of this node's %d GPUs; `scaletrain "
+                           "launch -n %d %s ...` %s all of them (a rank each)\n",
+                           s->eval_only ? "evaluation runs" : "run trains", st_device_name(s->dev), n, n,
+                           s->eval_only ? "eval" : "train", s->eval_only ? "shares it among" : "trains on");
         if (auto_) {
             snprintf(c->train.device, sizeof c->train.device, "cuda");
             snprintf(note, sizeof note, "%s", st_device_name(s->dev));

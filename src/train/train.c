@@ -1022,8 +1022,7 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             }
             if (f == ST_OK && by >= 0)
                 NOTE("a rank's GPU is lost; rank %d saved the weights and optimizer state after step %lld "
-                     "first, "
-                     "to %s",
+                     "first, to %s",
                      by, (long long)whole, r->checkpoint);
             else if (f == ST_OK && alone)
                 NOTE("rank %d saved the weights and optimizer state after step %lld first, to %s", ses->rank,
