@@ -160,6 +160,7 @@ __global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *
     const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
     float acc[VW] = {};
     if (c < C)
+#pragma unroll 8 /* (the loads issue together; the adds keep their order) */
         for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY) {
             float v[VW];
             f.template load<VW>(r, c, v);
@@ -190,11 +191,17 @@ __global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *
  * y + FINISH_TY, ... of its column, then row y = 0 adds those in order. A
  * thread a column walking every chunk (as before) kept one load in flight
  * per thread on a handful of blocks. */
-static __global__ void st_colsum_finish_kernel(const float *part, int64_t chunks, int64_t C, float *out) {
+static __global__ void st_colsum_finish_kernel(const float *part, int64_t chunks, int64_t C, float *out,
+                                               float *out2) {
     __shared__ float sh[ST_COLSUM_FINISH_TY][33];
+    if (blockIdx.y) { /* the second sum: its partials follow the first's */
+        part += chunks * C;
+        out = out2;
+    }
     const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (c < C)
+#pragma unroll 8 /* (the loads issue together; the adds keep their order) */
         for (int64_t k = threadIdx.y; k < chunks; k += ST_COLSUM_FINISH_TY)
             s += part[k * C + c];
     sh[threadIdx.y][threadIdx.x] = s;
@@ -206,10 +213,12 @@ static __global__ void st_colsum_finish_kernel(const float *part, int64_t chunks
     out[c] += t;
 }
 
+/* out[c] += part's chunks (chunks x C); with out2, in the same launch,
+ * out2[c] += the chunks x C partials after them. */
 static inline st_status st_colsum_finish(st_graph *g, const float *part, int64_t chunks, int64_t C,
-                                         float *out) {
-    st_colsum_finish_kernel<<<(unsigned)((C + 31) / 32), dim3(32, ST_COLSUM_FINISH_TY), 0,
-                              st_cuda_stream(g)>>>(part, chunks, C, out);
+                                         float *out, float *out2 = nullptr) {
+    st_colsum_finish_kernel<<<dim3((unsigned)((C + 31) / 32), out2 ? 2u : 1u), dim3(32, ST_COLSUM_FINISH_TY),
+                              0, st_cuda_stream(g)>>>(part, chunks, C, out, out2);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

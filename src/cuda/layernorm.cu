@@ -224,9 +224,12 @@ static __global__ void ln_dwdb_kernel(st_fbuf x, st_fbuf dy, const float *mean, 
 /* The whole backward for rows of at most NC 256 columns (VW 8): a block of
  * LN_FWARPS warps per chunk of `per` rows (ln_fused_rows), warp w taking
  * rows r0 + w, r0 + w + LN_FWARPS, ...; lane l holds columns 8 (l + 32 j)
- * .. + 7 of its row for j < NC. dx as ln_backward_dx_kernel; the lanes'
- * dweight and dbias sums over the warp's rows, then added warp by warp (in
- * order) in shared memory and written to the chunk's partials (part_w,
+ * .. + 7 of its row for j < NC. dx as ln_backward_dx_kernel, the gradient
+ * it adds to (acc) read with x and dy: one trip to memory a row. Each
+ * warp's dweight and dbias sums over its rows are kept in its own slice of
+ * shared memory (LN_SLOT: lane-major, so that a warp's access is one
+ * bank a lane), not in registers, so that 4 blocks fit an SM; then added
+ * warp by warp (in order) and written to the chunk's partials (part_w,
  * part_b: chunks x C) or, with one chunk, added into dw and db. */
 enum { LN_FWARPS = 4 };
 /* Rows per chunk: 4 a warp (a chunk per block, enough blocks to fill the
@@ -237,36 +240,47 @@ static int64_t ln_fused_rows(int64_t R) {
     return per;
 }
 static int64_t ln_fused_chunks(int64_t R) { return (R + ln_fused_rows(R) - 1) / ln_fused_rows(R); }
+/* Where column 8 (lane + 32 j) + k of a warp's sums lies in its slice */
+#define LN_SLOT(j, k, lane) ((((j)*8 + (k)) << 5) + (lane))
 
 template <int NC>
 static __global__ void __launch_bounds__(32 * LN_FWARPS)
     ln_backward_fused_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean, const float *rstd,
                              st_fbuf dx, int64_t R, int64_t C, bool acc, int64_t per, float *part_w,
                              float *part_b, float *dw, float *db, bool pv) {
-    __shared__ float sw[NC * 256], sb[NC * 256];
+    __shared__ float sw[LN_FWARPS][NC * 256], sb[LN_FWARPS][NC * 256];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
-    float aw[NC][8] = {}, ab[NC][8] = {};
+    float *aw = sw[warp], *ab = sb[warp]; /* (a lane touches its own slots alone: no barrier) */
+#pragma unroll
+    for (int i = 0; i < NC * 8; i++)
+        aw[(i << 5) + lane] = ab[(i << 5) + lane] = 0.0f;
     for (int64_t r = r0 + warp; r < r1; r += LN_FWARPS) {
         const int64_t o = r * C;
         const float m = mean[r], s = rstd[r];
-        float xv[NC][8], gv[NC][8]; /* x and dy, then xhat and dy weight */
+        float xv[NC][8], gv[NC][8], prev[NC][8]; /* x and dy, then xhat and dy weight */
         float gm = 0.0f, gxm = 0.0f;
 #pragma unroll
         for (int j = 0; j < NC; j++) {
             const int64_t c = 8 * (lane + 32 * j);
             if (c >= C) continue;
-            float wv[8];
             st_ldv<8>(dy, o + c, gv[j]);
             st_ldv<8>(x, o + c, xv[j]);
+            if (acc) st_ldv<8>(dx, o + c, prev[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int64_t c = 8 * (lane + 32 * j);
+            if (c >= C) continue;
+            float wv[8];
             ld_param<8>(w, c, wv, pv);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float xh = (xv[j][k] - m) * s, gc = gv[j][k] * wv[k];
                 gm += gc;
                 gxm += gc * xh;
-                aw[j][k] += gv[j][k] * xh;
-                ab[j][k] += gv[j][k];
+                aw[LN_SLOT(j, k, lane)] += gv[j][k] * xh;
+                ab[LN_SLOT(j, k, lane)] += gv[j][k];
                 xv[j][k] = xh;
                 gv[j][k] = gc;
             }
@@ -277,38 +291,34 @@ static __global__ void __launch_bounds__(32 * LN_FWARPS)
         for (int j = 0; j < NC; j++) {
             const int64_t c = 8 * (lane + 32 * j);
             if (c >= C) continue;
-            float d[8], prev[8];
-            if (acc) st_ldv<8>(dx, o + c, prev);
+            float d[8];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 d[k] = s * (gv[j][k] - gm - xv[j][k] * gxm);
-                if (acc) d[k] += prev[k];
+                if (acc) d[k] += prev[j][k];
             }
             st_stv<8>(dx, o + c, d);
         }
     }
-    for (int wp = 0; wp < LN_FWARPS; wp++) { /* warp by warp, in order */
-        if (warp == wp)
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) { /* warp by warp, in order */
+        const int i = LN_SLOT((int)(c >> 8), (int)(c & 7), (int)((c >> 3) & 31));
+        float tw = sw[0][i], tb = sb[0][i];
 #pragma unroll
-            for (int j = 0; j < NC; j++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const int c = 8 * (lane + 32 * j) + k;
-                    sw[c] = wp ? sw[c] + aw[j][k] : aw[j][k];
-                    sb[c] = wp ? sb[c] + ab[j][k] : ab[j][k];
-                }
-        __syncthreads();
-    }
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        for (int wp = 1; wp < LN_FWARPS; wp++) {
+            tw += sw[wp][i];
+            tb += sb[wp][i];
+        }
         if (part_w) {
-            part_w[(int64_t)blockIdx.x * C + c] = sw[c];
-            part_b[(int64_t)blockIdx.x * C + c] = sb[c];
+            part_w[(int64_t)blockIdx.x * C + c] = tw;
+            part_b[(int64_t)blockIdx.x * C + c] = tb;
         } else {
-            dw[c] += sw[c];
-            db[c] += sb[c];
+            dw[c] += tw;
+            db[c] += tb;
         }
     }
 }
+#undef LN_SLOT
 
 static bool ln_vec8(std::initializer_list<st_fbuf> rows, int64_t C) {
     for (const st_fbuf &b : rows)
@@ -320,8 +330,7 @@ static bool ln_vec8(std::initializer_list<st_fbuf> rows, int64_t C) {
  * dw, then for db), when there are several (else the kernel added them). */
 static st_status ln_finish(st_graph *g, int64_t chunks, int64_t C, float *dw, float *db) {
     if (chunks <= 1) return ST_OK;
-    ST_TRY(st_colsum_finish(g, g->work, chunks, C, dw));
-    return st_colsum_finish(g, g->work + chunks * C, chunks, C, db);
+    return st_colsum_finish(g, g->work, chunks, C, dw, db); /* (one launch for both) */
 }
 
 static st_status layernorm_forward(st_node *n, st_graph *g) {
