@@ -16,9 +16,10 @@ scaletrain runs in bf16 when the device accepts it; otherwise (bf16 refused,
 as before the bf16 kernels exist) in fp32, which the table says, with the
 reason in the notes. A batch that runs out of memory is halved. Nothing here
 crashes on a failed side: its row says "failed" and the exit status is 1.
-With --cudnn-attention, --offload, --selective, --plain-head and
---gelu-layer, scaletrain's gpt2 runs again with model.attention_kernel=cudnn
-(cuDNN's fused attention), with optim.offload, with selective activation
+With --cudnn-attention, --flash-attention, --offload, --selective,
+--plain-head and --gelu-layer, scaletrain's gpt2 runs again with
+model.attention_kernel=cudnn (cuDNN's fused attention), with
+model.attention_kernel=flash (scaletrain's kernels), with optim.offload, with selective activation
 checkpointing, with model.fused_head=off and with model.fused_gelu=off, and
 a note gives each one's step time and peak GPU memory against the run
 without (and, for selective, whether the final loss is the same: to the bit
@@ -265,9 +266,10 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
                 f"{ms:.1f} ms/step with the trace's events): attention forward + backward {attn:.2f} ms per "
                 "step (against PyTorch's SDPA alone, its note); " + trace_summary.one_line(r) +
                 (f"; the trace and its table: {kept}, {model}_trace.md" if kept else ""))
-    if key == "cudnn_attention":
-        note += f"; cuDNN ran {r['j'].get('attention_cudnn_calls', 0)} attention passes"
-    if key in ("plain_head", "gelu_layer", "cudnn_attention") or (key == "selective" and fused_gelu_forward(st)):
+    if key in ("cudnn_attention", "flash_attention"):
+        note += (f"; cuDNN ran {r['j'].get('attention_cudnn_calls', 0)} attention passes, "
+                 f"{st['j'].get('attention_cudnn_calls', 0)} without")
+    if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
@@ -291,6 +293,9 @@ VARIANTS = {  # flag: (--set values, what the note calls it); run in this order 
     "cudnn_attention": (["model.attention_kernel=cudnn"],
                         "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
                         "kernels)"),
+    "flash_attention": (["model.attention_kernel=flash"],
+                        "model.attention_kernel=flash (scaletrain's flash kernels instead of cuDNN's fused "
+                        "attention, auto's choice in bf16 from sm_90)"),
     "gelu_layer": (["model.fused_gelu=off"],
                    "model.fused_gelu=off (GELU as its own kernels, not in the MLP's product epilogues)"),
     "offload": (["optim.offload=true"], "optim.offload (optimizer state and update on the host)"),
@@ -417,7 +422,9 @@ def notes_of(rows, a):
         else:
             j = st["j"]
             n.append(f"{m}: scaletrain on {st['device_name']}, {st['params']:,} parameters, loss "
-                     f"{j['first_loss']:.3f} -> {j['train_loss']:.3f}, process {st['wall_s']:.0f} s")
+                     f"{j['first_loss']:.3f} -> {j['train_loss']:.3f}, process {st['wall_s']:.0f} s" +
+                     (f", attention passes on cuDNN {j['attention_cudnn_calls']}" if m == "gpt2" and
+                      "attention_cudnn_calls" in j else ""))
         if "error" in tc:
             n.append(f"{m}: PyTorch failed: {tc['error']}")
         else:
@@ -493,6 +500,10 @@ def main():
     p.add_argument("--cudnn-attention", action="store_true",
                    help="also run scaletrain's gpt2 with model.attention_kernel=cudnn (cuDNN's fused attention) "
                         "and note its step time, memory and loss against the run with scaletrain's flash kernels")
+    p.add_argument("--flash-attention", action="store_true",
+                   help="also run scaletrain's gpt2 with model.attention_kernel=flash (scaletrain's own kernels) "
+                        "and note its step time, memory and loss against the default (cuDNN's in bf16 from "
+                        "compute capability 9.0)")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

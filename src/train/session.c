@@ -354,6 +354,34 @@ static st_status open_data(st_session *s, bool eval_only) {
     return ST_OK;
 }
 
+/* model.attention_kernel auto for a gpt on a GPU: cuDNN's fused attention
+ * where it was measured faster than the flash kernels (a bf16 run on
+ * compute capability 9.0 or later: bench/RESULTS.md, 1.14x the whole GPT-2
+ * step on an H200) and this build and node have cuDNN; else the flash
+ * kernels, saying why. */
+static void pick_attention(st_session *s) {
+    st_config *c = s->cfg;
+    char why[ST_CFG_NOTE], lib[256] = "";
+    st_device_props dp = {0};
+    if (st_device_props_get(s->dev, &dp) != ST_OK) st_clear_error();
+    bool cudnn = false;
+#ifdef ST_HAVE_CUDA
+    cudnn = strcmp(c->precision, "bf16") == 0 && dp.cc_major >= 9 && st_cuda_cudnn_built(lib, sizeof lib);
+#endif
+    if (cudnn)
+        snprintf(why, sizeof why, "%s, faster than the flash kernels in bf16 on sm_%d%d", lib, dp.cc_major,
+                 dp.cc_minor);
+    else if (strcmp(c->precision, "bf16") != 0)
+        snprintf(why, sizeof why, "cuDNN's attention takes bf16 and this run is %s", c->precision);
+    else if (dp.cc_major < 9)
+        snprintf(why, sizeof why, "cuDNN's is the default from sm_90 (measured there); this GPU is sm_%d%d",
+                 dp.cc_major, dp.cc_minor);
+    else
+        snprintf(why, sizeof why, "no cuDNN attention here (`scaletrain check` says why)");
+    snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "%s", cudnn ? "cudnn" : "flash");
+    st_config_mark_auto(c, "model.attention_kernel", why);
+}
+
 /* The planner's choices for the values left `auto` (micro-batch, precision,
  * strategy, activation checkpointing) on this machine: on the CPU, whose
  * memory available is shared by the node's ranks, or on this rank's GPU,
@@ -553,6 +581,8 @@ static st_status plan(st_session *s, st_model_input *in) {
         s->agreed_error = false;
     }
 #endif
+    if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)
+        pick_attention(s); /* (before the planner, which counts cuDNN's workspace) */
     ST_TRY(autoconfigure(s, in));
     if (!s->eval_only) { /* the micro-batch the planner chose divides the batch: a check */
         const st_status v = st_config_validate_world(c, s->world);
@@ -671,11 +701,6 @@ static st_status resolve_kernels(st_session *s) {
                  (long long)c->model.vocab_size, fused ? "more" : "less");
         snprintf(c->model.fused_head, sizeof c->model.fused_head, "%s", fused ? "on" : "off");
         st_config_mark_auto(c, "model.fused_head", why);
-    }
-    if (s->dev && strcmp(c->model.attention_kernel, "auto") == 0) {
-        snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "flash");
-        st_config_mark_auto(c, "model.attention_kernel",
-                            "scaletrain's flash kernels (cuDNN's when set: docs/cuda.md)");
     }
     return ST_OK;
 }

@@ -77,6 +77,25 @@ out=$(timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cpu --set mod
     --set train.out_dir="$tmp/cudnn-cpu" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || fail "attention_kernel cudnn on the CPU: exit $rc: $out"
+# model.attention_kernel auto: cuDNN's in bf16 from compute capability 9.0
+#    where this build and node have it; else the flash kernels, the
+#    effective config saying why (here: the emulator has no cuDNN; fp32; an
+#    sm_80 GPU)
+out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda \
+    --set train.out_dir="$tmp/ak-auto" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "attention_kernel: +flash +# auto: no cuDNN attention here \(.scaletrain check. says why\)" <<<"$out" ||
+    fail "attention_kernel auto on the emulator: exit $rc: $(grep attention_kernel <<<"$out")"
+out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda --set precision=fp32 \
+    --set train.out_dir="$tmp/ak-fp32" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "attention_kernel: +flash +# auto: cuDNN's attention takes bf16 and this run is fp32" <<<"$out" ||
+    fail "attention_kernel auto in fp32: exit $rc: $(grep attention_kernel <<<"$out")"
+out=$(ST_CUDAEMU_CC=80 ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda \
+    --set train.out_dir="$tmp/ak-sm80" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "attention_kernel: +flash +# auto: cuDNN's is the default from sm_90 \(measured there\); this GPU is sm_80" <<<"$out" ||
+    fail "attention_kernel auto on sm_80: exit $rc: $(grep attention_kernel <<<"$out")"
 # 6. train.device cuda:N: GPU N of the node's (the run's header names it);
 #    a number past the node's GPUs is an error naming those there are; with
 #    two ranks on the node cuda:N is an error saying to use cuda.
@@ -119,4 +138,4 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
     grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
     fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU, auto flash there saying why; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"
