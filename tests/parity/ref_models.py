@@ -28,7 +28,7 @@ def causal_attention(qkv, n_head):
     q, k, v = qkv.split(C, dim=2)
     q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // n_head))
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=qkv.device))
     att = att.masked_fill(~mask, float("-inf"))
     att = F.softmax(att, dim=-1)
     return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
@@ -159,7 +159,7 @@ class GPT(Kinks):  # no kinks: tanh GELU and softmax are smooth
 
     def forward(self, idx):  # idx (B, T) -> logits (B, T, V)
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.t()  # tied output layer
