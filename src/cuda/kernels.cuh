@@ -159,8 +159,7 @@ __global__ void st_colsum_kernel(F f, int64_t R, int64_t C, int64_t per, float *
     const int64_t c = ((int64_t)blockIdx.x * ST_COLSUM_TX + threadIdx.x) * VW;
     const int64_t r0 = (int64_t)blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
     float acc[VW] = {};
-    if (c < C)
-#pragma unroll 8 /* (the loads issue together; the adds keep their order) */
+    if (c < C) /* (unrolled by 8, 62 registers instead of 38: linear db 16% slower on an H200) */
         for (int64_t r = r0 + threadIdx.y; r < r1; r += ST_COLSUM_TY) {
             float v[VW];
             f.template load<VW>(r, c, v);
