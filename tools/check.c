@@ -655,7 +655,8 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, con
 #ifdef ST_HAVE_CUDA
     char cudnn[512];
     if (gpus > 0 && st_cuda_cudnn_built(cudnn, sizeof cudnn)) /* "cuDNN 9.19.0" */
-        line(r, "ok", "cudnn", "%s: model.attention_kernel=cudnn can run (gpt, bf16)", cudnn);
+        line(r, "ok", "cudnn", "%s: a gpt's attention in bf16 can run on it (auto takes it from sm_90)",
+             cudnn);
     else if (gpus > 0)
         line(r, "skip", "cudnn", "%s: a gpt's attention runs on scaletrain's flash kernels", cudnn);
 #else
