@@ -74,7 +74,9 @@ const st_cfg_key st_cfg_keys[] = {
         "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
         "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
         "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes that are multiples of 16 up to 128, "
-        "others keep scaletrain's kernels); auto = flash; the CPU always runs its own"),
+        "others keep scaletrain's kernels); auto = cudnn in a bf16 run on compute capability 9.0 or later "
+        "where the build and node have cuDNN (1.14x the GPT-2 124M step on an H200: bench/RESULTS.md), else "
+        "flash, the effective config saying why; the CPU always runs its own"),
     K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
