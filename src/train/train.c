@@ -459,12 +459,19 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     if (ses->rank != 0) return ST_OK; /* (a share of the evaluation: rank 0 reports) */
     if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
     if (!opts->quiet) {
-        char at[48] = "eval";
+        char at[48] = "eval", over[96] = "";
         if (step >= 0) snprintf(at, sizeof at, "eval at step %lld", (long long)step);
+        if (ses->eval_only) { /* (scaletrain eval: what it covered, as its JSON says) */
+            const int64_t B = ses->cfg->train.eval_batch_size;
+            snprintf(over, sizeof over, " (%lld samples in batches of %lld)",
+                     (long long)st_session_eval_count(ses, B), (long long)B);
+        }
         if (r->has_accuracy)
-            fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%\n", at, r->eval_loss, 100.0 * r->eval_accuracy);
+            fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%%s\n", at, r->eval_loss,
+                    100.0 * r->eval_accuracy, over);
         else
-            fprintf(ses->out, "%s: loss %.4f, perplexity %.2f\n", at, r->eval_loss, exp(r->eval_loss));
+            fprintf(ses->out, "%s: loss %.4f, perplexity %.2f%s\n", at, r->eval_loss, exp(r->eval_loss),
+                    over);
         out_flush(ses);
     }
     return ST_OK;
