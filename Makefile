@@ -215,7 +215,17 @@ $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 else
-$(BUILD)/obj/%.o: %.cu
+# The architectures the folder's CUDA objects were built for (CUDA_ARCH),
+# kept beside them: objects built for others are rebuilt, not linked as they
+# are (scripts/test.sh builds for one architecture; a plain `make` after it
+# builds the list above).
+CUDA_ARCH_STAMP := $(BUILD)/cuda_arch
+ifeq ($(CUDA),1)
+ifneq ($(file < $(CUDA_ARCH_STAMP)),$(strip $(CUDA_ARCH)))
+$(shell mkdir -p $(BUILD) && printf '%s' '$(strip $(CUDA_ARCH))' >$(CUDA_ARCH_STAMP))
+endif
+endif
+$(BUILD)/obj/%.o: %.cu $(CUDA_ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
