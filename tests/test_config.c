@@ -218,6 +218,20 @@ static void test_set(void) {
                 "entry 2: expected an integer, got 'x'");
     CHECK(c.model.hidden.n == 3, "a failed list --set changes nothing");
     CHECK_FAILS(st_config_set(&c, "optim.schedule=cosin"), ST_ERR_CONFIG, "did you mean cosine?");
+    /* a YAML comment in a --set value would cut it short: refused; quoted, or
+     * a '#' inside a word, the value is whole */
+    CHECK_FAILS(st_config_set(&c, "train.out_dir=runs/a #2"), ST_ERR_CONFIG,
+                "--set train.out_dir=runs/a #2: 'runs/a #2' holds a YAML comment from '#2' on");
+    CHECK_FAILS(st_config_set(&c, "data.val=#held-out"), ST_ERR_CONFIG,
+                "holds a YAML comment from '#held-out'");
+    CHECK_FAILS(st_config_set(&c, "model.hidden=[512] # wide"), ST_ERR_CONFIG, "from '# wide' on");
+    CHECK(!strcmp(c.train.out_dir, "runs/with space") && c.data.val[0] == '\0' && c.model.hidden.n == 3,
+          "a refused comment changes nothing");
+    CHECK_OK(st_config_set(&c, "train.out_dir=\"runs/a #2\""));
+    CHECK(!strcmp(c.train.out_dir, "runs/a #2"), "quoted: '%s'", c.train.out_dir);
+    CHECK_OK(st_config_set(&c, "train.out_dir=runs/a#2"));
+    CHECK(!strcmp(c.train.out_dir, "runs/a#2"), "a '#' inside a word: '%s'", c.train.out_dir);
+    CHECK_OK(st_config_set(&c, "train.out_dir=runs/with space"));
     /* train.device: cuda:N, a GPU by its number (0 to 999, no leading zero) */
     CHECK_OK(st_config_set(&c, "train.device=cuda:1"));
     CHECK(!strcmp(c.train.device, "cuda:1"), "train.device cuda:1 reads '%s'", c.train.device);

@@ -641,7 +641,20 @@ st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char
             s = bad(ctx, "'%.60s' is not a valid YAML value: %s (column %zu); quote it or fix the brackets",
                     text, parser.problem ? parser.problem : "syntax error", parser.problem_mark.column + 1);
     } else {
-        s = st_cfg_assign(c, row, yaml_document_get_root_node(&doc), &doc, ctx);
+        /* A YAML comment after the value (' #' or a leading '#') would be
+         * dropped, and with it what the value held from there on: a path
+         * with ' #' in it cut short, or set to nothing. Refused, saying so. */
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        size_t end = root ? root->end_mark.index : 0;
+        while (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' || text[end] == '\r')
+            end++;
+        if (text[end] == '#')
+            s = bad(ctx,
+                    "'%.60s' holds a YAML comment from '%.40s' on, which would be dropped; quote the value "
+                    "(--set 'key=\"...\"') to keep the '#'",
+                    text, text + end);
+        else
+            s = st_cfg_assign(c, row, root, &doc, ctx);
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&parser);
