@@ -540,8 +540,9 @@ static void test_auto_choices(void) {
  * holds 6 bytes a parameter and its graph, and its batch is the largest
  * that fits (one more does not), at most the validation samples; with
  * train.eval_steps (batches) a training run's micro-batch, so that it
- * evaluates the samples the run's evaluations did; an explicit train.eval_batch_size is kept,
- * and where it does not fit the warning and the hint name it. */
+ * evaluates the samples the run's evaluations did; an explicit
+ * train.eval_batch_size is kept, and where it does not fit the warning and
+ * the hint name it. */
 static void test_eval_only(void) {
     st_config c;
     st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
@@ -580,8 +581,8 @@ static void test_eval_only(void) {
     CHECK(more.micro == 10 && strstr(more.micro_why, "the validation samples"),
           "10 validation samples: batch %lld (%s)", (long long)more.micro, more.micro_why);
     in.eval_samples = 0;
-    c.train.eval_steps =
-        2; /* (batches: of the micro-batch a training run has, the samples its evaluations took) */
+    /* (batches: of the micro-batch a training run has, the samples its evaluations took) */
+    c.train.eval_steps = 2;
     CHECK_OK(st_plan_make(&in, &hw, &more));
     CHECK(more.micro == tr.micro && strstr(more.micro_why, "train.eval_steps"),
           "eval_steps 2: batch %lld, training's %lld (%s)", (long long)more.micro, (long long)tr.micro,
