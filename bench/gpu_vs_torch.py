@@ -269,7 +269,10 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
     if key in ("cudnn_attention", "flash_attention"):
         note += (f"; cuDNN ran {r['j'].get('attention_cudnn_calls', 0)} attention passes, "
                  f"{st['j'].get('attention_cudnn_calls', 0)} without")
-    if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention") or (key == "selective" and fused_gelu_forward(st)):
+    if key == "fused_bias_grad":
+        note += (f"; cuBLASLt's epilogue summed {r['j'].get('bias_grad_epilogues', 0)} bias gradients, "
+                 f"{st['j'].get('bias_grad_epilogues', 0)} without")
+    if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention", "fused_bias_grad") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
@@ -290,6 +293,9 @@ PROFILE_STEPS = (2, 3)  # after the warm-up steps
 VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
     "profile": (["log.trace=true", f"log.trace_steps=[{PROFILE_STEPS[0] + WARMUP},{PROFILE_STEPS[1] + WARMUP}]"],
                 "the profiler trace (--profile: the GPU's own timeline, per stream)"),
+    "fused_bias_grad": (["model.fused_bias_grad=on"],
+                        "model.fused_bias_grad=on (the linear layers' bias gradients in their dW products' "
+                        "cuBLASLt epilogues, not column-sum kernels)"),
     "cudnn_attention": (["model.attention_kernel=cudnn"],
                         "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
                         "kernels)"),
@@ -504,6 +510,10 @@ def main():
                    help="also run scaletrain's gpt2 with model.attention_kernel=flash (scaletrain's own kernels) "
                         "and note its step time, memory and loss against the default (cuDNN's in bf16 from "
                         "compute capability 9.0)")
+    p.add_argument("--fused-bias-grad", action="store_true",
+                   help="also run scaletrain's gpt2 with model.fused_bias_grad=on (bias gradients in the dW "
+                        "products' cuBLASLt epilogues) and note its step time, memory and loss against the "
+                        "default (column-sum kernels)")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

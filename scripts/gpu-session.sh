@@ -64,7 +64,7 @@ GPU_BENCH=${GPU_BENCH:-auto}
 BENCH_MIN_S=${BENCH_MIN_S:-200}
 MEMCHECK=${MEMCHECK:-auto}
 BENCH_ARGS=${BENCH_ARGS:-}
-BENCH_VARIANTS=${BENCH_VARIANTS:---profile --cudnn-attention --gelu-layer --offload --selective --plain-head}
+BENCH_VARIANTS=${BENCH_VARIANTS:---profile --fused-bias-grad --flash-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d /tmp/gpu-session.XXXXXX)

@@ -53,11 +53,13 @@ static st_status input_plus(st_graph *g, const char *name, int ndim, const int64
 typedef struct linear_ctx {
     int64_t B, K, N;
     bool bias, in_out, twice; /* twice: two linears read x, so dx is written then added */
+    bool bgrad;               /* the bias gradient in dW's epilogue (st_graph.fuse_bias_grad) */
 } linear_ctx;
 
 static st_status build_linear(st_graph *g, void *ctx) {
     const linear_ctx *c = ctx;
     st_tensor *xs, *y, *y2;
+    g->fuse_bias_grad = c->bgrad; /* (before finalize: the scratch it needs) */
     ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->B, c->K}, &xs));
     st_linear_opts o = {.bias = c->bias, .in_out = c->in_out};
     ST_TRY(st_linear(g, "fc", xs, c->N, &o, &y));
@@ -65,6 +67,39 @@ static st_status build_linear(st_graph *g, void *ctx) {
     st_linear_opts o2 = {.bias = !c->bias, .in_out = !c->in_out};
     ST_TRY(st_linear(g, "fc2", xs, c->N, &o2, &y2));
     return st_add(g, "sum", y, y2, &y);
+}
+
+static void linear_label(char *buf, size_t n, const char *prec, const linear_ctx *c) {
+    snprintf(buf, n, "%slinear %lldx%lld->%lld%s%s%s%s", prec, (long long)c->B, (long long)c->K,
+             (long long)c->N, c->bias ? " bias" : "", c->in_out ? " in_out" : "",
+             c->twice ? " +second reader" : "", c->bgrad ? ", db in dW's epilogue" : "");
+}
+
+/* The cases with the bias gradient in dW's epilogue ran it: always on the
+ * emulator; a GPU's cuBLASLt may offer no such algorithm, and the column
+ * sums then run (the same values): said, not failed. */
+static void check_bgrad_ran(st_device *dev, int64_t before, const char *what) {
+#ifdef ST_HAVE_CUDA
+    if (!dev) return;
+    const int64_t ran = st_cuda_bias_grad_epilogues(dev) - before;
+#ifdef ST_CUDA_EMU
+    CHECK(ran > 0, "%s: no bias gradient was summed in dW's epilogue", what);
+#else
+    printf("     %s: %lld bias gradients summed in dW's epilogue%s\n", what, (long long)ran,
+           ran ? "" : " (cuBLASLt offered no algorithm: the column sums ran)");
+#endif
+#else
+    (void)dev, (void)before, (void)what;
+#endif
+}
+
+static int64_t bgrad_count(st_device *dev) {
+#ifdef ST_HAVE_CUDA
+    return dev ? st_cuda_bias_grad_epilogues(dev) : 0;
+#else
+    (void)dev;
+    return 0;
+#endif
 }
 
 /* --- embedding (+ tied head) ---------------------------------------------- */
@@ -284,16 +319,22 @@ int main(void) {
     char label[128];
     uint64_t k = 0;
 
-    const linear_ctx lin[] = {{8, 16, 24, true, false, false},     {37, 65, 33, false, true, false},
-                              {128, 768, 2304, true, true, false}, {31, 97, 50, true, false, true},
-                              {64, 768, 768, false, false, true},  {1, 3, 1, true, true, false}};
+    /* the last three: the bias gradient in dW's epilogue (BGRADB; in_out BGRADA) */
+    const linear_ctx lin[] = {
+        {8, 16, 24, true, false, false, false},     {37, 65, 33, false, true, false, false},
+        {128, 768, 2304, true, true, false, false}, {31, 97, 50, true, false, true, false},
+        {64, 768, 768, false, false, true, false},  {1, 3, 1, true, true, false, false},
+        {8, 16, 24, true, false, false, true},      {128, 768, 2304, true, true, false, true},
+        {31, 97, 50, true, false, true, true}};
+    const size_t lin_bgrad = 6;
+    int64_t bgrad0 = bgrad_count(dev);
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-        snprintf(label, sizeof label, "linear %lldx%lld->%lld%s%s%s", (long long)lin[i].B,
-                 (long long)lin[i].K, (long long)lin[i].N, lin[i].bias ? " bias" : "",
-                 lin[i].in_out ? " in_out" : "", lin[i].twice ? " +second reader" : "");
+        if (i == lin_bgrad) bgrad0 = bgrad_count(dev);
+        linear_label(label, sizeof label, "", &lin[i]);
         run(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear, NULL,
             (void *)&lin[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
+    check_bgrad_ran(dev, bgrad0, "fp32 linear cases with db in dW's epilogue");
 #ifdef ST_HAVE_CUDA
     /* The cuBLASLt plans are the device's (matmul.cu): the same case again
      * (new graphs, the same shapes and alignments) makes no plan and finds
@@ -398,12 +439,14 @@ int main(void) {
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
         const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-            snprintf(label, sizeof label, "%s linear %lldx%lld->%lld%s%s%s", pn, (long long)lin[i].B,
-                     (long long)lin[i].K, (long long)lin[i].N, lin[i].bias ? " bias" : "",
-                     lin[i].in_out ? " in_out" : "", lin[i].twice ? " +second reader" : "");
+            if (i == lin_bgrad) bgrad0 = bgrad_count(dev);
+            linear_label(label, sizeof label, p == ST_PREC_BF16 ? "bf16 " : "fp16 ", &lin[i]);
             run_prec(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear,
                      NULL, (void *)&lin[i], rt, at, false, p, dev, seed + k++);
         }
+        check_bgrad_ran(dev, bgrad0,
+                        p == ST_PREC_BF16 ? "bf16 linear cases with db in dW's epilogue"
+                                          : "fp16 linear cases with db in dW's epilogue");
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
         run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
                  dev, seed + k++);

@@ -173,6 +173,20 @@ static void gpt_gelu_layer(st_config *c, st_model_input *in) {
 static void gpt_gelu_refused(st_config *c, st_model_input *in) {
     gpt(c, in);
     snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "on");
+    snprintf(c->model.fused_bias_grad, sizeof c->model.fused_bias_grad,
+             "on"); /* (refused too: column sums) */
+}
+
+/* The linear layers' bias gradients in their dW products' epilogues
+ * (model.fused_bias_grad on; auto is off): the gradients start non-zero
+ * (run_case), so an epilogue's sums written over them, not added, fail. */
+static void gpt_bgrad(st_config *c, st_model_input *in) {
+    gpt(c, in);
+    snprintf(c->model.fused_bias_grad, sizeof c->model.fused_bias_grad, "on");
+}
+static void mlp_bgrad(st_config *c, st_model_input *in) {
+    mlp(c, in);
+    snprintf(c->model.fused_bias_grad, sizeof c->model.fused_bias_grad, "on");
 }
 
 /* The residual adds as layers of their own on the device too
@@ -920,6 +934,9 @@ int main(void) {
         {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0},
         {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0},
         {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0},
+        {"gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, NULL, 0},
+        {"bf16 gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, "bf16", 0},
+        {"bf16 mlp bias gradients in dW's epilogue", "mlp", 16, mlp_bgrad, "bf16", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;
@@ -928,6 +945,7 @@ int main(void) {
         if (refuse) setenv("ST_CUDAEMU_NO_FUSED_EPILOGUES", "1", 1);
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
+        const int64_t bgrads = dev ? st_cuda_bias_grad_epilogues(dev) : 0;
 #endif
         const int failures = st_test_failures;
         int r;
@@ -945,6 +963,18 @@ int main(void) {
                 CHECK(st_cuda_cudnn_calls(dev) > cudnn_calls, "%s: cuDNN ran no attention", cases[i].label);
             else
                 printf("     %s: ran the flash kernels: %s\n", cases[i].label, no_cudnn);
+        }
+        /* the epilogue summed the bias gradients: always on the emulator,
+         * unless told to refuse (then none did); a GPU's cuBLASLt may offer
+         * no algorithm, the column sums running instead: said */
+        if (dev && (cases[i].tweak == gpt_bgrad || cases[i].tweak == mlp_bgrad || refuse)) {
+            const int64_t ran = st_cuda_bias_grad_epilogues(dev) - bgrads;
+#ifdef ST_CUDA_EMU
+            CHECK(refuse ? ran == 0 : ran > 0, "%s: %lld bias gradients summed in dW's epilogue",
+                  cases[i].label, (long long)ran);
+#else
+            printf("     %s: %lld bias gradients summed in dW's epilogue\n", cases[i].label, (long long)ran);
+#endif
         }
 #endif
     }

@@ -53,6 +53,7 @@ typedef struct st_config {
         char fused_head[ST_CFG_STR]; /* gpt: auto | on | off               default auto */
         char fused_gelu[ST_CFG_STR]; /* gpt on a GPU: auto | on | off      default auto */
         char fused_residual[ST_CFG_STR];   /* on a GPU: auto | on | off      default auto */
+        char fused_bias_grad[ST_CFG_STR];  /* on a GPU: auto | on | off      default auto */
         char attention_kernel[ST_CFG_STR]; /* gpt on a GPU: auto | flash | cudnn  default auto */
     } model;
     struct {

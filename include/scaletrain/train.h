@@ -68,6 +68,8 @@ typedef struct st_run_result {
     int fused_residual;                 /* its products that add a residual (model.fused_residual) */
     int64_t attention_cudnn_calls;      /* attention forwards and backwards cuDNN ran on this rank's GPU
                                            (model.attention_kernel=cudnn), over the whole run */
+    int64_t bias_grad_epilogues;        /* linear layers' bias gradients cuBLASLt's epilogue summed on this
+                                           rank's GPU (model.fused_bias_grad), over the whole run */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
      * skipped for an overflow (over the whole run, a resumed one included) */
     bool has_loss_scale;

@@ -71,6 +71,13 @@ const st_cfg_key st_cfg_keys[] = {
         "projections) inside that layer's matrix product (cuBLASLt adds the residual as its C, beta 1), so "
         "the branch's output is never written; auto = on; the CPU always adds as a layer of its own"),
     K_ENUM(
+        "model.fused_bias_grad", model.fused_bias_grad, "auto", VALUES("auto", "on", "off"),
+        "on a CUDA device: a linear layer's bias gradient summed inside its weight-gradient matrix product "
+        "(cuBLASLt's BGRADB or BGRADA epilogue, from the output gradient the product reads anyway) instead "
+        "of a column-sum kernel of its own; a product cuBLASLt offers no such algorithm for keeps the "
+        "kernel; auto = off (the kernel: the choice measured on a GPU so far); the CPU always sums with "
+        "its own kernel"),
+    K_ENUM(
         "model.attention_kernel", model.attention_kernel, "auto", VALUES("auto", "flash", "cudnn"),
         "gpt on a CUDA device: causal attention on scaletrain's flash kernels, or on cuDNN's fused attention "
         "(bf16 runs, builds with cuDNN and cudnn-frontend; head sizes that are multiples of 16 up to 128, "

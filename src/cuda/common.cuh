@@ -60,6 +60,7 @@ struct st_device {
     struct st_cudnn *cudnn; /* cuDNN's handle and attention graphs (attention_cudnn.h), made when a
                                graph first asks for them; NULL until then and without ST_HAVE_CUDNN */
     int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
+    int64_t bgrad_calls;    /* bias gradients summed in cuBLASLt's epilogue (linear.cu), for tests */
     /* The stall watch (st_cuda_watch, core/watch.h): ends the process when
      * a wait of the host for the device outlasts train.device_timeout_s;
      * step: the step the waits are named by (atomic: any thread may wait). */

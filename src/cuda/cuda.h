@@ -34,6 +34,9 @@ int64_t st_cuda_stream_waits(const st_device *d);
 bool st_cuda_cudnn_built(char *why, size_t n);
 /* Attention forwards and backwards that cuDNN ran on d so far. */
 int64_t st_cuda_cudnn_calls(const st_device *d);
+/* Linear layers' bias gradients that cuBLASLt's BGRADA/BGRADB epilogue
+ * summed on d so far (model.fused_bias_grad; the rest ran column sums). */
+int64_t st_cuda_bias_grad_epilogues(const st_device *d);
 
 st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out);
 void st_cuda_release(st_device *d, void *p);

@@ -38,10 +38,15 @@
  *   dx (M,K) = dy W_io^T -> dx^T = W_io dy^T:        A = w (N x K, T),
  *            B = dy (N x M, N)                                [m=K n=M k=N]
  *
- * The bias gradient db (N) += sum over rows of dy is a deterministic column
- * sum (kernels.cuh), not the BGRADA/BGRADB epilogue: those write the bias
- * gradient rather than add to it, so accumulation over micro-steps would need
- * a temporary and an extra add anyway, and they constrain the algorithm choice.
+ * The bias gradient db (N) += sum over rows of dy: a deterministic column
+ * sum (kernels.cuh) by default. With g->fuse_bias_grad (model.fused_bias_grad)
+ * the dW product sums it in its epilogue instead, from the dy it reads
+ * anyway: BGRADB (dy is B, op T: its columns over k = M) or, in_out, BGRADA
+ * (dy is A, op N: its rows over k). The epilogue writes the sums (of dW's
+ * type, fp32) rather than adding them, so they go to the graph's scratch
+ * and one small kernel adds them to db, where gradients accumulate over
+ * micro-steps. Should cuBLASLt offer no algorithm with the epilogue, the
+ * plain product and the column sum run.
  *
  * Every product goes through st_cuda_matmul (matmul.cuh), the backend's one
  * cuBLASLt path: its descriptors, layouts and the heuristic's choice are made
@@ -118,16 +123,36 @@ static st_status linear_backward(st_node *n, st_graph *g) {
     const st_fbuf x = st_data(n->in[0]);                   /* (M, K) */
     const st_fbuf w = st_data(n->params[0]);               /* (N, K) or (K, N) */
     const st_fbuf dy = st_grad(n->out);                    /* (M, N) */
-    const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
+    st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32};       /* like w: fp32 gradients */
+    float *db = n->args.i[ST_LINEAR_BIAS] ? n->params[1]->grad : NULL;
+    if (dw.p && db && g->fuse_bias_grad) { /* db in dW's epilogue, into the scratch, then added */
+        float *sums = g->work;
+        const st_status s = io ? st_graph_matmul_bgrad(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N,
+                                                       ST_MATMUL_EP_BGRADA, sums, "linear dW with db")
+                               : st_graph_matmul_bgrad(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K,
+                                                       ST_MATMUL_EP_BGRADB, sums, "linear dW with db");
+        if (s == ST_OK) {
+            st_graph_span(g, "linear db add", false, 0);
+            ST_TRY(st_grad_pass_cuda(g, st_fbuf{db, ST_PREC_FP32}, st_fbuf{sums, ST_PREC_FP32}, N, true));
+            st_graph_span(g, "linear db add", true, 0);
+            g->dev->bgrad_calls++;
+            db = NULL;
+            dw.p = NULL; /* (done) */
+        } else if (s == ST_ERR_UNSUPPORTED) {
+            st_clear_error(); /* below: the plain product and the column sum */
+        } else {
+            return s;
+        }
+    }
     if (dw.p) {
         if (io)
             ST_TRY(st_graph_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "linear dW"));
         else
             ST_TRY(st_graph_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
     }
-    if (n->args.i[ST_LINEAR_BIAS] && n->params[1]->grad) {
+    if (db) {
         st_graph_span(g, "linear db", false, 0);
-        ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, n->params[1]->grad));
+        ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, db));
         st_graph_span(g, "linear db", true, 0);
     }
     st_node *gelu = n->bwd_fuses_prev ? &g->nodes[n->id - 1] : NULL;
@@ -155,8 +180,10 @@ static st_status linear_backward(st_node *n, st_graph *g) {
 }
 
 static st_status linear_prepare(st_node *n, st_graph *g) {
-    if (n->args.i[ST_LINEAR_BIAS])
-        st_need_work(n, st_colsum_work(n->args.i[ST_LINEAR_M], n->args.i[ST_LINEAR_N]));
+    if (n->args.i[ST_LINEAR_BIAS]) { /* the column sum's chunks, or the epilogue's sums */
+        const int64_t N = n->args.i[ST_LINEAR_N], w = st_colsum_work(n->args.i[ST_LINEAR_M], N);
+        st_need_work(n, g->fuse_bias_grad && w < N ? N : w);
+    }
     return ST_OK;
 }
 

@@ -119,6 +119,10 @@ static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int batch, int64_t
 
 static int batch_of(const st_matmul *p) { return p->batch > 1 ? p->batch : 1; }
 
+/* The epilogue's vector (the descriptor's bias pointer): the bias read, or
+ * the bias gradient written. */
+static const void *ep_vector(const st_matmul *p) { return st_matmul_ep_bgrad(p->ep) ? p->bgrad : p->bias; }
+
 static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDataType_t cd, const void *A,
                      const void *B) {
     memset(k, 0, sizeof *k);
@@ -139,7 +143,9 @@ static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDat
     k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, ed);
     k->c_apart = p->C != NULL;
     k->al_c = p->C ? align_bytes(p->C, p->ld_align ? p->ldd : 0, k->sd, ed) : k->al_d;
-    k->al_bias = st_matmul_ep_bias(p->ep) ? align_bytes(p->bias, 0, 0, ed) : 0;
+    k->al_bias = st_matmul_ep_bias(p->ep)    ? align_bytes(p->bias, 0, 0, ed)
+                 : st_matmul_ep_bgrad(p->ep) ? align_bytes(p->bgrad, 0, 0, ed)
+                                             : 0;
     if (st_matmul_ep_aux(p->ep)) {
         k->al_aux = align_bytes(p->aux, 0, 0, ed);
         k->aux_ld = p->aux_ld;
@@ -156,6 +162,10 @@ static cublasLtEpilogue_t lt_epilogue(int ep) {
         return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case ST_MATMUL_EP_DGELU:
         return CUBLASLT_EPILOGUE_DGELU;
+    case ST_MATMUL_EP_BGRADA:
+        return CUBLASLT_EPILOGUE_BGRADA;
+    case ST_MATMUL_EP_BGRADB:
+        return CUBLASLT_EPILOGUE_BGRADB;
     default:
         return CUBLASLT_EPILOGUE_DEFAULT;
     }
@@ -200,7 +210,7 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
         const cublasLtEpilogue_t ep = lt_epilogue(k->ep);
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
     }
-    if (st_matmul_ep_bias((st_matmul_epilogue)k->ep))
+    if (st_matmul_ep_bias((st_matmul_epilogue)k->ep) || st_matmul_ep_bgrad((st_matmul_epilogue)k->ep))
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (st_matmul_ep_aux((st_matmul_epilogue)k->ep)) { /* the heuristic reads the pointer's alignment */
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
@@ -268,6 +278,9 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
     if (st_matmul_ep_bias(p->ep))
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
                                                           sizeof p->bias));
+    if (st_matmul_ep_bgrad(p->ep))
+        ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                          &p->bgrad, sizeof p->bgrad));
     if (st_matmul_ep_aux(p->ep))
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &p->aux, sizeof p->aux));
@@ -309,12 +322,12 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     if (p->k <= 0)
         return st_fail(ST_ERR_INTERNAL, "%s: matrix product with k = %lld", p->what, (long long)p->k);
     if (p->ep != ST_MATMUL_EP_NONE &&
-        (p->batch > 1 || (st_matmul_ep_bias(p->ep) && !p->bias) ||
+        (p->batch > 1 || (st_matmul_ep_bias(p->ep) && !p->bias) || (st_matmul_ep_bgrad(p->ep) && !p->bgrad) ||
          (st_matmul_ep_aux(p->ep) && (!p->aux || p->aux_ld < p->m || p->aux_ld % 8 != 0)) ||
          (p->ep == ST_MATMUL_EP_DGELU && p->beta != 0.0f)))
         return st_fail(ST_ERR_INTERNAL,
-                       "%s: an epilogue needs one product, its bias, its GELU input (leading dimension a "
-                       "multiple of 8, at least m) and, for DGELU, beta 0",
+                       "%s: an epilogue needs one product, its bias or bias gradient, its GELU input "
+                       "(leading dimension a multiple of 8, at least m) and, for DGELU, beta 0",
                        p->what);
     const int batch = batch_of(p);
     st_status s;
@@ -339,7 +352,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
         if (total) ST_TRY(st_cuda_scratch(d, total, &ws));
         const void *pa = cva ? ws : p->A, *pb = cvb ? (const void *)((char *)ws + off) : p->B;
         make_key(&k, p, t16, p->d_store == ST_PREC_FP32 ? CUDA_R_32F : t16, pa, pb);
-        ST_TRY(plan_get(d, &k, p->bias, p->aux, &pl));
+        ST_TRY(plan_get(d, &k, ep_vector(p), p->aux, &pl));
         if (pl->ok) { /* converted only when a 16-bit algorithm will read the copies */
             if (cva) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pa, (const float *)p->A, na));
             if (cvb) ST_TRY(st_cuda_to_16(d, p->operands, (void *)pb, (const float *)p->B, nb));
@@ -349,7 +362,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     }
     if (!stored16) {
         make_key(&k, p, CUDA_R_32F, CUDA_R_32F, p->A, p->B);
-        ST_TRY(plan_get(d, &k, p->bias, p->aux, &pl));
+        ST_TRY(plan_get(d, &k, ep_vector(p), p->aux, &pl));
         if (pl->ok) {
             s = lt_exec(d, p, pl, p->A, p->B);
             if (s != ST_ERR_UNSUPPORTED) return s;
@@ -363,6 +376,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
             p->what,
             p->ep == ST_MATMUL_EP_BIAS    ? "bias"
             : p->ep == ST_MATMUL_EP_DGELU ? "DGELU"
+            : st_matmul_ep_bgrad(p->ep)   ? "bias gradient"
                                           : "GELU_AUX",
             (long long)p->m, (long long)p->n, (long long)p->k, d->name);
     fallback_kernel<<<st_cuda_blocks((int64_t)batch * p->m * p->n, FALLBACK_THREADS), FALLBACK_THREADS, 0,

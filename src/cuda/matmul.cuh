@@ -53,7 +53,15 @@
  * storage, and GELU of the unrounded value in D; DGELU multiplies the
  * product by GELU's derivative at aux, D = gelu'(aux) op(A) op(B), beta 0.
  * GELU is the tanh form, as the GELU layer's. The aux pointer's alignment
- * and aux_ld are part of the plan's key (the heuristic reads the pointer). */
+ * and aux_ld are part of the plan's key (the heuristic reads the pointer).
+ *
+ * Bias-gradient epilogues (a linear layer's db inside its dW product,
+ * model.fused_bias_grad): BGRADA writes into `bgrad` (m) the sums of
+ * op(A)'s rows over k, BGRADB into `bgrad` (n) the sums of op(B)'s columns
+ * over k: the column sums of the output gradient that the product reads
+ * anyway. They are written, not added to (the caller adds them where
+ * gradients accumulate), of D's type, summed in fp32 from A's or B's
+ * values as stored (16-bit in a bf16 or fp16 run). */
 #ifndef ST_CUDA_MATMUL_CUH
 #define ST_CUDA_MATMUL_CUH
 
@@ -65,6 +73,8 @@ typedef enum st_matmul_epilogue {
     ST_MATMUL_EP_GELU_AUX,      /* aux = the product, D = gelu(aux): CUBLASLT_EPILOGUE_GELU_AUX */
     ST_MATMUL_EP_GELU_AUX_BIAS, /* the same after the bias: CUBLASLT_EPILOGUE_GELU_AUX_BIAS */
     ST_MATMUL_EP_DGELU,         /* D = gelu'(aux) * the product: CUBLASLT_EPILOGUE_DGELU (beta 0) */
+    ST_MATMUL_EP_BGRADA,        /* bgrad (m) = op(A) summed over k: CUBLASLT_EPILOGUE_BGRADA */
+    ST_MATMUL_EP_BGRADB,        /* bgrad (n) = op(B) summed over k: CUBLASLT_EPILOGUE_BGRADB */
 } st_matmul_epilogue;
 
 /* The epilogue adds a bias / reads or writes the GELU input matrix aux. */
@@ -73,6 +83,10 @@ static inline bool st_matmul_ep_bias(st_matmul_epilogue e) {
 }
 static inline bool st_matmul_ep_aux(st_matmul_epilogue e) {
     return e == ST_MATMUL_EP_GELU_AUX || e == ST_MATMUL_EP_GELU_AUX_BIAS || e == ST_MATMUL_EP_DGELU;
+}
+/* The epilogue writes a bias gradient (bgrad). */
+static inline bool st_matmul_ep_bgrad(st_matmul_epilogue e) {
+    return e == ST_MATMUL_EP_BGRADA || e == ST_MATMUL_EP_BGRADB;
 }
 
 typedef struct st_matmul {
@@ -89,6 +103,7 @@ typedef struct st_matmul {
     int batch;             /* 0 or 1: one product */
     st_matmul_epilogue ep; /* any but NONE: batch must be 0 or 1 */
     const void *bias;      /* (m), with a bias epilogue; of D's storage */
+    void *bgrad;           /* (m) with BGRADA, (n) with BGRADB: written; of D's storage */
     void *aux;             /* (m x n, ld aux_ld), the GELU input, of D's storage: written by GELU_AUX*, read
                               by DGELU; aux_ld a multiple of 8 (cuBLASLt's rule) */
     int64_t aux_ld;
@@ -102,13 +117,11 @@ typedef struct st_matmul {
 /* Queue the product(s) on the device's compute stream. */
 st_status st_cuda_matmul(st_device *d, const st_matmul *p);
 
-/* st_graph_matmul with any epilogue (ep, its bias and its GELU input aux
- * of D's storage, leading dimension m: D's rows) and beta's matrix C (NULL:
- * D): the layers' one way to fill an st_matmul from graph buffers. */
-static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+/* The st_matmul of a product of graph buffers (D of leading dimension m
+ * for aux), with no epilogue yet. */
+static inline st_matmul st_graph_matmul_of(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                            st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
-                                           st_fbuf D, int64_t ldd, st_matmul_epilogue ep, const void *bias,
-                                           void *aux, const void *C, const char *what) {
+                                           st_fbuf D, int64_t ldd, const char *what) {
     st_matmul p = {};
     p.ta = ta;
     p.tb = tb;
@@ -126,18 +139,48 @@ static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_
     p.D = D.p;
     p.d_store = D.t;
     p.ldd = ldd;
+    p.operands = g->params->precision;
+    p.tf32 = false;
+    p.what = what;
+    return p;
+}
+
+/* Queue p on graph g's device inside the profiler's span of its name. */
+static inline st_status st_graph_matmul_run(st_graph *g, const st_matmul *p) {
+    st_graph_span(g, p->what, false, 0);
+    const st_status s = st_cuda_matmul(g->dev, p);
+    st_graph_span(g, p->what, true, 2.0 * (double)p->m * (double)p->n * (double)p->k);
+    return s;
+}
+
+/* st_graph_matmul with any epilogue but the bias gradients (ep, its bias
+ * and its GELU input aux of D's storage, leading dimension m: D's rows) and
+ * beta's matrix C (NULL: D): the layers' one way to fill an st_matmul from
+ * graph buffers. */
+static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                           st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
+                                           st_fbuf D, int64_t ldd, st_matmul_epilogue ep, const void *bias,
+                                           void *aux, const void *C, const char *what) {
+    st_matmul p = st_graph_matmul_of(g, ta, tb, m, n, k, A, lda, B, ldb, beta, D, ldd, what);
     p.C = C;
     p.ep = ep;
     p.bias = bias;
     p.aux = aux;
     p.aux_ld = aux ? m : 0;
-    p.operands = g->params->precision;
-    p.tf32 = false;
-    p.what = what;
-    st_graph_span(g, what, false, 0);
-    const st_status s = st_cuda_matmul(g->dev, &p);
-    st_graph_span(g, what, true, 2.0 * (double)m * (double)n * (double)k);
-    return s;
+    return st_graph_matmul_run(g, &p);
+}
+
+/* The same with a bias-gradient epilogue (ST_MATMUL_EP_BGRADA or BGRADB):
+ * bgrad, of D's storage, is written (not added to). ST_ERR_UNSUPPORTED (a
+ * message recorded) when no algorithm takes it. */
+static inline st_status st_graph_matmul_bgrad(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                              st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
+                                              st_fbuf D, int64_t ldd, st_matmul_epilogue ep, void *bgrad,
+                                              const char *what) {
+    st_matmul p = st_graph_matmul_of(g, ta, tb, m, n, k, A, lda, B, ldb, beta, D, ldd, what);
+    p.ep = ep;
+    p.bgrad = bgrad;
+    return st_graph_matmul_run(g, &p);
 }
 
 /* D (m x n, ld ldd) = op(A) op(B) + beta D [+ bias (m) per row], column-major

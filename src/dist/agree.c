@@ -29,6 +29,7 @@ bool st_agree_per_rank_key(const char *key) {
         "model.preset",
         "model.fused_gelu",
         "model.fused_residual",
+        "model.fused_bias_grad",
         "model.attention_kernel",
         "model.fused_head",
     };

@@ -585,6 +585,12 @@ void st_plan_apply(const st_plan *p, st_config *c) {
                             : !gpu ? "off on the CPU (the add is a layer of its own)"
                                    : "on: each residual add inside its projection's matrix product");
     }
+    if (strcmp(c->model.fused_bias_grad, "auto") == 0) { /* (only device graphs read it) */
+        snprintf(c->model.fused_bias_grad, sizeof c->model.fused_bias_grad, "off");
+        st_config_mark_auto(c, "model.fused_bias_grad",
+                            p->hw.dev.gpu ? "off: the column-sum kernel, the choice measured on a GPU so far"
+                                          : "off on the CPU (its own column sums)");
+    }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
                  st_ckpt_name(p->checkpointing));

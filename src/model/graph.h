@@ -275,6 +275,9 @@ struct st_graph {
                                     linear with GELU in the products' epilogues (graph.c fuse_gelu) */
     bool fuse_residual;          /* the same: linear -> add with the residual added by the product
                                     (graph.c fuse_gelu) */
+    bool fuse_bias_grad;         /* acts on a CUDA device: a linear layer's bias gradient summed by its
+                                    weight-gradient product's epilogue (src/cuda/linear.cu;
+                                    model.fused_bias_grad); no change to the graph */
     bool attention_cudnn;        /* set before finalize (acts on a CUDA device's graphs): attention on
                                     cuDNN's fused graphs where they take the node (src/cuda/attention.cu;
                                     model.attention_kernel) */

@@ -165,6 +165,8 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
     mg->g.keep_acts = m->keep_acts;
     mg->g.fuse_gelu = m->kind == ST_MODEL_GPT && m->fused_gelu; /* (acts on device graphs and layouts only) */
     mg->g.fuse_residual = strcmp(m->cfg.model.fused_residual, "off") != 0; /* (the same) */
+    /* (read by the CUDA twin alone; "auto" is resolved by the session's plan, off without one) */
+    mg->g.fuse_bias_grad = strcmp(m->cfg.model.fused_bias_grad, "on") == 0;
     /* (acts on device graphs only; the twin takes the nodes it can, attention.cu cudnn_node, and
      * session.c refused cudnn where it cannot run) */
     mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && strcmp(m->cfg.model.attention_kernel, "cudnn") == 0;

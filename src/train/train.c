@@ -95,6 +95,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "fused_gelu_bwd", r->fused_gelu_bwd);
         cJSON_AddNumberToObject(o, "fused_residual", r->fused_residual);
         cJSON_AddNumberToObject(o, "attention_cudnn_calls", (double)r->attention_cudnn_calls);
+        cJSON_AddNumberToObject(o, "bias_grad_epilogues", (double)r->bias_grad_epilogues);
         if (r->has_loss_scale) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
             cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
@@ -1745,7 +1746,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     qsort(step_times, (size_t)timed, sizeof *step_times, cmp_double);
     r->step_ms_median = timed ? 1e3 * step_times[timed / 2] : 0;
 #ifdef ST_HAVE_CUDA
-    if (ses->dev) r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
+    if (ses->dev) {
+        r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
+        r->bias_grad_epilogues = st_cuda_bias_grad_epilogues(ses->dev);
+    }
 #endif
     r->optim_offload_early = st_optim_offload_early(&opt);
     r->data_wait_s = wait_total;

@@ -7,7 +7,9 @@
  * dimension smaller than the stored rows, operands of different types, an
  * output that is not fp32 (the backend only asks for fp32), a GELU input
  * matrix (the GELU_AUX and DGELU epilogues) whose leading dimension is not a
- * multiple of 8 or is below D's rows, and it checks at each matmul that the
+ * multiple of 8 or is below D's rows, a bias-gradient epilogue (BGRADA,
+ * BGRADB: the sums over k of op(A)'s rows or op(B)'s columns, of D's type)
+ * on a batch, and it checks at each matmul that the
  * pointers are at least as aligned as the preference told the heuristic (and
  * the GELU input as when the heuristic saw it), which a real algorithm may
  * silently rely on. */
@@ -45,6 +47,9 @@ static bool ep_gelu(cublasLtEpilogue_t e) {
 static bool ep_aux(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
            e == CUBLASLT_EPILOGUE_DGELU;
+}
+static bool ep_bgrad(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
 }
 struct lt_layout {
     cudaDataType type;
@@ -197,13 +202,14 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
     if (am != m || bn != n || ak != bk || c->rows != m || c->cols != n) return false;
     if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch) return false;
     if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !ep_bias(d->ep) && !ep_gelu(d->ep) &&
-        d->ep != CUBLASLT_EPILOGUE_DGELU)
+        d->ep != CUBLASLT_EPILOGUE_DGELU && !ep_bgrad(d->ep))
         return false;
+    if (ep_bgrad(d->ep) && o->batch != 1) return false;
     /* the GELU input matrix (documented): its leading dimension a multiple
      * of 8 and at least D's rows; one product, no batch */
     if (ep_aux(d->ep) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m || o->batch != 1)) return false;
     /* a test of the backend's way round a cuBLASLt without them */
-    if (ep_aux(d->ep) && getenv("ST_CUDAEMU_NO_FUSED_EPILOGUES")) return false;
+    if ((ep_aux(d->ep) || ep_bgrad(d->ep)) && getenv("ST_CUDAEMU_NO_FUSED_EPILOGUES")) return false;
     return true;
 }
 
@@ -224,6 +230,7 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     res[0].algo.data[4] = 0x5ca1e; /* made by this heuristic */
     /* cuBLASLt's heuristic reads the aux pointer's value for its alignment */
     res[0].algo.data[5] = ep_aux(d->ep) ? (d->aux ? lowest_bit(d->aux) : 0) : 0;
+    res[0].algo.data[6] = ep_bgrad(d->ep) ? (d->bias ? lowest_bit(d->bias) : 0) : 0; /* (the same) */
     res[0].state = CUBLAS_STATUS_SUCCESS;
     res[0].wavesCount = 1.0f;
     *found = 1;
@@ -297,7 +304,13 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                     "ABCD"[i], ptr[i], lowest_bit(ptr[i]), (unsigned)algo->data[i]);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
-    if (ep_bias(d->ep) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((ep_bias(d->ep) || ep_bgrad(d->ep)) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ep_bgrad(d->ep) && lowest_bit(d->bias) < algo->data[6]) {
+        fprintf(stderr,
+                "cudaemu: cublasLtMatmul: the bias gradient at %p is %u-byte aligned, the heuristic saw %u\n",
+                d->bias, lowest_bit(d->bias), (unsigned)algo->data[6]);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     /* a test of the backend's way round an algorithm that refuses, when it
        runs, a bias with C apart from D (the residual in the product) */
     if (ep_bias(d->ep) && C != D && getenv("ST_CUDAEMU_NO_FUSED_EPILOGUES"))
@@ -357,6 +370,23 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                     if (dv.ep == CUBLASLT_EPILOGUE_DGELU)
                         v *= gelu_grad(load(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i));
                     store(ov.type, D, t * ov.stride + (int64_t)j * ov.ld + i, v);
+                }
+            /* BGRADA: bias gradient (m) = op(A) summed over k, BGRADB: (n) =
+             * op(B) summed over k, in fp32 in k order, of D's type; written,
+             * not added to (one product: no batch) */
+            if (dv.ep == CUBLASLT_EPILOGUE_BGRADA)
+                for (int i = 0; i < m; i++) {
+                    float sum = 0.0f;
+                    for (int l = 0; l < k; l++)
+                        sum += wa[dv.ta == CUBLAS_OP_N ? (size_t)l * av.ld + i : (size_t)i * av.ld + l];
+                    store(ov.type, (void *)dv.bias, i, sum);
+                }
+            if (dv.ep == CUBLASLT_EPILOGUE_BGRADB)
+                for (int j = 0; j < n; j++) {
+                    float sum = 0.0f;
+                    for (int l = 0; l < k; l++)
+                        sum += wb[dv.tb == CUBLAS_OP_N ? (size_t)j * bv.ld + l : (size_t)l * bv.ld + j];
+                    store(ov.type, (void *)dv.bias, j, sum);
                 }
         }
     });
