@@ -284,6 +284,8 @@ elif [ -n "$built" ]; then
             step check 120 "$built/scaletrain" check "${data_args[@]}" --set train.out_dir=/tmp/st-check
         # a real kernel fault (tests/lib/fault_cublaslt.c): the run ends naming it, and resumes to the same bytes
         step gpu-fault 150 bash tests/e2e/gpu_fault.sh "$built"
+        # cuDNN that loads but refuses its handle (tests/lib/refuse_cudnn.c): the flash kernels run instead
+        step gpu-cudnn-refused 90 bash tests/e2e/gpu_cudnn_refused.sh "$built"
         # `scaletrain sample` on the GPU (every token its window's forward) against PyTorch's
         # loops on it, GPT-2 124M's shape with random weights; into sample_gpu.md
         if python3 -c 'import torch' >/dev/null 2>&1; then

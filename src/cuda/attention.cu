@@ -238,10 +238,23 @@ static bool cudnn_backward(st_graph *g, const st_node *n, const attn_dims &a, co
 
 /* The node's graphs built now, the workspace they need added to its scratch */
 static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
+    if (g->dev->cudnn_refused) return ST_OK; /* (the flash kernels: said once) */
     if (!g->dev->cudnn) {
+        /* cuDNN that would not start (its library or handle refused, after
+         * `check` and the session found it): the run goes on with the flash
+         * kernels, as for a shape cuDNN does not take, and says so once */
         char where[256];
         snprintf(where, sizeof where, "cuDNN attention on %s", g->dev->name);
-        ST_TRY(st_cudnn_create(where, &g->dev->cudnn));
+        const st_status s = st_cudnn_create(where, &g->dev->cudnn);
+        if (s == ST_ERR_UNSUPPORTED) {
+            st_ticker_sayf("scaletrain: warning: %s; scaletrain's flash kernels run the attention "
+                           "(model.attention_kernel=flash says so from the start)\n",
+                           st_last_error());
+            st_clear_error();
+            g->dev->cudnn_refused = true;
+            return ST_OK;
+        }
+        ST_TRY(s);
     }
     const st_cudnn_sdpa sh = cudnn_shape(a);
     int64_t ws = 0;

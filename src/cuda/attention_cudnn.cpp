@@ -184,8 +184,7 @@ extern "C" st_status st_cudnn_create(const char *where, st_cudnn **out) {
     cudnnHandle_t h = nullptr;
     const cudnnStatus_t cs = cudnnCreate(&h);
     if (cs != CUDNN_STATUS_SUCCESS)
-        return st_fail(ST_ERR_UNSUPPORTED, "%s: cudnnCreate: %s; set model.attention_kernel=flash", where,
-                       cudnnGetErrorString(cs));
+        return st_fail(ST_ERR_UNSUPPORTED, "%s: cudnnCreate: %s", where, cudnnGetErrorString(cs));
     st_cudnn *c = new (std::nothrow) st_cudnn;
     if (!c) {
         cudnnDestroy(h);

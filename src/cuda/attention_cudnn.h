@@ -38,7 +38,9 @@ typedef struct st_cudnn_sdpa {
     float scale;
 } st_cudnn_sdpa;
 
-/* A handle on the current CUDA device; `where` names it in errors. */
+/* A handle on the current CUDA device; `where` names it in errors.
+ * ST_ERR_UNSUPPORTED when cuDNN's library does not load or refuses the
+ * handle (attention.cu then runs the flash kernels). */
 st_status st_cudnn_create(const char *where, st_cudnn **out);
 void st_cudnn_destroy(st_cudnn *c); /* NULL is fine */
 /* The forward graph of this shape, and the backward one when `backward`

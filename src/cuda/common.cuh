@@ -59,6 +59,8 @@ struct st_device {
     int64_t stream_waits; /* host waits for a whole stream (st_cuda_stream_sync), for tests */
     struct st_cudnn *cudnn; /* cuDNN's handle and attention graphs (attention_cudnn.h), made when a
                                graph first asks for them; NULL until then and without ST_HAVE_CUDNN */
+    bool cudnn_refused;     /* cuDNN would not start here (its handle refused): attention runs the flash
+                               kernels, said once (attention.cu cudnn_prepare) */
     int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
     int64_t bgrad_calls;    /* bias gradients summed in cuBLASLt's epilogue (linear.cu), for tests */
     /* The stall watch (st_cuda_watch, core/watch.h): ends the process when
