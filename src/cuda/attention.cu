@@ -240,9 +240,9 @@ static bool cudnn_backward(st_graph *g, const st_node *n, const attn_dims &a, co
 static st_status cudnn_prepare(st_node *n, st_graph *g, const attn_dims &a) {
     if (g->dev->cudnn_refused) return ST_OK; /* (the flash kernels: said once) */
     if (!g->dev->cudnn) {
-        /* cuDNN that would not start (its library or handle refused, after
-         * `check` and the session found it): the run goes on with the flash
-         * kernels, as for a shape cuDNN does not take, and says so once */
+        /* cuDNN that will not start here (its library or its handle
+         * refused, after the session found it): the run goes on with the
+         * flash kernels, as for a shape cuDNN does not take, said once */
         char where[256];
         snprintf(where, sizeof where, "cuDNN attention on %s", g->dev->name);
         const st_status s = st_cudnn_create(where, &g->dev->cudnn);

@@ -117,8 +117,7 @@ typedef struct st_matmul {
 /* Queue the product(s) on the device's compute stream. */
 st_status st_cuda_matmul(st_device *d, const st_matmul *p);
 
-/* The st_matmul of a product of graph buffers (D of leading dimension m
- * for aux), with no epilogue yet. */
+/* The st_matmul of a product of graph buffers, with no epilogue yet. */
 static inline st_matmul st_graph_matmul_of(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                            st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
                                            st_fbuf D, int64_t ldd, const char *what) {
