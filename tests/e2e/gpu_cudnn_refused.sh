@@ -23,13 +23,7 @@ cc -shared -fPIC -O2 -Wall -Wextra -Iinclude -Isrc -o "$tmp/lib/$soname" tests/l
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "${gpus:-0}" -ge 1 ] || e2e_skip "no GPU (nvidia-smi lists none; the shim tests/lib/refuse_cudnn.c built)"
 # the real cuDNN: where the program's loader would find it
-real=
-IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}:$(readelf -d "$bin" | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p')"
-for d in "${dirs[@]}"; do
-    [ -n "$d" ] && [ -e "$d/$soname" ] && real=$(readlink -f "$d/$soname") && break
-done
-[ -n "$real" ] || real=$(ldconfig -p | awk -v s="$soname" '$1 == s { print $NF; exit }')
-[ -n "$real" ] || e2e_skip "$soname is not on LD_LIBRARY_PATH, $bin's run path or ldconfig's list"
+e2e_real_lib "$soname"
 source tests/lib/tiny_gpt.sh
 run+=(--set train.device=cuda --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4
       --set model.block_size=64 --set train.batch_size=8 --set precision=bf16 --set train.steps=6

@@ -29,13 +29,7 @@ soname=$(grep -ao 'libcublasLt\.so\.[0-9]*' "$bin" 2>/dev/null | head -n 1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "${gpus:-0}" -ge 1 ] || e2e_skip "no GPU (nvidia-smi lists none): the CUDA emulator's emu_device_fault.sh covers the rest"
 # the real cuBLASLt: where the program's loader would find it
-real=
-IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}:$(readelf -d "$bin" | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p')"
-for d in "${dirs[@]}"; do
-    [ -n "$d" ] && [ -e "$d/$soname" ] && real=$(readlink -f "$d/$soname") && break
-done
-[ -n "$real" ] || real=$(ldconfig -p | awk -v s="$soname" '$1 == s { print $NF; exit }')
-[ -n "$real" ] || e2e_skip "$soname is not on LD_LIBRARY_PATH, $bin's run path or ldconfig's list"
+e2e_real_lib "$soname"
 e2e_tmpdir
 mkdir -p "$tmp/lt"
 cc -shared -fPIC -O2 -Iinclude -Isrc -o "$tmp/lt/$soname" tests/lib/fault_cublaslt.c -ldl || fail "cannot build the shim"

@@ -7,6 +7,8 @@
 #       skip the test (print
 #       "NAME: skipped: why (the apt-get command)", exit 77) without it;
 #   e2e_skip WHY: the same for any other reason;
+#   e2e_real_lib SONAME: real=, the library of that file name $bin's loader
+#       would find (a shim's target); skip without one;
 #   e2e_have_fmnist: true when Fashion-MNIST is installed (for a part of a
 #       test that needs it);
 #   e2e_need_emu: skip unless $bin is the CUDA emulator's build (make emu;
@@ -46,6 +48,19 @@ e2e_need_slurm() {
         e2e_skip "the test cluster runs its daemons as root and needs /etc/munge/munge.key"
 }
 e2e_have_fmnist() { [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; }
+# The library $bin's loader would find for file name $1 (on LD_LIBRARY_PATH,
+# $bin's run path, or ldconfig's list), as real=...: for a test's shim of
+# that name to pass calls on to; the test skips when there is none.
+e2e_real_lib() {
+    local d dirs
+    real=
+    IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}:$(readelf -d "$bin" | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p')"
+    for d in "${dirs[@]}"; do
+        [ -n "$d" ] && [ -e "$d/$1" ] && real=$(readlink -f "$d/$1") && break
+    done
+    [ -n "$real" ] || real=$(ldconfig -p | awk -v s="$1" '$1 == s { print $NF; exit }')
+    [ -n "$real" ] || e2e_skip "$1 is not on LD_LIBRARY_PATH, $bin's run path or ldconfig's list"
+}
 e2e_need_fmnist() {
     e2e_have_fmnist || e2e_skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 }
