@@ -38,6 +38,9 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "model/graph.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 typedef st_status (*cp_build_fn)(st_graph *g, void *ctx);
 typedef void (*cp_fill_fn)(st_graph *host, st_rng *r, void *ctx);
@@ -54,6 +57,33 @@ typedef struct cp_case {
                           may differ from the host's by more than 1e-5 of its max|host| (sums that
                           straddle a 16-bit rounding boundary now and then, not systematically) */
 } cp_case;
+
+/* Linear layers' bias gradients cuBLASLt's epilogue summed on dev so far
+ * (model.fused_bias_grad; 0 without a device or CUDA). */
+static inline int64_t cp_bgrad_count(st_device *dev) {
+#ifdef ST_HAVE_CUDA
+    return dev ? st_cuda_bias_grad_epilogues(dev) : 0;
+#else
+    (void)dev;
+    return 0;
+#endif
+}
+
+/* The cases `what` since cp_bgrad_count gave `before` summed bias gradients
+ * in the epilogue: on the emulator some, or none when it was told to refuse
+ * (`refused`); a GPU's cuBLASLt may offer no such algorithm, the column sums
+ * running instead (the same values): said, not failed. */
+static inline void cp_check_bgrad(st_device *dev, int64_t before, bool refused, const char *what) {
+    if (!dev) return;
+    const int64_t ran = cp_bgrad_count(dev) - before;
+#ifdef ST_CUDA_EMU
+    CHECK(refused ? ran == 0 : ran > 0, "%s: %lld bias gradients summed in dW's epilogue, wanted %s", what,
+          (long long)ran, refused ? "none" : "some");
+#else
+    (void)refused;
+    printf("     %s: %lld bias gradients summed in dW's epilogue\n", what, (long long)ran);
+#endif
+}
 
 /* Returns 0 with *dev open, or 77 (skip) having printed why. */
 static inline int cp_open(st_device **dev) {

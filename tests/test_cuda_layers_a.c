@@ -75,33 +75,6 @@ static void linear_label(char *buf, size_t n, const char *prec, const linear_ctx
              c->twice ? " +second reader" : "", c->bgrad ? ", db in dW's epilogue" : "");
 }
 
-/* The cases with the bias gradient in dW's epilogue ran it: always on the
- * emulator; a GPU's cuBLASLt may offer no such algorithm, and the column
- * sums then run (the same values): said, not failed. */
-static void check_bgrad_ran(st_device *dev, int64_t before, const char *what) {
-#ifdef ST_HAVE_CUDA
-    if (!dev) return;
-    const int64_t ran = st_cuda_bias_grad_epilogues(dev) - before;
-#ifdef ST_CUDA_EMU
-    CHECK(ran > 0, "%s: no bias gradient was summed in dW's epilogue", what);
-#else
-    printf("     %s: %lld bias gradients summed in dW's epilogue%s\n", what, (long long)ran,
-           ran ? "" : " (cuBLASLt offered no algorithm: the column sums ran)");
-#endif
-#else
-    (void)dev, (void)before, (void)what;
-#endif
-}
-
-static int64_t bgrad_count(st_device *dev) {
-#ifdef ST_HAVE_CUDA
-    return dev ? st_cuda_bias_grad_epilogues(dev) : 0;
-#else
-    (void)dev;
-    return 0;
-#endif
-}
-
 /* --- embedding (+ tied head) ---------------------------------------------- */
 typedef struct emb_ctx {
     int64_t V, B, T, C; /* V first: fill_tokens reads it */
@@ -327,14 +300,14 @@ int main(void) {
         {8, 16, 24, true, false, false, true},      {128, 768, 2304, true, true, false, true},
         {31, 97, 50, true, false, true, true}};
     const size_t lin_bgrad = 6;
-    int64_t bgrad0 = bgrad_count(dev);
+    int64_t bgrad0 = 0;
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-        if (i == lin_bgrad) bgrad0 = bgrad_count(dev);
+        if (i == lin_bgrad) bgrad0 = cp_bgrad_count(dev);
         linear_label(label, sizeof label, "", &lin[i]);
         run(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear, NULL,
             (void *)&lin[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
-    check_bgrad_ran(dev, bgrad0, "fp32 linear cases with db in dW's epilogue");
+    cp_check_bgrad(dev, bgrad0, false, "fp32 linear cases with db in dW's epilogue");
 #ifdef ST_HAVE_CUDA
     /* The cuBLASLt plans are the device's (matmul.cu): the same case again
      * (new graphs, the same shapes and alignments) makes no plan and finds
@@ -439,14 +412,14 @@ int main(void) {
         const char *pn = p == ST_PREC_BF16 ? "bf16" : "fp16";
         const double rt = p == ST_PREC_BF16 ? 1e-2 : 1.5e-3, at = p == ST_PREC_BF16 ? 2e-2 : 3e-3;
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-            if (i == lin_bgrad) bgrad0 = bgrad_count(dev);
+            if (i == lin_bgrad) bgrad0 = cp_bgrad_count(dev);
             linear_label(label, sizeof label, p == ST_PREC_BF16 ? "bf16 " : "fp16 ", &lin[i]);
             run_prec(label, lin[i].B * lin[i].K + lin[i].K * lin[i].N + lin[i].B * lin[i].N, build_linear,
                      NULL, (void *)&lin[i], rt, at, false, p, dev, seed + k++);
         }
-        check_bgrad_ran(dev, bgrad0,
-                        p == ST_PREC_BF16 ? "bf16 linear cases with db in dW's epilogue"
-                                          : "fp16 linear cases with db in dW's epilogue");
+        cp_check_bgrad(dev, bgrad0, false,
+                       p == ST_PREC_BF16 ? "bf16 linear cases with db in dW's epilogue"
+                                         : "fp16 linear cases with db in dW's epilogue");
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
         run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
                  dev, seed + k++);

@@ -117,40 +117,46 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     return st_graph_matmul(g, !io, false, N, M, K, w, io ? N : K, x, K, 1.0f, y, N, NULL, "linear forward");
 }
 
-static st_status linear_backward(st_node *n, st_graph *g) {
+/* dW += dy^T x (or x^T dy, in_out; see above); with `sums`, also the bias
+ * gradient's column sums of dy written there by the product's epilogue. */
+static st_status linear_dw(st_graph *g, const st_node *n, float *sums) {
     const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
     const bool io = n->args.i[ST_LINEAR_IN_OUT];
     const st_fbuf x = st_data(n->in[0]);                   /* (M, K) */
+    const st_fbuf dy = st_grad(n->out);                    /* (M, N) */
+    const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
+    const char *what = sums ? "linear dW with db" : "linear dW";
+    if (io)
+        return st_graph_matmul_bgrad(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N,
+                                     sums ? ST_MATMUL_EP_BGRADA : ST_MATMUL_EP_NONE, sums, what);
+    return st_graph_matmul_bgrad(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K,
+                                 sums ? ST_MATMUL_EP_BGRADB : ST_MATMUL_EP_NONE, sums, what);
+}
+
+static st_status linear_backward(st_node *n, st_graph *g) {
+    const int64_t M = n->args.i[ST_LINEAR_M], K = n->args.i[ST_LINEAR_K], N = n->args.i[ST_LINEAR_N];
+    const bool io = n->args.i[ST_LINEAR_IN_OUT];
     const st_fbuf w = st_data(n->params[0]);               /* (N, K) or (K, N) */
     const st_fbuf dy = st_grad(n->out);                    /* (M, N) */
-    st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32};       /* like w: fp32 gradients */
+    const st_fbuf dw = {n->params[0]->grad, ST_PREC_FP32}; /* like w: fp32 gradients */
     float *db = n->args.i[ST_LINEAR_BIAS] ? n->params[1]->grad : NULL;
+    bool fused = false;                    /* db summed by dW's product */
     if (dw.p && db && g->fuse_bias_grad) { /* db in dW's epilogue, into the scratch, then added */
-        float *sums = g->work;
-        const st_status s = io ? st_graph_matmul_bgrad(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N,
-                                                       ST_MATMUL_EP_BGRADA, sums, "linear dW with db")
-                               : st_graph_matmul_bgrad(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K,
-                                                       ST_MATMUL_EP_BGRADB, sums, "linear dW with db");
+        const st_status s = linear_dw(g, n, g->work);
         if (s == ST_OK) {
             st_graph_span(g, "linear db add", false, 0);
-            ST_TRY(st_grad_pass_cuda(g, st_fbuf{db, ST_PREC_FP32}, st_fbuf{sums, ST_PREC_FP32}, N, true));
+            ST_TRY(st_grad_pass_cuda(g, st_fbuf{db, ST_PREC_FP32}, st_fbuf{g->work, ST_PREC_FP32}, N, true));
             st_graph_span(g, "linear db add", true, 0);
             g->dev->bgrad_calls++;
-            db = NULL;
-            dw.p = NULL; /* (done) */
+            fused = true;
         } else if (s == ST_ERR_UNSUPPORTED) {
             st_clear_error(); /* below: the plain product and the column sum */
         } else {
             return s;
         }
     }
-    if (dw.p) {
-        if (io)
-            ST_TRY(st_graph_matmul(g, false, true, N, K, M, dy, N, x, K, 1.0f, dw, N, NULL, "linear dW"));
-        else
-            ST_TRY(st_graph_matmul(g, false, true, K, N, M, x, K, dy, N, 1.0f, dw, K, NULL, "linear dW"));
-    }
-    if (db) {
+    if (dw.p && !fused) ST_TRY(linear_dw(g, n, NULL));
+    if (db && !fused) {
         st_graph_span(g, "linear db", false, 0);
         ST_TRY(st_colsum(g, st_colsum_act{dy, N}, M, N, g->work, db));
         st_graph_span(g, "linear db", true, 0);

@@ -119,9 +119,14 @@ static int64_t extent(int64_t rows, int64_t cols, int64_t ld, int batch, int64_t
 
 static int batch_of(const st_matmul *p) { return p->batch > 1 ? p->batch : 1; }
 
-/* The epilogue's vector (the descriptor's bias pointer): the bias read, or
- * the bias gradient written. */
-static const void *ep_vector(const st_matmul *p) { return st_matmul_ep_bgrad(p->ep) ? p->bgrad : p->bias; }
+/* The epilogue reads a bias or writes a bias gradient: the descriptor's
+ * bias pointer, which ep_vector gives (NULL for the other epilogues). */
+static bool ep_has_vector(int ep) {
+    return st_matmul_ep_bias((st_matmul_epilogue)ep) || st_matmul_ep_bgrad((st_matmul_epilogue)ep);
+}
+static const void *ep_vector(const st_matmul *p) {
+    return st_matmul_ep_bgrad(p->ep) ? p->bgrad : st_matmul_ep_bias(p->ep) ? p->bias : NULL;
+}
 
 static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDataType_t cd, const void *A,
                      const void *B) {
@@ -143,9 +148,7 @@ static void make_key(plan_key *k, const st_matmul *p, cudaDataType_t ab, cudaDat
     k->al_d = align_bytes(p->D, p->ld_align ? p->ldd : 0, k->sd, ed);
     k->c_apart = p->C != NULL;
     k->al_c = p->C ? align_bytes(p->C, p->ld_align ? p->ldd : 0, k->sd, ed) : k->al_d;
-    k->al_bias = st_matmul_ep_bias(p->ep)    ? align_bytes(p->bias, 0, 0, ed)
-                 : st_matmul_ep_bgrad(p->ep) ? align_bytes(p->bgrad, 0, 0, ed)
-                                             : 0;
+    k->al_bias = ep_has_vector(p->ep) ? align_bytes(ep_vector(p), 0, 0, ed) : 0;
     if (st_matmul_ep_aux(p->ep)) {
         k->al_aux = align_bytes(p->aux, 0, 0, ed);
         k->aux_ld = p->aux_ld;
@@ -210,7 +213,7 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
         const cublasLtEpilogue_t ep = lt_epilogue(k->ep);
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
     }
-    if (st_matmul_ep_bias((st_matmul_epilogue)k->ep) || st_matmul_ep_bgrad((st_matmul_epilogue)k->ep))
+    if (ep_has_vector(k->ep))
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (st_matmul_ep_aux((st_matmul_epilogue)k->ep)) { /* the heuristic reads the pointer's alignment */
         LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
@@ -275,12 +278,11 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, con
  * ST_ERR_UNSUPPORTED, with no error recorded, when cuBLASLt refuses the
  * algorithm after all (the plan is then marked as having none). */
 static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void *pA, const void *pB) {
-    if (st_matmul_ep_bias(p->ep))
-        ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
-                                                          sizeof p->bias));
-    if (st_matmul_ep_bgrad(p->ep))
-        ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                          &p->bgrad, sizeof p->bgrad));
+    if (ep_has_vector(p->ep)) {
+        const void *v = ep_vector(p);
+        ST_CUBLAS_TRY_D(
+            d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &v, sizeof v));
+    }
     if (st_matmul_ep_aux(p->ep))
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &p->aux, sizeof p->aux));
@@ -322,7 +324,7 @@ st_status st_cuda_matmul(st_device *d, const st_matmul *p) {
     if (p->k <= 0)
         return st_fail(ST_ERR_INTERNAL, "%s: matrix product with k = %lld", p->what, (long long)p->k);
     if (p->ep != ST_MATMUL_EP_NONE &&
-        (p->batch > 1 || (st_matmul_ep_bias(p->ep) && !p->bias) || (st_matmul_ep_bgrad(p->ep) && !p->bgrad) ||
+        (p->batch > 1 || (ep_has_vector(p->ep) && !ep_vector(p)) ||
          (st_matmul_ep_aux(p->ep) && (!p->aux || p->aux_ld < p->m || p->aux_ld % 8 != 0)) ||
          (p->ep == ST_MATMUL_EP_DGELU && p->beta != 0.0f)))
         return st_fail(ST_ERR_INTERNAL,

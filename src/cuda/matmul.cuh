@@ -171,7 +171,8 @@ static inline st_status st_graph_matmul_ep(st_graph *g, bool ta, bool tb, int64_
 
 /* The same with a bias-gradient epilogue (ST_MATMUL_EP_BGRADA or BGRADB):
  * bgrad, of D's storage, is written (not added to). ST_ERR_UNSUPPORTED (a
- * message recorded) when no algorithm takes it. */
+ * message recorded) when no algorithm takes it. ST_MATMUL_EP_NONE (bgrad
+ * NULL): the product alone. */
 static inline st_status st_graph_matmul_bgrad(st_graph *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                               st_fbuf A, int64_t lda, st_fbuf B, int64_t ldb, float beta,
                                               st_fbuf D, int64_t ldd, st_matmul_epilogue ep, void *bgrad,

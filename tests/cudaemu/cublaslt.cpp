@@ -282,6 +282,19 @@ static void store(cudaDataType t, void *p, int64_t i, float v) {
         ((float *)p)[i] = v;
 }
 
+/* out[v] = the sum over l < k, in fp32 in l's order, of the stored matrix
+ * w's element (v, l): at l * ld + v when k_major (l steps over columns),
+ * else at v * ld + l; stored as type t. */
+static void bias_grad(const std::vector<float> &w, int64_t ld, bool k_major, int count, int k, cudaDataType t,
+                      void *out) {
+    for (int v = 0; v < count; v++) {
+        float sum = 0.0f;
+        for (int l = 0; l < k; l++)
+            sum += w[k_major ? (size_t)l * ld + v : (size_t)v * ld + l];
+        store(t, out, v, sum);
+    }
+}
+
 extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
                                          const void *A, cublasLtMatrixLayout_t Ad, const void *B,
                                          cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
@@ -372,22 +385,13 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                     store(ov.type, D, t * ov.stride + (int64_t)j * ov.ld + i, v);
                 }
             /* BGRADA: bias gradient (m) = op(A) summed over k, BGRADB: (n) =
-             * op(B) summed over k, in fp32 in k order, of D's type; written,
-             * not added to (one product: no batch) */
+             * op(B) summed over k, of D's type; written, not added to (one
+             * product: no batch). op(A) is (m x k), op(B) (k x n): A's k runs
+             * down its stored columns unless transposed, B's the other way. */
             if (dv.ep == CUBLASLT_EPILOGUE_BGRADA)
-                for (int i = 0; i < m; i++) {
-                    float sum = 0.0f;
-                    for (int l = 0; l < k; l++)
-                        sum += wa[dv.ta == CUBLAS_OP_N ? (size_t)l * av.ld + i : (size_t)i * av.ld + l];
-                    store(ov.type, (void *)dv.bias, i, sum);
-                }
+                bias_grad(wa, av.ld, dv.ta == CUBLAS_OP_N, m, k, ov.type, (void *)dv.bias);
             if (dv.ep == CUBLASLT_EPILOGUE_BGRADB)
-                for (int j = 0; j < n; j++) {
-                    float sum = 0.0f;
-                    for (int l = 0; l < k; l++)
-                        sum += wb[dv.tb == CUBLAS_OP_N ? (size_t)j * bv.ld + l : (size_t)l * bv.ld + j];
-                    store(ov.type, (void *)dv.bias, j, sum);
-                }
+                bias_grad(wb, bv.ld, dv.tb != CUBLAS_OP_N, n, k, ov.type, (void *)dv.bias);
         }
     });
     return CUBLAS_STATUS_SUCCESS;
