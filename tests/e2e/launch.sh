@@ -147,16 +147,22 @@ else
     echo "terminal: ranks told 0 into a file (script(1) missing: the terminal case not checked)"
 fi
 
-# A tiny gpt on a token file: enough steps for a kill to land mid-run.
+# A tiny gpt on a token file: enough steps for a kill to land mid-run (200
+# steps, about 0.4 s here, once ended before a loaded CI machine's test saw
+# the first checkpoint and acted; 1000 are about 2 s).
+steps=1000
 for i in $(seq 1 400); do printf 'line %010d\n' $((i * 7919 % 100003)); done >"$tmp/t.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt" >/dev/null || fail "tokenize"
 gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
      --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16
-     --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=200
+     --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=$steps
      --set train.checkpoint_every=3 --set dist.timeout_s=10 --set optim.lr=1e-3 --set log.peak_gflops=10
      --set log.every=1 --set log.progress=off)
 
 # rank_pid ROOT RANK: the pid of a process under ROOT whose MPI rank is RANK.
+# (grep reads the environment itself: `tr <environ | grep -q`, under
+# pipefail, fails when grep's early exit leaves tr a SIGPIPE, as it did in CI
+# for an environment longer than tr's buffer.)
 rank_pid() {
     local p q
     local queue=("$1")
@@ -164,12 +170,26 @@ rank_pid() {
         p=${queue[0]}
         queue=("${queue[@]:1}")
         for q in $(pgrep -P "$p"); do
-            if tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+            if grep -qxz "OMPI_COMM_WORLD_RANK=$2" "/proc/$q/environ" 2>/dev/null; then
                 echo "$q"
                 return 0
             fi
             queue+=("$q")
         done
+    done
+    return 1
+}
+# rank_pid_wait ROOT RANK: rank_pid, polled until that rank has started
+# (its pid) or ROOT has ended (false). Found as the job starts, so that
+# the test's signal, once a checkpoint is there, is one `kill` with no
+# process search between the checkpoint and the run's end (in CI a search
+# there once lost that race: the run ended first).
+rank_pid_wait() {
+    local i
+    for i in $(seq 1 600); do
+        rank_pid "$1" "$2" && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
     done
     return 1
 }
@@ -189,13 +209,15 @@ echo "output to a file: plain step lines, no progress bar"
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
     >"$tmp/run.out" 2>"$tmp/run.err" &
 lpid=$!
-if e2e_wait_ckpt $lpid "$tmp/run" && r1=$(rank_pid $lpid 1); then
-    pids+=("$r1")
-    at=$(cat "$tmp/run/ckpt/latest")
-    kill -KILL "$r1"
-    echo "killed rank 1 (pid $r1) after $at"
+if ! r1=$(rank_pid_wait $lpid 1); then
+    fail "restart: rank 1 did not start: $(cat "$tmp/run.err")"
+elif ! e2e_wait_ckpt $lpid "$tmp/run"; then
+    fail "restart: no checkpoint before the job ended: $(cat "$tmp/run.err")"
+elif ! kill -KILL "$r1"; then
+    fail "restart: rank 1 (pid $r1) ended before the test could kill it: the run's $steps steps were over first"
 else
-    fail "restart: training did not start: $(cat "$tmp/run.err")"
+    pids+=("$r1")
+    echo "killed rank 1 (pid $r1) after $(cat "$tmp/run/ckpt/latest")"
 fi
 wait $lpid; rc=$?
 grep "scaletrain launch" "$tmp/run.err" | sed 's/^/    /'
@@ -203,7 +225,7 @@ grep "scaletrain launch" "$tmp/run.err" | sed 's/^/    /'
 grep -qE "scaletrain launch: the job failed \(exit [0-9]+: .*rank 1.*signal 9.*\); restart 1 of 2 from checkpoint $tmp/run/ckpt/step-[0-9]+" \
     "$tmp/run.err" || fail "restart: no message naming rank 1, signal 9 and the checkpoint"
 grep -q "^resumed from $tmp/run/ckpt/step-[0-9]* at step" "$tmp/run.out" || fail "restart: the run did not resume"
-grep -q "^step 200/200" "$tmp/run.out" || fail "restart: the run did not reach step 200"
+grep -q "^step $steps/$steps" "$tmp/run.out" || fail "restart: the run did not reach step $steps"
 echo -n "restart: final weights against the uninterrupted run: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/ref/model.safetensors" "$tmp/run/model.safetensors" 1e-6 ||
     fail "restart: the weights differ from the uninterrupted run"
@@ -214,12 +236,15 @@ echo -n "restart: final weights against the uninterrupted run: "
 timeout 120 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set dist.timeout_s=3 \
     --set train.out_dir="$tmp/stop" >"$tmp/stop.out" 2>"$tmp/stop.err" &
 lpid=$!
-if e2e_wait_ckpt $lpid "$tmp/stop" && r1=$(rank_pid $lpid 1); then
-    pids+=("$r1")
-    kill -STOP "$r1"
-    echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
+if ! r1=$(rank_pid_wait $lpid 1); then
+    fail "stop: rank 1 did not start: $(cat "$tmp/stop.err")"
+elif ! e2e_wait_ckpt $lpid "$tmp/stop"; then
+    fail "stop: no checkpoint before the job ended: $(cat "$tmp/stop.err")"
+elif ! kill -STOP "$r1"; then
+    fail "stop: rank 1 (pid $r1) ended before the test could stop it: the run's $steps steps were over first"
 else
-    fail "stop: training did not start: $(cat "$tmp/stop.err")"
+    pids+=("$r1")
+    echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
 fi
 wait $lpid; rc=$?
 grep "scaletrain launch" "$tmp/stop.err" | sed 's/^/    /'

@@ -66,7 +66,8 @@ grep -Eq "strategy: +ddp +# auto: model states \(.*\) and a sample fit in" "$tmp
 why=$(sed -nE 's/^ *strategy: +ddp +# auto: (.*)$/\1/p' "$tmp/train.txt" |
     sed -E 's/[()]/\\&/g; s/[0-9.]+ [KMGT]?i?B/[0-9.]+ [KMGT]?i?B/g')
 [ -n "$why" ]
-tr '\n' ' ' <"$(dirname "$0")/../../docs/distributed.md" | tr -s ' ' | grep -Eq "# auto: $why"
+doc=$(tr '\n' ' ' <"$(dirname "$0")/../../docs/distributed.md" | tr -s ' ')
+grep -Eq "# auto: $why" <<<"$doc"
 grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
 # An auto micro-batch the layout refuses (2048 images of 224x224 are more
 # elements than the max-pool's int32 argmax indexes) is passed over for a
