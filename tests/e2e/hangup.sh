@@ -25,8 +25,10 @@ e2e_need_mpirun
 e2e_tmpdir
 e2e_cleanup() { pkill -KILL -f -- "$tmp/" 2>/dev/null; } # (a failed case's processes: their arguments name $tmp)
 source "$(dirname "$0")/../lib/tiny_gpt.sh"
+# (1500 steps, about 2 s here: a signal sent once the first checkpoint is
+# seen lands mid-run on a loaded machine too; 300 were over in 0.4 s)
 run+=(--set optim.schedule=constant --set train.checkpoint_every=3 --set train.checkpoint_every_s=0
-      --set log.progress=off --set log.every=1 --set train.steps=300)
+      --set log.progress=off --set log.every=1 --set train.steps=1500)
 timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     fail "uninterrupted: exit $?: $(tail -n 2 "$tmp/ref.log")"
 
