@@ -111,7 +111,7 @@ if command -v mpirun >/dev/null; then
     # SIGTERM to one rank only: both stop after the same step (the flag is
     # all-reduced), rank 0 saves, and a 2-rank resume gives the same bytes.
     big=("${common[@]}" --set model.type=mlp --set model.hidden=[256,256] --set train.batch_size=16
-        --set data.num_workers=0 --set model.dropout=0.1 --set train.steps=300 --set dist.timeout_s=30)
+        --set data.num_workers=0 --set model.dropout=0.1 --set train.steps=1500 --set dist.timeout_s=30)
     "${mpi[@]}" "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/tfull" || fail "ddp: the full cosine run"
     "${mpi[@]}" "$bin" train "${big[@]}" --set train.out_dir="$d/term" >"$d.term.log" 2>&1 &
     pid=$! # timeout, whose child is mpirun, whose children are the ranks
@@ -221,9 +221,12 @@ grep -q "($d/ckpt.abandoned holds $mib MiB, the checkpoints of trajectories resu
 [ "$fails" -ne 0 ] || echo "rewind to step 4: steps 6-10 moved to ckpt.abandoned; a second rewind keeps both step-8s"
 
 # SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
+# (1500 steps, about 2 s here, so that the signal sent once step 5 is
+# logged lands mid-run on a loaded machine too; 300 were over in 0.5 s.)
 d=$tmp/term
+long=1500
 big=("${common[@]}" --set model.type=mlp --set model.hidden=[256,256] --set train.batch_size=16
-    --set data.num_workers=1 --set model.dropout=0.1 --set train.steps=300)
+    --set data.num_workers=1 --set model.dropout=0.1 --set train.steps=$long)
 timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/full" || fail "term: the full run"
 "$bin" train "${big[@]}" --set train.out_dir="$d/run" >"$d.log" 2>&1 &
 pid=$!
@@ -244,7 +247,7 @@ latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
 before=$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" 2>&1) && fail "term: a new run started"
 echo "$out" | tail -n 1
-grep -q "holds an unfinished run: its latest good checkpoint, $d/run/ckpt/$latest, is at step .* of 300. Continue it with --resume auto" \
+grep -q "holds an unfinished run: its latest good checkpoint, $d/run/ckpt/$latest, is at step .* of $long. Continue it with --resume auto" \
     <<<"$out" || fail "term: no clear refusal of a new run over the unfinished one"
 [ "$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)" = "$before" ] || fail "term: the refused run changed files"
 timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" --resume auto || fail "term: the resume"
@@ -263,10 +266,10 @@ grep -q "mismatches with the mlp model" <<<"$out" || fail "--init of another sha
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" 2>&1) ||
     fail "a new run over a finished one: $out"
 echo "$out" | tail -n 1
-grep -q "holds a finished run (the latest checkpoint at step 300): its checkpoints are now in $d/run/ckpt.previous" \
+grep -q "holds a finished run (the latest checkpoint at step $long): its checkpoints are now in $d/run/ckpt.previous" \
     <<<"$out" || fail "a new run over a finished one did not say where its checkpoints went"
-[ "$(cat "$d/run/ckpt/latest")" = "step-4" ] && [ ! -e "$d/run/ckpt/step-300" ] ||
+[ "$(cat "$d/run/ckpt/latest")" = "step-4" ] && [ ! -e "$d/run/ckpt/step-$long" ] ||
     fail "the new run's checkpoint folder holds the old run's"
-"$bin" data inspect "$d/run/ckpt.previous" | grep -q "step-300 *good" || fail "ckpt.previous/step-300 is not good"
+"$bin" data inspect "$d/run/ckpt.previous" | grep -q "step-$long *good" || fail "ckpt.previous/step-$long is not good"
 
 e2e_finish "all passed"
