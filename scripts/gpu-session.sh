@@ -12,7 +12,10 @@
 # and `scaletrain check` (its gpu ddp line trains on the GPU against a CPU
 # rank), and print a summary table last. Logs go to $OUT (the
 # device tool brings back at most 8 files): session.log (everything, in order), summary.txt,
-# logs.tar.gz (one log per step), and the benchmark's gpu_bench.md, gpt2_trace.json and gpt2_trace.md, and sample_gpu.md (scaletrain sample against PyTorch on the GPU).
+# logs.tar.gz (one log per step), and the benchmark's gpu_bench.md, gpt2_trace.json and gpt2_trace.md, sample_gpu.md (scaletrain sample against PyTorch on the GPU)
+# and ncu_kernels.txt (Nsight Compute's counters for the step's memory-bound
+# kernels, bench/ncu_kernels.py, after the sampling run while 120 s are
+# left; NCU=off leaves it out): eight files, the most that comes back.
 #
 # Every step runs under `timeout`, its failure is reported and the session
 # goes on where that makes sense; the whole session keeps inside BUDGET_S so
@@ -26,15 +29,17 @@
 #
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
-# --profile, --cudnn-attention, --gelu-layer, --offload, --selective and --plain-head, in that
-# order while the budget lasts: gpt2 again with the profiler trace (where
-# the step went on the GPU, per stream and layer kind: gpt2_trace.json and
-# gpt2_trace.md beside gpu_bench.md, bench/trace_summary.py), with
-# model.attention_kernel=cudnn (cuDNN's fused attention against the flash
-# kernels), with model.fused_gelu=off (GELU as its own kernels: what the epilogue fusion
-# saves), with optim.offload, with selective activation checkpointing and
-# with model.fused_head=off (the logits kept), each against its run
-# without), with the
+# BENCH_VARIANTS, by default --profile, --fused-bias-grad, --flash-attention,
+# --gelu-layer, --offload, --selective and --plain-head, in that order while
+# the budget lasts: gpt2 again with the profiler trace (where the step went
+# on the GPU, per stream and layer kind: gpt2_trace.json and gpt2_trace.md
+# beside gpu_bench.md, bench/trace_summary.py), with
+# model.fused_bias_grad=on (the bias gradients in the dW products'
+# epilogues), with model.attention_kernel=flash (the flash kernels against
+# cuDNN's fused attention), with model.fused_gelu=off (GELU as its own
+# kernels: what the epilogue fusion saves), with optim.offload, with
+# selective activation checkpointing and with model.fused_head=off (the
+# logits kept), each against its run without), with the
 # `python3` that imports torch; its table goes into summary.txt and
 # gpu_bench.md. GPU_BENCH says when: auto (the default) runs it after the
 # tests when at least BENCH_MIN_S (200) seconds of the budget are left, and
@@ -49,10 +54,10 @@
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
 # inputs of the parity tests; default: the clock, printed by each test),
-# GPU_BENCH (auto | only | off), MEMCHECK (auto | off), BENCH_MIN_S (200), BENCH_ARGS (more
+# GPU_BENCH (auto | only | off), MEMCHECK (auto | off), NCU (auto | off), BENCH_MIN_S (200), BENCH_ARGS (more
 # options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20"), BENCH_VARIANTS
 # (the gpt2 variants it runs, in this order while the budget lasts; default
-# "--profile --cudnn-attention --gelu-layer --offload --selective --plain-head").
+# "--profile --fused-bias-grad --flash-attention --gelu-layer --offload --selective --plain-head").
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -63,9 +68,11 @@ DEPS=${DEPS:-/tmp/st-deps}
 GPU_BENCH=${GPU_BENCH:-auto}
 BENCH_MIN_S=${BENCH_MIN_S:-200}
 MEMCHECK=${MEMCHECK:-auto}
+NCU=${NCU:-auto}
 BENCH_ARGS=${BENCH_ARGS:-}
 BENCH_VARIANTS=${BENCH_VARIANTS:---profile --fused-bias-grad --flash-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
+case $NCU in auto | off) ;; *) echo "NCU=$NCU: use auto or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d /tmp/gpu-session.XXXXXX)
 SESSION_LOG=$OUT/session.log
@@ -241,6 +248,22 @@ gpu_bench() {
             --out "$OUT/gpu_bench.md" $BENCH_VARIANTS $BENCH_ARGS
     fi
 }
+# Nsight Compute's counters for the step's own memory-bound kernels
+# (bench/ncu_kernels.py: one GPT-2 step, averaged per kernel) into
+# ncu_kernels.txt, with the build in folder $1, when NCU=auto and at least
+# 120 s of the budget are left.
+ncu_kernels() {
+    local left=$((BUDGET_S - (SECONDS - START) - 20))
+    if [ "$NCU" = off ]; then
+        say "   NCU=off: the ncu profile is left out"
+    elif ((left < 120)); then
+        rows+=("ncu-kernels|SKIP (${left}s left)|0")
+        say "   ${left}s of the budget left, the ncu profile needs 120s: left out"
+    else
+        step ncu-kernels "$left" python3 bench/ncu_kernels.py --build "$1" --out "$OUT/ncu_kernels.txt" \
+            --timeout $((left - 10))
+    fi
+}
 built=
 # what the build will use, and where it found it (NCCL, cuDNN: the Makefile's search)
 say "$(make --no-print-directory config "${make_args[@]}" 2>&1 | sed 's/^/   /')"
@@ -255,6 +278,7 @@ fi
 if [ -n "$built" ] && [ "$GPU_BENCH" = only ]; then
     export OMP_WAIT_POLICY=PASSIVE
     gpu_bench "$built"
+    ncu_kernels "$built"
 elif [ -n "$built" ]; then
     export OMP_WAIT_POLICY=PASSIVE
     for t in $(cuda_tests "$built"); do
@@ -292,6 +316,7 @@ elif [ -n "$built" ]; then
             step sample-gpu 120 python3 bench/sample_vs_torch.py --build "$built" --model gpt2 --device cuda \
                 --threads 1 --tokens 200 --repeats 2 --out "$OUT/sample_gpu.md"
         fi
+        ncu_kernels "$built"
     fi
     # Out-of-bounds and misaligned accesses, on the small cases (CP_SMALL),
     # last and only while at least 60 s of the budget are left (memcheck
@@ -354,6 +379,10 @@ fi
     fi
     [ -f "$LOGDIR/gpu-fault.log" ] &&
         grep -h "^fault at product\|^  scaletrain: error\|^  (while\|^launch --max\|^FAIL\|^gpu_fault:" "$LOGDIR/gpu-fault.log"
+    if [ -f "$LOGDIR/ncu-kernels.log" ]; then # the figure lines it printed (the whole report: ncu_kernels.txt)
+        echo "bench/ncu_kernels.py (Nsight Compute, one GPT-2 step, per kernel):"
+        grep -v '^ncu ' "$LOGDIR/ncu-kernels.log" | tail -n 80
+    fi
     if [ -f "$LOGDIR/gpu-bench.log" ]; then # its notes per model and its table (printed last)
         echo "bench/gpu_vs_torch.py (scaletrain against PyTorch on this GPU):"
         grep -h '^- [a-z0-9]*[: ]\|^|' "$LOGDIR/gpu-bench.log" | grep . || tail -n 5 "$LOGDIR/gpu-bench.log"
