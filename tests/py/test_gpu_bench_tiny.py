@@ -11,7 +11,12 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
      run is refused (not a precision it knows) and the mlp row runs in fp32,
      saying so in the table and giving the reason in the notes;
-  3. a missing scaletrain binary is an error that says to build it.
+  3. a missing scaletrain binary is an error that says to build it;
+  4. bench/ncu_kernels.py, the same way: its training run (the tiny gpt2 on
+     the CPU) under a stand-in for ncu that drops ncu's options and prints
+     two figure lines, which it keeps, with ncu's options as ncu takes them
+     (the kernel filter, the skip and count, the sections); with no ncu it
+     skips (77), saying so.
 
 Usage: /usr/bin/python3 tests/py/test_gpu_bench_tiny.py BUILD_DIR
 Exit status: 0 ok, 1 failure, 77 skipped (no PyTorch: Debian's python3-torch).
@@ -116,6 +121,36 @@ def main():
 
     rc, out, err = bench(os.path.join(tmp, "no-such-build"), "--models", "mlp")
     check(rc != 0 and "build scaletrain first" in err, f"missing binary: exit {rc}, stderr {err[-500:]!r}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = os.path.join(tmp, "ncu")
+        with open(fake, "w") as f:  # ncu's options dropped, the run's own arguments run
+            f.write("#!/bin/sh\necho \"$@\" >\"$0.args\"\n"
+                    "while [ $# -gt 0 ] && [ \"${1##*/}\" != scaletrain ]; do shift; done\n"
+                    "\"$@\" >\"$0.run\" 2>&1 || exit $?\n"
+                    "echo '  ln_backward_fused_kernel<3> (1024, 1, 1)x(128, 1, 1), Context 1, Stream 13'\n"
+                    "echo '    DRAM Throughput     %     35.20'\necho '    unrelated line'\n")
+        os.chmod(fake, 0o755)
+        ncu_py = os.path.join(ROOT, "bench", "ncu_kernels.py")
+        report = os.path.join(tmp, "report.txt")
+        r = subprocess.run([sys.executable, ncu_py, "--tiny", "--device", "cpu", "--build", build, "--ncu", fake,
+                            "--out", report], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        args = open(fake + ".args").read() if os.path.exists(fake + ".args") else ""
+        run = open(fake + ".run").read() if os.path.exists(fake + ".run") else ""
+        check(r.returncode == 0 and "    DRAM Throughput     %     35.20" in r.stdout and
+              "unrelated line" not in r.stdout.split("ncu_kernels:")[0].split("\n", 1)[-1],
+              f"ncu_kernels.py: exit {r.returncode}, the figure lines not kept alone: {r.stdout[-2000:]}"
+              f"{r.stderr[-1000:]}{run[-2000:]}")
+        check(re.search(r"--clock-control none .*--kernel-name regex:ln_backward_fused_kernel\|.* --launch-skip 108 "
+                        r"--launch-count 108 --section SpeedOfLight .*--print-summary per-kernel \S*scaletrain train",
+                        args), f"ncu_kernels.py: ncu's options: {args!r}")
+        check(re.search(r"^done: 3 steps", run, re.M), f"ncu_kernels.py: the training run: {run[-1500:]}")
+        check(os.path.exists(report) and "unrelated line" in open(report).read(),
+              "ncu_kernels.py: --out holds ncu's whole output")
+        r = subprocess.run([sys.executable, ncu_py, "--tiny", "--device", "cpu", "--build", build, "--ncu",
+                            os.path.join(tmp, "no-ncu")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 77 and "skipped: no ncu" in r.stdout, f"ncu_kernels.py without ncu: exit "
+              f"{r.returncode}: {r.stdout[-500:]}")
 
     if failures:
         print(f"test_gpu_bench_tiny: {len(failures)} failure(s)")
