@@ -58,7 +58,7 @@ for t in test_outq test_watch test_checkpoint test_checkpointing test_feed test_
     check "$t" "$tmp/$t.log" $?
 done
 if [ "$omp" -gt 1 ]; then # the CPU engine's parallel loops, every layer's forward and backward
-    for t in "$build"/tests/test_grad_* "$build"/tests/test_{blas,model,optim,scaler,half,precision,parity}; do
+    for t in "$build"/tests/test_grad_* "$build"/tests/test_{blas,crc,model,optim,scaler,half,precision,parity}; do
         t=$(basename "$t")
         [ "${t%.d}" = "$t" ] || continue # make's dependency lists
         timeout 600 "$build/tests/$t" >"$tmp/$t.log" 2>&1

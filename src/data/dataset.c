@@ -11,6 +11,7 @@
 
 #include <zlib.h>
 
+#include "core/crc.h"
 #include "core/mem.h"
 #include "core/rng.h"
 #include "idx.h"
@@ -302,8 +303,7 @@ uint32_t st_dataset_fingerprint(const st_dataset *d) {
         const int64_t per = d->h * d->w * d->c;
         const unsigned char *b = d->pixels ? d->pixels : (const unsigned char *)d->values;
         const size_t bytes = (size_t)(d->n * per) * (d->pixels ? 1 : sizeof(float));
-        for (size_t at = 0; at < bytes; at += 1u << 30) /* (crc32 takes a uInt length) */
-            c = crc32(c, b + at, (uInt)(bytes - at < (1u << 30) ? bytes - at : 1u << 30));
+        c = st_crc32((uint32_t)c, b, bytes);
         c = crc32(c, (const unsigned char *)d->labels, (uInt)((size_t)d->n * sizeof *d->labels));
     } else {
         const int64_t total = d->n * d->seq_len + 1, first = d->first * d->seq_len, span = 4096;

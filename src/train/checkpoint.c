@@ -15,12 +15,12 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cjson/cJSON.h>
 
 #include "ckpt_optim.h"
 #include "core/atomic_file.h"
+#include "core/crc.h"
 #include "core/mem.h"
 #include "core/safetensors.h"
 #include "core/text.h"
@@ -84,26 +84,6 @@ void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap) {
                        out_dir, FOLDERS[i], (double)b / (1 << 20), WHAT[i]);
     }
     if (at) st_appendf(note, cap, &at, ": nothing prunes them; remove them once you no longer need them");
-}
-
-/* CRC32 (zlib) and size of a file. */
-static st_status file_crc(const char *path, uint32_t *crc, int64_t *nbytes) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char buf[1 << 16];
-    uLong c = crc32(0L, Z_NULL, 0);
-    int64_t n = 0;
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, fp)) > 0) {
-        c = crc32(c, buf, (uInt)got);
-        n += (int64_t)got;
-    }
-    int err = ferror(fp);
-    fclose(fp);
-    if (err) return st_fail(ST_ERR_IO, "%s: read error", path);
-    *crc = (uint32_t)c;
-    *nbytes = n;
-    return ST_OK;
 }
 
 /* state.json: the position in the run, the optimizer layout, the files with
@@ -516,12 +496,12 @@ static st_status write_files(st_ckpt_async *j) {
     snprintf(path, sizeof path, "%s/%s", j->tmp, mine->name);
     ST_TRY(j->sharded ? st_ckpt_optim_save_shard(j->o, path)
                       : st_ckpt_optim_save_tensors(j->o, &j->m->params, path));
-    ST_TRY(file_crc(path, &mine->crc, &mine->nbytes));
+    ST_TRY(st_crc32_file(path, &mine->crc, &mine->nbytes));
     if (j->rank != 0) return ST_OK;
     snprintf(j->fl[0].name, sizeof j->fl[0].name, "model.safetensors");
     snprintf(path, sizeof path, "%s/%s", j->tmp, j->fl[0].name);
     ST_TRY(st_model_save_host(j->m, j->data, j->buffers, path));
-    return file_crc(path, &j->fl[0].crc, &j->fl[0].nbytes);
+    return st_crc32_file(path, &j->fl[0].crc, &j->fl[0].nbytes);
 }
 
 /* Every rank (a distributed run): the outcome s of this rank's part so far,
@@ -793,7 +773,7 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
             goto done;
         }
         uint32_t got;
-        if ((s = file_crc(path, &got, &nbytes)) != ST_OK) {
+        if ((s = st_crc32_file(path, &got, &nbytes)) != ST_OK) {
             st_fail_context(s, "damaged checkpoint: ");
             goto done;
         }

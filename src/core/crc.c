@@ -1,0 +1,120 @@
+/* CRC32 on every OpenMP thread (crc.h). */
+#include "crc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* A piece is at least PIECE_MIN bytes (smaller inputs take one thread: a
+ * thread's start costs more than it saves); reads go READ_BUF at a time. */
+enum { PIECE_MIN = 4 << 20, READ_BUF = 1 << 20, MAX_PIECES = 256 };
+
+static uint32_t crc_serial(uint32_t crc, const unsigned char *p, size_t n) {
+    uLong c = crc;
+    while (n) { /* (zlib's length is a uInt) */
+        const uInt k = n < (1u << 30) ? (uInt)n : 1u << 30;
+        c = crc32(c, p, k);
+        p += k;
+        n -= k;
+    }
+    return (uint32_t)c;
+}
+
+/* The pieces for n bytes: as many as threads, each at least PIECE_MIN. */
+static int pieces_for(int64_t n) {
+    int t = omp_get_max_threads();
+    if (t > MAX_PIECES) t = MAX_PIECES;
+    const int64_t most = n / PIECE_MIN;
+    return most < 1 ? 1 : most < t ? (int)most : t;
+}
+
+/* Piece i of k over n bytes: [*lo, *hi), the first n % k pieces a byte longer. */
+static void piece(int64_t n, int k, int i, int64_t *lo, int64_t *hi) {
+    const int64_t q = n / k, r = n % k;
+    *lo = q * i + (i < r ? i : r);
+    *hi = *lo + q + (i < r);
+}
+
+uint32_t st_crc32(uint32_t crc, const void *p, size_t n) {
+    const int k = pieces_for((int64_t)n);
+    if (k == 1) return crc_serial(crc, p, n);
+    uint32_t part[MAX_PIECES];
+#pragma omp parallel for num_threads(k) schedule(static, 1)
+    for (int i = 0; i < k; i++) {
+        int64_t lo, hi;
+        piece((int64_t)n, k, i, &lo, &hi);
+        part[i] = crc_serial(0, (const unsigned char *)p + lo, (size_t)(hi - lo));
+    }
+    uLong c = crc;
+    for (int i = 0; i < k; i++) {
+        int64_t lo, hi;
+        piece((int64_t)n, k, i, &lo, &hi);
+        c = crc32_combine(c, part[i], (z_off_t)(hi - lo));
+    }
+    return (uint32_t)c;
+}
+
+/* The CRC32 of the file's bytes [lo, hi) (hi < 0: to its end) and how many
+ * there were (fewer when the file ends first); 0 or the errno of a failed
+ * read. */
+static int read_piece(int fd, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got) {
+    unsigned char *buf = malloc(READ_BUF);
+    uLong c = crc32(0L, Z_NULL, 0);
+    int64_t at = lo;
+    int e = buf ? 0 : ENOMEM;
+    while (buf && (hi < 0 || at < hi)) {
+        const size_t want = hi >= 0 && hi - at < READ_BUF ? (size_t)(hi - at) : READ_BUF;
+        const ssize_t r = pread(fd, buf, want, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            e = errno;
+            break;
+        }
+        if (r == 0) break;
+        c = crc32(c, buf, (uInt)r);
+        at += r;
+    }
+    free(buf);
+    *crc = (uint32_t)c;
+    *got = at - lo;
+    return e;
+}
+
+st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    const int64_t size = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
+    const int k = pieces_for(size);
+    uint32_t part[MAX_PIECES + 1];
+    int64_t got[MAX_PIECES + 1];
+    int err[MAX_PIECES + 1];
+#pragma omp parallel for num_threads(k) schedule(static, 1) if (k > 1)
+    for (int i = 0; i < k; i++) {
+        int64_t lo, hi;
+        piece(size, k, i, &lo, &hi);
+        err[i] = read_piece(fd, lo, hi, &part[i], &got[i]);
+    }
+    /* the bytes past the size it had when opened (none unless it grew) */
+    err[k] = read_piece(fd, size, -1, &part[k], &got[k]);
+    close(fd);
+    uLong c = crc32(0L, Z_NULL, 0);
+    int64_t n = 0;
+    for (int i = 0; i <= k; i++) {
+        if (err[i])
+            return st_fail(ST_ERR_IO, "%s: read error: %s", path,
+                           err[i] == ENOMEM ? "out of memory for the read buffer" : strerror(err[i]));
+        /* (a piece cut short, the file shrinking while read, makes the
+         * count short: the size check fails it) */
+        c = crc32_combine(c, part[i], (z_off_t)got[i]);
+        n += got[i];
+    }
+    *crc = (uint32_t)c;
+    *nbytes = n;
+    return ST_OK;
+}
