@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -565,6 +566,9 @@ static double st_ckpt_now(void) {
 
 static void *writer(void *arg) {
     st_ckpt_async *j = arg;
+    /* one thread for its OpenMP regions (the checksums, core/crc.h): the
+     * step loop's threads are training meanwhile */
+    omp_set_num_threads(1);
     const double t0 = st_ckpt_now();
     j->status = write_files(j);
     if (j->status != ST_OK) snprintf(j->err, sizeof j->err, "%s", st_last_error());
