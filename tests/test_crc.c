@@ -1,7 +1,8 @@
 /* core/crc.h: the CRC32 cut into pieces on several threads is zlib's crc32
  * of the whole, bit for bit, for every length around the piece boundaries
  * and every thread count; a file's is its bytes' (and its size), read to
- * its end; a missing file or a directory is an error naming it. */
+ * its end; a file's parts, joined, are the whole, and a part past its end
+ * is short; a missing file or a directory is an error naming it. */
 #include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -67,6 +68,21 @@ int main(void) {
             CHECK(n == (int64_t)flens[l] && crc == zlib_crc(0, buf, flens[l]),
                   "%d threads, a file of %zu bytes: %lld bytes, %08x, zlib %08x", threads[t + 1], flens[l],
                   (long long)n, (unsigned)crc, (unsigned)zlib_crc(0, buf, flens[l]));
+            /* in 3 parts (one rank's each), joined: the whole; a part past the end is short */
+            uint32_t joined = 0, c3;
+            int64_t total = 0, got;
+            for (int r = 0; r < 3; r++) {
+                const int64_t lo = (int64_t)flens[l] * r / 3, hi = (int64_t)flens[l] * (r + 1) / 3;
+                CHECK_OK(st_crc32_file_part(path, lo, hi, &c3, &got));
+                joined = (uint32_t)crc32_combine(joined, c3, (z_off_t)got);
+                total += got;
+            }
+            CHECK(total == (int64_t)flens[l] && joined == zlib_crc(0, buf, flens[l]),
+                  "a file of %zu bytes in 3 parts: %lld bytes, %08x", flens[l], (long long)total,
+                  (unsigned)joined);
+            const int64_t from = flens[l] >= 2 ? (int64_t)flens[l] - 2 : 0;
+            CHECK_OK(st_crc32_file_part(path, from, (int64_t)flens[l] + 5, &c3, &got));
+            CHECK(got == (int64_t)flens[l] - from, "a part past the end: %lld bytes", (long long)got);
             unlink(path);
         }
     }

@@ -85,36 +85,59 @@ static int read_piece(int fd, int64_t lo, int64_t hi, uint32_t *crc, int64_t *go
     return e;
 }
 
+/* The CRC32 of the open file's bytes [lo, hi) in pieces on the threads
+ * (how many there were in *got: fewer when the file ends first); 0 or the
+ * errno of a failed read. */
+static int crc_range(int fd, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got) {
+    const int k = pieces_for(hi - lo);
+    uint32_t part[MAX_PIECES];
+    int64_t n[MAX_PIECES];
+    int err[MAX_PIECES];
+#pragma omp parallel for num_threads(k) schedule(static, 1) if (k > 1)
+    for (int i = 0; i < k; i++) {
+        int64_t a, b;
+        piece(hi - lo, k, i, &a, &b);
+        err[i] = read_piece(fd, lo + a, lo + b, &part[i], &n[i]);
+    }
+    uLong c = crc32(0L, Z_NULL, 0);
+    *got = 0;
+    for (int i = 0; i < k; i++) {
+        if (err[i]) return err[i];
+        /* (a piece cut short, the file shrinking while read, makes the
+         * count short: a size check fails it) */
+        c = crc32_combine(c, part[i], (z_off_t)n[i]);
+        *got += n[i];
+    }
+    *crc = (uint32_t)c;
+    return 0;
+}
+
+static st_status read_failed(const char *path, int e) {
+    return st_fail(ST_ERR_IO, "%s: read error: %s", path,
+                   e == ENOMEM ? "out of memory for the read buffer" : strerror(e));
+}
+
 st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes) {
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     const int64_t size = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
-    const int k = pieces_for(size);
-    uint32_t part[MAX_PIECES + 1];
-    int64_t got[MAX_PIECES + 1];
-    int err[MAX_PIECES + 1];
-#pragma omp parallel for num_threads(k) schedule(static, 1) if (k > 1)
-    for (int i = 0; i < k; i++) {
-        int64_t lo, hi;
-        piece(size, k, i, &lo, &hi);
-        err[i] = read_piece(fd, lo, hi, &part[i], &got[i]);
-    }
+    uint32_t head, tail;
+    int64_t n, more;
+    int e = crc_range(fd, 0, size, &head, &n);
     /* the bytes past the size it had when opened (none unless it grew) */
-    err[k] = read_piece(fd, size, -1, &part[k], &got[k]);
+    if (!e) e = read_piece(fd, size, -1, &tail, &more);
     close(fd);
-    uLong c = crc32(0L, Z_NULL, 0);
-    int64_t n = 0;
-    for (int i = 0; i <= k; i++) {
-        if (err[i])
-            return st_fail(ST_ERR_IO, "%s: read error: %s", path,
-                           err[i] == ENOMEM ? "out of memory for the read buffer" : strerror(err[i]));
-        /* (a piece cut short, the file shrinking while read, makes the
-         * count short: the size check fails it) */
-        c = crc32_combine(c, part[i], (z_off_t)got[i]);
-        n += got[i];
-    }
-    *crc = (uint32_t)c;
-    *nbytes = n;
+    if (e) return read_failed(path, e);
+    *crc = (uint32_t)crc32_combine(head, tail, (z_off_t)more);
+    *nbytes = n + more;
     return ST_OK;
+}
+
+st_status st_crc32_file_part(const char *path, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const int e = crc_range(fd, lo, hi > lo ? hi : lo, crc, got);
+    close(fd);
+    return e ? read_failed(path, e) : ST_OK;
 }

@@ -20,4 +20,9 @@ uint32_t st_crc32(uint32_t crc, const void *p, size_t n);
  * ST_ERR_IO naming the file when it cannot be opened or read. */
 st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes);
 
+/* The CRC32 of the file's bytes [lo, hi), and how many there were (fewer
+ * when the file ends first): one rank's part of a file whose parts' CRC32s
+ * are joined with crc32_combine (checkpoint.c's shared verification). */
+st_status st_crc32_file_part(const char *path, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got);
+
 #endif

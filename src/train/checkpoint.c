@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cjson/cJSON.h>
 
@@ -664,7 +665,33 @@ static bool get_int(const cJSON *o, const char *key, int64_t *v) {
     return (double)*v == x->valuedouble;
 }
 
-st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
+/* A file a checkpoint's state.json lists: its name, its CRC32 as written
+ * there, its size. */
+typedef struct want_file {
+    char name[64], crc[16];
+    int64_t nbytes;
+} want_file;
+
+/* One file's checks against state.json, given its CRC32 and size: the
+ * error naming the damage, or ST_OK. */
+static st_status file_matches(const char *dir, const want_file *w, uint32_t got, int64_t nbytes) {
+    if (nbytes != w->nbytes)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s/%s: %lld bytes, state.json says %lld (truncated or damaged checkpoint)", dir,
+                       w->name, (long long)nbytes, (long long)w->nbytes);
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08x", got);
+    if (strcmp(hex, w->crc) != 0)
+        return st_fail(ST_ERR_FORMAT, "%s/%s: CRC32 %s, state.json says %s (damaged checkpoint)", dir,
+                       w->name, hex, w->crc);
+    return ST_OK;
+}
+
+/* state.json of the checkpoint dir into *state, and the files it lists
+ * (*want, *n_want: the model and each optimizer file; free *want). */
+static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **want, int *n_want) {
+    *want = NULL;
+    *n_want = 0;
     char path[PATH_CAP];
     snprintf(path, sizeof path, "%s/state.json", dir);
     char *text;
@@ -762,41 +789,54 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
         }
     }
     /* Every file the checkpoint needs: the model and each optimizer file. */
-    for (int i = -1; i < state->optim_world; i++) {
-        char name[64];
-        if (i < 0)
-            snprintf(name, sizeof name, "model.safetensors");
-        else
-            st_ckpt_optim_name(i, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, name);
-        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-        int64_t want_nbytes, nbytes;
-        if (!cJSON_IsObject(f) || !cJSON_IsString(crc) || !get_int(f, "nbytes", &want_nbytes)) {
-            s = st_fail(ST_ERR_FORMAT, "%s/state.json: no checksum for %s (damaged checkpoint)", dir, name);
-            goto done;
-        }
-        uint32_t got;
-        if ((s = st_crc32_file(path, &got, &nbytes)) != ST_OK) {
-            st_fail_context(s, "damaged checkpoint: ");
-            goto done;
-        }
-        if (nbytes != want_nbytes) {
-            s = st_fail(ST_ERR_FORMAT,
-                        "%s: %lld bytes, state.json says %lld (truncated or damaged checkpoint)", path,
-                        (long long)nbytes, (long long)want_nbytes);
-            goto done;
-        }
-        char hex[16];
-        snprintf(hex, sizeof hex, "%08x", got);
-        if (strcmp(hex, crc->valuestring) != 0) {
-            s = st_fail(ST_ERR_FORMAT, "%s: CRC32 %s, state.json says %s (damaged checkpoint)", path, hex,
-                        crc->valuestring);
-            goto done;
-        }
+    want_file *w = calloc((size_t)state->optim_world + 1, sizeof *w);
+    if (!w) {
+        s = st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
+        goto done;
     }
+    for (int i = -1; i < state->optim_world; i++) {
+        want_file *e = &w[i + 1];
+        if (i < 0)
+            snprintf(e->name, sizeof e->name, "model.safetensors");
+        else
+            st_ckpt_optim_name(i, e->name, sizeof e->name);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, e->name);
+        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+        if (!cJSON_IsObject(f) || !cJSON_IsString(crc) || !get_int(f, "nbytes", &e->nbytes)) {
+            s = st_fail(ST_ERR_FORMAT, "%s/state.json: no checksum for %s (damaged checkpoint)", dir,
+                        e->name);
+            free(w);
+            goto done;
+        }
+        snprintf(e->crc, sizeof e->crc, "%s", crc->valuestring);
+    }
+    *want = w;
+    *n_want = state->optim_world + 1;
 done:
     cJSON_Delete(root);
+    return s;
+}
+
+/* Each file's CRC32 and size, read here whole, against state.json's. */
+static st_status check_files(const char *dir, const want_file *w, int n) {
+    char path[PATH_CAP];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
+        uint32_t got;
+        int64_t nbytes;
+        st_status s = st_crc32_file(path, &got, &nbytes);
+        if (s != ST_OK) return st_fail_context(s, "damaged checkpoint: ");
+        ST_TRY(file_matches(dir, &w[i], got, nbytes));
+    }
+    return ST_OK;
+}
+
+st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
+    want_file *w;
+    int n;
+    st_status s = parse_state(dir, state, &w, &n);
+    if (s == ST_OK) s = check_files(dir, w, n);
+    free(w);
     return s;
 }
 
@@ -812,6 +852,173 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
     return step_of(name) >= 0;
 }
 
+/* --- verification shared by the ranks of a job (st_ckpt_find_shared) ---- */
+
+/* What a rank says of the checkpoint it looks at, gathered from every rank
+ * (256 bytes): whether its state.json failed it, its step (-1: unknown, its
+ * state.json unreadable; -2: it has no checkpoint left to look at), its
+ * file count, why it failed. */
+typedef struct share_note {
+    int64_t fail, step, nfiles;
+    char why[232];
+} share_note;
+
+static void note_where(const share_note *n, char *out, size_t cap) {
+    if (n->step == -2)
+        snprintf(out, cap, "no checkpoint left to look at");
+    else if (n->step == -1)
+        snprintf(out, cap, "one whose state.json it could not read");
+    else
+        snprintf(out, cap, "step %lld (%lld files)", (long long)n->step, (long long)n->nfiles);
+}
+
+/* One round: this rank's note on the checkpoint it looks at (mine: the
+ * outcome of reading its state.json; step -2: none left) gathered from
+ * every rank. *fatal, with an error that is the same on every rank, when
+ * the ranks do not look at the same checkpoint. Else ST_OK when every
+ * rank's state.json read, or the reason of the first that failed (this
+ * rank's own error when it failed). */
+static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, int64_t step, int64_t nfiles,
+                             bool *fatal) {
+    const int world = st_comm_size(comm);
+    char own[2048] = "";
+    if (mine != ST_OK) snprintf(own, sizeof own, "%s", st_last_error());
+    share_note me;
+    memset(&me, 0, sizeof me);
+    me.fail = mine != ST_OK;
+    me.step = step;
+    me.nfiles = nfiles;
+    snprintf(me.why, sizeof me.why, "%s", own);
+    share_note *all = calloc((size_t)world, sizeof *all);
+    *fatal = true;
+    if (!all) return st_fail(ST_ERR_NOMEM, "out of memory verifying a checkpoint");
+    st_comm_req *req = NULL;
+    st_status s = st_comm_all_gather(comm, &me, all, sizeof me, ST_COMM_U8, "checkpoint verification", &req);
+    if (s == ST_OK) s = st_comm_wait(&req);
+    if (s != ST_OK) {
+        free(all);
+        return s;
+    }
+    int a = -1;
+    for (int k = 1; k < world && a < 0; k++) {
+        const share_note *x = &all[0], *y = &all[k];
+        if ((x->step == -2) != (y->step == -2) || (x->step >= 0 && y->step >= 0 && x->step != y->step) ||
+            (!x->fail && !y->fail && x->step >= 0 && x->nfiles != y->nfiles))
+            a = k;
+    }
+    if (a > 0) {
+        char w0[96], wa[96];
+        note_where(&all[0], w0, sizeof w0);
+        note_where(&all[a], wa, sizeof wa);
+        free(all);
+        return st_fail(
+            ST_ERR_CONFIG,
+            "the ranks do not look at the same checkpoint in %s: rank 0 at %s, rank %d at %s; every "
+            "rank must see the same %s (one directory shared by all nodes), unchanged while the run "
+            "starts",
+            ckdir, w0, a, wa, ckdir);
+    }
+    *fatal = false;
+    int bad = -1;
+    for (int k = 0; k < world && bad < 0; k++)
+        if (all[k].fail) bad = k;
+    s = ST_OK;
+    if (mine != ST_OK)
+        s = st_fail(mine, "%s", own);
+    else if (bad >= 0)
+        s = st_fail(ST_ERR_FORMAT, "rank %d: %s", bad, all[bad].why);
+    free(all);
+    return s;
+}
+
+/* dir's state.json into *state and every file it lists checked, the ranks
+ * together: each reads its 1/world of every file's bytes (its part's
+ * CRC32 by core/crc.h) after checking the file's size; the parts are
+ * gathered and joined in order (crc32_combine), so that every rank has
+ * every file's checksum and the same verdict. *fatal: as share_round. */
+static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state *state, st_comm *comm,
+                               bool *fatal) {
+    want_file *w = NULL;
+    int n = 0;
+    st_status s = parse_state(dir, state, &w, &n);
+    s = share_round(comm, ckdir, s, s == ST_OK ? state->step : -1, s == ST_OK ? n : -1, fatal);
+    if (*fatal || s != ST_OK) {
+        free(w);
+        return s;
+    }
+    const int world = st_comm_size(comm), rank = st_comm_rank(comm);
+    enum { HEAD = 256 }; /* a rank's record: fail (int64), why, then n CRC32s */
+    const size_t rec = HEAD + (((size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7);
+    unsigned char *mine = calloc(1, rec), *all = calloc((size_t)world, rec);
+    *fatal = true;
+    if (!mine || !all) {
+        free(w);
+        free(mine);
+        free(all);
+        return st_fail(ST_ERR_NOMEM, "out of memory verifying %s", dir);
+    }
+    uint32_t *crc = (uint32_t *)(mine + HEAD);
+    char path[PATH_CAP];
+    for (int i = 0; i < n && s == ST_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            s = st_fail(ST_ERR_IO, "damaged checkpoint: %s: cannot open: %s", path, strerror(errno));
+            break;
+        }
+        if ((int64_t)sb.st_size != w[i].nbytes) {
+            s = file_matches(dir, &w[i], 0, (int64_t)sb.st_size); /* (the size's message) */
+            break;
+        }
+        const int64_t q = w[i].nbytes / world, r = w[i].nbytes % world;
+        const int64_t lo = q * rank + (rank < r ? rank : r), hi = lo + q + (rank < r);
+        int64_t got;
+        s = st_crc32_file_part(path, lo, hi, &crc[i], &got);
+        if (s != ST_OK)
+            st_fail_context(s, "damaged checkpoint: ");
+        else if (got != hi - lo)
+            s = st_fail(ST_ERR_IO, "%s: %lld bytes where its size said %lld: the file changed while read",
+                        path, (long long)(lo + got), (long long)w[i].nbytes);
+    }
+    int64_t fail = s != ST_OK;
+    memcpy(mine, &fail, sizeof fail);
+    if (fail) snprintf((char *)mine + 8, HEAD - 8, "%s", st_last_error());
+    char own[2048] = "";
+    if (fail) snprintf(own, sizeof own, "%s", st_last_error());
+    st_comm_req *req = NULL;
+    st_status g = st_comm_all_gather(comm, mine, all, rec, ST_COMM_U8, "checkpoint checksums", &req);
+    if (g == ST_OK) g = st_comm_wait(&req);
+    if (g != ST_OK) {
+        s = g;
+    } else {
+        *fatal = false;
+        int bad = -1;
+        for (int k = 0; k < world && bad < 0; k++) {
+            int64_t f;
+            memcpy(&f, all + (size_t)k * rec, sizeof f);
+            if (f) bad = k;
+        }
+        if (fail)
+            s = st_fail(s, "%s", own);
+        else if (bad >= 0)
+            s = st_fail(ST_ERR_FORMAT, "rank %d: %s", bad, (const char *)all + (size_t)bad * rec + 8);
+        for (int i = 0; i < n && s == ST_OK; i++) { /* each file: the ranks' parts in order */
+            uLong c = crc32(0L, Z_NULL, 0);
+            for (int k = 0; k < world; k++) {
+                uint32_t part;
+                memcpy(&part, all + (size_t)k * rec + HEAD + (size_t)i * sizeof part, sizeof part);
+                const int64_t q = w[i].nbytes / world, r = w[i].nbytes % world;
+                c = crc32_combine(c, part, (z_off_t)(q + (k < r)));
+            }
+            s = file_matches(dir, &w[i], (uint32_t)c, w[i].nbytes);
+        }
+    }
+    free(w);
+    free(mine);
+    free(all);
+    return s;
+}
+
 /* The latest good checkpoint of the checkpoint folder ckdir (see
  * st_ckpt_find's "auto"), and the state its verification read. None there:
  * not found; checkpoints there and none good (damaged, or storage failing
@@ -819,9 +1026,18 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
  * and replaces checkpoints that may yet be read or repaired. */
 /* One candidate of find_latest: verified, into dir when good; else the
  * first damage kept (first), and said on log. */
-static bool good_one(const char *cand, const char *who, FILE *log, st_ckpt_state *st, char *dir, size_t size,
-                     char *first, size_t first_cap, const char *damaged) {
-    if (st_ckpt_verify(cand, st) == ST_OK) {
+/* With comm, the ranks verify it together (verify_shared); an error that
+ * ends the search on every rank goes to *fatal. */
+static bool good_one(const char *cand, const char *ckdir, st_comm *comm, st_status *fatal, const char *who,
+                     FILE *log, st_ckpt_state *st, char *dir, size_t size, char *first, size_t first_cap,
+                     const char *damaged) {
+    bool stop = false;
+    const st_status s = comm ? verify_shared(cand, ckdir, st, comm, &stop) : st_ckpt_verify(cand, st);
+    if (stop) {
+        *fatal = s;
+        return false;
+    }
+    if (s == ST_OK) {
         snprintf(dir, size, "%s", cand);
         return true;
     }
@@ -830,32 +1046,50 @@ static bool good_one(const char *cand, const char *who, FILE *log, st_ckpt_state
     return false;
 }
 
+/* With comm (the ranks of a job together, st_ckpt_find_shared), each
+ * candidate is verified by every rank together and taken or passed over by
+ * all; a rank out of candidates says so in one more round (step -2), so
+ * that a rank that sees more than the others ends with them, in an error,
+ * rather than waiting for them. */
 static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
-                             bool *found, st_ckpt_state *st) {
+                             bool *found, st_ckpt_state *st, st_comm *comm) {
     *found = false;
     char name[256], cand[PATH_CAP], first[512] = "";
     const int64_t latest = read_latest(ckdir, name, sizeof name) ? step_of(name) : -1;
     int64_t *steps;
     int n;
-    ST_TRY(st_ckpt_list(ckdir, &steps, &n)); /* newest first */
+    st_status fatal = ST_OK;
+    bool stop;
+    const st_status ls = st_ckpt_list(ckdir, &steps, &n); /* newest first */
+    if (ls != ST_OK) {
+        if (comm) { /* (the others learn that this rank has no candidate) */
+            char why[2048];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            const st_status r = share_round(comm, ckdir, ls, -2, -1, &stop);
+            if (stop) return r;
+            return st_fail(ls, "%s", why);
+        }
+        return ls;
+    }
     int i = 0;
     /* A whole checkpoint newer than `latest`: its save was committed (the
      * folder's rename is the commit) and the process ended before `latest`
      * was updated (SIGKILL, the OOM killer, a second Ctrl-C during the
      * folder's fsync). It is the run's last. */
-    for (; latest >= 0 && i < n && steps[i] > latest && !*found; i++) {
+    for (; latest >= 0 && i < n && steps[i] > latest && !*found && fatal == ST_OK; i++) {
         snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);
-        *found = good_one(cand, who, log, st, dir, size, first, sizeof first, "skipping damaged checkpoint");
+        *found = good_one(cand, ckdir, comm, &fatal, who, log, st, dir, size, first, sizeof first,
+                          "skipping damaged checkpoint");
         if (*found && log)
             fprintf(log,
                     "%s: %s is newer than %s/latest (%s) and whole: its save ended before `latest` was "
                     "updated; taking it\n",
                     who, cand, ckdir, name);
     }
-    if (latest >= 0 && !*found) {
+    if (latest >= 0 && !*found && fatal == ST_OK) {
         snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
-        *found =
-            good_one(cand, who, log, st, dir, size, first, sizeof first, "the latest checkpoint is damaged");
+        *found = good_one(cand, ckdir, comm, &fatal, who, log, st, dir, size, first, sizeof first,
+                          "the latest checkpoint is damaged");
     } else if (latest < 0 && log) {
         DIR *d = opendir(ckdir);
         if (d) {
@@ -864,13 +1098,19 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
                     ckdir);
         }
     }
-    for (; i < n && !*found; i++) { /* the older ones, past damage */
+    for (; i < n && !*found && fatal == ST_OK; i++) { /* the older ones, past damage */
         if (latest >= 0 && steps[i] >= latest) continue;
         snprintf(cand, sizeof cand, "%s/step-%lld", ckdir, (long long)steps[i]);
-        *found = good_one(cand, who, log, st, dir, size, first, sizeof first, "skipping damaged checkpoint");
+        *found = good_one(cand, ckdir, comm, &fatal, who, log, st, dir, size, first, sizeof first,
+                          "skipping damaged checkpoint");
         if (*found && log && (latest >= 0 || i > 0)) fprintf(log, "%s: falling back to %s\n", who, cand);
     }
     free(steps);
+    if (fatal != ST_OK) return fatal; /* (its message is the last error) */
+    if (comm && !*found) {            /* none left here: the others must have none left either */
+        const st_status r = share_round(comm, ckdir, ST_OK, -2, -1, &stop);
+        if (stop) return r;
+    }
     st_clear_error();
     if (!*found && n > 0)
         return st_fail(ST_ERR_IO,
@@ -909,33 +1149,39 @@ st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size) {
 /* The latest good checkpoint of folder ckdir into dir, for `who` (named
  * spec): an error when there is none. */
 static st_status latest_good(const char *ckdir, const char *who, const char *spec, FILE *log, char *dir,
-                             size_t size, st_ckpt_state *st) {
+                             size_t size, st_ckpt_state *st, st_comm *comm) {
     bool found;
-    ST_TRY(find_latest(ckdir, who, log, dir, size, &found, st));
+    ST_TRY(find_latest(ckdir, who, log, dir, size, &found, st, comm));
     if (!found) return st_fail(ST_ERR_IO, "%s: no checkpoint in %s", spec, ckdir);
     return ST_OK;
 }
 
-st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found,
-                       st_ckpt_state *state) {
+st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
+                              bool *found, st_ckpt_state *state, st_comm *comm) {
     st_ckpt_state mine;
     st_ckpt_state *st = state ? state : &mine;
     char where[PATH_CAP];
     *found = false;
+    if (comm && st_comm_size(comm) < 2) comm = NULL;
     if (strcmp(spec, "auto") == 0) {
         snprintf(where, sizeof where, "%s/ckpt", out_dir);
-        return find_latest(where, "resume", log, dir, size, found, st);
+        return find_latest(where, "resume", log, dir, size, found, st, comm);
     }
+    bool stop;
     switch (st_ckpt_classify(spec, where, sizeof where)) {
     case ST_CKPT_ONE:
         snprintf(dir, size, "%s", where);
-        ST_TRY(st_ckpt_verify(dir, st));
+        ST_TRY(comm ? verify_shared(dir, dir, st, comm, &stop) : st_ckpt_verify(dir, st));
         break;
     case ST_CKPT_FOLDER:
     case ST_CKPT_RUN:
-        ST_TRY(latest_good(where, "resume", spec, log, dir, size, st));
+        ST_TRY(latest_good(where, "resume", spec, log, dir, size, st, comm));
         break;
     default:
+        if (comm) { /* (no candidate here: the others must have none either) */
+            const st_status r = share_round(comm, spec, ST_OK, -2, -1, &stop);
+            if (stop) return r;
+        }
         return st_fail(
             ST_ERR_IO,
             "%s: not a checkpoint: --resume takes auto (train.out_dir's latest good checkpoint), a "
@@ -945,6 +1191,11 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
     }
     *found = true;
     return ST_OK;
+}
+
+st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found,
+                       st_ckpt_state *state) {
+    return st_ckpt_find_shared(out_dir, spec, log, dir, size, found, state, NULL);
 }
 
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step) {
@@ -965,7 +1216,8 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         struct stat fs, cs;
         bool found = false;
         if (stat(final, &fs) == 0 && S_ISREG(fs.st_mode)) {
-            if (find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st) != ST_OK) found = false;
+            if (find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st, NULL) != ST_OK)
+                found = false;
             st_clear_error();
             snprintf(state, sizeof state, "%s/state.json", dir);
             if (!found || stat(state, &cs) != 0 || cs.st_mtim.tv_sec < fs.st_mtim.tv_sec ||
@@ -982,7 +1234,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         }
     } /* fall through */
     case ST_CKPT_FOLDER:
-        ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir, &st)); /* verified there */
+        ST_TRY(latest_good(where, "--init", spec, log, dir, sizeof dir, &st, NULL)); /* verified there */
         break;
     default: {
         char plain[PATH_CAP + 24]; /* a folder that holds weights alone (copied there) */

@@ -125,6 +125,16 @@ st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size);
  * the state its verification read. */
 st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size, bool *found,
                        st_ckpt_state *state);
+/* st_ckpt_find on every rank of a job together (comm, world > 1; all of
+ * them call it with the same spec): the verification is shared, each rank
+ * reading 1/world of every file's bytes and the parts' CRC32s gathered and
+ * joined, so that every rank has every file's checksum (the same verdict
+ * everywhere) for 1/world of the reading. The ranks take or pass over each
+ * checkpoint together; ranks that see different checkpoints (not one
+ * out_dir shared by all) end with the same error, naming them. comm NULL
+ * or a world of 1: st_ckpt_find. */
+st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, char *dir, size_t size,
+                              bool *found, st_ckpt_state *state, st_comm *comm);
 
 /* The weights file that --init names (to path): a file itself; a checkpoint
  * directory (state.json and every file's checksum verified first); a

@@ -1219,7 +1219,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                  opts->resume, c->train.out_dir);
         st_watch_begin_limit(ses->store_watch, what,
                              st_ckpt_wait_limit(c, m, &opt, lay.sharded ? ses->world : 1));
-        s = st_ckpt_find(c->train.out_dir, opts->resume, warn, dir, sizeof dir, &found, &got);
+        /* (with several ranks, each checksums 1/world of the files: st_ckpt_find_shared) */
+        s = st_ckpt_find_shared(c->train.out_dir, opts->resume, warn, dir, sizeof dir, &found, &got,
+                                dist ? ses->comm : NULL);
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
         ST_GOTO(s);

@@ -10,6 +10,13 @@
 #   run). In deterministic mode a change of world size keeps the same bits.
 # - A damaged (truncated) or missing shard file: --resume DIR fails with the
 #   file named; --resume auto falls back to the previous checkpoint.
+# - The ranks share the checksums (st_ckpt_find_shared: each reads half of
+#   every file on 2 ranks, the parts' CRC32s joined): one flipped bit in
+#   either half of the latest checkpoint's model file is found, rank 0 says
+#   which file and both fall back to the previous checkpoint together; ranks
+#   that look at different checkpoints (MPMD, an out_dir each: one at a later
+#   step, or one with none) both end with an error naming the steps, within
+#   the timeout, rather than waiting on each other.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -89,4 +96,39 @@ echo "missing shard: exit $rc: $(grep -m1 'optim-rank2' <<<"$out")"
 [ $rc -ne 0 ] && grep -q "optim-rank2.safetensors" <<<"$out" || fail "a missing shard: $out"
 out=$(train 2 zero2 8 "$tmp/bad" --resume auto --set log.progress=off 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "resume auto past a damaged shard: exit $rc: $out"
+
+# One bit flipped at a quarter and at three quarters of the model file:
+# rank 0's half, then rank 1's.
+train 2 zero1 6 "$tmp/flip" --set train.checkpoint_every=2 || fail "the run to flip a bit in"
+for at in 1 3; do
+    rm -rf "$tmp/flip$at"
+    cp -r "$tmp/flip" "$tmp/flip$at"
+    f=$tmp/flip$at/ckpt/step-6/model.safetensors
+    /usr/bin/python3 -c 'import sys; p, q = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read())
+b[len(b) * q // 4] ^= 4; open(p, "wb").write(b)' "$f" $at
+    out=$(train 2 zero1 8 "$tmp/flip$at" --resume auto --set log.progress=off 2>&1); rc=$?
+    if [ $rc -eq 0 ] &&
+        grep -q "^resume: the latest checkpoint is damaged: $f: CRC32 [0-9a-f]*, state.json says [0-9a-f]* (damaged checkpoint)$" <<<"$out" &&
+        grep -q "^resume: falling back to $tmp/flip$at/ckpt/step-4$" <<<"$out"; then
+        echo "a bit flipped at $at/4 of the model file: found by the shared checksums, both ranks resumed step-4"
+    else
+        fail "a bit flipped at $at/4 of the model file: exit $rc: $(grep -m3 'resume\|error' <<<"$out")"
+    fi
+done
+# MPMD: rank 0 at step 6 in one out_dir, rank 1 at step 4 in another (then none).
+cp -r "$tmp/flip" "$tmp/other"
+rm -rf "$tmp/other/ckpt/step-6"
+echo step-4 >"$tmp/other/ckpt/latest"
+two=("$bin" train "${args[@]}" --set dist.strategy=zero1 --set train.steps=10 --resume auto)
+for case in "step 4 (3 files)" "no checkpoint left to look at"; do
+    [ "$case" = "step 4 (3 files)" ] || rm -rf "$tmp/other/ckpt"
+    out=$("${mpi[@]}" -np 1 "${two[@]}" --set train.out_dir="$tmp/flip" : -np 1 "${two[@]}" \
+        --set train.out_dir="$tmp/other" 2>&1); rc=$?
+    want="the ranks do not look at the same checkpoint in $tmp/flip/ckpt: rank 0 at step 6 (3 files), rank 1 at $case"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "$want" <<<"$out"; then
+        echo "ranks at different checkpoints (rank 1 at $case): exit $rc, said"
+    else
+        fail "ranks at different checkpoints (rank 1 at $case): exit $rc: $(grep -m2 'error\|aborting' <<<"$out")"
+    fi
+done
 e2e_finish
