@@ -113,8 +113,8 @@ static int crc_range(int fd, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got
 }
 
 static st_status read_failed(const char *path, int e) {
-    return st_fail(ST_ERR_IO, "%s: read error: %s", path,
-                   e == ENOMEM ? "out of memory for the read buffer" : strerror(e));
+    if (e == ENOMEM) return st_fail(ST_ERR_NOMEM, "out of memory for a 1 MiB buffer to checksum %s", path);
+    return st_fail(ST_ERR_IO, "%s: read error: %s", path, strerror(e));
 }
 
 st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes) {

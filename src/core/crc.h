@@ -17,7 +17,8 @@
 uint32_t st_crc32(uint32_t crc, const void *p, size_t n);
 
 /* The CRC32 and size of every byte of the file at path, read to its end.
- * ST_ERR_IO naming the file when it cannot be opened or read. */
+ * ST_ERR_IO naming the file when it cannot be opened or read;
+ * ST_ERR_NOMEM when a thread's read buffer cannot be had. */
 st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes);
 
 /* The CRC32 of the file's bytes [lo, hi), and how many there were (fewer

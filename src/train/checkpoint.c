@@ -825,6 +825,7 @@ static st_status check_files(const char *dir, const want_file *w, int n) {
         uint32_t got;
         int64_t nbytes;
         st_status s = st_crc32_file(path, &got, &nbytes);
+        if (s == ST_ERR_NOMEM) return s;
         if (s != ST_OK) return st_fail_context(s, "damaged checkpoint: ");
         ST_TRY(file_matches(dir, &w[i], got, nbytes));
     }
@@ -855,9 +856,9 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
 /* --- verification shared by the ranks of a job (st_ckpt_find_shared) ---- */
 
 /* What a rank says of the checkpoint it looks at, gathered from every rank
- * (256 bytes): whether its state.json failed it, its step (-1: unknown, its
- * state.json unreadable; -2: it has no checkpoint left to look at), its
- * file count, why it failed. */
+ * (256 bytes): the status its state.json read ended with (0: ST_OK), its
+ * step (-1: unknown, its state.json unreadable; -2: it has no checkpoint
+ * left to look at), its file count, why it failed. */
 typedef struct share_note {
     int64_t fail, step, nfiles;
     char why[232];
@@ -872,12 +873,35 @@ static void note_where(const share_note *n, char *out, size_t cap) {
         snprintf(out, cap, "step %lld (%lld files)", (long long)n->step, (long long)n->nfiles);
 }
 
+/* The outcome for every rank of a round whose gathered statuses are
+ * fail(k) for rank k: ST_OK when none failed, else this rank's own error
+ * (own) when it failed, or "rank K: why(K)" of the first that did. Out of
+ * memory on any rank ends the search on every rank (*fatal): it says
+ * nothing of the checkpoint, which must not be passed over for it. */
+static st_status share_outcome(int world, st_status mine, const char *own,
+                               st_status (*fail)(const void *, int), const char *(*why)(const void *, int),
+                               const void *all, bool *fatal) {
+    int bad = -1;
+    bool nomem = false;
+    for (int k = 0; k < world; k++) {
+        if (fail(all, k) == ST_OK) continue;
+        if (bad < 0) bad = k;
+        nomem = nomem || fail(all, k) == ST_ERR_NOMEM;
+    }
+    *fatal = nomem;
+    if (mine != ST_OK) return st_fail(mine, "%s", own);
+    if (bad < 0) return ST_OK;
+    return st_fail(nomem ? ST_ERR_NOMEM : ST_ERR_FORMAT, "rank %d: %s", bad, why(all, bad));
+}
+static st_status note_fail(const void *all, int k) { return (st_status)((const share_note *)all)[k].fail; }
+static const char *note_why(const void *all, int k) { return ((const share_note *)all)[k].why; }
+
 /* One round: this rank's note on the checkpoint it looks at (mine: the
  * outcome of reading its state.json; step -2: none left) gathered from
  * every rank. *fatal, with an error that is the same on every rank, when
- * the ranks do not look at the same checkpoint. Else ST_OK when every
- * rank's state.json read, or the reason of the first that failed (this
- * rank's own error when it failed). */
+ * the ranks do not look at the same checkpoint (or out of memory, as
+ * share_outcome). Else ST_OK when every rank's state.json read, or the
+ * reason of the first that failed (this rank's own error when it failed). */
 static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, int64_t step, int64_t nfiles,
                              bool *fatal) {
     const int world = st_comm_size(comm);
@@ -885,7 +909,7 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
     if (mine != ST_OK) snprintf(own, sizeof own, "%s", st_last_error());
     share_note me;
     memset(&me, 0, sizeof me);
-    me.fail = mine != ST_OK;
+    me.fail = mine;
     me.step = step;
     me.nfiles = nfiles;
     snprintf(me.why, sizeof me.why, "%s", own);
@@ -918,17 +942,26 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
             "starts",
             ckdir, w0, a, wa, ckdir);
     }
-    *fatal = false;
-    int bad = -1;
-    for (int k = 0; k < world && bad < 0; k++)
-        if (all[k].fail) bad = k;
-    s = ST_OK;
-    if (mine != ST_OK)
-        s = st_fail(mine, "%s", own);
-    else if (bad >= 0)
-        s = st_fail(ST_ERR_FORMAT, "rank %d: %s", bad, all[bad].why);
+    s = share_outcome(world, mine, own, note_fail, note_why, all, fatal);
     free(all);
     return s;
+}
+
+/* verify_shared's record of a rank: its status, why, then its CRC32s */
+enum { REC_HEAD = 256 };
+typedef struct rec_set {
+    const unsigned char *all;
+    size_t rec;
+} rec_set;
+static st_status rec_fail(const void *r, int k) {
+    const rec_set *x = r;
+    int64_t f;
+    memcpy(&f, x->all + (size_t)k * x->rec, sizeof f);
+    return (st_status)f;
+}
+static const char *rec_why(const void *r, int k) {
+    const rec_set *x = r;
+    return (const char *)x->all + (size_t)k * x->rec + 8;
 }
 
 /* dir's state.json into *state and every file it lists checked, the ranks
@@ -947,8 +980,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         return s;
     }
     const int world = st_comm_size(comm), rank = st_comm_rank(comm);
-    enum { HEAD = 256 }; /* a rank's record: fail (int64), why, then n CRC32s */
-    const size_t rec = HEAD + (((size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7);
+    const size_t rec = REC_HEAD + (((size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7);
     unsigned char *mine = calloc(1, rec), *all = calloc((size_t)world, rec);
     *fatal = true;
     if (!mine || !all) {
@@ -957,7 +989,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         free(all);
         return st_fail(ST_ERR_NOMEM, "out of memory verifying %s", dir);
     }
-    uint32_t *crc = (uint32_t *)(mine + HEAD);
+    uint32_t *crc = (uint32_t *)(mine + REC_HEAD);
     char path[PATH_CAP];
     for (int i = 0; i < n && s == ST_OK; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
@@ -974,39 +1006,32 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         const int64_t lo = q * rank + (rank < r ? rank : r), hi = lo + q + (rank < r);
         int64_t got;
         s = st_crc32_file_part(path, lo, hi, &crc[i], &got);
-        if (s != ST_OK)
+        if (s != ST_OK && s != ST_ERR_NOMEM)
             st_fail_context(s, "damaged checkpoint: ");
         else if (got != hi - lo)
             s = st_fail(ST_ERR_IO, "%s: %lld bytes where its size said %lld: the file changed while read",
                         path, (long long)(lo + got), (long long)w[i].nbytes);
     }
-    int64_t fail = s != ST_OK;
+    const int64_t fail = s;
     memcpy(mine, &fail, sizeof fail);
-    if (fail) snprintf((char *)mine + 8, HEAD - 8, "%s", st_last_error());
     char own[2048] = "";
-    if (fail) snprintf(own, sizeof own, "%s", st_last_error());
+    if (fail) {
+        snprintf((char *)mine + 8, REC_HEAD - 8, "%s", st_last_error());
+        snprintf(own, sizeof own, "%s", st_last_error());
+    }
     st_comm_req *req = NULL;
     st_status g = st_comm_all_gather(comm, mine, all, rec, ST_COMM_U8, "checkpoint checksums", &req);
     if (g == ST_OK) g = st_comm_wait(&req);
     if (g != ST_OK) {
         s = g;
     } else {
-        *fatal = false;
-        int bad = -1;
-        for (int k = 0; k < world && bad < 0; k++) {
-            int64_t f;
-            memcpy(&f, all + (size_t)k * rec, sizeof f);
-            if (f) bad = k;
-        }
-        if (fail)
-            s = st_fail(s, "%s", own);
-        else if (bad >= 0)
-            s = st_fail(ST_ERR_FORMAT, "rank %d: %s", bad, (const char *)all + (size_t)bad * rec + 8);
+        const rec_set set = {all, rec};
+        s = share_outcome(world, s, own, rec_fail, rec_why, &set, fatal);
         for (int i = 0; i < n && s == ST_OK; i++) { /* each file: the ranks' parts in order */
             uLong c = crc32(0L, Z_NULL, 0);
             for (int k = 0; k < world; k++) {
                 uint32_t part;
-                memcpy(&part, all + (size_t)k * rec + HEAD + (size_t)i * sizeof part, sizeof part);
+                memcpy(&part, all + (size_t)k * rec + REC_HEAD + (size_t)i * sizeof part, sizeof part);
                 const int64_t q = w[i].nbytes / world, r = w[i].nbytes % world;
                 c = crc32_combine(c, part, (z_off_t)(q + (k < r)));
             }
@@ -1033,6 +1058,7 @@ static bool good_one(const char *cand, const char *ckdir, st_comm *comm, st_stat
                      const char *damaged) {
     bool stop = false;
     const st_status s = comm ? verify_shared(cand, ckdir, st, comm, &stop) : st_ckpt_verify(cand, st);
+    if (s == ST_ERR_NOMEM) stop = true; /* (says nothing of the checkpoint: not passed over for it) */
     if (stop) {
         *fatal = s;
         return false;

@@ -12,8 +12,9 @@
 #     sees a directory of that name, but its own: rank 0 does not see rank
 #     1's shard and the save fails naming the file.
 # (b) --resume auto where only rank 0 sees the checkpoint (DDP, saved by a
-#     normal run): rank 1 would start from step 0 while rank 0 resumes at 4;
-#     the run fails naming both steps and train.out_dir's directory.
+#     normal run): the ranks look for it together (st_ckpt_find_shared), rank
+#     0 at step 4 and rank 1 with none; the run fails on both, naming both
+#     and the checkpoint folder, before any rank loads anything.
 # tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -68,6 +69,6 @@ grep -q "optim-rank1.safetensors: rank 1 wrote it ([0-9]* bytes), but rank 0 doe
     fail "the 4-step run: $(tail -n 3 "$tmp/d.log")"
 split resume "$tmp/d" --set train.steps=8 --resume auto
 [ "$rc" -ne 0 ] || fail "resume: ranks resuming at different steps were accepted"
-grep -q "resumed at steps 0 to 4: every rank must see the same $tmp/d/ckpt" "$tmp/resume.log" ||
+grep -q "the ranks do not look at the same checkpoint in $tmp/d/ckpt: rank 0 at step 4 ([0-9]* files), rank 1 at no checkpoint left to look at; every rank must see the same $tmp/d/ckpt" "$tmp/resume.log" ||
     fail "resume: no message naming the steps and the directory: $(grep -m3 error "$tmp/resume.log")"
 e2e_finish "a train.out_dir that not every rank sees is an error naming it, at save and at resume"
