@@ -33,8 +33,7 @@ static int pieces_for(int64_t n) {
     return most < 1 ? 1 : most < t ? (int)most : t;
 }
 
-/* Piece i of k over n bytes: [*lo, *hi), the first n % k pieces a byte longer. */
-static void piece(int64_t n, int k, int i, int64_t *lo, int64_t *hi) {
+void st_crc32_piece(int64_t n, int k, int i, int64_t *lo, int64_t *hi) {
     const int64_t q = n / k, r = n % k;
     *lo = q * i + (i < r ? i : r);
     *hi = *lo + q + (i < r);
@@ -47,13 +46,13 @@ uint32_t st_crc32(uint32_t crc, const void *p, size_t n) {
 #pragma omp parallel for num_threads(k) schedule(static, 1)
     for (int i = 0; i < k; i++) {
         int64_t lo, hi;
-        piece((int64_t)n, k, i, &lo, &hi);
+        st_crc32_piece((int64_t)n, k, i, &lo, &hi);
         part[i] = crc_serial(0, (const unsigned char *)p + lo, (size_t)(hi - lo));
     }
     uLong c = crc;
     for (int i = 0; i < k; i++) {
         int64_t lo, hi;
-        piece((int64_t)n, k, i, &lo, &hi);
+        st_crc32_piece((int64_t)n, k, i, &lo, &hi);
         c = crc32_combine(c, part[i], (z_off_t)(hi - lo));
     }
     return (uint32_t)c;
@@ -96,7 +95,7 @@ static int crc_range(int fd, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got
 #pragma omp parallel for num_threads(k) schedule(static, 1) if (k > 1)
     for (int i = 0; i < k; i++) {
         int64_t a, b;
-        piece(hi - lo, k, i, &a, &b);
+        st_crc32_piece(hi - lo, k, i, &a, &b);
         err[i] = read_piece(fd, lo + a, lo + b, &part[i], &n[i]);
     }
     uLong c = crc32(0L, Z_NULL, 0);

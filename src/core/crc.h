@@ -21,6 +21,11 @@ uint32_t st_crc32(uint32_t crc, const void *p, size_t n);
  * ST_ERR_NOMEM when a thread's read buffer cannot be had. */
 st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes);
 
+/* Piece i of k over n bytes: [*lo, *hi), the first n % k pieces a byte
+ * longer (how an input is cut over threads here, and a file over ranks by
+ * checkpoint.c's shared verification). */
+void st_crc32_piece(int64_t n, int k, int i, int64_t *lo, int64_t *hi);
+
 /* The CRC32 of the file's bytes [lo, hi), and how many there were (fewer
  * when the file ends first): one rank's part of a file whose parts' CRC32s
  * are joined with crc32_combine (checkpoint.c's shared verification). */

@@ -1002,15 +1002,14 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
             s = file_matches(dir, &w[i], 0, (int64_t)sb.st_size); /* (the size's message) */
             break;
         }
-        const int64_t q = w[i].nbytes / world, r = w[i].nbytes % world;
-        const int64_t lo = q * rank + (rank < r ? rank : r), hi = lo + q + (rank < r);
-        int64_t got;
+        int64_t lo, hi, got;
+        st_crc32_piece(w[i].nbytes, world, rank, &lo, &hi);
         s = st_crc32_file_part(path, lo, hi, &crc[i], &got);
-        if (s != ST_OK && s != ST_ERR_NOMEM)
-            st_fail_context(s, "damaged checkpoint: ");
-        else if (got != hi - lo)
+        if (s == ST_OK && got != hi - lo)
             s = st_fail(ST_ERR_IO, "%s: %lld bytes where its size said %lld: the file changed while read",
                         path, (long long)(lo + got), (long long)w[i].nbytes);
+        else if (s != ST_OK && s != ST_ERR_NOMEM)
+            st_fail_context(s, "damaged checkpoint: ");
     }
     const int64_t fail = s;
     memcpy(mine, &fail, sizeof fail);
@@ -1032,8 +1031,9 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
             for (int k = 0; k < world; k++) {
                 uint32_t part;
                 memcpy(&part, all + (size_t)k * rec + REC_HEAD + (size_t)i * sizeof part, sizeof part);
-                const int64_t q = w[i].nbytes / world, r = w[i].nbytes % world;
-                c = crc32_combine(c, part, (z_off_t)(q + (k < r)));
+                int64_t lo, hi;
+                st_crc32_piece(w[i].nbytes, world, k, &lo, &hi);
+                c = crc32_combine(c, part, (z_off_t)(hi - lo));
             }
             s = file_matches(dir, &w[i], (uint32_t)c, w[i].nbytes);
         }
