@@ -193,6 +193,22 @@ rank_pid_wait() {
     done
     return 1
 }
+# signal_rank1 CASE SIGNAL OUT DONE: rank 1 of the job under $lpid (output in
+# OUT.err) found as it starts (r1), then SIGNAL sent to it once OUT has its
+# first checkpoint; a wait that fails is named, and "DONE rank 1" said.
+signal_rank1() {
+    local case=$1 sig=$2 out=$3 done=$4
+    if ! r1=$(rank_pid_wait $lpid 1); then
+        fail "$case: rank 1 did not start: $(cat "$out.err")"
+    elif ! e2e_wait_ckpt $lpid "$out"; then
+        fail "$case: no checkpoint before the job ended: $(cat "$out.err")"
+    elif ! kill -"$sig" "$r1"; then
+        fail "$case: rank 1 (pid $r1) ended before the test's SIG$sig: the run's $steps steps were over first"
+    else
+        pids+=("$r1")
+        echo "$done rank 1 (pid $r1) after $(cat "$out/ckpt/latest")"
+    fi
+}
 
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --quiet --set train.out_dir="$tmp/ref" || fail "the reference run"
 
@@ -209,16 +225,7 @@ echo "output to a file: plain step lines, no progress bar"
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.out_dir="$tmp/run" \
     >"$tmp/run.out" 2>"$tmp/run.err" &
 lpid=$!
-if ! r1=$(rank_pid_wait $lpid 1); then
-    fail "restart: rank 1 did not start: $(cat "$tmp/run.err")"
-elif ! e2e_wait_ckpt $lpid "$tmp/run"; then
-    fail "restart: no checkpoint before the job ended: $(cat "$tmp/run.err")"
-elif ! kill -KILL "$r1"; then
-    fail "restart: rank 1 (pid $r1) ended before the test could kill it: the run's $steps steps were over first"
-else
-    pids+=("$r1")
-    echo "killed rank 1 (pid $r1) after $(cat "$tmp/run/ckpt/latest")"
-fi
+signal_rank1 restart KILL "$tmp/run" killed
 wait $lpid; rc=$?
 grep "scaletrain launch" "$tmp/run.err" | sed 's/^/    /'
 [ $rc -eq 0 ] || fail "restart: exit $rc: $(tail -n 20 "$tmp/run.err")"
@@ -236,16 +243,7 @@ echo -n "restart: final weights against the uninterrupted run: "
 timeout 120 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set dist.timeout_s=3 \
     --set train.out_dir="$tmp/stop" >"$tmp/stop.out" 2>"$tmp/stop.err" &
 lpid=$!
-if ! r1=$(rank_pid_wait $lpid 1); then
-    fail "stop: rank 1 did not start: $(cat "$tmp/stop.err")"
-elif ! e2e_wait_ckpt $lpid "$tmp/stop"; then
-    fail "stop: no checkpoint before the job ended: $(cat "$tmp/stop.err")"
-elif ! kill -STOP "$r1"; then
-    fail "stop: rank 1 (pid $r1) ended before the test could stop it: the run's $steps steps were over first"
-else
-    pids+=("$r1")
-    echo "stopped rank 1 (pid $r1) after $(cat "$tmp/stop/ckpt/latest")"
-fi
+signal_rank1 stop STOP "$tmp/stop" stopped
 wait $lpid; rc=$?
 grep "scaletrain launch" "$tmp/stop.err" | sed 's/^/    /'
 [ $rc -eq 0 ] || fail "stop: exit $rc: $(tail -n 20 "$tmp/stop.err")"
