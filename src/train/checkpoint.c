@@ -672,13 +672,17 @@ typedef struct want_file {
     int64_t nbytes;
 } want_file;
 
-/* One file's checks against state.json, given its CRC32 and size: the
+/* One file's size, then its CRC32 and size, against state.json's: the
  * error naming the damage, or ST_OK. */
-static st_status file_matches(const char *dir, const want_file *w, uint32_t got, int64_t nbytes) {
+static st_status size_matches(const char *dir, const want_file *w, int64_t nbytes) {
     if (nbytes != w->nbytes)
         return st_fail(ST_ERR_FORMAT,
                        "%s/%s: %lld bytes, state.json says %lld (truncated or damaged checkpoint)", dir,
                        w->name, (long long)nbytes, (long long)w->nbytes);
+    return ST_OK;
+}
+static st_status file_matches(const char *dir, const want_file *w, uint32_t got, int64_t nbytes) {
+    ST_TRY(size_matches(dir, w, nbytes));
     char hex[16];
     snprintf(hex, sizeof hex, "%08x", got);
     if (strcmp(hex, w->crc) != 0)
@@ -855,13 +859,28 @@ static bool read_latest(const char *ckdir, char *name, size_t size) {
 
 /* --- verification shared by the ranks of a job (st_ckpt_find_shared) ---- */
 
-/* What a rank says of the checkpoint it looks at, gathered from every rank
- * (256 bytes): the status its state.json read ended with (0: ST_OK), its
- * step (-1: unknown, its state.json unreadable; -2: it has no checkpoint
- * left to look at), its file count, why it failed. */
+/* How each gathered record of a round starts: the status this rank's part
+ * ended with (0: ST_OK) and why it failed. */
+typedef struct share_head {
+    int64_t fail;
+    char why[248];
+} share_head;
+
+/* h for outcome s (its message, the last error, also into own[cap]) */
+static void head_set(share_head *h, st_status s, char *own, size_t cap) {
+    h->fail = s;
+    own[0] = h->why[0] = '\0';
+    if (s == ST_OK) return;
+    snprintf(own, cap, "%s", st_last_error());
+    snprintf(h->why, sizeof h->why, "%s", own);
+}
+
+/* What a rank says of the checkpoint it looks at: how reading its
+ * state.json ended, its step (-1: unknown, its state.json unreadable; -2:
+ * it has no checkpoint left to look at), its file count. */
 typedef struct share_note {
-    int64_t fail, step, nfiles;
-    char why[232];
+    share_head h;
+    int64_t step, nfiles;
 } share_note;
 
 static void note_where(const share_note *n, char *out, size_t cap) {
@@ -873,28 +892,28 @@ static void note_where(const share_note *n, char *out, size_t cap) {
         snprintf(out, cap, "step %lld (%lld files)", (long long)n->step, (long long)n->nfiles);
 }
 
-/* The outcome for every rank of a round whose gathered statuses are
- * fail(k) for rank k: ST_OK when none failed, else this rank's own error
- * (own) when it failed, or "rank K: why(K)" of the first that did. Out of
- * memory on any rank ends the search on every rank (*fatal): it says
- * nothing of the checkpoint, which must not be passed over for it. */
-static st_status share_outcome(int world, st_status mine, const char *own,
-                               st_status (*fail)(const void *, int), const char *(*why)(const void *, int),
-                               const void *all, bool *fatal) {
-    int bad = -1;
+/* The outcome for every rank of a round whose records (world of them,
+ * `stride` bytes apart in all) each start with a share_head: ST_OK when
+ * none failed, else this rank's own error (own) when it failed, or "rank
+ * K: why" of the first that did. Out of memory on any rank ends the search
+ * on every rank (*fatal): it says nothing of the checkpoint, which must
+ * not be passed over for it. */
+static st_status share_outcome(int world, st_status mine, const char *own, const void *all, size_t stride,
+                               bool *fatal) {
+    const share_head *bad = NULL;
+    int at = -1;
     bool nomem = false;
     for (int k = 0; k < world; k++) {
-        if (fail(all, k) == ST_OK) continue;
-        if (bad < 0) bad = k;
-        nomem = nomem || fail(all, k) == ST_ERR_NOMEM;
+        const share_head *h = (const share_head *)((const char *)all + (size_t)k * stride);
+        if (h->fail == ST_OK) continue;
+        if (!bad) bad = h, at = k;
+        nomem = nomem || h->fail == ST_ERR_NOMEM;
     }
     *fatal = nomem;
     if (mine != ST_OK) return st_fail(mine, "%s", own);
-    if (bad < 0) return ST_OK;
-    return st_fail(nomem ? ST_ERR_NOMEM : ST_ERR_FORMAT, "rank %d: %s", bad, why(all, bad));
+    if (!bad) return ST_OK;
+    return st_fail(nomem ? ST_ERR_NOMEM : ST_ERR_FORMAT, "rank %d: %s", at, bad->why);
 }
-static st_status note_fail(const void *all, int k) { return (st_status)((const share_note *)all)[k].fail; }
-static const char *note_why(const void *all, int k) { return ((const share_note *)all)[k].why; }
 
 /* One round: this rank's note on the checkpoint it looks at (mine: the
  * outcome of reading its state.json; step -2: none left) gathered from
@@ -905,14 +924,12 @@ static const char *note_why(const void *all, int k) { return ((const share_note 
 static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, int64_t step, int64_t nfiles,
                              bool *fatal) {
     const int world = st_comm_size(comm);
-    char own[2048] = "";
-    if (mine != ST_OK) snprintf(own, sizeof own, "%s", st_last_error());
+    char own[2048];
     share_note me;
     memset(&me, 0, sizeof me);
-    me.fail = mine;
+    head_set(&me.h, mine, own, sizeof own);
     me.step = step;
     me.nfiles = nfiles;
-    snprintf(me.why, sizeof me.why, "%s", own);
     share_note *all = calloc((size_t)world, sizeof *all);
     *fatal = true;
     if (!all) return st_fail(ST_ERR_NOMEM, "out of memory verifying a checkpoint");
@@ -927,7 +944,7 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
     for (int k = 1; k < world && a < 0; k++) {
         const share_note *x = &all[0], *y = &all[k];
         if ((x->step == -2) != (y->step == -2) || (x->step >= 0 && y->step >= 0 && x->step != y->step) ||
-            (!x->fail && !y->fail && x->step >= 0 && x->nfiles != y->nfiles))
+            (!x->h.fail && !y->h.fail && x->step >= 0 && x->nfiles != y->nfiles))
             a = k;
     }
     if (a > 0) {
@@ -942,26 +959,18 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
             "starts",
             ckdir, w0, a, wa, ckdir);
     }
-    s = share_outcome(world, mine, own, note_fail, note_why, all, fatal);
+    s = share_outcome(world, mine, own, all, sizeof *all, fatal);
     free(all);
     return s;
 }
 
-/* verify_shared's record of a rank: its status, why, then its CRC32s */
-enum { REC_HEAD = 256 };
-typedef struct rec_set {
-    const unsigned char *all;
-    size_t rec;
-} rec_set;
-static st_status rec_fail(const void *r, int k) {
-    const rec_set *x = r;
-    int64_t f;
-    memcpy(&f, x->all + (size_t)k * x->rec, sizeof f);
-    return (st_status)f;
-}
-static const char *rec_why(const void *r, int k) {
-    const rec_set *x = r;
-    return (const char *)x->all + (size_t)k * x->rec + 8;
+/* This rank has no candidate (left), for reason s (ST_OK: none there), said
+ * in one more round: an error that ends the search on every rank (ranks
+ * that still look at one), or s with its message. */
+static st_status share_end(st_comm *comm, const char *ckdir, st_status s) {
+    bool stop;
+    const st_status r = share_round(comm, ckdir, s, -2, -1, &stop);
+    return stop || s != ST_OK ? r : ST_OK;
 }
 
 /* dir's state.json into *state and every file it lists checked, the ranks
@@ -980,7 +989,8 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         return s;
     }
     const int world = st_comm_size(comm), rank = st_comm_rank(comm);
-    const size_t rec = REC_HEAD + (((size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7);
+    /* a rank's record: its share_head, then its part's CRC32 of each file */
+    const size_t rec = sizeof(share_head) + (((size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7);
     unsigned char *mine = calloc(1, rec), *all = calloc((size_t)world, rec);
     *fatal = true;
     if (!mine || !all) {
@@ -989,7 +999,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         free(all);
         return st_fail(ST_ERR_NOMEM, "out of memory verifying %s", dir);
     }
-    uint32_t *crc = (uint32_t *)(mine + REC_HEAD);
+    uint32_t *crc = (uint32_t *)(mine + sizeof(share_head));
     char path[PATH_CAP];
     for (int i = 0; i < n && s == ST_OK; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
@@ -999,7 +1009,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
             break;
         }
         if ((int64_t)sb.st_size != w[i].nbytes) {
-            s = file_matches(dir, &w[i], 0, (int64_t)sb.st_size); /* (the size's message) */
+            s = size_matches(dir, &w[i], (int64_t)sb.st_size);
             break;
         }
         int64_t lo, hi, got;
@@ -1011,26 +1021,21 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         else if (s != ST_OK && s != ST_ERR_NOMEM)
             st_fail_context(s, "damaged checkpoint: ");
     }
-    const int64_t fail = s;
-    memcpy(mine, &fail, sizeof fail);
-    char own[2048] = "";
-    if (fail) {
-        snprintf((char *)mine + 8, REC_HEAD - 8, "%s", st_last_error());
-        snprintf(own, sizeof own, "%s", st_last_error());
-    }
+    char own[2048];
+    head_set((share_head *)mine, s, own, sizeof own);
     st_comm_req *req = NULL;
     st_status g = st_comm_all_gather(comm, mine, all, rec, ST_COMM_U8, "checkpoint checksums", &req);
     if (g == ST_OK) g = st_comm_wait(&req);
     if (g != ST_OK) {
         s = g;
     } else {
-        const rec_set set = {all, rec};
-        s = share_outcome(world, s, own, rec_fail, rec_why, &set, fatal);
+        s = share_outcome(world, s, own, all, rec, fatal);
         for (int i = 0; i < n && s == ST_OK; i++) { /* each file: the ranks' parts in order */
             uLong c = crc32(0L, Z_NULL, 0);
             for (int k = 0; k < world; k++) {
                 uint32_t part;
-                memcpy(&part, all + (size_t)k * rec + REC_HEAD + (size_t)i * sizeof part, sizeof part);
+                memcpy(&part, all + (size_t)k * rec + sizeof(share_head) + (size_t)i * sizeof part,
+                       sizeof part);
                 int64_t lo, hi;
                 st_crc32_piece(w[i].nbytes, world, k, &lo, &hi);
                 c = crc32_combine(c, part, (z_off_t)(hi - lo));
@@ -1085,18 +1090,8 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     int64_t *steps;
     int n;
     st_status fatal = ST_OK;
-    bool stop;
     const st_status ls = st_ckpt_list(ckdir, &steps, &n); /* newest first */
-    if (ls != ST_OK) {
-        if (comm) { /* (the others learn that this rank has no candidate) */
-            char why[2048];
-            snprintf(why, sizeof why, "%s", st_last_error());
-            const st_status r = share_round(comm, ckdir, ls, -2, -1, &stop);
-            if (stop) return r;
-            return st_fail(ls, "%s", why);
-        }
-        return ls;
-    }
+    if (ls != ST_OK) return comm ? share_end(comm, ckdir, ls) : ls; /* (the others learn it has none) */
     int i = 0;
     /* A whole checkpoint newer than `latest`: its save was committed (the
      * folder's rename is the commit) and the process ended before `latest`
@@ -1133,10 +1128,7 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     }
     free(steps);
     if (fatal != ST_OK) return fatal; /* (its message is the last error) */
-    if (comm && !*found) {            /* none left here: the others must have none left either */
-        const st_status r = share_round(comm, ckdir, ST_OK, -2, -1, &stop);
-        if (stop) return r;
-    }
+    if (comm && !*found) ST_TRY(share_end(comm, ckdir, ST_OK)); /* (the others must have none left either) */
     st_clear_error();
     if (!*found && n > 0)
         return st_fail(ST_ERR_IO,
@@ -1204,10 +1196,7 @@ st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, 
         ST_TRY(latest_good(where, "resume", spec, log, dir, size, st, comm));
         break;
     default:
-        if (comm) { /* (no candidate here: the others must have none either) */
-            const st_status r = share_round(comm, spec, ST_OK, -2, -1, &stop);
-            if (stop) return r;
-        }
+        if (comm) ST_TRY(share_end(comm, spec, ST_OK)); /* (the others must have no candidate either) */
         return st_fail(
             ST_ERR_IO,
             "%s: not a checkpoint: --resume takes auto (train.out_dir's latest good checkpoint), a "
