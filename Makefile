@@ -310,9 +310,10 @@ endif
 
 # The CUDA emulator build (tests/cudaemu/README.md): build-emu/, the CUDA
 # tests run there on the CPU (tests/mpi/nccl_check: NCCL between ranks, run by
-# tests/e2e/emu_nccl.sh).
+# tests/e2e/emu_nccl.sh; bench/bench_cuda_kernels: the GPU's kernel timing,
+# its own run checked by tests/e2e/emu_bench_kernels.sh).
 EMU_TESTS := $(patsubst tests/%.c,build-emu/tests/%,$(wildcard tests/test_cuda_*.c tests/test_cudaemu.c \
-	tests/test_train_device.c tests/mpi/nccl_check.c))
+	tests/test_train_device.c tests/mpi/nccl_check.c)) build-emu/bench/bench_cuda_kernels
 emu:
 	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS)
 # The same under AddressSanitizer and UBSan (build-emu-asan; not in CI: about

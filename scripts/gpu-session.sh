@@ -2,7 +2,9 @@
 # One GPU session on a lent machine (the device tool's `run`), from a fresh
 # checkout: probe the machine, unpack the build dependencies carried in
 # .debs/ (scripts/gpu-fetch-debs.sh fetches them on the development machine;
-# that machine has no registry), build with CUDA, run every tests/test_cuda_*
+# that machine has no registry), build with CUDA, time each layer's kernel
+# variants against its default (bench/bench_cuda_kernels: seconds, first,
+# in every mode), run every tests/test_cuda_*
 # (test_cuda_nccl among them: NCCL from the toolkit or from pip's
 # nvidia-nccl package, NCCL_HOME below), tests/test_cudnn_graphs (cuDNN's
 # attention graphs against that machine's cuDNN) and tests/test_train_device (then
@@ -231,7 +233,11 @@ cuda_tests() { # the CUDA test programs of build folder $1 (and train.device's c
 # without MPI and cuDNN (the CUDA tests need neither) in a folder of its own, since
 # make does not track flags.
 # GPU_BENCH=only: scaletrain alone, for the benchmark.
-first_targets() { if [ "$GPU_BENCH" = only ]; then echo "$1/scaletrain"; else echo "$1/libscaletrain.a $(cuda_tests "$1")"; fi; }
+# (and bench/bench_cuda_kernels either way: kernel variants timed, seconds)
+first_targets() {
+    if [ "$GPU_BENCH" = only ]; then echo "$1/scaletrain $1/bench/bench_cuda_kernels"; else
+        echo "$1/libscaletrain.a $1/bench/bench_cuda_kernels $(cuda_tests "$1")"; fi
+}
 # The benchmark (bench/gpu_vs_torch.py) with the build in folder $1, inside
 # what is left of the budget; PyTorch must be importable by python3.
 gpu_bench() {
@@ -275,6 +281,8 @@ elif step build-without-mpi-cudnn 300 make "${make_args[@]}" BUILD="$BUILD-nompi
     built=$BUILD-nompi
     make_args+=(MPI_CFLAGS=-DST_NO_MPI MPI_LIBS= CUDNN=0)
 fi
+# each layer's kernel variants against its default, bit for bit and timed
+[ -n "$built" ] && step bench-kernels 90 "$built/bench/bench_cuda_kernels"
 if [ -n "$built" ] && [ "$GPU_BENCH" = only ]; then
     export OMP_WAIT_POLICY=PASSIVE
     gpu_bench "$built"
@@ -379,6 +387,10 @@ fi
     fi
     [ -f "$LOGDIR/gpu-fault.log" ] &&
         grep -h "^fault at product\|^  scaletrain: error\|^  (while\|^launch --max\|^FAIL\|^gpu_fault:" "$LOGDIR/gpu-fault.log"
+    if [ -f "$LOGDIR/bench-kernels.log" ]; then
+        echo "bench/bench_cuda_kernels (kernel variants against the default):"
+        grep -h "^layernorm\|^device:" "$LOGDIR/bench-kernels.log" || tail -n 3 "$LOGDIR/bench-kernels.log"
+    fi
     if [ -f "$LOGDIR/ncu-kernels.log" ]; then # the figure lines it printed (the whole report: ncu_kernels.txt)
         echo "bench/ncu_kernels.py (Nsight Compute, one GPT-2 step, per kernel):"
         grep -v '^ncu ' "$LOGDIR/ncu-kernels.log" | tail -n 80

@@ -129,12 +129,14 @@ typedef struct unary_ctx {
     float p;       /* dropout */
     bool misalign; /* layernorm: a 1-element parameter first, so that its weight and bias are not
                       16-byte aligned in the arena (layernorm.cu reads them an element at a time) */
+    bool packed;   /* layernorm: the graph's layernorm_packed (16-bit rows held as loaded in backward) */
 } unary_ctx;
 
 static st_status build_unary(st_graph *g, void *ctx) {
     const unary_ctx *c = ctx;
     st_tensor *xs, *y;
     ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->R, c->C}, &xs));
+    g->layernorm_packed = c->packed;
     switch (c->kind) {
     case U_LAYERNORM:
         if (c->misalign) {
@@ -348,26 +350,26 @@ int main(void) {
 
     static const char *const uname[] = {"layernorm", "gelu", "relu", "dropout"};
     const unary_ctx un[] = {
-        {U_LAYERNORM, 37, 67, false, 0, false},
-        {U_LAYERNORM, 64, 768, true, 0, false},
-        {U_LAYERNORM, 3, 3001, false, 0, false},
-        {U_LAYERNORM, 1000, 5, false, 0, false},
-        {U_GELU, 7, 333, false, 0, false},
-        {U_GELU, 64, 768, true, 0, false},
-        {U_RELU, 7, 333, false, 0, false},
-        {U_RELU, 13, 101, true, 0, false},
-        {U_DROPOUT, 7, 333, false, 0.1f, false},
-        {U_DROPOUT, 13, 101, true, 0.5f, false},
-        {U_DROPOUT, 5, 77, false, 0.0f, false},
-        {U_LAYERNORM, 200, 768, true, 0, false}, /* 16-byte accesses, and dweight's chunks added up */
-        {U_LAYERNORM, 100, 520, false, 0,
+        {U_LAYERNORM, 37, 67, false, 0, false, false},
+        {U_LAYERNORM, 64, 768, true, 0, false, false},
+        {U_LAYERNORM, 3, 3001, false, 0, false, false},
+        {U_LAYERNORM, 1000, 5, false, 0, false, false},
+        {U_GELU, 7, 333, false, 0, false, false},
+        {U_GELU, 64, 768, true, 0, false, false},
+        {U_RELU, 7, 333, false, 0, false, false},
+        {U_RELU, 13, 101, true, 0, false, false},
+        {U_DROPOUT, 7, 333, false, 0.1f, false, false},
+        {U_DROPOUT, 13, 101, true, 0.5f, false, false},
+        {U_DROPOUT, 5, 77, false, 0.0f, false, false},
+        {U_LAYERNORM, 200, 768, true, 0, false, false}, /* 16-byte accesses, and dweight's chunks added up */
+        {U_LAYERNORM, 100, 520, false, 0, false,
          false}, /* the one-kernel backward with a part-filled last column group */
         /* forward's rows in registers for 1, 2 and 4 groups of 256 columns; beyond 1024, read thrice */
-        {U_LAYERNORM, 33, 256, false, 0, false},
-        {U_LAYERNORM, 17, 384, true, 0, false},
-        {U_LAYERNORM, 9, 1024, false, 0, false},
-        {U_LAYERNORM, 5, 1032, false, 0, false},
-        {U_LAYERNORM, 40, 768, true, 0, true}, /* weight and bias read an element at a time */
+        {U_LAYERNORM, 33, 256, false, 0, false, false},
+        {U_LAYERNORM, 17, 384, true, 0, false, false},
+        {U_LAYERNORM, 9, 1024, false, 0, false, false},
+        {U_LAYERNORM, 5, 1032, false, 0, false, false},
+        {U_LAYERNORM, 40, 768, true, 0, true, false}, /* weight and bias read an element at a time */
     };
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
         snprintf(label, sizeof label, "%s %lldx%lld%s%s", uname[un[i].kind], (long long)un[i].R,
@@ -378,7 +380,7 @@ int main(void) {
         run(label, un[i].R * un[i].C, build_unary, NULL, (void *)&un[i], 1e-4, 1e-5, false, dev, seed + k++);
     }
     /* Eval mode: dropout is the identity (forward only). */
-    const unary_ctx drop_eval = {U_DROPOUT, 9, 55, false, 0.3f, false};
+    const unary_ctx drop_eval = {U_DROPOUT, 9, 55, false, 0.3f, false, false};
     run("dropout 9x55 p 0.30 eval", 9 * 55, build_unary, NULL, (void *)&drop_eval, 0, 0, true, dev,
         seed + k++);
 
@@ -423,10 +425,18 @@ int main(void) {
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
         run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
                  dev, seed + k++);
-        const unary_ctx pun[] = {{U_LAYERNORM, 64, 768, true, 0, false}, {U_GELU, 64, 768, true, 0, false}};
+        /* then layernorm's backward on 16-bit rows as loaded (layernorm_packed):
+         * 1 to 4 groups of 256 columns, a part-filled last group, dweight's
+         * chunks added up (200 rows), the gradient written or added to */
+        const unary_ctx pun[] = {
+            {U_LAYERNORM, 64, 768, true, 0, false, false}, {U_GELU, 64, 768, true, 0, false, false},
+            {U_LAYERNORM, 200, 768, true, 0, false, true}, {U_LAYERNORM, 33, 256, false, 0, false, true},
+            {U_LAYERNORM, 17, 384, true, 0, false, true},  {U_LAYERNORM, 100, 520, false, 0, false, true},
+            {U_LAYERNORM, 9, 1024, true, 0, false, true},  {U_LAYERNORM, 40, 768, true, 0, true, true}};
         for (size_t i = 0; i < sizeof pun / sizeof pun[0]; i++) {
-            snprintf(label, sizeof label, "%s %s %lldx%lld +residual", pn, uname[pun[i].kind],
-                     (long long)pun[i].R, (long long)pun[i].C);
+            snprintf(label, sizeof label, "%s %s %lldx%lld%s%s%s", pn, uname[pun[i].kind],
+                     (long long)pun[i].R, (long long)pun[i].C, pun[i].residual ? " +residual" : "",
+                     pun[i].misalign ? " unaligned weight" : "", pun[i].packed ? " packed" : "");
             run_prec(label, pun[i].R * pun[i].C, build_unary, NULL, (void *)&pun[i], rt, at, false, p, dev,
                      seed + k++);
         }

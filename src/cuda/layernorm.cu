@@ -243,6 +243,38 @@ static int64_t ln_fused_chunks(int64_t R) { return (R + ln_fused_rows(R) - 1) / 
 /* Where column 8 (lane + 32 j) + k of a warp's sums lies in its slice */
 #define LN_SLOT(j, k, lane) ((((j)*8 + (k)) << 5) + (lane))
 
+/* A warp's slices zeroed (each lane its own slots: no barrier) */
+template <int NC> static __device__ __forceinline__ void ln_fused_zero(float *aw, float *ab, int lane) {
+#pragma unroll
+    for (int i = 0; i < NC * 8; i++)
+        aw[(i << 5) + lane] = ab[(i << 5) + lane] = 0.0f;
+}
+
+/* The block's dweight and dbias sums, warp by warp in order, into the
+ * chunk's partials or, with one chunk, added into dw and db. */
+template <int NC>
+static __device__ __forceinline__ void ln_fused_finish(const float (*sw)[NC * 256],
+                                                       const float (*sb)[NC * 256], int64_t C, float *part_w,
+                                                       float *part_b, float *dw, float *db) {
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const int i = LN_SLOT((int)(c >> 8), (int)(c & 7), (int)((c >> 3) & 31));
+        float tw = sw[0][i], tb = sb[0][i];
+#pragma unroll
+        for (int wp = 1; wp < LN_FWARPS; wp++) {
+            tw += sw[wp][i];
+            tb += sb[wp][i];
+        }
+        if (part_w) {
+            part_w[(int64_t)blockIdx.x * C + c] = tw;
+            part_b[(int64_t)blockIdx.x * C + c] = tb;
+        } else {
+            dw[c] += tw;
+            db[c] += tb;
+        }
+    }
+}
+
 template <int NC>
 static __global__ void __launch_bounds__(32 * LN_FWARPS)
     ln_backward_fused_kernel(st_fbuf x, st_fbuf w, st_fbuf dy, const float *mean, const float *rstd,
@@ -251,10 +283,8 @@ static __global__ void __launch_bounds__(32 * LN_FWARPS)
     __shared__ float sw[LN_FWARPS][NC * 256], sb[LN_FWARPS][NC * 256];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
-    float *aw = sw[warp], *ab = sb[warp]; /* (a lane touches its own slots alone: no barrier) */
-#pragma unroll
-    for (int i = 0; i < NC * 8; i++)
-        aw[(i << 5) + lane] = ab[(i << 5) + lane] = 0.0f;
+    float *aw = sw[warp], *ab = sb[warp];
+    ln_fused_zero<NC>(aw, ab, lane);
     for (int64_t r = r0 + warp; r < r1; r += LN_FWARPS) {
         const int64_t o = r * C;
         const float m = mean[r], s = rstd[r];
@@ -300,23 +330,88 @@ static __global__ void __launch_bounds__(32 * LN_FWARPS)
             st_stv<8>(dx, o + c, d);
         }
     }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) { /* warp by warp, in order */
-        const int i = LN_SLOT((int)(c >> 8), (int)(c & 7), (int)((c >> 3) & 31));
-        float tw = sw[0][i], tb = sb[0][i];
+    ln_fused_finish<NC>(sw, sb, C, part_w, part_b, dw, db);
+}
+
+/* Element k of 8 16-bit values of precision P (one 16-byte load), as a float */
+template <int P> static __device__ __forceinline__ float ln_elem16(const uint4 &u, int k) {
+    const uint32_t v = k < 2 ? u.x : k < 4 ? u.y : k < 6 ? u.z : u.w;
+    return k & 1 ? st_unpack16_hi<P>(v) : st_unpack16_lo<P>(v);
+}
+
+/* ln_backward_fused_kernel for rows whose x, dy and dx are all stored in the
+ * 16-bit precision P (bf16 or fp16; GPT-2's in bf16): the row is kept in
+ * registers as loaded, a uint4 (4 registers) per 8 columns where the float
+ * kernel keeps 8 floats of x, of dy and of the gradient it adds to, and each
+ * value is unpacked where it is used (twice: the sums, then dx). The same
+ * operations on the same values in the same order: the same bits. About a
+ * third of the float kernel's registers, so that 8 blocks (32 warps) fit an
+ * SM where that one fits 4 (116 registers for 768 columns on sm_90): more
+ * of the rows' loads in flight at once, and GPT-2's 1024 chunks in one wave
+ * on 132 SMs. Rows of over 768 columns take 6 blocks (85 registers: 64
+ * spilled 260 bytes, and 8 blocks' shared sums would not fit an SM). */
+template <int NC> constexpr int ln_packed_blocks() { return NC <= 3 ? 8 : 6; }
+template <int NC, int P>
+static __global__ void __launch_bounds__(32 * LN_FWARPS, ln_packed_blocks<NC>())
+    ln_backward_packed_kernel(const uint16_t *x, st_fbuf w, const uint16_t *dy, const float *mean,
+                              const float *rstd, uint16_t *dx, int64_t R, int64_t C, bool acc, int64_t per,
+                              float *part_w, float *part_b, float *dw, float *db, bool pv) {
+    __shared__ float sw[LN_FWARPS][NC * 256], sb[LN_FWARPS][NC * 256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
+    float *aw = sw[warp], *ab = sb[warp];
+    ln_fused_zero<NC>(aw, ab, lane);
+    for (int64_t r = r0 + warp; r < r1; r += LN_FWARPS) {
+        const int64_t o = r * C;
+        const float m = mean[r], s = rstd[r];
+        uint4 xu[NC], gu[NC], pu[NC]; /* x, dy and the gradient added to, as stored */
+        float gm = 0.0f, gxm = 0.0f;
 #pragma unroll
-        for (int wp = 1; wp < LN_FWARPS; wp++) {
-            tw += sw[wp][i];
-            tb += sb[wp][i];
+        for (int j = 0; j < NC; j++) { /* (zeros past the row: never read, but set) */
+            const int64_t c = 8 * (lane + 32 * j);
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            gu[j] = c < C ? *(const uint4 *)(dy + o + c) : z;
+            xu[j] = c < C ? *(const uint4 *)(x + o + c) : z;
+            pu[j] = c < C && acc ? *(const uint4 *)(dx + o + c) : z;
         }
-        if (part_w) {
-            part_w[(int64_t)blockIdx.x * C + c] = tw;
-            part_b[(int64_t)blockIdx.x * C + c] = tb;
-        } else {
-            dw[c] += tw;
-            db[c] += tb;
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int64_t c = 8 * (lane + 32 * j);
+            if (c >= C) continue;
+            float wv[8];
+            ld_param<8>(w, c, wv, pv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float g = ln_elem16<P>(gu[j], k);
+                const float xh = (ln_elem16<P>(xu[j], k) - m) * s, gc = g * wv[k];
+                gm += gc;
+                gxm += gc * xh;
+                aw[LN_SLOT(j, k, lane)] += g * xh;
+                ab[LN_SLOT(j, k, lane)] += g;
+            }
+        }
+        gm = st_warp_sum(gm) / (float)C;
+        gxm = st_warp_sum(gxm) / (float)C;
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int64_t c = 8 * (lane + 32 * j);
+            if (c >= C) continue;
+            float wv[8], d[8];
+            ld_param<8>(w, c, wv, pv); /* (again: L1's) */
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float xh = (ln_elem16<P>(xu[j], k) - m) * s, gc = ln_elem16<P>(gu[j], k) * wv[k];
+                d[k] = s * (gc - gm - xh * gxm);
+                if (acc) d[k] += ln_elem16<P>(pu[j], k);
+            }
+            uint32_t q[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                q[k] = st_pack16<P>(d[2 * k], d[2 * k + 1]);
+            *(uint4 *)(dx + o + c) = make_uint4(q[0], q[1], q[2], q[3]);
         }
     }
+    ln_fused_finish<NC>(sw, sb, C, part_w, part_b, dw, db);
 }
 #undef LN_SLOT
 
@@ -369,11 +464,25 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         st_graph_span(g, "layernorm backward", false, 0);
         const int64_t per = ln_fused_rows(R), chunks = ln_fused_chunks(R);
         float *pw = chunks > 1 ? g->work : NULL, *pb = chunks > 1 ? g->work + chunks * C : NULL;
+        const st_fbuf w = st_data(n->params[0]);
+        const bool pv = ln_vec8({w}, C);
+        /* x, dy and dx in one 16-bit precision, when the graph asks for it
+         * (g->layernorm_packed): ln_backward_packed_kernel */
+        const st_precision p16 = x.t != ST_PREC_FP32 && dy.t == x.t && dx.t == x.t ? x.t : ST_PREC_FP32;
         const auto launch = [&](auto nc) {
-            ln_backward_fused_kernel<decltype(nc)::value>
-                <<<(unsigned)chunks, 32 * LN_FWARPS, 0, st_cuda_stream(g)>>>(
-                    x, st_data(n->params[0]), dy, mean, rstd, dx, R, C, n->in_acc[0], per, pw, pb, dw, db,
-                    ln_vec8({st_data(n->params[0])}, C));
+            const dim3 grid((unsigned)chunks), block(32 * LN_FWARPS);
+            const cudaStream_t st = st_cuda_stream(g);
+            const bool acc = n->in_acc[0];
+            const auto u16 = [](st_fbuf b) { return (uint16_t *)b.p; };
+            if (g->layernorm_packed && p16 == ST_PREC_BF16)
+                ln_backward_packed_kernel<decltype(nc)::value, ST_PREC_BF16><<<grid, block, 0, st>>>(
+                    u16(x), w, u16(dy), mean, rstd, u16(dx), R, C, acc, per, pw, pb, dw, db, pv);
+            else if (g->layernorm_packed && p16 == ST_PREC_FP16)
+                ln_backward_packed_kernel<decltype(nc)::value, ST_PREC_FP16><<<grid, block, 0, st>>>(
+                    u16(x), w, u16(dy), mean, rstd, u16(dx), R, C, acc, per, pw, pb, dw, db, pv);
+            else
+                ln_backward_fused_kernel<decltype(nc)::value>
+                    <<<grid, block, 0, st>>>(x, w, dy, mean, rstd, dx, R, C, acc, per, pw, pb, dw, db, pv);
         };
         st_pick_at_least((C + 255) / 256, launch, std::integer_sequence<int, 1, 2, 3, 4>());
         ST_CUDA_LAUNCHED();

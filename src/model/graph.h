@@ -278,6 +278,10 @@ struct st_graph {
     bool fuse_bias_grad;         /* acts on a CUDA device: a linear layer's bias gradient summed by its
                                     weight-gradient product's epilogue (src/cuda/linear.cu;
                                     model.fused_bias_grad); no change to the graph */
+    bool layernorm_packed;       /* acts on a CUDA device: layernorm's one-kernel backward over 16-bit rows
+                                    holds them as loaded (src/cuda/layernorm.cu
+                                    ln_backward_packed_kernel: the same values, fewer registers); off
+                                    until a GPU's timing (bench/bench_cuda_layers.c) says it pays */
     bool attention_cudnn;        /* set before finalize (acts on a CUDA device's graphs): attention on
                                     cuDNN's fused graphs where they take the node (src/cuda/attention.cu;
                                     model.attention_kernel) */
