@@ -56,6 +56,7 @@ declare -A slow=(
     [test_hw_memory]="measures the memory of full training runs: over ten minutes emulated, and the memory model is the same on both"
     [test_blas]="its products (three thread counts, up to 32768 rows) take 95 s emulated; the parity test and the training run below make the same st_sgemm calls"
     [test_parity]="run below with its driver under qemu (its runner starts itself, which needs binfmt_misc)"
+    [test_sample]="110 s emulated (0.4 s on x86-64: qemu runs each FMA through software), nearly all of it st_generate's forwards, whose arithmetic test_model and the parity test run; the draws themselves are plain C"
 )
 ran=0 skipped=0 cuda=0 # (the CUDA tests: this build has no CUDA, and without a device they would check the host against itself)
 for t in "$arm"/tests/test_*; do
