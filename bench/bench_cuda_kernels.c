@@ -1,24 +1,35 @@
-/* One layer's backward on the GPU with each of its kernels, at the shapes a
- * GPT-2 step runs it, timed in the same process, alternating: what decides
- * whether a kernel variant that computes the same values replaces the one
- * the graph runs by default.
+/* The kernel variants a CUDA graph can run instead of its layers' defaults
+ * (st_kernel_variant, st_graph.kernel_variants: the same values bit for
+ * bit), each against its default on the GPU at the shapes a GPT-2 step runs
+ * it, in the same process, alternating: what decides whether a variant
+ * becomes the default.
  *
- * Layernorm (src/cuda/layernorm.cu): the one-kernel backward holding the
- * rows as floats (the default) against ln_backward_packed_kernel holding
- * 16-bit rows as loaded (st_graph.layernorm_packed). Rows of 768 columns
- * (GPT-2 124M) with the input's gradient added to (the residual stream's:
- * 24 of the step's 25 layernorms) and written (the last), and of 1024
- * (GPT-2 medium); bf16, 16 x 1024 rows. Each side runs REPS launches of the
- * node's backward (the kernel and, with several chunks, the partial sums'
- * addition) between two synchronisations, ROUNDS times, alternating; its
- * best round is reported as microseconds a call and the bandwidth of the
- * bytes the rows move (x, dy and dx, and the gradient added to). Both start
- * from the same gradients once more at the end, and their dx, dweight and
- * dbias are compared bit for bit: the variant must compute the same values.
+ * - ST_KV_LAYERNORM_PACKED: layernorm's one-kernel backward holding 16-bit
+ *   rows as loaded (src/cuda/layernorm.cu ln_backward_packed_kernel), not
+ *   as floats. Rows of 768 columns (GPT-2 124M) with the input's gradient
+ *   added to (the residual stream's: 24 of the step's 25 layernorms) and
+ *   written (the last), and of 1024 (GPT-2 medium). Timed: the node's
+ *   backward (the kernel and, with several chunks, the partial sums'
+ *   addition); the bandwidth counts the bytes the rows move (x, dy, dx and
+ *   the gradient added to). Compared: dx, dweight, dbias.
+ * - ST_KV_CE_ROWS_PREFETCH: the fused head's rows kernel loading each
+ *   thread's next 16 bytes of a row before using the last
+ *   (src/cuda/linear_ce.cu, kernels.cuh st_block_row_walk_p). GPT-2's head:
+ *   768 columns, the vocabulary of 50257. Timed: the node's training
+ *   forward (its products, whose time is the same on both sides, and the
+ *   rows kernel); the bandwidth counts the rows kernel's bytes (the logits
+ *   read and written). Compared: the loss, dh and dW.
  *
- * Usage: bench_cuda_kernels [rounds (5) [rows (16384)]]: fewer rows for a
- * check of the program itself (under the CUDA emulator). Without a CUDA device, or in a
- * build without CUDA, it says so and exits 77. A mismatch exits 1. */
+ * Everything in bf16 over 16 x 1024 rows. Each side runs its REPS calls
+ * between two synchronisations, ROUNDS times, alternating; its best round
+ * is reported as microseconds a call. Both then run once more from the same
+ * state and their outputs are compared bit for bit.
+ *
+ * Usage: bench_cuda_kernels [rounds (5) [rows (16384) [vocabulary (50257)]]]:
+ * fewer rows and a smaller vocabulary for a check of the program itself
+ * (under the CUDA emulator). Without a CUDA
+ * device, or in a build without CUDA, it says so and exits 77. Outputs that
+ * differ exit 1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +37,9 @@
 
 #include "core/device.h"
 #include "core/rng.h"
+#include "layers/args.h"
 #include "layers/layers.h"
 #include "model/graph.h"
-
-enum { REPS = 50 };
 
 static double now_us(void) {
     struct timespec ts;
@@ -43,20 +53,66 @@ static void fill(float *v, int64_t n, uint64_t seed) {
         v[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
 }
 
+/* x + shift: an activation (stored in 16 bits) of the shape of input x */
+static st_status act_input(st_graph *g, int64_t R, int64_t C, st_tensor **x, st_tensor **xs) {
+    st_tensor *shift;
+    const int64_t shape[2] = {R, C};
+    ST_TRY(st_graph_input(g, "x", ST_F32, 2, shape, x));
+    ST_TRY(st_graph_param(g, "shift", 2, shape, ST_INIT_UNIFORM, 1.0f, false, &shift));
+    return st_add(g, "xs", *x, shift, xs);
+}
+
+/* n's forward or backward `reps` times between two synchronisations, with
+ * the graph's variants `kv`: its microseconds a call */
+static st_status time_pass(st_graph *g, st_node *n, bool backward, unsigned kv, int reps, double *us) {
+    g->kernel_variants = kv;
+    ST_TRY(st_device_sync(g->dev));
+    const double t0 = now_us();
+    for (int i = 0; i < reps; i++)
+        ST_TRY(backward ? n->ops->backward(n, g) : n->ops->forward(n, g));
+    ST_TRY(st_device_sync(g->dev));
+    *us = (now_us() - t0) / reps;
+    return ST_OK;
+}
+
+/* The default's and the variant's best times over `rounds` alternating
+ * rounds, after one of warm-up */
+static st_status time_both(st_graph *g, st_node *n, bool backward, unsigned kv, int reps, int rounds,
+                           double best[2]) {
+    best[0] = best[1] = 1e30;
+    for (int r = -1; r < rounds; r++)
+        for (int v = 0; v < 2; v++) {
+            double us;
+            ST_TRY(time_pass(g, n, backward, v ? kv : 0, reps, &us));
+            if (r >= 0 && us < best[v]) best[v] = us;
+        }
+    return ST_OK;
+}
+
+static void report(const char *what, const char *variant, const double best[2], double bytes, bool same) {
+    printf(
+        "%s: default %.1f us (%.2f TB/s), %s %.1f us (%.2f TB/s): %s/default %.2fx; outputs bit-equal: %s\n",
+        what, best[0], bytes / best[0] * 1e-6, variant, best[1], bytes / best[1] * 1e-6, variant,
+        best[0] / best[1], same ? "yes" : "NO");
+}
+
+/* Whether two host arrays of n floats hold the same bits */
+static bool same_floats(const float *x, const float *y, int64_t n) {
+    return memcmp(x, y, (size_t)n * sizeof(float)) == 0;
+}
+
+/* --- layernorm backward (ST_KV_LAYERNORM_PACKED) --------------------------- */
 typedef struct ln_case {
     int64_t R, C;
     bool acc; /* the input's gradient added to (a residual stream's) */
 } ln_case;
 
-/* xs = x + shift (an activation, stored in 16 bits), y = layernorm(xs), and
- * with acc y + xs, so that the layernorm's backward adds into xs's gradient
- * after the add wrote it (as GPT-2's residual stream). */
-static st_status build(st_graph *g, const ln_case *c, st_tensor **x, st_node **ln) {
-    st_tensor *shift, *xs, *y;
-    const int64_t shape[2] = {c->R, c->C};
-    ST_TRY(st_graph_input(g, "x", ST_F32, 2, shape, x));
-    ST_TRY(st_graph_param(g, "shift", 2, shape, ST_INIT_UNIFORM, 1.0f, false, &shift));
-    ST_TRY(st_add(g, "xs", *x, shift, &xs));
+/* xs = x + shift, y = layernorm(xs), and with acc y + xs, so that the
+ * layernorm's backward adds into xs's gradient after the add wrote it (as
+ * GPT-2's residual stream). */
+static st_status build_ln(st_graph *g, const ln_case *c, st_tensor **x, st_node **ln) {
+    st_tensor *xs, *y;
+    ST_TRY(act_input(g, c->R, c->C, x, &xs));
     ST_TRY(st_layernorm(g, "ln", xs, 1e-5f, &y));
     const int i = g->n_nodes - 1; /* (the node array grows below) */
     if (c->acc) ST_TRY(st_add(g, "res", y, xs, &y));
@@ -65,20 +121,10 @@ static st_status build(st_graph *g, const ln_case *c, st_tensor **x, st_node **l
     return ST_OK;
 }
 
-/* The node's backward REPS times; its microseconds a call */
-static st_status time_backward(st_graph *g, st_node *n, double *us) {
-    ST_TRY(st_device_sync(g->dev));
-    const double t0 = now_us();
-    for (int i = 0; i < REPS; i++)
-        ST_TRY(n->ops->backward(n, g));
-    ST_TRY(st_device_sync(g->dev));
-    *us = (now_us() - t0) / REPS;
-    return ST_OK;
-}
-
 /* dx, dweight and dbias from the same starting gradients, as floats */
-static st_status one_backward(st_graph *g, st_node *n, const float *dy, const float *dx0, float *dx,
-                              float *dw, float *db) {
+static st_status ln_once(st_graph *g, st_node *n, unsigned kv, const float *dy, const float *dx0, float *dx,
+                         float *dw, float *db) {
+    g->kernel_variants = kv;
     ST_TRY(st_tensor_write(g->dev, n->out, true, dy));
     ST_TRY(st_tensor_write(g->dev, n->in[0], true, dx0));
     ST_TRY(st_device_fill_f32(g->dev, n->params[0]->grad, (size_t)n->params[0]->count, 0.0f));
@@ -89,70 +135,127 @@ static st_status one_backward(st_graph *g, st_node *n, const float *dy, const fl
     return st_device_download(g->dev, db, n->params[1]->grad, (size_t)n->params[1]->count * sizeof(float));
 }
 
-static int bench_layernorm(st_device *dev, const ln_case *c, int rounds) {
+static st_status bench_layernorm(st_device *dev, const ln_case *c, int rounds, bool *same) {
     st_params p = {0};
     st_graph g = {0};
     st_node *n = NULL;
     st_tensor *xt = NULL;
+    st_status s = ST_ERR_NOMEM;
     p.dev = dev;
     const int64_t rc = c->R * c->C;
     float *h = malloc((size_t)(5 * rc + 4 * c->C) * sizeof(float));
-    int bad = 1;
-    if (!h || st_graph_init(&g, &p) != ST_OK) goto done;
-    g.keep_acts = true;
+    if (!h) goto done;
     float *x = h, *dy = h + rc, *dx0 = h + 2 * rc, *dx[2] = {h + 3 * rc, h + 4 * rc};
     float *dw[2] = {h + 5 * rc, h + 5 * rc + c->C}, *db[2] = {h + 5 * rc + 2 * c->C, h + 5 * rc + 3 * c->C};
-    double best[2] = {1e30, 1e30};
-    if (st_params_set_precision(&p, ST_PREC_BF16) != ST_OK || build(&g, c, &xt, &n) != ST_OK) goto done;
-    if (st_params_init(&p, 7) != ST_OK) goto done;
+    double best[2];
+    if ((s = st_graph_init(&g, &p)) != ST_OK) goto done;
+    g.keep_acts = true;
+    if ((s = st_params_set_precision(&p, ST_PREC_BF16)) != ST_OK || (s = build_ln(&g, c, &xt, &n)) != ST_OK ||
+        (s = st_params_init(&p, 7)) != ST_OK)
+        goto done;
     fill(x, rc, 1);
     fill(dy, rc, 2);
     fill(dx0, rc, 3);
-    if (st_tensor_write(dev, xt, false, x) != ST_OK || st_graph_forward(&g) != ST_OK ||
-        st_tensor_write(dev, n->out, true, dy) != ST_OK || st_tensor_write(dev, n->in[0], true, dx0) != ST_OK)
+    if ((s = st_tensor_write(dev, xt, false, x)) != ST_OK || (s = st_graph_forward(&g)) != ST_OK ||
+        (s = st_tensor_write(dev, n->out, true, dy)) != ST_OK ||
+        (s = st_tensor_write(dev, n->in[0], true, dx0)) != ST_OK)
         goto done;
+    st_params_use_compute(&p, true); /* (the weights' 16-bit copy, as a training step's passes read) */
     if (n->in_acc[0] != c->acc) {
-        fprintf(stderr, "bench_cuda_kernels: the layernorm's gradient is %s, wanted %s\n",
-                n->in_acc[0] ? "added to" : "written", c->acc ? "added to" : "written");
+        s = st_fail(ST_ERR_INTERNAL, "the layernorm's gradient is %s, wanted %s",
+                    n->in_acc[0] ? "added to" : "written", c->acc ? "added to" : "written");
         goto done;
     }
-    for (int r = -1; r < rounds; r++) /* (one warm-up round) */
-        for (int v = 0; v < 2; v++) {
-            double us;
-            g.layernorm_packed = v == 1;
-            if (time_backward(&g, n, &us) != ST_OK) goto done;
-            if (r >= 0 && us < best[v]) best[v] = us;
-        }
-    for (int v = 0; v < 2; v++) {
-        g.layernorm_packed = v == 1;
-        if (one_backward(&g, n, dy, dx0, dx[v], dw[v], db[v]) != ST_OK) goto done;
-    }
-    const bool same = memcmp(dx[0], dx[1], (size_t)rc * sizeof(float)) == 0 &&
-                      memcmp(dw[0], dw[1], (size_t)c->C * sizeof(float)) == 0 &&
-                      memcmp(db[0], db[1], (size_t)c->C * sizeof(float)) == 0;
-    const double bytes = (double)rc * 2 * (c->acc ? 4 : 3); /* x, dy, dx (and the dx added to), bf16 */
-    printf(
-        "layernorm backward %lldx%lld bf16, dx %s: floats %.1f us (%.2f TB/s), packed %.1f us (%.2f TB/s): "
-        "packed/floats %.2fx; dx, dweight, dbias bit-equal: %s\n",
-        (long long)c->R, (long long)c->C, c->acc ? "added to" : "written", best[0], bytes / best[0] * 1e-6,
-        best[1], bytes / best[1] * 1e-6, best[0] / best[1], same ? "yes" : "NO");
-    bad = same ? 0 : 1;
+    if ((s = time_both(&g, n, true, ST_KV_LAYERNORM_PACKED, 50, rounds, best)) != ST_OK) goto done;
+    for (int v = 0; v < 2; v++)
+        if ((s = ln_once(&g, n, v ? ST_KV_LAYERNORM_PACKED : 0, dy, dx0, dx[v], dw[v], db[v])) != ST_OK)
+            goto done;
+    *same =
+        same_floats(dx[0], dx[1], rc) && same_floats(dw[0], dw[1], c->C) && same_floats(db[0], db[1], c->C);
+    char what[128];
+    snprintf(what, sizeof what, "layernorm backward %lldx%lld bf16, dx %s", (long long)c->R, (long long)c->C,
+             c->acc ? "added to" : "written");
+    report(what, "packed", best, (double)rc * 2 * (c->acc ? 4 : 3), *same); /* (bf16) */
 done:
-    if (bad && !(best[0] < 1e30)) fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
     st_graph_free(&g);
     st_params_free(&p);
     free(h);
-    return bad;
+    return s;
+}
+
+/* --- the fused head's rows (ST_KV_CE_ROWS_PREFETCH) ------------------------ */
+static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds, bool *same) {
+    enum { C = 768 };
+    st_params p = {0};
+    st_graph g = {0};
+    st_tensor *xt, *hs, *w, *tg, *loss;
+    st_node *n = NULL;
+    st_status s = ST_ERR_NOMEM;
+    p.dev = dev;
+    float *h = malloc((size_t)(R * C) * sizeof(float));
+    int32_t *t = malloc((size_t)R * sizeof(int32_t));
+    float *out[2] = {NULL, NULL};
+    double best[2];
+    if (!h || !t) goto done;
+    if ((s = st_graph_init(&g, &p)) != ST_OK) goto done;
+    if ((s = st_params_set_precision(&p, ST_PREC_BF16)) != ST_OK ||
+        (s = act_input(&g, R, C, &xt, &hs)) != ST_OK ||
+        (s = st_graph_param(&g, "wte", 2, (int64_t[]){V, C}, ST_INIT_NORMAL, 0.02f, false, &w)) != ST_OK ||
+        (s = st_graph_input(&g, "targets", ST_I32, 1, &R, &tg)) != ST_OK ||
+        (s = st_linear_ce(&g, "head", hs, w, tg, ST_IGNORE_INDEX, &loss)) != ST_OK)
+        goto done;
+    const int ni = g.n_nodes - 1;
+    if ((s = st_graph_finalize(&g)) != ST_OK || (s = st_params_init(&p, 9)) != ST_OK) goto done;
+    n = &g.nodes[ni];
+    st_rng r = st_rng_make(4, 1);
+    for (int64_t i = 0; i < R; i++)
+        t[i] = (int32_t)(st_rng_uniform(&r) * V) % V;
+    fill(h, R * C, 5);
+    g.training = true;
+    if ((s = st_tensor_write(dev, xt, false, h)) != ST_OK ||
+        (s = st_device_upload(dev, tg->idata, t, (size_t)R * sizeof(int32_t))) != ST_OK ||
+        (s = st_graph_forward(&g)) != ST_OK)
+        goto done;
+    st_params_use_compute(&p, true);
+    if ((s = time_both(&g, n, false, ST_KV_CE_ROWS_PREFETCH, 10, rounds, best)) != ST_OK) goto done;
+    /* the loss, dh (R, C) and dW (Vp, C), each side's */
+    const int64_t Vp = n->args.i[ST_LCE_VP], nout = 1 + R * C + Vp * C;
+    s = ST_ERR_NOMEM;
+    if (!(out[0] = malloc((size_t)nout * sizeof(float))) || !(out[1] = malloc((size_t)nout * sizeof(float))))
+        goto done;
+    for (int v = 0; v < 2; v++) {
+        g.kernel_variants = v ? ST_KV_CE_ROWS_PREFETCH : 0;
+        if ((s = n->ops->forward(n, &g)) != ST_OK ||
+            (s = st_device_download(dev, out[v], loss->data, sizeof(float))) != ST_OK ||
+            (s = st_device_download(dev, out[v] + 1, ST_LCE_SAVED_DH(n), (size_t)(R * C) * sizeof(float))) !=
+                ST_OK ||
+            (s = st_device_download(dev, out[v] + 1 + R * C, ST_LCE_SAVED_DW(n),
+                                    (size_t)(Vp * C) * sizeof(float))) != ST_OK)
+            goto done;
+    }
+    *same = same_floats(out[0], out[1], nout);
+    char what[128];
+    snprintf(what, sizeof what, "fused head forward %lldx%d into %lld bf16 (the rows kernel's bytes)",
+             (long long)R, C, (long long)V);
+    report(what, "prefetch", best, (double)R * V * 2 * 3, *same); /* (read twice, written once) */
+done:
+    st_graph_free(&g);
+    st_params_free(&p);
+    free(h);
+    free(t);
+    free(out[0]);
+    free(out[1]);
+    return s;
 }
 
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 5;
-    const int64_t rows = argc > 2 ? atoll(argv[2]) : 16 * 1024;
+    const int64_t rows = argc > 2 ? atoll(argv[2]) : 16 * 1024, vocab = argc > 3 ? atoll(argv[3]) : 50257;
     char why[256];
     st_device *dev = NULL;
-    if (rounds < 1 || rows < 1) {
-        fprintf(stderr,
-                "usage: bench_cuda_kernels [rounds, at least 1 (default 5) [rows (default 16384)]]\n");
+    if (rounds < 1 || rows < 1 || vocab < 2) {
+        fprintf(stderr, "usage: bench_cuda_kernels [rounds, at least 1 (default 5) [rows (default 16384) "
+                        "[vocabulary (default 50257)]]]\n");
         return 2;
     }
     if (st_device_cuda_count(why, sizeof why) == 0) {
@@ -163,12 +266,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
         return 1;
     }
-    printf("device: %s; best of %d rounds of %d calls a side, alternating\n", st_device_name(dev), rounds,
-           REPS);
+    printf("device: %s; each side's best of %d rounds, alternating\n", st_device_name(dev), rounds);
     const ln_case cases[] = {{rows, 768, true}, {rows, 768, false}, {rows, 1024, true}};
     int bad = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        bad += bench_layernorm(dev, &cases[i], rounds);
+    for (size_t i = 0; i <= sizeof cases / sizeof *cases; i++) {
+        bool same = false;
+        const st_status s = i < sizeof cases / sizeof *cases ? bench_layernorm(dev, &cases[i], rounds, &same)
+                                                             : bench_ce_rows(dev, rows, vocab, rounds, &same);
+        fflush(stdout);
+        if (s != ST_OK) fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
+        bad += s != ST_OK || !same;
+    }
     st_device_free(dev);
     return bad ? 1 : 0;
 }

@@ -388,8 +388,8 @@ fi
     [ -f "$LOGDIR/gpu-fault.log" ] &&
         grep -h "^fault at product\|^  scaletrain: error\|^  (while\|^launch --max\|^FAIL\|^gpu_fault:" "$LOGDIR/gpu-fault.log"
     if [ -f "$LOGDIR/bench-kernels.log" ]; then
-        echo "bench/bench_cuda_kernels (kernel variants against the default):"
-        grep -h "^layernorm\|^device:" "$LOGDIR/bench-kernels.log" || tail -n 3 "$LOGDIR/bench-kernels.log"
+        echo "bench/bench_cuda_kernels (each kernel variant against its default):"
+        grep -h "^layernorm\|^fused head\|^device:" "$LOGDIR/bench-kernels.log" || tail -n 3 "$LOGDIR/bench-kernels.log"
     fi
     if [ -f "$LOGDIR/ncu-kernels.log" ]; then # the figure lines it printed (the whole report: ncu_kernels.txt)
         echo "bench/ncu_kernels.py (Nsight Compute, one GPT-2 step, per kernel):"

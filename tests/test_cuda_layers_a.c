@@ -129,14 +129,14 @@ typedef struct unary_ctx {
     float p;       /* dropout */
     bool misalign; /* layernorm: a 1-element parameter first, so that its weight and bias are not
                       16-byte aligned in the arena (layernorm.cu reads them an element at a time) */
-    bool packed;   /* layernorm: the graph's layernorm_packed (16-bit rows held as loaded in backward) */
+    bool packed;   /* layernorm: ST_KV_LAYERNORM_PACKED (16-bit rows held as loaded in backward) */
 } unary_ctx;
 
 static st_status build_unary(st_graph *g, void *ctx) {
     const unary_ctx *c = ctx;
     st_tensor *xs, *y;
     ST_TRY(input_plus(g, "x", 2, (int64_t[]){c->R, c->C}, &xs));
-    g->layernorm_packed = c->packed;
+    g->kernel_variants = c->packed ? ST_KV_LAYERNORM_PACKED : 0;
     switch (c->kind) {
     case U_LAYERNORM:
         if (c->misalign) {
@@ -425,7 +425,7 @@ int main(void) {
         snprintf(label, sizeof label, "%s embedding 3x29 vocab 301 dim 96 +tied head", pn);
         run_prec(label, emb[2].V * emb[2].C, build_embedding, fill_tokens, (void *)&emb[2], rt, at, false, p,
                  dev, seed + k++);
-        /* then layernorm's backward on 16-bit rows as loaded (layernorm_packed):
+        /* then layernorm's backward on 16-bit rows as loaded (ST_KV_LAYERNORM_PACKED):
          * 1 to 4 groups of 256 columns, a part-filled last group, dweight's
          * chunks added up (200 rows), the gradient written or added to */
         const unary_ctx pun[] = {

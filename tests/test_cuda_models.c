@@ -83,6 +83,7 @@ typedef struct model_case {
     void (*tweak)(st_config *c, st_model_input *in);
     const char *precision; /* NULL: fp32 */
     double l2;             /* bf16/fp16: the gradients' and buffers' tolerance; 0: L2_BF16 or L2_FP16 */
+    unsigned kv;           /* the device graph's kernel variants (st_kernel_variant; the same bits) */
 } model_case;
 
 static void mlp(st_config *c, st_model_input *in) {
@@ -591,6 +592,7 @@ static int run_case(const model_case *mc, st_device *dev, uint64_t seed) {
             cp_check(mc->label, hp->t[i]->name, dev, dp->t[i]->data, hp->t[i]->data, hp->t[i]->count, 0, 0);
     T_TRY(st_model_graph_build(hm, mc->batch, &hg));
     T_TRY(st_model_graph_build(dm, mc->batch, &dg));
+    dg.g.kernel_variants = mc->kv;
     if (prec != ST_PREC_FP32 && dg.g.dev) { /* not the host against itself (no device) */
         /* the activations between layers are stored in 16 bits on the device
          * (src/layers/half_io.h; not an image model's logits, which the host
@@ -903,40 +905,46 @@ int main(void) {
     if (rc && rc != 77) return rc;
     const uint64_t seed = cp_seed();
     const model_case cases[] = {
-        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp, NULL, 0},
-        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn, NULL, 0},
-        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias, NULL, 0},
-        {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL, 0},
-        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL, 0},
-        {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16", 0},
+        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp, NULL, 0, 0},
+        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn, NULL, 0, 0},
+        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias, NULL, 0, 0},
+        {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL, 0, 0},
+        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL, 0, 0},
+        {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16", 0, 0},
         {"bf16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "bf16",
-         L2_CNN_BF16},
+         L2_CNN_BF16, 0},
         {"bf16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "bf16",
-         L2_BN_BF16},
-        {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0},
-        {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0},
-        {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0},
-        {"gpt block checkpointing", "gpt", 3, gpt_blocks, NULL, 0},
-        {"bf16 gpt block checkpointing", "gpt", 3, gpt_blocks, "bf16", 0},
-        {"gpt fused head", "gpt", 3, gpt_fused, NULL, 0},
-        {"bf16 gpt fused head", "gpt", 3, gpt_fused, "bf16", 0},
-        {"fp16 gpt fused head", "gpt", 3, gpt_fused, "fp16", 0},
-        {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0},
+         L2_BN_BF16, 0},
+        {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0, 0},
+        {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0, 0},
+        {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0, 0},
+        {"gpt block checkpointing", "gpt", 3, gpt_blocks, NULL, 0, 0},
+        {"bf16 gpt block checkpointing", "gpt", 3, gpt_blocks, "bf16", 0, 0},
+        {"gpt fused head", "gpt", 3, gpt_fused, NULL, 0, 0},
+        {"bf16 gpt fused head", "gpt", 3, gpt_fused, "bf16", 0, 0},
+        {"fp16 gpt fused head", "gpt", 3, gpt_fused, "fp16", 0, 0},
+        /* every kernel variant at once: layernorm's packed backward, the
+         * head's rows loaded ahead (each the default's values) */
+        {"bf16 gpt fused head, kernel variants", "gpt", 3, gpt_fused, "bf16", 0,
+         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH},
+        {"fp16 gpt fused head, kernel variants", "gpt", 3, gpt_fused, "fp16", 0,
+         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH},
+        {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0, 0},
         {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16",
-         L2_CNN_FP16},
+         L2_CNN_FP16, 0},
         {"fp16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "fp16",
-         L2_BN_FP16},
-        {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0},
-        {"gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, NULL, 0},
-        {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0},
-        {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0},
-        {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0},
-        {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0},
-        {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0},
-        {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0},
-        {"gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, NULL, 0},
-        {"bf16 gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, "bf16", 0},
-        {"bf16 mlp bias gradients in dW's epilogue", "mlp", 16, mlp_bgrad, "bf16", 0},
+         L2_BN_FP16, 0},
+        {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0, 0},
+        {"gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, NULL, 0, 0},
+        {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0, 0},
+        {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0, 0},
+        {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0, 0},
+        {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0, 0},
+        {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0, 0},
+        {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0, 0},
+        {"gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, NULL, 0, 0},
+        {"bf16 gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, "bf16", 0, 0},
+        {"bf16 mlp bias gradients in dW's epilogue", "mlp", 16, mlp_bgrad, "bf16", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;

@@ -96,14 +96,59 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
     for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
         one(v);
 }
-template <class F> __device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
-    st_block_row_walk<false>(b, o, V, [&](int64_t v, float x) {
+/* st_block_row_walk for a row stored in the 16-bit precision P (bf16 or
+ * fp16; P = ST_PREC_FP32 is st_block_row_walk itself, any storage): each
+ * thread loads its next group of 8 before it works on the one it holds,
+ * keeping both as loaded (4 registers each, not 8 floats), so that two of
+ * its 16-byte loads are in flight where st_block_row_walk has one. The same
+ * calls of f on the same values in the same order, and the same stores. */
+template <int P, bool STORE, class F>
+__device__ __forceinline__ void st_block_row_walk_p(st_fbuf b, int64_t o, int64_t V, F &&f) {
+    if constexpr (P == ST_PREC_FP32) {
+        st_block_row_walk<STORE>(b, o, V, f);
+    } else {
+        const st_fbuf r = st_fbuf_at(b, o);
+        int64_t head = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / 2;
+        if (head > V) head = V;
+        const int64_t n8 = (V - head) / 8, tail = head + 8 * n8;
+        const auto one = [&](int64_t v) {
+            const float y = f(v, st_ld(r, v));
+            if (STORE) st_st(r, v, y);
+        };
+        for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
+            one(v);
+        uint16_t *g8 = (uint16_t *)r.p + head;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        int64_t k = threadIdx.x;
+        uint4 next = k < n8 ? *(const uint4 *)(g8 + 8 * k) : zero;
+        for (; k < n8; k += blockDim.x) {
+            const uint4 cur = next;
+            next = k + blockDim.x < n8 ? *(const uint4 *)(g8 + 8 * (k + blockDim.x)) : zero;
+            const uint32_t w[4] = {cur.x, cur.y, cur.z, cur.w};
+            float x[8];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                x[2 * j] = f(head + 8 * k + 2 * j, st_unpack16_lo<P>(w[j]));
+                x[2 * j + 1] = f(head + 8 * k + 2 * j + 1, st_unpack16_hi<P>(w[j]));
+            }
+            if (STORE)
+                *(uint4 *)(g8 + 8 * k) = make_uint4(st_pack16<P>(x[0], x[1]), st_pack16<P>(x[2], x[3]),
+                                                    st_pack16<P>(x[4], x[5]), st_pack16<P>(x[6], x[7]));
+        }
+        for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
+            one(v);
+    }
+}
+template <int P = ST_PREC_FP32, class F>
+__device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
+    st_block_row_walk_p<P, false>(b, o, V, [&](int64_t v, float x) {
         f(v, x);
         return x;
     });
 }
-template <class G> __device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
-    st_block_row_walk<true>(b, o, V, g);
+template <int P = ST_PREC_FP32, class G>
+__device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
+    st_block_row_walk_p<P, true>(b, o, V, g);
 }
 
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every
@@ -113,9 +158,10 @@ template <class G> __device__ __forceinline__ void st_block_row_map(st_fbuf b, i
  * in a fixed order; fp32 sums, the log in double. A NaN shows in the loss
  * (it fails every comparison, so it lands in s). `shf` holds 32 floats of
  * shared memory. (The CPU's: ce_rows.h, max then sum.) */
+template <int P = ST_PREC_FP32>
 __device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf) {
     float m = -INFINITY, s = 0.0f;
-    st_block_row_each(b, o, V, [&](int64_t, float x) {
+    st_block_row_each<P>(b, o, V, [&](int64_t, float x) {
         if (x > m) {
             s = s * expf(m - x) + 1.0f; /* (m = -inf: 0 + 1) */
             m = x;

@@ -467,17 +467,18 @@ static st_status layernorm_backward(st_node *n, st_graph *g) {
         const st_fbuf w = st_data(n->params[0]);
         const bool pv = ln_vec8({w}, C);
         /* x, dy and dx in one 16-bit precision, when the graph asks for it
-         * (g->layernorm_packed): ln_backward_packed_kernel */
+         * (ST_KV_LAYERNORM_PACKED): ln_backward_packed_kernel */
         const st_precision p16 = x.t != ST_PREC_FP32 && dy.t == x.t && dx.t == x.t ? x.t : ST_PREC_FP32;
         const auto launch = [&](auto nc) {
             const dim3 grid((unsigned)chunks), block(32 * LN_FWARPS);
             const cudaStream_t st = st_cuda_stream(g);
             const bool acc = n->in_acc[0];
             const auto u16 = [](st_fbuf b) { return (uint16_t *)b.p; };
-            if (g->layernorm_packed && p16 == ST_PREC_BF16)
+            const bool packed = g->kernel_variants & ST_KV_LAYERNORM_PACKED;
+            if (packed && p16 == ST_PREC_BF16)
                 ln_backward_packed_kernel<decltype(nc)::value, ST_PREC_BF16><<<grid, block, 0, st>>>(
                     u16(x), w, u16(dy), mean, rstd, u16(dx), R, C, acc, per, pw, pb, dw, db, pv);
-            else if (g->layernorm_packed && p16 == ST_PREC_FP16)
+            else if (packed && p16 == ST_PREC_FP16)
                 ln_backward_packed_kernel<decltype(nc)::value, ST_PREC_FP16><<<grid, block, 0, st>>>(
                     u16(x), w, u16(dy), mean, rstd, u16(dx), R, C, acc, per, pw, pb, dw, db, pv);
             else

@@ -27,6 +27,10 @@
 
 extern "C" st_status st_linear_ce_check_grads(const st_node *n);
 
+/* P: ST_PREC_FP32 for any storage (kernels.cuh st_block_row_walk), or z's
+ * 16-bit precision for the walk that loads a group ahead
+ * (ST_KV_CE_ROWS_PREFETCH: the same values) */
+template <int P>
 static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld,
                                        int32_t ign, bool grads) {
     __shared__ float shf[32];
@@ -35,10 +39,10 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     const int32_t t = tg[i];
     if (t == ign) { /* uniform over the block */
         if (threadIdx.x == 0) row_loss[i] = 0.0;
-        if (grads) st_block_row_map(z, o, V, [](int64_t, float) { return 0.0f; });
+        if (grads) st_block_row_map<P>(z, o, V, [](int64_t, float) { return 0.0f; });
         return;
     }
-    const double l = st_block_row_lse(z, o, V, shf);
+    const double l = st_block_row_lse<P>(z, o, V, shf);
     if (threadIdx.x == 0) {
         const bool ok = t >= 0 && t < V;
         row_loss[i] = ok ? l - (double)st_ld(z, o + t) : __longlong_as_double(0x7ff8000000000000LL);
@@ -47,7 +51,7 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     __syncthreads(); /* the target's logit read, lse shared */
     if (!grads) return;
     const float lf = lse;
-    st_block_row_map(z, o, V, [&](int64_t v, float x) {
+    st_block_row_map<P>(z, o, V, [&](int64_t v, float x) {
         const float d = expf(x - lf);
         return v == t ? d - 1.0f : d;
     });
@@ -105,8 +109,17 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         /* z^T (Vp x m) = W h_c^T: column-major, as linear.cu's forward */
         ST_TRY(st_graph_matmul(g, true, false, Vp, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
         st_graph_span(g, "linear_ce rows", false, 0);
-        lce_rows_kernel<<<(unsigned)m, st_ce_row_threads(V), 0, st_cuda_stream(g)>>>(
-            z, tg + r0, row_loss + r0, V, ld, ign, grads);
+        const unsigned threads = st_ce_row_threads(V);
+        const bool ahead = g->kernel_variants & ST_KV_CE_ROWS_PREFETCH;
+        if (ahead && z.t == ST_PREC_BF16)
+            lce_rows_kernel<ST_PREC_BF16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
+                z, tg + r0, row_loss + r0, V, ld, ign, grads);
+        else if (ahead && z.t == ST_PREC_FP16)
+            lce_rows_kernel<ST_PREC_FP16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
+                z, tg + r0, row_loss + r0, V, ld, ign, grads);
+        else
+            lce_rows_kernel<ST_PREC_FP32><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
+                z, tg + r0, row_loss + r0, V, ld, ign, grads);
         ST_CUDA_LAUNCHED();
         st_graph_span(g, "linear_ce rows", true, 0);
         if (!grads) continue;

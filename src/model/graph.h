@@ -235,6 +235,18 @@ typedef struct st_params {
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
 } st_params;
 
+/* Kernels a CUDA device's graph can run instead of its layers' defaults,
+ * computing the same values bit for bit (st_graph.kernel_variants, a mask
+ * of these): each waits on a GPU's timing against its default
+ * (bench/bench_cuda_kernels.c) before it becomes the default itself. */
+typedef enum st_kernel_variant {
+    ST_KV_LAYERNORM_PACKED = 1u << 0, /* layernorm's one-kernel backward keeps 16-bit rows as loaded
+                                         (src/cuda/layernorm.cu ln_backward_packed_kernel) */
+    ST_KV_CE_ROWS_PREFETCH = 1u << 1, /* the fused head's rows kernel loads each thread's next 16 bytes
+                                         of a 16-bit row before using the last (src/cuda/linear_ce.cu,
+                                         kernels.cuh st_block_row_walk_p) */
+} st_kernel_variant;
+
 struct st_graph {
     st_params *params;
     st_device *dev; /* = params->dev: every arena and kernel of this graph is there */
@@ -278,10 +290,9 @@ struct st_graph {
     bool fuse_bias_grad;         /* acts on a CUDA device: a linear layer's bias gradient summed by its
                                     weight-gradient product's epilogue (src/cuda/linear.cu;
                                     model.fused_bias_grad); no change to the graph */
-    bool layernorm_packed;       /* acts on a CUDA device: layernorm's one-kernel backward over 16-bit rows
-                                    holds them as loaded (src/cuda/layernorm.cu
-                                    ln_backward_packed_kernel: the same values, fewer registers); off
-                                    until a GPU's timing (bench/bench_cuda_layers.c) says it pays */
+    unsigned kernel_variants;    /* acts on a CUDA device: the st_kernel_variant kernels run instead of
+                                    their layers' defaults (the same values, bit for bit); none until a
+                                    GPU's timing (bench/bench_cuda_kernels.c) says one pays */
     bool attention_cudnn;        /* set before finalize (acts on a CUDA device's graphs): attention on
                                     cuDNN's fused graphs where they take the node (src/cuda/attention.cu;
                                     model.attention_kernel) */
