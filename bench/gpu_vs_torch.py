@@ -244,7 +244,9 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
         return f"{model} with {what}: failed: {r['error']}"
     ms, ms0 = r["j"]["step_ms_median"], st["j"]["step_ms_median"]
     mem, mem0 = r["j"].get("device_mem_peak_bytes", 0), st["j"].get("device_mem_peak_bytes", 0)
-    note = (f"{model} with {what}: {ms:.1f} ms/step, {ms / ms0:.2f}x the step without ({ms0:.1f} ms); peak GPU "
+    mfu, mfu0 = (side_figures(model, s, st["batch"], x, a.peak_tflops)[2] for x in (ms, ms0))
+    note = (f"{model} with {what}: {ms:.1f} ms/step, {ms / ms0:.2f}x the step without ({ms0:.1f} ms), MFU "
+            f"{100 * mfu:.1f}% against {100 * mfu0:.1f}%; peak GPU "
             f"memory {mib(mem)} MiB against {mib(mem0)} MiB ({mib(mem0 - mem)} MiB saved")
     if key == "offload":
         return note + f"; optimizer state {mib(r['j']['optim_state_bytes'])} MiB on the host)"
@@ -296,6 +298,9 @@ VARIANTS = {  # flag: (--set values, what the note calls it); run in this order 
     "fused_bias_grad": (["model.fused_bias_grad=on"],
                         "model.fused_bias_grad=on (the linear layers' bias gradients in their dW products' "
                         "cuBLASLt epilogues, not column-sum kernels)"),
+    "kernel_variants": (["model.kernel_variants=all"],
+                        "model.kernel_variants=all (every kernel variant: the same bits, another speed; "
+                        "docs/cuda.md)"),
     "cudnn_attention": (["model.attention_kernel=cudnn"],
                         "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
                         "kernels)"),
@@ -514,6 +519,10 @@ def main():
                    help="also run scaletrain's gpt2 with model.fused_bias_grad=on (bias gradients in the dW "
                         "products' cuBLASLt epilogues) and note its step time, memory and loss against the "
                         "default (column-sum kernels)")
+    p.add_argument("--kernel-variants", action="store_true",
+                   help="also run scaletrain's gpt2 with model.kernel_variants=all (every kernel variant that "
+                        "computes its layer's default values another way) and note its step time and MFU "
+                        "against the default, and that the final loss is the same")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

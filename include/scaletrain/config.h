@@ -55,6 +55,7 @@ typedef struct st_config {
         char fused_residual[ST_CFG_STR];   /* on a GPU: auto | on | off      default auto */
         char fused_bias_grad[ST_CFG_STR];  /* on a GPU: auto | on | off      default auto */
         char attention_kernel[ST_CFG_STR]; /* gpt on a GPU: auto | flash | cudnn  default auto */
+        char kernel_variants[ST_CFG_STR];  /* on a GPU: auto | none | all        default auto */
     } model;
     struct {
         char type[ST_CFG_STR];         /* idx | npy | tokens              default idx */

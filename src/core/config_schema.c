@@ -84,6 +84,12 @@ const st_cfg_key st_cfg_keys[] = {
         "others keep scaletrain's kernels); auto = cudnn in a bf16 run on compute capability 9.0 or later "
         "where the build and node have cuDNN (1.14x the GPT-2 124M step on an H200: bench/RESULTS.md), else "
         "flash, the effective config saying why; the CPU always runs its own"),
+    K_ENUM("model.kernel_variants", model.kernel_variants, "auto", VALUES("auto", "none", "all"),
+           "on a CUDA device: the kernels that compute their layer's default values bit for bit another "
+           "way, waiting on a GPU's timing against the defaults (bench/bench_cuda_kernels; docs/cuda.md, "
+           "\"Kernel variants\"): layernorm's backward keeping 16-bit rows as loaded, the fused head's rows "
+           "kernel loading a group ahead; all = every one; auto = none until one is measured faster; the "
+           "results are the same bits either way"),
     K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "

@@ -31,6 +31,7 @@ bool st_agree_per_rank_key(const char *key) {
         "model.fused_residual",
         "model.fused_bias_grad",
         "model.attention_kernel",
+        "model.kernel_variants",
         "model.fused_head",
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)

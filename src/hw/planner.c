@@ -591,6 +591,12 @@ void st_plan_apply(const st_plan *p, st_config *c) {
                             p->hw.dev.gpu ? "off: the column-sum kernel, the choice measured on a GPU so far"
                                           : "off on the CPU (its own column sums)");
     }
+    if (strcmp(c->model.kernel_variants, "auto") == 0) { /* (only device graphs read it) */
+        snprintf(c->model.kernel_variants, sizeof c->model.kernel_variants, "none");
+        st_config_mark_auto(c, "model.kernel_variants",
+                            p->hw.dev.gpu ? "none: each waits on a GPU's timing against its layer's default"
+                                          : "none on the CPU (its own kernels)");
+    }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
                  st_ckpt_name(p->checkpointing));

@@ -170,6 +170,7 @@ static st_status graph_build_len(st_model *m, int64_t batch, int64_t seq_len, bo
     /* (acts on device graphs only; the twin takes the nodes it can, attention.cu cudnn_node, and
      * session.c refused cudnn where it cannot run) */
     mg->g.attention_cudnn = m->kind == ST_MODEL_GPT && strcmp(m->cfg.model.attention_kernel, "cudnn") == 0;
+    mg->g.kernel_variants = strcmp(m->cfg.model.kernel_variants, "all") == 0 ? ST_KV_ALL : 0;
     /* "auto" is resolved by the session's plan; a model built without one keeps everything. */
     mg->g.forward_only = forward_only; /* (no backward: nothing to recompute) */
     mg->g.checkpointing = !forward_only && strcmp(m->cfg.train.activation_checkpointing, "blocks") == 0;

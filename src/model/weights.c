@@ -89,9 +89,9 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     size_t o = 0, so = 0;
     buf[0] = set[0] = '\0';
     /* how the run computes, not what it holds: no tensor depends on them */
-    static const char *const no_tensor[] = {"model.dropout",         "model.fused_head",
-                                            "model.fused_gelu",      "model.fused_residual",
-                                            "model.fused_bias_grad", "model.attention_kernel"};
+    static const char *const no_tensor[] = {
+        "model.dropout",         "model.fused_head",       "model.fused_gelu",     "model.fused_residual",
+        "model.fused_bias_grad", "model.attention_kernel", "model.kernel_variants"};
     /* the settings only another kind of model reads (a gpt's file names its
      * model.hidden default too: no hint to set it) */
     static const struct {
