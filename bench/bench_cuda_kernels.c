@@ -144,7 +144,11 @@ static st_status bench_layernorm(st_device *dev, const ln_case *c, int rounds, b
     p.dev = dev;
     const int64_t rc = c->R * c->C;
     float *h = malloc((size_t)(5 * rc + 4 * c->C) * sizeof(float));
-    if (!h) goto done;
+    if (!h) {
+        s = st_fail(ST_ERR_NOMEM, "%lld floats of host memory for the layernorm's tensors",
+                    (long long)(5 * rc + 4 * c->C));
+        goto done;
+    }
     float *x = h, *dy = h + rc, *dx0 = h + 2 * rc, *dx[2] = {h + 3 * rc, h + 4 * rc};
     float *dw[2] = {h + 5 * rc, h + 5 * rc + c->C}, *db[2] = {h + 5 * rc + 2 * c->C, h + 5 * rc + 3 * c->C};
     double best[2];
@@ -196,7 +200,10 @@ static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds,
     int32_t *t = malloc((size_t)R * sizeof(int32_t));
     float *out[2] = {NULL, NULL};
     double best[2];
-    if (!h || !t) goto done;
+    if (!h || !t) {
+        s = st_fail(ST_ERR_NOMEM, "host memory for the head's %lld rows", (long long)R);
+        goto done;
+    }
     if ((s = st_graph_init(&g, &p)) != ST_OK) goto done;
     if ((s = st_params_set_precision(&p, ST_PREC_BF16)) != ST_OK ||
         (s = act_input(&g, R, C, &xt, &hs)) != ST_OK ||
@@ -220,9 +227,11 @@ static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds,
     if ((s = time_both(&g, n, false, ST_KV_CE_ROWS_PREFETCH, 10, rounds, best)) != ST_OK) goto done;
     /* the loss, dh (R, C) and dW (Vp, C), each side's */
     const int64_t Vp = n->args.i[ST_LCE_VP], nout = 1 + R * C + Vp * C;
-    s = ST_ERR_NOMEM;
-    if (!(out[0] = malloc((size_t)nout * sizeof(float))) || !(out[1] = malloc((size_t)nout * sizeof(float))))
+    if (!(out[0] = malloc((size_t)nout * sizeof(float))) ||
+        !(out[1] = malloc((size_t)nout * sizeof(float)))) {
+        s = st_fail(ST_ERR_NOMEM, "2 x %lld floats of host memory for the head's outputs", (long long)nout);
         goto done;
+    }
     for (int v = 0; v < 2; v++) {
         g.kernel_variants = v ? ST_KV_CE_ROWS_PREFETCH : 0;
         if ((s = n->ops->forward(n, &g)) != ST_OK ||

@@ -271,10 +271,11 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
     if key in ("cudnn_attention", "flash_attention"):
         note += (f"; cuDNN ran {r['j'].get('attention_cudnn_calls', 0)} attention passes, "
                  f"{st['j'].get('attention_cudnn_calls', 0)} without")
-    if key == "fused_bias_grad":
+    if key in ("fused_bias_grad", "candidates"):
         note += (f"; cuBLASLt's epilogue summed {r['j'].get('bias_grad_epilogues', 0)} bias gradients, "
                  f"{st['j'].get('bias_grad_epilogues', 0)} without")
-    if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention", "fused_bias_grad") or (key == "selective" and fused_gelu_forward(st)):
+    if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention", "fused_bias_grad",
+               "candidates") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
@@ -301,6 +302,9 @@ VARIANTS = {  # flag: (--set values, what the note calls it); run in this order 
     "kernel_variants": (["model.kernel_variants=all"],
                         "model.kernel_variants=all (every kernel variant: the same bits, another speed; "
                         "docs/cuda.md)"),
+    "candidates": (["model.fused_bias_grad=on", "model.kernel_variants=all"],
+                   "every candidate for a default at once (model.fused_bias_grad=on, "
+                   "model.kernel_variants=all)"),
     "cudnn_attention": (["model.attention_kernel=cudnn"],
                         "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
                         "kernels)"),
@@ -523,6 +527,10 @@ def main():
                    help="also run scaletrain's gpt2 with model.kernel_variants=all (every kernel variant that "
                         "computes its layer's default values another way) and note its step time and MFU "
                         "against the default, and that the final loss is the same")
+    p.add_argument("--candidates", action="store_true",
+                   help="also run scaletrain's gpt2 with every setting that is a candidate for its default "
+                        "(model.fused_bias_grad=on and model.kernel_variants=all) at once, and note its step "
+                        "time and MFU against the default: what adopting all of them would give")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

@@ -6,7 +6,7 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
      bf16, PyTorch under bf16 autocast), train the same number of parameters
      (the harness exits 1 otherwise), and the Markdown table printed last and
      written by --out has one row per model with positive ms/step figures;
-     --offload, --selective, --plain-head and --kernel-variants add their gpt2 notes
+     --offload, --selective, --plain-head, --kernel-variants and --candidates add their gpt2 notes
      (selective and the kernel variants: the same final loss as the run without;
      each note with both runs' MFU); PyTorch's SDPA is timed alone at gpt2's shape;
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
@@ -83,7 +83,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "bench.md")
         rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload", "--selective",
-                            "--plain-head", "--kernel-variants")
+                            "--plain-head", "--kernel-variants", "--candidates")
         check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
         rows = rows_of(out)
         check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
@@ -113,6 +113,9 @@ def main():
         check(re.search(r"gpt2 with model\.kernel_variants=all [^\n]*x the step without \([0-9.]+ ms\), MFU "
                         r"[0-9.]+% against [0-9.]+%[^\n]*: the same\)", out),
               "--kernel-variants: the gpt2 note with both MFUs and the same final loss as the run without")
+        check(re.search(r"gpt2 with every candidate for a default at once [^\n]*MFU [0-9.]+% against [0-9.]+%"
+                        r"[^\n]*relative difference", out),
+              "--candidates: the gpt2 note with both MFUs and the final losses compared")
 
         rc, out, err = bench(build, "--models", "mlp", "--st-precision", "fp8,fp32")
         check(rc == 0, f"mlp fall-back: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
