@@ -8,7 +8,8 @@ bench/gpu_vs_torch.py runs it), every launch of the named kernels in its
 second step profiled, the figures averaged per kernel (ncu --print-summary
 per-kernel).
 
-The kernels by default: layernorm's fused backward and one-pass forward, the
+The kernels by default: layernorm's fused backward (or, with
+--set model.kernel_variants=all, its packed variant) and one-pass forward, the
 fused head's rows kernel, the column sums (the linear layers' bias
 gradients) and the fused AdamW: about 108 launches a step (25 + 25 + 8 + 49
 + 1), each replayed once per counter pass; about a minute with the run's
@@ -36,7 +37,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_vs_torch as gvt  # noqa: E402  (the benchmark's data and shape helpers)
 
-KERNELS = "ln_backward_fused_kernel|ln_forward_rows_kernel|lce_rows_kernel|st_colsum_kernel|adamw_kernel"
+KERNELS = ("ln_backward_fused_kernel|ln_backward_packed_kernel|ln_forward_rows_kernel|lce_rows_kernel|"
+           "st_colsum_kernel|adamw_kernel")
 PER_STEP = 108  # launches of KERNELS a GPT-2 step makes (see the docstring): the first step is skipped
 SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis", "WarpStateStats"]
 KEEP = re.compile(r"^\s+\S.*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)|"

@@ -57,7 +57,8 @@
 # Environment: OUT (default ./gpu-out), BUILD (build), JOBS (16), BUDGET_S
 # (560), DEPS (/tmp/st-deps: where .debs/ is unpacked), CP_SEED (random
 # inputs of the parity tests; default: the clock, printed by each test),
-# GPU_BENCH (auto | only | off), MEMCHECK (auto | off), NCU (auto | off), BENCH_MIN_S (200), BENCH_ARGS (more
+# GPU_BENCH (auto | only | off), MEMCHECK (auto | off), NCU (auto | off), NCU_ARGS (more options for
+# bench/ncu_kernels.py, e.g. "--set model.kernel_variants=all"), BENCH_MIN_S (200), BENCH_ARGS (more
 # options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20"), BENCH_VARIANTS
 # (the gpt2 variants it runs, in this order while the budget lasts; default
 # "--profile --fused-bias-grad --kernel-variants --candidates --flash-attention --gelu-layer --offload --selective --plain-head").
@@ -72,6 +73,7 @@ GPU_BENCH=${GPU_BENCH:-auto}
 BENCH_MIN_S=${BENCH_MIN_S:-200}
 MEMCHECK=${MEMCHECK:-auto}
 NCU=${NCU:-auto}
+NCU_ARGS=${NCU_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
 BENCH_VARIANTS=${BENCH_VARIANTS:---profile --fused-bias-grad --kernel-variants --candidates --flash-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
@@ -267,8 +269,9 @@ ncu_kernels() {
         rows+=("ncu-kernels|SKIP (${left}s left)|0")
         say "   ${left}s of the budget left, the ncu profile needs 120s: left out"
     else
+        # shellcheck disable=SC2086 # NCU_ARGS: more options, e.g. "--set model.kernel_variants=all"
         step ncu-kernels "$left" python3 bench/ncu_kernels.py --build "$1" --out "$OUT/ncu_kernels.txt" \
-            --timeout $((left - 10))
+            --timeout $((left - 10)) $NCU_ARGS
     fi
 }
 built=
