@@ -14,7 +14,7 @@
  *   the gradient added to). Compared: dx, dweight, dbias.
  * - ST_KV_CE_ROWS_PREFETCH: the fused head's rows kernel loading each
  *   thread's next 16 bytes of a row before using the last
- *   (src/cuda/linear_ce.cu, kernels.cuh st_block_row_walk_p). GPT-2's head:
+ *   (src/cuda/linear_ce.cu, kernels.cuh st_block_row_walk). GPT-2's head:
  *   768 columns, the vocabulary of 50257. Timed: the node's training
  *   forward (its products, whose time is the same on both sides, and the
  *   rows kernel); the bandwidth counts the rows kernel's bytes (the logits

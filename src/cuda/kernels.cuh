@@ -72,8 +72,14 @@ static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : 
  * 16-byte loads (st_ldv; a logits row is 100 KB at GPT-2's vocabulary, and
  * 2-byte loads left the H200's head at a few hundred GB/s). With STORE the
  * value f returns is stored over the element (st_block_row_map), else it is
- * dropped (st_block_row_each). */
-template <bool STORE, class F>
+ * dropped (st_block_row_each).
+ * P: ST_PREC_FP32 for a row in any storage; or the row's 16-bit precision
+ * (bf16, fp16), where each thread loads its next group before it works on
+ * the one it holds, both kept as loaded (4 registers each, not 8 floats),
+ * so that two of its 16-byte loads are in flight instead of one
+ * (ST_KV_CE_ROWS_PREFETCH): the same calls of f on the same values in the
+ * same order, and the same stores. */
+template <int P, bool STORE, class F>
 __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t V, F &&f) {
     const st_fbuf r = st_fbuf_at(b, o);
     int64_t head = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / (r.t == ST_PREC_FP32 ? 4 : 2);
@@ -85,38 +91,16 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
     };
     for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
         one(v);
-    for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
-        float x[8];
-        st_ldv<8>(r, head + 8 * k, x);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            x[j] = f(head + 8 * k + j, x[j]);
-        if (STORE) st_stv<8>(r, head + 8 * k, x);
-    }
-    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
-        one(v);
-}
-/* st_block_row_walk for a row stored in the 16-bit precision P (bf16 or
- * fp16; P = ST_PREC_FP32 is st_block_row_walk itself, any storage): each
- * thread loads its next group of 8 before it works on the one it holds,
- * keeping both as loaded (4 registers each, not 8 floats), so that two of
- * its 16-byte loads are in flight where st_block_row_walk has one. The same
- * calls of f on the same values in the same order, and the same stores. */
-template <int P, bool STORE, class F>
-__device__ __forceinline__ void st_block_row_walk_p(st_fbuf b, int64_t o, int64_t V, F &&f) {
     if constexpr (P == ST_PREC_FP32) {
-        st_block_row_walk<STORE>(b, o, V, f);
+        for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
+            float x[8];
+            st_ldv<8>(r, head + 8 * k, x);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                x[j] = f(head + 8 * k + j, x[j]);
+            if (STORE) st_stv<8>(r, head + 8 * k, x);
+        }
     } else {
-        const st_fbuf r = st_fbuf_at(b, o);
-        int64_t head = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / 2;
-        if (head > V) head = V;
-        const int64_t n8 = (V - head) / 8, tail = head + 8 * n8;
-        const auto one = [&](int64_t v) {
-            const float y = f(v, st_ld(r, v));
-            if (STORE) st_st(r, v, y);
-        };
-        for (int64_t v = threadIdx.x; v < head; v += blockDim.x)
-            one(v);
         uint16_t *g8 = (uint16_t *)r.p + head;
         const uint4 zero = make_uint4(0, 0, 0, 0);
         int64_t k = threadIdx.x;
@@ -135,20 +119,20 @@ __device__ __forceinline__ void st_block_row_walk_p(st_fbuf b, int64_t o, int64_
                 *(uint4 *)(g8 + 8 * k) = make_uint4(st_pack16<P>(x[0], x[1]), st_pack16<P>(x[2], x[3]),
                                                     st_pack16<P>(x[4], x[5]), st_pack16<P>(x[6], x[7]));
         }
-        for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
-            one(v);
     }
+    for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
+        one(v);
 }
 template <int P = ST_PREC_FP32, class F>
 __device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
-    st_block_row_walk_p<P, false>(b, o, V, [&](int64_t v, float x) {
+    st_block_row_walk<P, false>(b, o, V, [&](int64_t v, float x) {
         f(v, x);
         return x;
     });
 }
 template <int P = ST_PREC_FP32, class G>
 __device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
-    st_block_row_walk_p<P, true>(b, o, V, g);
+    st_block_row_walk<P, true>(b, o, V, g);
 }
 
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every

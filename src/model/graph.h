@@ -244,7 +244,7 @@ typedef enum st_kernel_variant {
                                          (src/cuda/layernorm.cu ln_backward_packed_kernel) */
     ST_KV_CE_ROWS_PREFETCH = 1u << 1, /* the fused head's rows kernel loads each thread's next 16 bytes
                                          of a 16-bit row before using the last (src/cuda/linear_ce.cu,
-                                         kernels.cuh st_block_row_walk_p) */
+                                         kernels.cuh st_block_row_walk) */
     ST_KV_ALL = ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, /* model.kernel_variants: all */
 } st_kernel_variant;
 
