@@ -294,17 +294,17 @@ def fused_gelu_forward(st):
 PROFILE_STEPS = (2, 3)  # after the warm-up steps
 
 VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
-    "profile": (["log.trace=true", f"log.trace_steps=[{PROFILE_STEPS[0] + WARMUP},{PROFILE_STEPS[1] + WARMUP}]"],
-                "the profiler trace (--profile: the GPU's own timeline, per stream)"),
+    "candidates": (["model.fused_bias_grad=on", "model.kernel_variants=all"],
+                   "every candidate for a default at once (model.fused_bias_grad=on, "
+                   "model.kernel_variants=all)"),
     "fused_bias_grad": (["model.fused_bias_grad=on"],
                         "model.fused_bias_grad=on (the linear layers' bias gradients in their dW products' "
                         "cuBLASLt epilogues, not column-sum kernels)"),
     "kernel_variants": (["model.kernel_variants=all"],
                         "model.kernel_variants=all (every kernel variant: the same bits, another speed; "
                         "docs/cuda.md)"),
-    "candidates": (["model.fused_bias_grad=on", "model.kernel_variants=all"],
-                   "every candidate for a default at once (model.fused_bias_grad=on, "
-                   "model.kernel_variants=all)"),
+    "profile": (["log.trace=true", f"log.trace_steps=[{PROFILE_STEPS[0] + WARMUP},{PROFILE_STEPS[1] + WARMUP}]"],
+                "the profiler trace (--profile: the GPU's own timeline, per stream)"),
     "cudnn_attention": (["model.attention_kernel=cudnn"],
                         "model.attention_kernel=cudnn (cuDNN's fused attention instead of scaletrain's flash "
                         "kernels)"),

@@ -31,18 +31,21 @@
 #
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
-# BENCH_VARIANTS, by default --profile, --fused-bias-grad, --kernel-variants, --candidates, --flash-attention,
-# --gelu-layer, --offload, --selective and --plain-head, in that order while
-# the budget lasts: gpt2 again with the profiler trace (where the step went
-# on the GPU, per stream and layer kind: gpt2_trace.json and gpt2_trace.md
-# beside gpu_bench.md, bench/trace_summary.py), with
-# model.fused_bias_grad=on (the bias gradients in the dW products'
-# epilogues), with model.kernel_variants=all (the same bits, another
-# speed), with both at once (what adopting every candidate gives), with model.attention_kernel=flash (the flash kernels against
-# cuDNN's fused attention), with model.fused_gelu=off (GELU as its own
-# kernels: what the epilogue fusion saves), with optim.offload, with
-# selective activation checkpointing and with model.fused_head=off (the
-# logits kept), each against its run without), with the
+# BENCH_VARIANTS, by default --candidates, --fused-bias-grad,
+# --kernel-variants, --profile, --flash-attention, --gelu-layer, --offload,
+# --selective and --plain-head, run in that order (gpu_vs_torch.py's) while
+# the budget lasts: gpt2 again with every candidate for a default at once
+# (model.fused_bias_grad=on and model.kernel_variants=all: what adopting
+# them gives), with each of the two alone (the bias gradients in the dW
+# products' epilogues; the kernel variants: the same bits, another speed),
+# with the profiler trace (where the step went on the GPU, per stream and
+# layer kind: gpt2_trace.json and gpt2_trace.md beside gpu_bench.md,
+# bench/trace_summary.py), with model.attention_kernel=flash (the flash
+# kernels against cuDNN's fused attention), with model.fused_gelu=off (GELU
+# as its own kernels: what the epilogue fusion saves), with optim.offload,
+# with selective activation checkpointing and with model.fused_head=off
+# (the logits kept), each against its run without, its note with both
+# MFUs), with the
 # `python3` that imports torch; its table goes into summary.txt and
 # gpu_bench.md. GPU_BENCH says when: auto (the default) runs it after the
 # tests when at least BENCH_MIN_S (200) seconds of the budget are left, and
@@ -61,7 +64,7 @@
 # bench/ncu_kernels.py, e.g. "--set model.kernel_variants=all"), BENCH_MIN_S (200), BENCH_ARGS (more
 # options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20"), BENCH_VARIANTS
 # (the gpt2 variants it runs, in this order while the budget lasts; default
-# "--profile --fused-bias-grad --kernel-variants --candidates --flash-attention --gelu-layer --offload --selective --plain-head").
+# "--candidates --fused-bias-grad --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head").
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -75,7 +78,7 @@ MEMCHECK=${MEMCHECK:-auto}
 NCU=${NCU:-auto}
 NCU_ARGS=${NCU_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
-BENCH_VARIANTS=${BENCH_VARIANTS:---profile --fused-bias-grad --kernel-variants --candidates --flash-attention --gelu-layer --offload --selective --plain-head}
+BENCH_VARIANTS=${BENCH_VARIANTS:---candidates --fused-bias-grad --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 case $NCU in auto | off) ;; *) echo "NCU=$NCU: use auto or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
