@@ -361,18 +361,21 @@ static __global__ void __launch_bounds__(32 * LN_FWARPS, ln_packed_blocks<NC>())
     const int64_t r0 = (int64_t)blockIdx.x * per, r1 = r0 + per < R ? r0 + per : R;
     float *aw = sw[warp], *ab = sb[warp];
     ln_fused_zero<NC>(aw, ab, lane);
+    /* x, dy and the gradient added to, as stored; zero past the row (never
+     * read: set once, here, so that the loads below can be branches: as
+     * selects in each row they spilled 84 bytes at 768 columns on sm_90) */
+    uint4 xu[NC] = {}, gu[NC] = {}, pu[NC] = {};
     for (int64_t r = r0 + warp; r < r1; r += LN_FWARPS) {
         const int64_t o = r * C;
         const float m = mean[r], s = rstd[r];
-        uint4 xu[NC], gu[NC], pu[NC]; /* x, dy and the gradient added to, as stored */
         float gm = 0.0f, gxm = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NC; j++) { /* (zeros past the row: never read, but set) */
+        for (int j = 0; j < NC; j++) {
             const int64_t c = 8 * (lane + 32 * j);
-            const uint4 z = make_uint4(0, 0, 0, 0);
-            gu[j] = c < C ? *(const uint4 *)(dy + o + c) : z;
-            xu[j] = c < C ? *(const uint4 *)(x + o + c) : z;
-            pu[j] = c < C && acc ? *(const uint4 *)(dx + o + c) : z;
+            if (c >= C) continue;
+            gu[j] = *(const uint4 *)(dy + o + c);
+            xu[j] = *(const uint4 *)(x + o + c);
+            if (acc) pu[j] = *(const uint4 *)(dx + o + c);
         }
 #pragma unroll
         for (int j = 0; j < NC; j++) {
