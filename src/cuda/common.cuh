@@ -186,6 +186,21 @@ template <int P> __device__ __forceinline__ float st_unpack16_hi(uint32_t u) {
     if (P == ST_PREC_BF16) return __uint_as_float(u & 0xffff0000u);
     return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
+/* Eight 16-bit values of precision P as one 16-byte word holds them (lowest
+ * column first), to floats and back (each rounded as st_pack16): for
+ * kernels that keep 16-bit rows as loaded and convert where they use them. */
+template <int P> __device__ __forceinline__ void st_unpack8(const uint4 &u, float *v) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = st_unpack16_lo<P>(w[k]);
+        v[2 * k + 1] = st_unpack16_hi<P>(w[k]);
+    }
+}
+template <int P> __device__ __forceinline__ uint4 st_pack8(const float *v) {
+    return make_uint4(st_pack16<P>(v[0], v[1]), st_pack16<P>(v[2], v[3]), st_pack16<P>(v[4], v[5]),
+                      st_pack16<P>(v[6], v[7]));
+}
 static __device__ __forceinline__ uint32_t st_bf16x2(float lo, float hi) {
     return st_pack16<ST_PREC_BF16>(lo, hi);
 }

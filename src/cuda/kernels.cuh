@@ -108,16 +108,12 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
         for (; k < n8; k += blockDim.x) {
             const uint4 cur = next;
             next = k + blockDim.x < n8 ? *(const uint4 *)(g8 + 8 * (k + blockDim.x)) : zero;
-            const uint32_t w[4] = {cur.x, cur.y, cur.z, cur.w};
             float x[8];
+            st_unpack8<P>(cur, x);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                x[2 * j] = f(head + 8 * k + 2 * j, st_unpack16_lo<P>(w[j]));
-                x[2 * j + 1] = f(head + 8 * k + 2 * j + 1, st_unpack16_hi<P>(w[j]));
-            }
-            if (STORE)
-                *(uint4 *)(g8 + 8 * k) = make_uint4(st_pack16<P>(x[0], x[1]), st_pack16<P>(x[2], x[3]),
-                                                    st_pack16<P>(x[4], x[5]), st_pack16<P>(x[6], x[7]));
+            for (int j = 0; j < 8; j++)
+                x[j] = f(head + 8 * k + j, x[j]);
+            if (STORE) *(uint4 *)(g8 + 8 * k) = st_pack8<P>(x);
         }
     }
     for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
