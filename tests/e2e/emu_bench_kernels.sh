@@ -3,8 +3,9 @@
 # against their layers' defaults, scripts/gpu-session.sh) on the CUDA
 # emulator (make emu), at 64 rows and, for the fused head, a vocabulary of
 # 1000: it runs each case, times both sides and finds their outputs bit for
-# bit the same; then, given a bad argument, it says how to call it. Its times here are the emulator's (CPU) and not
-# checked: the program is, so that it cannot rot between GPU sessions.
+# bit the same; then, given a bad argument, it says how to call it. Its
+# times here are the emulator's (CPU) and not checked: the program is, so
+# that it cannot rot between GPU sessions.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 bench=$build/bench/bench_cuda_kernels
