@@ -531,7 +531,7 @@ static st_status report(st_comm *c, const char *item, const char *mine) {
 }
 
 st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
-                       int64_t n_samples, int64_t val_samples) {
+                       int64_t n_samples, int64_t val_samples, bool send) {
     int64_t head[N_HEAD] = {p->n_params, p->n - p->n_params, batch, micro, n_samples, val_samples};
     int diff;
     ST_TRY(st_agree_first_difference(comm, head, N_HEAD, "signature", &diff));
@@ -558,6 +558,7 @@ st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batc
         describe_tensor(p->t[diff], desc, sizeof desc);
         return report(comm, item, desc);
     }
+    if (!send) return ST_OK;
     ST_TRY(st_comm_broadcast_sync(pcomm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
     if (p->buffer_count)
         ST_TRY(st_comm_broadcast_sync(pcomm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));

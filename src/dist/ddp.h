@@ -136,11 +136,13 @@ double st_dist_now(void);
  * and validation sets' sizes; val_samples -1: no validation set)
  * with int64 min/max all-reduces (agree.h); a difference is
  * ST_ERR_CONFIG naming the first differing item and what each rank has (every
- * rank returns the same error). Then broadcast parameters and buffers from
- * rank 0 over pcomm: comm itself for host arenas, the NCCL communicator for
- * arenas on a CUDA device (the comparisons stay on the host communicator). */
+ * rank returns the same error). Then, with send, broadcast parameters and
+ * buffers from rank 0 over pcomm: comm itself for host arenas, the NCCL
+ * communicator for arenas on a CUDA device (the comparisons stay on the host
+ * communicator). Without it (every rank loads the same checkpoint next)
+ * nothing is sent. */
 st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
-                       int64_t n_samples, int64_t val_samples);
+                       int64_t n_samples, int64_t val_samples, bool send);
 
 /* Arm g's backward hook for the next backward (DDP and ZeRO-1: the last
  * micro-step of a step; ZeRO-2: every micro-step): buckets start as their

@@ -52,6 +52,8 @@ typedef struct st_session {
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
+    bool init_deferred;   /* the weights were not made at the start: every rank saw a checkpoint for --resume,
+                           * whose load replaces them (train.c defer_init) */
     st_watch *read_watch; /* data.timeout_s over the reads in this thread (evaluations, 0 loader workers) */
     st_watch *store_watch; /* train.checkpoint_timeout_s over this thread's other storage (train.c) */
     char who[160];         /* "rank 0 of 2 (host h, pid p)": how every watch's line names this rank */

@@ -338,6 +338,31 @@ static st_status set_aside_previous(st_session *ses) {
     return ST_OK;
 }
 
+/* A resume that will load a checkpoint replaces every tensor of the model
+ * (st_model_load refuses a file that lacks one), so the random weights are
+ * not made first: for a large model they are much of the start (GPT-2 350M:
+ * about 6 of the 12 CPU seconds of a resume for one step), and with
+ * several ranks rank 0's are not sent to the others either. Deferred where
+ * every rank sees a checkpoint that --resume names (by the names alone):
+ * the search then takes a good one or fails (checkpoint.c find_latest: a
+ * folder of checkpoints with none good is an error). The same on every
+ * rank. One removed in between is found missing, and the weights are made
+ * then (train_loop). */
+static st_status defer_init(st_session *ses, const st_run_opts *opts) {
+    int64_t v = 0;
+    if (opts->resume) {
+        char what[4200];
+        snprintf(what, sizeof what, "looking for the checkpoint to resume from (--resume %s)", opts->resume);
+        st_watch_begin(ses->store_watch, what);
+        v = st_ckpt_peek_step(ses->cfg->train.out_dir, opts->resume) >= 0;
+        st_watch_end(ses->store_watch);
+    }
+    if (ses->world > 1)
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN, "checkpoint seen"));
+    ses->init_deferred = v != 0;
+    return ST_OK;
+}
+
 /* The command-line options every rank must share, before anything is read:
  * --resume given or not (a rank that resumes alone waits in collectives the
  * others never call), and --init on a rank above 0 only where rank 0 has
@@ -1159,7 +1184,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (dist) { /* the agreement before the strategy's set-up: a rank that differs sets nothing up */
         st_comm_set_step(ses->comm, 0);
         s = st_ddp_agree(ses->comm, gcomm, &m->params, c->train.batch_size, mb, n,
-                         ses->has_val ? ses->val.n : -1);
+                         ses->has_val ? ses->val.n : -1, !ses->init_deferred);
         if (s != ST_OK) {
             ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
             goto fail;
@@ -1298,6 +1323,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
+        }
+        if (!found && ses->init_deferred) { /* (the one seen at the start is gone: defer_init) */
+            /* Every rank makes the same values from the seed (not sent: the
+             * masters may be sharded by now); the replica check after the
+             * last step would say if they were not. */
+            ST_GOTO(st_params_init(&m->params, seed));
+            st_optim_params_written(&opt);
+            ses->init_deferred = false;
         }
     }
     if (opts->resume && dist) { /* every rank resumed from the same step */
@@ -1859,12 +1892,15 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (ses.world > 1) ST_GOTO(agree_run_opts(&ses, opts));
     ST_GOTO(check_out_dir(&ses, opts));
     /* --init's weights replace every tensor (st_model_load refuses a file
-     * that lacks one): no random values are made first */
+     * that lacks one): no random values are made first; nor where a
+     * checkpoint will (defer_init) */
     int64_t init_step;
     char init_path[4096];
     if (opts->init)
         ST_GOTO(load_init(&ses, opts, &init_step, init_path, sizeof init_path));
     else
+        ST_GOTO(defer_init(&ses, opts));
+    if (!opts->init && !ses.init_deferred)
         ST_GOTO(st_params_init(&ses.model->params,
                                (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoint and resume (DESIGN invariant 4), on one rank and on 2 (mpirun):
-# - N steps, then --resume auto for N more, saves the same bytes as 2N steps
-#   in one go, for the mlp (AdamW, dropout) and the cnn with batch-norm (SGD
-#   momentum, dropout, loader threads). The schedule is constant with warmup
+# - N steps (started with --resume auto and nothing to resume), then
+#   --resume auto for N more (whose weights are not made before the
+#   checkpoint's load), saves the same bytes as 2N steps in one go, for the
+#   mlp (AdamW, dropout) and the cnn with batch-norm (SGD momentum, dropout,
+#   loader threads). The schedule is constant with warmup
 #   because a run of N steps has a different cosine schedule from one of 2N;
 #   the SIGTERM case below checks a cosine run stopped in the middle.
 # - train.keep_checkpoints deletes the older checkpoints; a leftover
@@ -33,7 +35,8 @@ same() {
     local d=$tmp/$name args=("${common[@]}" "${const[@]}" "$@" --quiet)
     timeout 60 "$bin" train "${args[@]}" --set train.steps=$((2 * n)) --set train.out_dir="$d/full" ||
         fail "$name: the 2N-step run"
-    timeout 60 "$bin" train "${args[@]}" --set train.steps="$n" --set train.out_dir="$d/half" ||
+    # (--resume auto with nothing to resume: the seed's weights, as without it)
+    timeout 60 "$bin" train "${args[@]}" --set train.steps="$n" --set train.out_dir="$d/half" --resume auto ||
         fail "$name: the N-step run"
     timeout 60 "$bin" train "${args[@]}" --set train.steps=$((2 * n)) --set train.out_dir="$d/half" \
         --resume auto || fail "$name: the resumed run"
