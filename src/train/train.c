@@ -1325,6 +1325,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
         }
         if (!found && ses->init_deferred) { /* (the one seen at the start is gone: defer_init) */
+            if (warn)
+                fprintf(warn,
+                        "resume: warning: --resume %s named a checkpoint when the run started and none is "
+                        "there now (moved or removed since); the run starts from step 0 with new weights\n",
+                        opts->resume);
             /* Every rank makes the same values from the seed (not sent: the
              * masters may be sharded by now); the replica check after the
              * last step would say if they were not. */

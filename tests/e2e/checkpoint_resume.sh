@@ -19,6 +19,8 @@
 #   finishes it, with the same bytes as an uninterrupted run. Under mpirun,
 #   SIGTERM to one rank stops both after the same step, with the same result;
 #   started again without --resume, it is refused, nothing written.
+# - The checkpoints moved away while a resume starts (after its first look,
+#   which spared it the random weights): said, and a fresh run's bytes.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load) moves nothing.
@@ -136,6 +138,24 @@ if command -v mpirun >/dev/null; then
 else
     echo "ddp part skipped: mpirun is missing"
 fi
+
+# The checkpoints moved away after the run's first look and before its read
+# (tests/lib/vanish.c renames ckpt as `latest` is opened): the weights, not
+# made at the start for a resume that would replace them, are made then;
+# said, and the same bytes as a run started without --resume.
+cc -shared -fPIC -O2 -o "$tmp/vanish.so" tests/lib/vanish.c -ldl || fail "cannot build tests/lib/vanish.c"
+d=$tmp/vanish
+args=("${common[@]}" "${const[@]}" "${mlp6[@]}" --quiet --set train.steps=6)
+timeout 60 "$bin" train "${args[@]}" --set train.out_dir="$d/fresh" || fail "vanish: the 6-step run"
+timeout 60 "$bin" train "${args[@]}" --set train.steps=3 --set train.out_dir="$d/run" || fail "vanish: 3 steps"
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_MATCH=/ckpt/latest timeout 60 "$bin" train "${args[@]}" \
+    --set train.out_dir="$d/run" --resume auto 2>&1) || fail "vanish: the resume: $out"
+grep -q "^vanish: moved $d/run/ckpt to" <<<"$out" || fail "vanish: the shim moved nothing: $out"
+grep -q "^resume: warning: --resume auto named a checkpoint when the run started and none is there now" <<<"$out" ||
+    fail "vanish: the resume did not say the checkpoint went away: $out"
+cmp "$d/fresh/model.safetensors" "$d/run/model.safetensors" ||
+    fail "vanish: the weights made late differ from a fresh run's"
+echo "checkpoints gone between the first look and the read: said, and a fresh run's bytes"
 
 # keep_checkpoints, and the fallback from a damaged latest checkpoint.
 d=$tmp/keep
