@@ -339,28 +339,44 @@ static st_status set_aside_previous(st_session *ses) {
 }
 
 /* A resume that will load a checkpoint replaces every tensor of the model
- * (st_model_load refuses a file that lacks one), so the random weights are
- * not made first: for a large model they are much of the start (GPT-2 350M:
- * about 6 of the 12 CPU seconds of a resume for one step), and with
- * several ranks rank 0's are not sent to the others either. Deferred where
- * every rank sees a checkpoint that --resume names (by the names alone):
- * the search then takes a good one or fails (checkpoint.c find_latest: a
- * folder of checkpoints with none good is an error). The same on every
- * rank. One removed in between is found missing, and the weights are made
+ * (st_model_load refuses a file that lacks one), so the first weights are
+ * neither made nor read (--init, said): for a large model they are much of
+ * the start (GPT-2 350M: about 6 of the 12 CPU seconds of a resume for one
+ * step), and with several ranks rank 0's are not sent to the others either.
+ * Deferred where every rank sees a checkpoint that --resume names (by the
+ * names alone; the search then takes a good one or fails: checkpoint.c
+ * find_latest, a folder of checkpoints with none good is an error) and
+ * --init is given to every rank or none. The same on every rank. One
+ * removed in between is found missing, and the weights are made or read
  * then (train_loop). */
 static st_status defer_init(st_session *ses, const st_run_opts *opts) {
-    int64_t v = 0;
+    /* {seen, --init given, -(--init given)}: a minimum over the ranks */
+    int64_t v[3] = {0, opts->init != NULL, -(opts->init != NULL)};
     if (opts->resume) {
         char what[4200];
         snprintf(what, sizeof what, "looking for the checkpoint to resume from (--resume %s)", opts->resume);
         st_watch_begin(ses->store_watch, what);
-        v = st_ckpt_peek_step(ses->cfg->train.out_dir, opts->resume) >= 0;
+        v[0] = st_ckpt_peek_step(ses->cfg->train.out_dir, opts->resume) >= 0;
         st_watch_end(ses->store_watch);
     }
     if (ses->world > 1)
-        ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN, "checkpoint seen"));
-    ses->init_deferred = v != 0;
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN, "checkpoint seen"));
+    /* (--init on some ranks only: rank 0's weights, read and sent, are
+     * what the others would start from if the checkpoint went away) */
+    ses->init_deferred = v[0] != 0 && v[1] == -v[2];
+    if (ses->init_deferred && opts->init && ses->rank == 0 && !opts->quiet)
+        fprintf(ses->out, "weights: --init %s not read: the checkpoint --resume %s names replaces them\n",
+                opts->init, opts->resume);
     return ST_OK;
+}
+
+/* The weights a run starts from: --init's, or made from train.seed (on a
+ * device: made on the host, copied). */
+static st_status first_weights(st_session *ses, const st_run_opts *opts) {
+    int64_t step;
+    char path[4096];
+    if (opts->init) return load_init(ses, opts, &step, path, sizeof path);
+    return st_params_init(&ses->model->params, (uint64_t)ses->cfg->train.seed);
 }
 
 /* The command-line options every rank must share, before anything is read:
@@ -1328,12 +1344,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (warn)
                 fprintf(warn,
                         "resume: warning: --resume %s named a checkpoint when the run started and none is "
-                        "there now (moved or removed since); the run starts from step 0 with new weights\n",
-                        opts->resume);
-            /* Every rank makes the same values from the seed (not sent: the
-             * masters may be sharded by now); the replica check after the
-             * last step would say if they were not. */
-            ST_GOTO(st_params_init(&m->params, seed));
+                        "there now (moved or removed since); the run starts from step 0, from %s\n",
+                        opts->resume, opts->init ? "--init's weights" : "new weights");
+            /* Every rank makes the same values from the seed or reads the
+             * same --init (not sent: the masters may be sharded by now); the
+             * replica check after the last step would say if they were not. */
+            ST_GOTO(first_weights(ses, opts));
             st_optim_params_written(&opt);
             ses->init_deferred = false;
         }
@@ -1897,17 +1913,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (ses.world > 1) ST_GOTO(agree_run_opts(&ses, opts));
     ST_GOTO(check_out_dir(&ses, opts));
     /* --init's weights replace every tensor (st_model_load refuses a file
-     * that lacks one): no random values are made first; nor where a
-     * checkpoint will (defer_init) */
-    int64_t init_step;
-    char init_path[4096];
-    if (opts->init)
-        ST_GOTO(load_init(&ses, opts, &init_step, init_path, sizeof init_path));
-    else
-        ST_GOTO(defer_init(&ses, opts));
-    if (!opts->init && !ses.init_deferred)
-        ST_GOTO(st_params_init(&ses.model->params,
-                               (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
+     * that lacks one): no random values are made first; and a checkpoint
+     * replaces both (defer_init) */
+    ST_GOTO(defer_init(&ses, opts));
+    if (!ses.init_deferred) ST_GOTO(first_weights(&ses, opts));
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
      * architecture peak for the run's precision, on the CPU a short sgemm. */
     st_device_props dp;

@@ -21,6 +21,8 @@
 #   started again without --resume, it is refused, nothing written.
 # - The checkpoints moved away while a resume starts (after its first look,
 #   which spared it the random weights): said, and a fresh run's bytes.
+#   --init with --resume: the checkpoint's weights, --init not read (said);
+#   with the checkpoints gone, --init's.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load) moves nothing.
@@ -156,6 +158,32 @@ grep -q "^resume: warning: --resume auto named a checkpoint when the run started
 cmp "$d/fresh/model.safetensors" "$d/run/model.safetensors" ||
     fail "vanish: the weights made late differ from a fresh run's"
 echo "checkpoints gone between the first look and the read: said, and a fresh run's bytes"
+# --init with --resume (one command line for every restart of a fine-tuning
+# job): the checkpoint's weights, --init not read (said); the checkpoints
+# gone as above, --init's read then; both the bytes of 6 steps from --init.
+w=$d/fresh/model.safetensors
+loud=()
+for a in "${args[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+timeout 60 "$bin" train "${args[@]}" --init "$w" --set train.out_dir="$d/ft_full" || fail "init: 6 steps"
+for how in resume vanish; do
+    timeout 60 "$bin" train "${args[@]}" --init "$w" --set train.steps=3 --set train.out_dir="$d/ft_$how" ||
+        fail "init: 3 steps"
+    pre=()
+    [ $how = resume ] || pre=(env LD_PRELOAD="$tmp/vanish.so" ST_VANISH_MATCH=/ckpt/latest)
+    out=$("${pre[@]}" timeout 60 "$bin" train "${loud[@]}" --init "$w" --set train.out_dir="$d/ft_$how" \
+        --resume auto 2>&1) || fail "init: --init with --resume ($how): $out"
+    if [ $how = resume ]; then
+        grep -q "^weights: --init $w not read: the checkpoint --resume auto names replaces them$" <<<"$out" &&
+            grep -q "^resumed from $d/ft_resume/ckpt/step-3 at step 3$" <<<"$out" ||
+            fail "init: --init with --resume did not say it passed --init over: $out"
+    else
+        grep -q "^resume: warning: --resume auto named a checkpoint when the run started and none is there now" \
+            <<<"$out" || fail "init: the checkpoints gone: not said: $out"
+    fi
+    cmp "$d/ft_full/model.safetensors" "$d/ft_$how/model.safetensors" ||
+        fail "init: --init with --resume ($how): not the bytes of 6 steps from --init"
+done
+echo "--init with --resume: the checkpoint's weights, --init not read (said); gone: --init's"
 
 # keep_checkpoints, and the fallback from a damaged latest checkpoint.
 d=$tmp/keep
