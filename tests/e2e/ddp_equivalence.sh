@@ -75,6 +75,13 @@ if cmp -s "$tmp/bc-both/model.safetensors" "$tmp/bc-r0/model.safetensors" &&
 else
     fail "broadcast: rank 0 alone with --init trains other weights than both ranks with it"
 fi
+# ... and resumed so (defer_init's agreement: rank 0's --init is read and
+# sent, the checkpoint then loaded), at its last step: the same bytes
+cp "$tmp/bc-r0/model.safetensors" "$tmp/bc-r0.safetensors"
+"${mpi[@]}" -np 1 "$bin" train "${bc[@]}" --init "$w" --set train.out_dir="$tmp/bc-r0" --resume auto : \
+    -np 1 "$bin" train "${bc[@]}" --set train.out_dir="$tmp/bc-r0" --resume auto >/dev/null ||
+    fail "broadcast: rank 0 with --init, resumed"
+cmp -s "$tmp/bc-r0.safetensors" "$tmp/bc-r0/model.safetensors" || fail "broadcast: the resume changed the weights"
 equiv cnn 4 1e-4 --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1] \
     --set model.batchnorm=false "${sgd[@]}"
 
