@@ -210,14 +210,21 @@ static void test_gpu_placement(void) {
     snprintf(all + 1503 * S, S, "node0187 0000:07:00.0"); /* its own again */
     CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
     CHECK(a == 2050 && b == 2051, "three on one GPU: the two lowest, %d and %d", a, b);
+    for (int r = 0; r < W; r++) /* a UUID each after '|': said, not compared */
+        snprintf(all + r * S, S, "node%04d 0000:%02x:00.0|GPU-%04d", r / 8, r % 8, r);
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == -1 && b == -1, "each on its own GPU, with UUIDs: %d %d", a, b);
+    snprintf(all + 77 * S, S, "node0009 0000:03:00.0|MIG-77"); /* a MIG slice of 75's GPU */
+    CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
+    CHECK(a == 75 && b == 77, "MIG slices of one GPU (one address, two UUIDs): %d and %d", a, b);
     for (int r = 0; r < W; r++) /* on the CPU */
         all[r * S] = '\0';
     CHECK_OK(st_agree_first_shared(all, W, S, &a, &b));
     CHECK(a == -1, "ranks on the CPU share no GPU: %d %d", a, b);
     st_comm *c = open_local();
-    char gpu[64];
-    CHECK_OK(st_agree_gpus(c, "host 0000:01:00.0", &a, &b, gpu, sizeof gpu));
-    CHECK(a == -1 && b == -1 && !gpu[0], "one rank: %d %d %s", a, b, gpu);
+    char gpu[64], gpu_b[64];
+    CHECK_OK(st_agree_gpus(c, "host 0000:01:00.0|GPU-1", &a, &b, gpu, gpu_b, sizeof gpu));
+    CHECK(a == -1 && b == -1 && !gpu[0] && !gpu_b[0], "one rank: %d %d %s", a, b, gpu);
     st_comm_free(c);
 }
 

@@ -134,10 +134,18 @@ done:
     return s;
 }
 
-/* Texts in place in one gathered array: by text, then by address (rank). */
+/* Two texts compared as far as a '|' or their end: what follows it is said, not compared. */
+static int key_cmp(const char *p, const char *q) {
+    for (;; p++, q++) {
+        const int x = *p == '|' ? 0 : (unsigned char)*p, y = *q == '|' ? 0 : (unsigned char)*q;
+        if (x != y || !x) return x - y;
+    }
+}
+
+/* Texts in place in one gathered array: by key, then by address (rank). */
 static int by_text_then_rank(const void *x, const void *y) {
     const char *p = *(const char *const *)x, *q = *(const char *const *)y;
-    const int d = strcmp(p, q);
+    const int d = key_cmp(p, q);
     return d ? d : (p > q) - (p < q);
 }
 
@@ -152,21 +160,24 @@ st_status st_agree_first_shared(const char *all, int world, size_t stride, int *
     qsort(by, (size_t)world, sizeof *by, by_text_then_rank);
     for (int i = 0; i + 1 < world; i++) {
         const int r = (int)((size_t)(by[i] - all) / stride), q = (int)((size_t)(by[i + 1] - all) / stride);
-        if (by[i][0] && strcmp(by[i], by[i + 1]) == 0 && (*a < 0 || r < *a)) *a = r, *b = q;
-        while (i + 1 < world && strcmp(by[i], by[i + 1]) == 0)
+        if (by[i][0] && key_cmp(by[i], by[i + 1]) == 0 && (*a < 0 || r < *a)) *a = r, *b = q;
+        while (i + 1 < world && key_cmp(by[i], by[i + 1]) == 0)
             i++; /* to the run's last */
     }
     free(by);
     return ST_OK;
 }
 
-st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu, size_t n) {
+st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu_a, char *gpu_b, size_t n) {
     *a = *b = -1;
-    if (n) gpu[0] = '\0';
+    if (n) gpu_a[0] = gpu_b[0] = '\0';
     char *all = NULL;
     st_status s = gather_texts(c, mine, "the ranks' GPUs", &all);
     if (s == ST_OK) s = st_agree_first_shared(all, st_comm_size(c), ST_AGREE_DESC_MAX, a, b);
-    if (s == ST_OK && *a >= 0 && n) snprintf(gpu, n, "%s", all + (size_t)*a * ST_AGREE_DESC_MAX);
+    if (s == ST_OK && *a >= 0 && n) {
+        snprintf(gpu_a, n, "%s", all + (size_t)*a * ST_AGREE_DESC_MAX);
+        snprintf(gpu_b, n, "%s", all + (size_t)*b * ST_AGREE_DESC_MAX);
+    }
     free(all);
     return s;
 }

@@ -54,14 +54,18 @@ st_status st_agree_report(st_comm *c, const char *what, const char *item, const 
 
 /* Every rank on a GPU of its own (NCCL refuses two on one, and two would
  * share its memory and time). Each rank names its GPU as text unique on the
- * cluster, `mine` ("host PCI-address UUID"; "" on the CPU or when the
- * address is unknown); the texts are gathered, and *a < *b are the first two ranks
- * with the same one (-1 and -1 when there are none, the same on every
- * rank), `gpu` their text. */
-st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu, size_t n);
+ * cluster, `mine` ("host PCI-address|UUID"; "" on the CPU or when the
+ * address is unknown); the texts are gathered, and *a < *b are the first
+ * two ranks with the same one as far as its '|' (-1 and -1 when there are
+ * none, the same on every rank), gpu_a and gpu_b (n bytes each) their
+ * texts. What follows a '|' is said, not compared: MIG slices of one GPU
+ * have a UUID each and one PCI address, and NCCL takes a GPU by its
+ * address. */
+st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu_a, char *gpu_b, size_t n);
 /* Its comparison: `world` texts, one every `stride` bytes of `all`; *a < *b
- * the lowest rank holding a text another holds and the next that holds it,
- * -1 and -1 when none is held twice ("" is never compared). */
+ * the lowest rank holding a text another holds (as far as a '|') and the
+ * next that holds it, -1 and -1 when none is held twice ("" is never
+ * compared). */
 st_status st_agree_first_shared(const char *all, int world, size_t stride, int *a, int *b);
 
 /* Every rank's status for `what`: ST_OK everywhere, or this rank's error, or

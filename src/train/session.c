@@ -173,24 +173,37 @@ static st_status agree_device(st_session *s, bool auto_) {
     char why[512] = "another rank has no usable CUDA device (its message says why)";
     char note[ST_CFG_NOTE] = "another rank has no usable CUDA device: every rank trains on the CPU";
     if (all) { /* every rank on a GPU: each on its own? */
-        /* host, PCI address (what the message names) and UUID (two MIG slices of one GPU share its address)
-         */
-        char mine[ST_AGREE_DESC_MAX] = "", gpu[ST_AGREE_DESC_MAX];
+        /* host and PCI address, compared; the UUID, said: MIG slices of one
+         * GPU have a UUID each and its address, by which NCCL takes a GPU
+         * (it refuses two ranks at one address of a host: "Duplicate GPU") */
+        char mine[ST_AGREE_DESC_MAX] = "", gpu_a[ST_AGREE_DESC_MAX], gpu_b[ST_AGREE_DESC_MAX];
         const char *pci = st_device_pci_bus_id(s->dev);
         if (pci[0])
-            snprintf(mine, sizeof mine, "%s %s %s", st_comm_host(s->comm), pci, st_device_uuid(s->dev));
+            snprintf(mine, sizeof mine, "%s %s|%s", st_comm_host(s->comm), pci, st_device_uuid(s->dev));
         int a, b;
-        ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu, sizeof gpu));
+        ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu_a, gpu_b, sizeof gpu_a));
         if (a < 0) return ST_OK;
-        char host[ST_AGREE_DESC_MAX] = "?", at[ST_AGREE_DESC_MAX] = "?", uuid[ST_AGREE_DESC_MAX] = "";
-        sscanf(gpu, "%159s %159s %159s", host, at, uuid);
-        snprintf(
-            why, sizeof why,
-            "ranks %d and %d would both train on the GPU at %s%s%s%s of host %s (a rank takes the GPU of "
-            "its rank on its node among those it sees, modulo their number): run as many ranks on a node "
-            "as it has GPUs (scaletrain launch -n auto), or give each rank its own (srun "
-            "--gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per rank)",
-            a, b, at, uuid[0] ? " (" : "", uuid, uuid[0] ? ")" : "", host);
+        char host[ST_AGREE_DESC_MAX] = "?", at[ST_AGREE_DESC_MAX] = "?";
+        sscanf(gpu_a, "%159s %159[^|]", host, at);
+        const char *ua = strchr(gpu_a, '|'), *ub = strchr(gpu_b, '|');
+        ua = ua ? ua + 1 : "";
+        ub = ub ? ub + 1 : "";
+        if (ua[0] && ub[0] && strcmp(ua, ub) != 0) /* two MIG slices of one GPU */
+            snprintf(
+                why, sizeof why,
+                "ranks %d and %d would train on two MIG slices (%s and %s) of the GPU at %s of host %s: NCCL "
+                "connects one rank per physical GPU (it takes a GPU by its PCI address, which the slices "
+                "share): run one rank on this GPU, or give each rank a GPU of its own (scaletrain launch -n "
+                "auto, srun --gpus-per-task=1)",
+                a, b, ua, ub, at, host);
+        else
+            snprintf(
+                why, sizeof why,
+                "ranks %d and %d would both train on the GPU at %s%s%s%s of host %s (a rank takes the GPU "
+                "of its rank on its node among those it sees, modulo their number): run as many ranks on "
+                "a node as it has GPUs (scaletrain launch -n auto), or give each rank its own (srun "
+                "--gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per rank)",
+                a, b, at, ua[0] ? " (" : "", ua, ua[0] ? ")" : "", host);
         snprintf(note, sizeof note, "ranks %d and %d would share a GPU: every rank trains on the CPU", a, b);
         if (auto_ && s->rank == 0) st_ticker_sayf("scaletrain: note: %s; training on the CPU\n", why);
     } else if (!s->dev) {

@@ -352,8 +352,12 @@ static ncclResult_t join(ncclComm *c, const ncclUniqueId &id) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     std::vector<uint64_t> all((size_t)size * 2);
-    /* the device as the machine numbers it: ranks seeing one GPU each all call theirs 0 */
-    const uint64_t mine[2] = {fnv(host, strlen(host)), (uint64_t)st_emu_machine_device(c->device)};
+    /* the device by its PCI address, as NCCL takes it (its busId): ranks
+     * seeing one GPU each all call theirs 0, and MIG slices of one GPU
+     * (ST_CUDAEMU_MIG) share one */
+    char bus[32] = "";
+    cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device);
+    const uint64_t mine[2] = {fnv(host, strlen(host)), fnv(bus, strlen(bus))};
     if (size != c->nranks || me != c->rank) {
         res = fail(NULL, ncclInvalidUsage,
                    "ncclCommInitRank: %d processes hold this id and this one is number %d of them, but it was told "
@@ -364,10 +368,11 @@ static ncclResult_t join(ncclComm *c, const ncclUniqueId &id) {
     } else {
         for (int j = 0; j < size && res == ncclSuccess; j++)
             if (j != me && all[2 * (size_t)j] == mine[0] && all[2 * (size_t)j + 1] == mine[1])
-                res = fail(NULL, ncclInvalidUsage,
-                           "Duplicate GPU detected: rank %d and rank %d both on CUDA device %d of host %s (one "
-                           "device per rank; ST_CUDAEMU_DEVICES gives the emulator more)",
-                           me, j, c->device, host);
+                res =
+                    fail(NULL, ncclInvalidUsage,
+                         "Duplicate GPU detected: rank %d and rank %d both on the GPU at %s of host %s (one "
+                         "device per rank; ST_CUDAEMU_DEVICES gives the emulator more)",
+                         me, j, bus, host);
     }
     if (res != ncclSuccess) MPI_Comm_free(&c->mpi);
     return res;

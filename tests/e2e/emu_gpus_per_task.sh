@@ -8,8 +8,9 @@
 #  1. each rank sees only the GPU of its rank on the node: 2 ranks with
 #     train.device cuda train, each on its own (the emulated NCCL refuses two
 #     ranks on one), to the same loss as 2 ranks that both see both GPUs;
-#     and on two MIG slices of one GPU (the same PCI address, a UUID each:
-#     ST_CUDAEMU_MIG=1) the same;
+#     on two MIG slices of one GPU (the same PCI address, a UUID each:
+#     ST_CUDAEMU_MIG=1), which NCCL refuses, cuda fails on both ranks before
+#     NCCL starts, naming the slices, and auto trains on the CPU;
 #  2. both ranks see only the machine's GPU 1 (a wrong CUDA_VISIBLE_DEVICES):
 #     train.device cuda fails on both ranks, naming the two ranks, the GPU
 #     and the fix, before NCCL starts; auto trains both on the CPU, its
@@ -49,10 +50,20 @@ own=$(last "$tmp/own.txt") both=$(last "$tmp/both.txt")
     fail "a GPU each: loss '$own'; both GPUs seen: '$both' (the same computation, the same bits expected)"
 grep -q "device: *cuda " "$tmp/own.txt" || fail "a GPU each: the run did not say it trains on the GPU"
 
-# 1b. the same on MIG slices of one GPU: one PCI address, a UUID each
+# 1b. MIG slices of one GPU (one PCI address, a UUID each), a slice each:
+# refused on both ranks before NCCL (whose duplicate check compares PCI
+# addresses), naming the slices; auto trains on the CPU
 ST_CUDAEMU_DEVICES=2 ST_CUDAEMU_MIG=1 "${mpi[@]}" -np 2 "$tmp/own_gpu.sh" "$bin" "${tr[@]}" --set train.device=cuda \
-    --set train.out_dir="$tmp/mig" >"$tmp/mig.txt" 2>&1 || fail "2 ranks, a MIG slice each: $(tail -5 "$tmp/mig.txt")"
-[ "$(last "$tmp/mig.txt")" = "$own" ] || fail "a MIG slice each: loss '$(last "$tmp/mig.txt")', a GPU each '$own'"
+    --set train.out_dir="$tmp/mig" >"$tmp/mig.txt" 2>&1 && fail "2 ranks on MIG slices of one GPU trained"
+want="ranks 0 and 1 would train on two MIG slices (GPU-[0-9a-f-]* and GPU-[0-9a-f-]*) of the GPU at 0000:00:00.0 of host $host: NCCL connects one rank per physical GPU"
+n=$(grep -c "$want" "$tmp/mig.txt")
+[ "$n" -eq 2 ] || fail "MIG slices: '$want' said by $n ranks, not both: $(grep -m3 -i error "$tmp/mig.txt")"
+grep -q "Duplicate GPU" "$tmp/mig.txt" && fail "MIG slices reached NCCL's own check"
+ST_CUDAEMU_DEVICES=2 ST_CUDAEMU_MIG=1 "${mpi[@]}" -np 2 "$tmp/own_gpu.sh" "$bin" "${tr[@]}" --set train.device=auto \
+    --set train.out_dir="$tmp/mig_auto" >"$tmp/mig_auto.txt" 2>&1 ||
+    fail "auto on MIG slices of one GPU: $(tail -5 "$tmp/mig_auto.txt")"
+grep -qE "device: +cpu +# auto: ranks 0 and 1 would share a GPU: every rank trains on the CPU" "$tmp/mig_auto.txt" ||
+    fail "auto on MIG slices: not on the CPU, or not saying why: $(grep -m2 "device:" "$tmp/mig_auto.txt")"
 
 # 2. both ranks on the machine's GPU 1
 export_vis=(-x CUDA_VISIBLE_DEVICES=1)
