@@ -344,26 +344,24 @@ static st_status set_aside_previous(st_session *ses) {
  * the start (GPT-2 350M: about 6 of the 12 CPU seconds of a resume for one
  * step), and with several ranks rank 0's are not sent to the others either.
  * Deferred where every rank sees a checkpoint that --resume names (by the
- * names alone; the search then takes a good one or fails: checkpoint.c
- * find_latest, a folder of checkpoints with none good is an error) and
- * --init is given to every rank or none. The same on every rank. One
- * removed in between is found missing, and the weights are made or read
- * then (train_loop). */
+ * names alone). The search then takes a good one or fails (checkpoint.c
+ * find_latest: a folder of checkpoints with none good is an error), and
+ * finding none at all where one was seen is an error too (train_loop):
+ * the folder was moved or could not be listed, and starting over would set
+ * its checkpoints aside once it can be again. The same on every rank. */
 static st_status defer_init(st_session *ses, const st_run_opts *opts) {
-    /* {seen, --init given, -(--init given)}: a minimum over the ranks */
-    int64_t v[3] = {0, opts->init != NULL, -(opts->init != NULL)};
+    int64_t seen = 0;
     if (opts->resume) {
         char what[4200];
         snprintf(what, sizeof what, "looking for the checkpoint to resume from (--resume %s)", opts->resume);
         st_watch_begin(ses->store_watch, what);
-        v[0] = st_ckpt_peek_step(ses->cfg->train.out_dir, opts->resume) >= 0;
+        seen = st_ckpt_peek_step(ses->cfg->train.out_dir, opts->resume) >= 0;
         st_watch_end(ses->store_watch);
     }
-    if (ses->world > 1)
-        ST_TRY(st_comm_all_reduce_sync(ses->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN, "checkpoint seen"));
-    /* (--init on some ranks only: rank 0's weights, read and sent, are
-     * what the others would start from if the checkpoint went away) */
-    ses->init_deferred = v[0] != 0 && v[1] == -v[2];
+    if (ses->world > 1) /* (every rank, --resume or not: agree_run_opts made them agree on it) */
+        ST_TRY(
+            st_comm_all_reduce_sync(ses->comm, &seen, &seen, 1, ST_COMM_I64, ST_COMM_MIN, "checkpoint seen"));
+    ses->init_deferred = seen != 0;
     if (ses->init_deferred && opts->init && ses->rank == 0 && !opts->quiet)
         fprintf(ses->out, "weights: --init %s not read: the checkpoint --resume %s names replaces them\n",
                 opts->init, opts->resume);
@@ -1337,21 +1335,17 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 sc.skipped = ck.skipped_steps;
             }
             if (log) fprintf(log, "resumed from %s at step %lld\n", dir, (long long)ck.step);
+        } else if (ses->init_deferred) { /* one was seen at the start (defer_init) */
+            ses->agreed_error = dist;    /* (the ranks agreed there is none: st_ckpt_find_shared) */
+            s = st_fail(ST_ERR_IO,
+                        "resume: --resume %s named a checkpoint in %s/ckpt when the run started, and none is "
+                        "there now (moved or removed since, or the folder could not be listed); nothing was "
+                        "written. Resume again once the checkpoints are back, or move the folder aside to "
+                        "start over",
+                        opts->resume, c->train.out_dir);
+            goto fail;
         } else if (log) {
             fprintf(log, "resume: no checkpoint in %s/ckpt; starting from step 0\n", c->train.out_dir);
-        }
-        if (!found && ses->init_deferred) { /* (the one seen at the start is gone: defer_init) */
-            if (warn)
-                fprintf(warn,
-                        "resume: warning: --resume %s named a checkpoint when the run started and none is "
-                        "there now (moved or removed since); the run starts from step 0, from %s\n",
-                        opts->resume, opts->init ? "--init's weights" : "new weights");
-            /* Every rank makes the same values from the seed or reads the
-             * same --init (not sent: the masters may be sharded by now); the
-             * replica check after the last step would say if they were not. */
-            ST_GOTO(first_weights(ses, opts));
-            st_optim_params_written(&opt);
-            ses->init_deferred = false;
         }
     }
     if (opts->resume && dist) { /* every rank resumed from the same step */

@@ -75,8 +75,9 @@ if cmp -s "$tmp/bc-both/model.safetensors" "$tmp/bc-r0/model.safetensors" &&
 else
     fail "broadcast: rank 0 alone with --init trains other weights than both ranks with it"
 fi
-# ... and resumed so (defer_init's agreement: rank 0's --init is read and
-# sent, the checkpoint then loaded), at its last step: the same bytes
+# ... and resumed so (train.c defer_init's all-reduce on every rank, with
+# --init or not; the checkpoint's weights, --init not read), at its last
+# step: the same bytes
 cp "$tmp/bc-r0/model.safetensors" "$tmp/bc-r0.safetensors"
 "${mpi[@]}" -np 1 "$bin" train "${bc[@]}" --init "$w" --set train.out_dir="$tmp/bc-r0" --resume auto : \
     -np 1 "$bin" train "${bc[@]}" --set train.out_dir="$tmp/bc-r0" --resume auto >/dev/null ||
