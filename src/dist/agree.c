@@ -160,7 +160,8 @@ st_status st_agree_first_shared(const char *all, int world, size_t stride, int *
     qsort(by, (size_t)world, sizeof *by, by_text_then_rank);
     for (int i = 0; i + 1 < world; i++) {
         const int r = (int)((size_t)(by[i] - all) / stride), q = (int)((size_t)(by[i + 1] - all) / stride);
-        if (by[i][0] && key_cmp(by[i], by[i + 1]) == 0 && (*a < 0 || r < *a)) *a = r, *b = q;
+        const bool keyed = by[i][0] && by[i][0] != '|'; /* ("" is a rank on the CPU) */
+        if (keyed && key_cmp(by[i], by[i + 1]) == 0 && (*a < 0 || r < *a)) *a = r, *b = q;
         while (i + 1 < world && key_cmp(by[i], by[i + 1]) == 0)
             i++; /* to the run's last */
     }

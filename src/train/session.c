@@ -14,6 +14,7 @@
 #include "core/blas.h"
 #include "core/outq.h"
 #include "core/pages.h"
+#include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "dist/agree.h"
@@ -162,6 +163,18 @@ no_gpu:
     return ST_OK;
 }
 
+/* This boot of this machine: a hash of the kernel's boot_id (0 where it
+ * cannot be read, as in containers that hide /proc/sys). */
+static unsigned boot_hash(void) {
+    char id[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(id, sizeof id, f)) id[0] = '\0';
+        fclose(f);
+    }
+    return (unsigned)st_hash_str(id);
+}
+
 /* Several ranks: every one on a GPU of its own or none on a GPU (NCCL needs
  * them all, each on its own GPU, and the ranks of one run compute alike).
  * With auto, a rank without a usable GPU, or two ranks on one GPU (more
@@ -173,18 +186,21 @@ static st_status agree_device(st_session *s, bool auto_) {
     char why[512] = "another rank has no usable CUDA device (its message says why)";
     char note[ST_CFG_NOTE] = "another rank has no usable CUDA device: every rank trains on the CPU";
     if (all) { /* every rank on a GPU: each on its own? */
-        /* host and PCI address, compared; the UUID, said: MIG slices of one
-         * GPU have a UUID each and its address, by which NCCL takes a GPU
-         * (it refuses two ranks at one address of a host: "Duplicate GPU") */
+        /* host (its name and boot, as NCCL tells hosts apart: two machines
+         * may share a name) and PCI address, compared; the UUID, said: MIG
+         * slices of one GPU have a UUID each and its address, by which NCCL
+         * takes a GPU (it refuses two ranks at one address of a host:
+         * "Duplicate GPU") */
         char mine[ST_AGREE_DESC_MAX] = "", gpu_a[ST_AGREE_DESC_MAX], gpu_b[ST_AGREE_DESC_MAX];
         const char *pci = st_device_pci_bus_id(s->dev);
         if (pci[0])
-            snprintf(mine, sizeof mine, "%s %s|%s", st_comm_host(s->comm), pci, st_device_uuid(s->dev));
+            snprintf(mine, sizeof mine, "%s %s %08x|%s", st_comm_host(s->comm), pci, boot_hash(),
+                     st_device_uuid(s->dev));
         int a, b;
         ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu_a, gpu_b, sizeof gpu_a));
         if (a < 0) return ST_OK;
         char host[ST_AGREE_DESC_MAX] = "?", at[ST_AGREE_DESC_MAX] = "?";
-        sscanf(gpu_a, "%159s %159[^|]", host, at);
+        sscanf(gpu_a, "%159s %159s", host, at); /* (the host, the PCI address) */
         const char *ua = strchr(gpu_a, '|'), *ub = strchr(gpu_b, '|');
         ua = ua ? ua + 1 : "";
         ub = ub ? ub + 1 : "";

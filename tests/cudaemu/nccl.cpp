@@ -356,7 +356,8 @@ static ncclResult_t join(ncclComm *c, const ncclUniqueId &id) {
      * seeing one GPU each all call theirs 0, and MIG slices of one GPU
      * (ST_CUDAEMU_MIG) share one */
     char bus[32] = "";
-    cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device);
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device) != cudaSuccess)
+        snprintf(bus, sizeof bus, "device %d", st_emu_machine_device(c->device));
     const uint64_t mine[2] = {fnv(host, strlen(host)), fnv(bus, strlen(bus))};
     if (size != c->nranks || me != c->rank) {
         res = fail(NULL, ncclInvalidUsage,
