@@ -239,7 +239,12 @@ st_status st_ckpt_list(const char *ckdir, int64_t **out, int *n) {
     *out = NULL;
     *n = 0;
     DIR *d = opendir(ckdir);
-    if (!d) return ST_OK;
+    if (!d && (errno == ENOENT || errno == ENOTDIR)) return ST_OK;
+    if (!d)
+        return st_fail(ST_ERR_IO,
+                       "cannot list the checkpoint folder %s: %s (check its permissions and its file system, "
+                       "then try again)",
+                       ckdir, strerror(errno));
     int cap = 0;
     struct dirent *e;
     st_status s = ST_OK;
@@ -305,7 +310,10 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     if (cfg->train.keep_checkpoints > 0) {
         int64_t *steps;
         int n;
-        ST_TRY(st_ckpt_list(ckdir, &steps, &n));
+        if (st_ckpt_list(ckdir, &steps, &n) != ST_OK) { /* (saved: the older ones go at the next save) */
+            st_clear_error();
+            return ST_OK;
+        }
         for (int i = (int)cfg->train.keep_checkpoints; i < n; i++) {
             if (steps[i] == state->step) continue;
             snprintf(path, sizeof path, "%s/step-%lld", ckdir, (long long)steps[i]);

@@ -104,7 +104,9 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
 
 /* The steps of the checkpoints (step-N directories) in the checkpoint folder
  * ckdir, newest first; *n of them in *steps (malloc'd; NULL when none, and
- * none when ckdir does not exist). */
+ * none when ckdir does not exist). A folder that exists and cannot be
+ * listed (permissions, a network file system's error) is ST_ERR_IO: a
+ * resume must not take it for an empty one and start over. */
 st_status st_ckpt_list(const char *ckdir, int64_t **steps, int *n);
 
 /* What a path names among checkpoints, and the directory that goes with it:

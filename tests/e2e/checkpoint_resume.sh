@@ -20,8 +20,9 @@
 #   SIGTERM to one rank stops both after the same step, with the same result;
 #   started again without --resume, it is refused, nothing written.
 # - The checkpoints moved away while a resume starts (after its first look,
-#   which spared it the first weights): an error, nothing written. --init
-#   with --resume: the checkpoint's weights, --init not read (said).
+#   which spared it the first weights), or there and unreadable (EIO): an
+#   error, nothing written. --init with --resume: the checkpoint's weights,
+#   --init not read (said).
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load) moves nothing.
@@ -158,6 +159,17 @@ grep -q "error: resume: --resume auto named a checkpoint in $d/run/ckpt when the
 cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics.jsonl" "$d/run.metrics.jsonl" &&
     [ ! -e "$d/run/ckpt" ] || fail "vanish: the failed resume wrote in out_dir: $(ls "$d/run")"
 echo "checkpoints gone between the first look and the read: an error, nothing written"
+# The checkpoint folder there but unreadable (opendir fails with EIO): an
+# error naming it, nothing written, where it was taken for an empty folder
+# and the run started over.
+mv "$d/run/ckpt.gone" "$d/run/ckpt"
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_EIO=/run/ckpt timeout 60 "$bin" train "${args[@]}" \
+    --set train.out_dir="$d/run" --resume auto 2>&1) && fail "eio: the resume went on: $out"
+grep -q "cannot list the checkpoint folder $d/run/ckpt: Input/output error" <<<"$out" ||
+    fail "eio: the error does not name the folder: $out"
+cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics.jsonl" "$d/run.metrics.jsonl" &&
+    [ "$(ls "$d/run/ckpt")" = "$(printf 'latest\nstep-3')" ] || fail "eio: the failed resume wrote in out_dir"
+echo "a checkpoint folder that cannot be listed: an error naming it, nothing written"
 # --init with --resume (one command line for every restart of a fine-tuning
 # job): the checkpoint's weights, --init not read (said); the bytes of 6
 # steps from --init.

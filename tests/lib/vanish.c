@@ -1,23 +1,33 @@
-/* A folder that goes away under a run, for tests, loaded with LD_PRELOAD:
- * the first fopen of a path ending in $ST_VANISH_MATCH renames the folder
- * holding that file to the same name with ".gone" added (as a user moving
- * a run's checkpoints aside while it starts), says so on standard error,
- * then opens as the C library does. Every other call is the C library's.
- * tests/e2e/checkpoint_resume.sh builds it (cc -shared -fPIC ... -ldl). */
+/* A folder that goes away or fails under a run, for tests, loaded with
+ * LD_PRELOAD:
+ * - the first fopen of a path ending in $ST_VANISH_MATCH renames the folder
+ *   holding that file to the same name with ".gone" added (as a user moving
+ *   a run's checkpoints aside while it starts), says so on standard error,
+ *   then opens as the C library does;
+ * - opendir of a path ending in $ST_VANISH_EIO fails with EIO (a network
+ *   file system's error on a folder that is there).
+ * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
+ * builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static int ends_with(const char *path, const char *env) {
+    const char *match = getenv(env);
+    const size_t n = path ? strlen(path) : 0, m = match ? strlen(match) : 0;
+    return m && n >= m && strcmp(path + n - m, match) == 0;
+}
+
 FILE *fopen(const char *path, const char *mode) {
     static FILE *(*real)(const char *, const char *);
     static int done;
     if (!real) real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
-    const char *match = getenv("ST_VANISH_MATCH");
-    const size_t n = path ? strlen(path) : 0, m = match ? strlen(match) : 0;
-    if (!done && m && n > m && strcmp(path + n - m, match) == 0) {
+    if (!done && ends_with(path, "ST_VANISH_MATCH")) {
         done = 1;
         char dir[PATH_MAX], gone[PATH_MAX + 8];
         snprintf(dir, sizeof dir, "%s", path);
@@ -27,4 +37,14 @@ FILE *fopen(const char *path, const char *mode) {
         if (rename(dir, gone) == 0) fprintf(stderr, "vanish: moved %s to %s\n", dir, gone);
     }
     return real(path, mode);
+}
+
+DIR *opendir(const char *name) {
+    static DIR *(*real)(const char *);
+    if (!real) real = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+    if (ends_with(name, "ST_VANISH_EIO")) {
+        errno = EIO;
+        return NULL;
+    }
+    return real(name);
 }
