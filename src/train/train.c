@@ -276,6 +276,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         st_ckpt_state st;
         const bool any = st_ckpt_list(ckdir, &steps, &n) == ST_OK && n > 0;
         free(steps);
+        st_clear_error(); /* (a folder that cannot be listed is none here; --resume fails on it) */
         const bool good =
             any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) == ST_OK && found;
         if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
