@@ -54,7 +54,7 @@ st_status st_agree_report(st_comm *c, const char *what, const char *item, const 
 
 /* Every rank on a GPU of its own (NCCL refuses two on one, and two would
  * share its memory and time). Each rank names its GPU as text unique on the
- * cluster, `mine` ("host PCI-address|UUID"; "" on the CPU or when the
+ * cluster, `mine` ("host PCI-address boot|UUID"; "" on the CPU or when the
  * address is unknown); the texts are gathered, and *a < *b are the first
  * two ranks with the same one as far as its '|' (-1 and -1 when there are
  * none, the same on every rank), gpu_a and gpu_b (n bytes each) their

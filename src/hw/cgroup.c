@@ -12,6 +12,7 @@
  * CPUs on a 64-core host, where the affinity mask shows 64, throttles 64
  * threads to 2 CPUs' time, stalling each barrier of every product. Reads
  * files only: safe to call after an allocation failed. */
+#include "core/rng.h"
 #include "probe.h"
 
 #include <omp.h>
@@ -29,6 +30,12 @@ static bool read_line(const char *path, char *buf, size_t n) {
     const bool ok = fgets(buf, (int)n, f) != NULL;
     fclose(f);
     return ok;
+}
+
+uint32_t st_hw_boot_hash(void) {
+    char id[64] = "";
+    if (!read_line("/proc/sys/kernel/random/boot_id", id, sizeof id)) id[0] = '\0';
+    return (uint32_t)st_hash_str(id);
 }
 
 /* A byte count in a cgroup file; -1 for "max", a value past 2^60 (v1's

@@ -112,6 +112,12 @@ typedef struct st_hw_mem_limit {
 
 void st_hw_mem_limit_get(st_hw_mem_limit *out);
 
+/* This boot of this machine, as a number: a hash of the kernel's boot_id
+ * (that of "" where it cannot be read, as in containers that hide
+ * /proc/sys). With the host name it tells hosts apart as NCCL does: two
+ * machines may share a name. */
+uint32_t st_hw_boot_hash(void);
+
 /* This process's address-space limit (ulimit -v) and the address space it
  * has mapped now, in bytes; false (and -1s) when there is no limit. */
 bool st_hw_address_space(int64_t *limit, int64_t *mapped);

@@ -14,7 +14,6 @@
 #include "core/blas.h"
 #include "core/outq.h"
 #include "core/pages.h"
-#include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "dist/agree.h"
@@ -163,18 +162,6 @@ no_gpu:
     return ST_OK;
 }
 
-/* This boot of this machine: a hash of the kernel's boot_id (0 where it
- * cannot be read, as in containers that hide /proc/sys). */
-static unsigned boot_hash(void) {
-    char id[64] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(id, sizeof id, f)) id[0] = '\0';
-        fclose(f);
-    }
-    return (unsigned)st_hash_str(id);
-}
-
 /* Several ranks: every one on a GPU of its own or none on a GPU (NCCL needs
  * them all, each on its own GPU, and the ranks of one run compute alike).
  * With auto, a rank without a usable GPU, or two ranks on one GPU (more
@@ -194,8 +181,8 @@ static st_status agree_device(st_session *s, bool auto_) {
         char mine[ST_AGREE_DESC_MAX] = "", gpu_a[ST_AGREE_DESC_MAX], gpu_b[ST_AGREE_DESC_MAX];
         const char *pci = st_device_pci_bus_id(s->dev);
         if (pci[0])
-            snprintf(mine, sizeof mine, "%s %s %08x|%s", st_comm_host(s->comm), pci, boot_hash(),
-                     st_device_uuid(s->dev));
+            snprintf(mine, sizeof mine, "%s %s %08x|%s", st_comm_host(s->comm), pci,
+                     (unsigned)st_hw_boot_hash(), st_device_uuid(s->dev));
         int a, b;
         ST_TRY(st_agree_gpus(s->comm, mine, &a, &b, gpu_a, gpu_b, sizeof gpu_a));
         if (a < 0) return ST_OK;
