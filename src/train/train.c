@@ -369,15 +369,6 @@ static st_status defer_init(st_session *ses, const st_run_opts *opts) {
     return ST_OK;
 }
 
-/* The weights a run starts from: --init's, or made from train.seed (on a
- * device: made on the host, copied). */
-static st_status first_weights(st_session *ses, const st_run_opts *opts) {
-    int64_t step;
-    char path[4096];
-    if (opts->init) return load_init(ses, opts, &step, path, sizeof path);
-    return st_params_init(&ses->model->params, (uint64_t)ses->cfg->train.seed);
-}
-
 /* The command-line options every rank must share, before anything is read:
  * --resume given or not (a rank that resumes alone waits in collectives the
  * others never call), and --init on a rank above 0 only where rank 0 has
@@ -1911,7 +1902,13 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
      * that lacks one): no random values are made first; and a checkpoint
      * replaces both (defer_init) */
     ST_GOTO(defer_init(&ses, opts));
-    if (!ses.init_deferred) ST_GOTO(first_weights(&ses, opts));
+    int64_t init_step;
+    char init_path[4096];
+    if (!ses.init_deferred && opts->init)
+        ST_GOTO(load_init(&ses, opts, &init_step, init_path, sizeof init_path));
+    else if (!ses.init_deferred)
+        ST_GOTO(st_params_init(&ses.model->params,
+                               (uint64_t)cfg->train.seed)); /* on a device: made on the host, copied */
     /* Only metrics.jsonl's mfu needs it: on a GPU its datasheet or
      * architecture peak for the run's precision, on the CPU a short sgemm. */
     st_device_props dp;
