@@ -274,8 +274,12 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
     if key in ("fused_bias_grad", "candidates"):
         note += (f"; cuBLASLt's epilogue summed {r['j'].get('bias_grad_epilogues', 0)} bias gradients, "
                  f"{st['j'].get('bias_grad_epilogues', 0)} without")
+    if key in ("matmul_tune", "candidates"):
+        note += (f"; {r['j'].get('matmul_tuned', 0)} product plans timed, "
+                 f"{r['j'].get('matmul_tune_switched', 0)} of them kept another algorithm than cuBLASLt's "
+                 "heuristic's first")
     if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention", "fused_bias_grad",
-               "candidates") or (key == "selective" and fused_gelu_forward(st)):
+               "matmul_tune", "candidates") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit
         l, l0 = r["j"].get("loss"), st["j"].get("loss")
         rel = abs(l - l0) / abs(l0) if l is not None and l0 else float("nan")
@@ -294,12 +298,15 @@ def fused_gelu_forward(st):
 PROFILE_STEPS = (2, 3)  # after the warm-up steps
 
 VARIANTS = {  # flag: (--set values, what the note calls it); run in this order while the budget lasts
-    "candidates": (["model.fused_bias_grad=on", "model.kernel_variants=all"],
+    "candidates": (["model.fused_bias_grad=on", "model.kernel_variants=all", "model.matmul_tune=on"],
                    "every candidate for a default at once (model.fused_bias_grad=on, "
-                   "model.kernel_variants=all)"),
+                   "model.kernel_variants=all, model.matmul_tune=on)"),
     "fused_bias_grad": (["model.fused_bias_grad=on"],
                         "model.fused_bias_grad=on (the linear layers' bias gradients in their dW products' "
                         "cuBLASLt epilogues, not column-sum kernels)"),
+    "matmul_tune": (["model.matmul_tune=on"],
+                    "model.matmul_tune=on (each product's cuBLASLt algorithm the fastest of the heuristic's "
+                    "first 8, timed in the first step)"),
     "kernel_variants": (["model.kernel_variants=all"],
                         "model.kernel_variants=all (every kernel variant: the same bits, another speed; "
                         "docs/cuda.md)"),
@@ -523,14 +530,19 @@ def main():
                    help="also run scaletrain's gpt2 with model.fused_bias_grad=on (bias gradients in the dW "
                         "products' cuBLASLt epilogues) and note its step time, memory and loss against the "
                         "default (column-sum kernels)")
+    p.add_argument("--matmul-tune", action="store_true",
+                   help="also run scaletrain's gpt2 with model.matmul_tune=on (each matrix product's cuBLASLt "
+                        "algorithm timed among the heuristic's first 8 in the first step) and note its step "
+                        "time, MFU, the plans that kept another algorithm, and the loss against the default")
     p.add_argument("--kernel-variants", action="store_true",
                    help="also run scaletrain's gpt2 with model.kernel_variants=all (every kernel variant that "
                         "computes its layer's default values another way) and note its step time and MFU "
                         "against the default, and that the final loss is the same")
     p.add_argument("--candidates", action="store_true",
                    help="also run scaletrain's gpt2 with every setting that is a candidate for its default "
-                        "(model.fused_bias_grad=on and model.kernel_variants=all) at once, and note its step "
-                        "time and MFU against the default: what adopting all of them would give")
+                        "(model.fused_bias_grad=on, model.kernel_variants=all and model.matmul_tune=on) at "
+                        "once, and note its step time and MFU against the default: what adopting all of them "
+                        "would give")
     p.add_argument("--gelu-layer", action="store_true",
                    help="also run scaletrain's gpt2 with model.fused_gelu=off (GELU as its own layer) and note "
                         "its step time and memory against the run with the default (on from compute "

@@ -32,12 +32,14 @@
 # Then the benchmark, bench/gpu_vs_torch.py (GPT-2 124M, cnn and mlp against
 # PyTorch on the same GPU; about 3 minutes, torch.compile included; with
 # BENCH_VARIANTS, by default --candidates, --fused-bias-grad,
-# --kernel-variants, --profile, --flash-attention, --gelu-layer, --offload,
+# --matmul-tune, --kernel-variants, --profile, --flash-attention, --gelu-layer, --offload,
 # --selective and --plain-head, run in that order (gpu_vs_torch.py's) while
 # the budget lasts: gpt2 again with every candidate for a default at once
-# (model.fused_bias_grad=on and model.kernel_variants=all: what adopting
-# them gives), with each of the two alone (the bias gradients in the dW
-# products' epilogues; the kernel variants: the same bits, another speed),
+# (model.fused_bias_grad=on, model.matmul_tune=on and
+# model.kernel_variants=all: what adopting them gives), with each of the
+# three alone (the bias gradients in the dW products' epilogues; each
+# product's cuBLASLt algorithm timed; the kernel variants: the same bits,
+# another speed),
 # with the profiler trace (where the step went on the GPU, per stream and
 # layer kind: gpt2_trace.json and gpt2_trace.md beside gpu_bench.md,
 # bench/trace_summary.py), with model.attention_kernel=flash (the flash
@@ -64,7 +66,7 @@
 # bench/ncu_kernels.py, e.g. "--set model.kernel_variants=all"), BENCH_MIN_S (200), BENCH_ARGS (more
 # options for bench/gpu_vs_torch.py, e.g. "--models gpt2 --steps 20"), BENCH_VARIANTS
 # (the gpt2 variants it runs, in this order while the budget lasts; default
-# "--candidates --fused-bias-grad --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head").
+# "--candidates --fused-bias-grad --matmul-tune --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head").
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -78,7 +80,7 @@ MEMCHECK=${MEMCHECK:-auto}
 NCU=${NCU:-auto}
 NCU_ARGS=${NCU_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
-BENCH_VARIANTS=${BENCH_VARIANTS:---candidates --fused-bias-grad --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head}
+BENCH_VARIANTS=${BENCH_VARIANTS:---candidates --fused-bias-grad --matmul-tune --kernel-variants --profile --flash-attention --gelu-layer --offload --selective --plain-head}
 case $GPU_BENCH in auto | only | off) ;; *) echo "GPU_BENCH=$GPU_BENCH: use auto, only or off" >&2; exit 2 ;; esac
 case $NCU in auto | off) ;; *) echo "NCU=$NCU: use auto or off" >&2; exit 2 ;; esac
 mkdir -p "$OUT"

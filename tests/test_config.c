@@ -408,6 +408,9 @@ static void test_validate(void) {
     INVALID("data.val_labels (\"\", --set) is empty", "data.val: \"\"", "data.val_labels=");
     INVALID("optim.nesterov (true, --set)", "momentum > 0", "optim.type=sgd", "optim.nesterov=true",
             "optim.momentum=0");
+    INVALID("model.matmul_tune (on, --set) chooses each matrix product's algorithm by timing it",
+            "dist.deterministic (true, --set) promises the same bits", "model.matmul_tune=on",
+            "dist.deterministic=true");
 
     /* A file's line shows in the cross-key message. */
     char path[64], needle[160];

@@ -329,6 +329,39 @@ int main(void) {
               (long long)plans0, (long long)plans1, (long long)misses0, (long long)misses1, (long long)hits0,
               (long long)hits1);
     }
+    /* model.matmul_tune (docs/cuda.md, "Choosing cuBLASLt's algorithm"): shapes no case above made a
+     * plan for, each plan's first product timing the heuristic's algorithms
+     * (the emulator's three, one refusing when it runs): products writing D
+     * (beta 0), adding to it (dW, and a second reader's dx: D kept on the
+     * host while the candidates run), with a bias, and with the bias
+     * gradient in dW's epilogue, in fp32 and bf16; every value as without */
+    if (dev) {
+        const linear_ctx tl[] = {{29, 40, 56, true, false, true, false},
+                                 {29, 40, 56, true, true, false, true}};
+        int64_t tuned0, switched0, plans0, hits0, misses0, tuned1, switched1, plans1, hits1, misses1;
+        st_cuda_matmul_tune_stats(dev, &tuned0, &switched0);
+        st_cuda_matmul_plan_stats(dev, &plans0, &hits0, &misses0);
+        st_cuda_set_matmul_tune(dev, true);
+        for (int bf = 0; bf < 2; bf++)
+            for (size_t i = 0; i < sizeof tl / sizeof tl[0]; i++) {
+                linear_label(label, sizeof label, bf ? "bf16 " : "", &tl[i]);
+                snprintf(label + strlen(label), sizeof label - strlen(label), ", algorithms timed");
+                run_prec(label, tl[i].B * tl[i].K + tl[i].K * tl[i].N + tl[i].B * tl[i].N, build_linear, NULL,
+                         (void *)&tl[i], bf ? 1e-2 : 1e-4, bf ? 2e-2 : 1e-5, false,
+                         bf ? ST_PREC_BF16 : ST_PREC_FP32, dev, seed + k++);
+            }
+        st_cuda_set_matmul_tune(dev, false);
+        st_cuda_matmul_tune_stats(dev, &tuned1, &switched1);
+        st_cuda_matmul_plan_stats(dev, &plans1, &hits1, &misses1);
+        CHECK(tuned1 > tuned0 && tuned1 - tuned0 <= plans1 - plans0 &&
+                  switched1 - switched0 <= tuned1 - tuned0,
+              "model.matmul_tune: %lld plans timed of %lld made with it on (%lld kept another algorithm)",
+              (long long)(tuned1 - tuned0), (long long)(plans1 - plans0), (long long)(switched1 - switched0));
+        printf("ok   model.matmul_tune: %lld of %lld new plans timed, %lld kept another algorithm than the "
+               "heuristic's first\n",
+               (long long)(tuned1 - tuned0), (long long)(plans1 - plans0),
+               (long long)(switched1 - switched0));
+    }
 #endif
 
     const emb_ctx emb[] = {{13, 4, 37, 45, false}, {50257, 2, 64, 768, false}, {301, 3, 29, 96, true}};

@@ -84,6 +84,7 @@ typedef struct model_case {
     const char *precision; /* NULL: fp32 */
     double l2;             /* bf16/fp16: the gradients' and buffers' tolerance; 0: L2_BF16 or L2_FP16 */
     unsigned kv;           /* the device graph's kernel variants (st_kernel_variant; the same bits) */
+    bool tune;             /* model.matmul_tune on for the case: the device's new plans time algorithms */
 } model_case;
 
 static void mlp(st_config *c, st_model_input *in) {
@@ -202,6 +203,15 @@ static void gpt_add_layer(st_config *c, st_model_input *in) {
 static void gpt_fused(st_config *c, st_model_input *in) {
     gpt(c, in);
     snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
+}
+
+/* The fused head with the bias gradients in dW's epilogue, for the case
+ * with model.matmul_tune on (batch 4: shapes no earlier case has a plan
+ * for, so every product of the step is timed first: GELU's epilogues, the
+ * residual as C, the head's chunks, dW added to). */
+static void gpt_fused_bgrad(st_config *c, st_model_input *in) {
+    gpt_fused(c, in);
+    snprintf(c->model.fused_bias_grad, sizeof c->model.fused_bias_grad, "on");
 }
 
 /* Attention on cuDNN's fused kernels (model.attention_kernel=cudnn, bf16
@@ -905,46 +915,48 @@ int main(void) {
     if (rc && rc != 77) return rc;
     const uint64_t seed = cp_seed();
     const model_case cases[] = {
-        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp, NULL, 0, 0},
-        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn, NULL, 0, 0},
-        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias, NULL, 0, 0},
-        {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL, 0, 0},
-        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL, 0, 0},
-        {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16", 0, 0},
+        {"mlp 784-100-37-10, batch 16", "mlp", 16, mlp, NULL, 0, 0, false},
+        {"cnn 8-16-12 k3 batchnorm+relu, pools, batch 8", "cnn", 8, cnn_bn, NULL, 0, 0, false},
+        {"cnn 8-16-12 k5 bias+relu on 15x13x3, batch 5", "cnn", 5, cnn_bias, NULL, 0, 0, false},
+        {"cnn checkpointed", "cnn", 8, cnn_ckpt, NULL, 0, 0, false},
+        {"gpt 2 layers, 4 heads, C 64, T 29, V 96, batch 3", "gpt", 3, gpt, NULL, 0, 0, false},
+        {"bf16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "bf16", 0, 0, false},
         {"bf16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "bf16",
-         L2_CNN_BF16, 0},
+         L2_CNN_BF16, 0, false},
         {"bf16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "bf16",
-         L2_BN_BF16, 0},
-        {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0, 0},
-        {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0, 0},
-        {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0, 0},
-        {"gpt block checkpointing", "gpt", 3, gpt_blocks, NULL, 0, 0},
-        {"bf16 gpt block checkpointing", "gpt", 3, gpt_blocks, "bf16", 0, 0},
-        {"gpt fused head", "gpt", 3, gpt_fused, NULL, 0, 0},
-        {"bf16 gpt fused head", "gpt", 3, gpt_fused, "bf16", 0, 0},
-        {"fp16 gpt fused head", "gpt", 3, gpt_fused, "fp16", 0, 0},
+         L2_BN_BF16, 0, false},
+        {"gpt selective checkpointing", "gpt", 3, gpt_selective, NULL, 0, 0, false},
+        {"bf16 gpt 2 layers, batch 3", "gpt", 3, gpt, "bf16", 0, 0, false},
+        {"bf16 gpt selective checkpointing", "gpt", 3, gpt_selective, "bf16", 0, 0, false},
+        {"gpt block checkpointing", "gpt", 3, gpt_blocks, NULL, 0, 0, false},
+        {"bf16 gpt block checkpointing", "gpt", 3, gpt_blocks, "bf16", 0, 0, false},
+        {"gpt fused head", "gpt", 3, gpt_fused, NULL, 0, 0, false},
+        {"bf16 gpt fused head", "gpt", 3, gpt_fused, "bf16", 0, 0, false},
+        {"fp16 gpt fused head", "gpt", 3, gpt_fused, "fp16", 0, 0, false},
         /* every kernel variant at once: layernorm's packed backward, the
          * head's rows loaded ahead (each the default's values) */
         {"bf16 gpt fused head, kernel variants", "gpt", 3, gpt_fused, "bf16", 0,
-         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH},
+         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, false},
         {"fp16 gpt fused head, kernel variants", "gpt", 3, gpt_fused, "fp16", 0,
-         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH},
-        {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0, 0},
+         ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, false},
+        {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0, 0, false},
         {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16",
-         L2_CNN_FP16, 0},
+         L2_CNN_FP16, 0, false},
         {"fp16 cnn 8-16-12 k3 batchnorm+relu on 12x12, no pooling, batch 8", "cnn", 8, cnn_nopool, "fp16",
-         L2_BN_FP16, 0},
-        {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0, 0},
-        {"gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, NULL, 0, 0},
-        {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0, 0},
-        {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0, 0},
-        {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0, 0},
-        {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0, 0},
-        {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0, 0},
-        {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0, 0},
-        {"gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, NULL, 0, 0},
-        {"bf16 gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, "bf16", 0, 0},
-        {"bf16 mlp bias gradients in dW's epilogue", "mlp", 16, mlp_bgrad, "bf16", 0, 0},
+         L2_BN_FP16, 0, false},
+        {"fp16 gpt 2 layers, batch 3", "gpt", 3, gpt, "fp16", 0, 0, false},
+        {"gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, NULL, 0, 0, false},
+        {"bf16 gpt GELU as a layer", "gpt", 3, gpt_gelu_layer, "bf16", 0, 0, false},
+        {"gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, NULL, 0, 0, false},
+        {"bf16 gpt GELU epilogues refused, batch 2", "gpt", 2, gpt_gelu_refused, "bf16", 0, 0, false},
+        {"gpt residual add as a layer", "gpt", 3, gpt_add_layer, NULL, 0, 0, false},
+        {"bf16 gpt residual add as a layer", "gpt", 3, gpt_add_layer, "bf16", 0, 0, false},
+        {"bf16 gpt cuDNN attention", "gpt", 3, gpt_cudnn, "bf16", 0, 0, false},
+        {"gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, NULL, 0, 0, false},
+        {"bf16 gpt bias gradients in dW's epilogue", "gpt", 3, gpt_bgrad, "bf16", 0, 0, false},
+        {"bf16 mlp bias gradients in dW's epilogue", "mlp", 16, mlp_bgrad, "bf16", 0, 0, false},
+        {"bf16 gpt fused head, db in dW's epilogue, algorithms timed, batch 4", "gpt", 4, gpt_fused_bgrad,
+         "bf16", 0, 0, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int tries = 0;
@@ -954,6 +966,9 @@ int main(void) {
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
         const int64_t bgrads = cp_bgrad_count(dev);
+        int64_t tuned0 = 0, switched0 = 0;
+        if (dev) st_cuda_matmul_tune_stats(dev, &tuned0, &switched0);
+        if (dev && cases[i].tune) st_cuda_set_matmul_tune(dev, true);
 #endif
         const int failures = st_test_failures;
         int r;
@@ -975,6 +990,14 @@ int main(void) {
         /* the epilogue summed the bias gradients (none where told to refuse) */
         if (cases[i].tweak == gpt_bgrad || cases[i].tweak == mlp_bgrad || refuse)
             cp_check_bgrad(dev, bgrads, refuse, cases[i].label);
+        if (dev && cases[i].tune) { /* its products' plans were timed (each computed as without: above) */
+            st_cuda_set_matmul_tune(dev, false);
+            int64_t tuned1, switched1;
+            st_cuda_matmul_tune_stats(dev, &tuned1, &switched1);
+            CHECK(tuned1 > tuned0, "%s: no plan timed its algorithms", cases[i].label);
+            printf("     %s: %lld plans timed, %lld kept another algorithm\n", cases[i].label,
+                   (long long)(tuned1 - tuned0), (long long)(switched1 - switched0));
+        }
 #endif
     }
     const decode_spec decodes[] = {

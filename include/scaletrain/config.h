@@ -56,6 +56,7 @@ typedef struct st_config {
         char fused_bias_grad[ST_CFG_STR];  /* on a GPU: auto | on | off      default auto */
         char attention_kernel[ST_CFG_STR]; /* gpt on a GPU: auto | flash | cudnn  default auto */
         char kernel_variants[ST_CFG_STR];  /* on a GPU: auto | none | all        default auto */
+        char matmul_tune[ST_CFG_STR];      /* on a GPU: auto | on | off          default auto */
     } model;
     struct {
         char type[ST_CFG_STR];         /* idx | npy | tokens              default idx */

@@ -70,6 +70,9 @@ typedef struct st_run_result {
                                            (model.attention_kernel=cudnn), over the whole run */
     int64_t bias_grad_epilogues;        /* linear layers' bias gradients cuBLASLt's epilogue summed on this
                                            rank's GPU (model.fused_bias_grad), over the whole run */
+    int64_t matmul_tuned, matmul_tune_switched; /* model.matmul_tune on this rank's GPU: matrix-product plans
+                                                   whose algorithm was timed, and of them those that kept
+                                                   another than cuBLASLt's heuristic's first */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
      * skipped for an overflow (over the whole run, a resumed one included) */
     bool has_loss_scale;

@@ -530,6 +530,12 @@ st_status st_config_validate(const st_config *c) {
         D1("model.dropout"));
     FAIL_IF(!c->train.out_dir[0], "train.out_dir is empty; set it to the folder the run writes to (e.g. %s)",
             "runs/my-run");
+    FAIL_IF(
+        c->dist.deterministic && !strcmp(c->model.matmul_tune, "on"),
+        "%s chooses each matrix product's algorithm by timing it, so two runs may sum in other orders, and "
+        "%s promises the same bits on any number of ranks; set model.matmul_tune: off (or auto) to keep "
+        "that promise, or dist.deterministic: false",
+        D1("model.matmul_tune"), D2("dist.deterministic"));
     FAIL_IF(!strcmp(c->optim.type, "sgd") && c->optim.nesterov && c->optim.momentum == 0,
             "%s but %s; Nesterov needs momentum > 0", D1("optim.nesterov"), D2("optim.momentum"));
     return ST_OK;

@@ -90,6 +90,12 @@ const st_cfg_key st_cfg_keys[] = {
            "\"Kernel variants\"): layernorm's backward keeping 16-bit rows as loaded, the fused head's rows "
            "kernel loading a group ahead; all = every one; auto = none until one is measured faster; the "
            "results are the same bits either way"),
+    K_ENUM("model.matmul_tune", model.matmul_tune, "auto", VALUES("auto", "on", "off"),
+           "on a CUDA device: each matrix product's shape, at its first run, times up to 8 of cuBLASLt's "
+           "algorithms on its own operands and keeps the fastest (the heuristic's first unless another is 3% "
+           "faster; docs/cuda.md, \"Choosing cuBLASLt's algorithm\"); off = the heuristic's first, untimed; "
+           "a timing may choose another algorithm in another run, whose sums round differently; auto = off "
+           "until a GPU's benchmark measures it; the CPU has no such choice"),
     K_ENUM(
         "model.fused_head", model.fused_head, "auto", VALUES("auto", "on", "off"),
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "

@@ -103,6 +103,14 @@ void st_device_set_oom_advice(st_device *d, const char *advice) {
     (void)advice;
 }
 
+void st_device_set_matmul_tune(st_device *d, bool on) {
+#ifdef ST_HAVE_CUDA
+    if (d) st_cuda_set_matmul_tune(d, on);
+#endif
+    (void)d;
+    (void)on;
+}
+
 bool st_device_lost(st_device *d) {
 #ifdef ST_HAVE_CUDA
     if (d) return st_cuda_lost(d);

@@ -71,6 +71,10 @@ void st_device_set_step(st_device *d, int64_t step);
  * for a use that has other ones, as an evaluation does. Nothing for the
  * host. */
 void st_device_set_oom_advice(st_device *d, const char *advice);
+/* model.matmul_tune on a CUDA device (docs/cuda.md, "Choosing cuBLASLt's algorithm"): each
+ * matrix-product plan made from now on times the heuristic's algorithms
+ * and keeps the fastest. Nothing for the host. */
+void st_device_set_matmul_tune(st_device *d, bool on);
 /* After an error: whether d is lost to this process (a kernel faulted, an
  * uncorrectable ECC error: every later call fails the same), found by
  * waiting for its compute stream under the stall watch. False for the

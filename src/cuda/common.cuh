@@ -43,6 +43,7 @@ struct st_device {
     void *lt_ws; /* cuBLASLt workspace, allocated once when the device opens */
     size_t lt_ws_bytes;
     struct st_lt_plans *plans; /* cuBLASLt plans by shape and layout (matmul.cu), made on first use */
+    bool lt_tune;              /* a new plan times the heuristic's first algorithms (model.matmul_tune) */
     char pci_bus_id[32];       /* "0000:65:00.0", for NVML */
     char uuid[48];             /* "GPU-...", the driver's: a MIG slice's own ("" when unknown) */
     /* Memory held through st_cuda_alloc (cudaFree is not told a size: each

@@ -124,6 +124,12 @@ st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out);
 /* The cuBLASLt plan cache (src/cuda/matmul.cu): plans made so far, and how
  * many products found their plan there (hits) or made it (misses). */
 void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits, int64_t *misses);
+/* model.matmul_tune (docs/cuda.md, "Choosing cuBLASLt's algorithm"): with `on`, each plan
+ * made from now on times up to 8 of the heuristic's algorithms on its first
+ * product and keeps the fastest. The plans timed so far, and of them those
+ * that kept another algorithm than the heuristic's first. */
+void st_cuda_set_matmul_tune(st_device *d, bool on);
+void st_cuda_matmul_tune_stats(const st_device *d, int64_t *tuned, int64_t *switched);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

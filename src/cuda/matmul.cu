@@ -6,12 +6,21 @@
  * they are and only the pointers (and the bias pointer, an attribute of the
  * descriptor, read when cublasLtMatmul is called) change from call to call.
  * The alignments told to the heuristic (matmul.cuh) are part of the key. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "matmul.cuh"
 
 enum { FALLBACK_THREADS = 256, PLANS_MIN = 64 };
+
+/* Tuning (model.matmul_tune, st_device.lt_tune; docs/cuda.md, "Choosing
+ * cuBLASLt's algorithm"): a plan made with it keeps the heuristic's first
+ * TUNE_ALGOS algorithms, and its first product (tune, below) runs each once
+ * and then times it TUNE_REPS times, its best time counted; the heuristic's
+ * first is kept unless another is faster by TUNE_MARGIN. */
+enum { TUNE_ALGOS = 8, TUNE_REPS = 5 };
+static const float TUNE_MARGIN = 0.97f;
 
 /* Everything a plan depends on; memset to 0 first, compared with memcmp
  * (no padding: fourteen 4-byte fields, then 8-byte ones). */
@@ -30,15 +39,22 @@ typedef struct plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t *cand; /* tuning: the heuristic's algorithms (cand[0] its first), until the plan's
+                                   first product times them; NULL: algo is the one */
+    int n_cand;
 } plan;
 
 struct st_lt_plans {
     plan *slot;
     size_t cap, n; /* cap: a power of two */
     int64_t hits, misses;
+    int64_t tuned, switched; /* plans timed; of them, those that kept another than the heuristic's first */
 };
 
 static void plan_destroy(plan *p) {
+    free(p->cand);
+    p->cand = NULL;
+    p->n_cand = 0;
     if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
     if (p->la) cublasLtMatrixLayoutDestroy(p->la);
@@ -63,6 +79,14 @@ extern "C" void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, in
     *plans = t ? (int64_t)t->n : 0;
     *hits = t ? t->hits : 0;
     *misses = t ? t->misses : 0;
+}
+
+extern "C" void st_cuda_set_matmul_tune(st_device *d, bool on) { d->lt_tune = on; }
+
+extern "C" void st_cuda_matmul_tune_stats(const st_device *d, int64_t *tuned, int64_t *switched) {
+    const st_lt_plans *t = d->plans;
+    *tuned = t ? t->tuned : 0;
+    *switched = t ? t->switched : 0;
 }
 
 static uint64_t key_hash(const plan_key *k) { /* FNV-1a */
@@ -236,14 +260,23 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
                                             sizeof k->al_d));
     {
         /* no algorithm for this layout: NOT_SUPPORTED, or success with none found */
-        cublasLtMatmulHeuristicResult_t h;
-        memset(&h, 0, sizeof h);
+        cublasLtMatmulHeuristicResult_t h[TUNE_ALGOS];
+        memset(h, 0, sizeof h);
         int found = 0;
         const cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(d->lt, pl->op, pl->la, pl->lb, pl->ld, pl->ld,
-                                                                pref, 1, &h, &found);
+                                                                pref, d->lt_tune ? TUNE_ALGOS : 1, h, &found);
         if (e != CUBLAS_STATUS_NOT_SUPPORTED) LT(e);
         pl->ok = e == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (pl->ok) pl->algo = h.algo;
+        if (pl->ok) pl->algo = h[0].algo;
+        int usable = 0; /* the first, then each the heuristic says it can run */
+        for (int i = 0; pl->ok && i < found && i < TUNE_ALGOS; i++)
+            if (i == 0 || h[i].state == CUBLAS_STATUS_SUCCESS) h[usable++] = h[i];
+        /* (no host memory for the list: the first, untimed) */
+        if (usable > 1 && (pl->cand = (cublasLtMatmulAlgo_t *)malloc((size_t)usable * sizeof *pl->cand))) {
+            for (int i = 0; i < usable; i++)
+                pl->cand[i] = h[i].algo;
+            pl->n_cand = usable;
+        }
     }
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -274,6 +307,86 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, con
     return ST_OK;
 }
 
+static cublasStatus_t lt_run(st_device *d, const st_matmul *p, const plan *pl,
+                             const cublasLtMatmulAlgo_t *algo, const void *pA, const void *pB) {
+    return cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->C ? p->C : p->D,
+                          pl->ld, p->D, pl->ld, algo, d->lt_ws, d->lt_ws_bytes, d->compute);
+}
+
+/* The fastest of the heuristic's candidates for plan pl, on this product's
+ * own operands (TUNE_ALGOS above): each run once, then timed
+ * TUNE_REPS times between events on the compute stream, its best time
+ * counted; one that cuBLASLt refuses when it runs is passed over. The runs
+ * write D, the GELU input a GELU_AUX epilogue stores and the sums a
+ * bias-gradient epilogue writes, all of which the product then writes
+ * again; a D that the product reads (beta not 0, C none) is copied to the
+ * host first and back after. Waits for the compute stream, once a plan. */
+static st_status tune(st_device *d, const st_matmul *p, plan *pl, const void *pA, const void *pB) {
+    cublasLtMatmulAlgo_t *cand = pl->cand;
+    const int n = pl->n_cand;
+    pl->cand = NULL;
+    pl->n_cand = 0;
+    const bool reads_d = p->beta != 0.0f && (!p->C || p->C == p->D);
+    const size_t dbytes = reads_d ? (size_t)extent(p->m, p->n, p->ldd, batch_of(p), p->sd) *
+                                        (p->d_store == ST_PREC_FP32 ? 4 : 2)
+                                  : 0;
+    void *saved = dbytes ? malloc(dbytes) : NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    st_status s = ST_OK;
+    float first = INFINITY, best = INFINITY;
+    int fastest = -1;
+    if (dbytes && !saved) goto done; /* no host memory to keep D in: the heuristic's first, untimed */
+#define TUNE_CUDA(call)                                                                                      \
+    do {                                                                                                     \
+        const cudaError_t te_ = (call);                                                                      \
+        if (te_ != cudaSuccess) {                                                                            \
+            s = st_cuda_fail(d, te_, #call, __FILE__, __LINE__);                                             \
+            goto done;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+    if (saved) {
+        TUNE_CUDA(cudaMemcpyAsync(saved, p->D, dbytes, cudaMemcpyDeviceToHost, d->compute));
+        TUNE_CUDA(st_cuda_stream_sync(d, d->compute));
+    }
+    TUNE_CUDA(cudaEventCreate(&ev[0]));
+    TUNE_CUDA(cudaEventCreate(&ev[1]));
+    for (int i = 0; i < n; i++) {
+        if (lt_run(d, p, pl, &cand[i], pA, pB) != CUBLAS_STATUS_SUCCESS) continue;
+        float t = INFINITY;
+        for (int r = 0; r < TUNE_REPS; r++) {
+            TUNE_CUDA(cudaEventRecord(ev[0], d->compute));
+            const cublasStatus_t e = lt_run(d, p, pl, &cand[i], pA, pB);
+            if (e != CUBLAS_STATUS_SUCCESS) {
+                s = st_cublas_fail(d, e, "cublasLtMatmul (timing an algorithm)", __FILE__, __LINE__);
+                goto done;
+            }
+            TUNE_CUDA(cudaEventRecord(ev[1], d->compute));
+            TUNE_CUDA(st_cuda_stream_sync(d, d->compute));
+            float ms = 0;
+            TUNE_CUDA(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            if (ms < t) t = ms;
+        }
+        if (i == 0) first = t;
+        if (t < best) best = t, fastest = i;
+    }
+    if (fastest > 0 && (!(first < INFINITY) || best < TUNE_MARGIN * first)) {
+        pl->algo = cand[fastest];
+        d->plans->switched++;
+    }
+    d->plans->tuned++;
+    if (saved) {
+        TUNE_CUDA(cudaMemcpyAsync(p->D, saved, dbytes, cudaMemcpyHostToDevice, d->compute));
+        TUNE_CUDA(st_cuda_stream_sync(d, d->compute));
+    }
+#undef TUNE_CUDA
+done:
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(saved);
+    free(cand);
+    return s;
+}
+
 /* Queue plan pl's product with A and B at pA, pB (of pl's type);
  * ST_ERR_UNSUPPORTED, with no error recorded, when cuBLASLt refuses the
  * algorithm after all (the plan is then marked as having none). */
@@ -286,9 +399,8 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
     if (st_matmul_ep_aux(p->ep))
         ST_CUBLAS_TRY_D(d, cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &p->aux, sizeof p->aux));
-    const cublasStatus_t e =
-        cublasLtMatmul(d->lt, pl->op, &p->alpha, pA, pl->la, pB, pl->lb, &p->beta, p->C ? p->C : p->D, pl->ld,
-                       p->D, pl->ld, &pl->algo, d->lt_ws, d->lt_ws_bytes, d->compute);
+    if (pl->cand) ST_TRY(tune(d, p, pl, pA, pB));
+    const cublasStatus_t e = lt_run(d, p, pl, &pl->algo, pA, pB);
     if (e == CUBLAS_STATUS_NOT_SUPPORTED) {
         plan_destroy(pl);
         pl->ok = false;

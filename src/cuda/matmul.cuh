@@ -29,7 +29,10 @@
  * alignments) and kept in the device (st_device.plans, freed with it), so a
  * step makes no cuBLASLt object and asks no heuristic after its first
  * micro-step. A key with no algorithm is remembered too. The workspace is
- * the device's one (lt_ws, allocated when it opens).
+ * the device's one (lt_ws, allocated when it opens). With model.matmul_tune
+ * (st_cuda_set_matmul_tune) a plan keeps the heuristic's first 8
+ * algorithms and its first product times them (matmul.cu tune; docs/cuda.md,
+ * "Choosing cuBLASLt's algorithm").
  *
  * Alignment: the heuristic assumes 256-byte aligned operands unless told
  * otherwise, and a tensor in the packed parameter arena, a head's slice of

@@ -32,6 +32,7 @@ bool st_agree_per_rank_key(const char *key) {
         "model.fused_bias_grad",
         "model.attention_kernel",
         "model.kernel_variants",
+        "model.matmul_tune",
         "model.fused_head",
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)

@@ -597,6 +597,14 @@ void st_plan_apply(const st_plan *p, st_config *c) {
                             p->hw.dev.gpu ? "none: each waits on a GPU's timing against its layer's default"
                                           : "none on the CPU (its own kernels)");
     }
+    if (strcmp(c->model.matmul_tune, "auto") == 0) { /* (only a CUDA device reads it) */
+        snprintf(c->model.matmul_tune, sizeof c->model.matmul_tune, "off");
+        st_config_mark_auto(c, "model.matmul_tune",
+                            p->hw.dev.gpu
+                                ? "off: cuBLASLt's heuristic, untimed, until a GPU's benchmark measures "
+                                  "the timing"
+                                : "off on the CPU (no algorithms to choose)");
+    }
     if (strcmp(c->train.activation_checkpointing, "auto") == 0) {
         snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "%s",
                  st_ckpt_name(p->checkpointing));

@@ -90,8 +90,8 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     buf[0] = set[0] = '\0';
     /* how the run computes, not what it holds: no tensor depends on them */
     static const char *const no_tensor[] = {
-        "model.dropout",         "model.fused_head",       "model.fused_gelu",     "model.fused_residual",
-        "model.fused_bias_grad", "model.attention_kernel", "model.kernel_variants"};
+        "model.dropout",         "model.fused_head",       "model.fused_gelu",      "model.fused_residual",
+        "model.fused_bias_grad", "model.attention_kernel", "model.kernel_variants", "model.matmul_tune"};
     /* the settings only another kind of model reads (a gpt's file names its
      * model.hidden default too: no hint to set it) */
     static const struct {

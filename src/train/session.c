@@ -798,6 +798,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     ST_TRY(open_data(s, eval_only));
     st_model_input in;
     ST_TRY(plan(s, &in));
+    st_device_set_matmul_tune(s->dev,
+                              strcmp(cfg->model.matmul_tune, "on") == 0); /* (auto resolved by plan) */
     /* A CPU rank under MPI on one node: the gradients in the shared segment,
      * reduced between the ranks without copies (comm.h st_comm_shared_arena;
      * every rank takes the same decision: the device and the settings are

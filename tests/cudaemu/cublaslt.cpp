@@ -213,6 +213,8 @@ static bool supported(const lt_desc *d, const lt_layout *a, const lt_layout *b, 
     return true;
 }
 
+enum { EMU_ALGOS = 3 }; /* the heuristic's answer at most (cublasLtMatmulAlgoGetHeuristic) */
+
 extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
                                                          cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                                          cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
@@ -224,16 +226,24 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     if (!supported(d, (lt_layout *)A, (lt_layout *)B, (lt_layout *)C, (lt_layout *)D))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     const lt_pref *p = (const lt_pref *)pref;
-    memset(&res[0], 0, sizeof res[0]);
-    /* the algorithm remembers the alignments it was promised */
-    for (int i = 0; i < 4; i++) res[0].algo.data[i] = p ? p->al[i] : 256;
-    res[0].algo.data[4] = 0x5ca1e; /* made by this heuristic */
-    /* cuBLASLt's heuristic reads the aux pointer's value for its alignment */
-    res[0].algo.data[5] = ep_aux(d->ep) ? (d->aux ? lowest_bit(d->aux) : 0) : 0;
-    res[0].algo.data[6] = ep_bgrad(d->ep) ? (d->bias ? lowest_bit(d->bias) : 0) : 0; /* (the same) */
-    res[0].state = CUBLAS_STATUS_SUCCESS;
-    res[0].wavesCount = 1.0f;
-    *found = 1;
+    /* EMU_ALGOS algorithms when asked for as many, all computing alike;
+     * the last refuses when it runs (cublasLtMatmul), as an algorithm may
+     * that the heuristic offered: what the backend's timing passes over */
+    const int n = want < EMU_ALGOS ? want : EMU_ALGOS;
+    for (int k = 0; k < n; k++) {
+        memset(&res[k], 0, sizeof res[k]);
+        /* the algorithm remembers the alignments it was promised */
+        for (int i = 0; i < 4; i++)
+            res[k].algo.data[i] = p ? p->al[i] : 256;
+        res[k].algo.data[4] = 0x5ca1e; /* made by this heuristic */
+        /* cuBLASLt's heuristic reads the aux pointer's value for its alignment */
+        res[k].algo.data[5] = ep_aux(d->ep) ? (d->aux ? lowest_bit(d->aux) : 0) : 0;
+        res[k].algo.data[6] = ep_bgrad(d->ep) ? (d->bias ? lowest_bit(d->bias) : 0) : 0; /* (the same) */
+        res[k].algo.data[7] = (uint64_t)k;                                               /* which */
+        res[k].state = CUBLAS_STATUS_SUCCESS;
+        res[k].wavesCount = 1.0f;
+    }
+    *found = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -317,6 +327,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                     "ABCD"[i], ptr[i], lowest_bit(ptr[i]), (unsigned)algo->data[i]);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
+    if (algo->data[7] == EMU_ALGOS - 1 && EMU_ALGOS > 1) return CUBLAS_STATUS_NOT_SUPPORTED; /* (above) */
     if ((ep_bias(d->ep) || ep_bgrad(d->ep)) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     if (ep_bgrad(d->ep) && lowest_bit(d->bias) < algo->data[6]) {
         fprintf(stderr,

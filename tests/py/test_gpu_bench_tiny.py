@@ -6,7 +6,8 @@ the GPU benchmark, which runs only when a GPU is lent, does not rot:
      bf16, PyTorch under bf16 autocast), train the same number of parameters
      (the harness exits 1 otherwise), and the Markdown table printed last and
      written by --out has one row per model with positive ms/step figures;
-     --offload, --selective, --plain-head, --kernel-variants and --candidates add their gpt2 notes
+     --offload, --selective, --plain-head, --kernel-variants, --matmul-tune and --candidates add their gpt2
+     notes (--matmul-tune's counting the product plans timed: none on the CPU)
      (selective and the kernel variants: the same final loss as the run without;
      each note with both runs' MFU); PyTorch's SDPA is timed alone at gpt2's shape;
   2. the precision fall-back: with --st-precision fp8,fp32 scaletrain's fp8
@@ -83,7 +84,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "bench.md")
         rc, out, err = bench(build, "--models", "gpt2,cnn", "--out", md, "--offload", "--selective",
-                            "--plain-head", "--kernel-variants", "--candidates")
+                            "--plain-head", "--kernel-variants", "--matmul-tune", "--candidates")
         check(rc == 0, f"gpt2,cnn: exit {rc}\n{out[-3000:]}\n{err[-3000:]}")
         rows = rows_of(out)
         check(sorted(rows) == ["cnn", "gpt2"], f"gpt2,cnn: table rows {sorted(rows)}")
@@ -113,6 +114,9 @@ def main():
         check(re.search(r"gpt2 with model\.kernel_variants=all [^\n]*x the step without \([0-9.]+ ms\), MFU "
                         r"[0-9.]+% against [0-9.]+%[^\n]*: the same\)", out),
               "--kernel-variants: the gpt2 note with both MFUs and the same final loss as the run without")
+        check(re.search(r"gpt2 with model\.matmul_tune=on [^\n]*MFU [0-9.]+% against [0-9.]+%[^\n]*; 0 product "
+                        r"plans timed, 0 of them kept another algorithm[^\n]*relative difference", out),
+              "--matmul-tune: the gpt2 note with both MFUs, the plans timed (none on the CPU), the losses compared")
         check(re.search(r"gpt2 with every candidate for a default at once [^\n]*MFU [0-9.]+% against [0-9.]+%"
                         r"[^\n]*relative difference", out),
               "--candidates: the gpt2 note with both MFUs and the final losses compared")

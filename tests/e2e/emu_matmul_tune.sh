@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# model.matmul_tune (docs/cuda.md, "Choosing cuBLASLt's algorithm"), on the
+# CUDA emulator (make emu), whose heuristic offers three algorithms that
+# compute alike, the third refusing when it runs:
+#  1. auto is off, the effective configuration saying why, and the run's
+#     summary counts no plan timed;
+#  2. on: a bf16 gpt with the fused head, its bias gradients in the dW
+#     products' epilogues and two micro-steps a step (dW added to: the
+#     timing keeps what the product adds to on the host) trains to the same
+#     bits as with it off, and the summary counts the plans timed
+#     (matmul_tuned > 0, matmul_tune_switched at most that).
+# On the emulator every algorithm computes alike, so any difference in the
+# weights is the timing's own writes left behind.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_emu
+e2e_need_numpy
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=1
+for i in $(seq 1 200); do echo "the timing of each product's algorithms, line $i"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail "tokenize"
+gpt=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
+     --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
+     --set model.fused_head=on --set model.fused_bias_grad=on --set precision=bf16
+     --set train.batch_size=4 --set train.micro_batch_size=2 --set train.steps=3 --set train.device=cuda
+     --set train.threads=1 --set data.num_workers=0 --set log.progress=off --json)
+
+run() { # NAME ARGS...: train into $tmp/NAME, output in $tmp/NAME.out
+    local name=$1
+    shift
+    timeout 120 "$bin" "${gpt[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1 ||
+        fail "$name: $(tail -n 3 "$tmp/$name.out")"
+}
+field() { grep -o "\"$2\":[0-9]*" "$tmp/$1.out" | tail -1 | cut -d: -f2; }
+
+run auto
+run on --set model.matmul_tune=on
+grep -qE "matmul_tune: +off +# auto: off: cuBLASLt's heuristic, untimed" "$tmp/auto.out" ||
+    fail "auto: the effective configuration does not say off and why: $(grep matmul_tune "$tmp/auto.out")"
+[ "$(field auto matmul_tuned)" = 0 ] || fail "auto: $(field auto matmul_tuned) plans timed, want 0"
+tuned=$(field on matmul_tuned)
+switched=$(field on matmul_tune_switched)
+[ -n "$tuned" ] && [ "$tuned" -gt 0 ] && [ "$switched" -le "$tuned" ] ||
+    fail "on: ${tuned:-no} plans timed, ${switched:-no} switched (want some timed, at most that many switched)"
+[ "$(field on bias_grad_epilogues)" -gt 0 ] || fail "on: no bias gradient summed in an epilogue"
+echo -n "model.matmul_tune on against auto (off): "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/auto/model.safetensors" "$tmp/on/model.safetensors" 0 ||
+    fail "the weights trained with the timing differ from those without"
+
+e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits"
