@@ -276,12 +276,19 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         int n = 0;
         bool found = false;
         st_ckpt_state st;
-        const bool any = st_ckpt_list(ckdir, &steps, &n) == ST_OK && n > 0;
+        const st_status ls = st_ckpt_list(ckdir, &steps, &n);
         free(steps);
-        st_clear_error(); /* (a folder that cannot be listed is none here; --resume fails on it) */
+        const bool any = ls == ST_OK && n > 0;
         const bool good =
             any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) == ST_OK && found;
-        if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
+        if (ls != ST_OK) { /* (no folder is none; one that cannot be listed may hold a run's checkpoints) */
+            char why[1200];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            s = st_fail(ls,
+                        "%s. A new run in train.out_dir %s would save beside the checkpoints there that it "
+                        "cannot see, and prune them as its own (nothing was written)",
+                        why, out);
+        } else if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
             s = st_fail(
                 ST_ERR_CONFIG,
                 "train.out_dir %s holds an unfinished run: its latest good checkpoint, %s, is at step "

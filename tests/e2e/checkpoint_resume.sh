@@ -21,7 +21,8 @@
 #   started again without --resume, it is refused, nothing written.
 # - The checkpoints moved away while a resume starts (after its first look,
 #   which spared it the first weights), or there and unreadable (EIO): an
-#   error, nothing written. --init with --resume: the checkpoint's weights,
+#   error, nothing written; a new run there with the folder unreadable
+#   too. --init with --resume: the checkpoint's weights,
 #   --init not read (said).
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
@@ -169,7 +170,17 @@ grep -q "cannot list the checkpoint folder $d/run/ckpt: Input/output error" <<<"
     fail "eio: the error does not name the folder: $out"
 cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics.jsonl" "$d/run.metrics.jsonl" &&
     [ "$(ls "$d/run/ckpt")" = "$(printf 'latest\nstep-3')" ] || fail "eio: the failed resume wrote in out_dir"
-echo "a checkpoint folder that cannot be listed: an error naming it, nothing written"
+# A new run there (no --resume) cannot see them either: the same error,
+# where it took the folder for empty, saved beside the checkpoints there
+# and would prune them as its own once the folder listed again.
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_EIO=/run/ckpt timeout 60 "$bin" train "${args[@]}" \
+    --set train.out_dir="$d/run" 2>&1) && fail "eio: the new run went on: $out"
+grep -q "cannot list the checkpoint folder $d/run/ckpt: Input/output error (check its permissions and its file system, then try again)\. A new run in train.out_dir $d/run would save beside the checkpoints there that it cannot see, and prune them as its own (nothing was written)" <<<"$out" ||
+    fail "eio: the new run's error does not name the folder and why: $out"
+cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics.jsonl" "$d/run.metrics.jsonl" &&
+    [ "$(ls "$d/run/ckpt")" = "$(printf 'latest\nstep-3')" ] && [ ! -e "$d/run/ckpt.previous" ] ||
+    fail "eio: the refused new run wrote in out_dir: $(ls "$d/run")"
+echo "a checkpoint folder that cannot be listed: an error naming it for a resume and a new run, nothing written"
 # --init with --resume (one command line for every restart of a fine-tuning
 # job): the checkpoint's weights, --init not read (said); the bytes of 6
 # steps from --init.
