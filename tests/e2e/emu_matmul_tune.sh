@@ -8,14 +8,19 @@
 #     products' epilogues and two micro-steps a step (dW added to: the
 #     timing keeps what the product adds to on the host) trains to the same
 #     bits as with it off, and the summary counts the plans timed
-#     (matmul_tuned > 0, matmul_tune_switched at most that).
+#     (matmul_tuned > 0, matmul_tune_switched at most that);
+#  3. on 2 emulated GPUs under ZeRO-2 (NCCL's reduce-scatter and
+#     all-gather queued beside the timing's waits for the compute stream):
+#     the same bits as with it off, each rank's plans timed.
 # On the emulator every algorithm computes alike, so any difference in the
 # weights is the timing's own writes left behind.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_need_numpy
+e2e_need_mpirun
 e2e_tmpdir
-export OMP_WAIT_POLICY=PASSIVE ST_CUDAEMU_DEVICES=1
+e2e_mpi 180
+export OMP_WAIT_POLICY=PASSIVE
 for i in $(seq 1 200); do echo "the timing of each product's algorithms, line $i"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail "tokenize"
 gpt=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
@@ -24,11 +29,17 @@ gpt=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.
      --set train.batch_size=4 --set train.micro_batch_size=2 --set train.steps=3 --set train.device=cuda
      --set train.threads=1 --set data.num_workers=0 --set log.progress=off --json)
 
-run() { # NAME ARGS...: train into $tmp/NAME, output in $tmp/NAME.out
+run() { # NAME ARGS...: train into $tmp/NAME on one emulated GPU, output in $tmp/NAME.out
     local name=$1
     shift
-    timeout 120 "$bin" "${gpt[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1 ||
+    ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${gpt[@]}" --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1 ||
         fail "$name: $(tail -n 3 "$tmp/$name.out")"
+}
+run2() { # NAME ARGS...: the same on 2 ranks, an emulated GPU each, under ZeRO-2
+    local name=$1
+    shift
+    "${mpi[@]}" -np 2 "$bin" "${gpt[@]}" --set dist.strategy=zero2 --set train.out_dir="$tmp/$name" "$@" \
+        >"$tmp/$name.out" 2>&1 || fail "$name: $(tail -n 3 "$tmp/$name.out")"
 }
 field() { grep -o "\"$2\":[0-9]*" "$tmp/$1.out" | tail -1 | cut -d: -f2; }
 
@@ -46,4 +57,11 @@ echo -n "model.matmul_tune on against auto (off): "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/auto/model.safetensors" "$tmp/on/model.safetensors" 0 ||
     fail "the weights trained with the timing differ from those without"
 
-e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits"
+run2 z2-off
+run2 z2-on --set model.matmul_tune=on
+[ "$(field z2-on matmul_tuned)" -gt 0 ] 2>/dev/null || fail "zero2 on: $(field z2-on matmul_tuned) plans timed"
+echo -n "model.matmul_tune on against off, 2 ranks under ZeRO-2: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/z2-off/model.safetensors" "$tmp/z2-on/model.safetensors" 0 ||
+    fail "2 ranks: the weights trained with the timing differ from those without"
+
+e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits, on one GPU and on 2 under ZeRO-2"
