@@ -275,9 +275,11 @@ def run_variant(a, model, s, st, tmp, key, extra, what):
         note += (f"; cuBLASLt's epilogue summed {r['j'].get('bias_grad_epilogues', 0)} bias gradients, "
                  f"{st['j'].get('bias_grad_epilogues', 0)} without")
     if key in ("matmul_tune", "candidates"):
-        note += (f"; {r['j'].get('matmul_tuned', 0)} product plans timed, "
-                 f"{r['j'].get('matmul_tune_switched', 0)} of them kept another algorithm than cuBLASLt's "
-                 "heuristic's first")
+        j, n = r["j"], max(r["j"].get("steps_run", 0), 1)
+        note += (f"; {j.get('matmul_tuned', 0)} product plans timed, {j.get('matmul_tune_switched', 0)} of them "
+                 "kept another algorithm than cuBLASLt's heuristic's first: their products "
+                 f"{j.get('matmul_tune_first_ms', 0) / n:.2f} ms a step at the first's timed speed, "
+                 f"{j.get('matmul_tune_chosen_ms', 0) / n:.2f} at the kept's")
     if key in ("plain_head", "gelu_layer", "cudnn_attention", "flash_attention", "fused_bias_grad",
                "matmul_tune", "candidates") or (key == "selective" and fused_gelu_forward(st)):
         # other roundings: the same loss to a few bf16 ulps, not to the bit

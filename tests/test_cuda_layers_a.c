@@ -338,8 +338,9 @@ int main(void) {
     if (dev) {
         const linear_ctx tl[] = {{29, 40, 56, true, false, true, false},
                                  {29, 40, 56, true, true, false, true}};
-        int64_t tuned0, switched0, plans0, hits0, misses0, tuned1, switched1, plans1, hits1, misses1;
-        st_cuda_matmul_tune_stats(dev, &tuned0, &switched0);
+        int64_t plans0, hits0, misses0, plans1, hits1, misses1;
+        st_cuda_tune_stats t0, t1;
+        st_cuda_matmul_tune_stats(dev, &t0);
         st_cuda_matmul_plan_stats(dev, &plans0, &hits0, &misses0);
         st_cuda_set_matmul_tune(dev, true);
         for (int bf = 0; bf < 2; bf++)
@@ -351,16 +352,19 @@ int main(void) {
                          bf ? ST_PREC_BF16 : ST_PREC_FP32, dev, seed + k++);
             }
         st_cuda_set_matmul_tune(dev, false);
-        st_cuda_matmul_tune_stats(dev, &tuned1, &switched1);
+        st_cuda_matmul_tune_stats(dev, &t1);
         st_cuda_matmul_plan_stats(dev, &plans1, &hits1, &misses1);
-        CHECK(tuned1 > tuned0 && tuned1 - tuned0 <= plans1 - plans0 &&
-                  switched1 - switched0 <= tuned1 - tuned0,
-              "model.matmul_tune: %lld plans timed of %lld made with it on (%lld kept another algorithm)",
-              (long long)(tuned1 - tuned0), (long long)(plans1 - plans0), (long long)(switched1 - switched0));
+        const int64_t tuned = t1.tuned - t0.tuned, switched = t1.switched - t0.switched;
+        const double first = t1.first_ms - t0.first_ms, chosen = t1.chosen_ms - t0.chosen_ms;
+        /* (the times: every timed plan's products at what a call took, the kept never slower) */
+        CHECK(tuned > 0 && tuned <= plans1 - plans0 && switched <= tuned && first > 0 && chosen > 0 &&
+                  chosen <= first,
+              "model.matmul_tune: %lld plans timed of %lld made with it on (%lld kept another algorithm); "
+              "their products %.4g ms at the heuristic's first, %.4g at the kept",
+              (long long)tuned, (long long)(plans1 - plans0), (long long)switched, first, chosen);
         printf("ok   model.matmul_tune: %lld of %lld new plans timed, %lld kept another algorithm than the "
-               "heuristic's first\n",
-               (long long)(tuned1 - tuned0), (long long)(plans1 - plans0),
-               (long long)(switched1 - switched0));
+               "heuristic's first (their products %.4g ms at the first's times, %.4g at the kept's)\n",
+               (long long)tuned, (long long)(plans1 - plans0), (long long)switched, first, chosen);
     }
 #endif
 

@@ -966,8 +966,8 @@ int main(void) {
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
         const int64_t bgrads = cp_bgrad_count(dev);
-        int64_t tuned0 = 0, switched0 = 0;
-        if (dev) st_cuda_matmul_tune_stats(dev, &tuned0, &switched0);
+        st_cuda_tune_stats t0 = {0};
+        if (dev) st_cuda_matmul_tune_stats(dev, &t0);
         if (dev && cases[i].tune) st_cuda_set_matmul_tune(dev, true);
 #endif
         const int failures = st_test_failures;
@@ -992,11 +992,11 @@ int main(void) {
             cp_check_bgrad(dev, bgrads, refuse, cases[i].label);
         if (dev && cases[i].tune) { /* its products' plans were timed (each computed as without: above) */
             st_cuda_set_matmul_tune(dev, false);
-            int64_t tuned1, switched1;
-            st_cuda_matmul_tune_stats(dev, &tuned1, &switched1);
-            CHECK(tuned1 > tuned0, "%s: no plan timed its algorithms", cases[i].label);
+            st_cuda_tune_stats t1;
+            st_cuda_matmul_tune_stats(dev, &t1);
+            CHECK(t1.tuned > t0.tuned, "%s: no plan timed its algorithms", cases[i].label);
             printf("     %s: %lld plans timed, %lld kept another algorithm\n", cases[i].label,
-                   (long long)(tuned1 - tuned0), (long long)(switched1 - switched0));
+                   (long long)(t1.tuned - t0.tuned), (long long)(t1.switched - t0.switched));
         }
 #endif
     }

@@ -73,6 +73,9 @@ typedef struct st_run_result {
     int64_t matmul_tuned, matmul_tune_switched; /* model.matmul_tune on this rank's GPU: matrix-product plans
                                                    whose algorithm was timed, and of them those that kept
                                                    another than cuBLASLt's heuristic's first */
+    double matmul_tune_first_ms, matmul_tune_chosen_ms; /* the products that took those plans over the run, at
+                                                           the times measured a call: with the heuristic's
+                                                           first algorithm, and with the one kept */
     /* fp16 (has_loss_scale): the dynamic loss scale at the end and the steps
      * skipped for an overflow (over the whole run, a resumed one included) */
     bool has_loss_scale;

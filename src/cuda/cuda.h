@@ -126,10 +126,18 @@ st_status st_cuda_scratch(st_device *d, size_t nbytes, void **out);
 void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, int64_t *hits, int64_t *misses);
 /* model.matmul_tune (docs/cuda.md, "Choosing cuBLASLt's algorithm"): with `on`, each plan
  * made from now on times up to 8 of the heuristic's algorithms on its first
- * product and keeps the fastest. The plans timed so far, and of them those
- * that kept another algorithm than the heuristic's first. */
+ * product and keeps the fastest. */
 void st_cuda_set_matmul_tune(st_device *d, bool on);
-void st_cuda_matmul_tune_stats(const st_device *d, int64_t *tuned, int64_t *switched);
+/* The plans timed so far, of them those that kept another algorithm than
+ * the heuristic's first, and over every product that took a timed plan the
+ * time its timing measured a call at: with the heuristic's first, and with
+ * the algorithm kept (ms, summed over the products; what the timing saved
+ * is their difference). */
+typedef struct st_cuda_tune_stats {
+    int64_t tuned, switched;
+    double first_ms, chosen_ms;
+} st_cuda_tune_stats;
+void st_cuda_matmul_tune_stats(const st_device *d, st_cuda_tune_stats *out);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

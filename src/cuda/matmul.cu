@@ -42,6 +42,9 @@ typedef struct plan {
     cublasLtMatmulAlgo_t *cand; /* tuning: the heuristic's algorithms (cand[0] its first), until the plan's
                                    first product times them; NULL: algo is the one */
     int n_cand;
+    int64_t calls;           /* products that took the plan */
+    float t_first, t_chosen; /* timed plans: ms a call of the heuristic's first and of the algorithm kept
+                                (0 when the first refused or the plan was not timed) */
 } plan;
 
 struct st_lt_plans {
@@ -83,10 +86,18 @@ extern "C" void st_cuda_matmul_plan_stats(const st_device *d, int64_t *plans, in
 
 extern "C" void st_cuda_set_matmul_tune(st_device *d, bool on) { d->lt_tune = on; }
 
-extern "C" void st_cuda_matmul_tune_stats(const st_device *d, int64_t *tuned, int64_t *switched) {
+extern "C" void st_cuda_matmul_tune_stats(const st_device *d, st_cuda_tune_stats *out) {
+    memset(out, 0, sizeof *out);
     const st_lt_plans *t = d->plans;
-    *tuned = t ? t->tuned : 0;
-    *switched = t ? t->switched : 0;
+    if (!t) return;
+    out->tuned = t->tuned;
+    out->switched = t->switched;
+    for (size_t i = 0; i < t->cap; i++) {
+        const plan *pl = &t->slot[i];
+        if (!pl->used || !(pl->t_first > 0)) continue;
+        out->first_ms += (double)pl->calls * pl->t_first;
+        out->chosen_ms += (double)pl->calls * pl->t_chosen;
+    }
 }
 
 static uint64_t key_hash(const plan_key *k) { /* FNV-1a */
@@ -291,6 +302,7 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, con
         plan *pl = find(d->plans->slot, d->plans->cap, k);
         if (pl->used) {
             d->plans->hits++;
+            pl->calls++;
             *out = pl;
             return ST_OK;
         }
@@ -301,6 +313,7 @@ static st_status plan_get(st_device *d, const plan_key *k, const void *bias, con
     plan *pl = find(d->plans->slot, d->plans->cap, k);
     *pl = made;
     pl->used = true;
+    pl->calls = 1;
     d->plans->n++;
     d->plans->misses++;
     *out = pl;
@@ -334,7 +347,7 @@ static st_status tune(st_device *d, const st_matmul *p, plan *pl, const void *pA
     cudaEvent_t ev[2] = {NULL, NULL};
     st_status s = ST_OK;
     float first = INFINITY, best = INFINITY;
-    int fastest = -1;
+    int fastest = -1, kept = 0;
     if (dbytes && !saved) goto done; /* no host memory to keep D in: the heuristic's first, untimed */
 #define TUNE_CUDA(call)                                                                                      \
     do {                                                                                                     \
@@ -371,7 +384,12 @@ static st_status tune(st_device *d, const st_matmul *p, plan *pl, const void *pA
     }
     if (fastest > 0 && (!(first < INFINITY) || best < TUNE_MARGIN * first)) {
         pl->algo = cand[fastest];
+        kept = fastest;
         d->plans->switched++;
+    }
+    if (first < INFINITY) { /* (the first refused: nothing to weigh the choice against) */
+        pl->t_first = first;
+        pl->t_chosen = kept ? best : first;
     }
     d->plans->tuned++;
     if (saved) {

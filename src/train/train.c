@@ -98,6 +98,8 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "bias_grad_epilogues", (double)r->bias_grad_epilogues);
         cJSON_AddNumberToObject(o, "matmul_tuned", (double)r->matmul_tuned);
         cJSON_AddNumberToObject(o, "matmul_tune_switched", (double)r->matmul_tune_switched);
+        cJSON_AddNumberToObject(o, "matmul_tune_first_ms", r->matmul_tune_first_ms);
+        cJSON_AddNumberToObject(o, "matmul_tune_chosen_ms", r->matmul_tune_chosen_ms);
         if (r->has_loss_scale) {
             cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
             cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
@@ -1800,7 +1802,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (ses->dev) {
         r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
         r->bias_grad_epilogues = st_cuda_bias_grad_epilogues(ses->dev);
-        st_cuda_matmul_tune_stats(ses->dev, &r->matmul_tuned, &r->matmul_tune_switched);
+        st_cuda_tune_stats ts;
+        st_cuda_matmul_tune_stats(ses->dev, &ts);
+        r->matmul_tuned = ts.tuned;
+        r->matmul_tune_switched = ts.switched;
+        r->matmul_tune_first_ms = ts.first_ms;
+        r->matmul_tune_chosen_ms = ts.chosen_ms;
     }
 #endif
     r->optim_offload_early = st_optim_offload_early(&opt);

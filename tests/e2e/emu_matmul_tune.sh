@@ -8,7 +8,9 @@
 #     products' epilogues and two micro-steps a step (dW added to: the
 #     timing keeps what the product adds to on the host) trains to the same
 #     bits as with it off, and the summary counts the plans timed
-#     (matmul_tuned > 0, matmul_tune_switched at most that);
+#     (matmul_tuned > 0, matmul_tune_switched at most that) and their
+#     products' time at the timed speeds (matmul_tune_first_ms > 0, the
+#     kept algorithms' matmul_tune_chosen_ms no more);
 #  3. on 2 emulated GPUs under ZeRO-2 (NCCL's reduce-scatter and
 #     all-gather queued beside the timing's waits for the compute stream):
 #     the same bits as with it off, each rank's plans timed.
@@ -53,6 +55,11 @@ switched=$(field on matmul_tune_switched)
 [ -n "$tuned" ] && [ "$tuned" -gt 0 ] && [ "$switched" -le "$tuned" ] ||
     fail "on: ${tuned:-no} plans timed, ${switched:-no} switched (want some timed, at most that many switched)"
 [ "$(field on bias_grad_epilogues)" -gt 0 ] || fail "on: no bias gradient summed in an epilogue"
+/usr/bin/python3 - "$tmp/on.out" <<'PY' || fail "on: the timed products' times: $(grep -o '"matmul_tune_[a-z]*_ms":[^,]*' "$tmp/on.out")"
+import json, sys
+j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+sys.exit(0 if 0 < j["matmul_tune_chosen_ms"] <= j["matmul_tune_first_ms"] else 1)
+PY
 echo -n "model.matmul_tune on against auto (off): "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/auto/model.safetensors" "$tmp/on/model.safetensors" 0 ||
     fail "the weights trained with the timing differ from those without"

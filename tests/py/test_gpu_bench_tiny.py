@@ -115,7 +115,8 @@ def main():
                         r"[0-9.]+% against [0-9.]+%[^\n]*: the same\)", out),
               "--kernel-variants: the gpt2 note with both MFUs and the same final loss as the run without")
         check(re.search(r"gpt2 with model\.matmul_tune=on [^\n]*MFU [0-9.]+% against [0-9.]+%[^\n]*; 0 product "
-                        r"plans timed, 0 of them kept another algorithm[^\n]*relative difference", out),
+                        r"plans timed, 0 of them kept another algorithm[^\n]*0\.00 ms a step at the first's "
+                        r"timed speed, 0\.00 at the kept's[^\n]*relative difference", out),
               "--matmul-tune: the gpt2 note with both MFUs, the plans timed (none on the CPU), the losses compared")
         check(re.search(r"gpt2 with every candidate for a default at once [^\n]*MFU [0-9.]+% against [0-9.]+%"
                         r"[^\n]*relative difference", out),
