@@ -73,6 +73,8 @@ typedef struct st_run_result {
     int64_t matmul_tuned, matmul_tune_switched; /* model.matmul_tune on this rank's GPU: matrix-product plans
                                                    whose algorithm was timed, and of them those that kept
                                                    another than cuBLASLt's heuristic's first */
+    int64_t matmul_tune_restored; /* matrix-product plans that took, untimed, the algorithm an earlier run in
+                                     out_dir timed (out_dir/matmul-algos-rank<R>.bin) */
     double matmul_tune_first_ms, matmul_tune_chosen_ms; /* the products that took those plans over the run, at
                                                            the times measured a call: with the heuristic's
                                                            first algorithm, and with the one kept */

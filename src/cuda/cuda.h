@@ -135,9 +135,25 @@ void st_cuda_set_matmul_tune(st_device *d, bool on);
  * is their difference). */
 typedef struct st_cuda_tune_stats {
     int64_t tuned, switched;
+    int64_t restored; /* plans that took an algorithm st_cuda_matmul_algos_import gave, untimed */
     double first_ms, chosen_ms;
 } st_cuda_tune_stats;
 void st_cuda_matmul_tune_stats(const st_device *d, st_cuda_tune_stats *out);
+/* The algorithms the timing kept, as bytes to keep (src/train/matmul_algos.c
+ * writes them to train.out_dir): every timed or read-back plan's key and
+ * algorithm, and those imported whose shape this run has not reached.
+ * Malloc'd into *out; the list is then no longer `dirty` (a plan timed
+ * since the last export). */
+bool st_cuda_matmul_algos_dirty(const st_device *d);
+st_status st_cuda_matmul_algos_export(st_device *d, void **out, size_t *nbytes);
+/* Such bytes read back: with model.matmul_tune on, a plan of one of their
+ * keys takes its algorithm untimed (when cuBLASLt's check accepts it), so a
+ * resumed run multiplies as the run before it did. Bytes of another
+ * build, cuBLASLt version or kind of GPU, or damaged, are left alone with
+ * why saying why (ST_OK: the plans are then timed again); an error only
+ * for host memory. */
+st_status st_cuda_matmul_algos_import(st_device *d, const void *bytes, size_t nbytes, char *why,
+                                      size_t why_cap);
 
 /* The CUDA twin of the layer whose CPU ops table is named `name` (e.g.
  * "linear"), or NULL when there is none. */

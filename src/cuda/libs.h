@@ -35,7 +35,9 @@ extern "C" {
 #define ST_CUBLASLT_FUNCS(X)                                                                                 \
     X(cublasLtCreate)                                                                                        \
     X(cublasLtDestroy)                                                                                       \
+    X(cublasLtGetVersion)                                                                                    \
     X(cublasLtMatmul)                                                                                        \
+    X(cublasLtMatmulAlgoCheck)                                                                               \
     X(cublasLtMatmulAlgoGetHeuristic)                                                                        \
     X(cublasLtMatmulDescCreate)                                                                              \
     X(cublasLtMatmulDescDestroy)                                                                             \

@@ -42,16 +42,27 @@ typedef struct plan {
     cublasLtMatmulAlgo_t *cand; /* tuning: the heuristic's algorithms (cand[0] its first), until the plan's
                                    first product times them; NULL: algo is the one */
     int n_cand;
+    bool record;             /* its algorithm was timed or read back: kept by st_cuda_matmul_algos_export */
     int64_t calls;           /* products that took the plan */
     float t_first, t_chosen; /* timed plans: ms a call of the heuristic's first and of the algorithm kept
                                 (0 when the first refused or the plan was not timed) */
 } plan;
+
+/* An algorithm a timing kept, by its plan's key (st_cuda_matmul_algos_import). */
+typedef struct known_algo {
+    plan_key key;
+    cublasLtMatmulAlgo_t algo;
+} known_algo;
 
 struct st_lt_plans {
     plan *slot;
     size_t cap, n; /* cap: a power of two */
     int64_t hits, misses;
     int64_t tuned, switched; /* plans timed; of them, those that kept another than the heuristic's first */
+    known_algo *known; /* read back from an earlier run: a plan of one of these keys takes its algorithm */
+    size_t n_known;
+    int64_t restored; /* plans that took a known algorithm */
+    bool dirty;       /* a plan was timed since the last export */
 };
 
 static void plan_destroy(plan *p) {
@@ -72,6 +83,7 @@ void st_cuda_plans_free(st_device *d) {
     for (size_t i = 0; i < t->cap; i++)
         if (t->slot[i].used) plan_destroy(&t->slot[i]);
     free(t->slot);
+    free(t->known);
     free(t);
     d->plans = NULL;
 }
@@ -92,6 +104,7 @@ extern "C" void st_cuda_matmul_tune_stats(const st_device *d, st_cuda_tune_stats
     if (!t) return;
     out->tuned = t->tuned;
     out->switched = t->switched;
+    out->restored = t->restored;
     for (size_t i = 0; i < t->cap; i++) {
         const plan *pl = &t->slot[i];
         if (!pl->used || !(pl->t_first > 0)) continue;
@@ -133,6 +146,107 @@ static st_status reserve(st_device *d) {
     free(t->slot);
     t->slot = slot;
     t->cap = cap;
+    return ST_OK;
+}
+
+/* st_cuda_matmul_algos_export's bytes: this header, then n records of a
+ * plan_key and a cublasLtMatmulAlgo_t (cuBLASLt lets an algorithm be kept
+ * and used again with the same cuBLASLt version). Read back only by the
+ * same build on the same kind of GPU: the sizes, cuBLASLt's version and
+ * the device's name and compute capability must match. */
+typedef struct algos_header {
+    char magic[16]; /* "st matmul algos" */
+    uint32_t version, key_bytes, algo_bytes, n;
+    uint64_t lt_version;
+    char device[192];
+    int32_t cc_major, cc_minor;
+} algos_header;
+static const char ALGOS_MAGIC[16] = "st matmul algos";
+enum { ALGOS_VERSION = 1 };
+
+static void algos_header_of(const st_device *d, algos_header *h) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, ALGOS_MAGIC, sizeof h->magic);
+    h->version = ALGOS_VERSION;
+    h->key_bytes = sizeof(plan_key);
+    h->algo_bytes = sizeof(cublasLtMatmulAlgo_t);
+    h->lt_version = (uint64_t)cublasLtGetVersion();
+    snprintf(h->device, sizeof h->device, "%s", d->name);
+    h->cc_major = d->cc_major;
+    h->cc_minor = d->cc_minor;
+}
+
+extern "C" bool st_cuda_matmul_algos_dirty(const st_device *d) { return d->plans && d->plans->dirty; }
+
+extern "C" st_status st_cuda_matmul_algos_export(st_device *d, void **out, size_t *nbytes) {
+    *out = NULL;
+    *nbytes = 0;
+    st_lt_plans *t = d->plans;
+    size_t n = 0;
+    for (size_t i = 0; t && i < t->cap; i++)
+        n += t->slot[i].used && t->slot[i].ok && t->slot[i].record;
+    for (size_t i = 0; t && i < t->n_known; i++) /* (known keys this run has not reached: kept too) */
+        n += !t->cap || !find(t->slot, t->cap, &t->known[i].key)->used;
+    const size_t bytes = sizeof(algos_header) + n * sizeof(known_algo);
+    char *b = (char *)malloc(bytes);
+    if (!b) return st_fail(ST_ERR_NOMEM, "out of host memory listing the timed matrix-product algorithms");
+    algos_header h;
+    algos_header_of(d, &h);
+    h.n = (uint32_t)n;
+    memcpy(b, &h, sizeof h);
+    known_algo *r = (known_algo *)(b + sizeof h);
+    for (size_t i = 0; t && i < t->cap; i++)
+        if (t->slot[i].used && t->slot[i].ok && t->slot[i].record) {
+            memcpy(&r->key, &t->slot[i].key, sizeof r->key);
+            memcpy(&r->algo, &t->slot[i].algo, sizeof r->algo);
+            r++;
+        }
+    for (size_t i = 0; t && i < t->n_known; i++)
+        if (!t->cap || !find(t->slot, t->cap, &t->known[i].key)->used) memcpy(r++, &t->known[i], sizeof *r);
+    if (t) t->dirty = false;
+    *out = b;
+    *nbytes = bytes;
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_matmul_algos_import(st_device *d, const void *bytes, size_t nbytes, char *why,
+                                                 size_t why_cap) {
+    if (why_cap) why[0] = '\0';
+    algos_header h, mine;
+    algos_header_of(d, &mine);
+    if (nbytes < sizeof h) {
+        snprintf(why, why_cap, "%zu bytes, shorter than its header", nbytes);
+        return ST_OK;
+    }
+    memcpy(&h, bytes, sizeof h);
+    h.device[sizeof h.device - 1] = '\0';
+    if (memcmp(h.magic, ALGOS_MAGIC, sizeof h.magic) != 0 || h.version != ALGOS_VERSION ||
+        h.key_bytes != mine.key_bytes || h.algo_bytes != mine.algo_bytes) {
+        snprintf(why, why_cap, "not this scaletrain's list of algorithms");
+        return ST_OK;
+    }
+    if (h.lt_version != mine.lt_version || strcmp(h.device, mine.device) != 0 ||
+        h.cc_major != mine.cc_major || h.cc_minor != mine.cc_minor) {
+        snprintf(why, why_cap,
+                 "timed with cuBLASLt %llu on %s (sm_%d%d), and this run has cuBLASLt %llu on %s",
+                 (unsigned long long)h.lt_version, h.device, h.cc_major, h.cc_minor,
+                 (unsigned long long)mine.lt_version, mine.device);
+        return ST_OK;
+    }
+    if (nbytes != sizeof h + (size_t)h.n * sizeof(known_algo)) {
+        snprintf(why, why_cap, "%zu bytes where its %u algorithms take %zu", nbytes, h.n,
+                 sizeof h + (size_t)h.n * sizeof(known_algo));
+        return ST_OK;
+    }
+    ST_TRY(reserve(d)); /* (the table, for the list) */
+    st_lt_plans *t = d->plans;
+    known_algo *k = h.n ? (known_algo *)malloc((size_t)h.n * sizeof *k) : NULL;
+    if (h.n && !k)
+        return st_fail(ST_ERR_NOMEM, "out of host memory reading the timed matrix-product algorithms");
+    if (h.n) memcpy(k, (const char *)bytes + sizeof h, (size_t)h.n * sizeof *k);
+    free(t->known);
+    t->known = k;
+    t->n_known = h.n;
     return ST_OK;
 }
 
@@ -269,6 +383,20 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
                                             sizeof k->al_c));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
                                             sizeof k->al_d));
+    for (size_t i = 0; d->lt_tune && i < d->plans->n_known; i++) { /* an earlier run's timing of this key */
+        const known_algo *kn = &d->plans->known[i];
+        if (memcmp(&kn->key, k, sizeof *k) != 0) continue;
+        cublasLtMatmulHeuristicResult_t chk;
+        memset(&chk, 0, sizeof chk);
+        if (cublasLtMatmulAlgoCheck(d->lt, pl->op, pl->la, pl->lb, pl->ld, pl->ld, &kn->algo, &chk) ==
+            CUBLAS_STATUS_SUCCESS) { /* (else: timed again, as a new key) */
+            pl->ok = pl->record = true;
+            pl->algo = kn->algo;
+            d->plans->restored++;
+            goto fail;
+        }
+        break;
+    }
     {
         /* no algorithm for this layout: NOT_SUPPORTED, or success with none found */
         cublasLtMatmulHeuristicResult_t h[TUNE_ALGOS];
@@ -391,6 +519,8 @@ static st_status tune(st_device *d, const st_matmul *p, plan *pl, const void *pA
         pl->t_first = first;
         pl->t_chosen = kept ? best : first;
     }
+    pl->record = true;
+    d->plans->dirty = true;
     d->plans->tuned++;
     if (saved) {
         TUNE_CUDA(cudaMemcpyAsync(p->D, saved, dbytes, cudaMemcpyHostToDevice, d->compute));

@@ -43,6 +43,7 @@
 #include "hw/device.h"
 #include "layers/layers.h"
 #include "loss_sum.h"
+#include "matmul_algos.h"
 #include "metrics.h"
 #include "model/sample.h"
 #include "optim/optim.h"
@@ -98,6 +99,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
         cJSON_AddNumberToObject(o, "bias_grad_epilogues", (double)r->bias_grad_epilogues);
         cJSON_AddNumberToObject(o, "matmul_tuned", (double)r->matmul_tuned);
         cJSON_AddNumberToObject(o, "matmul_tune_switched", (double)r->matmul_tune_switched);
+        cJSON_AddNumberToObject(o, "matmul_tune_restored", (double)r->matmul_tune_restored);
         cJSON_AddNumberToObject(o, "matmul_tune_first_ms", r->matmul_tune_first_ms);
         cJSON_AddNumberToObject(o, "matmul_tune_chosen_ms", r->matmul_tune_chosen_ms);
         if (r->has_loss_scale) {
@@ -1737,6 +1739,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
             window_loss += step_loss;
         }
+        /* the algorithms model.matmul_tune timed in this step, kept for a resumed run (before its
+         * checkpoint: a run resumed from it finds them) */
+        if (ses->save) st_matmul_algos_write(ses->dev, c->train.out_dir, ses->rank);
         /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone
          * while the others wait in st_ckpt_save. A periodic checkpoint with
          * train.checkpoint_async is written while training goes on; one
@@ -1806,6 +1811,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         st_cuda_matmul_tune_stats(ses->dev, &ts);
         r->matmul_tuned = ts.tuned;
         r->matmul_tune_switched = ts.switched;
+        r->matmul_tune_restored = ts.restored;
         r->matmul_tune_first_ms = ts.first_ms;
         r->matmul_tune_chosen_ms = ts.chosen_ms;
     }

@@ -305,6 +305,27 @@ static void bias_grad(const std::vector<float> &w, int64_t ld, bool k_major, int
     }
 }
 
+/* An algorithm one of these heuristics returned, for a product it supports
+ * (what a backend that keeps algorithms between runs asks before it uses
+ * one again). */
+extern "C" cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                                  cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                                  const cublasLtMatmulAlgo_t *algo,
+                                                  cublasLtMatmulHeuristicResult_t *result) {
+    if (!algo || !result) return CUBLAS_STATUS_INVALID_VALUE;
+    if (algo->data[4] != 0x5ca1e ||
+        !supported((const lt_desc *)op, (lt_layout *)A, (lt_layout *)B, (lt_layout *)C, (lt_layout *)D))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(result, 0, sizeof *result);
+    result->algo = *algo;
+    result->state = CUBLAS_STATUS_SUCCESS;
+    result->wavesCount = 1.0f;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" size_t cublasLtGetVersion(void) { return 130000; } /* (the emulator's own: 13.0.0) */
+
 extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
                                          const void *A, cublasLtMatrixLayout_t Ad, const void *B,
                                          cublasLtMatrixLayout_t Bd, const void *beta, const void *C,

@@ -13,7 +13,13 @@
 #     kept algorithms' matmul_tune_chosen_ms no more);
 #  3. on 2 emulated GPUs under ZeRO-2 (NCCL's reduce-scatter and
 #     all-gather queued beside the timing's waits for the compute stream):
-#     the same bits as with it off, each rank's plans timed.
+#     the same bits as with it off, each rank's plans timed;
+#  4. the algorithms kept in out_dir (matmul-algos-rank<R>.bin): a run
+#     resumed there takes every plan's algorithm from the file, timing none
+#     (matmul_tune_restored > 0, matmul_tuned 0), to the bits of the run
+#     that never stopped; a damaged file, or one timed on another kind of
+#     GPU (the emulator told it is sm_80), is said and passed over: the
+#     plans are timed again.
 # On the emulator every algorithm computes alike, so any difference in the
 # weights is the timing's own writes left behind.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -29,6 +35,7 @@ gpt=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.
      --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
      --set model.fused_head=on --set model.fused_bias_grad=on --set precision=bf16
      --set train.batch_size=4 --set train.micro_batch_size=2 --set train.steps=3 --set train.device=cuda
+     --set optim.schedule=constant --set optim.warmup_steps=1
      --set train.threads=1 --set data.num_workers=0 --set log.progress=off --json)
 
 run() { # NAME ARGS...: train into $tmp/NAME on one emulated GPU, output in $tmp/NAME.out
@@ -71,4 +78,26 @@ echo -n "model.matmul_tune on against off, 2 ranks under ZeRO-2: "
 /usr/bin/python3 tests/py/weights_diff.py "$tmp/z2-off/model.safetensors" "$tmp/z2-on/model.safetensors" 0 ||
     fail "2 ranks: the weights trained with the timing differ from those without"
 
-e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits, on one GPU and on 2 under ZeRO-2"
+# 4. a resume takes the kept algorithms
+run r6 --set model.matmul_tune=on --set train.steps=6
+run r3 --set model.matmul_tune=on --set train.steps=3
+[ -s "$tmp/r3/matmul-algos-rank0.bin" ] || fail "no matmul-algos-rank0.bin in the tuned run's out_dir: $(ls "$tmp/r3")"
+cp -r "$tmp/r3" "$tmp/r3-bad"
+cp -r "$tmp/r3" "$tmp/r3-sm80"
+run r3 --set model.matmul_tune=on --set train.steps=6 --resume auto
+[ "$(field r3 matmul_tune_restored)" -gt 0 ] 2>/dev/null && [ "$(field r3 matmul_tuned)" = 0 ] ||
+    fail "resumed: $(field r3 matmul_tune_restored) plans restored, $(field r3 matmul_tuned) timed (want some, none)"
+echo -n "model.matmul_tune, 3 steps + 3 resumed against 6: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/r6/model.safetensors" "$tmp/r3/model.safetensors" 0 ||
+    fail "the resumed run's weights differ from the uninterrupted run's"
+printf '\x55' | dd of="$tmp/r3-bad/matmul-algos-rank0.bin" bs=1 seek=40 conv=notrunc status=none
+run r3-bad --set model.matmul_tune=on --set train.steps=6 --resume auto
+grep -q "note: $tmp/r3-bad/matmul-algos-rank0.bin: damaged (its CRC-32 does not match its bytes); model.matmul_tune times the matrix products' algorithms again" "$tmp/r3-bad.out" &&
+    [ "$(field r3-bad matmul_tuned)" -gt 0 ] && [ "$(field r3-bad matmul_tune_restored)" = 0 ] ||
+    fail "a damaged file: not said, or not timed again: $(grep -i "matmul" "$tmp/r3-bad.out" | head -3)"
+ST_CUDAEMU_CC=80 run r3-sm80 --set model.matmul_tune=on --set train.steps=6 --resume auto
+grep -q "matmul-algos-rank0.bin: timed with cuBLASLt 130000 on .* (sm_90), and this run has cuBLASLt 130000 on .*; model.matmul_tune times" "$tmp/r3-sm80.out" &&
+    [ "$(field r3-sm80 matmul_tuned)" -gt 0 ] ||
+    fail "a file of another GPU kind: not said, or not timed again: $(grep -i "matmul" "$tmp/r3-sm80.out" | head -3)"
+
+e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits, on one GPU and on 2 under ZeRO-2; a resume takes the kept algorithms, and passes over a damaged file or another GPU's"
