@@ -12,13 +12,13 @@
 #include "cuda/cuda.h"
 #endif
 
+#ifdef ST_HAVE_CUDA
 enum { ALGOS_MAX_BYTES = 64 << 20 }; /* (thousands of plans take a few MiB) */
 
 static void path_of(char *buf, size_t n, const char *out_dir, int rank) {
     snprintf(buf, n, "%s/matmul-algos-rank%d.bin", out_dir, rank);
 }
 
-#ifdef ST_HAVE_CUDA
 st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bool note_rank) {
     if (!dev) return ST_OK;
     char path[4200], why[400] = "";
