@@ -278,8 +278,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_BOOL(
         "dist.sync_batchnorm", dist.sync_batchnorm, "false",
         "batch-norm normalises with the statistics of the global micro-batch, reduced over every rank "
-        "(PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md); on the CPU only so far: with "
-        "several ranks, train.device auto trains on the CPU"),
+        "(PyTorch's SyncBatchNorm); off: each rank's own (docs/distributed.md); on GPUs through NCCL, in the "
+        "compute stream's order"),
     K_INT("dist.timeout_s", dist.timeout_s, "600", 1, 7 * 86400,
           "seconds a collective may wait before every rank fails with a message"),
     K_BOOL("dist.shm_allreduce", dist.shm_allreduce, "true",

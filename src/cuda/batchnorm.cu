@@ -16,13 +16,21 @@
  * w rstd dy in eval, written or added as in_acc says.
  *
  * Workspace (doubles, then floats; set in `prepare`): p1, p2 (NB, C) each,
- * then three float vectors of C.
+ * then three float vectors of C, then the sync buffer (2C + 2 doubles).
  *
  * x, y and their gradients in either storage (src/layers/half_io.h).
  *
- * Not here: synchronised batch-norm (the graph's allreduce_sum hook,
- * dist.sync_batchnorm); training with the hook set is an error that names
- * the option (the trainer refuses it before training starts). */
+ * Synchronised batch-norm (dist.sync_batchnorm, the graph's allreduce_sum
+ * hook, which on a device graph queues an all-reduce of device doubles in
+ * the compute stream's order: NCCL's, train.c): the CPU's algorithm
+ * (src/layers/batchnorm.c), the same doubles reduced in the same rounds.
+ * Forward: (count, sum x) reduced gives the global mean; each rank's sum of
+ * squared deviations from it, M2_r + M_r (m_r - mu)^2, reduced gives the
+ * global biased variance; the running statistics move with the global
+ * count. Backward: (count, sum dy, sum dy xhat) reduced, dx from the global
+ * means; dweight and dbias this rank's sums. The host never waits: each
+ * round is a kernel that writes the buffer, the all-reduce, and a kernel
+ * that reads it. */
 #include <math.h>
 
 #include "common.cuh"
@@ -117,10 +125,13 @@ static __global__ void normalize_kernel(st_fbuf x, const float *mean, const floa
     }
 }
 
-/* Per channel: dbias += sum d, dweight += sum d xhat, and the dx coefficients. */
+/* Per channel: dbias += sum d, dweight += sum d xhat, and the dx
+ * coefficients; with sync, (M, sum d, sum d xhat) into it for the
+ * all-reduce instead of the means (sync_coef_kernel's, after it). */
 static __global__ void grad_params_kernel(const double *p1, const double *p2, int64_t M, int64_t C,
                                           int64_t nb, st_fbuf w, const float *rstd, float *dw, float *db,
-                                          bool train, float *k_scale, float *k_mdy, float *k_mdyx) {
+                                          bool train, float *k_scale, float *k_mdy, float *k_mdyx,
+                                          double *sync) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     double sa = 0.0, sb = 0.0;
@@ -131,6 +142,12 @@ static __global__ void grad_params_kernel(const double *p1, const double *p2, in
     if (db) db[c] += (float)sa;
     if (dw) dw[c] += (float)sb;
     k_scale[c] = st_ld(w, c) * rstd[c];
+    if (sync) {
+        if (c == 0) sync[0] = (double)M;
+        sync[1 + c] = sa;
+        sync[1 + C + c] = sb;
+        return;
+    }
     k_mdy[c] = train ? (float)(sa / (double)M) : 0.0f;
     k_mdyx[c] = train ? (float)(sb / (double)M) : 0.0f;
 }
@@ -149,15 +166,68 @@ static __global__ void grad_input_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const
     }
 }
 
-static st_status no_sync(const st_node *n) {
-    return st_fail(ST_ERR_CONFIG,
-                   "batchnorm %s: dist.sync_batchnorm is not implemented on a CUDA device yet; set "
-                   "dist.sync_batchnorm: false",
-                   n->out->name);
+/* Sync forward, round 1 (one thread per channel): this rank's sums
+ * combined into p1[c], p2[c] (the first block's slots), and buf = (M, sum x
+ * over the rows per channel). */
+static __global__ void sync_sums_kernel(st_fbuf x, double *p1, double *p2, int64_t M, int64_t C, int64_t nb,
+                                        double *buf) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sa = 0.0, sb = 0.0;
+    for (int64_t j = 0; j < nb; j++) {
+        sa += p1[j * C + c];
+        sb += p2[j * C + c];
+    }
+    p1[c] = sa;
+    p2[c] = sb;
+    if (c == 0) buf[0] = (double)M;
+    buf[1 + c] = (double)M * (double)st_ld(x, c) + sa; /* sum of x (the shift is row 0's value) */
+}
+
+/* Round 2: from the global (count, sum x) in buf, the global mean into
+ * p1[c] and this rank's sum of squared deviations from it into sq[c]. */
+static __global__ void sync_m2_kernel(st_fbuf x, double *p1, const double *p2, int64_t M, int64_t C,
+                                      const double *buf, double *sq) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const double N = buf[0], sa = p1[c], sb = p2[c], shift = (double)st_ld(x, c);
+    const double mu = buf[1 + c] / N, mr = shift + sa / (double)M; /* global, this rank's mean */
+    double m2 = sb - sa * sa / (double)M;                          /* this rank's sum of (x - mr)^2 */
+    if (m2 < 0) m2 = 0;
+    p1[c] = mu;
+    sq[c] = m2 + (double)M * (mr - mu) * (mr - mu);
+}
+
+/* After round 2: mean, rstd and the running statistics from the global
+ * mean (p1), the global sum of squares (sq) and count (buf[0]). */
+static __global__ void sync_stats_kernel(const double *p1, const double *sq, const double *buf, int64_t C,
+                                         float eps, float mom, float *mean, float *rstd, float *rmean,
+                                         float *rvar, bool update) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const double N = buf[0], mu = p1[c], var = sq[c] / N;
+    mean[c] = (float)mu;
+    rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+    if (!update) return;
+    rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
+    rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * N / (N - 1.0));
+}
+
+/* Sync backward, after the gradient sums' all-reduce: the dx coefficients
+ * from the global (count, sum dy, sum dy xhat) in buf. */
+static __global__ void sync_coef_kernel(const double *buf, int64_t C, float *k_mdy, float *k_mdyx) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    k_mdy[c] = (float)(buf[1 + c] / buf[0]);
+    k_mdyx[c] = (float)(buf[1 + C + c] / buf[0]);
+}
+
+/* The sync buffer in the workspace: after p1, p2 and the three float vectors. */
+static double *sync_buf(const st_graph *g, int64_t nb, int64_t C) {
+    return (double *)g->work + 2 * nb * C + st_align_floats(3 * C) / 2;
 }
 
 static st_status batchnorm_forward(st_node *n, st_graph *g) {
-    if (g->training && g->allreduce_sum) return no_sync(n);
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
     cudaStream_t st = st_cuda_stream(g);
@@ -176,8 +246,23 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
         partials_kernel<true><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
             x, st_fbuf{NULL, ST_PREC_FP32}, st_fbuf{NULL, ST_PREC_FP32}, NULL, NULL, M, C, nb, p1, p2);
         ST_CUDA_LAUNCHED();
-        stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar,
-                                         !g->recomputing);
+        if (g->allreduce_sum) { /* the global micro-batch's statistics (above) */
+            double *buf = sync_buf(g, nb, C), *sq = buf + 1 + C;
+            char what[ST_NAME_MAX + 48];
+            sync_sums_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, buf);
+            ST_CUDA_LAUNCHED();
+            snprintf(what, sizeof what, "sync batch-norm %s: sums", n->out->name);
+            ST_TRY(g->allreduce_sum(g->allreduce_ctx, buf, C + 1, what));
+            sync_m2_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, buf, sq);
+            ST_CUDA_LAUNCHED();
+            snprintf(what, sizeof what, "sync batch-norm %s: squares", n->out->name);
+            ST_TRY(g->allreduce_sum(g->allreduce_ctx, sq, C, what));
+            sync_stats_kernel<<<cb, 128, 0, st>>>(p1, sq, buf, C, eps, mom, mean, rstd, rmean, rvar,
+                                                  !g->recomputing);
+        } else {
+            stats_kernel<<<cb, 128, 0, st>>>(x, p1, p2, M, C, nb, eps, mom, mean, rstd, rmean, rvar,
+                                             !g->recomputing);
+        }
     } else {
         eval_stats_kernel<<<cb, 128, 0, st>>>(rmean, rvar, C, eps, mean, rstd);
     }
@@ -189,7 +274,6 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
 }
 
 static st_status batchnorm_backward(st_node *n, st_graph *g) {
-    if (g->training && g->allreduce_sum) return no_sync(n);
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     cudaStream_t st = st_cuda_stream(g);
     const st_fbuf x = st_data(n->in[0]), dy = st_grad(n->out); /* (M, C) */
@@ -203,11 +287,20 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     partials_kernel<false><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
         x, dy, y, mean, rstd, M, C, nb, p1, p2);
     ST_CUDA_LAUNCHED();
+    const bool sync = g->training && g->allreduce_sum && dx.p;
+    double *buf = sync ? sync_buf(g, nb, C) : NULL;
     grad_params_kernel<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(p1, p2, M, C, nb, w, rstd,
                                                                     n->params[0]->grad, n->params[1]->grad,
-                                                                    g->training, k_scale, k_mdy, k_mdyx);
+                                                                    g->training, k_scale, k_mdy, k_mdyx, buf);
     ST_CUDA_LAUNCHED();
     if (!dx.p) return ST_OK;
+    if (sync) { /* the means of dy and dy xhat over the global micro-batch */
+        char what[ST_NAME_MAX + 48];
+        snprintf(what, sizeof what, "sync batch-norm %s: gradient sums", n->out->name);
+        ST_TRY(g->allreduce_sum(g->allreduce_ctx, buf, 2 * C + 1, what));
+        sync_coef_kernel<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(buf, C, k_mdy, k_mdyx);
+        ST_CUDA_LAUNCHED();
+    }
     grad_input_kernel<<<st_cuda_blocks(M * C, THREADS), THREADS, 0, st>>>(
         x, dy, y, mean, rstd, k_scale, k_mdy, k_mdyx, dx, M, C, n->in_acc[0]);
     ST_CUDA_LAUNCHED();
@@ -216,7 +309,8 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
 
 static st_status batchnorm_prepare(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C];
-    n->work_count = 2 * (2 * n_blocks(M) * C) + st_align_floats(3 * C);
+    n->work_count =
+        2 * (2 * n_blocks(M) * C) + st_align_floats(3 * C) + 2 * (2 * C + 2); /* (sync's buffer) */
     return ST_OK;
 }
 

@@ -332,8 +332,11 @@ struct st_graph {
      * the same nodes in the same order (they do: one model, and checkpointing
      * recomputes the same blocks everywhere). `name` names the collective in
      * errors and must be the same on every rank. The trainer sets it to an
-     * all-reduce over its communicator; layers know nothing of MPI. NULL (the
-     * default): one rank, nothing is reduced. */
+     * all-reduce over its communicator; layers know nothing of MPI. On a
+     * device graph (dev set) buf is device memory and the sum is queued in
+     * the device's compute-stream order: kernels queued after the call see
+     * it, and the host does not wait (train.c: NCCL's all-reduce). NULL
+     * (the default): one rank, nothing is reduced. */
     st_status (*allreduce_sum)(void *ctx, double *buf, int64_t n, const char *name);
     void *allreduce_ctx;
     /* Called before (end false) and after (end true) each node's forward and

@@ -101,11 +101,6 @@ static bool device_blocked(const st_session *s, char *why, size_t n) {
             return true;
         }
     }
-    if (s->world > 1 && c->dist.sync_batchnorm) { /* (train.c's setup_sync_bn: the host's statistics only) */
-        snprintf(why, n, "dist.sync_batchnorm is not implemented on a CUDA device yet (set it false to train "
-                         "on the GPUs, each rank's batch-norm statistics its own)");
-        return true;
-    }
     return false;
 }
 

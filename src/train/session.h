@@ -15,6 +15,15 @@
 typedef struct st_eval_dev st_eval_dev; /* eval_device.h */
 typedef struct st_outq st_outq;         /* core/outq.h */
 
+/* dist.sync_batchnorm on GPUs: the NCCL communicator its all-reduces go
+ * through and those not yet seen to end (train.c sync_bn_sum_dev). */
+enum { ST_SYNC_BN_PENDING = 64 };
+typedef struct st_sync_bn_dev {
+    st_comm *comm;
+    st_comm_req *pending[ST_SYNC_BN_PENDING];
+    int n;
+} st_sync_bn_dev;
+
 typedef struct st_session {
     st_config *cfg;
     st_dataset train, val;
@@ -41,6 +50,7 @@ typedef struct st_session {
     int threads;
     st_comm *comm; /* one per process; local (world 1) without a launcher */
     st_comm *dcomm; /* NCCL between the ranks' GPUs (gradients, parameters), or NULL (see uses_nccl) */
+    st_sync_bn_dev sync_bn; /* the training graph's sync batch-norm on GPUs (train.c setup_sync_bn) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
     bool out_dir_lost; /* train.out_dir's run.lock is no longer this run's (train.c out_dir_held): nothing

@@ -793,8 +793,31 @@ static st_status sync_bn_sum(void *ctx, double *buf, int64_t n, const char *name
     return st_comm_all_reduce_sync(ctx, buf, buf, (size_t)n, ST_COMM_F64, ST_COMM_SUM, name);
 }
 
+/* The same hook on GPUs (graph.h): the sums queued as NCCL's all-reduce
+ * on the communication stream, after the compute stream's work so far, and
+ * the compute stream made to wait for its end on the device. The requests
+ * are the trainer's to release: each is tested at the next call and let go
+ * once done (one still pending when the ring is full is waited for; those
+ * left at the end go with the communicator, which waits for them). */
+static st_status sync_bn_sum_dev(void *ctx, double *buf, int64_t n, const char *name) {
+    st_sync_bn_dev *s = ctx;
+    for (int i = 0; i < s->n;) {
+        bool done = false;
+        ST_TRY(st_comm_test(&s->pending[i], &done));
+        if (done)
+            s->pending[i] = s->pending[--s->n];
+        else
+            i++;
+    }
+    if (s->n == ST_SYNC_BN_PENDING) ST_TRY(st_comm_wait(&s->pending[--s->n]));
+    st_comm_req *req = NULL;
+    ST_TRY(st_comm_all_reduce(s->comm, buf, buf, (size_t)n, ST_COMM_F64, ST_COMM_SUM, name, &req));
+    s->pending[s->n++] = req;
+    return st_comm_device_wait(req);
+}
+
 /* dist.sync_batchnorm: the training graph's batch-norm layers reduce their
- * statistics over every rank (batchnorm.c). Refused with dist.deterministic,
+ * statistics over every rank (batchnorm.c, src/cuda/batchnorm.cu). Refused with dist.deterministic,
  * whose promise (the same bits on any number of ranks) it would break: the
  * statistics of a global micro-batch depend on how many ranks share it. */
 static st_status setup_sync_bn(st_session *ses, st_graph *g) {
@@ -806,13 +829,22 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
               "same "
               "bits on any number of ranks, and batch-norm statistics over all ranks change with it; set one "
               "of them to false";
-    else if (ses->world > 1 && g->dev)
-        why = "dist.sync_batchnorm is not implemented on a CUDA device yet; set dist.sync_batchnorm: false";
+    else if (ses->world > 1 && g->dev && !ses->dcomm)
+        why = "dist.sync_batchnorm on GPUs reduces the statistics through NCCL, and this run's GPUs have no "
+              "NCCL "
+              "communicator; set dist.sync_batchnorm: false";
     if (why) {
         ses->agreed_error = true; /* every rank has the same config */
         return st_fail(ST_ERR_CONFIG, "%s", why);
     }
     if (ses->world == 1) return ST_OK; /* one rank: its statistics are the global ones */
+    if (g->dev) {
+        ses->sync_bn.comm = ses->dcomm;
+        ses->sync_bn.n = 0;
+        g->allreduce_sum = sync_bn_sum_dev;
+        g->allreduce_ctx = &ses->sync_bn;
+        return ST_OK;
+    }
     g->allreduce_sum = sync_bn_sum;
     g->allreduce_ctx = ses->comm;
     return ST_OK;

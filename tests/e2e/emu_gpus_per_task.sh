@@ -15,9 +15,8 @@
 #     train.device cuda fails on both ranks, naming the two ranks, the GPU
 #     and the fix, before NCCL starts; auto trains both on the CPU, its
 #     effective configuration saying why;
-#  3. more ranks than GPUs (2 ranks, one GPU, both seeing it): the same error;
-#  4. dist.sync_batchnorm (not on GPUs yet): cuda refused before the set-up,
-#     auto on the CPU, saying why.
+#  3. more ranks than GPUs (2 ranks, one GPU, both seeing it): the same error.
+# (dist.sync_batchnorm on GPU ranks, once refused here: emu_sync_batchnorm.sh.)
 # Given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -90,15 +89,4 @@ ST_CUDAEMU_DEVICES=1 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cuda
 grep -q "ranks 0 and 1 would both train on the GPU at 0000:00:00.0 (GPU-[0-9a-f-]*) of host $host" "$tmp/fewer.txt" ||
     fail "2 ranks, 1 GPU: $(grep -m2 -i error "$tmp/fewer.txt")"
 
-# 4. dist.sync_batchnorm on GPU ranks (the host's statistics only, so far):
-# cuda is refused before the GPUs are set up, naming it and the fix; auto
-# trains on the CPU, saying why, where both failed after the set-up
-ST_CUDAEMU_DEVICES=2 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cuda --set dist.sync_batchnorm=true \
-    --set train.out_dir="$tmp/sbn" >"$tmp/sbn.txt" 2>&1 && fail "sync_batchnorm on 2 GPUs trained"
-grep -q "train.device cuda: dist.sync_batchnorm is not implemented on a CUDA device yet .*use train.device: cpu (or auto)" "$tmp/sbn.txt" &&
-    ! grep -q "memory per rank" "$tmp/sbn.txt" || fail "sync_batchnorm with cuda: $(grep -m2 -i error "$tmp/sbn.txt")"
-ST_CUDAEMU_DEVICES=2 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=auto --set dist.sync_batchnorm=true \
-    --set train.out_dir="$tmp/sbn_auto" >"$tmp/sbn_auto.txt" 2>&1 || fail "sync_batchnorm with auto: $(tail -3 "$tmp/sbn_auto.txt")"
-grep -qE "device: +cpu +# auto: dist.sync_batchnorm is not implemented on a CUDA device yet" "$tmp/sbn_auto.txt" ||
-    fail "sync_batchnorm with auto: $(grep -m1 ' device:' "$tmp/sbn_auto.txt")"
 e2e_finish "ranks given a GPU each train on their own; two ranks on one GPU are refused, or auto's CPU, saying why"
