@@ -84,17 +84,26 @@ static __global__ void partials_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const f
     }
 }
 
+/* Channel c's sums over the row blocks' partials (nb, C), in block order. */
+static __device__ void combine(const double *p1, const double *p2, int64_t nb, int64_t C, int64_t c,
+                               double *sa, double *sb) {
+    double a = 0.0, b = 0.0;
+    for (int64_t j = 0; j < nb; j++) {
+        a += p1[j * C + c];
+        b += p2[j * C + c];
+    }
+    *sa = a;
+    *sb = b;
+}
+
 /* Training statistics, one thread per channel. */
 static __global__ void stats_kernel(st_fbuf x, const double *p1, const double *p2, int64_t M, int64_t C,
                                     int64_t nb, float eps, float mom, float *mean, float *rstd, float *rmean,
                                     float *rvar, bool update) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double sa = 0.0, sb = 0.0;
-    for (int64_t j = 0; j < nb; j++) {
-        sa += p1[j * C + c];
-        sb += p2[j * C + c];
-    }
+    double sa, sb;
+    combine(p1, p2, nb, C, c, &sa, &sb);
     const double md = sa / (double)M;
     double var = sb / (double)M - md * md;
     if (var < 0) var = 0;
@@ -134,11 +143,8 @@ static __global__ void grad_params_kernel(const double *p1, const double *p2, in
                                           double *sync) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double sa = 0.0, sb = 0.0;
-    for (int64_t j = 0; j < nb; j++) {
-        sa += p1[j * C + c];
-        sb += p2[j * C + c];
-    }
+    double sa, sb;
+    combine(p1, p2, nb, C, c, &sa, &sb);
     if (db) db[c] += (float)sa;
     if (dw) dw[c] += (float)sb;
     k_scale[c] = st_ld(w, c) * rstd[c];
@@ -173,11 +179,8 @@ static __global__ void sync_sums_kernel(st_fbuf x, double *p1, double *p2, int64
                                         double *buf) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double sa = 0.0, sb = 0.0;
-    for (int64_t j = 0; j < nb; j++) {
-        sa += p1[j * C + c];
-        sb += p2[j * C + c];
-    }
+    double sa, sb;
+    combine(p1, p2, nb, C, c, &sa, &sb);
     p1[c] = sa;
     p2[c] = sb;
     if (c == 0) buf[0] = (double)M;
