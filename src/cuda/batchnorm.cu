@@ -96,6 +96,18 @@ static __device__ void combine(const double *p1, const double *p2, int64_t nb, i
     *sb = b;
 }
 
+/* Channel c's mean and rstd from the mean mu and biased variance var of
+ * `count` rows, and unless this is checkpointing's second forward (update
+ * false: moved once already) the running statistics moved towards them. */
+static __device__ void store_stats(int64_t c, double mu, double var, double count, float eps, float mom,
+                                   float *mean, float *rstd, float *rmean, float *rvar, bool update) {
+    mean[c] = (float)mu;
+    rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+    if (!update) return;
+    rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
+    rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * count / (count - 1.0));
+}
+
 /* Training statistics, one thread per channel. */
 static __global__ void stats_kernel(st_fbuf x, const double *p1, const double *p2, int64_t M, int64_t C,
                                     int64_t nb, float eps, float mom, float *mean, float *rstd, float *rmean,
@@ -107,12 +119,7 @@ static __global__ void stats_kernel(st_fbuf x, const double *p1, const double *p
     const double md = sa / (double)M;
     double var = sb / (double)M - md * md;
     if (var < 0) var = 0;
-    const double mu = st_ld(x, c) + md;
-    mean[c] = (float)mu;
-    rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
-    if (!update) return; /* checkpointing's second forward: updated once already */
-    rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
-    rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * (double)M / (double)(M - 1));
+    store_stats(c, st_ld(x, c) + md, var, (double)M, eps, mom, mean, rstd, rmean, rvar, update);
 }
 
 static __global__ void eval_stats_kernel(const float *rmean, const float *rvar, int64_t C, float eps,
@@ -208,12 +215,7 @@ static __global__ void sync_stats_kernel(const double *p1, const double *sq, con
                                          float *rvar, bool update) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    const double N = buf[0], mu = p1[c], var = sq[c] / N;
-    mean[c] = (float)mu;
-    rstd[c] = (float)(1.0 / sqrt(var + (double)eps));
-    if (!update) return;
-    rmean[c] = (float)((1.0 - (double)mom) * rmean[c] + (double)mom * mu);
-    rvar[c] = (float)((1.0 - (double)mom) * rvar[c] + (double)mom * var * N / (N - 1.0));
+    store_stats(c, p1[c], sq[c] / buf[0], buf[0], eps, mom, mean, rstd, rmean, rvar, update);
 }
 
 /* Sync backward, after the gradient sums' all-reduce: the dx coefficients

@@ -182,30 +182,26 @@ extern "C" st_status st_cuda_matmul_algos_export(st_device *d, void **out, size_
     *out = NULL;
     *nbytes = 0;
     st_lt_plans *t = d->plans;
-    size_t n = 0;
-    for (size_t i = 0; t && i < t->cap; i++)
-        n += t->slot[i].used && t->slot[i].ok && t->slot[i].record;
-    for (size_t i = 0; t && i < t->n_known; i++) /* (known keys this run has not reached: kept too) */
-        n += !t->cap || !find(t->slot, t->cap, &t->known[i].key)->used;
-    const size_t bytes = sizeof(algos_header) + n * sizeof(known_algo);
-    char *b = (char *)malloc(bytes);
+    const size_t most = t ? t->cap + t->n_known : 0; /* (room for every slot and known key) */
+    char *b = (char *)malloc(sizeof(algos_header) + most * sizeof(known_algo));
     if (!b) return st_fail(ST_ERR_NOMEM, "out of host memory listing the timed matrix-product algorithms");
-    algos_header h;
-    algos_header_of(d, &h);
-    h.n = (uint32_t)n;
-    memcpy(b, &h, sizeof h);
-    known_algo *r = (known_algo *)(b + sizeof h);
+    known_algo *const first = (known_algo *)(b + sizeof(algos_header));
+    known_algo *r = first;
     for (size_t i = 0; t && i < t->cap; i++)
         if (t->slot[i].used && t->slot[i].ok && t->slot[i].record) {
             memcpy(&r->key, &t->slot[i].key, sizeof r->key);
             memcpy(&r->algo, &t->slot[i].algo, sizeof r->algo);
             r++;
         }
-    for (size_t i = 0; t && i < t->n_known; i++)
+    for (size_t i = 0; t && i < t->n_known; i++) /* (known keys this run has not reached: kept too) */
         if (!t->cap || !find(t->slot, t->cap, &t->known[i].key)->used) memcpy(r++, &t->known[i], sizeof *r);
+    algos_header h;
+    algos_header_of(d, &h);
+    h.n = (uint32_t)(r - first);
+    memcpy(b, &h, sizeof h);
     if (t) t->dirty = false;
     *out = b;
-    *nbytes = bytes;
+    *nbytes = sizeof h + (size_t)h.n * sizeof(known_algo);
     return ST_OK;
 }
 

@@ -796,9 +796,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     ST_TRY(plan(s, &in));
     const bool tune = strcmp(cfg->model.matmul_tune, "on") == 0; /* (auto resolved by plan) */
     st_device_set_matmul_tune(s->dev, tune);
-    if (tune &&
-        !eval_only) /* the algorithms an earlier run in out_dir timed (a resumed run's: the same bits) */
-        ST_TRY(st_matmul_algos_read(s->dev, cfg->train.out_dir, s->rank, true));
+    /* the algorithms an earlier run in out_dir timed (a resumed run's: the same bits) */
+    if (tune && !eval_only) ST_TRY(st_matmul_algos_read(s->dev, cfg->train.out_dir, s->rank, true));
     /* A CPU rank under MPI on one node: the gradients in the shared segment,
      * reduced between the ranks without copies (comm.h st_comm_shared_arena;
      * every rank takes the same decision: the device and the settings are

@@ -826,10 +826,10 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     if (!c->dist.sync_batchnorm) return ST_OK;
     const char *why = NULL;
     if (c->dist.deterministic)
-        why = "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the "
-              "same "
-              "bits on any number of ranks, and batch-norm statistics over all ranks change with it; set one "
-              "of them to false";
+        why =
+            "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the "
+            "same bits on any number of ranks, and batch-norm statistics over all ranks change with it; set "
+            "one of them to false";
     else if (ses->world > 1 && g->dev && !ses->dcomm)
         why = "dist.sync_batchnorm on GPUs reduces the statistics through NCCL, and this run's GPUs have no "
               "NCCL communicator; set dist.sync_batchnorm: false";

@@ -28,15 +28,10 @@ e2e_need_numpy
 e2e_need_mpirun
 e2e_tmpdir
 e2e_mpi 180
-export OMP_WAIT_POLICY=PASSIVE
-for i in $(seq 1 200); do echo "the timing of each product's algorithms, line $i"; done >"$tmp/text.txt"
-"$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail "tokenize"
-gpt=(train --set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set data.val=
-     --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=16
-     --set model.fused_head=on --set model.fused_bias_grad=on --set precision=bf16
-     --set train.batch_size=4 --set train.micro_batch_size=2 --set train.steps=3 --set train.device=cuda
-     --set optim.schedule=constant --set optim.warmup_steps=1
-     --set train.threads=1 --set data.num_workers=0 --set log.progress=off --json)
+source tests/lib/tiny_gpt.sh # (the token file and run=(train ...): 32 wide, batches of 4 x 16)
+gpt=("${run[@]}" --set model.n_layer=2 --set model.fused_head=on --set model.fused_bias_grad=on
+     --set precision=bf16 --set train.micro_batch_size=2 --set train.steps=3 --set train.device=cuda
+     --set optim.schedule=constant --set optim.warmup_steps=1 --set log.progress=off --json)
 
 run() { # NAME ARGS...: train into $tmp/NAME on one emulated GPU, output in $tmp/NAME.out
     local name=$1
