@@ -16,7 +16,11 @@
 #     2 micro-steps of 2b, within 1e-4;
 #  5. train.device auto with sync batch-norm on 2 ranks trains on the GPUs;
 #  6. in bf16 (activations stored in 16 bits, the sums in double as in
-#     fp32): 2 GPUs with sync against 1 GPU, within 1e-3 (measured 9e-6).
+#     fp32): 2 GPUs with sync against 1 GPU, within 1e-3 (measured 9e-6);
+#  7. under ST_CUDAEMU_LAZY=2 (each collective ends only when a host waits
+#     for it: a kernel that read the statistics before their all-reduce
+#     wrote them would see other values) and ST_CUDAEMU_LAZY=0 (everything
+#     as it is queued): the same bits as 1.
 # Given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -74,5 +78,11 @@ grep -q '"device_mem_peak_bytes":[1-9]' "$tmp/auto2.json" ||
 one bf1 $((4 * b)) --set precision=bf16
 two bfsync2 $((2 * b)) --set train.device=cuda --set dist.sync_batchnorm=true --set precision=bf16
 near bf1 bfsync2 "6. bf16: 2 GPUs with sync batch-norm against 1 GPU" 1e-3
+for lazy in 2 0; do
+    ST_CUDAEMU_LAZY=$lazy two "sync2lazy$lazy" $((2 * b)) --set train.device=cuda --set dist.sync_batchnorm=true
+    cmp -s "$tmp/sync2/model.safetensors" "$tmp/sync2lazy$lazy/model.safetensors" ||
+        fail "7. ST_CUDAEMU_LAZY=$lazy: other weights than sync2 (a kernel ran before the statistics it reads?)"
+done
+echo "7. collectives ending late, and everything as queued: the same bits"
 
-e2e_finish "sync batch-norm on 2 emulated GPUs: 1 GPU's weights and statistics (local statistics differ), checkpointing's bits, ZeRO-2's, accumulation's, bf16's; auto takes the GPUs"
+e2e_finish "sync batch-norm on 2 emulated GPUs: 1 GPU's weights and statistics (local statistics differ), checkpointing's bits, ZeRO-2's, accumulation's, bf16's; auto takes the GPUs; the same bits however the streams run"
