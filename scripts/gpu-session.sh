@@ -327,8 +327,9 @@ elif [ -n "$built" ]; then
         step gpu-fault 150 bash tests/e2e/gpu_fault.sh "$built"
         # cuDNN that loads but refuses its handle (tests/lib/refuse_cudnn.c): the flash kernels run instead
         step gpu-cudnn-refused 90 bash tests/e2e/gpu_cudnn_refused.sh "$built"
-        # `scaletrain sample` on the GPU (every token its window's forward) against PyTorch's
-        # loops on it, GPT-2 124M's shape with random weights; into sample_gpu.md
+        # `scaletrain sample` on the GPU (its cache there, each token's step a replayed CUDA
+        # graph, and with --no-graph) against PyTorch's loops on it, GPT-2 124M's shape with
+        # random weights; into sample_gpu.md
         if python3 -c 'import torch' >/dev/null 2>&1; then
             step sample-gpu 120 python3 bench/sample_vs_torch.py --build "$built" --model gpt2 --device cuda \
                 --threads 1 --tokens 200 --repeats 2 --out "$OUT/sample_gpu.md"

@@ -30,7 +30,8 @@
 #define SAMPLE_USAGE                                                                                         \
     "usage: scaletrain sample [CONFIG.yaml] --init WEIGHTS [--prompt TEXT | --prompt-file FILE |\n"          \
     "        --prompt-ids I,J,...] [--tokens N] [--samples N] [--temperature T] [--top-k K] [--top-p P]\n"   \
-    "        [--seed S] [--stop-id I] [--tokenizer FILE] [--set key=value]... [--json] [--quiet]\n"
+    "        [--seed S] [--stop-id I] [--tokenizer FILE] [--no-graph] [--set key=value]... [--json] "        \
+    "[--quiet]\n"
 
 #define BYTE_VOCAB 256 /* the byte-level tokenizer's vocabulary (data tokenize) */
 /* what a device without room for the samples advises (st_generate's windows, the device's allocations) */
@@ -256,7 +257,7 @@ static char *decode_json(const sampler *sp, const int32_t *t, int64_t n) {
 
 static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens, int64_t n_samples,
                       int64_t total, int64_t n_prompt, uint64_t seed, const char *weights, const char *device,
-                      double secs) {
+                      double secs, const st_generate_stats *gs) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     char seed_s[32];
     snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
@@ -270,6 +271,8 @@ static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens
     cJSON_AddNumberToObject(o, "new_tokens", (double)sp->drawn);
     cJSON_AddNumberToObject(o, "seconds", secs);
     cJSON_AddNumberToObject(o, "tokens_per_s", secs > 0 ? (double)sp->drawn / secs : 0);
+    cJSON_AddNumberToObject(o, "cached_steps", (double)gs->cached_steps);
+    cJSON_AddNumberToObject(o, "replayed_steps", (double)gs->replayed_steps);
     bool ok = true;
     for (int64_t b = 0; b < n_samples; b++) {
         cJSON *e = cJSON_CreateObject(), *ids = cJSON_CreateArray();
@@ -296,7 +299,7 @@ static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens
 typedef struct sample_args {
     const char *prompt, *prompt_file, *prompt_ids, *tokenizer;
     int64_t n_new, n_samples, stop_id, top_k, seed;
-    bool seed_given, json, quiet;
+    bool seed_given, json, quiet, no_graph;
     double temperature, top_p;
 } sample_args;
 
@@ -327,6 +330,10 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
         int k = 0;
         while (k < N_OPTS && strcmp(o, opts_v[k]) != 0)
             k++;
+        if (k == N_OPTS && !strcmp(o, "--no-graph")) {
+            a->no_graph = true;
+            continue;
+        }
         if (k == N_OPTS) { /* CONFIG, --set, --init, --json, --quiet: the run options' parser's */
             a->json |= !strcmp(o, "--json");
             a->quiet |= !strcmp(o, "--quiet");
@@ -554,6 +561,7 @@ int st_cmd_sample(int argc, char **argv) {
     }
 
     double secs = 0;
+    st_generate_stats gs = {0};
     if (s == ST_OK) {
         char where[320];
         if (dev)
@@ -574,18 +582,21 @@ int st_cmd_sample(int argc, char **argv) {
                                      .stop_token = a.stop_id,
                                      .emit = emit,
                                      .ctx = &sp,
-                                     .nomem_advice = NOMEM_ADVICE};
+                                     .nomem_advice = NOMEM_ADVICE,
+                                     .no_graph = a.no_graph,
+                                     .stats = &gs};
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         s = st_generate(m, ptok, n_prompt, &go, out, lens);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (sp.stream) fputc('\n', stdout);
+        if (gs.graph_note[0] && !a.quiet) fprintf(stderr, "sample: note: %s\n", gs.graph_note);
     }
     int code = ST_EXIT_OK;
     if (s == ST_OK && a.json) {
         code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, (uint64_t)a.seed, path,
-                          dev ? st_device_name(dev) : "cpu", secs);
+                          dev ? st_device_name(dev) : "cpu", secs, &gs);
     } else if (s == ST_OK) {
         for (int64_t b = 0; !sp.stream && b < a.n_samples; b++) {
             for (int64_t i = 0; i < lens[b]; i++)

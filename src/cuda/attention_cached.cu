@@ -6,7 +6,8 @@
  * maximum and sum (the online softmax), and each channel's weighted sum of
  * the values by a thread of its own, DT x DK channels a block: a head wider
  * than that takes several blocks, each computing the same scores for its
- * own channels. fp32 throughout (generation's graphs).
+ * own channels. fp32 throughout (generation's graphs). The position is
+ * read on the device when g->pos_dev is set (a replayed launch's).
  * The sums run in another order than the CPU's: parity to fp32 rounding. */
 #include <math.h>
 
@@ -16,8 +17,11 @@ extern "C" st_status st_attention_cached_check(const st_node *n, const st_graph 
 
 enum { DT = 128, DK = 4 }; /* threads (positions a tile) a block; channels a thread */
 
+/* (the first row's position: *posp when not NULL, else pos, as in
+ * pos_embedding.cu) */
 static __global__ void kv_write_kernel(const float *qkv, float *kc, float *vc, int64_t N, int64_t C,
-                                       int64_t cap, int64_t pos, int64_t total) {
+                                       int64_t cap, int64_t pos, const int64_t *posp, int64_t total) {
+    if (posp) pos = *posp;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / C, c = i % C, b = r / N, j = r % N, o = (b * cap + pos + j) * C + c;
@@ -27,12 +31,13 @@ static __global__ void kv_write_kernel(const float *qkv, float *kc, float *vc, i
 }
 
 static __global__ void decode_kernel(const float *qkv, const float *kc, const float *vc, float *y, int64_t N,
-                                     int64_t H, int64_t hs, int64_t C, int64_t cap, int64_t pos, float scale,
-                                     int64_t nch) {
+                                     int64_t H, int64_t hs, int64_t C, int64_t cap, int64_t pos,
+                                     const int64_t *posp, float scale, int64_t nch) {
     __shared__ float p[DT];
     __shared__ float sh[32];
     /* (sample, row, head) and which DT x DK channels of the head */
     const int64_t row = blockIdx.x / nch, c0 = blockIdx.x % nch * (DT * DK);
+    if (posp) pos = *posp;
     const int64_t b = row / (N * H), j = row / H % N, hd = row % H, last = pos + j;
     const float *q = qkv + (b * N + j) * 3 * C + hd * hs;
     const float *k = kc + b * cap * C + hd * hs, *v = vc + b * cap * C + hd * hs;
@@ -81,11 +86,12 @@ static st_status attention_cached_forward(st_node *n, st_graph *g) {
     float *kc = kv->k + layer * B * kv->cap * C, *vc = kv->v + layer * B * kv->cap * C;
     const cudaStream_t st = st_cuda_stream(g);
     kv_write_kernel<<<st_cuda_blocks(B * N * C, 256), 256, 0, st>>>(n->in[0]->data, kc, vc, N, C, kv->cap,
-                                                                    g->pos, B * N * C);
+                                                                    g->pos, g->pos_dev, B * N * C);
     ST_CUDA_LAUNCHED();
     const int64_t nch = (hs + DT * DK - 1) / (DT * DK);
-    decode_kernel<<<(unsigned)(B * N * H * nch), DT, 0, st>>>(
-        n->in[0]->data, kc, vc, n->out->data, N, H, hs, C, kv->cap, g->pos, 1.0f / sqrtf((float)hs), nch);
+    decode_kernel<<<(unsigned)(B * N * H * nch), DT, 0, st>>>(n->in[0]->data, kc, vc, n->out->data, N, H, hs,
+                                                              C, kv->cap, g->pos, g->pos_dev,
+                                                              1.0f / sqrtf((float)hs), nch);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

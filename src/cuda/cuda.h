@@ -101,6 +101,25 @@ st_status st_cuda_event_elapsed(st_device *d, st_cuda_event *start, st_cuda_even
 /* Queue a copy on `s` and return (any direction: unified addressing tells);
  * from pinned memory it overlaps the host and the other streams. */
 st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *src, size_t nbytes, st_cuda_stream_id s);
+/* Wait on the host for what is queued on `s` (under the stall watch). */
+st_status st_cuda_stream_wait(st_device *d, st_cuda_stream_id s);
+
+/* Work queued once and replayed (CUDA graphs): between capture_begin and
+ * capture_end, what the calling thread queues on the compute stream is
+ * kept, not run (cudaStreamCaptureModeThreadLocal), and capture_end makes
+ * it a graph that graph_launch queues there again, each time with the
+ * arguments its launches had when captured: what changes between replays
+ * must be read from device or pinned memory the captured work reads (a
+ * copy from pinned memory reads it when it runs). A wait for the device,
+ * an allocation or work on another stream in between fails the call that
+ * made it, and capture_end with it (cudaErrorStreamCaptureInvalidated);
+ * the stream then works as before, so the caller may go on without a
+ * graph. capture_end must follow every capture_begin that succeeded. */
+typedef struct st_cuda_graph st_cuda_graph;
+st_status st_cuda_capture_begin(st_device *d);
+st_status st_cuda_capture_end(st_device *d, st_cuda_graph **out);
+st_status st_cuda_graph_launch(st_device *d, st_cuda_graph *g);
+void st_cuda_graph_free(st_cuda_graph *g); /* NULL is fine */
 st_status st_cuda_memory(st_device *d, st_device_mem *out);
 st_status st_cuda_props(st_device *d, st_device_props *out);
 const char *st_cuda_pci_bus_id(const st_device *d);

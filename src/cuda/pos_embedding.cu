@@ -7,9 +7,11 @@
 
 extern "C" st_status st_pos_embedding_check(const st_node *n, const st_graph *g); /* (layers.h) */
 
-/* (w0: the first row's offset, g->pos x C: cached decoding's positions) */
+/* (the first row's position: *posp when not NULL, else pos; cached
+ * decoding's, whose launches may be replayed with posp's new value) */
 static __global__ void posemb_forward_kernel(st_fbuf x, st_fbuf w, st_fbuf y, int64_t n, int64_t TC,
-                                             int64_t w0) {
+                                             int64_t C, int64_t pos, const int64_t *posp) {
+    const int64_t w0 = (posp ? *posp : pos) * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         st_st(y, i, st_ld(x, i) + st_ld(w, w0 + i % TC));
@@ -19,7 +21,7 @@ static st_status pos_embedding_forward(st_node *n, st_graph *g) {
     const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
     ST_TRY(st_pos_embedding_check(n, g));
     posemb_forward_kernel<<<st_cuda_blocks(B * T * C, 256), 256, 0, st_cuda_stream(g)>>>(
-        st_data(n->in[0]), st_data(n->params[0]), st_data(n->out), B * T * C, T * C, g->pos * C);
+        st_data(n->in[0]), st_data(n->params[0]), st_data(n->out), B * T * C, T * C, C, g->pos, g->pos_dev);
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

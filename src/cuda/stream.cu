@@ -2,6 +2,8 @@
  * (src/cuda/cuda.h). Thin: each call is one CUDA runtime call with its error
  * turned into a status; the ordering they build is the caller's (the batch
  * feed, src/train/feed.c). Not here: any synchronisation of the whole device. */
+#include <stdlib.h>
+
 #include "common.cuh"
 
 static cudaStream_t stream_of(const st_device *d, st_cuda_stream_id s) {
@@ -83,5 +85,59 @@ extern "C" st_status st_cuda_memcpy_async(st_device *d, void *dst, const void *s
                                           st_cuda_stream_id s) {
     if (!nbytes) return ST_OK;
     ST_CUDA_TRY_D(d, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_of(d, s)));
+    return ST_OK;
+}
+
+/* --- replaying queued work (CUDA graphs) --------------------------------- */
+struct st_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" st_status st_cuda_capture_begin(st_device *d) {
+    ST_CUDA_TRY_D(d, cudaStreamBeginCapture(d->compute, cudaStreamCaptureModeThreadLocal));
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_capture_end(st_device *d, st_cuda_graph **out) {
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(d->compute, &g);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* a capture's error is not sticky: the stream works as before */
+        if (g) cudaGraphDestroy(g);
+        return st_cuda_fail(d, e, "cudaStreamEndCapture (the compute stream's captured work)", __FILE__,
+                            __LINE__);
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    st_cuda_graph *r = e == cudaSuccess ? (st_cuda_graph *)malloc(sizeof *r) : NULL;
+    if (!r) {
+        if (e == cudaSuccess) cudaGraphExecDestroy(x);
+        cudaGraphDestroy(g);
+        if (e == cudaSuccess) return st_fail(ST_ERR_NOMEM, "out of host memory for a CUDA graph");
+        cudaGetLastError();
+        return st_cuda_fail(d, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    r->graph = g;
+    r->exec = x;
+    *out = r;
+    return ST_OK;
+}
+
+extern "C" st_status st_cuda_graph_launch(st_device *d, st_cuda_graph *g) {
+    ST_CUDA_TRY_D(d, cudaGraphLaunch(g->exec, d->compute));
+    return ST_OK;
+}
+
+extern "C" void st_cuda_graph_free(st_cuda_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
+}
+
+extern "C" st_status st_cuda_stream_wait(st_device *d, st_cuda_stream_id s) {
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, stream_of(d, s)));
     return ST_OK;
 }

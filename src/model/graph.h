@@ -314,6 +314,9 @@ struct st_graph {
     bool training;
     int64_t pos;            /* the first row's position (pos_embedding, attention_cached): 0 but in a decode
                                graph, whose caller sets it before each forward */
+    const int64_t *pos_dev; /* on a device, NULL, or where those layers' kernels read pos when they run:
+                               a decode graph whose launches are captured and replayed (sample.c), which
+                               writes each position there as it sets pos */
     uint64_t dropout_seed;  /* set per step by the caller */
     uint64_t dropout_micro; /* the micro-batch's index in the step's batch, set per micro-step: a dropout
                                node's element i is element dropout_micro x its count + i of the step's, so

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "core/device.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* A uniform double in [0, 1) with 53 random bits. */
 static double uniform53(st_rng *r) { return (double)(st_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
@@ -104,23 +107,125 @@ enum { KV_CHUNK = 64 }; /* prompt positions a step */
 typedef struct decoder {
     st_model *m;
     st_kv_cache *kv;
-    st_model_graph mg; /* the graph of the last length run */
-    float *logits;     /* (B, V): each sample's last position's, on the host */
+    st_model_graph mg;        /* the graph of the last length run */
+    float *logits;            /* (B, V): each sample's last position's, on the host (host_logits, or
+                                 the captured step's pinned copy) */
+    float *host_logits;       /* (malloc'd) */
+    st_generate_stats *stats; /* never NULL (the caller's, or the decoder's own) */
+    st_generate_stats own;
+    bool no_graph; /* the one-position steps launch their kernels one by one */
+#ifdef ST_HAVE_CUDA
+    st_cuda_graph *graph; /* mg's one-position step, captured: the token and position in, the logits out */
+    int32_t *stage;       /* pinned: the B tokens the graph copies in, then (8-aligned) the position */
+    int64_t *pos_dev;     /* (device) where the graph's kernels read the position (mg.g.pos_dev) */
+    float *graph_logits;  /* pinned (B, V): where the graph copies the logits */
+    int warm;             /* one-position steps run before capturing (the first makes the products' plans) */
+#endif
 } decoder;
 
+#ifdef ST_HAVE_CUDA
+static void drop_graph(decoder *d) {
+    st_device *dev = d->m->params.dev;
+    st_cuda_graph_free(d->graph);
+    st_cuda_host_free(d->stage);
+    st_cuda_host_free(d->graph_logits);
+    st_device_release(dev, d->pos_dev);
+    d->graph = NULL;
+    d->stage = NULL;
+    d->graph_logits = NULL;
+    d->pos_dev = NULL;
+    d->mg.g.pos_dev = NULL;
+    d->logits = d->host_logits;
+}
+
+static size_t stage_pos_at(int64_t B) { return ((size_t)B * sizeof(int32_t) + 7) / 8 * 8; }
+
+/* Capture mg's one-position step (mg built for n = 1, its plans made by a
+ * step run before): copies of the staged token and position in, the
+ * forward, the logits out. On a failure nothing is left of it (the caller
+ * goes on without), the first failure's message kept. */
+static st_status capture_step(decoder *d) {
+    st_device *dev = d->m->params.dev;
+    const int64_t B = d->kv->B, V = d->m->in.vocab_size;
+    st_status s = st_cuda_host_alloc(dev, stage_pos_at(B) + sizeof(int64_t), (void **)&d->stage);
+    if (s == ST_OK) s = st_cuda_host_alloc(dev, (size_t)(B * V) * sizeof(float), (void **)&d->graph_logits);
+    if (s == ST_OK) s = st_device_alloc(dev, sizeof(int64_t), (void **)&d->pos_dev);
+    if (s == ST_OK) s = st_cuda_capture_begin(dev);
+    if (s != ST_OK) {
+        st_error_kept k;
+        st_error_keep(&k, s);
+        drop_graph(d);
+        return st_error_restore(&k);
+    }
+    d->mg.g.pos_dev = d->pos_dev;
+    s = st_cuda_memcpy_async(dev, d->mg.x->idata, d->stage, (size_t)B * sizeof(int32_t),
+                             ST_CUDA_STREAM_COMPUTE);
+    if (s == ST_OK)
+        s = st_cuda_memcpy_async(dev, d->pos_dev, (char *)d->stage + stage_pos_at(B), sizeof(int64_t),
+                                 ST_CUDA_STREAM_COMPUTE);
+    if (s == ST_OK) s = st_graph_forward(&d->mg.g);
+    if (s == ST_OK)
+        s = st_cuda_memcpy_async(dev, d->graph_logits, d->mg.logits->data, (size_t)(B * V) * sizeof(float),
+                                 ST_CUDA_STREAM_COMPUTE);
+    st_error_kept k;
+    st_error_keep(&k, s);
+    const st_status e = st_cuda_capture_end(dev, &d->graph); /* (always: the stream leaves its capture) */
+    if (s == ST_OK) return e == ST_OK ? ST_OK : (drop_graph(d), e);
+    drop_graph(d);
+    return st_error_restore(&k);
+}
+
+/* The one-position step of position pos as the captured graph's replay
+ * (*done), capturing it first when it is time; *done false: the caller
+ * launches the step's kernels itself (before the capture, or when it
+ * failed: said once in the stats' note). */
+static st_status replay_step(decoder *d, const int32_t *tok, int64_t pos, bool *done) {
+    st_device *dev = d->m->params.dev;
+    const int64_t B = d->kv->B;
+    *done = false;
+    if (!d->graph) {
+        if (d->warm++ < 1) return ST_OK;
+        const st_status s = capture_step(d);
+        if (s != ST_OK) {
+            if (st_device_lost(dev)) return s; /* (not the capture's doing: the run's error) */
+            snprintf(d->stats->graph_note, sizeof d->stats->graph_note,
+                     "the one-token step could not be captured as a CUDA graph (%s); each token launches its "
+                     "kernels one by one (the same tokens, slower)",
+                     st_last_error());
+            st_clear_error();
+            d->no_graph = true;
+            return ST_OK;
+        }
+    }
+    memcpy(d->stage, tok, (size_t)B * sizeof *tok);
+    memcpy((char *)d->stage + stage_pos_at(B), &pos, sizeof pos);
+    ST_TRY(st_cuda_graph_launch(dev, d->graph));
+    ST_TRY(st_cuda_stream_wait(dev, ST_CUDA_STREAM_COMPUTE)); /* (the logits in pinned memory) */
+    d->logits = d->graph_logits;
+    d->stats->replayed_steps++;
+    *done = true;
+    return ST_OK;
+}
+#endif
+
 static void dec_free(decoder *d) {
+#ifdef ST_HAVE_CUDA
+    if (d->m) drop_graph(d);
+#endif
     st_model_graph_free(&d->mg);
-    st_kv_cache_free(d->m, d->kv);
-    free(d->logits);
+    if (d->m) st_kv_cache_free(d->m, d->kv);
+    free(d->host_logits);
     memset(d, 0, sizeof *d);
 }
 
 /* A cache for B samples of up to cap positions; an error (ST_ERR_NOMEM when
  * it does not fit: the caller goes on without it). */
-static st_status dec_init(decoder *d, st_model *m, int64_t B, int64_t cap) {
+static st_status dec_init(decoder *d, st_model *m, int64_t B, int64_t cap, const st_generate_opts *o) {
     memset(d, 0, sizeof *d);
     d->m = m;
-    d->logits = malloc((size_t)(B * m->in.vocab_size) * sizeof *d->logits);
+    d->stats = o->stats ? o->stats : &d->own;
+    d->no_graph = o->no_graph || !m->params.dev;
+    d->host_logits = d->logits = malloc((size_t)(B * m->in.vocab_size) * sizeof *d->logits);
     if (!d->logits) return st_fail(ST_ERR_NOMEM, "out of memory for generation's logits");
     return st_kv_cache_create(m, B, cap, &d->kv);
 }
@@ -133,11 +238,23 @@ static st_status dec_step(decoder *d, const int32_t *tok, int64_t pos, int64_t n
     st_device *dev = d->m->params.dev;
     const int64_t B = d->kv->B, V = d->m->in.vocab_size;
     if (d->mg.seq_len != n) {
+#ifdef ST_HAVE_CUDA
+        drop_graph(d); /* (it reads and writes the graph's tensors) */
+#endif
         st_model_graph_free(&d->mg);
         ST_TRY(st_model_graph_build_decode(d->m, B, n, d->kv, true, &d->mg));
     }
     d->mg.g.training = false;
     d->mg.g.pos = pos;
+    if (n == 1) d->stats->cached_steps++;
+#ifdef ST_HAVE_CUDA
+    if (n == 1 && want && !d->no_graph) {
+        bool done;
+        ST_TRY(replay_step(d, tok, pos, &done));
+        if (done) return ST_OK;
+    }
+#endif
+    d->logits = d->host_logits;
     const size_t nb = (size_t)(B * n) * sizeof *tok;
     ST_TRY(st_device_upload(dev, d->mg.x->idata, tok, nb)); /* (a memcpy on the host) */
     ST_TRY(st_graph_forward(&d->mg.g));
@@ -171,6 +288,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
                 "the prompt's token %lld is %d, outside the model's vocabulary of %lld tokens (0 to "
                 "%lld)",
                 (long long)i, prompt[i], (long long)V, (long long)(V - 1));
+    if (o->stats) memset(o->stats, 0, sizeof *o->stats);
     for (int64_t b = 0; b < B; b++) {
         memcpy(out + b * total, prompt, (size_t)n_prompt * sizeof *prompt);
         lens[b] = n_prompt;
@@ -199,7 +317,7 @@ st_status st_generate(st_model *m, const int32_t *prompt, int64_t n_prompt, cons
     bool cached = !o->no_cache && n_prompt <= block && o->n_new > 0;
     if (s == ST_OK && !col) s = st_fail(ST_ERR_NOMEM, "out of memory for generation's scratch");
     if (s == ST_OK && cached) {
-        const st_status ks = dec_init(&kv, m, B, total < block ? total : block);
+        const st_status ks = dec_init(&kv, m, B, total < block ? total : block, o);
         if (ks == ST_ERR_NOMEM) { /* (no room for it: every token by its window, slower, the same tokens) */
             st_clear_error();
             dec_free(&kv);

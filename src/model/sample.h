@@ -14,9 +14,15 @@
  * the logits at position t depend on tokens 0..t alone, so the padding past
  * the sequence's end changes nothing.
  *
- * A model on a CUDA device generates by its windows alone (rounded up to a
- * multiple of 64 tokens there: each length is a graph of its own), every
- * sample's last logits read back to the host, which draws the tokens. */
+ * A model on a CUDA device does the same, its windows rounded up to a
+ * multiple of 64 tokens (each length is a graph of its own), every
+ * sample's last logits read back to the host, which draws the tokens. Its
+ * one-position steps from the cache are captured once as a CUDA graph and
+ * replayed (docs/cuda.md, "Sampling"): the token and its position copied in
+ * and the logits out by the graph itself, from and into pinned memory, so
+ * a token costs one launch and one wait instead of a launch per kernel.
+ * What cannot be captured is said once (st_generate_stats) and the steps
+ * launch their kernels one by one: the same tokens. */
 #ifndef ST_MODEL_SAMPLE_H
 #define ST_MODEL_SAMPLE_H
 
@@ -55,7 +61,16 @@ typedef struct st_generate_opts {
     bool no_cache;    /* every token by the windowed graph, the cache of keys and values left out (tests) */
     const char *nomem_advice; /* ends the message when a device has no room for a window ("draw fewer ..."):
                                  the caller's remedies; NULL: none */
+    bool no_graph;            /* on a device: each cached step's kernels launched one by one, none replayed */
+    struct st_generate_stats *stats; /* NULL, or filled with what the generation did */
 } st_generate_opts;
+
+/* What st_generate did (opts.stats). */
+typedef struct st_generate_stats {
+    int64_t cached_steps;   /* one-position steps through the cache */
+    int64_t replayed_steps; /* ... of them, replays of the captured step (a device's CUDA graph) */
+    char graph_note[512];   /* why the step could not be captured ("" when it was, or was not tried) */
+} st_generate_stats;
 
 /* The settings a model that generates is made with (c's other settings
  * kept): fp32 and its logits kept (model.fused_head off), which

@@ -41,6 +41,8 @@ typedef struct st_session {
                            samples where the run's GPU has no room for one (train.c draw_sample) */
     bool sample_failed; /* rank 0: a sample could not be drawn (said): no more this run */
     bool sample_on_host; /* rank 0: the GPU had no room for a sample's sampler (said): the host draws them */
+    bool sample_graph_said;  /* rank 0: the GPU sampler's step could not be captured as a CUDA graph (said
+                                once) */
     char sample_device[128]; /* rank 0: where the last sample was drawn (st_device_name, "cpu"); "": none */
     st_device *dev; /* train.device: NULL = the CPU, else this rank's GPU (model and graphs live there) */
     FILE *out;      /* standard output: a queue's stream (core/outq.h) when the caller gave none */

@@ -572,7 +572,15 @@ static st_status draw_sample(st_session *ses, st_progress *prog, float **data, f
         st_device_set_oom_advice(m->params.dev, "(a text sample's sampler, beside training)");
         s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
         if (s == ST_OK) s = sampler_weights(dm, m, *data, *buffers);
-        if (s == ST_OK) s = st_generate(dm, &first, 1, go, out, len);
+        st_generate_stats gs = {0};
+        st_generate_opts dgo = *go;
+        dgo.stats = &gs;
+        if (s == ST_OK) s = st_generate(dm, &first, 1, &dgo, out, len);
+        if (s == ST_OK && gs.graph_note[0] && !ses->sample_graph_said) {
+            st_progress_end(prog);
+            fprintf(ses->out, "note: log.sample_every: %s\n", gs.graph_note);
+            ses->sample_graph_said = true;
+        }
         st_model_free(dm);
         st_device_set_oom_advice(m->params.dev, NULL);
         *where = st_device_name(m->params.dev);

@@ -151,6 +151,7 @@ extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaDeviceSynchronize(void) {
+    if (st_emu_capture_refuse("cudaDeviceSynchronize")) return cudaErrorStreamCaptureUnsupported;
     st_emu_run_all();
     ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
@@ -175,6 +176,14 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorIllegalAddress:
         return "an illegal memory access was encountered";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread:
+        return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorIllegalState:
+        return "the resource is in an illegal state";
     default: return "unknown error";
     }
 }
@@ -190,6 +199,14 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorIllegalAddress:
         return "cudaErrorIllegalAddress";
+    case cudaErrorStreamCaptureUnsupported:
+        return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+        return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread:
+        return "cudaErrorStreamCaptureWrongThread";
+    case cudaErrorIllegalState:
+        return "cudaErrorIllegalState";
     default: return "cudaErrorUnknown";
     }
 }

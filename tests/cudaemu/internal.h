@@ -47,6 +47,12 @@ void st_emu_enqueue(cudaStream_t s, std::function<void()> op);
  * ST_CUDAEMU_LAZY=2 runs as late as it may, and the stream is marked so. */
 void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective);
 int st_emu_lazy_mode(void); /* ST_CUDAEMU_LAZY: 0, 1 (the default) or 2 */
+/* A call that waits for the device or allocates, made while this thread
+ * captures a stream (cudaStreamCaptureModeThreadLocal's prohibitions):
+ * says so on stderr, invalidates the capture, sets
+ * cudaErrorStreamCaptureUnsupported and returns true; false (nothing done)
+ * when the thread captures nothing. */
+bool st_emu_capture_refuse(const char *what);
 /* Run everything queued on every stream (a device-wide synchronisation). */
 void st_emu_run_all(void);
 

@@ -9,6 +9,7 @@
  * barriers, holds one warp back or lets one run ahead, so that a missing
  * barrier changes the results. */
 #include "internal.h"
+
 #include "selftest.h"
 
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -510,8 +512,8 @@ void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(
         return;
     }
     const st_emu_cfg cfg = c;
-    st_emu_enqueue(c.stream, [cfg, fn, drop, ctx, site, name] {
-        run(cfg, fn, ctx, site, name);
-        drop(ctx);
-    });
+    /* the arguments go with the last copy of the op: after it runs, or
+     * with a captured graph (which runs it at each launch) */
+    std::shared_ptr<void> args(ctx, drop);
+    st_emu_enqueue(c.stream, [cfg, fn, args, site, name] { run(cfg, fn, args.get(), site, name); });
 }

@@ -160,11 +160,13 @@ static cudaError_t dev_alloc(void **out, size_t n) {
 
 extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
     ST_EMU_RETURN_IF_LOST();
+    if (st_emu_capture_refuse("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
     return st_emu_ret(dev_alloc(p, n));
 }
 
 extern "C" cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    if (st_emu_capture_refuse("cudaFree")) return cudaErrorStreamCaptureUnsupported;
     st_emu_run_all(); /* as CUDA: freeing waits for the device */
     std::lock_guard<std::mutex> l(mem_lock);
     auto it = device_mem.find((uintptr_t)p);
@@ -192,6 +194,7 @@ static bool pinned_fits(size_t n) {
 
 extern "C" cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     *p = NULL;
+    if (st_emu_capture_refuse("cudaHostAlloc")) return cudaErrorStreamCaptureUnsupported;
     std::lock_guard<std::mutex> l(mem_lock);
     if (!pinned_fits(n) || posix_memalign(p, 4096, n ? n : 1) != 0) {
         *p = NULL;
@@ -206,6 +209,7 @@ extern "C" cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc
 
 extern "C" cudaError_t cudaFreeHost(void *p) {
     if (!p) return cudaSuccess;
+    if (st_emu_capture_refuse("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
     st_emu_run_all(); /* as CUDA: freeing waits for the device */
     {
         std::lock_guard<std::mutex> l(mem_lock);

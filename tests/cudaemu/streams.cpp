@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 struct event;
@@ -43,11 +44,36 @@ struct item {
     uint64_t wait_seq = 0;
 };
 
+struct capture; /* a graph being captured (below) */
+
 struct queue {
     std::deque<item> items;
     uint64_t queued = 0, done = 0; /* items ever queued, ever run */
     bool collective = false;       /* collectives were queued here */
+    capture *cap = NULL;           /* being captured: work goes there, not here */
 };
+
+/* Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture): what a
+ * capturing stream is given is kept, not queued; the graph it becomes runs
+ * it again at every cudaGraphLaunch, on the launching stream, with the
+ * arguments each launch had when it was captured (a kernel's, a copy's
+ * pointers: a pinned source is read when the copy runs). One stream's
+ * work alone: an event recorded or waited for on a capturing stream (a
+ * capture that forks to other streams) is refused, as is every call that
+ * would wait for the device or allocate from the thread that captures
+ * (cudaStreamCaptureModeThreadLocal's prohibitions): the capture is then
+ * invalidated and cudaStreamEndCapture says so, as CUDA does. */
+struct capture {
+    std::vector<std::function<void()>> ops;
+    std::thread::id owner;
+    bool invalid = false;
+};
+struct graph_exec {
+    std::vector<std::function<void()>> ops;
+};
+static std::set<capture *> graphs; /* captured, not yet destroyed */
+static std::set<graph_exec *> execs;
+static thread_local std::vector<queue *> capturing_here; /* the streams this thread captures */
 
 struct event {
     bool timing = true, recorded = false;
@@ -135,6 +161,27 @@ void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
     if (!q) st_emu_die("work queued on a stream that does not exist");
+    if (q->cap) {
+        static int refuse = -1; /* ST_CUDAEMU_CAPTURE_FAIL=1: as a driver that cannot capture this work */
+        if (refuse < 0)
+            refuse = getenv("ST_CUDAEMU_CAPTURE_FAIL") && atoi(getenv("ST_CUDAEMU_CAPTURE_FAIL")) == 1;
+        if (refuse) {
+            fprintf(stderr,
+                    "cudaemu: ST_CUDAEMU_CAPTURE_FAIL: work on a capturing stream refused (the capture "
+                    "is invalidated)\n");
+            q->cap->invalid = true;
+            st_emu_ret(cudaErrorStreamCaptureUnsupported);
+            return;
+        }
+        if (collective) {
+            fprintf(stderr, "cudaemu: a collective on a capturing stream: not modelled (the capture is "
+                            "invalidated)\n");
+            q->cap->invalid = true;
+            return;
+        }
+        q->cap->ops.push_back(std::move(op));
+        return;
+    }
     if (collective) q->collective = true;
     item it;
     it.kind = item::OP;
@@ -154,6 +201,125 @@ void st_emu_run_all(void) {
                 more = true;
             }
     }
+}
+
+/* --- stream capture and graphs ----------------------------------------------- */
+bool st_emu_capture_refuse(const char *what) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    if (capturing_here.empty()) return false;
+    fprintf(stderr,
+            "cudaemu: %s while this thread captures a stream: cudaErrorStreamCaptureUnsupported (the "
+            "capture is invalidated)\n",
+            what);
+    for (queue *q : capturing_here)
+        q->cap->invalid = true;
+    st_emu_ret(cudaErrorStreamCaptureUnsupported);
+    return true;
+}
+
+/* q is being captured: what the caller would do there is refused (above) */
+static bool refuse_on(queue *q, const char *what) {
+    if (!q || !q->cap) return false;
+    fprintf(stderr, "cudaemu: %s on a capturing stream: %s (the capture is invalidated)\n", what,
+            "cudaErrorStreamCaptureUnsupported");
+    q->cap->invalid = true;
+    st_emu_ret(cudaErrorStreamCaptureUnsupported);
+    return true;
+}
+
+extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    ST_EMU_RETURN_IF_LOST();
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (q == &default_queue) return st_emu_ret(cudaErrorStreamCaptureUnsupported); /* (the legacy stream) */
+    if (q->cap) return st_emu_ret(cudaErrorIllegalState);
+    if (mode != cudaStreamCaptureModeThreadLocal) {
+        fprintf(stderr,
+                "cudaemu: stream capture in mode %d: only cudaStreamCaptureModeThreadLocal is modelled\n",
+                (int)mode);
+        return st_emu_ret(cudaErrorInvalidValue);
+    }
+    q->cap = new capture;
+    q->cap->owner = std::this_thread::get_id();
+    capturing_here.push_back(q);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (!q->cap) return st_emu_ret(cudaErrorIllegalState);
+    if (q->cap->owner != std::this_thread::get_id()) return st_emu_ret(cudaErrorStreamCaptureWrongThread);
+    capture *c = q->cap;
+    q->cap = NULL;
+    for (size_t i = 0; i < capturing_here.size(); i++)
+        if (capturing_here[i] == q) capturing_here.erase(capturing_here.begin() + (long)i--);
+    *g = NULL;
+    if (c->invalid) {
+        delete c;
+        return st_emu_ret(cudaErrorStreamCaptureInvalidated);
+    }
+    graphs.insert(c);
+    *g = (cudaGraph_t)c;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    *status = !q->cap           ? cudaStreamCaptureStatusNone
+              : q->cap->invalid ? cudaStreamCaptureStatusInvalidated
+                                : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+    ST_EMU_RETURN_IF_LOST();
+    std::lock_guard<std::recursive_mutex> l(lock);
+    capture *c = (capture *)g;
+    if (!graphs.count(c) || flags) return st_emu_ret(cudaErrorInvalidValue);
+    graph_exec *x = new graph_exec;
+    x->ops = c->ops; /* (the ops share their launches' arguments: a kernel's are never written) */
+    execs.insert(x);
+    *e = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *e, cudaGraph_t g,
+                                                     unsigned long long flags) {
+    return cudaGraphInstantiate(e, g, flags);
+}
+
+extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+    ST_EMU_RETURN_IF_LOST();
+    std::lock_guard<std::recursive_mutex> l(lock);
+    graph_exec *x = (graph_exec *)e;
+    queue *q = queue_of(s);
+    if (!execs.count(x) || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (refuse_on(q, "a graph launched")) return cudaErrorStreamCaptureUnsupported; /* (not modelled) */
+    for (const std::function<void()> &op : x->ops)
+        st_emu_enqueue(s, op);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    graph_exec *x = (graph_exec *)e;
+    if (!execs.count(x)) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    execs.erase(x);
+    delete x; /* (launches queued and not yet run keep their own copies) */
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    capture *c = (capture *)g;
+    if (!graphs.count(c)) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    graphs.erase(c);
+    delete c;
+    return cudaSuccess;
 }
 
 /* --- streams ------------------------------------------------------------------ */
@@ -191,10 +357,12 @@ static void hang_if_asked(void) {
 }
 
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (st_emu_capture_refuse("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
     hang_if_asked();
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
     if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (refuse_on(q, "cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
     run_until(q, q->queued);
     ST_EMU_RETURN_IF_LOST();
     return cudaSuccess;
@@ -204,6 +372,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
     if (!q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (refuse_on(q, "cudaStreamQuery")) return cudaErrorStreamCaptureUnsupported;
     if (q->done < q->queued) {
         run_until(q, q->queued);
         return cudaErrorNotReady; /* done now, but not when asked */
@@ -237,6 +406,8 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     event *v = event_of(e);
     queue *q = queue_of(s);
     if (!v || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (refuse_on(q, "cudaEventRecord (a capture across streams: not modelled)"))
+        return cudaErrorStreamCaptureUnsupported;
     v->recorded = true;
     v->gen++;
     v->q = q;
@@ -253,6 +424,7 @@ static bool complete(const event *v) { return !v->recorded || v->q->done >= v->s
 
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
     ST_EMU_RETURN_IF_LOST();
+    if (st_emu_capture_refuse("cudaEventQuery")) return cudaErrorStreamCaptureUnsupported;
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
     if (!v) return st_emu_ret(cudaErrorInvalidResourceHandle);
@@ -265,6 +437,7 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (st_emu_capture_refuse("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
     hang_if_asked();
     std::lock_guard<std::recursive_mutex> l(lock);
     event *v = event_of(e);
@@ -289,6 +462,8 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
     event *v = event_of(e);
     queue *q = queue_of(s);
     if (!v || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
+    if (refuse_on(q, "cudaStreamWaitEvent (a capture across streams: not modelled)"))
+        return cudaErrorStreamCaptureUnsupported;
     if (!v->recorded) return cudaSuccess; /* CUDA: waiting on a never-recorded event waits for nothing */
     item it;
     it.kind = item::WAIT;
@@ -320,6 +495,9 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
                                  : "its pointers do not match its direction");
         return st_emu_ret(cudaErrorInvalidValue);
     }
+    if ((sync || (!src_dev && !st_emu_is_pinned(src, n)) || (!dst_dev && !st_emu_is_pinned(dst, n))) &&
+        st_emu_capture_refuse(sync ? "cudaMemcpy" : "a copy from or into pageable host memory"))
+        return cudaErrorStreamCaptureUnsupported;
     if (!src_dev && !st_emu_is_pinned(src, n)) { /* pageable source: staged now, as CUDA does */
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         st_emu_enqueue(s, [dst, staged, n] {
@@ -359,6 +537,7 @@ static cudaError_t set(void *dst, int v, size_t n, cudaStream_t s, bool sync) {
         fprintf(stderr, "cudaemu: a memset of %zu bytes at %p is not inside one device allocation\n", n, dst);
         return st_emu_ret(cudaErrorInvalidValue);
     }
+    if (sync && st_emu_capture_refuse("cudaMemset")) return cudaErrorStreamCaptureUnsupported;
     st_emu_enqueue(s, [dst, v, n] {
         if (st_emu_lost() == cudaSuccess) memset(dst, v, n);
     });

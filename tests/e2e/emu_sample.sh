@@ -7,7 +7,10 @@
 #     windows of 96 tokens sliding past the block) are the CPU's tokens (its
 #     cache, then its windows), and the JSON names the device.
 #  2. Seeded samples at temperature 1, three of them, with a stop token:
-#     the same tokens and lengths on both.
+#     the same tokens and lengths on both. On the GPU the one-position
+#     steps after the first are replays of a captured CUDA graph (the JSON's
+#     replayed_steps); with --no-graph none is, and where the capture fails
+#     (ST_CUDAEMU_CAPTURE_FAIL) a note says so: the same tokens both ways.
 #  3. train.device auto takes the GPU and says so; cuda:N past the devices,
 #     and a GPU older than the kernels (ST_CUDAEMU_CC=75), are an error
 #     with train.device cuda and the CPU, saying why, with auto.
@@ -69,6 +72,30 @@ g = json.load(open(f"{t}/greedy-cuda.json"))["samples"][0]["tokens"]
 assert len(g) == 120, len(g)  # (the prompt's 9 and 111 more: past the block of 96)
 s = json.load(open(f"{t}/seeded-cuda.json"))["samples"]
 assert any(x["tokens"][-1] == 10 for x in s), "no sample stopped at its new line"
+for kind in ("greedy", "seeded"):
+    gpu = json.load(open(f"{t}/{kind}-cuda.json"))
+    # (greedy: the prompt's 9 positions in one step, then 86 one at a time up to the block of 96)
+    assert gpu["replayed_steps"] == gpu["cached_steps"] - 1 and gpu["cached_steps"] >= 20, (kind, gpu["cached_steps"], gpu["replayed_steps"])
+    print(f"ok {kind}: {gpu['replayed_steps']} of {gpu['cached_steps']} one-position steps replayed as a CUDA graph")
+PY
+# ... without the graph, and with a capture that fails: the same tokens
+timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 100 --samples 3 --seed 11 --stop-id 10 --json \
+    --set train.device=cuda --no-graph >"$tmp/seeded-nograph.json" 2>"$tmp/seeded-nograph.err" ||
+    fail "--no-graph: $(tail -3 "$tmp/seeded-nograph.err")"
+ST_CUDAEMU_CAPTURE_FAIL=1 timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 100 --samples 3 \
+    --seed 11 --stop-id 10 --json --set train.device=cuda >"$tmp/seeded-nocapture.json" \
+    2>"$tmp/seeded-nocapture.err" || fail "a failed capture: $(tail -3 "$tmp/seeded-nocapture.err")"
+grep -q "^sample: note: the one-token step could not be captured as a CUDA graph (.*cudaErrorStream.*); each token launches its kernels one by one" \
+    "$tmp/seeded-nocapture.err" || fail "a failed capture is not said: $(cat "$tmp/seeded-nocapture.err")"
+/usr/bin/python3 - "$tmp" <<'PY' || fail "the GPU's samples without a graph are not the graph's"
+import json, sys
+t = sys.argv[1]
+g = json.load(open(f"{t}/seeded-cuda.json"))
+for kind in ("nograph", "nocapture"):
+    o = json.load(open(f"{t}/seeded-{kind}.json"))
+    assert o["replayed_steps"] == 0 and o["cached_steps"] == g["cached_steps"], (kind, o["replayed_steps"], o["cached_steps"])
+    assert [s["tokens"] for s in o["samples"]] == [s["tokens"] for s in g["samples"]], kind
+    print(f"ok seeded, {kind}: no step replayed, the same tokens")
 PY
 
 # 3. the device's choice
