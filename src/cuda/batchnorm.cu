@@ -243,7 +243,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     double *p1 = (double *)g->work, *p2 = p1 + nb * C;                     /* (nb, C) each */
     const unsigned cb = (unsigned)((C + 127) / 128);
     if (g->training) {
-        if (M < 2)
+        if (M < 2 && !g->allreduce_sum) /* synchronised: the global count, 2 rows at least (2 ranks or more) */
             return st_fail(ST_ERR_SHAPE,
                            "batchnorm %s: training needs more than one value per channel, got 1 row; "
                            "use a batch larger than 1",
