@@ -385,7 +385,8 @@ static st_status plan_make(st_device *d, const plan_key *k, const void *bias, co
         cublasLtMatmulHeuristicResult_t chk;
         memset(&chk, 0, sizeof chk);
         if (cublasLtMatmulAlgoCheck(d->lt, pl->op, pl->la, pl->lb, pl->ld, pl->ld, &kn->algo, &chk) ==
-            CUBLAS_STATUS_SUCCESS) { /* (else: timed again, as a new key) */
+                CUBLAS_STATUS_SUCCESS &&
+            chk.workspaceSize <= ws) { /* (else: timed again, as a new key) */
             pl->ok = pl->record = true;
             pl->algo = kn->algo;
             d->plans->restored++;
@@ -528,6 +529,9 @@ done:
         if (ev[i]) cudaEventDestroy(ev[i]);
     free(saved);
     free(cand);
+    if (s != ST_OK) /* (which product: a layer's, of its shape) */
+        st_fail_context(s, "%s (m %lld, n %lld, k %lld), timing cuBLASLt's algorithms (model.matmul_tune): ",
+                        p->what, (long long)p->m, (long long)p->n, (long long)p->k);
     return s;
 }
 

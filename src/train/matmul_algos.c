@@ -1,6 +1,7 @@
 /* See matmul_algos.h. */
 #include "matmul_algos.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,16 @@ st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bo
     char path[4200], why[400] = "";
     path_of(path, sizeof path, out_dir, rank);
     FILE *f = fopen(path, "rb");
-    if (!f) return ST_OK; /* (none yet: every plan is timed) */
+    if (!f && errno == ENOENT) return ST_OK; /* (none yet: every plan is timed) */
     unsigned char *b = NULL;
     long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 4 || n > ALGOS_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
+    if (!f) {
+        snprintf(why, sizeof why, "cannot be opened (%s)", strerror(errno));
+    } else if (fseek(f, 0, SEEK_END) == 0) {
+        n = ftell(f);
+    }
+    if (!f) {
+    } else if (n < 4 || n > ALGOS_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
         snprintf(why, sizeof why, "%ld bytes, not a list of algorithms", n);
     } else if (!(b = malloc((size_t)n))) {
         fclose(f);
@@ -51,7 +57,7 @@ st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bo
         }
     }
     free(b);
-    fclose(f);
+    if (f) fclose(f);
     if (why[0] && note_rank)
         st_ticker_sayf(
             "scaletrain: note: %s: %s; model.matmul_tune times the matrix products' algorithms again "
@@ -59,6 +65,8 @@ st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bo
             path, why);
     return ST_OK;
 }
+
+bool st_matmul_algos_due(const st_device *dev) { return dev && st_cuda_matmul_algos_dirty(dev); }
 
 void st_matmul_algos_write(st_device *dev, const char *out_dir, int rank) {
     static bool said;
@@ -98,6 +106,10 @@ st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bo
     (void)rank;
     (void)note_rank;
     return ST_OK;
+}
+bool st_matmul_algos_due(const st_device *dev) {
+    (void)dev;
+    return false;
 }
 void st_matmul_algos_write(st_device *dev, const char *out_dir, int rank) {
     (void)dev;

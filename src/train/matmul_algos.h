@@ -16,6 +16,8 @@
  * timed again. An error only for host memory. */
 st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bool note_rank);
 
+/* Whether the device timed plans since the last write (cheap: a flag). */
+bool st_matmul_algos_due(const st_device *dev);
 /* Write rank's file when the device timed plans since the last write
  * (atomic: the old file or the new). A failure is said once and passed
  * over: only a resumed run's choice of algorithms depends on it. */

@@ -1781,7 +1781,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         /* the algorithms model.matmul_tune timed in this step, kept for a resumed run (before its
          * checkpoint: a run resumed from it finds them) */
-        if (ses->save) st_matmul_algos_write(ses->dev, c->train.out_dir, ses->rank);
+        if (ses->save && !ses->out_dir_lost && st_matmul_algos_due(ses->dev)) { /* (watched: storage) */
+            char what[ST_CFG_STR + 64];
+            snprintf(what, sizeof what, "writing the timed matrix-product algorithms to %s",
+                     c->train.out_dir);
+            st_watch_begin(ses->store_watch, what);
+            st_matmul_algos_write(ses->dev, c->train.out_dir, ses->rank);
+            st_watch_end(ses->store_watch);
+        }
         /* Under ZeRO every rank writes its optimizer shard; else rank 0 alone
          * while the others wait in st_ckpt_save. A periodic checkpoint with
          * train.checkpoint_async is written while training goes on; one
