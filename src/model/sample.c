@@ -151,11 +151,12 @@ static st_status capture_step(decoder *d) {
     if (s == ST_OK) s = st_cuda_host_alloc(dev, (size_t)(B * V) * sizeof(float), (void **)&d->graph_logits);
     if (s == ST_OK) s = st_device_alloc(dev, sizeof(int64_t), (void **)&d->pos_dev);
     if (s == ST_OK) s = st_cuda_capture_begin(dev);
+    st_error_kept k; /* (the first failure's message, past the cleanup's) */
     if (s != ST_OK) {
-        st_error_kept k;
         st_error_keep(&k, s);
         drop_graph(d);
-        return st_error_restore(&k);
+        st_error_restore(&k);
+        return s;
     }
     d->mg.g.pos_dev = d->pos_dev;
     s = st_cuda_memcpy_async(dev, d->mg.x->idata, d->stage, (size_t)B * sizeof(int32_t),
@@ -167,12 +168,13 @@ static st_status capture_step(decoder *d) {
     if (s == ST_OK)
         s = st_cuda_memcpy_async(dev, d->graph_logits, d->mg.logits->data, (size_t)(B * V) * sizeof(float),
                                  ST_CUDA_STREAM_COMPUTE);
-    st_error_kept k;
     st_error_keep(&k, s);
     const st_status e = st_cuda_capture_end(dev, &d->graph); /* (always: the stream leaves its capture) */
-    if (s == ST_OK) return e == ST_OK ? ST_OK : (drop_graph(d), e);
+    if (s == ST_OK && e == ST_OK) return ST_OK;
+    if (s == ST_OK) st_error_keep(&k, s = e);
     drop_graph(d);
-    return st_error_restore(&k);
+    st_error_restore(&k);
+    return s;
 }
 
 /* The one-position step of position pos as the captured graph's replay
