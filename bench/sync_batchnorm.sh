@@ -2,7 +2,7 @@
 # What synchronised batch-norm costs (dist.sync_batchnorm: each batch-norm
 # layer's statistics all-reduced over the ranks, three small all-reduces a
 # layer and micro-step) against each rank's own statistics, in the same run:
-# the cnn with batch-norm (channels 32, 64) on Fashion-MNIST, 2 ranks under
+# the cnn with batch-norm (channels 32, 64, each pooled) on Fashion-MNIST, 2 ranks under
 # mpirun, batch 256 (128 a rank), 1 thread a rank, 25 steps, alternating
 # off and on REPEATS times. Prints, per run: step ms (median), samples/s,
 # the data-parallel wait (comm_ms a step) and the final loss; then the
@@ -20,7 +20,7 @@ bin=$build/scaletrain
 command -v mpirun >/dev/null || { echo "no mpirun (apt-get install openmpi-bin)"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--set model.type=cnn --set model.channels=[32,64] --set model.batchnorm=true --set train.batch_size=256
+args=(--set model.type=cnn --set model.channels=[32,64] --set model.pool=[1,1] --set model.batchnorm=true --set train.batch_size=256
       --set train.steps=25 --set train.threads=1 --set data.num_workers=1 --set data.val= --set log.progress=off
       --set train.device="$device" --json --quiet)
 export OMP_WAIT_POLICY=PASSIVE
