@@ -14,7 +14,13 @@ tokens agree (near ties of random weights may part them; the exact check
 is tests/py/sample_torch.py on trained weights).
 
     /usr/bin/python3 bench/sample_vs_torch.py [--threads 1,2] [--tokens N] [--prompt P]
-        [--repeats R] [--model small|gpt2] [--device cpu|cuda] [--build DIR] [--out FILE.md]
+        [--repeats R] [--model small|gpt2] [--device cpu|cuda] [--top-k K [--temperature T]]
+        [--build DIR] [--out FILE.md]
+
+--top-k K draws each token among the K most likely at temperature T on both
+sides (scaletrain: its own draw on the host; PyTorch: torch.topk, softmax,
+multinomial), instead of greedy decoding: what drawing costs at the
+model's vocabulary (the tokens are not compared).
 
 --model gpt2 takes GPT-2 124M's shape (vocabulary 50257, block 1024, 12
 layers of 768) instead of the CPU-sized gpt. --device cuda runs both sides
@@ -44,6 +50,15 @@ from ref_models import GPT  # noqa: E402
 SPEC = dict(vocab=256, block=256, n_layer=4, n_head=4, n_embd=256)
 GPT2 = dict(vocab=50257, block=1024, n_layer=12, n_head=12, n_embd=768)
 DEVICE = "cpu"
+TOP_K, TEMPERATURE = 0, 1.0  # --top-k K: drawn among the K most likely at --temperature (0: greedy)
+
+
+def pick(logits):
+    """The next token from one position's logits (V,): greedy, or drawn among the top k."""
+    if TOP_K <= 0:
+        return int(logits.argmax())
+    v, i = torch.topk(logits.float() / TEMPERATURE, TOP_K)
+    return int(i[torch.multinomial(torch.softmax(v, -1), 1)])
 
 
 def save(model, path):
@@ -95,9 +110,9 @@ def torch_generate_cached(model, prompt, n):
         logits = step(prompt[-1], len(prompt) - 1)
         for _ in range(n):
             if len(seq) <= SPEC["block"]:
-                nxt = int(logits.argmax())
+                nxt = pick(logits)
             else:
-                nxt = int(model(torch.tensor([seq[-SPEC["block"]:]], device=DEVICE))[0, -1].argmax())
+                nxt = pick(model(torch.tensor([seq[-SPEC["block"]:]], device=DEVICE))[0, -1])
             seq.append(nxt)
             if len(seq) < SPEC["block"] + 1 and len(seq) - len(prompt) < n:
                 logits = step(nxt, len(seq) - 1)
@@ -110,7 +125,7 @@ def torch_generate(model, prompt, n):
     with torch.inference_mode():
         for _ in range(n):
             logits = model(idx[:, -SPEC["block"]:])[:, -1]
-            idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+            idx = torch.cat([idx, torch.tensor([[pick(logits[0])]], device=DEVICE)], dim=1)
     toks = idx[0, len(prompt):].tolist()  # (on a GPU: waits for the last token)
     return time.perf_counter() - t0, toks
 
@@ -123,11 +138,16 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs per side; the table shows each side's best")
     ap.add_argument("--model", default="small", choices=["small", "gpt2"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--top-k", type=int, default=0,
+                    help="draw among the K most likely tokens (both sides; 0, the default: greedy)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="with --top-k (default 1)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out")
     a = ap.parse_args()
-    global DEVICE
-    DEVICE = a.device
+    global DEVICE, TOP_K, TEMPERATURE
+    DEVICE, TOP_K, TEMPERATURE = a.device, a.top_k, a.temperature
+    draw = ["--temperature", "0"] if a.top_k <= 0 else ["--temperature", str(a.temperature), "--top-k",
+                                                         str(a.top_k), "--seed", "1"]
     if a.model == "gpt2":
         SPEC.update(GPT2)
     torch.manual_seed(0)
@@ -149,8 +169,8 @@ def main():
 
             def st_sample(*more):
                 out = subprocess.run([os.path.join(a.build, "scaletrain"), "sample", "--init", w, "--prompt-ids",
-                                      ",".join(map(str, prompt)), "--tokens", str(a.tokens), "--temperature",
-                                      "0", "--json", "--set", f"train.threads={t}", "--set",
+                                      ",".join(map(str, prompt)), "--tokens", str(a.tokens), *draw,
+                                      "--json", "--set", f"train.threads={t}", "--set",
                                       f"train.device={a.device}", *more],
                                      check=True, capture_output=True, text=True, env=env).stdout
                 return json.loads(out.strip().splitlines()[-1])
@@ -169,7 +189,9 @@ def main():
             same = next((i for i, (x, y) in enumerate(zip(stoks, ttoks)) if x != y), len(stoks))
             rows.append((t, best_s, best_p, best_w, same, best_n, r.get("replayed_steps", 0), r.get("cached_steps", 0)))
     lines = [f"gpt {SPEC['n_layer']} layers x {SPEC['n_embd']} (vocab {SPEC['vocab']}, block {SPEC['block']}), "
-             f"prompt {a.prompt} tokens, {a.tokens} new, greedy, each side's best of {a.repeats}, on the "
+             f"prompt {a.prompt} tokens, {a.tokens} new, "
+             f"{'greedy' if a.top_k <= 0 else f'drawn among the top {a.top_k} at temperature {a.temperature}'}, "
+             f"each side's best of {a.repeats}, on the "
              f"{'GPU (' + torch.cuda.get_device_name() + ')' if a.device == 'cuda' else 'CPU'}",
              "",
              "| threads | scaletrain tokens/s | PyTorch, cached, tokens/s | ratio | PyTorch, windows (nanoGPT), tokens/s "
@@ -177,7 +199,8 @@ def main():
              + (" scaletrain --no-graph, tokens/s | the graph's gain | steps replayed |" if a.device == "cuda" else ""),
              "|---|---|---|---|---|---|" + ("---|---|---|" if a.device == "cuda" else "")]
     for t, s, p, w, same, n, rep, cached in rows:
-        lines.append(f"| {t} | {s:.1f} | {p:.1f} | {s / p:.2f}x | {w:.1f} | {same} of {a.tokens} |"
+        alike = f"{same} of {a.tokens}" if a.top_k <= 0 else "(drawn: not compared)"
+        lines.append(f"| {t} | {s:.1f} | {p:.1f} | {s / p:.2f}x | {w:.1f} | {alike} |"
                      + (f" {n:.1f} | {s / n:.2f}x | {rep} of {cached} |" if a.device == "cuda" and n > 0 else ""))
     text = "\n".join(lines)
     print(text)

@@ -1,12 +1,115 @@
 /* Generation (src/model/sample.h): the token draw against the distribution
  * it should follow (temperature, top-k, top-p, computed here in double),
- * greedy's ties and a non-finite logit; and st_generate's windows (padded
+ * greedy's ties and a non-finite logit; the draw's selection of the top-k
+ * and the nucleus (heaps) against every token sorted, draw for draw, at a
+ * 50k vocabulary and at one of few distinct logits (ties everywhere); and
+ * st_generate's windows (padded
  * to a multiple of 8 tokens, then sliding past block_size) against a graph of
  * exactly the sequence's length, token by token. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "model/sample.h"
+
+/* The draw as st_sample_token makes it, with every token sorted (qsort)
+ * instead of its heaps: the reference for test_selection. */
+static const float *ref_w;
+static int ref_cmp(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (ref_w[x] != ref_w[y]) return ref_w[x] > ref_w[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t ref_sample(const float *logits, int64_t V, const st_sample_params *p, st_rng *rng, float *w,
+                          int32_t *o) {
+    int64_t best = 0;
+    for (int64_t v = 0; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (p->temperature <= 0 || p->top_k == 1) return best;
+    for (int64_t v = 0; v < V; v++) {
+        w[v] = (float)(((double)logits[v] - (double)logits[best]) * (1.0 / p->temperature));
+        o[v] = (int32_t)v;
+    }
+    const bool k = p->top_k > 0 && p->top_k < V;
+    int64_t n = k ? p->top_k : V;
+    double total = 0;
+    for (int64_t v = 0; v < n; v++) /* (top-k: its tokens in order, below; else every token in token order) */
+        total += k ? 0 : exp((double)w[v]);
+    if (k || p->top_p < 1) {
+        ref_w = w;
+        qsort(o, (size_t)V, sizeof *o, ref_cmp);
+    }
+    for (int64_t i = 0; k && i < n; i++)
+        total += exp((double)w[o[i]]);
+    if (p->top_p < 1) {
+        double sum = 0;
+        int64_t keep = 0;
+        while (keep < n) {
+            sum += exp((double)w[o[keep++]]);
+            if (sum >= p->top_p * total) break;
+        }
+        n = keep;
+        total = sum;
+    }
+    double u = (double)(st_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+    for (int64_t i = 0; i < n; i++) {
+        u -= exp((double)w[o[i]]);
+        if (u < 0) return o[i];
+    }
+    for (int64_t i = n - 1; i >= 0; i--)
+        if (exp((double)w[o[i]]) > 0) return o[i];
+    return best;
+}
+
+/* st_sample_token's top-k (a heap of the k best) and nucleus (a heap
+ * popped until the share is reached) against sorting every token: the same
+ * token from the same random stream, draw for draw. */
+static void test_selection(void) {
+    const int64_t Vs[2] = {50257, 3000};
+    const st_sample_params ps[] = {{1, 200, 1},   {0.8, 40, 1},     {1, 0, 0.9},  {1.5, 0, 0.5},
+                                   {1, 50, 0.95}, {0.7, 1000, 0.3}, {1, 2999, 1}, {1, 0, 0.999},
+                                   {1, 0, 1},     {2, 3, 1}};
+    const int np = (int)(sizeof ps / sizeof ps[0]);
+    float *l = malloc(50257 * sizeof *l), *w = malloc(50257 * sizeof *w), *rw = malloc(50257 * sizeof *rw);
+    int32_t *o = malloc(50257 * sizeof *o), *ro = malloc(50257 * sizeof *ro);
+    if (!l || !w || !rw || !o || !ro) {
+        CHECK(false, "out of memory");
+        return;
+    }
+    for (int vi = 0; vi < 2; vi++) {
+        const int64_t V = Vs[vi];
+        st_rng g = st_rng_make(77, (uint64_t)vi);
+        for (int64_t v = 0; v < V;
+             v++) { /* 50k: a peaked spread; 3000: 12 distinct values (ties everywhere) */
+            const double x = (double)(st_rng_next(&g) >> 11) / 9007199254740992.0;
+            l[v] = vi == 0 ? (float)(12 * x * x * x) : (float)floor(12 * x) / 3.0f;
+        }
+        for (int c = 0; c < np; c++) {
+            st_rng a = st_rng_make(5, (uint64_t)c), b = a;
+            int same = 0, kinds = 0;
+            int64_t last = -1;
+            for (int d = 0; d < 60; d++) {
+                const int64_t t = st_sample_token(l, V, &ps[c], &a, w, o),
+                              r = ref_sample(l, V, &ps[c], &b, rw, ro);
+                same += t == r;
+                kinds += t != last;
+                last = t;
+            }
+            CHECK(same == 60,
+                  "V %lld, temperature %g, top-k %lld, top-p %g: %d of 60 draws as every token sorted gives",
+                  (long long)V, ps[c].temperature, (long long)ps[c].top_k, ps[c].top_p, same);
+            CHECK(kinds > 1 || ps[c].top_p <= 0.3, "V %lld, case %d: one token drawn 60 times", (long long)V,
+                  c);
+        }
+    }
+    free(l);
+    free(w);
+    free(rw);
+    free(o);
+    free(ro);
+}
 
 /* Draw n tokens from logits (V <= 8) and check each token's frequency
  * against p within 5 standard deviations, and that a token of p 0 never
@@ -310,6 +413,7 @@ static void test_long_prompt(void) {
 
 int main(void) {
     test_draws();
+    test_selection();
     test_windows(false);
     test_windows(true);
     test_long_prompt();

@@ -14,33 +14,85 @@
 /* A uniform double in [0, 1) with 53 random bits. */
 static double uniform53(st_rng *r) { return (double)(st_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
 
-/* order[0..n) by work[] descending, ties by the lower token first (a heap
- * sort: no recursion, no allocation, n log n for a 50k vocabulary). */
+/* The tokens' order: by work[] descending, ties by the lower token first (a
+ * strict total order, so any way of selecting or sorting by it gives the
+ * same tokens in the same order). Heaps of token ids: no recursion, no
+ * allocation. */
 static bool before(const float *w, int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); }
 
-static void sift(const float *w, int32_t *o, int64_t i, int64_t n) {
+static void swap_ids(int32_t *o, int64_t i, int64_t j) {
+    const int32_t t = o[i];
+    o[i] = o[j];
+    o[j] = t;
+}
+
+/* A heap whose root is the last in order (the least likely of o[0, n)). */
+static void sift_last(const float *w, int32_t *o, int64_t i, int64_t n) {
     for (;;) {
         int64_t c = 2 * i + 1;
         if (c >= n) return;
-        /* a heap whose root is the last in order (the least likely) */
         if (c + 1 < n && before(w, o[c], o[c + 1])) c++;
         if (!before(w, o[i], o[c])) return;
-        const int32_t t = o[i];
-        o[i] = o[c];
-        o[c] = t;
+        swap_ids(o, i, c);
         i = c;
     }
 }
 
-static void sort_desc(const float *w, int32_t *o, int64_t n) {
-    for (int64_t i = n / 2 - 1; i >= 0; i--)
-        sift(w, o, i, n);
-    for (int64_t e = n - 1; e > 0; e--) {
-        const int32_t t = o[0];
-        o[0] = o[e];
-        o[e] = t;
-        sift(w, o, 0, e);
+/* A heap whose root is the first in order (the most likely). */
+static void sift_first(const float *w, int32_t *o, int64_t i, int64_t n) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && before(w, o[c + 1], o[c])) c++;
+        if (!before(w, o[c], o[i])) return;
+        swap_ids(o, i, c);
+        i = c;
     }
+}
+
+/* The k most likely of the V tokens into o[0, k), in order: a heap of the
+ * k best so far, whose root (the least likely of them) each later token
+ * is compared with once, then sorted: about V + k log k comparisons,
+ * against V log V for sorting them all. */
+static void top_k(const float *w, int32_t *o, int64_t V, int64_t k) {
+    for (int64_t i = 0; i < k; i++)
+        o[i] = (int32_t)i;
+    for (int64_t i = k / 2 - 1; i >= 0; i--)
+        sift_last(w, o, i, k);
+    for (int64_t v = k; v < V; v++)
+        if (before(w, (int32_t)v, o[0])) {
+            o[0] = (int32_t)v;
+            sift_last(w, o, 0, k);
+        }
+    for (int64_t e = k - 1; e > 0; e--) { /* (the least likely to the end, each in turn) */
+        swap_ids(o, 0, e);
+        sift_last(w, o, 0, e);
+    }
+}
+
+/* The nucleus of all V tokens (no top-k): the fewest most likely whose
+ * exp(work) sum reaches `target` (one at least), in order, at o + V - *n,
+ * their sum in *sum. A heap of every token with the most likely at the
+ * root, popped until the sum is reached: V + n log V comparisons, where a
+ * trained model's nucleus is a few of the 50k. */
+static const int32_t *nucleus(const float *w, int32_t *o, int64_t V, double target, int64_t *n, double *sum) {
+    for (int64_t v = 0; v < V; v++)
+        o[v] = (int32_t)v;
+    for (int64_t i = V / 2 - 1; i >= 0; i--)
+        sift_first(w, o, i, V);
+    int64_t h = V; /* the heap is o[0, h); what was popped, o[h, V) from its end backwards */
+    double s = 0;
+    while (h > 0) {
+        s += exp((double)w[o[0]]);
+        swap_ids(o, 0, --h);
+        sift_first(w, o, 0, h);
+        if (s >= target) break;
+    }
+    for (int64_t a = h, b = V - 1; a < b; a++, b--) /* (popped last first: reversed into order) */
+        swap_ids(o, a, b);
+    *n = V - h;
+    *sum = s;
+    return o + h;
 }
 
 int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *p, st_rng *rng, float *work,
@@ -53,38 +105,46 @@ int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *
     }
     if (p->temperature <= 0 || p->top_k == 1) return best;
     const double inv_t = 1.0 / p->temperature;
-    const bool cut = (p->top_k > 0 && p->top_k < V) || p->top_p < 1;
-    int64_t n = V;
     /* work: logits / temperature, less the largest (exp of at most 0) */
-    for (int64_t v = 0; v < V; v++) {
+    for (int64_t v = 0; v < V; v++)
         work[v] = (float)(((double)logits[v] - (double)logits[best]) * inv_t);
-        order[v] = (int32_t)v;
-    }
-    if (cut) {
-        sort_desc(work, order, V);
-        if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    }
+    const int32_t *kept = order; /* the tokens drawn among, n of them, in order (all: token order) */
+    int64_t n = V;
     double total = 0;
-    for (int64_t i = 0; i < n; i++)
-        total += exp((double)work[order[i]]);
-    if (p->top_p < 1) { /* the fewest of the n whose share of them reaches top_p (one at least) */
-        double sum = 0;
-        int64_t keep = 0;
-        while (keep < n) {
-            sum += exp((double)work[order[keep++]]);
-            if (sum >= p->top_p * total) break;
+    if (p->top_k > 0 && p->top_k < V) {
+        n = p->top_k;
+        top_k(work, order, V, n);
+    } else if (p->top_p < 1) {
+        for (int64_t v = 0; v < V; v++)
+            total += exp((double)work[v]);
+        kept = nucleus(work, order, V, p->top_p * total, &n, &total);
+    } else {
+        for (int64_t v = 0; v < V; v++)
+            order[v] = (int32_t)v;
+    }
+    if (kept == order) { /* (the nucleus above summed its own) */
+        total = 0;
+        for (int64_t i = 0; i < n; i++)
+            total += exp((double)work[kept[i]]);
+        if (p->top_p < 1) { /* the fewest of the top k whose share of them reaches top_p (one at least) */
+            double sum = 0;
+            int64_t keep = 0;
+            while (keep < n) {
+                sum += exp((double)work[kept[keep++]]);
+                if (sum >= p->top_p * total) break;
+            }
+            n = keep;
+            total = sum;
         }
-        n = keep;
-        total = sum;
     }
     double u = uniform53(rng) * total;
     for (int64_t i = 0; i < n; i++) {
-        u -= exp((double)work[order[i]]);
-        if (u < 0) return order[i];
+        u -= exp((double)work[kept[i]]);
+        if (u < 0) return kept[i];
     }
     /* (rounding left u a hair above 0: the last kept token, whose share it is) */
     for (int64_t i = n - 1; i >= 0; i--)
-        if (exp((double)work[order[i]]) > 0) return order[i];
+        if (exp((double)work[kept[i]]) > 0) return kept[i];
     return best;
 }
 
