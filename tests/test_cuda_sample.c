@@ -9,6 +9,7 @@
  *   - drawn at temperature 1 with a stop token that ends some samples
  *     before others: the same tokens and lengths;
  *   - past block_size (the cache, then the windows): the same tokens.
+ * Before them the capture itself (test_capture, below).
  * A replay that used the position it was captured at, or the token, would
  * draw other tokens. Skips without a GPU. */
 #include <stdio.h>
@@ -19,6 +20,9 @@
 #include "check.h"
 #include "core/device.h"
 #include "model/sample.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 #ifdef ST_HAVE_CUDA
 enum { V = 24, BLOCK = 40, NS = 3 };
@@ -45,14 +49,16 @@ static bool save_weights(const char *path) {
     CHECK_OK(st_model_init_weights(m, 7));
     for (int i = 0; i < m->params.n; i++) {
         st_tensor *t = m->params.t[i];
-        /* attention's queries and keys (the first 2C of c_attn's 3C rows) as
-         * init made them: scores near 0, each position's values averaged
-         * over every cached one, so that a replay that wrote or read the
-         * cache at another position draws other tokens */
-        const bool qk = strstr(t->name, "attn.c_attn.weight") != NULL;
-        if (t->ndim == 2)
-            for (int64_t k = qk ? 2 * t->count / 3 : 0; k < t->count; k++)
-                t->data[k] *= 12;
+        /* attention's queries and keys as init made them (c_attn's weight is
+         * (C, 3C), GPT-2's layout: q, k, v in its columns): scores near 0,
+         * each position's values averaged over every cached one, so that a
+         * replay that wrote or read the cache at another position draws
+         * other tokens */
+        const bool qkv = strstr(t->name, "attn.c_attn.weight") != NULL;
+        if (t->ndim != 2) continue;
+        const int64_t cols = t->shape[1];
+        for (int64_t k = 0; k < t->count; k++)
+            if (!qkv || k % cols >= 2 * cols / 3) t->data[k] *= 12;
     }
     const st_status s = st_model_save(m, path);
     CHECK_OK(s);
@@ -108,6 +114,79 @@ static void both(st_model *dm, const char *what, const int32_t *prompt, int64_t 
     free(b);
 }
 
+/* The capture itself (src/cuda/stream.cu), on the emulator and a GPU alike:
+ * captured work does not run; each replay runs it again, a kernel and
+ * copies whose pinned source is read when the replay runs; a wait for the
+ * stream inside a capture fails, the capture with it, and the stream works
+ * as before. On the emulator also what it refuses as CUDA does (not
+ * checked on a GPU here): a copy from pageable memory, an allocation. */
+static void test_capture(st_device *dev) {
+    enum { N = 64, H = 32 };
+    float *in = NULL, *out = NULL, *d = NULL;
+    CHECK_OK(st_cuda_host_alloc(dev, N * sizeof(float), (void **)&in));
+    CHECK_OK(st_cuda_host_alloc(dev, N * sizeof(float), (void **)&out));
+    CHECK_OK(st_device_alloc(dev, N * sizeof(float), (void **)&d));
+    if (!in || !out || !d) return;
+    for (int i = 0; i < N; i++)
+        in[i] = 0, out[i] = -1;
+    st_cuda_graph *g = NULL;
+    CHECK_OK(st_cuda_capture_begin(dev));
+    CHECK_OK(st_device_fill_f32(dev, d + H, N - H, 7.0f));
+    CHECK_OK(st_cuda_memcpy_async(dev, d, in, H * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    CHECK_OK(st_cuda_memcpy_async(dev, out, d, N * sizeof(float), ST_CUDA_STREAM_COMPUTE));
+    CHECK_OK(st_cuda_capture_end(dev, &g));
+    CHECK_OK(st_cuda_stream_wait(dev, ST_CUDA_STREAM_COMPUTE));
+    CHECK(out[0] == -1 && out[N - 1] == -1, "captured work ran (out %g, %g)", out[0], out[N - 1]);
+    for (int r = 1; g && r <= 3; r++) {
+        for (int i = 0; i < H; i++)
+            in[i] = (float)(100 * r + i);
+        for (int i = 0; i < N; i++)
+            out[i] = -1;
+        CHECK_OK(st_cuda_graph_launch(dev, g));
+        CHECK_OK(st_cuda_stream_wait(dev, ST_CUDA_STREAM_COMPUTE));
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += out[i] != (i < H ? (float)(100 * r + i) : 7.0f);
+        CHECK(bad == 0, "replay %d: %d of %d values wrong (out[0] %g, out[%d] %g)", r, bad, N, out[0], N - 1,
+              out[N - 1]);
+    }
+    st_cuda_graph_free(g);
+    g = NULL;
+    /* a wait inside a capture */
+    CHECK_OK(st_cuda_capture_begin(dev));
+    CHECK(st_cuda_stream_wait(dev, ST_CUDA_STREAM_COMPUTE) != ST_OK,
+          "a wait for a capturing stream succeeded");
+    st_clear_error();
+    CHECK(st_cuda_capture_end(dev, &g) != ST_OK && !g, "a capture with a wait inside made a graph");
+    st_clear_error();
+#ifdef ST_CUDA_EMU
+    /* (the emulator's rules, as CUDA's thread-local capture mode has them) */
+    float pageable[4] = {1, 2, 3, 4};
+    void *more = NULL;
+    CHECK_OK(st_cuda_capture_begin(dev));
+    CHECK(st_cuda_memcpy_async(dev, d, pageable, sizeof pageable, ST_CUDA_STREAM_COMPUTE) != ST_OK,
+          "the emulator took a copy from pageable memory into a capture");
+    st_clear_error();
+    CHECK(st_cuda_capture_end(dev, &g) != ST_OK && !g, "a capture with a pageable copy made a graph");
+    st_clear_error();
+    CHECK_OK(st_cuda_capture_begin(dev));
+    CHECK(st_device_alloc(dev, 256, &more) != ST_OK, "the emulator allocated device memory inside a capture");
+    st_clear_error();
+    CHECK(st_cuda_capture_end(dev, &g) != ST_OK && !g, "a capture with an allocation made a graph");
+    st_clear_error();
+    st_device_release(dev, more);
+#endif
+    /* the stream as before */
+    CHECK_OK(st_device_fill_f32(dev, d, N, 3.0f));
+    CHECK_OK(st_device_download(dev, out, d, N * sizeof(float)));
+    CHECK(out[0] == 3.0f && out[N - 1] == 3.0f, "after the failed captures: %g, %g", out[0], out[N - 1]);
+    printf("ok capture: 3 replays re-read their pinned input; a wait inside a capture fails it, the stream "
+           "goes on\n");
+    st_device_release(dev, d);
+    st_cuda_host_free(in);
+    st_cuda_host_free(out);
+}
+
 int main(void) {
     char why[256] = "";
     if (st_device_cuda_count(why, sizeof why) == 0) return st_test_skip("cuda sample", why);
@@ -117,6 +196,7 @@ int main(void) {
         return 1;
     }
     printf("device: %s\n", st_device_name(dev));
+    test_capture(dev);
     char dir[] = "/tmp/st-cuda-sample-XXXXXX", path[256];
     if (!mkdtemp(dir)) {
         fprintf(stderr, "FAIL: mkdtemp\n");

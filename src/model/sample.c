@@ -196,6 +196,7 @@ static void drop_graph(decoder *d) {
     d->pos_dev = NULL;
     d->mg.g.pos_dev = NULL;
     d->logits = d->host_logits;
+    d->warm = 0; /* (a graph rebuilt: its first step runs uncaptured again) */
 }
 
 static size_t stage_pos_at(int64_t B) { return ((size_t)B * sizeof(int32_t) + 7) / 8 * 8; }

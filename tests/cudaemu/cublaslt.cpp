@@ -378,6 +378,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
     }
     if (!st_emu_stream_ok(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (st_emu_capture_check(stream, false) != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;                               /* (its launch) */
     if (st_emu_lost() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED; /* its launch fails */
     /* what the call reads now (descriptors, scalars), the rest when it runs */
     const lt_desc dv = *d;

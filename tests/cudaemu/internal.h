@@ -53,6 +53,15 @@ int st_emu_lazy_mode(void); /* ST_CUDAEMU_LAZY: 0, 1 (the default) or 2 */
  * cudaErrorStreamCaptureUnsupported and returns true; false (nothing done)
  * when the thread captures nothing. */
 bool st_emu_capture_refuse(const char *what);
+/* Work about to be queued on stream s (from any thread): cudaSuccess, or,
+ * when s is capturing, the error CUDA gives it there (set for
+ * cudaGetLastError too): cudaErrorStreamCaptureInvalidated once the
+ * capture was invalidated; cudaErrorStreamCaptureUnsupported, invalidating
+ * it, for a copy with a pageable side (`pageable`) and for all work under
+ * ST_CUDAEMU_CAPTURE_FAIL=1. */
+cudaError_t st_emu_capture_check(cudaStream_t s, bool pageable);
+/* A launch refused on a capturing stream: the capture is invalidated. */
+void st_emu_capture_invalidate(cudaStream_t s);
 /* Run everything queued on every stream (a device-wide synchronisation). */
 void st_emu_run_all(void);
 

@@ -508,6 +508,11 @@ void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(
         fprintf(stderr, "cudaemu: %s: launch grid (%u, %u, %u) block (%u, %u, %u) shared %zu refused\n", name,
                 c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.smem);
         st_emu_ret(cudaErrorInvalidConfiguration);
+        st_emu_capture_invalidate(c.stream); /* (a capture that lost a launch is invalid, as CUDA's) */
+        drop(ctx);
+        return;
+    }
+    if (st_emu_capture_check(c.stream, false) != cudaSuccess) { /* (its error set) */
         drop(ctx);
         return;
     }

@@ -162,17 +162,7 @@ void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective
     queue *q = queue_of(s);
     if (!q) st_emu_die("work queued on a stream that does not exist");
     if (q->cap) {
-        static int refuse = -1; /* ST_CUDAEMU_CAPTURE_FAIL=1: as a driver that cannot capture this work */
-        if (refuse < 0)
-            refuse = getenv("ST_CUDAEMU_CAPTURE_FAIL") && atoi(getenv("ST_CUDAEMU_CAPTURE_FAIL")) == 1;
-        if (refuse) {
-            fprintf(stderr,
-                    "cudaemu: ST_CUDAEMU_CAPTURE_FAIL: work on a capturing stream refused (the capture "
-                    "is invalidated)\n");
-            q->cap->invalid = true;
-            st_emu_ret(cudaErrorStreamCaptureUnsupported);
-            return;
-        }
+        if (q->cap->invalid) return; /* (its caller was told: st_emu_capture_check) */
         if (collective) {
             fprintf(stderr, "cudaemu: a collective on a capturing stream: not modelled (the capture is "
                             "invalidated)\n");
@@ -215,6 +205,29 @@ bool st_emu_capture_refuse(const char *what) {
         q->cap->invalid = true;
     st_emu_ret(cudaErrorStreamCaptureUnsupported);
     return true;
+}
+
+cudaError_t st_emu_capture_check(cudaStream_t s, bool pageable) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (!q || !q->cap) return cudaSuccess;
+    if (q->cap->invalid) return st_emu_ret(cudaErrorStreamCaptureInvalidated);
+    static int refuse = -1; /* ST_CUDAEMU_CAPTURE_FAIL=1: as a driver that cannot capture this work */
+    if (refuse < 0)
+        refuse = getenv("ST_CUDAEMU_CAPTURE_FAIL") && atoi(getenv("ST_CUDAEMU_CAPTURE_FAIL")) == 1;
+    if (!refuse && !pageable) return cudaSuccess;
+    fprintf(stderr,
+            "cudaemu: %s on a capturing stream: cudaErrorStreamCaptureUnsupported (the capture is "
+            "invalidated)\n",
+            pageable ? "a copy from or into pageable host memory" : "work (ST_CUDAEMU_CAPTURE_FAIL)");
+    q->cap->invalid = true;
+    return st_emu_ret(cudaErrorStreamCaptureUnsupported);
+}
+
+void st_emu_capture_invalidate(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (q && q->cap) q->cap->invalid = true;
 }
 
 /* q is being captured: what the caller would do there is refused (above) */
@@ -495,9 +508,10 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
                                  : "its pointers do not match its direction");
         return st_emu_ret(cudaErrorInvalidValue);
     }
-    if ((sync || (!src_dev && !st_emu_is_pinned(src, n)) || (!dst_dev && !st_emu_is_pinned(dst, n))) &&
-        st_emu_capture_refuse(sync ? "cudaMemcpy" : "a copy from or into pageable host memory"))
+    const bool pageable = (!src_dev && !st_emu_is_pinned(src, n)) || (!dst_dev && !st_emu_is_pinned(dst, n));
+    if (pageable && st_emu_capture_refuse("a copy from or into pageable host memory"))
         return cudaErrorStreamCaptureUnsupported;
+    if (const cudaError_t e = st_emu_capture_check(s, pageable)) return e;
     if (!src_dev && !st_emu_is_pinned(src, n)) { /* pageable source: staged now, as CUDA does */
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         st_emu_enqueue(s, [dst, staged, n] {
@@ -525,6 +539,7 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cud
     return copy(dst, src, n, kind, s, false);
 }
 extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    if (st_emu_capture_refuse("cudaMemcpy")) return cudaErrorStreamCaptureUnsupported;
     st_emu_run_all(); /* the legacy default stream waits for the others */
     return copy(dst, src, n, kind, 0, true);
 }
@@ -538,6 +553,7 @@ static cudaError_t set(void *dst, int v, size_t n, cudaStream_t s, bool sync) {
         return st_emu_ret(cudaErrorInvalidValue);
     }
     if (sync && st_emu_capture_refuse("cudaMemset")) return cudaErrorStreamCaptureUnsupported;
+    if (const cudaError_t e = st_emu_capture_check(s, false)) return e;
     st_emu_enqueue(s, [dst, v, n] {
         if (st_emu_lost() == cudaSuccess) memset(dst, v, n);
     });

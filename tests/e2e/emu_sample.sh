@@ -11,6 +11,9 @@
 #     steps after the first are replays of a captured CUDA graph (the JSON's
 #     replayed_steps); with --no-graph none is, and where the capture fails
 #     (ST_CUDAEMU_CAPTURE_FAIL) a note says so: the same tokens both ways.
+#     test_cuda_sample again with every stream run as queued
+#     (ST_CUDAEMU_LAZY=0: a staged token written after the replay's launch
+#     would be read before it) and with collectives late (2).
 #  3. train.device auto takes the GPU and says so; cuda:N past the devices,
 #     and a GPU older than the kernels (ST_CUDAEMU_CC=75), are an error
 #     with train.device cuda and the CPU, saying why, with auto.
@@ -97,6 +100,11 @@ for kind in ("nograph", "nocapture"):
     assert [s["tokens"] for s in o["samples"]] == [s["tokens"] for s in g["samples"]], kind
     print(f"ok seeded, {kind}: no step replayed, the same tokens")
 PY
+for lazy in 0 2; do
+    ST_CUDAEMU_LAZY=$lazy timeout 300 "$build/tests/test_cuda_sample" >"$tmp/cuda_sample_lazy$lazy.txt" 2>&1 ||
+        fail "test_cuda_sample under ST_CUDAEMU_LAZY=$lazy: $(grep -m3 FAIL "$tmp/cuda_sample_lazy$lazy.txt")"
+done
+echo "ok test_cuda_sample with every stream run as queued, and with collectives late"
 
 # 3. the device's choice
 out=$(timeout 300 "$bin" sample --init "$tmp/run" --prompt "the" --tokens 5 --seed 1 2>&1 >/dev/null) ||
