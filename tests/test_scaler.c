@@ -87,15 +87,15 @@ static void test_grads(void) {
     bool skip = false;
     p.grad[7] = INFINITY;
     st_scaler_init(&s, true, 0x1p-23, 2000);
-    CHECK_OK(st_scaler_check(&s, &p, NULL, &skip));
+    CHECK_OK(st_scaler_check(&s, &p, 0, p.count, NULL, &skip));
     CHECK(skip && s.scale == 0x1p-24f, "an overflow at 2^-23 skips and halves: %d %a", skip, (double)s.scale);
     CHECK_FAILS(
-        st_scaler_check(&s, &p, NULL, &skip), ST_ERR_NUMERIC,
+        st_scaler_check(&s, &p, 0, p.count, NULL, &skip), ST_ERR_NUMERIC,
         "the gradients overflowed with the loss scale at its least, 5.96046e-08 (2 steps skipped so far)");
     /* the least scale's inverse is finite: zero gradients stay zero */
     memset(p.grad, 0, (size_t)p.count * sizeof *p.grad);
     st_scaler_init(&s, true, 6e-8, 2000);
-    CHECK_OK(st_scaler_check(&s, &p, NULL, &skip));
+    CHECK_OK(st_scaler_check(&s, &p, 0, p.count, NULL, &skip));
     CHECK(!skip && p.grad[0] == 0.0f && p.grad[p.count - 1] == 0.0f, "zero gradients unscaled at 6e-8: %g",
           (double)p.grad[0]);
     st_graph_free(&g);

@@ -15,6 +15,7 @@
 
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/ticker.h"
 
 #define MAX_WORKERS 256
 #define ERR_MAX 1024
@@ -43,6 +44,7 @@ struct st_loader {
     int sync_live; /* 0: none, 1: mutex, 2: + cv_free, 3: + cv_ready */
     /* under mu */
     bool stop;
+    int live;           /* workers that have not returned */
     int64_t next_claim; /* the next batch number to assemble */
     int held;
     /* the consumer's own */
@@ -124,6 +126,8 @@ static void *worker(void *arg) {
         fill(l, claim(l));
         pthread_cond_broadcast(&l->cv_ready);
     }
+    l->live--;
+    pthread_cond_broadcast(&l->cv_ready); /* (st_loader_free waits for it) */
     pthread_mutex_unlock(&l->mu);
     return NULL;
 }
@@ -186,6 +190,7 @@ static st_status start_workers(st_loader *l) {
     sigdelset(&all, SIGILL);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = 0;
+    l->live = l->o.num_workers; /* (none returns before the stop; those not started are taken off below) */
     while (l->n_threads < l->o.num_workers &&
            (rc = pthread_create(&l->threads[l->n_threads], NULL, worker, l)) == 0) {
         char name[16];
@@ -194,6 +199,9 @@ static st_status start_workers(st_loader *l) {
         l->n_threads++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_mutex_lock(&l->mu);
+    l->live -= l->o.num_workers - l->n_threads;
+    pthread_mutex_unlock(&l->mu);
     if (rc != 0)
         return st_fail(ST_ERR_NOMEM, "data loader: cannot start worker %d of %d: %s; use fewer workers",
                        l->n_threads + 1, l->o.num_workers, strerror(rc));
@@ -383,6 +391,39 @@ bool st_loader_free(st_loader *l) {
         l->stop = true;
         pthread_cond_broadcast(&l->cv_free);
         pthread_cond_broadcast(&l->cv_ready);
+        /* A worker still reading a batch taken ahead, which nobody waited
+         * for (the run ended first), may be stuck in storage that stopped
+         * answering: it has data.timeout_s to return, ST_LOADER_STOP_GRACE_S
+         * after a stop, as the step loop's own wait has; else it is left
+         * (hung), and the run ends without it. */
+        double limit = l->o.timeout_s;
+        if (l->o.stop && atomic_load_explicit(l->o.stop, memory_order_relaxed) &&
+            (limit <= 0 || limit > ST_LOADER_STOP_GRACE_S))
+            limit = ST_LOADER_STOP_GRACE_S;
+        const double end = now_s() + limit;
+        while (!l->hung && l->live > 0) {
+            if (limit <= 0) { /* (data.timeout_s 0: for ever, as asked) */
+                pthread_cond_wait(&l->cv_ready, &l->mu);
+                continue;
+            }
+            const double t = now_s();
+            if (t >= end) {
+                l->hung = true;
+                int64_t batch = -1;
+                for (int i = 0; i < l->ring; i++)
+                    if (l->slots[i].state == SLOT_FILLING && (batch < 0 || l->slots[i].b.seq < batch))
+                        batch = l->slots[i].b.seq;
+                st_ticker_sayf(
+                    "scaletrain: warning: data loader: a worker has been reading batch %lld, taken "
+                    "ahead and never used, for %g s after the loader was done with (%s): its "
+                    "storage may have stopped answering; the process ends without it\n",
+                    (long long)batch, limit,
+                    limit < l->o.timeout_s || l->o.timeout_s <= 0 ? "a stop's grace" : "data.timeout_s");
+                break;
+            }
+            const struct timespec until = {(time_t)end, (long)((end - floor(end)) * 1e9)};
+            pthread_cond_timedwait(&l->cv_ready, &l->mu, &until);
+        }
         pthread_mutex_unlock(&l->mu);
     }
     if (l->hung) { /* a worker may be stuck for good, and may yet come back to this memory */

@@ -139,7 +139,10 @@ double st_loader_wait_total(const st_loader *l);
  * buffer; batches still held become invalid. A loader whose wait timed out
  * is stopped but neither joined nor freed (above), and true is returned:
  * its workers may still read the dataset, which must then stay as it is
- * (not freed) to the process's end. Accepts NULL. */
+ * (not freed) to the process's end. So too when a worker is still reading
+ * a batch taken ahead (which nobody waited for) timeout_s after the stop
+ * (ST_LOADER_STOP_GRACE_S when a stop was asked; 0: waited for ever): a
+ * warning says so, and the process ends without it. Accepts NULL. */
 bool st_loader_free(st_loader *l);
 
 #endif

@@ -13,7 +13,12 @@
  * that brings such a fault back to them as an error naming the file; a SIGBUS
  * anywhere else meets the action it had before (st_tokens_get is unguarded).
  * A file shortened within its mapping's last page reads zeros there, no
- * fault: st_tokens_read_i32 looks at the file's size when it reads that page. */
+ * fault: st_tokens_read_i32 looks at the file's size when it reads that page.
+ * Not caught: a file shortened to the middle of an earlier page reads zeros
+ * past its new end in that page alone (the pages after it fault), and a
+ * file rewritten in place reads its new bytes; a check of the size at every
+ * read would cost a stat a sample, a round trip to a network file system's
+ * server. Files are replaced safely by renaming new ones over them. */
 #include "data/tokens.h"
 
 #include <errno.h>

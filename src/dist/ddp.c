@@ -525,6 +525,20 @@ static void describe_tensor(const st_tensor *t, char *buf, size_t n) {
     if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
+/* Rank 0's n floats at x to every rank, in broadcasts of at most 2^30
+ * elements (a collective's count is an MPI int: a model of more than 2^31
+ * parameters goes in pieces). */
+static st_status broadcast_chunks(st_comm *c, float *x, int64_t n, const char *what) {
+    const int64_t piece = (int64_t)1 << 30;
+    for (int64_t at = 0; at < n; at += piece) {
+        char name[96];
+        snprintf(name, sizeof name, n > piece ? "%s (elements %lld on)" : "%s", what, (long long)at);
+        ST_TRY(st_comm_broadcast_sync(c, x + at, (size_t)(n - at < piece ? n - at : piece), ST_COMM_F32, 0,
+                                      name));
+    }
+    return ST_OK;
+}
+
 static st_status report(st_comm *c, const char *item, const char *mine) {
     return st_agree_report(c, "the ranks built different models or data settings", item, mine,
                            "every rank must run the same config and data");
@@ -559,9 +573,8 @@ st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batc
         return report(comm, item, desc);
     }
     if (!send) return ST_OK;
-    ST_TRY(st_comm_broadcast_sync(pcomm, p->data, (size_t)p->arena_count, ST_COMM_F32, 0, "parameters"));
-    if (p->buffer_count)
-        ST_TRY(st_comm_broadcast_sync(pcomm, p->buffers, (size_t)p->buffer_count, ST_COMM_F32, 0, "buffers"));
+    ST_TRY(broadcast_chunks(pcomm, p->data, p->arena_count, "parameters"));
+    if (p->buffer_count) ST_TRY(broadcast_chunks(pcomm, p->buffers, p->buffer_count, "buffers"));
     st_params_touch(p);
     return ST_OK;
 }

@@ -12,15 +12,23 @@ void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t windo
     s->skipped = 0;
 }
 
-bool st_grad_all_finite(const st_params *p) {
-    const float *g = p->grad;
+/* g[lo, hi) finite (host) */
+static bool range_finite(const float *g, int64_t lo, int64_t hi) {
     int bad = 0;
     /* x - x is 0 for finite x and NaN for Inf and NaN: no branch in the loop. */
-#pragma omp parallel for simd reduction(| : bad) schedule(static) if (p->count > (1 << 20))
-    for (int64_t i = 0; i < p->count; i++)
+#pragma omp parallel for simd reduction(| : bad) schedule(static) if (hi - lo > (1 << 20))
+    for (int64_t i = lo; i < hi; i++)
         bad |= (g[i] - g[i]) != 0.0f;
     return !bad;
 }
+
+static void range_scale(float *g, int64_t lo, int64_t hi, float inv) {
+#pragma omp parallel for simd schedule(static) if (hi - lo > (1 << 20))
+    for (int64_t i = lo; i < hi; i++)
+        g[i] *= inv;
+}
+
+bool st_grad_all_finite(const st_params *p) { return range_finite(p->grad, 0, p->count); }
 
 float st_scaler_inverse(const st_scaler *s) {
     return (float)(1.0 / (double)s->scale); /* PyTorch: scale.double().reciprocal().float() */
@@ -28,14 +36,11 @@ float st_scaler_inverse(const st_scaler *s) {
 
 void st_scaler_unscale(const st_scaler *s, st_params *p) {
     if (!s->enabled) return;
-    const float inv = st_scaler_inverse(s);
-    float *g = p->grad;
-#pragma omp parallel for simd schedule(static) if (p->count > (1 << 20))
-    for (int64_t i = 0; i < p->count; i++)
-        g[i] *= inv;
+    range_scale(p->grad, 0, p->count, st_scaler_inverse(s));
 }
 
-st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip) {
+st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t host_hi, st_comm *comm,
+                          bool *skip) {
     *skip = false;
     if (!s->enabled) return ST_OK;
     /* On a device the check runs there and one flag comes back. */
@@ -45,7 +50,7 @@ st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip)
     if (p->dev)
         ST_TRY(st_device_all_finite(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), &finite));
     else
-        finite = st_grad_all_finite(p);
+        finite = range_finite(p->grad, host_lo, host_hi);
     float inf = finite ? 0.0f : 1.0f;
     if (comm && st_comm_size(comm) > 1)
         ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
@@ -54,7 +59,7 @@ st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip)
             ST_TRY(
                 st_device_scale_f32(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), st_scaler_inverse(s)));
         else
-            st_scaler_unscale(s, p);
+            range_scale(p->grad, host_lo, host_hi, st_scaler_inverse(s));
     }
     const float was = s->scale;
     *skip = st_scaler_update(s, inf != 0.0f);

@@ -60,7 +60,11 @@ bool st_scaler_update(st_scaler *s, bool found_inf);
  * the scale too small to halve (ST_SCALER_MIN) is ST_ERR_NUMERIC: no scale
  * helps, and the run would skip every step from then on. Disabled: *skip is
  * false and nothing else happens. Arenas on a CUDA device (p->dev): the check
- * and the unscale run there, and one flag is read back. */
-st_status st_scaler_check(st_scaler *s, st_params *p, st_comm *comm, bool *skip);
+ * and the unscale run there, and one flag is read back. On the host they
+ * cover the arena's [host_lo, host_hi) (st_dist_range: under ZeRO this
+ * rank's shard, whose gradients are the reduced ones; ZeRO-2 released the
+ * other regions' pages, which a write would bring back). */
+st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t host_hi, st_comm *comm,
+                          bool *skip);
 
 #endif

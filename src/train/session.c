@@ -160,15 +160,27 @@ no_gpu:
 
 /* Several ranks: every one on a GPU of its own or none on a GPU (NCCL needs
  * them all, each on its own GPU, and the ranks of one run compute alike).
- * With auto, a rank without a usable GPU, or two ranks on one GPU (more
- * ranks on a node than GPUs), send every rank to the CPU, saying why. */
-static st_status agree_device(st_session *s, bool auto_) {
+ * With auto, a rank without a usable GPU, a rank set to the CPU (set_cpu:
+ * train.device cpu, a per-rank key), or two ranks on one GPU (more ranks
+ * on a node than GPUs), send every rank to the CPU, saying why; where a
+ * rank insists (train.device cuda), every rank fails, each saying why.
+ * Every rank calls it. */
+static st_status agree_device(st_session *s, bool auto_, bool set_cpu) {
     if (s->world == 1) return ST_OK;
-    int64_t all = s->dev != NULL;
-    ST_TRY(st_comm_all_reduce_sync(s->comm, &all, &all, 1, ST_COMM_I64, ST_COMM_MIN, "device agreement"));
+    /* the fewest: 2 a GPU, 1 none usable, 0 train.device cpu (a per-rank key);
+     * and -1 when a rank insists on its GPU (train.device cuda) */
+    int64_t v[2] = {s->dev ? 2 : set_cpu ? 0 : 1, auto_ || set_cpu ? 0 : -1};
+    ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN, "device agreement"));
+    const int64_t all = v[0];
+    const bool strict = v[1] < 0; /* (then every rank fails alike: none goes on alone) */
     char why[512] = "another rank has no usable CUDA device (its message says why)";
     char note[ST_CFG_NOTE] = "another rank has no usable CUDA device: every rank trains on the CPU";
-    if (all) { /* every rank on a GPU: each on its own? */
+    if (all == 0) {
+        snprintf(why, sizeof why, "another rank is set to train on the CPU (train.device cpu)");
+        snprintf(note, sizeof note,
+                 "another rank is set to train on the CPU (train.device cpu): every rank does");
+    }
+    if (all == 2) { /* every rank on a GPU: each on its own? */
         /* host (its name and boot, as NCCL tells hosts apart: two machines
          * may share a name) and PCI address, compared; the UUID, said: MIG
          * slices of one GPU have a UUID each and its address, by which NCCL
@@ -204,13 +216,21 @@ static st_status agree_device(st_session *s, bool auto_) {
                 "--gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per rank)",
                 a, b, at, ua[0] ? " (" : "", ua, ua[0] ? ")" : "", host);
         snprintf(note, sizeof note, "ranks %d and %d would share a GPU: every rank trains on the CPU", a, b);
-        if (auto_ && s->rank == 0) st_ticker_sayf("scaletrain: note: %s; training on the CPU\n", why);
-    } else if (!s->dev) {
+        if (!strict && s->rank == 0) st_ticker_sayf("scaletrain: note: %s; training on the CPU\n", why);
+    } else if (!strict && !s->dev) {
         return ST_OK;
     }
-    if (!auto_) {
+    if (strict) {
         s->agreed_error = true; /* every rank comes to this error */
-        return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; every rank needs a GPU of its own", why);
+        if (!auto_ && !set_cpu)
+            return st_fail(ST_ERR_UNSUPPORTED, "train.device cuda: %s; every rank needs a GPU of its own",
+                           why);
+        return st_fail(ST_ERR_UNSUPPORTED,
+                       "another rank is set to train.device cuda, and %s: every rank needs a GPU of its own "
+                       "(or set train.device alike on every rank)",
+                       set_cpu  ? "this rank is set to train on the CPU (train.device cpu)"
+                       : s->dev ? why
+                                : "this rank has no usable CUDA device (said above)");
     }
     st_device_free(s->dev);
     s->dev = NULL;
@@ -780,7 +800,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     const st_status sd = setup_device(s);
     st_watch_stop(open_watch);
     ST_TRY(sd);
-    if (!dev_cpu) ST_TRY(agree_device(s, dev_auto));
+    ST_TRY(agree_device(s, dev_auto, dev_cpu)); /* (every rank: train.device is per-rank) */
     if (s->dev) /* a wait for the GPU that never ends ends the process, saying so */
         ST_TRY(st_device_watch(s->dev, (double)cfg->train.device_timeout_s, s->who));
     if (s->dev && eval_only) /* (training's remedies are no evaluation's) */
@@ -969,6 +989,7 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     st_session_eval_share(s, s->eval_graph.batch, &lo, &hi);
     st_eval_sums e = {0};
     const st_params *p = &s->model->params;
+    st_status pre = ST_OK;
     if (s->eval_shared && s->world > 1 && p->buffer_count > 0) { /* rank 0's batch-norm statistics */
         const size_t nbytes = (size_t)p->buffer_count * sizeof(float);
         float *h = s->dev ? malloc(nbytes) : p->buffers; /* a device's through the host */
@@ -980,9 +1001,9 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
         if (b == ST_OK) b = bc;
         if (b == ST_OK && s->dev && s->rank != 0) b = st_device_upload(s->dev, p->buffers, h, nbytes);
         if (s->dev) free(h);
-        ST_TRY(b);
+        pre = b; /* (carried to the evaluation's agreement below, which every rank joins) */
     }
-    st_status st = s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
+    st_status st = pre != ST_OK ? pre : s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
     if (s->eval_shared && s->world > 1) {
         /* Every rank learns whether each evaluated its share; a failed one
          * names itself, the others say that one failed. */

@@ -1613,7 +1613,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "optim", "optimizer");
         const int32_t optim_span = st_trace_gpu_begin(trace, ST_TRACE_STREAM_COMPUTE);
         bool skip; /* fp16: an overflow on any rank skips the step on every rank */
-        ST_GOTO(st_scaler_check(&sc, &m->params, ses->comm, &skip));
+        int64_t own_lo, own_hi; /* (the host's check and unscale: this rank's gradients under ZeRO) */
+        st_dist_range(&dd, &own_lo, &own_hi);
+        ST_GOTO(st_scaler_check(&sc, &m->params, own_lo, own_hi, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a

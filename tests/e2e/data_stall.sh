@@ -29,6 +29,10 @@
 #     the run says so and exits 143, step 40 whole; resumed, the
 #     uninterrupted run's weights. (With 0 loader threads the step loop
 #     itself is stuck in the read: data.timeout_s alone ends it, case 2.)
+#  7. A run of 40 steps whose loader thread is stuck in batch 40, taken
+#     ahead and never used: the run ends, exit 0, its weights saved, a
+#     warning naming the batch after data.timeout_s (before, it waited on
+#     the thread at exit for ever).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -112,6 +116,14 @@ if [ "$fails" -eq 0 ]; then
     echo "a stop while the step loop waits on the stuck batch (data.timeout_s 0): exit 143 after $((SECONDS - t0)) s"
     resumed "a stop while waiting" "$o" --set data.num_workers=1 --set data.timeout_s=0 --set train.checkpoint_every=40
 fi
+
+out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]}" --set data.num_workers=1 \
+    --set train.steps=40 --set train.out_dir="$tmp/ahead" 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "a stuck batch taken ahead: exit $rc (want 0; 124: it waited on the thread): $(tail -n 3 <<<"$out")"
+[ -s "$tmp/ahead/model.safetensors" ] || fail "a stuck batch taken ahead: no weights saved"
+grep -q "^scaletrain: warning: data loader: a worker has been reading batch 40, taken ahead and never used, for 1 s after the loader was done with (data.timeout_s)" <<<"$out" ||
+    fail "a stuck batch taken ahead: no warning naming it: $(grep -i warn <<<"$out")"
+[ "$fails" -ne 0 ] || echo "a loader thread stuck in a batch taken ahead: the 40-step run ends, exit 0, saying so"
 
 if command -v mpirun >/dev/null; then
     e2e_mpi 120

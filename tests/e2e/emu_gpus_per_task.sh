@@ -15,7 +15,11 @@
 #     train.device cuda fails on both ranks, naming the two ranks, the GPU
 #     and the fix, before NCCL starts; auto trains both on the CPU, its
 #     effective configuration saying why;
-#  3. more ranks than GPUs (2 ranks, one GPU, both seeing it): the same error.
+#  3. more ranks than GPUs (2 ranks, one GPU, both seeing it): the same error;
+#  4. train.device set per rank (mpirun's MPMD form): rank 0 cpu, rank 1
+#     auto with GPUs: both train on the CPU, to the loss of 2 CPU ranks;
+#     rank 1 cuda: both fail, each saying why (before, rank 1 alone agreed
+#     on the devices and the ranks' collectives went out of step).
 # (dist.sync_batchnorm on GPU ranks, once refused here: emu_sync_batchnorm.sh.)
 # Given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -88,5 +92,23 @@ ST_CUDAEMU_DEVICES=1 "${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cuda
     --set train.out_dir="$tmp/fewer" >"$tmp/fewer.txt" 2>&1 && fail "2 ranks on 1 GPU trained: $(tail -3 "$tmp/fewer.txt")"
 grep -q "ranks 0 and 1 would both train on the GPU at 0000:00:00.0 (GPU-[0-9a-f-]*) of host $host" "$tmp/fewer.txt" ||
     fail "2 ranks, 1 GPU: $(grep -m2 -i error "$tmp/fewer.txt")"
+
+# 4. train.device per rank
+"${mpi[@]}" -np 2 "$bin" "${tr[@]}" --set train.device=cpu --set train.out_dir="$tmp/cpu2" >"$tmp/cpu2.txt" 2>&1 ||
+    fail "2 CPU ranks: $(tail -3 "$tmp/cpu2.txt")"
+ST_CUDAEMU_DEVICES=2 "${mpi[@]}" -np 1 "$bin" "${tr[@]}" --set train.device=cpu --set train.out_dir="$tmp/mixed" : \
+    -np 1 "$bin" "${tr[@]}" --set train.device=auto --set train.out_dir="$tmp/mixed" >"$tmp/mixed.txt" 2>&1 ||
+    fail "rank 0 cpu, rank 1 auto: $(grep -m2 error "$tmp/mixed.txt")"
+[ -n "$(last "$tmp/cpu2.txt")" ] && [ "$(last "$tmp/mixed.txt")" = "$(last "$tmp/cpu2.txt")" ] ||
+    fail "rank 0 cpu, rank 1 auto: loss $(last "$tmp/mixed.txt"), 2 CPU ranks' $(last "$tmp/cpu2.txt")"
+grep -q '"device_mem_peak_bytes":[1-9]' "$tmp/mixed.txt" && fail "rank 0 cpu, rank 1 auto: trained on a GPU"
+ST_CUDAEMU_DEVICES=2 "${mpi[@]}" -np 1 "$bin" "${tr[@]}" --set train.device=cpu --set train.out_dir="$tmp/mixedc" : \
+    -np 1 "$bin" "${tr[@]}" --set train.device=cuda --set train.out_dir="$tmp/mixedc" >"$tmp/mixedc.txt" 2>&1 &&
+    fail "rank 0 cpu, rank 1 cuda: trained"
+grep -q "error (rank 1): train.device cuda: another rank is set to train on the CPU (train.device cpu); every rank needs a GPU of its own" "$tmp/mixedc.txt" &&
+    grep -q "error (rank 0): another rank is set to train.device cuda, and this rank is set to train on the CPU" "$tmp/mixedc.txt" ||
+    fail "rank 0 cpu, rank 1 cuda: $(grep -m3 error "$tmp/mixedc.txt")"
+grep -q "out of step" "$tmp/mixedc.txt" && fail "rank 0 cpu, rank 1 cuda: the collectives went out of step"
+[ "$fails" -ne 0 ] || echo "train.device per rank: cpu and auto train on the CPU; cpu and cuda fail on both ranks, saying why"
 
 e2e_finish "ranks given a GPU each train on their own; two ranks on one GPU are refused, or auto's CPU, saying why"

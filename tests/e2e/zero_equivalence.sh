@@ -17,6 +17,8 @@
 #   as 1 rank accumulating the 4 micro-batches (cmp of the weight files), for
 #   the mlp (dropout, clipping), the cnn (no batch-norm) and the gpt (AdamW,
 #   clipping).
+# - fp16 under zero2: the overflow check and unscaling touch only the
+#   rank's shard, so its resident gradients stay at the formula's 1/N.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
@@ -163,4 +165,19 @@ det mlp 4 "${mlp[@]}" "${sgd[@]}" --set model.dropout=0.1
 det cnn 4 --set model.type=cnn --set model.channels=[8,16] --set model.pool=[1,1] --set model.batchnorm=false \
     "${sgd[@]}"
 det gpt 2 "${gpt[@]}"
+# fp16 under zero2 on the CPU: the loss scale's overflow check and unscaling
+# cover this rank's shard alone, so the released pages stay released (they
+# were written back whole every step: grad_bytes was P, not P/N)
+run mlp-zero2-fp16 2 "${common[@]}" "${mlp[@]}" "${sgd[@]}" --set train.batch_size=16 --set precision=fp16 \
+    --set dist.strategy=zero2
+/usr/bin/python3 - "$tmp" <<'PY' || fail "mlp zero2 fp16: resident gradients"
+import sys
+sys.path.insert(0, "tests/py")
+from runs import last
+r = last(f"{sys.argv[1]}/mlp-zero2-fp16.json")
+good = r["grad_bytes"] == r["grad_bytes_predicted"]
+print(f"mlp zero2 fp16 2 ranks: grad_bytes {r['grad_bytes']} (formula {r['grad_bytes_predicted']}):",
+      "ok" if good else "FAIL")
+sys.exit(0 if good else 1)
+PY
 e2e_finish

@@ -41,7 +41,7 @@ int main(void) {
         memcpy(before, p.data, (size_t)p.count * sizeof *before);
         const float scale_before = s.scale;
         bool skip = false;
-        CHECK_OK(st_scaler_check(&s, &p, comm, &skip));
+        CHECK_OK(st_scaler_check(&s, &p, 0, p.count, comm, &skip));
         if (!skip)
             for (int64_t i = 0; i < p.count; i++) /* plain SGD, lr 1 */
                 p.data[i] -= p.grad[i];
