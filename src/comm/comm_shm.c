@@ -490,7 +490,7 @@ st_status st_mpi_shm_open(st_comm *c) {
     return ST_OK;
 }
 
-st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
+static st_status shm_arena(st_comm *c, size_t nbytes, void **out) {
     st_mpi_comm *m = c->impl;
     *out = NULL;
     /* Every rank decides the same way: m->shm is there on all or none (rank
@@ -527,6 +527,17 @@ st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
     s->region_count = region / sizeof(float);
     *out = s->arena + (size_t)c->rank * s->region_count;
     return ST_OK;
+}
+
+st_status st_mpi_shm_arena(st_comm *c, size_t nbytes, void **out) {
+    /* its MPI calls block: watched as the start-up's are (a rank that dies
+     * or stalls before it would leave the others in them for good) */
+    st_comm_req watch;
+    st_comm_watch_begin(c, &watch,
+                        "the zero-copy gradient arena's set-up (MPI_Allreduce, MPI_Bcast, shm_open)");
+    const st_status s = shm_arena(c, nbytes, out);
+    st_comm_watch_end(c, &watch);
+    return s;
 }
 
 void st_mpi_shm_close(st_comm *c) {

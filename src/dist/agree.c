@@ -293,15 +293,26 @@ static st_status hash_compute(const st_params *p, int64_t *h) {
     return s;
 }
 
-st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
+/* This rank's hashing (mine) made every rank's outcome, *agreed set when
+ * every rank ends in an error (its own, or "failed on another rank"). */
+static st_status hashed_everywhere(st_comm *c, st_status mine, bool *agreed) {
+    const st_status s = st_agree_status(c, mine, "hashing the weights for the replica check");
+    *agreed = s != ST_OK && (mine != ST_OK || s == ST_ERR_IO);
+    return s;
+}
+
+st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step, bool *agreed) {
     const int n = p->n_params;
+    *agreed = false;
     if (n <= 0) return ST_OK;
     if (p->masters_sharded) {
         int64_t *h = malloc((size_t)n * sizeof *h);
         st_status s = h ? hash_compute(p, h) : st_fail(ST_ERR_NOMEM, "out of memory comparing the replicas");
+        s = hashed_everywhere(c, s, agreed);
         int diff = -1;
         if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
         free(h);
+        if (s == ST_OK && diff >= 0) *agreed = true;
         if (s == ST_OK && diff >= 0)
             s = st_fail(
                 ST_ERR_INTERNAL,
@@ -325,9 +336,11 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step) {
     }
     for (int i = 0; s == ST_OK && i < n; i++)
         h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
+    s = hashed_everywhere(c, s, agreed);
     int diff = -1;
     if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
     if (s == ST_OK && diff >= 0) {
+        *agreed = true; /* (the report below is every rank's) */
         const st_tensor *t = p->t[diff];
         char item[ST_NAME_MAX + 64], mine[ST_AGREE_DESC_MAX];
         snprintf(item, sizeof item, "parameter %s after step %lld", t->name, (long long)step);

@@ -87,8 +87,11 @@ st_status st_agree_status(st_comm *c, st_status mine, const char *what);
  * statistics) are left out: each rank's own batches move them. A difference
  * is ST_ERR_INTERNAL on every rank, naming the tensor, the step and what each
  * rank holds; it means a collective gave the ranks different results or a
- * rank skipped an update. */
-st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step);
+ * rank skipped an update. A rank that cannot hash its weights (memory, a
+ * device's download) makes every rank fail too, before the comparison.
+ * *agreed: the error returned is every rank's (the ranks then need no abort
+ * to stop together); false for a failed collective. */
+st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step, bool *agreed);
 
 /* Before an evaluation on several ranks (each evaluates its share of the
  * data with the weights it loaded): every parameter's bits and the buffers

@@ -1881,8 +1881,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         r->comm_hidden = ddp->busy_s > 0 ? ddp->busy_hidden_s / ddp->busy_s : 0;
     }
     if (dist && !stopped) { /* the replicas are identical (every rank learns the same answer) */
-        s = st_agree_replicas(ses->comm, &m->params, r->steps);
-        ses->agreed_error = s == ST_ERR_INTERNAL;
+        bool agreed;
+        s = st_agree_replicas(ses->comm, &m->params, r->steps, &agreed);
+        ses->agreed_error = agreed;
         ST_GOTO(s);
         r->replicas_identical = true;
     }

@@ -36,15 +36,18 @@ int main(void) {
     CHECK_OK(st_params_init(&p, 42));
     if (st_test_failures) return st_test_finish("replica_check");
 
-    CHECK_OK(st_agree_replicas(c, &p, 7));
+    bool agreed = true;
+    CHECK_OK(st_agree_replicas(c, &p, 7, &agreed));
+    CHECK(!agreed, "rank %d: no error, yet agreed is set", rank);
     buf = st_params_find(&p, "layer.running_mean");
     if (buf && rank == 1) buf->data[3] = 0.5f; /* a buffer: not compared */
-    CHECK_OK(st_agree_replicas(c, &p, 7));
+    CHECK_OK(st_agree_replicas(c, &p, 7, &agreed));
     b = st_params_find(&p, "layer.bias");
     if (b && rank == world - 1) b->data[4] = nextafterf(b->data[4], 1e30f); /* one ulp, one rank */
     char want[64];
     snprintf(want, sizeof want, "rank %d has bits hashed to", world - 1);
-    CHECK_FAILS(st_agree_replicas(c, &p, 7), ST_ERR_INTERNAL, "parameter layer.bias after step 7");
+    CHECK_FAILS(st_agree_replicas(c, &p, 7, &agreed), ST_ERR_INTERNAL, "parameter layer.bias after step 7");
+    CHECK(agreed, "rank %d: the replicas' difference is not marked as every rank's", rank);
     CHECK(strstr(st_last_error(), want) != NULL &&
               strstr(st_last_error(), "the data-parallel replicas differ"),
           "rank %d: the message names the replicas and rank %d: %s", rank, world - 1, st_last_error());
