@@ -9,7 +9,8 @@
  * pinned memory has not happened before the host waits for it; an event's
  * first query says not ready and a second one runs the work; a read on the
  * compute stream that does not wait for the copy stream's write sees the old
- * value, and with the wait the new one.
+ * value, and with the wait the new one. A captured graph launched after
+ * its memory was freed stops the process, naming the kernel.
  * Then the checks inside a block (tests/cudaemu/selftest.cu): shared memory
  * read before the block wrote it, and cp.async copies read before their
  * wait, are wrong in any order of the threads; reads of other warps' writes
@@ -116,6 +117,22 @@ static void lazy_streams(st_device *dev, float *p) {
     st_cuda_host_free(h2);
 }
 
+/* A captured kernel whose memory is freed before the graph is launched:
+ * the launch stops the process, naming it (a GPU would fault, or write
+ * into whatever took the memory). */
+static void replay_freed(st_device *dev, float *p) {
+    float *q = NULL;
+    st_cuda_graph *g = NULL;
+    if (st_device_alloc(dev, N * sizeof(float), (void **)&q) != ST_OK) _exit(3);
+    if (st_cuda_capture_begin(dev) != ST_OK) _exit(4);
+    if (st_device_fill_f32(dev, q, N, 1.0f) != ST_OK) _exit(5);
+    if (st_cuda_capture_end(dev, &g) != ST_OK) _exit(6);
+    if (st_cuda_graph_launch(dev, g) != ST_OK || st_device_sync(dev) != ST_OK) _exit(7); /* (still there) */
+    st_device_release(dev, q);
+    st_cuda_graph_launch(dev, g);
+    _exit(0);
+}
+
 /* The block's checks (selftest.h): each fault's wrong outputs in thread
  * order and under the adversary, and none for the kernel done right. */
 static void block_faults(void) {
@@ -175,6 +192,13 @@ int main(void) {
     CHECK(bad == 0, "%d of %d values after a fill are not 5", bad, N);
     const char *lz = getenv("ST_CUDAEMU_LAZY");
     if (!lz || strcmp(lz, "0") != 0) lazy_streams(dev, p);
+    char rerr[2048];
+    const int rsig = in_child(dev, p, replay_freed, rerr, sizeof rerr);
+    CHECK(rsig == SIGABRT && strstr(rerr, "cudaGraphLaunch: the captured fill_kernel") &&
+              strstr(rerr, "freed since the capture"),
+          "a graph replayed over freed memory: want SIGABRT and its message, got signal %d and: %s", rsig,
+          rerr);
+    if (rsig == SIGABRT) printf("a graph replayed over freed memory: stopped: %s", rerr);
     block_faults();
     st_device_release(dev, p);
     st_device_free(dev);

@@ -385,48 +385,53 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     const lt_desc dv = *d;
     const lt_layout av = *a, bv = *b, cv = *c, ov = *o;
     const float al = *(const float *)alpha, be = *(const float *)beta;
-    st_emu_enqueue(stream, [=] {
-        if (st_emu_lost() != cudaSuccess) return;
-        const bool tf32 = dv.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-        std::vector<float> wa, wb, wc, acc;
-        widen(&av, A, tf32, wa);
-        widen(&bv, B, tf32, wb);
-        if (be != 0.0f) widen(&cv, C, false, wc); /* read whole before D (which may be C) is written */
-        const int m = (int)ov.rows, n = (int)ov.cols, k = (int)(dv.ta == CUBLAS_OP_N ? av.cols : av.rows);
-        acc.resize((size_t)m * (size_t)n);
-        for (int32_t t = 0; t < ov.batch; t++) {
-            /* fp32 accumulation into a packed m x n buffer, C added with beta, the
-             * epilogue in fp32 (the bias is of D's type), then stored as D's type,
-             * rounded to nearest even */
-            for (int j = 0; j < n; j++)
-                for (int i = 0; i < m; i++)
-                    acc[(size_t)j * m + i] = be != 0.0f ? wc[(size_t)(t * cv.stride + (int64_t)j * cv.ld + i)] : 0.0f;
-            cblas_sgemm(CblasColMajor, dv.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                        dv.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, wa.data() + t * av.stride,
-                        (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be, acc.data(), m);
-            /* GELU_AUX*: the GELU input (after the bias) stored, of D's type,
-             * and GELU applied to the unrounded value; DGELU: the stored GELU
-             * input's derivative times the product */
-            for (int j = 0; j < n; j++)
-                for (int i = 0; i < m; i++) {
-                    float v = acc[(size_t)j * m + i];
-                    if (ep_bias(dv.ep)) v += load(ov.type, dv.bias, i);
-                    if (ep_aux(dv.ep) && dv.ep != CUBLASLT_EPILOGUE_DGELU)
-                        store(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i, v);
-                    if (ep_gelu(dv.ep)) v = gelu(v);
-                    if (dv.ep == CUBLASLT_EPILOGUE_DGELU)
-                        v *= gelu_grad(load(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i));
-                    store(ov.type, D, t * ov.stride + (int64_t)j * ov.ld + i, v);
-                }
-            /* BGRADA: bias gradient (m) = op(A) summed over k, BGRADB: (n) =
-             * op(B) summed over k, of D's type; written, not added to (one
-             * product: no batch). op(A) is (m x k), op(B) (k x n): A's k runs
-             * down its stored columns unless transposed, B's the other way. */
-            if (dv.ep == CUBLASLT_EPILOGUE_BGRADA)
-                bias_grad(wa, av.ld, dv.ta == CUBLAS_OP_N, m, k, ov.type, (void *)dv.bias);
-            if (dv.ep == CUBLASLT_EPILOGUE_BGRADB)
-                bias_grad(wb, bv.ld, dv.tb != CUBLAS_OP_N, n, k, ov.type, (void *)dv.bias);
-        }
-    });
+    st_emu_enqueue_uses(
+        stream,
+        [=] {
+            if (st_emu_lost() != cudaSuccess) return;
+            const bool tf32 = dv.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+            std::vector<float> wa, wb, wc, acc;
+            widen(&av, A, tf32, wa);
+            widen(&bv, B, tf32, wb);
+            if (be != 0.0f) widen(&cv, C, false, wc); /* read whole before D (which may be C) is written */
+            const int m = (int)ov.rows, n = (int)ov.cols, k = (int)(dv.ta == CUBLAS_OP_N ? av.cols : av.rows);
+            acc.resize((size_t)m * (size_t)n);
+            for (int32_t t = 0; t < ov.batch; t++) {
+                /* fp32 accumulation into a packed m x n buffer, C added with beta, the
+                 * epilogue in fp32 (the bias is of D's type), then stored as D's type,
+                 * rounded to nearest even */
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++)
+                        acc[(size_t)j * m + i] =
+                            be != 0.0f ? wc[(size_t)(t * cv.stride + (int64_t)j * cv.ld + i)] : 0.0f;
+                cblas_sgemm(CblasColMajor, dv.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                            dv.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al,
+                            wa.data() + t * av.stride, (int)av.ld, wb.data() + t * bv.stride, (int)bv.ld, be,
+                            acc.data(), m);
+                /* GELU_AUX*: the GELU input (after the bias) stored, of D's type,
+                 * and GELU applied to the unrounded value; DGELU: the stored GELU
+                 * input's derivative times the product */
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++) {
+                        float v = acc[(size_t)j * m + i];
+                        if (ep_bias(dv.ep)) v += load(ov.type, dv.bias, i);
+                        if (ep_aux(dv.ep) && dv.ep != CUBLASLT_EPILOGUE_DGELU)
+                            store(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i, v);
+                        if (ep_gelu(dv.ep)) v = gelu(v);
+                        if (dv.ep == CUBLASLT_EPILOGUE_DGELU)
+                            v *= gelu_grad(load(ov.type, dv.aux, (int64_t)j * dv.aux_ld + i));
+                        store(ov.type, D, t * ov.stride + (int64_t)j * ov.ld + i, v);
+                    }
+                /* BGRADA: bias gradient (m) = op(A) summed over k, BGRADB: (n) =
+                 * op(B) summed over k, of D's type; written, not added to (one
+                 * product: no batch). op(A) is (m x k), op(B) (k x n): A's k runs
+                 * down its stored columns unless transposed, B's the other way. */
+                if (dv.ep == CUBLASLT_EPILOGUE_BGRADA)
+                    bias_grad(wa, av.ld, dv.ta == CUBLAS_OP_N, m, k, ov.type, (void *)dv.bias);
+                if (dv.ep == CUBLASLT_EPILOGUE_BGRADB)
+                    bias_grad(wb, bv.ld, dv.tb != CUBLAS_OP_N, n, k, ov.type, (void *)dv.bias);
+            }
+        },
+        std::vector<const void *>{A, B, C, D, d->bias, d->aux}, "cublasLtMatmul");
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -53,7 +53,9 @@ static inline st_emu_cfg st_emu_config(dim3 grid, dim3 block, size_t smem = 0, c
  * then drop(ctx); `site` is the launch site's own state (whether its kernel
  * ever reached a barrier), `name` the kernel and where it is launched. */
 void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
-                   void *ctx);
+                   void *ctx, const void *const *ptrs = nullptr, int nptrs = 0);
+/* (ptrs: the launch's pointer arguments, for a captured launch's replay to
+ * check that their memory still exists) */
 
 /* A pointer argument must be device (or pinned host) memory: a GPU faults on
  * a pageable host pointer, or on a freed block, when the kernel reads it. */
@@ -61,6 +63,10 @@ void st_emu_check_pointer(const char *name, int index, const void *p);
 template <class T> static inline void st_emu_check_arg(const char *name, int index, const T &v) {
     if constexpr (std::is_pointer<T>::value)
         if (v) st_emu_check_pointer(name, index, (const void *)v);
+}
+template <class T> static inline void st_emu_collect_ptr(const void **a, int &n, const T &v) {
+    if constexpr (std::is_pointer<T>::value)
+        if (v) a[n++] = (const void *)v;
 }
 
 /* The arguments are copied now, as CUDA copies a kernel's parameters at the
@@ -70,6 +76,9 @@ template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const cha
     int index = 0;
     (st_emu_check_arg(name, index++, args), ...);
     (void)index;
+    const void *ptrs[sizeof...(A) + 1] = {};
+    int np = 0;
+    (st_emu_collect_ptr(ptrs, np, args), ...);
     struct held {
         K k;
         std::tuple<typename std::decay<A>::type...> args;
@@ -77,7 +86,7 @@ template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const cha
     held *h = new held{kernel, std::tuple<typename std::decay<A>::type...>(std::forward<A>(args)...)};
     st_emu_submit(
         c, name, &site, [](void *p) { std::apply(((held *)p)->k, ((held *)p)->args); },
-        [](void *p) { delete (held *)p; }, h);
+        [](void *p) { delete (held *)p; }, h, ptrs, np);
 }
 
 /* --- what kernels call ---------------------------------------------------- */

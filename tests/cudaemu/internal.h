@@ -7,6 +7,7 @@
 #include "emu.h"
 
 #include <functional>
+#include <vector>
 
 /* cudaGetLastError's error, set when e is one (returns e). */
 cudaError_t st_emu_ret(cudaError_t e);
@@ -46,6 +47,13 @@ void st_emu_enqueue(cudaStream_t s, std::function<void()> op);
 /* The same; `collective`: op ends a collective (nccl.cpp), which
  * ST_CUDAEMU_LAZY=2 runs as late as it may, and the stream is marked so. */
 void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective);
+/* st_emu_enqueue for work that reads or writes device or pinned memory at
+ * `uses` (`what` names it): a capture keeps them with the op, and each
+ * cudaGraphLaunch stops the process, naming the op, when one of them was
+ * freed since (a graph must not outlive its memory: a GPU faults or
+ * corrupts). Pointers to neither kind are left out. */
+void st_emu_enqueue_uses(cudaStream_t s, std::function<void()> op, std::vector<const void *> uses,
+                         const char *what);
 int st_emu_lazy_mode(void); /* ST_CUDAEMU_LAZY: 0, 1 (the default) or 2 */
 /* A call that waits for the device or allocates, made while this thread
  * captures a stream (cudaStreamCaptureModeThreadLocal's prohibitions):

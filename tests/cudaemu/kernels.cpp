@@ -491,7 +491,7 @@ void st_emu_check_pointer(const char *name, int index, const void *p) {
 }
 
 void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(void *), void (*drop)(void *),
-                   void *ctx) {
+                   void *ctx, const void *const *ptrs, int nptrs) {
     const uint64_t nt = (uint64_t)c.block.x * c.block.y * c.block.z;
     if (st_emu_lost() != cudaSuccess) { /* the launch's error: the sticky one */
         st_emu_ret(st_emu_lost());
@@ -520,5 +520,7 @@ void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(
     /* the arguments go with the last copy of the op: after it runs, or
      * with a captured graph (which runs it at each launch) */
     std::shared_ptr<void> args(ctx, drop);
-    st_emu_enqueue(c.stream, [cfg, fn, args, site, name] { run(cfg, fn, args.get(), site, name); });
+    st_emu_enqueue_uses(
+        c.stream, [cfg, fn, args, site, name] { run(cfg, fn, args.get(), site, name); },
+        std::vector<const void *>(ptrs, ptrs + nptrs), name);
 }

@@ -63,13 +63,18 @@ struct queue {
  * would wait for the device or allocate from the thread that captures
  * (cudaStreamCaptureModeThreadLocal's prohibitions): the capture is then
  * invalidated and cudaStreamEndCapture says so, as CUDA does. */
+struct captured {
+    std::function<void()> op;
+    std::vector<const void *> uses; /* device or pinned memory it reads or writes */
+    const char *what;
+};
 struct capture {
-    std::vector<std::function<void()>> ops;
+    std::vector<captured> ops;
     std::thread::id owner;
     bool invalid = false;
 };
 struct graph_exec {
-    std::vector<std::function<void()>> ops;
+    std::vector<captured> ops;
 };
 static std::set<capture *> graphs; /* captured, not yet destroyed */
 static std::set<graph_exec *> execs;
@@ -157,6 +162,20 @@ static void push(queue *q, item &&it) {
 
 void st_emu_enqueue(cudaStream_t s, std::function<void()> op) { st_emu_enqueue_on(s, std::move(op), false); }
 
+void st_emu_enqueue_uses(cudaStream_t s, std::function<void()> op, std::vector<const void *> uses,
+                         const char *what) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    queue *q = queue_of(s);
+    if (q && q->cap && !q->cap->invalid) {
+        std::vector<const void *> kept;
+        for (const void *p : uses)
+            if (st_emu_is_device(p) || st_emu_is_pinned(p, 1)) kept.push_back(p);
+        q->cap->ops.push_back(captured{std::move(op), std::move(kept), what});
+        return;
+    }
+    st_emu_enqueue_on(s, std::move(op), false);
+}
+
 void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective) {
     std::lock_guard<std::recursive_mutex> l(lock);
     queue *q = queue_of(s);
@@ -169,7 +188,7 @@ void st_emu_enqueue_on(cudaStream_t s, std::function<void()> op, bool collective
             q->cap->invalid = true;
             return;
         }
-        q->cap->ops.push_back(std::move(op));
+        q->cap->ops.push_back(captured{std::move(op), {}, "work"});
         return;
     }
     if (collective) q->collective = true;
@@ -312,8 +331,14 @@ extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     queue *q = queue_of(s);
     if (!execs.count(x) || !q) return st_emu_ret(cudaErrorInvalidResourceHandle);
     if (refuse_on(q, "a graph launched")) return cudaErrorStreamCaptureUnsupported; /* (not modelled) */
-    for (const std::function<void()> &op : x->ops)
-        st_emu_enqueue(s, op);
+    for (const captured &c : x->ops)
+        for (const void *p : c.uses)
+            if (!st_emu_is_device(p) && !st_emu_is_pinned(p, 1))
+                st_emu_die("cudaGraphLaunch: the captured %s reads or writes %p, freed since the capture "
+                           "(a graph must not outlive the memory it uses: a GPU would fault or corrupt it)",
+                           c.what, p);
+    for (const captured &c : x->ops)
+        st_emu_enqueue(s, c.op);
     return cudaSuccess;
 }
 
@@ -518,9 +543,12 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
             if (st_emu_lost() == cudaSuccess) memcpy(dst, staged->data(), n);
         });
     } else {
-        st_emu_enqueue(s, [dst, src, n] {
-            if (st_emu_lost() == cudaSuccess) memmove(dst, src, n);
-        });
+        st_emu_enqueue_uses(
+            s,
+            [dst, src, n] {
+                if (st_emu_lost() == cudaSuccess) memmove(dst, src, n);
+            },
+            {dst, src}, "copy");
     }
     if (sync || (!dst_dev && !st_emu_is_pinned(dst, n))) { /* into pageable memory: returns when done */
         std::lock_guard<std::recursive_mutex> l(lock);
