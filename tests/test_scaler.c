@@ -66,18 +66,19 @@ static void test_grads(void) {
     CHECK_OK(st_graph_finalize(&g));
     for (int64_t i = 0; i < p.count; i++)
         p.grad[i] = (float)(i % 7) - 3.0f;
-    CHECK(st_grad_all_finite(&p), "finite gradients reported as overflow");
+    CHECK(st_grad_all_finite(&p, 0, p.count), "finite gradients reported as overflow");
     const float special[3] = {INFINITY, -INFINITY, NAN};
     for (int k = 0; k < 3; k++) {
         const int64_t at = k == 0 ? 0 : k == 1 ? p.count - 1 : p.count / 2 + 1;
         const float keep = p.grad[at];
         p.grad[at] = special[k];
-        CHECK(!st_grad_all_finite(&p), "a %g at %lld was not found", (double)special[k], (long long)at);
+        CHECK(!st_grad_all_finite(&p, 0, p.count), "a %g at %lld was not found", (double)special[k],
+              (long long)at);
         p.grad[at] = keep;
     }
     st_scaler s;
     st_scaler_init(&s, true, 1024.0, 2000);
-    st_scaler_unscale(&s, &p);
+    st_scaler_unscale(&s, &p, 0, p.count);
     int bad = 0;
     for (int64_t i = 0; i < p.count; i++)
         bad += p.grad[i] != ((float)(i % 7) - 3.0f) / 1024.0f;

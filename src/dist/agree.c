@@ -312,14 +312,15 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step, bool *
         int diff = -1;
         if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
         free(h);
-        if (s == ST_OK && diff >= 0) *agreed = true;
-        if (s == ST_OK && diff >= 0)
+        if (s == ST_OK && diff >= 0) {
+            *agreed = true;
             s = st_fail(
                 ST_ERR_INTERNAL,
                 "the data-parallel replicas differ: the %s copy of parameter %s after step %lld is not the "
                 "same on every rank; a collective gave the ranks different results, or a rank skipped an "
                 "update; this is a bug to report",
                 p->precision == ST_PREC_BF16 ? "bf16" : "fp16", p->t[diff]->name, (long long)step);
+        }
         return s;
     }
     const size_t nbytes = (size_t)p->arena_count * sizeof(float);

@@ -111,18 +111,19 @@ int64_t st_sample_token(const float *logits, int64_t V, const st_sample_params *
     const int32_t *kept = order; /* the tokens drawn among, n of them, in order (all: token order) */
     int64_t n = V;
     double total = 0;
-    if (p->top_k > 0 && p->top_k < V) {
-        n = p->top_k;
-        top_k(work, order, V, n);
-    } else if (p->top_p < 1) {
+    const bool whole_nucleus = !(p->top_k > 0 && p->top_k < V) && p->top_p < 1; /* (no top-k before it) */
+    if (whole_nucleus) {
         for (int64_t v = 0; v < V; v++)
             total += exp((double)work[v]);
-        kept = nucleus(work, order, V, p->top_p * total, &n, &total);
+        kept = nucleus(work, order, V, p->top_p * total, &n, &total); /* (its sum, of the kept ones) */
+    } else if (p->top_k > 0 && p->top_k < V) {
+        n = p->top_k;
+        top_k(work, order, V, n);
     } else {
         for (int64_t v = 0; v < V; v++)
             order[v] = (int32_t)v;
     }
-    if (kept == order) { /* (the nucleus above summed its own) */
+    if (!whole_nucleus) {
         total = 0;
         for (int64_t i = 0; i < n; i++)
             total += exp((double)work[kept[i]]);

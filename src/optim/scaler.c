@@ -12,8 +12,8 @@ void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t windo
     s->skipped = 0;
 }
 
-/* g[lo, hi) finite (host) */
-static bool range_finite(const float *g, int64_t lo, int64_t hi) {
+bool st_grad_all_finite(const st_params *p, int64_t lo, int64_t hi) {
+    const float *g = p->grad;
     int bad = 0;
     /* x - x is 0 for finite x and NaN for Inf and NaN: no branch in the loop. */
 #pragma omp parallel for simd reduction(| : bad) schedule(static) if (hi - lo > (1 << 20))
@@ -22,21 +22,17 @@ static bool range_finite(const float *g, int64_t lo, int64_t hi) {
     return !bad;
 }
 
-static void range_scale(float *g, int64_t lo, int64_t hi, float inv) {
-#pragma omp parallel for simd schedule(static) if (hi - lo > (1 << 20))
-    for (int64_t i = lo; i < hi; i++)
-        g[i] *= inv;
-}
-
-bool st_grad_all_finite(const st_params *p) { return range_finite(p->grad, 0, p->count); }
-
 float st_scaler_inverse(const st_scaler *s) {
     return (float)(1.0 / (double)s->scale); /* PyTorch: scale.double().reciprocal().float() */
 }
 
-void st_scaler_unscale(const st_scaler *s, st_params *p) {
+void st_scaler_unscale(const st_scaler *s, st_params *p, int64_t lo, int64_t hi) {
     if (!s->enabled) return;
-    range_scale(p->grad, 0, p->count, st_scaler_inverse(s));
+    const float inv = st_scaler_inverse(s);
+    float *g = p->grad;
+#pragma omp parallel for simd schedule(static) if (hi - lo > (1 << 20))
+    for (int64_t i = lo; i < hi; i++)
+        g[i] *= inv;
 }
 
 st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t host_hi, st_comm *comm,
@@ -50,7 +46,7 @@ st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t h
     if (p->dev)
         ST_TRY(st_device_all_finite(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), &finite));
     else
-        finite = range_finite(p->grad, host_lo, host_hi);
+        finite = st_grad_all_finite(p, host_lo, host_hi);
     float inf = finite ? 0.0f : 1.0f;
     if (comm && st_comm_size(comm) > 1)
         ST_TRY(st_comm_all_reduce_sync(comm, &inf, &inf, 1, ST_COMM_F32, ST_COMM_MAX, "overflow check"));
@@ -59,7 +55,7 @@ st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t h
             ST_TRY(
                 st_device_scale_f32(p->dev, st_params_grad(p, lo), (size_t)(hi - lo), st_scaler_inverse(s)));
         else
-            range_scale(p->grad, host_lo, host_hi, st_scaler_inverse(s));
+            st_scaler_unscale(s, p, host_lo, host_hi);
     }
     const float was = s->scale;
     *skip = st_scaler_update(s, inf != 0.0f);

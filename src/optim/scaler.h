@@ -35,14 +35,16 @@ typedef struct st_scaler {
  * (optim.loss_scale_window). */
 void st_scaler_init(st_scaler *s, bool enabled, double init_scale, int64_t window);
 
-/* True when every gradient of p is finite (one pass, threaded). */
-bool st_grad_all_finite(const st_params *p);
+/* True when every gradient of p's arena [lo, hi) is finite (one pass,
+ * threaded; host arenas). */
+bool st_grad_all_finite(const st_params *p, int64_t lo, int64_t hi);
 
 /* 1/scale as the unscaling multiplies by it (fp32 of the double reciprocal). */
 float st_scaler_inverse(const st_scaler *s);
 
-/* Multiply every gradient by 1/scale (a no-op when disabled; host arenas). */
-void st_scaler_unscale(const st_scaler *s, st_params *p);
+/* Multiply the gradients of [lo, hi) by 1/scale (a no-op when disabled;
+ * host arenas). */
+void st_scaler_unscale(const st_scaler *s, st_params *p, int64_t lo, int64_t hi);
 
 /* Advance the state machine after a step whose gradients (over every rank)
  * were finite or not. Returns true when the optimizer step must be skipped

@@ -28,12 +28,9 @@ st_status st_matmul_algos_read(st_device *dev, const char *out_dir, int rank, bo
     if (!f && errno == ENOENT) return ST_OK; /* (none yet: every plan is timed) */
     unsigned char *b = NULL;
     long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
     if (!f) {
         snprintf(why, sizeof why, "cannot be opened (%s)", strerror(errno));
-    } else if (fseek(f, 0, SEEK_END) == 0) {
-        n = ftell(f);
-    }
-    if (!f) {
     } else if (n < 4 || n > ALGOS_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
         snprintf(why, sizeof why, "%ld bytes, not a list of algorithms", n);
     } else if (!(b = malloc((size_t)n))) {
