@@ -224,6 +224,28 @@ static bool ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
     return na && nb && pa < pb + nb && pb < pa + na;
 }
 
+/* With ST_COMM_MAX_PENDING collectives unfinished, finish the oldest before
+ * posting another. It can finish: every rank posts the same sequence, so the
+ * others have posted it too or will (and the watchdog names it if one never
+ * does). Under ZeRO-2 with many ranks a bucket's reductions, one per owner,
+ * reach this. The caller's handles stay valid: a finished request is freed
+ * when its caller waits for it. */
+static st_status make_room(st_comm *c, const char *who, const char *what) {
+    while (!c->failed && c->n_pending >= ST_COMM_MAX_PENDING) {
+        bool collective = false;
+        pthread_mutex_lock(&c->lock);
+        for (int i = 0; i < c->n_pending && !collective; i++)
+            collective = c->pending[i]->kind != ST_COMM_KIND_INTERNAL;
+        pthread_mutex_unlock(&c->lock);
+        if (!collective)
+            return st_fail(ST_ERR_INTERNAL, "%s: %s: %d internal steps are being watched at once", who, what,
+                           c->n_pending);
+        const st_status s = c->ops->progress(c, true);
+        if (s != ST_OK) return c->failed ? broken(c) : s;
+    }
+    return c->failed ? broken(c) : ST_OK;
+}
+
 /* Validate, number, list and start one collective. */
 static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *recv, size_t count,
                        st_comm_dtype dt, st_comm_redop op, int root, const char *name, st_comm_req **out) {
@@ -312,9 +334,7 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
             BAD("in place needs send == recv + rank * send_count");
     }
 #undef BAD
-    if (c->n_pending >= ST_COMM_MAX_PENDING)
-        return st_fail(ST_ERR_ARG, "%s: %s: %d collectives are unfinished already; wait for some first", who,
-                       what, ST_COMM_MAX_PENDING);
+    ST_TRY(make_room(c, who, what));
 
     st_comm_req *r = calloc(1, c->ops->req_size);
     if (!r) return st_fail(ST_ERR_NOMEM, "%s: %s: no memory for a request", who, what);

@@ -157,7 +157,9 @@ st_status st_comm_shared_arena(void *comm, size_t nbytes, void **out);
  * to the operation until st_comm_wait (or a st_comm_test that reports done)
  * returns. `name` (may be NULL) is copied; it must be the same on every rank
  * (the collective check compares it). Counts are elements, not bytes. Every
- * rank must call the same collectives in the same order. */
+ * rank must call the same collectives in the same order. Any number may be in
+ * flight: past 1024 unfinished, a start first waits for the oldest to finish
+ * (its handle stays valid until waited for). */
 
 /* recv[i] = op over ranks of send[i], i < count. In place when send == recv. */
 st_status st_comm_all_reduce(st_comm *c, const void *send, void *recv, size_t count, st_comm_dtype dt,

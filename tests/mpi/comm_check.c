@@ -4,7 +4,8 @@
  *
  *   comm_check ops      every collective (reduce to each root and all-to-all too), sums,
  *                       averages, uneven counts padded
- *                       per comm.h, in place, non-zero roots, async order, progress
+ *                       per comm.h, in place, non-zero roots, async order, more in
+ *                       flight than the pending limit, progress
  *   comm_check kill     --rank R --step S: rank R SIGKILLs itself mid-step
  *   comm_check stop     --rank R --step S: rank R SIGSTOPs itself before the step's collectives
  *   comm_check desync   --rank R --step S: rank R broadcasts where the others all-reduce
@@ -258,6 +259,44 @@ static void test_progress(st_comm *c) {
     free(x);
 }
 
+/* More collectives in flight than the communicator keeps unfinished at once
+ * (1024): as ZeRO-2 on many ranks posts, one reduction per shard owner of a
+ * bucket. The oldest are finished to make room; the handles stay valid, and
+ * waiting for them newest first still gives every sum. Every 100th is a
+ * large all-reduce, which may take the shared-memory path. */
+static void test_many(st_comm *c) {
+    enum { K = 3000, M = 5, BIG = 70000 };
+    float **b = calloc(K, sizeof *b);
+    st_comm_req **r = calloc(K, sizeof *r);
+    for (int k = 0; k < K; k++) {
+        const bool big = k % 100 == 0;
+        const size_t m = big ? BIG : M;
+        b[k] = malloc(m * sizeof(float));
+        for (size_t i = 0; i < m; i++)
+            b[k][i] = val(R, i) + (float)k;
+        char name[32];
+        snprintf(name, sizeof name, "piece %d", k);
+        if (big)
+            CHECK_OK(st_comm_all_reduce(c, b[k], b[k], m, ST_COMM_F32, ST_COMM_SUM, name, &r[k]));
+        else
+            CHECK_OK(st_comm_reduce(c, b[k], b[k], m, ST_COMM_F32, ST_COMM_SUM, k % N, name, &r[k]));
+    }
+    for (int k = K - 1; k >= 0; k--)
+        CHECK_OK(st_comm_wait(&r[k]));
+    int wrong = 0;
+    for (int k = 0; k < K; k++) {
+        const bool big = k % 100 == 0;
+        if (big || k % N == R)
+            for (size_t i = 0; i < (big ? BIG : M); i++)
+                if (!(b[k][i] == (float)(val_sum(i) + N * k)) && wrong++ < 3)
+                    CHECK(0, "piece %d [%zu] = %g, want %g", k, i, b[k][i], val_sum(i) + N * k);
+        free(b[k]);
+    }
+    CHECK(wrong == 0, "%d wrong element(s) among %d collectives in flight", wrong, K);
+    free(b);
+    free(r);
+}
+
 static int run_ops(st_comm *c) {
     CHECK(st_comm_local_size(c) == N && st_comm_local_rank(c) == R, "one node: local %d/%d",
           st_comm_local_rank(c), st_comm_local_size(c));
@@ -273,6 +312,7 @@ static int run_ops(st_comm *c) {
     }
     test_broadcast(c);
     test_async(c);
+    test_many(c);
     test_progress(c);
     CHECK_OK(st_comm_barrier_sync(c, "barrier"));
     /* Every rank numbered the same collectives. */

@@ -7,8 +7,9 @@
  * all-reduce sum, avg, max and min (float32), sum of bfloat16 and float16
  * (reduced in float32), int64 sum; reduce-scatter; all-gather out of place
  * and in place; broadcast and reduce from the last rank; all-to-all;
- * barrier; and an all-reduce queued right after a fill on the compute
- * stream, with no host wait between, must see the fill on every rank.
+ * barrier; an all-reduce queued right after a fill on the compute
+ * stream, with no host wait between, must see the fill on every rank; and
+ * 1500 reduces in flight at once, more than the pending limit.
  * `nccl_check same-device`: two ranks on one GPU are refused on every rank.
  * Skips (77, saying why) without a CUDA+NCCL build or a device per rank. */
 #include <math.h>
@@ -184,6 +185,35 @@ static void ordering(st_comm *nc, st_device *d, float *h, float *dx, float *dy) 
     CHECK_OK(st_comm_barrier_sync(nc, "barrier"));
 }
 
+/* More collectives in flight than the communicator keeps unfinished (1024),
+ * as ZeRO-2 on many ranks posts: a reduce of each 5-float piece of `big` to
+ * rank k % W, waited for newest first. The oldest are finished to make room. */
+static void many(st_comm *nc, st_device *d, float *big_h, float *big) {
+    enum { K = 1500, M = 5 };
+    const size_t all = (size_t)W * N;
+    if (all < (size_t)K * M) return; /* (W >= 2 gives 8198) */
+    st_comm_req **r = calloc(K, sizeof *r);
+    if (!r) return;
+    for (size_t i = 0; i < all; i++)
+        big_h[i] = val(R, i);
+    CHECK_OK(st_device_upload(d, big, big_h, all * 4));
+    for (int k = 0; k < K; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "piece %d", k);
+        CHECK_OK(st_comm_reduce(nc, big + (size_t)k * M, big + (size_t)k * M, M, ST_COMM_F32, ST_COMM_SUM,
+                                k % W, name, &r[k]));
+    }
+    for (int k = K - 1; k >= 0; k--)
+        CHECK_OK(st_comm_wait(&r[k]));
+    CHECK_OK(st_device_download(d, big_h, big, all * 4));
+    int bad = 0;
+    for (int k = 0; k < K; k++)
+        for (size_t i = (size_t)k * M; k % W == R && i < (size_t)(k + 1) * M; i++)
+            bad += !(big_h[i] == sum_at(i));
+    CHECK(bad == 0, "rank %d: %d of the reduced pieces' elements wrong, %d collectives in flight", R, bad, K);
+    free(r);
+}
+
 /* `nccl_check same-device`: every rank on device 0 of its node. NCCL refuses
  * two ranks on one GPU (ncclInvalidUsage, "Duplicate GPU detected"): the
  * start-up fails on every rank with the reason, and no rank waits for the
@@ -240,6 +270,7 @@ int main(int argc, char **argv) {
             reductions(nc, d, h, dx, dy);
             movements(nc, d, h, big_h, dx, big, big2);
             ordering(nc, d, h, dx, dy);
+            many(nc, d, big_h, big);
         }
         st_comm_free(nc);
         st_device_release(d, dx);
