@@ -10,7 +10,9 @@
  * first query says not ready and a second one runs the work; a read on the
  * compute stream that does not wait for the copy stream's write sees the old
  * value, and with the wait the new one. A captured graph launched after
- * its memory was freed stops the process, naming the kernel.
+ * its memory was freed stops the process, naming the kernel. A host pointer
+ * inside a struct argument (st_fbuf) stops its launch, and a struct
+ * argument's memory freed before a replay stops the replay.
  * Then the checks inside a block (tests/cudaemu/selftest.cu): shared memory
  * read before the block wrote it, and cp.async copies read before their
  * wait, are wrong in any order of the threads; reads of other warps' writes
@@ -133,6 +135,51 @@ static void replay_freed(st_device *dev, float *p) {
     _exit(0);
 }
 
+/* A host pointer inside a struct argument (an st_fbuf): the launch stops the
+ * process, naming the argument, as it does for a plain pointer argument (the
+ * emulator's kernels run on the CPU, where the host pointer would be read
+ * without a fault). */
+static float host_buf[N];
+static void struct_arg_host(st_device *dev, float *p) {
+    (void)p;
+    st_emu_selftest_struct_arg(dev, host_buf, N);
+    _exit(0);
+}
+/* The same struct argument captured, its memory freed, then replayed. */
+static void struct_arg_replay_freed(st_device *dev, float *p) {
+    float *q = NULL;
+    st_cuda_graph *g = NULL;
+    (void)p;
+    if (st_device_alloc(dev, N * sizeof(float), (void **)&q) != ST_OK) _exit(3);
+    if (st_cuda_capture_begin(dev) != ST_OK) _exit(4);
+    if (st_emu_selftest_struct_arg(dev, q, N) != 0) _exit(5);
+    if (st_cuda_capture_end(dev, &g) != ST_OK) _exit(6);
+    st_device_release(dev, q);
+    st_cuda_graph_launch(dev, g);
+    _exit(0);
+}
+static void struct_args(st_device *dev, float *p) {
+    char err[2048];
+    int sig = in_child(dev, p, struct_arg_host, err, sizeof err);
+    CHECK(sig == SIGABRT && strstr(err, "k_struct_arg") && strstr(err, "argument 1") &&
+              strstr(err, "neither device memory nor pinned"),
+          "a host pointer inside an st_fbuf argument: want SIGABRT naming argument 1, got signal %d and: %s",
+          sig, err);
+    if (sig == SIGABRT) printf("host pointer in a struct argument: stopped: %s", err);
+    sig = in_child(dev, p, struct_arg_replay_freed, err, sizeof err);
+    CHECK(sig == SIGABRT && strstr(err, "k_struct_arg") && strstr(err, "freed since the capture"),
+          "a struct argument's memory freed before a replay: want SIGABRT and its message, got signal %d "
+          "and: %s",
+          sig, err);
+    float host[N];
+    CHECK(st_emu_selftest_struct_arg(dev, p, N) == 0, "a struct argument with device memory was refused");
+    CHECK_OK(st_device_download(dev, host, p, sizeof host));
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += !(host[i] == 3.0f);
+    CHECK(bad == 0, "a kernel with its pointer in a struct argument left %d of %d values unwritten", bad, N);
+}
+
 /* The block's checks (selftest.h): each fault's wrong outputs in thread
  * order and under the adversary, and none for the kernel done right. */
 static void block_faults(void) {
@@ -192,6 +239,7 @@ int main(void) {
     CHECK(bad == 0, "%d of %d values after a fill are not 5", bad, N);
     const char *lz = getenv("ST_CUDAEMU_LAZY");
     if (!lz || strcmp(lz, "0") != 0) lazy_streams(dev, p);
+    struct_args(dev, p);
     char rerr[2048];
     const int rsig = in_child(dev, p, replay_freed, rerr, sizeof rerr);
     CHECK(rsig == SIGABRT && strstr(rerr, "cudaGraphLaunch: the captured fill_kernel") &&

@@ -23,6 +23,11 @@ typedef struct st_flash {
     float scale;
     bool acc; /* backward adds into dqkv */
 } st_flash;
+#ifdef ST_CUDA_EMU
+static inline int st_emu_pointers(const st_flash &f, const void **out) {
+    return st_emu_pointers_of(out, {f.qkv.p, f.y.p, f.dy.p, f.dqkv.p, f.lse, f.dsum});
+}
+#endif
 
 /* Which shapes take these kernels (head sizes 16, 32, ..., 128, grids that
  * fit): st_attention_flash_fits, src/layers/attention_layout.h. */

@@ -143,6 +143,11 @@ static inline st_fbuf st_data(const st_tensor *t) { return st_fbuf{(void *)t->da
 static inline st_fbuf st_grad(const st_tensor *t) {
     return st_fbuf{(void *)t->grad, st_tensor_store(t, true)};
 }
+#ifdef ST_CUDA_EMU /* (the pointers the emulator checks at a launch: emu.h st_emu_pointers) */
+static inline int st_emu_pointers(const st_fbuf &b, const void **out) {
+    return st_emu_pointers_of(out, {b.p});
+}
+#endif
 static inline size_t st_fbuf_elem(st_fbuf b) { return b.t == ST_PREC_FP32 ? 4 : 2; }
 /* b advanced by i elements */
 __host__ __device__ __forceinline__ st_fbuf st_fbuf_at(st_fbuf b, int64_t i) {

@@ -276,6 +276,11 @@ struct st_colsum_act {
         st_ldv<VW>(m, r * C + c, v);
     }
 };
+#ifdef ST_CUDA_EMU
+static inline int st_emu_pointers(const st_colsum_act &a, const void **out) {
+    return st_emu_pointers_of(out, {a.m.p});
+}
+#endif
 
 /* --- the identity's backward --------------------------------------------- */
 template <typename T> __global__ void st_add_into(T *dx, const T *dy, int64_t n) {

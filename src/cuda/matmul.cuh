@@ -116,6 +116,11 @@ typedef struct st_matmul {
     bool ld_align;         /* the alignment told also divides each leading dimension (below) */
     const char *what;      /* for messages: "linear forward", ... */
 } st_matmul;
+#ifdef ST_CUDA_EMU /* (`what` is the host's: no kernel reads it) */
+static inline int st_emu_pointers(const st_matmul &p, const void **out) {
+    return st_emu_pointers_of(out, {p.A, p.B, p.D, p.C, p.bias, p.bgrad, p.aux});
+}
+#endif
 
 /* Queue the product(s) on the device's compute stream. */
 st_status st_cuda_matmul(st_device *d, const st_matmul *p);

@@ -116,6 +116,11 @@ struct opt_fuse {
     double max_norm;
     st_fbuf w16; /* p NULL: none */
 };
+#ifdef ST_CUDA_EMU
+static inline int st_emu_pointers(const opt_fuse &f, const void **out) {
+    return st_emu_pointers_of(out, {f.clip_sumsq, f.w16.p});
+}
+#endif
 
 static opt_fuse fuse_args(const st_cuda_update_fuse *fx) {
     opt_fuse f = {NULL, 0.0, st_fbuf{NULL, ST_PREC_FP32}};

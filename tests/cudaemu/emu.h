@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -60,25 +61,46 @@ void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(
 /* A pointer argument must be device (or pinned host) memory: a GPU faults on
  * a pageable host pointer, or on a freed block, when the kernel reads it. */
 void st_emu_check_pointer(const char *name, int index, const void *p);
-template <class T> static inline void st_emu_check_arg(const char *name, int index, const T &v) {
-    if constexpr (std::is_pointer<T>::value)
-        if (v) st_emu_check_pointer(name, index, (const void *)v);
+
+/* The device pointers an argument carries, into out[0..ST_EMU_ARG_PTRS):
+ * a pointer is one (none when NULL), a number none. A struct that carries
+ * them (st_fbuf, st_flash, st_matmul, ...) has its own overload beside its
+ * definition, found by argument-dependent lookup at the launch; the
+ * emulator runs kernels on the CPU, where a host pointer inside a struct
+ * would be read without a fault. */
+enum { ST_EMU_ARG_PTRS = 16 };
+template <class T> static inline int st_emu_pointers(const T &v, const void **out) {
+    if constexpr (std::is_pointer<T>::value) {
+        if (!v) return 0;
+        out[0] = (const void *)v;
+        return 1;
+    }
+    (void)v;
+    (void)out;
+    return 0;
 }
-template <class T> static inline void st_emu_collect_ptr(const void **a, int &n, const T &v) {
-    if constexpr (std::is_pointer<T>::value)
-        if (v) a[n++] = (const void *)v;
+/* (for the overloads: the non-NULL ones of n pointers) */
+static inline int st_emu_pointers_of(const void **out, std::initializer_list<const void *> ps) {
+    int n = 0;
+    for (const void *p : ps)
+        if (p && n < ST_EMU_ARG_PTRS) out[n++] = p;
+    return n;
 }
 
 /* The arguments are copied now, as CUDA copies a kernel's parameters at the
  * launch; each thread's call copies them again into the kernel's own. */
 template <class K, class... A> void st_emu_launch(const st_emu_cfg &c, const char *name, K kernel, A &&...args) {
     static int site = 0; /* one per launch site: each has its own lambda type */
-    int index = 0;
-    (st_emu_check_arg(name, index++, args), ...);
-    (void)index;
-    const void *ptrs[sizeof...(A) + 1] = {};
-    int np = 0;
-    (st_emu_collect_ptr(ptrs, np, args), ...);
+    const void *ptrs[(sizeof...(A) + 1) * ST_EMU_ARG_PTRS];
+    int np = 0, index = 0;
+    auto take = [&](const auto &v) {
+        const int n = st_emu_pointers(v, ptrs + np);
+        for (int i = 0; i < n; i++)
+            st_emu_check_pointer(name, index, ptrs[np + i]);
+        np += n;
+        index++;
+    };
+    (take(args), ...);
     struct held {
         K k;
         std::tuple<typename std::decay<A>::type...> args;

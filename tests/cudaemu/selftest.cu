@@ -116,3 +116,13 @@ extern "C" int st_emu_selftest(int fault, int fixed) {
             wrong += out_h[b * NT + t] != expected(fault, b, t, in_h);
     return wrong;
 }
+
+static __global__ void k_struct_arg(st_fbuf b, int n) {
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) ((float *)b.p)[i] = 3.0f;
+}
+
+extern "C" int st_emu_selftest_struct_arg(st_device *d, void *p, int n) {
+    k_struct_arg<<<(n + NT - 1) / NT, NT, 0, d->compute>>>(st_fbuf{p, ST_PREC_FP32}, n);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}

@@ -25,6 +25,13 @@ enum {
  * wrong, or -1 when a CUDA call failed. */
 int st_emu_selftest(int fault, int fixed);
 
+/* Fills p's first n floats with 3 through a kernel that takes p inside a
+ * struct argument (an st_fbuf), on d's compute stream; returns 0, or -1
+ * when a CUDA call failed. A p that is not device memory stops the process
+ * at the launch, as a pointer argument does. */
+struct st_device;
+int st_emu_selftest_struct_arg(struct st_device *d, void *p, int n);
+
 #ifdef __cplusplus
 }
 #endif
