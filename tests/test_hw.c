@@ -1029,6 +1029,56 @@ static void test_offload_host(void) {
     st_model_free(m);
 }
 
+/* dist.strategy auto on a GPU too small for the states even sharded: the
+ * plan offloads, and applied it sets optim.offload (the micro-batch was sized
+ * with the state in host memory); optim.offload: false given rules offload
+ * out, and the plan then says it does not fit, with offload in the hint.
+ * Where nodes hold different numbers of ranks, hw.ranks is the run's count. */
+static void test_offload_auto(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 8;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("1xH100", NULL, NULL, &hw));
+    hw.dev.mem_bytes = (int64_t)((1.5 * GIB + GIB) / 0.9); /* 1.5 GiB usable */
+    st_plan p;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(p.ok && p.offload && p.fits && !p.warning[0] && strstr(p.strategy_why, "with offload"),
+          "auto on 1.5 GiB: offload %d fits %d strategy %s (%s) warning '%s'", p.offload, p.fits, p.strategy,
+          p.strategy_why, p.warning);
+    st_plan_apply(&p, &c);
+    CHECK(c.optim.offload && st_config_source(&c, "optim.offload") == ST_SRC_AUTO,
+          "the plan's offload applied: optim.offload %d (source %d)", c.optim.offload,
+          (int)st_config_source(&c, "optim.offload"));
+    st_model_free(m);
+
+    m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    c.train.batch_size = 8;
+    in.model = m;
+    CHECK_OK(st_config_set(&c, "optim.offload=false"));
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(p.ok && !p.offload && !p.fits && strstr(p.strategy_why, "optim.offload: false rules out offload") &&
+              strstr(p.warning, "does not fit") && strstr(p.fit_hint, "optim.offload: true"),
+          "optim.offload: false on 1.5 GiB: offload %d fits %d (%s); %s; %s", p.offload, p.fits,
+          p.strategy_why, p.warning, p.fit_hint);
+    st_plan_apply(&p, &c);
+    CHECK(!c.optim.offload, "optim.offload: false was turned on");
+
+    /* 3 ranks on nodes of 2 and 1, seen from the node of 2 */
+    CHECK_OK(st_hw_config_parse("2xH100", NULL, NULL, &hw));
+    hw.nodes = 2;
+    hw.ranks = 3;
+    c.train.batch_size = 30;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(p.ok && p.ranks == 3 && p.accum * p.micro == 10,
+          "3 ranks of 2x2: ok %d ranks %lld, %lld x %lld (%s)", p.ok, (long long)p.ranks, (long long)p.micro,
+          (long long)p.accum, p.warning);
+    st_model_free(m);
+}
+
 /* A container's CPU quota (Docker's --cpus, a pod's CPU limit), read as the
  * memory limit is: v1's cpu hierarchy (cpu,cpuacct), v2's cpu.max. */
 static st_hw_cpu_quota quota_from(const char *dir) {
@@ -1137,6 +1187,7 @@ int main(void) {
     test_table();
     test_too_big();
     test_offload_host();
+    test_offload_auto();
     test_auto_choices();
     test_eval_only();
     test_auto_strategy_cpu();

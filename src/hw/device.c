@@ -207,6 +207,8 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
     out->mem_bytes = h->mem_avail;
 }
 
+int st_hw_ranks(const st_hw_config *hw) { return hw->ranks > 0 ? hw->ranks : hw->per_node * hw->nodes; }
+
 st_status st_hw_config_parse(const char *spec, const st_hw_device *local, const st_hw_device *cpu, st_hw_config *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->label, sizeof out->label, "%s", spec);

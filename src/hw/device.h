@@ -43,7 +43,14 @@ typedef struct st_hw_config {
     st_hw_device dev;
     int per_node, nodes;
     bool nodes_given; /* the spec named the nodes ("2x8xH100") */
+    /* > 0: the ranks in all, where nodes hold different numbers of them (a
+     * starting run: its world size; per_node is then this node's); 0:
+     * per_node x nodes (st_hw_ranks) */
+    int ranks;
 } st_hw_config;
+
+/* The ranks a configuration runs: hw->ranks when set, else per_node x nodes. */
+int st_hw_ranks(const st_hw_config *hw);
 
 /* The preset called `name` (case-insensitive; aliases such as "H100" for
  * "H100-80GB"); false when unknown. "cpu" gives the CPU preset with

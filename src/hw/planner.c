@@ -184,7 +184,14 @@ static st_status choose_strategy(const st_plan_input *in, st_plan *p) {
                  human((double)p->mem_limit, b2, sizeof b2), p->ranks > 1 ? " even sharded" : "");
         return ST_OK;
     }
-    p->offload = true; /* (the strategy: ddp on one rank, else the ZeRO stage tried last) */
+    if (st_config_source(in->cfg, "optim.offload") != ST_SRC_DEFAULT && !in->cfg->optim.offload) {
+        snprintf(p->strategy_why, sizeof p->strategy_why,
+                 "model states and %s do not fit%s, and optim.offload: false rules out offload", what,
+                 p->ranks > 1 ? " even sharded" : "");
+        return ST_OK;
+    }
+    /* (the strategy: ddp on one rank, else the ZeRO stage tried last; st_plan_apply sets optim.offload) */
+    p->offload = true;
     snprintf(p->strategy_why, sizeof p->strategy_why, "%s with offload: model states and %s do not fit%s",
              p->strategy, what, p->ranks > 1 ? " even sharded" : "");
     return ST_OK;
@@ -405,7 +412,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     const st_config *c = in->cfg;
     memset(p, 0, sizeof *p);
     p->hw = *hw;
-    p->ranks = hw->per_node * hw->nodes;
+    p->ranks = st_hw_ranks(hw);
     p->mem_limit = mem_limit(hw);
     p->checkpointing = st_ckpt_level(c->train.activation_checkpointing);
     if (in->eval_only) return plan_eval(in, p);
@@ -498,10 +505,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
             p->offload ? "the offloaded optimizer state, its pinned copies and the batches"
                        : "pinned batches and checkpoint copies",
             hw->per_node, hw->per_node == 1 ? "" : "s", (double)hw->dev.host_mem_bytes / GIB);
-    } else if (p->offload && !c->optim.offload)
-        snprintf(p->warning, sizeof p->warning,
-                 "needs optimizer offload (optim.offload: true on GPUs; %.1f GiB of host memory per rank)",
-                 (double)p->mem.host / GIB);
+    }
 
     st_model_graph mg;
     ST_TRY(st_model_graph_layout(in->model, p->micro, &mg));
@@ -543,6 +547,7 @@ st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan 
     if (out->ok && out->ranks > 1 && !in->eval_only) { /* (an evaluation's time is not predicted) */
         st_hw_config one = *hw;
         one.per_node = one.nodes = 1;
+        one.ranks = 0;
         st_plan *single = malloc(sizeof *single);
         if (!single)
             return st_fail(ST_ERR_NOMEM, "out of host memory planning the one-rank run to compare with");
@@ -572,6 +577,12 @@ void st_plan_apply(const st_plan *p, st_config *c) {
     if (strcmp(c->dist.strategy, "auto") == 0) {
         snprintf(c->dist.strategy, sizeof c->dist.strategy, "%s", p->strategy);
         st_config_mark_auto(c, "dist.strategy", p->strategy_why);
+        /* the strategy found the states fit only offloaded: the run offloads,
+         * unless the configuration said optim.offload: false (its warning) */
+        if (p->offload && !c->optim.offload && st_config_source(c, "optim.offload") == ST_SRC_DEFAULT) {
+            c->optim.offload = true;
+            st_config_mark_auto(c, "optim.offload", p->strategy_why);
+        }
     }
     if (strcmp(c->model.fused_gelu, "auto") == 0) {
         snprintf(c->model.fused_gelu, sizeof c->model.fused_gelu, "%s", p->fused_gelu ? "on" : "off");

@@ -71,7 +71,7 @@ typedef struct st_plan {
     bool offload;
     int checkpointing; /* activation checkpointing, as chosen or given: ST_CKPT_* */
     bool fused_gelu;   /* model.fused_gelu, as chosen or given (st_model_fused_gelu) */
-    char micro_why[96], precision_why[96], strategy_why[96], checkpointing_why[96], fused_gelu_why[96];
+    char micro_why[96], precision_why[96], strategy_why[160], checkpointing_why[96], fused_gelu_why[96];
     st_mem mem;
     int64_t mem_limit; /* bytes usable per device */
     bool fits;

@@ -32,7 +32,7 @@ static double half_ring(double bytes, int n, double busbw, double latency) {
 
 void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o, st_time *t) {
     const st_hw_device *d = &o->hw->dev;
-    const int n = o->hw->per_node * o->hw->nodes;
+    const int n = st_hw_ranks(o->hw);
     /* CPU ranks on a node share its cores and memory bandwidth */
     const double share = d->gpu ? 1.0 : 1.0 / o->hw->per_node;
     const double eff = o->efficiency > 0 ? o->efficiency : st_time_default_efficiency(d, o->mixed);

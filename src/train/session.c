@@ -453,6 +453,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (hw.per_node < 1) hw.per_node = 1;
     hw.nodes = (s->world + hw.per_node - 1) / hw.per_node;
+    hw.ranks = s->world; /* (nodes may hold different numbers of ranks: srun -N2 -n3) */
     /* (also a GPU run's: its host memory holds the offloaded state, the pinned buffers) */
     if (!st_hw_mem_note(&h, s->mem_note, sizeof s->mem_note)) s->mem_note[0] = '\0';
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
@@ -465,32 +466,53 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     /* Ranks read the memory available at slightly different moments: they
      * agree on the smallest micro-batch (a divisor of the per-rank batch
-     * whenever each one is), the most sharded strategy, and the most
-     * activation checkpointing any rank needs. */
+     * whenever each one is), the most sharded strategy, the most activation
+     * checkpointing and offload when any rank needs them, and no plan when
+     * any rank has none. Every rank joins, with or without a plan of its own.
+     * Rank 0 says its plan's warning; another rank says its own only where
+     * it does not fit and rank 0's does (this rank's memory is the short one). */
     const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
     const bool auto_ckpt = strcmp(c->train.activation_checkpointing, "auto") == 0;
-    if (p->ok && s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
+    bool rank0_short = false; /* rank 0's plan does not fit (it says so) */
+    if (s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
         const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
-        int64_t v[3] = {p->micro, -zero, -(int64_t)p->checkpointing}; /* checkpointing when any rank needs it */
-        st = st_comm_all_reduce_sync(s->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
-        if (st == ST_OK && v[0] != p->micro) {
+        int64_t v[6] = {p->ok ? p->micro : INT64_MAX,
+                        -zero,
+                        -(int64_t)p->checkpointing,
+                        -(int64_t)p->offload,
+                        p->ok ? 0 : -1,
+                        s->rank == 0 && p->ok && !p->fits ? -1 : 0}; /* (min: any rank's need) */
+        st = st_comm_all_reduce_sync(s->comm, v, v, 6, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        /* (no plan: a batch the ranks do not split, which st_config_validate_world
+         * refused before; the run would keep its values on every rank) */
+        if (st == ST_OK && v[4] < 0) p->ok = false;
+        if (st == ST_OK && p->ok && v[0] != p->micro) {
             p->micro = v[0];
             p->accum = c->train.batch_size / (s->world * v[0]);
             snprintf(p->micro_why, sizeof p->micro_why, "the smallest any rank's memory allows");
         }
-        if (st == ST_OK && -v[1] != zero) snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
-        if (st == ST_OK && -v[2] != (int64_t)p->checkpointing) {
+        if (st == ST_OK && p->ok && -v[1] != zero)
+            snprintf(p->strategy, sizeof p->strategy, "zero%lld", (long long)-v[1]);
+        if (st == ST_OK && p->ok && -v[2] != (int64_t)p->checkpointing) {
             p->checkpointing = (int)-v[2];
             snprintf(p->checkpointing_why, sizeof p->checkpointing_why, "%s: another rank's memory needs it",
                      st_ckpt_name(p->checkpointing));
         }
+        if (st == ST_OK && p->ok && v[3] < 0 && !p->offload) {
+            p->offload = true;
+            snprintf(p->strategy_why, sizeof p->strategy_why,
+                     "%s with offload: another rank's memory needs it", p->strategy);
+        }
+        rank0_short = st == ST_OK && v[5] < 0;
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
-    if (st == ST_OK && s->rank == 0 && p->ok && p->warning[0])
-        st_ticker_sayf("scaletrain: warning: %s (memory model, docs/planner.md)%s%s\n", p->warning,
+    const bool say = st == ST_OK && p->ok && (s->rank == 0 || (!p->fits && !rank0_short));
+    char who[48] = "";
+    if (s->rank != 0) snprintf(who, sizeof who, "rank %d (host %s): ", s->rank, st_comm_host(s->comm));
+    if (say && p->warning[0])
+        st_ticker_sayf("scaletrain: warning: %s%s (memory model, docs/planner.md)%s%s\n", who, p->warning,
                        s->mem_note[0] ? "; memory: " : "", s->mem_note);
-    if (st == ST_OK && s->rank == 0 && p->ok && p->fit_hint[0])
-        st_ticker_sayf("scaletrain: hint: %s\n", p->fit_hint);
+    if (say && p->fit_hint[0]) st_ticker_sayf("scaletrain: hint: %s%s\n", who, p->fit_hint);
     free(p);
     return st;
 }

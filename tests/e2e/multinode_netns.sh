@@ -5,7 +5,8 @@
 # mlp must save the same weights as two ranks on one node and as one rank
 # with the same global batch (tolerance as in ddp_equivalence.sh: 1e-4), and
 # `scaletrain launch --hosts` across the two nodes must train the same, and
-# stopped by SIGTERM, checkpoint and exit 143.
+# stopped by SIGTERM, checkpoint and exit 143. Three ranks on nodes of 2 and
+# 1 must train as one rank with the same batch.
 #
 # Needs root and network namespaces (`ip netns`); where the machine does not
 # allow them (an unprivileged container) the test skips and says so.
@@ -50,12 +51,15 @@ exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name; \$*"
 EOF
 chmod +x "$tmp/agent.sh"
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$tmp/hosts"
+printf '10.77.0.1 slots=2\n10.77.0.2 slots=1\n' >"$tmp/hosts3"
 # on_nodes SECONDS COMMAND...: mpirun itself runs on node0 (and starts
-# node0's rank there), bounded by SECONDS.
+# node0's rank there), bounded by SECONDS. NP and HOSTS: 3 ranks, 2 on
+# node0 and 1 on node1.
 on_nodes() {
     local secs=$1; shift
     ip netns exec "$n0" unshare --uts sh -c 'hostname node0; exec "$@"' sh \
-        timeout "$secs" mpirun --allow-run-as-root -np 2 --hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent.sh" \
+        timeout "$secs" mpirun --allow-run-as-root -np "${NP:-2}" --hostfile "${HOSTS:-$tmp/hosts}" \
+        --mca plm_rsh_agent "$tmp/agent.sh" \
         --bind-to none --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
         --mca oob_tcp_if_include 10.77.0.0/24 "$@"
 }
@@ -71,6 +75,20 @@ timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin
     --set train.out_dir="$tmp/local2" >"$tmp/local2.json" || fail "2 ranks on one node: $(cat "$tmp/local2.json")"
 on_nodes 90 "$bin" "${args[@]}" --set train.out_dir="$tmp/nodes2" >"$tmp/nodes2.json" 2>"$tmp/nodes2.err" ||
     fail "2 ranks on two nodes: $(cat "$tmp/nodes2.json" "$tmp/nodes2.err")"
+
+# Nodes with different numbers of ranks (2 and 1): each rank plans the
+# run's 3 ranks, not its node's count times the nodes (4 on node0, where a
+# batch of 30 does not split: that rank skipped the planner's agreement and
+# the others waited in it), and the run trains as one rank with the batch.
+timeout 60 "$bin" "${args[@]}" --set train.batch_size=30 --set train.out_dir="$tmp/n1b30" >"$tmp/n1b30.json" ||
+    fail "1 rank, batch 30: $(cat "$tmp/n1b30.json")"
+NP=3 HOSTS="$tmp/hosts3" on_nodes 90 "$bin" "${args[@]}" --set train.batch_size=30 \
+    --set train.out_dir="$tmp/uneven" >"$tmp/uneven.json" 2>"$tmp/uneven.err" ||
+    fail "3 ranks on nodes of 2 and 1: $(grep scaletrain: "$tmp/uneven.err" | head -5)"
+grep -q '"ranks":3' "$tmp/uneven.json" || fail "nodes of 2 and 1 ranks: not 3 ranks: $(cat "$tmp/uneven.json")"
+echo -n "3 ranks on nodes of 2 and 1 against 1 rank: "
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/n1b30/model.safetensors" "$tmp/uneven/model.safetensors" 1e-4 ||
+    fail "3 ranks on nodes of 2 and 1 differ from 1 rank"
 
 # The run really spanned two hosts: the ranks' host names as the run saw them.
 /usr/bin/python3 - "$tmp/nodes2.json" <<'PY' || fail "the two-node run's --json line"
