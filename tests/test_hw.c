@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "core/device.h"
+#include "core/rng.h"
 #include "hw/planner.h"
 #include "hw/probe.h"
 #include "layers/attention_layout.h"
@@ -1079,6 +1080,29 @@ static void test_offload_auto(void) {
     st_model_free(m);
 }
 
+/* train.threads auto's sharing: ranks on one host with one mask share its
+ * cores; the same mask on another host, or another mask, is not shared. */
+static void test_cpus_sharing(void) {
+    st_hw_rank_cpus r[5];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 5; i++)
+        r[i].host = i < 3 ? 11 : 22;
+    r[0].mask[0] = r[1].mask[0] = 0xff; /* host 11: two ranks on one socket's 8 CPUs */
+    r[2].mask[0] = 0xff00;              /* host 11: the other socket, alone */
+    r[3].mask[0] = r[4].mask[0] = 0xff; /* host 22: two on one socket */
+    r[4].mask[3] = 1;                   /* ... with one CPU more: another mask */
+    const int want[5] = {2, 2, 1, 1, 1};
+    for (int i = 0; i < 5; i++)
+        CHECK(st_hw_cpus_sharing(r, 5, i) == want[i], "rank %d shares its CPUs with %d ranks, want %d", i,
+              st_hw_cpus_sharing(r, 5, i), want[i]);
+    st_hw_rank_cpus me;
+    st_hw_rank_cpus_get("here", &me);
+    int n = 0;
+    for (int i = 0; i < 16; i++)
+        n += __builtin_popcountll(me.mask[i]);
+    CHECK(n >= 1 && me.host == st_hash_str("here"), "this process's mask: %d CPUs", n);
+}
+
 /* A container's CPU quota (Docker's --cpus, a pod's CPU limit), read as the
  * memory limit is: v1's cpu hierarchy (cpu,cpuacct), v2's cpu.max. */
 static st_hw_cpu_quota quota_from(const char *dir) {
@@ -1176,6 +1200,7 @@ int main(void) {
     test_gpu_peak();
     test_mem_limit();
     test_cpu_quota();
+    test_cpus_sharing();
     test_probe();
     test_gpt_flops();
     test_mlp_flops();

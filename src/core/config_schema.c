@@ -172,8 +172,9 @@ const st_cfg_key st_cfg_keys[] = {
         "each rank, so as many samples on any number of ranks, and the effective configuration gives the "
         "total); 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096,
-           "CPU threads per rank; auto = the cores this rank is bound to, else the node's over its ranks, "
-           "and no more than a cgroup's CPU quota (a container's --cpus) over them"),
+           "CPU threads per rank; auto = the cores of this rank's affinity mask over the node's ranks with "
+           "the same mask (bound a core each: all of them; unbound, or a socket or cpuset shared: a share), "
+           "and no more than a cgroup's CPU quota (a container's --cpus) over the node's ranks"),
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
     K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on "

@@ -4,6 +4,7 @@
  * to build): their signatures are the documented C ABI of libcuda.so.1. */
 #include "probe.h"
 
+#include "core/rng.h"
 #include "core/text.h"
 #include "nvml.h"
 
@@ -50,6 +51,22 @@ static void trim(char *s) {
 int st_hw_quota_threads(double cpus) {
     const int n = (int)ceil(cpus - 1e-6);
     return n > 1 ? n : 1;
+}
+
+void st_hw_rank_cpus_get(const char *host, st_hw_rank_cpus *out) {
+    memset(out, 0, sizeof *out);
+    out->host = st_hash_str(host);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return; /* (an empty mask: shared with the like) */
+    for (int i = 0; i < 1024 && i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) out->mask[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+int st_hw_cpus_sharing(const st_hw_rank_cpus *all, int n, int me) {
+    int k = 0;
+    for (int r = 0; r < n; r++)
+        k += all[r].host == all[me].host && memcmp(all[r].mask, all[me].mask, sizeof all[me].mask) == 0;
+    return k > 0 ? k : 1;
 }
 
 /* st_hw_allowed_cpus, and in `by` (n > 0) the quota when it set the count

@@ -149,6 +149,19 @@ void st_hw_cpu_quota_get(st_hw_cpu_quota *out);
  * fraction is time a second thread uses). */
 int st_hw_quota_threads(double cpus);
 
+/* A rank's CPUs, as the node's ranks compare theirs (train.threads auto):
+ * its host and its affinity mask (CPUs 0..1023). */
+typedef struct st_hw_rank_cpus {
+    uint64_t host; /* st_hash_str of the host name */
+    uint64_t mask[16];
+} st_hw_rank_cpus;
+void st_hw_rank_cpus_get(const char *host, st_hw_rank_cpus *out);
+/* How many of the n ranks in all[] run on rank me's CPUs: the same host and
+ * the same mask, itself included. Ranks bound a core each share with none;
+ * ranks unbound, or bound a socket (mpirun's default past 2 ranks) or a
+ * cgroup's cpuset at a time, with the others so bound. */
+int st_hw_cpus_sharing(const st_hw_rank_cpus *all, int n, int me);
+
 /* The same from other files (tests); *out starts at -1 and "". */
 void st_hw_cpu_quota_cgroup(const char *proc_cgroup, const char *mountinfo, st_hw_cpu_quota *out);
 

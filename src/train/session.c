@@ -32,17 +32,43 @@ double st_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void setup_threads(st_session *s) {
+/* How many of this node's ranks run on this rank's very CPUs (itself
+ * included): an all-gather of every rank's host and affinity mask. */
+static st_status ranks_sharing_cpus(st_session *s, int *out) {
+    *out = 1;
+    if (s->world <= 1) return ST_OK;
+    st_hw_rank_cpus *all = malloc((size_t)s->world * sizeof *all), mine;
+    if (!all) return st_fail(ST_ERR_NOMEM, "out of memory comparing the ranks' CPUs");
+    st_hw_rank_cpus_get(st_comm_host(s->comm), &mine);
+    st_comm_req *req = NULL;
+    st_status st = st_comm_all_gather(s->comm, &mine, all, sizeof mine, ST_COMM_U8, "ranks' CPUs", &req);
+    if (st == ST_OK) st = st_comm_wait(&req);
+    if (st == ST_OK) *out = st_hw_cpus_sharing(all, s->world, s->rank);
+    free(all);
+    const int local = st_comm_local_size(s->comm);
+    if (*out > local) *out = local; /* (two nodes of one host name) */
+    return st;
+}
+
+static st_status setup_threads(st_session *s) {
     st_config *c = s->cfg;
     if (c->train.threads == ST_AUTO) {
-        /* A rank bound to some cores (mpirun --bind-to) uses those; an
-         * unbound one shares the node's cores with the node's other ranks. */
+        /* A rank's CPUs are its own where no other rank of the node has the
+         * same mask (mpirun --bind-to core); ranks with the same mask share
+         * its cores: unbound, bound a socket at a time (mpirun's default past
+         * 2 ranks), or confined to a cgroup's cpuset together. The all-gather
+         * runs on every rank (train.threads is agreed). */
         const int local = st_comm_local_size(s->comm), mine = omp_get_num_procs();
         const long online = sysconf(_SC_NPROCESSORS_ONLN);
         const bool bound = online > 0 && mine < online;
-        int64_t t = bound || local <= 1 ? mine : mine / local;
-        const char *why = bound       ? "the cores this rank is bound to"
-                          : local > 1 ? "the node's cores over its ranks"
+        int sharing = 1;
+        ST_TRY(ranks_sharing_cpus(s, &sharing));
+        int64_t t = mine / sharing;
+        char swhy[96];
+        snprintf(swhy, sizeof swhy, "the %s cores over the %d ranks of this node that share them",
+                 bound ? "rank's" : "node's", sharing);
+        const char *why = sharing > 1 ? swhy
+                          : bound     ? "the cores this rank is bound to"
                                       : "the cores this process may use";
         /* A cgroup's CPU quota (a container's --cpus) is time the node's
          * ranks share, whatever cores their affinity shows. */
@@ -61,6 +87,7 @@ static void setup_threads(st_session *s) {
     s->threads = (int)c->train.threads;
     omp_set_num_threads(s->threads);
     openblas_set_num_threads(s->threads);
+    return ST_OK;
 }
 
 /* Under an address-space limit (ulimit -v) what a process maps counts, used
@@ -805,7 +832,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         s->agreed_error = st == ST_ERR_CONFIG; /* a difference: every rank has it */
         ST_TRY(st);
     }
-    setup_threads(s);
+    ST_TRY(setup_threads(s));
     ST_TRY(address_space_check(s));
     const bool dev_auto = strcmp(cfg->train.device, "auto") == 0, dev_cpu = strcmp(cfg->train.device, "cpu") == 0;
     /* A GPU that stopped answering before the run began (the driver's first
