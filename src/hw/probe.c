@@ -32,6 +32,7 @@ typedef struct cuda_api {
     CUresult (*total_mem)(size_t *, CUdevice);
     CUresult (*attr)(int *, int, CUdevice);
     CUresult (*error_string)(CUresult, const char **);
+    CUresult (*pci)(char *, int, CUdevice); /* (NULL: unknown; NVML then goes by index) */
 } cuda_api;
 
 static void *sym(void *lib, const char *name, bool *ok) {
@@ -208,6 +209,7 @@ static void probe_cuda(st_hw_info *h) {
     *(void **)&c.total_mem = sym(lib, "cuDeviceTotalMem_v2", &ok);
     *(void **)&c.attr = sym(lib, "cuDeviceGetAttribute", &ok);
     *(void **)&c.error_string = sym(lib, "cuGetErrorString", &ok);
+    *(void **)&c.pci = dlsym(lib, "cuDeviceGetPCIBusId");
     if (!ok) {
         snprintf(h->cuda_why, sizeof h->cuda_why, "libcuda.so.1 lacks a driver API function (driver too old)");
         dlclose(lib);
@@ -232,6 +234,7 @@ static void probe_cuda(st_hw_info *h) {
         size_t total = 0;
         if (c.get(&d, i) != 0) continue;
         c.name(g->name, (int)sizeof g->name, d);
+        if (!c.pci || c.pci(g->pci, (int)sizeof g->pci, d) != 0) g->pci[0] = '\0';
         c.total_mem(&total, d);
         g->mem_total = (int64_t)total;
         g->mem_free = -1;
@@ -256,16 +259,28 @@ static st_hw_link link_from_ancestor(int level) {
     }
 }
 
+/* NVML's handle for CUDA device i: by its PCI bus id, as NVML numbers every
+ * GPU of the machine while CUDA numbers those CUDA_VISIBLE_DEVICES shows, in
+ * its order; by index only where neither the id nor that variable says
+ * otherwise (NULL: not found, its readings stay unknown). */
+static st_nvml_dev nvml_handle(const st_nvml *v, const st_hw_gpu *g, unsigned int i, unsigned int n) {
+    st_nvml_dev d = NULL;
+    if (g->pci[0]) return v->handle_by_pci(g->pci, &d) == 0 ? d : NULL;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if ((vis && *vis) || i >= n || v->handle(i, &d) != 0) return NULL;
+    return d;
+}
+
 static void probe_nvml(st_hw_info *h) {
     st_nvml v;
     if (!st_nvml_open(&v, NULL, h->nvml_why, sizeof h->nvml_why)) return;
     unsigned int n = 0;
     v.count(&n);
     if ((int)n > ST_HW_MAX_GPUS) n = ST_HW_MAX_GPUS;
-    st_nvml_dev dev[ST_HW_MAX_GPUS];
-    for (unsigned int i = 0; i < n; i++) {
-        if (v.handle(i, &dev[i]) != 0) dev[i] = NULL;
-        if (!dev[i] || (int)i >= h->n_gpus) continue;
+    st_nvml_dev dev[ST_HW_MAX_GPUS]; /* by CUDA's index */
+    for (int i = 0; i < h->n_gpus; i++) {
+        dev[i] = nvml_handle(&v, &h->gpu[i], (unsigned int)i, n);
+        if (!dev[i]) continue;
         st_hw_gpu *g = &h->gpu[i];
         st_nvml_memory m;
         if (v.memory(dev[i], &m) == 0) g->mem_free = (int64_t)m.free;
@@ -292,12 +307,11 @@ static void probe_nvml(st_hw_info *h) {
             for (unsigned int k = 0; k < np; k++) g->procs_mem += (int64_t)procs[k].used;
         }
     }
-    for (unsigned int i = 0; i < n; i++)
-        for (unsigned int j = 0; j < n; j++) {
+    for (int i = 0; i < h->n_gpus; i++)
+        for (int j = 0; j < h->n_gpus; j++) {
             int level = -1;
             if (i == j) h->link[i][j] = ST_LINK_SELF;
-            else if (dev[i] && dev[j] && (int)i < h->n_gpus && (int)j < h->n_gpus && h->gpu[i].nvlinks > 0 &&
-                     h->gpu[j].nvlinks > 0)
+            else if (dev[i] && dev[j] && h->gpu[i].nvlinks > 0 && h->gpu[j].nvlinks > 0)
                 h->link[i][j] = ST_LINK_NVLINK;
             else if (dev[i] && dev[j] && v.common_ancestor(dev[i], dev[j], &level) == 0)
                 h->link[i][j] = link_from_ancestor(level);

@@ -35,6 +35,7 @@ typedef enum st_hw_link {
 
 typedef struct st_hw_gpu {
     char name[96];
+    char pci[32]; /* the CUDA device's PCI bus id ("0000:3B:00.0"), by which NVML finds it; "" unknown */
     int64_t mem_total, mem_free; /* bytes; mem_free < 0 when unknown (no NVML) */
     int cc_major, cc_minor;
     int sms;         /* multiprocessors */

@@ -12,7 +12,10 @@
 #     naming all three (check, and the probe's health line), not a failure;
 #     the software power cap and idle clocks alone are no warning;
 #  4. readings the GPU does not support, and a driver without the
-#     functions: the health line says so (skip), nothing fails.
+#     functions: the health line says so (skip), nothing fails;
+#  5. NVML numbering a busy GPU first (hidden from CUDA by
+#     CUDA_VISIBLE_DEVICES): the probe reads CUDA's GPU, found by its PCI
+#     bus id, not NVML's first.
 source "$(dirname "$0")/../lib/e2e.sh"
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_need_fmnist
@@ -72,5 +75,11 @@ h=$(ST_FAKE_NVML_ECC=unsupported check_health "$tmp/lib")
 echo "no ECC: $h"
 grep -qE "^ok +health +1 of 1 GPU read: no memory row remap pending or failed, clocks not slowed by heat or power$" <<<"$h" ||
     fail "a GPU without ECC, otherwise healthy (its line claims only what was read): '$h'"
+
+# 5. NVML's first GPU is not CUDA's: the probe reads the one at CUDA's PCI bus id
+p=$(ST_FAKE_NVML_BUSY_FIRST=1 CUDA_VISIBLE_DEVICES=1 probe)
+echo "NVML's busy GPU first: $(grep '^  gpu 0:' <<<"$p")"
+grep -q "^  gpu 0: Fake GPU, 80.0 GiB (79.0 GiB free)" <<<"$p" ||
+    fail "NVML numbering a busy GPU first: the probe read another GPU than CUDA's: $p"
 
 e2e_finish "the GPU's health readings (row remapping, ECC errors, clock slowdowns) in check and the probe: ok, warn, FAIL and skip as they say"

@@ -9,19 +9,34 @@
  * NVML_ERROR_NOT_SUPPORTED (a GPU without ECC, a pre-Ampere GPU); ST_FAKE_NVML_XID, the driver's Xid errors
  * (below). Built with -DST_FAKE_NVML_OLD it lacks the health and event functions, as a driver older than them
  * does. tests/e2e/gpu_health.sh builds it, and tests/e2e/emu_gpu_slowdown.sh for the CUDA emulator's GPUs,
- * which the training run's GPU monitor finds in it by their PCI address. */
+ * which the training run's GPU monitor finds in it by their PCI address.
+ * ST_FAKE_NVML_BUSY_FIRST=1: NVML numbers another GPU first, 79 of its 80
+ * GiB held, as on a machine where CUDA_VISIBLE_DEVICES hides it from CUDA;
+ * the test's GPU is NVML's second, found by one_gpu_driver.c's PCI bus id. */
 #include <stdlib.h>
 #include <string.h>
 
 typedef void *dev;
 enum { OK = 0, NOT_SUPPORTED = 3 };
-static dev the_gpu = (dev)0x1;
+enum { NOT_FOUND = 6 };
+static dev the_gpu = (dev)0x1, busy_gpu = (dev)0x3;
+static int busy_first(void) {
+    const char *e = getenv("ST_FAKE_NVML_BUSY_FIRST");
+    return e && *e == '1';
+}
 
 int nvmlInit_v2(void) { return OK; }
 int nvmlShutdown(void) { return OK; }
-int nvmlDeviceGetCount_v2(unsigned *n) { return *n = 1, OK; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned i, dev *d) { return *d = i == 0 ? the_gpu : 0, i == 0 ? OK : 2; }
-int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, dev *d) { return (void)pci, *d = the_gpu, OK; }
+int nvmlDeviceGetCount_v2(unsigned *n) { return *n = busy_first() ? 2 : 1, OK; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, dev *d) {
+    dev *order[2] = {busy_first() ? &busy_gpu : &the_gpu, busy_first() ? &the_gpu : NULL};
+    *d = i < 2 && order[i] ? *order[i] : 0;
+    return *d ? OK : 2;
+}
+int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, dev *d) {
+    if (busy_first() && strcmp(pci, "0000:3B:00.0") != 0) return *d = 0, NOT_FOUND;
+    return *d = the_gpu, OK;
+}
 int nvmlDeviceGetName(dev d, char *name, unsigned len) {
     (void)d;
     if (len > 0) strncpy(name, "Fake GPU", len - 1)[len - 1] = '\0';
@@ -29,9 +44,8 @@ int nvmlDeviceGetName(dev d, char *name, unsigned len) {
 }
 struct memory { unsigned long long total, free, used; };
 int nvmlDeviceGetMemoryInfo(dev d, struct memory *m) {
-    (void)d;
     m->total = 80ull << 30;
-    m->used = 1ull << 30;
+    m->used = d == busy_gpu ? 79ull << 30 : 1ull << 30;
     m->free = m->total - m->used;
     return OK;
 }
