@@ -232,7 +232,7 @@ int main(void) {
     /* Every checkpoint damaged: auto is an error naming the folder and the
      * first damage, never "none there" (a resume from step 0 would replace
      * checkpoints that may yet be repaired or read). */
-    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL), ST_ERR_IO,
+    CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL), ST_ERR_FORMAT,
                 "no good checkpoint among the 2 in");
     CHECK(!found, "no good checkpoint is left, found %s", dir);
     CHECK(strstr(st_last_error(), "step-3/optim-rank0.safetensors: CRC32") != NULL,

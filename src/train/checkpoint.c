@@ -645,17 +645,31 @@ void st_ckpt_async_abandon(st_ckpt_async **jp) {
     job_free(j);
 }
 
+/* A checkpoint file that cannot be opened: missing (ENOENT: the checkpoint
+ * is not whole, ST_ERR_FORMAT) or not read by the storage (anything else:
+ * ST_ERR_IO, which passes over no checkpoint: find_latest). */
+static st_status open_failed(const char *path, int e) {
+    if (e == ENOENT || e == ENOTDIR)
+        return st_fail(ST_ERR_FORMAT, "%s is missing (damaged checkpoint)", path);
+    return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+}
+
 static st_status read_text(const char *path, char **out) {
     *out = NULL;
     FILE *fp = fopen(path, "rb");
-    if (!fp) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!fp) return open_failed(path, errno);
     char *buf = malloc(STATE_MAX_NBYTES + 1);
     if (!buf) {
         fclose(fp);
         return st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
     }
     size_t n = fread(buf, 1, STATE_MAX_NBYTES + 1, fp);
+    const int e = ferror(fp) ? errno : 0;
     fclose(fp);
+    if (e) {
+        free(buf);
+        return st_fail(ST_ERR_IO, "%s: read error: %s", path, strerror(e));
+    }
     if (n > STATE_MAX_NBYTES) {
         free(buf);
         return st_fail(ST_ERR_FORMAT, "%s: larger than %d bytes; not a checkpoint state file", path,
@@ -834,11 +848,12 @@ static st_status check_files(const char *dir, const want_file *w, int n) {
     char path[PATH_CAP];
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
+        struct stat sb;
+        if (stat(path, &sb) != 0) return open_failed(path, errno);
+        ST_TRY(size_matches(dir, &w[i], (int64_t)sb.st_size));
         uint32_t got;
         int64_t nbytes;
-        st_status s = st_crc32_file(path, &got, &nbytes);
-        if (s == ST_ERR_NOMEM) return s;
-        if (s != ST_OK) return st_fail_context(s, "damaged checkpoint: ");
+        ST_TRY(st_crc32_file(path, &got, &nbytes)); /* (a read error: the storage's, ST_ERR_IO) */
         ST_TRY(file_matches(dir, &w[i], got, nbytes));
     }
     return ST_OK;
@@ -903,24 +918,25 @@ static void note_where(const share_note *n, char *out, size_t cap) {
 /* The outcome for every rank of a round whose records (world of them,
  * `stride` bytes apart in all) each start with a share_head: ST_OK when
  * none failed, else this rank's own error (own) when it failed, or "rank
- * K: why" of the first that did. Out of memory on any rank ends the search
- * on every rank (*fatal): it says nothing of the checkpoint, which must
- * not be passed over for it. */
+ * K: why" of the first that did. Out of memory or a read the storage
+ * failed (ST_ERR_IO) on any rank ends the search on every rank (*fatal):
+ * it says nothing of the checkpoint, which must not be passed over for it. */
 static st_status share_outcome(int world, st_status mine, const char *own, const void *all, size_t stride,
                                bool *fatal) {
-    const share_head *bad = NULL;
-    int at = -1;
-    bool nomem = false;
+    const share_head *bad = NULL, *stop = NULL;
+    int at = -1, stop_at = -1;
     for (int k = 0; k < world; k++) {
         const share_head *h = (const share_head *)((const char *)all + (size_t)k * stride);
         if (h->fail == ST_OK) continue;
         if (!bad) bad = h, at = k;
-        nomem = nomem || h->fail == ST_ERR_NOMEM;
+        if (!stop && (h->fail == ST_ERR_NOMEM || h->fail == ST_ERR_IO)) stop = h, stop_at = k;
     }
-    *fatal = nomem;
-    if (mine != ST_OK) return st_fail(mine, "%s", own);
+    *fatal = stop != NULL;
+    if (mine != ST_OK && (stop == NULL || mine == ST_ERR_NOMEM || mine == ST_ERR_IO))
+        return st_fail(mine, "%s", own);
+    if (stop) return st_fail(stop->fail, "rank %d: %s", stop_at, stop->why);
     if (!bad) return ST_OK;
-    return st_fail(nomem ? ST_ERR_NOMEM : ST_ERR_FORMAT, "rank %d: %s", at, bad->why);
+    return st_fail(ST_ERR_FORMAT, "rank %d: %s", at, bad->why);
 }
 
 /* One round: this rank's note on the checkpoint it looks at (mine: the
@@ -1013,7 +1029,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
         struct stat sb;
         if (stat(path, &sb) != 0) {
-            s = st_fail(ST_ERR_IO, "damaged checkpoint: %s: cannot open: %s", path, strerror(errno));
+            s = open_failed(path, errno);
             break;
         }
         if ((int64_t)sb.st_size != w[i].nbytes) {
@@ -1026,8 +1042,6 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
         if (s == ST_OK && got != hi - lo)
             s = st_fail(ST_ERR_IO, "%s: %lld bytes where its size said %lld: the file changed while read",
                         path, (long long)(lo + got), (long long)w[i].nbytes);
-        else if (s != ST_OK && s != ST_ERR_NOMEM)
-            st_fail_context(s, "damaged checkpoint: ");
     }
     char own[2048];
     head_set((share_head *)mine, s, own, sizeof own);
@@ -1071,9 +1085,18 @@ static bool good_one(const char *cand, const char *ckdir, st_comm *comm, st_stat
                      const char *damaged) {
     bool stop = false;
     const st_status s = comm ? verify_shared(cand, ckdir, st, comm, &stop) : st_ckpt_verify(cand, st);
-    if (s == ST_ERR_NOMEM) stop = true; /* (says nothing of the checkpoint: not passed over for it) */
+    /* out of memory, or the storage failing to read: says nothing of the
+     * checkpoint, which is not passed over for it (an older one taken, and
+     * this one set aside as abandoned) */
+    if (s == ST_ERR_NOMEM || s == ST_ERR_IO) stop = true;
     if (stop) {
-        *fatal = s;
+        *fatal = s == ST_ERR_IO
+                     ? st_fail_context(s,
+                                       "%s: %s could not be read (the storage, not the checkpoint: "
+                                       "it was not passed over, and nothing was moved or written; "
+                                       "try again once the storage reads): ",
+                                       who, cand)
+                     : s;
         return false;
     }
     if (s == ST_OK) {
@@ -1139,7 +1162,7 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     if (comm && !*found) ST_TRY(share_end(comm, ckdir, ST_OK)); /* (the others must have none left either) */
     st_clear_error();
     if (!*found && n > 0)
-        return st_fail(ST_ERR_IO,
+        return st_fail(ST_ERR_FORMAT,
                        "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "
                        "Repair the storage or the files and resume again, or move %s aside to start over",
                        who, n, ckdir, first, ckdir);

@@ -283,9 +283,17 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         const st_status ls = st_ckpt_list(ckdir, &steps, &n);
         free(steps);
         const bool any = ls == ST_OK && n > 0;
-        const bool good =
-            any && st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) == ST_OK && found;
-        if (ls != ST_OK) { /* (no folder is none; one that cannot be listed may hold a run's checkpoints) */
+        const st_status fs = any ? st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) : ST_OK;
+        const bool good = any && fs == ST_OK && found;
+        if (fs == ST_ERR_IO || fs == ST_ERR_NOMEM) { /* (not read: they may be an unfinished run's) */
+            char why[1200];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            s = st_fail(fs,
+                        "%s. A new run in train.out_dir %s would set aside checkpoints it could not read, "
+                        "which may be an unfinished run's (nothing was written)",
+                        why, out);
+        } else if (ls !=
+                   ST_OK) { /* (no folder is none; one that cannot be listed may hold a run's checkpoints) */
             char why[1200];
             snprintf(why, sizeof why, "%s", st_last_error());
             s = st_fail(ls,

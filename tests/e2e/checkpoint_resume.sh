@@ -149,6 +149,8 @@ fi
 cc -shared -fPIC -O2 -o "$tmp/vanish.so" tests/lib/vanish.c -ldl || fail "cannot build tests/lib/vanish.c"
 d=$tmp/vanish
 args=("${common[@]}" "${const[@]}" "${mlp6[@]}" --quiet --set train.steps=6)
+loud=()
+for a in "${args[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 timeout 60 "$bin" train "${args[@]}" --set train.steps=3 --set train.out_dir="$d/run" || fail "vanish: 3 steps"
 cp "$d/run/model.safetensors" "$d/run.safetensors"
 cp "$d/run/metrics.jsonl" "$d/run.metrics.jsonl"
@@ -181,12 +183,35 @@ cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics
     [ "$(ls "$d/run/ckpt")" = "$(printf 'latest\nstep-3')" ] && [ ! -e "$d/run/ckpt.previous" ] ||
     fail "eio: the refused new run wrote in out_dir: $(ls "$d/run")"
 echo "a checkpoint folder that cannot be listed: an error naming it for a resume and a new run, nothing written"
+# The newest checkpoint there but its file unread by the storage (open fails
+# with EIO): an error naming it, not passed over for the older one (which
+# resumed 2 steps back and moved the newest aside as abandoned); nothing
+# moved or written, and the resume once the file reads takes it. A new run
+# there is refused the same way (it set them aside as a finished run's).
+r=$d/rd
+timeout 60 "$bin" train "${args[@]}" --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$r" ||
+    fail "read eio: 4 steps"
+before=$(ls "$r" "$r/ckpt")
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_READ_EIO=/ckpt/step-4/model.safetensors timeout 60 "$bin" train \
+    "${loud[@]}" --set train.checkpoint_every=2 --set train.out_dir="$r" --resume auto 2>&1) &&
+    fail "read eio: the resume went on: $out"
+grep -q "error: resume: $r/ckpt/step-4 could not be read (the storage, not the checkpoint: it was not passed over, and nothing was moved or written; try again once the storage reads): $r/ckpt/step-4/model.safetensors: cannot open: Input/output error" <<<"$out" ||
+    fail "read eio: the resume's error does not name the file and the storage: $out"
+[ "$(ls "$r" "$r/ckpt")" = "$before" ] && ! grep -q "falling back" <<<"$out" ||
+    fail "read eio: the resume fell back or moved something: $(ls "$r" "$r/ckpt"): $out"
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_READ_EIO=/ckpt/step-4/model.safetensors timeout 60 "$bin" train \
+    "${args[@]}" --set train.steps=4 --set train.out_dir="$r" 2>&1) && fail "read eio: the new run went on: $out"
+grep -q "A new run in train.out_dir $r would set aside checkpoints it could not read, which may be an unfinished run's (nothing was written)" <<<"$out" ||
+    fail "read eio: the new run's error: $out"
+[ "$(ls "$r" "$r/ckpt")" = "$before" ] || fail "read eio: the refused new run moved something: $(ls "$r" "$r/ckpt")"
+out=$(timeout 60 "$bin" train "${loud[@]}" --set train.checkpoint_every=2 --set train.out_dir="$r" --resume auto 2>&1) ||
+    fail "read eio: the resume once the file reads: $out"
+grep -q "^resumed from $r/ckpt/step-4 at step 4$" <<<"$out" || fail "read eio: not resumed from step-4: $out"
+echo "a checkpoint file the storage does not read: an error naming it, nothing passed over or moved; then resumed from it"
 # --init with --resume (one command line for every restart of a fine-tuning
 # job): the checkpoint's weights, --init not read (said); the bytes of 6
 # steps from --init.
 w=$d/run.safetensors
-loud=()
-for a in "${args[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 timeout 60 "$bin" train "${args[@]}" --init "$w" --set train.out_dir="$d/ft_full" || fail "init: 6 steps"
 timeout 60 "$bin" train "${args[@]}" --init "$w" --set train.steps=3 --set train.out_dir="$d/ft" || fail "init: 3 steps"
 out=$(timeout 60 "$bin" train "${loud[@]}" --init "$w" --set train.out_dir="$d/ft" --resume auto 2>&1) ||

@@ -5,14 +5,18 @@
  *   a run's checkpoints aside while it starts), says so on standard error,
  *   then opens as the C library does;
  * - opendir of a path ending in $ST_VANISH_EIO fails with EIO (a network
- *   file system's error on a folder that is there).
+ *   file system's error on a folder that is there);
+ * - open and fopen of a path ending in $ST_VANISH_READ_EIO fail with EIO
+ *   (a file there that the storage does not read).
  * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
  * builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,10 @@ FILE *fopen(const char *path, const char *mode) {
     static FILE *(*real)(const char *, const char *);
     static int done;
     if (!real) real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
+    if (ends_with(path, "ST_VANISH_READ_EIO")) {
+        errno = EIO;
+        return NULL;
+    }
     if (!done && ends_with(path, "ST_VANISH_MATCH")) {
         done = 1;
         char dir[PATH_MAX], gone[PATH_MAX + 8];
@@ -47,4 +55,28 @@ DIR *opendir(const char *name) {
         return NULL;
     }
     return real(name);
+}
+
+static int open_as(const char *sym, const char *path, int flags, va_list ap) {
+    mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;
+    if (ends_with(path, "ST_VANISH_READ_EIO")) {
+        errno = EIO;
+        return -1;
+    }
+    int (*real)(const char *, int, ...) = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, sym);
+    return real(path, flags, mode);
+}
+int open(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_as("open", path, flags, ap);
+    va_end(ap);
+    return fd;
+}
+int open64(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_as("open64", path, flags, ap);
+    va_end(ap);
+    return fd;
 }
