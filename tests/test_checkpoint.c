@@ -207,12 +207,14 @@ int main(void) {
     CHECK_FAILS(st_ckpt_find(cfg.train.out_dir, path, NULL, dir, sizeof dir, &found, NULL), ST_ERR_FORMAT,
                 "step-2/state.json: not valid JSON");
     /* An optimizer layout that cannot hold the parameters, and one whose
-     * product of shards and shard size overflows 64 bits (the sanitizer
-     * build traps on the overflow): the first refused by name, the second
-     * read as holding them and refused for its missing checksums. */
+     * shard is past what st_shard_plan makes (its product with the shards
+     * overflows 64 bits, which the sanitizer build traps on; a huge shard
+     * was an allocation of petabytes at the load): both refused by name. */
     const char *layouts[3][3] = {
         {"\"world\": 2, \"shard\": 3, \"count\": 7", "2 shards of 3 do not hold 7", "5"},
-        {"\"world\": 1048576, \"shard\": 9000000000000000, \"count\": 1", "no checksum for model.safetensors",
+        {"\"world\": 1048576, \"shard\": 9000000000000000, \"count\": 1",
+         "shards of 9000000000000000 for 1 parameters over 1048576 ranks, where a save makes them 1025 at "
+         "most",
          "5"},
         {"\"world\": 1, \"shard\": 1, \"count\": 1", "seed \"5x\" is not a whole number", "5x"}};
     for (int i = 0; i < 3; i++) {
@@ -229,6 +231,22 @@ int main(void) {
         snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
         CHECK_FAILS(st_ckpt_verify(path, &got), ST_ERR_FORMAT, layouts[i][1]);
     }
+    /* Another step inside than the folder's name (a digit flipped): a resume
+     * at it would run the schedule from there and set the newer ones aside. */
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2/state.json", root);
+    fp = fopen(path, "w");
+    CHECK(fp != NULL, "rewrite %s", path);
+    if (fp) {
+        fprintf(fp,
+                "{\"format_version\": %d, \"step\": 7, \"sampler\": {\"epoch\": 0, \"step\": 2, "
+                "\"micro\": 0}, \"seed\": \"5\", \"files\": {}, \"config\": {\"train\": "
+                "{\"batch_size\": 128}}}",
+                ST_CKPT_VERSION);
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/run/ckpt/step-2", root);
+    CHECK_FAILS(st_ckpt_verify(path, &got), ST_ERR_FORMAT,
+                "step-2/state.json: step 7, in the folder of step 2");
     /* Every checkpoint damaged: auto is an error naming the folder and the
      * first damage, never "none there" (a resume from step 0 would replace
      * checkpoints that may yet be repaired or read). */

@@ -30,22 +30,6 @@ bool st_path_is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-st_status st_mkdirs(const char *path) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return st_fail(ST_ERR_ARG, "%.64s...: path too long", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-    return ST_OK;
-}
-
 /* Sync the directory holding the file `path`. */
 static st_status fsync_parent(const char *path) {
     char dir[4096];
@@ -55,6 +39,28 @@ static st_status fsync_parent(const char *path) {
     else
         snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     return st_fsync_dir(dir);
+}
+
+/* One directory of st_mkdirs: made, and its entry synced in its parent (a
+ * checkpoint folder's own fsync does not keep the folder's name there). */
+static st_status mkdir_one(const char *dir) {
+    if (mkdir(dir, 0755) != 0)
+        return errno == EEXIST ? ST_OK
+                               : st_fail(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    return fsync_parent(dir);
+}
+
+st_status st_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return st_fail(ST_ERR_ARG, "%.64s...: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        ST_TRY(mkdir_one(buf));
+        *p = '/';
+    }
+    return mkdir_one(buf);
 }
 
 st_status st_atomic_open(st_atomic_file *f, const char *path) {
@@ -69,7 +75,11 @@ st_status st_atomic_open(st_atomic_file *f, const char *path) {
 st_status st_atomic_finish(st_atomic_file *f) {
     if (!f->fp) return ST_OK;
     st_status s = ST_OK;
-    if (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)
+    /* (a write that failed inside the stream's buffer leaves only its error
+     * flag: a later flush of what is left may succeed) */
+    if (ferror(f->fp))
+        s = st_fail(ST_ERR_IO, "%s: cannot write: a write into it failed", f->tmp);
+    else if (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)
         s = st_fail(ST_ERR_IO, "%s: cannot write: %s", f->tmp, strerror(errno));
     int r = fclose(f->fp);
     f->fp = NULL;

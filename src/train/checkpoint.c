@@ -248,7 +248,16 @@ st_status st_ckpt_list(const char *ckdir, int64_t **out, int *n) {
     int cap = 0;
     struct dirent *e;
     st_status s = ST_OK;
-    while ((e = readdir(d)) != NULL) {
+    for (;;) {
+        errno = 0;
+        if ((e = readdir(d)) == NULL) { /* the end, or a listing the storage broke off (a short one) */
+            if (errno != 0)
+                s = st_fail(ST_ERR_IO,
+                            "cannot list the checkpoint folder %s: %s (check its permissions and its file "
+                            "system, then try again)",
+                            ckdir, strerror(errno));
+            break;
+        }
         int64_t st = step_of(e->d_name);
         if (st < 0) continue;
         if (*n == cap) {
@@ -747,6 +756,15 @@ static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **
                     "%s: step, sampler, seed or files missing or malformed (damaged checkpoint)", path);
         goto done;
     }
+    /* a checkpoint's folder is named by its step (finish_save): another step
+     * inside is damage (a resume at it would set the newer ones aside) */
+    const char *base = strrchr(dir, '/');
+    const int64_t named = step_of(base ? base + 1 : dir);
+    if (named >= 0 && named != state->step) {
+        s = st_fail(ST_ERR_FORMAT, "%s: step %lld, in the folder of step %lld (damaged checkpoint)", path,
+                    (long long)state->step, (long long)named);
+        goto done;
+    }
     if (!get_int(smp, "samples", &state->samples)) state->samples = -1; /* written before it was recorded */
     const cJSON *dcrc = cJSON_GetObjectItemCaseSensitive(smp, "data_crc32");
     state->data_crc = cJSON_IsString(dcrc) ? (uint32_t)strtoul(dcrc->valuestring, NULL, 16) : 0;
@@ -806,11 +824,21 @@ static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **
         }
         state->optim_sharded = strcmp(lay->valuestring, "shards") == 0;
         state->optim_world = state->optim_sharded ? (int)w : 1;
-        if (state->optim_sharded &&
-            (state->optim_shard < 1 || state->optim_shard < (state->optim_count + w - 1) / w)) {
+        /* (st_shard_plan's: the count over the ranks, rounded up to ST_SHARD_ALIGN) */
+        const int64_t per = (state->optim_count + w - 1) / w;
+        if (state->optim_sharded && (state->optim_shard < 1 || state->optim_shard < per)) {
             s = st_fail(ST_ERR_FORMAT,
                         "%s: %lld shards of %lld do not hold %lld parameters (damaged checkpoint)", path,
                         (long long)w, (long long)state->optim_shard, (long long)state->optim_count);
+            goto done;
+        }
+        if (state->optim_sharded && state->optim_shard > per + ST_SHARD_ALIGN) {
+            s = st_fail(
+                ST_ERR_FORMAT,
+                "%s: shards of %lld for %lld parameters over %lld ranks, where a save makes them %lld at "
+                "most (damaged checkpoint)",
+                path, (long long)state->optim_shard, (long long)state->optim_count, (long long)w,
+                (long long)(per + ST_SHARD_ALIGN));
             goto done;
         }
     }
@@ -1265,7 +1293,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
             if (find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st, NULL) != ST_OK)
                 found = false;
             st_clear_error();
-            snprintf(state, sizeof state, "%s/state.json", dir);
+            if (found) snprintf(state, sizeof state, "%s/state.json", dir);
             if (!found || stat(state, &cs) != 0 || cs.st_mtim.tv_sec < fs.st_mtim.tv_sec ||
                 (cs.st_mtim.tv_sec == fs.st_mtim.tv_sec && cs.st_mtim.tv_nsec <= fs.st_mtim.tv_nsec)) {
                 snprintf(path, size, "%s", final);
