@@ -1080,6 +1080,35 @@ static void test_offload_auto(void) {
     st_model_free(m);
 }
 
+/* A CPU node's memory is shared by its ranks; an address-space limit
+ * (ulimit -v) is each process's own: a rank plans within the smaller of
+ * its share of the node and the room its own limit leaves, not that room
+ * over the node's ranks. */
+static void test_proc_limit(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, NULL, 2, 64, 2);
+    if (!m) return;
+    c.train.batch_size = 8;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("4xcpu", NULL, NULL, &hw));
+    hw.dev.mem_bytes = 64 * GIB;
+    st_plan p;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 16 * GIB)) < 1024, "4 ranks on 64 GiB: %lld per rank",
+          (long long)p.mem_limit);
+    hw.dev.proc_limited = true;
+    hw.dev.proc_mem_bytes = 6 * GIB; /* ulimit -v leaves each 6 GiB */
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 6 * GIB)) < 1024, "ulimit -v leaving 6 GiB: %lld per rank",
+          (long long)p.mem_limit);
+    hw.dev.proc_mem_bytes = 40 * GIB; /* looser than the node's share */
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 16 * GIB)) < 1024, "ulimit -v leaving 40 GiB: %lld per rank",
+          (long long)p.mem_limit);
+    st_model_free(m);
+}
+
 /* train.threads auto's sharing: ranks on one host with one mask share its
  * cores; the same mask on another host, or another mask, is not shared. */
 static void test_cpus_sharing(void) {
@@ -1201,6 +1230,7 @@ int main(void) {
     test_mem_limit();
     test_cpu_quota();
     test_cpus_sharing();
+    test_proc_limit();
     test_probe();
     test_gpt_flops();
     test_mlp_flops();

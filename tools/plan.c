@@ -257,7 +257,7 @@ int st_cmd_plan(int argc, char **argv) {
             item[--e] = '\0';
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
-        if (strcmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
+        if (strcasecmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
         if (nodes > 0 && !hw.nodes_given) hw.nodes = nodes;
         ST_GOTO(st_plan_make(&in, &hw, &plans[i]));
     }

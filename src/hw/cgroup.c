@@ -239,7 +239,7 @@ void st_hw_cpu_quota_get(st_hw_cpu_quota *out) {
 }
 
 void st_hw_mem_limit_get(st_hw_mem_limit *out) {
-    out->limit = out->headroom = out->smallest = -1;
+    out->limit = out->headroom = out->smallest = out->proc_room = -1;
     out->by[0] = '\0';
     st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
     int64_t lim, vm;
@@ -251,6 +251,7 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     const int t = omp_get_max_threads();
     const int64_t reserve = st_hw_unused_mappings(t, t + 2);
     const int64_t room = lim > vm + reserve ? lim - vm - reserve : 0;
+    out->proc_room = room;
     if (out->smallest < 0 || lim < out->smallest) out->smallest = lim;
     if (out->headroom < 0 || room < out->headroom) {
         out->limit = lim;

@@ -53,38 +53,38 @@ static const struct preset {
     {"L40S",
      "L40S-48GB",
      {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 48 * GIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
-      "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0, 0}},
+      "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0, 0, false, 0}},
     {"A100-40GB",
      "A100",
      {"A100-40GB", true, 312 * T, 19.5 * T, 1555 * G, 40 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
-      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0}},
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0, false, 0}},
     {"A100-80GB",
      NULL,
      {"A100-80GB", true, 312 * T, 19.5 * T, 2039 * G, 80 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
-      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0}},
+      "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0, false, 0}},
     {"H100-80GB",
      "H100",
      {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 80 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0}},
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0, false, 0}},
     {"H200",
      "H200-141GB",
      {"H200", true, 989.4 * T, 67 * T, 4800 * G, 141 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0}},
+      "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0, false, 0}},
     {"GH200",
      "GH200-96GB",
      {"GH200", true, 989.4 * T, 67 * T, 4000 * G, 96 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G}},
+      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G, false, 0}},
     {"GH200-144GB",
      NULL,
      {"GH200-144GB", true, 989.4 * T, 67 * T, 4900 * G, 144 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
-      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G}},
+      "200 Gb/s per superchip", 0.8 * 25 * G, 10e-6, 0.8 * 450 * G, 0, 0.6 * 512 * G, false, 0}},
     /* The CPU: placeholders until measured (st_device_local). Memory
      * bandwidth and the shared-memory MPI all-reduce are this machine kind's
      * measured orders of magnitude (docs/planner.md), not a datasheet. */
     {"cpu",
      NULL,
      {"cpu", false, 50 * G, 50 * G, 20 * G, 8 * GIB, 0, 0, "shared memory", 2 * G, 20e-6, "10 GbE TCP",
-      1.1 * G, 50e-6, 20 * G, 0, 0}},
+      1.1 * G, 50e-6, 20 * G, 0, 0, false, 0}},
 };
 enum { N_PRESETS = sizeof presets / sizeof presets[0] };
 
@@ -199,12 +199,16 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
                              : h->gpu[0].mem_total;
         out->cc_major = h->gpu[0].cc_major;
         out->cc_minor = h->gpu[0].cc_minor;
-        out->host_mem_bytes = h->mem_avail;
+        out->host_mem_bytes = h->mem_shared;
+        out->proc_limited = h->proc_room > 0;
+        out->proc_mem_bytes = h->proc_room;
         return;
     }
     st_device_preset("cpu", out);
     if (cpu_flops > 0) out->peak_fp32 = out->peak_bf16 = cpu_flops;
-    out->mem_bytes = h->mem_avail;
+    out->mem_bytes = h->mem_shared;
+    out->proc_limited = h->proc_room > 0;
+    out->proc_mem_bytes = h->proc_room;
 }
 
 int st_hw_ranks(const st_hw_config *hw) { return hw->ranks > 0 ? hw->ranks : hw->per_node * hw->nodes; }

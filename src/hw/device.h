@@ -35,6 +35,10 @@ typedef struct st_hw_device {
     /* bytes/s of host memory an offloaded optimizer step streams, per device;
      * 0: the node's (ST_TIME_HOST_MEM_BW) shared by its devices */
     double host_mem_bw;
+    /* this machine under an address-space limit (ulimit -v): what it leaves
+     * each process, apart from the memory the node's ranks share */
+    bool proc_limited;
+    int64_t proc_mem_bytes;
 } st_hw_device;
 
 /* A hardware configuration: `per_node` devices of one kind on each of `nodes` nodes. */

@@ -20,9 +20,14 @@ static const char *human(double bytes, char *buf, size_t n) {
     return buf;
 }
 
-/* One rank's share of a node's host memory: 85% of it over the node's ranks. */
+/* One rank's share of a node's host memory: 85% of it over the node's
+ * ranks, and no more than 85% of what an address-space limit leaves each
+ * process (each rank has its own: ulimit -v is not divided). */
 static int64_t host_share(int64_t bytes, const st_hw_config *hw) {
-    return (int64_t)(0.85 * (double)bytes / hw->per_node);
+    int64_t share = (int64_t)(0.85 * (double)bytes / hw->per_node);
+    const int64_t own = (int64_t)(0.85 * (double)hw->dev.proc_mem_bytes);
+    if (hw->dev.proc_limited && own < share) share = own;
+    return share;
 }
 
 static int64_t mem_limit(const st_hw_config *hw) {

@@ -57,6 +57,9 @@ typedef struct st_hw_info {
                   * allows less (st_hw_cpu_quota, rounded up: st_hw_quota_threads) */
     char cpu_limit_by[224];       /* the quota, when it set `allowed` ("" otherwise) */
     int64_t mem_total, mem_avail; /* bytes (MemTotal, MemAvailable; a tighter limit applied) */
+    int64_t mem_shared;           /* mem_avail without the address-space limit: what the node's ranks share */
+    int64_t proc_room;            /* what the address-space limit (ulimit -v) leaves each process, at least 1;
+                                   * 0: no such limit */
     int64_t host_mem_total;       /* MemTotal itself */
     char mem_limit_by[224];       /* what set mem_avail when not the host's memory ("" when it did) */
     /* CUDA */
@@ -108,6 +111,8 @@ typedef struct st_hw_mem_limit {
     int64_t smallest; /* bytes: the smallest limit met (a level above may bind first); -1: none */
     int64_t headroom; /* bytes it still leaves: the limit less what is held under it (page cache,
                        * active and inactive, counted free), or less the address space mapped; -1: none */
+    int64_t proc_room; /* bytes the address-space limit alone leaves this process (each process has its
+                        * own, where a cgroup's is shared by the node's ranks); -1: none */
     char by[224];     /* what sets it, for messages */
 } st_hw_mem_limit;
 

@@ -6,16 +6,6 @@
 #include "data/dataset.h"
 #include "data/tokens.h"
 
-/* The bytes of a token file or of its shards (mapped, so counted in host
- * memory); 0 when it cannot be opened (planning without the data). */
-static int64_t tokens_bytes(const char *spec) {
-    st_tokens *t;
-    if (!spec[0] || st_tokens_open(spec, &t) != ST_OK) return 0;
-    const int64_t b = st_tokens_bytes(t);
-    st_tokens_close(t);
-    return b;
-}
-
 st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
     memset(in, 0, sizeof *in);
     in->cfg = cfg;
@@ -38,8 +28,11 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.seq_len = cfg->model.block_size;
         in->seq_len = mi.seq_len;
         in->sample_in_bytes = in->sample_out_bytes = 4 * mi.seq_len;
-        in->data_bytes =
-            tokens_bytes(cfg->data.train) + (in->has_eval && !split ? tokens_bytes(cfg->data.val) : 0);
+        /* Token files are mapped read-only and shared (src/data/tokens.c): page
+         * cache, which the node's ranks share and the kernel takes back under
+         * pressure, not memory a rank holds; a starting run counts none either
+         * (session.c), so that plan and check agree with it. */
+        in->data_bytes = 0;
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,

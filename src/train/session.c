@@ -469,7 +469,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     if (s->dev && st_device_memory(s->dev, &dm) == ST_OK) {
         hw.dev.gpu = true;
         hw.dev.mem_bytes = dm.total - dm.used + dm.allocated;
-        hw.dev.host_mem_bytes = h.mem_avail; /* (the offloaded state, pinned rings and copies live there) */
+        hw.dev.host_mem_bytes = h.mem_shared; /* (the offloaded state, pinned rings and copies live there) */
         snprintf(hw.dev.name, sizeof hw.dev.name, "%s", st_device_name(s->dev));
         st_device_props dp; /* (the probe above reads /proc only) */
         if (st_device_props_get(s->dev, &dp) == ST_OK) {
