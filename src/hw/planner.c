@@ -513,7 +513,10 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     }
 
     st_model_graph mg;
-    ST_TRY(st_model_graph_layout(in->model, p->micro, &mg));
+    /* (as the device lays it out: attention's flash kernels keep a row's
+     * log-sum-exp, not its scores, whose traffic the CPU's layout counts) */
+    ST_TRY(hw->dev.gpu ? st_model_graph_layout_device(in->model, p->micro, &mg)
+                       : st_model_graph_layout(in->model, p->micro, &mg));
     const st_cost cost = st_graph_cost(&mg.g);
     st_model_graph_free(&mg);
     st_mem_opts mo = mem_opts(in, p);
