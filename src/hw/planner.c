@@ -488,6 +488,16 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
     p->fits = p->mem.total <= p->mem_limit;
+    if (!p->fits && p->offload && !c->optim.offload) {
+        /* offload, which dist.strategy auto chose, does not make it fit
+         * either: not taken (a run would move its state for nothing); the
+         * warning says what does not fit as the run will hold it */
+        p->offload = false;
+        snprintf(p->strategy_why, sizeof p->strategy_why,
+                 "%s: the model states do not fit%s, even offloaded (the warning says what takes the memory)",
+                 p->strategy, p->ranks > 1 ? " sharded" : "");
+        ST_TRY(mem_at(in, p, p->micro, &p->mem));
+    }
     if (!p->fits) {
         char how[160];
         const bool zero = strncmp(p->strategy, "zero", 4) == 0;
