@@ -17,11 +17,17 @@
  * A restart of `train` adds `--resume auto` (replacing any --resume), so the
  * job continues from its latest good checkpoint. What is not restarted: a
  * clean exit (0), a usage error (2), and a stop asked for by a signal (exit
- * 143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP: the ranks saved a checkpoint and stopped
- * on purpose, as on SLURM pre-emption), nor a job whose launcher itself got
- * such a signal. The exit status is the last run's. */
+ * 143 for SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129 for SIGHUP, 138 for
+ * SIGUSR1: the ranks saved a checkpoint and stopped on purpose, as on SLURM
+ * pre-emption), nor a job whose launcher itself got such a signal. The exit
+ * status is the last run's.
+ *
+ * The ranks on other hosts get the launcher's environment only as mpirun
+ * passes it: -x for each variable of NCCL_*, UCX_*, OMP_*, SCALETRAIN_*,
+ * ST_*, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set here. */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,24 @@
 #include "core/ticker.h"
 #include "hw/probe.h"
 #include "launch.h"
+
+/* Whether environment entry NAME=VALUE goes to the ranks on other hosts
+ * (mpirun -x NAME), its name into name[cap] when it does. */
+static bool forwarded(const char *entry, char *name, size_t cap) {
+    static const char *const prefixes[] = {"NCCL_", "UCX_", "OMP_", "SCALETRAIN_", "ST_"};
+    static const char *const names[] = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"};
+    const char *eq = strchr(entry, '=');
+    if (!eq || eq == entry) return false;
+    const size_t len = (size_t)(eq - entry);
+    bool yes = false;
+    for (size_t j = 0; j < sizeof prefixes / sizeof prefixes[0] && !yes; j++)
+        yes = len > strlen(prefixes[j]) && strncmp(entry, prefixes[j], strlen(prefixes[j])) == 0;
+    for (size_t j = 0; j < sizeof names / sizeof names[0] && !yes; j++)
+        yes = len == strlen(names[j]) && strncmp(entry, names[j], len) == 0;
+    if (!yes || (name && len >= cap)) return false;
+    if (name) snprintf(name, cap, "%.*s", (int)len, entry);
+    return true;
+}
 
 /* The kernel's count of processes its out-of-memory killer has ended
  * (/proc/vmstat oom_kill, Linux 4.13 on), or -1. */
@@ -312,8 +336,14 @@ int st_cmd_launch(int argc, char **argv) {
     snprintf(np, sizeof np, "%ld", n);
     const int cmd_at = i;
     const bool train = !strcmp(argv[cmd_at], "train");
-    char **av = calloc((size_t)(argc + 24), sizeof *av);
-    if (!av) {
+    int n_fwd = 0;
+    for (char **e = environ; *e; e++)
+        n_fwd += forwarded(*e, NULL, 0);
+    char **av = calloc((size_t)(argc + 24 + 2 * n_fwd), sizeof *av);
+    char **fwd_names = calloc((size_t)n_fwd + 1, sizeof *fwd_names);
+    if (!av || !fwd_names) {
+        free(av);
+        free(fwd_names);
         st_launch_out_end(out, false);
         return st_cli_error(st_fail(ST_ERR_NOMEM, "launch: out of memory"));
     }
@@ -329,7 +359,11 @@ int st_cmd_launch(int argc, char **argv) {
      * core). With --hosts the nodes' cores are not known here: their slots
      * (H:n) stand for them when every host gives a count, a core per rank
      * unless --cores-per-rank says more. */
-    const long slots = hosts ? host_slots : st_launch_local_cores();
+    /* (inside a SLURM allocation of several nodes mpirun spreads the ranks
+     * over them: this node's cores say nothing of a rank's share) */
+    const char *sn = getenv("SLURM_JOB_NUM_NODES");
+    const bool alloc_nodes = !hosts && sn && atol(sn) > 1;
+    const long slots = hosts ? host_slots : alloc_nodes ? 0 : st_launch_local_cores();
     long pe = per_rank ? per_rank : !hosts && slots > n ? slots / n : 1;
     const bool share = slots > 0 && n * pe > slots;
     const char *unit = hosts ? "slot" : "core";
@@ -365,6 +399,14 @@ int st_cmd_launch(int argc, char **argv) {
     setenv("SCALETRAIN_LAUNCH_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
     av[k++] = "-x";
     av[k++] = "SCALETRAIN_LAUNCH_TTY";
+    int n_names = 0;
+    for (char **e = environ; *e && n_names < n_fwd; e++) {
+        char name[256];
+        if (!forwarded(*e, name, sizeof name) || !strcmp(name, "SCALETRAIN_LAUNCH_TTY")) continue;
+        if (!(fwd_names[n_names] = strdup(name))) continue;
+        av[k++] = "-x";
+        av[k++] = fwd_names[n_names++];
+    }
     if (is_subcommand(argv[cmd_at])) av[k++] = self;
     const int args_at = k;
     for (int j = cmd_at; j < argc; j++)
@@ -386,7 +428,9 @@ int st_cmd_launch(int argc, char **argv) {
         }
         if (rc == 0 || max_restarts == 0) break;
         const char *why = res.reason[0] ? res.reason : "no rank said why";
-        if (res.signalled || rc == 128 + 15 || rc == 128 + 2 || rc == 128 + 1 || rc == ST_EXIT_USAGE) {
+        const bool stopped = rc == 128 + SIGTERM || rc == 128 + SIGINT || rc == 128 + SIGHUP ||
+                             rc == 128 + SIGQUIT || rc == 128 + SIGUSR1;
+        if (res.signalled || stopped || rc == ST_EXIT_USAGE) {
             st_launch_sayf(out, "scaletrain launch: the job exited %d (%s); not restarted: %s\n", rc, why,
                            res.signalled || rc > 128
                                ? "it was stopped by a signal on purpose; continue it with "
@@ -424,6 +468,9 @@ int st_cmd_launch(int argc, char **argv) {
                        why, attempt + 1, max_restarts, where);
     }
     free(av);
+    for (int j = 0; fwd_names[j]; j++)
+        free(fwd_names[j]);
+    free(fwd_names);
     st_launch_out_end(out, signalled != 0);
     return rc;
 }

@@ -72,6 +72,7 @@ typedef struct job_io {
     st_launch_out *out;
     st_launch_result *res;
     long job; /* mpirun's job number, J of its tags "[J,K]...": from the first tag (-1: none yet) */
+    bool fwd_said; /* mpirun's "Forwarding signal" line shown once */
     bool cut_said;
 } job_io;
 
@@ -131,6 +132,13 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
         if (err) note_reason(io->res, p, n, false);
     } else {
+        /* mpirun says it each time the launcher passes a stop on (again
+         * every 2 s while the job's ranks may not all have started) */
+        static const char fwd[] = "mpirun: Forwarding signal";
+        if (n >= sizeof fwd - 1 && memcmp(p, fwd, sizeof fwd - 1) == 0) {
+            if (io->fwd_said) return;
+            io->fwd_said = true;
+        }
         note_reason(io->res, p, n, true);
     }
     const size_t np = strlen(pre);
@@ -347,11 +355,16 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         close(out[0]), close(out[1]);
         return -1;
     }
-    struct sigaction sa, old_term, old_int, old_hup, old_quit;
+    struct sigaction sa, old_term, old_int, old_hup, old_quit, old_chld, dfl;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
     sigemptyset(&sa.sa_mask);
     atomic_store(&got_signal, 0);
+    /* (SIGCHLD ignored, as a parent may leave it, reaps mpirun unseen:
+     * waitpid would then fail and a failed job read as a clean one) */
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &dfl, &old_chld);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGQUIT, &sa, &old_quit);
@@ -361,6 +374,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     const pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        sigaction(SIGCHLD, &old_chld, NULL);
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGQUIT, &old_quit, NULL);
@@ -384,6 +398,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     close(out[1]), close(err[1]);
     if (pid < 0) {
         close(out[0]), close(err[0]);
+        sigaction(SIGCHLD, &old_chld, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGQUIT, &old_quit, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
         return -1;
     }
     job_io io = {.ranks = ranks, .out = lo, .res = res, .job = -1};
@@ -391,23 +410,43 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     for (int k = 0; k < 2; k++)
         io.d[k].fd_out = k + 1, io.d[k].rank = -1;
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    double first_signal = -1;
-    bool before_ranks = false; /* a stop came before mpirun had started any rank */
+    double first_signal = -1, relayed = -1;
+    bool remote = false;       /* the stop went to mpirun as SIGUSR1: no rank of the job runs here */
+    bool before_ranks = false; /* ... and no rank had said a word yet */
+    bool blind = false;        /* the last SIGUSR1 went before any rank had said a word: some may
+                                * not have been started to get it (a rank speaks after MPI's start,
+                                * which every rank joins) */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         const int sig = atomic_exchange(&got_signal, 0);
+        const double t = now_s();
         if (sig) {
             res->signalled = sig;
             /* The same signal twice within a second is one request sent
              * twice (timeout(1) signals its child, then its whole group). */
-            const double t = now_s();
             if (first_signal < 0) {
                 first_signal = t;
-                if (!signal_ranks(pid, sig)) kill(pid, sig), before_ranks = true;
+                /* No rank here (--hosts without this host; or none started
+                 * yet): mpirun passes SIGUSR1 on to every rank of the job,
+                 * which stops as on SIGTERM, where SIGTERM to mpirun would
+                 * kill them a second later, mid-save. */
+                if (!signal_ranks(pid, sig)) {
+                    kill(pid, SIGUSR1);
+                    remote = true, relayed = t;
+                    before_ranks = blind = io.job < 0;
+                }
             } else if (t - first_signal > 1.0) {
                 kill(pid, sig);
             }
+        } else if (remote && blind && t - relayed >= 2.0) {
+            /* ranks mpirun may not have started when it passed the stop on:
+             * again, to the ranks here or through mpirun */
+            relayed = t;
+            blind = io.job < 0;
+            if (!signal_ranks(pid, res->signalled)) kill(pid, SIGUSR1);
         }
-        if (poll(pf, 2, -1) < 0) {
+        /* (a bounded wait: a signal caught between the check above and the
+         * poll is taken within a quarter second, not at mpirun's next line) */
+        if (poll(pf, 2, 250) < 0) {
             if (errno == EINTR) continue;
             break;
         }
@@ -433,10 +472,24 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     for (int k = 0; k < 2; k++)
         if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    bool waited = false;
+    int werr = 0;
+    for (;;) {
+        if (waitpid(pid, &status, 0) == pid) {
+            waited = true;
+            break;
+        }
+        if (errno != EINTR) {
+            werr = errno;
+            break;
+        }
         const int sig = atomic_exchange(&got_signal, 0);
-        if (sig) kill(pid, sig), res->signalled = sig;
+        if (sig) kill(pid, remote ? SIGUSR1 : sig), res->signalled = sig;
     }
+    /* (a stop that came as mpirun ended: the job is not restarted after it) */
+    const int late = atomic_exchange(&got_signal, 0);
+    if (late) res->signalled = late;
+    sigaction(SIGCHLD, &old_chld, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGQUIT, &old_quit, NULL);
@@ -446,13 +499,23 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     free(io.lines);
     for (int k = 0; k < 2; k++)
         free(io.d[k].untagged.p);
-    /* Stopped before any rank ran: mpirun ends 1 on the signal, and no rank
+    if (!waited) {
+        snprintf(res->reason, sizeof res->reason, "its end could not be read (waitpid: %s)", strerror(werr));
+        st_launch_sayf(lo, "scaletrain launch: mpirun (pid %d): %s; taken as a failure\n", (int)pid,
+                       res->reason);
+        return 1;
+    }
+    /* Stopped before any rank ran: mpirun ends on the signal, and no rank
      * said a word; a stop it is, as a rank's would be (128 + the signal) */
-    if (before_ranks && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    if (before_ranks && io.job < 0 && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started", res->signalled);
         st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
         return 128 + res->signalled;
     }
+    /* The ranks stopped on the SIGUSR1 passed on for the signal received:
+     * the launcher's status is the signal's, as where the ranks got it */
+    if (remote && res->signalled && WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGUSR1)
+        return 128 + res->signalled;
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -1,8 +1,10 @@
-/* `scaletrain train`: one training run. SIGTERM, SIGINT, SIGQUIT and SIGHUP
- * (SLURM pre-emption or time limit, Ctrl-C, Ctrl-\, the terminal closed) ask
- * the run to stop: it finishes the step, saves a checkpoint and exits with
- * 128 + the signal (143 for SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129
- * for SIGHUP); `--resume auto`
+/* `scaletrain train`: one training run. SIGTERM, SIGINT, SIGQUIT, SIGHUP and
+ * SIGUSR1 (SLURM pre-emption or time limit, Ctrl-C, Ctrl-\, the terminal
+ * closed; SIGUSR1: SLURM's --signal=USR1@T warning, and what launch passes
+ * through mpirun to ranks on other hosts) ask the run to stop: it finishes
+ * the step, saves a checkpoint and exits with 128 + the signal (143 for
+ * SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129 for SIGHUP, 138 for
+ * SIGUSR1); `--resume auto`
  * continues it. SIGHUP ignored when the run starts (nohup) stays ignored:
  * the run then outlives its terminal, its output to it dropped
  * (train/session.c). SIGTERM asks the same
@@ -42,6 +44,7 @@ int st_cmd_train(int argc, char **argv) {
     /* SIGQUIT asks as SIGTERM does, however often: timeout(1) and other
      * wrappers send a signal to their child and again to its group */
     sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C ends the process */
     sigaction(SIGINT, &sa, NULL);
     opts.stop = &stop_signal;

@@ -139,6 +139,27 @@ wait $lpid; rc=$?
     fail "SIGTERM to launch --hosts: exit $rc, checkpoint '$(cat "$tmp/term2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/term2.err")"
 echo "SIGTERM to launch --hosts: exit $rc, checkpoint $(cat "$tmp/term2/ckpt/latest" 2>/dev/null)"
 
+# The same with no rank on the launcher's host (both on node1): no rank here
+# to signal, so the stop goes through mpirun as SIGUSR1, which it passes on
+# to the ranks (SIGTERM to mpirun kills them mid-save, and the launcher said
+# "nothing ran"): a checkpoint, exit 143, no such line. An environment
+# variable set here reaches them too (mpirun -x; the agent here, unlike
+# ssh, hands node1's daemon its own environment as well, so this shows only
+# that the -x options do no harm).
+on_node0_env 120 env ST_NETNS_PROBE=from-node0 "$bin" launch -n 2 --hosts 10.77.0.2:2 "${args[@]}" \
+    --set train.steps=1000000 --set train.checkpoint_every=0 --set train.out_dir="$tmp/remote2" \
+    >"$tmp/remote2.out" 2>"$tmp/remote2.err" &
+lpid=$!
+for _ in $(seq 1 600); do [ -s "$tmp/remote2/metrics.jsonl" ] && break; sleep 0.1; done
+launcher=$(pgrep -f -- "$bin launch -n 2 --hosts 10.77.0.2:2 .*$tmp/remote2")
+[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch with no rank here: no launcher found"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && [ -s "$tmp/remote2/ckpt/latest" ] && ! grep -q "nothing ran" "$tmp/remote2.err" ||
+    fail "SIGTERM to launch with no rank here: exit $rc, checkpoint '$(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/remote2.err")"
+echo "SIGTERM to launch with both ranks on node1: exit $rc, checkpoint $(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)"
+out=$(on_node0_env 60 env ST_NETNS_PROBE=from-node0 "$bin" launch -n 2 --hosts 10.77.0.2:2 sh -c 'echo "probe=$ST_NETNS_PROBE"' 2>&1)
+[ "$(grep -c "probe=from-node0" <<<"$out")" = 2 ] || fail "launch --hosts: the environment did not reach node1's ranks: $out"
+
 for r in local2 nodes2; do
     echo -n "$r against 1 rank: "
     /usr/bin/python3 tests/py/weights_diff.py "$tmp/n1/model.safetensors" "$tmp/$r/model.safetensors" 1e-4 ||
