@@ -24,12 +24,18 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         setpgid(0, 0); /* its own group: a timeout ends the whole job */
-        int fo = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
-        int fe = err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+        /* one file for both (one offset: two opens would each write from
+         * byte 0, over each other) */
+        const bool same = out_path && err_path && strcmp(out_path, err_path) == 0;
+        int fo = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644) : -1;
+        int fe = same ? fo : err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644) : -1;
         if (fo >= 0) dup2(fo, 1);
         if (fe >= 0) dup2(fe, 2);
+        if (fo > 2) close(fo);
+        if (fe > 2 && fe != fo) close(fe);
         int fi = open("/dev/null", O_RDONLY);
         if (fi >= 0) dup2(fi, 0);
+        if (fi > 2) close(fi);
         execvp(argv[0], argv);
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);

@@ -286,7 +286,9 @@ int st_cmd_slurm(int argc, char **argv) {
                "export NCCL_DEBUG=${NCCL_DEBUG:-WARN}\n"
                "# export NCCL_SOCKET_IFNAME=eth0\n"
                "# export NCCL_IB_DISABLE=1\n\n");
-    if (cpus > 0) printf("export OMP_NUM_THREADS=%ld\n\n", cpus);
+    /* (srun takes no --cpus-per-task from sbatch since SLURM 22.05: said
+     * again here, each rank would otherwise get one CPU) */
+    if (cpus > 0) printf("export OMP_NUM_THREADS=%ld SRUN_CPUS_PER_TASK=%ld\n\n", cpus, cpus);
     printf("echo \"scaletrain: job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}, $SLURM_NTASKS ranks on "
            "$SLURM_JOB_NODELIST\"\n"
            "# A SIGTERM to this shell (scancel --full, pre-emption) goes on to the ranks' step, and the\n"

@@ -1648,8 +1648,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* The loss comes back every step on the host (it is there); on a
          * device on the first step (first_loss), logged lines, checkpoint and
          * evaluation steps, and the last: the same steps on every rank, so a
-         * NaN stops the run before a checkpoint or an evaluation sees its
-         * weights. After the update is queued: on a device the host would
+         * NaN loss stops the run before a checkpoint or an evaluation sees
+         * the weights after it (weights this step's update made non-finite
+         * while its loss was finite are not looked at here: a load refuses
+         * them, weights.c). After the update is queued: on a device the host would
          * otherwise wait for backward's end before it, and an offloaded
          * update's host arithmetic would no longer overlap backward. A stop
          * reads before its checkpoint (below). */

@@ -42,6 +42,9 @@ wait_state() {
 (cd "$tmp" && "$bin" slurm tiny.yaml --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --cpus-per-task 1 \
     --time 00:10:00 --json) >"$tmp/job.sbatch" || fail "scaletrain slurm exited $?"
 grep -E '^#SBATCH|^srun' "$tmp/job.sbatch" | sed 's/^/    /'
+# (srun takes no --cpus-per-task from sbatch since SLURM 22.05: the script says it again)
+grep -q "^export OMP_NUM_THREADS=1 SRUN_CPUS_PER_TASK=1$" "$tmp/job.sbatch" ||
+    fail "the script does not pass --cpus-per-task on to srun (SRUN_CPUS_PER_TASK)"
 jid=$(sbatch --parsable "$tmp/job.sbatch") || fail "sbatch refused the script"
 echo "submitted job $jid"
 wait_state "$jid" 120 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY BOOT_FAIL || fail "job $jid did not end"
