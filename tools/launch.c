@@ -52,6 +52,10 @@ static bool forwarded(const char *entry, char *name, size_t cap) {
         yes = len > strlen(prefixes[j]) && strncmp(entry, prefixes[j], strlen(prefixes[j])) == 0;
     for (size_t j = 0; j < sizeof names / sizeof names[0] && !yes; j++)
         yes = len == strlen(names[j]) && strncmp(entry, names[j], len) == 0;
+    /* (SLURM sets each node's own list: the launching node's is not theirs) */
+    if (yes && len == strlen("CUDA_VISIBLE_DEVICES") && strncmp(entry, "CUDA_VISIBLE_DEVICES", len) == 0 &&
+        getenv("SLURM_JOB_ID"))
+        yes = false;
     if (!yes || (name && len >= cap)) return false;
     if (name) snprintf(name, cap, "%.*s", (int)len, entry);
     return true;
@@ -359,10 +363,13 @@ int st_cmd_launch(int argc, char **argv) {
      * core). With --hosts the nodes' cores are not known here: their slots
      * (H:n) stand for them when every host gives a count, a core per rank
      * unless --cores-per-rank says more. */
-    /* (inside a SLURM allocation of several nodes mpirun spreads the ranks
-     * over them: this node's cores say nothing of a rank's share) */
+    /* Inside a SLURM allocation of several nodes mpirun spreads the ranks
+     * over them, so this node's cores say nothing of a rank's share: without
+     * --cores-per-rank they run unbound, and train.threads auto divides each
+     * node's cores among its ranks (their masks alike, session.c). */
     const char *sn = getenv("SLURM_JOB_NUM_NODES");
     const bool alloc_nodes = !hosts && sn && atol(sn) > 1;
+    const bool unbound = alloc_nodes && !per_rank;
     const long slots = hosts ? host_slots : alloc_nodes ? 0 : st_launch_local_cores();
     long pe = per_rank ? per_rank : !hosts && slots > n ? slots / n : 1;
     const bool share = slots > 0 && n * pe > slots;
@@ -382,7 +389,7 @@ int st_cmd_launch(int argc, char **argv) {
     char map_by[48];
     snprintf(map_by, sizeof map_by, pe > 1 && !share ? "slot:PE=%ld" : "core", pe);
     av[k++] = "--bind-to";
-    av[k++] = share ? "none" : "core";
+    av[k++] = share || unbound ? "none" : "core";
     av[k++] = "--map-by";
     av[k++] = map_by;
     av[k++] = "--tag-output";

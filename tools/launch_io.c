@@ -439,10 +439,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             }
         } else if (remote && blind && t - relayed >= 2.0) {
             /* ranks mpirun may not have started when it passed the stop on:
-             * again, to the ranks here or through mpirun */
+             * again, as SIGUSR1, to the ranks here or through mpirun (not
+             * the signal received: train's SIGINT ends it the second time) */
             relayed = t;
             blind = io.job < 0;
-            if (!signal_ranks(pid, res->signalled)) kill(pid, SIGUSR1);
+            if (!signal_ranks(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
         /* (a bounded wait: a signal caught between the check above and the
          * poll is taken within a quarter second, not at mpirun's next line) */
