@@ -1104,6 +1104,11 @@ static void test_proc_limit(void) {
     CHECK_OK(st_plan_make(&in, &hw, &p));
     CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 6 * GIB)) < 1024, "ulimit -v leaving 6 GiB: %lld per rank",
           (long long)p.mem_limit);
+    in.mapped_bytes = 2 * GIB; /* token files to be mapped take 2 GiB of that room */
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 4 * GIB)) < 1024,
+          "ulimit -v leaving 6 GiB, 2 GiB of token files to map: %lld per rank", (long long)p.mem_limit);
+    in.mapped_bytes = 0;
     hw.dev.proc_mem_bytes = 40 * GIB; /* looser than the node's share */
     CHECK_OK(st_plan_make(&in, &hw, &p));
     CHECK(llabs(p.mem_limit - (int64_t)(0.85 * 16 * GIB)) < 1024, "ulimit -v leaving 40 GiB: %lld per rank",

@@ -294,14 +294,21 @@ static int inspect_ckpt_folder(const char *ckdir) {
         st_ckpt_state st;
         snprintf(name, sizeof name, "step-%lld", (long long)steps[i]);
         snprintf(path, sizeof path, "%s/%s", ckdir, name);
-        const bool ok = st_ckpt_verify(path, &st) == ST_OK;
+        const st_status v = st_ckpt_verify(path, &st);
+        const bool ok = v == ST_OK;
         good += ok;
-        printf("  %-16s %s%s\n", name, ok ? "good" : "DAMAGED: ", ok ? "" : st_last_error());
+        /* (a read the storage failed says nothing of the checkpoint) */
+        printf("  %-16s %s%s\n", name,
+               ok                  ? "good"
+               : v == ST_ERR_IO    ? "NOT READ (the storage; --resume auto stops here until it reads): "
+               : v == ST_ERR_NOMEM ? "NOT READ: "
+                                   : "DAMAGED: ",
+               ok ? "" : st_last_error());
     }
     free(steps);
     st_clear_error();
     if (good) {
-        printf("  --resume auto and --init take the newest good one\n");
+        printf("  --resume auto and --init take the newest good one (stopping at one not read)\n");
         return ST_EXIT_OK;
     }
     fprintf(stderr, "scaletrain: error: %s: no good checkpoint\n", ckdir);

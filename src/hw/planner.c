@@ -559,7 +559,12 @@ static st_status plan_one(const st_plan_input *in, const st_hw_config *hw, st_pl
     return s;
 }
 
-st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out) {
+st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw_in, st_plan *out) {
+    st_hw_config mapped = *hw_in; /* (what an address-space limit leaves once the token files are mapped) */
+    if (mapped.dev.proc_limited && in->mapped_bytes > 0)
+        mapped.dev.proc_mem_bytes =
+            mapped.dev.proc_mem_bytes > in->mapped_bytes ? mapped.dev.proc_mem_bytes - in->mapped_bytes : 1;
+    const st_hw_config *hw = &mapped;
     ST_TRY(plan_one(in, hw, out));
     out->scaling = 1.0;
     if (out->ok && out->ranks > 1 && !in->eval_only) { /* (an evaluation's time is not predicted) */

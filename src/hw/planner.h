@@ -49,6 +49,10 @@ typedef struct st_plan_input {
     int64_t seq_len;      /* tokens per sample; 0 for images */
     int64_t sample_in_bytes, sample_out_bytes; /* one sample in a loader buffer */
     int64_t data_bytes;   /* dataset held in host memory (counted on the CPU) */
+    /* token files to be mapped (none yet): no memory a rank holds, but
+     * address space, which an address-space limit (ulimit -v) counts; 0 in a
+     * starting run, whose limit's room was read with them mapped */
+    int64_t mapped_bytes;
     bool has_eval;        /* the run keeps an evaluation graph */
     bool eval_only;       /* an evaluation alone (scaletrain eval): plan_eval in planner.c */
     int64_t eval_samples; /* eval_only: the validation samples (0: unknown), a bound on its batch */

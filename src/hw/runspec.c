@@ -6,6 +6,16 @@
 #include "data/dataset.h"
 #include "data/tokens.h"
 
+/* The bytes of a token file or of its shards, as mapped; 0 when it cannot be
+ * opened (planning without the data). */
+static int64_t tokens_bytes(const char *spec) {
+    st_tokens *t;
+    if (!spec[0] || st_tokens_open(spec, &t) != ST_OK) return 0;
+    const int64_t b = st_tokens_bytes(t);
+    st_tokens_close(t);
+    return b;
+}
+
 st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
     memset(in, 0, sizeof *in);
     in->cfg = cfg;
@@ -33,6 +43,8 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
          * pressure, not memory a rank holds; a starting run counts none either
          * (session.c), so that plan and check agree with it. */
         in->data_bytes = 0;
+        in->mapped_bytes =
+            tokens_bytes(cfg->data.train) + (in->has_eval && !split ? tokens_bytes(cfg->data.val) : 0);
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,

@@ -1290,8 +1290,11 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         struct stat fs, cs;
         bool found = false;
         if (stat(final, &fs) == 0 && S_ISREG(fs.st_mode)) {
-            if (find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st, NULL) != ST_OK)
-                found = false;
+            /* (a checkpoint the storage did not read is an error here too: the
+             * final weights may be older than it) */
+            const st_status f = find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st, NULL);
+            if (f == ST_ERR_IO || f == ST_ERR_NOMEM) return f;
+            if (f != ST_OK) found = false;
             st_clear_error();
             if (found) snprintf(state, sizeof state, "%s/state.json", dir);
             if (!found || stat(state, &cs) != 0 || cs.st_mtim.tv_sec < fs.st_mtim.tv_sec ||

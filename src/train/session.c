@@ -498,10 +498,10 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
      * any rank has none. Every rank joins, with or without a plan of its own.
      * Rank 0 says its plan's warning; another rank says its own only where
      * it does not fit and rank 0's does (this rank's memory is the short one). */
-    const bool auto_micro = c->train.micro_batch_size == ST_AUTO, auto_strategy = strcmp(c->dist.strategy, "auto") == 0;
-    const bool auto_ckpt = strcmp(c->train.activation_checkpointing, "auto") == 0;
+    /* (a value given is the same on every rank, as is what follows from it:
+     * the minimum leaves it as it is) */
     bool rank0_short = false; /* rank 0's plan does not fit (it says so) */
-    if (s->world > 1 && (auto_micro || auto_strategy || auto_ckpt)) {
+    if (s->world > 1) {
         const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
         int64_t v[6] = {p->ok ? p->micro : INT64_MAX,
                         -zero,
@@ -534,7 +534,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     }
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     const bool say = st == ST_OK && p->ok && (s->rank == 0 || (!p->fits && !rank0_short));
-    char who[48] = "";
+    char who[112] = "";
     if (s->rank != 0) snprintf(who, sizeof who, "rank %d (host %s): ", s->rank, st_comm_host(s->comm));
     if (say && p->warning[0])
         st_ticker_sayf("scaletrain: warning: %s%s (memory model, docs/planner.md)%s%s\n", who, p->warning,
