@@ -285,21 +285,18 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         const bool any = ls == ST_OK && n > 0;
         const st_status fs = any ? st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) : ST_OK;
         const bool good = any && fs == ST_OK && found;
-        if (fs == ST_ERR_IO || fs == ST_ERR_NOMEM) { /* (not read: they may be an unfinished run's) */
+        /* No folder is none; one that cannot be listed, or checkpoints that
+         * cannot be read, may be an unfinished run's. */
+        const st_status unseen = ls != ST_OK ? ls : fs == ST_ERR_IO || fs == ST_ERR_NOMEM ? fs : ST_OK;
+        if (unseen != ST_OK) {
             char why[1200];
             snprintf(why, sizeof why, "%s", st_last_error());
-            s = st_fail(fs,
-                        "%s. A new run in train.out_dir %s would set aside checkpoints it could not read, "
-                        "which may be an unfinished run's (nothing was written)",
-                        why, out);
-        } else if (ls !=
-                   ST_OK) { /* (no folder is none; one that cannot be listed may hold a run's checkpoints) */
-            char why[1200];
-            snprintf(why, sizeof why, "%s", st_last_error());
-            s = st_fail(ls,
-                        "%s. A new run in train.out_dir %s would save beside the checkpoints there that it "
-                        "cannot see, and prune them as its own (nothing was written)",
-                        why, out);
+            s = st_fail(unseen, "%s. A new run in train.out_dir %s would %s (nothing was written)", why, out,
+                        ls != ST_OK
+                            ? "save beside the checkpoints there that it cannot see, and prune them as "
+                              "its own"
+                            : "set aside checkpoints it could not read, which may be an unfinished "
+                              "run's");
         } else if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
             s = st_fail(
                 ST_ERR_CONFIG,
