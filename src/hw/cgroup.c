@@ -242,6 +242,7 @@ void st_hw_mem_limit_get(st_hw_mem_limit *out) {
     out->limit = out->headroom = out->smallest = out->proc_room = -1;
     out->by[0] = '\0';
     st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", out);
+    out->shared_headroom = out->headroom;
     int64_t lim, vm;
     if (!st_hw_address_space(&lim, &vm)) return;
     /* the address space counts every mapping: what is mapped already is

@@ -187,14 +187,12 @@ static st_status probe_memory(st_hw_info *h) {
     st_hw_mem_limit_get(&l);
     h->mem_shared = h->mem_avail;
     h->proc_room = l.proc_room < 0 ? 0 : l.proc_room > 0 ? l.proc_room : 1;
+    /* (the cgroup's part, shared by the node's ranks; the address space is each one's) */
+    if (l.shared_headroom >= 0 && l.shared_headroom < h->mem_shared) h->mem_shared = l.shared_headroom;
     if (l.headroom >= 0 && l.headroom < h->mem_avail) {
         h->mem_avail = l.headroom;
         snprintf(h->mem_limit_by, sizeof h->mem_limit_by, "%s", l.by);
     }
-    /* (the cgroup's part, shared by the node's ranks; the address space is each one's) */
-    st_hw_mem_limit cg = {.limit = -1, .smallest = -1, .headroom = -1, .proc_room = -1};
-    st_hw_mem_limit_cgroup("/proc/self/cgroup", "/proc/self/mountinfo", &cg);
-    if (cg.headroom >= 0 && cg.headroom < h->mem_shared) h->mem_shared = cg.headroom;
     if (l.smallest >= 0 && l.smallest < h->mem_total) h->mem_total = l.smallest;
     return ST_OK;
 }

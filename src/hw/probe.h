@@ -113,6 +113,8 @@ typedef struct st_hw_mem_limit {
                        * active and inactive, counted free), or less the address space mapped; -1: none */
     int64_t proc_room; /* bytes the address-space limit alone leaves this process (each process has its
                         * own, where a cgroup's is shared by the node's ranks); -1: none */
+    int64_t shared_headroom; /* bytes the cgroup's limits alone leave (the node's ranks share them); -1:
+                              * none (st_hw_mem_limit_get) */
     char by[224];     /* what sets it, for messages */
 } st_hw_mem_limit;
 

@@ -712,6 +712,13 @@ static st_status size_matches(const char *dir, const want_file *w, int64_t nbyte
                        w->name, (long long)nbytes, (long long)w->nbytes);
     return ST_OK;
 }
+/* The file w of dir (at path) there and of its size: ST_ERR_FORMAT when
+ * missing or another size, ST_ERR_IO when the storage does not say. */
+static st_status stat_matches(const char *dir, const want_file *w, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return open_failed(path, errno);
+    return size_matches(dir, w, (int64_t)sb.st_size);
+}
 static st_status file_matches(const char *dir, const want_file *w, uint32_t got, int64_t nbytes) {
     ST_TRY(size_matches(dir, w, nbytes));
     char hex[16];
@@ -876,9 +883,7 @@ static st_status check_files(const char *dir, const want_file *w, int n) {
     char path[PATH_CAP];
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
-        struct stat sb;
-        if (stat(path, &sb) != 0) return open_failed(path, errno);
-        ST_TRY(size_matches(dir, &w[i], (int64_t)sb.st_size));
+        ST_TRY(stat_matches(dir, &w[i], path));
         uint32_t got;
         int64_t nbytes;
         ST_TRY(st_crc32_file(path, &got, &nbytes)); /* (a read error: the storage's, ST_ERR_IO) */
@@ -1055,15 +1060,7 @@ static st_status verify_shared(const char *dir, const char *ckdir, st_ckpt_state
     char path[PATH_CAP];
     for (int i = 0; i < n && s == ST_OK; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, w[i].name);
-        struct stat sb;
-        if (stat(path, &sb) != 0) {
-            s = open_failed(path, errno);
-            break;
-        }
-        if ((int64_t)sb.st_size != w[i].nbytes) {
-            s = size_matches(dir, &w[i], (int64_t)sb.st_size);
-            break;
-        }
+        if ((s = stat_matches(dir, &w[i], path)) != ST_OK) break;
         int64_t lo, hi, got;
         st_crc32_piece(w[i].nbytes, world, rank, &lo, &hi);
         s = st_crc32_file_part(path, lo, hi, &crc[i], &got);
