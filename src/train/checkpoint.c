@@ -285,7 +285,7 @@ st_status st_ckpt_list(const char *ckdir, int64_t **out, int *n) {
 /* Rank 0's part: state.json (with every file's checksum), rename, `latest`,
  * prune. tmp holds the model and the optimizer files already. */
 static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, const char *ckdir,
-                             const char *tmp, ckpt_file *fl, int nf, char *saved, size_t size) {
+                             const char *tmp, ckpt_file *fl, int nf, bool *committed) {
     char final[PATH_CAP], path[PATH_CAP];
     snprintf(final, sizeof final, "%s/step-%lld", ckdir, (long long)state->step);
     /* The other ranks' shards, as this rank sees the directory: a train.out_dir
@@ -308,13 +308,13 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     remove_dir(final);
     if (rename(tmp, final) != 0)
         return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    *committed = true; /* whole from here: find_latest takes a folder newer than `latest` */
     ST_TRY(st_fsync_dir(ckdir));
     snprintf(path, sizeof path, "%s/latest", ckdir);
     st_atomic_file af;
     ST_TRY(st_atomic_open(&af, path));
     fprintf(af.fp, "step-%lld\n", (long long)state->step);
     ST_TRY(st_atomic_commit(&af));
-    if (saved) snprintf(saved, size, "%s", final);
     sweep_tmp(ckdir, state->step);
     if (cfg->train.keep_checkpoints > 0) {
         int64_t *steps;
@@ -544,14 +544,20 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
             free(all);
         }
     }
+    bool committed = false;
     if (s == ST_OK && j->rank == 0)
-        s = finish_save(j->cfg, &j->st, j->ckdir, j->tmp, j->fl, j->world + 1, saved, size);
-    if (s != ST_OK && j->rank == 0) remove_dir(j->tmp);
-    /* The others learn whether the checkpoint exists (and its name). */
+        s = finish_save(j->cfg, &j->st, j->ckdir, j->tmp, j->fl, j->world + 1, &committed);
+    if (s != ST_OK && !committed && j->rank == 0) remove_dir(j->tmp);
+    /* The others learn whether the checkpoint exists (its folder was renamed:
+     * a failure after that, of `latest`, leaves it whole) and the outcome. */
     if (j->dist) {
-        ST_TRY(st_agree_status(j->comm, s, "checkpoint"));
-        if (saved && j->rank != 0) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
+        int64_t v[2] = {s, committed};
+        ST_TRY(st_comm_all_reduce_sync(j->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint"));
+        committed = v[1] != 0;
+        if (s == ST_OK && v[0] != ST_OK)
+            s = st_fail(ST_ERR_IO, "checkpoint failed on another rank (its error is in its output)");
     }
+    if (saved && committed) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
     return s;
 }
 

@@ -69,8 +69,11 @@ double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_opti
 
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
  * `latest` at it, and keep only the newest `keep` (0 = keep all). The
- * directory's path goes to saved (size bytes). A failure leaves the previous
- * checkpoints and `latest` as they were. In a distributed run (lay->world > 1)
+ * directory's path goes to saved (size bytes) once it is committed (its
+ * folder renamed into place), on every rank. A failure before that leaves
+ * saved, the previous checkpoints and `latest` as they were; one after it
+ * (`latest`, the folder's fsync) fails with saved naming the checkpoint,
+ * which is whole (--resume auto takes it). In a distributed run (lay->world > 1)
  * every rank calls it: rank 0 (or, sharded, every rank) writes, and every rank
  * returns the same outcome; their waits have st_ckpt_wait_limit. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
@@ -92,7 +95,8 @@ st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st
 bool st_ckpt_async_busy(const st_ckpt_async *a);
 /* The step being saved, or -1. */
 int64_t st_ckpt_async_step(const st_ckpt_async *a);
-/* Wait for the writer and commit; *a becomes NULL. saved: the directory;
+/* Wait for the writer and commit; *a becomes NULL. saved: the directory, as
+ * st_ckpt_save's (set when committed, even if what follows fails);
  * write_s (may be NULL): how long this rank's writer took. */
 st_status st_ckpt_async_finish(st_ckpt_async **a, char *saved, size_t size, double *write_s);
 /* On an error path (no collective): wait for the writer and drop it. */

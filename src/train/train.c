@@ -863,8 +863,15 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     return ST_OK;
 }
 
-/* A checkpoint that failed (a full disk, say): what is left, and what to do. */
-static st_status save_failed(st_status s, const st_config *c, int64_t step) {
+/* A checkpoint that failed (a full disk, say): what is left, and what to do.
+ * saved: the checkpoint's folder when it was committed before the failure
+ * (st_ckpt_save), else "". */
+static st_status save_failed(st_status s, const st_config *c, int64_t step, const char *saved) {
+    if (saved[0])
+        return st_fail_context(s,
+                               "the checkpoint of step %lld is whole in %s and --resume auto continues from it, "
+                               "but its save did not finish: ",
+                               (long long)step, saved);
     return st_fail_context(s,
                            "the checkpoint of step %lld was not saved; those before it in %s/ckpt are whole "
                            "(once this is fixed, --resume auto continues from the latest): ",
@@ -881,8 +888,9 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
     const double t0 = st_now();
     double write_s = 0;
+    r->checkpoint[0] = '\0'; /* (set once committed) */
     st_status s = st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, &write_s);
-    if (s != ST_OK) return save_failed(s, ses->cfg, saved);
+    if (s != ST_OK) return save_failed(s, ses->cfg, saved, r->checkpoint);
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
     if (ses->rank != 0) return ST_OK;
@@ -1039,7 +1047,9 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     }
     if (*pending && !alone) {
         const int64_t step = st_ckpt_async_step(*pending);
-        if (st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL) == ST_OK) {
+        r->checkpoint[0] = '\0'; /* (set once committed) */
+        const st_status f = st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL);
+        if (f == ST_OK || r->checkpoint[0]) { /* committed (a failure after it: `latest` behind) */
             saved = step;
             NOTE("the checkpoint of step %lld being written was committed to %s", (long long)step,
                  r->checkpoint);
@@ -1815,8 +1825,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 pending_stall = st_now() - t_ck;
                 st_trace_end(trace, &mark);
             } else {
+                r->checkpoint[0] = '\0'; /* (set once committed) */
                 if ((s = st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint)) != ST_OK) {
-                    save_failed(s, c, ck.step);
+                    save_failed(s, c, ck.step, r->checkpoint);
                     goto fail;
                 }
                 st_trace_end(trace, &mark);

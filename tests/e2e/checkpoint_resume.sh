@@ -208,6 +208,21 @@ out=$(timeout 60 "$bin" train "${loud[@]}" --set train.checkpoint_every=2 --set 
     fail "read eio: the resume once the file reads: $out"
 grep -q "^resumed from $r/ckpt/step-4 at step 4$" <<<"$out" || fail "read eio: not resumed from step-4: $out"
 echo "a checkpoint file the storage does not read: an error naming it, nothing passed over or moved; then resumed from it"
+# A save that fails after its commit (the folder renamed into place; then
+# `latest` is not written): the error says the checkpoint is whole and the
+# resume takes it (it said "was not saved"), and --resume auto does.
+r=$d/lt
+out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_WRITE_EIO=/ckpt/latest.tmp timeout 60 "$bin" train "${args[@]}" \
+    --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$r" 2>&1) &&
+    fail "latest eio: the run went on: $out"
+grep -q "the checkpoint of step 2 is whole in $r/ckpt/step-2 and --resume auto continues from it, but its save did not finish: $r/ckpt/latest.tmp.[0-9]*: cannot create: Input/output error" <<<"$out" ||
+    fail "latest eio: the error does not say the checkpoint is whole: $out"
+grep -q "not saved" <<<"$out" && fail "latest eio: the error says not saved: $out"
+[ -f "$r/ckpt/step-2/state.json" ] && [ ! -e "$r/ckpt/latest" ] || fail "latest eio: $(ls "$r/ckpt")"
+out=$(timeout 60 "$bin" train "${loud[@]}" --set train.steps=4 --set train.checkpoint_every=2 \
+    --set train.out_dir="$r" --resume auto 2>&1) || fail "latest eio: the resume: $out"
+grep -q "^resumed from $r/ckpt/step-2 at step 2$" <<<"$out" || fail "latest eio: not resumed from step-2: $out"
+echo "a save that fails after its commit: the error says the checkpoint is whole; the resume takes it"
 # --init with --resume (one command line for every restart of a fine-tuning
 # job): the checkpoint's weights, --init not read (said); the bytes of 6
 # steps from --init.

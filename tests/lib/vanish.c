@@ -7,7 +7,10 @@
  * - opendir of a path ending in $ST_VANISH_EIO fails with EIO (a network
  *   file system's error on a folder that is there);
  * - open and fopen of a path ending in $ST_VANISH_READ_EIO fail with EIO
- *   (a file there that the storage does not read).
+ *   (a file there that the storage does not read);
+ * - fopen for writing of a path holding $ST_VANISH_WRITE_EIO anywhere fails
+ *   with EIO (a file the storage does not create; temporary files end in
+ *   the process's id).
  * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
  * builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
@@ -31,7 +34,8 @@ FILE *fopen(const char *path, const char *mode) {
     static FILE *(*real)(const char *, const char *);
     static int done;
     if (!real) real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
-    if (ends_with(path, "ST_VANISH_READ_EIO")) {
+    const char *w = getenv("ST_VANISH_WRITE_EIO");
+    if (ends_with(path, "ST_VANISH_READ_EIO") || (w && *w && path && strchr(mode, 'w') && strstr(path, w))) {
         errno = EIO;
         return NULL;
     }
