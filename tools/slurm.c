@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -173,15 +174,21 @@ int st_cmd_slurm(int argc, char **argv) {
                 tasks, gpus);
         ok = false;
     }
-    if (ok && time_limit && !valid_time(time_limit)) {
-        fprintf(stderr, "scaletrain slurm: --time %s: want HH:MM:SS (or D-HH:MM:SS, MM)\n", time_limit);
+    /* SLURM's "no limit" (0, UNLIMITED, INFINITE: the partition's own
+     * limit, if it has one, still applies, and the stop comes before it) */
+    const bool no_limit = time_limit && (!strcmp(time_limit, "0") || !strcasecmp(time_limit, "unlimited") ||
+                                         !strcasecmp(time_limit, "infinite"));
+    if (ok && time_limit && !no_limit && !valid_time(time_limit)) {
+        fprintf(stderr,
+                "scaletrain slurm: --time %s: want HH:MM:SS (or D-HH:MM:SS, MM; UNLIMITED for none)\n",
+                time_limit);
         ok = false;
     }
     /* The stop comes `lead` s before the limit: 120, or a quarter of a
      * limit under 8 minutes (a job stopped as it starts would be requeued
      * to be stopped again, a step gained each time) */
     long lead = 120;
-    if (ok && time_limit) {
+    if (ok && time_limit && !no_limit) {
         const long limit = time_seconds(time_limit);
         if (limit < 60) {
             fprintf(stderr,

@@ -182,6 +182,10 @@ done
 expect 2 "--time 0:30 is 30 s: too short" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 0:30
 expect 0 "#SBATCH --signal=TERM@75" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 5
 expect 0 "#SBATCH --signal=TERM@120" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time 1-0
+# SLURM's "no limit" forms are taken as SLURM takes them (they were refused as malformed)
+for t in 0 UNLIMITED infinite; do
+    expect 0 "#SBATCH --time=$t" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
+done
 # a % in the working directory (SLURM reads %j in the log's path, under it): refused
 mkdir -p "$tmp/pc%j" && cp "$tmp/batch.yaml" "$tmp/pc%j/"
 expect 1 "holds a quote, a line end or a %" sh -c "cd \"$tmp/pc%j\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
