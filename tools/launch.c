@@ -36,6 +36,7 @@
 #include "cli.h"
 #include "core/device.h"
 #include "core/ticker.h"
+#include "core/watch.h"
 #include "hw/probe.h"
 #include "launch.h"
 
@@ -327,8 +328,20 @@ int st_cmd_launch(int argc, char **argv) {
      * writer threads: nothing it does waits on its output. */
     st_launch_out *out = st_launch_out_start(output_timeout);
     if (n < 0) { /* -n auto: a rank per GPU of this node, else one */
-        char why[256] = "";
+        char why[256] = "", who[64];
+        /* A driver that never answers would hold the launch, and a batch job
+         * with it, for good: the limit is the ranks' own for their first wait
+         * on the GPU, train.device_timeout_s (as the command's --set gives it) */
+        double limit = 600;
+        for (int k = i + 1; k + 1 < argc; k++)
+            if (!strcmp(argv[k], "--set") && !strncmp(argv[k + 1], "train.device_timeout_s=", 23))
+                limit = strtod(argv[k + 1] + 23, NULL);
+        snprintf(who, sizeof who, "scaletrain launch (pid %d)", (int)getpid());
+        st_watch *w = st_watch_one(limit, who, "train.device_timeout_s", ST_WATCH_GPU,
+                                   "nothing was started; -n N starts N ranks without counting the GPUs",
+                                   "counting this node's GPUs for -n auto");
         const int gpus = st_device_cuda_count(why, sizeof why);
+        st_watch_stop(w);
         n = gpus > 0 ? gpus : 1;
         if (gpus > 0)
             st_launch_sayf(out, "scaletrain launch: -n auto: %d rank%s, one per GPU of this node\n", gpus,

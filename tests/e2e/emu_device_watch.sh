@@ -8,7 +8,8 @@
 # --resume auto and finishes. A run that does not hang is not ended, nor is
 # one whose process is stopped (SIGSTOP) for longer than the timeout while it
 # trains: that time is not the device's. A GPU that does not answer when the
-# run opens it ends the process the same way, and so does one whose NVML
+# run opens it ends the process the same way (and `launch -n auto`'s count
+# of the GPUs), and so does one whose NVML
 # readings (the GPU monitor's, on logged steps) never return.
 # tests/run.sh passes it the emulator's build folder; given any other build it skips.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -39,6 +40,18 @@ out=$(ST_CUDAEMU_HANG_OPEN=1 timeout -k 10 60 "$bin" "${tr[@]}" --set train.step
 [ $rc -eq 1 ] || fail "a GPU hung at start-up: exit $rc (want 1): $(tail -n 3 <<<"$out")"
 grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and opening the GPU \(train.device\) has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering" <<<"$out" &&
     echo "a GPU hung at start-up: exit 1, naming the wait" || fail "a GPU hung at start-up: no message naming it: $out"
+# The same GPU under `launch -n auto`, which counts the node's GPUs before
+# starting anything: the launcher ends, naming the count and the limit the
+# command's --set gives (it waited for good, and a batch job with it).
+if command -v mpirun >/dev/null; then
+    out=$(ST_CUDAEMU_HANG_OPEN=1 timeout -k 10 60 "$bin" launch -n auto "${tr[@]}" --set train.steps=4 \
+        --set train.out_dir="$tmp/launch" 2>&1); rc=$?
+    [ $rc -eq 1 ] && [ ! -e "$tmp/launch" ] || fail "launch -n auto, GPU hung: exit $rc (want 1, nothing started): $out"
+    grep -qE "^scaletrain: scaletrain launch \(pid [0-9]+\): counting this node's GPUs for -n auto has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering.*nothing was started; -n N starts N ranks without counting the GPUs" <<<"$out" &&
+        echo "launch -n auto, GPU hung: exit 1, naming the count" || fail "launch -n auto, GPU hung: $out"
+else
+    echo "launch -n auto part skipped: mpirun is missing"
+fi
 
 # NVML's readings never return (tests/lib/hung_nvml.c as libnvidia-ml.so.1,
 # first on LD_LIBRARY_PATH): the monitor's wait is the device's.
