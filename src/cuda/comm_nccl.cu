@@ -51,6 +51,21 @@ typedef struct nccl_comm {
 
 static nccl_comm *impl(const st_comm *c) { return (nccl_comm *)c->impl; }
 
+/* A failed communicator is aborted at once, from the thread that owns it
+ * (NCCL's rule on an error): its kernels still queued on the communication
+ * stream, waiting for a peer that is gone, end only then, and the run's
+ * clean-up (cudaFree, a stream's synchronize) would otherwise wait on them
+ * for good, its error never said. The watchdog's thread leaves it to the
+ * job's end (nccl_abort). */
+static st_status abort_failed(st_comm *c, st_status s) {
+    nccl_comm *m = impl(c);
+    if (m->nccl && pthread_equal(pthread_self(), m->owner)) {
+        ncclCommAbort(m->nccl);
+        m->nccl = NULL;
+    }
+    return s;
+}
+
 static st_status nccl_fail(st_comm *c, const st_comm_req *r, ncclResult_t rc, const char *call) {
     nccl_comm *m = impl(c);
     const char *last = ncclGetLastError(m->nccl);
@@ -61,14 +76,16 @@ static st_status nccl_fail(st_comm *c, const st_comm_req *r, ncclResult_t rc, co
                            ? " (another rank may have died or lost its network; see its message)"
                            : "";
     const bool more = last && *last;
-    return st_comm_fail(c, r, ST_ERR_IO, "%s failed on %s: %s%s%s%s%s%s", call, m->dev->name,
-                        ncclGetErrorString(rc), more ? " (" : "", more ? last : "", more ? ")" : "", hint,
-                        rc == ncclUnhandledCudaError ? st_cuda_lost_hint(cudaSuccess) : "");
+    return abort_failed(c, st_comm_fail(c, r, ST_ERR_IO, "%s failed on %s: %s%s%s%s%s%s", call, m->dev->name,
+                                        ncclGetErrorString(rc), more ? " (" : "", more ? last : "",
+                                        more ? ")" : "", hint,
+                                        rc == ncclUnhandledCudaError ? st_cuda_lost_hint(cudaSuccess) : ""));
 }
 
 static st_status cuda_fail(st_comm *c, const st_comm_req *r, cudaError_t e, const char *call) {
-    return st_comm_fail(c, r, ST_ERR_INTERNAL, "%s failed on %s: %s (%s)%s", call, impl(c)->dev->name,
-                        cudaGetErrorString(e), cudaGetErrorName(e), st_cuda_lost_hint(e));
+    return abort_failed(c, st_comm_fail(c, r, ST_ERR_INTERNAL, "%s failed on %s: %s (%s)%s", call,
+                                        impl(c)->dev->name, cudaGetErrorString(e), cudaGetErrorName(e),
+                                        st_cuda_lost_hint(e)));
 }
 
 #define CU_TRY(call)                                                                                         \
@@ -82,6 +99,7 @@ static st_status cuda_fail(st_comm *c, const st_comm_req *r, cudaError_t e, cons
 static st_status settle(st_comm *c, const st_comm_req *r, const char *call) {
     nccl_comm *m = impl(c);
     for (;;) {
+        if (!m->nccl) return st_comm_fail(c, r, ST_ERR_INTERNAL, "the NCCL communicator was aborted");
         ncclResult_t st = ncclSuccess, e = ncclCommGetAsyncError(m->nccl, &st);
         if (e != ncclSuccess) return nccl_fail(c, r, e, "ncclCommGetAsyncError");
         if (st == ncclSuccess) return ST_OK;
@@ -250,7 +268,7 @@ static st_status poll_once(st_comm *c, bool *moved, int *running) {
         st_comm_req_done(c, r); /* takes it off pending[]: the next one is at i now */
         *moved = true;
     }
-    if (oldest) { /* still running: has NCCL seen a failure (a peer gone, the network)? */
+    if (oldest && m->nccl) { /* still running: has NCCL seen a failure (a peer gone, the network)? */
         ncclResult_t st = ncclSuccess, e = ncclCommGetAsyncError(m->nccl, &st);
         if (e != ncclSuccess) return nccl_fail(c, oldest, e, "ncclCommGetAsyncError");
         if (st != ncclSuccess && st != ncclInProgress) return nccl_fail(c, oldest, st, "the collective");
@@ -279,12 +297,8 @@ static void nccl_describe_missing(st_comm *c, uint64_t seq, char *buf, size_t ca
 /* ncclCommAbort only from the thread that owns the communicator: the
  * watchdog's thread leaves it to the job's end (boot's MPI_Abort). */
 static void nccl_abort(st_comm *c, int code) {
-    nccl_comm *m = impl(c);
-    if (m->nccl && pthread_equal(pthread_self(), m->owner)) {
-        ncclCommAbort(m->nccl);
-        m->nccl = NULL;
-    }
-    m->boot->ops->abort(m->boot, code);
+    abort_failed(c, ST_OK);
+    impl(c)->boot->ops->abort(impl(c)->boot, code);
 }
 
 static void nccl_free(st_comm *c) {
@@ -301,7 +315,7 @@ static void nccl_free(st_comm *c) {
             st_status s = nccl_check(c, NULL, rc, "ncclCommFinalize");
             st_comm_watch_end(c, &watch);
             if (s == ST_OK) ncclCommDestroy(m->nccl);
-            else ncclCommAbort(m->nccl);
+            else if (m->nccl) ncclCommAbort(m->nccl); /* (nccl_fail aborted it already) */
         }
         m->nccl = NULL;
     }

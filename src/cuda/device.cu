@@ -308,7 +308,10 @@ extern "C" st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out) {
     }
     if (!nbytes) nbytes = 256;
     cudaError_t e = cudaMalloc(out, nbytes);
-    if (e != cudaSuccess) return out_of_memory(d, nbytes);
+    if (e == cudaErrorMemoryAllocation) return out_of_memory(d, nbytes);
+    /* (another error is no room's: a kernel's fault, sticky, answers every later call; its
+     * remedies are not a smaller batch's) */
+    if (e != cudaSuccess) return st_cuda_fail(d, e, "cudaMalloc", __FILE__, __LINE__);
     d->blocks[d->n_blocks].p = *out;
     d->blocks[d->n_blocks].nbytes = nbytes;
     d->n_blocks++;
