@@ -32,6 +32,7 @@
 #include <nccl.h>
 extern "C" {
 #include "comm/comm_impl.h"
+#include "core/ticker.h"
 #include "libs.h"
 }
 
@@ -401,6 +402,17 @@ static st_status nccl_init(st_comm *c, void *arg) {
         s = nccl_check(c, NULL, rc, "ncclCommInitRankConfig");
     }
     st_comm_watch_end(c, &watch);
+    /* A rank whose start failed early (its network, say) says why now: the
+     * others may still wait in NCCL's start for it, reach the agreement only
+     * when the watchdog ends the job after dist.timeout_s, and this rank's
+     * reason would be lost with it. */
+    if (s != ST_OK && c->size > 1) {
+        char line[ST_COMM_ERR_MAX + 192];
+        snprintf(line, sizeof line,
+                 "scaletrain: %s; the other ranks may wait for it in NCCL's start-up until dist.timeout_s\n",
+                 st_last_error());
+        st_ticker_say(line);
+    }
     /* Every rank learns whether every rank got there. */
     int64_t ok = s == ST_OK;
     st_status sa = st_comm_all_reduce_sync(a->boot, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN, "NCCL start-up agreement");

@@ -7,7 +7,8 @@
 #  1. tests/mpi/nccl_check on 2 ranks: every collective of
 #     src/cuda/comm_nccl.cu between the ranks gives the expected values; and
 #     with both ranks on one device the start-up fails on both with NCCL's
-#     reason (the emulator refuses it as NCCL does), neither left waiting.
+#     reason (the emulator refuses it as NCCL does), neither left waiting,
+#     each saying its reason as it fails.
 #  2. Training, the mlp on Fashion-MNIST, 8 steps of SGD with momentum, global
 #     batch 32, small gradient buckets (several per step, all-reduced through
 #     NCCL on the communication stream during backward): 2 ranks on 2
@@ -44,6 +45,10 @@ out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" 2>&1) || fail "nccl_check 
 grep -q "every collective gave the expected values" <<<"$out" || fail "nccl_check said: $out"
 out=$("${mpi[@]}" -np 2 "$build/tests/mpi/nccl_check" same-device 2>&1) || fail "nccl_check same-device: $out"
 grep -q "Duplicate GPU detected" <<<"$out" || fail "two ranks on one device refused without NCCL's reason: $out"
+# (each says its reason as it fails, before the agreement: where the other ranks wait in NCCL's start for
+# it, the agreement comes only with the watchdog's end of the job, and the reason would be lost)
+[ "$(grep -c "^scaletrain: rank [01] of 2 (host [^)]*): ncclCommInitRankConfig failed on .*Duplicate GPU detected.*; the other ranks may wait for it in NCCL's start-up until dist.timeout_s$" <<<"$out")" = 2 ] ||
+    fail "two ranks on one device: each rank's reason not said as it failed: $out"
 
 common=(--set train.steps=8 --set train.threads=1 --set data.num_workers=0 --set data.val=
         --set model.type=mlp --set model.hidden=[64,32] --set train.batch_size=32
