@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,17 +184,26 @@ static int inspect_npy(const char *path) {
     for (int i = 0; i < a.ndim; i++)
         printf("%s%lld", i ? ", " : "", (long long)a.dims[i]);
     printf("]");
-    double lo = 0, hi = 0; /* the value range: for labels, the classes */
+    double lo = 0, hi = 0, first_bad = 0; /* the value range (finite values): for labels, the classes */
+    int64_t finite = 0, bad = 0, bad_at = -1;
     for (int64_t i = 0; i < a.count; i++) {
         double v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
                    : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
                    : a.dtype == ST_NPY_I64 ? (double)((const int64_t *)a.data)[i]
                    : a.dtype == ST_NPY_F32 ? ((const float *)a.data)[i]
                                            : ((const double *)a.data)[i];
-        if (i == 0 || v < lo) lo = v;
-        if (i == 0 || v > hi) hi = v;
+        if (!isfinite(v)) { /* (a NaN compares false: it would hide in the range, or be all of it) */
+            if (!bad++) bad_at = i, first_bad = v;
+            continue;
+        }
+        if (!finite++ || v < lo) lo = v;
+        if (finite == 1 || v > hi) hi = v;
     }
-    if (a.count) printf(", values %g..%g", lo, hi);
+    if (finite) printf(", values %g..%g", lo, hi);
+    if (bad)
+        printf(", %lld value%s not finite (the first, %g, at element %lld): training refuses them (inputs and "
+               "labels must be finite)",
+               (long long)bad, bad == 1 ? "" : "s", first_bad, (long long)bad_at);
     printf("\n");
     st_npy_free(&a);
     return ST_EXIT_OK;

@@ -47,6 +47,8 @@ np.save(f"{d}/short_y.npy", np.zeros(255, dtype=np.int64))
 bad = np.zeros(256, dtype=np.int64); bad[17] = 5
 np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
+np.save(f"{d}/nan_mid.npy", np.array([[0, 1, np.nan], [0.5, np.inf, 0.25]], dtype=np.float32))
+np.save(f"{d}/nan_first.npy", np.array([np.nan, 2, 3], dtype=np.float64))
 np.save(f"{d}/valf_x.npy", np.load(f"{d}/val_x.npy").astype(np.float32))  # the same pixels as floats 0..255
 np.save(f"{d}/dim_x.npy", np.load(f"{d}/train_x.npy") // 2)  # other statistics
 np.save(f"{d}/r416_x.npy", np.load(f"{d}/train_x.npy").reshape(256, 4, 16))  # as many values, another shape
@@ -63,6 +65,13 @@ out=$("$bin" data inspect "$tmp/rgb_x.npy" 2>&1) || fail "data inspect rgb_x.npy
 out=$("$bin" data inspect "$tmp/bad_y.npy" 2>&1) || fail "data inspect bad_y.npy: $out"
 [[ "$out" == *"int64, shape [256], values 0..5"* ]] || fail "data inspect bad_y.npy: $out"
 echo "data inspect: $out"
+# values that are not finite, which training refuses, are said (a NaN inside hid in the range; a first
+# one made the range nan..nan)
+out=$("$bin" data inspect "$tmp/nan_mid.npy" 2>&1) || fail "data inspect nan_mid.npy: $out"
+[[ "$out" == *"shape [2, 3], values 0..1, 2 values not finite (the first, nan, at element 2): training refuses them"* ]] ||
+    fail "data inspect nan_mid.npy: $out"
+out=$("$bin" data inspect "$tmp/nan_first.npy" 2>&1) || fail "data inspect nan_first.npy: $out"
+[[ "$out" == *"values 2..3, 1 value not finite (the first, nan, at element 0)"* ]] || fail "data inspect nan_first.npy: $out"
 head -c 100 "$tmp/rgb_x.npy" >"$tmp/cut.npy"
 out=$("$bin" data inspect "$tmp/cut.npy" 2>&1) && fail "data inspect of a truncated .npy succeeded"
 [[ "$out" == *"cut.npy"*"truncated"* ]] || fail "data inspect cut.npy: $out"
