@@ -123,6 +123,12 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
             }
             if (one) *one = argv[i + 1];
             i++;
+        } else if ((strcmp(a, "--json") == 0 || strcmp(a, "--quiet") == 0) && strcmp(cmd, "train") != 0 &&
+                   strcmp(cmd, "eval") != 0 && strcmp(cmd, "slurm") != 0) {
+            /* (it was taken and did nothing: check --json printed text; slurm passes it on to train) */
+            fprintf(stderr, "scaletrain %s: %s is an option of scaletrain train and eval%s\n", cmd, a,
+                    !strcmp(cmd, "plan") && !strcmp(a, "--quiet") ? " (plan takes --json)" : "");
+            return ST_EXIT_USAGE;
         } else if (strcmp(a, "--json") == 0) {
             opts->json = true;
         } else if (strcmp(a, "--quiet") == 0) {

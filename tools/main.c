@@ -20,7 +20,7 @@ static const struct {
     {"sample",
      "  sample [CONFIG.yaml] --init WEIGHTS [--prompt TEXT | --prompt-file F | --prompt-ids I,J,...]\n"
      "        [--tokens N] [--samples N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-     "        [--stop-id I] [--tokenizer FILE] [--json] [--quiet]\n"
+     "        [--stop-id I] [--tokenizer FILE] [--set key=value]... [--no-graph] [--json] [--quiet]\n"
      "                      continue a prompt with a trained gpt (its weights say its shape)\n"},
     {"launch", "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"},
@@ -63,7 +63,7 @@ static bool command_help(const char *cmd, int argc, char **argv) {
         if (!strcmp(a, "--set") || !strcmp(a, "--init") || !strcmp(a, "--resume") ||
             !strcmp(a, "--profile") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--jobs") ||
             (!strcmp(cmd, "sample") && !strncmp(a, "--", 2) && strcmp(a, "--json") && strcmp(a, "--quiet") &&
-             strcmp(a, "--help"))) {
+             strcmp(a, "--no-graph") && strcmp(a, "--help"))) {
             i++; /* (a value, even one that reads --help) */
             continue;
         }

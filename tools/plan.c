@@ -178,9 +178,10 @@ int st_cmd_plan(int argc, char **argv) {
         else
             rest[nrest++] = argv[i];
     }
-    if ((nodes < 0 || nodes > 100000) || eff < 0 || eff > 1) {
-        fprintf(stderr, "scaletrain plan: --nodes takes a whole number from 1 to 100000 and --efficiency a "
-                        "number in (0, 1]\n");
+    if ((nodes < 0 || nodes > 100000) || eff < 0 || eff > 1) { /* (named: which of the two was wrong) */
+        fprintf(stderr, "scaletrain plan: %s\n",
+                nodes < 0 || nodes > 100000 ? "--nodes takes a whole number from 1 to 100000"
+                                            : "--efficiency takes a number in (0, 1]");
         free(rest);
         return ST_EXIT_USAGE;
     }
@@ -255,6 +256,14 @@ int st_cmd_plan(int argc, char **argv) {
         c += len + (c[len] == ',');
         for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';)
             item[--e] = '\0';
+        if (!item[0]) { /* (a stray comma: it was "unknown hardware ''") */
+            s = st_fail(
+                ST_ERR_CONFIG,
+                "--hw %s: entry %d of %d is empty; give N x NAME entries split by single commas (e.g. "
+                "8xH100,4xL40S)",
+                hw_list, i + 1, n);
+            goto fail;
+        }
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
         if (strcasecmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;

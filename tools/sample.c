@@ -334,9 +334,12 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
             a->no_graph = true;
             continue;
         }
-        if (k == N_OPTS) { /* CONFIG, --set, --init, --json, --quiet: the run options' parser's */
+        if (k == N_OPTS && (!strcmp(o, "--json") || !strcmp(o, "--quiet"))) {
             a->json |= !strcmp(o, "--json");
             a->quiet |= !strcmp(o, "--quiet");
+            continue;
+        }
+        if (k == N_OPTS) { /* CONFIG, --set, --init: the run options' parser's */
             rest[nrest++] = argv[i];
             if ((!strcmp(o, "--set") || !strcmp(o, "--init")) && v) rest[nrest++] = argv[++i];
             continue;

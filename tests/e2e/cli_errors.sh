@@ -166,9 +166,21 @@ expect 2 "--output-timeout 0: want seconds > 0" "$bin" launch -n 2 --output-time
 expect 2 "--output-timeout 5x: want seconds > 0" "$bin" launch -n 2 --output-timeout 5x true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 # plan's numbers whole or refused (atoi had read --nodes 2x as 2 and --nodes abc as the default)
-for a in "--nodes abc" "--nodes 2x" "--nodes 0" "--efficiency abc" "--efficiency 0" "--efficiency 1.5"; do
-    expect 2 "--nodes takes a whole number from 1 to 100000 and --efficiency a number in (0, 1]" "$bin" plan $a
+for a in "--nodes abc" "--nodes 2x" "--nodes 0"; do
+    expect 2 "--nodes takes a whole number from 1 to 100000" "$bin" plan $a
 done
+for a in "--efficiency abc" "--efficiency 0" "--efficiency 1.5"; do
+    expect 2 "--efficiency takes a number in (0, 1]" "$bin" plan $a
+done
+# an empty --hw entry (a stray comma) is named as such (it was "unknown hardware ''")
+expect 1 "--hw 8xH100,: entry 2 of 2 is empty" "$bin" plan --set model.type=mlp --hw "8xH100,"
+expect 1 "--hw 8xH100,,4xL40S: entry 2 of 3 is empty" "$bin" plan --set model.type=mlp --hw "8xH100,,4xL40S"
+# --json and --quiet are train's and eval's: elsewhere they were taken and did nothing (check --json printed text)
+expect 2 "check: --json is an option of scaletrain train and eval" "$bin" check --json
+expect 2 "plan: --quiet is an option of scaletrain train and eval (plan takes --json)" "$bin" plan --quiet
+expect 2 "bench: --json is an option of scaletrain train and eval" "$bin" bench --json
+# sample's --help after a flag without a value (--no-graph was read as taking one: "unknown option '--help'")
+expect 0 "--no-graph" "$bin" sample --no-graph --help
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
 printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"
 expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bin" slurm "$tmp/batch.yaml" --nodes 3 --gpus-per-node 1
