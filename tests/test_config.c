@@ -433,11 +433,11 @@ static void expect_data(const char *const *sets, int n, const char *needle, cons
         CHECK_OK(st_config_set(&c, sets[i]));
     CHECK_OK(st_config_validate(&c));
     if (!needle) {
-        CHECK_OK(st_config_validate_data(&c));
+        CHECK_OK(st_config_validate_data(&c, false));
         return;
     }
-    CHECK_FAILS(st_config_validate_data(&c), ST_ERR_CONFIG, needle);
-    CHECK_FAILS(st_config_validate_data(&c), ST_ERR_CONFIG, needle2);
+    CHECK_FAILS(st_config_validate_data(&c, false), ST_ERR_CONFIG, needle);
+    CHECK_FAILS(st_config_validate_data(&c, false), ST_ERR_CONFIG, needle2);
 }
 
 #define DATA(needle, needle2, ...)                                                                           \
@@ -462,6 +462,17 @@ static void test_validate_data(void) {
     DATA("data.val_labels (/usr/share", "validation labels .npy file", "data.type=npy", "data.train=x.npy",
          "data.train_labels=y.npy", "data.val=vx.npy");
     DATA(NULL, NULL, "data.type=npy", "data.train=x.npy", "data.train_labels=y.npy", "data.val=");
+    /* an evaluation of tokens reads data.val alone: data.train is not asked for (it was refused) */
+    st_config c;
+    st_config_defaults(&c);
+    CHECK_OK(st_config_set(&c, "model.type=gpt"));
+    CHECK_OK(st_config_set(&c, "data.type=tokens"));
+    CHECK_OK(st_config_set(&c, "data.val=v.tokens"));
+    CHECK_OK(st_config_validate_data(&c, true));
+    CHECK_FAILS(st_config_validate_data(&c, false), ST_ERR_CONFIG, "set data.train to the token file");
+    CHECK_OK(st_config_set(&c, "data.val_split=0.1")); /* (held out of data.train: it is read) */
+    CHECK_OK(st_config_set(&c, "data.val="));
+    CHECK_FAILS(st_config_validate_data(&c, true), ST_ERR_CONFIG, "set data.train to the token file");
 }
 
 static void test_print(void) {

@@ -171,7 +171,8 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
     }
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
     const bool reads_data = !strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "slurm");
-    if (reads_data && (s = st_config_validate_data(cfg)) != ST_OK) return st_cli_error(s);
+    if (reads_data && (s = st_config_validate_data(cfg, !strcmp(cmd, "eval"))) != ST_OK)
+        return st_cli_error(s);
     /* Under `scaletrain launch` a rank's stdout is mpirun's pseudo-terminal
      * even when the launcher's own output goes to a file or a pipe: the
      * launcher says which (launch.c), and a bar is drawn only on a terminal. */

@@ -443,7 +443,8 @@ static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_h
 
 static void check_data(report *r, const st_config *c) {
     const bool tokens = !strcmp(c->data.type, "tokens");
-    if (st_config_validate_data(c) != ST_OK) { /* a data path left at Fashion-MNIST's for another data.type */
+    if (st_config_validate_data(c, false) !=
+        ST_OK) { /* a data path left at Fashion-MNIST's for another data.type */
         line(r, "FAIL", "data", "%s", st_last_error());
         return;
     }

@@ -157,8 +157,10 @@ st_status st_config_set(st_config *c, const char *assignment);
 /* Cross-key checks after loading and overrides (e.g. n_embd divisible by n_head). */
 st_status st_config_validate(const st_config *c);
 /* The data paths against data.type (a non-idx type with a path left at its
- * Fashion-MNIST default): for the commands that read the data. */
-st_status st_config_validate_data(const st_config *c);
+ * Fashion-MNIST default): for the commands that read the data. eval_only:
+ * an evaluation, which reads no training tokens (data.val given, no
+ * data.val_split): data.train is not asked for. */
+st_status st_config_validate_data(const st_config *c, bool eval_only);
 
 /* Can train.batch_size be split over `world` ranks: a multiple of world
  * and, where train.micro_batch_size is given (not auto), of

@@ -546,13 +546,16 @@ st_status st_config_validate(const st_config *c) {
  * which the reader would only report once the run had started, without
  * naming the key. For the commands that read the data (train, eval, slurm's
  * script); plan and bench do not. */
-st_status st_config_validate_data(const st_config *c) {
+st_status st_config_validate_data(const st_config *c, bool eval_only) {
     char a[512], b[512], where[sizeof c->path + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const bool tokens = !strcmp(c->data.type, "tokens");
     if (!strcmp(c->data.type, "idx")) return ST_OK;
-    FAIL_IF(DEFAULTED("data.train"), "%s is Fashion-MNIST's idx file but %s; set data.train to the %s",
-            D1("data.train"), D2("data.type"), tokens ? "token file" : "inputs .npy file");
+    /* (session.c: an evaluation of tokens opens data.val alone) */
+    const bool no_train = eval_only && tokens && c->data.val[0] && !(c->data.val_split > 0);
+    FAIL_IF(!no_train && DEFAULTED("data.train"),
+            "%s is Fashion-MNIST's idx file but %s; set data.train to the %s", D1("data.train"),
+            D2("data.type"), tokens ? "token file" : "inputs .npy file");
     FAIL_IF(!tokens && DEFAULTED("data.train_labels"),
             "%s is Fashion-MNIST's idx file but %s; set data.train_labels to the labels .npy file",
             D1("data.train_labels"), D2("data.type"));

@@ -42,6 +42,13 @@ tok=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens
     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.out_dir="$tmp/run")
 expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (train.batch_size 1024): set train.batch_size to 781 or less" \
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
+# an evaluation of tokens names data.val alone: data.train (left at its Fashion-MNIST default) is not asked
+# for, as it is not read (it was refused, naming data.train as the fix)
+"$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=8 --set train.steps=2 --quiet \
+    --set train.out_dir="$tmp/evalrun" || fail "the tiny gpt for eval"
+expect 0 "eval: loss" "$bin" eval --init "$tmp/evalrun" --set model.type=gpt --set data.type=tokens \
+    --set data.val="$tmp/t.tokens" --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
+    --set model.block_size=64
 # under an address-space limit (ulimit -v), where OpenBLAS's buffers are
 # mapped at its first products and wait for ever when they do not fit: a
 # limit with no room for them is refused, naming it; one with room plans
