@@ -101,7 +101,11 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
      * comes late is still seen. */
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time");
     if (cJSON_IsNumber(t) && isfinite(t->valuedouble)) {
-        if (t->valuedouble < *last_time) { /* a new process: its clock starts again */
+        /* (a resumed process's first line also says so: a clock that did not go down, the process
+         * before it having run for less time than this one's first line took, is a new one too) */
+        const bool resumed = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "resumed_from"));
+        if (lineno > 1 &&
+            (resumed || t->valuedouble < *last_time)) { /* a new process: its clock starts again */
             m->run_seconds += *last_time;
             m->segments++;
         }

@@ -117,6 +117,7 @@ static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_s
     m->f = fopen(path, resume_step > 0 ? "a" : "w");
     if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     m->t0 = st_now();
+    m->resumed_from = resume_step;
     if (tensorboard) {
         st_status s = st_tb_open(&m->tb, out_dir, resume_step + 1);
         if (s != ST_OK) {
@@ -148,7 +149,9 @@ static st_status emit_tb(st_metrics *m, const cJSON *o, const char *prefix, int6
     st_tb_scalar v[MAX];
     int n = 0;
     for (const cJSON *it = o->child; it && n < MAX; it = it->next) {
-        if (!cJSON_IsNumber(it) || !strcmp(it->string, "step") || !strcmp(it->string, "time")) continue;
+        if (!cJSON_IsNumber(it) || !strcmp(it->string, "step") || !strcmp(it->string, "time") ||
+            !strcmp(it->string, "resumed_from"))
+            continue;
         snprintf(tags[n], sizeof tags[n], "%s/%s", prefix, it->string);
         v[n].tag = tags[n];
         v[n].value = it->valuedouble;
@@ -182,6 +185,13 @@ static bool exact_numbers(cJSON *o) {
 /* Print o as one line, one write, flushed, and as a TensorBoard event under
  * prefix; takes o. */
 static st_status emit(st_metrics *m, cJSON *o, const char *prefix, int64_t step) {
+    /* A resumed process's first line says so: its "time" starts again, and
+     * a reader cannot tell that from the clock alone when the process before
+     * it ran for less time than this one's first line took. */
+    if (o && m->resumed_from > 0) {
+        cJSON_AddNumberToObject(o, "resumed_from", (double)m->resumed_from);
+        m->resumed_from = 0;
+    }
     st_watch_begin(m->watch, m->what);
     st_status tb = o && m->tb.f ? emit_tb(m, o, prefix, step) : ST_OK;
     st_watch_end(m->watch);

@@ -23,6 +23,7 @@ typedef struct st_metrics {
     st_watch *watch; /* borrowed: over each open and write (core/watch.h), or NULL */
     char what[4200]; /* the watch's words for a write */
     bool eval_at_resume; /* a run resumed at resume_step: an evaluation at that step is written already */
+    int64_t resumed_from; /* resume_step, said on this process's first line ("resumed_from"); then 0 */
 } st_metrics;
 
 /* One logged step; the *_ms, rates and fractions are over the window of steps

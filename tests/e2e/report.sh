@@ -119,6 +119,18 @@ printf '%s\n' '{"step":10,"loss":1.0,"time":0.0044}' '{"step":10,"checkpoint":tr
 "$bin" report "$tmp/seg" --no-png >/dev/null 2>&1 || fail "report of a resumed run"
 grep -q "1 time(s)" "$tmp/seg/report/report.html" && grep -q "0.0784 s (step loops, all runs)" "$tmp/seg/report/report.html" ||
     fail "the resume seen by the checkpoint line's time is not reported: $(grep -A1 'resumed\|training time' "$tmp/seg/report/report.html")"
+# A resume its clock does not show (the first process stopped sooner than the
+# resumed one's first line): its first line's resumed_from says it (it was
+# missed: one process, 4.5 s)
+printf '%s\n' '{"step":10,"loss":1.0,"time":1.0}' '{"step":20,"loss":0.95,"time":2.0}' \
+    '{"step":20,"checkpoint":true,"time":2.2}' '{"step":30,"loss":0.9,"time":3.5,"resumed_from":20}' \
+    '{"step":40,"loss":0.8,"time":4.5}' | m "$tmp/seg2"
+"$bin" report "$tmp/seg2" --no-png >/dev/null 2>&1 || fail "report of a resumed run (resumed_from)"
+grep -q "1 time(s)" "$tmp/seg2/report/report.html" && grep -q "6.7 s (step loops, all runs)" "$tmp/seg2/report/report.html" ||
+    fail "the resume said by resumed_from is not reported: $(grep -A1 'resumed\|training time' "$tmp/seg2/report/report.html")"
+# and a real resume writes it on its first line, once
+n=$(grep -c '"resumed_from":' "$tmp/run/metrics.jsonl")
+[ "$n" = 1 ] || fail "the resumed run's metrics.jsonl holds $n resumed_from lines, want 1"
 { cat "$lines"; printf '{"step":13,"loss":0.'; } | m "$tmp/torn"
 "$bin" report "$tmp/torn" --no-png >"$tmp/out.txt" 2>&1 || fail "report with a torn last line: $(cat "$tmp/out.txt")"
 grep -q "last line is cut short" "$tmp/out.txt" || fail "no warning for the torn last line"

@@ -90,7 +90,7 @@ def expected(out_dir):
         o = json.loads(line)
         prefix = "eval" if o.get("eval") else "checkpoint" if o.get("checkpoint") else "train"
         for k, v in o.items():
-            if k in ("step", "time") or isinstance(v, bool):
+            if k in ("step", "time", "resumed_from") or isinstance(v, bool):  # (resumed_from: not a series)
                 continue
             want.setdefault(f"{prefix}/{k}", []).append((o["step"], float(np.float32(v))))
     return want
