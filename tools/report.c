@@ -6,6 +6,7 @@
  * effective config of the newest checkpoint and the charts. Default DIR:
  * RUN_DIR/report. Not a live monitor: it reads what the run has written. */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "chart.h"
 #include "cli.h"
 #include "report.h"
+#include "train/checkpoint.h"
 
 #define MAX_SERIES 4
 
@@ -143,21 +145,49 @@ static int plan_charts(const rp_metrics *m, chart_spec *c, double *mem[3], char 
     return k;
 }
 
-/* RUN_DIR/ckpt/latest's state.json "config", or NULL. */
-static cJSON *read_config(const char *run_dir, char *from, size_t n) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/ckpt/latest", run_dir);
-    char *name = st_cli_read_file(path);
-    if (!name) return NULL;
-    name[strcspn(name, "\r\n")] = 0;
-    snprintf(from, n, "%s/ckpt/%s/state.json", run_dir, name);
-    free(name);
+/* state.json's "config" (from: its path), or NULL. */
+static cJSON *state_config(const char *from) {
     char *text = st_cli_read_file(from);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
     cJSON *cfg = cJSON_DetachItemFromObjectCaseSensitive(root, "config");
     cJSON_Delete(root);
     return cJSON_IsObject(cfg) ? cfg : (cJSON_Delete(cfg), NULL);
+}
+
+/* The effective config of RUN_DIR/ckpt/latest's state.json, or else of the
+ * newest checkpoint whose state.json reads (a save that ended before
+ * `latest`, or `latest` lost: --resume auto and --init take that one too),
+ * or NULL. */
+static cJSON *read_config(const char *run_dir, char *from, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ckpt/latest", run_dir);
+    char *name = st_cli_read_file(path);
+    cJSON *cfg = NULL;
+    int64_t latest = -1;
+    if (name) {
+        name[strcspn(name, "\r\n")] = 0;
+        snprintf(from, n, "%s/ckpt/%s/state.json", run_dir, name);
+        if (sscanf(name, "step-%" SCNd64, &latest) != 1) latest = -1;
+        free(name);
+        cfg = state_config(from);
+    }
+    int64_t *steps = NULL;
+    int k = 0;
+    snprintf(path, sizeof path, "%s/ckpt", run_dir);
+    if (st_ckpt_list(path, &steps, &k) != ST_OK) st_clear_error(); /* (none then) */
+    for (int i = 0; i < k && (!cfg || steps[i] > latest); i++) {   /* newest first */
+        char other[4200];
+        snprintf(other, sizeof other, "%s/ckpt/step-%" PRId64 "/state.json", run_dir, steps[i]);
+        cJSON *c = state_config(other);
+        if (!c) continue;
+        cJSON_Delete(cfg);
+        cfg = c;
+        snprintf(from, n, "%s", other);
+        break;
+    }
+    free(steps);
+    return cfg;
 }
 
 int st_cmd_report(int argc, char **argv) {

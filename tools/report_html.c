@@ -188,8 +188,8 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
     if (cfg)
         config_table(f, cfg, cfg_from);
     else
-        fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint "
-                   "(ckpt/latest).</p>\n");
+        fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint whose "
+                   "state.json reads (ckpt/step-N).</p>\n");
     fprintf(f, "</body>\n</html>\n");
     if (fclose(f) != 0) return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return ST_OK;

@@ -83,6 +83,13 @@ PY
 check "$tmp/run/report" $have_gnuplot 12 3 "resumed" || fail "the report of the resumed run"
 grep -q "model.type" "$tmp/run/report/report.html" || fail "report.html lacks the effective config"
 cp -r "$tmp/run/report" "$tmp/first"
+# without ckpt/latest (a save that ended before it): the newest checkpoint's config, as --resume auto takes
+# it (it said "the run directory holds no checkpoint")
+mkdir -p "$tmp/nolatest" && cp -r "$tmp/run/ckpt" "$tmp/run/metrics.jsonl" "$tmp/nolatest/" && rm "$tmp/nolatest/ckpt/latest"
+newest=$(ls "$tmp/nolatest/ckpt" | sed -n 's/^step-//p' | sort -n | tail -1)
+"$bin" report "$tmp/nolatest" --no-png >/dev/null 2>&1 || fail "report without ckpt/latest"
+grep -q "ckpt/step-$newest/state.json" "$tmp/nolatest/report/report.html" && grep -q "model.type" "$tmp/nolatest/report/report.html" ||
+    fail "report without ckpt/latest: no config from step-$newest: $(grep -i 'config' "$tmp/nolatest/report/report.html" | head -3)"
 "$bin" report "$tmp/run" >/dev/null 2>&1 || fail "the second report"
 for f in "$tmp"/first/*.svg "$tmp/first/report.html"; do
     cmp -s "$f" "$tmp/run/report/$(basename "$f")" || fail "$(basename "$f") differs between two reports"
