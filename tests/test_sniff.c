@@ -52,6 +52,14 @@ static void test_kinds(void) {
     kind_is("text", B("== scaletrain\n"), ST_FILE_TEXT);
     kind_is("utf-8 text", B("d\xc3\xa9j\xc3\xa0 vu\t\xe2\x82\xac"), ST_FILE_TEXT);
     kind_is("utf-8 cut by the window", B("abcdefg\xe2\x82"), ST_FILE_TEXT);
+    /* a run's metrics.jsonl: text, with report's hint (not tokenize's) */
+    kind_is("metrics.jsonl", B("{\"step\":10,\"loss\":2.3}\n"), ST_FILE_TEXT);
+    CHECK(strstr(st_sniff((const uint8_t *)"{\"step\":10}\n", 12).use, "scaletrain report") != NULL,
+          "a step line");
+    CHECK(strstr(st_sniff((const uint8_t *)"{\"eval\":true}\n", 14).use, "scaletrain report") != NULL,
+          "an evaluation's line");
+    CHECK(strstr(st_sniff((const uint8_t *)"{\"other\":1}\n", 12).use, "tokenize") != NULL,
+          "other JSON: text");
     kind_is("0xff is never utf-8", B("\xff\xff\xff\xff\xff\xff\xff\xff{}"), ST_FILE_UNKNOWN);
     kind_is("a lone continuation byte", B("abc\x82xyzab"), ST_FILE_UNKNOWN);
     kind_is("zeros", B("\x00\x00\x00\x00\x00\x00\x00\x00\x00"), ST_FILE_UNKNOWN);
