@@ -1192,6 +1192,11 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     if (fatal != ST_OK) return fatal; /* (its message is the last error) */
     if (comm && !*found) ST_TRY(share_end(comm, ckdir, ST_OK)); /* (the others must have none left either) */
     st_clear_error();
+    if (!*found && n > 0 && strcmp(who, "resume") != 0) /* (--init: train, eval, sample) */
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "
+                       "Repair the storage or the files, or give --init another checkpoint or weights file",
+                       who, n, ckdir, first);
     if (!*found && n > 0)
         return st_fail(ST_ERR_FORMAT,
                        "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "

@@ -296,6 +296,11 @@ echo "$out" | tail -n 1
     fail "--resume auto with every checkpoint damaged: exit $rc: $out"
 [ "$(cd "$d" && find . -type f -exec cksum {} + | sort)" = "$before" ] ||
     fail "--resume auto with every checkpoint damaged changed $d"
+# eval --init of that folder: the advice is --init's, not a resume's (it said "resume again, or move ... aside
+# to start over")
+out=$(timeout 60 "$bin" eval "${common[@]}" "${mlp[@]}" --set data.val=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --init "$d/ckpt" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "error: --init: no good checkpoint among the 2 in $d/ckpt (the first: .*); nothing was written. Repair the storage or the files, or give --init another checkpoint or weights file" <<<"$out" ||
+    fail "eval --init of a folder of damaged checkpoints: exit $rc: $out"
 
 # A rewind: resumed from an older checkpoint of its own out_dir, the later
 # ones (the trajectory it leaves) move to ckpt.abandoned, said, where
