@@ -398,7 +398,7 @@ static void test_validate(void) {
             "model.pool=[]");
     INVALID("train.micro_batch_size (48, --set) does not divide train.batch_size (128, default)",
             "equal micro", "train.micro_batch_size=48");
-    INVALID("data.train is empty", "training images", "data.train=");
+    INVALID("data.train (\"\", --set) is empty", "training images", "data.train=");
     INVALID("model.preset (gpt-small, --set) is a gpt shape but model.type (cnn, --set)", "remove the preset",
             "model.type=cnn", "model.preset=gpt-small");
     INVALID("optim.warmup_steps (700, --set) is longer than train.steps (500, --set)", "train longer",

@@ -475,7 +475,7 @@ st_status st_config_validate(const st_config *c) {
 #define D2(key) st_config_describe(c, key, b, sizeof b)
 #define DEFAULTED(key) (st_config_source(c, key) == ST_SRC_DEFAULT)
 
-    FAIL_IF(!c->data.train[0], "data.train is empty; set it to the training %s",
+    FAIL_IF(!c->data.train[0], "%s is empty; set it to the training %s", D1("data.train"),
             tokens ? "token file" : "images");
     FAIL_IF(c->data.val_split > 0 && c->data.val[0] && !DEFAULTED("data.val"),
             "%s holds out validation data from data.train, and %s names other validation data; set one of "
