@@ -237,6 +237,31 @@ static const char *strip_prefix(const char *name) {
     return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
 }
 
+/* A GPT file that records no settings (written by another program: GPT-2's
+ * own layout, llm.c's export): the settings its tensors' shapes say, as
+ * --set arguments in set, "" when they do not say (no wte, no wpe or no
+ * block). model.n_head is not in any shape. */
+static void gpt_shape_settings(const st_safetensors *f, char *set, size_t size) {
+    set[0] = '\0';
+    const st_safetensors_entry *wte = NULL, *wpe = NULL;
+    long layers = 0;
+    for (int i = 0; i < st_safetensors_count(f); i++) {
+        const st_safetensors_entry *e = st_safetensors_entry_at(f, i);
+        const char *name = strip_prefix(e->name);
+        long k;
+        int used = 0;
+        if (!strcmp(name, "wte.weight") && e->ndim == 2) wte = e;
+        if (!strcmp(name, "wpe.weight") && e->ndim == 2) wpe = e;
+        if (sscanf(name, "h.%ld.%n", &k, &used) == 1 && used > 0 && k >= 0 && k < 100000 && k + 1 > layers)
+            layers = k + 1;
+    }
+    if (!wte || !wpe || !layers || wte->shape[1] != wpe->shape[1]) return;
+    snprintf(set, size,
+             "--set model.n_layer=%ld --set model.n_embd=%lld --set model.block_size=%lld --set "
+             "model.vocab_size=%lld",
+             layers, (long long)wte->shape[1], (long long)wpe->shape[0], (long long)wte->shape[0]);
+}
+
 static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     size_t o = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < ndim && o < size; i++)
@@ -372,6 +397,12 @@ st_status st_model_load(st_model *m, const char *path) {
         else if (differ[0])
             snprintf(hint, sizeof hint, "the file was saved by a model with %s: run with those settings (%s)",
                      differ, set);
+        else if (m->kind == ST_MODEL_GPT && (gpt_shape_settings(f, set, sizeof set), set[0]))
+            snprintf(
+                hint, sizeof hint,
+                "the file records no model.* settings (not saved by scaletrain), and its tensors' shapes "
+                "say: %s (and model.n_head, which no shape holds: GPT-2's is model.n_embd / 64)",
+                set);
         else
             snprintf(hint, sizeof hint, "the weights must come from a model with the same model.* settings");
         s = st_fail(ST_ERR_FORMAT, "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: %s", path, total,

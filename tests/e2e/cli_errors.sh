@@ -49,6 +49,18 @@ expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (trai
 expect 0 "eval: loss" "$bin" eval --init "$tmp/evalrun" --set model.type=gpt --set data.type=tokens \
     --set data.val="$tmp/t.tokens" --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
     --set model.block_size=64
+# the same weights without their recorded settings (as another program writes them): the mismatch's hint
+# gives the settings the tensors' shapes say (it said only "the same model.* settings")
+/usr/bin/python3 - "$tmp/evalrun/model.safetensors" "$tmp/nometa.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+expect 1 "its tensors' shapes say: --set model.n_layer=1 --set model.n_embd=32 --set model.block_size=64 --set model.vocab_size=256 (and model.n_head" \
+    "$bin" eval --init "$tmp/nometa.safetensors" --set model.type=gpt --set data.type=tokens --set data.val="$tmp/t.tokens"
 # under an address-space limit (ulimit -v), where OpenBLAS's buffers are
 # mapped at its first products and wait for ever when they do not fit: a
 # limit with no room for them is refused, naming it; one with room plans
