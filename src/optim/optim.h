@@ -7,9 +7,11 @@
  * parameter arena: all of it, or a ZeRO shard (src/dist/zero.h), in which
  * case a step updates only the parameters in that range (a tensor cut by a
  * shard boundary is updated piecewise; the formulas are elementwise, so the
- * result is the same). Formulas follow torch.optim exactly
- * (AdamW: Loshchilov & Hutter 2019, Algorithm 2, with PyTorch's bias
- * correction order), so trajectories can be compared step for step.
+ * result is the same). Formulas follow torch.optim's (AdamW: Loshchilov &
+ * Hutter 2019, Algorithm 2, with PyTorch's bias correction), so
+ * trajectories can be compared step for step: the operations' order differs
+ * from torch's in places, about one unit in the last place a step, so the
+ * weights agree to tests/parity/torch_parity.py's tolerance, not bit for bit.
  *
  * Parameters on a CUDA device (p->dev) keep the state there too, and
  * st_optim_update and st_optim_clip run the fused kernels of
