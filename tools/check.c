@@ -42,6 +42,7 @@
 #include "core/config_schema.h"
 #include "core/device.h"
 #include "core/text.h"
+#include "train/session.h"
 #ifdef ST_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
@@ -451,6 +452,7 @@ static void check_data(report *r, const st_config *c) {
     const char *sets[2] = {c->data.train, c->data.val};
     const char *labels[2] = {c->data.train_labels, c->data.val_labels};
     const bool split = c->data.val_split > 0;
+    bool opened = true; /* every file opened: the run's own checks of data and model follow */
     for (int k = 0; k < 2; k++) {
         if (!sets[k][0] || (k == 1 && split)) continue;
         st_dataset d = {0}, v = {0};
@@ -458,6 +460,7 @@ static void check_data(report *r, const st_config *c) {
                           ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
                           : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes, &d);
         const char *what = k ? "val data" : "data";
+        opened &= s == ST_OK;
         if (s != ST_OK) {
             const bool fm =
                 !strcmp(c->data.type, "idx") && strstr(sets[k], "/usr/share/datasets/fashion-mnist/");
@@ -487,6 +490,11 @@ static void check_data(report *r, const st_config *c) {
         st_dataset_free(&v);
         st_dataset_free(&d);
     }
+    /* The run's own checks of the two together and against the model (the
+     * vocabulary against model.vocab_size, the validation images' shape and
+     * dtype against the training's, the classes): each file alone opened,
+     * and the run then refused them */
+    if (opened && st_session_check_data(c) != ST_OK) line(r, "FAIL", "data", "%s", st_last_error());
 }
 
 /* out_dir, or the nearest existing directory above it, takes a new file. */
@@ -532,9 +540,27 @@ static void check_out_dir(report *r, const char *out_dir) {
              "%s is in use by another run (%s: it holds %s/run.lock), and a train there now is refused; fix: "
              "wait for it to end, or set train.out_dir to another directory",
              out_dir, who[0] ? who : "it does not say who", out_dir);
-    else if (!strcmp(dir, out_dir))
-        line(r, "ok", "out_dir", "%s is writable", out_dir);
-    else
+    else if (!strcmp(dir, out_dir)) {
+        /* what a new run there finds: an unfinished run's checkpoints (a
+         * warning: --resume auto continues it, and check does not know which
+         * is meant), or checkpoints the storage does not read (both refuse) */
+        int aside;
+        int64_t aside_step;
+        const st_status s = st_ckpt_new_run_check(out_dir, &aside, &aside_step);
+        if (s == ST_ERR_CONFIG)
+            line(r, "warn", "out_dir", "%s is writable, and a new run there is refused: %s", out_dir,
+                 st_last_error());
+        else if (s != ST_OK)
+            line(r, "FAIL", "out_dir", "%s", st_last_error());
+        else if (aside > 0)
+            line(r, "ok", "out_dir",
+                 "%s is writable; a new run there sets the %d checkpoint%s there (%s) aside in "
+                 "ckpt.previous",
+                 out_dir, aside, aside == 1 ? "" : "s", aside_step >= 0 ? "a finished run's" : "none whole");
+        else
+            line(r, "ok", "out_dir", "%s is writable", out_dir);
+        st_clear_error();
+    } else
         line(r, "ok", "out_dir", "%s will be created in %s, which is writable", out_dir, dir);
 }
 
@@ -733,7 +759,12 @@ int st_cmd_check(int argc, char **argv) {
     const bool probed = st_cli_probe("check", &cfg, &hw) == ST_OK;
     check_cpu(&r, &hw, probed);
     char why[512] = "";
-    const int gpus = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0;
+    /* train.device as the run takes it: cpu leaves the GPUs alone (a broken
+     * one is not this run's to fail); cuda (or cuda:N) needs one, where auto
+     * would train on the CPU */
+    const bool dev_cpu = !strcmp(cfg.train.device, "cpu"), dev_cuda = !strncmp(cfg.train.device, "cuda", 4);
+    const int found = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0,
+              gpus = dev_cpu ? 0 : found;
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
@@ -754,8 +785,22 @@ int st_cmd_check(int argc, char **argv) {
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
     check_memory(&r, &cfg, &hw, probed);
-    check_gpu(&r, &hw, probed, gpus, why);
-    check_gpu_health(&r, &hw, probed);
+    const int want = !strncmp(cfg.train.device, "cuda:", 5) ? atoi(cfg.train.device + 5) : -1;
+    if (dev_cpu) {
+        line(&r, "skip", "cuda", "train.device cpu: training runs on the CPU (the GPUs are not checked)");
+    } else if (dev_cuda && gpus == 0) { /* (as the run refuses it) */
+        line(&r, "FAIL", "cuda", "train.device %s, and %s; fix: use train.device: cpu (or auto)",
+             cfg.train.device,
+             !st_device_cuda_built() ? "this build has no CUDA (built without nvcc)"
+             : why[0]                ? why
+                                     : "no CUDA device");
+    } else {
+        check_gpu(&r, &hw, probed, gpus, why);
+        check_gpu_health(&r, &hw, probed);
+    }
+    if (dev_cuda && gpus > 0 && want >= gpus)
+        line(&r, "FAIL", "cuda", "train.device %s, and this node has %d CUDA device%s, cuda:0 to cuda:%d",
+             cfg.train.device, gpus, gpus == 1 ? "" : "s", gpus - 1);
     if (r.failed)
         printf("not ready: %d check%s failed\n", r.failed, r.failed == 1 ? "" : "s");
     else

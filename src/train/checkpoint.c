@@ -1350,6 +1350,47 @@ void st_ckpt_remove_all(const char *out_dir) {
     remove_dir(ckdir);
 }
 
+st_status st_ckpt_new_run_check(const char *out, int *aside, int64_t *aside_step) {
+    char ckdir[PATH_CAP], dir[PATH_CAP];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
+    int64_t *steps = NULL;
+    int n = 0;
+    bool found = false;
+    st_ckpt_state st;
+    *aside = 0;
+    *aside_step = -1;
+    const st_status ls = st_ckpt_list(ckdir, &steps, &n);
+    free(steps);
+    const bool any = ls == ST_OK && n > 0;
+    const st_status fs = any ? st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) : ST_OK;
+    const bool good = any && fs == ST_OK && found;
+    /* No folder is none; one that cannot be listed, or checkpoints that
+     * cannot be read, may be an unfinished run's. */
+    const st_status unseen = ls != ST_OK ? ls : fs == ST_ERR_IO || fs == ST_ERR_NOMEM ? fs : ST_OK;
+    if (unseen != ST_OK) {
+        char why[1200];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        return st_fail(unseen, "%s. A new run in train.out_dir %s would %s (nothing was written)", why, out,
+                       ls != ST_OK
+                           ? "save beside the checkpoints there that it cannot see, and prune them as "
+                             "its own"
+                           : "set aside checkpoints it could not read, which may be an unfinished "
+                             "run's");
+    }
+    if (good && (st.run_steps < 0 || st.step < st.run_steps))
+        return st_fail(ST_ERR_CONFIG,
+                       "train.out_dir %s holds an unfinished run: its latest good checkpoint, %s, is at step "
+                       "%lld of %lld. Continue it with --resume auto; to start over, choose another "
+                       "train.out_dir or remove %s (nothing was written)",
+                       out, dir, (long long)st.step, (long long)st.run_steps, ckdir);
+    if (any) {
+        *aside = n;
+        *aside_step = good ? st.step : -1;
+    }
+    st_clear_error();
+    return ST_OK;
+}
+
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);

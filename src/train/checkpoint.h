@@ -156,6 +156,14 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
  * out_dir and its runs are throwaway (scaletrain bench). */
 void st_ckpt_remove_all(const char *out_dir);
 
+/* What a new run (no --resume) finds in out_dir/ckpt: none, or a finished
+ * run's (or only damaged ones), which it sets aside (*aside checkpoints, the
+ * latest good one's step in *aside_step, -1 when none is good): ST_OK. An
+ * unfinished run's (its latest good checkpoint short of its train.steps):
+ * ST_ERR_CONFIG, naming --resume auto. Checkpoints it cannot list or read
+ * (the storage): that error, since they may be an unfinished run's. */
+st_status st_ckpt_new_run_check(const char *out_dir, int *aside, int64_t *aside_step);
+
 /* A new run in the out_dir of a finished one: its checkpoint folder becomes
  * out_dir/ckpt.previous (an older one there is removed first), so that the
  * two runs' checkpoints never mix (pruning and --resume's fallback go by step

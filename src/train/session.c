@@ -544,7 +544,10 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     return st;
 }
 
-static st_status plan(st_session *s, st_model_input *in) {
+/* The model's input from the data, and the data against the model's
+ * settings (the vocabulary, the classes, the attention's length): the part
+ * of the plan that `scaletrain check` makes too (st_session_check_data). */
+static st_status model_input(st_session *s, st_model_input *in) {
     st_config *c = s->cfg;
     char why[128];
     const st_dataset *d = s->has_train ? &s->train : &s->val;
@@ -628,6 +631,27 @@ static st_status plan(st_session *s, st_model_input *in) {
         in->channels = d->c;
         in->num_classes = c->model.num_classes;
     }
+    return ST_OK;
+}
+
+st_status st_session_check_data(const st_config *cfg) {
+    st_config c = *cfg;
+    st_session s;
+    memset(&s, 0, sizeof s);
+    s.cfg = &c;
+    s.world = 1;
+    st_model_input in;
+    st_status st = open_data(&s, false);
+    if (st == ST_OK) st = model_input(&s, &in);
+    st_dataset_free(&s.train);
+    st_dataset_free(&s.val);
+    return st;
+}
+
+static st_status plan(st_session *s, st_model_input *in) {
+    st_config *c = s->cfg;
+    char why[128];
+    ST_TRY(model_input(s, in));
     /* These two follow from settings every rank has agreed on (and, for the
      * micro-batch, one given, not chosen from this node's memory): every rank
      * fails the same way and returns, with no MPI_Abort (train.c). */

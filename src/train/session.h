@@ -83,6 +83,11 @@ typedef struct st_eval_sums {
  * open data (train unless eval_only), fill `auto` values, create the model
  * (on the device). */
 st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts, bool eval_only);
+/* The training run's checks of its data against its model's settings (the
+ * data opened as the run opens it, one rank, no device): what
+ * `scaletrain check` says of the data, in the run's own words. cfg is not
+ * changed. */
+st_status st_session_check_data(const st_config *cfg);
 /* Free everything and end standard output's queue; ST_OK, or ST_ERR_NOMEM
  * when lines of standard output were lost for want of memory (a --json
  * result among them, perhaps: the command must not say it succeeded). Lines

@@ -273,43 +273,8 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
      * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
      * yet, and say who holds them. */
     if (ses->rank == 0 && ses->save) s = st_ckpt_lock_out_dir(out, false, &ses->out_lock_fd);
-    if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume) {
-        char ckdir[4096], dir[4096];
-        snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
-        int64_t *steps = NULL;
-        int n = 0;
-        bool found = false;
-        st_ckpt_state st;
-        const st_status ls = st_ckpt_list(ckdir, &steps, &n);
-        free(steps);
-        const bool any = ls == ST_OK && n > 0;
-        const st_status fs = any ? st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) : ST_OK;
-        const bool good = any && fs == ST_OK && found;
-        /* No folder is none; one that cannot be listed, or checkpoints that
-         * cannot be read, may be an unfinished run's. */
-        const st_status unseen = ls != ST_OK ? ls : fs == ST_ERR_IO || fs == ST_ERR_NOMEM ? fs : ST_OK;
-        if (unseen != ST_OK) {
-            char why[1200];
-            snprintf(why, sizeof why, "%s", st_last_error());
-            s = st_fail(unseen, "%s. A new run in train.out_dir %s would %s (nothing was written)", why, out,
-                        ls != ST_OK
-                            ? "save beside the checkpoints there that it cannot see, and prune them as "
-                              "its own"
-                            : "set aside checkpoints it could not read, which may be an unfinished "
-                              "run's");
-        } else if (good && (st.run_steps < 0 || st.step < st.run_steps)) {
-            s = st_fail(
-                ST_ERR_CONFIG,
-                "train.out_dir %s holds an unfinished run: its latest good checkpoint, %s, is at step "
-                "%lld of %lld. Continue it with --resume auto; to start over, choose another "
-                "train.out_dir or remove %s (nothing was written)",
-                out, dir, (long long)st.step, (long long)st.run_steps, ckdir);
-        } else if (any) {
-            ses->aside_ckpts = n;
-            ses->aside_step = good ? st.step : -1;
-        }
-        if (s == ST_OK) st_clear_error();
-    }
+    if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume)
+        s = st_ckpt_new_run_check(out, &ses->aside_ckpts, &ses->aside_step);
     if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;

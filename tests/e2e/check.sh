@@ -85,4 +85,27 @@ grep -qE "^skip +ddp " <<<"$out" && grep -qE "^skip +allreduce " <<<"$out" ||
     fail "no mpirun: the self-test and the all-reduce test were not skipped"
 echo "no mpirun: $(grep FAIL <<<"$out")"
 
+# What the run itself refuses, said by check (it said "ready"; no mpirun on PATH, to keep it short):
+# - the data against the model: a vocabulary past model.vocab_size;
+# - train.device cuda without a GPU (this machine has none; the build may have CUDA or not);
+# - an out_dir holding an unfinished run: a warning (check does not know whether --resume is meant).
+"$bin" train "${cfg[@]}" --set model.n_layer=1 --set model.n_embd=16 --set model.n_head=2 --set train.batch_size=4 \
+    --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$tmp/unfinished" --quiet ||
+    fail "the 4-step run"
+rm -r "$tmp/unfinished/ckpt/step-4" && echo step-2 >"$tmp/unfinished/ckpt/latest"
+out=$(timeout 300 env PATH="$tmp/nobin" "$bin" check "${cfg[@]}" --set model.vocab_size=100 --set train.device=cuda \
+    --set train.out_dir="$tmp/unfinished" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "the run's refusals: exit $rc: $out"
+grep -qE "^FAIL +data +model.vocab_size \(100, --set\) is smaller than the vocabulary of $tmp/t.tokens" <<<"$out" ||
+    fail "the vocabulary past model.vocab_size is not a FAIL: $out"
+grep -qE "^FAIL +cuda +train.device cuda, and .*; fix: use train.device: cpu \(or auto\)$" <<<"$out" ||
+    fail "train.device cuda without a GPU is not a FAIL: $out"
+grep -qE "^warn +out_dir +$tmp/unfinished is writable, and a new run there is refused: train.out_dir $tmp/unfinished holds an unfinished run: its latest good checkpoint, .*step-2, is at step 2 of 4\. Continue it with --resume auto" <<<"$out" ||
+    fail "the unfinished run in out_dir is not warned of: $out"
+echo "the run's refusals: $(grep -E '^(FAIL|warn) +(data|cuda|out_dir)' <<<"$out" | cut -c1-100 | tr '\n' '|')"
+# train.device cpu: the GPUs are not checked (a broken one is not this run's to fail)
+out=$(timeout 300 env PATH="$tmp/nobin" "$bin" check "${cfg[@]}" --set train.device=cpu --set train.out_dir="$tmp/out" 2>&1)
+grep -qE "^skip +cuda +train.device cpu: training runs on the CPU \(the GPUs are not checked\)$" <<<"$out" ||
+    fail "train.device cpu: the cuda line: $out"
+
 e2e_finish "all passed"
