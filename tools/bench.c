@@ -124,6 +124,10 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
         goto fail;
     }
     ST_GOTO(st_cli_probe("bench", cfg, h));
+    /* the GPUs this build can open (the runtime's count), as the runs count them: a build without
+     * CUDA, or one whose runtime cannot use the driver's GPUs, trains on the CPU */
+    const int usable = st_device_cuda_built() && h->n_gpus > 0 ? st_device_cuda_count(NULL, 0) : 0;
+    if (usable < h->n_gpus) h->n_gpus = usable;
     openblas_set_num_threads(1);
     double gf = 0;
     ST_GOTO(st_device_calibrate_cpu(&gf));
@@ -189,7 +193,11 @@ static st_status plots(const double *x, const double *tp, const double *ptp, con
         ST_TRY(st_chart_write_svg(&charts[i], path));
         if (why[0]) continue;
         snprintf(path, sizeof path, "%s/%s.png", out_dir, files[i]);
-        ST_TRY(st_chart_write_png(&charts[i], path, gnuplot));
+        if (st_chart_write_png(&charts[i], path, gnuplot) != ST_OK) { /* (optional: the report goes on) */
+            snprintf(why, nwhy, "%s", st_last_error());
+            st_clear_error();
+            continue;
+        }
         (*pngs)++;
     }
     return ST_OK;
@@ -295,7 +303,7 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             "\nEfficiency: per-rank throughput over the %d-rank run's. Predicted: the planner "
             "(docs/planner.md) for this machine with the same config and batch, per node = ranks, on %s "
             "(the CPU: one core per rank at %.1f GFLOP/s, a single-thread sgemm). The runs' logs and "
-            "metrics.jsonl are in %s/n<ranks>/.\n\n![throughput](bench_throughput.svg)\n\n"
+            "metrics.jsonl are in %s/n<ranks>.log and n<ranks>/.\n\n![throughput](bench_throughput.svg)\n\n"
             "![efficiency](bench_efficiency.svg)\n",
             base->ranks, base->pred_device, gflops, out_dir);
     for (int k = 0; k < nr; k++)
@@ -467,7 +475,13 @@ int st_cmd_bench(int argc, char **argv) {
     }
     free(rest);
     double gflops = 0;
-    s = predict(&cfg, mb, runs, nr, &gflops);
-    if (s != ST_OK) return st_cli_error(s);
+    /* (the measurements stand without it: a prediction that fails is said, its columns 0) */
+    if ((s = predict(&cfg, mb, runs, nr, &gflops)) != ST_OK) {
+        fprintf(stderr, "scaletrain bench: warning: no prediction (its columns are 0): %s\n",
+                st_last_error());
+        st_clear_error();
+        for (int k = 0; k < nr; k++)
+            runs[k].pred_samples_per_s = runs[k].pred_tokens_per_s = runs[k].pred_step_ms = 0;
+    }
     return report(runs, nr, lm, &cfg, mb, steps, warmup, gflops, out_dir);
 }

@@ -101,6 +101,14 @@ PY
 out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep #1" 2>&1) ||
     fail "bench over an earlier bench's interrupted run: $out"
 
+# A gnuplot that fails (the PNGs are optional): the report is written all the same, the PNGs' failure said
+# (it ended bench with exit 1 before bench.md and bench.json)
+mkdir -p "$tmp/badplot" && printf '#!/bin/sh\necho "gnuplot: broken" >&2\nexit 1\n' >"$tmp/badplot/gnuplot" &&
+    chmod +x "$tmp/badplot/gnuplot"
+out=$(PATH="$tmp/badplot:$PATH" timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep2" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ -s "$tmp/rep2/bench.md" ] && [ -s "$tmp/rep2/bench.json" ] && grep -q "^report: PNGs skipped: .*gnuplot" <<<"$out" ||
+    fail "bench with a failing gnuplot: exit $rc: $out"
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
 
