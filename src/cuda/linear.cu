@@ -84,7 +84,12 @@ static st_status linear_forward(st_node *n, st_graph *g) {
     /* the epilogue's bias is of y's storage: a 16-bit bias (a bf16 or fp16
      * run) with a float y (the logits) takes the bias-rows way below */
     const st_fbuf bb = bt ? st_data(bt) : st_fbuf{NULL, ST_PREC_FP32};
-    const void *b = bt && bb.t == y.t ? bb.p : NULL;
+    /* ... and 16-byte aligned: no preference tells cuBLASLt's heuristic the
+     * bias vector's alignment, and its kernels may load it 16 bytes at a
+     * time (a misaligned address, the context lost); the packed arena puts
+     * a bias wherever the tensors before it end (an mlp of hidden width 50:
+     * 8 bytes) */
+    const void *b = bt && bb.t == y.t && (uintptr_t)bb.p % 16 == 0 ? bb.p : NULL;
     st_status s = ST_ERR_UNSUPPORTED;
     if (n->fwd_fuses_next) {
         st_node *next = &g->nodes[n->id + 1];

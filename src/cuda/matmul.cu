@@ -554,7 +554,11 @@ static st_status lt_exec(st_device *d, const st_matmul *p, plan *pl, const void 
         pl->ok = false;
         return ST_ERR_UNSUPPORTED;
     }
-    ST_CUBLAS_TRY_D(d, e);
+    if (e != CUBLAS_STATUS_SUCCESS) { /* (named by the product: "e failed" said nothing) */
+        char what[160];
+        snprintf(what, sizeof what, "cublasLtMatmul (%s)", p->what ? p->what : "a matrix product");
+        return st_cublas_fail(d, e, what, __FILE__, __LINE__);
+    }
     return ST_OK;
 }
 

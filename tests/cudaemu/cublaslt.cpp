@@ -350,6 +350,17 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
     if (algo->data[7] == EMU_ALGOS - 1 && EMU_ALGOS > 1) return CUBLAS_STATUS_NOT_SUPPORTED; /* (above) */
     if ((ep_bias(d->ep) || ep_bgrad(d->ep)) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    /* The bias epilogue's vector: no preference tells the heuristic its
+     * alignment, and its kernels may load it 16 bytes at a time: one that
+     * is not faults on a GPU ("misaligned address", the context lost) */
+    if (ep_bias(d->ep) && lowest_bit(d->bias) < 16) {
+        fprintf(stderr,
+                "cudaemu: cublasLtMatmul: the bias vector at %p is %u-byte aligned: a GPU's epilogue may "
+                "load it 16 bytes at a time (a misaligned address; the context is lost)\n",
+                d->bias, lowest_bit(d->bias));
+        st_emu_lose(cudaErrorMisalignedAddress);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
     if (ep_bgrad(d->ep) && lowest_bit(d->bias) < algo->data[6]) {
         fprintf(stderr,
                 "cudaemu: cublasLtMatmul: the bias gradient at %p is %u-byte aligned, the heuristic saw %u\n",

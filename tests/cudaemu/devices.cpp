@@ -176,6 +176,8 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorIllegalAddress:
         return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress:
+        return "misaligned address";
     case cudaErrorStreamCaptureUnsupported:
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
@@ -199,6 +201,8 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorIllegalAddress:
         return "cudaErrorIllegalAddress";
+    case cudaErrorMisalignedAddress:
+        return "cudaErrorMisalignedAddress";
     case cudaErrorStreamCaptureUnsupported:
         return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated:
