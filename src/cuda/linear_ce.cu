@@ -32,7 +32,7 @@ extern "C" st_status st_linear_ce_check_grads(const st_node *n);
  * (ST_KV_CE_ROWS_PREFETCH: the same values) */
 template <int P>
 static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld,
-                                       int32_t ign, bool grads) {
+                                       int32_t ign, bool grads, float pre) {
     __shared__ float shf[32];
     __shared__ float lse;
     const int64_t i = blockIdx.x, o = i * ld;
@@ -51,9 +51,9 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     __syncthreads(); /* the target's logit read, lse shared */
     if (!grads) return;
     const float lf = lse;
-    st_block_row_map<P>(z, o, V, [&](int64_t v, float x) {
-        const float d = expf(x - lf);
-        return v == t ? d - 1.0f : d;
+    st_block_row_map<P>(z, o, V, [&](int64_t v, float x) { /* (times pre: args.h ST_LCE_PRESCALE) */
+                                                           const float d = expf(x - lf);
+                                                           return (v == t ? d - 1.0f : d) * pre;
     });
 }
 
@@ -62,9 +62,9 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
 template <int VW>
 static __global__ void lce_backward_kernel(st_fbuf dh, st_fbuf dx, int64_t ndx, bool acc, st_fbuf dw,
                                            st_fbuf gw, int64_t nw, const float *count_slot,
-                                           const float *dloss) {
+                                           const float *dloss, float pre) {
     const int count = __float_as_int(*count_slot);
-    const float scale = count ? dloss[0] / (float)count : 0.0f;
+    const float scale = count ? dloss[0] / (float)count / pre : 0.0f;
     for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VW; i < ndx + nw;
          i += (int64_t)gridDim.x * blockDim.x * VW) {
         float d[VW], o[VW];
@@ -113,13 +113,13 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         const bool ahead = g->kernel_variants & ST_KV_CE_ROWS_PREFETCH;
         if (ahead && z.t == ST_PREC_BF16)
             lce_rows_kernel<ST_PREC_BF16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads);
+                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
         else if (ahead && z.t == ST_PREC_FP16)
             lce_rows_kernel<ST_PREC_FP16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads);
+                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
         else
             lce_rows_kernel<ST_PREC_FP32><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads);
+                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
         ST_CUDA_LAUNCHED();
         st_graph_span(g, "linear_ce rows", true, 0);
         if (!grads) continue;
@@ -148,10 +148,12 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     if (st_fbuf_aligned8(dhb, ndx) && st_fbuf_aligned8(dx, ndx) && st_fbuf_aligned8(dwb, nw) &&
         st_fbuf_aligned8(gw, nw))
         lce_backward_kernel<8><<<st_cuda_blocks((ndx + nw) / 8, 256), 256, 0, st_cuda_stream(g)>>>(
-            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad);
+            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad,
+            ST_LCE_PRESCALE(g->params->precision));
     else
         lce_backward_kernel<1><<<st_cuda_blocks(ndx + nw, 256), 256, 0, st_cuda_stream(g)>>>(
-            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad);
+            dhb, dx, ndx, n->in_acc[0], dwb, gw, nw, count, n->out->grad,
+            ST_LCE_PRESCALE(g->params->precision));
     ST_CUDA_LAUNCHED();
     return ST_OK;
 }

@@ -49,6 +49,15 @@ enum {
     ST_LCE_IGNORE,
     ST_LCE_GRADS_MADE
 };
+/* linear_ce's (softmax - onehot) is stored times this in an fp16 run (its
+ * values in [-1, 1] would fall below fp16's subnormals, 6e-8, and lose
+ * precision below 6e-5, where a large vocabulary's probabilities sit; the
+ * plain pair's logits gradient is scaled by the loss scale before it is
+ * rounded), and backward's scale is divided by it: 2^15, exact both ways,
+ * keeps probabilities down to 2e-12, and [-32768, 32768] is inside fp16's
+ * range (65504). 1 otherwise. */
+#define ST_LCE_FP16_PRESCALE 32768.0f
+#define ST_LCE_PRESCALE(prec) ((prec) == ST_PREC_FP16 ? ST_LCE_FP16_PRESCALE : 1.0f)
 /* linear_ce's saved state (macros: the users have st_node and
  * st_align_floats): the count of valid targets (an int32's bits) in the
  * first aligned slot, then the fp32 dh (ROWS, C) and dW (VP, C) a training

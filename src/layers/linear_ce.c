@@ -19,9 +19,11 @@
  *
  * Precision: in a bf16 or fp16 run the chunk's logits are rounded as the
  * plain linear's output would be, and (softmax - onehot) as its gradient
- * would be (there before the scaling: fp16's range holds values in [-1, 1]
- * down to 6e-8), the storage the CUDA twin gives them; dh and dW stay
- * fp32, and the graph rounds h's gradient after backward as for any layer. */
+ * would be, in fp16 times ST_LCE_FP16_PRESCALE (args.h: the small
+ * probabilities of a large vocabulary kept out of fp16's subnormals, as the
+ * plain pair's loss scale keeps them), the storage the CUDA twin gives them;
+ * dh and dW stay fp32, and the graph rounds h's gradient after backward as
+ * for any layer. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +108,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
     float *z = g->work;                                                      /* (Rc, ld) */
     double *row_loss = (double *)(g->work + n->args.i[ST_LCE_CHUNK_FLOATS]); /* (R) */
     const st_precision prec = g->params->precision;
+    const float pre = ST_LCE_PRESCALE(prec);
     int64_t n_valid = 0;
     for (int64_t r = 0; r < R; r++) { /* serially first, so the error names the first bad position */
         if (tg[r] == ign) continue;
@@ -137,6 +140,9 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
             for (int64_t v = 0; v < V; v++)
                 zr[v] = st_exp_nonpos(zr[v] - lf);
             zr[tg[r]] -= 1.0f;
+            if (pre != 1.0f)
+                for (int64_t v = 0; v < V; v++)
+                    zr[v] *= pre;
             st_round_array(prec, zr, V); /* the plain pair's logits gradient */
         }
         if (!grads) continue;
@@ -164,7 +170,7 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     const float *dh = ST_LCE_SAVED_DH(n), *dw = ST_LCE_SAVED_DW(n);
     int32_t c32;
     memcpy(&c32, ST_LCE_SAVED_COUNT(n), sizeof c32);
-    const float scale = c32 ? n->out->grad[0] / (float)c32 : 0.0f;
+    const float scale = c32 ? n->out->grad[0] / (float)c32 / ST_LCE_PRESCALE(g->params->precision) : 0.0f;
     float *dx = n->in[0]->grad;
     if (dx) {
         const int64_t k = R * C;
