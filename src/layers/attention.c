@@ -227,9 +227,13 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
     if (n_head <= 0 || C % n_head != 0)
         return st_fail(ST_ERR_SHAPE, "attention %s: %lld heads do not divide the %lld channels", name,
                        (long long)n_head, (long long)C);
-    if (T * T > INT32_MAX || qkv->shape[2] > INT32_MAX)
-        return st_fail(ST_ERR_SHAPE, "attention %s: sequence length %lld is too long for one T x T sgemm",
-                       name, (long long)T);
+    /* (every product's dimension is at most T or 3C, its offsets 64-bit:
+     * the (T, T) scores a CPU graph saves are memory's to bound, the
+     * planner's; the device's flash kernels keep none) */
+    if (T > (1 << 24) || qkv->shape[2] > INT32_MAX)
+        return st_fail(ST_ERR_SHAPE,
+                       "attention %s: sequence length %lld or width %lld past the kernels' 2^24 and 2^31",
+                       name, (long long)T, (long long)qkv->shape[2]);
     int64_t shape[3] = {B, T, C};
     char oname[ST_NAME_MAX];
     snprintf(oname, sizeof oname, "%s.out", name);

@@ -589,14 +589,6 @@ static st_status model_input(st_session *s, st_model_input *in) {
                            "different tokenizers; tokenize both the same way",
                            c->data.val, (long long)s->val.vocab_size, c->data.train,
                            (long long)s->train.vocab_size);
-        /* The attention's T x T scores are one product of 32-bit dimensions
-         * (attention.c): said here in the key's words, not the layer's. */
-        if (c->model.block_size * c->model.block_size > INT32_MAX)
-            return st_fail(
-                ST_ERR_CONFIG,
-                "model.block_size %lld is longer than the attention takes (46340 at most, its T x T "
-                "scores one product): set model.block_size to 46340 or less",
-                (long long)c->model.block_size);
         in->vocab_size = c->model.vocab_size;
         in->seq_len = c->model.block_size;
     } else {
