@@ -30,7 +30,23 @@ static void check_linear(int64_t B, int64_t T, int64_t K, int64_t N, bool in_out
     st_params_free(&p);
 }
 
+/* More rows than BLAS's int takes (a micro-batch of 2^32 rows, declared,
+ * never allocated): refused, where the product would have wrapped. */
+static void check_too_many_rows(void) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    const int64_t xs[3] = {1 << 16, 1 << 16, 4};
+    st_tensor *x, *y;
+    CHECK_OK(st_graph_input(&g, "x", ST_F32, 3, xs, &x));
+    st_linear_opts o = {.bias = true, .init = ST_INIT_UNIFORM, .init_scale = 0.5f};
+    CHECK_FAILS(st_linear(&g, "lin", x, 8, &o, &y), ST_ERR_SHAPE, "4294967296 rows of 4 inputs to 8 outputs");
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
 int main(void) {
+    check_too_many_rows();
     check_linear(2, 3, 5, 4, false, true, false);
     check_linear(1, 7, 16, 9, false, false, false);
     check_linear(3, 2, 8, 12, true, true, false);

@@ -1,5 +1,6 @@
 /* Linear layer: y = x W^T + b, through OpenBLAS sgemm.
  * Weight layout (N, K) as nn.Linear, or (K, N) as GPT-2's Conv1D (in_out). */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -121,6 +122,13 @@ static const st_layer_ops linear_cpu = {"linear", linear_forward, linear_backwar
 static st_status add_linear(st_graph *g, const char *name, st_tensor *x, st_tensor *w, st_tensor *b,
                             int64_t N, bool in_out, st_tensor **y) {
     const int64_t K = x->shape[x->ndim - 1];
+    /* BLAS takes int dimensions (cast below): past them a product would wrap (the others refuse alike) */
+    if (x->count / K > INT_MAX || K > INT_MAX || N > INT_MAX)
+        return st_fail(
+            ST_ERR_SHAPE,
+            "linear %s: %lld rows of %lld inputs to %lld outputs: past the %d a matrix product takes in "
+            "a dimension; lower train.micro_batch_size",
+            name, (long long)(x->count / K), (long long)K, (long long)N, INT_MAX);
     int64_t shape[ST_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = N;
