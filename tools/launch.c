@@ -195,6 +195,15 @@ static bool is_subcommand(const char *s) {
     return false;
 }
 
+/* scaletrain's commands that run as one process: under launch they were
+ * looked for on PATH as programs of that name. */
+static bool one_process_command(const char *s) {
+    static const char *const cmds[] = {"sample", "plan", "bench", "report", "slurm", "launch"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+        if (strcmp(s, cmds[i]) == 0) return true;
+    return false;
+}
+
 /* The look for a restarted job's checkpoint (on a thread of its own:
  * st_ticker_run_within). */
 typedef struct lookup {
@@ -313,6 +322,14 @@ int st_cmd_launch(int argc, char **argv) {
     }
     if (n < 0 && hosts) {
         fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
+        return ST_EXIT_USAGE;
+    }
+    if (one_process_command(argv[i])) {
+        fprintf(
+            stderr,
+            "scaletrain launch: scaletrain %s runs as one process%s; run it without launch (launch starts "
+            "train, eval, data and check, or a program)\n",
+            argv[i], !strcmp(argv[i], "bench") ? " and starts its own ranks (bench -n 1,2,4)" : "");
         return ST_EXIT_USAGE;
     }
     long host_slots = -1;

@@ -200,6 +200,8 @@ expect 1 "--hw 8xH100,,4xL40S: entry 2 of 3 is empty" "$bin" plan --set model.ty
 expect 2 "check: --json is an option of scaletrain train and eval" "$bin" check --json
 expect 2 "plan: --quiet is an option of scaletrain train and eval (plan takes --json)" "$bin" plan --quiet
 expect 2 "bench: --json is an option of scaletrain train and eval" "$bin" bench --json
+# launch of a command that runs as one process: refused by name (it looked for a program "plan" on PATH)
+expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch -n 2 plan
 # sample's --help after a flag without a value (--no-graph was read as taking one: "unknown option '--help'")
 expect 0 "--no-graph" "$bin" sample --no-graph --help
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
