@@ -1514,7 +1514,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
     /* The window since the last logged step, for metrics.jsonl. */
     double win_t = 0, win_wait = 0, win_comm = 0, win_hidden = 0, win_span = 0, grad_norm = 0;
-    int64_t win_syncs = 0;
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
@@ -1684,12 +1683,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ms.grad_bytes = st_dist_grad_nbytes(&dd);
             ms.gpu = gpu;
             if (dist) {
-                const int64_t syncs = ddp->syncs - win_syncs;
                 const double span = ddp->span_s - win_span;
                 ms.has_comm = true;
-                ms.comm_ms = syncs > 0 ? 1e3 * (ddp->wait_s - win_comm) / (double)syncs : 0;
+                /* per step, as step_ms (zero2 with accumulation syncs every micro-step: per sync
+                 * it was a fraction of the step's wait) */
+                ms.comm_ms = 1e3 * (ddp->wait_s - win_comm) / (double)window_n;
                 ms.comm_overlap = span > 0 ? (ddp->hidden_s - win_hidden) / span : 0;
-                win_syncs = ddp->syncs;
                 win_comm = ddp->wait_s;
                 win_hidden = ddp->hidden_s;
                 win_span = ddp->span_s;
@@ -1858,7 +1857,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->grad_peak_bytes = dd.grad_peak_nbytes > r->grad_bytes ? dd.grad_peak_nbytes : r->grad_bytes;
     if (dist) r->grad_syncs = ddp->syncs;
     if (dist && ddp->syncs) {
-        r->comm_ms = 1e3 * ddp->wait_s / (double)ddp->syncs;
+        r->comm_ms = r->steps > start ? 1e3 * ddp->wait_s / (double)(r->steps - start) : 0; /* (per step) */
         r->comm_overlap = ddp->span_s > 0 ? ddp->hidden_s / ddp->span_s : 0;
         r->first_bucket_lead_ms = 1e3 * ddp->hidden_s / (double)ddp->syncs;
         r->comm_hidden = ddp->busy_s > 0 ? ddp->busy_hidden_s / ddp->busy_s : 0;
