@@ -244,10 +244,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     const unsigned cb = (unsigned)((C + 127) / 128);
     if (g->training) {
         if (M < 2 && !g->allreduce_sum) /* synchronised: the global count, 2 rows at least (2 ranks or more) */
-            return st_fail(ST_ERR_SHAPE,
-                           "batchnorm %s: training needs more than one value per channel, got 1 row; "
-                           "use a batch larger than 1",
-                           n->out->name);
+            return (st_status)st_batchnorm_too_few(n);
         partials_kernel<true><<<dim3((unsigned)((C + 31) / 32), (unsigned)nb), dim3(32, TY), 0, st>>>(
             x, st_fbuf{NULL, ST_PREC_FP32}, st_fbuf{NULL, ST_PREC_FP32}, NULL, NULL, M, C, nb, p1, p2);
         ST_CUDA_LAUNCHED();

@@ -25,6 +25,11 @@ enum { ST_ATTNC_B, ST_ATTNC_N, ST_ATTNC_C, ST_ATTNC_NHEAD, ST_ATTNC_LAYER, ST_AT
 enum { ST_LASTROW_B, ST_LASTROW_N, ST_LASTROW_C };
 /* batchnorm (and fused batchnorm + relu): x (M, C); f: eps, momentum */
 enum { ST_BN_M, ST_BN_C, ST_BN_RELU };
+/* A batch-norm trained on one value per channel (its input one sample of a
+ * 1x1 map, on one rank): the error naming the shape and the settings that
+ * give it more (batchnorm.c; the CUDA twin's too). */
+struct st_node;
+int st_batchnorm_too_few(const struct st_node *n); /* an st_status */
 enum { ST_BN_F_EPS, ST_BN_F_MOMENTUM };
 /* conv2d: square kernel; DIRECT, WINO and NT choose the CPU's algorithm and threads */
 enum { ST_CONV_K, ST_CONV_STRIDE, ST_CONV_PAD, ST_CONV_BIAS, ST_CONV_DIRECT, ST_CONV_NT, ST_CONV_WINO };

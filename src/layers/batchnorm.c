@@ -161,6 +161,20 @@ static st_status sync_stats(st_node *n, st_graph *g, const float *shift, int64_t
     return ST_OK;
 }
 
+int st_batchnorm_too_few(const st_node *n) {
+    const st_tensor *x = n->in[0];
+    char shape[96] = "one row";
+    if (x->ndim == 4)
+        snprintf(shape, sizeof shape, "%lld sample of a %lldx%lld map", (long long)x->shape[0],
+                 (long long)x->shape[1], (long long)x->shape[2]);
+    return st_fail(ST_ERR_SHAPE,
+                   "batchnorm %s: training needs more than one value per channel, and its input is %s (the "
+                   "micro-batch's samples times the map's pixels, on this rank): set train.micro_batch_size "
+                   "to 2 or more, fewer model.pool to keep a larger map, or dist.sync_batchnorm: true over "
+                   "several ranks",
+                   n->out->name, shape);
+}
+
 static st_status batchnorm_forward(st_node *n, st_graph *g) {
     const int64_t M = n->args.i[ST_BN_M], C = n->args.i[ST_BN_C], nb = n_blocks(M);
     const float eps = n->args.f[ST_BN_F_EPS], mom = n->args.f[ST_BN_F_MOMENTUM];
@@ -173,10 +187,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
     float *scale = (float *)(p2 + nb * C);                           /* (C) */
     if (g->training) {
         if (M < 2 && !g->allreduce_sum) /* synchronised: checked on the global count */
-            return st_fail(ST_ERR_SHAPE,
-                           "batchnorm %s: training needs more than one value per channel, got 1 row; "
-                           "use a batch larger than 1",
-                           n->out->name);
+            return (st_status)st_batchnorm_too_few(n);
         const float *shift = x; /* row 0 */
 #pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < nb; j++)

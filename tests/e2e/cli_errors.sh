@@ -200,6 +200,11 @@ expect 1 "--hw 8xH100,,4xL40S: entry 2 of 3 is empty" "$bin" plan --set model.ty
 expect 2 "check: --json is an option of scaletrain train and eval" "$bin" check --json
 expect 2 "plan: --quiet is an option of scaletrain train and eval (plan takes --json)" "$bin" plan --quiet
 expect 2 "bench: --json is an option of scaletrain train and eval" "$bin" bench --json
+# batch-norm on a 1x1 map with one sample a micro-batch: the shape and the ways out named (it said "use a
+# batch larger than 1" of a batch of 4)
+expect 1 "batchnorm bn.4.out: training needs more than one value per channel, and its input is 1 sample of a 1x1 map" \
+    "$bin" train --set model.channels=[4,4,4,4,4] --set model.pool=[1,1,1,1,0] --set train.batch_size=4 \
+    --set train.micro_batch_size=1 --set train.steps=1 --set data.val= --set train.out_dir="$tmp/bn1"
 # launch of a command that runs as one process: refused by name (it looked for a program "plan" on PATH)
 expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch -n 2 plan
 # sample's --help after a flag without a value (--no-graph was read as taking one: "unknown option '--help'")
