@@ -3,6 +3,7 @@
  * batch sizes sharing one parameter arena, seeded initialisation, a
  * training step that gives the same bits twice, and a model for forward
  * alone (no gradients). */
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,6 +92,22 @@ static void test_counts_and_names(void) {
           "cnn names");
     st_tensor *h = st_params_find(&m->params, "head.weight");
     CHECK(h && h->shape[1] == 128 * 7 * 7, "cnn head reads 128x7x7 features");
+    st_model_free(m);
+}
+
+/* A cnn's FLOPs per sample from its maps as built: an even kernel (padding
+ * k/2) grows each map by one, which the count took as "same" (28 each). */
+static void kernel4(st_config *c) { c->model.kernel = 4; }
+static void test_cnn_flops(void) {
+    st_model *m = make("cnn", kernel4);
+    if (!m) return;
+    /* conv 28 -> 29; conv 29 -> 30, pool 15; conv 15 -> 16, pool 8 (model.pool [0, 1, 1]) */
+    const st_tensor *h = st_params_find(&m->params, "head.weight");
+    CHECK(h && h->shape[1] == 128 * 8 * 8, "kernel 4: the head reads 128x8x8 features");
+    const double want = 2.0 * 29 * 29 * 32 * 1 * 16 + 2.0 * 30 * 30 * 64 * 32 * 16 +
+                        2.0 * 16 * 16 * 128 * 64 * 16 + 2.0 * 8 * 8 * 128 * 10;
+    const double got = st_model_flops_per_sample(m);
+    CHECK(fabs(got - want) <= 1e-9 * want, "kernel 4: %.6g FLOPs per sample, want %.6g", got, want);
     st_model_free(m);
 }
 
@@ -437,6 +454,7 @@ static void test_inference_model(void) {
 }
 
 int main(void) {
+    test_cnn_flops();
     test_inference_model();
     test_gpt2_style_file();
     test_gpt2_124m_shape();

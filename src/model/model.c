@@ -407,7 +407,10 @@ double st_model_flops_per_sample(const st_model *m) {
         double k = (double)c->model.kernel;
         for (int i = 0; i < c->model.channels.n; i++) {
             double co = (double)c->model.channels.v[i];
-            f += 2 * h * w * co * ch * k * k; /* stride 1, "same" padding */
+            /* stride 1, padding k/2 (the builder's): "same" for odd k, one more row and column for even */
+            h += 2 * floor(k / 2) - k + 1;
+            w += 2 * floor(k / 2) - k + 1;
+            f += 2 * h * w * co * ch * k * k;
             ch = co;
             if (i < c->model.pool.n && c->model.pool.v[i]) {
                 h = floor(h / 2);
