@@ -55,7 +55,10 @@ const st_cfg_key st_cfg_keys[] = {
            "cnn: 1 = 2x2 max-pool after block i; one entry per model.channels entry"),
     K_INT("model.kernel", model.kernel, "3", 1, 63, "cnn: square conv kernel size"),
     K_BOOL("model.batchnorm", model.batchnorm, "true", "cnn: batch-norm after each conv"),
-    K_FLOAT("model.dropout", model.dropout, "0.0", 0, 1, HI, "dropout probability; 0 = off"),
+    K_FLOAT("model.dropout", model.dropout, "0.0", 0, 1, HI,
+            "dropout probability; 0 = off. Where: an mlp after each hidden layer (none without one), a cnn "
+            "before its head, a gpt after the embeddings and after each block's attention and MLP "
+            "projections (GPT-2's resid_pdrop; not on the attention's probabilities, its attn_pdrop)"),
     K_INT("model.n_layer", model.n_layer, "4", 1, 1024, "gpt: transformer blocks"),
     K_INT("model.n_head", model.n_head, "4", 1, 1024, "gpt: attention heads; must divide model.n_embd"),
     K_INT("model.n_embd", model.n_embd, "256", 1, 1 << 16, "gpt: embedding width"),
