@@ -476,7 +476,7 @@ int st_cmd_bench(int argc, char **argv) {
     free(rest);
     double gflops = 0;
     /* (the measurements stand without it: a prediction that fails is said, its columns 0) */
-    if ((s = predict(&cfg, mb, runs, nr, &gflops)) != ST_OK) {
+    if (predict(&cfg, mb, runs, nr, &gflops) != ST_OK) {
         fprintf(stderr, "scaletrain bench: warning: no prediction (its columns are 0): %s\n",
                 st_last_error());
         st_clear_error();
