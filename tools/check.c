@@ -469,6 +469,7 @@ static void check_data(report *r, const st_config *c) {
                     : "point data.train / data.val at readable files");
         } else if (split && (s = st_dataset_split(&d, c->data.val_split, (uint64_t)c->data.val_split_seed,
                                                   "data.val_split", &v)) != ST_OK) {
+            opened = false; /* (said here: the run's checks below would say it again) */
             line(r, "FAIL", "val data", "%s", st_last_error());
         } else if (tokens) {
             line(r, "ok", what, "%s: %lld samples of %lld tokens, vocabulary %lld", sets[k], (long long)d.n,
@@ -763,8 +764,7 @@ int st_cmd_check(int argc, char **argv) {
      * one is not this run's to fail); cuda (or cuda:N) needs one, where auto
      * would train on the CPU */
     const bool dev_cpu = !strcmp(cfg.train.device, "cpu"), dev_cuda = !strncmp(cfg.train.device, "cuda", 4);
-    const int found = st_device_cuda_built() ? st_device_cuda_count(why, sizeof why) : 0,
-              gpus = dev_cpu ? 0 : found;
+    const int gpus = st_device_cuda_built() && !dev_cpu ? st_device_cuda_count(why, sizeof why) : 0;
     if (!mkdtemp(tmp)) {
         line(&r, "FAIL", "tmp",
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,

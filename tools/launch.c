@@ -26,6 +26,7 @@
  * passes it: -x for each variable of NCCL_*, UCX_*, OMP_*, SCALETRAIN_*,
  * ST_*, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set here. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -341,18 +342,30 @@ int st_cmd_launch(int argc, char **argv) {
                 "or start the ranks another way (under SLURM: srun --mpi=pmix scaletrain train ...)\n");
         return ST_EXIT_FAIL;
     }
+    /* -n auto's count of the GPUs is watched: a driver that never answers
+     * would hold the launch, and a batch job with it, for good. The limit is
+     * the ranks' own for their first wait on the GPU, train.device_timeout_s
+     * of the command's config (file and --set), read before the writer
+     * threads start (its errors are the ranks' to say: not here) */
+    double limit = 600; /* (its default; a command not train's or eval's: no config) */
+    if (n < 0 && (!strcmp(argv[i], "train") || !strcmp(argv[i], "eval"))) {
+        st_config cfg;
+        st_run_opts ro = {0};
+        fflush(stderr);
+        const int saved_err = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) dup2(null, 2);
+        if (st_cli_run_args(argv[i], argc - i - 1, argv + i + 1, &cfg, &ro) < 0)
+            limit = (double)cfg.train.device_timeout_s;
+        st_clear_error();
+        fflush(stderr);
+        if (saved_err >= 0) dup2(saved_err, 2), close(saved_err);
+        if (null >= 0) close(null);
+    }
     /* From here on the launcher's own lines, as the ranks', go through its
      * writer threads: nothing it does waits on its output. */
     st_launch_out *out = st_launch_out_start(output_timeout);
     if (n < 0) { /* -n auto: a rank per GPU of this node, else one */
         char why[256] = "", who[64];
-        /* A driver that never answers would hold the launch, and a batch job
-         * with it, for good: the limit is the ranks' own for their first wait
-         * on the GPU, train.device_timeout_s (as the command's --set gives it) */
-        double limit = 600;
-        for (int k = i + 1; k + 1 < argc; k++)
-            if (!strcmp(argv[k], "--set") && !strncmp(argv[k + 1], "train.device_timeout_s=", 23))
-                limit = strtod(argv[k + 1] + 23, NULL);
         snprintf(who, sizeof who, "scaletrain launch (pid %d)", (int)getpid());
         st_watch *w = st_watch_one(limit, who, "train.device_timeout_s", ST_WATCH_GPU,
                                    "nothing was started; -n N starts N ranks without counting the GPUs",

@@ -34,7 +34,8 @@ typedef struct st_run_opts {
 typedef struct st_run_result {
     int64_t steps, samples, tokens;
     int64_t start_step;    /* the step a resumed run started from (0 otherwise) */
-    char checkpoint[4096]; /* the last checkpoint saved ("" when none) */
+    char checkpoint[4096]; /* the last checkpoint committed ("" when none; also one whose save failed
+                            * after its commit: whole, and --resume auto takes it) */
     double seconds;        /* training loop wall time, evaluation excluded */
     double samples_per_s, tokens_per_s;
     double train_loss; /* mean over the last log window */

@@ -548,6 +548,8 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
     if (s == ST_OK && j->rank == 0)
         s = finish_save(j->cfg, &j->st, j->ckdir, j->tmp, j->fl, j->world + 1, &committed);
     if (s != ST_OK && !committed && j->rank == 0) remove_dir(j->tmp);
+    /* (rank 0's before the agreement, which may fail with a peer gone) */
+    if (saved && committed) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
     /* The others learn whether the checkpoint exists (its folder was renamed:
      * a failure after that, of `latest`, leaves it whole) and the outcome. */
     if (j->dist) {

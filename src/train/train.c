@@ -853,9 +853,10 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
     const double t0 = st_now();
     double write_s = 0;
-    r->checkpoint[0] = '\0'; /* (set once committed) */
-    st_status s = st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, &write_s);
-    if (s != ST_OK) return save_failed(s, ses->cfg, saved, r->checkpoint);
+    char got[sizeof r->checkpoint] = ""; /* (set once committed) */
+    st_status s = st_ckpt_async_finish(pending, got, sizeof got, &write_s);
+    if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
+    if (s != ST_OK) return save_failed(s, ses->cfg, saved, got);
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
     if (ses->rank != 0) return ST_OK;
@@ -1012,9 +1013,10 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     }
     if (*pending && !alone) {
         const int64_t step = st_ckpt_async_step(*pending);
-        r->checkpoint[0] = '\0'; /* (set once committed) */
-        const st_status f = st_ckpt_async_finish(pending, r->checkpoint, sizeof r->checkpoint, NULL);
-        if (f == ST_OK || r->checkpoint[0]) { /* committed (a failure after it: `latest` behind) */
+        char got[sizeof r->checkpoint] = ""; /* (set once committed) */
+        const st_status f = st_ckpt_async_finish(pending, got, sizeof got, NULL);
+        if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
+        if (f == ST_OK || got[0]) { /* committed (a failure after it: `latest` behind) */
             saved = step;
             NOTE("the checkpoint of step %lld being written was committed to %s", (long long)step,
                  r->checkpoint);
@@ -1072,8 +1074,14 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             if (f == ST_OK && (by < 0 || ses->rank == by)) {
                 ck_at(ck, whole, pos, sc);
                 const st_ckpt_layout one = {0}; /* rank 0 of 1 */
-                f = st_ckpt_save(c, m, opt, ck, alone || by >= 0 ? &one : lay, r->checkpoint,
-                                 sizeof r->checkpoint);
+                char got[sizeof r->checkpoint] = "";
+                f = st_ckpt_save(c, m, opt, ck, alone || by >= 0 ? &one : lay, got, sizeof got);
+                if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
+                if (f != ST_OK && got[0]) { /* committed, whole (`latest` behind: the resume takes it all
+                                             * the same, st_ckpt_find) */
+                    st_clear_error();
+                    f = ST_OK;
+                }
             }
             if (by >= 0) { /* every rank learns how the save went (the lost GPU's rank waits for it here) */
                 int64_t ok = ses->rank != by || f == ST_OK ? 1 : 0;
@@ -1789,9 +1797,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 pending_stall = st_now() - t_ck;
                 st_trace_end(trace, &mark);
             } else {
-                r->checkpoint[0] = '\0'; /* (set once committed) */
-                if ((s = st_ckpt_save(c, m, &opt, &ck, &lay, r->checkpoint, sizeof r->checkpoint)) != ST_OK) {
-                    save_failed(s, c, ck.step, r->checkpoint);
+                char got[sizeof r->checkpoint] = ""; /* (set once committed) */
+                s = st_ckpt_save(c, m, &opt, &ck, &lay, got, sizeof got);
+                if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
+                if (s != ST_OK) {
+                    save_failed(s, c, ck.step, got);
                     goto fail;
                 }
                 st_trace_end(trace, &mark);

@@ -44,8 +44,12 @@ grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): finding and openi
 # starting anything: the launcher ends, naming the count and the limit the
 # command's --set gives (it waited for good, and a batch job with it).
 if command -v mpirun >/dev/null; then
-    out=$(ST_CUDAEMU_HANG_OPEN=1 timeout -k 10 60 "$bin" launch -n auto "${tr[@]}" --set train.steps=4 \
-        --set train.out_dir="$tmp/launch" 2>&1); rc=$?
+    # (the limit from the config file, as the ranks read it: no --set)
+    printf 'train: { device_timeout_s: 2 }\n' >"$tmp/watch.yaml"
+    lt=()
+    for a in "${tr[@]}"; do [ "$a" = train.device_timeout_s=2 ] && unset 'lt[-1]' || lt+=("$a"); done
+    out=$(ST_CUDAEMU_HANG_OPEN=1 timeout -k 10 60 "$bin" launch -n auto "${lt[0]}" "$tmp/watch.yaml" "${lt[@]:1}" \
+        --set train.steps=4 --set train.out_dir="$tmp/launch" 2>&1); rc=$?
     [ $rc -eq 1 ] && [ ! -e "$tmp/launch" ] || fail "launch -n auto, GPU hung: exit $rc (want 1, nothing started): $out"
     grep -qE "^scaletrain: scaletrain launch \(pid [0-9]+\): counting this node's GPUs for -n auto has not finished after [0-9]+ s \(train.device_timeout_s: 2 s\): a GPU that stopped answering.*nothing was started; -n N starts N ranks without counting the GPUs" <<<"$out" &&
         echo "launch -n auto, GPU hung: exit 1, naming the count" || fail "launch -n auto, GPU hung: $out"
