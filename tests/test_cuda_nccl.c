@@ -27,6 +27,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "comm/comm.h"
 #include "core/device.h"
 #include "core/half.h"
@@ -173,6 +176,47 @@ static void refusals(st_comm *boot, st_device *d) {
     st_comm_free(nc);
 }
 
+#ifdef ST_CUDA_EMU
+#include "cudaemu/selftest.h"
+/* A peer lost in a collective (the emulator's st_emu_nccl_lose_next: NCCL's
+ * asynchronous error, and its kernel on the stream until an abort): the
+ * collective fails naming it, and the clean-up after it, which frees device
+ * memory and so waits for the device, ends: the failed communicator was
+ * aborted at once. Before, the abort came only with st_comm_free, after the
+ * frees, which waited for good. In a child, under an alarm: a hang fails. */
+static void lost_peer(st_comm *boot) {
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        st_device *d = NULL;
+        st_comm *nc = NULL;
+        float *buf = NULL;
+        if (st_device_open_cuda(0, &d) != ST_OK || st_comm_nccl_init(boot, d, NULL, &nc) != ST_OK ||
+            st_device_alloc(d, 64 * sizeof(float), (void **)&buf) != ST_OK)
+            _exit(3);
+        st_emu_nccl_lose_next();
+        const st_status s = st_comm_all_reduce_sync(nc, buf, buf, 64, ST_COMM_F32, ST_COMM_SUM, "lost peer");
+        if (s != ST_ERR_IO || !strstr(st_last_error(), "another rank may have died")) {
+            fprintf(stderr, "lost peer: status %d: %s\n", (int)s, st_last_error());
+            _exit(4);
+        }
+        st_device_release(d, buf); /* (waits for the device: the lost collective's end) */
+        st_comm_free(nc);
+        st_device_free(d);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "lost peer: the child did not run");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "lost peer: the clean-up after the failed collective %s (status %d)",
+          WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? "hung (30 s)" : "failed",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    if (!st_test_failures)
+        printf("ok a peer lost in a collective: its error named, the clean-up after it ends\n");
+}
+#endif
+
 /* The trainer on the GPU, with and without NCCL's buckets: the same bits. */
 static void training(void) {
     st_config c;
@@ -273,6 +317,9 @@ int main(int argc, char **argv) {
         collectives(nc, d);
         st_comm_free(nc);
         refusals(boot, d);
+#ifdef ST_CUDA_EMU
+        lost_peer(boot);
+#endif
     }
     st_device_free(d);
     st_comm_free(boot);

@@ -119,6 +119,24 @@ typedef std::shared_ptr<std::vector<std::unique_ptr<nccl_xfer>>> batch_t;
 /* A stream's item: wait for the batch's requests, then write the results (an
  * aborted or failed communicator's are dropped, their buffers kept: MPI may
  * still write into them). */
+/* st_emu_nccl_lose_next (selftest.h): the next launch's communicator loses its peer */
+static bool lose_next;
+extern "C" void st_emu_nccl_lose_next(void) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    lose_next = true;
+}
+
+/* A lost collective's end: on the stream until the communicator is aborted */
+static void wait_for_abort(ncclComm *c) {
+    for (;;) {
+        {
+            std::lock_guard<std::recursive_mutex> l(lock);
+            if (c->aborted) return;
+        }
+        usleep(1000);
+    }
+}
+
 static void finish(ncclComm *c, cudaStream_t s, batch_t batch, const char *name) {
     bool skip;
     {
@@ -188,6 +206,29 @@ static ncclResult_t start_all(std::vector<nccl_op> &ops, std::vector<std::unique
 
 /* Start ops (one call, or a group, in call order), then queue each stream's end. */
 static ncclResult_t launch(std::vector<nccl_op> &ops) {
+    {
+        std::lock_guard<std::recursive_mutex> l(lock);
+        if (lose_next && !ops.empty()) { /* (its inputs are not even read: the peer is gone) */
+            lose_next = false;
+            ncclComm *c = ops[0].c;
+            c->error = ncclRemoteError;
+            c->last = std::string(ops[0].name) + " (emulated: st_emu_nccl_lose_next): a peer is gone";
+            cudaStream_t s = ops[0].stream;
+            c->queued[s]++;
+            st_emu_enqueue_on(
+                s,
+                [c, s] {
+                    /* (ST_CUDAEMU_LAZY=0 runs it as it is queued, inside the call: a GPU's kernel
+                     * would not hold its host there, so that mode drops it at once) */
+                    if (st_emu_lazy_mode() != 0) wait_for_abort(c);
+                    std::lock_guard<std::recursive_mutex> l2(lock);
+                    if (--c->queued[s] == 0) c->queued.erase(s);
+                    if (c->freed && c->queued.empty()) delete c;
+                },
+                true);
+            return ncclSuccess;
+        }
+    }
     std::vector<cudaStream_t> streams;
     for (nccl_op &o : ops) {
         if (std::find(streams.begin(), streams.end(), o.stream) == streams.end()) streams.push_back(o.stream);

@@ -32,6 +32,15 @@ int st_emu_selftest(int fault, int fixed);
 struct st_device;
 int st_emu_selftest_struct_arg(struct st_device *d, void *p, int n);
 
+/* The next NCCL collective of this process loses its peer, as a rank that
+ * died or a broken link: ncclCommGetAsyncError says ncclRemoteError from its
+ * call on, and its end on the stream never comes until the communicator is
+ * aborted (NCCL's kernel spins until then): a clean-up that frees device
+ * memory, which waits for the device, hangs unless it was aborted first
+ * (under ST_CUDAEMU_LAZY=0, which runs work inside the call that queues it,
+ * the end is dropped at once instead). */
+void st_emu_nccl_lose_next(void);
+
 #ifdef __cplusplus
 }
 #endif
