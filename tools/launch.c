@@ -189,20 +189,21 @@ int st_launch_local_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-static bool is_subcommand(const char *s) {
-    static const char *const cmds[] = {"train", "eval", "data", "check"};
+/* What COMMAND is: one of scaletrain's commands launch starts (run by this
+ * executable), one that runs as one process (under launch it was looked
+ * for on PATH as a program of that name), or a program. */
+enum { LAUNCH_PROGRAM, LAUNCH_SUBCOMMAND, LAUNCH_ONE_PROCESS };
+static int command_kind(const char *s) {
+    static const struct {
+        const char *name;
+        int kind;
+    } cmds[] = {{"train", LAUNCH_SUBCOMMAND},  {"eval", LAUNCH_SUBCOMMAND},    {"data", LAUNCH_SUBCOMMAND},
+                {"check", LAUNCH_SUBCOMMAND},  {"sample", LAUNCH_ONE_PROCESS}, {"plan", LAUNCH_ONE_PROCESS},
+                {"bench", LAUNCH_ONE_PROCESS}, {"report", LAUNCH_ONE_PROCESS}, {"slurm", LAUNCH_ONE_PROCESS},
+                {"launch", LAUNCH_ONE_PROCESS}};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
-        if (strcmp(s, cmds[i]) == 0) return true;
-    return false;
-}
-
-/* scaletrain's commands that run as one process: under launch they were
- * looked for on PATH as programs of that name. */
-static bool one_process_command(const char *s) {
-    static const char *const cmds[] = {"sample", "plan", "bench", "report", "slurm", "launch"};
-    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
-        if (strcmp(s, cmds[i]) == 0) return true;
-    return false;
+        if (strcmp(s, cmds[i].name) == 0) return cmds[i].kind;
+    return LAUNCH_PROGRAM;
 }
 
 /* The look for a restarted job's checkpoint (on a thread of its own:
@@ -325,7 +326,7 @@ int st_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
         return ST_EXIT_USAGE;
     }
-    if (one_process_command(argv[i])) {
+    if (command_kind(argv[i]) == LAUNCH_ONE_PROCESS) {
         fprintf(
             stderr,
             "scaletrain launch: scaletrain %s runs as one process%s; run it without launch (launch starts "
@@ -457,7 +458,7 @@ int st_cmd_launch(int argc, char **argv) {
         av[k++] = "-x";
         av[k++] = fwd_names[n_names++];
     }
-    if (is_subcommand(argv[cmd_at])) av[k++] = self;
+    if (command_kind(argv[cmd_at]) == LAUNCH_SUBCOMMAND) av[k++] = self;
     const int args_at = k;
     for (int j = cmd_at; j < argc; j++)
         av[k++] = argv[j];

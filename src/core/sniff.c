@@ -77,7 +77,7 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
         return (st_file_kind){ST_FILE_IDX, "an IDX file", "data.type idx reads it"};
     /* (a run's metrics.jsonl: the hint of text is no use for it) */
     if (looks_like_text(h, n) && n >= 7 &&
-        (!memcmp(h, "{\"step\"", 7) || (n >= 7 && !memcmp(h, "{\"eval\"", 7)) ||
+        (!memcmp(h, "{\"step\"", 7) || !memcmp(h, "{\"eval\"", 7) ||
          (n >= 13 && !memcmp(h, "{\"checkpoint\"", 13))))
         return (st_file_kind){ST_FILE_TEXT, "what looks like a run's metrics.jsonl (JSON lines)",
                               "`scaletrain report RUN_DIR` charts a run's metrics"};

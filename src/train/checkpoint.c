@@ -548,16 +548,19 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
     if (s == ST_OK && j->rank == 0)
         s = finish_save(j->cfg, &j->st, j->ckdir, j->tmp, j->fl, j->world + 1, &committed);
     if (s != ST_OK && !committed && j->rank == 0) remove_dir(j->tmp);
-    /* (rank 0's before the agreement, which may fail with a peer gone) */
-    if (saved && committed) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
     /* The others learn whether the checkpoint exists (its folder was renamed:
-     * a failure after that, of `latest`, leaves it whole) and the outcome. */
+     * a failure after that, of `latest`, leaves it whole) and the outcome; an
+     * agreement that fails (a peer gone) leaves rank 0 its own commit. */
     if (j->dist) {
         int64_t v[2] = {s, committed};
-        ST_TRY(st_comm_all_reduce_sync(j->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint"));
-        committed = v[1] != 0;
-        if (s == ST_OK && v[0] != ST_OK)
-            s = st_fail(ST_ERR_IO, "checkpoint failed on another rank (its error is in its output)");
+        const st_status g = st_comm_all_reduce_sync(j->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        if (g != ST_OK) {
+            s = g;
+        } else {
+            committed = v[1] != 0;
+            if (s == ST_OK && v[0] != ST_OK)
+                s = st_fail(ST_ERR_IO, "checkpoint failed on another rank (its error is in its output)");
+        }
     }
     if (saved && committed) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
     return s;
@@ -1194,16 +1197,16 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     if (fatal != ST_OK) return fatal; /* (its message is the last error) */
     if (comm && !*found) ST_TRY(share_end(comm, ckdir, ST_OK)); /* (the others must have none left either) */
     st_clear_error();
-    if (!*found && n > 0 && strcmp(who, "resume") != 0) /* (--init: train, eval, sample) */
+    if (!*found && n > 0) { /* the remedies: a resume's, or --init's (train, eval, sample) */
+        const bool resume = strcmp(who, "resume") == 0;
         return st_fail(ST_ERR_FORMAT,
                        "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "
-                       "Repair the storage or the files, or give --init another checkpoint or weights file",
-                       who, n, ckdir, first);
-    if (!*found && n > 0)
-        return st_fail(ST_ERR_FORMAT,
-                       "%s: no good checkpoint among the %d in %s (the first: %s); nothing was written. "
-                       "Repair the storage or the files and resume again, or move %s aside to start over",
-                       who, n, ckdir, first, ckdir);
+                       "Repair the storage or the files%s%s%s",
+                       who, n, ckdir, first,
+                       resume ? " and resume again, or move "
+                              : ", or give --init another checkpoint or weights file",
+                       resume ? ckdir : "", resume ? " aside to start over" : "");
+    }
     return ST_OK;
 }
 

@@ -126,6 +126,14 @@ extern "C" void st_emu_nccl_lose_next(void) {
     lose_next = true;
 }
 
+/* One of c's ends on stream s has run: the communicator itself goes once
+ * its handle is gone and nothing of it is queued. */
+static void end_queued(ncclComm *c, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> l(lock);
+    if (--c->queued[s] == 0) c->queued.erase(s);
+    if (c->freed && c->queued.empty()) delete c;
+}
+
 /* A lost collective's end: on the stream until the communicator is aborted */
 static void wait_for_abort(ncclComm *c) {
     for (;;) {
@@ -165,9 +173,7 @@ static void finish(ncclComm *c, cudaStream_t s, batch_t batch, const char *name)
     } else {
         for (auto &x : *batch) (void)x.release();
     }
-    std::lock_guard<std::recursive_mutex> l(lock);
-    if (--c->queued[s] == 0) c->queued.erase(s);
-    if (c->freed && c->queued.empty()) delete c;
+    end_queued(c, s);
 }
 
 /* One rank without MPI: the k-th send (to itself) feeds the k-th receive. */
@@ -221,9 +227,7 @@ static ncclResult_t launch(std::vector<nccl_op> &ops) {
                     /* (ST_CUDAEMU_LAZY=0 runs it as it is queued, inside the call: a GPU's kernel
                      * would not hold its host there, so that mode drops it at once) */
                     if (st_emu_lazy_mode() != 0) wait_for_abort(c);
-                    std::lock_guard<std::recursive_mutex> l2(lock);
-                    if (--c->queued[s] == 0) c->queued.erase(s);
-                    if (c->freed && c->queued.empty()) delete c;
+                    end_queued(c, s);
                 },
                 true);
             return ncclSuccess;
