@@ -914,6 +914,42 @@ static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_
     ck->skipped_steps = sc->skipped;
 }
 
+/* Whether this rank's weights are all finite: its masters (their shard when
+ * sharded, where a device's `data` is NULL). */
+static st_status own_weights_finite(const st_session *ses, bool *finite) {
+    const st_params *pp = &ses->model->params;
+    const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
+                  hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
+    return st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), finite);
+}
+
+/* Before the checkpoint of step `step` (every rank, together): the loss is
+ * read before each checkpoint, but it is the loss before the step's update.
+ * An update that made a weight non-finite while that loss was finite (a
+ * gradient that overflowed) stops the run here, with no checkpoint: saved,
+ * it would become `latest`, which a resume's load refuses (weights.c), and
+ * train.keep_checkpoints would delete the good ones behind it. Every rank
+ * learns it (the shards of ZeRO differ). `last`: the last committed
+ * checkpoint, "" if none. */
+static st_status weights_finite_at(st_session *ses, int64_t step, const char *last) {
+    bool finite = false;
+    ST_TRY(own_weights_finite(ses, &finite));
+    if (ses->world > 1) {
+        int64_t v = finite ? 1 : 0;
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN,
+                                       "whether the weights are finite"));
+        finite = v == 1;
+        ses->agreed_error = !finite;
+    }
+    if (finite) return ST_OK;
+    return st_fail(ST_ERR_NUMERIC,
+                   "the weights became non-finite in the update of step %lld, whose loss was finite (a "
+                   "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; lower optim.lr or set "
+                   "optim.grad_clip",
+                   (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
+                   last[0] ? ", is whole)" : "");
+}
+
 /* Where a rank alone cannot save what the run finished when its data fails
  * (rescue, below: under ZeRO, whose shards need every rank, or with
  * batch-norm statistics, rank 0's), the ranks agree on each micro-batch's
@@ -1026,11 +1062,8 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     }
     if (whole > saved) {
         bool finite = false, other = false; /* other: another rank wrote it */
-        /* (this rank's masters: their shard when sharded, where a device's `data` is NULL) */
         const st_params *pp = &m->params;
-        const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
-                      hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
-        st_status f = st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), &finite);
+        st_status f = own_weights_finite(ses, &finite);
         int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
         if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look; and the
                          * first rank that found them finite */
@@ -1629,8 +1662,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * evaluation steps, and the last: the same steps on every rank, so a
          * NaN loss stops the run before a checkpoint or an evaluation sees
          * the weights after it (weights this step's update made non-finite
-         * while its loss was finite are not looked at here: a load refuses
-         * them, weights.c). After the update is queued: on a device the host would
+         * while its loss was finite are looked at before a checkpoint,
+         * weights_finite_at). After the update is queued: on a device the host would
          * otherwise wait for backward's end before it, and an offloaded
          * update's host arithmetic would no longer overlap backward. A stop
          * reads before its checkpoint (below). */
@@ -1787,6 +1820,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (ses->save && (stopped || every || timed || step + 1 == steps)) { /* every rank: st_ckpt_save */
             if (pending)
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
+            ST_GOTO(weights_finite_at(ses, step + 1, r->checkpoint));
             ck_at(&ck, step + 1, st_feed_position(feed), &sc);
             saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
             ST_GOTO(out_dir_held(ses)); /* (rank 0: the others then wait in the save, ended with it) */
