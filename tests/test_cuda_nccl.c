@@ -15,7 +15,8 @@
  *     rank's average is the gradient itself, so nothing may differ); and
  *     the same under dist.strategy zero1 and zero2 (one rank's shard is the
  *     whole arena, padded on the device), and under zero1 with the
- *     optimizer offloaded to the host (optim.offload).
+ *     optimizer offloaded to the host (optim.offload);
+ *   - on a GPU with 18 GiB free, collectives of more than INT_MAX elements.
  * On every machine first: a missing device, or dist.comm nccl on the CPU, is
  * refused with the reason (and, in a build without NCCL, the communicator
  * itself). Then skips, saying why, without a GPU or NCCL (`--built`:
@@ -155,6 +156,56 @@ static void collectives(st_comm *nc, st_device *d) {
     free(y);
     st_device_release(d, dx);
     st_device_release(d, dy);
+}
+
+/* More than INT_MAX elements in one collective (a ZeRO shard of a
+ * 5B-parameter model over 2 GPUs): NCCL's counts are size_t, and the front
+ * passes them on whole (MPI's are refused). An all-reduce and a
+ * reduce-scatter of 2^31 + 1024 floats into buffers poisoned with NaN: the
+ * first and last 4096 elements checked. On a GPU with 18 GiB free (the
+ * emulator's NCCL works through MPI's int counts: not there). */
+static void large_count(st_comm *nc, st_device *d) {
+#ifdef ST_CUDA_EMU
+    printf("large counts: skipped: the emulator's NCCL goes through MPI's int counts\n");
+#else
+    const size_t n = ((size_t)1 << 31) + 1024, edge = 4096;
+    st_device_mem m;
+    CHECK_OK(st_device_memory(d, &m));
+    if (m.total - m.used < ((int64_t)18 << 30)) {
+        printf("large counts: skipped: %.1f GiB free on the GPU, 18 needed\n",
+               (double)(m.total - m.used) / (1 << 30));
+        return;
+    }
+    float *dx = NULL, *dy = NULL, *h = malloc(edge * sizeof *h);
+    CHECK_OK(st_device_alloc(d, n * 4, (void **)&dx));
+    CHECK_OK(st_device_alloc(d, n * 4, (void **)&dy));
+    if (dx && dy && h) {
+        CHECK_OK(st_device_fill_f32(d, dx, n, 1.5f));
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(st_device_fill_f32(d, dy, n, NAN));
+            st_comm_req *r = NULL;
+            if (k == 0)
+                CHECK_OK(st_comm_all_reduce_sync(nc, dx, dy, n, ST_COMM_F32, ST_COMM_SUM,
+                                                 "2^31 + 1024 all-reduce"));
+            else
+                CHECK_OK(st_comm_reduce_scatter(nc, dx, dy, n, ST_COMM_F32, ST_COMM_SUM,
+                                                "2^31 + 1024 reduce-scatter", &r));
+            if (r) CHECK_OK(st_comm_wait(&r));
+            for (int end = 0; end < 2; end++) {
+                CHECK_OK(st_device_download(d, h, dy + (end ? n - edge : 0), edge * 4));
+                int wrong = 0;
+                for (size_t i = 0; i < edge; i++)
+                    wrong += !(h[i] == 1.5f);
+                CHECK(wrong == 0, "%s of 2^31 + 1024 floats: %d of the %s %zu elements are not 1.5",
+                      k ? "reduce-scatter" : "all-reduce", wrong, end ? "last" : "first", edge);
+            }
+        }
+        printf("large counts: an all-reduce and a reduce-scatter of 2^31 + 1024 floats\n");
+    }
+    free(h);
+    if (dx) st_device_release(d, dx);
+    if (dy) st_device_release(d, dy);
+#endif
 }
 
 /* A host buffer and an abort, each on a communicator of its own (a failure
@@ -315,6 +366,7 @@ int main(int argc, char **argv) {
         printf("device: %s; NCCL communicator: rank %d of %d on host %s\n", st_device_name(d), st_comm_rank(nc),
                st_comm_size(nc), st_comm_host(nc));
         collectives(nc, d);
+        if (!getenv("CP_SMALL")) large_count(nc, d);
         st_comm_free(nc);
         refusals(boot, d);
 #ifdef ST_CUDA_EMU

@@ -271,8 +271,10 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
     size_t es = st_comm_dtype_size(dt);
     if (kind != ST_COMM_KIND_BARRIER) {
         if (!es) BAD("unknown element type %d", (int)dt);
-        if (count > (size_t)INT_MAX)
-            BAD("count %zu is more than an MPI count can hold (%d); split the buffer", count, INT_MAX);
+        if (count > (size_t)INT_MAX && !c->ops->large_counts)
+            BAD("count %zu is more than an MPI count can hold (%d); split the buffer (NCCL's counts, on "
+                "GPUs, have no such limit)",
+                count, INT_MAX);
     }
     size_t world = (size_t)c->size;
     if (es && count > SIZE_MAX / world / es)

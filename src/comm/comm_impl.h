@@ -76,6 +76,10 @@ typedef struct st_comm_ops {
     /* Optional (NULL: a host communicator): comm.h st_comm_device_wait for a
      * running request. */
     st_status (*device_wait)(st_comm *c, st_comm_req *r);
+    /* The engine's counts are size_t (NCCL's): a collective of more than
+     * INT_MAX elements (a ZeRO shard of a 5B-parameter model over 2 GPUs)
+     * goes to it whole. false: MPI's int counts, the front refuses more. */
+    bool large_counts;
 } st_comm_ops;
 
 typedef struct st_watchdog st_watchdog;

@@ -340,9 +340,17 @@ static st_status nccl_device_wait(st_comm *c, st_comm_req *r) {
 }
 
 static const st_comm_ops nccl_ops = {
-    "nccl",        sizeof(nccl_req),      true,       nccl_start,
-    nccl_progress, nccl_describe_missing, nccl_abort, NULL /* shared_arena: gradients live on the device */,
-    nccl_free,     nccl_device_wait,
+    "nccl",
+    sizeof(nccl_req),
+    true,
+    nccl_start,
+    nccl_progress,
+    nccl_describe_missing,
+    nccl_abort,
+    NULL /* shared_arena: gradients live on the device */,
+    nccl_free,
+    nccl_device_wait,
+    true /* large_counts: NCCL's counts are size_t */,
 };
 
 typedef struct boot_args {
