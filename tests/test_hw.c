@@ -536,6 +536,62 @@ static void test_auto_choices(void) {
     st_model_free(m);
 }
 
+/* The verdict after the ranks agree (st_plan_refit): a rank where nothing
+ * fits (GPT-2 124M under ZeRO-2 on 8 GPUs of half its need), even
+ * offloaded, plans no offload (it would move the state for nothing) and
+ * warns with the figure of its optimizer shard on the device; another
+ * rank's plan takes offload, and the agreement gives it to every rank. Refitted, the first
+ * rank's warning and memory are those of the plan the run takes: the same
+ * as a plan with those choices given (zero2, optim.offload, the
+ * micro-batch). A refit of an unchanged plan changes nothing. */
+static void test_refit(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
+    c.train.batch_size = 64;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_hw_config hw;
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    st_mem_opts o = {
+        .mixed = true, .optim_states = 2, .ranks = 8, .zero = 2, .device_layout = true, .bucket_cap_mb = 25};
+    st_mem z2;
+    CHECK_OK(st_mem_estimate(m, 1, &o, &z2));
+    /* a rank with half ZeRO-2's need: nothing fits, offloaded or not */
+    hw.dev.mem_bytes = (int64_t)((0.5 * (double)z2.total + GIB) / 0.9);
+    st_plan short_rank, again, given;
+    CHECK_OK(st_plan_make(&in, &hw, &short_rank));
+    CHECK(short_rank.ok && !short_rank.fits && !short_rank.offload && short_rank.micro == 1 &&
+              strcmp(short_rank.strategy, "zero2") == 0 && strstr(short_rank.warning, "does not fit") &&
+              !strstr(short_rank.warning, "offloaded"),
+          "half of zero2's need: %s offload %d micro %lld fits %d: %s", short_rank.strategy,
+          short_rank.offload, (long long)short_rank.micro, short_rank.fits, short_rank.warning);
+    again = short_rank;
+    CHECK_OK(st_plan_refit(&in, &again));
+    CHECK(again.fits == short_rank.fits && again.mem.total == short_rank.mem.total &&
+              strcmp(again.warning, short_rank.warning) == 0 &&
+              strcmp(again.fit_hint, short_rank.fit_hint) == 0,
+          "a refit of the same plan changed it: %s / %s", again.warning, short_rank.warning);
+    again.offload = true; /* another rank's need, agreed */
+    CHECK_OK(st_plan_refit(&in, &again));
+    c.optim.offload = true;
+    snprintf(c.dist.strategy, sizeof c.dist.strategy, "zero2");
+    c.train.micro_batch_size = 1;
+    CHECK_OK(st_plan_make(&in, &hw, &given));
+    CHECK(given.offload && again.mem.total == given.mem.total && again.mem.host == given.mem.host &&
+              again.mem.host > 0 && again.mem.total < short_rank.mem.total && again.fits == given.fits,
+          "refitted with offload: %lld bytes (host %lld), the plan given it %lld (host %lld), before %lld",
+          (long long)again.mem.total, (long long)again.mem.host, (long long)given.mem.total,
+          (long long)given.mem.host, (long long)short_rank.mem.total);
+    CHECK(!again.fits && strstr(again.warning, "offloaded") && strstr(given.warning, " at micro-batch 1") &&
+              strncmp(again.warning, given.warning,
+                      (size_t)(strstr(given.warning, " at micro-batch 1") - given.warning)) == 0,
+          "refitted with offload, the warning: '%s'; given: '%s'", again.warning, given.warning);
+    printf("refit: a rank short of memory warns '%s' of the agreed plan, '%s' of its own\n", again.warning,
+           short_rank.warning);
+    st_model_free(m);
+}
+
 /* An evaluation alone (scaletrain eval, st_plan_input.eval_only): the
  * weights (fp32 masters and the 16-bit copy, no gradients or optimizer
  * state) and one forward graph, no strategy or recomputing. GPT-2 124M on
@@ -1251,6 +1307,7 @@ int main(void) {
     test_offload_host();
     test_offload_auto();
     test_auto_choices();
+    test_refit();
     test_eval_only();
     test_auto_strategy_cpu();
     test_zero2_when_it_pays();

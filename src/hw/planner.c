@@ -311,6 +311,7 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
 }
 
 static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_plan *p);
+static void verdict_eval(const st_plan_input *in, st_plan *p);
 
 /* An evaluation alone (planner.h): p->hw, ranks and mem_limit set. Its
  * batch E: train.eval_batch_size, else train.micro_batch_size, else with
@@ -323,7 +324,7 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
     const st_config *c = in->cfg;
     const st_hw_config *hw = &p->hw;
     const int64_t n = p->ranks, per_rank = (c->train.batch_size + n - 1) / n;
-    char b1[32], b2[32];
+    char b1[32];
     choose_precision(c, &hw->dev, p);
     p->fused_gelu = st_model_fused_gelu(c, hw->dev.gpu ? hw->dev.cc_major : 0, p->fused_gelu_why,
                                         sizeof p->fused_gelu_why);
@@ -383,7 +384,21 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
     }
     p->accum = 1;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));
+    verdict_eval(in, p);
+    p->ok = true;
+    return ST_OK;
+}
+
+/* An evaluation plan's verdict on p->mem: whether it fits, and where not
+ * the warning and hint. */
+static void verdict_eval(const st_plan_input *in, st_plan *p) {
+    const st_config *c = in->cfg;
+    const st_hw_config *hw = &p->hw;
+    const bool eval_given = c->train.eval_batch_size != ST_AUTO,
+               micro_given = c->train.micro_batch_size != ST_AUTO;
+    char b1[32], b2[32];
     p->fits = p->mem.total <= p->mem_limit;
+    p->warning[0] = p->fit_hint[0] = '\0';
     if (!p->fits) {
         const st_mem *m = &p->mem;
         const int64_t E = eval_given ? c->train.eval_batch_size : p->micro;
@@ -407,8 +422,38 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
                      : "the rest (the libraries' workspace, the batches, the data) takes the most: a "
                        "device with more memory");
     }
-    p->ok = true;
-    return ST_OK;
+}
+
+/* A training plan's verdict on p->mem: whether it fits the device, and
+ * where not, or where a GPU's host memory is short, the warning and hint. */
+static void verdict_train(const st_plan_input *in, st_plan *p) {
+    const st_config *c = in->cfg;
+    const st_hw_config *hw = &p->hw;
+    p->fits = p->mem.total <= p->mem_limit;
+    p->warning[0] = p->fit_hint[0] = '\0';
+    if (!p->fits) {
+        char how[160];
+        const bool zero = strncmp(p->strategy, "zero", 4) == 0;
+        snprintf(how, sizeof how, "%s%s%s at micro-batch %lld%s", zero || p->offload ? " " : "",
+                 zero ? (p->offload ? "sharded, " : "sharded") : "", p->offload ? "offloaded" : "",
+                 (long long)p->micro,
+                 c->train.micro_batch_size != ST_AUTO ? " (train.micro_batch_size)" : ", the smallest");
+        snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per %s,%s; %.2f GiB usable",
+                 (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
+                 (double)p->mem_limit / GIB);
+        fit_hint(in, p, hw->dev.gpu);
+    } else if (hw->dev.gpu && hw->dev.host_mem_bytes > 0 &&
+               p->mem.host + p->mem.pinned > host_share(hw->dev.host_mem_bytes, hw)) {
+        /* (the node's ranks share its host memory, as a CPU run's ranks do) */
+        snprintf(
+            p->warning, sizeof p->warning,
+            "does not fit the host: %.2f GiB of host memory per rank (%s), %d rank%s on a node, %.2f GiB "
+            "available there",
+            (double)(p->mem.host + p->mem.pinned) / GIB,
+            p->offload ? "the offloaded optimizer state, its pinned copies and the batches"
+                       : "pinned batches and checkpoint copies",
+            hw->per_node, hw->per_node == 1 ? "" : "s", (double)hw->dev.host_mem_bytes / GIB);
+    }
 }
 
 /* One hardware configuration, without the one-device comparison; the layout
@@ -498,29 +543,7 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
                  p->strategy, p->ranks > 1 ? " sharded" : "");
         ST_TRY(mem_at(in, p, p->micro, &p->mem));
     }
-    if (!p->fits) {
-        char how[160];
-        const bool zero = strncmp(p->strategy, "zero", 4) == 0;
-        snprintf(how, sizeof how, "%s%s%s at micro-batch %lld%s", zero || p->offload ? " " : "",
-                 zero ? (p->offload ? "sharded, " : "sharded") : "", p->offload ? "offloaded" : "",
-                 (long long)p->micro,
-                 c->train.micro_batch_size != ST_AUTO ? " (train.micro_batch_size)" : ", the smallest");
-        snprintf(p->warning, sizeof p->warning, "does not fit: %.2f GiB needed per %s,%s; %.2f GiB usable",
-                 (double)p->mem.total / GIB, hw->dev.gpu ? "device" : "rank", how,
-                 (double)p->mem_limit / GIB);
-        fit_hint(in, p, hw->dev.gpu);
-    } else if (hw->dev.gpu && hw->dev.host_mem_bytes > 0 &&
-               p->mem.host + p->mem.pinned > host_share(hw->dev.host_mem_bytes, hw)) {
-        /* (the node's ranks share its host memory, as a CPU run's ranks do) */
-        snprintf(
-            p->warning, sizeof p->warning,
-            "does not fit the host: %.2f GiB of host memory per rank (%s), %d rank%s on a node, %.2f GiB "
-            "available there",
-            (double)(p->mem.host + p->mem.pinned) / GIB,
-            p->offload ? "the offloaded optimizer state, its pinned copies and the batches"
-                       : "pinned batches and checkpoint copies",
-            hw->per_node, hw->per_node == 1 ? "" : "s", (double)hw->dev.host_mem_bytes / GIB);
-    }
+    verdict_train(in, p);
 
     st_model_graph mg;
     /* (as the device lays it out: attention's flash kernels keep a row's
@@ -644,4 +667,20 @@ void st_plan_apply(const st_plan *p, st_config *c) {
                  st_ckpt_name(p->checkpointing));
         st_config_mark_auto(c, "train.activation_checkpointing", p->checkpointing_why);
     }
+}
+
+st_status st_plan_refit(const st_plan_input *in, st_plan *p) {
+    if (!p->ok) return ST_OK;
+    char *v = in->model->cfg.train.activation_checkpointing,
+         saved[sizeof in->model->cfg.train.activation_checkpointing];
+    memcpy(saved, v, sizeof saved);
+    set_checkpointing(in, p->checkpointing);
+    const st_status s = mem_at(in, p, p->micro, &p->mem);
+    memcpy(v, saved, sizeof saved);
+    ST_TRY(s);
+    if (in->eval_only)
+        verdict_eval(in, p);
+    else
+        verdict_train(in, p);
+    return ST_OK;
 }

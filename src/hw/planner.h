@@ -89,6 +89,12 @@ typedef struct st_plan {
 
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);
 
+/* The verdict on p's choices as they stand now (after the ranks agreed
+ * on the most cautious of theirs, which may not be this rank's own plan):
+ * p->mem, fits, warning and fit_hint recomputed for this rank's hardware,
+ * the choices left as they are. in: the input p was made from. */
+st_status st_plan_refit(const st_plan_input *in, st_plan *p);
+
 /* Write the plan's choices into every `auto` key of cfg (micro-batch,
  * precision, strategy, activation checkpointing, the fused GELU), each
  * marked with its reason. */

@@ -486,8 +486,8 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
     ST_TRY(st_model_create_layout(c, mi, &pi.model));
     st_plan *p = malloc(sizeof *p);
     st_status st = p ? st_plan_make(&pi, &hw, p) : st_fail(ST_ERR_NOMEM, "out of memory planning the run");
-    st_model_free(pi.model);
     if (st != ST_OK) {
+        st_model_free(pi.model);
         free(p);
         return st;
     }
@@ -496,20 +496,19 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
      * whenever each one is), the most sharded strategy, the most activation
      * checkpointing and offload when any rank needs them, and no plan when
      * any rank has none. Every rank joins, with or without a plan of its own.
-     * Rank 0 says its plan's warning; another rank says its own only where
-     * it does not fit and rank 0's does (this rank's memory is the short one). */
+     * Each then judges the agreed plan against its own memory (st_plan_refit:
+     * another rank's sharding or offload may make it fit where its own plan
+     * did not). Rank 0 says the warning; another rank says its own only where
+     * it does not fit and rank 0's does (this rank's memory is the short one):
+     * a second all-reduce tells them. */
     /* (a value given is the same on every rank, as is what follows from it:
      * the minimum leaves it as it is) */
     bool rank0_short = false; /* rank 0's plan does not fit (it says so) */
     if (s->world > 1) {
         const int64_t zero = strcmp(p->strategy, "zero2") == 0 ? 2 : strcmp(p->strategy, "zero1") == 0 ? 1 : 0;
-        int64_t v[6] = {p->ok ? p->micro : INT64_MAX,
-                        -zero,
-                        -(int64_t)p->checkpointing,
-                        -(int64_t)p->offload,
-                        p->ok ? 0 : -1,
-                        s->rank == 0 && p->ok && !p->fits ? -1 : 0}; /* (min: any rank's need) */
-        st = st_comm_all_reduce_sync(s->comm, v, v, 6, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
+        int64_t v[5] = {p->ok ? p->micro : INT64_MAX, -zero, -(int64_t)p->checkpointing, -(int64_t)p->offload,
+                        p->ok ? 0 : -1}; /* (min: any rank's need) */
+        st = st_comm_all_reduce_sync(s->comm, v, v, 5, ST_COMM_I64, ST_COMM_MIN, "planner agreement");
         /* (no plan: a batch the ranks do not split, which st_config_validate_world
          * refused before; the run would keep its values on every rank) */
         if (st == ST_OK && v[4] < 0) p->ok = false;
@@ -530,8 +529,18 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
             snprintf(p->strategy_why, sizeof p->strategy_why,
                      "%s with offload: another rank's memory needs it", p->strategy);
         }
-        rank0_short = st == ST_OK && v[5] < 0;
+        if (st == ST_OK) { /* (every rank whose agreement did not fail joins the second) */
+            const st_status rf = st_plan_refit(&pi, p);
+            char why[1024] = "";
+            if (rf != ST_OK) snprintf(why, sizeof why, "%s", st_last_error());
+            int64_t short0 = rf == ST_OK && s->rank == 0 && p->ok && !p->fits ? -1 : 0;
+            st = st_comm_all_reduce_sync(s->comm, &short0, &short0, 1, ST_COMM_I64, ST_COMM_MIN,
+                                         "whether rank 0's plan fits");
+            rank0_short = st == ST_OK && short0 < 0;
+            if (rf != ST_OK) st = st_fail(rf, "%s", why);
+        }
     }
+    st_model_free(pi.model);
     if (st == ST_OK && p->ok) st_plan_apply(p, c);
     const bool say = st == ST_OK && p->ok && (s->rank == 0 || (!p->fits && !rank0_short));
     char who[112] = "";
