@@ -20,6 +20,9 @@
  *   rows kernel); the bandwidth counts the rows kernel's bytes (the logits
  *   read and written). Compared: the loss, dh and dW.
  *
+ * And, not a variant, the embedding's backward on uniform and on skewed
+ * tokens (bench_embedding).
+ *
  * Everything in bf16 over 16 x 1024 rows. Each side runs its REPS calls
  * between two synchronisations, ROUNDS times, alternating; its best round
  * is reported as microseconds a call. Both then run once more from the same
@@ -257,6 +260,89 @@ done:
     return s;
 }
 
+/* --- the embedding's backward on skewed tokens ----------------------------- */
+/* Not a variant: the backward of one embedding (GPT-2's wte, 768 columns,
+ * bf16 gradient) on uniformly drawn tokens and on tokens drawn by Zipf's
+ * law (s = 1, rank r with weight 1/r, as words in text: the most frequent
+ * about 9% of the positions). A run of equal tokens is summed in pieces of
+ * 32 sorted positions (src/cuda/embedding.cu), so the skewed draw should
+ * cost about what the uniform one does; before, one block summed a whole
+ * run, and the longest run set the kernel's time. */
+static int64_t longest_run(const int32_t *t, int64_t n, int64_t V) {
+    int64_t *count = calloc((size_t)V, sizeof *count), most = 0;
+    if (!count) return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (++count[t[i]] > most) most = count[t[i]];
+    free(count);
+    return most;
+}
+
+static st_status bench_embedding(st_device *dev, int64_t R, int64_t V, int rounds) {
+    enum { C = 768 };
+    st_params p = {0};
+    st_graph g = {0};
+    st_tensor *idx, *y, *w;
+    st_status s = ST_ERR_NOMEM;
+    p.dev = dev;
+    int32_t *t = malloc((size_t)R * sizeof(int32_t));
+    double *cdf = malloc((size_t)V * sizeof(double));
+    if (!t || !cdf) {
+        s = st_fail(ST_ERR_NOMEM, "host memory for %lld tokens", (long long)R);
+        goto done;
+    }
+    if ((s = st_graph_init(&g, &p)) != ST_OK || (s = st_params_set_precision(&p, ST_PREC_BF16)) != ST_OK ||
+        (s = st_graph_input(&g, "idx", ST_I32, 1, &R, &idx)) != ST_OK ||
+        (s = st_embedding(&g, "wte", idx, V, C, 0.02f, &y, &w)) != ST_OK)
+        goto done;
+    const int ni = g.n_nodes - 1;
+    if ((s = st_graph_finalize(&g)) != ST_OK || (s = st_params_init(&p, 9)) != ST_OK) goto done;
+    st_node *n = &g.nodes[ni];
+    double sum = 0;
+    for (int64_t r = 0; r < V; r++)
+        cdf[r] = sum += 1.0 / (double)(r + 1);
+    double us[2] = {1e30, 1e30};
+    int64_t run[2];
+    for (int zipf = 0; zipf < 2; zipf++) {
+        st_rng r = st_rng_make(7, (uint64_t)zipf);
+        for (int64_t i = 0; i < R; i++) {
+            const double u = (double)st_rng_uniform(&r);
+            if (!zipf) {
+                t[i] = (int32_t)(u * (double)V) % (int32_t)V;
+                continue;
+            }
+            int64_t lo = 0, hi = V - 1; /* the first rank whose cumulative weight passes u * sum */
+            while (lo < hi) {
+                const int64_t mid = (lo + hi) / 2;
+                if (cdf[mid] < u * sum)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            t[i] = (int32_t)lo;
+        }
+        run[zipf] = longest_run(t, R, V);
+        g.training = true;
+        if ((s = st_device_upload(dev, idx->idata, t, (size_t)R * sizeof(int32_t))) != ST_OK ||
+            (s = st_graph_forward(&g)) != ST_OK)
+            goto done;
+        for (int k = -1; k < rounds; k++) {
+            double one;
+            if ((s = time_pass(&g, n, true, 0, 20, &one)) != ST_OK) goto done;
+            if (k >= 0 && one < us[zipf]) us[zipf] = one;
+        }
+    }
+    printf(
+        "embedding backward %lld tokens into %lldx%d, bf16 gradient: uniform tokens (the most frequent %lld "
+        "times) %.1f us, Zipf s=1 (%lld times) %.1f us: Zipf/uniform %.2fx\n",
+        (long long)R, (long long)V, C, (long long)run[0], us[0], (long long)run[1], us[1], us[1] / us[0]);
+done:
+    st_graph_free(&g);
+    st_params_free(&p);
+    free(t);
+    free(cdf);
+    return s;
+}
+
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 5;
     const int64_t rows = argc > 2 ? atoll(argv[2]) : 16 * 1024, vocab = argc > 3 ? atoll(argv[3]) : 50257;
@@ -285,6 +371,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (s != ST_OK) fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
         bad += s != ST_OK || !same;
+    }
+    if (bench_embedding(dev, rows, vocab, rounds) != ST_OK) {
+        fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
+        bad++;
     }
     st_device_free(dev);
     return bad ? 1 : 0;

@@ -3,7 +3,8 @@
 # against their layers' defaults, scripts/gpu-session.sh) on the CUDA
 # emulator (make emu), at 64 rows and, for the fused head, a vocabulary of
 # 1000: it runs each case, times both sides and finds their outputs bit for
-# bit the same; then, given a bad argument, it says how to call it. Its
+# bit the same, and times the embedding's backward on uniform and on Zipf
+# tokens; then, given a bad argument, it says how to call it. Its
 # times here are the emulator's (CPU) and not checked: the program is, so
 # that it cannot rot between GPU sessions.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -19,6 +20,8 @@ for c in "layernorm backward 64x768 bf16, dx added to" "layernorm backward 64x76
     "layernorm backward 64x1024 bf16, dx added to" "fused head forward 64x768 into 1000 bf16 \(the rows kernel's bytes\)"; do
     grep -qE "^$c: $times" <<<"$out" || fail "no line for $c with both sides timed and bit-equal"
 done
+grep -qE "^embedding backward 64 tokens into 1000x768, bf16 gradient: uniform tokens \(the most frequent [0-9]+ times\) [0-9.]+ us, Zipf s=1 \([0-9]+ times\) [0-9.]+ us: Zipf/uniform [0-9.]+x$" <<<"$out" ||
+    fail "no line for the embedding's backward on uniform and Zipf tokens"
 out=$("$bench" 0 2>&1)
 rc=$?
 [ $rc -eq 2 ] && grep -q "^usage: bench_cuda_kernels \[rounds, at least 1" <<<"$out" ||
