@@ -19,8 +19,10 @@
  *            when one checkpoint does not fit, warn when the kept ones will not)
  *   cuda, nccl  what this build can use and what the probe found
  *   gpu ddp  with CUDA devices: the ddp self-test on every local GPU (a rank
- *            each through the launcher, train.device cuda) against one CPU
- *            rank with the same global batch, both in fp32
+ *            each through the launcher, train.device cuda; without MPI one
+ *            rank on the first, the line saying what was left) against one
+ *            CPU rank with the same global batch, both in fp32; skipped,
+ *            saying so, where the 1-rank CPU reference failed
  *   gpu comm with two or more: a 64 MiB all-reduce of device memory through
  *            NCCL, checked element by element, its bus bandwidth against the
  *            link the planner assumes between the GPUs (warn below 70%)
@@ -225,19 +227,23 @@ static bool same_weights(const char *tmp, const char *a, const char *b, double *
 }
 
 /* The same self-test on the GPUs: every local GPU a rank through the
- * launcher (one GPU: a single rank), train.device cuda, against one CPU
- * rank with the same global batch: the kernels, NCCL between the GPUs and
- * the averaging all agree. */
-static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
-    char tokens[PATH_MAX + 16];
-    snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
-    if (!st_path_is_file(tokens)) {
-        line(r, "skip", "gpu ddp", "the GPU self-test needs the CPU one's data (above)");
+ * launcher (one GPU, or no MPI: a single rank on the first), train.device
+ * cuda, against one CPU rank with the same global batch: the kernels, NCCL
+ * between the GPUs and the averaging all agree. Needs the 1-rank CPU
+ * reference (selftest_reference): without it, a failure would be the CPU's
+ * blamed on the GPUs. */
+static void check_gpu_ddp(report *r, const char *tmp, int gpus, bool mpi) {
+    char ref[PATH_MAX + 32];
+    snprintf(ref, sizeof ref, "%s/n1/model.safetensors", tmp);
+    if (!st_path_is_file(ref)) {
+        line(r, "skip", "gpu ddp",
+             "the GPU self-test needs the 1-rank CPU run's data and weights (ddp, above)");
         return;
     }
+    const int ranks = mpi ? gpus : 1;
     char *t = NULL;
-    const int batch = 8 * gpus;
-    int rc = gpus == 1 ? 0 : tiny_run(tmp, 1, "cpu", batch, "gref", &t);
+    const int batch = 8 * ranks;
+    int rc = ranks == 1 ? 0 : tiny_run(tmp, 1, "cpu", batch, "gref", &t);
     if (rc != 0) {
         line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %.300s", batch, rc,
              t ? t : "");
@@ -245,34 +251,39 @@ static void check_gpu_ddp(report *r, const char *tmp, int gpus) {
         return;
     }
     free(t);
-    rc = tiny_run(tmp, gpus, "cuda", batch, "gpu", &t);
+    rc = tiny_run(tmp, ranks, "cuda", batch, "gpu", &t);
     if (rc != 0) {
         line(r, "FAIL", "gpu ddp",
              "%d rank%s on the GPU%s (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi "
              "shows "
              "whether other processes hold the GPUs)",
-             gpus, gpus == 1 ? "" : "s", gpus == 1 ? "" : "s",
+             ranks, ranks == 1 ? "" : "s", ranks == 1 ? "" : "s",
              rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
         free(t);
         return;
     }
     free(t);
     double d;
-    char why[512];
-    if (!same_weights(tmp, gpus == 1 ? "n1" : "gref", "gpu", &d, why, sizeof why))
+    char why[512], unchecked[128] = "";
+    if (ranks < gpus)
+        snprintf(unchecked, sizeof unchecked, "; the %d GPUs as ranks (NCCL between them) need MPI (above)",
+                 gpus);
+    if (!same_weights(tmp, ranks == 1 ? "n1" : "gref", "gpu", &d, why, sizeof why))
         line(r, "FAIL", "gpu ddp",
              "%d GPU rank%s and 1 CPU rank disagree after 10 steps (%s%s%g, tolerance 0.001); fix: run the "
              "CUDA tests (scripts/gpu-session.sh) on this machine",
-             gpus, gpus == 1 ? "" : "s", why, why[0] ? "; " : "relative difference ", d);
+             ranks, ranks == 1 ? "" : "s", why, why[0] ? "; " : "relative difference ", d);
     else
         line(r, "ok", "gpu ddp",
              "%d rank%s on %d GPU%s x 10 steps of a tiny gpt: the weights equal 1 CPU rank's (relative "
-             "difference %.2g, tolerance 0.001)",
-             gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", d);
+             "difference %.2g, tolerance 0.001)%s",
+             ranks, ranks == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s", d, unchecked);
 }
 
-/* 10 steps of a tiny gpt on 1 rank, then on 2 through the launcher. */
-static void check_ddp(report *r, const char *tmp) {
+/* The self-tests' data (a token file from 200 lines of text) and their
+ * reference: 10 steps of a tiny gpt on 1 CPU rank, which needs no MPI
+ * (tmp/n1). false, with a FAIL line under ddp, where either fails. */
+static bool selftest_reference(report *r, const char *tmp) {
     char text[PATH_MAX], tokens[PATH_MAX];
     snprintf(text, sizeof text, "%s/text.txt", tmp);
     snprintf(tokens, sizeof tokens, "%s/train.tokens", tmp);
@@ -282,23 +293,26 @@ static void check_ddp(report *r, const char *tmp) {
     if (!f || fclose(f) != 0) {
         line(r, "FAIL", "ddp", "cannot write %s: %s; fix: set TMPDIR to a writable directory", text,
              strerror(errno));
-        return;
+        return false;
     }
     const char *paths[] = {text};
     int64_t count;
     if (st_tokens_from_text(paths, 1, tokens, &count) != ST_OK) {
         line(r, "FAIL", "ddp", "%s; fix: set TMPDIR to a writable directory", st_last_error());
-        return;
+        return false;
     }
     char *t = NULL;
-    int rc = tiny_run(tmp, 1, "cpu", 8, "n1", &t);
-    if (rc != 0) {
-        line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %.300s", rc, t ? t : "");
-        free(t);
-        return;
-    }
+    const int rc = tiny_run(tmp, 1, "cpu", 8, "n1", &t);
+    if (rc != 0) line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %.300s", rc, t ? t : "");
     free(t);
-    rc = tiny_run(tmp, 2, "cpu", 8, "n2", &t);
+    return rc == 0;
+}
+
+/* 10 steps of a tiny gpt on 2 ranks through the launcher, against the
+ * 1-rank reference (selftest_reference). */
+static void check_ddp(report *r, const char *tmp) {
+    char *t = NULL;
+    const int rc = tiny_run(tmp, 2, "cpu", 8, "n2", &t);
     if (rc != 0) {
         line(r, "FAIL", "ddp",
              "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
@@ -770,15 +784,16 @@ int st_cmd_check(int argc, char **argv) {
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
-        if (check_mpi(&r, tmp)) {
-            check_ddp(&r, tmp);
+        const bool mpi = check_mpi(&r, tmp), ref = selftest_reference(&r, tmp);
+        if (mpi) {
+            if (ref) check_ddp(&r, tmp);
             check_allreduce(&r, tmp, &hw, probed);
-            if (gpus > 0) check_gpu_ddp(&r, tmp, gpus); /* every local GPU a rank */
-            if (gpus > 1 && st_comm_nccl_built()) check_gpu_allreduce(&r, tmp, gpus, &hw, probed);
         } else {
             line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
             line(&r, "skip", "allreduce", "the all-reduce test needs MPI (above)");
         }
+        if (gpus > 0) check_gpu_ddp(&r, tmp, gpus, mpi); /* every local GPU a rank (without MPI: one) */
+        if (mpi && gpus > 1 && st_comm_nccl_built()) check_gpu_allreduce(&r, tmp, gpus, &hw, probed);
         nftw(tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     }
     check_data(&r, &cfg);

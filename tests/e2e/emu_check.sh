@@ -47,6 +47,17 @@ out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@
 grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per rank of" <<<"$out" ||
     fail "train.device cpu: the memory line does not plan the CPU: $(grep memory <<<"$out")"
 
+# 3b. Two devices and no mpirun on PATH: mpi FAIL, ddp skipped, and the
+#     GPU self-test still runs one rank on the first GPU, its line saying
+#     the GPUs as ranks need MPI (it was left out without a line before).
+mkdir -p "$tmp/nompi"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 600 env PATH="$tmp/nompi" "$bin" check "${cfg[@]}" 2>&1); rc=$?
+echo "$out" | grep -E "^(ok|FAIL|warn|skip) +(mpi|ddp|gpu ddp) " | cut -c1-200
+[ $rc -eq 1 ] && grep -qE "^FAIL +mpi +mpirun is not on PATH" <<<"$out" && grep -qE "^skip +ddp " <<<"$out" ||
+    fail "no mpirun: exit $rc: $(grep -E '^(FAIL|skip)' <<<"$out")"
+grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps of a tiny gpt: the weights equal 1 CPU rank's \(relative difference [0-9.e+-]+, tolerance 0.001\); the 2 GPUs as ranks \(NCCL between them\) need MPI \(above\)$" <<<"$out" ||
+    fail "no mpirun: the gpu ddp line: $(grep 'gpu ddp' <<<"$out")"
+
 # 4. A GPU older than the kernels (compute capability 7.5, ST_CUDAEMU_CC):
 #    train.device cuda is an error naming it and the fix; auto trains on the
 #    CPU and the effective config says why.
@@ -143,4 +154,4 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
     grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
     fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
-e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU, auto flash there saying why; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"
+e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; without mpirun one GPU rank, saying so; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU, auto flash there saying why; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"
