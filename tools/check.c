@@ -784,7 +784,7 @@ int st_cmd_check(int argc, char **argv) {
              "cannot create a directory in %s: %s; fix: set TMPDIR to a writable directory", base,
              strerror(errno));
     } else {
-        const bool mpi = check_mpi(&r, tmp), ref = selftest_reference(&r, tmp);
+        const bool mpi = check_mpi(&r, tmp), ref = (mpi || gpus > 0) && selftest_reference(&r, tmp);
         if (mpi) {
             if (ref) check_ddp(&r, tmp);
             check_allreduce(&r, tmp, &hw, probed);
