@@ -613,8 +613,14 @@ static st_status tk_copy(tk_run *r, tok_out *o, int64_t from, int64_t n) {
         }
         int64_t got = from > at ? from - at : 0;
         size_t m;
-        while (n != 0 &&
-               (m = fread(buf, 1, n > 0 && n < (int64_t)sizeof buf ? (size_t)n : sizeof buf, in)) > 0) {
+        /* (a file of known size is read to that size at most: one that grew
+         * would otherwise fill this shard with bytes the next shard's start,
+         * counted from the sizes, does not skip; its size is checked after) */
+        for (;;) {
+            int64_t want = n >= 0 ? n : INT64_MAX;
+            if (size >= 0 && size - got < want) want = size - got;
+            if (want <= 0 || (m = fread(buf, 1, want < (int64_t)sizeof buf ? (size_t)want : sizeof buf, in)) == 0)
+                break;
             for (size_t j = 0; j < m; j++)
                 tok[j] = buf[j];
             st_status s = out_put(o, tok, (int64_t)m);
@@ -626,11 +632,15 @@ static st_status tk_copy(tk_run *r, tok_out *o, int64_t from, int64_t n) {
             if (n > 0) n -= (int64_t)m;
         }
         const bool err = ferror(in);
+        struct stat sb;
+        const int64_t now = size >= 0 && fstat(fileno(in), &sb) == 0 ? (int64_t)sb.st_size : size;
         fclose(in);
         if (err) return st_fail(ST_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-        if (size >= 0 && got != size && n != 0)
-            return st_fail(ST_ERR_IO, "%s: %lld bytes where it had %lld when tokenizing began; it changed",
-                           path, (long long)got, (long long)size);
+        if (size >= 0 && (now != size || (got != size && n != 0)))
+            return st_fail(ST_ERR_IO,
+                           "%s: %lld bytes where it had %lld when tokenizing began; it changed (tokenize "
+                           "files that nothing writes to, or a copy of them)",
+                           path, (long long)(now != size ? now : got), (long long)size);
         at += size >= 0 ? size : got;
         if (from < at) from = at;
     }

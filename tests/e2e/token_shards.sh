@@ -99,6 +99,22 @@ fi
 grep -q "corpus-000001.tokens exists, and training on the pattern .*corpus-\*.tokens would read it" "$tmp/err.txt"
 [ "$(md5sum "$tmp"/shards/* | md5sum)" = "$before" ]
 [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ]
+# an input that grows while it is tokenized (tests/lib/vanish.c's ST_VANISH_GROW:
+# a line of 37 bytes appended after its size was taken) is an error naming it.
+# Shards of its size + 10 tokens: the first shard read the file's first 10
+# added bytes and ended full, and the second's start, counted from the sizes,
+# skipped the next file's first 10: a scrambled stream, silently
+cc -shared -fPIC -o "$tmp/vanish.so" "$(dirname "$0")/../lib/vanish.c" -ldl
+cp "$tmp/a.txt" "$tmp/grows.txt"
+mkdir "$tmp/grown"
+if ST_VANISH_GROW=grows.txt LD_PRELOAD="$tmp/vanish.so" "$bin" data tokenize "$tmp/grown/g.tokens" "$tmp/grows.txt" \
+    "$tmp/b.txt" --shard-tokens $(($(stat -c %s "$tmp/a.txt") + 10)) --jobs 2 2>"$tmp/grow.txt"; then
+    echo "a tokenize whose input grew under it succeeded: $(ls "$tmp/grown")"
+    exit 1
+fi
+grep -q "grows.txt: $(($(stat -c %s "$tmp/a.txt") + 37)) bytes where it had $(stat -c %s "$tmp/a.txt") when tokenizing began; it changed" \
+    "$tmp/grow.txt" || { cat "$tmp/grow.txt"; exit 1; }
+[ -z "$(ls "$tmp/grown")" ] || { echo "a failed tokenize left $(ls "$tmp/grown")"; exit 1; }
 # a pattern that names nothing
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"

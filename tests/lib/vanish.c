@@ -10,7 +10,10 @@
  *   (a file there that the storage does not read);
  * - fopen for writing of a path holding $ST_VANISH_WRITE_EIO anywhere fails
  *   with EIO (a file the storage does not create; temporary files end in
- *   the process's id).
+ *   the process's id);
+ * - the second fopen for reading of a path ending in $ST_VANISH_GROW first
+ *   appends a line to that file (a writer adding to it between a reader's
+ *   look at its size and its read).
  * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
  * builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
@@ -38,6 +41,16 @@ FILE *fopen(const char *path, const char *mode) {
     if (ends_with(path, "ST_VANISH_READ_EIO") || (w && *w && path && strchr(mode, 'w') && strstr(path, w))) {
         errno = EIO;
         return NULL;
+    }
+    static int grow_opens;
+    if (ends_with(path, "ST_VANISH_GROW") && strchr(mode, 'r') &&
+        __atomic_add_fetch(&grow_opens, 1, __ATOMIC_SEQ_CST) == 2) {
+        FILE *a = real(path, "a");
+        if (a) {
+            fputs("a line added while the file was read\n", a);
+            fclose(a);
+            fprintf(stderr, "vanish: added a line to %s\n", path);
+        }
     }
     if (!done && ends_with(path, "ST_VANISH_MATCH")) {
         done = 1;
