@@ -305,7 +305,11 @@ static void malformed(void) {
     bad("reserved", b, size, F, "reserved header byte 40 is not zero");
     memcpy(b, good, size);
     memset(b + 24, 0, 8);
-    bad("vocab0", b, size, F, "vocab_size 0 does not fit 2-byte tokens");
+    bad("vocab0", b, size, F, "the header's vocab_size is 0: a language model needs at least 2 tokens");
+    memcpy(b, good, size);
+    memset(b + 24, 0, 8);
+    b[24] = 1;
+    bad("vocab1", b, size, F, "the header's vocab_size is 1: a language model needs at least 2 tokens");
     memcpy(b, good, size);
     b[26] = 2; /* vocab 131082 in 2-byte tokens */
     bad("vocabwide", b, size, F, "vocab_size 131082 does not fit 2-byte tokens");
@@ -334,7 +338,9 @@ static void malformed(void) {
     CHECK_FAILS(st_tokens_open(empty_dir, &t), ST_ERR_IO, "empty.d: a folder with no .tokens files");
     CHECK_FAILS(st_tokens_write(path, tok, 10, 9), ST_ERR_ARG, "token 8 is 9, not below vocab_size 9");
     CHECK_FAILS(st_tokens_write(path, tok, 0, 9), ST_ERR_ARG, "count 0");
-    CHECK_FAILS(st_tokens_write(path, tok, 10, ((uint64_t)1 << 32) + 1), ST_ERR_ARG, "not in 1..2^32");
+    CHECK_FAILS(st_tokens_write(path, tok, 10, ((uint64_t)1 << 32) + 1), ST_ERR_ARG, "not in 2..2^32");
+    CHECK_FAILS(st_tokens_write(path, (uint32_t[]){0, 0}, 2, 1), ST_ERR_ARG,
+                "vocab_size 1 is not in 2..2^32");
     CHECK(access(path, F_OK) != 0, "a failed write created %s", path);
     snprintf(path, sizeof path, "%s/no/dir/x.bin", dir);
     CHECK_FAILS(st_tokens_write(path, tok, 10, 10), ST_ERR_IO, "no/dir/x.bin");

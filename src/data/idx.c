@@ -240,7 +240,12 @@ st_status st_idx_read(const char *path, st_idx *out) {
         return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(err));
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
+        close(fd);
+        return st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
         close(fd);
         return st_fail(ST_ERR_IO, "%s: not a regular file", path);
     }

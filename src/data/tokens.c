@@ -115,8 +115,14 @@ static st_status check_header(const char *path, const uint8_t *h, int64_t size, 
             path, (unsigned long long)count, tb, (long long)want, (long long)size,
             (size - ST_TOKENS_HEADER_BYTES) % tb ? " (it ends mid-token)" : "",
             size < want ? "truncated: write it again" : "longer than its header says: corrupt");
-    if (vocab < 1 || vocab > ((uint64_t)1 << (8 * tb)))
-        return st_fail(ST_ERR_FORMAT, "%s: vocab_size %llu does not fit %u-byte tokens (1..%llu)", path,
+    if (vocab < 2) /* (one token: every prediction right, a loss of 0 from the first step) */
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: the header's vocab_size is %llu: a language model needs at least 2 tokens; the "
+                       "header is damaged, or another program wrote it (write it again with scaletrain data "
+                       "tokenize)",
+                       path, (unsigned long long)vocab);
+    if (vocab > ((uint64_t)1 << (8 * tb)))
+        return st_fail(ST_ERR_FORMAT, "%s: vocab_size %llu does not fit %u-byte tokens (2..%llu)", path,
                        (unsigned long long)vocab, tb, (unsigned long long)((uint64_t)1 << (8 * tb)));
     t->count = (int64_t)count;
     t->vocab_size = vocab;
@@ -223,8 +229,8 @@ static st_status open_shard(const char *path, tok_shard *t) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: not a regular file", path));
+    if (fstat(fd, &sb) != 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(errno)));
+    if (!S_ISREG(sb.st_mode)) ST_GOTO(st_fail(ST_ERR_IO, "%s: not a regular file", path));
     int64_t size = (int64_t)sb.st_size;
     uint8_t h[ST_TOKENS_HEADER_BYTES];
     if (size < ST_TOKENS_HEADER_BYTES)
@@ -233,8 +239,10 @@ static st_status open_shard(const char *path, tok_shard *t) {
                     "%s: the file is %lld bytes, shorter than the %d-byte header; it is truncated or not a "
                     "scaletrain token file (make one with `scaletrain data tokenize`)",
                     path, (long long)size, ST_TOKENS_HEADER_BYTES));
-    if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h)
-        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno)));
+    const ssize_t hr = pread(fd, h, sizeof h, 0);
+    if (hr != (ssize_t)sizeof h)
+        ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header: %s", path,
+                        hr < 0 ? strerror(errno) : "the file became shorter while it was opened"));
     const struct llmc_kind *llmc = llmc_kind_of(h);
     if (llmc && size < ST_TOKENS_LLMC_HEADER_BYTES)
         ST_GOTO(st_fail(ST_ERR_FORMAT,
@@ -242,6 +250,12 @@ static st_status open_shard(const char *path, tok_shard *t) {
                         (long long)size, llmc->name, ST_TOKENS_LLMC_HEADER_BYTES));
     ST_GOTO(llmc ? check_llmc_header(path, llmc, h, size, t) : check_header(path, h, size, t));
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED && errno == ENOMEM) /* (each shard is a mapping: vm.max_map_count bounds them) */
+        ST_GOTO(st_fail(ST_ERR_IO,
+                        "%s: cannot map: %s; a process may hold vm.max_map_count mappings (65530 by "
+                        "default), and each shard is one: tokenize into fewer, larger shards (data tokenize "
+                        "--shard-tokens), or raise it (sysctl vm.max_map_count=262144)",
+                        path, strerror(ENOMEM)));
     if (map == MAP_FAILED) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot map: %s", path, strerror(errno)));
     t->map = map;
     t->map_bytes = (size_t)size;
@@ -556,8 +570,8 @@ st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t coun
     if (!path || !tokens || count < 1)
         return st_fail(ST_ERR_ARG, "st_tokens_write: path or tokens is NULL, or count %lld < 1",
                        (long long)count);
-    if (vocab_size < 1 || vocab_size > ((uint64_t)1 << 32))
-        return st_fail(ST_ERR_ARG, "%s: vocab_size %llu is not in 1..2^32", path,
+    if (vocab_size < 2 || vocab_size > ((uint64_t)1 << 32))
+        return st_fail(ST_ERR_ARG, "%s: vocab_size %llu is not in 2..2^32", path,
                        (unsigned long long)vocab_size);
     for (int64_t i = 0; i < count; i++)
         if (tokens[i] >= vocab_size)

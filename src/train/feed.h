@@ -55,8 +55,10 @@ st_status st_feed_next(st_feed *f, double *wait_s);
 st_status st_feed_done(st_feed *f);
 
 /* The host batch behind the current micro-step (NULL outside one): its ring
- * slot on the host; on a device, the slot it was copied from (its sample
- * indices and position stay valid until st_feed_done). */
+ * slot on the host; on a device, a description of the slot it was copied
+ * from, which has already gone back to the loader: its sequence number,
+ * count and position, and NULL for x, xi, y and idx (the data is on the
+ * device, in the graph's inputs). */
 const st_batch *st_feed_batch(const st_feed *f);
 
 /* The sampler position after the micro-batch last given by st_feed_next (not
