@@ -1040,6 +1040,12 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
     snprintf(why, sizeof why, "%s", st_last_error());
     size_t at = 0; /* note: what was done, "; "-separated */
 #define NOTE(...) st_appendf(note, sizeof note, &at, __VA_ARGS__)
+    if (alone && (whole > saved || *pending)) /* (said now: the others wait in a collective, up to
+                                                * dist.timeout_s, and their watchdog may end the job
+                                                * during the save, before its own message) */
+        st_ticker_sayf("scaletrain: error (rank %d of %d, host %s): %s; saving the finished steps alone before "
+                       "every rank is ended (the others wait in a collective up to dist.timeout_s)\n",
+                       ses->rank, ses->world, st_comm_host(ses->comm), why);
     if (*pending && alone) { /* its commit needs every rank: dropped, and its step saved below */
         const int64_t step = st_ckpt_async_step(*pending);
         st_ckpt_async_abandon(pending);

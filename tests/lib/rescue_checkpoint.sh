@@ -51,6 +51,10 @@ n=$(sed -nE 's/.*saved the weights and optimizer state after step ([0-9]+) first
 read -r n n2 <<<"$n"
 [ -n "${n:-}" ] && [ "$n" = "$n2" ] && [ "$n" -ge 50 ] || fail "no checkpoint of step 50 or later named: $err"
 [ "$victim" != val ] || [ $((${n:-1} % 10)) -eq 0 ] || fail "the evaluation's failure saved step $n, not a multiple of 10"
+# (a rank that saves alone says its error first: the others wait in a
+# collective, and their watchdog may end the job before the save ends)
+[ "$label" != two ] || grep -qE "error \(rank [01] of 2, host [^)]*\): .*$file: the file was shortened while training read it.*; saving the finished steps alone before every rank is ended" \
+    "$d/run.log" || fail "the rank that saved alone did not say its error first: $err"
 [ "$(ls "$d/o/ckpt" 2>/dev/null | tr '\n' ' ')" = "latest step-$n " ] ||
     fail "checkpoints: $(ls "$d/o/ckpt" 2>/dev/null | tr '\n' ' ')"
 grep -q "step-$n\$" <<<"$(readlink -f "$d/o/ckpt/latest" 2>/dev/null; cat "$d/o/ckpt/latest" 2>/dev/null)" ||
