@@ -668,23 +668,27 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "precision", "bf16 on a CUDA device (compute capability 8.0 or later)");
     }
 #ifdef ST_HAVE_CUDA
-    if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "cudnn") == 0) {
+    /* model.attention_kernel may differ between ranks, and cuDNN is each
+     * node's library: every rank on a GPU (agree_device: all or none) joins
+     * the agreement, so that a refusal on some ranks is every rank's */
+    if (s->dev) {
+        st_status v = ST_OK;
         char no_cudnn[512];
-        s->agreed_error = true; /* every rank has a GPU and this build */
-        if (strcmp(c->precision, "bf16") != 0)
-            return st_fail(
-                ST_ERR_CONFIG,
-                "%smodel.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes "
-                "16-bit tensors) and this run is %s: set precision: bf16, or model.attention_kernel: "
-                "flash",
-                where, c->precision);
-        if (!st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
-            return st_fail(
-                ST_ERR_CONFIG,
-                "%smodel.attention_kernel=cudnn: %s; set model.attention_kernel: flash (scaletrain's "
-                "own kernels)",
-                where, no_cudnn);
-        s->agreed_error = false;
+        const bool cudnn = !strcmp(c->model.type, "gpt") && !strcmp(c->model.attention_kernel, "cudnn");
+        if (cudnn && strcmp(c->precision, "bf16") != 0)
+            v = st_fail(ST_ERR_CONFIG,
+                        "%smodel.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes "
+                        "16-bit tensors) and this run is %s: set precision: bf16, or "
+                        "model.attention_kernel: flash",
+                        where, c->precision);
+        else if (cudnn && !st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))
+            v = st_fail(ST_ERR_CONFIG,
+                        "%smodel.attention_kernel=cudnn: %s; set model.attention_kernel: flash (scaletrain's "
+                        "own kernels)",
+                        where, no_cudnn);
+        if (s->world > 1) v = st_agree_status(s->comm, v, "model.attention_kernel=cudnn");
+        s->agreed_error = v != ST_OK && !st_comm_failed(s->comm);
+        ST_TRY(v);
     }
 #endif
     if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)

@@ -73,8 +73,8 @@ rc=$?
 
 # 5. model.attention_kernel=cudnn where it cannot run, an error naming why
 #    and the fix before any step: an fp32 run (cuDNN's attention is bf16),
-#    and the emulator, which has no cuDNN. On the CPU the setting is
-#    ignored.
+#    and the emulator, which has no cuDNN; on rank 0 of two alone, every
+#    rank ends. On the CPU the setting is ignored.
 for i in $(seq 1 50); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/t.tokens" "$tmp/text.txt" >/dev/null || fail tokenize
 gpt=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens" --set model.n_layer=1
@@ -89,6 +89,20 @@ out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train
 rc=$?
 [ $rc -ne 0 ] && grep -q "model.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes 16-bit tensors) and this run is fp32: set precision: bf16, or model.attention_kernel: flash" <<<"$out" ||
     fail "attention_kernel cudnn in fp32: exit $rc: $out"
+# two ranks, rank 0 alone set to cudnn (model.attention_kernel may differ
+# between ranks; cuDNN is each node's): rank 0 names its error, rank 1 that
+# it failed on another rank, and both end before any step (rank 0 took the
+# error for every rank's and waited in the error report while rank 1 went on
+# to the planner: "collectives out of step")
+e2e_mpi 120
+out=$(ST_CUDAEMU_DEVICES=2 "${mpi[@]}" -x ST_CUDAEMU_DEVICES -np 1 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda \
+    --set model.attention_kernel=cudnn --set train.out_dir="$tmp/cudnn2" : -np 1 "$bin" "${tr[@]}" "${gpt[@]}" \
+    --set train.device=cuda --set model.attention_kernel=flash --set train.out_dir="$tmp/cudnn2" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 0.*model.attention_kernel=cudnn: the CUDA emulator has no cuDNN" <<<"$out" &&
+    grep -q "rank 1.*model.attention_kernel=cudnn failed on another rank" <<<"$out" &&
+    ! grep -q "out of step" <<<"$out" && ! grep -q "^step " <<<"$out" ||
+    fail "attention_kernel cudnn on rank 0 alone: exit $rc: $out"
 out=$(timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cpu --set model.attention_kernel=cudnn \
     --set train.out_dir="$tmp/cudnn-cpu" 2>&1)
 rc=$?
