@@ -1069,16 +1069,26 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     const st_params *p = &s->model->params;
     st_status pre = ST_OK;
     if (s->eval_shared && s->world > 1 && p->buffer_count > 0) { /* rank 0's batch-norm statistics */
-        const size_t nbytes = (size_t)p->buffer_count * sizeof(float);
-        float *h = s->dev ? malloc(nbytes) : p->buffers; /* a device's through the host */
-        if (!h) return st_fail(ST_ERR_NOMEM, "out of memory for the evaluation's buffers");
-        st_status b = s->dev && s->rank == 0 ? st_device_download(s->dev, h, p->buffers, nbytes) : ST_OK;
-        /* (every rank joins the broadcast: a failed download is a failed collective) */
-        st_status bc = st_comm_broadcast_sync(s->comm, h, (size_t)p->buffer_count, ST_COMM_F32, 0,
-                                              "evaluation: rank 0's buffers");
-        if (b == ST_OK) b = bc;
-        if (b == ST_OK && s->dev && s->rank != 0) b = st_device_upload(s->dev, p->buffers, h, nbytes);
-        if (s->dev) free(h);
+        /* A device's go through the host in pieces of a buffer on the
+         * stack: nothing to allocate, so no rank can fail to join a
+         * broadcast the others are in. (Every rank joins each: a failed
+         * download or upload is carried to the agreement below.) */
+        enum { PIECE = 8192 };
+        float piece[PIECE];
+        const int64_t n = p->buffer_count, step = s->dev ? PIECE : n;
+        st_status b = ST_OK;
+        for (int64_t at = 0; at < n; at += step) {
+            const size_t k = (size_t)(n - at < step ? n - at : step);
+            float *h = s->dev ? piece : p->buffers + at;
+            if (b == ST_OK && s->dev && s->rank == 0)
+                b = st_device_download(s->dev, h, p->buffers + at, k * sizeof(float));
+            const st_status bc =
+                st_comm_broadcast_sync(s->comm, h, k, ST_COMM_F32, 0, "evaluation: rank 0's buffers");
+            if (b == ST_OK) b = bc;
+            if (bc != ST_OK) break; /* (a failed collective: the communicator is broken for every rank) */
+            if (b == ST_OK && s->dev && s->rank != 0)
+                b = st_device_upload(s->dev, p->buffers + at, h, k * sizeof(float));
+        }
         pre = b; /* (carried to the evaluation's agreement below, which every rank joins) */
     }
     st_status st = pre != ST_OK ? pre : s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
