@@ -153,13 +153,13 @@ void st_mpi_board_open(st_comm *c) {
     MPI_Aint size = 0;
     int disp = 0;
     st_mpi_slot *base = NULL;
-    if (MPI_Win_shared_query(m->win, 0, &size, &disp, &base) != MPI_SUCCESS || !base) return;
+    const bool read = MPI_Win_shared_query(m->win, 0, &size, &disp, &base) == MPI_SUCCESS && base;
     atomic_store(&mine->started_seq, 0);
     atomic_store(&mine->step, c->step);
     atomic_store(&mine->pid, (int)getpid());
     atomic_store(&mine->world_rank, c->rank);
-    MPI_Barrier(m->node); /* every line is filled before anyone reads it */
-    m->slots = base;
+    MPI_Barrier(m->node); /* every line is filled before anyone reads it (every rank: the others wait in it) */
+    if (read) m->slots = base; /* (else this rank's watchdog cannot name the node's missing ranks) */
 }
 
 void st_mpi_board_close(st_comm *c) {
