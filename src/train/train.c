@@ -1965,7 +1965,10 @@ fail:
  * not an error: the caller says it its own way.) */
 static void end_failed_ranks(st_session *ses, const st_run_opts *opts, st_status s) {
     if (s == ST_OK || ses->world < 2) return;
-    if (!ses->agreed_error) {
+    /* (a broken communicator: whatever the ranks agreed before, this rank
+     * cannot know that the others learnt of the failure, nor report with
+     * them: it ends them) */
+    if (!ses->agreed_error || st_comm_failed(ses->comm)) {
         st_comm_abort(ses->comm, st_last_error());
     } else if (s != ST_ERR_INTERRUPTED && ses->comm && opts && opts->report_agreed_error) {
         opts->report_agreed_error(s);
