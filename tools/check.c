@@ -149,9 +149,10 @@ static double weights_diff(const char *pa, const char *pb, char *why, size_t n) 
             break;
         }
         double d = 0, m = 0;
-        for (int64_t k = 0; k < ea->count; k++) {
-            d = fmax(d, fabs((double)x[k] - (double)y[k]));
-            m = fmax(m, fabs((double)x[k]));
+        for (int64_t k = 0; k < ea->count; k++) { /* (a NaN is passed over, as fmax would) */
+            const double dk = fabs((double)x[k] - (double)y[k]), mk = fabs((double)x[k]);
+            if (dk > d) d = dk;
+            if (mk > m) m = mk;
         }
         const double rel = d / (m + 1e-6);
         if (!(rel <= worst)) worst = rel; /* NaN stays */
