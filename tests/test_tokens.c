@@ -428,6 +428,11 @@ static void shortened(void) {
     CHECK(strstr(st_last_error(), path) && strstr(st_last_error(), "264 bytes now"),
           "the message names neither the file nor its size now: %s", st_last_error());
     CHECK_FAILS(st_tokens_check_range(t), ST_ERR_IO, "was shortened");
+    { /* (the first token on the first page past the end: (page - header) / 2; it said token 0) */
+        char want[64];
+        snprintf(want, sizeof want, "reading from token %ld)", (sysconf(_SC_PAGESIZE) - 64) / 2);
+        CHECK(strstr(st_last_error(), want), "the range check does not say '%s': %s", want, st_last_error());
+    }
     CHECK_OK(st_tokens_read_i32(t, 0, 100, got)); /* the first page is still there */
     CHECK(got[99] == 99, "token 99 reads %d after the fault", got[99]);
     CHECK_FAILS(st_tokens_read_i32(t, N - 10, 10, got), ST_ERR_IO, "shrinks.tokens"); /* and again */

@@ -420,7 +420,12 @@ static st_status mpi_open(st_comm *c) {
         rc = MPI_Init_thread(NULL, NULL, ST_COMM_MPI_THREAD, &provided);
         st_watch_stop(w);
         if (rc != MPI_SUCCESS)
-            return st_fail(ST_ERR_IO, "host %s: MPI_Init_thread failed (MPI error %d)", c->host, rc);
+            return st_fail(
+                ST_ERR_IO,
+                "host %s: MPI_Init_thread failed (MPI error %d; OpenMPI's own message above says "
+                "why): start the ranks with mpirun, srun --mpi=pmix or scaletrain launch, from the "
+                "same OpenMPI as this build's (`scaletrain check` tests it)",
+                c->host, rc);
         m->own_mpi = true;
     } else {
         MPI_Query_thread(&provided);

@@ -179,14 +179,16 @@ static st_status check_llmc_header(const char *path, const struct llmc_kind *k, 
 
 /* The reading thread's way back from a fault (NULL outside a guarded read). */
 static _Thread_local sigjmp_buf *volatile bus_jmp;
+static _Thread_local const char *volatile bus_addr; /* the faulting address, for the message */
 static struct sigaction bus_old;
 static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
 
 static void on_bus(int sig, siginfo_t *si, void *uc) {
-    (void)sig, (void)si, (void)uc;
+    (void)sig, (void)uc;
     sigjmp_buf *j = bus_jmp;
     if (j) {
         bus_jmp = NULL;
+        bus_addr = (const char *)si->si_addr;
         siglongjmp(*j, 1);
     }
     sigaction(SIGBUS, &bus_old, NULL); /* returning repeats the fault, which the old action meets */
@@ -203,9 +205,14 @@ static void bus_install(void) {
     sigaction(SIGBUS, &sa, &bus_old);
 }
 
-/* The error for a fault while reading sh at token i. */
+/* The error for a fault while reading sh from token i (the token the
+ * faulting address holds, where the fault gave one inside sh's tokens). */
 static st_status bus_error(const tok_shard *sh, int64_t i) {
     ST_INVARIANT(sh, "a read fault before a token shard was chosen"); /* bus_jmp is set after it */
+    const char *a = bus_addr;
+    bus_addr = NULL;
+    if (a && a >= (const char *)sh->data && a < (const char *)sh->data + sh->count * sh->token_bytes)
+        i = (int64_t)(a - (const char *)sh->data) / sh->token_bytes;
     struct stat sb;
     const int64_t now = stat(sh->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
     if (now >= 0 && now < (int64_t)sh->map_bytes)

@@ -93,7 +93,6 @@ typedef struct st_ddp {
     int64_t stage_count;
     int *prep;     /* staged: the buckets in the order they are prepared (first written) */
     int next_prep; /* this micro-step's next to prepare */
-    st_status err; /* the first error of a collective started from the hook */
     /* dist.grad_dtype: bf16/fp16 buckets travel as 16-bit copies in `half`
      * (same layout as p->grad); fp32 (the default): in place in p->grad */
     st_precision grad_dtype;
