@@ -48,6 +48,10 @@ static void test_state_machine(void) {
     st_scaler_init(&s, true, 0x1p-23, 2000);
     CHECK(st_scaler_update(&s, true) && s.scale == 0x1p-24f, "2^-23 halves to 2^-24: %a", (double)s.scale);
     CHECK(st_scaler_update(&s, true) && s.scale == 0x1p-24f, "2^-24 stays: %a", (double)s.scale);
+    /* a scale given between the least and twice it (optim.loss_scale 1e-7) goes to the least at its
+     * first overflow (it stayed, and that overflow ended the run as if at the least) */
+    st_scaler_init(&s, true, 1e-7, 2000);
+    CHECK(st_scaler_update(&s, true) && s.scale == 0x1p-24f, "1e-7 after an overflow: %a", (double)s.scale);
     /* Disabled (fp32, bf16): scale 1, never a skip. */
     st_scaler_init(&s, false, 65536.0, 2000);
     CHECK(s.scale == 1.0f, "disabled scale %g", (double)s.scale);
@@ -93,6 +97,13 @@ static void test_grads(void) {
     CHECK_FAILS(
         st_scaler_check(&s, &p, 0, p.count, NULL, &skip), ST_ERR_NUMERIC,
         "the gradients overflowed with the loss scale at its least, 5.96046e-08 (2 steps skipped so far)");
+    p.grad[7] = INFINITY; /* (optim.loss_scale 1e-7: its first overflow skips, the second stops) */
+    st_scaler_init(&s, true, 1e-7, 2000);
+    CHECK_OK(st_scaler_check(&s, &p, 0, p.count, NULL, &skip));
+    CHECK(skip && s.scale == 0x1p-24f, "an overflow at 1e-7 skips, at the least scale after: %d %a", skip,
+          (double)s.scale);
+    CHECK_FAILS(st_scaler_check(&s, &p, 0, p.count, NULL, &skip), ST_ERR_NUMERIC,
+                "at its least, 5.96046e-08");
     /* the least scale's inverse is finite: zero gradients stay zero */
     memset(p.grad, 0, (size_t)p.count * sizeof *p.grad);
     st_scaler_init(&s, true, 6e-8, 2000);

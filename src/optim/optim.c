@@ -33,8 +33,11 @@ static st_status alloc_host_state(st_optim *o) {
     o->m = st_alloc_aligned(nbytes);
     if (o->kind == ST_OPTIM_ADAMW) o->v = st_alloc_aligned(nbytes);
     if (!o->m || (o->kind == ST_OPTIM_ADAMW && !o->v))
-        return st_fail(ST_ERR_NOMEM, "out of memory for optimizer state (%.1f MiB)",
-                       2.0 * (double)nbytes / (1 << 20));
+        return st_fail(ST_ERR_NOMEM,
+                       "out of host memory for the optimizer state (%.1f MiB: %s); shard it over more ranks "
+                       "(dist.strategy: zero1 or zero2)",
+                       (o->kind == ST_OPTIM_ADAMW ? 2.0 : 1.0) * (double)nbytes / (1 << 20),
+                       o->kind == ST_OPTIM_ADAMW ? "AdamW's two moments" : "SGD's momentum");
     memset(o->m, 0, nbytes);
     if (o->v) memset(o->v, 0, nbytes);
     return ST_OK;

@@ -72,7 +72,10 @@ st_status st_scaler_check(st_scaler *s, st_params *p, int64_t host_lo, int64_t h
 bool st_scaler_update(st_scaler *s, bool found_inf) {
     if (!s->enabled) return false;
     if (found_inf) {
-        if (s->scale * 0.5f >= (float)ST_SCALER_MIN) s->scale *= 0.5f;
+        /* (a scale that halves past the least, one given between it and
+         * twice it, stops there: the least's overflow is the one that ends
+         * the run) */
+        s->scale = s->scale * 0.5f >= (float)ST_SCALER_MIN ? s->scale * 0.5f : (float)ST_SCALER_MIN;
         s->good_steps = 0;
         s->skipped++;
         return true;

@@ -48,8 +48,8 @@ void st_scaler_unscale(const st_scaler *s, st_params *p, int64_t lo, int64_t hi)
 
 /* Advance the state machine after a step whose gradients (over every rank)
  * were finite or not. Returns true when the optimizer step must be skipped
- * (found_inf and enabled): the scale halves (not below ST_SCALER_MIN) and
- * the clean count restarts.
+ * (found_inf and enabled): the scale halves, or goes to ST_SCALER_MIN where
+ * half would be less, and the clean count restarts.
  * Otherwise the clean count grows, and at `window` the scale doubles (unless
  * that would overflow fp32) and the count restarts. */
 bool st_scaler_update(st_scaler *s, bool found_inf);

@@ -113,8 +113,9 @@ static st_status load_tensors(const char *path, const st_params *p, st_optim *o)
             s = read_overlap(f, name, pt->offset, pt->count, o, o->v, tmp);
         }
     }
-    if (s != ST_OK) st_fail_context(s, "%s: ", path);
-    else o->t = t;
+    if (s != ST_OK && !strstr(st_last_error(), path)) /* (the safetensors reader names it already) */
+        st_fail_context(s, "%s: ", path);
+    if (s == ST_OK) o->t = t;
     free(tmp);
     st_safetensors_close(f);
     return s;

@@ -894,14 +894,34 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     }
     const int64_t last = first + *n - 1;
     const char *what = isnan(*loss) ? "NaN" : *loss > 0 ? "inf" : "-inf"; /* (not printf's "-nan") */
+    const char *fix =
+        ses->cfg->optim.grad_clip > 0 ? "lower optim.lr" : "lower optim.lr or set optim.grad_clip";
     if (bad > 0 || first == last)
-        return st_fail(ST_ERR_NUMERIC,
-                       "the loss became %s at step %lld; lower optim.lr or set optim.grad_clip", what,
-                       (long long)(bad > 0 ? bad : last));
+        return st_fail(ST_ERR_NUMERIC, "the loss became %s at step %lld; %s", what,
+                       (long long)(bad > 0 ? bad : last), fix);
+    return st_fail(ST_ERR_NUMERIC, "the loss became %s in steps %lld-%lld; %s", what, (long long)first,
+                   (long long)last, fix);
+}
+
+/* The gradients of step `step` whose norm (every rank's same value) is not
+ * finite, seen on the host before the update (fp32 and bf16: fp16's scaler
+ * skips such a step): the run stops with the weights of the step before,
+ * untouched; a clip would have made them NaN (0 x inf), and the update
+ * without one, inf. A loss that is not finite too is the message (read_loss). */
+static st_status grads_not_finite(st_session *ses, st_loss_sum *ls, int64_t step, double norm) {
+    double loss;
+    int64_t n;
+    ST_TRY(read_loss(ses, ls, &loss, &n));
+    ses->agreed_error = ses->world > 1;
     return st_fail(ST_ERR_NUMERIC,
-                   "the loss became %s in steps %lld-%lld; lower optim.lr or set "
-                   "optim.grad_clip",
-                   what, (long long)first, (long long)last);
+                   "the gradients of step %lld are not finite (their norm is %s) while its loss, %.6g, was: "
+                   "backward overflowed; the weights were not updated and are those after step %lld; lower "
+                   "optim.lr%s",
+                   (long long)step, isnan(norm) ? "NaN" : "inf", n > 0 ? loss / (double)n : loss,
+                   (long long)step - 1,
+                   ses->cfg->optim.grad_clip > 0
+                       ? ""
+                       : ", or set optim.grad_clip (it bounds their growth before an overflow)");
 }
 
 /* The checkpoint's position: after `step` steps, the sampler at pos, the
@@ -944,10 +964,11 @@ static st_status weights_finite_at(st_session *ses, int64_t step, const char *la
     if (finite) return ST_OK;
     return st_fail(ST_ERR_NUMERIC,
                    "the weights became non-finite in the update of step %lld, whose loss was finite (a "
-                   "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; lower optim.lr or set "
-                   "optim.grad_clip",
+                   "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; %s",
                    (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
-                   last[0] ? ", is whole)" : "");
+                   last[0] ? ", is whole)" : "",
+                   ses->cfg->optim.grad_clip > 0 ? "lower optim.lr"
+                                                 : "lower optim.lr or set optim.grad_clip");
 }
 
 /* Where a rank alone cannot save what the run finished when its data fails
@@ -1653,6 +1674,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                                       st_dist_sumsq_across, &dd));
             } else {
                 if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
+                if ((c->optim.grad_clip > 0 || line) && !isfinite(grad_norm))
+                    ST_GOTO(grads_not_finite(ses, &ls, step + 1, grad_norm));
                 if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
                     ST_GOTO(st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6))));
             }

@@ -16,7 +16,9 @@
 #     and ckpt/latest is the last of them. Before the check, the backward
 #     products' runs saved step-2 with an inf weight.
 #  2. --resume auto of such a run (without the overflow) trains on from
-#     step 1 to the end.
+#     step 1 to the end. With the norm taken on the host before the update
+#     (log.every 1; optim.grad_clip 1), the run stops there, naming the
+#     gradients and their norm, the weights not updated.
 #  3. Two ranks under zero1 (scaletrain launch), the overflow on rank 1
 #     alone: each rank's optimizer shard differs, and every rank names the
 #     step; no checkpoint of step 2.
@@ -92,6 +94,27 @@ if [ ${#weights_runs[@]} -gt 0 ]; then
         fail "the resume of N=$n: $o"
     [ "$(ls "$tmp/n$n/ckpt" | grep -E '^step-' | sort -t- -k2 -n | tr '\n' ' ')" = "step-1 step-2 step-3 " ] ||
         fail "the resume of N=$n: checkpoints $(ls "$tmp/n$n/ckpt" | tr '\n' ' ')"
+fi
+
+# 2b. Where the gradient norm is taken on the host before the update (a
+# logged step, or optim.grad_clip), such gradients stop the run there, the
+# weights not updated: the message names the norm, and suggests grad_clip
+# only when it is off (the clip made inf gradients NaN, 0 x inf, before)
+if [ ${#weights_runs[@]} -gt 0 ]; then
+    n=${weights_runs[0]}
+    for clip in 0 1; do
+        out="$tmp/norm$clip"
+        ST_OVERFLOW_SGEMM_AT=$n LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 60 "$bin" "${run[@]}" --set train.steps=3 \
+            --set log.every=1 --set optim.grad_clip=$clip --set train.out_dir="$out" >"$out.log" 2>&1
+        rc=$?
+        fix="lower optim.lr, or set optim.grad_clip (it bounds their growth before an overflow)"
+        [ $clip = 0 ] || fix="lower optim.lr"
+        [ $rc -eq 1 ] && grep -qE "the gradients of step 2 are not finite \(their norm is (inf|NaN)\) while its loss, [0-9.e+-]+, was: backward overflowed; the weights were not updated and are those after step 1; " "$out.log" &&
+            [ "$(sed -n 's/.*are those after step 1; //p' "$out.log")" = "$fix" ] ||
+            fail "N=$n, log.every 1, grad_clip $clip: exit $rc: $(grep -i error "$out.log" | head -2)"
+        [ "$(ls "$out/ckpt" | grep -E '^step-' | tr '\n' ' ')" = "step-1 " ] ||
+            fail "N=$n, log.every 1, grad_clip $clip: checkpoints $(ls "$out/ckpt" | tr '\n' ' ')"
+    done
 fi
 
 # 3. two ranks, zero1, the overflow on rank 1 alone, in step 2's last
