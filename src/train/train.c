@@ -1404,6 +1404,31 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         run_lr, ck.lr, (long long)ck.step, ck.lr);
             }
             ck.lr = run_lr; /* this run's, which its checkpoints record */
+            /* another train.steps: a decaying schedule decays over this run's
+             * (said where the rate at the checkpoint's step changes by it) */
+            if (ck.run_steps > 0 && ck.run_steps != steps && strcmp(c->optim.schedule, "constant") != 0 &&
+                warn) {
+                const double here = st_lr_at(c, ck.step, steps), there = st_lr_at(c, ck.step, ck.run_steps);
+                if (fabs(here - there) > 1e-6 * there && ck.step >= ck.run_steps) /* (that run ended) */
+                    fprintf(
+                        warn,
+                        "resume: warning: the checkpoint's run ended at step %lld, its train.steps; "
+                        "optim.schedule %s decays over this run's %lld, so the learning rate goes from %g, "
+                        "where that run ended, to %g at step %lld (optim.schedule: constant trains on at "
+                        "one rate)\n",
+                        (long long)ck.run_steps, c->optim.schedule, (long long)steps, there, here,
+                        (long long)ck.step);
+                else if (fabs(here - there) > 1e-6 * there)
+                    fprintf(
+                        warn,
+                        "resume: warning: the checkpoint's run was set to %lld steps and this one to %lld "
+                        "(train.steps): optim.schedule %s decays over train.steps, so the learning rate "
+                        "goes on from step %lld at %g, where that run's plan had %g (to follow its plan, "
+                        "resume with train.steps: %lld; to train on at one rate, optim.schedule: "
+                        "constant)\n",
+                        (long long)ck.run_steps, (long long)steps, c->optim.schedule, (long long)ck.step,
+                        here, there, (long long)ck.run_steps);
+            }
             if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
                 fprintf(
                     warn,

@@ -54,6 +54,24 @@ same() {
 mlp6=(--set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1 --set train.batch_size=16
     --set data.num_workers=0)
 same mlp 6 "${mlp6[@]}"
+# another train.steps under a decaying schedule (cosine, the default): the
+# rate at the checkpoint's step changes, said with both rates; a run that
+# ended, extended, and one interrupted at step 3 of 6 resumed as 12; the
+# constant schedule's resumes above said nothing
+d=$tmp/decay
+timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=6 --set train.out_dir="$d" --quiet ||
+    fail "decay: the 6-step run"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 --set train.out_dir="$d" --resume auto \
+    --quiet 2>&1) || fail "decay: resumed to 12: $out"
+grep -qF "resume: warning: the checkpoint's run ended at step 6, its train.steps; optim.schedule cosine decays over this run's 12, so the learning rate goes from 0, where that run ended, to 0.0005 at step 6 (optim.schedule: constant trains on at one rate)" <<<"$out" ||
+    fail "decay: a finished run extended: $out"
+timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=6 --set train.checkpoint_every=3 \
+    --set train.out_dir="$d/cut" --quiet >/dev/null 2>&1 || fail "decay: the run to cut"
+rm -rf "$d/cut/ckpt/step-6" && echo step-3 >"$d/cut/ckpt/latest"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 --set train.out_dir="$d/cut" --resume auto \
+    --quiet 2>&1) || fail "decay: resumed at 3 to 12: $out"
+grep -qF "resume: warning: the checkpoint's run was set to 6 steps and this one to 12 (train.steps): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 3 at 0.000853553, where that run's plan had 0.0005 (to follow its plan, resume with train.steps: 6; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
+    fail "decay: resumed at step 3 of 6 as 12: $out"
 # --resume naming a run's out_dir, its checkpoint folder or `latest` (another
 # run's, into a new out_dir): that run's latest good checkpoint, as auto takes
 # its own; the same bytes as 12 steps in one go.
