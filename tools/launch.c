@@ -14,8 +14,12 @@
  * ranks find each other through MPI alone (st_comm_init); under SLURM,
  * `srun --mpi=pmix scaletrain train` needs no launcher.
  *
- * A restart of `train` adds `--resume auto` (replacing any --resume), so the
- * job continues from its latest good checkpoint. What is not restarted: a
+ * A restart of `train` that committed a checkpoint of its own adds `--resume
+ * auto` (replacing any --resume), so the job continues from its latest good
+ * checkpoint; one that committed none runs again as it was started (its own
+ * --resume, or none: `auto` would have taken a checkpoint it did not make,
+ * an older one than its --resume named, or the unfinished run that train
+ * refused to continue without being asked). What is not restarted: a
  * clean exit (0), a usage error (2), and a stop asked for by a signal (exit
  * 143 for SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129 for SIGHUP, 138 for
  * SIGUSR1: the ranks saved a checkpoint and stopped on purpose, as on SLURM
@@ -25,6 +29,7 @@
  * The ranks on other hosts get the launcher's environment only as mpirun
  * passes it: -x for each variable of NCCL_*, UCX_*, OMP_*, SCALETRAIN_*,
  * ST_*, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set here. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -266,6 +272,77 @@ static bool resume_point(int argc, char **argv, char *what, size_t size) {
     return false; /* (l stays the thread's) */
 }
 
+/* The configuration of a scaletrain command's arguments as its ranks will
+ * read it (file and --set), its errors left for them to say (standard
+ * error silenced meanwhile: st_cli_run_args prints its own); false where
+ * it does not parse. Before the writer threads start. */
+static bool command_config(const char *cmd, int argc, char **argv, st_config *cfg) {
+    st_run_opts ro = {0};
+    fflush(stderr);
+    const int saved_err = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) dup2(null, 2);
+    const bool ok = st_cli_run_args(cmd, argc, argv, cfg, &ro) < 0;
+    st_clear_error();
+    fflush(stderr);
+    if (saved_err >= 0) dup2(saved_err, 2), close(saved_err);
+    if (null >= 0) close(null);
+    return ok;
+}
+
+/* The checkpoints a train job's out_dir holds: the step and inode of each
+ * of its ckpt/step-N folders (a commit renames a new folder into place, so
+ * a new one has a new inode, or another step where the file system reuses
+ * a deleted one's), looked at on a thread of its own (the storage may have
+ * stopped answering: st_ticker_run_within). */
+enum { MARKS_MAX = 4096 };
+typedef struct ckpt_marks {
+    char ckdir[4200];
+    int n;
+    bool more; /* more folders than MARKS_MAX */
+    ino_t ino[MARKS_MAX];
+    long long step[MARKS_MAX];
+} ckpt_marks;
+
+static void *marks_run(void *arg) {
+    ckpt_marks *m = arg;
+    DIR *d = opendir(m->ckdir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *s = e->d_name;
+        if (strncmp(s, "step-", 5) != 0 || !s[5] || strspn(s + 5, "0123456789") != strlen(s + 5)) continue;
+        if (m->n == MARKS_MAX) {
+            m->more = true;
+            break;
+        }
+        m->step[m->n] = atoll(s + 5);
+        m->ino[m->n++] = e->d_ino;
+    }
+    if (d) closedir(d);
+    return NULL;
+}
+
+/* The marks of out_dir's checkpoints now; NULL when the look did not return
+ * within limit_s (the thread keeps it) or memory ran out. */
+static ckpt_marks *marks_take(const char *out_dir, double limit_s) {
+    ckpt_marks *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    snprintf(m->ckdir, sizeof m->ckdir, "%s/ckpt", out_dir);
+    if (st_ticker_run_within(marks_run, m, limit_s)) return m;
+    return NULL; /* (m stays the thread's) */
+}
+
+/* Whether `now` holds a checkpoint folder `before` did not: one the job
+ * committed (true too where either is unknown or cut short: auto then). */
+static bool marks_new(const ckpt_marks *before, const ckpt_marks *now) {
+    if (!before || !now || before->more || now->more) return true;
+    for (int i = 0; i < now->n; i++) {
+        int j = 0;
+        while (j < before->n && (before->ino[j] != now->ino[i] || before->step[j] != now->step[i]))
+            j++;
+        if (j == before->n) return true;
+    }
+    return false;
+}
+
 int st_cmd_launch(int argc, char **argv) {
     const char *hosts = NULL;
     long n = 0, max_restarts = 0, per_rank = 0; /* per_rank 0: the cores over n */
@@ -349,19 +426,18 @@ int st_cmd_launch(int argc, char **argv) {
      * of the command's config (file and --set), read before the writer
      * threads start (its errors are the ranks' to say: not here) */
     double limit = 600; /* (its default; a command not train's or eval's: no config) */
-    if (n < 0 && (!strcmp(argv[i], "train") || !strcmp(argv[i], "eval"))) {
-        st_config cfg;
-        st_run_opts ro = {0};
-        fflush(stderr);
-        const int saved_err = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (null >= 0) dup2(null, 2);
-        if (st_cli_run_args(argv[i], argc - i - 1, argv + i + 1, &cfg, &ro) < 0)
-            limit = (double)cfg.train.device_timeout_s;
-        st_clear_error();
-        fflush(stderr);
-        if (saved_err >= 0) dup2(saved_err, 2), close(saved_err);
-        if (null >= 0) close(null);
-    }
+    /* (and a train job to restart: its configuration, for the checkpoints it
+     * starts with) */
+    const bool train = !strcmp(argv[i], "train");
+    st_config cfg;
+    bool cfg_ok = false;
+    if ((n < 0 && (train || !strcmp(argv[i], "eval"))) || (train && max_restarts > 0))
+        cfg_ok = command_config(argv[i], argc - i - 1, argv + i + 1, &cfg);
+    if (n < 0 && cfg_ok) limit = (double)cfg.train.device_timeout_s;
+    const double look_s = !cfg_ok                              ? 0
+                          : cfg.train.checkpoint_timeout_s > 0 ? (double)cfg.train.checkpoint_timeout_s
+                                                               : (double)cfg.dist.timeout_s;
+    ckpt_marks *before = train && max_restarts > 0 && cfg_ok ? marks_take(cfg.train.out_dir, look_s) : NULL;
     /* From here on the launcher's own lines, as the ranks', go through its
      * writer threads: nothing it does waits on its output. */
     st_launch_out *out = st_launch_out_start(output_timeout);
@@ -383,7 +459,6 @@ int st_cmd_launch(int argc, char **argv) {
     st_cli_self_path(self, sizeof self);
     snprintf(np, sizeof np, "%ld", n);
     const int cmd_at = i;
-    const bool train = !strcmp(argv[cmd_at], "train");
     int n_fwd = 0;
     for (char **e = environ; *e; e++)
         n_fwd += forwarded(*e, NULL, 0);
@@ -496,7 +571,27 @@ int st_cmd_launch(int argc, char **argv) {
             break;
         }
         char where[4400] = "from the beginning (not a train job)";
-        if (train) {
+        ckpt_marks *now = train && before ? marks_take(cfg.train.out_dir, look_s) : NULL;
+        const bool committed = !train || !before || marks_new(before, now);
+        free(now);
+        if (train && !committed) {
+            /* as it was started: its own arguments (a restart before may have changed them) */
+            for (int j = cmd_at; j < argc; j++)
+                av[args_at + j - cmd_at] = argv[j];
+            av[args_at + argc - cmd_at] = NULL;
+            const char *given = NULL;
+            for (int j = cmd_at + 1; j + 1 < argc; j++)
+                if (!strcmp(argv[j], "--resume")) given = argv[j + 1];
+            /* (the look at its checkpoints all the same: storage that stopped answering, the likely
+             * cause, is not restarted on) */
+            if (!resume_point(argc - cmd_at - 1, argv + cmd_at + 1, where, sizeof where)) {
+                st_launch_sayf(out, "scaletrain launch: the job failed (exit %d: %s); not restarted: %s\n",
+                               rc, why, where);
+                break;
+            }
+            snprintf(where, sizeof where, "as it was started (%s%s): it committed no checkpoint of its own",
+                     given ? "--resume " : "", given ? given : "no --resume");
+        } else if (train) {
             /* train's own arguments: after "train", with any --resume dropped */
             int m = args_at + 1;
             for (int j = args_at + 1; av[j]; j++) {
@@ -519,6 +614,7 @@ int st_cmd_launch(int argc, char **argv) {
                        why, attempt + 1, max_restarts, where);
     }
     free(av);
+    free(before);
     for (int j = 0; fwd_names[j]; j++)
         free(fwd_names[j]);
     free(fwd_names);

@@ -15,7 +15,9 @@
 #     one whose arguments do not parse is not restarted;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted; (d') the same before mpirun started a
-#     rank: exit 143 and said.
+#     rank: exit 143 and said; (d'') a start that train refuses (the
+#     out_dir holds an unfinished run) restarts as it was started, not with
+#     --resume auto.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
 # (f) an output that takes no bytes, (g) a reader that goes away: the job
@@ -257,7 +259,8 @@ echo -n "stop: final weights against the uninterrupted run: "
 timeout 60 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \
     --set train.out_dir="$tmp/bad" >"$tmp/bad.out" 2>"$tmp/bad.err"; rc=$?
 [ $rc -eq 1 ] || fail "always failing: exit $rc, expected 1"
-grep -q "restart 1 of 1 from step 0: no checkpoint" "$tmp/bad.err" || fail "always failing: no restart message"
+grep -q "restart 1 of 1 as it was started (no --resume): it committed no checkpoint of its own" "$tmp/bad.err" ||
+    fail "always failing: no restart message"
 grep -q "failed again .*missing.tokens.*1 restart used, giving up" "$tmp/bad.err" ||
     fail "always failing: no give-up message naming the error: $(cat "$tmp/bad.err")"
 [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad.err")" -eq 2 ] || fail "always failing: not run twice"
@@ -280,6 +283,20 @@ grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "ter
 grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
 grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+# (d'') started again in (d)'s out_dir without --resume: train refuses (the
+# folder holds an unfinished run), and the restart, the job having committed
+# no checkpoint, runs it as it was started: refused again, given up, the
+# checkpoints as they were. (A restart took --resume auto and continued the
+# old run under the new arguments.)
+held=$(ls "$tmp/term/ckpt" | tr '\n' ' ')
+timeout 60 "$bin" launch -n 2 --max-restarts 1 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/term" >"$tmp/term2.out" 2>"$tmp/term2.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "restart 1 of 1 as it was started (no --resume): it committed no checkpoint of its own" "$tmp/term2.err" &&
+    [ "$(grep -c "^\[rank 0\] scaletrain: error.*holds an unfinished run" "$tmp/term2.err")" -eq 2 ] &&
+    ! grep -q "resumed from" "$tmp/term2.out" ||
+    fail "a refused start restarted: exit $rc: $(grep -E "scaletrain launch|error" "$tmp/term2.err" | head -5)"
+[ "$(ls "$tmp/term/ckpt" | tr '\n' ' ')" = "$held" ] || fail "a refused start changed the checkpoints: $(ls "$tmp/term/ckpt")"
+echo "a start refused for an unfinished run: restarted as it was started, refused again"
 
 # (f) The launcher's standard output takes no bytes: a pipe filled to the
 # brim that nobody reads (as a job's output file on a hung file system, or a
