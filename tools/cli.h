@@ -35,8 +35,9 @@ bool st_cli_find_on_path(const char *name, char *out, size_t n);
 void st_cli_self_path(char *out, size_t n);
 /* Run argv (PATH searched) with stdout and stderr to the files (NULL: ours)
  * and stdin from /dev/null, in a process group of its own that is killed
- * after timeout_s. Returns its exit status (128 + N for signal N), -1 when it
- * could not start, -2 when it ran out of time. (tools/proc.c) */
+ * after timeout_s, and sent SIGTERM when this process ends. Returns its exit
+ * status (128 + N for signal N), -1 when it could not start or be waited for,
+ * -2 when it ran out of time. (tools/proc.c) */
 int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s);
 /* A whole file as a string (caller frees), or NULL (errno says why: it
  * could not be opened or read, or memory ran out). */

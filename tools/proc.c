@@ -1,13 +1,19 @@
 /* Running another process from a subcommand (check, bench): this executable
  * again (`launch`, `train`) or a tool (mpirun --version), with its stdout and
  * stderr in files and a bound on its time. The wait is on the child's exit
- * (SIGCHLD through sigtimedwait), not a sleep. */
+ * (SIGCHLD through sigtimedwait, SIGCHLD's action the default meanwhile:
+ * ignored, as a parent may leave it, the kernel would reap the child
+ * unseen), not a sleep. The child is in a group of its own (a timeout ends
+ * the whole job), so a Ctrl-C or a `timeout` that ends the subcommand does
+ * not reach it: it gets SIGTERM when the subcommand's process ends
+ * (PR_SET_PDEATHSIG), which a train or launch job takes as a stop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,11 +25,20 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, &old);
+    struct sigaction dfl, was;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, &was);
     fflush(NULL);
+    const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        sigaction(SIGCHLD, &was, NULL); /* (the program's own, as the parent had it) */
         sigprocmask(SIG_SETMASK, &old, NULL);
         setpgid(0, 0); /* its own group: a timeout ends the whole job */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(128 + SIGTERM); /* (the parent ended before the line above) */
         /* one file for both (one offset: two opens would each write from
          * byte 0, over each other) */
         const bool same = out_path && err_path && strcmp(out_path, err_path) == 0;
@@ -41,7 +56,10 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
         _exit(127);
     }
     if (pid < 0) {
+        const int e = errno;
+        sigaction(SIGCHLD, &was, NULL);
         sigprocmask(SIG_SETMASK, &old, NULL);
+        errno = e;
         return -1;
     }
     struct timespec t0;
@@ -51,6 +69,10 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) {
             rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+            break;
+        }
+        if (w < 0 && errno != EINTR) { /* (not this process's child any more: nothing to wait for) */
+            rc = -1;
             break;
         }
         struct timespec now;
@@ -66,6 +88,7 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
         struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
         sigtimedwait(&chld, NULL, &ts); /* wakes on any child's exit, or at the deadline */
     }
+    sigaction(SIGCHLD, &was, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

@@ -109,6 +109,34 @@ out=$(PATH="$tmp/badplot:$PATH" timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" -
 rc=$?
 [ $rc -eq 0 ] && [ -s "$tmp/rep2/bench.md" ] && [ -s "$tmp/rep2/bench.json" ] && grep -q "^report: PNGs skipped: .*gnuplot" <<<"$out" ||
     fail "bench with a failing gnuplot: exit $rc: $out"
+# bench ended (SIGTERM, as timeout or a closed terminal's session sends)
+# while its job trains: the job, in a process group of its own, is sent
+# SIGTERM as bench ends (it trained on, holding its out_dir, for the rest of
+# its steps before: minutes here)
+"$bin" bench -n 1 "$tmp/tiny.yaml" --set model.n_layer=4 --set model.n_embd=128 --set model.block_size=64 --steps 4000 --warmup 1 --out "$tmp/rep3" >"$tmp/rep3.log" 2>&1 & # (bounded: the loops below, then KILL)
+bpid=$!
+for _ in $(seq 1 600); do
+    [ -n "$(pgrep -P "$bpid")" ] && [ -s "$tmp/rep3/n1/metrics.jsonl" ] && break # (training: a step logged)
+    e2e_alive $bpid || break
+    sleep 0.1
+done
+child=$(pgrep -P "$bpid")
+if [ -z "$child" ]; then
+    fail "bench's job never started: $(tail -3 "$tmp/rep3.log")"
+else
+    kill -TERM "$bpid"
+    wait "$bpid" 2>/dev/null
+    gone=
+    for _ in $(seq 1 150); do # (15 s: the job's 4000 steps of a larger gpt take minutes)
+        e2e_alive "$child" || { gone=yes; break; }
+        sleep 0.1
+    done
+    [ -n "$gone" ] && [ -z "$(pgrep -f -- "$tmp/rep3")" ] || {
+        fail "bench ended, its job ($child) still runs: $(ps -o pid,args --ppid "$child" 2>/dev/null | head -3)"
+        pkill -KILL -f -- "$tmp/rep3"
+    }
+fi
+kill -KILL "$bpid" 2>/dev/null
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
 
