@@ -540,6 +540,7 @@ int st_cmd_launch(int argc, char **argv) {
     av[k] = NULL;
 
     int rc = ST_EXIT_FAIL, signalled = 0;
+    st_launch_signals_begin();
     for (long attempt = 0;; attempt++) {
         st_launch_result res;
         const long long kills0 = oom_kills();
@@ -613,6 +614,7 @@ int st_cmd_launch(int argc, char **argv) {
         st_launch_sayf(out, "scaletrain launch: the job failed (exit %d: %s); restart %ld of %ld %s\n", rc,
                        why, attempt + 1, max_restarts, where);
     }
+    st_launch_signals_end();
     free(av);
     free(before);
     for (int j = 0; fwd_names[j]; j++)

@@ -11,7 +11,7 @@ typedef struct st_launch_result {
                          last error line */
     bool reason_from_mpirun;
     bool timeout_noted, timeout_named; /* reason is a watchdog's report (and names the rank it waited for) */
-    int signalled;                     /* a SIGTERM/SIGINT/SIGHUP the launcher received and passed on (0: none) */
+    int signalled;                     /* a stop signal the launcher received and passed on (0: none) */
 } st_launch_result;
 
 /* The launcher's standard output and error, each written by a thread of its
@@ -32,6 +32,15 @@ void st_launch_sayf(st_launch_out *o, const char *fmt, ...) __attribute__((forma
  * writes how many lines the other lost and why; stop the writers (a writer
  * stuck in its write is left to the process's exit). */
 void st_launch_out_end(st_launch_out *o, bool stopping);
+
+/* The stop signals (SIGTERM, SIGINT, SIGQUIT, SIGUSR1, and SIGHUP unless
+ * ignored: nohup) caught from begin to end, around every run of the job
+ * and the looks between them, so that one that comes between two runs is
+ * the next one's (not started: st_launch_run returns 128 + N) and not the
+ * launcher's end with its output unwritten; mpirun gets the actions as they
+ * were before. */
+void st_launch_signals_begin(void);
+void st_launch_signals_end(void);
 
 /* Run argv (argv[0] is mpirun's path, with --tag-output among its options)
  * for `ranks` ranks, writing their output as the file comment of launch_io.c

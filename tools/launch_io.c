@@ -14,7 +14,7 @@
  * every rank's stderr is prefixed "[rank K] ". mpirun's own messages (not
  * tagged) pass through.
  *
- * The first SIGTERM, SIGINT, SIGQUIT or SIGHUP (the terminal closed; unless
+ * The first SIGTERM, SIGINT, SIGQUIT, SIGUSR1 or SIGHUP (the terminal closed; unless
  * nohup ignores it) sent to the launcher is passed to the ranks
  * themselves (mpirun's local children), not to mpirun, which would SIGKILL
  * them a second later: each rank finishes its step, saves a checkpoint and
@@ -47,6 +47,33 @@ static atomic_int got_signal;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
 
 static void on_signal(int sig) { atomic_store_explicit(&got_signal, sig, memory_order_relaxed); }
+
+/* The stop signals' actions before st_launch_signals_begin (mpirun gets them back). */
+static struct sigaction old_term, old_int, old_hup, old_quit, old_usr1;
+
+void st_launch_signals_begin(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    atomic_store(&got_signal, 0);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGQUIT, &sa, &old_quit);
+    sigaction(SIGUSR1, &sa, &old_usr1);
+    sigaction(SIGHUP, NULL, &old_hup);
+    if (old_hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL); /* (nohup's stays) */
+}
+
+static void restore_signals(void) {
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGQUIT, &old_quit, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
+}
+
+void st_launch_signals_end(void) { restore_signals(); }
 
 typedef struct linebuf {
     char *p;
@@ -349,36 +376,33 @@ static bool signal_ranks(pid_t mpirun, int sig) {
 
 int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_result *res) {
     memset(res, 0, sizeof *res);
+    /* a stop that came before this run (between two: the restart's look at
+     * the checkpoints): nothing is started */
+    const int early = atomic_exchange(&got_signal, 0);
+    if (early) {
+        res->signalled = early;
+        snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started", early);
+        st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
+        return 128 + early;
+    }
     int out[2], err[2];
     if (pipe(out) != 0) return -1;
     if (pipe(err) != 0) {
         close(out[0]), close(out[1]);
         return -1;
     }
-    struct sigaction sa, old_term, old_int, old_hup, old_quit, old_chld, dfl;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal; /* no SA_RESTART: poll returns EINTR */
-    sigemptyset(&sa.sa_mask);
-    atomic_store(&got_signal, 0);
+    struct sigaction old_chld, dfl;
     /* (SIGCHLD ignored, as a parent may leave it, reaps mpirun unseen:
      * waitpid would then fail and a failed job read as a clean one) */
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     sigaction(SIGCHLD, &dfl, &old_chld);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGQUIT, &sa, &old_quit);
-    sigaction(SIGHUP, NULL, &old_hup);
-    if (old_hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
     fflush(NULL);
     const pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         sigaction(SIGCHLD, &old_chld, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGQUIT, &old_quit, NULL);
-        sigaction(SIGHUP, &old_hup, NULL);
+        restore_signals();
         signal(SIGPIPE, SIG_DFL); /* (the launcher ignores it: launch_out.c) */
         /* Its own process group: a signal to ours (Ctrl-C, timeout(1),
          * SLURM) reaches the launcher, which passes it on as said above. */
@@ -399,10 +423,6 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     if (pid < 0) {
         close(out[0]), close(err[0]);
         sigaction(SIGCHLD, &old_chld, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGQUIT, &old_quit, NULL);
-        sigaction(SIGHUP, &old_hup, NULL);
         return -1;
     }
     job_io io = {.ranks = ranks, .out = lo, .res = res, .job = -1};
@@ -491,10 +511,6 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     const int late = atomic_exchange(&got_signal, 0);
     if (late) res->signalled = late;
     sigaction(SIGCHLD, &old_chld, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGQUIT, &old_quit, NULL);
-    sigaction(SIGHUP, &old_hup, NULL);
     for (int r = 0; r < ranks * 2 && io.lines; r++)
         free(io.lines[r].p);
     free(io.lines);

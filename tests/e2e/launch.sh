@@ -17,7 +17,7 @@
 #     143, and that is not restarted; (d') the same before mpirun started a
 #     rank: exit 143 and said; (d'') a start that train refuses (the
 #     out_dir holds an unfinished run) restarts as it was started, not with
-#     --resume auto.
+#     --resume auto; (d3) SIGUSR1 as SIGTERM.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
 # (f) an output that takes no bytes, (g) a reader that goes away: the job
@@ -283,6 +283,19 @@ grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "ter
 grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
 grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+# (d3) SIGUSR1 to the launcher (scancel --signal=USR1, a batch system's
+# warning): passed on as the others, exit 138, no restart. (The launcher had
+# no handler for it: SIGUSR1 killed it, its output with it.)
+timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/usr1" >"$tmp/usr1.out" 2>"$tmp/usr1.err" &
+lpid=$!
+# (to the launcher itself: timeout passes on TERM, INT, HUP and QUIT, not USR1)
+if e2e_wait_ckpt $lpid "$tmp/usr1"; then kill -USR1 "$(pgrep -P $lpid)"; else fail "usr1: training did not start"; fi
+wait $lpid; rc=$?
+[ $rc -eq 138 ] && grep -q "not restarted: it was stopped by a signal" "$tmp/usr1.err" &&
+    grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/usr1.err" ||
+    fail "usr1: exit $rc: $(tail -n 5 "$tmp/usr1.err")"
+echo "SIGUSR1: exit 138 at $(cat "$tmp/usr1/ckpt/latest" 2>/dev/null), not restarted"
 # (d'') started again in (d)'s out_dir without --resume: train refuses (the
 # folder holds an unfinished run), and the restart, the job having committed
 # no checkpoint, runs it as it was started: refused again, given up, the
