@@ -389,11 +389,28 @@ int st_cmd_launch(int argc, char **argv) {
             usage(stdout);
             return ST_EXIT_OK;
         } else {
-            fprintf(stderr, "scaletrain launch: unknown option '%s'\n", a);
+            const bool joined = !strncmp(a, "--", 2) && strchr(a, '=');
+            fprintf(stderr, "scaletrain launch: unknown option '%s'%s\n", a,
+                    joined ? " (launch's options take their value as the next word: --max-restarts 2)" : "");
             usage(stderr);
             return ST_EXIT_USAGE;
         }
     }
+    /* launch's own options after a scaletrain command go to the command,
+     * whose every rank would refuse them: said once, here */
+    static const char *const mine[] = {"-n", "--max-restarts", "--cores-per-rank", "--hosts",
+                                       "--output-timeout"};
+    for (int j = i + 1; j < argc && command_kind(argv[i]) == LAUNCH_SUBCOMMAND; j++)
+        for (size_t o = 0; o < sizeof mine / sizeof *mine; o++) {
+            const size_t len = strlen(mine[o]);
+            if (!strncmp(argv[j], mine[o], len) && (argv[j][len] == '\0' || argv[j][len] == '=')) {
+                fprintf(stderr,
+                        "scaletrain launch: %s comes after the command (%s), which would take it as its own: "
+                        "launch's options go before the command (scaletrain launch -n 4 %s ... %s ...)\n",
+                        mine[o], argv[i], mine[o], argv[i]);
+                return ST_EXIT_USAGE;
+            }
+        }
     if (n == 0 || i >= argc) {
         fprintf(stderr, "scaletrain launch: %s\n", n == 0 ? "-n N (or -n auto) is required" : "no command to launch");
         usage(stderr);
@@ -545,11 +562,12 @@ int st_cmd_launch(int argc, char **argv) {
         st_launch_result res;
         const long long kills0 = oom_kills();
         rc = st_launch_run(av, (int)n, out, &res);
+        const int run_errno = errno; /* (a pipe or fork that failed; oom_kills' reads may change errno) */
         const long long kills1 = rc != 0 && kills0 >= 0 ? oom_kills() : -1;
         signalled = res.signalled;
         if (rc > 0 && !res.signalled) say_killed(out, &res, kills1 >= kills0 ? kills1 - kills0 : 0);
         if (rc < 0) {
-            st_launch_sayf(out, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(errno));
+            st_launch_sayf(out, "scaletrain launch: cannot start %s: %s\n", mpirun, strerror(run_errno));
             rc = ST_EXIT_FAIL;
             break;
         }

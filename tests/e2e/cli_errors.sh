@@ -184,6 +184,11 @@ expect 2 "--cores-per-rank 0: want a number of cores >= 1" "$bin" launch -n 2 --
 expect 2 "-n auto counts this node's GPUs; with --hosts give the ranks" "$bin" launch -n auto --hosts a:2 true
 expect 2 "-n foo: want a number of ranks >= 1, or auto" "$bin" launch -n foo true
 expect 2 "--output-timeout 0: want seconds > 0" "$bin" launch -n 2 --output-timeout 0 true
+# launch's options after a scaletrain command: said once by launch (every rank refused them before)
+expect 2 "--max-restarts comes after the command (train), which would take it as its own: launch's options go before the command" \
+    "$bin" launch -n 2 train x.yaml --max-restarts 2
+expect 2 "unknown option '--max-restarts=2' (launch's options take their value as the next word" \
+    "$bin" launch -n 2 --max-restarts=2 train x.yaml
 expect 2 "--output-timeout 5x: want seconds > 0" "$bin" launch -n 2 --output-timeout 5x true
 expect 1 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 # plan's numbers whole or refused (atoi had read --nodes 2x as 2 and --nodes abc as the default)
