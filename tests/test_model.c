@@ -11,8 +11,10 @@
 #include "check.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "layers/layers.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "train/eval_device.h"
 
 static st_model *make(const char *type, void (*tweak)(st_config *)) {
     st_config c;
@@ -453,7 +455,20 @@ static void test_inference_model(void) {
     st_model_free(b);
 }
 
+/* An evaluation's count (st_eval_count): valid targets, and rows whose
+ * argmax is the label; a row of NaN logits (a diverged model) is no
+ * class, where the argmax said 0 and a label 0 counted as right. */
+static void test_eval_count(void) {
+    const float logits[4][3] = {{NAN, NAN, NAN}, {0.1f, 0.9f, 0.2f}, {NAN, NAN, NAN}, {1, 2, 3}};
+    const int32_t y[4] = {0, 1, ST_IGNORE_INDEX, 0};
+    int64_t valid = 0, correct = 0;
+    st_eval_count(y, &logits[0][0], 4, 3, &valid, &correct);
+    CHECK(valid == 3 && correct == 1, "eval count: %lld valid, %lld correct, want 3 and 1", (long long)valid,
+          (long long)correct);
+}
+
 int main(void) {
+    test_eval_count();
     test_cnn_flops();
     test_inference_model();
     test_gpt2_style_file();

@@ -714,8 +714,8 @@ static int by_offset(const void *a, const void *b) {
  * consumer's backward nothing reads the tensor's values: the logits under
  * softmax_ce, the largest gradient of a language model (GPT-2 124M at 16 x
  * 1024 tokens: 1.5 GiB in bf16). Not for a tensor in a block's shared
- * region (recomputing writes it), the loss, or a graph keeping its
- * gradients (keep_acts). */
+ * region or made by a node of a checkpointed block (recomputing writes
+ * it), the loss, or a graph keeping its gradients (keep_acts). */
 static st_status grads_over_data(const st_graph *g, const int *region, bool *over) {
     const int na = g->n_acts;
     int *uses = count_uses(g);
@@ -735,7 +735,9 @@ static st_status grads_over_data(const st_graph *g, const int *region, bool *ove
             !t->requires_grad || t == g->loss || uses[t->index] != 1 || region[t->index] >= 0)
             continue;
         const st_node *p = producer[t->index];
-        if (p && p->ops->backward_ignores_out) over[t->index] = true;
+        /* (a producer inside a checkpointed block runs again in backward, writing the data, which
+         * would be the gradient then) */
+        if (p && p->ops->backward_ignores_out && !(g->checkpointing && p->block >= 0)) over[t->index] = true;
     }
     free(uses), free(producer);
     return ST_OK;

@@ -310,8 +310,12 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
         if (in->seq_len > cfg->model.block_size)
             s = st_fail(ST_ERR_CONFIG, "model.block_size %lld is shorter than the sequence length %lld",
                         (long long)cfg->model.block_size, (long long)in->seq_len);
-    } else if (in->num_classes < 2 || in->height < 1 || in->width < 1 || in->channels < 1) {
-        s = st_fail(ST_ERR_CONFIG, "model.type %s needs image data with at least 2 classes", t);
+    } else if (in->num_classes < 2) {
+        s = st_fail(ST_ERR_CONFIG, "model.type %s needs at least 2 classes (model.num_classes is %lld)", t,
+                    (long long)in->num_classes);
+    } else if (in->height < 1 || in->width < 1 || in->channels < 1) {
+        s = st_fail(ST_ERR_CONFIG, "model.type %s needs image data (inputs of %lld x %lld x %lld)", t,
+                    (long long)in->height, (long long)in->width, (long long)in->channels);
     }
     /* Parameters are declared by building a one-sample graph, then laid out;
      * the probe allocates no activations. */

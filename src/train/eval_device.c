@@ -10,6 +10,7 @@
  * what overlaps the GPU's work is the host's assembly of the next batch. */
 #include "eval_device.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,7 @@ void st_eval_count(const int32_t *y, const float *logits, int64_t rows, int64_t 
         int64_t best = 0;
         for (int64_t k = 1; k < classes; k++)
             if (row[k] > row[best]) best = k;
-        *correct += best == t;
+        *correct += best == t && isfinite(row[best]); /* (NaN logits: no class; argmax would say 0) */
     }
 }
 

@@ -607,6 +607,11 @@ static st_status model_input(st_session *s, st_model_input *in) {
         const int64_t classes = val_more ? s->val.num_classes : s->train.num_classes;
         const char *key = val_more ? "data.val_labels" : "data.train_labels",
                    *file = val_more ? c->data.val_labels : c->data.train_labels;
+        if (c->model.num_classes == ST_AUTO && classes < 2)
+            return st_fail(ST_ERR_CONFIG,
+                           "%s (%s) holds only label 0: a classifier needs at least 2 classes (check the "
+                           "label file, or set model.num_classes)",
+                           key, file);
         if (c->model.num_classes == ST_AUTO) {
             c->model.num_classes = classes;
             snprintf(why, sizeof why, "labels 0..%lld in the data", (long long)classes - 1);
@@ -1051,7 +1056,9 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
         if (st != ST_OK) break;
         const float batch_loss = *mg->loss->data;
         int64_t v = 0;
-        st_eval_count(mg->y->idata, mg->logits ? mg->logits->data : NULL, cnt * per, classes, &v, &correct);
+        /* (an accuracy for images alone: a gpt's argmax over B x T x V would go unused) */
+        st_eval_count(mg->y->idata, mg->logits && s->val.kind == ST_DATA_IMAGES ? mg->logits->data : NULL,
+                      cnt * per, classes, &v, &correct);
         loss_sum += (double)batch_loss * (double)v;
         valid += v;
     }

@@ -44,6 +44,7 @@ for name, n in (("train", 256), ("val", 128)):
 np.save(f"{d}/rgb_x.npy", rng.standard_normal((64, 8, 8, 3)).astype(np.float32))
 np.save(f"{d}/rgb_y.npy", rng.integers(0, 3, size=64).astype(np.int32))
 np.save(f"{d}/short_y.npy", np.zeros(255, dtype=np.int64))
+np.save(f"{d}/one_y.npy", np.zeros(256, dtype=np.int64))  # one class
 bad = np.zeros(256, dtype=np.int64); bad[17] = 5
 np.save(f"{d}/bad_y.npy", bad)
 np.save(f"{d}/feat_x.npy", rng.standard_normal((256, 12)).astype(np.float32))
@@ -88,6 +89,12 @@ train: { steps: 40, batch_size: 32, threads: 1, seed: 3 }
 optim: { lr: 0.01 }
 log: { progress: off }
 EOF
+
+# labels that are all 0: named, with the fix (it said "needs image data with at least 2 classes")
+out=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train_labels="$tmp/one_y.npy" --set data.val= \
+    --set train.out_dir="$tmp/one" 2>&1) && fail "one class: trained"
+grep -qF "data.train_labels ($tmp/one_y.npy) holds only label 0: a classifier needs at least 2 classes (check the label file, or set model.num_classes)" <<<"$out" ||
+    fail "one class: $out"
 
 # 1. learns
 out=$(timeout 60 "$bin" train "$tmp/run.yaml" --set train.out_dir="$tmp/plain" --json --quiet 2>&1) ||
