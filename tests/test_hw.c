@@ -478,15 +478,25 @@ static void test_too_big(void) {
  * not fit, offload when ZeRO-1's do not
  * (activation checkpointing off: auto would come before offload, which
  * test_plan_checkpointing.c covers). */
+/* test_auto_choices's and test_refit's set-up: GPT-2 124M's layout, a
+ * batch of 64 over 8xA100-80GB, activation checkpointing off (NULL: its
+ * failure said). */
+static st_model *gpt2_on_8xa100(st_config *c, st_plan_input *in, st_hw_config *hw) {
+    st_model *m = gpt_layout(c, "gpt2-124m", 0, 0, 0);
+    if (!m) return NULL;
+    snprintf(c->train.activation_checkpointing, sizeof c->train.activation_checkpointing, "off");
+    c->train.batch_size = 64;
+    *in = (st_plan_input){.cfg = c, .model = m, .seq_len = 1024};
+    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, hw));
+    return m;
+}
+
 static void test_auto_choices(void) {
     st_config c;
-    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
-    if (!m) return;
-    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
-    c.train.batch_size = 64;
-    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_plan_input in;
     st_hw_config hw;
-    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    st_model *m = gpt2_on_8xa100(&c, &in, &hw);
+    if (!m) return;
     hw.dev.cc_major = 7;
     st_plan p;
     CHECK_OK(st_plan_make(&in, &hw, &p));
@@ -546,13 +556,10 @@ static void test_auto_choices(void) {
  * micro-batch). A refit of an unchanged plan changes nothing. */
 static void test_refit(void) {
     st_config c;
-    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
-    if (!m) return;
-    snprintf(c.train.activation_checkpointing, sizeof c.train.activation_checkpointing, "off");
-    c.train.batch_size = 64;
-    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 1024};
+    st_plan_input in;
     st_hw_config hw;
-    CHECK_OK(st_hw_config_parse("8xA100-80GB", NULL, NULL, &hw));
+    st_model *m = gpt2_on_8xa100(&c, &in, &hw);
+    if (!m) return;
     st_mem_opts o = {
         .mixed = true, .optim_states = 2, .ranks = 8, .zero = 2, .device_layout = true, .bucket_cap_mb = 25};
     st_mem z2;
