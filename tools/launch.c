@@ -29,7 +29,6 @@
  * The ranks on other hosts get the launcher's environment only as mpirun
  * passes it: -x for each variable of NCCL_*, UCX_*, OMP_*, SCALETRAIN_*,
  * ST_*, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set here. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,6 +45,7 @@
 #include "core/watch.h"
 #include "hw/probe.h"
 #include "launch.h"
+#include "train/checkpoint.h"
 
 /* Whether environment entry NAME=VALUE goes to the ranks on other hosts
  * (mpirun -x NAME), its name into name[cap] when it does. */
@@ -289,35 +289,41 @@ static bool command_config(const char *cmd, int argc, char **argv, st_config *cf
     return ok;
 }
 
-/* The checkpoints a train job's out_dir holds: the step and inode of each
- * of its ckpt/step-N folders (a commit renames a new folder into place, so
- * a new one has a new inode, or another step where the file system reuses
- * a deleted one's), looked at on a thread of its own (the storage may have
- * stopped answering: st_ticker_run_within). */
-enum { MARKS_MAX = 4096 };
+/* The checkpoints a train job's out_dir holds: the step (st_ckpt_list's
+ * listing of the ckpt/step-N folders) and inode of each (a commit renames
+ * a new folder into place, so a new one has a new inode, or another step
+ * where the file system reuses a deleted one's), looked at on a thread of
+ * its own (the storage may have stopped answering: st_ticker_run_within). */
 typedef struct ckpt_marks {
     char ckdir[4200];
+    bool known; /* listed (a broken listing, or no memory: not) */
     int n;
-    bool more; /* more folders than MARKS_MAX */
-    ino_t ino[MARKS_MAX];
-    long long step[MARKS_MAX];
+    int64_t *step;
+    ino_t *ino;
 } ckpt_marks;
 
 static void *marks_run(void *arg) {
     ckpt_marks *m = arg;
-    DIR *d = opendir(m->ckdir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        const char *s = e->d_name;
-        if (strncmp(s, "step-", 5) != 0 || !s[5] || strspn(s + 5, "0123456789") != strlen(s + 5)) continue;
-        if (m->n == MARKS_MAX) {
-            m->more = true;
-            break;
-        }
-        m->step[m->n] = atoll(s + 5);
-        m->ino[m->n++] = e->d_ino;
+    if (st_ckpt_list(m->ckdir, &m->step, &m->n) != ST_OK) {
+        st_clear_error();
+        return NULL;
     }
-    if (d) closedir(d);
+    m->ino = calloc((size_t)(m->n ? m->n : 1), sizeof *m->ino);
+    for (int i = 0; m->ino && i < m->n; i++) {
+        char path[4300];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/step-%lld", m->ckdir, (long long)m->step[i]);
+        m->ino[i] = stat(path, &sb) == 0 ? sb.st_ino : 0;
+    }
+    m->known = m->ino != NULL;
     return NULL;
+}
+
+static void marks_free(ckpt_marks *m) {
+    if (!m) return;
+    free(m->step);
+    free(m->ino);
+    free(m);
 }
 
 /* The marks of out_dir's checkpoints now; NULL when the look did not return
@@ -331,9 +337,9 @@ static ckpt_marks *marks_take(const char *out_dir, double limit_s) {
 }
 
 /* Whether `now` holds a checkpoint folder `before` did not: one the job
- * committed (true too where either is unknown or cut short: auto then). */
+ * committed (true too where either is unknown: auto then). */
 static bool marks_new(const ckpt_marks *before, const ckpt_marks *now) {
-    if (!before || !now || before->more || now->more) return true;
+    if (!before || !now || !before->known || !now->known) return true;
     for (int i = 0; i < now->n; i++) {
         int j = 0;
         while (j < before->n && (before->ino[j] != now->ino[i] || before->step[j] != now->step[i]))
@@ -592,7 +598,7 @@ int st_cmd_launch(int argc, char **argv) {
         char where[4400] = "from the beginning (not a train job)";
         ckpt_marks *now = train && before ? marks_take(cfg.train.out_dir, look_s) : NULL;
         const bool committed = !train || !before || marks_new(before, now);
-        free(now);
+        marks_free(now);
         if (train && !committed) {
             /* as it was started: its own arguments (a restart before may have changed them) */
             for (int j = cmd_at; j < argc; j++)
@@ -634,7 +640,7 @@ int st_cmd_launch(int argc, char **argv) {
     }
     st_launch_signals_end();
     free(av);
-    free(before);
+    marks_free(before);
     for (int j = 0; fwd_names[j]; j++)
         free(fwd_names[j]);
     free(fwd_names);

@@ -65,15 +65,13 @@ void st_launch_signals_begin(void) {
     if (old_hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL); /* (nohup's stays) */
 }
 
-static void restore_signals(void) {
+void st_launch_signals_end(void) {
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGQUIT, &old_quit, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
 }
-
-void st_launch_signals_end(void) { restore_signals(); }
 
 typedef struct linebuf {
     char *p;
@@ -402,7 +400,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     pid_t pid = fork();
     if (pid == 0) {
         sigaction(SIGCHLD, &old_chld, NULL);
-        restore_signals();
+        st_launch_signals_end();  /* (mpirun's: the actions as they were) */
         signal(SIGPIPE, SIG_DFL); /* (the launcher ignores it: launch_out.c) */
         /* Its own process group: a signal to ours (Ctrl-C, timeout(1),
          * SLURM) reaches the launcher, which passes it on as said above. */

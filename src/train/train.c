@@ -869,6 +869,12 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     return ST_OK;
 }
 
+/* The remedy a run gone non-finite is told: optim.grad_clip only where it
+ * is off. */
+static const char *numeric_fix(const st_config *c) {
+    return c->optim.grad_clip > 0 ? "lower optim.lr" : "lower optim.lr or set optim.grad_clip";
+}
+
 /* The loss of the steps closed since the last read (loss_sum.h), averaged
  * over the ranks (every rank reads at the same steps: the reads are
  * collectives): *loss, their sum, *n how many. A loss that is not finite
@@ -894,8 +900,7 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     }
     const int64_t last = first + *n - 1;
     const char *what = isnan(*loss) ? "NaN" : *loss > 0 ? "inf" : "-inf"; /* (not printf's "-nan") */
-    const char *fix =
-        ses->cfg->optim.grad_clip > 0 ? "lower optim.lr" : "lower optim.lr or set optim.grad_clip";
+    const char *fix = numeric_fix(ses->cfg);
     if (bad > 0 || first == last)
         return st_fail(ST_ERR_NUMERIC, "the loss became %s at step %lld; %s", what,
                        (long long)(bad > 0 ? bad : last), fix);
@@ -966,9 +971,7 @@ static st_status weights_finite_at(st_session *ses, int64_t step, const char *la
                    "the weights became non-finite in the update of step %lld, whose loss was finite (a "
                    "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; %s",
                    (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
-                   last[0] ? ", is whole)" : "",
-                   ses->cfg->optim.grad_clip > 0 ? "lower optim.lr"
-                                                 : "lower optim.lr or set optim.grad_clip");
+                   last[0] ? ", is whole)" : "", numeric_fix(ses->cfg));
 }
 
 /* Where a rank alone cannot save what the run finished when its data fails
@@ -1409,7 +1412,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (ck.run_steps > 0 && ck.run_steps != steps && strcmp(c->optim.schedule, "constant") != 0 &&
                 warn) {
                 const double here = st_lr_at(c, ck.step, steps), there = st_lr_at(c, ck.step, ck.run_steps);
-                if (fabs(here - there) > 1e-6 * there && ck.step >= ck.run_steps) /* (that run ended) */
+                /* (the same rate at this step: a warmup, say) */
+                const bool differs = fabs(here - there) > 1e-6 * there;
+                if (differs && ck.step >= ck.run_steps) /* (that run ended) */
                     fprintf(
                         warn,
                         "resume: warning: the checkpoint's run ended at step %lld, its train.steps; "
@@ -1418,7 +1423,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "one rate)\n",
                         (long long)ck.run_steps, c->optim.schedule, (long long)steps, there, here,
                         (long long)ck.step);
-                else if (fabs(here - there) > 1e-6 * there)
+                else if (differs)
                     fprintf(
                         warn,
                         "resume: warning: the checkpoint's run was set to %lld steps and this one to %lld "
