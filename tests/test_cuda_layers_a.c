@@ -202,12 +202,14 @@ static void fill_ce(st_graph *g, st_rng *r, void *ctx) {
  * device (kernels.cuh st_block_row_lse: one pass with a running max), while
  * the same rows without it give the host's loss; V 50257 on 1024 threads a
  * row, the bad logit placed in each thread's running-max path (first) or
- * its sum path (last). */
+ * its sum path (last); and a masked row, -inf but for its target and a NaN
+ * at column 0, so that the thread holding the NaN has no finite logit (its
+ * running max stays -inf: its sum, NaN, must still reach the row's). */
 static void check_ce_nonfinite(st_device *dev, uint64_t seed) {
     const int64_t R = 4, V = 50257;
     const float bad[] = {NAN, INFINITY, NAN, INFINITY};
     const int64_t at[] = {0, 0, V - 1, V - 1};
-    for (int k = 0; k < 5; k++) { /* k 4: all finite, against the host */
+    for (int k = 0; k < 6; k++) { /* k 4: all finite, against the host; k 5: the masked row */
         st_params hp = {0}, dp = {0};
         dp.dev = dev;
         st_graph hg, dg;
@@ -227,6 +229,13 @@ static void check_ce_nonfinite(st_device *dev, uint64_t seed) {
         for (int64_t j = 0; j < R; j++)
             tg[0]->idata[j] = (int32_t)(st_rng_uniform(&r) * (float)V) % (int32_t)V;
         if (k < 4) x[0]->data[2 * V + at[k]] = bad[k];
+        if (k == 5) {
+            for (int64_t j = 0; j < V; j++)
+                x[0]->data[2 * V + j] = -INFINITY;
+            x[0]->data[2 * V] = NAN;
+            x[0]->data[2 * V + V / 2] = 1.0f;
+            tg[0]->idata[2] = (int32_t)(V / 2);
+        }
         CHECK_OK(st_device_upload(dev, x[1]->data, x[0]->data, (size_t)(R * V) * sizeof(float)));
         CHECK_OK(st_device_upload(dev, tg[1]->idata, tg[0]->idata, (size_t)R * sizeof(int32_t)));
         hg.training = dg.training = false;
@@ -237,6 +246,11 @@ static void check_ce_nonfinite(st_device *dev, uint64_t seed) {
         if (k < 4)
             CHECK(isnan(got), "softmax_ce: a %s logit at column %lld gave the loss %g on the device, not NaN",
                   isnan(bad[k]) ? "NaN" : "+Inf", (long long)at[k], (double)got);
+        else if (k == 5)
+            CHECK(
+                isnan(got) && isnan(loss[0]->data[0]),
+                "softmax_ce: a masked row with a NaN gave the loss %g on the device, %g on the host, not NaN",
+                (double)got, (double)loss[0]->data[0]);
         else
             CHECK(fabs((double)got - (double)loss[0]->data[0]) <= 1e-5 * fabs((double)loss[0]->data[0]),
                   "softmax_ce %lld x %lld: loss %.9g on the device, %.9g on the host", (long long)R,
@@ -246,8 +260,9 @@ static void check_ce_nonfinite(st_device *dev, uint64_t seed) {
         st_params_free(&hp);
         st_params_free(&dp);
     }
-    printf("ok   softmax_ce %lld x %lld: a NaN or an Inf logit makes the device's loss NaN\n", (long long)R,
-           (long long)V);
+    printf("ok   softmax_ce %lld x %lld: a NaN or an Inf logit, in a masked row too, makes the device's loss "
+           "NaN\n",
+           (long long)R, (long long)V);
 }
 
 /* --- mse -------------------------------------------------------------------- */

@@ -150,7 +150,7 @@ __device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t
         }
     });
     const float M = st_block_max(m, shf);
-    s = st_block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), shf);
+    s = st_block_sum(m == -INFINITY ? s : s * expf(m - M), shf); /* (m = -inf: s is 0, or NaN) */
     return (double)M + log((double)s);
 }
 
