@@ -4,7 +4,8 @@
  * fresh gradients each; a ZeRO-like slice that must update only its own
  * elements; the deterministic gradient norm, clipping and scaling; the
  * deterministic reduction's fold and block norms against the host's bits;
- * the offloaded optimizer (host state, chunked copies) against the host's.
+ * the offloaded optimizer (host state, chunked copies) against the host's;
+ * the update's guard against a gradient norm that is not finite.
  *
  * The update formulas are computed in the CPU's float operation order with
  * no FMA contraction on either side, so weights and moments are expected to
@@ -145,7 +146,7 @@ static void test_optimizer(st_device *dev, uint64_t seed, const char *type, bool
         }
         st_optim_step(&o, &r.hp, lr);
         if (fx_on) CHECK_OK(st_cuda_grad_sumsq(co, r.dp.grad, n));
-        const st_cuda_update_fuse fx = {st_cuda_optim_sumsq(co), limit, w16, fused};
+        const st_cuda_update_fuse fx = {st_cuda_optim_sumsq(co), limit, w16, fused, NULL, 0};
         if (o.kind == ST_OPTIM_ADAMW) {
             st_cuda_adamw_hp hp = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t};
             CHECK_OK(st_cuda_adamw_step(co, r.dp.data, r.dp.grad, m, v, &hp, fx_on ? &fx : NULL));
@@ -266,7 +267,7 @@ static void test_offload(st_device *dev, uint64_t seed, const char *type) {
         random_grads(r.hp.grad, n, &rng);
         CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
         st_optim_step(&h, &r.hp, lr);
-        CHECK_OK(st_optim_update(&o, &r.dp, lr));
+        CHECK_OK(st_optim_update(&o, &r.dp, lr, step + 1));
         char what[64];
         snprintf(what, sizeof what, "%s offloaded, step %d", type, step + 1);
         compare(what, dev, r.dp.data, r.hp.data, n, 0, 0);
@@ -274,6 +275,71 @@ static void test_offload(st_device *dev, uint64_t seed, const char *type) {
     CHECK(memcmp(o.m, h.m, (size_t)n * sizeof *o.m) == 0 &&
               (!h.v || (o.v && memcmp(o.v, h.v, (size_t)n * sizeof *o.v) == 0)),
           "%s offloaded: the host state is the host optimizer's", type);
+    st_optim_free(&o);
+    st_optim_free(&h);
+    rig_free(&r);
+}
+
+/* The fused update's guard (optim.h st_optim_update, its words those of a
+ * device loss sum): step 1's gradients are finite and it updates as the
+ * host does; step 2's hold one inf (or NaN) element, so its clip norm is
+ * not finite: no update, the weights and moments stay step 1's, and the
+ * next read says step 2 and the kind; step 3's gradients are finite again
+ * and still no update is made. Without the guard's words the same step 2
+ * makes the weights non-finite (what the guard prevents). */
+static void test_guard(st_device *dev, uint64_t seed, const char *type, float bad) {
+    rig r;
+    if (rig_make(&r, dev)) return;
+    st_config c;
+    optim_config(&c, type, false);
+    st_optim h, o;
+    st_cuda_loss *ls = NULL;
+    CHECK_OK(st_optim_init(&h, &c, &r.hp));
+    CHECK_OK(st_optim_init(&o, &c, &r.dp));
+    CHECK_OK(st_cuda_loss_create(dev, &ls));
+    const int64_t n = r.hp.count;
+    float *w = malloc((size_t)n * sizeof *w);
+    if (!ls || !w || !o.dev) {
+        CHECK(0, "guard: set-up failed: %s", st_last_error());
+        goto out;
+    }
+    o.halt = st_cuda_loss_guard(ls);
+    CHECK_OK(st_device_upload(dev, r.dp.data, r.hp.data, (size_t)n * sizeof(float)));
+    st_rng rng = st_rng_make(seed, 23);
+    for (int step = 1; step <= 3; step++) {
+        random_grads(r.hp.grad, n, &rng);
+        if (step == 2) r.hp.grad[n / 2] = bad;
+        CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+        if (step == 1) st_optim_step(&h, &r.hp, 1e-2);
+        CHECK_OK(st_optim_clip(&o, &r.dp, 1e9, NULL, NULL, NULL));
+        CHECK_OK(st_optim_update(&o, &r.dp, 1e-2, step));
+        double sum;
+        int64_t bad_step, halt;
+        bool nan;
+        CHECK_OK(st_cuda_loss_read(ls, &sum, &bad_step));
+        st_cuda_loss_halted(ls, &halt, &nan);
+        CHECK(halt == (step == 1 ? 0 : 2) && nan == (step > 1 && isnan(bad)),
+              "%s guard, step %d: halted at %lld (NaN %d)", type, step, (long long)halt, nan);
+        char what[64];
+        snprintf(what, sizeof what, "%s guard, step %d weights", type, step);
+        compare(what, dev, r.dp.data, r.hp.data, n, 0, 0);
+        snprintf(what, sizeof what, "%s guard, step %d moment", type, step);
+        compare(what, dev, o.m, h.m, n, 0, 0);
+    }
+    /* without the words: the update is made, and inf or NaN gets in */
+    o.halt = NULL;
+    r.hp.grad[n / 2] = bad;
+    CHECK_OK(st_device_upload(dev, r.dp.grad, r.hp.grad, (size_t)n * sizeof(float)));
+    CHECK_OK(st_optim_clip(&o, &r.dp, 1e9, NULL, NULL, NULL));
+    CHECK_OK(st_optim_update(&o, &r.dp, 1e-2, 4));
+    CHECK_OK(st_device_download(dev, w, r.dp.data, (size_t)n * sizeof(float)));
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < n; i++)
+        nonfinite += !isfinite(w[i]);
+    CHECK(nonfinite > 0, "%s unguarded: no weight became non-finite, the guard's test is void", type);
+out:
+    free(w);
+    st_cuda_loss_free(ls);
     st_optim_free(&o);
     st_optim_free(&h);
     rig_free(&r);
@@ -381,6 +447,8 @@ int main(void) {
     test_slice(dev, seed);
     test_offload(dev, seed, "adamw");
     test_offload(dev, seed, "sgd");
+    test_guard(dev, seed, "adamw", INFINITY);
+    test_guard(dev, seed, "sgd", NAN);
     test_norm_clip_scale(dev, seed);
     test_fold(dev, seed);
     st_device_free(dev);

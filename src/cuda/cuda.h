@@ -214,12 +214,19 @@ typedef struct st_cuda_sgd_hp {
  *   st_cuda_grad_clip would have stored (g itself is left unclipped);
  * - w16: when not NULL, the updated weights rounded into it (precision
  *   prec16, bf16 or fp16; index 0 = element lo), as st_cuda_div_to_16 of the
- *   masters by 1 would: the 16-bit compute copy refreshed in passing. */
+ *   masters by 1 would: the 16-bit compute copy refreshed in passing;
+ * - halt: when not NULL (two device words, st_cuda_loss_guard), the guard:
+ *   an update whose *clip_sumsq is not finite (a gradient overflowed) is not
+ *   made, and halt[0] = step, halt[1] = 1 if it was NaN (else 0); while
+ *   halt[0] is not 0 no update is made (the weights, moments and 16-bit
+ *   copy stay those before `step`, for the host's next read to report). */
 typedef struct st_cuda_update_fuse {
     const double *clip_sumsq;
     double max_norm;
     uint16_t *w16;
     st_precision prec16;
+    int64_t *halt;
+    int64_t step; /* the training step the update makes (1-based), for halt */
 } st_cuda_update_fuse;
 
 /* All for the planned slice, element lo of the arena at index 0 (device
@@ -266,6 +273,12 @@ st_status st_cuda_loss_step_end(st_cuda_loss *l, int64_t step);
 /* Wait for the compute stream and read the closed steps' sum since the last
  * read and the first bad step (-1: none); both start again. */
 st_status st_cuda_loss_read(st_cuda_loss *l, double *sum, int64_t *bad_step);
+/* The fused update's guard words (st_cuda_update_fuse.halt) kept with the
+ * sums, so that each read brings them back in the same copy; never reset. */
+int64_t *st_cuda_loss_guard(st_cuda_loss *l);
+/* As of the last read: the first step whose update the guard refused (0:
+ * none) and whether its gradients' norm was NaN (else inf). */
+void st_cuda_loss_halted(const st_cuda_loss *l, int64_t *step, bool *nan);
 
 #ifdef __cplusplus
 }

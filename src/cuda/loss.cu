@@ -8,9 +8,12 @@
  * after the backward that wrote the loss: the same double operations as the
  * host's sum (loss_sum.c), in the same order. Evaluation on a device
  * (src/train/eval_device.c) sums each batch's loss times its valid targets
- * the same way, read once at the end. Not here: averaging over ranks and
- * the NaN error (the caller's, on the host, once read). */
+ * the same way, read once at the end. The same struct holds the fused
+ * update's guard words (cuda.h st_cuda_update_fuse.halt), so the read
+ * brings them back in its one copy. Not here: averaging over ranks and the
+ * NaN error (the caller's, on the host, once read). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -18,6 +21,7 @@ typedef struct loss_acc {
     double step; /* the open step: sum of loss / divisor over its micro-steps */
     double sum;  /* closed steps since the last read */
     int64_t bad; /* the first of them whose sum was not finite, -1: none */
+    int64_t halt[2]; /* the guard's: the step whose update it refused (0: none), its norm NaN; never reset */
 } loss_acc;
 
 struct st_cuda_loss {
@@ -72,8 +76,10 @@ extern "C" st_status st_cuda_loss_create(st_device *d, st_cuda_loss **out) {
     }
     if (s == ST_OK) {
         loss_reset_kernel<<<1, 1, 0, d->compute>>>(l->acc, true);
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) s = st_cuda_fail(d, e, "loss_reset_kernel", __FILE__, __LINE__);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaMemsetAsync(l->acc->halt, 0, sizeof l->acc->halt, d->compute);
+        memset(l->host, 0, sizeof *l->host);
+        if (e != cudaSuccess) s = st_cuda_fail(d, e, "clearing the loss sum", __FILE__, __LINE__);
     }
     if (s != ST_OK) {
         st_cuda_loss_free(l);
@@ -111,4 +117,11 @@ extern "C" st_status st_cuda_loss_read(st_cuda_loss *l, double *sum, int64_t *ba
     *sum = l->host->sum;
     *bad_step = l->host->bad;
     return ST_OK;
+}
+
+extern "C" int64_t *st_cuda_loss_guard(st_cuda_loss *l) { return l->acc->halt; }
+
+extern "C" void st_cuda_loss_halted(const st_cuda_loss *l, int64_t *step, bool *nan) {
+    *step = l->host->halt[0];
+    *nan = l->host->halt[1] != 0;
 }

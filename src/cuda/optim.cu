@@ -114,18 +114,39 @@ extern "C" st_status st_cuda_optim_create(st_device *d, const st_params *p, int6
 struct opt_fuse {
     const double *clip_sumsq;
     double max_norm;
-    st_fbuf w16; /* p NULL: none */
+    st_fbuf w16;   /* p NULL: none */
+    int64_t *halt; /* NULL: no guard */
+    int64_t step;
 };
 #ifdef ST_CUDA_EMU
 static inline int st_emu_pointers(const opt_fuse &f, const void **out) {
-    return st_emu_pointers_of(out, {f.clip_sumsq, f.w16.p});
+    return st_emu_pointers_of(out, {f.clip_sumsq, f.w16.p, f.halt});
 }
 #endif
 
 static opt_fuse fuse_args(const st_cuda_update_fuse *fx) {
-    opt_fuse f = {NULL, 0.0, st_fbuf{NULL, ST_PREC_FP32}};
-    if (fx) f = opt_fuse{fx->clip_sumsq, fx->max_norm, st_fbuf{(void *)fx->w16, fx->prec16}};
+    opt_fuse f = {NULL, 0.0, st_fbuf{NULL, ST_PREC_FP32}, NULL, 0};
+    if (fx)
+        f = opt_fuse{fx->clip_sumsq, fx->max_norm, st_fbuf{(void *)fx->w16, fx->prec16}, fx->halt, fx->step};
     return f;
+}
+
+/* The guard (cuda.h st_cuda_update_fuse.halt): true when this block makes
+ * no update, an earlier step's halt or this one's norm not finite. Every
+ * block of a launch reads the same sum of squares, so they all agree; a
+ * block that reads halt[0] already set by another block of this launch
+ * returns as that one did. */
+static __device__ __forceinline__ bool halted(const opt_fuse &f) {
+    if (!f.halt) return false;
+    if (*(volatile const int64_t *)f.halt != 0) return true;
+    if (!f.clip_sumsq) return false;
+    const double s = *f.clip_sumsq;
+    if (isfinite(s)) return false;
+    if (threadIdx.x == 0) {
+        f.halt[1] = isnan(s) ? 1 : 0;
+        f.halt[0] = f.step;
+    }
+    return true;
 }
 
 /* The clip's factor, or 1 with *clip false: clip_kernel's test and value. */
@@ -145,6 +166,7 @@ static __device__ __forceinline__ float clip_factor(const opt_fuse &f, bool *cli
 static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *m,
                                     float *v, float b1, float b2, float eps, float step, float rbc2,
                                     float decay, opt_fuse f) {
+    if (halted(f)) return;
     const opt_chunk c = chunks[blockIdx.x];
     const float dk = c.decay ? decay : 1.0f;
     const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
@@ -170,6 +192,7 @@ static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *
  * with g clipped and the 16-bit copy as adamw_kernel. */
 static __global__ void sgd_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *buf,
                                   float mu, float wd, float lr, bool first, bool nesterov, opt_fuse f) {
+    if (halted(f)) return;
     const opt_chunk c = chunks[blockIdx.x];
     const float wdk = c.decay ? wd : 0.0f;
     bool clip;

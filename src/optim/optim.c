@@ -435,7 +435,7 @@ double st_optim_offload_early(const st_optim *o) {
 #endif
 }
 
-st_status st_optim_update(st_optim *o, st_params *p, double lr) {
+st_status st_optim_update(st_optim *o, st_params *p, double lr, int64_t step) {
 #ifdef ST_HAVE_CUDA
     if (o->off) return offload_update(o, p, lr);
 #endif
@@ -448,7 +448,7 @@ st_status st_optim_update(st_optim *o, st_params *p, double lr) {
     /* In the same pass: the clip st_optim_clip left to it, and the 16-bit
      * compute copy when this range is all of it and it was current (a
      * ZeRO shard's part is refreshed and gathered by st_dist_step_end). */
-    st_cuda_update_fuse fx = {NULL, 0.0, NULL, p->precision};
+    st_cuda_update_fuse fx = {NULL, 0.0, NULL, p->precision, o->halt, step};
     if (o->clip_pending > 0) fx.clip_sumsq = st_cuda_optim_sumsq(o->cu), fx.max_norm = o->clip_pending;
     o->clip_pending = 0;
     const bool copy = p->compute16 && o->lo == 0 && o->hi >= p->count && p->compute_version == p->version;

@@ -56,6 +56,7 @@ typedef struct st_optim {
     struct st_cuda_optim *cu; /* the fused kernels' chunk table (on a device); the norm's (offload) */
     struct st_optim_offload *off; /* optim.offload: the pinned copies and their events; NULL otherwise */
     double clip_pending; /* a device clip st_optim_clip left to the next update (its max_norm); 0 = none */
+    int64_t *halt;       /* on a device, not offloaded: the guard's words (st_optim_update); NULL: none */
 } st_optim;
 
 st_status st_optim_init(st_optim *o, const st_config *cfg, const st_params *p);
@@ -71,8 +72,15 @@ void st_optim_step(st_optim *o, st_params *p, double lr);
  * fused AdamW/SGD launch on a device (queued, no wait). On a device whose
  * range is the whole arena, a 16-bit compute copy that was current before
  * the update is written by the same launch and stays current (no refresh
- * before the next forward). */
-st_status st_optim_update(st_optim *o, st_params *p, double lr);
+ * before the next forward). `step` is the training step the update makes
+ * (1-based). On a device with o->halt set (two device words,
+ * src/cuda/cuda.h st_cuda_update_fuse), an update clipped by a norm
+ * st_optim_clip found not finite (a gradient overflowed) is not made, nor
+ * any after it, and the words say which step: the host reads them later
+ * (src/train/loss_sum.h st_loss_sum_halted) and stops the run with the
+ * weights of the step before, instead of queueing the wait for the norm
+ * every step. */
+st_status st_optim_update(st_optim *o, st_params *p, double lr, int64_t step);
 /* The gradient over o's range, wherever it lives: when max_norm > 0, clip as
  * the trainer does (norm > max_norm: times max_norm / (norm + 1e-6)); when
  * norm is not NULL, the norm before clipping goes there (on a device this

@@ -60,3 +60,19 @@ st_status st_loss_sum_read(st_loss_sum *l, double *sum, int64_t *steps, int64_t 
     l->bad = -1;
     return ST_OK;
 }
+
+int64_t *st_loss_sum_guard(st_loss_sum *l) {
+#ifdef ST_HAVE_CUDA
+    if (l->cu) return st_cuda_loss_guard(l->cu);
+#endif
+    (void)l;
+    return NULL;
+}
+
+void st_loss_sum_halted(const st_loss_sum *l, int64_t *step, bool *nan) {
+    *step = 0;
+    *nan = false;
+#ifdef ST_HAVE_CUDA
+    if (l->cu) st_cuda_loss_halted(l->cu, step, nan);
+#endif
+}

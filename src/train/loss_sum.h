@@ -13,6 +13,7 @@
 #ifndef ST_TRAIN_LOSS_SUM_H
 #define ST_TRAIN_LOSS_SUM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/device.h"
@@ -46,5 +47,13 @@ st_status st_loss_sum_step_end(st_loss_sum *l, int64_t step);
  * (-1: none); then they start again. On a device this waits for the compute
  * stream. */
 st_status st_loss_sum_read(st_loss_sum *l, double *sum, int64_t *steps, int64_t *first, int64_t *bad);
+
+/* On a device: the words of the fused update's guard (optim.h
+ * st_optim_update), kept with the sums so that each read brings them back;
+ * NULL on the host (its norm is checked before the update, on the host). */
+int64_t *st_loss_sum_guard(st_loss_sum *l);
+/* As of the last read: the first step whose update the guard refused (0:
+ * none), and whether its gradients' norm was NaN (else inf). */
+void st_loss_sum_halted(const st_loss_sum *l, int64_t *step, bool *nan);
 
 #endif

@@ -881,14 +881,34 @@ static const char *numeric_fix(const st_config *c) {
  * stops the run, naming the first step whose loss was not on any rank (the
  * ranks' losses differ, their data does: one rank's may overflow a step
  * before the others'), every rank the same step; the range of steps since
- * the last read when no rank kept its first. */
+ * the last read when no rank kept its first. With finite losses, an update
+ * the device's guard refused (optim.h st_optim_update: its gradients' norm
+ * was not finite) stops the run as well, naming that step. */
 static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64_t *n) {
-    int64_t first, bad;
+    int64_t first, bad, halt;
+    bool halt_nan;
     ST_TRY(st_loss_sum_read(ls, loss, n, &first, &bad));
-    if (ses->world > 1) { /* every rank logs, and stops on a NaN, alike */
-        float l = (float)*loss;
-        ST_TRY(st_comm_all_reduce_sync(ses->comm, &l, &l, 1, ST_COMM_F32, ST_COMM_AVG, "loss"));
-        *loss = l;
+    st_loss_sum_halted(ls, &halt, &halt_nan);
+    bool halted = halt > 0;
+    if (ses->world > 1) { /* every rank logs, and stops on a NaN or a halt, alike */
+        float v[2] = {(float)*loss, halted ? 1.0f : 0.0f};
+        ST_TRY(st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_F32, ST_COMM_AVG, "loss"));
+        *loss = v[0];
+        halted = v[1] > 0; /* (any rank's: the norm is the global one, so it is every rank's) */
+    }
+    if (isfinite(*loss) && halted) {
+        ses->agreed_error = ses->world > 1;
+        if (ses->world > 1) {
+            int64_t at = halt > 0 ? halt : INT64_MAX;
+            ST_TRY(st_comm_all_reduce_sync(ses->comm, &at, &at, 1, ST_COMM_I64, ST_COMM_MIN,
+                                           "first refused update"));
+            if (at != halt) halt_nan = false, halt = at; /* (another rank's: its kind unknown here) */
+        }
+        return st_fail(ST_ERR_NUMERIC,
+                       "the gradients of step %lld are not finite (their norm is %s) while its loss was: "
+                       "backward overflowed; no update was made from that step on, so the weights are "
+                       "those after step %lld; %s",
+                       (long long)halt, halt_nan ? "NaN" : "inf", (long long)halt - 1, numeric_fix(ses->cfg));
     }
     if (isfinite(*loss)) return ST_OK;
     ses->agreed_error = ses->world > 1;
@@ -1588,6 +1608,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     st_feed_set_trace(feed, trace);
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
+    if (opt.dev && !opt.off) opt.halt = st_loss_sum_guard(&ls); /* (the offloaded update is the host's) */
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out,
@@ -1700,8 +1721,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* On a device the norm and the clip stay there (the whole
              * gradient's, or the shards' summed), outside deterministic mode. */
             if (dev && !dd.deterministic) {
+                /* A norm read now that is not finite stops the run before
+                 * the update; a clip's, not read, halts the updates on the
+                 * device (the guard: st_optim_update), to be read with the
+                 * loss. (Offloaded, armed, without a clip: read after the
+                 * update, the weights checked before a checkpoint.) */
+                grad_norm = 0;
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL,
                                       st_dist_sumsq_across, &dd));
+                if (!isfinite(grad_norm)) ST_GOTO(grads_not_finite(ses, &ls, step + 1, grad_norm));
             } else {
                 if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
                 if ((c->optim.grad_clip > 0 || line) && !isfinite(grad_norm))
@@ -1709,7 +1737,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
                     ST_GOTO(st_dist_grad_scale(&dd, (float)(c->optim.grad_clip / (grad_norm + 1e-6))));
             }
-            ST_GOTO(st_optim_update(&opt, &m->params, lr));
+            ST_GOTO(st_optim_update(&opt, &m->params, lr, step + 1));
         } else {
             grad_norm = NAN; /* (its gradients overflowed: a line shows null, not an earlier step's norm) */
         }
