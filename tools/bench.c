@@ -64,7 +64,7 @@ static int read_metrics(const char *dir, int warmup, long long batch, bench_run 
     double ms[4096], total_ms = 0, tokens_per_sample = 0, comm = 0;
     int count = 0;
     for (char *line = strtok(text, "\n"); line && count < 4096; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
+        cJSON *o = cJSON_ParseWithOpts(line, NULL, true); /* (as report_data.c) */
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step"),
                     *t = cJSON_GetObjectItemCaseSensitive(o, "step_ms"),
                     *sps = cJSON_GetObjectItemCaseSensitive(o, "samples_per_s"),
@@ -100,7 +100,9 @@ static int parse_ranks(const char *s, int *out, int *n) {
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096 || *n >= MAX_RUNS || (*end && *end != ',')) return -1;
+        if (end == s || v < 1 || v > 4096 || *n >= MAX_RUNS || (*end && *end != ',') ||
+            (*end == ',' && !end[1]))
+            return -1;
         out[(*n)++] = (int)v;
         s = *end ? end + 1 : end;
     }
@@ -313,15 +315,18 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
                     "(scaletrain launch does not bind them), and the prediction counts that share.\n",
                     runs[k].ranks, runs[k].cores_per_rank);
     if (pngs) fprintf(md, "\nPNG: [throughput](bench_throughput.png), [efficiency](bench_efficiency.png)\n");
-    const bool md_ok = fclose(md) == 0;
+    int md_err, js_err = 0;
+    const bool md_ok = st_cli_close_written(md, &md_err);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    FILE *js = fopen(json_path, "w");
-    const bool js_ok = js && text && fprintf(js, "%s\n", text) > 0 && fclose(js) == 0;
+    FILE *js = text ? fopen(json_path, "w") : NULL;
+    if (!js) js_err = text ? errno : ENOMEM;
+    if (js) fputs(text, js), fputc('\n', js);
+    const bool js_ok = js && st_cli_close_written(js, &js_err);
     free(text);
     if (!md_ok || !js_ok) {
         fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_ok ? json_path : md_path,
-                strerror(errno));
+                strerror(md_ok ? js_err : md_err));
         return ST_EXIT_FAIL;
     }
     printf("report: %s, %s, plots %s/bench_{throughput,efficiency}.%s\n", md_path, json_path, out_dir,
@@ -371,7 +376,7 @@ int st_cmd_bench(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--steps") || !strcmp(a, "--warmup")) {
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 4000) {
+            if (end == argv[i] || *end || v < 0 || v > 4000) {
                 fprintf(stderr, "scaletrain bench: %s %s: want a number of steps (0..4000)\n", a, argv[i]);
                 free(rest);
                 return ST_EXIT_USAGE;

@@ -330,7 +330,9 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         lx += 28 + 7.0 * (double)(strlen(s->name) + (empty ? 19 : 0)) + 24;
     }
     fprintf(f, "</g>\n</svg>\n");
-    if (fclose(f) != 0) return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    int err;
+    if (!st_cli_close_written(f, &err))
+        return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(err));
     return ST_OK;
 }
 

@@ -524,6 +524,16 @@ static void check_out_dir(report *r, const char *out_dir) {
         return;
     }
     while (!exists) { /* the nearest ancestor that exists */
+        /* Only a missing one (or one under a file) is looked above; any other failure (no search
+         * permission, a stale network handle) is the answer, and "." or
+         * "/" has nothing above it. */
+        if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(dir, ".") || !strcmp(dir, "/")) {
+            line(r, "FAIL", "out_dir",
+                 "train.out_dir %s cannot be created: %s cannot be looked at (%s); fix: set "
+                 "train.out_dir to a directory this user can write",
+                 out_dir[0] ? out_dir : ".", dir, strerror(errno));
+            return;
+        }
         char *slash = strrchr(dir, '/');
         if (!slash)
             snprintf(dir, sizeof dir, ".");

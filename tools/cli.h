@@ -44,6 +44,11 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
 char *st_cli_read_file(const char *path);
 /* The same with its length in *len (NULL: not wanted), NUL bytes included. */
 char *st_cli_read_bytes(const char *path, size_t *len);
+/* fclose of a file written through stdio: true when every write reached
+ * it. fclose alone reports only its own flush, not a buffer flushed (and
+ * lost: a full disk) by an earlier write; *err is the errno to tell (EIO
+ * where that earlier one's is gone). The file is closed either way. */
+bool st_cli_close_written(FILE *f, int *err);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
 /* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:

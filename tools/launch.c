@@ -369,7 +369,7 @@ int st_cmd_launch(int argc, char **argv) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
             const bool is_n = !strcmp(a, "-n"), is_c = !strcmp(a, "--cores-per-rank");
-            if (*end || v < (is_n || is_c ? 1 : 0) || v > 1 << 20) {
+            if (end == argv[i] || *end || v < (is_n || is_c ? 1 : 0) || v > 1 << 20) {
                 fprintf(stderr, "scaletrain launch: %s %s: want a number %s\n", a, argv[i],
                         is_n ? "of ranks >= 1, or auto" : is_c ? "of cores >= 1" : "of restarts >= 0");
                 return ST_EXIT_USAGE;

@@ -1,4 +1,5 @@
 /* `scaletrain`: dispatch to one subcommand. */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static const struct {
      "        [--tokens N] [--samples N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
      "        [--stop-id I] [--tokenizer FILE] [--set key=value]... [--no-graph] [--json] [--quiet]\n"
      "                      continue a prompt with a trained gpt (its weights say its shape)\n"},
-    {"launch", "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K] COMMAND...\n"
+    {"launch", "  launch -n N|auto [--cores-per-rank C] [--hosts H1:n1,...] [--max-restarts K]\n"
+               "        [--output-timeout S] COMMAND...\n"
                "                      N ranks of COMMAND (e.g. train run.yaml) under mpirun\n"},
     {"plan", "  plan [CONFIG.yaml] [--set key=value]... [--hw 4xL40S,8xH100,...] [--nodes N]\n"
              "        [--efficiency E] [--json] [--probe]\n"
@@ -76,6 +78,21 @@ static bool command_help(const char *cmd, int argc, char **argv) {
     return false;
 }
 
+/* For the commands whose standard output is what they make (slurm's sbatch
+ * script, plan's table or JSON, data inspect's listing): a write that failed
+ * (`> job.sbatch` on a full disk) fails the command, so that a truncated
+ * script is never taken for a whole one. (train and eval write progress
+ * there and train on when it fails, as README.md says; sample checks its
+ * own.) */
+static int output_checked(int rc) {
+    const bool flushed = fflush(stdout) == 0;
+    const int err = errno;
+    if (flushed && !ferror(stdout)) return rc;
+    fprintf(stderr, "scaletrain: error: writing standard output failed (%s): what it holds is incomplete\n",
+            flushed ? "an earlier write" : strerror(err));
+    return rc == ST_EXIT_OK ? ST_EXIT_FAIL : rc;
+}
+
 int main(int argc, char **argv) {
     st_blas_core_check(argv); /* (may start this program again, with the CPU's own kernels) */
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
@@ -87,14 +104,14 @@ int main(int argc, char **argv) {
     if (command_help(cmd, argc - 2, argv + 2)) return ST_EXIT_OK;
     if (strcmp(cmd, "train") == 0) return st_cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 2, argv + 2);
-    if (strcmp(cmd, "data") == 0) return st_cmd_data(argc - 2, argv + 2);
+    if (strcmp(cmd, "data") == 0) return output_checked(st_cmd_data(argc - 2, argv + 2));
     if (strcmp(cmd, "sample") == 0) return st_cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
-    if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return output_checked(st_cmd_plan(argc - 2, argv + 2));
     if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) return st_cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "report") == 0) return st_cmd_report(argc - 2, argv + 2);
-    if (strcmp(cmd, "slurm") == 0) return st_cmd_slurm(argc - 2, argv + 2);
+    if (strcmp(cmd, "slurm") == 0) return output_checked(st_cmd_slurm(argc - 2, argv + 2));
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return ST_EXIT_USAGE;

@@ -95,6 +95,16 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
 
 char *st_cli_read_file(const char *path) { return st_cli_read_bytes(path, NULL); }
 
+bool st_cli_close_written(FILE *f, int *err) {
+    const bool earlier = ferror(f) != 0;
+    const bool flushed = fflush(f) == 0;
+    int e = flushed ? 0 : errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (earlier && !e) e = EIO;
+    *err = e;
+    return e == 0;
+}
+
 char *st_cli_read_bytes(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

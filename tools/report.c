@@ -17,6 +17,7 @@
 
 #include "chart.h"
 #include "cli.h"
+#include "core/atomic_file.h"
 #include "report.h"
 #include "train/checkpoint.h"
 
@@ -197,7 +198,12 @@ int st_cmd_report(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return ST_EXIT_OK;
-        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--out")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                fprintf(stderr,
+                        "scaletrain report: --out needs a directory (the charts and report.html go there)\n");
+                return ST_EXIT_USAGE;
+            }
             out = argv[++i];
         } else if (!strcmp(argv[i], "--no-png")) {
             png = false;
@@ -228,9 +234,9 @@ int st_cmd_report(int argc, char **argv) {
         fprintf(stderr, "scaletrain report: warning: %s: the last line is cut short; skipped it\n", path);
     snprintf(out_dir, sizeof out_dir, "%s", out ? out : run_dir);
     if (!out) strncat(out_dir, "/report", sizeof out_dir - strlen(out_dir) - 1);
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+    if ((s = st_mkdirs(out_dir)) != ST_OK) { /* (with its parents, as bench's --out) */
         rp_metrics_free(&m);
-        return st_cli_error(st_fail(ST_ERR_IO, "%s: cannot create directory: %s", out_dir, strerror(errno)));
+        return st_cli_error(s);
     }
     if (!png)
         snprintf(why, sizeof why, "--no-png");

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "chart.h"
+#include "cli.h"
 #include "report.h"
 
 
@@ -111,10 +112,13 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     if (wf.n) row(f, "data wait", "%.1f%% of step time (mean), %.3f ms per step", 100 * wf.mean, wm.mean);
     stats cm = col_stats(t, RP_COMM_MS), co = col_stats(t, RP_COMM_OVERLAP);
     if (cm.n) {
-        char share[48] = "", hidden[48] = ""; /* (said only when the lines hold what they come from) */
+        char share[48] = "", hidden[96] = ""; /* (said only when the lines hold what they come from) */
         if (ms.n && ms.mean > 0)
             snprintf(share, sizeof share, ", %.1f%% of step time", 100 * cm.mean / ms.mean);
-        if (co.n) snprintf(hidden, sizeof hidden, "; %.1f%% of the all-reduce hidden", 100 * co.mean);
+        /* (comm_overlap: docs/formats.md; not the hidden share of the all-reduce's time) */
+        if (co.n)
+            snprintf(hidden, sizeof hidden,
+                     "; %.1f%% of the buckets' span before backward ended (comm_overlap)", 100 * co.mean);
         row(f, "communication", "%.3f ms per step waiting (mean)%s%s", cm.mean, share, hidden);
     }
     stats rss = col_stats(t, RP_PEAK_RSS_MB), os = col_stats(t, RP_OPTIM_STATE_BYTES),
@@ -191,6 +195,8 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
         fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint whose "
                    "state.json reads (ckpt/step-N).</p>\n");
     fprintf(f, "</body>\n</html>\n");
-    if (fclose(f) != 0) return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    int err;
+    if (!st_cli_close_written(f, &err))
+        return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(err));
     return ST_OK;
 }

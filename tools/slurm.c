@@ -54,10 +54,11 @@ static void usage(FILE *f) {
 
 static bool valid_time(const char *t) {
     /* SLURM's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S: an optional day
-     * count and '-', then one to three groups of digits split by ':' */
+     * count and '-', then one to three groups of digits split by ':'; at
+     * most 8 digits each, so that time_seconds cannot overflow */
     const char *p = t, *dash = strchr(t, '-');
     if (dash) {
-        if (dash == t) return false;
+        if (dash == t || dash - t > 8) return false;
         for (; p < dash; p++)
             if (*p < '0' || *p > '9') return false;
         p = dash + 1;
@@ -67,7 +68,7 @@ static bool valid_time(const char *t) {
         const char *g = p;
         while (*p >= '0' && *p <= '9')
             p++;
-        if (p == g) return false; /* an empty group, or another character */
+        if (p == g || p - g > 8) return false; /* an empty group, or another character; or too long */
         groups++;
         if (*p == '\0') break;
         if (*p++ != ':') return false;

@@ -8,7 +8,8 @@
 # - a missing training file: its line FAILs naming the file with a fix, the
 #   others still run, "not ready: 1 check failed", exit 1; data.train left
 #   at Fashion-MNIST's file for tokens: the key to set;
-# - an out_dir under a regular file: FAIL;
+# - an out_dir under a regular file: FAIL; a working directory the user
+#   cannot search: FAIL, not a loop;
 # - no mpirun on PATH: the mpi line FAILs with the package to install and the
 #   self-test is skipped, exit 1.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -76,6 +77,20 @@ out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/plain/run" 
 [ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +.*plain is not a directory; fix: " <<<"$out" ||
     fail "out_dir under a file: exit $rc: $out"
 echo "out_dir under a file: $(grep FAIL <<<"$out")"
+
+# a working directory this user cannot search (stat "." fails: it looped
+# for ever looking above "."): FAIL naming it, at once. As another user
+# than root, who can search any directory.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [ -n "$(find "$bin" -perm -o+x)" ]; then
+    mkdir "$tmp/sealed" && chmod 711 "$tmp"
+    out=$(cd "$tmp/sealed" && chmod 000 . &&
+          timeout 120 setpriv --reuid 65534 --regid 65534 --clear-groups "$bin" check 2>&1); rc=$?
+    chmod 755 "$tmp/sealed"
+    [ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +train.out_dir runs/default cannot be created: runs/default cannot be looked at \(Permission denied\); fix: " <<<"$out" ||
+        fail "an unsearchable working directory: exit $rc: $(grep out_dir <<<"$out")"
+else
+    echo "an unsearchable working directory: skipped: wants root, setpriv and $bin runnable by others"
+fi
 
 mkdir "$tmp/nobin"
 out=$(timeout 300 env PATH="$tmp/nobin" "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/out" 2>&1); rc=$?

@@ -220,7 +220,7 @@ expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bi
 expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that divides the 2 samples per rank" \
     "$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 4
 # slurm --time takes SLURM's forms only (1:2:3:4 and 1-2-3 were written into the script)
-for t in 1:2:3:4 1--2 1-2-3 00:-1 1: ; do
+for t in 1:2:3:4 1--2 1-2-3 00:-1 1: 99999999999999999999 1-999999999999 ; do
     expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
 done
 # a --time shorter than the stop's lead: refused under a minute, the lead a quarter of it under 8 minutes
@@ -246,5 +246,13 @@ if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: cuda is refused with the
 fi
 printf 'not weights' >"$tmp/bad.safetensors"
 expect 1 "bad.safetensors" "$bin" eval --init "$tmp/bad.safetensors" --set train.eval_steps=1
+# a script that could not be written whole is a failure (a full disk under > job.sbatch), not exit 0
+expect 1 "writing standard output failed (No space left on device): what it holds is incomplete" sh -c "\"$(realpath "$bin")\" slurm \"$tmp/batch.yaml\" --nodes 1 --gpus-per-node 1 >/dev/full"
+expect 1 "writing standard output failed" sh -c "\"$(realpath "$bin")\" plan --json >/dev/full"
+# an empty or cut number is not 0, nor a list with a hole
+expect 2 "--max-restarts : want a number of restarts" "$bin" launch -n 2 --max-restarts "" train x.yaml
+expect 2 "--warmup : want a number of steps" "$bin" bench --warmup ""
+expect 2 "-n 1,2,: want rank counts" "$bin" bench -n 1,2,
+expect 2 "--out needs a directory" "$bin" report "$tmp" --out
 [ ! -e runs/default/unknown ] || fails=$((fails + 1))
 exit $((fails > 0))

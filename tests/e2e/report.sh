@@ -203,6 +203,12 @@ expect_error "$tmp/missing: No such file or directory" "$tmp/missing"
 mkdir -p "$tmp/empty" && expect_error "metrics.jsonl: cannot open" "$tmp/empty"
 sed '3s/.*/{"step": 3, "loss": oops}/' "$lines" | m "$tmp/bad"
 expect_error "metrics.jsonl:3: not a JSON object" "$tmp/bad"
+# two lines run together (a writer that lost a newline): the line is named, not read as its first object
+sed '3s/$/{"step": 99, "loss": 1}/' "$lines" | m "$tmp/joined"
+expect_error "metrics.jsonl:3: not a JSON object" "$tmp/joined"
+# --out makes its parents, as bench's does
+"$bin" report "$tmp/run" --out "$tmp/deep/er/out" --no-png >/dev/null 2>&1 && [ -s "$tmp/deep/er/out/report.html" ] ||
+    fail "report --out into missing parents: no report.html"
 grep eval "$lines" | m "$tmp/noeval"
 expect_error "no step lines" "$tmp/noeval"
 "$bin" report >/dev/null 2>&1
