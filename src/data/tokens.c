@@ -721,8 +721,20 @@ static bool is_our_shard(const char *path, const char *out, int n) {
     return strcmp(path + stem + 6, ".tokens") == 0 && k < n;
 }
 
-/* Files the shards' pattern would read besides the shards this run writes. */
+/* Files the shards' pattern would read besides the shards this run writes;
+ * and any of this run's names that holds something else than a file (a
+ * folder: the shard's rename over it would fail after others were made). */
 static st_status tk_strangers(tk_run *r, const char *pattern) {
+    for (int k = 0; k < r->n_out; k++) {
+        struct stat sb;
+        if (lstat(r->name[k], &sb) == 0 && !S_ISREG(sb.st_mode) &&
+            !S_ISLNK(sb.st_mode)) /* (a link is replaced) */
+            return st_fail(ST_ERR_ARG,
+                           "%s exists and is not a file, so the shard of that name cannot replace it; move "
+                           "it away or choose another output name",
+                           r->name[k]);
+    }
+    if (!pattern) return ST_OK;
     glob_t g;
     if (glob(pattern, 0, NULL, &g) != 0) return ST_OK; /* no match */
     st_status s = ST_OK;
@@ -820,6 +832,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
         ST_GOTO(tk_strangers(&r, res->pattern));
     } else {
         snprintf(res->pattern, sizeof res->pattern, "%s", o->out);
+        ST_GOTO(tk_strangers(&r, NULL));
     }
     int jobs = o->jobs < 1 ? 1 : o->jobs;
     if (jobs > r.n_out) jobs = r.n_out;
@@ -833,7 +846,17 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     if (r.status != ST_OK) ST_GOTO(st_fail(r.status, "%s", r.msg));
     /* every shard written and synced: only now does any replace its path */
     for (int k = 0; k < r.n_out; k++) {
-        ST_GOTO(st_atomic_commit(&r.out[k].af));
+        if ((s = st_atomic_commit(&r.out[k].af)) != ST_OK && k > 0) {
+            /* the shards before k replaced theirs: the pattern names a mix */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            s = st_fail(s,
+                        "%s; the shards before it are this tokenize's and it and those after it are not "
+                        "(an earlier run's, or none), so %s names a mix of the two: delete the files it "
+                        "names and tokenize again",
+                        why, res->pattern);
+        }
+        if (s != ST_OK) goto fail;
         res->count += r.out[k].count;
     }
     res->shards = r.n_out;

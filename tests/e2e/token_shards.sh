@@ -3,7 +3,9 @@
 # the shards' pattern and their folder, as the same stream as the one-file
 # tokenize: `data inspect`, `plan`, `check`'s data line and a training run
 # (loss and weights to the bit) all see the same data; a second tokenize with
-# fewer shards is refused before it writes, and the shards stay whole.
+# fewer shards is refused before it writes, and the shards stay whole; so is
+# one whose shard name a folder holds; a commit that fails halfway says the
+# pattern names a mix.
 set -euo pipefail
 build=${1:-build}
 bin=$build/scaletrain
@@ -115,6 +117,27 @@ fi
 grep -q "grows.txt: $(($(stat -c %s "$tmp/a.txt") + 37)) bytes where it had $(stat -c %s "$tmp/a.txt") when tokenizing began; it changed" \
     "$tmp/grow.txt" || { cat "$tmp/grow.txt"; exit 1; }
 [ -z "$(ls "$tmp/grown")" ] || { echo "a failed tokenize left $(ls "$tmp/grown")"; exit 1; }
+# a shard's name held by a folder: refused before anything is written (the
+# rename over it failed after the shards before it had replaced theirs)
+mkdir -p "$tmp/held/c-000001.tokens" && touch "$tmp/held/c-000001.tokens/x"
+if "$bin" data tokenize "$tmp/held/c.tokens" "$tmp/a.txt" --shard-tokens 4096 2>"$tmp/held.txt"; then
+    echo "a tokenize over a folder of a shard's name succeeded"
+    exit 1
+fi
+grep -q "c-000001.tokens exists and is not a file, so the shard of that name cannot replace it; move it away" "$tmp/held.txt" ||
+    { cat "$tmp/held.txt"; exit 1; }
+[ "$(ls "$tmp/held")" = "c-000001.tokens" ] || { echo "the refused tokenize wrote $(ls "$tmp/held")"; exit 1; }
+# a commit the storage refuses halfway (tests/lib/vanish.c: the rename onto
+# the second shard fails): the message says the pattern names a mix
+mkdir "$tmp/half"
+if ST_VANISH_RENAME_EIO=h-000001.tokens LD_PRELOAD="$tmp/vanish.so" "$bin" data tokenize "$tmp/half/h.tokens" \
+    "$tmp/a.txt" --shard-tokens 4096 2>"$tmp/half.txt"; then
+    echo "a tokenize whose second rename failed succeeded"
+    exit 1
+fi
+grep -q "h-000001.tokens: cannot rename .* over it: Input/output error; the shards before it are this tokenize's and it and those after it are not (an earlier run's, or none), so .*h-\*.tokens names a mix of the two: delete the files it names and tokenize again" \
+    "$tmp/half.txt" || { cat "$tmp/half.txt"; exit 1; }
+[ -z "$(find "$tmp/half" -name '*.tmp.*')" ] || { echo "temporary files left: $(ls "$tmp/half")"; exit 1; }
 # a pattern that names nothing
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"

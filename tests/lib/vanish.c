@@ -13,7 +13,11 @@
  *   the process's id);
  * - the second fopen for reading of a path ending in $ST_VANISH_GROW first
  *   appends a line to that file (a writer adding to it between a reader's
- *   look at its size and its read).
+ *   look at its size and its read);
+ * - rename onto a path ending in $ST_VANISH_RENAME_EIO fails with EIO (a
+ *   commit the storage refuses).
+ * With ST_VANISH_RANK set, only the MPI rank of that number
+ * (OMPI_COMM_WORLD_RANK) does any of this: one rank whose storage fails.
  * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
  * builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
@@ -27,7 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* This process is the one ST_VANISH_RANK names, or it names none. */
+static int chosen(void) {
+    const char *only = getenv("ST_VANISH_RANK"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return !(only && *only && (!rank || atoi(rank) != atoi(only)));
+}
+
 static int ends_with(const char *path, const char *env) {
+    if (!chosen()) return 0;
     const char *match = getenv(env);
     const size_t n = path ? strlen(path) : 0, m = match ? strlen(match) : 0;
     return m && n >= m && strcmp(path + n - m, match) == 0;
@@ -37,7 +48,7 @@ FILE *fopen(const char *path, const char *mode) {
     static FILE *(*real)(const char *, const char *);
     static int done;
     if (!real) real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
-    const char *w = getenv("ST_VANISH_WRITE_EIO");
+    const char *w = chosen() ? getenv("ST_VANISH_WRITE_EIO") : NULL;
     if (ends_with(path, "ST_VANISH_READ_EIO") || (w && *w && path && strchr(mode, 'w') && strstr(path, w))) {
         errno = EIO;
         return NULL;
@@ -96,4 +107,14 @@ int open64(const char *path, int flags, ...) {
     const int fd = open_as("open64", path, flags, ap);
     va_end(ap);
     return fd;
+}
+
+int rename(const char *from, const char *to) {
+    static int (*real)(const char *, const char *);
+    if (!real) real = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    if (ends_with(to, "ST_VANISH_RENAME_EIO")) {
+        errno = EIO;
+        return -1;
+    }
+    return real(from, to);
 }
