@@ -613,8 +613,8 @@ st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st
     ST_TRY(job_new(&j, cfg, m, o, state, lay));
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
     st_status s = prepare(j);
+    if (s == ST_OK) s = take(j, true); /* (ZeRO's sharded masters: a gather, under the same limit) */
     st_comm_set_timeout(j->comm, 0, NULL);
-    if (s == ST_OK) s = take(j, true);
     if (s == ST_OK) {
         j->t0 = st_ticker_now(); /* (the writer's start, for the write watch) */
         int e = pthread_create(&j->thread, NULL, writer, j);
@@ -738,6 +738,43 @@ static st_status file_matches(const char *dir, const want_file *w, uint32_t got,
         return st_fail(ST_ERR_FORMAT, "%s/%s: CRC32 %s, state.json says %s (damaged checkpoint)", dir,
                        w->name, hex, w->crc);
     return ST_OK;
+}
+
+/* config[key] for a "section.name" key (NULL: not there). */
+static const cJSON *config_item(const cJSON *config, const char *key) {
+    char sec[64];
+    const char *dot = strchr(key, '.');
+    if (!dot || (size_t)(dot - key) >= sizeof sec) return cJSON_GetObjectItemCaseSensitive(config, key);
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(config, sec), dot + 1);
+}
+
+st_status st_ckpt_config_changes(const char *dir, const st_config *cfg, const char *const *keys, int n,
+                                 char *out, size_t cap) {
+    out[0] = '\0';
+    char path[PATH_CAP], *text = NULL;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    ST_TRY(read_text(path, &text));
+    cJSON *saved = cJSON_Parse(text);
+    free(text);
+    char *mine_text = st_config_to_json(cfg);
+    cJSON *mine = mine_text ? cJSON_Parse(mine_text) : NULL;
+    free(mine_text);
+    st_status s = ST_OK;
+    if (!mine) s = st_fail(ST_ERR_NOMEM, "out of host memory comparing the configuration with %s", path);
+    const cJSON *was_cfg = cJSON_GetObjectItemCaseSensitive(saved, "config");
+    size_t at = 0;
+    for (int i = 0; s == ST_OK && i < n; i++) {
+        const cJSON *was = config_item(was_cfg, keys[i]), *is = config_item(mine, keys[i]);
+        if (!was || !is || cJSON_Compare(was, is, true)) continue; /* (not recorded: not said) */
+        char *a = cJSON_PrintUnformatted(was), *b = cJSON_PrintUnformatted(is);
+        if (a && b) st_appendf(out, cap, &at, "%s%s %s -> %s", at ? "; " : "", keys[i], a, b);
+        free(a);
+        free(b);
+    }
+    cJSON_Delete(saved);
+    cJSON_Delete(mine);
+    return s;
 }
 
 /* state.json of the checkpoint dir into *state, and the files it lists
@@ -1008,6 +1045,14 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
         free(all);
         return s;
     }
+    /* A rank that could not look (out of memory, its storage failed) is the
+     * message, before any difference in what the others saw */
+    for (int k = 0; k < world; k++)
+        if (all[k].h.fail == ST_ERR_IO || all[k].h.fail == ST_ERR_NOMEM) {
+            s = share_outcome(world, mine, own, all, sizeof *all, fatal);
+            free(all);
+            return s;
+        }
     int a = -1;
     for (int k = 1; k < world && a < 0; k++) {
         const share_note *x = &all[0], *y = &all[k];

@@ -102,6 +102,14 @@ st_status st_ckpt_async_finish(st_ckpt_async **a, char *saved, size_t size, doub
 /* On an error path (no collective): wait for the writer and drop it. */
 void st_ckpt_async_abandon(st_ckpt_async **a);
 
+/* The keys among keys[0..n) whose value in the config of dir's state.json
+ * (the run that wrote it) differs from cfg's, into out as "KEY SAVED ->
+ * CURRENT; ..." ("" when none, or when the checkpoint recorded none of
+ * them). For a resume's warning about settings that change the trajectory
+ * but may change (train.c). */
+st_status st_ckpt_config_changes(const char *dir, const st_config *cfg, const char *const *keys, int n,
+                                 char *out, size_t cap);
+
 /* Check dir's state.json and the checksum and size of every file it lists;
  * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
 st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);

@@ -960,12 +960,17 @@ static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_
 }
 
 /* Whether this rank's weights are all finite: its masters (their shard when
- * sharded, where a device's `data` is NULL). */
-static st_status own_weights_finite(const st_session *ses, bool *finite) {
+ * sharded, where a device's `data` is NULL); and its buffers (batch-norm
+ * running statistics, which a load refuses as it refuses weights). */
+static st_status own_weights_finite(const st_session *ses, bool *finite, bool *buffers_finite) {
     const st_params *pp = &ses->model->params;
     const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
                   hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
-    return st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), finite);
+    *buffers_finite = true;
+    ST_TRY(st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), finite));
+    if (pp->buffer_count > 0 && pp->buffers)
+        ST_TRY(st_device_all_finite(ses->dev, pp->buffers, (size_t)pp->buffer_count, buffers_finite));
+    return ST_OK;
 }
 
 /* Before the checkpoint of step `step` (every rank, together): the loss is
@@ -977,16 +982,25 @@ static st_status own_weights_finite(const st_session *ses, bool *finite) {
  * learns it (the shards of ZeRO differ). `last`: the last committed
  * checkpoint, "" if none. */
 static st_status weights_finite_at(st_session *ses, int64_t step, const char *last) {
-    bool finite = false;
-    ST_TRY(own_weights_finite(ses, &finite));
-    if (ses->world > 1) {
-        int64_t v = finite ? 1 : 0;
+    bool finite = false, stats = false;
+    ST_TRY(own_weights_finite(ses, &finite, &stats));
+    if (ses->world > 1) { /* 0: a weight is not finite on some rank; 1: a statistic; 2: neither */
+        int64_t v = !finite ? 0 : !stats ? 1 : 2;
         ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN,
                                        "whether the weights are finite"));
-        finite = v == 1;
-        ses->agreed_error = !finite;
+        finite = v >= 1;
+        stats = v == 2;
+        ses->agreed_error = v < 2;
     }
-    if (finite) return ST_OK;
+    if (finite && stats) return ST_OK;
+    if (finite) /* (batch norm's output stays finite with an infinite variance: x / inf is 0) */
+        return st_fail(
+            ST_ERR_NUMERIC,
+            "the batch-norm running statistics became non-finite by step %lld, whose loss was "
+            "finite (an activation's square overflowed); no checkpoint of step %lld was saved%s%s%s; "
+            "%s",
+            (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
+            last[0] ? ", is whole)" : "", numeric_fix(ses->cfg));
     return st_fail(ST_ERR_NUMERIC,
                    "the weights became non-finite in the update of step %lld, whose loss was finite (a "
                    "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; %s",
@@ -1111,9 +1125,10 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         }
     }
     if (whole > saved) {
-        bool finite = false, other = false; /* other: another rank wrote it */
+        bool finite = false, stats = false, other = false; /* other: another rank wrote it */
         const st_params *pp = &m->params;
-        st_status f = own_weights_finite(ses, &finite);
+        st_status f = own_weights_finite(ses, &finite, &stats);
+        finite = finite && stats; /* (a load refuses either: weights_finite_at) */
         int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
         if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look; and the
                          * first rank that found them finite */
@@ -1170,8 +1185,12 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                 int64_t ok = ses->rank != by || f == ST_OK ? 1 : 0;
                 char err[1024];
                 snprintf(err, sizeof err, "%s", f == ST_OK ? "" : st_last_error());
+                /* (the others waited here while rank `by` wrote: a checkpoint's wait, not dist.timeout_s) */
+                st_comm_set_timeout(ses->comm, st_ckpt_wait_limit(c, m, opt, 1),
+                                    "train.checkpoint_timeout_s");
                 const st_status a = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,
                                                             "the rescue checkpoint's save");
+                st_comm_set_timeout(ses->comm, 0, NULL);
                 if (ses->rank != by) {
                     f = a != ST_OK ? a
                         : ok
@@ -1453,6 +1472,23 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         "constant)\n",
                         (long long)ck.run_steps, (long long)steps, c->optim.schedule, (long long)ck.step,
                         here, there, (long long)ck.run_steps);
+            }
+            if (warn) { /* the rest of what shapes the trajectory and may change on a resume */
+                static const char *const keys[] = {
+                    "optim.schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay",
+                    "optim.beta1",    "optim.beta2",        "optim.eps",    "optim.momentum",
+                    "optim.nesterov", "optim.grad_clip",    "precision",    "model.dropout"};
+                char changed[1024];
+                if (st_ckpt_config_changes(dir, c, keys, (int)(sizeof keys / sizeof keys[0]), changed,
+                                           sizeof changed) == ST_OK &&
+                    changed[0])
+                    fprintf(warn,
+                            "resume: warning: the checkpoint's run trained with other settings (its value -> "
+                            "this run's): %s; from step %lld on this run trains differently from the "
+                            "interrupted one (resume with its values to continue it)\n",
+                            changed, (long long)ck.step);
+                else
+                    st_clear_error(); /* (a state.json just verified: read again, it only fails as it goes) */
             }
             if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
                 fprintf(

@@ -22,8 +22,10 @@
 # - The checkpoints moved away while a resume starts (after its first look,
 #   which spared it the first weights), or there and unreadable (EIO): an
 #   error, nothing written; a new run there with the folder unreadable
-#   too. --init with --resume: the checkpoint's weights,
-#   --init not read (said).
+#   too; on one rank of two, every rank names it. --init with --resume: the
+#   checkpoint's weights, --init not read (said).
+# - A resume with train.seed, the data order or the optimizer's schedule
+#   and decay changed says so with both values.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load) moves nothing.
@@ -115,6 +117,14 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=10 --set train.out_
     --resume auto "${changed[@]}" 2>&1) || fail "--resume of the changed run: $out"
 ! grep -q "resume: warning" <<<"$out" || fail "--resume of the changed run with its own values warned: $out"
 echo "--resume with data.shuffle and train.seed changed: said; the run's checkpoints record its values"
+# The rest of what shapes the trajectory (the schedule's warmup, the
+# optimizer's decay, ...) changed on resume: said with both values (a
+# warmup raised past the step put the run back into warmup unsaid)
+rm -rf "$tmp/into"
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$tmp/into" --resume "$tmp/from" \
+    --set optim.warmup_steps=7 --set optim.weight_decay=0.05 2>&1) || fail "--resume with the warmup changed: $out"
+grep -qF "resume: warning: the checkpoint's run trained with other settings (its value -> this run's): optim.warmup_steps 2 -> 7; optim.weight_decay 0 -> 0.05; from step 6 on this run trains differently from the interrupted one (resume with its values to continue it)" <<<"$out" ||
+    fail "--resume with optim.warmup_steps and optim.weight_decay changed: $out"
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
@@ -201,6 +211,21 @@ cmp -s "$d/run/model.safetensors" "$d/run.safetensors" && cmp -s "$d/run/metrics
     [ "$(ls "$d/run/ckpt")" = "$(printf 'latest\nstep-3')" ] && [ ! -e "$d/run/ckpt.previous" ] ||
     fail "eio: the refused new run wrote in out_dir: $(ls "$d/run")"
 echo "a checkpoint folder that cannot be listed: an error naming it for a resume and a new run, nothing written"
+# ... on one rank of two: every rank names that rank and its error (the
+# others, which listed it, said the ranks looked at different checkpoints,
+# and sent the user to a shared folder that was fine)
+if command -v mpirun >/dev/null && [ -d "$tmp/ddp/half/ckpt" ]; then
+    e2e_mpi 60
+    out=$(LD_PRELOAD="$tmp/vanish.so" ST_VANISH_EIO=/half/ckpt ST_VANISH_RANK=1 "${mpi[@]}" -np 2 "$bin" train \
+        "${common[@]}" "${const[@]}" --quiet --set model.type=mlp --set model.hidden=[64,32] --set model.dropout=0.1 \
+        --set train.batch_size=16 --set data.num_workers=0 --set dist.timeout_s=30 --set train.steps=8 \
+        --set train.out_dir="$tmp/ddp/half" --resume auto 2>&1) && fail "eio on rank 1: the resume went on: $out"
+    grep -q "rank 0 of 2 .*rank 1: cannot list the checkpoint folder $tmp/ddp/half/ckpt: Input/output error" <<<"$out" &&
+        grep -q "rank 1 of 2 .*: cannot list the checkpoint folder $tmp/ddp/half/ckpt: Input/output error" <<<"$out" &&
+        ! grep -q "do not look at the same checkpoint" <<<"$out" ||
+        fail "eio on rank 1: the ranks do not name rank 1's error: $out"
+    echo "a checkpoint folder that rank 1 alone cannot list: every rank names rank 1's error"
+fi
 # The newest checkpoint there but its file unread by the storage (open fails
 # with EIO): an error naming it, not passed over for the older one (which
 # resumed 2 steps back and moved the newest aside as abandoned); nothing

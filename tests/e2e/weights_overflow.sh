@@ -22,6 +22,8 @@
 #  3. Two ranks under zero1 (scaletrain launch), the overflow on rank 1
 #     alone: each rank's optimizer shard differs, and every rank names the
 #     step; no checkpoint of step 2.
+#  4. Batch-norm running statistics made non-finite while the loss was
+#     finite (a cnn): no checkpoint of that step either.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
@@ -137,5 +139,39 @@ else
             fail "two ranks, N=$n on rank 1: rank $r does not name step 2: $(grep -i error "$tmp/two.log" | head -3)"
     done
     [ ! -e "$tmp/two/ckpt/step-2" ] || fail "two ranks: a checkpoint of step 2 was saved"
+fi
+# 4. Batch-norm running statistics: a cnn whose conv product leaves 1e22
+# in one element (finite; its square, in the variance's float sums, is
+# not): the variance is inf, so batch norm outputs 0 x (x - mean) + bias
+# for that channel and the loss stays finite, while the running variance
+# becomes inf. A load refuses it as it refuses a weight (weights.c), so the
+# checkpoint would have become a latest that every resume fails on, with
+# keep_checkpoints deleting the good ones: for some product of step 2 the
+# run stops naming the statistics, no checkpoint of step 2 saved.
+cnn=(train --set model.type=cnn --set model.channels=[4] --set model.pool=[1] --set model.batchnorm=true
+     --set train.batch_size=4 --set train.threads=1 --set data.num_workers=0 --set data.val= --set train.device=cpu
+     --set train.eval_every=0 --set train.checkpoint_every=1 --set train.keep_checkpoints=0 --set log.peak_gflops=1 --quiet)
+count() {
+    ST_OVERFLOW_SGEMM_AT=100000000 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 120 "$bin" "${cnn[@]}" \
+        --set train.steps="$1" --set train.out_dir="$tmp/cnncount$1" 2>&1 |
+        sed -nE 's/^overflow_sgemm: .*no overflow, ([0-9]+) products ran$/\1/p' | tail -n 1
+}
+c1=$(count 1)
+c2=$(count 2)
+if [ -z "$c1" ] || [ -z "$c2" ] || [ "$c2" -le "$c1" ]; then
+    fail "cnn: could not count the products (got '$c1' and '$c2')"
+else
+    stats_runs=0
+    for ((n = c1 + 1; n <= c2; n++)); do
+        out="$tmp/bn$n"
+        ST_OVERFLOW_SGEMM_AT=$n ST_OVERFLOW_SGEMM_VALUE=1e22 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 60 \
+            "$bin" "${cnn[@]}" --set train.steps=3 --set train.out_dir="$out" >"$out.log" 2>&1
+        grep -qF "the batch-norm running statistics became non-finite by step 2, whose loss was finite (an activation's square overflowed); no checkpoint of step 2 was saved (the last one, $out/ckpt/step-1, is whole); " "$out.log" || continue
+        stats_runs=$((stats_runs + 1))
+        [ "$(ls "$out/ckpt" | grep -E '^step-' | tr '\n' ' ')" = "step-1 " ] ||
+            fail "cnn N=$n: the statistics named, checkpoints $(ls "$out/ckpt" | tr '\n' ' ')"
+    done
+    echo "cnn: $stats_runs of step 2's $((c2 - c1)) products, left at 1e22, stopped the run naming the statistics"
+    [ $stats_runs -gt 0 ] || fail "cnn: no product's 1e22 made the statistics alone non-finite: the check is untested"
 fi
 e2e_finish "an update that leaves the weights non-finite is never checkpointed"
