@@ -250,7 +250,7 @@ const st_cfg_key st_cfg_keys[] = {
            "global batch that grows with the ranks; none = lr as given; a resume on another number of ranks "
            "(train.batch_size unchanged) says the rate changed"),
 
-    K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 6e-8, 3.4e38, 0,
+    K_FLOAT("optim.loss_scale", optim.loss_scale, "65536", 0x1p-24, 3.4e38, 0,
             "fp16: initial dynamic loss scale (halved on an overflow, which skips the step, down to 2^-24 = "
             "6e-8, "
             "where an overflow stops the run); unused in fp32 and bf16"),

@@ -45,6 +45,13 @@
 #define T 1e12
 #define G 1e9
 #define GIB (1024LL * 1024 * 1024)
+#define MIB (1024LL * 1024)
+
+/* Memory is what the card reports (nvidia-smi's total, in MiB), not the
+ * datasheet's round GB: an L40S's 48 GB is 46,068 MiB with ECC on (45.0
+ * GiB, not 48), an H100's 80 GB 81,559 MiB, an H200's 141 GB 143,771 MiB;
+ * an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
+ * datasheets' GB as GiB, not measured. */
 
 static const struct preset {
     const char *name, *alias;
@@ -52,7 +59,7 @@ static const struct preset {
 } presets[] = {
     {"L40S",
      "L40S-48GB",
-     {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 48 * GIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
+     {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 46068 * MIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
       "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0, 0, false, 0}},
     {"A100-40GB",
      "A100",
@@ -64,11 +71,11 @@ static const struct preset {
       "HDR IB per GPU", 0.8 * 25 * G, 10e-6, 25 * G, 0, 0, false, 0}},
     {"H100-80GB",
      "H100",
-     {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 80 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+     {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 81559 * MIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
       "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0, false, 0}},
     {"H200",
      "H200-141GB",
-     {"H200", true, 989.4 * T, 67 * T, 4800 * G, 141 * GIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
+     {"H200", true, 989.4 * T, 67 * T, 4800 * G, 143771 * MIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
       "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0, false, 0}},
     {"GH200",
      "GH200-96GB",

@@ -220,13 +220,15 @@ static void probe_cuda(st_hw_info *h) {
         return;
     }
     CUresult r = c.init(0);
+    const bool initialised = r == 0;
     int n = 0;
     if (r == 0) r = c.count(&n);
     if (r != 0) {
         const char *msg = NULL;
         c.error_string(r, &msg);
-        snprintf(h->cuda_why, sizeof h->cuda_why, "cuInit: %s (error %d)", msg ? msg : "unknown", r);
-        dlclose(lib);
+        snprintf(h->cuda_why, sizeof h->cuda_why, "%s: %s (error %d)",
+                 initialised ? "cuDeviceGetCount" : "cuInit", msg ? msg : "unknown", r);
+        if (!initialised) dlclose(lib); /* (after a cuInit that succeeded it stays: below) */
         return;
     }
     c.driver_version(&h->cuda_driver);

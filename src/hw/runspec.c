@@ -54,6 +54,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         mi.channels = d.c;
         const int64_t n = d.n, px = d.h * d.w * d.c, el = d.values ? 4 : 1; /* bytes an input value takes */
         int64_t classes = d.num_classes;
+        const char *classes_key = "data.train_labels", *classes_file = cfg->data.train_labels;
         st_dataset_free(&d);
         in->sample_in_bytes = 4 * px;
         in->sample_out_bytes = 4;
@@ -62,9 +63,15 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
                                         cfg->model.num_classes, &d));
             in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);
-            if (d.num_classes > classes) classes = d.num_classes;
+            if (d.num_classes > classes)
+                classes = d.num_classes, classes_key = "data.val_labels", classes_file = cfg->data.val_labels;
             st_dataset_free(&d);
         }
+        if (cfg->model.num_classes == ST_AUTO && classes < 2) /* (as a run refuses it: session.c) */
+            return st_fail(ST_ERR_CONFIG,
+                           "%s (%s) holds only label 0: a classifier needs at least 2 classes (check the "
+                           "label file, or set model.num_classes)",
+                           classes_key, classes_file);
         if (cfg->model.num_classes == ST_AUTO) {
             cfg->model.num_classes = classes;
             st_config_mark_auto(cfg, "model.num_classes", "the labels in the data");

@@ -234,6 +234,12 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
         return st_fail(ST_ERR_SHAPE,
                        "attention %s: sequence length %lld or width %lld past the kernels' 2^24 and 2^31",
                        name, (long long)T, (long long)qkv->shape[2]);
+    int64_t saved;
+    if (__builtin_mul_overflow(B * n_head, T * T, &saved) || saved > 16 * ST_MAX_ELEMENTS)
+        return st_fail(ST_ERR_SHAPE,
+                       "attention %s: the scores a CPU graph keeps for backward, %lld x %lld heads x %lld x "
+                       "%lld, are beyond any memory: lower the micro-batch or model.block_size",
+                       name, (long long)B, (long long)n_head, (long long)T, (long long)T);
     int64_t shape[3] = {B, T, C};
     char oname[ST_NAME_MAX];
     snprintf(oname, sizeof oname, "%s.out", name);
@@ -244,7 +250,7 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
     const int nt = omp_get_max_threads(); /* backward never runs more threads than this */
     node->args.i[ST_ATTN_NHEAD] = n_head;
     node->args.i[ST_ATTN_NTHREADS] = nt;
-    node->saved_count = B * n_head * T * T;         /* P */
+    node->saved_count = saved;                      /* P */
     node->work_count = nt * st_align_floats(T * T); /* dP per thread */
     *y = out;
     return ST_OK;

@@ -303,6 +303,17 @@ static st_status check_shape(const char *name, int ndim, const int64_t *shape) {
         if (shape[i] <= 0)
             return st_fail(ST_ERR_SHAPE, "tensor %s: dimension %d is %lld (must be positive)", name, i,
                            (long long)shape[i]);
+    /* At most ST_MAX_ELEMENTS: the config's sizes each have bounds, not
+     * their products, and the graph's and the planner's sums of counts (in
+     * bytes, int64) must not wrap to a size that seems to fit. */
+    int64_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(count, shape[i], &count) || count > ST_MAX_ELEMENTS)
+            return st_fail(ST_ERR_SHAPE,
+                           "tensor %s: its dimensions (%lld in dimension %d) multiply past 2^46 elements, "
+                           "beyond any memory: lower the sizes that make it (the micro-batch, "
+                           "model.block_size, model.n_embd, the vocabulary or the image)",
+                           name, (long long)shape[i], i);
     if (strlen(name) >= ST_NAME_MAX)
         return st_fail(ST_ERR_ARG, "tensor name '%s' is longer than %d characters", name, ST_NAME_MAX - 1);
     return ST_OK;

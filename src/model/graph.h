@@ -481,6 +481,10 @@ static inline int64_t st_store_floats(int64_t count, st_precision store) {
     return store == ST_PREC_FP32 ? count : (count + 1) / 2;
 }
 
+/* The most elements a tensor may hold (256 TiB of floats): the graph
+ * refuses a shape past it, so that sums of counts in bytes cannot wrap. */
+#define ST_MAX_ELEMENTS ((int64_t)1 << 46)
+
 /* Elements of a shape. */
 static inline int64_t st_shape_count(int ndim, const int64_t *shape) {
     int64_t c = 1;

@@ -254,5 +254,18 @@ expect 2 "--max-restarts : want a number of restarts" "$bin" launch -n 2 --max-r
 expect 2 "--warmup : want a number of steps" "$bin" bench --warmup ""
 expect 2 "-n 1,2,: want rank counts" "$bin" bench -n 1,2,
 expect 2 "--out needs a directory" "$bin" report "$tmp" --out
+# sizes each in range whose product is past any memory: refused naming the tensor (they wrapped int64)
+for i in $(seq 1 50); do echo "some text $i"; done >"$tmp/s.txt"
+"$bin" data tokenize "$tmp/s.tokens" "$tmp/s.txt" >/dev/null
+expect 1 "tensor wte.out: its dimensions (1024 in dimension 2) multiply past 2^46 elements, beyond any memory" \
+    "$bin" plan --set model.type=gpt --set data.type=tokens --set model.vocab_size=256 --set model.block_size=1048576 \
+    --set model.n_head=16 --set model.n_embd=1024 --set train.batch_size=131072 --set train.micro_batch_size=131072 \
+    --set data.train="$tmp/s.tokens" --set data.val=
+# labels that are all 0: plan refuses them as train does (it planned a one-class head)
+python3 -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('>II',0x801,60000)+bytes(60000))" "$tmp/zero-labels"
+expect 1 "data.train_labels ($tmp/zero-labels) holds only label 0: a classifier needs at least 2 classes" \
+    "$bin" plan --set data.train_labels="$tmp/zero-labels" --set data.val=
+# the loss scale's floor, 2^-24 (as its documentation says), is accepted
+expect 0 "hardware" "$bin" plan --set optim.loss_scale=5.9604644775390625e-08 --set data.val=
 [ ! -e runs/default/unknown ] || fails=$((fails + 1))
 exit $((fails > 0))
