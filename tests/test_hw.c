@@ -1293,7 +1293,59 @@ static void test_gpu_health(void) {
     CHECK(st_hw_gpu_health(&some, why, sizeof why) == 0, "only the clocks read (no ECC, pre-Ampere): 0");
 }
 
+/* Ranks on this node in an srun step, from SLURM_STEP_TASKS_PER_NODE's
+ * "N(xR),M" and SLURM_NODEID (SLURM_NTASKS_PER_NODE is set only with
+ * --ntasks-per-node, and reads "4(x2)" as 4 by luck). */
+static void test_slurm_local_ranks(void) {
+    static const struct {
+        const char *list, *node, *per_node;
+        int want;
+    } cases[] =
+        {
+            {"2(x3),1", "0", NULL, 2}, {"2(x3),1", "2", NULL, 2}, {"2(x3),1", "3", NULL, 1},
+            {"4", "0", NULL, 4},       {"3,5", "1", NULL, 5},     {NULL, "0", "8", 8},
+            {"1(x2)", "5", NULL, 1}, /* (past the list: SLURM_NTASKS_PER_NODE, then 1) */
+        };
+    const char *keep[] = {"OMPI_COMM_WORLD_SIZE",      "SLURM_NTASKS",         "SLURM_STEP_ID",
+                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
+                          "SLURM_NTASKS_PER_NODE"};
+    char *saved[7];
+    for (int i = 0; i < 7; i++) {
+        const char *v = getenv(keep[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(keep[i]);
+    }
+    setenv("SLURM_NTASKS", "7", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].list)
+            setenv("SLURM_STEP_TASKS_PER_NODE", cases[k].list, 1);
+        else
+            unsetenv("SLURM_STEP_TASKS_PER_NODE");
+        setenv("SLURM_NODEID", cases[k].node, 1);
+        if (cases[k].per_node)
+            setenv("SLURM_NTASKS_PER_NODE", cases[k].per_node, 1);
+        else
+            unsetenv("SLURM_NTASKS_PER_NODE");
+        st_hw_info h;
+        CHECK_OK(st_hw_probe_host(&h));
+        CHECK(!strcmp(h.launcher, "srun") && h.world == 7 && h.local_ranks == cases[k].want,
+              "srun, tasks per node %s, node %s: %s, %d ranks, %d here (want %d)",
+              cases[k].list ? cases[k].list : "(unset)", cases[k].node, h.launcher, h.world, h.local_ranks,
+              cases[k].want);
+    }
+    for (int i = 0; i < 7; i++) {
+        if (saved[i])
+            setenv(keep[i], saved[i], 1);
+        else
+            unsetenv(keep[i]);
+        free(saved[i]);
+    }
+    printf("ok   srun: this node's ranks from SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID\n");
+}
+
 int main(void) {
+    test_slurm_local_ranks();
     test_gpu_health();
     test_cpuinfo();
     test_gpu_peak();
