@@ -279,6 +279,9 @@ int64_t *st_cuda_loss_guard(st_cuda_loss *l);
 /* As of the last read: the first step whose update the guard refused (0:
  * none) and whether its gradients' norm was NaN (else inf). */
 void st_cuda_loss_halted(const st_cuda_loss *l, int64_t *step, bool *nan);
+/* The same as of now: waits for the compute stream and reads the words
+ * alone (the sums are left for the next read). */
+st_status st_cuda_loss_halted_now(st_cuda_loss *l, int64_t *step, bool *nan);
 
 #ifdef __cplusplus
 }

@@ -125,3 +125,12 @@ extern "C" void st_cuda_loss_halted(const st_cuda_loss *l, int64_t *step, bool *
     *step = l->host->halt[0];
     *nan = l->host->halt[1] != 0;
 }
+
+extern "C" st_status st_cuda_loss_halted_now(st_cuda_loss *l, int64_t *step, bool *nan) {
+    st_device *d = l->d;
+    ST_CUDA_TRY_D(d, cudaMemcpyAsync(l->host->halt, l->acc->halt, sizeof l->host->halt,
+                                     cudaMemcpyDeviceToHost, d->compute));
+    ST_CUDA_TRY_D(d, st_cuda_stream_sync(d, d->compute));
+    st_cuda_loss_halted(l, step, nan);
+    return ST_OK;
+}

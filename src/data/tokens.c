@@ -846,14 +846,15 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     if (r.status != ST_OK) ST_GOTO(st_fail(r.status, "%s", r.msg));
     /* every shard written and synced: only now does any replace its path */
     for (int k = 0; k < r.n_out; k++) {
-        if ((s = st_atomic_commit(&r.out[k].af)) != ST_OK && k > 0) {
-            /* the shards before k replaced theirs: the pattern names a mix */
+        if ((s = st_atomic_commit(&r.out[k].af)) != ST_OK && r.n_out > 1) {
+            /* the shards before k replaced theirs (and k too, where its
+             * directory's sync failed after the rename): a mix */
             char why[1024];
             snprintf(why, sizeof why, "%s", st_last_error());
             s = st_fail(s,
-                        "%s; the shards before it are this tokenize's and it and those after it are not "
-                        "(an earlier run's, or none), so %s names a mix of the two: delete the files it "
-                        "names and tokenize again",
+                        "%s; the shards before it are this tokenize's and from it on not all are (an "
+                        "earlier run's, or none), so %s names a mix of the two: delete the files it names "
+                        "and tokenize again",
                         why, res->pattern);
         }
         if (s != ST_OK) goto fail;

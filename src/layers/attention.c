@@ -229,17 +229,22 @@ st_status st_attention(st_graph *g, const char *name, st_tensor *qkv, int64_t n_
                        (long long)n_head, (long long)C);
     /* (every product's dimension is at most T or 3C, its offsets 64-bit:
      * the (T, T) scores a CPU graph saves are memory's to bound, the
-     * planner's; the device's flash kernels keep none) */
+     * planner's; the device's flash kernels keep none. Their count is
+     * bounded all the same, on every graph (a device's prepare replaces it
+     * later), so that the sums of counts cannot wrap: 16 x ST_MAX_ELEMENTS,
+     * past any memory, where a sequence of 2^24 tokens would need more
+     * than 2^40 elements of the input alone) */
     if (T > (1 << 24) || qkv->shape[2] > INT32_MAX)
         return st_fail(ST_ERR_SHAPE,
                        "attention %s: sequence length %lld or width %lld past the kernels' 2^24 and 2^31",
                        name, (long long)T, (long long)qkv->shape[2]);
     int64_t saved;
     if (__builtin_mul_overflow(B * n_head, T * T, &saved) || saved > 16 * ST_MAX_ELEMENTS)
-        return st_fail(ST_ERR_SHAPE,
-                       "attention %s: the scores a CPU graph keeps for backward, %lld x %lld heads x %lld x "
-                       "%lld, are beyond any memory: lower the micro-batch or model.block_size",
-                       name, (long long)B, (long long)n_head, (long long)T, (long long)T);
+        return st_fail(
+            ST_ERR_SHAPE,
+            "attention %s: %lld x %lld heads x %lld x %lld scores (what a CPU graph keeps for "
+            "backward) are past 2^50, beyond any memory: lower the micro-batch or model.block_size",
+            name, (long long)B, (long long)n_head, (long long)T, (long long)T);
     int64_t shape[3] = {B, T, C};
     char oname[ST_NAME_MAX];
     snprintf(oname, sizeof oname, "%s.out", name);

@@ -76,3 +76,12 @@ void st_loss_sum_halted(const st_loss_sum *l, int64_t *step, bool *nan) {
     if (l->cu) st_cuda_loss_halted(l->cu, step, nan);
 #endif
 }
+
+st_status st_loss_sum_halted_now(st_loss_sum *l, int64_t *step, bool *nan) {
+    *step = 0;
+    *nan = false;
+#ifdef ST_HAVE_CUDA
+    if (l->cu) return st_cuda_loss_halted_now(l->cu, step, nan);
+#endif
+    return ST_OK;
+}

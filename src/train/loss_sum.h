@@ -55,5 +55,7 @@ int64_t *st_loss_sum_guard(st_loss_sum *l);
 /* As of the last read: the first step whose update the guard refused (0:
  * none), and whether its gradients' norm was NaN (else inf). */
 void st_loss_sum_halted(const st_loss_sum *l, int64_t *step, bool *nan);
+/* The same as of now (on a device: a wait for the compute stream). */
+st_status st_loss_sum_halted_now(st_loss_sum *l, int64_t *step, bool *nan);
 
 #endif

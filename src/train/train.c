@@ -899,10 +899,12 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     if (isfinite(*loss) && halted) {
         ses->agreed_error = ses->world > 1;
         if (ses->world > 1) {
-            int64_t at = halt > 0 ? halt : INT64_MAX;
+            /* (the step and its kind in one: a rank with no part of the arena
+             * to update, under ZeRO, has no words of its own) */
+            int64_t at = halt > 0 ? 2 * halt + (halt_nan ? 1 : 0) : INT64_MAX;
             ST_TRY(st_comm_all_reduce_sync(ses->comm, &at, &at, 1, ST_COMM_I64, ST_COMM_MIN,
                                            "first refused update"));
-            if (at != halt) halt_nan = false, halt = at; /* (another rank's: its kind unknown here) */
+            halt = at / 2, halt_nan = at % 2;
         }
         return st_fail(ST_ERR_NUMERIC,
                        "the gradients of step %lld are not finite (their norm is %s) while its loss was: "
@@ -983,14 +985,24 @@ static st_status own_weights_finite(const st_session *ses, bool *finite, bool *b
  * checkpoint, "" if none. */
 static st_status weights_finite_at(st_session *ses, int64_t step, const char *last) {
     bool finite = false, stats = false;
-    ST_TRY(own_weights_finite(ses, &finite, &stats));
-    if (ses->world > 1) { /* 0: a weight is not finite on some rank; 1: a statistic; 2: neither */
-        int64_t v = !finite ? 0 : !stats ? 1 : 2;
+    const st_status f = own_weights_finite(ses, &finite, &stats);
+    if (ses->world == 1) ST_TRY(f);
+    if (ses->world >
+        1) { /* -1: a rank could not look; 0: a weight is not finite; 1: a statistic; 2: neither */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", f == ST_OK ? "" : st_last_error());
+        int64_t v = f != ST_OK ? -1 : !finite ? 0 : !stats ? 1 : 2;
         ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN,
                                        "whether the weights are finite"));
+        ses->agreed_error = v < 2;
+        if (v < 0) /* (every rank here: the one that could not look says why) */
+            return f != ST_OK ? st_fail(f, "%s", why)
+                              : st_fail(ST_ERR_IO,
+                                        "another rank could not look at its weights before the checkpoint of "
+                                        "step %lld (its own message says why); no checkpoint of it was saved",
+                                        (long long)step);
         finite = v >= 1;
         stats = v == 2;
-        ses->agreed_error = v < 2;
     }
     if (finite && stats) return ST_OK;
     if (finite) /* (batch norm's output stays finite with an infinite variance: x / inf is 0) */
@@ -1079,7 +1091,8 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
  * the others wait for its outcome. */
 static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
                         st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
-                        st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_run_result *r) {
+                        st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_loss_sum *ls,
+                        st_run_result *r) {
     if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || (s == ST_ERR_INTERRUPTED && !ses->read_stopped) ||
         ses->out_dir_lost)
         return s;
@@ -1125,10 +1138,17 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         }
     }
     if (whole > saved) {
-        bool finite = false, stats = false, other = false; /* other: another rank wrote it */
+        bool finite = false, stats = false, other = false,
+             halt_nan = false; /* other: another rank wrote it */
         const st_params *pp = &m->params;
+        int64_t halt = 0;
         st_status f = own_weights_finite(ses, &finite, &stats);
-        finite = finite && stats; /* (a load refuses either: weights_finite_at) */
+        /* (a load refuses either: weights_finite_at); and updates the device's
+         * guard refused since the last read of the loss (optim.h
+         * st_optim_update) leave the weights of a step before `whole`: not
+         * its checkpoint either */
+        if (f == ST_OK) f = st_loss_sum_halted_now(ls, &halt, &halt_nan);
+        finite = finite && stats && halt == 0;
         int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
         if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look; and the
                          * first rank that found them finite */
@@ -1167,7 +1187,15 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             NOTE("another rank saved the weights and optimizer state after step %lld first, to %s",
                  (long long)whole, r->checkpoint);
         } else if (f == ST_OK && !finite) {
-            NOTE("no checkpoint of step %lld was saved: its weights are not finite", (long long)whole);
+            if (halt > 0)
+                NOTE(
+                    "no checkpoint of step %lld was saved: the gradients of step %lld were not finite (their "
+                    "norm %s), and no update was made from that step on",
+                    (long long)whole, (long long)halt, halt_nan ? "NaN" : "inf");
+            else
+                NOTE("no checkpoint of step %lld was saved: its weights or batch-norm statistics are not "
+                     "finite",
+                     (long long)whole);
         } else {
             if (f == ST_OK && (by < 0 || ses->rank == by)) {
                 ck_at(ck, whole, pos, sc);
@@ -1763,7 +1791,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                  * loss. (Offloaded, armed, without a clip: read after the
                  * update, the weights checked before a checkpoint.) */
                 grad_norm = 0;
-                ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, line ? &grad_norm : NULL,
+                /* (offloaded and clipping, the norm is read every step anyway,
+                 * or the update's host arithmetic waits for it: checked here too) */
+                const bool want = line || (opt.off && c->optim.grad_clip > 0);
+                ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, want ? &grad_norm : NULL,
                                       st_dist_sumsq_across, &dd));
                 if (!isfinite(grad_norm)) ST_GOTO(grads_not_finite(ses, &ls, step + 1, grad_norm));
             } else {
@@ -2046,7 +2077,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint);
     }
 fail:
-    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, r);
+    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, &ls, r);
     if (s != ST_OK && s != ST_ERR_INTERRUPTED && gm.dev) { /* what the driver saw on the GPU, if anything */
         char xids[1024], why[4096];
         if (st_gpu_monitor_xids(&gm, xids, sizeof xids) > 0) {

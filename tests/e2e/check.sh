@@ -81,7 +81,8 @@ echo "out_dir under a file: $(grep FAIL <<<"$out")"
 # a working directory this user cannot search (stat "." fails: it looped
 # for ever looking above "."): FAIL naming it, at once. As another user
 # than root, who can search any directory.
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [ -n "$(find "$bin" -perm -o+x)" ]; then
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
+    setpriv --reuid 65534 --regid 65534 --clear-groups "$bin" --help >/dev/null 2>&1; then
     mkdir "$tmp/sealed" && chmod 711 "$tmp"
     out=$(cd "$tmp/sealed" && chmod 000 . &&
           timeout 120 setpriv --reuid 65534 --regid 65534 --clear-groups "$bin" check 2>&1); rc=$?
@@ -89,7 +90,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [ -n "$(find "$bin" -p
     [ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +train.out_dir runs/default cannot be created: runs/default cannot be looked at \(Permission denied\); fix: " <<<"$out" ||
         fail "an unsearchable working directory: exit $rc: $(grep out_dir <<<"$out")"
 else
-    echo "an unsearchable working directory: skipped: wants root, setpriv and $bin runnable by others"
+    echo "an unsearchable working directory: skipped: wants root, setpriv and $bin runnable by another user (its folders searchable)"
 fi
 
 mkdir "$tmp/nobin"

@@ -16,6 +16,8 @@
 #     step 1; lower optim.lr", no checkpoint (step 4's read stops the run);
 #     before the guard, such a run went on with NaN weights and stopped at
 #     step 4 naming the loss of step 3.
+#     With optim.offload the norm is read on the host each step: the run
+#     stops before step 2's update, naming it.
 #  2. Two GPUs (scaletrain launch, NCCL), zero1, the overflow on rank 1
 #     alone: the clip's norm is the global one, so every rank names step 2.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -62,6 +64,17 @@ for ((n = c2; n > c1 && ${#halts[@]} < 2; n--)); do
 done
 [ ${#halts[@]} -eq 2 ] || fail "no two of step 2's products gave the guard's stop (${halts[*]}): the guard is untested"
 echo "the guard stopped the runs of products ${halts[*]}"
+# 1b. optim.offload (the update is the host's): the clip's norm is read on
+# the host every step, so the run stops before the update, naming it (the
+# host's update made the weights NaN: inf x the clip's factor 0)
+if [ ${#halts[@]} -gt 0 ]; then
+    n=${halts[0]} out="$tmp/off"
+    ST_OVERFLOW_SGEMM_AT=$n LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 300 "$bin" "${run[@]}" --set optim.offload=true \
+        --set train.steps=8 --set train.out_dir="$out" >"$out.log" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -qE "the gradients of step 2 are not finite \(their norm is (inf|NaN)\) while its loss, [0-9.e+-]+, was: backward overflowed; the weights were not updated and are those after step 1; lower optim.lr$" "$out.log" ||
+        fail "offloaded, N=$n: exit $rc: $(grep -i error "$out.log" | head -2)"
+fi
 
 # 2. two ranks, zero1, the overflow on rank 1 alone, in step 2's last product
 if ! command -v mpirun >/dev/null; then
@@ -72,15 +85,21 @@ else
     c2=$(products 2 zero1)
     [ -n "$c1" ] && [ -n "$c2" ] && [ "$c2" -gt "$c1" ] ||
         fail "two GPUs: could not count the products (got '$c1' and '$c2')"
-    ST_OVERFLOW_SGEMM_AT=${c2:-0} ST_OVERFLOW_SGEMM_RANK=1 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 300 \
-        "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.steps=8 --set dist.strategy=zero1 \
-        --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] || fail "two GPUs, N=$c2 on rank 1: exit 0"
-    for r in 0 1; do
-        grep -qE "rank $r.*$want" "$tmp/two.log" ||
-            fail "two GPUs, N=$c2 on rank 1: rank $r does not name step 2: $(grep -i error "$tmp/two.log" | head -3)"
+    # (from the step's last product down, as above, past those whose inf vanished)
+    for ((n = ${c2:-0}, got = 0; n > ${c1:-0} && n > c2 - 6 && !got; n--)); do
+        rm -rf "$tmp/two"
+        ST_OVERFLOW_SGEMM_AT=$n ST_OVERFLOW_SGEMM_RANK=1 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 300 \
+            "$bin" launch -n 2 --cores-per-rank 1 "${run[@]}" --set train.steps=8 --set dist.strategy=zero1 \
+            --set train.out_dir="$tmp/two" >"$tmp/two.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && grep -qE "$want" "$tmp/two.log" || continue
+        got=1
+        for r in 0 1; do
+            grep -qE "rank $r.*$want" "$tmp/two.log" ||
+                fail "two GPUs, N=$n on rank 1: rank $r does not name step 2: $(grep -i error "$tmp/two.log" | head -3)"
+        done
+        [ -z "$(ls "$tmp/two/ckpt" 2>/dev/null | grep -E '^step-')" ] || fail "two GPUs: a checkpoint was saved"
     done
-    [ -z "$(ls "$tmp/two/ckpt" 2>/dev/null | grep -E '^step-')" ] || fail "two GPUs: a checkpoint was saved"
+    [ "$got" = 1 ] || fail "two GPUs: none of step 2's last products on rank 1 stopped the run naming it: $(grep -i error "$tmp/two.log" | head -3)"
 fi
 e2e_finish "on a device, gradients that overflowed stop the updates and the run, naming their step"

@@ -135,7 +135,7 @@ if ST_VANISH_RENAME_EIO=h-000001.tokens LD_PRELOAD="$tmp/vanish.so" "$bin" data 
     echo "a tokenize whose second rename failed succeeded"
     exit 1
 fi
-grep -q "h-000001.tokens: cannot rename .* over it: Input/output error; the shards before it are this tokenize's and it and those after it are not (an earlier run's, or none), so .*h-\*.tokens names a mix of the two: delete the files it names and tokenize again" \
+grep -q "h-000001.tokens: cannot rename .* over it: Input/output error; the shards before it are this tokenize's and from it on not all are (an earlier run's, or none), so .*h-\*.tokens names a mix of the two: delete the files it names and tokenize again" \
     "$tmp/half.txt" || { cat "$tmp/half.txt"; exit 1; }
 [ -z "$(find "$tmp/half" -name '*.tmp.*')" ] || { echo "temporary files left: $(ls "$tmp/half")"; exit 1; }
 # a pattern that names nothing
