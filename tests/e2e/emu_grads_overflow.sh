@@ -24,23 +24,14 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_tmpdir
 source "$(dirname "$0")/../lib/tiny_gpt.sh"
-cc -O1 -shared -fPIC -o "$tmp/overflow_sgemm.so" "$(dirname "$0")/../lib/overflow_sgemm.c" -ldl ||
-    e2e_skip "tests/lib/overflow_sgemm.c does not build (apt-get install gcc libopenblas-dev)"
+source "$(dirname "$0")/../lib/overflow.sh"
 run+=(--set train.device=cuda --set optim.grad_clip=1 --set log.every=100 --set train.eval_every=0
       --set train.checkpoint_every=4 --set train.keep_checkpoints=0 --quiet)
 want="the gradients of step 2 are not finite \(their norm is (inf|NaN)\) while its loss was: backward overflowed; no update was made from that step on, so the weights are those after step 1; lower optim.lr$"
 
-# products ran by a run of S steps [on two ranks, strategy: rank 1's]
-products() {
-    local two=()
-    [ $# -gt 1 ] && two=(launch -n 2 --cores-per-rank 1)
-    ST_OVERFLOW_SGEMM_AT=100000000 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 300 "$bin" "${two[@]}" "${run[@]}" \
-        --set train.steps="$1" ${2:+--set dist.strategy=$2} --set train.out_dir="$tmp/count$1$#" 2>&1 |
-        sed -nE 's/^(\[rank 1\] )?overflow_sgemm: .*no overflow, ([0-9]+) products ran$/\2/p' | tail -n 1
-}
 ST_CUDAEMU_DEVICES=1
-c1=$(products 1)
-c2=$(products 2)
+c1=$(overflow_products 1)
+c2=$(overflow_products 2)
 [ -n "$c1" ] && [ -n "$c2" ] && [ "$c2" -gt "$c1" ] || fail "could not count the products (got '$c1' and '$c2')"
 echo "$((c2 - c1)) products a step; step 2's are $((c1 + 1))..$c2"
 
@@ -81,8 +72,8 @@ if ! command -v mpirun >/dev/null; then
     echo "two GPUs: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 else
     export ST_CUDAEMU_DEVICES=2
-    c1=$(products 1 zero1)
-    c2=$(products 2 zero1)
+    c1=$(overflow_products 1 zero1)
+    c2=$(overflow_products 2 zero1)
     [ -n "$c1" ] && [ -n "$c2" ] && [ "$c2" -gt "$c1" ] ||
         fail "two GPUs: could not count the products (got '$c1' and '$c2')"
     # (from the step's last product down, as above, past those whose inf vanished)

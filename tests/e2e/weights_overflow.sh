@@ -28,21 +28,12 @@ source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
 source "$(dirname "$0")/../lib/tiny_gpt.sh"
-cc -O1 -shared -fPIC -o "$tmp/overflow_sgemm.so" "$(dirname "$0")/../lib/overflow_sgemm.c" -ldl ||
-    e2e_skip "tests/lib/overflow_sgemm.c does not build (apt-get install gcc libopenblas-dev)"
+source "$(dirname "$0")/../lib/overflow.sh"
 run+=(--set log.peak_gflops=1 --set train.eval_every=0 --set train.checkpoint_every=1
       --set train.keep_checkpoints=0 --quiet)
 
-# products ran by a run of S steps [on two ranks: rank 1's]
-products() {
-    local two=()
-    [ $# -gt 1 ] && two=(launch -n 2 --cores-per-rank 1)
-    ST_OVERFLOW_SGEMM_AT=100000000 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 120 "$bin" "${two[@]}" "${run[@]}" \
-        --set train.steps="$1" ${2:+--set dist.strategy=$2} --set train.out_dir="$tmp/count$1$#" 2>&1 |
-        sed -nE 's/^(\[rank 1\] )?overflow_sgemm: .*no overflow, ([0-9]+) products ran$/\2/p' | tail -n 1
-}
-c1=$(products 1)
-c2=$(products 2)
+c1=$(overflow_products 1)
+c2=$(overflow_products 2)
 [ -n "$c1" ] && [ -n "$c2" ] && [ "$c2" -gt "$c1" ] || e2e_skip "could not count the products (got '$c1' and '$c2')"
 per=$((c2 - c1))
 first=$((c1 + 1)) last=$((c1 + per)) # step 2's products
@@ -125,8 +116,8 @@ fi
 if ! command -v mpirun >/dev/null; then
     echo "two ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 else
-    c1=$(products 1 zero1)
-    c2=$(products 2 zero1)
+    c1=$(overflow_products 1 zero1)
+    c2=$(overflow_products 2 zero1)
     [ -n "$c1" ] && [ -n "$c2" ] && [ "$c2" -gt "$c1" ] || fail "two ranks: could not count the products (got '$c1' and '$c2')"
     n=${c2:-0}
     ST_OVERFLOW_SGEMM_AT=$n ST_OVERFLOW_SGEMM_RANK=1 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 120 \
@@ -151,13 +142,9 @@ fi
 cnn=(train --set model.type=cnn --set model.channels=[4] --set model.pool=[1] --set model.batchnorm=true
      --set train.batch_size=4 --set train.threads=1 --set data.num_workers=0 --set data.val= --set train.device=cpu
      --set train.eval_every=0 --set train.checkpoint_every=1 --set train.keep_checkpoints=0 --set log.peak_gflops=1 --quiet)
-count() {
-    ST_OVERFLOW_SGEMM_AT=100000000 LD_PRELOAD="$tmp/overflow_sgemm.so" timeout 120 "$bin" "${cnn[@]}" \
-        --set train.steps="$1" --set train.out_dir="$tmp/cnncount$1" 2>&1 |
-        sed -nE 's/^overflow_sgemm: .*no overflow, ([0-9]+) products ran$/\1/p' | tail -n 1
-}
-c1=$(count 1)
-c2=$(count 2)
+run=("${cnn[@]}") # (what overflow_products runs)
+c1=$(overflow_products 1)
+c2=$(overflow_products 2)
 if [ -z "$c1" ] || [ -z "$c2" ] || [ "$c2" -le "$c1" ]; then
     fail "cnn: could not count the products (got '$c1' and '$c2')"
 else
