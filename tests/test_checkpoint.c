@@ -4,6 +4,7 @@
  * files (bad JSON, a flipped byte, a truncated file) named in errors; the
  * fallback of `auto`; an optimizer of another kind refused; the check of
  * the room for checkpoints on out_dir's filesystem. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,28 @@ int main(void) {
         if (ta->kind != ST_TENSOR_PARAM) continue;
         CHECK(memcmp(oa.m + ta->offset, ob.m + tb->offset, nbytes) == 0, "m.%s differs", ta->name);
         CHECK(memcmp(oa.v + ta->offset, ob.v + tb->offset, nbytes) == 0, "v.%s differs", ta->name);
+    }
+
+    /* step-3 saved again (a resumed run saving the same step): replaced
+     * whole, no other folder left beside it */
+    {
+        st_ckpt_state st = {
+            .step = 3, .pos = {1, 3, 0}, .seed = 5, .batch_size = 128, .optim_world = 1, .samples = 2003};
+        CHECK_OK(st_ckpt_save(&cfg, a, &oa, &st, NULL, saved, sizeof saved));
+        CHECK_OK(st_ckpt_find(cfg.train.out_dir, "auto", NULL, dir, sizeof dir, &found, NULL));
+        st_ckpt_state again = {0};
+        CHECK_OK(st_ckpt_load(dir, b, &ob, &again));
+        CHECK(found && strstr(dir, "step-3") && again.samples == 2003, "step-3 saved again: %s, samples %lld",
+              dir, (long long)again.samples);
+        snprintf(path, sizeof path, "%s/run/ckpt", root);
+        DIR *dd = opendir(path);
+        int others = 0;
+        for (struct dirent *e; dd && (e = readdir(dd));)
+            others += e->d_name[0] != '.' && strcmp(e->d_name, "latest") && strcmp(e->d_name, "step-2") &&
+                      strcmp(e->d_name, "step-3");
+        if (dd) closedir(dd);
+        CHECK(dd && others == 0, "%d folders beside latest, step-2 and step-3 after saving step-3 again",
+              others);
     }
 
     /* A crash after step-3's rename, before `latest` was written: latest

@@ -304,12 +304,22 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     }
     ST_TRY(write_state(tmp, cfg, state, fl, nf));
     ST_TRY(st_fsync_dir(tmp));
-    /* A checkpoint of the same step (a resumed run saving again) is replaced. */
-    remove_dir(final);
-    if (rename(tmp, final) != 0)
+    /* A checkpoint of the same step (a resumed run saving again) is replaced:
+     * exchanged with the new one in one rename, so that a crash leaves one
+     * of the two whole under its name (the old then in tmp, which the next
+     * save sweeps); where the file system has no exchange (NFS), removed
+     * first. */
+    struct stat sb;
+    bool swapped = false;
+    if (lstat(final, &sb) == 0) {
+        swapped = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0;
+        if (!swapped) remove_dir(final);
+    }
+    if (!swapped && rename(tmp, final) != 0)
         return st_fail(ST_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     *committed = true; /* whole from here: find_latest takes a folder newer than `latest` */
     ST_TRY(st_fsync_dir(ckdir));
+    if (swapped) remove_dir(tmp); /* (the old one) */
     snprintf(path, sizeof path, "%s/latest", ckdir);
     st_atomic_file af;
     ST_TRY(st_atomic_open(&af, path));
