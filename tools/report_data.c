@@ -81,8 +81,8 @@ void rp_metrics_free(rp_metrics *m) {
 
 /* One line (NUL-terminated, no newline) into m. */
 static st_status take_line(rp_metrics *m, const char *path, int lineno, const char *line, double *last_time) {
-    cJSON *o = cJSON_ParseWithOpts(line, NULL,
-                                   true); /* (nothing after the object: two lines run together are not one) */
+    /* (nothing after the object: two lines run together are not one) */
+    cJSON *o = cJSON_ParseWithOpts(line, NULL, true);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return st_fail(ST_ERR_FORMAT, "%s:%d: not a JSON object (%.60s%s); fix or delete that line", path,

@@ -987,8 +987,8 @@ static st_status weights_finite_at(st_session *ses, int64_t step, const char *la
     bool finite = false, stats = false;
     const st_status f = own_weights_finite(ses, &finite, &stats);
     if (ses->world == 1) ST_TRY(f);
-    if (ses->world >
-        1) { /* -1: a rank could not look; 0: a weight is not finite; 1: a statistic; 2: neither */
+    if (ses->world > 1) {
+        /* -1: a rank could not look; 0: a weight is not finite; 1: a statistic; 2: neither */
         char why[1024];
         snprintf(why, sizeof why, "%s", f == ST_OK ? "" : st_last_error());
         int64_t v = f != ST_OK ? -1 : !finite ? 0 : !stats ? 1 : 2;
@@ -1005,19 +1005,14 @@ static st_status weights_finite_at(st_session *ses, int64_t step, const char *la
         stats = v == 2;
     }
     if (finite && stats) return ST_OK;
-    if (finite) /* (batch norm's output stays finite with an infinite variance: x / inf is 0) */
-        return st_fail(
-            ST_ERR_NUMERIC,
-            "the batch-norm running statistics became non-finite by step %lld, whose loss was "
-            "finite (an activation's square overflowed); no checkpoint of step %lld was saved%s%s%s; "
-            "%s",
-            (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
-            last[0] ? ", is whole)" : "", numeric_fix(ses->cfg));
+    /* (batch norm's output stays finite with an infinite variance: x / inf is 0) */
     return st_fail(ST_ERR_NUMERIC,
-                   "the weights became non-finite in the update of step %lld, whose loss was finite (a "
-                   "gradient overflowed); no checkpoint of step %lld was saved%s%s%s; %s",
-                   (long long)step, (long long)step, last[0] ? " (the last one, " : "", last,
-                   last[0] ? ", is whole)" : "", numeric_fix(ses->cfg));
+                   "%s %lld, whose loss was finite (%s); no checkpoint of step %lld was saved%s%s%s; %s",
+                   finite ? "the batch-norm running statistics became non-finite by step"
+                          : "the weights became non-finite in the update of step",
+                   (long long)step, finite ? "an activation's square overflowed" : "a gradient overflowed",
+                   (long long)step, last[0] ? " (the last one, " : "", last, last[0] ? ", is whole)" : "",
+                   numeric_fix(ses->cfg));
 }
 
 /* Where a rank alone cannot save what the run finished when its data fails
@@ -1786,13 +1781,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
              * gradient's, or the shards' summed), outside deterministic mode. */
             if (dev && !dd.deterministic) {
                 /* A norm read now that is not finite stops the run before
-                 * the update; a clip's, not read, halts the updates on the
-                 * device (the guard: st_optim_update), to be read with the
-                 * loss. (Offloaded, armed, without a clip: read after the
-                 * update, the weights checked before a checkpoint.) */
+                 * the update: a logged one, and offloaded with a clip every
+                 * one (read anyway, or the host's update waits for it). A
+                 * clip's norm not read halts the updates on the device (the
+                 * guard: st_optim_update), to be read with the loss.
+                 * (Offloaded, armed, without a clip: read after the update,
+                 * the weights checked before a checkpoint.) */
                 grad_norm = 0;
-                /* (offloaded and clipping, the norm is read every step anyway,
-                 * or the update's host arithmetic waits for it: checked here too) */
                 const bool want = line || (opt.off && c->optim.grad_clip > 0);
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, want ? &grad_norm : NULL,
                                       st_dist_sumsq_across, &dd));
