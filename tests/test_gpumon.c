@@ -114,7 +114,7 @@ static void test_metrics_record(void) {
         return;
     }
     st_metrics m;
-    CHECK_OK(st_metrics_open(&m, dir, 0, true, NULL));
+    CHECK_OK(st_metrics_open(&m, dir, 0, true, true, NULL));
     st_metrics_step s = {0};
     s.step = 10;
     s.loss = 2.5;

@@ -166,7 +166,7 @@ static void metrics_match_events(void) {
     char dir[] = "/tmp/st_tb_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     st_metrics m;
-    CHECK_OK(st_metrics_open(&m, dir, 0, true, NULL));
+    CHECK_OK(st_metrics_open(&m, dir, 0, true, true, NULL));
     const double wait_ms = 0.00082249971455894411, loss = 2.3025850929940459;
     st_metrics_step ms = {.step = 2, .loss = loss, .data_wait_ms = wait_ms};
     CHECK_OK(st_metrics_step_write(&m, &ms));

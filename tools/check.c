@@ -572,7 +572,7 @@ static void check_out_dir(report *r, const char *out_dir) {
          * is meant), or checkpoints the storage does not read (both refuse) */
         int aside;
         int64_t aside_step;
-        const st_status s = st_ckpt_new_run_check(out_dir, &aside, &aside_step);
+        const st_status s = st_ckpt_new_run_check(out_dir, NULL, &aside, &aside_step);
         if (s == ST_ERR_CONFIG)
             line(r, "warn", "out_dir", "%s is writable, and a new run there is refused: %s", out_dir,
                  st_last_error());

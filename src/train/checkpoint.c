@@ -1410,7 +1410,36 @@ void st_ckpt_remove_all(const char *out_dir) {
     remove_dir(ckdir);
 }
 
-st_status st_ckpt_new_run_check(const char *out, int *aside, int64_t *aside_step) {
+bool st_ckpt_same_path(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, size_t size) {
+    if (size) folder[0] = '\0';
+    if (strcmp(spec, "auto") == 0) return false;
+    char where[PATH_CAP], own[PATH_CAP];
+    const st_ckpt_kind k = st_ckpt_classify(spec, where, sizeof where);
+    st_clear_error();
+    if (k == ST_CKPT_NONE) return false;
+    if (k == ST_CKPT_ONE) { /* (its parent: where is the step's folder) */
+        size_t n = strlen(where);
+        while (n > 1 && where[n - 1] == '/')
+            where[--n] = '\0';
+        char *slash = strrchr(where, '/');
+        if (!slash)
+            snprintf(where, sizeof where, ".");
+        else if (slash == where)
+            where[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    snprintf(folder, size, "%s", where);
+    snprintf(own, sizeof own, "%s/ckpt", out_dir);
+    return !st_ckpt_same_path(where, own);
+}
+
+st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *aside, int64_t *aside_step) {
     char ckdir[PATH_CAP], dir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out);
     int64_t *steps = NULL;
@@ -1437,6 +1466,14 @@ st_status st_ckpt_new_run_check(const char *out, int *aside, int64_t *aside_step
                            : "set aside checkpoints it could not read, which may be an unfinished "
                              "run's");
     }
+    if (good && (st.run_steps < 0 || st.step < st.run_steps) && resume_from)
+        return st_fail(
+            ST_ERR_CONFIG,
+            "--resume continues the run of %s, but train.out_dir %s holds another, unfinished run: "
+            "its latest good checkpoint, %s, is at step %lld of %lld, and the two runs' "
+            "checkpoints would mix. Give the resumed run another train.out_dir; or continue that "
+            "run with --resume auto, or remove %s (nothing was written)",
+            resume_from, out, dir, (long long)st.step, (long long)st.run_steps, ckdir);
     if (good && (st.run_steps < 0 || st.step < st.run_steps))
         return st_fail(ST_ERR_CONFIG,
                        "train.out_dir %s holds an unfinished run: its latest good checkpoint, %s, is at step "

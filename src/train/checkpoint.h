@@ -164,13 +164,27 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
  * out_dir and its runs are throwaway (scaletrain bench). */
 void st_ckpt_remove_all(const char *out_dir);
 
-/* What a new run (no --resume) finds in out_dir/ckpt: none, or a finished
- * run's (or only damaged ones), which it sets aside (*aside checkpoints, the
- * latest good one's step in *aside_step, -1 when none is good): ST_OK. An
- * unfinished run's (its latest good checkpoint short of its train.steps):
- * ST_ERR_CONFIG, naming --resume auto. Checkpoints it cannot list or read
- * (the storage): that error, since they may be an unfinished run's. */
-st_status st_ckpt_new_run_check(const char *out_dir, int *aside, int64_t *aside_step);
+/* What a new run (no --resume, or resume_from: a --resume naming another
+ * folder's checkpoint, st_ckpt_resume_source) finds in out_dir/ckpt: none,
+ * or a finished run's (or only damaged ones), which it sets aside (*aside
+ * checkpoints, the latest good one's step in *aside_step, -1 when none is
+ * good): ST_OK. An unfinished run's (its latest good checkpoint short of its
+ * train.steps): ST_ERR_CONFIG, naming --resume auto. Checkpoints it cannot
+ * list or read (the storage): that error, since they may be an unfinished
+ * run's. */
+st_status st_ckpt_new_run_check(const char *out_dir, const char *resume_from, int *aside,
+                                int64_t *aside_step);
+
+/* Where a --resume spec's checkpoint lies: its checkpoint folder (the one
+ * that holds step-N) into folder, and true when that is not out_dir/ckpt
+ * (another run's out_dir, a copy elsewhere, out_dir/ckpt.previous): out_dir's
+ * own checkpoints are then not that run's, and a resume into it is a new run
+ * there as far as they go (st_ckpt_new_run_check). False for auto and for a
+ * spec that names no checkpoint (the resume's search says what is wrong). */
+bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, size_t size);
+
+/* True when paths a and b name the same existing file or folder. */
+bool st_ckpt_same_path(const char *a, const char *b);
 
 /* A new run in the out_dir of a finished one: its checkpoint folder becomes
  * out_dir/ckpt.previous (an older one there is removed first), so that the

@@ -108,13 +108,15 @@ static st_status drop_after(const char *path, int64_t step, bool *eval_at_step) 
     return s;
 }
 
-static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard) {
+static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_step, bool own,
+                            bool tensorboard) {
     char path[4096];
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return st_fail(ST_ERR_IO, "%s: cannot create directory (train.out_dir): %s", out_dir, strerror(errno));
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    if (resume_step > 0) ST_TRY(drop_after(path, resume_step, &m->eval_at_resume));
-    m->f = fopen(path, resume_step > 0 ? "a" : "w");
+    const bool keep = resume_step > 0 && own;
+    if (keep) ST_TRY(drop_after(path, resume_step, &m->eval_at_resume));
+    m->f = fopen(path, keep ? "a" : "w");
     if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     m->t0 = st_now();
     m->resumed_from = resume_step;
@@ -128,13 +130,13 @@ static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_s
     return ST_OK;
 }
 
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard,
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool own, bool tensorboard,
                           st_watch *watch) {
     memset(m, 0, sizeof *m);
     snprintf(m->what, sizeof m->what, "opening %s/metrics.jsonl%s", out_dir,
              tensorboard ? " and a TensorBoard event file" : "");
     st_watch_begin(watch, m->what);
-    const st_status s = open_files(m, out_dir, resume_step, tensorboard);
+    const st_status s = open_files(m, out_dir, resume_step, own, tensorboard);
     st_watch_end(watch);
     m->watch = watch;
     snprintf(m->what, sizeof m->what, "writing to %s/metrics.jsonl%s", out_dir,

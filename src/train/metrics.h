@@ -41,15 +41,18 @@ typedef struct st_metrics_step {
 } st_metrics_step;
 
 /* Open out_dir/metrics.jsonl (creating out_dir's last component if needed):
- * truncated for a new run (resume_step 0); for a run resumed at resume_step,
- * kept up to that step (later lines, from a run that died after its last
- * checkpoint, are dropped) and appended to. With tensorboard, also start a new
+ * truncated for a new run (resume_step 0), and for one resumed from another
+ * folder's checkpoint (!own: the lines there are another run's; this run's
+ * before resume_step are in its own folder); for a run resumed at
+ * resume_step from out_dir's own checkpoints, kept up to that step (later
+ * lines, from a run that died after its last checkpoint, are dropped) and
+ * appended to. With tensorboard, also start a new
  * event file whose SessionLog START at resume_step + 1 makes TensorBoard drop
  * older files' events from that step on (the same lines dropped here).
  * watch (borrowed, may be NULL): a stall watch over the opening and each
  * line's writes, so that storage that stopped answering ends the run with a
  * message, not a wait without end (train.c's store watch). */
-st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool tensorboard,
+st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_step, bool own, bool tensorboard,
                           st_watch *watch);
 
 /* Append one step line; to TensorBoard every number but step and time, as

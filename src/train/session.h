@@ -33,6 +33,7 @@ typedef struct st_session {
      * to move to ckpt.previous where this run first writes */
     int aside_ckpts;
     int64_t aside_step;
+    bool resume_elsewhere; /* rank 0: --resume named another folder's checkpoint (st_ckpt_resume_source) */
     bool has_train, has_val;
     st_model *model;
     st_model_graph eval_graph;

@@ -258,8 +258,11 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
  * run first writes: a run refused later, its --init not loading, moves
  * nothing), so that the two runs' checkpoints never mix: pruning and
  * --resume's fallback go by step number, and would keep the old run's later
- * steps over the new run's. Rank 0 looks (out_dir is one directory for all
- * ranks); every rank returns its outcome. */
+ * steps over the new run's. The same for a --resume that names another
+ * folder's checkpoint (st_ckpt_resume_source): out_dir's are not that run's,
+ * and its own later steps' would be moved aside as abandoned by it, its
+ * earlier ones pruned as its own. Rank 0 looks (out_dir is one directory for
+ * all ranks); every rank returns its outcome. */
 static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     st_status s = ST_OK;
     const char *out = ses->cfg->train.out_dir;
@@ -273,8 +276,23 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
      * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
      * yet, and say who holds them. */
     if (ses->rank == 0 && ses->save) s = st_ckpt_lock_out_dir(out, false, &ses->out_lock_fd);
-    if (s == ST_OK && ses->rank == 0 && ses->save && !opts->resume)
-        s = st_ckpt_new_run_check(out, &ses->aside_ckpts, &ses->aside_step);
+    char from[4096] = ""; /* (a --resume from another folder: that folder) */
+    const bool elsewhere = s == ST_OK && ses->rank == 0 && ses->save && opts->resume &&
+                           st_ckpt_resume_source(out, opts->resume, from, sizeof from);
+    ses->resume_elsewhere = elsewhere;
+    if (s == ST_OK && ses->rank == 0 && ses->save && (!opts->resume || elsewhere))
+        s = st_ckpt_new_run_check(out, elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
+    if (s == ST_OK && elsewhere && ses->aside_ckpts) { /* (setting aside removes ckpt.previous first) */
+        char prev[4200];
+        snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
+        if (st_ckpt_same_path(from, prev))
+            s = st_fail(ST_ERR_CONFIG,
+                        "--resume %s names a checkpoint in %s, but train.out_dir %s/ckpt holds a finished "
+                        "run's checkpoints, which would be set aside there in its place: move %s elsewhere "
+                        "and resume from there, or give the resumed run another train.out_dir (nothing was "
+                        "written)",
+                        opts->resume, prev, out, prev);
+    }
     if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;
@@ -297,7 +315,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
 
 /* The checkpoints check_out_dir found of a run before this one, moved to
  * out_dir/ckpt.previous, saying so: rank 0, where the run first writes. */
-static st_status set_aside_previous(st_session *ses) {
+static st_status set_aside_previous(st_session *ses, int64_t start) {
     if (!ses->aside_ckpts) return ST_OK;
     const char *out = ses->cfg->train.out_dir;
     char what[4200], dir[4096], aside[4700];
@@ -310,8 +328,8 @@ static st_status set_aside_previous(st_session *ses) {
         snprintf(aside, sizeof aside,
                  "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at step "
                  "%lld): its checkpoints are now in %s (replacing any there before); this run starts from "
-                 "step 0 and replaces its model.safetensors and metrics\n",
-                 out, (long long)ses->aside_step, dir);
+                 "step %lld and replaces its model.safetensors and metrics\n",
+                 out, (long long)ses->aside_step, dir, (long long)start);
     else
         snprintf(
             aside, sizeof aside,
@@ -1569,7 +1587,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
         ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
         st_ckpt_sweep_leftovers(c->train.out_dir); /* (a killed run's temporary files; the lock is ours) */
-        ST_GOTO(set_aside_previous(ses)); /* (a run started over a finished one) */
+        ST_GOTO(set_aside_previous(ses, start));   /* (a run started over a finished one) */
         if (opts->resume) { /* its own later checkpoints are the trajectory it leaves */
             int moved;
             char names[1024];
@@ -1585,7 +1603,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         c->train.out_dir, aside);
             }
         }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, c->log.tensorboard, ses->store_watch));
+        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, !ses->resume_elsewhere, c->log.tensorboard,
+                                ses->store_watch));
     }
     if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));
     if (dist) {

@@ -26,6 +26,9 @@
 #   checkpoint's weights, --init not read (said).
 # - A resume with train.seed, the data order or the optimizer's schedule
 #   and decay changed says so with both values.
+# - A resume from another folder's checkpoint into an out_dir holding a
+#   third run's checkpoints: refused when that run is unfinished; a finished
+#   one's set aside in ckpt.previous, its metrics not kept.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load) moves nothing.
@@ -89,6 +92,42 @@ for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
         echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
         fail "--resume $from: the weights differ from 12 steps in one go"
 done
+# --resume naming another folder's checkpoint, into an out_dir that holds a
+# third run's checkpoints: those are not the resumed run's. An unfinished
+# run's refuse it, naming both, nothing written; a finished run's are set
+# aside in ckpt.previous as for a new run (not moved to ckpt.abandoned as the
+# resumed run's own later steps, with `latest` removed), and its
+# metrics.jsonl is not kept as the resumed run's first steps.
+timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=4 --set train.checkpoint_every=2 \
+    --set train.out_dir="$tmp/third" || fail "third: 4 steps"
+rm -r "$tmp/third/ckpt/step-4" && echo step-2 >"$tmp/third/ckpt/latest" # (stopped at step 2 of 4)
+tree() { (cd "$1" && find . | sort && find . -type f -exec md5sum {} + | sort); }
+before=$(tree "$tmp/third")
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/third" \
+    --resume "$tmp/from/ckpt/step-6" 2>&1) && fail "--resume into an out_dir holding another, unfinished run ran"
+grep -qF "error: --resume continues the run of $tmp/from/ckpt, but train.out_dir $tmp/third holds another, unfinished run: its latest good checkpoint, $tmp/third/ckpt/step-2, is at step 2 of 4, and the two runs' checkpoints would mix. Give the resumed run another train.out_dir; or continue that run with --resume auto, or remove $tmp/third/ckpt (nothing was written)" <<<"$out" ||
+    fail "--resume into an out_dir holding another, unfinished run: no clear refusal: $out"
+[ "$(tree "$tmp/third")" = "$before" ] ||
+    fail "--resume into an out_dir holding another, unfinished run changed it: $(ls -R "$tmp/third")"
+cp -r "$tmp/mlp/full" "$tmp/done" # (12 steps, finished; its metrics from step 1)
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/done" \
+    --resume "$tmp/from" 2>&1) || fail "--resume into a finished run's out_dir: $out"
+grep -qF "scaletrain: warning: train.out_dir $tmp/done holds a finished run (the latest checkpoint at step 12): its checkpoints are now in $tmp/done/ckpt.previous (replacing any there before); this run starts from step 6" <<<"$out" ||
+    fail "--resume into a finished run's out_dir: its checkpoints not set aside, said: $out"
+! grep -q "abandoned" <<<"$out" && [ ! -e "$tmp/done/ckpt.abandoned" ] && [ -d "$tmp/done/ckpt.previous/step-12" ] &&
+    [ "$(cat "$tmp/done/ckpt/latest")" = step-12 ] || fail "--resume into a finished run's out_dir: $(ls -R "$tmp/done")"
+first=$(head -1 "$tmp/done/metrics.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])')
+[ "$first" = 7 ] || fail "--resume into a finished run's out_dir: its metrics.jsonl starts at step $first, not 7"
+cmp -s "$tmp/mlp/full/model.safetensors" "$tmp/done/model.safetensors" &&
+    echo "--resume from another folder into a third run's out_dir: an unfinished one refuses it; a finished one's checkpoints set aside, its metrics not kept" ||
+    fail "--resume into a finished run's out_dir: the weights differ from 12 steps in one go"
+# (from its own ckpt.previous, with a finished run in ckpt: setting that one
+# aside would replace the checkpoint resumed from)
+before=$(tree "$tmp/done")
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=14 --set train.out_dir="$tmp/done" \
+    --resume "$tmp/done/ckpt.previous" 2>&1) && fail "--resume from ckpt.previous over a finished run ran"
+grep -qF "error: --resume $tmp/done/ckpt.previous names a checkpoint in $tmp/done/ckpt.previous, but train.out_dir $tmp/done/ckpt holds a finished run's checkpoints, which would be set aside there in its place: move $tmp/done/ckpt.previous elsewhere and resume from there, or give the resumed run another train.out_dir (nothing was written)" <<<"$out" &&
+    [ "$(tree "$tmp/done")" = "$before" ] || fail "--resume from ckpt.previous over a finished run: $out"
 # --init of a run's out_dir: its final weights, unless a checkpoint there is
 # newer (a later run, resumed past the end and stopped, or started over it
 # and not finished: final weights older than it, made so here by their mtime)
