@@ -56,7 +56,10 @@ declare -A slow=(
     [test_hw_memory]="measures the memory of full training runs: over ten minutes emulated, and the memory model is the same on both"
     [test_blas]="its products (three thread counts, up to 32768 rows) take 95 s emulated; the parity test and the training run below make the same st_sgemm calls"
     [test_parity]="run below with its driver under qemu (its runner starts itself, which needs binfmt_misc)"
-    [test_sample]="110 s emulated (0.4 s on x86-64: qemu runs each FMA through software), nearly all of it st_generate's forwards, whose arithmetic test_model and the parity test run; the draws themselves are plain C"
+    [test_sample]="110 s emulated (0.4 s on x86-64: qemu runs each FMA through software), nearly all of it st_generate's forwards, whose arithmetic the parity test runs; the draws themselves are plain C"
+    [test_model]="70 s emulated (1 s on x86-64), most of it making GPT-2 124M's 124 M parameters to count and name them; the parity test's mlp, cnn and gpt training steps run the models' arithmetic, and step 4 saves and reads weights"
+    [test_grad_conv2d]="65 s emulated: finite differences over every kernel size, stride and padding; the parity test's conv2d cases (im2col, 1x1 and the Winograd path) check the same layer against PyTorch"
+    [test_grad_lives]="40 s emulated: the placement of activations and gradients it checks is plain C, the same on both; the training steps it compares bit for bit run the arithmetic the parity test checks"
 )
 ran=0 skipped=0 cuda=0 # (the CUDA tests: this build has no CUDA, and without a device they would check the host against itself)
 for t in "$arm"/tests/test_*; do

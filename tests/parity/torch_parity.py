@@ -468,6 +468,9 @@ CASES = [
     ("conv2d/stride2", "conv2d", lambda g: case_conv2d(g, 1, 9, 9, 2, 3, 3, 2, 0, False)),
     ("conv2d/1x1", "conv2d", lambda g: case_conv2d(g, 2, 5, 5, 1, 2, 1, 1, 0, True)),
     ("conv2d/5x5", "conv2d", lambda g: case_conv2d(g, 1, 8, 7, 3, 2, 5, 1, 2, True)),
+    # 3x3, stride 1, padding 1, 8 channels in and out: the Winograd F(2x2, 3x3)
+    # path (winograd.c), odd height for a partial tile
+    ("conv2d/winograd", "conv2d", lambda g: case_conv2d(g, 2, 7, 6, 8, 8, 3, 1, 1, True)),
     ("maxpool2d", "maxpool2d", lambda g: case_maxpool2d(g, 2, 6, 6, 3, 2, 2)),
     ("maxpool2d/3s2", "maxpool2d", lambda g: case_maxpool2d(g, 1, 7, 5, 2, 3, 2)),
     ("maxpool2d/overlap", "maxpool2d", lambda g: case_maxpool2d(g, 1, 5, 5, 1, 2, 1)),
