@@ -33,6 +33,7 @@ bool st_nvml_open(st_nvml *n, const char *lib_name, char *why, size_t why_len) {
     resolve(lib, "nvmlDeviceGetMemoryInfo", (void **)&v.memory, true, &missing);
     resolve(lib, "nvmlDeviceGetNvLinkState", (void **)&v.nvlink_state, true, &missing);
     resolve(lib, "nvmlDeviceGetTopologyCommonAncestor", (void **)&v.common_ancestor, true, &missing);
+    resolve(lib, "nvmlDeviceGetP2PStatus", (void **)&v.p2p_status, false, &missing);
     resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v3", (void **)&v.procs, false, &missing);
     resolve(lib, "nvmlDeviceGetUtilizationRates", (void **)&v.utilization, true, &missing);
     resolve(lib, "nvmlDeviceGetPowerUsage", (void **)&v.power, true, &missing);

@@ -39,6 +39,8 @@ typedef struct st_nvml_util { /* nvmlUtilization_t: percent of the last sample p
 
 enum {
     ST_NVML_NVLINK_MAX_LINKS = 18,
+    ST_NVML_P2P_NVLINK = 2,               /* NVML_P2P_CAPS_INDEX_NVLINK */
+    ST_NVML_P2P_OK = 0,                   /* NVML_P2P_STATUS_OK */
     ST_NVML_TEMPERATURE_GPU = 0,          /* nvmlTemperatureSensors_t */
     ST_NVML_MEMORY_ERROR_UNCORRECTED = 1, /* nvmlMemoryErrorType_t */
     ST_NVML_VOLATILE_ECC = 0,             /* nvmlEccCounterType_t: since the driver loaded */
@@ -72,6 +74,9 @@ typedef struct st_nvml {
     st_nvml_ret (*memory)(st_nvml_dev, st_nvml_memory *);
     st_nvml_ret (*nvlink_state)(st_nvml_dev, unsigned int, int *);
     st_nvml_ret (*common_ancestor)(st_nvml_dev, st_nvml_dev, int *);
+    /* peer-to-peer between two GPUs over one capability (ST_NVML_P2P_NVLINK):
+     * status ST_NVML_P2P_OK or why not; NULL where the driver lacks it */
+    st_nvml_ret (*p2p_status)(st_nvml_dev, st_nvml_dev, int, int *);
     st_nvml_ret (*procs)(st_nvml_dev, unsigned int *, st_nvml_process *);
     st_nvml_ret (*utilization)(st_nvml_dev, st_nvml_util *);
     st_nvml_ret (*power)(st_nvml_dev, unsigned int *);                    /* milliwatts */

@@ -27,7 +27,8 @@
 typedef enum st_hw_link {
     ST_LINK_UNKNOWN = 0,
     ST_LINK_SELF,
-    ST_LINK_NVLINK, /* both ends have active NVLinks (NVSwitch or direct) */
+    ST_LINK_NVLINK,      /* peer-to-peer over NVLink (NVSwitch or direct; a driver without NVML's P2P status:
+                            both ends have active NVLinks) */
     ST_LINK_PCIE_SWITCH, /* same PCIe switch (NVML SINGLE/MULTIPLE) */
     ST_LINK_PCIE_HOST,   /* through a host bridge or CPU (NVML HOSTBRIDGE/NODE) */
     ST_LINK_SYSTEM,      /* across CPU sockets (NVML SYSTEM) */

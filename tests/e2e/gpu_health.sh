@@ -15,7 +15,11 @@
 #     functions: the health line says so (skip), nothing fails;
 #  5. NVML numbering a busy GPU first (hidden from CUDA by
 #     CUDA_VISIBLE_DEVICES): the probe reads CUDA's GPU, found by its PCI
-#     bus id, not NVML's first.
+#     bus id, not NVML's first;
+#  6. four GPUs with NVLink bridges joining 0-1 and 2-3 (every GPU has
+#     active links): the probe's links say NVLink for those two pairs alone,
+#     the others PCIe through the host bridge (NVML's peer-to-peer status
+#     per pair, not "both have links").
 source "$(dirname "$0")/../lib/e2e.sh"
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_need_fmnist
@@ -81,5 +85,18 @@ p=$(ST_FAKE_NVML_BUSY_FIRST=1 CUDA_VISIBLE_DEVICES=1 probe)
 echo "NVML's busy GPU first: $(grep '^  gpu 0:' <<<"$p")"
 grep -q "^  gpu 0: Fake GPU, 80.0 GiB (79.0 GiB free)" <<<"$p" ||
     fail "NVML numbering a busy GPU first: the probe read another GPU than CUDA's: $p"
+
+# 6. NVLink bridges joining 0-1 and 2-3: NVLink between those pairs alone
+p=$(ST_FAKE_GPUS=4 ST_FAKE_NVML_NVLINK_PAIRS=0-1,2-3 probe)
+links=$(grep "^  gpu [0-9] - gpu [0-9]:" <<<"$p")
+echo "four GPUs, bridged in pairs:" $links
+want="  gpu 0 - gpu 1: NVLink
+  gpu 0 - gpu 2: PCIe (through the host bridge)
+  gpu 0 - gpu 3: PCIe (through the host bridge)
+  gpu 1 - gpu 2: PCIe (through the host bridge)
+  gpu 1 - gpu 3: PCIe (through the host bridge)
+  gpu 2 - gpu 3: NVLink"
+[ "$links" = "$want" ] && grep -q "^  gpu 3: Fake GPU, .*, 4 NVLinks" <<<"$p" ||
+    fail "four GPUs bridged in pairs: the probe's links: $p"
 
 e2e_finish "the GPU's health readings (row remapping, ECC errors, clock slowdowns) in check and the probe: ok, warn, FAIL and skip as they say"

@@ -12,7 +12,12 @@
  * which the training run's GPU monitor finds in it by their PCI address.
  * ST_FAKE_NVML_BUSY_FIRST=1: NVML numbers another GPU first, 79 of its 80
  * GiB held, as on a machine where CUDA_VISIBLE_DEVICES hides it from CUDA;
- * the test's GPU is NVML's second, found by one_gpu_driver.c's PCI bus id. */
+ * the test's GPU is NVML's second, found by one_gpu_driver.c's PCI bus id.
+ * ST_FAKE_GPUS=N (as one_gpu_driver.c's): N GPUs, found by their PCI bus ids
+ * (3B, 3C, ...), each pair behind the host bridge unless
+ * ST_FAKE_NVML_NVLINK_PAIRS ("0-1,2-3") joins it by NVLink (peer-to-peer
+ * over NVLink OK; each GPU of a pair with active links). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +38,34 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, dev *d) {
     *d = i < 2 && order[i] ? *order[i] : 0;
     return *d ? OK : 2;
 }
+/* ST_FAKE_GPUS's GPU k: handle 0x10 + k (k 0 is the_gpu) */
+static int fake_gpus(void) {
+    const char *e = getenv("ST_FAKE_GPUS");
+    return e ? atoi(e) : 1;
+}
+static int index_of(dev d) { return d == the_gpu ? 0 : (int)((char *)d - (char *)0x10); }
 int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, dev *d) {
     if (busy_first() && strcmp(pci, "0000:3B:00.0") != 0) return *d = 0, NOT_FOUND;
+    unsigned bus = 0;
+    const int k = sscanf(pci, "%*x:%x:", &bus) == 1 ? (int)bus - 0x3B : 0;
+    if (k > 0 && k < fake_gpus()) return *d = (dev)((char *)0x10 + k), OK;
     return *d = the_gpu, OK;
+}
+/* whether ST_FAKE_NVML_NVLINK_PAIRS joins GPUs a and b (b < 0: a to any) */
+static int joined(int a, int b) {
+    const char *e = getenv("ST_FAKE_NVML_NVLINK_PAIRS");
+    int x, y, n;
+    while (e && sscanf(e, "%d-%d%n", &x, &y, &n) == 2) {
+        if ((x == a && (b < 0 || y == b)) || (y == a && (b < 0 || x == b))) return 1;
+        e += n;
+        e += *e == ',';
+    }
+    return 0;
+}
+int nvmlDeviceGetP2PStatus(dev a, dev b, int caps, int *status) {
+    if (caps != 2) return NOT_SUPPORTED;                /* (NVML_P2P_CAPS_INDEX_NVLINK only) */
+    *status = joined(index_of(a), index_of(b)) ? 0 : 5; /* NVML_P2P_STATUS_OK, or a reason it is not */
+    return OK;
 }
 int nvmlDeviceGetName(dev d, char *name, unsigned len) {
     (void)d;
@@ -49,8 +79,12 @@ int nvmlDeviceGetMemoryInfo(dev d, struct memory *m) {
     m->free = m->total - m->used;
     return OK;
 }
-int nvmlDeviceGetNvLinkState(dev d, unsigned l, int *s) { return (void)d, (void)l, *s = 0, NOT_SUPPORTED; }
-int nvmlDeviceGetTopologyCommonAncestor(dev a, dev b, int *t) { return (void)a, (void)b, *t = 0, OK; }
+int nvmlDeviceGetNvLinkState(dev d, unsigned l, int *s) {
+    if (l < 4 && joined(index_of(d), -1)) return *s = 1, OK; /* (four links up) */
+    return *s = 0, NOT_SUPPORTED;
+}
+/* (NVML_TOPOLOGY_INTERNAL for a GPU and itself, else _HOSTBRIDGE) */
+int nvmlDeviceGetTopologyCommonAncestor(dev a, dev b, int *t) { return *t = a == b ? 0 : 30, OK; }
 struct util { unsigned gpu, memory; };
 int nvmlDeviceGetUtilizationRates(dev d, struct util *u) { return (void)d, u->gpu = u->memory = 0, OK; }
 int nvmlDeviceGetPowerUsage(dev d, unsigned *mw) { return (void)d, *mw = 70000, OK; }
