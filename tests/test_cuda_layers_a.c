@@ -198,6 +198,53 @@ static void fill_ce(st_graph *g, st_rng *r, void *ctx) {
                 g->acts[i]->idata[j] = ST_IGNORE_INDEX;
 }
 
+/* ReLU and dropout (p 0.5, training) of NaN, infinities and -0 on the
+ * device: the host's values, a NaN kept where it came in (never the 0 that
+ * would hide it) and a dropped infinity NaN (x times 0, as PyTorch). */
+static void check_act_nonfinite(st_device *dev, uint64_t seed) {
+    const int64_t n = 64;
+    for (int kind = 0; kind < 2; kind++) {
+        st_params hp = {0}, dp = {0};
+        dp.dev = dev;
+        st_graph hg, dg;
+        st_graph_init(&hg, &hp);
+        st_graph_init(&dg, &dp);
+        st_tensor *x[2], *y[2];
+        st_graph *gs[2] = {&hg, &dg};
+        for (int s = 0; s < 2; s++) {
+            CHECK_OK(st_graph_input(gs[s], "x", ST_F32, 1, &n, &x[s]));
+            if (kind == 0)
+                CHECK_OK(st_relu(gs[s], "relu", x[s], &y[s]));
+            else
+                CHECK_OK(st_dropout(gs[s], "drop", x[s], 0.5f, &y[s]));
+            CHECK_OK(st_graph_finalize(gs[s]));
+            gs[s]->training = true;
+            gs[s]->dropout_seed = seed;
+        }
+        const float v[6] = {NAN, -1.0f, 2.0f, -0.0f, INFINITY, -INFINITY};
+        for (int64_t j = 0; j < n; j++)
+            x[0]->data[j] = v[j % 6];
+        CHECK_OK(st_device_upload(dev, x[1]->data, x[0]->data, (size_t)n * sizeof(float)));
+        CHECK_OK(st_graph_forward(&hg));
+        CHECK_OK(st_graph_forward(&dg));
+        float got[64];
+        CHECK_OK(st_tensor_read(dev, y[1], false, got));
+        int bad = 0, nans = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const float h = y[0]->data[j];
+            bad += isnan(h) ? !isnan(got[j]) : got[j] != h;
+            nans += isnan(got[j]);
+        }
+        CHECK(bad == 0 && nans >= n / 6,
+              "%s of NaN, infinities and -0: %d of %lld elements differ on the device, %d NaN",
+              kind ? "dropout" : "relu", bad, (long long)n, nans);
+        st_graph_free(&hg);
+        st_graph_free(&dg);
+        st_params_free(&hp);
+        st_params_free(&dp);
+    }
+}
+
 /* A NaN or an Inf logit makes its row's loss, and so the loss, NaN on the
  * device (kernels.cuh st_block_row_lse: one pass with a running max), while
  * the same rows without it give the host's loss; V 50257 on 1024 threads a
@@ -446,6 +493,7 @@ int main(void) {
     }
 
     if (dev) check_ce_nonfinite(dev, seed + k++);
+    if (dev) check_act_nonfinite(dev, seed + k++);
     /* Softmax gradients are about 1/(V R) each: atol well below that. */
     const ce_ctx ce[] = {{10, 37, false}, {50257, 8, false}, {1000, 300, false}, {11, 3, true}};
     for (size_t i = 0; i < sizeof ce / sizeof ce[0]; i++) {

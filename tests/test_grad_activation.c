@@ -1,5 +1,6 @@
 /* GELU (tanh form) and ReLU: gradient checks (odd sizes, batch of 1, a tensor
- * consumed twice), forward values against a double reference, errors. */
+ * consumed twice), forward values against a double reference, ReLU of NaN,
+ * infinities and -0, errors. */
 #include "gradcheck.h"
 #include "layers/layers.h"
 
@@ -53,6 +54,34 @@ static void check_act(const char *fname, act_fn f, int ndim, const int64_t *xs, 
     st_params_free(&p);
 }
 
+/* ReLU keeps a NaN (PyTorch's relu) and passes its dy back (threshold_backward:
+ * zero where y <= 0), so that a NaN from the layer before is not hidden as 0;
+ * -0 and -inf give 0 and no gradient, inf itself and its gradient. */
+static void check_nan(void) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    const int64_t xs[1] = {6};
+    st_tensor *x, *y;
+    CHECK_OK(st_graph_param(&g, "x", 1, xs, ST_INIT_UNIFORM, 1.0f, false, &x));
+    CHECK_OK(st_relu(&g, "r", x, &y));
+    CHECK_OK(st_graph_finalize(&g));
+    st_params_init(&p, 1);
+    const float in[6] = {NAN, -1.0f, 2.0f, -0.0f, INFINITY, -INFINITY}, R[6] = {1, 1, 1, 1, 1, 1};
+    const float want[6] = {NAN, 0, 2, 0, INFINITY, 0}, dwant[6] = {1, 0, 1, 0, 1, 0};
+    memcpy(x->data, in, sizeof in);
+    CHECK_OK(st_graph_forward(&g));
+    CHECK_OK(gc_backward(&g, y, R));
+    for (int i = 0; i < 6; i++) {
+        CHECK(isnan(want[i]) ? isnan(y->data[i]) : y->data[i] == want[i], "relu(%g) = %g, not %g",
+              (double)in[i], (double)y->data[i], (double)want[i]);
+        CHECK(x->grad[i] == dwant[i], "relu's gradient at %g: %g, not %g", (double)in[i], (double)x->grad[i],
+              (double)dwant[i]);
+    }
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
 static void check_errors(void) {
     st_params p = {0};
     st_graph g;
@@ -76,6 +105,7 @@ int main(void) {
     }
     check_act("gelu", st_gelu, 4, c, 0);
     check_act("relu", st_relu, 2, b, 0);
+    check_nan();
     check_errors();
     return st_test_finish("test_grad_activation");
 }

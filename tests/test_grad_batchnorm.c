@@ -1,7 +1,8 @@
 /* Batchnorm: forward and the running-statistics update against a double
  * reference, finite-difference gradients in training and eval mode for (B, C)
  * and NHWC inputs, the write/add contract, the same bits with 1 and 2
- * threads, the batch-of-one error in training, build errors; sync batch-norm's
+ * threads, the batch-of-one error in training, a NaN input through the fused
+ * ReLU (its channel NaN, not 0), build errors; sync batch-norm's
  * reductions through a hook that doubles every sum, as if a second rank held
  * the same rows (the real multi-rank check is tests/mpi/sync_bn_check.c). */
 #include <omp.h>
@@ -274,6 +275,29 @@ static void check_errors(void) {
     st_params_free(&p);
 }
 
+/* One NaN input in training makes its channel's statistics NaN: the fused
+ * ReLU keeps that channel NaN (0 would hide it, the loss staying finite), and
+ * backward passes its gradients on; the other channels are untouched. */
+static void check_nan(void) {
+    const bn_case c = {2, {6, 3}, true, 1e-5f, 0.1f, 0.0f, true};
+    bn_net n;
+    bn_build(&n, &c, 5);
+    n.x->data[3 * 2 + 1] = NAN; /* row 2, channel 1 */
+    CHECK_OK(st_graph_forward(&n.g));
+    float R[18];
+    for (int i = 0; i < 18; i++)
+        R[i] = 1.0f;
+    CHECK_OK(gc_backward(&n.g, n.y, R));
+    for (int i = 0; i < 18; i++) {
+        const bool nan_ch = i % 3 == 1;
+        CHECK(nan_ch ? isnan(n.y->data[i]) : isfinite(n.y->data[i]),
+              "batchnorm_relu with a NaN in channel 1: y[%d] = %g", i, (double)n.y->data[i]);
+        CHECK(nan_ch ? isnan(n.x->grad[i]) : isfinite(n.x->grad[i]),
+              "batchnorm_relu with a NaN in channel 1: dx[%d] = %g", i, (double)n.x->grad[i]);
+    }
+    bn_free(&n);
+}
+
 int main(void) {
     check_bn((bn_case){2, {4, 5}, true, 1e-5f, 0.1f, 0.0f, false});
     check_bn((bn_case){2, {2, 3}, true, 1e-3f, 0.3f, 0.0f, false});       /* two rows */
@@ -290,6 +314,7 @@ int main(void) {
     check_bn((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, true});
     check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f, true});
     check_threads();
+    check_nan();
     check_errors();
     check_sync_twice((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, false});
     check_sync_twice((bn_case){2, {200, 3}, true, 1e-5f, 0.2f, 0.0f, true});

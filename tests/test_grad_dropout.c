@@ -1,6 +1,6 @@
 /* Dropout: gradient check in training and eval (the mask recomputed in
  * backward), kept fraction and scaling, eval and p = 0 identity, masks that
- * differ per seed and per node, and bad p. */
+ * differ per seed and per node, NaN and inf not dropped to 0, and bad p. */
 #include "gradcheck.h"
 #include "layers/layers.h"
 
@@ -98,6 +98,38 @@ static void check_errors(void) {
     st_params_free(&p);
 }
 
+/* A dropped element is x times 0, as PyTorch's x * mask: a NaN or inf input
+ * (or gradient) gives NaN there, not a 0 that hides it. */
+static void check_nan(void) {
+    st_params p = {0};
+    st_graph g;
+    st_graph_init(&g, &p);
+    const int64_t xs[1] = {64};
+    st_tensor *x, *y;
+    CHECK_OK(st_graph_param(&g, "x", 1, xs, ST_INIT_UNIFORM, 1.0f, false, &x));
+    CHECK_OK(st_dropout(&g, "d", x, 0.5f, &y));
+    CHECK_OK(st_graph_finalize(&g));
+    st_params_init(&p, 1);
+    g.training = true;
+    g.dropout_seed = 9;
+    float R[64];
+    for (int i = 0; i < 64; i++)
+        x->data[i] = i % 2 ? NAN : INFINITY, R[i] = NAN;
+    CHECK_OK(st_graph_forward(&g));
+    CHECK_OK(gc_backward(&g, y, R));
+    int finite = 0, kept = 0;
+    for (int i = 0; i < 64; i++) {
+        finite += !isnan(y->data[i]) && !isinf(y->data[i]);
+        finite += !isnan(x->grad[i]);
+        kept += isinf(y->data[i]);
+    }
+    CHECK(finite == 0, "dropout of NaN and inf: %d outputs or gradients finite (a dropped one 0, hiding it)",
+          finite);
+    CHECK(kept > 0 && kept < 32, "dropout of inf at p 0.5: %d of 32 kept", kept);
+    st_graph_free(&g);
+    st_params_free(&p);
+}
+
 int main(void) {
     const int64_t a[3] = {2, 3, 7}, b[2] = {1, 29}, c[4] = {2, 3, 3, 5};
     const float ps[3] = {0.0f, 0.1f, 0.5f};
@@ -110,6 +142,7 @@ int main(void) {
         check_values(ps[k]);
     }
     check_values(0.9f);
+    check_nan();
     check_errors();
     return st_test_finish("test_grad_dropout");
 }

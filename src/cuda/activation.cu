@@ -19,24 +19,25 @@ __device__ __forceinline__ float gelu_grad(float v) {
     return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
 }
 
-/* RELU selects the activation: 0 GELU, 1 ReLU (derivative 0 at 0, as PyTorch). */
+/* RELU selects the activation: 0 GELU, 1 ReLU (derivative 0 at 0, a NaN kept
+ * and its dy passed on, as PyTorch and the CPU twin). */
 template <int RELU> static __global__ void act_forward_kernel(st_fbuf x, st_fbuf y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float v = st_ld(x, i);
-        st_st(y, i, RELU ? (v > 0.0f ? v : 0.0f) : gelu_fwd(v));
+        st_st(y, i, RELU ? (!(v <= 0.0f) ? v : 0.0f) : gelu_fwd(v));
     }
 }
 
 /* dx = f'(x) dy, written (never read: a stale NaN is overwritten) or added.
- * v is GELU's input, ReLU's output (y > 0 exactly where x > 0; as the CPU
+ * v is GELU's input, ReLU's output (y <= 0 exactly where x <= 0; as the CPU
  * twin, so that ReLU's input need not outlive forward). */
 template <int RELU>
 static __global__ void act_backward_kernel(st_fbuf v_in, st_fbuf dy, st_fbuf dx, int64_t n, bool acc) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float v = st_ld(v_in, i), g = st_ld(dy, i);
-        const float d = RELU ? (v > 0.0f ? g : 0.0f) : gelu_grad(v) * g;
+        const float d = RELU ? (v <= 0.0f ? 0.0f : g) : gelu_grad(v) * g;
         st_st(dx, i, acc ? st_ld(dx, i) + d : d);
     }
 }

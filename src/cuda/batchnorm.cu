@@ -65,7 +65,7 @@ static __global__ void partials_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const f
         } else {
             const float mu = mean[c], rs = rstd[c];
             for (int64_t i = lo + threadIdx.y; i < hi; i += TY) {
-                const float d = y.p && !(st_ld(y, i * C + c) > 0.0f) ? 0.0f : st_ld(dy, i * C + c);
+                const float d = y.p && st_ld(y, i * C + c) <= 0.0f ? 0.0f : st_ld(dy, i * C + c);
                 a += d;
                 b += d * ((st_ld(x, i * C + c) - mu) * rs);
             }
@@ -137,7 +137,7 @@ static __global__ void normalize_kernel(st_fbuf x, const float *mean, const floa
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
         const float v = (st_ld(x, i) - mean[c]) * (rstd[c] * st_ld(w, c)) + st_ld(bias, c);
-        st_st(y, i, relu ? (v > 0.0f ? v : 0.0f) : v);
+        st_st(y, i, relu ? (!(v <= 0.0f) ? v : 0.0f) : v); /* (NaN stays: activation.cu) */
     }
 }
 
@@ -173,7 +173,7 @@ static __global__ void grad_input_kernel(st_fbuf x, st_fbuf dy, st_fbuf y, const
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t c = i % C;
         const float xhat = (st_ld(x, i) - mean[c]) * rstd[c];
-        const float d = y.p && !(st_ld(y, i) > 0.0f) ? 0.0f : st_ld(dy, i);
+        const float d = y.p && st_ld(y, i) <= 0.0f ? 0.0f : st_ld(dy, i);
         const float v = k_scale[c] * (d - k_mdy[c] - xhat * k_mdyx[c]);
         st_st(dx, i, acc ? st_ld(dx, i) + v : v);
     }

@@ -1,4 +1,5 @@
-/* CUDA twin of src/layers/dropout.c: inverted dropout in training, identity
+/* CUDA twin of src/layers/dropout.c: inverted dropout in training (a dropped
+ * element times 0, so that a NaN or inf stays NaN, as PyTorch), identity
  * in eval (or p = 0). Element i is kept when st_cuda_rng_at(dropout_seed,
  * node id, dropout_micro x n + i) >= p, the same draw as the CPU's st_rng_at, so the masks are
  * equal element for element and backward recomputes rather than stores them.
@@ -9,14 +10,14 @@ static __global__ void dropout_forward_kernel(st_fbuf x, st_fbuf y, int64_t n, u
                                               uint64_t off, float p, float scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        st_st(y, i, st_cuda_rng_at(seed, id, off + (uint64_t)i) >= p ? st_ld(x, i) * scale : 0.0f);
+        st_st(y, i, st_ld(x, i) * (st_cuda_rng_at(seed, id, off + (uint64_t)i) >= p ? scale : 0.0f));
 }
 
 static __global__ void dropout_backward_kernel(st_fbuf dy, st_fbuf dx, int64_t n, uint64_t seed, uint64_t id,
                                                uint64_t off, float p, float scale, bool acc) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float d = st_cuda_rng_at(seed, id, off + (uint64_t)i) >= p ? st_ld(dy, i) * scale : 0.0f;
+        const float d = st_ld(dy, i) * (st_cuda_rng_at(seed, id, off + (uint64_t)i) >= p ? scale : 0.0f);
         st_st(dx, i, acc ? st_ld(dx, i) + d : d);
     }
 }

@@ -55,14 +55,15 @@ static st_status relu_forward(st_node *n, st_graph *g) {
     float *y = n->out->data;
 #pragma omp parallel for schedule(static) if (N >= ST_OMP_MIN_WORK)
     for (int64_t i = 0; i < N; i++)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = !(x[i] <= 0.0f) ? x[i] : 0.0f; /* (a NaN stays NaN, as in PyTorch: none is hidden) */
     return ST_OK;
 }
 
-/* The derivative at 0 is taken as 0, as PyTorch does. It reads the output
- * (y > 0 exactly where x > 0, NaN included), not the input, so the input
- * need not outlive forward (backward_ignores_in: the linear or convolution
- * before a ReLU keeps no copy of its output for backward). */
+/* The derivative at 0 is taken as 0, as PyTorch does, and a NaN passes dy on
+ * (its threshold_backward: zero where y <= 0). It reads the output (y <= 0
+ * exactly where x <= 0), not the input, so the input need not outlive
+ * forward (backward_ignores_in: the linear or convolution before a ReLU
+ * keeps no copy of its output for backward). */
 static st_status relu_backward(st_node *n, st_graph *g) {
     const int64_t N = n->out->count;
     const float *y = n->out->data, *dy = n->out->grad;
@@ -71,7 +72,7 @@ static st_status relu_backward(st_node *n, st_graph *g) {
     const bool acc = n->in_acc[0];
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        dx[i] = (acc ? dx[i] : 0.0f) + (y[i] > 0.0f ? dy[i] : 0.0f);
+        dx[i] = (acc ? dx[i] : 0.0f) + (y[i] <= 0.0f ? 0.0f : dy[i]);
     return ST_OK;
 }
 

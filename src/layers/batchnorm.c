@@ -93,7 +93,7 @@ static void stat_sums(const float *x, const float *dy, const float *y, const flo
                     const float *gr = dy + i * C + c0, *rr = r + c0, *yr = y + i * C + c0;
 #pragma omp simd
                     for (int64_t c = 0; c < cw; c++) {
-                        const float g = yr[c] > 0.0f ? gr[c] : 0.0f;
+                        const float g = yr[c] <= 0.0f ? 0.0f : gr[c];
                         fa[c] += g;
                         fb[c] += g * ((xr[c] - mr[c]) * rr[c]);
                     }
@@ -227,7 +227,7 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t c = 0; c < C; c++) {
                 const float v = (x[i * C + c] - mean[c]) * scale[c] + bias[c];
-                y[i * C + c] = v > 0.0f ? v : 0.0f;
+                y[i * C + c] = !(v <= 0.0f) ? v : 0.0f; /* (NaN stays: activation.c's ReLU) */
             }
         return ST_OK;
     }
@@ -287,7 +287,7 @@ static st_status batchnorm_backward(st_node *n, st_graph *g) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t c = 0; c < C; c++) {
             const float xhat = (x[i * C + c] - mean[c]) * rstd[c];
-            const float d = y && !(y[i * C + c] > 0.0f) ? 0.0f : dy[i * C + c];
+            const float d = y && y[i * C + c] <= 0.0f ? 0.0f : dy[i * C + c];
             const float v = k_scale[c] * (d - k_mdy[c] - xhat * k_mdyx[c]);
             dx[i * C + c] = acc ? dx[i * C + c] + v : v;
         }

@@ -31,7 +31,7 @@ static st_status dropout_forward(st_node *n, st_graph *g) {
     const int64_t off = (int64_t)g->dropout_micro * N; /* (the step's element index: dropout_micro) */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        y[i] = dropout_keep(seed, id, off + i, p) ? x[i] * scale : 0.0f;
+        y[i] = x[i] * (dropout_keep(seed, id, off + i, p) ? scale : 0.0f); /* (NaN x 0: NaN, none hidden) */
     return ST_OK;
 }
 
@@ -52,7 +52,7 @@ static st_status dropout_backward(st_node *n, st_graph *g) {
     const int64_t off = (int64_t)g->dropout_micro * N;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
-        dx[i] = (acc ? dx[i] : 0.0f) + (dropout_keep(seed, id, off + i, p) ? dy[i] * scale : 0.0f);
+        dx[i] = (acc ? dx[i] : 0.0f) + dy[i] * (dropout_keep(seed, id, off + i, p) ? scale : 0.0f);
     return ST_OK;
 }
 
