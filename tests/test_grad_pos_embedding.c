@@ -1,9 +1,10 @@
 /* Position embedding: gradient check (x and the table, batch of 1, T < and =
- * max_len, input consumed twice), forward values, and the max_len check. */
+ * max_len, input consumed twice, rows from a position past 0 as cached
+ * decoding reads them), forward values, and the max_len check. */
 #include "gradcheck.h"
 #include "layers/layers.h"
 
-static void check_pos(int64_t B, int64_t T, int64_t C, int64_t max_len, bool twice) {
+static void check_pos(int64_t B, int64_t T, int64_t C, int64_t max_len, bool twice, int64_t pos) {
     st_params p = {0};
     st_graph g;
     st_graph_init(&g, &p);
@@ -20,6 +21,7 @@ static void check_pos(int64_t B, int64_t T, int64_t C, int64_t max_len, bool twi
     }
     CHECK_OK(st_graph_finalize(&g));
     st_params_init(&p, 5);
+    g.pos = pos; /* (rows pos..pos+T-1: forward's, and backward's gradient) */
     if (!twice) {
         st_tensor *w = st_params_find(&p, "wpe.weight");
         CHECK(w->shape[0] == max_len && w->shape[1] == C && w->decay && w->init == ST_INIT_NORMAL,
@@ -30,13 +32,13 @@ static void check_pos(int64_t B, int64_t T, int64_t C, int64_t max_len, bool twi
             for (int64_t t = 0; t < T; t++)
                 for (int64_t c = 0; c < C; c++) {
                     int64_t i = (b * T + t) * C + c;
-                    bad += y->data[i] != x->data[i] + w->data[t * C + c];
+                    bad += y->data[i] != x->data[i] + w->data[(pos + t) * C + c];
                 }
         CHECK(bad == 0, "%d outputs differ from x + wpe[t]", bad);
     }
     char label[128];
-    snprintf(label, sizeof label, "pos_embedding B%lld T%lld C%lld max%lld twice%d", (long long)B,
-             (long long)T, (long long)C, (long long)max_len, twice);
+    snprintf(label, sizeof label, "pos_embedding B%lld T%lld C%lld max%lld twice%d pos%lld", (long long)B,
+             (long long)T, (long long)C, (long long)max_len, twice, (long long)pos);
     gradcheck(label, &g, y, p.t, p.n, 17, 96, 1e-2, 1e-2, 1e-3);
     st_graph_free(&g);
     st_params_free(&p);
@@ -58,10 +60,12 @@ static void check_errors(void) {
 }
 
 int main(void) {
-    check_pos(2, 3, 4, 8, false);
-    check_pos(1, 5, 7, 5, false); /* batch of 1, T == max_len */
-    check_pos(3, 7, 33, 10, false);
-    check_pos(2, 3, 5, 4, true);
+    check_pos(2, 3, 4, 8, false, 0);
+    check_pos(1, 5, 7, 5, false, 0); /* batch of 1, T == max_len */
+    check_pos(3, 7, 33, 10, false, 0);
+    check_pos(2, 3, 5, 4, true, 0);
+    check_pos(2, 3, 4, 8, false, 4); /* rows 4..6 */
+    check_pos(1, 2, 5, 6, true, 4);  /* the last two rows */
     check_errors();
     return st_test_finish("test_grad_pos_embedding");
 }

@@ -29,8 +29,8 @@ static st_status pos_embedding_forward(st_node *n, st_graph *g) {
 static st_status pos_embedding_backward(st_node *n, st_graph *g) {
     const int64_t B = n->args.i[ST_POSEMB_B], T = n->args.i[ST_POSEMB_T], C = n->args.i[ST_POSEMB_C];
     const st_fbuf dy = st_grad(n->out); /* (B, T, C) */
-    float *dw = n->params[0]->grad;     /* (max_len, C): rows 0..T-1 */
-    if (dw) ST_TRY(st_colsum(g, st_colsum_act{dy, T * C}, B, T * C, g->work, dw));
+    float *dw = n->params[0]->grad;     /* (max_len, C): rows pos..pos+T-1, forward's */
+    if (dw) ST_TRY(st_colsum(g, st_colsum_act{dy, T * C}, B, T * C, g->work, dw + g->pos * C));
     if (n->in[0]->grad)
         ST_TRY(st_grad_pass_cuda(g, st_grad(n->in[0]), st_grad(n->out), B * T * C, n->in_acc[0]));
     return ST_OK;

@@ -40,7 +40,7 @@ static st_status pos_embedding_backward(st_node *n, st_graph *g) {
          * race-free and the same for any thread count. */
 #pragma omp parallel for schedule(static)
         for (int64_t t = 0; t < T; t++) {
-            float *dr = dw + t * C;
+            float *dr = dw + (g->pos + t) * C; /* (the rows forward read: pos.., 0 but in decoding) */
             for (int64_t b = 0; b < B; b++) {
                 const float *gr = dy + (b * T + t) * C;
                 for (int64_t c = 0; c < C; c++)
