@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* OpenBLAS chooses its kernels as it loads, by the CPU's family and model;
  * a CPU newer than the library (0.3.21, Debian 12's, knows no Emerald or
@@ -47,12 +48,13 @@ enum { ST_GEMM_ROWS = 1024, ST_GEMM_BLOCK_ELEMS = 1 << 18 };
 
 static inline void st_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    int most = K > 0 ? ST_GEMM_BLOCK_ELEMS / K : M;
+    /* (in 64 bits: M near INT_MAX would wrap M + most - 1) */
+    int64_t most = K > 0 ? ST_GEMM_BLOCK_ELEMS / K : M;
     if (most < ST_GEMM_ROWS) most = ST_GEMM_ROWS;
-    const int blocks = M > most ? (M + most - 1) / most : 1;
-    const int rows = ((M + blocks - 1) / blocks + 15) / 16 * 16;
-    for (int m0 = 0; m0 < M; m0 += rows) {
-        const int m = M - m0 < rows ? M - m0 : rows;
+    const int64_t blocks = M > most ? ((int64_t)M + most - 1) / most : 1;
+    const int64_t rows = (((int64_t)M + blocks - 1) / blocks + 15) / 16 * 16;
+    for (int64_t m0 = 0; m0 < M; m0 += rows) {
+        const int m = (int)(M - m0 < rows ? M - m0 : rows);
         /* rows m0.. of op(A): rows of A, or columns of A transposed */
         const float *a = ta == CblasNoTrans ? A + (size_t)m0 * (size_t)lda : A + m0;
         cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * (size_t)ldc,

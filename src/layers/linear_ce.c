@@ -213,9 +213,10 @@ st_status st_linear_ce(st_graph *g, const char *name, st_tensor *h, st_tensor *w
         return st_fail(ST_ERR_SHAPE, "linear_ce %s: targets %s must have h %s's leading dims", name,
                        targets->name, h->name);
     const int64_t V = weight->shape[0], R = h->count / C, one = 1;
-    if (V > INT32_MAX || R > INT32_MAX)
-        return st_fail(ST_ERR_SHAPE, "linear_ce %s: %lld rows of %lld classes do not fit int32", name,
-                       (long long)R, (long long)V);
+    if (padded_vocab(V) > INT32_MAX || R > INT32_MAX || C > INT32_MAX) /* (the products' sizes and strides) */
+        return st_fail(ST_ERR_SHAPE,
+                       "linear_ce %s: %lld rows of %lld classes (%lld features) do not fit int32", name,
+                       (long long)R, (long long)V, (long long)C);
     char oname[ST_NAME_MAX];
     snprintf(oname, sizeof oname, "%s.out", name);
     st_tensor *out;
