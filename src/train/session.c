@@ -52,17 +52,19 @@ static st_status ranks_sharing_cpus(st_session *s, int *out) {
 
 static st_status setup_threads(st_session *s) {
     st_config *c = s->cfg;
+    /* The all-gather runs on every rank, whatever its train.threads: a rank's
+     * own key (st_agree_per_rank_key), auto on one rank beside a number on
+     * another. */
+    int sharing = 1;
+    ST_TRY(ranks_sharing_cpus(s, &sharing));
     if (c->train.threads == ST_AUTO) {
         /* A rank's CPUs are its own where no other rank of the node has the
          * same mask (mpirun --bind-to core); ranks with the same mask share
          * its cores: unbound, bound a socket at a time (mpirun's default past
-         * 2 ranks), or confined to a cgroup's cpuset together. The all-gather
-         * runs on every rank (train.threads is agreed). */
+         * 2 ranks), or confined to a cgroup's cpuset together. */
         const int local = st_comm_local_size(s->comm), mine = omp_get_num_procs();
         const long online = sysconf(_SC_NPROCESSORS_ONLN);
         const bool bound = online > 0 && mine < online;
-        int sharing = 1;
-        ST_TRY(ranks_sharing_cpus(s, &sharing));
         int64_t t = mine / sharing;
         char swhy[96];
         snprintf(swhy, sizeof swhy, "the %s cores over the %d ranks of this node that share them",

@@ -14,7 +14,9 @@
 #     own token file (model.vocab_size auto: the configs agree) by the model
 #     check, naming the tensor; both before the strategy's set-up (no
 #     "memory per rank" line); a validation set on one rank only, by its size;
-# (d) the control: the same settings on both ranks train and exit 0.
+# (d) the control: the same settings on both ranks train and exit 0 (but
+#     train.threads, a rank's own: 1 on rank 0, auto on rank 1, whose count
+#     takes an all-gather that rank 0 must join too).
 # (f) under ZeRO, a train.out_dir rank 1 alone sees: refused before the first step.
 # (g) --resume on some ranks only, or --init on a rank above 0 alone: refused, naming it.
 # (e) a rank that fails before it starts MPI (its config file missing), with
@@ -116,8 +118,9 @@ echo "--- val: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
     fail "val: not one error naming the validation samples from each rank: $out"
 
 # (d) the control: the same settings (ZeRO-1, bf16 gradients are DDP-only) train.
-out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/same" \
-    --quiet --json 2>&1); rc=$?
+out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/same" \
+    --quiet --json : -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/same" \
+    --set train.threads=auto --quiet --json 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q '"ranks":2' <<<"$out" && grep -q '"strategy":"zero1"' <<<"$out" ||
     fail "the same settings on both ranks: exit $rc: $out"
 echo "--- the same settings: exit $rc, $(grep -o '"strategy":"zero1"' <<<"$out"), 2 ranks"
