@@ -340,6 +340,34 @@ static st_status set_aside_previous(st_session *ses, int64_t start) {
     return ST_OK;
 }
 
+/* Rank 0's first writes to train.out_dir, where the run's set-up can no
+ * longer refuse it (a configuration refused later, the data loader's or sync
+ * batch-norm's, moves nothing and keeps the previous run's metrics): a
+ * finished run's checkpoints set aside (check_out_dir), a resumed run's own
+ * later ones (another trajectory), and metrics.jsonl opened. */
+static st_status first_writes(st_session *ses, const st_run_opts *opts, int64_t start, st_metrics *met) {
+    const st_config *c = ses->cfg;
+    ST_TRY(set_aside_previous(ses, start)); /* (a run started over a finished one) */
+    if (opts->resume) {                     /* its own later checkpoints are the trajectory it leaves */
+        int moved;
+        char names[1024];
+        ST_TRY(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
+        if (moved) { /* (rank 0's: a warning, --quiet or not) */
+            char aside[9000];
+            st_ckpt_aside_note(c->train.out_dir, aside, sizeof aside);
+            fprintf(stderr,
+                    "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
+                    "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
+                    "--resume's fallback see only this run's (%s)\n",
+                    c->train.out_dir, moved, moved == 1 ? "" : "s", (long long)start, names, c->train.out_dir,
+                    aside);
+        }
+    }
+    ST_TRY(st_metrics_open(met, c->train.out_dir, start, !ses->resume_elsewhere, c->log.tensorboard,
+                           ses->store_watch));
+    return ST_OK;
+}
+
 /* A resume that will load a checkpoint replaces every tensor of the model
  * (st_model_load refuses a file that lacks one), so the first weights are
  * neither made nor read (--init, said): for a large model they are much of
@@ -1584,27 +1612,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     const int64_t start = ck.step;
     r->start_step = start;
-    if (ses->rank == 0 && opts->save) { /* a resumed run appends from its step */
+    if (ses->rank == 0 && opts->save) { /* (its first writes come once the set-up is done: first_writes) */
         ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
         st_ckpt_sweep_leftovers(c->train.out_dir); /* (a killed run's temporary files; the lock is ours) */
-        ST_GOTO(set_aside_previous(ses, start));   /* (a run started over a finished one) */
-        if (opts->resume) { /* its own later checkpoints are the trajectory it leaves */
-            int moved;
-            char names[1024];
-            ST_GOTO(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
-            if (moved) { /* (rank 0's: a warning, --quiet or not) */
-                char aside[9000];
-                st_ckpt_aside_note(c->train.out_dir, aside, sizeof aside);
-                fprintf(stderr,
-                        "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
-                        "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
-                        "--resume's fallback see only this run's (%s)\n",
-                        c->train.out_dir, moved, moved == 1 ? "" : "s", (long long)start, names,
-                        c->train.out_dir, aside);
-            }
-        }
-        ST_GOTO(st_metrics_open(met, c->train.out_dir, start, !ses->resume_elsewhere, c->log.tensorboard,
-                                ses->store_watch));
     }
     if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));
     if (dist) {
@@ -1687,6 +1697,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_feed_set_trace(feed, trace);
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     if (opt.dev && !opt.off) opt.halt = st_loss_sum_guard(&ls); /* (the offloaded update is the host's) */
+    if (ses->rank == 0 && opts->save) ST_GOTO(first_writes(ses, opts, start, met));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out,

@@ -31,7 +31,8 @@
 #   one's set aside in ckpt.previous, its metrics not kept.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
-#   run refused before it writes (its --init does not load) moves nothing.
+#   run refused before it writes (its --init does not load, or its set-up
+#   refuses its configuration) moves nothing.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir
@@ -454,6 +455,15 @@ out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set trai
 grep -q "mismatches with the mlp model" <<<"$out" || fail "--init of another shape: $out"
 [ "$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)" = "$before" ] && [ ! -e "$d/run/ckpt.previous" ] ||
     fail "a refused run moved or changed the finished run's files"
+# (nor by one whose set-up refuses its configuration: sync batch-norm's, once
+# the model is built)
+out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" \
+    --set dist.sync_batchnorm=true --set dist.deterministic=true 2>&1) && fail "sync batch-norm, deterministic: ran"
+grep -q "dist.sync_batchnorm and dist.deterministic exclude each other" <<<"$out" || fail "sync batch-norm, deterministic: $out"
+# (run.lock says who held it last: this run took it)
+[ "$(cd "$d/run" && find . -type f ! -name run.lock -exec md5sum {} + | sort)" = "$(grep -v ' ./run.lock$' <<<"$before")" ] &&
+    [ ! -e "$d/run/ckpt.previous" ] ||
+    fail "a run its set-up refused moved or changed the finished run's files: $(cd "$d/run" && find . -type f -exec md5sum {} + | sort | diff - <(echo "$before"))"
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.steps=4 --set train.out_dir="$d/run" 2>&1) ||
     fail "a new run over a finished one: $out"
 echo "$out" | tail -n 1
