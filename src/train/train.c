@@ -1068,21 +1068,35 @@ static st_status weights_finite_at(st_session *ses, int64_t step, const char *la
  * never join: the outcome s of this rank's read, the others' in one small
  * all-reduce. Any rank's failure is every rank's (ses->agreed_read): the
  * weights and optimizer state are the last step's on every rank, and
- * rescue saves them together. */
+ * rescue saves them together. A stop that ended a rank's wait for its
+ * batch (ST_ERR_INTERRUPTED; a stop reaches every rank) is every rank's stop
+ * where no rank failed otherwise, and every rank's error where one did: the
+ * same outcome everywhere, so that they end alike (end_failed_ranks: an
+ * error's report ends in a barrier, which a rank that only stopped would
+ * never join). */
 static st_status agree_read(st_session *ses, st_status s, int64_t step) {
     char why[2048] = "";
     if (s != ST_OK) snprintf(why, sizeof why, "%s", st_last_error());
-    int64_t v = s != ST_OK ? ses->rank + 1 : 0; /* the last failing rank */
-    const st_status a = st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MAX,
-                                                "the micro-batch's data read");
+    const bool stopped = s == ST_ERR_INTERRUPTED;
+    /* the last failing rank, and the last stopped one */
+    int64_t v[2] = {s != ST_OK && !stopped ? ses->rank + 1 : 0, stopped ? ses->rank + 1 : 0};
+    const st_status a =
+        st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "the micro-batch's data read");
     if (a != ST_OK) return s != ST_OK ? st_fail(s, "%s", why) : a;
-    if (v == 0) return ST_OK;
+    if (v[0] == 0 && v[1] == 0) return ST_OK;
     ses->agreed_error = ses->agreed_read = true;
-    if (s != ST_OK) return st_fail(s, "%s", why);
+    if (v[0] == 0) { /* stops alone: every rank's, its finished steps saved (rescue) */
+        ses->read_stopped = true;
+        if (stopped) return st_fail(s, "%s", why);
+        return st_fail(ST_ERR_INTERRUPTED,
+                       "stopped by a signal while rank %lld waited for its training batch of step %lld",
+                       (long long)v[1] - 1, (long long)step + 1);
+    }
+    if (s != ST_OK && !stopped) return st_fail(s, "%s", why);
     return st_fail(ST_ERR_IO,
                    "rank %lld could not read its training batch of step %lld (its own message says why), so "
                    "every rank stopped there",
-                   (long long)v - 1, (long long)step + 1);
+                   (long long)v[0] - 1, (long long)step + 1);
 }
 
 /* An error of this rank's alone after the step, which the other ranks

@@ -33,6 +33,12 @@
 #     ahead and never used: the run ends, exit 0, its weights saved, a
 #     warning naming the batch after data.timeout_s (before, it waited on
 #     the thread at exit for ever).
+#  8. 2 ranks under ZeRO-2, rank 1's loader thread stuck in batch 40 with
+#     data.timeout_s 0, SIGTERM to both ranks once step 40 is saved: rank
+#     1's wait ends with the stop, rank 0's batch came; both
+#     stop (exit 143, each saying why), none waits for the other (before,
+#     rank 0 took rank 1's stop for a read error and waited in the error
+#     report's barrier, which rank 1 never joined).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
@@ -157,6 +163,31 @@ if command -v mpirun >/dev/null; then
         grep -q "rank 1 of 2 (host [^)]*): aborting every rank: data loader: batch 40 .*the checkpoint of step 40 being written needs every rank to commit: dropped; rank 1 saved the weights and optimizer state after step 40 first, to $tmp/da/ckpt/step-40" <<<"$out" ||
         fail "DDP, asynchronous checkpoints: exit $rc, latest $(cat "$tmp/da/ckpt/latest" 2>/dev/null): $(grep "aborting" <<<"$out")"
     [ "$fails" -ne 0 ] || echo "DDP, asynchronous checkpoints, rank 1 stuck in batch 40: the uncommitted step 40 saved by rank 1"
+    # 8. a stop while rank 1 waits on its stuck batch, under agreed reads
+    o=$tmp/zterm
+    mkfifo "$o.fifo"
+    SCALETRAIN_TEST_DATA_STALL=t.tokens:162 timeout -k 10 60 mpirun --allow-run-as-root --oversubscribe \
+        --bind-to none -np 2 "$bin" "${run[@]}" --set dist.strategy=zero2 --set data.num_workers=1 \
+        --set data.timeout_s=0 --set train.checkpoint_every=40 --set train.out_dir="$o" >"$o.fifo" 2>&1 &
+    pid=$!
+    t0=
+    while IFS= read -r l; do
+        echo "$l" >>"$o.log"
+        if [ -z "$t0" ] && [ "$l" = "saved checkpoint $o/ckpt/step-40" ]; then
+            t0=$SECONDS
+            kill -TERM $(pgrep -P "$(pgrep -P $pid | head -n 1)") # (both ranks: mpirun's children)
+        fi
+    done <"$o.fifo"
+    wait $pid
+    rc=$?
+    [ -n "$t0" ] || fail "ZeRO-2, a stop while rank 1 waits: step 40 never saved: $(tail -n 3 "$o.log")"
+    [ $rc -eq 143 ] || fail "ZeRO-2, a stop while rank 1 waits: exit $rc (want 143; 124: a rank waited on): $(grep -E "error|stopped" "$o.log")"
+    grep -qE "stopped by a signal while waiting [0-9]+ s for training batch 40" "$o.log" &&
+        grep -q "stopped by a signal while rank 1 waited for its training batch of step 41" "$o.log" ||
+        fail "ZeRO-2, a stop while rank 1 waits: the ranks do not say so: $(grep -E "error|stopped" "$o.log")"
+    [ "$(cat "$o/ckpt/latest" 2>/dev/null)" = step-40 ] || fail "ZeRO-2, a stop while rank 1 waits: latest is not step 40"
+    [ "$fails" -ne 0 ] ||
+        echo "ZeRO-2, a stop while rank 1 waits on its stuck batch: both ranks stop, exit 143 after $((SECONDS - t0)) s"
 else
     echo "ZeRO-2 on 2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi
