@@ -582,9 +582,18 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size) {
     st_ckpt_async *j;
-    ST_TRY(job_new(&j, cfg, m, o, state, lay));
+    st_status s = job_new(&j, cfg, m, o, state, lay);
+    if (s != ST_OK) { /* (out of memory: the others still learn of it, in commit's agreements) */
+        if (!lay || !lay->comm || lay->world < 2) return s;
+        char why[1024];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        if (lay->sharded) (void)st_agree_status(lay->comm, s, "checkpoint optimizer shards");
+        int64_t v[2] = {s, 0};
+        (void)st_comm_all_reduce_sync(lay->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        return st_fail(s, "%s", why);
+    }
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
-    st_status s = prepare(j);
+    s = prepare(j);
     if (s == ST_OK) s = take(j, false);
     if (s == ST_OK) {
         watch_begin(j, "", st_ticker_now());

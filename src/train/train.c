@@ -902,7 +902,13 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     char got[sizeof r->checkpoint] = ""; /* (set once committed) */
     st_status s = st_ckpt_async_finish(pending, got, sizeof got, &write_s);
     if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
-    if (s != ST_OK) return save_failed(s, ses->cfg, saved, got);
+    if (s != ST_OK) {
+        /* Every rank has the outcome (its commit's agreement), and the state
+         * of the step just trained: they report it alike, and save that step
+         * together (rescue), rather than each ending the others. */
+        ses->agreed_error = ses->agreed_read = ses->world > 1 && !st_comm_failed(ses->comm);
+        return save_failed(s, ses->cfg, saved, got);
+    }
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
     if (ses->rank != 0) return ST_OK;
@@ -2027,8 +2033,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 char got[sizeof r->checkpoint] = ""; /* (set once committed) */
                 s = st_ckpt_save(c, m, &opt, &ck, &lay, got, sizeof got);
                 if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
-                if (s != ST_OK) {
+                if (s != ST_OK) { /* (every rank has the outcome: they report it alike) */
                     save_failed(s, c, ck.step, got);
+                    ses->agreed_error = ses->world > 1 && !st_comm_failed(ses->comm);
                     goto fail;
                 }
                 st_trace_end(trace, &mark);

@@ -15,6 +15,10 @@
 #     cleared and the disk then too full for another checkpoint (1 MiB free:
 #     the weights take 0.5), --resume auto at the last step is not refused
 #     (it writes no checkpoint) and writes the weights, the reference's.
+# (d) (b) on 2 ranks under ddp: the failed checkpoint is agreed in its
+#     commit, so each rank reports it (rank 0 its error, rank 1 that rank 0
+#     failed) and the job exits 1; no rank aborts the others (which could cut
+#     rank 0's message off).
 source "$(dirname "$0")/../lib/e2e.sh"
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 e2e_tmpdir
@@ -80,4 +84,21 @@ timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="
 cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
     echo "(c) the final weights not written: said where they are; resumed at the last step, written" ||
     fail "(c) the weights written at the last step differ from the reference's"
+# (d)
+if command -v mpirun >/dev/null; then
+    rm -rf "$tmp/fs/"* && mount -o remount,size=4M "$tmp/fs" || fail "(d) cannot empty the filesystem"
+    e2e_mpi 120
+    "${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set dist.timeout_s=60 \
+        --set train.out_dir="$tmp/fs/ddp" >"$tmp/f.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "(d) 2 ranks: exit $rc, wanted 1: $(grep -E "error|abort" "$tmp/f.out")"
+    grep -q "error (rank 0): the checkpoint of step 30 was not saved; those before it in $tmp/fs/ddp/ckpt are whole (once this is fixed, --resume auto continues from the latest): .*No space left on device" "$tmp/f.out" &&
+        grep -q "error (rank 1): the checkpoint of step 30 was not saved; .*: checkpoint failed on another rank (its error is in its output)" "$tmp/f.out" &&
+        ! grep -q "aborting every rank" "$tmp/f.out" ||
+        fail "(d) 2 ranks: the messages: $(grep -iE "error|abort" "$tmp/f.out")"
+    [ "$(cat "$tmp/fs/ddp/ckpt/latest" 2>/dev/null)" = step-20 ] || fail "(d) 2 ranks: latest is not step 20"
+    [ "$fails" -ne 0 ] || echo "(d) 2 ranks under ddp, the third checkpoint out of space: both ranks report it, exit 1, none aborts the other"
+else
+    echo "(d) 2 ranks: skipped: mpirun is missing"
+fi
 e2e_finish "ok"
