@@ -224,10 +224,20 @@ static void sweep_files(const char *dir, const char *const *names) {
 void st_ckpt_sweep_leftovers(const char *out_dir) {
     static const char *const top[] = {"model.safetensors", "metrics.jsonl", "trace.json", NULL};
     static const char *const ck[] = {"latest", NULL};
-    char ckdir[PATH_CAP];
+    char ckdir[PATH_CAP], path[PATH_CAP];
     sweep_files(out_dir, top);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     sweep_files(ckdir, ck);
+    /* a rescue's locks (train.c rescue: its .excl, made once, would keep a
+     * later rescue of that step from writing) */
+    DIR *d = opendir(ckdir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, "rescue-step-", 12) == 0 && strstr(e->d_name, ".lock")) {
+            snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
 }
 
 static int cmp_desc(const void *a, const void *b) {

@@ -210,8 +210,9 @@ void st_ckpt_aside_note(const char *out_dir, char *note, size_t cap);
 
 /* Remove what a process killed while writing left in out_dir: the
  * temporary files of model.safetensors, metrics.jsonl and trace.json, and
- * ckpt/latest's (`<name>.tmp.<pid>`). Only with out_dir's run.lock held (no
- * other run writes there). */
+ * ckpt/latest's (`<name>.tmp.<pid>`), and a rescue's lock files
+ * (ckpt/rescue-step-N.lock*). Only with out_dir's run.lock held (no other
+ * run writes there). */
 void st_ckpt_sweep_leftovers(const char *out_dir);
 
 /* The bytes of one checkpoint (weights and optimizer state, every shard

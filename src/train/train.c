@@ -1140,8 +1140,9 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
  * (not under ZeRO, whose shards need every rank; nor with batch-norm
  * statistics, rank 0's, on another rank), and the sampler's position is the
  * same on every rank; not after a collective failed. Ranks failing together (one data file shortened under
- * all of them) take a lock, a directory made once, so that one of them
- * writes. A pending asynchronous checkpoint needs every rank to commit: it
+ * all of them) take a lock (rescue-step-N.lock's flock, or where the file
+ * system has none, rescue-step-N.lock.excl made by one of them alone), so
+ * that one of them writes. A pending asynchronous checkpoint needs every rank to commit: it
  * is dropped, and the later step saved. Where every rank knows of the
  * failure and holds the same whole state (ses->agreed_read: a read the
  * ranks agreed on, agree_read, or a shared evaluation's), they save
@@ -1232,12 +1233,16 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             snprintf(done, sizeof done, "%s/step-%lld/state.json", dir, (long long)whole);
             f = st_mkdirs(dir);
             lock_fd = f == ST_OK ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
-            /* (waits while another rank writes; a file system without locks: rank 0 writes unlocked,
-             * the others leave it to rank 0) */
+            /* (waits while another rank writes; a file system without locks (Lustre mounted
+             * without flock): the rank that makes the file LOCK.excl first writes, the others
+             * leave it to that one, which may be any rank, not only rank 0, which may be
+             * waiting in a collective) */
             if (f == ST_OK && (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0)) {
                 if (lock_fd >= 0) close(lock_fd);
-                lock_fd = -1;
-                if (ses->rank != 0) return s;
+                char excl[sizeof lock + 8];
+                snprintf(excl, sizeof excl, "%s.excl", lock);
+                lock_fd = open(excl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                if (lock_fd < 0) return s;
             }
             struct stat sb;
             other = f == ST_OK && stat(done, &sb) == 0;

@@ -15,7 +15,9 @@
  *   appends a line to that file (a writer adding to it between a reader's
  *   look at its size and its read);
  * - rename onto a path ending in $ST_VANISH_RENAME_EIO fails with EIO (a
- *   commit the storage refuses).
+ *   commit the storage refuses);
+ * - with ST_VANISH_NOFLOCK=1, every flock fails with ENOLCK (a file system
+ *   without locks: Lustre mounted without flock).
  * With ST_VANISH_RANK set, only the MPI rank of that number
  * (OMPI_COMM_WORLD_RANK) does any of this: one rank whose storage fails.
  * Every other call is the C library's. tests/e2e/checkpoint_resume.sh
@@ -107,6 +109,17 @@ int open64(const char *path, int flags, ...) {
     const int fd = open_as("open64", path, flags, ap);
     va_end(ap);
     return fd;
+}
+
+int flock(int fd, int op) {
+    static int (*real)(int, int);
+    if (!real) real = (int (*)(int, int))dlsym(RTLD_NEXT, "flock");
+    const char *e = getenv("ST_VANISH_NOFLOCK");
+    if (e && *e == '1' && chosen()) {
+        errno = ENOLCK;
+        return -1;
+    }
+    return real(fd, op);
 }
 
 int rename(const char *from, const char *to) {
