@@ -1204,7 +1204,13 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
              halt_nan = false; /* other: another rank wrote it */
         const st_params *pp = &m->params;
         int64_t halt = 0;
-        st_status f = own_weights_finite(ses, &finite, &stats);
+        /* (rank 0: train.out_dir still the run's, as before a checkpoint: removed or replaced since the
+         * last one, another run may be there now, whose checkpoints this one's would mix with) */
+        st_status f = out_dir_held(ses);
+        const bool lost = f != ST_OK;
+        char lost_why[1024] = "";
+        if (lost) snprintf(lost_why, sizeof lost_why, "%s", st_last_error());
+        if (f == ST_OK) f = own_weights_finite(ses, &finite, &stats);
         /* (a load refuses either: weights_finite_at); and updates the device's
          * guard refused since the last read of the loss (optim.h
          * st_optim_update) leave the weights of a step before `whole`: not
@@ -1212,14 +1218,24 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         if (f == ST_OK) f = st_loss_sum_halted_now(ls, &halt, &halt_nan);
         finite = finite && stats && halt == 0;
         int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
-        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look; and the
-                         * first rank that found them finite */
-            int64_t v[2] = {f != ST_OK ? 1 : finite ? 2 : 0, f == ST_OK && finite ? ses->rank : INT64_MAX};
+        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look, -1 out_dir
+                         * lost; and the first rank that found them finite */
+            int64_t v[2] = {lost         ? -1
+                            : f != ST_OK ? 1
+                            : finite     ? 2
+                                         : 0,
+                            f == ST_OK && finite ? ses->rank : INT64_MAX};
             f = st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN,
                                         "whether the weights are finite");
             finite = v[0] == 2;
-            if (f == ST_OK && v[0] == 1 && v[1] != INT64_MAX && dd->mode == ST_DIST_DDP &&
-                !pp->masters_sharded && (pp->buffer_count == 0 || v[1] == 0)) {
+            if (f == ST_OK && v[0] == -1) {
+                f = lost ? st_fail(ST_ERR_IO, "%s", lost_why)
+                         : st_fail(ST_ERR_IO,
+                                   "train.out_dir %s is no longer the run's (rank 0's message says why): "
+                                   "nothing is saved there",
+                                   c->train.out_dir);
+            } else if (f == ST_OK && v[0] == 1 && v[1] != INT64_MAX && dd->mode == ST_DIST_DDP &&
+                       !pp->masters_sharded && (pp->buffer_count == 0 || v[1] == 0)) {
                 by = (int)v[1];
                 finite = true;
             } else if (f == ST_OK && v[0] == 1) {

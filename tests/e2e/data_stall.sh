@@ -9,6 +9,8 @@
 #     0); the stuck thread does not keep the process from ending. Resumed
 #     without the stall to step 60, the weights are an uninterrupted 60-step
 #     run's, bit for bit.
+#     The same with train.out_dir moved away at step 10: the save writes
+#     nothing where it was (another run may be there now), saying so.
 #  2. 0 loader threads (the step loop reads, and is the one stuck): the
 #     stall watch ends the process after the 1 s wait, naming the rank, the
 #     batch and the key; resumed from its step-40 checkpoint, the same
@@ -79,6 +81,23 @@ if [ "$fails" -eq 0 ]; then
     echo "1 worker stuck in batch 40: exit 1 after the 1 s wait, its 40 steps saved"
     resumed "1 worker" "$tmp/w1" --set data.num_workers=1
 fi
+# ... with its train.out_dir moved away at step 10 (another run may be there
+# now): the save of the 40 steps writes nothing there, saying why
+o=$tmp/mv
+mkfifo "$o.fifo"
+SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]}" --set data.num_workers=1 \
+    --set train.out_dir="$o" >"$o.fifo" 2>&1 &
+pid=$!
+while IFS= read -r l; do
+    echo "$l" >>"$o.log"
+    case "$l" in "step 10/"*) mv "$o" "$o.moved" ;; esac # (the run then waits 1 s on batch 40 at least)
+done <"$o.fifo"
+wait $pid
+rc=$?
+[ $rc -eq 1 ] && [ ! -e "$o" ] && [ ! -e "$o.moved/ckpt/step-40" ] &&
+    grep -q "a checkpoint of step 40 could not be saved either: train.out_dir $o was removed while the run trained" "$o.log" ||
+    fail "out_dir moved, then batch 40 stuck: exit $rc, $(ls -d "$o" "$o.moved/ckpt/"* 2>&1 | tr '\n' ' '): $(grep error "$o.log")"
+[ "$fails" -ne 0 ] || echo "out_dir moved away, then batch 40 stuck: nothing saved where the folder was, said"
 
 out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]}" --set data.num_workers=0 \
     --set train.checkpoint_every=10 --set train.out_dir="$tmp/w0" 2>&1); rc=$?
