@@ -298,6 +298,41 @@ static void check_nan(void) {
     bn_free(&n);
 }
 
+/* Row 0 an outlier (1e4 in a channel of values in [-1, 1]: a sentinel): the
+ * statistics about row 0 would cancel (E[d^2] and E[d]^2 both near 1e8 in
+ * float sums, the variance near 1e3); the forward's mean and variance
+ * against double's, through y and the running variance. */
+static void check_outlier(void) {
+    const int64_t M = 131072, C = 3; /* (a cnn's batch of 128 32x32 maps: the variance 1e8 / M) */
+    const bn_case c = {2,    {M, C}, true, 1e-5f,
+                       1.0f, 0.0f,   false}; /* momentum 1: the running variance is the batch's */
+    bn_net n;
+    bn_build(&n, &c, 11);
+    st_rng r = st_rng_make(11, 3);
+    for (int64_t i = 0; i < M * C; i++)
+        n.x->data[i] = 2.0f * st_rng_uniform(&r) - 1.0f;
+    n.x->data[0] = 1e4f;  /* row 0, channel 0 */
+    n.x->data[1] = -3e4f; /* row 0, channel 1 */
+    CHECK_OK(st_graph_forward(&n.g));
+    for (int64_t ch = 0; ch < C; ch++) {
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < M; i++)
+            s += n.x->data[i * C + ch];
+        const double mu = s / (double)M;
+        for (int64_t i = 0; i < M; i++)
+            ss += (n.x->data[i * C + ch] - mu) * (n.x->data[i * C + ch] - mu);
+        const double var = ss / (double)M, unb = ss / (double)(M - 1);
+        CHECK(fabs(n.rv->data[ch] - unb) <= 1e-4 * unb,
+              "batchnorm, row 0 an outlier: channel %lld's variance %.9g, not %.9g", (long long)ch,
+              (double)n.rv->data[ch], unb);
+        const double y1 = (n.x->data[C + ch] - mu) / sqrt(var + 1e-5) * n.w->data[ch] + n.b->data[ch];
+        CHECK(fabs(n.y->data[C + ch] - y1) <= 1e-4 * (1 + fabs(y1)),
+              "batchnorm, row 0 an outlier: y[1, %lld] %.9g, not %.9g", (long long)ch,
+              (double)n.y->data[C + ch], y1);
+    }
+    bn_free(&n);
+}
+
 int main(void) {
     check_bn((bn_case){2, {4, 5}, true, 1e-5f, 0.1f, 0.0f, false});
     check_bn((bn_case){2, {2, 3}, true, 1e-3f, 0.3f, 0.0f, false});       /* two rows */
@@ -315,6 +350,7 @@ int main(void) {
     check_bn((bn_case){4, {3, 2, 2, 5}, false, 1e-3f, 0.1f, 0.0f, true});
     check_threads();
     check_nan();
+    check_outlier();
     check_errors();
     check_sync_twice((bn_case){4, {2, 3, 3, 4}, true, 1e-5f, 0.1f, 0.0f, false});
     check_sync_twice((bn_case){2, {200, 3}, true, 1e-5f, 0.2f, 0.0f, true});

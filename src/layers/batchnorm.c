@@ -194,6 +194,25 @@ static st_status batchnorm_forward(st_node *n, st_graph *g) {
             stat_sums(x, NULL, NULL, shift, NULL, M, C, j, p1 + j * C, p2 + j * C);
         /* combine into the first block's slots, then p1 = mean, p2 = biased variance */
         combine(p1, p2, nb, C, p1, p2);
+        /* Row 0 far from its channel's mean (an outlier: a sentinel value in
+         * a feature) leaves E[d^2] - E[d]^2 to cancellation, the float sums
+         * of d^2 being good to about 1e-6 of E[d^2]: where E[d]^2 passes
+         * 1e3 times the variance, the sums once more about the mean found
+         * (in mean, n->saved, rewritten below). */
+        bool again = false;
+        for (int64_t c = 0; c < C; c++) {
+            const double md = p1[c] / (double)M;
+            again = again || md * md > 1e3 * (p2[c] / (double)M - md * md);
+        }
+        if (again) {
+            for (int64_t c = 0; c < C; c++)
+                mean[c] = (float)(shift[c] + p1[c] / (double)M);
+            shift = mean;
+#pragma omp parallel for schedule(static)
+            for (int64_t j = 0; j < nb; j++)
+                stat_sums(x, NULL, NULL, shift, NULL, M, C, j, p1 + j * C, p2 + j * C);
+            combine(p1, p2, nb, C, p1, p2);
+        }
         double count = (double)M;
         if (g->allreduce_sum) {
             ST_TRY(sync_stats(n, g, shift, M, C, p1, p2, &count));
