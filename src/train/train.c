@@ -2259,9 +2259,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     st_device_mem dm;
     if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
     snprintf(res->sample_device, sizeof res->sample_device, "%s", ses.sample_device);
-    /* Rank 0 alone evaluates and writes the weights (the replicas are
-     * identical); the others wait for the outcome, as long as an evaluation
-     * and a write of the weights may take. */
+    /* The final evaluation (shared by the ranks, or rank 0's), then rank 0
+     * writes the weights (the replicas are identical), the others waiting
+     * for the outcome, as long as an evaluation and a write of the weights
+     * may take. */
     if (ses.world > 1)
         st_comm_set_timeout(
             ses.comm, st_ckpt_wait_limit(cfg, ses.model, NULL, 0) + eval_estimate_s(&ses, res->samples_per_s),
@@ -2271,8 +2272,14 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
      * those weights is printed, and written to the metrics only when the run
      * that reached the step did not write it) */
     const bool evaluated = res->steps == res->start_step && met.eval_at_resume;
-    if (ses.rank == 0 || ses.eval_shared)
-        s = eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met);
+    /* (an evaluation that failed, its data or its metrics line: the weights
+     * are written all the same, and the error says so) */
+    const st_status ev = ses.rank == 0 || ses.eval_shared
+                             ? eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met)
+                             : ST_OK;
+    char ev_why[4096] = "";
+    if (ev != ST_OK) snprintf(ev_why, sizeof ev_why, "%s", st_last_error());
+    s = ST_OK;
     float *wdata = NULL, *wbuf = NULL; /* sharded masters: every rank gathers the whole weights */
     if (ses.save && ses.model->params.masters_sharded) { /* (ses.save: every rank's) */
         st_status g = st_zero_copy_arenas(ses.model, ses.comm, &wdata, &wbuf);
@@ -2300,8 +2307,16 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                             why, res->checkpoint);
             }
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
+            if (ev != ST_OK) { /* (the evaluation's error first) */
+                char wwhy[4096];
+                snprintf(wwhy, sizeof wwhy, "%s", s == ST_OK ? "" : st_last_error());
+                s = s == ST_OK
+                        ? st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, path)
+                        : st_fail(ev, "%s (and the final weights were not written: %s)", ev_why, wwhy);
+            }
         }
     }
+    if (s == ST_OK && ev != ST_OK) s = st_fail(ev, "%s", ev_why);
     st_free_aligned(wdata);
     st_free_aligned(wbuf);
     if (ses.world > 1) {

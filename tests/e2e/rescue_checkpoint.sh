@@ -12,6 +12,8 @@
 #  2. With the file written back, `--resume auto` to step N + 20 ends with the
 #     weights of an uninterrupted run of N + 20 steps, bit for bit: nothing
 #     was lost and the data order went on where it stopped.
+#  4. (1 rank) The final evaluation's metrics line fails: the final weights
+#     are written all the same, and the error says so.
 #  3. On 2 ranks under ZeRO-2, rank 0's metrics write fails (EIO, from
 #     tests/lib/slowfs.c) after a step: every rank stops after it (rank 1
 #     naming rank 0), they save together, and resumed to N + 20 the run
@@ -24,6 +26,18 @@ dev=(--set train.device=cpu) launch=() label=cpu victim=train
 source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
 label=val victim=val
 source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+# 4. The final evaluation's metrics line fails (EIO: the 4th write of
+# metrics.jsonl, after steps 2 and 4 and the checkpoint's): the final weights
+# are written all the same, and the error says so (before, none were)
+d=$tmp/final
+mkdir -p "$d"
+cc -shared -fPIC -O2 -o "$d/slowfs.so" tests/lib/slowfs.c -ldl || fail "cannot build the shim"
+out=$(LD_PRELOAD="$d/slowfs.so" ST_SLOWFS_MATCH=/metrics.jsonl ST_SLOWFS_EIO_AFTER=3 timeout 120 "$bin" "${run[@]}" \
+    --set train.eval_every=0 --set train.steps=4 --set log.every=2 --set train.out_dir="$d/o" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ -s "$d/o/model.safetensors" ] &&
+    grep -q "metrics.jsonl: write failed: Input/output error (the final weights were written all the same, to $d/o/model.safetensors)" <<<"$out" ||
+    fail "the final evaluation's metrics line failed: exit $rc, $(ls "$d/o"): $(grep error <<<"$out")"
+[ "$fails" -ne 0 ] || echo "the final evaluation's metrics line failed: the final weights written all the same, said"
 if command -v mpirun >/dev/null; then
     echo "2 ranks (ddp; both read the file, one of them saves):"
     e2e_mpi
