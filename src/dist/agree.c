@@ -252,10 +252,12 @@ st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
 
 #undef st_agree_status /* the analyzer's macro (agree.h) */
 st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
-    int64_t v = mine;
-    ST_TRY(st_comm_all_reduce_sync(c, &v, &v, 1, ST_COMM_I64, ST_COMM_MAX, what));
+    int64_t v[2] = {mine, mine != ST_OK ? st_comm_rank(c) + 1 : 0}; /* (and the last failing rank) */
+    ST_TRY(st_comm_all_reduce_sync(c, v, v, 2, ST_COMM_I64, ST_COMM_MAX, what));
     if (mine != ST_OK) return mine;
-    if (v != ST_OK) return st_fail(ST_ERR_IO, "%s failed on another rank (its error is in its output)", what);
+    if (v[0] != ST_OK)
+        return st_fail(ST_ERR_IO, "%s failed on another rank, rank %lld (its error is in its output)", what,
+                       (long long)v[1] - 1);
     return ST_OK;
 }
 

@@ -69,7 +69,8 @@ st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu_
 st_status st_agree_first_shared(const char *all, int world, size_t stride, int *a, int *b);
 
 /* Every rank's status for `what`: ST_OK everywhere, or this rank's error, or
- * ST_ERR_IO "<what> failed on another rank (its error is in its output)". For
+ * ST_ERR_IO "<what> failed on another rank, rank K (its error is in its
+ * output)", K the last rank that failed. For
  * work one rank (or each) does alone while the others wait on the outcome. */
 st_status st_agree_status(st_comm *c, st_status mine, const char *what);
 #ifdef __clang_analyzer__ /* make analyze: a failure of this rank's is never ST_OK after it */

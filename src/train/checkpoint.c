@@ -572,14 +572,17 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
      * a failure after that, of `latest`, leaves it whole) and the outcome; an
      * agreement that fails (a peer gone) leaves rank 0 its own commit. */
     if (j->dist) {
-        int64_t v[2] = {s, committed};
-        const st_status g = st_comm_all_reduce_sync(j->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        int64_t v[3] = {s, committed,
+                        s != ST_OK ? st_comm_rank(j->comm) + 1 : 0}; /* (the last failing rank) */
+        const st_status g = st_comm_all_reduce_sync(j->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
         if (g != ST_OK) {
             s = g;
         } else {
             committed = v[1] != 0;
             if (s == ST_OK && v[0] != ST_OK)
-                s = st_fail(ST_ERR_IO, "checkpoint failed on another rank (its error is in its output)");
+                s = st_fail(ST_ERR_IO,
+                            "checkpoint failed on another rank, rank %lld (its error is in its output)",
+                            (long long)v[2] - 1);
         }
     }
     if (saved && committed) snprintf(saved, size, "%s/step-%lld", j->ckdir, (long long)j->st.step);
@@ -598,8 +601,8 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
         char why[1024];
         snprintf(why, sizeof why, "%s", st_last_error());
         if (lay->sharded) (void)st_agree_status(lay->comm, s, "checkpoint optimizer shards");
-        int64_t v[2] = {s, 0};
-        (void)st_comm_all_reduce_sync(lay->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        int64_t v[3] = {s, 0, lay->rank + 1};
+        (void)st_comm_all_reduce_sync(lay->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
         return st_fail(s, "%s", why);
     }
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");

@@ -1104,12 +1104,21 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     if (s->eval_shared && s->world > 1) {
         /* Every rank learns whether each evaluated its share; a failed one
          * names itself, the others say that one failed. */
-        double v[4] = {e.loss_sum, (double)e.valid, (double)e.correct, st != ST_OK ? 1.0 : 0.0};
-        ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 4, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
+        /* (the failed ranks counted, and their ranks + 1 summed: the one that failed, when one did) */
+        double v[5] = {e.loss_sum, (double)e.valid, (double)e.correct, st != ST_OK ? 1.0 : 0.0,
+                       st != ST_OK ? (double)s->rank + 1 : 0.0};
+        ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 5, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
         if (v[3] > 0)
             s->agreed_error = s->agreed_read = true; /* (the checkpoint before it: train.c rescue) */
         if (st != ST_OK) return st;
-        if (v[3] > 0) return st_fail(ST_ERR_IO, "the evaluation failed on another rank (its error is in its output)");
+        if (v[3] == 1)
+            return st_fail(ST_ERR_IO,
+                           "the evaluation failed on another rank, rank %.0f (its error is in its output)",
+                           v[4] - 1);
+        if (v[3] > 1)
+            return st_fail(ST_ERR_IO,
+                           "the evaluation failed on %.0f other ranks (their errors are in their output)",
+                           v[3]);
         e.loss_sum = v[0];
         e.valid = (int64_t)v[1];
         e.correct = (int64_t)v[2];
