@@ -127,7 +127,7 @@ static void test_metrics_record(void) {
     s.step = 30;
     memset(&s.gpu, 0, sizeof s.gpu); /* the CPU, or a line between samples */
     CHECK_OK(st_metrics_step_write(&m, &s));
-    st_metrics_close(&m);
+    CHECK_OK(st_metrics_close(&m));
 
     char path[256];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);

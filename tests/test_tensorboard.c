@@ -80,14 +80,14 @@ static void file_format(void) {
     CHECK_OK(st_tb_write_scalars(&w, 7, v, 2));
     char path[4096];
     snprintf(path, sizeof path, "%s", w.path);
-    st_tb_close(&w);
-    st_tb_close(&w);
+    CHECK_OK(st_tb_close(&w));
+    CHECK_OK(st_tb_close(&w));
     /* a second writer in the same second gets its own file */
     st_tb w2;
     CHECK_OK(st_tb_open(&w2, dir, 1));
     CHECK(strcmp(w2.path, path) != 0, "a second file has a new name: %s", w2.path);
     remove(w2.path);
-    st_tb_close(&w2);
+    CHECK_OK(st_tb_close(&w2));
     CHECK_FAILS(st_tb_open(&w2, "/nonexistent/dir", 1), ST_ERR_IO, "/nonexistent/dir");
 
     uint8_t *recs[8] = {0};
@@ -172,7 +172,7 @@ static void metrics_match_events(void) {
     CHECK_OK(st_metrics_step_write(&m, &ms));
     char tb[4096], path[4200];
     snprintf(tb, sizeof tb, "%s", m.tb.path);
-    st_metrics_close(&m);
+    CHECK_OK(st_metrics_close(&m));
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     char line[4096] = "";
     FILE *f = fopen(path, "r");

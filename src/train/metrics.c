@@ -123,7 +123,7 @@ static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_s
     if (tensorboard) {
         st_status s = st_tb_open(&m->tb, out_dir, resume_step + 1);
         if (s != ST_OK) {
-            st_metrics_close(m);
+            (void)st_metrics_close(m);
             return s;
         }
     }
@@ -293,14 +293,19 @@ st_status st_metrics_checkpoint_write(st_metrics *m, int64_t step, int64_t commi
     return emit(m, o, "checkpoint", step);
 }
 
-void st_metrics_close(st_metrics *m) {
-    if (!m) return;
+st_status st_metrics_close(st_metrics *m) {
+    if (!m) return ST_OK;
     st_watch_begin(m->watch, m->what); /* (closing a file writes: a network file system's commit) */
-    st_tb_close(&m->tb);
-    if (m->f) fclose(m->f);
+    st_status s = st_tb_close(&m->tb);
+    errno = 0;
+    if (m->f && fclose(m->f) != 0 && s == ST_OK)
+        s = st_fail(ST_ERR_IO,
+                    "metrics.jsonl: closing it failed: %s (its last lines may not have reached the storage)",
+                    strerror(errno ? errno : EIO));
     st_watch_end(m->watch);
     m->f = NULL;
     m->watch = NULL;
+    return s;
 }
 
 double st_metrics_peak_rss_mb(void) {

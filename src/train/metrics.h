@@ -71,8 +71,10 @@ st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double
 st_status st_metrics_checkpoint_write(st_metrics *m, int64_t step, int64_t committed_step, bool async,
                                       double write_s, double stall_s);
 
-/* Close; accepts a zeroed or already closed st_metrics. */
-void st_metrics_close(st_metrics *m);
+/* Close; accepts a zeroed or already closed st_metrics. An error: a close
+ * that failed (a network file system's write-back at close), its last lines
+ * maybe not on the storage. */
+st_status st_metrics_close(st_metrics *m);
 
 /* The peak resident set of this process in MB (getrusage ru_maxrss). */
 double st_metrics_peak_rss_mb(void);

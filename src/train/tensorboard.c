@@ -158,7 +158,7 @@ st_status st_tb_open(st_tb *w, const char *out_dir, int64_t first_step) {
                     : write_record(w, &ev);
     free(ev.p);
     free(log.p);
-    if (s != ST_OK) st_tb_close(w);
+    if (s != ST_OK) (void)st_tb_close(w);
     return s;
 }
 
@@ -184,8 +184,14 @@ st_status st_tb_write_scalars(st_tb *w, int64_t step, const st_tb_scalar *v, int
     return s;
 }
 
-void st_tb_close(st_tb *w) {
-    if (!w || !w->f) return;
-    fclose(w->f);
+st_status st_tb_close(st_tb *w) {
+    if (!w || !w->f) return ST_OK;
+    errno = 0;
+    const int rc = fclose(w->f);
     w->f = NULL;
+    if (rc != 0)
+        return st_fail(ST_ERR_IO,
+                       "%s: closing it failed: %s (its last events may not have reached the storage)",
+                       w->path, strerror(errno ? errno : EIO));
+    return ST_OK;
 }

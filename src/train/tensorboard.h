@@ -46,6 +46,6 @@ st_status st_tb_open(st_tb *w, const char *out_dir, int64_t first_step);
 st_status st_tb_write_scalars(st_tb *w, int64_t step, const st_tb_scalar *v, int n);
 
 /* Close; accepts a zeroed or already closed writer. */
-void st_tb_close(st_tb *w);
+st_status st_tb_close(st_tb *w); /* (an error: the close failed, its last events maybe lost) */
 
 #endif

@@ -2358,7 +2358,10 @@ fail:
     end_failed_ranks(&ses, opts, s);
     st_error_kept kept;
     st_error_keep(&kept, s);
-    st_metrics_close(&met);
+    if (st_metrics_close(&met) != ST_OK) { /* (rank 0's; the run's outcome stays its own) */
+        fprintf(stderr, "scaletrain: warning: %s\n", st_last_error());
+        st_clear_error();
+    }
     const st_status sc = st_session_close(&ses);
     return s != ST_OK ? st_error_restore(&kept) : sc;
 }

@@ -6,6 +6,7 @@
  * network filesystem; every other call is the C library's. (The C
  * library's own calls inside fopen, fwrite or fclose are not seen: only the
  * program's.)
+ * ST_SLOWFS_CLOSE_EIO=1 makes fclose of such a file fail (below).
  * tests/e2e/checkpoint_slow.sh builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -72,6 +73,28 @@ static int failing(FILE *fp) {
     if (n <= 0) return 0;
     path[n] = '\0';
     return strstr(path, match) && ++calls > atol(after);
+}
+
+/* ST_SLOWFS_CLOSE_EIO=1: fclose of the matching file closes it, then says
+ * EIO (a network file system's write-back refused at close). */
+int fclose(FILE *fp) {
+    static int (*real)(FILE *);
+    if (!real) real = (int (*)(FILE *))dlsym(RTLD_NEXT, "fclose");
+    const char *match = getenv("ST_SLOWFS_MATCH"), *eio = getenv("ST_SLOWFS_CLOSE_EIO");
+    int bad = 0;
+    if (fp && eio && *eio == '1' && match && *match) {
+        char link[64], path[PATH_MAX];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fileno(fp));
+        const ssize_t n = readlink(link, path, sizeof path - 1);
+        if (n > 0) path[n] = '\0';
+        bad = n > 0 && strstr(path, match) != NULL;
+    }
+    const int rc = real(fp);
+    if (bad) {
+        errno = EIO;
+        return EOF;
+    }
+    return rc;
 }
 
 int fflush(FILE *fp) {
