@@ -315,15 +315,16 @@ static void probe_nvml(st_hw_info *h) {
     }
     /* NVLink between a pair: NVML's peer-to-peer status over NVLink (two
      * GPUs each with links up may have them to others: bridged pairs, 0-1 and
-     * 2-3); a driver without it, both ends with active links. */
+     * 2-3); a driver without it, or that does not answer it, both ends with
+     * active links. */
     for (int i = 0; i < h->n_gpus; i++)
         for (int j = 0; j < h->n_gpus; j++) {
             int level = -1, p2p = -1;
             const bool both = dev[i] && dev[j];
-            if (both && v.p2p_status && v.p2p_status(dev[i], dev[j], ST_NVML_P2P_NVLINK, &p2p) != 0) p2p = -1;
+            const bool asked =
+                both && v.p2p_status && v.p2p_status(dev[i], dev[j], ST_NVML_P2P_NVLINK, &p2p) == 0;
             if (i == j) h->link[i][j] = ST_LINK_SELF;
-            else if (both &&
-                     (v.p2p_status ? p2p == ST_NVML_P2P_OK : h->gpu[i].nvlinks > 0 && h->gpu[j].nvlinks > 0))
+            else if (both && (asked ? p2p == ST_NVML_P2P_OK : h->gpu[i].nvlinks > 0 && h->gpu[j].nvlinks > 0))
                 h->link[i][j] = ST_LINK_NVLINK;
             else if (dev[i] && dev[j] && v.common_ancestor(dev[i], dev[j], &level) == 0)
                 h->link[i][j] = link_from_ancestor(level);
