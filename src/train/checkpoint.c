@@ -596,13 +596,23 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
                        const st_ckpt_layout *lay, char *saved, size_t size) {
     st_ckpt_async *j;
     st_status s = job_new(&j, cfg, m, o, state, lay);
-    if (s != ST_OK) { /* (out of memory: the others still learn of it, in commit's agreements) */
+    if (s != ST_OK) { /* (out of memory: the others still learn of it, in the agreements they make) */
         if (!lay || !lay->comm || lay->world < 2) return s;
         char why[1024];
         snprintf(why, sizeof why, "%s", st_last_error());
-        if (lay->sharded) (void)st_agree_status(lay->comm, s, "checkpoint optimizer shards");
+        /* (the others' waits: rank 0 may be writing the whole checkpoint) */
+        st_comm_set_timeout(lay->comm, st_ckpt_wait_limit(cfg, m, o, lay->sharded ? lay->world : 1),
+                            "train.checkpoint_timeout_s");
+        if (lay->sharded) { /* prepare's first, which ends it on every rank, and commit's */
+            (void)st_agree_status(lay->comm, s, "checkpoint directory");
+            (void)st_agree_status(lay->comm, s, "checkpoint optimizer shards");
+        }
         int64_t v[3] = {s, 0, lay->rank + 1};
-        (void)st_comm_all_reduce_sync(lay->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        const st_status g =
+            st_comm_all_reduce_sync(lay->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
+        st_comm_set_timeout(lay->comm, 0, NULL);
+        if (g == ST_OK && v[1] && saved) /* (committed all the same: rank 0's, without this rank's part) */
+            snprintf(saved, size, "%s/ckpt/step-%lld", cfg->train.out_dir, (long long)state->step);
         return st_fail(s, "%s", why);
     }
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
