@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1454,17 +1455,23 @@ bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, 
     const st_ckpt_kind k = st_ckpt_classify(spec, where, sizeof where);
     st_clear_error();
     if (k == ST_CKPT_NONE) return false;
-    if (k == ST_CKPT_ONE) { /* (its parent: where is the step's folder) */
-        size_t n = strlen(where);
-        while (n > 1 && where[n - 1] == '/')
-            where[--n] = '\0';
-        char *slash = strrchr(where, '/');
-        if (!slash)
-            snprintf(where, sizeof where, ".");
-        else if (slash == where)
-            where[1] = '\0';
-        else
-            *slash = '\0';
+    if (k == ST_CKPT_ONE) { /* (its parent: where is the step's folder; "step-6/." and ".." resolved) */
+        char up[PATH_CAP + 4], canon[PATH_MAX];
+        snprintf(up, sizeof up, "%s/..", where);
+        if (realpath(up, canon)) {
+            snprintf(where, sizeof where, "%s", canon);
+        } else {
+            size_t n = strlen(where);
+            while (n > 1 && where[n - 1] == '/')
+                where[--n] = '\0';
+            char *slash = strrchr(where, '/');
+            if (!slash)
+                snprintf(where, sizeof where, ".");
+            else if (slash == where)
+                where[1] = '\0';
+            else
+                *slash = '\0';
+        }
     }
     snprintf(folder, size, "%s", where);
     snprintf(own, sizeof own, "%s/ckpt", out_dir);
@@ -1491,7 +1498,8 @@ st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *a
     if (unseen != ST_OK) {
         char why[1200];
         snprintf(why, sizeof why, "%s", st_last_error());
-        return st_fail(unseen, "%s. A new run in train.out_dir %s would %s (nothing was written)", why, out,
+        return st_fail(unseen, "%s. A %s in train.out_dir %s would %s (nothing was written)", why,
+                       resume_from ? "run resumed from another folder" : "new run", out,
                        ls != ST_OK
                            ? "save beside the checkpoints there that it cannot see, and prune them as "
                              "its own"
