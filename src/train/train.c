@@ -2278,6 +2278,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                              ? eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met)
                              : ST_OK;
     char ev_why[4096] = "";
+    bool ev_said = false;
     if (ev != ST_OK) snprintf(ev_why, sizeof ev_why, "%s", st_last_error());
     s = ST_OK;
     float *wdata = NULL, *wbuf = NULL; /* sharded masters: every rank gathers the whole weights */
@@ -2307,16 +2308,18 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                             why, res->checkpoint);
             }
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
-            if (ev != ST_OK) { /* (the evaluation's error first) */
-                char wwhy[4096];
-                snprintf(wwhy, sizeof wwhy, "%s", s == ST_OK ? "" : st_last_error());
-                s = s == ST_OK
-                        ? st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, path)
-                        : st_fail(ev, "%s (and the final weights were not written: %s)", ev_why, wwhy);
+            if (ev != ST_OK && s == ST_OK) { /* (the evaluation's error, saying where the weights are) */
+                s = st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, path);
+                ev_said = true;
             }
         }
     }
-    if (s == ST_OK && ev != ST_OK) s = st_fail(ev, "%s", ev_why);
+    if (ev != ST_OK && !ev_said) { /* (the evaluation's error first, then what failed after it) */
+        char then[4096];
+        snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
+        s = s == ST_OK ? st_fail(ev, "%s", ev_why)
+                       : st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then);
+    }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);
     if (ses.world > 1) {
