@@ -1247,20 +1247,39 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
             snprintf(dir, sizeof dir, "%s/ckpt", c->train.out_dir);
             snprintf(lock, sizeof lock, "%s/rescue-step-%lld.lock", dir, (long long)whole);
             snprintf(done, sizeof done, "%s/step-%lld/state.json", dir, (long long)whole);
-            f = st_mkdirs(dir);
+            /* (a rank but 0, which holds no lock of out_dir's to compare: its run.lock still there,
+             * so that a folder moved away is not made again here) */
+            char held[ST_CFG_STR + 16];
+            snprintf(held, sizeof held, "%s/run.lock", c->train.out_dir);
+            struct stat sb;
+            if (ses->rank != 0 && stat(held, &sb) != 0)
+                f = st_fail(ST_ERR_IO,
+                            "train.out_dir %s has no run.lock now (moved or removed while the run trained): "
+                            "nothing is saved there",
+                            c->train.out_dir);
+            if (f == ST_OK) f = st_mkdirs(dir);
             lock_fd = f == ST_OK ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
             /* (waits while another rank writes; a file system without locks (Lustre mounted
-             * without flock): the rank that makes the file LOCK.excl first writes, the others
-             * leave it to that one, which may be any rank, not only rank 0, which may be
-             * waiting in a collective) */
+             * without flock): the rank that makes the file LOCK.excl first writes, and the others
+             * wait for that file to go (its save ended), as long as a save may take; any rank, not
+             * only rank 0, which may be waiting in a collective) */
             if (f == ST_OK && (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0)) {
                 if (lock_fd >= 0) close(lock_fd);
-                char excl[sizeof lock + 8];
+                char excl[sizeof lock];
                 snprintf(excl, sizeof excl, "%s.excl", lock);
                 lock_fd = open(excl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-                if (lock_fd < 0) return s;
+                unlink(lock); /* (the file flock could not lock: each rank that made it removes it) */
+                if (lock_fd >= 0) {
+                    snprintf(lock, sizeof lock, "%s", excl); /* (removed once written, below) */
+                } else {
+                    const double until = st_now() + st_ckpt_wait_limit(c, m, opt, 1);
+                    while (stat(excl, &sb) == 0 && stat(done, &sb) != 0 && st_now() < until) {
+                        struct timespec ts = {0, 50 * 1000 * 1000};
+                        nanosleep(&ts, NULL);
+                    }
+                    if (stat(done, &sb) != 0) return s; /* (the other rank's save did not end in one) */
+                }
             }
-            struct stat sb;
             other = f == ST_OK && stat(done, &sb) == 0;
             if (other) snprintf(r->checkpoint, sizeof r->checkpoint, "%s/step-%lld", dir, (long long)whole);
         }

@@ -12,6 +12,9 @@
 #  2. With the file written back, `--resume auto` to step N + 20 ends with the
 #     weights of an uninterrupted run of N + 20 steps, bit for bit: nothing
 #     was lost and the data order went on where it stopped.
+#  (2 ranks under ddp again on a file system without locks, every flock
+#  failing: tests/lib/vanish.c; the rank that makes the lock file first
+#  saves, the other waits for its save.)
 #  4. (1 rank) The final evaluation's metrics line fails: the final weights
 #     are written all the same, and the error says so. metrics.jsonl's close
 #     fails: exit 0, a warning.
@@ -51,6 +54,10 @@ if command -v mpirun >/dev/null; then
     echo "2 ranks (ddp; both read the file, one of them saves):"
     e2e_mpi
     launch=("${mpi[@]}" -np 2) label=two victim=train
+    source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
+    echo "2 ranks (ddp; a file system without locks: the rank that makes the lock file first saves, the other waits for it):"
+    cc -shared -fPIC -O2 -o "$tmp/vanish.so" tests/lib/vanish.c -ldl || fail "cannot build tests/lib/vanish.c"
+    launch=(env LD_PRELOAD="$tmp/vanish.so" ST_VANISH_NOFLOCK=1 "${mpi[@]}" -np 2) label=two-noflock victim=train
     source "$(dirname "$0")/../lib/rescue_checkpoint.sh"
     echo "2 ranks (ddp; the validation file: the shared evaluation's ranks save together):"
     label=two-val victim=val
