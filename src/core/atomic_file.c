@@ -30,6 +30,11 @@ bool st_path_is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+bool st_path_same(const char *a, const char *b) {
+    struct stat x, y;
+    return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* Sync the directory holding the file `path`. */
 static st_status fsync_parent(const char *path) {
     char dir[4096];

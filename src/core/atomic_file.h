@@ -38,6 +38,9 @@ st_status st_mkdirs(const char *path);
 /* `path` is a regular file / a directory (following links). */
 bool st_path_is_file(const char *path);
 bool st_path_is_dir(const char *path);
+/* a and b (either may be NULL) name the same existing file or directory
+ * (its device and inode, following links). */
+bool st_path_same(const char *a, const char *b);
 /* Bytes free to this user on the filesystem of path, or of its nearest
  * existing parent (path need not exist yet); -1 when none can be asked. */
 int64_t st_path_free_bytes(const char *path);

@@ -1443,11 +1443,6 @@ void st_ckpt_remove_all(const char *out_dir) {
     remove_dir(ckdir);
 }
 
-bool st_ckpt_same_path(const char *a, const char *b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, size_t size) {
     if (size) folder[0] = '\0';
     if (strcmp(spec, "auto") == 0) return false;
@@ -1458,24 +1453,11 @@ bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, 
     if (k == ST_CKPT_ONE) { /* (its parent: where is the step's folder; "step-6/." and ".." resolved) */
         char up[PATH_CAP + 4], canon[PATH_MAX];
         snprintf(up, sizeof up, "%s/..", where);
-        if (realpath(up, canon)) {
-            snprintf(where, sizeof where, "%s", canon);
-        } else {
-            size_t n = strlen(where);
-            while (n > 1 && where[n - 1] == '/')
-                where[--n] = '\0';
-            char *slash = strrchr(where, '/');
-            if (!slash)
-                snprintf(where, sizeof where, ".");
-            else if (slash == where)
-                where[1] = '\0';
-            else
-                *slash = '\0';
-        }
+        snprintf(where, sizeof where, "%s", realpath(up, canon) ? canon : up); /* (stat follows up as well) */
     }
     snprintf(folder, size, "%s", where);
     snprintf(own, sizeof own, "%s/ckpt", out_dir);
-    return !st_ckpt_same_path(where, own);
+    return !st_path_same(where, own);
 }
 
 st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *aside, int64_t *aside_step) {

@@ -183,9 +183,6 @@ st_status st_ckpt_new_run_check(const char *out_dir, const char *resume_from, in
  * spec that names no checkpoint (the resume's search says what is wrong). */
 bool st_ckpt_resume_source(const char *out_dir, const char *spec, char *folder, size_t size);
 
-/* True when paths a and b name the same existing file or folder. */
-bool st_ckpt_same_path(const char *a, const char *b);
-
 /* A new run in the out_dir of a finished one: its checkpoint folder becomes
  * out_dir/ckpt.previous (an older one there is removed first), so that the
  * two runs' checkpoints never mix (pruning and --resume's fallback go by step

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/blas.h"
 #include "core/outq.h"
 #include "core/pages.h"
@@ -295,11 +296,6 @@ static st_status open_images(const st_config *c, const char *inputs, const char 
     return s;
 }
 
-static bool same_file(const char *x, const char *y) {
-    struct stat a, b;
-    return x && y && stat(x, &a) == 0 && stat(y, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
 /* The files of a token stream, as (device, inode) pairs: n, or 0. */
 static int file_ids(const st_tokens *t, uint64_t (*ids)[2], int cap) {
     int n = 0;
@@ -316,7 +312,7 @@ static int file_ids(const st_tokens *t, uint64_t (*ids)[2], int cap) {
 static void same_data(const st_session *s) {
     const st_config *c = s->cfg;
     if (s->rank != 0 || !s->has_train || !s->has_val || c->data.val_split > 0) return;
-    bool same = same_file(c->data.train, c->data.val);
+    bool same = st_path_same(c->data.train, c->data.val);
     /* token files read as one stream (a pattern, a folder): any of theirs */
     const int cap = s->train.tokens && s->val.tokens && !same ? ST_TOKENS_MAX_SHARDS : 0;
     uint64_t(*a)[2] = cap ? malloc(2 * (size_t)cap * sizeof *a) : NULL, (*b)[2] = a ? a + cap : NULL;

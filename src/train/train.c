@@ -285,7 +285,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     if (s == ST_OK && elsewhere && ses->aside_ckpts) { /* (setting aside removes ckpt.previous first) */
         char prev[4200];
         snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
-        if (st_ckpt_same_path(from, prev))
+        if (st_path_same(from, prev))
             s = st_fail(ST_ERR_CONFIG,
                         "--resume %s names a checkpoint in %s, but train.out_dir %s/ckpt holds a finished "
                         "run's checkpoints, which would be set aside there in its place: move %s elsewhere "
