@@ -1123,6 +1123,35 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
     return ST_OK;
 }
 
+/* The rescue's one writer among ranks that failed together: an flock of
+ * lock (waits while another rank writes; released at exit), or on a file
+ * system without locks (Lustre mounted without flock) lock.excl, made by one
+ * rank alone (any rank, not only rank 0, which may be waiting in a
+ * collective), while the others wait, up to limit seconds, for that file to
+ * go (its save ended) or for done (the checkpoint's state.json) to appear.
+ * The lock's descriptor, lock then naming the file to remove once written;
+ * -1 for a rank that waited. */
+static int rescue_lock(char *lock, size_t cap, const char *done, double limit) {
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0 && flock(fd, LOCK_EX) == 0) return fd;
+    if (fd >= 0) close(fd);
+    char excl[ST_CFG_STR + 80];
+    snprintf(excl, sizeof excl, "%s.excl", lock);
+    fd = open(excl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    unlink(lock); /* (the file flock could not lock: each rank that made it removes it) */
+    if (fd >= 0) {
+        snprintf(lock, cap, "%s", excl);
+        return fd;
+    }
+    const double until = st_now() + limit;
+    struct stat sb;
+    while (stat(excl, &sb) == 0 && stat(done, &sb) != 0 && st_now() < until) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
 /* A run that fails where its weights and optimizer state are whole (a batch
  * that cannot be read, an evaluation, a metrics write, a stop that came
  * while a batch did not; not a non-finite loss or a stop after the step,
@@ -1242,7 +1271,7 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                 f = st_fail(ST_ERR_IO, "a rank could not look at its weights");
             }
         }
-        if (f == ST_OK && alone) { /* one writer among the ranks that failed (an flock, released at exit) */
+        if (f == ST_OK && alone) { /* one writer among the ranks that failed (rescue_lock) */
             char dir[ST_CFG_STR + 16], done[ST_CFG_STR + 64];
             snprintf(dir, sizeof dir, "%s/ckpt", c->train.out_dir);
             snprintf(lock, sizeof lock, "%s/rescue-step-%lld.lock", dir, (long long)whole);
@@ -1258,28 +1287,9 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                             "nothing is saved there",
                             c->train.out_dir);
             if (f == ST_OK) f = st_mkdirs(dir);
-            lock_fd = f == ST_OK ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
-            /* (waits while another rank writes; a file system without locks (Lustre mounted
-             * without flock): the rank that makes the file LOCK.excl first writes, and the others
-             * wait for that file to go (its save ended), as long as a save may take; any rank, not
-             * only rank 0, which may be waiting in a collective) */
-            if (f == ST_OK && (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0)) {
-                if (lock_fd >= 0) close(lock_fd);
-                char excl[sizeof lock];
-                snprintf(excl, sizeof excl, "%s.excl", lock);
-                lock_fd = open(excl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-                unlink(lock); /* (the file flock could not lock: each rank that made it removes it) */
-                if (lock_fd >= 0) {
-                    snprintf(lock, sizeof lock, "%s", excl); /* (removed once written, below) */
-                } else {
-                    const double until = st_now() + st_ckpt_wait_limit(c, m, opt, 1);
-                    while (stat(excl, &sb) == 0 && stat(done, &sb) != 0 && st_now() < until) {
-                        struct timespec ts = {0, 50 * 1000 * 1000};
-                        nanosleep(&ts, NULL);
-                    }
-                    if (stat(done, &sb) != 0) return s; /* (the other rank's save did not end in one) */
-                }
-            }
+            if (f == ST_OK) lock_fd = rescue_lock(lock, sizeof lock, done, st_ckpt_wait_limit(c, m, opt, 1));
+            if (f == ST_OK && lock_fd < 0 && stat(done, &sb) != 0)
+                return s; /* (the other rank's save did not end in a checkpoint's limit) */
             other = f == ST_OK && stat(done, &sb) == 0;
             if (other) snprintf(r->checkpoint, sizeof r->checkpoint, "%s/step-%lld", dir, (long long)whole);
         }
@@ -2296,8 +2306,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     const st_status ev = ses.rank == 0 || ses.eval_shared
                              ? eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met)
                              : ST_OK;
-    char ev_why[4096] = "";
-    bool ev_said = false;
+    char ev_why[4096] = "", wrote[ST_CFG_STR + 32] = ""; /* (wrote: the weights' path, once written) */
     if (ev != ST_OK) snprintf(ev_why, sizeof ev_why, "%s", st_last_error());
     s = ST_OK;
     float *wdata = NULL, *wbuf = NULL; /* sharded masters: every rank gathers the whole weights */
@@ -2327,17 +2336,16 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                             why, res->checkpoint);
             }
             if (s == ST_OK && !opts->quiet) fprintf(ses.out, "saved weights to %s\n", path);
-            if (ev != ST_OK && s == ST_OK) { /* (the evaluation's error, saying where the weights are) */
-                s = st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, path);
-                ev_said = true;
-            }
+            if (s == ST_OK) snprintf(wrote, sizeof wrote, "%s", path);
         }
     }
-    if (ev != ST_OK && !ev_said) { /* (the evaluation's error first, then what failed after it) */
+    if (ev !=
+        ST_OK) { /* (the evaluation's error first, then where the weights are, or what failed after it) */
         char then[4096];
         snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
-        s = s == ST_OK ? st_fail(ev, "%s", ev_why)
-                       : st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then);
+        s = s != ST_OK ? st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then)
+            : wrote[0] ? st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, wrote)
+                       : st_fail(ev, "%s", ev_why);
     }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);
