@@ -322,11 +322,11 @@ static void probe_nvml(st_hw_info *h) {
             int level = -1, p2p = -1;
             const bool both = dev[i] && dev[j];
             const bool asked =
-                both && v.p2p_status && v.p2p_status(dev[i], dev[j], ST_NVML_P2P_NVLINK, &p2p) == 0;
+                i != j && both && v.p2p_status && v.p2p_status(dev[i], dev[j], ST_NVML_P2P_NVLINK, &p2p) == 0;
             if (i == j) h->link[i][j] = ST_LINK_SELF;
             else if (both && (asked ? p2p == ST_NVML_P2P_OK : h->gpu[i].nvlinks > 0 && h->gpu[j].nvlinks > 0))
                 h->link[i][j] = ST_LINK_NVLINK;
-            else if (dev[i] && dev[j] && v.common_ancestor(dev[i], dev[j], &level) == 0)
+            else if (both && v.common_ancestor(dev[i], dev[j], &level) == 0)
                 h->link[i][j] = link_from_ancestor(level);
         }
     h->nvml = true;
