@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scaletrain builds and tests with, when missing.
 set -euo pipefail
-pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev
+pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev libdeflate-dev
       openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy python3-torch python3-pip
       slurm-wlm munge  # slurm-wlm and munge: the single-node SLURM cluster of tests/e2e/slurm.sh
       gnuplot-nox      # the PNG charts of `scaletrain report`
@@ -28,7 +28,7 @@ apt_install "${pkgs[@]}"
 # it from ports.ubuntu.com only) the architecture is taken back out and
 # that test skips, saying why.
 arm_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user libc6-dev:arm64 libstdc++6:arm64 libopenblas-openmp-dev:arm64
-          libyaml-dev:arm64 libcjson-dev:arm64 zlib1g-dev:arm64)
+          libyaml-dev:arm64 libcjson-dev:arm64 zlib1g-dev:arm64 libdeflate-dev:arm64)
 if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
     added=""
     if ! dpkg --print-foreign-architectures | grep -qx arm64; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches, on the development machine, the Debian packages that the lent GPU
 # machine lacks to build and run scaletrain: OpenBLAS (OpenMP flavour),
-# libyaml, cJSON, zlib's headers and OpenMPI with the libraries they load.
+# libyaml, cJSON, zlib's headers, libdeflate and OpenMPI with the libraries
+# they load.
 # They land in .debs/ (ignored by git); scripts/gpu-session.sh unpacks them
 # with `dpkg -x` into a private prefix there (nothing is installed on the
 # device's /). The GPU machine reaches no package registry, so this runs here
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # What the build links (with the libraries those load) ...
 build=(libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libgfortran5 libquadmath0 zlib1g
-       libyaml-0-2 libyaml-dev libcjson1 libcjson-dev zlib1g-dev)
+       libyaml-0-2 libyaml-dev libcjson1 libcjson-dev zlib1g-dev libdeflate0 libdeflate-dev)
 # ... and OpenMPI (libmpi, mpicc's flags, mpirun) with what its libraries and
 # plugins load, beyond a base system (libc, libudev, libuuid, libatomic, zlib).
 mpi=(libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libevent-core-2.1-7

@@ -1,7 +1,12 @@
 /* IDX: raw and gzip round trips, malformed files (bad magic, unsupported
  * types, bad dimension counts, zero dims, truncation, trailing bytes), the
  * missing-file hint, and the real Fashion-MNIST files when Debian's
- * dataset-fashion-mnist package is installed (skipped, and said so, when not). */
+ * dataset-fashion-mnist package is installed (skipped, and said so, when not).
+ * Every file is read twice: by st_idx_read and by the streaming reader alone
+ * (st_idx_read_with, whole=false), which must agree on the outcome, the
+ * message and the bytes, so that the whole-file path (libdeflate, where
+ * built) never takes a file the streaming reader refuses nor reads one
+ * otherwise; gzip files with bytes corrupted at random try that further. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,6 +18,29 @@
 #include "data/idx.h"
 
 static char dir[64];
+
+/* st_idx_read(path, x), after checking it against the streaming reader */
+static st_status read_idx(const char *path, st_idx *x) {
+    st_idx ref = {0};
+    st_clear_error();
+    const st_status rs = st_idx_read_with(path, &ref, false);
+    char rmsg[1024];
+    snprintf(rmsg, sizeof rmsg, "%s", st_last_error());
+    st_clear_error();
+    const st_status s = st_idx_read(path, x);
+    CHECK(s == rs, "%s: st_idx_read gives %s (%s), the streaming reader %s (%s)", path, st_status_name(s),
+          st_last_error(), st_status_name(rs), rmsg);
+    if (s != ST_OK && s == rs)
+        CHECK(strcmp(st_last_error(), rmsg) == 0, "%s: st_idx_read says \"%s\", the streaming reader \"%s\"",
+              path, st_last_error(), rmsg);
+    if (s == ST_OK && rs == ST_OK)
+        CHECK(x->ndim == ref.ndim && memcmp(x->dims, ref.dims, sizeof ref.dims) == 0 &&
+                  x->count == ref.count && memcmp(x->data, ref.data, (size_t)ref.count) == 0,
+              "%s: st_idx_read's %lld elements are not the streaming reader's %lld", path,
+              (long long)x->count, (long long)ref.count);
+    st_idx_free(&ref);
+    return s;
+}
 
 static void put_file(const char *path, const void *buf, size_t n, bool gzip) {
     bool ok;
@@ -53,7 +81,7 @@ static void round_trip(bool gzip) {
     else
         CHECK(n == 16 + 60 && raw[2] == 8 && raw[3] == 3 && raw[7] == 3 && raw[15] == 5, "raw layout");
     st_idx x;
-    CHECK_OK(st_idx_read(path, &x));
+    CHECK_OK(read_idx(path, &x));
     CHECK(x.ndim == 3 && x.dims[0] == 3 && x.dims[1] == 4 && x.dims[2] == 5 && x.count == 60, "shape");
     CHECK(x.data && memcmp(x.data, data, 60) == 0, "data");
     st_idx_free(&x);
@@ -62,7 +90,7 @@ static void round_trip(bool gzip) {
     st_idx_free(NULL);
     int64_t d1 = 7;
     CHECK_OK(st_idx_write(path, 1, &d1, data, gzip));
-    CHECK_OK(st_idx_read(path, &x));
+    CHECK_OK(read_idx(path, &x));
     CHECK(x.ndim == 1 && x.dims[0] == 7 && x.count == 7 && memcmp(x.data, data, 7) == 0, "1-d");
     st_idx_free(&x);
 }
@@ -75,7 +103,7 @@ static void bad(const char *label, const void *bytes, size_t n, bool gzip, st_st
     put_file(path, bytes, n, gzip);
     st_idx x = {.data = (uint8_t *)1};
     st_clear_error();
-    st_status s = st_idx_read(path, &x);
+    st_status s = read_idx(path, &x);
     CHECK(s == code && x.data == NULL && x.ndim == 0, "%s: got %s (%s), expected %s", label,
           st_status_name(s), st_last_error(), st_status_name(code));
     CHECK(strstr(st_last_error(), path) && strstr(st_last_error(), needle), "%s: message \"%s\" lacks '%s'",
@@ -117,7 +145,7 @@ static void malformed(void) {
         put_file(cut, buf, cuts[i], false);
         st_idx x;
         st_clear_error();
-        CHECK(st_idx_read(cut, &x) == F && x.data == NULL && strstr(st_last_error(), cut), "cut at %zu: %s",
+        CHECK(read_idx(cut, &x) == F && x.data == NULL && strstr(st_last_error(), cut), "cut at %zu: %s",
               cuts[i], st_last_error());
         if (cuts[i] >= 12) {
             char want[96];
@@ -131,7 +159,7 @@ static void malformed(void) {
     for (size_t len = 0; len < size; len++) { /* a gzip file cut anywhere: a clean error */
         put_file(cut, buf, len, false);
         st_idx x;
-        st_status s = st_idx_read(cut, &x);
+        st_status s = read_idx(cut, &x);
         CHECK(s != ST_OK && x.data == NULL && strstr(st_last_error(), cut), "gzip cut at %zu of %zu: %s", len,
               size, st_last_error());
         if (s == ST_OK) st_idx_free(&x);
@@ -147,12 +175,12 @@ static void malformed(void) {
     size_t n2 = get_file(cut, two + n1, sizeof two - n1);
     put_file(cut, two, n1 + n2, false);
     st_idx m;
-    CHECK_OK(st_idx_read(cut, &m));
+    CHECK_OK(read_idx(cut, &m));
     CHECK(m.count == 70 && m.data && memcmp(m.data, data, 70) == 0, "two gzip members");
     st_idx_free(&m);
     memcpy(two + n1, "garbage", 7);
     put_file(cut, two, n1 + 7, false);
-    CHECK(st_idx_read(cut, &m) == F && strstr(st_last_error(), "bytes after the end of its gzip data"), "%s",
+    CHECK(read_idx(cut, &m) == F && strstr(st_last_error(), "bytes after the end of its gzip data"), "%s",
           st_last_error());
     /* random header corruption: a clean result either way */
     CHECK_OK(st_idx_write(full, 2, dims, data, false));
@@ -165,10 +193,25 @@ static void malformed(void) {
         b2[(seed >> 33) % 12] = (uint8_t)(seed >> 20);
         put_file(cut, b2, sizeof b2, false);
         st_idx x;
-        st_status s = st_idx_read(cut, &x);
+        st_status s = read_idx(cut, &x);
         CHECK(s == ST_OK || (x.data == NULL && strstr(st_last_error(), cut)), "corruption %d: %s", iter,
               st_last_error());
         st_idx_free(&x);
+    }
+    /* the gzip file with one or two bytes changed anywhere (its header, the
+     * deflate data, the CRC, the length): read_idx compares both readers */
+    CHECK_OK(st_idx_write(full, 2, dims, data, true));
+    size = get_file(full, buf, sizeof buf);
+    for (int iter = 0; iter < 3000; iter++) {
+        uint8_t b2[4096];
+        memcpy(b2, buf, size);
+        for (int k = 0; k <= iter % 2; k++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            b2[(seed >> 33) % size] ^= (uint8_t)(1u << ((seed >> 20) % 8));
+        }
+        put_file(cut, b2, size, false);
+        st_idx x;
+        if (read_idx(cut, &x) == ST_OK) st_idx_free(&x);
     }
 
     CHECK_FAILS(st_idx_write(full, 0, dims, data, false), ST_ERR_ARG, "ndim 0");
@@ -177,12 +220,12 @@ static void malformed(void) {
     char missing[256];
     snprintf(missing, sizeof missing, "%s/nope.gz", dir);
     st_idx x;
-    CHECK_FAILS(st_idx_read(missing, &x), ST_ERR_IO, "nope.gz: cannot open: No such file");
+    CHECK_FAILS(read_idx(missing, &x), ST_ERR_IO, "nope.gz: cannot open: No such file");
     CHECK_FAILS(
-        st_idx_read("/usr/share/datasets/fashion-mnist/nope-idx1-ubyte.gz", &x), ST_ERR_IO,
+        read_idx("/usr/share/datasets/fashion-mnist/nope-idx1-ubyte.gz", &x), ST_ERR_IO,
         "nope-idx1-ubyte.gz: no such file; Fashion-MNIST is in Debian's dataset-fashion-mnist package: "
         "apt-get install dataset-fashion-mnist");
-    CHECK_FAILS(st_idx_read(dir, &x), ST_ERR_IO, "not a regular file");
+    CHECK_FAILS(read_idx(dir, &x), ST_ERR_IO, "not a regular file");
 }
 
 static void fashion_mnist(void) {
@@ -200,13 +243,16 @@ static void fashion_mnist(void) {
         int64_t n = atoll(sets[k][2]);
         st_idx img, lab;
         snprintf(p, sizeof p, "%s/%s", d, sets[k][0]);
-        CHECK_OK(st_idx_read(p, &img));
+        const int64_t whole = st_idx_whole_reads();
+        CHECK_OK(read_idx(p, &img));
+        if (st_idx_whole_available()) /* one gzip member: the whole-file path's case */
+            CHECK(st_idx_whole_reads() == whole + 1, "%s was not read by the whole-file path", p);
         CHECK(img.ndim == 3 && img.dims[0] == n && img.dims[1] == 28 && img.dims[2] == 28 &&
                   img.count == n * 784,
               "%s: %d dims %lldx%lldx%lld", p, img.ndim, (long long)img.dims[0], (long long)img.dims[1],
               (long long)img.dims[2]);
         snprintf(p, sizeof p, "%s/%s", d, sets[k][1]);
-        CHECK_OK(st_idx_read(p, &lab));
+        CHECK_OK(read_idx(p, &lab));
         CHECK(lab.ndim == 1 && lab.dims[0] == n, "%s: %d dims, %lld labels", p, lab.ndim,
               (long long)lab.dims[0]);
         int64_t per_class[10] = {0}, bad_labels = 0;
@@ -231,6 +277,8 @@ static void fashion_mnist(void) {
 }
 
 int main(void) {
+    if (!st_idx_whole_available())
+        printf("  this build has no libdeflate: gzip files are read by zlib's streaming inflate only\n");
     snprintf(dir, sizeof dir, "/tmp/st_idx_XXXXXX");
     if (!mkdtemp(dir)) return st_test_skip("test_idx", "cannot make a temporary directory in /tmp");
     round_trip(false);

@@ -27,11 +27,23 @@ typedef struct st_idx {
     int64_t count;                 /* elements = bytes = product of dims */
 } st_idx;
 
-/* Read `path` (gzip or raw: zlib reads both) into *out, which the caller frees
- * with st_idx_free. On failure *out is zeroed and the message names the file;
- * a missing Fashion-MNIST file under /usr/share/datasets/fashion-mnist gets a
- * hint naming the Debian package that installs it. */
+/* Read `path` (gzip or raw; a gzip file through libdeflate where the build
+ * has it, zlib otherwise and for what libdeflate does not take) into *out,
+ * which the caller frees with st_idx_free. On failure *out is zeroed and the
+ * message names the file; a missing Fashion-MNIST file under
+ * /usr/share/datasets/fashion-mnist gets a hint naming the Debian package
+ * that installs it. */
 st_status st_idx_read(const char *path, st_idx *out);
+
+/* st_idx_read, whole=false: never the whole-file path (idx.c), zlib's
+ * streaming inflate throughout; the reference the tests and
+ * bench/bench_idx compare that path with. */
+st_status st_idx_read_with(const char *path, st_idx *out, bool whole);
+
+/* Whether this build has the whole-file path (libdeflate), and how many
+ * files it has read in this process (tests). */
+bool st_idx_whole_available(void);
+int64_t st_idx_whole_reads(void);
 
 /* Free the data and zero *x; accepts NULL and a zeroed st_idx. */
 void st_idx_free(st_idx *x);
