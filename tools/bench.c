@@ -132,7 +132,7 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
     if (usable < h->n_gpus) h->n_gpus = usable;
     openblas_set_num_threads(1);
     double gf = 0;
-    ST_GOTO(st_device_calibrate_cpu(&gf));
+    ST_GOTO(st_device_calibrate_cpu(&gf, NULL));
     *gflops = gf / 1e9;
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;

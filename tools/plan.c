@@ -230,7 +230,8 @@ int st_cmd_plan(int argc, char **argv) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     if (need_cpu && pinned) gf = cfg.log.peak_gflops * 1e9;
-    if (need_cpu && !pinned) ST_GOTO(st_device_calibrate_cpu(&gf));
+    int cal_n = 0;
+    if (need_cpu && !pinned) ST_GOTO(st_device_calibrate_cpu(&gf, &cal_n));
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;
     st_device_local(h, gf, &local);
@@ -306,9 +307,9 @@ int st_cmd_plan(int argc, char **argv) {
         if (in.seq_len) printf(" of %lld tokens\n", (long long)in.seq_len);
         if (gf > 0 && pinned) printf("cpu: %.1f GFLOP/s from log.peak_gflops (not measured)\n", gf / 1e9);
         if (gf > 0 && !pinned)
-            printf("cpu: %.1f GFLOP/s measured on %d thread%s (train.threads; fastest 1024^3 sgemm; --set "
+            printf("cpu: %.1f GFLOP/s measured on %d thread%s (train.threads; fastest %d^3 sgemm; --set "
                    "log.peak_gflops=G fixes it)\n",
-                   gf / 1e9, threads, threads == 1 ? "" : "s");
+                   gf / 1e9, threads, threads == 1 ? "" : "s", cal_n);
         char blas[256];
         if (gf > 0 && !pinned && st_blas_core_note(blas, sizeof blas)) printf("blas: %s\n", blas);
         char note[320];

@@ -79,10 +79,14 @@ void st_device_local(const st_hw_info *h, double cpu_gflops, st_hw_device *out);
 double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int clock_khz, bool tensor16, char *why,
                    size_t why_len);
 
-/* Measure the CPU's fp32 matrix-product rate: the fastest of 1024^3 sgemms
- * repeated for about 0.1 s on the current thread pool (load only slows a
- * repetition down, so the fastest is the machine's own rate). */
-st_status st_device_calibrate_cpu(double *flops_per_s);
+/* Measure the CPU's fp32 matrix-product rate: the fastest of n^3 sgemms
+ * repeated for at least 0.03 s and 3 times on the current thread pool (load
+ * only slows a repetition down, so the fastest is the machine's own rate).
+ * n grows with the pool, 512 x the cube root of its threads, a multiple of
+ * 128 up to 2048, so that every thread has a product as large as one
+ * thread's 512^3: at 1 and 2 threads 512^3 ran at 1024^3's rate, and a
+ * 1024^3 left 64 threads short of theirs. *n_out (may be NULL): n. */
+st_status st_device_calibrate_cpu(double *flops_per_s, int *n_out);
 
 /* Parse "4xL40S", "8xA100-80GB", "2x8xH100" (nodes x per-node x device) or a
  * bare device name (1 device). Unknown names are ST_ERR_CONFIG listing the

@@ -2275,9 +2275,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     if (ses.rank == 0 && opts->save && cfg->log.peak_gflops < 0 && !ses.dev) {
         char why[ST_CFG_NOTE];
         double f;
-        ST_GOTO(st_device_calibrate_cpu(&f)); /* the planner's measure of the CPU */
+        int n;
+        ST_GOTO(st_device_calibrate_cpu(&f, &n)); /* the planner's measure of the CPU */
         cfg->log.peak_gflops = round(f / 1e8) / 10;
-        snprintf(why, sizeof why, "measured: fastest 1024^3 sgemm on %d thread%s over 0.1 s", ses.threads,
+        snprintf(why, sizeof why, "measured: fastest %d^3 sgemm on %d thread%s", n, ses.threads,
                  ses.threads == 1 ? "" : "s");
         st_config_mark_auto(cfg, "log.peak_gflops", why);
     }
