@@ -213,6 +213,15 @@ static void block_faults(void) {
         printf("%s: %d of 512 outputs wrong in thread order, at least %d under the adversary (20 seeds)\n",
                cases[i].name, bad, least);
     }
+    /* shuffles back to back (one barrier each, the warp's two slot sets in
+     * turn): every value the host's, in thread order and under the adversary */
+    for (unsigned long long seed = 0; seed <= 20; seed++) {
+        st_emu_sched_set(seed > 0, seed);
+        const int bad = st_emu_selftest_shuffles();
+        CHECK(bad == 0, "a chain of 24 shuffles, %s %llu: %d of 512 values wrong",
+              seed ? "adversary seed" : "thread order", seed, bad);
+    }
+    st_emu_sched_set(0, 1);
 }
 #endif
 

@@ -132,7 +132,11 @@ void st_emu_shared(void *p, size_t n);
 void st_emu_cp_async(void *dst, const void *src, int n, bool ok);
 void st_emu_cp_async_commit(void);
 void st_emu_cp_async_wait(int n);
-/* This warp's 32 exchange slots, with the calling thread's lane. */
+/* This warp's 32 exchange slots for the calling thread's next exchange,
+ * with its lane. Two sets a warp, taken in turn by each lane's exchanges:
+ * a lane's next exchange writes the other set, and the one after it
+ * (this set again) comes only past that next exchange's barrier, which
+ * every lane reaches after reading this one; so one barrier an exchange. */
 uint64_t *st_emu_warp_slots(int *lane);
 void st_emu_warp_barrier(void);
 
@@ -144,7 +148,6 @@ template <typename T> static inline T st_emu_exchange(T v, int src) {
     st_emu_warp_barrier();
     T r;
     memcpy(&r, &slot[src & 31], sizeof r);
-    st_emu_warp_barrier(); /* every lane has read before the next exchange writes */
     return r;
 }
 static inline int st_emu_lane(void) {

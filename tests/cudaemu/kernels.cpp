@@ -97,6 +97,7 @@ struct fiber {
     uint3 tid;
     std::vector<pending_copy> copies;
     int commits;
+    unsigned exchanges; /* warp exchanges made: its next one's slot set (st_emu_warp_slots) */
 };
 
 /* The fibers' order (ST_CUDAEMU_SCHED): thread order, or the adversary's. */
@@ -105,7 +106,7 @@ enum { HOLD_NONE, HOLD_BACK, HOLD_AHEAD }; /* what the adversary does to one war
 
 static struct sched {
     std::vector<fiber> f;
-    std::vector<uint64_t> slots; /* 32 per warp */
+    std::vector<uint64_t> slots; /* 2 x 32 per warp */
     std::vector<int> pred;
     char *stacks = NULL;
     size_t stack_cap = 0; /* fibers the stacks hold */
@@ -286,7 +287,8 @@ int __syncthreads_count(int p) { return block_pred(p, 2); }
 
 uint64_t *st_emu_warp_slots(int *lane) {
     *lane = S.cur & 31;
-    return &S.slots[(size_t)(S.cur >> 5) * 32];
+    const unsigned set = S.f[(size_t)S.cur].exchanges++ & 1;
+    return &S.slots[((size_t)(S.cur >> 5) * 2 + set) * 32];
 }
 
 /* The block's shared arrays poisoned so far: (address, the block's number) */
@@ -321,13 +323,14 @@ static void run_block(int nt) {
     }
     S.f.resize((size_t)nt);
     S.pred.assign((size_t)nt, 0);
-    S.slots.assign((size_t)(nt + 31) / 32 * 32, 0);
+    S.slots.assign((size_t)(nt + 31) / 32 * 64, 0);
     for (int i = 0; i < nt; i++) {
         fiber &t = S.f[(size_t)i];
         t.tid = unflatten((uint64_t)i, blockDim);
         t.state = READY;
         t.copies.clear();
         t.commits = 0;
+        t.exchanges = 0;
         FIBER_STACK_CLEAN(S.stacks + (size_t)i * per + PAGE, STACK_BYTES);
         void **top = (void **)(S.stacks + (size_t)(i + 1) * per); /* 16-byte aligned */
         top[-1] = NULL;                      /* fiber_entry's return address: it never returns */
@@ -468,7 +471,16 @@ static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, c
         const uint64_t b = blocks.at(bi);
         blockIdx = unflatten(b, c.grid);
         block_no++;
-        if (S.plain) {
+        if (S.plain && threads.a == 1 && threads.b == 0) { /* in order: x fastest, no division a thread */
+            int i = 0;
+            for (unsigned z = 0; z < c.block.z; z++)
+                for (unsigned y = 0; y < c.block.y; y++)
+                    for (unsigned x = 0; x < c.block.x; x++) {
+                        threadIdx = uint3{x, y, z};
+                        S.cur = i++;
+                        fn(ctx);
+                    }
+        } else if (S.plain) {
             for (uint64_t k = 0; k < nt; k++) {
                 const uint64_t i = threads.at(k);
                 threadIdx = unflatten(i, c.block);

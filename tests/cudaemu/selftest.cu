@@ -117,6 +117,76 @@ extern "C" int st_emu_selftest(int fault, int fixed) {
     return wrong;
 }
 
+/* A chain of warp shuffles, each of the four kinds, each lane's value
+ * feeding its next: exchanges that take the warp's two sets of slots in
+ * turn (kernels.cpp), back to back with no other barrier between them. */
+enum { CHAIN = 24 };
+static __device__ __host__ int chain_src(int i, int lane) { /* lane i's value comes from */
+    switch (i % 4) {
+    case 0:
+        return lane ^ (1 << (i % 5));
+    case 1:
+        return lane + (i % 7 + 1) < 32 ? lane + (i % 7 + 1) : lane;
+    case 2:
+        return lane >= i % 3 + 1 ? lane - (i % 3 + 1) : lane;
+    default:
+        return (lane * 7 + i) & 31;
+    }
+}
+static __global__ void k_shuffles(const int *in, int *out) {
+    const int t = (int)(blockIdx.x * NT + threadIdx.x), lane = (int)threadIdx.x & 31;
+    unsigned v = (unsigned)in[t];
+    for (int i = 0; i < CHAIN; i++) {
+        unsigned w;
+        switch (i % 4) {
+        case 0:
+            w = __shfl_xor_sync(0xffffffffu, v, 1 << (i % 5));
+            break;
+        case 1:
+            w = __shfl_down_sync(0xffffffffu, v, (unsigned)(i % 7 + 1));
+            break;
+        case 2:
+            w = __shfl_up_sync(0xffffffffu, v, (unsigned)(i % 3 + 1));
+            break;
+        default:
+            w = __shfl_sync(0xffffffffu, v, chain_src(i, lane));
+        }
+        v = v * 3u + w;
+    }
+    out[t] = (int)v;
+}
+
+extern "C" int st_emu_selftest_shuffles(void) {
+    enum { N = NT * BLOCKS };
+    static int in_h[N], out_h[N];
+    for (int i = 0; i < N; i++)
+        in_h[i] = 7919 * i + 13;
+    int *in = nullptr, *out = nullptr;
+    if (cudaMalloc((void **)&in, sizeof in_h) != cudaSuccess) return -1;
+    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
+    cudaMemcpy(in, in_h, sizeof in_h, cudaMemcpyHostToDevice);
+    k_shuffles<<<BLOCKS, NT>>>(in, out);
+    const bool ok = cudaGetLastError() == cudaSuccess &&
+                    cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(in);
+    cudaFree(out);
+    if (!ok) return -1;
+    int wrong = 0;
+    for (int w0 = 0; w0 < N; w0 += 32) { /* each warp's chain on the host */
+        unsigned v[32], next[32];
+        for (int l = 0; l < 32; l++)
+            v[l] = (unsigned)in_h[w0 + l];
+        for (int i = 0; i < CHAIN; i++) {
+            for (int l = 0; l < 32; l++)
+                next[l] = v[l] * 3u + v[chain_src(i, l)];
+            memcpy(v, next, sizeof v);
+        }
+        for (int l = 0; l < 32; l++)
+            wrong += out_h[w0 + l] != (int)v[l];
+    }
+    return wrong;
+}
+
 static __global__ void k_struct_arg(st_fbuf b, int n) {
     const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) ((float *)b.p)[i] = 3.0f;

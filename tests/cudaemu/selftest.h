@@ -25,6 +25,12 @@ enum {
  * wrong, or -1 when a CUDA call failed. */
 int st_emu_selftest(int fault, int fixed);
 
+/* Runs a chain of 24 warp shuffles of every kind (xor, down, up, from a
+ * lane), each lane's value feeding its next, on 4 blocks of 128 threads;
+ * returns how many outputs differ from the host's chain, or -1 when a CUDA
+ * call failed. */
+int st_emu_selftest_shuffles(void);
+
 /* Fills p's first n floats with 3 through a kernel that takes p inside a
  * struct argument (an st_fbuf), on d's compute stream; returns 0, or -1
  * when a CUDA call failed. A p that is not device memory stops the process
