@@ -22,7 +22,8 @@ tsan=${4:-}
 # SLURM test cluster) run one at a time, each in the first free lane once
 # the one before it has ended; one that holds "# tests/run.sh: light" (it
 # mostly waits: mpirun's start and end, a timeout it provokes) may run as
-# one more beside them, one such at a time.
+# one more beside them, one such at a time; those that hold "#
+# tests/run.sh: long" start before the others (below).
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -179,21 +180,27 @@ serial_start() { # the next serial test, when none runs and a lane is free
 # sources (make analyze; a report fails it) first, in one lane beside the
 # tests, whose waits it fills
 [ -z "${ST_TEST_ANALYZE:-}" ] || run "analyze" make --no-print-directory -j1 analyze
-for t in "$build"/tests/test_*; do
-    [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
-    run "$(basename "$t")" "$t"
+# The longest tests first (the end-to-end ones whose scripts hold "#
+# tests/run.sh: long", a minute or more; then the emulator's and
+# ThreadSanitizer's), the other end-to-end ones next and the many short
+# unit tests last, so that the lanes end together rather than one running
+# a long test alone at the end. tests/e2e/emu_*.sh need the
+# emulator's build (they skip, saying so, without one).
+for t in tests/e2e/*.sh; do # the serial ones first (serial_start; one not executable fails below)
+    [ -x "$t" ] && grep -qx "# tests/run.sh: serial.*" "$t" || continue
+    serial_names+=("e2e/$(basename "$t" .sh)") serial_tests+=("$t")
 done
-if [ -n "$asan" ]; then
-    # The sanitizer build runs the unit tests; the PyTorch parity test is the
-    # slow one and gains nothing from it.
-    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-    for t in "$asan"/tests/test_*; do
-        [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
-        case "$(basename "$t")" in test_parity) continue ;; esac
-        run "asan/$(basename "$t")" "$t"
-    done
-    unset ASAN_OPTIONS UBSAN_OPTIONS
-fi
+e2e() { # script: start it, as its marks say
+    local t=$1 how=run
+    grep -qx "# tests/run.sh: light.*" "$t" && how=run_light
+    case "$(basename "$t")" in
+    emu_*) $how "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
+    *) $how "e2e/$(basename "$t" .sh)" "$t" "$build" ;;
+    esac
+}
+for t in tests/e2e/*.sh; do
+    [ -x "$t" ] && grep -qx "# tests/run.sh: long.*" "$t" && e2e "$t"
+done
 if [ -n "$emu" ]; then
     for t in "$emu"/tests/test_*; do
         [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
@@ -213,28 +220,32 @@ if [ -n "$emu" ]; then
     done
 fi
 [ -z "$tsan" ] || run "tsan" tests/tsan.sh "$tsan"
-for t in tests/py/test_*.py; do
-    [ -f "$t" ] || continue
-    run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
-done
-# tests/e2e/emu_*.sh need the emulator's build (they skip, saying so, without one).
-for t in tests/e2e/*.sh; do # the serial ones first (serial_start; one not executable fails below)
-    [ -x "$t" ] && grep -qx "# tests/run.sh: serial.*" "$t" || continue
-    serial_names+=("e2e/$(basename "$t" .sh)") serial_tests+=("$t")
-done
 for t in tests/e2e/*.sh; do
     if [ ! -x "$t" ]; then # a test that would silently never run
         fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)")
         echo "FAIL e2e/$(basename "$t" .sh): $t is not executable (chmod +x, and commit the mode)"
         continue
     fi
-    ! grep -qx "# tests/run.sh: serial.*" "$t" || continue
-    how=run
-    ! grep -qx "# tests/run.sh: light.*" "$t" || how=run_light
-    case "$(basename "$t")" in
-    emu_*) $how "e2e/$(basename "$t" .sh)" "$t" "${emu:-$build}" ;;
-    *) $how "e2e/$(basename "$t" .sh)" "$t" "$build" ;;
-    esac
+    grep -qx "# tests/run.sh: \(serial\|long\).*" "$t" || e2e "$t"
+done
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
+    run "$(basename "$t")" "$t"
+done
+if [ -n "$asan" ]; then
+    # The sanitizer build runs the unit tests; the PyTorch parity test is the
+    # slow one and gains nothing from it.
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+    for t in "$asan"/tests/test_*; do
+        [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
+        case "$(basename "$t")" in test_parity) continue ;; esac
+        run "asan/$(basename "$t")" "$t"
+    done
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+for t in tests/py/test_*.py; do
+    [ -f "$t" ] || continue
+    run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
 done
 settle 1
 ((${#failed[@]})) && echo "failed: ${failed[*]}"

@@ -23,6 +23,7 @@
 # 10 minutes, and 30 more for launch's), ALLOC_FAILURE_SCALE=K draws K times
 # as many, ALLOC_FAILURE_ONLY="gpt cnn" runs those scenarios alone. A
 # failure prints the failed allocation's function and line.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 source tests/lib/alloc_walk.sh
 source tests/lib/tiny_gpt.sh

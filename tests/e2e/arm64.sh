@@ -25,6 +25,7 @@
 #     the same weights, byte for byte.
 # Skips, saying why, where the cross compiler, arm64's libraries, qemu or
 # Fashion-MNIST are missing (scripts/deps.sh installs them on x86-64).
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 cd "$(dirname "$0")/../.." || exit 1
 [ "$(uname -m)" = x86_64 ] || e2e_skip "this machine is $(uname -m): the cross build is for x86-64 hosts (on arm64 the normal build and its tests are native)"

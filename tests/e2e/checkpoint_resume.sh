@@ -33,6 +33,7 @@
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load, or its set-up
 #   refuses its configuration) moves nothing.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_tmpdir

@@ -13,6 +13,7 @@
 # (c) train.checkpoint_timeout_s auto (T + 1 s per 10 MB: just over T for
 #     this model, below D): the job ends (non-zero), and the watchdog's
 #     message names the checkpoint wait, its limit and train.checkpoint_timeout_s.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }

@@ -17,6 +17,7 @@
 # about 1.4 s: mpirun's start and its wait after a failed rank);
 # ALLOC_FAILURE_ALL=1 walks every one (the first two about 3 minutes; 160
 # of launch's 1,304 walked clean in 4 minutes).
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 source tests/lib/alloc_walk.sh

@@ -13,6 +13,7 @@
 #  3. A GPU self-test that fails is a FAIL line and exit 1: the emulator's
 #     device memory cut to 1 MiB (ST_CUDAEMU_MEM_MB), too small for the run;
 #     with train.device cpu the GPUs are not checked, and check says ready.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_emu

@@ -6,6 +6,7 @@
 # and on 2 emulated GPUs under ZeRO-2 in bf16, where the ranks agree on each
 # read and save their shards (and the masters') together, also with a
 # loader thread taking the next batch during the step.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_emu
 e2e_tmpdir

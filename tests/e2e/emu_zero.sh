@@ -52,6 +52,7 @@
 #     bf16, each micro-step's buckets divided, rounded, summed in 16 bits
 #     and widened into the shard) one micro-step per rank gives zero1's
 #     bits, and two stay within 3e-2 of fp32's (docs/precision.md).
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist

@@ -19,6 +19,7 @@
 #   clipping).
 # - fp16 under zero2: the overflow check and unscaling touch only the
 #   rank's shard, so its resident gradients stay at the formula's 1/N.
+# tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_fmnist
