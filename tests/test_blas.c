@@ -141,7 +141,7 @@ static double left_behind(int blocked) {
         enum { M = 32768, N = 64, K = 512 };
         float *A = filled((size_t)M * K, 1), *B = filled((size_t)K * N, 2), *C = filled((size_t)M * N, 3);
         double gf;
-        st_device_calibrate_cpu(&gf);
+        st_device_calibrate_cpu(&gf, NULL);
         const int64_t before = proc_status_kb("VmRSS:");
         if (blocked)
             st_sgemm(CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N);

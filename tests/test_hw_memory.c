@@ -51,7 +51,7 @@ static void child(const char *name, const char *const *sets, int nsets, int fd) 
         }
     /* warm-up: both thread pools and OpenBLAS's packing buffers */
     double gf;
-    st_device_calibrate_cpu(&gf);
+    st_device_calibrate_cpu(&gf, NULL);
     FILE *cr = fopen("/proc/self/clear_refs", "w");
     if (!cr || fputs("5", cr) < 0 || fclose(cr) != 0) _exit(77);
     const int64_t base = proc_status_kb("VmRSS:");
