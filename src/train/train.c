@@ -889,12 +889,46 @@ static st_status save_failed(st_status s, const st_config *c, int64_t step, cons
                            (long long)step, c->train.out_dir);
 }
 
+/* An error of this rank's alone after the step, which the other ranks
+ * cannot know (rank 0's metrics lines, a checkpoint's among them, and
+ * evaluation report): with several ranks it is kept in *own (its message
+ * in why) and the step goes on to the stop all-reduce, or at the last step
+ * to the run's end's agreement (train_loop), which tells every rank; they
+ * stop there together and, the weights and optimizer state whole
+ * everywhere, save them together (rescue), where the failing rank alone
+ * could not under ZeRO. On one rank it is returned. */
+static st_status own_error(st_session *ses, st_status e, st_status *own, char *why, size_t why_len) {
+    if (e == ST_OK || ses->world == 1) return e;
+    if (*own == ST_OK) {
+        *own = e;
+        snprintf(why, why_len, "%s", st_last_error());
+    }
+    st_clear_error();
+    return ST_OK;
+}
+
+/* The error every rank returns once an agreement said that rank `flag` - 1
+ * met its own error (own_error) after step `step`: that rank's own message,
+ * the others naming it; agreed, so that they report it alike and save
+ * together (rescue). */
+static st_status own_stopped(st_session *ses, st_status own, const char *why, float flag, int64_t step) {
+    ses->agreed_error = ses->agreed_read = true;
+    if (own != ST_OK) return st_fail(own, "%s", why);
+    return st_fail(
+        ST_ERR_IO,
+        "rank %d met an error after step %lld (a metrics write, or its GPU during the text sample: its "
+        "own message says which), so every rank stopped there",
+        (int)flag - 1, (long long)step);
+}
+
 /* Commit the pending asynchronous checkpoint after step `step` (every rank
  * at the same step: the flags of the "stop" all-reduce, or a checkpoint or
- * the end due). */
+ * the end due). Its metrics line's failure is rank 0's own (own_error:
+ * *own, its message in own_why). */
 static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckpt_async **pending,
                                 double *stall, st_run_result *r, int64_t step, st_metrics *met,
-                                const st_progress *prog, st_trace *trace) {
+                                const st_progress *prog, st_trace *trace, st_status *own, char *own_why,
+                                size_t own_why_len) {
     const int64_t saved = st_ckpt_async_step(*pending);
     st_trace_mark mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint commit");
     const double t0 = st_now();
@@ -912,7 +946,8 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
     if (ses->rank != 0) return ST_OK;
-    ST_TRY(st_metrics_checkpoint_write(met, saved, step, true, write_s, *stall));
+    ST_TRY(own_error(ses, st_metrics_checkpoint_write(met, saved, step, true, write_s, *stall), own, own_why,
+                     own_why_len));
     if (!opts->quiet && !prog->bar) {
         fprintf(ses->out, "saved checkpoint %s (written while steps %lld to %lld trained)\n", r->checkpoint,
                 (long long)saved + 1, (long long)step);
@@ -1103,24 +1138,6 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
                    "rank %lld could not read its training batch of step %lld (its own message says why), so "
                    "every rank stopped there",
                    (long long)v[0] - 1, (long long)step + 1);
-}
-
-/* An error of this rank's alone after the step, which the other ranks
- * cannot know (rank 0's metrics line and evaluation report; a checkpoint's
- * line comes after its save, so its failure loses nothing and is not kept
- * here): with several ranks it is kept in
- * *own (its message in why) and the step goes on to the stop all-reduce,
- * which tells every rank; they stop there together and, the weights and
- * optimizer state whole everywhere, save them together (rescue), where the
- * failing rank alone could not under ZeRO. On one rank it is returned. */
-static st_status own_error(st_session *ses, st_status e, st_status *own, char *why, size_t why_len) {
-    if (e == ST_OK || ses->world == 1) return e;
-    if (*own == ST_OK) {
-        *own = e;
-        snprintf(why, why_len, "%s", st_last_error());
-    }
-    st_clear_error();
-    return ST_OK;
 }
 
 /* The rescue's one writer among ranks that failed together: an flock of
@@ -2034,17 +2051,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(st_comm_all_reduce_sync(ses->comm, flags, flags, 4, ST_COMM_F32, ST_COMM_MAX, "stop"));
         if (dist && wait_more > 0) st_comm_set_timeout(ses->comm, 0, NULL);
         if (flags[3] > 0) {
-            ses->agreed_error = ses->agreed_read = true;
-            s = own != ST_OK
-                    ? st_fail(own, "%s", own_why)
-                    : st_fail(ST_ERR_IO,
-                              "rank %d met an error after step %lld (a metrics write, or its GPU during the "
-                              "text sample: its own message says which), so every rank stopped there",
-                              (int)flags[3] - 1, (long long)step + 1);
+            s = own_stopped(ses, own, own_why, flags[3], step + 1);
             goto fail;
         }
         if (pending && flags[1] == 0)
-            ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
+            ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace, &own,
+                                   own_why, sizeof own_why));
         const float stop = flags[0];
         stopped = stop > 0 && step + 1 < steps;
         const bool timed = flags[2] > 0;
@@ -2068,7 +2080,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * still pending is committed first (waiting for its writer). */
         if (ses->save && (stopped || every || timed || step + 1 == steps)) { /* every rank: st_ckpt_save */
             if (pending)
-                ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace));
+                ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace,
+                                       &own, own_why, sizeof own_why));
             ST_GOTO(weights_finite_at(ses, step + 1, r->checkpoint));
             ck_at(&ck, step + 1, st_feed_position(feed), &sc);
             saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
@@ -2091,7 +2104,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 st_trace_end(trace, &mark);
                 const double dt = st_now() - t_ck;
                 if (ses->rank == 0)
-                    ST_GOTO(st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt));
+                    ST_GOTO(own_error(ses,
+                                      st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt),
+                                      &own, own_why, sizeof own_why));
                 if (ses->rank == 0 && !opts->quiet && !prog.bar) {
                     fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                     out_flush(ses);
@@ -2117,6 +2132,19 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (stopped) break;
     }
     st_progress_end(&prog);
+    /* A rank's own error of the last step (rank 0's checkpoint line), or of
+     * the step a stop saved, with no stop all-reduce after it: every rank
+     * learns it here, rather than the others waiting in the next
+     * collective until the watchdog. */
+    if (dist) {
+        float flag = own != ST_OK ? (float)(ses->rank + 1) : 0.0f;
+        ST_GOTO(
+            st_comm_all_reduce_sync(ses->comm, &flag, &flag, 1, ST_COMM_F32, ST_COMM_MAX, "the run's end"));
+        if (flag > 0) {
+            s = own_stopped(ses, own, own_why, flag, r->steps);
+            goto fail;
+        }
+    }
     if (slow_known) say_slowdown(ses, &slow, slow.last, slow.last_step, true); /* (changes left unsaid) */
     r->device_stream_waits = st_device_stream_waits(dev) - waits0;
     const int64_t ran = r->steps > start ? r->steps - start : 0;

@@ -22,6 +22,13 @@
 #     tests/lib/slowfs.c) after a step: every rank stops after it (rank 1
 #     naming rank 0), they save together, and resumed to N + 20 the run
 #     ends with the uninterrupted run's weights.
+#  5. On 2 ranks under ZeRO-2, rank 0's line for a checkpoint fails (the
+#     first write of metrics.jsonl, the checkpoint of step 4 of 6, written
+#     or committed asynchronously; the third, the checkpoint of the last
+#     step): the ranks stop together after the next step (or at the run's
+#     end), rank 1 naming rank 0, none aborting
+#     the others, and the steps trained are saved (before, rank 0 ended
+#     every rank at once).
 # (The file is read in order, far past its first page when it is shortened:
 # a read within the page that holds the new end would see zeros, not fail.)
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -93,6 +100,30 @@ if command -v mpirun >/dev/null; then
     else
         fail "metrics: no checkpoint saved and named: $(grep -i "error\|saved" <<<"$out" | head -n 4)"
     fi
+    # 5. Rank 0's checkpoint line fails: a checkpoint's (k=0, step 4 of 6)
+    # or the last one's (k=2, step 6, after which no stop all-reduce comes)
+    echo "2 ranks (ZeRO-2; rank 0's metrics line for a checkpoint fails):"
+    mlp=(--set model.type=mlp --set 'model.hidden=[32]' --set train.batch_size=8 --set data.val= --set log.progress=off
+         --set log.peak_gflops=10 --set log.every=100 --set train.checkpoint_every=4 --set dist.timeout_s=60
+         --set train.threads=1 --set dist.strategy=zero2 --set train.steps=6)
+    # (k want async: async, the step-4 checkpoint's line comes at its commit,
+    # after step 5's stop all-reduce: they stop at the run's end)
+    for c in "0 5 false" "2 6 false" "0 6 true"; do
+        read -r k want async <<<"$c"
+        out=$(LD_PRELOAD="$d/slowfs.so" ST_SLOWFS_MATCH=/metrics.jsonl ST_SLOWFS_EIO_AFTER=$k timeout 120 "${mpi[@]}" \
+            -x LD_PRELOAD -x ST_SLOWFS_MATCH -x ST_SLOWFS_EIO_AFTER -np 2 "$bin" train "${mlp[@]}" \
+            --set train.checkpoint_async=$async --set train.out_dir="$d/ck$k$async" 2>&1); rc=$?
+        k="$k (async $async)"
+        [ $rc -eq 1 ] || fail "checkpoint line $k: exit $rc (want 1): $(tail -n 3 <<<"$out")"
+        ! grep -q "aborting every rank" <<<"$out" || fail "checkpoint line $k: rank 0 ended the others: $(grep -m1 aborting <<<"$out")"
+        grep -q "error (rank 0): metrics.jsonl: write failed: Input/output error" <<<"$out" ||
+            fail "checkpoint line $k: rank 0's error not said: $(grep -m2 error <<<"$out")"
+        grep -q "error (rank 1): rank 0 met an error after step $want (a metrics write" <<<"$out" ||
+            fail "checkpoint line $k: rank 1 does not name rank 0's failure after step $want: $(grep -m2 error <<<"$out")"
+        latest=$(cat "$d/ck${k%% *}$async/ckpt/latest" 2>/dev/null)
+        [ "$latest" = "step-$want" ] || fail "checkpoint line $k: latest is '$latest', not step-$want"
+    done
+    echo "rank 0's checkpoint line failed (step 4 of 6, sync and async, and the last): every rank stopped together and saved"
 else
     echo "2 ranks: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi
