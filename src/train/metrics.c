@@ -120,8 +120,9 @@ static st_status open_files(st_metrics *m, const char *out_dir, int64_t resume_s
     if (!m->f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     m->t0 = st_now();
     m->resumed_from = resume_step;
-    if (tensorboard) {
-        st_status s = st_tb_open(&m->tb, out_dir, resume_step + 1);
+    if (tensorboard) { /* (its START at step 1 when metrics.jsonl starts over: TensorBoard then drops
+                        * every older event of the directory, as the lines are gone) */
+        st_status s = st_tb_open(&m->tb, out_dir, keep ? resume_step + 1 : 1);
         if (s != ST_OK) {
             (void)st_metrics_close(m);
             return s;

@@ -18,6 +18,10 @@ the same run.
      the old step 6, so the values at 6 are the resumed run's, as in
      metrics.jsonl.
   4. log.tensorboard=false (the default) writes no event file.
+  5. A run resumed from another folder's checkpoint (step 4) into a
+     finished run's directory: metrics.jsonl starts over, and the new
+     file's START at step 1 makes TensorBoard drop the finished run's
+     events, so it shows steps 6 and 8 only, as metrics.jsonl.
 
 Usage: /usr/bin/python3 tests/py/test_tensorboard.py BUILD_DIR
 Exit status: 0 ok, 1 failure, 77 skipped (no tensorboard package, no data).
@@ -160,6 +164,14 @@ try:
     n = os.path.join(tmp, "n")
     train(n, "--set", "train.steps=2", "--set", "data.val=", tb=False)
     check(event_files(n) == [], "log.tensorboard=false writes no event file")
+
+    # 5. resumed from elsewhere into a finished run's directory
+    e, src = os.path.join(tmp, "e"), os.path.join(tmp, "src")
+    train(e, "--set", "train.steps=8", "--set", "data.val=")
+    train(src, "--set", "train.steps=4", "--set", "data.val=", "--set", "train.checkpoint_every=4")
+    train(e, "--set", "train.steps=8", "--set", "data.val=", "--resume", os.path.join(src, "ckpt", "step-4"))
+    got = against_metrics(e, "resumed from elsewhere")
+    check([s for s, _ in got.get("train/loss", [])] == [6, 8], "from elsewhere: train/loss at 6, 8 only")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
