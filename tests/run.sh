@@ -199,7 +199,7 @@ e2e() { # script: start it, as its marks say
     esac
 }
 for t in tests/e2e/*.sh; do
-    [ -x "$t" ] && grep -qx "# tests/run.sh: long.*" "$t" && e2e "$t"
+    [ -x "$t" ] && grep -qx "# tests/run.sh: long.*" "$t" && ! grep -qx "# tests/run.sh: serial.*" "$t" && e2e "$t"
 done
 if [ -n "$emu" ]; then
     for t in "$emu"/tests/test_*; do
@@ -234,14 +234,14 @@ for t in "$build"/tests/test_*; do
 done
 if [ -n "$asan" ]; then
     # The sanitizer build runs the unit tests; the PyTorch parity test is the
-    # slow one and gains nothing from it.
-    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+    # slow one and gains nothing from it. (The options go with each test,
+    # not the runner's environment: a serial test the runner starts
+    # meanwhile must not inherit them.)
     for t in "$asan"/tests/test_*; do
         [ -x "$t" ] && [ "${t%.d}" = "$t" ] || continue
         case "$(basename "$t")" in test_parity) continue ;; esac
-        run "asan/$(basename "$t")" "$t"
+        run "asan/$(basename "$t")" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 "$t"
     done
-    unset ASAN_OPTIONS UBSAN_OPTIONS
 fi
 for t in tests/py/test_*.py; do
     [ -f "$t" ] || continue

@@ -180,6 +180,8 @@ static void struct_args(st_device *dev, float *p) {
     CHECK(bad == 0, "a kernel with its pointer in a struct argument left %d of %d values unwritten", bad, N);
 }
 
+static void shuffle_skip(st_device *dev, float *p) { st_emu_selftest_shuffle_skip(); }
+
 /* The block's checks (selftest.h): each fault's wrong outputs in thread
  * order and under the adversary, and none for the kernel done right. */
 static void block_faults(void) {
@@ -222,6 +224,12 @@ static void block_faults(void) {
               seed ? "adversary seed" : "thread order", seed, bad);
     }
     st_emu_sched_set(0, 1);
+    /* lanes of a warp at a barrier after different numbers of shuffles: stopped, said */
+    char err[2048];
+    const int sig = in_child(NULL, NULL, shuffle_skip, err, sizeof err);
+    CHECK(sig == SIGABRT && strstr(err, "k_shuffle_skip") && strstr(err, "after 0 and 1 shuffles"),
+          "a shuffle half a warp skips: want SIGABRT and the kernel named, got signal %d and: %s", sig, err);
+    if (sig == SIGABRT) printf("a shuffle half a warp skips: stopped: %s", err);
 }
 #endif
 

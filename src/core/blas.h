@@ -36,9 +36,9 @@ const char *st_blas_core_note(char *buf, size_t n);
  * weight gradient of a 32768-token vocabulary) left 32 MiB behind on 2
  * threads, unseen by the memory model (test_hw_memory measured 11.5% more
  * than predicted); a GPT-2 head's, 62 MiB. In blocks of 1024 rows of K >= 256,
- * or 2^18 elements of op(A) at a smaller K, it is at most what the CPU
- * calibration's 1024^3 product touches anyway, a fixed cost of the process
- * (about 1.3 MiB). The blocks split rows, never K: the same sums, though not
+ * or 2^18 elements of op(A) at a smaller K, it is at most what a 1024^3
+ * product touches (the CPU calibration's from 8 threads on; about 1.3 MiB),
+ * a fixed cost of the process. The blocks split rows, never K: the same sums, though not
  * always the same last bits as one call (OpenBLAS threads a block by its own
  * size), and the same bits from run to run. Speed on this machine (2 threads, best of 5):
  * 32768x128x512 (A transposed) 47 ms blocked against 51 ms in one call,

@@ -34,7 +34,6 @@
  * 512 GB/s, as a streaming pass reaches. */
 #include "device.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -158,8 +157,10 @@ double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int cl
 
 st_status st_device_calibrate_cpu(double *flops_per_s, int *n_out) {
     const int threads = openblas_get_num_threads();
-    int N = 128 * (int)ceil(4.0 * cbrt(threads > 1 ? (double)threads : 1.0));
-    if (N > 2048) N = 2048;
+    int k = 4; /* 4 x the cube root of the threads, rounded up, in integers (8 threads: exactly 8) */
+    while (k < 16 && k * k * k < 64 * threads)
+        k++;
+    const int N = 128 * k;
     if (n_out) *n_out = N;
     const size_t count = (size_t)N * N;
     float *a = st_alloc_aligned(3 * count * sizeof *a);

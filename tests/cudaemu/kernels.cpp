@@ -286,6 +286,7 @@ int __syncthreads_and(int p) { return block_pred(p, 1); }
 int __syncthreads_count(int p) { return block_pred(p, 2); }
 
 uint64_t *st_emu_warp_slots(int *lane) {
+    if (S.plain) wait_at(AT_WARP); /* (which stops the process, saying why) */
     *lane = S.cur & 31;
     const unsigned set = S.f[(size_t)S.cur].exchanges++ & 1;
     return &S.slots[((size_t)(S.cur >> 5) * 2 + set) * 32];
@@ -367,6 +368,21 @@ static void run_block(int nt) {
             }
             left += alive;
             if (at_warp && at_warp == alive) {
+                /* every lane at the same exchange: lanes whose exchanges
+                 * differ in number (a shuffle some lanes skip, or meet at a
+                 * __syncwarp) would take each other's slot sets from then on */
+                unsigned x = 0;
+                bool first = true;
+                for (int i = w; i < end; i++) {
+                    if (f[i].state != AT_WARP) continue;
+                    if (!first && f[i].exchanges != x)
+                        st_emu_die(
+                            "%s: lanes of warp %d reach a warp barrier after %u and %u shuffles: a shuffle "
+                            "some lanes of the warp skip (its mask names lanes that do not take part)",
+                            S.name, w / 32, x, f[i].exchanges);
+                    x = f[i].exchanges;
+                    first = false;
+                }
                 for (int i = w; i < end; i++)
                     if (f[i].state == AT_WARP) f[i].state = READY;
                 released = true;

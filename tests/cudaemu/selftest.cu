@@ -187,6 +187,27 @@ extern "C" int st_emu_selftest_shuffles(void) {
     return wrong;
 }
 
+/* Half a warp shuffles while the other half waits at __syncwarp: lanes at
+ * one warp barrier after different numbers of shuffles. */
+static __global__ void k_shuffle_skip(int *out) {
+    const int lane = (int)threadIdx.x & 31;
+    int v = lane;
+    if (lane < 16)
+        __syncwarp();
+    else
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
+extern "C" int st_emu_selftest_shuffle_skip(void) {
+    int *out = nullptr;
+    if (cudaMalloc((void **)&out, 32 * sizeof(int)) != cudaSuccess) return -1;
+    k_shuffle_skip<<<1, 32>>>(out);
+    const bool ok = cudaDeviceSynchronize() == cudaSuccess;
+    cudaFree(out);
+    return ok ? 0 : -1;
+}
+
 static __global__ void k_struct_arg(st_fbuf b, int n) {
     const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) ((float *)b.p)[i] = 3.0f;

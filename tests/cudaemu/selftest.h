@@ -31,6 +31,11 @@ int st_emu_selftest(int fault, int fixed);
  * call failed. */
 int st_emu_selftest_shuffles(void);
 
+/* A warp whose lanes meet at a warp barrier after different numbers of
+ * shuffles (half at __syncwarp, half in a shuffle): the emulator stops the
+ * process (SIGABRT), naming the kernel; returns only if it did not. */
+int st_emu_selftest_shuffle_skip(void);
+
 /* Fills p's first n floats with 3 through a kernel that takes p inside a
  * struct argument (an st_fbuf), on d's compute stream; returns 0, or -1
  * when a CUDA call failed. A p that is not device memory stops the process
