@@ -61,6 +61,9 @@ declare -A slow=(
     [test_model]="70 s emulated (1 s on x86-64), most of it making GPT-2 124M's 124 M parameters to count and name them; the parity test's mlp, cnn and gpt training steps run the models' arithmetic, and step 4 saves and reads weights"
     [test_grad_conv2d]="65 s emulated: finite differences over every kernel size, stride and padding; the parity test's conv2d cases (im2col, 1x1 and the Winograd path) check the same layer against PyTorch"
     [test_grad_lives]="40 s emulated: the placement of activations and gradients it checks is plain C, the same on both; the training steps it compares bit for bit run the arithmetic the parity test checks"
+    [test_grad_attention]="20 s emulated: finite differences over the attention's shapes; the parity test checks its gradients (1 head and 3) against PyTorch's"
+    [test_grad_linear_ce]="15 s emulated: finite differences over the fused output layer and loss; the parity test's linear_ce case checks them against PyTorch"
+    [test_grad_mse]="15 s emulated: finite differences; the parity test's mse cases (2-d and 3-d) check them against PyTorch"
 )
 ran=0 skipped=0 cuda=0 # (the CUDA tests: this build has no CUDA, and without a device they would check the host against itself)
 for t in "$arm"/tests/test_*; do
