@@ -435,13 +435,50 @@ st_status st_comm_test(st_comm_req **req, bool *done) {
     return s;
 }
 
+/* Whether every collective in flight is small (a flag, a count: at most
+ * 4 KiB): a wait for one of them is a wait for another rank to get there
+ * (its evaluation, its checkpoint write, a late batch), not for data to
+ * move, which needs MPI polled without pause. */
+static bool in_flight_small(const st_comm *c) {
+    for (int i = 0; i < c->n_pending; i++) {
+        const st_comm_req *q = c->pending[i];
+        size_t n = q->count * st_comm_dtype_size(q->dt);
+        if (q->kind == ST_COMM_KIND_ALL_GATHER || q->kind == ST_COMM_KIND_ALL_TO_ALL ||
+            q->kind == ST_COMM_KIND_REDUCE_SCATTER)
+            n *= (size_t)(c->size > 0 ? c->size : 1);
+        if (q->kind != ST_COMM_KIND_INTERNAL && n > 4096) return false;
+    }
+    return true;
+}
+
 st_status st_comm_wait(st_comm_req **req) {
     if (!req) return st_fail(ST_ERR_ARG, "st_comm_wait: req must not be NULL");
     st_comm_req *r = *req;
     if (!r) return ST_OK;
     st_comm *c = r->comm;
-    while (r->state != ST_COMM_REQ_DONE && !c->failed)
-        if (c->ops->progress(c, true) != ST_OK) break;
+    /* A blocking wait spins (MPI_Waitsome polls; NCCL's wait yields):
+     * a rank waiting seconds for another's checkpoint or evaluation held a
+     * core at 100% meanwhile. When only small collectives are in flight,
+     * the wait polls for 1 ms, then sleeps between polls, 10 us at first,
+     * doubling up to 200 us: at most 200 us late past the first ms, a few
+     * polls a millisecond. */
+    double spin_end = 0;
+    long pause_ns = 0;
+    while (r->state != ST_COMM_REQ_DONE && !c->failed) {
+        if (!in_flight_small(c)) {
+            if (c->ops->progress(c, true) != ST_OK) break;
+            spin_end = 0, pause_ns = 0;
+            continue;
+        }
+        if (c->ops->progress(c, false) != ST_OK) break;
+        if (r->state == ST_COMM_REQ_DONE) break;
+        const double t = st_comm_now();
+        if (spin_end == 0) spin_end = t + 1e-3;
+        if (t < spin_end) continue;
+        pause_ns = pause_ns ? (pause_ns < 100000 ? 2 * pause_ns : 200000) : 10000;
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+    }
     st_status s = r->state == ST_COMM_REQ_DONE ? r->status : c->failed;
     req_release(c, r);
     *req = NULL;

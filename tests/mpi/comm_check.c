@@ -5,7 +5,7 @@
  *   comm_check ops      every collective (reduce to each root and all-to-all too), sums,
  *                       averages, uneven counts padded
  *                       per comm.h, in place, non-zero roots, async order, more in
- *                       flight than the pending limit, progress
+ *                       flight than the pending limit, progress, a long small wait's CPU
  *   comm_check kill     --rank R --step S: rank R SIGKILLs itself mid-step
  *   comm_check stop     --rank R --step S: rank R SIGSTOPs itself before the step's collectives
  *   comm_check desync   --rank R --step S: rank R broadcasts where the others all-reduce
@@ -17,6 +17,7 @@
  * "params" at start, so bucket b of step s is collective number 2 + 2s + b). */
 #include <signal.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../check.h"
@@ -297,6 +298,35 @@ static void test_many(st_comm *c) {
     free(r);
 }
 
+/* Ranks waiting half a second for rank 0 in a small all-reduce (as for its
+ * evaluation or checkpoint) sleep between polls: their CPU time is a small
+ * part of the wait, where a polling wait took all of it. */
+static void test_patient(st_comm *c) {
+    if (N < 2) return;
+    CHECK_OK(st_comm_barrier_sync(c, "before the patient wait"));
+    if (R == 0) {
+        struct timespec d = {0, 500000000};
+        nanosleep(&d, NULL);
+    }
+    struct timespec w0, w1, c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    int64_t v = R, sum = -1;
+    CHECK_OK(st_comm_all_reduce_sync(c, &v, &sum, 1, ST_COMM_I64, ST_COMM_SUM, "patient"));
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    const double wall = (double)(w1.tv_sec - w0.tv_sec) + 1e-9 * (double)(w1.tv_nsec - w0.tv_nsec);
+    const double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+    CHECK(sum == (int64_t)N * (N - 1) / 2, "patient all-reduce: %lld", (long long)sum);
+    if (R == 1) {
+        CHECK(wall > 0.3 && cpu < 0.25 * wall,
+              "rank 1 waited %.3f s for rank 0 and spent %.3f s of CPU on it", wall, cpu);
+        printf(
+            "patient wait: rank 1 waited %.3f s for rank 0 in a small all-reduce, %.3f s of CPU (%.1f%%)\n",
+            wall, cpu, 100.0 * cpu / wall);
+    }
+}
+
 static int run_ops(st_comm *c) {
     CHECK(st_comm_local_size(c) == N && st_comm_local_rank(c) == R, "one node: local %d/%d",
           st_comm_local_rank(c), st_comm_local_size(c));
@@ -314,6 +344,7 @@ static int run_ops(st_comm *c) {
     test_async(c);
     test_many(c);
     test_progress(c);
+    test_patient(c);
     CHECK_OK(st_comm_barrier_sync(c, "barrier"));
     /* Every rank numbered the same collectives. */
     int64_t seq[2] = {(int64_t)st_comm_seq(c), -(int64_t)st_comm_seq(c)};
