@@ -21,9 +21,10 @@ tsan=${4:-}
 # serial" (a resource of the machine that one of them uses at a time: a
 # SLURM test cluster) run one at a time, each in the first free lane once
 # the one before it has ended; one that holds "# tests/run.sh: light" (it
-# mostly waits: mpirun's start and end, a timeout it provokes) may run as
-# one more beside them, one such at a time; those that hold "#
-# tests/run.sh: long" start before the others (below).
+# mostly waits: mpirun's start and end, a timeout it provokes, another
+# rank's slow write) may run beside them, two such at a time
+# (TEST_LIGHT); those that hold "# tests/run.sh: long" start before the
+# others (below).
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -70,7 +71,7 @@ report() {
     fi
     rm -rf "$res/$i".*
     running=$((running - 1))
-    [ "$i" != "$light_i" ] || light_i=
+    light_ids=${light_ids/ $i / }
     [ "$i" != "$serial_i" ] || serial_i=
 }
 collect() { # report every test that has finished
@@ -81,12 +82,14 @@ collect() { # report every test that has finished
         report "${f%.rc}"
     done
 }
-light_i= serial_i= # the light test (run_light) and the serial one (serial_start) running, if any
-light_running() { [ -n "$light_i" ]; }
-busy() { # tests running, a light one not counted
-    local n=$running
-    ! light_running || n=$((n - 1))
-    echo "$n"
+light_ids=" " serial_i= # the light tests running beside the lanes (run_light), and the serial one (serial_start), if any
+light_max=${TEST_LIGHT:-2}
+lights() { # how many light tests run beside the lanes
+    local a=($light_ids)
+    echo "${#a[@]}"
+}
+busy() { # tests running, the light ones beside the lanes not counted
+    echo $((running - $(lights)))
 }
 next_end() { # wait until a test ends, and report every one that has
     # (60 s without an end and no test's process left: a test whose
@@ -127,18 +130,14 @@ run() { # name command...: in the background, at most $par at once (a light one 
 run_light() { # name command...: beside $par others, or in a free lane
     local name=$1; shift
     local i=$((started += 1))
-    while :; do # (a light one running: this one takes a lane)
+    while :; do # ($light_max light ones running: this one takes a lane)
         serial_start
-        light_running && [ "$(busy)" -ge "$par" ] || break
+        [ "$(lights)" -ge "$light_max" ] && [ "$(busy)" -ge "$par" ] || break
         next_end
     done
     collect
-    if light_running; then # (a free lane: it counts as one of $par)
-        start "$i" "$name" "$@"
-    else
-        start "$i" "$name" "$@"
-        light_i=$i
-    fi
+    start "$i" "$name" "$@"
+    [ "$(lights)" -ge "$light_max" ] || light_ids="$light_ids$i " # (else in a free lane: one of $par)
 }
 run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
     local i=$1 name=$2; shift 2

@@ -16,6 +16,7 @@
 #     `latest` names step-3, which verifies and resumes; no step-6 directory.
 # (d) SIGTERM while the step-3 checkpoint is being written: step-3 is
 #     committed, the stop's checkpoint saved and latest, exit 143.
+# tests/run.sh: light (it mostly waits: on the slowed writes and fsyncs of its checkpoints)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }

@@ -14,6 +14,7 @@
 #     this model, below D): the job ends (non-zero), and the watchdog's
 #     message names the checkpoint wait, its limit and train.checkpoint_timeout_s.
 # tests/run.sh: long (one of the suite's longest: started before the others)
+# tests/run.sh: light (it mostly waits: on rank 0's slow writes, its ranks sleeping between polls)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }

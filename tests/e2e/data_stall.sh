@@ -43,6 +43,7 @@
 #     stop (exit 143, each saying why), none waits for the other (before,
 #     rank 0 took rank 1's stop for a read error and waited in the error
 #     report's barrier, which rank 1 never joined).
+# tests/run.sh: light (it mostly waits: on the reads it stalls and the timeouts they meet)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_tmpdir
 export OMP_WAIT_POLICY=PASSIVE
