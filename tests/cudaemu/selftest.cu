@@ -92,24 +92,36 @@ template <void (*K)(const int *, int *, bool)> static void launch_pair(const int
         K<<<BLOCKS, NT>>>(in, out, false);
 }
 
+/* in_h to the device, launch(in, out) there, the outputs back into out_h:
+ * false when a CUDA call failed. */
+template <class L>
+static bool on_device(const int *in_h, size_t in_bytes, int *out_h, size_t out_bytes, L launch) {
+    int *in = nullptr, *out = nullptr;
+    if (cudaMalloc((void **)&in, in_bytes) != cudaSuccess) return false;
+    if (cudaMalloc((void **)&out, out_bytes) != cudaSuccess) {
+        cudaFree(in);
+        return false;
+    }
+    cudaMemcpy(in, in_h, in_bytes, cudaMemcpyHostToDevice);
+    launch(in, out);
+    const bool ok = cudaGetLastError() == cudaSuccess &&
+                    cudaMemcpy(out_h, out, out_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(in);
+    cudaFree(out);
+    return ok;
+}
+
 extern "C" int st_emu_selftest(int fault, int fixed) {
     enum { N = NT * BLOCKS };
     if (fault < ST_EMU_FAULT_BARRIER || fault > ST_EMU_FAULT_UNWRITTEN) return -1;
     static int in_h[4 * N], out_h[N];
     for (int i = 0; i < 4 * N; i++)
         in_h[i] = 7 * i + 3;
-    int *in = nullptr, *out = nullptr;
-    if (cudaMalloc((void **)&in, sizeof in_h) != cudaSuccess) return -1;
-    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
-    cudaMemcpy(in, in_h, sizeof in_h, cudaMemcpyHostToDevice);
     static void (*const launch[])(const int *, int *, bool) = {
         launch_pair<k_barrier>, launch_pair<k_reuse>, launch_pair<k_cp_wait>, launch_pair<k_unwritten>};
-    launch[fault](in, out, fixed != 0);
-    const bool ok = cudaGetLastError() == cudaSuccess &&
-                    cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(in);
-    cudaFree(out);
-    if (!ok) return -1;
+    if (!on_device(in_h, sizeof in_h, out_h, sizeof out_h,
+                   [&](const int *in, int *out) { launch[fault](in, out, fixed != 0); }))
+        return -1;
     int wrong = 0;
     for (int b = 0; b < BLOCKS; b++)
         for (int t = 0; t < NT; t++)
@@ -161,16 +173,9 @@ extern "C" int st_emu_selftest_shuffles(void) {
     static int in_h[N], out_h[N];
     for (int i = 0; i < N; i++)
         in_h[i] = 7919 * i + 13;
-    int *in = nullptr, *out = nullptr;
-    if (cudaMalloc((void **)&in, sizeof in_h) != cudaSuccess) return -1;
-    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
-    cudaMemcpy(in, in_h, sizeof in_h, cudaMemcpyHostToDevice);
-    k_shuffles<<<BLOCKS, NT>>>(in, out);
-    const bool ok = cudaGetLastError() == cudaSuccess &&
-                    cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(in);
-    cudaFree(out);
-    if (!ok) return -1;
+    if (!on_device(in_h, sizeof in_h, out_h, sizeof out_h,
+                   [](const int *in, int *out) { k_shuffles<<<BLOCKS, NT>>>(in, out); }))
+        return -1;
     int wrong = 0;
     for (int w0 = 0; w0 < N; w0 += 32) { /* each warp's chain on the host */
         unsigned v[32], next[32];
