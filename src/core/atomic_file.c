@@ -35,6 +35,17 @@ bool st_path_same(const char *a, const char *b) {
     return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+bool st_pread_all(int fd, void *dst, size_t n, int64_t off) {
+    char *p = dst;
+    while (n > 0) {
+        const ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r, n -= (size_t)r, off += r;
+    }
+    return true;
+}
+
 /* Sync the directory holding the file `path`. */
 static st_status fsync_parent(const char *path) {
     char dir[4096];

@@ -41,6 +41,9 @@ bool st_path_is_dir(const char *path);
 /* a and b (either may be NULL) name the same existing file or directory
  * (its device and inode, following links). */
 bool st_path_same(const char *a, const char *b);
+/* Read exactly n bytes of fd at offset off into dst (retrying short reads
+ * and EINTR); false on an error or a file that ends first. */
+bool st_pread_all(int fd, void *dst, size_t n, int64_t off);
 /* Bytes free to this user on the filesystem of path, or of its nearest
  * existing parent (path need not exist yet); -1 when none can be asked. */
 int64_t st_path_free_bytes(const char *path);

@@ -59,18 +59,6 @@ int st_safetensors_dtype_size(const char *dtype) {
     return i < 0 ? 0 : st_dtypes[i].size;
 }
 
-/* Read exactly n bytes at off; false on a short read or an error. */
-static bool pread_all(int fd, void *dst, size_t n, int64_t off) {
-    char *p = dst;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r, n -= (size_t)r, off += r;
-    }
-    return true;
-}
-
 /* A JSON number that is a non-negative integer we can hold exactly (<= 2^53).
  * Returns NULL when fine, else what is wrong with it. */
 static const char *json_uint(const cJSON *v, int64_t *out) {
@@ -246,7 +234,7 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
                         path, (long long)size));
     uint8_t len8[9];
     const size_t head_n = size >= 9 ? 9 : 8;
-    if (!pread_all(f->fd, len8, head_n, 0))
+    if (!st_pread_all(f->fd, len8, head_n, 0))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header length", path));
     const st_file_kind kind = st_sniff(len8, head_n);
     if (kind.format != ST_FILE_UNKNOWN && kind.format != ST_FILE_SAFETENSORS)
@@ -267,7 +255,7 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
     f->data_start = 8 + (int64_t)n;
     f->data_size = size - f->data_start;
     if (!(hdr = malloc(n + 1))) ST_GOTO(st_fail(ST_ERR_NOMEM, "%s: out of memory for the header", path));
-    if (!pread_all(f->fd, hdr, n, 8))
+    if (!st_pread_all(f->fd, hdr, n, 8))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the %llu-byte header", path, (unsigned long long)n));
     hdr[n] = '\0';
     const char *end = NULL;
@@ -347,7 +335,7 @@ static st_status find_or_fail(const st_safetensors *f, const char *name, const s
 
 static st_status read_bytes(const st_safetensors *f, const st_safetensors_entry *e, int64_t off, void *dst,
                             size_t n) {
-    if (!pread_all(f->fd, dst, n, f->data_start + e->offset + off))
+    if (!st_pread_all(f->fd, dst, n, f->data_start + e->offset + off))
         return st_fail(ST_ERR_IO,
                        "%s: tensor '%s': cannot read its data; the file is shorter than when opened", f->path,
                        e->name);

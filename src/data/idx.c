@@ -256,19 +256,6 @@ bool st_idx_whole_available(void) {
 }
 
 #ifdef ST_HAVE_LIBDEFLATE
-/* Read all of fd (size bytes, from offset 0) into in; false on any error or
- * a file that changed size (the streaming reader then reports it). */
-static bool read_all(int fd, uint8_t *in, int64_t size) {
-    int64_t off = 0;
-    while (off < size) {
-        ssize_t r = pread(fd, in + off, (size_t)(size - off), (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        off += r;
-    }
-    return true;
-}
-
 /* The whole-file path (the file comment): true when *out holds the file, read
  * and checked; false (nothing allocated, *out untouched) for the streaming
  * reader to read it. */
@@ -280,7 +267,8 @@ static bool read_whole_gzip(int fd, int64_t size, st_idx *out) {
     if (size < 18 || size > ((int64_t)1 << 30)) return false;
     uint8_t *in = malloc((size_t)size);
     if (!in) return false;
-    if (!read_all(fd, in, size) || in[0] != 0x1f || in[1] != 0x8b || (in[3] & 0x02)) { /* 0x02: FHCRC */
+    if (!st_pread_all(fd, in, (size_t)size, 0) || in[0] != 0x1f || in[1] != 0x8b ||
+        (in[3] & 0x02)) { /* 0x02: FHCRC */
         free(in);
         return false;
     }
