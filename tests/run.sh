@@ -28,7 +28,7 @@ tsan=${4:-}
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
-pass=0 fail=0 skip=0
+pass=0 fail=0 skip=0 cpu_sum=0 t_start=$SECONDS
 failed=()
 export OMP_WAIT_POLICY=PASSIVE
 # OpenBLAS's kernels as scaletrain chooses them (src/core/blas.h: where
@@ -50,14 +50,15 @@ mkfifo "$res/ends" && exec 3<>"$res/ends"
 started=0 running=0 # tests started, and started but not yet reported
 # report I: the finished test I's line (and its log's end when it failed)
 report() {
-    local i=$1 name rc dt
+    local i=$1 name rc dt cpu
     name=$(cat "$res/$i.name")
-    read -r rc dt <"$res/$i.rc"
+    read -r rc dt cpu <"$res/$i.rc"
+    cpu_sum=$((cpu_sum + ${cpu:-0}))
     if [ "$dt" -ge 900 ]; then
         echo "(tests/run.sh: ended after ${dt} s: the test's limit is 900 s)" >>"$res/$i.log"
     fi
     if [ "$rc" -eq 0 ]; then
-        pass=$((pass + 1)); echo "PASS $name (${dt}s)"
+        pass=$((pass + 1)); echo "PASS $name (${dt}s, cpu ${cpu:-0}s)"
     elif [ "$rc" -eq 77 ]; then
         skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$res/$i.log" | sed 's/.*skipped: //')"
     else
@@ -100,7 +101,7 @@ next_end() { # wait until a test ends, and report every one that has
         for f in "$res"/*.name; do
             [ -e "$f" ] && [ ! -e "${f%.name}.rc" ] || continue
             echo "(tests/run.sh: the test's process ended without its outcome)" >>"${f%.name}.log"
-            echo "1 0" >"${f%.name}.rc"
+            echo "1 0 0" >"${f%.name}.rc"
         done
     fi
     collect
@@ -152,7 +153,14 @@ run_one() { # i name command...: in the foreground, its outcome in $res/i.rc
     # that hangs fails, named, instead of holding the suite to CI's own
     # limit
     OMPI_MCA_orte_tmpdir_base=$res/$i.o timeout -k 30 900 "$@" >"$res/$i.log" 2>&1 </dev/null 3>&-
-    echo "$? $((SECONDS - t0))" >"$res/$i.rc.tmp"
+    local rc=$?
+    # the CPU the test's processes took (user + system), for its line:
+    # the suite's time on 2 cores is the sum of these, where the tests
+    # fill both (`times`' second line: this subshell's waited-for children)
+    local cpu
+    times >"$res/$i.times"
+    cpu=$(awk 'NR == 2 { t = 0; for (f = 1; f <= 2; f++) { split($f, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.0f", t }' "$res/$i.times")
+    echo "$rc $((SECONDS - t0)) ${cpu:-0}" >"$res/$i.rc.tmp"
     mv "$res/$i.rc.tmp" "$res/$i.rc"
     echo "$i" >&3
 }
@@ -248,5 +256,5 @@ for t in tests/py/test_*.py; do
 done
 settle 1
 ((${#failed[@]})) && echo "failed: ${failed[*]}"
-echo "$pass passed, $fail failed, $skip skipped"
+echo "$pass passed, $fail failed, $skip skipped ($((SECONDS - t_start)) s; the tests' processes took ${cpu_sum} s of CPU)"
 [ $fail -eq 0 ]
