@@ -376,7 +376,7 @@ struct st_ckpt_async {
     double limit;
     st_ckpt_state st;
     char ckdir[PATH_CAP], tmp[PATH_CAP];
-    ckpt_file *fl; /* fl[0] the model; fl[1 + k] rank k's optimizer file */
+    ckpt_file *fl; /* fl[0] the model; fl[1 + k] rank k's optimizer file: in fl_mem (NULL in oom_job) */
     /* What this rank writes: the weights as host arrays (rank 0), its
      * optimizer state (rank 0, or every rank when sharded). */
     const float *data, *buffers;
@@ -392,21 +392,40 @@ struct st_ckpt_async {
     char err[2048];
     double t0, write_s; /* t0: when the writer was started (st_ticker_now) */
     st_watch *watch;    /* while this rank waits for its own writes (below) */
+    ckpt_file fl_mem[];
 };
+
+/* The job of a save whose own allocation failed: it carries the error
+ * through the save's agreements, which every rank joins (the others wait
+ * in them for this rank, and would wait for the checkpoint's limit). A
+ * process has one save at a time (a pending one is committed before the
+ * next begins: train.c), so one such job is enough. */
+static st_ckpt_async oom_job;
 
 static void job_free(st_ckpt_async *j) {
     if (!j) return;
     st_free_aligned(j->own_data);
     st_free_aligned(j->own_buffers);
     if (j->has_own_o) st_optim_free(&j->own_o);
-    free(j->fl);
-    free(j);
+    if (j != &oom_job) free(j);
 }
 
-static st_status job_new(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,
-                         const st_ckpt_state *state, const st_ckpt_layout *lay) {
-    st_ckpt_async *j = calloc(1, sizeof *j);
-    if (!j) return st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+/* A save's job, never NULL: one whose allocation failed (oom_job) holds the
+ * error in status and err, for the save to carry through its agreements. */
+static st_ckpt_async *job_new(const st_config *cfg, const st_model *m, const st_optim *o,
+                              const st_ckpt_state *state, const st_ckpt_layout *lay) {
+    const bool sharded = lay && lay->comm && lay->world > 1 && lay->sharded;
+    const size_t files = (size_t)(sharded ? lay->world : 1) + 1;
+    st_ckpt_async *j = calloc(1, sizeof *j + files * sizeof(ckpt_file));
+    if (j) {
+        j->fl = j->fl_mem;
+    } else {
+        j = &oom_job;
+        memset(j, 0, sizeof *j);
+        j->status = st_fail(ST_ERR_NOMEM, "out of memory for a checkpoint's bookkeeping (%zu bytes)",
+                            sizeof *j + files * sizeof(ckpt_file));
+        snprintf(j->err, sizeof j->err, "%s", st_last_error());
+    }
     j->cfg = cfg;
     j->m = m;
     j->dist = lay && lay->comm && lay->world > 1;
@@ -428,22 +447,17 @@ static st_status job_new(st_ckpt_async **out, const st_config *cfg, const st_mod
     else
         snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp.%ld", j->ckdir, (long long)state->step,
                  (long)getpid());
-    j->fl = calloc((size_t)j->world + 1, sizeof *j->fl);
-    if (!j->fl) {
-        free(j);
-        return st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
-    }
     atomic_init(&j->done, 0);
-    *out = j;
-    return ST_OK;
+    return j;
 }
 
 static bool writes(const st_ckpt_async *j) { return j->rank == 0 || j->sharded; }
 
-/* The temporary directory (rank 0), seen by every rank that writes into it. */
+/* The temporary directory (rank 0), seen by every rank that writes into it;
+ * a job that failed already (oom_job) joins the agreements with its error. */
 static st_status prepare(st_ckpt_async *j) {
-    st_status s = ST_OK;
-    if (j->rank == 0) {
+    st_status s = j->status;
+    if (s == ST_OK && j->rank == 0) {
         s = st_mkdirs(j->ckdir);
         if (s == ST_OK) {
             remove_dir(j->tmp);
@@ -595,29 +609,9 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
  * checkpoint's limit rather than dist.timeout_s, and all learn the outcome. */
 st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *o, const st_ckpt_state *state,
                        const st_ckpt_layout *lay, char *saved, size_t size) {
-    st_ckpt_async *j;
-    st_status s = job_new(&j, cfg, m, o, state, lay);
-    if (s != ST_OK) { /* (out of memory: the others still learn of it, in the agreements they make) */
-        if (!lay || !lay->comm || lay->world < 2) return s;
-        char why[1024];
-        snprintf(why, sizeof why, "%s", st_last_error());
-        /* (the others' waits: rank 0 may be writing the whole checkpoint) */
-        st_comm_set_timeout(lay->comm, st_ckpt_wait_limit(cfg, m, o, lay->sharded ? lay->world : 1),
-                            "train.checkpoint_timeout_s");
-        if (lay->sharded) { /* prepare's first, which ends it on every rank, and commit's */
-            (void)st_agree_status(lay->comm, s, "checkpoint directory");
-            (void)st_agree_status(lay->comm, s, "checkpoint optimizer shards");
-        }
-        int64_t v[3] = {s, 0, lay->rank + 1};
-        const st_status g =
-            st_comm_all_reduce_sync(lay->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "checkpoint");
-        st_comm_set_timeout(lay->comm, 0, NULL);
-        if (g == ST_OK && v[1] && saved) /* (committed all the same: rank 0's, without this rank's part) */
-            snprintf(saved, size, "%s/ckpt/step-%lld", cfg->train.out_dir, (long long)state->step);
-        return st_fail(s, "%s", why);
-    }
+    st_ckpt_async *j = job_new(cfg, m, o, state, lay);
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
-    s = prepare(j);
+    st_status s = prepare(j); /* (a job out of memory: its error, agreed by every rank) */
     if (s == ST_OK) s = take(j, false);
     if (s == ST_OK) {
         watch_begin(j, "", st_ticker_now());
@@ -651,11 +645,9 @@ static void *writer(void *arg) {
 
 st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,
                              const st_ckpt_state *state, const st_ckpt_layout *lay) {
-    *out = NULL;
-    st_ckpt_async *j;
-    ST_TRY(job_new(&j, cfg, m, o, state, lay));
+    st_ckpt_async *j = job_new(cfg, m, o, state, lay);
     st_comm_set_timeout(j->comm, j->limit, "train.checkpoint_timeout_s");
-    st_status s = prepare(j);
+    st_status s = prepare(j); /* (a job out of memory: its error, agreed, and committed as a failure) */
     if (s == ST_OK) s = take(j, true); /* (ZeRO's sharded masters: a gather, under the same limit) */
     st_comm_set_timeout(j->comm, 0, NULL);
     if (s == ST_OK) {

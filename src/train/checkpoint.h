@@ -85,8 +85,10 @@ st_status st_ckpt_save(const st_config *cfg, const st_model *m, const st_optim *
  * starts a thread that writes this rank's files while training goes on.
  * Nothing is committed until st_ckpt_async_finish (every rank, at the same
  * step): it waits for the writer, then checksums to rank 0, state.json,
- * rename and `latest` as st_ckpt_save. A failure of the writer is reported
- * there, on every rank. A crash before it leaves the previous checkpoints
+ * rename and `latest` as st_ckpt_save. A failure of the writer, or of the
+ * save's start on any rank (out of memory, the directory), is reported
+ * there, on every rank: st_ckpt_save_async itself returns ST_OK, so that no
+ * rank leaves the agreements the others are in. A crash before it leaves the previous checkpoints
  * and `latest` as they were. NULL is "none pending" throughout. */
 typedef struct st_ckpt_async st_ckpt_async;
 st_status st_ckpt_save_async(st_ckpt_async **out, const st_config *cfg, const st_model *m, const st_optim *o,

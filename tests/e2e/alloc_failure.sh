@@ -15,7 +15,9 @@
 # checkpoints, TensorBoard); the same resumed from its step-2 checkpoint; a
 # cnn on Fashion-MNIST; `eval`; `data tokenize` into shards; and 2 ranks
 # under `launch` (ddp), where a rank that fails must end the job (the other
-# rank and the launcher too), not hang it.
+# rank and the launcher too), not hang it. Then two allocations found by
+# their function on one rank of two: a checkpoint's bookkeeping (the ranks
+# agree on the failure) and the CPU calibration (the run goes on).
 # CI walks the gpt's first 100 allocations (start-up: the config, data,
 # model, optimizer, writers) and launch's first 12 (its communicator's
 # start-up), and a drawn sample of each scenario's others (about 60 s in
@@ -57,6 +59,74 @@ if command -v mpirun >/dev/null; then # rank 1's allocations fail
     scenario launch 12 3 o/model.safetensors "$bin" launch -n 2 "${run[@]}" --set train.steps=3 \
         --set train.checkpoint_every=2 --set dist.timeout_s=20 --set train.out_dir=o
     unset ST_FAILALLOC_RANK
+
+    # A checkpoint's own bookkeeping (checkpoint.c's job_new) out of memory
+    # on rank 1 alone, under ZeRO-2 (every rank writes its shard), in a
+    # synchronous and an asynchronous save: the ranks agree on the failure
+    # (rank 0 names rank 1), save the rescue checkpoint and end with exit 1;
+    # not an abort of every rank with the steps since the last checkpoint
+    # lost. The allocations to fail are found by their caller
+    # (ST_FAILALLOC_LOG, addr2line), not by number. (ALLOC_FAILURE_ONLY's
+    # name for it: bookkeeping)
+    if [[ " ${ALLOC_FAILURE_ONLY:-bookkeeping} " != *" bookkeeping "* ]]; then
+        :
+    elif command -v addr2line >/dev/null; then
+        for how in sync async; do
+            zero=("$bin" launch -n 2 "${run[@]}" --set train.steps=4 --set train.checkpoint_every=2
+                  --set dist.strategy=zero2 --set dist.timeout_s=20 --set train.out_dir=o
+                  --set train.checkpoint_async=$([ $how = async ] && echo true || echo false))
+            export ST_FAILALLOC_RANK=1
+            allocations_in job_new "${zero[@]}"
+            [ "$rc" -eq 0 ] || fail "zero2 $how without a failure: exit $rc: $(tail -n 3 "$tmp/jc.txt")"
+            [ "$(wc -w <<<"$cases")" -eq 2 ] || fail "zero2 $how: rank 1 made $(wc -w <<<"$cases") checkpoint jobs, not 2 (steps 2 and 4)"
+            for n in $cases; do
+                one jn "$n" "${zero[@]}"
+                log=$tmp/jn.log
+                [ "$rc" -eq 1 ] || fail "zero2 $how, rank 1's allocation $n ($(where)): exit $rc, not 1"
+                grep -q "^\[rank 1\] scaletrain: error (rank 1): the checkpoint of step [24] was not saved.*out of memory for a checkpoint's bookkeeping" "$log" ||
+                    fail "zero2 $how, allocation $n ($(where)): rank 1 does not say its checkpoint ran out of memory: $(grep -m2 error "$log")"
+                grep -q "^\[rank 0\] scaletrain: error (rank 0): the checkpoint of step [24] was not saved.*failed on another rank, rank 1" "$log" ||
+                    fail "zero2 $how, allocation $n: rank 0 does not name rank 1: $(grep -m2 error "$log")"
+                ! grep -q "aborting every rank" "$log" || fail "zero2 $how, allocation $n: a rank aborted every rank: $(grep -m1 aborting "$log")"
+                # (a synchronous save failing at step 2, the first, leaves none: a
+                # failed save is not tried again by the rescue; any other, step
+                # 2's or the rescue's of step 3)
+                l=$tmp/jn.out/o/ckpt/latest
+                if [ $how = async ] || ! grep -q "checkpoint of step 2 was not saved" "$log"; then
+                    [ -s "$l" ] && [ -f "$tmp/jn.out/o/ckpt/$(cat "$l")/state.json" ] ||
+                        fail "zero2 $how, allocation $n: no whole checkpoint in o/ckpt (the rescue's, or step 2's)"
+                elif [ -e "$l" ]; then
+                    fail "zero2 $how, allocation $n: o/ckpt/latest names $(cat "$l") after the first save failed"
+                fi
+            done
+            unset ST_FAILALLOC_RANK
+        done
+        echo "checkpoint bookkeeping out of memory on rank 1 (zero2, sync and async): agreed, rescued, exit 1"
+
+        # The CPU's calibration (for metrics.jsonl's mfu), rank 0's alone:
+        # out of memory for its matrices, the run goes on without an mfu
+        # (a warning says so), where rank 0 used to end alone and leave rank 1
+        # waiting in the first step until dist.timeout_s.
+        export ST_FAILALLOC_RANK=0
+        ddp=("$bin" launch -n 2 "${run[@]}" --set train.steps=3 --set dist.timeout_s=60 --set train.out_dir=o)
+        allocations_in st_device_calibrate_cpu "${ddp[@]}"
+        [ "$rc" -eq 0 ] || fail "the 2-rank run without a failure: exit $rc: $(tail -n 3 "$tmp/jc.txt")"
+        [ -n "$cases" ] || fail "rank 0 made no allocation in st_device_calibrate_cpu"
+        for n in $cases; do
+            one cal "$n" "${ddp[@]}"
+            [ "$rc" -eq 0 ] || fail "rank 0's calibration allocation $n ($(where)): exit $rc: $(grep -m2 error "$tmp/cal.log")"
+            grep -q "warning: the CPU's peak was not measured, so metrics.jsonl has no mfu.*out of memory" "$tmp/cal.log" ||
+                fail "calibration allocation $n: no warning that says the mfu is left out, and why"
+            cmp -s "$tmp/cal.out/o/model.safetensors" "$tmp/jc/o/model.safetensors" ||
+                fail "calibration allocation $n: the weights differ from the run's without a failure"
+            ! grep -q '"mfu"' "$tmp/cal.out/o/metrics.jsonl" || fail "calibration allocation $n: metrics.jsonl has an mfu"
+            grep -q '"mfu"' "$tmp/jc/o/metrics.jsonl" || fail "the run without a failure: metrics.jsonl has no mfu"
+        done
+        unset ST_FAILALLOC_RANK
+        echo "the CPU calibration out of memory on rank 0: the run finished, without an mfu, saying so"
+    else
+        echo "checkpoint bookkeeping: skipped: no addr2line (apt-get install binutils)"
+    fi
 else
     echo "launch: skipped: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)"
 fi

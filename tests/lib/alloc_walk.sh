@@ -23,6 +23,23 @@ one() {
         ST_FAILALLOC_REPORT="$tmp/count" timeout 120 "$@") >"$tmp/$name.log" 2>&1
     rc=$?
 }
+# allocations_in FUNC CMD...: CMD once, without a failure (in $tmp/jc;
+# ST_FAILALLOC_RANK as set), and `cases`, the numbers of the allocations
+# that FUNC makes, itself or in a function inlined into it (their callers,
+# ST_FAILALLOC_LOG, named by addr2line: -a prints each address, then its
+# frames). Sets rc (CMD's exit).
+allocations_in() {
+    local func=$1
+    shift
+    rm -rf "$tmp/jc" "$tmp/jc.allocs" && mkdir -p "$tmp/jc"
+    (cd "$tmp/jc" && LD_PRELOAD="$tmp/failalloc.so" ST_FAILALLOC_EXE=scaletrain ST_FAILALLOC_LOG="$tmp/jc.allocs" \
+        timeout 120 "$@") >"$tmp/jc.txt" 2>&1
+    rc=$?
+    cases=
+    [ -s "$tmp/jc.allocs" ] || return 0
+    cases=$(addr2line -a -f -i -C -s -e "$bin" $(cat "$tmp/jc.allocs") |
+        awk -v f="$func" '/^0x/ { n++; next } $0 == f && !(n in seen) { seen[n] = 1; print n }')
+}
 where() { # the failed allocation's function and line
     local at
     at=$(cat "$tmp/count.at" 2>/dev/null) || { echo "no allocation failed"; return; }

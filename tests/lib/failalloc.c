@@ -9,7 +9,10 @@
  * that Open MPI started as rank R. With ST_FAILALLOC_REPORT=FILE the count of the program's
  * allocations is written there at exit (the number of cases a test walks),
  * and the failed one's caller, as an offset into the executable, is written
- * to FILE.at when it happens (addr2line -e BIN names the line).
+ * to FILE.at when it happens (addr2line -e BIN names the line). With
+ * ST_FAILALLOC_LOG=FILE every counted allocation's caller, as such an
+ * offset, is written there, one line each in order (line N: allocation N),
+ * so that a test can find the allocations a function makes and fail those.
  *
  * The CUDA runtime, which a CUDA build links into the executable
  * (libcudart_static: src/cuda/libs.h), counts as a library too: its
@@ -45,6 +48,7 @@ static atomic_long count;      /* the program's allocations so far */
 static long fail_at;           /* the one to fail; 0: none */
 static atomic_int ready;       /* fail_at and the range read */
 static uintptr_t lo, hi, base; /* the executable's code, and its load address */
+static int log_fd = -1;        /* ST_FAILALLOC_LOG's file, if any */
 
 static int find_exe(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size, (void)data;
@@ -114,6 +118,8 @@ static void setup(void) {
     else {
         dl_iterate_phdr(find_exe, NULL);
         find_runtime();
+        const char *log = getenv("ST_FAILALLOC_LOG");
+        if (log) log_fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     }
     atomic_store_explicit(&ready, 1, memory_order_release);
 }
@@ -137,6 +143,13 @@ static int fails(void *caller) {
     const uintptr_t c = (uintptr_t)caller;
     if (c < lo || c >= hi || in_runtime(c)) return 0;
     const long n = atomic_fetch_add(&count, 1) + 1;
+    if (log_fd >=
+        0) { /* (one write a line, O_APPEND: whole lines, in the count's order but for threads racing) */
+        char line[32];
+        const int k = snprintf(line, sizeof line, "0x%lx\n", (unsigned long)(c - base - 1));
+        if (write(log_fd, line, (size_t)k) < 0) {
+        }
+    }
     if (n != fail_at || fail_at <= 0) return 0;
     say_at(c);
     errno = ENOMEM;
