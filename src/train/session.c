@@ -1087,6 +1087,8 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
             float *h = s->dev ? piece : p->buffers + at;
             if (b == ST_OK && s->dev && s->rank == 0)
                 b = st_device_download(s->dev, h, p->buffers + at, k * sizeof(float));
+            if (b != ST_OK && s->dev && s->rank == 0) /* (zeros sent, not what a failed download left) */
+                memset(h, 0, k * sizeof(float));
             const st_status bc =
                 st_comm_broadcast_sync(s->comm, h, k, ST_COMM_F32, 0, "evaluation: rank 0's buffers");
             if (b == ST_OK) b = bc;

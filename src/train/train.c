@@ -2304,11 +2304,21 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         char why[ST_CFG_NOTE];
         double f;
         int n;
-        ST_GOTO(st_device_calibrate_cpu(&f, &n)); /* the planner's measure of the CPU */
-        cfg->log.peak_gflops = round(f / 1e8) / 10;
-        snprintf(why, sizeof why, "measured: fastest %d^3 sgemm on %d thread%s", n, ses.threads,
-                 ses.threads == 1 ? "" : "s");
-        st_config_mark_auto(cfg, "log.peak_gflops", why);
+        /* (the planner's measure of the CPU; one that fails, out of memory
+         * for its matrices, costs only the mfu: rank 0 alone here, it must
+         * not leave the others waiting in the first step) */
+        const st_status cal = st_device_calibrate_cpu(&f, &n);
+        if (cal == ST_OK) {
+            cfg->log.peak_gflops = round(f / 1e8) / 10;
+            snprintf(why, sizeof why, "measured: fastest %d^3 sgemm on %d thread%s", n, ses.threads,
+                     ses.threads == 1 ? "" : "s");
+            st_config_mark_auto(cfg, "log.peak_gflops", why);
+        } else {
+            fprintf(stderr,
+                    "scaletrain: warning: the CPU's peak was not measured, so metrics.jsonl has no mfu "
+                    "(set log.peak_gflops to have one): %s\n",
+                    st_last_error());
+        }
     }
     print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res, &met));
