@@ -12,18 +12,17 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # default list; exported, so that the tests' own make calls build the same
 # (the Makefile rebuilds objects built for other architectures).
 export CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80}"
-make -j"$jobs" all
-make -j"$jobs" asan
-make -j"$jobs" tsan
-# clang's static analyzer (make analyze: a report fails the suite; README,
-# Tests) runs as the first of the tests, in one lane, where it fills the
-# time the others spend waiting on processes and timeouts
-export ST_TEST_ANALYZE=1
+# The four builds in one make: their objects share the cores to the end,
+# where one after another each ended on its last links with a core idle.
 emu=
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
-    make -j"$jobs" emu
     emu=build-emu
 else
     echo "the CUDA emulator's build is left out: no CUDA toolkit headers (${CUDA_HOME:-/usr/local/cuda}/include)"
 fi
+make -j"$jobs" all asan tsan ${emu:+emu}
+# clang's static analyzer (make analyze: a report fails the suite; README,
+# Tests) runs as the first of the tests, in one lane, where it fills the
+# time the others spend waiting on processes and timeouts
+export ST_TEST_ANALYZE=1
 tests/run.sh build build-asan "$emu" build-tsan

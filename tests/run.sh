@@ -24,7 +24,11 @@ tsan=${4:-}
 # mostly waits: mpirun's start and end, a timeout it provokes, another
 # rank's slow write) may run beside them, two such at a time
 # (TEST_LIGHT); those that hold "# tests/run.sh: long" start before the
-# others (below).
+# others (below). And when the machine has been idle for a good part of the
+# last 3 s (the tests in the lanes waiting: on mpirun's start, a timeout, a
+# SLURM daemon), TEST_EXTRA more lanes open (default 1; 0: none): a test's
+# own line says how much CPU it took, the machine's idle time is what the
+# lanes leave unused, whatever they run.
 par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
@@ -85,6 +89,25 @@ collect() { # report every test that has finished
 }
 light_ids=" " serial_i= # the light tests running beside the lanes (run_light), and the serial one (serial_start), if any
 light_max=${TEST_LIGHT:-2}
+extra_max=${TEST_EXTRA:-1}
+# idle: true when the machine's CPUs were at least 40% idle over the
+# sample that ends now, one of 3 s or more (/proc/stat; each call that
+# answers starts the next sample, so that a test started on its answer is
+# in the next one before another starts)
+load_t=0 load_busy=0 load_total=0
+idle() {
+    local u n s i w q sq st rest busy total
+    read -r _ u n s i w q sq st rest </proc/stat 2>/dev/null || return 1
+    busy=$((u + n + s + q + sq + st)) total=$((u + n + s + i + w + q + sq + st))
+    if [ "$load_t" -eq 0 ]; then
+        load_t=$SECONDS load_busy=$busy load_total=$total
+        return 1
+    fi
+    [ $((SECONDS - load_t)) -ge 3 ] || return 1
+    local db=$((busy - load_busy)) dt=$((total - load_total))
+    load_t=$SECONDS load_busy=$busy load_total=$total
+    [ "$dt" -gt 0 ] && [ $((100 * (dt - db))) -ge $((40 * dt)) ]
+}
 lights() { # how many light tests run beside the lanes
     local a=($light_ids)
     echo "${#a[@]}"
@@ -92,11 +115,11 @@ lights() { # how many light tests run beside the lanes
 busy() { # tests running, the light ones beside the lanes not counted
     echo $((running - $(lights)))
 }
-next_end() { # wait until a test ends, and report every one that has
-    # (60 s without an end and no test's process left: a test whose
-    # process ended without its outcome's file, which would else be waited
-    # for forever, fails, said)
-    if ! read -r -t 60 -u 3 _ && [ -z "$(jobs -rp)" ]; then
+next_end() { # [SECONDS]: wait until a test ends (at most SECONDS, default 60), and report every one that has
+    # (no end and no test's process left: a test whose process ended
+    # without its outcome's file, which would else be waited for forever,
+    # fails, said)
+    if ! read -r -t "${1:-60}" -u 3 _ && [ -z "$(jobs -rp)" ]; then
         local f
         for f in "$res"/*.name; do
             [ -e "$f" ] && [ ! -e "${f%.name}.rc" ] || continue
@@ -114,11 +137,16 @@ settle() { # wait until fewer than N tests run (N=1: none), every serial test st
     done
     collect
 }
-lane() { # wait until fewer than $par tests run (a light one besides)
+lane() { # wait until fewer than $par tests run (a light one besides), or an extra lane opens
     while :; do
         serial_start
         [ "$(busy)" -ge "$par" ] || break
-        next_end
+        if [ "$(busy)" -lt $((par + extra_max)) ]; then
+            ! idle || break
+            next_end 1 # (the machine looked at again each second)
+        else
+            next_end
+        fi
     done
     collect
 }
