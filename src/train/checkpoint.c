@@ -414,8 +414,10 @@ static void job_free(st_ckpt_async *j) {
  * error in status and err, for the save to carry through its agreements. */
 static st_ckpt_async *job_new(const st_config *cfg, const st_model *m, const st_optim *o,
                               const st_ckpt_state *state, const st_ckpt_layout *lay) {
-    const bool sharded = lay && lay->comm && lay->world > 1 && lay->sharded;
-    const size_t files = (size_t)(sharded ? lay->world : 1) + 1;
+    /* (locals: j may be the static oom_job, which the analyzer sees any call change) */
+    const bool dist = lay && lay->comm && lay->world > 1, sharded = dist && lay->sharded;
+    const int world = sharded ? lay->world : 1;
+    const size_t files = (size_t)world + 1;
     st_ckpt_async *j = calloc(1, sizeof *j + files * sizeof(ckpt_file));
     if (j) {
         j->fl = j->fl_mem;
@@ -428,21 +430,21 @@ static st_ckpt_async *job_new(const st_config *cfg, const st_model *m, const st_
     }
     j->cfg = cfg;
     j->m = m;
-    j->dist = lay && lay->comm && lay->world > 1;
-    j->comm = j->dist ? lay->comm : NULL;
-    j->sharded = j->dist && lay->sharded;
+    j->dist = dist;
+    j->comm = dist ? lay->comm : NULL;
+    j->sharded = sharded;
     j->rank = lay ? lay->rank : 0;
-    j->world = j->sharded ? lay->world : 1;
-    j->limit = st_ckpt_wait_limit(cfg, m, o, j->world);
+    j->world = world;
+    j->limit = st_ckpt_wait_limit(cfg, m, o, world);
     j->o = o;
     j->st = *state;
-    j->st.optim_sharded = j->sharded;
-    j->st.optim_world = j->world;
-    j->st.optim_shard = j->sharded ? lay->shard : 0;
+    j->st.optim_sharded = sharded;
+    j->st.optim_world = world;
+    j->st.optim_shard = sharded ? lay->shard : 0;
     j->st.optim_count = m->params.count;
     snprintf(j->ckdir, sizeof j->ckdir, "%s/ckpt", cfg->train.out_dir);
     /* Sharded: every rank writes into the same temporary directory. */
-    if (j->sharded)
+    if (sharded)
         snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp", j->ckdir, (long long)state->step);
     else
         snprintf(j->tmp, sizeof j->tmp, "%s/step-%lld.tmp.%ld", j->ckdir, (long long)state->step,
