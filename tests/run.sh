@@ -91,15 +91,17 @@ light_ids=" " serial_i= # the light tests running beside the lanes (run_light), 
 light_max=${TEST_LIGHT:-2}
 extra_max=${TEST_EXTRA:-1}
 # idle: true when the machine's CPUs were at least 40% idle over the
-# sample that ends now, one of 3 s or more (/proc/stat; each call that
+# sample that ends now, one of 3 to 5 s (/proc/stat; each call that
 # answers starts the next sample, so that a test started on its answer is
-# in the next one before another starts)
+# in the next one before another starts; an older sample, from before a
+# long wait, starts again; time waiting for I/O counts as busy: a test
+# that fsyncs is not to be joined by another)
 load_t=0 load_busy=0 load_total=0
 idle() {
     local u n s i w q sq st rest busy total
     read -r _ u n s i w q sq st rest </proc/stat 2>/dev/null || return 1
-    busy=$((u + n + s + q + sq + st)) total=$((u + n + s + i + w + q + sq + st))
-    if [ "$load_t" -eq 0 ]; then
+    busy=$((u + n + s + w + q + sq + st)) total=$((u + n + s + i + w + q + sq + st))
+    if [ "$load_t" -eq 0 ] || [ $((SECONDS - load_t)) -gt 5 ]; then
         load_t=$SECONDS load_busy=$busy load_total=$total
         return 1
     fi
@@ -141,7 +143,9 @@ lane() { # wait until fewer than $par tests run (a light one besides), or an ext
     while :; do
         serial_start
         [ "$(busy)" -ge "$par" ] || break
-        if [ "$(busy)" -lt $((par + extra_max)) ]; then
+        # (not while a serial test waits for a lane: it takes the next one free)
+        if [ "$(busy)" -lt $((par + extra_max)) ] &&
+            { [ "$serial_next" -ge "${#serial_tests[@]}" ] || [ -n "$serial_i" ]; }; then
             ! idle || break
             next_end 1 # (the machine looked at again each second)
         else

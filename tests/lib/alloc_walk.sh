@@ -37,7 +37,7 @@ allocations_in() {
     rc=$?
     cases=
     [ -s "$tmp/jc.allocs" ] || return 0
-    cases=$(addr2line -a -f -i -C -s -e "$bin" $(cat "$tmp/jc.allocs") |
+    cases=$(addr2line -a -f -i -C -s -e "$bin" <"$tmp/jc.allocs" |
         awk -v f="$func" '/^0x/ { n++; next } $0 == f && !(n in seen) { seen[n] = 1; print n }')
 }
 where() { # the failed allocation's function and line

@@ -143,8 +143,8 @@ static int fails(void *caller) {
     const uintptr_t c = (uintptr_t)caller;
     if (c < lo || c >= hi || in_runtime(c)) return 0;
     const long n = atomic_fetch_add(&count, 1) + 1;
-    if (log_fd >=
-        0) { /* (one write a line, O_APPEND: whole lines, in the count's order but for threads racing) */
+    /* (one write a line, O_APPEND: whole lines, in the count's order but for threads racing) */
+    if (log_fd >= 0) {
         char line[32];
         const int k = snprintf(line, sizeof line, "0x%lx\n", (unsigned long)(c - base - 1));
         if (write(log_fd, line, (size_t)k) < 0) {
