@@ -209,7 +209,13 @@ static void req_free(st_comm *c, st_comm_req *r) {
     else
         c->live = r->live_next;
     if (r->live_next) r->live_next->live_prev = r->live_prev;
-    free(r);
+    if (c->n_spare < ST_COMM_MAX_PENDING) { /* kept for the next (start) */
+        r->live_next = c->spare;
+        c->spare = r;
+        c->n_spare++;
+    } else {
+        free(r);
+    }
 }
 
 /* The caller lets go of r. A request the engine still owns (a broken
@@ -338,8 +344,15 @@ static st_status start(st_comm *c, st_comm_kind kind, const void *send, void *re
 #undef BAD
     ST_TRY(make_room(c, who, what));
 
-    st_comm_req *r = calloc(1, c->ops->req_size);
-    if (!r) return st_fail(ST_ERR_NOMEM, "%s: %s: no memory for a request", who, what);
+    st_comm_req *r = c->spare;
+    if (r) {
+        c->spare = r->live_next;
+        c->n_spare--;
+        memset(r, 0, c->ops->req_size);
+    } else {
+        r = calloc(1, c->ops->req_size);
+        if (!r) return st_fail(ST_ERR_NOMEM, "%s: %s: no memory for a request", who, what);
+    }
     *r = probe;
     r->send = send;
     r->recv = recv;
@@ -574,6 +587,15 @@ st_status st_comm_create(const st_comm_config *cfg, st_status (*backend_init)(st
         free(c);
         return s;
     }
+    /* the requests of the collectives to come, as far as memory allows
+     * (start allocates more when these are all in use) */
+    while (c->n_spare < ST_COMM_SPARE_START) {
+        st_comm_req *r = calloc(1, c->ops->req_size);
+        if (!r) break;
+        r->live_next = c->spare;
+        c->spare = r;
+        c->n_spare++;
+    }
     *out = c;
     return ST_OK;
 }
@@ -597,6 +619,11 @@ void st_comm_free(st_comm *c) {
     while (c->live) { /* pop the head: nothing else holds the list now */
         st_comm_req *r = c->live;
         c->live = r->live_next;
+        free(r);
+    }
+    while (c->spare) {
+        st_comm_req *r = c->spare;
+        c->spare = r->live_next;
         free(r);
     }
     pthread_mutex_destroy(&c->lock);

@@ -9,6 +9,7 @@
 
 #define ST_COMM_NAME_MAX 64      /* bytes of a collective's name, with the NUL */
 #define ST_COMM_MAX_PENDING 1024 /* unfinished collectives at once */
+#define ST_COMM_SPARE_START 64   /* requests allocated with the communicator (st_comm_create) */
 #define ST_COMM_ERR_MAX 2048
 
 typedef enum st_comm_kind {
@@ -101,6 +102,11 @@ struct st_comm {
     int n_pending;
 
     st_comm_req *live;
+    /* Finished requests kept for the next collectives (a list through
+     * live_next, ops->req_size bytes each; the caller's thread alone): the
+     * step loop allocates none, and cannot fail to. */
+    st_comm_req *spare;
+    int n_spare;
     st_status failed; /* ST_OK until a collective fails; then every call returns it */
     char errmsg[ST_COMM_ERR_MAX];
     st_watchdog *watchdog;
