@@ -42,20 +42,23 @@ bool st_agree_per_rank_key(const char *key) {
 
 st_status st_agree_first_difference(st_comm *c, const int64_t *v, int n, const char *name, int *diff) {
     *diff = -1;
-    if (n <= 0) return ST_OK;
-    int64_t *lo = malloc((size_t)n * 2 * sizeof *lo);
-    if (!lo) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the %s across ranks", name);
-    int64_t *hi = lo + n;
-    memcpy(lo, v, (size_t)n * sizeof *lo);
-    memcpy(hi, v, (size_t)n * sizeof *hi);
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s (min)", name);
-    st_status s = st_comm_all_reduce_sync(c, lo, lo, (size_t)n, ST_COMM_I64, ST_COMM_MIN, nm);
-    snprintf(nm, sizeof nm, "%s (max)", name);
-    if (s == ST_OK) s = st_comm_all_reduce_sync(c, hi, hi, (size_t)n, ST_COMM_I64, ST_COMM_MAX, nm);
-    for (int i = 0; s == ST_OK && i < n && *diff < 0; i++)
-        if (lo[i] != hi[i]) *diff = i;
-    free(lo);
+    /* In pieces of a buffer on the stack (one piece for up to 256 values):
+     * nothing to allocate, so no rank can fail to join the others. */
+    enum { PIECE = 256 };
+    int64_t lo[PIECE], hi[PIECE];
+    char nlo[64], nhi[64];
+    snprintf(nlo, sizeof nlo, "%s (min)", name);
+    snprintf(nhi, sizeof nhi, "%s (max)", name);
+    st_status s = ST_OK;
+    for (int at = 0; s == ST_OK && at < n; at += PIECE) {
+        const int k = n - at < PIECE ? n - at : PIECE;
+        memcpy(lo, v + at, (size_t)k * sizeof *lo);
+        memcpy(hi, v + at, (size_t)k * sizeof *hi);
+        s = st_comm_all_reduce_sync(c, lo, lo, (size_t)k, ST_COMM_I64, ST_COMM_MIN, nlo);
+        if (s == ST_OK) s = st_comm_all_reduce_sync(c, hi, hi, (size_t)k, ST_COMM_I64, ST_COMM_MAX, nhi);
+        for (int i = 0; s == ST_OK && i < k && *diff < 0; i++)
+            if (lo[i] != hi[i]) *diff = at + i;
+    }
     return s;
 }
 
@@ -340,6 +343,8 @@ st_status st_agree_replicas(st_comm *c, const st_params *p, int64_t step, bool *
     for (int i = 0; s == ST_OK && i < n; i++)
         h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
     s = hashed_everywhere(c, s, agreed);
+    if (s == ST_OK) /* (agreed: this rank's hashing too) */
+        ST_INVARIANT(h && x, "the replica check's hashes agreed without this rank's");
     int diff = -1;
     if (s == ST_OK) s = st_agree_first_difference(c, h, n, "replica check", &diff);
     if (s == ST_OK && diff >= 0) {
@@ -389,6 +394,8 @@ st_status st_agree_weights(st_comm *c, const st_params *p, const char *mine) {
     for (int i = 0; s == ST_OK && i < p->n_params; i++)
         h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
     if (s == ST_OK) h[n - 1] = bits_hash(b, p->buffer_count);
+    s = st_agree_status(c, s,
+                        "hashing the weights for the weights check"); /* (no rank left out of the next) */
     int diff = -1;
     if (s == ST_OK) s = st_agree_first_difference(c, h, n, "weights check", &diff);
     if (s == ST_OK && diff >= 0)

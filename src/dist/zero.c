@@ -121,13 +121,20 @@ static st_status gather_masters(const st_params *p, st_comm *comm, float *w) {
                        "gathering the weights: rank %d holds [%lld, %lld) of %lld over %d ranks",
                        st_comm_rank(comm), (long long)lo, (long long)p->master_hi, (long long)p->arena_count,
                        st_comm_size(comm));
-    if (p->dev)
-        ST_TRY(st_device_download(p->dev, w + lo, st_params_master(p, lo), (size_t)n * sizeof(float)));
-    else
+    /* A device's download that fails (its GPU alone) still joins the
+     * gather, with zeros, and the outcome is agreed after it: the others
+     * are in the gather, and would wait there for this rank. */
+    st_status s = ST_OK;
+    if (p->dev) {
+        s = st_device_download(p->dev, w + lo, st_params_master(p, lo), (size_t)n * sizeof(float));
+        if (s != ST_OK) memset(w + lo, 0, (size_t)n * sizeof(float));
+    } else {
         memcpy(w + lo, st_params_master(p, lo), (size_t)n * sizeof(float));
+    }
     st_comm_req *req = NULL;
     ST_TRY(st_comm_all_gather(comm, w + lo, w, (size_t)n, ST_COMM_F32, "weights", &req));
-    return st_comm_wait(&req);
+    ST_TRY(st_comm_wait(&req));
+    return st_agree_status(comm, s, "the weights' download from the GPU");
 }
 
 st_status st_zero_copy_arenas(const st_model *m, st_comm *comm, float **data, float **buffers) {

@@ -377,6 +377,8 @@ struct st_ckpt_async {
     st_ckpt_state st;
     char ckdir[PATH_CAP], tmp[PATH_CAP];
     ckpt_file *fl; /* fl[0] the model; fl[1 + k] rank k's optimizer file: in fl_mem (NULL in oom_job) */
+    int64_t
+        *sums; /* sharded: every rank's checksum and size, gathered by commit (after fl; NULL in oom_job) */
     /* What this rank writes: the weights as host arrays (rank 0), its
      * optimizer state (rank 0, or every rank when sharded). */
     const float *data, *buffers;
@@ -418,14 +420,18 @@ static st_ckpt_async *job_new(const st_config *cfg, const st_model *m, const st_
     const bool dist = lay && lay->comm && lay->world > 1, sharded = dist && lay->sharded;
     const int world = sharded ? lay->world : 1;
     const size_t files = (size_t)world + 1;
-    st_ckpt_async *j = calloc(1, sizeof *j + files * sizeof(ckpt_file));
+    /* (one allocation: the job, its files, and the sums commit gathers, so
+     * that nothing is allocated between the save's agreements) */
+    const size_t sums_at = (sizeof(st_ckpt_async) + files * sizeof(ckpt_file) + 7) & ~(size_t)7,
+                 bytes = sums_at + 2 * (size_t)world * sizeof(int64_t);
+    st_ckpt_async *j = calloc(1, bytes);
     if (j) {
         j->fl = j->fl_mem;
+        j->sums = (int64_t *)(void *)((char *)j + sums_at);
     } else {
         j = &oom_job;
         memset(j, 0, sizeof *j);
-        j->status = st_fail(ST_ERR_NOMEM, "out of memory for a checkpoint's bookkeeping (%zu bytes)",
-                            sizeof *j + files * sizeof(ckpt_file));
+        j->status = st_fail(ST_ERR_NOMEM, "out of memory for a checkpoint's bookkeeping (%zu bytes)", bytes);
         snprintf(j->err, sizeof j->err, "%s", st_last_error());
     }
     j->cfg = cfg;
@@ -567,18 +573,15 @@ static st_status commit(st_ckpt_async *j, st_status s, char *saved, size_t size)
         s = st_agree_status(j->comm, s, "checkpoint optimizer shards");
         if (s == ST_OK) { /* every rank's checksum to rank 0 (and the others) */
             const ckpt_file *mine = &j->fl[1 + j->rank];
-            int64_t v[2] = {mine->crc, mine->nbytes};
-            int64_t *all = malloc((size_t)j->world * 2 * sizeof *all);
+            int64_t v[2] = {mine->crc, mine->nbytes}, *all = j->sums;
             st_comm_req *req = NULL;
-            s = all ? st_comm_all_gather(j->comm, v, all, 2, ST_COMM_I64, "checkpoint checksums", &req)
-                    : st_fail(ST_ERR_NOMEM, "out of memory saving a checkpoint");
+            s = st_comm_all_gather(j->comm, v, all, 2, ST_COMM_I64, "checkpoint checksums", &req);
             if (s == ST_OK) s = st_comm_wait(&req);
             for (int k = 0; s == ST_OK && k < j->world; k++) {
                 st_ckpt_optim_name(k, j->fl[1 + k].name, sizeof j->fl[1 + k].name);
                 j->fl[1 + k].crc = (uint32_t)all[2 * k];
                 j->fl[1 + k].nbytes = all[2 * k + 1];
             }
-            free(all);
         }
     }
     bool committed = false;

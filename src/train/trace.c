@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "dist/agree.h"
 #include "hw/cost.h"
 #include "session.h"
 #ifdef ST_HAVE_CUDA
@@ -390,8 +391,11 @@ st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool w
     const int world = st_comm_size(comm);
     int64_t *counts = malloc((size_t)world * 2 * sizeof *counts);
     st_trace_event *all = NULL;
-    st_status s;
-    if (!counts) return st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+    /* (each allocation agreed before the gather it is for: a rank out of
+     * memory must not leave the others waiting in it; every rank returns
+     * a failure then, which train.c takes as a warning) */
+    st_status s = counts ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+    ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's counts"));
     int64_t mine[2] = {t->n, t->dropped + t->gpu_dropped};
     st_comm_req *req = NULL;
     ST_GOTO(st_comm_all_gather(comm, mine, counts, 2, ST_COMM_I64, "trace counts", &req));
@@ -405,20 +409,23 @@ st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool w
     /* every rank sends `stride` events (its own, then padding) */
     if (stride > t->n) {
         st_trace_event *e = realloc(t->ev, (size_t)stride * sizeof *e);
-        if (!e) {
+        if (e) {
+            memset(e + t->n, 0, (size_t)(stride - t->n) * sizeof *e);
+            t->ev = e;
+            t->cap = stride;
+        } else {
             s = st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
-            goto fail;
         }
-        memset(e + t->n, 0, (size_t)(stride - t->n) * sizeof *e);
-        t->ev = e;
-        t->cap = stride;
     }
-    all = malloc((size_t)world * (size_t)(stride ? stride : 1) * sizeof *all);
-    if (!all) {
-        s = st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace (%lld events per rank)",
-                    (long long)stride);
-        goto fail;
+    if (s == ST_OK) {
+        all = malloc((size_t)world * (size_t)(stride ? stride : 1) * sizeof *all);
+        if (!all)
+            s = st_fail(
+                ST_ERR_NOMEM,
+                "out of memory gathering the profiler trace (%lld events from each of %d ranks, %.1f MiB)",
+                (long long)stride, world, (double)world * (double)stride * sizeof *all / (1 << 20));
     }
+    ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's events"));
     if (stride > 0) {
         ST_GOTO(st_comm_all_gather(comm, t->ev, all, (size_t)stride * sizeof *all, ST_COMM_U8, "trace events",
                                    &req));

@@ -2116,9 +2116,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         }
         st_trace_end(trace, &step_mark);
         if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped)) {
-            /* trace.json that cannot be written (rank 0's file) is not worth the run: a warning */
+            /* trace.json that cannot be written (rank 0's file), or the memory
+             * to gather it (every rank's, agreed: st_trace_write), is not worth
+             * the run: a warning */
             s = write_trace(ses, opts, &tr, &prog, start, step + 1);
-            if (s == ST_ERR_IO) {
+            if (s == ST_ERR_IO || s == ST_ERR_NOMEM) {
                 st_ticker_sayf("scaletrain: warning: %s; the run goes on without its profiler trace\n",
                                st_last_error());
                 st_clear_error();

@@ -15,9 +15,10 @@
 # checkpoints, TensorBoard); the same resumed from its step-2 checkpoint; a
 # cnn on Fashion-MNIST; `eval`; `data tokenize` into shards; and 2 ranks
 # under `launch` (ddp), where a rank that fails must end the job (the other
-# rank and the launcher too), not hang it. Then two allocations found by
-# their function on one rank of two: a checkpoint's bookkeeping (the ranks
-# agree on the failure) and the CPU calibration (the run goes on).
+# rank and the launcher too), not hang it. Then allocations found by their
+# function on one rank of two: a checkpoint's bookkeeping (the ranks agree
+# on the failure), the CPU calibration and the profiler trace's gather (the
+# run goes on).
 # CI walks the gpt's first 100 allocations (start-up: the config, data,
 # model, optimizer, writers) and launch's first 12 (its communicator's
 # start-up), and a drawn sample of each scenario's others (about 60 s in
@@ -124,6 +125,28 @@ if command -v mpirun >/dev/null; then # rank 1's allocations fail
         done
         unset ST_FAILALLOC_RANK
         echo "the CPU calibration out of memory on rank 0: the run finished, without an mfu, saying so"
+
+        # The profiler trace's gather (st_trace_write) out of memory on rank
+        # 1: agreed before each gather, a warning on every rank and no
+        # trace.json, the run finished with the same weights; rank 1 used to
+        # leave the others in the gather.
+        export ST_FAILALLOC_RANK=1
+        prof=("${ddp[@]}" --set log.trace=true --set "log.trace_steps=[1,2]")
+        allocations_in st_trace_write "${prof[@]}"
+        [ "$rc" -eq 0 ] && [ -s "$tmp/jc/o/trace.json" ] ||
+            fail "the traced run without a failure: exit $rc, trace.json $(ls "$tmp/jc/o/trace.json" 2>&1)"
+        [ -n "$cases" ] || fail "rank 1 made no allocation in st_trace_write"
+        for n in $cases; do
+            one prof "$n" "${prof[@]}"
+            [ "$rc" -eq 0 ] || fail "rank 1's trace allocation $n ($(where)): exit $rc: $(grep -m2 error "$tmp/prof.log")"
+            [ "$(grep -c "warning: .*out of memory gathering the profiler trace.*; the run goes on without its profiler trace\|warning: memory for the profiler trace's .* failed on another rank, rank 1.*; the run goes on without its profiler trace" "$tmp/prof.log")" -eq 2 ] ||
+                fail "trace allocation $n: not a warning on each rank: $(grep -m3 'warning\|error' "$tmp/prof.log")"
+            [ ! -e "$tmp/prof.out/o/trace.json" ] || fail "trace allocation $n: a trace.json was written"
+            cmp -s "$tmp/prof.out/o/model.safetensors" "$tmp/jc/o/model.safetensors" ||
+                fail "trace allocation $n: the weights differ from the run's without a failure"
+        done
+        unset ST_FAILALLOC_RANK
+        echo "the profiler trace's gather out of memory on rank 1: a warning on both ranks, the run finished"
     else
         echo "checkpoint bookkeeping: skipped: no addr2line (apt-get install binutils)"
     fi
