@@ -18,7 +18,8 @@
 # rank and the launcher too), not hang it. Then allocations found by their
 # function on one rank of two: a checkpoint's bookkeeping (the ranks agree
 # on the failure), the CPU calibration and the profiler trace's gather (the
-# run goes on).
+# run goes on); and a draw of rank 1's allocations under ZeRO-2 once
+# training has begun, where no rank may abort the others.
 # CI walks the gpt's first 100 allocations (start-up: the config, data,
 # model, optimizer, writers) and launch's first 12 (its communicator's
 # start-up), and a drawn sample of each scenario's others (about 60 s in
@@ -147,6 +148,43 @@ if command -v mpirun >/dev/null; then # rank 1's allocations fail
         done
         unset ST_FAILALLOC_RANK
         echo "the profiler trace's gather out of memory on rank 1: a warning on both ranks, the run finished"
+
+        # Once training has begun (from the first evaluation on), rank 1 out
+        # of memory anywhere under ZeRO-2 (evaluation, asynchronous
+        # checkpoints, the text sample, the trace): the ranks agree on it
+        # and end together, with exit 1, or it goes on to the same weights;
+        # never one rank aborting every rank. CI draws 8 of those
+        # allocations (ALLOC_FAILURE_ALL: every one).
+        export ST_FAILALLOC_RANK=1
+        loop=("$bin" launch -n 2 "${run[@]}" --set data.val="$tmp/t.tokens" --set train.steps=4
+              --set train.checkpoint_every=2 --set train.eval_every=2 --set train.eval_steps=2
+              --set train.checkpoint_async=true --set dist.strategy=zero2 --set dist.timeout_s=20
+              --set log.sample_every=2 --set log.trace=true --set "log.trace_steps=[2,3]" --set train.out_dir=o)
+        allocations_in st_session_evaluate "${loop[@]}"
+        [ "$rc" -eq 0 ] || fail "the zero2 run without a failure: exit $rc: $(tail -n 3 "$tmp/jc.txt")"
+        from=$(head -1 <<<"$cases") total=$(wc -l <"$tmp/jc.allocs")
+        cp "$tmp/jc/o/model.safetensors" "$tmp/loop.want"
+        if [ -n "${ALLOC_FAILURE_ALL:-}" ]; then
+            cases=$(seq "${from:-1}" "$total")
+        else
+            cases=$(/usr/bin/python3 -c 'import random, sys
+a, b, seed = map(int, sys.argv[1:])
+r = list(range(a, b + 1)); random.Random(seed).shuffle(r); print(*sorted(r[:8]))' "${from:-1}" "$total" "$seed")
+        fi
+        for n in $cases; do
+            one loop "$n" "${loop[@]}"
+            if grep -q "aborting every rank" "$tmp/loop.log"; then
+                fail "zero2, rank 1's allocation $n ($(where)): $(grep -m1 'aborting every rank' "$tmp/loop.log")"
+            elif [ "$rc" -eq 1 ] && grep -qi "memory" "$tmp/loop.log"; then
+                :
+            elif [ "$rc" -eq 0 ] && cmp -s "$tmp/loop.out/o/model.safetensors" "$tmp/loop.want"; then
+                :
+            else
+                fail "zero2, rank 1's allocation $n ($(where)): exit $rc: $(grep -m2 'error' "$tmp/loop.log")"
+            fi
+        done
+        unset ST_FAILALLOC_RANK
+        echo "zero2, rank 1 out of memory once training has begun: $(wc -w <<<"$cases") of allocations $from-$total, each agreed or finished"
     else
         echo "checkpoint bookkeeping: skipped: no addr2line (apt-get install binutils)"
     fi
