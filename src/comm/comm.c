@@ -203,13 +203,20 @@ void st_comm_set_stop_flag(st_comm *c, const atomic_int *stop) {
 
 /* ---- Requests ------------------------------------------------------------------ */
 
+/* Whether r is one of the requests made with the communicator (spare_block). */
+static bool in_block(const st_comm *c, const st_comm_req *r) {
+    const char *p = (const char *)r;
+    return c->spare_block && p >= c->spare_block &&
+           p < c->spare_block + (size_t)ST_COMM_SPARE_START * c->ops->req_size;
+}
+
 static void req_free(st_comm *c, st_comm_req *r) {
     if (r->live_prev)
         r->live_prev->live_next = r->live_next;
     else
         c->live = r->live_next;
     if (r->live_next) r->live_next->live_prev = r->live_prev;
-    if (c->n_spare < ST_COMM_MAX_PENDING) { /* kept for the next (start) */
+    if (c->n_spare < ST_COMM_MAX_PENDING || in_block(c, r)) { /* kept for the next (start) */
         r->live_next = c->spare;
         c->spare = r;
         c->n_spare++;
@@ -587,11 +594,12 @@ st_status st_comm_create(const st_comm_config *cfg, st_status (*backend_init)(st
         free(c);
         return s;
     }
-    /* the requests of the collectives to come, as far as memory allows
-     * (start allocates more when these are all in use) */
-    while (c->n_spare < ST_COMM_SPARE_START) {
-        st_comm_req *r = calloc(1, c->ops->req_size);
-        if (!r) break;
+    /* the requests of the collectives to come, in one allocation (none, if
+     * it fails: start allocates each as it needs it, and more when these
+     * are all in use) */
+    c->spare_block = calloc(ST_COMM_SPARE_START, c->ops->req_size);
+    for (int i = 0; c->spare_block && i < ST_COMM_SPARE_START; i++) {
+        st_comm_req *r = (st_comm_req *)(void *)(c->spare_block + (size_t)i * c->ops->req_size);
         r->live_next = c->spare;
         c->spare = r;
         c->n_spare++;
@@ -619,13 +627,14 @@ void st_comm_free(st_comm *c) {
     while (c->live) { /* pop the head: nothing else holds the list now */
         st_comm_req *r = c->live;
         c->live = r->live_next;
-        free(r);
+        if (!in_block(c, r)) free(r);
     }
     while (c->spare) {
         st_comm_req *r = c->spare;
         c->spare = r->live_next;
-        free(r);
+        if (!in_block(c, r)) free(r);
     }
+    free(c->spare_block);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

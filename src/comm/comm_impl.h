@@ -107,6 +107,7 @@ struct st_comm {
      * step loop allocates none, and cannot fail to. */
     st_comm_req *spare;
     int n_spare;
+    char *spare_block; /* the first ST_COMM_SPARE_START of them, one allocation (never freed alone) */
     st_status failed; /* ST_OK until a collective fails; then every call returns it */
     char errmsg[ST_COMM_ERR_MAX];
     st_watchdog *watchdog;
