@@ -394,8 +394,8 @@ st_status st_agree_weights(st_comm *c, const st_params *p, const char *mine) {
     for (int i = 0; s == ST_OK && i < p->n_params; i++)
         h[i] = bits_hash(x + p->t[i]->offset, p->t[i]->count);
     if (s == ST_OK) h[n - 1] = bits_hash(b, p->buffer_count);
-    s = st_agree_status(c, s,
-                        "hashing the weights for the weights check"); /* (no rank left out of the next) */
+    /* (no rank left out of the comparison) */
+    s = st_agree_status(c, s, "hashing the weights for the weights check");
     int diff = -1;
     if (s == ST_OK) s = st_agree_first_difference(c, h, n, "weights check", &diff);
     if (s == ST_OK && diff >= 0)

@@ -377,8 +377,8 @@ struct st_ckpt_async {
     st_ckpt_state st;
     char ckdir[PATH_CAP], tmp[PATH_CAP];
     ckpt_file *fl; /* fl[0] the model; fl[1 + k] rank k's optimizer file: in fl_mem (NULL in oom_job) */
-    int64_t
-        *sums; /* sharded: every rank's checksum and size, gathered by commit (after fl; NULL in oom_job) */
+    /* sharded: every rank's checksum and size, gathered by commit (after fl; NULL in oom_job) */
+    int64_t *sums;
     /* What this rank writes: the weights as host arrays (rank 0), its
      * optimizer state (rank 0, or every rank when sharded). */
     const float *data, *buffers;
