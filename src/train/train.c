@@ -2316,10 +2316,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                      ses.threads == 1 ? "" : "s");
             st_config_mark_auto(cfg, "log.peak_gflops", why);
         } else {
-            fprintf(stderr,
-                    "scaletrain: warning: the CPU's peak was not measured, so metrics.jsonl has no mfu "
-                    "(set log.peak_gflops to have one): %s\n",
-                    st_last_error());
+            st_ticker_sayf(
+                "scaletrain: warning: the CPU's peak was not measured, so metrics.jsonl has no mfu "
+                "(set log.peak_gflops to have one): %s\n",
+                st_last_error());
         }
     }
     print_header(&ses, opts);
