@@ -48,9 +48,12 @@ where() { # the failed allocation's function and line
 # scenario NAME FIRST SAMPLE RESULT CMD...: count CMD's allocations, then
 # fail each of the first FIRST and SAMPLE drawn from the rest (every one
 # with ALLOC_FAILURE_ALL). RESULT, the file that holds CMD's result
-# (compared bit for bit), is relative to the run's own folder.
+# (compared bit for bit), is relative to the run's own folder. Set for the
+# call: walk_from=N, the walk starts at allocation N (the first FIRST are
+# N, N+1, ...); walk_no_abort=1, a case in which a rank aborts every rank
+# ("aborting every rank") fails, whatever its exit.
 scenario() {
-    local name=$1 first=$2 sample=$3 result=$4 total n clean=0 same=0 l
+    local name=$1 first=$2 sample=$3 result=$4 total n clean=0 same=0 l from=${walk_from:-1}
     shift 4
     case " ${ALLOC_FAILURE_ONLY:-$name} " in *" $name "*) ;; *) return ;; esac
     first=$((first * ${ALLOC_FAILURE_SCALE:-1})) sample=$((sample * ${ALLOC_FAILURE_SCALE:-1}))
@@ -63,18 +66,20 @@ scenario() {
     cp "$tmp/$name.out/$result" "$tmp/$name.want"
     local cases
     if [ -n "${ALLOC_FAILURE_ALL:-}" ]; then
-        cases=$(seq 1 "$total")
+        cases=$(seq "$from" "$total")
     else
         cases=$(/usr/bin/python3 -c '
 import random, sys
-first, sample, total, seed = map(int, sys.argv[1:])
-rest = list(range(first + 1, total + 1))
+first, sample, total, seed, start = map(int, sys.argv[1:])
+rest = list(range(start + first, total + 1))
 random.Random(seed).shuffle(rest)
-print(*sorted(list(range(1, min(first, total) + 1)) + rest[:sample]))' "$first" "$sample" "$total" "$seed")
+print(*sorted(list(range(start, min(start + first - 1, total) + 1)) + rest[:sample]))' "$first" "$sample" "$total" "$seed" "$from")
     fi
     for n in $cases; do
         one "$name" "$n" "$@"
-        if [ "$rc" -eq 1 ] && grep -qE "^scaletrain: error( \(rank [0-9]+\))?: out of memory( \(this process holds [^)]*\))?$" "$tmp/$name.log"; then
+        if [ -n "${walk_no_abort:-}" ] && grep -q "aborting every rank" "$tmp/$name.log"; then
+            fail "$name, allocation $n ($(where)): $(grep -m1 'aborting every rank' "$tmp/$name.log")"
+        elif [ "$rc" -eq 1 ] && grep -qE "^scaletrain: error( \(rank [0-9]+\))?: out of memory( \(this process holds [^)]*\))?$" "$tmp/$name.log"; then
             fail "$name, allocation $n ($(where)): the message does not say what the memory was for"
         elif [ "$rc" -eq 1 ] && grep -qE "^(\[rank [0-9]+\] )?scaletrain: error.*out of memory" "$tmp/$name.log" &&
             ! grep -qE "^(\[rank [0-9]+\] )?scaletrain: error.*out of memory.* \(this process holds [0-9.]+ GiB and may take [0-9.]+ GiB more, as .* allows\)$" "$tmp/$name.log"; then
