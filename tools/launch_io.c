@@ -430,10 +430,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1, relayed = -1;
     bool remote = false;       /* the stop went to mpirun as SIGUSR1: no rank of the job runs here */
-    bool before_ranks = false; /* ... and no rank had said a word yet */
-    bool blind = false;        /* the last SIGUSR1 went before any rank had said a word: some may
-                                * not have been started to get it (a rank speaks after MPI's start,
-                                * which every rank joins) */
+    bool before_ranks = false; /* ... and no rank had said a word yet: some may not have been
+                                * started to get it (a rank speaks after MPI's start, which every
+                                * rank joins) */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         const int sig = atomic_exchange(&got_signal, 0);
         const double t = now_s();
@@ -450,24 +449,29 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                 if (!signal_ranks(pid, sig)) {
                     kill(pid, SIGUSR1);
                     remote = true, relayed = t;
-                    before_ranks = blind = io.job < 0;
+                    before_ranks = io.job < 0;
                 }
             } else if (t - first_signal > 1.0) {
                 kill(pid, sig);
             }
-        } else if (remote && blind && t - relayed >= 2.0) {
-            /* ranks mpirun may not have started when it passed the stop on:
-             * again, as SIGUSR1, to the ranks here or through mpirun (not
-             * the signal received: train's SIGINT ends it the second time) */
-            relayed = t;
-            blind = io.job < 0;
-            if (!signal_ranks(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
         /* (a bounded wait: a signal caught between the check above and the
          * poll is taken within a quarter second, not at mpirun's next line) */
-        if (poll(pf, 2, 250) < 0) {
+        const int ready = poll(pf, 2, 250);
+        if (ready < 0) {
             if (errno == EINTR) continue;
             break;
+        }
+        /* Ranks mpirun may not have started when it passed the stop on:
+         * again, as SIGUSR1, to the ranks here or through mpirun (not the
+         * signal received: train's SIGINT ends it the second time); only
+         * while no rank has said a word, read after a quiet quarter second
+         * (the ranks' output read first). Once the ranks have ended, mpirun
+         * no longer catches SIGUSR1 and dies of it, its status lost; a
+         * stopped rank says so before it ends. */
+        if (ready == 0 && remote && before_ranks && io.job < 0 && now_s() - relayed >= 2.0) {
+            relayed = now_s();
+            if (!signal_ranks(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -502,8 +506,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             werr = errno;
             break;
         }
+        /* (mpirun's output has closed: its ranks have ended, and SIGUSR1
+         * would only kill mpirun before it says their end) */
         const int sig = atomic_exchange(&got_signal, 0);
-        if (sig) kill(pid, remote ? SIGUSR1 : sig), res->signalled = sig;
+        if (sig && !remote) kill(pid, sig);
+        if (sig) res->signalled = sig;
     }
     /* (a stop that came as mpirun ended: the job is not restarted after it) */
     const int late = atomic_exchange(&got_signal, 0);

@@ -145,7 +145,9 @@ echo "SIGTERM to launch --hosts: exit $rc, checkpoint $(cat "$tmp/term2/ckpt/lat
 # "nothing ran"): a checkpoint, exit 143, no such line. An environment
 # variable set here reaches them too (mpirun -x; the agent here, unlike
 # ssh, hands node1's daemon its own environment as well, so this shows only
-# that the -x options do no harm).
+# that the -x options do no harm). Under --quiet no rank speaks until the
+# stop's own line: the launcher passed SIGUSR1 on again every 2 s until then,
+# and once after it, which killed mpirun as it ended (exit 138; 2 runs in 5).
 on_node0_env 120 env ST_NETNS_PROBE=from-node0 "$bin" launch -n 2 --hosts 10.77.0.2:2 "${args[@]}" \
     --set train.steps=1000000 --set train.checkpoint_every=0 --set train.out_dir="$tmp/remote2" \
     >"$tmp/remote2.out" 2>"$tmp/remote2.err" &
