@@ -328,116 +328,136 @@ static void thread_name(FILE *f, int pid, int tid, const char *name, int sort) {
             pid, tid, sort);
 }
 
-/* events: world blocks of `stride` events, block r holding counts[r]. */
-static st_status write_json(const char *out_dir, const st_trace *t, const st_trace_event *ev,
-                            const int64_t *counts, int64_t stride, int world, int64_t dropped) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/trace.json", out_dir);
+/* trace.json as it is written, one rank's events after another's. */
+typedef struct json_out {
     st_atomic_file af;
-    ST_TRY(st_atomic_open(&af, path));
-    FILE *f = af.fp;
-    fprintf(f,
+    FILE *f; /* NULL: not writing (not this rank's file, or it failed: status) */
+    st_status status;
+    char path[4096];
+    int rank;          /* the rank whose events come next */
+    int max_tid;       /* its highest bucket lane named so far */
+    bool gpu_named[4]; /* its GPU lanes named so far */
+} json_out;
+
+static void json_begin(json_out *o, const char *out_dir, const st_trace *t, int world, int64_t dropped) {
+    snprintf(o->path, sizeof o->path, "%s/trace.json", out_dir);
+    o->status = st_atomic_open(&o->af, o->path);
+    if (o->status != ST_OK) return;
+    o->f = o->af.fp;
+    fprintf(o->f,
             "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"first_step\":%lld,\"last_step\":%lld,"
             "\"ranks\":%d,\"dropped_events\":%lld,\"elem_bytes\":%d},\n\"traceEvents\":[\n",
             (long long)t->first, (long long)t->last, world, (long long)dropped, t->elem_bytes);
-    bool first = true;
-    for (int r = 0; r < world; r++) {
-        fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
-                first ? "" : ",\n", r, r);
-        first = false;
-        fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-                r, r);
-        thread_name(f, r, ST_TRACE_TID_STEP, "step loop", 0);
-        int max_tid = -1;
-        bool gpu_named[4] = {false, false, false, false};
-        static const char *const gpu_names[4] = {"GPU: compute stream", "GPU: communication stream",
-                                                 "GPU: copy stream",
-                                                 "GPU: compute stream, products and kernels"};
-        for (int64_t i = 0; i < counts[r]; i++) {
-            const st_trace_event *e = &ev[r * stride + i];
-            const int lane = e->tid - ST_TRACE_TID_GPU;
-            if (lane >= 0 && lane < 4 && !gpu_named[lane]) {
-                thread_name(f, r, e->tid, gpu_names[lane], e->tid);
-                gpu_named[lane] = true;
-            } else if (e->tid >= ST_TRACE_TID_BUCKET && e->tid < ST_TRACE_TID_GPU && e->tid > max_tid) {
-                char nm[64];
-                for (int b = max_tid < ST_TRACE_TID_BUCKET ? ST_TRACE_TID_BUCKET : max_tid + 1; b <= e->tid; b++) {
-                    snprintf(nm, sizeof nm, "all-reduce: grad bucket %d", b - ST_TRACE_TID_BUCKET);
-                    thread_name(f, r, b, nm, b);
-                }
-                max_tid = e->tid;
-            }
-            fprintf(f, ",\n{\"name\":");
-            put_escaped(f, e->name);
-            fprintf(f, ",\"cat\":");
-            put_escaped(f, e->cat);
-            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", 1e6 * e->ts,
-                    1e6 * e->dur, r, (int)e->tid);
-            if (e->flops > 0 || e->elems > 0)
-                fprintf(f, ",\"args\":{\"flops\":%.0f,\"elems\":%.0f}", e->flops, e->elems);
-            fputc('}', f);
-        }
-    }
-    fprintf(f, "\n]}\n");
-    if (ferror(f)) {
-        st_atomic_abort(&af);
-        return st_fail(ST_ERR_IO, "%s: write failed", path);
-    }
-    return st_atomic_commit(&af);
 }
+
+/* Rank r's own lines, before its events. */
+static void json_rank(json_out *o, int r) {
+    o->rank = r;
+    o->max_tid = -1;
+    memset(o->gpu_named, 0, sizeof o->gpu_named);
+    if (!o->f) return;
+    FILE *f = o->f;
+    fprintf(f,
+            "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
+            r == 0 ? "" : ",\n", r, r);
+    fprintf(
+        f,
+        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+        r, r);
+    thread_name(f, r, ST_TRACE_TID_STEP, "step loop", 0);
+}
+
+/* n more of the current rank's events (each lane named before its first). */
+static void json_events(json_out *o, const st_trace_event *ev, int64_t n) {
+    if (!o->f) return;
+    FILE *f = o->f;
+    const int r = o->rank;
+    static const char *const gpu_names[4] = {"GPU: compute stream", "GPU: communication stream",
+                                             "GPU: copy stream", "GPU: compute stream, products and kernels"};
+    for (int64_t i = 0; i < n; i++) {
+        const st_trace_event *e = &ev[i];
+        const int lane = e->tid - ST_TRACE_TID_GPU;
+        if (lane >= 0 && lane < 4 && !o->gpu_named[lane]) {
+            thread_name(f, r, e->tid, gpu_names[lane], e->tid);
+            o->gpu_named[lane] = true;
+        } else if (e->tid >= ST_TRACE_TID_BUCKET && e->tid < ST_TRACE_TID_GPU && e->tid > o->max_tid) {
+            char nm[64];
+            for (int b = o->max_tid < ST_TRACE_TID_BUCKET ? ST_TRACE_TID_BUCKET : o->max_tid + 1; b <= e->tid;
+                 b++) {
+                snprintf(nm, sizeof nm, "all-reduce: grad bucket %d", b - ST_TRACE_TID_BUCKET);
+                thread_name(f, r, b, nm, b);
+            }
+            o->max_tid = e->tid;
+        }
+        fprintf(f, ",\n{\"name\":");
+        put_escaped(f, e->name);
+        fprintf(f, ",\"cat\":");
+        put_escaped(f, e->cat);
+        fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", 1e6 * e->ts, 1e6 * e->dur,
+                r, (int)e->tid);
+        if (e->flops > 0 || e->elems > 0)
+            fprintf(f, ",\"args\":{\"flops\":%.0f,\"elems\":%.0f}", e->flops, e->elems);
+        fputc('}', f);
+    }
+}
+
+/* The file's end, committed (or, after a failed write, removed). */
+static st_status json_end(json_out *o) {
+    if (!o->f) return o->status;
+    fprintf(o->f, "\n]}\n");
+    if (ferror(o->f)) {
+        st_atomic_abort(&o->af);
+        return st_fail(ST_ERR_IO, "%s: write failed", o->path);
+    }
+    return st_atomic_commit(&o->af);
+}
+
+/* Events a piece of the gather (about 0.6 MiB): what a rank holds beside its own. */
+#define TRACE_PIECE 4096
 
 st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool write) {
     gpu_resolve(t);
-    const int world = st_comm_size(comm);
-    int64_t *counts = malloc((size_t)world * 2 * sizeof *counts);
-    st_trace_event *all = NULL;
-    /* (each allocation agreed before the gather it is for: a rank out of
-     * memory must not leave the others waiting in it; every rank returns
-     * a failure then, which train.c takes as a warning) */
-    st_status s = counts ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
-    ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's counts"));
+    const int world = st_comm_size(comm), rank = st_comm_rank(comm);
+    /* every rank's count and drops, then one piece of events at a time,
+     * broadcast by the rank they are from: the writer writes each as it
+     * comes, so no rank holds more than its own events and one piece (a
+     * gather of them all held world times one rank's on every rank). The
+     * allocation agreed before the first collective it is for: a rank out
+     * of memory must not leave the others waiting in it; every rank returns
+     * a failure then, which train.c takes as a warning. */
+    const size_t counts_bytes = (size_t)world * 2 * sizeof(int64_t);
+    void *mem = malloc(counts_bytes + TRACE_PIECE * sizeof(st_trace_event));
+    st_status s = mem ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+    json_out o = {.status = ST_OK};
+    ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's gather"));
+    int64_t *counts = mem;
+    st_trace_event *piece = (st_trace_event *)((char *)mem + counts_bytes);
     int64_t mine[2] = {t->n, t->dropped + t->gpu_dropped};
     st_comm_req *req = NULL;
     ST_GOTO(st_comm_all_gather(comm, mine, counts, 2, ST_COMM_I64, "trace counts", &req));
     ST_GOTO(st_comm_wait(&req));
-    int64_t stride = 0, dropped = 0;
-    for (int r = 0; r < world; r++) {
-        if (counts[2 * r] > stride) stride = counts[2 * r];
+    int64_t dropped = 0;
+    for (int r = 0; r < world; r++)
         dropped += counts[2 * r + 1];
-        counts[r] = counts[2 * r];
-    }
-    /* every rank sends `stride` events (its own, then padding) */
-    if (stride > t->n) {
-        st_trace_event *e = realloc(t->ev, (size_t)stride * sizeof *e);
-        if (e) {
-            memset(e + t->n, 0, (size_t)(stride - t->n) * sizeof *e);
-            t->ev = e;
-            t->cap = stride;
-        } else {
-            s = st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
+    /* (a write that fails goes on taking part: the others' pieces come all the same) */
+    if (write) json_begin(&o, out_dir, t, world, dropped);
+    for (int r = 0; r < world; r++) {
+        json_rank(&o, r);
+        for (int64_t at = 0; at < counts[2 * r]; at += TRACE_PIECE) {
+            const int64_t n = counts[2 * r] - at < TRACE_PIECE ? counts[2 * r] - at : TRACE_PIECE;
+            st_trace_event *ev = r == rank ? t->ev + at : piece;
+            ST_GOTO(st_comm_broadcast(comm, ev, (size_t)n * sizeof *ev, ST_COMM_U8, r, "trace events", &req));
+            ST_GOTO(st_comm_wait(&req));
+            json_events(&o, ev, n);
         }
     }
-    if (s == ST_OK) {
-        all = malloc((size_t)world * (size_t)(stride ? stride : 1) * sizeof *all);
-        if (!all)
-            s = st_fail(
-                ST_ERR_NOMEM,
-                "out of memory gathering the profiler trace (%lld events from each of %d ranks, %.1f MiB)",
-                (long long)stride, world, (double)world * (double)stride * sizeof *all / (1 << 20));
-    }
-    ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's events"));
-    if (stride > 0) {
-        ST_GOTO(st_comm_all_gather(comm, t->ev, all, (size_t)stride * sizeof *all, ST_COMM_U8, "trace events",
-                                   &req));
-        ST_GOTO(st_comm_wait(&req));
-    }
-    if (write) ST_GOTO(write_json(out_dir, t, all, counts, stride, world, dropped));
-    s = ST_OK;
+    s = write ? json_end(&o) : ST_OK;
+    o.f = NULL;
 fail:
+    if (o.f) st_atomic_abort(&o.af); /* (a collective failed while the file was open) */
     t->written = true;
     t->on = false;
     t->n = 0;
-    free(all);
-    free(counts);
+    free(mem);
     return s;
 }

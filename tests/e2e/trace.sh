@@ -9,7 +9,9 @@
 # rank, the events of the step loop properly nested, one forward layer event
 # per node, the checkpoint and eval inside step 3, and on 2 ranks one
 # all-reduce track per gradient bucket and an all-reduce wait in every step.
-# A trace.json that cannot be written is a warning, and the run finishes.
+# 600 traced steps on 2 ranks (three pieces of the gather a rank) come
+# whole and in order. A trace.json that cannot be written is a warning, and
+# the run finishes.
 # Without log.trace there is no trace.json, and a bad --profile is a usage error.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
@@ -113,6 +115,30 @@ if command -v mpirun >/dev/null; then
         --set data.val= --set log.trace=true --set log.trace_steps=[2,4] --set dist.timeout_s=60 \
         --set train.out_dir="$tmp/ddp" --quiet || fail "2-rank run"
     check "$tmp/ddp/trace.json" 2 1 0 || fail "the 2-rank trace"
+    # A window of 600 steps: about 9000 events a rank, which reach rank 0
+    # in three pieces of 4096 each (the last one short): every step of
+    # every rank there once, in order, and nothing dropped.
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" train "${common[@]}" \
+        --set model.type=mlp --set model.hidden=[16] --set train.batch_size=8 --set data.num_workers=0 \
+        --set dist.bucket_cap_mb=0.001 --set train.steps=600 --set data.val= --set log.trace=true \
+        --set "log.trace_steps=[1,600]" --set dist.timeout_s=60 --set train.out_dir="$tmp/long" --quiet ||
+        fail "2-rank run of 600 traced steps"
+    /usr/bin/python3 - "$tmp/long/trace.json" <<'PY' || fail "the 600-step trace of 2 ranks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+X = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+bad = []
+if d["otherData"]["dropped_events"] != 0: bad.append("dropped events: %s" % d["otherData"])
+for r in (0, 1):
+    mine = [e for e in X if e["pid"] == r]
+    steps = [e["name"] for e in mine if e["tid"] == 0 and e["cat"] == "step" and e["name"].startswith("step ")]
+    if steps != ["step %d" % k for k in range(1, 601)]: bad.append("rank %d: steps %s..%s (%d)" % (r, steps[:2], steps[-2:], len(steps)))
+    if len(mine) <= 2 * 4096: bad.append("rank %d: %d events, not more than two pieces" % (r, len(mine)))
+n = [sum(e["pid"] == r for e in X) for r in (0, 1)]
+if n[0] != n[1]: bad.append("events per rank %s: the same run on each" % n)
+print("600 steps on 2 ranks: %s events a rank" % n + "".join("\nFAIL: " + b for b in bad))
+sys.exit(1 if bad else 0)
+PY
 else
     echo "trace: no mpirun; the 2-rank part is skipped"
 fi
