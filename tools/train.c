@@ -11,10 +11,13 @@
  * however often it comes: under SLURM a task may get it twice (from its own
  * step, and forwarded by srun), and the hard stop is SLURM's SIGKILL after
  * the grace time; so does SIGQUIT. A second SIGINT (Ctrl-C twice) ends the
- * process at once (the previous checkpoint stays whole). */
+ * process at once (the previous checkpoint stays whole), where it comes a
+ * second or more after the first: the same one twice within a second is one
+ * request sent twice (`timeout -s INT` signals its child, then its group). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "core/ticker.h"
@@ -25,7 +28,24 @@
 static atomic_int stop_signal;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
 
-static void on_signal(int sig) { atomic_store_explicit(&stop_signal, sig, memory_order_relaxed); }
+/* When the first SIGINT came (CLOCK_MONOTONIC, ns; 0: none yet). */
+static atomic_llong first_int_ns;
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
+
+static void on_signal(int sig) {
+    if (sig == SIGINT) { /* (clock_gettime, signal and raise are async-signal-safe) */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long first = 0;
+        const long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + 1;
+        if (!atomic_compare_exchange_strong(&first_int_ns, &first, ns) && ns - first >= 1000000000LL) {
+            signal(SIGINT, SIG_DFL); /* Ctrl-C again: the process ends on it (once this handler returns) */
+            raise(SIGINT);
+            return;
+        }
+    }
+    atomic_store_explicit(&stop_signal, sig, memory_order_relaxed);
+}
 
 int st_cmd_train(int argc, char **argv) {
     st_config cfg;
@@ -45,8 +65,7 @@ int st_cmd_train(int argc, char **argv) {
      * wrappers send a signal to their child and again to its group */
     sigaction(SIGQUIT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second Ctrl-C ends the process */
-    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* (a second, a second later, ends the process: on_signal) */
     opts.stop = &stop_signal;
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
