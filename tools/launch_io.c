@@ -345,6 +345,22 @@ static bool is_rank(const char *pid) {
     return found;
 }
 
+/* Whether process pid has a handler for sig now (/proc's SigCgt): mpirun
+ * catches SIGUSR1 (to pass it on to its ranks) from its start until its
+ * ranks have ended; before and after, SIGUSR1 ends it. */
+static bool catches(pid_t pid, int sig) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    unsigned long long mask = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    fclose(f);
+    return found && (mask >> (sig - 1) & 1);
+}
+
 static bool signal_ranks(pid_t mpirun, int sig) {
     DIR *dir = opendir("/proc");
     if (!dir) return false;
@@ -447,7 +463,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                  * which stops as on SIGTERM, where SIGTERM to mpirun would
                  * kill them a second later, mid-save. */
                 if (!signal_ranks(pid, sig)) {
-                    kill(pid, SIGUSR1);
+                    /* (mpirun not catching it yet, before any rank spoke:
+                     * it ends on it, nothing ran; no longer, after a rank
+                     * spoke: its ranks have ended, and mpirun is ending,
+                     * its status to be read) */
+                    if (io.job < 0 || catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
                     remote = true, relayed = t;
                     before_ranks = io.job < 0;
                 }
@@ -466,12 +486,13 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * again, as SIGUSR1, to the ranks here or through mpirun (not the
          * signal received: train's SIGINT ends it the second time); only
          * while no rank has said a word, read after a quiet quarter second
-         * (the ranks' output read first). Once the ranks have ended, mpirun
-         * no longer catches SIGUSR1 and dies of it, its status lost; a
-         * stopped rank says so before it ends. */
+         * (the ranks' output read first), and while mpirun catches it:
+         * once the ranks have ended, it no longer does and would die of it,
+         * its status lost (a stopped rank says so before it ends, but
+         * --quiet may leave a rank that ended otherwise silent). */
         if (ready == 0 && remote && before_ranks && io.job < 0 && now_s() - relayed >= 2.0) {
             relayed = now_s();
-            if (!signal_ranks(pid, SIGUSR1)) kill(pid, SIGUSR1);
+            if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -537,6 +558,10 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     /* The ranks stopped on the SIGUSR1 passed on for the signal received:
      * the launcher's status is the signal's, as where the ranks got it */
     if (remote && res->signalled && WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGUSR1)
+        return 128 + res->signalled;
+    /* (mpirun ended by the SIGUSR1 passed on, as it stopped catching it:
+     * the stop had reached its ranks) */
+    if (remote && res->signalled && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR1)
         return 128 + res->signalled;
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
