@@ -13,7 +13,7 @@
 #     the weights of an uninterrupted 20-step run, bit for bit; its save of
 #     step 10 removed the stalled write's temporary directory.
 source "$(dirname "$0")/../lib/e2e.sh"
-e2e_tmpdir
+e2e_tmpdir memory # (tests/lib/e2e.sh: storage limits of 1 s)
 source "$(dirname "$0")/../lib/slowfs.sh"
 timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     fail "uninterrupted: exit $?: $(tail -2 "$tmp/ref.log")"

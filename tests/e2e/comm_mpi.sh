@@ -58,22 +58,22 @@ fault() {
     done
     [ $n -gt 0 ] || fail "$name: no rank wrote its pid"
 }
-T=3 # the watchdog's timeout_s in these tests; the bound is T + 10 s
+T=3 # the watchdog's timeout_s in these tests; the bound (T + 30 s) is from mpirun's start, on a loaded machine
 # (a) SIGKILL mid-step: mpirun sees the death and ends the job, naming the rank.
-fault kill $((T + 10)) "process rank 1" "signal 9" -- -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
+fault kill $((T + 30)) "process rank 1" "signal 9" -- -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
 # (a') the same with mpirun told not to end the job: the watchdog must.
-fault kill-watchdog $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+fault kill-watchdog $((T + 30)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
     "rank 1 (pid" "gone" -- --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
 # (b) SIGSTOP before the step's collectives: the others time out and name it.
-fault stop $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+fault stop $((T + 30)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
     "rank 1 (pid" "has not called it" "number 7, at step 2" "stopped" -- \
     -np 3 "$bin" stop --rank 1 --step 3 --timeout $T
 # (c) desync: a broadcast against an all-reduce, and a different count.
-fault desync $((T + 10)) "collectives out of step at collective number 9" \
+fault desync $((T + 30)) "collectives out of step at collective number 9" \
     "ranks 0,2 called all-reduce 'grad bucket 1' (seq 9, step 3, 1000 x float32, avg)" \
     "rank 1 called broadcast 'params' (seq 9, step 3, 10 x float32 from rank 0)" -- \
     -np 3 "$bin" desync --rank 1 --step 3 --timeout $T
-fault count $((T + 10)) "collectives out of step at collective number 5" \
+fault count $((T + 30)) "collectives out of step at collective number 5" \
     "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
     -np 2 "$bin" count --rank 1 --step 1 --timeout $T
@@ -85,16 +85,16 @@ export SCALETRAIN_SHM_MIN_BYTES=1024
 # (the killed rank copied its bucket 0 in before dying: whether the others
 # could finish bucket 0 with it depends on whether it also reduced its slice
 # first, so they time out in bucket 0 or in bucket 1)
-fault shm-kill-watchdog $((T + 10)) "collective timed out: all-reduce 'grad bucket " "step 3, 1000 x float32" \
+fault shm-kill-watchdog $((T + 30)) "collective timed out: all-reduce 'grad bucket " "step 3, 1000 x float32" \
     "rank 1 (pid" "gone" -- --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" kill --rank 1 --step 3 --timeout $T
-fault shm-stop $((T + 10)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
+fault shm-stop $((T + 30)) "collective timed out: all-reduce 'grad bucket 0' (seq 8, step 3" \
     "rank 1 (pid" "has not called it" "number 7, at step 2" "stopped" -- \
     -np 3 "$bin" stop --rank 1 --step 3 --timeout $T
-fault shm-desync $((T + 10)) "collectives out of step at collective number 9" \
+fault shm-desync $((T + 30)) "collectives out of step at collective number 9" \
     "ranks 0,2 called all-reduce 'grad bucket 1' (seq 9, step 3, 1000 x float32, avg)" \
     "rank 1 called broadcast 'params' (seq 9, step 3, 10 x float32 from rank 0)" -- \
     -np 3 "$bin" desync --rank 1 --step 3 --timeout $T
-fault shm-count $((T + 10)) "collectives out of step at collective number 5" \
+fault shm-count $((T + 30)) "collectives out of step at collective number 5" \
     "rank 0 called all-reduce 'grad bucket 1' (seq 5, step 1, 1000 x float32, avg)" \
     "rank 1 called all-reduce 'grad bucket 1' (seq 5, step 1, 999 x float32, avg)" -- \
     -np 2 "$bin" count --rank 1 --step 1 --timeout $T

@@ -23,7 +23,7 @@
 #     run trains to its end, where the write would have held it for good.
 # tests/run.sh: light (it mostly waits: on mpirun, or on the timeouts it provokes)
 source "$(dirname "$0")/../lib/e2e.sh"
-e2e_tmpdir
+e2e_tmpdir memory # (tests/lib/e2e.sh: storage limits of 1 s)
 source "$(dirname "$0")/../lib/slowfs.sh"
 run+=(--set log.every=5)
 timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1 ||

@@ -90,8 +90,17 @@ e2e_gone() {
     done
     ! e2e_alive "$1"
 }
+# e2e_tmpdir [memory]: $tmp, removed at exit. With `memory`, in /dev/shm
+# where it is a tmpfs with 1 GiB free: for tests that give storage a limit
+# of a second or so and stall it by a shim (tests/lib/slowfs.c), so that a
+# real disk's fsync, slow while other tests write, cannot trip the limit.
 e2e_tmpdir() {
-    tmp=$(mktemp -d)
+    local in=
+    if [ "${1:-}" = memory ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
+        [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 1048576 ] 2>/dev/null; then
+        in=/dev/shm
+    fi
+    tmp=$(mktemp -d ${in:+-p "$in"})
     [ -z "${KEEP_TMP:-}" ] || echo "tmp: $tmp"
     trap 'if declare -F e2e_cleanup >/dev/null; then e2e_cleanup; fi; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 }
