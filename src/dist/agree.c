@@ -86,14 +86,20 @@ static int rank_list(const char *all, int world, int from, const char *d, char *
 
 /* Every rank's text `mine` (up to ST_AGREE_DESC_MAX bytes with its end), in
  * rank order, one every ST_AGREE_DESC_MAX bytes of *all (the caller frees
- * it; NULL on an error). */
-static st_status gather_texts(st_comm *c, const char *mine, const char *name, char **all) {
-    *all = calloc((size_t)st_comm_size(c), ST_AGREE_DESC_MAX);
-    if (!*all) return st_fail(ST_ERR_NOMEM, "out of host memory gathering the ranks' texts (%s)", name);
+ * it; NULL on an error). `ready`: the caller's own outcome so far (its
+ * memory), agreed with this one's before the gather, so that a rank that
+ * cannot take part does not leave the others waiting in it. */
+static st_status gather_texts(st_comm *c, st_status ready, const char *mine, const char *name, char **all) {
+    *all = NULL;
+    if (ready == ST_OK) {
+        *all = calloc((size_t)st_comm_size(c), ST_AGREE_DESC_MAX);
+        if (!*all) ready = st_fail(ST_ERR_NOMEM, "out of host memory gathering the ranks' texts (%s)", name);
+    }
+    st_status s = st_agree_status(c, ready, "the memory to gather the ranks' texts");
     char buf[ST_AGREE_DESC_MAX] = {0};
     snprintf(buf, sizeof buf, "%s", mine);
     st_comm_req *req = NULL;
-    st_status s = st_comm_all_gather(c, buf, *all, ST_AGREE_DESC_MAX, ST_COMM_U8, name, &req);
+    if (s == ST_OK) s = st_comm_all_gather(c, buf, *all, ST_AGREE_DESC_MAX, ST_COMM_U8, name, &req);
     if (s == ST_OK) s = st_comm_wait(&req);
     if (s != ST_OK) {
         free(*all);
@@ -109,12 +115,11 @@ st_status st_agree_report(st_comm *c, const char *what, const char *item, const 
     char *all = NULL;
     char *listed = calloc((size_t)world, 1);
     char *msg = calloc(1, MSG), ranks[256];
-    st_status s;
-    if (!listed || !msg) {
-        s = st_fail(ST_ERR_NOMEM, "out of host memory reporting how the ranks differ (%s: %s)", what, item);
-        goto done;
-    }
-    s = gather_texts(c, mine, "agreement report", &all);
+    st_status s =
+        listed && msg
+            ? ST_OK
+            : st_fail(ST_ERR_NOMEM, "out of host memory reporting how the ranks differ (%s: %s)", what, item);
+    s = gather_texts(c, s, mine, "agreement report", &all);
     if (s != ST_OK) goto done;
     /* rank 0's value, then each other value with the ranks that hold it */
     size_t k = (size_t)snprintf(msg, MSG, "rank 0 has %s", all);
@@ -177,7 +182,7 @@ st_status st_agree_gpus(st_comm *c, const char *mine, int *a, int *b, char *gpu_
     *a = *b = -1;
     if (n) gpu_a[0] = gpu_b[0] = '\0';
     char *all = NULL;
-    st_status s = gather_texts(c, mine, "the ranks' GPUs", &all);
+    st_status s = gather_texts(c, ST_OK, mine, "the ranks' GPUs", &all);
     if (s == ST_OK) s = st_agree_first_shared(all, st_comm_size(c), ST_AGREE_DESC_MAX, a, b);
     if (s == ST_OK && *a >= 0 && n) {
         snprintf(gpu_a, n, "%s", all + (size_t)*a * ST_AGREE_DESC_MAX);
