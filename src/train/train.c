@@ -1554,6 +1554,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                                 dist ? ses->comm : NULL);
         if (s == ST_OK && found) s = st_ckpt_load_verified(dir, &got, m, &opt);
         st_watch_end(ses->store_watch);
+        /* (each rank loads its own: one that failed, out of memory or its
+         * files unreadable, ends every rank here, each saying so, not the
+         * others waiting for it in the next collective) */
+        if (dist) {
+            s = st_agree_status(ses->comm, s, "loading the checkpoint");
+            if (s != ST_OK) ses->agreed_error = true;
+        }
         ST_GOTO(s);
         if (found) {
             st_session_take_norm(ses, dir, true);
@@ -1784,7 +1791,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_feed_set_trace(feed, trace);
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     if (opt.dev && !opt.off) opt.halt = st_loss_sum_guard(&ls); /* (the offloaded update is the host's) */
-    if (ses->rank == 0 && opts->save) ST_GOTO(first_writes(ses, opts, start, met));
+    {
+        /* (rank 0's: a failure, its storage's, ends every rank with it) */
+        st_status fw = ses->rank == 0 && opts->save ? first_writes(ses, opts, start, met) : ST_OK;
+        if (dist) {
+            fw = st_agree_status(ses->comm, fw, "rank 0's first writes to train.out_dir");
+            if (fw != ST_OK) ses->agreed_error = true;
+        }
+        ST_GOTO(fw);
+    }
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out,

@@ -19,6 +19,7 @@
 #     takes an all-gather that rank 0 must join too).
 # (f) under ZeRO, a train.out_dir rank 1 alone sees: refused before the first step.
 # (g) --resume on some ranks only, or --init on a rank above 0 alone: refused, naming it.
+# (h) rank 0's first writes to train.out_dir failing: an error on every rank, not an abort.
 # (e) a rank that fails before it starts MPI (its config file missing), with
 #     mpirun told to let the others run on (as an srun without
 #     --kill-on-bad-exit does): the other rank ends after dist.timeout_s,
@@ -133,6 +134,14 @@ echo "--- out_dir: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 grep -q "rank 1 does not see in its train.out_dir, $tmp/od1, the folder rank 0 just made in its own" <<<"$out" &&
     ! grep -q "^step \|step 1/" <<<"$out" || fail "out_dir: not refused before the first step: $out"
 [ -z "$(ls -A "$tmp/od0" | grep -v 'run.lock\|metrics.jsonl')" ] || fail "out_dir: rank 0 left $(ls -A "$tmp/od0")"
+# (h) rank 0's first writes to train.out_dir fail (metrics.jsonl a
+#     directory): every rank ends with it, each saying so, not an abort
+mkdir -p "$tmp/fw/metrics.jsonl"
+out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/fw" 2>&1); rc=$?
+echo "--- first writes: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
+[ $rc -eq 1 ] && grep -q "error (rank 0): $tmp/fw/metrics.jsonl: cannot open for writing: Is a directory" <<<"$out" &&
+    grep -q "error (rank 1): rank 0's first writes to train.out_dir failed on another rank, rank 0" <<<"$out" &&
+    ! grep -q "MPI_ABORT\|aborting every rank" <<<"$out" || fail "first writes on rank 0 failing: exit $rc: $out"
 # (g) --resume on rank 0 alone, --init on rank 1 alone: refused, naming the option
 out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" --resume auto : \
     -np 1 "$bin" train "${gpt[@]}" --set train.out_dir="$tmp/opt" 2>&1)
