@@ -471,6 +471,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                     remote = true, relayed = t;
                     before_ranks = io.job < 0;
                 }
+                /* (a duplicate: one within a second from here, as the
+                 * scan of /proc above may have been slow while it came) */
+                first_signal = now_s();
             } else if (t - first_signal > 1.0) {
                 kill(pid, sig);
             }
