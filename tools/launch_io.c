@@ -449,6 +449,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     bool before_ranks = false; /* ... and no rank had said a word yet: some may not have been
                                 * started to get it (a rank speaks after MPI's start, which every
                                 * rank joins) */
+    double held = -1;          /* when a stop was held back: mpirun did not catch SIGUSR1 (below) */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         const int sig = atomic_exchange(&got_signal, 0);
         const double t = now_s();
@@ -464,10 +465,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                  * kill them a second later, mid-save. */
                 if (!signal_ranks(pid, sig)) {
                     /* (mpirun not catching it yet, before any rank spoke:
-                     * it ends on it, nothing ran; no longer, after a rank
-                     * spoke: its ranks have ended, and mpirun is ending,
-                     * its status to be read) */
+                     * it ends on it, nothing ran; not catching it after a
+                     * rank spoke: held back, below) */
                     if (io.job < 0 || catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
+                    else
+                        held = t;
                     remote = true, relayed = t;
                     before_ranks = io.job < 0;
                 }
@@ -496,6 +498,24 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         if (ready == 0 && remote && before_ranks && io.job < 0 && now_s() - relayed >= 2.0) {
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
+        }
+        /* A stop held back, mpirun not catching SIGUSR1 after its ranks
+         * spoke: they have ended and mpirun is ending, its output about to
+         * close (nothing to stop); or this mpirun does not pass SIGUSR1 on
+         * at all (ess_base_forward_signals): after 2 s with its output still
+         * open, the signal received goes to mpirun itself, which ends the
+         * job, rather than the job training on. */
+        if (held >= 0 && catches(pid, SIGUSR1)) {
+            kill(pid, SIGUSR1);
+            held = -1;
+        } else if (held >= 0 && now_s() - held >= 2.0) {
+            st_launch_sayf(lo,
+                           "scaletrain launch: mpirun does not pass SIGUSR1 on to the ranks (no rank runs "
+                           "here to stop): signal %d sent to mpirun, which ends the job without its "
+                           "checkpoint\n",
+                           res->signalled);
+            kill(pid, res->signalled);
+            held = -1;
         }
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
