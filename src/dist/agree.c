@@ -261,8 +261,11 @@ st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
 #undef st_agree_status /* the analyzer's macro (agree.h) */
 st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
     int64_t v[2] = {mine, mine != ST_OK ? st_comm_rank(c) + 1 : 0}; /* (and the last failing rank) */
-    ST_TRY(st_comm_all_reduce_sync(c, v, v, 2, ST_COMM_I64, ST_COMM_MAX, what));
-    if (mine != ST_OK) return mine;
+    st_error_kept own; /* (this rank's own failure is its message, whatever the all-reduce met) */
+    st_error_keep(&own, mine);
+    const st_status r = st_comm_all_reduce_sync(c, v, v, 2, ST_COMM_I64, ST_COMM_MAX, what);
+    if (mine != ST_OK) return st_error_restore(&own);
+    ST_TRY(r);
     if (v[0] != ST_OK)
         return st_fail(ST_ERR_IO, "%s failed on another rank, rank %lld (its error is in its output)", what,
                        (long long)v[1] - 1);
