@@ -19,18 +19,26 @@ args=(train --set train.threads=1 --set data.val= --set log.every=1 --set log.pr
     --set model.hidden=[32] --set train.batch_size=16 --set data.num_workers=0 --set train.steps=1000000
     --set train.checkpoint_every=0)
 
-# start NAME: the run in the background (pid), once it has logged step 3
+# start NAME: the run in the background, under `timeout -s KILL 90` (its
+# pid: wait on it), so that a stop that does not end it fails rather than
+# hangs; pid: the run's own process, which the signals go to; once it has
+# logged step 3
 start() {
-    env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=model.safetensors ST_SLOWFS_MS=2000 \
-        "$bin" "${args[@]}" --set train.out_dir="$tmp/$1" >"$tmp/$1.log" 2>&1 &
-    pid=$!
+    timeout --foreground -s KILL 90 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=model.safetensors \
+        ST_SLOWFS_MS=2000 "$bin" "${args[@]}" --set train.out_dir="$tmp/$1" >"$tmp/$1.log" 2>&1 &
+    bound=$!
+    pid=""
+    for _ in $(seq 1 100); do # (its child, env become scaletrain: at once)
+        pid=$(pgrep -P $bound) && break
+        sleep 0.01
+    done
     for _ in $(seq 1 600); do # (up to 30 s)
         grep -q "^step 3/" "$tmp/$1.log" 2>/dev/null && return 0
-        kill -0 $pid 2>/dev/null || break
+        kill -0 $bound 2>/dev/null || break
         sleep 0.05
     done
     fail "$1: the run did not log step 3: $(tail -n 3 "$tmp/$1.log")"
-    kill -KILL $pid 2>/dev/null
+    kill -KILL $bound $pid 2>/dev/null
     return 1
 }
 
@@ -39,7 +47,7 @@ if start twice; then
     kill -INT $pid
     sleep 0.2
     kill -INT $pid
-    wait $pid; rc=$?
+    wait $bound; rc=$?
     latest=$(cat "$tmp/twice/ckpt/latest" 2>/dev/null)
     [ $rc -eq 130 ] && grep -q "stopped by a signal after step [0-9]*.*checkpoint saved to $tmp/twice/ckpt/$latest" \
         "$tmp/twice.log" && [ -f "$tmp/twice/ckpt/$latest/state.json" ] ||
@@ -52,7 +60,7 @@ if start again; then
     kill -INT $pid
     sleep 1.5
     kill -INT $pid
-    wait $pid; rc=$?
+    wait $bound; rc=$?
     [ $rc -eq 130 ] && ! grep -q "stopped by a signal" "$tmp/again.log" && [ ! -e "$tmp/again/ckpt/latest" ] ||
         fail "SIGINT again after 1.5 s: exit $rc, ckpt/latest $(cat "$tmp/again/ckpt/latest" 2>&1): $(tail -n 2 "$tmp/again.log")"
     echo "SIGINT again 1.5 s later: exit $rc, no checkpoint committed, none said"

@@ -136,6 +136,9 @@ for r in (0, 1):
     if len(mine) <= 2 * 4096: bad.append("rank %d: %d events, not more than two pieces" % (r, len(mine)))
 n = [sum(e["pid"] == r for e in X) for r in (0, 1)]
 if n[0] != n[1]: bad.append("events per rank %s: the same run on each" % n)
+# each rank's own events (their times differ), not one rank's twice
+ts = [[e["ts"] for e in X if e["pid"] == r] for r in (0, 1)]
+if ts[0] == ts[1]: bad.append("rank 1's events are rank 0's")
 print("600 steps on 2 ranks: %s events a rank" % n + "".join("\nFAIL: " + b for b in bad))
 sys.exit(1 if bad else 0)
 PY
