@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scaletrain builds and tests with, when missing.
+# scripts/deps.sh [build|tests]: `build`, what the builds need (compilers,
+# libraries, cudnn-frontend's headers); `tests`, what only the tests and the
+# default run use (the data set, PyTorch, SLURM, arm64's cross tools, ...),
+# which scripts/test.sh installs while the builds run; neither: both.
 set -euo pipefail
-pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev libdeflate-dev
-      openmpi-bin libopenmpi-dev dataset-fashion-mnist python3-numpy python3-torch python3-pip
-      slurm-wlm munge  # slurm-wlm and munge: the single-node SLURM cluster of tests/e2e/slurm.sh
-      gnuplot-nox      # the PNG charts of `scaletrain report`
-      clang libomp-dev)  # `make tsan` with LLVM's OpenMP, whose Archer lets TSan check the parallel loops
+what=${1:-all}
+case "$what" in build | tests | all) ;; *) echo "usage: scripts/deps.sh [build|tests]" >&2; exit 2 ;; esac
+build_pkgs=(build-essential libopenblas-openmp-dev libyaml-dev libcjson-dev zlib1g-dev libdeflate-dev
+            openmpi-bin libopenmpi-dev python3-pip
+            clang libomp-dev)  # `make tsan` with LLVM's OpenMP, whose Archer lets TSan check the parallel loops
+test_pkgs=(dataset-fashion-mnist python3-numpy python3-torch
+           slurm-wlm munge  # slurm-wlm and munge: the single-node SLURM cluster of tests/e2e/slurm.sh
+           gnuplot-nox)     # the PNG charts of `scaletrain report`
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 # apt_install PACKAGE...: apt-get update and install those not installed yet
@@ -20,6 +27,9 @@ apt_install() {
     $sudo apt-get update -q &&
         DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
 }
+pkgs=()
+[ "$what" = tests ] || pkgs+=("${build_pkgs[@]}")
+[ "$what" = build ] || pkgs+=("${test_pkgs[@]}")
 apt_install "${pkgs[@]}"
 # arm64 (tests/e2e/arm64.sh, `make arm64`, `make arm64-cuda`): cross compilers, qemu's
 # user-mode emulator and Debian's arm64 libraries, installed beside the
@@ -29,7 +39,7 @@ apt_install "${pkgs[@]}"
 # that test skips, saying why.
 arm_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user libc6-dev:arm64 libstdc++6:arm64 libopenblas-openmp-dev:arm64
           libyaml-dev:arm64 libcjson-dev:arm64 zlib1g-dev:arm64 libdeflate-dev:arm64)
-if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+if [ "$what" != build ] && [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
     added=""
     if ! dpkg --print-foreign-architectures | grep -qx arm64; then
         $sudo dpkg --add-architecture arm64
@@ -46,7 +56,7 @@ fi
 # no package). Debian 12's pip refuses system-wide installs without
 # --break-system-packages. Not fatal: offline, that test skips and says why.
 py=/usr/bin/python3
-if [ -x "$py" ] && ! "$py" -c 'import tensorboard' 2>/dev/null; then
+if [ "$what" != build ] && [ -x "$py" ] && ! "$py" -c 'import tensorboard' 2>/dev/null; then
     echo "installing: tensorboard (pip, for the TensorBoard reader test)"
     "$py" -m pip install -q --break-system-packages tensorboard 2>/dev/null ||
         "$py" -m pip install -q tensorboard ||
@@ -77,7 +87,7 @@ fetch_wheel() {
 fe_version=1.32.0
 fe_dir=.tools/cudnn-frontend
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
-if [ -f "$cuda_home/include/cudnn.h" ] && [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
+if [ "$what" != tests ] && [ -f "$cuda_home/include/cudnn.h" ] && [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
     echo "fetching: cudnn-frontend $fe_version headers (pip download nvidia-cudnn-frontend) into $fe_dir"
     if fetch_wheel "$fe_dir" '
 import sys, zipfile
@@ -98,7 +108,7 @@ fi
 # cross compiler are here. Not fatal: without it make arm64-cuda builds the
 # library only.
 rt_dir=.tools/cuda-aarch64
-if [ -x "$cuda_home/bin/nvcc" ] && command -v aarch64-linux-gnu-g++ >/dev/null &&
+if [ "$what" != build ] && [ -x "$cuda_home/bin/nvcc" ] && command -v aarch64-linux-gnu-g++ >/dev/null &&
     [ ! -f "$rt_dir/lib/libcudart_static.a" ]; then
     # the runtime's version: the toolkit's wheel metadata where it has one, else nvcc's major.minor
     rt_version=""

@@ -5,7 +5,13 @@
 # the static analyzer, run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh build
+# What only the tests need (PyTorch, the data set, SLURM, arm64's tools:
+# most of a fresh machine's install) goes in while the builds run; the
+# tests start once it has ended. (Not fatal: the tests that lack a package
+# skip, saying why.)
+scripts/deps.sh tests > >(sed -u 's/^/deps, beside the builds: /') 2>&1 &
+deps_tests=$!
 jobs=$(nproc 2>/dev/null || echo 2)
 # The CUDA kernels for one architecture, sm_80 and its PTX (docs/cuda.md):
 # every kernel through nvcc and ptxas in less than half the time of the
@@ -21,6 +27,7 @@ else
     echo "the CUDA emulator's build is left out: no CUDA toolkit headers (${CUDA_HOME:-/usr/local/cuda}/include)"
 fi
 make -j"$jobs" all asan tsan ${emu:+emu}
+wait $deps_tests || echo "deps: installing the tests' packages failed (exit $?): the tests that need them skip, saying why"
 # clang's static analyzer (make analyze: a report fails the suite; README,
 # Tests) runs as the first of the tests, in one lane, where it fills the
 # time the others spend waiting on processes and timeouts
