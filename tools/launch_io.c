@@ -458,7 +458,6 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             /* The same signal twice within a second is one request sent
              * twice (timeout(1) signals its child, then its whole group). */
             if (first_signal < 0) {
-                first_signal = t;
                 /* No rank here (--hosts without this host; or none started
                  * yet): mpirun passes SIGUSR1 on to every rank of the job,
                  * which stops as on SIGTERM, where SIGTERM to mpirun would

@@ -264,7 +264,10 @@ st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
     st_error_kept own; /* (this rank's own failure is its message, whatever the all-reduce met) */
     st_error_keep(&own, mine);
     const st_status r = st_comm_all_reduce_sync(c, v, v, 2, ST_COMM_I64, ST_COMM_MAX, what);
-    if (mine != ST_OK) return st_error_restore(&own);
+    if (mine != ST_OK) {
+        st_error_restore(&own);
+        return mine;
+    }
     ST_TRY(r);
     if (v[0] != ST_OK)
         return st_fail(ST_ERR_IO, "%s failed on another rank, rank %lld (its error is in its output)", what,
