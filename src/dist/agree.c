@@ -237,9 +237,13 @@ static st_status config_items(const st_config *cfg, cfg_item *items, int *n) {
 
 st_status st_dist_agree_config(st_comm *c, const st_config *cfg) {
     cfg_item *items = calloc(ST_CFG_KEYS_MAX, sizeof *items);
-    if (!items) return st_fail(ST_ERR_NOMEM, "out of host memory comparing the configuration across ranks");
     int n = 0;
-    st_status s = config_items(cfg, items, &n);
+    st_status s = items
+                      ? config_items(cfg, items, &n)
+                      : st_fail(ST_ERR_NOMEM, "out of host memory comparing the configuration across ranks");
+    /* (agreed before the comparison: a rank that could not list its
+     * settings must not leave the others in it) */
+    s = st_agree_status(c, s, "listing the configuration to compare it");
     /* Always ST_CFG_KEYS_MAX hashes (zeros past the last key), so that every
      * rank's all-reduce has the same size whatever its build's schema. */
     int64_t h[ST_CFG_KEYS_MAX] = {0};

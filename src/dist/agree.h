@@ -29,7 +29,10 @@ enum { ST_AGREE_DESC_MAX = 160 }; /* bytes of one rank's text for an item */
 /* Every configuration key except those that may differ between ranks
  * (st_agree_per_rank_key), compared by value. A difference is ST_ERR_CONFIG
  * on every rank: "the ranks were started with different settings: the first
- * difference is in dist.strategy: rank 0 has ddp; rank 1 has zero1 (...)". */
+ * difference is in dist.strategy: rank 0 has ddp; rank 1 has zero1 (...)".
+ * Every failure it returns is every rank's (a difference, or a rank out of
+ * memory: agreed before the comparison) or the communicator's
+ * (st_comm_failed). */
 st_status st_dist_agree_config(st_comm *c, const st_config *cfg);
 
 /* Keys that may differ between ranks: the model's choices of kernel (fused

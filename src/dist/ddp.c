@@ -558,12 +558,14 @@ st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batc
         return report(comm, head_names[diff], desc);
     }
     int64_t *h = malloc((size_t)(p->n ? p->n : 1) * sizeof *h);
-    if (!h)
-        return st_fail(ST_ERR_NOMEM, "out of host memory comparing the %d parameter tensors across ranks",
-                       p->n);
-    for (int i = 0; i < p->n; i++)
+    st_status s =
+        h ? ST_OK
+          : st_fail(ST_ERR_NOMEM, "out of host memory comparing the %d parameter tensors across ranks", p->n);
+    /* (agreed before the comparison: a rank out of memory must not leave the others in it) */
+    s = st_agree_status(comm, s, "the memory to compare the parameter tensors");
+    for (int i = 0; s == ST_OK && i < p->n; i++)
         h[i] = tensor_hash(p->t[i]);
-    st_status s = st_agree_first_difference(comm, h, p->n, "signature of tensors", &diff);
+    if (s == ST_OK) s = st_agree_first_difference(comm, h, p->n, "signature of tensors", &diff);
     free(h);
     ST_TRY(s);
     if (diff >= 0) {

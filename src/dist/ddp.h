@@ -139,7 +139,8 @@ double st_dist_now(void);
  * buffers from rank 0 over pcomm: comm itself for host arenas, the NCCL
  * communicator for arenas on a CUDA device (the comparisons stay on the host
  * communicator). Without it (every rank loads the same checkpoint next)
- * nothing is sent. */
+ * nothing is sent. Every failure it returns is every rank's (a difference,
+ * or a rank out of memory: agreed) or the communicator's (st_comm_failed). */
 st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
                        int64_t n_samples, int64_t val_samples, bool send);
 

@@ -861,7 +861,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     s->world = st_comm_size(s->comm);
     if (s->world > 1) { /* before anything else talks between ranks (dist/agree.h) */
         st_status st = st_dist_agree_config(s->comm, cfg);
-        s->agreed_error = st == ST_ERR_CONFIG; /* a difference: every rank has it */
+        /* (every rank's failure, or the communicator's, which end_failed_ranks sees) */
+        s->agreed_error = st != ST_OK;
         ST_TRY(st);
     }
     ST_TRY(setup_threads(s));

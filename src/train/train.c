@@ -1491,7 +1491,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         s = st_ddp_agree(ses->comm, gcomm, &m->params, c->train.batch_size, mb, n,
                          ses->has_val ? ses->val.n : -1, !ses->init_deferred);
         if (s != ST_OK) {
-            ses->agreed_error = s == ST_ERR_CONFIG; /* a difference: every rank has it */
+            /* (every rank's failure, or the communicator's, which end_failed_ranks sees) */
+            ses->agreed_error = true;
             goto fail;
         }
     }

@@ -149,6 +149,28 @@ if command -v mpirun >/dev/null; then # rank 1's allocations fail
         unset ST_FAILALLOC_RANK
         echo "the profiler trace's gather out of memory on rank 1: a warning on both ranks, the run finished"
 
+        # The ranks' comparison of their settings (st_dist_agree_config) and
+        # of their models (st_ddp_agree) out of memory on rank 1: agreed
+        # before the comparison, exit 1 with rank 1's error and rank 0
+        # naming rank 1; rank 1 used to return before it, and the others
+        # waited in it until rank 1 aborted them all.
+        export ST_FAILALLOC_RANK=1
+        for fn in st_dist_agree_config st_ddp_agree; do
+            allocations_in $fn "${ddp[@]}"
+            [ "$rc" -eq 0 ] || fail "the 2-rank run without a failure: exit $rc: $(tail -n 3 "$tmp/jc.txt")"
+            [ -n "$cases" ] || fail "rank 1 made no allocation in $fn"
+            for n in $cases; do
+                one cmp "$n" "${ddp[@]}"
+                log=$tmp/cmp.log
+                [ "$rc" -eq 1 ] && grep -q "^\[rank 1\] scaletrain: error (rank 1): out of host memory comparing" "$log" &&
+                    grep -q "^\[rank 0\] scaletrain: error (rank 0): .* failed on another rank, rank 1" "$log" &&
+                    ! grep -q "aborting every rank" "$log" ||
+                    fail "$fn, rank 1's allocation $n ($(where)): exit $rc: $(grep -m3 'error\|abort' "$log")"
+            done
+        done
+        unset ST_FAILALLOC_RANK
+        echo "the ranks' comparison of settings and models out of memory on rank 1: agreed, exit 1"
+
         # Once training has begun (from the first evaluation on), rank 1 out
         # of memory anywhere under ZeRO-2 (evaluation, asynchronous
         # checkpoints, the text sample, the trace): the ranks agree on it
