@@ -159,6 +159,23 @@ wait $lpid; rc=$?
 [ $rc -eq 143 ] && [ -s "$tmp/remote2/ckpt/latest" ] && ! grep -q "nothing ran" "$tmp/remote2.err" ||
     fail "SIGTERM to launch with no rank here: exit $rc, checkpoint '$(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/remote2.err")"
 echo "SIGTERM to launch with both ranks on node1: exit $rc, checkpoint $(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)"
+# The same with an mpirun that passes no signal on (ess_base_forward_signals
+# none) and ranks that print their steps: the stop is held while mpirun
+# does not catch SIGUSR1, then, 2 s on, goes to mpirun itself as the SIGTERM
+# received, which ends the job (said), rather than the job training on.
+loud=()
+for a in "${args[@]}"; do [ "$a" = --quiet ] || [ "$a" = --json ] || loud+=("$a"); done
+on_node0_env 120 env OMPI_MCA_ess_base_forward_signals=none "$bin" launch -n 2 --hosts 10.77.0.2:2 "${loud[@]}" \
+    --set train.steps=1000000 --set train.checkpoint_every=0 --set log.progress=off --set log.every=50 \
+    --set train.out_dir="$tmp/nofwd" >"$tmp/nofwd.out" 2>"$tmp/nofwd.err" &
+lpid=$!
+for _ in $(seq 1 600); do grep -q "^\[rank 0\] step\|^step " "$tmp/nofwd.out" 2>/dev/null && break; sleep 0.1; done
+launcher=$(pgrep -f -- "$bin launch -n 2 --hosts 10.77.0.2:2 .*$tmp/nofwd")
+[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch, mpirun passing nothing on: no launcher found"
+wait $lpid; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "mpirun does not pass SIGUSR1 on to the ranks (no rank runs here to stop): signal 15 sent to mpirun" "$tmp/nofwd.err" ||
+    fail "SIGTERM to launch, mpirun passing nothing on: exit $rc: $(tail -3 "$tmp/nofwd.err")"
+echo "SIGTERM to launch, mpirun passing nothing on: exit $rc, the job ended by mpirun, said"
 out=$(on_node0_env 60 env ST_NETNS_PROBE=from-node0 "$bin" launch -n 2 --hosts 10.77.0.2:2 sh -c 'echo "probe=$ST_NETNS_PROBE"' 2>&1)
 [ "$(grep -c "probe=from-node0" <<<"$out")" = 2 ] || fail "launch --hosts: the environment did not reach node1's ranks: $out"
 
