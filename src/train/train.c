@@ -249,6 +249,16 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return l;
 }
 
+/* This rank's outcome s made every rank's (st_agree_status; one rank:
+ * its own), a failure then marked agreed: every rank returns one, and they
+ * report it together (end_failed_ranks), none aborting the others. */
+static st_status agree_outcome(st_session *ses, st_status s, const char *what) {
+    if (ses->world < 2) return s;
+    s = st_agree_status(ses->comm, s, what);
+    if (s != ST_OK) ses->agreed_error = true;
+    return s;
+}
+
 /* A run that will save: room on train.out_dir's filesystem for its
  * checkpoints (st_ckpt_space_check), and, started without --resume, a
  * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
@@ -307,10 +317,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
      * takes no bytes holds each say 5 s at most (st_ticker_say), which a
      * short train.checkpoint_timeout_s would count against the storage. */
     if (warn[0]) st_ticker_say(warn);
-    if (ses->world == 1) return s;
-    s = st_agree_status(ses->comm, s, "train.out_dir");
-    ses->agreed_error = s != ST_OK; /* every rank has the outcome */
-    return s;
+    return agree_outcome(ses, s, "train.out_dir");
 }
 
 /* The checkpoints check_out_dir found of a run before this one, moved to
@@ -422,9 +429,7 @@ static st_status agree_run_opts(st_session *ses, const st_run_opts *opts) {
                     "(sent to the others), so this file would be passed over; give rank 0 the --init (or "
                     "every rank)",
                     ses->rank, opts->init);
-    s = st_agree_status(ses->comm, s, "--init");
-    ses->agreed_error = s != ST_OK;
-    return s;
+    return agree_outcome(ses, s, "--init");
 }
 
 /* Every rank writes into train.out_dir (ZeRO: its optimizer shard in each
@@ -1558,11 +1563,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* (each rank loads its own: one that failed, out of memory or its
          * files unreadable, ends every rank here, each saying so, not the
          * others waiting for it in the next collective) */
-        if (dist) {
-            s = st_agree_status(ses->comm, s, "loading the checkpoint");
-            if (s != ST_OK) ses->agreed_error = true;
-        }
-        ST_GOTO(s);
+        ST_GOTO(agree_outcome(ses, s, "loading the checkpoint"));
         if (found) {
             st_session_take_norm(ses, dir, true);
             ck = got;
@@ -1792,15 +1793,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_feed_set_trace(feed, trace);
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     if (opt.dev && !opt.off) opt.halt = st_loss_sum_guard(&ls); /* (the offloaded update is the host's) */
-    {
-        /* (rank 0's: a failure, its storage's, ends every rank with it) */
-        st_status fw = ses->rank == 0 && opts->save ? first_writes(ses, opts, start, met) : ST_OK;
-        if (dist) {
-            fw = st_agree_status(ses->comm, fw, "rank 0's first writes to train.out_dir");
-            if (fw != ST_OK) ses->agreed_error = true;
-        }
-        ST_GOTO(fw);
-    }
+    /* (rank 0's: a failure, its storage's, ends every rank with it) */
+    ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? first_writes(ses, opts, start, met) : ST_OK,
+                          "rank 0's first writes to train.out_dir"));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out,
@@ -2406,11 +2401,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);
-    if (ses.world > 1) {
-        s = st_agree_status(ses.comm, s, "the final evaluation and weights");
-        ses.agreed_error = s != ST_OK;
-        st_comm_set_timeout(ses.comm, 0, NULL);
-    }
+    s = agree_outcome(&ses, s, "the final evaluation and weights");
+    if (ses.world > 1) st_comm_set_timeout(ses.comm, 0, NULL);
     ST_GOTO(s);
     if (!opts->quiet) {
         const bool lm = ses.train.kind == ST_DATA_TOKENS;
