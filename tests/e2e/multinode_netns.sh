@@ -127,14 +127,23 @@ echo -n "launch --hosts against mpirun on the two nodes: "
 # checkpoint and the job exits 143. The launcher signals only its ranks: the
 # agent that started node1's daemon (ssh) signalled too made mpirun abort
 # the job mid-save (exit 15, nothing saved).
+# term_launcher NAME READY...: SIGTERM to the launcher started in the
+# background ($lpid) with train.out_dir $tmp/NAME, once the command READY
+# succeeds (up to 60 s); rc: the launcher's exit status.
+term_launcher() {
+    local name=$1 launcher
+    shift
+    for _ in $(seq 1 600); do "$@" && break; sleep 0.1; done
+    # (the launcher itself, not the shell running on_node0_env)
+    launcher=$(pgrep -f -- "$bin launch -n 2 --hosts .*$tmp/$name")
+    [ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch ($name): no launcher found"
+    wait $lpid
+    rc=$?
+}
 on_node0_env 120 "$bin" launch -n 2 --hosts 10.77.0.1:1,10.77.0.2:1 "${args[@]}" --set train.steps=1000000 \
     --set train.checkpoint_every=0 --set train.out_dir="$tmp/term2" >"$tmp/term2.out" 2>"$tmp/term2.err" &
 lpid=$!
-for _ in $(seq 1 600); do [ -s "$tmp/term2/metrics.jsonl" ] && break; sleep 0.1; done
-# (the launcher itself, not the shell running on_node0_env)
-launcher=$(pgrep -f -- "$bin launch -n 2 --hosts .*$tmp/term2")
-[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch --hosts: no launcher found"
-wait $lpid; rc=$?
+term_launcher term2 test -s "$tmp/term2/metrics.jsonl"
 [ $rc -eq 143 ] && [ -s "$tmp/term2/ckpt/latest" ] ||
     fail "SIGTERM to launch --hosts: exit $rc, checkpoint '$(cat "$tmp/term2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/term2.err")"
 echo "SIGTERM to launch --hosts: exit $rc, checkpoint $(cat "$tmp/term2/ckpt/latest" 2>/dev/null)"
@@ -152,10 +161,7 @@ on_node0_env 120 env ST_NETNS_PROBE=from-node0 "$bin" launch -n 2 --hosts 10.77.
     --set train.steps=1000000 --set train.checkpoint_every=0 --set train.out_dir="$tmp/remote2" \
     >"$tmp/remote2.out" 2>"$tmp/remote2.err" &
 lpid=$!
-for _ in $(seq 1 600); do [ -s "$tmp/remote2/metrics.jsonl" ] && break; sleep 0.1; done
-launcher=$(pgrep -f -- "$bin launch -n 2 --hosts 10.77.0.2:2 .*$tmp/remote2")
-[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch with no rank here: no launcher found"
-wait $lpid; rc=$?
+term_launcher remote2 test -s "$tmp/remote2/metrics.jsonl"
 [ $rc -eq 143 ] && [ -s "$tmp/remote2/ckpt/latest" ] && ! grep -q "nothing ran" "$tmp/remote2.err" ||
     fail "SIGTERM to launch with no rank here: exit $rc, checkpoint '$(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)': $(tail -5 "$tmp/remote2.err")"
 echo "SIGTERM to launch with both ranks on node1: exit $rc, checkpoint $(cat "$tmp/remote2/ckpt/latest" 2>/dev/null)"
@@ -169,10 +175,7 @@ on_node0_env 120 env OMPI_MCA_ess_base_forward_signals=none "$bin" launch -n 2 -
     --set train.steps=1000000 --set train.checkpoint_every=0 --set log.progress=off --set log.every=50 \
     --set train.out_dir="$tmp/nofwd" >"$tmp/nofwd.out" 2>"$tmp/nofwd.err" &
 lpid=$!
-for _ in $(seq 1 600); do grep -q "^\[rank 0\] step\|^step " "$tmp/nofwd.out" 2>/dev/null && break; sleep 0.1; done
-launcher=$(pgrep -f -- "$bin launch -n 2 --hosts 10.77.0.2:2 .*$tmp/nofwd")
-[ -n "$launcher" ] && kill -TERM $launcher || fail "SIGTERM to launch, mpirun passing nothing on: no launcher found"
-wait $lpid; rc=$?
+term_launcher nofwd grep -q "^\[rank 0\] step\|^step " "$tmp/nofwd.out"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "mpirun does not pass SIGUSR1 on to the ranks (no rank runs here to stop): signal 15 sent to mpirun" "$tmp/nofwd.err" ||
     fail "SIGTERM to launch, mpirun passing nothing on: exit $rc: $(tail -3 "$tmp/nofwd.err")"
 echo "SIGTERM to launch, mpirun passing nothing on: exit $rc, the job ended by mpirun, said"
