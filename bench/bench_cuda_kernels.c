@@ -19,6 +19,10 @@
  *   forward (its products, whose time is the same on both sides, and the
  *   rows kernel); the bandwidth counts the rows kernel's bytes (the logits
  *   read and written). Compared: the loss, dh and dW.
+ * - ST_KV_CE_ROWS_SHARED: the same kernel keeping each 16-bit row in
+ *   shared memory between its two walks, so that the row is read from
+ *   device memory once (its bandwidth counts one read and the write; the
+ *   default's, two reads and the write). Timed and compared as above.
  *
  * And, not a variant, the embedding's backward on uniform and on skewed
  * tokens (bench_embedding).
@@ -43,6 +47,9 @@
 #include "layers/args.h"
 #include "layers/layers.h"
 #include "model/graph.h"
+#ifdef ST_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 static double now_us(void) {
     struct timespec ts;
@@ -92,10 +99,13 @@ static st_status time_both(st_graph *g, st_node *n, bool backward, unsigned kv, 
     return ST_OK;
 }
 
-static void report(const char *what, const char *variant, const double best[2], double bytes, bool same) {
+/* bytes: what the default moves; vbytes, the variant's (the same, unless
+ * it reads less) */
+static void report(const char *what, const char *variant, const double best[2], double bytes, double vbytes,
+                   bool same) {
     printf(
         "%s: default %.1f us (%.2f TB/s), %s %.1f us (%.2f TB/s): %s/default %.2fx; outputs bit-equal: %s\n",
-        what, best[0], bytes / best[0] * 1e-6, variant, best[1], bytes / best[1] * 1e-6, variant,
+        what, best[0], bytes / best[0] * 1e-6, variant, best[1], vbytes / best[1] * 1e-6, variant,
         best[0] / best[1], same ? "yes" : "NO");
 }
 
@@ -182,7 +192,8 @@ static st_status bench_layernorm(st_device *dev, const ln_case *c, int rounds, b
     char what[128];
     snprintf(what, sizeof what, "layernorm backward %lldx%lld bf16, dx %s", (long long)c->R, (long long)c->C,
              c->acc ? "added to" : "written");
-    report(what, "packed", best, (double)rc * 2 * (c->acc ? 4 : 3), *same); /* (bf16) */
+    const double bytes = (double)rc * 2 * (c->acc ? 4 : 3); /* (bf16) */
+    report(what, "packed", best, bytes, bytes, *same);
 done:
     st_graph_free(&g);
     st_params_free(&p);
@@ -190,8 +201,15 @@ done:
     return s;
 }
 
-/* --- the fused head's rows (ST_KV_CE_ROWS_PREFETCH) ------------------------ */
-static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds, bool *same) {
+/* --- the fused head's rows (ST_KV_CE_ROWS_PREFETCH, ST_KV_CE_ROWS_SHARED) -- */
+typedef struct ce_case {
+    unsigned kv;
+    const char *name;
+    int reads; /* of the logits, by the variant's rows kernel (the default's: 2) */
+} ce_case;
+
+static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds, const ce_case *cc,
+                               bool *same) {
     enum { C = 768 };
     st_params p = {0};
     st_graph g = {0};
@@ -227,7 +245,7 @@ static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds,
         (s = st_graph_forward(&g)) != ST_OK)
         goto done;
     st_params_use_compute(&p, true);
-    if ((s = time_both(&g, n, false, ST_KV_CE_ROWS_PREFETCH, 10, rounds, best)) != ST_OK) goto done;
+    if ((s = time_both(&g, n, false, cc->kv, 10, rounds, best)) != ST_OK) goto done;
     /* the loss, dh (R, C) and dW (Vp, C), each side's */
     const int64_t Vp = n->args.i[ST_LCE_VP], nout = 1 + R * C + Vp * C;
     if (!(out[0] = malloc((size_t)nout * sizeof(float))) ||
@@ -235,8 +253,11 @@ static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds,
         s = st_fail(ST_ERR_NOMEM, "2 x %lld floats of host memory for the head's outputs", (long long)nout);
         goto done;
     }
+#ifdef ST_HAVE_CUDA
+    const int64_t kept0 = st_cuda_kept_rows_calls(dev);
+#endif
     for (int v = 0; v < 2; v++) {
-        g.kernel_variants = v ? ST_KV_CE_ROWS_PREFETCH : 0;
+        g.kernel_variants = v ? cc->kv : 0;
         if ((s = n->ops->forward(n, &g)) != ST_OK ||
             (s = st_device_download(dev, out[v], loss->data, sizeof(float))) != ST_OK ||
             (s = st_device_download(dev, out[v] + 1, ST_LCE_SAVED_DH(n), (size_t)(R * C) * sizeof(float))) !=
@@ -246,10 +267,22 @@ static st_status bench_ce_rows(st_device *dev, int64_t R, int64_t V, int rounds,
             goto done;
     }
     *same = same_floats(out[0], out[1], nout);
+#ifdef ST_HAVE_CUDA
+    /* (the variant ran its own kernel, not the default's: a row too large
+     * for the device's shared memory takes the default's) */
+    if (cc->kv == ST_KV_CE_ROWS_SHARED && st_cuda_kept_rows_calls(dev) == kept0) {
+        s = st_fail(ST_ERR_UNSUPPORTED,
+                    "the fused head's rows were not kept in shared memory (a row of %lld bf16 logits, %lld "
+                    "bytes of groups, beyond this device's opt-in for a block?): the variant ran the default",
+                    (long long)V, (long long)(V / 8 * 16));
+        goto done;
+    }
+#endif
     char what[128];
     snprintf(what, sizeof what, "fused head forward %lldx%d into %lld bf16 (the rows kernel's bytes)",
              (long long)R, C, (long long)V);
-    report(what, "prefetch", best, (double)R * V * 2 * 3, *same); /* (read twice, written once) */
+    /* (the default: read twice, written once) */
+    report(what, cc->name, best, (double)R * V * 2 * 3, (double)R * V * 2 * (cc->reads + 1), *same);
 done:
     st_graph_free(&g);
     st_params_free(&p);
@@ -363,11 +396,13 @@ int main(int argc, char **argv) {
     }
     printf("device: %s; each side's best of %d rounds, alternating\n", st_device_name(dev), rounds);
     const ln_case cases[] = {{rows, 768, true}, {rows, 768, false}, {rows, 1024, true}};
+    const ce_case heads[] = {{ST_KV_CE_ROWS_PREFETCH, "prefetch", 2}, {ST_KV_CE_ROWS_SHARED, "shared", 1}};
+    const size_t nln = sizeof cases / sizeof *cases, nh = sizeof heads / sizeof *heads;
     int bad = 0;
-    for (size_t i = 0; i <= sizeof cases / sizeof *cases; i++) {
+    for (size_t i = 0; i < nln + nh; i++) {
         bool same = false;
-        const st_status s = i < sizeof cases / sizeof *cases ? bench_layernorm(dev, &cases[i], rounds, &same)
-                                                             : bench_ce_rows(dev, rows, vocab, rounds, &same);
+        const st_status s = i < nln ? bench_layernorm(dev, &cases[i], rounds, &same)
+                                    : bench_ce_rows(dev, rows, vocab, rounds, &heads[i - nln], &same);
         fflush(stdout);
         if (s != ST_OK) fprintf(stderr, "bench_cuda_kernels: %s\n", st_last_error());
         bad += s != ST_OK || !same;

@@ -939,6 +939,11 @@ int main(void) {
          ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, false},
         {"fp16 gpt fused head, kernel variants", "gpt", 3, gpt_fused, "fp16", 0,
          ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, false},
+        /* the head's rows kept in shared memory between their two walks */
+        {"bf16 gpt fused head, rows in shared memory", "gpt", 3, gpt_fused, "bf16", 0, ST_KV_CE_ROWS_SHARED,
+         false},
+        {"fp16 gpt fused head, rows in shared memory", "gpt", 3, gpt_fused, "fp16", 0, ST_KV_CE_ROWS_SHARED,
+         false},
         {"fp16 mlp 784-100-37-10, batch 16", "mlp", 16, mlp, "fp16", 0, 0, false},
         {"fp16 cnn 8-16-12 k5 bias+relu on 15x13x3, no pooling, batch 5", "cnn", 5, cnn_bias_nopool, "fp16",
          L2_CNN_FP16, 0, false},
@@ -966,6 +971,7 @@ int main(void) {
 #ifdef ST_HAVE_CUDA
         const int64_t cudnn_calls = dev ? st_cuda_cudnn_calls(dev) : 0;
         const int64_t bgrads = cp_bgrad_count(dev);
+        const int64_t kept = dev ? st_cuda_kept_rows_calls(dev) : 0;
         st_cuda_tune_stats t0 = {0};
         if (dev) st_cuda_matmul_tune_stats(dev, &t0);
         if (dev && cases[i].tune) st_cuda_set_matmul_tune(dev, true);
@@ -990,6 +996,9 @@ int main(void) {
         /* the epilogue summed the bias gradients (none where told to refuse) */
         if (cases[i].tweak == gpt_bgrad || cases[i].tweak == mlp_bgrad || refuse)
             cp_check_bgrad(dev, bgrads, refuse, cases[i].label);
+        if (dev && (cases[i].kv & ST_KV_CE_ROWS_SHARED)) /* (its own kernel ran, not the default's) */
+            CHECK(st_cuda_kept_rows_calls(dev) > kept, "%s: no rows kernel kept its row in shared memory",
+                  cases[i].label);
         if (dev && cases[i].tune) { /* its products' plans were timed (each computed as without: above) */
             st_cuda_set_matmul_tune(dev, false);
             st_cuda_tune_stats t1;

@@ -224,6 +224,22 @@ static void block_faults(void) {
               seed ? "adversary seed" : "thread order", seed, bad);
     }
     st_emu_sched_set(0, 1);
+    /* dynamic shared memory: 16 KiB as any kernel may; 64 KiB refused until
+     * the kernel is opted in to it, then run; 228 KiB, past sm_90's 227 a
+     * block, not opted in; and 0xFF bytes at each block's start */
+    CHECK(st_emu_selftest_dynamic_shared(16 << 10, 0, 1) == 0,
+          "16 KiB of dynamic shared memory: outputs wrong");
+    int r = st_emu_selftest_dynamic_shared(64 << 10, 0, 1);
+    CHECK(r == -2, "64 KiB of dynamic shared memory without the opt-in: want the launch refused, got %d", r);
+    r = st_emu_selftest_dynamic_shared(64 << 10, 1, 1);
+    CHECK(r == 0, "64 KiB of dynamic shared memory, opted in: %d outputs wrong", r);
+    r = st_emu_selftest_dynamic_shared(228 << 10, 1, 1);
+    CHECK(r == -1, "228 KiB of dynamic shared memory: want the opt-in refused, got %d", r);
+    r = st_emu_selftest_dynamic_shared(64 << 10, 1, 0);
+    CHECK(r == 3 * 128,
+          "dynamic shared memory written by block 0 alone: want the other 3 blocks' 384 outputs "
+          "wrong, got %d",
+          r);
     /* lanes of a warp at a barrier after different numbers of shuffles: stopped, said */
     char err[2048];
     const int sig = in_child(NULL, NULL, shuffle_skip, err, sizeof err);

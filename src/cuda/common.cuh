@@ -64,6 +64,8 @@ struct st_device {
                                kernels, said once (attention.cu cudnn_prepare) */
     int64_t cudnn_calls;    /* attention forwards and backwards run by cuDNN, for tests */
     int64_t bgrad_calls;    /* bias gradients summed in cuBLASLt's epilogue (linear.cu), for tests */
+    int64_t kept_rows_calls; /* the fused head's rows kernels run with each row kept in shared memory
+                                (linear_ce.cu, ST_KV_CE_ROWS_SHARED), for tests */
     /* The stall watch (st_cuda_watch, core/watch.h): ends the process when
      * a wait of the host for the device outlasts train.device_timeout_s;
      * step: the step the waits are named by (atomic: any thread may wait). */

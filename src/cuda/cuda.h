@@ -37,6 +37,10 @@ int64_t st_cuda_cudnn_calls(const st_device *d);
 /* Linear layers' bias gradients that cuBLASLt's BGRADA/BGRADB epilogue
  * summed on d so far (model.fused_bias_grad; the rest ran column sums). */
 int64_t st_cuda_bias_grad_epilogues(const st_device *d);
+/* The fused head's rows kernels on d so far that kept each row in shared
+ * memory (ST_KV_CE_ROWS_SHARED, where the row fits the device's opt-in:
+ * elsewhere the variant runs the default's kernel). */
+int64_t st_cuda_kept_rows_calls(const st_device *d);
 
 st_status st_cuda_alloc(st_device *d, size_t nbytes, void **out);
 void st_cuda_release(st_device *d, void *p);

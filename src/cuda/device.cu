@@ -279,6 +279,7 @@ extern "C" int64_t st_cuda_stream_waits(const st_device *d) { return d->stream_w
 extern "C" int64_t st_cuda_cudnn_calls(const st_device *d) { return d->cudnn_calls; }
 
 extern "C" int64_t st_cuda_bias_grad_epilogues(const st_device *d) { return d->bgrad_calls; }
+extern "C" int64_t st_cuda_kept_rows_calls(const st_device *d) { return d->kept_rows_calls; }
 
 extern "C" bool st_cuda_cudnn_built(char *why, size_t n) {
 #if defined(ST_CUDA_EMU)

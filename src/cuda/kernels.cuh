@@ -78,9 +78,20 @@ static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : 
  * the one it holds, both kept as loaded (4 registers each, not 8 floats),
  * so that two of its 16-byte loads are in flight instead of one
  * (ST_KV_CE_ROWS_PREFETCH): the same calls of f on the same values in the
- * same order, and the same stores. */
-template <int P, bool STORE, class F>
-__device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t V, F &&f) {
+ * same order, and the same stores.
+ * SRC (16-bit P only): ST_ROW_GLOBAL, the groups from b; ST_ROW_KEEP, the
+ * groups from b, each also stored as loaded into keep[k] (k: the group's
+ * number in the row; shared memory of at least V / 8 uint4); ST_ROW_KEPT,
+ * the groups from keep[k] instead of b, as a walk with ST_ROW_KEEP left
+ * them (each thread reads back only its own groups: no barrier needed
+ * between the two walks), so that a row is read from device memory once
+ * (ST_KV_CE_ROWS_SHARED). The elements before the first group and after
+ * the last come from b either way. */
+enum { ST_ROW_GLOBAL = 0, ST_ROW_KEEP = 1, ST_ROW_KEPT = 2 };
+template <int P, bool STORE, int SRC = ST_ROW_GLOBAL, class F>
+__device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t V, F &&f,
+                                                  uint4 *keep = nullptr) {
+    static_assert(SRC == ST_ROW_GLOBAL || P != ST_PREC_FP32, "a row kept in shared memory is 16-bit");
     const st_fbuf r = st_fbuf_at(b, o);
     int64_t head = (int64_t)((16 - ((uintptr_t)r.p & 15)) & 15) / (r.t == ST_PREC_FP32 ? 4 : 2);
     if (head > V) head = V;
@@ -100,6 +111,16 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
                 x[j] = f(head + 8 * k + j, x[j]);
             if (STORE) st_stv<8>(r, head + 8 * k, x);
         }
+    } else if constexpr (SRC == ST_ROW_KEPT) {
+        uint16_t *g8 = (uint16_t *)r.p + head;
+        for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
+            float x[8];
+            st_unpack8<P>(keep[k], x);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                x[j] = f(head + 8 * k + j, x[j]);
+            if (STORE) *(uint4 *)(g8 + 8 * k) = st_pack8<P>(x);
+        }
     } else {
         uint16_t *g8 = (uint16_t *)r.p + head;
         const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -108,6 +129,7 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
         for (; k < n8; k += blockDim.x) {
             const uint4 cur = next;
             next = k + blockDim.x < n8 ? *(const uint4 *)(g8 + 8 * (k + blockDim.x)) : zero;
+            if constexpr (SRC == ST_ROW_KEEP) keep[k] = cur;
             float x[8];
             st_unpack8<P>(cur, x);
 #pragma unroll
@@ -119,16 +141,21 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
     for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
         one(v);
 }
-template <int P = ST_PREC_FP32, class F>
-__device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f) {
-    st_block_row_walk<P, false>(b, o, V, [&](int64_t v, float x) {
-        f(v, x);
-        return x;
-    });
+template <int P = ST_PREC_FP32, int SRC = ST_ROW_GLOBAL, class F>
+__device__ __forceinline__ void st_block_row_each(st_fbuf b, int64_t o, int64_t V, F &&f,
+                                                  uint4 *keep = nullptr) {
+    st_block_row_walk<P, false, SRC>(
+        b, o, V,
+        [&](int64_t v, float x) {
+            f(v, x);
+            return x;
+        },
+        keep);
 }
-template <int P = ST_PREC_FP32, class G>
-__device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g) {
-    st_block_row_walk<P, true>(b, o, V, g);
+template <int P = ST_PREC_FP32, int SRC = ST_ROW_GLOBAL, class G>
+__device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V, G &&g,
+                                                 uint4 *keep = nullptr) {
+    st_block_row_walk<P, true, SRC>(b, o, V, g, keep);
 }
 
 /* The log-sum-exp of b[o, o + V), one block per row, returned to every
@@ -137,18 +164,23 @@ __device__ __forceinline__ void st_block_row_map(st_fbuf b, int64_t o, int64_t V
  * element either way), then the block's max M and the sum of s exp(m - M)
  * in a fixed order; fp32 sums, the log in double. A NaN shows in the loss
  * (it fails every comparison, so it lands in s). `shf` holds 32 floats of
- * shared memory. (The CPU's: ce_rows.h, max then sum.) */
-template <int P = ST_PREC_FP32>
-__device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf) {
+ * shared memory. (The CPU's: ce_rows.h, max then sum.) With SRC =
+ * ST_ROW_KEEP the row's groups are left in keep (st_block_row_walk). */
+template <int P = ST_PREC_FP32, int SRC = ST_ROW_GLOBAL>
+__device__ __forceinline__ double st_block_row_lse(st_fbuf b, int64_t o, int64_t V, float *shf,
+                                                   uint4 *keep = nullptr) {
     float m = -INFINITY, s = 0.0f;
-    st_block_row_each<P>(b, o, V, [&](int64_t, float x) {
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f; /* (m = -inf: 0 + 1) */
-            m = x;
-        } else if (x != -INFINITY) {
-            s += expf(x - m);
-        }
-    });
+    st_block_row_each<P, SRC>(
+        b, o, V,
+        [&](int64_t, float x) {
+            if (x > m) {
+                s = s * expf(m - x) + 1.0f; /* (m = -inf: 0 + 1) */
+                m = x;
+            } else if (x != -INFINITY) {
+                s += expf(x - m);
+            }
+        },
+        keep);
     const float M = st_block_max(m, shf);
     s = st_block_sum(m == -INFINITY ? s : s * expf(m - M), shf); /* (m = -inf: s is 0, or NaN) */
     return (double)M + log((double)s);

@@ -22,6 +22,8 @@
  * dW * dloss / count into W's (fp32; under ZeRO-2 its staging region).
  * A target outside [0, V) that is not ignore_index gives its row a NaN loss
  * (the device cannot name it without a sync; the CPU path does). */
+#include <limits.h>
+
 #include "kernels.cuh"
 #include "matmul.cuh"
 
@@ -29,12 +31,19 @@ extern "C" st_status st_linear_ce_check_grads(const st_node *n);
 
 /* P: ST_PREC_FP32 for any storage (kernels.cuh st_block_row_walk), or z's
  * 16-bit precision for the walk that loads a group ahead
- * (ST_KV_CE_ROWS_PREFETCH: the same values) */
-template <int P>
+ * (ST_KV_CE_ROWS_PREFETCH: the same values). SRC: ST_ROW_GLOBAL, the row
+ * read twice from device memory (the log-sum-exp, then softmax - onehot);
+ * ST_ROW_KEPT (16-bit P), its groups kept in dynamic shared memory by the
+ * first walk (lce_row_bytes) and read back from there by the second, so
+ * that the row is read from device memory once (ST_KV_CE_ROWS_SHARED: the
+ * same values). */
+template <int P, int SRC>
 static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld,
                                        int32_t ign, bool grads, float pre) {
     __shared__ float shf[32];
     __shared__ float lse;
+    extern __shared__ uint4 lce_row[]; /* (ST_ROW_KEPT: the row's groups) */
+    constexpr int FIRST = SRC == ST_ROW_KEPT ? ST_ROW_KEEP : ST_ROW_GLOBAL;
     const int64_t i = blockIdx.x, o = i * ld;
     const int32_t t = tg[i];
     if (t == ign) { /* uniform over the block */
@@ -42,7 +51,7 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
         if (grads) st_block_row_map<P>(z, o, V, [](int64_t, float) { return 0.0f; });
         return;
     }
-    const double l = st_block_row_lse<P>(z, o, V, shf);
+    const double l = st_block_row_lse<P, FIRST>(z, o, V, shf, lce_row);
     if (threadIdx.x == 0) {
         const bool ok = t >= 0 && t < V;
         row_loss[i] = ok ? l - (double)st_ld(z, o + t) : __longlong_as_double(0x7ff8000000000000LL);
@@ -51,10 +60,68 @@ static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row
     __syncthreads(); /* the target's logit read, lse shared */
     if (!grads) return;
     const float lf = lse;
-    st_block_row_map<P>(z, o, V, [&](int64_t v, float x) { /* (times pre: args.h ST_LCE_PRESCALE) */
-                                                           const float d = expf(x - lf);
-                                                           return (v == t ? d - 1.0f : d) * pre;
-    });
+    st_block_row_map<P, SRC>(
+        z, o, V,
+        [&](int64_t v, float x) { /* (times pre: args.h ST_LCE_PRESCALE) */
+                                  const float d = expf(x - lf);
+                                  return (v == t ? d - 1.0f : d) * pre;
+        },
+        lce_row);
+}
+
+/* Dynamic shared memory of lce_rows_kernel's ST_ROW_KEPT: a row's groups of
+ * 8 16-bit logits (at most V / 8 of them, whatever the row's alignment). */
+static size_t lce_row_bytes(int64_t V) { return (size_t)(V / 8) * sizeof(uint4); }
+
+/* The bytes each 16-bit ST_ROW_KEPT instance may take, as opted in for (0:
+ * none, that variant not run): set by linear_ce_prepare on the device, for
+ * a row that fits beside the kernel's own (about 100 KB at GPT-2's
+ * vocabulary; sm_80 and sm_90 allow a block 163 and 227 KB) */
+static size_t lce_row_optin[2];
+
+template <int P> static void lce_opt_in(size_t bytes) {
+    size_t *have = &lce_row_optin[P == ST_PREC_FP16];
+    if (*have >= bytes) return;
+    const void *k = reinterpret_cast<const void *>(&lce_rows_kernel<P, ST_ROW_KEPT>);
+    if (bytes > (size_t)INT_MAX ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+        cudaGetLastError(); /* (too large for this device: the variant is not run; no launch's error) */
+        return;
+    }
+    /* as much of the SM's L1 as shared memory as it has (a hint): two rows'
+     * blocks an SM, not one (the kernel streams; it needs little L1) */
+    if (cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+        cudaGetLastError();
+    *have = bytes;
+}
+
+/* The rows kernel for z's storage and the graph's variants, on m rows */
+static void lce_rows(st_graph *g, st_fbuf z, const int32_t *tg, double *row_loss, int64_t m, int64_t V,
+                     int64_t ld, int32_t ign, bool grads) {
+    const unsigned threads = st_ce_row_threads(V);
+    const float pre = ST_LCE_PRESCALE(z.t);
+    const cudaStream_t s = st_cuda_stream(g);
+    const size_t kb = lce_row_bytes(V);
+    const bool kept = (g->kernel_variants & ST_KV_CE_ROWS_SHARED) && z.t != ST_PREC_FP32 &&
+                      lce_row_optin[z.t == ST_PREC_FP16] >= kb,
+               ahead = (g->kernel_variants & ST_KV_CE_ROWS_PREFETCH) && z.t != ST_PREC_FP32;
+    if (kept) g->dev->kept_rows_calls++;
+    if (kept && z.t == ST_PREC_BF16)
+        lce_rows_kernel<ST_PREC_BF16, ST_ROW_KEPT>
+            <<<(unsigned)m, threads, kb, s>>>(z, tg, row_loss, V, ld, ign, grads, pre);
+    else if (kept)
+        lce_rows_kernel<ST_PREC_FP16, ST_ROW_KEPT>
+            <<<(unsigned)m, threads, kb, s>>>(z, tg, row_loss, V, ld, ign, grads, pre);
+    else if (ahead && z.t == ST_PREC_BF16)
+        lce_rows_kernel<ST_PREC_BF16, ST_ROW_GLOBAL>
+            <<<(unsigned)m, threads, 0, s>>>(z, tg, row_loss, V, ld, ign, grads, pre);
+    else if (ahead)
+        lce_rows_kernel<ST_PREC_FP16, ST_ROW_GLOBAL>
+            <<<(unsigned)m, threads, 0, s>>>(z, tg, row_loss, V, ld, ign, grads, pre);
+    else
+        lce_rows_kernel<ST_PREC_FP32, ST_ROW_GLOBAL>
+            <<<(unsigned)m, threads, 0, s>>>(z, tg, row_loss, V, ld, ign, grads, pre);
 }
 
 /* VW elements a thread: 8 on 16-byte accesses (st_ldv, st_stv) when every
@@ -109,17 +176,7 @@ static st_status linear_ce_forward(st_node *n, st_graph *g) {
         /* z^T (Vp x m) = W h_c^T: column-major, as linear.cu's forward */
         ST_TRY(st_graph_matmul(g, true, false, Vp, m, C, w, C, hc, C, 0.0f, z, ld, NULL, "linear_ce logits"));
         st_graph_span(g, "linear_ce rows", false, 0);
-        const unsigned threads = st_ce_row_threads(V);
-        const bool ahead = g->kernel_variants & ST_KV_CE_ROWS_PREFETCH;
-        if (ahead && z.t == ST_PREC_BF16)
-            lce_rows_kernel<ST_PREC_BF16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
-        else if (ahead && z.t == ST_PREC_FP16)
-            lce_rows_kernel<ST_PREC_FP16><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
-        else
-            lce_rows_kernel<ST_PREC_FP32><<<(unsigned)m, threads, 0, st_cuda_stream(g)>>>(
-                z, tg + r0, row_loss + r0, V, ld, ign, grads, ST_LCE_PRESCALE(z.t));
+        lce_rows(g, z, tg + r0, row_loss + r0, m, V, ld, ign, grads);
         ST_CUDA_LAUNCHED();
         st_graph_span(g, "linear_ce rows", true, 0);
         if (!grads) continue;
@@ -158,5 +215,16 @@ static st_status linear_ce_backward(st_node *n, st_graph *g) {
     return ST_OK;
 }
 
+/* The rows kernel's shared-memory instance opted in to the row's bytes
+ * (ST_KV_CE_ROWS_SHARED; the variant may be turned on after the graph is
+ * built: bench/bench_cuda_kernels), once, here: cudaFuncSetAttribute waits
+ * for the device's copies, which the step loop must not. */
+static st_status linear_ce_prepare(st_node *n, st_graph *g) {
+    const size_t kb = lce_row_bytes(n->args.i[ST_LCE_V]);
+    if (g->params->precision == ST_PREC_BF16) lce_opt_in<ST_PREC_BF16>(kb);
+    if (g->params->precision == ST_PREC_FP16) lce_opt_in<ST_PREC_FP16>(kb);
+    return ST_OK;
+}
+
 extern "C" const st_layer_ops st_cuda_linear_ce_ops = {
-    "linear_ce", linear_ce_forward, linear_ce_backward, NULL, false, true, true, false, 0};
+    "linear_ce", linear_ce_forward, linear_ce_backward, linear_ce_prepare, false, true, true, false, 0};

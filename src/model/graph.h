@@ -245,7 +245,13 @@ typedef enum st_kernel_variant {
     ST_KV_CE_ROWS_PREFETCH = 1u << 1, /* the fused head's rows kernel loads each thread's next 16 bytes
                                          of a 16-bit row before using the last (src/cuda/linear_ce.cu,
                                          kernels.cuh st_block_row_walk) */
-    ST_KV_ALL = ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH, /* model.kernel_variants: all */
+    ST_KV_CE_ROWS_SHARED = 1u << 2,   /* the fused head's rows kernel keeps a 16-bit row in shared memory
+                                         between its two walks: the row read from device memory once, not
+                                         twice (src/cuda/linear_ce.cu; its first walk loads a group ahead,
+                                         as ST_KV_CE_ROWS_PREFETCH's) */
+    ST_KV_ALL =
+        ST_KV_LAYERNORM_PACKED | ST_KV_CE_ROWS_PREFETCH | ST_KV_CE_ROWS_SHARED, /* model.kernel_variants:
+                                                                                  all */
 } st_kernel_variant;
 
 struct st_graph {

@@ -124,6 +124,10 @@ void __threadfence(void);
  * when a block starts; a read before the block's own write then shows, not
  * what the previous block left. */
 void st_emu_shared(void *p, size_t n);
+/* `extern __shared__ T a[];` becomes `T *a = (T *)st_emu_dynamic_shared();`
+ * (rewrite.py): the launch's dynamic shared memory (its configuration's
+ * third value), 0xFF bytes at each block's start, as st_emu_shared's. */
+void *st_emu_dynamic_shared(void);
 /* cp.async (common.cuh's st_cp_async): the copy is the thread's until
  * st_emu_cp_async_wait(n) leaves at most n of its committed groups pending;
  * until then its destination holds 0xFF bytes (NaN), so a read before the

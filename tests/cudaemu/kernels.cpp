@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -124,6 +125,8 @@ static struct sched {
     int hold_warp = 0;      /* the warp held back or let run ahead */
     std::vector<int> order; /* the adversary's round */
     size_t pos = 0;         /* the running fiber's place in it */
+    std::vector<uint4> dyn; /* the launch's dynamic shared memory (extern __shared__), 16-byte aligned */
+    size_t dyn_bytes = 0;   /* what the launch asked for */
 } S;
 
 static uint64_t draw(void) { /* splitmix64 */
@@ -308,6 +311,30 @@ void st_emu_shared(void *p, size_t n) {
     memset(p, POISON, n);
 }
 
+/* extern __shared__ (rewrite.py): the launch's dynamic shared memory,
+ * poisoned at each block's start; NULL when the launch asked for none (a
+ * GPU's access there is out of range). */
+void *st_emu_dynamic_shared(void) { return S.dyn_bytes ? S.dyn.data() : NULL; }
+
+/* The most dynamic shared memory a launch may ask for beyond the 48 KiB
+ * every kernel has: what cudaFuncSetAttribute(...,
+ * cudaFuncAttributeMaxDynamicSharedMemorySize, ...) opted in to, for any
+ * kernel (a GPU keeps it per kernel; the emulator cannot tell a launch's
+ * kernel from another's address), up to sm_90's 227 KiB a block. */
+enum { DYN_DEFAULT = 48 << 10, DYN_OPTIN_MAX = 227 << 10 };
+static std::atomic<int> dyn_optin{DYN_DEFAULT};
+
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    if (!func) return st_emu_ret(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > DYN_OPTIN_MAX) return st_emu_ret(cudaErrorInvalidValue);
+        int have = dyn_optin.load();
+        while (value > have && !dyn_optin.compare_exchange_weak(have, value)) {
+        }
+    }
+    return cudaSuccess; /* (the carve-out and the others: hints, nothing to do here) */
+}
+
 static void run_block(int nt) {
     const size_t per = STACK_BYTES + PAGE;
     if ((size_t)nt > S.stack_cap) {
@@ -483,10 +510,13 @@ static void run(const st_emu_cfg &c, void (*fn)(void *), void *ctx, int *site, c
      * fibers, in an order of its own */
     const uint64_t nb = (uint64_t)c.grid.x * c.grid.y * c.grid.z;
     const order_map blocks = order_for(nb), threads = order_for(nt);
+    S.dyn_bytes = c.smem;
+    if (S.dyn.size() * sizeof(uint4) < c.smem) S.dyn.resize((c.smem + sizeof(uint4) - 1) / sizeof(uint4));
     for (uint64_t bi = 0; bi < nb; bi++) {
         const uint64_t b = blocks.at(bi);
         blockIdx = unflatten(b, c.grid);
         block_no++;
+        if (c.smem) memset(S.dyn.data(), POISON, c.smem);
         if (S.plain && threads.a == 1 && threads.b == 0) { /* in order: x fastest, no division a thread */
             int i = 0;
             for (unsigned z = 0; z < c.block.z; z++)
@@ -532,7 +562,7 @@ void st_emu_submit(const st_emu_cfg &c, const char *name, int *site, void (*fn)(
         return;
     }
     if (nt == 0 || nt > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
-        c.grid.y > 65535 || c.grid.z > 65535 || c.grid.x > 2147483647u || c.smem > (48u << 10)) {
+        c.grid.y > 65535 || c.grid.z > 65535 || c.grid.x > 2147483647u || c.smem > (size_t)dyn_optin.load()) {
         fprintf(stderr, "cudaemu: %s: launch grid (%u, %u, %u) block (%u, %u, %u) shared %zu refused\n", name,
                 c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.smem);
         st_emu_ret(cudaErrorInvalidConfiguration);

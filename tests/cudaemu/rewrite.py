@@ -116,9 +116,15 @@ def shared_decls(src, path):
     out = []
     for n, line in enumerate(src.split("\n"), 1):
         m = re.match(r"^(\s*)__shared__\s+(.*?);(.*)$", line)
-        if line.lstrip().startswith("extern __shared__"):
-            raise SystemExit("rewrite.py: %s:%d: dynamic shared memory (extern __shared__) is not emulated" % (path, n))
-        if m:
+        dyn = re.match(r"^(\s*)extern\s+__shared__\s+(?:__align__\s*\([^)]*\)\s+)?([\w:<> ]+?)\s+(\w+)\s*\[\s*\]\s*;(.*)$",
+                     line)
+        if line.lstrip().startswith("extern __shared__") and not dyn:
+            raise SystemExit("rewrite.py: %s:%d: dynamic shared memory not understood (one array a line: "
+                             "extern __shared__ T name[];)" % (path, n))
+        if dyn:  # the launch's dynamic shared memory
+            line = "%s%s *%s = (%s *)st_emu_dynamic_shared();%s" % (dyn.group(1), dyn.group(2), dyn.group(3), dyn.group(2),
+                                                                    dyn.group(4))
+        elif m:
             body = re.sub(r"__align__\s*\([^)]*\)", "", m.group(2))
             names = []
             for d in split_top(body):

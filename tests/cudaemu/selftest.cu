@@ -129,6 +129,52 @@ extern "C" int st_emu_selftest(int fault, int fixed) {
     return wrong;
 }
 
+/* selftest.h st_emu_selftest_dynamic_shared */
+static __global__ void k_dynamic(int *out, int per, bool every_block) {
+    extern __shared__ int dyn[];
+    const int t = threadIdx.x;
+    if (every_block || blockIdx.x == 0)
+        for (int k = 0; k < per; k++)
+            dyn[t * per + k] = (int)blockIdx.x * 100000 + t * per + k;
+    __syncthreads();
+    int sum = 0;
+    for (int k = 0; k < per; k++)
+        sum += dyn[(NT - 1 - t) * per + k];
+    out[blockIdx.x * NT + t] = sum;
+}
+
+extern "C" int st_emu_selftest_dynamic_shared(int bytes, int optin, int every_block) {
+    enum { N = NT * BLOCKS };
+    const int per = bytes / (NT * (int)sizeof(int));
+    static int out_h[N];
+    if (per < 1 || bytes % (NT * (int)sizeof(int))) return -1;
+    if (optin && cudaFuncSetAttribute(reinterpret_cast<const void *>(&k_dynamic),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* (a refused opt-in is the last error, as a GPU's: not a later launch's) */
+        return -1;
+    }
+    int *out = nullptr;
+    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
+    k_dynamic<<<BLOCKS, NT, (size_t)bytes>>>(out, per, every_block != 0);
+    if (cudaGetLastError() != cudaSuccess) {
+        cudaFree(out);
+        return -2;
+    }
+    const bool ok = cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(out);
+    if (!ok) return -1;
+    int wrong = 0;
+    for (int b = 0; b < BLOCKS; b++)
+        for (int t = 0; t < NT; t++) {
+            const int s = NT - 1 - t;
+            int want = 0;
+            for (int k = 0; k < per; k++)
+                want += b * 100000 + s * per + k;
+            wrong += out_h[b * NT + t] != want;
+        }
+    return wrong;
+}
+
 /* A chain of warp shuffles, each of the four kinds, each lane's value
  * feeding its next: exchanges that take the warp's two sets of slots in
  * turn (kernels.cpp), back to back with no other barrier between them. */

@@ -43,6 +43,16 @@ int st_emu_selftest_shuffle_skip(void);
 struct st_device;
 int st_emu_selftest_struct_arg(struct st_device *d, void *p, int n);
 
+/* Dynamic shared memory (extern __shared__) of `bytes` (a multiple of
+ * 512), on 4 blocks of 128 threads: each thread writes its ints there,
+ * then reads those of thread 127 - t; with every_block 0, block 0 alone
+ * writes (the others then read what a GPU's shared memory holds at a
+ * block's start). With optin, the kernel is first opted in to `bytes`
+ * (cudaFuncSetAttribute, cudaFuncAttributeMaxDynamicSharedMemorySize).
+ * Returns how many outputs are wrong, -1 when a CUDA call failed, or -2
+ * when the launch was refused. */
+int st_emu_selftest_dynamic_shared(int bytes, int optin, int every_block);
+
 /* The next NCCL collective of this process loses its peer, as a rank that
  * died or a broken link: ncclCommGetAsyncError says ncclRemoteError from its
  * call on, and its end on the stream never comes until the communicator is
