@@ -320,6 +320,31 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     return agree_outcome(ses, s, "train.out_dir");
 }
 
+/* Rank 0 takes train.out_dir once the run's set-up is done: out_dir and
+ * run.lock made if need be and locked (st_ckpt_lock_out_dir), a killed
+ * run's temporary files swept. Where check_out_dir found no run.lock to lock
+ * (a new out_dir, or a run before this one that never saved), another run
+ * may have come and gone there since, or even started and stopped: its
+ * checkpoints are looked at again now, under the lock, as check_out_dir
+ * did (a finished run's set aside by first_writes, an unfinished one's an
+ * error). Before, a run that finished in that gap was overwritten: its
+ * checkpoints, metrics.jsonl and model.safetensors replaced without a word. */
+static st_status take_out_dir(st_session *ses, const st_run_opts *opts) {
+    const char *out = ses->cfg->train.out_dir;
+    const bool held = ses->out_lock_fd >= 0; /* (since check_out_dir: nothing can have changed) */
+    ST_TRY(st_ckpt_lock_out_dir(out, true, &ses->out_lock_fd)); /* (makes out_dir) */
+    st_ckpt_sweep_leftovers(out); /* (a killed run's temporary files; the lock is ours) */
+    if (held || (opts->resume && !ses->resume_elsewhere)) return ST_OK;
+    char from[4096] = "", what[4200];
+    if (ses->resume_elsewhere) st_ckpt_resume_source(out, opts->resume, from, sizeof from);
+    snprintf(what, sizeof what, "looking at %s/ckpt again, under its lock", out);
+    st_watch_begin(ses->store_watch, what);
+    const st_status s =
+        st_ckpt_new_run_check(out, ses->resume_elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
+    st_watch_end(ses->store_watch);
+    return s;
+}
+
 /* The checkpoints check_out_dir found of a run before this one, moved to
  * out_dir/ckpt.previous, saying so: rank 0, where the run first writes. */
 static st_status set_aside_previous(st_session *ses, int64_t start) {
@@ -1708,10 +1733,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     const int64_t start = ck.step;
     r->start_step = start;
-    if (ses->rank == 0 && opts->save) { /* (its first writes come once the set-up is done: first_writes) */
-        ST_GOTO(st_ckpt_lock_out_dir(c->train.out_dir, true, &ses->out_lock_fd)); /* (makes out_dir) */
-        st_ckpt_sweep_leftovers(c->train.out_dir); /* (a killed run's temporary files; the lock is ours) */
-    }
+    /* (its first writes come once the set-up is done: first_writes) */
+    ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? take_out_dir(ses, opts) : ST_OK,
+                          "rank 0's lock of train.out_dir"));
     if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));
     if (dist) {
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 &&

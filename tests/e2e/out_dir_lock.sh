@@ -13,7 +13,14 @@
 #     checkpoint): at its next save the run stops, exit 1, saying so, and
 #     writes nothing there (before: the save made the folder again, without
 #     its lock, so a second run there was not refused and the two mixed
-#     their checkpoints).
+#     their checkpoints);
+#  5. a run that finishes in another's out_dir after that one looked there
+#     but before it took the lock (run L held, by tests/lib/slowfs.c, at its
+#     --init's open, which comes between the two; run Q then trains there
+#     to its end; L let go): L looks again under the lock, sets Q's
+#     checkpoints aside in ckpt.previous, saying so, and trains (before: it
+#     overwrote Q's checkpoint, metrics.jsonl and model.safetensors without
+#     a word).
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_tmpdir
@@ -82,4 +89,26 @@ if e2e_wait_ckpt $gpid "$tmp/gone"; then
 else
     fail "out_dir removed: the run did not start: $(tail -n 2 "$tmp/gone.log")"
 fi
+# 5.
+cc -shared -fPIC -O2 -o "$tmp/slowfs.so" tests/lib/slowfs.c -ldl || fail "cannot build tests/lib/slowfs.c"
+timeout -k 10 120 "$bin" "${run[@]}" --set train.steps=3 --set train.out_dir="$tmp/w" >"$tmp/w.log" 2>&1 ||
+    fail "the weights for --init: exit $?: $(tail -n 2 "$tmp/w.log")"
+timeout -k 10 120 env LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH="$tmp/w/model.safetensors" ST_SLOWFS_MS=100000 \
+    ST_SLOWFS_MARK="$tmp/held" ST_SLOWFS_UNTIL="$tmp/go" "$bin" "${run[@]}" --set train.steps=6 \
+    --set train.out_dir="$tmp/gap" --init "$tmp/w/model.safetensors" >"$tmp/late.log" 2>&1 &
+lpid=$!
+for i in $(seq 1 1200); do # L at its --init's open, past its look at out_dir
+    [ -e "$tmp/held" ] || ! kill -0 $lpid 2>/dev/null && break
+    sleep 0.05
+done
+[ -e "$tmp/held" ] || fail "run L did not reach its --init: $(tail -n 2 "$tmp/late.log")"
+timeout -k 10 120 "$bin" "${run[@]}" --set train.steps=4 --set train.out_dir="$tmp/gap" >"$tmp/quick.log" 2>&1 ||
+    fail "run Q: exit $?: $(tail -n 2 "$tmp/quick.log")"
+touch "$tmp/go"
+wait $lpid; rc=$?
+[ $rc -eq 0 ] && grep -q "warning: train.out_dir $tmp/gap holds a finished run (the latest checkpoint at step 4): its checkpoints are now in $tmp/gap/ckpt.previous" "$tmp/late.log" ||
+    fail "run L after Q finished in its out_dir: exit $rc (want 0) or no warning setting Q's run aside: $(grep -E "warning|error" "$tmp/late.log" | head -n 3)"
+[ -d "$tmp/gap/ckpt.previous/step-4" ] && [ -d "$tmp/gap/ckpt/step-6" ] && [ ! -e "$tmp/gap/ckpt/step-4" ] ||
+    fail "run L: want Q's step-4 in ckpt.previous and L's step-6 in ckpt: $(cd "$tmp/gap" && find ckpt* -maxdepth 1 | sort | tr '\n' ' ')"
+[ "$fails" -ne 0 ] || echo "a run that finished between another's look at out_dir and its lock: set aside by it, not overwritten"
 e2e_finish "one run at a time in a train.out_dir"

@@ -7,6 +7,10 @@
  * library's own calls inside fopen, fwrite or fclose are not seen: only the
  * program's.)
  * ST_SLOWFS_CLOSE_EIO=1 makes fclose of such a file fail (below).
+ * ST_SLOWFS_UNTIL=FILE: such a call waits instead until FILE exists (at
+ * most $ST_SLOWFS_MS), and ST_SLOWFS_MARK=FILE is made when it begins to
+ * wait, so that a test holds a process at that call, does something, and
+ * lets it go (tests/e2e/out_dir_lock.sh).
  * tests/e2e/checkpoint_slow.sh builds it (cc -shared -fPIC ... -ldl). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void slow_path(const char *path) {
@@ -26,6 +31,19 @@ static void slow_path(const char *path) {
     if (!match || !*match || !ms || !path || !strstr(path, match)) return;
     if (getenv("ST_SLOWFS_EIO_AFTER")) return; /* failing, not slow */
     long v = atol(ms);
+    const char *until = getenv("ST_SLOWFS_UNTIL"), *mark = getenv("ST_SLOWFS_MARK");
+    if (mark && *mark) {
+        const int fd = (int)syscall(SYS_openat, AT_FDCWD, mark, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd);
+    }
+    if (until && *until) { /* (its existence, every 10 ms: a test's event, not a timing) */
+        for (long waited = 0; waited < v && access(until, F_OK) != 0; waited += 10) {
+            struct timespec t = {0, 10 * 1000000L};
+            while (nanosleep(&t, &t) != 0) {
+            }
+        }
+        return;
+    }
     struct timespec t = {v / 1000, (v % 1000) * 1000000L};
     while (nanosleep(&t, &t) != 0) {
     }
