@@ -513,6 +513,17 @@ static void check_data(report *r, const st_config *c) {
     if (opened && st_session_check_data(c) != ST_OK) line(r, "FAIL", "data", "%s", st_last_error());
 }
 
+/* A run's refusal as check says it: without train's closing "(nothing was
+ * written)", which check, writing nothing anyway, has no need of. */
+static const char *without_nothing_written(const char *msg) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s", msg);
+    const char *tail = " (nothing was written)";
+    const size_t n = strlen(buf), t = strlen(tail);
+    if (n >= t && strcmp(buf + n - t, tail) == 0) buf[n - t] = '\0';
+    return buf;
+}
+
 /* out_dir, or the nearest existing directory above it, takes a new file. */
 static void check_out_dir(report *r, const char *out_dir) {
     char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64], who[512] = "";
@@ -566,7 +577,10 @@ static void check_out_dir(report *r, const char *out_dir) {
              "%s is in use by another run (%s: it holds %s/run.lock), and a train there now is refused; fix: "
              "wait for it to end, or set train.out_dir to another directory",
              out_dir, who[0] ? who : "it does not say who", out_dir);
-    else if (!strcmp(dir, out_dir)) {
+    else if (!strcmp(dir, out_dir) && st_ckpt_folder_check(out_dir) != ST_OK) {
+        line(r, "FAIL", "out_dir", "%s", without_nothing_written(st_last_error()));
+        st_clear_error();
+    } else if (!strcmp(dir, out_dir)) {
         /* what a new run there finds: an unfinished run's checkpoints (a
          * warning: --resume auto continues it, and check does not know which
          * is meant), or checkpoints the storage does not read (both refuse) */
@@ -575,9 +589,9 @@ static void check_out_dir(report *r, const char *out_dir) {
         const st_status s = st_ckpt_new_run_check(out_dir, NULL, &aside, &aside_step);
         if (s == ST_ERR_CONFIG)
             line(r, "warn", "out_dir", "%s is writable, and a new run there is refused: %s", out_dir,
-                 st_last_error());
+                 without_nothing_written(st_last_error()));
         else if (s != ST_OK)
-            line(r, "FAIL", "out_dir", "%s", st_last_error());
+            line(r, "FAIL", "out_dir", "%s", without_nothing_written(st_last_error()));
         else if (aside > 0)
             line(r, "ok", "out_dir",
                  "%s is writable; a new run there sets the %d checkpoint%s there (%s) aside in "

@@ -1507,6 +1507,17 @@ st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *a
     return ST_OK;
 }
 
+st_status st_ckpt_folder_check(const char *out_dir) {
+    char ckdir[PATH_CAP];
+    struct stat sb;
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
+    if (stat(ckdir, &sb) != 0 || S_ISDIR(sb.st_mode)) return ST_OK; /* (none yet; or a folder) */
+    return st_fail(ST_ERR_CONFIG,
+                   "train.out_dir %s holds %s, which is %s, not a folder: the run's checkpoints go in a folder "
+                   "of that name. Move or remove it, or choose another train.out_dir (nothing was written)",
+                   out_dir, ckdir, S_ISREG(sb.st_mode) ? "a file" : "something else");
+}
+
 st_status st_ckpt_set_aside(const char *out_dir, char *moved, size_t size) {
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);

@@ -177,6 +177,11 @@ void st_ckpt_remove_all(const char *out_dir);
 st_status st_ckpt_new_run_check(const char *out_dir, const char *resume_from, int *aside,
                                 int64_t *aside_step);
 
+/* out_dir/ckpt, where it exists, is a folder: a file there (or anything
+ * else) is ST_ERR_CONFIG naming it, before a run trains and then finds no
+ * place for its checkpoints. */
+st_status st_ckpt_folder_check(const char *out_dir);
+
 /* Where a --resume spec's checkpoint lies: its checkpoint folder (the one
  * that holds step-N) into folder, and true when that is not out_dir/ckpt
  * (another run's out_dir, a copy elsewhere, out_dir/ckpt.previous): out_dir's

@@ -286,6 +286,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
      * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
      * yet, and say who holds them. */
     if (ses->rank == 0 && ses->save) s = st_ckpt_lock_out_dir(out, false, &ses->out_lock_fd);
+    if (s == ST_OK && ses->rank == 0 && ses->save) s = st_ckpt_folder_check(out);
     char from[4096] = ""; /* (a --resume from another folder: that folder) */
     const bool elsewhere = s == ST_OK && ses->rank == 0 && ses->save && opts->resume &&
                            st_ckpt_resume_source(out, opts->resume, from, sizeof from);

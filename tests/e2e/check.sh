@@ -77,6 +77,16 @@ out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/plain/run" 
 [ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +.*plain is not a directory; fix: " <<<"$out" ||
     fail "out_dir under a file: exit $rc: $out"
 echo "out_dir under a file: $(grep FAIL <<<"$out")"
+# out_dir/ckpt a file: check and train both refuse it at once (train ran to
+# its end, then had nowhere to save, and lost every step)
+mkdir "$tmp/ckfile" && echo x >"$tmp/ckfile/ckpt"
+want="train.out_dir $tmp/ckfile holds $tmp/ckfile/ckpt, which is a file, not a folder: the run's checkpoints go in a folder of that name. Move or remove it, or choose another train.out_dir"
+out=$(timeout 300 "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/ckfile" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qxF "FAIL  out_dir   $want" <<<"$out" || fail "out_dir/ckpt a file: check: exit $rc: $(grep out_dir <<<"$out")"
+out=$(timeout 300 "$bin" train "${cfg[@]}" --set train.steps=50 --set train.out_dir="$tmp/ckfile" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qxF "scaletrain: error: $want (nothing was written)" <<<"$out" && ! grep -q "^step " <<<"$out" ||
+    fail "out_dir/ckpt a file: train: exit $rc, or it trained: $(tail -n 2 <<<"$out")"
+[ "$fails" -ne 0 ] || echo "out_dir/ckpt a file: check and train refuse it, naming it"
 
 # a working directory this user cannot search (stat "." fails: it looped
 # for ever looking above "."): FAIL naming it, at once. As another user
