@@ -536,6 +536,10 @@ st_status st_config_validate(const st_config *c) {
         "%s promises the same bits on any number of ranks; set model.matmul_tune: off (or auto) to keep "
         "that promise, or dist.deterministic: false",
         D1("model.matmul_tune"), D2("dist.deterministic"));
+    FAIL_IF(c->dist.sync_batchnorm && c->dist.deterministic,
+            "%s and %s exclude each other: deterministic mode gives the same bits on any number of ranks, "
+            "and batch-norm statistics over all ranks change with it; set one of them to false",
+            D1("dist.sync_batchnorm"), D2("dist.deterministic"));
     FAIL_IF(!strcmp(c->optim.type, "sgd") && c->optim.nesterov && c->optim.momentum == 0,
             "%s but %s; Nesterov needs momentum > 0", D1("optim.nesterov"), D2("optim.momentum"));
     return ST_OK;

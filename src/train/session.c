@@ -630,6 +630,17 @@ static st_status model_input(st_session *s, st_model_input *in) {
                            (long long)c->model.num_classes, key, file, (long long)classes - 1,
                            (long long)classes);
         }
+        /* (the loader refuses it too, but only once the model is built:
+         * here `check` and every rank's start see it) */
+        if (d->flat && (c->data.augment_crop_pad > 0 || c->data.augment_flip)) {
+            char a[ST_CFG_STR + 96], b[ST_CFG_STR + 96];
+            return st_fail(ST_ERR_CONFIG,
+                           "%s and %s are image augmentations, and %s %s holds flat (n, d) features; set them "
+                           "to 0 and false, or give images: an (n, h, w) or (n, c, h, w) array",
+                           st_config_describe(c, "data.augment_crop_pad", a, sizeof a),
+                           st_config_describe(c, "data.augment_flip", b, sizeof b),
+                           d == &s->train ? "data.train" : "data.val", d == &s->train ? c->data.train : c->data.val);
+        }
         in->height = d->h;
         in->width = d->w;
         in->channels = d->c;

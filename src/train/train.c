@@ -873,19 +873,13 @@ static st_status sync_bn_sum_dev(void *ctx, double *buf, int64_t n, const char *
 
 /* dist.sync_batchnorm: the training graph's batch-norm layers reduce their
  * statistics over every rank (batchnorm.c; on GPUs src/cuda/batchnorm.cu).
- * Refused with dist.deterministic, whose promise (the same bits on any
- * number of ranks) it would break: the statistics of a global micro-batch
- * depend on how many ranks share it. */
+ * (With dist.deterministic, whose promise, the same bits on any number of
+ * ranks, it would break, the configuration is refused: st_config_validate.) */
 static st_status setup_sync_bn(st_session *ses, st_graph *g) {
     const st_config *c = ses->cfg;
     if (!c->dist.sync_batchnorm) return ST_OK;
     const char *why = NULL;
-    if (c->dist.deterministic)
-        why =
-            "dist.sync_batchnorm and dist.deterministic exclude each other: deterministic mode gives the "
-            "same bits on any number of ranks, and batch-norm statistics over all ranks change with it; set "
-            "one of them to false";
-    else if (ses->world > 1 && g->dev && !ses->dcomm)
+    if (ses->world > 1 && g->dev && !ses->dcomm)
         why = "dist.sync_batchnorm on GPUs reduces the statistics through NCCL, and this run's GPUs have no "
               "NCCL communicator; set dist.sync_batchnorm: false";
     if (why) {

@@ -243,6 +243,11 @@ err "augmenting features" "data.augment_crop_pad" "$tmp/run.yaml" --set data.tra
     --set data.augment_flip=true
 err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.type=tokens \
     --set data.augment_crop_pad=2
+# (check says it too: it said ready, and the run was refused once its model was built)
+o=$(timeout 60 "$bin" check "$tmp/run.yaml" --set data.train="$tmp/feat_x.npy" --set data.val= --set data.augment_flip=true \
+    --set train.out_dir="$tmp/chk" 2>&1)
+grep -qF "data.augment_crop_pad (0, default) and data.augment_flip (true, --set) are image augmentations, and data.train $tmp/feat_x.npy holds flat (n, d) features" <<<"$o" &&
+    grep -q "^FAIL  data " <<<"$o" && grep -q "^not ready" <<<"$o" || fail "check, augmenting features: $(grep -E "data|ready" <<<"$o")"
 # plan and check read the NPY pair as train does (they had opened it as IDX:
 # "not an IDX file but a NumPy .npy array")
 o=$(timeout 60 "$bin" plan "$tmp/run.yaml" 2>&1) || fail "plan on NPY data: $o"

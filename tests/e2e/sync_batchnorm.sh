@@ -68,7 +68,7 @@ grep -q "^FAIL: worst relative difference" <<<"$out" || fail "local4 matches 1 r
 out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=1 --set train.out_dir="$tmp/det" \
     --set dist.sync_batchnorm=true --set dist.deterministic=true 2>&1); rc=$?
 echo "sync_batchnorm with deterministic: exit $rc: $(grep -m1 'error' <<<"$out")"
-[ $rc -ne 0 ] && grep -q "dist.sync_batchnorm and dist.deterministic" <<<"$out" ||
+[ $rc -ne 0 ] && grep -qF "dist.sync_batchnorm (true, --set) and dist.deterministic (true, --set) exclude each other" <<<"$out" ||
     fail "sync_batchnorm with deterministic: exit $rc: $out"
 # 4.
 timeout 60 "$bin" train "${args[@]}" --set train.micro_batch_size=$((2 * b)) --set train.out_dir="$tmp/n1acc" \
