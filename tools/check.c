@@ -774,6 +774,21 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return 0;
 }
 
+/* How many processes a launcher started with this one (mpirun, scaletrain
+ * launch, srun -n N), into *var its variable; 1 when none did. A batch
+ * script's own shell (SLURM_NTASKS without a step) is one process. */
+static long launched_processes(const char **var) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atol(v) > 1) {
+            *var = vars[i];
+            return atol(v);
+        }
+    }
+    return 1;
+}
+
 int st_cmd_check(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -784,6 +799,19 @@ int st_cmd_check(int argc, char **argv) {
         }
     if (argc >= 1 && !strcmp(argv[0], "--allreduce-worker"))
         return st_check_allreduce_worker(argc == 2 && !strcmp(argv[1], "--nccl"));
+    /* (each of N ranks would start its own 2-rank jobs inside the job, which
+     * mpirun refuses, and report the machine N times) */
+    const char *var = NULL;
+    const long procs = launched_processes(&var);
+    if (procs > 1) {
+        fprintf(stderr,
+                "scaletrain check: error: this process is one of %ld a launcher started (%s=%ld), and check "
+                "runs as one process a machine: it starts its own ranks for its ddp and allreduce checks. "
+                "Run `scaletrain check` without launch or mpirun; under SLURM, one task a node (srun "
+                "--ntasks-per-node=1 scaletrain check)\n",
+                procs, var, procs);
+        return ST_EXIT_USAGE;
+    }
     st_config cfg;
     st_run_opts opts = {0};
     int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);

@@ -426,12 +426,16 @@ int st_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
         return ST_EXIT_USAGE;
     }
-    if (command_kind(argv[i]) == LAUNCH_ONE_PROCESS) {
-        fprintf(
-            stderr,
-            "scaletrain launch: scaletrain %s runs as one process%s; run it without launch (launch starts "
-            "train, eval, data and check, or a program)\n",
-            argv[i], !strcmp(argv[i], "bench") ? " and starts its own ranks (bench -n 1,2,4)" : "");
+    /* (check's own all-reduce worker, which check starts through launch, is its ranks' part) */
+    const bool check = !strcmp(argv[i], "check") && !(i + 1 < argc && !strcmp(argv[i + 1], "--allreduce-worker"));
+    if (command_kind(argv[i]) == LAUNCH_ONE_PROCESS || check) {
+        fprintf(stderr,
+                "scaletrain launch: scaletrain %s runs as one process%s; run it without launch (launch starts "
+                "train, eval and data, or a program)\n",
+                argv[i],
+                !strcmp(argv[i], "bench") ? " and starts its own ranks (bench -n 1,2,4)"
+                : check ? " a machine and starts its own ranks for its ddp and allreduce checks"
+                        : "");
         return ST_EXIT_USAGE;
     }
     long host_slots = -1;

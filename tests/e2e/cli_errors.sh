@@ -212,6 +212,11 @@ expect 1 "batchnorm bn.4.out: training needs more than one value per channel, an
     --set train.micro_batch_size=1 --set train.steps=1 --set data.val= --set train.out_dir="$tmp/bn1"
 # launch of a command that runs as one process: refused by name (it looked for a program "plan" on PATH)
 expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch -n 2 plan
+# check too (each rank started its own 2-rank jobs inside the job: "not ready" on a ready machine), and
+# as one of several processes of plain mpirun
+expect 2 "scaletrain launch: scaletrain check runs as one process a machine and starts its own ranks" "$bin" launch -n 2 check
+expect 2 "scaletrain check: error: this process is one of 2 a launcher started (OMPI_COMM_WORLD_SIZE=2)" \
+    env OMPI_COMM_WORLD_SIZE=2 "$bin" check
 # sample's --help after a flag without a value (--no-graph was read as taking one: "unknown option '--help'")
 expect 0 "--no-graph" "$bin" sample --no-graph --help
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
