@@ -103,6 +103,8 @@ static int parse_ranks(const char *s, int *out, int *n) {
         if (end == s || v < 1 || v > 4096 || *n >= MAX_RUNS || (*end && *end != ',') ||
             (*end == ',' && !end[1]))
             return -1;
+        for (int k = 0; k < *n; k++) /* (a count twice: its runs share DIR/nN.log and DIR/nN) */
+            if (out[k] == (int)v) return -1;
         out[(*n)++] = (int)v;
         s = *end ? end + 1 : end;
     }
@@ -369,7 +371,8 @@ int st_cmd_bench(int argc, char **argv) {
             return ST_EXIT_OK;
         } else if (!strcmp(a, "-n")) {
             if (parse_ranks(argv[++i], ranks, &nr) != 0) {
-                fprintf(stderr, "scaletrain bench: -n %s: want rank counts like 1,2,4 (at most %d)\n",
+                fprintf(stderr,
+                        "scaletrain bench: -n %s: want rank counts like 1,2,4, each once (at most %d)\n",
                         argv[i], MAX_RUNS);
                 free(rest);
                 return ST_EXIT_USAGE;

@@ -258,6 +258,7 @@ expect 1 "writing standard output failed" sh -c "\"$(realpath "$bin")\" plan --j
 expect 2 "--max-restarts : want a number of restarts" "$bin" launch -n 2 --max-restarts "" train x.yaml
 expect 2 "--warmup : want a number of steps" "$bin" bench --warmup ""
 expect 2 "-n 1,2,: want rank counts" "$bin" bench -n 1,2,
+expect 2 "-n 1,2,1: want rank counts like 1,2,4, each once" "$bin" bench -n 1,2,1 # (the two runs of 1 shared their log)
 expect 2 "--out needs a directory" "$bin" report "$tmp" --out
 # sizes each in range whose product is past any memory: refused naming the tensor (they wrapped int64)
 for i in $(seq 1 50); do echo "some text $i"; done >"$tmp/s.txt"
