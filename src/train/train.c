@@ -1468,6 +1468,80 @@ static void say_slowdown(const st_session *ses, slow_watch *w, unsigned long lon
     w->unsaid = 0;
 }
 
+/* The steps since metrics.jsonl's last step line (train_loop): their losses
+ * summed as read and their count, and the loop's running totals (time in
+ * steps, waiting for data, and on a data-parallel run the gradients' waits,
+ * the time communication hid and its span) when the window began. */
+typedef struct log_window {
+    double loss;
+    int64_t n;
+    double t, wait, comm, hidden, span;
+} log_window;
+
+/* What one step line says beside the window's sums. */
+typedef struct line_facts {
+    int64_t step, steps_per_epoch, tokens_per_sample;
+    double lr, grad_norm, flops_step, t_train, wait_total;
+    bool lm;
+    const st_scaler *sc;
+    const st_dist *dd; /* with ddp non-NULL: a data-parallel run */
+    const st_ddp *ddp;
+    st_gpu_sample gpu;
+} line_facts;
+
+/* metrics.jsonl's line for the window ending at f->step (rank 0's, which
+ * holds met->f), then the window starts again; r->train_loss becomes the
+ * window's loss (every rank's, as it read it). */
+static st_status log_step_line(st_session *ses, st_metrics *met, log_window *w, const line_facts *f,
+                               st_run_result *r) {
+    const st_config *c = ses->cfg;
+    st_status s = ST_OK;
+    if (met->f && w->n > 0) {
+        const double dt = f->t_train - w->t, wait = f->wait_total - w->wait;
+        st_metrics_step ms = {0};
+        ms.step = f->step;
+        ms.epoch = f->steps_per_epoch > 0 ? (f->step - 1) / f->steps_per_epoch : 0;
+        ms.loss = w->loss / (double)w->n;
+        ms.lr = f->lr;
+        ms.grad_norm = f->grad_norm;
+        ms.lm = f->lm;
+        ms.samples_per_s = dt > 0 ? (double)(w->n * c->train.batch_size) / dt : 0;
+        ms.tokens_per_s = ms.samples_per_s * (double)f->tokens_per_sample;
+        ms.step_ms = 1e3 * dt / (double)w->n;
+        /* Model FLOPs over every rank's peak (log.peak_gflops is per rank). */
+        const double peak = c->log.peak_gflops * 1e9 * (double)ses->world;
+        ms.mfu = peak <= 0 ? -1 : dt > 0 ? f->flops_step * (double)w->n / dt / peak : 0; /* (-1: left out) */
+        ms.data_wait_ms = 1e3 * wait / (double)w->n;
+        ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
+        ms.skipped_steps = f->sc->skipped;
+        ms.has_loss_scale = f->sc->enabled;
+        ms.loss_scale = f->sc->scale;
+        ms.optim_state_bytes = r->optim_state_bytes;
+        ms.grad_bytes = st_dist_grad_nbytes(f->dd);
+        ms.gpu = f->gpu;
+        if (f->ddp) {
+            const double span = f->ddp->span_s - w->span;
+            ms.has_comm = true;
+            /* per step, as step_ms (zero2 with accumulation syncs every micro-step: per sync
+             * it was a fraction of the step's wait) */
+            ms.comm_ms = 1e3 * (f->ddp->wait_s - w->comm) / (double)w->n;
+            ms.comm_overlap = span > 0 ? (f->ddp->hidden_s - w->hidden) / span : 0;
+        }
+        s = st_metrics_step_write(met, &ms);
+    }
+    if (f->ddp) {
+        w->comm = f->ddp->wait_s;
+        w->hidden = f->ddp->hidden_s;
+        w->span = f->ddp->span_s;
+    }
+    w->t = f->t_train;
+    w->wait = f->wait_total;
+    if (w->n > 0) r->train_loss = w->loss / (double)w->n;
+    w->loss = 0;
+    w->n = 0;
+    return s;
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -1834,11 +1908,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     int64_t gpu_last = start;                           /* the step of the last GPU sample */
     slow_watch slow = {0};                              /* the GPU's slowdown reasons, read and said */
     bool slow_known = false;
-    double window_loss = 0, t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
-    int64_t window_n = 0;
+    double t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
-    /* The window since the last logged step, for metrics.jsonl. */
-    double win_t = 0, win_wait = 0, win_comm = 0, win_hidden = 0, win_span = 0, grad_norm = 0;
+    log_window win = {0}; /* since the last logged step, for metrics.jsonl */
+    double grad_norm = 0;
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
     r->steps = start;
@@ -1974,8 +2047,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         step_times[(step - start) % times_kept] = dt_step;
         t_train += dt_step;
         if (step == start) r->first_loss = step_loss; /* (a read of this step alone) */
-        window_loss += step_loss;                     /* 0 when not read */
-        window_n++;
+        win.loss += step_loss;                        /* 0 when not read */
+        win.n++;
         r->steps = step + 1;
         whole = step + 1; /* (a non-finite loss was read above) */
         whole_pos = st_feed_position(feed);
@@ -1996,49 +2069,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             slow_known |= known;
             gpu_last = step + 1;
         }
-        if (line && met->f) {
-            const double dt = t_train - win_t, wait = wait_total - win_wait;
-            st_metrics_step ms = {0};
-            ms.step = step + 1;
-            ms.epoch = steps_per_epoch > 0 ? step / steps_per_epoch : 0;
-            ms.loss = window_loss / (double)window_n;
-            ms.lr = lr;
-            ms.grad_norm = grad_norm;
-            ms.lm = lm;
-            ms.samples_per_s = dt > 0 ? (double)(window_n * c->train.batch_size) / dt : 0;
-            ms.tokens_per_s = ms.samples_per_s * (double)tokens_per_sample;
-            ms.step_ms = 1e3 * dt / (double)window_n;
-            /* Model FLOPs over every rank's peak (log.peak_gflops is per rank). */
-            const double peak = c->log.peak_gflops * 1e9 * (double)ses->world;
-            ms.mfu = peak <= 0 ? -1 : dt > 0 ? flops_step * (double)window_n / dt / peak : 0; /* (-1: left out) */
-            ms.data_wait_ms = 1e3 * wait / (double)window_n;
-            ms.data_wait_fraction = dt > 0 ? wait / dt : 0;
-            ms.skipped_steps = sc.skipped;
-            ms.has_loss_scale = sc.enabled;
-            ms.loss_scale = sc.scale;
-            ms.optim_state_bytes = r->optim_state_bytes;
-            ms.grad_bytes = st_dist_grad_nbytes(&dd);
-            ms.gpu = gpu;
-            if (dist) {
-                const double span = ddp->span_s - win_span;
-                ms.has_comm = true;
-                /* per step, as step_ms (zero2 with accumulation syncs every micro-step: per sync
-                 * it was a fraction of the step's wait) */
-                ms.comm_ms = 1e3 * (ddp->wait_s - win_comm) / (double)window_n;
-                ms.comm_overlap = span > 0 ? (ddp->hidden_s - win_hidden) / span : 0;
-                win_comm = ddp->wait_s;
-                win_hidden = ddp->hidden_s;
-                win_span = ddp->span_s;
-            }
-            ST_GOTO(own_error(ses, st_metrics_step_write(met, &ms), &own, own_why, sizeof own_why));
-            win_t = t_train;
-            win_wait = wait_total;
-        }
-        if (line) {
-            r->train_loss = window_loss / (double)window_n;
-            window_loss = 0;
-            window_n = 0;
-        }
+        line_facts facts = {step + 1, steps_per_epoch, tokens_per_sample, lr, grad_norm, flops_step, t_train,
+                            wait_total, lm, &sc, &dd, dist ? ddp : NULL, gpu};
+        if (line) ST_GOTO(own_error(ses, log_step_line(ses, met, &win, &facts, r), &own, own_why, sizeof own_why));
         st_progress_step(&prog, step + 1, line ? r->train_loss : last_loss, lr,
                          lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);
         if (eval_due && (ses->rank == 0 || ses->eval_shared)) {
@@ -2092,8 +2125,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool timed = flags[2] > 0;
         if ((stopped || timed) && !read_now) { /* before the checkpoint (every rank agreed on it) */
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
-            window_loss += step_loss;
+            win.loss += step_loss;
         }
+        /* A stop's steps since the last line get theirs, as the run's last
+         * step does: metrics.jsonl then reaches the checkpoint's step, and a
+         * resumed run's lines follow on without a gap. (After the agreement:
+         * a failure to write it is said, and the stop saves as it would.) */
+        if (stopped && win.n > 0 && log_step_line(ses, met, &win, &facts, r) != ST_OK)
+            st_ticker_sayf("scaletrain: warning: metrics.jsonl: the line of step %lld (the stop's) was not "
+                           "written: %s\n",
+                           (long long)step + 1, st_last_error());
         /* the algorithms model.matmul_tune timed in this step, kept for a resumed run (before its
          * checkpoint: a run resumed from it finds them) */
         if (ses->save && !ses->out_dir_lost && st_matmul_algos_due(ses->dev)) { /* (watched: storage) */

@@ -415,17 +415,18 @@ grep -q "($d/ckpt.abandoned holds $mib MiB, the checkpoints of trajectories resu
 [ "$fails" -ne 0 ] || echo "rewind to step 4: steps 6-10 moved to ckpt.abandoned; a second rewind keeps both step-8s"
 
 # SIGTERM in the middle of a cosine run: a checkpoint, exit 143, then resume.
-# (1500 steps, about 2 s here, so that the signal sent once step 5 is
+# (1500 steps, about 2 s here, so that the signal sent once step 7 is
 # logged lands mid-run on a loaded machine too; 300 were over in 0.5 s.)
 d=$tmp/term
 long=1500
 big=("${common[@]}" --set model.type=mlp --set model.hidden=[256,256] --set train.batch_size=16
     --set data.num_workers=1 --set model.dropout=0.1 --set train.steps=$long)
 timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/full" || fail "term: the full run"
-"$bin" train "${big[@]}" --set train.out_dir="$d/run" >"$d.log" 2>&1 &
+# (a line every 7 steps: the stop's steps after the last one are its own line)
+"$bin" train "${big[@]}" --set log.every=7 --set train.out_dir="$d/run" >"$d.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do # up to 30 s for step 5 to be logged
-    grep -q "^step 5/" "$d.log" 2>/dev/null && break
+for _ in $(seq 1 600); do # up to 30 s for step 7 to be logged
+    grep -q "^step 7/" "$d.log" 2>/dev/null && break
     kill -0 $pid 2>/dev/null || break
     sleep 0.05
 done
@@ -437,6 +438,10 @@ grep -q "stopped by a signal after step" "$d.log" || fail "SIGTERM: no message s
 latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
 [ -n "$latest" ] && [ -f "$d/run/ckpt/$latest/state.json" ] || fail "SIGTERM left no checkpoint"
 [ -f "$d/run/model.safetensors" ] && fail "an interrupted run wrote the final weights"
+# metrics.jsonl's last step line is the stop's step (the steps after the last log.every line were left out)
+last=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l and "loss" in l][-1]["step"])' "$d/run/metrics.jsonl")
+[ "$last" = "${latest#step-}" ] && echo "SIGTERM: metrics.jsonl's last step line is the checkpoint's step, $last" ||
+    fail "SIGTERM: metrics.jsonl's last step line is step $last, the checkpoint $latest"
 # started again without --resume (forgotten): refused, naming the checkpoint and --resume auto, nothing written
 before=$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" 2>&1) && fail "term: a new run started"
@@ -444,9 +449,17 @@ echo "$out" | tail -n 1
 grep -q "holds an unfinished run: its latest good checkpoint, $d/run/ckpt/$latest, is at step .* of $long. Continue it with --resume auto" \
     <<<"$out" || fail "term: no clear refusal of a new run over the unfinished one"
 [ "$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)" = "$before" ] || fail "term: the refused run changed files"
-timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" --resume auto || fail "term: the resume"
+timeout 60 "$bin" train "${big[@]}" --set log.every=7 --quiet --set train.out_dir="$d/run" --resume auto ||
+    fail "term: the resume"
 cmp "$d/full/model.safetensors" "$d/run/model.safetensors" && echo "SIGTERM at $latest + resume: same bytes" ||
     fail "SIGTERM + resume differs from the uninterrupted run"
+# and the resumed run's lines follow on: every step line once, in order, up to the end
+/usr/bin/python3 -c '
+import json, sys
+s = [json.loads(l)["step"] for l in open(sys.argv[1]) if l.startswith("{\"step\"")]
+sys.exit(0 if s == sorted(set(s)) and s[-1] == int(sys.argv[2]) else 1)' "$d/run/metrics.jsonl" "$long" ||
+    fail "SIGTERM + resume: metrics.jsonl's step lines repeat, go back, or stop short of $long"
+
 
 # A new run over the finished one: its checkpoints are set aside in
 # ckpt.previous (still good, and --resume takes them from there); but not by
