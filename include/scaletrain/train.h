@@ -84,6 +84,7 @@ typedef struct st_run_result {
     bool has_loss_scale;
     double loss_scale;
     int64_t skipped_steps;
+    int64_t skipped_steps_here; /* of them, this process's run's (skipped_steps less the resumed checkpoint's) */
     /* memory this rank holds (every run; measured, with the formula's prediction: docs/distributed.md) */
     char strategy[8]; /* ddp | zero1 | zero2 */
     bool deterministic;

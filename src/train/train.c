@@ -1911,6 +1911,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double t_train = 0, last_loss = 0; /* last_loss: a step's, at the last read */
     const double flops_step = 3.0 * st_model_flops_per_sample(m) * (double)c->train.batch_size;
     log_window win = {0}; /* since the last logged step, for metrics.jsonl */
+    const int64_t skipped0 = sc.skipped; /* (fp16: a resumed run's, before this one) */
     double grad_norm = 0;
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
@@ -2247,6 +2248,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->has_loss_scale = sc.enabled;
     r->loss_scale = sc.scale;
     r->skipped_steps = sc.skipped;
+    r->skipped_steps_here = sc.skipped - skipped0;
     r->data_wait_fraction = t_train > 0 ? wait_total / t_train : 0;
     r->grad_bytes = st_dist_grad_nbytes(&dd);
     r->grad_peak_bytes = dd.grad_peak_nbytes > r->grad_bytes ? dd.grad_peak_nbytes : r->grad_bytes;
@@ -2481,6 +2483,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                     (long long)res->steps, here, res->seconds, lm ? res->tokens_per_s : res->samples_per_s,
                     lm ? "tokens/s" : "samples/s", res->gflops_per_s, res->train_loss);
             fprintf(ses.out, ", data wait %.1f%%", 100.0 * res->data_wait_fraction);
+            if (res->skipped_steps_here > 0) /* (fp16: the weights did not change at those) */
+                fprintf(ses.out, ", %lld of them skipped (fp16 overflow)", (long long)res->skipped_steps_here);
         }
         if (res->has_accuracy)
             fprintf(ses.out, ", test accuracy %.2f%%", 100.0 * res->eval_accuracy);
@@ -2490,6 +2494,13 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             fprintf(ses.out, ", device memory peak %.0f MiB", (double)res->device_mem_peak_bytes / (1 << 20));
         fprintf(ses.out, "\n");
     }
+    const int64_t ran = res->steps - res->start_step;
+    if (ses.rank == 0 && ran > 0 && res->skipped_steps_here == ran) /* (said with --quiet too: nothing trained) */
+        fprintf(stderr,
+                "scaletrain: warning: every one of this run's %lld steps was skipped: its fp16 gradients "
+                "overflowed at every loss scale tried (%g at the end), so the weights did not change; lower "
+                "optim.loss_scale, or train in bf16 (precision: bf16)\n",
+                (long long)ran, res->loss_scale);
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
     out_flush(&ses);
     s = ST_OK;

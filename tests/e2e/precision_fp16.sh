@@ -19,6 +19,8 @@
 #     ranks and the reductions sum, so its float16 gradients are one rank's
 #     size; averaged after the reduction they were N times larger, and N
 #     ranks skipped at an N times smaller scale).
+#  5. A run whose every step is skipped says so: its done line counts them,
+#     and a warning says the weights did not change.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
 e2e_need_numpy
@@ -125,4 +127,11 @@ for name in ("r2", "r3ddp", "r3zero1", "r3zero2"):
     ok &= same
 sys.exit(0 if ok else 1)
 PY
+# every step skipped: the done line counts them and a warning says the weights did not change
+# (before: a plain "done", the skips only in --json)
+out=$(timeout 120 "$bin" train "$tmp/gpt.yaml" --set train.steps=3 --set train.out_dir="$tmp/allskip" \
+    --set optim.loss_scale=$huge --set log.progress=off 2>&1)
+grep -qE "^done: 3 steps .*, 3 of them skipped \(fp16 overflow\)" <<<"$out" &&
+    grep -q "^scaletrain: warning: every one of this run's 3 steps was skipped: its fp16 gradients overflowed" <<<"$out" ||
+    fail "every step skipped: no count on the done line or no warning: $(grep -E "^done|warning" <<<"$out")"
 e2e_finish ok
