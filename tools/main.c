@@ -13,10 +13,10 @@ static const struct {
 } COMMANDS[] = {
     {"train",
      "  train [CONFIG.yaml] [--set key=value]... [--init WEIGHTS] [--resume auto|CKPT_DIR] [--json]\n"
-     "        [--quiet] [--profile FIRST-LAST]\n"
+     "        [--quiet] [--profile FIRST-LAST|STEP]\n"
      "                      train (default: a CNN on Fashion-MNIST, one epoch); --profile writes\n"
      "                      OUT_DIR/trace.json (Chrome trace) for those steps\n"},
-    {"eval", "  eval CONFIG.yaml --init WEIGHTS [--set key=value]... [--json]\n"
+    {"eval", "  eval [CONFIG.yaml] --init WEIGHTS [--set key=value]... [--json] [--quiet]\n"
              "                      evaluate saved weights on the validation data\n"},
     {"sample",
      "  sample [CONFIG.yaml] --init WEIGHTS [--prompt TEXT | --prompt-file F | --prompt-ids I,J,...]\n"

@@ -233,7 +233,12 @@ int st_cmd_report(int argc, char **argv) {
     if (m.torn_last)
         fprintf(stderr, "scaletrain report: warning: %s: the last line is cut short; skipped it\n", path);
     snprintf(out_dir, sizeof out_dir, "%s", out ? out : run_dir);
-    if (!out) strncat(out_dir, "/report", sizeof out_dir - strlen(out_dir) - 1);
+    if (!out) { /* (RUN/ given: RUN/report, not RUN//report) */
+        size_t n = strlen(out_dir);
+        while (n > 1 && out_dir[n - 1] == '/')
+            out_dir[--n] = '\0';
+        strncat(out_dir, "/report", sizeof out_dir - strlen(out_dir) - 1);
+    }
     if ((s = st_mkdirs(out_dir)) != ST_OK) { /* (with its parents, as bench's --out) */
         rp_metrics_free(&m);
         return st_cli_error(s);

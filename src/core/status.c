@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_ERRMSG_MAX 2048
+#define ST_ERRMSG_MAX 8192 /* (a message names files: PATH_MAX is 4096, and the reason comes after) */
 
 static _Thread_local char st_errmsg[ST_ERRMSG_MAX];
 

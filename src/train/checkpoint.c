@@ -1352,14 +1352,17 @@ st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, 
     case ST_CKPT_RUN:
         ST_TRY(latest_good(where, "resume", spec, log, dir, size, st, comm));
         break;
-    default:
+    default: {
         if (comm) ST_TRY(share_end(comm, spec, ST_OK)); /* (the others must have no candidate either) */
+        struct stat sb;
+        const int e = stat(spec, &sb) == 0 ? 0 : errno;
         return st_fail(
             ST_ERR_IO,
-            "%s: not a checkpoint: --resume takes auto (train.out_dir's latest good checkpoint), a "
+            "%s: %s: --resume takes auto (train.out_dir's latest good checkpoint), a "
             "checkpoint (out_dir/ckpt/step-N), a checkpoint folder (out_dir/ckpt, or its `latest`) or "
             "a run's out_dir",
-            spec);
+            spec, e == ENOENT ? "does not exist" : e ? strerror(e) : "not a checkpoint");
+    }
     }
     *found = true;
     return ST_OK;

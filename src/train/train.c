@@ -974,8 +974,12 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     ST_TRY(own_error(ses, st_metrics_checkpoint_write(met, saved, step, true, write_s, *stall), own, own_why,
                      own_why_len));
     if (!opts->quiet && !prog->bar) {
-        fprintf(ses->out, "saved checkpoint %s (written while steps %lld to %lld trained)\n", r->checkpoint,
-                (long long)saved + 1, (long long)step);
+        if (saved + 1 < step)
+            fprintf(ses->out, "saved checkpoint %s (written while steps %lld to %lld trained)\n", r->checkpoint,
+                    (long long)saved + 1, (long long)step);
+        else
+            fprintf(ses->out, "saved checkpoint %s (written while step %lld trained)\n", r->checkpoint,
+                    (long long)step);
         out_flush(ses);
     }
     return ST_OK;

@@ -169,6 +169,9 @@ grep -qF "resume: warning: the checkpoint's run trained with other settings (its
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
+out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
+    --resume "$tmp/no-such-run" 2>&1) && fail "--resume of a path that does not exist ran"
+grep -qF "$tmp/no-such-run: does not exist: --resume takes auto" <<<"$out" || fail "--resume of a missing path: $out"
 same cnn 4 --set model.type=cnn --set model.channels=[4,8] --set model.pool=[1,1] --set model.dropout=0.1 \
     --set optim.type=sgd --set train.batch_size=8 --set data.num_workers=2
 

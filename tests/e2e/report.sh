@@ -87,7 +87,8 @@ cp -r "$tmp/run/report" "$tmp/first"
 # it (it said "the run directory holds no checkpoint")
 mkdir -p "$tmp/nolatest" && cp -r "$tmp/run/ckpt" "$tmp/run/metrics.jsonl" "$tmp/nolatest/" && rm "$tmp/nolatest/ckpt/latest"
 newest=$(ls "$tmp/nolatest/ckpt" | sed -n 's/^step-//p' | sort -n | tail -1)
-"$bin" report "$tmp/nolatest" --no-png >/dev/null 2>&1 || fail "report without ckpt/latest"
+out=$("$bin" report "$tmp/nolatest/" --no-png 2>&1) || fail "report without ckpt/latest"
+grep -qF "report: $tmp/nolatest/report/report.html" <<<"$out" || fail "report RUN/: not RUN/report: $out" # (was RUN//report)
 grep -q "ckpt/step-$newest/state.json" "$tmp/nolatest/report/report.html" && grep -q "model.type" "$tmp/nolatest/report/report.html" ||
     fail "report without ckpt/latest: no config from step-$newest: $(grep -i 'config' "$tmp/nolatest/report/report.html" | head -3)"
 "$bin" report "$tmp/run" >/dev/null 2>&1 || fail "the second report"
