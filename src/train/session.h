@@ -64,6 +64,7 @@ typedef struct st_session {
                         * weights and optimizer state are as whole as before it on every rank */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
+    bool warned_flat_cnn; /* the warning of a cnn on flat (n, d) features was said (model_input) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
     bool init_deferred;   /* the weights were not made at the start: every rank saw a checkpoint for --resume,
                            * whose load replaces them (train.c defer_init) */
