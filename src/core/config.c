@@ -475,8 +475,9 @@ st_status st_config_validate(const st_config *c) {
 #define D2(key) st_config_describe(c, key, b, sizeof b)
 #define DEFAULTED(key) (st_config_source(c, key) == ST_SRC_DEFAULT)
 
-    FAIL_IF(!c->data.train[0], "%s is empty; set it to the training %s", D1("data.train"),
-            tokens ? "token file" : "images");
+    /* (an evaluation of tokens reads data.val alone: st_config_validate_data refuses it for the rest) */
+    FAIL_IF(!c->data.train[0] && !(tokens && c->data.val[0] && !(c->data.val_split > 0)),
+            "%s is empty; set it to the training %s", D1("data.train"), tokens ? "token file" : "images");
     FAIL_IF(c->data.val_split > 0 && c->data.val[0] && !DEFAULTED("data.val"),
             "%s holds out validation data from data.train, and %s names other validation data; set one of "
             "them (data.val: \"\" to split data.train)",
@@ -554,9 +555,11 @@ st_status st_config_validate_data(const st_config *c, bool eval_only) {
     char a[512], b[512], where[sizeof c->path + 8] = "";
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const bool tokens = !strcmp(c->data.type, "tokens");
-    if (!strcmp(c->data.type, "idx")) return ST_OK;
     /* (session.c: an evaluation of tokens opens data.val alone) */
     const bool no_train = eval_only && tokens && c->data.val[0] && !(c->data.val_split > 0);
+    FAIL_IF(!no_train && !c->data.train[0], "%s is empty; set it to the training %s", D1("data.train"),
+            tokens ? "token file" : "images");
+    if (!strcmp(c->data.type, "idx")) return ST_OK;
     FAIL_IF(!no_train && DEFAULTED("data.train"),
             "%s is Fashion-MNIST's idx file but %s; set data.train to the %s", D1("data.train"),
             D2("data.type"), tokens ? "token file" : "inputs .npy file");

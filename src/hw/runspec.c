@@ -24,6 +24,10 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
     const bool split = cfg->data.val_split > 0; /* (held out of data.train: no other file to read) */
     in->has_eval = cfg->data.val[0] != '\0' || split;
     if (strcmp(cfg->model.type, "gpt") == 0) {
+        if (cfg->model.vocab_size == ST_AUTO && !cfg->data.train[0]) /* (an evaluation's config may have none) */
+            return st_fail(ST_ERR_CONFIG,
+                           "model.vocab_size is auto, so the planner reads it from data.train, and data.train is "
+                           "empty; set model.vocab_size, or data.train to the training token file");
         if (cfg->model.vocab_size == ST_AUTO) {
             st_tokens *t;
             st_status s = st_tokens_open(cfg->data.train, &t);

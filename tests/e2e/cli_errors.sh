@@ -49,6 +49,15 @@ expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (trai
 expect 0 "eval: loss" "$bin" eval --init "$tmp/evalrun" --set model.type=gpt --set data.type=tokens \
     --set data.val="$tmp/t.tokens" --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
     --set model.block_size=64
+# nor when data.train is set empty (it was refused: "data.train is empty"); a training run still refuses it,
+# and plan, which reads the vocabulary from it, says so
+expect 0 "eval: loss" "$bin" eval --init "$tmp/evalrun" --set model.type=gpt --set data.type=tokens \
+    --set data.train= --set data.val="$tmp/t.tokens" --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 \
+    --set model.block_size=64
+expect 1 'data.train ("", --set) is empty; set it to the training token file' "$bin" train "${tok[@]}" \
+    --set data.train= --set data.val="$tmp/t.tokens"
+expect 1 "model.vocab_size is auto, so the planner reads it from data.train, and data.train is empty" "$bin" plan \
+    "${tok[@]}" --set data.train= --set data.val="$tmp/t.tokens"
 # the same weights without their recorded settings (as another program writes them): the mismatch's hint
 # gives the settings the tensors' shapes say (it said only "the same model.* settings")
 /usr/bin/python3 - "$tmp/evalrun/model.safetensors" "$tmp/nometa.safetensors" <<'PY'
