@@ -128,17 +128,21 @@ void st_atomic_abort(st_atomic_file *f) {
     f->tmp[0] = '\0';
 }
 
-int64_t st_path_free_bytes(const char *path) {
+int64_t st_path_space(const char *path, int64_t *total) {
     char p[4096];
     snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
+    struct statvfs sv;
     for (;;) {
-        struct statvfs sv;
-        if (statvfs(p, &sv) == 0) return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+        if (statvfs(p, &sv) == 0) break;
         char *slash = strrchr(p, '/');
         if (!slash || slash == p) { /* "name" -> ".", "/name" -> "/" */
-            const char *top = slash ? "/" : ".";
-            return statvfs(top, &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
+            if (statvfs(slash ? "/" : ".", &sv) != 0) return -1;
+            break;
         }
         *slash = '\0';
     }
+    if (total) *total = (int64_t)sv.f_blocks * (int64_t)sv.f_frsize;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
+
+int64_t st_path_free_bytes(const char *path) { return st_path_space(path, NULL); }

@@ -47,5 +47,8 @@ bool st_pread_all(int fd, void *dst, size_t n, int64_t off);
 /* Bytes free to this user on the filesystem of path, or of its nearest
  * existing parent (path need not exist yet); -1 when none can be asked. */
 int64_t st_path_free_bytes(const char *path);
+/* The same, with the file system's size in *total (may be NULL): 0 for a
+ * view of the kernel's (/proc, /sys), which holds no files. */
+int64_t st_path_space(const char *path, int64_t *total);
 
 #endif

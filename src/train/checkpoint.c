@@ -1603,8 +1603,15 @@ int64_t st_ckpt_peek_step(const char *out_dir, const char *spec) {
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
                               int64_t free_bytes, char *warn, size_t warn_cap) {
     if (warn_cap) warn[0] = '\0';
-    if (free_bytes < 0) free_bytes = st_path_free_bytes(out_dir);
+    int64_t total = -1;
+    if (free_bytes < 0) free_bytes = st_path_space(out_dir, &total);
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
+    if (total == 0)
+        return st_fail(ST_ERR_CONFIG,
+                       "train.out_dir %s is on a file system of size 0 (/proc, /sys or another view of the "
+                       "kernel's), where no file can be made; choose another train.out_dir (nothing was "
+                       "written)",
+                       out_dir);
     char aside[2 * PATH_CAP + 300], aside_at[2 * PATH_CAP + 310] = ""; /* (what set aside holds) */
     if (free_bytes < ckpt_bytes + model_bytes) {
         st_ckpt_aside_note(out_dir, aside, sizeof aside);

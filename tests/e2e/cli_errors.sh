@@ -268,6 +268,9 @@ expect 2 "--max-restarts : want a number of restarts" "$bin" launch -n 2 --max-r
 expect 2 "--warmup : want a number of steps" "$bin" bench --warmup ""
 expect 2 "-n 1,2,: want rank counts" "$bin" bench -n 1,2,
 expect 2 "-n 1,2,1: want rank counts like 1,2,4, each once" "$bin" bench -n 1,2,1 # (the two runs of 1 shared their log)
+# an out_dir under /proc: said as such (it said "0.0 MiB free on its filesystem")
+[ -d /proc/self ] && expect 1 "train.out_dir /proc/scaletrain-run is on a file system of size 0 (/proc, /sys" \
+    "$bin" train --set model.type=mlp --set train.steps=1 --set train.out_dir=/proc/scaletrain-run
 expect 2 "--out needs a directory" "$bin" report "$tmp" --out
 # sizes each in range whose product is past any memory: refused naming the tensor (they wrapped int64)
 for i in $(seq 1 50); do echo "some text $i"; done >"$tmp/s.txt"
