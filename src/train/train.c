@@ -1710,9 +1710,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             }
             ck.lr = run_lr; /* this run's, which its checkpoints record */
             /* another train.steps: a decaying schedule decays over this run's
-             * (said where the rate at the checkpoint's step changes by it) */
-            if (ck.run_steps > 0 && ck.run_steps != steps && strcmp(c->optim.schedule, "constant") != 0 &&
-                warn) {
+             * (said where the rate at the checkpoint's step changes by it, and
+             * this run trains a step: one resumed at or past its train.steps
+             * trains none, which it says) */
+            if (ck.run_steps > 0 && ck.run_steps != steps && ck.step < steps &&
+                strcmp(c->optim.schedule, "constant") != 0 && warn) {
                 const double here = st_lr_at(c, ck.step, steps), there = st_lr_at(c, ck.step, ck.run_steps);
                 /* (the same rate at this step: a warmup, say) */
                 const bool differs = fabs(here - there) > 1e-6 * there;

@@ -365,6 +365,15 @@ unmeasured = ["loss", "samples_per_s", "train_loss", "first_loss", "seconds", "g
 sys.exit(not (o["steps"] == 12 and o["steps_run"] == 0 and all(k in o and o[k] is None for k in unmeasured)
               and o["strategy"] == "ddp" and o["optim_state_bytes"] > 0))' "$(tail -n 1 <<<"$out")" ||
     fail "--resume auto at the last step: --json does not say that nothing was run: $(tail -n 1 <<<"$out")"
+# resumed past its train.steps (a checkpoint at step 9 of 20, train.steps lowered to 5): nothing to
+# train, and no warning that the learning rate goes on from step 9 (it warned so, though no step runs)
+timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=20 --set train.checkpoint_every=9 \
+    --set train.out_dir="$tmp/past" --quiet || fail "the run to resume past its train.steps"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=5 --set train.out_dir="$tmp/past" \
+    --resume "$tmp/past/ckpt/step-9" 2>&1) || fail "--resume past train.steps: exit $?"
+grep -q "^done: nothing to train, the checkpoint is at step 9 of train.steps 5" <<<"$out" &&
+    ! grep -q "the learning rate goes" <<<"$out" ||
+    fail "--resume auto past train.steps: $(grep -E "^done|warning" <<<"$out")"
 truncate -s 1000 "$d/ckpt/step-8/model.safetensors"
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp[@]}" --set train.steps=12 --set train.out_dir="$d" \
     --resume "$d/ckpt/step-8" 2>&1); rc=$?
