@@ -111,31 +111,30 @@ __device__ __forceinline__ void st_block_row_walk(st_fbuf b, int64_t o, int64_t 
                 x[j] = f(head + 8 * k + j, x[j]);
             if (STORE) st_stv<8>(r, head + 8 * k, x);
         }
-    } else if constexpr (SRC == ST_ROW_KEPT) {
-        uint16_t *g8 = (uint16_t *)r.p + head;
-        for (int64_t k = threadIdx.x; k < n8; k += blockDim.x) {
-            float x[8];
-            st_unpack8<P>(keep[k], x);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                x[j] = f(head + 8 * k + j, x[j]);
-            if (STORE) *(uint4 *)(g8 + 8 * k) = st_pack8<P>(x);
-        }
     } else {
         uint16_t *g8 = (uint16_t *)r.p + head;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        int64_t k = threadIdx.x;
-        uint4 next = k < n8 ? *(const uint4 *)(g8 + 8 * k) : zero;
-        for (; k < n8; k += blockDim.x) {
-            const uint4 cur = next;
-            next = k + blockDim.x < n8 ? *(const uint4 *)(g8 + 8 * (k + blockDim.x)) : zero;
-            if constexpr (SRC == ST_ROW_KEEP) keep[k] = cur;
-            float x[8];
-            st_unpack8<P>(cur, x);
+        const auto group = [&](int64_t k, const uint4 &cur) { /* group k of 8, as loaded */
+                                                              float x[8];
+                                                              st_unpack8<P>(cur, x);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                x[j] = f(head + 8 * k + j, x[j]);
-            if (STORE) *(uint4 *)(g8 + 8 * k) = st_pack8<P>(x);
+                                                              for (int j = 0; j < 8; j++)
+                                                                  x[j] = f(head + 8 * k + j, x[j]);
+                                                              if (STORE)
+                                                                  *(uint4 *)(g8 + 8 * k) = st_pack8<P>(x);
+        };
+        if constexpr (SRC == ST_ROW_KEPT) {
+            for (int64_t k = threadIdx.x; k < n8; k += blockDim.x)
+                group(k, keep[k]);
+        } else {
+            const uint4 zero = make_uint4(0, 0, 0, 0);
+            int64_t k = threadIdx.x;
+            uint4 next = k < n8 ? *(const uint4 *)(g8 + 8 * k) : zero;
+            for (; k < n8; k += blockDim.x) {
+                const uint4 cur = next;
+                next = k + blockDim.x < n8 ? *(const uint4 *)(g8 + 8 * (k + blockDim.x)) : zero;
+                if constexpr (SRC == ST_ROW_KEEP) keep[k] = cur;
+                group(k, cur);
+            }
         }
     }
     for (int64_t v = tail + threadIdx.x; v < V; v += blockDim.x)
