@@ -153,16 +153,14 @@ extern "C" int st_emu_selftest_dynamic_shared(int bytes, int optin, int every_bl
         cudaGetLastError(); /* (a refused opt-in is the last error, as a GPU's: not a later launch's) */
         return -1;
     }
-    int *out = nullptr;
-    if (cudaMalloc((void **)&out, sizeof out_h) != cudaSuccess) return -1;
-    k_dynamic<<<BLOCKS, NT, (size_t)bytes>>>(out, per, every_block != 0);
-    if (cudaGetLastError() != cudaSuccess) {
-        cudaFree(out);
-        return -2;
-    }
-    const bool ok = cudaMemcpy(out_h, out, sizeof out_h, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(out);
-    if (!ok) return -1;
+    static const int none[1] = {0}; /* (the kernel reads no input) */
+    bool refused = false;
+    if (!on_device(none, sizeof none, out_h, sizeof out_h, [&](const int *, int *out) {
+            k_dynamic<<<BLOCKS, NT, (size_t)bytes>>>(out, per, every_block != 0);
+            refused = cudaGetLastError() != cudaSuccess; /* (taken here: on_device's own check then passes) */
+        }))
+        return -1;
+    if (refused) return -2;
     int wrong = 0;
     for (int b = 0; b < BLOCKS; b++)
         for (int t = 0; t < NT; t++) {
