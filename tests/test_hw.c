@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "core/device.h"
+#include "core/launcher.h"
 #include "core/rng.h"
 #include "hw/planner.h"
 #include "hw/probe.h"
@@ -1344,7 +1345,96 @@ static void test_slurm_local_ranks(void) {
     printf("ok   srun: this node's ranks from SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID\n");
 }
 
+/* Who started this process, from the variables each launcher sets (as read
+ * on a real SLURM 22.05 with OpenMPI 4.1: core/launcher.h). A batch
+ * script's own shell is one process whatever -n its job has. */
+static void test_launcher(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                       "PMIX_RANK",
+                                       "PMI_SIZE",
+                                       "PMI_RANK",
+                                       "MPI_LOCALNRANKS",
+                                       "SLURM_STEP_ID",
+                                       "SLURM_STEP_NUM_TASKS",
+                                       "SLURM_NTASKS",
+                                       "SLURM_PROCID",
+                                       "SLURM_STEP_TASKS_PER_NODE",
+                                       "SLURM_TASKS_PER_NODE",
+                                       "SLURM_NODEID",
+                                       "SLURM_NTASKS_PER_NODE"};
+    enum { NV = sizeof vars / sizeof *vars };
+    static const struct {
+        const char *what, *env; /* "NAME=value NAME=value" */
+        const char *name;
+        long size;
+        const char *rank; /* st_launcher_rank: NULL when one process or unknown */
+        long local;
+        bool wired;
+    } cases[] = {
+        {"no launcher", "", "none", 1, NULL, 0, false},
+        {"mpirun -np 2",
+         "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 PMIX_RANK=1", "mpirun",
+         2, "1", 2, true},
+        {"mpirun -np 1", "OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=0 PMIX_RANK=0", "mpirun", 1, NULL, 0,
+         true},
+        {"a batch script's shell (sbatch -n 2)",
+         "SLURM_NTASKS=2 SLURM_PROCID=0 SLURM_TASKS_PER_NODE=2 SLURM_NODEID=0", "none", 1, NULL, 0, false},
+        {"srun -n 2 (no MPI plugin)",
+         "SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=1 SLURM_STEP_TASKS_PER_NODE=2 "
+         "SLURM_NODEID=0",
+         "srun", 2, "1", 2, false},
+        {"srun -n 1 in a -n 2 job",
+         "SLURM_STEP_ID=1 SLURM_STEP_NUM_TASKS=1 SLURM_NTASKS=1 SLURM_PROCID=0 SLURM_STEP_TASKS_PER_NODE=1",
+         "srun", 1, NULL, 1, false},
+        {"srun --mpi=pmix -n 2",
+         "SLURM_STEP_ID=2 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=1 PMIX_RANK=1 "
+         "SLURM_STEP_TASKS_PER_NODE=2",
+         "srun", 2, "1", 2, true},
+        {"mpiexec (hydra) -n 4", "PMI_SIZE=4 PMI_RANK=3 MPI_LOCALNRANKS=4", "mpiexec", 4, "3", 4, true},
+        {"a PMIx launcher without the size", "PMIX_RANK=5", "pmix", 0, NULL, 0, true},
+    };
+    char *saved[NV];
+    for (int i = 0; i < NV; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        for (int i = 0; i < NV; i++)
+            unsetenv(vars[i]);
+        char env[512];
+        snprintf(env, sizeof env, "%s", cases[k].env);
+        for (char *save = NULL, *kv = strtok_r(env, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+            char *eq = strchr(kv, '=');
+            *eq = '\0';
+            setenv(kv, eq + 1, 1);
+        }
+        const st_launcher l = st_launcher_get();
+        const char *rank = st_launcher_rank();
+        CHECK(!strcmp(l.name, cases[k].name) && l.size == cases[k].size && l.local_size == cases[k].local &&
+                  l.mpi_wired == cases[k].wired &&
+                  (rank && cases[k].rank ? !strcmp(rank, cases[k].rank) : rank == cases[k].rank),
+              "%s: %s, %ld processes, rank %s, %ld here, wired %d (want %s, %ld, %s, %ld, %d)", cases[k].what,
+              l.name, l.size, rank ? rank : "-", l.local_size, l.mpi_wired, cases[k].name, cases[k].size,
+              cases[k].rank ? cases[k].rank : "-", cases[k].local, cases[k].wired);
+        st_hw_info h;
+        CHECK_OK(st_hw_probe_host(&h));
+        CHECK(!strcmp(h.launcher, cases[k].name) && h.world == (cases[k].size > 1 ? cases[k].size : 1),
+              "%s: the probe says %s, %d ranks", cases[k].what, h.launcher, h.world);
+    }
+    for (int i = 0; i < NV; i++) {
+        if (saved[i])
+            setenv(vars[i], saved[i], 1);
+        else
+            unsetenv(vars[i]);
+        free(saved[i]);
+    }
+    printf("ok   launcher: mpirun, srun steps, a batch shell, mpiexec and PMIx from their variables\n");
+}
+
 int main(void) {
+    test_launcher();
     test_slurm_local_ranks();
     test_gpu_health();
     test_cpuinfo();

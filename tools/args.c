@@ -7,21 +7,11 @@
 
 #include "cli.h"
 #include "core/device.h"
+#include "core/launcher.h"
 #include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "hw/probe.h"
-
-/* The rank a launcher gave this process when it started several, else NULL. */
-static const char *launched_rank(void) {
-    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
-    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof size_vars / sizeof *size_vars; i++) {
-        const char *n = getenv(size_vars[i]), *r = getenv(rank_vars[i]);
-        if (n && r && atoi(n) > 1) return r;
-    }
-    return NULL;
-}
 
 st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
     char who[96];
@@ -67,7 +57,7 @@ void st_cli_report_agreed(st_status s) {
  * often) must not keep the process from ending. */
 int st_cli_error(st_status s) {
     if (reported) return ST_EXIT_FAIL;
-    const char *rank = launched_rank();
+    const char *rank = st_launcher_rank();
     /* (a message may quote a file's bytes: a tensor name, a config value) */
     static char shown[8192];
     const char *msg =

@@ -43,6 +43,7 @@
 #include "core/atomic_file.h"
 #include "core/config_schema.h"
 #include "core/device.h"
+#include "core/launcher.h"
 #include "core/text.h"
 #include "train/session.h"
 #ifdef ST_HAVE_CUDA
@@ -774,21 +775,6 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return 0;
 }
 
-/* How many processes a launcher started with this one (mpirun, scaletrain
- * launch, srun -n N), into *var its variable; 1 when none did. A batch
- * script's own shell (SLURM_NTASKS without a step) is one process. */
-static long launched_processes(const char **var) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atol(v) > 1) {
-            *var = vars[i];
-            return atol(v);
-        }
-    }
-    return 1;
-}
-
 int st_cmd_check(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -801,8 +787,10 @@ int st_cmd_check(int argc, char **argv) {
         return st_check_allreduce_worker(argc == 2 && !strcmp(argv[1], "--nccl"));
     /* (each of N ranks would start its own 2-rank jobs inside the job, which
      * mpirun refuses, and report the machine N times) */
-    const char *var = NULL;
-    const long procs = launched_processes(&var);
+    /* (a batch script's own shell is one process, whatever -n its job has) */
+    const st_launcher l = st_launcher_get();
+    const long procs = l.size;
+    const char *var = l.size_var;
     if (procs > 1) {
         fprintf(stderr,
                 "scaletrain check: error: this process is one of %ld a launcher started (%s=%ld), and check "

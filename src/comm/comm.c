@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/launcher.h"
 #include "core/ticker.h"
 
 double st_comm_now(void) {
@@ -545,19 +546,11 @@ st_status st_comm_barrier_sync(st_comm *c, const char *name) {
 
 /* ---- Life cycle ------------------------------------------------------------------ */
 
-static bool env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && *v;
-}
-
 bool st_comm_mpi_launched(void) {
-    if (env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") || env_set("PMI_SIZE"))
-        return true;
     /* srun without an MPI plugin still starts N copies: MPI init then tells
      * whether they see each other (comm_mpi.c reports when they do not). */
-    const char *n = getenv("SLURM_STEP_NUM_TASKS");
-    if (!n) n = getenv("SLURM_NTASKS");
-    return env_set("SLURM_STEP_ID") && n && atoi(n) > 1;
+    const st_launcher l = st_launcher_get();
+    return l.mpi_wired || (!strcmp(l.name, "srun") && l.size > 1);
 }
 
 static st_status init_default(st_comm *c, void *arg) {

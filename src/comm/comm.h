@@ -88,7 +88,7 @@ typedef struct st_comm_config {
 
 /* Start the communicator. With ST_COMM_AUTO the MPI backend is used when a
  * launcher's variables are present (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK,
- * PMI_SIZE, or SLURM_STEP_ID with SLURM_NTASKS > 1) and local otherwise; a
+ * PMI_SIZE, or an srun step of more than one task: core/launcher.h) and local otherwise; a
  * single process does not call MPI_Init (a singleton start costs ~0.3 s).
  * ST_COMM_MPI forces MPI (a singleton works). Calls MPI_Init_thread unless MPI
  * is already initialized, in which case the caller keeps ownership of MPI.

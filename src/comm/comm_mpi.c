@@ -28,6 +28,7 @@ st_status st_comm_mpi_init(st_comm *c) {
 #include <stdio.h>
 
 #include "core/half.h"
+#include "core/launcher.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include <stdlib.h>
@@ -373,13 +374,12 @@ static st_status dup_world(st_comm *c, MPI_Comm *out) {
 
 /* srun without an MPI plugin that this MPI understands starts N singletons. */
 static st_status check_srun(st_comm *c) {
-    const char *n = getenv("SLURM_STEP_NUM_TASKS");
-    if (!n) n = getenv("SLURM_NTASKS");
-    if (!getenv("SLURM_STEP_ID") || !n || atoi(n) <= 1 || c->size != 1) return ST_OK;
+    const st_launcher l = st_launcher_get();
+    if (strcmp(l.name, "srun") != 0 || l.size <= 1 || c->size != 1) return ST_OK;
     return st_comm_fail(c, NULL, ST_ERR_CONFIG,
-                        "srun started %s tasks but MPI sees a single rank, so each would train alone; "
+                        "srun started %ld tasks but MPI sees a single rank, so each would train alone; "
                         "start with `srun --mpi=pmix` (Debian's OpenMPI has no PMI2), or under mpirun",
-                        n);
+                        l.size);
 }
 
 static st_status mpi_open(st_comm *c) {
@@ -409,9 +409,7 @@ static st_status mpi_open(st_comm *c) {
          * step goes on when a task fails) would hold the others here for
          * ever, where the watchdog does not run yet */
         char who[256];
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
-        if (!r) r = getenv("PMIX_RANK");
-        if (!r) r = getenv("SLURM_PROCID");
+        const char *r = st_launcher_get().rank;
         snprintf(who, sizeof who, "rank %s (host %s, pid %d)", r ? r : "?", c->host, (int)getpid());
         st_watch *w = st_watch_one((double)c->cfg.timeout_s, who, "dist.timeout_s",
                                    "another rank did not start MPI: it may have failed before it could (its "

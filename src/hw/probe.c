@@ -4,6 +4,7 @@
  * to build): their signatures are the documented C ABI of libcuda.so.1. */
 #include "probe.h"
 
+#include "core/launcher.h"
 #include "core/rng.h"
 #include "core/text.h"
 #include "nvml.h"
@@ -333,59 +334,16 @@ static void probe_nvml(st_hw_info *h) {
     st_nvml_close(&v);
 }
 
-/* This node's tasks in an srun step: SLURM_STEP_TASKS_PER_NODE (or
- * SLURM_TASKS_PER_NODE) lists each node's, "2(x3),1" for three nodes of 2
- * and one of 1, and SLURM_NODEID says which node this is.
- * SLURM_NTASKS_PER_NODE is set only where --ntasks-per-node was given.
- * 0 when none of them reads. */
-static int slurm_local_tasks(void) {
-    const char *list = getenv("SLURM_STEP_TASKS_PER_NODE");
-    if (!list || !*list) list = getenv("SLURM_TASKS_PER_NODE");
-    const char *id = getenv("SLURM_NODEID");
-    long node = id && *id ? strtol(id, NULL, 10) : 0;
-    if (list && *list && node >= 0) {
-        const char *p = list;
-        while (*p) {
-            char *end;
-            const long n = strtol(p, &end, 10);
-            long times = 1;
-            if (end == p || n < 0) break;
-            if (end[0] == '(' && end[1] == 'x') {
-                times = strtol(end + 2, &end, 10);
-                if (*end++ != ')' || times < 1) break;
-            }
-            if (node < times) return (int)n;
-            node -= times;
-            if (*end != ',') break;
-            p = end + 1;
-        }
-    }
-    const char *l = getenv("SLURM_NTASKS_PER_NODE");
-    return l ? atoi(l) : 0;
-}
-
 static void probe_launcher(st_hw_info *h) {
 #ifdef ST_NO_MPI
     h->mpi_built = false;
 #else
     h->mpi_built = true;
 #endif
-    const char *ompi = getenv("OMPI_COMM_WORLD_SIZE"), *slurm = getenv("SLURM_NTASKS");
-    const char *slurm_step = getenv("SLURM_STEP_ID");
-    h->world = h->local_ranks = 1;
-    snprintf(h->launcher, sizeof h->launcher, "none");
-    if (ompi) {
-        snprintf(h->launcher, sizeof h->launcher, "mpirun");
-        h->world = atoi(ompi);
-        const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        h->local_ranks = l ? atoi(l) : 1;
-    } else if (slurm && slurm_step) { /* inside an srun step, not only an allocation */
-        snprintf(h->launcher, sizeof h->launcher, "srun");
-        h->world = atoi(slurm);
-        h->local_ranks = slurm_local_tasks();
-    }
-    if (h->world < 1) h->world = 1;
-    if (h->local_ranks < 1) h->local_ranks = 1;
+    const st_launcher l = st_launcher_get();
+    snprintf(h->launcher, sizeof h->launcher, "%s", l.name);
+    h->world = l.size > 1 ? (int)l.size : 1;
+    h->local_ranks = l.local_size > 1 ? (int)l.local_size : 1;
 }
 
 static void probe_nccl(st_hw_info *h) {

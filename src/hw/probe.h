@@ -73,7 +73,7 @@ typedef struct st_hw_info {
     st_hw_link link[ST_HW_MAX_GPUS][ST_HW_MAX_GPUS]; /* NVML index order */
     /* MPI and NCCL */
     bool mpi_built;      /* this build has the MPI backend */
-    char launcher[32];   /* "mpirun", "srun", or "none" (from the environment) */
+    char launcher[32];   /* st_launcher's name: "mpirun", "srun", "mpiexec", "pmix", or "none" */
     int world, local_ranks; /* as the launcher says; 1 without one */
     bool nccl;
     int nccl_version; /* e.g. 22809 */

@@ -226,6 +226,11 @@ expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch 
 expect 2 "scaletrain launch: scaletrain check runs as one process a machine and starts its own ranks" "$bin" launch -n 2 check
 expect 2 "scaletrain check: error: this process is one of 2 a launcher started (OMPI_COMM_WORLD_SIZE=2)" \
     env OMPI_COMM_WORLD_SIZE=2 "$bin" check
+# a rank's errors say its rank; a batch script's own shell is one process (SLURM_NTASKS without a step:
+# its errors said "rank 0")
+expect 1 "scaletrain: error: $tmp/missing.yaml: cannot open" env SLURM_NTASKS=2 SLURM_PROCID=0 "$bin" train "$tmp/missing.yaml"
+expect 1 "scaletrain: error (rank 1): $tmp/missing.yaml: cannot open" \
+    env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=1 "$bin" train "$tmp/missing.yaml"
 # sample's --help after a flag without a value (--no-graph was read as taking one: "unknown option '--help'")
 expect 0 "--no-graph" "$bin" sample --no-graph --help
 # slurm: a batch the job's ranks cannot split fails now, not after the job's wait in the queue
