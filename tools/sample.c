@@ -185,6 +185,9 @@ static st_status model_from_weights(st_config *cfg, const char *path, st_model_i
         char ctx[512];
         snprintf(ctx, sizeof ctx, "%s's metadata, %s", path, key);
         s = st_cfg_assign_text(cfg, row, v, ctx);
+        /* (a message about the value names the file, not "default") */
+        snprintf(ctx, sizeof ctx, "%s's metadata", path);
+        if (s == ST_OK) st_config_mark_auto(cfg, key, ctx);
     }
     const st_safetensors_entry *wte = st_safetensors_find(f, "wte.weight");
     if (s == ST_OK && cfg->model.vocab_size == ST_AUTO) {

@@ -68,6 +68,17 @@ h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
 j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
 PY
+# a setting from the weights' metadata is named as theirs in a message (it said "default")
+/usr/bin/python3 - "$tmp/evalrun/model.safetensors" "$tmp/heads5.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h["__metadata__"]["model.n_head"] = "5"
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+expect 1 "model.n_head (5, auto: $tmp/heads5.safetensors's metadata)" "$bin" sample --init "$tmp/heads5.safetensors" \
+    --prompt-ids 1,2 --tokens 1
 expect 1 "its tensors' shapes say: --set model.n_layer=1 --set model.n_embd=32 --set model.block_size=64 --set model.vocab_size=256 (and model.n_head" \
     "$bin" eval --init "$tmp/nometa.safetensors" --set model.type=gpt --set data.type=tokens --set data.val="$tmp/t.tokens"
 # under an address-space limit (ulimit -v), where OpenBLAS's buffers are
