@@ -446,10 +446,11 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1, relayed = -1;
     bool remote = false;       /* the stop went to mpirun as SIGUSR1: no rank of the job runs here */
-    bool before_ranks = false; /* ... and no rank had said a word yet: some may not have been
-                                * started to get it (a rank speaks after MPI's start, which every
-                                * rank joins) */
+    bool before_ranks = false; /* no rank had said a word when the stop came (a rank killed by it
+                                * before its handler was set, mpirun before it started any: nothing
+                                * ran) */
     double held = -1;          /* when a stop was held back: mpirun did not catch SIGUSR1 (below) */
+    int hard = 0;              /* a second stop, sent to mpirun itself: the signal */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         const int sig = atomic_exchange(&got_signal, 0);
         const double t = now_s();
@@ -470,13 +471,14 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                     else
                         held = t;
                     remote = true, relayed = t;
-                    before_ranks = io.job < 0;
                 }
+                before_ranks = io.job < 0;
                 /* (a duplicate: one within a second from here, as the
                  * scan of /proc above may have been slow while it came) */
                 first_signal = now_s();
             } else if (t - first_signal > 1.0) {
                 kill(pid, sig);
+                hard = sig;
             }
         }
         /* (a bounded wait: a signal caught between the check above and the
@@ -486,15 +488,15 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             if (errno == EINTR) continue;
             break;
         }
-        /* Ranks mpirun may not have started when it passed the stop on:
-         * again, as SIGUSR1, to the ranks here or through mpirun (not the
-         * signal received: train's SIGINT ends it the second time); only
-         * while no rank has said a word, read after a quiet quarter second
-         * (the ranks' output read first), and while mpirun catches it:
-         * once the ranks have ended, it no longer does and would die of it,
-         * its status lost (a stopped rank says so before it ends, but
-         * --quiet may leave a rank that ended otherwise silent). */
-        if (ready == 0 && remote && before_ranks && io.job < 0 && now_s() - relayed >= 2.0) {
+        /* Ranks mpirun had not started when it passed the stop on (it
+         * forwards to the ranks it has, none at first; and a rank that
+         * speaks now may not have been started then): again every 2 s, as
+         * SIGUSR1, to the ranks here or through mpirun (not the signal
+         * received: train's SIGINT ends it the second time), until the
+         * job ends. A rank takes a stop asked twice as one. Through mpirun
+         * only while it catches it: once the ranks have ended, it no
+         * longer does and would die of it, its status lost. */
+        if (remote && now_s() - relayed >= 2.0) {
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
@@ -552,7 +554,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         /* (mpirun's output has closed: its ranks have ended, and SIGUSR1
          * would only kill mpirun before it says their end) */
         const int sig = atomic_exchange(&got_signal, 0);
-        if (sig && !remote) kill(pid, sig);
+        if (sig && !remote) kill(pid, sig), hard = sig;
         if (sig) res->signalled = sig;
     }
     /* (a stop that came as mpirun ended: the job is not restarted after it) */
@@ -585,6 +587,16 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
      * the stop had reached its ranks) */
     if (remote && res->signalled && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR1)
         return 128 + res->signalled;
+    /* (mpirun ending the job on a second stop may itself crash, "abort is
+     * already in progress": its signal is not the job's result, the stop
+     * asked for is) */
+    if (hard && WIFSIGNALED(status) && WTERMSIG(status) != hard) {
+        st_launch_sayf(lo,
+                       "scaletrain launch: mpirun ended on signal %d while it ended the job on the second "
+                       "stop (signal %d); the exit status is the stop's\n",
+                       WTERMSIG(status), hard);
+        return 128 + res->signalled;
+    }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

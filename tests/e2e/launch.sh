@@ -17,7 +17,9 @@
 #     143, and that is not restarted; (d') the same before mpirun started a
 #     rank: exit 143 and said; (d'') a start that train refuses (the
 #     out_dir holds an unfinished run) restarts as it was started, not with
-#     --resume auto; (d3) SIGUSR1 as SIGTERM.
+#     --resume auto; (d3) SIGUSR1 as SIGTERM; (d4) a stop that mpirun
+#     passed on before it had started the ranks is asked again; (d5) mpirun
+#     crashing on a second stop: the exit status is the stop's.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
 # (f) an output that takes no bytes, (g) a reader that goes away: the job
@@ -296,6 +298,66 @@ wait $lpid; rc=$?
     grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/usr1.err" ||
     fail "usr1: exit $rc: $(tail -n 5 "$tmp/usr1.err")"
 echo "SIGUSR1: exit 138 at $(cat "$tmp/usr1/ckpt/latest" 2>/dev/null), not restarted"
+# (d4) a stop that mpirun passed on before it had started the ranks (to
+# none of them): asked again until the job ends (it was lost, and the job
+# trained on to its end). The mpirun on PATH takes the launcher's SIGUSR1
+# and drops it, as the real one does before its ranks exist, then runs the
+# real mpirun (SIGUSR1 ignored across the exec until mpirun catches it).
+real_mpirun=$(command -v mpirun)
+mkdir -p "$tmp/fakempi4"
+cat >"$tmp/fakempi4/mpirun" <<SH
+#!/bin/bash
+trap ': >"\$FAKE_DIR/dropped"' USR1
+mkfifo "\$FAKE_DIR/go"
+: >"\$FAKE_DIR/started"
+exec 3<>"\$FAKE_DIR/go"
+until read -r x <&3; do :; done
+trap '' USR1
+exec 3<&-
+exec "$real_mpirun" "\$@"
+SH
+chmod +x "$tmp/fakempi4/mpirun"
+FAKE_DIR=$tmp/fakempi4 PATH="$tmp/fakempi4:$PATH" timeout 120 "$bin" launch -n 2 train "${gpt[@]}" \
+    --set train.steps=100000 --set train.out_dir="$tmp/lost" >"$tmp/lost.out" 2>"$tmp/lost.err" &
+lpid=$!
+for _ in $(seq 600); do [ -e "$tmp/fakempi4/started" ] && break; sleep 0.1; done
+kill -TERM $lpid
+for _ in $(seq 600); do [ -e "$tmp/fakempi4/dropped" ] && break; sleep 0.1; done
+[ -e "$tmp/fakempi4/dropped" ] || fail "lost stop: the launcher passed nothing to mpirun"
+echo go >"$tmp/fakempi4/go"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/lost.err" ||
+    fail "a stop passed on before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
+echo "a stop mpirun passed to no rank: asked again, $(cat "$tmp/lost/ckpt/latest" 2>/dev/null), exit 143"
+# (d5) mpirun crashing as it ends the job on a second stop ("abort is
+# already in progress", a segfault in its PMIx finalize): the exit status
+# is the stop's, said, where it was mpirun's 139. The mpirun on PATH says a
+# rank's line, takes SIGUSR1 (counted), and dies of SIGSEGV on SIGTERM; the
+# second SIGTERM goes out after its second SIGUSR1 (2 s later: more than
+# the second within which a signal counts as the same one).
+cat >"$tmp/fakempi4/mpirun" <<'SH'
+#!/bin/bash
+n=0
+trap 'n=$((n + 1)); : >"$FAKE_DIR/usr1.$n"' USR1
+trap 'exec /bin/sh -c "kill -SEGV \$\$"' TERM
+printf '[1,0]<stdout>:training\n'
+mkfifo "$FAKE_DIR/hold"
+exec 3<>"$FAKE_DIR/hold"
+until read -r x <&3; do :; done
+SH
+chmod +x "$tmp/fakempi4/mpirun"
+rm -f "$tmp/fakempi4/hold"
+FAKE_DIR=$tmp/fakempi4 PATH="$tmp/fakempi4:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/crash.out" 2>"$tmp/crash.err" &
+lpid=$!
+for _ in $(seq 600); do grep -q training "$tmp/crash.out" 2>/dev/null && break; sleep 0.1; done
+# (to the launcher itself: timeout(1) given a second signal ends as timed out, 124)
+kill -TERM "$(pgrep -P $lpid)"
+for _ in $(seq 600); do [ -e "$tmp/fakempi4/usr1.2" ] && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $lpid)"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "mpirun ended on signal 11 while it ended the job on the second stop (signal 15); the exit status is the stop's" "$tmp/crash.err" ||
+    fail "mpirun crashing on the second stop: exit $rc: $(cat "$tmp/crash.err") out: $(cat "$tmp/crash.out"); $(ls "$tmp/fakempi4")"
+echo "mpirun crashing on the second stop: exit 143, said"
 # (d'') started again in (d)'s out_dir without --resume: train refuses (the
 # folder holds an unfinished run), and the restart, the job having committed
 # no checkpoint, runs it as it was started: refused again, given up, the
