@@ -645,6 +645,8 @@ static st_status tk_copy(tk_run *r, tok_out *o, int64_t from, int64_t n) {
             for (size_t j = 0; j < m; j++)
                 tok[j] = buf[j];
             st_status s = out_put(o, tok, (int64_t)m);
+            const int sig = r->o->stop ? atomic_load_explicit(r->o->stop, memory_order_relaxed) : 0;
+            if (s == ST_OK && sig) s = st_fail(ST_ERR_INTERRUPTED, "stopped by signal %d", sig);
             if (s != ST_OK) {
                 fclose(in);
                 return s;

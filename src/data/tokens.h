@@ -16,6 +16,7 @@
 #ifndef ST_DATA_TOKENS_H
 #define ST_DATA_TOKENS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -106,6 +107,9 @@ typedef struct st_tokenize_opts {
     const char *out;
     int64_t shard_tokens; /* 0: one file */
     int jobs;             /* shards written at once (threads); < 1: one */
+    /* Non-zero (a signal's number, set by its handler): stop within a
+     * chunk, every temporary file removed, ST_ERR_INTERRUPTED. NULL: none. */
+    const atomic_int *stop;
 } st_tokenize_opts;
 typedef struct st_tokenize_result {
     int64_t count;      /* tokens written */

@@ -138,6 +138,19 @@ fi
 grep -q "h-000001.tokens: cannot rename .* over it: Input/output error; the shards before it are this tokenize's and from it on not all are (an earlier run's, or none), so .*h-\*.tokens names a mix of the two: delete the files it names and tokenize again" \
     "$tmp/half.txt" || { cat "$tmp/half.txt"; exit 1; }
 [ -z "$(find "$tmp/half" -name '*.tmp.*')" ] || { echo "temporary files left: $(ls "$tmp/half")"; exit 1; }
+# a stop (SIGTERM, as Ctrl-C or a batch system's) while a tokenize writes: its
+# temporary files are removed and the old shards stay (a 9.6 GB temporary file
+# of an endless input was left behind, its name no later run sweeps)
+before=$(ls "$tmp/shards" | tr '\n' ' ')
+"$bin" data tokenize "$tmp/shards/corpus.tokens" /dev/zero 2>"$tmp/stop.txt" &
+tpid=$!
+for _ in $(seq 600); do [ -n "$(find "$tmp/shards" -name '*.tmp.*')" ] && break; sleep 0.1; done
+[ -n "$(find "$tmp/shards" -name '*.tmp.*')" ] || { echo "the endless tokenize wrote nothing"; kill -KILL $tpid; exit 1; }
+kill -TERM $tpid
+rc=0; wait $tpid || rc=$?
+[ $rc -eq 143 ] && grep -q "stopped by signal 15; .*corpus.tokens is as it was" "$tmp/stop.txt" &&
+    [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] && [ "$(ls "$tmp/shards" | tr '\n' ' ')" = "$before" ] ||
+    { echo "a stopped tokenize: exit $rc: $(cat "$tmp/stop.txt"); left $(ls "$tmp/shards")"; exit 1; }
 # a pattern that names nothing
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"
