@@ -111,6 +111,13 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                         argv[i + 1]);
                 return ST_EXIT_USAGE;
             }
+            if (one && !argv[i + 1][0]) { /* (its error read "error: : cannot open") */
+                fprintf(stderr, "scaletrain %s: %s '' names no file; give %s\n", cmd, a,
+                        !strcmp(a, "--init")
+                            ? "the weights: a safetensors file, a checkpoint or a run's out_dir"
+                            : "auto, a checkpoint or a run's out_dir");
+                return ST_EXIT_USAGE;
+            }
             if (one) *one = argv[i + 1];
             i++;
         } else if ((strcmp(a, "--json") == 0 || strcmp(a, "--quiet") == 0) && strcmp(cmd, "train") != 0 &&
@@ -127,6 +134,9 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
             continue;
         } else if (a[0] == '-') {
             fprintf(stderr, "scaletrain %s: unknown option '%s' (scaletrain --help lists each command's options)\n", cmd, a);
+            return ST_EXIT_USAGE;
+        } else if (!a[0]) {
+            fprintf(stderr, "scaletrain %s: an empty argument ('') where the config file's path goes\n", cmd);
             return ST_EXIT_USAGE;
         } else if (!path) {
             path = a;

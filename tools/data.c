@@ -89,6 +89,12 @@ static int tokenize(int argc, char **argv) {
                 argv[i]);
             free(pos);
             return ST_EXIT_USAGE;
+        } else if (!argv[i][0]) {
+            fprintf(stderr,
+                    "scaletrain data tokenize: an empty argument ('') where %s path goes\n" TOKENIZE_USAGE,
+                    npos ? "a text file's" : "the token file's");
+            free(pos);
+            return ST_EXIT_USAGE;
         } else {
             pos[npos++] = argv[i];
         }
@@ -461,6 +467,10 @@ static int inspect(const char *path) {
 
 int st_cmd_data(int argc, char **argv) {
     if (argc >= 1 && strcmp(argv[0], "tokenize") == 0) return tokenize(argc - 1, argv + 1);
+    if (argc == 2 && strcmp(argv[0], "inspect") == 0 && !argv[1][0]) {
+        fprintf(stderr, "scaletrain data inspect: an empty argument ('') where the file's path goes\n");
+        return ST_EXIT_USAGE;
+    }
     if (argc == 2 && strcmp(argv[0], "inspect") == 0) return inspect(argv[1]);
     fprintf(stderr, TOKENIZE_USAGE "       scaletrain data inspect FILE|PATTERN|CHECKPOINT|RUN_DIR\n");
     return ST_EXIT_USAGE;

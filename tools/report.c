@@ -207,6 +207,10 @@ int st_cmd_report(int argc, char **argv) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--no-png")) {
             png = false;
+        } else if (!argv[i][0]) {
+            fprintf(stderr, "scaletrain report: an empty argument ('') where RUN_DIR goes\n");
+            usage(stderr);
+            return ST_EXIT_USAGE;
         } else if (argv[i][0] != '-' && !run_dir) {
             run_dir = argv[i];
         } else {

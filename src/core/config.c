@@ -503,6 +503,13 @@ st_status st_config_validate(const st_config *c) {
             c->model.pool.n, D2("model.channels"), c->model.channels.n);
     FAIL_IF(!tokens && !c->data.train_labels[0], "%s is empty; %s data needs a labels file",
             D1("data.train_labels"), c->data.type);
+    /* (an error about the pair's labels then named data.train: the file's path says which key) */
+    FAIL_IF(!tokens && c->data.train[0] && !strcmp(c->data.train, c->data.train_labels),
+            "%s names the same file as %s; set it to the labels file that pairs with the inputs",
+            D1("data.train_labels"), D2("data.train"));
+    FAIL_IF(!tokens && c->data.val[0] && !strcmp(c->data.val, c->data.val_labels),
+            "%s names the same file as %s; set it to the labels file that pairs with the inputs",
+            D1("data.val_labels"), D2("data.val"));
     FAIL_IF(tokens && (c->data.augment_crop_pad > 0 || c->data.augment_flip),
             "%s and %s are image augmentations but %s; set them to 0 and false", D1("data.augment_crop_pad"),
             D2("data.augment_flip"), st_config_describe(c, "data.type", c3, sizeof c3));

@@ -237,6 +237,16 @@ expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch 
 expect 2 "scaletrain launch: scaletrain check runs as one process a machine and starts its own ranks" "$bin" launch -n 2 check
 expect 2 "scaletrain check: error: this process is one of 2 a launcher started (OMPI_COMM_WORLD_SIZE=2)" \
     env OMPI_COMM_WORLD_SIZE=2 "$bin" check
+# an empty path ('', a shell variable that was not set): said as such (its errors read "error: : cannot open")
+expect 2 "scaletrain eval: --init '' names no file" "$bin" eval --init ''
+expect 2 "scaletrain train: --resume '' names no file" "$bin" train --resume ''
+expect 2 "scaletrain plan: an empty argument ('') where the config file's path goes" "$bin" plan ''
+expect 2 "scaletrain data inspect: an empty argument ('')" "$bin" data inspect ''
+expect 2 "scaletrain data tokenize: an empty argument ('') where the token file's path goes" "$bin" data tokenize '' "$tmp/t.txt"
+expect 2 "scaletrain report: an empty argument ('') where RUN_DIR goes" "$bin" report ''
+# labels naming the inputs' own file: said by its key (the labels' error named data.train)
+expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
+    --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
 # a rank's errors say its rank; a batch script's own shell is one process (SLURM_NTASKS without a step:
 # its errors said "rank 0")
 expect 1 "scaletrain: error: $tmp/missing.yaml: cannot open" env SLURM_NTASKS=2 SLURM_PROCID=0 "$bin" train "$tmp/missing.yaml"
