@@ -81,6 +81,14 @@ int st_cli_error(st_status s) {
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
     st_config_defaults(cfg);
     opts->report_agreed_error = st_cli_report_agreed;
+    /* sample's one model and data, under the file and --set, which validate
+     * against them (a message names them as sample's, not as --set) */
+    if (!strcmp(cmd, "sample"))
+        for (int i = 0; i < 2; i++) {
+            const st_status f = st_config_set(cfg, i ? "data.type=tokens" : "model.type=gpt");
+            if (f != ST_OK) return st_cli_error(f);
+            st_config_mark_auto(cfg, i ? "data.type" : "model.type", "scaletrain sample draws from a gpt");
+        }
     const char *path = NULL;
     /* The file first, then every --set in order, whatever the argument order. */
     for (int i = 0; i < argc; i++) {

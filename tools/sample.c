@@ -313,16 +313,12 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
     *a = (sample_args){.n_new = 200, .n_samples = 1, .stop_id = -1, .temperature = 1.0, .top_p = 1.0};
     st_config_defaults(
         cfg); /* (st_cli_run_args starts there too: a usage error returns a config all the same) */
-    /* (+4: a gpt and the data type it reads, set first, as the only model
-     * sample runs: the settings validate before the weights' metadata fills
-     * the rest of the model; no data is read) */
-    char **rest = calloc((size_t)argc + 5, sizeof *rest);
+    /* (st_cli_run_args sets a gpt and the data type it reads first, as the
+     * only model sample runs: the settings validate before the weights'
+     * metadata fills the rest of the model; no data is read) */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "sample: out of memory"));
     int nrest = 0, rc = -1;
-    rest[nrest++] = "--set";
-    rest[nrest++] = "model.type=gpt";
-    rest[nrest++] = "--set";
-    rest[nrest++] = "data.type=tokens";
     static const char *const opts_v[] = {"--prompt", "--prompt-file", "--prompt-ids", "--tokenizer",
                                          "--tokens", "--samples",     "--top-k",      "--stop-id",
                                          "--seed",   "--temperature", "--top-p"};

@@ -108,13 +108,21 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
                  {"model.vocab_size", 1u << ST_MODEL_GPT},
                  {"model.block_size", 1u << ST_MODEL_GPT},
                  {"model.num_classes", (1u << ST_MODEL_MLP) | (1u << ST_MODEL_CNN)}};
+    /* the kind of model the hint is for: the file's (a gpt's file loaded
+     * into an mlp: its gpt settings, not num_classes) */
+    const char *type = st_safetensors_metadata(f, "model.type");
+    const st_model_kind kind = !type                  ? m->kind
+                               : !strcmp(type, "mlp") ? ST_MODEL_MLP
+                               : !strcmp(type, "cnn") ? ST_MODEL_CNN
+                               : !strcmp(type, "gpt") ? ST_MODEL_GPT
+                                                      : m->kind;
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
         bool skip = strncmp(key, "model.", 6) != 0;
         for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && !skip; i++)
             skip = strcmp(key, no_tensor[i]) == 0;
         for (size_t i = 0; i < sizeof reads / sizeof reads[0] && !skip; i++)
-            skip = strcmp(key, reads[i].key) == 0 && !(reads[i].kinds & (1u << m->kind));
+            skip = strcmp(key, reads[i].key) == 0 && !(reads[i].kinds & (1u << kind));
         char ours[ST_CFG_STR + 8];
         const char *theirs = skip ? NULL : recorded_other(m, f, row, ours, sizeof ours);
         if (!theirs) continue;

@@ -1676,8 +1676,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (ck.seed != seed && warn)
                 fprintf(warn,
                         "resume: warning: the checkpoint was written with train.seed %llu; this run has "
-                        "%llu\n",
-                        (unsigned long long)ck.seed, (unsigned long long)seed);
+                        "%llu: from here on the data order (and dropout) differ from the interrupted run's "
+                        "(resume with train.seed: %llu to continue it)\n",
+                        (unsigned long long)ck.seed, (unsigned long long)seed, (unsigned long long)ck.seed);
             ck.seed = seed; /* this run's, which its sampler and dropout use: its checkpoints record it */
             /* (a checkpoint that did not record them: taken as this run's) */
             const bool was_shuffle = ck.shuffle < 0 ? c->data.shuffle : ck.shuffle;
@@ -1763,17 +1764,23 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
                     c->data.train, (long long)ses->train.n, (long long)ck.samples);
             else if (ck.data_crc && data_crc && ck.data_crc != data_crc && warn)
-                fprintf(
-                    warn,
-                    "resume: warning: data.train (%s) holds other data than the run that wrote the "
-                    "checkpoint "
-                    "trained on (the same %lld samples, but their contents differ: CRC32 %08x, then %08x): "
-                    "the resumed run trains on the new data; if that is not meant, give data.train the "
-                    "data it had\n",
-                    c->data.train, (long long)ses->train.n, (unsigned)data_crc, (unsigned)ck.data_crc);
+                fprintf(warn,
+                        "resume: warning: data.train (%s) holds other data than the run that wrote the "
+                        "checkpoint "
+                        "trained on (the same %lld samples, but their contents differ: CRC32 %08x then, %08x "
+                        "now): the resumed run trains on the new data; if that is not meant, give data.train "
+                        "the data it had\n",
+                        c->data.train, (long long)ses->train.n, (unsigned)ck.data_crc, (unsigned)data_crc);
             ck.samples = ses->train.n;
             ck.data_crc = data_crc;
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
+                char d[256];
+                if (warn && st_config_source(c, "optim.loss_scale") == ST_SRC_SET &&
+                    (float)ck.loss_scale != sc.scale)
+                    fprintf(warn,
+                            "resume: warning: %s is the scale an fp16 run starts with; this resume goes on "
+                            "with the checkpoint's, %g, which the scaler adjusts from there\n",
+                            st_config_describe(c, "optim.loss_scale", d, sizeof d), ck.loss_scale);
                 sc.scale = (float)ck.loss_scale;
                 sc.good_steps = ck.scale_good_steps;
                 sc.skipped = ck.skipped_steps;

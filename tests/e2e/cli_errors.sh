@@ -68,6 +68,11 @@ h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
 j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
 PY
+# a gpt's weights evaluated as an mlp: the hint gives the gpt's settings, not the mlp's num_classes
+expect 1 "run with those settings (--set model.type=gpt --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32" \
+    "$bin" eval --init "$tmp/evalrun" --set model.type=mlp
+"$bin" eval --init "$tmp/evalrun" --set model.type=mlp 2>&1 | grep -q "num_classes\|model.hidden" &&
+    { echo "FAIL: the hint for a gpt's weights names an mlp's settings"; fails=$((fails + 1)); }
 # a setting from the weights' metadata is named as theirs in a message (it said "default")
 /usr/bin/python3 - "$tmp/evalrun/model.safetensors" "$tmp/heads5.safetensors" <<'PY'
 import json, struct, sys

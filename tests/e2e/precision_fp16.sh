@@ -45,7 +45,8 @@ YAML
 run() { # NAME STEPS ARGS...
     local name=$1 steps=$2; shift 2
     "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set train.steps="$steps" --set train.out_dir="$tmp/$name" \
-        --json --quiet "$@" | tail -n 1 >"$tmp/$name.json" || fail "$name: the run failed"
+        --json --quiet "$@" 2> >(tee -a "$tmp/$name.err" >&2) | tail -n 1 >"$tmp/$name.json" ||
+        fail "$name: the run failed"
 }
 huge=1099511627776 # 2^40: the scaled loss gradient overflows fp16 at once
 run skip4 4 --set optim.loss_scale=$huge
@@ -53,6 +54,9 @@ run skip2 2 --set optim.loss_scale=$huge
 run clean2 2
 run resume 2 --set optim.loss_scale=$huge
 run resume 4 --set optim.loss_scale=$huge --resume auto
+# (the scale set again on the resume is not taken: said, where it was silence)
+grep -q "resume: warning: optim.loss_scale ($huge, --set) is the scale an fp16 run starts with; this resume goes on with the checkpoint's, 2.74878e+11" \
+    "$tmp/resume.err" || fail "resume: no warning that optim.loss_scale gave way to the checkpoint's: $(cat "$tmp/resume.err")"
 steady=(--set optim.loss_scale_window=3 --set optim.schedule=constant)
 run whole4 4 "${steady[@]}"
 run half 2 "${steady[@]}"
