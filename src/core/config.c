@@ -437,17 +437,28 @@ st_status st_config_validate_world(const st_config *c, int world) {
     if (c->path[0]) snprintf(where, sizeof where, "%s: ", c->path);
     const int64_t batch = c->train.batch_size, micro = c->train.micro_batch_size, lo = batch / world * world;
     if (batch % world != 0) {
-        char eg[64];
+        char eg[64], ranks[64];
         if (lo > 0)
             snprintf(eg, sizeof eg, "%lld or %lld", (long long)lo, (long long)(lo + world));
         else
             snprintf(eg, sizeof eg, "%d", world);
+        /* the rank counts nearest to world that divide it (a resume keeps its batch size: that is its fix) */
+        int64_t below = 1, above = 0;
+        for (int64_t k = world - 1; k > 1 && below == 1; k--)
+            if (batch % k == 0) below = k;
+        for (int64_t k = world + 1; k <= batch && !above; k++)
+            if (batch % k == 0) above = k;
+        if (above)
+            snprintf(ranks, sizeof ranks, "%lld or %lld", (long long)below, (long long)above);
+        else
+            snprintf(ranks, sizeof ranks, "%lld", (long long)below);
         return st_fail(
             ST_ERR_CONFIG,
             "%s%s cannot be split over %d ranks (the global batch is micro_batch_size x accumulation "
-            "steps x ranks); set train.batch_size to a multiple of %d (e.g. %s), or start a number of "
-            "ranks that divides it",
-            where, st_config_describe(c, "train.batch_size", b1, sizeof b1), world, world, eg);
+            "steps x ranks); start a number of ranks that divides it (e.g. %s), or set "
+            "train.batch_size to a multiple of %d (e.g. %s; not on a resume, which keeps its "
+            "checkpoint's)",
+            where, st_config_describe(c, "train.batch_size", b1, sizeof b1), world, ranks, world, eg);
     }
     if (micro != ST_AUTO && batch % (micro * world) != 0)
         return st_fail(
