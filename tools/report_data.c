@@ -48,7 +48,16 @@ bool rp_has(const rp_table *t, int f) {
     return false;
 }
 
-static st_status push(rp_table *t, const cJSON *o) {
+/* o's fields into a new row of t: a number, or NaN where absent or null
+ * (a non-finite value is written as null); any other value is an error
+ * naming the line. */
+static st_status push(rp_table *t, const cJSON *o, const char *path, int lineno) {
+    for (int f = 0; f < t->n_fields; f++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, t->names[f]);
+        if (v && !cJSON_IsNumber(v) && !cJSON_IsNull(v))
+            return st_fail(ST_ERR_FORMAT, "%s:%d: \"%s\" is not a number (nor null); fix or delete that line",
+                           path, lineno, t->names[f]);
+    }
     if (t->n == t->cap) {
         int cap = t->cap ? 2 * t->cap : 256;
         for (int f = 0; f < t->n_fields; f++) {
@@ -94,6 +103,13 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
         return st_fail(ST_ERR_FORMAT, "%s:%d: no numeric \"step\" field; fix or delete that line", path,
                        lineno);
     }
+    /* (a step is a count: -5 or 1e300 was taken as a resume, the lines before it dropped) */
+    if (step->valuedouble < 0 || step->valuedouble != floor(step->valuedouble) ||
+        step->valuedouble > 0x1p53) {
+        cJSON_Delete(o);
+        return st_fail(ST_ERR_FORMAT, "%s:%d: \"step\" is %.17g, not a step number; fix or delete that line",
+                       path, lineno, step->valuedouble);
+    }
     const double s = step->valuedouble;
     st_status st;
     /* Every line's time (seconds since its process opened the file): going
@@ -118,14 +134,14 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval"))) {
         cut_from(&m->evals, s); /* an evaluation at s again replaces the older ones from s on */
-        st = push(&m->evals, o);
+        st = push(&m->evals, o, path, lineno);
     } else {
         if (m->steps.n > 0 && s <= m->steps.col[RP_STEP][m->steps.n - 1]) {
             cut_from(&m->steps, s);
             cut_from(&m->evals, s);
             m->restarts++;
         }
-        st = push(&m->steps, o);
+        st = push(&m->steps, o, path, lineno);
     }
     cJSON_Delete(o);
     return st;

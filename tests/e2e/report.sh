@@ -207,6 +207,14 @@ expect_error "metrics.jsonl:3: not a JSON object" "$tmp/bad"
 # two lines run together (a writer that lost a newline): the line is named, not read as its first object
 sed '3s/$/{"step": 99, "loss": 1}/' "$lines" | m "$tmp/joined"
 expect_error "metrics.jsonl:3: not a JSON object" "$tmp/joined"
+# a step that is no step number, a loss that is text: named (they were a resume that dropped the lines
+# before, and a non-finite loss)
+sed '3s/.*/{"step": -5, "loss": 1}/' "$lines" | m "$tmp/negstep"
+expect_error 'metrics.jsonl:3: "step" is -5, not a step number' "$tmp/negstep"
+sed '3s/.*/{"step": 1e300, "loss": 1}/' "$lines" | m "$tmp/hugestep"
+expect_error 'metrics.jsonl:3: "step" is 1.0000000000000001e+300, not a step number' "$tmp/hugestep"
+sed '3s/.*/{"step": 3, "loss": "x"}/' "$lines" | m "$tmp/textloss"
+expect_error 'metrics.jsonl:3: "loss" is not a number (nor null)' "$tmp/textloss"
 # --out makes its parents, as bench's does
 "$bin" report "$tmp/run" --out "$tmp/deep/er/out" --no-png >/dev/null 2>&1 && [ -s "$tmp/deep/er/out/report.html" ] ||
     fail "report --out into missing parents: no report.html"
