@@ -99,6 +99,11 @@ typedef struct job_io {
     long job; /* mpirun's job number, J of its tags "[J,K]...": from the first tag (-1: none yet) */
     bool fwd_said; /* mpirun's "Forwarding signal" line shown once */
     bool cut_said;
+    /* after a stop: a dashed line of mpirun's held back (its length, and
+     * its fd), and a banner being dropped (stop_banner) */
+    size_t sep_n;
+    int sep_fd;
+    bool banner_drop;
 } job_io;
 
 static int grow(linebuf *b, size_t more) {
@@ -145,6 +150,51 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
         r->timeout_noted = true;
 }
 
+static bool starts(const char *p, size_t n, const char *s) {
+    const size_t k = strlen(s);
+    return n >= k && memcmp(p, s, k) == 0;
+}
+
+/* The dashed line held back, out now. */
+static void put_held_sep(job_io *io) {
+    char dashes[256];
+    const size_t n = io->sep_n < sizeof dashes ? io->sep_n : sizeof dashes - 1;
+    memset(dashes, '-', n);
+    dashes[n] = '\n';
+    st_launch_out_put(io->out, io->sep_fd, dashes, n + 1);
+    io->sep_n = 0;
+}
+
+/* After a stop the launcher passed on, mpirun's two banners about ranks
+ * that exited non-zero ("Primary job terminated normally, but 1 process
+ * returned a non-zero exit code", "mpirun detected that one or more
+ * processes exited with non-zero status"): the ranks exited 128 + the
+ * signal on purpose, having said so, and the banners read as a crash.
+ * Each is dropped with its dashed lines; any other message of mpirun's (a
+ * rank killed by a signal, its own crash) passes. Whether the line was
+ * taken (held or dropped). */
+static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
+    bool dashes = n >= 20;
+    for (size_t i = 0; i < n && dashes; i++)
+        dashes = p[i] == '-';
+    if (io->banner_drop) {
+        if (dashes) io->banner_drop = false;
+        return true;
+    }
+    if (io->sep_n) {
+        if (starts(p, n, "Primary job ") ||
+            starts(p, n, "mpirun detected that one or more processes exited with non-zero status")) {
+            io->sep_n = 0;
+            io->banner_drop = true;
+            return true;
+        }
+        put_held_sep(io);
+    }
+    if (!dashes) return false;
+    io->sep_n = n, io->sep_fd = fd;
+    return true;
+}
+
 /* The finished line in b of rank `rank` (or -1: mpirun's own), without its
  * end; `end` is '\n', or '\r' for a progress bar's line redrawn in place. */
 static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf *b, char end) {
@@ -165,6 +215,7 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
             io->fwd_said = true;
         }
         note_reason(io->res, p, n, true);
+        if (io->res->signalled && end == '\n' && stop_banner(io, untagged_fd, p, n)) return;
     }
     const size_t np = strlen(pre);
     char stackbuf[4096];
@@ -539,6 +590,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, &io.lines[r], '\n');
     for (int k = 0; k < 2; k++)
         if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
+    if (io.sep_n) put_held_sep(&io);
     int status = 0;
     bool waited = false;
     int werr = 0;
