@@ -497,9 +497,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     double first_signal = -1, relayed = -1;
     bool remote = false;       /* the stop went to mpirun as SIGUSR1: no rank of the job runs here */
-    bool before_ranks = false; /* no rank had said a word when the stop came (a rank killed by it
-                                * before its handler was set, mpirun before it started any: nothing
-                                * ran) */
+    bool before_ranks = false; /* no rank had said a word when the stop came (through mpirun: it
+                                * may have started none; here: one may have been ended by it before
+                                * it set its handler) */
     double held = -1;          /* when a stop was held back: mpirun did not catch SIGUSR1 (below) */
     int hard = 0;              /* a second stop, sent to mpirun itself: the signal */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
@@ -627,8 +627,15 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     /* Stopped before any rank ran: mpirun ends on the signal, and no rank
      * said a word; a stop it is, as a rank's would be (128 + the signal) */
     if (before_ranks && io.job < 0 && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started", res->signalled);
-        st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
+        if (remote) {
+            snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started",
+                     res->signalled);
+            st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
+        } else { /* (the ranks here got it: one may have been ended by it before it could take it) */
+            snprintf(res->reason, sizeof res->reason, "stopped by signal %d before any rank printed a line",
+                     res->signalled);
+            st_launch_sayf(lo, "scaletrain launch: %s\n", res->reason);
+        }
         return 128 + res->signalled;
     }
     /* The ranks stopped on the SIGUSR1 passed on for the signal received:
