@@ -361,6 +361,16 @@ wait $lpid; rc=$?
 [ $rc -eq 143 ] && grep -q "mpirun ended on signal 11 while it ended the job on the second stop (signal 15); the exit status is the stop's" "$tmp/crash.err" ||
     fail "mpirun crashing on the second stop: exit $rc: $(cat "$tmp/crash.err") out: $(cat "$tmp/crash.out"); $(ls "$tmp/fakempi4")"
 echo "mpirun crashing on the second stop: exit 143, said"
+# (d6) a stop that ends ranks here before any said a word (programs that die on it): said, where the job
+# ended silently once mpirun's banners were left out
+timeout 60 "$bin" launch -n 2 sleep 61.25 >"$tmp/mute.out" 2>"$tmp/mute.err" &
+lpid=$!
+for _ in $(seq 600); do [ "$(pgrep -f -x 'sleep 61.25' | wc -l)" -ge 2 ] && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $lpid)"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "scaletrain launch: stopped by signal 15 before any rank printed a line" "$tmp/mute.err" ||
+    fail "a stop before any rank spoke: exit $rc: $(cat "$tmp/mute.err")"
+echo "a stop before any rank spoke: exit 143, said"
 # (d'') started again in (d)'s out_dir without --resume: train refuses (the
 # folder holds an unfinished run), and the restart, the job having committed
 # no checkpoint, runs it as it was started: refused again, given up, the
