@@ -1514,7 +1514,25 @@ st_status st_ckpt_folder_check(const char *out_dir) {
     char ckdir[PATH_CAP];
     struct stat sb;
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
-    if (stat(ckdir, &sb) != 0 || S_ISDIR(sb.st_mode)) return ST_OK; /* (none yet; or a folder) */
+    if (stat(ckdir, &sb) != 0) return ST_OK; /* (none yet: made in out_dir at the first save) */
+    if (S_ISDIR(sb.st_mode)) {
+        /* A folder this process cannot write in (its mode, a read-only
+         * mount): every checkpoint would fail, the first after
+         * train.checkpoint_every_s of training. A folder made and removed
+         * says so now (access(2) answers for the real user, and not for ACLs
+         * or every file system). */
+        char probe[PATH_CAP + 64];
+        snprintf(probe, sizeof probe, "%s/.write-check.%ld", ckdir, (long)getpid());
+        if (mkdir(probe, 0700) != 0 && errno != EEXIST)
+            return st_fail(
+                ST_ERR_CONFIG,
+                "train.out_dir's checkpoint folder %s is not writable (%s): the run would train and "
+                "fail at its first checkpoint. Make it writable, or choose another train.out_dir "
+                "(nothing was written)",
+                ckdir, strerror(errno));
+        rmdir(probe);
+        return ST_OK;
+    }
     return st_fail(ST_ERR_CONFIG,
                    "train.out_dir %s holds %s, which is %s, not a folder: the run's checkpoints go in a folder "
                    "of that name. Move or remove it, or choose another train.out_dir (nothing was written)",

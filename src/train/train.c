@@ -908,10 +908,29 @@ static st_status save_failed(st_status s, const st_config *c, int64_t step, cons
                                "the checkpoint of step %lld is whole in %s and --resume auto continues from it, "
                                "but its save did not finish: ",
                                (long long)step, saved);
-    return st_fail_context(s,
-                           "the checkpoint of step %lld was not saved; those before it in %s/ckpt are whole "
-                           "(once this is fixed, --resume auto continues from the latest): ",
-                           (long long)step, c->train.out_dir);
+    /* (whether there are any: a run that fails at its first checkpoint has none to continue from) */
+    char ckdir[ST_CFG_STR + 8];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", c->train.out_dir);
+    char why[8192]; /* (the error said, after this) */
+    snprintf(why, sizeof why, "%s", st_last_error());
+    int64_t *steps = NULL;
+    int n = 0, before = 0;
+    if (st_ckpt_list(ckdir, &steps, &n) == ST_OK)
+        for (int i = 0; i < n; i++)
+            before += steps[i] < step;
+    else
+        before = -1; /* (not known: said as before) */
+    free(steps);
+    st_clear_error();
+    if (before == 0)
+        return st_fail(s,
+                       "the checkpoint of step %lld was not saved, and %s holds none before it: the steps "
+                       "trained are lost (the final weights were not written either): %s",
+                       (long long)step, ckdir, why);
+    return st_fail(s,
+                   "the checkpoint of step %lld was not saved; those before it in %s are whole (once this is "
+                   "fixed, --resume auto continues from the latest): %s",
+                   (long long)step, ckdir, why);
 }
 
 /* An error of this rank's alone after the step, which the other ranks

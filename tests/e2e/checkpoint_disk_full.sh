@@ -101,4 +101,21 @@ if command -v mpirun >/dev/null; then
 else
     echo "(d) 2 ranks: skipped: mpirun is missing"
 fi
+# (e) out_dir writable, its ckpt folder not (a read-only mount): refused at start, and by check, where the
+# run trained until its first checkpoint and lost every step
+mkdir -p "$tmp/rorun/ckpt"
+if mount -t tmpfs -o ro,size=1M tmpfs "$tmp/rorun/ckpt" 2>/dev/null; then
+    e2e_cleanup() { umount "$tmp/fs" 2>/dev/null; umount "$tmp/rorun/ckpt" 2>/dev/null; }
+    timeout 120 "$bin" check "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/rorun" >"$tmp/e.check" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -qE "^FAIL +out_dir +train.out_dir's checkpoint folder $tmp/rorun/ckpt is not writable \(Read-only file system\)" "$tmp/e.check" ||
+        fail "(e) check: exit $rc: $(grep out_dir "$tmp/e.check")"
+    timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/rorun" >"$tmp/e.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "train.out_dir's checkpoint folder $tmp/rorun/ckpt is not writable (Read-only file system): the run would train and fail at its first checkpoint" "$tmp/e.out" &&
+        ! grep -q "^step " "$tmp/e.out" || fail "(e) train: exit $rc: $(grep -E "error|^step" "$tmp/e.out" | head -3)"
+    [ "$fails" -ne 0 ] || echo "(e) a read-only checkpoint folder: refused at start, by check and train"
+else
+    echo "(e) a read-only checkpoint folder: skipped: cannot mount a read-only tmpfs here"
+fi
 e2e_finish "ok"
