@@ -547,8 +547,8 @@ st_status st_config_validate(const st_config *c) {
         (float)c->model.dropout >= 1.0f, /* (the layers keep it as a float) */
         "%s rounds to 1 in single precision: every activation would be dropped; use a value below 0.99999",
         D1("model.dropout"));
-    FAIL_IF(!c->train.out_dir[0], "train.out_dir is empty; set it to the folder the run writes to (e.g. %s)",
-            "runs/my-run");
+    FAIL_IF(!c->train.out_dir[0], "%s is empty; set it to the folder the run writes to (e.g. runs/my-run)",
+            D1("train.out_dir"));
     FAIL_IF(
         c->dist.deterministic && !strcmp(c->model.matmul_tune, "on"),
         "%s chooses each matrix product's algorithm by timing it, so two runs may sum in other orders, and "

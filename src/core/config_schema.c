@@ -676,6 +676,12 @@ st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char
                     "'%.60s' holds a YAML comment from '%.40s' on, which would be dropped; quote the value "
                     "(--set 'key=\"...\"') to keep the '#'",
                     text, text + end);
+        /* (the parser stops at the end of the first value: '[16], 32' or '"a" b' was [16] or a) */
+        else if (root && text[end])
+            s = bad(ctx,
+                    "'%.60s' has '%.40s' after its value, which would be dropped; quote the whole value, or "
+                    "write a list as [a, b]",
+                    text, text + end);
         else
             s = st_cfg_assign(c, row, root, &doc, ctx);
         yaml_document_delete(&doc);

@@ -177,7 +177,7 @@ expect 1 "absurd.safetensors: header says 1099511627776 bytes but the file has 7
     "$bin" data inspect "$tmp/absurd.safetensors"
 # settings that pass their key's range but not what the run makes of them,
 # and a data file that does not open, named by its key
-expect 1 "train.out_dir is empty; set it to the folder the run writes to" "$bin" train --set train.out_dir=
+expect 1 "train.out_dir (\"\", --set) is empty; set it to the folder the run writes to" "$bin" train --set train.out_dir=
 expect 1 "model.dropout (0.99999999999, --set) rounds to 1 in single precision" \
     "$bin" train --set model.dropout=0.99999999999 --set train.out_dir="$tmp/run"
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
@@ -249,6 +249,9 @@ expect 2 "scaletrain plan: an empty argument ('') where the config file's path g
 expect 2 "scaletrain data inspect: an empty argument ('')" "$bin" data inspect ''
 expect 2 "scaletrain data tokenize: an empty argument ('') where the token file's path goes" "$bin" data tokenize '' "$tmp/t.txt"
 expect 2 "scaletrain report: an empty argument ('') where RUN_DIR goes" "$bin" report ''
+# --set with more after its value: refused (the parser stopped at the value's end: [16], 32 was [16])
+expect 1 "'[16], 32' has ', 32' after its value, which would be dropped" "$bin" plan --set model.type=mlp --set 'model.hidden=[16], 32'
+expect 1 "'\"runs/a\" b' has 'b' after its value" "$bin" plan --set 'train.out_dir="runs/a" b'
 # labels naming the inputs' own file: said by its key (the labels' error named data.train)
 expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
     --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
