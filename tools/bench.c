@@ -467,9 +467,18 @@ int st_cmd_bench(int argc, char **argv) {
         runs[k].global_batch = mb * ranks[k];
         if (rc != 0) {
             char *t = st_cli_read_file(log);
+            fprintf(stderr, "scaletrain bench: the %d-rank run exited %d (log %s)%s\n", ranks[k], rc, log,
+                    !t || !t[0] ? ", which is empty (it could not be written? its disk full?)" : ":");
+            /* its error lines (mpirun's banner after them would fill a tail), else the tail */
+            int said = 0;
+            for (char *line = t, *next; line && *line && said < 8; line = next) {
+                next = strchr(line, '\n');
+                const int len = next ? (int)(next - line) : (int)strlen(line);
+                if (next) next++;
+                if (memmem(line, (size_t)len, "error", 5)) fprintf(stderr, "%.*s\n", len, line), said++;
+            }
             const char *tail = t && strlen(t) > 600 ? t + strlen(t) - 600 : t;
-            fprintf(stderr, "scaletrain bench: the %d-rank run exited %d (log %s):\n%s\n", ranks[k], rc, log,
-                    tail ? tail : "");
+            if (!said && tail && tail[0]) fprintf(stderr, "%s\n", tail);
             free(t);
             free(rest);
             return ST_EXIT_FAIL;

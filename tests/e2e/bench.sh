@@ -139,5 +139,10 @@ fi
 kill -KILL "$bpid" 2>/dev/null
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
+# a run that fails: its error is said (the log's tail, mpirun's banner, had cut it off)
+out=$(timeout 120 "$bin" bench -n 1 "$tmp/tiny.yaml" --set data.train="$tmp/missing.tokens" --steps 3 --warmup 1 \
+    --out "$tmp/failed" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "^\[rank 0\] scaletrain: error: data.train: $tmp/missing.tokens: cannot open" <<<"$out" ||
+    fail "a failing run: exit $rc: $out"
 
 e2e_finish "all passed"
