@@ -186,6 +186,33 @@ static st_status read_file(const char *path, char **text, size_t *len) {
     return ST_OK;
 }
 
+/* How deep the text's flow brackets ([ and {) nest, outside quotes and
+ * comments, and the line (from 1) where they first pass `limit`: libyaml's
+ * time grows with the square of the depth (a file of 200000 '[' took
+ * hours), and a run file is a few levels deep. 0 when they do not. */
+static int nested_too_deep(const char *text, size_t len, int limit) {
+    int depth = 0, line = 1;
+    char quote = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = text[i];
+        if (ch == '\n') line++;
+        if (quote) {
+            if (quote == '"' && ch == '\\' && i + 1 < len) i++;
+            else if (ch == quote) quote = 0;
+        } else if (ch == '"' || ch == '\'') {
+            quote = ch;
+        } else if (ch == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
+            while (i + 1 < len && text[i + 1] != '\n')
+                i++;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > limit) return line;
+        } else if ((ch == ']' || ch == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 /* Whether line `line` (from 0) of the text is indented with a tab: YAML
  * indents with spaces only, and libyaml's words for it ("found character
  * that cannot start any token") do not say so. */
@@ -338,6 +365,12 @@ st_status st_config_load(st_config *c, const char *path) {
     bool have_parser = false, have_doc = false;
 
     ST_GOTO(read_file(path, &text, &len));
+    const int deep = nested_too_deep(text, len, 32);
+    if (deep)
+        ST_GOTO(st_fail(ST_ERR_CONFIG,
+                        "%s:%d: brackets nested more than 32 deep; a run file's values are at most a list "
+                        "of numbers deep (model.hidden: [1024, 1024])",
+                        path, deep));
     tmp = malloc(sizeof *tmp);
     L = calloc(1, sizeof *L);
     if (!tmp || !L || !yaml_parser_initialize(&parser)) {

@@ -252,6 +252,10 @@ expect 2 "scaletrain report: an empty argument ('') where RUN_DIR goes" "$bin" r
 # --set with more after its value: refused (the parser stopped at the value's end: [16], 32 was [16])
 expect 1 "'[16], 32' has ', 32' after its value, which would be dropped" "$bin" plan --set model.type=mlp --set 'model.hidden=[16], 32'
 expect 1 "'\"runs/a\" b' has 'b' after its value" "$bin" plan --set 'train.out_dir="runs/a" b'
+# brackets nested 200000 deep (400 KB): refused at once (the YAML parser's time grows with the square of the
+# depth: it ran for hours)
+/usr/bin/python3 -c "import sys; n = 200000; open(sys.argv[1], 'w').write('model: { type: mlp, hidden: ' + '[' * n + ']' * n + ' }\n')" "$tmp/deep.yaml"
+expect 1 "deep.yaml:1: brackets nested more than 32 deep" timeout 20 "$bin" plan "$tmp/deep.yaml"
 # labels naming the inputs' own file: said by its key (the labels' error named data.train)
 expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
     --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
