@@ -233,14 +233,17 @@ int st_cmd_slurm(int argc, char **argv) {
         free(rest);
         return ST_EXIT_FAIL;
     }
-    /* #SBATCH lines split on unquoted blanks (a --chdir with a space is quoted)
-     * and take no escape: a quote or a line end in the path cannot be written */
-    if (strpbrk(cwd, "\"\n\r%")) { /* (SLURM expands %j and the like in the log's path, which is under it) */
-        fprintf(stderr,
-                "scaletrain slurm: the current directory %s holds a quote, a line end or a %%, which an "
-                "#SBATCH --chdir line cannot carry (SLURM reads %%j in the log's path as the job id): run it "
-                "from a directory without them\n",
-                cwd);
+    /* #SBATCH lines split on unquoted blanks (a --chdir with a space is quoted);
+     * a quote or a line end in the path cannot be written, and sbatch reads a
+     * backslash as an escape even inside quotes (b\sl would be bsl) */
+    if (strpbrk(cwd,
+                "\"\n\r%\\")) { /* (SLURM expands %j and the like in the log's path, which is under it) */
+        fprintf(
+            stderr,
+            "scaletrain slurm: the current directory %s holds a quote, a backslash, a line end or a %%, "
+            "which an #SBATCH --chdir line cannot carry (sbatch reads a backslash as an escape, and %%j in "
+            "the log's path as the job id): run it from a directory without them\n",
+            cwd);
         free(rest);
         return ST_EXIT_FAIL;
     }

@@ -285,7 +285,10 @@ for t in 0 UNLIMITED infinite; do
 done
 # a % in the working directory (SLURM reads %j in the log's path, under it): refused
 mkdir -p "$tmp/pc%j" && cp "$tmp/batch.yaml" "$tmp/pc%j/"
-expect 1 "holds a quote, a line end or a %" sh -c "cd \"$tmp/pc%j\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
+expect 1 "holds a quote, a backslash, a line end or a %" sh -c "cd \"$tmp/pc%j\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
+# and a backslash, which sbatch reads as an escape even inside the quotes (b\sl was written, read as bsl)
+mkdir -p "$tmp/b\\sl" && cp "$tmp/batch.yaml" "$tmp/b\\sl/"
+expect 1 "holds a quote, a backslash, a line end or a %" sh -c "cd \"$tmp/b\\\\sl\" && \"$(realpath "$bin")\" slurm batch.yaml --nodes 1 --gpus-per-node 1"
 # a config path past 255 bytes: the run's path whole (it was cut to 255 bytes, and slurm failed to resolve it)
 long="$tmp/$(printf 'd%.0s' $(seq 1 120))/$(printf 'e%.0s' $(seq 1 120))"
 mkdir -p "$long" && cp "$tmp/batch.yaml" "$long/"
