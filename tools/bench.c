@@ -351,6 +351,7 @@ static void usage(FILE *f) {
 int st_cmd_bench(int argc, char **argv) {
     int ranks[MAX_RUNS] = {1, 2}, nr = 2;
     long steps = 30, warmup = 5;
+    bool warmup_given = false;
     const char *out_dir = "runs/bench";
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
@@ -387,7 +388,7 @@ int st_cmd_bench(int argc, char **argv) {
             if (!strcmp(a, "--steps"))
                 steps = v;
             else
-                warmup = v;
+                warmup = v, warmup_given = true;
         } else if (!strcmp(a, "--out")) {
             out_dir = argv[++i];
         } else {
@@ -395,7 +396,8 @@ int st_cmd_bench(int argc, char **argv) {
         }
     }
     if (steps <= warmup) {
-        fprintf(stderr, "scaletrain bench: --steps %ld must be more than --warmup %ld\n", steps, warmup);
+        fprintf(stderr, "scaletrain bench: --steps %ld must be more than --warmup %ld%s\n", steps, warmup,
+                warmup_given ? "" : " (its default: the first steps are not timed)");
         free(rest);
         return ST_EXIT_USAGE;
     }

@@ -205,8 +205,10 @@ int st_cmd_slurm(int argc, char **argv) {
                     time_limit, lead);
         }
     }
-    if (ok && ((partition && !valid_word(partition)) || (name && !valid_word(name)))) {
-        fprintf(stderr, "scaletrain slurm: --partition and --job-name take letters, digits and -_.,\n");
+    const bool bad_partition = partition && !valid_word(partition);
+    if (ok && (bad_partition || (name && !valid_word(name)))) {
+        fprintf(stderr, "scaletrain slurm: %s '%s': want letters, digits and -_., only\n",
+                bad_partition ? "--partition" : "--job-name", bad_partition ? partition : name);
         ok = false;
     }
     if (!ok) {

@@ -256,6 +256,9 @@ expect 1 "'\"runs/a\" b' has 'b' after its value" "$bin" plan --set 'train.out_d
 # depth: it ran for hours)
 /usr/bin/python3 -c "import sys; n = 200000; open(sys.argv[1], 'w').write('model: { type: mlp, hidden: ' + '[' * n + ']' * n + ' }\n')" "$tmp/deep.yaml"
 expect 1 "deep.yaml:1: brackets nested more than 32 deep" timeout 20 "$bin" plan "$tmp/deep.yaml"
+# which of slurm's names is wrong, and a --steps under bench's default warm-up, are said
+expect 2 "--partition 'a b': want letters, digits and -_., only" "$bin" slurm "$tmp/unknown.yaml" --nodes 1 --gpus-per-node 1 --partition 'a b'
+expect 2 "--steps 0 must be more than --warmup 5 (its default" "$bin" bench --steps 0
 # labels naming the inputs' own file: said by its key (the labels' error named data.train)
 expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
     --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
