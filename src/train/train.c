@@ -2477,7 +2477,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                 char why[4096];
                 snprintf(why, sizeof why, "%s", st_last_error());
                 s = st_fail(s,
-                            "%s; the weights are whole in the checkpoint %s: once there is room, --resume "
+                            "%s; the weights are whole in the checkpoint %s: once this is fixed, --resume "
                             "auto writes them (or --init reads the checkpoint)",
                             why, res->checkpoint);
             }
