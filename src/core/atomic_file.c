@@ -128,21 +128,29 @@ void st_atomic_abort(st_atomic_file *f) {
     f->tmp[0] = '\0';
 }
 
-int64_t st_path_space(const char *path, int64_t *total) {
+/* statvfs of path, or of its nearest existing parent (it may not exist yet). */
+static bool path_statvfs(const char *path, struct statvfs *sv) {
     char p[4096];
     snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
-    struct statvfs sv;
     for (;;) {
-        if (statvfs(p, &sv) == 0) break;
+        if (statvfs(p, sv) == 0) return true;
         char *slash = strrchr(p, '/');
-        if (!slash || slash == p) { /* "name" -> ".", "/name" -> "/" */
-            if (statvfs(slash ? "/" : ".", &sv) != 0) return -1;
-            break;
-        }
+        if (!slash || slash == p) /* "name" -> ".", "/name" -> "/" */
+            return statvfs(slash ? "/" : ".", sv) == 0;
         *slash = '\0';
     }
+}
+
+int64_t st_path_space(const char *path, int64_t *total) {
+    struct statvfs sv;
+    if (!path_statvfs(path, &sv)) return -1;
     if (total) *total = (int64_t)sv.f_blocks * (int64_t)sv.f_frsize;
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+}
+
+bool st_path_read_only(const char *path) {
+    struct statvfs sv;
+    return path_statvfs(path, &sv) && (sv.f_flag & ST_RDONLY);
 }
 
 int64_t st_path_free_bytes(const char *path) { return st_path_space(path, NULL); }

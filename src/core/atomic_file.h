@@ -50,5 +50,8 @@ int64_t st_path_free_bytes(const char *path);
 /* The same, with the file system's size in *total (may be NULL): 0 for a
  * view of the kernel's (/proc, /sys), which holds no files. */
 int64_t st_path_space(const char *path, int64_t *total);
+/* Whether path (or its nearest existing parent) is on a file system
+ * mounted read-only. */
+bool st_path_read_only(const char *path);
 
 #endif

@@ -1622,7 +1622,15 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
                               int64_t free_bytes, char *warn, size_t warn_cap) {
     if (warn_cap) warn[0] = '\0';
     int64_t total = -1;
-    if (free_bytes < 0) free_bytes = st_path_space(out_dir, &total);
+    if (free_bytes < 0) {
+        /* (a read-only mount's free space would be the reason given, when it is not the one) */
+        if (st_path_read_only(out_dir))
+            return st_fail(ST_ERR_CONFIG,
+                           "train.out_dir %s is on a file system mounted read-only; choose another "
+                           "train.out_dir (nothing was written)",
+                           out_dir);
+        free_bytes = st_path_space(out_dir, &total);
+    }
     if (free_bytes < 0) return ST_OK; /* nothing to ask: the writes will say */
     if (total == 0)
         return st_fail(ST_ERR_CONFIG,

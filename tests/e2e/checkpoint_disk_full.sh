@@ -114,6 +114,11 @@ if mount -t tmpfs -o ro,size=1M tmpfs "$tmp/rorun/ckpt" 2>/dev/null; then
     rc=$?
     [ $rc -eq 1 ] && grep -q "train.out_dir's checkpoint folder $tmp/rorun/ckpt is not writable (Read-only file system): the run would train and fail at its first checkpoint" "$tmp/e.out" &&
         ! grep -q "^step " "$tmp/e.out" || fail "(e) train: exit $rc: $(grep -E "error|^step" "$tmp/e.out" | head -3)"
+    # an out_dir on the read-only mount: said so (its free space was given as the reason)
+    timeout 120 "$bin" train "${gpt[@]}" --set model.n_embd=64 --set train.out_dir="$tmp/rorun/ckpt/sub" >"$tmp/e2.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "train.out_dir $tmp/rorun/ckpt/sub is on a file system mounted read-only" "$tmp/e2.out" ||
+        fail "(e) an out_dir on a read-only mount: exit $rc: $(grep error "$tmp/e2.out")"
     [ "$fails" -ne 0 ] || echo "(e) a read-only checkpoint folder: refused at start, by check and train"
 else
     echo "(e) a read-only checkpoint folder: skipped: cannot mount a read-only tmpfs here"
