@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -331,8 +332,10 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
     }
     fprintf(f, "</g>\n</svg>\n");
     int err;
-    if (!st_cli_close_written(f, &err))
-        return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(err));
+    if (!st_cli_close_written(f, &err)) { /* (a part of it, a full disk's empty file, is no chart: removed) */
+        unlink(path);
+        return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
+    }
     return ST_OK;
 }
 

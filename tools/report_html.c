@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -196,7 +197,9 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
                    "state.json reads (ckpt/step-N).</p>\n");
     fprintf(f, "</body>\n</html>\n");
     int err;
-    if (!st_cli_close_written(f, &err))
-        return st_fail(ST_ERR_IO, "%s: write failed: %s", path, strerror(err));
+    if (!st_cli_close_written(f, &err)) { /* (a part of it, a full disk's empty file, is no chart: removed) */
+        unlink(path);
+        return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
+    }
     return ST_OK;
 }

@@ -207,6 +207,21 @@ expect_error "metrics.jsonl:3: not a JSON object" "$tmp/bad"
 # two lines run together (a writer that lost a newline): the line is named, not read as its first object
 sed '3s/$/{"step": 99, "loss": 1}/' "$lines" | m "$tmp/joined"
 expect_error "metrics.jsonl:3: not a JSON object" "$tmp/joined"
+# a disk that fills while the charts are written: the error names the file, and no empty chart is left
+mkdir -p "$tmp/full"
+if mount -t tmpfs -o size=64k tmpfs "$tmp/full" 2>/dev/null; then
+    e2e_cleanup() { umount "$tmp/full" 2>/dev/null; }
+    cp -r "$tmp/run" "$tmp/full/run" 2>/dev/null
+    rm -rf "$tmp/full/run/ckpt" "$tmp/full/run/report"
+    head -c 1M /dev/zero >"$tmp/full/fill" 2>/dev/null
+    "$bin" report "$tmp/full/run" --no-png >"$tmp/full.txt" 2>&1; rc=$?
+    left=$(find "$tmp/full/run/report" -type f -size 0 2>/dev/null)
+    [ $rc -eq 1 ] && grep -q "write failed: No space left on device (the part written was removed)" "$tmp/full.txt" &&
+        [ -z "$left" ] || fail "report onto a full disk: exit $rc, empty files: $left: $(cat "$tmp/full.txt")"
+    umount "$tmp/full"
+else
+    echo "report onto a full disk: skipped: cannot mount a tmpfs here"
+fi
 # a step that is no step number, a loss that is text: named (they were a resume that dropped the lines
 # before, and a non-finite loss)
 sed '3s/.*/{"step": -5, "loss": 1}/' "$lines" | m "$tmp/negstep"
