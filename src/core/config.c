@@ -479,7 +479,8 @@ st_status st_config_validate_world(const st_config *c, int world) {
         int64_t below = 1, above = 0;
         for (int64_t k = world - 1; k > 1 && below == 1; k--)
             if (batch % k == 0) below = k;
-        for (int64_t k = world + 1; k <= batch && !above; k++)
+        const int64_t far = 4 * (int64_t)world; /* (bounded: a batch of 2^53 - 1 would not end) */
+        for (int64_t k = world + 1; k <= batch && k <= far && !above; k++)
             if (batch % k == 0) above = k;
         if (above)
             snprintf(ranks, sizeof ranks, "%lld or %lld", (long long)below, (long long)above);
