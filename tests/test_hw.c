@@ -1294,6 +1294,26 @@ static void test_gpu_health(void) {
     CHECK(st_hw_gpu_health(&some, why, sizeof why) == 0, "only the clocks read (no ECC, pre-Ampere): 0");
 }
 
+/* The environment variables names[0..n) as they are, into saved (strdup'd
+ * or NULL), and back (freeing saved): a test that sets them leaves the
+ * process's environment as it found it. */
+static void env_keep(const char *const *names, int n, char **saved) {
+    for (int i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+    }
+}
+
+static void env_restore(const char *const *names, int n, char **saved) {
+    for (int i = 0; i < n; i++) {
+        if (saved[i])
+            setenv(names[i], saved[i], 1);
+        else
+            unsetenv(names[i]);
+        free(saved[i]);
+    }
+}
+
 /* Ranks on this node in an srun step, from SLURM_STEP_TASKS_PER_NODE's
  * "N(xR),M" and SLURM_NODEID (SLURM_NTASKS_PER_NODE is set only with
  * --ntasks-per-node, and reads "4(x2)" as 4 by luck). */
@@ -1307,15 +1327,13 @@ static void test_slurm_local_ranks(void) {
             {"4", "0", NULL, 4},       {"3,5", "1", NULL, 5},     {NULL, "0", "8", 8},
             {"1(x2)", "5", NULL, 1}, /* (past the list: SLURM_NTASKS_PER_NODE, then 1) */
         };
-    const char *keep[] = {"OMPI_COMM_WORLD_SIZE",      "SLURM_NTASKS",         "SLURM_STEP_ID",
-                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
-                          "SLURM_NTASKS_PER_NODE"};
+    static const char *const keep[] = {"OMPI_COMM_WORLD_SIZE",      "SLURM_NTASKS",         "SLURM_STEP_ID",
+                                       "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
+                                       "SLURM_NTASKS_PER_NODE"};
     char *saved[7];
-    for (int i = 0; i < 7; i++) {
-        const char *v = getenv(keep[i]);
-        saved[i] = v ? strdup(v) : NULL;
+    env_keep(keep, 7, saved);
+    for (int i = 0; i < 7; i++)
         unsetenv(keep[i]);
-    }
     setenv("SLURM_NTASKS", "7", 1);
     setenv("SLURM_STEP_ID", "0", 1);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -1335,13 +1353,7 @@ static void test_slurm_local_ranks(void) {
               cases[k].list ? cases[k].list : "(unset)", cases[k].node, h.launcher, h.world, h.local_ranks,
               cases[k].want);
     }
-    for (int i = 0; i < 7; i++) {
-        if (saved[i])
-            setenv(keep[i], saved[i], 1);
-        else
-            unsetenv(keep[i]);
-        free(saved[i]);
-    }
+    env_restore(keep, 7, saved);
     printf("ok   srun: this node's ranks from SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID\n");
 }
 
@@ -1396,10 +1408,7 @@ static void test_launcher(void) {
         {"a PMIx launcher without the size", "PMIX_RANK=5", "pmix", 0, NULL, 0, true},
     };
     char *saved[NV];
-    for (int i = 0; i < NV; i++) {
-        const char *v = getenv(vars[i]);
-        saved[i] = v ? strdup(v) : NULL;
-    }
+    env_keep(vars, NV, saved);
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         for (int i = 0; i < NV; i++)
             unsetenv(vars[i]);
@@ -1423,13 +1432,7 @@ static void test_launcher(void) {
         CHECK(!strcmp(h.launcher, cases[k].name) && h.world == (cases[k].size > 1 ? cases[k].size : 1),
               "%s: the probe says %s, %d ranks", cases[k].what, h.launcher, h.world);
     }
-    for (int i = 0; i < NV; i++) {
-        if (saved[i])
-            setenv(vars[i], saved[i], 1);
-        else
-            unsetenv(vars[i]);
-        free(saved[i]);
-    }
+    env_restore(vars, NV, saved);
     printf("ok   launcher: mpirun, srun steps, a batch shell, mpiexec and PMIx from their variables\n");
 }
 
