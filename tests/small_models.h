@@ -37,7 +37,10 @@ static inline st_model *sm_make(const char *type, tweak_fn tweak, const char *ck
     return m;
 }
 
+/* (its head the plain linear and loss, which auto would not take at this
+ * shape: sm_gpt3_fused is the fused one) */
 static inline void sm_gpt3(st_config *c) {
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "off");
     c->model.n_layer = 3;
     c->model.n_head = 2;
     c->model.n_embd = 32;

@@ -265,6 +265,7 @@ static void check_model(const char *type, tweak_fn tweak) {
  * follows). */
 static void big_vocab(st_config *c) {
     sm_gpt3(c);
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "auto");
     c->model.vocab_size = 2000;
     c->model.dropout = 0;
 }
@@ -309,10 +310,69 @@ static void check_fused_head(void) {
     st_model_free(c);
 }
 
+/* model.fused_head auto takes the head the graph holds less memory for
+ * (activations and scratch, as the run's activations line counts them), at
+ * vocabularies below, near and above n_embd: at 256 classes and n_embd 768
+ * it took the logits where the fused head held less. */
+static int64_t head_v, head_c, head_t;
+static void head_shape(st_config *c) {
+    sm_gpt3(c);
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "auto");
+    c->model.vocab_size = head_v;
+    c->model.n_embd = head_c;
+    c->model.block_size = head_t;
+    c->model.n_layer = 1;
+    c->model.dropout = 0;
+}
+static void head_shape_on(st_config *c) {
+    head_shape(c);
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
+}
+static void head_shape_off(st_config *c) {
+    head_shape(c);
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "off");
+}
+
+static void check_fused_head_auto(void) {
+    /* vocabulary, n_embd, block_size (16 sequences a batch) */
+    static const int64_t shapes[][3] = {{50, 128, 16},  {100, 128, 16}, {256, 128, 16}, {256, 512, 16},
+                                        {600, 128, 16}, {2000, 64, 16}, {256, 768, 64}, {512, 768, 32}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        head_v = shapes[k][0], head_c = shapes[k][1], head_t = shapes[k][2];
+        st_model *on = sm_make("gpt", head_shape_on, "off", false),
+                 *off = sm_make("gpt", head_shape_off, "off", false),
+                 *aut = sm_make("gpt", head_shape, "off", false);
+        if (on && off && aut) {
+            st_model_graph gon, goff, gauto;
+            CHECK_OK(st_model_graph_build(on, 16, &gon));
+            CHECK_OK(st_model_graph_build(off, 16, &goff));
+            CHECK_OK(st_model_graph_build(aut, 16, &gauto));
+            const int64_t fon = gon.g.act_count + gon.g.work_count,
+                          foff = goff.g.act_count + goff.g.work_count;
+            const bool fused = !gauto.logits;
+            CHECK(fused == (fon < foff),
+                  "fused_head auto at vocabulary %lld, n_embd %lld, 16 x %lld tokens: %s, where the graph "
+                  "holds "
+                  "%lld floats fused and %lld with the logits",
+                  (long long)head_v, (long long)head_c, (long long)head_t, fused ? "fused" : "logits",
+                  (long long)fon, (long long)foff);
+            st_model_graph_free(&gon);
+            st_model_graph_free(&goff);
+            st_model_graph_free(&gauto);
+        }
+        st_model_free(on);
+        st_model_free(off);
+        st_model_free(aut);
+    }
+    printf("fused_head auto: the smaller head at %zu vocabulary and width pairs\n",
+           sizeof shapes / sizeof *shapes);
+}
+
 int main(void) {
     check_model("gpt", sm_gpt3);
     check_model("gpt", sm_gpt3_fused);
     check_fused_head();
+    check_fused_head_auto();
     check_model("cnn", sm_cnn3);
     check_model("mlp", sm_mlp3);
     return st_test_finish("test_grad_lives");
