@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cli.h"
@@ -418,9 +419,22 @@ static int inspect(const char *path) {
         return ST_EXIT_FAIL;
     }
     unsigned char magic[9] = {0};
-    FILE *f = fopen(path, "rb");
+    /* (not waiting on a FIFO, whose open waits for a writer: inspect would never end) */
+    struct stat sb;
+    const int fd = st_open_read(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
+        if (fd >= 0) close(fd);
         perror(path);
+        return ST_EXIT_FAIL;
+    }
+    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        fprintf(
+            stderr,
+            "scaletrain: error: %s: not a regular file (a FIFO, a device or a socket); data inspect reads "
+            "files\n",
+            path);
         return ST_EXIT_FAIL;
     }
     size_t got = fread(magic, 1, sizeof magic, f);

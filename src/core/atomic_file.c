@@ -148,6 +148,16 @@ int64_t st_path_space(const char *path, int64_t *total) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
+int st_open_read(const char *path) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        const int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+    return fd;
+}
+
 bool st_path_read_only(const char *path) {
     struct statvfs sv;
     return path_statvfs(path, &sv) && (sv.f_flag & ST_RDONLY);

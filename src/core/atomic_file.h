@@ -50,6 +50,12 @@ int64_t st_path_free_bytes(const char *path);
 /* The same, with the file system's size in *total (may be NULL): 0 for a
  * view of the kernel's (/proc, /sys), which holds no files. */
 int64_t st_path_space(const char *path, int64_t *total);
+/* open(path) to read, without waiting where it is a FIFO (whose open waits
+ * for a writer, signals and all: a run that would never start); O_NONBLOCK
+ * is cleared again for a regular file. The caller checks S_ISREG; -1 and
+ * errno as open's. */
+int st_open_read(const char *path);
+
 /* Whether path (or its nearest existing parent) is on a file system
  * mounted read-only. */
 bool st_path_read_only(const char *path);

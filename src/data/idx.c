@@ -317,7 +317,7 @@ st_status st_idx_read_with(const char *path, st_idx *out, bool whole) {
     if (!out) return st_fail(ST_ERR_ARG, "st_idx_read: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return st_fail(ST_ERR_ARG, "st_idx_read: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = st_open_read(path);
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT && strncmp(path, FASHION_MNIST_DIR, strlen(FASHION_MNIST_DIR)) == 0)
@@ -335,7 +335,9 @@ st_status st_idx_read_with(const char *path, st_idx *out, bool whole) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return st_fail(ST_ERR_IO, "%s: not a regular file", path);
+        return st_fail(ST_ERR_IO,
+                       "%s: not a regular file (a FIFO, a device or a socket): give the data file itself",
+                       path);
     }
 #ifdef ST_HAVE_LIBDEFLATE
     if (whole && read_whole_gzip(fd, (int64_t)sb.st_size, out)) {

@@ -368,14 +368,16 @@ st_status st_npy_read_mem(const char *name, const uint8_t *buf, size_t len, st_n
 
 st_status st_npy_read(const char *path, st_npy *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = st_open_read(path);
     if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     st_status st;
     if (fstat(fd, &sb) != 0) {
         st = st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
-        st = st_fail(ST_ERR_IO, "%s: not a regular file", path);
+        st =
+            st_fail(ST_ERR_IO,
+                    "%s: not a regular file (a FIFO, a device or a socket): give the data file itself", path);
     } else {
         npy_src s = {path, fd, NULL, (int64_t)sb.st_size};
         st = load(&s, out);

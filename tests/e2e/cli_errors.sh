@@ -259,6 +259,15 @@ expect 1 "deep.yaml:1: brackets nested more than 32 deep" timeout 20 "$bin" plan
 # which of slurm's names is wrong, and a --steps under bench's default warm-up, are said
 expect 2 "--partition 'a b': want letters, digits and -_., only" "$bin" slurm "$tmp/unknown.yaml" --nodes 1 --gpus-per-node 1 --partition 'a b'
 expect 2 "--steps 0 must be more than --warmup 5 (its default" "$bin" bench --steps 0
+# a FIFO named as data (a hung source): refused at once, where the open waited for a writer for ever,
+# stop signals and all
+mkfifo "$tmp/fifo.tokens"
+expect 1 "data.train: $tmp/fifo.tokens: not a regular file (a FIFO, a device or a socket)" \
+    timeout 20 "$bin" train "${tok[@]}" --set data.train="$tmp/fifo.tokens"
+expect 1 "fifo.tokens: not a regular file (a FIFO, a device or a socket); data inspect reads files" \
+    timeout 20 "$bin" data inspect "$tmp/fifo.tokens"
+expect 1 "data.train: $tmp/fifo.tokens: not a regular file" \
+    timeout 20 "$bin" train --set model.type=mlp --set data.train="$tmp/fifo.tokens" --set data.val=
 # labels naming the inputs' own file: said by its key (the labels' error named data.train)
 expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
     --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
