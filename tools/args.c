@@ -167,7 +167,9 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
             long long first = strtoll(r, &end, 10), last = first;
             if (end != r && *end == '-') last = strtoll(end + 1, &end, 10);
             if (end == r || *end || errno || first < 1 || last < first) {
-                fprintf(stderr, "scaletrain %s: --profile '%s': expected FIRST-LAST steps, e.g. --profile 10-20\n",
+                fprintf(stderr,
+                        "scaletrain %s: --profile '%s': expected FIRST-LAST steps (counted from 1), e.g. "
+                        "--profile 10-20\n",
                         cmd, r);
                 return ST_EXIT_USAGE;
             }

@@ -346,11 +346,15 @@ static st_status plan_eval(const st_plan_input *in, st_plan *p) {
         if (!tp) return st_fail(ST_ERR_NOMEM, "out of host memory planning the evaluation");
         const st_status e = plan_body(&tin, hw, tp);
         set_checkpointing(in, ST_CKPT_OFF);
-        p->micro = e == ST_OK && tp->ok && tp->micro > 0 ? tp->micro : 1;
+        /* (ranks that do not split the batch have no training micro-batch: the
+         * batch over the ranks, rounded up, as eval_batch_size auto takes it; a
+         * micro-batch of 1 evaluated eval_steps samples a rank) */
+        const bool split = c->train.batch_size % n == 0;
+        p->micro = e == ST_OK && tp->ok && tp->micro > 0 ? tp->micro : split ? 1 : per_rank;
         free(tp);
         ST_TRY(e);
-        snprintf(p->micro_why, sizeof p->micro_why,
-                 "a training run's micro-batch: train.eval_steps counts batches of it");
+        snprintf(p->micro_why, sizeof p->micro_why, "%s: train.eval_steps counts batches of it",
+                 split ? "a training run's micro-batch" : "train.batch_size over the ranks, rounded up");
     } else {
         /* (the validation samples' share of each rank; 0: unknown) */
         const int64_t share = in->eval_samples > 0 ? (in->eval_samples + n - 1) / n : 0;

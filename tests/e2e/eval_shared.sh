@@ -87,6 +87,9 @@ sys.exit(0 if ok else 1)
 PY
 "${mpi[@]}" -np 3 "$bin" eval "${auto[@]}" "${mlp[@]}" --init "$tmp/mlpa/model.safetensors" >"$tmp/evala3.json" 2>&1 ||
     fail "eval_steps: eval on 3 ranks: $(tail -n 2 "$tmp/evala3.json")"
+# (in batches of 11, where they were batches of 1: 9 samples for 3 steps on 3 ranks, said nowhere)
+grep -q '"eval_batch_size":11[,}]' "$tmp/evala3.json" ||
+    fail "eval_steps: eval on 3 ranks not in batches of 11: $(grep -o '"eval_batch_size":[0-9]*' "$tmp/evala3.json")"
 # The effective configuration of the 2-rank run gives eval_steps as the
 # total (6 batches of 16), and evaluated so, on 2 ranks, the same samples
 "${mpi[@]}" -np 2 "$bin" train "${auto[@]:0:6}" "${mlp[@]}" --set train.eval_steps=3 --set train.steps=1 \
