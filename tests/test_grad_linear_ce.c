@@ -189,13 +189,16 @@ static void check_errors(void) {
     st_params_free(&p);
 }
 
-/* The memory rule: a large vocabulary over many rows pays, a small one not. */
+/* The memory rule: the logits (rows x vocabulary) against the fused head's
+ * saved dW (vocabulary x n_embd) and chunk: many rows pay, few rows of a wide
+ * model not (test_grad_lives checks the rule against the graphs' own count). */
 static void check_saves_memory(void) {
     st_params p = {0};
     st_graph g;
     st_graph_init(&g, &p);
     CHECK(st_linear_ce_saves_memory(&g, 16 * 1024, 768, 50257), "GPT-2 at 16 x 1024: fused must hold less");
-    CHECK(!st_linear_ce_saves_memory(&g, 8 * 256, 256, 256), "vocab 256, C 256: the logits are the smaller");
+    CHECK(st_linear_ce_saves_memory(&g, 8 * 256, 256, 256), "vocab 256, C 256, 2048 rows: fused holds less");
+    CHECK(!st_linear_ce_saves_memory(&g, 64, 768, 256), "64 rows of vocab 256 at C 768: dW is the larger");
     CHECK(!st_linear_ce_saves_memory(&g, 64, 768, 50257), "64 rows of a 50257 vocab: dW is the larger");
     st_graph_free(&g);
     st_params_free(&p);
