@@ -263,24 +263,31 @@ static void check_model(const char *type, tweak_fn tweak) {
  * the same loss and gradients up to the order of fp32 sums, no logits,
  * and less memory for a vocabulary large beside the rows (the rule `auto`
  * follows). */
+static void head_is(st_config *c, const char *mode) {
+    snprintf(c->model.fused_head, sizeof c->model.fused_head, "%s", mode);
+}
+/* A shape's tweak with its head fused (NAME_on) and plain (NAME_off). */
+#define HEAD_VARIANTS(name)                                                                                  \
+    static void name##_on(st_config *c) {                                                                    \
+        name(c);                                                                                             \
+        head_is(c, "on");                                                                                    \
+    }                                                                                                        \
+    static void name##_off(st_config *c) {                                                                   \
+        name(c);                                                                                             \
+        head_is(c, "off");                                                                                   \
+    }
+
 static void big_vocab(st_config *c) {
     sm_gpt3(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "auto");
+    head_is(c, "auto");
     c->model.vocab_size = 2000;
     c->model.dropout = 0;
 }
-static void big_vocab_fused(st_config *c) {
-    big_vocab(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
-}
-static void big_vocab_plain(st_config *c) {
-    big_vocab(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "off");
-}
+HEAD_VARIANTS(big_vocab)
 
 static void check_fused_head(void) {
-    st_model *a = sm_make("gpt", big_vocab_fused, "off", false), *b = sm_make("gpt", big_vocab_plain, "off", false),
-             *c = sm_make("gpt", big_vocab, "off", false);
+    st_model *a = sm_make("gpt", big_vocab_on, "off", false),
+             *b = sm_make("gpt", big_vocab_off, "off", false), *c = sm_make("gpt", big_vocab, "off", false);
     if (!a || !b || !c) return;
     st_model_graph ga, gb, gc;
     sm_step(a, &ga, 6);
@@ -317,21 +324,14 @@ static void check_fused_head(void) {
 static int64_t head_v, head_c, head_t;
 static void head_shape(st_config *c) {
     sm_gpt3(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "auto");
+    head_is(c, "auto");
     c->model.vocab_size = head_v;
     c->model.n_embd = head_c;
     c->model.block_size = head_t;
     c->model.n_layer = 1;
     c->model.dropout = 0;
 }
-static void head_shape_on(st_config *c) {
-    head_shape(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "on");
-}
-static void head_shape_off(st_config *c) {
-    head_shape(c);
-    snprintf(c->model.fused_head, sizeof c->model.fused_head, "off");
-}
+HEAD_VARIANTS(head_shape)
 
 static void check_fused_head_auto(void) {
     /* vocabulary, n_embd, block_size (16 sequences a batch) */
