@@ -2,6 +2,8 @@
 #ifndef ST_TOOLS_CLI_H
 #define ST_TOOLS_CLI_H
 
+#include <stdatomic.h>
+
 #include "scaletrain/config.h"
 #include "scaletrain/train.h"
 
@@ -49,6 +51,16 @@ char *st_cli_read_bytes(const char *path, size_t *len);
  * lost: a full disk) by an earlier write; *err is the errno to tell (EIO
  * where that earlier one's is gone). The file is closed either way. */
 bool st_cli_close_written(FILE *f, int *err);
+/* Catch the stop signals: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, and SIGHUP
+ * unless it is ignored (nohup: the command then outlives its terminal).
+ * Each stores its number in the returned flag, which the command reads to
+ * stop cleanly and exit 128 + it. SIGTERM, SIGQUIT and SIGUSR1 ask the same
+ * however often they come (under SLURM a task may get SIGTERM twice; the
+ * hard stop is SLURM's SIGKILL). A second SIGINT (Ctrl-C twice) a second or
+ * more after the first ends the process at once; the same one twice within
+ * a second is one request sent twice (`timeout -s INT` signals its child,
+ * then its group). Interrupted system calls resume. (tools/stops.c) */
+atomic_int *st_cli_catch_stops(void);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
 /* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:

@@ -3,15 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <time.h>
 
 #include "cli.h"
 #include "core/atomic_file.h"
@@ -31,41 +28,6 @@
 /* A count for an option, 1..max. */
 static bool count_arg(const char *opt, const char *v, int64_t max, int64_t *out) {
     return st_cli_int_arg("data tokenize", opt, v, 1, max, TOKENIZE_USAGE, out);
-}
-
-/* A stop asked of tokenize (SIGTERM, SIGINT, SIGQUIT, SIGHUP unless
- * ignored): the files being written are removed and OUT is left as it
- * was. The same signal twice within a second is one request (timeout(1)
- * signals its child, then its group); another, later, ends the process at
- * once. */
-static atomic_int stop_signal;
-static atomic_llong first_stop_ns;
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
-               "a signal handler may only store to a lock-free atomic");
-
-static void on_stop(int sig) { /* (clock_gettime, signal and raise are async-signal-safe) */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + 1;
-    long long first = 0;
-    if (!atomic_compare_exchange_strong(&first_stop_ns, &first, ns) && ns - first >= 1000000000LL) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    atomic_store_explicit(&stop_signal, sig, memory_order_relaxed);
-}
-
-static void catch_stops(void) {
-    struct sigaction sa, hup;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGQUIT, &sa, NULL);
-    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
 }
 
 static int tokenize(int argc, char **argv) {
@@ -162,11 +124,11 @@ static int tokenize(int argc, char **argv) {
                                 .out = pos[0],
                                 .shard_tokens = shard_tokens,
                                 .jobs = (int)jobs,
-                                .stop = &stop_signal};
-    catch_stops();
+                                /* (a stop: the files being written removed, OUT as it was) */
+                                .stop = st_cli_catch_stops()};
     st_tokenize_result r;
     st_status s = st_tokens_tokenize(&o, &r);
-    const int sig = atomic_load_explicit(&stop_signal, memory_order_relaxed);
+    const int sig = atomic_load_explicit(o.stop, memory_order_relaxed);
     if (s == ST_ERR_INTERRUPTED && sig) {
         fprintf(stderr,
                 "scaletrain data tokenize: stopped by signal %d; %s is as it was (the files being written "
