@@ -299,12 +299,8 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
         st_clear_error();
     }
     const char *t = cfg->model.type;
-    if (strcmp(t, "mlp") == 0)
-        m->kind = ST_MODEL_MLP;
-    else if (strcmp(t, "cnn") == 0)
-        m->kind = ST_MODEL_CNN;
-    else
-        m->kind = ST_MODEL_GPT;
+    m->kind = ST_MODEL_GPT; /* (model.type is one of the three: st_config_validate) */
+    st_model_kind_named(t, &m->kind);
     st_status s = ST_OK;
     if (m->kind == ST_MODEL_GPT) {
         if (in->seq_len > cfg->model.block_size)
@@ -334,6 +330,17 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     m->n_params = m->params.count;
     *out = m;
     return ST_OK;
+}
+
+bool st_model_kind_named(const char *type, st_model_kind *out) {
+    static const char *const names[] = {
+        [ST_MODEL_MLP] = "mlp", [ST_MODEL_CNN] = "cnn", [ST_MODEL_GPT] = "gpt"};
+    for (int k = 0; type && k < (int)(sizeof names / sizeof *names); k++)
+        if (strcmp(type, names[k]) == 0) {
+            *out = (st_model_kind)k;
+            return true;
+        }
+    return false;
 }
 
 bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) {

@@ -11,6 +11,9 @@
 #include "graph.h"
 
 typedef enum st_model_kind { ST_MODEL_MLP, ST_MODEL_CNN, ST_MODEL_GPT } st_model_kind;
+/* The kind model.type names ("mlp", "cnn", "gpt") into *out; false, *out
+ * as it was, for any other name. */
+bool st_model_kind_named(const char *type, st_model_kind *out);
 
 /* What the data looks like, as the model needs it. */
 typedef struct st_model_input {

@@ -110,12 +110,8 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
                  {"model.num_classes", (1u << ST_MODEL_MLP) | (1u << ST_MODEL_CNN)}};
     /* the kind of model the hint is for: the file's (a gpt's file loaded
      * into an mlp: its gpt settings, not num_classes) */
-    const char *type = st_safetensors_metadata(f, "model.type");
-    const st_model_kind kind = !type                  ? m->kind
-                               : !strcmp(type, "mlp") ? ST_MODEL_MLP
-                               : !strcmp(type, "cnn") ? ST_MODEL_CNN
-                               : !strcmp(type, "gpt") ? ST_MODEL_GPT
-                                                      : m->kind;
+    st_model_kind kind = m->kind;
+    st_model_kind_named(st_safetensors_metadata(f, "model.type"), &kind);
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
         bool skip = strncmp(key, "model.", 6) != 0;
