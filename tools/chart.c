@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -331,12 +330,7 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         lx += 28 + 7.0 * (double)(strlen(s->name) + (empty ? 19 : 0)) + 24;
     }
     fprintf(f, "</g>\n</svg>\n");
-    int err;
-    if (!st_cli_close_written(f, &err)) { /* (a part of it, a full disk's empty file, is no chart: removed) */
-        unlink(path);
-        return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
-    }
-    return ST_OK;
+    return st_cli_close_output(f, path);
 }
 
 /* s as a gnuplot double-quoted string: no enhanced-text markup. */

@@ -51,6 +51,10 @@ char *st_cli_read_bytes(const char *path, size_t *len);
  * lost: a full disk) by an earlier write; *err is the errno to tell (EIO
  * where that earlier one's is gone). The file is closed either way. */
 bool st_cli_close_written(FILE *f, int *err);
+/* st_cli_close_written for an output file at path: where a write failed,
+ * the part written is removed (a chart cut short by a full disk is no
+ * chart) and the error names path, says why and that it was removed. */
+st_status st_cli_close_output(FILE *f, const char *path);
 /* Catch the stop signals: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, and SIGHUP
  * unless it is ignored (nohup: the command then outlives its terminal).
  * Each stores its number in the returned flag, which the command reads to

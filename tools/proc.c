@@ -105,6 +105,13 @@ bool st_cli_close_written(FILE *f, int *err) {
     return e == 0;
 }
 
+st_status st_cli_close_output(FILE *f, const char *path) {
+    int err;
+    if (st_cli_close_written(f, &err)) return ST_OK;
+    unlink(path);
+    return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
+}
+
 char *st_cli_read_bytes(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

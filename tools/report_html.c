@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -196,10 +195,5 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
         fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint whose "
                    "state.json reads (ckpt/step-N).</p>\n");
     fprintf(f, "</body>\n</html>\n");
-    int err;
-    if (!st_cli_close_written(f, &err)) { /* (a part of it, a full disk's empty file, is no chart: removed) */
-        unlink(path);
-        return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
-    }
-    return ST_OK;
+    return st_cli_close_output(f, path);
 }
