@@ -383,14 +383,14 @@ static int inspect(const char *path) {
     unsigned char magic[9] = {0};
     /* (not waiting on a FIFO, whose open waits for a writer: inspect would never end) */
     struct stat sb;
-    const int fd = st_open_read(path);
+    const int fd = st_open_read(path, &sb);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         if (fd >= 0) close(fd);
         perror(path);
         return ST_EXIT_FAIL;
     }
-    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sb.st_mode)) {
         fclose(f);
         fprintf(
             stderr,

@@ -148,10 +148,16 @@ int64_t st_path_space(const char *path, int64_t *total) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-int st_open_read(const char *path) {
+int st_open_read(const char *path, struct stat *sb) {
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    if (fd < 0) return -1;
+    if (fstat(fd, sb) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (S_ISREG(sb->st_mode)) {
         const int fl = fcntl(fd, F_GETFL);
         if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }

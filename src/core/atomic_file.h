@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "scaletrain/status.h"
 
@@ -51,10 +52,10 @@ int64_t st_path_free_bytes(const char *path);
  * view of the kernel's (/proc, /sys), which holds no files. */
 int64_t st_path_space(const char *path, int64_t *total);
 /* open(path) to read, without waiting where it is a FIFO (whose open waits
- * for a writer, signals and all: a run that would never start); O_NONBLOCK
- * is cleared again for a regular file. The caller checks S_ISREG; -1 and
- * errno as open's. */
-int st_open_read(const char *path);
+ * for a writer, signals and all: a run that would never start), and its
+ * fstat into *sb; O_NONBLOCK is cleared again for a regular file. The
+ * caller checks S_ISREG. -1 and errno as open's or fstat's. */
+int st_open_read(const char *path, struct stat *sb);
 
 /* Whether path (or its nearest existing parent) is on a file system
  * mounted read-only. */

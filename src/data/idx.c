@@ -317,7 +317,8 @@ st_status st_idx_read_with(const char *path, st_idx *out, bool whole) {
     if (!out) return st_fail(ST_ERR_ARG, "st_idx_read: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return st_fail(ST_ERR_ARG, "st_idx_read: path is NULL");
-    int fd = st_open_read(path);
+    struct stat sb;
+    int fd = st_open_read(path, &sb);
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT && strncmp(path, FASHION_MNIST_DIR, strlen(FASHION_MNIST_DIR)) == 0)
@@ -326,12 +327,6 @@ st_status st_idx_read_with(const char *path, st_idx *out, bool whole) {
                            "apt-get install dataset-fashion-mnist",
                            path);
         return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(err));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        const int e = errno;
-        close(fd);
-        return st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);

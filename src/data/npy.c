@@ -368,13 +368,11 @@ st_status st_npy_read_mem(const char *name, const uint8_t *buf, size_t len, st_n
 
 st_status st_npy_read(const char *path, st_npy *out) {
     memset(out, 0, sizeof *out);
-    int fd = st_open_read(path);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
+    int fd = st_open_read(path, &sb);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     st_status st;
-    if (fstat(fd, &sb) != 0) {
-        st = st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sb.st_mode)) {
         st =
             st_fail(ST_ERR_IO,
                     "%s: not a regular file (a FIFO, a device or a socket): give the data file itself", path);

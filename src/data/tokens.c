@@ -233,10 +233,9 @@ static st_status bus_error(const tok_shard *sh, int64_t i) {
 static st_status open_shard(const char *path, tok_shard *t) {
     if (!(t->path = strdup(path))) return st_fail(ST_ERR_NOMEM, "%s: out of memory", path);
     st_status s = ST_OK;
-    int fd = st_open_read(path);
-    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot stat: %s", path, strerror(errno)));
+    int fd = st_open_read(path, &sb);
+    if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         ST_GOTO(st_fail(ST_ERR_IO,
                         "%s: not a regular file (a FIFO, a device or a socket): a token file is mapped, so "
