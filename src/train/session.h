@@ -58,6 +58,9 @@ typedef struct st_session {
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
     bool out_dir_lost; /* train.out_dir's run.lock is no longer this run's (train.c out_dir_held): nothing
                           more is written there, a rescue included */
+    st_status last_ckpt_err;  /* the checkpoint of the run's last step failed (every rank knows): the final
+                               * evaluation and weights are made all the same, then this is returned */
+    char last_ckpt_why[8192]; /* ... its message (train.c save_failed) */
     bool read_stopped; /* a stop ended this rank's wait on a training batch that did not come (loader.h
                           ST_LOADER_STOP_GRACE_S): saved as after a failed read (train.c rescue) */
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the

@@ -901,8 +901,10 @@ static st_status setup_sync_bn(st_session *ses, st_graph *g) {
 
 /* A checkpoint that failed (a full disk, say): what is left, and what to do.
  * saved: the checkpoint's folder when it was committed before the failure
- * (st_ckpt_save), else "". */
-static st_status save_failed(st_status s, const st_config *c, int64_t step, const char *saved) {
+ * (st_ckpt_save), else "". last: the run's last step's, after which the
+ * final weights are still written (smaller than a checkpoint), and said by
+ * the caller. */
+static st_status save_failed(st_status s, const st_config *c, int64_t step, const char *saved, bool last) {
     if (saved[0])
         return st_fail_context(s,
                                "the checkpoint of step %lld is whole in %s and --resume auto continues from it, "
@@ -922,6 +924,10 @@ static st_status save_failed(st_status s, const st_config *c, int64_t step, cons
         before = -1; /* (not known: said as before) */
     free(steps);
     st_clear_error();
+    if (before == 0 && last)
+        return st_fail(
+            s, "the checkpoint of step %lld, the run's last, was not saved, and %s holds none before it: %s",
+            (long long)step, ckdir, why);
     if (before == 0)
         return st_fail(s,
                        "the checkpoint of step %lld was not saved, and %s holds none before it: the steps "
@@ -985,7 +991,7 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
          * of the step just trained: they report it alike, and save that step
          * together (rescue), rather than each ending the others. */
         ses->agreed_error = ses->agreed_read = ses->world > 1 && !st_comm_failed(ses->comm);
-        return save_failed(s, ses->cfg, saved, got);
+        return save_failed(s, ses->cfg, saved, got, false);
     }
     *stall += st_now() - t0;
     st_trace_end(trace, &mark);
@@ -2200,18 +2206,27 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 char got[sizeof r->checkpoint] = ""; /* (set once committed) */
                 s = st_ckpt_save(c, m, &opt, &ck, &lay, got, sizeof got);
                 if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
+                const bool last = step + 1 == steps;
                 if (s != ST_OK) { /* (every rank has the outcome: they report it alike) */
-                    save_failed(s, c, ck.step, got);
+                    save_failed(s, c, ck.step, got, last);
                     ses->agreed_error = ses->world > 1 && !st_comm_failed(ses->comm);
-                    goto fail;
+                    if (!last || ses->out_dir_lost || (ses->world > 1 && !ses->agreed_error)) goto fail;
+                    /* The last step's: the run ends as it would, its final
+                     * evaluation and weights made (a disk too full for a
+                     * checkpoint may hold the weights, a third of it under
+                     * AdamW), and then this is its error (run's end). */
+                    ses->last_ckpt_err = s;
+                    snprintf(ses->last_ckpt_why, sizeof ses->last_ckpt_why, "%s", st_last_error());
+                    st_clear_error();
+                    s = ST_OK;
                 }
                 st_trace_end(trace, &mark);
                 const double dt = st_now() - t_ck;
-                if (ses->rank == 0)
+                if (ses->rank == 0 && ses->last_ckpt_err == ST_OK)
                     ST_GOTO(own_error(ses,
                                       st_metrics_checkpoint_write(met, step + 1, step + 1, false, dt, dt),
                                       &own, own_why, sizeof own_why));
-                if (ses->rank == 0 && !opts->quiet && !prog.bar) {
+                if (ses->rank == 0 && ses->last_ckpt_err == ST_OK && !opts->quiet && !prog.bar) {
                     fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                     out_flush(ses);
                 }
@@ -2472,8 +2487,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             if (s == ST_OK)
                 s = wdata ? st_model_save_host(ses.model, wdata, wbuf, path) : st_model_save(ses.model, path);
             st_watch_end(ses.store_watch);
-            if (s != ST_OK && res->checkpoint[0] &&
-                !ses.out_dir_lost) { /* (the last step's checkpoint holds them) */
+            if (s != ST_OK && res->checkpoint[0] && !ses.out_dir_lost &&
+                ses.last_ckpt_err == ST_OK) { /* (the last step's checkpoint holds them) */
                 char why[4096];
                 snprintf(why, sizeof why, "%s", st_last_error());
                 s = st_fail(s,
@@ -2485,8 +2500,20 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             if (s == ST_OK) snprintf(wrote, sizeof wrote, "%s", path);
         }
     }
-    if (ev !=
-        ST_OK) { /* (the evaluation's error first, then where the weights are, or what failed after it) */
+    if (ses.last_ckpt_err !=
+        ST_OK) { /* the last step's checkpoint first, then the evaluation, then the weights */
+        char then[4096], evs[4200] = "";
+        snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
+        if (ev != ST_OK) snprintf(evs, sizeof evs, "; the final evaluation failed too: %s", ev_why);
+        s = s != ST_OK ? st_fail(ses.last_ckpt_err, "%s%s; the final weights were not written either: %s",
+                                 ses.last_ckpt_why, evs, then)
+            : wrote[0]
+                ? st_fail(ses.last_ckpt_err,
+                          "%s%s; the final weights were written all the same, to %s (--init reads them)",
+                          ses.last_ckpt_why, evs, wrote)
+                : st_fail(ses.last_ckpt_err, "%s%s", ses.last_ckpt_why, evs);
+    } else if (ev != ST_OK) { /* (the evaluation's error first, then where the weights are, or what failed
+                                 after it) */
         char then[4096];
         snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
         s = s != ST_OK ? st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then)
