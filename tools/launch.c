@@ -20,7 +20,8 @@
  * --resume, or none: `auto` would have taken a checkpoint it did not make,
  * an older one than its --resume named, or the unfinished run that train
  * refused to continue without being asked). What is not restarted: a
- * clean exit (0), a usage error (2), and a stop asked for by a signal (exit
+ * clean exit (0), a usage error (2), a train job's failure that repeats the
+ * attempt before it with no checkpoint between, and a stop asked for by a signal (exit
  * 143 for SIGTERM, 130 for SIGINT, 131 for SIGQUIT, 129 for SIGHUP, 138 for
  * SIGUSR1: the ranks saved a checkpoint and stopped on purpose, as on SLURM
  * pre-emption), nor a job whose launcher itself got such a signal. The exit
@@ -349,6 +350,14 @@ static bool marks_new(const ckpt_marks *before, const ckpt_marks *now) {
     return false;
 }
 
+/* A rank's error line without the rank that said it ("scaletrain: rank 1
+ * of 2 (host h): ", "scaletrain: error (rank 0): "): which rank prints
+ * the job's last error varies from one attempt to the next. */
+static const char *cause_of(const char *reason) {
+    const char *p = strstr(reason, "): ");
+    return p && p - reason < 160 ? p + 3 : reason;
+}
+
 int st_cmd_launch(int argc, char **argv) {
     const char *hosts = NULL;
     long n = 0, max_restarts = 0, per_rank = 0; /* per_rank 0: the cores over n */
@@ -567,6 +576,10 @@ int st_cmd_launch(int argc, char **argv) {
     av[k] = NULL;
 
     int rc = ST_EXIT_FAIL, signalled = 0;
+    /* the previous failed attempt's exit, rank's error line and checkpoints (repeats, below) */
+    int prev_rc = 0;
+    char prev_why[sizeof((st_launch_result *)0)->reason] = "";
+    ckpt_marks *prev = NULL;
     st_launch_signals_begin();
     for (long attempt = 0;; attempt++) {
         st_launch_result res;
@@ -602,7 +615,26 @@ int st_cmd_launch(int argc, char **argv) {
         char where[4400] = "from the beginning (not a train job)";
         ckpt_marks *now = train && before ? marks_take(cfg.train.out_dir, look_s) : NULL;
         const bool committed = !train || !before || marks_new(before, now);
-        marks_free(now);
+        /* A train job that failed as the attempt before it did (the same
+         * exit and a rank's same error, which names no pid: mpirun's line
+         * about a rank that died does) with no checkpoint committed
+         * between: a cause that does not go away by itself (a missing file,
+         * a setting), each restart costing a start-up. */
+        const bool repeat = train && prev && now && !marks_new(prev, now) && rc == prev_rc && res.reason[0] &&
+                            !res.reason_from_mpirun && !strcmp(cause_of(res.reason), cause_of(prev_why));
+        marks_free(prev);
+        prev = now;
+        prev_rc = rc;
+        snprintf(prev_why, sizeof prev_why, "%s", res.reason);
+        if (repeat) {
+            st_launch_sayf(
+                out,
+                "scaletrain launch: the job failed again the same way (exit %d: %s), committing no "
+                "checkpoint since the last attempt; not restarted: the cause is not passing (fix "
+                "it and launch again; restarts left: %ld)\n",
+                rc, why, max_restarts - attempt);
+            break;
+        }
         if (train && !committed) {
             /* as it was started: its own arguments (a restart before may have changed them) */
             for (int j = cmd_at; j < argc; j++)
@@ -645,6 +677,7 @@ int st_cmd_launch(int argc, char **argv) {
     st_launch_signals_end();
     free(av);
     marks_free(before);
+    marks_free(prev);
     for (int j = 0; fwd_names[j]; j++)
         free(fwd_names[j]);
     free(fwd_names);

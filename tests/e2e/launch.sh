@@ -12,7 +12,9 @@
 # (b') the same with SIGSTOP: rank 0's watchdog ends the job, and the
 #     launcher's message quotes the collective and the stopped rank;
 # (c) a job that keeps failing: restarted K times, then given up, exit 1;
-#     one whose arguments do not parse is not restarted;
+#     one that fails twice with the same error and no checkpoint between
+#     is not restarted again; one whose arguments do not parse is not
+#     restarted;
 # (d) SIGTERM to the launcher (pre-emption): the ranks checkpoint and exit
 #     143, and that is not restarted; (d') the same before mpirun started a
 #     rank: exit 143 and said; (d'') a start that train refuses (the
@@ -267,6 +269,17 @@ grep -q "failed again .*missing.tokens.*1 restart used, giving up" "$tmp/bad.err
     fail "always failing: no give-up message naming the error: $(cat "$tmp/bad.err")"
 [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad.err")" -eq 2 ] || fail "always failing: not run twice"
 echo "always failing: restarted once, then gave up"
+# (c'') the same with 3 restarts allowed: the second attempt's error is the
+# first's, and nothing was committed between: given up there (restarts cost a
+# start-up each, and the cause is not passing)
+timeout 60 "$bin" launch -n 2 --max-restarts 3 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \
+    --set train.out_dir="$tmp/bad" >"$tmp/bad3.out" 2>"$tmp/bad3.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "restart 1 of 3 as it was started" "$tmp/bad3.err" &&
+    grep -q "the job failed again the same way (exit 1: .*missing.tokens.*), committing no checkpoint since the last attempt; not restarted: the cause is not passing (fix it and launch again; restarts left: 2)" "$tmp/bad3.err" &&
+    ! grep -q "restart 2 of 3" "$tmp/bad3.err" &&
+    [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad3.err")" -eq 2 ] ||
+    fail "the same failure twice: exit $rc: $(grep "scaletrain launch" "$tmp/bad3.err")"
+echo "the same failure twice with nothing committed: not restarted again"
 # (c') a configuration error: not restarted (it fails every attempt alike)
 timeout 60 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set optim.lr=abc \
     --set train.out_dir="$tmp/badcfg" >"$tmp/badcfg.out" 2>"$tmp/badcfg.err"; rc=$?
