@@ -317,20 +317,24 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
                     "(scaletrain launch does not bind them), and the prediction counts that share.\n",
                     runs[k].ranks, runs[k].cores_per_rank);
     if (pngs) fprintf(md, "\nPNG: [throughput](bench_throughput.png), [efficiency](bench_efficiency.png)\n");
-    int md_err, js_err = 0;
-    const bool md_ok = st_cli_close_written(md, &md_err);
+    /* (a file cut short, a full disk's, is removed: a table or JSON that parses but lacks rows
+     * reads as the whole result) */
+    if (st_cli_close_output(md, md_path) != ST_OK) {
+        cJSON_Delete(root);
+        return st_cli_error(ST_ERR_IO);
+    }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     FILE *js = text ? fopen(json_path, "w") : NULL;
-    if (!js) js_err = text ? errno : ENOMEM;
-    if (js) fputs(text, js), fputc('\n', js);
-    const bool js_ok = js && st_cli_close_written(js, &js_err);
-    free(text);
-    if (!md_ok || !js_ok) {
-        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_ok ? json_path : md_path,
-                strerror(md_ok ? js_err : md_err));
+    if (!js) {
+        fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", json_path,
+                strerror(text ? errno : ENOMEM));
+        free(text);
         return ST_EXIT_FAIL;
     }
+    fputs(text, js), fputc('\n', js);
+    free(text);
+    if (st_cli_close_output(js, json_path) != ST_OK) return st_cli_error(ST_ERR_IO);
     printf("report: %s, %s, plots %s/bench_{throughput,efficiency}.%s\n", md_path, json_path, out_dir,
            pngs ? "{svg,png}" : "svg");
     if (why[0]) printf("report: PNGs skipped: %s\n", why);

@@ -109,6 +109,16 @@ out=$(PATH="$tmp/badplot:$PATH" timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" -
 rc=$?
 [ $rc -eq 0 ] && [ -s "$tmp/rep2/bench.md" ] && [ -s "$tmp/rep2/bench.json" ] && grep -q "^report: PNGs skipped: .*gnuplot" <<<"$out" ||
     fail "bench with a failing gnuplot: exit $rc: $out"
+# bench.md or bench.json cut short (a full disk: /dev/full behind each name): exit 1 naming it, the part
+# written removed (a table that lacks rows read as the whole result)
+for f in bench.md bench.json; do
+    rm -rf "$tmp/rep4" && mkdir -p "$tmp/rep4" && ln -s /dev/full "$tmp/rep4/$f"
+    out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep4" 2>&1)
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "error: $tmp/rep4/$f: write failed: No space left on device (the part written was removed)" <<<"$out" &&
+        [ ! -e "$tmp/rep4/$f" ] && [ ! -L "$tmp/rep4/$f" ] || fail "bench with $f on a full disk: exit $rc: $out"
+done
+[ "$fails" -ne 0 ] || echo "bench.md, bench.json on a full disk: said, removed"
 # bench ended (SIGTERM, as timeout or a closed terminal's session sends)
 # while its job trains: the job, in a process group of its own, is sent
 # SIGTERM as bench ends (it trained on, holding its out_dir, for the rest of
