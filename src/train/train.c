@@ -1840,6 +1840,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     }
     const int64_t start = ck.step;
     r->start_step = start;
+    /* (a scale below 1 shrinks what fp16 stores, and nothing says so: the
+     * steps learn less without an overflow; the scale grows back only by
+     * doubling) */
+    if (sc.enabled && start == 0 && c->optim.loss_scale < 1 && ses->rank == 0)
+        st_ticker_sayf("scaletrain: warning: optim.loss_scale %g in fp16 makes the gradients smaller before "
+                       "fp16 stores them, whose smallest value is 6e-8: small ones become 0 without an "
+                       "overflow to say so, and the scale only doubles every optim.loss_scale_window (%lld) "
+                       "clean steps. A scale of 1 or more suits every run (65536, the default, most)\n",
+                       c->optim.loss_scale, (long long)c->optim.loss_scale_window);
     /* (its first writes come once the set-up is done: first_writes) */
     ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? take_out_dir(ses, opts) : ST_OK,
                           "rank 0's lock of train.out_dir"));

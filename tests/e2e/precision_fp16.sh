@@ -57,6 +57,11 @@ run resume 4 --set optim.loss_scale=$huge --resume auto
 # (the scale set again on the resume is not taken: said, where it was silence)
 grep -q "resume: warning: optim.loss_scale ($huge, --set) is the scale an fp16 run starts with; this resume goes on with the checkpoint's, 2.74878e+11" \
     "$tmp/resume.err" || fail "resume: no warning that optim.loss_scale gave way to the checkpoint's: $(cat "$tmp/resume.err")"
+# (a scale below 1 shrinks the gradients fp16 stores, silently: said at the start, and once, by rank 0)
+run tiny 1 --set optim.loss_scale=0.001
+[ "$(grep -c "warning: optim.loss_scale 0.001 in fp16 makes the gradients smaller before fp16 stores them" "$tmp/tiny.err")" -eq 1 ] &&
+    ! grep -q "warning: optim.loss_scale" "$tmp/clean2.err" ||
+    fail "a loss scale below 1: not warned once: $(cat "$tmp/tiny.err")"
 steady=(--set optim.loss_scale_window=3 --set optim.schedule=constant)
 run whole4 4 "${steady[@]}"
 run half 2 "${steady[@]}"
