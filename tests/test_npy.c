@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "scaletrain/config.h"
+
 #include "check.h"
 #include "data/dataset.h"
 #include "data/npy.h"
@@ -366,6 +368,19 @@ static void datasets(void) {
     st_dataset_free(&d);
     CHECK_FAILS(st_dataset_open_npy(px, py, 4, &d), ST_ERR_FORMAT, "label 4 at index 4 is outside [0, 4)");
     CHECK(strstr(st_last_error(), py) != NULL, "the label error does not name the file");
+    /* auto: the largest label + 1, up to model.num_classes' limit (a stray 2^25 made a 33554433-way head,
+     * 2^30 one of 3e9 parameters) */
+    lab[7] = ST_NUM_CLASSES_MAX - 1;
+    write_pair("im.npy", ST_NPY_U8, 3, d3, img, "lab.npy", ST_NPY_I64, 10, lab);
+    CHECK_OK(st_dataset_open_npy(px, py, 0, &d));
+    CHECK(d.num_classes == ST_NUM_CLASSES_MAX, "the largest label: %lld classes", (long long)d.num_classes);
+    st_dataset_free(&d);
+    lab[7] = ST_NUM_CLASSES_MAX;
+    write_pair("im.npy", ST_NPY_U8, 3, d3, img, "lab.npy", ST_NPY_I64, 10, lab);
+    CHECK_FAILS(
+        st_dataset_open_npy(px, py, 0, &d), ST_ERR_FORMAT,
+        "label 16777216 at index 7 is outside [0, 16777216) (model.num_classes auto takes the largest "
+        "label + 1, and a model has at most that many classes)");
 
     /* float32 (n, h, w, c) and float64 (n, d) features; int32 and uint8 labels */
     float f[6 * 2 * 2 * 2];

@@ -20,6 +20,7 @@
 #define ST_CFG_LIST 16      /* entries of a list value */
 #define ST_CFG_KEYS_MAX 96  /* keys in the schema (src/core/config_schema.c checks it) */
 #define ST_CFG_NOTE 96      /* bytes of a source note */
+#define ST_NUM_CLASSES_MAX (1 << 24) /* model.num_classes' largest, auto's (the largest label + 1) too */
 
 /* Where a value came from, for the printed effective configuration. */
 typedef enum st_cfg_source {

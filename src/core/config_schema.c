@@ -104,7 +104,7 @@ const st_cfg_key st_cfg_keys[] = {
         "gpt: the output layer and the cross-entropy as one layer that makes the logits a chunk of rows at a "
         "time and turns each into its gradients at once, never holding all (batch, seq, vocab) logits; off = "
         "keep the logits; auto = on when that holds less memory (a large vocabulary)"),
-    K_AUTO("model.num_classes", model.num_classes, 2, 1 << 24,
+    K_AUTO("model.num_classes", model.num_classes, 2, ST_NUM_CLASSES_MAX,
            "mlp/cnn: output classes; auto = the largest label + 1, of data.train_labels and data.val_labels "
            "(a warning when the validation labels go higher)"),
 

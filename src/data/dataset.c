@@ -11,6 +11,8 @@
 
 #include <zlib.h>
 
+#include "scaletrain/config.h"
+
 #include "core/crc.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -108,7 +110,7 @@ fail:
 static st_status npy_labels(const char *path, const st_npy *lb, int64_t num_classes, st_dataset *out) {
     out->labels = malloc((size_t)out->n * sizeof(int32_t));
     if (!out->labels) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
-    const int64_t limit = num_classes > 0 ? num_classes : INT32_MAX;
+    const int64_t limit = num_classes > 0 ? num_classes : ST_NUM_CLASSES_MAX;
     int64_t maxl = 0;
     for (int64_t i = 0; i < out->n; i++) {
         int64_t v = lb->dtype == ST_NPY_U8    ? ((const uint8_t *)lb->data)[i]
@@ -123,7 +125,9 @@ static st_status npy_labels(const char *path, const st_npy *lb, int64_t num_clas
                            "%s: label %lld at index %lld is outside [0, %lld)%s; labels are class "
                            "numbers 0, 1, ...",
                            path, (long long)v, (long long)i, (long long)limit,
-                           num_classes > 0 ? " (the class count, model.num_classes)" : " (the most classes)");
+                           num_classes > 0 ? " (the class count, model.num_classes)"
+                                           : " (model.num_classes auto takes the largest label + 1, and a "
+                                             "model has at most that many classes)");
         out->labels[i] = (int32_t)v;
         if (v > maxl) maxl = v;
     }
