@@ -297,6 +297,16 @@ static void test_weights_round_trip(void) {
     CHECK(c->params.data[0] == before, "a failed load changes nothing");
     CHECK(strstr(msg, "hint: the weights must come from a model with the same model.* settings"),
           "a file without our metadata: the general hint: %s", msg);
+    /* A file of ours, this run's settings recorded, a tensor since changed: the hint says so (it said the
+     * file recorded no settings, or that they must be the same, which they are) */
+    const char *cnn_meta[] = {"format", "scaletrain", "model.type", "cnn"};
+    CHECK_OK(st_safetensors_write(bad, ts, 1, cnn_meta, 2));
+    st_clear_error();
+    CHECK(st_model_load(c, bad) == ST_ERR_FORMAT, "a changed file of ours is a format error");
+    msg = st_last_error();
+    CHECK(strstr(msg, "hint: the file records this run's model.* settings, so its tensors no longer match what "
+                      "it was saved with"),
+          "a changed file of ours: %s", msg);
     /* A file of ours: the hint names the settings it was saved with that differ */
     st_model *d = make("cnn", narrow);
     st_clear_error();

@@ -401,6 +401,11 @@ st_status st_model_load(st_model *m, const char *path) {
         else if (differ[0])
             snprintf(hint, sizeof hint, "the file was saved by a model with %s: run with those settings (%s)",
                      differ, set);
+        else if (st_safetensors_metadata(f, "model.type")) /* (scaletrain's: settings the same as ours) */
+            snprintf(hint, sizeof hint,
+                     "the file records this run's model.* settings, so its tensors no longer match what it was "
+                     "saved with: it was changed since (or another program wrote it with this metadata); a "
+                     "run's checkpoints hold whole copies of its weights (--init OUT_DIR/ckpt/step-N)");
         else if (m->kind == ST_MODEL_GPT && (gpt_shape_settings(f, set, sizeof set), set[0]))
             snprintf(
                 hint, sizeof hint,
