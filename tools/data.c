@@ -392,11 +392,11 @@ static int inspect(const char *path) {
     }
     if (!S_ISREG(sb.st_mode)) {
         fclose(f);
-        fprintf(
-            stderr,
-            "scaletrain: error: %s: not a regular file (a FIFO, a device or a socket); data inspect reads "
-            "files\n",
-            path);
+        fprintf(stderr,
+                "scaletrain: error: %s: %s, not a regular file; data inspect reads files, a checkpoint or a "
+                "run's "
+                "folder\n",
+                path, st_file_type_name(sb.st_mode));
         return ST_EXIT_FAIL;
     }
     size_t got = fread(magic, 1, sizeof magic, f);

@@ -164,6 +164,16 @@ int st_open_read(const char *path, struct stat *sb) {
     return fd;
 }
 
+const char *st_file_type_name(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISREG(mode)  ? "a regular file"
+                            : "not a regular file";
+}
+
 bool st_path_read_only(const char *path) {
     struct statvfs sv;
     return path_statvfs(path, &sv) && (sv.f_flag & ST_RDONLY);

@@ -56,6 +56,10 @@ int64_t st_path_space(const char *path, int64_t *total);
  * fstat into *sb; O_NONBLOCK is cleared again for a regular file. The
  * caller checks S_ISREG. -1 and errno as open's or fstat's. */
 int st_open_read(const char *path, struct stat *sb);
+/* What a file that is not a regular one is, for a message: "a directory",
+ * "a FIFO", "a character device", "a block device", "a socket" ("not a
+ * regular file" for anything else). */
+const char *st_file_type_name(mode_t mode);
 
 /* Whether path (or its nearest existing parent) is on a file system
  * mounted read-only. */

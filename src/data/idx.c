@@ -330,9 +330,8 @@ st_status st_idx_read_with(const char *path, st_idx *out, bool whole) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return st_fail(ST_ERR_IO,
-                       "%s: not a regular file (a FIFO, a device or a socket): give the data file itself",
-                       path);
+        return st_fail(ST_ERR_IO, "%s: %s, not a regular file: give the data file itself", path,
+                       st_file_type_name(sb.st_mode));
     }
 #ifdef ST_HAVE_LIBDEFLATE
     if (whole && read_whole_gzip(fd, (int64_t)sb.st_size, out)) {

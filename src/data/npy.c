@@ -373,9 +373,8 @@ st_status st_npy_read(const char *path, st_npy *out) {
     if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     st_status st;
     if (!S_ISREG(sb.st_mode)) {
-        st =
-            st_fail(ST_ERR_IO,
-                    "%s: not a regular file (a FIFO, a device or a socket): give the data file itself", path);
+        st = st_fail(ST_ERR_IO, "%s: %s, not a regular file: give the data file itself", path,
+                     st_file_type_name(sb.st_mode));
     } else {
         npy_src s = {path, fd, NULL, (int64_t)sb.st_size};
         st = load(&s, out);

@@ -238,9 +238,8 @@ static st_status open_shard(const char *path, tok_shard *t) {
     if (fd < 0) return st_fail(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         ST_GOTO(st_fail(ST_ERR_IO,
-                        "%s: not a regular file (a FIFO, a device or a socket): a token file is mapped, so "
-                        "give the file itself",
-                        path));
+                        "%s: %s, not a regular file: a token file is mapped, so give the file itself", path,
+                        st_file_type_name(sb.st_mode)));
     int64_t size = (int64_t)sb.st_size;
     uint8_t h[ST_TOKENS_HEADER_BYTES];
     if (size < ST_TOKENS_HEADER_BYTES)

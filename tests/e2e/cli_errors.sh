@@ -262,12 +262,17 @@ expect 2 "--steps 0 must be more than --warmup 5 (its default" "$bin" bench --st
 # a FIFO named as data (a hung source): refused at once, where the open waited for a writer for ever,
 # stop signals and all
 mkfifo "$tmp/fifo.tokens"
-expect 1 "data.train: $tmp/fifo.tokens: not a regular file (a FIFO, a device or a socket)" \
+expect 1 "data.train: $tmp/fifo.tokens: a FIFO, not a regular file: a token file is mapped" \
     timeout 20 "$bin" train "${tok[@]}" --set data.train="$tmp/fifo.tokens"
-expect 1 "fifo.tokens: not a regular file (a FIFO, a device or a socket); data inspect reads files" \
+expect 1 "fifo.tokens: a FIFO, not a regular file; data inspect reads files" \
     timeout 20 "$bin" data inspect "$tmp/fifo.tokens"
-expect 1 "data.train: $tmp/fifo.tokens: not a regular file" \
+expect 1 "data.train: $tmp/fifo.tokens: a FIFO, not a regular file" \
     timeout 20 "$bin" train --set model.type=mlp --set data.train="$tmp/fifo.tokens" --set data.val=
+# a directory named as data is said to be one (it was called a FIFO, a device or a socket)
+mkdir -p "$tmp/adir"
+expect 1 "$tmp/adir: a directory, not a regular file: give the data file itself" \
+    "$bin" train --set model.type=mlp --set data.type=npy --set data.train="$tmp/adir" \
+    --set data.train_labels="$tmp/adir/y.npy" --set data.val=
 # labels naming the inputs' own file: said by its key (the labels' error named data.train)
 expect 1 "data.train_labels ($tmp/img, --set) names the same file as data.train ($tmp/img, --set)" "$bin" plan \
     --set model.type=mlp --set data.train="$tmp/img" --set data.train_labels="$tmp/img" --set data.val=
