@@ -40,6 +40,24 @@ static void test_kinds(void) {
             B("PK\x03\x04\x14\x00\x08\x08\x08"
               "archive"),
             ST_FILE_ZIP);
+    /* the first member's name (at 30, its length at 26) tells numpy.savez's from torch.save's: a .npz
+     * given as data was told how to save weights */
+    kind_is("npz",
+            B("PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00!\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+              "\x00\x00\x00\x00\x05\x00\x14\x00x.npy"),
+            ST_FILE_NPZ);
+    const uint8_t torch_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                                "\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00"
+                                "archive/data.pkl";
+    CHECK(st_sniff(torch_zip, sizeof torch_zip - 1).format == ST_FILE_ZIP &&
+              !strcmp(st_sniff(torch_zip, sizeof torch_zip - 1).what,
+                      "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"),
+          "torch.save's zip: %s", st_sniff(torch_zip, sizeof torch_zip - 1).what);
+    CHECK(strstr(st_sniff(B("PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00!\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                            "\x00\x00\x00\x00\x05\x00\x14\x00x.npy"))
+                     .use,
+                 "numpy.save(\"x.npy\", numpy.load(\"FILE.npz\")[\"x\"])") != NULL,
+          "a .npz's hint");
     kind_is("gzip", B("\x1f\x8b\x08\x00\xed\x0a\xda\x5e\x00"), ST_FILE_GZIP);
     kind_is("pickle",
             B("\x80\x02\x8a\x0al\xfc\x9c"

@@ -380,7 +380,7 @@ static int inspect(const char *path) {
             bins ? pat : "", bins ? "'" : "");
         return ST_EXIT_FAIL;
     }
-    unsigned char magic[9] = {0};
+    unsigned char magic[ST_SNIFF_BYTES] = {0};
     /* (not waiting on a FIFO, whose open waits for a writer: inspect would never end) */
     struct stat sb;
     const int fd = st_open_read(path, &sb);
@@ -412,6 +412,7 @@ static int inspect(const char *path) {
     case ST_FILE_IDX:
         return inspect_idx(path);
     case ST_FILE_ZIP:
+    case ST_FILE_NPZ:
     case ST_FILE_PICKLE:
     case ST_FILE_GGUF:
     case ST_FILE_HDF5:
@@ -430,7 +431,7 @@ static int inspect(const char *path) {
     if (got >= 2 && magic[0] == 0 && magic[1] == 0) return inspect_idx(path);
     char what[128] = "empty (0 bytes)";
     size_t at = 0;
-    for (size_t i = 0; i < got; i++)
+    for (size_t i = 0; i < got && i < 9; i++)
         st_appendf(what, sizeof what, &at, "%s%02x",
                    i ? " " : "not a format scaletrain reads (its first bytes: ", magic[i]);
     if (got) st_appendf(what, sizeof what, &at, ")");

@@ -232,8 +232,8 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
                         "%s: the file is %lld bytes, shorter than the 8-byte header length; the file is "
                         "truncated or not safetensors",
                         path, (long long)size));
-    uint8_t len8[9];
-    const size_t head_n = size >= 9 ? 9 : 8;
+    uint8_t len8[ST_SNIFF_BYTES]; /* (the length, and what another format's first bytes say) */
+    const size_t head_n = size < ST_SNIFF_BYTES ? (size_t)size : ST_SNIFF_BYTES;
     if (!st_pread_all(f->fd, len8, head_n, 0))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header length", path));
     const st_file_kind kind = st_sniff(len8, head_n);

@@ -49,11 +49,23 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
     if (n >= 6 && !memcmp(h, "\x93NUMPY", 6))
         return (st_file_kind){ST_FILE_NPY, "a NumPy .npy array",
                               "data.type npy reads image and label pairs of them"};
-    if (n >= 4 && !memcmp(h, "PK\x03\x04", 4))
+    if (n >= 4 && !memcmp(h, "PK\x03\x04", 4)) {
+        /* the first member's name: at 30, its length at 26 (numpy.savez: "x.npy"; torch.save:
+         * "archive/data.pkl") */
+        const size_t len = n >= 28 ? (size_t)h[26] | (size_t)h[27] << 8 : 0;
+        const bool named = len >= 4 && n >= 30 + len;
+        if (named && !memcmp(h + 30 + len - 4, ".npy", 4))
+            return (st_file_kind){ST_FILE_NPZ, "NumPy's .npz (a zip of .npy arrays)",
+                                  "data.type npy reads .npy files: save each array on its own (in Python, "
+                                  "numpy.save(\"x.npy\", numpy.load(\"FILE.npz\")[\"x\"]))"};
+        if (named && len >= 8 && !memcmp(h + 30 + len - 8, "data.pkl", 8))
+            return (st_file_kind){
+                ST_FILE_ZIP, "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)", WEIGHTS_USE};
         return (st_file_kind){ST_FILE_ZIP,
                               "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or "
                               "NumPy's .npz",
                               WEIGHTS_USE};
+    }
     if (n >= 2 && h[0] == 0x1f && h[1] == 0x8b)
         return (st_file_kind){ST_FILE_GZIP, "a gzip file",
                               "data.type idx reads gzipped IDX files (Fashion-MNIST's) as they are"};

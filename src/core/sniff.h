@@ -18,7 +18,8 @@ typedef enum st_file_format {
     ST_FILE_IDX,
     ST_FILE_NPY,
     ST_FILE_GZIP,
-    ST_FILE_ZIP, /* PyTorch's torch.save, NumPy's .npz */
+    ST_FILE_ZIP, /* PyTorch's torch.save, or a zip whose first member does not say */
+    ST_FILE_NPZ, /* NumPy's .npz: a zip whose first member is a .npy */
     ST_FILE_PICKLE,
     ST_FILE_GGUF,
     ST_FILE_HDF5,
@@ -34,7 +35,10 @@ typedef struct st_file_kind {
 } st_file_kind;
 
 /* The kind of a file whose first n bytes are head (n >= 9 tells every kind
- * apart; fewer tell some). ST_FILE_UNKNOWN with empty strings when none. */
+ * apart; fewer tell some; ST_SNIFF_BYTES tell a zip's first member's name,
+ * NumPy's .npz from PyTorch's torch.save). ST_FILE_UNKNOWN with empty
+ * strings when none. */
+#define ST_SNIFF_BYTES 64
 st_file_kind st_sniff(const uint8_t *head, size_t n);
 
 #endif
