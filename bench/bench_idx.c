@@ -16,17 +16,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/stats.h"
 #include "data/idx.h"
 
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* one read of path, by the whole-file path or the streaming reader: its
@@ -72,9 +68,7 @@ int main(int argc, char **argv) {
             z[r] = timed_read(files[f], false, &bytes);
             if (w[r] < 0 || z[r] < 0) return 1;
         }
-        qsort(w, (size_t)reps, sizeof *w, cmp_double);
-        qsort(z, (size_t)reps, sizeof *z, cmp_double);
-        const double wm = 1e3 * w[reps / 2], zm = 1e3 * z[reps / 2];
+        const double wm = 1e3 * st_median(w, (size_t)reps), zm = 1e3 * st_median(z, (size_t)reps);
         printf("%-64s %12lld %10.1f %10.1f %6.2fx\n", files[f], (long long)bytes, wm, zm, zm / wm);
         if (at < sizeof json)
             at += (size_t)snprintf(json + at, sizeof json - at,

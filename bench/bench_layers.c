@@ -19,6 +19,7 @@
 
 #include "core/blas.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "layers/args.h"
 #include "layers/layers.h"
 
@@ -28,15 +29,7 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+static double median(double *v, int n) { return st_median(v, (size_t)n); }
 
 static void fill(float *x, int64_t n, uint64_t seed) {
     st_rng r = st_rng_make(seed, 1);

@@ -29,6 +29,7 @@
 #include "core/atomic_file.h"
 #include "core/blas.h"
 #include "core/config_schema.h"
+#include "core/stats.h"
 #include "hw/device.h"
 #include "hw/planner.h"
 #include "hw/runspec.h"
@@ -46,11 +47,6 @@ typedef struct bench_run {
     double pred_step_ms, pred_samples_per_s, pred_tokens_per_s; /* the planner's; 0: no prediction */
     char pred_device[48];                                        /* the device it planned for */
 } bench_run;
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Throughput over the steps after `warmup` in dir/metrics.jsonl. */
 static int read_metrics(const char *dir, int warmup, long long batch, bench_run *r, char *why, size_t n) {
@@ -84,13 +80,12 @@ static int read_metrics(const char *dir, int warmup, long long batch, bench_run 
         snprintf(why, n, "%s: no step after the %d warm-up steps", path, warmup);
         return -1;
     }
-    qsort(ms, (size_t)count, sizeof *ms, cmp_double);
     r->measured_steps = count;
     /* The median step: one descheduled step on a shared machine does not
      * move it as it moves the mean. */
-    r->samples_per_s = (double)batch / (ms[count / 2] / 1e3);
+    r->step_ms_median = st_median(ms, (size_t)count);
+    r->samples_per_s = (double)batch / (r->step_ms_median / 1e3);
     r->tokens_per_s = r->samples_per_s * round(tokens_per_sample);
-    r->step_ms_median = ms[count / 2];
     r->comm_ms = comm / count;
     return 0;
 }

@@ -13,8 +13,8 @@
 
 #include "chart.h"
 #include "cli.h"
+#include "core/stats.h"
 #include "report.h"
-
 
 static void row(FILE *f, const char *label, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void row(FILE *f, const char *label, const char *fmt, ...) {
@@ -26,11 +26,6 @@ static void row(FILE *f, const char *label, const char *fmt, ...) {
     fprintf(f, "<tr><th>%s</th><td>", label);
     st_chart_xml_text(f, v);
     fprintf(f, "</td></tr>\n");
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Statistics of a column's finite values. */
@@ -54,9 +49,8 @@ static stats col_stats(const rp_table *t, int f) {
         v[s.n++] = c[i];
     }
     if (s.n > 0) {
-        qsort(v, (size_t)s.n, sizeof *v, cmp_double);
         s.mean = sum / s.n;
-        s.median = s.n % 2 ? v[s.n / 2] : 0.5 * (v[s.n / 2 - 1] + v[s.n / 2]);
+        s.median = st_median(v, (size_t)s.n);
     }
     free(v);
     return s;

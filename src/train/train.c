@@ -30,6 +30,7 @@
 #include "core/half.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
@@ -56,11 +57,6 @@
 
 /* step_ms_median is the median of at most this many of the last steps. */
 #define STEP_TIMES_KEPT 65536
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* v, or null where the run measured nothing (`has` false). */
 static void add_measured(cJSON *o, const char *name, double v, bool has) {
@@ -2284,8 +2280,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->tokens_per_s = r->samples_per_s * (double)tokens_per_sample;
     r->gflops_per_s = t_train > 0 ? flops_step * (double)ran / t_train / 1e9 : 0;
     const int64_t timed = ran < times_kept ? ran : times_kept;
-    qsort(step_times, (size_t)timed, sizeof *step_times, cmp_double);
-    r->step_ms_median = timed ? 1e3 * step_times[timed / 2] : 0;
+    r->step_ms_median = 1e3 * st_median(step_times, (size_t)timed);
 #ifdef ST_HAVE_CUDA
     if (ses->dev) {
         r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);

@@ -38,7 +38,7 @@ for r in 1 2; do
 done
 diff <(grep '^|' "$tmp/rep #1/bench.md") <(echo "$table") >/dev/null || fail "bench.md's table differs from stdout's"
 /usr/bin/python3 - "$tmp/rep #1/bench.json" <<'PY' || fail "bench.json"
-import json, math, sys
+import json, math, os, statistics, sys
 r = json.load(open(sys.argv[1]))
 runs = r["runs"]
 assert [x["ranks"] for x in runs] == [1, 2], runs
@@ -49,6 +49,12 @@ for x in runs:
         assert math.isfinite(x[k]) and x[k] > 0, (k, x)
     assert math.isfinite(x["comm_ms"]) and x["comm_ms"] >= 0, x
     assert x["measured_steps"] == 6, x
+    # the median of the run's own step times (an even count: the mean of the middle two, where it took the
+    # upper one)
+    lines = [json.loads(l) for l in open(os.path.join(os.path.dirname(sys.argv[1]), "n%d" % x["ranks"],
+                                                      "metrics.jsonl"))]
+    ms = [l["step_ms"] for l in lines if "step_ms" in l and l.get("step", 0) > 2]
+    assert len(ms) == 6 and abs(x["step_ms_median"] - statistics.median(ms)) <= 1e-9 * x["step_ms_median"], (ms, x)
     assert x["global_batch"] == 4 * x["ranks"], x
     assert abs(x["throughput_per_rank"] * x["ranks"] - x["throughput"]) <= 1e-9 * x["throughput"], x
     assert abs(x["tokens_per_s"] - 16 * x["samples_per_s"]) <= 1e-9 * x["tokens_per_s"], x
