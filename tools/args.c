@@ -179,6 +179,7 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         }
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
     }
+    if (!strcmp(cmd, "eval") && (s = st_config_validate_eval(cfg)) != ST_OK) return st_cli_error(s);
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
     const bool reads_data = !strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "slurm");
     if (reads_data && (s = st_config_validate_data(cfg, !strcmp(cmd, "eval"))) != ST_OK)

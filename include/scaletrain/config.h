@@ -162,6 +162,10 @@ st_status st_config_validate(const st_config *c);
  * an evaluation, which reads no training tokens (data.val given, no
  * data.val_split): data.train is not asked for. */
 st_status st_config_validate_data(const st_config *c, bool eval_only);
+/* An evaluation's data is there to ask for: data.val, or data.val_split's
+ * share of data.train (before st_config_validate, whose training rules
+ * would name train.eval_every). */
+st_status st_config_validate_eval(const st_config *c);
 
 /* Can train.batch_size be split over `world` ranks: a multiple of world
  * and, where train.micro_batch_size is given (not auto), of

@@ -598,6 +598,12 @@ st_status st_config_validate(const st_config *c) {
     return ST_OK;
 }
 
+st_status st_config_validate_eval(const st_config *c) {
+    if (c->data.val[0] || c->data.val_split > 0) return ST_OK;
+    return st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
+                                  "(--set data.val=FILE; with data.val_labels for idx and npy)");
+}
+
 /* The data paths' defaults are Fashion-MNIST's idx files: with another
  * data.type a path left at its default names a file of the wrong format,
  * which the reader would only report once the run had started, without

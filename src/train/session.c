@@ -341,9 +341,7 @@ static st_status open_data(st_session *s, bool eval_only) {
     }
     /* Before any file is read: an evaluation of tokens opens no training set,
      * and the model's checks below would otherwise see no data at all. */
-    if (eval_only && !c->data.val[0] && !split)
-        return st_fail(ST_ERR_CONFIG, "nothing to evaluate: data.val is empty; set it to the validation data "
-                                      "(--set data.val=FILE; with data.val_labels for idx and npy)");
+    if (eval_only && !split) ST_TRY(st_config_validate_eval(c));
     if (tokens) {
         if (!eval_only || split) {
             ST_TRY(data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),

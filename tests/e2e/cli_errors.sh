@@ -32,6 +32,10 @@ expect 2 "unknown option '--bogus' (scaletrain --help lists" "$bin" train --bogu
 expect 2 "unknown command" "$bin" nope
 expect 2 "--init" "$bin" eval
 expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors --set data.val=
+# a configuration that evaluates while it trains: the same (it said to set train.eval_every: 0, which eval
+# then refused as nothing to evaluate)
+expect 1 "scaletrain: error: nothing to evaluate: data.val is empty; set it to the validation data" \
+    "$bin" eval --init nowhere.safetensors --set data.val= --set train.eval_every=20
 # a token model's too: its evaluation opens no training set, so nothing else would be read
 expect 1 "data.val is empty; set it to the validation data" "$bin" eval --init nowhere.safetensors \
     --set model.type=gpt --set data.type=tokens --set data.train="$tmp/none.tokens" --set data.val=
