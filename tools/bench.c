@@ -411,7 +411,7 @@ int st_cmd_bench(int argc, char **argv) {
     st_status s = st_mkdirs(out_dir);
     if (s != ST_OK) {
         free(rest);
-        return st_cli_error(s);
+        return st_cli_error(st_fail_context(s, "--out: "));
     }
     char self[PATH_MAX];
     st_cli_self_path(self, sizeof self);

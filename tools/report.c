@@ -245,7 +245,9 @@ int st_cmd_report(int argc, char **argv) {
     }
     if ((s = st_mkdirs(out_dir)) != ST_OK) { /* (with its parents, as bench's --out) */
         rp_metrics_free(&m);
-        return st_cli_error(s);
+        /* (the run's own folder, read-only to this user: --out puts the report elsewhere) */
+        return st_cli_error(out ? st_fail_context(s, "--out: ")
+                                : st_fail_context(s, "the report's folder (--out DIR puts it elsewhere): "));
     }
     if (!png)
         snprintf(why, sizeof why, "--no-png");

@@ -60,10 +60,14 @@ static st_status fsync_parent(const char *path) {
 /* One directory of st_mkdirs: made, and its entry synced in its parent (a
  * checkpoint folder's own fsync does not keep the folder's name there). */
 static st_status mkdir_one(const char *dir) {
-    if (mkdir(dir, 0755) != 0)
-        return errno == EEXIST ? ST_OK
-                               : st_fail(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-    return fsync_parent(dir);
+    if (mkdir(dir, 0755) == 0) return fsync_parent(dir);
+    if (errno != EEXIST) return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    /* (a file by that name: what is written under it would fail later, naming a path below it) */
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return st_fail(ST_ERR_IO, "%s: is %s, not a directory: choose another path, or move it aside", dir,
+                       st_file_type_name(sb.st_mode));
+    return ST_OK;
 }
 
 st_status st_mkdirs(const char *path) {

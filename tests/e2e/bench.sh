@@ -115,6 +115,12 @@ out=$(PATH="$tmp/badplot:$PATH" timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" -
 rc=$?
 [ $rc -eq 0 ] && [ -s "$tmp/rep2/bench.md" ] && [ -s "$tmp/rep2/bench.json" ] && grep -q "^report: PNGs skipped: .*gnuplot" <<<"$out" ||
     fail "bench with a failing gnuplot: exit $rc: $out"
+# --out naming a regular file: refused before any run (the folder was taken as made, and every rank failed
+# at train.out_dir below it)
+echo x >"$tmp/afile"
+out=$(timeout 60 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/afile" 2>&1)
+[ $? -eq 1 ] && grep -q "error: --out: $tmp/afile: is a regular file, not a directory" <<<"$out" &&
+    ! grep -q "train.out_dir" <<<"$out" || fail "bench --out a file: $out"
 # bench.md or bench.json cut short (a full disk: /dev/full behind each name): exit 1 naming it, the part
 # written removed (a table that lacks rows read as the whole result)
 for f in bench.md bench.json; do

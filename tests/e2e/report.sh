@@ -233,6 +233,12 @@ expect_error 'metrics.jsonl:3: "loss" is not a number (nor null)' "$tmp/textloss
 # --out makes its parents, as bench's does
 "$bin" report "$tmp/run" --out "$tmp/deep/er/out" --no-png >/dev/null 2>&1 && [ -s "$tmp/deep/er/out/report.html" ] ||
     fail "report --out into missing parents: no report.html"
+# --out under a regular file: refused naming it and --out (the folder was taken as made, and the first chart's
+# write failed, naming a path below it)
+echo x >"$tmp/afile"
+out=$("$bin" report "$tmp/run" --out "$tmp/afile/sub" --no-png 2>&1)
+[ $? -eq 1 ] && grep -q "error: --out: $tmp/afile: is a regular file, not a directory: choose another path" <<<"$out" ||
+    fail "report --out under a file: $out"
 grep eval "$lines" | m "$tmp/noeval"
 expect_error "no step lines" "$tmp/noeval"
 "$bin" report >/dev/null 2>&1
