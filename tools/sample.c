@@ -154,6 +154,13 @@ static st_status ids_arg(const char *v, int32_t **ids, int64_t *n) {
         errno = 0;
         const long long x =
             *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1; /* (digits: no sign, no space) */
+        const int len = (int)strcspn(p, ",");
+        if (*p == '-' && p[1] >= '0' && p[1] <= '9')
+            return st_fail(ST_ERR_CONFIG, "--prompt-ids '%s': %.*s is negative; token ids are 0 or more", v,
+                           len, p);
+        if (x >= 0 && (errno == ERANGE || x > INT32_MAX) && (!*end || *end == ','))
+            return st_fail(ST_ERR_CONFIG, "--prompt-ids '%s': %.*s is past the largest token id, %d", v, len,
+                           p, INT32_MAX);
         if (x < 0 || errno || x > INT32_MAX || (*end && (*end != ',' || !end[1])))
             return st_fail(
                 ST_ERR_CONFIG,
@@ -354,13 +361,24 @@ static int parse_args(int argc, char **argv, sample_args *a, st_config *cfg, st_
         }
         given[k] = true;
         if (!ok) {
-        } else if (!strcmp(o, "--prompt"))
+        } else if (!strcmp(o, "--prompt")) {
             a->prompt = v;
-        else if (!strcmp(o, "--prompt-file"))
+            if (!v[0]) fprintf(stderr, "scaletrain sample: --prompt is empty: give at least one byte\n");
+            ok = v[0] != '\0';
+        } else if (!strcmp(o, "--prompt-file")) {
             a->prompt_file = v;
-        else if (!strcmp(o, "--prompt-ids"))
+        } else if (!strcmp(o, "--prompt-ids")) { /* (its form here, a usage error; its range against the
+                                                  * weights' vocabulary, prompt_tokens) */
+            int32_t *ids = NULL;
+            int64_t n;
             a->prompt_ids = v;
-        else if (!strcmp(o, "--tokenizer"))
+            if (ids_arg(v, &ids, &n) != ST_OK) {
+                fprintf(stderr, "scaletrain sample: %s\n" SAMPLE_USAGE, st_last_error());
+                st_clear_error();
+                ok = false;
+            }
+            free(ids);
+        } else if (!strcmp(o, "--tokenizer"))
             a->tokenizer = v;
         else if (!strcmp(o, "--tokens"))
             ok = int_arg(o, v, 0, 1 << 24, &a->n_new);

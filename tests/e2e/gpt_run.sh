@@ -133,6 +133,20 @@ expect_fail "optimizer state as weights" "is a checkpoint's optimizer state (for
 expect_fail "a prompt token past the vocabulary" "outside the model's vocabulary of 256" \
     "$bin" sample --init "$tmp/run" --prompt-ids 1,300
 expect_fail "two prompts" "give one of --prompt" "$bin" sample --init "$tmp/run" --prompt a --prompt-ids 1
+# the prompt's form is a usage error (exit 2, before the weights are read), each saying what is wrong
+usage_fail() { # WHAT NEEDLE COMMAND...
+    local what=$1 needle=$2; shift 2
+    "$@" >"$tmp/e.out" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$needle" "$tmp/e.out" || { echo "FAIL: $what: exit $rc, no '$needle' in:"; cat "$tmp/e.out"; exit 1; }
+}
+usage_fail "a negative prompt id" "--prompt-ids '3,-1': -1 is negative; token ids are 0 or more" \
+    "$bin" sample --init "$tmp/run" --prompt-ids 3,-1
+usage_fail "a prompt id past int32" "--prompt-ids '99999999999': 99999999999 is past the largest token id, 2147483647" \
+    "$bin" sample --init "$tmp/run" --prompt-ids 99999999999
+usage_fail "a prompt id list with a hole" "expected token ids separated by commas" \
+    "$bin" sample --init "$tmp/run" --prompt-ids 1,,2
+usage_fail "an empty prompt" "--prompt is empty: give at least one byte" "$bin" sample --init "$tmp/run" --prompt ''
 expect_fail "a bad top-p" "--top-p needs a number > 0" "$bin" sample --init "$tmp/run" --top-p 0
 /usr/bin/python3 - "$tmp/mlp.safetensors" <<'PY' # an mlp's weights, as its metadata says
 import json, struct, sys
