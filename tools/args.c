@@ -78,6 +78,33 @@ int st_cli_error(st_status s) {
     return ST_EXIT_FAIL;
 }
 
+static int listed(const char *a, const char *const *list) {
+    for (int k = 0; list && list[k]; k++)
+        if (!strcmp(a, list[k])) return k;
+    return -1;
+}
+
+int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once, const char *const *repeat) {
+    int n = 0;
+    while (once[n])
+        n++;
+    int *seen = calloc((size_t)n + 1, sizeof *seen); /* (argv index of each one's first value + 1) */
+    if (!seen) return -1;                            /* (out of memory: the last wins, as it did) */
+    int rc = -1;
+    for (int i = 0; i + 1 < argc && rc < 0; i++) {
+        const int k = listed(argv[i], once);
+        if (k >= 0 && seen[k]) {
+            fprintf(stderr, "scaletrain %s: %s given twice ('%s' and '%s'); give it once\n", cmd, argv[i],
+                    argv[seen[k]], argv[i + 1]);
+            rc = ST_EXIT_USAGE;
+        }
+        if (k >= 0) seen[k] = i + 1;
+        if (k >= 0 || listed(argv[i], repeat) >= 0) i++;
+    }
+    free(seen);
+    return rc;
+}
+
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
     st_config_defaults(cfg);
     opts->report_agreed_error = st_cli_report_agreed;

@@ -355,6 +355,13 @@ int st_cmd_bench(int argc, char **argv) {
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
     if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "bench: out of memory"));
+    static const char *const once[] = {"-n", "--steps", "--warmup", "--out", NULL}, *const sets[] = {"--set",
+                                                                                                     NULL};
+    const int twice = st_cli_once("bench", argc, argv, once, sets);
+    if (twice >= 0) {
+        free(rest);
+        return twice;
+    }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const bool takes =
@@ -371,9 +378,10 @@ int st_cmd_bench(int argc, char **argv) {
             return ST_EXIT_OK;
         } else if (!strcmp(a, "-n")) {
             if (parse_ranks(argv[++i], ranks, &nr) != 0) {
-                fprintf(stderr,
-                        "scaletrain bench: -n %s: want rank counts like 1,2,4, each once (at most %d)\n",
-                        argv[i], MAX_RUNS);
+                fprintf(
+                    stderr,
+                    "scaletrain bench: -n %s: want rank counts like 1,2,4, each once, at most %d counts\n",
+                    argv[i], MAX_RUNS);
                 free(rest);
                 return ST_EXIT_USAGE;
             }

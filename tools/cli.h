@@ -26,6 +26,12 @@ int st_check_allreduce_worker(bool nccl);
 /* Parse [CONFIG] [--set k=v]... [--init W] [--json] [--quiet] into cfg and opts.
  * Returns -1 on success or an exit code. */
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts);
+/* cmd's options that take a value and may be given once (once, NULL-ended)
+ * given twice in argv: said, naming both values (the last would win
+ * without a word), and ST_EXIT_USAGE; else -1. The value after each of
+ * them, and after each of `repeat` (--set), is skipped, not read as an
+ * option. */
+int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once, const char *const *repeat);
 /* The value v of command cmd's option opt as a whole number from min to
  * max into *out, or false after saying so on standard error, with usage
  * (tools/args.c). */

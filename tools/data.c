@@ -35,6 +35,12 @@ static int tokenize(int argc, char **argv) {
     int npos = 0;
     int64_t shard_tokens = 0, jobs = 0;
     if (!pos) return st_cli_error(st_fail(ST_ERR_NOMEM, "data tokenize: out of memory"));
+    static const char *const once[] = {"--shard-tokens", "--jobs", NULL};
+    const int twice = st_cli_once("data tokenize", argc, argv, once, NULL);
+    if (twice >= 0) {
+        free(pos);
+        return twice;
+    }
     for (int i = 0; i < argc; i++) {
         const bool st = strcmp(argv[i], "--shard-tokens") == 0, jb = strcmp(argv[i], "--jobs") == 0;
         if ((st &&

@@ -411,6 +411,10 @@ int st_cmd_launch(int argc, char **argv) {
             return ST_EXIT_USAGE;
         }
     }
+    static const char *const once[] = {"-n",      "--max-restarts",   "--cores-per-rank",
+                                       "--hosts", "--output-timeout", NULL};
+    const int twice = st_cli_once("launch", i, argv, once, NULL); /* (its own, before the command) */
+    if (twice >= 0) return twice;
     /* launch's own options after a scaletrain command go to the command,
      * whose every rank would refuse them: said once, here */
     static const char *const mine[] = {"-n", "--max-restarts", "--cores-per-rank", "--hosts",

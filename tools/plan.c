@@ -148,6 +148,13 @@ int st_cmd_plan(int argc, char **argv) {
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
     if (!rest) return st_cli_error(st_fail(ST_ERR_NOMEM, "plan: out of memory"));
+    static const char *const once[] = {"--hw", "--nodes", "--efficiency", NULL}, *const sets[] = {"--set",
+                                                                                                  NULL};
+    const int twice = st_cli_once("plan", argc, argv, once, sets);
+    if (twice >= 0) {
+        free(rest);
+        return twice;
+    }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

@@ -194,6 +194,9 @@ static cJSON *read_config(const char *run_dir, char *from, size_t n) {
 int st_cmd_report(int argc, char **argv) {
     const char *run_dir = NULL, *out = NULL;
     bool png = true;
+    static const char *const once[] = {"--out", NULL};
+    const int twice = st_cli_once("report", argc, argv, once, NULL);
+    if (twice >= 0) return twice;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);

@@ -127,7 +127,10 @@ int st_cmd_slurm(int argc, char **argv) {
     const char *time_limit = NULL, *partition = NULL, *name = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
-    bool ok = rest != NULL;
+    static const char *const once[] = {"--nodes", "--gpus-per-node", "--tasks-per-node", "--cpus-per-task",
+                                       "--time",  "--partition",     "--job-name",       NULL},
+                             *const sets[] = {"--set", NULL};
+    bool ok = rest != NULL && st_cli_once("slurm", argc, argv, once, sets) < 0;
     for (int i = 0; ok && i < argc; i++) {
         const char *a = argv[i];
         static const char *const valued[] = {"--nodes",         "--gpus-per-node", "--tasks-per-node",

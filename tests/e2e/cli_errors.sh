@@ -272,6 +272,15 @@ expect 1 "fifo.tokens: a FIFO, not a regular file; data inspect reads files" \
     timeout 20 "$bin" data inspect "$tmp/fifo.tokens"
 expect 1 "data.train: $tmp/fifo.tokens: a FIFO, not a regular file" \
     timeout 20 "$bin" train --set model.type=mlp --set data.train="$tmp/fifo.tokens" --set data.val=
+# an option that takes one value, given twice: refused naming both (the last won without a word); a --set
+# value that spells one is a value
+expect 2 "scaletrain launch: -n given twice ('1' and '2'); give it once" "$bin" launch -n 1 -n 2 true
+expect 2 "scaletrain bench: --out given twice ('a' and 'b')" "$bin" bench --out a --set train.steps=3 --out b
+expect 2 "scaletrain plan: --hw given twice ('8xH100' and '4xL40S')" "$bin" plan --hw 8xH100 --hw 4xL40S
+expect 2 "scaletrain report: --out given twice" "$bin" report "$tmp" --out a --out b
+expect 2 "scaletrain slurm: --nodes given twice ('1' and '2')" "$bin" slurm x.yaml --nodes 1 --gpus-per-node 1 --nodes 2
+expect 2 "scaletrain data tokenize: --jobs given twice" "$bin" data tokenize "$tmp/o.tokens" --jobs 1 x --jobs 2
+expect 1 "--set --hw=1: unknown key --hw" "$bin" plan --hw 8xH100 --set --hw=1
 # a directory named as data is said to be one (it was called a FIFO, a device or a socket)
 mkdir -p "$tmp/adir"
 expect 1 "$tmp/adir: a directory, not a regular file: give the data file itself" \
