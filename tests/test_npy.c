@@ -294,7 +294,11 @@ static void headers(void) {
     craft("fortran.npy", 1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }\n", -1, 24);
     read_fails("fortran.npy", ST_ERR_UNSUPPORTED, "Fortran order");
     craft("f2.npy", 1, 0, "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }\n", -1, 4);
-    read_fails("f2.npy", ST_ERR_UNSUPPORTED, "dtype '<f2' is not supported");
+    read_fails(
+        "f2.npy", ST_ERR_UNSUPPORTED,
+        "dtype '<f2' is not supported; use float32 (<f4), float64 (<f8), int32 (<i4), int64 (<i8) or uint8 "
+        "(|u1): inputs as numpy.save(path, a.astype(numpy.float32)), labels as numpy.save(path, "
+        "a.astype(numpy.int64))");
     craft("be.npy", 1, 0, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }\n", -1, 8);
     read_fails("be.npy", ST_ERR_UNSUPPORTED, "big-endian");
     craft("struct.npy", 1, 0, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }\n", -1, 8);

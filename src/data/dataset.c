@@ -176,8 +176,10 @@ st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t nu
         goto fail;
     }
     if (im.dtype != ST_NPY_U8 && im.dtype != ST_NPY_F32 && im.dtype != ST_NPY_F64) {
-        s = st_fail(ST_ERR_FORMAT, "%s: inputs are %s; they must be uint8, float32 or float64", inputs,
-                    st_npy_dtype_name(im.dtype));
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: inputs are %s; they must be uint8, float32 or float64: convert them with "
+                    "numpy.save(path, a.astype(numpy.float32))",
+                    inputs, st_npy_dtype_name(im.dtype));
         goto fail;
     }
     if (lb.ndim != 1) {
@@ -187,7 +189,7 @@ st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t nu
     if (lb.dtype != ST_NPY_U8 && lb.dtype != ST_NPY_I32 && lb.dtype != ST_NPY_I64) {
         s = st_fail(ST_ERR_FORMAT,
                     "%s: labels are %s; they must be integers (uint8, int32 or int64): class "
-                    "numbers",
+                    "numbers, as numpy.save(path, a.astype(numpy.int64)) writes them",
                     labels, st_npy_dtype_name(lb.dtype));
         goto fail;
     }

@@ -210,7 +210,8 @@ static st_status parse_descr(cursor *c, st_npy *a) {
                        c->name, d);
     return st_fail(ST_ERR_UNSUPPORTED,
                    "%s: dtype '%s' is not supported; use float32 (<f4), float64 (<f8), "
-                   "int32 (<i4), int64 (<i8) or uint8 (|u1)",
+                   "int32 (<i4), int64 (<i8) or uint8 (|u1): inputs as numpy.save(path, "
+                   "a.astype(numpy.float32)), labels as numpy.save(path, a.astype(numpy.int64))",
                    c->name, d);
 }
 
