@@ -269,6 +269,11 @@ static void test_bad_headers(void) {
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
              8, F, "tensor 'a' appears twice");
+    /* the same name twice over the same bytes: said as a name given twice (it was said to overlap itself) */
+    bad_json("dup_same_bytes",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             4, F, "tensor 'a' appears twice");
     bad_json("metaval", "{\"__metadata__\":{\"k\":1}}", 0, F, "value for 'k' is not a string");
     bad_json("metaobj", "{\"__metadata__\":[1]}", 0, F, "\"__metadata__\" is not an object");
     bad_json("ndim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,

@@ -186,6 +186,15 @@ static st_status parse_header(st_safetensors *f, const cJSON *root) {
         f->n++;
     }
     qsort(f->entries, (size_t)f->n, sizeof *f->entries, cmp_offset);
+    for (int i = 0; i < f->n; i++)
+        f->by_name[i] = i;
+    qsort_r(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name_r, f->entries);
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->entries[f->by_name[i]].name, f->entries[f->by_name[i - 1]].name) == 0)
+            return st_fail(ST_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", f->path,
+                           f->entries[f->by_name[i]].name);
+    /* (after the names: a name given twice, its two entries' bytes the same, is said as such, not as
+     * overlapping itself) */
     int64_t reach = 0; /* the furthest end of a non-empty entry so far */
     const char *reach_name = NULL;
     for (int i = 0; i < f->n; i++) {
@@ -198,13 +207,6 @@ static st_status parse_header(st_safetensors *f, const cJSON *root) {
                            reach_name, (long long)reach);
         reach = e->offset + e->nbytes, reach_name = e->name;
     }
-    for (int i = 0; i < f->n; i++)
-        f->by_name[i] = i;
-    qsort_r(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name_r, f->entries);
-    for (int i = 1; i < f->n; i++)
-        if (strcmp(f->entries[f->by_name[i]].name, f->entries[f->by_name[i - 1]].name) == 0)
-            return st_fail(ST_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", f->path,
-                           f->entries[f->by_name[i]].name);
     return ST_OK;
 }
 
