@@ -2,6 +2,7 @@
  * weights file, a checkpoint, or a run's checkpoints. */
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -209,8 +210,17 @@ static int inspect_npy(const char *path) {
         printf("%s%lld", i ? ", " : "", (long long)a.dims[i]);
     printf("]");
     double lo = 0, hi = 0, first_bad = 0; /* the value range (finite values): for labels, the classes */
-    int64_t finite = 0, bad = 0, bad_at = -1;
-    for (int64_t i = 0; i < a.count; i++) {
+    int64_t finite = 0, bad = 0, bad_at = -1, past_f32 = 0;
+    const bool ints = a.dtype == ST_NPY_U8 || a.dtype == ST_NPY_I32 || a.dtype == ST_NPY_I64;
+    int64_t ilo = 0, ihi = 0; /* (integers exactly: %g showed 16777216 and 16777217 alike) */
+    for (int64_t i = 0; ints && i < a.count; i++) {
+        const int64_t v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
+                          : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
+                                                  : ((const int64_t *)a.data)[i];
+        if (!i || v < ilo) ilo = v;
+        if (!i || v > ihi) ihi = v;
+    }
+    for (int64_t i = 0; !ints && i < a.count; i++) {
         double v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
                    : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
                    : a.dtype == ST_NPY_I64 ? (double)((const int64_t *)a.data)[i]
@@ -222,8 +232,14 @@ static int inspect_npy(const char *path) {
         }
         if (!finite++ || v < lo) lo = v;
         if (finite == 1 || v > hi) hi = v;
+        past_f32 += fabs(v) > FLT_MAX;
     }
-    if (finite) printf(", values %g..%g", lo, hi);
+    if (ints && a.count) printf(", values %lld..%lld", (long long)ilo, (long long)ihi);
+    if (finite) printf(", values %g..%g", lo + 0.0, hi + 0.0); /* (+ 0.0: -0 said as 0) */
+    if (past_f32)
+        printf(", %lld value%s past float32's range (+-3.4e38): training reads float32 and refuses them as "
+               "infinite",
+               (long long)past_f32, past_f32 == 1 ? "" : "s");
     if (bad)
         printf(", %lld value%s not finite (the first, %g, at element %lld): training refuses them (inputs and "
                "labels must be finite)",

@@ -58,6 +58,8 @@ np.save(f"{d}/neg_y.npy", neg)
 v5 = np.load(f"{d}/val_y.npy").copy(); v5[7] = 5
 np.save(f"{d}/val5_y.npy", v5)
 np.save(f"{d}/nchw_x.npy", rng.standard_normal((64, 3, 8, 8)).astype(np.float32))  # PyTorch's layout
+np.save(f"{d}/big_y.npy", np.array([0, 16777217, 3], dtype=np.int64))  # %g said 1.67772e+07
+np.save(f"{d}/f8big_x.npy", np.array([[1.0, 3e300], [-5e300, 0.0]]))  # finite, past float32
 PY
 
 # data inspect reads NPY (it once took every file without another magic for safetensors).
@@ -66,6 +68,12 @@ out=$("$bin" data inspect "$tmp/rgb_x.npy" 2>&1) || fail "data inspect rgb_x.npy
 out=$("$bin" data inspect "$tmp/bad_y.npy" 2>&1) || fail "data inspect bad_y.npy: $out"
 [[ "$out" == *"int64, shape [256], values 0..5"* ]] || fail "data inspect bad_y.npy: $out"
 echo "data inspect: $out"
+# integers exactly; float64 values past float32's range, which training reads as infinite, said
+out=$("$bin" data inspect "$tmp/big_y.npy" 2>&1)
+[[ "$out" == *"int64, shape [3], values 0..16777217" ]] || fail "data inspect big_y.npy: $out"
+out=$("$bin" data inspect "$tmp/f8big_x.npy" 2>&1)
+[[ "$out" == *"values -5e+300..3e+300, 2 values past float32's range (+-3.4e38): training reads float32 and refuses them as infinite" ]] ||
+    fail "data inspect f8big_x.npy: $out"
 # values that are not finite, which training refuses, are said (a NaN inside hid in the range; a first
 # one made the range nan..nan)
 out=$("$bin" data inspect "$tmp/nan_mid.npy" 2>&1) || fail "data inspect nan_mid.npy: $out"
