@@ -643,7 +643,7 @@ static st_status model_input(st_session *s, st_model_input *in) {
             s->warned_flat_cnn = true; /* (model_input runs again for the plan) */
             st_ticker_sayf("scaletrain: warning: model.type cnn on %s %s, flat (n, %lld) features: each sample is "
                            "a 1 x %lld image of one channel, convolved along its row alone; save (n, h, w) or "
-                           "(n, c, h, w) arrays for 2-D convolutions, or use model.type mlp\n",
+                           "(n, h, w, c) arrays (channels last) for 2-D convolutions, or use model.type mlp\n",
                            d == &s->train ? "data.train" : "data.val", d == &s->train ? c->data.train : c->data.val,
                            (long long)d->w, (long long)d->w);
         }

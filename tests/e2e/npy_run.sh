@@ -255,7 +255,7 @@ err "augmenting tokens" "data.augment_crop_pad" --set model.type=gpt --set data.
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set model.type=cnn --set model.channels=[2] --set model.pool=[0] \
     --set data.train="$tmp/feat_x.npy" --set data.val= --set train.steps=1 --set train.out_dir="$tmp/fcnn" --quiet 2>&1) ||
     fail "a cnn on (n, d) features: $o"
-grep -qF "scaletrain: warning: model.type cnn on data.train $tmp/feat_x.npy, flat (n, 12) features: each sample is a 1 x 12 image" <<<"$o" ||
+grep -qF "scaletrain: warning: model.type cnn on data.train $tmp/feat_x.npy, flat (n, 12) features: each sample is a 1 x 12 image of one channel, convolved along its row alone; save (n, h, w) or (n, h, w, c) arrays (channels last)" <<<"$o" ||
     fail "a cnn on (n, d) features: no warning: $o"
 # (check says it too: it said ready, and the run was refused once its model was built)
 o=$(timeout 60 "$bin" check "$tmp/run.yaml" --set data.train="$tmp/feat_x.npy" --set data.val= --set data.augment_flip=true \
