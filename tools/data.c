@@ -408,8 +408,9 @@ static int inspect(const char *path) {
     const int fd = st_open_read(path, &sb);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
+        const int e = errno;
         if (fd >= 0) close(fd);
-        perror(path);
+        fprintf(stderr, "scaletrain: error: %s: cannot open: %s\n", path, strerror(e));
         return ST_EXIT_FAIL;
     }
     if (!S_ISREG(sb.st_mode)) {

@@ -281,6 +281,8 @@ expect 2 "scaletrain report: --out given twice" "$bin" report "$tmp" --out a --o
 expect 2 "scaletrain slurm: --nodes given twice ('1' and '2')" "$bin" slurm x.yaml --nodes 1 --gpus-per-node 1 --nodes 2
 expect 2 "scaletrain data tokenize: --jobs given twice" "$bin" data tokenize "$tmp/o.tokens" --jobs 1 x --jobs 2
 expect 1 "--set --hw=1: unknown key --hw" "$bin" plan --hw 8xH100 --set --hw=1
+# a path data inspect cannot open: said as an error (it was perror's bare "PATH: No such file...")
+expect 1 "scaletrain: error: $tmp/none.npy: cannot open: No such file or directory" "$bin" data inspect "$tmp/none.npy"
 # a directory named as data is said to be one (it was called a FIFO, a device or a socket)
 mkdir -p "$tmp/adir"
 expect 1 "$tmp/adir: a directory, not a regular file: give the data file itself" \
