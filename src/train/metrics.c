@@ -267,7 +267,8 @@ st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s) {
     return emit(m, o, "train", s->step);
 }
 
-st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy) {
+st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy,
+                                int64_t samples) {
     if (!m->f) return ST_OK;
     cJSON *o = cJSON_CreateObject();
     if (!o) return st_fail(ST_ERR_NOMEM, "out of memory formatting a metrics line");
@@ -275,6 +276,7 @@ st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double
     cJSON_AddNumberToObject(o, "step", (double)step);
     cJSON_AddNumberToObject(o, "loss", loss);
     if (has_accuracy) cJSON_AddNumberToObject(o, "accuracy", accuracy);
+    cJSON_AddNumberToObject(o, "samples", (double)samples);
     cJSON_AddNumberToObject(o, "time", st_now() - m->t0);
     return emit(m, o, "eval", step);
 }

@@ -61,9 +61,11 @@ st_status st_metrics_open(st_metrics *m, const char *out_dir, int64_t resume_ste
  * gpu_mem_util (percent), gpu_power_w, gpu_temp_c when it has NVML's. */
 st_status st_metrics_step_write(st_metrics *m, const st_metrics_step *s);
 
-/* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy};
- * to TensorBoard "eval/loss" and "eval/accuracy". */
-st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy);
+/* Append {"eval": true, "step", "loss", "accuracy" when has_accuracy,
+ * "samples" (how many the evaluation covered)}; to TensorBoard "eval/loss"
+ * and "eval/accuracy". */
+st_status st_metrics_eval_write(st_metrics *m, int64_t step, double loss, double accuracy, bool has_accuracy,
+                                int64_t samples);
 /* A checkpoint of `step`, committed after step committed_step (later than
  * `step` when it was written asynchronously while training went on):
  * write_s, how long rank 0's files took to write; stall_s, how long the step

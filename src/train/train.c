@@ -545,15 +545,20 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     ST_TRY(st_session_evaluate(ses, &r->eval_loss, &r->eval_accuracy, &r->has_accuracy));
     r->has_eval = true;
     if (ses->rank != 0) return ST_OK; /* (a share of the evaluation: rank 0 reports) */
-    if (met) ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy));
+    /* what it covered: train.eval_steps' batches, or every sample (the count changes with the batch on a
+     * resume, which makes two runs' losses not alike) */
+    const int64_t B = ses->cfg->train.eval_batch_size, covered = st_session_eval_count(ses, B);
+    if (met)
+        ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy, covered));
     if (!opts->quiet) {
         char at[48] = "eval", over[96] = "";
         if (step >= 0) snprintf(at, sizeof at, "eval at step %lld", (long long)step);
-        if (ses->eval_only) { /* (scaletrain eval: what it covered, as its JSON says) */
-            const int64_t B = ses->cfg->train.eval_batch_size;
-            snprintf(over, sizeof over, " (%lld samples in batches of %lld)",
-                     (long long)st_session_eval_count(ses, B), (long long)B);
-        }
+        if (ses->eval_only) /* (scaletrain eval: as its JSON says) */
+            snprintf(over, sizeof over, " (%lld samples in batches of %lld)", (long long)covered,
+                     (long long)B);
+        else if (covered < ses->val.n)
+            snprintf(over, sizeof over, " (%lld of %lld validation samples)", (long long)covered,
+                     (long long)ses->val.n);
         if (r->has_accuracy)
             fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%%s\n", at, r->eval_loss,
                     100.0 * r->eval_accuracy, over);

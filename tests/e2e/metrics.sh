@@ -42,6 +42,8 @@ for i, text in enumerate(open(path), 1):
     if o.get("eval"):
         evals.append(o["step"])
         check(math.isfinite(o["loss"]) and 0 <= o["accuracy"] <= 1, f"line {i}: eval loss and accuracy")
+        # train.eval_steps 4 batches of the micro-batch, 16 (eval_batch_size auto)
+        check(o.get("samples") == 64, f"line {i}: eval samples {o.get('samples')}, expected 64")
         continue
     steps.append(o["step"])
     for k in ("epoch", "loss", "lr", "grad_norm", "samples_per_s", "step_ms", "mfu", "data_wait_ms",
@@ -72,8 +74,11 @@ check "$tmp/a/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" "[7]" || fail "metrics.json
 # Resumed at its last step (nothing to train): its evaluation is printed,
 # not written again (a second eval line at 7, and a TensorBoard point)
 cp -r "$tmp/a" "$tmp/again"
-timeout 60 "$bin" train "${common[@]}" --set train.steps=7 --set train.eval_every=4 \
-    --set train.out_dir="$tmp/again" --resume auto || fail "resumed at the last step"
+timeout 60 "$bin" train "${base[@]}" --set train.steps=7 --set train.eval_every=4 \
+    --set train.out_dir="$tmp/again" --resume auto >"$tmp/again.out" 2>&1 || fail "resumed at the last step"
+# (the printed line says what the evaluation covered, when not all of it)
+grep -q "^eval at step 7: loss [0-9.]*, accuracy [0-9.]*% (64 of 10000 validation samples)$" "$tmp/again.out" ||
+    fail "the eval line: $(grep eval "$tmp/again.out")"
 check "$tmp/again/metrics.jsonl" "[2, 4, 6, 7]" "[4, 7]" "[7]" || fail "metrics.jsonl after a resume at the last step"
 
 # No data.val: no eval lines. A second run into the same directory starts afresh.
