@@ -2228,7 +2228,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     ses->last_ckpt_err = s;
                     snprintf(ses->last_ckpt_why, sizeof ses->last_ckpt_why, "%s", st_last_error());
                     st_clear_error();
-                    s = ST_OK;
                 }
                 st_trace_end(trace, &mark);
                 const double dt = st_now() - t_ck;
