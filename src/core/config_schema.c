@@ -154,7 +154,8 @@ const st_cfg_key st_cfg_keys[] = {
            "images, training only: random horizontal flip with probability 1/2, drawn like the crop"),
 
     K_AUTO("train.steps", train.steps, 1, NOMAX,
-           "optimizer steps; auto = train.epochs over the training set"),
+           "optimizer steps; auto = train.epochs over the training set: ceil(epochs x batches per epoch), "
+           "an epoch being floor(samples / batch_size) batches with data.drop_last, else the ceiling"),
     K_FLOAT("train.epochs", train.epochs, "1", 0, 1e6, LO, "passes over the training set when steps is auto"),
     K_INT("train.batch_size", train.batch_size, "128", 1, BATCH_MAX,
           "global batch: samples per optimizer step over all ranks"),
@@ -226,7 +227,9 @@ const st_cfg_key st_cfg_keys[] = {
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
     K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
     K_FLOAT("optim.weight_decay", optim.weight_decay, "0.0", 0, 10, HI,
-            "decoupled weight decay (adamw) or L2 penalty (sgd)"),
+            "decoupled weight decay (adamw) or L2 penalty (sgd, added after clipping), on the matrices: "
+            "linear and convolution weights and a gpt's embeddings (wte, wpe); never on biases nor layer- "
+            "or batch-norm weights"),
     K_FLOAT("optim.beta1", optim.beta1, "0.9", 0, 1, HI, "adamw: first-moment decay"),
     K_FLOAT("optim.beta2", optim.beta2, "0.999", 0, 1, HI, "adamw: second-moment decay"),
     K_FLOAT("optim.eps", optim.eps, "1e-8", 0, 1, LO | HI, "adamw: epsilon added to the denominator"),
@@ -240,9 +243,12 @@ const st_cfg_key st_cfg_keys[] = {
         "(docs/distributed.md); no effect on the CPU"),
     K_ENUM("optim.schedule", optim.schedule, "cosine", VALUES("constant", "cosine", "linear"),
            "learning-rate decay after warmup"),
-    K_INT("optim.warmup_steps", optim.warmup_steps, "0", 0, NOMAX, "steps of linear warmup from 0 to lr"),
+    K_INT("optim.warmup_steps", optim.warmup_steps, "0", 0, NOMAX,
+          "steps of linear warmup to lr: step s (from 1) takes lr x s / warmup_steps, and the decay starts "
+          "after, from lr"),
     K_FLOAT("optim.min_lr", optim.min_lr, "0.0", 0, 1, 0,
-            "learning rate at the end of decay, as a fraction of lr"),
+            "learning rate the decay ends at, as a fraction of lr: reached one step past the last (the "
+            "last step's is just above it, as with PyTorch's CosineAnnealingLR)"),
     K_FLOAT("optim.grad_clip", optim.grad_clip, "0.0", 0, NOMAX, 0,
             "clip the global gradient norm to this; 0 = off"),
     K_ENUM("optim.lr_scaling", optim.lr_scaling, "none", VALUES("none", "linear", "sqrt"),
