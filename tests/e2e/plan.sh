@@ -45,6 +45,14 @@ assert p["8xH100"]["tokens_per_s"] > 2 * p["4xL40S"]["tokens_per_s"]
 assert p["2x8xH100"]["ranks"] == 16 and p["2x8xH100"]["nodes"] == 2
 print("plan json ok")
 PY
+# --nodes on an entry that names none: its label says the nodes (it read "8xH100", the same plan as
+# "2x8xH100" beside it)
+"$bin" plan "${gpt[@]}" --hw 8xH100,2x8xH100 --nodes 2 --json >"$tmp/nodes.json"
+/usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["plans"]
+assert [q["hw"] for q in p] == ["2x8xH100", "2x8xH100"] and [q["ranks"] for q in p] == [16, 16], p
+print("plan --nodes 2: labels", [q["hw"] for q in p])' "$tmp/nodes.json" || exit 1
 # a model that cannot fit on 4xL40S gets a warning
 "$bin" plan --set model.type=gpt --set model.n_layer=48 --set model.n_embd=6144 --set model.n_head=48 \
     --set model.vocab_size=50257 --set model.block_size=1024 --set data.type=tokens --set data.val= \
