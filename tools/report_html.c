@@ -76,10 +76,15 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     stats loss = col_stats(t, RP_LOSS);
     if (loss.n) {
         double first = NAN; /* the first finite one (a line's loss may be null) */
-        for (int i = 0; i < t->n && !isfinite(first); i++)
-            first = t->col[RP_LOSS][i];
-        row(f, "train loss", "first %.4f, final %.4f, best %.4f at step %.0f", first, loss.last, loss.min,
-            step[loss.argmin]);
+        int at = 0;
+        for (; at < t->n && !isfinite(first); at++)
+            first = t->col[RP_LOSS][at];
+        /* (each a line's mean over its log.every steps: the first is not the first step's, which train's
+         * --json gives as first_loss) */
+        row(f, "train loss",
+            "first %.4f at step %.0f, final %.4f, best %.4f at step %.0f (each a logged line's mean over its "
+            "steps)",
+            first, step[at - 1], loss.last, loss.min, step[loss.argmin]);
     }
     if (loss.n < t->n)
         row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);

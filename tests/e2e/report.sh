@@ -117,6 +117,9 @@ sed -e '3s/"loss":[-0-9.e]*/"loss":null/' -e '4s/"loss":[-0-9.e]*/"loss":null/' 
 "$bin" report "$tmp/nan" --no-png >"$tmp/out.txt" 2>&1 || fail "report with NaN losses: $(cat "$tmp/out.txt")"
 grep -q 'data-name="train loss" data-points="10"' "$tmp/nan/report/loss.svg" || fail "NaN losses are not left out"
 grep -q "non-finite train loss" "$tmp/nan/report/report.html" || fail "report.html does not count NaN losses"
+# (the first loss names its line's step: it is a logged window's mean, not the first step's)
+grep -qE "train loss</th><td>first [0-9.]+ at step [0-9]+, final" "$tmp/nan/report/report.html" ||
+    fail "report.html's first loss does not say its step"
 sed -e '1s/"loss":[-0-9.e]*/"loss":null/' "$lines" | m "$tmp/nan1" # (the first line's: "first" is the first finite)
 "$bin" report "$tmp/nan1" --no-png >/dev/null 2>&1 || fail "report with the first loss NaN"
 grep -qE "first -?nan|[ (]-?nan%" "$tmp/nan1/report/report.html" && fail "report.html prints a NaN: $(grep -E "first|%" "$tmp/nan1/report/report.html")"
