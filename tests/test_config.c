@@ -194,6 +194,16 @@ static void test_set(void) {
     CHECK_OK(st_config_set(&c, "train.steps=auto"));
     CHECK_OK(st_config_set(&c, "data.val="));
     CHECK_OK(st_config_set(&c, "train.out_dir=runs/with space"));
+    /* UTF-8: libyaml's marks count characters, the check of what follows the value bytes (every non-ASCII
+     * value was refused as having its last bytes after it) */
+    CHECK_OK(st_config_set(&c, "data.val=donn\xc3\xa9"
+                               "es/caf\xc3\xa9.tokens"));
+    CHECK(!strcmp(c.data.val, "donn\xc3\xa9"
+                              "es/caf\xc3\xa9.tokens"),
+          "a UTF-8 value: %s", c.data.val);
+    CHECK_OK(st_config_set(&c, "data.val=\"\xe6\x97\xa5\xe6\x9c\xac\""));
+    CHECK_FAILS(st_config_set(&c, "data.val=\"\xc3\xa9\" b"), ST_ERR_CONFIG, "has 'b' after its value");
+    CHECK_OK(st_config_set(&c, "data.val="));
     CHECK(!strcmp(c.optim.schedule, "constant") && !c.data.shuffle, "enum and bool");
     CHECK(c.model.hidden.n == 3 && list_at(&c.model.hidden, 2) == 128, "list");
     CHECK(c.model.channels.n == 1 && c.model.pool.n == 1 && list_at(&c.model.pool, 0) == 1,

@@ -657,6 +657,17 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
     return st_fail(ST_ERR_INTERNAL, "%s: bad schema type", ctx);
 }
 
+/* The byte at which the `chars`-th character of UTF-8 text starts
+ * (libyaml's marks count characters: 'café' ends at 4, its bytes at 5). */
+static size_t utf8_byte_at(const char *text, size_t chars) {
+    size_t b = 0;
+    for (size_t n = 0; text[b] && n < chars; n++)
+        do
+            b++;
+        while (((unsigned char)text[b] & 0xc0) == 0x80);
+    return b;
+}
+
 st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char *ctx) {
     yaml_parser_t parser;
     yaml_document_t doc;
@@ -674,7 +685,7 @@ st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char
          * dropped, and with it what the value held from there on: a path
          * with ' #' in it cut short, or set to nothing. Refused, saying so. */
         yaml_node_t *root = yaml_document_get_root_node(&doc);
-        size_t end = root ? root->end_mark.index : 0;
+        size_t end = root ? utf8_byte_at(text, root->end_mark.index) : 0;
         while (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' || text[end] == '\r')
             end++;
         if (text[end] == '#')
