@@ -713,6 +713,9 @@ static st_status plan(st_session *s, st_model_input *in) {
 #endif
     if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)
         pick_attention(s); /* (before the planner, which counts cuDNN's workspace) */
+    else if (!s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)
+        st_config_mark_auto(c, "model.attention_kernel",
+                            "the CPU runs its own attention; the key chooses a GPU's");
     ST_TRY(autoconfigure(s, in));
     if (!s->eval_only) { /* the micro-batch the planner chose divides the batch: a check */
         const st_status v = st_config_validate_world(c, s->world);

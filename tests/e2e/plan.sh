@@ -77,6 +77,8 @@ why=$(sed -nE 's/^ *strategy: +ddp +# auto: (.*)$/\1/p' "$tmp/train.txt" |
 doc=$(tr '\n' ' ' <"$(dirname "$0")/../../docs/distributed.md" | tr -s ' ')
 grep -Eq "# auto: $why" <<<"$doc"
 grep -Eq "^precision: +fp32 +# auto: fp32 on the CPU" "$tmp/train.txt"
+# (every auto key says why, the GPU-only attention kernel's too: it read "auto # default")
+grep -Eq "attention_kernel: +auto +# auto: the CPU runs its own attention" "$tmp/train.txt"
 # An auto micro-batch the layout refuses (2048 images of 224x224 are more
 # elements than the max-pool's int32 argmax indexes) is passed over for a
 # smaller divisor; before, the plan (and train) failed with "lower the
