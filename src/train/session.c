@@ -634,7 +634,7 @@ static st_status model_input(st_session *s, st_model_input *in) {
             char a[ST_CFG_STR + 96], b[ST_CFG_STR + 96];
             return st_fail(ST_ERR_CONFIG,
                            "%s and %s are image augmentations, and %s %s holds flat (n, d) features; set them "
-                           "to 0 and false, or give images: an (n, h, w) or (n, c, h, w) array",
+                           "to 0 and false, or give images: an (n, h, w) or (n, h, w, c) array (channels last)",
                            st_config_describe(c, "data.augment_crop_pad", a, sizeof a),
                            st_config_describe(c, "data.augment_flip", b, sizeof b),
                            d == &s->train ? "data.train" : "data.val", d == &s->train ? c->data.train : c->data.val);

@@ -260,7 +260,7 @@ grep -qF "scaletrain: warning: model.type cnn on data.train $tmp/feat_x.npy, fla
 # (check says it too: it said ready, and the run was refused once its model was built)
 o=$(timeout 60 "$bin" check "$tmp/run.yaml" --set data.train="$tmp/feat_x.npy" --set data.val= --set data.augment_flip=true \
     --set train.out_dir="$tmp/chk" 2>&1)
-grep -qF "data.augment_crop_pad (0, default) and data.augment_flip (true, --set) are image augmentations, and data.train $tmp/feat_x.npy holds flat (n, d) features" <<<"$o" &&
+grep -qF "data.augment_crop_pad (0, default) and data.augment_flip (true, --set) are image augmentations, and data.train $tmp/feat_x.npy holds flat (n, d) features; set them to 0 and false, or give images: an (n, h, w) or (n, h, w, c) array (channels last)" <<<"$o" &&
     grep -q "^FAIL  data " <<<"$o" && grep -q "^not ready" <<<"$o" || fail "check, augmenting features: $(grep -E "data|ready" <<<"$o")"
 # plan and check read the NPY pair as train does (they had opened it as IDX:
 # "not an IDX file but a NumPy .npy array")
