@@ -302,6 +302,9 @@ static void test_file_errors(void) {
                       "unknown key; known keys in optim: type, lr, weight_decay");
     expect_load_error("optim:\n  type: adamw\n  lrr: 3e-4\n", 3, "optim.lrr", "did you mean optim.lr?");
     expect_load_error("train:\n  lr: 1e-3\n", 2, "train.lr", "lr is a key of section optim");
+    /* a key of another section wins over a near name here (it said "did you mean optim.eps?") */
+    expect_load_error("optim:\n  steps: 3\n", 2, "optim.steps",
+                      "steps is a key of section train (train.steps)");
     expect_load_error("optim:\n  <<: { lr: 0.1 }\n", 2, "optim",
                       "'<<' is a YAML merge key, which scaletrain does not read");
     expect_load_error("model: {}\noptimizer:\n  lr: 1\n", 2, "optimizer",

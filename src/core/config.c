@@ -122,8 +122,21 @@ static void section_names(char *buf, size_t n) {
  * an unknown top-level name), or "; lr is a key of section optim (optim.lr)",
  * or "" when nothing fits. */
 static void hint_for(const char *section, size_t seclen, const char *name, char *buf, size_t n) {
-    int best = -1, best_d = INT32_MAX;
     buf[0] = '\0';
+    /* The same name elsewhere first: a key put in the wrong section (optim.steps is train.steps, not the
+     * near optim.eps). */
+    for (int i = 0; i < st_cfg_nkeys; i++) {
+        const char *key = st_cfg_keys[i].key;
+        size_t len = st_cfg_section_len(key);
+        if (strcmp(st_cfg_leaf(key), name) || (len == seclen && (!seclen || !strncmp(key, section, seclen))))
+            continue;
+        if (len)
+            snprintf(buf, n, "; %s is a key of section %.*s (%s)", name, (int)len, key, key);
+        else
+            snprintf(buf, n, "; %s is a top-level key, not inside a section", name);
+        return;
+    }
+    int best = -1, best_d = INT32_MAX;
     /* A near name in the same place: a section, or a top-level key, or a key of this section. */
     for (int i = 0; i < st_cfg_nkeys; i++) {
         const char *key = st_cfg_keys[i].key;
@@ -139,19 +152,6 @@ static void hint_for(const char *section, size_t seclen, const char *name, char 
         const char *key = st_cfg_keys[best].key;
         size_t len = st_cfg_section_len(key);
         snprintf(buf, n, "; did you mean %.*s?", (int)(seclen || !len ? strlen(key) : len), key);
-        return;
-    }
-    /* The same name elsewhere: a key put in the wrong section. */
-    for (int i = 0; i < st_cfg_nkeys; i++) {
-        const char *key = st_cfg_keys[i].key;
-        size_t len = st_cfg_section_len(key);
-        if (strcmp(st_cfg_leaf(key), name) || (len == seclen && (!seclen || !strncmp(key, section, seclen))))
-            continue;
-        if (len)
-            snprintf(buf, n, "; %s is a key of section %.*s (%s)", name, (int)len, key, key);
-        else
-            snprintf(buf, n, "; %s is a top-level key, not inside a section", name);
-        return;
     }
 }
 
