@@ -472,9 +472,9 @@ static void check_data(report *r, const st_config *c) {
     for (int k = 0; k < 2; k++) {
         if (!sets[k][0] || (k == 1 && split)) continue;
         st_dataset d = {0}, v = {0};
-        st_status s = tokens
-                          ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
-                          : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes, &d);
+        st_status s = tokens ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
+                             : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes,
+                                                    k ? "data.val" : "data.train", &d);
         const char *what = k ? "val data" : "data";
         opened &= s == ST_OK;
         if (s != ST_OK) {

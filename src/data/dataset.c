@@ -226,10 +226,30 @@ fail:
     return s;
 }
 
+st_status st_data_key(st_status s, const char *path, const char *key) {
+    const size_t n = strlen(path);
+    if (s != ST_OK && n && strncmp(st_last_error(), path, n) == 0 && st_last_error()[n] == ':')
+        st_fail_context(s, "%s: ", key);
+    return s;
+}
+
 st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
-                               int64_t num_classes, st_dataset *out) {
-    if (strcmp(data_type, "npy") == 0) return st_dataset_open_npy(inputs, labels, num_classes, out);
-    return st_dataset_open_images(inputs, labels, out);
+                               int64_t num_classes, const char *key, st_dataset *out) {
+    const bool npy = strcmp(data_type, "npy") == 0;
+    st_status s = npy ? st_dataset_open_npy(inputs, labels, num_classes, out)
+                      : st_dataset_open_images(inputs, labels, out);
+    if (s == ST_OK || !key) return s;
+    char lkey[32];
+    snprintf(lkey, sizeof lkey, "%s_labels", key);
+    if (npy)
+        st_fail_context(s, "data.type npy (%s and %s, a pair of .npy files written by numpy.save): ", key,
+                        lkey);
+    else {
+        st_data_key(st_data_key(s, inputs, key), labels, lkey);
+        if (strncmp(st_last_error(), "data.", 5) != 0) /* (the pair's: their counts) */
+            st_fail_context(s, "%s and %s: ", key, lkey);
+    }
+    return s;
 }
 
 void st_dataset_free(st_dataset *d) {

@@ -60,9 +60,14 @@ st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *
  * data, the largest label + 1). Each error names the file (and the index). */
 st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t num_classes, st_dataset *out);
 /* Labelled inputs as data.type says: an NPY pair for "npy" (with
- * num_classes as st_dataset_open_npy takes it), else an IDX pair. */
+ * num_classes as st_dataset_open_npy takes it), else an IDX pair. key: the
+ * configuration key that names inputs ("data.train"; labels' is key +
+ * "_labels"), put in front of an error, or NULL. */
 st_status st_dataset_open_pair(const char *data_type, const char *inputs, const char *labels,
-                               int64_t num_classes, st_dataset *out);
+                               int64_t num_classes, const char *key, st_dataset *out);
+/* A data file's error s, which names the file, put after the key that names
+ * it ("data.val_labels: /x: cannot open"); s returned. */
+st_status st_data_key(st_status s, const char *path, const char *key);
 /* Hold out round(fraction x n) samples of d as *val (0 < fraction < 1): for
  * images and features a fixed random subset (d's samples are put in an
  * order that depends only on n and seed, then the last ones are held out:

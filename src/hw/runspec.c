@@ -52,7 +52,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,
-                                    cfg->model.num_classes, &d));
+                                    cfg->model.num_classes, "data.train", &d));
         mi.height = d.h;
         mi.width = d.w;
         mi.channels = d.c;
@@ -65,7 +65,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
         if (in->has_eval && !split) {       /* (auto counts its labels too, as a run does) */
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
-                                        cfg->model.num_classes, &d));
+                                        cfg->model.num_classes, "data.val", &d));
             in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);
             if (d.num_classes > classes)
                 classes = d.num_classes, classes_key = "data.val_labels", classes_file = cfg->data.val_labels;

@@ -269,31 +269,11 @@ static st_status agree_device(st_session *s, bool auto_, bool set_cpu) {
     return ST_OK;
 }
 
-/* A data file's error, which names the file, put after the key that names
- * it ("data.val_labels: /x: cannot open"): four keys name data files. */
-static st_status data_key(st_status s, const char *path, const char *key) {
-    const size_t n = strlen(path);
-    if (s != ST_OK && n && strncmp(st_last_error(), path, n) == 0 && st_last_error()[n] == ':')
-        st_fail_context(s, "%s: ", key);
-    return s;
-}
-
-/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy). */
+/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy);
+ * model.num_classes auto (-1): the labels' own range. */
 static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
                              st_dataset *out) {
-    /* model.num_classes auto (-1): the labels' own range */
-    st_status s = st_dataset_open_pair(c->data.type, inputs, labels, c->model.num_classes, out);
-    char lkey[32];
-    snprintf(lkey, sizeof lkey, "%s_labels", key);
-    if (s != ST_OK && strcmp(c->data.type, "npy") == 0)
-        st_fail_context(s, "data.type npy (%s and %s, a pair of .npy files written by numpy.save): ", key,
-                        lkey);
-    else if (s != ST_OK) {
-        data_key(data_key(s, inputs, key), labels, lkey);
-        if (strncmp(st_last_error(), "data.", 5) != 0) /* (the pair's: their counts) */
-            st_fail_context(s, "%s and %s: ", key, lkey);
-    }
-    return s;
+    return st_dataset_open_pair(c->data.type, inputs, labels, c->model.num_classes, key, out);
 }
 
 /* The files of a token stream, as (device, inode) pairs: n, or 0. */
@@ -344,8 +324,8 @@ static st_status open_data(st_session *s, bool eval_only) {
     if (eval_only && !split) ST_TRY(st_config_validate_eval(c));
     if (tokens) {
         if (!eval_only || split) {
-            ST_TRY(data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),
-                            c->data.train, "data.train"));
+            ST_TRY(st_data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),
+                               c->data.train, "data.train"));
             s->has_train = true;
         }
         if (split) {
@@ -354,8 +334,8 @@ static st_status open_data(st_session *s, bool eval_only) {
             s->has_val = true;
         }
         if (c->data.val[0]) {
-            ST_TRY(data_key(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val), c->data.val,
-                            "data.val"));
+            ST_TRY(st_data_key(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val), c->data.val,
+                               "data.val"));
             s->has_val = true;
         }
         same_data(s);
