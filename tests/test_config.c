@@ -360,7 +360,7 @@ static void test_file_errors(void) {
 
     char big[600];
     snprintf(big, sizeof big, "data:\n  train: %0300d\n", 7);
-    expect_load_error(big, 2, "data.train", "the value is 300 characters long; at most 255 fit");
+    expect_load_error(big, 2, "data.train", "the value is 300 bytes long; at most 255 fit");
 
     st_config c;
     st_config_defaults(&c);

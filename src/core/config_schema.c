@@ -636,7 +636,7 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
     case ST_CFG_ENUM: {
         const char *s = is_null(v) ? "" : v.s;
         if (strlen(s) > k->size - 1)
-            return bad(ctx, "the value is %zu characters long; at most %zu fit", strlen(s), k->size - 1);
+            return bad(ctx, "the value is %zu bytes long; at most %zu fit", strlen(s), k->size - 1);
         if (k->type == ST_CFG_ENUM) {
             bool found = false;
             for (const char *const *e = k->values; *e && !found; e++)
