@@ -302,6 +302,11 @@ static void test_file_errors(void) {
                       "unknown key; known keys in optim: type, lr, weight_decay");
     expect_load_error("optim:\n  type: adamw\n  lrr: 3e-4\n", 3, "optim.lrr", "did you mean optim.lr?");
     expect_load_error("train:\n  lr: 1e-3\n", 2, "train.lr", "lr is a key of section optim");
+    /* a shell pattern starts a YAML alias: said, with the quoting (it said "fix the brackets") */
+    st_config sc;
+    st_config_defaults(&sc);
+    CHECK_FAILS(st_config_set(&sc, "data.train=*.bin"), ST_ERR_CONFIG,
+                "a value that starts with '*' is read as YAML's alias; quote it (--set 'key=\"*.bin\"')");
     /* a key of another section wins over a near name here (it said "did you mean optim.eps?") */
     expect_load_error("optim:\n  steps: 3\n", 2, "optim.steps",
                       "steps is a key of section train (train.steps)");

@@ -677,6 +677,16 @@ st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char
     if (!yaml_parser_load(&parser, &doc)) {
         if (parser.error == YAML_MEMORY_ERROR)
             s = st_fail(ST_ERR_NOMEM, "%s: out of memory", ctx);
+        else if (text[0] && strchr("*&!|>%@`", text[0])) /* (a shell pattern such as *.bin starts an alias) */
+            s = bad(ctx,
+                    "'%.60s' is not a valid YAML value: a value that starts with '%c' is read as YAML's %s; "
+                    "quote it (--set 'key=\"%.60s\"')",
+                    text, text[0],
+                    text[0] == '*'   ? "alias"
+                    : text[0] == '&' ? "anchor"
+                    : text[0] == '!' ? "tag"
+                                     : "reserved indicator",
+                    text);
         else
             s = bad(ctx, "'%.60s' is not a valid YAML value: %s (column %zu); quote it or fix the brackets",
                     text, parser.problem ? parser.problem : "syntax error", parser.problem_mark.column + 1);
