@@ -302,6 +302,8 @@ static void test_file_errors(void) {
                       "unknown key; known keys in optim: type, lr, weight_decay");
     expect_load_error("optim:\n  type: adamw\n  lrr: 3e-4\n", 3, "optim.lrr", "did you mean optim.lr?");
     expect_load_error("train:\n  lr: 1e-3\n", 2, "train.lr", "lr is a key of section optim");
+    /* a block scalar's line end is shown as \n, the message one line */
+    expect_load_error("optim:\n  lr: |\n    0.1\n", 2, "optim.lr", "expected a number, got '0.1\\n'");
     /* a shell pattern starts a YAML alias: said, with the quoting (it said "fix the brackets") */
     st_config sc;
     st_config_defaults(&sc);

@@ -418,7 +418,18 @@ static st_status bad(const char *ctx, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return st_fail(ST_ERR_CONFIG, "%s: %s", ctx, msg);
+    /* one line: a value's line ends (a block scalar's '0.1\n') shown as \n */
+    char line[2 * sizeof msg];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 3 < sizeof line; p++)
+        if (*p == '\n' || *p == '\r') {
+            line[o++] = '\\';
+            line[o++] = *p == '\n' ? 'n' : 'r';
+        } else {
+            line[o++] = *p;
+        }
+    line[o] = '\0';
+    return st_fail(ST_ERR_CONFIG, "%s: %s", ctx, line);
 }
 
 /* [+-]? (digits [. digits*] | . digits) ([eE] [+-]? digits)?  -- no hex, inf or nan. */
