@@ -302,6 +302,9 @@ static void test_file_errors(void) {
                       "unknown key; known keys in optim: type, lr, weight_decay");
     expect_load_error("optim:\n  type: adamw\n  lrr: 3e-4\n", 3, "optim.lrr", "did you mean optim.lr?");
     expect_load_error("train:\n  lr: 1e-3\n", 2, "train.lr", "lr is a key of section optim");
+    /* a block list's bad entry names its own line (the key's alone sent the reader to line 3) */
+    expect_load_error("model:\n  hidden:\n    - 16\n    - 8\n    - abc\n", 2, "model.hidden",
+                      "entry 3 (line 5): expected an integer, got 'abc'");
     /* a block scalar's line end is shown as \n, the message one line */
     expect_load_error("optim:\n  lr: |\n    0.1\n", 2, "optim.lr", "expected a number, got '0.1\\n'");
     /* a shell pattern starts a YAML alias: said, with the quoting (it said "fix the brackets") */

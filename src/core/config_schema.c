@@ -529,9 +529,13 @@ static st_status convert_list(const st_cfg_key *k, yaml_node_t *node, yaml_docum
                    node && node->type == YAML_MAPPING_NODE ? "a mapping" : "nothing");
     for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
         char what[48];
-        snprintf(what, sizeof what, "entry %d: ", out->n + 1);
-        if (out->n == ST_CFG_LIST) return bad(ctx, "too many entries; at most %d", ST_CFG_LIST);
         yaml_node_t *e = yaml_document_get_node(doc, *it);
+        /* (a block list's entry on a line of its own: that line, the key's being in ctx) */
+        if (e && e->start_mark.line != node->start_mark.line)
+            snprintf(what, sizeof what, "entry %d (line %zu): ", out->n + 1, e->start_mark.line + 1);
+        else
+            snprintf(what, sizeof what, "entry %d: ", out->n + 1);
+        if (out->n == ST_CFG_LIST) return bad(ctx, "too many entries; at most %d", ST_CFG_LIST);
         if (!as_scalar(e, &v)) return bad(ctx, "%sexpected an integer, got %s", what, node_kind(e));
         ST_TRY(convert_int(k, v, what, ctx, &out->v[out->n++]));
     }
