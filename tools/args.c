@@ -182,6 +182,8 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
     }
     st_status s;
     if (path && (s = st_config_load(cfg, path)) != ST_OK) return st_cli_error(s);
+    const char *profile = NULL,
+               *trace_set = NULL; /* (--profile and a --set of the keys it sets: one of them) */
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
         if (strcmp(argv[i], "--set") == 0) v = argv[++i];
@@ -189,7 +191,7 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         else if (strcmp(argv[i], "--init") == 0 || strcmp(argv[i], "--resume") == 0) i++;
         else if (strcmp(argv[i], "--profile") == 0) { /* FIRST-LAST or STEP: log.trace and log.trace_steps */
             char set[96], *end;
-            const char *r = argv[++i];
+            const char *r = profile = argv[++i];
             errno = 0; /* (past 2^63: ERANGE) */
             long long first = strtoll(r, &end, 10), last = first;
             if (end != r && *end == '-') last = strtoll(end + 1, &end, 10);
@@ -205,6 +207,15 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                 return st_cli_error(s);
         }
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
+        if (v && !strncmp(v + strspn(v, " "), "log.trace", 9)) trace_set = v;
+    }
+    if (profile &&
+        trace_set) { /* (the later one won without a word: --set log.trace=false dropped the profile) */
+        fprintf(stderr,
+                "scaletrain %s: --profile %s sets log.trace and log.trace_steps, and so does --set %s; "
+                "give one of them\n",
+                cmd, profile, trace_set);
+        return ST_EXIT_USAGE;
     }
     if (!strcmp(cmd, "eval") && (s = st_config_validate_eval(cfg)) != ST_OK) return st_cli_error(s);
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);

@@ -283,6 +283,9 @@ expect 2 "scaletrain data tokenize: --jobs given twice" "$bin" data tokenize "$t
 expect 1 "--set --hw=1: unknown key --hw" "$bin" plan --hw 8xH100 --set --hw=1
 # a path data inspect cannot open: said as an error (it was perror's bare "PATH: No such file...")
 expect 1 "scaletrain: error: $tmp/none.npy: cannot open: No such file or directory" "$bin" data inspect "$tmp/none.npy"
+# --profile with a --set of the keys it sets: refused (--set log.trace=false dropped the profile asked for)
+expect 2 "--profile 2 sets log.trace and log.trace_steps, and so does --set log.trace=false; give one of them" \
+    "$bin" train --profile 2 --set log.trace=false
 # plan names the key of a data file it cannot open, as train does (it gave the path alone)
 expect 1 "scaletrain: error: data.train: nope.gz: cannot open" "$bin" plan --set data.train=nope.gz
 # a directory named as data is said to be one (it was called a FIFO, a device or a socket)
