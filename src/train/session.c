@@ -766,6 +766,13 @@ static st_status plan(st_session *s, st_model_input *in) {
                                st_config_describe(c, "optim.warmup_steps", a, sizeof a),
                                st_config_describe(c, "train.steps", b, sizeof b));
             }
+        } else if (st_config_source(c, "train.epochs") != ST_SRC_DEFAULT && s->rank == 0) {
+            char a[ST_CFG_STR + 96], b[ST_CFG_STR + 96];
+            st_ticker_sayf(
+                "scaletrain: warning: %s is not used: %s sets the run's length (train.epochs counts "
+                "only with train.steps: auto)\n",
+                st_config_describe(c, "train.epochs", a, sizeof a),
+                st_config_describe(c, "train.steps", b, sizeof b));
         }
     }
     if (c->data.num_workers == ST_AUTO) {

@@ -283,6 +283,10 @@ expect 2 "scaletrain data tokenize: --jobs given twice" "$bin" data tokenize "$t
 expect 1 "--set --hw=1: unknown key --hw" "$bin" plan --hw 8xH100 --set --hw=1
 # a path data inspect cannot open: said as an error (it was perror's bare "PATH: No such file...")
 expect 1 "scaletrain: error: $tmp/none.npy: cannot open: No such file or directory" "$bin" data inspect "$tmp/none.npy"
+# train.epochs set beside train.steps: said to be unused (it was ignored without a word)
+expect 0 "warning: train.epochs (2, --set) is not used: train.steps (1, --set) sets the run's length" \
+    "$bin" train --set model.type=mlp --set model.hidden=[8] --set train.epochs=2 --set train.steps=1 \
+    --set data.val= --set train.out_dir="$tmp/epochs" --set log.progress=off
 # --profile with a --set of the keys it sets: refused (--set log.trace=false dropped the profile asked for)
 expect 2 "--profile 2 sets log.trace and log.trace_steps, and so does --set log.trace=false; give one of them" \
     "$bin" train --profile 2 --set log.trace=false
