@@ -602,11 +602,13 @@ static st_status model_input(st_session *s, st_model_input *in) {
                     (long long)s->train.num_classes - 1, (long long)s->train.num_classes,
                     (long long)classes - 1, (long long)classes);
         } else if (c->model.num_classes < classes) {
-            return st_fail(ST_ERR_CONFIG,
-                           "model.num_classes %lld is too small: the labels of %s (%s) go up to %lld; set "
-                           "model.num_classes to %lld or more (or auto)",
-                           (long long)c->model.num_classes, key, file, (long long)classes - 1,
-                           (long long)classes);
+            char nc[ST_CFG_STR + 96];
+            return st_fail(
+                ST_ERR_CONFIG,
+                "%s is too small: the labels of %s (%s) go up to %lld; set model.num_classes to %lld "
+                "or more (or auto)",
+                st_config_describe(c, "model.num_classes", nc, sizeof nc), key, file, (long long)classes - 1,
+                (long long)classes);
         }
         /* (the loader refuses it too, but only once the model is built:
          * here `check` and every rank's start see it) */
@@ -896,9 +898,13 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
         st_device_set_oom_advice(s->dev, "An evaluation holds the weights and one batch's forward: lower "
                                          "train.eval_batch_size (--set train.eval_batch_size=N), or free the "
                                          "GPU of other processes");
-    if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0)
-        return st_fail(ST_ERR_CONFIG, "dist.comm nccl needs train.device cuda (this rank trains on the CPU); set "
-                                      "dist.comm: auto");
+    if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0) {
+        char d[ST_CFG_STR + 96], e[ST_CFG_STR + 96];
+        return st_fail(ST_ERR_CONFIG,
+                       "%s needs a GPU, and this rank trains on the CPU (%s); set dist.comm: auto",
+                       st_config_describe(cfg, "dist.comm", d, sizeof d),
+                       st_config_describe(cfg, "train.device", e, sizeof e));
+    }
     if (st_session_uses_nccl(s)) ST_TRY(st_comm_nccl_init(s->comm, s->dev, &cc, &s->dcomm));
     ST_TRY(open_data(s, eval_only));
     st_model_input in;

@@ -112,7 +112,7 @@ expect 2 "--profile '5-99999999999999999999': expected FIRST-LAST steps" "$bin" 
 # 46340 tokens as "too long for one T x T sgemm", which no product is
 expect 0 "1xH100" "$bin" plan --hw 1xH100 --set model.type=gpt --set data.type=tokens --set model.block_size=65536 --set model.n_head=4 \
     --set model.n_embd=256 --set model.n_layer=2 --set model.vocab_size=256 --set precision=bf16 --set train.batch_size=1
-expect 1 "model.num_classes 5 is too small: the labels of data.train_labels (/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz) go up to 9; set model.num_classes to 10 or more (or auto)" \
+expect 1 "model.num_classes (5, --set) is too small: the labels of data.train_labels (/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz) go up to 9; set model.num_classes to 10 or more (or auto)" \
     "$bin" train --set model.type=mlp --set model.num_classes=5 --set train.steps=1
 expect 1 "data.train and data.train_labels: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz holds 60000 images but /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz holds 10000 labels; they must be a pair" \
     "$bin" train --set data.train_labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz --set train.steps=1
