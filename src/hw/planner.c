@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_schema.h"
 #include "data/loader.h"
 #include "model/model.h"
 
@@ -472,10 +473,21 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
     if (in->eval_only) return plan_eval(in, p);
     const int64_t B = c->train.batch_size, n = p->ranks;
     if (B % n != 0) {
-        snprintf(
-            p->warning, sizeof p->warning,
-            "train.batch_size %lld is not a multiple of %lld ranks (choose a multiple of %lld, e.g. %lld)",
-            (long long)B, (long long)n, (long long)n, (long long)((B + n - 1) / n * n));
+        /* the next multiple, or the one below where the next is past the key's limit */
+        const int row = st_cfg_find("train.batch_size");
+        const int64_t most = row >= 0 ? (int64_t)st_cfg_keys[row].hi : INT64_MAX, up = (B + n - 1) / n * n,
+                      down = B / n * n;
+        const int64_t e_g = up <= most ? up : down;
+        if (e_g >= n)
+            snprintf(p->warning, sizeof p->warning,
+                     "train.batch_size %lld is not a multiple of %lld ranks (choose a multiple of %lld, e.g. "
+                     "%lld)",
+                     (long long)B, (long long)n, (long long)n, (long long)e_g);
+        else
+            snprintf(p->warning, sizeof p->warning,
+                     "train.batch_size %lld is not a multiple of %lld ranks, and train.batch_size's largest, "
+                     "%lld, holds less than one sample per rank: plan fewer ranks",
+                     (long long)B, (long long)n, (long long)most);
         return ST_OK;
     }
     choose_precision(c, &hw->dev, p);

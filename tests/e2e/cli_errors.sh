@@ -290,6 +290,10 @@ expect 0 "warning: train.epochs (2, --set) is not used: train.steps (1, --set) s
 # --profile with a --set of the keys it sets: refused (--set log.trace=false dropped the profile asked for)
 expect 2 "--profile 2 sets log.trace and log.trace_steps, and so does --set log.trace=false; give one of them" \
     "$bin" train --profile 2 --set log.trace=false
+# plan's example batch for ranks that do not split it stays within train.batch_size's limit (it offered
+# 1126400000, past 2^30)
+expect 0 "is not a multiple of 102400000 ranks (choose a multiple of 102400000, e.g. 1024000000)" \
+    "$bin" plan --set train.batch_size=1073741824 --hw 100000x1024xH100 --set data.val=
 # plan names the key of a data file it cannot open, as train does (it gave the path alone)
 expect 1 "scaletrain: error: data.train: nope.gz: cannot open" "$bin" plan --set data.train=nope.gz
 # a directory named as data is said to be one (it was called a FIFO, a device or a socket)
