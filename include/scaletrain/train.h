@@ -105,6 +105,8 @@ typedef struct st_run_result {
     /* scaletrain eval: the batch it evaluated in (train.eval_batch_size, or the planner's: the
      * largest that fits the device beside the weights, up to train.batch_size over the ranks) */
     int64_t eval_batch_size;
+    /* the last evaluation's validation samples (all, or train.eval_steps' batches); 0 without one */
+    int64_t eval_samples;
     /* on a CUDA device: how many times the host waited for a whole device
      * stream inside the step loop (reading the loss and a logged gradient
      * norm, fp16's overflow check, checkpoints, evaluation: docs/cuda.md,

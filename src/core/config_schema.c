@@ -172,9 +172,9 @@ const st_cfg_key st_cfg_keys[] = {
         "training run's micro-batch)"),
     K_INT(
         "train.eval_steps", train.eval_steps, "0", 0, NOMAX,
-        "batches of eval_batch_size per evaluation (with eval_batch_size auto, the micro-batch: that many on "
-        "each rank, so as many samples on any number of ranks, and the effective configuration gives the "
-        "total); 0 = the whole set"),
+        "batches of eval_batch_size per evaluation; with eval_batch_size auto, batches of train.batch_size "
+        "(evaluated a micro-batch at a time), so the same samples on any number of ranks and micro-batches, "
+        "the effective configuration giving the total of eval batches; 0 = the whole set"),
     K_AUTO("train.threads", train.threads, 1, 4096,
            "CPU threads per rank; auto = the cores of this rank's affinity mask over the node's ranks with "
            "the same mask (bound a core each: all of them; unbound, or a socket or cpuset shared: a share), "

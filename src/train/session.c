@@ -728,15 +728,21 @@ static st_status plan(st_session *s, st_model_input *in) {
         c->train.eval_batch_size = (c->train.batch_size + s->world - 1) / s->world;
         st_config_mark_auto(c, "train.eval_batch_size", "train.batch_size over the ranks, rounded up");
     }
-    /* train.eval_steps with eval_batch_size auto counts the batches of each
-     * rank sharing the evaluation (as many samples on any number of ranks):
-     * made the total here, so that the effective configuration, whose
-     * eval_batch_size is now a number, evaluates the same samples when run
-     * again (st_session_eval_count takes eval_steps batches in all) */
-    if (eval_auto && c->train.eval_steps > 0 && s->world > 1 && c->train.eval_steps <= INT64_MAX / s->world) {
-        snprintf(why, sizeof why, "%lld batches on each of the %d ranks (train.eval_batch_size auto)",
-                 (long long)c->train.eval_steps, s->world);
-        c->train.eval_steps *= s->world;
+    /* train.eval_steps with eval_batch_size auto counts training batches,
+     * train.batch_size samples each, evaluated a micro-batch at a time: the
+     * same samples on any number of ranks and any micro-batch (it counted
+     * each rank's micro-batches, which grew with the ranks where the
+     * micro-batch was set). Made the total of eval batches here, so that the
+     * effective configuration, whose eval_batch_size is now a number,
+     * evaluates the same samples when run again (st_session_eval_count
+     * takes eval_steps batches in all). (Where the eval batch does not
+     * divide the batch, `eval` on ranks that do not split it: rounded up.) */
+    const int64_t per_batch = (c->train.batch_size + c->train.eval_batch_size - 1) / c->train.eval_batch_size;
+    if (eval_auto && c->train.eval_steps > 0 && per_batch > 1 &&
+        c->train.eval_steps <= INT64_MAX / per_batch) {
+        snprintf(why, sizeof why, "%lld batches of train.batch_size %lld (train.eval_batch_size auto)",
+                 (long long)c->train.eval_steps, (long long)c->train.batch_size);
+        c->train.eval_steps *= per_batch;
         st_config_mark_auto(c, "train.eval_steps", why);
     }
     if (s->has_train && !s->eval_only) { /* (an evaluation trains nothing) */

@@ -133,6 +133,7 @@ static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
     if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
     if (!train && r->eval_batch_size > 0)
         cJSON_AddNumberToObject(o, "eval_batch_size", (double)r->eval_batch_size);
+    if (r->has_eval) cJSON_AddNumberToObject(o, "eval_samples", (double)r->eval_samples);
     if (r->device_mem_peak_bytes > 0) {
         cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
         if (train) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
@@ -548,6 +549,7 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
     /* what it covered: train.eval_steps' batches, or every sample (the count changes with the batch on a
      * resume, which makes two runs' losses not alike) */
     const int64_t B = ses->cfg->train.eval_batch_size, covered = st_session_eval_count(ses, B);
+    r->eval_samples = covered;
     if (met)
         ST_TRY(st_metrics_eval_write(met, step, r->eval_loss, r->eval_accuracy, r->has_accuracy, covered));
     if (!opts->quiet) {

@@ -15,7 +15,9 @@
 # (c) a rank that cannot open its validation data ends every rank at once,
 #     its message naming the file (not every rank waiting for dist.timeout_s).
 # (d) train.eval_steps with eval_batch_size auto: the same samples on 1 and
-#     2 ranks; `eval` on ranks that do not divide train.batch_size runs.
+#     2 ranks, with the micro-batch auto or set (it counted each rank's
+#     micro-batches, so a set one evaluated twice the samples on 2 ranks);
+#     `eval` on ranks that do not divide train.batch_size runs.
 # (e) ranks that loaded different weights (each its own --init), or read
 #     validation sets of different sizes, are refused, naming both, where
 #     their shares were summed into a figure of neither.
@@ -94,12 +96,22 @@ grep -q '"eval_batch_size":11[,}]' "$tmp/evala3.json" ||
 # total (6 batches of 16), and evaluated so, on 2 ranks, the same samples
 "${mpi[@]}" -np 2 "$bin" train "${auto[@]:0:6}" "${mlp[@]}" --set train.eval_steps=3 --set train.steps=1 \
     --set train.out_dir="$tmp/mlpc" >"$tmp/mlpc.log" 2>&1 || fail "eval_steps: the printed configuration's run"
-grep -qE "^  eval_steps: +6 +# auto: 3 batches on each of the 2 ranks \(train.eval_batch_size auto\)$" "$tmp/mlpc.log" ||
+grep -qE "^  eval_steps: +6 +# auto: 3 batches of train.batch_size 32 \(train.eval_batch_size auto\)$" "$tmp/mlpc.log" ||
     fail "eval_steps: printed as $(grep -E '^  eval_steps:' "$tmp/mlpc.log")"
 "${mpi[@]}" -np 2 "$bin" eval "${auto[@]}" "${mlp[@]}" --set train.eval_batch_size=16 --set train.eval_steps=6 \
     --init "$tmp/mlpa/model.safetensors" >"$tmp/evalx2.json" || fail "eval_steps: eval as printed, on 2 ranks"
 same "eval_steps as the effective configuration prints them (16 x 6) vs the auto run's, on 2 ranks" \
     "$tmp/evalx2.json" "$tmp/mlpa.json" || fail "eval_steps: as printed"
+
+# a micro-batch set (8, batch 32): eval_steps 3 is 3 batches of 32 on 1 rank and on 2, 12 of 8 in all
+for n in 1 2; do
+    "${mpi[@]}" -np $n "$bin" eval "${auto[@]}" "${mlp[@]}" --set train.micro_batch_size=8 \
+        --init "$tmp/mlpa/model.safetensors" >"$tmp/evalm$n.json" || fail "eval_steps, micro-batch 8: eval on $n"
+done
+same "eval_steps 3, micro-batch 8: eval on 2 ranks vs 1" "$tmp/evalm2.json" "$tmp/evalm1.json" ||
+    fail "eval_steps with a micro-batch set: 2 ranks vs 1"
+grep -q '"eval_samples":96[,}]' "$tmp/evalm1.json" && grep -q '"eval_samples":96[,}]' "$tmp/evalm2.json" ||
+    fail "eval_steps with a micro-batch set: not 96 samples: $(grep -ho '"eval_samples":[0-9]*' "$tmp"/evalm?.json)"
 
 cnn=(--set model.type=cnn --set train.batch_size=16 --set train.steps=6 --set train.eval_steps=8)
 "${mpi[@]}" -np 2 "$bin" train "${common[@]}" "${cnn[@]}" --set train.out_dir="$tmp/cnn" >"$tmp/cnn.json" ||
