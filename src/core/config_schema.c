@@ -169,7 +169,8 @@ const st_cfg_key st_cfg_keys[] = {
         "train.eval_batch_size", train.eval_batch_size, 1, BATCH_MAX,
         "evaluation batch per rank; auto = micro_batch_size (scaletrain eval: the largest that fits beside "
         "the weights, up to batch_size and the validation samples over the ranks, or with eval_steps a "
-        "training run's micro-batch)"),
+        "training run's micro-batch); the loss's last bits depend on it (each batch's mean is a float32 "
+        "sum), the accuracy not"),
     K_INT(
         "train.eval_steps", train.eval_steps, "0", 0, NOMAX,
         "batches of eval_batch_size per evaluation; with eval_batch_size auto, batches of train.batch_size "
@@ -178,7 +179,8 @@ const st_cfg_key st_cfg_keys[] = {
     K_AUTO("train.threads", train.threads, 1, 4096,
            "CPU threads per rank; auto = the cores of this rank's affinity mask over the node's ranks with "
            "the same mask (bound a core each: all of them; unbound, or a socket or cpuset shared: a share), "
-           "and no more than a cgroup's CPU quota (a container's --cpus) over the node's ranks"),
+           "and no more than a cgroup's CPU quota (a container's --cpus) over the node's ranks; the results' "
+           "last bits depend on it (a run repeats exactly with the same threads)"),
     K_STR("train.out_dir", train.out_dir, "runs/default", "directory for checkpoints, metrics and logs"),
     K_INT("train.checkpoint_every", train.checkpoint_every, "0", 0, NOMAX,
           "save a checkpoint in out_dir/ckpt every this many steps; 0 = only at the end (and on "
