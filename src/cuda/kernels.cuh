@@ -63,7 +63,9 @@ __device__ __forceinline__ float st_block_max(float v, float *sh) {
 
 /* --- a row of logits: softmax_ce.cu and linear_ce.cu --------------------- */
 
-/* Threads per row's block for V classes. */
+/* Threads per row's block for V classes (the row kernels launched with it
+ * declare __launch_bounds__(1024), so that a toolkit's register choice never
+ * makes a 1024-thread launch fail). */
 static inline unsigned st_ce_row_threads(int64_t V) { return V >= 8192 ? 1024 : V >= 1024 ? 256 : 64; }
 
 /* f(v, b[o + v]) for every v < V, over the block's threads in a fixed order:

@@ -38,8 +38,9 @@ extern "C" st_status st_linear_ce_check_grads(const st_node *n);
  * that the row is read from device memory once (ST_KV_CE_ROWS_SHARED: the
  * same values). */
 template <int P, int SRC>
-static __global__ void lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld,
-                                       int32_t ign, bool grads, float pre) {
+static __global__ void __launch_bounds__(1024)
+    lce_rows_kernel(st_fbuf z, const int32_t *tg, double *row_loss, int64_t V, int64_t ld, int32_t ign,
+                    bool grads, float pre) {
     __shared__ float shf[32];
     __shared__ float lse;
     extern __shared__ uint4 lce_row[]; /* (ST_ROW_KEPT: the row's groups) */

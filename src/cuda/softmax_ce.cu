@@ -18,8 +18,8 @@
  * either storage (src/layers/half_io.h); the loss, lse and sums fp32. */
 #include "kernels.cuh"
 
-static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, double *row_loss, int64_t V,
-                                     int32_t ign) {
+static __global__ void __launch_bounds__(1024)
+    ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, double *row_loss, int64_t V, int32_t ign) {
     __shared__ float shf[32];
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
@@ -39,9 +39,9 @@ static __global__ void ce_row_kernel(st_fbuf x, const int32_t *tg, float *lse, d
     }
 }
 
-static __global__ void ce_backward_kernel(st_fbuf x, const int32_t *tg, const float *lse,
-                                          const float *count_slot, const float *dloss, st_fbuf dx, int64_t V,
-                                          int32_t ign, bool acc) {
+static __global__ void __launch_bounds__(1024)
+    ce_backward_kernel(st_fbuf x, const int32_t *tg, const float *lse, const float *count_slot,
+                       const float *dloss, st_fbuf dx, int64_t V, int32_t ign, bool acc) {
     const int64_t r = blockIdx.x;
     const int32_t t = tg[r];
     if (t == ign) {
