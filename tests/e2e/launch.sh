@@ -349,8 +349,9 @@ echo "a stop mpirun passed to no rank: asked again, $(cat "$tmp/lost/ckpt/latest
 # already in progress", a segfault in its PMIx finalize): the exit status
 # is the stop's, said, where it was mpirun's 139. The mpirun on PATH says a
 # rank's line, takes SIGUSR1 (counted), and dies of SIGSEGV on SIGTERM; the
-# second SIGTERM goes out after its second SIGUSR1 (2 s later: more than
-# the second within which a signal counts as the same one).
+# second SIGTERM goes out after its fourth SIGUSR1 (the stop is asked again
+# every 0.5 s: 1.5 s later, more than the second within which a signal
+# counts as the same one).
 cat >"$tmp/fakempi4/mpirun" <<'SH'
 #!/bin/bash
 n=0
@@ -368,12 +369,28 @@ lpid=$!
 for _ in $(seq 600); do grep -q training "$tmp/crash.out" 2>/dev/null && break; sleep 0.1; done
 # (to the launcher itself: timeout(1) given a second signal ends as timed out, 124)
 kill -TERM "$(pgrep -P $lpid)"
-for _ in $(seq 600); do [ -e "$tmp/fakempi4/usr1.2" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -e "$tmp/fakempi4/usr1.4" ] && break; sleep 0.1; done
 kill -TERM "$(pgrep -P $lpid)"
 wait $lpid; rc=$?
 [ $rc -eq 143 ] && grep -q "mpirun ended on signal 11 while it ended the job on the second stop (signal 15); the exit status is the stop's" "$tmp/crash.err" ||
     fail "mpirun crashing on the second stop: exit $rc: $(cat "$tmp/crash.err") out: $(cat "$tmp/crash.out"); $(ls "$tmp/fakempi4")"
 echo "mpirun crashing on the second stop: exit 143, said"
+# (d7) the same with an mpirun that exits 1 on the second stop (rank 0 killed while it wrote the first
+# stop's checkpoint, said by no one): the exit status is the stop's, said, where it was 1 without a word
+mkdir -p "$tmp/fakempi5"
+sed "s/^trap 'exec .* TERM$/trap 'exit 1' TERM/" "$tmp/fakempi4/mpirun" >"$tmp/fakempi5/mpirun"
+chmod +x "$tmp/fakempi5/mpirun"
+grep -q "^trap 'exit 1' TERM" "$tmp/fakempi5/mpirun" || fail "(d7) the fake mpirun: $(cat "$tmp/fakempi5/mpirun")"
+FAKE_DIR=$tmp/fakempi5 PATH="$tmp/fakempi5:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/exit1.out" 2>"$tmp/exit1.err" &
+lpid=$!
+for _ in $(seq 600); do grep -q training "$tmp/exit1.out" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $lpid)"
+for _ in $(seq 600); do [ -e "$tmp/fakempi5/usr1.4" ] && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $lpid)"
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "the second stop (signal 15) ended the job at once (mpirun exited 1), before the ranks finished the first stop's checkpoint" "$tmp/exit1.err" ||
+    fail "mpirun exiting 1 on the second stop: exit $rc: $(cat "$tmp/exit1.err")"
+echo "mpirun exiting 1 on the second stop: exit 143, said"
 # (d6) a stop that ends ranks here before any said a word (programs that die on it): said, where the job
 # ended silently once mpirun's banners were left out
 timeout 60 "$bin" launch -n 2 sleep 61.25 >"$tmp/mute.out" 2>"$tmp/mute.err" &
