@@ -964,6 +964,16 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
  * met its own error (own_error) after step `step`: that rank's own message,
  * the others naming it; agreed, so that they report it alike and save
  * together (rescue). */
+/* Whether a stop was asked of any rank (*any), outside the step's stop
+ * all-reduce: before the first step, and after a checkpoint that a stop
+ * came during. Every rank calls it at the same point. */
+static st_status agree_stop(st_session *ses, const st_run_opts *opts, const char *what, bool *any) {
+    float f = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed) ? 1.0f : 0.0f;
+    if (ses->world > 1) ST_TRY(st_comm_all_reduce_sync(ses->comm, &f, &f, 1, ST_COMM_F32, ST_COMM_MAX, what));
+    *any = f > 0;
+    return ST_OK;
+}
+
 static st_status own_stopped(st_session *ses, st_status own, const char *why, float flag, int64_t step) {
     ses->agreed_error = ses->agreed_read = true;
     if (own != ST_OK) return st_fail(own, "%s", why);
@@ -1574,6 +1584,19 @@ static st_status log_step_line(st_session *ses, st_metrics *met, log_window *w, 
     return s;
 }
 
+/* A stop's steps since the last line get theirs, as the run's last step
+ * does: metrics.jsonl then reaches the checkpoint's step, and a resumed
+ * run's lines follow on without a gap. (After the agreement: a failure to
+ * write it is said, and the stop saves as it would.) */
+static void stop_line(st_session *ses, st_metrics *met, log_window *w, const line_facts *f,
+                      st_run_result *r) {
+    if (w->n > 0 && log_step_line(ses, met, w, f, r) != ST_OK)
+        st_ticker_sayf(
+            "scaletrain: warning: metrics.jsonl: the line of step %lld (the stop's) was not written: "
+            "%s\n",
+            (long long)f->step, st_last_error());
+}
+
 static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_result *r, st_metrics *met) {
     st_config *c = ses->cfg;
     st_model *m = ses->model;
@@ -1972,6 +1995,23 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const bool agree_reads = dist && (dd.mode != ST_DIST_DDP || m->params.masters_sharded || fwd_writes);
     const int64_t waits0 = st_device_stream_waits(dev);
     double t_saved = st_now(); /* the last checkpoint's end (train.checkpoint_every_s), or the loop's start */
+    /* A stop asked during the set-up (the configuration, the data, the
+     * model, the CPU's measure): the run ends before its first step, having
+     * trained and saved nothing (it trained a step and saved it: a
+     * checkpoint that made the corrected run refuse out_dir as an
+     * unfinished run's). */
+    if (start < steps) {
+        bool asked_early;
+        ST_GOTO(agree_stop(ses, opts, "stop before the first step", &asked_early));
+        if (asked_early) {
+            ses->agreed_error = true;
+            r->stop_said = ses->rank != 0;
+            s = st_fail(
+                ST_ERR_INTERRUPTED, "stopped by a signal before step %lld: nothing was trained or saved%s",
+                (long long)start + 1, start > 0 ? " (the checkpoint it resumed from is as it was)" : "");
+            goto fail;
+        }
+    }
     for (int64_t step = start; step < steps; step++) {
         char step_name[48];
         snprintf(step_name, sizeof step_name, "step %lld", (long long)step + 1);
@@ -2178,14 +2218,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
             win.loss += step_loss;
         }
-        /* A stop's steps since the last line get theirs, as the run's last
-         * step does: metrics.jsonl then reaches the checkpoint's step, and a
-         * resumed run's lines follow on without a gap. (After the agreement:
-         * a failure to write it is said, and the stop saves as it would.) */
-        if (stopped && win.n > 0 && log_step_line(ses, met, &win, &facts, r) != ST_OK)
-            st_ticker_sayf("scaletrain: warning: metrics.jsonl: the line of step %lld (the stop's) was not "
-                           "written: %s\n",
-                           (long long)step + 1, st_last_error());
+        if (stopped) stop_line(ses, met, &win, &facts, r); /* (its steps since the last line) */
         /* the algorithms model.matmul_tune timed in this step, kept for a resumed run (before its
          * checkpoint: a run resumed from it finds them) */
         if (ses->save && !ses->out_dir_lost && st_matmul_algos_due(ses->dev)) { /* (watched: storage) */
@@ -2200,6 +2233,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * while the others wait in st_ckpt_save. A periodic checkpoint with
          * train.checkpoint_async is written while training goes on; one
          * still pending is committed first (waiting for its writer). */
+        bool saved_now = false; /* this step's checkpoint written (not asynchronously) */
         if (ses->save && (stopped || every || timed || step + 1 == steps)) { /* every rank: st_ckpt_save */
             if (pending)
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace,
@@ -2241,8 +2275,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     fprintf(ses->out, "saved checkpoint %s\n", r->checkpoint);
                     out_flush(ses);
                 }
+                saved_now = ses->last_ckpt_err == ST_OK;
             }
             t_saved = st_now(); /* (a save slower than the interval does not make the next step's) */
+        }
+        /* A stop that came while this step's checkpoint was written: that
+         * checkpoint is the stop's (the run trained a step more and saved
+         * that again, twice the time to stop). */
+        if (saved_now && !stopped && step + 1 < steps) {
+            ST_GOTO(agree_stop(ses, opts, "stop after the checkpoint", &stopped));
+            if (stopped) stop_line(ses, met, &win, &facts, r);
         }
         st_trace_end(trace, &step_mark);
         if (trace && !tr.written && (step + 1 >= tr.last || step + 1 == steps || stopped)) {
