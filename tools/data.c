@@ -138,9 +138,10 @@ static int tokenize(int argc, char **argv) {
     const int sig = atomic_load_explicit(o.stop, memory_order_relaxed);
     if (s == ST_ERR_INTERRUPTED && sig) {
         fprintf(stderr,
-                "scaletrain data tokenize: stopped by signal %d; %s is as it was (the files being written "
+                "scaletrain data tokenize: stopped by signal %d; %s%s %s as %s (the files being written "
                 "were removed)\n",
-                sig, pos[0]);
+                sig, shard_tokens > 0 ? "the shards of " : "", pos[0], shard_tokens > 0 ? "are" : "is",
+                shard_tokens > 0 ? "they were" : "it was");
         free(pos);
         return 128 + sig;
     }

@@ -848,6 +848,10 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     if (r.status != ST_OK) ST_GOTO(st_fail(r.status, "%s", r.msg));
+    /* a stop that came while the last were synced (the fsync of a large
+     * file takes seconds): nothing replaced, as a stop before */
+    const int late = o->stop ? atomic_load_explicit(o->stop, memory_order_relaxed) : 0;
+    if (late) ST_GOTO(st_fail(ST_ERR_INTERRUPTED, "stopped by signal %d", late));
     /* every shard written and synced: only now does any replace its path */
     for (int k = 0; k < r.n_out; k++) {
         if ((s = st_atomic_commit(&r.out[k].af)) != ST_OK && r.n_out > 1) {

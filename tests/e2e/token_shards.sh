@@ -151,6 +151,21 @@ rc=0; wait $tpid || rc=$?
 [ $rc -eq 143 ] && grep -q "stopped by signal 15; .*corpus.tokens is as it was" "$tmp/stop.txt" &&
     [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] && [ "$(ls "$tmp/shards" | tr '\n' ' ')" = "$before" ] ||
     { echo "a stopped tokenize: exit $rc: $(cat "$tmp/stop.txt"); left $(ls "$tmp/shards")"; exit 1; }
+# a stop while the finished file is synced (held there by tests/lib/slowfs.c until the test lets it go):
+# nothing replaced, exit 143 (the stop was not looked at again, and the file was renamed into place)
+cc -shared -fPIC -O2 -o "$tmp/slowfs.so" "$(dirname "$0")/../lib/slowfs.c" -ldl || { echo "cannot build slowfs"; exit 1; }
+LD_PRELOAD="$tmp/slowfs.so" ST_SLOWFS_MATCH=fin.tokens.tmp ST_SLOWFS_MS=100000 ST_SLOWFS_UNTIL="$tmp/fin.go" \
+    ST_SLOWFS_MARK="$tmp/fin.held" timeout -s KILL 120 "$bin" data tokenize "$tmp/shards/fin.tokens" "$tmp/a.txt" \
+    2>"$tmp/fin.txt" &
+tpid=$!
+for _ in $(seq 600); do [ -e "$tmp/fin.held" ] && break; sleep 0.1; done
+[ -e "$tmp/fin.held" ] || { echo "the tokenize was not held at its sync: $(cat "$tmp/fin.txt")"; kill -KILL $tpid; exit 1; }
+kill -TERM "$(pgrep -P $tpid)"
+touch "$tmp/fin.go"
+rc=0; wait $tpid || rc=$?
+[ $rc -eq 143 ] && grep -q "stopped by signal 15; .*fin.tokens is as it was" "$tmp/fin.txt" && [ ! -e "$tmp/shards/fin.tokens" ] &&
+    [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] ||
+    { echo "a tokenize stopped during its sync: exit $rc: $(cat "$tmp/fin.txt"); left $(ls "$tmp/shards")"; exit 1; }
 # a pattern that names nothing
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"
