@@ -227,7 +227,8 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     int pngs = 0;
     st_status s = plots(x, tp, ptp, eff, peff, nr, unit, out_dir, &pngs, why, sizeof why);
     if (s != ST_OK) return st_cli_error(s);
-    FILE *md = fopen(md_path, "w");
+    st_cli_output md_out, js_out;
+    FILE *md = st_cli_output_open(&md_out, md_path);
     if (!md) {
         fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", md_path, strerror(errno));
         return ST_EXIT_FAIL;
@@ -314,13 +315,13 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     if (pngs) fprintf(md, "\nPNG: [throughput](bench_throughput.png), [efficiency](bench_efficiency.png)\n");
     /* (a file cut short, a full disk's, is removed: a table or JSON that parses but lacks rows
      * reads as the whole result) */
-    if (st_cli_close_output(md, md_path) != ST_OK) {
+    if (st_cli_output_close(&md_out, md) != ST_OK) {
         cJSON_Delete(root);
         return st_cli_error(ST_ERR_IO);
     }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    FILE *js = text ? fopen(json_path, "w") : NULL;
+    FILE *js = text ? st_cli_output_open(&js_out, json_path) : NULL;
     if (!js) {
         fprintf(stderr, "scaletrain bench: cannot write %s: %s\n", json_path,
                 strerror(text ? errno : ENOMEM));
@@ -329,7 +330,7 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
     }
     fputs(text, js), fputc('\n', js);
     free(text);
-    if (st_cli_close_output(js, json_path) != ST_OK) return st_cli_error(ST_ERR_IO);
+    if (st_cli_output_close(&js_out, js) != ST_OK) return st_cli_error(ST_ERR_IO);
     printf("report: %s, %s, plots %s/bench_{throughput,efficiency}.%s\n", md_path, json_path, out_dir,
            pngs ? "{svg,png}" : "svg");
     if (why[0]) printf("report: PNGs skipped: %s\n", why);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -256,7 +257,8 @@ static void svg_series(FILE *f, const st_chart *c, const axis *ax, const axis *a
 st_status st_chart_write_svg(const st_chart *c, const char *path) {
     axis ax, ay;
     make_axes(c, &ax, &ay);
-    FILE *f = fopen(path, "w");
+    st_cli_output out;
+    FILE *f = st_cli_output_open(&out, path);
     if (!f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     const int x0 = ML, x1 = W - MR, y0 = MT, y1 = H - MB;
     fprintf(f,
@@ -330,7 +332,7 @@ st_status st_chart_write_svg(const st_chart *c, const char *path) {
         lx += 28 + 7.0 * (double)(strlen(s->name) + (empty ? 19 : 0)) + 24;
     }
     fprintf(f, "</g>\n</svg>\n");
-    return st_cli_close_output(f, path);
+    return st_cli_output_close(&out, f);
 }
 
 /* s as a gnuplot double-quoted string: no enhanced-text markup. */
@@ -346,10 +348,11 @@ static void gp_string(FILE *f, const char *s) {
 st_status st_chart_write_png(const st_chart *c, const char *png_path, const char *gnuplot) {
     axis ax, ay;
     make_axes(c, &ax, &ay);
-    char dat[4200], gp[4200], log[4200];
+    char dat[4200], gp[4200], log[4200], png_tmp[4200]; /* (gnuplot writes png_tmp, renamed once whole) */
     snprintf(dat, sizeof dat, "%s.dat", png_path);
     snprintf(gp, sizeof gp, "%s.gp", png_path);
     snprintf(log, sizeof log, "%s.log", png_path);
+    snprintf(png_tmp, sizeof png_tmp, "%s.tmp.%ld", png_path, (long)getpid());
     FILE *fd = fopen(dat, "w"), *fg = fopen(gp, "w");
     if (!fd || !fg) {
         if (fd) fclose(fd);
@@ -358,7 +361,7 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", fd ? gp : dat, strerror(errno));
     }
     fprintf(fg, "set terminal pngcairo size %d,%d font 'DejaVu Sans,10'\nset output ", W + 200, H + 110);
-    gp_string(fg, png_path);
+    gp_string(fg, png_tmp);
     fprintf(fg, "\nset termoption noenhanced\nset title ");
     gp_string(fg, c->title);
     fprintf(fg, " font ',13'\nset xlabel ");
@@ -419,7 +422,10 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
                                : "failed",
                     msg && *msg ? msg : "(no message)");
         free(msg);
+    } else if (rename(png_tmp, png_path) != 0) {
+        s = st_fail(ST_ERR_IO, "%s: cannot rename gnuplot's %s over it: %s", png_path, png_tmp,
+                    strerror(errno));
     }
-    remove(dat), remove(gp), remove(log);
+    remove(dat), remove(gp), remove(log), remove(png_tmp);
     return s;
 }

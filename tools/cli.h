@@ -57,10 +57,20 @@ char *st_cli_read_bytes(const char *path, size_t *len);
  * lost: a full disk) by an earlier write; *err is the errno to tell (EIO
  * where that earlier one's is gone). The file is closed either way. */
 bool st_cli_close_written(FILE *f, int *err);
-/* st_cli_close_written for an output file at path: where a write failed,
- * the part written is removed (a chart cut short by a full disk is no
- * chart) and the error names path, says why and that it was removed. */
-st_status st_cli_close_output(FILE *f, const char *path);
+/* An output file (a chart, report.html, bench.md) written under a
+ * temporary name beside it, PATH.tmp.PID, and renamed over PATH once
+ * whole: a stop, a crash or a full disk leaves PATH as it was, never cut
+ * short or emptied (it was opened in place, truncated at once). */
+typedef struct st_cli_output {
+    const char *path; /* borrowed: must outlive the file */
+    char tmp[4200];
+} st_cli_output;
+/* The temporary file to write, or NULL (errno set). */
+FILE *st_cli_output_open(st_cli_output *o, const char *path);
+/* Close f (st_cli_close_written) and rename it over the path; where a
+ * write failed the temporary is removed and the error names the path,
+ * says why and that the part written was removed. */
+st_status st_cli_output_close(st_cli_output *o, FILE *f);
 /* Catch the stop signals: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, and SIGHUP
  * unless it is ignored (nohup: the command then outlives its terminal).
  * Each stores its number in the returned flag, which the command reads to

@@ -105,11 +105,25 @@ bool st_cli_close_written(FILE *f, int *err) {
     return e == 0;
 }
 
-st_status st_cli_close_output(FILE *f, const char *path) {
+FILE *st_cli_output_open(st_cli_output *o, const char *path) {
+    o->path = path;
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(o->tmp, "w");
+    if (!f) o->tmp[0] = '\0';
+    return f;
+}
+
+st_status st_cli_output_close(st_cli_output *o, FILE *f) {
     int err;
-    if (st_cli_close_written(f, &err)) return ST_OK;
-    unlink(path);
-    return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", path, strerror(err));
+    const bool whole = st_cli_close_written(f, &err);
+    if (whole && rename(o->tmp, o->path) == 0) {
+        o->tmp[0] = '\0';
+        return ST_OK;
+    }
+    if (whole) err = errno;
+    unlink(o->tmp);
+    o->tmp[0] = '\0';
+    return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", o->path, strerror(err));
 }
 
 char *st_cli_read_bytes(const char *path, size_t *len) {

@@ -261,17 +261,31 @@ int st_cmd_report(int argc, char **argv) {
     char smooth_name[96];
     int nc = plan_charts(&m, charts, mem, smooth_name, sizeof smooth_name), fails = 0;
     const char *names[8];
-    for (int i = 0; i < nc && s == ST_OK; i++) {
+    /* (a stop between two files: each file is written under a temporary name and renamed whole, so what
+     * is there is whole, an earlier report's or this one's; gnuplot's scratch files removed as it ends) */
+    atomic_int *stop = st_cli_catch_stops();
+    for (int i = 0; i < nc && s == ST_OK && !atomic_load(stop); i++) {
         names[i] = charts[i].file;
         snprintf(path, sizeof path, "%s/%s.svg", out_dir, charts[i].file);
         s = st_chart_write_svg(&charts[i].chart, path);
         if (s != ST_OK || why[0]) continue;
         snprintf(path, sizeof path, "%s/%s.png", out_dir, charts[i].file);
-        if (st_chart_write_png(&charts[i].chart, path, gnuplot) != ST_OK) {
+        if (st_chart_write_png(&charts[i].chart, path, gnuplot) != ST_OK && !atomic_load(stop)) {
             fprintf(stderr, "scaletrain report: error: %s\n", st_last_error());
             st_clear_error();
             fails++;
         }
+    }
+    const int sig = atomic_load(stop);
+    if (sig) {
+        free(mem[0]), free(mem[1]), free(mem[2]);
+        rp_metrics_free(&m);
+        st_clear_error();
+        fprintf(stderr,
+                "scaletrain report: stopped by signal %d; the files in %s are whole (each renamed into place "
+                "once written), some this report's, the rest as they were\n",
+                sig, out_dir);
+        return 128 + sig;
     }
     char cfg_from[4400] = "";
     cJSON *cfg = s == ST_OK ? read_config(run_dir, cfg_from, sizeof cfg_from) : NULL;

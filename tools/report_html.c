@@ -167,7 +167,8 @@ static void config_table(FILE *f, const cJSON *cfg, const char *from) {
 
 st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics *m, const char *const *names,
                         int n_charts, bool png, const cJSON *cfg, const char *cfg_from) {
-    FILE *f = fopen(path, "w");
+    st_cli_output out;
+    FILE *f = st_cli_output_open(&out, path);
     if (!f) return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     fprintf(
         f,
@@ -194,5 +195,5 @@ st_status rp_write_html(const char *path, const char *run_dir, const rp_metrics 
         fprintf(f, "<p class=\"from\">No effective config: the run directory holds no checkpoint whose "
                    "state.json reads (ckpt/step-N).</p>\n");
     fprintf(f, "</body>\n</html>\n");
-    return st_cli_close_output(f, path);
+    return st_cli_output_close(&out, f);
 }

@@ -233,6 +233,25 @@ sed '3s/.*/{"step": 1e300, "loss": 1}/' "$lines" | m "$tmp/hugestep"
 expect_error 'metrics.jsonl:3: "step" is 1.0000000000000001e+300, not a step number' "$tmp/hugestep"
 sed '3s/.*/{"step": 3, "loss": "x"}/' "$lines" | m "$tmp/textloss"
 expect_error 'metrics.jsonl:3: "loss" is not a number (nor null)' "$tmp/textloss"
+# a stop (SIGTERM) while gnuplot draws (a gnuplot on PATH that waits for the test): exit 143, said; no
+# scratch or temporary file left, and the report.html of an earlier report whole (it was opened in place and
+# left empty, and gnuplot's .dat and .gp files stayed)
+"$bin" report "$tmp/run" --out "$tmp/stopped" --no-png >/dev/null 2>&1 || fail "the report before the stop"
+cp "$tmp/stopped/report.html" "$tmp/html.before"
+mkdir -p "$tmp/holdplot"
+printf '#!/bin/sh\n: >"%s/held"\nuntil [ -e "%s/go" ]; do sleep 0.05; done\nexit 0\n' "$tmp/holdplot" "$tmp/holdplot" \
+    >"$tmp/holdplot/gnuplot"
+chmod +x "$tmp/holdplot/gnuplot"
+PATH="$tmp/holdplot:$PATH" timeout -s KILL 120 "$bin" report "$tmp/run" --out "$tmp/stopped" >"$tmp/stop.txt" 2>&1 &
+rpid=$!
+for _ in $(seq 600); do [ -e "$tmp/holdplot/held" ] && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $rpid)"
+touch "$tmp/holdplot/go"
+wait $rpid; rc=$?
+[ $rc -eq 143 ] && grep -q "scaletrain report: stopped by signal 15; the files in $tmp/stopped are whole" "$tmp/stop.txt" &&
+    [ -z "$(find "$tmp/stopped" -name '*.tmp.*' -o -name '*.dat' -o -name '*.gp' -o -name '*.log')" ] &&
+    cmp -s "$tmp/stopped/report.html" "$tmp/html.before" ||
+    fail "report stopped while gnuplot draws: exit $rc: $(cat "$tmp/stop.txt"); $(ls "$tmp/stopped")"
 # --out makes its parents, as bench's does
 "$bin" report "$tmp/run" --out "$tmp/deep/er/out" --no-png >/dev/null 2>&1 && [ -s "$tmp/deep/er/out/report.html" ] ||
     fail "report --out into missing parents: no report.html"
