@@ -81,6 +81,11 @@ st_status st_cli_output_close(st_cli_output *o, FILE *f);
  * a second is one request sent twice (`timeout -s INT` signals its child,
  * then its group). Interrupted system calls resume. (tools/stops.c) */
 atomic_int *st_cli_catch_stops(void);
+/* The line (with its newline) said on standard error when the first
+ * SIGINT comes (Ctrl-C: a person waits to see it heard; SIGTERM comes from
+ * schedulers and launchers), "stopping after this step": set before the
+ * signals come; "" says nothing. */
+void st_cli_stop_ack(const char *line);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
 /* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -16,6 +17,11 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store to a 
 /* When the first SIGINT came (CLOCK_MONOTONIC, ns; 0: none yet). */
 static atomic_llong first_int_ns;
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "a signal handler may only store to a lock-free atomic");
+
+/* The line said on the first stop (st_cli_stop_ack), and whether it was. */
+static char ack[512];
+static size_t ack_len;
+static atomic_int acked;
 
 static void on_signal(int sig) {
     if (sig == SIGINT) { /* (clock_gettime, signal and raise are async-signal-safe) */
@@ -30,6 +36,21 @@ static void on_signal(int sig) {
         }
     }
     atomic_store_explicit(&stop_signal, sig, memory_order_relaxed);
+    /* (Ctrl-C's alone: a person at a terminal waits for it; SIGTERM comes from
+     * schedulers, timeout and mpirun ending a job's other ranks. write is
+     * async-signal-safe; the line is said once.) */
+    int was = 0;
+    if (sig == SIGINT && ack_len && atomic_compare_exchange_strong(&acked, &was, 1)) {
+        const ssize_t w = write(STDERR_FILENO, ack, ack_len);
+        (void)w;
+    }
+}
+
+void st_cli_stop_ack(const char *line) {
+    /* (a progress bar on a terminal ends its line first) */
+    const bool bar = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO);
+    const int n = snprintf(ack, sizeof ack, "%s%s", bar ? "\n" : "", line);
+    ack_len = n > 0 ? ((size_t)n < sizeof ack ? (size_t)n : sizeof ack - 1) : 0;
 }
 
 atomic_int *st_cli_catch_stops(void) {

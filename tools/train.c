@@ -16,8 +16,10 @@
  * request sent twice (`timeout -s INT` signals its child, then its group). */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "core/launcher.h"
 #include "core/ticker.h"
 
 int st_cmd_train(int argc, char **argv) {
@@ -26,6 +28,12 @@ int st_cmd_train(int argc, char **argv) {
     int rc = st_cli_run_args("train", argc, argv, &cfg, &opts);
     if (rc >= 0) return rc;
     opts.stop = st_cli_catch_stops(); /* (the signals and their rules: cli.h) */
+    /* (rank 0's alone under a launcher: the others' lines would repeat it) */
+    const char *rank = st_launcher_rank();
+    if (!rank || !strcmp(rank, "0"))
+        st_cli_stop_ack(
+            "scaletrain: stopping after this step, with a checkpoint; Ctrl-C again, a second from now, "
+            "ends the run at once without one\n");
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
     if (s == ST_ERR_INTERRUPTED) {

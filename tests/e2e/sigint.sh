@@ -52,6 +52,9 @@ if start twice; then
     [ $rc -eq 130 ] && grep -q "stopped by a signal after step [0-9]*.*checkpoint saved to $tmp/twice/ckpt/$latest" \
         "$tmp/twice.log" && [ -f "$tmp/twice/ckpt/$latest/state.json" ] ||
         fail "SIGINT twice within a second: exit $rc, latest '$latest': $(tail -n 2 "$tmp/twice.log")"
+    # (the first Ctrl-C is heard at once: said once, where nothing showed until the checkpoint's end)
+    [ "$(grep -c "^scaletrain: stopping after this step, with a checkpoint; Ctrl-C again, a second from now, ends the run at once without one$" "$tmp/twice.log")" -eq 1 ] ||
+        fail "SIGINT: not acknowledged once: $(grep -c stopping "$tmp/twice.log")"
     echo "SIGINT twice within a second: exit $rc, checkpoint $latest"
 fi
 
