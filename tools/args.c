@@ -182,8 +182,9 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
     }
     st_status s;
     if (path && (s = st_config_load(cfg, path)) != ST_OK) return st_cli_error(s);
-    const char *profile = NULL,
-               *trace_set = NULL; /* (--profile and a --set of the keys it sets: one of them) */
+    /* --profile and a --set of the keys it sets: one of them (the later one won without a word: --set
+     * log.trace=false dropped the profile) */
+    const char *profile = NULL, *trace_set = NULL;
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
         if (strcmp(argv[i], "--set") == 0) v = argv[++i];
@@ -209,8 +210,7 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         if (v && (s = st_config_set(cfg, v)) != ST_OK) return st_cli_error(s);
         if (v && !strncmp(v + strspn(v, " "), "log.trace", 9)) trace_set = v;
     }
-    if (profile &&
-        trace_set) { /* (the later one won without a word: --set log.trace=false dropped the profile) */
+    if (profile && trace_set) {
         fprintf(stderr,
                 "scaletrain %s: --profile %s sets log.trace and log.trace_steps, and so does --set %s; "
                 "give one of them\n",

@@ -325,6 +325,20 @@ static st_status stopped(st_loader *l, const slot *sl, double waited) {
         waited, batch, begun ? "a worker is still reading it" : "no worker has begun it");
 }
 
+/* For tests of a stop while the step loop waits on a batch (with
+ * SCALETRAIN_TEST_DATA_STALL, dataset.h): SCALETRAIN_TEST_WAIT_MARK=FILE:B
+ * makes FILE once the loader waits for batch B or a later one not ready, so
+ * that a test signals the process when it is in that wait, not before (a
+ * stop before it is taken at the step's end). */
+static void test_wait_mark(int64_t batch) {
+    const char *v = getenv("SCALETRAIN_TEST_WAIT_MARK"), *colon = v ? strrchr(v, ':') : NULL;
+    if (!colon || colon == v || batch < atoll(colon + 1)) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)(colon - v), v);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
+
 st_status st_loader_next(st_loader *l, st_batch **out) {
     *out = NULL;
     const double t0 = now_s();
@@ -341,6 +355,7 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
          * stop flag is looked at (a signal wakes no condition variable). */
         const double end = l->o.timeout_s > 0 ? t0 + l->o.timeout_s : 0;
         double stop_seen = 0;
+        if (sl->state != SLOT_READY) test_wait_mark(l->next_out);
         while (sl->state != SLOT_READY) {
             const double t = now_s();
             if (l->o.stop && atomic_load_explicit(l->o.stop, memory_order_relaxed)) {

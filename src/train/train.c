@@ -2552,8 +2552,9 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             if (s == ST_OK) snprintf(wrote, sizeof wrote, "%s", path);
         }
     }
-    if (ses.last_ckpt_err !=
-        ST_OK) { /* the last step's checkpoint first, then the evaluation, then the weights */
+    /* The error said: the last step's checkpoint's first, then the
+     * evaluation's, then where the weights are or what failed after it. */
+    if (ses.last_ckpt_err != ST_OK) {
         char then[4096], evs[4200] = "";
         snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
         if (ev != ST_OK) snprintf(evs, sizeof evs, "; the final evaluation failed too: %s", ev_why);
@@ -2564,8 +2565,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                           "%s%s; the final weights were written all the same, to %s (--init reads them)",
                           ses.last_ckpt_why, evs, wrote)
                 : st_fail(ses.last_ckpt_err, "%s%s", ses.last_ckpt_why, evs);
-    } else if (ev != ST_OK) { /* (the evaluation's error first, then where the weights are, or what failed
-                                 after it) */
+    } else if (ev != ST_OK) {
         char then[4096];
         snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
         s = s != ST_OK ? st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then)

@@ -121,18 +121,18 @@ grep -qE "^scaletrain: rank 0 of 1 \(.*\): reading a validation batch has not fi
 [ "$fails" -ne 0 ] || echo "the validation file stuck in the step-20 evaluation: ended after the 1 s wait"
 
 o=$tmp/term
-mkfifo "$o.fifo"
-SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 60 "$bin" "${run[@]}" --set data.num_workers=1 \
-    --set data.timeout_s=0 --set train.checkpoint_every=40 --set train.out_dir="$o" >"$o.fifo" 2>&1 &
+# (signalled once the step loop waits on batch 40, SCALETRAIN_TEST_WAIT_MARK: a stop that comes right
+# after step 40's checkpoint is taken there, before the wait)
+SCALETRAIN_TEST_DATA_STALL=t.tokens:160 SCALETRAIN_TEST_WAIT_MARK="$o.waiting:40" timeout -k 10 60 "$bin" \
+    "${run[@]}" --set data.num_workers=1 --set data.timeout_s=0 --set train.checkpoint_every=40 \
+    --set train.out_dir="$o" >"$o.log" 2>&1 &
 pid=$!
 t0=
-while IFS= read -r l; do # (timeout passes the signal on to the run)
-    echo "$l" >>"$o.log"
-    if [ -z "$t0" ] && [ "$l" = "saved checkpoint $o/ckpt/step-40" ]; then
-        t0=$SECONDS
-        kill -TERM $pid
-    fi
-done <"$o.fifo"
+for _ in $(seq 1200); do [ -e "$o.waiting" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+if [ -e "$o.waiting" ] && grep -qx "saved checkpoint $o/ckpt/step-40" "$o.log"; then
+    t0=$SECONDS
+    kill -TERM $pid # (timeout passes the signal on to the run)
+fi
 wait $pid
 rc=$?
 [ -n "$t0" ] || fail "a stop while waiting: step 40's checkpoint was never saved: $(tail -n 3 "$o.log")"

@@ -136,8 +136,8 @@ expect_fail "two prompts" "give one of --prompt" "$bin" sample --init "$tmp/run"
 # the prompt's form is a usage error (exit 2, before the weights are read), each saying what is wrong
 usage_fail() { # WHAT NEEDLE COMMAND...
     local what=$1 needle=$2; shift 2
-    "$@" >"$tmp/e.out" 2>&1
-    local rc=$?
+    local rc=0
+    "$@" >"$tmp/e.out" 2>&1 || rc=$?
     [ $rc -eq 2 ] && grep -q -- "$needle" "$tmp/e.out" || { echo "FAIL: $what: exit $rc, no '$needle' in:"; cat "$tmp/e.out"; exit 1; }
 }
 usage_fail "a negative prompt id" "--prompt-ids '3,-1': -1 is negative; token ids are 0 or more" \
