@@ -307,6 +307,12 @@ static void test_file_errors(void) {
                       "entry 3 (line 5): expected an integer, got 'abc'");
     /* a block scalar's line end is shown as \n, the message one line */
     expect_load_error("optim:\n  lr: |\n    0.1\n", 2, "optim.lr", "expected a number, got '0.1\\n'");
+    /* a Latin-1 byte: said to be no UTF-8, with its place (it was YAML's "incomplete UTF-8 octet sequence ...
+     * quote it", which quoting did not mend) */
+    st_config lc;
+    st_config_defaults(&lc);
+    CHECK_FAILS(st_config_set(&lc, "train.out_dir=/tmp/caf\xe9"), ST_ERR_CONFIG,
+                "the value is not UTF-8 text: byte 9 is \\xe9 (Latin-1?)");
     /* a shell pattern starts a YAML alias: said, with the quoting (it said "fix the brackets") */
     st_config sc;
     st_config_defaults(&sc);

@@ -411,7 +411,9 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         remove(dat), remove(gp);
         return st_fail(ST_ERR_IO, "%s: write failed: %s", gp, strerror(errno));
     }
-    char *argv[] = {(char *)gnuplot, gp, NULL};
+    char gp_arg[4300]; /* (a script gnuplot reads as a file, not an option: --out -q) */
+    snprintf(gp_arg, sizeof gp_arg, "%s%s", gp[0] == '-' ? "./" : "", gp);
+    char *argv[] = {(char *)gnuplot, gp_arg, NULL};
     int rc = st_cli_spawn(argv, NULL, log, 60);
     st_status s = ST_OK;
     if (rc != 0) {

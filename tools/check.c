@@ -472,14 +472,16 @@ static void check_data(report *r, const st_config *c) {
     for (int k = 0; k < 2; k++) {
         if (!sets[k][0] || (k == 1 && split)) continue;
         st_dataset d = {0}, v = {0};
-        st_status s = tokens ? st_dataset_open_tokens(sets[k], c->model.block_size, &d)
-                             : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes,
-                                                    k ? "data.val" : "data.train", &d);
+        const char *key = k ? "data.val" : "data.train";
+        st_status s =
+            tokens ? st_data_key(st_dataset_open_tokens(sets[k], c->model.block_size, &d), sets[k], key)
+                   : st_dataset_open_pair(c->data.type, sets[k], labels[k], c->model.num_classes, key, &d);
         const char *what = k ? "val data" : "data";
         opened &= s == ST_OK;
         if (s != ST_OK) {
+            /* (the package's hint where the file that failed is its: the error names it) */
             const bool fm =
-                !strcmp(c->data.type, "idx") && strstr(sets[k], "/usr/share/datasets/fashion-mnist/");
+                !strcmp(c->data.type, "idx") && strstr(st_last_error(), "/usr/share/datasets/fashion-mnist/");
             line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
                  fm ? "apt-get install dataset-fashion-mnist"
                     : "point data.train / data.val at readable files");

@@ -63,7 +63,8 @@ bool st_cli_close_written(FILE *f, int *err);
  * short or emptied (it was opened in place, truncated at once). */
 typedef struct st_cli_output {
     const char *path; /* borrowed: must outlive the file */
-    char tmp[4200];
+    char target[4200]; /* path, or where a symbolic link at path points (written through, not replaced) */
+    char tmp[4300];
 } st_cli_output;
 /* The temporary file to write, or NULL (errno set). */
 FILE *st_cli_output_open(st_cli_output *o, const char *path);

@@ -30,6 +30,7 @@
  * The ranks on other hosts get the launcher's environment only as mpirun
  * passes it: -x for each variable of NCCL_*, UCX_*, OMP_*, SCALETRAIN_*,
  * ST_*, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set here. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -351,11 +352,20 @@ static bool marks_new(const ckpt_marks *before, const ckpt_marks *now) {
 }
 
 /* A rank's error line without the rank that said it ("scaletrain: rank 1
- * of 2 (host h): ", "scaletrain: error (rank 0): "): which rank prints
- * the job's last error varies from one attempt to the next. */
-static const char *cause_of(const char *reason) {
+ * of 2 (host h): ", "scaletrain: error (rank 0): "), which varies from one
+ * attempt to the next, nor the process ids in temporary files' names
+ * ("model.safetensors.tmp.29664"), into out. */
+static void cause_of(const char *reason, char *out, size_t n) {
     const char *p = strstr(reason, "): ");
-    return p && p - reason < 160 ? p + 3 : reason;
+    if (p && p - reason < 160) reason = p + 3;
+    size_t o = 0;
+    for (const char *c = reason; *c && o + 1 < n; c++) {
+        out[o++] = *c;
+        if (o >= 5 && !memcmp(out + o - 5, ".tmp.", 5))
+            while (c[1] >= '0' && c[1] <= '9')
+                c++;
+    }
+    out[o] = '\0';
 }
 
 int st_cmd_launch(int argc, char **argv) {
@@ -367,8 +377,11 @@ int st_cmd_launch(int argc, char **argv) {
         const char *a = argv[i];
         const bool takes = !strcmp(a, "-n") || !strcmp(a, "--hosts") || !strcmp(a, "--max-restarts") ||
                            !strcmp(a, "--cores-per-rank") || !strcmp(a, "--output-timeout");
-        if (takes && i + 1 >= argc) {
-            fprintf(stderr, "scaletrain launch: %s needs a value\n", a);
+        if (takes && (i + 1 >= argc ||
+                      (argv[i + 1][0] == '-' && argv[i + 1][1] && !isdigit((unsigned char)argv[i + 1][1])))) {
+            fprintf(stderr, "scaletrain launch: %s needs a value%s%s%s\n", a,
+                    i + 1 < argc ? " (got the option " : "", i + 1 < argc ? argv[i + 1] : "",
+                    i + 1 < argc ? ")" : "");
             return ST_EXIT_USAGE;
         }
         if (!strcmp(a, "-n") && !strcmp(argv[i + 1], "auto")) {
@@ -624,8 +637,11 @@ int st_cmd_launch(int argc, char **argv) {
          * about a rank that died does) with no checkpoint committed
          * between: a cause that does not go away by itself (a missing file,
          * a setting), each restart costing a start-up. */
+        char cause[sizeof res.reason], prev_cause[sizeof res.reason];
+        cause_of(res.reason, cause, sizeof cause);
+        cause_of(prev_why, prev_cause, sizeof prev_cause);
         const bool repeat = train && prev && now && !marks_new(prev, now) && rc == prev_rc && res.reason[0] &&
-                            !res.reason_from_mpirun && !strcmp(cause_of(res.reason), cause_of(prev_why));
+                            !res.reason_from_mpirun && !strcmp(cause, prev_cause);
         marks_free(prev);
         prev = now;
         prev_rc = rc;

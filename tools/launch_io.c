@@ -534,7 +534,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         }
         /* (a bounded wait: a signal caught between the check above and the
          * poll is taken within a quarter second, not at mpirun's next line) */
-        const int ready = poll(pf, 2, 250);
+        const int ready = poll(pf, 2, remote && io.job < 0 ? 100 : 250);
         if (ready < 0) {
             if (errno == EINTR) continue;
             break;
@@ -548,7 +548,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * job ends. A rank takes a stop asked twice as one. Through mpirun
          * only while it catches it: once the ranks have ended, it no
          * longer does and would die of it, its status lost. */
-        if (remote && now_s() - relayed >= 0.5) {
+        if (remote && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) { /* (before any rank spoke: sooner) */
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }

@@ -9,11 +9,13 @@
  * (PR_SET_PDEATHSIG), which a train or launch job takes as a stop. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,7 +109,13 @@ bool st_cli_close_written(FILE *f, int *err) {
 
 FILE *st_cli_output_open(st_cli_output *o, const char *path) {
     o->path = path;
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    struct stat sb;
+    char real[PATH_MAX];
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) && realpath(path, real))
+        snprintf(o->target, sizeof o->target, "%s", real);
+    else
+        snprintf(o->target, sizeof o->target, "%s", path);
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->target, (long)getpid());
     FILE *f = fopen(o->tmp, "w");
     if (!f) o->tmp[0] = '\0';
     return f;
@@ -115,15 +123,21 @@ FILE *st_cli_output_open(st_cli_output *o, const char *path) {
 
 st_status st_cli_output_close(st_cli_output *o, FILE *f) {
     int err;
-    const bool whole = st_cli_close_written(f, &err);
-    if (whole && rename(o->tmp, o->path) == 0) {
+    if (!st_cli_close_written(f, &err)) {
+        unlink(o->tmp);
         o->tmp[0] = '\0';
-        return ST_OK;
+        return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", o->path,
+                       strerror(err));
     }
-    if (whole) err = errno;
-    unlink(o->tmp);
+    if (rename(o->tmp, o->target) != 0) { /* (written whole; the path is a directory, say) */
+        err = errno;
+        unlink(o->tmp);
+        o->tmp[0] = '\0';
+        return st_fail(ST_ERR_IO, "%s: cannot replace it: %s (what was written is removed)", o->path,
+                       strerror(err));
+    }
     o->tmp[0] = '\0';
-    return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", o->path, strerror(err));
+    return ST_OK;
 }
 
 char *st_cli_read_bytes(const char *path, size_t *len) {

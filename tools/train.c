@@ -32,8 +32,8 @@ int st_cmd_train(int argc, char **argv) {
     const char *rank = st_launcher_rank();
     if (!rank || !strcmp(rank, "0"))
         st_cli_stop_ack(
-            "scaletrain: stopping after this step, with a checkpoint; Ctrl-C again, a second from now, "
-            "ends the run at once without one\n");
+            "scaletrain: stopping after this step, with its checkpoint (before the first step: nothing to "
+            "save); Ctrl-C again, a second from now, ends the run at once without one\n");
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
     if (s == ST_ERR_INTERRUPTED) {

@@ -3,6 +3,7 @@
  * that say what was expected. It knows nothing about files, --set or where a
  * value came from; that is config.c. */
 #include "core/config_schema.h"
+#include "core/text.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -686,6 +687,17 @@ static size_t utf8_byte_at(const char *text, size_t chars) {
 }
 
 st_status st_cfg_assign_text(st_config *c, int row, const char *text, const char *ctx) {
+    /* (YAML reads UTF-8 alone: a Latin-1 byte was "an incomplete UTF-8 octet sequence ... quote it") */
+    const size_t len = strlen(text);
+    for (size_t i = 0; i < len;) {
+        const size_t k = st_utf8_len((const unsigned char *)text + i, len - i);
+        if (!k)
+            return bad(ctx,
+                       "the value is not UTF-8 text: byte %zu is \\x%02x (Latin-1?); give it in UTF-8 "
+                       "(iconv -f latin1 -t utf8 converts a file's)",
+                       i + 1, (unsigned)(unsigned char)text[i]);
+        i += k;
+    }
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) return st_fail(ST_ERR_NOMEM, "%s: out of memory", ctx);

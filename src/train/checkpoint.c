@@ -1715,6 +1715,11 @@ st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd) {
         }
         fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
         if (fd < 0 && !create && errno == ENOENT) return ST_OK; /* (locked after the look) */
+        if (fd < 0 && errno == ENOTDIR) /* (out_dir, or a folder above it, a file: not a permission) */
+            return st_fail(ST_ERR_IO,
+                           "train.out_dir %s is a file, or a path under one, not a directory: choose another "
+                           "train.out_dir, or move the file aside",
+                           out);
         if (fd < 0)
             return st_fail(ST_ERR_IO,
                            "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",

@@ -294,6 +294,17 @@ expect 2 "--profile 2 sets log.trace and log.trace_steps, and so does --set log.
 # 1126400000, past 2^30)
 expect 0 "is not a multiple of 102400000 ranks (choose a multiple of 102400000, e.g. 1024000000)" \
     "$bin" plan --set train.batch_size=1073741824 --hw 100000x1024xH100 --set data.val=
+# train.out_dir a file, or under one; a symbolic link to nothing: said so (it was "cannot open
+# .../run.lock: Not a directory; make train.out_dir writable", and the link taken as a folder made)
+echo x >"$tmp/afile2"
+expect 1 "train.out_dir $tmp/afile2/sub is a file, or a path under one, not a directory" \
+    "$bin" train --set train.out_dir="$tmp/afile2/sub" --set train.steps=1
+ln -sfn "$tmp/nowhere" "$tmp/dangling"
+expect 1 "--out: $tmp/dangling: is a symbolic link to a path that does not exist" \
+    "$bin" bench -n 1 --steps 3 --warmup 1 --out "$tmp/dangling"
+# check names the key of a token file it cannot open, as train does
+expect 1 "data.train: $tmp/none.tokens: cannot open" "$bin" check --set model.type=gpt --set data.type=tokens \
+    --set data.train="$tmp/none.tokens" --set data.val=
 # plan names the key of a data file it cannot open, as train does (it gave the path alone)
 expect 1 "scaletrain: error: data.train: nope.gz: cannot open" "$bin" plan --set data.train=nope.gz
 # a directory named as data is said to be one (it was called a FIFO, a device or a socket)

@@ -280,6 +280,17 @@ timeout 60 "$bin" launch -n 2 --max-restarts 3 train "${gpt[@]}" --set data.trai
     [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad3.err")" -eq 2 ] ||
     fail "the same failure twice: exit $rc: $(grep "scaletrain launch" "$tmp/bad3.err")"
 echo "the same failure twice with nothing committed: not restarted again"
+# (c3) the same where the error names a temporary file, whose name holds the pid (the final weights'
+# path a folder): the pid is not the cause, so the second and third attempts (resumed at the last step,
+# the first's message said where the weights are) fail the same way (it was restarted K times)
+mkdir -p "$tmp/wdir/model.safetensors"
+timeout 120 "$bin" launch -n 1 --max-restarts 3 train "${gpt[@]}" --set train.steps=6 \
+    --set train.out_dir="$tmp/wdir" >"$tmp/wdir.out" 2>"$tmp/wdir.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "restart 2 of 3 from checkpoint" "$tmp/wdir.err" &&
+    grep -q "the job failed again the same way (exit 1: .*model.safetensors.*), committing no checkpoint since the last attempt; not restarted" "$tmp/wdir.err" &&
+    ! grep -q "restart 3 of 3" "$tmp/wdir.err" ||
+    fail "a failure naming a temporary file, twice: exit $rc: $(grep "scaletrain launch" "$tmp/wdir.err")"
+echo "the same failure twice, its temporary file's pid aside: not restarted again"
 # (c') a configuration error: not restarted (it fails every attempt alike)
 timeout 60 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set optim.lr=abc \
     --set train.out_dir="$tmp/badcfg" >"$tmp/badcfg.out" 2>"$tmp/badcfg.err"; rc=$?
@@ -342,9 +353,11 @@ for _ in $(seq 600); do [ -e "$tmp/fakempi4/dropped" ] && break; sleep 0.1; done
 [ -e "$tmp/fakempi4/dropped" ] || fail "lost stop: the launcher passed nothing to mpirun"
 echo go >"$tmp/fakempi4/go"
 wait $lpid; rc=$?
-[ $rc -eq 143 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/lost.err" ||
+# (asked again every 0.1 s while no rank has spoken: it reaches the ranks in their set-up, which then save
+# nothing, or after some steps, which they save)
+[ $rc -eq 143 ] && grep -qE "stopped by a signal (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/lost.err" ||
     fail "a stop passed on before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
-echo "a stop mpirun passed to no rank: asked again, $(cat "$tmp/lost/ckpt/latest" 2>/dev/null), exit 143"
+echo "a stop mpirun passed to no rank: asked again, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/lost.err" | head -1))"
 # (d5) mpirun crashing as it ends the job on a second stop ("abort is
 # already in progress", a segfault in its PMIx finalize): the exit status
 # is the stop's, said, where it was mpirun's 139. The mpirun on PATH says a

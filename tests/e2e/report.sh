@@ -252,6 +252,21 @@ wait $rpid; rc=$?
     [ -z "$(find "$tmp/stopped" -name '*.tmp.*' -o -name '*.dat' -o -name '*.gp' -o -name '*.log')" ] &&
     cmp -s "$tmp/stopped/report.html" "$tmp/html.before" ||
     fail "report stopped while gnuplot draws: exit $rc: $(cat "$tmp/stop.txt"); $(ls "$tmp/stopped")"
+# report.html a symbolic link (to a web folder): written through it, the link kept (it was replaced)
+mkdir -p "$tmp/www" "$tmp/linked" && echo old >"$tmp/www/r.html" && ln -s "$tmp/www/r.html" "$tmp/linked/report.html"
+"$bin" report "$tmp/run" --out "$tmp/linked" --no-png >/dev/null 2>&1 && [ -L "$tmp/linked/report.html" ] &&
+    grep -q "<!DOCTYPE html>" "$tmp/www/r.html" || fail "report.html a symbolic link: not written through it"
+# an --out that starts with '-': gnuplot is given its script as a path, not an option (every PNG was lost)
+mkdir -p "$tmp/optplot"
+cat >"$tmp/optplot/gnuplot" <<'SH'
+#!/bin/sh
+case "$1" in -*) echo "gnuplot: $1 read as an option" >&2; exit 3 ;; esac
+o=$(sed -n 's/^set output "\(.*\)"$/\1/p' "$1")
+: >"$o"
+SH
+chmod +x "$tmp/optplot/gnuplot"
+(cd "$tmp" && PATH="$tmp/optplot:$PATH" "$bin" report "$tmp/run" --out -dash >"$tmp/dash.txt" 2>&1) &&
+    [ -e "$tmp/-dash/loss.png" ] || fail "report --out -dash: $(cat "$tmp/dash.txt")"
 # --out makes its parents, as bench's does
 "$bin" report "$tmp/run" --out "$tmp/deep/er/out" --no-png >/dev/null 2>&1 && [ -s "$tmp/deep/er/out/report.html" ] ||
     fail "report --out into missing parents: no report.html"
