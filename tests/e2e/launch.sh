@@ -377,14 +377,20 @@ until read -r x <&3; do :; done
 SH
 chmod +x "$tmp/fakempi4/mpirun"
 rm -f "$tmp/fakempi4/hold"
-FAKE_DIR=$tmp/fakempi4 PATH="$tmp/fakempi4:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/crash.out" 2>"$tmp/crash.err" &
-lpid=$!
-for _ in $(seq 600); do grep -q training "$tmp/crash.out" 2>/dev/null && break; sleep 0.1; done
-# (to the launcher itself: timeout(1) given a second signal ends as timed out, 124)
-kill -TERM "$(pgrep -P $lpid)"
-for _ in $(seq 600); do [ -e "$tmp/fakempi4/usr1.4" ] && break; sleep 0.1; done
-kill -TERM "$(pgrep -P $lpid)"
-wait $lpid; rc=$?
+# second_stop DIR NAME: `launch -n 2 true` under the mpirun in DIR, stopped, then again after its fourth
+# SIGUSR1; its exit status in rc, its output in $tmp/NAME.out and .err
+second_stop() {
+    FAKE_DIR=$1 PATH="$1:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/$2.out" 2>"$tmp/$2.err" &
+    lpid=$!
+    for _ in $(seq 600); do grep -q training "$tmp/$2.out" 2>/dev/null && break; sleep 0.1; done
+    # (to the launcher itself: timeout(1) given a second signal ends as timed out, 124)
+    kill -TERM "$(pgrep -P $lpid)"
+    for _ in $(seq 600); do [ -e "$1/usr1.4" ] && break; sleep 0.1; done
+    kill -TERM "$(pgrep -P $lpid)"
+    wait $lpid
+    rc=$?
+}
+second_stop "$tmp/fakempi4" crash
 [ $rc -eq 143 ] && grep -q "mpirun ended on signal 11 while it ended the job on the second stop (signal 15); the exit status is the stop's" "$tmp/crash.err" ||
     fail "mpirun crashing on the second stop: exit $rc: $(cat "$tmp/crash.err") out: $(cat "$tmp/crash.out"); $(ls "$tmp/fakempi4")"
 echo "mpirun crashing on the second stop: exit 143, said"
@@ -394,13 +400,7 @@ mkdir -p "$tmp/fakempi5"
 sed "s/^trap 'exec .* TERM$/trap 'exit 1' TERM/" "$tmp/fakempi4/mpirun" >"$tmp/fakempi5/mpirun"
 chmod +x "$tmp/fakempi5/mpirun"
 grep -q "^trap 'exit 1' TERM" "$tmp/fakempi5/mpirun" || fail "(d7) the fake mpirun: $(cat "$tmp/fakempi5/mpirun")"
-FAKE_DIR=$tmp/fakempi5 PATH="$tmp/fakempi5:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/exit1.out" 2>"$tmp/exit1.err" &
-lpid=$!
-for _ in $(seq 600); do grep -q training "$tmp/exit1.out" 2>/dev/null && break; sleep 0.1; done
-kill -TERM "$(pgrep -P $lpid)"
-for _ in $(seq 600); do [ -e "$tmp/fakempi5/usr1.4" ] && break; sleep 0.1; done
-kill -TERM "$(pgrep -P $lpid)"
-wait $lpid; rc=$?
+second_stop "$tmp/fakempi5" exit1
 [ $rc -eq 143 ] && grep -q "the second stop (signal 15) ended the job at once (mpirun exited 1), before the ranks finished the first stop's checkpoint" "$tmp/exit1.err" ||
     fail "mpirun exiting 1 on the second stop: exit $rc: $(cat "$tmp/exit1.err")"
 echo "mpirun exiting 1 on the second stop: exit 143, said"
