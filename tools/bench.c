@@ -430,6 +430,10 @@ int st_cmd_bench(int argc, char **argv) {
            cfg.path[0] ? cfg.path : "the default run", cfg.model.type, mb, steps, warmup);
     fflush(stdout);
     const int cores = st_launch_local_cores();
+    /* (a stop is passed on to the job, which saves a checkpoint and ends; the runs that finished before it
+     * are reported) */
+    atomic_int *stop = st_cli_catch_stops();
+    int done = 0, stopped_ranks = 0;
     for (int k = 0; k < nr; k++) {
         char np[16], sb[64], smb[64], sst[64], sout[4 * PATH_MAX + 32], dir[PATH_MAX], log[PATH_MAX + 8],
             qdir[4 * PATH_MAX];
@@ -470,11 +474,15 @@ int st_cmd_bench(int argc, char **argv) {
         for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
             av[j++] = fixed[i];
         av[j] = NULL;
-        rc = st_cli_spawn(av, log, log, 3600);
+        rc = st_cli_spawn_stoppable(av, log, log, 3600, stop);
         free(av);
         char why[PATH_MAX + 128] = "";
         runs[k].ranks = ranks[k];
         runs[k].global_batch = mb * ranks[k];
+        if (atomic_load(stop)) {
+            stopped_ranks = ranks[k];
+            break;
+        }
         if (rc != 0) {
             char *t = st_cli_read_file(log);
             fprintf(stderr, "scaletrain bench: the %d-rank run exited %d (log %s)%s\n", ranks[k], rc, log,
@@ -499,8 +507,19 @@ int st_cmd_bench(int argc, char **argv) {
             return ST_EXIT_FAIL;
         }
         lm = runs[k].tokens_per_s > 0;
+        done = k + 1;
     }
     free(rest);
+    const int sig = stopped_ranks ? atomic_load(stop) : 0; /* (one after the last run: the report is whole) */
+    if (sig)
+        fprintf(stderr,
+                "scaletrain bench: stopped by signal %d during the %d-rank run (its job stopped too, its "
+                "checkpoint in %s/n%d); %s\n",
+                sig, stopped_ranks, out_dir, stopped_ranks,
+                done ? "the report covers the runs that finished before it"
+                     : "no run had finished: no report");
+    if (sig && !done) return 128 + sig;
+    nr = done;
     double gflops = 0;
     /* (the measurements stand without it: a prediction that fails is said, its columns 0) */
     if (predict(&cfg, mb, runs, nr, &gflops) != ST_OK) {
@@ -510,5 +529,6 @@ int st_cmd_bench(int argc, char **argv) {
         for (int k = 0; k < nr; k++)
             runs[k].pred_samples_per_s = runs[k].pred_tokens_per_s = runs[k].pred_step_ms = 0;
     }
-    return report(runs, nr, lm, &cfg, mb, steps, warmup, gflops, out_dir);
+    const int code = report(runs, nr, lm, &cfg, mb, steps, warmup, gflops, out_dir);
+    return sig ? 128 + sig : code;
 }

@@ -47,6 +47,10 @@ void st_cli_self_path(char *out, size_t n);
  * status (128 + N for signal N), -1 when it could not start or be waited for,
  * -2 when it ran out of time. (tools/proc.c) */
 int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s);
+/* The same, the stop signal that *stop receives (st_cli_catch_stops)
+ * passed on to the child's group once, and waited for as its end. */
+int st_cli_spawn_stoppable(char *const *argv, const char *out_path, const char *err_path, double timeout_s,
+                           atomic_int *stop);
 /* A whole file as a string (caller frees), or NULL (errno says why: it
  * could not be opened or read, or memory ran out). */
 char *st_cli_read_file(const char *path);

@@ -23,6 +23,11 @@
 #include "cli.h"
 
 int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s) {
+    return st_cli_spawn_stoppable(argv, out_path, err_path, timeout_s, NULL);
+}
+
+int st_cli_spawn_stoppable(char *const *argv, const char *out_path, const char *err_path, double timeout_s,
+                           atomic_int *stop) {
     sigset_t chld, old;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -66,8 +71,10 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
     }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int status = 0, rc = -2;
+    int status = 0, rc = -2, passed = 0; /* passed: the stop signal passed on to the child's group */
     for (;;) {
+        const int sig = stop ? atomic_load(stop) : 0;
+        if (sig && !passed) kill(-pid, passed = sig);
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) {
             rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
@@ -87,8 +94,9 @@ int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, 
             rc = -2;
             break;
         }
+        if (stop && left > 0.25) left = 0.25; /* (a stop that came before the wait is looked at soon) */
         struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-        sigtimedwait(&chld, NULL, &ts); /* wakes on any child's exit, or at the deadline */
+        sigtimedwait(&chld, NULL, &ts); /* wakes on any child's exit, a caught signal, or at the deadline */
     }
     sigaction(SIGCHLD, &was, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);

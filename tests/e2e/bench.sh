@@ -135,10 +135,11 @@ for f in bench.md bench.json; do
         fail "bench with $f failing to write: exit $rc: $out"
 done
 [ "$fails" -ne 0 ] || echo "bench.md, bench.json whose write fails: said, nothing left"
-# bench ended (SIGTERM, as timeout or a closed terminal's session sends)
-# while its job trains: the job, in a process group of its own, is sent
-# SIGTERM as bench ends (it trained on, holding its out_dir, for the rest of
-# its steps before: minutes here)
+# bench stopped (SIGTERM, as timeout or a closed terminal's session sends)
+# while its job trains: the stop is passed on to the job, which saves a
+# checkpoint and ends, and bench exits 143 saying so (it died of the signal,
+# its job ended a second later by its parent's death, and before that the
+# job trained on, holding its out_dir, for the rest of its steps: minutes)
 "$bin" bench -n 1 "$tmp/tiny.yaml" --set model.n_layer=4 --set model.n_embd=128 --set model.block_size=64 --steps 4000 --warmup 1 --out "$tmp/rep3" >"$tmp/rep3.log" 2>&1 & # (bounded: the loops below, then KILL)
 bpid=$!
 for _ in $(seq 1 600); do
@@ -152,6 +153,9 @@ if [ -z "$child" ]; then
 else
     kill -TERM "$bpid"
     wait "$bpid" 2>/dev/null
+    brc=$?
+    [ $brc -eq 143 ] && grep -q "scaletrain bench: stopped by signal 15 during the 1-rank run (its job stopped too, its checkpoint in $tmp/rep3/n1); no run had finished: no report" "$tmp/rep3.log" ||
+        fail "bench stopped: exit $brc: $(tail -n 3 "$tmp/rep3.log")"
     gone=
     for _ in $(seq 1 150); do # (15 s: the job's 4000 steps of a larger gpt take minutes)
         e2e_alive "$child" || { gone=yes; break; }
@@ -163,6 +167,17 @@ else
     }
 fi
 kill -KILL "$bpid" 2>/dev/null
+# stopped during its 2-rank run: the 1-rank run, finished, is reported (it was lost)
+timeout -s KILL 120 "$bin" bench -n 1,2 "$tmp/tiny.yaml" --steps 1500 --warmup 1 --out "$tmp/rep5" >"$tmp/rep5.log" 2>&1 &
+bpid=$!
+for _ in $(seq 1 600); do [ -s "$tmp/rep5/n2/metrics.jsonl" ] && break; e2e_alive $bpid || break; sleep 0.1; done
+kill -TERM "$(pgrep -P $bpid)" 2>/dev/null
+wait $bpid
+brc=$?
+[ $brc -eq 143 ] && grep -q "stopped by signal 15 during the 2-rank run (its job stopped too, its checkpoint in $tmp/rep5/n2); the report covers the runs that finished before it" "$tmp/rep5.log" &&
+    grep -qE "^\| 1 \| 4 \|" "$tmp/rep5/bench.md" && ! grep -qE "^\| 2 \|" "$tmp/rep5/bench.md" ||
+    fail "bench stopped in its second run: exit $brc: $(tail -n 3 "$tmp/rep5.log")"
+[ "$fails" -ne 0 ] || echo "bench stopped in its 2-rank run: the 1-rank run reported, exit 143"
 "$bin" bench -n 0 "$tmp/tiny.yaml" >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 is not a usage error"
 "$bin" bench "$tmp/tiny.yaml" --steps 3 --warmup 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "steps <= warmup"
 # a run that fails: its error is said (the log's tail, mpirun's banner, had cut it off)
