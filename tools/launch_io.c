@@ -208,7 +208,7 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         if (err) note_reason(io->res, p, n, false);
     } else {
         /* mpirun says it each time the launcher passes a stop on (again
-         * every 0.5 s while the job's ranks may not all have started) */
+         * every 0.1 to 0.5 s while the job's ranks may not all have started) */
         static const char fwd[] = "mpirun: Forwarding signal";
         if (n >= sizeof fwd - 1 && memcmp(p, fwd, sizeof fwd - 1) == 0) {
             if (io->fwd_said) return;
@@ -541,14 +541,16 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         }
         /* Ranks mpirun had not started when it passed the stop on (it
          * forwards to the ranks it has, none at first; and a rank that
-         * speaks now may not have been started then): again every 0.5 s
-         * (at 2 s a job of a few seconds trained to its end), as
+         * speaks now may not have been started then): again every 0.1 s
+         * until a rank speaks (a rank's set-up is shorter than a second:
+         * the stop then reaches it there, before it trains), then every
+         * 0.5 s (at 2 s a job of a few seconds trained to its end), as
          * SIGUSR1, to the ranks here or through mpirun (not the signal
          * received: train's SIGINT ends it the second time), until the
          * job ends. A rank takes a stop asked twice as one. Through mpirun
          * only while it catches it: once the ranks have ended, it no
          * longer does and would die of it, its status lost. */
-        if (remote && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) { /* (before any rank spoke: sooner) */
+        if (remote && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
