@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -348,11 +347,12 @@ static void gp_string(FILE *f, const char *s) {
 st_status st_chart_write_png(const st_chart *c, const char *png_path, const char *gnuplot) {
     axis ax, ay;
     make_axes(c, &ax, &ay);
-    char dat[4200], gp[4200], log[4200], png_tmp[4200]; /* (gnuplot writes png_tmp, renamed once whole) */
+    char dat[4200], gp[4200], log[4200];
     snprintf(dat, sizeof dat, "%s.dat", png_path);
     snprintf(gp, sizeof gp, "%s.gp", png_path);
     snprintf(log, sizeof log, "%s.log", png_path);
-    snprintf(png_tmp, sizeof png_tmp, "%s.tmp.%ld", png_path, (long)getpid());
+    st_cli_output png; /* (gnuplot writes png.tmp, renamed once whole) */
+    st_cli_output_name(&png, png_path);
     FILE *fd = fopen(dat, "w"), *fg = fopen(gp, "w");
     if (!fd || !fg) {
         if (fd) fclose(fd);
@@ -361,7 +361,7 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
         return st_fail(ST_ERR_IO, "%s: cannot open for writing: %s", fd ? gp : dat, strerror(errno));
     }
     fprintf(fg, "set terminal pngcairo size %d,%d font 'DejaVu Sans,10'\nset output ", W + 200, H + 110);
-    gp_string(fg, png_tmp);
+    gp_string(fg, png.tmp);
     fprintf(fg, "\nset termoption noenhanced\nset title ");
     gp_string(fg, c->title);
     fprintf(fg, " font ',13'\nset xlabel ");
@@ -424,10 +424,10 @@ st_status st_chart_write_png(const st_chart *c, const char *png_path, const char
                                : "failed",
                     msg && *msg ? msg : "(no message)");
         free(msg);
-    } else if (rename(png_tmp, png_path) != 0) {
-        s = st_fail(ST_ERR_IO, "%s: cannot rename gnuplot's %s over it: %s", png_path, png_tmp,
-                    strerror(errno));
+    } else {
+        s = st_cli_output_commit(&png);
     }
-    remove(dat), remove(gp), remove(log), remove(png_tmp);
+    remove(dat), remove(gp), remove(log);
+    if (png.tmp[0]) remove(png.tmp); /* (gnuplot failed: what it wrote) */
     return s;
 }

@@ -70,8 +70,14 @@ typedef struct st_cli_output {
     char target[4200]; /* path, or where a symbolic link at path points (written through, not replaced) */
     char tmp[4300];
 } st_cli_output;
+/* The names alone, for a file another program writes (gnuplot's PNG):
+ * it writes o->tmp, then st_cli_output_commit. */
+void st_cli_output_name(st_cli_output *o, const char *path);
 /* The temporary file to write, or NULL (errno set). */
 FILE *st_cli_output_open(st_cli_output *o, const char *path);
+/* Rename the whole temporary file over the path (removed, and said, where
+ * that fails). */
+st_status st_cli_output_commit(st_cli_output *o);
 /* Close f (st_cli_close_written) and rename it over the path; where a
  * write failed the temporary is removed and the error names the path,
  * says why and that the part written was removed. */

@@ -215,18 +215,12 @@ static int inspect_npy(const char *path) {
     const bool ints = a.dtype == ST_NPY_U8 || a.dtype == ST_NPY_I32 || a.dtype == ST_NPY_I64;
     int64_t ilo = 0, ihi = 0; /* (integers exactly: %g showed 16777216 and 16777217 alike) */
     for (int64_t i = 0; ints && i < a.count; i++) {
-        const int64_t v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
-                          : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
-                                                  : ((const int64_t *)a.data)[i];
+        const int64_t v = st_npy_int_at(&a, i);
         if (!i || v < ilo) ilo = v;
         if (!i || v > ihi) ihi = v;
     }
-    for (int64_t i = 0; !ints && i < a.count; i++) {
-        double v = a.dtype == ST_NPY_U8    ? ((const uint8_t *)a.data)[i]
-                   : a.dtype == ST_NPY_I32 ? ((const int32_t *)a.data)[i]
-                   : a.dtype == ST_NPY_I64 ? (double)((const int64_t *)a.data)[i]
-                   : a.dtype == ST_NPY_F32 ? ((const float *)a.data)[i]
-                                           : ((const double *)a.data)[i];
+    for (int64_t i = 0; !ints && i < a.count; i++) { /* (float32 or float64) */
+        const double v = a.dtype == ST_NPY_F32 ? ((const float *)a.data)[i] : ((const double *)a.data)[i];
         if (!isfinite(v)) { /* (a NaN compares false: it would hide in the range, or be all of it) */
             if (!bad++) bad_at = i, first_bad = v;
             continue;
@@ -418,8 +412,7 @@ static int inspect(const char *path) {
         fclose(f);
         fprintf(stderr,
                 "scaletrain: error: %s: %s, not a regular file; data inspect reads files, a checkpoint or a "
-                "run's "
-                "folder\n",
+                "run's folder\n",
                 path, st_file_type_name(sb.st_mode));
         return ST_EXIT_FAIL;
     }

@@ -115,7 +115,7 @@ bool st_cli_close_written(FILE *f, int *err) {
     return e == 0;
 }
 
-FILE *st_cli_output_open(st_cli_output *o, const char *path) {
+void st_cli_output_name(st_cli_output *o, const char *path) {
     o->path = path;
     struct stat sb;
     char real[PATH_MAX];
@@ -124,9 +124,25 @@ FILE *st_cli_output_open(st_cli_output *o, const char *path) {
     else
         snprintf(o->target, sizeof o->target, "%s", path);
     snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->target, (long)getpid());
+}
+
+FILE *st_cli_output_open(st_cli_output *o, const char *path) {
+    st_cli_output_name(o, path);
     FILE *f = fopen(o->tmp, "w");
     if (!f) o->tmp[0] = '\0';
     return f;
+}
+
+st_status st_cli_output_commit(st_cli_output *o) {
+    if (rename(o->tmp, o->target) != 0) { /* (written whole; the path is a directory, say) */
+        const int err = errno;
+        unlink(o->tmp);
+        o->tmp[0] = '\0';
+        return st_fail(ST_ERR_IO, "%s: cannot replace it: %s (what was written is removed)", o->path,
+                       strerror(err));
+    }
+    o->tmp[0] = '\0';
+    return ST_OK;
 }
 
 st_status st_cli_output_close(st_cli_output *o, FILE *f) {
@@ -137,15 +153,7 @@ st_status st_cli_output_close(st_cli_output *o, FILE *f) {
         return st_fail(ST_ERR_IO, "%s: write failed: %s (the part written was removed)", o->path,
                        strerror(err));
     }
-    if (rename(o->tmp, o->target) != 0) { /* (written whole; the path is a directory, say) */
-        err = errno;
-        unlink(o->tmp);
-        o->tmp[0] = '\0';
-        return st_fail(ST_ERR_IO, "%s: cannot replace it: %s (what was written is removed)", o->path,
-                       strerror(err));
-    }
-    o->tmp[0] = '\0';
-    return ST_OK;
+    return st_cli_output_commit(o);
 }
 
 char *st_cli_read_bytes(const char *path, size_t *len) {

@@ -675,14 +675,14 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
     return st_fail(ST_ERR_INTERNAL, "%s: bad schema type", ctx);
 }
 
-/* The byte at which the `chars`-th character of UTF-8 text starts
- * (libyaml's marks count characters: 'café' ends at 4, its bytes at 5). */
+/* The byte at which the `chars`-th character of UTF-8 text (valid: checked
+ * first) starts (libyaml's marks count characters: 'café' ends at 4, its
+ * bytes at 5). */
 static size_t utf8_byte_at(const char *text, size_t chars) {
+    const size_t len = strlen(text);
     size_t b = 0;
-    for (size_t n = 0; text[b] && n < chars; n++)
-        do
-            b++;
-        while (((unsigned char)text[b] & 0xc0) == 0x80);
+    for (size_t n = 0; b < len && n < chars; n++)
+        b += st_utf8_len((const unsigned char *)text + b, len - b);
     return b;
 }
 

@@ -113,9 +113,7 @@ static st_status npy_labels(const char *path, const st_npy *lb, int64_t num_clas
     const int64_t limit = num_classes > 0 ? num_classes : ST_NUM_CLASSES_MAX;
     int64_t maxl = 0;
     for (int64_t i = 0; i < out->n; i++) {
-        int64_t v = lb->dtype == ST_NPY_U8    ? ((const uint8_t *)lb->data)[i]
-                    : lb->dtype == ST_NPY_I32 ? ((const int32_t *)lb->data)[i]
-                                              : ((const int64_t *)lb->data)[i];
+        const int64_t v = st_npy_int_at(lb, i);
         if (v < 0 && num_classes <= 0)
             return st_fail(ST_ERR_FORMAT,
                            "%s: label %lld at index %lld is negative; labels are class numbers 0, 1, ...",

@@ -37,6 +37,13 @@ typedef struct st_npy {
     int major;                     /* the file's format version: 1, 2 or 3 (the minor is 0) */
 } st_npy;
 
+/* Element i of an integer array (uint8, int32 or int64). */
+static inline int64_t st_npy_int_at(const st_npy *a, int64_t i) {
+    return a->dtype == ST_NPY_U8    ? ((const uint8_t *)a->data)[i]
+           : a->dtype == ST_NPY_I32 ? ((const int32_t *)a->data)[i]
+                                    : ((const int64_t *)a->data)[i];
+}
+
 size_t st_npy_dtype_size(st_npy_dtype t);
 const char *st_npy_dtype_name(st_npy_dtype t); /* "float32", "uint8", ... */
 

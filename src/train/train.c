@@ -960,20 +960,25 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
     return ST_OK;
 }
 
-/* The error every rank returns once an agreement said that rank `flag` - 1
- * met its own error (own_error) after step `step`: that rank's own message,
- * the others naming it; agreed, so that they report it alike and save
- * together (rescue). */
+/* A stop asked of this rank (its signal caught: opts->stop). */
+static bool stop_asked(const st_run_opts *opts) {
+    return opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
+}
+
 /* Whether a stop was asked of any rank (*any), outside the step's stop
  * all-reduce: before the first step, and after a checkpoint that a stop
  * came during. Every rank calls it at the same point. */
 static st_status agree_stop(st_session *ses, const st_run_opts *opts, const char *what, bool *any) {
-    float f = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed) ? 1.0f : 0.0f;
+    float f = stop_asked(opts) ? 1.0f : 0.0f;
     if (ses->world > 1) ST_TRY(st_comm_all_reduce_sync(ses->comm, &f, &f, 1, ST_COMM_F32, ST_COMM_MAX, what));
     *any = f > 0;
     return ST_OK;
 }
 
+/* The error every rank returns once an agreement said that rank `flag` - 1
+ * met its own error (own_error) after step `step`: that rank's own message,
+ * the others naming it; agreed, so that they report it alike and save
+ * together (rescue). */
 static st_status own_stopped(st_session *ses, st_status own, const char *why, float flag, int64_t step) {
     ses->agreed_error = ses->agreed_read = true;
     if (own != ST_OK) return st_fail(own, "%s", why);
@@ -2192,7 +2197,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
         /* The fourth: a rank's own error after the step (own_error), as its
          * rank + 1: every rank stops here, and they save together. */
-        const bool asked = opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
+        const bool asked = stop_asked(opts);
         float flags[4] = {asked ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
                           time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
         const double wait_more =
