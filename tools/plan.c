@@ -275,8 +275,9 @@ int st_cmd_plan(int argc, char **argv) {
         st_hw_config hw;
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
         if (strcasecmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
-        if (nodes > 0 &&
-            !hw.nodes_given) { /* (the label says it: "8xH100" read as one node beside "2x8xH100") */
+        /* --nodes for an entry that names none, said in its label ("8xH100" read as one node beside
+         * "2x8xH100") */
+        if (nodes > 0 && !hw.nodes_given) {
             hw.nodes = nodes;
             if (nodes > 1) {
                 char l[sizeof hw.label];

@@ -65,10 +65,11 @@ static st_status mkdir_one(const char *dir) {
     /* (a file by that name: what is written under it would fail later, naming a path below it; a
      * symbolic link to nothing: made by no mkdir) */
     struct stat sb;
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    const int got = stat(dir, &sb);
+    if (got == 0 && !S_ISDIR(sb.st_mode))
         return st_fail(ST_ERR_IO, "%s: is %s, not a directory: choose another path, or move it aside", dir,
                        st_file_type_name(sb.st_mode));
-    if (stat(dir, &sb) != 0 && errno == ENOENT)
+    if (got != 0 && errno == ENOENT)
         return st_fail(
             ST_ERR_IO,
             "%s: is a symbolic link to a path that does not exist: make its target, or choose another "

@@ -289,9 +289,9 @@ static st_status load(const npy_src *s, st_npy *a) {
                        s->name, (long long)size);
     uint8_t head[ST_SNIFF_BYTES]; /* (another format's: enough to tell a .npz) */
     const size_t head_n = size < ST_SNIFF_BYTES ? (size_t)size : ST_SNIFF_BYTES;
-    if (memcmp(pre, npy_magic, 6) != 0) ST_TRY(src_read(s, 0, head_n, head));
-    const st_file_kind kind =
-        memcmp(pre, npy_magic, 6) != 0 ? st_sniff(head, head_n) : (st_file_kind){ST_FILE_NPY, "", ""};
+    const bool npy = memcmp(pre, npy_magic, 6) == 0;
+    if (!npy) ST_TRY(src_read(s, 0, head_n, head));
+    const st_file_kind kind = npy ? (st_file_kind){ST_FILE_NPY, "", ""} : st_sniff(head, head_n);
     if (kind.format != ST_FILE_NPY && kind.format != ST_FILE_UNKNOWN)
         return st_fail(ST_ERR_FORMAT, "%s: not an NPY file but %s; %s", s->name, kind.what, kind.use);
     if (kind.format != ST_FILE_NPY)

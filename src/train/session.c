@@ -269,13 +269,6 @@ static st_status agree_device(st_session *s, bool auto_, bool set_cpu) {
     return ST_OK;
 }
 
-/* Labelled images or features: an IDX pair, or an NPY pair (data.type npy);
- * model.num_classes auto (-1): the labels' own range. */
-static st_status open_images(const st_config *c, const char *inputs, const char *labels, const char *key,
-                             st_dataset *out) {
-    return st_dataset_open_pair(c->data.type, inputs, labels, c->model.num_classes, key, out);
-}
-
 /* The files of a token stream, as (device, inode) pairs: n, or 0. */
 static int file_ids(const st_tokens *t, uint64_t (*ids)[2], int cap) {
     int n = 0;
@@ -343,7 +336,9 @@ static st_status open_data(st_session *s, bool eval_only) {
     }
     /* Images are normalised with the training set's statistics, so evaluation
      * reads the training set's stats too (cheap next to a run). */
-    ST_TRY(open_images(c, c->data.train, c->data.train_labels, "data.train", &s->train));
+    /* labelled images or features, IDX or NPY (model.num_classes auto, -1: the labels' own range) */
+    ST_TRY(st_dataset_open_pair(c->data.type, c->data.train, c->data.train_labels, c->model.num_classes,
+                                "data.train", &s->train));
     s->has_train = true;
     if (split) {
         ST_TRY(st_dataset_split(&s->train, c->data.val_split, (uint64_t)c->data.val_split_seed,
@@ -364,7 +359,8 @@ static st_status open_data(st_session *s, bool eval_only) {
             c->data.train, (long long)t->n, (long long)t->h, (long long)t->w, (long long)t->c,
             (long long)t->h, (long long)t->c);
     if (c->data.val[0]) {
-        ST_TRY(open_images(c, c->data.val, c->data.val_labels, "data.val", &s->val));
+        ST_TRY(st_dataset_open_pair(c->data.type, c->data.val, c->data.val_labels, c->model.num_classes,
+                                    "data.val", &s->val));
         s->has_val = true;
         s->val.mean = s->train.mean;
         s->val.std = s->train.std;
