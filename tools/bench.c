@@ -30,6 +30,7 @@
 #include "core/blas.h"
 #include "core/config_schema.h"
 #include "core/stats.h"
+#include "core/text.h"
 #include "hw/device.h"
 #include "hw/planner.h"
 #include "hw/runspec.h"
@@ -511,11 +512,12 @@ int st_cmd_bench(int argc, char **argv) {
     }
     free(rest);
     const int sig = stopped_ranks ? atomic_load(stop) : 0; /* (one after the last run: the report is whole) */
+    char sig_name[16];
     if (sig)
         fprintf(stderr,
-                "scaletrain bench: stopped by signal %d during the %d-rank run (its job stopped too, its "
+                "scaletrain bench: stopped by %s during the %d-rank run (its job stopped too, its "
                 "checkpoint in %s/n%d); %s\n",
-                sig, stopped_ranks, out_dir, stopped_ranks,
+                st_signal_name(sig, sig_name), stopped_ranks, out_dir, stopped_ranks,
                 done ? "the report covers the runs that finished before it"
                      : "no run had finished: no report");
     if (sig && !done) return 128 + sig;

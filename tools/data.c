@@ -137,11 +137,12 @@ static int tokenize(int argc, char **argv) {
     st_status s = st_tokens_tokenize(&o, &r);
     const int sig = atomic_load_explicit(o.stop, memory_order_relaxed);
     if (s == ST_ERR_INTERRUPTED && sig) {
+        char sig_name[16];
         fprintf(stderr,
-                "scaletrain data tokenize: stopped by signal %d; %s%s %s as %s (the files being written "
+                "scaletrain data tokenize: stopped by %s; %s%s %s as %s (the files being written "
                 "were removed)\n",
-                sig, shard_tokens > 0 ? "the shards of " : "", pos[0], shard_tokens > 0 ? "are" : "is",
-                shard_tokens > 0 ? "they were" : "it was");
+                st_signal_name(sig, sig_name), shard_tokens > 0 ? "the shards of " : "", pos[0],
+                shard_tokens > 0 ? "are" : "is", shard_tokens > 0 ? "they were" : "it was");
         free(pos);
         return 128 + sig;
     }

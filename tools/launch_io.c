@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "launch.h"
 #include "scaletrain/status.h"
 
@@ -446,7 +447,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     const int early = atomic_exchange(&got_signal, 0);
     if (early) {
         res->signalled = early;
-        snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started", early);
+        char sig_name[16];
+        snprintf(res->reason, sizeof res->reason, "stopped by %s before its ranks started",
+                 st_signal_name(early, sig_name));
         st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
         return 128 + early;
     }
@@ -630,13 +633,14 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     /* Stopped before any rank ran: mpirun ends on the signal, and no rank
      * said a word; a stop it is, as a rank's would be (128 + the signal) */
     if (before_ranks && io.job < 0 && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        char sig_name[16];
         if (remote) {
-            snprintf(res->reason, sizeof res->reason, "stopped by signal %d before its ranks started",
-                     res->signalled);
+            snprintf(res->reason, sizeof res->reason, "stopped by %s before its ranks started",
+                     st_signal_name(res->signalled, sig_name));
             st_launch_sayf(lo, "scaletrain launch: %s; nothing ran\n", res->reason);
         } else { /* (the ranks here got it: one may have been ended by it before it could take it) */
-            snprintf(res->reason, sizeof res->reason, "stopped by signal %d before any rank printed a line",
-                     res->signalled);
+            snprintf(res->reason, sizeof res->reason, "stopped by %s before any rank printed a line",
+                     st_signal_name(res->signalled, sig_name));
             st_launch_sayf(lo, "scaletrain launch: %s\n", res->reason);
         }
         return 128 + res->signalled;

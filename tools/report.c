@@ -18,6 +18,7 @@
 #include "chart.h"
 #include "cli.h"
 #include "core/atomic_file.h"
+#include "core/text.h"
 #include "report.h"
 #include "train/checkpoint.h"
 
@@ -281,10 +282,11 @@ int st_cmd_report(int argc, char **argv) {
         free(mem[0]), free(mem[1]), free(mem[2]);
         rp_metrics_free(&m);
         st_clear_error();
+        char sig_name[16];
         fprintf(stderr,
-                "scaletrain report: stopped by signal %d; the files in %s are whole (each renamed into place "
+                "scaletrain report: stopped by %s; the files in %s are whole (each renamed into place "
                 "once written), some this report's, the rest as they were\n",
-                sig, out_dir);
+                st_signal_name(sig, sig_name), out_dir);
         return 128 + sig;
     }
     char cfg_from[4400] = "";

@@ -3,6 +3,7 @@
 #ifndef ST_CORE_TEXT_H
 #define ST_CORE_TEXT_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,6 +20,32 @@ static inline void st_appendf(char *buf, size_t n, size_t *at, const char *fmt, 
     const int k = vsnprintf(*at < n ? buf + *at : NULL, *at < n ? n - *at : 0, fmt, ap);
     va_end(ap);
     if (k > 0) *at += (size_t)k;
+}
+
+/* A signal's name ("SIGTERM") for the stop signals and the few others a
+ * job meets, else "signal N" written into buf. */
+static inline const char *st_signal_name(int sig, char buf[static 16]) {
+    switch (sig) {
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGINT:
+        return "SIGINT";
+    case SIGQUIT:
+        return "SIGQUIT";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGUSR2:
+        return "SIGUSR2";
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGPIPE:
+        return "SIGPIPE";
+    default:
+        snprintf(buf, 16, "signal %d", sig);
+        return buf;
+    }
 }
 
 /* The length of the valid UTF-8 sequence at s (n > 0 bytes there): 1 to

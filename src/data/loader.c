@@ -15,6 +15,7 @@
 
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/text.h"
 #include "core/ticker.h"
 
 #define MAX_WORKERS 256
@@ -318,11 +319,12 @@ static st_status stopped(st_loader *l, const slot *sl, double waited) {
     const long long batch = (long long)l->next_out;
     l->hung = true;
     pthread_mutex_unlock(&l->mu);
-    return st_fail(
-        ST_ERR_INTERRUPTED,
-        "stopped by a signal while waiting %.0f s for training batch %lld (%s: its storage is slow "
-        "or stopped answering)",
-        waited, batch, begun ? "a worker is still reading it" : "no worker has begun it");
+    char name[16];
+    return st_fail(ST_ERR_INTERRUPTED,
+                   "stopped by %s while waiting %.0f s for training batch %lld (%s: its storage is slow "
+                   "or stopped answering)",
+                   st_signal_name(atomic_load_explicit(l->o.stop, memory_order_relaxed), name), waited, batch,
+                   begun ? "a worker is still reading it" : "no worker has begun it");
 }
 
 /* For tests of a stop while the step loop waits on a batch (with

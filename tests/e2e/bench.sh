@@ -154,7 +154,7 @@ else
     kill -TERM "$bpid"
     wait "$bpid" 2>/dev/null
     brc=$?
-    [ $brc -eq 143 ] && grep -q "scaletrain bench: stopped by signal 15 during the 1-rank run (its job stopped too, its checkpoint in $tmp/rep3/n1); no run had finished: no report" "$tmp/rep3.log" ||
+    [ $brc -eq 143 ] && grep -q "scaletrain bench: stopped by SIGTERM during the 1-rank run (its job stopped too, its checkpoint in $tmp/rep3/n1); no run had finished: no report" "$tmp/rep3.log" ||
         fail "bench stopped: exit $brc: $(tail -n 3 "$tmp/rep3.log")"
     gone=
     for _ in $(seq 1 150); do # (15 s: the job's 4000 steps of a larger gpt take minutes)
@@ -174,7 +174,7 @@ for _ in $(seq 1 600); do [ -s "$tmp/rep5/n2/metrics.jsonl" ] && break; e2e_aliv
 kill -TERM "$(pgrep -P $bpid)" 2>/dev/null
 wait $bpid
 brc=$?
-[ $brc -eq 143 ] && grep -q "stopped by signal 15 during the 2-rank run (its job stopped too, its checkpoint in $tmp/rep5/n2); the report covers the runs that finished before it" "$tmp/rep5.log" &&
+[ $brc -eq 143 ] && grep -q "stopped by SIGTERM during the 2-rank run (its job stopped too, its checkpoint in $tmp/rep5/n2); the report covers the runs that finished before it" "$tmp/rep5.log" &&
     grep -qE "^\| 1 \| 4 \|" "$tmp/rep5/bench.md" && ! grep -qE "^\| 2 \|" "$tmp/rep5/bench.md" ||
     fail "bench stopped in its second run: exit $brc: $(tail -n 3 "$tmp/rep5.log")"
 [ "$fails" -ne 0 ] || echo "bench stopped in its 2-rank run: the 1-rank run reported, exit 143"

@@ -249,7 +249,7 @@ for _ in $(seq 600); do [ -e "$tmp/holdplot/held" ] && break; sleep 0.1; done
 kill -TERM "$(pgrep -P $rpid)"
 touch "$tmp/holdplot/go"
 wait $rpid; rc=$?
-[ $rc -eq 143 ] && grep -q "scaletrain report: stopped by signal 15; the files in $tmp/stopped are whole" "$tmp/stop.txt" &&
+[ $rc -eq 143 ] && grep -q "scaletrain report: stopped by SIGTERM; the files in $tmp/stopped are whole" "$tmp/stop.txt" &&
     [ -z "$(find "$tmp/stopped" -name '*.tmp.*' -o -name '*.dat' -o -name '*.gp' -o -name '*.log')" ] &&
     cmp -s "$tmp/stopped/report.html" "$tmp/html.before" ||
     fail "report stopped while gnuplot draws: exit $rc: $(cat "$tmp/stop.txt"); $(ls "$tmp/stopped")"

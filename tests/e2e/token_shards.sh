@@ -148,7 +148,7 @@ for _ in $(seq 600); do [ -n "$(find "$tmp/shards" -name '*.tmp.*')" ] && break;
 [ -n "$(find "$tmp/shards" -name '*.tmp.*')" ] || { echo "the endless tokenize wrote nothing"; kill -KILL $tpid; exit 1; }
 kill -TERM $tpid
 rc=0; wait $tpid || rc=$?
-[ $rc -eq 143 ] && grep -q "stopped by signal 15; .*corpus.tokens is as it was" "$tmp/stop.txt" &&
+[ $rc -eq 143 ] && grep -q "stopped by SIGTERM; .*corpus.tokens is as it was" "$tmp/stop.txt" &&
     [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] && [ "$(ls "$tmp/shards" | tr '\n' ' ')" = "$before" ] ||
     { echo "a stopped tokenize: exit $rc: $(cat "$tmp/stop.txt"); left $(ls "$tmp/shards")"; exit 1; }
 # a stop while the finished file is synced (held there by tests/lib/slowfs.c until the test lets it go):
@@ -163,7 +163,7 @@ for _ in $(seq 600); do [ -e "$tmp/fin.held" ] && break; sleep 0.1; done
 kill -TERM "$(pgrep -P $tpid)"
 touch "$tmp/fin.go"
 rc=0; wait $tpid || rc=$?
-[ $rc -eq 143 ] && grep -q "stopped by signal 15; .*fin.tokens is as it was" "$tmp/fin.txt" && [ ! -e "$tmp/shards/fin.tokens" ] &&
+[ $rc -eq 143 ] && grep -q "stopped by SIGTERM; .*fin.tokens is as it was" "$tmp/fin.txt" && [ ! -e "$tmp/shards/fin.tokens" ] &&
     [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] ||
     { echo "a tokenize stopped during its sync: exit $rc: $(cat "$tmp/fin.txt"); left $(ls "$tmp/shards")"; exit 1; }
 # a pattern that names nothing
