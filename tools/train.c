@@ -42,7 +42,9 @@ int st_cmd_train(int argc, char **argv) {
         /* (bounded, as st_cli_error: the job may be ending because its storage hung; a stop all the
          * ranks agreed on is said by rank 0 alone) */
         if (!res.stop_said) st_ticker_say(line);
-        const int sig = atomic_load_explicit(opts.stop, memory_order_relaxed);
+        /* (the ranks' agreed signal: a rank the signal did not reach exits as the others) */
+        const int sig =
+            res.stop_signal ? res.stop_signal : atomic_load_explicit(opts.stop, memory_order_relaxed);
         return 128 + (sig ? sig : SIGTERM);
     }
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);

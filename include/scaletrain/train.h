@@ -50,6 +50,7 @@ typedef struct st_run_result {
     int ranks, grad_buckets;
     bool stop_said; /* a stop every rank agreed on, which rank 0 says: another rank's ST_ERR_INTERRUPTED
                        need not be said again */
+    int stop_signal; /* ... the signal that asked it (the largest any rank caught), or 0 where unknown */
     bool grad_zero_copy;         /* the gradient arena is in the shared segment: buckets reduce without copies
                                     (src/comm/comm_shm.c) */
     double comm_ms;              /* mean per step: waiting for gradient all-reduces after backward */

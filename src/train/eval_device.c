@@ -170,6 +170,11 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     int64_t valid = 0, correct = 0, b = 0;
     mg->g.training = false;
     for (int64_t start = lo; start < n && st == ST_OK; start += B, b++) {
+        st_eval_test_mark(s, b);
+        if (st_session_stop_signal(s)) { /* (the batches queued are settled below) */
+            sums->stopped = true;
+            break;
+        }
         slot *sl = &e->s[b % NSLOT];
         st = settle(e, sl, classes, &correct); /* batch b - 2 */
         if (st != ST_OK) break;

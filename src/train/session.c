@@ -849,6 +849,7 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     s->out_lock_fd = -1;
     st_pages_own_mappings(); /* freed arenas leave nothing resident */
     s->cfg = cfg;
+    s->stop = opts ? opts->stop : NULL;
     s->out = opts && opts->out ? opts->out : stdout;
     s->out_tty = isatty(fileno(s->out)) == 1;
     /* Standard output through a queue and a writer thread: an output that
@@ -1046,6 +1047,20 @@ void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t 
     *hi = b1 * B < n ? b1 * B : n;
 }
 
+void st_eval_test_mark(const st_session *s, int64_t batch) {
+    const char *v = getenv("SCALETRAIN_TEST_EVAL_MARK"), *colon = v ? strrchr(v, ':') : NULL;
+    if (!colon || colon == v || batch != atoll(colon + 1)) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)(colon - v), v);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    for (int i = 0; i < 6000 && !st_session_stop_signal(s); i++) { /* (the flag, every 10 ms) */
+        struct timespec t = {0, 10 * 1000000L};
+        while (nanosleep(&t, &t) != 0) {
+        }
+    }
+}
+
 static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_sums *sums) {
     st_model_graph *mg = &s->eval_graph;
     const st_dataset *d = &s->val;
@@ -1060,7 +1075,12 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     mg->g.training = false;
     const int64_t classes = mg->logits ? mg->logits->shape[mg->logits->ndim - 1] : 0;
     const int64_t per = mg->y->count / B; /* targets per sample */
-    for (int64_t start = lo; start < hi && st == ST_OK; start += B) {
+    for (int64_t start = lo, b = 0; start < hi && st == ST_OK; start += B, b++) {
+        st_eval_test_mark(s, b);
+        if (st_session_stop_signal(s)) {
+            sums->stopped = true;
+            break;
+        }
         int64_t cnt = hi - start < B ? hi - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
         st_watch_begin(s->read_watch, "reading a validation batch");
@@ -1119,9 +1139,14 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
         /* Every rank learns whether each evaluated its share; a failed one
          * names itself, the others say that one failed. */
         /* (the failed ranks counted, and their ranks + 1 summed: the one that failed, when one did) */
-        double v[5] = {e.loss_sum, (double)e.valid, (double)e.correct, st != ST_OK ? 1.0 : 0.0,
-                       st != ST_OK ? (double)s->rank + 1 : 0.0};
-        ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 5, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
+        /* (and the ranks a stop ended early) */
+        double v[6] = {e.loss_sum,
+                       (double)e.valid,
+                       (double)e.correct,
+                       st != ST_OK ? 1.0 : 0.0,
+                       st != ST_OK ? (double)s->rank + 1 : 0.0,
+                       e.stopped ? 1.0 : 0.0};
+        ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 6, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
         if (v[3] > 0)
             s->agreed_error = s->agreed_read = true; /* (the checkpoint before it: train.c rescue) */
         if (st != ST_OK) return st;
@@ -1136,8 +1161,10 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
         e.loss_sum = v[0];
         e.valid = (int64_t)v[1];
         e.correct = (int64_t)v[2];
+        e.stopped = v[5] > 0;
     }
     if (st != ST_OK) return st;
+    if (e.stopped) return st_fail(ST_ERR_INTERRUPTED, "the evaluation was stopped before its end");
     *loss = e.valid ? e.loss_sum / (double)e.valid : 0.0;
     *accuracy = e.valid ? (double)e.correct / (double)e.valid : 0.0;
     *has_accuracy = s->val.kind == ST_DATA_IMAGES;

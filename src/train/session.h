@@ -66,6 +66,8 @@ typedef struct st_session {
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the
                         * weights and optimizer state are as whole as before it on every rank */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
+    atomic_int *stop;  /* the run's stop flag (st_run_opts.stop: the signal caught), or NULL: an evaluation
+                          ends at its next batch on it (st_session_evaluate) */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool warned_flat_cnn; /* the warning of a cnn on flat (n, d) features was said (model_input) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
@@ -82,7 +84,13 @@ typedef struct st_session {
 typedef struct st_eval_sums {
     double loss_sum; /* each batch's mean loss times its valid targets */
     int64_t valid, correct;
+    bool stopped; /* a stop was asked before the last batch: the sums are of fewer, and unused */
 } st_eval_sums;
+
+/* The signal that asked this rank to stop (s->stop), or 0. */
+static inline int st_session_stop_signal(const st_session *s) {
+    return s->stop ? atomic_load_explicit(s->stop, memory_order_relaxed) : 0;
+}
 
 /* Start the communicator (rank and world), open the device (train.device),
  * open data (train unless eval_only), fill `auto` values, create the model
@@ -103,8 +111,17 @@ st_status st_session_close(st_session *s);
  * With s->eval_shared (several ranks whose models are the same), every rank
  * must call it: each evaluates a contiguous share of the batches and the sums
  * are added up over the ranks (one all-reduce), so every rank returns the
- * whole set's result; else this rank evaluates every batch. */
+ * whole set's result; else this rank evaluates every batch. A stop asked of
+ * a rank (s->stop) ends its share at the next batch: the evaluation then
+ * returns ST_ERR_INTERRUPTED on every rank that shares it (the others learn
+ * it from the sums' all-reduce), with no result. */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
+
+/* For tests of a stop during an evaluation: SCALETRAIN_TEST_EVAL_MARK=FILE:B
+ * makes FILE when an evaluation reaches batch B of this rank's share, and
+ * waits there until a stop is asked (a minute at most), so that a test's
+ * signal comes during the evaluation, neither before nor after it. */
+void st_eval_test_mark(const st_session *s, int64_t batch);
 
 /* The samples an evaluation in batches of B covers: the validation set, or
  * train.eval_steps batches on each rank that shares it. */

@@ -960,19 +960,21 @@ static st_status own_error(st_session *ses, st_status e, st_status *own, char *w
     return ST_OK;
 }
 
-/* A stop asked of this rank (its signal caught: opts->stop). */
-static bool stop_asked(const st_run_opts *opts) {
-    return opts->stop && atomic_load_explicit(opts->stop, memory_order_relaxed);
+/* Whether a stop was asked of any rank, outside the step's stop
+ * all-reduce: *sig, the largest signal any rank caught (0: none). Every rank
+ * calls it at the same point: before the first step, after a checkpoint
+ * that a stop came during, after a final evaluation a stop cut short. */
+static st_status agree_stop(st_session *ses, const char *what, int *sig) {
+    float f = (float)st_session_stop_signal(ses);
+    if (ses->world > 1) ST_TRY(st_comm_all_reduce_sync(ses->comm, &f, &f, 1, ST_COMM_F32, ST_COMM_MAX, what));
+    *sig = (int)f;
+    return ST_OK;
 }
 
-/* Whether a stop was asked of any rank (*any), outside the step's stop
- * all-reduce: before the first step, and after a checkpoint that a stop
- * came during. Every rank calls it at the same point. */
-static st_status agree_stop(st_session *ses, const st_run_opts *opts, const char *what, bool *any) {
-    float f = stop_asked(opts) ? 1.0f : 0.0f;
-    if (ses->world > 1) ST_TRY(st_comm_all_reduce_sync(ses->comm, &f, &f, 1, ST_COMM_F32, ST_COMM_MAX, what));
-    *any = f > 0;
-    return ST_OK;
+/* "SIGTERM" for the stop signal sig (the ranks' agreed one), or "a signal"
+ * where none is known here. */
+static const char *stop_name(int sig, char buf[static 16]) {
+    return sig > 0 ? st_signal_name(sig, buf) : "a signal";
 }
 
 /* The error every rank returns once an agreement said that rank `flag` - 1
@@ -1993,6 +1995,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     double grad_norm = 0;
     const int64_t steps_per_epoch = st_sampler_steps_per_epoch(smp);
     bool stopped = false;
+    bool eval_cut = false; /* the step's evaluation was cut short by the stop */
     r->steps = start;
     saved_step = start;
     const bool fwd_writes = m->params.buffer_count > 0;
@@ -2006,14 +2009,47 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
      * checkpoint that made the corrected run refuse out_dir as an
      * unfinished run's). */
     if (start < steps) {
-        bool asked_early;
-        ST_GOTO(agree_stop(ses, opts, "stop before the first step", &asked_early));
-        if (asked_early) {
+        /* An evaluation due at the step the run resumes from that its own
+         * metrics.jsonl lacks (a stop cut it short in the run that reached
+         * the step, or train.eval_every changed): made first, shared as
+         * ever. Rank 0 knows (its metrics), and tells the others here. */
+        const bool owed_here = ses->rank == 0 && start > 0 && ses->has_val && c->train.eval_every > 0 &&
+                               start % c->train.eval_every == 0 && met->f && !ses->resume_elsewhere &&
+                               !met->eval_at_resume;
+        float pre[2] = {(float)st_session_stop_signal(ses), owed_here ? 1.0f : 0.0f};
+        if (dist)
+            ST_GOTO(st_comm_all_reduce_sync(ses->comm, pre, pre, 2, ST_COMM_F32, ST_COMM_MAX,
+                                            "stop before the first step"));
+        int sig = (int)pre[0];
+        char during[96] = "";
+        if (!sig && pre[1] > 0) {
+            if (ses->rank == 0 && !opts->quiet) {
+                fprintf(ses->out,
+                        "resume: the evaluation due at step %lld is not in metrics.jsonl (the run that "
+                        "reached the step was stopped during it): made first\n",
+                        (long long)start);
+                out_flush(ses);
+            }
+            s = eval_and_report(ses, opts, r, start, met);
+            if (s == ST_ERR_INTERRUPTED) { /* (every rank has it: the evaluation is shared) */
+                st_clear_error();
+                ST_GOTO(agree_stop(ses, "stop during the resumed step's evaluation", &sig));
+                snprintf(during, sizeof during, " (during the evaluation of step %lld's weights)",
+                         (long long)start);
+            } else {
+                if (!ses->agreed_read) s = own_error(ses, s, &own, own_why, sizeof own_why); /* (rank 0's) */
+                ST_GOTO(s); /* (a shared evaluation's failure: every rank has it) */
+            }
+        }
+        if (sig) {
+            char name[16];
             ses->agreed_error = true;
             r->stop_said = ses->rank != 0;
-            s = st_fail(
-                ST_ERR_INTERRUPTED, "stopped by a signal before step %lld: nothing was trained or saved%s",
-                (long long)start + 1, start > 0 ? " (the checkpoint it resumed from is as it was)" : "");
+            r->stop_signal = sig;
+            s = st_fail(ST_ERR_INTERRUPTED,
+                        "stopped by %s before step %lld%s: nothing was trained or saved%s",
+                        stop_name(sig, name), (long long)start + 1, during,
+                        start > 0 ? " (the checkpoint it resumed from is as it was)" : "");
             goto fail;
         }
     }
@@ -2174,6 +2210,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
             s = eval_and_report(ses, opts, r, step + 1, met);
+            /* A stop during it (every rank that shared it knows): the run
+             * stops after this step, below, the asking rank's flag still
+             * set; a run resumed from the step's checkpoint makes the
+             * evaluation first. */
+            eval_cut = s == ST_ERR_INTERRUPTED;
+            if (eval_cut) {
+                st_clear_error();
+                s = ST_OK;
+            }
             if (!ses->agreed_read)
                 s = own_error(ses, s, &own, own_why, sizeof own_why); /* (rank 0's report) */
             if (s != ST_OK) goto fail; /* (a shared evaluation's failure: every rank has it) */
@@ -2197,9 +2242,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             c->train.checkpoint_every_s > 0 && st_now() - t_saved >= c->train.checkpoint_every_s;
         /* The fourth: a rank's own error after the step (own_error), as its
          * rank + 1: every rank stops here, and they save together. */
-        const bool asked = stop_asked(opts);
-        float flags[4] = {asked ? 1.0f : 0.0f, st_ckpt_async_busy(pending) ? 1.0f : 0.0f,
-                          time_due ? 1.0f : 0.0f, own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
+        const int asked = st_session_stop_signal(ses); /* (the largest signal: every rank names it) */
+        float flags[4] = {(float)asked, st_ckpt_async_busy(pending) ? 1.0f : 0.0f, time_due ? 1.0f : 0.0f,
+                          own != ST_OK ? (float)(ses->rank + 1) : 0.0f};
         const double wait_more =
             (eval_due ? eval_estimate_s(ses, rate) : 0) + (sample_due ? sample_estimate_s(ses) : 0);
         if (dist && wait_more > 0)
@@ -2218,6 +2263,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                                    own_why, sizeof own_why));
         const float stop = flags[0];
         stopped = stop > 0 && step + 1 < steps;
+        if (stopped) r->stop_signal = (int)stop;
         const bool timed = flags[2] > 0;
         if ((stopped || timed) && !read_now) { /* before the checkpoint (every rank agreed on it) */
             ST_GOTO(read_loss(ses, &ls, &step_loss, &read_n));
@@ -2288,7 +2334,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * checkpoint is the stop's (the run trained a step more and saved
          * that again, twice the time to stop). */
         if (saved_now && !stopped && step + 1 < steps) {
-            ST_GOTO(agree_stop(ses, opts, "stop after the checkpoint", &stopped));
+            ST_GOTO(agree_stop(ses, "stop after the checkpoint", &r->stop_signal));
+            stopped = r->stop_signal > 0;
             if (stopped) stop_line(ses, met, &win, &facts, r);
         }
         st_trace_end(trace, &step_mark);
@@ -2374,10 +2421,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (stopped) {
         ses->agreed_error = true; /* every rank stops after the same step */
         r->stop_said = ses->rank != 0; /* (rank 0 says it for all) */
+        char name[16];
         s = st_fail(ST_ERR_INTERRUPTED,
-                    "stopped by a signal after step %lld of %lld%s%s; continue with --resume auto",
-                    (long long)r->steps, (long long)steps, r->checkpoint[0] ? ", checkpoint saved to " : "",
-                    r->checkpoint);
+                    "stopped by %s after step %lld of %lld%s%s%s; continue with --resume auto",
+                    stop_name(r->stop_signal, name), (long long)r->steps, (long long)steps,
+                    !eval_cut          ? ""
+                    : r->checkpoint[0] ? " (during its evaluation, which the resumed run makes first)"
+                                       : " (during its evaluation)",
+                    r->checkpoint[0] ? ", checkpoint saved to " : "", r->checkpoint);
     }
 fail:
     s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, &ls, r);
@@ -2521,9 +2572,22 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     const bool evaluated = res->steps == res->start_step && met.eval_at_resume;
     /* (an evaluation that failed, its data or its metrics line: the weights
      * are written all the same, and the error says so) */
-    const st_status ev = ses.rank == 0 || ses.eval_shared
-                             ? eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met)
-                             : ST_OK;
+    st_status ev = ses.rank == 0 || ses.eval_shared
+                       ? eval_and_report(&ses, opts, res, res->steps, evaluated ? NULL : &met)
+                       : ST_OK;
+    /* A stop during it (every rank has it: the evaluation is shared): the
+     * weights are written all the same, and a run resumed at the last step
+     * makes the evaluation. */
+    const bool ev_stopped = ev == ST_ERR_INTERRUPTED;
+    char ev_sig_name[16];
+    const char *ev_sig = "a signal";
+    if (ev_stopped) {
+        st_clear_error();
+        int sig = 0;
+        ev = agree_stop(&ses, "stop during the final evaluation", &sig);
+        ev_sig = stop_name(sig, ev_sig_name);
+        res->stop_signal = sig;
+    }
     char ev_why[4096] = "", wrote[ST_CFG_STR + 32] = ""; /* (wrote: the weights' path, once written) */
     if (ev != ST_OK) snprintf(ev_why, sizeof ev_why, "%s", st_last_error());
     s = ST_OK;
@@ -2563,6 +2627,8 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         char then[4096], evs[4200] = "";
         snprintf(then, sizeof then, "%s", s == ST_OK ? "" : st_last_error());
         if (ev != ST_OK) snprintf(evs, sizeof evs, "; the final evaluation failed too: %s", ev_why);
+        if (ev == ST_OK && ev_stopped)
+            snprintf(evs, sizeof evs, "; the final evaluation was stopped by %s", ev_sig);
         s = s != ST_OK ? st_fail(ses.last_ckpt_err, "%s%s; the final weights were not written either: %s",
                                  ses.last_ckpt_why, evs, then)
             : wrote[0]
@@ -2576,6 +2642,16 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         s = s != ST_OK ? st_fail(ev, "%s (and then the final weights were not written: %s)", ev_why, then)
             : wrote[0] ? st_fail(ev, "%s (the final weights were written all the same, to %s)", ev_why, wrote)
                        : st_fail(ev, "%s", ev_why);
+    } else if (ev_stopped && s != ST_OK) {
+        char then[4096];
+        snprintf(then, sizeof then, "%s", st_last_error());
+        s = st_fail(s, "%s (after the final evaluation was stopped by %s)", then, ev_sig);
+    } else if (ev_stopped) {
+        res->stop_said = ses.rank != 0;
+        s = st_fail(ST_ERR_INTERRUPTED,
+                    "stopped by %s during the final evaluation, after the last step (%lld)%s%s%s", ev_sig,
+                    (long long)res->steps, wrote[0] ? "; the final weights were written to " : "", wrote,
+                    res->checkpoint[0] ? "; --resume auto makes the evaluation" : "");
     }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);

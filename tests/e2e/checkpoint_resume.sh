@@ -446,7 +446,7 @@ kill -TERM $pid
 wait $pid; rc=$?
 tail -n 2 "$d.log"
 [ $rc -eq 143 ] || fail "SIGTERM: exit $rc, expected 143"
-grep -q "stopped by a signal after step" "$d.log" || fail "SIGTERM: no message saying where it stopped"
+grep -q "stopped by SIGTERM after step" "$d.log" || fail "SIGTERM: no message saying where it stopped"
 latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
 [ -n "$latest" ] && [ -f "$d/run/ckpt/$latest/state.json" ] || fail "SIGTERM left no checkpoint"
 [ -f "$d/run/model.safetensors" ] && fail "an interrupted run wrote the final weights"

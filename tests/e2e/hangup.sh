@@ -57,7 +57,7 @@ else
 fi
 wait $pid; rc=$?
 at=$(cat "$o/ckpt/latest" 2>/dev/null)
-if [ $rc -eq 129 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log"; then
+if [ $rc -eq 129 ] && grep -q "stopped by SIGHUP after step .* checkpoint saved to" "$o.log"; then
     timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" --resume auto >"$o.resume.log" 2>&1 ||
         fail "SIGHUP: resumed: exit $?: $(tail -n 2 "$o.resume.log")"
     cmp -s "$tmp/ref/model.safetensors" "$o/model.safetensors" &&
@@ -89,7 +89,7 @@ lpid=$!
 if e2e_wait_ckpt $lpid "$o"; then kill -HUP $lpid; else fail "launch: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 129 ] && grep -q "not restarted: it was stopped by a signal" "$o.err" &&
-    [ "$(grep -c "^\[rank [0-9]*\] scaletrain: stopped by a signal after step .* checkpoint saved to" "$o.err")" -eq 1 ] &&
+    [ "$(grep -c "^\[rank [0-9]*\] scaletrain: stopped by SIGHUP after step .* checkpoint saved to" "$o.err")" -eq 1 ] &&
     echo "launch: SIGHUP to the launcher: the ranks saved a checkpoint at $(cat "$o/ckpt/latest"), exit 129, not restarted, said once" ||
     fail "launch: exit $rc (want 129): $(tail -n 4 "$o.err")"
 # 5.
@@ -98,7 +98,7 @@ timeout -k 10 120 "$bin" "${run[@]}" --set train.out_dir="$o" >"$o.log" 2>&1 &
 pid=$!
 if e2e_wait_ckpt $pid "$o"; then kill -QUIT $pid; else fail "SIGQUIT: training did not start: $(tail -n 2 "$o.log")"; fi
 wait $pid; rc=$?
-[ $rc -eq 131 ] && grep -q "stopped by a signal after step .* checkpoint saved to" "$o.log" &&
+[ $rc -eq 131 ] && grep -q "stopped by SIGQUIT after step .* checkpoint saved to" "$o.log" &&
     echo "SIGQUIT: exit 131 with a checkpoint at $(cat "$o/ckpt/latest")" ||
     fail "SIGQUIT: exit $rc (want 131) or no checkpoint message: $(tail -n 3 "$o.log")"
 

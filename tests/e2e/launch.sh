@@ -128,7 +128,7 @@ lpid=$!
 for _ in $(seq 600); do [ -e "$tmp/fakempi/started" ] && break; sleep 0.1; done
 kill -TERM $lpid
 wait $lpid; rc=$?
-[ $rc -eq 143 ] && grep -q "stopped by signal 15 before its ranks started; nothing ran" "$tmp/early.err" &&
+[ $rc -eq 143 ] && grep -q "stopped by SIGTERM before its ranks started; nothing ran" "$tmp/early.err" &&
     ! grep -q "restart 1" "$tmp/early.err" || fail "SIGTERM before the ranks: exit $rc: $(cat "$tmp/early.err")"
 echo "SIGTERM before any rank started: exit 143, said, not restarted"
 
@@ -307,7 +307,7 @@ wait $lpid; rc=$?
 [ $rc -eq 143 ] || fail "term: exit $rc, expected 143: $(tail -n 5 "$tmp/term.err")"
 grep -q "not restarted: it was stopped by a signal" "$tmp/term.err" || fail "term: no 'not restarted' message"
 grep -q "restart 1" "$tmp/term.err" && fail "term: it was restarted"
-grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
+grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/term.err" || fail "term: no checkpoint message"
 # (mpirun's banners about ranks that exited non-zero, which they did on purpose, read as a crash: dropped)
 grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
     "$tmp/term.err" "$tmp/term.out" && fail "term: mpirun's banner about the ranks' exit codes: $(cat "$tmp/term.err")"
@@ -322,7 +322,7 @@ lpid=$!
 if e2e_wait_ckpt $lpid "$tmp/usr1"; then kill -USR1 "$(pgrep -P $lpid)"; else fail "usr1: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 138 ] && grep -q "not restarted: it was stopped by a signal" "$tmp/usr1.err" &&
-    grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/usr1.err" ||
+    grep -q "stopped by SIGUSR1 after step .* checkpoint saved to" "$tmp/usr1.err" ||
     fail "usr1: exit $rc: $(tail -n 5 "$tmp/usr1.err")"
 echo "SIGUSR1: exit 138 at $(cat "$tmp/usr1/ckpt/latest" 2>/dev/null), not restarted"
 # (d4) a stop that mpirun passed on before it had started the ranks (to
@@ -354,8 +354,8 @@ for _ in $(seq 600); do [ -e "$tmp/fakempi4/dropped" ] && break; sleep 0.1; done
 echo go >"$tmp/fakempi4/go"
 wait $lpid; rc=$?
 # (asked again every 0.1 s while no rank has spoken: it reaches the ranks in their set-up, which then save
-# nothing, or after some steps, which they save)
-[ $rc -eq 143 ] && grep -qE "stopped by a signal (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/lost.err" ||
+# nothing, or after some steps, which they save; through mpirun the stop is SIGUSR1, which the ranks name)
+[ $rc -eq 143 ] && grep -qE "stopped by SIGUSR1 (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/lost.err" ||
     fail "a stop passed on before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
 echo "a stop mpirun passed to no rank: asked again, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/lost.err" | head -1))"
 # (d5) mpirun crashing as it ends the job on a second stop ("abort is
@@ -411,7 +411,7 @@ lpid=$!
 for _ in $(seq 600); do [ "$(pgrep -f -x 'sleep 61.25' | wc -l)" -ge 2 ] && break; sleep 0.1; done
 kill -TERM "$(pgrep -P $lpid)"
 wait $lpid; rc=$?
-[ $rc -eq 143 ] && grep -q "scaletrain launch: stopped by signal 15 before any rank printed a line" "$tmp/mute.err" ||
+[ $rc -eq 143 ] && grep -q "scaletrain launch: stopped by SIGTERM before any rank printed a line" "$tmp/mute.err" ||
     fail "a stop before any rank spoke: exit $rc: $(cat "$tmp/mute.err")"
 echo "a stop before any rank spoke: exit 143, said"
 # (d'') started again in (d)'s out_dir without --resume: train refuses (the
@@ -481,7 +481,7 @@ lpid=$!
 if e2e_wait_ckpt $lpid "$tmp/hungterm"; then kill -TERM $lpid; else fail "output stalled, SIGTERM: training did not start"; fi
 wait $lpid; rc=$?
 [ $rc -eq 143 ] || fail "output stalled, SIGTERM: exit $rc, expected 143: $(tail -n 5 "$tmp/hungterm.err")"
-grep -q "stopped by a signal after step .* checkpoint saved to" "$tmp/hungterm.err" ||
+grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/hungterm.err" ||
     fail "output stalled, SIGTERM: no checkpoint message: $(cat "$tmp/hungterm.err")"
 grep -q "^scaletrain launch: [0-9]* lines of the job's output not written to standard output (its write has not returned after 2 s" "$tmp/hungterm.err" ||
     fail "output stalled, SIGTERM: no line saying what was not written"

@@ -86,7 +86,7 @@ done
 [ -s "$tmp/pre/ckpt/latest" ] || fail "pre-emption: training did not start: $(cat "$log")"
 scancel --signal=TERM "$jid"
 wait_state "$jid" 60 PENDING || fail "pre-emption: job $jid was not requeued: $(tail -n 5 "$log")"
-stopped=$(grep -oE "stopped by a signal after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
+stopped=$(grep -oE "stopped by SIGTERM after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
 echo "pre-emption: $stopped"
 [ -n "$stopped" ] || fail "pre-emption: no checkpoint message: $(tail -n 5 "$log")"
 grep -q "srun: error: .*Exited with exit code 143" "$log" || fail "pre-emption: the ranks did not exit 143"

@@ -63,7 +63,7 @@ preempt() {
         sleep 0.1
     done
     dt=$((SECONDS - t0))
-    stopped=$(grep -oE "stopped by a signal after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
+    stopped=$(grep -oE "stopped by SIGTERM after step [0-9]+ of 1000000, checkpoint saved to [^;]+" "$log")
     echo "$mode: SIGTERM (--full): after ${dt}s: $stopped"
     [ -n "$stopped" ] || fail "no checkpoint message: $(tail -n 20 "$log")"
     grep -q "^scaletrain: SIGTERM: passing it on to the ranks" "$log" ||

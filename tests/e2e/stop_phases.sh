@@ -52,7 +52,7 @@ if held setup held-images --set data.train="$tmp/held-images.gz"; then
     kill -TERM $pid
     touch "$tmp/setup.go"
     wait $bound; rc=$?
-    [ $rc -eq 143 ] && grep -q "stopped by a signal before step 1: nothing was trained or saved" "$tmp/setup.log" &&
+    [ $rc -eq 143 ] && grep -q "stopped by SIGTERM before step 1: nothing was trained or saved" "$tmp/setup.log" &&
         ! grep -q "^step " "$tmp/setup.log" && [ -z "$(ls "$tmp/setup/ckpt" 2>/dev/null)" ] ||
         fail "(a) a stop during the set-up: exit $rc: $(grep -E "^step|stopped|saved" "$tmp/setup.log") ckpt: $(ls "$tmp/setup/ckpt" 2>/dev/null)"
     timeout 120 "$bin" "${args[@]}" --set train.steps=2 --set train.out_dir="$tmp/setup" --quiet >"$tmp/setup2.log" 2>&1 ||
@@ -65,7 +65,7 @@ if held ckpt step-2.tmp --set train.checkpoint_every=2; then
     kill -TERM $pid
     touch "$tmp/ckpt.go"
     wait $bound; rc=$?
-    [ $rc -eq 143 ] && grep -q "stopped by a signal after step 2 of 20, checkpoint saved to $tmp/ckpt/ckpt/step-2" "$tmp/ckpt.log" &&
+    [ $rc -eq 143 ] && grep -q "stopped by SIGTERM after step 2 of 20, checkpoint saved to $tmp/ckpt/ckpt/step-2" "$tmp/ckpt.log" &&
         [ "$(cat "$tmp/ckpt/ckpt/latest" 2>/dev/null)" = step-2 ] && [ ! -e "$tmp/ckpt/ckpt/step-3" ] &&
         ! grep -q "^step 3/" "$tmp/ckpt.log" ||
         fail "(b) a stop during a checkpoint's write: exit $rc: $(grep -E "^step|stopped|saved" "$tmp/ckpt.log") ckpt: $(ls "$tmp/ckpt/ckpt")"
