@@ -736,10 +736,13 @@ static st_status plan(st_session *s, st_model_input *in) {
     const int64_t per_batch = (c->train.batch_size + c->train.eval_batch_size - 1) / c->train.eval_batch_size;
     if (eval_auto && c->train.eval_steps > 0 && per_batch > 1 &&
         c->train.eval_steps <= INT64_MAX / per_batch) {
-        snprintf(why, sizeof why, "%lld batches of train.batch_size %lld (train.eval_batch_size auto)",
-                 (long long)c->train.eval_steps, (long long)c->train.batch_size);
+        /* (its source stays the user's: the note says what became of it) */
+        snprintf(why, sizeof why,
+                 "%lld batches of train.batch_size %lld, as %lld of train.eval_batch_size %lld",
+                 (long long)c->train.eval_steps, (long long)c->train.batch_size,
+                 (long long)(c->train.eval_steps * per_batch), (long long)c->train.eval_batch_size);
         c->train.eval_steps *= per_batch;
-        st_config_mark_auto(c, "train.eval_steps", why);
+        st_config_annotate(c, "train.eval_steps", why);
     }
     if (s->has_train && !s->eval_only) { /* (an evaluation trains nothing) */
         char held[96] = "";

@@ -96,7 +96,8 @@ grep -q '"eval_batch_size":11[,}]' "$tmp/evala3.json" ||
 # total (6 batches of 16), and evaluated so, on 2 ranks, the same samples
 "${mpi[@]}" -np 2 "$bin" train "${auto[@]:0:6}" "${mlp[@]}" --set train.eval_steps=3 --set train.steps=1 \
     --set train.out_dir="$tmp/mlpc" >"$tmp/mlpc.log" 2>&1 || fail "eval_steps: the printed configuration's run"
-grep -qE "^  eval_steps: +6 +# auto: 3 batches of train.batch_size 32 \(train.eval_batch_size auto\)$" "$tmp/mlpc.log" ||
+# (its source the user's, --set, not auto)
+grep -qE "^  eval_steps: +6 +# --set; 3 batches of train.batch_size 32, as 6 of train.eval_batch_size 16$" "$tmp/mlpc.log" ||
     fail "eval_steps: printed as $(grep -E '^  eval_steps:' "$tmp/mlpc.log")"
 "${mpi[@]}" -np 2 "$bin" eval "${auto[@]}" "${mlp[@]}" --set train.eval_batch_size=16 --set train.eval_steps=6 \
     --init "$tmp/mlpa/model.safetensors" >"$tmp/evalx2.json" || fail "eval_steps: eval as printed, on 2 ranks"
