@@ -149,7 +149,10 @@ static void put_accepted(md *m, const st_cfg_key *k) {
             put(m, "%s`%s`", i ? ", " : "", k->values[i][0] ? k->values[i] : "\"\"");
         break;
     case ST_CFG_INT_LIST:
-        put(m, "up to %d integers, each %s", ST_CFG_LIST, range);
+        if (k->count)
+            put(m, "%d integers, each %s", k->count, range);
+        else
+            put(m, "up to %d integers, each %s", ST_CFG_LIST, range);
         break;
     }
 }

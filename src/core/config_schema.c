@@ -24,21 +24,23 @@
 #define HI ST_CFG_OPEN_HI
 
 #define K_INT(k, f, def, lo, hi, doc)                                                                        \
-    { k, ST_CFG_INT, FIELD(f), def, lo, hi, 0, NULL, false, doc }
+    { k, ST_CFG_INT, FIELD(f), def, lo, hi, 0, NULL, false, doc, 0 }
 #define K_AUTO(k, f, lo, hi, doc)                                                                            \
-    { k, ST_CFG_INT, FIELD(f), "auto", lo, hi, 0, NULL, true, doc }
+    { k, ST_CFG_INT, FIELD(f), "auto", lo, hi, 0, NULL, true, doc, 0 }
 #define K_FLOAT(k, f, def, lo, hi, open, doc)                                                                \
-    { k, ST_CFG_FLOAT, FIELD(f), def, lo, hi, open, NULL, false, doc }
-#define K_FAUTO(k, f, lo, hi, open, doc)                                                                    \
-    { k, ST_CFG_FLOAT, FIELD(f), "auto", lo, hi, open, NULL, true, doc }
+    { k, ST_CFG_FLOAT, FIELD(f), def, lo, hi, open, NULL, false, doc, 0 }
+#define K_FAUTO(k, f, lo, hi, open, doc)                                                                     \
+    { k, ST_CFG_FLOAT, FIELD(f), "auto", lo, hi, open, NULL, true, doc, 0 }
 #define K_BOOL(k, f, def, doc)                                                                               \
-    { k, ST_CFG_BOOL, FIELD(f), def, 0, 0, 0, NULL, false, doc }
+    { k, ST_CFG_BOOL, FIELD(f), def, 0, 0, 0, NULL, false, doc, 0 }
 #define K_STR(k, f, def, doc)                                                                                \
-    { k, ST_CFG_STRING, FIELD(f), def, 0, 0, 0, NULL, false, doc }
+    { k, ST_CFG_STRING, FIELD(f), def, 0, 0, 0, NULL, false, doc, 0 }
 #define K_ENUM(k, f, def, vals, doc)                                                                         \
-    { k, ST_CFG_ENUM, FIELD(f), def, 0, 0, 0, vals, false, doc }
+    { k, ST_CFG_ENUM, FIELD(f), def, 0, 0, 0, vals, false, doc, 0 }
 #define K_LIST(k, f, def, lo, hi, doc)                                                                       \
-    { k, ST_CFG_INT_LIST, FIELD(f), def, lo, hi, 0, NULL, false, doc }
+    { k, ST_CFG_INT_LIST, FIELD(f), def, lo, hi, 0, NULL, false, doc, 0 }
+#define K_LIST_N(k, f, def, n, lo, hi, doc)                                                                  \
+    { k, ST_CFG_INT_LIST, FIELD(f), def, lo, hi, 0, NULL, false, doc, n }
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -333,9 +335,10 @@ const st_cfg_key st_cfg_keys[] = {
            "the steps of "
            "log.trace_steps, one track per rank: step, data wait, forward and backward of each layer, bucket "
            "all-reduces, optimizer, checkpoint"),
-    K_LIST("log.trace_steps", log.trace_steps, "[2, 6]", 1, NOMAX,
-           "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets "
-           "both keys"),
+    K_LIST_N(
+        "log.trace_steps", log.trace_steps, "[2, 6]", 2, 1, NOMAX,
+        "[first, last]: the steps (1-based, inclusive) that log.trace records; --profile FIRST-LAST sets "
+        "both keys"),
 };
 const int st_cfg_nkeys = (int)(sizeof st_cfg_keys / sizeof st_cfg_keys[0]);
 _Static_assert(sizeof st_cfg_keys / sizeof st_cfg_keys[0] <= ST_CFG_KEYS_MAX, "raise ST_CFG_KEYS_MAX");
@@ -881,8 +884,12 @@ st_status st_cfg_schema_check(void) {
         else if ((k->type == ST_CFG_ENUM) != (k->values != NULL) || !k->doc || !k->doc[0] ||
                  !(k->lo <= k->hi))
             s = st_fail(ST_ERR_INTERNAL, "schema: %s: values, doc or range are wrong for its type", k->key);
-        else
-            s = st_cfg_assign_text(c, i, k->def, ctx);
+        else if (k->count && (k->type != ST_CFG_INT_LIST || k->count > ST_CFG_LIST))
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s: a count for what is not a list of up to %d", k->key,
+                        ST_CFG_LIST);
+        else if ((s = st_cfg_assign_text(c, i, k->def, ctx)) == ST_OK && k->count &&
+                 ((const st_int_list *)((const char *)c + k->off))->n != k->count)
+            s = st_fail(ST_ERR_INTERNAL, "schema: %s: a default of other than %d entries", k->key, k->count);
     }
     int prow = st_cfg_find(ST_CFG_PRESET_KEY);
     for (int i = 0; i < st_cfg_npresets && s == ST_OK; i++) {

@@ -37,6 +37,8 @@ typedef struct st_cfg_key {
     const char *const *values; /* enum: the accepted values, NULL-terminated */
     bool auto_ok;              /* `auto` accepted */
     const char *doc;           /* one line */
+    int count;                 /* an int list's entries: exactly this many (checked by the key's own
+                                * validation), or 0: 1 to ST_CFG_LIST */
 } st_cfg_key;
 
 /* A preset sets `key` to `value` (YAML text) where the user did not set it. */
