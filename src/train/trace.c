@@ -3,6 +3,7 @@
  * ("Trace Event Format": complete events "ph": "X", metadata "ph": "M"). */
 #include "trace.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,4 +461,28 @@ fail:
     t->n = 0;
     free(mem);
     return s;
+}
+
+void st_trace_keep_earlier(const char *out_dir, int64_t before, char *kept, size_t n) {
+    kept[0] = '\0';
+    char path[4200], to[4300], head[256];
+    snprintf(path, sizeof path, "%s/trace.json", out_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    const size_t got = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[got] = '\0';
+    long long a, b; /* (the header st_trace_write makes: first_step and last_step come first) */
+    if (sscanf(head, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"first_step\":%lld,\"last_step\":%lld", &a,
+               &b) != 2 ||
+        a < 1 || b < a || b > before)
+        return;
+    snprintf(to, sizeof to, "%s/trace-steps-%lld-%lld.json", out_dir, a, b);
+    if (rename(path, to) != 0) {
+        fprintf(stderr,
+                "scaletrain: warning: cannot keep the earlier trace %s as %s (this run's replaces it): %s\n",
+                path, to, strerror(errno));
+        return;
+    }
+    snprintf(kept, n, "%s", to);
 }

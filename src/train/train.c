@@ -782,12 +782,16 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
     const int64_t hi = tr->last < done ? tr->last : done;
     const int64_t asked_lo = tr->first, asked_hi = tr->last;
     if (lo <= hi) tr->first = lo, tr->last = hi;
+    /* a resumed run's trace beside the earlier part's (its profile kept, as its metrics are) */
+    char kept[4400] = "", also[4500] = "";
+    if (mine && start > 0) st_trace_keep_earlier(ses->cfg->train.out_dir, start, kept, sizeof kept);
+    if (kept[0]) snprintf(also, sizeof also, " (the earlier one kept as %s)", kept);
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
     if (mine && !opts->quiet) {
         st_progress_end(prog);
         if (lo <= hi)
-            fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json\n", (long long)lo,
-                    (long long)hi, ses->cfg->train.out_dir);
+            fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json%s\n", (long long)lo,
+                    (long long)hi, ses->cfg->train.out_dir, also);
         else
             fprintf(ses->out, "wrote %s/trace.json: no step of %lld-%lld ran\n", ses->cfg->train.out_dir,
                     (long long)asked_lo, (long long)asked_hi);

@@ -12,6 +12,7 @@
 # 600 traced steps on 2 ranks (three pieces of the gather a rank) come
 # whole and in order. A trace.json that cannot be written is a warning, and
 # the run finishes.
+# A resumed run's trace keeps the earlier one (trace-steps-A-B.json).
 # Without log.trace there is no trace.json, and a bad --profile is a usage error.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
@@ -160,6 +161,14 @@ timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=3 --set t
 grep -q "log.trace_steps \[10, 20\]: this run does steps 1 to 3, so nothing will be traced" "$tmp/past.out" ||
     fail "no warning for a window past the run"
 [ ! -e "$tmp/past/trace.json" ] || fail "a trace.json for a window past the run"
+# The short run resumed with a window of its own: the earlier trace (steps
+# 2-3) is kept beside the new one, as the run's metrics are, not replaced.
+timeout 60 "$bin" train "${common[@]}" "${small[@]}" --set train.steps=6 --set train.out_dir="$tmp/short" \
+    --profile 5-6 --resume auto >"$tmp/short2.out" 2>&1 || fail "short run resumed: $(cat "$tmp/short2.out")"
+grep -q "wrote the trace of steps 5-6 to $tmp/short/trace.json (the earlier one kept as $tmp/short/trace-steps-2-3.json)" "$tmp/short2.out" &&
+    grep -q '"otherData":{"first_step":5,"last_step":6,' "$tmp/short/trace.json" &&
+    grep -q '"otherData":{"first_step":2,"last_step":3,' "$tmp/short/trace-steps-2-3.json" ||
+    fail "the resumed run's trace: $(grep trace "$tmp/short2.out"); $(ls "$tmp/short")"
 
 # trace.json that cannot be written (its file's flush fails with EIO:
 # tests/lib/slowfs.c): a warning naming it, and the run trains to its end.
