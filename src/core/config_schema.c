@@ -303,8 +303,10 @@ const st_cfg_key st_cfg_keys[] = {
            "SCALETRAIN_SHM_MIN_BYTES=0 (docs/distributed.md)"),
 
     K_INT("log.every", log.every, "10", 1, NOMAX, "steps between log lines"),
-    K_ENUM("log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
-           "progress bar; auto = on a terminal (under scaletrain launch: when the launcher's output is one)"),
+    K_ENUM(
+        "log.progress", log.progress, "auto", VALUES("auto", "on", "off"),
+        "progress bar, and an evaluation's batches as it goes (train and eval); auto = on a terminal (under "
+        "scaletrain launch: when the launcher's output is one)"),
     K_FAUTO(
         "log.peak_gflops", log.peak_gflops, 0, NOMAX, LO,
         "peak GFLOP/s of a rank's device, for mfu in metrics.jsonl; auto = a CUDA device's dense peak "

@@ -169,6 +169,8 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
                      (long long)B);
     int64_t valid = 0, correct = 0, b = 0;
     mg->g.training = false;
+    st_eval_progress ep; /* (batches queued: the device is at most two behind) */
+    st_eval_progress_init(&ep, s->out, s->eval_bar, (n - lo + B - 1) / B);
     for (int64_t start = lo; start < n && st == ST_OK; start += B, b++) {
         st_eval_test_mark(s, b);
         if (st_session_stop_signal(s)) { /* (the batches queued are settled below) */
@@ -192,6 +194,7 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
         if (st != ST_OK) break;
         sl->rows = cnt * per;
         valid += v;
+        st_eval_progress_step(&ep, b + 1);
     }
     /* the last two batches, in order; then the loss, read once */
     for (int64_t k = b - 2 < 0 ? 0 : b - 2; k < b && st == ST_OK; k++)
@@ -199,6 +202,7 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     double loss_sum = 0;
     int64_t bad = -1; /* (evaluation reports a NaN loss as it is) */
     if (st == ST_OK) st = st_cuda_loss_read(e->loss, &loss_sum, &bad);
+    st_eval_progress_end(&ep);
     free(idx);
     if (st != ST_OK) { /* the buffers may be mid-copy: made again by the next evaluation */
         st_eval_device_free(s->eval_dev);

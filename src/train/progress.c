@@ -60,3 +60,31 @@ void st_progress_end(st_progress *p) {
         p->last_draw = 0;
     }
 }
+
+void st_eval_progress_init(st_eval_progress *e, FILE *out, bool on, int64_t total) {
+    memset(e, 0, sizeof *e);
+    e->out = out;
+    e->on = on && out && total > 1;
+    e->total = total;
+    e->t0 = st_now();
+}
+
+void st_eval_progress_step(st_eval_progress *e, int64_t done) {
+    if (!e->on) return;
+    const double now = st_now(), el = now - e->t0;
+    if (el < 1.0 || now - e->last < 0.2) return;
+    e->last = now;
+    e->drawn = true;
+    char a[32], left[32];
+    st_format_duration(el, a, sizeof a);
+    st_format_duration(st_progress_eta(el, done, e->total - done), left, sizeof left);
+    fprintf(e->out, "\reval: %lld/%lld batches | %s<%s\033[K", (long long)done, (long long)e->total, a, left);
+    fflush(e->out);
+}
+
+void st_eval_progress_end(st_eval_progress *e) {
+    if (!e->drawn) return;
+    fputs("\r\033[K", e->out); /* (the evaluation's own line takes its place) */
+    fflush(e->out);
+    e->drawn = false;
+}

@@ -32,6 +32,21 @@ void st_progress_step(st_progress *p, int64_t step, double loss, double lr, doub
 /* End the bar's line before other output (no-op for plain lines). */
 void st_progress_end(st_progress *p);
 
+/* An evaluation's progress, on a terminal where training's bar would be
+ * drawn (rank 0): "eval: 12/50 batches | 0:05<0:20" redrawn in place at
+ * most every 0.2 s from its first second on (a short evaluation draws
+ * nothing), and erased by st_eval_progress_end, before the evaluation's
+ * line. total: the batches this rank evaluates. */
+typedef struct st_eval_progress {
+    FILE *out;
+    bool on, drawn;
+    double t0, last;
+    int64_t total;
+} st_eval_progress;
+void st_eval_progress_init(st_eval_progress *e, FILE *out, bool on, int64_t total);
+void st_eval_progress_step(st_eval_progress *e, int64_t done);
+void st_eval_progress_end(st_eval_progress *e);
+
 /* Seconds left after done of todo steps took elapsed seconds (0 when done is 0). */
 double st_progress_eta(double elapsed, int64_t done, int64_t todo);
 

@@ -874,6 +874,8 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
     if (opts) st_comm_set_stop_flag(s->comm, opts->stop); /* (a stop that waits on a rank is said) */
     s->rank = st_comm_rank(s->comm);
     s->world = st_comm_size(s->comm);
+    s->eval_bar = s->rank == 0 && !(opts && opts->quiet) &&
+                  (!strcmp(cfg->log.progress, "on") || (!strcmp(cfg->log.progress, "auto") && s->out_tty));
     if (s->world > 1) { /* before anything else talks between ranks (dist/agree.h) */
         st_status st = st_dist_agree_config(s->comm, cfg);
         /* (every rank's failure, or the communicator's, which end_failed_ranks sees) */
@@ -1078,6 +1080,8 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     mg->g.training = false;
     const int64_t classes = mg->logits ? mg->logits->shape[mg->logits->ndim - 1] : 0;
     const int64_t per = mg->y->count / B; /* targets per sample */
+    st_eval_progress ep;
+    st_eval_progress_init(&ep, s->out, s->eval_bar, (hi - lo + B - 1) / B);
     for (int64_t start = lo, b = 0; start < hi && st == ST_OK; start += B, b++) {
         st_eval_test_mark(s, b);
         if (st_session_stop_signal(s)) {
@@ -1098,7 +1102,9 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
                       cnt * per, classes, &v, &correct);
         loss_sum += (double)batch_loss * (double)v;
         valid += v;
+        st_eval_progress_step(&ep, b + 1);
     }
+    st_eval_progress_end(&ep);
     free(idx);
     sums->loss_sum = loss_sum;
     sums->valid = valid;

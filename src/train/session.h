@@ -66,6 +66,8 @@ typedef struct st_session {
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the
                         * weights and optimizer state are as whole as before it on every rank */
     bool save;         /* the run saves (--no-save not given): every rank knows, rank 0 writes */
+    bool eval_bar;     /* rank 0 draws an evaluation's progress (st_eval_progress): a terminal, not --quiet,
+                          log.progress on or auto */
     atomic_int *stop;  /* the run's stop flag (st_run_opts.stop: the signal caught), or NULL: an evaluation
                           ends at its next batch on it (st_session_evaluate) */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */

@@ -18,6 +18,8 @@
 # (e) 2 ranks under launch, the stop passed to both during their shares of
 #     the step-2 evaluation: exit 143, said once, checkpoint of step 2; the
 #     resumed run makes that evaluation first.
+# (f) with a progress bar (log.progress on), an evaluation of a second or
+#     more draws "eval: N/M batches" in place and erases it before its line.
 # tests/e2e/emu_stop_eval.sh runs them with the model on the emulated GPU
 # (train/eval_device.c's loop).
 # tests/run.sh: light (it mostly waits on the held evaluations)
@@ -121,4 +123,15 @@ if command -v mpirun >/dev/null 2>&1; then
 else
     echo "(e) skipped: no mpirun"
 fi
+# (f) (on the emulated GPU a batch takes about 60 ms: 40 of them)
+fb=1000
+[ "${ST_STOP_EVAL_DEVICE:-cpu}" = cpu ] || fb=40
+timeout 120 "$bin" train --set train.threads=1 --set data.num_workers=0 --set train.batch_size=8 --set train.steps=1 \
+    --set train.eval_batch_size=4 --set train.eval_steps=$fb --set log.progress=on \
+    --set train.device="${ST_STOP_EVAL_DEVICE:-cpu}" --set train.out_dir="$tmp/f" >"$tmp/f.log" 2>&1; rc=$?
+tr '\r' '\n' <"$tmp/f.log" >"$tmp/f.lines"
+[ $rc -eq 0 ] && grep -qE "^eval: [0-9]+/$fb batches \| [0-9]+:[0-9]{2}<[0-9]+:[0-9]{2}.\[K$" "$tmp/f.lines" &&
+    grep -qE "^.\[Keval at step 1: loss [0-9.]+, accuracy [0-9.]+% \($((4 * fb)) of 10000 validation samples\)$" "$tmp/f.lines" ||
+    fail "(f) an evaluation's progress: exit $rc: $(grep -a -E "eval" "$tmp/f.lines" | tail -n 3 | cat -v)"
+[ "$fails" -ne 0 ] || echo "(f) an evaluation's progress on the bar: $(grep -c "^eval: " "$tmp/f.lines") redraws, erased before its line"
 e2e_finish "a stop during an evaluation ends it at its next batch; the resumed run makes it"
