@@ -608,10 +608,12 @@ int st_cmd_sample(int argc, char **argv) {
         else
             snprintf(where, sizeof where, "%d CPU thread%s (%s)", omp_get_max_threads(),
                      omp_get_max_threads() == 1 ? "" : "s", why);
+        /* (the seed said first too: a sample stopped half-way can be drawn again) */
         if (!a.quiet && !a.json)
-            fprintf(stderr, "sample: %s%s: a gpt of %lld parameters (vocabulary %lld, context %lld), %s\n",
+            fprintf(stderr,
+                    "sample: %s%s: a gpt of %lld parameters (vocabulary %lld, context %lld), %s, seed %lld\n",
                     path, step >= 0 ? " (a checkpoint's)" : "", (long long)m->n_params,
-                    (long long)in.vocab_size, (long long)in.seq_len, where);
+                    (long long)in.vocab_size, (long long)in.seq_len, where, (long long)a.seed);
         for (int64_t i = 0; sp.stream && i < n_prompt; i++)
             put_token(stdout, &sp, ptok[i], i == 0);
         const st_generate_opts go = {.p = {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p},

@@ -67,6 +67,9 @@ cmp "$tmp/s1.txt" "$tmp/s2.txt" || { echo "FAIL: --seed 7 drew other text"; exit
 [ "$(head -c 3 "$tmp/s1.txt")" = "the" ] && [ "$(wc -c <"$tmp/s1.txt")" -eq 44 ] ||
     { echo "FAIL: the sample is not the prompt and 40 bytes: $(od -c "$tmp/s1.txt" | head -3)"; exit 1; }
 grep -q "seed 7 (--seed 7 draws them again)" "$tmp/s1.err" || { echo "FAIL: no seed line"; cat "$tmp/s1.err"; exit 1; }
+# (said at the start too, before a token is drawn)
+head -n 1 "$tmp/s1.err" | grep -qE "^sample: .*: a gpt of [0-9]+ parameters .*, seed 7$" ||
+    { echo "FAIL: the first line does not say the seed"; cat "$tmp/s1.err"; exit 1; }
 # several samples with a stop token (some end before others); a prompt file's
 # every byte, NUL included, and a JSON text that keeps it; weights in a
 # folder of their own
