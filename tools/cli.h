@@ -94,7 +94,7 @@ st_status st_cli_output_close(st_cli_output *o, FILE *f);
 atomic_int *st_cli_catch_stops(void);
 /* The line (with its newline) said on standard error when the first
  * SIGINT comes (Ctrl-C: a person waits to see it heard; SIGTERM comes from
- * schedulers and launchers), "stopping after this step": set before the
+ * schedulers and launchers), "stopping at the end of this step": set before the
  * signals come; "" says nothing. */
 void st_cli_stop_ack(const char *line);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */

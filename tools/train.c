@@ -31,9 +31,9 @@ int st_cmd_train(int argc, char **argv) {
     /* (rank 0's alone under a launcher: the others' lines would repeat it) */
     const char *rank = st_launcher_rank();
     if (!rank || !strcmp(rank, "0"))
-        st_cli_stop_ack(
-            "scaletrain: stopping after this step, with its checkpoint (before the first step: nothing to "
-            "save); Ctrl-C again, a second from now, ends the run at once without one\n");
+        st_cli_stop_ack("scaletrain: stopping at the end of this step (or evaluation batch), saving what was "
+                        "trained; Ctrl-C "
+                        "again, a second from now, ends the run at once without saving\n");
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
     if (s == ST_ERR_INTERRUPTED) {

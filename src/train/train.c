@@ -1197,19 +1197,21 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
     char why[2048] = "";
     if (s != ST_OK) snprintf(why, sizeof why, "%s", st_last_error());
     const bool stopped = s == ST_ERR_INTERRUPTED;
-    /* the last failing rank, and the last stopped one */
-    int64_t v[2] = {s != ST_OK && !stopped ? ses->rank + 1 : 0, stopped ? ses->rank + 1 : 0};
+    /* the last failing rank, the last stopped one, and the largest stop signal */
+    int64_t v[3] = {s != ST_OK && !stopped ? ses->rank + 1 : 0, stopped ? ses->rank + 1 : 0,
+                    st_session_stop_signal(ses)};
     const st_status a =
-        st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MAX, "the micro-batch's data read");
+        st_comm_all_reduce_sync(ses->comm, v, v, 3, ST_COMM_I64, ST_COMM_MAX, "the micro-batch's data read");
     if (a != ST_OK) return s != ST_OK ? st_fail(s, "%s", why) : a;
     if (v[0] == 0 && v[1] == 0) return ST_OK;
     ses->agreed_error = ses->agreed_read = true;
     if (v[0] == 0) { /* stops alone: every rank's, its finished steps saved (rescue) */
         ses->read_stopped = true;
         if (stopped) return st_fail(s, "%s", why);
+        char name[16];
         return st_fail(ST_ERR_INTERRUPTED,
-                       "stopped by a signal while rank %lld waited for its training batch of step %lld",
-                       (long long)v[1] - 1, (long long)step + 1);
+                       "stopped by %s while rank %lld waited for its training batch of step %lld",
+                       stop_name((int)v[2], name), (long long)v[1] - 1, (long long)step + 1);
     }
     if (s != ST_OK && !stopped) return st_fail(s, "%s", why);
     return st_fail(ST_ERR_IO,
@@ -2029,8 +2031,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (!sig && pre[1] > 0) {
             if (ses->rank == 0 && !opts->quiet) {
                 fprintf(ses->out,
-                        "resume: the evaluation due at step %lld is not in metrics.jsonl (the run that "
-                        "reached the step was stopped during it): made first\n",
+                        "resume: the evaluation due at step %lld is not in metrics.jsonl (a stop during it, "
+                        "or train.eval_every changed): made first\n",
                         (long long)start);
                 out_flush(ses);
             }
@@ -2655,7 +2657,10 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         s = st_fail(ST_ERR_INTERRUPTED,
                     "stopped by %s during the final evaluation, after the last step (%lld)%s%s%s", ev_sig,
                     (long long)res->steps, wrote[0] ? "; the final weights were written to " : "", wrote,
-                    res->checkpoint[0] ? "; --resume auto makes the evaluation" : "");
+                    /* (the last step's checkpoint: saved, or the one this run resumed at) */
+                    res->checkpoint[0] || (res->start_step > 0 && res->steps == res->start_step)
+                        ? "; --resume auto makes the evaluation"
+                        : "");
     }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);

@@ -216,7 +216,7 @@ if command -v mpirun >/dev/null; then
     [ -n "$t0" ] || fail "ZeRO-2, a stop while rank 1 waits: step 40 never saved: $(tail -n 3 "$o.log")"
     [ $rc -eq 143 ] || fail "ZeRO-2, a stop while rank 1 waits: exit $rc (want 143; 124: a rank waited on): $(grep -E "error|stopped" "$o.log")"
     grep -qE "stopped by SIGTERM while waiting [0-9]+ s for training batch 40" "$o.log" &&
-        grep -q "stopped by a signal while rank 1 waited for its training batch of step 41" "$o.log" ||
+        grep -q "stopped by SIGTERM while rank 1 waited for its training batch of step 41" "$o.log" ||
         fail "ZeRO-2, a stop while rank 1 waits: the ranks do not say so: $(grep -E "error|stopped" "$o.log")"
     [ "$(cat "$o/ckpt/latest" 2>/dev/null)" = step-40 ] || fail "ZeRO-2, a stop while rank 1 waits: latest is not step 40"
     [ "$fails" -ne 0 ] ||

@@ -53,7 +53,7 @@ if start twice; then
         "$tmp/twice.log" && [ -f "$tmp/twice/ckpt/$latest/state.json" ] ||
         fail "SIGINT twice within a second: exit $rc, latest '$latest': $(tail -n 2 "$tmp/twice.log")"
     # (the first Ctrl-C is heard at once: said once, where nothing showed until the checkpoint's end)
-    [ "$(grep -c "^scaletrain: stopping after this step, with its checkpoint (before the first step: nothing to save); Ctrl-C again, a second from now, ends the run at once without one$" "$tmp/twice.log")" -eq 1 ] ||
+    [ "$(grep -c "^scaletrain: stopping at the end of this step (or evaluation batch), saving what was trained; Ctrl-C again, a second from now, ends the run at once without saving$" "$tmp/twice.log")" -eq 1 ] ||
         fail "SIGINT: not acknowledged once: $(grep -c stopping "$tmp/twice.log")"
     echo "SIGINT twice within a second: exit $rc, checkpoint $latest"
 fi

@@ -14,7 +14,8 @@
 #     with the bits of an uninterrupted run's (its metrics line the same
 #     loss), then step 4's.
 # (d) the final evaluation, after the last step: the weights are written
-#     all the same, exit 143; --resume auto makes the evaluation, exit 0.
+#     all the same, exit 143 (again in the resumed run's evaluation of it);
+#     --resume auto makes the evaluation, exit 0.
 # (e) 2 ranks under launch, the stop passed to both during their shares of
 #     the step-2 evaluation: exit 143, said once, checkpoint of step 2; the
 #     resumed run makes that evaluation first.
@@ -98,6 +99,13 @@ if held d "$bin" "${args[@]}" --set train.steps=3 --set train.out_dir="$tmp/d"; 
         grep -q "^scaletrain: stopped by SIGTERM during the final evaluation, after the last step (3); the final weights were written to $tmp/d/model.safetensors; --resume auto makes the evaluation" "$tmp/d.log" &&
         [ -s "$tmp/d/model.safetensors" ] && [ -z "$(evals "$tmp/d/metrics.jsonl")" ] ||
         fail "(d) a stop during the final evaluation: exit $rc: $(grep -E "^eval|stopped|saved|error" "$tmp/d.log")"
+    # (stopped again, in the resumed run's evaluation of its last step: the same hint)
+    if held d1 "$bin" "${args[@]}" --set train.steps=3 --set train.out_dir="$tmp/d" --resume auto; then
+        kill -TERM $pid
+        wait $pid; rc=$?
+        [ $rc -eq 143 ] && grep -q "^scaletrain: stopped by SIGTERM during the final evaluation, after the last step (3); the final weights were written to $tmp/d/model.safetensors; --resume auto makes the evaluation" "$tmp/d1.log" ||
+            fail "(d) a stop during the resumed run's final evaluation: exit $rc: $(grep -E "^eval|stopped|error" "$tmp/d1.log")"
+    fi
     timeout 120 "$bin" "${args[@]}" --set train.steps=3 --set train.out_dir="$tmp/d" --resume auto >"$tmp/d2.log" 2>&1; rc=$?
     [ $rc -eq 0 ] && grep -q "^eval at step 3:" "$tmp/d2.log" && [ "$(evals "$tmp/d/metrics.jsonl" | wc -w)" -eq 1 ] ||
         fail "(d) --resume auto after it: exit $rc: $(tail -n 3 "$tmp/d2.log") evals: $(evals "$tmp/d/metrics.jsonl")"
