@@ -2758,7 +2758,19 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
         ST_GOTO(s);
     }
     double t0 = st_now();
-    ST_GOTO(eval_and_report(&ses, opts, res, step, NULL));
+    s = eval_and_report(&ses, opts, res, step, NULL);
+    if (s == ST_ERR_INTERRUPTED) { /* a stop (every rank has it: the evaluation is shared) */
+        st_clear_error();
+        int sig = 0;
+        ST_GOTO(agree_stop(&ses, "stop during the evaluation", &sig));
+        char name[16];
+        ses.agreed_error = true;
+        res->stop_said = ses.rank != 0;
+        res->stop_signal = sig;
+        s = st_fail(ST_ERR_INTERRUPTED, "stopped by %s during the evaluation (an evaluation writes nothing)",
+                    stop_name(sig, name));
+    }
+    ST_GOTO(s);
     double dt = st_now() - t0;
     res->samples = st_session_eval_count(&ses, cfg->train.eval_batch_size); /* (train.eval_steps: fewer) */
     res->eval_batch_size = cfg->train.eval_batch_size;

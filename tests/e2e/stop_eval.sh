@@ -21,6 +21,8 @@
 #     resumed run makes that evaluation first.
 # (f) with a progress bar (log.progress on), an evaluation of a second or
 #     more draws "eval: N/M batches" in place and erases it before its line.
+# (g) `scaletrain eval` stopped: at its next batch, exit 143, said once, on
+#     1 rank and on 2 under launch (it died of the signal, without a word).
 # tests/e2e/emu_stop_eval.sh runs them with the model on the emulated GPU
 # (train/eval_device.c's loop).
 # tests/run.sh: light (it mostly waits on the held evaluations)
@@ -142,4 +144,18 @@ tr '\r' '\n' <"$tmp/f.log" >"$tmp/f.lines"
     grep -qE "^.\[Keval at step 1: loss [0-9.]+, accuracy [0-9.]+% \($((4 * fb)) of 10000 validation samples\)$" "$tmp/f.lines" ||
     fail "(f) an evaluation's progress: exit $rc: $(grep -a -E "eval" "$tmp/f.lines" | tail -n 3 | cat -v)"
 [ "$fails" -ne 0 ] || echo "(f) an evaluation's progress on the bar: $(grep -c "^eval: " "$tmp/f.lines") redraws, erased before its line"
+# (g)
+ev=(eval "${args[@]:1}" --init "$tmp/ref/model.safetensors")
+for n in 1 2; do
+    if [ $n -eq 2 ] && ! command -v mpirun >/dev/null 2>&1; then echo "(g) 2 ranks skipped: no mpirun"; continue; fi
+    if [ $n -eq 1 ]; then cmd=("$bin" "${ev[@]}"); else cmd=("$bin" launch -n 2 "${ev[@]}"); fi
+    if held "g$n" "${cmd[@]}"; then
+        kill -TERM $pid
+        wait $pid; rc=$?
+        [ $rc -eq 143 ] && [ "$(grep -c "scaletrain: stopped by SIGTERM during the evaluation (an evaluation writes nothing)$" "$tmp/g$n.log")" -eq 1 ] &&
+            ! grep -q "^eval" "$tmp/g$n.log" ||
+            fail "(g) eval on $n rank(s) stopped: exit $rc: $(tail -n 3 "$tmp/g$n.log")"
+    fi
+done
+[ "$fails" -ne 0 ] || echo "(g) scaletrain eval stopped at its next batch, on 1 and 2 ranks: exit 143, said once"
 e2e_finish "a stop during an evaluation ends it at its next batch; the resumed run makes it"
