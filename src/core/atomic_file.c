@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -33,6 +34,20 @@ bool st_path_is_dir(const char *path) {
 bool st_path_same(const char *a, const char *b) {
     struct stat x, y;
     return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+bool st_path_within(const char *path, const char *dir) {
+    char *real = path && dir ? realpath(path, NULL) : NULL;
+    if (!real) return false;
+    bool in = false;
+    for (char *cut = NULL; !in;) {
+        in = st_path_same(real[0] ? real : "/", dir);
+        cut = strrchr(real, '/');
+        if (!cut || (cut == real && !real[1])) break; /* (the root compared last) */
+        *cut = '\0';
+    }
+    free(real);
+    return in;
 }
 
 bool st_pread_all(int fd, void *dst, size_t n, int64_t off) {

@@ -42,6 +42,9 @@ bool st_path_is_dir(const char *path);
 /* a and b (either may be NULL) name the same existing file or directory
  * (its device and inode, following links). */
 bool st_path_same(const char *a, const char *b);
+/* path (existing) is dir or lies under it, following links (each folder
+ * above path's real one compared with dir by st_path_same). */
+bool st_path_within(const char *path, const char *dir);
 /* Read exactly n bytes of fd at offset off into dst (retrying short reads
  * and EINTR); false on an error or a file that ends first. */
 bool st_pread_all(int fd, void *dst, size_t n, int64_t off);

@@ -290,16 +290,23 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     ses->resume_elsewhere = elsewhere;
     if (s == ST_OK && ses->rank == 0 && ses->save && (!opts->resume || elsewhere))
         s = st_ckpt_new_run_check(out, elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
-    if (s == ST_OK && elsewhere && ses->aside_ckpts) { /* (setting aside removes ckpt.previous first) */
+    if (s == ST_OK && ses->aside_ckpts) { /* (setting aside removes ckpt.previous first) */
+        /* --resume's or --init's weights there would be removed by the run
+         * that reads them (and a restart as it was started would read
+         * whatever then lies at that path) */
         char prev[4200];
         snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
-        if (st_path_same(from, prev))
+        const char *opt = elsewhere && st_path_within(from, prev)                            ? "--resume"
+                          : ses->rank == 0 && opts->init && st_path_within(opts->init, prev) ? "--init"
+                                                                                             : NULL;
+        if (opt)
             s = st_fail(ST_ERR_CONFIG,
-                        "--resume %s names a checkpoint in %s, but train.out_dir %s/ckpt holds a finished "
-                        "run's checkpoints, which would be set aside there in its place: move %s elsewhere "
-                        "and resume from there, or give the resumed run another train.out_dir (nothing was "
-                        "written)",
-                        opts->resume, prev, out, prev);
+                        "%s %s names a checkpoint in %s, but train.out_dir %s holds %s (in %s/ckpt), which "
+                        "would be set aside there in its place, removing it: move %s elsewhere and name it "
+                        "there, or give this run another train.out_dir (nothing was written)",
+                        opt, !strcmp(opt, "--init") ? opts->init : opts->resume, prev, out,
+                        ses->aside_step >= 0 ? "a finished run's checkpoints" : "damaged checkpoints", out,
+                        prev);
     }
     if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
         const st_params *p = &ses->model->params;

@@ -128,8 +128,14 @@ cmp -s "$tmp/mlp/full/model.safetensors" "$tmp/done/model.safetensors" &&
 before=$(tree "$tmp/done")
 out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=14 --set train.out_dir="$tmp/done" \
     --resume "$tmp/done/ckpt.previous" 2>&1) && fail "--resume from ckpt.previous over a finished run ran"
-grep -qF "error: --resume $tmp/done/ckpt.previous names a checkpoint in $tmp/done/ckpt.previous, but train.out_dir $tmp/done/ckpt holds a finished run's checkpoints, which would be set aside there in its place: move $tmp/done/ckpt.previous elsewhere and resume from there, or give the resumed run another train.out_dir (nothing was written)" <<<"$out" &&
+grep -qF "error: --resume $tmp/done/ckpt.previous names a checkpoint in $tmp/done/ckpt.previous, but train.out_dir $tmp/done holds a finished run's checkpoints (in $tmp/done/ckpt), which would be set aside there in its place, removing it: move $tmp/done/ckpt.previous elsewhere and name it there, or give this run another train.out_dir (nothing was written)" <<<"$out" &&
     [ "$(tree "$tmp/done")" = "$before" ] || fail "--resume from ckpt.previous over a finished run: $out"
+# (--init of a checkpoint there, which a new run would remove as it set the
+# finished run aside: the same refusal, where it read it and removed it)
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=14 --set train.out_dir="$tmp/done" \
+    --init "$tmp/done/ckpt.previous/step-12/" 2>&1) && fail "--init from ckpt.previous over a finished run ran"
+grep -qF "error: --init $tmp/done/ckpt.previous/step-12/ names a checkpoint in $tmp/done/ckpt.previous, but train.out_dir $tmp/done holds a finished run's checkpoints (in $tmp/done/ckpt)" <<<"$out" &&
+    [ "$(tree "$tmp/done")" = "$before" ] || fail "--init from ckpt.previous over a finished run: $out"
 # --init of a run's out_dir: its final weights, unless a checkpoint there is
 # newer (a later run, resumed past the end and stopped, or started over it
 # and not finished: final weights older than it, made so here by their mtime)
