@@ -1811,10 +1811,22 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                         here, there, (long long)ck.run_steps);
             }
             if (warn) { /* the rest of what shapes the trajectory and may change on a resume */
-                static const char *const keys[] = {
-                    "optim.schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay",
-                    "optim.beta1",    "optim.beta2",        "optim.eps",    "optim.momentum",
-                    "optim.nesterov", "optim.grad_clip",    "precision",    "model.dropout"};
+                static const char *const keys[] = {"optim.schedule",
+                                                   "optim.warmup_steps",
+                                                   "optim.min_lr",
+                                                   "optim.weight_decay",
+                                                   "optim.beta1",
+                                                   "optim.beta2",
+                                                   "optim.eps",
+                                                   "optim.momentum",
+                                                   "optim.nesterov",
+                                                   "optim.grad_clip",
+                                                   "precision",
+                                                   "model.dropout",
+                                                   "optim.loss_scale_window",
+                                                   "data.augment_flip",
+                                                   "data.augment_crop_pad",
+                                                   "dist.grad_dtype"};
                 char changed[1024];
                 if (st_ckpt_config_changes(dir, c, keys, (int)(sizeof keys / sizeof keys[0]), changed,
                                            sizeof changed) == ST_OK &&
@@ -1845,9 +1857,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             ck.samples = ses->train.n;
             ck.data_crc = data_crc;
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */
-                char d[256];
+                char d[256], was[256] = "";
+                static const char *const ls_key[] = {"optim.loss_scale"};
+                /* (said where the value differs from the checkpoint's run's: the same command line
+                 * again, as a restart runs it, is not a change) */
                 if (warn && st_config_source(c, "optim.loss_scale") == ST_SRC_SET &&
-                    (float)ck.loss_scale != sc.scale)
+                    (float)ck.loss_scale != sc.scale &&
+                    st_ckpt_config_changes(dir, c, ls_key, 1, was, sizeof was) == ST_OK && was[0])
                     fprintf(warn,
                             "resume: warning: %s is the scale an fp16 run starts with; this resume goes on "
                             "with the checkpoint's, %g, which the scaler adjusts from there\n",

@@ -169,9 +169,10 @@ echo "--resume with data.shuffle and train.seed changed: said; the run's checkpo
 # warmup raised past the step put the run back into warmup unsaid)
 rm -rf "$tmp/into"
 out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=8 --set train.out_dir="$tmp/into" --resume "$tmp/from" \
-    --set optim.warmup_steps=7 --set optim.weight_decay=0.05 2>&1) || fail "--resume with the warmup changed: $out"
-grep -qF "resume: warning: the checkpoint's run trained with other settings (its value -> this run's): optim.warmup_steps 2 -> 7; optim.weight_decay 0 -> 0.05; from step 6 on this run trains differently from the interrupted one (resume with its values to continue it)" <<<"$out" ||
-    fail "--resume with optim.warmup_steps and optim.weight_decay changed: $out"
+    --set optim.warmup_steps=7 --set optim.weight_decay=0.05 --set data.augment_flip=true 2>&1) ||
+    fail "--resume with the warmup changed: $out"
+grep -qF "resume: warning: the checkpoint's run trained with other settings (its value -> this run's): optim.warmup_steps 2 -> 7; optim.weight_decay 0 -> 0.05; data.augment_flip false -> true; from step 6 on this run trains differently from the interrupted one (resume with its values to continue it)" <<<"$out" ||
+    fail "--resume with optim.warmup_steps, optim.weight_decay and data.augment_flip changed: $out"
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"

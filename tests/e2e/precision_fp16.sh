@@ -54,9 +54,14 @@ run skip2 2 --set optim.loss_scale=$huge
 run clean2 2
 run resume 2 --set optim.loss_scale=$huge
 run resume 4 --set optim.loss_scale=$huge --resume auto
-# (the scale set again on the resume is not taken: said, where it was silence)
-grep -q "resume: warning: optim.loss_scale ($huge, --set) is the scale an fp16 run starts with; this resume goes on with the checkpoint's, 2.74878e+11" \
-    "$tmp/resume.err" || fail "resume: no warning that optim.loss_scale gave way to the checkpoint's: $(cat "$tmp/resume.err")"
+# (the scale set again on the resume, the run's own: the same command line, as a restart runs it, is no
+# change and not said; another one is not taken: said, where it was silence)
+! grep -q "is the scale an fp16 run starts with" "$tmp/resume.err" ||
+    fail "resume: a warning for the run's own optim.loss_scale: $(cat "$tmp/resume.err")"
+run other 2 --set optim.loss_scale=$huge
+run other 3 --set optim.loss_scale=$((2 * huge)) --resume auto
+grep -q "resume: warning: optim.loss_scale ($((2 * huge)), --set) is the scale an fp16 run starts with; this resume goes on with the checkpoint's, 2.74878e+11" \
+    "$tmp/other.err" || fail "resume: no warning that optim.loss_scale gave way to the checkpoint's: $(cat "$tmp/other.err")"
 # (a scale below 1 shrinks the gradients fp16 stores, silently: said at the start, and once, by rank 0)
 run tiny 1 --set optim.loss_scale=0.001
 [ "$(grep -c "warning: optim.loss_scale 0.001 in fp16 makes the gradients smaller before fp16 stores them" "$tmp/tiny.err")" -eq 1 ] &&
