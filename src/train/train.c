@@ -1826,10 +1826,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                                                    "optim.loss_scale_window",
                                                    "data.augment_flip",
                                                    "data.augment_crop_pad",
-                                                   "dist.grad_dtype"};
+                                                   "dist.grad_dtype",
+                                                   "train.micro_batch_size"};
+                /* (the micro-batch last: its bits are deterministic mode's promise alone, and auto
+                 * picks it by the ranks: elsewhere another one only rounds otherwise) */
+                const int nkeys = (int)(sizeof keys / sizeof keys[0]) - (c->dist.deterministic ? 0 : 1);
                 char changed[1024];
-                if (st_ckpt_config_changes(dir, c, keys, (int)(sizeof keys / sizeof keys[0]), changed,
-                                           sizeof changed) == ST_OK &&
+                if (st_ckpt_config_changes(dir, c, keys, nkeys, changed, sizeof changed) == ST_OK &&
                     changed[0])
                     fprintf(warn,
                             "resume: warning: the checkpoint's run trained with other settings (its value -> "

@@ -173,6 +173,23 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=8 --set train.out_d
     fail "--resume with the warmup changed: $out"
 grep -qF "resume: warning: the checkpoint's run trained with other settings (its value -> this run's): optim.warmup_steps 2 -> 7; optim.weight_decay 0 -> 0.05; data.augment_flip false -> true; from step 6 on this run trains differently from the interrupted one (resume with its values to continue it)" <<<"$out" ||
     fail "--resume with optim.warmup_steps, optim.weight_decay and data.augment_flip changed: $out"
+# In deterministic mode another micro-batch is said too (its bits are the
+# mode's promise, and auto picks it by the rank count: 48 on 1 rank, 16 on
+# 3); elsewhere it only rounds otherwise, and is not
+for det in true false; do
+    rm -rf "$tmp/det"
+    timeout 60 "$bin" train "${args[@]}" --quiet --set dist.deterministic=$det --set train.batch_size=16 \
+        --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$tmp/det" || fail "deterministic $det: the run"
+    out=$(timeout 60 "$bin" train "${args[@]}" --set dist.deterministic=$det --set train.batch_size=16 \
+        --set train.micro_batch_size=8 --set train.steps=4 --set train.out_dir="$tmp/det" --resume "$tmp/det/ckpt/step-2" 2>&1) ||
+        fail "deterministic $det: the resume: $out"
+    if [ $det = true ]; then
+        grep -qF "(its value -> this run's): train.micro_batch_size 16 -> 8; from step 2 on" <<<"$out" ||
+            fail "deterministic: another micro-batch on resume not said: $out"
+    else
+        ! grep -q "train.micro_batch_size 16 -> 8" <<<"$out" || fail "not deterministic: another micro-batch said: $out"
+    fi
+done
 out=$(timeout 60 "$bin" train "${args[@]}" --quiet --set train.steps=12 --set train.out_dir="$tmp/into" \
     --resume "$tmp" 2>&1) && fail "--resume of a directory without checkpoints ran"
 grep -q "not a checkpoint: --resume takes auto" <<<"$out" || fail "--resume $tmp: no clear error: $out"
