@@ -1261,8 +1261,9 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     }
     if (latest >= 0 && !*found && fatal == ST_OK) {
         snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
-        *found = good_one(cand, ckdir, comm, &fatal, who, log, st, dir, size, first, sizeof first,
-                          "the latest checkpoint is damaged");
+        char what[320] = "the latest checkpoint is damaged"; /* (or not there at all: `latest` stale) */
+        if (!st_path_is_dir(cand)) snprintf(what, sizeof what, "latest names %s, which is not there", name);
+        *found = good_one(cand, ckdir, comm, &fatal, who, log, st, dir, size, first, sizeof first, what);
     } else if (latest < 0 && log) {
         DIR *d = opendir(ckdir);
         if (d) {

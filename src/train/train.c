@@ -1849,14 +1849,23 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     "had %lld: the data changed (shards added or removed?), so this epoch's order differs "
                     "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
                     c->data.train, (long long)ses->train.n, (long long)ck.samples);
-            else if (ck.data_crc && data_crc && ck.data_crc != data_crc && warn)
-                fprintf(warn,
-                        "resume: warning: data.train (%s) holds other data than the run that wrote the "
-                        "checkpoint "
-                        "trained on (the same %lld samples, but their contents differ: CRC32 %08x then, %08x "
-                        "now): the resumed run trains on the new data; if that is not meant, give data.train "
-                        "the data it had\n",
-                        c->data.train, (long long)ses->train.n, (unsigned)ck.data_crc, (unsigned)data_crc);
+            else if (ck.data_crc && data_crc && ck.data_crc != data_crc && warn) {
+                /* (the checksum covers the labels too: either file may be the one changed) */
+                const bool labels = ses->train.kind != ST_DATA_TOKENS && c->data.train_labels[0];
+                char files[2 * ST_CFG_STR + 64];
+                if (labels)
+                    snprintf(files, sizeof files, "data.train and data.train_labels (%s, %s) hold",
+                             c->data.train, c->data.train_labels);
+                else
+                    snprintf(files, sizeof files, "data.train (%s) holds", c->data.train);
+                fprintf(
+                    warn,
+                    "resume: warning: %s other data than the run that wrote the checkpoint trained on (the "
+                    "same %lld samples, but their contents differ: CRC32 %08x then, %08x now): the resumed "
+                    "run trains on the new data; if that is not meant, give %s the data it had\n",
+                    files, (long long)ses->train.n, (unsigned)ck.data_crc, (unsigned)data_crc,
+                    labels ? "them" : "data.train");
+            }
             ck.samples = ses->train.n;
             ck.data_crc = data_crc;
             if (sc.enabled && ck.loss_scale > 0) { /* the scaler goes on where it was */

@@ -79,6 +79,14 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 -
     --quiet 2>&1) || fail "decay: resumed at 3 to 12: $out"
 grep -qF "resume: warning: the checkpoint's run was set to 6 steps and this one to 12 (train.steps): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 3 at 0.000853553, where that run's plan had 0.0005 (to follow its plan, resume with train.steps: 6; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
     fail "decay: resumed at step 3 of 6 as 12: $out"
+# `latest` naming a step not there (the folder removed by hand): said so, not
+# "damaged", and the newest good checkpoint taken
+cp -r "$d/cut" "$d/stale" && echo step-50 >"$d/stale/ckpt/latest"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 --set train.out_dir="$d/stale" --resume auto \
+    2>&1) || fail "latest naming a step not there: $out"
+grep -q "^resume: latest names step-50, which is not there" <<<"$out" &&
+    grep -q "^resume: falling back to $d/stale/ckpt/step-12$" <<<"$out" ||
+    fail "latest naming a step not there: $(grep -E "^resume" <<<"$out")"
 # --resume naming a run's out_dir, its checkpoint folder or `latest` (another
 # run's, into a new out_dir): that run's latest good checkpoint, as auto takes
 # its own; the same bytes as 12 steps in one go.

@@ -153,7 +153,7 @@ timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set 
 cp "$tmp/dim_x.npy" "$tmp/mut_x.npy"
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set data.val= --set train.steps=6 \
     --set train.out_dir="$tmp/mut" --resume auto --quiet 2>&1) || fail "the resume on changed data: $o"
-grep -qF "resume: warning: data.train ($tmp/mut_x.npy) holds other data than the run that wrote the checkpoint trained on (the same 256 samples, but their contents differ" <<<"$o" ||
+grep -qF "resume: warning: data.train and data.train_labels ($tmp/mut_x.npy, $tmp/train_y.npy) hold other data than the run that wrote the checkpoint trained on (the same 256 samples, but their contents differ" <<<"$o" ||
     fail "the resume on changed data: no warning: $o"
 o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/mut_x.npy" --set data.val= --set train.steps=8 \
     --set train.out_dir="$tmp/mut" --resume auto --quiet 2>&1) || fail "the resume on the same data: $o"
