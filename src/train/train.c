@@ -2731,6 +2731,13 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         fprintf(ses.out, "\n");
     }
     const int64_t ran = res->steps - res->start_step;
+    if (ses.rank == 0 && opts->quiet && res->steps > 0 && res->steps == res->start_step && opts->save)
+        /* (said with --quiet too, on standard error: the weights written are the checkpoint's) */
+        fprintf(
+            stderr,
+            "scaletrain: note: nothing to train: the checkpoint is at step %lld of train.steps %lld (raise "
+            "train.steps to train on); model.safetensors holds its weights\n",
+            (long long)res->steps, (long long)cfg->train.steps);
     if (ses.rank == 0 && ran > 0 && res->skipped_steps_here == ran) /* (said with --quiet too: nothing trained) */
         fprintf(stderr,
                 "scaletrain: warning: every one of this run's %lld steps was skipped: its fp16 gradients "

@@ -87,6 +87,11 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 -
 grep -q "^resume: latest names step-50, which is not there" <<<"$out" &&
     grep -q "^resume: falling back to $d/stale/ckpt/step-12$" <<<"$out" ||
     fail "latest naming a step not there: $(grep -E "^resume" <<<"$out")"
+# (with --quiet, a resume with nothing to train says so on standard error: its weights are the checkpoint's)
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=6 --set train.out_dir="$d/stale" --resume auto \
+    --quiet 2>&1 >/dev/null) || fail "nothing to train, quiet: $out"
+grep -qx "scaletrain: note: nothing to train: the checkpoint is at step 12 of train.steps 6 (raise train.steps to train on); model.safetensors holds its weights" <<<"$out" ||
+    fail "nothing to train, quiet: $out"
 # --resume naming a run's out_dir, its checkpoint folder or `latest` (another
 # run's, into a new out_dir): that run's latest good checkpoint, as auto takes
 # its own; the same bytes as 12 steps in one go.
