@@ -159,6 +159,7 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
         if (st != ST_OK) {
             st_eval_device_free(s->eval_dev);
             s->eval_dev = NULL;
+            st_eval_agree_failed(s, st, B); /* (the others' first agreement, where every share ends) */
             return st;
         }
     }
@@ -167,19 +168,28 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     if (!idx)
         st = st_fail(ST_ERR_NOMEM, "out of host memory for the evaluation batch's %lld sample indices",
                      (long long)B);
-    int64_t valid = 0, correct = 0, b = 0;
+    int64_t valid = 0, correct = 0, b = 0; /* b: the batches queued (those after a stop or error are not) */
     mg->g.training = false;
     st_eval_progress ep; /* (batches queued: the device is at most two behind) */
     st_eval_progress_init(&ep, s->out, s->eval_bar, (n - lo + B - 1) / B);
-    for (int64_t start = lo; start < n && st == ST_OK; start += B, b++) {
-        st_eval_test_mark(s, b);
+    const int64_t common = st_session_eval_common(s, B);
+    for (int64_t start = lo, at = 0; start < n; start += B, at++) { /* at: this rank's batch */
+        bool end;
+        const st_status a = st_eval_agree(s, at, common, st != ST_OK || sums->stopped, &end);
+        if (a != ST_OK && st == ST_OK) st = a;
+        if (a != ST_OK || end) break;
+        if (st != ST_OK || sums->stopped) { /* (to the next agreement, if any: every rank joins it) */
+            if (at >= common) break;
+            continue;
+        }
+        st_eval_test_mark(s, at);
         if (st_session_stop_signal(s)) { /* (the batches queued are settled below) */
             sums->stopped = true;
-            break;
+            continue;
         }
         slot *sl = &e->s[b % NSLOT];
         st = settle(e, sl, classes, &correct); /* batch b - 2 */
-        if (st != ST_OK) break;
+        if (st != ST_OK) continue;
         const int64_t cnt = n - start < B ? n - start : B;
         for (int64_t i = 0; i < cnt; i++)
             idx[i] = start + i;
@@ -187,14 +197,15 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
         st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->dtype == ST_F32 ? sl->x : NULL,
                               mg->x->dtype == ST_F32 ? NULL : sl->x, sl->y);
         st_watch_end(s->read_watch);
-        if (st != ST_OK) break;
+        if (st != ST_OK) continue;
         int64_t v = 0, unused = 0;
         st_eval_count(sl->y, NULL, cnt * per, 0, &v, &unused);
         st = queue_batch(e, mg, sl, b > 0 ? &e->s[(b - 1) % NSLOT] : NULL, b, v);
-        if (st != ST_OK) break;
+        if (st != ST_OK) continue;
         sl->rows = cnt * per;
         valid += v;
-        st_eval_progress_step(&ep, b + 1);
+        b++;
+        st_eval_progress_step(&ep, at + 1);
     }
     /* the last two batches, in order; then the loss, read once */
     for (int64_t k = b - 2 < 0 ? 0 : b - 2; k < b && st == ST_OK; k++)

@@ -1052,11 +1052,53 @@ void st_session_eval_share(const st_session *s, int64_t B, int64_t *lo, int64_t 
     *hi = b1 * B < n ? b1 * B : n;
 }
 
+int64_t st_session_eval_common(const st_session *s, int64_t B) {
+    if (!s->eval_shared || s->world <= 1) return 0;
+    const int64_t n = st_session_eval_count(s, B), nb = (n + B - 1) / B;
+    return nb / s->world; /* (the shares are nb / W batches, or one more) */
+}
+
+st_status st_eval_agree(st_session *s, int64_t b, int64_t common, bool mine, bool *end) {
+    *end = false;
+    if (b <= 0 || b % ST_EVAL_AGREE_EVERY != 0 || b >= common) return ST_OK;
+    float f = mine ? 1.0f : 0.0f;
+    ST_TRY(st_comm_all_reduce_sync(s->comm, &f, &f, 1, ST_COMM_F32, ST_COMM_MAX,
+                                   "evaluation: a stop or failure"));
+    *end = f > 0;
+    return ST_OK;
+}
+
+void st_eval_agree_failed(st_session *s, st_status failed, int64_t B) {
+    st_error_kept kept; /* (the failure's message stays the one said; a broken communicator's the
+                         * evaluation's own all-reduce meets too) */
+    st_error_keep(&kept, failed);
+    bool end;
+    (void)st_eval_agree(s, ST_EVAL_AGREE_EVERY, st_session_eval_common(s, B), true, &end);
+    (void)st_error_restore(&kept);
+}
+
 void st_eval_test_mark(const st_session *s, int64_t batch) {
-    const char *v = getenv("SCALETRAIN_TEST_EVAL_MARK"), *colon = v ? strrchr(v, ':') : NULL;
-    if (!colon || colon == v || batch != atoll(colon + 1)) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%.*s", (int)(colon - v), v);
+    const char *v = getenv("SCALETRAIN_TEST_EVAL_MARK");
+    char spec[4096], path[4096] = "";
+    for (const char *at = v; at && *at && !path[0];) { /* FILE:B or FILE:B:R, comma-separated */
+        const char *comma = strchr(at, ',');
+        const size_t len = comma ? (size_t)(comma - at) : strlen(at);
+        snprintf(spec, sizeof spec, "%.*s", (int)len, at);
+        at = comma ? comma + 1 : NULL;
+        char *c1 = strrchr(spec, ':');
+        if (!c1 || c1 == spec) continue;
+        *c1 = '\0';
+        long long b = atoll(c1 + 1), r = -1;
+        char *c0 = strrchr(spec, ':');
+        if (c0 && c0 != spec && c0[1] >= '0' && c0[1] <= '9' &&
+            strspn(c0 + 1, "0123456789") == strlen(c0 + 1)) {
+            r = b;
+            b = atoll(c0 + 1);
+            *c0 = '\0';
+        }
+        if (b == batch && (r < 0 || r == s->rank)) snprintf(path, sizeof path, "%s", spec);
+    }
+    if (!path[0]) return;
     FILE *f = fopen(path, "w");
     if (f) fclose(f);
     for (int i = 0; i < 6000 && !st_session_stop_signal(s); i++) { /* (the flag, every 10 ms) */
@@ -1082,11 +1124,20 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     const int64_t per = mg->y->count / B; /* targets per sample */
     st_eval_progress ep;
     st_eval_progress_init(&ep, s->out, s->eval_bar, (hi - lo + B - 1) / B);
-    for (int64_t start = lo, b = 0; start < hi && st == ST_OK; start += B, b++) {
+    const int64_t common = st_session_eval_common(s, B);
+    for (int64_t start = lo, b = 0; start < hi; start += B, b++) {
+        bool end;
+        const st_status a = st_eval_agree(s, b, common, st != ST_OK || sums->stopped, &end);
+        if (a != ST_OK && st == ST_OK) st = a;
+        if (a != ST_OK || end) break;
+        if (st != ST_OK || sums->stopped) { /* (to the next agreement, if any: every rank joins it) */
+            if (b >= common) break;
+            continue;
+        }
         st_eval_test_mark(s, b);
         if (st_session_stop_signal(s)) {
             sums->stopped = true;
-            break;
+            continue;
         }
         int64_t cnt = hi - start < B ? hi - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
@@ -1094,7 +1145,7 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
         st = st_dataset_batch(d, idx, cnt, B, ST_IGNORE_INDEX, mg->x->data, mg->x->idata, mg->y->idata);
         st_watch_end(s->read_watch);
         if (st == ST_OK) st = st_graph_forward(&mg->g);
-        if (st != ST_OK) break;
+        if (st != ST_OK) continue;
         const float batch_loss = *mg->loss->data;
         int64_t v = 0;
         /* (an accuracy for images alone: a gpt's argmax over B x T x V would go unused) */
@@ -1143,6 +1194,7 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
         }
         pre = b; /* (carried to the evaluation's agreement below, which every rank joins) */
     }
+    if (pre != ST_OK) st_eval_agree_failed(s, pre, s->eval_graph.batch);
     st_status st = pre != ST_OK ? pre : s->dev ? st_eval_device(s, lo, hi, &e) : evaluate_host(s, lo, hi, &e);
     if (s->eval_shared && s->world > 1) {
         /* Every rank learns whether each evaluated its share; a failed one

@@ -61,6 +61,7 @@ typedef struct st_session {
     st_status last_ckpt_err;  /* the checkpoint of the run's last step failed (every rank knows): the final
                                * evaluation and weights are made all the same, then this is returned */
     char last_ckpt_why[8192]; /* ... its message (train.c save_failed) */
+    int read_stop_signal;     /* ... the signal the ranks agreed on there (agree_read: the largest) */
     bool read_stopped; /* a stop ended this rank's wait on a training batch that did not come (loader.h
                           ST_LOADER_STOP_GRACE_S): saved as after a failed read (train.c rescue) */
     bool agreed_read;  /* ... and it is a read (a training or validation batch) some rank could not make: the
@@ -119,10 +120,31 @@ st_status st_session_close(st_session *s);
  * it from the sums' all-reduce), with no result. */
 st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, bool *has_accuracy);
 
+/* A shared evaluation's ranks agree every ST_EVAL_AGREE_EVERY batches of
+ * their shares (while every rank has batches there) whether one of them was
+ * stopped or failed, and all end there if so: a stop that reached some
+ * ranks only (one node's) ends every share at once, not when the others'
+ * shares end. st_eval_agree is that point of the loops (host and device):
+ * *end, every rank alike; `mine`: this rank stopped or failed. Ranks that
+ * stopped or failed skip their batches' work until the next point (or the
+ * last one's passing), so that each joins every agreement. */
+enum { ST_EVAL_AGREE_EVERY = 8 };
+/* The batches every rank's share has (the shortest share), or 0 when the
+ * evaluation is not shared: the agreements are below it. */
+int64_t st_session_eval_common(const st_session *s, int64_t B);
+/* At this rank's batch b of its share: an agreement when one is due
+ * (b > 0, a multiple of ST_EVAL_AGREE_EVERY, below common); else *end =
+ * false. A failed all-reduce is returned. */
+st_status st_eval_agree(st_session *s, int64_t b, int64_t common, bool mine, bool *end);
+/* A rank that fails before its loop (its buffers, rank 0's statistics):
+ * it joins the first agreement, as failed, where every share then ends. */
+void st_eval_agree_failed(st_session *s, st_status failed, int64_t B);
+
 /* For tests of a stop during an evaluation: SCALETRAIN_TEST_EVAL_MARK=FILE:B
  * makes FILE when an evaluation reaches batch B of this rank's share, and
  * waits there until a stop is asked (a minute at most), so that a test's
- * signal comes during the evaluation, neither before nor after it. */
+ * signal comes during the evaluation, neither before nor after it.
+ * FILE:B:R holds rank R alone; several, comma-separated. */
 void st_eval_test_mark(const st_session *s, int64_t batch);
 
 /* The samples an evaluation in batches of B covers: the validation set, or

@@ -19,6 +19,10 @@
 # (e) 2 ranks under launch, the stop passed to both during their shares of
 #     the step-2 evaluation: exit 143, said once, checkpoint of step 2; the
 #     resumed run makes that evaluation first.
+# (h) 2 ranks, the stop reaching rank 1 alone (one node's, say), held at
+#     batch 3 of its share: rank 0, not signalled, ends its share at the
+#     ranks' next agreement (every 8 batches), not at its end (it is marked
+#     at its batch 40, which it must not reach); exit 143, step 2 saved.
 # (f) with a progress bar (log.progress on), an evaluation of a second or
 #     more draws "eval: N/M batches" in place and erases it before its line.
 # (g) `scaletrain eval` stopped: at its next batch, exit 143, said once, on
@@ -133,6 +137,35 @@ if command -v mpirun >/dev/null 2>&1; then
 else
     echo "(e) skipped: no mpirun"
 fi
+# (h)
+rank_pid() { # R OUT_DIR: the pid of rank R of the run writing OUT_DIR
+    local p
+    for p in $(pgrep -f "train.out_dir=$2"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+if command -v mpirun >/dev/null 2>&1; then
+    SCALETRAIN_TEST_EVAL_MARK="$tmp/h.mark:3:1,$tmp/h.ahead:40:0" timeout -k 10 120 "$bin" launch -n 2 "${args[@]}" \
+        --set train.steps=20 --set train.eval_every=2 --set train.out_dir="$tmp/h" >"$tmp/h.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1200); do [ -e "$tmp/h.mark" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+    r1=$(rank_pid 1 "$tmp/h")
+    if [ -e "$tmp/h.mark" ] && [ -n "$r1" ]; then
+        kill -TERM "$r1"
+        wait $pid; rc=$?
+        [ $rc -eq 143 ] && [ ! -e "$tmp/h.ahead" ] &&
+            [ "$(grep -c "stopped by SIGTERM after step 2 of 20 (during its evaluation, which the resumed run makes first), checkpoint saved to $tmp/h/ckpt/step-2" "$tmp/h.log")" -eq 1 ] &&
+            [ "$(cat "$tmp/h/ckpt/latest" 2>/dev/null)" = step-2 ] ||
+            fail "(h) a stop of rank 1 alone during the evaluation: exit $rc, rank 0 at its batch 40: $([ -e "$tmp/h.ahead" ] && echo yes || echo no): $(grep -E "stopped|error" "$tmp/h.log")"
+        [ "$fails" -ne 0 ] || echo "(h) a stop of rank 1 alone: rank 0 ended its share at their next agreement; exit 143, step 2 saved"
+    else
+        fail "(h) rank 1 never reached its evaluation's batch 3 (pid '$r1'): $(tail -n 3 "$tmp/h.log")"
+        kill -KILL $pid 2>/dev/null
+        wait $pid
+    fi
+fi
+
 # (f) (on the emulated GPU a batch takes about 60 ms: 40 of them)
 fb=1000
 [ "${ST_STOP_EVAL_DEVICE:-cpu}" = cpu ] || fb=40
