@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "core/ticker.h"
 
 struct st_watchdog {
@@ -85,13 +86,14 @@ static void say_stop_wait(st_watchdog *w, const st_comm_req *r, double waited, d
     char what[256], msg[3072];
     st_comm_describe(r, what, sizeof what);
     const int sig = atomic_load_explicit((const atomic_int *)c->stop, memory_order_relaxed);
+    char name[16];
     snprintf(
         msg, sizeof msg,
-        "scaletrain: rank %d of %d (host %s, pid %d): asked to stop (signal %d), but %s has waited %.0f s "
+        "scaletrain: rank %d of %d (host %s, pid %d): asked to stop (%s), but %s has waited %.0f s "
         "for the other ranks: a rank may have ended (a node lost, a process killed); this rank waits "
         "until the watchdog ends the job, %.0f s into the wait (%s), or the job is killed; --resume auto "
         "continues from the last checkpoint\n%s",
-        c->rank, c->size, c->host, (int)getpid(), sig, what, waited, limit,
+        c->rank, c->size, c->host, (int)getpid(), st_signal_name(sig, name), what, waited, limit,
         r->limit_s > 0 && r->knob ? r->knob : "dist.timeout_s", missing);
     st_ticker_say(msg);
 }

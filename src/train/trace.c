@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/atomic_file.h"
 #include "dist/agree.h"
@@ -478,11 +479,18 @@ void st_trace_keep_earlier(const char *out_dir, int64_t before, char *kept, size
         a < 1 || b < a || b > before)
         return;
     snprintf(to, sizeof to, "%s/trace-steps-%lld-%lld.json", out_dir, a, b);
-    if (rename(path, to) != 0) {
-        fprintf(stderr,
+    /* A second name for it (the new trace.json then replaces the first
+     * alone: a write that fails leaves both); where the file system has no
+     * links, renamed. (An older trace of the same steps is replaced.) */
+    if (link(path, to) != 0) {
+        if (errno == EEXIST) (void)unlink(to);
+        if (link(path, to) != 0 && rename(path, to) != 0) {
+            fprintf(
+                stderr,
                 "scaletrain: warning: cannot keep the earlier trace %s as %s (this run's replaces it): %s\n",
                 path, to, strerror(errno));
-        return;
+            return;
+        }
     }
     snprintf(kept, n, "%s", to);
 }

@@ -163,8 +163,9 @@ void st_trace_span(void *ctx, const char *what, bool end, double flops);
 st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool write);
 /* Before a resumed run writes its trace (rank 0): out_dir/trace.json, an
  * earlier part of the run's (its otherData's first_step and last_step, A and
- * B, at most `before`), renamed to out_dir/trace-steps-A-B.json, so that
- * the new one does not replace it; the new name in kept ("" where nothing
+ * B, at most `before`), linked as out_dir/trace-steps-A-B.json (renamed
+ * where the file system has no links), so that the new one does not
+ * replace it; the new name in kept ("" where nothing
  * was kept: no file, or none of this run's). A failed rename is a warning
  * on standard error. */
 void st_trace_keep_earlier(const char *out_dir, int64_t before, char *kept, size_t n);

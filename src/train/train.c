@@ -296,9 +296,9 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
          * whatever then lies at that path) */
         char prev[4200];
         snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
-        const char *opt = elsewhere && st_path_within(from, prev)                            ? "--resume"
-                          : ses->rank == 0 && opts->init && st_path_within(opts->init, prev) ? "--init"
-                                                                                             : NULL;
+        const char *opt = elsewhere && st_path_within(from, prev)                           ? "--resume"
+                          : !opts->resume && opts->init && st_path_within(opts->init, prev) ? "--init"
+                                                                                            : NULL;
         if (opt)
             s = st_fail(ST_ERR_CONFIG,
                         "%s %s names a checkpoint in %s, but train.out_dir %s holds %s (in %s/ckpt), which "
@@ -1214,6 +1214,7 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
     ses->agreed_error = ses->agreed_read = true;
     if (v[0] == 0) { /* stops alone: every rank's, its finished steps saved (rescue) */
         ses->read_stopped = true;
+        ses->read_stop_signal = (int)v[2];
         if (stopped) return st_fail(s, "%s", why);
         char name[16];
         return st_fail(ST_ERR_INTERRUPTED,
@@ -2265,7 +2266,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (s != ST_OK) goto fail; /* (a shared evaluation's failure: every rank has it) */
             st_trace_end(trace, &mark);
         }
-        if (sample_due) {
+        if (sample_due && !eval_cut) { /* (a stop cut the evaluation short: every rank stops below) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "sample", "sample");
             st_status fault = ST_OK;
             ST_GOTO(
@@ -2472,6 +2473,8 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     r->checkpoint[0] ? ", checkpoint saved to " : "", r->checkpoint);
     }
 fail:
+    if (s == ST_ERR_INTERRUPTED && !r->stop_signal)
+        r->stop_signal = ses->read_stop_signal; /* (agree_read's) */
     s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, &ls, r);
     if (s != ST_OK && s != ST_ERR_INTERRUPTED && gm.dev) { /* what the driver saw on the GPU, if anything */
         char xids[1024], why[4096];
@@ -2662,6 +2665,9 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             if (s == ST_OK) snprintf(wrote, sizeof wrote, "%s", path);
         }
     }
+    /* (a stop during the final evaluation: every rank learns whether rank 0's weights were written
+     * before it says how it ended, so that they end alike) */
+    if (ev_stopped && ev == ST_OK) s = agree_outcome(&ses, s, "the final weights");
     /* The error said: the last step's checkpoint's first, then the
      * evaluation's, then where the weights are or what failed after it. */
     if (ses.last_ckpt_err != ST_OK) {
