@@ -97,6 +97,15 @@ atomic_int *st_cli_catch_stops(void);
  * schedulers and launchers), "stopping at the end of this step": set before the
  * signals come; "" says nothing. */
 void st_cli_stop_ack(const char *line);
+/* A run's stops (train, eval): the signals caught into opts->stop, and the
+ * first Ctrl-C acknowledged with `line` by rank 0 alone under a launcher
+ * (the others' lines would repeat it). */
+void st_cli_run_stops(st_run_opts *opts, const char *line);
+/* The exit of a run a stop ended (ST_ERR_INTERRUPTED): its message said
+ * (bounded, as st_cli_error's; a stop the ranks agreed on by rank 0 alone:
+ * res->stop_said), and 128 + the ranks' agreed signal (this rank's own
+ * where none was agreed, SIGTERM where neither is known). */
+int st_cli_run_stopped(const st_run_result *res, const st_run_opts *opts);
 /* The last line of text that starts with '{' (text is cut into lines), or NULL. */
 const char *st_cli_last_json_line(char *text);
 /* st_hw_probe (hw/probe.h) under a stall watch of train.device_timeout_s:

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/launcher.h"
+#include "core/ticker.h"
+#include "scaletrain/status.h"
 
 /* The one global: a signal handler can only reach a flag. A lock-free atomic,
  * not a volatile sig_atomic_t: the handler may run on a thread of MPI's
@@ -69,4 +72,20 @@ atomic_int *st_cli_catch_stops(void) {
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL); /* (a second, a second later, ends the process: on_signal) */
     return &stop_signal;
+}
+
+void st_cli_run_stops(st_run_opts *opts, const char *line) {
+    opts->stop = st_cli_catch_stops();
+    const char *rank = st_launcher_rank();
+    if (!rank || !strcmp(rank, "0")) st_cli_stop_ack(line);
+}
+
+int st_cli_run_stopped(const st_run_result *res, const st_run_opts *opts) {
+    char line[4096];
+    snprintf(line, sizeof line, "scaletrain: %s\n", st_last_error());
+    if (!res->stop_said) st_ticker_say(line);
+    const int sig = res->stop_signal ? res->stop_signal
+                    : opts->stop     ? atomic_load_explicit(opts->stop, memory_order_relaxed)
+                                     : 0;
+    return 128 + (sig ? sig : SIGTERM);
 }

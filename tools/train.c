@@ -14,38 +14,20 @@
  * process at once (the previous checkpoint stays whole), where it comes a
  * second or more after the first: the same one twice within a second is one
  * request sent twice (`timeout -s INT` signals its child, then its group). */
-#include <signal.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "cli.h"
-#include "core/launcher.h"
-#include "core/ticker.h"
 
 int st_cmd_train(int argc, char **argv) {
     st_config cfg;
     st_run_opts opts = {.save = true};
     int rc = st_cli_run_args("train", argc, argv, &cfg, &opts);
     if (rc >= 0) return rc;
-    opts.stop = st_cli_catch_stops(); /* (the signals and their rules: cli.h) */
-    /* (rank 0's alone under a launcher: the others' lines would repeat it) */
-    const char *rank = st_launcher_rank();
-    if (!rank || !strcmp(rank, "0"))
-        st_cli_stop_ack("scaletrain: stopping at the end of this step (or evaluation batch), saving what was "
-                        "trained; Ctrl-C "
-                        "again, a second from now, ends the run at once without saving\n");
+    st_cli_run_stops(&opts,
+                     "scaletrain: stopping at the end of this step (or evaluation batch), saving what "
+                     "was trained; Ctrl-C again, a second from now, ends the run at once without saving\n");
     st_run_result res;
     st_status s = st_train(&cfg, &opts, &res);
-    if (s == ST_ERR_INTERRUPTED) {
-        char line[4096];
-        snprintf(line, sizeof line, "scaletrain: %s\n", st_last_error());
-        /* (bounded, as st_cli_error: the job may be ending because its storage hung; a stop all the
-         * ranks agreed on is said by rank 0 alone) */
-        if (!res.stop_said) st_ticker_say(line);
-        /* (the ranks' agreed signal: a rank the signal did not reach exits as the others) */
-        const int sig =
-            res.stop_signal ? res.stop_signal : atomic_load_explicit(opts.stop, memory_order_relaxed);
-        return 128 + (sig ? sig : SIGTERM);
-    }
+    if (s == ST_ERR_INTERRUPTED) return st_cli_run_stopped(&res, &opts);
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
 }
