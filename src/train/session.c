@@ -1099,8 +1099,13 @@ void st_eval_test_mark(const st_session *s, int64_t batch) {
         if (b == batch && (r < 0 || r == s->rank)) snprintf(path, sizeof path, "%s", spec);
     }
     if (!path[0]) return;
-    FILE *f = fopen(path, "w");
-    if (f) fclose(f);
+    char tmp[4200]; /* (FILE holds this process's pid, whole once it exists: the rank a test signals) */
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        if (fclose(f) == 0) (void)rename(tmp, path);
+    }
     for (int i = 0; i < 6000 && !st_session_stop_signal(s); i++) { /* (the flag, every 10 ms) */
         struct timespec t = {0, 10 * 1000000L};
         while (nanosleep(&t, &t) != 0) {

@@ -144,7 +144,8 @@ void st_eval_agree_failed(st_session *s, st_status failed, int64_t B);
  * makes FILE when an evaluation reaches batch B of this rank's share, and
  * waits there until a stop is asked (a minute at most), so that a test's
  * signal comes during the evaluation, neither before nor after it.
- * FILE:B:R holds rank R alone; several, comma-separated. */
+ * FILE:B:R holds rank R alone; several, comma-separated. FILE holds the
+ * pid of the process that made it. */
 void st_eval_test_mark(const st_session *s, int64_t batch);
 
 /* The samples an evaluation in batches of B covers: the validation set, or

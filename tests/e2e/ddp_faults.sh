@@ -137,7 +137,7 @@ if start stopwait; then
     kill -STOP "$r1"
     kill -TERM "$r0"; t0=$SECONDS
     for i in $(seq 1 200); do # at most ~20 s
-        grep -q "asked to stop (signal 15), but" "$tmp/stopwait/log" && break
+        grep -q "asked to stop (SIGTERM), but" "$tmp/stopwait/log" && break
         sleep 0.1
     done
     kill -CONT "$r1"
@@ -145,7 +145,7 @@ if start stopwait; then
     out=$(cat "$tmp/stopwait/log")
     echo "--- stopwait: exit $rc, $((SECONDS - t0))s after the stop; the messages:"
     grep -E "scaletrain:" <<<"$out" | sed 's/^/    /'
-    grep -qE "scaletrain: rank 0 of 2 \(host [^)]*\): asked to stop \(signal 15\), but (all-reduce|broadcast|all-gather|reduce-scatter) '[^']+' \(seq [0-9]+, step [0-9]+.* has waited [0-9]+ s for the other ranks: a rank may have ended" <<<"$out" &&
+    grep -qE "scaletrain: rank 0 of 2 \(host [^)]*\): asked to stop \(SIGTERM\), but (all-reduce|broadcast|all-gather|reduce-scatter) '[^']+' \(seq [0-9]+, step [0-9]+.* has waited [0-9]+ s for the other ranks: a rank may have ended" <<<"$out" &&
         grep -qE "rank 0: rank 1 \(pid $r1, this node\)" <<<"$out" || fail "stopwait: the wait is not said: $out"
     [ "$rc" -ne 124 ] || fail "stopwait: the job hung after rank 1 resumed"
     for p in $r0 $r1; do e2e_gone "$p" || fail "stopwait: rank pid $p is still there"; done

@@ -138,19 +138,12 @@ else
     echo "(e) skipped: no mpirun"
 fi
 # (h)
-rank_pid() { # R OUT_DIR: the pid of rank R of the run writing OUT_DIR
-    local p
-    for p in $(pgrep -f "train.out_dir=$2"); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
-    done
-    return 1
-}
 if command -v mpirun >/dev/null 2>&1; then
     SCALETRAIN_TEST_EVAL_MARK="$tmp/h.mark:3:1,$tmp/h.ahead:40:0" timeout -k 10 120 "$bin" launch -n 2 "${args[@]}" \
         --set train.steps=20 --set train.eval_every=2 --set train.out_dir="$tmp/h" >"$tmp/h.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 1200); do [ -e "$tmp/h.mark" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; done
-    r1=$(rank_pid 1 "$tmp/h")
+    r1=$(cat "$tmp/h.mark" 2>/dev/null) # (the pid of the rank that made it: rank 1)
     if [ -e "$tmp/h.mark" ] && [ -n "$r1" ]; then
         kill -TERM "$r1"
         wait $pid; rc=$?
