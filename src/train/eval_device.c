@@ -174,19 +174,11 @@ st_status st_eval_device(st_session *s, int64_t lo, int64_t hi, st_eval_sums *su
     st_eval_progress_init(&ep, s->out, s->eval_bar, (n - lo + B - 1) / B);
     const int64_t common = st_session_eval_common(s, B);
     for (int64_t start = lo, at = 0; start < n; start += B, at++) { /* at: this rank's batch */
-        bool end;
-        const st_status a = st_eval_agree(s, at, common, st != ST_OK || sums->stopped, &end);
-        if (a != ST_OK && st == ST_OK) st = a;
-        if (a != ST_OK || end) break;
-        if (st != ST_OK || sums->stopped) { /* (to the next agreement, if any: every rank joins it) */
-            if (at >= common) break;
-            continue;
-        }
-        st_eval_test_mark(s, at);
-        if (st_session_stop_signal(s)) { /* (the batches queued are settled below) */
-            sums->stopped = true;
-            continue;
-        }
+        /* (after a stop or an error the batches queued are settled below) */
+        const st_eval_next next = st_eval_batch_begin(s, at, common, &st, &sums->stopped);
+        if (next == ST_EVAL_END) break;
+        if (next == ST_EVAL_SKIP) continue;
+        ST_INVARIANT(idx, "an evaluation batch run without its indices"); /* (a batch runs while st is OK) */
         slot *sl = &e->s[b % NSLOT];
         st = settle(e, sl, classes, &correct); /* batch b - 2 */
         if (st != ST_OK) continue;

@@ -1058,7 +1058,9 @@ int64_t st_session_eval_common(const st_session *s, int64_t B) {
     return nb / s->world; /* (the shares are nb / W batches, or one more) */
 }
 
-st_status st_eval_agree(st_session *s, int64_t b, int64_t common, bool mine, bool *end) {
+/* The agreement at this rank's batch b, when one is due: *end, every rank
+ * alike; `mine`: this rank stopped or failed. */
+static st_status eval_agree(st_session *s, int64_t b, int64_t common, bool mine, bool *end) {
     *end = false;
     if (b <= 0 || b % ST_EVAL_AGREE_EVERY != 0 || b >= common) return ST_OK;
     float f = mine ? 1.0f : 0.0f;
@@ -1073,8 +1075,23 @@ void st_eval_agree_failed(st_session *s, st_status failed, int64_t B) {
                          * evaluation's own all-reduce meets too) */
     st_error_keep(&kept, failed);
     bool end;
-    (void)st_eval_agree(s, ST_EVAL_AGREE_EVERY, st_session_eval_common(s, B), true, &end);
+    (void)eval_agree(s, ST_EVAL_AGREE_EVERY, st_session_eval_common(s, B), true, &end);
     (void)st_error_restore(&kept);
+}
+
+st_eval_next st_eval_batch_begin(st_session *s, int64_t at, int64_t common, st_status *st, bool *stopped) {
+    bool end;
+    const st_status a = eval_agree(s, at, common, *st != ST_OK || *stopped, &end);
+    if (a != ST_OK && *st == ST_OK) *st = a;
+    if (a != ST_OK || end) return ST_EVAL_END;
+    if (*st != ST_OK || *stopped) /* (to the next agreement, if any: every rank joins it) */
+        return at >= common ? ST_EVAL_END : ST_EVAL_SKIP;
+    st_eval_test_mark(s, at);
+    if (st_session_stop_signal(s)) {
+        *stopped = true;
+        return ST_EVAL_SKIP;
+    }
+    return ST_EVAL_RUN;
 }
 
 void st_eval_test_mark(const st_session *s, int64_t batch) {
@@ -1131,19 +1148,10 @@ static st_status evaluate_host(st_session *s, int64_t lo, int64_t hi, st_eval_su
     st_eval_progress_init(&ep, s->out, s->eval_bar, (hi - lo + B - 1) / B);
     const int64_t common = st_session_eval_common(s, B);
     for (int64_t start = lo, b = 0; start < hi; start += B, b++) {
-        bool end;
-        const st_status a = st_eval_agree(s, b, common, st != ST_OK || sums->stopped, &end);
-        if (a != ST_OK && st == ST_OK) st = a;
-        if (a != ST_OK || end) break;
-        if (st != ST_OK || sums->stopped) { /* (to the next agreement, if any: every rank joins it) */
-            if (b >= common) break;
-            continue;
-        }
-        st_eval_test_mark(s, b);
-        if (st_session_stop_signal(s)) {
-            sums->stopped = true;
-            continue;
-        }
+        const st_eval_next next = st_eval_batch_begin(s, b, common, &st, &sums->stopped);
+        if (next == ST_EVAL_END) break;
+        if (next == ST_EVAL_SKIP) continue;
+        ST_INVARIANT(idx, "an evaluation batch run without its indices"); /* (a batch runs while st is OK) */
         int64_t cnt = hi - start < B ? hi - start : B;
         for (int64_t i = 0; i < cnt; i++) idx[i] = start + i;
         st_watch_begin(s->read_watch, "reading a validation batch");

@@ -124,18 +124,20 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
  * their shares (while every rank has batches there) whether one of them was
  * stopped or failed, and all end there if so: a stop that reached some
  * ranks only (one node's) ends every share at once, not when the others'
- * shares end. st_eval_agree is that point of the loops (host and device):
- * *end, every rank alike; `mine`: this rank stopped or failed. Ranks that
- * stopped or failed skip their batches' work until the next point (or the
- * last one's passing), so that each joins every agreement. */
+ * shares end. Ranks that stopped or failed skip their batches' work until
+ * the next point (or the last one's passing), so that each joins every
+ * agreement. */
 enum { ST_EVAL_AGREE_EVERY = 8 };
 /* The batches every rank's share has (the shortest share), or 0 when the
  * evaluation is not shared: the agreements are below it. */
 int64_t st_session_eval_common(const st_session *s, int64_t B);
-/* At this rank's batch b of its share: an agreement when one is due
- * (b > 0, a multiple of ST_EVAL_AGREE_EVERY, below common); else *end =
- * false. A failed all-reduce is returned. */
-st_status st_eval_agree(st_session *s, int64_t b, int64_t common, bool mine, bool *end);
+/* The head of both evaluation loops (host and device) at this rank's batch
+ * `at` of its share: the agreement when one is due (at > 0, a multiple of
+ * ST_EVAL_AGREE_EVERY, below common), the test mark, and this rank's stop
+ * flag (*stopped set). *st: the loop's status (a failed agreement is put
+ * there). Whether the loop evaluates the batch, skips it, or ends. */
+typedef enum { ST_EVAL_RUN, ST_EVAL_SKIP, ST_EVAL_END } st_eval_next;
+st_eval_next st_eval_batch_begin(st_session *s, int64_t at, int64_t common, st_status *st, bool *stopped);
 /* A rank that fails before its loop (its buffers, rank 0's statistics):
  * it joins the first agreement, as failed, where every share then ends. */
 void st_eval_agree_failed(st_session *s, st_status failed, int64_t B);
