@@ -113,6 +113,7 @@ static st_status write_state(const char *dir, const st_config *cfg, const st_ckp
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(root, "seed", seed);
+    if (st->eval_owed) cJSON_AddTrueToObject(root, "eval_owed");
     if (st->loss_scale > 0) { /* fp16 runs */
         cJSON *ls = cJSON_AddObjectToObject(root, "loss_scale");
         if (!ls) goto fail;
@@ -871,6 +872,7 @@ static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **
                     seed->valuestring);
         goto done;
     }
+    state->eval_owed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "eval_owed"));
     state->loss_scale = 0;
     state->scale_good_steps = state->skipped_steps = 0;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");

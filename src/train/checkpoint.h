@@ -45,6 +45,9 @@ typedef struct st_ckpt_state {
     /* fp16 dynamic loss scaling (src/optim/scaler.h); loss_scale 0: none saved */
     double loss_scale;
     int64_t scale_good_steps, skipped_steps;
+    /* a stop or an error cut short the evaluation of this step's weights (train.eval_every): the run that
+     * saved it wrote none, and a run resumed from it into another out_dir makes it first */
+    bool eval_owed;
     /* the optimizer files (filled by verify) */
     bool optim_sharded; /* optim-rank0..world-1 hold flat shards; else optim-rank0 by tensor name */
     int optim_world;

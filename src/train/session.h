@@ -71,6 +71,8 @@ typedef struct st_session {
                           log.progress on or auto */
     atomic_int *stop;  /* the run's stop flag (st_run_opts.stop: the signal caught), or NULL: an evaluation
                           ends at its next batch on it (st_session_evaluate) */
+    int64_t eval_owed_at; /* the step whose periodic evaluation began and did not end (a stop or an error cut
+                             it short): its checkpoint says so (st_ckpt_state.eval_owed); 0: none */
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool warned_flat_cnn; /* the warning of a cnn on flat (n, d) features was said (model_input) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */

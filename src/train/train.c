@@ -1124,9 +1124,11 @@ static st_status grads_not_finite(st_session *ses, st_loss_sum *ls, int64_t step
 }
 
 /* The checkpoint's position: after `step` steps, the sampler at pos, the
- * loss scaler as it stands. */
-static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_scaler *sc) {
+ * loss scaler as it stands, and whether the evaluation due at the step was
+ * left unmade (owed: the step of one that began and did not end). */
+static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_scaler *sc, int64_t owed) {
     ck->step = step;
+    ck->eval_owed = owed > 0 && owed == step;
     ck->pos = pos;
     ck->loss_scale = sc->enabled ? sc->scale : 0;
     ck->scale_good_steps = sc->good_steps;
@@ -1414,7 +1416,7 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
                      (long long)whole);
         } else {
             if (f == ST_OK && (by < 0 || ses->rank == by)) {
-                ck_at(ck, whole, pos, sc);
+                ck_at(ck, whole, pos, sc, ses->eval_owed_at);
                 const st_ckpt_layout one = {0}; /* rank 0 of 1 */
                 char got[sizeof r->checkpoint] = "";
                 f = st_ckpt_save(c, m, opt, ck, alone || by >= 0 ? &one : lay, got, sizeof got);
@@ -1643,6 +1645,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     const int64_t times_kept = steps < STEP_TIMES_KEPT ? steps : STEP_TIMES_KEPT;
     double *step_times = malloc((size_t)(times_kept > 0 ? times_kept : 1) * sizeof *step_times);
     st_ckpt_state ck = {0};
+    bool resumed_owed = false; /* the checkpoint resumed from says its step's evaluation was cut short */
     st_ckpt_layout lay = {0};
     st_ckpt_async *pending = NULL; /* an asynchronous checkpoint being written */
     st_status own = ST_OK;         /* this rank's own error after a step (own_error) */
@@ -1737,6 +1740,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (found) {
             st_session_take_norm(ses, dir, true);
             ck = got;
+            resumed_owed = got.eval_owed;
             if (ck.batch_size != c->train.batch_size) {
                 s = st_fail(
                     ST_ERR_CONFIG,
@@ -2054,10 +2058,12 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* An evaluation due at the step the run resumes from that its own
          * metrics.jsonl lacks (a stop cut it short in the run that reached
          * the step, or train.eval_every changed): made first, shared as
-         * ever. Rank 0 knows (its metrics), and tells the others here. */
+         * ever. Resumed into another out_dir, whose metrics.jsonl starts
+         * here, the checkpoint says whether it was cut short. Rank 0 knows,
+         * and tells the others here. */
         const bool owed_here = ses->rank == 0 && start > 0 && ses->has_val && c->train.eval_every > 0 &&
-                               start % c->train.eval_every == 0 && met->f && !ses->resume_elsewhere &&
-                               !met->eval_at_resume;
+                               start % c->train.eval_every == 0 && met->f &&
+                               (ses->resume_elsewhere ? resumed_owed : !met->eval_at_resume);
         float pre[2] = {(float)st_session_stop_signal(ses), owed_here ? 1.0f : 0.0f};
         if (dist)
             ST_GOTO(st_comm_all_reduce_sync(ses->comm, pre, pre, 2, ST_COMM_F32, ST_COMM_MAX,
@@ -2066,10 +2072,16 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         char during[96] = "";
         if (!sig && pre[1] > 0) {
             if (ses->rank == 0 && !opts->quiet) {
-                fprintf(ses->out,
-                        "resume: the evaluation due at step %lld is not in metrics.jsonl (a stop during it, "
-                        "or train.eval_every changed): made first\n",
-                        (long long)start);
+                if (ses->resume_elsewhere)
+                    fprintf(ses->out,
+                            "resume: the evaluation due at step %lld was cut short in the run that saved its "
+                            "checkpoint: made first\n",
+                            (long long)start);
+                else
+                    fprintf(ses->out,
+                            "resume: the evaluation due at step %lld is not in metrics.jsonl (a stop during "
+                            "it, or train.eval_every changed): made first\n",
+                            (long long)start);
                 out_flush(ses);
             }
             s = eval_and_report(ses, opts, r, start, met);
@@ -2251,7 +2263,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (eval_due && (ses->rank == 0 || ses->eval_shared)) {
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
+            ses->eval_owed_at = step + 1; /* (until it ends: a checkpoint of the step says it is owed) */
             s = eval_and_report(ses, opts, r, step + 1, met);
+            if (s == ST_OK) ses->eval_owed_at = 0;
             /* A stop during it (every rank that shared it knows): the run
              * stops after this step, below, the asking rank's flag still
              * set; a run resumed from the step's checkpoint makes the
@@ -2332,7 +2346,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace,
                                        &own, own_why, sizeof own_why));
             ST_GOTO(weights_finite_at(ses, step + 1, r->checkpoint));
-            ck_at(&ck, step + 1, st_feed_position(feed), &sc);
+            ck_at(&ck, step + 1, st_feed_position(feed), &sc, ses->eval_owed_at);
             saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
             ST_GOTO(out_dir_held(ses)); /* (rank 0: the others then wait in the save, ended with it) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");

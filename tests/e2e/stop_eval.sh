@@ -13,6 +13,11 @@
 # (c) resumed again to step 4: the evaluation of step 2 is made first, once,
 #     with the bits of an uninterrupted run's (its metrics line the same
 #     loss), then step 4's.
+# (i) (a)'s checkpoint resumed into another out_dir (--resume DIR/ckpt/step-2),
+#     whose metrics.jsonl starts anew: its state.json says the evaluation
+#     was cut short, and the resumed run makes it first, with the same bits;
+#     one that says nothing (the last step's, saved before its final
+#     evaluation) has none made first.
 # (d) the final evaluation, after the last step: the weights are written
 #     all the same, exit 143 (again in the resumed run's evaluation of it);
 #     --resume auto makes the evaluation, exit 0.
@@ -96,6 +101,24 @@ got=$(evals "$tmp/b/metrics.jsonl")
     [ "$(grep -c "^eval at step 2:" "$tmp/c.log")" -eq 1 ] && [ -n "$want" ] && [ "$got" = "$want" ] ||
     fail "(c) the resumed run: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/c.log"); evaluations $got, uninterrupted $want"
 [ "$fails" -ne 0 ] || echo "(c) resumed: step 2's evaluation made first, its bits the uninterrupted run's ($got)"
+
+# (i)
+if [ -d "$tmp/a/ckpt/step-2" ]; then
+    timeout 120 "$bin" "${args[@]}" --set train.steps=4 --set train.eval_every=2 --set train.out_dir="$tmp/i" \
+        --resume "$tmp/a/ckpt/step-2" >"$tmp/i.log" 2>&1; rc=$?
+    got=$(evals "$tmp/i/metrics.jsonl")
+    [ $rc -eq 0 ] && grep -qE '"eval_owed":[[:space:]]*true' "$tmp/a/ckpt/step-2/state.json" &&
+        grep -q "^resume: the evaluation due at step 2 was cut short in the run that saved its checkpoint: made first" "$tmp/i.log" &&
+        [ "$(grep -c "^eval at step 2:" "$tmp/i.log")" -eq 1 ] && [ -n "$want" ] && [ "$got" = "$want" ] ||
+        fail "(i) resumed into another out_dir: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/i.log"); evaluations $got, uninterrupted $want"
+    timeout 120 "$bin" "${args[@]}" --set train.steps=6 --set train.eval_every=2 --set train.out_dir="$tmp/i2" \
+        --resume "$tmp/ref/ckpt/step-4" >"$tmp/i2.log" 2>&1; rc=$?
+    got2=$(evals "$tmp/i2/metrics.jsonl")
+    [ $rc -eq 0 ] && ! grep -q "eval_owed" "$tmp/ref/ckpt/step-4/state.json" && ! grep -q "made first" "$tmp/i2.log" &&
+        [ "${got2%%:*}" = 6 ] && [ "$(echo "$got2" | wc -w)" -eq 1 ] ||
+        fail "(i) a checkpoint whose evaluation was not cut, resumed elsewhere: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/i2.log"); evaluations $got2"
+    [ "$fails" -ne 0 ] || echo "(i) resumed into another out_dir: the cut evaluation made first ($got); none where it was not cut"
+fi
 
 # (d)
 if held d "$bin" "${args[@]}" --set train.steps=3 --set train.out_dir="$tmp/d"; then
