@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1094,6 +1095,26 @@ st_eval_next st_eval_batch_begin(st_session *s, int64_t at, int64_t common, st_s
     return ST_EVAL_RUN;
 }
 
+/* A test's mark: FILE holds this process's pid, whole once it exists (the
+ * rank a test signals). */
+static void test_mark_file(const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        if (fclose(f) == 0) (void)rename(tmp, path);
+    }
+}
+
+void st_test_pause(const char *point) {
+    const char *v = getenv("SCALETRAIN_TEST_PAUSE"), *colon = v ? strchr(v, ':') : NULL;
+    if (!colon || (size_t)(colon - v) != strlen(point) || strncmp(v, point, strlen(point)) != 0 || !colon[1])
+        return;
+    test_mark_file(colon + 1);
+    (void)raise(SIGSTOP); /* (until the test's SIGCONT) */
+}
+
 void st_eval_test_mark(const st_session *s, int64_t batch) {
     const char *v = getenv("SCALETRAIN_TEST_EVAL_MARK");
     char spec[4096], path[4096] = "";
@@ -1116,13 +1137,7 @@ void st_eval_test_mark(const st_session *s, int64_t batch) {
         if (b == batch && (r < 0 || r == s->rank)) snprintf(path, sizeof path, "%s", spec);
     }
     if (!path[0]) return;
-    char tmp[4200]; /* (FILE holds this process's pid, whole once it exists: the rank a test signals) */
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-        fprintf(f, "%d\n", (int)getpid());
-        if (fclose(f) == 0) (void)rename(tmp, path);
-    }
+    test_mark_file(path);
     for (int i = 0; i < 6000 && !st_session_stop_signal(s); i++) { /* (the flag, every 10 ms) */
         struct timespec t = {0, 10 * 1000000L};
         while (nanosleep(&t, &t) != 0) {

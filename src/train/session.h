@@ -152,6 +152,14 @@ void st_eval_agree_failed(st_session *s, st_status failed, int64_t B);
  * pid of the process that made it. */
 void st_eval_test_mark(const st_session *s, int64_t batch);
 
+/* For tests of what may happen at a point of a run (another run in
+ * train.out_dir while this one sets up): SCALETRAIN_TEST_PAUSE=POINT:FILE
+ * makes FILE, holding this process's pid, where the run reaches POINT, and
+ * stops the process (SIGSTOP) until the test continues it (SIGCONT).
+ * Points: "out_dir" (train.c, before rank 0 takes train.out_dir once the
+ * set-up is done). */
+void st_test_pause(const char *point);
+
 /* The samples an evaluation in batches of B covers: the validation set, or
  * train.eval_steps batches on each rank that shares it. */
 int64_t st_session_eval_count(const st_session *s, int64_t B);

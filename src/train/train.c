@@ -256,6 +256,29 @@ static st_status agree_outcome(st_session *ses, st_status s, const char *what) {
     return s;
 }
 
+/* Setting aside a finished run's checkpoints (ses->aside_ckpts) replaces
+ * out_dir/ckpt.previous: where --resume (from, another folder's) or --init
+ * names a checkpoint in it, the run would remove what it reads (and a
+ * restart as it was started would read whatever then lies at that path):
+ * refused, with what to do. Rank 0's (check_out_dir, take_out_dir). */
+static st_status aside_keeps_source(const st_session *ses, const st_run_opts *opts, const char *from) {
+    if (!ses->aside_ckpts) return ST_OK;
+    const char *out = ses->cfg->train.out_dir;
+    char prev[4200];
+    snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
+    const char *opt = from[0] && st_path_within(from, prev)                             ? "--resume"
+                      : !opts->resume && opts->init && st_path_within(opts->init, prev) ? "--init"
+                                                                                        : NULL;
+    if (!opt) return ST_OK;
+    return st_fail(
+        ST_ERR_CONFIG,
+        "%s %s names a checkpoint in %s, but train.out_dir %s holds %s (in %s/ckpt), which would be "
+        "set aside there in its place, removing it: move %s elsewhere and name it there, or give "
+        "this run another train.out_dir (nothing was written)",
+        opt, !strcmp(opt, "--init") ? opts->init : opts->resume, prev, out,
+        ses->aside_step >= 0 ? "a finished run's checkpoints" : "damaged checkpoints", out, prev);
+}
+
 /* A run that will save: room on train.out_dir's filesystem for its
  * checkpoints (st_ckpt_space_check), and, started without --resume, a
  * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
@@ -290,24 +313,7 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
     ses->resume_elsewhere = elsewhere;
     if (s == ST_OK && ses->rank == 0 && ses->save && (!opts->resume || elsewhere))
         s = st_ckpt_new_run_check(out, elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
-    if (s == ST_OK && ses->aside_ckpts) { /* (setting aside removes ckpt.previous first) */
-        /* --resume's or --init's weights there would be removed by the run
-         * that reads them (and a restart as it was started would read
-         * whatever then lies at that path) */
-        char prev[4200];
-        snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
-        const char *opt = elsewhere && st_path_within(from, prev)                           ? "--resume"
-                          : !opts->resume && opts->init && st_path_within(opts->init, prev) ? "--init"
-                                                                                            : NULL;
-        if (opt)
-            s = st_fail(ST_ERR_CONFIG,
-                        "%s %s names a checkpoint in %s, but train.out_dir %s holds %s (in %s/ckpt), which "
-                        "would be set aside there in its place, removing it: move %s elsewhere and name it "
-                        "there, or give this run another train.out_dir (nothing was written)",
-                        opt, !strcmp(opt, "--init") ? opts->init : opts->resume, prev, out,
-                        ses->aside_step >= 0 ? "a finished run's checkpoints" : "damaged checkpoints", out,
-                        prev);
-    }
+    if (s == ST_OK) s = aside_keeps_source(ses, opts, elsewhere ? from : "");
     if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
         const st_params *p = &ses->model->params;
         int64_t ckpt, weights;
@@ -347,7 +353,8 @@ static st_status take_out_dir(st_session *ses, const st_run_opts *opts) {
     const st_status s =
         st_ckpt_new_run_check(out, ses->resume_elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
     st_watch_end(ses->store_watch);
-    return s;
+    ST_TRY(s);
+    return aside_keeps_source(ses, opts, from); /* (a run that finished in the gap, set aside now) */
 }
 
 /* The checkpoints check_out_dir found of a run before this one, moved to
@@ -1929,6 +1936,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                        "clean steps. A scale of 1 or more suits every run (65536, the default, most)\n",
                        c->optim.loss_scale, (long long)c->optim.loss_scale_window);
     /* (its first writes come once the set-up is done: first_writes) */
+    if (ses->rank == 0 && opts->save) st_test_pause("out_dir");
     ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? take_out_dir(ses, opts) : ST_OK,
                           "rank 0's lock of train.out_dir"));
     if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));

@@ -28,7 +28,10 @@
 #   and decay changed says so with both values.
 # - A resume from another folder's checkpoint into an out_dir holding a
 #   third run's checkpoints: refused when that run is unfinished; a finished
-#   one's set aside in ckpt.previous, its metrics not kept.
+#   one's set aside in ckpt.previous, its metrics not kept. A run that
+#   finishes in out_dir while another sets up there (paused by
+#   SCALETRAIN_TEST_PAUSE before it takes out_dir) is set aside too, under
+#   the lock; where that one's --init lies in ckpt.previous, refused.
 # - A new run in the out_dir of a finished one sets that run's checkpoints
 #   aside in ckpt.previous (good, and resumable from there), saying so; a
 #   run refused before it writes (its --init does not load, or its set-up
@@ -149,6 +152,40 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=14 --set train.out_
     --init "$tmp/done/ckpt.previous/step-12/" 2>&1) && fail "--init from ckpt.previous over a finished run ran"
 grep -qF "error: --init $tmp/done/ckpt.previous/step-12/ names a checkpoint in $tmp/done/ckpt.previous, but train.out_dir $tmp/done holds a finished run's checkpoints (in $tmp/done/ckpt)" <<<"$out" &&
     [ "$(tree "$tmp/done")" = "$before" ] || fail "--init from ckpt.previous over a finished run: $out"
+# A run that finishes in out_dir while another sets up there (before that
+# one holds run.lock: SCALETRAIN_TEST_PAUSE stops it just before it takes
+# out_dir, until the first is done): looked at again under the lock, its
+# checkpoints set aside in ckpt.previous with the usual warning; and where
+# the waiting run's --init lies in ckpt.previous, the same refusal as above.
+# gap NAME INIT...: the paused run in $tmp/NAME (output $tmp/NAME.log, exit $rc), with a
+# 2-step run finished there while it waited
+gap() {
+    local name=$1
+    shift
+    SCALETRAIN_TEST_PAUSE="out_dir:$tmp/$name.mark" timeout -k 10 120 "$bin" train "${args[@]}" \
+        --set train.steps=2 --set train.out_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 &
+    local w=$! p=""
+    for _ in $(seq 1 1200); do [ -e "$tmp/$name.mark" ] && break; kill -0 $w 2>/dev/null || break; sleep 0.05; done
+    p=$(cat "$tmp/$name.mark" 2>/dev/null)
+    [ -n "$p" ] || fail "gap $name: the run never reached its pause: $(tail -n 3 "$tmp/$name.log")"
+    timeout 60 "$bin" train "${args[@]}" --set train.steps=2 --set train.out_dir="$tmp/$name" --quiet \
+        >"$tmp/$name.other" 2>&1 || fail "gap $name: the run between: $(tail -n 3 "$tmp/$name.other")"
+    [ -n "$p" ] && kill -CONT "$p"
+    wait $w
+    rc=$?
+}
+mkdir -p "$tmp/gap1"
+gap gap1
+[ $rc -eq 0 ] && grep -q "warning: train.out_dir $tmp/gap1 holds a finished run (the latest checkpoint at step 2): its checkpoints are now in $tmp/gap1/ckpt.previous" "$tmp/gap1.log" &&
+    [ -d "$tmp/gap1/ckpt.previous/step-2" ] && [ -d "$tmp/gap1/ckpt/step-2" ] ||
+    fail "a run finished in out_dir while another set up: exit $rc: $(grep -E "warning|error" "$tmp/gap1.log"); $(ls "$tmp/gap1" "$tmp/gap1/ckpt.previous" 2>&1 | tr '\n' ' ')"
+mkdir -p "$tmp/gap2/ckpt.previous"
+cp -r "$tmp/done/ckpt.previous/step-12" "$tmp/gap2/ckpt.previous/"
+gap gap2 --init "$tmp/gap2/ckpt.previous/step-12/"
+[ $rc -eq 1 ] && grep -qF "error: --init $tmp/gap2/ckpt.previous/step-12/ names a checkpoint in $tmp/gap2/ckpt.previous, but train.out_dir $tmp/gap2 holds a finished run's checkpoints (in $tmp/gap2/ckpt)" "$tmp/gap2.log" &&
+    [ -d "$tmp/gap2/ckpt.previous/step-12" ] && [ -d "$tmp/gap2/ckpt/step-2" ] ||
+    fail "--init from ckpt.previous while a run finished in out_dir: exit $rc: $(grep -E "warning|error" "$tmp/gap2.log"); $(ls "$tmp/gap2/ckpt.previous" 2>&1)"
+[ "$fails" -ne 0 ] || echo "a run that finished in out_dir while another set up: set aside under the lock; --init from ckpt.previous then refused"
 # --init of a run's out_dir: its final weights, unless a checkpoint there is
 # newer (a later run, resumed past the end and stopped, or started over it
 # and not finished: final weights older than it, made so here by their mtime)
