@@ -159,9 +159,14 @@ fail:
     return s;
 }
 
-/* The N of a name that starts "step-<N>", or -1; *rest: what follows N. */
+/* The N of a name that starts "step-<N>", N as finish_save writes it
+ * (digits, no sign, space or leading zero: every reader names a checkpoint
+ * by its step, so "step-030" would be looked for as step-30), or -1;
+ * *rest: what follows N. */
 static int64_t step_prefix(const char *name, const char **rest) {
-    if (strncmp(name, "step-", 5) != 0) return -1;
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' ||
+        (name[5] == '0' && name[6] >= '0' && name[6] <= '9'))
+        return -1;
     char *end;
     const long long v = strtoll(name + 5, &end, 10);
     *rest = end;
@@ -1239,8 +1244,19 @@ static bool good_one(const char *cand, const char *ckdir, st_comm *comm, st_stat
 static st_status find_latest(const char *ckdir, const char *who, FILE *log, char *dir, size_t size,
                              bool *found, st_ckpt_state *st, st_comm *comm) {
     *found = false;
-    char name[256], cand[PATH_CAP], first[512] = "";
+    char name[256] = "", cand[PATH_CAP], first[512] = "";
     const int64_t latest = read_latest(ckdir, name, sizeof name) ? step_of(name) : -1;
+    snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
+    if (latest < 0 && strncmp(name, "step-", 5) == 0 && st_path_is_dir(cand)) { /* (renamed by hand) */
+        const char *digits = name + 5 + strspn(name + 5, "0");
+        const st_status s =
+            st_fail(ST_ERR_FORMAT,
+                    "%s/latest names %s, which is not a checkpoint's name (step-N, N as scaletrain writes "
+                    "it: no sign or leading zero): rename that folder step-%s%.*s and write that name into "
+                    "%s/latest (nothing was written)",
+                    ckdir, name, *digits ? "" : "0", (int)strspn(digits, "0123456789"), digits, ckdir);
+        return comm ? share_end(comm, ckdir, s) : s;
+    }
     int64_t *steps;
     int n;
     st_status fatal = ST_OK;

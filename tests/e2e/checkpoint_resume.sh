@@ -90,6 +90,19 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 -
 grep -q "^resume: latest names step-50, which is not there" <<<"$out" &&
     grep -q "^resume: falling back to $d/stale/ckpt/step-12$" <<<"$out" ||
     fail "latest naming a step not there: $(grep -E "^resume" <<<"$out")"
+# a checkpoint folder renamed by hand (step-012), `latest` naming it: every
+# reader looks for a checkpoint by its step (step-12), so that is no
+# checkpoint's name; said, with the name to give it, rather than a run
+# started over beside it (or inspect calling step-12 damaged)
+cp -r "$d/stale" "$d/zero" && mv "$d/zero/ckpt/step-12" "$d/zero/ckpt/step-012" && rm -rf "$d/zero/ckpt/step-"[0-9] &&
+    echo step-012 >"$d/zero/ckpt/latest"
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=14 --set train.out_dir="$d/zero" --resume auto \
+    2>&1) && fail "latest naming step-012 ran: $out"
+grep -qF "error: $d/zero/ckpt/latest names step-012, which is not a checkpoint's name (step-N, N as scaletrain writes it: no sign or leading zero): rename that folder step-12 and write that name into $d/zero/ckpt/latest (nothing was written)" <<<"$out" &&
+    [ "$(ls "$d/zero/ckpt")" = "$(printf 'latest\nstep-012')" ] || fail "latest naming step-012: $out; $(ls "$d/zero/ckpt")"
+out=$("$bin" data inspect "$d/zero" 2>&1)
+grep -q "0 checkpoint(s), newest first; latest -> step-012" <<<"$out" && ! grep -q "step-12 " <<<"$out" ||
+    fail "inspect of a folder named step-012: $out"
 # (with --quiet, a resume with nothing to train says so on standard error: its weights are the checkpoint's)
 out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=6 --set train.out_dir="$d/stale" --resume auto \
     --quiet 2>&1 >/dev/null) || fail "nothing to train, quiet: $out"
