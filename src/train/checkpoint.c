@@ -899,6 +899,8 @@ static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **
         goto done;
     }
     if (!get_int(tr, "steps", &state->run_steps)) state->run_steps = -1;
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(tr, "epochs");
+    state->run_epochs = cJSON_IsNumber(ep) && ep->valuedouble > 0 ? ep->valuedouble : 0;
     const cJSON *dc =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "data");
     const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(dc, "shuffle");

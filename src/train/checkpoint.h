@@ -37,6 +37,7 @@ typedef struct st_ckpt_state {
     uint64_t seed;      /* train.seed of the run that wrote it */
     int64_t batch_size; /* train.batch_size of that run (read from its config) */
     int64_t run_steps;  /* train.steps of that run, as resolved (its config); -1 when not recorded */
+    double run_epochs;  /* train.epochs of that run (its config); 0 when not recorded */
     int64_t samples;    /* samples in that run's training data; -1 when not recorded */
     uint32_t data_crc;  /* st_dataset_fingerprint of that run's training data; 0: not recorded */
     int shuffle, drop_last; /* data.shuffle and data.drop_last of that run (its config): 1 or 0; -1 when not

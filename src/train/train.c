@@ -1802,25 +1802,32 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 const double here = st_lr_at(c, ck.step, steps), there = st_lr_at(c, ck.step, ck.run_steps);
                 /* (the same rate at this step: a warmup, say) */
                 const bool differs = fabs(here - there) > 1e-6 * there;
+                /* (train.steps auto and train.epochs changed: the user's change is the epochs) */
+                char was[64] = "", now[80] = "", plan[64];
+                snprintf(plan, sizeof plan, "train.steps: %lld", (long long)ck.run_steps);
+                if (st_config_source(c, "train.steps") == ST_SRC_AUTO && ck.run_epochs > 0 &&
+                    ck.run_epochs != c->train.epochs) {
+                    snprintf(was, sizeof was, " (train.epochs %g)", ck.run_epochs);
+                    snprintf(now, sizeof now, " (train.epochs %g, train.steps auto)", c->train.epochs);
+                    snprintf(plan, sizeof plan, "train.epochs: %g", ck.run_epochs);
+                }
                 if (differs && ck.step >= ck.run_steps) /* (that run ended) */
                     fprintf(
                         warn,
-                        "resume: warning: the checkpoint's run ended at step %lld, its train.steps; "
-                        "optim.schedule %s decays over this run's %lld, so the learning rate goes from %g, "
-                        "where that run ended, to %g at step %lld (optim.schedule: constant trains on at "
-                        "one rate)\n",
-                        (long long)ck.run_steps, c->optim.schedule, (long long)steps, there, here,
+                        "resume: warning: the checkpoint's run ended at step %lld, its train.steps%s; "
+                        "optim.schedule %s decays over this run's %lld%s, so the learning rate goes from "
+                        "%g, where that run ended, to %g at step %lld (optim.schedule: constant trains on "
+                        "at one rate)\n",
+                        (long long)ck.run_steps, was, c->optim.schedule, (long long)steps, now, there, here,
                         (long long)ck.step);
                 else if (differs)
-                    fprintf(
-                        warn,
-                        "resume: warning: the checkpoint's run was set to %lld steps and this one to %lld "
-                        "(train.steps): optim.schedule %s decays over train.steps, so the learning rate "
-                        "goes on from step %lld at %g, where that run's plan had %g (to follow its plan, "
-                        "resume with train.steps: %lld; to train on at one rate, optim.schedule: "
-                        "constant)\n",
-                        (long long)ck.run_steps, (long long)steps, c->optim.schedule, (long long)ck.step,
-                        here, there, (long long)ck.run_steps);
+                    fprintf(warn,
+                            "resume: warning: the checkpoint's run was set to %lld steps%s and this one to "
+                            "%lld%s: optim.schedule %s decays over train.steps, so the learning rate goes "
+                            "on from step %lld at %g, where that run's plan had %g (to follow its plan, "
+                            "resume with %s; to train on at one rate, optim.schedule: constant)\n",
+                            (long long)ck.run_steps, was, (long long)steps, now[0] ? now : " (train.steps)",
+                            c->optim.schedule, (long long)ck.step, here, there, plan);
             }
             if (warn) { /* the rest of what shapes the trajectory and may change on a resume */
                 static const char *const keys[] = {"optim.schedule",

@@ -82,6 +82,17 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=12 -
     --quiet 2>&1) || fail "decay: resumed at 3 to 12: $out"
 grep -qF "resume: warning: the checkpoint's run was set to 6 steps and this one to 12 (train.steps): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 3 at 0.000853553, where that run's plan had 0.0005 (to follow its plan, resume with train.steps: 6; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
     fail "decay: resumed at step 3 of 6 as 12: $out"
+# (train.steps auto and train.epochs changed: said as the epochs, whose
+# value follows the plan; 10 steps an epoch of batch 6000)
+ep=(--set model.type=mlp --set model.hidden=[8] --set train.batch_size=6000 --set data.num_workers=0
+    --set train.checkpoint_every=2 --set train.steps=auto)
+timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.out_dir="$d/ep" --quiet ||
+    fail "decay: the run of an epoch"
+out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --set train.out_dir="$d/ep2" \
+    --resume "$d/ep/ckpt/step-6" --quiet 2>&1) || fail "decay: resumed with train.epochs 2: $out"
+grep -qF "resume: warning: the checkpoint's run was set to 10 steps (train.epochs 1) and this one to 20 (train.epochs 2, train.steps auto): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 6 at" <<<"$out" &&
+    grep -qF "(to follow its plan, resume with train.epochs: 1; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
+    fail "decay: resumed with train.epochs changed: $out"
 # `latest` naming a step not there (the folder removed by hand): said so, not
 # "damaged", and the newest good checkpoint taken
 cp -r "$d/cut" "$d/stale" && echo step-50 >"$d/stale/ckpt/latest"
