@@ -1851,8 +1851,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                  * picks it by the ranks: elsewhere another one only rounds otherwise) */
                 const int nkeys = (int)(sizeof keys / sizeof keys[0]) - (c->dist.deterministic ? 0 : 1);
                 char changed[1024];
-                if (st_ckpt_config_changes(dir, c, keys, nkeys, changed, sizeof changed) == ST_OK &&
-                    changed[0])
+                const st_status cs = st_ckpt_config_changes(dir, c, keys, nkeys, changed, sizeof changed);
+                if (cs != ST_OK) { /* (read a moment ago: the storage, or memory; the run goes on) */
+                    fprintf(warn,
+                            "resume: warning: this run's settings were not compared with the checkpoint's "
+                            "run's (%s)\n",
+                            st_last_error());
+                    st_clear_error();
+                } else if (changed[0])
                     fprintf(warn,
                             "resume: warning: the checkpoint's run trained with other settings (its value -> "
                             "this run's): %s; from step %lld on this run trains differently from the "
@@ -1893,12 +1899,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 /* (said where the value differs from the checkpoint's run's: the same command line
                  * again, as a restart runs it, is not a change) */
                 if (warn && st_config_source(c, "optim.loss_scale") == ST_SRC_SET &&
-                    (float)ck.loss_scale != sc.scale &&
-                    st_ckpt_config_changes(dir, c, ls_key, 1, was, sizeof was) == ST_OK && was[0])
-                    fprintf(warn,
-                            "resume: warning: %s is the scale an fp16 run starts with; this resume goes on "
-                            "with the checkpoint's, %g, which the scaler adjusts from there\n",
-                            st_config_describe(c, "optim.loss_scale", d, sizeof d), ck.loss_scale);
+                    (float)ck.loss_scale != sc.scale) {
+                    if (st_ckpt_config_changes(dir, c, ls_key, 1, was, sizeof was) != ST_OK)
+                        st_clear_error(); /* (said above, as the settings not compared) */
+                    else if (was[0])
+                        fprintf(warn,
+                                "resume: warning: %s is the scale an fp16 run starts with; this resume goes "
+                                "on with the checkpoint's, %g, which the scaler adjusts from there\n",
+                                st_config_describe(c, "optim.loss_scale", d, sizeof d), ck.loss_scale);
+                }
                 sc.scale = (float)ck.loss_scale;
                 sc.good_steps = ck.scale_good_steps;
                 sc.skipped = ck.skipped_steps;
