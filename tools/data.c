@@ -315,6 +315,10 @@ static int inspect_checkpoint(const char *dir) {
     if (st.loss_scale > 0)
         printf("  fp16 loss scale %g after %lld clean steps; %lld steps skipped\n", st.loss_scale,
                (long long)st.scale_good_steps, (long long)st.skipped_steps);
+    if (st.eval_owed)
+        printf("  the evaluation of step %lld was cut short (a stop or an error during it): a run resumed "
+               "from here makes it first\n",
+               (long long)st.step);
     return ST_EXIT_OK;
 }
 

@@ -109,6 +109,7 @@ if [ -d "$tmp/a/ckpt/step-2" ]; then
     got=$(evals "$tmp/i/metrics.jsonl")
     [ $rc -eq 0 ] && grep -qE '"eval_owed":[[:space:]]*true' "$tmp/a/ckpt/step-2/state.json" &&
         grep -q "^resume: the evaluation due at step 2 was cut short in the run that saved its checkpoint: made first" "$tmp/i.log" &&
+        "$bin" data inspect "$tmp/a/ckpt/step-2" | grep -q "^  the evaluation of step 2 was cut short" &&
         [ "$(grep -c "^eval at step 2:" "$tmp/i.log")" -eq 1 ] && [ -n "$want" ] && [ "$got" = "$want" ] ||
         fail "(i) resumed into another out_dir: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/i.log"); evaluations $got, uninterrupted $want"
     timeout 120 "$bin" "${args[@]}" --set train.steps=6 --set train.eval_every=2 --set train.out_dir="$tmp/i2" \
