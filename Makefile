@@ -387,8 +387,11 @@ arm64-cuda:
 # reads include/scaletrain/status.h's st_fail as returning its code.
 #
 # The analyzer is deterministic: the same clang given the same flags and
-# the same preprocessed text says the same. Each stamp holds that input's
-# SHA-256 (the key), and tests/analyze.clean the keys of every file's last
+# the same preprocessed text says the same. Each file is preprocessed first
+# (clang -E, with the analyzer's own __clang_analyzer__ defined, into
+# build-analyze/FILE.i) and that text is what is analysed; each stamp holds
+# the SHA-256 of clang's version, the analyzer's flags and that text (the
+# key), and tests/analyze.clean the keys of every file's last
 # clean pass, committed with the code (`make analyze-record` writes it from
 # the stamps); a file whose key is recorded there is not analysed again (a
 # clean checkout's CI analyses only what changed since the record, where the
@@ -403,16 +406,17 @@ ANALYZE_RECORD = tests/analyze.clean
 ANALYZE_ALL ?= 0
 ANALYZE_OK = $(LIB_SRC:%.c=build-analyze/%.ok) $(TOOL_SRC:%.c=build-analyze/%.ok)
 analyze: $(ANALYZE_OK)
+ANALYZE_PP = -std=c11 -fopenmp
 build-analyze/%.ok: %.c
 	@mkdir -p $(dir $@)
-	@key=$$({ $(ANALYZE_CC) --version | head -n 1; echo '$(ANALYZE_FLAGS) $(ANALYZE_IN)'; \
-	  $(ANALYZE_CC) -E $(ANALYZE_IN) -MMD -MP -MF $(@:.ok=.d) -MT $@ $< -o -; } | sha256sum | cut -c1-64) && \
-	  [ -n "$$key" ] && \
+	@$(ANALYZE_CC) -E -D__clang_analyzer__ $(ANALYZE_IN) -MMD -MP -MF $(@:.ok=.d) -MT $@ $< -o $(@:.ok=.i) && \
+	  key=$$({ $(ANALYZE_CC) --version | head -n 1; echo '$(ANALYZE_FLAGS) $(ANALYZE_PP)'; \
+	  cat $(@:.ok=.i); } | sha256sum | cut -c1-64) && \
 	  if [ "$(ANALYZE_ALL)" != 1 ] && grep -qxF "$$key $<" $(ANALYZE_RECORD) 2>/dev/null; then \
 	    echo "analyze $< (its input as recorded clean in $(ANALYZE_RECORD))"; \
 	  else \
-	    echo "analyze $<" && $(ANALYZE_CC) $(ANALYZE_FLAGS) $(ANALYZE_IN) $< -o /dev/null; \
-	  fi && echo "$$key $<" >$@
+	    echo "analyze $<" && $(ANALYZE_CC) $(ANALYZE_FLAGS) $(ANALYZE_PP) $(@:.ok=.i) -o /dev/null; \
+	  fi && echo "$$key $<" >$@ && rm -f $(@:.ok=.i)
 # tests/analyze.clean from this tree's stamps, each written by a clean pass
 analyze-record: analyze
 	@cat $(ANALYZE_OK) | LC_ALL=C sort -k2 >$(ANALYZE_RECORD)
