@@ -1250,13 +1250,17 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     const int64_t latest = read_latest(ckdir, name, sizeof name) ? step_of(name) : -1;
     snprintf(cand, sizeof cand, "%s/%s", ckdir, name);
     if (latest < 0 && strncmp(name, "step-", 5) == 0 && st_path_is_dir(cand)) { /* (renamed by hand) */
+        /* (a step written with leading zeros: its name as it should be) */
         const char *digits = name + 5 + strspn(name + 5, "0");
+        char as[48] = "step-N (N its step)";
+        if (name[5] && strspn(name + 5, "0123456789") == strlen(name + 5) && strlen(digits) < 20)
+            snprintf(as, sizeof as, "step-%s", *digits ? digits : "0");
         const st_status s =
-            st_fail(ST_ERR_FORMAT,
+            st_fail(ST_ERR_CONFIG,
                     "%s/latest names %s, which is not a checkpoint's name (step-N, N as scaletrain writes "
-                    "it: no sign or leading zero): rename that folder step-%s%.*s and write that name into "
+                    "it: no sign or leading zero): rename that folder %s and write that name into "
                     "%s/latest (nothing was written)",
-                    ckdir, name, *digits ? "" : "0", (int)strspn(digits, "0123456789"), digits, ckdir);
+                    ckdir, name, as, ckdir);
         return comm ? share_end(comm, ckdir, s) : s;
     }
     int64_t *steps;
@@ -1492,12 +1496,20 @@ st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *a
     *aside_step = -1;
     const st_status ls = st_ckpt_list(ckdir, &steps, &n);
     free(steps);
-    const bool any = ls == ST_OK && n > 0;
+    char latest[PATH_CAP + 8];
+    snprintf(latest, sizeof latest, "%s/latest", ckdir);
+    const bool any = ls == ST_OK && (n > 0 || st_path_is_file(latest)); /* (latest: it may name a folder
+                                                                           renamed by hand) */
     const st_status fs = any ? st_ckpt_find(out, "auto", NULL, dir, sizeof dir, &found, &st) : ST_OK;
     const bool good = any && fs == ST_OK && found;
     /* No folder is none; one that cannot be listed, or checkpoints that
-     * cannot be read, may be an unfinished run's. */
-    const st_status unseen = ls != ST_OK ? ls : fs == ST_ERR_IO || fs == ST_ERR_NOMEM ? fs : ST_OK;
+     * cannot be read, may be an unfinished run's; so may a checkpoint that
+     * `latest` names by a name no checkpoint has (ST_ERR_CONFIG). */
+    const st_status unseen = ls != ST_OK                                                    ? ls
+                             : fs == ST_ERR_IO || fs == ST_ERR_NOMEM || fs == ST_ERR_CONFIG ? fs
+                                                                                            : ST_OK;
+    if (unseen == ST_ERR_CONFIG)
+        return unseen; /* (its message says what to do, and that nothing was written) */
     if (unseen != ST_OK) {
         char why[1200];
         snprintf(why, sizeof why, "%s", st_last_error());

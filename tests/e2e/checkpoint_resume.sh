@@ -111,6 +111,13 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=14 -
     2>&1) && fail "latest naming step-012 ran: $out"
 grep -qF "error: $d/zero/ckpt/latest names step-012, which is not a checkpoint's name (step-N, N as scaletrain writes it: no sign or leading zero): rename that folder step-12 and write that name into $d/zero/ckpt/latest (nothing was written)" <<<"$out" &&
     [ "$(ls "$d/zero/ckpt")" = "$(printf 'latest\nstep-012')" ] || fail "latest naming step-012: $out; $(ls "$d/zero/ckpt")"
+# (a new run there, without --resume: the same refusal, where it would have
+# trained beside the folder and overwritten latest)
+out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=14 --set train.out_dir="$d/zero" 2>&1) &&
+    fail "a new run over latest naming step-012 ran: $out"
+grep -qF "error: $d/zero/ckpt/latest names step-012, which is not a checkpoint's name" <<<"$out" &&
+    [ "$(ls "$d/zero/ckpt")" = "$(printf 'latest\nstep-012')" ] && [ "$(cat "$d/zero/ckpt/latest")" = step-012 ] ||
+    fail "a new run over latest naming step-012: $out; $(ls "$d/zero/ckpt")"
 out=$("$bin" data inspect "$d/zero" 2>&1)
 grep -q "0 checkpoint(s), newest first; latest -> step-012" <<<"$out" && ! grep -q "step-12 " <<<"$out" ||
     fail "inspect of a folder named step-012: $out"
