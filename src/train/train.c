@@ -1805,7 +1805,15 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 /* (train.steps auto and train.epochs changed: the user's change is the epochs) */
                 char was[64] = "", now[80] = "", plan[64];
                 snprintf(plan, sizeof plan, "train.steps: %lld", (long long)ck.run_steps);
-                if (st_config_source(c, "train.steps") == ST_SRC_AUTO && ck.run_epochs > 0 &&
+                /* (that run's steps were its epochs' where they are what its epochs over its
+                 * data give: its train.steps set by hand, the advice is train.steps) */
+                const int64_t per = ck.samples > 0
+                                        ? (was_drop ? ck.samples / ck.batch_size
+                                                    : (ck.samples + ck.batch_size - 1) / ck.batch_size)
+                                        : 0;
+                const double by_epochs = ceil(ck.run_epochs * (double)per);
+                const bool was_epochs = per > 0 && (by_epochs < 1 ? 1 : (int64_t)by_epochs) == ck.run_steps;
+                if (st_config_source(c, "train.steps") == ST_SRC_AUTO && was_epochs &&
                     ck.run_epochs != c->train.epochs) {
                     snprintf(was, sizeof was, " (train.epochs %g)", ck.run_epochs);
                     snprintf(now, sizeof now, " (train.epochs %g, train.steps auto)", c->train.epochs);
@@ -1900,9 +1908,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                  * again, as a restart runs it, is not a change) */
                 if (warn && st_config_source(c, "optim.loss_scale") == ST_SRC_SET &&
                     (float)ck.loss_scale != sc.scale) {
-                    if (st_ckpt_config_changes(dir, c, ls_key, 1, was, sizeof was) != ST_OK)
-                        st_clear_error(); /* (said above, as the settings not compared) */
-                    else if (was[0])
+                    if (st_ckpt_config_changes(dir, c, ls_key, 1, was, sizeof was) != ST_OK) {
+                        fprintf(warn,
+                                "resume: warning: optim.loss_scale was not compared with the "
+                                "checkpoint's run's (%s)\n",
+                                st_last_error());
+                        st_clear_error();
+                    } else if (was[0])
                         fprintf(warn,
                                 "resume: warning: %s is the scale an fp16 run starts with; this resume goes "
                                 "on with the checkpoint's, %g, which the scaler adjusts from there\n",
@@ -2194,6 +2206,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
         const bool eval_due =
             c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
+        /* (owed from here until it ends: a checkpoint of the step saved before then, a rescue after an
+         * error in the step's end, says so) */
+        if (eval_due && ses->has_val && (ses->rank == 0 || ses->eval_shared)) ses->eval_owed_at = step + 1;
         const bool sample_due =
             c->log.sample_every > 0 && ((step + 1) % c->log.sample_every == 0 || step + 1 == steps);
         whole = -1;
@@ -2287,7 +2302,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (eval_due && (ses->rank == 0 || ses->eval_shared)) {
             st_progress_end(&prog);
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "eval", "eval");
-            ses->eval_owed_at = step + 1; /* (until it ends: a checkpoint of the step says it is owed) */
             s = eval_and_report(ses, opts, r, step + 1, met);
             if (s == ST_OK) ses->eval_owed_at = 0;
             /* A stop during it (every rank that shared it knows): the run

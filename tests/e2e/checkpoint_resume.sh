@@ -93,6 +93,14 @@ out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --
 grep -qF "resume: warning: the checkpoint's run was set to 10 steps (train.epochs 1) and this one to 20 (train.epochs 2, train.steps auto): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 6 at" <<<"$out" &&
     grep -qF "(to follow its plan, resume with train.epochs: 1; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
     fail "decay: resumed with train.epochs changed: $out"
+# (that run's train.steps set by hand, 12: the advice is its steps, not its epochs' 10)
+timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.steps=12 --set train.out_dir="$d/ep12" --quiet ||
+    fail "decay: the run of 12 steps"
+out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --set train.out_dir="$d/ep3" \
+    --resume "$d/ep12/ckpt/step-10" --quiet 2>&1) || fail "decay: resumed with train.epochs 2 from 12 steps: $out"
+grep -qF "resume: warning: the checkpoint's run was set to 12 steps and this one to 20 (train.steps): " <<<"$out" &&
+    grep -qF "(to follow its plan, resume with train.steps: 12;" <<<"$out" ||
+    fail "decay: resumed with train.epochs from a run whose steps were set: $out"
 # `latest` naming a step not there (the folder removed by hand): said so, not
 # "damaged", and the newest good checkpoint taken
 cp -r "$d/cut" "$d/stale" && echo step-50 >"$d/stale/ckpt/latest"

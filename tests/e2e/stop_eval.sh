@@ -16,8 +16,8 @@
 # (i) (a)'s checkpoint resumed into another out_dir (--resume DIR/ckpt/step-2),
 #     whose metrics.jsonl starts anew: its state.json says the evaluation
 #     was cut short, and the resumed run makes it first, with the same bits;
-#     one that says nothing (the last step's, saved before its final
-#     evaluation) has none made first.
+#     one that says nothing (step 2's of a run whose evaluation there
+#     ended) has none made first.
 # (d) the final evaluation, after the last step: the weights are written
 #     all the same, exit 143 (again in the resumed run's evaluation of it);
 #     --resume auto makes the evaluation, exit 0.
@@ -112,11 +112,13 @@ if [ -d "$tmp/a/ckpt/step-2" ]; then
         "$bin" data inspect "$tmp/a/ckpt/step-2" | grep -q "^  the evaluation of step 2 was cut short" &&
         [ "$(grep -c "^eval at step 2:" "$tmp/i.log")" -eq 1 ] && [ -n "$want" ] && [ "$got" = "$want" ] ||
         fail "(i) resumed into another out_dir: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/i.log"); evaluations $got, uninterrupted $want"
-    timeout 120 "$bin" "${args[@]}" --set train.steps=6 --set train.eval_every=2 --set train.out_dir="$tmp/i2" \
-        --resume "$tmp/ref/ckpt/step-4" >"$tmp/i2.log" 2>&1; rc=$?
+    timeout 120 "$bin" "${args[@]}" --set train.steps=4 --set train.eval_every=2 --set train.checkpoint_every=2 \
+        --set train.out_dir="$tmp/i0" >"$tmp/i0.log" 2>&1 || fail "(i) the run of 4 steps: $(tail -n 2 "$tmp/i0.log")"
+    timeout 120 "$bin" "${args[@]}" --set train.steps=4 --set train.eval_every=2 --set train.out_dir="$tmp/i2" \
+        --resume "$tmp/i0/ckpt/step-2" >"$tmp/i2.log" 2>&1; rc=$?
     got2=$(evals "$tmp/i2/metrics.jsonl")
-    [ $rc -eq 0 ] && ! grep -q "eval_owed" "$tmp/ref/ckpt/step-4/state.json" && ! grep -q "made first" "$tmp/i2.log" &&
-        [ "${got2%%:*}" = 6 ] && [ "$(echo "$got2" | wc -w)" -eq 1 ] ||
+    [ $rc -eq 0 ] && ! grep -q "eval_owed" "$tmp/i0/ckpt/step-2/state.json" && ! grep -q "made first" "$tmp/i2.log" &&
+        [ "${got2%%:*}" = 4 ] && [ "$(echo "$got2" | wc -w)" -eq 1 ] ||
         fail "(i) a checkpoint whose evaluation was not cut, resumed elsewhere: exit $rc: $(grep -E "^resume|^eval|error" "$tmp/i2.log"); evaluations $got2"
     [ "$fails" -ne 0 ] || echo "(i) resumed into another out_dir: the cut evaluation made first ($got); none where it was not cut"
 fi
