@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -262,6 +263,7 @@ int st_cmd_report(int argc, char **argv) {
     char smooth_name[96];
     int nc = plan_charts(&m, charts, mem, smooth_name, sizeof smooth_name), fails = 0;
     const char *names[8];
+    bool png_done[8] = {false}; /* chart i's PNG written by this report */
     /* (a stop between two files: each file is written under a temporary name and renamed whole, so what
      * is there is whole, an earlier report's or this one's; gnuplot's scratch files removed as it ends) */
     atomic_int *stop = st_cli_catch_stops();
@@ -271,7 +273,8 @@ int st_cmd_report(int argc, char **argv) {
         s = st_chart_write_svg(&charts[i].chart, path);
         if (s != ST_OK || why[0]) continue;
         snprintf(path, sizeof path, "%s/%s.png", out_dir, charts[i].file);
-        if (st_chart_write_png(&charts[i].chart, path, gnuplot) != ST_OK && !atomic_load(stop)) {
+        png_done[i] = st_chart_write_png(&charts[i].chart, path, gnuplot) == ST_OK;
+        if (!png_done[i] && !atomic_load(stop)) {
             fprintf(stderr, "scaletrain report: error: %s\n", st_last_error());
             st_clear_error();
             fails++;
@@ -289,6 +292,25 @@ int st_cmd_report(int argc, char **argv) {
                 st_signal_name(sig, sig_name), out_dir);
         return 128 + sig;
     }
+    /* An earlier report's charts in the same folder that this one did not
+     * write (its PNGs under --no-png or without gnuplot; a chart this run has
+     * no data for) would show that report's data beside this one's: removed
+     * where report.html says the folder is a report's. */
+    int removed = 0;
+    snprintf(path, sizeof path, "%s/report.html", out_dir);
+    if (s == ST_OK && st_path_is_file(path)) {
+        static const char *const all[] = {"loss", "throughput", "memory", "lr", "grad_norm", "accuracy"};
+        for (size_t a = 0; a < sizeof all / sizeof all[0]; a++) {
+            int planned = -1;
+            for (int i = 0; i < nc; i++)
+                if (strcmp(charts[i].file, all[a]) == 0) planned = i;
+            for (int kind = 0; kind < 2; kind++) { /* svg, png */
+                if (planned >= 0 && (kind == 0 || png_done[planned])) continue;
+                snprintf(path, sizeof path, "%s/%s.%s", out_dir, all[a], kind ? "png" : "svg");
+                if (unlink(path) == 0) removed++;
+            }
+        }
+    }
     char cfg_from[4400] = "";
     cJSON *cfg = s == ST_OK ? read_config(run_dir, cfg_from, sizeof cfg_from) : NULL;
     if (s == ST_OK) {
@@ -302,5 +324,7 @@ int st_cmd_report(int argc, char **argv) {
     printf("report: %s/report.html and %d charts (%s)\n", out_dir, nc,
            why[0] || fails ? "SVG" : "SVG and PNG");
     if (why[0]) printf("report: PNGs skipped: %s\n", why);
+    if (removed)
+        printf("report: removed %d chart file(s) of an earlier report there, not made this time\n", removed);
     return fails ? ST_EXIT_FAIL : ST_EXIT_OK;
 }

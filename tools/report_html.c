@@ -32,11 +32,12 @@ static void row(FILE *f, const char *label, const char *fmt, ...) {
 typedef struct stats {
     int n;
     double last, min, max, mean, median;
-    int argmin; /* row of min */
+    int argmin;  /* row of min */
+    int last_at; /* row of last (the last finite value) */
 } stats;
 
 static stats col_stats(const rp_table *t, int f) {
-    stats s = {0, NAN, NAN, NAN, NAN, NAN, -1};
+    stats s = {0, NAN, NAN, NAN, NAN, NAN, -1, -1};
     const double *c = rp_col(t, f);
     double *v = c ? malloc((size_t)(t->n ? t->n : 1) * sizeof *v) : NULL;
     double sum = 0;
@@ -45,6 +46,7 @@ static stats col_stats(const rp_table *t, int f) {
         if (s.n == 0 || c[i] < s.min) s.min = c[i], s.argmin = i;
         if (s.n == 0 || c[i] > s.max) s.max = c[i];
         s.last = c[i];
+        s.last_at = i;
         sum += c[i];
         v[s.n++] = c[i];
     }
@@ -81,18 +83,37 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
             first = t->col[RP_LOSS][at];
         /* (each a line's mean over its log.every steps: the first is not the first step's, which train's
          * --json gives as first_loss) */
+        /* (a run whose last lines are not finite ended there: its final loss is not the last finite
+         * one, which is said as such) */
+        char final[96];
+        if (loss.last_at == t->n - 1)
+            snprintf(final, sizeof final, "%.4f", loss.last);
+        else
+            snprintf(final, sizeof final, "not finite (the last finite %.4f at step %.0f)", loss.last,
+                     step[loss.last_at]);
         row(f, "train loss",
-            "first %.4f at step %.0f, final %.4f, best %.4f at step %.0f (each a logged line's mean over its "
+            "first %.4f at step %.0f, final %s, best %.4f at step %.0f (each a logged line's mean over its "
             "steps)",
-            first, step[at - 1], loss.last, loss.min, step[loss.argmin]);
-    }
+            first, step[at - 1], final, loss.min, step[loss.argmin]);
+    } else if (t->n > 0)
+        row(f, "train loss", "%s", "not finite on any step line");
     if (loss.n < t->n)
         row(f, "non-finite train loss", "%d of %d step lines (NaN or Inf)", t->n - loss.n, t->n);
     stats el = col_stats(e, RP_EVAL_LOSS), acc = col_stats(e, RP_EVAL_ACCURACY);
+    const char *evals = e->n == 1 ? "evaluation" : "evaluations";
     if (el.n) {
-        row(f, "eval loss", "final %.4f, best %.4f at step %.0f (%d evaluations)", el.last, el.min,
-            e->col[RP_EVAL_STEP][el.argmin], e->n);
-    }
+        char final[96];
+        if (el.last_at == e->n - 1)
+            snprintf(final, sizeof final, "%.4f", el.last);
+        else
+            snprintf(final, sizeof final, "not finite (the last finite %.4f at step %.0f)", el.last,
+                     e->col[RP_EVAL_STEP][el.last_at]);
+        row(f, "eval loss", "final %s, best %.4f at step %.0f (%d %s)", final, el.min,
+            e->col[RP_EVAL_STEP][el.argmin], e->n, evals);
+    } else if (e->n > 0)
+        row(f, "eval loss", "not finite in any of %d %s", e->n, evals);
+    if (el.n < e->n && el.n > 0)
+        row(f, "non-finite eval loss", "%d of %d %s (NaN or Inf)", e->n - el.n, e->n, evals);
     if (acc.n) {
         int best = 0;
         for (int i = 0; i < e->n; i++)

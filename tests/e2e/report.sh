@@ -120,6 +120,21 @@ grep -q "non-finite train loss" "$tmp/nan/report/report.html" || fail "report.ht
 # (the first loss names its line's step: it is a logged window's mean, not the first step's)
 grep -qE "train loss</th><td>first [0-9.]+ at step [0-9]+, final" "$tmp/nan/report/report.html" ||
     fail "report.html's first loss does not say its step"
+# A run that diverged: its last two step lines' losses and its last
+# evaluation's are null. The final losses are not the last finite ones,
+# which are named as such; the non-finite evaluation is counted.
+/usr/bin/python3 -c 'import json,sys
+rows=[json.loads(l) for l in open(sys.argv[1])]
+steps=[r for r in rows if "loss" in r and not r.get("eval")]
+evals=[r for r in rows if r.get("eval")]
+for r in steps[-2:] + evals[-1:]: r["loss"]=None
+print("\n".join(json.dumps(r) for r in rows))' "$lines" | m "$tmp/diverged"
+"$bin" report "$tmp/diverged" --no-png >/dev/null 2>&1 || fail "report of a run that diverged"
+grep -qE "train loss</th><td>first [0-9.]+ at step [0-9]+, final not finite \(the last finite [0-9.]+ at step 10\)" \
+    "$tmp/diverged/report/report.html" &&
+    grep -qE "eval loss</th><td>final not finite \(the last finite [0-9.]+ at step 8\)" "$tmp/diverged/report/report.html" &&
+    grep -q "non-finite eval loss</th><td>1 of 3 evaluations" "$tmp/diverged/report/report.html" ||
+    fail "report of a run that diverged: $(grep -E "loss</th>" "$tmp/diverged/report/report.html")"
 sed -e '1s/"loss":[-0-9.e]*/"loss":null/' "$lines" | m "$tmp/nan1" # (the first line's: "first" is the first finite)
 "$bin" report "$tmp/nan1" --no-png >/dev/null 2>&1 || fail "report with the first loss NaN"
 grep -qE "first -?nan|[ (]-?nan%" "$tmp/nan1/report/report.html" && fail "report.html prints a NaN: $(grep -E "first|%" "$tmp/nan1/report/report.html")"
@@ -282,4 +297,15 @@ expect_error "no step lines" "$tmp/noeval"
 "$bin" report >/dev/null 2>&1
 [ $? -eq 2 ] || fail "report without RUN_DIR: expected exit 2"
 
+# A report into the folder of an earlier one that made more: --no-png (and
+# a run with no evaluations) leaves none of that report's charts beside its
+# own (six PNGs and accuracy.svg removed, said); its own SVGs stay.
+if [ "$have_gnuplot" = 1 ]; then
+    "$bin" report "$tmp/run" --out "$tmp/stale" >/dev/null 2>&1 || fail "the report to go stale"
+    grep -v '"eval"' "$lines" | m "$tmp/noev"
+    "$bin" report "$tmp/noev" --out "$tmp/stale" --no-png >"$tmp/out.txt" 2>&1 || fail "report over a report: $(cat "$tmp/out.txt")"
+    grep -q "^report: removed 7 chart file(s) of an earlier report there, not made this time" "$tmp/out.txt" &&
+        [ -z "$(ls "$tmp/stale" | grep -E '\.png$|^accuracy')" ] && [ -s "$tmp/stale/loss.svg" ] ||
+        fail "report --no-png over an earlier report: $(cat "$tmp/out.txt"); $(ls "$tmp/stale" | tr '\n' ' ')"
+fi
 e2e_finish ok
