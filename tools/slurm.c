@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "train/checkpoint.h"
 
 static void usage(FILE *f) {
     fprintf(
@@ -268,6 +269,37 @@ int st_cmd_slurm(int argc, char **argv) {
         }
     }
 
+    { /* The job runs with --resume auto (a requeue continues): over a run's checkpoints in out_dir it
+       * continues that run, which a new experiment given the same out_dir would not expect; over a
+       * finished one it would wait in the queue to train nothing. Said now (it may change before the
+       * job starts). */
+        char ck[PATH_MAX];
+        bool found = false;
+        st_ckpt_state st;
+        if (st_ckpt_find(cfg.train.out_dir, "auto", NULL, ck, sizeof ck, &found, &st) == ST_OK && found) {
+            const bool nothing = cfg.train.steps > 0 ? st.step >= cfg.train.steps
+                                                     : st.run_steps > 0 && st.step >= st.run_steps;
+            char want[64] = "its own train.steps";
+            if (cfg.train.steps > 0)
+                snprintf(want, sizeof want, "train.steps %lld", (long long)cfg.train.steps);
+            if (nothing)
+                fprintf(
+                    stderr,
+                    "scaletrain slurm: warning: train.out_dir %s holds a run's checkpoint at step %lld (%s): "
+                    "the job's --resume auto continues that run, which at %s has nothing to train, so the "
+                    "job would end at once. For a new run, give this config another train.out_dir; to "
+                    "train that run on, raise train.steps\n",
+                    cfg.train.out_dir, (long long)st.step, ck, want);
+            else
+                fprintf(stderr,
+                        "scaletrain slurm: note: train.out_dir %s holds a run's checkpoint at step %lld "
+                        "(%s): the "
+                        "job's --resume auto continues that run; for a new run, give this config another "
+                        "train.out_dir\n",
+                        cfg.train.out_dir, (long long)st.step, ck);
+        }
+        st_clear_error();
+    }
     char out_dir[sizeof cfg.train.out_dir]; /* for a comment: one line */
     snprintf(out_dir, sizeof out_dir, "%s", cfg.train.out_dir);
     for (char *p = out_dir; *p; p++)

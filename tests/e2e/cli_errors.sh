@@ -327,6 +327,17 @@ printf 'train: { batch_size: 16, micro_batch_size: 4 }\n' >"$tmp/batch.yaml"
 expect 1 "train.batch_size (16, batch.yaml:1) cannot be split over 3 ranks" "$bin" slurm "$tmp/batch.yaml" --nodes 3 --gpus-per-node 1
 expect 1 "set train.batch_size to a multiple of 32, or a micro-batch size that divides the 2 samples per rank" \
     "$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 4
+# slurm over an out_dir holding a run's checkpoint: the job's --resume auto continues it; where that run
+# is at this config's train.steps already, the job would end at once (a new experiment given the same
+# out_dir waited in the queue to train nothing): said before the job is queued
+"$bin" train --set train.threads=1 --set model.type=mlp --set model.hidden=[8] --set data.val= --set train.steps=3 \
+    --set train.out_dir="$tmp/slurm_done" --quiet >/dev/null 2>&1 || fail "the run for slurm's out_dir"
+printf 'model: { type: mlp, hidden: [8] }\ntrain: { steps: 3, out_dir: "%s" }\n' "$tmp/slurm_done" >"$tmp/done.yaml"
+expect 0 "scaletrain slurm: warning: train.out_dir $tmp/slurm_done holds a run's checkpoint at step 3 ($tmp/slurm_done/ckpt/step-3): the job's --resume auto continues that run, which at train.steps 3 has nothing to train" \
+    "$bin" slurm "$tmp/done.yaml" --nodes 1 --gpus-per-node 0
+sed -i 's/steps: 3/steps: 6/' "$tmp/done.yaml"
+expect 0 "scaletrain slurm: note: train.out_dir $tmp/slurm_done holds a run's checkpoint at step 3 ($tmp/slurm_done/ckpt/step-3): the job's --resume auto continues that run; for a new run" \
+    "$bin" slurm "$tmp/done.yaml" --nodes 1 --gpus-per-node 0
 # slurm --time takes SLURM's forms only (1:2:3:4 and 1-2-3 were written into the script)
 for t in 1:2:3:4 1--2 1-2-3 00:-1 1: 99999999999999999999 1-999999999999 ; do
     expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
