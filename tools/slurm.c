@@ -261,6 +261,15 @@ int st_cmd_slurm(int argc, char **argv) {
         name = job;
     }
     const long per_node = gpus > 0 ? gpus : tasks > 0 ? tasks : 1;
+    if (cpus <= 0) /* (SLURM gives a task one CPU unless told otherwise: a rank's data loading and, on CPU
+                    * nodes, its whole training on one core) */
+        fprintf(stderr,
+                "scaletrain slurm: note: without --cpus-per-task each rank gets the CPUs the cluster gives a "
+                "task by default, often one (since SLURM 22.05 srun takes none from the job): %s. Give "
+                "--cpus-per-task C, e.g. the node's cores divided by %ld\n",
+                gpus > 0 ? "its data loading and the CPU side of its steps then share it"
+                         : "its training then runs on one core",
+                per_node);
     { /* a batch the job's ranks cannot split would fail once the job starts, after its wait in the queue */
         const st_status v = st_config_validate_world(&cfg, (int)(nodes * per_node));
         if (v != ST_OK) {
