@@ -340,8 +340,8 @@ expect 0 "scaletrain slurm: note: train.out_dir $tmp/slurm_done holds a run's ch
     "$bin" slurm "$tmp/done.yaml" --nodes 1 --gpus-per-node 0
 # without --cpus-per-task each rank may get one CPU: said, with what to give
 expect 0 "scaletrain slurm: note: without --cpus-per-task each rank gets the CPUs the cluster gives a task by default, often one" \
-    "$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 8
-out=$("$bin" slurm "$tmp/batch.yaml" --nodes 2 --gpus-per-node 8 --cpus-per-task 12 2>&1 >/dev/null)
+    "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2
+out=$("$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --cpus-per-task 12 2>&1 >/dev/null)
 grep -q "cpus-per-task" <<<"$out" && fail "slurm with --cpus-per-task still notes it: $out"
 # slurm --time takes SLURM's forms only (1:2:3:4 and 1-2-3 were written into the script)
 for t in 1:2:3:4 1--2 1-2-3 00:-1 1: 99999999999999999999 1-999999999999 ; do
