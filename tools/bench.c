@@ -135,6 +135,7 @@ static st_status predict(st_config *cfg, long long mb, bench_run *runs, int nr, 
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;
     cfg->data.val[0] = '\0';
+    cfg->data.val_split = 0; /* (as the runs: bench sets both) */
     ST_GOTO(st_runspec_open(cfg, &in));
     in.has_eval = false;
     in.cores_per_rank = 1;
@@ -462,16 +463,18 @@ int st_cmd_bench(int argc, char **argv) {
         av[j++] = "1", av[j++] = "train";
         for (int i = 0; i < nrest; i++)
             av[j++] = rest[i];
-        char *const fixed[] = {"--set",   sb,
-                               "--set",   smb,
-                               "--set",   sst,
-                               "--set",   sout,
-                               "--set",   "log.every=1",
-                               "--set",   "log.progress=off",
-                               "--set",   "data.val=",
-                               "--set",   "train.eval_every=0",
-                               "--set",   "train.checkpoint_every=0",
-                               "--quiet", "--json"};
+        char *const fixed[] = {
+            "--set",   sb,
+            "--set",   smb,
+            "--set",   sst,
+            "--set",   sout,
+            "--set",   "log.every=1",
+            "--set",   "log.progress=off",
+            "--set",   "data.val=",
+            "--set",   "data.val_split=0", /* (a split would still be evaluated at the end) */
+            "--set",   "train.eval_every=0",
+            "--set",   "train.checkpoint_every=0",
+            "--quiet", "--json"};
         for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
             av[j++] = fixed[i];
         av[j] = NULL;

@@ -106,6 +106,11 @@ PY
 "$bin" data inspect "$tmp/rep #1/n1/ckpt/$latest" | grep -q "checkpoint of step" || fail "the edited state.json is not good"
 out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --steps 4 --warmup 1 --out "$tmp/rep #1" 2>&1) ||
     fail "bench over an earlier bench's interrupted run: $out"
+# evaluation off, data.val_split too (given, its share was evaluated at each run's end)
+out=$(timeout 300 "$bin" bench -n 1 "$tmp/tiny.yaml" --set data.val_split=0.1 --steps 4 --warmup 1 --out "$tmp/split" 2>&1) ||
+    fail "bench with data.val_split: $out"
+[ -s "$tmp/split/n1.log" ] && ! grep -q '"eval_samples"' "$tmp/split/n1.log" ||
+    fail "bench with data.val_split evaluated: $(grep -o '"eval_samples":[0-9]*' "$tmp/split/n1.log")"
 
 # A gnuplot that fails (the PNGs are optional): the report is written all the same, the PNGs' failure said
 # (it ended bench with exit 1 before bench.md and bench.json)
