@@ -184,8 +184,8 @@ st_status rp_metrics_read(const char *path, rp_metrics *m) {
     fclose(f);
     m->run_seconds += last_time;
     if (s == ST_OK && m->steps.n == 0)
-        s = st_fail(ST_ERR_FORMAT, "%s: no step lines (%d lines read): the run logged no step yet", path,
-                    m->lines);
+        s = st_fail(ST_ERR_FORMAT, "%s: no step lines (%d lines read%s): the run logged no step yet", path,
+                    m->lines, m->torn_last ? ", and a last one cut short, not a whole line of JSON" : "");
     if (s != ST_OK) rp_metrics_free(m);
     return s;
 }

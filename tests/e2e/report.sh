@@ -294,6 +294,8 @@ out=$("$bin" report "$tmp/run" --out "$tmp/afile/sub" --no-png 2>&1)
     fail "report --out under a file: $out"
 grep eval "$lines" | m "$tmp/noeval"
 expect_error "no step lines" "$tmp/noeval"
+printf '{"step":1,"lo' | m "$tmp/torn1" # (its only line cut short: said, not only "no step yet")
+expect_error "no step lines (0 lines read, and a last one cut short, not a whole line of JSON)" "$tmp/torn1"
 "$bin" report >/dev/null 2>&1
 [ $? -eq 2 ] || fail "report without RUN_DIR: expected exit 2"
 
