@@ -46,10 +46,12 @@ static void usage(FILE *f) {
     fprintf(
         f, "usage: scaletrain slurm CONFIG --nodes N --gpus-per-node G [--tasks-per-node T] [--cpus-per-task "
            "C]\n"
-           "                       [--time HH:MM:SS] [--partition P] [--job-name NAME] [--set key=value]...\n"
+           "                       [--time HH:MM:SS] [--stop-before S] [--partition P] [--job-name NAME]\n"
+           "                       [--set key=value]...\n"
            "  writes an sbatch script to stdout: one task per GPU (G > 0) or T tasks per node\n"
            "  (G = 0, CPU nodes), srun --mpi=pmix scaletrain train CONFIG --resume auto, requeue\n"
-           "  after SIGTERM (pre-emption, the time limit). Example:\n"
+           "  after SIGTERM (pre-emption, and S seconds before the time limit: default 120;\n"
+           "  give more where a checkpoint takes longer to write). Example:\n"
            "    scaletrain slurm run.yaml --nodes 2 --gpus-per-node 8 --time 24:00:00 > job.sbatch\n");
 }
 
@@ -124,19 +126,20 @@ static long number(const char *opt, const char *v, long lo, long hi, bool *ok) {
 }
 
 int st_cmd_slurm(int argc, char **argv) {
-    long nodes = -1, gpus = -1, tasks = -1, cpus = -1;
+    long nodes = -1, gpus = -1, tasks = -1, cpus = -1, before = -1;
     const char *time_limit = NULL, *partition = NULL, *name = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
-    static const char *const once[] = {"--nodes", "--gpus-per-node", "--tasks-per-node", "--cpus-per-task",
-                                       "--time",  "--partition",     "--job-name",       NULL},
+    static const char *const once[] = {"--nodes",         "--gpus-per-node", "--tasks-per-node",
+                                       "--cpus-per-task", "--time",          "--partition",
+                                       "--job-name",      "--stop-before",   NULL},
                              *const sets[] = {"--set", NULL};
     bool ok = rest != NULL && st_cli_once("slurm", argc, argv, once, sets) < 0;
     for (int i = 0; ok && i < argc; i++) {
         const char *a = argv[i];
         static const char *const valued[] = {"--nodes",         "--gpus-per-node", "--tasks-per-node",
                                              "--cpus-per-task", "--time",          "--partition",
-                                             "--job-name"};
+                                             "--job-name",      "--stop-before"};
         bool takes = false;
         for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
             takes |= !strcmp(a, valued[k]);
@@ -164,6 +167,8 @@ int st_cmd_slurm(int argc, char **argv) {
             partition = argv[++i];
         else if (!strcmp(a, "--job-name"))
             name = argv[++i];
+        else if (!strcmp(a, "--stop-before"))
+            before = number(a, argv[++i], 10, 65535, &ok); /* (SLURM's --signal takes up to 65535 s) */
         else
             rest[nrest++] = argv[i];
     }
@@ -189,19 +194,27 @@ int st_cmd_slurm(int argc, char **argv) {
                 time_limit);
         ok = false;
     }
-    /* The stop comes `lead` s before the limit: 120, or a quarter of a
-     * limit under 8 minutes (a job stopped as it starts would be requeued
-     * to be stopped again, a step gained each time) */
-    long lead = 120;
+    /* The stop comes `lead` s before the limit: --stop-before's (a large
+     * model's checkpoint on slow storage takes longer than 120 s: one cut
+     * short by the limit is lost, and the job not requeued), else 120, or a
+     * quarter of a limit under 8 minutes (a job stopped as it starts would
+     * be requeued to be stopped again, a step gained each time) */
+    long lead = before > 0 ? before : 120;
     if (ok && time_limit && !no_limit) {
         const long limit = time_seconds(time_limit);
-        if (limit < 60) {
+        if (before > 0 && limit >= 60 && before > limit / 2) {
+            fprintf(stderr,
+                    "scaletrain slurm: --stop-before %ld with --time %s (%ld s): the ranks would be stopped "
+                    "before half the job's time; give a longer --time or a shorter --stop-before\n",
+                    before, time_limit, limit);
+            ok = false;
+        } else if (limit < 60) {
             fprintf(stderr,
                     "scaletrain slurm: --time %s is %ld s: too short for a run to start, train and save its "
                     "checkpoint before it; give a minute at least\n",
                     time_limit, limit);
             ok = false;
-        } else if (limit < 480) {
+        } else if (limit < 480 && before < 0) {
             lead = limit / 4;
             fprintf(stderr,
                     "scaletrain slurm: note: --time %s is short: the ranks are told to checkpoint and stop %ld "

@@ -343,6 +343,13 @@ expect 0 "scaletrain slurm: note: without --cpus-per-task each rank gets the CPU
     "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2
 out=$("$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --cpus-per-task 12 2>&1 >/dev/null)
 grep -q "cpus-per-task" <<<"$out" && fail "slurm with --cpus-per-task still notes it: $out"
+# --stop-before S: the ranks' stop S s before the limit (a checkpoint that takes longer than 120 s to
+# write was cut short by the limit, and the job not requeued); not before half the job's time
+expect 0 "#SBATCH --signal=TERM@600" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --time 2:00:00 --stop-before 600
+expect 0 "#SBATCH --signal=TERM@30" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --time 5 --stop-before 30
+expect 2 "--stop-before 600 with --time 10:00 (600 s): the ranks would be stopped before half the job's time" \
+    "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --time 10:00 --stop-before 600
+expect 2 "--stop-before 5: want a whole number from 10 to 65535" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 2 --stop-before 5
 # slurm --time takes SLURM's forms only (1:2:3:4 and 1-2-3 were written into the script)
 for t in 1:2:3:4 1--2 1-2-3 00:-1 1: 99999999999999999999 1-999999999999 ; do
     expect 2 "--time $t: want HH:MM:SS" "$bin" slurm "$tmp/batch.yaml" --nodes 1 --gpus-per-node 1 --time "$t"
