@@ -113,9 +113,16 @@ static int tokenize(int argc, char **argv) {
                         */
     snprintf(parent, sizeof parent, "%s", pos[0]);
     char *slash = strrchr(parent, '/');
+    char made[4096] = ""; /* the first folder this makes (its own ones are removed if it fails) */
     if (slash && slash != parent) {
         *slash = '\0';
         struct stat ps;
+        char up[4096]; /* (from parent up, while missing: made ends the shallowest) */
+        snprintf(up, sizeof up, "%s", parent);
+        for (char *c; stat(up, &ps) != 0; *c = '\0') {
+            snprintf(made, sizeof made, "%s", up);
+            if (!(c = strrchr(up, '/')) || c == up) break;
+        }
         const st_status m = stat(parent, &ps) == 0 && !S_ISDIR(ps.st_mode)
                                 ? st_fail(ST_ERR_IO, "%s is a file, not a folder", parent)
                                 : st_mkdirs(parent);
@@ -135,6 +142,12 @@ static int tokenize(int argc, char **argv) {
                                 .stop = st_cli_catch_stops()};
     st_tokenize_result r;
     st_status s = st_tokens_tokenize(&o, &r);
+    if (s != ST_OK && made[0]) /* (the folders it made, from parent up to made: a failure writes nothing) */
+        for (size_t keep = strlen(made); strlen(parent) >= keep && rmdir(parent) == 0;) {
+            char *c = strrchr(parent, '/');
+            if (!c) break;
+            *c = '\0';
+        }
     const int sig = atomic_load_explicit(o.stop, memory_order_relaxed);
     if (s == ST_ERR_INTERRUPTED && sig) {
         char sig_name[16];
@@ -148,12 +161,19 @@ static int tokenize(int argc, char **argv) {
     }
     free(pos);
     if (s != ST_OK) return st_cli_error(s);
-    if (shard_tokens > 0)
+    if (shard_tokens > 0) { /* (in YAML's single quotes: the pattern's backslashes as they are) */
+        char quoted[2 * sizeof r.pattern + 2];
+        size_t at = 0;
+        for (const char *c = r.pattern; *c && at + 3 < sizeof quoted; c++) {
+            if (*c == '\'') quoted[at++] = '\'';
+            quoted[at++] = *c;
+        }
+        quoted[at] = '\0';
         printf("%s: %lld tokens in %d shard%s of up to %lld (byte-level vocabulary of 256) from %d file(s); "
-               "train on them with data.train: \"%s\"\n",
+               "train on them with data.train: '%s'\n",
                r.pattern, (long long)r.count, r.shards, r.shards == 1 ? "" : "s", (long long)shard_tokens,
-               o.n_inputs, r.pattern);
-    else
+               o.n_inputs, quoted);
+    } else
         printf("%s: %lld tokens, byte-level vocabulary of 256, from %d file(s)\n", r.pattern,
                (long long)r.count, o.n_inputs);
     return ST_EXIT_OK;

@@ -700,14 +700,22 @@ static void *tk_worker(void *arg) {
     }
 }
 
-/* Shard k's name: OUT (less a .tokens suffix) + "-%06d.tokens". */
+/* Shard k's name: OUT (less a .tokens suffix) + "-%06d.tokens"; k < 0:
+ * the pattern that names them all, OUT's own *?[]\ escaped (glob(3) would
+ * read x[1]-*.tokens as x1-*.tokens: not the shards, and another's). */
 static void shard_name(const char *out, int k, char *name, size_t size) {
     size_t n = strlen(out);
     if (n > 7 && strcmp(out + n - 7, ".tokens") == 0) n -= 7;
-    if (k < 0)
-        snprintf(name, size, "%.*s-*.tokens", (int)n, out);
-    else
+    if (k >= 0) {
         snprintf(name, size, "%.*s-%06d.tokens", (int)n, out, k);
+        return;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < n && at + 2 < size; i++) {
+        if (strchr("*?[]\\", out[i])) name[at++] = '\\';
+        name[at++] = out[i];
+    }
+    snprintf(name + at, size - at, "-*.tokens");
 }
 
 /* Whether path is one of the n shards named from out: its "-%06d.tokens"
@@ -802,16 +810,25 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
             ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot open: %s", path,
                             o->inputs[i] ? strerror(errno) : "NULL path"));
         struct stat sb;
-        r.sizes[i] = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
+        const bool reg = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode);
+        r.sizes[i] = reg ? (int64_t)sb.st_size : -1;
         uint8_t head[512]; /* (a tar's magic is at 257) */
-        const size_t got = r.sizes[i] > 0 ? fread(head, 1, sizeof head, in) : 0; /* (a pipe: not peeked) */
+        const size_t got = reg ? fread(head, 1, sizeof head, in) : 0; /* (a pipe: not peeked) */
         fclose(in);
+        /* (a file that says 0 bytes and holds some: /proc's and /sys's; read to its end, as a pipe, where
+         * its bytes were left out) */
+        const bool unsized = reg && r.sizes[i] == 0 && got > 0;
+        if (unsized) r.sizes[i] = -1;
         ST_GOTO(text_input(path, head, got));
         if (r.sizes[i] < 0 && o->shard_tokens > 0)
             ST_GOTO(st_fail(ST_ERR_ARG,
-                            "%s: not a regular file; shards need every input's size before they are written "
-                            "(tokenize it into one file, or save it to a file first)",
-                            path));
+                            "%s: %s; shards need every input's size before they are written (tokenize it "
+                            "into one file, or save it to a file first)",
+                            path,
+                            unsized
+                                ? "its size is not known before it is read (it says 0 bytes, as /proc and "
+                                  "/sys files do)"
+                                : "not a regular file"));
         r.total = r.total < 0 || r.sizes[i] < 0 ? -1 : r.total + r.sizes[i];
     }
     if (o->shard_tokens > 0 && r.total == 0) ST_GOTO(empty_input(o));
@@ -822,6 +839,20 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
                         "use larger shards",
                         (long long)r.total, (long long)o->shard_tokens, (long long)shards,
                         ST_TOKENS_MAX_SHARDS));
+    /* (each shard is a mapping when read: past this machine's vm.max_map_count, less room for the
+     * process's own, nothing here could read them) */
+    long maps = 65530;
+    FILE *mc = fopen("/proc/sys/vm/max_map_count", "r");
+    if (mc) {
+        if (fscanf(mc, "%ld", &maps) != 1) maps = 65530;
+        fclose(mc);
+    }
+    if (shards > maps - 4096)
+        ST_GOTO(st_fail(ST_ERR_ARG,
+                        "%lld tokens in shards of %lld make %lld shards; a process here may map %ld files "
+                        "(vm.max_map_count), and each shard is one when it is read: use larger shards "
+                        "(--shard-tokens), or raise the limit (sysctl vm.max_map_count=262144)",
+                        (long long)r.total, (long long)o->shard_tokens, (long long)shards, maps));
     r.n_out = (int)shards;
     if (!(r.out = calloc((size_t)r.n_out, sizeof *r.out)) ||
         !(r.name = calloc((size_t)r.n_out, sizeof *r.name)))

@@ -166,6 +166,34 @@ rc=0; wait $tpid || rc=$?
 [ $rc -eq 143 ] && grep -q "stopped by SIGTERM; .*fin.tokens is as it was" "$tmp/fin.txt" && [ ! -e "$tmp/shards/fin.tokens" ] &&
     [ -z "$(find "$tmp/shards" -name '*.tmp.*')" ] ||
     { echo "a tokenize stopped during its sync: exit $rc: $(cat "$tmp/fin.txt"); left $(ls "$tmp/shards")"; exit 1; }
+# OUT with glob characters: the printed pattern escapes them (x[1]-*.tokens named x1-*.tokens'
+# files, not the shards), in YAML's single quotes, and it reads the shards back
+mkdir "$tmp/br"
+"$bin" data tokenize "$tmp/br/x[1].tokens" "$tmp/a.txt" --shard-tokens 4096 >"$tmp/br.txt"
+grep -qF "train on them with data.train: '$tmp/br/x\[1\]-*.tokens'" "$tmp/br.txt" ||
+    { echo "the pattern of x[1].tokens' shards is not escaped: $(cat "$tmp/br.txt")"; exit 1; }
+"$bin" data inspect "$tmp/br/x\[1\]-*.tokens" | grep -q "token files read as one stream, $(stat -c %s "$tmp/a.txt") tokens" ||
+    { echo "the escaped pattern does not read the shards"; exit 1; }
+# a file that says 0 bytes and holds some (/proc's): read to its end, not left out; sharded, refused
+"$bin" data tokenize "$tmp/proc.tokens" "$tmp/b.txt" /proc/self/status >"$tmp/proc.txt"
+want=$(($(stat -c %s "$tmp/b.txt") + $(wc -c </proc/self/status)))
+got=$(sed -n 's/.*: \([0-9]*\) tokens,.*/\1/p' "$tmp/proc.txt")
+[ "$got" -gt "$(stat -c %s "$tmp/b.txt")" ] && [ "$got" -le $((want + 200)) ] ||
+    { echo "/proc/self/status was left out: $got tokens, about $want wanted: $(cat "$tmp/proc.txt")"; exit 1; }
+if "$bin" data tokenize "$tmp/procs.tokens" /proc/self/status --shard-tokens 100 2>"$tmp/procs.txt"; then exit 1; fi
+grep -q "its size is not known before it is read (it says 0 bytes, as /proc and /sys files do)" "$tmp/procs.txt"
+# more shards than a process here may map (vm.max_map_count): refused before any is written (they were
+# written, and nothing could read them)
+maps=$(cat /proc/sys/vm/max_map_count)
+if [ "$maps" -lt 90000 ]; then
+    head -c $((maps + 10)) /dev/zero | tr '\0' a >"$tmp/many.txt"
+    if "$bin" data tokenize "$tmp/many/m.tokens" "$tmp/many.txt" --shard-tokens 1 2>"$tmp/many.err"; then exit 1; fi
+    grep -q "a process here may map $maps files (vm.max_map_count)" "$tmp/many.err" && [ ! -e "$tmp/many" ] ||
+        { echo "shards past vm.max_map_count: $(cat "$tmp/many.err"); $(ls "$tmp/many" 2>/dev/null | wc -l) written"; exit 1; }
+fi
+# a tokenize that fails leaves none of the folders it made for OUT
+if "$bin" data tokenize "$tmp/new/er/x.tokens" /dev/null 2>/dev/null; then exit 1; fi
+[ ! -e "$tmp/new" ] || { echo "a failed tokenize left $(find "$tmp/new")"; exit 1; }
 # a pattern that names nothing
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"
