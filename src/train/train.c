@@ -575,7 +575,10 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
         else if (covered < ses->val.n)
             snprintf(over, sizeof over, " (%lld of %lld validation samples)", (long long)covered,
                      (long long)ses->val.n);
-        if (r->has_accuracy)
+        if (!isfinite(r->eval_loss)) /* (weights whose outputs overflow on this data: said, not "-nan") */
+            fprintf(ses->out, "%s: loss not finite (%s: the model's outputs overflow on this data)%s\n", at,
+                    isnan(r->eval_loss) ? "NaN" : "infinite", over);
+        else if (r->has_accuracy)
             fprintf(ses->out, "%s: loss %.4f, accuracy %.2f%%%s\n", at, r->eval_loss,
                     100.0 * r->eval_accuracy, over);
         else

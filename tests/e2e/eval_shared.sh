@@ -146,4 +146,21 @@ out=$("${mpi[@]}" -np 1 "$bin" eval "${common[@]}" "${mlp[@]}" --init "$tmp/mlp/
     fail "eval of different validation sets passed"
 [ "$(grep -cF "the ranks read different validation data: the first difference is in validation samples (data.val): rank 0 has 10000; rank 1 has 60000" <<<"$out")" -eq 2 ] ||
     fail "eval of different validation sets: not one error from each rank: $(grep scaletrain <<<"$out" | head -3)"
+# (f) weights whose outputs overflow (every weight scaled by 1e30): "loss not finite", not "-nan"
+/usr/bin/python3 - "$tmp/mlp/model.safetensors" "$tmp/huge.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", b)[0]
+h = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+for name in (k for k in h if k != "__metadata__" and h[k]["dtype"] == "F32"):
+    lo, hi = h[name]["data_offsets"]
+    vals = struct.unpack_from("<%df" % ((hi - lo) // 4), data, lo)
+    struct.pack_into("<%df" % len(vals), data, lo, *[v * 1e30 for v in vals])
+open(sys.argv[2], "wb").write(b[:8 + n] + bytes(data))
+PY
+out=$(timeout 60 "$bin" eval --set train.threads=1 --set data.num_workers=0 --set log.progress=off "${mlp[@]}" \
+    --init "$tmp/huge.safetensors" 2>&1)
+grep -qE "^eval: loss not finite \((NaN|infinite): the model's outputs overflow on this data\)" <<<"$out" && ! grep -qi "nan," <<<"$out" ||
+    fail "eval of weights whose outputs overflow: $(grep -E "^eval|error" <<<"$out")"
 e2e_finish "every rank evaluates its share; the results equal one rank's"
