@@ -85,22 +85,22 @@ grep -qF "resume: warning: the checkpoint's run was set to 6 steps and this one 
 # (train.steps auto and train.epochs changed: said as the epochs, whose
 # value follows the plan; 10 steps an epoch of batch 6000)
 ep=(--set model.type=mlp --set model.hidden=[8] --set train.batch_size=6000 --set data.num_workers=0
-    --set train.checkpoint_every=2 --set train.steps=auto)
-timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.out_dir="$d/ep" --quiet ||
-    fail "decay: the run of an epoch"
-out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --set train.out_dir="$d/ep2" \
-    --resume "$d/ep/ckpt/step-6" --quiet 2>&1) || fail "decay: resumed with train.epochs 2: $out"
-grep -qF "resume: warning: the checkpoint's run was set to 10 steps (train.epochs 1) and this one to 20 (train.epochs 2, train.steps auto): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 6 at" <<<"$out" &&
-    grep -qF "(to follow its plan, resume with train.epochs: 1; to train on at one rate, optim.schedule: constant)" <<<"$out" ||
-    fail "decay: resumed with train.epochs changed: $out"
+    --set train.checkpoint_every=2)
+# epochs_resume NAME STEPS CKPT WANT ADVICE: a run of train.steps STEPS (auto: its epoch) in $d/NAME,
+# resumed from its ckpt/CKPT with train.epochs 2 into another out_dir: its warning holds WANT and ADVICE
+epochs_resume() {
+    local name=$1 steps=$2 from=$3 want=$4 advice=$5
+    timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.steps="$steps" --set train.out_dir="$d/$name" \
+        --quiet || fail "decay: the run $name"
+    out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --set train.out_dir="$d/$name.2" \
+        --resume "$d/$name/ckpt/$from" --quiet 2>&1) || fail "decay: $name resumed with train.epochs 2: $out"
+    grep -qF "$want" <<<"$out" && grep -qF "$advice" <<<"$out" || fail "decay: $name resumed with train.epochs 2: $out"
+}
+epochs_resume ep auto step-6 "resume: warning: the checkpoint's run was set to 10 steps (train.epochs 1) and this one to 20 (train.epochs 2, train.steps auto): optim.schedule cosine decays over train.steps, so the learning rate goes on from step 6 at" \
+    "(to follow its plan, resume with train.epochs: 1; to train on at one rate, optim.schedule: constant)"
 # (that run's train.steps set by hand, 12: the advice is its steps, not its epochs' 10)
-timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.steps=12 --set train.out_dir="$d/ep12" --quiet ||
-    fail "decay: the run of 12 steps"
-out=$(timeout 120 "$bin" train "${common[@]}" "${ep[@]}" --set train.epochs=2 --set train.out_dir="$d/ep3" \
-    --resume "$d/ep12/ckpt/step-10" --quiet 2>&1) || fail "decay: resumed with train.epochs 2 from 12 steps: $out"
-grep -qF "resume: warning: the checkpoint's run was set to 12 steps and this one to 20 (train.steps): " <<<"$out" &&
-    grep -qF "(to follow its plan, resume with train.steps: 12;" <<<"$out" ||
-    fail "decay: resumed with train.epochs from a run whose steps were set: $out"
+epochs_resume ep12 12 step-10 "resume: warning: the checkpoint's run was set to 12 steps and this one to 20 (train.steps): " \
+    "(to follow its plan, resume with train.steps: 12;"
 # `latest` naming a step not there (the folder removed by hand): said so, not
 # "damaged", and the newest good checkpoint taken
 cp -r "$d/cut" "$d/stale" && echo step-50 >"$d/stale/ckpt/latest"
