@@ -392,7 +392,20 @@ st_status st_model_load(st_model *m, const char *path) {
         int total = pr.n + missing.n;
         char differ[1024], set[1024], hint[2200];
         settings_differing(m, f, differ, sizeof differ, set, sizeof set);
-        if (input && strcmp(input, ours_input) != 0) /* (the first layers' shapes follow the images') */
+        /* (a vocabulary this run took from its data, larger than the file's: --set model.vocab_size to
+         * the file's would be refused as smaller than the data's, a hint that goes round in a circle) */
+        const char *vocab =
+            m->kind == ST_MODEL_GPT && st_config_source(&m->cfg, "model.vocab_size") == ST_SRC_AUTO
+                ? st_safetensors_metadata(f, "model.vocab_size")
+                : NULL;
+        if (vocab && atoll(vocab) > 0 && atoll(vocab) < m->cfg.model.vocab_size)
+            snprintf(hint, sizeof hint,
+                     "the weights' vocabulary is %s tokens, and this run's data has %lld (model.vocab_size "
+                     "auto takes the data's): these weights cannot read its tokens from %s on; give data "
+                     "tokenized with their vocabulary%s%s%s",
+                     vocab, (long long)m->cfg.model.vocab_size, vocab,
+                     differ[0] ? " (the file was saved with " : "", differ, differ[0] ? ")" : "");
+        else if (input && strcmp(input, ours_input) != 0) /* (the first layers' shapes follow the images') */
             snprintf(
                 hint, sizeof hint,
                 "the file was trained on %s inputs (height x width x channels), and this run's data holds "
