@@ -3,6 +3,7 @@
  * sequence, read modulo n so that the wrap-around tail needs no copy. */
 #include "data/sampler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,7 @@ st_status st_sampler_init(const st_sampler_opts *o, st_sampler **out) {
     }
     s->o = *o;
     s->accum = o->batch_size / ((int64_t)o->world * o->micro_batch);
-    s->steps = o->drop_last ? o->n / o->batch_size : (o->n + o->batch_size - 1) / o->batch_size;
+    s->steps = st_steps_per_epoch(o->n, o->batch_size, o->drop_last);
     s->perm_epoch = -1;
     *out = s;
     return ST_OK;
@@ -59,6 +60,15 @@ void st_sampler_free(st_sampler *s) {
 }
 
 int64_t st_sampler_steps_per_epoch(const st_sampler *s) { return s->steps; }
+
+int64_t st_steps_per_epoch(int64_t n, int64_t batch, bool drop_last) {
+    return drop_last ? n / batch : (n + batch - 1) / batch;
+}
+
+int64_t st_steps_of_epochs(double epochs, int64_t n, int64_t batch, bool drop_last) {
+    const int64_t steps = (int64_t)ceil(epochs * (double)st_steps_per_epoch(n, batch, drop_last));
+    return steps < 1 ? 1 : steps;
+}
 int64_t st_sampler_accum(const st_sampler *s) { return s->accum; }
 int64_t st_sampler_micro_batch(const st_sampler *s) { return s->o.micro_batch; }
 const st_sampler_opts *st_sampler_options(const st_sampler *s) { return &s->o; }

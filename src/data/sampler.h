@@ -73,6 +73,12 @@ st_status st_sampler_init(const st_sampler_opts *opts, st_sampler **out);
 void st_sampler_free(st_sampler *s); /* accepts NULL */
 
 int64_t st_sampler_steps_per_epoch(const st_sampler *s);
+/* The rule it follows: the steps of an epoch of n samples in batches of
+ * `batch` (drop_last: whole batches only); and train.steps auto's, the
+ * steps of `epochs` of them (ceil, at least 1), which a resume also uses to
+ * tell whether a checkpoint's run took its steps from its epochs. */
+int64_t st_steps_per_epoch(int64_t n, int64_t batch, bool drop_last);
+int64_t st_steps_of_epochs(double epochs, int64_t n, int64_t batch, bool drop_last);
 int64_t st_sampler_accum(const st_sampler *s); /* micro-steps per step on each rank */
 int64_t st_sampler_micro_batch(const st_sampler *s);
 const st_sampler_opts *st_sampler_options(const st_sampler *s);

@@ -760,10 +760,9 @@ static st_status plan(st_session *s, st_model_input *in) {
                 s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "", held,
                 (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
         if (c->train.steps == ST_AUTO) {
-            int64_t B = c->train.batch_size;
-            int64_t per_epoch = c->data.drop_last ? s->train.n / B : (s->train.n + B - 1) / B;
-            c->train.steps = (int64_t)ceil(c->train.epochs * (double)per_epoch);
-            if (c->train.steps < 1) c->train.steps = 1;
+            const int64_t B = c->train.batch_size,
+                          per_epoch = st_steps_per_epoch(s->train.n, B, c->data.drop_last);
+            c->train.steps = st_steps_of_epochs(c->train.epochs, s->train.n, B, c->data.drop_last);
             snprintf(why, sizeof why, "%g epoch(s) of %lld steps", c->train.epochs, (long long)per_epoch);
             st_config_mark_auto(c, "train.steps", why);
             if (c->optim.warmup_steps > c->train.steps) { /* (st_config_validate's check, now it can be made) */

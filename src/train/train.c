@@ -1810,12 +1810,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 snprintf(plan, sizeof plan, "train.steps: %lld", (long long)ck.run_steps);
                 /* (that run's steps were its epochs' where they are what its epochs over its
                  * data give: its train.steps set by hand, the advice is train.steps) */
-                const int64_t per = ck.samples > 0
-                                        ? (was_drop ? ck.samples / ck.batch_size
-                                                    : (ck.samples + ck.batch_size - 1) / ck.batch_size)
-                                        : 0;
-                const double by_epochs = ceil(ck.run_epochs * (double)per);
-                const bool was_epochs = per > 0 && (by_epochs < 1 ? 1 : (int64_t)by_epochs) == ck.run_steps;
+                const bool was_epochs =
+                    ck.samples > 0 && ck.run_epochs > 0 &&
+                    st_steps_per_epoch(ck.samples, ck.batch_size, was_drop) > 0 &&
+                    st_steps_of_epochs(ck.run_epochs, ck.samples, ck.batch_size, was_drop) == ck.run_steps;
                 if (st_config_source(c, "train.steps") == ST_SRC_AUTO && was_epochs &&
                     ck.run_epochs != c->train.epochs) {
                     snprintf(was, sizeof was, " (train.epochs %g)", ck.run_epochs);
