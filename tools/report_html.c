@@ -58,6 +58,17 @@ static stats col_stats(const rp_table *t, int f) {
     return s;
 }
 
+/* A column's final value into buf: its last row's, or, where the last rows
+ * are not finite (a run that diverged ended there), "not finite" with the
+ * last finite one and its step (steps: the table's step column). */
+static const char *final_value(const stats *s, int rows, const double *steps, char *buf, size_t n) {
+    if (s->last_at == rows - 1)
+        snprintf(buf, n, "%.4f", s->last);
+    else
+        snprintf(buf, n, "not finite (the last finite %.4f at step %.0f)", s->last, steps[s->last_at]);
+    return buf;
+}
+
 static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     const rp_table *t = &m->steps, *e = &m->evals;
     const double *step = rp_col(t, RP_STEP);
@@ -83,18 +94,12 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
             first = t->col[RP_LOSS][at];
         /* (each a line's mean over its log.every steps: the first is not the first step's, which train's
          * --json gives as first_loss) */
-        /* (a run whose last lines are not finite ended there: its final loss is not the last finite
-         * one, which is said as such) */
         char final[96];
-        if (loss.last_at == t->n - 1)
-            snprintf(final, sizeof final, "%.4f", loss.last);
-        else
-            snprintf(final, sizeof final, "not finite (the last finite %.4f at step %.0f)", loss.last,
-                     step[loss.last_at]);
         row(f, "train loss",
             "first %.4f at step %.0f, final %s, best %.4f at step %.0f (each a logged line's mean over its "
             "steps)",
-            first, step[at - 1], final, loss.min, step[loss.argmin]);
+            first, step[at - 1], final_value(&loss, t->n, step, final, sizeof final), loss.min,
+            step[loss.argmin]);
     } else if (t->n > 0)
         row(f, "train loss", "%s", "not finite on any step line");
     if (loss.n < t->n)
@@ -103,12 +108,8 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     const char *evals = e->n == 1 ? "evaluation" : "evaluations";
     if (el.n) {
         char final[96];
-        if (el.last_at == e->n - 1)
-            snprintf(final, sizeof final, "%.4f", el.last);
-        else
-            snprintf(final, sizeof final, "not finite (the last finite %.4f at step %.0f)", el.last,
-                     e->col[RP_EVAL_STEP][el.last_at]);
-        row(f, "eval loss", "final %s, best %.4f at step %.0f (%d %s)", final, el.min,
+        row(f, "eval loss", "final %s, best %.4f at step %.0f (%d %s)",
+            final_value(&el, e->n, e->col[RP_EVAL_STEP], final, sizeof final), el.min,
             e->col[RP_EVAL_STEP][el.argmin], e->n, evals);
     } else if (e->n > 0)
         row(f, "eval loss", "not finite in any of %d %s", e->n, evals);
