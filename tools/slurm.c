@@ -295,10 +295,12 @@ int st_cmd_slurm(int argc, char **argv) {
        * continues that run, which a new experiment given the same out_dir would not expect; over a
        * finished one it would wait in the queue to train nothing. Said now (it may change before the
        * job starts). */
-        char ck[PATH_MAX];
-        bool found = false;
+        char ck[PATH_MAX], ckdir[PATH_MAX];
         st_ckpt_state st;
-        if (st_ckpt_find(cfg.train.out_dir, "auto", NULL, ck, sizeof ck, &found, &st) == ST_OK && found) {
+        snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg.train.out_dir);
+        /* (state.json alone: verifying every file's checksum would read a
+         * large checkpoint whole on a login node for a note) */
+        if (st_ckpt_peek(ckdir, ck, sizeof ck, &st)) {
             const bool nothing = cfg.train.steps > 0 ? st.step >= cfg.train.steps
                                                      : st.run_steps > 0 && st.step >= st.run_steps;
             char want[64] = "its own train.steps";

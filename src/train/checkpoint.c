@@ -1398,6 +1398,17 @@ st_status st_ckpt_find(const char *out_dir, const char *spec, FILE *log, char *d
     return st_ckpt_find_shared(out_dir, spec, log, dir, size, found, state, NULL);
 }
 
+/* Whether checkpoint dir was saved after the file whose stat is *fs (a
+ * run's final weights): its state.json is newer. */
+static bool saved_after(const char *dir, const struct stat *fs) {
+    char state[PATH_CAP + 16];
+    struct stat cs;
+    snprintf(state, sizeof state, "%s/state.json", dir);
+    return stat(state, &cs) == 0 &&
+           (cs.st_mtim.tv_sec > fs->st_mtim.tv_sec ||
+            (cs.st_mtim.tv_sec == fs->st_mtim.tv_sec && cs.st_mtim.tv_nsec > fs->st_mtim.tv_nsec));
+}
+
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step) {
     char where[PATH_CAP], dir[PATH_CAP];
     st_ckpt_state st;
@@ -1411,9 +1422,9 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
         /* A checkpoint newer than the final weights is a later run's there
          * (resumed past the end and stopped, or a new run over a finished
          * one, whose final weights are not written yet): it is taken. */
-        char final[PATH_CAP], state[PATH_CAP + 16];
+        char final[PATH_CAP];
         snprintf(final, sizeof final, "%s/model.safetensors", spec);
-        struct stat fs, cs;
+        struct stat fs;
         bool found = false;
         if (stat(final, &fs) == 0 && S_ISREG(fs.st_mode)) {
             /* (a checkpoint the storage did not read is an error here too: the
@@ -1422,9 +1433,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
             if (f == ST_ERR_IO || f == ST_ERR_NOMEM) return f;
             if (f != ST_OK) found = false;
             st_clear_error();
-            if (found) snprintf(state, sizeof state, "%s/state.json", dir);
-            if (!found || stat(state, &cs) != 0 || cs.st_mtim.tv_sec < fs.st_mtim.tv_sec ||
-                (cs.st_mtim.tv_sec == fs.st_mtim.tv_sec && cs.st_mtim.tv_nsec <= fs.st_mtim.tv_nsec)) {
+            if (!found || !saved_after(dir, &fs)) {
                 snprintf(path, size, "%s", final);
                 return ST_OK;
             }
@@ -1460,6 +1469,61 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     *step = st.step;
     snprintf(path, size, "%s/model.safetensors", dir);
     return ST_OK;
+}
+
+bool st_ckpt_peek(const char *ckdir, char *dir, size_t size, st_ckpt_state *state) {
+    st_ckpt_state mine;
+    int64_t *steps = NULL;
+    int n = 0;
+    bool found = false;
+    /* (the search's order is the list's, newest first: those newer than
+     * `latest`, `latest`, then the older ones) */
+    if (st_ckpt_list(ckdir, &steps, &n) == ST_OK)
+        for (int i = 0; i < n && !found; i++) {
+            want_file *w = NULL;
+            int nw = 0;
+            snprintf(dir, size, "%s/step-%lld", ckdir, (long long)steps[i]);
+            found = parse_state(dir, state ? state : &mine, &w, &nw) == ST_OK;
+            free(w);
+        }
+    free(steps);
+    st_clear_error();
+    return found;
+}
+
+bool st_ckpt_weights_peek(const char *spec, char *path, size_t size) {
+    char where[PATH_CAP], dir[PATH_CAP];
+    const st_ckpt_kind k = st_ckpt_classify(spec, where, sizeof where);
+    st_clear_error();
+    struct stat fs;
+    switch (k) {
+    case ST_CKPT_ONE:
+        snprintf(path, size, "%s/model.safetensors", where);
+        return true;
+    case ST_CKPT_RUN: { /* (as st_ckpt_weights: the final weights unless a checkpoint is newer) */
+        char final[PATH_CAP];
+        snprintf(final, sizeof final, "%s/model.safetensors", spec);
+        const bool has_final = stat(final, &fs) == 0 && S_ISREG(fs.st_mode),
+                   ck = st_ckpt_peek(where, dir, sizeof dir, NULL);
+        if (has_final && (!ck || !saved_after(dir, &fs))) {
+            snprintf(path, size, "%s", final);
+            return true;
+        }
+        if (!ck) return false;
+        snprintf(path, size, "%s/model.safetensors", dir);
+        return true;
+    }
+    case ST_CKPT_FOLDER:
+        if (!st_ckpt_peek(where, dir, sizeof dir, NULL)) return false;
+        snprintf(path, size, "%s/model.safetensors", dir);
+        return true;
+    default:
+        if (st_path_is_dir(spec))
+            snprintf(path, size, "%s/model.safetensors", spec);
+        else
+            snprintf(path, size, "%s", spec);
+        return st_path_is_file(path);
+    }
 }
 
 void st_ckpt_remove_all(const char *out_dir) {

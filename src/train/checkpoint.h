@@ -166,6 +166,18 @@ st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, 
  * file named directly or a run's final weights. */
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
 
+/* For a look before a run, never for what a run loads: the checkpoint of
+ * folder ckdir that a search (st_ckpt_find) most likely takes, found by
+ * reading state.json files alone: the first, in the search's order, whose
+ * state.json reads (no file's checksum is verified: where that checkpoint
+ * is damaged, the search takes an older one). Into dir, and its state into
+ * *state (NULL: not wanted); false where none reads. */
+bool st_ckpt_peek(const char *ckdir, char *dir, size_t size, st_ckpt_state *state);
+/* ... and the weights file st_ckpt_weights takes for spec where every
+ * checkpoint is whole, found as st_ckpt_peek does (a look at the settings
+ * weights record before they are loaded): false where spec names none. */
+bool st_ckpt_weights_peek(const char *spec, char *path, size_t size);
+
 /* Remove out_dir/ckpt and every checkpoint in it: for a caller that owns
  * out_dir and its runs are throwaway (scaletrain bench). */
 void st_ckpt_remove_all(const char *out_dir);
