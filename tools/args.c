@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/launcher.h"
+#include "core/safetensors.h"
 #include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
 #include "hw/probe.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
 
 st_status st_cli_probe(const char *cmd, const st_config *cfg, st_hw_info *h) {
     char who[96];
@@ -103,6 +107,35 @@ int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once,
     }
     free(seen);
     return rc;
+}
+
+/* eval's model where the user did not set it: the one its --init weights
+ * record (their metadata, st_model_config_from_file), and data.type tokens
+ * for a gpt's, which reads them. The weights are found as the load finds
+ * them, without reading a checkpoint whole (st_ckpt_weights_peek); weights
+ * not found or not opened fill nothing, and the load says why. */
+static st_status model_from_init(st_config *cfg, const char *init) {
+    char path[4096];
+    st_safetensors *f = NULL;
+    if (!st_ckpt_weights_peek(init, path, sizeof path) || st_safetensors_open(path, &f) != ST_OK) {
+        st_clear_error();
+        return ST_OK;
+    }
+    const bool weights = st_model_file_is_weights(f, path) == ST_OK;
+    const bool gpt = weights && st_safetensors_metadata(f, "model.type") &&
+                     !strcmp(st_safetensors_metadata(f, "model.type"), "gpt");
+    st_clear_error();
+    st_status s = weights ? st_model_config_from_file(cfg, f, path) : ST_OK;
+    st_safetensors_close(f);
+    const int row = st_cfg_find("data.type");
+    if (s == ST_OK && gpt && !strcmp(cfg->model.type, "gpt") && row >= 0 &&
+        cfg->src_[row] == ST_SRC_DEFAULT && !cfg->note_[row][0] &&
+        (s = st_config_set(cfg, "data.type=tokens")) == ST_OK) {
+        char why[4200];
+        snprintf(why, sizeof why, "%s's model, a gpt, reads tokens", path);
+        st_config_mark_auto(cfg, "data.type", why);
+    }
+    return s;
 }
 
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
@@ -217,6 +250,8 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                 cmd, profile, trace_set);
         return ST_EXIT_USAGE;
     }
+    if (!strcmp(cmd, "eval") && opts->init && (s = model_from_init(cfg, opts->init)) != ST_OK)
+        return st_cli_error(s);
     if (!strcmp(cmd, "eval") && (s = st_config_validate_eval(cfg)) != ST_OK) return st_cli_error(s);
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
     const bool reads_data = !strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "slurm");

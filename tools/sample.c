@@ -19,7 +19,6 @@
 
 #include "cli.h"
 #include "core/blas.h"
-#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/safetensors.h"
 #include "core/text.h"
@@ -183,19 +182,7 @@ static st_status model_from_weights(st_config *cfg, const char *path, st_model_i
     if (kind && strcmp(kind, "gpt") != 0)
         s = st_fail(ST_ERR_CONFIG, "%s holds a %s's weights: scaletrain sample continues text with a gpt",
                     path, kind);
-    for (int row = 0; s == ST_OK && row < st_cfg_nkeys; row++) {
-        const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
-        /* (a key a preset filled is the user's too: a preset names a shape) */
-        if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) ||
-            cfg->src_[row] != ST_SRC_DEFAULT || cfg->note_[row][0])
-            continue;
-        char ctx[512];
-        snprintf(ctx, sizeof ctx, "%s's metadata, %s", path, key);
-        s = st_cfg_assign_text(cfg, row, v, ctx);
-        /* (a message about the value names the file, not "default") */
-        snprintf(ctx, sizeof ctx, "%s's metadata", path);
-        if (s == ST_OK) st_config_mark_auto(cfg, key, ctx);
-    }
+    if (s == ST_OK) s = st_model_config_from_file(cfg, f, path);
     const st_safetensors_entry *wte = st_safetensors_find(f, "wte.weight");
     if (s == ST_OK && cfg->model.vocab_size == ST_AUTO) {
         if (!wte || wte->ndim != 2)

@@ -301,6 +301,23 @@ st_status st_model_file_is_weights(const st_safetensors *f, const char *path) {
     return ST_OK;
 }
 
+st_status st_model_config_from_file(st_config *cfg, const st_safetensors *f, const char *path) {
+    for (int row = 0; row < st_cfg_nkeys; row++) {
+        const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
+        /* (a key a preset filled is the user's too: a preset names a shape) */
+        if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) ||
+            cfg->src_[row] != ST_SRC_DEFAULT || cfg->note_[row][0])
+            continue;
+        char ctx[512];
+        snprintf(ctx, sizeof ctx, "%s's metadata, %s", path, key);
+        ST_TRY(st_cfg_assign_text(cfg, row, v, ctx));
+        /* (a message about the value names the file, not "default") */
+        snprintf(ctx, sizeof ctx, "%s's metadata", path);
+        st_config_mark_auto(cfg, key, ctx);
+    }
+    return ST_OK;
+}
+
 st_status st_model_load(st_model *m, const char *path) {
     st_safetensors *f = NULL;
     ST_TRY(st_safetensors_open(path, &f));

@@ -548,19 +548,23 @@ static st_status model_input(st_session *s, st_model_input *in) {
                            c->model.type);
         if (c->model.vocab_size == ST_AUTO) {
             c->model.vocab_size = d->vocab_size;
-            snprintf(why, sizeof why, "the vocabulary of %s", c->data.train);
+            snprintf(why, sizeof why, "the vocabulary of %s", d == &s->train ? c->data.train : c->data.val);
             st_config_mark_auto(c, "model.vocab_size", why);
         } else if (c->model.vocab_size < d->vocab_size) {
-            {
-                char a[ST_CFG_STR + 96];
+            char a[ST_CFG_STR + 4200];
+            const char *data = d == &s->train ? c->data.train : c->data.val;
+            st_config_describe(c, "model.vocab_size", a, sizeof a);
+            /* (auto before the data is read: the weights' own, their metadata's, which no setting changes) */
+            if (st_config_source(c, "model.vocab_size") == ST_SRC_AUTO)
                 return st_fail(
                     ST_ERR_CONFIG,
-                    "%s is smaller than the vocabulary of %s (%lld): its tokens would index past the "
-                    "embedding; set model.vocab_size to %lld or more, or auto (the data's)",
-                    st_config_describe(c, "model.vocab_size", a, sizeof a),
-                    d == &s->train ? c->data.train : c->data.val, (long long)d->vocab_size,
-                    (long long)d->vocab_size);
-            }
+                    "%s is smaller than the vocabulary of %s (%lld): the weights have no embedding "
+                    "row for its tokens from %lld on; give data tokenized with their vocabulary",
+                    a, data, (long long)d->vocab_size, (long long)c->model.vocab_size);
+            return st_fail(ST_ERR_CONFIG,
+                           "%s is smaller than the vocabulary of %s (%lld): its tokens would index past the "
+                           "embedding; set model.vocab_size to %lld or more, or auto (the data's)",
+                           a, data, (long long)d->vocab_size, (long long)d->vocab_size);
         }
         /* The validation tokens index the same embedding: another vocabulary
          * is another tokenizer's (its loss would mean nothing, or its first

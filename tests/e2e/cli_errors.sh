@@ -72,9 +72,12 @@ h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
 j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
 PY
-# a gpt's weights evaluated as an mlp: the hint gives the gpt's settings, not the mlp's num_classes
+# a gpt's weights evaluated as an mlp: the hint gives the gpt's settings, not the mlp's num_classes (the
+# gpt's shape keys the user left at their defaults are the weights' already: the type alone differs)
+expect 1 "run with those settings (--set model.type=gpt)" "$bin" eval --init "$tmp/evalrun" --set model.type=mlp
 expect 1 "run with those settings (--set model.type=gpt --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32" \
-    "$bin" eval --init "$tmp/evalrun" --set model.type=mlp
+    "$bin" eval --init "$tmp/evalrun" --set model.type=mlp --set model.n_layer=12 --set model.n_head=12 \
+    --set model.n_embd=768
 "$bin" eval --init "$tmp/evalrun" --set model.type=mlp 2>&1 | grep -q "num_classes\|model.hidden" &&
     { echo "FAIL: the hint for a gpt's weights names an mlp's settings"; fails=$((fails + 1)); }
 # a setting from the weights' metadata is named as theirs in a message (it said "default")
@@ -171,7 +174,11 @@ h='{"a\u001b[31mRED":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadat
 { printf "\\$(printf %03o ${#h})\\000\\000\\000\\000\\000\\000\\000"; printf '%s' "$h"; printf '\000\000\000\000'; } >"$tmp/esc.safetensors"
 expect 0 'a\x1b[31mRED' "$bin" data inspect "$tmp/esc.safetensors"
 expect 0 'model.n_embd x\x07' "$bin" data inspect "$tmp/esc.safetensors"
-expect 1 'a\x1b[31mRED: in the file but not in the model' "$bin" eval --set model.type=mlp --init "$tmp/esc.safetensors"
+expect 1 'a\x1b[31mRED: in the file but not in the model' "$bin" eval --set model.type=mlp --set model.n_embd=32 \
+    --init "$tmp/esc.safetensors"
+# (the metadata's value, which eval takes for the model's where not set, escaped too)
+expect 1 "esc.safetensors's metadata, model.n_embd: 'x\\x07' is not a valid YAML value" "$bin" eval \
+    --set model.type=mlp --init "$tmp/esc.safetensors"
 if "$bin" data inspect "$tmp/esc.safetensors" 2>&1 | grep -q $'\x1b'; then
     echo "FAIL: data inspect printed a raw escape byte"; fails=$((fails + 1))
 fi

@@ -37,6 +37,27 @@ sys.exit(0 if ok else 1)
 PY
 "$bin" data inspect "$tmp/run/model.safetensors" | grep -q "h.1.attn.c_attn.weight"
 
+# scaletrain eval: the model and data.type from the weights' metadata alone (no CONFIG, no model
+# setting; it took the default cnn and refused the tokens), of the final weights and of the last
+# checkpoint: the run's final evaluation again
+for w in "$tmp/run" "$tmp/run/ckpt/step-60" "$tmp/run/ckpt"; do
+    "$bin" eval --init "$w" --set data.val="$tmp/val.tokens" --json >"$tmp/eval.json" 2>"$tmp/eval.err" ||
+        { echo "FAIL: eval --init $w"; cat "$tmp/eval.err"; exit 1; }
+    /usr/bin/python3 - "$tmp/r.json" "$tmp/eval.json" "$w" <<'PY'
+import json, math, sys
+run = json.load(open(sys.argv[1]))["loss"]
+ev = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]["loss"]
+ok = math.isfinite(ev) and abs(ev - run) <= 1e-5 * abs(run)
+print(f"eval --init {sys.argv[3]}: loss {ev!r}, the run's final evaluation {run!r}", "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+done
+# a setting given wins, and the load names the difference
+if "$bin" eval --init "$tmp/run" --set data.val="$tmp/val.tokens" --set model.n_embd=32 2>"$tmp/eval.err"; then
+    echo "FAIL: eval with another n_embd ran"; exit 1; fi
+grep -q "hint: the file was saved by a model with model.n_embd 64 (this run: 32)" "$tmp/eval.err" ||
+    { echo "FAIL: eval with another n_embd:"; cat "$tmp/eval.err"; exit 1; }
+
 # scaletrain sample: the model from the weights' metadata alone (no CONFIG),
 # greedy continuations that PyTorch's twin of the model agrees with token by
 # token, past the context of 64 (the window slides)

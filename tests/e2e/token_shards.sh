@@ -194,8 +194,11 @@ fi
 # a tokenize that fails leaves none of the folders it made for OUT
 if "$bin" data tokenize "$tmp/new/er/x.tokens" /dev/null 2>/dev/null; then exit 1; fi
 [ ! -e "$tmp/new" ] || { echo "a failed tokenize left $(find "$tmp/new")"; exit 1; }
-# validation data of a larger vocabulary than the weights' (300 against 256): the hint says the data
-# does not fit them (it said --set model.vocab_size=256, which is refused as smaller than the data's)
+# validation data of a larger vocabulary than the weights' (300 against 256): the error says the data
+# does not fit them. eval takes the weights' vocabulary from their metadata: the error names it (it
+# said "set model.vocab_size to 300 or more", which the weights refuse); with model.vocab_size auto
+# set, the run takes the data's and the load's hint says the same (it said --set model.vocab_size=256,
+# which is refused as smaller than the data's)
 g=(--set model.type=gpt --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.block_size=32
     --set train.threads=1 --set data.type=tokens --set data.num_workers=0)
 "$bin" train "${g[@]}" --set train.steps=2 --set data.train="$tmp/one.tokens" --set data.val= \
@@ -208,6 +211,10 @@ struct.pack_into("<H", b, 64, 299)  # and a token past 255
 open(sys.argv[2], "wb").write(b)
 PY
 if "$bin" eval "${g[@]}" --init "$tmp/g" --set data.val="$tmp/v300.tokens" 2>"$tmp/v300.txt" >/dev/null; then exit 1; fi
+grep -qF "model.vocab_size (256, auto: $tmp/g/model.safetensors's metadata) is smaller than the vocabulary of $tmp/v300.tokens (300): the weights have no embedding row for its tokens from 256 on; give data tokenized with their vocabulary" "$tmp/v300.txt" ||
+    { echo "eval of data with a larger vocabulary: $(cat "$tmp/v300.txt")"; exit 1; }
+if "$bin" eval "${g[@]}" --init "$tmp/g" --set data.val="$tmp/v300.tokens" --set model.vocab_size=auto \
+    2>"$tmp/v300.txt" >/dev/null; then exit 1; fi
 grep -q "hint: the weights' vocabulary is 256 tokens, and this run's data has 300 (model.vocab_size auto takes the data's): these weights cannot read its tokens from 256 on" "$tmp/v300.txt" &&
     ! grep -q "run with those settings" "$tmp/v300.txt" ||
     { echo "eval of data with a larger vocabulary: $(cat "$tmp/v300.txt")"; exit 1; }
