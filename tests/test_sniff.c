@@ -78,6 +78,29 @@ static void test_kinds(void) {
           "an evaluation's line");
     CHECK(strstr(st_sniff((const uint8_t *)"{\"other\":1}\n", 12).use, "tokenize") != NULL,
           "other JSON: text");
+    /* (form feeds and vertical tabs: a source file's page breaks) */
+    kind_is("text with a form feed", B("int x;\n\f\vint y;\n"), ST_FILE_TEXT);
+    kind_is("png", B("\x89PNG\r\n\x1a\n\x00\x00"), ST_FILE_IMAGE);
+    kind_is("jpeg", B("\xff\xd8\xff\xe0\x00\x10JFIF"), ST_FILE_IMAGE);
+    kind_is("gif", B("GIF89a\x01\x00\x01"), ST_FILE_IMAGE);
+    kind_is("webp", B("RIFF\x24\x00\x00\x00WEBPVP8 "), ST_FILE_IMAGE);
+    kind_is("pdf", B("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"), ST_FILE_PDF);
+    /* another program's zip (its first member's name is no PyTorch one): an archive to unpack, not
+     * torch.save's (it said "PyTorch's torch.save or NumPy's .npz"); torch.jit.save's first member
+     * (ARCHIVE/data/0) is PyTorch's */
+    const uint8_t plain_zip[] = "PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                                "\x00\x00\x00\x00\x00\x00\x0a\x00\x00\x00"
+                                "corpus.txt";
+    const st_file_kind pz = st_sniff(plain_zip, sizeof plain_zip - 1);
+    CHECK(pz.format == ST_FILE_ARCHIVE && !strcmp(pz.what, "a zip archive") && strstr(pz.use, "unzip"),
+          "a plain zip: %d %s", (int)pz.format, pz.what);
+    const uint8_t jit_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                              "\x00\x00\x00\x00\x00\x00\x08\x00\x00\x00"
+                              "j/data/0";
+    const st_file_kind jz = st_sniff(jit_zip, sizeof jit_zip - 1);
+    CHECK(jz.format == ST_FILE_ZIP &&
+              !strcmp(jz.what, "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"),
+          "torch.jit.save's zip: %d %s", (int)jz.format, jz.what);
     kind_is("0xff is never utf-8", B("\xff\xff\xff\xff\xff\xff\xff\xff{}"), ST_FILE_UNKNOWN);
     kind_is("a lone continuation byte", B("abc\x82xyzab"), ST_FILE_UNKNOWN);
     kind_is("zeros", B("\x00\x00\x00\x00\x00\x00\x00\x00\x00"), ST_FILE_UNKNOWN);

@@ -139,7 +139,8 @@ static int tokenize(int argc, char **argv) {
                                 .shard_tokens = shard_tokens,
                                 .jobs = (int)jobs,
                                 /* (a stop: the files being written removed, OUT as it was) */
-                                .stop = st_cli_catch_stops()};
+                                .stop = st_cli_catch_stops(),
+                                .log = stderr};
     st_tokenize_result r;
     st_status s = st_tokens_tokenize(&o, &r);
     if (s != ST_OK && made[0]) /* (the folders it made, from parent up to made: a failure writes nothing) */
@@ -460,6 +461,8 @@ static int inspect(const char *path) {
     case ST_FILE_HDF5:
     case ST_FILE_ELF:
     case ST_FILE_ARCHIVE:
+    case ST_FILE_IMAGE:
+    case ST_FILE_PDF:
     case ST_FILE_TEXT:
         fprintf(stderr, "scaletrain: error: %s: %s, which scaletrain does not read; %s\n", path, kind.what,
                 kind.use);

@@ -12,7 +12,8 @@ static bool looks_like_text(const uint8_t *h, size_t n) {
     if (n == 0) return false;
     for (size_t i = 0; i < n;) {
         const uint8_t c = h[i];
-        if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t') {
+        /* (form feeds and vertical tabs too: source files' page breaks) */
+        if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t' || c == '\f' || c == '\v') {
             i++;
             continue;
         }
@@ -58,9 +59,23 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
             return (st_file_kind){ST_FILE_NPZ, "NumPy's .npz (a zip of .npy arrays)",
                                   "data.type npy reads .npy files: save each array on its own (in Python, "
                                   "numpy.save(\"x.npy\", numpy.load(\"FILE.npz\")[\"x\"]))"};
-        if (named && len >= 8 && !memcmp(h + 30 + len - 8, "data.pkl", 8))
-            return (st_file_kind){
-                ST_FILE_ZIP, "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)", WEIGHTS_USE};
+        /* PyTorch's members are ARCHIVE/data.pkl (torch.save's first), ARCHIVE/data/N (torch.jit.save's
+         * first), ARCHIVE/code/..., ARCHIVE/constants.pkl, ARCHIVE/version, ARCHIVE/byteorder: another
+         * first name is another program's zip */
+        const char *name = (const char *)h + 30, *slash = named ? memchr(name, '/', len) : NULL;
+        static const char *const torch_members[] = {"data",    "code/",     "constants.pkl",
+                                                    "version", "byteorder", ".data/"};
+        bool torch = false;
+        for (size_t i = 0; slash && i < sizeof torch_members / sizeof torch_members[0]; i++) {
+            const size_t m = strlen(torch_members[i]), rest = len - (size_t)(slash + 1 - name);
+            torch = torch || (rest >= m && !memcmp(slash + 1, torch_members[i], m));
+        }
+        if (named)
+            return torch
+                       ? (st_file_kind){ST_FILE_ZIP,
+                                        "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)",
+                                        WEIGHTS_USE}
+                       : (st_file_kind){ST_FILE_ARCHIVE, "a zip archive", "unpack it first (unzip FILE.zip)"};
         return (st_file_kind){ST_FILE_ZIP,
                               "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint) or "
                               "NumPy's .npz",
@@ -85,6 +100,15 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
     if (n >= 4 && !memcmp(h, ELF, 4))
         return (st_file_kind){ST_FILE_ELF, "an ELF file (a program or shared library)",
                               "give a data, weights or checkpoint file"};
+    if ((n >= 8 && !memcmp(h, "\x89PNG\r\n\x1a\n", 8)) || (n >= 3 && !memcmp(h, "\xff\xd8\xff", 3)) ||
+        (n >= 6 && (!memcmp(h, "GIF87a", 6) || !memcmp(h, "GIF89a", 6))) ||
+        (n >= 12 && !memcmp(h, "RIFF", 4) && !memcmp(h + 8, "WEBP", 4)))
+        return (st_file_kind){ST_FILE_IMAGE, "an image (PNG, JPEG, GIF or WebP)",
+                              "images are read from arrays of them: IDX or NPY files (data.type idx or npy); "
+                              "convert them to one first"};
+    if (n >= 5 && !memcmp(h, "%PDF-", 5))
+        return (st_file_kind){ST_FILE_PDF, "a PDF document",
+                              "extract its text first (pdftotext FILE.pdf FILE.txt)"};
     if (n >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4)
         return (st_file_kind){ST_FILE_IDX, "an IDX file", "data.type idx reads it"};
     /* (a run's metrics.jsonl: the hint of text is no use for it) */

@@ -18,13 +18,15 @@ typedef enum st_file_format {
     ST_FILE_IDX,
     ST_FILE_NPY,
     ST_FILE_GZIP,
-    ST_FILE_ZIP, /* PyTorch's torch.save, or a zip whose first member does not say */
+    ST_FILE_ZIP, /* PyTorch's torch.save, or a zip whose first member's name is not seen */
     ST_FILE_NPZ, /* NumPy's .npz: a zip whose first member is a .npy */
     ST_FILE_PICKLE,
     ST_FILE_GGUF,
     ST_FILE_HDF5,
     ST_FILE_ELF,     /* a program or shared library */
-    ST_FILE_ARCHIVE, /* xz, bzip2, zstd, tar (tar: at 257, so with n >= 262) */
+    ST_FILE_ARCHIVE, /* xz, bzip2, zstd, tar (tar: at 257, so with n >= 262), another program's zip */
+    ST_FILE_IMAGE,   /* PNG, JPEG, GIF, WebP */
+    ST_FILE_PDF,
     ST_FILE_TEXT,
 } st_file_format;
 

@@ -37,6 +37,7 @@
 
 #include "core/atomic_file.h"
 #include "core/sniff.h"
+#include "core/text.h"
 
 /* One file of the stream. */
 typedef struct tok_shard {
@@ -781,11 +782,70 @@ static st_status text_input(const char *path, const uint8_t *head, size_t n) {
                        "%s: a gzip file, not text: data tokenize reads text files; decompress it first "
                        "(zcat %s > FILE.txt) or leave it out of the inputs",
                        path, path);
+    if (k.format == ST_FILE_PDF || k.format == ST_FILE_ARCHIVE)
+        return st_fail(ST_ERR_FORMAT,
+                       "%s: %s, not text: data tokenize reads text files; %s, or leave it out of the inputs",
+                       path, k.what, k.use);
     if (k.format != ST_FILE_UNKNOWN)
         return st_fail(ST_ERR_FORMAT,
                        "%s: %s, not text: data tokenize reads text files; leave it out of the inputs", path,
                        k.what);
     return ST_OK; /* (any other bytes are tokens, as the byte-level vocabulary takes them: 0 too) */
+}
+
+/* The inputs' regular files, (device, inode) and where given, sorted: a
+ * file given twice (two paths, or the same one twice) lies next to itself. */
+typedef struct tk_file {
+    dev_t dev;
+    ino_t ino;
+    int at;
+} tk_file;
+static int tk_file_cmp(const void *a, const void *b) {
+    const tk_file *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* Said on o->log, the first few of each (a corpus folder's every file
+ * can be thousands): inputs given twice (files, n of them) and those whose
+ * first bytes are not text (not_text, n_not_text of them, their indices). */
+static void tk_warn(const st_tokenize_opts *o, tk_file *files, int n, const int *not_text, int n_not_text) {
+    enum { SAY = 3 };
+    if (!o->log) return;
+    for (int i = 0; i < n_not_text && i < SAY; i++)
+        fprintf(o->log,
+                "scaletrain data tokenize: warning: %s does not look like text (its first bytes are not "
+                "UTF-8, or hold a NUL): each of its bytes becomes a token as it is; leave it out of the "
+                "inputs if it is not text\n",
+                o->inputs[not_text[i]]);
+    if (n_not_text > SAY)
+        fprintf(o->log,
+                "scaletrain data tokenize: warning: ... and %d more inputs that do not look like text\n",
+                n_not_text - SAY);
+    qsort(files, (size_t)n, sizeof *files, tk_file_cmp);
+    int again = 0; /* files given more than once */
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && files[j].dev == files[i].dev && files[j].ino == files[i].ino;)
+            j++;
+        if (j - i < 2 || ++again > SAY) continue;
+        char at[96] = "";
+        size_t len = 0;
+        for (int k = i; k < j && k < i + 4; k++)
+            st_appendf(at, sizeof at, &len, "%s%d",
+                       k == i       ? ""
+                       : k + 1 == j ? " and "
+                                    : ", ",
+                       files[k].at + 1);
+        if (j - i > 4) st_appendf(at, sizeof at, &len, ", ...");
+        fprintf(o->log,
+                "scaletrain data tokenize: warning: %s is given %d times (inputs %s, by these or other "
+                "paths): its text is in the stream %d times; give each file once unless that is meant\n",
+                o->inputs[files[i].at], j - i, at, j - i);
+    }
+    if (again > SAY)
+        fprintf(o->log, "scaletrain data tokenize: warning: ... and %d more files given more than once\n",
+                again - SAY);
 }
 
 st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res) {
@@ -800,7 +860,12 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
     pthread_t *th = NULL;
     int started = 0;
     pthread_mutex_init(&r.lock, NULL);
-    if (!(r.sizes = calloc((size_t)o->n_inputs, sizeof *r.sizes)))
+    int n_files = 0, n_not_text = 0;
+    tk_file *files = NULL;
+    int *not_text = NULL;
+    if (!(r.sizes = calloc((size_t)o->n_inputs, sizeof *r.sizes)) ||
+        !(files = calloc((size_t)o->n_inputs, sizeof *files)) ||
+        !(not_text = calloc((size_t)o->n_inputs, sizeof *not_text)))
         ST_GOTO(st_fail(ST_ERR_NOMEM, "%s: out of host memory for the sizes of its %d input files", o->out,
                         o->n_inputs));
     for (int i = 0; i < o->n_inputs; i++) { /* fail before writing anything */
@@ -812,6 +877,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
         struct stat sb;
         const bool reg = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode);
         r.sizes[i] = reg ? (int64_t)sb.st_size : -1;
+        if (reg) files[n_files++] = (tk_file){.dev = sb.st_dev, .ino = sb.st_ino, .at = i};
         uint8_t head[512]; /* (a tar's magic is at 257) */
         const size_t got = reg ? fread(head, 1, sizeof head, in) : 0; /* (a pipe: not peeked) */
         fclose(in);
@@ -820,6 +886,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
         const bool unsized = reg && r.sizes[i] == 0 && got > 0;
         if (unsized) r.sizes[i] = -1;
         ST_GOTO(text_input(path, head, got));
+        if (got > 0 && st_sniff(head, got).format == ST_FILE_UNKNOWN) not_text[n_not_text++] = i;
         if (r.sizes[i] < 0 && o->shard_tokens > 0)
             ST_GOTO(st_fail(ST_ERR_ARG,
                             "%s: %s; shards need every input's size before they are written (tokenize it "
@@ -869,6 +936,7 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
         snprintf(res->pattern, sizeof res->pattern, "%s", o->out);
         ST_GOTO(tk_strangers(&r, NULL));
     }
+    tk_warn(o, files, n_files, not_text, n_not_text); /* (every check passed: what is written is said) */
     int jobs = o->jobs < 1 ? 1 : o->jobs;
     if (jobs > r.n_out) jobs = r.n_out;
     if (!(th = calloc((size_t)jobs, sizeof *th)))
@@ -907,6 +975,8 @@ fail:
     free(r.out);
     free(r.name);
     free(r.sizes);
+    free(files);
+    free(not_text);
     pthread_mutex_destroy(&r.lock);
     if (s != ST_OK) memset(res, 0, sizeof *res);
     return s;

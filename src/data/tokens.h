@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "scaletrain/status.h"
 
@@ -110,6 +111,10 @@ typedef struct st_tokenize_opts {
     /* Non-zero (a signal's number, set by its handler): stop within a
      * chunk, every temporary file removed, ST_ERR_INTERRUPTED. NULL: none. */
     const atomic_int *stop;
+    /* Warnings, before anything is written (NULL: none): an input whose
+     * first bytes are not text (not UTF-8, or NUL bytes: tokenized as they
+     * are), and a file given twice (its text twice in the stream). */
+    FILE *log;
 } st_tokenize_opts;
 typedef struct st_tokenize_result {
     int64_t count;      /* tokens written */

@@ -151,6 +151,24 @@ expect 1 "$bin: an ELF file (a program or shared library), not text" "$bin" data
 /usr/bin/python3 -c 'import lzma, sys, tarfile; open(sys.argv[1] + ".xz", "wb").write(lzma.compress(b"text " * 100)); t = tarfile.open(sys.argv[1] + ".tar", "w"); t.add(sys.argv[2], arcname="t.txt"); t.close()' "$tmp/packed" "$tmp/t.txt"
 expect 1 "packed.xz: a compressed file or archive (xz, bzip2, zstd or tar), not text" "$bin" data tokenize "$tmp/new.tokens" "$tmp/packed.xz"
 expect 1 "packed.tar: a compressed file or archive (xz, bzip2, zstd or tar), not text" "$bin" data tokenize "$tmp/new.tokens" "$tmp/packed.tar"
+# an image, a PDF, another program's zip: refused, saying what to do (they were tokenized as text)
+printf '\211PNG\r\n\032\n\000\000\000\rIHDR' >"$tmp/pic.png"
+printf '%%PDF-1.7\n%%\342\343\317\323\n1 0 obj\n' >"$tmp/doc.pdf"
+/usr/bin/python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], "w"); z.write(sys.argv[2], "t.txt"); z.close()' "$tmp/t.zip" "$tmp/t.txt"
+expect 1 "pic.png: an image (PNG, JPEG, GIF or WebP), not text" "$bin" data tokenize "$tmp/new.tokens" "$tmp/pic.png"
+expect 1 "doc.pdf: a PDF document, not text: data tokenize reads text files; extract its text first (pdftotext FILE.pdf FILE.txt)" \
+    "$bin" data tokenize "$tmp/new.tokens" "$tmp/doc.pdf"
+expect 1 "t.zip: a zip archive, not text: data tokenize reads text files; unpack it first (unzip FILE.zip)" \
+    "$bin" data tokenize "$tmp/new.tokens" "$tmp/t.zip"
+expect 1 "t.zip: a zip archive, which scaletrain does not read; unpack it first" "$bin" data inspect "$tmp/t.zip"
+[ ! -e "$tmp/new.tokens" ] || { echo "FAIL: a refused tokenize wrote its output"; fails=$((fails + 1)); }
+# bytes of no known format that are not text, and a file given three times (two of them by another
+# path): tokenized, each said in a warning (they were taken without a word)
+/usr/bin/python3 -c 'import sys; open(sys.argv[1], "wb").write(bytes(range(128, 256)) * 4)' "$tmp/noise.bin"
+expect 0 "warning: $tmp/noise.bin does not look like text (its first bytes are not UTF-8, or hold a NUL)" \
+    "$bin" data tokenize "$tmp/noisy.tokens" "$tmp/t.txt" "$tmp/noise.bin"
+expect 0 "warning: $tmp/t.txt is given 3 times (inputs 1, 3 and 4, by these or other paths): its text is in the stream 3 times" \
+    "$bin" data tokenize "$tmp/twice.tokens" "$tmp/t.txt" "$tmp/corpus/a.txt" "$tmp/./t.txt" "$tmp/t.txt"
 expect 2 "$tmp/notyet/ is a directory" "$bin" data tokenize "$tmp/notyet/" "$tmp/t.txt"
 [ ! -e "$tmp/notyet" ] || { echo "FAIL: data tokenize made a folder it then refused"; fails=$((fails + 1)); }
 # OUT a directory: refused before anything is read; OUT in folders not made yet: made (as train.out_dir is)
