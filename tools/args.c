@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/atomic_file.h"
 #include "core/config_schema.h"
 #include "core/device.h"
 #include "core/launcher.h"
 #include "core/safetensors.h"
+#include "core/sniff.h"
 #include "core/text.h"
 #include "core/ticker.h"
 #include "core/watch.h"
@@ -111,22 +113,31 @@ int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once,
 
 /* eval's model where the user did not set it: the one its --init weights
  * record (their metadata, st_model_config_from_file), and data.type tokens
- * for a gpt's, which reads them. The weights are found as the load finds
- * them, without reading a checkpoint whole (st_ckpt_weights_peek); weights
- * not found or not opened fill nothing, and the load says why. */
-static st_status model_from_init(st_config *cfg, const char *init) {
-    char path[4096];
+ * for a gpt's, which reads them. The weights are found as a run finds them
+ * (st_ckpt_weights: a checkpoint verified, a damaged one passed over, said
+ * by rank 0), watched as a run's reading is, once: the run loads that file
+ * (opts->init_weights). A file that cannot be read or is not weights is
+ * its own error, here, before the settings it would have given are
+ * missed (the data's type named instead). */
+static st_status model_from_init(st_config *cfg, st_run_opts *opts) {
+    char who[96], what[4200];
+    snprintf(who, sizeof who, "scaletrain eval (pid %d)", (int)getpid());
+    snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
+    st_watch *w = st_watch_one(st_ckpt_wait_limit(cfg, NULL, NULL, 0), who, "train.checkpoint_timeout_s",
+                               ST_WATCH_STORAGE, "an evaluation writes nothing", what);
+    const char *rank = st_launcher_rank();
+    char *path = opts->init_weights;
+    const size_t size = sizeof opts->init_weights;
     st_safetensors *f = NULL;
-    if (!st_ckpt_weights_peek(init, path, sizeof path) || st_safetensors_open(path, &f) != ST_OK) {
-        st_clear_error();
-        return ST_OK;
-    }
-    const bool weights = st_model_file_is_weights(f, path) == ST_OK;
-    const bool gpt = weights && st_safetensors_metadata(f, "model.type") &&
-                     !strcmp(st_safetensors_metadata(f, "model.type"), "gpt");
-    st_clear_error();
-    st_status s = weights ? st_model_config_from_file(cfg, f, path) : ST_OK;
-    st_safetensors_close(f);
+    st_status s = st_ckpt_weights(opts->init, !rank || !strcmp(rank, "0") ? stderr : NULL, path, size,
+                                  &opts->init_step);
+    if (s == ST_OK) s = st_safetensors_open(path, &f);
+    st_watch_stop(w);
+    if (s == ST_OK) s = st_model_file_is_weights(f, path);
+    const char *type = f ? st_safetensors_metadata(f, "model.type") : NULL;
+    const bool gpt = type && !strcmp(type, "gpt");
+    if (s == ST_OK) s = st_model_config_from_file(cfg, f, path);
+    if (f) st_safetensors_close(f);
     const int row = st_cfg_find("data.type");
     if (s == ST_OK && gpt && !strcmp(cfg->model.type, "gpt") && row >= 0 &&
         cfg->src_[row] == ST_SRC_DEFAULT && !cfg->note_[row][0] &&
@@ -135,7 +146,49 @@ static st_status model_from_init(st_config *cfg, const char *init) {
         snprintf(why, sizeof why, "%s's model, a gpt, reads tokens", path);
         st_config_mark_auto(cfg, "data.type", why);
     }
+    if (s != ST_OK) path[0] = '\0';
     return s;
+}
+
+/* The config file's path names weights, a run's folder, data: not a config
+ * (YAML) but what an option takes (--init forgotten): said, with that
+ * option, as a usage error (it was "invalid trailing UTF-8 octet" or "Is a
+ * directory"). Returns the exit code, or -1 for a path to read as YAML. */
+static int not_a_config(const char *cmd, const char *path) {
+    const bool eval = !strcmp(cmd, "eval"), train = !strcmp(cmd, "train");
+    char how[8400] = "";
+    if (st_path_is_dir(path)) {
+        char where[4096], plain[4200];
+        snprintf(plain, sizeof plain, "%s/model.safetensors", path);
+        const bool run =
+            st_ckpt_classify(path, where, sizeof where) != ST_CKPT_NONE || st_path_is_file(plain);
+        st_clear_error();
+        if (run && eval) snprintf(how, sizeof how, "give its weights with --init %s", path);
+        if (run && train)
+            snprintf(how, sizeof how,
+                     "continue that run with --resume %s, or start from its weights with --init %s", path,
+                     path);
+        fprintf(stderr, "scaletrain %s: %s is a %s, not a config file (YAML)%s%s\n", cmd, path,
+                run ? "run's folder or checkpoint" : "directory", how[0] ? ": " : "", how);
+        return ST_EXIT_USAGE;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1; /* (st_config_load says why) */
+    uint8_t head[ST_SNIFF_BYTES];
+    const size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    const st_file_kind k = st_sniff(head, got);
+    if (k.format == ST_FILE_TEXT || k.format == ST_FILE_UNKNOWN) return -1;
+    if (k.format == ST_FILE_SAFETENSORS && (eval || train))
+        snprintf(how, sizeof how, "give %s with --init %s", eval ? "weights" : "the weights to start from",
+                 path);
+    else if (k.format == ST_FILE_SAFETENSORS)
+        snprintf(how, sizeof how, "weights are for scaletrain train and eval (--init); %s reads a config",
+                 cmd);
+    else
+        snprintf(how, sizeof how, "%s", k.use);
+    fprintf(stderr, "scaletrain %s: %s is %s, not a config file (YAML): %s\n", cmd, path, k.what, how);
+    return ST_EXIT_USAGE;
 }
 
 int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_run_opts *opts) {
@@ -214,6 +267,8 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         }
     }
     st_status s;
+    const int not_config = path ? not_a_config(cmd, path) : -1;
+    if (not_config >= 0) return not_config;
     if (path && (s = st_config_load(cfg, path)) != ST_OK) return st_cli_error(s);
     /* --profile and a --set of the keys it sets: one of them (the later one won without a word: --set
      * log.trace=false dropped the profile) */
@@ -250,9 +305,10 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                 cmd, profile, trace_set);
         return ST_EXIT_USAGE;
     }
-    if (!strcmp(cmd, "eval") && opts->init && (s = model_from_init(cfg, opts->init)) != ST_OK)
-        return st_cli_error(s);
+    /* (nothing to evaluate first: said before the weights are read, a checkpoint verified) */
     if (!strcmp(cmd, "eval") && (s = st_config_validate_eval(cfg)) != ST_OK) return st_cli_error(s);
+    if (!strcmp(cmd, "eval") && opts->init && !opts->init_unread && (s = model_from_init(cfg, opts)) != ST_OK)
+        return st_cli_error(s);
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
     const bool reads_data = !strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "slurm");
     if (reads_data && (s = st_config_validate_data(cfg, !strcmp(cmd, "eval"))) != ST_OK)

@@ -29,6 +29,14 @@ typedef struct st_run_opts {
      * barrier after it: each rank's report is out before any rank exits (a
      * launcher ends the others when the first exits with an error). */
     void (*report_agreed_error)(st_status s);
+    /* The weights file --init resolved to, and its checkpoint's step (-1: a
+     * file named directly, or a run's final weights), where the command
+     * resolved it already (eval, for the model the weights record): the run
+     * loads that file without looking again. "" otherwise. */
+    char init_weights[4096];
+    int64_t init_step;
+    /* A look at the configuration alone (a launcher's): --init is not read. */
+    bool init_unread;
 } st_run_opts;
 
 typedef struct st_run_result {

@@ -533,8 +533,18 @@ st_status st_config_validate(const st_config *c) {
             D1("data.val_split"), D2("data.val_labels"));
     FAIL_IF(c->model.preset[0] && !gpt, "%s is a gpt shape but %s; set model.type: gpt or remove the preset",
             D1("model.preset"), D2("model.type"));
+    /* (model.type auto: the weights' own (eval's, sample's), which no setting changes) */
+    const bool weights_type = st_config_source(c, "model.type") == ST_SRC_AUTO;
+    FAIL_IF(
+        gpt && !tokens && weights_type,
+        "%s reads tokens but %s; leave data.type out (or set it to tokens), and give token files as the data",
+        D1("model.type"), D2("data.type"));
     FAIL_IF(gpt && !tokens,
             "%s trains on tokens but %s; set data.type: tokens and data.train to a token file",
+            D1("model.type"), D2("data.type"));
+    FAIL_IF(!gpt && tokens && weights_type,
+            "%s reads images and labels but %s; set data.type: idx or npy, the data these weights were "
+            "trained on",
             D1("model.type"), D2("data.type"));
     FAIL_IF(!gpt && tokens, "%s reads images and labels but %s; set data.type: idx or npy, or model.type: gpt",
             D1("model.type"), D2("data.type"));
@@ -625,9 +635,9 @@ st_status st_config_validate_data(const st_config *c, bool eval_only) {
             "%s is Fashion-MNIST's idx file but %s; set data.train_labels to the labels .npy file",
             D1("data.train_labels"), D2("data.type"));
     FAIL_IF(c->data.val[0] && DEFAULTED("data.val") && !(c->data.val_split > 0),
-            "%s is Fashion-MNIST's idx file but %s; set data.val to the validation %s, or data.val: \"\" "
-            "to train without evaluation",
-            D1("data.val"), D2("data.type"), tokens ? "token file" : "inputs .npy file");
+            "%s is Fashion-MNIST's idx file but %s; set data.val to the validation %s%s", D1("data.val"),
+            D2("data.type"), tokens ? "token file" : "inputs .npy file",
+            eval_only ? "" : ", or data.val: \"\" to train without evaluation");
     FAIL_IF(!tokens && c->data.val[0] && DEFAULTED("data.val_labels") && !(c->data.val_split > 0),
             "%s is Fashion-MNIST's idx file but %s; set data.val_labels to the validation labels .npy file",
             D1("data.val_labels"), D2("data.type"));

@@ -143,8 +143,9 @@ st_status st_model_load(st_model *m, const char *path);
  * instead; ST_OK otherwise. */
 typedef struct st_safetensors st_safetensors;
 st_status st_model_file_is_weights(const st_safetensors *f, const char *path);
-/* The model.* settings an open weights file (path) records in its metadata,
- * into cfg's keys the user left at their defaults (a CONFIG's, a --set's or
+/* The model.* settings an open weights file (path) records in its metadata
+ * that shape its tensors (not how that run computed them: its kernels,
+ * fusions, dropout), into cfg's keys the user left at their defaults (a CONFIG's, a --set's or
  * a preset's key wins: the load then names any difference), each marked as
  * read from path. A file without them (written elsewhere) leaves cfg as it
  * was. */

@@ -70,6 +70,18 @@ st_status st_model_save_host(const st_model *m, const float *data, const float *
     return s;
 }
 
+/* Whether model.* setting key shapes the tensors the weights hold: not how
+ * the run computed them (its kernels, fusions and dropout), which another
+ * run, on other hardware or in another precision, chooses for itself. */
+static bool shapes_tensors(const char *key) {
+    static const char *const no_tensor[] = {
+        "model.dropout",         "model.fused_head",       "model.fused_gelu",      "model.fused_residual",
+        "model.fused_bias_grad", "model.attention_kernel", "model.kernel_variants", "model.matmul_tune"};
+    for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0]; i++)
+        if (!strcmp(key, no_tensor[i])) return false;
+    return true;
+}
+
 /* The value the file records for schema row `row` (its metadata) when it
  * differs from m's, which goes to ours; NULL when the file does not say or
  * says the same. */
@@ -88,10 +100,6 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
                                size_t set_size) {
     size_t o = 0, so = 0;
     buf[0] = set[0] = '\0';
-    /* how the run computes, not what it holds: no tensor depends on them */
-    static const char *const no_tensor[] = {
-        "model.dropout",         "model.fused_head",       "model.fused_gelu",      "model.fused_residual",
-        "model.fused_bias_grad", "model.attention_kernel", "model.kernel_variants", "model.matmul_tune"};
     /* the settings only another kind of model reads (a gpt's file names its
      * model.hidden default too: no hint to set it) */
     static const struct {
@@ -114,9 +122,7 @@ static void settings_differing(const st_model *m, const st_safetensors *f, char 
     st_model_kind_named(st_safetensors_metadata(f, "model.type"), &kind);
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key;
-        bool skip = strncmp(key, "model.", 6) != 0;
-        for (size_t i = 0; i < sizeof no_tensor / sizeof no_tensor[0] && !skip; i++)
-            skip = strcmp(key, no_tensor[i]) == 0;
+        bool skip = strncmp(key, "model.", 6) != 0 || !shapes_tensors(key);
         for (size_t i = 0; i < sizeof reads / sizeof reads[0] && !skip; i++)
             skip = strcmp(key, reads[i].key) == 0 && !(reads[i].kinds & (1u << kind));
         char ours[ST_CFG_STR + 8];
@@ -305,7 +311,7 @@ st_status st_model_config_from_file(st_config *cfg, const st_safetensors *f, con
     for (int row = 0; row < st_cfg_nkeys; row++) {
         const char *key = st_cfg_keys[row].key, *v = st_safetensors_metadata(f, key);
         /* (a key a preset filled is the user's too: a preset names a shape) */
-        if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) ||
+        if (!v || strncmp(key, "model.", 6) != 0 || !strcmp(key, ST_CFG_PRESET_KEY) || !shapes_tensors(key) ||
             cfg->src_[row] != ST_SRC_DEFAULT || cfg->note_[row][0])
             continue;
         char ctx[512];

@@ -363,7 +363,7 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
 double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
     if (cfg->train.checkpoint_timeout_s > 0) return (double)cfg->train.checkpoint_timeout_s;
     const double bytes =
-        4.0 * (double)m->params.count + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
+        (m ? 4.0 * (double)m->params.count : 0) + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
     return (double)cfg->dist.timeout_s + bytes / 10e6;
 }
 
@@ -1489,41 +1489,6 @@ bool st_ckpt_peek(const char *ckdir, char *dir, size_t size, st_ckpt_state *stat
     free(steps);
     st_clear_error();
     return found;
-}
-
-bool st_ckpt_weights_peek(const char *spec, char *path, size_t size) {
-    char where[PATH_CAP], dir[PATH_CAP];
-    const st_ckpt_kind k = st_ckpt_classify(spec, where, sizeof where);
-    st_clear_error();
-    struct stat fs;
-    switch (k) {
-    case ST_CKPT_ONE:
-        snprintf(path, size, "%s/model.safetensors", where);
-        return true;
-    case ST_CKPT_RUN: { /* (as st_ckpt_weights: the final weights unless a checkpoint is newer) */
-        char final[PATH_CAP];
-        snprintf(final, sizeof final, "%s/model.safetensors", spec);
-        const bool has_final = stat(final, &fs) == 0 && S_ISREG(fs.st_mode),
-                   ck = st_ckpt_peek(where, dir, sizeof dir, NULL);
-        if (has_final && (!ck || !saved_after(dir, &fs))) {
-            snprintf(path, size, "%s", final);
-            return true;
-        }
-        if (!ck) return false;
-        snprintf(path, size, "%s/model.safetensors", dir);
-        return true;
-    }
-    case ST_CKPT_FOLDER:
-        if (!st_ckpt_peek(where, dir, sizeof dir, NULL)) return false;
-        snprintf(path, size, "%s/model.safetensors", dir);
-        return true;
-    default:
-        if (st_path_is_dir(spec))
-            snprintf(path, size, "%s/model.safetensors", spec);
-        else
-            snprintf(path, size, "%s", spec);
-        return st_path_is_file(path);
-    }
 }
 
 void st_ckpt_remove_all(const char *out_dir) {

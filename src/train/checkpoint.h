@@ -68,7 +68,7 @@ typedef struct st_ckpt_layout {
 /* How long ranks wait for one another while a checkpoint is written or read:
  * train.checkpoint_timeout_s, or (0, auto) dist.timeout_s plus 1 s per 10 MB
  * of the checkpoint (the model and optim_world shards of o's state; o NULL:
- * the weights alone). */
+ * the weights alone; m NULL too: before the model is known). */
 double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world);
 
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
@@ -166,18 +166,13 @@ st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, 
  * file named directly or a run's final weights. */
 st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, int64_t *step);
 
-/* For a look before a run, never for what a run loads: the checkpoint of
- * folder ckdir that a search (st_ckpt_find) most likely takes, found by
+/* For a look before a run (slurm's note on out_dir), never for what a run
+ * loads: the checkpoint of folder ckdir that a search (st_ckpt_find) most likely takes, found by
  * reading state.json files alone: the first, in the search's order, whose
  * state.json reads (no file's checksum is verified: where that checkpoint
  * is damaged, the search takes an older one). Into dir, and its state into
  * *state (NULL: not wanted); false where none reads. */
 bool st_ckpt_peek(const char *ckdir, char *dir, size_t size, st_ckpt_state *state);
-/* ... and the weights file st_ckpt_weights takes for spec where every
- * checkpoint is whole, found as st_ckpt_peek does (a look at the settings
- * weights record before they are loaded): false where spec names none. */
-bool st_ckpt_weights_peek(const char *spec, char *path, size_t size);
-
 /* Remove out_dir/ckpt and every checkpoint in it: for a caller that owns
  * out_dir and its runs are throwaway (scaletrain bench). */
 void st_ckpt_remove_all(const char *out_dir);

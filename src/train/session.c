@@ -603,13 +603,20 @@ static st_status model_input(st_session *s, st_model_input *in) {
                     (long long)s->train.num_classes - 1, (long long)s->train.num_classes,
                     (long long)classes - 1, (long long)classes);
         } else if (c->model.num_classes < classes) {
-            char nc[ST_CFG_STR + 96];
+            char nc[ST_CFG_STR + 4200];
+            st_config_describe(c, "model.num_classes", nc, sizeof nc);
+            /* (auto before the data is read: the weights' own, their metadata's, which no setting changes) */
+            if (st_config_source(c, "model.num_classes") == ST_SRC_AUTO)
+                return st_fail(ST_ERR_CONFIG,
+                               "%s is too small: the labels of %s (%s) go up to %lld; the weights have %lld "
+                               "outputs, so this is other data than they were trained on: give them data of "
+                               "their classes (and inputs)",
+                               nc, key, file, (long long)classes - 1, (long long)c->model.num_classes);
             return st_fail(
                 ST_ERR_CONFIG,
                 "%s is too small: the labels of %s (%s) go up to %lld; set model.num_classes to %lld "
                 "or more (or auto)",
-                st_config_describe(c, "model.num_classes", nc, sizeof nc), key, file, (long long)classes - 1,
-                (long long)classes);
+                nc, key, file, (long long)classes - 1, (long long)classes);
         }
         /* (the loader refuses it too, but only once the model is built:
          * here `check` and every rank's start see it) */
@@ -960,17 +967,15 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     st_model *m = s->model;
     const double split = s->cfg->data.val_split;
-    if (their_data && m->val_split_loaded >= 0 && m->val_split_loaded != split && s->rank == 0)
-        st_ticker_sayf(
-            "scaletrain: warning: the weights %s were trained with data.val_split %g, and this run "
-            "has %g: %s; set data.val_split: %g to hold out what they held out\n",
-            path, m->val_split_loaded, split,
-            m->val_split_loaded > 0 && split > 0
-                ? "the two held-out sets differ, so this one holds samples they trained on, or they "
-                  "held out samples this run trains on"
-            : split > 0 ? "this run holds out samples they trained on"
-                        : "this run trains on samples they held out",
-            m->val_split_loaded);
+    /* (an evaluation of data.val, split 0, evaluates no sample of theirs: nothing to say) */
+    if (their_data && m->val_split_loaded >= 0 && m->val_split_loaded != split && split > 0 && s->rank == 0)
+        st_ticker_sayf("scaletrain: warning: the weights %s were trained with data.val_split %g, and this "
+                       "evaluation has %g: %s; set data.val_split: %g to evaluate what they held out\n",
+                       path, m->val_split_loaded, split,
+                       m->val_split_loaded > 0
+                           ? "the two held-out sets differ, so this one holds samples they trained on"
+                           : "it holds out, and evaluates, samples they trained on",
+                       m->val_split_loaded);
     else if (their_data && split > 0 && m->val_split_seed_loaded >= 0 &&
              m->val_split_seed_loaded != s->cfg->data.val_split_seed && s->has_train &&
              s->train.kind == ST_DATA_IMAGES && s->rank == 0)
@@ -982,9 +987,16 @@ void st_session_take_norm(st_session *s, const char *path, bool their_data) {
             (long long)m->val_split_seed_loaded);
     if (!m->norm_loaded || !s->has_train || s->train.kind != ST_DATA_IMAGES) return;
     const float mean = m->norm_mean, std = m->norm_std;
-    /* (a relative 1e-5: the same data gives the same float sums) */
-    const bool other = fabsf(s->train.mean - mean) > 1e-5f * fmaxf(fabsf(mean), std) ||
-                       fabsf(s->train.std - std) > 1e-5f * std;
+    /* (a relative 1e-5: the same data gives the same float sums; where their
+     * statistics left out another held-out part of data.train, 2%: a tenth
+     * held out moved Fashion-MNIST's by 0.1%, and other data, MNIST's, by 50%) */
+    const bool same_split =
+        m->val_split_loaded < 0 ||
+        (m->val_split_loaded == split && (split == 0 || m->val_split_seed_loaded < 0 ||
+                                          m->val_split_seed_loaded == s->cfg->data.val_split_seed));
+    const float tol = same_split ? 1e-5f : 2e-2f;
+    const bool other =
+        fabsf(s->train.mean - mean) > tol * fmaxf(fabsf(mean), std) || fabsf(s->train.std - std) > tol * std;
     if (other && s->rank == 0)
         st_ticker_sayf(
             "scaletrain: warning: data.train (%s) has mean %.6g and standard deviation %.6g, but the "

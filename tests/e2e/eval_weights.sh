@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# scaletrain eval takes its model from the weights (docs/commands.md,
+# "--init W"): the model.* settings left at their defaults are the ones the
+# weights' metadata records, found as the load finds the weights.
+# (a) a checkpoint folder whose newest checkpoint is truncated: the older
+#     one is evaluated, an mlp's and a gpt's, with no model setting (the
+#     model came from the damaged file: the default cnn was built, and the
+#     gpt's tokens refused as not IDX).
+# (b) final weights cut short, and a checkpoint's optimizer file given as
+#     weights: each its own error (the gpt's were "data.type tokens reads
+#     it", the settings it would have given missed).
+# (c) the settings of how a run computed (model.attention_kernel,
+#     model.matmul_tune) are not taken: a GPU run's cudnn refused an fp32
+#     evaluation, and matmul_tune a deterministic one, for keys never set.
+# (d) a run's folder or weights given where the config file goes (--init
+#     forgotten): a usage error naming --init (and --resume for train).
+# (e) the messages of data that does not fit the weights: a gpt's with
+#     data.type idx, an mlp's with tokens, a gpt's without data.val, a cnn's
+#     of 3 classes on data of 10: none advises a setting that cannot load the
+#     weights (model.type gpt, a larger num_classes, data.val "" to "train
+#     without evaluation").
+# (f) weights trained with data.val_split 0.1, evaluated on data.val: no
+#     warning that the run "trains on samples they held out", nor that the
+#     data's statistics differ (theirs left the split out); evaluated with
+#     another split: the warning says the evaluation holds samples they
+#     trained on.
+source "$(dirname "$0")/../lib/e2e.sh"
+e2e_need_fmnist
+e2e_need_numpy
+[ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
+e2e_tmpdir
+export OMP_WAIT_POLICY=PASSIVE
+quiet=(--set train.threads=1 --set data.num_workers=0 --set log.progress=off)
+
+expect() { # exit-code needle command...
+    local code=$1 needle=$2; shift 2
+    local out; out=$("$@" 2>&1); local rc=$?
+    if [ $rc -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
+        fail "$* -> exit $rc, wanted $code with '$needle'; got: $(head -c 600 <<<"$out")"
+    else
+        echo "ok: ${*: -4} -> $(grep -F -- "$needle" <<<"$out" | head -1 | cut -c1-160)"
+    fi
+}
+absent() { # needle command...: the command runs (exit 0) and never says needle
+    local needle=$1; shift
+    local out; out=$("$@" 2>&1); local rc=$?
+    if [ $rc -ne 0 ] || grep -qF -- "$needle" <<<"$out"; then
+        fail "$* -> exit $rc, and/or it said '$needle': $(head -c 600 <<<"$out")"
+    else
+        echo "ok: no '$needle'"
+    fi
+}
+
+# the weights: an mlp (a tenth of data.train held out), a gpt, a cnn of 8x8x3 images of 3 classes
+"$bin" train "${quiet[@]}" --quiet --set model.type=mlp --set model.hidden=[16] --set train.steps=3 \
+    --set train.batch_size=32 --set train.checkpoint_every=1 --set data.val_split=0.1 \
+    --set train.out_dir="$tmp/mlp" >/dev/null || fail "the mlp run"
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$tmp/text.txt"
+"$bin" data tokenize "$tmp/train.tokens" "$tmp/text.txt" >/dev/null
+head -c 3000 "$tmp/text.txt" >"$tmp/val.txt" && "$bin" data tokenize "$tmp/val.tokens" "$tmp/val.txt" >/dev/null
+gpt=(--set model.type=gpt --set data.type=tokens --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32
+     --set model.block_size=32 --set train.batch_size=8)
+"$bin" train "${quiet[@]}" --quiet "${gpt[@]}" --set data.train="$tmp/train.tokens" --set data.val= \
+    --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$tmp/gpt" >/dev/null || fail "the gpt run"
+/usr/bin/python3 - "$tmp" <<'PY'
+import numpy as np, sys
+rng = np.random.default_rng(0)
+np.save(sys.argv[1] + "/x.npy", rng.integers(0, 256, (64, 8, 8, 3), dtype=np.uint8))
+np.save(sys.argv[1] + "/y.npy", rng.integers(0, 3, 64).astype(np.int64))
+PY
+"$bin" train "${quiet[@]}" --quiet --set model.type=cnn --set model.channels=[4] --set model.pool=[1] \
+    --set data.type=npy --set data.train="$tmp/x.npy" --set data.train_labels="$tmp/y.npy" --set data.val= \
+    --set data.val_labels= --set train.steps=2 --set train.batch_size=16 --set train.out_dir="$tmp/cnn" >/dev/null ||
+    fail "the cnn run"
+
+# (a)
+cp -r "$tmp/mlp" "$tmp/mlpd" && rm "$tmp/mlpd/model.safetensors"
+truncate -s -100 "$tmp/mlpd/ckpt/step-3/model.safetensors"
+expect 0 "eval at step 2: loss" "$bin" eval "${quiet[@]}" --init "$tmp/mlpd/ckpt"
+expect 0 "falling back to $tmp/mlpd/ckpt/step-2" "$bin" eval "${quiet[@]}" --init "$tmp/mlpd"
+cp -r "$tmp/gpt" "$tmp/gptd" && rm "$tmp/gptd/model.safetensors"
+truncate -s -50 "$tmp/gptd/ckpt/step-4/model.safetensors"
+expect 0 "eval at step 2: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gptd" --set data.val="$tmp/val.tokens"
+# (b)
+cp -r "$tmp/gpt" "$tmp/gptt" && truncate -s -100 "$tmp/gptt/model.safetensors"
+expect 1 "$tmp/gptt/model.safetensors: " "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
+expect 1 "truncated" "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
+expect 1 "is a checkpoint's optimizer state" "$bin" eval "${quiet[@]}" \
+    --init "$tmp/gpt/ckpt/step-4/optim-rank0.safetensors" --set data.val="$tmp/val.tokens"
+# (c) a GPU run's kernels in the metadata
+/usr/bin/python3 - "$tmp/gpt/model.safetensors" "$tmp/gpu.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"].update({"model.attention_kernel": "cudnn", "model.matmul_tune": "on", "model.fused_gelu": "on"})
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+expect 0 "eval: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gpu.safetensors" --set data.val="$tmp/val.tokens" \
+    --set dist.deterministic=true --set precision=fp32
+# (d)
+expect 2 "scaletrain eval: $tmp/gpt is a run's folder or checkpoint, not a config file (YAML): give its weights with --init $tmp/gpt" \
+    "$bin" eval "$tmp/gpt"
+expect 2 "scaletrain eval: $tmp/gpt/model.safetensors is a safetensors file, not a config file (YAML): give weights with --init" \
+    "$bin" eval "$tmp/gpt/model.safetensors"
+expect 2 "continue that run with --resume $tmp/gpt, or start from its weights with --init $tmp/gpt" "$bin" train "$tmp/gpt"
+expect 2 "scaletrain plan: $tmp/val.tokens is a scaletrain token file, not a config file (YAML)" "$bin" plan "$tmp/val.tokens"
+# (e)
+expect 1 "model.type (gpt, auto: $tmp/gpt/model.safetensors's metadata) reads tokens but data.type (idx, --set); leave data.type out" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/gpt" --set data.type=idx --set data.val="$tmp/val.tokens"
+expect 1 "reads images and labels but data.type (tokens, --set); set data.type: idx or npy, the data these weights were trained on" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.type=tokens --set data.val="$tmp/val.tokens"
+expect 1 "data.val (/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz, default) is Fashion-MNIST's idx file but data.type (tokens, auto: $tmp/gpt/model.safetensors's model, a gpt, reads tokens); set data.val to the validation token file" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/gpt"
+if "$bin" eval "${quiet[@]}" --init "$tmp/gpt" 2>&1 | grep -q "without evaluation"; then
+    fail "eval advised data.val \"\" to train without evaluation"
+fi
+expect 1 "the weights have 3 outputs, so this is other data than they were trained on" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/cnn"
+# (f)
+absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp"
+expect 0 "were trained with data.val_split 0.1, and this evaluation has 0.2: the two held-out sets differ, so this one holds samples they trained on" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.2
+absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.1
+e2e_finish "eval takes its model from the weights"
