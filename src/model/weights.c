@@ -84,12 +84,27 @@ static bool shapes_tensors(const char *key) {
 
 /* The value the file records for schema row `row` (its metadata) when it
  * differs from m's, which goes to ours; NULL when the file does not say or
- * says the same. */
+ * says the same, in any writing ("[0,1]" is [0, 1]: another writer's, or
+ * edited; it refused a load as another model's, hinting the value the run
+ * had). */
 static const char *recorded_other(const st_model *m, const st_safetensors *f, int row, char *ours, size_t n) {
     const char *theirs = row >= 0 ? st_safetensors_metadata(f, st_cfg_keys[row].key) : NULL;
     if (!theirs) return NULL;
     st_cfg_format(&m->cfg, row, ours, n);
-    return strcmp(theirs, ours) != 0 ? theirs : NULL;
+    if (!strcmp(theirs, ours)) return NULL;
+    bool same = false;
+    st_config *c = malloc(sizeof *c); /* (theirs read as the setting reads it, and written as ours is) */
+    if (c) {
+        char canon[ST_CFG_STR + 8];
+        st_config_defaults(c);
+        if (st_cfg_assign_text(c, row, theirs, "the weights' metadata") == ST_OK) {
+            st_cfg_format(c, row, canon, sizeof canon);
+            same = !strcmp(canon, ours);
+        }
+        st_clear_error();
+        free(c);
+    }
+    return same ? NULL : theirs;
 }
 
 /* The model.* settings the file was saved with (its metadata) that differ

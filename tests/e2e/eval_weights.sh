@@ -99,6 +99,22 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
 PY
 expect 0 "eval: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gpu.safetensors" --set data.val="$tmp/val.tokens" \
     --set dist.deterministic=true --set precision=fp32
+# ... and a list written another way ("[ 1 ]" for [1]) is the same value (it refused the load: "saved
+# by a model with model.pool [ 1 ] (this run: [1])... would compute another function")
+/usr/bin/python3 - "$tmp/cnn/model.safetensors" "$tmp/spaced.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert h["__metadata__"]["model.pool"] == "[1]", h["__metadata__"]["model.pool"]
+h["__metadata__"]["model.pool"] = "[ 1 ]"
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+npy=(--set data.type=npy --set data.train="$tmp/x.npy" --set data.train_labels="$tmp/y.npy" --set data.val="$tmp/x.npy"
+     --set data.val_labels="$tmp/y.npy")
+expect 0 "eval: loss" "$bin" eval "${quiet[@]}" "${npy[@]}" --init "$tmp/spaced.safetensors"
+expect 0 "eval: loss" "$bin" eval "${quiet[@]}" "${npy[@]}" --init "$tmp/spaced.safetensors" --set model.pool=[1]
 # (d)
 expect 2 "scaletrain eval: $tmp/gpt is a run's folder or checkpoint, not a config file (YAML): give its weights with --init $tmp/gpt" \
     "$bin" eval "$tmp/gpt"
