@@ -101,6 +101,12 @@ static void test_kinds(void) {
     CHECK(jz.format == ST_FILE_ZIP &&
               !strcmp(jz.what, "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"),
           "torch.jit.save's zip: %d %s", (int)jz.format, jz.what);
+    /* (a folder's zip whose first file's name starts as PyTorch's do: corpus/data.txt) */
+    const uint8_t data_zip[] = "PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                               "\x00\x00\x00\x00\x00\x00\x0f\x00\x00\x00"
+                               "corpus/data.txt";
+    CHECK(st_sniff(data_zip, sizeof data_zip - 1).format == ST_FILE_ARCHIVE, "corpus/data.txt's zip: %s",
+          st_sniff(data_zip, sizeof data_zip - 1).what);
     kind_is("0xff is never utf-8", B("\xff\xff\xff\xff\xff\xff\xff\xff{}"), ST_FILE_UNKNOWN);
     kind_is("a lone continuation byte", B("abc\x82xyzab"), ST_FILE_UNKNOWN);
     kind_is("zeros", B("\x00\x00\x00\x00\x00\x00\x00\x00\x00"), ST_FILE_UNKNOWN);

@@ -1,8 +1,10 @@
 /* Argument parsing shared by train and eval. */
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -119,12 +121,31 @@ int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once,
  * (opts->init_weights). A file that cannot be read or is not weights is
  * its own error, here, before the settings it would have given are
  * missed (the data's type named instead). */
+static double bytes_sum;
+static int bytes_add(const char *path, const struct stat *sb, int type, struct FTW *at) {
+    (void)path;
+    if (type == FTW_F && S_ISREG(sb->st_mode)) bytes_sum += (double)sb->st_size;
+    /* (out_dir/ckpt/step-N/FILE: deeper holds no checkpoint file) */
+    return type == FTW_D && at->level >= 3 ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
+}
+
 static st_status model_from_init(st_config *cfg, st_run_opts *opts) {
     char who[96], what[4200];
     snprintf(who, sizeof who, "scaletrain eval (pid %d)", (int)getpid());
+    snprintf(what, sizeof what, "looking at the weights %s (--init)", opts->init);
+    /* The wait a reading is given, as a run's (st_ckpt_wait_limit): 1 s per
+     * 10 MB past dist.timeout_s, of the files --init names (a run's every
+     * checkpoint: more than is read, never less) */
+    st_watch *w = st_watch_one((double)cfg->dist.timeout_s, who, "dist.timeout_s", ST_WATCH_STORAGE,
+                               "an evaluation writes nothing", what);
+    bytes_sum = 0;
+    if (nftw(opts->init, bytes_add, 16, FTW_PHYS | FTW_ACTIONRETVAL) != 0) bytes_sum = 0;
+    st_watch_stop(w);
     snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
-    st_watch *w = st_watch_one(st_ckpt_wait_limit(cfg, NULL, NULL, 0), who, "train.checkpoint_timeout_s",
-                               ST_WATCH_STORAGE, "an evaluation writes nothing", what);
+    const double limit = cfg->train.checkpoint_timeout_s > 0 ? (double)cfg->train.checkpoint_timeout_s
+                                                             : (double)cfg->dist.timeout_s + bytes_sum / 10e6;
+    w = st_watch_one(limit, who, "train.checkpoint_timeout_s", ST_WATCH_STORAGE,
+                     "an evaluation writes nothing", what);
     const char *rank = st_launcher_rank();
     char *path = opts->init_weights;
     const size_t size = sizeof opts->init_weights;
@@ -155,7 +176,8 @@ static st_status model_from_init(st_config *cfg, st_run_opts *opts) {
  * option, as a usage error (it was "invalid trailing UTF-8 octet" or "Is a
  * directory"). Returns the exit code, or -1 for a path to read as YAML. */
 static int not_a_config(const char *cmd, const char *path) {
-    const bool eval = !strcmp(cmd, "eval"), train = !strcmp(cmd, "train");
+    /* (sample takes --init too: as eval's) */
+    const bool eval = !strcmp(cmd, "eval") || !strcmp(cmd, "sample"), train = !strcmp(cmd, "train");
     char how[8400] = "";
     if (st_path_is_dir(path)) {
         char where[4096], plain[4200];
@@ -172,7 +194,10 @@ static int not_a_config(const char *cmd, const char *path) {
                 run ? "run's folder or checkpoint" : "directory", how[0] ? ": " : "", how);
         return ST_EXIT_USAGE;
     }
-    FILE *f = fopen(path, "rb");
+    /* (a regular file alone: a pipe's bytes, `train <(envsubst < run.yaml)`, would be taken from the
+     * config's reader, which then read the defaults) */
+    struct stat sb;
+    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
     if (!f) return -1; /* (st_config_load says why) */
     uint8_t head[ST_SNIFF_BYTES];
     const size_t got = fread(head, 1, sizeof head, f);
@@ -183,8 +208,8 @@ static int not_a_config(const char *cmd, const char *path) {
         snprintf(how, sizeof how, "give %s with --init %s", eval ? "weights" : "the weights to start from",
                  path);
     else if (k.format == ST_FILE_SAFETENSORS)
-        snprintf(how, sizeof how, "weights are for scaletrain train and eval (--init); %s reads a config",
-                 cmd);
+        snprintf(how, sizeof how,
+                 "weights are for scaletrain train, eval and sample (--init); %s reads a config", cmd);
     else
         snprintf(how, sizeof how, "%s", k.use);
     fprintf(stderr, "scaletrain %s: %s is %s, not a config file (YAML): %s\n", cmd, path, k.what, how);
@@ -305,9 +330,10 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
                 cmd, profile, trace_set);
         return ST_EXIT_USAGE;
     }
+    if (opts->config_only) return -1;
     /* (nothing to evaluate first: said before the weights are read, a checkpoint verified) */
     if (!strcmp(cmd, "eval") && (s = st_config_validate_eval(cfg)) != ST_OK) return st_cli_error(s);
-    if (!strcmp(cmd, "eval") && opts->init && !opts->init_unread && (s = model_from_init(cfg, opts)) != ST_OK)
+    if (!strcmp(cmd, "eval") && opts->init && (s = model_from_init(cfg, opts)) != ST_OK)
         return st_cli_error(s);
     if ((s = st_config_validate(cfg)) != ST_OK) return st_cli_error(s);
     const bool reads_data = !strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "slurm");

@@ -279,7 +279,8 @@ static bool resume_point(int argc, char **argv, char *what, size_t size) {
  * error silenced meanwhile: st_cli_run_args prints its own); false where
  * it does not parse. Before the writer threads start. */
 static bool command_config(const char *cmd, int argc, char **argv, st_config *cfg) {
-    st_run_opts ro = {.init_unread = true}; /* (a checkpoint verified here too would be read twice) */
+    /* (an eval's --init not read: a checkpoint verified here too would be read twice) */
+    st_run_opts ro = {.config_only = true};
     fflush(stderr);
     const int saved_err = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) dup2(null, 2);

@@ -35,8 +35,10 @@ typedef struct st_run_opts {
      * loads that file without looking again. "" otherwise. */
     char init_weights[4096];
     int64_t init_step;
-    /* A look at the configuration alone (a launcher's): --init is not read. */
-    bool init_unread;
+    /* A look at the configuration alone (a launcher's, st_cli_run_args): the
+     * file and --set are read; --init is not, and nothing is validated (the
+     * ranks do both, and say what is wrong). */
+    bool config_only;
 } st_run_opts;
 
 typedef struct st_run_result {

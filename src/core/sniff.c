@@ -60,15 +60,17 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
                                   "data.type npy reads .npy files: save each array on its own (in Python, "
                                   "numpy.save(\"x.npy\", numpy.load(\"FILE.npz\")[\"x\"]))"};
         /* PyTorch's members are ARCHIVE/data.pkl (torch.save's first), ARCHIVE/data/N (torch.jit.save's
-         * first), ARCHIVE/code/..., ARCHIVE/constants.pkl, ARCHIVE/version, ARCHIVE/byteorder: another
-         * first name is another program's zip */
+         * first), ARCHIVE/code/..., ARCHIVE/constants.pkl, ARCHIVE/version, ARCHIVE/byteorder,
+         * ARCHIVE/.data/...: another first name (corpus/data.txt) is another program's zip. A name that
+         * ends in '/' is a folder's prefix; the others are whole. */
         const char *name = (const char *)h + 30, *slash = named ? memchr(name, '/', len) : NULL;
-        static const char *const torch_members[] = {"data",    "code/",     "constants.pkl",
-                                                    "version", "byteorder", ".data/"};
+        static const char *const torch_members[] = {"data.pkl", "data/",     "code/", "constants.pkl",
+                                                    "version",  "byteorder", ".data/"};
         bool torch = false;
         for (size_t i = 0; slash && i < sizeof torch_members / sizeof torch_members[0]; i++) {
             const size_t m = strlen(torch_members[i]), rest = len - (size_t)(slash + 1 - name);
-            torch = torch || (rest >= m && !memcmp(slash + 1, torch_members[i], m));
+            const bool prefix = torch_members[i][m - 1] == '/';
+            torch = torch || ((prefix ? rest >= m : rest == m) && !memcmp(slash + 1, torch_members[i], m));
         }
         if (named)
             return torch

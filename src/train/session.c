@@ -967,24 +967,35 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     st_model *m = s->model;
     const double split = s->cfg->data.val_split;
-    /* (an evaluation of data.val, split 0, evaluates no sample of theirs: nothing to say) */
-    if (their_data && m->val_split_loaded >= 0 && m->val_split_loaded != split && split > 0 && s->rank == 0)
-        st_ticker_sayf("scaletrain: warning: the weights %s were trained with data.val_split %g, and this "
-                       "evaluation has %g: %s; set data.val_split: %g to evaluate what they held out\n",
-                       path, m->val_split_loaded, split,
-                       m->val_split_loaded > 0
-                           ? "the two held-out sets differ, so this one holds samples they trained on"
-                           : "it holds out, and evaluates, samples they trained on",
-                       m->val_split_loaded);
-    else if (their_data && split > 0 && m->val_split_seed_loaded >= 0 &&
-             m->val_split_seed_loaded != s->cfg->data.val_split_seed && s->has_train &&
-             s->train.kind == ST_DATA_IMAGES && s->rank == 0)
+    /* The held-out part is the tail of a seeded permutation of data.train
+     * (of the stream, for tokens): a smaller one of the same seed lies
+     * within theirs. An evaluation of data.val (split 0) evaluates no
+     * sample of theirs: nothing to say. */
+    const double theirs = m->val_split_loaded;
+    const bool seeds = theirs > 0 && s->has_train && s->train.kind == ST_DATA_IMAGES &&
+                       m->val_split_seed_loaded >= 0 &&
+                       m->val_split_seed_loaded != s->cfg->data.val_split_seed;
+    char seed[64] = "";
+    if (seeds)
+        snprintf(seed, sizeof seed, " and data.val_split_seed: %lld", (long long)m->val_split_seed_loaded);
+    if (their_data && split > 0 && theirs == 0 && s->rank == 0)
         st_ticker_sayf(
-            "scaletrain: warning: the weights %s were trained with data.val_split_seed %lld, and this "
-            "run has %lld: the two held-out subsets differ, so this one holds samples they trained on; "
-            "set data.val_split_seed: %lld to hold out what they held out\n",
-            path, (long long)m->val_split_seed_loaded, (long long)s->cfg->data.val_split_seed,
-            (long long)m->val_split_seed_loaded);
+            "scaletrain: warning: the weights %s were trained on all of data.train (data.val_split "
+            "0), and this evaluation holds out %g of it: samples they trained on; evaluate held-out "
+            "data (data.val, with data.val_split: 0)\n",
+            path, split);
+    else if (their_data && split > 0 && theirs > 0 && (split > theirs || seeds) && s->rank == 0) {
+        char a[48] = "", b[48] = ""; /* (the seeds, where they differ: a token stream's tail has none) */
+        if (seeds) {
+            snprintf(a, sizeof a, " (seed %lld)", (long long)m->val_split_seed_loaded);
+            snprintf(b, sizeof b, " (seed %lld)", (long long)s->cfg->data.val_split_seed);
+        }
+        st_ticker_sayf("scaletrain: warning: the weights %s were trained with data.val_split %g%s, and this "
+                       "evaluation holds out %g%s: %s, so it evaluates samples they trained on; set "
+                       "data.val_split: %g%s to evaluate what they held out\n",
+                       path, theirs, a, split, b, split > theirs ? "more than they did" : "another subset",
+                       theirs, seed);
+    }
     if (!m->norm_loaded || !s->has_train || s->train.kind != ST_DATA_IMAGES) return;
     const float mean = m->norm_mean, std = m->norm_std;
     /* (a relative 1e-5: the same data gives the same float sums; where their

@@ -229,10 +229,13 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     st_watch_begin(ses->store_watch, what);
     /* (its warnings, a damaged checkpoint passed over or stale final
      * weights: rank 0's, on standard error, --quiet or not) */
-    /* (resolved by the command already: eval, st_cli_run_args) */
-    const st_status s = opts->init_weights[0]
-                            ? (snprintf(path, size, "%s", opts->init_weights), *step = opts->init_step, ST_OK)
-                            : st_ckpt_weights(opts->init, ses->rank == 0 ? stderr : NULL, path, size, step);
+    /* (resolved by the command already: eval, st_cli_run_args; unless a run
+     * still training there has pruned that checkpoint since: found again,
+     * a later one of the same run) */
+    const bool resolved = opts->init_weights[0] && st_path_is_file(opts->init_weights);
+    if (resolved) snprintf(path, size, "%s", opts->init_weights), *step = opts->init_step;
+    const st_status s =
+        resolved ? ST_OK : st_ckpt_weights(opts->init, ses->rank == 0 ? stderr : NULL, path, size, step);
     st_watch_end(ses->store_watch);
     ST_TRY(s);
     if (!opts->quiet && strcmp(path, opts->init) != 0) {

@@ -22,8 +22,9 @@
 # (f) weights trained with data.val_split 0.1, evaluated on data.val: no
 #     warning that the run "trains on samples they held out", nor that the
 #     data's statistics differ (theirs left the split out); evaluated with
-#     another split: the warning says the evaluation holds samples they
-#     trained on.
+#     a larger split or another seed: the warning says the evaluation holds
+#     samples they trained on; with a smaller split of their seed (within
+#     theirs): none.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_fmnist
 e2e_need_numpy
@@ -122,6 +123,12 @@ expect 2 "scaletrain eval: $tmp/gpt/model.safetensors is a safetensors file, not
     "$bin" eval "$tmp/gpt/model.safetensors"
 expect 2 "continue that run with --resume $tmp/gpt, or start from its weights with --init $tmp/gpt" "$bin" train "$tmp/gpt"
 expect 2 "scaletrain plan: $tmp/val.tokens is a scaletrain token file, not a config file (YAML)" "$bin" plan "$tmp/val.tokens"
+expect 2 "scaletrain sample: $tmp/gpt is a run's folder or checkpoint, not a config file (YAML): give its weights with --init" \
+    "$bin" sample "$tmp/gpt"
+# ... and a config on a pipe is read whole, not looked at first (the look took its bytes: the defaults ran)
+expect 0 "model: mlp, 5575 parameters" "$bin" plan <(printf 'model: {type: mlp, hidden: [7]}\n')
+printf 'model: {type: mlp, hidden: [7]}\n' >"$tmp/c.yaml"
+expect 0 "model: mlp, 5575 parameters" sh -c "cat '$tmp/c.yaml' | '$bin' plan /dev/stdin"
 # (e)
 expect 1 "model.type (gpt, auto: $tmp/gpt/model.safetensors's metadata) reads tokens but data.type (idx, --set); leave data.type out" \
     "$bin" eval "${quiet[@]}" --init "$tmp/gpt" --set data.type=idx --set data.val="$tmp/val.tokens"
@@ -136,7 +143,11 @@ expect 1 "the weights have 3 outputs, so this is other data than they were train
     "$bin" eval "${quiet[@]}" --init "$tmp/cnn"
 # (f)
 absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp"
-expect 0 "were trained with data.val_split 0.1, and this evaluation has 0.2: the two held-out sets differ, so this one holds samples they trained on" \
+expect 0 "were trained with data.val_split 0.1, and this evaluation holds out 0.2: more than they did, so it evaluates samples they trained on; set data.val_split: 0.1 to evaluate" \
     "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.2
 absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.1
+# (a smaller split of the same seed lies within theirs: nothing to say; another seed: another subset)
+absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.05
+expect 0 "were trained with data.val_split 0.1 (seed 0), and this evaluation holds out 0.1 (seed 3): another subset, so it evaluates samples they trained on; set data.val_split: 0.1 and data.val_split_seed: 0" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.1 --set data.val_split_seed=3
 e2e_finish "eval takes its model from the weights"
