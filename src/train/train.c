@@ -1763,6 +1763,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     "%s was written with train.batch_size %lld, this run has %lld; resume with the same "
                     "batch size (the sampler position counts batches)",
                     dir, (long long)ck.batch_size, (long long)c->train.batch_size);
+                ses->agreed_error = true; /* (one checkpoint, agreed settings: every rank has it; none aborts) */
                 goto fail;
             }
             if (ck.seed != seed && warn)
@@ -1873,13 +1874,33 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                             "run's (%s)\n",
                             st_last_error());
                     st_clear_error();
-                } else if (changed[0])
+                } else if (changed[0]) {
+                    /* Its micro-batch, where this run's ranks cannot split train.batch_size into it
+                     * (resumed on more ranks): "resume with its values" would be refused, so the rank
+                     * counts that can are named. */
+                    char ranks[160] = "";
+                    const char *mb_was = strstr(changed, "train.micro_batch_size ");
+                    const long long was = mb_was ? atoll(mb_was + strlen("train.micro_batch_size ")) : 0;
+                    if (was > 0 && c->train.batch_size % (was * ses->world) != 0) {
+                        size_t at = 0;
+                        for (long long w = 1; w <= c->train.batch_size / was && w <= 1024; w++)
+                            if (c->train.batch_size % (was * w) == 0)
+                                st_appendf(ranks, sizeof ranks, &at, "%s%lld", at ? ", " : "", w);
+                    }
+                    char how[400];
+                    if (ranks[0])
+                        snprintf(how, sizeof how,
+                                 "its train.micro_batch_size %lld does not split train.batch_size %lld on %d "
+                                 "ranks: to continue it, resume on %s rank(s) with its values",
+                                 was, (long long)c->train.batch_size, ses->world, ranks);
+                    else
+                        snprintf(how, sizeof how, "resume with its values to continue it");
                     fprintf(warn,
                             "resume: warning: the checkpoint's run trained with other settings (its value -> "
                             "this run's): %s; from step %lld on this run trains differently from the "
-                            "interrupted one (resume with its values to continue it)\n",
-                            changed, (long long)ck.step);
-                else
+                            "interrupted one (%s)\n",
+                            changed, (long long)ck.step, how);
+                } else
                     st_clear_error(); /* (a state.json just verified: read again, it only fails as it goes) */
             }
             if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
@@ -2226,6 +2247,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         st_dist_range(&dd, &own_lo, &own_hi);
         ST_GOTO(st_scaler_check(&sc, &m->params, own_lo, own_hi, ses->comm, &skip));
         double lr = st_lr_at(c, step, steps);
+        bool norm_read = false; /* this step's norm read to the host (a stop's line shows null without) */
         if (!skip) {
             /* The norm before clipping: needed when clipping, else only for a
              * logged line (on every rank: under ZeRO it is a collective). */
@@ -2243,9 +2265,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 const bool want = line || (opt.off && c->optim.grad_clip > 0);
                 ST_GOTO(st_optim_clip(&opt, &m->params, c->optim.grad_clip, want ? &grad_norm : NULL,
                                       st_dist_sumsq_across, &dd));
+                norm_read = want;
                 if (!isfinite(grad_norm)) ST_GOTO(grads_not_finite(ses, &ls, step + 1, grad_norm));
             } else {
-                if (c->optim.grad_clip > 0 || line) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
+                norm_read = c->optim.grad_clip > 0 || line;
+                if (norm_read) ST_GOTO(st_dist_grad_norm(&dd, &grad_norm));
                 if ((c->optim.grad_clip > 0 || line) && !isfinite(grad_norm))
                     ST_GOTO(grads_not_finite(ses, &ls, step + 1, grad_norm));
                 if (c->optim.grad_clip > 0 && grad_norm > c->optim.grad_clip)
@@ -2301,8 +2325,19 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             slow_known |= known;
             gpu_last = step + 1;
         }
-        line_facts facts = {step + 1, steps_per_epoch, tokens_per_sample, lr, grad_norm, flops_step, t_train,
-                            wait_total, lm, &sc, &dd, dist ? ddp : NULL, gpu};
+        line_facts facts = {step + 1,
+                            steps_per_epoch,
+                            tokens_per_sample,
+                            lr,
+                            norm_read ? grad_norm : NAN,
+                            flops_step,
+                            t_train,
+                            wait_total,
+                            lm,
+                            &sc,
+                            &dd,
+                            dist ? ddp : NULL,
+                            gpu};
         if (line) ST_GOTO(own_error(ses, log_step_line(ses, met, &win, &facts, r), &own, own_why, sizeof own_why));
         st_progress_step(&prog, step + 1, line ? r->train_loss : last_loss, lr,
                          lm ? rate * (double)tokens_per_sample : rate, lm ? "tok/s" : "samples/s", line);

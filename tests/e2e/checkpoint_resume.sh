@@ -567,6 +567,14 @@ latest=$(cat "$d/run/ckpt/latest" 2>/dev/null)
 last=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l and "loss" in l][-1]["step"])' "$d/run/metrics.jsonl")
 [ "$last" = "${latest#step-}" ] && echo "SIGTERM: metrics.jsonl's last step line is the checkpoint's step, $last" ||
     fail "SIGTERM: metrics.jsonl's last step line is step $last, the checkpoint $latest"
+# ... whose grad_norm, that step's norm not measured (no clip, not a logged step), is null (it repeated
+# the last logged step's)
+/usr/bin/python3 -c '
+import json, sys
+l = [json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l and "loss" in l][-1]
+ok = l["grad_norm"] is None if l["step"] % 7 else l["grad_norm"] > 0
+print("SIGTERM: the stop line of step", l["step"], "grad_norm", l["grad_norm"], "ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)' "$d/run/metrics.jsonl" || fail "SIGTERM: the stop line's grad_norm"
 # started again without --resume (forgotten): refused, naming the checkpoint and --resume auto, nothing written
 before=$(cd "$d/run" && find . -type f -exec md5sum {} + | sort)
 out=$(timeout 60 "$bin" train "${big[@]}" --quiet --set train.out_dir="$d/run" 2>&1) && fail "term: a new run started"

@@ -82,6 +82,19 @@ for n in 2 1; do
         fail "deterministic resume on $n ranks: not the same bits"
     fi
 done
+# ... with the micro-batch auto (16 on 1 rank, 8 on 2): a resume on 2 ranks trains otherwise, and the
+# warning names the rank counts that keep it (it advised "resume with its values", which 2 ranks refuse)
+train 1 ddp 2 "$tmp/det-auto" --set dist.deterministic=true || fail "the deterministic run, micro-batch auto"
+out=$(train 2 ddp 4 "$tmp/det-auto" --set dist.deterministic=true --resume auto 2>&1) ||
+    fail "its resume on 2 ranks: $out"
+grep -qF "train.micro_batch_size 16 -> 8; from step 2 on this run trains differently from the interrupted one (its train.micro_batch_size 16 does not split train.batch_size 16 on 2 ranks: to continue it, resume on 1 rank(s) with its values)" <<<"$out" &&
+    echo "deterministic, micro-batch auto, resumed on 2 ranks: the rank counts that keep it named" ||
+    fail "deterministic resume on 2 ranks: the warning does not name the rank counts: $out"
+# another train.batch_size on a resume: every rank says so and ends (an error they share: it was an
+# MPI_Abort, its banner over the message)
+out=$(train 2 ddp 4 "$tmp/det-auto" --set train.batch_size=32 --resume auto 2>&1) && fail "a resume with another batch ran"
+grep -qF "error (rank 1): $tmp/det-auto/ckpt/step-4 was written with train.batch_size 16, this run has 32" <<<"$out" &&
+    ! grep -q "MPI_ABORT" <<<"$out" || fail "another batch on a 2-rank resume: $out"
 
 # A damaged shard: --resume DIR names it; a missing one too; auto falls back.
 train 4 zero2 6 "$tmp/bad" --set train.checkpoint_every=2 || fail "the run with checkpoints"
