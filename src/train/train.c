@@ -1371,15 +1371,18 @@ static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, i
         finite = finite && stats && halt == 0;
         int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
         if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look, -1 out_dir
-                         * lost; and the first rank that found them finite */
-            int64_t v[2] = {lost         ? -1
+                         * lost; the first rank that found them finite; and the step whose evaluation is
+                         * owed, negated (its largest: rank 0's, where it evaluates alone and another
+                         * rank saves) */
+            int64_t v[3] = {lost         ? -1
                             : f != ST_OK ? 1
                             : finite     ? 2
                                          : 0,
-                            f == ST_OK && finite ? ses->rank : INT64_MAX};
-            f = st_comm_all_reduce_sync(ses->comm, v, v, 2, ST_COMM_I64, ST_COMM_MIN,
+                            f == ST_OK && finite ? ses->rank : INT64_MAX, -ses->eval_owed_at};
+            f = st_comm_all_reduce_sync(ses->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN,
                                         "whether the weights are finite");
             finite = v[0] == 2;
+            if (f == ST_OK) ses->eval_owed_at = -v[2];
             if (f == ST_OK && v[0] == -1) {
                 f = lost ? st_fail(ST_ERR_IO, "%s", lost_why)
                          : st_fail(ST_ERR_IO,
