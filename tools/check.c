@@ -482,9 +482,13 @@ static void check_data(report *r, const st_config *c) {
             /* (the package's hint where the file that failed is its: the error names it) */
             const bool fm =
                 !strcmp(c->data.type, "idx") && strstr(st_last_error(), "/usr/share/datasets/fashion-mnist/");
-            line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
-                 fm ? "apt-get install dataset-fashion-mnist"
-                    : "point data.train / data.val at readable files");
+            /* (a file that cannot be read: where to point; any other error says its own fix) */
+            if (fm || s == ST_ERR_IO)
+                line(r, "FAIL", what, "%s; fix: %s", st_last_error(),
+                     fm ? "apt-get install dataset-fashion-mnist"
+                        : "point data.train / data.val at readable files");
+            else
+                line(r, "FAIL", what, "%s", st_last_error());
         } else if (split && (s = st_dataset_split(&d, c->data.val_split, (uint64_t)c->data.val_split_seed,
                                                   "data.val_split", &v)) != ST_OK) {
             opened = false; /* (said here: the run's checks below would say it again) */

@@ -148,8 +148,29 @@ static st_status npy_inputs(const char *path, st_npy *im, st_dataset *out) {
         out->values = st_alloc_aligned((size_t)count * sizeof(float));
         if (!out->values) return st_fail(ST_ERR_NOMEM, "out of memory reading %s", path);
         const double *src = im->data;
-        for (int64_t i = 0; i < count; i++)
+        double s = 0, ss = 0, err = 0;
+        for (int64_t i = 0; i < count; i++) {
             out->values[i] = (float)src[i];
+            s += src[i];
+            err = fmax(err, fabs((double)out->values[i] - src[i]));
+        }
+        const double m = s / (double)count;
+        for (int64_t i = 0; i < count; i++)
+            ss += (src[i] - m) * (src[i] - m);
+        /* Rounded to float32 (what the model computes in), values far from 0
+         * against their spread lose it: timestamps near 1.7e9 round to steps
+         * of 128. Where the rounding moves a value by a tenth of the spread,
+         * the data trains on what is left of it without a word: refused. */
+        const double sd = sqrt(ss / (double)count);
+        if (isfinite(m) && isfinite(err) && err > 0.1 * sd && sd > 0)
+            return st_fail(
+                ST_ERR_NUMERIC,
+                "%s: float64 inputs around %.10g with a spread (standard deviation) of %.4g lose it "
+                "in float32, which scaletrain computes in: rounding moves a value by up to %.4g. "
+                "Subtract one offset (the training inputs' mean, say) from the training and the "
+                "validation inputs before saving them (numpy.save(path, (x - offset).astype("
+                "numpy.float32))), or rescale them",
+                path, m, sd, err);
     }
     const int64_t per = count / out->n;
     for (int64_t i = 0; i < count; i++)
@@ -180,8 +201,12 @@ st_status st_dataset_open_npy(const char *inputs, const char *labels, int64_t nu
                     inputs, st_npy_dtype_name(im.dtype));
         goto fail;
     }
-    if (lb.ndim != 1) {
-        s = st_fail(ST_ERR_FORMAT, "%s: labels must have 1 dimension (n,), not %d", labels, lb.ndim);
+    if (lb.ndim != 1) { /* (a column (n, 1), or one-hot rows (n, classes): said how to save them) */
+        s = st_fail(ST_ERR_FORMAT, "%s: labels must have 1 dimension (n,), class numbers, not %d%s", labels,
+                    lb.ndim,
+                    lb.ndim == 2 && lb.dims[1] == 1 ? ": save them as numpy.save(path, y.reshape(-1))"
+                    : lb.ndim == 2 ? " (one-hot rows? save the class numbers: numpy.save(path, y.argmax(1)))"
+                                   : "");
         goto fail;
     }
     if (lb.dtype != ST_NPY_U8 && lb.dtype != ST_NPY_I32 && lb.dtype != ST_NPY_I64) {
@@ -362,15 +387,19 @@ void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
         }
         m = (double)s / 255.0 / (double)n;
         var = (double)ss / (255.0 * 255.0) / (double)n - m * m;
-    } else {
+    } else { /* two passes: the mean, then the squares about it (one pass's ss/n - m*m cancels where
+              * the values sit far from 0 against their spread: 1e6 +- 0.2 gave std 1e-6) */
         double s = 0, ss = 0;
-#pragma omp parallel for reduction(+ : s, ss) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            s += fv[i];
+        m = s / (double)n;
+#pragma omp parallel for reduction(+ : ss) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            const double v = fv[i];
-            s += v;
+            const double v = fv[i] - m;
             ss += v * v;
         }
-        m = s / (double)n, var = ss / (double)n - m * m;
+        var = ss / (double)n;
     }
     *mean = (float)m;
     *std = (float)sqrt(var > 1e-12 ? var : 1e-12);
@@ -383,19 +412,22 @@ int64_t st_dataset_input_count(const st_dataset *d) {
 int64_t st_dataset_target_count(const st_dataset *d) { return d->kind == ST_DATA_IMAGES ? 1 : d->seq_len; }
 
 /* One image, normalised: v * scale - shift, with scale = 1/(255 std) for bytes
- * and 1/std for floats, shift = mean/std; crop and flip as st_image_aug says. */
+ * and 1/std for floats, shift = mean/std (floats: (v - mean) * scale, exact
+ * where the values sit far from 0 against their spread); crop and flip as
+ * st_image_aug says. */
 static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, float *dst) {
     const int64_t H = d->h, W = d->w, C = d->c, per = H * W * C;
     const uint8_t *px = d->pixels ? d->pixels + i * per : NULL;
     const float *fv = px ? NULL : d->values + i * per; /* exactly one of the two is set */
-    const float scale = px ? 1.0f / (255.0f * d->std) : 1.0f / d->std, shift = d->mean / d->std;
+    const float scale = px ? 1.0f / (255.0f * d->std) : 1.0f / d->std, shift = d->mean / d->std,
+                mean = d->mean;
     if (!aug || (aug->dx == aug->pad && aug->dy == aug->pad && !aug->flip)) {
         if (px)
             for (int64_t k = 0; k < per; k++)
                 dst[k] = (float)px[k] * scale - shift;
         else
             for (int64_t k = 0; k < per; k++)
-                dst[k] = fv[k] * scale - shift;
+                dst[k] = (fv[k] - mean) * scale;
         return;
     }
     for (int64_t y = 0; y < H; y++) {
@@ -405,7 +437,7 @@ static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, f
             float *o = dst + (y * W + x) * C;
             if (sy < 0 || sy >= H || sx < 0 || sx >= W) {
                 for (int64_t c = 0; c < C; c++)
-                    o[c] = 0.0f * scale - shift;
+                    o[c] = px ? 0.0f * scale - shift : (0.0f - mean) * scale;
                 continue;
             }
             const int64_t at = (sy * W + sx) * C;
@@ -414,7 +446,7 @@ static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, f
                     o[c] = (float)px[at + c] * scale - shift;
             else
                 for (int64_t c = 0; c < C; c++)
-                    o[c] = fv[at + c] * scale - shift;
+                    o[c] = (fv[at + c] - mean) * scale;
         }
     }
 }

@@ -183,6 +183,10 @@ static st_status parse(const char *path, idx_src *src, st_idx *out) {
         int64_t more = 0; /* the file is refused: 4 more bytes tell what it is */
         if (src_read(src, hdr + 4, 4, &more) != ST_OK) more = 0;
         const st_file_kind kind = st_sniff(hdr, (size_t)(4 + more));
+        if (kind.format != ST_FILE_UNKNOWN && src->gzip) /* (its reader reads it uncompressed) */
+            return st_fail(ST_ERR_FORMAT,
+                           "%s: not an IDX file but %s%s; decompress it first (gunzip -k %s): %s", path,
+                           kind.what, what, path, kind.use);
         if (kind.format != ST_FILE_UNKNOWN)
             return st_fail(ST_ERR_FORMAT, "%s: not an IDX file but %s%s; %s", path, kind.what, what,
                            kind.use);

@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/mem.h"
 #include "core/sniff.h"
+#include <zlib.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the NPY reader copies little-endian data as it is: it builds for little-endian hosts only"
@@ -292,6 +293,17 @@ static st_status load(const npy_src *s, st_npy *a) {
     const bool npy = memcmp(pre, npy_magic, 6) == 0;
     if (!npy) ST_TRY(src_read(s, 0, head_n, head));
     const st_file_kind kind = npy ? (st_file_kind){ST_FILE_NPY, "", ""} : st_sniff(head, head_n);
+    if (kind.format == ST_FILE_GZIP) { /* (a gzipped .npy: the gzip hint is IDX's, which reads no .npy) */
+        uint8_t in[6] = {0};
+        gzFile z = gzopen(s->name, "rb");
+        const bool gz_npy = z && gzread(z, in, sizeof in) == (int)sizeof in && !memcmp(in, npy_magic, 6);
+        if (z) gzclose(z);
+        if (gz_npy)
+            return st_fail(ST_ERR_FORMAT,
+                           "%s: a gzipped NumPy .npy array; data.type npy reads .npy files uncompressed: "
+                           "decompress it (gunzip -k %s) and name the .npy",
+                           s->name, s->name);
+    }
     if (kind.format != ST_FILE_NPY && kind.format != ST_FILE_UNKNOWN)
         return st_fail(ST_ERR_FORMAT, "%s: not an NPY file but %s; %s", s->name, kind.what, kind.use);
     if (kind.format != ST_FILE_NPY)

@@ -349,16 +349,19 @@ static st_status open_data(st_session *s, bool eval_only) {
     st_dataset_pixel_stats(&s->train, &s->train.mean, &s->train.std);
     if (split) s->val.mean = s->train.mean, s->val.std = s->train.std;
     /* NumPy arrays from PyTorch are (n, c, h, w): read channels last, they
-     * train on images c pixels high, without a word */
+     * train on images c pixels high, without a word. Told by a height of at
+     * most 4 (RGB's 3, RGBA's 4), or by square images read as a width equal
+     * to the channels (13 bands of 16x16: 13 high, 16 wide, 16 channels) */
     const st_dataset *t = &s->train;
-    if (s->rank == 0 && strcmp(c->data.type, "npy") == 0 && !t->flat && t->c > 4 && t->h <= 4)
+    if (s->rank == 0 && strcmp(c->data.type, "npy") == 0 && !t->flat && t->c > 4 &&
+        (t->h <= 4 || (t->w == t->c && t->h < t->w)))
         st_ticker_sayf(
             "scaletrain: warning: data.train %s holds %lld images %lldx%lldx%lld read as (n, height, "
-            "width, channels), channels last: %lld pixels high with %lld channels. If the array is "
-            "(n, channels, height, width), PyTorch's layout, save it channels last: numpy.save(path, "
-            "x.transpose(0, 2, 3, 1))\n",
+            "width, channels), channels last: %lld pixels high, %lld wide, with %lld channels. If the "
+            "array is (n, channels, height, width), PyTorch's layout, save it channels last: "
+            "numpy.save(path, x.transpose(0, 2, 3, 1))\n",
             c->data.train, (long long)t->n, (long long)t->h, (long long)t->w, (long long)t->c,
-            (long long)t->h, (long long)t->c);
+            (long long)t->h, (long long)t->w, (long long)t->c);
     if (c->data.val[0]) {
         ST_TRY(st_dataset_open_pair(c->data.type, c->data.val, c->data.val_labels, c->model.num_classes,
                                     "data.val", &s->val));
@@ -546,6 +549,12 @@ static st_status model_input(st_session *s, st_model_input *in) {
         if (strcmp(c->model.type, "gpt") != 0)
             return st_fail(ST_ERR_CONFIG, "data.type tokens needs model.type gpt (model.type is %s)",
                            c->model.type);
+        if (c->model.vocab_size == ST_AUTO && d->vocab_size > INT32_MAX) /* (token ids are int32) */
+            return st_fail(ST_ERR_FORMAT,
+                           "%s says its vocabulary is %lld tokens, past the %d a model's embedding takes "
+                           "(token ids are 32-bit): write it with its tokenizer's vocabulary size in the "
+                           "header (docs/formats.md, \"Token files\")",
+                           d == &s->train ? c->data.train : c->data.val, (long long)d->vocab_size, INT32_MAX);
         if (c->model.vocab_size == ST_AUTO) {
             c->model.vocab_size = d->vocab_size;
             snprintf(why, sizeof why, "the vocabulary of %s", d == &s->train ? c->data.train : c->data.val);

@@ -19,6 +19,9 @@
 #     (n, d) features, augmentation of tokens, float validation images
 #     against uint8 training images.
 #  5. scaletrain data inspect describes .npy files and names a truncated one.
+#  6. Floats near 1e6 normalised with their own spread; float64 that float32
+#     cannot hold apart refused; a gzipped .npy, 13-band square images in
+#     PyTorch's layout and labels as a column, each said with its fix.
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_numpy
 e2e_tmpdir
@@ -172,7 +175,7 @@ o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set da
     --set train.out_dir="$tmp/nchw" 2>&1) || fail "(n, c, h, w) npy images: $o"
 grep -qE "^data: 64 images 3x8x8 \(height, width, channels; floats\), 3 classes, normalised with mean" <<<"$o" ||
     fail "the header's data line: $(grep '^data: ' <<<"$o")"
-grep -qF "holds 64 images 3x8x8 read as (n, height, width, channels), channels last: 3 pixels high with 8 channels. If the array is (n, channels, height, width), PyTorch's layout, save it channels last: numpy.save(path, x.transpose(0, 2, 3, 1))" <<<"$o" ||
+grep -qF "holds 64 images 3x8x8 read as (n, height, width, channels), channels last: 3 pixels high, 8 wide, with 8 channels. If the array is (n, channels, height, width), PyTorch's layout, save it channels last: numpy.save(path, x.transpose(0, 2, 3, 1))" <<<"$o" ||
     fail "(n, c, h, w) npy images: no warning: $o"
 o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.type=npy \
     --set data.train="$tmp/rgb_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
@@ -283,5 +286,52 @@ o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.val="$tmp/valf_x.npy" --s
 echo "validation floats, training bytes: exit $rc: $(tail -n 1 <<<"$o")"
 [ $rc -eq 1 ] && grep -qF "$tmp/valf_x.npy holds floats but $tmp/train_x.npy holds bytes (uint8)" <<<"$o" &&
     [ ! -e "$tmp/mixed" ] || fail "validation floats, training bytes: $o"
+
+# 6. Floats far from 0 against their spread (1e6 + 0.25 per class, float32): normalised with their own
+# standard deviation (one pass's sums cancelled: std 1e-06), so the run learns them; float64 that
+# float32 cannot hold apart (timestamps near 1.7e9) refused; a gzipped .npy, square images of 13
+# bands in PyTorch's layout, labels as a column: each said with its fix
+/usr/bin/python3 - "$tmp" <<'PY'
+import gzip, shutil, sys
+import numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(3)
+x, y = np.load(f"{d}/train_x.npy"), np.load(f"{d}/train_y.npy")
+off = (1e6 + (x.astype(np.float64) / 250.0) * 0.25).astype(np.float32)
+np.save(f"{d}/off_x.npy", off)
+open(f"{d}/off_std.txt", "w").write("%.6g" % off.astype(np.float64).std())
+np.save(f"{d}/ts_x.npy", x.astype(np.float64) + 1.7e9)
+with open(f"{d}/train_x.npy", "rb") as a, gzip.open(f"{d}/gz_x.npy.gz", "wb") as b:
+    shutil.copyfileobj(a, b)
+np.save(f"{d}/bands_x.npy", rng.random((64, 13, 16, 16), dtype=np.float32))
+np.save(f"{d}/col_y.npy", y.reshape(-1, 1))
+PY
+o=$(timeout 60 "$bin" train "$tmp/run.yaml" --set data.train="$tmp/off_x.npy" --set data.val= --set train.steps=40 \
+    --set train.threads=1 --set log.progress=off --set train.out_dir="$tmp/off" --json 2>&1) || fail "floats near 1e6: $o"
+printf '%s\n' "$o" >"$tmp/off.out"
+/usr/bin/python3 - "$(cat "$tmp/off_std.txt")" "$tmp/off.out" <<'PY' || fail "floats near 1e6: $(grep '^data: ' <<<"$o")"
+import json, re, sys
+o = open(sys.argv[2]).read()
+std = float(re.search(r"normalised with mean [0-9.e+]+, std ([0-9.e+-]+)", o).group(1))
+loss = [json.loads(l) for l in o.splitlines() if l.startswith("{")][-1]["train_loss"]
+want = float(sys.argv[1])
+print(f"floats near 1e6: std {std} (NumPy's {want}), train loss {loss}")
+sys.exit(0 if abs(std - want) <= 1e-3 * want and loss < 0.5 else 1)
+PY
+err "float64 near 1.7e9" "ts_x.npy: float64 inputs around 17000000" \
+    "$tmp/run.yaml" --set data.train="$tmp/ts_x.npy"
+err "float64 near 1.7e9" "Subtract one offset (the training inputs' mean, say) from the training and the validation inputs" \
+    "$tmp/run.yaml" --set data.train="$tmp/ts_x.npy"
+err "a gzipped .npy" "gz_x.npy.gz: a gzipped NumPy .npy array; data.type npy reads .npy files uncompressed: decompress it (gunzip -k $tmp/gz_x.npy.gz)" \
+    "$tmp/run.yaml" --set data.train="$tmp/gz_x.npy.gz"
+err "a gzipped .npy as IDX" "not an IDX file but a NumPy .npy array (after decompression); decompress it first (gunzip -k $tmp/gz_x.npy.gz)" \
+    "$tmp/run.yaml" --set data.type=idx --set data.train="$tmp/gz_x.npy.gz" --set data.train_labels="$tmp/train_y.npy"
+err "labels as a column" "col_y.npy: labels must have 1 dimension (n,), class numbers, not 2: save them as numpy.save(path, y.reshape(-1))" \
+    "$tmp/run.yaml" --set data.train_labels="$tmp/col_y.npy"
+o=$(timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.type=npy \
+    --set data.train="$tmp/bands_x.npy" --set data.train_labels="$tmp/rgb_y.npy" --set data.val= \
+    --set train.steps=1 --set train.batch_size=16 --set train.threads=1 --set train.out_dir="$tmp/bands" --quiet 2>&1)
+grep -qF "holds 64 images 13x16x16 read as (n, height, width, channels), channels last: 13 pixels high, 16 wide, with 16 channels. If the array is (n, channels, height, width)" <<<"$o" ||
+    fail "13 bands of 16x16 in PyTorch's layout: no warning: $o"
 
 e2e_finish ok
