@@ -333,10 +333,22 @@ static st_status expand(const char *spec, glob_t *g) {
                           "data/train-*.tokens, or a folder of .tokens files",
                           spec)
                 : st_fail(ST_ERR_IO, "%s: no file matches this pattern", spec);
-    else if (r != 0)
-        s = st_fail(ST_ERR_IO, "%s: cannot list the files it names: %s", spec,
-                    r == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
-    else if (g->gl_pathc > ST_TOKENS_MAX_SHARDS)
+    else if (r != 0) {
+        /* (the folder the pattern's last part is in, where that folder is named plainly: missing, or
+         * not to be read, said by name) */
+        char folder[4096];
+        snprintf(folder, sizeof folder, "%s", pat);
+        char *slash = strrchr(folder, '/');
+        if (slash) *slash = '\0';
+        struct stat fs;
+        const int e = slash && folder[0] && !strpbrk(folder, "*?[") && stat(folder, &fs) != 0 ? errno : 0;
+        if (r != GLOB_NOSPACE && e)
+            s = st_fail(ST_ERR_IO, "%s: cannot list the files it names: the folder %s: %s", spec, folder,
+                        strerror(e));
+        else
+            s = st_fail(ST_ERR_IO, "%s: cannot list the files it names: %s", spec,
+                        r == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
+    } else if (g->gl_pathc > ST_TOKENS_MAX_SHARDS)
         s = st_fail(ST_ERR_ARG, "%s: %zu files; at most %d are read as one stream (write larger shards)",
                     spec, g->gl_pathc, ST_TOKENS_MAX_SHARDS);
     if (s != ST_OK) {

@@ -303,6 +303,24 @@ static void same_data(const st_session *s) {
             c->data.val);
 }
 
+/* A stream of shards read in name order where the names' numbers, not
+ * zero-padded, put them out of number order (x-10 before x-2): said, as
+ * the stream's order is the data's (data.val_split holds out its end).
+ * Rank 0's. */
+static void shard_order(const st_session *s, const st_dataset *d, const char *key, const char *spec) {
+    if (s->rank != 0 || !d->tokens) return;
+    for (int k = 1; k < st_tokens_shards(d->tokens); k++) {
+        const char *a = st_tokens_shard_path(d->tokens, k - 1), *b = st_tokens_shard_path(d->tokens, k);
+        if (strverscmp(a, b) > 0) {
+            st_ticker_sayf(
+                "scaletrain: warning: %s %s: its files are read in name order, which puts %s before "
+                "%s; where their numbers are the order, zero-pad them (x-0002) to read them so\n",
+                key, spec, a, b);
+            return;
+        }
+    }
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0, split = c->data.val_split > 0;
@@ -321,6 +339,7 @@ static st_status open_data(st_session *s, bool eval_only) {
             ST_TRY(st_data_key(st_dataset_open_tokens(c->data.train, c->model.block_size, &s->train),
                                c->data.train, "data.train"));
             s->has_train = true;
+            shard_order(s, &s->train, "data.train", c->data.train);
         }
         if (split) {
             ST_TRY(st_dataset_split(&s->train, c->data.val_split, (uint64_t)c->data.val_split_seed,
@@ -331,6 +350,7 @@ static st_status open_data(st_session *s, bool eval_only) {
             ST_TRY(st_data_key(st_dataset_open_tokens(c->data.val, c->model.block_size, &s->val), c->data.val,
                                "data.val"));
             s->has_val = true;
+            shard_order(s, &s->val, "data.val", c->data.val);
         }
         same_data(s);
         return ST_OK;

@@ -218,7 +218,19 @@ if "$bin" eval "${g[@]}" --init "$tmp/g" --set data.val="$tmp/v300.tokens" --set
 grep -q "hint: the weights' vocabulary is 256 tokens, and this run's data has 300 (model.vocab_size auto takes the data's): these weights cannot read its tokens from 256 on" "$tmp/v300.txt" &&
     ! grep -q "run with those settings" "$tmp/v300.txt" ||
     { echo "eval of data with a larger vocabulary: $(cat "$tmp/v300.txt")"; exit 1; }
-# a pattern that names nothing
+# a pattern that names nothing; one in a folder that does not exist (it said "a folder cannot be read")
 if "$bin" data inspect "$tmp/shards/nothing-*.tokens" 2>"$tmp/err2.txt"; then exit 1; fi
 grep -q "nothing-\*.tokens: no file matches this pattern" "$tmp/err2.txt"
+if "$bin" train "${g[@]}" --set data.train="$tmp/nowhere/*.tokens" --set data.val= 2>"$tmp/err3.txt"; then exit 1; fi
+grep -qF "$tmp/nowhere/*.tokens: cannot list the files it names: the folder $tmp/nowhere: No such file or directory" \
+    "$tmp/err3.txt" || { echo "a pattern in a missing folder: $(cat "$tmp/err3.txt")"; exit 1; }
+# shards numbered without zero-padding are read in name order (x-10 before x-2): said
+mkdir -p "$tmp/unpadded" && for i in 1 2 10; do cp "$tmp/one.tokens" "$tmp/unpadded/x-$i.tokens"; done
+"$bin" train "${g[@]}" --set data.train="$tmp/unpadded/x-*.tokens" --set data.val= --set train.steps=1 \
+    --set train.out_dir="$tmp/unpadded-run" --quiet 2>"$tmp/err4.txt" || { cat "$tmp/err4.txt"; exit 1; }
+grep -qF "which puts $tmp/unpadded/x-10.tokens before $tmp/unpadded/x-2.tokens; where their numbers are the order, zero-pad them" \
+    "$tmp/err4.txt" || { echo "unpadded shards: no warning: $(cat "$tmp/err4.txt")"; exit 1; }
+"$bin" train "${g[@]}" --set data.train="$pat" --set data.val= --set train.steps=1 --set train.out_dir="$tmp/padded-run" \
+    --quiet 2>"$tmp/err5.txt" && ! grep -q "name order" "$tmp/err5.txt" ||
+    { echo "zero-padded shards: $(cat "$tmp/err5.txt")"; exit 1; }
 echo "token shards e2e ok"
