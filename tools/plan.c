@@ -297,6 +297,9 @@ int st_cmd_plan(int argc, char **argv) {
         cJSON *m = cJSON_AddObjectToObject(out, "model");
         cJSON_AddStringToObject(m, "type", cfg.model.type);
         cJSON_AddNumberToObject(m, "params", (double)in.model->params.count);
+        /* the count train's GFLOP/s and mfu, and bench, use: 3 x forward, a gpt's attention full T x T
+         * (PaLM's model FLOPs); the two below are what the kernels run, which the time model charges */
+        cJSON_AddNumberToObject(m, "model_flops_per_sample", 3.0 * st_model_flops_per_sample(in.model));
         cJSON_AddNumberToObject(m, "fwd_flops_per_sample", cost.fwd_flops);
         cJSON_AddNumberToObject(m, "bwd_flops_per_sample", cost.bwd_flops);
         /* what the CPU kernels run (Winograd convolutions), which the CPU's step time is charged */

@@ -55,7 +55,7 @@ typedef struct st_plan_input {
     int64_t mapped_bytes;
     bool has_eval;        /* the run keeps an evaluation graph */
     bool eval_only;       /* an evaluation alone (scaletrain eval): plan_eval in planner.c */
-    int64_t eval_samples; /* eval_only: the validation samples (0: unknown), a bound on its batch */
+    int64_t eval_samples; /* the validation samples (0: unknown), a bound on the evaluation's batch */
     int cores_per_rank;   /* for data.num_workers auto (the CPU) */
     double efficiency;    /* <= 0: the device default (timing.h) */
 } st_plan_input;

@@ -1,6 +1,7 @@
 /* The planner's view of a run from its configuration (see runspec.h). */
 #include "runspec.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "data/dataset.h"
@@ -49,6 +50,15 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->data_bytes = 0;
         in->mapped_bytes =
             tokens_bytes(cfg->data.train) + (in->has_eval && !split ? tokens_bytes(cfg->data.val) : 0);
+        /* the validation samples, a bound on the evaluation's batch (as a run caps it: session.c) */
+        st_tokens *t;
+        const char *vspec = split ? cfg->data.train : cfg->data.val;
+        if (in->has_eval && vspec[0] && st_tokens_open(vspec, &t) == ST_OK) {
+            const int64_t count = st_tokens_count(t), n = count > mi.seq_len ? (count - 1) / mi.seq_len : 0;
+            in->eval_samples = split ? (int64_t)llround(cfg->data.val_split * (double)n) : n;
+            st_tokens_close(t);
+        }
+        st_clear_error();
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,
@@ -63,10 +73,13 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->sample_in_bytes = 4 * px;
         in->sample_out_bytes = 4;
         in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
+        /* the validation samples, a bound on the evaluation's batch (as a run caps it: session.c) */
+        if (split) in->eval_samples = (int64_t)llround(cfg->data.val_split * (double)n);
         if (in->has_eval && !split) {       /* (auto counts its labels too, as a run does) */
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
                                         cfg->model.num_classes, "data.val", &d));
             in->data_bytes += d.n * ((d.values ? 4 : 1) * px + 4);
+            in->eval_samples = d.n;
             if (d.num_classes > classes)
                 classes = d.num_classes, classes_key = "data.val_labels", classes_file = cfg->data.val_labels;
             st_dataset_free(&d);

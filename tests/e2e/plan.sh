@@ -96,6 +96,15 @@ grep -Eq "^1xH200 +1 +(1024|512|256|128) " "$tmp/big.txt"
 # had the planner count down its divisors one by one for minutes)
 ! "$bin" plan --set train.batch_size=1000000000000 2>"$tmp/huge.txt"
 grep -q "train.batch_size=1000000000000: 1000000000000 is out of range; it must be >= 1 and <= 1073741824" "$tmp/huge.txt"
+# train.eval_batch_size past the validation set: planned at the whole set, as the run takes it (the
+# evaluation's graph was sized at 5000000 samples, "does not fit", micro-batch 1)
+small=(--set model.type=gpt --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32
+       --set data.type=tokens --set data.train="$tmp/tok.bin" --set data.val="$tmp/tok.bin" --set train.batch_size=8)
+"$bin" plan "${small[@]}" --set train.eval_batch_size=5000000 --json 2>/dev/null >"$tmp/evb.json"
+/usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["plans"][0]
+assert p["ok"] and p["micro_batch_size"] == 8, p' "$tmp/evb.json" || { echo "eval_batch_size past the validation set: $(head -c 600 "$tmp/evb.json")"; exit 1; }
 # the CPU is measured (and the run planned) on the run's threads: train.threads
 "$bin" plan --set train.threads=1 | grep -q "^cpu: .* GFLOP/s measured on 1 thread (train.threads;"
 echo "plan e2e ok"
