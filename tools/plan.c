@@ -1,6 +1,7 @@
 /* `scaletrain plan [CONFIG] [--set k=v]... [--hw LIST] [--nodes N] [--json]
  * [--probe] [--efficiency E]`: what a run would choose and cost on each
  * hardware configuration, before renting it (src/hw/planner.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,7 @@ int st_cmd_plan(int argc, char **argv) {
     }
     st_config cfg;
     st_run_opts ro = {0};
+    bool hw_usage = false; /* the failure is --hw's value (exit 2) */
     int rc = st_cli_run_args("plan", nrest, rest, &cfg, &ro);
     free(rest);
     if (rc >= 0) return rc;
@@ -265,6 +267,7 @@ int st_cmd_plan(int argc, char **argv) {
         for (size_t e = strlen(item); e > 0 && item[e - 1] == ' ';)
             item[--e] = '\0';
         if (!item[0]) { /* (a stray comma: it was "unknown hardware ''") */
+            hw_usage = true;
             s = st_fail(
                 ST_ERR_CONFIG,
                 "--hw %s: entry %d of %d is empty; give N x NAME entries split by single commas (e.g. "
@@ -273,15 +276,22 @@ int st_cmd_plan(int argc, char **argv) {
             goto fail;
         }
         st_hw_config hw;
+        hw_usage = true; /* (--hw's value: a usage error, as --nodes' is) */
         ST_GOTO(st_hw_config_parse(item, &local, &cpu, &hw));
+        hw_usage = false;
         if (strcasecmp(item, "local") == 0 && h->n_gpus > 1) hw.per_node = h->n_gpus;
         /* --nodes for an entry that names none, said in its label ("8xH100" read as one node beside
-         * "2x8xH100") */
+         * "2x8xH100"; a bare device, one a node, "2x1xH100": "2xH100" is two on one node) */
         if (nodes > 0 && !hw.nodes_given) {
             hw.nodes = nodes;
             if (nodes > 1) {
                 char l[sizeof hw.label];
-                snprintf(l, sizeof l, "%dx%s", nodes, hw.label);
+                const bool per_given =
+                    hw.label[strspn(hw.label, "0123456789")] == 'x' && isdigit(hw.label[0]);
+                if (per_given)
+                    snprintf(l, sizeof l, "%dx%s", nodes, hw.label);
+                else
+                    snprintf(l, sizeof l, "%dx%dx%s", nodes, hw.per_node, hw.label);
                 snprintf(hw.label, sizeof hw.label, "%s", l);
             }
         }
@@ -335,6 +345,10 @@ int st_cmd_plan(int argc, char **argv) {
         if (need_cpu && st_hw_mem_note(h, note, sizeof note)) printf("memory: %s\n", note);
         if (unusable[0] && strstr(hw_list, "local"))
             printf("cuda: %s; local is planned on the CPU\n", unusable);
+        else if (!strncmp(cfg.train.device, "cuda", 4) && h->n_gpus == 0 && strstr(hw_list, "local"))
+            printf("cuda: train.device %s names a GPU and this machine has none: a run here refuses to start "
+                   "(local is planned on the CPU, as train.device: cpu or auto would run)\n",
+                   cfg.train.device);
         printf("\n");
         print_table(stdout, plans, n, &in);
     }
@@ -344,5 +358,9 @@ fail:
     st_runspec_close(&in);
     free(plans);
     free(h);
+    if (s != ST_OK && hw_usage) {
+        (void)st_cli_error(s);
+        return ST_EXIT_USAGE;
+    }
     return s == ST_OK ? ST_EXIT_OK : st_cli_error(s);
 }

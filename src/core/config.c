@@ -581,9 +581,24 @@ st_status st_config_validate(const st_config *c) {
     FAIL_IF(c->train.eval_every > 0 && !c->data.val[0] && !(c->data.val_split > 0),
             "%s asks for evaluations but data.val is empty; set data.val or train.eval_every: 0",
             D1("train.eval_every"));
-    FAIL_IF(c->train.micro_batch_size != ST_AUTO && c->train.batch_size % c->train.micro_batch_size,
-            "%s does not divide %s; the global batch is split into equal micro-batches",
-            D1("train.micro_batch_size"), D2("train.batch_size"));
+    if (c->train.micro_batch_size != ST_AUTO && c->train.batch_size % c->train.micro_batch_size) {
+        /* the divisors of the batch nearest the micro-batch given, below and above it */
+        const int64_t batch = c->train.batch_size, mb = c->train.micro_batch_size;
+        int64_t lo = mb < batch ? mb : batch, hi = mb;
+        while (lo > 1 && batch % lo)
+            lo--;
+        while (hi < batch && batch % hi)
+            hi++;
+        char near[64];
+        if (hi <= batch && hi != lo)
+            snprintf(near, sizeof near, "%lld or %lld", (long long)lo, (long long)hi);
+        else
+            snprintf(near, sizeof near, "%lld", (long long)lo);
+        FAIL_IF(true,
+                "%s does not divide %s; the global batch is split into equal micro-batches: set "
+                "train.micro_batch_size to a divisor of %lld (the nearest: %s), or auto",
+                D1("train.micro_batch_size"), D2("train.batch_size"), (long long)batch, near);
+    }
     FAIL_IF(c->train.steps != ST_AUTO && c->optim.warmup_steps > c->train.steps,
             "%s is longer than %s; shorten the warmup or train longer", D1("optim.warmup_steps"),
             D2("train.steps"));

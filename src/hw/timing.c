@@ -37,7 +37,7 @@ void st_time_estimate(const st_cost *c, int64_t n_params, const st_time_opts *o,
     const double share = d->gpu ? 1.0 : 1.0 / o->hw->per_node;
     const double eff = o->efficiency > 0 ? o->efficiency : st_time_default_efficiency(d, o->mixed);
     const double peak = (o->mixed ? d->peak_bf16 : d->peak_fp32) * share * eff;
-    const double ab = o->mixed ? 2 : 4;
+    const double ab = o->mixed && d->gpu ? 2 : 4; /* (the CPU keeps its activations in float32) */
     const double bw = d->mem_bw * share * (d->gpu ? 0.8 : ST_TIME_CPU_MEM_EFF);
     if (d->gpu) { /* the model's products: cuDNN and cuBLAS run no Winograd of ours */
         t->fwd_s = c->fwd_flops / peak + c->fwd_elems * ab / bw;

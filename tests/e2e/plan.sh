@@ -105,6 +105,17 @@ small=(--set model.type=gpt --set model.n_layer=1 --set model.n_embd=32 --set mo
 import json, sys
 p = json.load(open(sys.argv[1]))["plans"][0]
 assert p["ok"] and p["micro_batch_size"] == 8, p' "$tmp/evb.json" || { echo "eval_batch_size past the validation set: $(head -c 600 "$tmp/evb.json")"; exit 1; }
+# train.device cuda where there is no GPU: said (it was planned on the CPU without a word)
+"$bin" plan --set model.type=mlp --set train.device=cuda | grep -qF "cuda: train.device cuda names a GPU and this machine has none: a run here refuses to start" ||
+    { [ -e /dev/nvidia0 ] || { echo "plan with train.device cuda and no GPU: not said"; exit 1; }; }
+# --nodes on a bare device: its label reads back as the same plan (2xH100 is two on one node)
+"$bin" plan --set model.type=mlp --hw H100 --nodes 2 | grep -q "^2x1xH100 " ||
+    { echo "--hw H100 --nodes 2: not labelled 2x1xH100"; exit 1; }
+# the CPU keeps float32 activations in bf16 too: the same compute time as fp32 (bf16 was 9% faster)
+for p in fp32 bf16; do
+    "$bin" plan --set model.type=mlp --set log.peak_gflops=100 --set precision=$p --json 2>/dev/null |
+        /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["plans"][0]["time"]["compute_s"])'
+done | uniq | [ "$(wc -l)" -eq 1 ] || { echo "a CPU plan in bf16 computes faster than in fp32"; exit 1; }
 # the CPU is measured (and the run planned) on the run's threads: train.threads
 "$bin" plan --set train.threads=1 | grep -q "^cpu: .* GFLOP/s measured on 1 thread (train.threads;"
 echo "plan e2e ok"
