@@ -306,11 +306,17 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
         snprintf(fix, sizeof fix, "the model states take the most: %s over more ranks on more nodes",
                  strcmp(p->strategy, "zero2") == 0 ? "ZeRO-2 shards them"
                                                    : "dist.strategy: zero2 shards them");
+    /* (what happens past it: under an address-space limit an allocation fails, with an error; past a
+     * memory limit the kernel's OOM killer ends the process) */
     snprintf(p->fit_hint, sizeof p->fit_hint,
              "of the %.2f GiB: model states %.2f, activations %.2f, the rest %.2f; %s%s",
              (double)m->total / GIB, (double)states / GIB, (double)acts / GIB,
              (double)(rest > 0 ? rest : 0) / GIB, fix,
-             gpu ? "" : " (past the memory it may use, the kernel ends a process with SIGKILL, no message)");
+             gpu                      ? ""
+             : p->hw.dev.proc_limited ? " (past this process's address-space limit, ulimit -v, an allocation "
+                                        "fails: the run stops with an error)"
+                                      : " (past the memory it may use, the kernel ends a process with SIGKILL, "
+                                        "no message)");
 }
 
 static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_plan *p);

@@ -98,6 +98,11 @@ expect 1 "its tensors' shapes say: --set model.n_layer=1 --set model.n_embd=32 -
 # limit with no room for them is refused, naming it; one with room plans
 # around them, and the run ends (it hung at 100% CPU, no message)
 limited() { (ulimit -v "$1" && shift && exec "$@"); }
+# (a plan that does not fit under it says an allocation fails there: past a memory limit the kernel's
+# OOM killer ends the process, which the hint said here too)
+expect 0 "(past this process's address-space limit, ulimit -v, an allocation fails: the run stops with an error)" \
+    limited 3000000 "$bin" plan --set model.preset=gpt2-124m --set data.type=tokens --set data.val= \
+    --set train.batch_size=4 --set train.micro_batch_size=4 --set train.activation_checkpointing=off
 expect 1 "this process's address-space limit (ulimit -v 600000) leaves" \
     limited 600000 "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=8
 expect 0 "done: 2 steps" limited 1000000 timeout -s KILL 300 "$bin" train "${tok[@]}" --set model.n_layer=4 \
