@@ -228,6 +228,15 @@ static void test_set(void) {
                 "entry 2: expected an integer, got 'x'");
     CHECK(c.model.hidden.n == 3, "a failed list --set changes nothing");
     CHECK_FAILS(st_config_set(&c, "optim.schedule=cosin"), ST_ERR_CONFIG, "did you mean cosine?");
+    /* other tools' names for a value: the one meant (bfloat16 had no guess, fsdp and zero3 were offered
+     * ddp and zero1), and what to use where none is built */
+    CHECK_FAILS(st_config_set(&c, "precision=bfloat16"), ST_ERR_CONFIG, "did you mean bf16?");
+    CHECK_FAILS(st_config_set(&c, "precision=16-mixed"), ST_ERR_CONFIG, "did you mean fp16?");
+    CHECK_FAILS(st_config_set(&c, "dist.strategy=FSDP"), ST_ERR_CONFIG,
+                "did you mean zero2 (ZeRO-3 and FSDP, which shard the weights too, are not built");
+    CHECK_FAILS(st_config_set(&c, "dist.strategy=zero3"), ST_ERR_CONFIG, "did you mean zero2 (ZeRO-3");
+    CHECK_FAILS(st_config_set(&c, "optim.type=adam"), ST_ERR_CONFIG,
+                "did you mean adamw (with optim.weight_decay: 0");
     /* a YAML comment in a --set value would cut it short: refused; quoted, or
      * a '#' inside a word, the value is whole */
     CHECK_FAILS(st_config_set(&c, "train.out_dir=runs/a #2"), ST_ERR_CONFIG,

@@ -574,6 +574,41 @@ int st_cfg_near(const char *a, size_t na, const char *b, size_t nb) {
     return -1;
 }
 
+#define ZERO3                                                                                                \
+    "zero2 (ZeRO-3 and FSDP, which shard the weights too, are not built: zero2 shards the gradients and "    \
+    "the "                                                                                                   \
+    "optimizer state, and in bf16 or fp16 the fp32 master weights)"
+/* The names other tools give an enum's values (PyTorch Lightning's
+ * precision, DeepSpeed's and PyTorch's strategies), case aside: the value
+ * that is meant, or what to use where there is none. */
+static const char *alias_of(const char *key, const char *typed) {
+    static const struct {
+        const char *key, *typed, *say;
+    } alias[] = {
+        {"precision", "bfloat16", "bf16"},
+        {"precision", "bf16-mixed", "bf16"},
+        {"precision", "bf16-true", "bf16"},
+        {"precision", "float16", "fp16"},
+        {"precision", "half", "fp16"},
+        {"precision", "16", "fp16"},
+        {"precision", "16-mixed", "fp16"},
+        {"precision", "float32", "fp32"},
+        {"precision", "float", "fp32"},
+        {"precision", "32", "fp32"},
+        {"precision", "32-true", "fp32"},
+        {"dist.strategy", "zero-1", "zero1"},
+        {"dist.strategy", "zero-2", "zero2"},
+        {"dist.strategy", "zero3", ZERO3},
+        {"dist.strategy", "zero-3", ZERO3},
+        {"dist.strategy", "fsdp", ZERO3},
+        {"dist.strategy", "deepspeed", "zero1 or zero2 (DeepSpeed's ZeRO stages 1 and 2)"},
+        {"optim.type", "adam", "adamw (with optim.weight_decay: 0 it is Adam)"},
+    };
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(key, alias[i].key) && !strcasecmp(typed, alias[i].typed)) return alias[i].say;
+    return NULL;
+}
+
 static const char *closest(const char *typed, const char *const *cands) {
     const char *best = NULL;
     int best_d = INT32_MAX;
@@ -665,7 +700,8 @@ st_status st_cfg_assign(st_config *c, int row, yaml_node_t *node, yaml_document_
             for (const char *const *e = k->values; *e && !found; e++)
                 found = enum_match(*e, s);
             if (!found) {
-                const char *guess = closest(s, k->values);
+                const char *guess = alias_of(k->key, s);
+                if (!guess) guess = closest(s, k->values);
                 st_cfg_values_text(k, values, sizeof values);
                 return bad(ctx, "'%.*s%s' is not one of %s%s%s%s", SHOW(v), values,
                            guess ? "; did you mean " : "", guess ? guess : "", guess ? "?" : "");
