@@ -76,6 +76,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddBoolToObject(o, "ok", p->ok);
     if (p->warning[0]) cJSON_AddStringToObject(o, "warning", p->warning);
     if (p->fit_hint[0]) cJSON_AddStringToObject(o, "fit_hint", p->fit_hint);
+    if (p->micro_hint[0]) cJSON_AddStringToObject(o, "micro_hint", p->micro_hint);
     if (!p->ok) return o;
     cJSON_AddNumberToObject(o, "micro_batch_size", (double)p->micro);
     cJSON_AddNumberToObject(o, "accumulation", (double)p->accum);
@@ -137,6 +138,7 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
                 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
         if (q->fit_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->fit_hint);
+        if (q->micro_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->micro_hint);
     }
 }
 

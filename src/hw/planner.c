@@ -549,10 +549,27 @@ static st_status plan_body(const st_plan_input *in, const st_hw_config *hw, st_p
             snprintf(p->micro_why, sizeof p->micro_why, "%s%s",
                      n > 1 ? "the batch split over the ranks" : "the whole batch on one rank",
                      p->checkpointing && auto_checkpointing(in) ? ", with activation checkpointing" : "");
-        else
+        else {
             snprintf(p->micro_why, sizeof p->micro_why,
                      "the largest divisor of %lld samples per rank that fits %s", (long long)per_rank,
                      human((double)p->mem_limit, b1, sizeof b1));
+            /* A per-rank batch of few divisors (131, a prime: micro-batch 1, accumulating 131) where a
+             * near one of more (128) runs micro-batches four times larger or more: said, with it. */
+            for (int64_t step = 64; step >= 8; step /= 2) {
+                const int64_t near = per_rank / step * step;
+                int64_t m = 0;
+                if (near < 1 || near == per_rank) continue;
+                ST_TRY(largest_fit(in, p, near, &m));
+                if (m >= 4 * p->micro) {
+                    snprintf(p->micro_hint, sizeof p->micro_hint,
+                             "micro-batch %lld, accumulating %lld: the %lld samples per rank have no larger "
+                             "divisor that fits; train.batch_size %lld would run micro-batches of %lld",
+                             (long long)p->micro, (long long)(per_rank / p->micro), (long long)per_rank,
+                             (long long)(near * n), (long long)m);
+                    break;
+                }
+            }
+        }
     }
     p->accum = per_rank / p->micro;
     ST_TRY(mem_at(in, p, p->micro, &p->mem));

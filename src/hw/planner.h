@@ -85,6 +85,8 @@ typedef struct st_plan {
     char warning[256];
     char fit_hint[512]; /* where the warning says it does not fit: what takes the memory and what would shrink
                            it */
+    char micro_hint[192]; /* a micro-batch auto held small by a per-rank batch of few divisors: the batch that
+                             runs larger ones */
 } st_plan;
 
 st_status st_plan_make(const st_plan_input *in, const st_hw_config *hw, st_plan *out);

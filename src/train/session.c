@@ -545,6 +545,7 @@ static st_status autoconfigure(st_session *s, const st_model_input *mi) {
         st_ticker_sayf("scaletrain: warning: %s%s (memory model, docs/planner.md)%s%s\n", who, p->warning,
                        s->mem_note[0] ? "; memory: " : "", s->mem_note);
     if (say && p->fit_hint[0]) st_ticker_sayf("scaletrain: hint: %s%s\n", who, p->fit_hint);
+    if (say && s->rank == 0 && p->micro_hint[0]) st_ticker_sayf("scaletrain: hint: %s\n", p->micro_hint);
     free(p);
     return st;
 }

@@ -108,6 +108,10 @@ assert p["ok"] and p["micro_batch_size"] == 8, p' "$tmp/evb.json" || { echo "eva
 # train.device cuda where there is no GPU: said (it was planned on the CPU without a word)
 "$bin" plan --set model.type=mlp --set train.device=cuda | grep -qF "cuda: train.device cuda names a GPU and this machine has none: a run here refuses to start" ||
     { [ -e /dev/nvidia0 ] || { echo "plan with train.device cuda and no GPU: not said"; exit 1; }; }
+# a per-rank batch of few divisors (131, a prime) holds the micro-batch at 1: said, with the batch that
+# runs larger ones (it was planned without a word)
+"$bin" plan "${gpt[@]}" --hw 8xA100 --set train.batch_size=1048 | grep -qF "micro-batch 1, accumulating 131: the 131 samples per rank have no larger divisor that fits; train.batch_size 1024 would run micro-batches of 64" ||
+    { echo "a prime per-rank batch: no hint"; exit 1; }
 # --nodes on a bare device: its label reads back as the same plan (2xH100 is two on one node)
 "$bin" plan --set model.type=mlp --hw H100 --nodes 2 | grep -q "^2x1xH100 " ||
     { echo "--hw H100 --nodes 2: not labelled 2x1xH100"; exit 1; }
