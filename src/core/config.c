@@ -585,10 +585,11 @@ st_status st_config_validate(const st_config *c) {
         /* the divisors of the batch nearest the micro-batch given, below and above it */
         const int64_t batch = c->train.batch_size, mb = c->train.micro_batch_size;
         int64_t lo = mb < batch ? mb : batch, hi = mb;
-        while (lo > 1 && batch % lo)
-            lo--;
-        while (hi < batch && batch % hi)
-            hi++;
+        /* (a divisor of a batch of 2^30 may lie far off: the search is bounded, 1 and the batch stand) */
+        for (int64_t k = 0; lo > 1 && batch % lo; k++)
+            lo = k < 100000 ? lo - 1 : 1;
+        for (int64_t k = 0; hi < batch && batch % hi; k++)
+            hi = k < 100000 ? hi + 1 : batch;
         char near[64];
         if (hi <= batch && hi != lo)
             snprintf(near, sizeof near, "%lld or %lld", (long long)lo, (long long)hi);

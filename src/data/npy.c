@@ -295,7 +295,12 @@ static st_status load(const npy_src *s, st_npy *a) {
     const st_file_kind kind = npy ? (st_file_kind){ST_FILE_NPY, "", ""} : st_sniff(head, head_n);
     if (kind.format == ST_FILE_GZIP) { /* (a gzipped .npy: the gzip hint is IDX's, which reads no .npy) */
         uint8_t in[6] = {0};
-        gzFile z = gzopen(s->name, "rb");
+        /* (the file itself, from its start: a file's descriptor duplicated; bytes in memory are not
+         * looked into) */
+        const int fd = s->fd >= 0 ? dup(s->fd) : -1;
+        if (fd >= 0) lseek(fd, 0, SEEK_SET);
+        gzFile z = fd >= 0 ? gzdopen(fd, "rb") : NULL;
+        if (!z && fd >= 0) close(fd);
         const bool gz_npy = z && gzread(z, in, sizeof in) == (int)sizeof in && !memcmp(in, npy_magic, 6);
         if (z) gzclose(z);
         if (gz_npy)

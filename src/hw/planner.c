@@ -93,8 +93,10 @@ static st_status mem_at(const st_plan_input *in, st_plan *p, int64_t micro, st_m
     if (in->has_eval) {
         const int64_t e = in->cfg->train.eval_batch_size;
         o.eval_batch = e == ST_AUTO ? micro : e;
-        /* (past the validation set: the whole set in one batch, as a run takes it) */
-        if (in->eval_samples > 0 && o.eval_batch > in->eval_samples) o.eval_batch = in->eval_samples;
+        /* (one given past the validation set: the whole set in one batch, as a run takes it; auto's, the
+         * micro-batch, a run builds whole) */
+        if (e != ST_AUTO && in->eval_samples > 0 && o.eval_batch > in->eval_samples)
+            o.eval_batch = in->eval_samples;
     }
     return st_mem_estimate(in->model, micro, &o, m);
 }

@@ -1884,11 +1884,13 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                     char ranks[160] = "";
                     const char *mb_was = strstr(changed, "train.micro_batch_size ");
                     const long long was = mb_was ? atoll(mb_was + strlen("train.micro_batch_size ")) : 0;
-                    if (was > 0 && c->train.batch_size % (was * ses->world) != 0) {
+                    if (was > 0 && was <= c->train.batch_size &&
+                        c->train.batch_size % (was * ses->world) != 0) {
                         size_t at = 0;
-                        for (long long w = 1; w <= c->train.batch_size / was && w <= 1024; w++)
+                        int listed = 0; /* (the first 8: a list cut inside a number would name a wrong one) */
+                        for (long long w = 1; w <= c->train.batch_size / was && w <= 1024 && listed < 8; w++)
                             if (c->train.batch_size % (was * w) == 0)
-                                st_appendf(ranks, sizeof ranks, &at, "%s%lld", at ? ", " : "", w);
+                                st_appendf(ranks, sizeof ranks, &at, "%s%lld", listed++ ? ", " : "", w);
                     }
                     char how[400];
                     if (ranks[0])
