@@ -25,6 +25,20 @@ static void kind_is(const char *label, const uint8_t *h, size_t n, st_file_forma
           k.what ? k.what : "(null)");
 }
 
+/* A zip whose first member is `name` (its local header: the name's length at 26, the name at 30) is
+ * told as format `want`, said as `what`. */
+#define TORCH_ZIP "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"
+static void zip_is(const char *label, const char *name, st_file_format want, const char *what) {
+    uint8_t h[ST_SNIFF_BYTES] = "PK\x03\x04\x14\x00";
+    const size_t len = strlen(name);
+    CHECK(30 + len <= sizeof h, "%s: the name is too long for the window", label);
+    h[26] = (uint8_t)len;
+    memcpy(h + 30, name, len);
+    const st_file_kind k = st_sniff(h, 30 + len);
+    CHECK(k.format == want && !strcmp(k.what, what), "%s: format %d (%s), wanted %d (%s)", label,
+          (int)k.format, k.what, (int)want, what);
+}
+
 static void test_kinds(void) {
     kind_is("safetensors", B("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), ST_FILE_SAFETENSORS);
     /* a length whose bytes spell a zip's magic, its JSON at byte 8 */
@@ -46,13 +60,7 @@ static void test_kinds(void) {
             B("PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00!\x00\x00\x00\x00\x00\x00\x00\x00\x00"
               "\x00\x00\x00\x00\x05\x00\x14\x00x.npy"),
             ST_FILE_NPZ);
-    const uint8_t torch_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-                                "\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00"
-                                "archive/data.pkl";
-    CHECK(st_sniff(torch_zip, sizeof torch_zip - 1).format == ST_FILE_ZIP &&
-              !strcmp(st_sniff(torch_zip, sizeof torch_zip - 1).what,
-                      "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"),
-          "torch.save's zip: %s", st_sniff(torch_zip, sizeof torch_zip - 1).what);
+    zip_is("torch.save's zip", "archive/data.pkl", ST_FILE_ZIP, TORCH_ZIP);
     CHECK(strstr(st_sniff(B("PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00!\x00\x00\x00\x00\x00\x00\x00\x00\x00"
                             "\x00\x00\x00\x00\x05\x00\x14\x00x.npy"))
                      .use,
@@ -86,27 +94,12 @@ static void test_kinds(void) {
     kind_is("webp", B("RIFF\x24\x00\x00\x00WEBPVP8 "), ST_FILE_IMAGE);
     kind_is("pdf", B("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"), ST_FILE_PDF);
     /* another program's zip (its first member's name is no PyTorch one): an archive to unpack, not
-     * torch.save's (it said "PyTorch's torch.save or NumPy's .npz"); torch.jit.save's first member
-     * (ARCHIVE/data/0) is PyTorch's */
-    const uint8_t plain_zip[] = "PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-                                "\x00\x00\x00\x00\x00\x00\x0a\x00\x00\x00"
-                                "corpus.txt";
-    const st_file_kind pz = st_sniff(plain_zip, sizeof plain_zip - 1);
-    CHECK(pz.format == ST_FILE_ARCHIVE && !strcmp(pz.what, "a zip archive") && strstr(pz.use, "unzip"),
-          "a plain zip: %d %s", (int)pz.format, pz.what);
-    const uint8_t jit_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-                              "\x00\x00\x00\x00\x00\x00\x08\x00\x00\x00"
-                              "j/data/0";
-    const st_file_kind jz = st_sniff(jit_zip, sizeof jit_zip - 1);
-    CHECK(jz.format == ST_FILE_ZIP &&
-              !strcmp(jz.what, "a zip archive: PyTorch's torch.save (a .pt or .bin checkpoint)"),
-          "torch.jit.save's zip: %d %s", (int)jz.format, jz.what);
-    /* (a folder's zip whose first file's name starts as PyTorch's do: corpus/data.txt) */
-    const uint8_t data_zip[] = "PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-                               "\x00\x00\x00\x00\x00\x00\x0f\x00\x00\x00"
-                               "corpus/data.txt";
-    CHECK(st_sniff(data_zip, sizeof data_zip - 1).format == ST_FILE_ARCHIVE, "corpus/data.txt's zip: %s",
-          st_sniff(data_zip, sizeof data_zip - 1).what);
+     * torch.save's (it said "PyTorch's torch.save or NumPy's .npz"), a folder's whose first file's name
+     * starts as PyTorch's do (corpus/data.txt) too; torch.jit.save's first member (ARCHIVE/data/0) is
+     * PyTorch's */
+    zip_is("a plain zip", "corpus.txt", ST_FILE_ARCHIVE, "a zip archive");
+    zip_is("corpus/data.txt's zip", "corpus/data.txt", ST_FILE_ARCHIVE, "a zip archive");
+    zip_is("torch.jit.save's zip", "j/data/0", ST_FILE_ZIP, TORCH_ZIP);
     kind_is("0xff is never utf-8", B("\xff\xff\xff\xff\xff\xff\xff\xff{}"), ST_FILE_UNKNOWN);
     kind_is("a lone continuation byte", B("abc\x82xyzab"), ST_FILE_UNKNOWN);
     kind_is("zeros", B("\x00\x00\x00\x00\x00\x00\x00\x00\x00"), ST_FILE_UNKNOWN);
