@@ -405,6 +405,15 @@ void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
     *std = (float)sqrt(var > 1e-12 ? var : 1e-12);
 }
 
+const char *st_dataset_source(const st_dataset *d, int64_t i) {
+    if (d->kind != ST_DATA_TOKENS || !d->tokens) return NULL;
+    if (i < 0)
+        return st_tokens_shard_path(d->tokens, 0) && st_tokens_shards(d->tokens) == 1
+                   ? st_tokens_shard_path(d->tokens, 0)
+                   : NULL;
+    return st_tokens_path_at(d->tokens, (d->first + i) * d->seq_len);
+}
+
 int64_t st_dataset_input_count(const st_dataset *d) {
     return d->kind == ST_DATA_IMAGES ? d->h * d->w * d->c : d->seq_len;
 }

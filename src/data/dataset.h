@@ -46,6 +46,11 @@ typedef struct st_dataset {
     int64_t test_stall;
 } st_dataset;
 
+/* The file sample i of d is read from (a token file, or the shard of a
+ * stream that holds it); NULL for data held in memory (images). i < 0:
+ * the data's own name (a token pattern or file). */
+const char *st_dataset_source(const st_dataset *d, int64_t i);
+
 /* Images and labels from IDX files; counts must agree. */
 st_status st_dataset_open_images(const char *images, const char *labels, st_dataset *out);
 /* Windows of seq_len+1 tokens from a token file; every token is checked

@@ -292,13 +292,16 @@ static st_status lock_next(st_loader *l, slot **out) {
  * loaded machine wakes the wait a few ms late: "after 0.202 s" says
  * nothing more). */
 static st_status stalled(st_loader *l, const slot *sl) {
-    char what[160];
-    if (sl->state == SLOT_FILLING && sl->b.seq == l->next_out)
-        snprintf(what, sizeof what, "a worker has been assembling it (samples %lld, ...) all that time",
-                 (long long)sl->b.idx[0]);
+    char what[4400];
+    const bool begun = sl->state == SLOT_FILLING && sl->b.seq == l->next_out;
+    /* the file it reads (a stream's shard: the one that holds its first sample), where one is known */
+    const char *file = st_dataset_source(l->d, begun ? sl->b.idx[0] : -1);
+    if (begun)
+        snprintf(what, sizeof what, "a worker has been assembling it (samples %lld, ...%s%s) all that time",
+                 (long long)sl->b.idx[0], file ? ", from " : "", file ? file : "");
     else
-        snprintf(what, sizeof what, "no worker has begun it: all %d are still inside earlier batches",
-                 l->n_threads);
+        snprintf(what, sizeof what, "no worker has begun it: all %d are still inside earlier batches%s%s",
+                 l->n_threads, file ? ", reading " : "", file ? file : "");
     l->hung = true;
     l->failed = ST_ERR_IO;
     snprintf(
@@ -347,10 +350,14 @@ st_status st_loader_next(st_loader *l, st_batch **out) {
     slot *sl = NULL;
     ST_TRY(lock_next(l, &sl));
     if (l->n_threads == 0) { /* assemble here: no worker can have claimed it */
-        char what[64];
-        snprintf(what, sizeof what, "reading training batch %lld", (long long)l->next_out);
+        char what[4200];
+        slot *c = claim(l);
+        const char *file =
+            st_dataset_source(l->d, c->b.idx[0]); /* (its first sample's file: a token shard) */
+        snprintf(what, sizeof what, "reading training batch %lld%s%s", (long long)c->b.seq,
+                 file ? " from " : "", file ? file : "");
         st_watch_begin(l->o.watch, what);
-        fill(l, claim(l));
+        fill(l, c);
         st_watch_end(l->o.watch);
     } else {
         /* In slices of at most a quarter of a second, between which the

@@ -70,6 +70,8 @@ uint64_t st_tokens_vocab_size(const st_tokens *t);
 int st_tokens_token_bytes(const st_tokens *t); /* 2 or 4 (the widest shard's) */
 int st_tokens_shards(const st_tokens *t);
 const char *st_tokens_shard_path(const st_tokens *t, int k); /* NULL outside [0, shards) */
+/* The file that holds the stream's token at position pos (NULL outside it). */
+const char *st_tokens_path_at(const st_tokens *t, int64_t pos);
 int64_t st_tokens_shard_count(const st_tokens *t, int k);    /* tokens in shard k */
 int64_t st_tokens_bytes(const st_tokens *t);                 /* the files' sizes, headers included */
 

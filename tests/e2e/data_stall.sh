@@ -74,8 +74,8 @@ out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]
     --set train.out_dir="$tmp/w1" 2>&1); rc=$?
 err=$(grep "error:" <<<"$out")
 [ $rc -eq 1 ] || fail "1 worker: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-grep -q "data loader: batch 40 is not ready after 1 s (data.timeout_s): a worker has been assembling it (samples 160," <<<"$err" ||
-    fail "1 worker: no message naming the batch, the wait and the key: $err"
+grep -qF "data loader: batch 40 is not ready after 1 s (data.timeout_s): a worker has been assembling it (samples 160, ..., from $tmp/t.tokens)" <<<"$err" ||
+    fail "1 worker: no message naming the batch, the file, the wait and the key: $err"
 grep -q "the weights and optimizer state after step 40 were saved first, to $tmp/w1/ckpt/step-40" <<<"$err" ||
     fail "1 worker: the 40 steps were not saved first: $err"
 if [ "$fails" -eq 0 ]; then
@@ -104,8 +104,8 @@ out=$(SCALETRAIN_TEST_DATA_STALL=t.tokens:160 timeout -k 10 120 "$bin" "${run[@]
     --set train.checkpoint_every=10 --set train.out_dir="$tmp/w0" 2>&1); rc=$?
 line=$(grep "has not finished after" <<<"$out")
 [ $rc -eq 1 ] || fail "0 workers: exit $rc (want 1): $(tail -n 3 <<<"$out")"
-grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): reading training batch 40 has not finished after 1 s \(data\.timeout_s: 1 s\): the storage stopped answering" <<<"$line" ||
-    fail "0 workers: no message naming the rank, the batch and the key: $out"
+grep -qE "^scaletrain: rank 0 of 1 \(host [^,]+, pid [0-9]+\): reading training batch 40 from $tmp/t.tokens has not finished after 1 s \(data\.timeout_s: 1 s\): the storage stopped answering" <<<"$line" ||
+    fail "0 workers: no message naming the rank, the batch, the file and the key: $out"
 [ "$(cat "$tmp/w0/ckpt/latest" 2>/dev/null)" = step-40 ] || fail "0 workers: the latest checkpoint is not step 40"
 if [ "$fails" -eq 0 ]; then
     echo "0 workers, the step loop stuck in batch 40: ended after the 1 s wait"
