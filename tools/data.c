@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
+#include <glob.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -252,7 +253,16 @@ static int inspect_npy(const char *path) {
         past_f32 += fabs(v) > FLT_MAX;
     }
     if (ints && a.count) printf(", values %lld..%lld", (long long)ilo, (long long)ihi);
-    if (finite) printf(", values %g..%g", lo + 0.0, hi + 0.0); /* (+ 0.0: -0 said as 0) */
+    if (finite) { /* (+ 0.0: -0 said as 0; digits enough to tell the ends apart: 1.7e+09..1.7e+09 hid a
+                     spread) */
+        char a1[32], b1[32];
+        int digits = 6;
+        do {
+            snprintf(a1, sizeof a1, "%.*g", digits, lo + 0.0);
+            snprintf(b1, sizeof b1, "%.*g", digits, hi + 0.0);
+        } while (lo != hi && !strcmp(a1, b1) && ++digits <= 17);
+        printf(", values %s..%s", a1, b1);
+    }
     if (past_f32)
         printf(", %lld value%s past float32's range (+-3.4e38): training reads float32 and refuses them as "
                "infinite",
@@ -262,6 +272,14 @@ static int inspect_npy(const char *path) {
                "labels must be finite)",
                (long long)bad, bad == 1 ? "" : "s", first_bad, (long long)bad_at);
     printf("\n");
+    /* (as train warns: PyTorch's (n, channels, height, width) read channels last) */
+    const int64_t *d = a.dims;
+    if (a.ndim == 4 && d[3] > 4 && (d[1] <= 4 || (d[2] == d[3] && d[1] < d[2])))
+        printf(
+            "  read as images %lldx%lldx%lld (height, width, channels): if the array is (n, channels, "
+            "height, width), PyTorch's layout, save it channels last: numpy.save(path, x.transpose(0, 2, 3, "
+            "1))\n",
+            (long long)d[1], (long long)d[2], (long long)d[3]);
     st_npy_free(&a);
     return ST_EXIT_OK;
 }
@@ -408,6 +426,28 @@ static int inspect(const char *path) {
     }
     case ST_CKPT_NONE:
         break;
+    }
+    /* A pattern whose first file is not a token file (x*.npy, *.safetensors): each file described on
+     * its own (it was taken for token shards, and refused on the first) */
+    if (strpbrk(path, "*?[") && !st_path_is_file(path)) {
+        glob_t g;
+        if (glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+            uint8_t head[ST_SNIFF_BYTES];
+            FILE *f = fopen(g.gl_pathv[0], "rb");
+            const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
+            if (f) fclose(f);
+            const st_file_format k = st_sniff(head, got).format;
+            if (f && k != ST_FILE_TOKENS && k != ST_FILE_LLMC_TOKENS) {
+                int rc = ST_EXIT_OK;
+                for (size_t i = 0; i < g.gl_pathc; i++) {
+                    const int r = inspect(g.gl_pathv[i]);
+                    if (r != ST_EXIT_OK) rc = r;
+                }
+                globfree(&g);
+                return rc;
+            }
+        }
+        globfree(&g);
     }
     if (st_tokens_names_shards(path))
         return inspect_tokens(path); /* a pattern, or a folder of .tokens files */

@@ -77,6 +77,14 @@ out=$("$bin" data inspect "$tmp/big_y.npy" 2>&1)
 out=$("$bin" data inspect "$tmp/f8big_x.npy" 2>&1)
 [[ "$out" == *"values -5e+300..3e+300, 2 values past float32's range (+-3.4e38): training reads float32 and refuses them as infinite" ]] ||
     fail "data inspect f8big_x.npy: $out"
+# PyTorch's layout said as train says it; a pattern of .npy files describes each (it was taken for token
+# shards and refused on the first)
+out=$("$bin" data inspect "$tmp/nchw_x.npy" 2>&1) || fail "data inspect nchw_x.npy: $out"
+[[ "$out" == *"read as images 3x8x8 (height, width, channels): if the array is (n, channels, height, width)"* ]] ||
+    fail "data inspect nchw_x.npy: $out"
+out=$("$bin" data inspect "$tmp/rgb_*.npy" 2>&1) || fail "data inspect rgb_*.npy: $out"
+grep -q "rgb_x.npy: NPY 1.0, float32, shape \[64, 8, 8, 3\]" <<<"$out" && grep -q "rgb_y.npy: NPY 1.0, int32, shape \[64\]" <<<"$out" ||
+    fail "data inspect rgb_*.npy: $out"
 # values that are not finite, which training refuses, are said (a NaN inside hid in the range; a first
 # one made the range nan..nan)
 out=$("$bin" data inspect "$tmp/nan_mid.npy" 2>&1) || fail "data inspect nan_mid.npy: $out"
