@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -48,6 +49,7 @@
 #include "hw/probe.h"
 #include "launch.h"
 #include "train/checkpoint.h"
+#include "train/session.h"
 
 /* Whether environment entry NAME=VALUE goes to the ranks on other hosts
  * (mpirun -x NAME), its name into name[cap] when it does. */
@@ -329,6 +331,44 @@ static void marks_free(ckpt_marks *m) {
     free(m);
 }
 
+/* Whether out_dir's run.lock is held, looked at on a thread of its own (the
+ * storage may have stopped answering: no answer within limit_s counts as
+ * held); its holder's line in who. */
+typedef struct lock_look {
+    char out_dir[4200], who[512];
+    bool held;
+} lock_look;
+
+static void *lock_run(void *arg) {
+    lock_look *l = arg;
+    l->held = st_ckpt_out_dir_in_use(l->out_dir, l->who, sizeof l->who);
+    return NULL;
+}
+
+/* Whether out_dir is still held after waiting up to wait_s for it to be let
+ * go: the ranks of a job whose mpirun was killed outlive it by about a
+ * second, holding run.lock, and a restart then was refused as "in use by
+ * another run" (its own). Polled every 0.1 s. */
+static bool out_dir_held(const char *out_dir, double wait_s, double look_s, char *who, size_t cap) {
+    const double end = st_now() + wait_s;
+    for (;;) {
+        lock_look *l = calloc(1, sizeof *l);
+        if (!l) return false;
+        snprintf(l->out_dir, sizeof l->out_dir, "%s", out_dir);
+        if (!st_ticker_run_within(lock_run, l, look_s > 0 ? look_s : 60)) { /* (l stays the thread's) */
+            snprintf(who, cap, "its storage did not answer");
+            return true;
+        }
+        const bool held = l->held;
+        snprintf(who, cap, "%s", l->who[0] ? l->who : "a run that does not say who");
+        free(l);
+        if (!held) return false;
+        if (st_now() >= end) return true;
+        const struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
 /* The marks of out_dir's checkpoints now; NULL when the look did not return
  * within limit_s (the thread keeps it) or memory ran out. */
 static ckpt_marks *marks_take(const char *out_dir, double limit_s) {
@@ -452,6 +492,18 @@ int st_cmd_launch(int argc, char **argv) {
     if (n < 0 && hosts) {
         fprintf(stderr, "scaletrain launch: -n auto counts this node's GPUs; with --hosts give the ranks: -n N\n");
         return ST_EXIT_USAGE;
+    }
+    /* `launch -n 2 scaletrain train ...` (or this executable's path): the command itself, as `launch -n 2
+     * train ...` runs it (a train job's restarts know it by its name: as a program, a restart refused to
+     * continue it; sample's refusal too). Another scaletrain's path stays a program. */
+    if (i + 1 < argc && command_kind(argv[i + 1]) != LAUNCH_PROGRAM) {
+        char self_path[PATH_MAX], named[PATH_MAX], real_self[PATH_MAX], real_named[PATH_MAX];
+        st_cli_self_path(self_path, sizeof self_path);
+        const bool found = strchr(argv[i], '/') ? snprintf(named, sizeof named, "%s", argv[i]) > 0
+                                                : st_cli_find_on_path(argv[i], named, sizeof named);
+        if (found && realpath(named, real_named) && realpath(self_path, real_self) &&
+            !strcmp(real_named, real_self))
+            i++;
     }
     /* (check's own all-reduce worker, which check starts through launch, is its ranks' part) */
     const bool check = !strcmp(argv[i], "check") && !(i + 1 < argc && !strcmp(argv[i + 1], "--allreduce-worker"));
@@ -654,6 +706,28 @@ int st_cmd_launch(int argc, char **argv) {
                 "checkpoint since the last attempt; not restarted: the cause is not passing (fix "
                 "it and launch again; restarts left: %ld)\n",
                 rc, why, max_restarts - attempt);
+            break;
+        }
+        /* Refused by another run that holds its train.out_dir: the checkpoints that run commits would
+         * be taken for this job's, and a restart would continue that run (it did). Else the out_dir let
+         * go by this job's own last ranks first (they outlive a killed mpirun by about a second). */
+        char holder[512];
+        if (train && strstr(res.reason, "is in use by another run")) {
+            st_launch_sayf(
+                out,
+                "scaletrain launch: the job failed (exit %d: %s); not restarted: another run holds "
+                "its train.out_dir, and a restart would continue that run's checkpoints as this "
+                "job's; wait for it to end, or give this job another train.out_dir\n",
+                rc, why);
+            break;
+        }
+        if (train && cfg_ok && out_dir_held(cfg.train.out_dir, 10, look_s, holder, sizeof holder)) {
+            st_launch_sayf(
+                out,
+                "scaletrain launch: the job failed (exit %d: %s); not restarted: train.out_dir %s is "
+                "still held 10 s after the job ended (%s): its ranks have not all ended, or another "
+                "run took it\n",
+                rc, why, cfg.train.out_dir, holder);
             break;
         }
         if (train && !committed) {

@@ -128,6 +128,11 @@ static void note_reason(st_launch_result *r, const char *line, size_t n, bool fr
     const bool rank_error =
         !from_mpirun && (memmem(line, n, "error", 5) || memmem(line, n, "scaletrain:", 11));
     if (!mpirun_says && !(rank_error && !r->reason_from_mpirun)) return;
+    /* (another rank's relay of an error, "... failed on another rank, rank K", does not replace the error
+     * itself: the failure's message, and the test of a repeat, compare that) */
+    static const char relay[] = "failed on another rank";
+    if (!mpirun_says && memmem(line, n, relay, sizeof relay - 1) && r->reason[0] && !strstr(r->reason, relay))
+        return;
     while (n && isspace((unsigned char)*line))
         line++, n--;
     while (n && isspace((unsigned char)line[n - 1]))

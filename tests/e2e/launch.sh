@@ -298,6 +298,29 @@ timeout 60 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set optim.lr=
 grep -q "not restarted: its arguments do not parse" "$tmp/badcfg.err" && ! grep -q "restart 1 of" "$tmp/badcfg.err" ||
     fail "config error: restarted, or not said: $(cat "$tmp/badcfg.err")"
 
+# (c4) a second job into a train.out_dir another run holds: refused, and not restarted (the other
+# run's checkpoints were taken for its own: it restarted with --resume auto and continued that run)
+timeout 120 "$bin" launch -n 1 train "${gpt[@]}" --set train.steps=100000 --set train.out_dir="$tmp/held" \
+    >"$tmp/held-a.out" 2>"$tmp/held-a.err" &
+apid=$!
+if e2e_wait_ckpt $apid "$tmp/held"; then
+    timeout 60 "$bin" launch -n 1 --max-restarts 3 train "${gpt[@]}" --set train.steps=100000 \
+        --set train.out_dir="$tmp/held" --set optim.lr=0.01 >"$tmp/held-b.out" 2>"$tmp/held-b.err"; rc=$?
+    [ $rc -eq 1 ] && grep -q "not restarted: another run holds its train.out_dir" "$tmp/held-b.err" &&
+        ! grep -q "restart 1 of" "$tmp/held-b.err" ||
+        fail "a second job into a held out_dir: exit $rc: $(grep "scaletrain launch" "$tmp/held-b.err")"
+else
+    fail "held: the first job did not start"
+fi
+kill -TERM $apid
+wait $apid
+# (c5) the executable spelt out before its command is the command (as a program, a train job's
+# restarts refused to continue it, and sample ran once per rank)
+expect_usage() { "$@" >"$tmp/spelt.out" 2>&1; [ $? -eq 2 ] && grep -q "scaletrain sample runs as one process" "$tmp/spelt.out"; }
+expect_usage timeout 30 "$bin" launch -n 2 "$(readlink -f "$bin")" sample --init x ||
+    fail "launch -n 2 $bin sample: $(cat "$tmp/spelt.out")"
+[ "$fails" -ne 0 ] || echo "a held out_dir: not restarted; the executable spelt out: its command"
+
 # (d) SIGTERM to the launcher: a checkpoint, exit 143, no restart.
 timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
     --set train.out_dir="$tmp/term" >"$tmp/term.out" 2>"$tmp/term.err" &
