@@ -63,8 +63,15 @@ static void test_space(const char *root) {
     CHECK(strstr(warn, "the 3 checkpoints of 100.0 MiB this run keeps (4 at once while a save commits, less "
                        "the 0 there now) and its final weights (30.0 MiB) need 430.0 MiB"),
           "warning: %s", warn);
+    CHECK(strstr(warn, "(lower train.keep_checkpoints, or free space there)"), "its remedy: %s", warn);
     CHECK_OK(space(dir, 100, 30, 3, 430, warn, sizeof warn));
     CHECK(warn[0] == '\0', "430 MiB hold 4 x 100 + 30: %s", warn);
+    /* keeping 1 already: lowering it is no way out (0 keeps them all); "1 checkpoint" */
+    CHECK_OK(space(dir, 100, 30, 1, 200, warn, sizeof warn));
+    CHECK(strstr(warn, "the 1 checkpoint of 100.0 MiB this run keeps") &&
+              strstr(warn, "(choose another train.out_dir, or free space there)") &&
+              !strstr(warn, "lower train.keep_checkpoints"),
+          "keep 1: %s", warn);
     CHECK_OK(space(dir, 100, 30, 0, 200, warn, sizeof warn));
     CHECK(warn[0] == '\0', "keep 0 (all): no warning: %s", warn);
     /* two checkpoints already there: two more at most */

@@ -1725,13 +1725,16 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
     if (free_bytes < more * ckpt_bytes + model_bytes) {
         st_ckpt_aside_note(out_dir, aside, sizeof aside);
         if (aside[0]) snprintf(aside_at, sizeof aside_at, "; %s", aside);
+        /* (keeping 1 already: lowering it is no way out, 0 keeps them all) */
         snprintf(warn, warn_cap,
                  "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but the %lld "
-                 "checkpoints of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
+                 "checkpoint%s of %.1f MiB this run keeps (%lld at once while a save commits, less the %d "
                  "there now) and its final weights (%.1f MiB) need %.1f MiB: the run will stop with an "
-                 "error when the disk is full (lower train.keep_checkpoints, or free space there%s)\n",
-                 out_dir, mib(free_bytes), (long long)keep, mib(ckpt_bytes), (long long)keep + 1, have,
-                 mib(model_bytes), mib(more * ckpt_bytes + model_bytes), aside_at);
+                 "error when the disk is full (%s free space there%s)\n",
+                 out_dir, mib(free_bytes), (long long)keep, keep == 1 ? "" : "s", mib(ckpt_bytes),
+                 (long long)keep + 1, have, mib(model_bytes), mib(more * ckpt_bytes + model_bytes),
+                 keep > 1 ? "lower train.keep_checkpoints, or" : "choose another train.out_dir, or",
+                 aside_at);
     }
     return ST_OK;
 }
