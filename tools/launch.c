@@ -517,6 +517,21 @@ int st_cmd_launch(int argc, char **argv) {
                         : "");
         return ST_EXIT_USAGE;
     }
+    /* a program that is not there (a misspelt command): said before mpirun, which exits 134 naming it in
+     * a banner, and is not restarted (with --hosts it is the other hosts' to have) */
+    if (!hosts && command_kind(argv[i]) == LAUNCH_PROGRAM) {
+        char prog[PATH_MAX];
+        const bool there = strchr(argv[i], '/') ? access(argv[i], X_OK) == 0
+                                                : st_cli_find_on_path(argv[i], prog, sizeof prog);
+        if (!there) {
+            fprintf(
+                stderr,
+                "scaletrain launch: %s is neither a scaletrain command launch starts (train, eval, data) nor "
+                "%s\n",
+                argv[i], strchr(argv[i], '/') ? "an executable file" : "a program on PATH");
+            return ST_EXIT_USAGE;
+        }
+    }
     long host_slots = -1;
     if (hosts && !hosts_check(hosts, &host_slots)) return ST_EXIT_USAGE;
     char mpirun[PATH_MAX], self[PATH_MAX], np[32];

@@ -510,10 +510,27 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                                 * it set its handler) */
     double held = -1;          /* when a stop was held back: mpirun did not catch SIGUSR1 (below) */
     int hard = 0;              /* a second stop, sent to mpirun itself: the signal */
+    int status = 0;
+    bool waited = false; /* mpirun's end read (in the loop: below) */
+    double ended = -1;   /* when */
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+        /* mpirun ended with its output still open: a process it started holds it (ssh to a host that
+         * does not answer, left behind when mpirun died of a stop). 2 s for the last lines, then its
+         * end is taken as the job's: the launcher waited on the pipe for ever, mpirun a zombie. */
+        if (!waited && waitpid(pid, &status, WNOHANG) == pid) waited = true, ended = now_s();
+        if (waited && now_s() - ended > 2.0) {
+            st_launch_sayf(lo,
+                           "scaletrain launch: mpirun (pid %d) has ended, and a process it started still "
+                           "holds its output (ssh to a host that does not answer?): not waited for\n",
+                           (int)pid);
+            for (int k = 0; k < 2; k++)
+                if (pf[k].fd >= 0) close(pf[k].fd), pf[k].fd = -1;
+            break;
+        }
         const int sig = atomic_exchange(&got_signal, 0);
         const double t = now_s();
-        if (sig) {
+        if (sig && waited) res->signalled = sig; /* (mpirun has ended: nothing to pass on) */
+        if (sig && !waited) {
             res->signalled = sig;
             /* The same signal twice within a second is one request sent
              * twice (timeout(1) signals its child, then its whole group). */
@@ -558,7 +575,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * job ends. A rank takes a stop asked twice as one. Through mpirun
          * only while it catches it: once the ranks have ended, it no
          * longer does and would die of it, its status lost. */
-        if (remote && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
+        if (remote && !waited && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
@@ -568,7 +585,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * at all (ess_base_forward_signals): after 2 s with its output still
          * open, the signal received goes to mpirun itself, which ends the
          * job, rather than the job training on. */
-        if (held >= 0 && catches(pid, SIGUSR1)) {
+        if (held >= 0 && waited) { /* (mpirun has ended: nothing to pass on, and its pid no longer its) */
+            held = -1;
+        } else if (held >= 0 && catches(pid, SIGUSR1)) {
             kill(pid, SIGUSR1);
             held = -1;
         } else if (held >= 0 && now_s() - held >= 2.0) {
@@ -602,10 +621,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     for (int k = 0; k < 2; k++)
         if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
     if (io.sep_n) put_held_sep(&io);
-    int status = 0;
-    bool waited = false;
     int werr = 0;
-    for (;;) {
+    for (; !waited;) {
         if (waitpid(pid, &status, 0) == pid) {
             waited = true;
             break;
@@ -637,7 +654,10 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
     }
     /* Stopped before any rank ran: mpirun ends on the signal, and no rank
      * said a word; a stop it is, as a rank's would be (128 + the signal) */
-    if (before_ranks && io.job < 0 && res->signalled && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    /* (through mpirun, which passed SIGUSR1 on before its ranks were up: OpenMPI 4.1 then fails to route
+     * it and exits 0, no rank having run, where the launcher said exit 0) */
+    if (before_ranks && io.job < 0 && res->signalled &&
+        (remote || !(WIFEXITED(status) && WEXITSTATUS(status) == 0))) {
         char sig_name[16];
         if (remote) {
             snprintf(res->reason, sizeof res->reason, "stopped by %s before its ranks started",

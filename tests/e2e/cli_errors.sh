@@ -259,6 +259,9 @@ expect 2 "--max-restarts comes after the command (train), which would take it as
 expect 2 "unknown option '--max-restarts=2' (launch's options take their value as the next word" \
     "$bin" launch -n 2 --max-restarts=2 train x.yaml
 expect 2 "--output-timeout 5x: want seconds > 0" "$bin" launch -n 2 --output-timeout 5x true
+# a misspelt command: said before mpirun (which exited 134 in a banner, and was restarted)
+expect 2 "scaletrain launch: nosuchprog is neither a scaletrain command launch starts (train, eval, data) nor a program on PATH" \
+    "$bin" launch -n 2 --max-restarts 2 nosuchprog
 expect 2 "1 to 1024 devices per node" "$bin" plan --hw 4294967297xH100
 # plan's numbers whole or refused (atoi had read --nodes 2x as 2 and --nodes abc as the default)
 for a in "--nodes abc" "--nodes 2x" "--nodes 0"; do

@@ -578,4 +578,14 @@ timeout -k 10 60 "$bin" launch -n 1 --max-restarts 2 train "${gpt[@]}" --set tra
     echo "restart's look on hung storage: given up after 1 s, not restarted, exit 1" ||
     fail "restart's look on hung storage: exit $rc (want 1; 124: the launcher waited in it): $(grep "scaletrain launch" "$tmp/hungck.err")"
 
+# (h) Ctrl-C while a host's ssh never answers: the stop passed on through mpirun, which cannot route
+# it and ends (exit 0), its ssh left holding its output: the launcher ends within seconds, exit 130
+# (it waited on the pipe for ever, and said 0 when the ssh ended)
+mkdir -p "$tmp/fakessh" && printf '#!/bin/sh\nwhile :; do sleep 1; done\n' >"$tmp/fakessh/ssh" && chmod +x "$tmp/fakessh/ssh"
+PATH="$tmp/fakessh:$PATH" timeout --preserve-status -k 30 -s INT 2 "$bin" launch -n 2 --hosts "$(hostname):1,nohost:1" \
+    train "${gpt[@]}" --set train.out_dir="$tmp/nohost" >"$tmp/nohost.out" 2>"$tmp/nohost.err"; rc=$?
+pkill -f "$tmp/fakessh" 2>/dev/null
+[ $rc -eq 130 ] && grep -q "stopped by SIGINT before its ranks started; nothing ran" "$tmp/nohost.err" ||
+    fail "Ctrl-C while a host does not answer: exit $rc: $(grep "scaletrain launch" "$tmp/nohost.err")"
+[ "$fails" -ne 0 ] || echo "Ctrl-C while a host does not answer: exit 130, not held by its ssh"
 e2e_finish "all passed"
