@@ -427,19 +427,6 @@ uint64_t st_tokens_vocab_size(const st_tokens *t) { return t->vocab_size; }
 int st_tokens_token_bytes(const st_tokens *t) { return t->token_bytes; }
 int st_tokens_shards(const st_tokens *t) { return t->n_shards; }
 const char *st_tokens_format(const st_tokens *t) { return t->shard[0].format; }
-const char *st_tokens_path_at(const st_tokens *t, int64_t pos) {
-    if (!t || pos < 0 || pos >= t->count) return NULL;
-    int lo = 0, hi = t->n_shards - 1; /* the last shard starting at or before pos */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (t->shard[mid].start <= pos)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return t->shard[lo].path;
-}
-
 const char *st_tokens_shard_path(const st_tokens *t, int k) {
     return k >= 0 && k < t->n_shards ? t->shard[k].path : NULL;
 }
@@ -469,6 +456,10 @@ static const tok_shard *shard_of(const st_tokens *t, int64_t i) {
             hi = mid - 1;
     }
     return &t->shard[lo];
+}
+
+const char *st_tokens_path_at(const st_tokens *t, int64_t pos) {
+    return t && pos >= 0 && pos < t->count ? shard_of(t, pos)->path : NULL;
 }
 
 uint32_t st_tokens_get(const st_tokens *t, int64_t i) {
