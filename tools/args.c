@@ -113,14 +113,9 @@ int st_cli_once(const char *cmd, int argc, char **argv, const char *const *once,
     return rc;
 }
 
-/* eval's model where the user did not set it: the one its --init weights
- * record (their metadata, st_model_config_from_file), and data.type tokens
- * for a gpt's, which reads them. The weights are found as a run finds them
- * (st_ckpt_weights: a checkpoint verified, a damaged one passed over, said
- * by rank 0), watched as a run's reading is, once: the run loads that file
- * (opts->init_weights). A file that cannot be read or is not weights is
- * its own error, here, before the settings it would have given are
- * missed (the data's type named instead). */
+/* The bytes of the regular files under --init (nftw's callback: a sum of
+ * its own, the walk being one thread's, once), three folders deep at most:
+ * out_dir/ckpt/step-N/FILE. */
 static double bytes_sum;
 static int bytes_add(const char *path, const struct stat *sb, int type, struct FTW *at) {
     (void)path;
@@ -129,6 +124,14 @@ static int bytes_add(const char *path, const struct stat *sb, int type, struct F
     return type == FTW_D && at->level >= 3 ? FTW_SKIP_SUBTREE : FTW_CONTINUE;
 }
 
+/* eval's model where the user did not set it: the one its --init weights
+ * record (their metadata, st_model_config_from_file), and data.type tokens
+ * for a gpt's, which reads them. The weights are found as a run finds them
+ * (st_ckpt_weights: a checkpoint verified, a damaged one passed over, said
+ * by rank 0), watched as a run's reading is, once: the run loads that file
+ * (opts->init_weights). A file that cannot be read or is not weights is
+ * its own error, here, before the settings it would have given are
+ * missed (the data's type named instead). */
 static st_status model_from_init(st_config *cfg, st_run_opts *opts) {
     char who[96], what[4200];
     snprintf(who, sizeof who, "scaletrain eval (pid %d)", (int)getpid());
