@@ -997,10 +997,12 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
 void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     st_model *m = s->model;
     const double split = s->cfg->data.val_split;
-    /* The held-out part is the tail of a seeded permutation of data.train
-     * (of the stream, for tokens): a smaller one of the same seed lies
-     * within theirs. An evaluation of data.val (split 0) evaluates no
-     * sample of theirs: nothing to say. */
+    /* A resumed run trains on: another split (or seed) than theirs mixes
+     * the two sets, either way. An evaluation only evaluates: the held-out
+     * part is the tail of a seeded permutation of data.train (of the
+     * stream, for tokens), so a smaller one of the same seed lies within
+     * theirs, and one of data.val (split 0) holds no sample of theirs:
+     * nothing to say of those. */
     const double theirs = m->val_split_loaded;
     const bool seeds = theirs > 0 && s->has_train && s->train.kind == ST_DATA_IMAGES &&
                        m->val_split_seed_loaded >= 0 &&
@@ -1008,7 +1010,28 @@ void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     char seed[64] = "";
     if (seeds)
         snprintf(seed, sizeof seed, " and data.val_split_seed: %lld", (long long)m->val_split_seed_loaded);
-    if (their_data && split > 0 && theirs == 0 && s->rank == 0)
+    if (their_data && !s->eval_only && theirs >= 0 && theirs != split && s->rank == 0)
+        /* (a resumed run: it trains on, so any other split mixes the two sets) */
+        st_ticker_sayf(
+            "scaletrain: warning: the weights %s were trained with data.val_split %g, and this run "
+            "has %g: %s; set data.val_split: %g to hold out what they held out\n",
+            path, theirs, split,
+            theirs > 0 && split > 0
+                ? "the two held-out sets differ, so this one holds samples they trained on, "
+                  "or they held out samples this run trains on"
+            : split > 0 ? "this run holds out samples they trained on"
+                        : "this run trains on samples they held out",
+            theirs);
+    else if (their_data && !s->eval_only && split > 0 && seeds && s->rank == 0)
+        st_ticker_sayf(
+            "scaletrain: warning: the weights %s were trained with data.val_split_seed %lld, and this "
+            "run has %lld: the two held-out subsets differ, so this one holds samples they trained on; "
+            "set data.val_split_seed: %lld to hold out what they held out\n",
+            path, (long long)m->val_split_seed_loaded, (long long)s->cfg->data.val_split_seed,
+            (long long)m->val_split_seed_loaded);
+    else if (their_data && !s->eval_only) {
+        /* (said above, or nothing to say) */
+    } else if (their_data && split > 0 && theirs == 0 && s->rank == 0)
         st_ticker_sayf(
             "scaletrain: warning: the weights %s were trained on all of data.train (data.val_split "
             "0), and this evaluation holds out %g of it: samples they trained on; evaluate held-out "

@@ -150,4 +150,9 @@ absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_spli
 absent "warning" "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.05
 expect 0 "were trained with data.val_split 0.1 (seed 0), and this evaluation holds out 0.1 (seed 3): another subset, so it evaluates samples they trained on; set data.val_split: 0.1 and data.val_split_seed: 0" \
     "$bin" eval "${quiet[@]}" --init "$tmp/mlp" --set data.val_split=0.1 --set data.val_split_seed=3
+# ... and a resumed run, which trains on: another split is said either way (eval's rules are not its)
+cp -r "$tmp/mlp" "$tmp/mlpr"
+expect 0 "were trained with data.val_split 0.1, and this run has 0: this run trains on samples they held out" \
+    "$bin" train "${quiet[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=4 \
+    --set train.batch_size=32 --set data.val_split=0 --set train.out_dir="$tmp/mlpr" --resume auto
 e2e_finish "eval takes its model from the weights"
