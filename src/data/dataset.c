@@ -74,6 +74,12 @@ fail:
     return s;
 }
 
+int64_t st_dataset_token_windows(int64_t tokens, int64_t seq_len) {
+    return tokens > seq_len ? (tokens - 1) / seq_len : 0;
+}
+
+int64_t st_dataset_split_count(int64_t n, double fraction) { return (int64_t)llround(fraction * (double)n); }
+
 st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *out) {
     memset(out, 0, sizeof *out);
     if (seq_len < 1)
@@ -92,7 +98,7 @@ st_status st_dataset_open_tokens(const char *path, int64_t seq_len, st_dataset *
     out->seq_len = seq_len;
     out->vocab_size = (int64_t)st_tokens_vocab_size(out->tokens);
     int64_t count = st_tokens_count(out->tokens);
-    out->n = count > seq_len ? (count - 1) / seq_len : 0;
+    out->n = st_dataset_token_windows(count, seq_len);
     if (out->n < 1) {
         s = st_fail(ST_ERR_FORMAT,
                     "%s: %lld tokens is less than one sequence of %lld+1; use a larger file "
@@ -290,7 +296,7 @@ void st_dataset_free(st_dataset *d) {
 
 st_status st_dataset_split(st_dataset *d, double fraction, uint64_t seed, const char *key, st_dataset *val) {
     memset(val, 0, sizeof *val);
-    const int64_t n = d->n, k = (int64_t)llround(fraction * (double)n);
+    const int64_t n = d->n, k = st_dataset_split_count(n, fraction);
     if (n < 2)
         return st_fail(ST_ERR_CONFIG,
                        "%s %g: data.train holds %lld sample%s, too few to split into training and validation "
@@ -407,10 +413,7 @@ void st_dataset_pixel_stats(const st_dataset *d, float *mean, float *std) {
 
 const char *st_dataset_source(const st_dataset *d, int64_t i) {
     if (d->kind != ST_DATA_TOKENS || !d->tokens) return NULL;
-    if (i < 0)
-        return st_tokens_shard_path(d->tokens, 0) && st_tokens_shards(d->tokens) == 1
-                   ? st_tokens_shard_path(d->tokens, 0)
-                   : NULL;
+    if (i < 0) return st_tokens_shards(d->tokens) == 1 ? st_tokens_shard_path(d->tokens, 0) : NULL;
     return st_tokens_path_at(d->tokens, (d->first + i) * d->seq_len);
 }
 
@@ -429,7 +432,7 @@ static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, f
     const uint8_t *px = d->pixels ? d->pixels + i * per : NULL;
     const float *fv = px ? NULL : d->values + i * per; /* exactly one of the two is set */
     const float scale = px ? 1.0f / (255.0f * d->std) : 1.0f / d->std, shift = d->mean / d->std,
-                mean = d->mean;
+                mean = d->mean, pad = px ? -shift : -mean * scale; /* (a value of 0, normalised) */
     if (!aug || (aug->dx == aug->pad && aug->dy == aug->pad && !aug->flip)) {
         if (px)
             for (int64_t k = 0; k < per; k++)
@@ -446,7 +449,7 @@ static void image_row(const st_dataset *d, int64_t i, const st_image_aug *aug, f
             float *o = dst + (y * W + x) * C;
             if (sy < 0 || sy >= H || sx < 0 || sx >= W) {
                 for (int64_t c = 0; c < C; c++)
-                    o[c] = px ? 0.0f * scale - shift : (0.0f - mean) * scale;
+                    o[c] = pad;
                 continue;
             }
             const int64_t at = (sy * W + sx) * C;

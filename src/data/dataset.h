@@ -46,9 +46,15 @@ typedef struct st_dataset {
     int64_t test_stall;
 } st_dataset;
 
+/* The windows of seq_len+1 tokens (inputs and the shifted targets) a
+ * stream of `tokens` holds: st_dataset_open_tokens's sample count. */
+int64_t st_dataset_token_windows(int64_t tokens, int64_t seq_len);
+/* The samples st_dataset_split holds out of n for a fraction. */
+int64_t st_dataset_split_count(int64_t n, double fraction);
+
 /* The file sample i of d is read from (a token file, or the shard of a
  * stream that holds it); NULL for data held in memory (images). i < 0:
- * the data's own name (a token pattern or file). */
+ * the file where the data is one (a stream of shards: NULL). */
 const char *st_dataset_source(const st_dataset *d, int64_t i);
 
 /* Images and labels from IDX files; counts must agree. */

@@ -341,7 +341,7 @@ static st_status expand(const char *spec, glob_t *g) {
         char *slash = strrchr(folder, '/');
         if (slash) *slash = '\0';
         struct stat fs;
-        const int e = slash && folder[0] && !strpbrk(folder, "*?[") && stat(folder, &fs) != 0 ? errno : 0;
+        const int e = slash && folder[0] && !has_wildcard(folder) && stat(folder, &fs) != 0 ? errno : 0;
         if (r != GLOB_NOSPACE && e)
             s = st_fail(ST_ERR_IO, "%s: cannot list the files it names: the folder %s: %s", spec, folder,
                         strerror(e));
@@ -783,9 +783,11 @@ static st_status tk_strangers(tk_run *r, const char *pattern) {
 /* An input whose first bytes are a format scaletrain knows is refused: the
  * byte-level tokenizer would train on its bytes as text without a word (a
  * token file: OUT itself or its shards among the inputs when a command is
- * run again over a folder's every file; a .gz; a program). */
-static st_status text_input(const char *path, const uint8_t *head, size_t n) {
+ * run again over a folder's every file; a .gz; a program). Bytes of no
+ * format that are not text either are taken, *not_text set (warned of). */
+static st_status text_input(const char *path, const uint8_t *head, size_t n, bool *not_text) {
     const st_file_kind k = st_sniff(head, n);
+    *not_text = n > 0 && k.format == ST_FILE_UNKNOWN;
     if (k.format == ST_FILE_TEXT || n == 0) return ST_OK;
     if (k.format == ST_FILE_TOKENS || k.format == ST_FILE_LLMC_TOKENS)
         return st_fail(ST_ERR_FORMAT,
@@ -901,8 +903,9 @@ st_status st_tokens_tokenize(const st_tokenize_opts *o, st_tokenize_result *res)
          * its bytes were left out) */
         const bool unsized = reg && r.sizes[i] == 0 && got > 0;
         if (unsized) r.sizes[i] = -1;
-        ST_GOTO(text_input(path, head, got));
-        if (got > 0 && st_sniff(head, got).format == ST_FILE_UNKNOWN) not_text[n_not_text++] = i;
+        bool binary;
+        ST_GOTO(text_input(path, head, got, &binary));
+        if (binary) not_text[n_not_text++] = i;
         if (r.sizes[i] < 0 && o->shard_tokens > 0)
             ST_GOTO(st_fail(ST_ERR_ARG,
                             "%s: %s; shards need every input's size before they are written (tokenize it "

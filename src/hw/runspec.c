@@ -1,18 +1,22 @@
 /* The planner's view of a run from its configuration (see runspec.h). */
 #include "runspec.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "data/dataset.h"
 #include "data/tokens.h"
 
-/* The bytes of a token file or of its shards, as mapped; 0 when it cannot be
- * opened (planning without the data). */
-static int64_t tokens_bytes(const char *spec) {
+/* The bytes of a token file or of its shards, as mapped, and (count not
+ * NULL) its tokens; 0 when it cannot be opened (planning without the data). */
+static int64_t tokens_bytes(const char *spec, int64_t *count) {
     st_tokens *t;
-    if (!spec[0] || st_tokens_open(spec, &t) != ST_OK) return 0;
+    if (count) *count = 0;
+    if (!spec[0] || st_tokens_open(spec, &t) != ST_OK) {
+        st_clear_error();
+        return 0;
+    }
     const int64_t b = st_tokens_bytes(t);
+    if (count) *count = st_tokens_count(t);
     st_tokens_close(t);
     return b;
 }
@@ -48,17 +52,15 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
          * pressure, not memory a rank holds; a starting run counts none either
          * (session.c), so that plan and check agree with it. */
         in->data_bytes = 0;
-        in->mapped_bytes =
-            tokens_bytes(cfg->data.train) + (in->has_eval && !split ? tokens_bytes(cfg->data.val) : 0);
+        int64_t train_tokens, val_tokens = 0;
+        in->mapped_bytes = tokens_bytes(cfg->data.train, &train_tokens) +
+                           (in->has_eval && !split ? tokens_bytes(cfg->data.val, &val_tokens) : 0);
         /* the validation samples, a bound on the evaluation's batch (as a run caps it: session.c) */
-        st_tokens *t;
-        const char *vspec = split ? cfg->data.train : cfg->data.val;
-        if (in->has_eval && vspec[0] && st_tokens_open(vspec, &t) == ST_OK) {
-            const int64_t count = st_tokens_count(t), n = count > mi.seq_len ? (count - 1) / mi.seq_len : 0;
-            in->eval_samples = split ? (int64_t)llround(cfg->data.val_split * (double)n) : n;
-            st_tokens_close(t);
-        }
-        st_clear_error();
+        if (split)
+            in->eval_samples = st_dataset_split_count(st_dataset_token_windows(train_tokens, mi.seq_len),
+                                                      cfg->data.val_split);
+        else if (in->has_eval)
+            in->eval_samples = st_dataset_token_windows(val_tokens, mi.seq_len);
     } else {
         st_dataset d;
         ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.train, cfg->data.train_labels,
@@ -74,7 +76,7 @@ st_status st_runspec_open(st_config *cfg, st_plan_input *in) {
         in->sample_out_bytes = 4;
         in->data_bytes = n * (el * px + 4); /* the inputs as held (bytes or floats) and int32 labels */
         /* the validation samples, a bound on the evaluation's batch (as a run caps it: session.c) */
-        if (split) in->eval_samples = (int64_t)llround(cfg->data.val_split * (double)n);
+        if (split) in->eval_samples = st_dataset_split_count(n, cfg->data.val_split);
         if (in->has_eval && !split) {       /* (auto counts its labels too, as a run does) */
             ST_TRY(st_dataset_open_pair(cfg->data.type, cfg->data.val, cfg->data.val_labels,
                                         cfg->model.num_classes, "data.val", &d));
