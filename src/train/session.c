@@ -570,19 +570,19 @@ static st_status model_input(st_session *s, st_model_input *in) {
         if (strcmp(c->model.type, "gpt") != 0)
             return st_fail(ST_ERR_CONFIG, "data.type tokens needs model.type gpt (model.type is %s)",
                            c->model.type);
+        const char *data = d == &s->train ? c->data.train : c->data.val; /* (an evaluation's: data.val) */
         if (c->model.vocab_size == ST_AUTO && d->vocab_size > INT32_MAX) /* (token ids are int32) */
             return st_fail(ST_ERR_FORMAT,
                            "%s says its vocabulary is %lld tokens, past the %d a model's embedding takes "
                            "(token ids are 32-bit): write it with its tokenizer's vocabulary size in the "
                            "header (docs/formats.md, \"Token files\")",
-                           d == &s->train ? c->data.train : c->data.val, (long long)d->vocab_size, INT32_MAX);
+                           data, (long long)d->vocab_size, INT32_MAX);
         if (c->model.vocab_size == ST_AUTO) {
             c->model.vocab_size = d->vocab_size;
-            snprintf(why, sizeof why, "the vocabulary of %s", d == &s->train ? c->data.train : c->data.val);
+            snprintf(why, sizeof why, "the vocabulary of %s", data);
             st_config_mark_auto(c, "model.vocab_size", why);
         } else if (c->model.vocab_size < d->vocab_size) {
             char a[ST_CFG_STR + 4200];
-            const char *data = d == &s->train ? c->data.train : c->data.val;
             st_config_describe(c, "model.vocab_size", a, sizeof a);
             /* (auto before the data is read: the weights' own, their metadata's, which no setting changes) */
             if (st_config_source(c, "model.vocab_size") == ST_SRC_AUTO)
@@ -1007,41 +1007,41 @@ void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     const bool seeds = theirs > 0 && s->has_train && s->train.kind == ST_DATA_IMAGES &&
                        m->val_split_seed_loaded >= 0 &&
                        m->val_split_seed_loaded != s->cfg->data.val_split_seed;
-    char seed[64] = "";
-    if (seeds)
-        snprintf(seed, sizeof seed, " and data.val_split_seed: %lld", (long long)m->val_split_seed_loaded);
-    if (their_data && !s->eval_only && theirs >= 0 && theirs != split && s->rank == 0)
-        /* (a resumed run: it trains on, so any other split mixes the two sets) */
-        st_ticker_sayf(
-            "scaletrain: warning: the weights %s were trained with data.val_split %g, and this run "
-            "has %g: %s; set data.val_split: %g to hold out what they held out\n",
-            path, theirs, split,
-            theirs > 0 && split > 0
-                ? "the two held-out sets differ, so this one holds samples they trained on, "
-                  "or they held out samples this run trains on"
-            : split > 0 ? "this run holds out samples they trained on"
-                        : "this run trains on samples they held out",
-            theirs);
-    else if (their_data && !s->eval_only && split > 0 && seeds && s->rank == 0)
-        st_ticker_sayf(
-            "scaletrain: warning: the weights %s were trained with data.val_split_seed %lld, and this "
-            "run has %lld: the two held-out subsets differ, so this one holds samples they trained on; "
-            "set data.val_split_seed: %lld to hold out what they held out\n",
-            path, (long long)m->val_split_seed_loaded, (long long)s->cfg->data.val_split_seed,
-            (long long)m->val_split_seed_loaded);
-    else if (their_data && !s->eval_only) {
-        /* (said above, or nothing to say) */
-    } else if (their_data && split > 0 && theirs == 0 && s->rank == 0)
+    if (!their_data || s->rank != 0) {
+        /* (nothing to say: weights given to start from, or not rank 0) */
+    } else if (!s->eval_only) { /* a resumed run */
+        if (theirs >= 0 && theirs != split)
+            st_ticker_sayf(
+                "scaletrain: warning: the weights %s were trained with data.val_split %g, and this run "
+                "has %g: %s; set data.val_split: %g to hold out what they held out\n",
+                path, theirs, split,
+                theirs > 0 && split > 0
+                    ? "the two held-out sets differ, so this one holds samples they trained on, "
+                      "or they held out samples this run trains on"
+                : split > 0 ? "this run holds out samples they trained on"
+                            : "this run trains on samples they held out",
+                theirs);
+        else if (split > 0 && seeds)
+            st_ticker_sayf(
+                "scaletrain: warning: the weights %s were trained with data.val_split_seed %lld, and this "
+                "run has %lld: the two held-out subsets differ, so this one holds samples they trained on; "
+                "set data.val_split_seed: %lld to hold out what they held out\n",
+                path, (long long)m->val_split_seed_loaded, (long long)s->cfg->data.val_split_seed,
+                (long long)m->val_split_seed_loaded);
+    } else if (split > 0 && theirs == 0) { /* an evaluation */
         st_ticker_sayf(
             "scaletrain: warning: the weights %s were trained on all of data.train (data.val_split "
             "0), and this evaluation holds out %g of it: samples they trained on; evaluate held-out "
             "data (data.val, with data.val_split: 0)\n",
             path, split);
-    else if (their_data && split > 0 && theirs > 0 && (split > theirs || seeds) && s->rank == 0) {
-        char a[48] = "", b[48] = ""; /* (the seeds, where they differ: a token stream's tail has none) */
+    } else if (split > 0 && theirs > 0 && (split > theirs || seeds)) {
+        char a[48] = "", b[48] = "", seed[64] = ""; /* (the seeds, where they differ: a token stream's tail
+                                                     * has none) */
         if (seeds) {
             snprintf(a, sizeof a, " (seed %lld)", (long long)m->val_split_seed_loaded);
             snprintf(b, sizeof b, " (seed %lld)", (long long)s->cfg->data.val_split_seed);
+            snprintf(seed, sizeof seed, " and data.val_split_seed: %lld",
+                     (long long)m->val_split_seed_loaded);
         }
         st_ticker_sayf("scaletrain: warning: the weights %s were trained with data.val_split %g%s, and this "
                        "evaluation holds out %g%s: %s, so it evaluates samples they trained on; set "
@@ -1054,10 +1054,7 @@ void st_session_take_norm(st_session *s, const char *path, bool their_data) {
     /* (a relative 1e-5: the same data gives the same float sums; where their
      * statistics left out another held-out part of data.train, 2%: a tenth
      * held out moved Fashion-MNIST's by 0.1%, and other data, MNIST's, by 50%) */
-    const bool same_split =
-        m->val_split_loaded < 0 ||
-        (m->val_split_loaded == split && (split == 0 || m->val_split_seed_loaded < 0 ||
-                                          m->val_split_seed_loaded == s->cfg->data.val_split_seed));
+    const bool same_split = theirs < 0 || (theirs == split && !seeds);
     const float tol = same_split ? 1e-5f : 2e-2f;
     const bool other =
         fabsf(s->train.mean - mean) > tol * fmaxf(fabsf(mean), std) || fabsf(s->train.std - std) > tol * std;
