@@ -145,10 +145,8 @@ static st_status model_from_init(st_config *cfg, st_run_opts *opts) {
     if (nftw(opts->init, bytes_add, 16, FTW_PHYS | FTW_ACTIONRETVAL) != 0) bytes_sum = 0;
     st_watch_stop(w);
     snprintf(what, sizeof what, "reading the weights %s (--init)", opts->init);
-    const double limit = cfg->train.checkpoint_timeout_s > 0 ? (double)cfg->train.checkpoint_timeout_s
-                                                             : (double)cfg->dist.timeout_s + bytes_sum / 10e6;
-    w = st_watch_one(limit, who, "train.checkpoint_timeout_s", ST_WATCH_STORAGE,
-                     "an evaluation writes nothing", what);
+    w = st_watch_one(st_ckpt_wait_limit_bytes(cfg, bytes_sum), who, "train.checkpoint_timeout_s",
+                     ST_WATCH_STORAGE, "an evaluation writes nothing", what);
     const char *rank = st_launcher_rank();
     char *path = opts->init_weights;
     const size_t size = sizeof opts->init_weights;
@@ -199,13 +197,8 @@ static int not_a_config(const char *cmd, const char *path) {
     }
     /* (a regular file alone: a pipe's bytes, `train <(envsubst < run.yaml)`, would be taken from the
      * config's reader, which then read the defaults) */
-    struct stat sb;
-    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
-    if (!f) return -1; /* (st_config_load says why) */
-    uint8_t head[ST_SNIFF_BYTES];
-    const size_t got = fread(head, 1, sizeof head, f);
-    fclose(f);
-    const st_file_kind k = st_sniff(head, got);
+    st_file_kind k;
+    if (!st_sniff_regular(path, &k)) return -1; /* (st_config_load says why) */
     if (k.format == ST_FILE_TEXT || k.format == ST_FILE_UNKNOWN) return -1;
     if (k.format == ST_FILE_SAFETENSORS && (eval || train))
         snprintf(how, sizeof how, "give %s with --init %s", eval ? "weights" : "the weights to start from",

@@ -431,21 +431,16 @@ static int inspect(const char *path) {
      * its own (it was taken for token shards, and refused on the first) */
     if (strpbrk(path, "*?[") && !st_path_is_file(path)) {
         glob_t g;
-        if (glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
-            uint8_t head[ST_SNIFF_BYTES];
-            FILE *f = fopen(g.gl_pathv[0], "rb");
-            const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
-            if (f) fclose(f);
-            const st_file_format k = st_sniff(head, got).format;
-            if (f && k != ST_FILE_TOKENS && k != ST_FILE_LLMC_TOKENS) {
-                int rc = ST_EXIT_OK;
-                for (size_t i = 0; i < g.gl_pathc; i++) {
-                    const int r = inspect(g.gl_pathv[i]);
-                    if (r != ST_EXIT_OK) rc = r;
-                }
-                globfree(&g);
-                return rc;
+        st_file_kind k;
+        if (glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0 && st_sniff_regular(g.gl_pathv[0], &k) &&
+            k.format != ST_FILE_TOKENS && k.format != ST_FILE_LLMC_TOKENS) {
+            int rc = ST_EXIT_OK;
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                const int r = inspect(g.gl_pathv[i]);
+                if (r != ST_EXIT_OK) rc = r;
             }
+            globfree(&g);
+            return rc;
         }
         globfree(&g);
     }

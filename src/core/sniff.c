@@ -1,6 +1,10 @@
 #include "core/sniff.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/atomic_file.h"
 
 static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -125,4 +129,16 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
             "`scaletrain data tokenize OUT.tokens FILE` makes a token file of it (data.type "
             "tokens, model.type gpt)"};
     return none;
+}
+
+bool st_sniff_regular(const char *path, st_file_kind *kind) {
+    struct stat sb;
+    const int fd = st_open_read(path, &sb);
+    if (fd < 0) return false;
+    uint8_t head[ST_SNIFF_BYTES];
+    const ssize_t got = S_ISREG(sb.st_mode) ? read(fd, head, sizeof head) : -1;
+    close(fd);
+    if (got < 0) return false;
+    *kind = st_sniff(head, (size_t)got);
+    return true;
 }

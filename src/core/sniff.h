@@ -42,5 +42,9 @@ typedef struct st_file_kind {
  * strings when none. */
 #define ST_SNIFF_BYTES 64
 st_file_kind st_sniff(const uint8_t *head, size_t n);
+/* The kind of the file at path by its first ST_SNIFF_BYTES, where it is a
+ * regular file that opens (a FIFO is not waited on, nor a pipe's bytes
+ * taken from its reader): true, *kind set; false otherwise. */
+bool st_sniff_regular(const char *path, st_file_kind *kind);
 
 #endif

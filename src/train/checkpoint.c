@@ -360,11 +360,14 @@ static st_status finish_save(const st_config *cfg, const st_ckpt_state *state, c
     return ST_OK;
 }
 
-double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
+double st_ckpt_wait_limit_bytes(const st_config *cfg, double bytes) {
     if (cfg->train.checkpoint_timeout_s > 0) return (double)cfg->train.checkpoint_timeout_s;
-    const double bytes =
-        (m ? 4.0 * (double)m->params.count : 0) + (o ? (double)st_optim_state_nbytes(o) * optim_world : 0);
     return (double)cfg->dist.timeout_s + bytes / 10e6;
+}
+
+double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world) {
+    return st_ckpt_wait_limit_bytes(cfg, 4.0 * (double)m->params.count +
+                                             (o ? (double)st_optim_state_nbytes(o) * optim_world : 0));
 }
 
 /* One checkpoint being saved, in three phases: prepare (the temporary

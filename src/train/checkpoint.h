@@ -68,8 +68,10 @@ typedef struct st_ckpt_layout {
 /* How long ranks wait for one another while a checkpoint is written or read:
  * train.checkpoint_timeout_s, or (0, auto) dist.timeout_s plus 1 s per 10 MB
  * of the checkpoint (the model and optim_world shards of o's state; o NULL:
- * the weights alone; m NULL too: before the model is known). */
+ * the weights alone). */
 double st_ckpt_wait_limit(const st_config *cfg, const st_model *m, const st_optim *o, int optim_world);
+/* ... for `bytes` of files, before the model is known (eval's --init). */
+double st_ckpt_wait_limit_bytes(const st_config *cfg, double bytes);
 
 /* Write out_dir/ckpt/step-<state->step> (replacing one of that step), point
  * `latest` at it, and keep only the newest `keep` (0 = keep all). The
