@@ -49,7 +49,6 @@
 #include "hw/probe.h"
 #include "launch.h"
 #include "train/checkpoint.h"
-#include "train/session.h"
 
 /* Whether environment entry NAME=VALUE goes to the ranks on other hosts
  * (mpirun -x NAME), its name into name[cap] when it does. */
@@ -331,6 +330,14 @@ static void marks_free(ckpt_marks *m) {
     free(m);
 }
 
+/* The program a command names, into out: a path as it is (executable), a
+ * bare name looked for on PATH; false where there is none. */
+static bool program_path(const char *name, char *out, size_t n) {
+    if (!strchr(name, '/')) return st_cli_find_on_path(name, out, n);
+    snprintf(out, n, "%s", name);
+    return access(name, X_OK) == 0;
+}
+
 /* Whether out_dir's run.lock is held, looked at on a thread of its own (the
  * storage may have stopped answering: no answer within limit_s counts as
  * held); its holder's line in who. */
@@ -350,7 +357,7 @@ static void *lock_run(void *arg) {
  * second, holding run.lock, and a restart then was refused as "in use by
  * another run" (its own). Polled every 0.1 s. */
 static bool out_dir_held(const char *out_dir, double wait_s, double look_s, char *who, size_t cap) {
-    const double end = st_now() + wait_s;
+    const double end = st_ticker_now() + wait_s;
     for (;;) {
         lock_look *l = calloc(1, sizeof *l);
         if (!l) return false;
@@ -363,7 +370,7 @@ static bool out_dir_held(const char *out_dir, double wait_s, double look_s, char
         snprintf(who, cap, "%s", l->who[0] ? l->who : "a run that does not say who");
         free(l);
         if (!held) return false;
-        if (st_now() >= end) return true;
+        if (st_ticker_now() >= end) return true;
         const struct timespec tick = {0, 100 * 1000 * 1000};
         nanosleep(&tick, NULL);
     }
@@ -499,10 +506,8 @@ int st_cmd_launch(int argc, char **argv) {
     if (i + 1 < argc && command_kind(argv[i + 1]) != LAUNCH_PROGRAM) {
         char self_path[PATH_MAX], named[PATH_MAX], real_self[PATH_MAX], real_named[PATH_MAX];
         st_cli_self_path(self_path, sizeof self_path);
-        const bool found = strchr(argv[i], '/') ? snprintf(named, sizeof named, "%s", argv[i]) > 0
-                                                : st_cli_find_on_path(argv[i], named, sizeof named);
-        if (found && realpath(named, real_named) && realpath(self_path, real_self) &&
-            !strcmp(real_named, real_self))
+        if (program_path(argv[i], named, sizeof named) && realpath(named, real_named) &&
+            realpath(self_path, real_self) && !strcmp(real_named, real_self))
             i++;
     }
     /* (check's own all-reduce worker, which check starts through launch, is its ranks' part) */
@@ -521,9 +526,7 @@ int st_cmd_launch(int argc, char **argv) {
      * a banner, and is not restarted (with --hosts it is the other hosts' to have) */
     if (!hosts && command_kind(argv[i]) == LAUNCH_PROGRAM) {
         char prog[PATH_MAX];
-        const bool there = strchr(argv[i], '/') ? access(argv[i], X_OK) == 0
-                                                : st_cli_find_on_path(argv[i], prog, sizeof prog);
-        if (!there) {
+        if (!program_path(argv[i], prog, sizeof prog)) {
             fprintf(
                 stderr,
                 "scaletrain launch: %s is neither a scaletrain command launch starts (train, eval, data) nor "

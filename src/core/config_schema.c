@@ -575,9 +575,8 @@ int st_cfg_near(const char *a, size_t na, const char *b, size_t nb) {
 }
 
 #define ZERO3                                                                                                \
-    "zero2 (ZeRO-3 and FSDP, which shard the weights too, are not built: zero2 shards the gradients and "    \
-    "the "                                                                                                   \
-    "optimizer state, and in bf16 or fp16 the fp32 master weights)"
+    "zero2 (ZeRO-3 and FSDP, which shard the weights too, are not built: zero2 shards the gradients "        \
+    "and the optimizer state, and in bf16 or fp16 the fp32 master weights)"
 /* The names other tools give an enum's values (PyTorch Lightning's
  * precision, DeepSpeed's and PyTorch's strategies), case aside: the value
  * that is meant, or what to use where there is none. */
