@@ -182,6 +182,38 @@ static void shards(void) {
     CHECK_FAILS(st_tokens_open(pat, &t), ST_ERR_IO, "none-*.tokens: no file matches this pattern");
 }
 
+/* st_tokens_read_twice: X.tokens with shards named from it (X-NNNNNN.tokens)
+ * is found, whatever sorts between them; names that only look alike are not. */
+static void read_twice(void) {
+    char sub[256], path[300];
+    snprintf(sub, sizeof sub, "%s/twice", dir);
+    CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
+    const uint32_t tok[4] = {1, 2, 3, 4};
+    /* (not shards of x: x-1.tokens, x-00000a.tokens, x-0000001.tokens, xy-000000.tokens; x.tokens's
+     * neighbours in name order) */
+    const char *names[] = {"x-1.tokens", "x-00000a.tokens", "x-0000001.tokens", "xy-000000.tokens",
+                           "x.tokens", "w.tokens", "x.tokens.tokens"};
+    for (int k = 0; k < 7; k++) {
+        snprintf(path, sizeof path, "%s/%s", sub, names[k]);
+        CHECK_OK(st_tokens_write(path, tok, k == 4 ? 4 : 1, 256));
+    }
+    st_tokens *t = NULL;
+    st_tokens_twice tw;
+    CHECK_OK(st_tokens_open(sub, &t));
+    CHECK(t && !st_tokens_read_twice(t, &tw), "no shards of x.tokens yet: found %d", t ? tw.shards : -1);
+    st_tokens_close(t);
+    for (int k = 0; k < 3; k++) { /* x-000000..2: 1 + 1 + 2 tokens, x.tokens's 4 */
+        snprintf(path, sizeof path, "%s/x-%06d.tokens", sub, k);
+        CHECK_OK(st_tokens_write(path, tok, k == 2 ? 2 : 1, 256));
+    }
+    CHECK_OK(st_tokens_open(sub, &t));
+    CHECK(t && st_tokens_read_twice(t, &tw) && tw.shards == 3 && tw.shard_count == 4 &&
+              strstr(st_tokens_shard_path(t, tw.file), "/x.tokens") &&
+              strstr(st_tokens_shard_path(t, tw.first), "/x-000000.tokens"),
+          "x.tokens and 3 shards with its 4 tokens");
+    st_tokens_close(t);
+}
+
 /* The same bytes tokenized into one file and into shards, by 1 and 3
  * threads: the shards read back as the one file's stream; a file the
  * shards' pattern would also read is refused before anything is written. */
@@ -577,6 +609,7 @@ int main(void) {
     tokenize();
     shards();
     tokenize_shards();
+    read_twice();
     malformed();
     llmc();
     shortened_last_page();

@@ -32,6 +32,30 @@ static bool count_arg(const char *opt, const char *v, int64_t max, int64_t *out)
     return st_cli_int_arg("data tokenize", opt, v, 1, max, TOKENIZE_USAGE, out);
 }
 
+/* A stream that holds X.tokens and shards named from it (data tokenize's
+ * whole and sharded outputs of one text): said to stderr, as training on
+ * the folder or pattern reads both. */
+static void twice_say(const st_tokens *t, const char *spec, const char *lead) {
+    st_tokens_twice tw;
+    if (!st_tokens_read_twice(t, &tw)) return;
+    const int64_t n = st_tokens_shard_count(t, tw.file);
+    fflush(stdout); /* (after what was said of it) */
+    if (tw.shard_count == n)
+        fprintf(stderr,
+                "scaletrain data: %s%s holds %s and %d shard%s named from it (%s...) with the same %lld "
+                "tokens: one text tokenized whole and in shards, which training on %s reads twice; delete "
+                "one, or name the files to read in data.train\n",
+                lead, spec, st_tokens_shard_path(t, tw.file), tw.shards, tw.shards == 1 ? "" : "s",
+                st_tokens_shard_path(t, tw.first), (long long)n, spec);
+    else
+        fprintf(stderr,
+                "scaletrain data: %s%s holds %s (%lld tokens) and %d shard%s named as if cut from it (%s..., "
+                "%lld tokens): if one text was tokenized twice, training on %s reads it twice; delete one, or "
+                "name the files to read in data.train\n",
+                lead, spec, st_tokens_shard_path(t, tw.file), (long long)n, tw.shards, tw.shards == 1 ? "" : "s",
+                st_tokens_shard_path(t, tw.first), (long long)tw.shard_count, spec);
+}
+
 static int tokenize(int argc, char **argv) {
     const char **pos = calloc((size_t)argc + 1, sizeof *pos);
     int npos = 0;
@@ -178,6 +202,13 @@ static int tokenize(int argc, char **argv) {
     } else
         printf("%s: %lld tokens, byte-level vocabulary of 256, from %d file(s)\n", r.pattern,
                (long long)r.count, o.n_inputs);
+    st_tokens *folder = NULL; /* (OUT's folder, as a run given it reads it) */
+    const char *dir = slash && slash != parent ? parent : ".";
+    if (st_tokens_open(dir, &folder) == ST_OK)
+        twice_say(folder, dir, "warning: ");
+    else
+        st_clear_error(); /* (what else the folder holds is not this command's) */
+    st_tokens_close(folder);
     return ST_EXIT_OK;
 }
 
@@ -201,6 +232,7 @@ static int inspect_tokens(const char *path) {
             printf("  %s: %lld tokens\n", st_tokens_shard_path(t, k), (long long)st_tokens_shard_count(t, k));
         else if (k == 5)
             printf("  ... %d more\n", n - 10);
+    if (n > 1) twice_say(t, path, "");
     s = st_tokens_check_range(t);
     if (s == ST_OK) printf("  every token is below the vocabulary size\n");
     st_tokens_close(t);

@@ -440,6 +440,43 @@ int64_t st_tokens_bytes(const st_tokens *t) {
     return b;
 }
 
+/* Whether path is stem "-" six digits ".tokens" (data tokenize's shard name). */
+static bool shard_of_stem(const char *path, const char *stem, size_t n) {
+    if (strncmp(path, stem, n) != 0 || path[n] != '-') return false;
+    for (size_t i = n + 1; i < n + 7; i++)
+        if (path[i] < '0' || path[i] > '9') return false;
+    return strcmp(path + n + 7, ".tokens") == 0;
+}
+
+bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < t->n_shards; i++) {
+        const char *p = t->shard[i].path;
+        const size_t len = strlen(p);
+        if (len <= 7 || strcmp(p + len - 7, ".tokens") != 0) continue;
+        const size_t n = len - 7;
+        /* In name order the names that start with X sit together around
+         * X.tokens: the block is scanned, not the whole stream. */
+        int lo = i, hi = i, first = -1, found = 0;
+        while (lo > 0 && strncmp(t->shard[lo - 1].path, p, n) == 0)
+            lo--;
+        while (hi + 1 < t->n_shards && strncmp(t->shard[hi + 1].path, p, n) == 0)
+            hi++;
+        int64_t sum = 0;
+        for (int j = lo; j <= hi; j++)
+            if (j != i && shard_of_stem(t->shard[j].path, p, n)) {
+                if (first < 0) first = j;
+                found++;
+                sum += t->shard[j].count;
+            }
+        if (found) {
+            *out = (st_tokens_twice){.file = i, .shards = found, .first = first, .shard_count = sum};
+            return true;
+        }
+    }
+    return false;
+}
+
 static inline uint32_t token_at(const tok_shard *t, int64_t i) {
     const uint8_t *p = t->data + i * t->token_bytes;
     return t->token_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : get_u32(p);

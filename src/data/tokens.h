@@ -59,6 +59,19 @@ bool st_tokens_names_shards(const char *path);
  * then "/" "*.bin") to pat either way. */
 bool st_tokens_bin_pattern(const char *dir, char *pat, size_t size);
 
+/* A file of the stream, X.tokens, read together with shards of the same
+ * stream named from it as data tokenize names them (X-000000.tokens, ...):
+ * one text tokenized twice, once whole and once in shards, in a folder or
+ * a pattern's matches. Writes the file's index, the shards found and their
+ * tokens; false where there is none. */
+typedef struct st_tokens_twice {
+    int file;           /* the shard index of X.tokens */
+    int shards;         /* how many X-NNNNNN.tokens */
+    int first;          /* the first of them (a shard index) */
+    int64_t shard_count; /* their tokens, together */
+} st_tokens_twice;
+bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out);
+
 /* The first shard's format: "scaletrain", "llm.c GPT-2" or "llm.c LLaMA 3". */
 const char *st_tokens_format(const st_tokens *t);
 

@@ -321,6 +321,32 @@ static void shard_order(const st_session *s, const st_dataset *d, const char *ke
     }
 }
 
+/* A stream that reads X.tokens and shards named from it (X-000000.tokens,
+ * ...): one text tokenized whole and in shards, read twice (and a split's
+ * held-out end trained on in the other copy). Where the shards hold as
+ * many tokens as the file, refused by every rank; else warned by rank 0. */
+static st_status read_twice(const st_session *s, const st_dataset *d, const char *key, const char *spec) {
+    st_tokens_twice tw;
+    if (!d->tokens || !st_tokens_read_twice(d->tokens, &tw)) return ST_OK;
+    const char *file = st_tokens_shard_path(d->tokens, tw.file), *shard = st_tokens_shard_path(d->tokens, tw.first);
+    const int64_t n = st_tokens_shard_count(d->tokens, tw.file);
+    const int stem = (int)strlen(file) - 7; /* (less ".tokens") */
+    if (tw.shard_count == n)
+        return st_fail(ST_ERR_ARG,
+                       "%s %s: reads %s and %d shard%s named from it (%s...) that hold the same %lld tokens: "
+                       "one text tokenized whole and in shards, which would be trained on twice; move one "
+                       "of them out of the folder, or name one (%s: %s, or '%.*s-*.tokens')",
+                       key, spec, file, tw.shards, tw.shards == 1 ? "" : "s", shard, (long long)n, key, file,
+                       stem, file);
+    if (s->rank == 0)
+        st_ticker_sayf("scaletrain: warning: %s %s: reads %s (%lld tokens) and %d shard%s named as if cut from "
+                       "it (%s..., %lld tokens); if one text was tokenized twice, it is read twice: name the "
+                       "files to read (%s: %s, or '%.*s-*.tokens')\n",
+                       key, spec, file, (long long)n, tw.shards, tw.shards == 1 ? "" : "s", shard,
+                       (long long)tw.shard_count, key, file, stem, file);
+    return ST_OK;
+}
+
 static st_status open_data(st_session *s, bool eval_only) {
     st_config *c = s->cfg;
     const bool tokens = strcmp(c->data.type, "tokens") == 0, split = c->data.val_split > 0;
@@ -340,6 +366,7 @@ static st_status open_data(st_session *s, bool eval_only) {
                                c->data.train, "data.train"));
             s->has_train = true;
             shard_order(s, &s->train, "data.train", c->data.train);
+            ST_TRY(read_twice(s, &s->train, "data.train", c->data.train));
         }
         if (split) {
             ST_TRY(st_dataset_split(&s->train, c->data.val_split, (uint64_t)c->data.val_split_seed,
@@ -351,6 +378,7 @@ static st_status open_data(st_session *s, bool eval_only) {
                                "data.val"));
             s->has_val = true;
             shard_order(s, &s->val, "data.val", c->data.val);
+            ST_TRY(read_twice(s, &s->val, "data.val", c->data.val));
         }
         same_data(s);
         return ST_OK;

@@ -233,4 +233,24 @@ grep -qF "which puts $tmp/unpadded/x-10.tokens before $tmp/unpadded/x-2.tokens; 
 "$bin" train "${g[@]}" --set data.train="$pat" --set data.val= --set train.steps=1 --set train.out_dir="$tmp/padded-run" \
     --quiet 2>"$tmp/err5.txt" && ! grep -q "name order" "$tmp/err5.txt" ||
     { echo "zero-padded shards: $(cat "$tmp/err5.txt")"; exit 1; }
+# one text tokenized whole and in shards into one folder: the second tokenize warns; a run on the folder
+# is refused (it read the text twice, and data.val_split's held-out end was trained on in the other copy);
+# whole and shards of different texts: warned, and the run goes on
+mkdir "$tmp/twice" && cp "$tmp/one.tokens" "$tmp/twice/corpus.tokens"
+"$bin" data tokenize "$tmp/twice/corpus.tokens" "$tmp/a.txt" "$tmp/b.txt" --shard-tokens 4096 2>"$tmp/tw1.txt" >/dev/null
+grep -qF "warning: $tmp/twice holds $tmp/twice/corpus.tokens and $shards shards named from it ($tmp/twice/corpus-000000.tokens...) with the same $bytes tokens" \
+    "$tmp/tw1.txt" || { echo "tokenize into a folder holding the whole text: $(cat "$tmp/tw1.txt")"; exit 1; }
+if "$bin" train "${g[@]}" --set data.train="$tmp/twice" --set data.val_split=0.1 --set train.steps=1 \
+    --set train.out_dir="$tmp/twice-run" 2>"$tmp/tw2.txt"; then exit 1; fi
+grep -qF "data.train $tmp/twice: reads $tmp/twice/corpus.tokens and $shards shards named from it" "$tmp/tw2.txt" &&
+    grep -qF "name one (data.train: $tmp/twice/corpus.tokens, or '$tmp/twice/corpus-*.tokens')" "$tmp/tw2.txt" ||
+    { echo "a run on a folder holding one text twice: $(cat "$tmp/tw2.txt")"; exit 1; }
+"$bin" data inspect "$tmp/twice" 2>&1 >/dev/null | grep -qF "one text tokenized whole and in shards" ||
+    { echo "data inspect of the folder says nothing"; exit 1; }
+"$bin" data tokenize "$tmp/twice/corpus.tokens" "$tmp/b.txt" 2>"$tmp/tw3.txt" >/dev/null
+grep -qF "named as if cut from it" "$tmp/tw3.txt" || { echo "another text: $(cat "$tmp/tw3.txt")"; exit 1; }
+"$bin" train "${g[@]}" --set data.train="$tmp/twice" --set data.val= --set train.steps=1 \
+    --set train.out_dir="$tmp/twice-run" --quiet 2>"$tmp/tw4.txt" || { cat "$tmp/tw4.txt"; exit 1; }
+grep -qF "if one text was tokenized twice, it is read twice" "$tmp/tw4.txt" ||
+    { echo "whole and shards of different texts: $(cat "$tmp/tw4.txt")"; exit 1; }
 echo "token shards e2e ok"
