@@ -806,6 +806,14 @@ int st_cmd_check(int argc, char **argv) {
                 procs, var, procs);
         return ST_EXIT_USAGE;
     }
+    if (l.mpi_wired) { /* (one rank of mpirun: its own mpirun would be refused as a recursive call) */
+        fprintf(stderr,
+                "scaletrain check: error: this process was started by %s as an MPI rank, and check starts its "
+                "own ranks with mpirun for its ddp and allreduce checks, which an MPI job cannot do inside "
+                "itself (they failed, not the machine). Run `scaletrain check` without launch or mpirun\n",
+                l.name);
+        return ST_EXIT_USAGE;
+    }
     st_config cfg;
     st_run_opts opts = {0};
     int rc = st_cli_run_args("check", argc, argv, &cfg, &opts);

@@ -294,6 +294,9 @@ expect 2 "scaletrain launch: scaletrain plan runs as one process" "$bin" launch 
 expect 2 "scaletrain launch: scaletrain check runs as one process a machine and starts its own ranks" "$bin" launch -n 2 check
 expect 2 "scaletrain check: error: this process is one of 2 a launcher started (OMPI_COMM_WORLD_SIZE=2)" \
     env OMPI_COMM_WORLD_SIZE=2 "$bin" check
+# and as the one rank of mpirun -n 1 (its own mpirun was refused as a recursive call: two FAILs, "not ready")
+expect 2 "scaletrain check: error: this process was started by mpirun as an MPI rank" \
+    env OMPI_COMM_WORLD_SIZE=1 "$bin" check
 # an empty path ('', a shell variable that was not set): said as such (its errors read "error: : cannot open")
 expect 2 "scaletrain eval: --init '' names no file" "$bin" eval --init ''
 expect 2 "scaletrain train: --resume '' names no file" "$bin" train --resume ''
