@@ -66,7 +66,38 @@ static cJSON *probe_json(const st_hw_info *h) {
     return o;
 }
 
-static cJSON *plan_json(const st_plan *p) {
+/* A gpt's kernel choices, as its run takes them: model.fused_head from the
+ * training graph at the planned micro-batch (the planner's memory model
+ * built it), model.attention_kernel by st_model_attention_cudnn on a GPU
+ * (the node's cuDNN not known here). Given values are kept. */
+static void kernels_json(cJSON *o, cJSON *why, const st_plan *p, const st_plan_input *in) {
+    const st_config *c = in->cfg;
+    if (in->seq_len <= 0 || strcmp(c->model.type, "gpt") != 0) return;
+    char w[256];
+    cJSON_AddBoolToObject(o, "fused_head", p->mem.head_fused);
+    if (strcmp(c->model.fused_head, "auto") == 0) {
+        snprintf(w, sizeof w,
+                 "%s: the logits (%lld x %lld x %lld) take %s memory than the fused head's chunks",
+                 p->mem.head_fused ? "on" : "off", (long long)p->micro, (long long)in->seq_len,
+                 (long long)c->model.vocab_size, p->mem.head_fused ? "more" : "less");
+        cJSON_AddStringToObject(why, "fused_head", w);
+    }
+    const char *kernel = c->model.attention_kernel;
+    if (strcmp(kernel, "auto") == 0 && p->hw.dev.gpu) {
+        kernel =
+            st_model_attention_cudnn(p->precision, p->hw.dev.cc_major, p->hw.dev.cc_minor, NULL, w, sizeof w)
+                ? "cudnn"
+                : "flash";
+        cJSON_AddStringToObject(why, "attention_kernel", w);
+    } else if (strcmp(kernel, "auto") == 0) {
+        /* (left auto, as the run prints it) */
+        cJSON_AddStringToObject(why, "attention_kernel",
+                                "the CPU runs its own attention; the key chooses a GPU's");
+    }
+    cJSON_AddStringToObject(o, "attention_kernel", kernel);
+}
+
+static cJSON *plan_json(const st_plan *p, const st_plan_input *in) {
     cJSON *o = cJSON_CreateObject();
     char buf[32];
     cJSON_AddStringToObject(o, "hw", p->hw.label);
@@ -84,6 +115,8 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddStringToObject(o, "precision", p->precision);
     cJSON_AddStringToObject(o, "activation_checkpointing", st_ckpt_name(p->checkpointing));
     cJSON_AddBoolToObject(o, "fused_gelu", p->fused_gelu);
+    cJSON *why = cJSON_CreateObject(); /* (added last) */
+    kernels_json(o, why, p, in);
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
     const char *names[] = {"params", "grads", "optim",  "acts",     "act_grads", "ints",
@@ -107,7 +140,7 @@ static cJSON *plan_json(const st_plan *p) {
     cJSON_AddNumberToObject(o, "samples_per_s", p->samples_per_s);
     if (p->tokens_per_s > 0) cJSON_AddNumberToObject(o, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(o, "scaling_efficiency", p->scaling);
-    cJSON *why = cJSON_AddObjectToObject(o, "why");
+    cJSON_AddItemToObject(o, "why", why);
     if (p->micro_why[0]) cJSON_AddStringToObject(why, "micro_batch_size", p->micro_why);
     if (p->precision_why[0]) cJSON_AddStringToObject(why, "precision", p->precision_why);
     if (p->strategy_why[0]) cJSON_AddStringToObject(why, "strategy", p->strategy_why);
@@ -321,7 +354,7 @@ int st_cmd_plan(int argc, char **argv) {
         if (gf > 0) cJSON_AddNumberToObject(out, pinned ? "cpu_gflops_set" : "cpu_gflops_measured", gf / 1e9);
         cJSON *arr = cJSON_AddArrayToObject(out, "plans");
         for (int i = 0; i < n; i++)
-            cJSON_AddItemToArray(arr, plan_json(&plans[i]));
+            cJSON_AddItemToArray(arr, plan_json(&plans[i], &in));
         char *txt = cJSON_Print(out);
         if (txt) printf("%s\n", txt);
         free(txt);

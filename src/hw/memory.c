@@ -55,6 +55,7 @@ int64_t st_mem_model_states(int64_t n_params, const st_mem_opts *o) {
 
 typedef struct graph_bytes {
     int64_t acts, grads, ints, work, scratch;
+    bool head_fused; /* a gpt's head fused with its loss: no logits (model.fused_head) */
 } graph_bytes;
 
 /* Bytes of the 16-bit copies one product makes of its operands stored as
@@ -115,6 +116,7 @@ static st_status graph_size(st_model *m, int64_t batch, bool mixed, bool device,
     b->ints = 4 * mg.g.int_count;
     b->work = 4 * mg.g.work_count;
     b->scratch = device && mixed ? operand_scratch(&mg.g) : 0;
+    b->head_fused = m->kind == ST_MODEL_GPT && !mg.logits;
     st_model_graph_free(&mg);
     return ST_OK;
 }
@@ -185,6 +187,7 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
     out->act_grads = g.grads;
     out->ints = g.ints;
     out->work = g.work;
+    out->head_fused = g.head_fused;
     /* per sample: the difference of the graphs at 1 and 2 (all linear in B) */
     ST_TRY(graph_size(m, 1, o->mixed, o->device_layout, o->fused_gelu, false, &g1));
     ST_TRY(graph_size(m, 2, o->mixed, o->device_layout, o->fused_gelu, false, &g2));

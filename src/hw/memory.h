@@ -82,6 +82,8 @@ typedef struct st_mem {
     int64_t ckpt_copy; /* async_ckpt: the weights and this rank's optimizer state copied while a checkpoint
                           is written (fp32); in total on the CPU, in host on a GPU */
     double act_per_sample; /* bytes of acts + act_grads + ints per sample */
+    bool head_fused;       /* a gpt's training graph at this micro-batch fuses its head with the loss
+                              (model.fused_head: no logits kept) */
 } st_mem;
 
 /* Bytes per device for micro-batch `micro` of model m (a layout model from

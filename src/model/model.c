@@ -361,6 +361,24 @@ bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) 
     return on;
 }
 
+bool st_model_attention_cudnn(const char *precision, int cc_major, int cc_minor, const char *cudnn_lib,
+                              char *why, size_t n) {
+    const bool bf16 = strcmp(precision, "bf16") == 0,
+               cudnn = bf16 && cc_major >= 9 && (!cudnn_lib || cudnn_lib[0]);
+    if (cudnn)
+        snprintf(why, n, "%s, faster than the flash kernels in bf16 on sm_%d%d%s",
+                 cudnn_lib ? cudnn_lib : "cuDNN", cc_major, cc_minor,
+                 cudnn_lib ? "" : " (where the node has cuDNN 9; else flash)");
+    else if (!bf16)
+        snprintf(why, n, "cuDNN's attention takes bf16 and this run is %s", precision);
+    else if (cc_major < 9)
+        snprintf(why, n, "cuDNN's is the default from sm_90 (measured there); this GPU is sm_%d%d", cc_major,
+                 cc_minor);
+    else
+        snprintf(why, n, "no cuDNN attention here (`scaletrain check` says why)");
+    return cudnn;
+}
+
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
     return create(cfg, in, false, false, NULL, NULL, out);
 }

@@ -125,6 +125,16 @@ void st_model_graph_free(st_model_graph *mg);
  * goes to why (when not NULL) for the printed configuration. */
 bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n);
 
+/* model.attention_kernel auto for a gpt on a CUDA device of compute
+ * capability cc_major.cc_minor: cuDNN's fused attention where it was
+ * measured faster than the flash kernels (a bf16 run from 9.0:
+ * bench/RESULTS.md, 1.14x the whole GPT-2 step on an H200) and cuDNN is
+ * there; else the flash kernels. cudnn_lib: the library this node loads,
+ * "" where it has none, NULL where that is not known (a plan for other
+ * hardware: the reason says so). The reason goes to why. */
+bool st_model_attention_cudnn(const char *precision, int cc_major, int cc_minor, const char *cudnn_lib,
+                              char *why, size_t n);
+
 /* Forward FLOPs per sample (matrix products and convolutions, 2 per MAC). */
 double st_model_flops_per_sample(const st_model *m);
 

@@ -437,30 +437,19 @@ static st_status open_data(st_session *s, bool eval_only) {
     return ST_OK;
 }
 
-/* model.attention_kernel auto for a gpt on a GPU: cuDNN's fused attention
- * where it was measured faster than the flash kernels (a bf16 run on
- * compute capability 9.0 or later: bench/RESULTS.md, 1.14x the whole GPT-2
- * step on an H200) and this build and node have cuDNN; else the flash
- * kernels, saying why. */
+/* model.attention_kernel auto for a gpt on a GPU (st_model_attention_cudnn),
+ * with this build's and node's cuDNN, saying why. */
 static void pick_attention(st_session *s) {
     st_config *c = s->cfg;
     char why[ST_CFG_NOTE], lib[256] = "";
     st_device_props dp = {0};
     if (st_device_props_get(s->dev, &dp) != ST_OK) st_clear_error();
-    bool cudnn = false;
 #ifdef ST_HAVE_CUDA
-    cudnn = strcmp(c->precision, "bf16") == 0 && dp.cc_major >= 9 && st_cuda_cudnn_built(lib, sizeof lib);
+    /* (asked only where it would be taken: it loads the library) */
+    if (strcmp(c->precision, "bf16") == 0 && dp.cc_major >= 9 && !st_cuda_cudnn_built(lib, sizeof lib))
+        lib[0] = '\0';
 #endif
-    if (cudnn)
-        snprintf(why, sizeof why, "%s, faster than the flash kernels in bf16 on sm_%d%d", lib, dp.cc_major,
-                 dp.cc_minor);
-    else if (strcmp(c->precision, "bf16") != 0)
-        snprintf(why, sizeof why, "cuDNN's attention takes bf16 and this run is %s", c->precision);
-    else if (dp.cc_major < 9)
-        snprintf(why, sizeof why, "cuDNN's is the default from sm_90 (measured there); this GPU is sm_%d%d",
-                 dp.cc_major, dp.cc_minor);
-    else
-        snprintf(why, sizeof why, "no cuDNN attention here (`scaletrain check` says why)");
+    const bool cudnn = st_model_attention_cudnn(c->precision, dp.cc_major, dp.cc_minor, lib, why, sizeof why);
     snprintf(c->model.attention_kernel, sizeof c->model.attention_kernel, "%s", cudnn ? "cudnn" : "flash");
     st_config_mark_auto(c, "model.attention_kernel", why);
 }

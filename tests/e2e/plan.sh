@@ -43,6 +43,12 @@ for q in p.values():
     assert 0.5 < q["scaling_efficiency"] <= 1.0, q
 assert p["8xH100"]["tokens_per_s"] > 2 * p["4xL40S"]["tokens_per_s"]
 assert p["2x8xH100"]["ranks"] == 16 and p["2x8xH100"]["nodes"] == 2
+# the kernels a gpt's run takes (they were missing): cuDNN's attention from sm_90 in bf16, the flash
+# kernels on an L40S (sm_89); the fused head where the logits would take more memory, with why
+assert p["8xH100"]["attention_kernel"] == "cudnn" and p["4xL40S"]["attention_kernel"] == "flash", p
+assert "sm_89" in p["4xL40S"]["why"]["attention_kernel"], p["4xL40S"]["why"]
+for q in p.values():
+    assert q["fused_head"] is True and q["why"]["fused_head"].startswith("on: the logits ("), q
 print("plan json ok")
 PY
 # --nodes on an entry that names none: its label says the nodes (it read "8xH100", the same plan as
