@@ -118,13 +118,20 @@ static int tokenize(int argc, char **argv) {
     }
     /* OUT is replaced: refused when it holds something other than tokens (a
      * text file named first, OUT left out, or OUT among the inputs) */
-    FILE *ex = shard_tokens > 0 ? NULL : fopen(pos[0], "rb");
-    if (ex) {
-        uint8_t head[64];
-        const size_t got = fread(head, 1, sizeof head, ex);
-        fclose(ex);
-        const st_file_kind k = st_sniff(head, got);
-        if (got > 0 && k.format != ST_FILE_TOKENS) {
+    struct stat os;
+    st_file_kind k;
+    const bool exists = shard_tokens == 0 && stat(pos[0], &os) == 0;
+    if (exists && !S_ISREG(os.st_mode)) { /* (a FIFO: opening it waited) */
+        fprintf(
+            stderr,
+            "scaletrain data tokenize: %s exists and is not a file (a pipe or a device), so the token file "
+            "cannot replace it; name another OUT.tokens\n" TOKENIZE_USAGE,
+            pos[0]);
+        free(pos);
+        return ST_EXIT_USAGE;
+    }
+    if (exists && os.st_size > 0 && st_sniff_regular(pos[0], &k)) {
+        if (k.format != ST_FILE_TOKENS) {
             fprintf(stderr,
                     "scaletrain data tokenize: %s exists and is not a token file (%s); the first path is the "
                     "token file to write, which would replace it: name a new OUT.tokens first, or remove "

@@ -140,6 +140,12 @@ cp "$tmp/t.txt" "$tmp/keep.txt"
 expect 2 "keep.txt exists and is not a token file (what looks like text); the first path is the token file to write" \
     "$bin" data tokenize "$tmp/keep.txt" "$tmp/t.txt"
 cmp -s "$tmp/t.txt" "$tmp/keep.txt" || { echo "FAIL: data tokenize replaced the text file named first"; fails=$((fails + 1)); }
+# and a FIFO (or a device) as OUT: refused (opening it to look waited for a writer for ever; a device
+# such as /dev/null, as root, would have been renamed over)
+mkfifo "$tmp/pipe.tokens"
+expect 2 "pipe.tokens exists and is not a file (a pipe or a device)" \
+    timeout 20 "$bin" data tokenize "$tmp/pipe.tokens" "$tmp/t.txt"
+[ -p "$tmp/pipe.tokens" ] || { echo "FAIL: data tokenize replaced the FIFO named as OUT"; fails=$((fails + 1)); }
 expect 0 "t.tokens: " "$bin" data tokenize "$tmp/t.tokens" "$tmp/t.txt"
 # inputs that are not text: refused, nothing written. The command run again
 # over a folder that now holds its output (or its shards), a .gz, a program
