@@ -160,16 +160,15 @@ static __device__ __forceinline__ float clip_factor(const opt_fuse &f, bool *cli
 }
 
 /* optim.c's adamw_tensor, per element:
- *   w *= decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
+ *   w *= decay; m = b1 m + omb1 g; v = b2 v + omb2 g g (omb: 1 - beta in double, rounded);
  *   w -= step m / (sqrt(v) rbc2 + eps)
  * with g clipped as read and w's 16-bit copy stored when f asks. */
 static __global__ void adamw_kernel(const opt_chunk *chunks, int64_t lo, float *w, const float *g, float *m,
-                                    float *v, float b1, float b2, float eps, float step, float rbc2,
-                                    float decay, opt_fuse f) {
+                                    float *v, float b1, float b2, float omb1, float omb2, float eps,
+                                    float step, float rbc2, float decay, opt_fuse f) {
     if (halted(f)) return;
     const opt_chunk c = chunks[blockIdx.x];
     const float dk = c.decay ? decay : 1.0f;
-    const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
     bool clip;
     const float cs = clip_factor(f, &clip);
     for (int64_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
@@ -221,8 +220,8 @@ extern "C" st_status st_cuda_adamw_step(st_cuda_optim *o, float *w, const float 
     const float step = (float)(hp->lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
     const float decay = (float)(1.0 - hp->lr * hp->weight_decay);
     adamw_kernel<<<(unsigned)o->n_chunks, OPT_THREADS, 0, o->d->compute>>>(
-        o->chunks, o->lo, w, g, m, v, (float)hp->beta1, (float)hp->beta2, (float)hp->eps, step, rbc2, decay,
-        fuse_args(fx));
+        o->chunks, o->lo, w, g, m, v, (float)hp->beta1, (float)hp->beta2, (float)(1.0 - hp->beta1),
+        (float)(1.0 - hp->beta2), (float)hp->eps, step, rbc2, decay, fuse_args(fx));
     ST_CUDA_TRY_D(o->d, cudaGetLastError());
     return ST_OK;
 }

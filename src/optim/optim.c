@@ -215,6 +215,9 @@ void st_optim_params_written(st_optim *o) {
 static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const float *g, float gs, int64_t n,
                          float *m, float *v, double lr) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+    /* 1 - beta in double, then rounded (as PyTorch passes it): in float,
+     * a beta2 of 0.99999999 rounds to 1 and 1 - b2 to 0, and v never grew */
+    const float omb1 = (float)(1.0 - o->beta1), omb2 = (float)(1.0 - o->beta2);
     const double bc1 = 1.0 - pow(o->beta1, (double)o->t), bc2 = 1.0 - pow(o->beta2, (double)o->t);
     const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2));
     const float decay = t->decay ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
@@ -222,8 +225,8 @@ static void adamw_tensor(const st_optim *o, const st_tensor *t, float *w, const 
     for (int64_t i = 0; i < n; i++) {
         const float gi = g[i] * gs; /* (gs 1: g itself; else the clip, as the device's clip kernel) */
         w[i] *= decay;
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = b1 * m[i] + omb1 * gi;
+        v[i] = b2 * v[i] + omb2 * gi * gi;
         w[i] -= step * m[i] / (sqrtf(v[i]) * rbc2 + eps);
     }
 }
