@@ -139,6 +139,15 @@ static void matches_step_loop(void) {
 }
 
 static void epochs_and_seeds(void) {
+    /* epochs x steps per epoch: a whole number missed only in binary is that number (1.08 x 1875 gave
+     * 2026, 0.07 x 100 gave 8, 1.1 x 100 gave 111), a fraction rounds up */
+    CHECK(st_steps_of_epochs(1.08, 60000, 32, true) == 2025, "1.08 epochs of 1875: %lld",
+          (long long)st_steps_of_epochs(1.08, 60000, 32, true));
+    CHECK(st_steps_of_epochs(0.07, 100, 1, false) == 7 && st_steps_of_epochs(1.1, 100, 1, false) == 110,
+          "0.07 and 1.1 epochs of 100: %lld, %lld", (long long)st_steps_of_epochs(0.07, 100, 1, false),
+          (long long)st_steps_of_epochs(1.1, 100, 1, false));
+    CHECK(st_steps_of_epochs(0.071, 100, 1, false) == 8 && st_steps_of_epochs(0.001, 100, 1, false) == 1,
+          "a fraction of a step rounds up");
     const int64_t n = 50;
     int64_t a[50], b[50], c[50];
     st_sampler *s = make(n, 50, 50, 0, 1, 5, true), *t = make(n, 50, 50, 0, 1, 5, true),

@@ -66,7 +66,10 @@ int64_t st_steps_per_epoch(int64_t n, int64_t batch, bool drop_last) {
 }
 
 int64_t st_steps_of_epochs(double epochs, int64_t n, int64_t batch, bool drop_last) {
-    const int64_t steps = (int64_t)ceil(epochs * (double)st_steps_per_epoch(n, batch, drop_last));
+    /* A whole number of steps that the decimal epochs only miss in binary
+     * (1.08 x 1875 is 2025.0000000000002) is that number, not one more. */
+    const double x = epochs * (double)st_steps_per_epoch(n, batch, drop_last), r = round(x);
+    const int64_t steps = (int64_t)(fabs(x - r) <= 1e-9 * fmax(1.0, x) ? r : ceil(x));
     return steps < 1 ? 1 : steps;
 }
 int64_t st_sampler_accum(const st_sampler *s) { return s->accum; }
