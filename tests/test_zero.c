@@ -110,7 +110,7 @@ static void reshard(st_config *cfg, const char *dir, int W, int M, bool tensors)
         whole.v[i] = (float)(2 * i + 1);
     }
     whole.t = 9;
-    st_ckpt_state st = {0};
+    st_ckpt_state st = {.step = 9}; /* (t counts updates: at most the steps) */
     char path[4200], name[64];
     if (tensors) {
         st_ckpt_optim_name(0, name, sizeof name);
@@ -161,6 +161,59 @@ static void reshard(st_config *cfg, const char *dir, int W, int M, bool tensors)
     st_model_free(m);
 }
 
+/* Optimizer state by tensor that a damaged or hand-made file holds: each
+ * refused, naming the file and the tensor (they loaded: a transposed
+ * state as the parameter's, a t of "abc" as 0, NaN and a negative v until
+ * the loss went NaN, blamed on the learning rate). */
+static void damaged_state(st_config *cfg, const char *dir) {
+    st_model *m = make(cfg);
+    st_params *p = &m->params;
+    char path[4200], name[64];
+    st_ckpt_optim_name(0, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    st_ckpt_state st = {.step = 9, .optim_world = 1};
+    st_tensor *w = NULL; /* a matrix: its shape transposed in the file */
+    for (int i = 0; i < p->n && !w; i++)
+        if (p->t[i]->kind == ST_TENSOR_PARAM && p->t[i]->ndim == 2 && p->t[i]->shape[0] != p->t[i]->shape[1])
+            w = p->t[i];
+    CHECK(w != NULL, "a matrix parameter");
+    if (!w) return;
+    for (int variant = 0; variant < 6; variant++) {
+        st_optim o;
+        CHECK_OK(st_optim_init(&o, cfg, p));
+        for (int64_t i = 0; i < o.count; i++)
+            o.m[i] = 0.5f, o.v[i] = 0.25f;
+        o.t = variant == 1 ? 10 : 9;
+        if (variant == 2) o.m[w->offset + 3] = NAN;
+        if (variant == 3) o.v[w->offset + 3] = -1.0f;
+        if (variant == 4) o.v[w->offset + 3] = INFINITY;
+        const int64_t d0 = w->shape[0];
+        if (variant == 5) w->shape[0] = w->shape[1], w->shape[1] = d0;
+        CHECK_OK(st_ckpt_optim_save_tensors(&o, p, path));
+        if (variant == 5) w->shape[1] = w->shape[0], w->shape[0] = d0;
+        st_optim into;
+        CHECK_OK(st_optim_init(&into, cfg, p));
+        const st_status s = st_ckpt_optim_load(dir, &st, p, &into);
+        const char *want[] = {NULL,
+                              "the optimizer's update count t \"10\" is not a whole number from 0 to the "
+                              "checkpoint's 9 steps",
+                              "element 3 is nan: optimizer state that is not finite",
+                              "element 3 is -1: optimizer state holds a negative second moment",
+                              "element 3 is inf: optimizer state that is not finite",
+                              "the parameter "};
+        if (!want[variant])
+            CHECK(s == ST_OK && into.t == 9, "a sound state: %s", s == ST_OK ? "t" : st_last_error());
+        else
+            CHECK(s == ST_ERR_FORMAT && strstr(st_last_error(), want[variant]) &&
+                      strstr(st_last_error(), "optim-rank0.safetensors") &&
+                      (variant == 1 || strstr(st_last_error(), w->name)),
+                  "variant %d: %s", variant, s == ST_OK ? "loaded" : st_last_error());
+        st_optim_free(&into);
+        st_optim_free(&o);
+    }
+    st_model_free(m);
+}
+
 int main(void) {
     test_plan();
     test_release();
@@ -176,6 +229,7 @@ int main(void) {
     reshard(&cfg, root, 3, 1, false);
     reshard(&cfg, root, 1, 4, true);
     reshard(&cfg, root, 2, 5, false);
+    damaged_state(&cfg, root);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK(system(cmd) == 0, "cleanup");

@@ -2,11 +2,14 @@
  * ckpt_optim.h). */
 #include "ckpt_optim.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/safetensors.h"
+#include "core/text.h"
 
 #define PATH_CAP 4096
 
@@ -63,8 +66,12 @@ st_status st_ckpt_optim_save_shard(const st_optim *o, const char *path) {
     return st_safetensors_write(path, t, o->v ? 2 : 1, meta, 5);
 }
 
-/* Open path and check the optimizer kind; *t from the metadata. */
-static st_status open_checked(const char *path, const st_optim *o, st_safetensors **f, int64_t *t) {
+/* Open path and check the optimizer kind; *t from the metadata: a whole
+ * number of updates, at most the checkpoint's steps (a skipped fp16 step
+ * counts a step and no update). A t read as 0 restarted AdamW's bias
+ * correction without a word. */
+static st_status open_checked(const char *path, const st_optim *o, int64_t steps, st_safetensors **f,
+                              int64_t *t) {
     ST_TRY(st_safetensors_open(path, f));
     const char *kind = st_safetensors_metadata(*f, "optimizer"), *ts = st_safetensors_metadata(*f, "t");
     st_status s = ST_OK;
@@ -73,30 +80,76 @@ static st_status open_checked(const char *path, const st_optim *o, st_safetensor
     else if (strcmp(kind, kind_name(o->kind)) != 0)
         s = st_fail(ST_ERR_CONFIG, "%s: holds %s state but optim.type is %s; resume with the same optim.type",
                     path, kind, kind_name(o->kind));
+    char *end = NULL;
+    errno = 0;
+    const long long v = s == ST_OK ? strtoll(ts, &end, 10) : 0;
+    if (s == ST_OK && (end == ts || *end || errno || v < 0 || v > steps))
+        s = st_fail(ST_ERR_FORMAT,
+                    "%s: the optimizer's update count t \"%.40s\" is not a whole number from 0 to the "
+                    "checkpoint's %lld steps (damaged checkpoint)",
+                    path, ts, (long long)steps);
     if (s != ST_OK) {
         st_safetensors_close(*f);
         *f = NULL;
         return s;
     }
-    *t = strtoll(ts, NULL, 10);
+    *t = v;
+    return ST_OK;
+}
+
+/* Optimizer state that is not finite, or a negative second moment (a
+ * damaged or hand-made file): refused, naming the tensor and element;
+ * loaded, it showed up only as a NaN loss blamed on the learning rate. */
+static st_status state_values(const float *x, int64_t n, bool second, const char *path, const char *name,
+                              int64_t first) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (second && x[i] < 0))
+            return st_fail(ST_ERR_FORMAT,
+                           "%s: %s element %lld is %g: optimizer state %s (damaged checkpoint); resume from "
+                           "another checkpoint",
+                           path, name, (long long)(first + i), (double)x[i],
+                           isfinite(x[i]) ? "holds a negative second moment" : "that is not finite");
     return ST_OK;
 }
 
 /* Read tensor `name` of n elements, whose first element is arena element
- * `base`, and copy its overlap with o's range into state arena dst. */
-static st_status read_overlap(const st_safetensors *f, const char *name, int64_t base, int64_t n, const st_optim *o,
-                              float *dst, float *tmp) {
+ * `base`, and copy its overlap with o's range into state arena dst (its
+ * values checked: state_values; second: v). */
+static st_status read_overlap(const st_safetensors *f, const char *name, int64_t base, int64_t n,
+                              const st_optim *o, bool second, float *dst, float *tmp) {
     const int64_t a = base > o->lo ? base : o->lo, e = base + n < o->hi ? base + n : o->hi;
     if (a >= e) return ST_OK;
     ST_TRY(st_safetensors_read_f32(f, name, tmp, n));
+    ST_TRY(state_values(tmp + (a - base), e - a, second, st_safetensors_path(f), name, a - base));
     memcpy(dst + (a - o->lo), tmp + (a - base), (size_t)(e - a) * sizeof(float));
     return ST_OK;
 }
 
-static st_status load_tensors(const char *path, const st_params *p, st_optim *o) {
+/* The state of parameter pt in f under name: the parameter's shape (the
+ * element count alone let a transposed [16, 10] load as [10, 16]). */
+static st_status same_shape(const st_safetensors *f, const char *name, const st_tensor *pt) {
+    const st_safetensors_entry *e = st_safetensors_find(f, name);
+    if (!e) return ST_OK; /* (the read says it is missing) */
+    bool same = e->ndim == pt->ndim;
+    for (int d = 0; same && d < e->ndim; d++)
+        same = e->shape[d] == pt->shape[d];
+    if (same) return ST_OK;
+    char a[128] = "", b[128] = "";
+    size_t at = 0, bt = 0;
+    for (int d = 0; d < e->ndim; d++)
+        st_appendf(a, sizeof a, &at, "%s%lld", d ? ", " : "", (long long)e->shape[d]);
+    for (int d = 0; d < pt->ndim; d++)
+        st_appendf(b, sizeof b, &bt, "%s%lld", d ? ", " : "", (long long)pt->shape[d]);
+    return st_fail(ST_ERR_FORMAT,
+                   "%s: %s has shape [%s], the parameter %s [%s]: this optimizer state is not this model's "
+                   "(damaged checkpoint, or written for another model)",
+                   st_safetensors_path(f), name, a, pt->name, b);
+}
+
+static st_status load_tensors(const char *path, int64_t steps, const st_params *p, st_optim *o) {
     st_safetensors *f = NULL;
     int64_t t;
-    ST_TRY(open_checked(path, o, &f, &t));
+    ST_TRY(open_checked(path, o, steps, &f, &t));
     int64_t most = 1;
     for (int i = 0; i < p->n; i++)
         if (p->t[i]->kind == ST_TENSOR_PARAM && p->t[i]->count > most) most = p->t[i]->count;
@@ -107,10 +160,12 @@ static st_status load_tensors(const char *path, const st_params *p, st_optim *o)
         const st_tensor *pt = p->t[i];
         if (pt->kind != ST_TENSOR_PARAM) continue;
         snprintf(name, sizeof name, "m.%s", pt->name);
-        s = read_overlap(f, name, pt->offset, pt->count, o, o->m, tmp);
+        s = same_shape(f, name, pt);
+        if (s == ST_OK) s = read_overlap(f, name, pt->offset, pt->count, o, false, o->m, tmp);
         if (s == ST_OK && o->v) {
             snprintf(name, sizeof name, "v.%s", pt->name);
-            s = read_overlap(f, name, pt->offset, pt->count, o, o->v, tmp);
+            s = same_shape(f, name, pt);
+            if (s == ST_OK) s = read_overlap(f, name, pt->offset, pt->count, o, true, o->v, tmp);
         }
     }
     if (s != ST_OK && !strstr(st_last_error(), path)) /* (the safetensors reader names it already) */
@@ -135,7 +190,7 @@ static st_status load_shards(const char *dir, const st_ckpt_state *st, st_optim 
         snprintf(path, sizeof path, "%s/%s", dir, name);
         st_safetensors *f = NULL;
         int64_t t;
-        if ((s = open_checked(path, o, &f, &t)) != ST_OK) break;
+        if ((s = open_checked(path, o, st->step, &f, &t)) != ST_OK) break;
         const char *mlo = st_safetensors_metadata(f, "lo"), *mhi = st_safetensors_metadata(f, "hi");
         if (!mlo || !mhi || strtoll(mlo, NULL, 10) != lo || strtoll(mhi, NULL, 10) != hi)
             s = st_fail(ST_ERR_FORMAT, "%s: holds elements [%s, %s), state.json's layout says [%lld, %lld)", path,
@@ -143,8 +198,8 @@ static st_status load_shards(const char *dir, const st_ckpt_state *st, st_optim 
         else if (t_all >= 0 && t != t_all)
             s = st_fail(ST_ERR_FORMAT, "%s: step count t = %lld, other shards have %lld", path, (long long)t,
                         (long long)t_all);
-        if (s == ST_OK) s = read_overlap(f, "m", lo, hi - lo, o, o->m, tmp);
-        if (s == ST_OK && o->v) s = read_overlap(f, "v", lo, hi - lo, o, o->v, tmp);
+        if (s == ST_OK) s = read_overlap(f, "m", lo, hi - lo, o, false, o->m, tmp);
+        if (s == ST_OK && o->v) s = read_overlap(f, "v", lo, hi - lo, o, true, o->v, tmp);
         if (s != ST_OK && !strstr(st_last_error(), path)) st_fail_context(s, "%s: ", path);
         t_all = t;
         st_safetensors_close(f);
@@ -167,7 +222,7 @@ st_status st_ckpt_optim_load(const char *dir, const st_ckpt_state *state, const 
             snprintf(path, sizeof path, "%s/%s", dir, name);
             st_safetensors *f = NULL;
             int64_t t;
-            ST_TRY(open_checked(path, o, &f, &t));
+            ST_TRY(open_checked(path, o, state->step, &f, &t));
             st_safetensors_close(f);
             o->t = t;
         }
@@ -176,5 +231,5 @@ st_status st_ckpt_optim_load(const char *dir, const st_ckpt_state *state, const 
     char path[PATH_CAP], name[64];
     st_ckpt_optim_name(0, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return load_tensors(path, p, o);
+    return load_tensors(path, state->step, p, o);
 }
