@@ -848,6 +848,13 @@ static st_status parse_state(const char *dir, st_ckpt_state *state, want_file **
         s = st_fail(ST_ERR_FORMAT, "%s: no format_version (damaged checkpoint)", path);
         goto done;
     }
+    if (ver > ST_CKPT_VERSION) { /* (not damage: a resume's search stops at it, as on a storage error) */
+        s = st_fail(ST_ERR_UNSUPPORTED,
+                    "%s: format_version %lld, written by a newer scaletrain; this build reads version %d: "
+                    "use the build that wrote it",
+                    path, (long long)ver, ST_CKPT_VERSION);
+        goto done;
+    }
     if (ver != ST_CKPT_VERSION) {
         s = st_fail(ST_ERR_FORMAT, "%s: format_version %lld; this build reads version %d", path,
                     (long long)ver, ST_CKPT_VERSION);
@@ -1048,6 +1055,14 @@ static void note_where(const share_note *n, char *out, size_t cap) {
         snprintf(out, cap, "step %lld (%lld files)", (long long)n->step, (long long)n->nfiles);
 }
 
+/* What ends a resume's search for a checkpoint rather than passing this one
+ * over (an older one taken, this one set aside as abandoned): out of
+ * memory, the storage failing to read (ST_ERR_IO), a checkpoint of a newer
+ * format (ST_ERR_UNSUPPORTED): none says the checkpoint is damaged. */
+static bool search_ends(st_status s) {
+    return s == ST_ERR_NOMEM || s == ST_ERR_IO || s == ST_ERR_UNSUPPORTED;
+}
+
 /* The outcome for every rank of a round whose records (world of them,
  * `stride` bytes apart in all) each start with a share_head: ST_OK when
  * none failed, else this rank's own error (own) when it failed, or "rank
@@ -1062,11 +1077,10 @@ static st_status share_outcome(int world, st_status mine, const char *own, const
         const share_head *h = (const share_head *)((const char *)all + (size_t)k * stride);
         if (h->fail == ST_OK) continue;
         if (!bad) bad = h, at = k;
-        if (!stop && (h->fail == ST_ERR_NOMEM || h->fail == ST_ERR_IO)) stop = h, stop_at = k;
+        if (!stop && search_ends(h->fail)) stop = h, stop_at = k;
     }
     *fatal = stop != NULL;
-    if (mine != ST_OK && (stop == NULL || mine == ST_ERR_NOMEM || mine == ST_ERR_IO))
-        return st_fail(mine, "%s", own);
+    if (mine != ST_OK && (stop == NULL || search_ends(mine))) return st_fail(mine, "%s", own);
     if (stop) return st_fail(stop->fail, "rank %d: %s", stop_at, stop->why);
     if (!bad) return ST_OK;
     return st_fail(ST_ERR_FORMAT, "rank %d: %s", at, bad->why);
@@ -1100,7 +1114,7 @@ static st_status share_round(st_comm *comm, const char *ckdir, st_status mine, i
     /* A rank that could not look (out of memory, its storage failed) is the
      * message, before any difference in what the others saw */
     for (int k = 0; k < world; k++)
-        if (all[k].h.fail == ST_ERR_IO || all[k].h.fail == ST_ERR_NOMEM) {
+        if (search_ends((st_status)all[k].h.fail)) {
             s = share_outcome(world, mine, own, all, sizeof *all, fatal);
             free(all);
             return s;
@@ -1221,15 +1235,17 @@ static bool good_one(const char *cand, const char *ckdir, st_comm *comm, st_stat
     /* out of memory, or the storage failing to read: says nothing of the
      * checkpoint, which is not passed over for it (an older one taken, and
      * this one set aside as abandoned) */
-    if (s == ST_ERR_NOMEM || s == ST_ERR_IO) stop = true;
+    if (search_ends(s)) stop = true;
     if (stop) {
-        *fatal = s == ST_ERR_IO
-                     ? st_fail_context(s,
-                                       "%s: %s could not be read (the storage, not the checkpoint: "
-                                       "it was not passed over, and nothing was moved or written; "
-                                       "try again once the storage reads): ",
-                                       who, cand)
-                     : s;
+        *fatal =
+            s == ST_ERR_IO ? st_fail_context(s,
+                                             "%s: %s could not be read (the storage, not the checkpoint: "
+                                             "it was not passed over, and nothing was moved or written; "
+                                             "try again once the storage reads): ",
+                                             who, cand)
+            : s == ST_ERR_UNSUPPORTED
+                ? st_fail_context(s, "%s: %s is not passed over (nothing was moved or written): ", who, cand)
+                : s;
         return false;
     }
     if (s == ST_OK) {
@@ -1433,7 +1449,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
             /* (a checkpoint the storage did not read is an error here too: the
              * final weights may be older than it) */
             const st_status f = find_latest(where, "--init", NULL, dir, sizeof dir, &found, &st, NULL);
-            if (f == ST_ERR_IO || f == ST_ERR_NOMEM) return f;
+            if (search_ends(f)) return f;
             if (f != ST_OK) found = false;
             st_clear_error();
             if (!found || !saved_after(dir, &fs)) {
@@ -1537,9 +1553,7 @@ st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *a
     /* No folder is none; one that cannot be listed, or checkpoints that
      * cannot be read, may be an unfinished run's; so may a checkpoint that
      * `latest` names by a name no checkpoint has (ST_ERR_CONFIG). */
-    const st_status unseen = ls != ST_OK                                                    ? ls
-                             : fs == ST_ERR_IO || fs == ST_ERR_NOMEM || fs == ST_ERR_CONFIG ? fs
-                                                                                            : ST_OK;
+    const st_status unseen = ls != ST_OK ? ls : search_ends(fs) || fs == ST_ERR_CONFIG ? fs : ST_OK;
     if (unseen == ST_ERR_CONFIG)
         return unseen; /* (its message says what to do, and that nothing was written) */
     if (unseen != ST_OK) {

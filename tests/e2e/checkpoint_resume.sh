@@ -149,6 +149,18 @@ for from in "$tmp/from" "$tmp/from/ckpt" "$tmp/from/ckpt/latest"; do
         echo "--resume $from: 6 + 6 steps into a new out_dir, the same bytes as 12" ||
         fail "--resume $from: the weights differ from 12 steps in one go"
 done
+# a newest checkpoint written by a newer scaletrain (its state.json's format_version past this build's):
+# not damage. --resume auto stops at it, nothing moved or written (it was passed over for the one before
+# and set aside as abandoned: an older build rewound a newer build's run)
+cp -r "$tmp/from" "$tmp/newer"
+/usr/bin/python3 -c 'import json, sys; p = sys.argv[1]; d = json.load(open(p)); d["format_version"] += 1; json.dump(d, open(p, "w"))' \
+    "$tmp/newer/ckpt/step-6/state.json"
+before=$(cd "$tmp/newer" && find . | sort)
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/newer" --resume auto 2>&1) &&
+    fail "--resume auto past a newer build's checkpoint ran"
+grep -qF "step-6 is not passed over (nothing was moved or written): $tmp/newer/ckpt/step-6/state.json: format_version" <<<"$out" &&
+    grep -qF "written by a newer scaletrain" <<<"$out" || fail "a newer build's checkpoint: $out"
+[ "$(cd "$tmp/newer" && find . | sort)" = "$before" ] || fail "a newer build's checkpoint: moved $(ls -R "$tmp/newer")"
 # --resume naming another folder's checkpoint, into an out_dir that holds a
 # third run's checkpoints: those are not the resumed run's. An unfinished
 # run's refuse it, naming both, nothing written; a finished run's are set
