@@ -1908,7 +1908,18 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                 } else
                     st_clear_error(); /* (a state.json just verified: read again, it only fails as it goes) */
             }
-            if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
+            /* (another data.val_split holds out another part: the count differs, the data need not) */
+            const double split_was = ses->model->val_split_loaded;
+            if (ck.samples >= 0 && ck.samples != ses->train.n && warn && split_was >= 0 &&
+                split_was != c->data.val_split)
+                fprintf(
+                    warn,
+                    "resume: warning: data.train (%s) gives %lld training samples with data.val_split %g; "
+                    "the run that wrote the checkpoint had %lld with its %g: this epoch's order differs "
+                    "from the interrupted run's, and until it ends samples may repeat or be skipped\n",
+                    c->data.train, (long long)ses->train.n, c->data.val_split, (long long)ck.samples,
+                    split_was);
+            else if (ck.samples >= 0 && ck.samples != ses->train.n && warn)
                 fprintf(
                     warn,
                     "resume: warning: data.train (%s) holds %lld samples; the run that wrote the checkpoint "

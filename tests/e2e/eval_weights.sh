@@ -155,4 +155,13 @@ cp -r "$tmp/mlp" "$tmp/mlpr"
 expect 0 "were trained with data.val_split 0.1, and this run has 0: this run trains on samples they held out" \
     "$bin" train "${quiet[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=4 \
     --set train.batch_size=32 --set data.val_split=0 --set train.out_dir="$tmp/mlpr" --resume auto
+# the training samples' count changes with the split, not the data: said so (it said "the data changed
+# (shards added or removed?)")
+cp -r "$tmp/mlp" "$tmp/mlpr2"
+expect 0 "training samples with data.val_split 0; the run that wrote the checkpoint had" \
+    "$bin" train "${quiet[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=4 \
+    --set train.batch_size=32 --set data.val_split=0 --set train.out_dir="$tmp/mlpr2" --resume auto
+rm -rf "$tmp/mlpr2" && cp -r "$tmp/mlp" "$tmp/mlpr2"
+absent "the data changed" "$bin" train "${quiet[@]}" --set model.type=mlp --set model.hidden=[16] --set train.steps=4 \
+    --set train.batch_size=32 --set data.val_split=0 --set train.out_dir="$tmp/mlpr2" --resume auto
 e2e_finish "eval takes its model from the weights"
