@@ -175,6 +175,11 @@ static void test_readers(void) {
         "safetensors.torch.save_model(model, \"model.safetensors\")");
     CHECK_FAILS(st_safetensors_open(idx, &sf), ST_ERR_FORMAT,
                 "x-idx3-ubyte: not safetensors but an IDX file");
+    /* NumPy's arrays as weights: how to write them as safetensors (it said what data.type npy reads) */
+    CHECK_FAILS(
+        st_safetensors_open(npy, &sf), ST_ERR_FORMAT,
+        "x.npy: not safetensors but a NumPy .npy array; weights are read from safetensors files, named "
+        "tensors (one array is not a model's): in Python, safetensors.numpy.save_file(");
     /* and each reads its own */
     CHECK_OK(st_safetensors_open(st, &sf));
     st_safetensors_close(sf);

@@ -240,7 +240,8 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header length", path));
     const st_file_kind kind = st_sniff(len8, head_n);
     if (kind.format != ST_FILE_UNKNOWN && kind.format != ST_FILE_SAFETENSORS)
-        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: not safetensors but %s; %s", path, kind.what, kind.use));
+        ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: not safetensors but %s; %s", path, kind.what,
+                        st_sniff_weights_use(kind)));
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | len8[i];

@@ -131,6 +131,20 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
     return none;
 }
 
+const char *st_sniff_weights_use(st_file_kind k) {
+    if (k.format == ST_FILE_NPZ)
+        return "weights are read from safetensors files, named tensors: in Python, "
+               "safetensors.numpy.save_file(dict(numpy.load(\"FILE.npz\")), \"model.safetensors\") writes "
+               "one "
+               "with the arrays' names (docs/formats.md)";
+    if (k.format == ST_FILE_NPY)
+        return "weights are read from safetensors files, named tensors (one array is not a model's): in "
+               "Python, safetensors.numpy.save_file({\"name\": array, ...}, \"model.safetensors\") writes "
+               "one "
+               "(docs/formats.md)";
+    return k.use;
+}
+
 bool st_sniff_regular(const char *path, st_file_kind *kind) {
     struct stat sb;
     const int fd = st_open_read(path, &sb);

@@ -46,5 +46,9 @@ st_file_kind st_sniff(const uint8_t *head, size_t n);
  * regular file that opens (a FIFO is not waited on, nor a pipe's bytes
  * taken from its reader): true, *kind set; false otherwise. */
 bool st_sniff_regular(const char *path, st_file_kind *kind);
+/* What to make of a file of kind k given where weights go (--init): its
+ * `use` where that is about weights already, else how to write weights as
+ * safetensors (NumPy's arrays: from Python, with their names). */
+const char *st_sniff_weights_use(st_file_kind k);
 
 #endif
