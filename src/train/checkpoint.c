@@ -1610,6 +1610,16 @@ st_status st_ckpt_folder_check(const char *out_dir) {
                 "(nothing was written)",
                 ckdir, strerror(errno));
         rmdir(probe);
+        /* `latest` is replaced by a rename at every save: a folder there (made
+         * by hand) failed the first save, after its training */
+        char latest[PATH_CAP + 8];
+        snprintf(latest, sizeof latest, "%s/latest", ckdir);
+        if (lstat(latest, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return st_fail(ST_ERR_CONFIG,
+                           "%s is a folder, where scaletrain keeps a file naming the latest checkpoint (each "
+                           "save replaces it): the run would train and fail at its first checkpoint. Move it "
+                           "away (nothing was written)",
+                           latest);
         return ST_OK;
     }
     return st_fail(ST_ERR_CONFIG,

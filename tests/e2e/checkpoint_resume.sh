@@ -161,6 +161,12 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_
 grep -qF "step-6 is not passed over (nothing was moved or written): $tmp/newer/ckpt/step-6/state.json: format_version" <<<"$out" &&
     grep -qF "written by a newer scaletrain" <<<"$out" || fail "a newer build's checkpoint: $out"
 [ "$(cd "$tmp/newer" && find . | sort)" = "$before" ] || fail "a newer build's checkpoint: moved $(ls -R "$tmp/newer")"
+# ckpt/latest a folder (made by hand): refused at the start (the run trained, then failed at its first save)
+cp -r "$tmp/from" "$tmp/latestdir" && rm "$tmp/latestdir/ckpt/latest" && mkdir "$tmp/latestdir/ckpt/latest"
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/latestdir" --resume auto 2>&1) &&
+    fail "a folder as ckpt/latest: the run went on"
+grep -qF "error: $tmp/latestdir/ckpt/latest is a folder, where scaletrain keeps a file naming the latest checkpoint" <<<"$out" &&
+    ! grep -q "^step " <<<"$out" || fail "a folder as ckpt/latest: $out"
 # --resume naming another folder's checkpoint, into an out_dir that holds a
 # third run's checkpoints: those are not the resumed run's. An unfinished
 # run's refuse it, naming both, nothing written; a finished run's are set
