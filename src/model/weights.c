@@ -262,6 +262,46 @@ static const char *strip_prefix(const char *name) {
     return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
 }
 
+/* The model type a file's tensor names say (scaletrain's names, after any
+ * prefix: a gpt's wte and h.N, a cnn's conv.N, an mlp's fc.N without
+ * convolutions), or NULL; with one, *example is a name that says it. */
+static const char *kind_of_names(const st_safetensors *f, const char **example) {
+    const char *gpt = NULL, *cnn = NULL, *mlp = NULL;
+    for (int i = 0; i < st_safetensors_count(f); i++) {
+        const char *full = st_safetensors_entry_at(f, i)->name;
+        for (const char *name = full; name; name = strchr(name, '.') ? strchr(name, '.') + 1 : NULL) {
+            if (!gpt && (!strcmp(name, "wte.weight") || !strncmp(name, "h.0.", 4))) gpt = full;
+            if (!cnn && !strncmp(name, "conv.", 5)) cnn = full;
+            if (!mlp && !strncmp(name, "fc.", 3)) mlp = full;
+        }
+    }
+    *example = gpt ? gpt : cnn ? cnn : mlp;
+    return gpt ? "gpt" : cnn ? "cnn" : mlp ? "mlp" : NULL;
+}
+
+/* A prefix every name of the file carries before the model's own names
+ * (a state_dict saved from a wrapper: "model.", "module."): found from the
+ * model's tensors found under it, most of them; "" when none. */
+static void names_prefix(const st_model *m, const st_safetensors *f, char *prefix, size_t size) {
+    prefix[0] = '\0';
+    const st_params *p = &m->params;
+    if (p->n == 0) return;
+    for (int i = 0; i < st_safetensors_count(f) && !prefix[0]; i++) {
+        const char *name = st_safetensors_entry_at(f, i)->name;
+        const size_t n = strlen(name), k = strlen(p->t[0]->name);
+        if (n > k && !strcmp(name + n - k, p->t[0]->name) && n - k < size)
+            snprintf(prefix, size, "%.*s", (int)(n - k), name);
+    }
+    if (!prefix[0]) return;
+    int found = 0;
+    char full[ST_NAME_MAX + 256];
+    for (int i = 0; i < p->n; i++) {
+        snprintf(full, sizeof full, "%s%s", prefix, p->t[i]->name);
+        found += st_safetensors_find(f, full) != NULL;
+    }
+    if (2 * found < p->n) prefix[0] = '\0';
+}
+
 /* A GPT file that records no settings (written by another program: GPT-2's
  * own layout, llm.c's export): the settings its tensors' shapes say, as
  * --set arguments in set, "" when they do not say (no wte, no wpe or no
@@ -463,8 +503,27 @@ st_status st_model_load(st_model *m, const char *path) {
                 "the file records no model.* settings (not saved by scaletrain), and its tensors' shapes "
                 "say: %s (and model.n_head, which no shape holds: GPT-2's is model.n_embd / 64)",
                 set);
-        else
-            snprintf(hint, sizeof hint, "the weights must come from a model with the same model.* settings");
+        else {
+            const char *example = NULL, *kind = kind_of_names(f, &example);
+            char prefix[128];
+            names_prefix(m, f, prefix, sizeof prefix);
+            if (prefix[0])
+                snprintf(
+                    hint, sizeof hint,
+                    "every name in the file carries the prefix '%s' before the model's own (%s%s): a "
+                    "state_dict saved from a wrapper; save it without the prefix (in Python, {k[%zu:]: v "
+                    "for k, v in state_dict.items()})",
+                    prefix, prefix, p->t[0]->name, strlen(prefix));
+            else if (kind && strcmp(kind, kind_name(m->kind)) != 0)
+                snprintf(
+                    hint, sizeof hint,
+                    "the file records no model.* settings, and its tensor names (%s) are a%s %s's, not a "
+                    "%s's: run with --set model.type=%s (and that model's other model.* settings)",
+                    example, strcmp(kind, "mlp") ? "" : "n", kind, kind_name(m->kind), kind);
+            else
+                snprintf(hint, sizeof hint,
+                         "the weights must come from a model with the same model.* settings");
+        }
         s = st_fail(ST_ERR_FORMAT, "%s: %d mismatch%s with the %s model:%s%s%s%s\nhint: %s", path, total,
                     total == 1 ? "" : "es", kind_name(m->kind), pr.msg, pr.n > 12 ? "\n  ..." : "",
                     missing.msg, missing.n > 12 ? "\n  ... (more missing)" : "", hint);

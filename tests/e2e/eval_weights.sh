@@ -112,6 +112,23 @@ h["__metadata__"]["model.pool"] = "[ 1 ]"
 j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
 PY
+# weights another program wrote, with no metadata: tensor names that say another model type get
+# --set model.type; names under a wrapper's prefix ("model.") get how to take it off (both got "the
+# weights must come from a model with the same model.* settings")
+/usr/bin/python3 - "$tmp/mlp/model.safetensors" "$tmp/nometa.safetensors" "$tmp/prefixed.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+del h["__metadata__"]
+for out, pre in ((sys.argv[2], ""), (sys.argv[3], "model.")):
+    j = json.dumps({pre + k: v for k, v in h.items()}).encode(); j += b" " * (-len(j) % 8)
+    open(out, "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+expect 1 "its tensor names (fc.0.weight) are an mlp's, not a cnn's: run with --set model.type=mlp" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/nometa.safetensors"
+expect 1 "every name in the file carries the prefix 'model.' before the model's own (model.fc.0.weight)" \
+    "$bin" eval "${quiet[@]}" --init "$tmp/prefixed.safetensors" --set model.type=mlp --set model.hidden=[16]
 npy=(--set data.type=npy --set data.train="$tmp/x.npy" --set data.train_labels="$tmp/y.npy" --set data.val="$tmp/x.npy"
      --set data.val_labels="$tmp/y.npy")
 expect 0 "eval: loss" "$bin" eval "${quiet[@]}" "${npy[@]}" --init "$tmp/spaced.safetensors"
