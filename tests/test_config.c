@@ -567,6 +567,51 @@ static void test_print(void) {
     unlink(path);
 }
 
+/* Keys given at another value than their default that the run does not
+ * read: warned of, naming the key that decides; a key at its default, or a
+ * key the run reads, says nothing; nor does a printed configuration read
+ * back (every key given, the others at their defaults). */
+static void test_unused(void) {
+    st_config c;
+    st_config_defaults(&c);
+    char buf[4096];
+    const char *sets[] = {"model.type=mlp",          "model.channels=[4]", "model.hidden=[8]",
+                          "optim.type=sgd",          "optim.beta1=0.8",    "optim.momentum=0.5",
+                          "optim.schedule=constant", "optim.min_lr=0.1",   "optim.loss_scale=1024",
+                          "model.kernel=3",          "precision=fp32"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        CHECK_OK(st_config_set(&c, sets[i]));
+    st_config_unused(&c, buf, sizeof buf);
+    const char *want[] = {"model.channels ([4], --set) is not used: it applies to cnn, and this run has "
+                          "model.type (mlp, --set)\n",
+                          "optim.beta1 (0.8, --set) is not used: it applies to adamw, and this run has "
+                          "optim.type (sgd, --set)\n",
+                          "optim.min_lr (0.1, --set) is not used: a decay ends there, and this run has "
+                          "optim.schedule (constant, "
+                          "--set), one rate\n",
+                          "optim.loss_scale (1024, --set) is not used: it applies to fp16, and this run has "
+                          "precision (fp32, --set)"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strstr(buf, want[i]), "'%s' in:\n%s", want[i], buf);
+    CHECK(!strstr(buf, "model.hidden") && !strstr(buf, "momentum") && !strstr(buf, "model.kernel"),
+          "a key read, or at its default, warned of:\n%s", buf);
+    /* the printed configuration read back: every key from the file, no warning */
+    st_config_defaults(&c);
+    CHECK_OK(st_config_set(&c, "model.type=mlp"));
+    CHECK_OK(st_config_set(&c, "optim.type=sgd"));
+    char *out = st_test_config_string(&c), path[64];
+    CHECK(out != NULL, "print");
+    if (!out) return;
+    write_yaml(path, out);
+    st_config back;
+    st_config_defaults(&back);
+    CHECK_OK(st_config_load(&back, path));
+    st_config_unused(&back, buf, sizeof buf);
+    CHECK(!buf[0], "a printed configuration warned of:\n%s", buf);
+    free(out);
+    unlink(path);
+}
+
 static void test_json(void) {
     st_config c, back;
     st_config_defaults(&c);
@@ -743,6 +788,7 @@ int main(int argc, char **argv) {
     test_validate();
     test_validate_data();
     test_print();
+    test_unused();
     test_json();
     test_docs();
     return st_test_finish("test_config");

@@ -3,13 +3,15 @@
  *
  * What a key is (type, default, range, accepted values) lives in the schema,
  * config_schema.c: this file walks YAML documents and handles no key by name,
- * except in st_config_validate. Printing, JSON and the docs: config_report.c. */
+ * except in st_config_validate and st_config_unused. Printing, JSON and the docs: config_report.c. */
 #include "core/config_schema.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/text.h"
 
 #define CONFIG_MAX_BYTES (16u << 20)
 
@@ -452,6 +454,56 @@ st_status st_config_set(st_config *c, const char *assignment) {
 }
 
 /* ---- cross-key checks ---- */
+
+/* The key whose value decides whether a key of doc prefix `who` ("mlp:",
+ * "adamw:", "fp16:") is read, and whether it is: NULL where the prefix is
+ * not one of those. */
+static const char *reader_of(const st_config *c, const char *doc, char *who, size_t n, bool *used) {
+    static const struct {
+        const char *who, *key;
+    } readers[] = {{"mlp", "model.type"},   {"cnn", "model.type"}, {"gpt", "model.type"},
+                   {"adamw", "optim.type"}, {"sgd", "optim.type"}, {"fp16", "precision"}};
+    const size_t len = strcspn(doc, ":");
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
+        if (doc[len] == ':' && len == strlen(readers[i].who) && !strncmp(doc, readers[i].who, len)) {
+            const int row = st_cfg_find(readers[i].key);
+            char value[ST_CFG_STR + 8];
+            st_cfg_format(c, row, value, sizeof value);
+            *used = strcmp(value, readers[i].who) == 0 || strcmp(value, "auto") == 0;
+            snprintf(who, n, "%s", readers[i].who);
+            return readers[i].key;
+        }
+    return NULL;
+}
+
+void st_config_unused(const st_config *c, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = '\0';
+    st_config d;
+    st_config_defaults(&d);
+    char mine[ST_CFG_STR + 8], def[ST_CFG_STR + 8], who[16], desc[2 * ST_CFG_STR + 128],
+        reader[2 * ST_CFG_STR + 128];
+    for (int row = 0; row < st_cfg_nkeys; row++) {
+        if (c->src_[row] != ST_SRC_FILE && c->src_[row] != ST_SRC_SET) continue;
+        st_cfg_format(c, row, mine, sizeof mine);
+        st_cfg_format(&d, row, def, sizeof def);
+        if (!strcmp(mine, def)) continue; /* (a whole configuration written out: its defaults) */
+        const char *key = st_cfg_keys[row].key;
+        bool used = true;
+        const char *by = reader_of(c, st_cfg_keys[row].doc, who, sizeof who, &used);
+        if (!used)
+            st_appendf(buf, n, &at,
+                       "scaletrain: warning: %s is not used: it applies to %s, and this run has %s\n",
+                       st_config_describe(c, key, desc, sizeof desc), who,
+                       st_config_describe(c, by, reader, sizeof reader));
+        else if (!strcmp(key, "optim.min_lr") && !strcmp(c->optim.schedule, "constant"))
+            st_appendf(
+                buf, n, &at,
+                "scaletrain: warning: %s is not used: a decay ends there, and this run has %s, one rate\n",
+                st_config_describe(c, key, desc, sizeof desc),
+                st_config_describe(c, "optim.schedule", reader, sizeof reader));
+    }
+}
 
 const char *st_config_describe(const st_config *c, const char *key, char *buf, size_t n) {
     int row = st_cfg_find(key);

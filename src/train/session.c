@@ -754,6 +754,11 @@ static st_status plan(st_session *s, st_model_input *in) {
         st_config_mark_auto(c, "model.attention_kernel",
                             "the CPU runs its own attention; the key chooses a GPU's");
     ST_TRY(autoconfigure(s, in));
+    if (s->rank == 0 && !s->eval_only) { /* (precision resolved: fp16's keys are read or not) */
+        char unused[4096];
+        st_config_unused(c, unused, sizeof unused);
+        if (unused[0]) st_ticker_sayf("%s", unused);
+    }
     if (!s->eval_only) { /* the micro-batch the planner chose divides the batch: a check */
         const st_status v = st_config_validate_world(c, s->world);
         s->agreed_error = v != ST_OK && st_config_source(c, "train.micro_batch_size") != ST_SRC_AUTO;
@@ -831,7 +836,10 @@ static st_status plan(st_session *s, st_model_input *in) {
                                st_config_describe(c, "optim.warmup_steps", a, sizeof a),
                                st_config_describe(c, "train.steps", b, sizeof b));
             }
-        } else if (st_config_source(c, "train.epochs") != ST_SRC_DEFAULT && s->rank == 0) {
+        } else if (st_config_source(c, "train.epochs") != ST_SRC_DEFAULT && s->rank == 0 &&
+                   /* (a run's config.yaml: the steps its epochs gave, written out with them) */
+                   c->train.steps != st_steps_of_epochs(c->train.epochs, s->train.n, c->train.batch_size,
+                                                        c->data.drop_last)) {
             char a[ST_CFG_STR + 96], b[ST_CFG_STR + 96];
             st_ticker_sayf(
                 "scaletrain: warning: %s is not used: %s sets the run's length (train.epochs counts "
