@@ -221,7 +221,20 @@ static void test_set(void) {
     CHECK_FAILS(st_config_set(&c, "optim.lrr=1"), ST_ERR_CONFIG, "did you mean optim.lr?");
     CHECK_FAILS(st_config_set(&c, "optim.lr"), ST_ERR_CONFIG, "--set optim.lr: expected key=value");
     CHECK_FAILS(st_config_set(&c, "optim=1"), ST_ERR_CONFIG, "optim is a section");
-    CHECK_FAILS(st_config_set(&c, "optimizer.lr=1"), ST_ERR_CONFIG, "did you mean optim?");
+    /* a section mistyped: the key of that name in the section it is near (it said "did you mean optim?",
+     * and nothing for trian.steps) */
+    CHECK_FAILS(st_config_set(&c, "optimizer.lr=1"), ST_ERR_CONFIG, "did you mean optim.lr?");
+    CHECK_FAILS(st_config_set(&c, "trian.steps=1"), ST_ERR_CONFIG, "did you mean train.steps?");
+    /* other tools' names for a key, in any section */
+    CHECK_FAILS(st_config_set(&c, "optim.learning_rate=1"), ST_ERR_CONFIG, "did you mean optim.lr?");
+    CHECK_FAILS(st_config_set(&c, "train.max_grad_norm=1"), ST_ERR_CONFIG, "did you mean optim.grad_clip?");
+    CHECK_FAILS(st_config_set(&c, "train.gradient_accumulation_steps=4"), ST_ERR_CONFIG,
+                "did you mean train.micro_batch_size? (it sets the accumulation");
+    /* a name with an invisible character (a zero-width space) or a look-alike letter (a Cyrillic e) */
+    CHECK_FAILS(st_config_set(&c, "train.steps\xe2\x80\x8b=3"), ST_ERR_CONFIG,
+                "the name holds a character that is not ASCII at byte 6");
+    CHECK_FAILS(st_config_set(&c, "train.st\xd0\xb5ps=3"), ST_ERR_CONFIG,
+                "the name holds a character that is not ASCII at byte 3");
     CHECK_FAILS(st_config_set(&c, "model.hidden=[512,"), ST_ERR_CONFIG,
                 "--set model.hidden=[512,: '[512,' is not");
     CHECK_FAILS(st_config_set(&c, "model.hidden=[512,x]"), ST_ERR_CONFIG,

@@ -120,11 +120,25 @@ static void section_names(char *buf, size_t n) {
     }
 }
 
+/* (accumulation is not a key of its own: the micro-batch sets it) */
+#define GRAD_ACCUM                                                                                           \
+    " (it sets the accumulation: train.batch_size / (ranks x train.micro_batch_size) micro-batches a "       \
+    "step; or leave it auto)"
+
 /* "; did you mean optim.lr?" for an unknown `name` inside `section` (seclen 0:
  * an unknown top-level name), or "; lr is a key of section optim (optim.lr)",
  * or "" when nothing fits. */
 static void hint_for(const char *section, size_t seclen, const char *name, char *buf, size_t n) {
     buf[0] = '\0';
+    /* a name that looks right and is not: a zero-width space, a Cyrillic letter (from a web page) */
+    for (size_t i = 0; name[i]; i++)
+        if ((unsigned char)name[i] >= 0x80) {
+            snprintf(buf, n,
+                     "; the name holds a character that is not ASCII at byte %zu (an invisible one, or a "
+                     "look-alike letter copied from elsewhere?): type it again",
+                     i + 1);
+            return;
+        }
     /* The same name elsewhere first: a key put in the wrong section (optim.steps is train.steps, not the
      * near optim.eps). */
     for (int i = 0; i < st_cfg_nkeys; i++) {
@@ -138,6 +152,48 @@ static void hint_for(const char *section, size_t seclen, const char *name, char 
             snprintf(buf, n, "; %s is a top-level key, not inside a section", name);
         return;
     }
+    /* Other tools' names for a key (PyTorch's, nanoGPT's, Hugging Face's), in any section */
+    static const struct {
+        const char *name, *key, *note;
+    } other_names[] = {
+        {"learning_rate", "optim.lr", NULL},
+        {"lr_min", "optim.min_lr", NULL},
+        {"min_learning_rate", "optim.min_lr", NULL},
+        {"clip_grad", "optim.grad_clip", NULL},
+        {"clip_grad_norm", "optim.grad_clip", NULL},
+        {"max_grad_norm", "optim.grad_clip", NULL},
+        {"gradient_clipping", "optim.grad_clip", NULL},
+        {"warmup", "optim.warmup_steps", NULL},
+        {"warmup_iters", "optim.warmup_steps", NULL},
+        {"lr_scheduler", "optim.schedule", NULL},
+        {"scheduler", "optim.schedule", NULL},
+        {"betas", "optim.beta1", " and optim.beta2"},
+        {"max_iters", "train.steps", NULL},
+        {"max_steps", "train.steps", NULL},
+        {"num_epochs", "train.epochs", NULL},
+        {"eval_interval", "train.eval_every", NULL},
+        {"eval_iters", "train.eval_steps", NULL},
+        {"save_every", "train.checkpoint_every", NULL},
+        {"save_interval", "train.checkpoint_every", NULL},
+        {"save_steps", "train.checkpoint_every", NULL},
+        {"log_interval", "log.every", NULL},
+        {"logging_steps", "log.every", NULL},
+        {"dtype", "precision", NULL},
+        {"mixed_precision", "precision", NULL},
+        {"n_positions", "model.block_size", NULL},
+        {"n_ctx", "model.block_size", NULL},
+        {"grad_accum", "train.micro_batch_size", GRAD_ACCUM},
+        {"grad_accum_steps", "train.micro_batch_size", GRAD_ACCUM},
+        {"gradient_accumulation_steps", "train.micro_batch_size", GRAD_ACCUM},
+    };
+    for (size_t i = 0; i < sizeof other_names / sizeof other_names[0]; i++)
+        if (!strcasecmp(name, other_names[i].name)) {
+            const char *note = other_names[i].note ? other_names[i].note : "";
+            const bool after = note[0] == ' ' && note[1] == '('; /* (an aside, after the question) */
+            snprintf(buf, n, "; did you mean %s%s?%s", other_names[i].key, after ? "" : note,
+                     after ? note : "");
+            return;
+        }
     int best = -1, best_d = INT32_MAX;
     /* A near name in the same place: a section, or a top-level key, or a key of this section. */
     for (int i = 0; i < st_cfg_nkeys; i++) {
@@ -285,7 +341,7 @@ static st_status load_key(loader *L, int row, yaml_node_t *key, yaml_node_t *val
 
 static st_status load_section(loader *L, const char *sec, int first, yaml_node_t *key, yaml_node_t *value) {
     int line = line_of(key);
-    char desc[80], full[160], keys[512], hint[160];
+    char desc[80], full[160], keys[512], hint[320];
     if (L->sec_line[first])
         return st_fail(ST_ERR_CONFIG,
                        "%s:%d: %s: duplicate section (first on line %d); merge the two into one", L->path,
@@ -323,7 +379,7 @@ static st_status load_section(loader *L, const char *sec, int first, yaml_node_t
 
 static st_status load_root(loader *L) {
     yaml_node_t *root = yaml_document_get_root_node(L->doc);
-    char desc[80], names[256], hint[160];
+    char desc[80], names[256], hint[320];
     if (st_cfg_is_null(root)) return ST_OK; /* an empty file */
     if (root->type != YAML_MAPPING_NODE)
         return st_fail(ST_ERR_CONFIG,
@@ -412,7 +468,7 @@ fail:
 /* ---- --set ---- */
 
 static st_status unknown_set_key(const char *ctx, const char *key) {
-    char keys[512], names[256], hint[160];
+    char keys[512], names[256], hint[320];
     size_t seclen = st_cfg_section_len(key);
     if (!seclen && st_cfg_section_first(key, strlen(key)) >= 0) {
         int first = st_cfg_section_first(key, strlen(key));
@@ -427,6 +483,14 @@ static st_status unknown_set_key(const char *ctx, const char *key) {
     }
     section_names(names, sizeof names);
     hint_for(NULL, 0, key, hint, sizeof hint);
+    /* a section's name mistyped (trian.steps): the key of that name in the section it is near */
+    for (int i = 0, best_d = INT32_MAX; seclen && i < st_cfg_nkeys; i++) {
+        const char *k = st_cfg_keys[i].key;
+        const size_t len = st_cfg_section_len(k);
+        const int d = len ? st_cfg_near(key, seclen, k, len) : -1;
+        if (d >= 0 && d < best_d && !strcasecmp(st_cfg_leaf(k), st_cfg_leaf(key)))
+            best_d = d, snprintf(hint, sizeof hint, "; did you mean %s?", k);
+    }
     return st_fail(ST_ERR_CONFIG, "%s: unknown key %s; keys are section.key with the sections %s%s", ctx, key,
                    names, hint);
 }
