@@ -358,7 +358,7 @@ static void test_file_errors(void) {
                       "'cosin' is not one of constant, cosine, linear; did you mean cosine?");
     expect_load_error("model:\n  preset: gpt3\n", 2, "model.preset",
                       "is not one of \"\", gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-small");
-    expect_load_error("optim:\n  lr: 12\n", 2, "optim.lr", "12 is out of range; it must be > 0 and < 10");
+    expect_load_error("optim:\n  lr: 12\n", 2, "optim.lr", "12 is out of range; it must be >= 1e-30 and < 10");
     expect_load_error("optim:\n  lr: .nan\n", 2, "optim.lr", "expected a number, got '.nan'");
     expect_load_error("model:\n  hidden: [512, x]\n", 2, "model.hidden",
                       "entry 2: expected an integer, got 'x'");

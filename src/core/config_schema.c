@@ -230,7 +230,9 @@ const st_cfg_key st_cfg_keys[] = {
           "end, a GPU that stopped answering); 0 = wait forever"),
 
     K_ENUM("optim.type", optim.type, "adamw", VALUES("adamw", "sgd"), "optimizer"),
-    K_FLOAT("optim.lr", optim.lr, "1e-3", 0, 10, LO | HI, "peak learning rate, reached after warmup"),
+    /* (from 1e-30: a rate below float's smallest normal, 1e-320 say, rounded to 0 in the update, and nothing
+     * trained) */
+    K_FLOAT("optim.lr", optim.lr, "1e-3", 1e-30, 10, HI, "peak learning rate, reached after warmup"),
     K_FLOAT("optim.weight_decay", optim.weight_decay, "0.0", 0, 10, HI,
             "decoupled weight decay (adamw) or L2 penalty (sgd, added after clipping), on the matrices: "
             "linear and convolution weights and a gpt's embeddings (wte, wpe); never on biases nor layer- "
