@@ -204,6 +204,16 @@ static void test_bad_headers(void) {
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "but the file has 2");
     put_raw(path, 0, "", 64);
     CHECK_FAILS(st_safetensors_open(path, &(st_safetensors *){0}), ST_ERR_FORMAT, "header length is 0");
+    /* a NUL in a name cut it short as read (head.bias\u0000x loaded as head.bias); an escaped backslash
+     * before u0000 is text */
+    bad_json("nul", "{\"a\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+             ST_ERR_FORMAT, "the header holds a NUL character (at byte 11)");
+    const char *text = "{\"a\\\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+    put_raw(path, strlen(text), text, 4);
+    st_safetensors *bs = NULL;
+    CHECK_OK(st_safetensors_open(path, &bs));
+    CHECK(bs && st_safetensors_find(bs, "a\\u0000x"), "a name with a backslash and u0000 as text");
+    st_safetensors_close(bs);
     /* another format is named by the sniffer (each kind: test_sniff.c); one
      * under 8 bytes is too short to hold the length, whatever it starts with */
     static const char torch_zip[] = "PK\x03\x04\x00\x00\x08\x08\x00"

@@ -261,6 +261,18 @@ st_status st_safetensors_open(const char *path, st_safetensors **out) {
     if (!st_pread_all(f->fd, hdr, n, 8))
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the %llu-byte header", path, (unsigned long long)n));
     hdr[n] = '\0';
+    /* A NUL in a name (\u0000, or the byte itself) would cut it short as
+     * read here: "head.bias\u0000x" loaded as head.bias. */
+    for (size_t i = 0; i < n; i++) {
+        const bool escaped =
+            hdr[i] == '\\' && i + 6 <= n && hdr[i + 1] == 'u' && !memcmp(hdr + i + 2, "0000", 4);
+        if (hdr[i] == '\0' || escaped)
+            ST_GOTO(st_fail(ST_ERR_FORMAT,
+                            "%s: the header holds a NUL character (at byte %zu), which no tensor name or "
+                            "metadata value holds; the file is corrupt or was not written as safetensors",
+                            path, i + 8));
+        if (hdr[i] == '\\') i++; /* (the escaped character: \\u0000 is a backslash and text) */
+    }
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(hdr, n, &end, 0);
     if (!root) {
