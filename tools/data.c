@@ -546,6 +546,9 @@ static int inspect(const char *path) {
     case ST_FILE_UNKNOWN:
         break;
     }
+    /* a JSON header at byte 8 behind a length past 2^48 (a damaged safetensors file): its reader says the
+     * length is wrong (it was read as an IDX file's magic) */
+    if (got >= 9 && magic[8] == '{') return inspect_safetensors(path);
     /* IDX's 00 00 of another element type or dimension count: its reader says what is wrong */
     if (got >= 2 && magic[0] == 0 && magic[1] == 0) return inspect_idx(path);
     char what[128] = "empty (0 bytes)";

@@ -140,6 +140,11 @@ cp "$tmp/t.txt" "$tmp/keep.txt"
 expect 2 "keep.txt exists and is not a token file (what looks like text); the first path is the token file to write" \
     "$bin" data tokenize "$tmp/keep.txt" "$tmp/t.txt"
 cmp -s "$tmp/t.txt" "$tmp/keep.txt" || { echo "FAIL: data tokenize replaced the text file named first"; fails=$((fails + 1)); }
+# data inspect of a safetensors file whose header length is past 2^48 (damaged): its reader's message (it
+# was read as an IDX file: "not an IDX file (magic 00 00 00 00 ...)")
+printf '\x00\x00\x00\x00\x00\x00\x00\x80{"a":1}' >"$tmp/big.safetensors"
+expect 1 "big.safetensors: header says 9223372036854775808 bytes but the file has 7 after the length" \
+    "$bin" data inspect "$tmp/big.safetensors"
 # and a FIFO (or a device) as OUT: refused (opening it to look waited for a writer for ever; a device
 # such as /dev/null, as root, would have been renamed over)
 mkfifo "$tmp/pipe.tokens"
