@@ -46,7 +46,7 @@ static void flip_byte(const char *path, long at) {
 static st_status space(const char *dir, int64_t ckpt_mib, int64_t model_mib, int64_t keep, int64_t free_mib,
                        char *out, size_t size) {
     return st_ckpt_space_check(dir, ckpt_mib << 20, model_mib << 20, keep, free_mib < 0 ? -1 : free_mib << 20,
-                               out, size);
+                               -1, NULL, out, size);
 }
 
 /* Room for the checkpoints: an error when the first one and the final
@@ -73,7 +73,26 @@ static void test_space(const char *root) {
               !strstr(warn, "lower train.keep_checkpoints"),
           "keep 1: %s", warn);
     CHECK_OK(space(dir, 100, 30, 0, 200, warn, sizeof warn));
-    CHECK(warn[0] == '\0', "keep 0 (all): no warning: %s", warn);
+    CHECK(warn[0] == '\0', "keep 0 (all), its length not known: no warning: %s", warn);
+    /* the checkpoints the run commits at least known (train.steps / train.checkpoint_every and its last):
+     * where those alone do not fit, the disk fills for certain (check FAILs); keep 0 is sized too (it said
+     * nothing of 5 x 100 MiB kept in 400) */
+    CHECK(st_ckpt_planned(0, 1000, 200) == 5 && st_ckpt_planned(0, 1001, 200) == 6 &&
+              st_ckpt_planned(0, 10, 0) == 1 && st_ckpt_planned(600, 1000, 200) == 2 &&
+              st_ckpt_planned(1000, 1000, 200) == 0,
+          "st_ckpt_planned");
+    bool certain = false;
+    CHECK_OK(st_ckpt_space_check(dir, 100 << 20, 30 << 20, 0, 400 << 20, 5, &certain, warn, sizeof warn));
+    CHECK(certain && strstr(warn, "at least 5 checkpoints of 100.0 MiB") && strstr(warn, "need 530.0 MiB") &&
+              strstr(warn, "the disk will fill") && strstr(warn, "set train.keep_checkpoints"),
+          "keep 0, 5 checkpoints in 400 MiB: %s", warn);
+    CHECK_OK(st_ckpt_space_check(dir, 100 << 20, 30 << 20, 0, 400 << 20, 3, &certain, warn, sizeof warn));
+    CHECK(!certain && !warn[0], "keep 0, 3 checkpoints in 400 MiB: %s", warn);
+    CHECK_OK(st_ckpt_space_check(dir, 100 << 20, 30 << 20, 3, 300 << 20, 10, &certain, warn, sizeof warn));
+    CHECK(certain && strstr(warn, "need 430.0 MiB") && strstr(warn, "lower train.keep_checkpoints"),
+          "keep 3, 10 checkpoints, 4 at once in 300 MiB: %s", warn);
+    CHECK_OK(st_ckpt_space_check(dir, 100 << 20, 30 << 20, 3, 300 << 20, 1, &certain, warn, sizeof warn));
+    CHECK(!certain && strstr(warn, "need 430.0 MiB"), "keep 3, 1 checkpoint known (more by time): %s", warn);
     /* two checkpoints already there: two more at most */
     for (int k = 1; k <= 2; k++) {
         snprintf(path, sizeof path, "%s/ckpt/step-%d", dir, k);
@@ -136,7 +155,7 @@ int main(void) {
         if (a->params.t[i]->kind != ST_TENSOR_PARAM)
             for (int64_t k = 0; k < a->params.t[i]->count; k++)
                 a->params.t[i]->data[k] = 0.5f + (float)k;
-    oa.t = 42;
+    oa.t = 3; /* (updates: at most the steps, 3 below) */
     char saved[4096], path[4200];
     for (int64_t step = 1; step <= 3; step++) {
         /* an fp16 run's loss scaler state rides along (0x1p-3 * 2^step: not an integer) */
@@ -168,7 +187,7 @@ int main(void) {
               got.batch_size == cfg.train.batch_size,
           "state step %lld pos %lld/%lld/%lld seed %llu", (long long)got.step, (long long)got.pos.epoch,
           (long long)got.pos.step, (long long)got.pos.micro, (unsigned long long)got.seed);
-    CHECK(ob.t == 42 && got.samples == 1003, "t %lld, samples %lld", (long long)ob.t, (long long)got.samples);
+    CHECK(ob.t == 3 && got.samples == 1003, "t %lld, samples %lld", (long long)ob.t, (long long)got.samples);
     CHECK(got.loss_scale == 0x1p20 * 3 + 0.125 && got.scale_good_steps == 13 && got.skipped_steps == 23,
           "loss scale state %.17g %lld %lld", got.loss_scale, (long long)got.scale_good_steps,
           (long long)got.skipped_steps);

@@ -16,7 +16,8 @@
  *   out_dir  the config's train.out_dir is writable (or can be created), and
  *            no run holds it (out_dir/run.lock: a train there would be refused)
  *   disk     room there for the run's checkpoints and final weights (FAIL
- *            when one checkpoint does not fit, warn when the kept ones will not)
+ *            when one checkpoint does not fit, or the ones a run of train.steps
+ *            commits at least; warn when the kept ones may not)
  *   cuda, nccl  what this build can use and what the probe found
  *   gpu ddp  with CUDA devices: the ddp self-test on every local GPU (a rank
  *            each through the launcher, train.device cuda; without MPI one
@@ -674,8 +675,11 @@ static void check_disk(report *r, const st_config *cfg) {
     st_runspec_close(&in);
     const int64_t free_bytes = st_path_free_bytes(c.train.out_dir);
     char warn[1024];
+    bool certain = false; /* (train.steps given: the checkpoints it commits at least are known) */
+    const int64_t planned =
+        c.train.steps > 0 ? st_ckpt_planned(0, c.train.steps, c.train.checkpoint_every) : -1;
     const st_status s = st_ckpt_space_check(c.train.out_dir, ckpt, weights, c.train.keep_checkpoints,
-                                            free_bytes, warn, sizeof warn);
+                                            free_bytes, planned, &certain, warn, sizeof warn);
     const double mib = 1 << 20;
     if (s != ST_OK) { /* the run's message, less what only a starting run can say */
         char msg[1024];
@@ -685,7 +689,8 @@ static void check_disk(report *r, const st_config *cfg) {
         line(r, "FAIL", "disk", "%s", msg);
     } else if (warn[0]) {
         warn[strcspn(warn, "\n")] = '\0';
-        line(r, "warn", "disk", "%s", strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);
+        line(r, certain ? "FAIL" : "warn", "disk", "%s",
+             strncmp(warn, "scaletrain: warning: ", 21) ? warn : warn + 21);
     } else if (free_bytes >= 0)
         line(r, "ok", "disk",
              "%.1f GiB free for train.out_dir; a checkpoint of this run takes %.1f MiB (weights and "

@@ -1707,9 +1707,17 @@ int64_t st_ckpt_peek_step(const char *out_dir, const char *spec) {
     return newest;
 }
 
+int64_t st_ckpt_planned(int64_t start, int64_t steps, int64_t every) {
+    if (steps <= start) return 0;
+    if (every <= 0) return 1;
+    return steps / every - start / every + (steps % every != 0);
+}
+
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
-                              int64_t free_bytes, char *warn, size_t warn_cap) {
+                              int64_t free_bytes, int64_t planned, bool *certain, char *warn,
+                              size_t warn_cap) {
     if (warn_cap) warn[0] = '\0';
+    if (certain) *certain = false;
     int64_t total = -1;
     if (free_bytes < 0) {
         /* (a read-only mount's free space would be the reason given, when it is not the one) */
@@ -1738,7 +1746,8 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
             "space there%s or choose another train.out_dir (nothing was written)",
             out_dir, mib(free_bytes), mib(ckpt_bytes), mib(model_bytes), aside_at);
     }
-    if (keep <= 0 || !warn_cap) return ST_OK; /* keeping all: how many depends on how long it runs */
+    if ((keep <= 0 && planned < 0) || !warn_cap)
+        return ST_OK; /* keeping all: how many depends on how long it runs */
     char ckdir[PATH_CAP];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     int64_t *steps = NULL;
@@ -1748,7 +1757,34 @@ st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t m
         have = 0;
     }
     free(steps);
+    /* the most this run's checkpoints take at once: keep + 1 while a save
+     * commits, less those there now (pruned as new ones come) */
     const int64_t more = keep + 1 - have > 1 ? keep + 1 - have : 1;
+    /* and what the checkpoints it commits at least take for certain */
+    const int64_t sure = planned < 0 ? -1 : keep <= 0 ? planned : (planned < more ? planned : more);
+    if (sure > 0 && free_bytes < sure * ckpt_bytes + model_bytes) {
+        st_ckpt_aside_note(out_dir, aside, sizeof aside);
+        if (aside[0]) snprintf(aside_at, sizeof aside_at, "; %s", aside);
+        if (certain) *certain = true;
+        snprintf(
+            warn, warn_cap,
+            "scaletrain: warning: train.out_dir %s: %.1f MiB free on its filesystem, but this run commits "
+            "at least %lld checkpoint%s of %.1f MiB (train.steps over train.checkpoint_every, and its "
+            "last), %s, and its final weights (%.1f MiB) need %.1f MiB: the disk will fill and the run "
+            "stop with an error (%s free space there%s)\n",
+            out_dir, mib(free_bytes), (long long)planned, planned == 1 ? "" : "s", mib(ckpt_bytes),
+            keep <= 0 ? "keeping every one (train.keep_checkpoints 0)"
+            : sure == more && more > 1
+                ? "more than train.keep_checkpoints of them on disk at once while a save commits"
+                : "all of them on disk",
+            mib(model_bytes), mib(sure * ckpt_bytes + model_bytes),
+            keep > 1    ? "lower train.keep_checkpoints (or save less often: train.checkpoint_every), or"
+            : keep <= 0 ? "set train.keep_checkpoints (0 keeps every one), or"
+                        : "choose another train.out_dir, or",
+            aside_at);
+        return ST_OK;
+    }
+    if (keep <= 0) return ST_OK;
     if (free_bytes < more * ckpt_bytes + model_bytes) {
         st_ckpt_aside_note(out_dir, aside, sizeof aside);
         if (aside[0]) snprintf(aside_at, sizeof aside_at, "; %s", aside);

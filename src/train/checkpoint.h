@@ -251,9 +251,19 @@ int64_t st_ckpt_peek_step(const char *out_dir, const char *spec);
  * when the first checkpoint and the final weights do not fit; a warning
  * (one line, "scaletrain: warning: ...\n") in warn when the checkpoints
  * kept (keep + 1 at once while a save commits, less those already in
- * out_dir/ckpt) will not: warn[0] is '\0' when there is none. */
+ * out_dir/ckpt) will not: warn[0] is '\0' when there is none. planned: the
+ * checkpoints the run commits at least (st_ckpt_planned; -1: not known):
+ * where those alone will not fit, the warning says the disk fills for
+ * certain, *certain (when not NULL) set; it also sizes a run that keeps
+ * every checkpoint (keep 0), said nothing of without it. */
 st_status st_ckpt_space_check(const char *out_dir, int64_t ckpt_bytes, int64_t model_bytes, int64_t keep,
-                              int64_t free_bytes, char *warn, size_t warn_cap);
+                              int64_t free_bytes, int64_t planned, bool *certain, char *warn,
+                              size_t warn_cap);
+
+/* The checkpoints a run from step `start` to `steps` commits at least:
+ * every train.checkpoint_every steps and the last step's (train.
+ * checkpoint_every_s and a stop may add more). */
+int64_t st_ckpt_planned(int64_t start, int64_t steps, int64_t every);
 
 /* One run at a time in a train.out_dir: rank 0 of a run that saves holds an
  * flock of out_dir/run.lock (which says who holds it: "a run on host h,

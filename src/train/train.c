@@ -326,8 +326,12 @@ static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
         st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
         /* (resumed at its last step: only the final weights are written,
          * the run that reached it having failed to write them) */
-        if (opts->resume && st_ckpt_peek_step(out, opts->resume) >= ses->cfg->train.steps) ckpt = 0;
-        s = st_ckpt_space_check(out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1, warn, sizeof warn);
+        const int64_t start = opts->resume ? st_ckpt_peek_step(out, opts->resume) : 0;
+        if (opts->resume && start >= ses->cfg->train.steps) ckpt = 0;
+        s = st_ckpt_space_check(
+            out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1,
+            st_ckpt_planned(start > 0 ? start : 0, ses->cfg->train.steps, ses->cfg->train.checkpoint_every),
+            NULL, warn, sizeof warn);
     }
     st_watch_end(ses->store_watch);
     /* Said after the watch, which is the storage's: a standard error that
