@@ -232,9 +232,9 @@ static void test_set(void) {
                 "did you mean train.micro_batch_size? (it sets the accumulation");
     /* a name with an invisible character (a zero-width space) or a look-alike letter (a Cyrillic e) */
     CHECK_FAILS(st_config_set(&c, "train.steps\xe2\x80\x8b=3"), ST_ERR_CONFIG,
-                "the name holds a character that is not ASCII at byte 6");
+                "the name holds a character that is not ASCII, at byte 6 of 'steps");
     CHECK_FAILS(st_config_set(&c, "train.st\xd0\xb5ps=3"), ST_ERR_CONFIG,
-                "the name holds a character that is not ASCII at byte 3");
+                "the name holds a character that is not ASCII, at byte 3 of 'st");
     CHECK_FAILS(st_config_set(&c, "model.hidden=[512,"), ST_ERR_CONFIG,
                 "--set model.hidden=[512,: '[512,' is not");
     CHECK_FAILS(st_config_set(&c, "model.hidden=[512,x]"), ST_ERR_CONFIG,

@@ -811,7 +811,9 @@ int st_cmd_check(int argc, char **argv) {
                 procs, var, procs);
         return ST_EXIT_USAGE;
     }
-    if (l.mpi_wired) { /* (one rank of mpirun: its own mpirun would be refused as a recursive call) */
+    /* (one rank of OpenMPI's mpirun: its own mpirun is refused as a recursive call, which OpenMPI tells by
+     * its OMPI_* variables; srun's PMI ones do not stop it) */
+    if (!strcmp(l.name, "mpirun")) {
         fprintf(stderr,
                 "scaletrain check: error: this process was started by %s as an MPI rank, and check starts its "
                 "own ranks with mpirun for its ddp and allreduce checks, which an MPI job cannot do inside "

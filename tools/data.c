@@ -210,7 +210,7 @@ static int tokenize(int argc, char **argv) {
         printf("%s: %lld tokens, byte-level vocabulary of 256, from %d file(s)\n", r.pattern,
                (long long)r.count, o.n_inputs);
     st_tokens *folder = NULL; /* (OUT's folder, as a run given it reads it) */
-    const char *dir = slash && slash != parent ? parent : ".";
+    const char *dir = !slash ? "." : slash == parent ? "/" : parent;
     if (st_tokens_open(dir, &folder) == ST_OK)
         twice_say(folder, dir, "warning: ");
     else
@@ -427,16 +427,18 @@ static int inspect_ckpt_folder(const char *ckdir) {
         good += ok;
         /* (a read the storage failed says nothing of the checkpoint) */
         printf("  %-16s %s%s\n", name,
-               ok                  ? "good"
-               : v == ST_ERR_IO    ? "NOT READ (the storage; --resume auto stops here until it reads): "
-               : v == ST_ERR_NOMEM ? "NOT READ: "
-                                   : "DAMAGED: ",
+               ok                        ? "good"
+               : v == ST_ERR_IO          ? "NOT READ (the storage; --resume auto stops here until it reads): "
+               : v == ST_ERR_NOMEM       ? "NOT READ: "
+               : v == ST_ERR_UNSUPPORTED ? "NEWER FORMAT (--resume auto stops here): "
+                                         : "DAMAGED: ",
                ok ? "" : st_last_error());
     }
     free(steps);
     st_clear_error();
     if (good) {
-        printf("  --resume auto and --init take the newest good one (stopping at one not read)\n");
+        printf("  --resume auto and --init take the newest good one (stopping at one not read, or of a newer "
+               "format)\n");
         return ST_EXIT_OK;
     }
     fprintf(stderr, "scaletrain: error: %s: no good checkpoint\n", ckdir);

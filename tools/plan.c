@@ -91,8 +91,7 @@ static void kernels_json(cJSON *o, cJSON *why, const st_plan *p, const st_plan_i
         cJSON_AddStringToObject(why, "attention_kernel", w);
     } else if (strcmp(kernel, "auto") == 0) {
         /* (left auto, as the run prints it) */
-        cJSON_AddStringToObject(why, "attention_kernel",
-                                "the CPU runs its own attention; the key chooses a GPU's");
+        cJSON_AddStringToObject(why, "attention_kernel", ST_ATTENTION_CPU_WHY);
     }
     cJSON_AddStringToObject(o, "attention_kernel", kernel);
 }

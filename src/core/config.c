@@ -134,9 +134,9 @@ static void hint_for(const char *section, size_t seclen, const char *name, char 
     for (size_t i = 0; name[i]; i++)
         if ((unsigned char)name[i] >= 0x80) {
             snprintf(buf, n,
-                     "; the name holds a character that is not ASCII at byte %zu (an invisible one, or a "
-                     "look-alike letter copied from elsewhere?): type it again",
-                     i + 1);
+                     "; the name holds a character that is not ASCII, at byte %zu of '%s' (an invisible one, "
+                     "or a look-alike letter copied from elsewhere?): type it again",
+                     i + 1, name);
             return;
         }
     /* The same name elsewhere first: a key put in the wrong section (optim.steps is train.steps, not the

@@ -157,8 +157,9 @@ const st_cfg_key st_cfg_keys[] = {
            "images, training only: random horizontal flip with probability 1/2, drawn like the crop"),
 
     K_AUTO("train.steps", train.steps, 1, NOMAX,
-           "optimizer steps; auto = train.epochs over the training set: ceil(epochs x batches per epoch), "
-           "an epoch being floor(samples / batch_size) batches with data.drop_last, else the ceiling"),
+           "optimizer steps; auto = train.epochs over the training set: ceil(epochs x batches per epoch) (a "
+           "product within 1e-9 of a whole number is that number: 1.08 x 1875 is 2025), an epoch being "
+           "floor(samples / batch_size) batches with data.drop_last, else the ceiling"),
     K_FLOAT("train.epochs", train.epochs, "1", 0, 1e6, LO, "passes over the training set when steps is auto"),
     K_INT("train.batch_size", train.batch_size, "128", 1, BATCH_MAX,
           "global batch: samples per optimizer step over all ranks"),

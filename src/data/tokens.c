@@ -440,12 +440,16 @@ int64_t st_tokens_bytes(const st_tokens *t) {
     return b;
 }
 
-/* Whether path is stem "-" six digits ".tokens" (data tokenize's shard name). */
-static bool shard_of_stem(const char *path, const char *stem, size_t n) {
-    if (strncmp(path, stem, n) != 0 || path[n] != '-') return false;
-    for (size_t i = n + 1; i < n + 7; i++)
-        if (path[i] < '0' || path[i] > '9') return false;
-    return strcmp(path + n + 7, ".tokens") == 0;
+/* The number k of path when it is data tokenize's name for shard k of a
+ * stem (its first n bytes): stem "-" six digits ".tokens"; else -1. */
+static int shard_number(const char *path, const char *stem, size_t n) {
+    if (strncmp(path, stem, n) != 0 || path[n] != '-') return -1;
+    int k = 0;
+    for (size_t i = n + 1; i < n + 7; i++) {
+        if (path[i] < '0' || path[i] > '9') return -1;
+        k = 10 * k + (path[i] - '0');
+    }
+    return strcmp(path + n + 7, ".tokens") == 0 ? k : -1;
 }
 
 bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out) {
@@ -464,7 +468,7 @@ bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out) {
             hi++;
         int64_t sum = 0;
         for (int j = lo; j <= hi; j++)
-            if (j != i && shard_of_stem(t->shard[j].path, p, n)) {
+            if (j != i && shard_number(t->shard[j].path, p, n) >= 0) {
                 if (first < 0) first = j;
                 found++;
                 sum += t->shard[j].count;
@@ -777,14 +781,8 @@ static void shard_name(const char *out, int k, char *name, size_t size) {
 static bool is_our_shard(const char *path, const char *out, int n) {
     char first[4096];
     shard_name(out, 0, first, sizeof first);
-    const size_t stem = strlen(first) - strlen("000000.tokens"); /* up to and with the '-' */
-    if (strlen(path) != strlen(first) || strncmp(path, first, stem) != 0) return false;
-    int k = 0;
-    for (size_t i = stem; i < stem + 6; i++) {
-        if (path[i] < '0' || path[i] > '9') return false;
-        k = 10 * k + (path[i] - '0');
-    }
-    return strcmp(path + stem + 6, ".tokens") == 0 && k < n;
+    const int k = shard_number(path, first, strlen(first) - strlen("-000000.tokens")); /* (the stem) */
+    return k >= 0 && k < n;
 }
 
 /* Files the shards' pattern would read besides the shards this run writes;

@@ -361,6 +361,13 @@ bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n) 
     return on;
 }
 
+void st_model_fused_head_why(bool fused, int64_t micro, int64_t seq_len, int64_t vocab_size, char *why,
+                             size_t n) {
+    snprintf(why, n, "%s: the logits (%lld x %lld x %lld) take %s memory than the fused head's chunks",
+             fused ? "on" : "off", (long long)micro, (long long)seq_len, (long long)vocab_size,
+             fused ? "more" : "less");
+}
+
 bool st_model_attention_cudnn(const char *precision, int cc_major, int cc_minor, const char *cudnn_lib,
                               char *why, size_t n) {
     const bool bf16 = strcmp(precision, "bf16") == 0,

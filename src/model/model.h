@@ -125,6 +125,15 @@ void st_model_graph_free(st_model_graph *mg);
  * goes to why (when not NULL) for the printed configuration. */
 bool st_model_fused_gelu(const st_config *c, int cc_major, char *why, size_t n);
 
+/* Why model.fused_head auto is on or off for a gpt at micro-batch `micro`
+ * of seq_len tokens and vocab_size: the logits against the fused head's
+ * chunks (st_linear_ce_saves_memory), for the printed configuration and
+ * plan. */
+void st_model_fused_head_why(bool fused, int64_t micro, int64_t seq_len, int64_t vocab_size, char *why,
+                             size_t n);
+/* Why model.attention_kernel auto is left so on the CPU. */
+#define ST_ATTENTION_CPU_WHY "the CPU runs its own attention; the key chooses a GPU's"
+
 /* model.attention_kernel auto for a gpt on a CUDA device of compute
  * capability cc_major.cc_minor: cuDNN's fused attention where it was
  * measured faster than the flash kernels (a bf16 run from 9.0:

@@ -279,9 +279,10 @@ static const char *kind_of_names(const st_safetensors *f, const char **example) 
     return gpt ? "gpt" : cnn ? "cnn" : mlp ? "mlp" : NULL;
 }
 
-/* A prefix every name of the file carries before the model's own names
- * (a state_dict saved from a wrapper: "model.", "module."): found from the
- * model's tensors found under it, most of them; "" when none. */
+/* A prefix every name of the file carries, ending in '.', before the
+ * model's own names (a state_dict saved from a wrapper: "model.",
+ * "module."), under which most of the model's tensors are found; "" when
+ * none. ("transformer.", GPT-2's own, the load takes off itself.) */
 static void names_prefix(const st_model *m, const st_safetensors *f, char *prefix, size_t size) {
     prefix[0] = '\0';
     const st_params *p = &m->params;
@@ -289,10 +290,18 @@ static void names_prefix(const st_model *m, const st_safetensors *f, char *prefi
     for (int i = 0; i < st_safetensors_count(f) && !prefix[0]; i++) {
         const char *name = st_safetensors_entry_at(f, i)->name;
         const size_t n = strlen(name), k = strlen(p->t[0]->name);
-        if (n > k && !strcmp(name + n - k, p->t[0]->name) && n - k < size)
+        if (n > k && name[n - k - 1] == '.' && !strcmp(name + n - k, p->t[0]->name) && n - k < size)
             snprintf(prefix, size, "%.*s", (int)(n - k), name);
     }
-    if (!prefix[0]) return;
+    if (!prefix[0] || !strcmp(prefix, "transformer.")) {
+        prefix[0] = '\0';
+        return;
+    }
+    for (int i = 0; i < st_safetensors_count(f); i++) /* (every name of the file under it) */
+        if (strncmp(st_safetensors_entry_at(f, i)->name, prefix, strlen(prefix)) != 0) {
+            prefix[0] = '\0';
+            return;
+        }
     int found = 0;
     char full[ST_NAME_MAX + 256];
     for (int i = 0; i < p->n; i++) {
@@ -505,8 +514,9 @@ st_status st_model_load(st_model *m, const char *path) {
                 set);
         else {
             const char *example = NULL, *kind = kind_of_names(f, &example);
-            char prefix[128];
-            names_prefix(m, f, prefix, sizeof prefix);
+            char prefix[128] = "";
+            if (!kind || !strcmp(kind, kind_name(m->kind))) /* (another model type's names: that first) */
+                names_prefix(m, f, prefix, sizeof prefix);
             if (prefix[0])
                 snprintf(
                     hint, sizeof hint,

@@ -751,8 +751,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     if (s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)
         pick_attention(s); /* (before the planner, which counts cuDNN's workspace) */
     else if (!s->dev && strcmp(c->model.type, "gpt") == 0 && strcmp(c->model.attention_kernel, "auto") == 0)
-        st_config_mark_auto(c, "model.attention_kernel",
-                            "the CPU runs its own attention; the key chooses a GPU's");
+        st_config_mark_auto(c, "model.attention_kernel", ST_ATTENTION_CPU_WHY);
     ST_TRY(autoconfigure(s, in));
     if (s->rank == 0 && !s->eval_only) { /* (precision resolved: fp16's keys are read or not) */
         char unused[4096];
@@ -888,10 +887,7 @@ static st_status resolve_kernels(st_session *s) {
         const bool fused = mg.logits == NULL;
         st_model_graph_free(&mg);
         char why[ST_CFG_NOTE];
-        snprintf(why, sizeof why,
-                 "%s: the logits (%lld x %lld x %lld) take %s memory than the fused head's chunks",
-                 fused ? "on" : "off", (long long)micro, (long long)s->model->in.seq_len,
-                 (long long)c->model.vocab_size, fused ? "more" : "less");
+        st_model_fused_head_why(fused, micro, s->model->in.seq_len, c->model.vocab_size, why, sizeof why);
         snprintf(c->model.fused_head, sizeof c->model.fused_head, "%s", fused ? "on" : "off");
         st_config_mark_auto(c, "model.fused_head", why);
     }
