@@ -806,8 +806,8 @@ int st_cmd_check(int argc, char **argv) {
         fprintf(stderr,
                 "scaletrain check: error: this process is one of %ld a launcher started (%s=%ld), and check "
                 "runs as one process a machine: it starts its own ranks for its ddp and allreduce checks. "
-                "Run `scaletrain check` without launch or mpirun; under SLURM, one task a node (srun "
-                "--ntasks-per-node=1 scaletrain check)\n",
+                "Run `scaletrain check` without launch or mpirun; under SLURM, on one node at a time (srun "
+                "-N1 -n1 -w NODE scaletrain check)\n",
                 procs, var, procs);
         return ST_EXIT_USAGE;
     }
