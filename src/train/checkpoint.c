@@ -1339,6 +1339,18 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
     return ST_OK;
 }
 
+void st_ckpt_uncommitted_note(const char *dir, const char *who, FILE *log) {
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    if (log && tmp_step_of(base) >= 0)
+        fprintf(
+            log,
+            "%s: warning: %s is a save that was never committed (the run stopped while writing it, before "
+            "renaming it to step-%lld); its files' checksums check out, but they may not have reached the "
+            "disk for good\n",
+            who, dir, (long long)tmp_step_of(base));
+}
+
 st_ckpt_kind st_ckpt_classify(const char *path, char *dir, size_t size) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -1391,6 +1403,7 @@ st_status st_ckpt_find_shared(const char *out_dir, const char *spec, FILE *log, 
     case ST_CKPT_ONE:
         snprintf(dir, size, "%s", where);
         ST_TRY(comm ? verify_shared(dir, dir, st, comm, &stop) : st_ckpt_verify(dir, st));
+        st_ckpt_uncommitted_note(dir, "resume", log);
         break;
     case ST_CKPT_FOLDER:
     case ST_CKPT_RUN:
@@ -1436,6 +1449,7 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     case ST_CKPT_ONE: /* every file's checksum first */
         snprintf(dir, sizeof dir, "%s", where);
         ST_TRY(st_ckpt_verify(dir, &st));
+        st_ckpt_uncommitted_note(dir, "--init", log);
         break;
     case ST_CKPT_RUN: { /* a run's final weights, else (a run stopped early) its latest checkpoint */
         /* A checkpoint newer than the final weights is a later run's there

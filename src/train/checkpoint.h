@@ -237,6 +237,11 @@ void st_ckpt_sweep_leftovers(const char *out_dir);
  * parameters and buffers) and optim.type optim_type; headers rounded up. */
 void st_ckpt_bytes(int64_t params, const char *optim_type, int64_t *ckpt_bytes, int64_t *model_bytes);
 
+/* A checkpoint named by hand whose folder is a save's temporary one
+ * (step-N.tmp.PID: never renamed into place, the run stopped while writing
+ * it): a warning on log (when not NULL) for `who`; nothing for another. */
+void st_ckpt_uncommitted_note(const char *dir, const char *who, FILE *log);
+
 /* The step of the checkpoint --resume `spec` would take, from the names
  * alone (no file read): "auto" and a folder or out_dir their newest step-N,
  * one checkpoint its own; -1 when none is named. (A damaged one would send

@@ -161,6 +161,17 @@ out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_
 grep -qF "step-6 is not passed over (nothing was moved or written): $tmp/newer/ckpt/step-6/state.json: format_version" <<<"$out" &&
     grep -qF "written by a newer scaletrain" <<<"$out" || fail "a newer build's checkpoint: $out"
 [ "$(cd "$tmp/newer" && find . | sort)" = "$before" ] || fail "a newer build's checkpoint: moved $(ls -R "$tmp/newer")"
+# a save's temporary folder named by hand (step-N.tmp.PID, never committed): taken, with a warning, by
+# --resume, --init and data inspect (they said nothing)
+cp -r "$tmp/from/ckpt/step-6" "$tmp/from/ckpt/step-6.tmp.999"
+rm -rf "$tmp/tmpfrom"
+out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/tmpfrom" \
+    --resume "$tmp/from/ckpt/step-6.tmp.999" 2>&1) || fail "--resume of a temporary folder: $out"
+grep -qF "resume: warning: $tmp/from/ckpt/step-6.tmp.999 is a save that was never committed" <<<"$out" ||
+    fail "--resume of a temporary folder: no warning: $out"
+"$bin" data inspect "$tmp/from/ckpt/step-6.tmp.999" 2>&1 >/dev/null | grep -qF "is a save that was never committed" ||
+    fail "data inspect of a temporary folder: no warning"
+rm -rf "$tmp/from/ckpt/step-6.tmp.999"
 # ckpt/latest a folder (made by hand): refused at the start (the run trained, then failed at its first save)
 cp -r "$tmp/from" "$tmp/latestdir" && rm "$tmp/latestdir/ckpt/latest" && mkdir "$tmp/latestdir/ckpt/latest"
 out=$(timeout 60 "$bin" train "${args[@]}" --set train.steps=12 --set train.out_dir="$tmp/latestdir" --resume auto 2>&1) &&
