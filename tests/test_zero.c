@@ -211,6 +211,28 @@ static void damaged_state(st_config *cfg, const char *dir) {
         st_optim_free(&into);
         st_optim_free(&o);
     }
+    /* the same checks on the shard layout (ZeRO's): a negative v in the second of 2 shards */
+    st_optim whole;
+    CHECK_OK(st_optim_init(&whole, cfg, p));
+    const int64_t P = p->count;
+    st_shard sh;
+    for (int k = 0; k < 2; k++) {
+        st_shard_plan(&sh, P, k, 2);
+        st_optim o;
+        CHECK_OK(st_optim_init_range(&o, cfg, p, sh.lo, sh.hi));
+        for (int64_t i = 0; i < o.count; i++)
+            o.m[i] = 0.5f, o.v[i] = k == 1 && i == 2 ? -1.0f : 0.25f;
+        o.t = 9;
+        st_ckpt_optim_name(k, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        CHECK_OK(st_ckpt_optim_save_shard(&o, path));
+        st_optim_free(&o);
+    }
+    st_ckpt_state sst = {
+        .step = 9, .optim_sharded = true, .optim_world = 2, .optim_shard = sh.shard, .optim_count = P};
+    CHECK_FAILS(st_ckpt_optim_load(dir, &sst, p, &whole), ST_ERR_FORMAT,
+                "optim-rank1.safetensors: v element 2 is -1: optimizer state holds a negative second moment");
+    st_optim_free(&whole);
     st_model_free(m);
 }
 
