@@ -152,8 +152,10 @@ static st_status emit_tb(st_metrics *m, const cJSON *o, const char *prefix, int6
     st_tb_scalar v[MAX];
     int n = 0;
     for (const cJSON *it = o->child; it && n < MAX; it = it->next) {
-        if (!cJSON_IsNumber(it) || !strcmp(it->string, "step") || !strcmp(it->string, "time") ||
-            !strcmp(it->string, "resumed_from"))
+        /* (a value that is not a number, null in metrics.jsonl: a stop line's unmeasured grad_norm, a NaN
+         * loss, is left out, not drawn as NaN) */
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || !strcmp(it->string, "step") ||
+            !strcmp(it->string, "time") || !strcmp(it->string, "resumed_from"))
             continue;
         snprintf(tags[n], sizeof tags[n], "%s/%s", prefix, it->string);
         v[n].tag = tags[n];
