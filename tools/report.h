@@ -53,6 +53,8 @@ typedef struct rp_metrics {
     int segments;       /* runs that wrote the file: 1 + restarts seen through "time" restarting */
     double run_seconds; /* sum over segments of each one's last "time" */
     bool torn_last;     /* the last line was cut short (a killed writer) and was skipped */
+    double first_resumed_from; /* the first line's resumed_from: the file begins with a run resumed from
+                                  another out_dir's checkpoint at that step; -1 when not */
 } rp_metrics;
 
 /* Read path (a metrics.jsonl). A line that is not a JSON object with a

@@ -120,7 +120,9 @@ static st_status take_line(rp_metrics *m, const char *path, int lineno, const ch
     if (cJSON_IsNumber(t) && isfinite(t->valuedouble)) {
         /* (a resumed process's first line also says so: a clock that did not go down, the process
          * before it having run for less time than this one's first line took, is a new one too) */
-        const bool resumed = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "resumed_from"));
+        const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "resumed_from");
+        const bool resumed = cJSON_IsNumber(from);
+        if (lineno == 1 && resumed) m->first_resumed_from = from->valuedouble;
         if (lineno > 1 &&
             (resumed || t->valuedouble < *last_time)) { /* a new process: its clock starts again */
             m->run_seconds += *last_time;
@@ -154,6 +156,7 @@ st_status rp_metrics_read(const char *path, rp_metrics *m) {
     m->evals.n_fields = RP_N_EVAL_FIELDS;
     m->evals.names = EVAL_NAMES;
     m->segments = 1;
+    m->first_resumed_from = -1;
     FILE *f = fopen(path, "r");
     if (!f)
         return st_fail(ST_ERR_IO, "%s: cannot open: %s (is the directory a run's train.out_dir?)", path,

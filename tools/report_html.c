@@ -79,6 +79,9 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
         row(f, "steps", "%.0f (%d logged step lines, %.0f epoch(s) begun)", step[t->n - 1], t->n, ep.max + 1);
     else
         row(f, "steps", "%.0f (%d logged step lines)", step[t->n - 1], t->n);
+    if (m->first_resumed_from >= 0) /* (its steps before are that run's, in its own metrics.jsonl) */
+        row(f, "started from", "step %.0f of another run's checkpoint (--resume): its steps before are in that "
+            "run's metrics.jsonl", m->first_resumed_from);
     if (m->segments > 1 || m->restarts > 0)
         row(f, "resumed", "%d time(s)%s", m->segments - 1 > m->restarts ? m->segments - 1 : m->restarts,
             m->restarts ? "; lines a resumed run logged again replace the earlier ones" : "");
@@ -130,7 +133,12 @@ static void summary(FILE *f, const char *run_dir, const rp_metrics *m) {
     stats mfu = col_stats(t, RP_MFU);
     if (mfu.n) row(f, "MFU", "%.2f%% median, %.2f%% max", 100 * mfu.median, 100 * mfu.max);
     stats wf = col_stats(t, RP_DATA_WAIT_FRACTION), wm = col_stats(t, RP_DATA_WAIT_MS);
-    if (wf.n) row(f, "data wait", "%.1f%% of step time (mean), %.3f ms per step", 100 * wf.mean, wm.mean);
+    /* (the mean wait over the mean step time, as the run's own figure: a mean of the lines' fractions
+     * weighs a short window as a long one) */
+    if (wf.n && wm.n && ms.n && ms.mean > 0)
+        row(f, "data wait", "%.1f%% of step time, %.3f ms per step (means)", 100 * wm.mean / ms.mean, wm.mean);
+    else if (wf.n)
+        row(f, "data wait", "%.1f%% of step time (mean)", 100 * wf.mean);
     stats cm = col_stats(t, RP_COMM_MS), co = col_stats(t, RP_COMM_OVERLAP);
     if (cm.n) {
         char share[48] = "", hidden[96] = ""; /* (said only when the lines hold what they come from) */

@@ -154,6 +154,17 @@ printf '%s\n' '{"step":10,"loss":1.0,"time":1.0}' '{"step":20,"loss":0.95,"time"
 "$bin" report "$tmp/seg2" --no-png >/dev/null 2>&1 || fail "report of a resumed run (resumed_from)"
 grep -q "1 time(s)" "$tmp/seg2/report/report.html" && grep -q "6.7 s (step loops, all runs)" "$tmp/seg2/report/report.html" ||
     fail "the resume said by resumed_from is not reported: $(grep -A1 'resumed\|training time' "$tmp/seg2/report/report.html")"
+# A file that begins with a run resumed from another out_dir's checkpoint (resumed_from on its first
+# line): said (the report read as if its 12 steps trained in a few milliseconds); and the data wait is
+# the mean wait over the mean step time, as the run says it (the mean of the lines' fractions weighed
+# a short window as a long one: 20% where the run said 40%)
+printf '%s\n' '{"step":10,"loss":1.0,"time":1.0,"resumed_from":8,"step_ms":10,"data_wait_ms":8,"data_wait_fraction":0.8}' \
+    '{"step":12,"loss":0.9,"time":2.0,"step_ms":90,"data_wait_ms":32,"data_wait_fraction":0.3556}' | m "$tmp/from8"
+"$bin" report "$tmp/from8" --no-png >/dev/null 2>&1 || fail "report of a run resumed from another folder"
+grep -q "step 8 of another run's checkpoint (--resume)" "$tmp/from8/report/report.html" ||
+    fail "a run resumed from another folder is not said: $(grep -A1 'started\|resumed' "$tmp/from8/report/report.html")"
+grep -q "40.0% of step time, 20.000 ms per step (means)" "$tmp/from8/report/report.html" ||
+    fail "the data wait: $(grep -A1 'data wait' "$tmp/from8/report/report.html")"
 # and a real resume writes it on its first line, once
 n=$(grep -c '"resumed_from":' "$tmp/run/metrics.jsonl")
 [ "$n" = 1 ] || fail "the resumed run's metrics.jsonl holds $n resumed_from lines, want 1"
