@@ -94,6 +94,7 @@ st_status st_trace_init(st_trace *t, int64_t first, int64_t last, int rank) {
                        (long long)first, (long long)last);
     t->first = first;
     t->last = last;
+    t->whole = first - 1;
     t->rank = rank;
     t->cap = 4096;
     t->ev = malloc((size_t)t->cap * sizeof *t->ev);
@@ -150,6 +151,8 @@ static int32_t gpu_record(st_trace *t, int stream) {
 void st_trace_step(st_trace *t, int64_t step) {
     if (!t) return;
     t->on = !t->written && step >= t->first && step <= t->last;
+    /* (the step before ended with every event of the window kept) */
+    if (t->on && !t->dropped && !t->gpu_dropped) t->whole = step - 1;
 #ifdef ST_HAVE_CUDA
     if (t->on && t->dev && t->anchor < 0) { /* the device's clock against the host's, once */
         t->anchor = gpu_record(t, ST_TRACE_STREAM_COMPUTE);
@@ -427,26 +430,29 @@ st_status st_trace_write(st_trace *t, st_comm *comm, const char *out_dir, bool w
      * allocation agreed before the first collective it is for: a rank out
      * of memory must not leave the others waiting in it; every rank returns
      * a failure then, which train.c takes as a warning. */
-    const size_t counts_bytes = (size_t)world * 2 * sizeof(int64_t);
+    const size_t counts_bytes = (size_t)world * 3 * sizeof(int64_t);
     void *mem = malloc(counts_bytes + TRACE_PIECE * sizeof(st_trace_event));
     st_status s = mem ? ST_OK : st_fail(ST_ERR_NOMEM, "out of memory gathering the profiler trace");
     json_out o = {.status = ST_OK};
     ST_GOTO(st_agree_status(comm, s, "memory for the profiler trace's gather"));
     int64_t *counts = mem;
     st_trace_event *piece = (st_trace_event *)((char *)mem + counts_bytes);
-    int64_t mine[2] = {t->n, t->dropped + t->gpu_dropped};
+    /* (its events, those dropped, and the last step it holds whole) */
+    int64_t mine[3] = {t->n, t->dropped + t->gpu_dropped, t->dropped + t->gpu_dropped ? t->whole : t->last};
     st_comm_req *req = NULL;
-    ST_GOTO(st_comm_all_gather(comm, mine, counts, 2, ST_COMM_I64, "trace counts", &req));
+    ST_GOTO(st_comm_all_gather(comm, mine, counts, 3, ST_COMM_I64, "trace counts", &req));
     ST_GOTO(st_comm_wait(&req));
     int64_t dropped = 0;
-    for (int r = 0; r < world; r++)
-        dropped += counts[2 * r + 1];
+    for (int r = 0; r < world; r++) {
+        dropped += counts[3 * r + 1];
+        if (counts[3 * r + 2] < t->last) t->last = counts[3 * r + 2];
+    }
     /* (a write that fails goes on taking part: the others' pieces come all the same) */
     if (write) json_begin(&o, out_dir, t, world, dropped);
     for (int r = 0; r < world; r++) {
         json_rank(&o, r);
-        for (int64_t at = 0; at < counts[2 * r]; at += TRACE_PIECE) {
-            const int64_t n = counts[2 * r] - at < TRACE_PIECE ? counts[2 * r] - at : TRACE_PIECE;
+        for (int64_t at = 0; at < counts[3 * r]; at += TRACE_PIECE) {
+            const int64_t n = counts[3 * r] - at < TRACE_PIECE ? counts[3 * r] - at : TRACE_PIECE;
             st_trace_event *ev = r == rank ? t->ev + at : piece;
             ST_GOTO(st_comm_broadcast(comm, ev, (size_t)n * sizeof *ev, ST_COMM_U8, r, "trace events", &req));
             ST_GOTO(st_comm_wait(&req));

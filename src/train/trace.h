@@ -10,7 +10,8 @@
  *
  * Times are seconds of st_now() since each rank's t0, taken right after a
  * barrier, so the ranks' tracks line up to the barrier's skew. Events past
- * ST_TRACE_MAX_EVENTS per rank are counted and dropped.
+ * ST_TRACE_MAX_EVENTS per rank are counted and dropped, and the trace's
+ * last_step is then the last step every rank recorded whole.
  *
  * The step loop and the buckets mark their phases with st_trace_begin/end
  * (and the layer hook), which in a CUDA build also open and close NVTX ranges
@@ -84,6 +85,8 @@ typedef struct st_trace {
     double t0;
     st_trace_event *ev;
     int64_t n, cap, dropped;
+    int64_t whole;  /* the window's last step before any event was dropped (first - 1: none yet); at the
+                       write, t->last becomes the last step every rank holds whole */
     double node_t0; /* when the running node began */
     /* the device's timeline (CUDA builds; dev NULL: none) */
     st_device *dev;

@@ -806,7 +806,7 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
      * stopped) inside the window; trace.json's first_step and last_step say
      * those, not the window asked for */
     const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
-    const int64_t hi = tr->last < done ? tr->last : done;
+    int64_t hi = tr->last < done ? tr->last : done;
     const int64_t asked_lo = tr->first, asked_hi = tr->last;
     if (lo <= hi) tr->first = lo, tr->last = hi;
     /* a resumed run's trace beside the earlier part's (its profile kept, as its metrics are) */
@@ -814,6 +814,16 @@ static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace 
     if (mine && start > 0) st_trace_keep_earlier(ses->cfg->train.out_dir, start, kept, sizeof kept);
     if (kept[0]) snprintf(also, sizeof also, " (the earlier one kept as %s)", kept);
     ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
+    if (mine && lo <= hi && tr->last < hi) { /* (the event limit reached: the steps it holds whole) */
+        st_progress_end(prog);
+        char held[64] = "no step whole";
+        if (tr->last >= lo) snprintf(held, sizeof held, "steps %lld-%lld whole", (long long)lo, (long long)tr->last);
+        st_ticker_sayf("scaletrain: warning: the trace of steps %lld-%lld holds %s: a rank reached the limit of "
+                       "%d events, and the rest were dropped; profile a shorter window (--profile %lld-%lld)\n",
+                       (long long)lo, (long long)hi, held, ST_TRACE_MAX_EVENTS, (long long)lo,
+                       (long long)(tr->last >= lo ? tr->last : lo));
+        if (tr->last >= lo) hi = tr->last;
+    }
     if (mine && !opts->quiet) {
         st_progress_end(prog);
         if (lo <= hi)

@@ -185,5 +185,15 @@ timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[
 [ ! -e "$tmp/off/trace.json" ] || fail "a trace.json without log.trace"
 "$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--profile 5-2 is not a usage error"
+# a window past the event limit (131072 a rank): the steps held whole are said, and are the trace's
+# last_step (it said "wrote the trace of steps 1-3000", a counter in the JSON alone saying otherwise)
+timeout 120 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4] \
+    --set train.batch_size=4 --set train.steps=3000 --set data.val= --set train.out_dir="$tmp/cap" \
+    --profile 1-3000 >"$tmp/cap.out" 2>&1 || fail "a window past the event limit: $(tail -n 3 "$tmp/cap.out")"
+held=$(sed -nE 's/.*the trace of steps 1-3000 holds steps 1-([0-9]+) whole: a rank reached the limit of 131072 events.*/\1/p' "$tmp/cap.out")
+[ -n "$held" ] && [ "$held" -lt 3000 ] && grep -q "wrote the trace of steps 1-$held to" "$tmp/cap.out" ||
+    fail "a window past the event limit: $(grep -i trace "$tmp/cap.out")"
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); o = d["otherData"]; assert o["last_step"] == int(sys.argv[2]) and o["dropped_events"] > 0, o' \
+    "$tmp/cap/trace.json" "$held" || fail "a window past the event limit: trace.json's otherData"
 
 e2e_finish ok
