@@ -301,15 +301,21 @@ int st_cli_run_args(const char *cmd, int argc, char **argv, st_config *cfg, st_r
         else if (strcmp(argv[i], "--init") == 0 || strcmp(argv[i], "--resume") == 0) i++;
         else if (strcmp(argv[i], "--profile") == 0) { /* FIRST-LAST or STEP: log.trace and log.trace_steps */
             char set[96], *end;
+            if (profile) { /* (the last won without a word) */
+                fprintf(stderr, "scaletrain %s: --profile given twice ('%s' and '%s'); give it once\n", cmd,
+                        profile, argv[i + 1]);
+                return ST_EXIT_USAGE;
+            }
             const char *r = profile = argv[++i];
             errno = 0; /* (past 2^63: ERANGE) */
             long long first = strtoll(r, &end, 10), last = first;
             if (end != r && *end == '-') last = strtoll(end + 1, &end, 10);
             if (end == r || *end || errno || first < 1 || last < first) {
                 fprintf(stderr,
-                        "scaletrain %s: --profile '%s': expected FIRST-LAST steps (counted from 1), e.g. "
+                        "scaletrain %s: --profile '%s': expected FIRST-LAST steps (counted from 1)%s, e.g. "
                         "--profile 10-20\n",
-                        cmd, r);
+                        cmd, r,
+                        end != r && !*end && !errno && first >= 1 && last < first ? ", FIRST <= LAST" : "");
                 return ST_EXIT_USAGE;
             }
             snprintf(set, sizeof set, "log.trace_steps=[%lld, %lld]", first, last);
