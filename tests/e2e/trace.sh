@@ -185,9 +185,10 @@ timeout 60 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[
 [ ! -e "$tmp/off/trace.json" ] || fail "a trace.json without log.trace"
 "$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--profile 5-2 is not a usage error"
-"$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" 2>&1 | grep -q "FIRST <= LAST" || fail "--profile 5-2: not said"
-"$bin" train --profile 2-4 --profile 3-5 --set train.out_dir="$tmp/bad" 2>&1 | grep -q "given twice ('2-4' and '3-5')" ||
-    fail "--profile given twice: not refused"
+out=$("$bin" train --profile 5-2 --set train.out_dir="$tmp/bad" 2>&1)
+grep -q "FIRST <= LAST" <<<"$out" || fail "--profile 5-2: not said: $out"
+out=$("$bin" train --profile 2-4 --profile 3-5 --set train.out_dir="$tmp/bad" 2>&1)
+[ $? -eq 2 ] && grep -q "given twice ('2-4' and '3-5')" <<<"$out" || fail "--profile given twice: not refused: $out"
 # a window past the event limit (131072 a rank): the steps held whole are said, and are the trace's
 # last_step (it said "wrote the trace of steps 1-3000", a counter in the JSON alone saying otherwise)
 timeout 120 "$bin" train "${common[@]}" --set model.type=mlp --set model.hidden=[4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4] \
