@@ -228,6 +228,11 @@ int st_cmd_report(int argc, char **argv) {
         usage(stderr);
         return ST_EXIT_USAGE;
     }
+    char dir_buf[4096]; /* (without its trailing slashes: runs/a/ would print runs/a//ckpt/...) */
+    snprintf(dir_buf, sizeof dir_buf, "%s", run_dir);
+    for (size_t n = strlen(dir_buf); n > 1 && dir_buf[n - 1] == '/'; n--)
+        dir_buf[n - 1] = '\0';
+    run_dir = dir_buf;
     struct stat sb;
     if (stat(run_dir, &sb) != 0)
         return st_cli_error(
