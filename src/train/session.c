@@ -812,15 +812,28 @@ static st_status plan(st_session *s, st_model_input *in) {
         if (c->data.val_split > 0)
             snprintf(held, sizeof held, " after data.val_split %g held out %lld", c->data.val_split,
                      (long long)s->val.n);
-        if (s->train.n < c->train.batch_size && c->data.drop_last)
+        if (s->train.n < c->train.batch_size && c->data.drop_last) {
+            /* (the batch that fits, split over the ranks: 5 samples on 2 ranks is 4, where "5 or less" was
+             * then refused as not a multiple of 2) */
+            const int64_t fits = s->train.n / s->world * s->world;
+            char set[160];
+            if (fits >= s->world && s->world > 1)
+                snprintf(set, sizeof set,
+                         "set train.batch_size to %lld or less (a multiple of the %d ranks), ",
+                         (long long)fits, s->world);
+            else if (fits >= 1)
+                snprintf(set, sizeof set, "set train.batch_size to %lld or less, ", (long long)fits);
+            else
+                snprintf(set, sizeof set, "(fewer than the %d ranks: one sample each at least) ", s->world);
             return st_fail(
                 ST_ERR_CONFIG,
-                "%s has %lld samples%s%s, fewer than one batch (train.batch_size %lld): set "
-                "train.batch_size to %lld or less, train on more data, or set data.drop_last: false "
-                "(each step's batch then repeats samples to fill it)",
+                "%s has %lld samples%s%s, fewer than one batch (train.batch_size %lld): %strain on "
+                "more data, or set data.drop_last: false (each step's batch then repeats samples to "
+                "fill it)",
                 c->data.train, (long long)s->train.n,
                 s->train.kind == ST_DATA_TOKENS ? " of model.block_size tokens" : "", held,
-                (long long)c->train.batch_size, (long long)(s->train.n > 0 ? s->train.n : 1));
+                (long long)c->train.batch_size, set);
+        }
         if (c->train.steps == ST_AUTO) {
             const int64_t B = c->train.batch_size,
                           per_epoch = st_steps_per_epoch(s->train.n, B, c->data.drop_last);

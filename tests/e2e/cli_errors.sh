@@ -46,6 +46,9 @@ tok=(--set model.type=gpt --set data.type=tokens --set data.train="$tmp/t.tokens
     --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.out_dir="$tmp/run")
 expect 1 "has 781 samples of model.block_size tokens, fewer than one batch (train.batch_size 1024): set train.batch_size to 781 or less" \
     "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
+# ... on 2 ranks, a batch they can split (781 was then refused as not a multiple of 2)
+expect 1 "set train.batch_size to 780 or less (a multiple of the 2 ranks)" \
+    "$bin" launch -n 2 train "${tok[@]}" --set model.block_size=64 --set train.batch_size=1024
 # an evaluation of tokens names data.val alone: data.train (left at its Fashion-MNIST default) is not asked
 # for, as it is not read (it was refused, naming data.train as the fix)
 "$bin" train "${tok[@]}" --set model.block_size=64 --set train.batch_size=8 --set train.steps=2 --quiet \
