@@ -2041,7 +2041,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         ST_GOTO(st_ddp_set_grad_dtype(&dd.ddp, st_precision_from_name(c->dist.grad_dtype)));
         r->ranks = ses->world;
         r->grad_buckets = ddp->n_buckets;
-        r->grad_zero_copy = m->params.grad_hooked; /* after the padding of st_dist_init */
+        /* (after the padding of st_dist_init) the arena in the shared segment, and its buckets all-reduced
+         * from it: not dist.deterministic's fold nor 16-bit buckets, which take the copying path */
+        r->grad_zero_copy =
+            m->params.grad_hooked && !dd.deterministic && strcmp(c->dist.grad_dtype, "fp32") == 0;
     }
     ST_GOTO(setup_sync_bn(ses, &mg.g));                    /* after the ranks agreed on the configuration */
     const int64_t *tsteps = c->log.trace_steps.v; /* 1-based; this run does start + 1 .. steps */

@@ -44,6 +44,15 @@ if e2e_have_fmnist; then
         grep -q "\"grad_zero_copy\":$want" "$tmp/$r.json" && echo "training ($r): grad_zero_copy $want" ||
             fail "training ($r): grad_zero_copy is not $want: $(grep -o '"grad_zero_copy":[a-z]*' "$tmp/$r.json")"
     done
+    # dist.deterministic's fold and 16-bit buckets take the copying path: not zero-copy (it said true)
+    for r in deterministic grad_dtype; do
+        set_=(--set dist.deterministic=true)
+        [ $r = grad_dtype ] && set_=(--set dist.grad_dtype=bf16)
+        OMP_WAIT_POLICY=PASSIVE "${mpi[@]}" -np 2 "$build/scaletrain" "${train[@]}" "${set_[@]}" \
+            --set train.out_dir="$tmp/$r" >"$tmp/$r.json" 2>&1 || fail "training ($r): $(tail -3 "$tmp/$r.json")"
+        grep -q '"grad_zero_copy":false' "$tmp/$r.json" && echo "training ($r): grad_zero_copy false" ||
+            fail "training ($r): grad_zero_copy is not false: $(grep -o '"grad_zero_copy":[a-z]*' "$tmp/$r.json")"
+    done
     for r in on all; do
         cmp -s "$tmp/$r/model.safetensors" "$tmp/off/model.safetensors" && echo "training ($r): the same bits as MPI" ||
             fail "training ($r): the weights differ from those trained through MPI"
