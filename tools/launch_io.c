@@ -700,5 +700,16 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         return 128 + res->signalled;
     }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) { /* mpirun itself killed, not by this launcher: it said nothing (exit 137) */
+        char buf[16];
+        const char *name = st_signal_name(WTERMSIG(status), buf);
+        if (!res->reason[0]) snprintf(res->reason, sizeof res->reason, "mpirun was killed by %s", name);
+        st_launch_sayf(
+            lo, "scaletrain launch: mpirun itself was killed by %s%s\n", name,
+            WTERMSIG(status) == SIGKILL
+                ? ", which scaletrain never sends: most often the kernel's out-of-memory killer on "
+                  "this node (`dmesg` says), else a scheduler ending the job; its ranks end with it"
+                : "");
+    }
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -335,6 +335,15 @@ grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/term.err" |
 grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
     "$tmp/term.err" "$tmp/term.out" && fail "term: mpirun's banner about the ranks' exit codes: $(cat "$tmp/term.err")"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+# (d2) mpirun itself killed (SIGKILL: the out-of-memory killer's choice, a scheduler's): said, exit 137
+# (the launcher exited 137 without a word)
+timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/kmp" >"$tmp/kmp.out" 2>"$tmp/kmp.err" &
+lpid=$!
+if e2e_wait_ckpt $lpid "$tmp/kmp"; then kill -KILL "$(pgrep -P "$(pgrep -P $lpid)")"; else fail "kmp: training did not start"; fi
+wait $lpid; rc=$?
+[ $rc -eq 137 ] && grep -q "scaletrain launch: mpirun itself was killed by SIGKILL, which scaletrain never sends" "$tmp/kmp.err" ||
+    fail "mpirun killed: exit $rc: $(tail -n 3 "$tmp/kmp.err")"
 # (d3) SIGUSR1 to the launcher (scancel --signal=USR1, a batch system's
 # warning): passed on as the others, exit 138, no restart. (The launcher had
 # no handler for it: SIGUSR1 killed it, its output with it.)
