@@ -174,8 +174,9 @@ static void print_header(st_session *ses, const st_run_opts *opts) {
     char train[256] = "", val[256] = "";
     if (ses->has_train) describe_data(&ses->train, train, sizeof train);
     if (ses->has_val) /* (the same shape: checked) */
-        snprintf(val, sizeof val, "%lld %s", (long long)ses->val.n,
-                 ses->val.kind == ST_DATA_IMAGES && !ses->val.flat ? "images" : "samples");
+        snprintf(val, sizeof val, "%lld %s%s", (long long)ses->val.n,
+                 ses->val.kind == ST_DATA_IMAGES && !ses->val.flat ? "image" : "sample",
+                 ses->val.n == 1 ? "" : "s");
     if (ses->has_train && ses->train.kind == ST_DATA_IMAGES) /* (a resumed checkpoint's own come later) */
         snprintf(
             train + strlen(train), sizeof train - strlen(train), ", normalised with %smean %.4g, std %.4g",
