@@ -103,6 +103,7 @@ static st_status linear_forward(st_node *n, st_graph *g) {
                                    b ? ST_MATMUL_EP_GELU_AUX_BIAS : ST_MATMUL_EP_GELU_AUX, b, y.p, NULL,
                                    "linear forward with GELU");
         }
+        if (s == ST_OK) n->fwd_fused_ran = true;
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error(); /* this product, then the next layer's kernel */
         n->fwd_fuses_next = false;
@@ -171,6 +172,7 @@ static st_status linear_backward(st_node *n, st_graph *g) {
         const st_status s =
             st_graph_matmul_ep(g, io, false, K, M, N, w, io ? N : K, dy, N, 0.0f, st_grad(gelu->in[0]), K,
                                ST_MATMUL_EP_DGELU, NULL, st_data(gelu->in[0]).p, NULL, "linear dx with GELU");
+        if (s == ST_OK) n->bwd_fused_ran = true;
         if (s != ST_ERR_UNSUPPORTED) return s;
         st_clear_error(); /* below: dx, then GELU's kernel */
     }

@@ -166,6 +166,9 @@ struct st_node {
      * backward. A layer that does either runs its neighbour's ops itself
      * when it cannot fuse. */
     bool fwd_fuses_next, bwd_fuses_prev;
+    /* ... and whether the layer ran it so (its epilogue's algorithm found) at least once: the fused
+     * counts a run reports are of these, not of the marks, which a fallback does not clear */
+    bool fwd_fused_ran, bwd_fused_ran;
 };
 
 /* Where an arena comes from instead of st_device_alloc: alloc gives at least

@@ -20,6 +20,8 @@
 #     that never stopped; a damaged file, or one timed on another kind of
 #     GPU (the emulator told it is sm_80), is said and passed over: the
 #     plans are timed again.
+#  5. the fusions a run reports (fused_gelu_fwd/bwd, fused_residual) are
+#     those its products ran, none where cuBLASLt has no algorithm for them.
 # On the emulator every algorithm computes alike, so any difference in the
 # weights is the timing's own writes left behind.
 source "$(dirname "$0")/../lib/e2e.sh"
@@ -95,4 +97,14 @@ grep -q "matmul-algos-rank0.bin: timed with cuBLASLt 130000 on .* (sm_90), and t
     [ "$(field r3-sm80 matmul_tuned)" -gt 0 ] ||
     fail "a file of another GPU kind: not said, or not timed again: $(grep -i "matmul" "$tmp/r3-sm80.out" | head -3)"
 
+# the fusions a run reports are those its products ran: GELU and the residual in the epilogues on the
+# emulator's sm_90 (fused_gelu_fwd/bwd one a layer, fused_residual two), none where cuBLASLt offers no
+# algorithm for them (ST_CUDAEMU_NO_FUSED_EPILOGUES): it counted the graph's marks, and said fused
+run fused --set model.fused_gelu=on --set model.fused_residual=on
+ST_CUDAEMU_NO_FUSED_EPILOGUES=1 run unfused --set model.fused_gelu=on --set model.fused_residual=on
+[ "$(field fused fused_gelu_fwd)" = 2 ] && [ "$(field fused fused_gelu_bwd)" = 2 ] &&
+    [ "$(field fused fused_residual)" = 4 ] || fail "fused: $(grep -o '"fused_[a-z_]*":[a-z0-9]*' "$tmp/fused.out" | tr '\n' ' ')"
+[ "$(field unfused fused_gelu_fwd)" = 0 ] && [ "$(field unfused fused_gelu_bwd)" = 0 ] &&
+    [ "$(field unfused fused_residual)" = 0 ] && grep -q '"fused_gelu":false' "$tmp/unfused.out" ||
+    fail "no fused epilogue: $(grep -o '"fused_[a-z_]*":[a-z0-9]*' "$tmp/unfused.out" | tr '\n' ' ')"
 e2e_finish "model.matmul_tune: auto is off and says why; on timed $tuned plans ($switched kept another algorithm) and trained to the same bits, on one GPU and on 2 under ZeRO-2; a resume takes the kept algorithms, and passes over a damaged file or another GPU's"
