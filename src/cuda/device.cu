@@ -198,6 +198,30 @@ static st_status out_of_memory(st_device *d, size_t nbytes) {
                            "with the run's config shows what fits a whole GPU");
 }
 
+/* An allocation while the device opens (cuBLASLt's workspace, the halt
+ * flag), before the run has any memory of its own: no setting of the run
+ * shrinks it, so the advice is about the device (the run's own is
+ * out_of_memory's). */
+static st_status open_out_of_memory(st_device *d, size_t nbytes, const char *what) {
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    const double mib = 1 << 20;
+    char size[32], held[96] = "";
+    if (nbytes < (1 << 20))
+        snprintf(size, sizeof size, "%zu bytes", nbytes);
+    else
+        snprintf(size, sizeof size, "%.1f MiB", (double)nbytes / mib);
+    if (d->allocated > 0)
+        snprintf(held, sizeof held, "; cuBLASLt's workspace holds %.1f MiB", d->allocated / mib);
+    return st_fail(
+        ST_ERR_NOMEM,
+        "%s: out of device memory allocating %s (%s) as it opens (%.1f of %.1f MiB free%s), before "
+        "the run's own memory: other processes hold the device (nvidia-smi lists them), or it is "
+        "too small; free it, or choose another (train.device cuda:N, CUDA_VISIBLE_DEVICES)",
+        d->name, what, size, (double)free_b / mib, (double)total_b / mib, held);
+}
+
 extern "C" bool st_cuda_lost(st_device *d) {
     cudaSetDevice(d->ordinal);
     st_cuda_wait_begin(d, "checking the GPU after an error");
@@ -239,16 +263,17 @@ static st_status open_device(st_device *d, int ordinal) {
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking));
     ST_CUBLAS_TRY_D(d, cublasLtCreate(&d->lt));
     d->lt_ws_bytes = (size_t)ST_CUDA_LT_WORKSPACE_BYTES;
-    const cudaError_t e = cudaMalloc(&d->lt_ws, d->lt_ws_bytes);
-    if (e == cudaErrorMemoryAllocation)
-        return st_fail_context(out_of_memory(d, d->lt_ws_bytes), "cuBLASLt's workspace: ");
+    cudaError_t e = cudaMalloc(&d->lt_ws, d->lt_ws_bytes);
+    if (e == cudaErrorMemoryAllocation) return open_out_of_memory(d, d->lt_ws_bytes, "cuBLASLt's workspace");
     ST_CUDA_TRY_D(d, e);
     d->allocated = d->peak = (int64_t)d->lt_ws_bytes;
     if (cudaDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, ordinal) != cudaSuccess) {
         cudaGetLastError(); /* only NVML's lookup needs it */
         d->pci_bus_id[0] = '\0';
     }
-    ST_CUDA_TRY_D(d, cudaMalloc((void **)&d->flag, sizeof *d->flag));
+    e = cudaMalloc((void **)&d->flag, sizeof *d->flag);
+    if (e == cudaErrorMemoryAllocation) return open_out_of_memory(d, sizeof *d->flag, "the halt flag");
+    ST_CUDA_TRY_D(d, e);
     return ST_OK;
 }
 

@@ -46,4 +46,13 @@ grep -qE "out of device memory allocating [0-9.]+ MiB \([0-9.]+ of 16000.0 MiB f
 grep -q "Lower train.micro_batch_size, or set train.activation_checkpointing, optim.offload, or dist.strategy zero2" <<<"$err" ||
     fail "out of memory: the settings that need less"
 [ ! -e "$tmp/oom" ] || fail "out of memory: wrote $(ls "$tmp/oom")"
+# a device nearly full before the run holds anything (another process's 15990 of 16000 MiB): the
+# backend's own allocations as it opens say so, with no advice about the run's settings, which shrink
+# nothing there (it gave the micro-batch advice, or a bare cudaMalloc error for the halt flag)
+for held in 15990 15968; do
+    err=$(ST_CUDAEMU_HELD_MB=$held timeout 120 "$bin" "${run[@]}" --set train.out_dir="$tmp/open$held" 2>&1) &&
+        fail "opening a nearly full device ($held MiB held): ran"
+    grep -q "out of device memory allocating .* as it opens (.* MiB free.*), before the run's own memory: other processes hold the device (nvidia-smi lists them)" <<<"$err" &&
+        ! grep -q "Lower train.micro_batch_size" <<<"$err" || fail "opening a nearly full device ($held MiB held): $err"
+done
 e2e_finish "the micro-batch fits what another process leaves; out of memory says what, where and why"
