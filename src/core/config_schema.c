@@ -605,6 +605,7 @@ static const char *alias_of(const char *key, const char *typed) {
         {"dist.strategy", "fsdp", ZERO3},
         {"dist.strategy", "deepspeed", "zero1 or zero2 (DeepSpeed's ZeRO stages 1 and 2)"},
         {"optim.type", "adam", "adamw (with optim.weight_decay: 0 it is Adam)"},
+        {"train.device", "gpu", "cuda"},
     };
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
         if (!strcmp(key, alias[i].key) && !strcasecmp(typed, alias[i].typed)) return alias[i].say;

@@ -734,8 +734,8 @@ static st_status plan(st_session *s, st_model_input *in) {
         const bool cudnn = !strcmp(c->model.type, "gpt") && !strcmp(c->model.attention_kernel, "cudnn");
         if (cudnn && strcmp(c->precision, "bf16") != 0)
             v = st_fail(ST_ERR_CONFIG,
-                        "%smodel.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes "
-                        "16-bit tensors) and this run is %s: set precision: bf16, or "
+                        "%smodel.attention_kernel=cudnn needs precision bf16 (scaletrain runs cuDNN's fused "
+                        "attention on bf16 tensors) and this run is %s: set precision: bf16, or "
                         "model.attention_kernel: flash",
                         where, c->precision);
         else if (cudnn && !st_cuda_cudnn_built(no_cudnn, sizeof no_cudnn))

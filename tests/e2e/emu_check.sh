@@ -88,7 +88,7 @@ rc=$?
 out=$(ST_CUDAEMU_DEVICES=1 timeout 120 "$bin" "${tr[@]}" "${gpt[@]}" --set train.device=cuda --set precision=fp32 \
     --set model.attention_kernel=cudnn --set train.out_dir="$tmp/cudnn32" 2>&1)
 rc=$?
-[ $rc -ne 0 ] && grep -q "model.attention_kernel=cudnn needs precision bf16 (cuDNN's fused attention takes 16-bit tensors) and this run is fp32: set precision: bf16, or model.attention_kernel: flash" <<<"$out" ||
+[ $rc -ne 0 ] && grep -q "model.attention_kernel=cudnn needs precision bf16 (scaletrain runs cuDNN's fused attention on bf16 tensors) and this run is fp32: set precision: bf16, or model.attention_kernel: flash" <<<"$out" ||
     fail "attention_kernel cudnn in fp32: exit $rc: $out"
 # two ranks, rank 0 alone set to cudnn (model.attention_kernel may differ
 # between ranks; cuDNN is each node's): rank 0 names its error, rank 1 that
