@@ -1,5 +1,6 @@
 /* `scaletrain`: dispatch to one subcommand. */
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -94,6 +95,11 @@ static int output_checked(int rc) {
 }
 
 int main(int argc, char **argv) {
+    /* A write past a file-size limit (ulimit -f, a cluster's) fails with
+     * EFBIG and is said as any failed write is, the run's files kept; by
+     * default SIGXFSZ killed the process without a word, the final weights
+     * unwritten. Ignored here, it stays ignored in the ranks launch starts. */
+    signal(SIGXFSZ, SIG_IGN);
     st_blas_core_check(argv); /* (may start this program again, with the CPU's own kernels) */
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {

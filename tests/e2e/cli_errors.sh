@@ -143,6 +143,13 @@ cp "$tmp/t.txt" "$tmp/keep.txt"
 expect 2 "keep.txt exists and is not a token file (what looks like text); the first path is the token file to write" \
     "$bin" data tokenize "$tmp/keep.txt" "$tmp/t.txt"
 cmp -s "$tmp/t.txt" "$tmp/keep.txt" || { echo "FAIL: data tokenize replaced the text file named first"; fails=$((fails + 1)); }
+# a file-size limit (ulimit -f 30: 30 KiB) the checkpoint passes: a failed write, said, exit 1, the final
+# weights written (SIGXFSZ killed the process without a word: nothing saved, exit 153)
+out=$( (ulimit -f 30; timeout 60 "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.val= \
+    --set train.steps=3 --set train.out_dir="$tmp/fsize" --quiet) 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write: File too large; the final weights were written all the same" <<<"$out" &&
+    [ -s "$tmp/fsize/model.safetensors" ] && echo "ok: ulimit -f: said, the final weights written" ||
+    { echo "FAIL: ulimit -f: exit $rc: $out"; fails=$((fails + 1)); }
 # data inspect of a safetensors file whose header length is past 2^48 (damaged): its reader's message (it
 # was read as an IDX file: "not an IDX file (magic 00 00 00 00 ...)")
 printf '\x00\x00\x00\x00\x00\x00\x00\x80{"a":1}' >"$tmp/big.safetensors"
