@@ -1127,6 +1127,13 @@ st_status st_session_close(st_session *s) {
         if (!whole && r.oom && !r.stuck && !r.error) { /* not the reader's doing: the command failed */
             ret = st_fail(ST_ERR_NOMEM, "%s: out of memory: %ld line%s of standard output not written",
                           s->who, r.lost_lines, r.lost_lines == 1 ? "" : "s");
+        } else if (!whole && s->json && r.error) { /* (--json: the result a script reads is what was lost) */
+            ret = st_fail(
+                ST_ERR_IO,
+                "%s: the --json result was not written whole: %ld line%s of standard output not written "
+                "(%s)%s",
+                s->who, r.lost_lines, r.lost_lines == 1 ? "" : "s", r.why,
+                s->eval_only ? "" : "; the run's checkpoints and final weights are whole");
         } else if (!whole) {
             st_ticker_sayf(
                 "scaletrain: %s: %ld line%s of standard output not written (%s%s)\n", s->who, r.lost_lines,

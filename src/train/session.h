@@ -76,6 +76,7 @@ typedef struct st_session {
     bool eval_shared;  /* every rank evaluates its share of the batches (st_session_evaluate) */
     bool warned_flat_cnn; /* the warning of a cnn on flat (n, d) features was said (model_input) */
     bool eval_only;    /* scaletrain eval: no training, so train.batch_size need not split over the ranks */
+    bool json; /* --json: the result line is the command's product; standard output lost is an error */
     bool init_deferred;   /* the weights were not made at the start: every rank saw a checkpoint for --resume,
                            * whose load replaces them (train.c defer_init) */
     st_watch *read_watch; /* data.timeout_s over the reads in this thread (evaluations, 0 loader workers) */

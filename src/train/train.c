@@ -2890,6 +2890,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                 "optim.loss_scale, or train in bf16 (precision: bf16)\n",
                 (long long)ran, res->loss_scale);
     if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
+    ses.json = opts->json;
     out_flush(&ses);
     s = ST_OK;
 fail:
@@ -2967,6 +2968,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     st_device_mem dm;
     if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
     if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
+    ses.json = opts->json;
     out_flush(&ses);
     s = ST_OK;
 fail:

@@ -150,6 +150,14 @@ out=$( (ulimit -f 30; timeout 60 "$bin" train --set model.type=mlp --set model.h
 [ $rc -eq 1 ] && grep -q "cannot write: File too large; the final weights were written all the same" <<<"$out" &&
     [ -s "$tmp/fsize/model.safetensors" ] && echo "ok: ulimit -f: said, the final weights written" ||
     { echo "FAIL: ulimit -f: exit $rc: $out"; fails=$((fails + 1)); }
+# --json whose result cannot be written (standard output a full device): exit 1, said (it exited 0, a
+# script reading $? taking the missing result for a success); the weights written all the same
+expect 1 "the --json result was not written whole: 1 line of standard output not written (a write failed: No space left on device); the run's checkpoints and final weights are whole" \
+    sh -c '"$0" train --set model.type=mlp --set model.hidden=[8] --set data.val= --set train.steps=2 \
+        --set train.out_dir="$1" --json --quiet >/dev/full' "$bin" "$tmp/jfull"
+[ -s "$tmp/jfull/model.safetensors" ] || { echo "FAIL: --json to /dev/full: no weights"; fails=$((fails + 1)); }
+expect 1 "the --json result was not written whole" \
+    sh -c '"$0" eval --init "$1" --set model.type=mlp --json --quiet >/dev/full' "$bin" "$tmp/jfull"
 # data inspect of a safetensors file whose header length is past 2^48 (damaged): its reader's message (it
 # was read as an IDX file: "not an IDX file (magic 00 00 00 00 ...)")
 printf '\x00\x00\x00\x00\x00\x00\x00\x80{"a":1}' >"$tmp/big.safetensors"
