@@ -418,10 +418,13 @@ static bool catches(pid_t pid, int sig) {
     return found && (mask >> (sig - 1) & 1);
 }
 
-static bool signal_ranks(pid_t mpirun, int sig) {
+/* The processes whose parent is `parent` (with ranks_only, those is_rank
+ * takes for scaletrain's ranks): each sent sig (0: counted alone); how
+ * many, -1 when /proc cannot be read. */
+static int children(pid_t parent, int sig, bool ranks_only) {
     DIR *dir = opendir("/proc");
-    if (!dir) return false;
-    bool any = false;
+    if (!dir) return -1;
+    int any = 0;
     struct dirent *e;
     while ((e = readdir(dir))) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
@@ -435,15 +438,17 @@ static bool signal_ranks(pid_t mpirun, int sig) {
         const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
         char state;
         int ppid;
-        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == mpirun &&
-            is_rank(e->d_name)) {
-            kill((pid_t)atoi(e->d_name), sig);
-            any = true;
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent &&
+            (!ranks_only || is_rank(e->d_name))) {
+            if (sig) kill((pid_t)atoi(e->d_name), sig);
+            any++;
         }
     }
     closedir(dir);
     return any;
 }
+
+static bool signal_ranks(pid_t mpirun, int sig) { return children(mpirun, sig, true) > 0; }
 
 int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_result *res) {
     memset(res, 0, sizeof *res);
@@ -509,6 +514,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                                 * may have started none; here: one may have been ended by it before
                                 * it set its handler) */
     double held = -1;          /* when a stop was held back: mpirun did not catch SIGUSR1 (below) */
+    double ended_idle = -1;    /* when mpirun, stuck with no process started, was ended (below) */
     int hard = 0;              /* a second stop, sent to mpirun itself: the signal */
     int status = 0;
     bool waited = false; /* mpirun's end read (in the loop: below) */
@@ -578,6 +584,24 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         if (remote && !waited && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
+        }
+        /* A stop passed on before any rank spoke, and 10 s on mpirun has
+         * started no process at all (no rank here, no ssh or orted for
+         * other hosts): it is stuck starting the job (a limit on open
+         * files it hit, say) and forwards the stop to nothing; nothing ran,
+         * so it is ended (it hung until a second stop). SIGKILL 2 s later
+         * where SIGTERM did not end it. */
+        if (remote && before_ranks && io.job < 0 && !waited && !hard && first_signal >= 0) {
+            if (ended_idle < 0 && now_s() - first_signal >= 10.0 && children(pid, 0, false) == 0) {
+                st_launch_sayf(lo,
+                               "scaletrain launch: mpirun has started no process 10 s after the stop (stuck "
+                               "starting the job: its messages above say why): ended; nothing ran\n");
+                kill(pid, SIGTERM);
+                ended_idle = now_s();
+            } else if (ended_idle >= 0 && now_s() - ended_idle >= 2.0) {
+                kill(pid, SIGKILL);
+                ended_idle = 1e300; /* (once) */
+            }
         }
         /* A stop held back, mpirun not catching SIGUSR1 after its ranks
          * spoke: they have ended and mpirun is ending, its output about to
