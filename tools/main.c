@@ -1,5 +1,6 @@
 /* `scaletrain`: dispatch to one subcommand. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -100,6 +101,16 @@ int main(int argc, char **argv) {
      * default SIGXFSZ killed the process without a word, the final weights
      * unwritten. Ignored here, it stays ignored in the ranks launch starts. */
     signal(SIGXFSZ, SIG_IGN);
+    /* Standard streams started closed (`>&-`): each slot held by a
+     * descriptor that fails every read and write as the closed one did
+     * (O_PATH: EBADF, said as lines not written), so that no pipe or file
+     * the process opens lands there (launch's pipe from mpirun took fd 1,
+     * and its own lines went nowhere without a word). */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            const int got = open("/dev/null", O_PATH | O_CLOEXEC);
+            if (got >= 0 && got != fd) close(got); /* (a lower slot was free: taken by the loop's turn) */
+        }
     st_blas_core_check(argv); /* (may start this program again, with the CPU's own kernels) */
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {

@@ -1862,6 +1862,12 @@ st_status st_ckpt_lock_out_dir(const char *out, bool create, int *lock_fd) {
                            "train.out_dir %s is a file, or a path under one, not a directory: choose another "
                            "train.out_dir, or move the file aside",
                            out);
+        if (fd < 0 && errno == ELOOP) /* (a link that leads back to itself: not a permission either) */
+            return st_fail(
+                ST_ERR_IO,
+                "train.out_dir %s: a symbolic link on its path leads back to itself (%s); mend the "
+                "link or choose another train.out_dir",
+                out, strerror(errno));
         if (fd < 0)
             return st_fail(ST_ERR_IO,
                            "train.out_dir: cannot open %s: %s; make train.out_dir writable or choose another",

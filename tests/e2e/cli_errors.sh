@@ -158,6 +158,18 @@ expect 1 "the --json result was not written whole: 1 line of standard output not
 [ -s "$tmp/jfull/model.safetensors" ] || { echo "FAIL: --json to /dev/full: no weights"; fails=$((fails + 1)); }
 expect 1 "the --json result was not written whole" \
     sh -c '"$0" eval --init "$1" --set model.type=mlp --json --quiet >/dev/full' "$bin" "$tmp/jfull"
+# launch with its standard output closed (>&-): the lines lost are said (mpirun's pipe took fd 1, and
+# the job's lines went nowhere without a word)
+if command -v mpirun >/dev/null; then
+    expect 0 "lines of the job's output not written to standard output (a write failed: Bad file descriptor)" \
+        sh -c '"$0" launch -n 2 train --set model.type=mlp --set model.hidden=[8] --set data.val= \
+            --set train.steps=2 --set train.out_dir="$1" >&-' "$bin" "$tmp/closed"
+fi
+# train.out_dir a symbolic link loop: said as a loop (it said "make train.out_dir writable")
+ln -s "$tmp/loopb" "$tmp/loopa" && ln -s "$tmp/loopa" "$tmp/loopb"
+expect 1 "train.out_dir $tmp/loopa: a symbolic link on its path leads back to itself" \
+    "$bin" train --set model.type=mlp --set model.hidden=[8] --set data.val= --set train.steps=2 \
+    --set train.out_dir="$tmp/loopa"
 # data inspect of a safetensors file whose header length is past 2^48 (damaged): its reader's message (it
 # was read as an IDX file: "not an IDX file (magic 00 00 00 00 ...)")
 printf '\x00\x00\x00\x00\x00\x00\x00\x80{"a":1}' >"$tmp/big.safetensors"
