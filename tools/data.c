@@ -38,22 +38,15 @@ static bool count_arg(const char *opt, const char *v, int64_t max, int64_t *out)
 static void twice_say(const st_tokens *t, const char *spec, const char *lead) {
     st_tokens_twice tw;
     if (!st_tokens_read_twice(t, &tw)) return;
-    const int64_t n = st_tokens_shard_count(t, tw.file);
+    char what[3 * 4096];
+    const bool same = st_tokens_twice_what(t, &tw, what, sizeof what);
     fflush(stdout); /* (after what was said of it) */
-    if (tw.shard_count == n)
-        fprintf(stderr,
-                "scaletrain data: %s%s holds %s and %d shard%s named from it (%s...) with the same %lld "
-                "tokens: one text tokenized whole and in shards, which training on %s reads twice; delete "
-                "one, or name the files to read in data.train\n",
-                lead, spec, st_tokens_shard_path(t, tw.file), tw.shards, tw.shards == 1 ? "" : "s",
-                st_tokens_shard_path(t, tw.first), (long long)n, spec);
-    else
-        fprintf(stderr,
-                "scaletrain data: %s%s holds %s (%lld tokens) and %d shard%s named as if cut from it (%s..., "
-                "%lld tokens): if one text was tokenized twice, training on %s reads it twice; delete one, or "
-                "name the files to read in data.train\n",
-                lead, spec, st_tokens_shard_path(t, tw.file), (long long)n, tw.shards, tw.shards == 1 ? "" : "s",
-                st_tokens_shard_path(t, tw.first), (long long)tw.shard_count, spec);
+    fprintf(stderr,
+            "scaletrain data: %s%s holds %s: %s training on %s %s; delete one, or name the files to read in "
+            "data.train\n",
+            lead, spec, what,
+            same ? "one text tokenized whole and in shards, which" : "if one text was tokenized twice,", spec,
+            same ? "reads twice" : "reads it twice");
 }
 
 static int tokenize(int argc, char **argv) {

@@ -481,6 +481,20 @@ bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out) {
     return false;
 }
 
+bool st_tokens_twice_what(const st_tokens *t, const st_tokens_twice *tw, char *buf, size_t n) {
+    const char *file = t->shard[tw->file].path, *shard = t->shard[tw->first].path,
+               *s = tw->shards == 1 ? "" : "s";
+    const int64_t count = t->shard[tw->file].count;
+    const bool same = tw->shard_count == count;
+    if (same)
+        snprintf(buf, n, "%s and %d shard%s named from it (%s...) with the same %lld tokens", file,
+                 tw->shards, s, shard, (long long)count);
+    else
+        snprintf(buf, n, "%s (%lld tokens) and %d shard%s named as if cut from it (%s..., %lld tokens)", file,
+                 (long long)count, tw->shards, s, shard, (long long)tw->shard_count);
+    return same;
+}
+
 static inline uint32_t token_at(const tok_shard *t, int64_t i) {
     const uint8_t *p = t->data + i * t->token_bytes;
     return t->token_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : get_u32(p);

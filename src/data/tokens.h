@@ -71,6 +71,11 @@ typedef struct st_tokens_twice {
     int64_t shard_count; /* their tokens, together */
 } st_tokens_twice;
 bool st_tokens_read_twice(const st_tokens *t, st_tokens_twice *out);
+/* What tw found, for a message: "X and K shards named from it (S...) with
+ * the same N tokens" where the shards hold as many tokens as X (one text
+ * for certain: returns true), else "X (N tokens) and K shards named as if
+ * cut from it (S..., M tokens)". */
+bool st_tokens_twice_what(const st_tokens *t, const st_tokens_twice *tw, char *buf, size_t n);
 
 /* The first shard's format: "scaletrain", "llm.c GPT-2" or "llm.c LLaMA 3". */
 const char *st_tokens_format(const st_tokens *t);

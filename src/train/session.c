@@ -328,22 +328,19 @@ static void shard_order(const st_session *s, const st_dataset *d, const char *ke
 static st_status read_twice(const st_session *s, const st_dataset *d, const char *key, const char *spec) {
     st_tokens_twice tw;
     if (!d->tokens || !st_tokens_read_twice(d->tokens, &tw)) return ST_OK;
-    const char *file = st_tokens_shard_path(d->tokens, tw.file), *shard = st_tokens_shard_path(d->tokens, tw.first);
-    const int64_t n = st_tokens_shard_count(d->tokens, tw.file);
+    const char *file = st_tokens_shard_path(d->tokens, tw.file);
     const int stem = (int)strlen(file) - 7; /* (less ".tokens") */
-    if (tw.shard_count == n)
+    char what[3 * 4096];
+    if (st_tokens_twice_what(d->tokens, &tw, what, sizeof what))
         return st_fail(ST_ERR_ARG,
-                       "%s %s: reads %s and %d shard%s named from it (%s...) that hold the same %lld tokens: "
-                       "one text tokenized whole and in shards, which would be trained on twice; move one "
-                       "of them out of the folder, or name one (%s: %s, or '%.*s-*.tokens')",
-                       key, spec, file, tw.shards, tw.shards == 1 ? "" : "s", shard, (long long)n, key, file,
-                       stem, file);
+                       "%s %s: reads %s: one text tokenized whole and in shards, which would be trained on "
+                       "twice; move one of them out of the folder, or name one (%s: %s, or '%.*s-*.tokens')",
+                       key, spec, what, key, file, stem, file);
     if (s->rank == 0)
-        st_ticker_sayf("scaletrain: warning: %s %s: reads %s (%lld tokens) and %d shard%s named as if cut from "
-                       "it (%s..., %lld tokens); if one text was tokenized twice, it is read twice: name the "
-                       "files to read (%s: %s, or '%.*s-*.tokens')\n",
-                       key, spec, file, (long long)n, tw.shards, tw.shards == 1 ? "" : "s", shard,
-                       (long long)tw.shard_count, key, file, stem, file);
+        st_ticker_sayf(
+            "scaletrain: warning: %s %s: reads %s; if one text was tokenized twice, it is read twice: "
+            "name the files to read (%s: %s, or '%.*s-*.tokens')\n",
+            key, spec, what, key, file, stem, file);
     return ST_OK;
 }
 
