@@ -75,9 +75,9 @@ typedef struct st_run_result {
     int64_t grad_syncs;          /* backward passes whose buckets were reduced across the ranks: one per step
                                     (its last micro-step) for ddp and zero1, one per micro-step for zero2 */
     double activation_mib;       /* the training graph's activations and their gradients, per micro-batch */
-    int fused_gelu_fwd, fused_gelu_bwd; /* the training graph's products with GELU in their epilogue
+    int fused_gelu_fwd, fused_gelu_bwd; /* the training graph's products that ran GELU in their epilogue
                                            (model.fused_gelu on a CUDA device), forward and backward */
-    int fused_residual;                 /* its products that add a residual (model.fused_residual) */
+    int fused_residual;                 /* its products that ran the residual's add (model.fused_residual) */
     int64_t attention_cudnn_calls;      /* attention forwards and backwards cuDNN ran on this rank's GPU
                                            (model.attention_kernel=cudnn), over the whole run */
     int64_t bias_grad_epilogues;        /* linear layers' bias gradients cuBLASLt's epilogue summed on this

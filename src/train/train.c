@@ -1713,11 +1713,6 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_dist_shard_params(gcomm, c, &m->params));
     ST_GOTO(st_model_graph_build(m, mb, &mg));
     r->activation_mib = (double)(mg.g.act_count + mg.g.grad_count) * sizeof(float) / (1 << 20);
-    for (int i = 0; i < mg.g.n_nodes; i++) { /* graph.c fuse_gelu */
-        r->fused_gelu_fwd += st_node_fuses(&mg.g, &mg.g.nodes[i], "gelu");
-        r->fused_residual += st_node_fuses(&mg.g, &mg.g.nodes[i], "add");
-        r->fused_gelu_bwd += mg.g.nodes[i].bwd_fuses_prev;
-    }
     if (!opts->quiet && ses->rank == 0)
         fprintf(ses->out,
                 "activations: %.1f MiB with their gradients for a micro-batch of %lld (checkpointing %s)\n",
@@ -2555,16 +2550,14 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     if (ses->dev) {
         r->attention_cudnn_calls = st_cuda_cudnn_calls(ses->dev);
         r->bias_grad_epilogues = st_cuda_bias_grad_epilogues(ses->dev);
-        /* the fusions the products ran (their epilogues' algorithms found), not those the graph marked:
-         * where cuBLASLt had none, the unfused products and the layers' own kernels ran */
-        if (ran > 0) {
-            r->fused_gelu_fwd = r->fused_gelu_bwd = r->fused_residual = 0;
-            for (int i = 0; i < mg.g.n_nodes; i++) {
-                const st_node *nd = &mg.g.nodes[i];
-                r->fused_gelu_fwd += nd->fwd_fused_ran && st_node_fuses(&mg.g, nd, "gelu");
-                r->fused_residual += nd->fwd_fused_ran && st_node_fuses(&mg.g, nd, "add");
-                r->fused_gelu_bwd += nd->bwd_fused_ran;
-            }
+        /* the fusions the products ran (graph.c fuse_gelu; their epilogues' algorithms found), not those
+         * the graph marked: where cuBLASLt had none, the unfused products and the layers' own kernels ran
+         * (the CPU fuses none) */
+        for (int i = 0; i < mg.g.n_nodes; i++) {
+            const st_node *nd = &mg.g.nodes[i];
+            r->fused_gelu_fwd += nd->fwd_fused_ran && st_node_fuses(&mg.g, nd, "gelu");
+            r->fused_residual += nd->fwd_fused_ran && st_node_fuses(&mg.g, nd, "add");
+            r->fused_gelu_bwd += nd->bwd_fused_ran;
         }
         st_cuda_tune_stats ts;
         st_cuda_matmul_tune_stats(ses->dev, &ts);
