@@ -106,11 +106,8 @@ int main(int argc, char **argv) {
      * (O_PATH: EBADF, said as lines not written), so that no pipe or file
      * the process opens lands there (launch's pipe from mpirun took fd 1,
      * and its own lines went nowhere without a word). */
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-            const int got = open("/dev/null", O_PATH | O_CLOEXEC);
-            if (got >= 0 && got != fd) close(got); /* (a lower slot was free: taken by the loop's turn) */
-        }
+    for (int fd = 0; fd <= 2; fd++) /* (open takes the lowest free slot: fd, those below it filled) */
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) (void)open("/dev/null", O_PATH | O_CLOEXEC);
     st_blas_core_check(argv); /* (may start this program again, with the CPU's own kernels) */
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
