@@ -361,7 +361,6 @@ static int inspect_checkpoint(const char *dir) {
     if (s != ST_OK) return st_cli_error(s);
     printf("%s: checkpoint of step %lld, every file's size and CRC32 as state.json records\n", dir,
            (long long)st.step);
-    fflush(stdout);
     st_ckpt_uncommitted_note(dir, "data inspect", stderr);
     DIR *d = opendir(dir);
     struct dirent *e;

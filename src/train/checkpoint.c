@@ -1342,9 +1342,11 @@ static st_status find_latest(const char *ckdir, const char *who, FILE *log, char
 void st_ckpt_uncommitted_note(const char *dir, const char *who, FILE *log) {
     const char *base = strrchr(dir, '/');
     base = base ? base + 1 : dir;
-    if (log && tmp_step_of(base) >= 0)
-        fprintf(
-            log,
+    if (!log || tmp_step_of(base) < 0) return;
+    /* (after what was said of it on standard output; only then: a flush midway ended the output early for a
+     * reader that stops at its first line, `| grep -q`, and the command by SIGPIPE) */
+    if (log != stdout) fflush(stdout);
+    fprintf(log,
             "%s: warning: %s is a save that was never committed (the run stopped while writing it, before "
             "renaming it to step-%lld); its files' checksums check out, but they may not have reached the "
             "disk for good\n",
