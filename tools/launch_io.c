@@ -585,16 +585,16 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             relayed = now_s();
             if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
         }
-        /* A stop passed on before any rank spoke, and 10 s on mpirun has
+        /* A stop passed on before any rank spoke, and 30 s on mpirun has
          * started no process at all (no rank here, no ssh or orted for
          * other hosts): it is stuck starting the job (a limit on open
          * files it hit, say) and forwards the stop to nothing; nothing ran,
          * so it is ended (it hung until a second stop). SIGKILL 2 s later
          * where SIGTERM did not end it. */
         if (remote && before_ranks && io.job < 0 && !waited && !hard && first_signal >= 0) {
-            if (ended_idle < 0 && now_s() - first_signal >= 10.0 && children(pid, 0, false) == 0) {
+            if (ended_idle < 0 && now_s() - first_signal >= 30.0 && children(pid, 0, false) == 0) {
                 st_launch_sayf(lo,
-                               "scaletrain launch: mpirun has started no process 10 s after the stop (stuck "
+                               "scaletrain launch: mpirun has started no process 30 s after the stop (stuck "
                                "starting the job: its messages above say why): ended; nothing ran\n");
                 kill(pid, SIGTERM);
                 ended_idle = now_s();
