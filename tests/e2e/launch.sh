@@ -20,7 +20,9 @@
 #     rank: exit 143 and said; (d'') a start that train refuses (the
 #     out_dir holds an unfinished run) restarts as it was started, not with
 #     --resume auto; (d3) SIGUSR1 as SIGTERM; (d4) a stop that mpirun
-#     passed on before it had started the ranks is asked again; (d5) mpirun
+#     passed on before it had started the ranks is asked again; (d4b) one
+#     while the ranks are between their exec and their handler is held
+#     until they can take it (it ended them there); (d5) mpirun
 #     crashing on a second stop: the exit status is the stop's.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
@@ -404,6 +406,34 @@ wait $lpid; rc=$?
 [ $rc -eq 143 ] && grep -qE "stopped by SIGUSR1 (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/lost.err" ||
     fail "a stop passed on before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
 echo "a stop mpirun passed to no rank: asked again, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/lost.err" | head -1))"
+# (d4b) the stop while the ranks here are in their start, between their exec and their handler (a
+# signal there ends a rank: "stopped before its ranks started; nothing ran", and the fresh-clone CI
+# caught d4 so under load): held until each rank catches it, then a stop it takes. Each rank is
+# held in its start reading its configuration from a FIFO (open blocks, in the kernel's
+# wait_for_partner, until the test opens it for writing; both then read an empty file); the stop
+# comes once both wait there, and they go on once the launcher has taken it (it sleeps again: it
+# has no thread that takes signals).
+mkfifo "$tmp/slow.yaml"
+timeout 120 "$bin" launch -n 2 train "$tmp/slow.yaml" "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/slowrun" >"$tmp/slow.out" 2>"$tmp/slow.err" &
+lpid=$!
+waiting=0
+for _ in $(seq 600); do
+    waiting=$(for p in $(pgrep -f -- "train $tmp/slow.yaml"); do cat "/proc/$p/wchan" 2>/dev/null; echo; done | grep -c "^wait_for_partner$")
+    [ "$waiting" -ge 2 ] && break
+    sleep 0.1
+done
+[ "$waiting" -ge 2 ] || fail "a stop in the ranks' start: the ranks did not open their FIFO: $(cat "$tmp/slow.err")"
+l=$(pgrep -P $lpid)
+kill -TERM "$l"
+for _ in $(seq 600); do [ "$(cut -d' ' -f3 "/proc/$l/stat" 2>/dev/null)" = S ] && break; sleep 0.05; done
+timeout 10 bash -c 'exec 4>"$1"' _ "$tmp/slow.yaml" || fail "a stop in the ranks' start: no rank read its FIFO"
+wait $lpid; rc=$?
+if [ $rc -eq 143 ] && grep -qE "stopped by SIGUSR1 (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/slow.err"; then
+    echo "a stop in the ranks' start: held until they take it, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/slow.err" | head -1))"
+else
+    fail "a stop in the ranks' start: exit $rc: $(tail -n 3 "$tmp/slow.err")"
+fi
 # (d5) mpirun crashing as it ends the job on a second stop ("abort is
 # already in progress", a segfault in its PMIx finalize): the exit status
 # is the stop's, said, where it was mpirun's 139. The mpirun on PATH says a
