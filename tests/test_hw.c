@@ -449,6 +449,30 @@ static void test_table(void) {
     st_model_free(m);
 }
 
+/* A GPU nearly full (40 MiB free, held by other processes): the backend's
+ * own memory (cuBLASLt's workspace) takes the most, and the hint says no
+ * setting shrinks it (it said "the model states take the most" at 0.00
+ * GiB of them). */
+static void test_device_full(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, NULL, 1, 32, 2);
+    if (!m) return;
+    c.train.batch_size = 8;
+    st_plan_input in = {.cfg = &c, .model = m, .seq_len = 16};
+    st_hw_config hw;
+    st_plan p;
+    memset(&p, 0, sizeof p);
+    CHECK_OK(st_hw_config_parse("H100", NULL, NULL, &hw));
+    hw.dev.mem_bytes = 40 << 20;
+    CHECK_OK(st_plan_make(&in, &hw, &p));
+    CHECK(p.ok && !p.fits && p.mem.backend > p.mem.params + p.mem.grads + p.mem.optim &&
+              strstr(p.fit_hint,
+                     "the GPU backend's own (cuBLASLt's workspace, the 16-bit operand scratch) takes "
+                     "the most (0.03 GiB), and no setting shrinks it: a GPU with more free memory"),
+          "a GPU nearly full: fits %d, backend %lld: %s", p.fits, (long long)p.mem.backend, p.fit_hint);
+    st_model_free(m);
+}
+
 static void test_too_big(void) {
     /* about 21.7 B parameters: 2-byte weights alone exceed an L40S */
     st_config c;
@@ -1456,6 +1480,7 @@ int main(void) {
     test_cudnn_workspace();
     test_table();
     test_too_big();
+    test_device_full();
     test_offload_host();
     test_offload_auto();
     test_auto_choices();

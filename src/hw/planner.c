@@ -293,6 +293,12 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
                  "the data held in memory takes the most (%.2f GiB): fewer ranks on this node (each holds its "
                  "copy), or data.type tokens, which reads its file where it lies",
                  (double)m->data / GIB);
+    else if (m->backend > states && m->backend > acts) /* (a device nearly full, or held by others) */
+        snprintf(fix, sizeof fix,
+                 "the GPU backend's own (cuBLASLt's workspace, the 16-bit operand scratch) takes the most "
+                 "(%.2f GiB), and no setting shrinks it: a GPU with more free memory (nvidia-smi lists the "
+                 "processes that hold it)",
+                 (double)m->backend / GIB);
     else if (acts >= states)
         snprintf(fix, sizeof fix,
                  "the activations take the most: %s%sa shorter model.block_size (a gpt) or a smaller model",
