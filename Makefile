@@ -146,7 +146,10 @@ endif
 # ranks (no libnccl is linked), so src/cuda/comm_nccl.cu runs too.
 # -fno-strict-aliasing: kernels move bf16 data as uint4 or 32-bit words
 # through casts, as CUDA code does; g++ at -O2 may otherwise reorder them.
-# cuDNN is not emulated: model.attention_kernel=cudnn says so there.
+# cuDNN is not emulated: model.attention_kernel=cudnn says so there. The
+# driver's libcuda.so.1, which the hardware probe loads, is the emulator's
+# (tests/cudaemu/driver/libcuda.cpp, built into $(BUILD)/driver, the
+# binaries' run path), so check, plan and bench see the emulated devices.
 CUDA_EMU ?= 0
 ifeq ($(CUDA_EMU),1)
 CUDA := 1
@@ -156,7 +159,8 @@ CUDNN_FLAGS :=
 CUDNN_SRC :=
 NCCL_FLAGS := -DST_HAVE_NCCL
 CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/include
-CUDA_LIBS := -lstdc++
+EMU_DRIVER := $(BUILD)/driver/libcuda.so.1
+CUDA_LIBS := -lstdc++ -Wl,-rpath,$(abspath $(BUILD))/driver
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
 EMU_CU := $(sort $(wildcard tests/cudaemu/*.cu)) # the emulator's own kernels (selftest.cu)
@@ -231,6 +235,10 @@ $(BUILD)/obj/%.o: $(BUILD)/emu/%.cpp tests/cudaemu/emu.h $(CUH_EMU)
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(EMU_DRIVER): tests/cudaemu/driver/libcuda.cpp tests/cudaemu/machine.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -shared -fPIC -Wl,-soname,libcuda.so.1 $< -o $@
 else
 # The architectures the folder's CUDA objects were built for (CUDA_ARCH),
 # kept beside them: objects built for others are rebuilt, not linked as they
@@ -333,7 +341,8 @@ endif
 EMU_TESTS := $(patsubst tests/%.c,build-emu/tests/%,$(wildcard tests/test_cuda_*.c tests/test_cudaemu.c \
 	tests/test_train_device.c tests/mpi/nccl_check.c)) build-emu/bench/bench_cuda_kernels
 emu:
-	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS)
+	@$(MAKE) --no-print-directory BUILD=build-emu CUDA_EMU=1 OPT="-O2" build-emu/scaletrain $(EMU_TESTS) \
+	  build-emu/driver/libcuda.so.1
 # The same under AddressSanitizer and UBSan (build-emu-asan; not in CI: about
 # 4 minutes more): the CUDA backend's host code and its kernels' C++ checked
 # as the CPU code is. Run with LSAN_OPTIONS=suppressions=tests/cudaemu/lsan.supp.
@@ -341,7 +350,8 @@ emu-asan:
 	@$(MAKE) --no-print-directory BUILD=build-emu-asan CUDA_EMU=1 OPT="-O1 -fno-omit-frame-pointer" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_CXXFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  EXTRA_LDFLAGS="-fsanitize=address,undefined" $(EMU_TESTS:build-emu/%=build-emu-asan/%) build-emu-asan/scaletrain
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" $(EMU_TESTS:build-emu/%=build-emu-asan/%) build-emu-asan/scaletrain \
+	  build-emu-asan/driver/libcuda.so.1
 
 # arm64 (GH200's Grace, Graviton): the CPU engine and its tests built here
 # by a cross compiler against Debian's arm64 libraries (scripts/deps.sh

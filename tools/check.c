@@ -615,8 +615,9 @@ static void check_out_dir(report *r, const char *out_dir) {
 /* Memory: the planner's plan of this run on this machine (its micro-batch,
  * and whether it fits the memory this process may use), as the run itself
  * plans it; a run that does not fit is a failed check, with the run's
- * warning and hint (it would be killed, a CPU run without a message). */
-static void check_memory(report *r, const st_config *cfg, const st_hw_info *h, bool probed) {
+ * warning and hint (it would be killed, a CPU run without a message).
+ * gpus: the devices this build can use (none: the run plans the CPU). */
+static void check_memory(report *r, const st_config *cfg, const st_hw_info *h, bool probed, int gpus) {
     if (!probed) {
         line(r, "skip", "memory", "the machine's memory could not be read (the cpu line says why)");
         return;
@@ -632,7 +633,8 @@ static void check_memory(report *r, const st_config *cfg, const st_hw_info *h, b
     st_hw_info nogpu = *h;
     nogpu.n_gpus = 0;
     const double gf = c.log.peak_gflops > 0 ? c.log.peak_gflops * 1e9 : 1e11; /* (the rate: times only) */
-    const bool on_cpu = strcmp(c.train.device, "cpu") == 0; /* (the run plans the CPU then: so does this) */
+    /* (the run plans the CPU then, train.device auto with no GPU it can use: so does this) */
+    const bool on_cpu = strcmp(c.train.device, "cpu") == 0 || gpus == 0;
     st_device_local(on_cpu ? &nogpu : h, gf, &local);
     st_device_local(&nogpu, gf, &cpu);
     st_hw_config hw;
@@ -861,7 +863,7 @@ int st_cmd_check(int argc, char **argv) {
     check_data(&r, &cfg);
     check_out_dir(&r, cfg.train.out_dir);
     check_disk(&r, &cfg);
-    check_memory(&r, &cfg, &hw, probed);
+    check_memory(&r, &cfg, &hw, probed, gpus);
     const int want = !strncmp(cfg.train.device, "cuda:", 5) ? atoi(cfg.train.device + 5) : -1;
     if (dev_cpu) {
         line(&r, "skip", "cuda", "train.device cpu: training runs on the CPU (the GPUs are not checked)");

@@ -97,6 +97,20 @@ static void no_device_why(cudaError_t e, char *why, size_t len) {
     }
 }
 
+/* Why a device of compute capability major.minor cannot run the kernels:
+ * their bf16 tensor-core products (mma.sync, cuBLASLt's bf16 paths) exist
+ * from compute capability 8.0; the build carries sm_80 and sm_90 code and
+ * sm_90 PTX that newer GPUs compile at load. false where it can. */
+static bool too_old(const char *name, int major, int minor, char *why, size_t len) {
+    if (major >= 8) return false;
+    if (why && len)
+        snprintf(why, len,
+                 "%s has compute capability %d.%d: scaletrain's CUDA kernels need 8.0 or later (bf16 tensor "
+                 "cores: A100, A10, L4, L40S, H100 and newer)",
+                 name, major, minor);
+    return true;
+}
+
 extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -110,6 +124,25 @@ extern "C" int st_cuda_device_count(char *why, size_t why_len) {
     char lib[400];
     if (!st_cuda_lib_ready(ST_CUDA_LIB_CUBLASLT, lib, sizeof lib)) {
         if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", lib);
+        return 0;
+    }
+    /* Devices older than the kernels: where every one is, none is usable
+     * (auto trains on the CPU, saying why; launch -n auto starts one rank);
+     * one among newer ones is refused as it opens (st_device_open_cuda). */
+    char first[400] = "";
+    int old = 0;
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        char name[300];
+        snprintf(name, sizeof name, "cuda:%d (%s)", i, p.name);
+        if (too_old(name, p.major, p.minor, old ? NULL : first, sizeof first)) old++;
+    }
+    if (old == n) {
+        if (why && why_len) snprintf(why, why_len, "no CUDA device usable: %s", first);
         return 0;
     }
     return n;
@@ -249,14 +282,9 @@ static st_status open_device(st_device *d, int ordinal) {
     const double gib = (double)prop.totalGlobalMem / (1 << 30);
     snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.*f GiB)", ordinal, prop.name, prop.major,
              prop.minor, gib < 9.95 ? 1 : 0, gib);
-    /* The kernels' bf16 tensor-core products (mma.sync, cuBLASLt's bf16
-     * paths) exist from compute capability 8.0; the build carries sm_80 and
-     * sm_90 code and sm_90 PTX that newer GPUs compile at load. */
-    if (prop.major < 8)
-        return st_fail(ST_ERR_UNSUPPORTED,
-                       "%s has compute capability %d.%d: scaletrain's CUDA kernels need 8.0 or later (bf16 "
-                       "tensor cores: A100, A10, L4, L40S, H100 and newer)",
-                       d->name, prop.major, prop.minor);
+    char old[600];
+    if (too_old(d->name, prop.major, prop.minor, old, sizeof old))
+        return st_fail(ST_ERR_UNSUPPORTED, "%s", old);
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking));
     ST_CUDA_TRY_D(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));

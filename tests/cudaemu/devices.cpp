@@ -2,6 +2,7 @@
  * device, or ST_CUDAEMU_DEVICES of them (all in this process's memory, for
  * several ranks on one machine), sm_90, named as the emulator. */
 #include "internal.h"
+#include "machine.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,40 +35,11 @@ void st_emu_die(const char *fmt, ...) {
     abort();
 }
 
-/* The machine's devices (ST_CUDAEMU_DEVICES), and those this process sees:
- * CUDA_VISIBLE_DEVICES as the CUDA runtime reads it, the listed indices in
- * that order up to the first that is not a device (a UUID, a number past
- * the last); unset, all. What each rank sees where a launcher gives ranks
- * GPUs of their own (srun --gpus-per-task, a per-rank wrapper). map[d] is
- * the machine's index of visible device d. */
-enum { MAX_DEVICES = 16 };
-static int machine_devices(void) {
-    const char *e = getenv("ST_CUDAEMU_DEVICES");
-    const int n = e ? atoi(e) : 1;
-    return n >= 0 && n <= MAX_DEVICES ? n : 1;
-}
-static int visible(int *map) {
-    const int all = machine_devices();
-    const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    int n = 0;
-    if (!v) {
-        for (; n < all; n++)
-            if (map) map[n] = n;
-        return n;
-    }
-    for (const char *p = v; *p && n < MAX_DEVICES;) {
-        char *end;
-        const long i = strtol(p, &end, 10);
-        if (end == p || i < 0 || i >= all || (*end && *end != ',')) break;
-        if (map) map[n] = (int)i;
-        n++;
-        p = *end ? end + 1 : end;
-    }
-    return n;
-}
+/* The machine's devices and those this process sees (machine.h). */
+static int visible(int *map) { return st_emu_env_visible(map); }
 static int devices(void) { return visible(NULL); }
 extern "C" int st_emu_machine_device(int d) {
-    int map[MAX_DEVICES];
+    int map[ST_EMU_MAX_DEVICES];
     return d >= 0 && d < visible(map) ? map[d] : -1;
 }
 static thread_local int current;
@@ -101,22 +73,15 @@ extern "C" cudaError_t cudaGetDevice(int *d) {
     *d = current;
     return cudaSuccess;
 }
-/* ST_CUDAEMU_CC (e.g. 75): the compute capability the devices report
- * (default 90), to try how a GPU too old for the kernels is refused. */
-static void capability(int *major, int *minor) {
-    const char *e = getenv("ST_CUDAEMU_CC");
-    const int cc = e && *e ? atoi(e) : 90;
-    *major = cc / 10;
-    *minor = cc % 10;
-}
+static void capability(int *major, int *minor) { st_emu_env_capability(major, minor); }
 extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "scaletrain CUDA emulator (CPU)");
+    snprintf(p->name, sizeof p->name, ST_EMU_DEVICE_NAME);
     for (int i = 0; i < 16; i++) /* one per device of the machine */
         p->uuid.bytes[i] = (char)(0x5c + i * 17 + st_emu_machine_device(d));
     capability(&p->major, &p->minor);
-    p->multiProcessorCount = 4;
+    p->multiProcessorCount = ST_EMU_SMS;
     p->totalGlobalMem = st_emu_mem_total();
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
@@ -127,7 +92,9 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
     switch (a) {
     case cudaDevAttrClockRate: *v = 1000000; return cudaSuccess; /* kHz */
-    case cudaDevAttrMultiProcessorCount: *v = 4; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+        *v = ST_EMU_SMS;
+        return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: {
         int mn;
         capability(v, &mn);
@@ -145,9 +112,7 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
 }
 extern "C" cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
     if (d < 0 || d >= devices()) return st_emu_ret(cudaErrorInvalidDevice);
-    /* ST_CUDAEMU_MIG=1: the devices are MIG slices of one GPU, its address theirs (their UUIDs their own) */
-    const char *mig = getenv("ST_CUDAEMU_MIG");
-    snprintf(id, (size_t)len, "0000:%02x:00.0", mig && atoi(mig) == 1 ? 0 : st_emu_machine_device(d));
+    st_emu_env_pci(id, (size_t)len, st_emu_machine_device(d));
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaDeviceSynchronize(void) {

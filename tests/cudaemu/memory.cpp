@@ -7,6 +7,7 @@
  * mapped; ST_CUDAEMU_MEM_MB sets the device's size (default 16 GiB),
  * ST_CUDAEMU_HELD_MB how much of it another process holds (default 0). */
 #include "internal.h"
+#include "machine.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -29,7 +30,7 @@ struct alloc {
 static std::mutex mem_lock;
 static std::map<uintptr_t, alloc> device_mem; /* by start address */
 static std::map<uintptr_t, size_t> host_mem;   /* cudaHostAlloc: start, bytes */
-static size_t mem_total = (size_t)16 << 30, mem_used;
+static size_t mem_total, mem_used;
 static int window_depth;  /* >0: device memory is accessible */
 static int protect_mode = -1;
 static thread_local const char *running_kernel;
@@ -39,8 +40,7 @@ static bool protecting(void) {
     if (protect_mode < 0) {
         const char *e = getenv("ST_CUDAEMU_PROTECT");
         protect_mode = !(e && strcmp(e, "0") == 0);
-        const char *m = getenv("ST_CUDAEMU_MEM_MB");
-        if (m && atoll(m) > 0) mem_total = (size_t)atoll(m) << 20;
+        mem_total = st_emu_env_mem_total();
         /* memory another process holds on the device: never free here */
         const char *h = getenv("ST_CUDAEMU_HELD_MB");
         const size_t held = h && atoll(h) > 0 ? (size_t)atoll(h) << 20 : 0;

@@ -5,8 +5,11 @@
 #  1. Two devices: the `gpu ddp` line (2 ranks through the launcher with
 #     train.device cuda, their weights against 1 CPU rank's with the same
 #     global batch) and the `gpu comm` line (a 64 MiB all-reduce of device
-#     memory through NCCL on both, every element checked; the emulator has
-#     no NVML, so no link to compare with) are ok, and check says ready.
+#     memory through NCCL on both, every element checked, its time against
+#     the link the planner assumes for an unknown GPU: ok or warn) pass, and
+#     check says ready. The driver probe sees the devices (the emulator's
+#     libcuda.so.1): the cuda line names them, and the memory line plans
+#     the run on a device; `plan` plans local on 2 of them.
 #  2. One device: `gpu ddp` runs a single GPU rank; no `gpu comm` line;
 #     the `cudnn` line says the emulator has none (a build with cuDNN
 #     names its version there; on a machine without GPUs there is no line).
@@ -26,8 +29,15 @@ echo "$out" | grep -E "^(ok|FAIL|warn|skip) +gpu "
 [ $rc -eq 0 ] || fail "two devices: exit $rc: $(grep -E '^FAIL' <<<"$out")"
 grep -qE "^ok +gpu ddp +2 ranks on 2 GPUs x 10 steps of a tiny gpt: the weights equal 1 CPU rank's \(relative difference [0-9.e+-]+, tolerance 0.001\)$" <<<"$out" ||
     fail "two devices: the gpu ddp line"
-grep -qE "^ok +gpu comm +2 GPUs, 64 MiB through NCCL: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right" <<<"$out" ||
-    fail "two devices: the gpu comm line"
+grep -qE "^(ok|warn) +gpu comm +2 GPUs, 64 MiB through NCCL: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right; [0-9]+% of the [0-9.]+ GB/s the planner assumes for NVLink 3 \(unknown: scaletrain CUDA emulator \(CPU\) preset\)" <<<"$out" ||
+    fail "two devices: the gpu comm line: $(grep "gpu comm" <<<"$out")"
+grep -qE "^ok +cuda +2 devices, the first scaletrain CUDA emulator \(CPU\) \(16 GiB\)$" <<<"$out" ||
+    fail "two devices: the cuda line: $(grep -E "^[a-zA-Z]+ +cuda " <<<"$out")"
+grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per device of [0-9.]+ GiB usable$" <<<"$out" ||
+    fail "two devices: the memory line does not plan a device: $(grep memory <<<"$out")"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 600 "$bin" plan --set log.peak_gflops=10 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qE "^local +2 +[0-9]+ +[0-9]+ ddp +bf16 " <<<"$out" ||
+    fail "two devices: plan: exit $rc: $(grep -E "^local" <<<"$out")"
 
 out=$(ST_CUDAEMU_DEVICES=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "one device: exit $rc: $(grep -E '^FAIL' <<<"$out")"
@@ -36,12 +46,15 @@ grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps" <<<"$out" || fail "one devic
 grep -qE "^skip +cudnn +the CUDA emulator has no cuDNN: a gpt's attention runs on scaletrain's flash kernels$" <<<"$out" ||
     fail "one device: the cudnn line: $(grep cudnn <<<"$out")"
 
-# (the memory line fails too, planned on the 1 MiB device as the run would plan it; with train.device
-# cpu the GPUs are not checked at all: that run trains on the CPU, a broken GPU is not its to fail)
+# (the memory line fails too, planned on the 1 MiB device as the run would plan it, its hint naming
+# what takes it: the backend's own, which no setting shrinks; with train.device cpu the GPUs are not
+# checked at all: that run trains on the CPU, a broken GPU is not its to fail)
 out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
-echo "$out" | grep -E "^FAIL +gpu " | cut -c1-160
+echo "$out" | grep -E "^FAIL +(gpu|memory) " | cut -c1-160
 [ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPU \(train.device cuda\) exited" <<<"$out" ||
     fail "a GPU too small: exit $rc, $(grep -E 'gpu' <<<"$out")"
+grep -qE "^FAIL +memory +does not fit: [0-9.]+ GiB needed per device, at micro-batch 1, the smallest; .*the GPU backend's own \(cuBLASLt's workspace, the 16-bit operand scratch\) takes the most" <<<"$out" ||
+    fail "a GPU too small: the memory line: $(grep memory <<<"$out")"
 out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" --set train.device=cpu 2>&1); rc=$?
 [ $rc -eq 0 ] && ! grep -qE "^FAIL" <<<"$out" && grep -qE "^skip +cuda +train.device cpu" <<<"$out" ||
     fail "train.device cpu beside a GPU too small: exit $rc, $(grep -E '^(FAIL|skip)' <<<"$out")"
@@ -61,7 +74,12 @@ grep -qE "^ok +gpu ddp +1 rank on 1 GPU x 10 steps of a tiny gpt: the weights eq
 
 # 4. A GPU older than the kernels (compute capability 7.5, ST_CUDAEMU_CC):
 #    train.device cuda is an error naming it and the fix; auto trains on the
-#    CPU and the effective config says why.
+#    CPU and the effective config says why. As the run takes it, so do the
+#    others (the device count has no usable device): check FAILs the cuda
+#    line with the reason, runs no GPU self-test and plans the memory of a
+#    CPU rank; plan plans local on the CPU, saying why; launch -n auto
+#    starts one rank. (check had said "ok cuda", FAILed its GPU self-test
+#    and planned the GPU; plan planned it; launch started a rank per GPU.)
 tr=(train --set train.steps=1 --set train.eval_every=0 --set data.val= --set data.num_workers=0)
 out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" "${tr[@]}" --set train.device=cuda --set train.out_dir="$tmp/cc-cuda" 2>&1)
 rc=$?
@@ -71,6 +89,20 @@ out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" "${tr[@]}" --set train.out_dir="$tmp/c
 rc=$?
 [ $rc -eq 0 ] && grep -qE "device: +cpu +# auto: .*compute capability 7.5" <<<"$out" ||
     fail "compute capability 7.5, train.device auto: exit $rc: $(grep -i device <<<"$out")"
+old="no CUDA device usable: cuda:0 (scaletrain CUDA emulator (CPU)) has compute capability 7.5: scaletrain's CUDA kernels need 8.0 or later"
+out=$(ST_CUDAEMU_CC=75 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qF "FAIL  cuda      the driver sees 2 GPUs (scaletrain CUDA emulator (CPU)), and this build cannot use them: $old" <<<"$out" &&
+    ! grep -q "gpu ddp" <<<"$out" && [ "$(grep -c "^FAIL" <<<"$out")" -eq 1 ] ||
+    fail "compute capability 7.5: check: exit $rc: $(grep -E "^(FAIL|[a-z]+ +(cuda|gpu))" <<<"$out")"
+grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per rank of" <<<"$out" ||
+    fail "compute capability 7.5: check plans a device: $(grep memory <<<"$out")"
+out=$(ST_CUDAEMU_CC=75 timeout 600 "$bin" plan --set log.peak_gflops=10 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qF "$old" <<<"$out" && grep -q "; local is planned on the CPU$" <<<"$out" &&
+    grep -qE "^local +1 +[0-9]+ +[0-9]+ ddp +fp32 " <<<"$out" ||
+    fail "compute capability 7.5: plan: exit $rc: $(grep -E "^(cuda|local)" <<<"$out")"
+out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" launch -n auto sh -c 'echo "world $OMPI_COMM_WORLD_SIZE"' 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qx "world 1" <<<"$out" ||
+    fail "compute capability 7.5: launch -n auto: exit $rc: $out"
 
 # 5. model.attention_kernel=cudnn where it cannot run, an error naming why
 #    and the fix before any step: an fp32 run (cuDNN's attention is bf16),
