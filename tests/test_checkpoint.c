@@ -131,6 +131,35 @@ static void test_space(const char *root) {
     CHECK_FAILS(space(path, 1 << 30, 0, 3, -1, warn, sizeof warn), ST_ERR_IO, "MiB free on its filesystem");
 }
 
+/* A file of a 250-byte name written whole: its temporary name is cut to fit
+ * the 255 bytes a name may take (".tmp.<pid>" after 250 bytes failed with
+ * "File name too long": `data tokenize` into such a name did). */
+static void test_long_name(const char *root) {
+    char tmp[4096], want[64];
+    snprintf(want, sizeof want, "/d/run.yaml.tmp.%ld", (long)getpid());
+    st_tmp_name(tmp, sizeof tmp, "/d/run.yaml");
+    CHECK(strcmp(tmp, want) == 0, "a short name's temporary: %s", tmp);
+    char name[251], path[4096];
+    memset(name, 'n', 250);
+    name[250] = '\0';
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    st_tmp_name(tmp, sizeof tmp, path);
+    const char *base = strrchr(tmp, '/') + 1;
+    CHECK(strlen(base) == 255 && strncmp(tmp, path, strlen(root) + 1) == 0 && strstr(base, ".tmp."),
+          "a 250-byte name's temporary, %zu bytes: %s", strlen(base), base);
+    st_atomic_file f;
+    CHECK_OK(st_atomic_open(&f, path));
+    if (!f.fp) return;
+    fputs("whole\n", f.fp);
+    CHECK_OK(st_atomic_commit(&f));
+    char line[16] = "";
+    FILE *in = fopen(path, "r");
+    CHECK(in && fgets(line, sizeof line, in) && strcmp(line, "whole\n") == 0,
+          "the 250-byte name's file: '%s'", line);
+    if (in) fclose(in);
+    unlink(path);
+}
+
 int main(void) {
     char root[] = "/tmp/test_checkpoint.XXXXXX";
     if (!mkdtemp(root)) return st_test_skip("test_checkpoint", "cannot create a temporary directory");
@@ -320,6 +349,7 @@ int main(void) {
     CHECK_FAILS(st_ckpt_load(saved, b, &ob, &got), ST_ERR_FORMAT, "step-4/model.safetensors: 100 bytes");
 
     test_space(root);
+    test_long_name(root);
 
     st_optim_free(&sgd);
     st_optim_free(&oa);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/atomic_file.h"
 
 int st_cli_spawn(char *const *argv, const char *out_path, const char *err_path, double timeout_s) {
     return st_cli_spawn_stoppable(argv, out_path, err_path, timeout_s, NULL);
@@ -123,7 +124,7 @@ void st_cli_output_name(st_cli_output *o, const char *path) {
         snprintf(o->target, sizeof o->target, "%s", real);
     else
         snprintf(o->target, sizeof o->target, "%s", path);
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->target, (long)getpid());
+    st_tmp_name(o->tmp, sizeof o->tmp, o->target);
 }
 
 FILE *st_cli_output_open(st_cli_output *o, const char *path) {

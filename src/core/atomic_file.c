@@ -106,10 +106,20 @@ st_status st_mkdirs(const char *path) {
     return mkdir_one(buf);
 }
 
+void st_tmp_name(char *out, size_t n, const char *path) {
+    char suffix[32];
+    const int sn = snprintf(suffix, sizeof suffix, ".tmp.%ld", (long)getpid());
+    const char *slash = strrchr(path, '/');
+    const size_t dir = slash ? (size_t)(slash + 1 - path) : 0, base = strlen(path) - dir;
+    const size_t max = 255; /* NAME_MAX of Linux's file systems */
+    const size_t keep = base + (size_t)sn > max ? max - (size_t)sn : base;
+    snprintf(out, n, "%.*s%s", (int)(dir + keep), path, suffix);
+}
+
 st_status st_atomic_open(st_atomic_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
+    st_tmp_name(f->tmp, sizeof f->tmp, path);
     if (!(f->fp = fopen(f->tmp, "wb")))
         return st_fail(ST_ERR_IO, "%s: cannot create: %s", f->tmp, strerror(errno));
     return ST_OK;

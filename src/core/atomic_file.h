@@ -18,6 +18,10 @@ typedef struct st_atomic_file {
     FILE *fp; /* write here (or through fileno(fp)) */
 } st_atomic_file;
 
+/* The temporary name of path, beside it: "<path>.tmp.<pid>", its last part
+ * cut short where the whole would pass the 255 bytes a file name may take
+ * (a name of 250 bytes could be written, its temporary could not). */
+void st_tmp_name(char *out, size_t n, const char *path);
 /* Create the temporary file. On failure nothing is left behind. */
 st_status st_atomic_open(st_atomic_file *f, const char *path);
 /* Sync and close the temporary file, not yet renamed (so that several files
