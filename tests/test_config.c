@@ -594,7 +594,7 @@ static void test_unused(void) {
                           "model.kernel=3",          "precision=fp32"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         CHECK_OK(st_config_set(&c, sets[i]));
-    st_config_unused(&c, buf, sizeof buf);
+    st_config_unused(&c, 2, buf, sizeof buf);
     const char *want[] = {"model.channels ([4], --set) is not used: it applies to cnn, and this run has "
                           "model.type (mlp, --set)\n",
                           "optim.beta1 (0.8, --set) is not used: it applies to adamw, and this run has "
@@ -619,10 +619,23 @@ static void test_unused(void) {
     st_config back;
     st_config_defaults(&back);
     CHECK_OK(st_config_load(&back, path));
-    st_config_unused(&back, buf, sizeof buf);
+    st_config_unused(&back, 1, buf, sizeof buf);
     CHECK(!buf[0], "a printed configuration warned of:\n%s", buf);
     free(out);
     unlink(path);
+    /* one rank: the keys only several read, in one line; on two, nothing (they are read) */
+    st_config_defaults(&c);
+    CHECK_OK(st_config_set(&c, "dist.grad_dtype=bf16"));
+    CHECK_OK(st_config_set(&c, "dist.bucket_cap_mb=50"));
+    CHECK_OK(st_config_set(&c, "dist.deterministic=true"));
+    st_config_unused(&c, 1, buf, sizeof buf);
+    CHECK(!strcmp(buf,
+                  "scaletrain: warning: dist.bucket_cap_mb (50, --set), dist.grad_dtype (bf16, --set) are "
+                  "not used: they apply to runs of several ranks, and this run has one (scaletrain launch "
+                  "-n N starts N)\n"),
+          "one rank:\n%s", buf);
+    st_config_unused(&c, 2, buf, sizeof buf);
+    CHECK(!buf[0], "two ranks warned of:\n%s", buf);
 }
 
 static void test_json(void) {

@@ -193,10 +193,11 @@ void st_config_print(const st_config *c, FILE *out);
  * default, that this configuration does not read: one warning line each
  * into buf ("" when none), naming the key that makes it unread (an mlp's
  * key in a cnn run, sgd's in an adamw one, fp16's in another precision,
- * optim.min_lr with optim.schedule constant). A configuration written
- * out whole (a run's config.yaml: its other keys at their defaults) says
- * nothing. Called once precision is resolved. */
-void st_config_unused(const st_config *c, char *buf, size_t n);
+ * optim.min_lr with optim.schedule constant; with world 1, the keys only
+ * several ranks read, in one line). A configuration written out whole (a
+ * run's config.yaml: its other keys at their defaults) says nothing.
+ * Called once precision is resolved. */
+void st_config_unused(const st_config *c, int world, char *buf, size_t n);
 
 /* The configuration as one JSON object (for state files and --json). Caller frees. */
 char *st_config_to_json(const st_config *c);

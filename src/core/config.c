@@ -540,7 +540,14 @@ static const char *reader_of(const st_config *c, const char *doc, char *who, siz
     return NULL;
 }
 
-void st_config_unused(const st_config *c, char *buf, size_t n) {
+void st_config_unused(const st_config *c, int world, char *buf, size_t n) {
+    /* (read only where there are gradients to all-reduce between ranks, or statistics to share;
+     * dist.comm nccl and dist.deterministic mean something on one rank too) */
+    static const char *const several[] = {"dist.grad_dtype", "dist.bucket_cap_mb", "dist.sync_batchnorm",
+                                          "dist.shm_allreduce"};
+    char lone[1024] = "";
+    size_t lone_at = 0;
+    int n_lone = 0;
     size_t at = 0;
     buf[0] = '\0';
     st_config d;
@@ -553,6 +560,14 @@ void st_config_unused(const st_config *c, char *buf, size_t n) {
         st_cfg_format(&d, row, def, sizeof def);
         if (!strcmp(mine, def)) continue; /* (a whole configuration written out: its defaults) */
         const char *key = st_cfg_keys[row].key;
+        bool alone = false;
+        for (size_t k = 0; k < sizeof several / sizeof several[0] && world == 1; k++)
+            alone = alone || !strcmp(key, several[k]);
+        if (alone) {
+            st_appendf(lone, sizeof lone, &lone_at, "%s%s", n_lone++ ? ", " : "",
+                       st_config_describe(c, key, desc, sizeof desc));
+            continue;
+        }
         bool used = true;
         const char *by = reader_of(c, st_cfg_keys[row].doc, who, sizeof who, &used);
         if (!used)
@@ -567,6 +582,11 @@ void st_config_unused(const st_config *c, char *buf, size_t n) {
                 st_config_describe(c, key, desc, sizeof desc),
                 st_config_describe(c, "optim.schedule", reader, sizeof reader));
     }
+    if (n_lone)
+        st_appendf(buf, n, &at,
+                   "scaletrain: warning: %s %s not used: %s to runs of several ranks, and this run has one "
+                   "(scaletrain launch -n N starts N)\n",
+                   lone, n_lone == 1 ? "is" : "are", n_lone == 1 ? "it applies" : "they apply");
 }
 
 const char *st_config_describe(const st_config *c, const char *key, char *buf, size_t n) {

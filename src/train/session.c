@@ -752,7 +752,7 @@ static st_status plan(st_session *s, st_model_input *in) {
     ST_TRY(autoconfigure(s, in));
     if (s->rank == 0 && !s->eval_only) { /* (precision resolved: fp16's keys are read or not) */
         char unused[4096];
-        st_config_unused(c, unused, sizeof unused);
+        st_config_unused(c, s->world, unused, sizeof unused);
         if (unused[0]) st_ticker_sayf("%s", unused);
     }
     if (!s->eval_only) { /* the micro-batch the planner chose divides the batch: a check */
