@@ -220,6 +220,10 @@ static void test_set(void) {
                 "unknown key optim.lrr; known keys in optim: type");
     CHECK_FAILS(st_config_set(&c, "optim.lrr=1"), ST_ERR_CONFIG, "did you mean optim.lr?");
     CHECK_FAILS(st_config_set(&c, "optim.lr"), ST_ERR_CONFIG, "--set optim.lr: expected key=value");
+    /* a line break in a value: refused (YAML folded it into a space, unsaid) */
+    CHECK_FAILS(st_config_set(&c, "train.out_dir=/tmp/a\nb"), ST_ERR_CONFIG,
+                "--set train.out_dir=/tmp/a...: the value holds a line break (after 6 bytes)");
+    CHECK_FAILS(st_config_set(&c, "data.train=x\r"), ST_ERR_CONFIG, "the value holds a line break");
     CHECK_FAILS(st_config_set(&c, "optim=1"), ST_ERR_CONFIG, "optim is a section");
     /* a section mistyped: the key of that name in the section it is near (it said "did you mean optim?",
      * and nothing for trian.steps) */

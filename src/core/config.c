@@ -512,6 +512,14 @@ st_status st_config_set(st_config *c, const char *assignment) {
                        "%s: no key before the '='; expected key=value, e.g. --set optim.lr=3e-4", ctx);
     int row = st_cfg_find(key);
     if (row < 0) return unknown_set_key(ctx, key);
+    /* (the value is read as YAML, which folds a line break into a space: an out_dir "a<newline>b"
+     * became "a b", unsaid) */
+    const size_t brk = strcspn(eq + 1, "\n\r");
+    if (eq[1 + brk])
+        return st_fail(ST_ERR_CONFIG,
+                       "--set %s=%.*s...: the value holds a line break (after %zu bytes), which no setting "
+                       "takes; give it on one line (a shell's $'...' or a pasted value may carry one)",
+                       key, (int)(brk < 40 ? brk : 40), eq + 1, brk);
     ST_TRY(st_cfg_assign_text(c, row, eq + 1, ctx));
     set_source(c, row, ST_SRC_SET, "");
     return st_config_apply_preset(c);
