@@ -534,7 +534,11 @@ static const char *without_nothing_written(const char *msg) {
 
 /* out_dir, or the nearest existing directory above it, takes a new file. */
 static void check_out_dir(report *r, const char *out_dir) {
-    char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64], who[512] = "";
+    char dir[ST_CFG_STR + 8], probe[ST_CFG_STR + 64], who[512] = "", gone[ST_CFG_STR + 256];
+    if (st_cwd_gone(out_dir[0] ? out_dir : ".", gone, sizeof gone)) {
+        line(r, "FAIL", "out_dir", "train.out_dir %s", gone);
+        return;
+    }
     snprintf(dir, sizeof dir, "%s", out_dir[0] ? out_dir : ".");
     struct stat st;
     bool exists = stat(dir, &st) == 0;

@@ -59,6 +59,10 @@ int st_cli_spawn_stoppable(char *const *argv, const char *out_path, const char *
         int fi = open("/dev/null", O_RDONLY);
         if (fi >= 0) dup2(fi, 0);
         if (fi > 2) close(fi);
+        /* (a current directory deleted under the caller: mpirun refuses to start without one, "Unable
+         * to get the current working directory"; the programs run here take full paths) */
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd) && errno == ENOENT && chdir("/") != 0) _exit(127);
         execvp(argv[0], argv);
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);

@@ -74,8 +74,20 @@ static st_status fsync_parent(const char *path) {
 
 /* One directory of st_mkdirs: made, and its entry synced in its parent (a
  * checkpoint folder's own fsync does not keep the folder's name there). */
+bool st_cwd_gone(const char *path, char *buf, size_t n) {
+    char cwd[4096];
+    if (!path || path[0] == '/' || getcwd(cwd, sizeof cwd) || errno != ENOENT) return false;
+    snprintf(buf, n,
+             "%s is relative to the current directory, which no longer exists (deleted or moved while the "
+             "shell was in it): cd to an existing directory, or give the path in full",
+             path);
+    return true;
+}
+
 static st_status mkdir_one(const char *dir) {
     if (mkdir(dir, 0755) == 0) return fsync_parent(dir);
+    char gone[4400];
+    if (errno == ENOENT && st_cwd_gone(dir, gone, sizeof gone)) return st_fail(ST_ERR_IO, "%s", gone);
     if (errno != EEXIST) return st_fail(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
     /* (a file by that name: what is written under it would fail later, naming a path below it; a
      * symbolic link to nothing: made by no mkdir) */

@@ -38,6 +38,12 @@ void st_atomic_abort(st_atomic_file *f);
 /* fsync a directory, so renames into it survive a crash (file systems that
  * cannot sync a directory are not an error). */
 st_status st_fsync_dir(const char *dir);
+/* A relative path's trouble where the current directory no longer exists
+ * (deleted or moved while the shell was in it): getcwd's ENOENT. Writes
+ * "PATH is relative to the current directory, which no longer exists ...;
+ * cd to ..., or give PATH in full" into buf and returns true then; false
+ * (buf untouched) for an absolute path or a current directory that exists. */
+bool st_cwd_gone(const char *path, char *buf, size_t n);
 /* mkdir -p: create `path` and any missing parents (0755). */
 st_status st_mkdirs(const char *path);
 /* `path` is a regular file / a directory (following links). */

@@ -1608,6 +1608,10 @@ st_status st_ckpt_new_run_check(const char *out, const char *resume_from, int *a
 st_status st_ckpt_folder_check(const char *out_dir) {
     char ckdir[PATH_CAP];
     struct stat sb;
+    /* (said at the start: it was "runs: cannot create directory: No such file or directory" once the
+     * data had loaded) */
+    if (st_cwd_gone(out_dir, ckdir, sizeof ckdir))
+        return st_fail(ST_ERR_CONFIG, "train.out_dir %s (nothing was written)", ckdir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     if (stat(ckdir, &sb) != 0) return ST_OK; /* (none yet: made in out_dir at the first save) */
     if (S_ISDIR(sb.st_mode)) {

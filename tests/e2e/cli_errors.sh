@@ -498,4 +498,17 @@ expect 1 "data.train_labels ($tmp/zero-labels) holds only label 0: a classifier 
 # the loss scale's floor, 2^-24 (as its documentation says), is accepted
 expect 0 "hardware" "$bin" plan --set optim.loss_scale=5.9604644775390625e-08 --set data.val=
 [ ! -e runs/default/unknown ] || fails=$((fails + 1))
+# a relative out_dir where the current directory was deleted: said at the start, nothing written (it
+# said "runs: cannot create directory: No such file or directory" once the data had loaded); `bin` in
+# full, as the shell's own relative paths went with the directory
+full=$(readlink -f "$bin")
+mkdir "$tmp/gone"
+out=$(cd "$tmp/gone" && rmdir "$tmp/gone" && "$full" train --set train.steps=1 --set data.val= 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -qF "train.out_dir runs/default is relative to the current directory, which no longer exists (deleted or moved while the shell was in it): cd to an existing directory, or give the path in full (nothing was written)" <<<"$out" &&
+    ! grep -q "^step " <<<"$out"; then
+    echo "ok: a deleted current directory -> $(tail -1 <<<"$out" | cut -c1-120)"
+else
+    echo "FAIL: a deleted current directory: exit $rc: $(tail -3 <<<"$out")"
+    fails=$((fails + 1))
+fi
 exit $((fails > 0))
