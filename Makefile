@@ -160,7 +160,9 @@ CUDNN_SRC :=
 NCCL_FLAGS := -DST_HAVE_NCCL
 CUDA_CFLAGS := -DST_HAVE_CUDA -DST_HAVE_NCCL -DST_CUDA_EMU -I$(CUDA_HOME)/include
 EMU_DRIVER := $(BUILD)/driver/libcuda.so.1
-CUDA_LIBS := -lstdc++ -Wl,-rpath,$(abspath $(BUILD))/driver
+# (DT_RPATH, not RUNPATH: searched before LD_LIBRARY_PATH, which a CUDA
+# container points at the real driver)
+CUDA_LIBS := -lstdc++ -Wl,--disable-new-dtags,-rpath,$(abspath $(BUILD))/driver
 CU_SRC := $(sort $(wildcard src/cuda/*.cu))
 EMU_SRC := $(sort $(wildcard tests/cudaemu/*.cpp))
 EMU_CU := $(sort $(wildcard tests/cudaemu/*.cu)) # the emulator's own kernels (selftest.cu)
@@ -264,7 +266,7 @@ $(BUILD)/libscaletrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/scaletrain: $(BUILD)/libscaletrain.a $(TOOL_OBJ) # (the library's objects first: the slow ones)
+$(BUILD)/scaletrain: $(BUILD)/libscaletrain.a $(TOOL_OBJ) | $(EMU_DRIVER) # (the library's objects first: the slow ones)
 	$(CC) $(CFLAGS_ALL) -o $@ $(TOOL_OBJ) $(BUILD)/libscaletrain.a $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libscaletrain.a

@@ -147,6 +147,12 @@ static void test_long_name(const char *root) {
     const char *base = strrchr(tmp, '/') + 1;
     CHECK(strlen(base) == 255 && strncmp(tmp, path, strlen(root) + 1) == 0 && strstr(base, ".tmp."),
           "a 250-byte name's temporary, %zu bytes: %s", strlen(base), base);
+    /* (two long names alike but for their end: temporaries of their own) */
+    char other[4096], tmp2[4096];
+    snprintf(other, sizeof other, "%s", path);
+    other[strlen(other) - 1] = 'm';
+    st_tmp_name(tmp2, sizeof tmp2, other);
+    CHECK(strcmp(tmp, tmp2) != 0, "two long names, one temporary: %s", tmp2);
     st_atomic_file f;
     CHECK_OK(st_atomic_open(&f, path));
     if (!f.fp) return;

@@ -640,6 +640,11 @@ static void test_unused(void) {
           "one rank:\n%s", buf);
     st_config_unused(&c, 2, buf, sizeof buf);
     CHECK(!buf[0], "two ranks warned of:\n%s", buf);
+    /* (one rank with dist.comm nccl all-reduces its buckets through NCCL: their size is read) */
+    CHECK_OK(st_config_set(&c, "dist.comm=nccl"));
+    st_config_unused(&c, 1, buf, sizeof buf);
+    CHECK(strstr(buf, "dist.grad_dtype (bf16, --set) is not used") && !strstr(buf, "bucket_cap_mb"),
+          "one rank, dist.comm nccl:\n%s", buf);
 }
 
 static void test_json(void) {

@@ -450,9 +450,8 @@ static void test_table(void) {
 }
 
 /* A GPU nearly full (40 MiB free, held by other processes): the backend's
- * own memory (cuBLASLt's workspace) takes the most, and the hint says no
- * setting shrinks it (it said "the model states take the most" at 0.00
- * GiB of them). */
+ * own memory (cuBLASLt's workspace) takes the most, and the hint says so
+ * (it said "the model states take the most" at 0.00 GiB of them). */
 static void test_device_full(void) {
     st_config c;
     st_model *m = gpt_layout(&c, NULL, 1, 32, 2);
@@ -466,9 +465,9 @@ static void test_device_full(void) {
     hw.dev.mem_bytes = 40 << 20;
     CHECK_OK(st_plan_make(&in, &hw, &p));
     CHECK(p.ok && !p.fits && p.mem.backend > p.mem.params + p.mem.grads + p.mem.optim &&
-              strstr(p.fit_hint,
-                     "the GPU backend's own (cuBLASLt's workspace, the 16-bit operand scratch) takes "
-                     "the most (0.03 GiB), and no setting shrinks it: a GPU with more free memory"),
+              strstr(p.fit_hint, "the GPU backend's own (cuBLASLt's workspace, the 16-bit operand scratch) "
+                                 "takes the most (") &&
+              strstr(p.fit_hint, " GiB): a GPU with more free memory"),
           "a GPU nearly full: fits %d, backend %lld: %s", p.fits, (long long)p.mem.backend, p.fit_hint);
     st_model_free(m);
 }

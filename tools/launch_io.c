@@ -423,42 +423,25 @@ static bool catches(pid_t pid, int sig) {
     return found && (mask >> (sig - 1) & 1);
 }
 
-/* Whether the process whose /proc/PID/stat fields after the name are
- * `fields` is a rank still in its start as far as sig goes: it runs this
- * scaletrain, does not catch sig yet, and has run less than 10 s (between
- * its exec and its handler: sig would end it, where a moment later it
- * takes it as a stop; one that never catches it gets it after 10 s, as
- * before). A program that is not scaletrain gets it at once (it may never
- * catch it). */
-static bool unready_for(const char *pid, const char *fields, int sig) {
+/* Whether process pid is a rank still in its start as far as sig goes: it
+ * runs this scaletrain and does not catch sig yet (between its exec and its
+ * handler: sig would end it, where a moment later it takes it as a stop). A
+ * program that is not scaletrain is never held (it may never catch it). */
+static bool unready_for(const char *pid, int sig) {
     if (catches((pid_t)atoi(pid), sig)) return false;
     char exe[300];
     snprintf(exe, sizeof exe, "/proc/%s/exe", pid);
     struct stat its, ours;
-    if (stat(exe, &its) != 0 || stat("/proc/self/exe", &ours) != 0 || its.st_dev != ours.st_dev ||
-        its.st_ino != ours.st_ino)
-        return false;
-    /* (field 22, the start time in clock ticks after boot; fields, from the
-     * space before field 3 on) */
-    unsigned long long start = 0;
-    int field = 2;
-    for (const char *p = fields; *p && field < 22; p++)
-        if (*p == ' ' && p[1] != ' ') field++, start = field == 22 ? strtoull(p + 1, NULL, 10) : 0;
-    double up = 0;
-    FILE *f = fopen("/proc/uptime", "r");
-    if (!f) return false;
-    const bool read_up = fscanf(f, "%lf", &up) == 1;
-    fclose(f);
-    const long hz = sysconf(_SC_CLK_TCK);
-    return read_up && field == 22 && hz > 0 && up - (double)start / (double)hz < 10.0;
+    return stat(exe, &its) == 0 && stat("/proc/self/exe", &ours) == 0 && its.st_dev == ours.st_dev &&
+           its.st_ino == ours.st_ino;
 }
 
 /* The processes whose parent is `parent` (with ranks_only, those is_rank
  * takes for scaletrain's ranks): each sent sig (0: counted alone); how
- * many, -1 when /proc cannot be read. With ranks_only and a signal, a rank
- * still in its start (unready_for) is counted, not sent it, and counted
- * in *unready too (when given); with dry, no rank is sent anything. */
-static int children(pid_t parent, int sig, bool ranks_only, bool dry, int *unready) {
+ * many, -1 when /proc cannot be read. With `unready` (ranks_only and a
+ * signal), a rank still in its start (unready_for) is counted there too and
+ * not sent it. */
+static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
     DIR *dir = opendir("/proc");
     if (!dir) return -1;
     int any = 0;
@@ -477,9 +460,9 @@ static int children(pid_t parent, int sig, bool ranks_only, bool dry, int *unrea
         int ppid;
         if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent &&
             (!ranks_only || is_rank(e->d_name))) {
-            const bool wait = ranks_only && sig && unready_for(e->d_name, close_paren + 1, sig);
-            if (wait && unready) ++*unready;
-            if (sig && !wait && !dry) kill((pid_t)atoi(e->d_name), sig);
+            const bool wait = unready && ranks_only && sig && unready_for(e->d_name, sig);
+            if (wait) ++*unready;
+            if (sig && !wait) kill((pid_t)atoi(e->d_name), sig);
             any++;
         }
     }
@@ -487,8 +470,11 @@ static int children(pid_t parent, int sig, bool ranks_only, bool dry, int *unrea
     return any;
 }
 
-/* Whether any rank of the job runs here (each ready for sig sent it). */
-static bool signal_ranks(pid_t mpirun, int sig) { return children(mpirun, sig, true, false, NULL) > 0; }
+/* Whether any rank of the job runs here, each sent sig; with unready,
+ * those still in their start are left, and counted there. */
+static bool signal_ranks(pid_t mpirun, int sig, int *unready) {
+    return children(mpirun, sig, true, unready) > 0;
+}
 
 int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_result *res) {
     memset(res, 0, sizeof *res);
@@ -587,14 +573,14 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                  * which stops as on SIGTERM, where SIGTERM to mpirun would
                  * kill them a second later, mid-save. A rank here still
                  * in its start (unready_for: the signal would end it
-                 * there, the stop lost) takes the path through mpirun's
-                 * relay below too, its SIGUSR1 sent as each rank can take
-                 * it, none to mpirun (which would pass it on to them). */
+                 * there, the stop lost) is left, and gets the relay's
+                 * SIGUSR1 below once it can take it (those ready get the
+                 * signal now), none going to mpirun (which would pass it
+                 * on to them). */
                 int unready = 0;
-                const int here = children(pid, sig, true, true, &unready);
-                if (here > 0 && unready > 0) {
-                    remote = true, relayed = t;
-                } else if (!signal_ranks(pid, sig)) {
+                if (signal_ranks(pid, sig, &unready)) {
+                    if (unready) remote = true, relayed = t;
+                } else {
                     /* (mpirun not catching it yet, before any rank spoke:
                      * it ends on it, nothing ran; not catching it after a
                      * rank spoke: held back, below) */
@@ -632,7 +618,12 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * longer does and would die of it, its status lost. */
         if (remote && !waited && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
             relayed = now_s();
-            if (!signal_ranks(pid, SIGUSR1) && catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
+            /* (a rank here in its start held for 10 s of the stop: then sent it, as a program that
+             * never catches it would be) */
+            int unready = 0;
+            if (!signal_ranks(pid, SIGUSR1, now_s() - first_signal < 10.0 ? &unready : NULL) &&
+                catches(pid, SIGUSR1))
+                kill(pid, SIGUSR1);
         }
         /* A stop passed on before any rank spoke, and 30 s on mpirun has
          * started no process at all (no rank here, no ssh or orted for
@@ -641,8 +632,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * so it is ended (it hung until a second stop). SIGKILL 2 s later
          * where SIGTERM did not end it. */
         if (remote && before_ranks && io.job < 0 && !waited && !hard && first_signal >= 0) {
-            if (ended_idle < 0 && now_s() - first_signal >= 30.0 &&
-                children(pid, 0, false, false, NULL) == 0) {
+            if (ended_idle < 0 && now_s() - first_signal >= 30.0 && children(pid, 0, false, NULL) == 0) {
                 st_launch_sayf(lo,
                                "scaletrain launch: mpirun has started no process 30 s after the stop (stuck "
                                "starting the job: its messages above say why): ended; nothing ran\n");

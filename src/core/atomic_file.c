@@ -119,11 +119,17 @@ st_status st_mkdirs(const char *path) {
 }
 
 void st_tmp_name(char *out, size_t n, const char *path) {
-    char suffix[32];
-    const int sn = snprintf(suffix, sizeof suffix, ".tmp.%ld", (long)getpid());
+    char suffix[48];
+    int sn = snprintf(suffix, sizeof suffix, ".tmp.%ld", (long)getpid());
     const char *slash = strrchr(path, '/');
     const size_t dir = slash ? (size_t)(slash + 1 - path) : 0, base = strlen(path) - dir;
     const size_t max = 255; /* NAME_MAX of Linux's file systems */
+    if (base + (size_t)sn > max) {           /* cut: the whole name's hash keeps two long names' apart */
+        uint64_t h = 1469598103934665603ull; /* FNV-1a */
+        for (const char *p = path + dir; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        sn = snprintf(suffix, sizeof suffix, ".%016llx.tmp.%ld", (unsigned long long)h, (long)getpid());
+    }
     const size_t keep = base + (size_t)sn > max ? max - (size_t)sn : base;
     snprintf(out, n, "%.*s%s", (int)(dir + keep), path, suffix);
 }

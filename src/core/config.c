@@ -550,7 +550,8 @@ static const char *reader_of(const st_config *c, const char *doc, char *who, siz
 
 void st_config_unused(const st_config *c, int world, char *buf, size_t n) {
     /* (read only where there are gradients to all-reduce between ranks, or statistics to share;
-     * dist.comm nccl and dist.deterministic mean something on one rank too) */
+     * dist.comm nccl and dist.deterministic mean something on one rank too, and the buckets' size
+     * with dist.comm nccl) */
     static const char *const several[] = {"dist.grad_dtype", "dist.bucket_cap_mb", "dist.sync_batchnorm",
                                           "dist.shm_allreduce"};
     char lone[1024] = "";
@@ -571,6 +572,8 @@ void st_config_unused(const st_config *c, int world, char *buf, size_t n) {
         bool alone = false;
         for (size_t k = 0; k < sizeof several / sizeof several[0] && world == 1; k++)
             alone = alone || !strcmp(key, several[k]);
+        /* (one rank on a GPU with dist.comm nccl all-reduces its buckets through NCCL all the same) */
+        if (!strcmp(key, "dist.bucket_cap_mb") && !strcmp(c->dist.comm, "nccl")) alone = false;
         if (alone) {
             st_appendf(lone, sizeof lone, &lone_at, "%s%s", n_lone++ ? ", " : "",
                        st_config_describe(c, key, desc, sizeof desc));

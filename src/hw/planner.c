@@ -296,9 +296,8 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
     else if (m->backend > states && m->backend > acts) /* (a device nearly full, or held by others) */
         snprintf(fix, sizeof fix,
                  "the GPU backend's own (cuBLASLt's workspace, the 16-bit operand scratch) takes the most "
-                 "(%.2f GiB), and no setting shrinks it: a GPU with more free memory (nvidia-smi lists the "
-                 "processes that hold it)",
-                 (double)m->backend / GIB);
+                 "(%.2f GiB): %sa GPU with more free memory (nvidia-smi lists the processes that hold it)",
+                 (double)m->backend / GIB, p->micro > 1 ? "a smaller train.micro_batch_size, or " : "");
     else if (acts >= states)
         snprintf(fix, sizeof fix,
                  "the activations take the most: %s%sa shorter model.block_size (a gpt) or a smaller model",

@@ -47,8 +47,8 @@ grep -qE "^skip +cudnn +the CUDA emulator has no cuDNN: a gpt's attention runs o
     fail "one device: the cudnn line: $(grep cudnn <<<"$out")"
 
 # (the memory line fails too, planned on the 1 MiB device as the run would plan it, its hint naming
-# what takes it: the backend's own, which no setting shrinks; with train.device cpu the GPUs are not
-# checked at all: that run trains on the CPU, a broken GPU is not its to fail)
+# what takes it: the backend's own, which a GPU with more free memory holds; with train.device cpu
+# the GPUs are not checked at all: that run trains on the CPU, a broken GPU is not its to fail)
 out=$(ST_CUDAEMU_DEVICES=1 ST_CUDAEMU_MEM_MB=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 echo "$out" | grep -E "^FAIL +(gpu|memory) " | cut -c1-160
 [ $rc -eq 1 ] && grep -qE "^FAIL +gpu ddp +1 rank on the GPU \(train.device cuda\) exited" <<<"$out" ||
