@@ -174,9 +174,10 @@ static void put_held_sep(job_io *io) {
 }
 
 /* After a stop the launcher passed on (or one a rank got itself and said),
- * mpirun's two banners about ranks that exited non-zero ("Primary job terminated normally, but 1 process
- * returned a non-zero exit code", "mpirun detected that one or more
- * processes exited with non-zero status"): the ranks exited 128 + the
+ * mpirun's two banners about ranks that exited non-zero ("Primary job
+ * terminated normally, but 1 process returned a non-zero exit code",
+ * "mpirun detected that one or more processes exited with non-zero
+ * status"): the ranks exited 128 + the
  * signal on purpose, having said so, and the banners read as a crash.
  * Each is dropped with its dashed lines; any other message of mpirun's (a
  * rank killed by a signal, its own crash) passes. Whether the line was
