@@ -801,7 +801,9 @@ static bool is_our_shard(const char *path, const char *out, int n) {
 
 /* Files the shards' pattern would read besides the shards this run writes;
  * and any of this run's names that holds something else than a file (a
- * folder: the shard's rename over it would fail after others were made). */
+ * folder: the shard's rename over it would fail after others were made),
+ * or a file that is not a token file (a text named so, an input among
+ * them: replaced, its bytes lost, as the one-file OUT refuses it too). */
 static st_status tk_strangers(tk_run *r, const char *pattern) {
     for (int k = 0; k < r->n_out; k++) {
         struct stat sb;
@@ -811,6 +813,14 @@ static st_status tk_strangers(tk_run *r, const char *pattern) {
                            "%s exists and is not a file, so the shard of that name cannot replace it; move "
                            "it away or choose another output name",
                            r->name[k]);
+        st_file_kind kind;
+        if (stat(r->name[k], &sb) == 0 && sb.st_size > 0 && st_sniff_regular(r->name[k], &kind) &&
+            kind.format != ST_FILE_TOKENS)
+            return st_fail(ST_ERR_ARG,
+                           "%s exists and is not a token file (%s), and the shard of that name would replace "
+                           "it: move it away (is it one of the inputs?) or choose another output name",
+                           r->name[k],
+                           kind.what[0] ? kind.what : "its bytes are not scaletrain's token format");
     }
     if (!pattern) return ST_OK;
     glob_t g;

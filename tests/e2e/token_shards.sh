@@ -127,6 +127,18 @@ fi
 grep -q "c-000001.tokens exists and is not a file, so the shard of that name cannot replace it; move it away" "$tmp/held.txt" ||
     { cat "$tmp/held.txt"; exit 1; }
 [ "$(ls "$tmp/held")" = "c-000001.tokens" ] || { echo "the refused tokenize wrote $(ls "$tmp/held")"; exit 1; }
+# a shard's name held by a file that is not a token file (here the only input itself): refused, the
+# file as it was (it was replaced by the shard, the text lost, where one OUT file refuses it)
+mkdir -p "$tmp/own"
+printf 'my only copy\n' >"$tmp/own/corpus-000000.tokens"
+if "$bin" data tokenize "$tmp/own/corpus.tokens" "$tmp/own/corpus-000000.tokens" --shard-tokens 100 2>"$tmp/own.txt"; then
+    echo "a tokenize over its own input, named as its first shard, succeeded"
+    exit 1
+fi
+grep -q "corpus-000000.tokens exists and is not a token file (what looks like text), and the shard of that name would replace it" "$tmp/own.txt" ||
+    { cat "$tmp/own.txt"; exit 1; }
+[ "$(cat "$tmp/own/corpus-000000.tokens")" = "my only copy" ] && [ "$(ls "$tmp/own")" = "corpus-000000.tokens" ] ||
+    { echo "the refused tokenize changed its input: $(ls "$tmp/own")"; exit 1; }
 # a commit the storage refuses halfway (tests/lib/vanish.c: the rename onto
 # the second shard fails): the message says the pattern names a mix
 mkdir "$tmp/half"
