@@ -42,27 +42,34 @@ static void point_tensors(st_params *p) {
     }
 }
 
-/* On a CUDA device: new arenas there, the contents copied on the device and
- * the tails zeroed (the memory is the device's whole: nothing to release). */
+/* One arena of a CUDA device padded: a new one there, the contents copied
+ * on the device and the tail zeroed, the old one released (*a replaced). */
+static st_status pad_device_arena(st_params *p, float **a, size_t old, size_t nbytes) {
+    void *fresh = NULL;
+    st_status s = st_device_alloc(p->dev, nbytes, &fresh);
+    if (s == ST_OK) s = st_device_round_copy(p->dev, ST_PREC_FP32, fresh, *a, old / sizeof(float));
+    if (s == ST_OK && nbytes > old) s = st_device_zero(p->dev, (char *)fresh + old, nbytes - old);
+    if (s != ST_OK) {
+        st_device_release(p->dev, fresh);
+        return s;
+    }
+    st_device_release(p->dev, *a);
+    *a = fresh;
+    return ST_OK;
+}
+
+/* On a CUDA device: the weights' arena, then the gradients', each padded
+ * and its old one released before the next is made (both new ones beside
+ * both old ones held a whole arena more than the run's peak: a ZeRO run
+ * planned to fit ran out of device memory here). */
 static st_status pad_device(st_params *p, int64_t padded) {
     const size_t old = (size_t)p->arena_count * sizeof(float), nbytes = (size_t)padded * sizeof(float);
-    void *data = NULL, *grad = NULL;
-    st_status s = st_device_alloc(p->dev, nbytes, &data);
-    if (s == ST_OK) s = st_device_alloc(p->dev, nbytes, &grad);
-    if (s == ST_OK) s = st_device_round_copy(p->dev, ST_PREC_FP32, data, p->data, (size_t)p->arena_count);
-    if (s == ST_OK) s = st_device_round_copy(p->dev, ST_PREC_FP32, grad, p->grad, (size_t)p->arena_count);
-    if (s == ST_OK && nbytes > old) s = st_device_zero(p->dev, (char *)data + old, nbytes - old);
-    if (s == ST_OK && nbytes > old) s = st_device_zero(p->dev, (char *)grad + old, nbytes - old);
-    if (s != ST_OK) {
-        st_device_release(p->dev, data);
-        st_device_release(p->dev, grad);
+    st_status s = pad_device_arena(p, &p->data, old, nbytes);
+    if (s == ST_OK) point_tensors(p); /* (the data moved; the gradients stay where they are) */
+    if (s == ST_OK) s = pad_device_arena(p, &p->grad, old, nbytes);
+    if (s != ST_OK)
         return st_fail_context(s, "padding the parameter arenas to %lld elements on %s: ", (long long)padded,
                                st_device_name(p->dev));
-    }
-    st_device_release(p->dev, p->data);
-    st_device_release(p->dev, p->grad);
-    p->data = data;
-    p->grad = grad;
     return ST_OK;
 }
 

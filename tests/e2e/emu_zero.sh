@@ -298,6 +298,24 @@ for model in ("gpt", "bf", "f16"):
             ok = False
 sys.exit(0 if ok else 1)
 PY
+# 7. The arenas' padding for the shards, at set-up, holds one arena beside the old two, not both new
+#    ones beside both old ones: zero1's device peak (AdamW, fp32, an mlp whose arenas outweigh the
+#    rest) is below DDP's by half an arena at least (it was DDP's: a ZeRO run planned to fit ran out
+#    of device memory there).
+pk=(--set model.hidden=[512,512] --set train.steps=2 --set train.batch_size=16 --set train.micro_batch_size=8
+    --set optim.type=adamw)
+run pk-ddp 2 cuda ddp "${pk[@]}"
+run pk-zero1 2 cuda zero1 "${pk[@]}"
+/usr/bin/python3 - "$tmp" <<'PY' || fail "zero1's device peak (above)"
+import json, sys
+tmp = sys.argv[1]
+sys.path.insert(0, "tests/py")
+from runs import last
+ddp, z = last(f"{tmp}/pk-ddp.json"), last(f"{tmp}/pk-zero1.json")
+arena = ddp["grad_bytes"]
+print(f"device peak: zero1 {z['device_mem_peak_bytes']} B, ddp {ddp['device_mem_peak_bytes']} B, one arena {arena} B")
+sys.exit(0 if z["device_mem_peak_bytes"] <= ddp["device_mem_peak_bytes"] - arena / 2 else 1)
+PY
 e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
     "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs;" \
     "bf16's sharded masters; ZeRO-2's sharded gradients and staged buckets"
