@@ -381,7 +381,8 @@ static void run_allreduce(const char *tmp, int ranks, bool nccl, const char *nam
  * preset's shared memory even where there are GPUs (their NVLink or PCIe
  * is the `gpu comm` line's, through NCCL). Below ST_LINK_OK_FRACTION of it:
  * warn, plans for this machine are optimistic about communication. */
-static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, bool probed) {
+/* (gpu_comm: a `gpu comm` line follows that compares the GPUs' link) */
+static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, bool probed, bool gpu_comm) {
     allreduce_result a;
     run_allreduce(tmp, 2, false, "allreduce", &a);
     const int rc = a.rc;
@@ -399,7 +400,7 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
         st_link_check lc;
         st_link_check_allreduce(&cpu, bytes, (int)ranks, ms / 1e3, ST_LINK_OK_FRACTION, &lc);
         char gpus[256] = "";
-        if (probed && h->n_gpus > 1) {
+        if (gpu_comm) {
             st_hw_device g;
             st_device_local(h, 0, &g);
             snprintf(gpus, sizeof gpus,
@@ -438,11 +439,11 @@ static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_h
         return;
     }
     free(t);
-    if (!probed || h->n_gpus < 2) { /* no NVML: the link between them is not known */
+    if (!probed || h->n_gpus < 2 || !h->nvml) { /* no NVML: the link between them is not known */
         line(r, "ok", "gpu comm",
              "%d GPUs, %.0f MiB through NCCL: %.2f ms, bus bandwidth %.2f GB/s, every element right (the "
-             "link between the GPUs was not probed: no comparison)",
-             gpus, bytes / (1 << 20), ms, bus);
+             "link between the GPUs was not probed%s: no comparison)",
+             gpus, bytes / (1 << 20), ms, bus, probed && h->n_gpus > 1 ? ", NVML is not available" : "");
         return;
     }
     st_hw_device g;
@@ -721,8 +722,9 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, con
     else if (gpus == 0)
         line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : why);
     else if (seen)
-        line(r, "ok", "cuda", "%d device%s, the first %s (%.0f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
-             h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30));
+        line(r, "ok", "cuda", "%d device%s, the first %s (%.*f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
+             h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30) < 9.95 ? 1 : 0,
+             (double)h->gpu[0].mem_total / (1 << 30));
     else /* the CUDA emulator's devices, which the driver probe cannot see */
         line(r, "ok", "cuda", "%d device%s (the runtime's; the driver probe: %s)", gpus, gpus == 1 ? "" : "s",
              probed ? h->cuda_why : "not run");
@@ -855,7 +857,8 @@ int st_cmd_check(int argc, char **argv) {
         const bool mpi = check_mpi(&r, tmp), ref = (mpi || gpus > 0) && selftest_reference(&r, tmp);
         if (mpi) {
             if (ref) check_ddp(&r, tmp);
-            check_allreduce(&r, tmp, &hw, probed);
+            check_allreduce(&r, tmp, &hw, probed,
+                            probed && hw.nvml && hw.n_gpus > 1 && gpus > 1 && st_comm_nccl_built());
         } else {
             line(&r, "skip", "ddp", "the 2-rank self-test needs MPI (above)");
             line(&r, "skip", "allreduce", "the all-reduce test needs MPI (above)");

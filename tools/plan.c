@@ -249,7 +249,11 @@ int st_cmd_plan(int argc, char **argv) {
      * trains on the CPU, so "local" is planned there, saying why (check
      * fails on it). */
     char unusable[640] = "";
-    if (h->n_gpus > 0 && st_device_cuda_built()) {
+    if (h->n_gpus > 0 && !strcmp(cfg.train.device, "cpu")) { /* (as the run: it leaves the GPUs alone) */
+        snprintf(h->cuda_why, sizeof h->cuda_why, "train.device cpu: the GPUs are left alone");
+        snprintf(unusable, sizeof unusable, "%s", h->cuda_why);
+        h->n_gpus = 0;
+    } else if (h->n_gpus > 0 && st_device_cuda_built()) {
         char why[512];
         const int gpus = st_device_cuda_count(why, sizeof why);
         if (st_cli_gpus_unusable(h, gpus, why, unusable, sizeof unusable)) {

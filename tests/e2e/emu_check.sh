@@ -5,11 +5,12 @@
 #  1. Two devices: the `gpu ddp` line (2 ranks through the launcher with
 #     train.device cuda, their weights against 1 CPU rank's with the same
 #     global batch) and the `gpu comm` line (a 64 MiB all-reduce of device
-#     memory through NCCL on both, every element checked, its time against
-#     the link the planner assumes for an unknown GPU: ok or warn) pass, and
-#     check says ready. The driver probe sees the devices (the emulator's
-#     libcuda.so.1): the cuda line names them, and the memory line plans
-#     the run on a device; `plan` plans local on 2 of them.
+#     memory through NCCL on both, every element checked; the emulator has
+#     no NVML, so no link to compare with, and the allreduce line points at
+#     no comparison) are ok, and check says ready. The driver probe sees the
+#     devices (the emulator's libcuda.so.1): the cuda line names them, and
+#     the memory line plans the run on a device; `plan` plans local on 2 of
+#     them, and on the CPU with train.device cpu, as the run does.
 #  2. One device: `gpu ddp` runs a single GPU rank; no `gpu comm` line;
 #     the `cudnn` line says the emulator has none (a build with cuDNN
 #     names its version there; on a machine without GPUs there is no line).
@@ -29,8 +30,10 @@ echo "$out" | grep -E "^(ok|FAIL|warn|skip) +gpu "
 [ $rc -eq 0 ] || fail "two devices: exit $rc: $(grep -E '^FAIL' <<<"$out")"
 grep -qE "^ok +gpu ddp +2 ranks on 2 GPUs x 10 steps of a tiny gpt: the weights equal 1 CPU rank's \(relative difference [0-9.e+-]+, tolerance 0.001\)$" <<<"$out" ||
     fail "two devices: the gpu ddp line"
-grep -qE "^(ok|warn) +gpu comm +2 GPUs, 64 MiB through NCCL: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right; [0-9]+% of the [0-9.]+ GB/s the planner assumes for NVLink 3 \(unknown: scaletrain CUDA emulator \(CPU\) preset\)" <<<"$out" ||
+grep -qE "^ok +gpu comm +2 GPUs, 64 MiB through NCCL: [0-9.]+ ms, bus bandwidth [0-9.]+ GB/s, every element right \(the link between the GPUs was not probed, NVML is not available: no comparison\)$" <<<"$out" ||
     fail "two devices: the gpu comm line: $(grep "gpu comm" <<<"$out")"
+grep -qE "^(ok|warn) +allreduce " <<<"$out" && ! grep -E "^(ok|warn) +allreduce " <<<"$out" | grep -q "gpu comm" ||
+    fail "two devices: the allreduce line points at a gpu comm comparison that is not made: $(grep allreduce <<<"$out")"
 grep -qE "^ok +cuda +2 devices, the first scaletrain CUDA emulator \(CPU\) \(16 GiB\)$" <<<"$out" ||
     fail "two devices: the cuda line: $(grep -E "^[a-zA-Z]+ +cuda " <<<"$out")"
 grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ GiB per device of [0-9.]+ GiB usable$" <<<"$out" ||
@@ -38,6 +41,10 @@ grep -qE "^ok +memory +micro-batch [0-9]+ \(accumulating [0-9]+\) needs [0-9.]+ 
 out=$(ST_CUDAEMU_DEVICES=2 timeout 600 "$bin" plan --set log.peak_gflops=10 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -qE "^local +2 +[0-9]+ +[0-9]+ ddp +bf16 " <<<"$out" ||
     fail "two devices: plan: exit $rc: $(grep -E "^local" <<<"$out")"
+out=$(ST_CUDAEMU_DEVICES=2 timeout 600 "$bin" plan --set log.peak_gflops=10 --set train.device=cpu 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qE "^local +1 +[0-9]+ +[0-9]+ ddp +fp32 " <<<"$out" &&
+    grep -qx "cuda: train.device cpu: the GPUs are left alone; local is planned on the CPU" <<<"$out" ||
+    fail "two devices, train.device cpu: plan: exit $rc: $(grep -E "^(cuda|local)" <<<"$out")"
 
 out=$(ST_CUDAEMU_DEVICES=1 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "one device: exit $rc: $(grep -E '^FAIL' <<<"$out")"
