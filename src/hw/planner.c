@@ -305,10 +305,17 @@ static void fit_hint(const st_plan_input *in, st_plan *p, bool gpu) {
                  p->checkpointing || auto_checkpointing(in) /* auto: it was tried */
                      ? ""
                      : "train.activation_checkpointing: blocks (recomputed in backward), ");
+    else if (gpu && m->params > p->mem_limit) /* (neither sharding nor offload moves the weights) */
+        snprintf(fix, sizeof fix,
+                 "the weights alone (%.2f GiB) pass the device's usable memory, and every rank holds them "
+                 "whole (ZeRO-1 and -2 shard the optimizer state and gradients, offload moves those): a "
+                 "smaller model, or GPUs with more memory",
+                 (double)m->params / GIB);
     else if (gpu)
-        snprintf(fix, sizeof fix, "the model states take the most: %sor optim.offload: true (to host memory)",
-                 strcmp(p->strategy, "zero2") == 0 ? "more ranks (ZeRO-2 shards them), "
-                                                   : "dist.strategy: zero2 over more ranks, ");
+        snprintf(fix, sizeof fix, "the model states take the most: %s%s",
+                 strcmp(p->strategy, "zero2") == 0 ? "more ranks (ZeRO-2 shards them)"
+                                                   : "dist.strategy: zero2 over more ranks",
+                 p->offload ? " (optim.offload is on already)" : ", or optim.offload: true (to host memory)");
     else
         snprintf(fix, sizeof fix, "the model states take the most: %s over more ranks on more nodes",
                  strcmp(p->strategy, "zero2") == 0 ? "ZeRO-2 shards them"
