@@ -186,6 +186,10 @@ no_gpu:
     snprintf(c->train.device, sizeof c->train.device, "cpu");
     snprintf(note, sizeof note, "%s", why);
     st_config_mark_auto(c, "train.device", note);
+    /* (a GPU this run could not take: the reason whole, which the effective config's note cuts at
+     * ST_CFG_NOTE, its fix with it; no GPU at all, a CPU machine's usual case, is left to the note) */
+    if (s->rank == 0 && (n > 0 || !strncmp(why, "no CUDA device usable", 21)))
+        st_ticker_sayf("scaletrain: note: train.device auto: this run trains on the CPU: %s\n", why);
     return ST_OK;
 }
 

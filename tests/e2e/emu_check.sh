@@ -96,6 +96,9 @@ out=$(ST_CUDAEMU_CC=75 timeout 120 "$bin" "${tr[@]}" --set train.out_dir="$tmp/c
 rc=$?
 [ $rc -eq 0 ] && grep -qE "device: +cpu +# auto: .*compute capability 7.5" <<<"$out" ||
     fail "compute capability 7.5, train.device auto: exit $rc: $(grep -i device <<<"$out")"
+# (the reason whole, with its fix, in a note: the effective config's note is cut at 96 bytes)
+grep -qE "^scaletrain: note: train.device auto: this run trains on the CPU: no CUDA device usable: .*compute capability 7.5: .* \(bf16 tensor cores: A100, A10, L4, L40S, H100 and newer\)$" <<<"$out" ||
+    fail "compute capability 7.5, train.device auto: no note with the whole reason: $(grep -i note <<<"$out")"
 old="no CUDA device usable: cuda:0 (scaletrain CUDA emulator (CPU)) has compute capability 7.5: scaletrain's CUDA kernels need 8.0 or later"
 out=$(ST_CUDAEMU_CC=75 timeout 600 "$bin" check "${cfg[@]}" 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -qF "FAIL  cuda      the driver sees 2 GPUs (scaletrain CUDA emulator (CPU)), and this build cannot use them: $old" <<<"$out" &&
