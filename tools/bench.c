@@ -308,6 +308,24 @@ static int report(const bench_run *runs, int nr, bool lm, const st_config *cfg, 
             "metrics.jsonl are in %s/n<ranks>.log and n<ranks>/.\n\n![throughput](bench_throughput.svg)\n\n"
             "![efficiency](bench_efficiency.svg)\n",
             base->ranks, base->pred_device, gflops, out_dir);
+    /* Runs on different devices (more ranks than the node's usable GPUs train on the CPU): their
+     * speed-up and efficiency compare the devices, not the scaling (they were given as scaling) */
+    char mixed[1024] = "";
+    size_t at = 0;
+    for (int k = 0; k < nr; k++)
+        if (strcmp(runs[k].pred_device, base->pred_device) != 0)
+            st_appendf(mixed, sizeof mixed, &at, "%s%d rank%s on %s", at ? ", " : "", runs[k].ranks,
+                       runs[k].ranks == 1 ? "" : "s", runs[k].pred_device);
+    if (mixed[0]) {
+        char says[1536];
+        snprintf(says, sizeof says,
+                 "the %d-rank run trained on %s, and %s: the speed-up and efficiency against it compare "
+                 "devices, not scaling; keep -n within one device (on GPUs: at most as many ranks as "
+                 "the node's GPUs)",
+                 base->ranks, base->pred_device, mixed);
+        fprintf(stderr, "scaletrain bench: warning: %s\n", says);
+        fprintf(md, "\n**Warning:** %s.\n", says);
+    }
     for (int k = 0; k < nr; k++)
         if (runs[k].cores_per_rank < 1)
             fprintf(md,

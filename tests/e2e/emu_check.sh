@@ -211,4 +211,13 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "train.device cuda:0 names one GPU, and 2 ranks run on this node" <<<"$out" &&
     grep -q "use train.device: cuda, which gives each rank the GPU of its rank on the node" <<<"$out" ||
     fail "train.device cuda:0 with 2 ranks on the node: exit $rc: $out"
+
+# 7. bench over more ranks than GPUs: the 2-rank run trains on the CPU, the 1-rank one on the GPU;
+#    the speed-up between them compares devices, and bench says so (on stderr and in bench.md; it
+#    gave a speed-up of 25 as scaling, without a word)
+printf 'model: { type: mlp, hidden: [64] }\ndata: { num_workers: 0 }\n' >"$tmp/bench.yaml"
+out=$(ST_CUDAEMU_DEVICES=1 timeout 600 "$bin" bench -n 1,2 "$tmp/bench.yaml" --steps 3 --warmup 1 --out "$tmp/bench" 2>&1); rc=$?
+want="the 1-rank run trained on unknown: scaletrain CUDA emulator (CPU), and 2 ranks on cpu: the speed-up and efficiency against it compare devices, not scaling"
+[ $rc -eq 0 ] && grep -qF "scaletrain bench: warning: $want" <<<"$out" && grep -qF "**Warning:** $want" "$tmp/bench/bench.md" ||
+    fail "bench on 1 GPU and the CPU: exit $rc: $(grep -i warn <<<"$out")"
 e2e_finish "gpu ddp and gpu comm lines on 2 and 1 emulated GPUs; a failing GPU self-test is a FAIL; without mpirun one GPU rank, saying so; a GPU older than 8.0 is refused (cuda) or left for the CPU (auto); attention_kernel cudnn refused in fp32 and without cuDNN, ignored on the CPU, auto flash there saying why; train.device cuda:N picks GPU N, refuses a GPU the node lacks and several ranks on the node; one rank of a 2-GPU node notes launch -n 2; launch -n auto starts a rank per GPU"
