@@ -81,7 +81,8 @@ static bool command_help(const char *cmd, int argc, char **argv) {
 }
 
 /* For the commands whose standard output is what they make (slurm's sbatch
- * script, plan's table or JSON, data inspect's listing): a write that failed
+ * script, plan's table or JSON, data inspect's listing, check's verdict,
+ * bench's table, report's list of what it wrote): a write that failed
  * (`> job.sbatch` on a full disk) fails the command, so that a truncated
  * script is never taken for a whole one. (train and eval write progress
  * there and train on when it fails, as README.md says; sample checks its
@@ -122,9 +123,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "sample") == 0) return st_cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0) return st_cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0) return output_checked(st_cmd_plan(argc - 2, argv + 2));
-    if (strcmp(cmd, "check") == 0) return st_cmd_check(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0) return st_cmd_bench(argc - 2, argv + 2);
-    if (strcmp(cmd, "report") == 0) return st_cmd_report(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return output_checked(st_cmd_check(argc - 2, argv + 2));
+    if (strcmp(cmd, "bench") == 0) return output_checked(st_cmd_bench(argc - 2, argv + 2));
+    if (strcmp(cmd, "report") == 0) return output_checked(st_cmd_report(argc - 2, argv + 2));
     if (strcmp(cmd, "slurm") == 0) return output_checked(st_cmd_slurm(argc - 2, argv + 2));
     fprintf(stderr, "scaletrain: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -475,6 +475,8 @@ expect 1 "bad.safetensors" "$bin" eval --init "$tmp/bad.safetensors" --set train
 # a script that could not be written whole is a failure (a full disk under > job.sbatch), not exit 0
 expect 1 "writing standard output failed (No space left on device): what it holds is incomplete" sh -c "\"$(realpath "$bin")\" slurm \"$tmp/batch.yaml\" --nodes 1 --gpus-per-node 1 >/dev/full"
 expect 1 "writing standard output failed" sh -c "\"$(realpath "$bin")\" plan --json >/dev/full"
+# (report wrote its files and lost its line saying so, exit 0)
+expect 1 "writing standard output failed" sh -c "\"$(realpath "$bin")\" report \"$tmp/jfull\" --no-png >/dev/full"
 # an empty or cut number is not 0, nor a list with a hole
 expect 2 "--max-restarts : want a number of restarts" "$bin" launch -n 2 --max-restarts "" train x.yaml
 expect 2 "--warmup : want a number of steps" "$bin" bench --warmup ""
