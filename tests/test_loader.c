@@ -407,8 +407,7 @@ static void shortened_file(void) {
         CHECK_OK(st_dataset_open_tokens(path, 16, &d)); /* 511 windows of 16 tokens */
         CHECK(truncate(path, 64 + 2 * 100) == 0, "cannot shorten %s", path);
         /* batches 0-6 (tokens below 2016) lie in the first page, which stays */
-        fails_after(&d, 16, 16, workers, 7, ST_ERR_IO, "was shortened while training read it",
-                    "shrinks.tokens");
+        fails_after(&d, 16, 16, workers, 7, ST_ERR_IO, "was shortened while it was read", "shrinks.tokens");
         st_dataset_free(&d);
     }
 }

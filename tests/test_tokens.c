@@ -428,7 +428,10 @@ static void shortened_last_page(void) {
     CHECK_OK(st_tokens_open(path, &t));
     if (!t) return;
     CHECK(truncate(path, 64 + 2 * N - 20) == 0, "cannot shorten %s", path);
-    CHECK_FAILS(st_tokens_read_i32(t, N - 20, 20, got), ST_ERR_IO, "was shortened while training read it");
+    CHECK_FAILS(st_tokens_read_i32(t, N - 20, 20, got), ST_ERR_IO, "was shortened while it was read");
+    /* (said for eval as for train: it named training and --resume alone) */
+    CHECK(strstr(st_last_error(), "then run again (a training run: continue with --resume auto)") != NULL,
+          "the advice: %s", st_last_error());
     CHECK(strstr(st_last_error(), path) &&
               strstr(st_last_error(), "16428 bytes now, 16448 when it was opened"),
           "the message names neither the file nor its sizes: %s", st_last_error());
@@ -456,7 +459,7 @@ static void shortened(void) {
     CHECK_OK(st_tokens_read_i32(t, 0, N, got));
     CHECK(got[N - 1] == (int32_t)tok[N - 1], "the last token is %d, not %u", got[N - 1], tok[N - 1]);
     CHECK(truncate(path, 64 + 2 * 100) == 0, "cannot shorten %s", path);
-    CHECK_FAILS(st_tokens_read_i32(t, 5000, 100, got), ST_ERR_IO, "was shortened while training read it");
+    CHECK_FAILS(st_tokens_read_i32(t, 5000, 100, got), ST_ERR_IO, "was shortened while it was read");
     CHECK(strstr(st_last_error(), path) && strstr(st_last_error(), "264 bytes now"),
           "the message names neither the file nor its size now: %s", st_last_error());
     CHECK_FAILS(st_tokens_check_range(t), ST_ERR_IO, "was shortened");

@@ -218,15 +218,16 @@ static st_status bus_error(const tok_shard *sh, int64_t i) {
     const int64_t now = stat(sh->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
     if (now >= 0 && now < (int64_t)sh->map_bytes)
         return st_fail(ST_ERR_IO,
-                       "%s: the file was shortened while training read it (%lld bytes now, %zu when it was "
+                       "%s: the file was shortened while it was read (%lld bytes now, %zu when it was "
                        "opened; reading from token %lld): it was rewritten in place (cp over it, or a "
                        "tool that truncates); write new data to a new file and rename it over the old "
-                       "(`scaletrain data tokenize` does), then continue with --resume auto",
+                       "(`scaletrain data tokenize` does), then run again (a training run: continue with "
+                       "--resume auto)",
                        sh->path, (long long)now, sh->map_bytes, (long long)i);
     return st_fail(ST_ERR_IO,
                    "%s: the storage could not supply token %lld of the mapped file (%s): an I/O error, "
-                   "or a network file system that dropped it; check the storage, then continue with "
-                   "--resume auto",
+                   "or a network file system that dropped it; check the storage, then run again (a "
+                   "training run: continue with --resume auto)",
                    sh->path, (long long)i, now < 0 ? strerror(errno) : "its size is unchanged");
 }
 

@@ -41,7 +41,7 @@ done < <(timeout 300 "${launch[@]}" "$bin" "${run[@]}" --set train.steps=1000000
 [ -n "$shortened" ] || fail "the run never reached step 50: $(tail -3 "$d/run.log")"
 grep -q "^exit 1$" "$d/run.log" || fail "the run did not fail: $(tail -2 "$d/run.log")"
 err=$(grep -E "error( \(rank [0-9]+\))?:|aborting every rank:" "$d/run.log")
-grep -q "$file: the file was shortened while training read it" <<<"$err" || fail "no data error: $err"
+grep -q "$file: the file was shortened while it was read" <<<"$err" || fail "no data error: $err"
 # (one rank: "the weights ... after step N were saved first, to DIR"; one of
 # several: "rank K saved the weights ... after step N first, to DIR", and
 # "another rank saved ..." from a rank that failed too and found it written)
@@ -53,7 +53,7 @@ read -r n n2 <<<"$n"
 [ "$victim" != val ] || [ $((${n:-1} % 10)) -eq 0 ] || fail "the evaluation's failure saved step $n, not a multiple of 10"
 # (a rank that saves alone says its error first: the others wait in a
 # collective, and their watchdog may end the job before the save ends)
-[ "$label" != two ] || grep -qE "error \(rank [01] of 2, host [^)]*\): .*$file: the file was shortened while training read it.*; saving the finished steps alone before every rank is ended" \
+[ "$label" != two ] || grep -qE "error \(rank [01] of 2, host [^)]*\): .*$file: the file was shortened while it was read.*; saving the finished steps alone before every rank is ended" \
     "$d/run.log" || fail "the rank that saved alone did not say its error first: $err"
 [ "$(ls "$d/o/ckpt" 2>/dev/null | tr '\n' ' ')" = "latest step-$n " ] ||
     fail "checkpoints: $(ls "$d/o/ckpt" 2>/dev/null | tr '\n' ' ')"
