@@ -481,6 +481,23 @@ static int inspect(const char *path) {
     }
     if (st_tokens_names_shards(path))
         return inspect_tokens(path); /* a pattern, or a folder of .tokens files */
+    /* A run's out_dir before its first checkpoint (its lock, its metrics): said as one, in use or not
+     * (it read "not a run's out_dir (no ckpt/)" while a run trained there) */
+    char lock[4200], metrics[4200], who[512] = "";
+    snprintf(lock, sizeof lock, "%s/run.lock", path);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", path);
+    if (st_path_is_dir(path) && (st_path_is_file(lock) || st_path_is_file(metrics))) {
+        const bool busy = st_ckpt_out_dir_in_use(path, who, sizeof who);
+        printf("%s: a run's out_dir with no checkpoint yet%s\n", path,
+               busy ? "" : "; final weights not written (the run did not end)");
+        if (busy) {
+            printf("in use: %s (it holds %s/run.lock): its first checkpoint comes at train.checkpoint_every\n",
+                   who[0] ? who : "a run that does not say who", path);
+            return ST_EXIT_OK;
+        }
+        fprintf(stderr, "scaletrain: error: %s: no checkpoint: --resume auto starts the run over\n", path);
+        return ST_EXIT_FAIL;
+    }
     if (st_path_is_dir(path)) {
         char pat[4096];
         const bool bins = st_tokens_bin_pattern(path, pat, sizeof pat);

@@ -500,6 +500,23 @@ expect 1 "data.train_labels ($tmp/zero-labels) holds only label 0: a classifier 
 # the loss scale's floor, 2^-24 (as its documentation says), is accepted
 expect 0 "hardware" "$bin" plan --set optim.loss_scale=5.9604644775390625e-08 --set data.val=
 [ ! -e runs/default/unknown ] || fails=$((fails + 1))
+# data inspect of a run's out_dir before its first checkpoint: said as one (it read "not a run's
+# out_dir (no ckpt/)"), in use while a run trains there (exit 0), else no checkpoint (exit 1)
+timeout 120 "$bin" train --set train.steps=100000 --set data.val= --set train.checkpoint_every=100000 \
+    --set log.progress=off --set train.out_dir="$tmp/early" >/dev/null 2>&1 &
+tpid=$!
+for _ in $(seq 600); do [ -s "$tmp/early/metrics.jsonl" ] && break; sleep 0.1; done
+out=$("$bin" data inspect "$tmp/early" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -qx "$tmp/early: a run's out_dir with no checkpoint yet" <<<"$out" &&
+    grep -q "^in use: a run on host .*(it holds $tmp/early/run.lock): its first checkpoint comes at train.checkpoint_every$" <<<"$out"; then
+    echo "ok: data inspect of a run before its first checkpoint"
+else
+    echo "FAIL: data inspect of a run before its first checkpoint: exit $rc: $out"
+    fails=$((fails + 1))
+fi
+kill -KILL "$(pgrep -P $tpid)" 2>/dev/null
+{ wait $tpid; } 2>/dev/null
+expect 1 "$tmp/early: no checkpoint: --resume auto starts the run over" "$bin" data inspect "$tmp/early"
 # a relative out_dir where the current directory was deleted: said at the start, nothing written (it
 # said "runs: cannot create directory: No such file or directory" once the data had loaded); `bin` in
 # full, as the shell's own relative paths went with the directory
