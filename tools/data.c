@@ -409,7 +409,10 @@ static int inspect_ckpt_folder(const char *ckdir) {
         latest[strcspn(latest, "\r\n")] = '\0';
         fclose(f);
     }
-    printf("%s: %d checkpoint(s), newest first; latest -> %s\n", ckdir, n, latest[0] ? latest : "(missing)");
+    char named[4400];
+    snprintf(named, sizeof named, "%s/%s", ckdir, latest);
+    printf("%s: %d checkpoint(s), newest first; latest -> %s%s\n", ckdir, n, latest[0] ? latest : "(missing)",
+           latest[0] && !st_path_is_dir(named) ? " (not there)" : "");
     int good = 0;
     for (int i = 0; i < n; i++) {
         char name[64];
@@ -430,13 +433,21 @@ static int inspect_ckpt_folder(const char *ckdir) {
     }
     free(steps);
     st_clear_error();
-    if (good) {
-        printf("  --resume auto and --init take the newest good one (stopping at one not read, or of a newer "
-               "format)\n");
-        return ST_EXIT_OK;
+    if (!good) {
+        fprintf(stderr, "scaletrain: error: %s: no good checkpoint\n", ckdir);
+        return ST_EXIT_FAIL;
     }
-    fprintf(stderr, "scaletrain: error: %s: no good checkpoint\n", ckdir);
-    return ST_EXIT_FAIL;
+    /* What --resume and --init take, found as they find it (`latest` first: a name they refuse, say, is
+     * refused here too; it read "they take the newest good one" where they refused) */
+    char took[4096];
+    bool found = false;
+    if (st_ckpt_find("", ckdir, NULL, took, sizeof took, &found, NULL) != ST_OK) {
+        fprintf(stderr, "scaletrain: error: --resume and --init refuse this folder: %s\n", st_last_error());
+        st_clear_error();
+        return ST_EXIT_FAIL;
+    }
+    printf("  --resume auto and --init take %s\n", took);
+    return ST_EXIT_OK;
 }
 
 static int inspect(const char *path) {

@@ -134,6 +134,18 @@ out=$(timeout 60 "$bin" train "${common[@]}" "${mlp6[@]}" --set train.steps=6 --
     --quiet 2>&1 >/dev/null) || fail "nothing to train, quiet: $out"
 grep -qx "scaletrain: note: nothing to train: the checkpoint is at step 12 of train.steps 6 (raise train.steps to train on); model.safetensors holds its weights" <<<"$out" ||
     fail "nothing to train, quiet: $out"
+# (inspect of good checkpoints whose `latest` names one in a form --resume and --init refuse: refused
+# there too, exit 1, where it said they "take the newest good one"; a `latest` naming a folder that is
+# not there: said, and the one they fall back to named)
+cp -r "$d/stale" "$d/badlatest" && cp -r "$d/badlatest/ckpt/step-12" "$d/badlatest/ckpt/step-012" &&
+    echo step-012 >"$d/badlatest/ckpt/latest"
+out=$("$bin" data inspect "$d/badlatest/ckpt" 2>&1) && fail "inspect of latest naming step-012 beside good checkpoints: exit 0: $out"
+grep -qF "error: --resume and --init refuse this folder: $d/badlatest/ckpt/latest names step-012, which is not a checkpoint's name" <<<"$out" ||
+    fail "inspect of latest naming step-012 beside good checkpoints: $out"
+rm -r "$d/badlatest/ckpt/step-012" && echo step-999 >"$d/badlatest/ckpt/latest"
+out=$("$bin" data inspect "$d/badlatest/ckpt" 2>&1) && grep -q "latest -> step-999 (not there)$" <<<"$out" &&
+    grep -qx "  --resume auto and --init take $d/badlatest/ckpt/step-12" <<<"$out" ||
+    fail "inspect of latest naming a folder that is not there: $out"
 # --resume naming a run's out_dir, its checkpoint folder or `latest` (another
 # run's, into a new out_dir): that run's latest good checkpoint, as auto takes
 # its own; the same bytes as 12 steps in one go.
