@@ -466,9 +466,23 @@ static int inspect(const char *path) {
                st_path_is_file(final) ? final
                : busy                 ? "not written yet (a run is training there)"
                                       : "not written (the run did not end)");
+        /* (final weights that do not open: --init of this out_dir takes them, and fails; it read as
+         * whole) */
+        st_safetensors *w = NULL;
+        int rc_w = ST_EXIT_OK;
+        if (st_path_is_file(final) && st_safetensors_open(final, &w) != ST_OK) {
+            fprintf(stderr,
+                    "scaletrain: error: the final weights are DAMAGED: %s; --init %s takes them and fails: "
+                    "give --init %s (its latest good checkpoint) instead\n",
+                    st_last_error(), path, dir);
+            st_clear_error();
+            rc_w = ST_EXIT_FAIL;
+        }
+        st_safetensors_close(w);
         if (busy)
             printf("in use: %s (it holds %s/run.lock)\n", who[0] ? who : "a run that does not say who", path);
-        return inspect_ckpt_folder(dir);
+        const int rc_c = inspect_ckpt_folder(dir);
+        return rc_c != ST_EXIT_OK ? rc_c : rc_w;
     }
     case ST_CKPT_NONE:
         break;

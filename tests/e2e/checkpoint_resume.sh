@@ -146,6 +146,13 @@ rm -r "$d/badlatest/ckpt/step-012" && echo step-999 >"$d/badlatest/ckpt/latest"
 out=$("$bin" data inspect "$d/badlatest/ckpt" 2>&1) && grep -q "latest -> step-999 (not there)$" <<<"$out" &&
     grep -qx "  --resume auto and --init take $d/badlatest/ckpt/step-12" <<<"$out" ||
     fail "inspect of latest naming a folder that is not there: $out"
+# (final weights cut short beside good checkpoints: inspect said the out_dir was whole, --init of it
+# failed on them; now DAMAGED, exit 1, and the checkpoint folder to give --init instead)
+echo step-12 >"$d/badlatest/ckpt/latest" && truncate -s 100 "$d/badlatest/model.safetensors"
+out=$("$bin" data inspect "$d/badlatest" 2>&1) && fail "inspect of damaged final weights: exit 0: $out"
+grep -qF "error: the final weights are DAMAGED: $d/badlatest/model.safetensors: " <<<"$out" &&
+    grep -qF "give --init $d/badlatest/ckpt (its latest good checkpoint) instead" <<<"$out" ||
+    fail "inspect of damaged final weights: $out"
 # --resume naming a run's out_dir, its checkpoint folder or `latest` (another
 # run's, into a new out_dir): that run's latest good checkpoint, as auto takes
 # its own; the same bytes as 12 steps in one go.
