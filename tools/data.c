@@ -508,9 +508,18 @@ static int inspect(const char *path) {
         return inspect_tokens(path); /* a pattern, or a folder of .tokens files */
     /* A run's out_dir before its first checkpoint (its lock, its metrics): said as one, in use or not
      * (it read "not a run's out_dir (no ckpt/)" while a run trained there) */
-    char lock[4200], metrics[4200], who[512] = "";
+    char lock[4200], metrics[4200], final[4200], who[512] = "";
     snprintf(lock, sizeof lock, "%s/run.lock", path);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", path);
+    snprintf(final, sizeof final, "%s/model.safetensors", path);
+    if (st_path_is_dir(path) && st_path_is_file(final) &&
+        (st_path_is_file(lock) || st_path_is_file(metrics))) {
+        /* (its checkpoints removed: --init takes the final weights, --resume has nothing) */
+        printf("%s: a run's out_dir with no checkpoint (no ckpt/); final weights %s: --init takes them, "
+               "--resume auto starts the run over\n",
+               path, final);
+        return inspect_safetensors(final);
+    }
     if (st_path_is_dir(path) && (st_path_is_file(lock) || st_path_is_file(metrics))) {
         const bool busy = st_ckpt_out_dir_in_use(path, who, sizeof who);
         printf("%s: a run's out_dir with no checkpoint yet%s\n", path,

@@ -517,6 +517,9 @@ fi
 kill -KILL "$(pgrep -P $tpid)" 2>/dev/null
 { wait $tpid; } 2>/dev/null
 expect 1 "$tmp/early: no checkpoint: --resume auto starts the run over" "$bin" data inspect "$tmp/early"
+# (its checkpoints removed, its final weights there: those described, --init taking them)
+cp "$tmp/jfull/model.safetensors" "$tmp/early/"
+expect 0 "$tmp/early: a run's out_dir with no checkpoint (no ckpt/); final weights $tmp/early/model.safetensors: --init takes them" "$bin" data inspect "$tmp/early"
 # a relative out_dir where the current directory was deleted: said at the start, nothing written (it
 # said "runs: cannot create directory: No such file or directory" once the data had loaded); `bin` in
 # full, as the shell's own relative paths went with the directory
