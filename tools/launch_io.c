@@ -106,7 +106,6 @@ typedef struct job_io {
     size_t sep_n;
     int sep_fd;
     bool banner_drop;
-    bool rank_stopped; /* a rank said it stopped on a signal (sent to it, not through the launcher) */
 } job_io;
 
 static int grow(linebuf *b, size_t more) {
@@ -173,11 +172,10 @@ static void put_held_sep(job_io *io) {
     io->sep_n = 0;
 }
 
-/* After a stop the launcher passed on (or one a rank got itself and said),
- * mpirun's two banners about ranks that exited non-zero ("Primary job
- * terminated normally, but 1 process returned a non-zero exit code",
- * "mpirun detected that one or more processes exited with non-zero
- * status"): the ranks exited 128 + the
+/* After a stop the launcher passed on, mpirun's two banners about ranks
+ * that exited non-zero ("Primary job terminated normally, but 1 process
+ * returned a non-zero exit code", "mpirun detected that one or more
+ * processes exited with non-zero status"): the ranks exited 128 + the
  * signal on purpose, having said so, and the banners read as a crash.
  * Each is dropped with its dashed lines; any other message of mpirun's (a
  * rank killed by a signal, its own crash) passes. Whether the line was
@@ -215,8 +213,6 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         fd = err ? 2 : 1;
         if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
         if (err) note_reason(io->res, p, n, false);
-        static const char stopped[] = "scaletrain: stopped by SIG";
-        if (err && starts(p, n, stopped)) io->rank_stopped = true;
     } else {
         /* mpirun says it each time the launcher passes a stop on (again
          * every 0.1 to 0.5 s while the job's ranks may not all have started) */
@@ -226,8 +222,7 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
             io->fwd_said = true;
         }
         note_reason(io->res, p, n, true);
-        if ((io->res->signalled || io->rank_stopped) && end == '\n' && stop_banner(io, untagged_fd, p, n))
-            return;
+        if (io->res->signalled && end == '\n' && stop_banner(io, untagged_fd, p, n)) return;
     }
     const size_t np = strlen(pre);
     char stackbuf[4096];

@@ -337,18 +337,6 @@ grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/term.err" |
 grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
     "$tmp/term.err" "$tmp/term.out" && fail "term: mpirun's banner about the ranks' exit codes: $(cat "$tmp/term.err")"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
-# (d1b) SIGTERM to one rank itself (a scheduler's to its task, kill by hand): the ranks stop as on the
-# launcher's, and mpirun's banners are dropped the same way (they came out, read as a crash)
-timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --set train.steps=100000 \
-    --set train.out_dir="$tmp/rterm" >"$tmp/rterm.out" 2>"$tmp/rterm.err" &
-lpid=$!
-if e2e_wait_ckpt $lpid "$tmp/rterm"; then kill -TERM "$(rank_pid $lpid 1)"; else fail "rterm: training did not start"; fi
-wait $lpid; rc=$?
-[ $rc -eq 143 ] && grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/rterm.err" ||
-    fail "a rank's own SIGTERM: exit $rc: $(tail -n 5 "$tmp/rterm.err")"
-grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
-    "$tmp/rterm.err" "$tmp/rterm.out" && fail "a rank's own SIGTERM: mpirun's banners: $(cat "$tmp/rterm.err")"
-[ "$fails" -ne 0 ] || echo "a rank's own SIGTERM: exit 143 at $(cat "$tmp/rterm/ckpt/latest" 2>/dev/null), no banner"
 # (d2) mpirun itself killed (SIGKILL: the out-of-memory killer's choice, a scheduler's): said, exit 137
 # (the launcher exited 137 without a word)
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --set train.steps=100000 \
