@@ -377,7 +377,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Send sig to mpirun's children (the ranks on this host); false if none. */
 /* Whether process PID (a child of mpirun) is one of the job's ranks: its
  * environment holds OMPI_COMM_WORLD_RANK. mpirun's other children, the
  * agent that starts its daemons on other hosts (ssh), must not be signalled:
@@ -437,6 +436,24 @@ static bool unready_for(const char *pid, int sig) {
  * many, -1 when /proc cannot be read. With `unready` (ranks_only and a
  * signal), a rank still in its start (unready_for) is counted there too and
  * not sent it. */
+/* Whether process pid (a /proc entry's name) is parent's child; with state,
+ * its state there ('Z': ended, not yet waited for). */
+static bool child_of(const char *pid, pid_t parent, char *state) {
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
+    char st;
+    int ppid;
+    if (!close_paren || sscanf(close_paren + 1, " %c %d", &st, &ppid) != 2 || ppid != parent) return false;
+    if (state) *state = st;
+    return true;
+}
+
 static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
     DIR *dir = opendir("/proc");
     if (!dir) return -1;
@@ -444,18 +461,7 @@ static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
     struct dirent *e;
     while ((e = readdir(dir))) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
-        char state;
-        int ppid;
-        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent &&
-            (!ranks_only || is_rank(e->d_name))) {
+        if (child_of(e->d_name, parent, NULL) && (!ranks_only || is_rank(e->d_name))) {
             const bool wait = unready && ranks_only && sig && unready_for(e->d_name, sig);
             if (wait) ++*unready;
             if (sig && !wait) kill((pid_t)atoi(e->d_name), sig);
@@ -464,6 +470,32 @@ static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
     }
     closedir(dir);
     return any;
+}
+
+/* Whether mpirun has started a process that is neither one of the job's
+ * ranks nor mpirun itself forked for a rank, before its exec: the agent that
+ * starts mpirun's daemons on other hosts (ssh, srun, the program
+ * plm_rsh_agent names), so the job has ranks elsewhere, which a stop reaches only through
+ * mpirun. (Where /proc cannot say: true, through mpirun.) */
+static bool has_agent(pid_t mpirun) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)mpirun);
+    struct stat its;
+    DIR *dir = stat(path, &its) == 0 ? opendir("/proc") : NULL;
+    if (!dir) return true;
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(dir))) {
+        char state;
+        if (!isdigit((unsigned char)e->d_name[0]) || !child_of(e->d_name, mpirun, &state) || state == 'Z' ||
+            is_rank(e->d_name))
+            continue;
+        struct stat st;
+        snprintf(path, sizeof path, "/proc/%s/exe", e->d_name);
+        found = stat(path, &st) != 0 || st.st_dev != its.st_dev || st.st_ino != its.st_ino;
+    }
+    closedir(dir);
+    return found;
 }
 
 /* Whether any rank of the job runs here, each sent sig; with unready,
@@ -564,10 +596,10 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             /* The same signal twice within a second is one request sent
              * twice (timeout(1) signals its child, then its whole group). */
             if (first_signal < 0) {
-                /* No rank here (--hosts without this host; or none started
-                 * yet): mpirun passes SIGUSR1 on to every rank of the job,
-                 * which stops as on SIGTERM, where SIGTERM to mpirun would
-                 * kill them a second later, mid-save. A rank here still
+                /* No rank here (--hosts without this host): mpirun passes
+                 * SIGUSR1 on to every rank of the job, which stops as on
+                 * SIGTERM, where SIGTERM to mpirun would kill them a second
+                 * later, mid-save. A rank here still
                  * in its start (unready_for: the signal would end it
                  * there, the stop lost) is left, and gets the relay's
                  * SIGUSR1 below once it can take it (those ready get the
@@ -578,10 +610,17 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
                     if (unready) remote = true, relayed = t;
                 } else {
                     /* (mpirun not catching it yet, before any rank spoke:
-                     * it ends on it, nothing ran; not catching it after a
-                     * rank spoke: held back, below) */
-                    if (io.job < 0 || catches(pid, SIGUSR1)) kill(pid, SIGUSR1);
-                    else
+                     * it ends on it, nothing ran; catching it with no agent
+                     * for other hosts (has_agent), none started yet: the
+                     * ranks are all to start here, and each gets the relay's
+                     * SIGUSR1 below once it can take it, where mpirun would
+                     * pass it on to a rank it had just started, which then
+                     * dies of it; not catching it after a rank spoke: held
+                     * back, below) */
+                    const bool catching = catches(pid, SIGUSR1);
+                    if (catching ? has_agent(pid) : io.job < 0)
+                        kill(pid, SIGUSR1);
+                    else if (!catching)
                         held = t;
                     remote = true, relayed = t;
                 }
@@ -610,15 +649,17 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
          * SIGUSR1, to the ranks here or through mpirun (not the signal
          * received: train's SIGINT ends it the second time), until the
          * job ends. A rank takes a stop asked twice as one. Through mpirun
-         * only while it catches it: once the ranks have ended, it no
-         * longer does and would die of it, its status lost. */
+         * only while it catches it (once the ranks have ended, it no
+         * longer does and would die of it, its status lost) and has an
+         * agent for other hosts (has_agent: with none, the ranks are all
+         * to start here, and one it had just started would die of it). */
         if (remote && !waited && now_s() - relayed >= (io.job < 0 ? 0.1 : 0.5)) {
             relayed = now_s();
             /* (a rank here in its start held for 10 s of the stop: then sent it, as a program that
              * never catches it would be) */
             int unready = 0;
             if (!signal_ranks(pid, SIGUSR1, now_s() - first_signal < 10.0 ? &unready : NULL) &&
-                catches(pid, SIGUSR1))
+                catches(pid, SIGUSR1) && has_agent(pid))
                 kill(pid, SIGUSR1);
         }
         /* A stop passed on before any rank spoke, and 30 s on mpirun has

@@ -19,10 +19,12 @@
 #     143, and that is not restarted; (d') the same before mpirun started a
 #     rank: exit 143 and said; (d'') a start that train refuses (the
 #     out_dir holds an unfinished run) restarts as it was started, not with
-#     --resume auto; (d3) SIGUSR1 as SIGTERM; (d4) a stop that mpirun
-#     passed on before it had started the ranks is asked again; (d4b) one
-#     while the ranks are between their exec and their handler is held
-#     until they can take it (it ended them there); (d5) mpirun
+#     --resume auto; (d3) SIGUSR1 as SIGTERM; (d4) a stop before mpirun
+#     has started the ranks goes to each rank here once it can take it,
+#     not through mpirun; (d4') with an agent for other hosts, through
+#     mpirun, asked again until the job ends; (d4b) one while the ranks
+#     are between their exec and their handler is held until they can
+#     take it (it ended them there); (d5) mpirun
 #     crashing on a second stop: the exit status is the stop's.
 # (e) -n auto: as many ranks as the launcher says (a rank per GPU of the
 #     node; one where there is none), each told that world size.
@@ -373,16 +375,18 @@ wait $lpid; rc=$?
     grep -q "stopped by SIGUSR1 after step .* checkpoint saved to" "$tmp/usr1.err" ||
     fail "usr1: exit $rc: $(tail -n 5 "$tmp/usr1.err")"
 echo "SIGUSR1: exit 138 at $(cat "$tmp/usr1/ckpt/latest" 2>/dev/null), not restarted"
-# (d4) a stop that mpirun passed on before it had started the ranks (to
-# none of them): asked again until the job ends (it was lost, and the job
-# trained on to its end). The mpirun on PATH takes the launcher's SIGUSR1
-# and drops it, as the real one does before its ranks exist, then runs the
-# real mpirun (SIGUSR1 ignored across the exec until mpirun catches it).
+# (d4) a stop that comes once mpirun is up but before it has started the ranks, all of them to start
+# on this host (mpirun has no agent for other hosts): not passed to mpirun, which would pass it on to
+# none, or to a rank it had just started, between its exec and its handler (it died of it, and under
+# load the CI caught it so), but to each rank once it can take it. The mpirun on PATH catches
+# SIGUSR1 (and notes it) until it is told to go on, then runs the real mpirun (SIGUSR1 ignored
+# across the exec until mpirun catches it).
 real_mpirun=$(command -v mpirun)
 mkdir -p "$tmp/fakempi4"
 cat >"$tmp/fakempi4/mpirun" <<SH
 #!/bin/bash
 trap ': >"\$FAKE_DIR/dropped"' USR1
+if [ -n "\${FAKE_AGENT:-}" ]; then "\$FAKE_AGENT" 120 </dev/null >/dev/null 2>&1 & fi
 mkfifo "\$FAKE_DIR/go"
 : >"\$FAKE_DIR/started"
 exec 3<>"\$FAKE_DIR/go"
@@ -392,20 +396,42 @@ exec 3<&-
 exec "$real_mpirun" "\$@"
 SH
 chmod +x "$tmp/fakempi4/mpirun"
-FAKE_DIR=$tmp/fakempi4 PATH="$tmp/fakempi4:$PATH" timeout 120 "$bin" launch -n 2 train "${gpt[@]}" \
-    --set train.steps=100000 --set train.out_dir="$tmp/lost" >"$tmp/lost.out" 2>"$tmp/lost.err" &
-lpid=$!
-for _ in $(seq 600); do [ -e "$tmp/fakempi4/started" ] && break; sleep 0.1; done
-kill -TERM $lpid
-for _ in $(seq 600); do [ -e "$tmp/fakempi4/dropped" ] && break; sleep 0.1; done
-[ -e "$tmp/fakempi4/dropped" ] || fail "lost stop: the launcher passed nothing to mpirun"
-echo go >"$tmp/fakempi4/go"
-wait $lpid; rc=$?
-# (asked again every 0.1 s while no rank has spoken: it reaches the ranks in their set-up, which then save
-# nothing, or after some steps, which they save; through mpirun the stop is SIGUSR1, which the ranks name)
+# lost_stop NAME [AGENT]: a train job under the mpirun above, stopped (SIGTERM) while it waits, then
+# let go once the launcher has taken the signal (none pending for it); its exit status in rc, its
+# output in $tmp/NAME.out and .err
+lost_stop() {
+    rm -f "$tmp/fakempi4/started" "$tmp/fakempi4/dropped" "$tmp/fakempi4/go"
+    FAKE_DIR=$tmp/fakempi4 FAKE_AGENT=${2:-} PATH="$tmp/fakempi4:$PATH" timeout 120 "$bin" launch -n 2 train \
+        "${gpt[@]}" --set train.steps=100000 --set train.out_dir="$tmp/$1" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+    lpid=$!
+    for _ in $(seq 600); do [ -e "$tmp/fakempi4/started" ] && break; sleep 0.1; done
+    local l
+    l=$(pgrep -P $lpid)
+    kill -TERM "$l"
+    for _ in $(seq 600); do
+        [ "$(grep -hE "^(ShdPnd|SigPnd):" "/proc/$l/status" 2>/dev/null | grep -vc ":\s*0*$")" = 0 ] && break
+        sleep 0.05
+    done
+    echo go >"$tmp/fakempi4/go"
+    wait $lpid
+    rc=$?
+}
+lost_stop lost
+[ ! -e "$tmp/fakempi4/dropped" ] || fail "a stop before the ranks started, all here: passed to mpirun"
 [ $rc -eq 143 ] && grep -qE "stopped by SIGUSR1 (after step .* checkpoint saved to|before step 1: nothing was trained or saved)" "$tmp/lost.err" ||
-    fail "a stop passed on before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
-echo "a stop mpirun passed to no rank: asked again, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/lost.err" | head -1))"
+    fail "a stop before the ranks started: exit $rc, $(grep -c "^step" "$tmp/lost.out") step lines: $(tail -n 3 "$tmp/lost.err")"
+echo "a stop before mpirun started the ranks here: to each rank, not mpirun, exit 143 ($(grep -oE "before step 1|after step [0-9]+" "$tmp/lost.err" | head -1))"
+# (d4') the same where mpirun has an agent for other hosts (a process of its that is neither a rank
+# nor mpirun, as ssh or srun): there are ranks elsewhere, which only mpirun reaches, so the stop goes
+# through mpirun, passed to none of them while it waits, and is asked again until the job ends (it
+# was lost, and the job trained on to its end). (A rank here that mpirun passes it on to in its
+# start may die of it: the exit status is the stop's all the same.)
+cp "$(command -v sleep)" "$tmp/fakempi4/agent"
+lost_stop lost2 "$tmp/fakempi4/agent"
+pkill -f -- "$tmp/fakempi4/agent"
+[ -e "$tmp/fakempi4/dropped" ] || fail "a stop before the ranks started, an agent for other hosts: not passed to mpirun"
+[ $rc -eq 143 ] || fail "a stop before the ranks started, an agent for other hosts: exit $rc, $(grep -c "^step" "$tmp/lost2.out") step lines: $(tail -n 3 "$tmp/lost2.err")"
+echo "a stop before mpirun started the ranks, an agent for other hosts: through mpirun, asked again, exit 143"
 # (d4b) the stop while the ranks here are in their start, between their exec and their handler (a
 # signal there ends a rank: "stopped before its ranks started; nothing ran", and the fresh-clone CI
 # caught d4 so under load): held until each rank catches it, then a stop it takes. Each rank is
@@ -437,8 +463,9 @@ else
 fi
 # (d5) mpirun crashing as it ends the job on a second stop ("abort is
 # already in progress", a segfault in its PMIx finalize): the exit status
-# is the stop's, said, where it was mpirun's 139. The mpirun on PATH says a
-# rank's line, takes SIGUSR1 (counted), and dies of SIGSEGV on SIGTERM; the
+# is the stop's, said, where it was mpirun's 139. The mpirun on PATH, its
+# ranks on other hosts (an agent for them its child: the stop goes through
+# it), says a rank's line, takes SIGUSR1 (counted), and dies of SIGSEGV on SIGTERM; the
 # second SIGTERM goes out after its fourth SIGUSR1 (the stop is asked again
 # every 0.5 s: 1.5 s later, more than the second within which a signal
 # counts as the same one).
@@ -447,6 +474,7 @@ cat >"$tmp/fakempi4/mpirun" <<'SH'
 n=0
 trap 'n=$((n + 1)); : >"$FAKE_DIR/usr1.$n"' USR1
 trap 'exec /bin/sh -c "kill -SEGV \$\$"' TERM
+"${FAKE_DIR%/*}/fakempi4/agent" 60 </dev/null >/dev/null 2>&1 &
 printf '[1,0]<stdout>:training\n'
 mkfifo "$FAKE_DIR/hold"
 exec 3<>"$FAKE_DIR/hold"
@@ -466,6 +494,7 @@ second_stop() {
     kill -TERM "$(pgrep -P $lpid)"
     wait $lpid
     rc=$?
+    pkill -f -- "$tmp/fakempi4/agent"
 }
 second_stop "$tmp/fakempi4" crash
 [ $rc -eq 143 ] && grep -q "mpirun ended on signal 11 while it ended the job on the second stop (signal 15); the exit status is the stop's" "$tmp/crash.err" ||
