@@ -33,7 +33,7 @@ par=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$par" -ge 1 ] 2>/dev/null || par=1
 [ -n "${TEST_JOBS:-}" ] || [ "$par" -le 2 ] || par=2
 pass=0 fail=0 skip=0 cpu_sum=0 t_start=$SECONDS
-failed=()
+failed=() why=()
 export OMP_WAIT_POLICY=PASSIVE
 # OpenBLAS's kernels as scaletrain chooses them (src/core/blas.h: where
 # OpenBLAS takes the CPU for an older one, scaletrain starts itself again
@@ -67,6 +67,9 @@ report() {
         skip=$((skip + 1)); echo "SKIP $name: $(grep -m1 skipped "$res/$i.log" | sed 's/.*skipped: //')"
     else
         fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name (exit $rc)"
+        # its first failed check (else its last line), said again at the end: a reader shown the
+        # log's start and end only still sees what failed
+        why+=("$name: $( (grep -m1 -E '^FAIL[ :]' "$res/$i.log" || tail -n 1 "$res/$i.log") | cut -c1-400)")
         # the failed checks' lines and the seeds that replay them, which a
         # long log prints before its last 40 lines
         if [ "$(wc -l <"$res/$i.log")" -gt 40 ]; then
@@ -261,7 +264,7 @@ fi
 [ -z "$tsan" ] || run "tsan" tests/tsan.sh "$tsan"
 for t in tests/e2e/*.sh; do
     if [ ! -x "$t" ]; then # a test that would silently never run
-        fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)")
+        fail=$((fail + 1)); failed+=("e2e/$(basename "$t" .sh)"); why+=("e2e/$(basename "$t" .sh): not executable")
         echo "FAIL e2e/$(basename "$t" .sh): $t is not executable (chmod +x, and commit the mode)"
         continue
     fi
@@ -287,6 +290,9 @@ for t in tests/py/test_*.py; do
     run "py/$(basename "$t" .py)" /usr/bin/python3 "$t" "$build"
 done
 settle 1
-((${#failed[@]})) && echo "failed: ${failed[*]}"
+if ((${#failed[@]})); then
+    echo "failed: ${failed[*]}"
+    printf '    %s\n' "${why[@]}"
+fi
 echo "$pass passed, $fail failed, $skip skipped ($((SECONDS - t_start)) s; the tests' processes took ${cpu_sum} s of CPU)"
 [ $fail -eq 0 ]
