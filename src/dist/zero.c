@@ -81,26 +81,31 @@ static st_status pad_arenas(st_params *p, int64_t padded) {
         return ST_OK;
     }
     /* A gradient arena from the hook (the zero-copy shared arena) stays where
-     * it is when it has room: the all-reduce knows it by its address. */
+     * it is when it has room: the all-reduce knows it by its address. Each
+     * arena is made anew and the old one freed before the next (as on a
+     * device: both new ones beside both old ones were two arenas more than
+     * the run holds after). */
     const bool keep = p->grad_hooked && (size_t)padded * sizeof(float) <= p->grad_cap_bytes;
-    float *data = alloc_pages(padded), *grad = keep ? p->grad : alloc_pages(padded);
-    if (!data || !grad) {
-        free(data);
-        if (!keep) free(grad);
-        return st_fail(ST_ERR_NOMEM, "out of memory padding the parameter arenas to %lld elements",
+    float *data = alloc_pages(padded);
+    if (!data)
+        return st_fail(ST_ERR_NOMEM, "out of memory padding the parameters' weights to %lld elements",
                        (long long)padded);
-    }
     memcpy(data, p->data, (size_t)p->arena_count * sizeof(float));
+    st_free_aligned(p->data);
+    p->data = data;
+    point_tensors(p); /* (the gradients stay where they are, for now) */
     if (keep) {
-        memset(grad + p->arena_count, 0, (size_t)(padded - p->arena_count) * sizeof(float));
+        memset(p->grad + p->arena_count, 0, (size_t)(padded - p->arena_count) * sizeof(float));
     } else {
+        float *grad = alloc_pages(padded);
+        if (!grad)
+            return st_fail(ST_ERR_NOMEM, "out of memory padding the parameters' gradients to %lld elements",
+                           (long long)padded);
         memcpy(grad, p->grad, (size_t)p->arena_count * sizeof(float));
         if (!p->grad_hooked) st_free_aligned(p->grad);
         p->grad_hooked = false; /* the shared arena, too small: left mapped, unused */
+        p->grad = grad;
     }
-    st_free_aligned(p->data);
-    p->data = data;
-    p->grad = grad;
     p->arena_count = padded;
     point_tensors(p);
     return ST_OK;
