@@ -118,12 +118,12 @@ static cJSON *plan_json(const st_plan *p, const st_plan_input *in) {
     kernels_json(o, why, p, in);
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     const st_mem *e = &p->mem;
-    const char *names[] = {"params", "grads", "optim",  "acts",     "act_grads", "ints",
-                           "work",   "eval",  "loader", "buckets",  "data",      "backend",
-                           "total",  "host",  "pinned", "ckpt_copy"};
-    const int64_t vals[] = {e->params, e->grads, e->optim,  e->acts,     e->act_grads, e->ints,
-                            e->work,   e->eval,  e->loader, e->buckets,  e->data,      e->backend,
-                            e->total,  e->host,  e->pinned, e->ckpt_copy};
+    const char *names[] = {"params", "grads", "optim",  "acts",      "act_grads", "ints",
+                           "work",   "eval",  "loader", "buckets",   "data",      "backend",
+                           "total",  "host",  "pinned", "ckpt_copy", "setup"};
+    const int64_t vals[] = {e->params, e->grads, e->optim,  e->acts,      e->act_grads, e->ints,
+                            e->work,   e->eval,  e->loader, e->buckets,   e->data,      e->backend,
+                            e->total,  e->host,  e->pinned, e->ckpt_copy, e->setup};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         cJSON_AddNumberToObject(m, names[i], (double)vals[i]);
     cJSON_AddNumberToObject(m, "per_sample", e->act_per_sample);
@@ -170,6 +170,17 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
                 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
         if (q->fit_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->fit_hint);
+        /* (training's memory is what the plan fits; the set-up's peak, with ZeRO over several ranks above
+         * it, is said where it does not fit: the run stops there, out of memory) */
+        if (q->mem.setup > q->mem_limit && q->mem.setup > q->mem.total)
+            fprintf(
+                f,
+                "%-16s %5s    ! its set-up needs %.2f GiB per device, past the %.2f usable: each rank holds "
+                "the whole fp32 weights and gradients (one of them padded to whole shards beside them) "
+                "before keeping its shards, and runs out of memory there; a smaller model, or %s with "
+                "more memory\n",
+                "", "", (double)q->mem.setup / GIB, (double)q->mem_limit / GIB,
+                q->hw.dev.gpu ? "GPUs" : "nodes");
         if (q->micro_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->micro_hint);
     }
 }

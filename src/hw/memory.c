@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "dist/ddp.h"
+#include "dist/zero.h"
 #include "layers/args.h"
 #include "layers/conv2d_layout.h"
 
@@ -174,6 +175,30 @@ static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
     return ST_OK;
 }
 
+/* The set-up's peak (src/train/train.c: the arenas padded, and the shards
+ * taken, before the training graph and the optimizer state exist): the
+ * whole fp32 weights and gradients, the compute copy and the buffers, as
+ * the model was made, and one arena more while each is padded to whole
+ * shards (src/dist/zero.c: on the CPU always, on a GPU for ZeRO; the
+ * gradients' new one, beside the padded weights, is the largest moment);
+ * beside them what was made before: on a GPU the backend's workspace and
+ * the evaluation's graph, on the CPU the dataset and the loader's buffers.
+ * After it ZeRO keeps only its shards, so with ZeRO over several ranks this
+ * may be more than training holds (total); the planner plans training's and
+ * says where this one does not fit (tools/plan.c). */
+static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem *out) {
+    const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(m->params.count);
+    const int64_t copy = o->mixed ? (o->device_layout ? 2 : 4) * pa : 0;
+    int64_t arenas = 8 * pa;
+    if (!o->device_layout || o->zero >= 1) {
+        st_shard sh;
+        st_shard_plan(&sh, m->params.count, 0, (int)N);
+        if (sh.padded > pa) arenas = 8 * sh.padded + 4 * pa;
+    }
+    const int64_t before = o->device_layout ? out->backend + out->eval : out->data + out->loader;
+    return before + 4 * m->params.buffer_count + copy + arenas;
+}
+
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {
     memset(out, 0, sizeof *out);
     if (micro < 1) return st_fail(ST_ERR_ARG, "memory model: micro-batch %lld", (long long)micro);
@@ -218,5 +243,6 @@ st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_m
                  out->eval + out->loader + out->buckets + out->data + out->backend +
                  (o->device_layout ? 0 : out->ckpt_copy);
     if (o->device_layout) out->host += out->ckpt_copy;
+    out->setup = setup_peak(m, o, out);
     return ST_OK;
 }
