@@ -867,6 +867,41 @@ static void test_async_ckpt_copy(void) {
     st_model_free(m);
 }
 
+/* The set-up's peak (memory.c setup_peak): the whole fp32 weights and
+ * gradients before ZeRO keeps its shards. gpt2-124m in bf16 on GPUs with
+ * AdamW at micro-batch 1: under DDP and 2-rank ZeRO-1 training holds more
+ * (the set-up's 10 bytes a parameter and a shard of masters, 4 / N,
+ * against 16 and 12);
+ * ZeRO-2 over 8 ranks holds about 4 in training, and the set-up's is the
+ * peak, as tools/plan.c says. On the CPU (fp32, the dataset aside) the
+ * set-up holds the two arenas, and training as much or more, under DDP and
+ * ZeRO-2 alike (its backward writes every gradient). */
+static void test_setup_peak(void) {
+    st_config c;
+    st_model *m = gpt_layout(&c, "gpt2-124m", 0, 0, 0);
+    if (!m) return;
+    const struct {
+        int ranks, zero, gpu;
+        bool above;
+    } cases[] = {{1, 0, 1, false}, {2, 1, 1, false}, {8, 2, 1, true}, {1, 0, 0, false}, {8, 2, 0, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_mem_opts o = {.mixed = cases[i].gpu,
+                         .optim_states = 2,
+                         .ranks = cases[i].ranks,
+                         .zero = cases[i].zero,
+                         .device_layout = cases[i].gpu,
+                         .bucket_cap_mb = 25,
+                         .grad_wire_bytes = 4};
+        st_mem e;
+        CHECK_OK(st_mem_estimate(m, 1, &o, &e));
+        const double per = (double)e.setup / (double)m->params.count;
+        CHECK(e.setup > 0 && (e.setup > e.total) == cases[i].above && per >= 8 && per < 13,
+              "%d ranks zero%d %s: set-up %lld (%.2f B a parameter), training %lld", cases[i].ranks,
+              cases[i].zero, cases[i].gpu ? "gpu" : "cpu", (long long)e.setup, per, (long long)e.total);
+    }
+    st_model_free(m);
+}
+
 static void test_hw_names(void) {
     st_hw_config hw;
     CHECK_OK(st_hw_config_parse("2x8xH100", NULL, NULL, &hw));
@@ -1511,6 +1546,7 @@ int main(void) {
     test_zero2_when_it_pays();
     test_batch_ring();
     test_async_ckpt_copy();
+    test_setup_peak();
     test_hw_names();
     return st_test_finish("test_hw");
 }

@@ -17,9 +17,7 @@ void st_shard_plan(st_shard *s, int64_t count, int rank, int world) {
     s->rank = rank;
     s->world = world;
     s->count = count;
-    int64_t per = (count + world - 1) / world;
-    s->shard = (per + ST_SHARD_ALIGN - 1) / ST_SHARD_ALIGN * ST_SHARD_ALIGN;
-    if (s->shard == 0) s->shard = ST_SHARD_ALIGN;
+    s->shard = st_shard_size(count, world);
     s->padded = s->shard * world;
     s->lo = s->shard * rank < count ? s->shard * rank : count;
     s->hi = s->lo + s->shard < count ? s->lo + s->shard : count;

@@ -28,8 +28,6 @@
 #include "model/graph.h"
 #include "model/model.h"
 
-#define ST_SHARD_ALIGN 1024 /* elements per page, and per block of the gradient norm */
-
 typedef struct st_shard {
     int rank, world;
     int64_t count;  /* P: real elements of the arena */

@@ -5,7 +5,6 @@
 
 #include "core/device.h"
 #include "dist/ddp.h"
-#include "dist/zero.h"
 #include "layers/args.h"
 #include "layers/conv2d_layout.h"
 
@@ -175,28 +174,31 @@ static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
     return ST_OK;
 }
 
-/* The set-up's peak (src/train/train.c: the arenas padded, and the shards
- * taken, before the training graph and the optimizer state exist): the
- * whole fp32 weights and gradients, the compute copy and the buffers, as
- * the model was made, and one arena more while each is padded to whole
- * shards (src/dist/zero.c: on the CPU always, on a GPU for ZeRO; the
- * gradients' new one, beside the padded weights, is the largest moment);
- * beside them what was made before: on a GPU the backend's workspace and
- * the evaluation's graph, on the CPU the dataset and the loader's buffers.
- * After it ZeRO keeps only its shards, so with ZeRO over several ranks this
- * may be more than training holds (total); the planner plans training's and
- * says where this one does not fit (tools/plan.c). */
+/* The set-up's peak (src/train/train.c: the shards taken before the
+ * training graph and the optimizer state exist): the whole fp32 weights and
+ * gradients, the compute copy and the buffers, as the model was made, and:
+ * on a GPU, its arenas laid out padded to whole shards under ZeRO
+ * (src/train/session.c), the shard of the masters (bf16/fp16) or of
+ * ZeRO-2's gradients made beside the whole arena before that is freed, over
+ * several ranks; on the CPU, the arenas padded to whole shards by copies
+ * (src/dist/zero.c), the gradients' new one beside the padded weights and
+ * the old gradients at the largest moment; beside them what was made
+ * before: on a GPU the backend's workspace and the evaluation's graph, on
+ * the CPU the dataset and the loader's buffers. ZeRO then keeps only its
+ * shards, so over many ranks this may be more than training holds (total);
+ * the planner plans training's and says where this one does not fit
+ * (tools/plan.c). */
 static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem *out) {
-    const int64_t N = o->ranks > 0 ? o->ranks : 1, pa = arena(m->params.count);
-    const int64_t copy = o->mixed ? (o->device_layout ? 2 : 4) * pa : 0;
-    int64_t arenas = 8 * pa;
-    if (!o->device_layout || o->zero >= 1) {
-        st_shard sh;
-        st_shard_plan(&sh, m->params.count, 0, (int)N);
-        if (sh.padded > pa) arenas = 8 * sh.padded + 4 * pa;
-    }
-    const int64_t before = o->device_layout ? out->backend + out->eval : out->data + out->loader;
-    return before + 4 * m->params.buffer_count + copy + arenas;
+    const int N = o->ranks > 0 ? (int)o->ranks : 1;
+    const int64_t P = m->params.count, pa = arena(P), padded = st_shard_size(P, N) * N;
+    const int64_t buffers = 4 * m->params.buffer_count;
+    if (!o->device_layout)
+        return out->data + out->loader + buffers + (o->mixed ? 4 * pa : 0) +
+               (padded > pa ? 8 * padded + 4 * pa : 8 * pa);
+    const int64_t whole = o->zero >= 1 && padded > pa ? padded : pa;
+    const bool shard_made = N > 1 && ((o->mixed && o->zero >= 1) || o->zero >= 2);
+    return out->backend + out->eval + buffers + (o->mixed ? 2 * whole : 0) + 8 * whole +
+           (shard_made ? 4 * st_shard_size(P, N) : 0);
 }
 
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {

@@ -456,14 +456,16 @@ static st_status layout_params(st_params *p) {
         }
     }
     p->count = pc;
+    const int64_t padded = p->pad_world > 0 ? st_shard_size(pc, p->pad_world) * p->pad_world : 0;
+    const int64_t arena_count = padded > st_align_floats(pc) ? padded : st_align_floats(pc);
     if (p->layout_only) { /* the planner's model: sizes without memory */
-        p->arena_count = st_align_floats(pc);
+        p->arena_count = arena_count;
         p->buffer_count = bc;
         p->n_params = n_params;
         p->frozen = true;
         return ST_OK;
     }
-    p->arena_count = st_align_floats(pc);
+    p->arena_count = arena_count;
     p->buffer_count = bc;
     p->n_params = n_params;
     const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);

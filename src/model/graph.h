@@ -41,6 +41,16 @@ static inline int64_t st_align_floats(int64_t n) {
     return (n + ST_ALIGN_FLOATS - 1) / ST_ALIGN_FLOATS * ST_ALIGN_FLOATS;
 }
 
+#define ST_SHARD_ALIGN 1024 /* elements per page, and per block of the gradient norm */
+/* S, the elements of each of `world` ranks' shards of an arena of `count`:
+ * ceil(count / world) rounded up to ST_SHARD_ALIGN, one block at least; the
+ * arenas padded to whole shards take world * S (src/dist/zero.h). */
+static inline int64_t st_shard_size(int64_t count, int world) {
+    const int64_t per = (count + world - 1) / world;
+    const int64_t s = (per + ST_SHARD_ALIGN - 1) / ST_SHARD_ALIGN * ST_SHARD_ALIGN;
+    return s ? s : ST_SHARD_ALIGN;
+}
+
 typedef enum st_dtype { ST_F32 = 0, ST_I32 = 1 } st_dtype;
 
 /* How a parameter is initialised (see st_params_init). */
@@ -234,6 +244,12 @@ typedef struct st_params {
     int64_t grad_lo, grad_hi;
     float *grad_alloc;
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
+    /* Set before the first finalize: > 0, the arenas are laid out padded to
+     * whole shards over this many ranks (st_shard_size), as ZeRO, the
+     * deterministic fold and the host's gradient norm take them, where
+     * st_zero_pad_arenas would pad them later by copies, an arena more at
+     * the set-up's peak. */
+    int pad_world;
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
 } st_params;
