@@ -431,11 +431,6 @@ static bool unready_for(const char *pid, int sig) {
            its.st_ino == ours.st_ino;
 }
 
-/* The processes whose parent is `parent` (with ranks_only, those is_rank
- * takes for scaletrain's ranks): each sent sig (0: counted alone); how
- * many, -1 when /proc cannot be read. With `unready` (ranks_only and a
- * signal), a rank still in its start (unready_for) is counted there too and
- * not sent it. */
 /* Whether process pid (a /proc entry's name) is parent's child; with state,
  * its state there ('Z': ended, not yet waited for). */
 static bool child_of(const char *pid, pid_t parent, char *state) {
@@ -454,6 +449,11 @@ static bool child_of(const char *pid, pid_t parent, char *state) {
     return true;
 }
 
+/* The processes whose parent is `parent` (with ranks_only, those is_rank
+ * takes for scaletrain's ranks): each sent sig (0: counted alone); how
+ * many, -1 when /proc cannot be read. With `unready` (ranks_only and a
+ * signal), a rank still in its start (unready_for) is counted there too and
+ * not sent it. */
 static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
     DIR *dir = opendir("/proc");
     if (!dir) return -1;
@@ -475,8 +475,9 @@ static int children(pid_t parent, int sig, bool ranks_only, int *unready) {
 /* Whether mpirun has started a process that is neither one of the job's
  * ranks nor mpirun itself forked for a rank, before its exec: the agent that
  * starts mpirun's daemons on other hosts (ssh, srun, the program
- * plm_rsh_agent names), so the job has ranks elsewhere, which a stop reaches only through
- * mpirun. (Where /proc cannot say: true, through mpirun.) */
+ * plm_rsh_agent names), so the job has ranks elsewhere, which a stop
+ * reaches only through mpirun. (Where /proc cannot say: true, through
+ * mpirun.) */
 static bool has_agent(pid_t mpirun) {
     char path[300];
     snprintf(path, sizeof path, "/proc/%d/exe", (int)mpirun);
