@@ -56,14 +56,29 @@ static bool shards_grads(st_dist_mode mode, int world, const st_params *p, bool 
     return mode == ST_DIST_ZERO2 && world > 1 && p->dev && !deterministic;
 }
 
+/* Whether training pads the arenas to whole shards: on the host always (the
+ * norm's blocks need a whole number of them), on a device for ZeRO and the
+ * fold. */
+static bool pads(st_dist_mode mode, bool on_device, bool deterministic) {
+    return !on_device || mode != ST_DIST_DDP || deterministic;
+}
+
+int st_dist_layout_pad_world(const st_config *cfg, bool on_device, int world) {
+    st_dist_mode mode = ST_DIST_DDP;
+    if (st_dist_mode_parse(cfg->dist.strategy, &mode) != ST_OK) { /* (refused later, said there) */
+        st_clear_error();
+        return 0;
+    }
+    return on_device && pads(mode, on_device, cfg->dist.deterministic) ? world : 0;
+}
+
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p) {
     st_dist_mode mode = ST_DIST_DDP;
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &mode));
     st_shard sh;
     st_shard_plan(&sh, p->count, st_comm_rank(comm), st_comm_size(comm));
-    /* Padded to whole shards: on the host always (the norm's blocks need a
-     * whole number of them), on a device for ZeRO and the fold. */
-    if (!p->dev || mode != ST_DIST_DDP || cfg->dist.deterministic) ST_TRY(st_zero_pad_arenas(p, sh.padded));
+    /* (a no-op where the layout padded them: st_dist_layout_pad_world) */
+    if (pads(mode, p->dev != NULL, cfg->dist.deterministic)) ST_TRY(st_zero_pad_arenas(p, sh.padded));
     const int64_t lo = (int64_t)sh.rank * sh.shard, hi = lo + sh.shard;
     if (shards_grads(mode, sh.world, p, cfg->dist.deterministic)) ST_TRY(st_params_shard_grads(p, lo, hi));
     if (!shards_masters(mode, sh.world, p)) return ST_OK;

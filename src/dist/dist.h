@@ -109,6 +109,13 @@ const char *st_dist_mode_name(st_dist_mode mode);
  * st_dist_init calls it too (a no-op the second time). */
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p);
 
+/* The world a model's arenas are laid out padded for (graph.h pad_world),
+ * 0 for none: on a device, where st_dist_shard_params pads them, so that
+ * it has nothing to copy (the set-up held an arena more). On the host they
+ * are padded there by copies, which makes them page-aligned for the pages
+ * ZeRO gives back. */
+int st_dist_layout_pad_world(const st_config *cfg, bool on_device, int world);
+
 /* Set up for model parameters p and the training graph g:
  * st_dist_shard_params, the buckets, the deterministic buffers. */
 st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_params *p, const st_graph *g,

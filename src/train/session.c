@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "dist/agree.h"
+#include "dist/dist.h"
 #include "dist/zero.h"
 #include "eval_device.h"
 #include "hw/planner.h"
@@ -1003,14 +1004,10 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
      * agreed, and the arena itself is agreed over MPI). */
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
-    /* On a GPU the arenas laid out padded to whole shards where training
-     * pads them (src/dist/dist.c st_dist_shard_params: for ZeRO and the
-     * deterministic fold), rather than padded by copies there, an arena more
-     * at the set-up's peak. (On the host that padding also makes them
-     * page-aligned, for the pages ZeRO gives back. An evaluation: no
-     * gradient arena, half the parameters' memory.) */
-    const int pad_world =
-        s->dev && (strcmp(cfg->dist.strategy, "ddp") != 0 || cfg->dist.deterministic) ? s->world : 0;
+    /* The arenas laid out padded where training would pad them by copies on
+     * a GPU (st_dist_layout_pad_world). (An evaluation: no gradient arena,
+     * half the parameters' memory.) */
+    const int pad_world = st_dist_layout_pad_world(cfg, s->dev != NULL, s->world);
     ST_TRY(eval_only ? st_model_create_inference(cfg, &in, s->dev, &s->model)
                      : st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, pad_world, &s->model));
     s->model->val_split = cfg->data.val_split;             /* (saved with the weights) */
