@@ -176,9 +176,8 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
             fprintf(
                 f,
                 "%-16s %5s    ! its set-up needs %.2f GiB per device, past the %.2f usable: each rank holds "
-                "the whole fp32 weights and gradients (one of them padded to whole shards beside them) "
-                "before keeping its shards, and runs out of memory there; a smaller model, or %s with "
-                "more memory\n",
+                "the whole fp32 weights and gradients (and their 16-bit copy) before keeping its shards, "
+                "and runs out of memory there; a smaller model, or %s with more memory\n",
                 "", "", (double)q->mem.setup / GIB, (double)q->mem_limit / GIB,
                 q->hw.dev.gpu ? "GPUs" : "nodes");
         if (q->micro_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->micro_hint);

@@ -190,7 +190,7 @@ static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
  * (tools/plan.c). */
 static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem *out) {
     const int N = o->ranks > 0 ? (int)o->ranks : 1;
-    const int64_t P = m->params.count, pa = arena(P), padded = st_shard_size(P, N) * N;
+    const int64_t P = m->params.count, pa = arena(P), S = st_shard_size(P, N), padded = S * N;
     const int64_t buffers = 4 * m->params.buffer_count;
     if (!o->device_layout)
         return out->data + out->loader + buffers + (o->mixed ? 4 * pa : 0) +
@@ -198,7 +198,7 @@ static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem 
     const int64_t whole = o->zero >= 1 && padded > pa ? padded : pa;
     const bool shard_made = N > 1 && ((o->mixed && o->zero >= 1) || o->zero >= 2);
     return out->backend + out->eval + buffers + (o->mixed ? 2 * whole : 0) + 8 * whole +
-           (shard_made ? 4 * st_shard_size(P, N) : 0);
+           (shard_made ? 4 * S : 0);
 }
 
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {
