@@ -450,6 +450,12 @@ static int inspect_ckpt_folder(const char *ckdir) {
     return ST_EXIT_OK;
 }
 
+/* The line naming the run that holds out_dir's lock. */
+static void say_holder(const char *out_dir, const char *who, const char *more) {
+    printf("in use: %s (it holds %s/run.lock)%s\n", who[0] ? who : "a run that does not say who", out_dir,
+           more);
+}
+
 static int inspect(const char *path) {
     char dir[4096];
     switch (st_ckpt_classify(path, dir, sizeof dir)) {
@@ -479,8 +485,7 @@ static int inspect(const char *path) {
             rc_w = ST_EXIT_FAIL;
         }
         st_safetensors_close(w);
-        if (busy)
-            printf("in use: %s (it holds %s/run.lock)\n", who[0] ? who : "a run that does not say who", path);
+        if (busy) say_holder(path, who, "");
         const int rc_c = inspect_ckpt_folder(dir);
         return rc_c != ST_EXIT_OK ? rc_c : rc_w;
     }
@@ -512,21 +517,19 @@ static int inspect(const char *path) {
     snprintf(lock, sizeof lock, "%s/run.lock", path);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", path);
     snprintf(final, sizeof final, "%s/model.safetensors", path);
-    if (st_path_is_dir(path) && st_path_is_file(final) &&
-        (st_path_is_file(lock) || st_path_is_file(metrics))) {
-        /* (its checkpoints removed: --init takes the final weights, --resume has nothing) */
-        printf("%s: a run's out_dir with no checkpoint (no ckpt/); final weights %s: --init takes them, "
-               "--resume auto starts the run over\n",
-               path, final);
-        return inspect_safetensors(final);
-    }
     if (st_path_is_dir(path) && (st_path_is_file(lock) || st_path_is_file(metrics))) {
+        if (st_path_is_file(final)) {
+            /* (its checkpoints removed: --init takes the final weights, --resume has nothing) */
+            printf("%s: a run's out_dir with no checkpoint (no ckpt/); final weights %s: --init takes them, "
+                   "--resume auto starts the run over\n",
+                   path, final);
+            return inspect_safetensors(final);
+        }
         const bool busy = st_ckpt_out_dir_in_use(path, who, sizeof who);
         printf("%s: a run's out_dir with no checkpoint yet%s\n", path,
                busy ? "" : "; final weights not written (the run did not end)");
         if (busy) {
-            printf("in use: %s (it holds %s/run.lock): its first checkpoint comes at train.checkpoint_every\n",
-                   who[0] ? who : "a run that does not say who", path);
+            say_holder(path, who, ": its first checkpoint comes at train.checkpoint_every");
             return ST_EXIT_OK;
         }
         fprintf(stderr, "scaletrain: error: %s: no checkpoint: --resume auto starts the run over\n", path);
