@@ -170,8 +170,9 @@ static void print_table(FILE *f, const st_plan *p, int n, const st_plan_input *i
                 1e3 * q->time.step_s, lm ? q->tokens_per_s : q->samples_per_s, 100 * q->scaling,
                 q->warning[0] ? "  ! " : "", q->warning);
         if (q->fit_hint[0]) fprintf(f, "%-16s %5s    %s\n", "", "", q->fit_hint);
-        /* (training's memory is what the plan fits; the set-up's peak, with ZeRO over several ranks above
-         * it, is said where it does not fit: the run stops there, out of memory) */
+        /* (training's memory is what the plan fits; the set-up's peak, above it on the CPU with ZeRO
+         * over several ranks (a GPU makes only its shards), is said where it does not fit: the run
+         * stops there, out of memory) */
         if (q->mem.setup > q->mem_limit && q->mem.setup > q->mem.total)
             fprintf(
                 f,

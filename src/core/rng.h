@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct st_rng {
     uint64_t state;
@@ -27,6 +28,24 @@ static inline uint64_t st_hash_str(const char *s) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
     return h;
+}
+
+/* FNV-1a over n words of `width` bytes, 4 (the bits of floats: -0 and 0
+ * differ, as they would in the next step) or 2 (a device's bf16/fp16
+ * compute copy): what ranks compare of their weights (dist/agree.c,
+ * st_params_set_weights). Non-negative, so an all-reduce's min and max of
+ * it never overflow. */
+static inline int64_t st_hash_words(const void *x, int64_t n, int width) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w = 0;
+        if (width == 4)
+            memcpy(&w, (const char *)x + 4 * i, 4);
+        else
+            w = ((const uint16_t *)x)[i];
+        h = (h ^ w) * 1099511628211ull;
+    }
+    return (int64_t)(h >> 2);
 }
 
 static inline st_rng st_rng_make(uint64_t seed, uint64_t stream) {

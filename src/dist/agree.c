@@ -279,22 +279,7 @@ st_status st_agree_status(st_comm *c, st_status mine, const char *what) {
     return ST_OK;
 }
 
-/* FNV-1a over n words of `width` bytes, 4 (the bits of floats: -0 and 0
- * differ, as they would in the next step) or 2 (a device's bf16/fp16
- * compute copy). */
-static int64_t words_hash(const void *x, int64_t n, int width) {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w = 0;
-        if (width == 4)
-            memcpy(&w, (const char *)x + 4 * i, 4);
-        else
-            w = ((const uint16_t *)x)[i];
-        h = (h ^ w) * 1099511628211ull;
-    }
-    return (int64_t)(h >> 2); /* non-negative, so min and max never overflow */
-}
-static int64_t bits_hash(const float *x, int64_t n) { return words_hash(x, n, 4); }
+static int64_t bits_hash(const float *x, int64_t n) { return st_hash_words(x, n, 4); }
 
 /* Sharded masters (graph.h): each rank holds different masters, and the
  * replicas are the compute copy, which every rank must hold alike. */
@@ -308,7 +293,7 @@ static st_status hash_compute(const st_params *p, int64_t *h) {
     if (!copy) return st_fail(ST_ERR_NOMEM, "out of memory copying the weights to compare the replicas");
     st_status s = st_device_download(p->dev, copy, p->compute16, (size_t)p->arena_count * sizeof *copy);
     for (int i = 0; s == ST_OK && i < p->n_params; i++)
-        h[i] = words_hash(copy + p->t[i]->offset, p->t[i]->count, 2);
+        h[i] = st_hash_words(copy + p->t[i]->offset, p->t[i]->count, 2);
     free(copy);
     return s;
 }

@@ -539,6 +539,27 @@ static st_status broadcast_chunks(st_comm *c, float *x, int64_t n, const char *w
     return ST_OK;
 }
 
+/* Masters laid out sharded (graph.h st_params_layout): no rank holds the
+ * whole fp32 weights to broadcast. Each made them whole on its host, from
+ * train.seed or --init's file, and hashed them there (st_params_set_weights):
+ * the ranks compare the hashes, and a difference names the first tensor. */
+static st_status same_weights(st_comm *comm, const st_params *p) {
+    st_status s = p->set_hash ? ST_OK
+                              : st_fail(ST_ERR_INTERNAL, "comparing the ranks' weights: this rank's were "
+                                                         "never set");
+    ST_TRY(st_agree_status(comm, s, "the weights' hashes"));
+    int diff;
+    ST_TRY(st_agree_first_difference(comm, p->set_hash, p->n, "the weights", &diff));
+    if (diff < 0) return ST_OK;
+    char item[ST_NAME_MAX + 32], mine[64];
+    snprintf(item, sizeof item, "parameter %s", p->t[diff]->name);
+    snprintf(mine, sizeof mine, "bits hashed to %016llx", (unsigned long long)p->set_hash[diff]);
+    return st_agree_report(comm, "the ranks start from different weights", item, mine,
+                           "every rank must start from the same weights: give each the same --init file "
+                           "(a copy on one node that differs?); made from train.seed they are the same "
+                           "on every rank, and a difference is a bug to report");
+}
+
 static st_status report(st_comm *c, const char *item, const char *mine) {
     return st_agree_report(c, "the ranks built different models or data settings", item, mine,
                            "every rank must run the same config and data");
@@ -575,8 +596,9 @@ st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batc
         return report(comm, item, desc);
     }
     if (!send) return ST_OK;
-    ST_TRY(broadcast_chunks(pcomm, p->data, p->arena_count, "parameters"));
     if (p->buffer_count) ST_TRY(broadcast_chunks(pcomm, p->buffers, p->buffer_count, "buffers"));
+    if (p->masters_sharded) return same_weights(comm, p); /* (the compute copy is theirs, and current) */
+    ST_TRY(broadcast_chunks(pcomm, p->data, p->arena_count, "parameters"));
     st_params_touch(p);
     return ST_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/half.h"
 #include "core/mem.h"
 
 st_status st_dist_mode_parse(const char *strategy, st_dist_mode *mode) {
@@ -45,15 +46,15 @@ static st_status check_device(const st_dist *d) {
 }
 
 /* Masters sharded: ZeRO with a compute copy, on several ranks. */
-static bool shards_masters(st_dist_mode mode, int world, const st_params *p) {
-    return mode != ST_DIST_DDP && world > 1 && p->precision != ST_PREC_FP32;
+static bool shards_masters(st_dist_mode mode, int world, st_precision prec) {
+    return mode != ST_DIST_DDP && world > 1 && prec != ST_PREC_FP32;
 }
 
 /* Gradients sharded, their buckets staged (ddp.h): ZeRO-2 on a device, on
  * several ranks, outside deterministic mode (whose fold takes each
  * micro-step's whole gradient). */
-static bool shards_grads(st_dist_mode mode, int world, const st_params *p, bool deterministic) {
-    return mode == ST_DIST_ZERO2 && world > 1 && p->dev && !deterministic;
+static bool shards_grads(st_dist_mode mode, int world, bool on_device, bool deterministic) {
+    return mode == ST_DIST_ZERO2 && world > 1 && on_device && !deterministic;
 }
 
 /* Whether training pads the arenas to whole shards: on the host always (the
@@ -63,13 +64,19 @@ static bool pads(st_dist_mode mode, bool on_device, bool deterministic) {
     return !on_device || mode != ST_DIST_DDP || deterministic;
 }
 
-int st_dist_layout_pad_world(const st_config *cfg, bool on_device, int world) {
+st_params_layout st_dist_layout(const st_config *cfg, bool on_device, int world, int rank) {
+    st_params_layout lay = {0};
     st_dist_mode mode = ST_DIST_DDP;
     if (st_dist_mode_parse(cfg->dist.strategy, &mode) != ST_OK) { /* (refused later, said there) */
         st_clear_error();
-        return 0;
+        return lay;
     }
-    return on_device && pads(mode, on_device, cfg->dist.deterministic) ? world : 0;
+    if (!on_device || !pads(mode, on_device, cfg->dist.deterministic)) return lay;
+    lay.world = world;
+    lay.rank = rank;
+    lay.shard_masters = shards_masters(mode, world, st_precision_from_name(cfg->precision));
+    lay.shard_grads = shards_grads(mode, world, on_device, cfg->dist.deterministic);
+    return lay;
 }
 
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p) {
@@ -77,11 +84,12 @@ st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p
     ST_TRY(st_dist_mode_parse(cfg->dist.strategy, &mode));
     st_shard sh;
     st_shard_plan(&sh, p->count, st_comm_rank(comm), st_comm_size(comm));
-    /* (a no-op where the layout padded them: st_dist_layout_pad_world) */
+    /* (no-ops where the model was laid out padded and sharded: st_dist_layout) */
     if (pads(mode, p->dev != NULL, cfg->dist.deterministic)) ST_TRY(st_zero_pad_arenas(p, sh.padded));
     const int64_t lo = (int64_t)sh.rank * sh.shard, hi = lo + sh.shard;
-    if (shards_grads(mode, sh.world, p, cfg->dist.deterministic)) ST_TRY(st_params_shard_grads(p, lo, hi));
-    if (!shards_masters(mode, sh.world, p)) return ST_OK;
+    if (shards_grads(mode, sh.world, p->dev != NULL, cfg->dist.deterministic))
+        ST_TRY(st_params_shard_grads(p, lo, hi));
+    if (!shards_masters(mode, sh.world, p->precision)) return ST_OK;
     return st_params_shard_masters(p, lo, hi);
 }
 
@@ -118,7 +126,7 @@ st_status st_dist_init(st_dist *d, st_comm *comm, const st_config *cfg, st_param
     /* ZeRO-2 on the host gives the non-owned gradient pages back (release);
      * on a device it stages its buckets (ddp.h). */
     const bool release = d->mode == ST_DIST_ZERO2 && !dev;
-    if (d->buckets && p->grads_sharded != shards_grads(d->mode, d->world, p, d->deterministic))
+    if (d->buckets && p->grads_sharded != shards_grads(d->mode, d->world, p->dev != NULL, d->deterministic))
         return st_fail(ST_ERR_INTERNAL, "the gradients were %ssharded for %s on %d ranks",
                        p->grads_sharded ? "" : "not ", st_dist_mode_name(d->mode), d->world);
     if (d->buckets) {

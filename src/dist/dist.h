@@ -106,15 +106,18 @@ const char *st_dist_mode_name(st_dist_mode mode);
  * the fp32 masters (st_params_shard_masters: rank r keeps [r*S, (r+1)*S)).
  * The trainer calls it before it builds the training graph, so that the
  * whole masters are given back before the activations take their memory;
- * st_dist_init calls it too (a no-op the second time). */
+ * st_dist_init calls it too (a no-op the second time, and on a device where
+ * the model was laid out so: st_dist_layout). */
 st_status st_dist_shard_params(st_comm *comm, const st_config *cfg, st_params *p);
 
-/* The world a model's arenas are laid out padded for (graph.h pad_world),
- * 0 for none: on a device, where st_dist_shard_params pads them, so that
- * it has nothing to copy (the set-up held an arena more). On the host they
- * are padded there by copies, which makes them page-aligned for the pages
- * ZeRO gives back. */
-int st_dist_layout_pad_world(const st_config *cfg, bool on_device, int world);
+/* How rank `rank` of `world` lays out a training model's arenas (graph.h
+ * st_params_layout; all zero: whole): on a device, padded where
+ * st_dist_shard_params would pad them, and sharded where it would shard
+ * them, so that it has nothing to copy or give back (the set-up held the
+ * whole fp32 weights and gradients beside the shards). On the host they
+ * are laid out whole, padded and given back by pages there (the copies
+ * make them page-aligned for the pages ZeRO gives back). */
+st_params_layout st_dist_layout(const st_config *cfg, bool on_device, int world, int rank);
 
 /* Set up for model parameters p and the training graph g:
  * st_dist_shard_params, the buckets, the deterministic buffers. */

@@ -174,20 +174,20 @@ static st_status forward_only(st_model *m, const st_mem_opts *o, st_mem *out) {
     return ST_OK;
 }
 
-/* The set-up's peak (src/train/train.c: the shards taken before the
- * training graph and the optimizer state exist): the whole fp32 weights and
- * gradients, the compute copy and the buffers, as the model was made, and:
- * on a GPU, its arenas laid out padded to whole shards under ZeRO
- * (src/train/session.c), the shard of the masters (bf16/fp16) or of
- * ZeRO-2's gradients made beside the whole arena before that is freed, over
- * several ranks; on the CPU, the arenas padded to whole shards by copies
+/* The set-up's peak (src/train/train.c: before the training graph and the
+ * optimizer state exist): the model as it was made, its fp32 weights and
+ * gradients, the compute copy and the buffers, and:
+ * on a GPU, its arenas laid out padded to whole shards under ZeRO, and only
+ * this rank's shard of the masters (bf16/fp16) and of ZeRO-2's gradients
+ * made, over several ranks (dist.h st_dist_layout); on the CPU, the
+ * arenas made whole and padded to whole shards by copies
  * (src/dist/zero.c), the gradients' new one beside the padded weights and
- * the old gradients at the largest moment; beside them what was made
- * before: on a GPU the backend's workspace and the evaluation's graph, on
- * the CPU the dataset and the loader's buffers. ZeRO then keeps only its
- * shards, so over many ranks this may be more than training holds (total);
- * the planner plans training's and says where this one does not fit
- * (tools/plan.c). */
+ * the old gradients at the largest moment (ZeRO then gives the pages of
+ * the other shards back); beside them what was made before: on a GPU the
+ * backend's workspace and the evaluation's graph, on the CPU the dataset
+ * and the loader's buffers. On the CPU, over many ranks, this may be more
+ * than training holds (total); the planner plans training's and says where
+ * this one does not fit (tools/plan.c). */
 static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem *out) {
     const int N = o->ranks > 0 ? (int)o->ranks : 1;
     const int64_t P = m->params.count, pa = arena(P), S = st_shard_size(P, N), padded = S * N;
@@ -196,9 +196,9 @@ static int64_t setup_peak(const st_model *m, const st_mem_opts *o, const st_mem 
         return out->data + out->loader + buffers + (o->mixed ? 4 * pa : 0) +
                (padded > pa ? 8 * padded + 4 * pa : 8 * pa);
     const int64_t whole = o->zero >= 1 && padded > pa ? padded : pa;
-    const bool shard_made = N > 1 && ((o->mixed && o->zero >= 1) || o->zero >= 2);
-    return out->backend + out->eval + buffers + (o->mixed ? 2 * whole : 0) + 8 * whole +
-           (shard_made ? 4 * S : 0);
+    const int64_t masters = N > 1 && o->mixed && o->zero >= 1 ? S : whole,
+                  grads = N > 1 && o->zero >= 2 ? S : whole;
+    return out->backend + out->eval + buffers + (o->mixed ? 2 * whole : 0) + 4 * masters + 4 * grads;
 }
 
 st_status st_mem_estimate(st_model *m, int64_t micro, const st_mem_opts *o, st_mem *out) {

@@ -77,8 +77,9 @@ typedef struct st_mem {
     int64_t eval, loader, buckets, data; /* the rest */
     int64_t backend;                     /* a GPU run: cuBLASLt's workspace and the 16-bit operand scratch */
     int64_t total;                       /* on the device */
-    int64_t setup; /* the set-up's peak (memory.c setup_peak): the whole weights and gradients before ZeRO
-                      keeps its shards; may be more than total with ZeRO over many ranks */
+    int64_t setup; /* the set-up's peak (memory.c setup_peak): on the CPU the whole weights and gradients
+                      before ZeRO gives back the others' shards, so more than total with ZeRO over many
+                      ranks; on a GPU only this rank's shards are made */
     int64_t host;                        /* offloaded to host memory */
     int64_t pinned;                      /* a GPU run's pinned host ring of batch buffers */
     int64_t ckpt_copy; /* async_ckpt: the weights and this rank's optimizer state copied while a checkpoint

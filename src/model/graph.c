@@ -24,6 +24,7 @@ void st_params_free(st_params *p) {
     st_device_release(p->dev, p->masters_sharded && p->dev ? p->master_alloc : p->data);
     if (!p->grad_hooked) st_device_release(p->dev, p->grads_sharded ? p->grad_alloc : p->grad);
     st_device_release(p->dev, p->buffers);
+    free(p->set_hash);
     st_device_release(p->dev, p->compute);
     st_device_release(p->dev, p->compute16);
     memset(p, 0, sizeof *p);
@@ -91,10 +92,18 @@ static st_status alloc_compute(st_params *p) {
         if (s == ST_OK) s = st_device_zero(p->dev, p->compute16, nbytes);
     }
     if (s != ST_OK) return st_fail_context(s, "the %s copy of %lld parameters: ", name, (long long)p->count);
+    if (p->masters_sharded && !p->on_compute) { /* (laid out sharded: the copy, zeros as the masters, is
+                                                 * the only whole weights, and the tensors point into it) */
+        p->compute_version = p->version;
+        st_params_use_compute(p, true);
+    }
     return ST_OK;
 }
 
 st_status st_params_set_precision(st_params *p, st_precision prec) {
+    if (p->masters_sharded && prec == ST_PREC_FP32)
+        return st_fail(ST_ERR_INTERNAL, "fp32 with the masters laid out sharded: no copy holds the whole "
+                                        "weights");
     if (p->on_compute) st_params_use_compute(p, false);
     p->precision = prec;
     if (p->frozen) ST_TRY(alloc_compute(p)); /* else the layout allocates it */
@@ -148,8 +157,16 @@ void st_params_use_compute(st_params *p, bool on) {
     p->on_compute = on;
 }
 
+/* Sharded already (laid out so, or sharded before): the same range, else a bug. */
+static st_status same_shard(const char *what, int64_t lo, int64_t hi, int64_t had_lo, int64_t had_hi) {
+    if (lo == had_lo && hi == had_hi) return ST_OK;
+    return st_fail(ST_ERR_INTERNAL, "sharding the %s to [%lld, %lld): they hold [%lld, %lld) already", what,
+                   (long long)lo, (long long)hi, (long long)had_lo, (long long)had_hi);
+}
+
 st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi) {
-    if (p->masters_sharded || p->precision == ST_PREC_FP32 || p->layout_only) return ST_OK;
+    if (p->masters_sharded) return same_shard("masters", lo, hi, p->master_lo, p->master_hi);
+    if (p->precision == ST_PREC_FP32 || p->layout_only) return ST_OK;
     if (lo < 0 || hi < lo || hi > p->arena_count)
         return st_fail(ST_ERR_INTERNAL, "sharding the masters: [%lld, %lld) of %lld", (long long)lo,
                        (long long)hi, (long long)p->arena_count);
@@ -179,7 +196,8 @@ st_status st_params_shard_masters(st_params *p, int64_t lo, int64_t hi) {
 }
 
 st_status st_params_shard_grads(st_params *p, int64_t lo, int64_t hi) {
-    if (p->grads_sharded || p->layout_only) return ST_OK;
+    if (p->grads_sharded) return same_shard("gradients", lo, hi, p->grad_lo, p->grad_hi);
+    if (p->layout_only) return ST_OK;
     if (!p->dev || p->grad_hooked || lo < 0 || hi < lo || hi > p->arena_count)
         return st_fail(ST_ERR_INTERNAL, "sharding the gradients: [%lld, %lld) of %lld%s", (long long)lo,
                        (long long)hi, (long long)p->arena_count, p->dev ? "" : " on the host");
@@ -220,6 +238,12 @@ st_status st_params_set_weights(st_params *p, const float *w) {
     }
     st_params_touch(p);
     if (!p->masters_sharded) return ST_OK; /* the next forward rounds the copy */
+    /* (what the ranks compare, none holding the whole to broadcast: st_ddp_agree) */
+    if (!p->set_hash && !(p->set_hash = calloc((size_t)(p->n ? p->n : 1), sizeof *p->set_hash)))
+        return st_fail(ST_ERR_NOMEM, "out of memory hashing the weights");
+    for (int i = 0; i < p->n; i++)
+        p->set_hash[i] =
+            p->t[i]->kind == ST_TENSOR_PARAM ? st_hash_words(w + p->t[i]->offset, p->t[i]->count, 4) : 0;
     /* The copy from every value: rounded on the host as the device rounds. */
     if (p->compute) {
         st_round_copy(p->precision, p->compute, w, p->count);
@@ -456,7 +480,8 @@ static st_status layout_params(st_params *p) {
         }
     }
     p->count = pc;
-    const int64_t padded = p->pad_world > 0 ? st_shard_size(pc, p->pad_world) * p->pad_world : 0;
+    const st_params_layout *lay = &p->layout;
+    const int64_t shard = lay->world > 0 ? st_shard_size(pc, lay->world) : 0, padded = shard * lay->world;
     const int64_t arena_count = padded > st_align_floats(pc) ? padded : st_align_floats(pc);
     if (p->layout_only) { /* the planner's model: sizes without memory */
         p->arena_count = arena_count;
@@ -468,25 +493,58 @@ static st_status layout_params(st_params *p) {
     p->arena_count = arena_count;
     p->buffer_count = bc;
     p->n_params = n_params;
-    const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float);
+    /* This rank's shard alone where the layout says (graph.h st_params_layout): on a device, with
+     * no hook (the host's gradients are the shared segment, its masters given back by pages) */
+    const int64_t lo = shard * lay->rank, hi = lo + shard;
+    const bool masters = lay->shard_masters && shard > 0 && p->dev,
+               grads = lay->shard_grads && shard > 0 && p->dev && !p->no_grads && !p->grad_hook.alloc;
+    if ((lay->shard_masters || lay->shard_grads) && !(shard > 0 && p->dev && (!lay->shard_grads || grads)))
+        return st_fail(ST_ERR_INTERNAL, "laying out the arenas sharded over %d ranks %s", lay->world,
+                       p->dev ? "with a hooked or no gradient arena" : "on the host");
+    const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float),
+                 sbytes = (size_t)shard * sizeof(float), mbytes = masters ? sbytes : pbytes,
+                 gbytes = p->no_grads ? 0
+                          : grads     ? sbytes
+                                      : pbytes;
     /* The hook first: it may be collective over ranks, which all get here. */
     if (p->grad_hook.alloc && !p->no_grads)
         ST_TRY(p->grad_hook.alloc(p->grad_hook.ctx, pbytes, (void **)&p->grad, &p->grad_cap_bytes));
     p->grad_hooked = p->grad != NULL;
-    st_status s = p->grad || p->no_grads ? ST_OK : st_device_alloc(p->dev, pbytes, (void **)&p->grad);
-    if (s == ST_OK) s = st_device_alloc(p->dev, pbytes, (void **)&p->data);
+    float *g = NULL, *d = NULL;
+    st_status s = p->grad || !gbytes ? ST_OK : st_device_alloc(p->dev, gbytes, (void **)&g);
+    if (s == ST_OK) s = st_device_alloc(p->dev, mbytes, (void **)&d);
     if (s == ST_OK && bc) s = st_device_alloc(p->dev, bbytes, (void **)&p->buffers);
-    if (s != ST_OK)
-        return st_fail_context(s, "the %lld parameters' fp32 weights%s (%.1f MiB): ", (long long)pc,
-                               p->no_grads ? "" : " and gradients",
-                               (p->no_grads ? 1.0 : 2.0) * (double)pbytes / (1 << 20));
-    ST_TRY(st_device_zero(p->dev, p->data, pbytes));
-    if (p->grad) ST_TRY(st_device_zero(p->dev, p->grad, pbytes));
+    if (s != ST_OK) {
+        st_device_release(p->dev, g);
+        st_device_release(p->dev, d);
+        char part[96] = "";
+        if (masters || grads)
+            snprintf(part, sizeof part, " (%s this rank's shard of %d)",
+                     masters && grads ? "each"
+                     : masters        ? "the weights"
+                                      : "the gradients",
+                     lay->world);
+        return st_fail_context(s, "the %lld parameters' fp32 weights%s%s (%.1f MiB): ", (long long)pc,
+                               p->no_grads ? "" : " and gradients", part,
+                               (double)(mbytes + gbytes) / (1 << 20));
+    }
+    if (masters) { /* (st_params_shard_masters' result; alloc_compute points the tensors at the copy) */
+        p->master_alloc = d, p->master_lo = lo, p->master_hi = hi, p->masters_sharded = true;
+    } else {
+        p->data = d;
+    }
+    if (grads) { /* (st_params_shard_grads': the tensors' `grad`, NULL, set by the bucket plan) */
+        p->grad_alloc = g, p->grad_lo = lo, p->grad_hi = hi, p->grads_sharded = true;
+    } else if (g) {
+        p->grad = g;
+    }
+    ST_TRY(st_device_zero(p->dev, d, mbytes));
+    if (g) ST_TRY(st_device_zero(p->dev, g, gbytes));
     if (bc) ST_TRY(st_device_zero(p->dev, p->buffers, bbytes));
     for (int i = 0; i < p->n; i++) {
         st_tensor *t = p->t[i];
         if (t->kind == ST_TENSOR_PARAM) {
-            t->data = p->data + t->offset;
+            t->data = p->data ? p->data + t->offset : NULL;
             t->grad = p->grad ? p->grad + t->offset : NULL;
         } else {
             t->data = p->buffers + t->offset;

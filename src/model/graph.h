@@ -192,6 +192,24 @@ typedef struct st_arena_hook {
     void *ctx;
 } st_arena_hook;
 
+/* How a training run lays out its arenas on a device (dist.h
+ * st_dist_layout), set before the first finalize. All zero: whole, unpadded.
+ * world > 0: both padded to whole shards over that many ranks
+ * (st_shard_size), as ZeRO, the deterministic fold and the host's gradient
+ * norm take them, where st_zero_pad_arenas would pad them later by copies,
+ * an arena more at the set-up's peak. shard_masters, shard_grads: this
+ * rank's shard of them, [rank * S, (rank + 1) * S) for S =
+ * st_shard_size(count, world), is all it ever holds (what
+ * st_params_shard_masters and st_params_shard_grads leave, where making
+ * them whole first held about 10 bytes a parameter at set-up for the 4 of
+ * bf16 ZeRO-2's training over 8 ranks). shard_masters is for a 16-bit run
+ * (its compute copy is the whole weights: st_params_set_precision refuses
+ * fp32 then), on a device. */
+typedef struct st_params_layout {
+    int world, rank;
+    bool shard_masters, shard_grads;
+} st_params_layout;
+
 /* The trainable parameters and buffers of a model: one data arena, one grad
  * arena (same layout), one buffer arena. */
 typedef struct st_params {
@@ -244,12 +262,12 @@ typedef struct st_params {
     int64_t grad_lo, grad_hi;
     float *grad_alloc;
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
-    /* Set before the first finalize: > 0, the arenas are laid out padded to
-     * whole shards over this many ranks (st_shard_size), as ZeRO, the
-     * deterministic fold and the host's gradient norm take them, where
-     * st_zero_pad_arenas would pad them later by copies, an arena more at
-     * the set-up's peak. */
-    int pad_world;
+    st_params_layout layout; /* set before the first finalize (above) */
+    /* Sharded masters: a hash of each parameter's whole fp32 weights as
+     * st_params_set_weights last set them (p->n entries, a buffer's 0), what
+     * the ranks compare where no rank holds them whole to broadcast
+     * (ddp.h st_ddp_agree); NULL before. */
+    int64_t *set_hash;
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
 } st_params;

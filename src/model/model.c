@@ -282,7 +282,8 @@ void st_model_graph_free(st_model_graph *mg) {
 }
 
 static st_status create(const st_config *cfg, const st_model_input *in, bool layout_only, bool no_grads,
-                        st_device *dev, const st_arena_hook *grad, int pad_world, st_model **out) {
+                        st_device *dev, const st_arena_hook *grad, const st_params_layout *lay,
+                        st_model **out) {
     *out = NULL;
     st_model *m = calloc(1, sizeof *m);
     if (!m) return st_fail(ST_ERR_NOMEM, "out of memory creating the model");
@@ -290,7 +291,7 @@ static st_status create(const st_config *cfg, const st_model_input *in, bool lay
     m->params.no_grads = no_grads;
     m->params.dev = dev; /* before the probe below lays out the arenas */
     if (grad) m->params.grad_hook = *grad;
-    m->params.pad_world = pad_world;
+    if (lay) m->params.layout = *lay;
     m->cfg = *cfg;
     m->in = *in;
     if (dev) {
@@ -388,25 +389,25 @@ bool st_model_attention_cudnn(const char *precision, int cc_major, int cc_minor,
 }
 
 st_status st_model_create(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, false, false, NULL, NULL, 0, out);
+    return create(cfg, in, false, false, NULL, NULL, NULL, out);
 }
 
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out) {
-    return create(cfg, in, false, false, dev, NULL, 0, out);
+    return create(cfg, in, false, false, dev, NULL, NULL, out);
 }
 
 st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
-                                 const st_arena_hook *grad, int pad_world, st_model **out) {
-    return create(cfg, in, false, false, dev, grad, pad_world, out);
+                                 const st_arena_hook *grad, const st_params_layout *lay, st_model **out) {
+    return create(cfg, in, false, false, dev, grad, lay, out);
 }
 
 st_status st_model_create_inference(const st_config *cfg, const st_model_input *in, st_device *dev,
                                     st_model **out) {
-    return create(cfg, in, false, true, dev, NULL, 0, out);
+    return create(cfg, in, false, true, dev, NULL, NULL, out);
 }
 
 st_status st_model_create_layout(const st_config *cfg, const st_model_input *in, st_model **out) {
-    return create(cfg, in, true, false, NULL, NULL, 0, out);
+    return create(cfg, in, true, false, NULL, NULL, NULL, out);
 }
 
 st_status st_model_graph_layout(st_model *m, int64_t batch, st_model_graph *mg) {

@@ -68,10 +68,11 @@ st_status st_model_create(const st_config *cfg, const st_model_input *in, st_mod
  * Initialisation, save and load copy through the host. */
 st_status st_model_create_on(const st_config *cfg, const st_model_input *in, st_device *dev, st_model **out);
 /* The same with the gradient arena from `grad` (graph.h st_arena_hook; NULL:
- * none), e.g. the communicator's zero-copy arena, and with pad_world > 0 the
- * arenas padded to whole shards over that many ranks (graph.h pad_world). */
+ * none), e.g. the communicator's zero-copy arena, and the arenas laid out as
+ * `lay` says (graph.h st_params_layout: padded to whole shards, this rank's
+ * shard alone; NULL: whole). */
 st_status st_model_create_hooked(const st_config *cfg, const st_model_input *in, st_device *dev,
-                                 const st_arena_hook *grad, int pad_world, st_model **out);
+                                 const st_arena_hook *grad, const st_params_layout *lay, st_model **out);
 /* A model for forward alone (generation, evaluation) on `dev` (NULL = host):
  * no gradient arena, so the parameters take half the memory; only forward
  * graphs (st_model_graph_build_forward*, _decode) can be built on it. */

@@ -1004,12 +1004,12 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
      * agreed, and the arena itself is agreed over MPI). */
     const st_arena_hook grad = {grad_arena, s};
     const bool zc = !s->dev && s->world > 1 && cfg->dist.shm_allreduce && strcmp(cfg->dist.strategy, "ddp") == 0;
-    /* The arenas laid out padded where training would pad them by copies on
-     * a GPU (st_dist_layout_pad_world). (An evaluation: no gradient arena,
-     * half the parameters' memory.) */
-    const int pad_world = st_dist_layout_pad_world(cfg, s->dev != NULL, s->world);
+    /* On a GPU the arenas laid out padded and sharded as training would pad
+     * and shard them by copies (st_dist_layout). (An evaluation: no gradient
+     * arena, half the parameters' memory.) */
+    const st_params_layout lay = st_dist_layout(cfg, s->dev != NULL, s->world, s->rank);
     ST_TRY(eval_only ? st_model_create_inference(cfg, &in, s->dev, &s->model)
-                     : st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, pad_world, &s->model));
+                     : st_model_create_hooked(cfg, &in, s->dev, zc ? &grad : NULL, &lay, &s->model));
     s->model->val_split = cfg->data.val_split;             /* (saved with the weights) */
     s->model->val_split_seed = cfg->data.val_split_seed;
     if (s->has_train && s->train.kind == ST_DATA_IMAGES) { /* (saved with the weights) */

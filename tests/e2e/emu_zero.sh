@@ -52,6 +52,10 @@
 #     bf16, each micro-step's buckets divided, rounded, summed in 16 bits
 #     and widened into the shard) one micro-step per rank gives zero1's
 #     bits, and two stay within 3e-2 of fp32's (docs/precision.md).
+#  7. The set-up's memory: zero1's padding holds an arena less than DDP's peak; in bf16 each rank
+#     makes only its shards, and the device peak is training's as `scaletrain plan` predicts it.
+#  8. bf16 under ZeRO on GPUs compares the weights each rank set (no rank holds them whole to
+#     broadcast): an --init file that differs on one rank is refused, naming the tensor.
 # tests/run.sh: long (one of the suite's longest: started before the others)
 source "$(dirname "$0")/../lib/e2e.sh"
 e2e_need_mpirun
@@ -316,26 +320,63 @@ arena = ddp["grad_bytes"]
 print(f"device peak: zero1 {z['device_mem_peak_bytes']} B, ddp {ddp['device_mem_peak_bytes']} B, one arena {arena} B")
 sys.exit(0 if z["device_mem_peak_bytes"] <= ddp["device_mem_peak_bytes"] - arena / 2 else 1)
 PY
-# 7b. In bf16 zero1's peak is training's, within 0.5% of the plan's (memory.total), and the plan's
-#    set-up (memory.setup) is below it: the arenas are laid out padded to whole shards, so the set-up
-#    holds the whole fp32 weights and gradients, their 16-bit copy and a shard of masters (it padded
-#    them by copies, an arena more, and peaked an arena and a half above training's, where the plan
-#    said the run fits).
-run pk-zero1-bf16 2 cuda zero1 "${pk[@]}" --set precision=bf16
+# 7b. In bf16 (an mlp whose arenas weigh most: SGD without momentum keeps no state) the peaks of
+#    zero1 on 2 GPUs and zero2 on 2 and 4 are training's, within 0.5% of the plan's (memory.total),
+#    and the plan's set-up (memory.setup) is below it: the arenas are laid out padded to whole
+#    shards, and each rank makes only its shard of the fp32 masters (and under zero2 of the
+#    gradients) beside their 16-bit copy. (Each rank made them whole and then kept its shard: the
+#    set-up held the whole fp32 weights and gradients, the copy and a shard, and peaked 12% above
+#    zero1's training, 13% above zero2's on 4, where the plan said the run fits; before that,
+#    zero1 padded them by copies, an arena more.)
 plan_args=()
 for a in "${common[@]}"; do [ "$a" = --quiet ] || plan_args+=("$a"); done
-"$bin" plan "${plan_args[@]}" --set train.device=cuda --set dist.strategy=zero1 "${pk[@]}" --set precision=bf16 \
-    >"$tmp/pk-plan.json" 2>"$tmp/pk-plan.err" || fail "plan: $(cat "$tmp/pk-plan.err")"
-/usr/bin/python3 - "$tmp" <<'PY' || fail "zero1's set-up peak in bf16 against the plan (above)"
+plain=(--set model.hidden=[2048,2048] --set train.batch_size=32 --set precision=bf16 --set optim.type=sgd --set optim.momentum=0)
+for case in "zero1 2" "zero2 2" "zero2 4"; do
+    read -r st n <<<"$case"
+    export ST_CUDAEMU_DEVICES=$n # (the plan's GPUs too)
+    run pk-$st-$n-bf16 "$n" cuda $st "${pk[@]}" "${plain[@]}"
+    "$bin" plan "${plan_args[@]}" --set train.device=cuda --set dist.strategy=$st "${pk[@]}" "${plain[@]}" \
+        >"$tmp/pk-plan-$st-$n.json" 2>"$tmp/pk-plan.err" || fail "plan $st: $(cat "$tmp/pk-plan.err")"
+    /usr/bin/python3 - "$tmp" $st $n <<'PY' || fail "$st's set-up peak on $n GPUs in bf16 against the plan (above)"
 import json, sys
-tmp = sys.argv[1]
+tmp, st, n = sys.argv[1:4]
 sys.path.insert(0, "tests/py")
 from runs import last
-peak = last(f"{tmp}/pk-zero1-bf16.json")["device_mem_peak_bytes"]
-m = json.load(open(f"{tmp}/pk-plan.json"))["plans"][0]["memory"]
-print(f"bf16 zero1: device peak {peak} B; planned training {m['total']} B, set-up {m['setup']} B")
-sys.exit(0 if m["setup"] < m["total"] and abs(peak - m["total"]) <= 0.005 * peak else 1)
+peak = last(f"{tmp}/pk-{st}-{n}-bf16.json")["device_mem_peak_bytes"]
+p = json.load(open(f"{tmp}/pk-plan-{st}-{n}.json"))["plans"][0]
+m = p["memory"]
+print(f"bf16 {st} on {n} GPUs: device peak {peak} B; planned training {m['total']} B, set-up {m['setup']} B")
+sys.exit(0 if p["ranks"] == int(n) and m["setup"] < m["total"] and abs(peak - m["total"]) <= 0.005 * peak else 1)
 PY
+done
+export ST_CUDAEMU_DEVICES=2
+# 8. No rank holds the whole fp32 weights to broadcast there (bf16 under ZeRO on GPUs, laid out
+#    sharded): the ranks compare what each set. --init naming a file that differs on rank 1 (the
+#    same relative path from another working directory, as a stale copy on another node would be)
+#    stops the run before the strategy's set-up, naming the first tensor that differs; the same file
+#    on both trains, and with a learning rate of 1e-30 saves that file's weights within 1e-6 (each
+#    rank uploaded its shard of the masters from it: another's, or none, is off by 100%).
+run init-a 1 cpu ddp --set train.steps=1 --set train.seed=1
+run init-b 1 cpu ddp --set train.steps=1 --set train.seed=2
+mkdir -p "$tmp/wa" "$tmp/wb"
+cp "$tmp/init-a/model.safetensors" "$tmp/wa/w.safetensors"
+cp "$tmp/init-b/model.safetensors" "$tmp/wb/w.safetensors"
+abin=$(realpath "$bin") # (each rank in its own working directory)
+fixed=(train "${common[@]}" --set train.device=cuda --set dist.strategy=zero1 --set precision=bf16
+       --set train.steps=2 --set optim.type=sgd --set optim.momentum=0 --set optim.lr=1e-30 --init w.safetensors)
+"${mpi[@]}" -np 1 --wdir "$tmp/wa" "$abin" "${fixed[@]}" --set train.out_dir="$tmp/init-diff" : \
+    -np 1 --wdir "$tmp/wb" "$abin" "${fixed[@]}" --set train.out_dir="$tmp/init-diff" >"$tmp/init-diff.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    grep -q "the ranks start from different weights: the first difference is in parameter .*rank 1 has" "$tmp/init-diff.out" &&
+    ! grep -q "memory per rank" "$tmp/init-diff.out" ||
+    fail "--init differing on rank 1 under bf16 zero1: exit $rc: $(grep -m2 "scaletrain" "$tmp/init-diff.out")"
+"${mpi[@]}" -np 1 --wdir "$tmp/wa" "$abin" "${fixed[@]}" --set train.out_dir="$tmp/init-same" : \
+    -np 1 --wdir "$tmp/wa" "$abin" "${fixed[@]}" --set train.out_dir="$tmp/init-same" >"$tmp/init-same.out" 2>&1 ||
+    fail "--init the same on both ranks under bf16 zero1: $(grep -m2 "scaletrain" "$tmp/init-same.out")"
+/usr/bin/python3 tests/py/weights_diff.py "$tmp/wa/w.safetensors" "$tmp/init-same/model.safetensors" 1e-6 ||
+    fail "--init under bf16 zero1 with lr 1e-30: the saved weights are not the file's"
+echo "--init under bf16 zero1: a file that differs on rank 1 stopped, the same one saved"
 e2e_finish "zero1 and zero2 on 2 emulated GPUs through NCCL: the CPU's weights and norm, half the" \
     "optimizer state, sharded checkpoints resumed on 1 and 2 GPUs; deterministic mode's bits on 1 and 2 GPUs;" \
     "bf16's sharded masters; ZeRO-2's sharded gradients and staged buckets"
