@@ -272,8 +272,8 @@ static char *ids_json(const int32_t *t, int64_t n) {
 }
 
 static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens, int64_t n_samples,
-                      int64_t total, int64_t n_prompt, uint64_t seed, const char *weights, const char *device,
-                      double secs, const st_generate_stats *gs) {
+                      int64_t total, int64_t n_prompt, int64_t dropped, uint64_t seed, const char *weights,
+                      const char *device, double secs, const st_generate_stats *gs) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     char seed_s[32];
     snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
@@ -284,6 +284,7 @@ static int print_json(const sampler *sp, const int32_t *out, const int64_t *lens
     bool ok = pr != NULL;
     if (pr) cJSON_AddRawToObject(o, "prompt", pr);
     free(pr);
+    cJSON_AddNumberToObject(o, "prompt_dropped", (double)dropped); /* (tokens before the context's) */
     cJSON_AddNumberToObject(o, "new_tokens", (double)sp->drawn);
     cJSON_AddNumberToObject(o, "seconds", secs);
     cJSON_AddNumberToObject(o, "tokens_per_s", secs > 0 ? (double)sp->drawn / secs : 0);
@@ -449,14 +450,48 @@ static st_status open_device(const st_config *cfg, st_device **dev, char *why, s
     return st_fail(ST_ERR_UNSUPPORTED, "train.device %s: %s; use train.device: cpu (or auto)", d, why);
 }
 
+/* The last `keep` bytes of the file at path (*len of them; *total: all it
+ * held), read through once in pieces (a pipe's too), the rest passed over:
+ * a file of any size takes keep bytes of memory (it was read whole, and
+ * each sample held a copy of it as ints). NULL with errno on failure. */
+static unsigned char *read_tail(const char *path, size_t keep, size_t *len, uint64_t *total) {
+    enum { PIECE = 1 << 16 };
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = malloc(keep + PIECE);
+    size_t n = 0;
+    *total = 0;
+    for (size_t r; buf && (r = fread(buf + n, 1, PIECE, f)) > 0;) {
+        n += r;
+        *total += r;
+        if (n > keep) { /* (the last keep bytes to the front) */
+            memmove(buf, buf + n - keep, keep);
+            n = keep;
+        }
+    }
+    const int err = !buf ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0; /* (a directory: EISDIR) */
+    fclose(f);
+    if (err) {
+        free(buf);
+        errno = err;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 /* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
  * --prompt or --prompt-file's bytes (the byte-level vocabulary), or with
  * neither a new line (bytes) or the tokenizer's end of text; each checked
- * against the model's vocabulary V. */
-static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t V, int32_t **ids,
-                               int64_t *n) {
+ * against the model's vocabulary V. Only the last `block` (the model's
+ * context) are kept: the model reads no more of a longer prompt (st_generate
+ * continues from its last window); *dropped says how many it held before
+ * them. */
+static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t V, int64_t block,
+                               int32_t **ids, int64_t *n, int64_t *dropped) {
     *ids = NULL;
     *n = 0;
+    *dropped = 0;
     if (a->prompt_ids) {
         ST_TRY(ids_arg(a->prompt_ids, ids, n));
         for (int64_t i = 0; i < *n; i++)
@@ -464,19 +499,31 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
                 return st_fail(ST_ERR_CONFIG,
                                "--prompt-ids: token %d is outside the model's vocabulary of %lld (0 to %lld)",
                                (*ids)[i], (long long)V, (long long)(V - 1));
+        if (*n > block) {
+            *dropped = *n - block;
+            memmove(*ids, *ids + *dropped, (size_t)block * sizeof **ids);
+            *n = block;
+        }
         return ST_OK;
     }
     const char *opt = a->prompt_file ? "--prompt-file" : "--prompt";
     unsigned char *text = NULL;
     size_t len = 0;
     if (a->prompt_file) {
-        if (!(text = (unsigned char *)st_cli_read_bytes(a->prompt_file, &len)))
+        uint64_t all = 0;
+        if (!(text = read_tail(a->prompt_file, (size_t)block, &len, &all)))
             return st_fail(errno == ENOMEM ? ST_ERR_NOMEM : ST_ERR_IO, "%s %s: %s", opt, a->prompt_file,
                            strerror(errno));
+        *dropped = (int64_t)(all - len);
     } else if (a->prompt) {
         if (!(text = (unsigned char *)strdup(a->prompt)))
             return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
         len = strlen(a->prompt);
+        if (len > (size_t)block) {
+            *dropped = (int64_t)(len - (size_t)block);
+            memmove(text, text + *dropped, (size_t)block);
+            len = (size_t)block;
+        }
     }
     st_status s = ST_OK;
     if (text && !sp->bytes)
@@ -572,8 +619,14 @@ int st_cmd_sample(int argc, char **argv) {
                   .bytes = !a.tokenizer && in.vocab_size == BYTE_VOCAB,
                   .tok = a.tokenizer ? &tk : NULL};
     int32_t *ptok = NULL, *out = NULL;
-    int64_t n_prompt = 0, *lens = NULL;
-    if (s == ST_OK) s = prompt_tokens(&a, &sp, in.vocab_size, &ptok, &n_prompt);
+    int64_t n_prompt = 0, dropped = 0, *lens = NULL;
+    if (s == ST_OK) s = prompt_tokens(&a, &sp, in.vocab_size, in.seq_len, &ptok, &n_prompt, &dropped);
+    if (s == ST_OK && dropped > 0 && !a.quiet)
+        fprintf(stderr,
+                "sample: note: the prompt is %lld tokens, and the model reads at most its context of %lld: "
+                "it continues the last %lld (the first %lld are left out, of the output too)\n",
+                (long long)(n_prompt + dropped), (long long)in.seq_len, (long long)n_prompt,
+                (long long)dropped);
     if (s == ST_OK && a.stop_id >= in.vocab_size)
         s = st_fail(ST_ERR_CONFIG, "--stop-id %lld is outside the model's vocabulary of %lld",
                     (long long)a.stop_id, (long long)in.vocab_size);
@@ -623,7 +676,7 @@ int st_cmd_sample(int argc, char **argv) {
     }
     int code = ST_EXIT_OK;
     if (s == ST_OK && a.json) {
-        code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, (uint64_t)a.seed, path,
+        code = print_json(&sp, out, lens, a.n_samples, total, n_prompt, dropped, (uint64_t)a.seed, path,
                           dev ? st_device_name(dev) : "cpu", secs, &gs);
     } else if (s == ST_OK) {
         for (int64_t b = 0; !sp.stream && b < a.n_samples; b++) {

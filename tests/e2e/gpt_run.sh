@@ -109,6 +109,31 @@ for s in r["samples"]:
     assert s["text"] == bytes(t).decode("latin-1") or any(x > 127 for x in t), s
 print("ok stop:", lens)
 PY
+# a prompt longer than the context (model.block_size 64) is cut to its last 64 bytes, said on
+# standard error and in the JSON, and continued as that tail alone is; a pipe's read through too
+# (a prompt file was read whole into memory, and each sample held a copy of it)
+for i in $(seq 1 400); do printf 'the quick brown fox %d ' "$i"; done >"$tmp/long.txt"
+tail -c 64 "$tmp/long.txt" >"$tmp/tail.txt"
+long=$(stat -c %s "$tmp/long.txt")
+"$bin" sample --init "$tmp/plain" --prompt-file "$tmp/long.txt" --tokens 20 --temperature 0 --json \
+    >"$tmp/long.json" 2>"$tmp/long.err" || { echo "FAIL: a long prompt file: $(cat "$tmp/long.err")"; exit 1; }
+grep -q "^sample: note: the prompt is $long tokens, and the model reads at most its context of 64: it continues the last 64 (the first $((long - 64)) are left out" "$tmp/long.err" ||
+    { echo "FAIL: a long prompt file, not said: $(cat "$tmp/long.err")"; exit 1; }
+cat "$tmp/long.txt" | "$bin" sample --init "$tmp/plain" --prompt-file /dev/stdin --tokens 20 --temperature 0 \
+    --json --quiet >"$tmp/pipe.json" || { echo "FAIL: a long prompt through a pipe"; exit 1; }
+"$bin" sample --init "$tmp/plain" --prompt-file "$tmp/tail.txt" --tokens 20 --temperature 0 --json --quiet \
+    >"$tmp/tail.json" || { echo "FAIL: the long prompt's tail"; exit 1; }
+/usr/bin/python3 - "$tmp" "$long" <<'PY'
+import json, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+a, p, t = (json.load(open(f"{tmp}/{k}.json")) for k in ("long", "pipe", "tail"))
+tail = list(open(f"{tmp}/tail.txt", "rb").read())
+assert a["prompt"] == p["prompt"] == t["prompt"] == tail, (a["prompt"], tail)
+assert a["prompt_dropped"] == p["prompt_dropped"] == n - 64 and t["prompt_dropped"] == 0
+assert a["samples"][0]["tokens"] == p["samples"][0]["tokens"] == t["samples"][0]["tokens"]
+assert len(a["samples"][0]["tokens"]) == 20
+print(f"ok a prompt of {n} bytes: its last 64 continued, {n - 64} left out and said")
+PY
 # an llm.c tokenizer file decodes (here: each byte's token as its upper case),
 # and with no prompt the sample starts at its end-of-text token (10)
 /usr/bin/python3 - "$tmp/tok.bin" <<'PY'
