@@ -238,9 +238,11 @@ st_status st_params_set_weights(st_params *p, const float *w) {
     }
     st_params_touch(p);
     if (!p->masters_sharded) return ST_OK; /* the next forward rounds the copy */
-    /* (what the ranks compare, none holding the whole to broadcast: st_ddp_agree) */
+    /* (what the ranks compare, none holding the whole to broadcast: st_ddp_agree; a tensor a
+     * thread: on one, 2.7 ns a word here, 4 s for a GPT-2 XL's 1.5 G) */
     if (!p->set_hash && !(p->set_hash = calloc((size_t)(p->n ? p->n : 1), sizeof *p->set_hash)))
         return st_fail(ST_ERR_NOMEM, "out of memory hashing the weights");
+#pragma omp parallel for schedule(dynamic) if (p->count > (1 << 22))
     for (int i = 0; i < p->n; i++)
         p->set_hash[i] =
             p->t[i]->kind == ST_TENSOR_PARAM ? st_hash_words(w + p->t[i]->offset, p->t[i]->count, 4) : 0;
