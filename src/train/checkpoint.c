@@ -1468,6 +1468,23 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
             if (search_ends(f)) return f;
             if (f != ST_OK) found = false;
             st_clear_error();
+            /* Final weights whose structure is damaged (cut short, a header
+             * overwritten: they are written whole and renamed, so the storage
+             * did it), with a good checkpoint beside them: that, said. (They
+             * carry no checksum: a flipped bit within a tensor's values is
+             * not seen here.) */
+            st_safetensors *sf = NULL;
+            const st_status fo = st_safetensors_open(final, &sf);
+            st_safetensors_close(sf);
+            if (fo != ST_OK && found) {
+                if (log)
+                    fprintf(log,
+                            "--init: the final weights are damaged (%s): taking the latest checkpoint, %s\n",
+                            st_last_error(), dir);
+                st_clear_error();
+                break;
+            }
+            st_clear_error(); /* (st_model_load says what is wrong with them) */
             if (!found || !saved_after(dir, &fs)) {
                 snprintf(path, size, "%s", final);
                 return ST_OK;

@@ -284,7 +284,13 @@ out=$(timeout 60 "$bin" eval "${args[@]}" "${ev[@]}" --init "$tmp/stale" 2>&1) |
 grep -q "^--init: $tmp/stale/model.safetensors is older than the checkpoint $tmp/stale/ckpt/step-6 (a later run there): taking the checkpoint" <<<"$out" &&
     grep -q "^weights: $tmp/stale/ckpt/step-6/model.safetensors" <<<"$out" ||
     fail "eval --init of an out_dir whose final weights are older than its checkpoint: $out"
-[ "$fails" -ne 0 ] || echo "--init of an out_dir: its final weights, or a newer checkpoint there"
+# (final weights cut short by the storage: the latest checkpoint, said; it was an error)
+cp -r "$tmp/from" "$tmp/cut" && truncate -s 1000 "$tmp/cut/model.safetensors"
+out=$(timeout 60 "$bin" eval "${args[@]}" "${ev[@]}" --init "$tmp/cut" 2>&1) || fail "eval --init cut: $out"
+grep -q "^--init: the final weights are damaged ($tmp/cut/model.safetensors: .*): taking the latest checkpoint, $tmp/cut/ckpt/step-6$" <<<"$out" &&
+    grep -q "^weights: $tmp/cut/ckpt/step-6/model.safetensors" <<<"$out" ||
+    fail "eval --init of an out_dir whose final weights are cut short: $out"
+[ "$fails" -ne 0 ] || echo "--init of an out_dir: its final weights, or a newer checkpoint there, or one where they are damaged"
 
 # The data order changed on resume (train.seed, data.shuffle,
 # data.drop_last): the position counts batches of the old order, so the run
