@@ -76,6 +76,40 @@ static void line(report *r, const char *mark, const char *what, const char *fmt,
     if (!strcmp(mark, "FAIL")) r->failed++;
 }
 
+/* What a failed run said that matters, for a FAIL line (at most n - 1
+ * bytes of buf, lines joined by " | "): its lines that name an error
+ * (scaletrain's, mpirun's, NCCL's), else its last three. (A run's output
+ * begins with its settings: the first 300 bytes these lines once quoted
+ * held none of its error.) */
+static const char *gist(const char *t, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (!t) return buf;
+    size_t len = 0;
+    for (int pass = 0; pass < 2 && !len; pass++) {
+        const char *from = t;
+        if (pass == 1) { /* (no error line: the start of the last three) */
+            const char *end = t + strlen(t);
+            while (end > t && end[-1] == '\n')
+                end--;
+            from = end;
+            for (int k = 0; k < 3 && from > t; k++)
+                for (from--; from > t && from[-1] != '\n';)
+                    from--;
+        }
+        for (const char *p = from; *p && len + 1 < n;) {
+            const char *e = strchr(p, '\n');
+            const size_t l = e ? (size_t)(e - p) : strlen(p);
+            char one[1024];
+            snprintf(one, sizeof one, "%.*s", (int)(l < sizeof one ? l : sizeof one - 1), p);
+            if (one[0] && (pass == 1 || strcasestr(one, "error")))
+                len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? " | " : "", one);
+            if (len >= n) len = n - 1;
+            p = e ? e + 1 : p + l;
+        }
+    }
+    return buf;
+}
+
 /* CPU cores and memory from the hardware probe (src/hw/probe.h). */
 static void check_cpu(report *r, const st_hw_info *h, bool probed) {
     if (!probed) {
@@ -248,20 +282,22 @@ static void check_gpu_ddp(report *r, const char *tmp, int gpus, bool mpi) {
     const int batch = 8 * ranks;
     int rc = ranks == 1 ? 0 : tiny_run(tmp, 1, "cpu", batch, "gref", &t);
     if (rc != 0) {
-        line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %.300s", batch, rc,
-             t ? t : "");
+        char g[1200];
+        line(r, "FAIL", "gpu ddp", "the 1-rank reference run (batch %d) exited %d: %s", batch, rc,
+             gist(t, g, sizeof g));
         free(t);
         return;
     }
     free(t);
     rc = tiny_run(tmp, ranks, "cuda", batch, "gpu", &t);
     if (rc != 0) {
+        char g[1200];
         line(r, "FAIL", "gpu ddp",
-             "%d rank%s on the GPU%s (train.device cuda) %s %d: %.400s; fix: see the message (nvidia-smi "
+             "%d rank%s on the GPU%s (train.device cuda) %s %d: %s; fix: see the message (nvidia-smi "
              "shows "
              "whether other processes hold the GPUs)",
              ranks, ranks == 1 ? "" : "s", ranks == 1 ? "" : "s",
-             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
+             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, gist(t, g, sizeof g));
         free(t);
         return;
     }
@@ -306,7 +342,8 @@ static bool selftest_reference(report *r, const char *tmp) {
     }
     char *t = NULL;
     const int rc = tiny_run(tmp, 1, "cpu", 8, "n1", &t);
-    if (rc != 0) line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %.300s", rc, t ? t : "");
+    char g[1200];
+    if (rc != 0) line(r, "FAIL", "ddp", "the 1-rank reference run exited %d: %s", rc, gist(t, g, sizeof g));
     free(t);
     return rc == 0;
 }
@@ -317,10 +354,11 @@ static void check_ddp(report *r, const char *tmp) {
     char *t = NULL;
     const int rc = tiny_run(tmp, 2, "cpu", 8, "n2", &t);
     if (rc != 0) {
+        char g[1200];
         line(r, "FAIL", "ddp",
-             "`scaletrain launch -n 2 train` %s %d: %.400s; fix: see the message (as root, "
+             "`scaletrain launch -n 2 train` %s %d: %s; fix: see the message (as root, "
              "OpenMPI needs --allow-run-as-root, which launch adds)",
-             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, t ? t : "");
+             rc == -2 ? "ran out of time after 120 s, exit" : "exited", rc, gist(t, g, sizeof g));
         free(t);
         return;
     }
@@ -349,7 +387,8 @@ static void check_ddp(report *r, const char *tmp) {
 typedef struct allreduce_result {
     int rc;         /* the launch's exit status */
     char *log;      /* its output (the caller frees) */
-    const char *js; /* its last JSON line, in log; NULL when none */
+    const char *js; /* its last JSON line, in log (cut into lines to find it); NULL when none */
+    char said[1200]; /* what it said that matters (gist), taken before log was cut */
     double ms, busbw, wrong, bytes, ranks;
 } allreduce_result;
 
@@ -366,6 +405,7 @@ static void run_allreduce(const char *tmp, int ranks, bool nccl, const char *nam
     o->wrong = -1;
     o->rc = st_cli_spawn(av, log, log, 120);
     o->log = st_cli_read_file(log);
+    gist(o->log, o->said, sizeof o->said);
     o->js = o->log ? st_cli_last_json_line(o->log) : NULL;
     const char *p;
     if (o->js && (p = strstr(o->js, "\"ms\":"))) o->ms = atof(p + 5);
@@ -391,9 +431,9 @@ static void check_allreduce(report *r, const char *tmp, const st_hw_info *h, boo
     const double ms = a.ms, bus = a.busbw, wrong = a.wrong, bytes = a.bytes, ranks = a.ranks;
     if (rc != 0 || !js || wrong != 0)
         line(r, "FAIL", "allreduce",
-             "2-rank all-reduce test %s %d: %.300s; fix: see the message, and run the same OpenMPI on every "
+             "2-rank all-reduce test %s %d: %s; fix: see the message, and run the same OpenMPI on every "
              "node",
-             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : a.said);
     else {
         st_hw_device cpu;
         st_device_preset("cpu", &cpu);
@@ -433,8 +473,8 @@ static void check_gpu_allreduce(report *r, const char *tmp, int gpus, const st_h
     const double ms = a.ms, bus = a.busbw, wrong = a.wrong, bytes = a.bytes;
     if (rc != 0 || !js || wrong != 0 || !strstr(js, "\"backend\":\"nccl\"")) {
         line(r, "FAIL", "gpu comm",
-             "%d-GPU NCCL all-reduce test %s %d: %.300s; fix: see the message (NCCL_DEBUG=INFO says more)",
-             gpus, wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : (t ? t : ""));
+             "%d-GPU NCCL all-reduce test %s %d: %s; fix: see the message (NCCL_DEBUG=INFO says more)", gpus,
+             wrong > 0 ? "gave wrong sums, exit" : "exited", rc, js ? js : a.said);
         free(t);
         return;
     }

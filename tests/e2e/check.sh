@@ -110,6 +110,21 @@ grep -qE "^FAIL +mpi +mpirun is not on PATH; fix: apt-get install openmpi-bin" <
 grep -qE "^skip +ddp " <<<"$out" && grep -qE "^skip +allreduce " <<<"$out" ||
     fail "no mpirun: the self-test and the all-reduce test were not skipped"
 echo "no mpirun: $(grep FAIL <<<"$out")"
+# an mpirun that fails after 40 lines of its own: the FAIL lines quote its error, not its first
+# 300 bytes (which they did, none of the error in them)
+mkdir "$tmp/badmpi"
+cat >"$tmp/badmpi/mpirun" <<'SH'
+#!/bin/sh
+case "$*" in *--version*) echo "mpirun (Open MPI) 4.1.4"; exit 0;; esac
+i=0; while [ $i -lt 40 ]; do echo "  setting.$i: a value the run prints first"; i=$((i+1)); done
+echo "mpirun: error: this test's mpirun fails here" >&2
+exit 1
+SH
+chmod +x "$tmp/badmpi/mpirun"
+out=$(timeout 300 env PATH="$tmp/badmpi:$PATH" "$bin" check "${cfg[@]}" --set train.out_dir="$tmp/out" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qE "^FAIL +ddp +.scaletrain launch -n 2 train. exited 1: mpirun: error: this test's mpirun fails here; fix: " <<<"$out" &&
+    grep -qE "^FAIL +allreduce +2-rank all-reduce test exited 1: mpirun: error: this test's mpirun fails here; fix: " <<<"$out" ||
+    fail "a failing mpirun: exit $rc: $(grep -E "^FAIL" <<<"$out")"
 
 # What the run itself refuses, said by check (it said "ready"; no mpirun on PATH, to keep it short):
 # - the data against the model: a vocabulary past model.vocab_size;
