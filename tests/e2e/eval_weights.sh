@@ -8,7 +8,8 @@
 #     gpt's tokens refused as not IDX).
 # (b) final weights cut short, and a checkpoint's optimizer file given as
 #     weights: each its own error (the gpt's were "data.type tokens reads
-#     it", the settings it would have given missed).
+#     it", the settings it would have given missed); the run's out_dir
+#     with its final weights cut short: its latest checkpoint, said.
 # (c) the settings of how a run computed (model.attention_kernel,
 #     model.matmul_tune) are not taken: a GPU run's cudnn refused an fp32
 #     evaluation, and matmul_tune a deterministic one, for keys never set.
@@ -84,8 +85,13 @@ truncate -s -50 "$tmp/gptd/ckpt/step-4/model.safetensors"
 expect 0 "eval at step 2: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gptd" --set data.val="$tmp/val.tokens"
 # (b)
 cp -r "$tmp/gpt" "$tmp/gptt" && truncate -s -100 "$tmp/gptt/model.safetensors"
-expect 1 "$tmp/gptt/model.safetensors: " "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
-expect 1 "truncated" "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
+expect 1 "$tmp/gptt/model.safetensors: " "$bin" eval "${quiet[@]}" --init "$tmp/gptt/model.safetensors" \
+    --set data.val="$tmp/val.tokens"
+expect 1 "truncated" "$bin" eval "${quiet[@]}" --init "$tmp/gptt/model.safetensors" --set data.val="$tmp/val.tokens"
+# (the run's out_dir: its latest good checkpoint stands in for them, said)
+expect 0 "--init: the final weights are damaged ($tmp/gptt/model.safetensors: " "$bin" eval "${quiet[@]}" \
+    --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
+expect 0 "eval at step 4: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
 expect 1 "is a checkpoint's optimizer state" "$bin" eval "${quiet[@]}" \
     --init "$tmp/gpt/ckpt/step-4/optim-rank0.safetensors" --set data.val="$tmp/val.tokens"
 # (c) a GPU run's kernels in the metadata
