@@ -455,13 +455,15 @@ static st_status open_device(const st_config *cfg, st_device **dev, char *why, s
  * a file of any size takes keep bytes of memory (it was read whole, and
  * each sample held a copy of it as ints). NULL with errno on failure. */
 static unsigned char *read_tail(const char *path, size_t keep, size_t *len, uint64_t *total) {
-    enum { PIECE = 1 << 16 };
+    /* (pieces at least keep long: the tail moved to the front once a piece, not keep bytes for
+     * every 64 KiB read, 16 times the file's bytes for a context of 1 Mi) */
+    const size_t piece = keep > (1 << 16) ? keep : 1 << 16;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    unsigned char *buf = malloc(keep + PIECE);
+    unsigned char *buf = malloc(keep + piece);
     size_t n = 0;
     *total = 0;
-    for (size_t r; buf && (r = fread(buf + n, 1, PIECE, f)) > 0;) {
+    for (size_t r; buf && (r = fread(buf + n, 1, piece, f)) > 0;) {
         n += r;
         *total += r;
         if (n > keep) { /* (the last keep bytes to the front) */
@@ -478,6 +480,15 @@ static unsigned char *read_tail(const char *path, size_t keep, size_t *len, uint
     }
     *len = n;
     return buf;
+}
+
+/* Only the last `block` of the n ids kept, in place: how many went. */
+static int64_t keep_last(int32_t *ids, int64_t *n, int64_t block) {
+    if (*n <= block) return 0;
+    const int64_t gone = *n - block;
+    memmove(ids, ids + gone, (size_t)block * sizeof *ids);
+    *n = block;
+    return gone;
 }
 
 /* The prompt as tokens (*ids, n of them; caller frees): --prompt-ids,
@@ -499,11 +510,7 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
                 return st_fail(ST_ERR_CONFIG,
                                "--prompt-ids: token %d is outside the model's vocabulary of %lld (0 to %lld)",
                                (*ids)[i], (long long)V, (long long)(V - 1));
-        if (*n > block) {
-            *dropped = *n - block;
-            memmove(*ids, *ids + *dropped, (size_t)block * sizeof **ids);
-            *n = block;
-        }
+        *dropped = keep_last(*ids, n, block);
         return ST_OK;
     }
     const char *opt = a->prompt_file ? "--prompt-file" : "--prompt";
@@ -519,11 +526,6 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
         if (!(text = (unsigned char *)strdup(a->prompt)))
             return st_fail(ST_ERR_NOMEM, "out of memory for the prompt");
         len = strlen(a->prompt);
-        if (len > (size_t)block) {
-            *dropped = (int64_t)(len - (size_t)block);
-            memmove(text, text + *dropped, (size_t)block);
-            len = (size_t)block;
-        }
     }
     st_status s = ST_OK;
     if (text && !sp->bytes)
@@ -560,6 +562,7 @@ static st_status prompt_tokens(const sample_args *a, const sampler *sp, int64_t 
     for (int64_t i = 0; s == ST_OK && i < *n; i++)
         (*ids)[i] = text ? text[i] : sp->bytes ? '\n' : (int32_t)sp->tok->eot;
     free(text);
+    if (s == ST_OK) *dropped += keep_last(*ids, n, block); /* (a file's: its tail read already) */
     return s;
 }
 

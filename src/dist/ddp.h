@@ -142,8 +142,9 @@ double st_dist_now(void);
  * st_params_layout: no rank holds them whole) the parameters are not sent:
  * the hashes of the whole weights each rank set are compared instead
  * (st_params.set_hash; a difference is ST_ERR_CONFIG naming the tensor).
- * Without send (every rank loads the same checkpoint next) nothing is sent. Every failure it returns is every
- * rank's (a difference, or a rank out of memory: agreed) or the communicator's (st_comm_failed). */
+ * Without send (every rank loads the same checkpoint next) nothing is sent.
+ * Every failure it returns is every rank's (a difference, or a rank out of
+ * memory: agreed) or the communicator's (st_comm_failed). */
 st_status st_ddp_agree(st_comm *comm, st_comm *pcomm, st_params *p, int64_t batch, int64_t micro,
                        int64_t n_samples, int64_t val_samples, bool send);
 

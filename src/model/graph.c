@@ -238,14 +238,17 @@ st_status st_params_set_weights(st_params *p, const float *w) {
     }
     st_params_touch(p);
     if (!p->masters_sharded) return ST_OK; /* the next forward rounds the copy */
-    /* (what the ranks compare, none holding the whole to broadcast: st_ddp_agree; a tensor a
-     * thread: on one, 2.7 ns a word here, 4 s for a GPT-2 XL's 1.5 G) */
-    if (!p->set_hash && !(p->set_hash = calloc((size_t)(p->n ? p->n : 1), sizeof *p->set_hash)))
-        return st_fail(ST_ERR_NOMEM, "out of memory hashing the weights");
+    /* (what the ranks compare where they were laid out sharded, none holding the whole to
+     * broadcast: st_ddp_agree; on the host they are sharded after it, and nothing reads it; a
+     * tensor a thread: on one, 2.7 ns a word here, 4 s for a GPT-2 XL's 1.5 G) */
+    if (p->layout.shard_masters) {
+        if (!p->set_hash && !(p->set_hash = calloc((size_t)(p->n ? p->n : 1), sizeof *p->set_hash)))
+            return st_fail(ST_ERR_NOMEM, "out of memory hashing the weights");
 #pragma omp parallel for schedule(dynamic) if (p->count > (1 << 22))
-    for (int i = 0; i < p->n; i++)
-        p->set_hash[i] =
-            p->t[i]->kind == ST_TENSOR_PARAM ? st_hash_words(w + p->t[i]->offset, p->t[i]->count, 4) : 0;
+        for (int i = 0; i < p->n; i++)
+            p->set_hash[i] =
+                p->t[i]->kind == ST_TENSOR_PARAM ? st_hash_words(w + p->t[i]->offset, p->t[i]->count, 4) : 0;
+    }
     /* The copy from every value: rounded on the host as the device rounds. */
     if (p->compute) {
         st_round_copy(p->precision, p->compute, w, p->count);
@@ -498,9 +501,8 @@ static st_status layout_params(st_params *p) {
     /* This rank's shard alone where the layout says (graph.h st_params_layout): on a device, with
      * no hook (the host's gradients are the shared segment, its masters given back by pages) */
     const int64_t lo = shard * lay->rank, hi = lo + shard;
-    const bool masters = lay->shard_masters && shard > 0 && p->dev,
-               grads = lay->shard_grads && shard > 0 && p->dev && !p->no_grads && !p->grad_hook.alloc;
-    if ((lay->shard_masters || lay->shard_grads) && !(shard > 0 && p->dev && (!lay->shard_grads || grads)))
+    const bool masters = lay->shard_masters, grads = lay->shard_grads;
+    if ((masters || grads) && (shard <= 0 || !p->dev || (grads && (p->no_grads || p->grad_hook.alloc))))
         return st_fail(ST_ERR_INTERNAL, "laying out the arenas sharded over %d ranks %s", lay->world,
                        p->dev ? "with a hooked or no gradient arena" : "on the host");
     const size_t pbytes = (size_t)p->arena_count * sizeof(float), bbytes = (size_t)bc * sizeof(float),

@@ -263,10 +263,10 @@ typedef struct st_params {
     float *grad_alloc;
     st_arena_hook grad_hook; /* set before the first finalize; alloc NULL: none */
     st_params_layout layout; /* set before the first finalize (above) */
-    /* Sharded masters: a hash of each parameter's whole fp32 weights as
-     * st_params_set_weights last set them (p->n entries, a buffer's 0), what
-     * the ranks compare where no rank holds them whole to broadcast
-     * (ddp.h st_ddp_agree); NULL before. */
+    /* Masters laid out sharded (layout.shard_masters): a hash of each
+     * parameter's whole fp32 weights as st_params_set_weights last set them
+     * (p->n entries, a buffer's 0), what the ranks compare where no rank
+     * holds them whole to broadcast (ddp.h st_ddp_agree); NULL before. */
     int64_t *set_hash;
     bool grad_hooked;        /* `grad` came from grad_hook: not ours to release */
     size_t grad_cap_bytes;   /* usable at `grad` when grad_hooked */
