@@ -86,6 +86,25 @@ static void test_kinds(void) {
           "an evaluation's line");
     CHECK(strstr(st_sniff((const uint8_t *)"{\"other\":1}\n", 12).use, "tokenize") != NULL,
           "other JSON: text");
+    /* the other text files of a run's out_dir, a report's pages and a configuration: not tokenize's
+     * hint; a configuration's first key after comments and blank lines, cut by the window too, and
+     * only a section's (a corpus's "Data: ..." line, an indented key, "model" alone are text) */
+    CHECK(strstr(st_sniff(B("{\"displayTimeUnit\":\"ms\",\"otherData\"")).what, "trace.json") != NULL,
+          "a trace");
+    CHECK(strstr(st_sniff(B("a run on host vm, pid 12, since 2026-12-07T22:06:49Z\n")).what, "run.lock") !=
+              NULL,
+          "a run's lock");
+    CHECK(strstr(st_sniff(B("<?xml version=\"1.0\"?>\n<svg")).what, "SVG or HTML") != NULL, "an svg");
+    CHECK(strstr(st_sniff(B("<!DOCTYPE html>\n<html lang=\"en\">")).what, "SVG or HTML") != NULL, "html");
+    kind_is("config", B("model:\n  type: gpt\n"), ST_FILE_CONFIG);
+    kind_is("config after comments", B("# a run\n\n  # of mine\r\ntrain:\n  steps: 10\n"), ST_FILE_CONFIG);
+    kind_is("config cut in its first key's line", B("# x\nprecision: bf1"), ST_FILE_CONFIG);
+    kind_is("config of a key and no value yet", B("\ndist:"), ST_FILE_CONFIG);
+    kind_is("a section's word, no colon", B("model airplanes\n"), ST_FILE_TEXT);
+    kind_is("an indented section", B("  model:\n"), ST_FILE_TEXT);
+    kind_is("another key first", B("Data: 2026\nmodel: x\n"), ST_FILE_TEXT);
+    kind_is("comments only", B("# model:\n# train:\n"), ST_FILE_TEXT);
+    CHECK(strstr(st_sniff(B("train:\n")).use, "scaletrain train FILE") != NULL, "a config's hint");
     /* (form feeds and vertical tabs: a source file's page breaks) */
     kind_is("text with a form feed", B("int x;\n\f\vint y;\n"), ST_FILE_TEXT);
     kind_is("png", B("\x89PNG\r\n\x1a\n\x00\x00"), ST_FILE_IMAGE);
@@ -144,6 +163,12 @@ static void test_readers(void) {
     CHECK_FAILS(
         st_tokens_open(text, &tk), ST_ERR_FORMAT,
         "corpus.txt: not a token file but what looks like text; `scaletrain data tokenize OUT.tokens FILE`");
+    char yaml[200];
+    const char run[] = "# my run\nmodel:\n  type: gpt\ndata:\n  train: t.tokens\n";
+    put("run.yaml", run, sizeof run - 1, yaml, sizeof yaml);
+    CHECK_FAILS(st_tokens_open(yaml, &tk), ST_ERR_FORMAT,
+                "run.yaml: not a token file but what looks like a scaletrain configuration (YAML); give it "
+                "as the command's CONFIG (scaletrain train FILE)");
     CHECK_FAILS(st_tokens_open(npy, &tk), ST_ERR_FORMAT,
                 "x.npy: not a token file but a NumPy .npy array; data.type npy");
     CHECK_FAILS(
@@ -154,6 +179,9 @@ static void test_readers(void) {
     st_idx ix;
     CHECK_FAILS(st_idx_read(text, &ix), ST_ERR_FORMAT,
                 "corpus.txt: not an IDX file but what looks like text");
+    /* (told by its first bytes past the 8 an IDX file's header needs) */
+    CHECK_FAILS(st_idx_read(yaml, &ix), ST_ERR_FORMAT,
+                "run.yaml: not an IDX file but what looks like a scaletrain configuration (YAML)");
     CHECK_FAILS(st_idx_read(tok, &ix), ST_ERR_FORMAT,
                 "t.tokens: not an IDX file but a scaletrain token file; data.type tokens reads it (with "
                 "model.type gpt)");

@@ -199,7 +199,7 @@ static int not_a_config(const char *cmd, const char *path) {
      * config's reader, which then read the defaults) */
     st_file_kind k;
     if (!st_sniff_regular(path, &k)) return -1; /* (st_config_load says why) */
-    if (k.format == ST_FILE_TEXT || k.format == ST_FILE_UNKNOWN) return -1;
+    if (k.format == ST_FILE_TEXT || k.format == ST_FILE_CONFIG || k.format == ST_FILE_UNKNOWN) return -1;
     if (k.format == ST_FILE_SAFETENSORS && (eval || train))
         snprintf(how, sizeof how, "give %s with --init %s", eval ? "weights" : "the weights to start from",
                  path);

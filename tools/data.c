@@ -591,6 +591,12 @@ static int inspect(const char *path) {
         fprintf(stderr, "scaletrain: error: %s: %s, which scaletrain does not read; %s\n", path, kind.what,
                 kind.use);
         return ST_EXIT_FAIL;
+    case ST_FILE_CONFIG:
+        fprintf(stderr,
+                "scaletrain: error: %s: %s, not data; `scaletrain check %s` checks it and its data, "
+                "`scaletrain train %s` runs it\n",
+                path, kind.what, path, path);
+        return ST_EXIT_FAIL;
     case ST_FILE_SAFETENSORS:
         return inspect_safetensors(path);
     case ST_FILE_UNKNOWN:

@@ -10,6 +10,39 @@ static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Whether the first line of h that is neither blank nor a comment starts
+ * with one of the configuration's sections as a key ("train:", "model:"):
+ * a scaletrain configuration, not a corpus. A window that ends within that
+ * line still tells (the key is at its start). */
+static bool looks_like_config(const uint8_t *h, size_t n) {
+    static const char *const sections[] = {"model", "data", "train", "optim", "precision", "dist", "log"};
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\r'))
+            j++;
+        if (j == n) return false;
+        if (h[j] == '\n' || h[j] == '#') { /* blank or a comment: the next line */
+            while (j < n && h[j] != '\n')
+                j++;
+            i = j + 1;
+            continue;
+        }
+        if (j != i) return false; /* (an indented first key: not a section) */
+        for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+            const size_t m = strlen(sections[s]);
+            if (n - i > m && !memcmp(h + i, sections[s], m) && h[i + m] == ':') return true;
+        }
+        return false;
+    }
+    return false;
+}
+
+static bool starts_with(const uint8_t *h, size_t n, const char *s) {
+    const size_t m = strlen(s);
+    return n >= m && !memcmp(h, s, m);
+}
+
 /* Printable ASCII, tabs and line ends, and well-formed UTF-8 (a sequence cut
  * off by the window's end counts): what a text file's first bytes are. */
 static bool looks_like_text(const uint8_t *h, size_t n) {
@@ -117,18 +150,33 @@ st_file_kind st_sniff(const uint8_t *h, size_t n) {
                               "extract its text first (pdftotext FILE.pdf FILE.txt)"};
     if (n >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4)
         return (st_file_kind){ST_FILE_IDX, "an IDX file", "data.type idx reads it"};
-    /* (a run's metrics.jsonl: the hint of text is no use for it) */
-    if (looks_like_text(h, n) && n >= 7 &&
-        (!memcmp(h, "{\"step\"", 7) || !memcmp(h, "{\"eval\"", 7) ||
-         (n >= 13 && !memcmp(h, "{\"checkpoint\"", 13))))
+    if (!looks_like_text(h, n)) return none;
+    /* The text files a run writes into its out_dir, and a configuration:
+     * the hint of text (tokenize it) is no use for them */
+    if (starts_with(h, n, "{\"step\"") || starts_with(h, n, "{\"eval\"") ||
+        starts_with(h, n, "{\"checkpoint\""))
         return (st_file_kind){ST_FILE_TEXT, "what looks like a run's metrics.jsonl (JSON lines)",
                               "`scaletrain report RUN_DIR` charts a run's metrics"};
-    if (looks_like_text(h, n))
-        return (st_file_kind){
-            ST_FILE_TEXT, "what looks like text",
-            "`scaletrain data tokenize OUT.tokens FILE` makes a token file of it (data.type "
-            "tokens, model.type gpt)"};
-    return none;
+    if (starts_with(h, n, "{\"displayTimeUnit\"") || starts_with(h, n, "{\"traceEvents\""))
+        return (st_file_kind){ST_FILE_TEXT,
+                              "what looks like a run's trace.json (a Chrome trace, --profile's)",
+                              "open it in Perfetto (ui.perfetto.dev) or chrome://tracing (docs/formats.md)"};
+    if (starts_with(h, n, "a run on host "))
+        return (st_file_kind){ST_FILE_TEXT, "what looks like a run's run.lock (who holds its out_dir)",
+                              "`scaletrain data inspect OUT_DIR` shows a run's weights and checkpoints"};
+    if (starts_with(h, n, "<?xml") || starts_with(h, n, "<svg") || starts_with(h, n, "<!DOCTYPE html") ||
+        starts_with(h, n, "<!doctype html") || starts_with(h, n, "<html"))
+        return (st_file_kind){ST_FILE_TEXT,
+                              "what looks like an SVG or HTML page (scaletrain report writes them)",
+                              "open it in a browser; to train a gpt on its text, `scaletrain data tokenize "
+                              "OUT.tokens FILE` makes a token file of it"};
+    if (looks_like_config(h, n))
+        return (st_file_kind){ST_FILE_CONFIG, "what looks like a scaletrain configuration (YAML)",
+                              "give it as the command's CONFIG (scaletrain train FILE); its data.train and "
+                              "data.val name the data files (docs/config.md)"};
+    return (st_file_kind){ST_FILE_TEXT, "what looks like text",
+                          "`scaletrain data tokenize OUT.tokens FILE` makes a token file of it (data.type "
+                          "tokens, model.type gpt)"};
 }
 
 const char *st_sniff_weights_use(st_file_kind k) {

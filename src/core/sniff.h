@@ -27,7 +27,8 @@ typedef enum st_file_format {
     ST_FILE_ARCHIVE, /* xz, bzip2, zstd, tar (tar: at 257, so with n >= 262), another program's zip */
     ST_FILE_IMAGE,   /* PNG, JPEG, GIF, WebP */
     ST_FILE_PDF,
-    ST_FILE_TEXT,
+    ST_FILE_TEXT,   /* text: a corpus; also a run's metrics.jsonl, trace.json, run.lock, report */
+    ST_FILE_CONFIG, /* a scaletrain configuration (YAML): text whose first key is a section's */
 } st_file_format;
 
 typedef struct st_file_kind {

@@ -180,9 +180,11 @@ static st_status parse(const char *path, idx_src *src, st_idx *out) {
             path, (long long)got, what);
     const char *tname = idx_type_name(hdr[2]);
     if (hdr[0] != 0 || hdr[1] != 0 || !tname) {
-        int64_t more = 0; /* the file is refused: 4 more bytes tell what it is */
-        if (src_read(src, hdr + 4, 4, &more) != ST_OK) more = 0;
-        const st_file_kind kind = st_sniff(hdr, (size_t)(4 + more));
+        uint8_t head[ST_SNIFF_BYTES]; /* the file is refused: its first bytes tell what it is */
+        memcpy(head, hdr, 4);
+        int64_t more = 0;
+        if (src_read(src, head + 4, (int64_t)sizeof head - 4, &more) != ST_OK) more = 0;
+        const st_file_kind kind = st_sniff(head, (size_t)(4 + more));
         if (kind.format != ST_FILE_UNKNOWN && src->gzip) /* (its reader reads it uncompressed) */
             return st_fail(ST_ERR_FORMAT,
                            "%s: not an IDX file but %s%s; decompress it first (gunzip -k %s): %s", path,

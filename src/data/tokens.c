@@ -244,6 +244,15 @@ static st_status open_shard(const char *path, tok_shard *t) {
                         st_file_type_name(sb.st_mode)));
     int64_t size = (int64_t)sb.st_size;
     uint8_t h[ST_TOKENS_HEADER_BYTES];
+    if (size <
+        ST_TOKENS_HEADER_BYTES) { /* (what a short file is, where its bytes say: a config, a line of text) */
+        const ssize_t got = size > 0 ? pread(fd, h, (size_t)size, 0) : 0;
+        const st_file_kind kind =
+            got > 0 ? st_sniff(h, (size_t)got) : (st_file_kind){ST_FILE_UNKNOWN, "", ""};
+        if (kind.format != ST_FILE_UNKNOWN && kind.format != ST_FILE_TOKENS &&
+            kind.format != ST_FILE_LLMC_TOKENS)
+            ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, kind.what, kind.use));
+    }
     if (size < ST_TOKENS_HEADER_BYTES)
         ST_GOTO(
             st_fail(ST_ERR_FORMAT,
@@ -848,7 +857,7 @@ static st_status tk_strangers(tk_run *r, const char *pattern) {
 static st_status text_input(const char *path, const uint8_t *head, size_t n, bool *not_text) {
     const st_file_kind k = st_sniff(head, n);
     *not_text = n > 0 && k.format == ST_FILE_UNKNOWN;
-    if (k.format == ST_FILE_TEXT || n == 0) return ST_OK;
+    if (k.format == ST_FILE_TEXT || k.format == ST_FILE_CONFIG || n == 0) return ST_OK;
     if (k.format == ST_FILE_TOKENS || k.format == ST_FILE_LLMC_TOKENS)
         return st_fail(ST_ERR_FORMAT,
                        "%s: %s, not text: data tokenize reads text files. Leave it out of the inputs (is it "

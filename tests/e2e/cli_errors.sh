@@ -224,6 +224,15 @@ expect 0 "$tmp/new/data/train.tokens: 50000 tokens" "$bin" data tokenize "$tmp/n
 # data inspect names a file it does not read by what it is, and what to do with it
 expect 1 "t.txt: what looks like text, which scaletrain does not read; \`scaletrain data tokenize OUT.tokens FILE\`" \
     "$bin" data inspect "$tmp/t.txt"
+# a configuration given where data belongs, and the text files a run writes: what they are, not
+# tokenize's hint
+expect 1 "unknown.yaml: what looks like a scaletrain configuration (YAML), not data; \`scaletrain check $tmp/unknown.yaml\` checks it" \
+    "$bin" data inspect "$tmp/unknown.yaml"
+expect 1 "unknown.yaml: not an IDX file but what looks like a scaletrain configuration (YAML); give it as the command's CONFIG" \
+    "$bin" train --set data.train="$tmp/unknown.yaml" --set train.steps=1
+printf '{"displayTimeUnit":"ms","traceEvents":[\n' >"$tmp/trace.json"
+expect 1 "trace.json: what looks like a run's trace.json (a Chrome trace, --profile's), which scaletrain does not read; open it in Perfetto" \
+    "$bin" data inspect "$tmp/trace.json"
 head -c 64 /dev/zero | tr '\0' '\251' >"$tmp/odd.bin" # (no format's first bytes; nor an empty file)
 expect 1 "odd.bin: not a format scaletrain reads (its first bytes: a9 a9 a9 a9 a9 a9 a9 a9 a9); data inspect reads token files" \
     "$bin" data inspect "$tmp/odd.bin"
