@@ -106,6 +106,14 @@ typedef struct job_io {
     size_t sep_n;
     int sep_fd;
     bool banner_drop;
+    /* a rank said an error (its stderr's line "scaletrain: error ..."): the
+     * banners about its exit code are dropped as after a stop, the first
+     * rank to exit and its code (mpirun's "Process name", "Exit code")
+     * said in one line instead */
+    bool rank_error;
+    bool rank_aborted; /* ... "aborting every rank": MPI_Abort's banner and notes go too */
+    bool detected;     /* the banner being dropped is "mpirun detected ..." */
+    int first_rank, first_code;
 } job_io;
 
 static int grow(linebuf *b, size_t more) {
@@ -172,31 +180,76 @@ static void put_held_sep(job_io *io) {
     io->sep_n = 0;
 }
 
-/* After a stop the launcher passed on, mpirun's two banners about ranks
- * that exited non-zero ("Primary job terminated normally, but 1 process
- * returned a non-zero exit code", "mpirun detected that one or more
- * processes exited with non-zero status"): the ranks exited 128 + the
- * signal on purpose, having said so, and the banners read as a crash.
- * Each is dropped with its dashed lines; any other message of mpirun's (a
- * rank killed by a signal, its own crash) passes. Whether the line was
- * taken (held or dropped). */
+/* The integer after the last occurrence of c in p[0, n), or -1. */
+static int int_after_last(const char *p, size_t n, char c) {
+    const char *at = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == c) at = p + i;
+    if (!at) return -1;
+    int v = -1;
+    for (at++; at < p + n && *at == ' '; at++) {
+    }
+    for (; at < p + n && *at >= '0' && *at <= '9' && v < 100000000; at++)
+        v = (v < 0 ? 0 : v * 10) + (*at - '0');
+    return v;
+}
+
+/* After a stop the launcher passed on, or an error a rank said, mpirun's
+ * two banners about ranks that exited non-zero ("Primary job terminated
+ * normally, but 1 process returned a non-zero exit code", "mpirun detected
+ * that one or more processes exited with non-zero status"): the ranks
+ * exited 128 + the signal on purpose, or 1 after saying why, and the
+ * banners (ten lines) read as a crash. Each is dropped with its dashed
+ * lines; after an error, the first rank to exit and its exit code, which
+ * the second names, are said in one line. Any other message of mpirun's (a
+ * rank killed by a signal, MPI_Abort, its own crash) passes. Whether the
+ * line was taken (held or dropped). */
 static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
     bool dashes = n >= 20;
     for (size_t i = 0; i < n && dashes; i++)
         dashes = p[i] == '-';
     if (io->banner_drop) {
-        if (dashes) io->banner_drop = false;
+        if (io->detected && memmem(p, n, "Process name:", 13)) io->first_rank = int_after_last(p, n, ',');
+        if (io->detected && memmem(p, n, "Exit code:", 10)) io->first_code = int_after_last(p, n, ':');
+        if (!dashes) return true;
+        io->banner_drop = false;
+        if (io->detected && !io->res->signalled && io->first_rank >= 0 && io->first_code >= 0) {
+            char line[160];
+            const int k =
+                io->ranks == 1
+                    ? snprintf(line, sizeof line,
+                               "scaletrain launch: rank %d exited with code %d (its error is above)\n",
+                               io->first_rank, io->first_code)
+                    : snprintf(
+                          line, sizeof line,
+                          "scaletrain launch: rank %d was the first to exit, with code %d (the ranks' errors "
+                          "are above)\n",
+                          io->first_rank, io->first_code);
+            st_launch_out_put(io->out, fd, line, (size_t)k);
+        }
         return true;
     }
     if (io->sep_n) {
-        if (starts(p, n, "Primary job ") ||
-            starts(p, n, "mpirun detected that one or more processes exited with non-zero status")) {
+        const bool detected =
+            starts(p, n, "mpirun detected that one or more processes exited with non-zero status");
+        if (starts(p, n, "Primary job ") || detected ||
+            (io->rank_aborted && starts(p, n, "MPI_ABORT was invoked on rank"))) {
             io->sep_n = 0;
             io->banner_drop = true;
+            io->detected = detected;
+            io->first_rank = io->first_code = -1;
             return true;
         }
         put_held_sep(io);
     }
+    /* ("[host:pid] 1 more process has sent help message help-mpi-api.txt / mpi-abort", "[host:pid]
+     * Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages", and its
+     * "ORTE_ERROR_LOG: Data unpack would read past end of buffer in file .../show_help.c" when the
+     * job ends as the ranks send it) */
+    if (io->rank_aborted && (memmem(p, n, "help-mpi-api.txt / mpi-abort", 28) ||
+                             memmem(p, n, "\"orte_base_help_aggregate\" to 0", 30) ||
+                             (memmem(p, n, "ORTE_ERROR_LOG", 14) && memmem(p, n, "show_help.c", 11))))
+        return true;
     if (!dashes) return false;
     io->sep_n = n, io->sep_fd = fd;
     return true;
@@ -213,6 +266,8 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         fd = err ? 2 : 1;
         if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
         if (err) note_reason(io->res, p, n, false);
+        if (err && memmem(p, n, "scaletrain: error", 17)) io->rank_error = true;
+        if (err && memmem(p, n, "aborting every rank", 19)) io->rank_error = io->rank_aborted = true;
     } else {
         /* mpirun says it each time the launcher passes a stop on (again
          * every 0.1 to 0.5 s while the job's ranks may not all have started) */
@@ -222,7 +277,8 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
             io->fwd_said = true;
         }
         note_reason(io->res, p, n, true);
-        if (io->res->signalled && end == '\n' && stop_banner(io, untagged_fd, p, n)) return;
+        if ((io->res->signalled || io->rank_error) && end == '\n' && stop_banner(io, untagged_fd, p, n))
+            return;
     }
     const size_t np = strlen(pre);
     char stackbuf[4096];

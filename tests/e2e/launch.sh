@@ -272,7 +272,17 @@ grep -q "restart 1 of 1 as it was started (no --resume): it committed no checkpo
 grep -q "failed again .*missing.tokens.*1 restart used, giving up" "$tmp/bad.err" ||
     fail "always failing: no give-up message naming the error: $(cat "$tmp/bad.err")"
 [ "$(grep -c "^\[rank 0\] scaletrain: .*missing.tokens" "$tmp/bad.err")" -eq 2 ] || fail "always failing: not run twice"
+# (the ranks said why and aborted: mpirun's banner about MPI_Abort, and its notes, are dropped)
+grep -qE "MPI_ABORT was invoked|help-mpi-api.txt|orte_base_help_aggregate|^-{20,}$" "$tmp/bad.err" &&
+    fail "always failing: mpirun's banner about the abort the ranks said: $(cat "$tmp/bad.err")"
 echo "always failing: restarted once, then gave up"
+# (c6) one rank's error, no restarts: mpirun's two banners about its exit code (ten lines) are one
+# line naming the rank and the code
+timeout 60 "$bin" launch -n 1 train "${gpt[@]}" --set data.train="$tmp/missing.tokens" \
+    --set train.out_dir="$tmp/bad1" >"$tmp/bad1.out" 2>"$tmp/bad1.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "^scaletrain launch: rank 0 exited with code 1 (its error is above)$" "$tmp/bad1.err" &&
+    ! grep -qE "Per user-direction|mpirun detected|^-{20,}$" "$tmp/bad1.err" ||
+    fail "one rank's error: exit $rc: $(cat "$tmp/bad1.err")"
 # (c'') the same with 3 restarts allowed: the second attempt's error is the
 # first's, and nothing was committed between: given up there (restarts cost a
 # start-up each, and the cause is not passing)
