@@ -916,7 +916,7 @@ static void test_hw_names(void) {
     CHECK(hw.nodes == 2 && hw.per_node == 8 && strcmp(hw.dev.name, "H100-80GB") == 0, "2x8xH100");
     CHECK_OK(st_hw_config_parse("a100", NULL, NULL, &hw));
     CHECK(hw.per_node == 1 && hw.dev.mem_bytes == 40LL << 30, "a100 alias");
-    CHECK_FAILS(st_hw_config_parse("4xV100", NULL, NULL, &hw), ST_ERR_CONFIG, "known: L40S, A100-40GB");
+    CHECK_FAILS(st_hw_config_parse("4xV100", NULL, NULL, &hw), ST_ERR_CONFIG, "known: L40S, L4, A100-40GB");
     CHECK_FAILS(st_hw_config_parse("0xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024 devices per node");
     /* counts past an int are refused, not wrapped (4294967297 was 1 rank) */
     CHECK_FAILS(st_hw_config_parse("4294967297xH100", NULL, NULL, &hw), ST_ERR_CONFIG, "1 to 1024");
@@ -968,6 +968,19 @@ static void test_hw_names(void) {
               h100.host_mem_bw == 0,
           "GH200: host %.0f GB/s, its own host memory %.0f GB/s (H100: %.0f GB/s, shared)", d.host_bw / 1e9,
           d.host_mem_bw / 1e9, h100.host_bw / 1e9);
+    /* the L4 by its name, and not an L40's (whose name holds "L4"): an unknown GPU, said so */
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA L4");
+    h.gpu[0].mem_total = 23034LL << 20;
+    st_device_local(&h, 0, &d);
+    CHECK(d.peak_bf16 == 121e12 && d.mem_bw == 300e9 && strcmp(d.name, "NVIDIA L4") == 0, "local L4: %s, %g",
+          d.name, d.peak_bf16);
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA L40");
+    h.gpu[0].mem_total = 46068LL << 20;
+    st_device_local(&h, 0, &d);
+    CHECK(strcmp(d.name, "unknown: NVIDIA L40") == 0, "local L40: %s", d.name);
+    CHECK_OK(st_hw_config_parse("4xL4", NULL, NULL, &hw));
+    CHECK(hw.per_node == 4 && strcmp(hw.dev.name, "L4") == 0 && hw.dev.mem_bytes == 23034LL << 20,
+          "4xL4: %d x %s", hw.per_node, hw.dev.name);
     CHECK_OK(st_hw_config_parse("2x4xGH200-96GB", NULL, NULL, &hw));
     CHECK(hw.nodes == 2 && hw.per_node == 4 && strcmp(hw.dev.name, "GH200") == 0,
           "2x4xGH200-96GB: %d x %d %s", hw.nodes, hw.per_node, hw.dev.name);
@@ -1033,7 +1046,10 @@ static void test_gpu_peak(void) {
     CHECK_CLOSE(f, 114 * 1.755e9 * 4096, 1e3);
     CHECK(strstr(why, "114 SMs x 1.75 GHz x 4096") != NULL, "H100 PCIe reason: %s", why);
     f = st_gpu_peak("NVIDIA L4", 8, 9, 58, 2040000, true, why, sizeof why);
-    CHECK(fabs(f / 121e12 - 1) < 0.01, "L4: %g, datasheet 121 TFLOPS", f);
+    CHECK(f == 121e12 && strstr(why, "datasheet: L4,"), "L4: %g, datasheet 121 TFLOPS (%s)", f, why);
+    /* an L40 (no S) is no L4: its own SMs and clock */
+    f = st_gpu_peak("NVIDIA L40", 8, 9, 142, 2490000, true, why, sizeof why);
+    CHECK(strstr(why, "142 SMs") != NULL, "L40: %g (%s)", f, why);
     f = st_gpu_peak("NVIDIA GeForce RTX 4090", 8, 9, 128, 2520000, true, why, sizeof why);
     CHECK(fabs(f / 165.2e12 - 1) < 0.01, "RTX 4090 with fp32 accumulation: %g, datasheet 165.2 TFLOPS", f);
     f = st_gpu_peak("NVIDIA A100-SXM4-80GB", 8, 0, 108, 1410000, false, why, sizeof why);

@@ -5,6 +5,10 @@
  *   L40S (L40S datasheet, 2023): FP32 91.6 TFLOPS; BF16/FP16 tensor 362.05
  *     TFLOPS; 48 GB GDDR6 at 864 GB/s; PCIe Gen4 x16 (64 GB/s both ways),
  *     no NVLink; compute capability 8.9.
+ *   L4 (L4 datasheet, 2023): FP32 30.3 TFLOPS; BF16/FP16 tensor 121 TFLOPS
+ *     (242 with sparsity); 24 GB GDDR6 at 300 GB/s; PCIe Gen4 x16, no
+ *     NVLink; 58 SMs; compute capability 8.9; 72 W. Eight to a server (a
+ *     cloud's 8-GPU L4 machine: 100 Gb/s Ethernet for the eight).
  *   A100 SXM4 (A100 datasheet, 2021): FP32 19.5 TFLOPS; BF16/FP16 tensor 312
  *     TFLOPS; 40 GB HBM2 at 1,555 GB/s or 80 GB HBM2e at 2,039 GB/s; NVLink 3
  *     600 GB/s (both ways); compute capability 8.0.
@@ -26,7 +30,8 @@
  * 20 GB/s), in line with what nccl-tests report on DGX A100/H100 and on PCIe
  * servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100
  * (25 GB/s), one 400 Gb/s NDR NIC per GPU on DGX H100/H200 (50 GB/s), and two
- * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU); 80% of it.
+ * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU), 100 Gb/s per
+ * 8-GPU L4 server (1.56 GB/s per GPU); 80% of it.
  * Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s,
  * Gen5 50 GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded
  * update streams host memory: a PCIe server's is shared by its GPUs
@@ -49,7 +54,7 @@
 
 /* Memory is what the card reports (nvidia-smi's total, in MiB), not the
  * datasheet's round GB: an L40S's 48 GB is 46,068 MiB with ECC on (45.0
- * GiB, not 48), an H100's 80 GB 81,559 MiB, an H200's 141 GB 143,771 MiB;
+ * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB, an H200's 141 GB 143,771 MiB;
  * an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
  * datasheets' GB as GiB, not measured. */
 
@@ -61,6 +66,10 @@ static const struct preset {
      "L40S-48GB",
      {"L40S", true, 362.05 * T, 91.6 * T, 864 * G, 46068 * MIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
       "2x HDR IB per 4 GPUs", 0.8 * 12.5 * G, 10e-6, 25 * G, 0, 0, false, 0}},
+    {"L4",
+     "L4-24GB",
+     {"L4", true, 121 * T, 30.3 * T, 300 * G, 23034 * MIB, 8, 9, "PCIe 4.0 x16", 20 * G, 10e-6,
+      "100 GbE per 8 GPUs", 0.8 * 12.5 / 8 * G, 20e-6, 25 * G, 0, 0, false, 0}},
     {"A100-40GB",
      "A100",
      {"A100-40GB", true, 312 * T, 19.5 * T, 1555 * G, 40 * GIB, 8, 0, "NVLink 3", 0.8 * 300 * G, 5e-6,
@@ -105,8 +114,19 @@ bool st_device_preset(const char *name, st_hw_device *out) {
 }
 
 const char *st_device_names(void) {
-    return "L40S, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, GH200 (GH200-96GB), GH200-144GB, cpu, "
+    return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, GH200 (GH200-96GB), GH200-144GB, "
+           "cpu, "
            "local";
+}
+
+/* Whether a GPU's name holds the model `key` whole: not followed by a
+ * digit ("NVIDIA L4" holds L4; "NVIDIA L40" and "NVIDIA L40S" do not). */
+static bool model_in(const char *name, const char *key) {
+    for (const char *at = strstr(name, key); at; at = strstr(at + 1, key)) {
+        const char next = at[strlen(key)];
+        if (!(next >= '0' && next <= '9')) return true;
+    }
+    return false;
 }
 
 /* Dense FLOP per clock per multiprocessor: 16-bit tensor-core products with
@@ -133,10 +153,11 @@ double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int cl
                   {"H200", "H200", "H200 SXM", 132},
                   {"H100", "H100-80GB", "H100 SXM", 132},
                   {"A100", "A100-80GB", "A100", 108},
-                  {"L40S", "L40S", "L40S", 142}};
+                  {"L40S", "L40S", "L40S", 142},
+                  {"L4", "L4", "L4", 58}};
     for (size_t i = 0; i < sizeof sheets / sizeof sheets[0]; i++) {
         st_hw_device d;
-        if (strstr(name, sheets[i].key) && sms == sheets[i].sms && st_device_preset(sheets[i].preset, &d)) {
+        if (model_in(name, sheets[i].key) && sms == sheets[i].sms && st_device_preset(sheets[i].preset, &d)) {
             const double f = tensor16 ? d.peak_bf16 : d.peak_fp32;
             snprintf(why, why_len, "datasheet: %s, %.1f TFLOPS %s dense", sheets[i].what, f / T,
                      tensor16 ? "bf16/fp16 tensor" : "fp32");
@@ -197,10 +218,11 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
                                  {"H200", "H200"},
                                  {"H100", "H100-80GB"},
                                  {"L40S", "L40S"},
+                                 {"L4", "L4"}, /* (after L40S; "NVIDIA L4", not an L40's name: model_in) */
                                  {"A100", mem > 48 * GIB ? "A100-80GB" : "A100-40GB"}};
         bool found = false;
         for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !found; i++)
-            if (strstr(h->gpu[0].name, keys[i][0])) found = st_device_preset(keys[i][1], out);
+            if (model_in(h->gpu[0].name, keys[i][0])) found = st_device_preset(keys[i][1], out);
         if (!found) { /* an unknown GPU: A100-class rates, its own memory; say so */
             st_device_preset("A100-40GB", out);
         }

@@ -66,7 +66,7 @@ print("plan --nodes 2: labels", [q["hw"] for q in p])' "$tmp/nodes.json" || exit
 grep -q "does not fit" "$tmp/big.txt"
 # an unknown name: exit 1, the known ones listed
 if "$bin" plan --hw 4xV100 2>"$tmp/err.txt"; then echo "unknown hardware accepted"; exit 1; fi
-grep -q "known: L40S, A100-40GB" "$tmp/err.txt"
+grep -q "known: L40S, L4, A100-40GB" "$tmp/err.txt"
 # a run's auto values come from the planner, each with its reason
 head -c 20000 /dev/urandom | base64 >"$tmp/text.txt"
 "$bin" data tokenize "$tmp/tok.bin" "$tmp/text.txt" >/dev/null
