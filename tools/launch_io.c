@@ -201,9 +201,11 @@ static int int_after_last(const char *p, size_t n, char c) {
  * exited 128 + the signal on purpose, or 1 after saying why, and the
  * banners (ten lines) read as a crash. Each is dropped with its dashed
  * lines; after an error, the first rank to exit and its exit code, which
- * the second names, are said in one line. Any other message of mpirun's (a
- * rank killed by a signal, MPI_Abort, its own crash) passes. Whether the
- * line was taken (held or dropped). */
+ * the second names, are said in one line. MPI_Abort's banner and the notes
+ * that follow it go too where a rank said it aborts ("aborting every rank",
+ * comm.c st_comm_abort). Any other message of mpirun's (a rank killed by a
+ * signal, an MPI_Abort no rank explained, its own crash) passes. Whether
+ * the line was taken (held or dropped). */
 static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
     bool dashes = n >= 20;
     for (size_t i = 0; i < n && dashes; i++)
