@@ -302,6 +302,37 @@ static void interleaved(int world, int64_t accum, int64_t n) {
     st_sampler_free(one);
 }
 
+/* A resume with another global batch: the position in batches of 8 after 5
+ * steps (40 samples of the epoch) goes on at the step of the new batch that
+ * holds sample 40: batches of 5, step 8, nothing read twice; of 16, step 2,
+ * the 8 samples from 32 read again; of 64, step 0, all 40. The sampler
+ * seeking it reads the permutation from there. */
+static void rebatch(void) {
+    const int64_t n = 100;
+    int64_t perm[100], idx[64];
+    st_epoch_order(n, 3, 1, 1, perm);
+    const struct {
+        int64_t to, step, again;
+    } cases[] = {{5, 8, 0}, {16, 2, 8}, {64, 0, 40}, {8, 5, 0}, {40, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t again = -1;
+        const st_sampler_pos p = st_sampler_rebatch((st_sampler_pos){1, 5, 0}, 8, cases[i].to, &again);
+        CHECK(p.epoch == 1 && p.step == cases[i].step && p.micro == 0 && again == cases[i].again,
+              "batches of 8, step 5 -> batches of %lld: epoch %lld step %lld micro %lld, %lld again",
+              (long long)cases[i].to, (long long)p.epoch, (long long)p.step, (long long)p.micro,
+              (long long)again);
+        st_sampler *s = make(n, cases[i].to, cases[i].to, 0, 1, 3, true);
+        if (!s) continue;
+        CHECK_OK(st_sampler_seek(s, p));
+        st_sampler_next(s, idx, NULL);
+        const int64_t from = 40 - cases[i].again;
+        CHECK(!memcmp(idx, perm + from, (size_t)cases[i].to * sizeof *idx),
+              "batches of %lld: the next batch is not the permutation from sample %lld",
+              (long long)cases[i].to, (long long)from);
+        st_sampler_free(s);
+    }
+}
+
 int main(void) {
     const int64_t sizes[] = {96, 97, 100, 131, 1000};
     for (int world = 1; world <= 8; world++)
@@ -319,6 +350,7 @@ int main(void) {
             interleaved(world, accum, 61);
     matches_step_loop();
     epochs_and_seeds();
+    rebatch();
     for (int world = 1; world <= 8; world++) {
         resume(world, 0, true);
         resume(world, world - 1, false);

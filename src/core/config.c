@@ -637,8 +637,8 @@ st_status st_config_validate_world(const st_config *c, int world) {
             ST_ERR_CONFIG,
             "%s%s cannot be split over %d ranks (the global batch is micro_batch_size x accumulation "
             "steps x ranks); start a number of ranks that divides it (e.g. %s), or set "
-            "train.batch_size to a multiple of %d (e.g. %s; not on a resume, which keeps its "
-            "checkpoint's)",
+            "train.batch_size to a multiple of %d (e.g. %s; a resume with another batch goes on from "
+            "the same place in the data)",
             where, st_config_describe(c, "train.batch_size", b1, sizeof b1), world, ranks, world, eg);
     }
     if (micro != ST_AUTO && batch % (micro * world) != 0)

@@ -117,6 +117,14 @@ static void fill(st_sampler *s, int rank, st_sampler_pos p, int64_t *idx) {
     }
 }
 
+st_sampler_pos st_sampler_rebatch(st_sampler_pos p, int64_t from_batch, int64_t to_batch, int64_t *again) {
+    const int64_t done = p.step * from_batch; /* (an epoch's steps x their batch: within int64) */
+    p.step = done / to_batch;
+    p.micro = 0;
+    if (again) *again = done - p.step * to_batch;
+    return p;
+}
+
 void st_sampler_next(st_sampler *s, int64_t *idx, st_sampler_pos *at) {
     fill(s, s->o.rank, s->pos, idx);
     if (at) *at = s->pos;

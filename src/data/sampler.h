@@ -89,6 +89,16 @@ st_sampler_pos st_sampler_tell(const st_sampler *s);
 st_status st_sampler_seek(st_sampler *s, st_sampler_pos pos);
 /* The position after `pos` (the next micro-step, step or epoch). */
 st_sampler_pos st_sampler_advance(const st_sampler *s, st_sampler_pos pos);
+/* A step-boundary position p (micro 0) in batches of from_batch samples as
+ * a position in batches of to_batch (a resume with another global batch):
+ * the same epoch, at the step of to_batch samples that holds the sample p
+ * has come to (p.step x from_batch, rounded down to a whole step). *again
+ * is the number of samples of this epoch, read before p, that are read
+ * again from there (0 where to_batch divides p.step x from_batch). The
+ * position may lie past the end of an epoch of to_batch steps (with
+ * data.drop_last, whose epochs leave a remainder unread): st_sampler_seek
+ * refuses it, the caller goes on at the next epoch. */
+st_sampler_pos st_sampler_rebatch(st_sampler_pos p, int64_t from_batch, int64_t to_batch, int64_t *again);
 
 /* This rank's next micro-batch: micro_batch sample indices into idx, its
  * position into *at (may be NULL); then advance. */

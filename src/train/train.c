@@ -1770,12 +1770,51 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             st_session_take_norm(ses, dir, true);
             ck = got;
             resumed_owed = got.eval_owed;
-            if (ck.batch_size != c->train.batch_size) {
+            /* Another global batch (more GPUs, the per-GPU batch kept, say):
+             * on from the same place in the data, the sampler's position
+             * counted in this run's batches (st_sampler_rebatch); the step
+             * count and the schedule by it go on as they are */
+            if (ck.batch_size != c->train.batch_size && ck.pos.micro == 0) {
+                int64_t again = 0;
+                const int64_t at = ck.pos.step * ck.batch_size;
+                ck.pos = st_sampler_rebatch(ck.pos, ck.batch_size, c->train.batch_size, &again);
+                char re[128] = "";
+                if (again)
+                    snprintf(re, sizeof re, "; the step starts %lld samples before it, which are read again",
+                             (long long)again);
+                if (warn)
+                    fprintf(
+                        warn,
+                        "resume: warning: the checkpoint was written with train.batch_size %lld; this run "
+                        "has %lld: it goes on at step %lld of epoch %lld in batches of %lld (sample %lld of "
+                        "the epoch, where the checkpoint's run stood%s). The steps count on from %lld, "
+                        "and optim.lr and its schedule go by steps as set (nothing is scaled with the "
+                        "batch: set optim.lr for it if that is meant)\n",
+                        (long long)ck.batch_size, (long long)c->train.batch_size, (long long)ck.pos.step,
+                        (long long)ck.pos.epoch, (long long)c->train.batch_size, (long long)at, re,
+                        (long long)ck.step);
+                /* train.steps auto counts this run's batches from step 0, the checkpoint's steps were
+                 * of the other: the epochs end elsewhere (where its plan's remaining samples end in
+                 * this run's batches) */
+                const int64_t plan = st_steps_of_epochs(c->train.epochs, n, ck.batch_size, c->data.drop_last);
+                const int64_t end =
+                    ck.step + (plan > ck.step ? ((plan - ck.step) * ck.batch_size + c->train.batch_size - 1) /
+                                                    c->train.batch_size
+                                              : 0);
+                if (warn && st_config_source(c, "train.steps") == ST_SRC_AUTO && end != steps)
+                    fprintf(warn,
+                            "resume: warning: train.steps auto is %lld, train.epochs %g in batches of %lld "
+                            "counted from step 0, and the first %lld steps took %lld samples each: the run "
+                            "ends %s train.epochs; train.steps: %lld ends it there\n",
+                            (long long)steps, c->train.epochs, (long long)c->train.batch_size,
+                            (long long)ck.step, (long long)ck.batch_size, end < steps ? "past" : "short of",
+                            (long long)end);
+            } else if (ck.batch_size != c->train.batch_size) { /* (a checkpoint within a step: none is) */
                 s = st_fail(
                     ST_ERR_CONFIG,
-                    "%s was written with train.batch_size %lld, this run has %lld; resume with the same "
-                    "batch size (the sampler position counts batches)",
-                    dir, (long long)ck.batch_size, (long long)c->train.batch_size);
+                    "%s was written with train.batch_size %lld within a step (micro-batch %lld), this "
+                    "run has %lld; resume with its batch size",
+                    dir, (long long)ck.batch_size, (long long)ck.pos.micro, (long long)c->train.batch_size);
                 ses->agreed_error = true; /* (one checkpoint, agreed settings: every rank has it; none aborts) */
                 goto fail;
             }

@@ -87,7 +87,7 @@ done
 out=$("${mpi[@]}" -np 3 "$bin" train "$tmp/split.yaml" "${from_file[@]}" --set train.out_dir="$tmp/split" 2>&1); rc=$?
 echo "--- batch over 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out")"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "batch over 3 ranks: exit $rc"
-want="$tmp/split.yaml: train.batch_size (8, split.yaml:2) cannot be split over 3 ranks (the global batch is micro_batch_size x accumulation steps x ranks); start a number of ranks that divides it (e.g. 2 or 4), or set train.batch_size to a multiple of 3 (e.g. 6 or 9; not on a resume, which keeps its checkpoint's)"
+want="$tmp/split.yaml: train.batch_size (8, split.yaml:2) cannot be split over 3 ranks (the global batch is micro_batch_size x accumulation steps x ranks); start a number of ranks that divides it (e.g. 2 or 4), or set train.batch_size to a multiple of 3 (e.g. 6 or 9; a resume with another batch goes on from the same place in the data)"
 [ "$(grep -cF "$want" <<<"$out")" -eq 3 ] &&
     ! grep -q "MPI_ABORT" <<<"$out" || fail "batch over 3 ranks: not one '$want' from each rank, or an abort: $out"
 
