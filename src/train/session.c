@@ -985,6 +985,9 @@ st_status st_session_open(st_session *s, st_config *cfg, const st_run_opts *opts
                                          "GPU of other processes");
     if (!s->dev && strcmp(cfg->dist.comm, "nccl") == 0) {
         char d[ST_CFG_STR + 96], e[ST_CFG_STR + 96];
+        /* (the ranks agreed on the device just now: none has one, each comes to this error and reports
+         * it with the others, none aborting them) */
+        s->agreed_error = s->world > 1;
         return st_fail(ST_ERR_CONFIG,
                        "%s needs a GPU, and this rank trains on the CPU (%s); set dist.comm: auto",
                        st_config_describe(cfg, "dist.comm", d, sizeof d),

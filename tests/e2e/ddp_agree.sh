@@ -90,6 +90,13 @@ echo "--- batch over 3 ranks: exit $rc: $(grep -m1 'scaletrain: error' <<<"$out"
 want="$tmp/split.yaml: train.batch_size (8, split.yaml:2) cannot be split over 3 ranks (the global batch is micro_batch_size x accumulation steps x ranks); start a number of ranks that divides it (e.g. 2 or 4), or set train.batch_size to a multiple of 3 (e.g. 6 or 9; a resume with another batch goes on from the same place in the data)"
 [ "$(grep -cF "$want" <<<"$out")" -eq 3 ] &&
     ! grep -q "MPI_ABORT" <<<"$out" || fail "batch over 3 ranks: not one '$want' from each rank, or an abort: $out"
+# dist.comm nccl where the ranks agreed on the CPU (no GPU here; on a GPU machine, train.device cpu):
+# every rank returns the error (it was an MPI_Abort, "aborting every rank")
+out=$("${mpi[@]}" -np 2 "$bin" train "${gpt[@]}" --set dist.comm=nccl --set train.device=cpu \
+    --set train.out_dir="$tmp/nccl" 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "error (rank [01]): dist.comm (nccl, --set) needs a GPU, and this rank trains on the CPU" <<<"$out")" -eq 2 ] &&
+    ! grep -q "MPI_ABORT\|aborting every rank" <<<"$out" || fail "dist.comm nccl on CPU ranks: exit $rc: $out"
 
 # (c) different models, the same (sharded) strategy.
 out=$("${mpi[@]}" -np 1 "$bin" train "${gpt[@]}" --set dist.strategy=zero1 --set train.out_dir="$tmp/model" : \
