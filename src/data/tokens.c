@@ -78,18 +78,26 @@ static void put_u64(uint8_t *p, uint64_t v) {
     put_u32(p + 4, (uint32_t)(v >> 32));
 }
 
+/* A file whose first n bytes h are of a format scaletrain knows and no
+ * token file's (a config, text, an IDX file): ST_ERR_FORMAT naming it and
+ * what reads it. ST_OK for a token file's bytes or unknown ones. */
+static st_status known_stranger(const char *path, const uint8_t *h, size_t n) {
+    const st_file_kind k = n > 0 ? st_sniff(h, n) : (st_file_kind){ST_FILE_UNKNOWN, "", ""};
+    if (k.format == ST_FILE_UNKNOWN || k.format == ST_FILE_TOKENS || k.format == ST_FILE_LLMC_TOKENS)
+        return ST_OK;
+    return st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, k.what, k.use);
+}
+
 /* Check a 64-byte header against the file size; fills t's sizes. */
 static st_status check_header(const char *path, const uint8_t *h, int64_t size, tok_shard *t) {
-    const st_file_kind kind = memcmp(h, ST_TOKENS_MAGIC, 8) != 0 ? st_sniff(h, ST_TOKENS_HEADER_BYTES)
-                                                                 : (st_file_kind){ST_FILE_TOKENS, "", ""};
-    if (kind.format != ST_FILE_TOKENS && kind.format != ST_FILE_UNKNOWN)
-        return st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, kind.what, kind.use);
-    if (kind.format != ST_FILE_TOKENS)
+    if (memcmp(h, ST_TOKENS_MAGIC, 8) != 0) {
+        ST_TRY(known_stranger(path, h, ST_TOKENS_HEADER_BYTES));
         return st_fail(
             ST_ERR_FORMAT,
             "%s: not a token file (magic %02x %02x %02x %02x %02x %02x %02x %02x, expected \"STTOKENS\", "
             "or llm.c's); make one with `scaletrain data tokenize`",
             path, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    }
     uint32_t version = get_u32(h + 8), tb = get_u32(h + 12);
     uint64_t count = get_u64(h + 16), vocab = get_u64(h + 24);
     if (version != ST_TOKENS_VERSION)
@@ -244,21 +252,15 @@ static st_status open_shard(const char *path, tok_shard *t) {
                         st_file_type_name(sb.st_mode)));
     int64_t size = (int64_t)sb.st_size;
     uint8_t h[ST_TOKENS_HEADER_BYTES];
-    if (size <
-        ST_TOKENS_HEADER_BYTES) { /* (what a short file is, where its bytes say: a config, a line of text) */
+    if (size < ST_TOKENS_HEADER_BYTES) { /* what a short file is, where its bytes say (a config, text) */
         const ssize_t got = size > 0 ? pread(fd, h, (size_t)size, 0) : 0;
-        const st_file_kind kind =
-            got > 0 ? st_sniff(h, (size_t)got) : (st_file_kind){ST_FILE_UNKNOWN, "", ""};
-        if (kind.format != ST_FILE_UNKNOWN && kind.format != ST_FILE_TOKENS &&
-            kind.format != ST_FILE_LLMC_TOKENS)
-            ST_GOTO(st_fail(ST_ERR_FORMAT, "%s: not a token file but %s; %s", path, kind.what, kind.use));
-    }
-    if (size < ST_TOKENS_HEADER_BYTES)
+        ST_GOTO(known_stranger(path, h, got > 0 ? (size_t)got : 0));
         ST_GOTO(
             st_fail(ST_ERR_FORMAT,
                     "%s: the file is %lld bytes, shorter than the %d-byte header; it is truncated or not a "
                     "scaletrain token file (make one with `scaletrain data tokenize`)",
                     path, (long long)size, ST_TOKENS_HEADER_BYTES));
+    }
     const ssize_t hr = pread(fd, h, sizeof h, 0);
     if (hr != (ssize_t)sizeof h)
         ST_GOTO(st_fail(ST_ERR_IO, "%s: cannot read the header: %s", path,

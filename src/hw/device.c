@@ -54,8 +54,8 @@
 
 /* Memory is what the card reports (nvidia-smi's total, in MiB), not the
  * datasheet's round GB: an L40S's 48 GB is 46,068 MiB with ECC on (45.0
- * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB, an H200's 141 GB 143,771 MiB;
- * an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
+ * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB,
+ * an H200's 141 GB 143,771 MiB; an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
  * datasheets' GB as GiB, not measured. */
 
 static const struct preset {
@@ -115,8 +115,7 @@ bool st_device_preset(const char *name, st_hw_device *out) {
 
 const char *st_device_names(void) {
     return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, GH200 (GH200-96GB), GH200-144GB, "
-           "cpu, "
-           "local";
+           "cpu, local";
 }
 
 /* Whether a GPU's name holds the model `key` whole: not followed by a
@@ -218,7 +217,7 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
                                  {"H200", "H200"},
                                  {"H100", "H100-80GB"},
                                  {"L40S", "L40S"},
-                                 {"L4", "L4"}, /* (after L40S; "NVIDIA L4", not an L40's name: model_in) */
+                                 {"L4", "L4"}, /* ("NVIDIA L4"; an L40's name holds "L4" too: model_in) */
                                  {"A100", mem > 48 * GIB ? "A100-80GB" : "A100-40GB"}};
         bool found = false;
         for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !found; i++)
