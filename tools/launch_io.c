@@ -114,7 +114,22 @@ typedef struct job_io {
     bool rank_aborted; /* ... "aborting every rank": MPI_Abort's banner and notes go too */
     bool detected;     /* the banner being dropped is "mpirun detected ..." */
     int first_rank, first_code;
+    /* MPI_Abort's banner that came before any rank said why (mpirun's own
+     * stream is not ordered with the ranks'): held (hold_abort) until a
+     * rank says "aborting every rank" (dropped), 2 s pass or the job ends
+     * (out then); sep_since: when a dashed line was held while no stop or
+     * error had come (out after 1 s if no banner follows) */
+    linebuf abort_held;
+    int abort_fd;
+    double abort_since, sep_since;
+    bool abort_holding, abort_whole; /* ... and its closing dashed line has come */
 } job_io;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int grow(linebuf *b, size_t more) {
     if (b->n + more <= b->cap) return 0;
@@ -170,6 +185,14 @@ static bool starts(const char *p, size_t n, const char *s) {
     return n >= k && memcmp(p, s, k) == 0;
 }
 
+/* Whether p[0, n) is one of mpirun's dashed lines. */
+static bool all_dashes(const char *p, size_t n) {
+    bool dashes = n >= 20;
+    for (size_t i = 0; i < n && dashes; i++)
+        dashes = p[i] == '-';
+    return dashes;
+}
+
 /* The dashed line held back, out now. */
 static void put_held_sep(job_io *io) {
     char dashes[256];
@@ -207,9 +230,7 @@ static int int_after_last(const char *p, size_t n, char c) {
  * signal, an MPI_Abort no rank explained, its own crash) passes. Whether
  * the line was taken (held or dropped). */
 static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
-    bool dashes = n >= 20;
-    for (size_t i = 0; i < n && dashes; i++)
-        dashes = p[i] == '-';
+    const bool dashes = all_dashes(p, n);
     if (io->banner_drop) {
         if (io->detected && memmem(p, n, "Process name:", 13)) io->first_rank = int_after_last(p, n, ',');
         if (io->detected && memmem(p, n, "Exit code:", 10)) io->first_code = int_after_last(p, n, ':');
@@ -257,6 +278,60 @@ static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
     return true;
 }
 
+/* Appends n bytes and a newline to b (on no memory, the line is lost: it is
+ * one of mpirun's banner lines, held to be dropped most likely). */
+static void append_line(linebuf *b, const char *p, size_t n) {
+    if (grow(b, n + 1) != 0) return;
+    memcpy(b->p + b->n, p, n);
+    b->p[b->n + n] = '\n';
+    b->n += n + 1;
+}
+
+/* The MPI_Abort banner held, out now. */
+static void put_abort_held(job_io *io) {
+    if (io->abort_held.n) st_launch_out_put(io->out, io->abort_fd, io->abort_held.p, io->abort_held.n);
+    io->abort_held.n = 0;
+    io->abort_holding = false;
+}
+
+/* A rank said "aborting every rank": the MPI_Abort banner held goes, and
+ * the rest of it, if it has not all come, is dropped as it comes. */
+static void drop_abort_held(job_io *io) {
+    if (!io->abort_holding) return;
+    if (!io->abort_whole) io->banner_drop = true, io->detected = false;
+    io->abort_held.n = 0;
+    io->abort_holding = false;
+}
+
+/* mpirun's line p[0, n) while no stop or error has come, or while an
+ * MPI_Abort banner is held: a dashed line is held back (the start of a
+ * banner, maybe), and the MPI_Abort banner after one is held whole (see
+ * job_io). Whether the line was taken. */
+static bool hold_abort(job_io *io, int fd, const char *p, size_t n) {
+    const bool dashes = all_dashes(p, n);
+    if (io->abort_holding && !io->abort_whole) {
+        append_line(&io->abort_held, p, n);
+        io->abort_whole = dashes;
+        return true;
+    }
+    if (io->res->signalled || io->rank_error) return false; /* stop_banner's */
+    if (io->sep_n && starts(p, n, "MPI_ABORT was invoked on rank")) {
+        char dashes_line[256];
+        const size_t k = io->sep_n < sizeof dashes_line ? io->sep_n : sizeof dashes_line;
+        memset(dashes_line, '-', k);
+        if (!io->abort_holding) io->abort_since = now_s(), io->abort_fd = fd;
+        append_line(&io->abort_held, dashes_line, k); /* (a second banner: held with the first) */
+        append_line(&io->abort_held, p, n);
+        io->sep_n = 0;
+        io->abort_holding = true, io->abort_whole = false;
+        return true;
+    }
+    if (io->sep_n) put_held_sep(io);
+    if (!dashes) return false;
+    io->sep_n = n, io->sep_fd = fd, io->sep_since = now_s();
+    return true;
+}
+
 /* The finished line in b of rank `rank` (or -1: mpirun's own), without its
  * end; `end` is '\n', or '\r' for a progress bar's line redrawn in place. */
 static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf *b, char end) {
@@ -269,7 +344,10 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
         if (err) note_reason(io->res, p, n, false);
         if (err && memmem(p, n, "scaletrain: error", 17)) io->rank_error = true;
-        if (err && memmem(p, n, "aborting every rank", 19)) io->rank_error = io->rank_aborted = true;
+        if (err && memmem(p, n, "aborting every rank", 19)) {
+            io->rank_error = io->rank_aborted = true;
+            drop_abort_held(io);
+        }
     } else {
         /* mpirun says it each time the launcher passes a stop on (again
          * every 0.1 to 0.5 s while the job's ranks may not all have started) */
@@ -279,6 +357,7 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
             io->fwd_said = true;
         }
         note_reason(io->res, p, n, true);
+        if (end == '\n' && hold_abort(io, untagged_fd, p, n)) return;
         if ((io->res->signalled || io->rank_error) && end == '\n' && stop_banner(io, untagged_fd, p, n))
             return;
     }
@@ -427,12 +506,6 @@ static void parse(job_io *io, demux *d, bool at_eof) {
     }
     memmove(d->in, d->in + i, d->n_in - i);
     d->n_in -= i;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Whether process PID (a child of mpirun) is one of the job's ranks: its
@@ -759,6 +832,10 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             kill(pid, res->signalled);
             held = -1;
         }
+        /* (an MPI_Abort banner no rank has explained in 2 s, and a dashed
+         * line of mpirun's that no banner followed in 1 s, go out) */
+        if (io.abort_holding && now_s() - io.abort_since >= 2.0) put_abort_held(&io);
+        if (io.sep_n && !res->signalled && !io.rank_error && now_s() - io.sep_since >= 1.0) put_held_sep(&io);
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             demux *d = &io.d[k];
@@ -780,7 +857,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, &io.lines[r], '\n');
     for (int k = 0; k < 2; k++)
         if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
+    if (io.abort_holding) put_abort_held(&io);
     if (io.sep_n) put_held_sep(&io);
+    free(io.abort_held.p);
     int werr = 0;
     for (; !waited;) {
         if (waitpid(pid, &status, 0) == pid) {
