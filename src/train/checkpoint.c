@@ -235,7 +235,7 @@ void st_ckpt_sweep_leftovers(const char *out_dir) {
     sweep_files(out_dir, top);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", out_dir);
     sweep_files(ckdir, ck);
-    /* a rescue's locks (train.c rescue: its .excl, made once, would keep a
+    /* a rescue's locks (run_ckpt.c st_run_rescue: its .excl, made once, would keep a
      * later rescue of that step from writing) */
     DIR *d = opendir(ckdir);
     if (!d) return;

@@ -1362,7 +1362,8 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
                        e.stopped ? 1.0 : 0.0};
         ST_TRY(st_comm_all_reduce_sync(s->comm, v, v, 6, ST_COMM_F64, ST_COMM_SUM, "evaluation"));
         if (v[3] > 0)
-            s->agreed_error = s->agreed_read = true; /* (the checkpoint before it: train.c rescue) */
+            s->agreed_error = s->agreed_read =
+                true; /* (the checkpoint before it: run_ckpt.c st_run_rescue) */
         if (st != ST_OK) return st;
         if (v[3] == 1)
             return st_fail(ST_ERR_IO,
@@ -1383,4 +1384,14 @@ st_status st_session_evaluate(st_session *s, double *loss, double *accuracy, boo
     *accuracy = e.valid ? (double)e.correct / (double)e.valid : 0.0;
     *has_accuracy = s->val.kind == ST_DATA_IMAGES;
     return ST_OK;
+}
+
+/* This rank's outcome s made every rank's (st_agree_status; one rank:
+ * its own), a failure then marked agreed: every rank returns one, and they
+ * report it together (train.c end_failed_ranks), none aborting the others. */
+st_status st_session_agree_outcome(st_session *ses, st_status s, const char *what) {
+    if (ses->world < 2) return s;
+    s = st_agree_status(ses->comm, s, what);
+    if (s != ST_OK) ses->agreed_error = true;
+    return s;
 }

@@ -56,8 +56,8 @@ typedef struct st_session {
     st_sync_bn_dev sync_bn; /* the training graph's sync batch-norm on GPUs (train.c setup_sync_bn) */
     int rank, world;
     bool agreed_error; /* the failure is one every rank saw (no abort needed) */
-    bool out_dir_lost; /* train.out_dir's run.lock is no longer this run's (train.c out_dir_held): nothing
-                          more is written there, a rescue included */
+    bool out_dir_lost; /* train.out_dir's run.lock is no longer this run's (out_dir.c st_out_dir_held):
+                          nothing more is written there, a rescue included */
     st_status last_ckpt_err;  /* the checkpoint of the run's last step failed (every rank knows): the final
                                * evaluation and weights are made all the same, then this is returned */
     char last_ckpt_why[8192]; /* ... its message (train.c save_failed) */
@@ -180,5 +180,10 @@ double st_now(void);
 /* The run's gradients go through NCCL: a CUDA device and several ranks (or
  * dist.comm nccl). */
 bool st_session_uses_nccl(const st_session *s);
+
+/* This rank's outcome s made every rank's (st_agree_status; one rank: its
+ * own), a failure then marked agreed (ses->agreed_error): every rank returns
+ * one, and they report it together, none aborting the others. */
+st_status st_session_agree_outcome(st_session *ses, st_status s, const char *what);
 
 #endif

@@ -10,7 +10,12 @@
  * waiting for the GPU; the gradient norm, clipping and the optimizer are the
  * fused kernels (st_optim_clip, st_optim_update), and checkpoints go through
  * the host. docs/cuda.md, "Synchronisation in the step loop", lists every
- * host wait left in the loop and why. */
+ * host wait left in the loop and why.
+ *
+ * Its parts apart: out_dir.c (the run's folder and its lock), run_ckpt.c
+ * (what a checkpoint records, the weights' check before one, the rescue
+ * save of a failing run), run_report.c (the header, memory, trace and
+ * --json summary) and run_sample.c (log.sample_every's text samples). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -49,6 +54,10 @@
 #include "model/sample.h"
 #include "optim/optim.h"
 #include "optim/scaler.h"
+#include "out_dir.h"
+#include "run_ckpt.h"
+#include "run_report.h"
+#include "run_sample.h"
 #include "session.h"
 #include "trace.h"
 #ifdef ST_HAVE_CUDA
@@ -58,142 +67,12 @@
 /* step_ms_median is the median of at most this many of the last steps. */
 #define STEP_TIMES_KEPT 65536
 
-/* v, or null where the run measured nothing (`has` false). */
-static void add_measured(cJSON *o, const char *name, double v, bool has) {
-    if (has)
-        cJSON_AddNumberToObject(o, name, v);
-    else
-        cJSON_AddNullToObject(o, name);
-}
-
-/* The --json summary of a training run (train) or an evaluation. A training
- * run resumed at its last step ran no steps ("steps_run": 0): its losses,
- * rates and times were not measured and are null, not 0. */
-static void print_json(FILE *out, const st_run_result *r, bool lm, bool train) {
-    const int64_t run = train ? r->steps - r->start_step : 0;
-    const bool ran = !train || run > 0;
-    cJSON *o = cJSON_CreateObject();
-    add_measured(o, "loss", r->has_eval ? r->eval_loss : r->train_loss, r->has_eval || ran);
-    if (r->has_accuracy) cJSON_AddNumberToObject(o, "accuracy", r->eval_accuracy);
-    cJSON_AddNumberToObject(o, "steps", (double)r->steps);
-    if (train) cJSON_AddNumberToObject(o, "steps_run", (double)run);
-    add_measured(o, "samples_per_s", r->samples_per_s, ran);
-    if (lm) add_measured(o, "tokens_per_s", r->tokens_per_s, ran);
-    if (train) {
-        add_measured(o, "train_loss", r->train_loss, ran);
-        add_measured(o, "first_loss", r->first_loss, ran);
-        add_measured(o, "seconds", r->seconds, ran);
-        add_measured(o, "gflops_per_s", r->gflops_per_s, ran);
-        add_measured(o, "step_ms_median", r->step_ms_median, ran);
-        add_measured(o, "data_wait_fraction", r->data_wait_fraction, ran);
-        cJSON_AddNumberToObject(o, "activation_mib", r->activation_mib);
-        cJSON_AddBoolToObject(o, "fused_gelu", r->fused_gelu_fwd + r->fused_gelu_bwd > 0);
-        cJSON_AddNumberToObject(o, "fused_gelu_fwd", r->fused_gelu_fwd);
-        cJSON_AddNumberToObject(o, "fused_gelu_bwd", r->fused_gelu_bwd);
-        cJSON_AddNumberToObject(o, "fused_residual", r->fused_residual);
-        cJSON_AddNumberToObject(o, "attention_cudnn_calls", (double)r->attention_cudnn_calls);
-        cJSON_AddNumberToObject(o, "bias_grad_epilogues", (double)r->bias_grad_epilogues);
-        cJSON_AddNumberToObject(o, "matmul_tuned", (double)r->matmul_tuned);
-        cJSON_AddNumberToObject(o, "matmul_tune_switched", (double)r->matmul_tune_switched);
-        cJSON_AddNumberToObject(o, "matmul_tune_restored", (double)r->matmul_tune_restored);
-        cJSON_AddNumberToObject(o, "matmul_tune_first_ms", r->matmul_tune_first_ms);
-        cJSON_AddNumberToObject(o, "matmul_tune_chosen_ms", r->matmul_tune_chosen_ms);
-        if (r->has_loss_scale) {
-            cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
-            cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
-        }
-        cJSON_AddStringToObject(o, "strategy", r->strategy);
-        cJSON_AddBoolToObject(o, "deterministic", r->deterministic);
-        cJSON_AddNumberToObject(o, "optim_state_bytes", (double)r->optim_state_bytes);
-        cJSON_AddNumberToObject(o, "optim_state_bytes_predicted", (double)r->optim_state_bytes_predicted);
-        if (r->optim_offload) {
-            cJSON_AddBoolToObject(o, "optim_offload", true);
-            cJSON_AddNumberToObject(o, "optim_offload_early", r->optim_offload_early);
-        }
-        cJSON_AddNumberToObject(o, "grad_bytes", (double)r->grad_bytes);
-        cJSON_AddNumberToObject(o, "grad_peak_bytes", (double)r->grad_peak_bytes);
-        cJSON_AddNumberToObject(o, "grad_bytes_predicted", (double)r->grad_bytes_predicted);
-        cJSON_AddNumberToObject(o, "grad_stage_bytes", (double)r->grad_stage_bytes);
-        cJSON_AddBoolToObject(o, "masters_sharded", r->masters_sharded);
-        cJSON_AddNumberToObject(o, "master_bytes", (double)r->master_bytes);
-        cJSON_AddNumberToObject(o, "master_bytes_predicted", (double)r->master_bytes_predicted);
-        if (r->ranks > 1) {
-            cJSON_AddNumberToObject(o, "ranks", r->ranks);
-            cJSON_AddNumberToObject(o, "grad_buckets", r->grad_buckets);
-            cJSON_AddBoolToObject(o, "grad_zero_copy", r->grad_zero_copy);
-            add_measured(o, "comm_ms", r->comm_ms, ran);
-            add_measured(o, "comm_overlap", r->comm_overlap, ran);
-            add_measured(o, "first_bucket_lead_ms", r->first_bucket_lead_ms, ran);
-            add_measured(o, "comm_hidden", r->comm_hidden, ran);
-            cJSON_AddNumberToObject(o, "grad_syncs", (double)r->grad_syncs);
-            cJSON_AddBoolToObject(o, "replicas_identical", r->replicas_identical);
-        }
-    }
-    if (train && r->sample_device[0]) cJSON_AddStringToObject(o, "sample_device", r->sample_device);
-    if (r->has_eval) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
-    if (!train && r->eval_batch_size > 0)
-        cJSON_AddNumberToObject(o, "eval_batch_size", (double)r->eval_batch_size);
-    if (r->has_eval) cJSON_AddNumberToObject(o, "eval_samples", (double)r->eval_samples);
-    if (r->device_mem_peak_bytes > 0) {
-        cJSON_AddNumberToObject(o, "device_mem_peak_bytes", (double)r->device_mem_peak_bytes);
-        if (train) cJSON_AddNumberToObject(o, "device_stream_waits", (double)r->device_stream_waits);
-    }
-    char *s = cJSON_PrintUnformatted(o);
-    if (s) fprintf(out, "%s\n", s);
-    free(s);
-    cJSON_Delete(o);
-}
-
 /* A boolean as the configuration writes it. */
 static const char *tf(bool b) { return b ? "true" : "false"; }
 
 /* What this rank prints, flushed: into standard output's queue (session.c;
  * its writer thread waits on the write, never the run). */
 static void out_flush(st_session *ses) { fflush(ses->out); }
-
-/* What a dataset holds, as the header says it: "60000 images 28x28x1
- * (bytes), 10 classes", "1000 samples of 12 features (floats)", "4218
- * samples of 64+1 tokens (303076 tokens, vocabulary 256)". */
-static void describe_data(const st_dataset *d, char *buf, size_t n) {
-    if (d->kind == ST_DATA_TOKENS)
-        snprintf(buf, n, "%lld samples of %lld+1 tokens (%lld tokens, vocabulary %lld)", (long long)d->n,
-                 (long long)d->seq_len, (long long)st_tokens_count(d->tokens), (long long)d->vocab_size);
-    else if (d->flat)
-        snprintf(buf, n, "%lld samples of %lld features (%s), %lld classes", (long long)d->n, (long long)d->w,
-                 d->pixels ? "bytes" : "floats", (long long)d->num_classes);
-    else
-        snprintf(buf, n, "%lld images %lldx%lldx%lld (height, width, channels; %s), %lld classes",
-                 (long long)d->n, (long long)d->h, (long long)d->w, (long long)d->c,
-                 d->pixels ? "bytes" : "floats", (long long)d->num_classes);
-}
-
-static void print_header(st_session *ses, const st_run_opts *opts) {
-    if (opts->quiet) return;
-    fprintf(ses->out, "scaletrain: effective configuration\n");
-    st_config_print(ses->cfg, ses->out);
-    char train[256] = "", val[256] = "";
-    if (ses->has_train) describe_data(&ses->train, train, sizeof train);
-    if (ses->has_val) /* (the same shape: checked) */
-        snprintf(val, sizeof val, "%lld %s%s", (long long)ses->val.n,
-                 ses->val.kind == ST_DATA_IMAGES && !ses->val.flat ? "image" : "sample",
-                 ses->val.n == 1 ? "" : "s");
-    if (ses->has_train && ses->train.kind == ST_DATA_IMAGES) /* (a resumed checkpoint's own come later) */
-        snprintf(
-            train + strlen(train), sizeof train - strlen(train), ", normalised with %smean %.4g, std %.4g",
-            opts->resume ? "the checkpoint's statistics where it records them (said when they differ), else "
-                           "its "
-                         : "",
-            (double)ses->train.mean, (double)ses->train.std);
-    fprintf(ses->out, "data: %s%s%s%s\n", train, train[0] && val[0] ? "; " : "", val[0] ? "validation: " : "",
-            val);
-    fprintf(ses->out, "model: %s, %lld parameters, %.1f MFLOP forward per sample\n", ses->cfg->model.type,
-            (long long)ses->model->n_params, st_model_flops_per_sample(ses->model) / 1e6);
-    if (ses->dev) fprintf(ses->out, "device: %s\n", st_device_name(ses->dev));
-    char blas[256];
-    if (!ses->dev && st_blas_core_note(blas, sizeof blas)) fprintf(ses->out, "blas: %s\n", blas);
-    if (ses->mem_note[0]) fprintf(ses->out, "memory: %s\n", ses->mem_note);
-    fflush(ses->out);
-}
 
 /* While rank 0 evaluates alone (or each rank its share, ses->eval_shared)
  * the others wait in their next collective: that wait may last
@@ -253,176 +132,6 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
     return l;
 }
 
-/* This rank's outcome s made every rank's (st_agree_status; one rank:
- * its own), a failure then marked agreed: every rank returns one, and they
- * report it together (end_failed_ranks), none aborting the others. */
-static st_status agree_outcome(st_session *ses, st_status s, const char *what) {
-    if (ses->world < 2) return s;
-    s = st_agree_status(ses->comm, s, what);
-    if (s != ST_OK) ses->agreed_error = true;
-    return s;
-}
-
-/* Setting aside a finished run's checkpoints (ses->aside_ckpts) replaces
- * out_dir/ckpt.previous: where --resume (from, another folder's) or --init
- * names a checkpoint in it, the run would remove what it reads (and a
- * restart as it was started would read whatever then lies at that path):
- * refused, with what to do. Rank 0's (check_out_dir, take_out_dir). */
-static st_status aside_keeps_source(const st_session *ses, const st_run_opts *opts, const char *from) {
-    if (!ses->aside_ckpts) return ST_OK;
-    const char *out = ses->cfg->train.out_dir;
-    char prev[4200];
-    snprintf(prev, sizeof prev, "%s/ckpt.previous", out);
-    const char *opt = from[0] && st_path_within(from, prev)                             ? "--resume"
-                      : !opts->resume && opts->init && st_path_within(opts->init, prev) ? "--init"
-                                                                                        : NULL;
-    if (!opt) return ST_OK;
-    return st_fail(
-        ST_ERR_CONFIG,
-        "%s %s names a checkpoint in %s, but train.out_dir %s holds %s (in %s/ckpt), which would be "
-        "set aside there in its place, removing it: move %s elsewhere and name it there, or give "
-        "this run another train.out_dir (nothing was written)",
-        opt, !strcmp(opt, "--init") ? opts->init : opts->resume, prev, out,
-        ses->aside_step >= 0 ? "a finished run's checkpoints" : "damaged checkpoints", out, prev);
-}
-
-/* A run that will save: room on train.out_dir's filesystem for its
- * checkpoints (st_ckpt_space_check), and, started without --resume, a
- * train.out_dir that holds checkpoints: an unfinished run's (its latest good checkpoint before
- * that run's last step: a --resume forgotten, or a stop's checkpoint) is an
- * error, before anything is written; a finished run's (or only damaged
- * ones) are to be set aside in ckpt.previous (set_aside_previous, where the
- * run first writes: a run refused later, its --init not loading, moves
- * nothing), so that the two runs' checkpoints never mix: pruning and
- * --resume's fallback go by step number, and would keep the old run's later
- * steps over the new run's. The same for a --resume that names another
- * folder's checkpoint (st_ckpt_resume_source): out_dir's are not that run's,
- * and its own later steps' would be moved aside as abandoned by it, its
- * earlier ones pruned as its own. Rank 0 looks (out_dir is one directory for
- * all ranks); every rank returns its outcome. */
-static st_status check_out_dir(st_session *ses, const st_run_opts *opts) {
-    st_status s = ST_OK;
-    const char *out = ses->cfg->train.out_dir;
-    char what[4200], warn[12000] = ""; /* said after the watch */
-    snprintf(what, sizeof what, "looking at %s and its checkpoints before the run", out);
-    st_watch_begin(ses->store_watch, what);
-    /* One run at a time in train.out_dir (st_ckpt_lock_out_dir), in two
-     * calls, so that a run refused, or one that fails before it writes (out
-     * of device memory), writes nothing: here a run.lock that exists is
-     * locked; where the run first writes to out_dir (train_loop, before
-     * metrics.jsonl) out_dir and run.lock are made if need be, locked if not
-     * yet, and say who holds them. */
-    if (ses->rank == 0 && ses->save) s = st_ckpt_lock_out_dir(out, false, &ses->out_lock_fd);
-    if (s == ST_OK && ses->rank == 0 && ses->save) s = st_ckpt_folder_check(out);
-    char from[4096] = ""; /* (a --resume from another folder: that folder) */
-    const bool elsewhere = s == ST_OK && ses->rank == 0 && ses->save && opts->resume &&
-                           st_ckpt_resume_source(out, opts->resume, from, sizeof from);
-    ses->resume_elsewhere = elsewhere;
-    if (s == ST_OK && ses->rank == 0 && ses->save && (!opts->resume || elsewhere))
-        s = st_ckpt_new_run_check(out, elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
-    if (s == ST_OK) s = aside_keeps_source(ses, opts, elsewhere ? from : "");
-    if (s == ST_OK && ses->rank == 0 && ses->save) { /* room for the checkpoints (and what moved aside) */
-        const st_params *p = &ses->model->params;
-        int64_t ckpt, weights;
-        st_ckpt_bytes(p->count + p->buffer_count, ses->cfg->optim.type, &ckpt, &weights);
-        /* (resumed at its last step: only the final weights are written,
-         * the run that reached it having failed to write them) */
-        const int64_t start = opts->resume ? st_ckpt_peek_step(out, opts->resume) : 0;
-        if (opts->resume && start >= ses->cfg->train.steps) ckpt = 0;
-        s = st_ckpt_space_check(
-            out, ckpt, weights, ses->cfg->train.keep_checkpoints, -1,
-            st_ckpt_planned(start > 0 ? start : 0, ses->cfg->train.steps, ses->cfg->train.checkpoint_every),
-            NULL, warn, sizeof warn);
-    }
-    st_watch_end(ses->store_watch);
-    /* Said after the watch, which is the storage's: a standard error that
-     * takes no bytes holds each say 5 s at most (st_ticker_say), which a
-     * short train.checkpoint_timeout_s would count against the storage. */
-    if (warn[0]) st_ticker_say(warn);
-    return agree_outcome(ses, s, "train.out_dir");
-}
-
-/* Rank 0 takes train.out_dir once the run's set-up is done: out_dir and
- * run.lock made if need be and locked (st_ckpt_lock_out_dir), a killed
- * run's temporary files swept. Where check_out_dir found no run.lock to lock
- * (a new out_dir, or a run before this one that never saved), another run
- * may have come and gone there since, or even started and stopped: its
- * checkpoints are looked at again now, under the lock, as check_out_dir
- * did (a finished run's set aside by first_writes, an unfinished one's an
- * error). Before, a run that finished in that gap was overwritten: its
- * checkpoints, metrics.jsonl and model.safetensors replaced without a word. */
-static st_status take_out_dir(st_session *ses, const st_run_opts *opts) {
-    const char *out = ses->cfg->train.out_dir;
-    const bool held = ses->out_lock_fd >= 0; /* (since check_out_dir: nothing can have changed) */
-    ST_TRY(st_ckpt_lock_out_dir(out, true, &ses->out_lock_fd)); /* (makes out_dir) */
-    st_ckpt_sweep_leftovers(out); /* (a killed run's temporary files; the lock is ours) */
-    if (held || (opts->resume && !ses->resume_elsewhere)) return ST_OK;
-    char from[4096] = "", what[4200];
-    if (ses->resume_elsewhere) st_ckpt_resume_source(out, opts->resume, from, sizeof from);
-    snprintf(what, sizeof what, "looking at %s/ckpt again, under its lock", out);
-    st_watch_begin(ses->store_watch, what);
-    const st_status s =
-        st_ckpt_new_run_check(out, ses->resume_elsewhere ? from : NULL, &ses->aside_ckpts, &ses->aside_step);
-    st_watch_end(ses->store_watch);
-    ST_TRY(s);
-    return aside_keeps_source(ses, opts, from); /* (a run that finished in the gap, set aside now) */
-}
-
-/* The checkpoints check_out_dir found of a run before this one, moved to
- * out_dir/ckpt.previous, saying so: rank 0, where the run first writes. */
-static st_status set_aside_previous(st_session *ses, int64_t start) {
-    if (!ses->aside_ckpts) return ST_OK;
-    const char *out = ses->cfg->train.out_dir;
-    char what[4200], dir[4096], aside[4700];
-    snprintf(what, sizeof what, "moving the checkpoints in %s/ckpt to ckpt.previous", out);
-    st_watch_begin(ses->store_watch, what);
-    const st_status s = st_ckpt_set_aside(out, dir, sizeof dir);
-    st_watch_end(ses->store_watch);
-    ST_TRY(s);
-    if (ses->aside_step >= 0)
-        snprintf(aside, sizeof aside,
-                 "scaletrain: warning: train.out_dir %s holds a finished run (the latest checkpoint at step "
-                 "%lld): its checkpoints are now in %s (replacing any there before); this run starts from "
-                 "step %lld and replaces its model.safetensors and metrics\n",
-                 out, (long long)ses->aside_step, dir, (long long)start);
-    else
-        snprintf(
-            aside, sizeof aside,
-            "scaletrain: warning: train.out_dir %s holds %d checkpoint(s), none good: they are now in %s\n",
-            out, ses->aside_ckpts, dir);
-    st_ticker_say(aside);
-    ses->aside_ckpts = 0;
-    return ST_OK;
-}
-
-/* Rank 0's first writes to train.out_dir, where the run's set-up can no
- * longer refuse it (a configuration refused later, the data loader's or sync
- * batch-norm's, moves nothing and keeps the previous run's metrics): a
- * finished run's checkpoints set aside (check_out_dir), a resumed run's own
- * later ones (another trajectory), and metrics.jsonl opened. */
-static st_status first_writes(st_session *ses, const st_run_opts *opts, int64_t start, st_metrics *met) {
-    const st_config *c = ses->cfg;
-    ST_TRY(set_aside_previous(ses, start)); /* (a run started over a finished one) */
-    if (opts->resume) {                     /* its own later checkpoints are the trajectory it leaves */
-        int moved;
-        char names[1024];
-        ST_TRY(st_ckpt_set_aside_after(c->train.out_dir, start, &moved, names, sizeof names));
-        if (moved) { /* (rank 0's: a warning, --quiet or not) */
-            char aside[9000];
-            st_ckpt_aside_note(c->train.out_dir, aside, sizeof aside);
-            fprintf(stderr,
-                    "resume: warning: %s/ckpt held %d checkpoint%s after step %lld (%s), of the run this "
-                    "one leaves at that step: moved to %s/ckpt.abandoned, so that keep_checkpoints and "
-                    "--resume's fallback see only this run's (%s)\n",
-                    c->train.out_dir, moved, moved == 1 ? "" : "s", (long long)start, names, c->train.out_dir,
-                    aside);
-        }
-    }
-    ST_TRY(st_metrics_open(met, c->train.out_dir, start, !ses->resume_elsewhere, c->log.tensorboard,
-                           ses->store_watch));
-    return ST_OK;
-}
-
 /* A resume that will load a checkpoint replaces every tensor of the model
  * (st_model_load refuses a file that lacks one), so the first weights are
  * neither made nor read (--init, said): for a large model they are much of
@@ -477,76 +186,7 @@ static st_status agree_run_opts(st_session *ses, const st_run_opts *opts) {
                     "(sent to the others), so this file would be passed over; give rank 0 the --init (or "
                     "every rank)",
                     ses->rank, opts->init);
-    return agree_outcome(ses, s, "--init");
-}
-
-/* Every rank writes into train.out_dir (ZeRO: its optimizer shard in each
- * checkpoint): every rank must see the directory rank 0 writes to, checked
- * before the first step (a rank with a path of its own found it only at
- * the first checkpoint, and the run ended with nothing saved). Rank 0 makes
- * a folder there and names it; each rank looks for it in its own
- * train.out_dir (the save's own check at each checkpoint is the same). */
-static st_status same_out_dir(st_session *ses) {
-    const char *out = ses->cfg->train.out_dir;
-    char name[64] = {0}, path[4200];
-    st_status s = ST_OK;
-    if (ses->rank == 0) {
-        snprintf(name, sizeof name, ".ranks-see-%ld-%llx", (long)getpid(), (unsigned long long)(st_now() * 1e6));
-        snprintf(path, sizeof path, "%s/%s", out, name);
-        if (mkdir(path, 0755) != 0)
-            s = st_fail(ST_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
-    }
-    s = st_agree_status(ses->comm, s, "train.out_dir");
-    if (s == ST_OK) s = st_comm_broadcast_sync(ses->comm, name, sizeof name, ST_COMM_U8, 0, "train.out_dir");
-    if (s == ST_OK && ses->rank != 0) {
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", out, name);
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            s = st_fail(ST_ERR_CONFIG,
-                        "rank %d does not see in its train.out_dir, %s, the folder rank 0 just made in its "
-                        "own: under dist.strategy %s every rank writes its optimizer shard into the "
-                        "checkpoints, so train.out_dir must be one directory that every rank sees (the same "
-                        "path, on a filesystem every node shares)",
-                        ses->rank, out, ses->cfg->dist.strategy);
-    }
-    if (s == ST_OK || s == ST_ERR_CONFIG) s = st_agree_status(ses->comm, s, "train.out_dir seen by every rank");
-    if (ses->rank == 0 && name[0]) {
-        snprintf(path, sizeof path, "%s/%s", out, name);
-        rmdir(path);
-    }
-    ses->agreed_error = s != ST_OK; /* every rank has the outcome */
-    return s;
-}
-
-/* Rank 0, before it writes a checkpoint or the final weights: the run.lock
- * it holds is still train.out_dir's. A folder removed under the run (rm -rf)
- * would be made again by the save, silently, and with its lock gone a
- * second run there is not refused (the two would mix their checkpoints);
- * one replaced may be another run's now. Either way nothing more is written
- * there, and the run stops, saying so. (Watched: a stat on storage that
- * stopped answering.) */
-static st_status out_dir_held(st_session *ses) {
-    if (ses->rank != 0 || ses->out_lock_fd < 0) return ST_OK;
-    const char *out = ses->cfg->train.out_dir;
-    char path[ST_CFG_STR + 16], what[ST_CFG_STR + 64];
-    snprintf(path, sizeof path, "%s/run.lock", out);
-    snprintf(what, sizeof what, "looking at %s", path);
-    struct stat held, now;
-    if (fstat(ses->out_lock_fd, &held) != 0) return ST_OK; /* (nothing to compare) */
-    st_watch_begin(ses->store_watch, what);
-    const int rc = stat(path, &now);
-    const int err = errno;
-    st_watch_end(ses->store_watch);
-    if (rc == 0 && now.st_dev == held.st_dev && now.st_ino == held.st_ino) return ST_OK;
-    ses->out_dir_lost = true;
-    return st_fail(
-        ST_ERR_IO,
-        "train.out_dir %s was %s while the run trained (the run.lock it held there %s): nothing more "
-        "is written there, where another run may be now (the two would mix their checkpoints), so "
-        "the run stops; to keep training, start it again with --resume auto from a copy of its "
-        "checkpoints, or from the start",
-        out, rc != 0 && err == ENOENT ? "removed" : "replaced",
-        rc != 0 && err == ENOENT ? "is gone" : "is another file");
+    return st_session_agree_outcome(ses, s, "--init");
 }
 
 /* The store watch (core/watch.h): storage that stops answering (a hung
@@ -598,293 +238,6 @@ static st_status eval_and_report(st_session *ses, const st_run_opts *opts, st_ru
         out_flush(ses);
     }
     return ST_OK;
-}
-
-/* The run's weights (host arrays laid out as its arenas: data, buffers)
- * into the sampler sm, uploaded when sm is on a device: each arena in one
- * copy where sm lays its tensors out as the run's model does (it does: the
- * same model settings), else tensor by tensor by name. */
-static st_status sampler_weights(st_model *sm, const st_model *m, const float *data, const float *buffers) {
-    const st_params *p = &sm->params;
-    bool same = p->n == m->params.n && p->arena_count == m->params.arena_count &&
-                p->buffer_count == m->params.buffer_count;
-    for (int i = 0; same && i < p->n; i++)
-        same = p->t[i]->kind == m->params.t[i]->kind && p->t[i]->offset == m->params.t[i]->offset &&
-               p->t[i]->count == m->params.t[i]->count && strcmp(p->t[i]->name, m->params.t[i]->name) == 0;
-    if (same) {
-        ST_TRY(st_device_upload(p->dev, p->data, data, (size_t)p->arena_count * sizeof *data));
-        if (p->buffer_count)
-            ST_TRY(st_device_upload(p->dev, p->buffers, buffers, (size_t)p->buffer_count * sizeof *buffers));
-    }
-    for (int i = 0; !same && i < p->n; i++) {
-        st_tensor *t = p->t[i];
-        const st_tensor *u = st_params_find(&m->params, t->name);
-        if (!u || u->count != t->count)
-            return st_fail(ST_ERR_INTERNAL, "the sampler's %s is not the model's", t->name);
-        const float *src = (u->kind == ST_TENSOR_PARAM ? data : buffers) + u->offset;
-        ST_TRY(st_device_upload(p->dev, t->data, src, (size_t)t->count * sizeof *t->data));
-    }
-    st_params_touch(&sm->params);
-    return ST_OK;
-}
-
-/* One text sample (go) from the run's weights (*data, *buffers: host
- * copies, freed here as soon as no sampler needs them) into out (*len
- * tokens), drawn on the run's GPU when it has one and room there: a
- * sampler made there for this sample alone and freed after it (fp32
- * weights without gradients, the cache of keys and values, its graphs), so
- * that training never runs beside its memory; else, and from the first
- * sample that found no room on, on the host, by a sampler kept for the
- * run. *where: the device's name or "cpu". The progress line is ended
- * before a note. */
-static st_status draw_sample(st_session *ses, st_progress *prog, float **data, float **buffers,
-                             const st_generate_opts *go, int32_t *out, int64_t *len, const char **where) {
-    st_model *m = ses->model;
-    st_config sc = *ses->cfg;
-    st_generate_config(&sc);
-    const int32_t V = (int32_t)m->in.vocab_size, first = V == 256 ? '\n' : V >= 50257 ? 50256 : 0;
-    st_status s = ST_OK;
-    if (m->params.dev && !ses->sample_on_host) {
-        st_model *dm = NULL;
-        /* (a failed allocation's advice meanwhile: the note below says what follows) */
-        st_device_set_oom_advice(m->params.dev, "(a text sample's sampler, beside training)");
-        s = st_model_create_inference(&sc, &m->in, m->params.dev, &dm);
-        if (s == ST_OK) s = sampler_weights(dm, m, *data, *buffers);
-        st_generate_stats gs = {0};
-        st_generate_opts dgo = *go;
-        dgo.stats = &gs;
-        if (s == ST_OK) s = st_generate(dm, &first, 1, &dgo, out, len);
-        if (s == ST_OK && gs.graph_note[0] && !ses->sample_graph_said) {
-            st_progress_end(prog);
-            fprintf(ses->out, "note: log.sample_every: %s\n", gs.graph_note);
-            ses->sample_graph_said = true;
-        }
-        st_model_free(dm);
-        st_device_set_oom_advice(m->params.dev, NULL);
-        *where = st_device_name(m->params.dev);
-        if (s != ST_ERR_NOMEM) goto done;
-        /* No room on the GPU, or none in host memory for the sampler's
-         * small host arrays (said as it is: the host sampler would fail
-         * too, with a warning) */
-        char why[512];
-        snprintf(why, sizeof why, "%s", st_last_error());
-        st_clear_error();
-        st_device_mem dmem;
-        const double mib = 1 << 20, weights = (double)(m->params.arena_count + m->params.buffer_count) * 4;
-        const bool got = st_device_memory(m->params.dev, &dmem) == ST_OK;
-        st_clear_error();
-        const double free_b = got ? (double)(dmem.total - dmem.used) : 0;
-        st_progress_end(prog);
-        if (got && free_b < 2 * weights)
-            fprintf(ses->out,
-                    "note: log.sample_every: %s has no room beside training for a sampler (%.1f MiB free, "
-                    "and its fp32 weights alone are %.1f MiB): this run's samples are drawn on rank 0's "
-                    "CPU, slower\n",
-                    st_device_name(m->params.dev), free_b / mib, weights / mib);
-        else
-            fprintf(ses->out,
-                    "note: log.sample_every: no sampler on %s (%s): this run's samples are drawn on rank "
-                    "0's CPU, slower\n",
-                    st_device_name(m->params.dev), why);
-        ses->sample_on_host = true;
-    }
-    *where = "cpu";
-    if (!ses->sampler) {
-        snprintf(sc.train.device, sizeof sc.train.device, "cpu");
-        s = st_model_create_inference(&sc, &m->in, NULL, &ses->sampler);
-    }
-    if (s == ST_OK) s = sampler_weights(ses->sampler, m, *data, *buffers);
-    st_free_aligned(*data); /* (before generation: the host sampler holds its own copy) */
-    st_free_aligned(*buffers);
-    *data = *buffers = NULL;
-    if (s == ST_OK) s = st_generate(ses->sampler, &first, 1, go, out, len);
-done:
-    st_free_aligned(*data);
-    st_free_aligned(*buffers);
-    *data = *buffers = NULL;
-    return s;
-}
-
-/* log.sample_every, every rank after `step` steps: the weights then draw a
- * text sample on rank 0, which prints it (the other ranks take part in
- * gathering sharded masters alone). The sampler is a copy of the model in
- * fp32 with its logits kept (the run's may be in 16 bits, with a fused
- * head), on the run's GPU or the host (draw_sample); its weights are the
- * run's, copied each time. A sample is a look at the
- * model, not part of training: one that cannot be drawn (memory, logits
- * that are not finite) is a warning and the last, and a stop (SIGTERM)
- * ends it unprinted. But a GPU lost by then (a fault in the sampler's
- * kernels, or in the step's before them: the device's sticky error, which
- * the next step would meet) is rank 0's own error, *fault (own_error: the
- * run stops with it). The return: a collective's failure, which every rank
- * has. */
-static st_status sample_and_print(st_session *ses, const st_run_opts *opts, st_progress *prog, int64_t step,
-                                  st_status *fault) {
-    st_model *m = ses->model;
-    const st_config *c = ses->cfg;
-    float *data = NULL, *buffers = NULL;
-    if (m->params.masters_sharded) /* (a collective: every rank, even after rank 0's sample failed) */
-        ST_TRY(st_zero_copy_arenas(m, ses->comm, &data, &buffers));
-    if (ses->rank != 0 || ses->sample_failed || opts->quiet) {
-        st_free_aligned(data);
-        st_free_aligned(buffers);
-        return ST_OK;
-    }
-    st_status s = data ? ST_OK : st_model_copy_arenas(m, &data, &buffers);
-    const int64_t V = m->in.vocab_size, n = c->log.sample_tokens;
-    int32_t *out = s == ST_OK ? malloc((size_t)(n + 1) * sizeof *out) : NULL;
-    if (s == ST_OK && !out)
-        s = st_fail(ST_ERR_NOMEM, "out of memory for a sample of %lld tokens", (long long)n);
-    int64_t len = 0;
-    /* (printed: `scaletrain sample --seed` takes it, 0 to 2^63 - 1) */
-    const uint64_t seed = ((uint64_t)c->train.seed * 1000003u + (uint64_t)step) & (uint64_t)INT64_MAX;
-    const st_generate_opts go = {.p = {.temperature = 1, .top_k = 0, .top_p = 1},
-                                 .n_new = n,
-                                 .n_samples = 1,
-                                 .seed = seed,
-                                 .stop_token = -1,
-                                 .stop = opts->stop};
-    const char *where = "";
-    if (s == ST_OK) s = draw_sample(ses, prog, &data, &buffers, &go, out, &len, &where);
-    st_free_aligned(data);
-    st_free_aligned(buffers);
-    if (s == ST_ERR_INTERRUPTED) { /* (the run stops after this step: the sample goes unprinted) */
-        st_clear_error();
-        free(out);
-        return ST_OK;
-    }
-    if (s == ST_OK) snprintf(ses->sample_device, sizeof ses->sample_device, "%s", where);
-    st_progress_end(prog);
-    /* (the GPU lost: in the sampler's kernels, or before them in the step's, which the copy of the weights
-     * was the first to wait for) */
-    if (s != ST_OK && m->params.dev && st_device_lost(m->params.dev)) {
-        free(out);
-        *fault = st_fail_context(s, "log.sample_every: %s faulted by the text sample after step %lld: ",
-                                 st_device_name(m->params.dev), (long long)step);
-        return ST_OK;
-    }
-    if (s != ST_OK) {
-        fprintf(ses->out,
-                "warning: log.sample_every: no sample at step %lld: %s; training goes on without samples\n",
-                (long long)step, st_last_error());
-        st_clear_error();
-        ses->sample_failed = true;
-    } else if (V == 256) { /* bytes: as text, '?' for a control character (C0 but a new line or tab,
-                            * DEL, C1) and for a byte of no valid UTF-8 sequence */
-        fprintf(ses->out, "sample at step %lld (--seed %llu):\n", (long long)step, (unsigned long long)seed);
-        unsigned char b[len]; /* (len - 1 <= log.sample_tokens <= 65536) */
-        for (int64_t i = 1; i < len; i++)
-            b[i] = (unsigned char)out[i];
-        for (int64_t i = 1; i < len;) {
-            const size_t k = st_utf8_len(b + i, (size_t)(len - i));
-            const bool ctl = (k == 1 && (b[i] < 0x20 || b[i] == 0x7f) && b[i] != '\n' && b[i] != '\t') ||
-                             (k == 2 && b[i] == 0xc2 && b[i + 1] < 0xa0); /* (U+0080 to U+009F) */
-            if (k && !ctl)
-                fwrite(b + i, 1, k, ses->out);
-            else
-                fputc('?', ses->out);
-            i += k && !ctl ? (int64_t)k : 1;
-        }
-        fputc('\n', ses->out);
-    } else {
-        fprintf(ses->out, "sample at step %lld (--seed %llu, token ids):", (long long)step,
-                (unsigned long long)seed);
-        for (int64_t i = 1; i < len; i++)
-            fprintf(ses->out, " %d", out[i]);
-        fputc('\n', ses->out);
-    }
-    free(out);
-    out_flush(ses);
-    return ST_OK;
-}
-
-/* Every rank, after the last traced step (done, 1-based; the run began after
- * step start): gather the events; rank 0 writes trace.json. */
-static st_status write_trace(st_session *ses, const st_run_opts *opts, st_trace *tr, st_progress *prog,
-                             int64_t start, int64_t done) {
-    const bool mine = ses->rank == 0 && opts->save;
-    /* the steps it holds: the run may have begun (resumed) or ended (or
-     * stopped) inside the window; trace.json's first_step and last_step say
-     * those, not the window asked for */
-    const int64_t lo = tr->first > start + 1 ? tr->first : start + 1;
-    int64_t hi = tr->last < done ? tr->last : done;
-    const int64_t asked_lo = tr->first, asked_hi = tr->last;
-    if (lo <= hi) tr->first = lo, tr->last = hi;
-    /* a resumed run's trace beside the earlier part's (its profile kept, as its metrics are) */
-    char kept[4400] = "", also[4500] = "";
-    if (mine && start > 0) st_trace_keep_earlier(ses->cfg->train.out_dir, start, kept, sizeof kept);
-    if (kept[0]) snprintf(also, sizeof also, " (the earlier one kept as %s)", kept);
-    ST_TRY(st_trace_write(tr, ses->comm, ses->cfg->train.out_dir, mine));
-    if (mine && lo <= hi && tr->last < hi) { /* (the event limit reached: the steps it holds whole) */
-        st_progress_end(prog);
-        char held[64] = "no step whole";
-        if (tr->last >= lo) snprintf(held, sizeof held, "steps %lld-%lld whole", (long long)lo, (long long)tr->last);
-        st_ticker_sayf("scaletrain: warning: the trace of steps %lld-%lld holds %s: a rank reached the limit of "
-                       "%d events, and the rest were dropped; profile a shorter window (--profile %lld-%lld)\n",
-                       (long long)lo, (long long)hi, held, ST_TRACE_MAX_EVENTS, (long long)lo,
-                       (long long)(tr->last >= lo ? tr->last : lo));
-        if (tr->last >= lo) hi = tr->last;
-    }
-    if (mine && !opts->quiet) {
-        st_progress_end(prog);
-        if (lo <= hi)
-            fprintf(ses->out, "wrote the trace of steps %lld-%lld to %s/trace.json%s\n", (long long)lo,
-                    (long long)hi, ses->cfg->train.out_dir, also);
-        else
-            fprintf(ses->out, "wrote %s/trace.json: no step of %lld-%lld ran\n", ses->cfg->train.out_dir,
-                    (long long)asked_lo, (long long)asked_hi);
-        out_flush(ses);
-    }
-    return ST_OK;
-}
-
-/* The memory this rank holds for optimizer state and gradients, measured and
- * as the formulas predict (dist.h); rank 0 prints it at the start. */
-static void report_memory(st_session *ses, const st_run_opts *opts, const st_dist *dd, const st_optim *o,
-                          st_run_result *r) {
-    const int64_t k = o->v ? 2 : 1, S = dd->sh.shard;
-    snprintf(r->strategy, sizeof r->strategy, "%s", st_dist_mode_name(dd->mode));
-    r->deterministic = dd->deterministic;
-    r->optim_state_bytes = st_optim_state_nbytes(o);
-    r->optim_offload = o->off != NULL;
-    r->optim_state_bytes_predicted = k * 4 * (dd->mode == ST_DIST_DDP ? dd->sh.count : dd->sh.hi - dd->sh.lo);
-    r->grad_bytes_predicted = st_dist_grad_nbytes_predicted(dd);
-    r->grad_stage_bytes = 4 * dd->ddp.stage_count;
-    const st_params *p = dd->p;
-    r->masters_sharded = p->masters_sharded;
-    r->master_bytes = st_params_master_nbytes(p);
-    r->master_bytes_predicted = 4 * (p->masters_sharded ? S : p->arena_count);
-    /* Staged ZeRO-2 on a model whose buckets are few (one may hold nearly
-     * every gradient): the staging plus the shard can exceed the whole
-     * gradients that zero1 holds. */
-    const int64_t staged = 4 * (S + dd->ddp.stage_count), whole = 4 * p->arena_count;
-    if (dd->ddp.stage && staged > whole && ses->rank == 0)
-        st_ticker_sayf(
-            "scaletrain: warning: dist.strategy zero2 holds %.4g MiB of gradients here (the shard and %.4g "
-            "MiB of staging for the buckets live at once), more than the %.4g MiB of the whole gradients that "
-            "zero1 holds: its gradients fall in too few buckets (or one tensor fills most of them) for the "
-            "staging to be reused; dist.strategy zero1 holds less on this model (docs/distributed.md)\n",
-            (double)staged / (1 << 20), 4.0 * (double)dd->ddp.stage_count / (1 << 20),
-            (double)whole / (1 << 20)); /* (%.4g: a small model's 0.02 MiB, not 0.0) */
-    if (opts->quiet || (dd->world == 1 && dd->mode == ST_DIST_DDP && !dd->deterministic)) return;
-    const double mib = 1.0 / (1 << 20);
-    fprintf(
-        ses->out,
-        "memory per rank (%s%s, %d rank%s, P = %lld parameters, shard S = %lld): optimizer state %.3f MiB%s "
-        "(formula %lld x 4 B x %s = %.3f MiB), gradients %.3f MiB resident (formula %s = %.3f MiB), fp32 "
-        "masters %.3f MiB%s (formula 4 B x %s = %.3f MiB)\n",
-        r->strategy, dd->deterministic ? ", deterministic" : "", dd->world, dd->world == 1 ? "" : "s",
-        (long long)dd->sh.count, (long long)S, (double)r->optim_state_bytes * mib,
-        r->optim_offload ? " in host memory (optim.offload)" : "", (long long)k,
-        dd->mode == ST_DIST_DDP ? "P" : "S", (double)r->optim_state_bytes_predicted * mib,
-        (double)st_dist_grad_nbytes(dd) * mib,
-        dd->deterministic                            ? "4 B x (N*S grads + S folded + N*S received)"
-        : dd->mode == ST_DIST_ZERO2 && dd->ddp.stage ? "4 B x (S + the buckets' staging)"
-        : dd->mode == ST_DIST_ZERO2                  ? "4 B x S"
-                                                     : "4 B x N*S",
-        (double)r->grad_bytes_predicted * mib, (double)r->master_bytes * mib, p->dev ? "" : " resident",
-        p->masters_sharded ? "S" : "N*S", (double)r->master_bytes_predicted * mib);
-    out_flush(ses);
 }
 
 /* The graph's allreduce_sum hook (graph.h) for sync batch-norm: a blocking
@@ -990,7 +343,7 @@ static st_status save_failed(st_status s, const st_config *c, int64_t step, cons
  * in why) and the step goes on to the stop all-reduce, or at the last step
  * to the run's end's agreement (train_loop), which tells every rank; they
  * stop there together and, the weights and optimizer state whole
- * everywhere, save them together (rescue), where the failing rank alone
+ * everywhere, save them together (st_run_rescue), where the failing rank alone
  * could not under ZeRO. On one rank it is returned. */
 static st_status own_error(st_session *ses, st_status e, st_status *own, char *why, size_t why_len) {
     if (e == ST_OK || ses->world == 1) return e;
@@ -1022,7 +375,7 @@ static const char *stop_name(int sig, char buf[static 16]) {
 /* The error every rank returns once an agreement said that rank `flag` - 1
  * met its own error (own_error) after step `step`: that rank's own message,
  * the others naming it; agreed, so that they report it alike and save
- * together (rescue). */
+ * together (st_run_rescue). */
 static st_status own_stopped(st_session *ses, st_status own, const char *why, float flag, int64_t step) {
     ses->agreed_error = ses->agreed_read = true;
     if (own != ST_OK) return st_fail(own, "%s", why);
@@ -1051,7 +404,7 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
     if (s != ST_OK) {
         /* Every rank has the outcome (its commit's agreement), and the state
          * of the step just trained: they report it alike, and save that step
-         * together (rescue), rather than each ending the others. */
+         * together (st_run_rescue), rather than each ending the others. */
         ses->agreed_error = ses->agreed_read = ses->world > 1 && !st_comm_failed(ses->comm);
         return save_failed(s, ses->cfg, saved, got, false);
     }
@@ -1070,12 +423,6 @@ static st_status commit_pending(st_session *ses, const st_run_opts *opts, st_ckp
         out_flush(ses);
     }
     return ST_OK;
-}
-
-/* The remedy a run gone non-finite is told: optim.grad_clip only where it
- * is off. */
-static const char *numeric_fix(const st_config *c) {
-    return c->optim.grad_clip > 0 ? "lower optim.lr" : "lower optim.lr or set optim.grad_clip";
 }
 
 /* The loss of the steps closed since the last read (loss_sum.h), averaged
@@ -1113,7 +460,8 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
                        "the gradients of step %lld are not finite (their norm is %s) while its loss was: "
                        "backward overflowed; no update was made from that step on, so the weights are "
                        "those after step %lld; %s",
-                       (long long)halt, halt_nan ? "NaN" : "inf", (long long)halt - 1, numeric_fix(ses->cfg));
+                       (long long)halt, halt_nan ? "NaN" : "inf", (long long)halt - 1,
+                       st_run_numeric_fix(ses->cfg));
     }
     if (isfinite(*loss)) return ST_OK;
     ses->agreed_error = ses->world > 1;
@@ -1125,7 +473,7 @@ static st_status read_loss(st_session *ses, st_loss_sum *ls, double *loss, int64
     }
     const int64_t last = first + *n - 1;
     const char *what = isnan(*loss) ? "NaN" : *loss > 0 ? "inf" : "-inf"; /* (not printf's "-nan") */
-    const char *fix = numeric_fix(ses->cfg);
+    const char *fix = st_run_numeric_fix(ses->cfg);
     if (bad > 0 || first == last)
         return st_fail(ST_ERR_NUMERIC, "the loss became %s at step %lld; %s", what,
                        (long long)(bad > 0 ? bad : last), fix);
@@ -1154,80 +502,14 @@ static st_status grads_not_finite(st_session *ses, st_loss_sum *ls, int64_t step
                        : ", or set optim.grad_clip (it bounds their growth before an overflow)");
 }
 
-/* The checkpoint's position: after `step` steps, the sampler at pos, the
- * loss scaler as it stands, and whether the evaluation due at the step was
- * left unmade (owed: the step of one that began and did not end). */
-static void ck_at(st_ckpt_state *ck, int64_t step, st_sampler_pos pos, const st_scaler *sc, int64_t owed) {
-    ck->step = step;
-    ck->eval_owed = owed > 0 && owed == step;
-    ck->pos = pos;
-    ck->loss_scale = sc->enabled ? sc->scale : 0;
-    ck->scale_good_steps = sc->good_steps;
-    ck->skipped_steps = sc->skipped;
-}
-
-/* Whether this rank's weights are all finite: its masters (their shard when
- * sharded, where a device's `data` is NULL); and its buffers (batch-norm
- * running statistics, which a load refuses as it refuses weights). */
-static st_status own_weights_finite(const st_session *ses, bool *finite, bool *buffers_finite) {
-    const st_params *pp = &ses->model->params;
-    const int64_t lo = pp->masters_sharded ? pp->master_lo : 0,
-                  hi = pp->masters_sharded ? pp->master_hi : pp->arena_count;
-    *buffers_finite = true;
-    ST_TRY(st_device_all_finite(ses->dev, st_params_master(pp, lo), (size_t)(hi - lo), finite));
-    if (pp->buffer_count > 0 && pp->buffers)
-        ST_TRY(st_device_all_finite(ses->dev, pp->buffers, (size_t)pp->buffer_count, buffers_finite));
-    return ST_OK;
-}
-
-/* Before the checkpoint of step `step` (every rank, together): the loss is
- * read before each checkpoint, but it is the loss before the step's update.
- * An update that made a weight non-finite while that loss was finite (a
- * gradient that overflowed) stops the run here, with no checkpoint: saved,
- * it would become `latest`, which a resume's load refuses (weights.c), and
- * train.keep_checkpoints would delete the good ones behind it. Every rank
- * learns it (the shards of ZeRO differ). `last`: the last committed
- * checkpoint, "" if none. */
-static st_status weights_finite_at(st_session *ses, int64_t step, const char *last) {
-    bool finite = false, stats = false;
-    const st_status f = own_weights_finite(ses, &finite, &stats);
-    if (ses->world == 1) ST_TRY(f);
-    if (ses->world > 1) {
-        /* -1: a rank could not look; 0: a weight is not finite; 1: a statistic; 2: neither */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", f == ST_OK ? "" : st_last_error());
-        int64_t v = f != ST_OK ? -1 : !finite ? 0 : !stats ? 1 : 2;
-        ST_TRY(st_comm_all_reduce_sync(ses->comm, &v, &v, 1, ST_COMM_I64, ST_COMM_MIN,
-                                       "whether the weights are finite"));
-        ses->agreed_error = v < 2;
-        if (v < 0) /* (every rank here: the one that could not look says why) */
-            return f != ST_OK ? st_fail(f, "%s", why)
-                              : st_fail(ST_ERR_IO,
-                                        "another rank could not look at its weights before the checkpoint of "
-                                        "step %lld (its own message says why); no checkpoint of it was saved",
-                                        (long long)step);
-        finite = v >= 1;
-        stats = v == 2;
-    }
-    if (finite && stats) return ST_OK;
-    /* (batch norm's output stays finite with an infinite variance: x / inf is 0) */
-    return st_fail(ST_ERR_NUMERIC,
-                   "%s %lld, whose loss was finite (%s); no checkpoint of step %lld was saved%s%s%s; %s",
-                   finite ? "the batch-norm running statistics became non-finite by step"
-                          : "the weights became non-finite in the update of step",
-                   (long long)step, finite ? "an activation's square overflowed" : "a gradient overflowed",
-                   (long long)step, last[0] ? " (the last one, " : "", last, last[0] ? ", is whole)" : "",
-                   numeric_fix(ses->cfg));
-}
-
 /* Where a rank alone cannot save what the run finished when its data fails
- * (rescue, below: under ZeRO, whose shards need every rank, or with
+ * (st_run_rescue, run_ckpt.c: under ZeRO, whose shards need every rank, or with
  * batch-norm statistics, rank 0's), the ranks agree on each micro-batch's
  * read before its forward, whose collectives a rank without its batch would
  * never join: the outcome s of this rank's read, the others' in one small
  * all-reduce. Any rank's failure is every rank's (ses->agreed_read): the
  * weights and optimizer state are the last step's on every rank, and
- * rescue saves them together. A stop that ended a rank's wait for its
+ * st_run_rescue saves them together. A stop that ended a rank's wait for its
  * batch (ST_ERR_INTERRUPTED; a stop reaches every rank) is every rank's stop
  * where no rank failed otherwise, and every rank's error where one did: the
  * same outcome everywhere, so that they end alike (end_failed_ranks: an
@@ -1245,7 +527,7 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
     if (a != ST_OK) return s != ST_OK ? st_fail(s, "%s", why) : a;
     if (v[0] == 0 && v[1] == 0) return ST_OK;
     ses->agreed_error = ses->agreed_read = true;
-    if (v[0] == 0) { /* stops alone: every rank's, its finished steps saved (rescue) */
+    if (v[0] == 0) { /* stops alone: every rank's, its finished steps saved (st_run_rescue) */
         ses->read_stopped = true;
         ses->read_stop_signal = (int)v[2];
         if (stopped) return st_fail(s, "%s", why);
@@ -1259,253 +541,6 @@ static st_status agree_read(st_session *ses, st_status s, int64_t step) {
                    "rank %lld could not read its training batch of step %lld (its own message says why), so "
                    "every rank stopped there",
                    (long long)v[0] - 1, (long long)step + 1);
-}
-
-/* The rescue's one writer among ranks that failed together: an flock of
- * lock (waits while another rank writes; released at exit), or on a file
- * system without locks (Lustre mounted without flock) lock.excl, made by one
- * rank alone (any rank, not only rank 0, which may be waiting in a
- * collective), while the others wait, up to limit seconds, for that file to
- * go (its save ended) or for done (the checkpoint's state.json) to appear.
- * The lock's descriptor, lock then naming the file to remove once written;
- * -1 for a rank that waited. */
-static int rescue_lock(char *lock, size_t cap, const char *done, double limit) {
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0 && flock(fd, LOCK_EX) == 0) return fd;
-    if (fd >= 0) close(fd);
-    char excl[ST_CFG_STR + 80];
-    snprintf(excl, sizeof excl, "%s.excl", lock);
-    fd = open(excl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    unlink(lock); /* (the file flock could not lock: each rank that made it removes it) */
-    if (fd >= 0) {
-        snprintf(lock, cap, "%s", excl);
-        return fd;
-    }
-    const double until = st_now() + limit;
-    struct stat sb;
-    while (stat(excl, &sb) == 0 && stat(done, &sb) != 0 && st_now() < until) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return -1;
-}
-
-/* A run that fails where its weights and optimizer state are whole (a batch
- * that cannot be read, an evaluation, a metrics write, a stop that came
- * while a batch did not; not a non-finite loss or a stop after the step,
- * which saves its own checkpoint) saves them before it stops, so that fixing the cause and
- * `--resume auto` loses no step. The step they hold is `whole` (at sampler
- * position `pos`), saved when it is later than the last checkpoint's
- * (`saved`; one that failed to write is not tried again at its step) and
- * the weights are finite. The message of `s` stays first and says what was
- * saved.
- *
- * On one rank a pending asynchronous checkpoint is committed first. With
- * several ranks the others wait inside a collective (the failing rank then
- * ends the job, st_train), so the failing rank saves alone, as a run of one
- * would: under ddp every rank holds the whole weights and optimizer state
- * (not under ZeRO, whose shards need every rank; nor with batch-norm
- * statistics, rank 0's, on another rank), and the sampler's position is the
- * same on every rank; not after a collective failed. Ranks failing together (one data file shortened under
- * all of them) take a lock (rescue-step-N.lock's flock, or where the file
- * system has none, rescue-step-N.lock.excl made by one of them alone), so
- * that one of them writes. A pending asynchronous checkpoint needs every rank to commit: it
- * is dropped, and the later step saved. Where every rank knows of the
- * failure and holds the same whole state (ses->agreed_read: a read the
- * ranks agreed on, agree_read, or a shared evaluation's), they save
- * together, as a checkpoint is saved in the loop (ZeRO's shards too); but
- * where a rank could not look at its weights (its GPU lost, as at rank 0's
- * text sample), under ddp the first rank that could saves alone for all
- * (each holds the whole state; batch-norm statistics: rank 0 only), and
- * the others wait for its outcome. */
-static st_status rescue(st_session *ses, st_status s, st_ckpt_async **pending, int64_t whole,
-                        st_sampler_pos pos, int64_t saved, st_ckpt_state *ck, const st_scaler *sc,
-                        st_optim *opt, const st_ckpt_layout *lay, const st_dist *dd, st_loss_sum *ls,
-                        st_run_result *r) {
-    if (s == ST_OK || !ses->save || s == ST_ERR_NUMERIC || (s == ST_ERR_INTERRUPTED && !ses->read_stopped) ||
-        ses->out_dir_lost)
-        return s;
-    const st_config *c = ses->cfg;
-    const st_model *m = ses->model;
-    const bool together = ses->world > 1 && ses->agreed_error && ses->agreed_read;
-    const bool alone = ses->world > 1 && !together; /* this rank saves without the others */
-    if (alone && (ses->agreed_error || dd->mode != ST_DIST_DDP || m->params.masters_sharded ||
-                  (ses->rank != 0 && m->params.buffer_count > 0)))
-        return s;
-    /* A failed collective: the job ends at once (a device may also hold
-     * NCCL work that will never finish, which a save would wait for). */
-    if (st_comm_failed(ses->comm) || st_comm_failed(ses->dcomm)) return s;
-    char why[2048], note[8192] = "", lock[ST_CFG_STR + 64] = "";
-    int lock_fd = -1;
-    snprintf(why, sizeof why, "%s", st_last_error());
-    size_t at = 0; /* note: what was done, "; "-separated */
-#define NOTE(...) st_appendf(note, sizeof note, &at, __VA_ARGS__)
-    if (alone && (whole > saved || *pending)) /* (said now: the others wait in a collective, up to
-                                                * dist.timeout_s, and their watchdog may end the job
-                                                * during the save, before its own message) */
-        st_ticker_sayf("scaletrain: error (rank %d of %d, host %s): %s; saving the finished steps alone before "
-                       "every rank is ended (the others wait in a collective up to dist.timeout_s)\n",
-                       ses->rank, ses->world, st_comm_host(ses->comm), why);
-    if (*pending && alone) { /* its commit needs every rank: dropped, and its step saved below */
-        const int64_t step = st_ckpt_async_step(*pending);
-        st_ckpt_async_abandon(pending);
-        if (saved >= step) saved = step - 1; /* (saved: the step loop's mark for it, never committed) */
-        NOTE("the checkpoint of step %lld being written needs every rank to commit: dropped",
-             (long long)step);
-    }
-    if (*pending && !alone) {
-        const int64_t step = st_ckpt_async_step(*pending);
-        char got[sizeof r->checkpoint] = ""; /* (set once committed) */
-        const st_status f = st_ckpt_async_finish(pending, got, sizeof got, NULL);
-        if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
-        if (f == ST_OK || got[0]) { /* committed (a failure after it: `latest` behind) */
-            saved = step;
-            NOTE("the checkpoint of step %lld being written was committed to %s", (long long)step,
-                 r->checkpoint);
-        } else {
-            NOTE("the checkpoint of step %lld being written was not: %s", (long long)step, st_last_error());
-        }
-    }
-    if (whole > saved) {
-        bool finite = false, stats = false, other = false,
-             halt_nan = false; /* other: another rank wrote it */
-        const st_params *pp = &m->params;
-        int64_t halt = 0;
-        /* (rank 0: train.out_dir still the run's, as before a checkpoint: removed or replaced since the
-         * last one, another run may be there now, whose checkpoints this one's would mix with) */
-        st_status f = out_dir_held(ses);
-        const bool lost = f != ST_OK;
-        char lost_why[1024] = "";
-        if (lost) snprintf(lost_why, sizeof lost_why, "%s", st_last_error());
-        if (f == ST_OK) f = own_weights_finite(ses, &finite, &stats);
-        /* (a load refuses either: weights_finite_at); and updates the device's
-         * guard refused since the last read of the loss (optim.h
-         * st_optim_update) leave the weights of a step before `whole`: not
-         * its checkpoint either */
-        if (f == ST_OK) f = st_loss_sum_halted_now(ls, &halt, &halt_nan);
-        finite = finite && stats && halt == 0;
-        int by = -1; /* together, one rank's GPU lost: the rank that saves for all (ddp: each holds it all) */
-        if (together) { /* every rank the same way: 2 finite, 0 not, 1 a rank could not look, -1 out_dir
-                         * lost; the first rank that found them finite; and the step whose evaluation is
-                         * owed, negated (its largest: rank 0's, where it evaluates alone and another
-                         * rank saves) */
-            int64_t v[3] = {lost         ? -1
-                            : f != ST_OK ? 1
-                            : finite     ? 2
-                                         : 0,
-                            f == ST_OK && finite ? ses->rank : INT64_MAX, -ses->eval_owed_at};
-            f = st_comm_all_reduce_sync(ses->comm, v, v, 3, ST_COMM_I64, ST_COMM_MIN,
-                                        "whether the weights are finite");
-            finite = v[0] == 2;
-            if (f == ST_OK) ses->eval_owed_at = -v[2];
-            if (f == ST_OK && v[0] == -1) {
-                f = lost ? st_fail(ST_ERR_IO, "%s", lost_why)
-                         : st_fail(ST_ERR_IO,
-                                   "train.out_dir %s is no longer the run's (rank 0's message says why): "
-                                   "nothing is saved there",
-                                   c->train.out_dir);
-            } else if (f == ST_OK && v[0] == 1 && v[1] != INT64_MAX && dd->mode == ST_DIST_DDP &&
-                       !pp->masters_sharded && (pp->buffer_count == 0 || v[1] == 0)) {
-                by = (int)v[1];
-                finite = true;
-            } else if (f == ST_OK && v[0] == 1) {
-                f = st_fail(ST_ERR_IO, "a rank could not look at its weights");
-            }
-        }
-        if (f == ST_OK && alone) { /* one writer among the ranks that failed (rescue_lock) */
-            char dir[ST_CFG_STR + 16], done[ST_CFG_STR + 64];
-            snprintf(dir, sizeof dir, "%s/ckpt", c->train.out_dir);
-            snprintf(lock, sizeof lock, "%s/rescue-step-%lld.lock", dir, (long long)whole);
-            snprintf(done, sizeof done, "%s/step-%lld/state.json", dir, (long long)whole);
-            /* (a rank but 0, which holds no lock of out_dir's to compare: its run.lock still there,
-             * so that a folder moved away is not made again here) */
-            char held[ST_CFG_STR + 16];
-            snprintf(held, sizeof held, "%s/run.lock", c->train.out_dir);
-            struct stat sb;
-            if (ses->rank != 0 && stat(held, &sb) != 0)
-                f = st_fail(ST_ERR_IO,
-                            "train.out_dir %s has no run.lock now (moved or removed while the run trained): "
-                            "nothing is saved there",
-                            c->train.out_dir);
-            if (f == ST_OK) f = st_mkdirs(dir);
-            if (f == ST_OK) lock_fd = rescue_lock(lock, sizeof lock, done, st_ckpt_wait_limit(c, m, opt, 1));
-            if (f == ST_OK && lock_fd < 0 && stat(done, &sb) != 0)
-                return s; /* (the other rank's save did not end in a checkpoint's limit) */
-            other = f == ST_OK && stat(done, &sb) == 0;
-            if (other) snprintf(r->checkpoint, sizeof r->checkpoint, "%s/step-%lld", dir, (long long)whole);
-        }
-        if (at) NOTE("; ");
-        if (other) {
-            NOTE("another rank saved the weights and optimizer state after step %lld first, to %s",
-                 (long long)whole, r->checkpoint);
-        } else if (f == ST_OK && !finite) {
-            if (halt > 0)
-                NOTE(
-                    "no checkpoint of step %lld was saved: the gradients of step %lld were not finite (their "
-                    "norm %s), and no update was made from that step on",
-                    (long long)whole, (long long)halt, halt_nan ? "NaN" : "inf");
-            else
-                NOTE("no checkpoint of step %lld was saved: its weights or batch-norm statistics are not "
-                     "finite",
-                     (long long)whole);
-        } else {
-            if (f == ST_OK && (by < 0 || ses->rank == by)) {
-                ck_at(ck, whole, pos, sc, ses->eval_owed_at);
-                const st_ckpt_layout one = {0}; /* rank 0 of 1 */
-                char got[sizeof r->checkpoint] = "";
-                f = st_ckpt_save(c, m, opt, ck, alone || by >= 0 ? &one : lay, got, sizeof got);
-                if (got[0]) snprintf(r->checkpoint, sizeof r->checkpoint, "%s", got);
-                if (f != ST_OK && got[0]) { /* committed, whole (`latest` behind: the resume takes it all
-                                             * the same, st_ckpt_find) */
-                    st_clear_error();
-                    f = ST_OK;
-                }
-            }
-            if (by >= 0) { /* every rank learns how the save went (the lost GPU's rank waits for it here) */
-                int64_t ok = ses->rank != by || f == ST_OK ? 1 : 0;
-                char err[1024];
-                snprintf(err, sizeof err, "%s", f == ST_OK ? "" : st_last_error());
-                /* (the others waited here while rank `by` wrote: a checkpoint's wait, not dist.timeout_s) */
-                st_comm_set_timeout(ses->comm, st_ckpt_wait_limit(c, m, opt, 1),
-                                    "train.checkpoint_timeout_s");
-                const st_status a = st_comm_all_reduce_sync(ses->comm, &ok, &ok, 1, ST_COMM_I64, ST_COMM_MIN,
-                                                            "the rescue checkpoint's save");
-                st_comm_set_timeout(ses->comm, 0, NULL);
-                if (ses->rank != by) {
-                    f = a != ST_OK ? a
-                        : ok
-                            ? ST_OK
-                            : st_fail(ST_ERR_IO, "rank %d could not write it (its own message says why)", by);
-                    snprintf(r->checkpoint, sizeof r->checkpoint, "%s/ckpt/step-%lld", c->train.out_dir,
-                             (long long)whole);
-                } else if (f != ST_OK) {
-                    st_fail(f, "%s", err);
-                }
-            }
-            if (f == ST_OK && by >= 0)
-                NOTE("a rank's GPU is lost; rank %d saved the weights and optimizer state after step %lld "
-                     "first, to %s",
-                     by, (long long)whole, r->checkpoint);
-            else if (f == ST_OK && alone)
-                NOTE("rank %d saved the weights and optimizer state after step %lld first, to %s", ses->rank,
-                     (long long)whole, r->checkpoint);
-            else if (f == ST_OK)
-                NOTE("the weights and optimizer state after step %lld were saved first, to %s",
-                     (long long)whole, r->checkpoint);
-            else
-                NOTE("a checkpoint of step %lld could not be saved either: %s", (long long)whole,
-                     st_last_error());
-        }
-        if (lock_fd >= 0) { /* (a rank waiting on it finds the checkpoint) */
-            unlink(lock);
-            close(lock_fd);
-        }
-    }
-#undef NOTE
-    if (!at) return s; /* (its message unchanged) */
-    return st_fail(s, "%s (%s%s)", why, note,
-                   strstr(why, "--resume") ? ""
-                                           : "; --resume auto continues from the latest once this is fixed");
 }
 
 /* A GPU slowed by heat or its power supply (NVML's clock event reasons)
@@ -1685,7 +720,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     st_status own = ST_OK;         /* this rank's own error after a step (own_error) */
     char own_why[2048] = "";
     double pending_stall = 0;      /* the step loop's time on it so far */
-    /* For rescue (above): the step the weights and optimizer state hold
+    /* For st_run_rescue (run_ckpt.c): the step the weights and optimizer state hold
      * while they are whole (-1 while the optimizer writes them, from an
      * offloaded update's start during backward, or once a forward has moved
      * batch-norm statistics on), the sampler's position then, and the last
@@ -1728,7 +763,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     int64_t opt_lo, opt_hi;
     st_dist_range(&dd, &opt_lo, &opt_hi);
     ST_GOTO(st_optim_init_range(&opt, c, &m->params, opt_lo, opt_hi));
-    report_memory(ses, opts, &dd, &opt, r);
+    st_run_report_memory(ses, opts, &dd, &opt, r);
     lay = (st_ckpt_layout){ses->comm, ses->rank, ses->world, dd.mode != ST_DIST_DDP && ses->world > 1,
                            dd.sh.shard};
     mg.g.training = true;
@@ -1765,7 +800,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         /* (each rank loads its own: one that failed, out of memory or its
          * files unreadable, ends every rank here, each saying so, not the
          * others waiting for it in the next collective) */
-        ST_GOTO(agree_outcome(ses, s, "loading the checkpoint"));
+        ST_GOTO(st_session_agree_outcome(ses, s, "loading the checkpoint"));
         if (found) {
             st_session_take_norm(ses, dir, true);
             ck = got;
@@ -2056,11 +1091,11 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
                        "overflow to say so, and the scale only doubles every optim.loss_scale_window (%lld) "
                        "clean steps. A scale of 1 or more suits every run (65536, the default, most)\n",
                        c->optim.loss_scale, (long long)c->optim.loss_scale_window);
-    /* (its first writes come once the set-up is done: first_writes) */
+    /* (its first writes come once the set-up is done: st_out_dir_first_writes) */
     if (ses->rank == 0 && opts->save) st_test_pause("out_dir");
-    ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? take_out_dir(ses, opts) : ST_OK,
-                          "rank 0's lock of train.out_dir"));
-    if (lay.sharded && ses->save) ST_GOTO(same_out_dir(ses));
+    ST_GOTO(st_session_agree_outcome(ses, ses->rank == 0 && opts->save ? st_out_dir_take(ses, opts) : ST_OK,
+                                     "rank 0's lock of train.out_dir"));
+    if (lay.sharded && ses->save) ST_GOTO(st_out_dir_shared(ses));
     if (dist) {
         if (strcmp(c->dist.grad_dtype, "fp32") != 0 &&
             ((dd.mode == ST_DIST_ZERO2 && !m->params.grads_sharded) || dd.deterministic)) {
@@ -2145,8 +1180,9 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     ST_GOTO(st_loss_sum_init(&ls, dev, accum));
     if (opt.dev && !opt.off) opt.halt = st_loss_sum_guard(&ls); /* (the offloaded update is the host's) */
     /* (rank 0's: a failure, its storage's, ends every rank with it) */
-    ST_GOTO(agree_outcome(ses, ses->rank == 0 && opts->save ? first_writes(ses, opts, start, met) : ST_OK,
-                          "rank 0's first writes to train.out_dir"));
+    ST_GOTO(st_session_agree_outcome(
+        ses, ses->rank == 0 && opts->save ? st_out_dir_first_writes(ses, opts, start, met) : ST_OK,
+        "rank 0's first writes to train.out_dir"));
     const char *unpinned;
     if (dev && !st_feed_pinned(feed, &unpinned) && !opts->quiet)
         fprintf(ses->out,
@@ -2177,7 +1213,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
     r->steps = start;
     saved_step = start;
     const bool fwd_writes = m->params.buffer_count > 0;
-    /* (under ddp without batch-norm statistics a rank saves alone: rescue) */
+    /* (under ddp without batch-norm statistics a rank saves alone: st_run_rescue) */
     const bool agree_reads = dist && (dd.mode != ST_DIST_DDP || m->params.masters_sharded || fwd_writes);
     const int64_t waits0 = st_device_stream_waits(dev);
     double t_saved = st_now(); /* the last checkpoint's end (train.checkpoint_every_s), or the loop's start */
@@ -2302,7 +1338,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         const bool every = c->train.checkpoint_every > 0 && (step + 1) % c->train.checkpoint_every == 0;
         const bool eval_due =
             c->train.eval_every > 0 && (step + 1) % c->train.eval_every == 0 && step + 1 < steps;
-        /* (owed from here until it ends: a checkpoint of the step saved before then, a rescue after an
+        /* (owed from here until it ends: a checkpoint of the step saved before then, a st_run_rescue after an
          * error in the step's end, says so) */
         if (eval_due && ses->has_val && (ses->rank == 0 || ses->eval_shared)) ses->eval_owed_at = step + 1;
         const bool sample_due =
@@ -2356,7 +1392,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
          * NaN loss stops the run before a checkpoint or an evaluation sees
          * the weights after it (weights this step's update made non-finite
          * while its loss was finite are looked at before a checkpoint,
-         * weights_finite_at). After the update is queued: on a device the host would
+         * st_run_weights_finite_at). After the update is queued: on a device the host would
          * otherwise wait for backward's end before it, and an offloaded
          * update's host arithmetic would no longer overlap backward. A stop
          * reads before its checkpoint (below). */
@@ -2431,8 +1467,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
         if (sample_due && !eval_cut) { /* (a stop cut the evaluation short: every rank stops below) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "sample", "sample");
             st_status fault = ST_OK;
-            ST_GOTO(
-                sample_and_print(ses, opts, &prog, step + 1, &fault)); /* (fails only as every rank does) */
+            ST_GOTO(st_run_sample(ses, opts, &prog, step + 1, &fault)); /* (fails only as every rank does) */
             ST_GOTO(own_error(ses, fault, &own, own_why, sizeof own_why));
             st_trace_end(trace, &mark);
         }
@@ -2493,10 +1528,10 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             if (pending)
                 ST_GOTO(commit_pending(ses, opts, &pending, &pending_stall, r, step + 1, met, &prog, trace,
                                        &own, own_why, sizeof own_why));
-            ST_GOTO(weights_finite_at(ses, step + 1, r->checkpoint));
-            ck_at(&ck, step + 1, st_feed_position(feed), &sc, ses->eval_owed_at);
-            saved_step = step + 1; /* (a rescue would not write it again, saved or not) */
-            ST_GOTO(out_dir_held(ses)); /* (rank 0: the others then wait in the save, ended with it) */
+            ST_GOTO(st_run_weights_finite_at(ses, step + 1, r->checkpoint));
+            st_run_ckpt_at(&ck, step + 1, st_feed_position(feed), &sc, ses->eval_owed_at);
+            saved_step = step + 1;         /* (a st_run_rescue would not write it again, saved or not) */
+            ST_GOTO(st_out_dir_held(ses)); /* (rank 0: the others then wait in the save, ended with it) */
             mark = st_trace_begin(trace, ST_TRACE_TID_STEP, "checkpoint", "checkpoint");
             const double t_ck = st_now();
             if (c->train.checkpoint_async && !stopped && step + 1 < steps) {
@@ -2547,7 +1582,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
             /* trace.json that cannot be written (rank 0's file), or the memory
              * to gather it (every rank's, agreed: st_trace_write), is not worth
              * the run: a warning */
-            s = write_trace(ses, opts, &tr, &prog, start, step + 1);
+            s = st_run_write_trace(ses, opts, &tr, &prog, start, step + 1);
             if (s == ST_ERR_IO || s == ST_ERR_NOMEM) {
                 st_ticker_sayf("scaletrain: warning: %s; the run goes on without its profiler trace\n",
                                st_last_error());
@@ -2646,7 +1681,7 @@ static st_status train_loop(st_session *ses, const st_run_opts *opts, st_run_res
 fail:
     if (s == ST_ERR_INTERRUPTED && !r->stop_signal)
         r->stop_signal = ses->read_stop_signal; /* (agree_read's) */
-    s = rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, &ls, r);
+    s = st_run_rescue(ses, s, &pending, whole, whole_pos, saved_step, &ck, &sc, &opt, &lay, &dd, &ls, r);
     if (s != ST_OK && s != ST_ERR_INTERRUPTED && gm.dev) { /* what the driver saw on the GPU, if anything */
         char xids[1024], why[4096];
         if (st_gpu_monitor_xids(&gm, xids, sizeof xids) > 0) {
@@ -2722,7 +1757,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
         opts = &mine;
     }
     if (ses.world > 1) ST_GOTO(agree_run_opts(&ses, opts));
-    ST_GOTO(check_out_dir(&ses, opts));
+    ST_GOTO(st_out_dir_check(&ses, opts));
     /* --init's weights replace every tensor (st_model_load refuses a file
      * that lacks one): no random values are made first; and a checkpoint
      * replaces both (defer_init) */
@@ -2765,7 +1800,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                 st_last_error());
         }
     }
-    print_header(&ses, opts);
+    st_run_print_header(&ses, opts);
     ST_GOTO(train_loop(&ses, opts, res, &met));
     /* every st_device_alloc block (the arenas) and the cuBLASLt workspace,
      * at the most; 0 on the host */
@@ -2816,7 +1851,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
             char path[ST_CFG_STR + 32], what[ST_CFG_STR + 64];
             snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.out_dir);
             snprintf(what, sizeof what, "writing the weights to %s", path);
-            s = out_dir_held(&ses);
+            s = st_out_dir_held(&ses);
             st_watch_begin(ses.store_watch, what);
             if (s == ST_OK && (s = st_mkdirs(cfg->train.out_dir)) != ST_OK)
                 st_fail_context(s, "train.out_dir: ");
@@ -2838,7 +1873,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     /* (a stop during the final evaluation: every rank learns whether rank 0's weights were written
      * before it says how it ended, so that they end alike) */
-    if (ev_stopped && ev == ST_OK) s = agree_outcome(&ses, s, "the final weights");
+    if (ev_stopped && ev == ST_OK) s = st_session_agree_outcome(&ses, s, "the final weights");
     /* The error said: the last step's checkpoint's first, then the
      * evaluation's, then where the weights are or what failed after it. */
     if (ses.last_ckpt_err != ST_OK) {
@@ -2876,7 +1911,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
     }
     st_free_aligned(wdata);
     st_free_aligned(wbuf);
-    s = agree_outcome(&ses, s, "the final evaluation and weights");
+    s = st_session_agree_outcome(&ses, s, "the final evaluation and weights");
     if (ses.world > 1) st_comm_set_timeout(ses.comm, 0, NULL);
     ST_GOTO(s);
     if (!opts->quiet) {
@@ -2921,7 +1956,7 @@ st_status st_train(st_config *cfg, const st_run_opts *opts, st_run_result *res) 
                 "overflowed at every loss scale tried (%g at the end), so the weights did not change; lower "
                 "optim.loss_scale, or train in bf16 (precision: bf16)\n",
                 (long long)ran, res->loss_scale);
-    if (opts->json) print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
+    if (opts->json) st_run_print_json(ses.out, res, ses.train.kind == ST_DATA_TOKENS, true);
     ses.json = opts->json;
     out_flush(&ses);
     s = ST_OK;
@@ -2999,7 +2034,7 @@ st_status st_evaluate(st_config *cfg, const st_run_opts *opts, st_run_result *re
     res->tokens_per_s = res->samples_per_s * (double)(ses.val.kind == ST_DATA_TOKENS ? ses.val.seq_len : 0);
     st_device_mem dm;
     if (ses.dev && st_device_memory(ses.dev, &dm) == ST_OK) res->device_mem_peak_bytes = dm.peak;
-    if (opts->json) print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
+    if (opts->json) st_run_print_json(ses.out, res, ses.val.kind == ST_DATA_TOKENS, false);
     ses.json = opts->json;
     out_flush(&ses);
     s = ST_OK;
