@@ -23,12 +23,12 @@ st_status st_crc32_file(const char *path, uint32_t *crc, int64_t *nbytes);
 
 /* Piece i of k over n bytes: [*lo, *hi), the first n % k pieces a byte
  * longer (how an input is cut over threads here, and a file over ranks by
- * checkpoint.c's shared verification). */
+ * ckpt_read.c's shared verification). */
 void st_crc32_piece(int64_t n, int k, int i, int64_t *lo, int64_t *hi);
 
 /* The CRC32 of the file's bytes [lo, hi), and how many there were (fewer
  * when the file ends first): one rank's part of a file whose parts' CRC32s
- * are joined with crc32_combine (checkpoint.c's shared verification). */
+ * are joined with crc32_combine (ckpt_read.c's shared verification). */
 st_status st_crc32_file_part(const char *path, int64_t lo, int64_t hi, uint32_t *crc, int64_t *got);
 
 #endif

@@ -1,7 +1,7 @@
 /* The optimizer-state files of a checkpoint (checkpoint.h): the whole state
  * by tensor name (DDP) or one flat shard per rank (ZeRO), and loading any
  * range of the arena from either, which is what resharding is. Internal to
- * src/train (checkpoint.c). */
+ * src/train (checkpoint.c, ckpt_read.c). */
 #ifndef ST_TRAIN_CKPT_OPTIM_H
 #define ST_TRAIN_CKPT_OPTIM_H
 

@@ -138,7 +138,7 @@ static st_status load_init(st_session *ses, const st_run_opts *opts, int64_t *st
  * the start (GPT-2 350M: about 6 of the 12 CPU seconds of a resume for one
  * step), and with several ranks rank 0's are not sent to the others either.
  * Deferred where every rank sees a checkpoint that --resume names (by the
- * names alone). The search then takes a good one or fails (checkpoint.c
+ * names alone). The search then takes a good one or fails (ckpt_read.c
  * find_latest: a folder of checkpoints with none good is an error), and
  * finding none at all where one was seen is an error too (train_loop):
  * the folder was moved or could not be listed, and starting over would set
