@@ -763,7 +763,7 @@ static void check_gpu(report *r, const st_hw_info *h, bool probed, int gpus, con
         line(r, "skip", "cuda", "%s: training runs on the CPU", probed ? h->cuda_why : why);
     else if (seen)
         line(r, "ok", "cuda", "%d device%s, the first %s (%.*f GiB)", h->n_gpus, h->n_gpus == 1 ? "" : "s",
-             h->gpu[0].name, (double)h->gpu[0].mem_total / (1 << 30) < 9.95 ? 1 : 0,
+             h->gpu[0].name, st_gib_digits((double)h->gpu[0].mem_total / (1 << 30)),
              (double)h->gpu[0].mem_total / (1 << 30));
     else /* the CUDA emulator's devices, which the driver probe cannot see */
         line(r, "ok", "cuda", "%d device%s (the runtime's; the driver probe: %s)", gpus, gpus == 1 ? "" : "s",

@@ -25,6 +25,11 @@ typedef struct st_device st_device;
  * covers Hopper's split-K and stream-K); the memory model counts it. */
 #define ST_CUDA_LT_WORKSPACE_BYTES ((int64_t)32 << 20)
 
+/* The digits after the point of a size in GiB as a device's name gives it
+ * (st_device_name and `check`'s line alike): one below 10 GiB ("7.5 GiB"),
+ * none from there ("80 GiB" for an H100's 79.6, as its name says 80GB). */
+static inline int st_gib_digits(double gib) { return gib < 9.95 ? 1 : 0; }
+
 /* True when this binary was built with the CUDA backend. */
 bool st_device_cuda_built(void);
 /* Number of usable CUDA devices (0 without a GPU, a driver or a CUDA build);

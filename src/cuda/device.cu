@@ -281,7 +281,7 @@ static st_status open_device(st_device *d, int ordinal) {
              u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     const double gib = (double)prop.totalGlobalMem / (1 << 30);
     snprintf(d->name, sizeof d->name, "cuda:%d (%s, sm_%d%d, %.*f GiB)", ordinal, prop.name, prop.major,
-             prop.minor, gib < 9.95 ? 1 : 0, gib);
+             prop.minor, st_gib_digits(gib), gib);
     char old[600];
     if (too_old(d->name, prop.major, prop.minor, old, sizeof old))
         return st_fail(ST_ERR_UNSUPPORTED, "%s", old);
