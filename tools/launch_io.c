@@ -114,15 +114,20 @@ typedef struct job_io {
     bool rank_aborted; /* ... "aborting every rank": MPI_Abort's banner and notes go too */
     bool detected;     /* the banner being dropped is "mpirun detected ..." */
     int first_rank, first_code;
-    /* MPI_Abort's banner that came before any rank said why (mpirun's own
-     * stream is not ordered with the ranks'): held (hold_abort) until a
-     * rank says "aborting every rank" (dropped), 2 s pass or the job ends
-     * (out then); sep_since: when a dashed line was held while no stop or
-     * error had come (out after 1 s if no banner follows) */
-    linebuf abort_held;
-    int abort_fd;
-    double abort_since, sep_since;
-    bool abort_holding, abort_whole; /* ... and its closing dashed line has come */
+    /* a rank said it stopped ("scaletrain: stopped by ...", a signal it
+     * got itself: scancel, kill): its exit code is the stop's, on purpose,
+     * and the banners about it are dropped as after a stop passed on */
+    bool rank_stopped;
+    /* mpirun's banners that stop_banner drops (about exit codes, about
+     * MPI_Abort), come before any rank said why (mpirun's own stream is
+     * not ordered with the ranks'): held (hold_banner) until a rank says
+     * it (then given to stop_banner: replay_held), 2 s pass or the job ends
+     * (out as they came); sep_since: when a dashed line was held while no
+     * stop or error had come (out after 1 s if no banner follows) */
+    linebuf held;
+    int held_fd;
+    double held_since, sep_since;
+    bool holding, held_whole; /* ... and the last banner's closing dashed line has come */
 } job_io;
 
 static double now_s(void) {
@@ -217,7 +222,8 @@ static int int_after_last(const char *p, size_t n, char c) {
     return v;
 }
 
-/* After a stop the launcher passed on, or an error a rank said, mpirun's
+/* After a stop the launcher passed on, or a rank said an error or its stop
+ * (a signal it got itself: scancel, kill; quiet_banners), mpirun's
  * two banners about ranks that exited non-zero ("Primary job terminated
  * normally, but 1 process returned a non-zero exit code", "mpirun detected
  * that one or more processes exited with non-zero status"): the ranks
@@ -236,7 +242,8 @@ static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
         if (io->detected && memmem(p, n, "Exit code:", 10)) io->first_code = int_after_last(p, n, ':');
         if (!dashes) return true;
         io->banner_drop = false;
-        if (io->detected && !io->res->signalled && io->first_rank >= 0 && io->first_code >= 0) {
+        if (io->detected && !io->res->signalled && io->rank_error && io->first_rank >= 0 &&
+            io->first_code >= 0) {
             char line[160];
             const int k =
                 io->ranks == 1
@@ -287,43 +294,75 @@ static void append_line(linebuf *b, const char *p, size_t n) {
     b->n += n + 1;
 }
 
-/* The MPI_Abort banner held, out now. */
-static void put_abort_held(job_io *io) {
-    if (io->abort_held.n) st_launch_out_put(io->out, io->abort_fd, io->abort_held.p, io->abort_held.n);
-    io->abort_held.n = 0;
-    io->abort_holding = false;
+/* Whether mpirun's banners about the ranks' ends go to stop_banner: a stop
+ * was passed on, or a rank said an error or that it stopped. */
+static bool quiet_banners(const job_io *io) {
+    return io->res->signalled || io->rank_error || io->rank_stopped;
 }
 
-/* A rank said "aborting every rank": the MPI_Abort banner held goes, and
- * the rest of it, if it has not all come, is dropped as it comes. */
-static void drop_abort_held(job_io *io) {
-    if (!io->abort_holding) return;
-    if (!io->abort_whole) io->banner_drop = true, io->detected = false;
-    io->abort_held.n = 0;
-    io->abort_holding = false;
+/* The banners held, out as they came. */
+static void put_held(job_io *io) {
+    if (io->held.n) st_launch_out_put(io->out, io->held_fd, io->held.p, io->held.n);
+    io->held.n = 0;
+    io->holding = false;
 }
 
-/* mpirun's line p[0, n) while no stop or error has come, or while an
- * MPI_Abort banner is held: a dashed line is held back (the start of a
- * banner, maybe), and the MPI_Abort banner after one is held whole (see
- * job_io). Whether the line was taken. */
-static bool hold_abort(job_io *io, int fd, const char *p, size_t n) {
+/* A rank has said why (quiet_banners): the banners held go through
+ * stop_banner line by line, as if they came now (dropped, or out where it
+ * keeps them), before the dashed line held since, if any; a banner not yet
+ * whole goes on being dropped as its lines come (stop_banner's banner_drop). */
+static void replay_held(job_io *io) {
+    if (!io->holding) return;
+    linebuf b = io->held;
+    io->held = (linebuf){0};
+    io->holding = false;
+    const size_t sep_n = io->sep_n;
+    const int sep_fd = io->sep_fd;
+    io->sep_n = 0;
+    for (size_t i = 0; i < b.n;) {
+        const char *nl = memchr(b.p + i, '\n', b.n - i);
+        const size_t len = (size_t)(nl - (b.p + i)); /* (append_line ends each line with one) */
+        if (!stop_banner(io, io->held_fd, b.p + i, len))
+            st_launch_out_put(io->out, io->held_fd, b.p + i, len + 1);
+        i += len + 1;
+    }
+    free(b.p);
+    if (io->sep_n) put_held_sep(io); /* (a banner's closing line stop_banner kept) */
+    io->sep_n = sep_n, io->sep_fd = sep_fd;
+}
+
+/* The banners held, at the end of their wait: through stop_banner where a
+ * reason to drop them has come meanwhile (a stop passed on), else out. */
+static void release_held(job_io *io) {
+    if (quiet_banners(io))
+        replay_held(io);
+    else
+        put_held(io);
+}
+
+/* mpirun's line p[0, n) while no stop or error has come, or while a banner
+ * is held: a dashed line is held back (the start of a banner, maybe), and
+ * a banner that stop_banner drops, after one, is held whole (see job_io).
+ * Whether the line was taken. */
+static bool hold_banner(job_io *io, int fd, const char *p, size_t n) {
     const bool dashes = all_dashes(p, n);
-    if (io->abort_holding && !io->abort_whole) {
-        append_line(&io->abort_held, p, n);
-        io->abort_whole = dashes;
+    if (io->holding && !io->held_whole) {
+        append_line(&io->held, p, n);
+        io->held_whole = dashes;
         return true;
     }
-    if (io->res->signalled || io->rank_error) return false; /* stop_banner's */
-    if (io->sep_n && starts(p, n, "MPI_ABORT was invoked on rank")) {
+    if (quiet_banners(io)) return false; /* stop_banner's */
+    if (io->sep_n &&
+        (starts(p, n, "MPI_ABORT was invoked on rank") || starts(p, n, "Primary job ") ||
+         starts(p, n, "mpirun detected that one or more processes exited with non-zero status"))) {
         char dashes_line[256];
         const size_t k = io->sep_n < sizeof dashes_line ? io->sep_n : sizeof dashes_line;
         memset(dashes_line, '-', k);
-        if (!io->abort_holding) io->abort_since = now_s(), io->abort_fd = fd;
-        append_line(&io->abort_held, dashes_line, k); /* (a second banner: held with the first) */
-        append_line(&io->abort_held, p, n);
+        if (!io->holding) io->held_since = now_s(), io->held_fd = fd;
+        append_line(&io->held, dashes_line, k); /* (a second banner: held with the first) */
+        append_line(&io->held, p, n);
         io->sep_n = 0;
-        io->abort_holding = true, io->abort_whole = false;
+        io->holding = true, io->held_whole = false;
         return true;
     }
     if (io->sep_n) put_held_sep(io);
@@ -344,10 +383,8 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         if (rank != 0 || err) snprintf(pre, sizeof pre, "[rank %d] ", rank);
         if (err) note_reason(io->res, p, n, false);
         if (err && memmem(p, n, "scaletrain: error", 17)) io->rank_error = true;
-        if (err && memmem(p, n, "aborting every rank", 19)) {
-            io->rank_error = io->rank_aborted = true;
-            drop_abort_held(io);
-        }
+        if (err && memmem(p, n, "aborting every rank", 19)) io->rank_error = io->rank_aborted = true;
+        if (err && memmem(p, n, "scaletrain: stopped by ", 23)) io->rank_stopped = true;
     } else {
         /* mpirun says it each time the launcher passes a stop on (again
          * every 0.1 to 0.5 s while the job's ranks may not all have started) */
@@ -357,9 +394,8 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
             io->fwd_said = true;
         }
         note_reason(io->res, p, n, true);
-        if (end == '\n' && hold_abort(io, untagged_fd, p, n)) return;
-        if ((io->res->signalled || io->rank_error) && end == '\n' && stop_banner(io, untagged_fd, p, n))
-            return;
+        if (end == '\n' && hold_banner(io, untagged_fd, p, n)) return;
+        if (quiet_banners(io) && end == '\n' && stop_banner(io, untagged_fd, p, n)) return;
     }
     const size_t np = strlen(pre);
     char stackbuf[4096];
@@ -368,13 +404,16 @@ static void emit(job_io *io, int rank, bool err, int untagged_fd, const linebuf 
         st_launch_out_put(io->out, fd, pre, np);
         st_launch_out_put(io->out, fd, p, n);
         st_launch_out_put(io->out, fd, &end, 1);
-        return;
+    } else {
+        memcpy(buf, pre, np);
+        memcpy(buf + np, p, n);
+        buf[np + n] = end;
+        st_launch_out_put(io->out, fd, buf, np + n + 1);
+        if (buf != stackbuf) free(buf);
     }
-    memcpy(buf, pre, np);
-    memcpy(buf + np, p, n);
-    buf[np + n] = end;
-    st_launch_out_put(io->out, fd, buf, np + n + 1);
-    if (buf != stackbuf) free(buf);
+    /* (mpirun's banners that came before this line, which says why: after it, as its own line says
+     * "above") */
+    if (rank >= 0 && io->holding && quiet_banners(io)) replay_held(io);
 }
 
 static linebuf *current(job_io *io, demux *d) {
@@ -834,8 +873,8 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         }
         /* (an MPI_Abort banner no rank has explained in 2 s, and a dashed
          * line of mpirun's that no banner followed in 1 s, go out) */
-        if (io.abort_holding && now_s() - io.abort_since >= 2.0) put_abort_held(&io);
-        if (io.sep_n && !res->signalled && !io.rank_error && now_s() - io.sep_since >= 1.0) put_held_sep(&io);
+        if (io.holding && now_s() - io.held_since >= 2.0) release_held(&io);
+        if (io.sep_n && !quiet_banners(&io) && now_s() - io.sep_since >= 1.0) put_held_sep(&io);
         for (int k = 0; k < 2; k++) {
             if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             demux *d = &io.d[k];
@@ -857,9 +896,9 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
         if (io.lines[r].n) emit(&io, r / 2, r % 2, 1, &io.lines[r], '\n');
     for (int k = 0; k < 2; k++)
         if (io.d[k].untagged.n) emit(&io, -1, false, io.d[k].fd_out, &io.d[k].untagged, '\n');
-    if (io.abort_holding) put_abort_held(&io);
+    if (io.holding) release_held(&io);
     if (io.sep_n) put_held_sep(&io);
-    free(io.abort_held.p);
+    free(io.held.p);
     int werr = 0;
     for (; !waited;) {
         if (waitpid(pid, &status, 0) == pid) {

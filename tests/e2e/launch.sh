@@ -120,6 +120,8 @@ echo "output: tags cut at each of their 7 places dropped, a rank's '[1,[2]]' kep
 # own stream is not ordered with the ranks'): held, and dropped when the line
 # comes, also where the line comes inside the banner; one no rank explains
 # goes out whole. An mpirun on PATH writing the three orders on its stderr.
+# Then its two banners about exit codes before a rank's error (one line
+# naming the rank and code, after the error) and before its stop (none).
 dashes=------------------------------------------------------------
 for order in before inside none; do
     cat >"$tmp/fakempi/mpirun" <<SH
@@ -144,6 +146,32 @@ SH
     fi
 done
 echo "output: MPI_Abort's banner before the rank's line dropped (after it or inside it), one unexplained kept"
+for why in error stopped; do
+    cat >"$tmp/fakempi/mpirun" <<SH
+#!/bin/sh
+say() { printf '%s\n' "\$@" >&2; }
+say $dashes 'Primary job  terminated normally, but 1 process returned' \
+    'a non-zero exit code. Per user-direction, the job has been aborted.' $dashes $dashes \
+    'mpirun detected that one or more processes exited with non-zero status, thus causing' \
+    'the job to be terminated. The first process to do so was:' '' '  Process name: [[4242,1],1]' \
+    '  Exit code:    7' $dashes
+[ $why = error ] && say '[1,1]<stderr>:scaletrain: error: rank 1: no data'
+[ $why = stopped ] && say '[1,1]<stderr>:scaletrain: stopped by SIGTERM after step 3 of 9'
+exit 7
+SH
+    PATH="$tmp/fakempi:$PATH" timeout 60 "$bin" launch -n 2 true >"$tmp/exitb.out" 2>"$tmp/exitb.err"; rc=$?
+    banner=$(grep -cE "Per user-direction|mpirun detected|Process name|^-{20,}$" "$tmp/exitb.err")
+    said=$(grep -c "scaletrain launch: rank 1 was the first to exit, with code 7" "$tmp/exitb.err")
+    last=$(grep -v "^scaletrain launch: the job" "$tmp/exitb.err" | tail -n 1)
+    if [ $why = error ]; then
+        [ $rc -eq 7 ] && [ "$banner" -eq 0 ] && [ "$said" -eq 1 ] && [[ $last == "scaletrain launch: rank 1 was"* ]] ||
+            fail "exit-code banners before the rank's error: exit $rc: $(cat "$tmp/exitb.err")"
+    else
+        [ $rc -eq 7 ] && [ "$banner" -eq 0 ] && [ "$said" -eq 0 ] ||
+            fail "exit-code banners before the rank's stop: exit $rc: $(cat "$tmp/exitb.err")"
+    fi
+done
+echo "output: mpirun's exit-code banners before a rank's error (one line after it) or stop (none) dropped"
 
 # (d') SIGTERM before mpirun has started a rank (an mpirun on PATH that
 # holds until it is signalled): a stop, exit 143, said, where it was exit 1
@@ -379,6 +407,24 @@ grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/term.err" |
 grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
     "$tmp/term.err" "$tmp/term.out" && fail "term: mpirun's banner about the ranks' exit codes: $(cat "$tmp/term.err")"
 echo "SIGTERM: exit 143 at $(cat "$tmp/term/ckpt/latest" 2>/dev/null), not restarted"
+# (d8) SIGTERM to the ranks themselves, not through the launcher (scancel, a kill): each checkpoints
+# and exits 143, said; not restarted, and mpirun's banners about their exit codes are dropped (they
+# read as a crash: a stop the launcher did not pass on left them)
+timeout 120 "$bin" launch -n 2 --max-restarts 2 train "${gpt[@]}" --set train.steps=100000 \
+    --set train.out_dir="$tmp/rterm" >"$tmp/rterm.out" 2>"$tmp/rterm.err" &
+lpid=$!
+if r0=$(rank_pid_wait $lpid 0) && r1=$(rank_pid_wait $lpid 1) && e2e_wait_ckpt $lpid "$tmp/rterm"; then
+    kill -TERM "$r0" "$r1"
+else
+    fail "rterm: training did not start: $(cat "$tmp/rterm.err")"
+fi
+wait $lpid; rc=$?
+[ $rc -eq 143 ] && grep -q "not restarted: it was stopped by a signal" "$tmp/rterm.err" &&
+    grep -q "stopped by SIGTERM after step .* checkpoint saved to" "$tmp/rterm.err" ||
+    fail "rterm: exit $rc: $(tail -n 5 "$tmp/rterm.err")"
+grep -qE "Per user-direction|mpirun detected that one or more processes exited with non-zero status|^-{20,}$" \
+    "$tmp/rterm.err" "$tmp/rterm.out" && fail "rterm: mpirun's banner about the ranks' exit codes: $(cat "$tmp/rterm.err")"
+echo "SIGTERM to the ranks themselves: exit 143 at $(cat "$tmp/rterm/ckpt/latest" 2>/dev/null), not restarted, no banner"
 # (d2) mpirun itself killed (SIGKILL: the out-of-memory killer's choice, a scheduler's): said, exit 137
 # (the launcher exited 137 without a word)
 timeout 120 "$bin" launch -n 2 train "${gpt[@]}" --set train.steps=100000 \
