@@ -978,6 +978,24 @@ static void test_hw_names(void) {
     h.gpu[0].mem_total = 46068LL << 20;
     st_device_local(&h, 0, &d);
     CHECK(strcmp(d.name, "unknown: NVIDIA L40") == 0, "local L40: %s", d.name);
+    /* the H100's PCIe card and NVL by their names, not as the SXM5 */
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA H100 PCIe");
+    h.gpu[0].mem_total = 81559LL << 20;
+    st_device_local(&h, 0, &d);
+    CHECK(d.peak_bf16 == 756e12 && d.mem_bw == 2000e9 && strcmp(d.name, "NVIDIA H100 PCIe") == 0 &&
+              strstr(d.link, "PCIe 5.0"),
+          "local H100 PCIe: %s, %g, %s", d.name, d.peak_bf16, d.link);
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA H100 NVL");
+    h.gpu[0].mem_total = 95330LL << 20;
+    st_device_local(&h, 0, &d);
+    CHECK(d.peak_bf16 == 835e12 && d.mem_bw == 3900e9 && d.mem_bytes == 95330LL << 20,
+          "local H100 NVL: %s, %g", d.name, d.peak_bf16);
+    CHECK_OK(st_hw_config_parse("8xH100-PCIe", NULL, NULL, &hw));
+    CHECK(hw.per_node == 8 && strcmp(hw.dev.name, "H100-PCIe") == 0 && hw.dev.link_bw == 40e9 &&
+              hw.dev.host_bw == 50e9,
+          "8xH100-PCIe: %d x %s", hw.per_node, hw.dev.name);
+    CHECK_OK(st_hw_config_parse("2xH100-NVL-94GB", NULL, NULL, &hw));
+    CHECK(hw.per_node == 2 && strcmp(hw.dev.name, "H100-NVL") == 0, "2xH100-NVL-94GB: %s", hw.dev.name);
     CHECK_OK(st_hw_config_parse("4xL4", NULL, NULL, &hw));
     CHECK(hw.per_node == 4 && strcmp(hw.dev.name, "L4") == 0 && hw.dev.mem_bytes == 23034LL << 20,
           "4xL4: %d x %s", hw.per_node, hw.dev.name);
@@ -1042,9 +1060,18 @@ static void test_gpu_peak(void) {
     CHECK(f == 989.4e12 && strstr(why, "H200 SXM"), "H200: %g (%s)", f, why);
     f = st_gpu_peak("NVIDIA GH200 480GB", 9, 0, 132, 1980000, true, why, sizeof why);
     CHECK(f == 989.4e12 && strstr(why, "datasheet: GH200,"), "GH200: %g (%s)", f, why);
+    /* the PCIe card and the NVL by their datasheets (their tensor clocks are below the SXM5's), not as
+     * an SXM5 (the NVL has its 132 SMs) */
     f = st_gpu_peak("NVIDIA H100 PCIe", 9, 0, 114, 1755000, true, why, sizeof why);
-    CHECK_CLOSE(f, 114 * 1.755e9 * 4096, 1e3);
-    CHECK(strstr(why, "114 SMs x 1.75 GHz x 4096") != NULL, "H100 PCIe reason: %s", why);
+    CHECK(f == 756e12 && strstr(why, "datasheet: H100 PCIe"), "H100 PCIe bf16: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA H100 NVL", 9, 0, 132, 1785000, true, why, sizeof why);
+    CHECK(f == 835e12 && strstr(why, "datasheet: H100 NVL"), "H100 NVL bf16: %g (%s)", f, why);
+    f = st_gpu_peak("NVIDIA H100 NVL", 9, 0, 132, 1785000, false, why, sizeof why);
+    CHECK(f == 60e12, "H100 NVL fp32: %g (%s)", f, why);
+    /* a part of another SM count under a known name: its own SMs and clock */
+    f = st_gpu_peak("NVIDIA H100 PCIe", 9, 0, 100, 1755000, true, why, sizeof why);
+    CHECK_CLOSE(f, 100 * 1.755e9 * 4096, 1e3);
+    CHECK(strstr(why, "100 SMs x 1.75 GHz x 4096") != NULL, "H100 PCIe of 100 SMs: %s", why);
     f = st_gpu_peak("NVIDIA L4", 8, 9, 58, 2040000, true, why, sizeof why);
     CHECK(f == 121e12 && strstr(why, "datasheet: L4,"), "L4: %g, datasheet 121 TFLOPS (%s)", f, why);
     /* an L40 (no S) is no L4: its own SMs and clock */

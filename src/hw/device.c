@@ -15,6 +15,14 @@
  *   H100 SXM5 (H100 datasheet, 2023): FP32 67 TFLOPS; BF16/FP16 tensor 989.4
  *     TFLOPS (1,979 with sparsity); 80 GB HBM3 at 3.35 TB/s; NVLink 4 900 GB/s
  *     (both ways); PCIe Gen5; compute capability 9.0.
+ *   H100 PCIe (H100 datasheet, 2023): FP32 51 TFLOPS; BF16/FP16 tensor 756
+ *     TFLOPS (1,513 with sparsity); 80 GB HBM2e at 2 TB/s; PCIe Gen5 x16
+ *     (64 GB/s each way), NVLink only by a bridge between two cards; 114
+ *     SMs; compute capability 9.0.
+ *   H100 NVL (H100 NVL datasheet, 2024): FP32 60 TFLOPS; BF16/FP16 tensor
+ *     835 TFLOPS (1,671 with sparsity); 94 GB HBM3 at 3.9 TB/s (the card
+ *     reports 95,330 MiB); PCIe Gen5 x16, NVLink bridges between pairs
+ *     only; 132 SMs, as the SXM5's, at lower clocks; compute capability 9.0.
  *   H200 SXM (H200 datasheet, 2024): compute as H100 SXM; 141 GB HBM3e at
  *     4.8 TB/s; NVLink 4 900 GB/s; compute capability 9.0.
  *   GH200 Grace Hopper Superchip (GH200 datasheet, 2024): the H100's compute
@@ -27,16 +35,15 @@
  * Link figures are the all-reduce bus bandwidth one can expect, which is not
  * a datasheet number: 80% of the one-way link bandwidth (NVLink 3: 300 GB/s,
  * NVLink 4: 450 GB/s, PCIe Gen4 x16: 32 GB/s less host-bridge hops, taken as
- * 20 GB/s), in line with what nccl-tests report on DGX A100/H100 and on PCIe
- * servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100
- * (25 GB/s), one 400 Gb/s NDR NIC per GPU on DGX H100/H200 (50 GB/s), and two
- * 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU), 100 Gb/s per
- * 8-GPU L4 server (1.56 GB/s per GPU); 80% of it.
- * Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s,
- * Gen5 50 GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded
- * update streams host memory: a PCIe server's is shared by its GPUs
- * (timing.c), a GH200's Grace is its own, taken at about 60% of its
- * 512 GB/s, as a streaming pass reaches. */
+ * 20 GB/s, Gen5 x16 by the same ratio 40 GB/s; an H100 NVL's bridges join
+ * pairs, so a ring over more goes through PCIe), in line with what nccl-tests report on DGX A100/H100 and on
+ * PCIe servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100 (25 GB/s), one 400 Gb/s
+ * NDR NIC per GPU on DGX H100/H200 (50 GB/s), one 200 Gb/s port per GPU taken for PCIe H100 servers (25
+ * GB/s), and two 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU), 100 Gb/s per 8-GPU L4 server (1.56
+ * GB/s per GPU); 80% of it. Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s, Gen5 50
+ * GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded update streams host memory: a PCIe server's is
+ * shared by its GPUs (timing.c), a GH200's Grace is its own, taken at about 60% of its 512 GB/s, as a
+ * streaming pass reaches. */
 #include "device.h"
 
 #include <stdio.h>
@@ -54,7 +61,8 @@
 
 /* Memory is what the card reports (nvidia-smi's total, in MiB), not the
  * datasheet's round GB: an L40S's 48 GB is 46,068 MiB with ECC on (45.0
- * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB,
+ * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB (the
+ * PCIe card's taken as the SXM5's: not seen), an H100 NVL's 94 GB 95,330 MiB,
  * an H200's 141 GB 143,771 MiB; an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
  * datasheets' GB as GiB, not measured. */
 
@@ -82,6 +90,14 @@ static const struct preset {
      "H100",
      {"H100-80GB", true, 989.4 * T, 67 * T, 3350 * G, 81559 * MIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
       "NDR IB per GPU", 0.8 * 50 * G, 10e-6, 50 * G, 0, 0, false, 0}},
+    {"H100-PCIe",
+     "H100-PCIe-80GB",
+     {"H100-PCIe", true, 756 * T, 51 * T, 2000 * G, 81559 * MIB, 9, 0, "PCIe 5.0 x16", 40 * G, 10e-6,
+      "200 Gb/s per GPU", 0.8 * 25 * G, 10e-6, 50 * G, 0, 0, false, 0}},
+    {"H100-NVL",
+     "H100-NVL-94GB",
+     {"H100-NVL", true, 835 * T, 60 * T, 3900 * G, 95330 * MIB, 9, 0, "PCIe 5.0 x16", 40 * G, 10e-6,
+      "200 Gb/s per GPU", 0.8 * 25 * G, 10e-6, 50 * G, 0, 0, false, 0}},
     {"H200",
      "H200-141GB",
      {"H200", true, 989.4 * T, 67 * T, 4800 * G, 143771 * MIB, 9, 0, "NVLink 4", 0.8 * 450 * G, 5e-6,
@@ -114,7 +130,9 @@ bool st_device_preset(const char *name, st_hw_device *out) {
 }
 
 const char *st_device_names(void) {
-    return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H200, GH200 (GH200-96GB), GH200-144GB, "
+    return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H100-PCIe, H100-NVL, H200, GH200 "
+           "(GH200-96GB), "
+           "GH200-144GB, "
            "cpu, local";
 }
 
@@ -150,6 +168,8 @@ double st_gpu_peak(const char *name, int cc_major, int cc_minor, int sms, int cl
         int sms;
     } sheets[] = {{"GH200", "GH200", "GH200", 132}, /* before H200, which its name holds */
                   {"H200", "H200", "H200 SXM", 132},
+                  {"H100 NVL", "H100-NVL", "H100 NVL", 132}, /* before H100, which its name holds */
+                  {"H100 PCIe", "H100-PCIe", "H100 PCIe", 114},
                   {"H100", "H100-80GB", "H100 SXM", 132},
                   {"A100", "A100-80GB", "A100", 108},
                   {"L40S", "L40S", "L40S", 142},
@@ -215,6 +235,8 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
         const int64_t mem = h->gpu[0].mem_total;
         const char *keys[][2] = {{"GH200", mem > 100 * GIB ? "GH200-144GB" : "GH200"},
                                  {"H200", "H200"},
+                                 {"H100 NVL", "H100-NVL"}, /* ("NVIDIA H100 NVL", "NVIDIA H100 PCIe") */
+                                 {"H100 PCIe", "H100-PCIe"},
                                  {"H100", "H100-80GB"},
                                  {"L40S", "L40S"},
                                  {"L4", "L4"}, /* ("NVIDIA L4"; an L40's name holds "L4" too: model_in) */
