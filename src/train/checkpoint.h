@@ -121,6 +121,10 @@ st_status st_ckpt_config_changes(const char *dir, const st_config *cfg, const ch
 /* Check dir's state.json and the checksum and size of every file it lists;
  * fill *state. A damaged file is ST_ERR_FORMAT naming it. */
 st_status st_ckpt_verify(const char *dir, st_ckpt_state *state);
+/* The same for model.safetensors alone (the weights --init reads: a
+ * checkpoint's optimizer files, twice the weights' bytes under AdamW, are
+ * not read through). */
+st_status st_ckpt_verify_weights(const char *dir, st_ckpt_state *state);
 
 /* The steps of the checkpoints (step-N directories) in the checkpoint folder
  * ckdir, newest first; *n of them in *steps (malloc'd; NULL when none, and

@@ -315,6 +315,15 @@ st_status st_ckpt_verify(const char *dir, st_ckpt_state *state) {
     return s;
 }
 
+st_status st_ckpt_verify_weights(const char *dir, st_ckpt_state *state) {
+    want_file *w;
+    int n;
+    st_status s = parse_state(dir, state, &w, &n);
+    if (s == ST_OK) s = check_files(dir, w, 1); /* (w[0]: model.safetensors, parse_state's first) */
+    free(w);
+    return s;
+}
+
 static bool read_latest(const char *ckdir, char *name, size_t size) {
     char path[ST_CKPT_PATH_CAP];
     snprintf(path, sizeof path, "%s/latest", ckdir);
@@ -747,9 +756,9 @@ st_status st_ckpt_weights(const char *spec, FILE *log, char *path, size_t size, 
     st_ckpt_state st;
     *step = -1;
     switch (st_ckpt_classify(spec, where, sizeof where)) {
-    case ST_CKPT_ONE: /* every file's checksum first */
+    case ST_CKPT_ONE: /* the weights' checksum first (the optimizer's files are not read) */
         snprintf(dir, sizeof dir, "%s", where);
-        ST_TRY(st_ckpt_verify(dir, &st));
+        ST_TRY(st_ckpt_verify_weights(dir, &st));
         st_ckpt_uncommitted_note(dir, "--init", log);
         break;
     case ST_CKPT_RUN: { /* a run's final weights, else (a run stopped early) its latest checkpoint */

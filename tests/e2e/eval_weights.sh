@@ -9,7 +9,9 @@
 # (b) final weights cut short, and a checkpoint's optimizer file given as
 #     weights: each its own error (the gpt's were "data.type tokens reads
 #     it", the settings it would have given missed); the run's out_dir
-#     with its final weights cut short: its latest checkpoint, said.
+#     with its final weights cut short: its latest checkpoint, said. (b')
+#     one checkpoint: its weights' checksum checked, its optimizer files
+#     not read.
 # (c) the settings of how a run computed (model.attention_kernel,
 #     model.matmul_tune) are not taken: a GPU run's cudnn refused an fp32
 #     evaluation, and matmul_tune a deterministic one, for keys never set.
@@ -94,6 +96,15 @@ expect 0 "--init: the final weights are damaged ($tmp/gptt/model.safetensors: " 
 expect 0 "eval at step 4: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gptt" --set data.val="$tmp/val.tokens"
 expect 1 "is a checkpoint's optimizer state" "$bin" eval "${quiet[@]}" \
     --init "$tmp/gpt/ckpt/step-4/optim-rank0.safetensors" --set data.val="$tmp/val.tokens"
+# (b') one checkpoint named: its weights' checksum is checked, its optimizer files are not read (eval
+# reads none: a damaged one is no error here, where the weights' is)
+cp -r "$tmp/gpt/ckpt/step-4" "$tmp/gpto" && printf 'XXXXXXXX' | dd of="$tmp/gpto/optim-rank0.safetensors" \
+    bs=1 seek=4000 conv=notrunc status=none
+expect 0 "eval at step 4: loss" "$bin" eval "${quiet[@]}" --init "$tmp/gpto" --set data.val="$tmp/val.tokens"
+cp -r "$tmp/gpt/ckpt/step-4" "$tmp/gptm" && printf 'XXXXXXXX' | dd of="$tmp/gptm/model.safetensors" \
+    bs=1 seek=4000 conv=notrunc status=none
+expect 1 "$tmp/gptm/model.safetensors: CRC32" "$bin" eval "${quiet[@]}" --init "$tmp/gptm" \
+    --set data.val="$tmp/val.tokens"
 # (c) a GPU run's kernels in the metadata
 /usr/bin/python3 - "$tmp/gpt/model.safetensors" "$tmp/gpu.safetensors" <<'PY'
 import json, struct, sys
