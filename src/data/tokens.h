@@ -112,6 +112,10 @@ st_status st_tokens_read_i32(const st_tokens *t, int64_t start, int64_t n, int32
  * The caller keeps ownership of tokens. */
 st_status st_tokens_write(const char *path, const uint32_t *tokens, int64_t count, uint64_t vocab_size);
 
+/* The number k of path when it is data tokenize's name for shard k of a
+ * stem (its first n bytes): stem "-" six digits ".tokens"; else -1. */
+int st_tokens_shard_number(const char *path, const char *stem, size_t n);
+
 /* The byte-level tokenizer: every byte of the inputs, in order, becomes one
  * token (vocab_size 256), streaming (the input is never held in memory).
  * shard_tokens 0: one file, `out`. shard_tokens S > 0: shards of S tokens (the
