@@ -452,6 +452,13 @@ static inline void st_params_grad_range(const st_params *p, int64_t *lo, int64_t
  * when stale) or back at the masters; no-op in fp32. Forward and backward do
  * this themselves; code that calls a layer's ops directly (tests) uses it. */
 void st_params_use_compute(st_params *p, bool on);
+/* The compute copy of a bf16 or fp16 run, allocated once the layout is
+ * known (params.c; the layout's and st_params_set_precision's). */
+st_status st_params_alloc_compute(st_params *p);
+/* The masters rounded into the compute copy where they changed since
+ * (forward and backward first; an error where the masters are sharded and
+ * the copy stale). */
+st_status st_params_refresh_compute(st_params *p);
 /* Keep only the fp32 masters of [lo, hi) (0 <= lo <= hi <= arena_count; on
  * the host the pages outside are given back, so page-aligned bounds free the
  * most): bf16/fp16 only; the compute copy is made current from the whole masters
