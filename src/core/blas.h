@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,23 +44,50 @@ const char *st_blas_core_note(char *buf, size_t n);
  * size), and the same bits from run to run. Speed on this machine (2 threads, best of 5):
  * 32768x128x512 (A transposed) 47 ms blocked against 51 ms in one call,
  * 8192x768x768 71 against 73 ms, 50176x32x9 (a first convolution) 1.6 against
- * 1.6 ms; blocks of 1024 rows at K = 9 took 2.4 ms, hence the budget. */
+ * 1.6 ms; blocks of 1024 rows at K = 9 took 2.4 ms, hence the budget.
+ *
+ * On two threads, outside a parallel region, a product of two blocks or
+ * more runs its blocks at once, each alone on one thread (an even number
+ * of them, one more where it was odd), as st_sgemm_two runs two products:
+ * OpenBLAS's split of each block between both threads costs more at these
+ * sizes than it gains. The small gpt's forward products (2048 rows, K 256
+ * or 1024; best of 15, Cooperlake kernels) 1.05-1.19x faster, 8192x768x768
+ * 1.07x, 16384x2304x768 1.03x; a product of one block is left whole
+ * (split in two, 256x1024x784 ran 0.95x). Each block's rows are the same
+ * bits on whichever thread (OpenBLAS blocks K on one thread as one call
+ * does), so a run's bits do not depend on which thread took which block;
+ * they are a 1-thread run's where OpenBLAS blocks K differently on two. */
 enum { ST_GEMM_ROWS = 1024, ST_GEMM_BLOCK_ELEMS = 1 << 18 };
+
+/* Rows [m0, m0 + m) of a product (st_sgemm's block). */
+static inline void st_sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m0, int m, int N, int K,
+                                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                                 float *C, int ldc) {
+    /* rows m0.. of op(A): rows of A, or columns of A transposed */
+    const float *a = ta == CblasNoTrans ? A + (size_t)m0 * (size_t)lda : A + m0;
+    cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * (size_t)ldc,
+                ldc);
+}
 
 static inline void st_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     /* (in 64 bits: M near INT_MAX would wrap M + most - 1) */
     int64_t most = K > 0 ? ST_GEMM_BLOCK_ELEMS / K : M;
     if (most < ST_GEMM_ROWS) most = ST_GEMM_ROWS;
-    const int64_t blocks = M > most ? ((int64_t)M + most - 1) / most : 1;
+    int64_t blocks = M > most ? ((int64_t)M + most - 1) / most : 1;
+    const bool apart = blocks >= 2 && omp_get_max_threads() == 2 && !omp_in_parallel();
+    if (apart && blocks % 2) blocks++;
     const int64_t rows = (((int64_t)M + blocks - 1) / blocks + 15) / 16 * 16;
-    for (int64_t m0 = 0; m0 < M; m0 += rows) {
-        const int m = (int)(M - m0 < rows ? M - m0 : rows);
-        /* rows m0.. of op(A): rows of A, or columns of A transposed */
-        const float *a = ta == CblasNoTrans ? A + (size_t)m0 * (size_t)lda : A + m0;
-        cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * (size_t)ldc,
-                    ldc);
+    if (apart) {
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+        for (int64_t m0 = 0; m0 < M; m0 += rows)
+            st_sgemm_rows(ta, tb, m0, (int)(M - m0 < rows ? M - m0 : rows), N, K, alpha, A, lda, B, ldb, beta,
+                          C, ldc);
+        return;
     }
+    for (int64_t m0 = 0; m0 < M; m0 += rows)
+        st_sgemm_rows(ta, tb, m0, (int)(M - m0 < rows ? M - m0 : rows), N, K, alpha, A, lda, B, ldb, beta, C,
+                      ldc);
 }
 
 /* One product's arguments, for st_sgemm_two. */
