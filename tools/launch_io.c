@@ -321,7 +321,8 @@ static void replay_held(job_io *io) {
     io->sep_n = 0;
     for (size_t i = 0; i < b.n;) {
         const char *nl = memchr(b.p + i, '\n', b.n - i);
-        const size_t len = (size_t)(nl - (b.p + i)); /* (append_line ends each line with one) */
+        if (!nl) break; /* (append_line ends each line with one) */
+        const size_t len = (size_t)(nl - (b.p + i));
         if (!stop_banner(io, io->held_fd, b.p + i, len))
             st_launch_out_put(io->out, io->held_fd, b.p + i, len + 1);
         i += len + 1;
