@@ -941,6 +941,32 @@ static void test_hw_names(void) {
     st_device_local(&h, 0, &d);
     CHECK(d.mem_bytes == 80LL << 30, "local H100 without NVML: %lld B, want its total",
           (long long)d.mem_bytes);
+    /* two A100s the probe saw joined through the host bridge (PCIe cards, named as the SXM4's preset):
+     * PCIe 4.0's bus bandwidth, not NVLink 3's; joined by NVLink, or unknown (no NVML), the preset's */
+    h.n_gpus = 2;
+    for (int g = 0; g < 2; g++) {
+        snprintf(h.gpu[g].name, sizeof h.gpu[g].name, "NVIDIA A100-PCIE-40GB");
+        h.gpu[g].mem_total = 40LL << 30, h.gpu[g].mem_free = -1, h.gpu[g].cc_major = 8;
+        h.link[g][g] = ST_LINK_SELF;
+    }
+    h.link[0][1] = h.link[1][0] = ST_LINK_PCIE_HOST;
+    st_device_local(&h, 0, &d);
+    CHECK(d.link_bw == 20e9 && strcmp(d.link, "PCIe 4.0 x16") == 0, "A100s over PCIe: %s, %g B/s", d.link,
+          d.link_bw);
+    h.link[0][1] = h.link[1][0] = ST_LINK_NVLINK;
+    st_device_local(&h, 0, &d);
+    CHECK(d.link_bw == 0.8 * 300e9 && strcmp(d.link, "NVLink 3") == 0, "A100s over NVLink: %s", d.link);
+    h.link[0][1] = h.link[1][0] = ST_LINK_UNKNOWN;
+    st_device_local(&h, 0, &d);
+    CHECK(d.link_bw == 0.8 * 300e9, "A100s, link unknown: %s", d.link);
+    h.gpu[0].cc_major = h.gpu[1].cc_major = 9; /* H100 PCIe cards named "H100 80GB": PCIe 5.0 */
+    snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA H100 80GB HBM3");
+    h.link[0][1] = h.link[1][0] = ST_LINK_PCIE_SWITCH;
+    st_device_local(&h, 0, &d);
+    CHECK(d.link_bw == 40e9 && strcmp(d.link, "PCIe 5.0 x16") == 0, "H100s over PCIe: %s", d.link);
+    memset(&h, 0, sizeof h); /* (one GPU, no NVML, as above) */
+    h.n_gpus = 1;
+    h.gpu[0].mem_free = -1;
     CHECK_OK(st_hw_config_parse("H200", NULL, NULL, &hw));
     CHECK(hw.nodes == 1 && hw.per_node == 1, "H200: %d x %d", hw.nodes, hw.per_node);
     /* GH200 by its names as the driver gives them ("GH200" holds "H200"):

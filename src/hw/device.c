@@ -227,6 +227,25 @@ st_status st_device_calibrate_cpu(double *flops_per_s, int *n_out) {
     return ST_OK;
 }
 
+/* A node whose GPUs the probe saw joined without NVLink somewhere along
+ * the ring (an A100 or H100 PCIe card named as the SXM part, GPUs of
+ * bridged pairs): the all-reduce goes at PCIe's rate, Gen4's for compute
+ * capability 8.x, Gen5's from 9.0 (the bus bandwidths of the presets). A
+ * link NVML did not tell keeps the preset's. */
+static void local_link(const st_hw_info *h, st_hw_device *out) {
+    if (h->n_gpus < 2 || strncmp(out->link, "NVLink", 6) != 0) return;
+    for (int i = 0; i < h->n_gpus && i < ST_HW_MAX_GPUS; i++) {
+        const int j = (i + 1) % h->n_gpus;
+        const st_hw_link l = h->link[i][j];
+        if (l == ST_LINK_UNKNOWN || l == ST_LINK_NVLINK || l == ST_LINK_SELF) continue;
+        const bool gen5 = out->cc_major >= 9;
+        snprintf(out->link, sizeof out->link, "%s", gen5 ? "PCIe 5.0 x16" : "PCIe 4.0 x16");
+        out->link_bw = gen5 ? 40 * G : 20 * G;
+        out->link_lat = 10e-6;
+        return;
+    }
+}
+
 void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
     if (h->n_gpus > 0) {
         /* A known GPU by its name ("NVIDIA H100 80GB HBM3" holds "H100";
@@ -255,6 +274,7 @@ void st_device_local(const st_hw_info *h, double cpu_flops, st_hw_device *out) {
                              : h->gpu[0].mem_total;
         out->cc_major = h->gpu[0].cc_major;
         out->cc_minor = h->gpu[0].cc_minor;
+        local_link(h, out);
         out->host_mem_bytes = h->mem_shared;
         out->proc_limited = h->proc_room > 0;
         out->proc_mem_bytes = h->proc_room;
