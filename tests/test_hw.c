@@ -959,7 +959,7 @@ static void test_hw_names(void) {
     h.link[0][1] = h.link[1][0] = ST_LINK_UNKNOWN;
     st_device_local(&h, 0, &d);
     CHECK(d.link_bw == 0.8 * 300e9, "A100s, link unknown: %s", d.link);
-    h.gpu[0].cc_major = h.gpu[1].cc_major = 9; /* H100 PCIe cards named "H100 80GB": PCIe 5.0 */
+    h.gpu[0].cc_major = h.gpu[1].cc_major = 9; /* sm_90 GPUs of the SXM5's preset over PCIe: PCIe 5.0 */
     snprintf(h.gpu[0].name, sizeof h.gpu[0].name, "NVIDIA H100 80GB HBM3");
     h.link[0][1] = h.link[1][0] = ST_LINK_PCIE_SWITCH;
     st_device_local(&h, 0, &d);

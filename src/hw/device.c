@@ -228,8 +228,8 @@ st_status st_device_calibrate_cpu(double *flops_per_s, int *n_out) {
 }
 
 /* A node whose GPUs the probe saw joined without NVLink somewhere along
- * the ring (an A100 or H100 PCIe card named as the SXM part, GPUs of
- * bridged pairs): the all-reduce goes at PCIe's rate, Gen4's for compute
+ * the ring (A100 PCIe cards, which take the SXM4's preset by their name;
+ * GPUs of bridged pairs): the all-reduce goes at PCIe's rate, Gen4's for compute
  * capability 8.x, Gen5's from 9.0 (the bus bandwidths of the presets). A
  * link NVML did not tell keeps the preset's. */
 static void local_link(const st_hw_info *h, st_hw_device *out) {
