@@ -198,14 +198,32 @@ static bool all_dashes(const char *p, size_t n) {
     return dashes;
 }
 
+/* The dashed line held back, as text and its line end, into buf; its
+ * length with the end (at most 256). */
+static size_t held_sep_text(const job_io *io, char buf[static 256]) {
+    const size_t n = io->sep_n < 255 ? io->sep_n : 255;
+    memset(buf, '-', n);
+    buf[n] = '\n';
+    return n + 1;
+}
+
 /* The dashed line held back, out now. */
 static void put_held_sep(job_io *io) {
     char dashes[256];
-    const size_t n = io->sep_n < sizeof dashes ? io->sep_n : sizeof dashes - 1;
-    memset(dashes, '-', n);
-    dashes[n] = '\n';
-    st_launch_out_put(io->out, io->sep_fd, dashes, n + 1);
+    st_launch_out_put(io->out, io->sep_fd, dashes, held_sep_text(io, dashes));
     io->sep_n = 0;
+}
+
+/* The banners of mpirun's that stop_banner may drop, by their first line
+ * (after a dashed one). */
+typedef enum banner_kind { BANNER_NONE, BANNER_EXITED, BANNER_DETECTED, BANNER_ABORT } banner_kind;
+
+static banner_kind banner_of(const char *p, size_t n) {
+    if (starts(p, n, "Primary job ")) return BANNER_EXITED;
+    if (starts(p, n, "mpirun detected that one or more processes exited with non-zero status"))
+        return BANNER_DETECTED;
+    if (starts(p, n, "MPI_ABORT was invoked on rank")) return BANNER_ABORT;
+    return BANNER_NONE;
 }
 
 /* The integer after the last occurrence of c in p[0, n), or -1. */
@@ -260,13 +278,11 @@ static bool stop_banner(job_io *io, int fd, const char *p, size_t n) {
         return true;
     }
     if (io->sep_n) {
-        const bool detected =
-            starts(p, n, "mpirun detected that one or more processes exited with non-zero status");
-        if (starts(p, n, "Primary job ") || detected ||
-            (io->rank_aborted && starts(p, n, "MPI_ABORT was invoked on rank"))) {
+        const banner_kind kind = banner_of(p, n);
+        if (kind == BANNER_EXITED || kind == BANNER_DETECTED || (io->rank_aborted && kind == BANNER_ABORT)) {
             io->sep_n = 0;
             io->banner_drop = true;
-            io->detected = detected;
+            io->detected = kind == BANNER_DETECTED;
             io->first_rank = io->first_code = -1;
             return true;
         }
@@ -353,14 +369,10 @@ static bool hold_banner(job_io *io, int fd, const char *p, size_t n) {
         return true;
     }
     if (quiet_banners(io)) return false; /* stop_banner's */
-    if (io->sep_n &&
-        (starts(p, n, "MPI_ABORT was invoked on rank") || starts(p, n, "Primary job ") ||
-         starts(p, n, "mpirun detected that one or more processes exited with non-zero status"))) {
-        char dashes_line[256];
-        const size_t k = io->sep_n < sizeof dashes_line ? io->sep_n : sizeof dashes_line;
-        memset(dashes_line, '-', k);
+    if (io->sep_n && banner_of(p, n) != BANNER_NONE) {
+        char sep[256]; /* (a second banner: held after the first) */
         if (!io->holding) io->held_since = now_s(), io->held_fd = fd;
-        append_line(&io->held, dashes_line, k); /* (a second banner: held with the first) */
+        append_line(&io->held, sep, held_sep_text(io, sep) - 1);
         append_line(&io->held, p, n);
         io->sep_n = 0;
         io->holding = true, io->held_whole = false;
@@ -872,7 +884,7 @@ int st_launch_run(char *const *argv, int ranks, st_launch_out *lo, st_launch_res
             kill(pid, res->signalled);
             held = -1;
         }
-        /* (an MPI_Abort banner no rank has explained in 2 s, and a dashed
+        /* (banners held that no rank has explained in 2 s, and a dashed
          * line of mpirun's that no banner followed in 1 s, go out) */
         if (io.holding && now_s() - io.held_since >= 2.0) release_held(&io);
         if (io.sep_n && !quiet_banners(&io) && now_s() - io.sep_since >= 1.0) put_held_sep(&io);
