@@ -36,14 +36,18 @@
  * a datasheet number: 80% of the one-way link bandwidth (NVLink 3: 300 GB/s,
  * NVLink 4: 450 GB/s, PCIe Gen4 x16: 32 GB/s less host-bridge hops, taken as
  * 20 GB/s, Gen5 x16 by the same ratio 40 GB/s; an H100 NVL's bridges join
- * pairs, so a ring over more goes through PCIe), in line with what nccl-tests report on DGX A100/H100 and on
- * PCIe servers. Between nodes: one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100 (25 GB/s), one 400 Gb/s
- * NDR NIC per GPU on DGX H100/H200 (50 GB/s), one 200 Gb/s port per GPU taken for PCIe H100 servers (25
- * GB/s), and two 200 Gb/s NICs per 4-GPU L40S server (12.5 GB/s per GPU), 100 Gb/s per 8-GPU L4 server (1.56
- * GB/s per GPU); 80% of it. Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s, Gen5 50
- * GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded update streams host memory: a PCIe server's is
- * shared by its GPUs (timing.c), a GH200's Grace is its own, taken at about 60% of its 512 GB/s, as a
- * streaming pass reaches. */
+ * pairs, so a ring over more goes through PCIe), in line with what
+ * nccl-tests report on DGX A100/H100 and on PCIe servers. Between nodes:
+ * one 200 Gb/s HDR InfiniBand NIC per GPU on DGX A100 (25 GB/s), one
+ * 400 Gb/s NDR NIC per GPU on DGX H100/H200 (50 GB/s), one 200 Gb/s port
+ * per GPU taken for PCIe H100 servers (25 GB/s), two 200 Gb/s NICs per
+ * 4-GPU L40S server (12.5 GB/s per GPU), 100 Gb/s per 8-GPU L4 server
+ * (1.56 GB/s per GPU); 80% of it.
+ * Host copies (offload): PCIe at about 80% of one way (Gen4 x16 25 GB/s,
+ * Gen5 50 GB/s); NVLink-C2C 80% of its 450 GB/s one way. An offloaded
+ * update streams host memory: a PCIe server's is shared by its GPUs
+ * (timing.c), a GH200's Grace is its own, taken at about 60% of its
+ * 512 GB/s, as a streaming pass reaches. */
 #include "device.h"
 
 #include <stdio.h>
@@ -62,9 +66,9 @@
 /* Memory is what the card reports (nvidia-smi's total, in MiB), not the
  * datasheet's round GB: an L40S's 48 GB is 46,068 MiB with ECC on (45.0
  * GiB, not 48), an L4's 24 GB 23,034 MiB, an H100's 80 GB 81,559 MiB (the
- * PCIe card's taken as the SXM5's: not seen), an H100 NVL's 94 GB 95,330 MiB,
- * an H200's 141 GB 143,771 MiB; an A100's 40 and 80 GB are 40 and 80 GiB. The GH200s' are their
- * datasheets' GB as GiB, not measured. */
+ * PCIe card's taken as the SXM5's: not seen), an H100 NVL's 94 GB 95,330
+ * MiB, an H200's 141 GB 143,771 MiB; an A100's 40 and 80 GB are 40 and 80
+ * GiB. The GH200s' are their datasheets' GB as GiB, not measured. */
 
 static const struct preset {
     const char *name, *alias;
@@ -130,10 +134,8 @@ bool st_device_preset(const char *name, st_hw_device *out) {
 }
 
 const char *st_device_names(void) {
-    return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H100-PCIe, H100-NVL, H200, GH200 "
-           "(GH200-96GB), "
-           "GH200-144GB, "
-           "cpu, local";
+    return "L40S, L4, A100-40GB (A100), A100-80GB, H100-80GB (H100), H100-PCIe, H100-NVL, H200, "
+           "GH200 (GH200-96GB), GH200-144GB, cpu, local";
 }
 
 /* Whether a GPU's name holds the model `key` whole: not followed by a
@@ -229,19 +231,20 @@ st_status st_device_calibrate_cpu(double *flops_per_s, int *n_out) {
 
 /* A node whose GPUs the probe saw joined without NVLink somewhere along
  * the ring (A100 PCIe cards, which take the SXM4's preset by their name;
- * GPUs of bridged pairs): the all-reduce goes at PCIe's rate, Gen4's for compute
- * capability 8.x, Gen5's from 9.0 (the bus bandwidths of the presets). A
- * link NVML did not tell keeps the preset's. */
+ * GPUs of bridged pairs): the all-reduce goes at PCIe's rate, the link of
+ * a PCIe preset of its generation (the L40S's Gen4 for compute capability
+ * 8.x, the H100 PCIe's Gen5 from 9.0). A link NVML did not tell keeps the
+ * preset's. */
 static void local_link(const st_hw_info *h, st_hw_device *out) {
     if (h->n_gpus < 2 || strncmp(out->link, "NVLink", 6) != 0) return;
     for (int i = 0; i < h->n_gpus && i < ST_HW_MAX_GPUS; i++) {
-        const int j = (i + 1) % h->n_gpus;
-        const st_hw_link l = h->link[i][j];
+        const st_hw_link l = h->link[i][(i + 1) % h->n_gpus];
         if (l == ST_LINK_UNKNOWN || l == ST_LINK_NVLINK || l == ST_LINK_SELF) continue;
-        const bool gen5 = out->cc_major >= 9;
-        snprintf(out->link, sizeof out->link, "%s", gen5 ? "PCIe 5.0 x16" : "PCIe 4.0 x16");
-        out->link_bw = gen5 ? 40 * G : 20 * G;
-        out->link_lat = 10e-6;
+        st_hw_device pcie;
+        st_device_preset(out->cc_major >= 9 ? "H100-PCIe" : "L40S", &pcie);
+        snprintf(out->link, sizeof out->link, "%s", pcie.link);
+        out->link_bw = pcie.link_bw;
+        out->link_lat = pcie.link_lat;
         return;
     }
 }
